@@ -1,0 +1,62 @@
+#include "core/allocator.h"
+
+#include "core/error.h"
+
+namespace trident {
+
+CachingAllocator::CachingAllocator(RawAlloc alloc, RawFree free)
+    : raw_alloc_(std::move(alloc)), raw_free_(std::move(free)) {}
+
+CachingAllocator::~CachingAllocator() {
+  empty_cache();
+  // Blocks still in use at teardown belong to leaked Buffers; free them too.
+  for (auto& [p, size] : in_use_) raw_free_(p);
+}
+
+void* CachingAllocator::allocate(size_t bytes) {
+  const size_t size = ((bytes == 0 ? 1 : bytes) + 255) / 256 * 256;
+  std::lock_guard<std::mutex> lock(mu_);
+  // Reuse the smallest cached block that fits without wasting more than half of it.
+  auto it = free_.lower_bound(size);
+  void* p = nullptr;
+  size_t got = size;
+  if (it != free_.end() && it->first <= 2 * size) {
+    p = it->second;
+    got = it->first;
+    free_.erase(it);
+  } else {
+    p = raw_alloc_(size);
+    if (!p) throw Error("out of memory allocating " + std::to_string(size) + " bytes");
+    ++stats_.raw_allocs;
+    stats_.bytes_reserved += size;
+  }
+  in_use_[p] = got;
+  stats_.bytes_in_use += got;
+  if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  return p;
+}
+
+void CachingAllocator::release(void* p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = in_use_.find(p);
+  TRIDENT_CHECK(it != in_use_.end(), "release of a block this allocator does not own");
+  stats_.bytes_in_use -= it->second;
+  free_.emplace(it->second, p);
+  in_use_.erase(it);
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [size, p] : free_) {
+    raw_free_(p);
+    stats_.bytes_reserved -= size;
+  }
+  free_.clear();
+}
+
+AllocatorStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace trident

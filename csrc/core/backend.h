@@ -1,0 +1,168 @@
+// The Backend seam: every numeric op the model, optimizer and trainer need.
+// CpuBackend (kernels/cpu) is the reference; CudaBackend (kernels/cuda) is the product.
+// The model calls only this interface, so one training step can run on both and be compared.
+//
+// Conventions for every op:
+// - Tensors are contiguous row-major views on this backend's device.
+// - Float tensors may be F32, F16 or BF16 unless a comment says "f32"; arithmetic is fp32.
+// - "=" outputs are overwritten; "+=" outputs accumulate (parameter gradients always
+//   accumulate, so gradient accumulation over micro-batches needs no extra pass).
+// - Shapes are checked; a mismatch throws InternalError naming the op.
+// - Ops are asynchronous on devices that have streams; functions returning host values
+//   (sum_squares, sum, has_inf_or_nan) synchronise.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/allocator.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace trident {
+
+// Shape of a fused causal self-attention: batch, sequence, local heads, head dim.
+// `head_offset` and `heads_total` place the local heads among all heads (tensor
+// parallelism), so dropout masks index heads globally.
+struct AttentionShape {
+  int B = 0, T = 0, H = 0, D = 0;
+  int head_offset = 0;
+  int heads_total = 0;  // 0 means H
+};
+
+// AdamW on one flat fp32 shard (decoupled weight decay, bias correction).
+//   g  = grad * grad_scale                       (unscale and clip folded into one factor)
+//   m  = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   p -= lr * (m / (1 - beta1^step) / (sqrt(v / (1 - beta2^step)) + eps) + weight_decay * p)
+//   model_param = p  (cast to its dtype), when model_param is not empty
+struct AdamWArgs {
+  Tensor master;       // f32 [n], updated in place
+  Tensor grad;         // [n], any float dtype
+  Tensor m, v;         // f32 [n]
+  Tensor model_param;  // [n] copy of master in the model's dtype, or empty
+  float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
+  float grad_scale = 1.0f;
+  int64_t step = 1;  // 1-based step for bias correction
+};
+
+class Backend {
+ public:
+  explicit Backend(Device device);
+  virtual ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  Device device() const { return device_; }
+  virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------------------
+  // Tensors come from a caching allocator over raw_alloc: after the first training step
+  // every request is served from the cache (allocator().stats() proves it).
+  Buffer empty(Shape shape, DType dtype);
+  Buffer zeros(Shape shape, DType dtype);
+  CachingAllocator& allocator() { return *allocator_; }
+
+  virtual void* raw_alloc(size_t bytes) = 0;
+  virtual void raw_free(void* p) = 0;
+  virtual void copy_from_host(const Tensor& dst, const void* src) = 0;  // nbytes of dst
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;          // nbytes of src
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;          // same dtype and numel
+  virtual void fill(const Tensor& t, float value) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- element-wise -------------------------------------------------------------------
+  virtual void cast(const Tensor& src, const Tensor& dst) = 0;                   // dst = src
+  virtual void scale(const Tensor& t, float alpha) = 0;                          // t *= alpha
+  virtual void add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;     // out = a + b
+  virtual void accumulate(const Tensor& dst, const Tensor& src) = 0;             // dst += src
+
+  // ---- embedding ----------------------------------------------------------------------
+  // tokens: I32 [B*T] (row n is position n % T). wte: [Vl, C] holds vocab ids
+  // [vocab_start, vocab_start + Vl); ids outside give zero (vocab-parallel).
+  // out[n] = wte[tok - vocab_start] + (wpe.empty() ? 0 : wpe[n % T]).        out: [B*T, C] =
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start,
+                                 const Tensor& wpe, int T, const Tensor& out) = 0;
+  // dwte += scatter of dout by token (ids outside the shard skipped); dwpe += sum over
+  // batch of dout, when dwpe is not empty. Deterministic (no float atomics).
+  virtual void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start,
+                                  int T, const Tensor& dwte, const Tensor& dwpe) = 0;
+
+  // ---- LayerNorm over the last dim, eps 1e-5, f32 statistics ---------------------------
+  // x, out: [N, C]; gamma, beta: [C]; mean, rstd: f32 [N] (saved for backward).
+  virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                 const Tensor& out, const Tensor& mean, const Tensor& rstd) = 0;
+  // dx += ..., dgamma += ..., dbeta += ...
+  virtual void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma,
+                                  const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                                  const Tensor& dgamma, const Tensor& dbeta) = 0;
+
+  // ---- GEMM ---------------------------------------------------------------------------
+  // out[M, N] (= or +=) op(a) @ op(b) (+ bias[N] when not empty, broadcast over rows).
+  // op(a) is a [M, K] (trans_a: a is [K, M]); op(b) is b [K, N] (trans_b: b is [N, K]).
+  // A linear layer y = x W^T + b with W [out, in] is matmul(y, x, W, b, false, true).
+  virtual void matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                      bool trans_a, bool trans_b, bool accumulate) = 0;
+  // dbias[N] += column sums of dout [M, N].
+  virtual void bias_backward(const Tensor& dout, const Tensor& dbias) = 0;
+
+  // ---- GELU, tanh approximation ("gelu_fast") ------------------------------------------
+  virtual void gelu_forward(const Tensor& x, const Tensor& out) = 0;                     // =
+  virtual void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) = 0;  // =
+
+  // ---- fused causal multi-head attention ----------------------------------------------
+  // qkv: [B, T, 3, H, D] (Q, K, V blocks, heads contiguous); out: [B, T, H, D] =;
+  // lse: f32 [B, H, T] = log-sum-exp of each row of scaled scores (saved for backward).
+  // Scores scaled by 1/sqrt(D); position j > i masked. Attention-probability dropout uses
+  // key `drop`: element index ((h_global * T + i) * T + j) of sample drop.sample_base + b.
+  virtual void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                                 const AttentionShape& s, const DropoutKey& drop) = 0;
+  // dqkv: [B, T, 3, H, D] =
+  virtual void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                  const Tensor& lse, const Tensor& dqkv, const AttentionShape& s,
+                                  const DropoutKey& drop) = 0;
+
+  // ---- dropout on [B*T, row] activations (row = hidden size) ----------------------------
+  // out = x * keep / (1 - p); element index within a sample is (n % T) * row + c, sample is
+  // drop.sample_base + n / T. With p = 0 it is a copy.
+  virtual void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) = 0;
+  virtual void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop) = 0;  // =
+
+  // ---- softmax cross-entropy over a (vocab-parallel) logit shard ------------------------
+  // logits: [N, Vl] holding vocab ids [vocab_start, vocab_start + Vl); only the first
+  // `vocab_valid` columns are real vocabulary (the rest is padding and never counts).
+  // targets: I32 [N]; a negative target is ignored (loss 0, no gradient, not counted).
+  // Three phases so tensor parallelism can all-reduce between them (MAX, SUM, SUM):
+  //   1. row_max = max over valid columns; target_logit = logit of the target when this
+  //      shard owns it, else 0.                                                  (f32 [N] =)
+  //   2. sumexp = sum over valid columns of exp(logit - row_max)                 (f32 [N] =)
+  //   3. losses = log(sumexp) + row_max - target_logit (0 when ignored);
+  //      correct = 1 when target_logit >= row_max (top-1 hit), else 0;          (f32 [N] =)
+  //      logits are overwritten by grad_scale * (softmax - onehot(target)), 0 in padding.
+  virtual void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                          int64_t vocab_valid, const Tensor& row_max, const Tensor& target_logit) = 0;
+  virtual void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max,
+                           const Tensor& sumexp) = 0;
+  virtual void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                              int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp,
+                              const Tensor& target_logit, const Tensor& losses,
+                              const Tensor& correct, float grad_scale) = 0;
+
+  // ---- optimizer and reductions -------------------------------------------------------
+  virtual void adamw(const AdamWArgs& a) = 0;
+  virtual double sum_squares(const Tensor& t) = 0;  // sum of x^2 in double, to the host
+  virtual double sum(const Tensor& t) = 0;          // sum of x in double, to the host
+  virtual bool has_inf_or_nan(const Tensor& t) = 0;
+
+ protected:
+  // Every derived destructor calls this first: the cache frees through raw_free, which
+  // must still be callable.
+  void release_all_memory() { allocator_.reset(); }
+
+ private:
+  Device device_;
+  std::unique_ptr<CachingAllocator> allocator_;
+};
+
+}  // namespace trident

@@ -1,0 +1,73 @@
+// Element types and host-side conversions between fp32 and the 16-bit formats.
+// Conversions round to nearest, ties to even; NaN stays NaN, overflow goes to inf.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace trident {
+
+// F32/F16/BF16 hold parameters, activations and gradients; I32 holds token ids.
+enum class DType : uint8_t { F32, F16, BF16, I32 };
+
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: return 2;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+  }
+  return 0;
+}
+
+inline bool is_float(DType t) { return t != DType::I32; }
+
+const char* dtype_name(DType t);
+// Parses "fp32"/"float32", "fp16"/"float16", "bf16"/"bfloat16", "int32"; throws ConfigError.
+DType parse_dtype(const std::string& s);
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// fp32 -> bf16 with round-to-nearest-even; NaN is kept quiet.
+inline uint16_t float_to_bf16(float f) {
+  uint32_t u = float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+uint16_t float_to_half(float f);  // round-to-nearest-even, subnormals, overflow to inf
+float half_to_float(uint16_t h);
+
+// Reads element i of a buffer of type t as float (I32 converts by value).
+inline float load_as_float(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::F32: return static_cast<const float*>(p)[i];
+    case DType::F16: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::BF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::I32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+  }
+  return 0.f;
+}
+inline void store_from_float(void* p, DType t, size_t i, float v) {
+  switch (t) {
+    case DType::F32: static_cast<float*>(p)[i] = v; break;
+    case DType::F16: static_cast<uint16_t*>(p)[i] = float_to_half(v); break;
+    case DType::BF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
+    case DType::I32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,98 @@
+// Philox4x32-10 counter-based RNG (Salmon et al., SC'11), usable on host and device.
+// Parameter init and dropout masks are pure functions of (key, counter), which is what
+// makes them independent of the parallel layout (ARCHITECTURE.md, invariant 2).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TRIDENT_HD __host__ __device__ __forceinline__
+#else
+#define TRIDENT_HD inline
+#endif
+
+namespace trident {
+
+struct Philox4 {
+  uint32_t v[4];
+};
+
+TRIDENT_HD void philox_mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  const uint64_t p = static_cast<uint64_t>(a) * b;
+  hi = static_cast<uint32_t>(p >> 32);
+  lo = static_cast<uint32_t>(p);
+}
+
+// Ten rounds of Philox4x32 on counter c with key (k0, k1).
+TRIDENT_HD Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
+  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+  for (int r = 0; r < 10; ++r) {
+    uint32_t hi0, lo0, hi1, lo1;
+    philox_mulhilo(kM0, c.v[0], hi0, lo0);
+    philox_mulhilo(kM1, c.v[2], hi1, lo1);
+    c = Philox4{{hi1 ^ c.v[1] ^ k0, lo1, hi0 ^ c.v[3] ^ k1, lo0}};
+    k0 += kW0;
+    k1 += kW1;
+  }
+  return c;
+}
+
+// Uniform float in [0, 1) from the top 24 bits.
+TRIDENT_HD float philox_uniform(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
+
+// Standard normal from two uint32 (Box-Muller, first output), computed in double so the
+// CPU and GPU paths agree to the last bit before the final rounding to float.
+TRIDENT_HD float philox_normal(uint32_t a, uint32_t b) {
+  const double u1 = (static_cast<double>(a) + 1.0) * (1.0 / 4294967296.0);  // (0, 1]
+  const double u2 = static_cast<double>(b) * (1.0 / 4294967296.0);
+  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+// FNV-1a, used to turn a canonical parameter name into an RNG key.
+inline uint32_t fnv1a32(const char* s) {
+  uint32_t h = 2166136261u;
+  for (; *s; ++s) h = (h ^ static_cast<uint8_t>(*s)) * 16777619u;
+  return h;
+}
+
+// The init value of element `index` of the canonical tensor hashed to `name_hash`:
+// N(0, 1) from counter (index, 0, 0, 0), key (seed, name_hash). Scale by std outside.
+TRIDENT_HD float init_normal(uint64_t seed, uint32_t name_hash, uint64_t index) {
+  const Philox4 r = philox4x32_10(
+      Philox4{{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), 0u, 0x1417u}},
+      static_cast<uint32_t>(seed) ^ static_cast<uint32_t>(seed >> 32) * 0x85EBCA6Bu, name_hash);
+  return philox_normal(r.v[0], r.v[1]);
+}
+
+// Dropout: where a mask is used, and for which sample. The mask of element `index`
+// (a global index within one sample, independent of TP/PP/DP) is a pure function of
+// (seed, site, sample, index); `sample` is the global consumed-sample number, which
+// encodes the iteration and the micro-batch, so every layout draws the same mask.
+struct DropoutKey {
+  float p = 0.0f;            // drop probability; 0 disables dropout
+  uint64_t seed = 0;         // run seed
+  uint32_t site = 0;         // layer * kSitesPerLayer + DropoutSite
+  uint64_t sample_base = 0;  // global sample number of row-block 0 of the micro-batch
+  bool enabled() const { return p > 0.0f; }
+};
+
+enum DropoutSite : uint32_t {
+  kDropEmbedding = 0,  // after word+position embedding (layer 0 only)
+  kDropAttnProbs = 1,  // attention probabilities
+  kDropAttnOut = 2,    // after the attention output projection
+  kDropMlpOut = 3,     // after the MLP down projection
+  kSitesPerLayer = 4,
+};
+
+// True when element `index` of sample `sample` is kept.
+TRIDENT_HD bool dropout_keep(const DropoutKey& k, uint64_t sample, uint64_t index) {
+  const Philox4 r = philox4x32_10(
+      Philox4{{static_cast<uint32_t>(index >> 2), static_cast<uint32_t>(index >> 34),
+               static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},
+      static_cast<uint32_t>(k.seed) ^ 0xD1B54A32u, k.site ^ (static_cast<uint32_t>(k.seed >> 32) * 0x9E3779B9u));
+  return philox_uniform(r.v[index & 3]) >= k.p;
+}
+
+}  // namespace trident

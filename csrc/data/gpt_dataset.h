@@ -1,0 +1,118 @@
+// Megatron-compatible GPT samples over Megatron .bin/.idx data.
+//
+// For each prefix: the documents (items) are cut into contiguous train/valid/test ranges by
+// the normalised --split weights (boundaries round(frac x N), Python rounding, then shifted so
+// the last one is N). A split with W wanted samples and T tokens per epoch runs E epochs, the
+// smallest E with (E*T - 1) / seq_length >= W. Index maps, as in Megatron:
+//   doc_idx     the split's documents tiled E times and shuffled; when the last epoch is needed
+//               for fewer than kSeparateLastEpochCutoff (0.80, Megatron-LM's rule; Megatron-
+//               DeepSpeed uses 0.95) of its samples, the first E-1 epochs and the last one are
+//               shuffled separately;
+//   sample_idx  (position in doc_idx, token offset) where each sample starts; sample i spans
+//               seq_length + 1 tokens from sample_idx[i] and ends where sample i+1 starts
+//               (the last token is shared);
+//   shuffle_idx a permutation of the (E*T - 1) / seq_length samples (first E-1 epochs and last
+//               epoch shuffled separately in the case above).
+// Shuffles are Fisher-Yates driven by one std::mt19937_64(seed), in the order doc_idx then
+// shuffle_idx, drawing j uniformly in [0, i] by rejection (not numpy-compatible).
+// The maps are cached in one file per split, named by a hash of everything they depend on,
+// written to a unique temporary name and renamed, so concurrent ranks can build them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trident {
+
+struct GptDatasetConfig {
+  std::vector<std::pair<double, std::string>> blend;  // (weight, prefix); one prefix -> weight 1
+  std::string split = "969, 30, 1";
+  int seq_length = 1024;
+  uint64_t seed = 1234;
+  uint64_t train_samples = 0, valid_samples = 0, test_samples = 0;  // wanted
+  std::string cache_dir;  // empty: beside the data
+};
+
+class SampleSource {  // a split (or blend of splits) as an indexable list of samples
+ public:
+  virtual ~SampleSource() = default;
+  virtual uint64_t size() const = 0;
+  virtual void get(uint64_t i, int32_t* tokens) const = 0;  // writes seq_length + 1 tokens
+};
+
+struct TrainValidTest {
+  std::unique_ptr<SampleSource> train, valid, test;  // null when a split is empty/0 wanted
+};
+
+TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);
+
+// Megatron --data-path: "PREFIX" or "W1 P1 W2 P2 ..." (weights normalised); ConfigError
+// naming --data-path otherwise.
+std::vector<std::pair<double, std::string>> parse_data_path(const std::vector<std::string>& words);
+
+// ---- the pieces, exposed for tests and tools
+
+constexpr double kSeparateLastEpochCutoff = 0.80;
+
+// Document boundaries [b0=0, b1, b2, b3=n] of train/valid/test; ConfigError naming --split.
+std::array<uint64_t, 4> split_boundaries(const std::string& split, uint64_t n);
+
+// Smallest E >= 1 with (E * tokens_per_epoch - 1) / seq_length >= samples.
+uint64_t num_epochs(uint64_t tokens_per_epoch, int seq_length, uint64_t samples);
+
+struct GptIndexMaps {
+  uint64_t epochs = 0;
+  bool separate_last_epoch = false;
+  std::vector<int32_t> doc_idx;     // document ids (absolute item indices)
+  std::vector<int64_t> sample_idx;  // 2 * (samples + 1): (doc_idx position, offset) pairs
+  std::vector<int64_t> shuffle_idx; // samples
+  uint64_t num_samples() const { return shuffle_idx.size(); }
+};
+
+// Builds the maps for documents [begin, end) with the given item sizes (no caching).
+GptIndexMaps build_index_maps(std::span<const int32_t> sizes, uint64_t begin, uint64_t end,
+                              int seq_length, uint64_t seed, uint64_t samples);
+
+// The shuffles' primitive: Fisher-Yates from the back, j uniform in [0, i] drawn from a
+// std::mt19937_64 by rejection (unbiased, identical on every platform).
+class DeterministicShuffler {
+ public:
+  explicit DeterministicShuffler(uint64_t seed) : gen_(seed) {}
+  uint64_t uniform_upto(uint64_t n);  // uniform in [0, n]
+  template <typename T>
+  void shuffle(T* data, uint64_t n) {
+    for (uint64_t i = n; i > 1; --i) std::swap(data[i - 1], data[uniform_upto(i - 1)]);
+  }
+
+ private:
+  std::mt19937_64 gen_;
+};
+
+// One split of one prefix (the building block of build_gpt_datasets).
+class IndexedDataset;
+class GptDataset : public SampleSource {
+ public:
+  // name: "train", "valid" or "test" (part of the cache file name).
+  GptDataset(std::shared_ptr<const IndexedDataset> data, const std::string& name, uint64_t begin,
+             uint64_t end, int seq_length, uint64_t seed, uint64_t samples, const std::string& cache_dir);
+  uint64_t size() const override { return maps_.num_samples(); }
+  void get(uint64_t i, int32_t* tokens) const override;
+  const GptIndexMaps& maps() const { return maps_; }
+  const std::string& cache_file() const { return cache_file_; }
+  bool loaded_from_cache() const { return from_cache_; }
+
+ private:
+  std::shared_ptr<const IndexedDataset> data_;
+  int seq_length_;
+  GptIndexMaps maps_;
+  std::string cache_file_;
+  bool from_cache_ = false;
+};
+
+}  // namespace trident

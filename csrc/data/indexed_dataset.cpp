@@ -1,0 +1,264 @@
+#include "data/indexed_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+
+namespace trident {
+namespace {
+
+constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+constexpr uint64_t kVersion = 1;
+constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
+
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
+  if (bytes && std::fwrite(data, 1, bytes, f) != bytes)
+    throw IoError(detail::concat(path, ": write failed: ", errno_text()));
+}
+
+template <typename T>
+void put(std::vector<char>& out, T v) {  // little-endian hosts only (x86-64, aarch64)
+  const char* p = reinterpret_cast<const char*>(&v);
+  out.insert(out.end(), p, p + sizeof(T));
+}
+
+template <typename T>
+T get(const char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <typename T>
+void store_as(const int32_t* in, size_t n, char* out, const std::string& prefix) {
+  for (size_t i = 0; i < n; ++i) {
+    if (in[i] < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        in[i] > static_cast<int64_t>(std::numeric_limits<T>::max()))
+      throw IoError(detail::concat(prefix, ": token ", in[i], " does not fit the dataset dtype"));
+    T v = static_cast<T>(in[i]);
+    std::memcpy(out + i * sizeof(T), &v, sizeof(T));
+  }
+}
+
+template <typename T>
+void load_from(const char* in, size_t n, int32_t* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(get<T>(in + i * sizeof(T)));
+}
+
+}  // namespace
+
+size_t index_dtype_size(IndexDType dt) {
+  switch (dt) {
+    case IndexDType::kUInt8: case IndexDType::kInt8: return 1;
+    case IndexDType::kInt16: case IndexDType::kUInt16: return 2;
+    case IndexDType::kInt32: case IndexDType::kFloat32: return 4;
+    case IndexDType::kInt64: case IndexDType::kFloat64: return 8;
+  }
+  return 0;
+}
+
+IndexDType best_fitting_dtype(int64_t vocab_size) {
+  return vocab_size < 65500 ? IndexDType::kUInt16 : IndexDType::kInt32;
+}
+
+std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
+std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
+
+// ---------------------------------------------------------------- builder
+
+IndexedDatasetBuilder::IndexedDatasetBuilder(std::string prefix, IndexDType dtype)
+    : prefix_(std::move(prefix)), dtype_(dtype) {
+  if (dtype != IndexDType::kUInt16 && dtype != IndexDType::kInt32 && dtype != IndexDType::kInt64 &&
+      dtype != IndexDType::kUInt8 && dtype != IndexDType::kInt16 && dtype != IndexDType::kInt8)
+    throw IoError(detail::concat(prefix_, ": unsupported token dtype code ", int(dtype)));
+  const std::string tag = detail::concat(".tmp.", ::getpid());
+  bin_tmp_ = bin_path(prefix_) + tag;
+  idx_tmp_ = idx_path(prefix_) + tag;
+  bin_ = std::fopen(bin_tmp_.c_str(), "wb");
+  if (!bin_) throw IoError(detail::concat(bin_path(prefix_), ": cannot create: ", errno_text()));
+}
+
+IndexedDatasetBuilder::~IndexedDatasetBuilder() {
+  if (!done_) abort();
+}
+
+void IndexedDatasetBuilder::add_item(std::span<const int32_t> tokens) {
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+    throw IoError(detail::concat(prefix_, ": item of ", tokens.size(), " tokens is too long"));
+  const size_t isz = index_dtype_size(dtype_);
+  scratch_.resize(tokens.size() * isz);
+  switch (dtype_) {
+    case IndexDType::kUInt8: store_as<uint8_t>(tokens.data(), tokens.size(), scratch_.data(), prefix_); break;
+    case IndexDType::kInt8: store_as<int8_t>(tokens.data(), tokens.size(), scratch_.data(), prefix_); break;
+    case IndexDType::kInt16: store_as<int16_t>(tokens.data(), tokens.size(), scratch_.data(), prefix_); break;
+    case IndexDType::kUInt16: store_as<uint16_t>(tokens.data(), tokens.size(), scratch_.data(), prefix_); break;
+    case IndexDType::kInt32: store_as<int32_t>(tokens.data(), tokens.size(), scratch_.data(), prefix_); break;
+    case IndexDType::kInt64:
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        int64_t v = tokens[i];
+        std::memcpy(scratch_.data() + i * 8, &v, 8);
+      }
+      break;
+    default: break;
+  }
+  write_all(bin_, scratch_.data(), scratch_.size(), bin_tmp_);
+  sizes_.push_back(static_cast<int32_t>(tokens.size()));
+  tokens_ += tokens.size();
+}
+
+void IndexedDatasetBuilder::end_document() { doc_idx_.push_back(static_cast<int64_t>(sizes_.size())); }
+
+void IndexedDatasetBuilder::finish() {
+  TRIDENT_CHECK(!done_, "finish() called twice");
+  if (std::fclose(bin_) != 0) {
+    bin_ = nullptr;
+    throw IoError(detail::concat(bin_tmp_, ": write failed: ", errno_text()));
+  }
+  bin_ = nullptr;
+  std::vector<char> idx;
+  idx.reserve(kHeaderBytes + sizes_.size() * 12 + doc_idx_.size() * 8);
+  idx.insert(idx.end(), kMagic, kMagic + 9);
+  put<uint64_t>(idx, kVersion);
+  put<uint8_t>(idx, static_cast<uint8_t>(dtype_));
+  put<uint64_t>(idx, sizes_.size());
+  put<uint64_t>(idx, doc_idx_.size());
+  for (int32_t s : sizes_) put<int32_t>(idx, s);
+  const int64_t isz = static_cast<int64_t>(index_dtype_size(dtype_));
+  int64_t ptr = 0;
+  for (int32_t s : sizes_) {
+    put<int64_t>(idx, ptr);
+    ptr += s * isz;
+  }
+  for (int64_t d : doc_idx_) put<int64_t>(idx, d);
+  std::FILE* f = std::fopen(idx_tmp_.c_str(), "wb");
+  if (!f) throw IoError(detail::concat(idx_path(prefix_), ": cannot create: ", errno_text()));
+  write_all(f, idx.data(), idx.size(), idx_tmp_);
+  if (std::fclose(f) != 0) throw IoError(detail::concat(idx_tmp_, ": write failed: ", errno_text()));
+  if (std::rename(bin_tmp_.c_str(), bin_path(prefix_).c_str()) != 0)
+    throw IoError(detail::concat(bin_path(prefix_), ": cannot rename: ", errno_text()));
+  if (std::rename(idx_tmp_.c_str(), idx_path(prefix_).c_str()) != 0)
+    throw IoError(detail::concat(idx_path(prefix_), ": cannot rename: ", errno_text()));
+  done_ = true;
+}
+
+void IndexedDatasetBuilder::abort() {
+  if (bin_) std::fclose(bin_);
+  bin_ = nullptr;
+  std::remove(bin_tmp_.c_str());
+  std::remove(idx_tmp_.c_str());
+  done_ = true;
+}
+
+// ---------------------------------------------------------------- reader
+
+IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+  const std::string ipath = idx_path(prefix), bpath = bin_path(prefix);
+  // ---- index: read it whole, check every length against the file size
+  std::vector<char> idx;
+  {
+    std::FILE* f = std::fopen(ipath.c_str(), "rb");
+    if (!f) throw IoError(detail::concat(ipath, ": cannot open: ", errno_text()));
+    char buf[1 << 16];
+    size_t got;
+    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) idx.insert(idx.end(), buf, buf + got);
+    const bool bad = std::ferror(f);
+    std::fclose(f);
+    if (bad) throw IoError(detail::concat(ipath, ": read failed"));
+  }
+  if (idx.size() < kHeaderBytes || std::memcmp(idx.data(), kMagic, 9) != 0)
+    throw IoError(detail::concat(ipath, ": not a Megatron MMapIndexedDataset index (bad magic)"));
+  const uint64_t version = get<uint64_t>(idx.data() + 9);
+  if (version != kVersion)
+    throw IoError(detail::concat(ipath, ": unsupported index version ", version, " (expected 1)"));
+  const uint8_t code = get<uint8_t>(idx.data() + 17);
+  dtype_ = static_cast<IndexDType>(code);
+  const size_t isz = code >= 1 && code <= 8 ? index_dtype_size(dtype_) : 0;
+  if (isz == 0 || dtype_ == IndexDType::kFloat32 || dtype_ == IndexDType::kFloat64)
+    throw IoError(detail::concat(ipath, ": unsupported dtype code ", int(code)));
+  n_ = get<uint64_t>(idx.data() + 18);
+  const uint64_t d = get<uint64_t>(idx.data() + 26);
+  const uint64_t body = idx.size() - kHeaderBytes;
+  // Overflow-safe: n and d must each be bounded by the body length before multiplying.
+  if (n_ > body / 12 || d > body / 8 || n_ * 12 + d * 8 != body)
+    throw IoError(detail::concat(ipath, ": truncated or corrupt index (", n_, " items, ", d,
+                                 " doc_idx entries do not fit ", idx.size(), " bytes)"));
+  if (d < 1) throw IoError(detail::concat(ipath, ": corrupt index (empty doc_idx)"));
+  sizes_.resize(n_);
+  pointers_.resize(n_);
+  doc_idx_.resize(d);
+  const char* p = idx.data() + kHeaderBytes;
+  std::memcpy(sizes_.data(), p, n_ * 4);
+  std::memcpy(pointers_.data(), p + n_ * 4, n_ * 8);
+  std::memcpy(doc_idx_.data(), p + n_ * 12, d * 8);
+  if (doc_idx_[0] != 0 || static_cast<uint64_t>(doc_idx_.back()) > n_)
+    throw IoError(detail::concat(ipath, ": corrupt index (doc_idx out of range)"));
+  for (uint64_t i = 1; i < d; ++i)
+    if (doc_idx_[i] < doc_idx_[i - 1]) throw IoError(detail::concat(ipath, ": corrupt index (doc_idx not sorted)"));
+  // ---- data: map it, check that every item lies inside
+  int fd = ::open(bpath.c_str(), O_RDONLY);
+  if (fd < 0) throw IoError(detail::concat(bpath, ": cannot open: ", errno_text()));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    throw IoError(detail::concat(bpath, ": cannot stat: ", errno_text()));
+  }
+  bin_len_ = static_cast<size_t>(st.st_size);
+  const uint64_t capacity = bin_len_ / isz;
+  for (uint64_t i = 0; i < n_; ++i) {
+    const int64_t ptr = pointers_[i], sz = sizes_[i];
+    if (sz < 0 || ptr < 0 || ptr % static_cast<int64_t>(isz) != 0 ||
+        static_cast<uint64_t>(ptr) / isz + static_cast<uint64_t>(sz) > capacity) {
+      ::close(fd);
+      throw IoError(detail::concat(bpath, ": truncated or does not match ", ipath, " (item ", i, " of ",
+                                   sz, " tokens at byte ", ptr, " past the end of ", bin_len_, " bytes)"));
+    }
+  }
+  if (bin_len_ > 0) {
+    bin_map_ = ::mmap(nullptr, bin_len_, PROT_READ, MAP_SHARED, fd, 0);
+    if (bin_map_ == MAP_FAILED) {
+      bin_map_ = nullptr;
+      ::close(fd);
+      throw IoError(detail::concat(bpath, ": mmap failed: ", errno_text()));
+    }
+    bin_data_ = static_cast<const char*>(bin_map_);
+  }
+  ::close(fd);
+}
+
+IndexedDataset::~IndexedDataset() {
+  if (bin_map_) ::munmap(bin_map_, bin_len_);
+}
+
+void IndexedDataset::read(uint64_t i, uint64_t offset, uint64_t length, int32_t* out) const {
+  TRIDENT_CHECK(i < n_ && offset + length <= static_cast<uint64_t>(sizes_[i]), "item ", i, " offset ",
+                offset, " length ", length);
+  const size_t isz = index_dtype_size(dtype_);
+  const char* src = bin_data_ + pointers_[i] + offset * isz;
+  switch (dtype_) {
+    case IndexDType::kUInt8: load_from<uint8_t>(src, length, out); break;
+    case IndexDType::kInt8: load_from<int8_t>(src, length, out); break;
+    case IndexDType::kInt16: load_from<int16_t>(src, length, out); break;
+    case IndexDType::kUInt16: load_from<uint16_t>(src, length, out); break;
+    case IndexDType::kInt32: load_from<int32_t>(src, length, out); break;
+    case IndexDType::kInt64: load_from<int64_t>(src, length, out); break;
+    default: TRIDENT_CHECK(false, "float dtype");
+  }
+}
+
+std::vector<int32_t> IndexedDataset::item(uint64_t i) const {
+  TRIDENT_CHECK(i < n_, "item ", i);
+  std::vector<int32_t> out(static_cast<size_t>(sizes_[i]));
+  read(i, 0, out.size(), out.data());
+  return out;
+}
+
+}  // namespace trident

@@ -1,0 +1,90 @@
+// Megatron's MMapIndexedDataset (.bin/.idx pair), byte for byte.
+//
+// .idx: "MMIDIDX\0\0" (9 bytes), u64 version = 1, u8 dtype code, u64 item count N,
+//       u64 doc_idx length D, int32 sizes[N], int64 byte pointers[N], int64 doc_idx[D].
+// .bin: the tokens of every item back to back, no header.
+// All integers little-endian. doc_idx starts at 0 and gains one entry per document.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+// Megatron's dtype codes.
+enum class IndexDType : uint8_t {
+  kUInt8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5, kFloat32 = 6, kFloat64 = 7, kUInt16 = 8
+};
+size_t index_dtype_size(IndexDType dt);  // bytes per element; 0 for an unknown code
+// uint16 when the vocabulary fits (vocab < 65500), int32 otherwise (Megatron's rule).
+IndexDType best_fitting_dtype(int64_t vocab_size);
+
+std::string idx_path(const std::string& prefix);  // prefix + ".idx"
+std::string bin_path(const std::string& prefix);  // prefix + ".bin"
+
+// Streams tokens to `{prefix}.bin` under a temporary name and writes the .idx at finish();
+// both files get their final names only then. Destroyed without finish(): temps removed.
+class IndexedDatasetBuilder {
+ public:
+  IndexedDatasetBuilder(std::string prefix, IndexDType dtype);
+  ~IndexedDatasetBuilder();
+  IndexedDatasetBuilder(const IndexedDatasetBuilder&) = delete;
+  IndexedDatasetBuilder& operator=(const IndexedDatasetBuilder&) = delete;
+
+  void add_item(std::span<const int32_t> tokens);  // one sequence (throws if a token does not fit)
+  void end_document();                             // closes the current document
+  void finish();                                   // writes .idx, renames both files
+  void abort();                                    // removes the temporary files
+
+  uint64_t items() const { return sizes_.size(); }
+  uint64_t documents() const { return doc_idx_.size() - 1; }
+  uint64_t tokens() const { return tokens_; }
+
+ private:
+  std::string prefix_, bin_tmp_, idx_tmp_;
+  IndexDType dtype_;
+  std::FILE* bin_ = nullptr;
+  std::vector<int32_t> sizes_;
+  std::vector<int64_t> doc_idx_{0};
+  std::vector<char> scratch_;
+  uint64_t tokens_ = 0;
+  bool done_ = false;
+};
+
+// Reads a .bin/.idx pair: the index is copied into memory (its arrays are not aligned in
+// the file), the .bin is memory-mapped. Every field is checked against the file lengths
+// when opened; a foreign or truncated file throws IoError naming it.
+class IndexedDataset {
+ public:
+  explicit IndexedDataset(const std::string& prefix);
+  ~IndexedDataset();
+  IndexedDataset(const IndexedDataset&) = delete;
+  IndexedDataset& operator=(const IndexedDataset&) = delete;
+
+  const std::string& prefix() const { return prefix_; }
+  IndexDType dtype() const { return dtype_; }
+  uint64_t size() const { return n_; }  // number of items (sequences)
+  std::span<const int32_t> sizes() const { return sizes_; }
+  std::span<const int64_t> pointers() const { return pointers_; }
+  std::span<const int64_t> doc_idx() const { return doc_idx_; }
+  uint64_t num_documents() const { return doc_idx_.size() - 1; }
+  // Copies tokens [offset, offset + length) of item i into out as int32.
+  void read(uint64_t i, uint64_t offset, uint64_t length, int32_t* out) const;
+  std::vector<int32_t> item(uint64_t i) const;
+
+ private:
+  std::string prefix_;
+  IndexDType dtype_{};
+  uint64_t n_ = 0;
+  std::vector<int32_t> sizes_;
+  std::vector<int64_t> pointers_;
+  std::vector<int64_t> doc_idx_;
+  const char* bin_data_ = nullptr;
+  void* bin_map_ = nullptr;
+  size_t bin_len_ = 0;
+};
+
+}  // namespace trident

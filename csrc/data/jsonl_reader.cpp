@@ -1,0 +1,137 @@
+#include "data/jsonl_reader.h"
+
+#include <lzma.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace trident {
+namespace {
+constexpr size_t kChunk = 1 << 20;
+constexpr unsigned char kXzMagic[6] = {0xFD, '7', 'z', 'X', 'Z', 0x00};
+
+const char* lzma_text(lzma_ret r) {
+  switch (r) {
+    case LZMA_MEM_ERROR: return "out of memory";
+    case LZMA_FORMAT_ERROR: return "not in xz format";
+    case LZMA_OPTIONS_ERROR: return "unsupported xz options";
+    case LZMA_DATA_ERROR: return "corrupt xz data";
+    case LZMA_BUF_ERROR: return "truncated xz data";
+    default: return "xz decoder error";
+  }
+}
+}  // namespace
+
+struct JsonlReader::XzState {
+  lzma_stream s = LZMA_STREAM_INIT;
+};
+
+JsonlReader::JsonlReader(std::string path) : path_(std::move(path)) {
+  f_ = std::fopen(path_.c_str(), "rb");
+  if (!f_) throw IoError(detail::concat(path_, ": cannot open: ", std::strerror(errno)));
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0) file_size_ = static_cast<uint64_t>(st.st_size);
+  unsigned char head[6] = {};
+  const size_t got = std::fread(head, 1, 6, f_);
+  std::rewind(f_);
+  if (got == 6 && std::memcmp(head, kXzMagic, 6) == 0) {
+    xz_ = new XzState;
+    lzma_ret r = lzma_stream_decoder(&xz_->s, UINT64_MAX, LZMA_CONCATENATED);
+    if (r != LZMA_OK) {
+      delete xz_;
+      xz_ = nullptr;
+      std::fclose(f_);
+      throw IoError(detail::concat(path_, ": ", lzma_text(r)));
+    }
+    raw_.resize(kChunk);
+  }
+}
+
+JsonlReader::~JsonlReader() {
+  if (xz_) {
+    lzma_end(&xz_->s);
+    delete xz_;
+  }
+  if (f_) std::fclose(f_);
+}
+
+size_t JsonlReader::fill() {
+  const size_t old = buf_.size();
+  if (!xz_) {
+    if (raw_eof_) return 0;
+    buf_.resize(old + kChunk);
+    const size_t got = std::fread(buf_.data() + old, 1, kChunk, f_);
+    buf_.resize(old + got);
+    raw_read_ += got;
+    if (got < kChunk) {
+      if (std::ferror(f_)) throw IoError(detail::concat(path_, ": read failed: ", std::strerror(errno)));
+      raw_eof_ = true;
+    }
+    return got;
+  }
+  if (xz_done_) return 0;
+  lzma_stream* xz = &xz_->s;
+  buf_.resize(old + kChunk);
+  xz->next_out = reinterpret_cast<uint8_t*>(buf_.data() + old);
+  xz->avail_out = kChunk;
+  while (xz->avail_out > 0) {
+    if (xz->avail_in == 0 && !raw_eof_) {
+      const size_t got = std::fread(raw_.data(), 1, raw_.size(), f_);
+      if (got < raw_.size()) {
+        if (std::ferror(f_)) throw IoError(detail::concat(path_, ": read failed: ", std::strerror(errno)));
+        raw_eof_ = true;
+      }
+      raw_read_ += got;
+      xz->next_in = reinterpret_cast<const uint8_t*>(raw_.data());
+      xz->avail_in = got;
+    }
+    const lzma_ret r = lzma_code(xz, raw_eof_ && xz->avail_in == 0 ? LZMA_FINISH : LZMA_RUN);
+    if (r == LZMA_STREAM_END) {
+      xz_done_ = true;
+      break;
+    }
+    if (r != LZMA_OK) throw IoError(detail::concat(path_, ": ", lzma_text(r)));
+  }
+  const size_t got = kChunk - xz->avail_out;
+  buf_.resize(old + got);
+  return got;
+}
+
+bool JsonlReader::next(std::string_view& line) {
+  size_t scan = pos_;
+  for (;;) {
+    const char* base = buf_.data();
+    const void* nl = scan < buf_.size() ? std::memchr(base + scan, '\n', buf_.size() - scan) : nullptr;
+    if (nl) {
+      const size_t end = static_cast<const char*>(nl) - base;
+      size_t len = end - pos_;
+      text_bytes_ += len + 1;
+      if (len > 0 && base[pos_ + len - 1] == '\r') --len;
+      line = std::string_view(base + pos_, len);
+      pos_ = end + 1;
+      ++line_no_;
+      return true;
+    }
+    // Keep the unread tail, drop what was returned, then read more.
+    if (pos_ > 0) {
+      buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
+      pos_ = 0;
+    }
+    scan = buf_.size();
+    if (fill() == 0) {
+      if (buf_.empty()) return false;
+      size_t len = buf_.size();  // last line without a newline
+      text_bytes_ += len;
+      if (base = buf_.data(); base[len - 1] == '\r') --len;
+      line = std::string_view(buf_.data(), len);
+      pos_ = buf_.size();
+      ++line_no_;
+      return true;
+    }
+  }
+}
+
+}  // namespace trident

@@ -1,0 +1,339 @@
+#include "data/preprocess.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <semaphore>
+#include <thread>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/jsonl_reader.h"
+
+namespace trident {
+namespace {
+
+constexpr size_t kBatchBytes = 1 << 20;  // a batch closes at ~1 MB of text ...
+constexpr size_t kBatchLines = 1024;     // ... or this many lines
+
+// Lines cut from the input; each line is followed by SIMDJSON_PADDING bytes so simdjson can
+// parse it in place.
+struct Batch {
+  uint64_t seq = 0;
+  std::string text;
+  std::vector<size_t> offset, length;
+  std::vector<uint64_t> line;
+  uint64_t raw_bytes = 0, text_bytes = 0;  // reader position after this batch
+  std::exception_ptr error;                // a read error: the input ends here
+};
+
+enum class LineStatus : uint8_t { kOk, kBlank, kInvalid };
+
+struct Result {
+  uint64_t seq = 0;
+  std::vector<LineStatus> status;
+  std::vector<uint64_t> line;
+  std::vector<std::string> reason;     // per kInvalid line
+  std::vector<int32_t> tokens;         // per kOk line, per key, back to back
+  std::vector<size_t> ends;            // end of each (line, key) run in tokens
+  uint64_t raw_bytes = 0, text_bytes = 0;
+  std::exception_ptr error;
+};
+
+class WorkQueue {
+ public:
+  void push(std::unique_ptr<Batch> b) {
+    { std::lock_guard<std::mutex> l(m_); q_.push_back(std::move(b)); }
+    cv_.notify_one();
+  }
+  std::unique_ptr<Batch> pop() {  // nullptr once closed and empty
+    std::unique_lock<std::mutex> l(m_);
+    cv_.wait(l, [&] { return closed_ || !q_.empty(); });
+    if (q_.empty()) return nullptr;
+    auto b = std::move(q_.front());
+    q_.pop_front();
+    return b;
+  }
+  void close(bool drop) {
+    { std::lock_guard<std::mutex> l(m_); closed_ = true; if (drop) q_.clear(); }
+    cv_.notify_all();
+  }
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Batch>> q_;
+  bool closed_ = false;
+};
+
+bool is_blank(std::string_view s) {
+  for (char c : s)
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  return true;
+}
+
+const char* json_type_name(simdjson::dom::element_type t) {
+  using T = simdjson::dom::element_type;
+  switch (t) {
+    case T::ARRAY: return "array";
+    case T::OBJECT: return "object";
+    case T::INT64: case T::UINT64: case T::DOUBLE: return "number";
+    case T::STRING: return "string";
+    case T::BOOL: return "boolean";
+    case T::NULL_VALUE: return "null";
+  }
+  return "value";
+}
+
+// Parses and tokenizes one batch. Never throws: failures go into the result.
+void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
+             simdjson::dom::parser& parser, Result& r) {
+  r.seq = b.seq;
+  r.raw_bytes = b.raw_bytes;
+  r.text_bytes = b.text_bytes;
+  r.error = b.error;
+  try {
+    for (size_t i = 0; i < b.line.size(); ++i) {
+      std::string_view text(b.text.data() + b.offset[i], b.length[i]);
+      r.line.push_back(b.line[i]);
+      if (is_blank(text)) {
+        r.status.push_back(LineStatus::kBlank);
+        continue;
+      }
+      simdjson::dom::element doc;
+      auto err = parser.parse(text.data(), text.size(), false).get(doc);
+      std::string why;
+      simdjson::dom::object obj;
+      if (err) {
+        why = detail::concat("invalid JSON (", simdjson::error_message(err), ")");
+      } else if (doc.get(obj)) {
+        why = detail::concat("not a JSON object (got ", json_type_name(doc.type()), ")");
+      } else {
+        for (const std::string& key : opt.json_keys) {
+          simdjson::dom::element v;
+          if (obj.at_key(key).get(v)) {
+            why = detail::concat("missing key \"", key, "\"");
+            break;
+          }
+          if (!v.is_string()) {
+            why = detail::concat("key \"", key, "\" is not a string (got ", json_type_name(v.type()), ")");
+            break;
+          }
+        }
+      }
+      if (!why.empty()) {
+        r.status.push_back(LineStatus::kInvalid);
+        r.reason.push_back(std::move(why));
+        continue;
+      }
+      r.status.push_back(LineStatus::kOk);
+      for (const std::string& key : opt.json_keys) {
+        std::string_view value = obj.at_key(key).get_string().value_unsafe();
+        std::vector<int32_t> ids = tok.encode(value);
+        if (!ids.empty() && opt.append_eod) ids.push_back(tok.eod());
+        r.tokens.insert(r.tokens.end(), ids.begin(), ids.end());
+        r.ends.push_back(r.tokens.size());
+      }
+    }
+  } catch (...) {
+    r.error = std::current_exception();
+  }
+}
+
+std::string format_eta(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  return detail::concat(t / 3600, "h", (t / 60) % 60 < 10 ? "0" : "", (t / 60) % 60, "m",
+                        t % 60 < 10 ? "0" : "", t % 60, "s");
+}
+
+}  // namespace
+
+std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key) {
+  return output_prefix + "_" + key + "_document";
+}
+
+PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& tok) {
+  if (opt.workers < 1) throw ConfigError("--workers must be at least 1");
+  if (opt.json_keys.empty()) throw ConfigError("--json-keys needs at least one key");
+  if (opt.output_prefix.empty()) throw ConfigError("--output-prefix is required");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+
+  JsonlReader reader(opt.input);
+  const size_t nkeys = opt.json_keys.size();
+  PreprocessStats st;
+  st.written.assign(nkeys, 0);
+  st.empty.assign(nkeys, 0);
+  st.tokens.assign(nkeys, 0);
+  std::vector<std::unique_ptr<IndexedDatasetBuilder>> builders;
+  const IndexDType dtype = best_fitting_dtype(tok.vocab_size());
+  for (const std::string& key : opt.json_keys) {
+    st.output_prefixes.push_back(preprocess_output_prefix(opt.output_prefix, key));
+    builders.push_back(std::make_unique<IndexedDatasetBuilder>(st.output_prefixes.back(), dtype));
+  }
+
+  // ---- threads: reader -> queue -> workers -> results (by seq) -> this thread
+  const int max_inflight = 2 * opt.workers + 2;
+  std::counting_semaphore<1 << 20> slots(max_inflight);
+  std::atomic<bool> stop{false};
+  WorkQueue queue;
+  std::mutex rm;
+  std::condition_variable rcv;
+  std::map<uint64_t, std::unique_ptr<Result>> results;
+  std::optional<uint64_t> total_batches;
+
+  std::thread reader_thread([&] {
+    uint64_t seq = 0;
+    bool more = true;
+    while (more && !stop.load()) {
+      slots.acquire();
+      if (stop.load()) break;
+      auto b = std::make_unique<Batch>();
+      b->seq = seq;
+      const size_t max_lines = opt.batch_lines ? opt.batch_lines : kBatchLines;
+      try {
+        std::string_view line;
+        while (b->line.size() < max_lines && b->text.size() < kBatchBytes) {
+          if (!reader.next(line)) {
+            more = false;
+            break;
+          }
+          b->offset.push_back(b->text.size());
+          b->length.push_back(line.size());
+          b->line.push_back(reader.line_number());
+          b->text.append(line);
+          b->text.append(simdjson::SIMDJSON_PADDING, '\0');
+        }
+      } catch (...) {
+        b->error = std::current_exception();
+        more = false;
+      }
+      b->raw_bytes = reader.raw_bytes_read();
+      b->text_bytes = reader.text_bytes();
+      if (b->line.empty() && !b->error) {
+        slots.release();
+        break;
+      }
+      queue.push(std::move(b));
+      ++seq;
+    }
+    queue.close(false);
+    { std::lock_guard<std::mutex> l(rm); total_batches = seq; }
+    rcv.notify_all();
+  });
+
+  std::vector<std::thread> workers;
+  for (int w = 0; w < opt.workers; ++w) {
+    workers.emplace_back([&] {
+      simdjson::dom::parser parser;
+      while (auto b = queue.pop()) {
+        auto r = std::make_unique<Result>();
+        process(*b, opt, tok, parser, *r);
+        { std::lock_guard<std::mutex> l(rm); results.emplace(r->seq, std::move(r)); }
+        rcv.notify_all();
+      }
+    });
+  }
+
+  bool joined = false;
+  auto shutdown = [&] {
+    if (joined) return;
+    joined = true;
+    stop.store(true);
+    slots.release(max_inflight);  // wake the reader if it waits for a slot
+    queue.close(true);
+    reader_thread.join();
+    for (auto& t : workers) t.join();
+  };
+
+  try {
+    uint64_t next_log = opt.log_interval;
+    for (uint64_t seq = 0;; ++seq) {
+      std::unique_ptr<Result> r;
+      {
+        std::unique_lock<std::mutex> l(rm);
+        rcv.wait(l, [&] { return results.count(seq) || (total_batches && seq >= *total_batches); });
+        auto it = results.find(seq);
+        if (it == results.end()) break;
+        r = std::move(it->second);
+        results.erase(it);
+      }
+      size_t k = 0, reason = 0, tok_begin = 0;
+      for (size_t i = 0; i < r->status.size(); ++i) {
+        ++st.lines;
+        if (r->status[i] == LineStatus::kBlank) continue;
+        if (r->status[i] == LineStatus::kInvalid) {
+          if (!opt.skip_invalid)
+            throw IoError(detail::concat(opt.input, ":", r->line[i], ": ", r->reason[reason]));
+          ++reason;
+          ++st.invalid;
+          continue;
+        }
+        ++st.documents;
+        for (size_t key = 0; key < nkeys; ++key, ++k) {
+          const size_t end = r->ends[k];
+          if (end > tok_begin) {
+            builders[key]->add_item(std::span<const int32_t>(r->tokens.data() + tok_begin, end - tok_begin));
+            builders[key]->end_document();
+            ++st.written[key];
+            st.tokens[key] += end - tok_begin;
+          } else {
+            ++st.empty[key];
+          }
+          tok_begin = end;
+        }
+        if (opt.log && opt.log_interval && st.documents >= next_log) {
+          next_log += opt.log_interval;
+          const double s = elapsed();
+          std::string eta;
+          if (reader.file_size() > 0 && r->raw_bytes > 0 && r->raw_bytes < reader.file_size())
+            eta = ", ETA " + format_eta(s * double(reader.file_size() - r->raw_bytes) / double(r->raw_bytes));
+          std::fprintf(opt.log, "Processed %llu documents (%.1f docs/s, %.2f MB/s%s).\n",
+                       static_cast<unsigned long long>(st.documents), st.documents / s,
+                       r->text_bytes / 1e6 / s, eta.c_str());
+          std::fflush(opt.log);
+        }
+      }
+      // A reader or tokenizer failure surfaces in input order, after the lines before it.
+      if (r->error) std::rethrow_exception(r->error);
+      st.text_bytes = r->text_bytes;
+      slots.release();
+    }
+    shutdown();
+    for (auto& b : builders) b->finish();
+  } catch (...) {
+    shutdown();
+    for (auto& b : builders) b->abort();
+    throw;
+  }
+  st.seconds = elapsed();
+  if (opt.log) {
+    uint64_t tokens = 0, empty = 0;
+    for (size_t key = 0; key < nkeys; ++key) {
+      tokens += st.tokens[key];
+      empty += st.empty[key];
+    }
+    std::fprintf(opt.log,
+                 "Done: %llu documents, %llu tokens, %llu empty skipped, %llu invalid skipped; "
+                 "%.2f MB in %.2f s (%.2f MB/s, %d workers).\n",
+                 static_cast<unsigned long long>(st.documents), static_cast<unsigned long long>(tokens),
+                 static_cast<unsigned long long>(empty), static_cast<unsigned long long>(st.invalid),
+                 st.text_bytes / 1e6, st.seconds, st.text_bytes / 1e6 / std::max(st.seconds, 1e-9),
+                 opt.workers);
+    for (size_t key = 0; key < nkeys; ++key)
+      std::fprintf(opt.log, "  %s.bin/.idx: %llu documents, %llu tokens\n", st.output_prefixes[key].c_str(),
+                   static_cast<unsigned long long>(st.written[key]),
+                   static_cast<unsigned long long>(st.tokens[key]));
+  }
+  return st;
+}
+
+}  // namespace trident

@@ -1,0 +1,50 @@
+// JSONL -> Megatron .bin/.idx, as a library function (trident-preprocess is a thin main()).
+//
+// Pipeline: one reader thread cuts the input into batches of lines; `workers` threads parse
+// each line with simdjson and tokenize every --json-keys value; the calling thread writes the
+// results strictly in input order, one IndexedDatasetBuilder per key
+// (`{output_prefix}_{key}_document.bin/.idx`). A document (key) that tokenizes to nothing is
+// skipped, as Megatron does; append_eod adds the tokenizer's eod to each document.
+// Blank lines are ignored. A line that is not JSON, is not an object, lacks a key or has a
+// non-string value stops the run with IoError "file:line: reason" and no outputs are left
+// behind; with skip_invalid such lines are counted and skipped instead.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace trident {
+
+struct PreprocessOptions {
+  std::string input;                        // .jsonl or .jsonl.xz
+  std::vector<std::string> json_keys{"text"};
+  std::string output_prefix;
+  bool append_eod = false;
+  int workers = 1;
+  uint64_t log_interval = 100;              // documents between progress lines; 0 = none
+  bool skip_invalid = false;
+  std::FILE* log = stderr;                  // progress and summary; nullptr = silent
+  size_t batch_lines = 0;                   // lines per work batch; 0 = default (1024)
+};
+
+struct PreprocessStats {
+  uint64_t lines = 0;            // input lines read (blank ones included)
+  uint64_t documents = 0;        // JSON documents accepted
+  uint64_t invalid = 0;          // lines skipped by skip_invalid
+  std::vector<uint64_t> written; // per key: documents written
+  std::vector<uint64_t> empty;   // per key: documents skipped because they tokenized to nothing
+  std::vector<uint64_t> tokens;  // per key: tokens written
+  uint64_t text_bytes = 0;       // uncompressed input bytes
+  double seconds = 0;
+  std::vector<std::string> output_prefixes;  // per key, without .bin/.idx
+};
+
+std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key);
+
+PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& tokenizer);
+
+}  // namespace trident

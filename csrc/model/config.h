@@ -1,0 +1,38 @@
+// GPT-2 model shape and the tensor-parallel facts derived from it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace trident {
+
+struct ModelConfig {
+  int num_layers = 12;
+  int hidden_size = 768;
+  int num_attention_heads = 12;
+  int seq_length = 1024;
+  int max_position_embeddings = 1024;
+  int64_t vocab_size = 50257;  // real (unpadded) vocabulary
+  int make_vocab_size_divisible_by = 128;
+  float init_method_std = 0.02f;
+  float hidden_dropout = 0.0f;
+  float attention_dropout = 0.0f;
+  DType dtype = DType::F32;  // parameters, activations and gradients
+
+  int head_dim() const { return hidden_size / num_attention_heads; }
+  int ffn_hidden_size() const { return 4 * hidden_size; }
+  // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp.
+  int64_t padded_vocab_size(int tp) const;
+  // Parameters of the full model (padded vocab counted once: the head is tied).
+  int64_t num_parameters(int tp = 1) const;
+  // Throws ConfigError naming the flag when the shape is impossible (for this tp).
+  void validate(int tp = 1) const;
+};
+
+// Model FLOPs of one iteration (Megatron-LM's formula, padded vocab, no recompute):
+// 72 B s l h^2 (1 + s / (6 h) + V / (12 l h)), forward + backward.
+double model_flops_per_iteration(const ModelConfig& c, int64_t global_batch, int tp = 1);
+
+}  // namespace trident

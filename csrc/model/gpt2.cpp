@@ -1,0 +1,291 @@
+#include "model/gpt2.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace trident {
+
+// Activations of one transformer layer for one micro-batch, kept for its backward.
+struct Gpt2Model::LayerActs {
+  Buffer ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
+  Buffer qkv;                      // [BT, 3Cl]
+  Buffer att, lse;                 // [BT, Cl], [B, Hl, T]
+  Buffer resid_mid;                // [BT, C]  x + dropout(attn proj)
+  Buffer ln2, ln2_mean, ln2_rstd;  // [BT, C], [BT], [BT]
+  Buffer fc, gelu;                 // [BT, Fl] pre- and post-activation
+  Buffer out;                      // [BT, C]  resid_mid + dropout(mlp proj): the next layer's input
+};
+
+// Everything one in-flight micro-batch needs.
+struct Gpt2Model::SlotActs {
+  Buffer tokens, targets;  // I32 [BT]
+  Buffer input;            // [BT, C] stage input (embedding output on the first stage)
+  std::vector<LayerActs> layers;
+  Buffer lnf, lnf_mean, lnf_rstd;  // last stage
+};
+
+// Buffers shared by all slots: only one forward or backward runs at a time, and on the
+// last stage each micro-batch's backward follows its forward before the next forward
+// (1F1B), so the logits buffer can be shared too.
+struct Gpt2Model::Scratch {
+  Buffer proj;  // [BT, C] output of a row-parallel projection before dropout
+  Buffer logits;  // [BT, Vl], overwritten by its gradient
+  Buffer row_max, sumexp, target_logit, losses, correct;  // f32 [BT]
+  Buffer d_resid, d_ln, d_tmp;  // [BT, C]
+  Buffer d_qkv;                 // [BT, 3Cl]
+  Buffer d_att;                 // [BT, Cl]
+  Buffer d_fc, d_gelu;          // [BT, Fl]
+  Buffer d_input;               // [BT, C] gradient of the stage input (non-first stages)
+};
+
+Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout& layout,
+                     int micro_batch, int activation_slots)
+    : cfg_(cfg), be_(backend), layout_(layout), B_(micro_batch), T_(cfg.seq_length) {
+  const int tp = layout_.tp;
+  cfg_.validate(tp);
+  if (layout_.layer_end < 0) layout_.layer_end = cfg_.num_layers;
+  TRIDENT_CHECK(tp == 1 || layout_.tp_comm != nullptr, "tp > 1 needs a TP comm");
+  C_ = cfg_.hidden_size;
+  Cl_ = C_ / tp;
+  Fl_ = cfg_.ffn_hidden_size() / tp;
+  Hl_ = cfg_.num_attention_heads / tp;
+  Vl_ = cfg_.padded_vocab_size(tp) / tp;
+  vocab_start_ = Vl_ * layout_.tp_rank;
+  vocab_valid_ = std::max<int64_t>(0, std::min<int64_t>(Vl_, cfg_.vocab_size - vocab_start_));
+
+  const StageLayout& L = layout_;
+  params_ = std::make_unique<ParamStore>(
+      be_, gpt2_param_specs(cfg_, tp), tp, L.tp_rank, cfg_.dtype, cfg_.dtype, [&L](const ParamSpec& s) {
+        if (s.layer >= 0) return s.layer >= L.layer_begin && s.layer < L.layer_end;
+        if (s.name == "wte") return L.first_stage || L.last_stage;  // tied: both ends hold it
+        if (s.name == "wpe") return L.first_stage;
+        return L.last_stage;  // ln_f
+      });
+
+  const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const DType dt = cfg_.dtype;
+  auto act = [&](Shape s) { return be_.empty(s, dt); };
+  auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
+  for (int i = 0; i < activation_slots; ++i) {
+    auto s = std::make_unique<SlotActs>();
+    s->tokens = be_.empty({BT}, DType::I32);
+    s->targets = be_.empty({BT}, DType::I32);
+    s->input = act({BT, C_});
+    for (int l = L.layer_begin; l < L.layer_end; ++l) {
+      LayerActs a;
+      a.ln1 = act({BT, C_});
+      a.ln1_mean = f32({BT});
+      a.ln1_rstd = f32({BT});
+      a.qkv = act({BT, 3 * Cl_});
+      a.att = act({BT, Cl_});
+      a.lse = f32({static_cast<int64_t>(B_) * Hl_ * T_});
+      a.resid_mid = act({BT, C_});
+      a.ln2 = act({BT, C_});
+      a.ln2_mean = f32({BT});
+      a.ln2_rstd = f32({BT});
+      a.fc = act({BT, Fl_});
+      a.gelu = act({BT, Fl_});
+      a.out = act({BT, C_});
+      s->layers.push_back(std::move(a));
+    }
+    if (L.last_stage) {
+      s->lnf = act({BT, C_});
+      s->lnf_mean = f32({BT});
+      s->lnf_rstd = f32({BT});
+    }
+    slots_.push_back(std::move(s));
+  }
+  slot_sample_base_.assign(activation_slots, 0);
+  slot_training_.assign(activation_slots, 0);
+
+  scratch_ = std::make_unique<Scratch>();
+  Scratch& x = *scratch_;
+  x.proj = act({BT, C_});
+  if (L.last_stage) {
+    x.logits = act({BT, Vl_});
+    x.row_max = f32({BT});
+    x.sumexp = f32({BT});
+    x.target_logit = f32({BT});
+    x.losses = f32({BT});
+    x.correct = f32({BT});
+  }
+  x.d_resid = act({BT, C_});
+  x.d_ln = act({BT, C_});
+  x.d_tmp = act({BT, C_});
+  x.d_qkv = act({BT, 3 * Cl_});
+  x.d_att = act({BT, Cl_});
+  x.d_fc = act({BT, Fl_});
+  x.d_gelu = act({BT, Fl_});
+  if (!L.first_stage) x.d_input = act({BT, C_});
+}
+
+Gpt2Model::~Gpt2Model() = default;
+
+void Gpt2Model::tp_allreduce(const Tensor& t, ReduceOp op) const {
+  if (layout_.tp > 1) layout_.tp_comm->allreduce(t, op);
+}
+
+DropoutKey Gpt2Model::dropout_key(int layer, DropoutSite site, float p, bool training) const {
+  DropoutKey k;
+  k.p = training ? p : 0.0f;
+  k.seed = dropout_seed_;
+  k.site = static_cast<uint32_t>(layer) * kSitesPerLayer + site;
+  k.sample_base = sample_base_;
+  return k;
+}
+
+Tensor Gpt2Model::stage_input(int slot) const { return slots_[slot]->input; }
+Tensor Gpt2Model::stage_output(int slot) const {
+  const SlotActs& s = *slots_[slot];
+  return s.layers.empty() ? s.input.t() : s.layers.back().out.t();
+}
+Tensor Gpt2Model::input_grad() const { return scratch_->d_input; }
+Tensor Gpt2Model::output_grad() const { return scratch_->d_resid; }
+
+LossStats Gpt2Model::loss_stats() const { return last_stats_; }
+
+// ---- forward ----------------------------------------------------------------------------
+
+void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float grad_scale) {
+  SlotActs& s = *slots_[slot];
+  sample_base_ = slot_sample_base_[slot] = mb.sample_base;
+  slot_training_[slot] = training;
+  training_ = training;
+  if (layout_.first_stage) {
+    be_.copy_from_host(s.tokens, mb.tokens);
+    const ParamStore& P = *params_;
+    // Vocab-parallel lookup; rank 0 adds positions so the all-reduce adds them once.
+    const Tensor no_wpe;
+    be_.embedding_forward(s.tokens, P.param("wte"), vocab_start_,
+                          layout_.tp_rank == 0 ? P.param("wpe") : no_wpe, T_, scratch_->proj);
+    tp_allreduce(scratch_->proj, ReduceOp::Sum);
+    be_.dropout_forward(scratch_->proj, s.input, T_,
+                        dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training));
+  }
+  Tensor x = s.input;
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    layer_forward(layout_.layer_begin + static_cast<int>(i), s, x, s.layers[i], training);
+    x = s.layers[i].out;
+  }
+  if (layout_.last_stage) {
+    be_.copy_from_host(s.targets, mb.targets);
+    head_forward(s, x, grad_scale);
+    // Ignored (negative) targets do not count as tokens.
+    double n = 0;
+    for (int64_t i = 0, e = static_cast<int64_t>(B_) * T_; i < e; ++i) n += mb.targets[i] >= 0;
+    last_stats_.tokens = n;
+  }
+}
+
+void Gpt2Model::layer_forward(int layer, SlotActs&, const Tensor& x, LayerActs& a, bool training) {
+  const ParamStore& P = *params_;
+  const std::string h = "h." + std::to_string(layer) + ".";
+  const bool rank0 = layout_.tp_rank == 0;
+  const Tensor none;
+  // Attention: LN -> column-parallel QKV -> causal attention -> row-parallel projection.
+  be_.layernorm_forward(x, P.param(h + "ln_1.weight"), P.param(h + "ln_1.bias"), a.ln1, a.ln1_mean, a.ln1_rstd);
+  be_.matmul(a.qkv, a.ln1, P.param(h + "attn.qkv.weight"), P.param(h + "attn.qkv.bias"), false, true, false);
+  AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
+  be_.attention_forward(a.qkv, a.att, a.lse, as, dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training));
+  be_.matmul(scratch_->proj, a.att, P.param(h + "attn.proj.weight"), rank0 ? P.param(h + "attn.proj.bias") : none,
+             false, true, false);
+  tp_allreduce(scratch_->proj, ReduceOp::Sum);
+  be_.dropout_forward(scratch_->proj, scratch_->proj, T_, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training));
+  be_.add(x, scratch_->proj, a.resid_mid);
+  // MLP: LN -> column-parallel fc -> GELU -> row-parallel projection.
+  be_.layernorm_forward(a.resid_mid, P.param(h + "ln_2.weight"), P.param(h + "ln_2.bias"), a.ln2, a.ln2_mean, a.ln2_rstd);
+  be_.matmul(a.fc, a.ln2, P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false, true, false);
+  be_.gelu_forward(a.fc, a.gelu);
+  be_.matmul(scratch_->proj, a.gelu, P.param(h + "mlp.proj.weight"), rank0 ? P.param(h + "mlp.proj.bias") : none,
+             false, true, false);
+  tp_allreduce(scratch_->proj, ReduceOp::Sum);
+  be_.dropout_forward(scratch_->proj, scratch_->proj, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training));
+  be_.add(a.resid_mid, scratch_->proj, a.out);
+}
+
+void Gpt2Model::head_forward(SlotActs& s, const Tensor& x, float grad_scale) {
+  const ParamStore& P = *params_;
+  Scratch& k = *scratch_;
+  be_.layernorm_forward(x, P.param("ln_f.weight"), P.param("ln_f.bias"), s.lnf, s.lnf_mean, s.lnf_rstd);
+  // Tied, vocab-parallel LM head: logits shard = lnf @ wte_shard^T.
+  be_.matmul(k.logits, s.lnf, P.param("wte"), Tensor(), false, true, false);
+  be_.xent_stats(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.target_logit);
+  tp_allreduce(k.row_max, ReduceOp::Max);
+  tp_allreduce(k.target_logit, ReduceOp::Sum);
+  be_.xent_sumexp(k.logits, vocab_valid_, k.row_max, k.sumexp);
+  tp_allreduce(k.sumexp, ReduceOp::Sum);
+  be_.xent_loss_grad(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.sumexp, k.target_logit,
+                     k.losses, k.correct, grad_scale);
+  last_stats_.loss_sum = be_.sum(k.losses);
+  last_stats_.correct = be_.sum(k.correct);
+}
+
+// ---- backward ---------------------------------------------------------------------------
+
+void Gpt2Model::backward(int slot) {
+  SlotActs& s = *slots_[slot];
+  sample_base_ = slot_sample_base_[slot];
+  training_ = slot_training_[slot] != 0;
+  const ParamStore& P = *params_;
+  Scratch& k = *scratch_;
+  // d_resid holds d(stage output): from the head on the last stage, else received.
+  if (layout_.last_stage) head_backward(s, stage_output(slot));
+  for (int i = static_cast<int>(s.layers.size()) - 1; i >= 0; --i) {
+    const Tensor x_in = i == 0 ? s.input.t() : s.layers[i - 1].out.t();
+    layer_backward(layout_.layer_begin + i, s, x_in, s.layers[i]);
+  }
+  if (layout_.first_stage) {
+    be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_));
+    be_.embedding_backward(k.d_tmp, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
+  } else {
+    be_.copy(k.d_input, k.d_resid);
+  }
+}
+
+void Gpt2Model::head_backward(SlotActs& s, const Tensor& x) {
+  const ParamStore& P = *params_;
+  Scratch& k = *scratch_;
+  // logits now hold d(logits). wte grad += dlogits^T @ lnf; d(lnf) = dlogits @ wte.
+  be_.matmul(P.grad("wte"), k.logits, s.lnf, Tensor(), true, false, true);
+  be_.matmul(k.d_ln, k.logits, P.param("wte"), Tensor(), false, false, false);
+  tp_allreduce(k.d_ln, ReduceOp::Sum);
+  be_.fill(k.d_resid, 0.0f);
+  be_.layernorm_backward(k.d_ln, x, P.param("ln_f.weight"), s.lnf_mean, s.lnf_rstd, k.d_resid,
+                         P.grad("ln_f.weight"), P.grad("ln_f.bias"));
+}
+
+void Gpt2Model::layer_backward(int layer, SlotActs&, const Tensor& x, LayerActs& a) {
+  const ParamStore& P = *params_;
+  Scratch& k = *scratch_;
+  const std::string h = "h." + std::to_string(layer) + ".";
+  // d_resid = d(layer output) = d(resid_mid) through the skip connection.
+  // MLP branch.
+  be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_));
+  be_.matmul(P.grad(h + "mlp.proj.weight"), k.d_tmp, a.gelu, Tensor(), true, false, true);
+  be_.bias_backward(k.d_tmp, P.grad(h + "mlp.proj.bias"));
+  be_.matmul(k.d_gelu, k.d_tmp, P.param(h + "mlp.proj.weight"), Tensor(), false, false, false);
+  be_.gelu_backward(k.d_gelu, a.fc, k.d_fc);
+  be_.matmul(P.grad(h + "mlp.fc.weight"), k.d_fc, a.ln2, Tensor(), true, false, true);
+  be_.bias_backward(k.d_fc, P.grad(h + "mlp.fc.bias"));
+  be_.matmul(k.d_ln, k.d_fc, P.param(h + "mlp.fc.weight"), Tensor(), false, false, false);
+  tp_allreduce(k.d_ln, ReduceOp::Sum);
+  be_.layernorm_backward(k.d_ln, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, k.d_resid,
+                         P.grad(h + "ln_2.weight"), P.grad(h + "ln_2.bias"));
+  // Attention branch.
+  be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_));
+  be_.matmul(P.grad(h + "attn.proj.weight"), k.d_tmp, a.att, Tensor(), true, false, true);
+  be_.bias_backward(k.d_tmp, P.grad(h + "attn.proj.bias"));
+  be_.matmul(k.d_att, k.d_tmp, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
+  AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
+  be_.attention_backward(k.d_att, a.qkv, a.att, a.lse, k.d_qkv, as,
+                         dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training_));
+  be_.matmul(P.grad(h + "attn.qkv.weight"), k.d_qkv, a.ln1, Tensor(), true, false, true);
+  be_.bias_backward(k.d_qkv, P.grad(h + "attn.qkv.bias"));
+  be_.matmul(k.d_ln, k.d_qkv, P.param(h + "attn.qkv.weight"), Tensor(), false, false, false);
+  tp_allreduce(k.d_ln, ReduceOp::Sum);
+  be_.layernorm_backward(k.d_ln, x, P.param(h + "ln_1.weight"), a.ln1_mean, a.ln1_rstd, k.d_resid,
+                         P.grad(h + "ln_1.weight"), P.grad(h + "ln_1.bias"));
+}
+
+}  // namespace trident

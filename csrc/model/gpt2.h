@@ -1,0 +1,104 @@
+// GPT-2 with explicit forward and backward (no autograd), written against the Backend
+// and Comm seams. One instance is one pipeline stage of one tensor-parallel rank; a
+// single process is the stage that is both first and last with tp = 1.
+//
+// Tensor parallelism (Megatron): QKV and MLP-up are column-parallel, attention output
+// and MLP-down row-parallel, the word embedding and LM head vocab-parallel. The only
+// cross-rank calls are all-reduces on the TP comm, at the places Megatron's conjugate
+// maps put them. Row-parallel biases and the position embedding are added by TP rank 0
+// alone before the all-reduce, so the sum adds them exactly once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/backend.h"
+#include "model/config.h"
+#include "model/param_store.h"
+#include "parallel/comm.h"
+
+namespace trident {
+
+// Where this instance sits in the parallel layout.
+struct StageLayout {
+  int tp = 1, tp_rank = 0;
+  Comm* tp_comm = nullptr;  // required when tp > 1
+  int layer_begin = 0, layer_end = -1;  // transformer layers [begin, end) on this stage; -1: all
+  bool first_stage = true;  // holds the embeddings
+  bool last_stage = true;   // holds the final LayerNorm and the (tied) LM head
+};
+
+// One micro-batch: host token ids [B, T] and targets [B, T] (targets may be null on
+// stages that are not last; tokens may be null on stages that are not first).
+struct MicroBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  uint64_t sample_base = 0;  // global sample number of row 0 (keys dropout masks)
+};
+
+// Per-micro-batch results on the last stage.
+struct LossStats {
+  double loss_sum = 0;   // sum of token losses
+  double correct = 0;    // top-1 hits
+  double tokens = 0;     // counted (non-ignored) targets
+};
+
+class Gpt2Model {
+ public:
+  // `activation_slots`: micro-batches whose activations can be alive at once (pipeline).
+  Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout& layout, int micro_batch,
+            int activation_slots = 1);
+  ~Gpt2Model();
+
+  ParamStore& params() { return *params_; }
+  // Seed of the dropout masks (the run's --seed); masks also depend on the sample number.
+  void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  const ModelConfig& config() const { return cfg_; }
+  const StageLayout& layout() const { return layout_; }
+  int micro_batch() const { return B_; }
+
+  // Forward of micro-batch `mb` into activation slot `slot`. On the last stage this also
+  // computes the loss and writes the logits' gradient scaled by `grad_scale` (llm.c
+  // style), so backward can follow. `training` enables dropout.
+  void forward(int slot, const MicroBatch& mb, bool training, float grad_scale);
+  // Backward of the micro-batch in `slot`; parameter gradients accumulate (+=).
+  void backward(int slot);
+  LossStats loss_stats() const;  // of the last forward on the last stage
+
+  // Pipeline hooks: the stage's input ([B*T, C], written by the previous stage's output
+  // before forward) and output activations, and the gradients that cross stage borders.
+  Tensor stage_input(int slot) const;
+  Tensor stage_output(int slot) const;
+  Tensor input_grad() const;   // d(stage input), valid after backward on a non-first stage
+  Tensor output_grad() const;  // d(stage output), to be filled before backward on a non-last stage
+
+ private:
+  struct LayerActs;
+  struct SlotActs;
+  struct Scratch;
+  void tp_allreduce(const Tensor& t, ReduceOp op) const;
+  DropoutKey dropout_key(int layer, DropoutSite site, float p, bool training) const;
+  void layer_forward(int layer, SlotActs& s, const Tensor& x_in, LayerActs& a, bool training);
+  void layer_backward(int layer, SlotActs& s, const Tensor& x_in, LayerActs& a);
+  void head_forward(SlotActs& s, const Tensor& x, float grad_scale);
+  void head_backward(SlotActs& s, const Tensor& x);
+
+  ModelConfig cfg_;
+  Backend& be_;
+  StageLayout layout_;
+  int B_, T_, C_, Cl_, Fl_, Hl_;
+  int64_t Vl_, vocab_start_, vocab_valid_;
+  std::unique_ptr<ParamStore> params_;
+  std::vector<std::unique_ptr<SlotActs>> slots_;
+  std::unique_ptr<Scratch> scratch_;
+  // Dropout state of the micro-batch being run (forward and its backward use the same).
+  uint64_t dropout_seed_ = 1234;
+  uint64_t sample_base_ = 0;
+  bool training_ = false;
+  std::vector<uint64_t> slot_sample_base_;
+  std::vector<char> slot_training_;
+  LossStats last_stats_;
+};
+
+}  // namespace trident

@@ -1,0 +1,62 @@
+#include "model/param_store.h"
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace trident {
+
+ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int tp, int tp_rank,
+                       DType param_dtype, DType grad_dtype,
+                       const std::function<bool(const ParamSpec&)>& owned)
+    : backend_(backend), tp_(tp), tp_rank_(tp_rank) {
+  for (const ParamSpec& s : specs) {
+    if (!owned(s)) continue;
+    LocalParam p;
+    p.spec = s;
+    p.shape = local_shape(s, tp);
+    p.offset = total_;
+    // Keep every tensor 64-element aligned inside the flat buffer (vector loads, GEMM).
+    total_ += (p.numel() + 63) / 64 * 64;
+    index_[s.name] = params_.size();
+    params_.push_back(p);
+  }
+  flat_params_ = backend_.zeros({total_}, param_dtype);
+  flat_grads_ = backend_.zeros({total_}, grad_dtype);
+}
+
+const LocalParam& ParamStore::find(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw InternalError("no local parameter named " + name);
+  return params_[it->second];
+}
+
+void ParamStore::init(uint64_t seed) {
+  std::vector<float> host;
+  for (const LocalParam& p : params_) {
+    host.assign(static_cast<size_t>(p.numel()), 0.0f);
+    const ParamSpec& s = p.spec;
+    const int64_t row_len = s.shape.ndim == 2 ? s.shape.dims[1] : 1;
+    const uint32_t name_hash = fnv1a32(s.name.c_str());
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      const int64_t g = canonical_index(s, tp_, tp_rank_, i);
+      if (s.init_rows >= 0 && g / row_len >= s.init_rows) continue;  // vocab padding stays 0
+      switch (s.init) {
+        case InitKind::Normal: host[i] = s.std * init_normal(seed, name_hash, static_cast<uint64_t>(g)); break;
+        case InitKind::Ones: host[i] = 1.0f; break;
+        case InitKind::Zeros: break;
+      }
+    }
+    Tensor dst = param(p);
+    if (dst.dtype == DType::F32) {
+      backend_.copy_from_host(dst, host.data());
+    } else {
+      Buffer tmp = backend_.empty(p.shape, DType::F32);
+      backend_.copy_from_host(tmp, host.data());
+      backend_.cast(tmp, dst);
+    }
+  }
+}
+
+void ParamStore::zero_grads() { backend_.fill(flat_grads_, 0.0f); }
+
+}  // namespace trident

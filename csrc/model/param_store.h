@@ -1,0 +1,60 @@
+// ParamStore: this rank's slices of the canonical parameters, packed into one flat
+// parameter buffer and one flat gradient buffer with the same layout. Flat buffers make
+// the optimizer, gradient reductions and ZeRO sharding single contiguous operations.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backend.h"
+#include "model/param_spec.h"
+
+namespace trident {
+
+struct LocalParam {
+  ParamSpec spec;
+  Shape shape;         // this rank's slice
+  int64_t offset = 0;  // element offset in the flat buffers
+  int64_t numel() const { return shape.numel(); }
+};
+
+class ParamStore {
+ public:
+  // Keeps the specs for which `owned` is true, sliced for (tp, tp_rank).
+  ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int tp, int tp_rank,
+             DType param_dtype, DType grad_dtype, const std::function<bool(const ParamSpec&)>& owned);
+
+  // Layout-independent init (invariant 2): element value depends only on
+  // (seed, name, canonical index); padding rows are zero.
+  void init(uint64_t seed);
+  void zero_grads();
+
+  const std::vector<LocalParam>& list() const { return params_; }
+  const LocalParam& find(const std::string& name) const;
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+  Tensor param(const std::string& name) const { return view(flat_params_, find(name)); }
+  Tensor grad(const std::string& name) const { return view(flat_grads_, find(name)); }
+  Tensor param(const LocalParam& p) const { return view(flat_params_, p); }
+  Tensor grad(const LocalParam& p) const { return view(flat_grads_, p); }
+  const Tensor& flat_params() const { return flat_params_.t(); }
+  const Tensor& flat_grads() const { return flat_grads_.t(); }
+  int64_t numel() const { return total_; }
+  int tp() const { return tp_; }
+  int tp_rank() const { return tp_rank_; }
+
+ private:
+  static Tensor view(const Buffer& flat, const LocalParam& p) {
+    return flat.t().flat_slice(p.offset, p.numel()).view(p.shape);
+  }
+  Backend& backend_;
+  int tp_, tp_rank_;
+  std::vector<LocalParam> params_;
+  std::unordered_map<std::string, size_t> index_;
+  int64_t total_ = 0;
+  Buffer flat_params_, flat_grads_;
+};
+
+}  // namespace trident

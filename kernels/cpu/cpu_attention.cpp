@@ -1,0 +1,163 @@
+// Fused causal multi-head attention, the exact reference: one task per (batch, head),
+// rows processed one at a time (no tiling), softmax from the row's log-sum-exp.
+//   qkv [B, T, 3, H, D]; out [B, T, H, D]; lse f32 [B, H, T]
+//   s_ij = q_i . k_j / sqrt(D) (j <= i);  p_ij = exp(s_ij - lse_i);  out_i = sum_j p_ij z_ij v_j
+// where z_ij = keep / (1 - p_drop) is the attention-probability dropout (1 without dropout).
+// The backward recomputes p from lse, so nothing but lse is saved; with dp_ij = z_ij do_i.v_j:
+//   dv_j += p_ij z_ij do_i;  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik);
+//   dq_i = sum_j ds_ij k_j / sqrt(D);  dk_j += ds_ij q_i / sqrt(D).
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trident::cpu {
+namespace {
+
+struct Layout {
+  int64_t B, T, H, D;
+  // Offset of (b, t, which, h, 0) in qkv.
+  int64_t qkv(int64_t b, int64_t t, int which, int64_t h) const { return ((b * T + t) * 3 + which) * H * D + h * D; }
+  int64_t out(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * H * D + h * D; }
+};
+
+Layout check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s) {
+  check_float(op, qkv);
+  check_float(op, out);
+  check_f32(op, lse);
+  CPU_CHECK(op, s.B > 0 && s.T > 0 && s.H > 0 && s.D > 0, "bad shape B=", s.B, " T=", s.T, " H=", s.H, " D=", s.D);
+  const int64_t B = s.B, T = s.T, H = s.H, D = s.D;
+  CPU_CHECK(op, qkv.numel() == B * T * 3 * H * D, "qkv ", qkv.shape.str(), " for B,T,H,D=", B, ",", T, ",", H, ",", D);
+  CPU_CHECK(op, out.numel() == B * T * H * D, "out ", out.shape.str(), " for B,T,H,D=", B, ",", T, ",", H, ",", D);
+  CPU_CHECK(op, lse.numel() == B * H * T, "lse ", lse.shape.str(), " expected B*H*T=", B * H * T);
+  return Layout{B, T, H, D};
+}
+
+// Loads head h of batch b of Q, K, V (which = 0, 1, 2) as a dense [T, D] fp32 matrix.
+void load_head(const Tensor& qkv, const Layout& L, int64_t b, int which, int64_t h, float* dst) {
+  for (int64_t t = 0; t < L.T; ++t) load_f32(qkv, L.qkv(b, t, which, h), L.D, dst + t * L.D);
+}
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0.f;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Dropout multiplier z_ij of (b, h, i, j): 1/(1-p) when kept, 0 when dropped.
+inline float drop_factor(const DropoutKey& drop, float inv_keep, uint64_t sample, uint64_t row_base, int64_t j) {
+  return dropout_keep(drop, sample, row_base + static_cast<uint64_t>(j)) ? inv_keep : 0.0f;
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
+                       const DropoutKey& drop) {
+  const Layout L = check("attention_forward", qkv, out, lse, s);
+  const int64_t T = L.T, D = L.D;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float inv_keep = drop.enabled() ? 1.0f / (1.0f - drop.p) : 1.0f;
+  float* lse_p = lse.ptr<float>();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < L.B * L.H; ++bh) {
+    const int64_t b = bh / L.H, h = bh % L.H;
+    float* Q = thread_scratch(0, T * D);
+    float* K = thread_scratch(1, T * D);
+    float* V = thread_scratch(2, T * D);
+    float* p = thread_scratch(3, T);
+    float* o = thread_scratch(4, D);
+    load_head(qkv, L, b, 0, h, Q);
+    load_head(qkv, L, b, 1, h, K);
+    load_head(qkv, L, b, 2, h, V);
+    const uint64_t sample = drop.sample_base + static_cast<uint64_t>(b);
+    const uint64_t h_global = static_cast<uint64_t>(h);
+    for (int64_t i = 0; i < T; ++i) {
+      float mx = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        p[j] = scale * dot(Q + i * D, K + j * D, D);
+        mx = std::max(mx, p[j]);
+      }
+      double se = 0;
+      for (int64_t j = 0; j <= i; ++j) se += std::exp(static_cast<double>(p[j] - mx));
+      const float l = mx + static_cast<float>(std::log(se));
+      lse_p[(b * L.H + h) * T + i] = l;
+      const uint64_t row_base = (h_global * T + i) * T;
+      std::fill(o, o + D, 0.f);
+      for (int64_t j = 0; j <= i; ++j) {
+        float w = std::exp(p[j] - l);
+        if (drop.enabled()) w *= drop_factor(drop, inv_keep, sample, row_base, j);
+        const float* v = V + j * D;
+        for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
+      }
+      store_f32(out, L.out(b, i, h), D, o);
+    }
+  }
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse, const Tensor& dqkv,
+                        const AttentionShape& s, const DropoutKey& drop) {
+  const char* op = "attention_backward";
+  const Layout L = check(op, qkv, dout, lse, s);
+  check_float(op, dqkv);
+  CPU_CHECK(op, dqkv.numel() == qkv.numel(), "dqkv ", dqkv.shape.str(), " vs qkv ", qkv.shape.str());
+  const int64_t T = L.T, D = L.D;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float inv_keep = drop.enabled() ? 1.0f / (1.0f - drop.p) : 1.0f;
+  const float* lse_p = lse.ptr<const float>();
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t bh = 0; bh < L.B * L.H; ++bh) {
+    const int64_t b = bh / L.H, h = bh % L.H;
+    float* Q = thread_scratch(0, T * D);
+    float* K = thread_scratch(1, T * D);
+    float* V = thread_scratch(2, T * D);
+    float* dQ = thread_scratch(3, T * D);
+    float* dK = thread_scratch(4, T * D);
+    float* dV = thread_scratch(5, T * D);
+    float* dO = thread_scratch(6, T * D + 2 * T);
+    float* p = dO + T * D;  // p_ij (undropped) for the current row
+    float* dp = p + T;      // dp_ij for the current row
+    load_head(qkv, L, b, 0, h, Q);
+    load_head(qkv, L, b, 1, h, K);
+    load_head(qkv, L, b, 2, h, V);
+    for (int64_t t = 0; t < T; ++t) load_f32(dout, L.out(b, t, h), D, dO + t * D);
+    std::fill(dQ, dQ + T * D, 0.f);
+    std::fill(dK, dK + T * D, 0.f);
+    std::fill(dV, dV + T * D, 0.f);
+    const uint64_t sample = drop.sample_base + static_cast<uint64_t>(b);
+    const uint64_t h_global = static_cast<uint64_t>(h);
+    for (int64_t i = 0; i < T; ++i) {
+      const float l = lse_p[(b * L.H + h) * T + i];
+      const float* q = Q + i * D;
+      const float* g = dO + i * D;
+      const uint64_t row_base = (h_global * T + i) * T;
+      double delta = 0;
+      for (int64_t j = 0; j <= i; ++j) {
+        p[j] = std::exp(scale * dot(q, K + j * D, D) - l);
+        const float z = drop.enabled() ? drop_factor(drop, inv_keep, sample, row_base, j) : 1.0f;
+        dp[j] = z * dot(g, V + j * D, D);
+        delta += static_cast<double>(p[j]) * dp[j];
+        const float w = p[j] * z;
+        float* dv = dV + j * D;
+        for (int64_t d = 0; d < D; ++d) dv[d] += w * g[d];
+      }
+      const float dl = static_cast<float>(delta);
+      float* dq = dQ + i * D;
+      for (int64_t j = 0; j <= i; ++j) {
+        const float ds = scale * p[j] * (dp[j] - dl);
+        const float* k = K + j * D;
+        float* dk = dK + j * D;
+        for (int64_t d = 0; d < D; ++d) {
+          dq[d] += ds * k[d];
+          dk[d] += ds * q[d];
+        }
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      store_f32(dqkv, L.qkv(b, t, 0, h), D, dQ + t * D);
+      store_f32(dqkv, L.qkv(b, t, 1, h), D, dK + t * D);
+      store_f32(dqkv, L.qkv(b, t, 2, h), D, dV + t * D);
+    }
+  }
+}
+
+}  // namespace trident::cpu

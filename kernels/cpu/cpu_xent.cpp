@@ -1,0 +1,110 @@
+// Softmax cross-entropy over a (vocab-parallel) logit shard, in the three phases that
+// tensor parallelism all-reduces between (MAX, SUM, SUM); see backend.h. Columns at or
+// beyond vocab_valid are padding: they never enter the max or the sum and get gradient 0.
+// Rows whose target is negative are ignored: loss 0, correct 0, gradient 0.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/cpu_ops.h"
+
+namespace trident::cpu {
+namespace {
+
+void check_logits(const char* op, const Tensor& logits, int64_t vocab_valid) {
+  check_float(op, logits);
+  CPU_CHECK(op, vocab_valid >= 0 && vocab_valid <= logits.cols(), "vocab_valid ", vocab_valid,
+            " for logits ", logits.shape.str());
+}
+
+void check_rows(const char* op, const Tensor& t, int64_t N) {
+  check_f32(op, t);
+  CPU_CHECK(op, t.numel() == N, "per-row tensor ", t.shape.str(), " expected [", N, "]");
+}
+
+void check_targets(const char* op, const Tensor& t, int64_t N) {
+  check_cpu(op, t);
+  CPU_CHECK(op, t.dtype == DType::I32 && t.numel() == N, "targets must be int32 [", N, "], got ",
+            t.shape.str());
+}
+
+// Column of the target in this shard, or -1 when the shard does not own it (or ignored).
+inline int64_t local_target(int32_t target, int64_t vocab_start, int64_t vocab_valid) {
+  if (target < 0) return -1;
+  const int64_t c = static_cast<int64_t>(target) - vocab_start;
+  return (c >= 0 && c < vocab_valid) ? c : -1;
+}
+
+}  // namespace
+
+void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                const Tensor& row_max, const Tensor& target_logit) {
+  const char* op = "xent_stats";
+  check_logits(op, logits, vocab_valid);
+  const int64_t N = logits.rows(), V = logits.cols();
+  check_targets(op, targets, N);
+  check_rows(op, row_max, N);
+  check_rows(op, target_logit, N);
+  const int32_t* tg = targets.ptr<const int32_t>();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = thread_scratch(0, vocab_valid);
+    load_f32(logits, n * V, vocab_valid, row);
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < vocab_valid; ++c) mx = std::max(mx, row[c]);
+    row_max.ptr<float>()[n] = mx;
+    const int64_t t = local_target(tg[n], vocab_start, vocab_valid);
+    target_logit.ptr<float>()[n] = t >= 0 ? row[t] : 0.0f;
+  }
+}
+
+void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp) {
+  const char* op = "xent_sumexp";
+  check_logits(op, logits, vocab_valid);
+  const int64_t N = logits.rows(), V = logits.cols();
+  check_rows(op, row_max, N);
+  check_rows(op, sumexp, N);
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = thread_scratch(0, vocab_valid);
+    load_f32(logits, n * V, vocab_valid, row);
+    const float mx = row_max.ptr<const float>()[n];
+    double s = 0;
+    for (int64_t c = 0; c < vocab_valid; ++c) s += std::exp(static_cast<double>(row[c] - mx));
+    sumexp.ptr<float>()[n] = static_cast<float>(s);
+  }
+}
+
+void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                    const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit,
+                    const Tensor& losses, const Tensor& correct, float grad_scale) {
+  const char* op = "xent_loss_grad";
+  check_logits(op, logits, vocab_valid);
+  const int64_t N = logits.rows(), V = logits.cols();
+  check_targets(op, targets, N);
+  for (const Tensor* t : {&row_max, &sumexp, &target_logit, &losses, &correct}) check_rows(op, *t, N);
+  const int32_t* tg = targets.ptr<const int32_t>();
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* row = thread_scratch(0, V);
+    const float mx = row_max.ptr<const float>()[n];
+    const float se = sumexp.ptr<const float>()[n];
+    const float tl = target_logit.ptr<const float>()[n];
+    if (tg[n] < 0) {
+      losses.ptr<float>()[n] = 0.0f;
+      correct.ptr<float>()[n] = 0.0f;
+      std::fill(row, row + V, 0.0f);
+    } else {
+      losses.ptr<float>()[n] = static_cast<float>(std::log(static_cast<double>(se)) + mx - tl);
+      correct.ptr<float>()[n] = tl >= mx ? 1.0f : 0.0f;
+      load_f32(logits, n * V, V, row);
+      const float inv = 1.0f / se;
+      for (int64_t c = 0; c < vocab_valid; ++c) row[c] = grad_scale * (std::exp(row[c] - mx) * inv);
+      std::fill(row + vocab_valid, row + V, 0.0f);
+      const int64_t t = local_target(tg[n], vocab_start, vocab_valid);
+      if (t >= 0) row[t] -= grad_scale;
+    }
+    store_f32(logits, n * V, V, row);
+  }
+}
+
+}  // namespace trident::cpu

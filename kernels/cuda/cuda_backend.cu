@@ -1,0 +1,230 @@
+// CudaBackend: the Backend seam on one GPU. It owns the device memory (cudaMalloc behind
+// the caching allocator), one compute stream on which every kernel and cuBLASLt call of
+// this backend runs, and the GEMM state. Each op forwards to its family's entry point in
+// cuda_<family>.cu (declared in cuda_ops.h), which checks shapes and launches.
+// Host copies are cudaMemcpyAsync on the compute stream followed by a stream sync, so a
+// host buffer may be reused as soon as the call returns.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace trident {
+namespace {
+
+void check_device(const char* op, const Tensor& t) {
+  TRIDENT_CHECK(t.device == Device::Cuda, op, ": tensor is not on the CUDA device");
+}
+
+// Makes `ordinal` the current device for the lifetime of the guard's scope. Cheap when it
+// already is; needed when one thread drives backends on several GPUs (tests).
+void activate(int ordinal) {
+  int cur = -1;
+  CUDA_CHECK(cudaGetDevice(&cur));
+  if (cur != ordinal) CUDA_CHECK(cudaSetDevice(ordinal));
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int ordinal) : Backend(Device::Cuda), ordinal_(ordinal) {
+    CUDA_CHECK(cudaSetDevice(ordinal_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    gemm_ = std::make_unique<cuda::Gemm>();
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+    name_ = std::string("cuda:") + std::to_string(ordinal_) + " (" + prop.name + ")";
+  }
+
+  ~CudaBackend() override {
+    activate(ordinal_);
+    cudaStreamSynchronize(stream_);
+    release_all_memory();  // frees through raw_free, which needs the stream gone idle
+    gemm_.reset();
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return name_; }
+
+  // ---- memory ----
+  void* raw_alloc(size_t bytes) override {
+    activate(ordinal_);
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 256 : bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // clear the sticky-free error state of a failed allocation
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw InternalError("cuda:" + std::to_string(ordinal_) + ": out of device memory allocating " +
+                          std::to_string(bytes) + " bytes (" + std::to_string(free_b >> 20) + " MiB free of " +
+                          std::to_string(total_b >> 20) + " MiB): " + cudaGetErrorString(err));
+    }
+    return p;
+  }
+  void raw_free(void* p) override {
+    activate(ordinal_);
+    CUDA_CHECK(cudaFree(p));
+  }
+  void copy_from_host(const Tensor& dst, const void* src) override {
+    check_device("copy_from_host", dst);
+    if (dst.nbytes() == 0) return;
+    activate(ordinal_);
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_to_host(void* dst, const Tensor& src) override {
+    check_device("copy_to_host", src);
+    if (src.nbytes() == 0) return;
+    activate(ordinal_);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy(const Tensor& dst, const Tensor& src) override {
+    check_device("copy", dst);
+    check_device("copy", src);
+    TRIDENT_CHECK(dst.dtype == src.dtype && dst.numel() == src.numel(), "copy: dst ", dst.shape.str(), " ",
+                  dtype_name(dst.dtype), " vs src ", src.shape.str(), " ", dtype_name(src.dtype));
+    if (dst.data == src.data || src.nbytes() == 0) return;
+    activate(ordinal_);
+    CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+  }
+  void fill(const Tensor& t, float value) override { on_device(); cuda::fill(t, value, stream_); }
+  void synchronize() override {
+    activate(ordinal_);
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  // ---- element-wise ----
+  void cast(const Tensor& src, const Tensor& dst) override { on_device(); cuda::cast(src, dst, stream_); }
+  void scale(const Tensor& t, float alpha) override { on_device(); cuda::scale(t, alpha, stream_); }
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    on_device();
+    cuda::add(a, b, out, stream_);
+  }
+  void accumulate(const Tensor& dst, const Tensor& src) override {
+    on_device();
+    cuda::accumulate(dst, src, stream_);
+  }
+
+  // ---- embedding ----
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe, int T,
+                         const Tensor& out) override {
+    on_device();
+    cuda::embedding_forward(tokens, wte, vocab_start, wpe, T, out, stream_);
+  }
+  void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T, const Tensor& dwte,
+                          const Tensor& dwpe) override {
+    on_device();
+    cuda::embedding_backward(dout, tokens, vocab_start, T, dwte, dwpe, allocator(), stream_);
+  }
+
+  // ---- LayerNorm ----
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& out,
+                         const Tensor& mean, const Tensor& rstd) override {
+    on_device();
+    cuda::layernorm_forward(x, gamma, beta, out, mean, rstd, stream_);
+  }
+  void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
+    on_device();
+    cuda::layernorm_backward(dout, x, gamma, mean, rstd, dx, dgamma, dbeta, allocator(), stream_);
+  }
+
+  // ---- GEMM ----
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
+              bool accumulate) override {
+    on_device();
+    gemm_->run(out, a, b, bias, trans_a, trans_b, accumulate, stream_);
+  }
+  void bias_backward(const Tensor& dout, const Tensor& dbias) override {
+    on_device();
+    cuda::bias_backward(dout, dbias, allocator(), stream_);
+  }
+
+  // ---- GELU ----
+  void gelu_forward(const Tensor& x, const Tensor& out) override { on_device(); cuda::gelu_forward(x, out, stream_); }
+  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) override {
+    on_device();
+    cuda::gelu_backward(dout, x, dx, stream_);
+  }
+
+  // ---- attention: the fused flash-style kernel is a later issue ----
+  void attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttentionShape&,
+                         const DropoutKey&) override {
+    throw InternalError("CUDA op not implemented yet: attention_forward");
+  }
+  void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                          const AttentionShape&, const DropoutKey&) override {
+    throw InternalError("CUDA op not implemented yet: attention_backward");
+  }
+
+  // ---- dropout ----
+  void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) override {
+    on_device();
+    cuda::dropout_forward(x, out, T, drop, stream_);
+  }
+  void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop) override {
+    on_device();
+    cuda::dropout_backward(dout, dx, T, drop, stream_);
+  }
+
+  // ---- cross-entropy ----
+  void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                  const Tensor& row_max, const Tensor& target_logit) override {
+    on_device();
+    cuda::xent_stats(logits, targets, vocab_start, vocab_valid, row_max, target_logit, stream_);
+  }
+  void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp) override {
+    on_device();
+    cuda::xent_sumexp(logits, vocab_valid, row_max, sumexp, stream_);
+  }
+  void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                      const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, const Tensor& losses,
+                      const Tensor& correct, float grad_scale) override {
+    on_device();
+    cuda::xent_loss_grad(logits, targets, vocab_start, vocab_valid, row_max, sumexp, target_logit, losses, correct,
+                         grad_scale, stream_);
+  }
+
+  // ---- optimizer and reductions ----
+  void adamw(const AdamWArgs& a) override { on_device(); cuda::adamw(a, stream_); }
+  double sum_squares(const Tensor& t) override { on_device(); return cuda::sum(t, true, allocator(), stream_); }
+  double sum(const Tensor& t) override { on_device(); return cuda::sum(t, false, allocator(), stream_); }
+  bool has_inf_or_nan(const Tensor& t) override { on_device(); return cuda::has_inf_or_nan(t, allocator(), stream_); }
+
+ private:
+  void on_device() { activate(ordinal_); }
+
+  int ordinal_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  std::string name_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    // No driver, no GPU, or "driver version is insufficient": all mean "no GPU here".
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
+  const int n = cuda_device_count();
+  if (ordinal < 0 || ordinal >= n)
+    throw ConfigError("--device cuda: GPU " + std::to_string(ordinal) + " requested but " + std::to_string(n) +
+                      " visible");
+  return std::make_unique<CudaBackend>(ordinal);
+}
+
+}  // namespace trident

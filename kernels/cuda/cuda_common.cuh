@@ -1,0 +1,143 @@
+// Shared device helpers for the CUDA kernels: fp32 conversion of the three storage types,
+// runtime-typed pointers for secondary operands, warp/block reductions in a fixed order
+// (so every reduction is deterministic) and the host-side dtype dispatch.
+//
+// Kernels are templated over the storage type of their main operand (float, __half,
+// __nv_bfloat16) and compute in fp32. Secondary operands (parameters, their gradients,
+// optional outputs) are passed as AnyPtr and converted with a uniform switch: that keeps
+// the number of instantiations at three per kernel while still allowing any mix of
+// dtypes (e.g. bf16 activations with fp32 gradients), which is what the CPU twin allows.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace trident::cuda {
+
+// ---- fp32 <-> storage type (round to nearest even, like dtype.h on the host) ----------
+template <typename T>
+__device__ __forceinline__ float to_f32(T v);
+template <>
+__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_f32<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// ---- runtime-typed pointer ---------------------------------------------------------------
+struct AnyPtr {
+  void* p = nullptr;
+  DType t = DType::F32;
+};
+inline AnyPtr any_ptr(const Tensor& t) { return AnyPtr{t.data, t.dtype}; }
+
+__device__ __forceinline__ float load_any(AnyPtr a, int64_t i) {
+  switch (a.t) {
+    case DType::F32: return static_cast<const float*>(a.p)[i];
+    case DType::F16: return __half2float(static_cast<const __half*>(a.p)[i]);
+    case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(a.p)[i]);
+    case DType::I32: return static_cast<float>(static_cast<const int32_t*>(a.p)[i]);
+  }
+  return 0.f;
+}
+__device__ __forceinline__ void store_any(AnyPtr a, int64_t i, float v) {
+  switch (a.t) {
+    case DType::F32: static_cast<float*>(a.p)[i] = v; break;
+    case DType::F16: static_cast<__half*>(a.p)[i] = __float2half_rn(v); break;
+    case DType::BF16: static_cast<__nv_bfloat16*>(a.p)[i] = __float2bfloat16_rn(v); break;
+    case DType::I32: static_cast<int32_t*>(a.p)[i] = static_cast<int32_t>(v); break;
+  }
+}
+
+// ---- reductions (fixed order: results do not depend on scheduling) --------------------
+template <typename V>
+__device__ __forceinline__ V warp_sum(V v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block; every thread gets the result. blockDim.x must be a multiple of 32
+// (at most 1024). `shared` holds at least 32 values. Ends with a barrier so `shared` can
+// be reused right away.
+template <typename V>
+__device__ __forceinline__ V block_sum(V v, V* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  V r = lane < nwarps ? shared[lane] : V(0);
+  r = warp_sum(r);
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  float r = lane < nwarps ? shared[lane] : -INFINITY;
+  r = warp_max(r);
+  __syncthreads();
+  return r;
+}
+
+// ---- launch helpers ------------------------------------------------------------------
+inline unsigned grid_for(int64_t n, int block, int64_t max_blocks = 65535LL * 32) {
+  int64_t g = (n + block - 1) / block;
+  if (g < 1) g = 1;
+  if (g > max_blocks) g = max_blocks;
+  return static_cast<unsigned>(g);
+}
+
+// Calls f(T{}) with T the storage type of `t`; throws for I32 or anything unknown.
+template <typename F>
+void dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32: f(float{}); return;
+    case DType::F16: f(__half{}); return;
+    case DType::BF16: f(__nv_bfloat16{}); return;
+    default: break;
+  }
+  throw InternalError(std::string(op) + ": expected a float tensor, got " + dtype_name(t));
+}
+
+// Stream-ordered scratch memory from the backend's cache. Releasing it before the kernels
+// that use it have run is safe: every op of a backend runs on its one compute stream, so
+// the next user of the block is ordered after them.
+class Scratch {
+ public:
+  Scratch(CachingAllocator& a, size_t bytes) : a_(a), p_(a.allocate(bytes == 0 ? 1 : bytes)) {}
+  ~Scratch() { a_.release(p_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  CachingAllocator& a_;
+  void* p_;
+};
+
+}  // namespace trident::cuda

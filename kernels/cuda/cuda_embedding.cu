@@ -1,0 +1,142 @@
+// Token + position embedding, forward and backward (vocab-parallel: this shard's table
+// holds ids [vocab_start, vocab_start + Vl); other ids read as zero and get no gradient).
+//
+// The backward must be deterministic without float atomics. Rows are grouped by token id
+// with a stable radix sort of (local id, row) pairs (CUB), so each id's rows form one run
+// in increasing row order; one block per run then sums its rows channel by channel in
+// that order and adds the total to dwte once. dwpe sums over the batch with one thread
+// per (position, channel). Both orders match the CPU twin's.
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace trident::cuda {
+namespace {
+
+template <typename T>
+__global__ void embedding_forward_kernel(const int32_t* tokens, AnyPtr wte, int64_t vocab_start, int64_t V,
+                                         AnyPtr wpe, bool has_wpe, int T_, T* out, int64_t N, int64_t C) {
+  const int64_t total = N * C;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t n = i / C, c = i - n * C;
+    const int64_t id = static_cast<int64_t>(tokens[n]) - vocab_start;
+    float v = (id >= 0 && id < V) ? load_any(wte, id * C + c) : 0.f;
+    if (has_wpe) v += load_any(wpe, (n % T_) * C + c);
+    out[i] = from_f32<T>(v);
+  }
+}
+
+// key = local id, or V (sorts last, skipped) for ids this shard does not own; value = row.
+__global__ void embedding_keys_kernel(const int32_t* tokens, int64_t vocab_start, int64_t V, int64_t N,
+                                      int32_t* keys, int32_t* rows) {
+  for (int64_t n = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; n < N; n += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t id = static_cast<int64_t>(tokens[n]) - vocab_start;
+    keys[n] = (id >= 0 && id < V) ? static_cast<int32_t>(id) : static_cast<int32_t>(V);
+    rows[n] = static_cast<int32_t>(n);
+  }
+}
+
+// Block i handles the run that starts at sorted position i (other blocks exit at once).
+template <typename T>
+__global__ void embedding_dwte_kernel(const T* dout, const int32_t* keys, const int32_t* rows, int64_t N,
+                                      int64_t V, int64_t C, AnyPtr dwte) {
+  const int64_t i = blockIdx.x;
+  const int32_t id = keys[i];
+  if (id >= V || (i > 0 && keys[i - 1] == id)) return;
+  int64_t end = i + 1;
+  while (end < N && keys[end] == id) ++end;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = load_any(dwte, id * C + c);
+    for (int64_t j = i; j < end; ++j) acc += to_f32(dout[static_cast<int64_t>(rows[j]) * C + c]);
+    store_any(dwte, id * C + c, acc);
+  }
+}
+
+template <typename T>
+__global__ void embedding_dwpe_kernel(const T* dout, int64_t B, int T_, int64_t C, AnyPtr dwpe) {
+  const int64_t total = static_cast<int64_t>(T_) * C;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    float acc = load_any(dwpe, i);
+    for (int64_t b = 0; b < B; ++b) acc += to_f32(dout[b * total + i]);
+    store_any(dwpe, i, acc);
+  }
+}
+
+void check_shapes(const char* op, const Tensor& tokens, const Tensor& table, const Tensor& rows, int T) {
+  TRIDENT_CHECK(tokens.dtype == DType::I32, op, ": tokens must be int32");
+  TRIDENT_CHECK(is_float(table.dtype) && is_float(rows.dtype), op, ": float tensors expected");
+  TRIDENT_CHECK(T > 0 && tokens.numel() % T == 0, op, ": tokens ", tokens.numel(), " not a multiple of T=", T);
+  TRIDENT_CHECK(rows.rows() == tokens.numel() && rows.cols() == table.cols(), op, ": rows ", rows.shape.str(),
+                " vs tokens ", tokens.numel(), " and table ", table.shape.str());
+  TRIDENT_CHECK(tokens.numel() < (int64_t{1} << 31) && table.rows() < (int64_t{1} << 31) - 1, op,
+                ": too many rows for 32-bit indices");
+}
+
+int bits_for(int64_t v) {  // bits needed to hold 0..v
+  int b = 1;
+  while ((int64_t{1} << b) <= v) ++b;
+  return b;
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe, int T,
+                       const Tensor& out, cudaStream_t s) {
+  const char* op = "embedding_forward";
+  check_shapes(op, tokens, wte, out, T);
+  const int64_t N = tokens.numel(), C = wte.cols();
+  if (!wpe.empty())
+    TRIDENT_CHECK(is_float(wpe.dtype) && wpe.cols() == C && wpe.rows() >= T, op, ": wpe ", wpe.shape.str(),
+                  " for T=", T);
+  if (N * C == 0) return;
+  dispatch_float(out.dtype, op, [&](auto tag) {
+    using Ty = decltype(tag);
+    embedding_forward_kernel<Ty><<<grid_for(N * C, 256), 256, 0, s>>>(
+        tokens.ptr<int32_t>(), any_ptr(wte), vocab_start, wte.rows(), any_ptr(wpe), !wpe.empty(), T,
+        out.ptr<Ty>(), N, C);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T, const Tensor& dwte,
+                        const Tensor& dwpe, CachingAllocator& scratch, cudaStream_t s) {
+  const char* op = "embedding_backward";
+  check_shapes(op, tokens, dwte, dout, T);
+  const int64_t N = tokens.numel(), C = dwte.cols(), V = dwte.rows();
+  if (!dwpe.empty())
+    TRIDENT_CHECK(is_float(dwpe.dtype) && dwpe.cols() == C && dwpe.rows() >= T, op, ": dwpe ",
+                  dwpe.shape.str(), " for T=", T);
+  if (N == 0 || C == 0) return;
+
+  // Sort (key, row) pairs by key; stable, so rows stay increasing within a key.
+  Scratch keys_in(scratch, N * sizeof(int32_t)), rows_in(scratch, N * sizeof(int32_t));
+  Scratch keys_out(scratch, N * sizeof(int32_t)), rows_out(scratch, N * sizeof(int32_t));
+  embedding_keys_kernel<<<grid_for(N, 256), 256, 0, s>>>(tokens.ptr<int32_t>(), vocab_start, V, N,
+                                                         keys_in.as<int32_t>(), rows_in.as<int32_t>());
+  CUDA_CHECK_LAUNCH();
+  const int end_bit = bits_for(V);
+  size_t temp_bytes = 0;
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys_in.as<int32_t>(), keys_out.as<int32_t>(),
+                                             rows_in.as<int32_t>(), rows_out.as<int32_t>(), static_cast<int>(N), 0,
+                                             end_bit, s));
+  Scratch temp(scratch, temp_bytes);
+  CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.as<void>(), temp_bytes, keys_in.as<int32_t>(),
+                                             keys_out.as<int32_t>(), rows_in.as<int32_t>(), rows_out.as<int32_t>(),
+                                             static_cast<int>(N), 0, end_bit, s));
+
+  dispatch_float(dout.dtype, op, [&](auto tag) {
+    using Ty = decltype(tag);
+    const int block = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
+    embedding_dwte_kernel<Ty><<<static_cast<unsigned>(N), block, 0, s>>>(
+        dout.ptr<Ty>(), keys_out.as<int32_t>(), rows_out.as<int32_t>(), N, V, C, any_ptr(dwte));
+    CUDA_CHECK_LAUNCH();
+    if (!dwpe.empty()) {
+      embedding_dwpe_kernel<Ty><<<grid_for(static_cast<int64_t>(T) * C, 256), 256, 0, s>>>(
+          dout.ptr<Ty>(), N / T, T, C, any_ptr(dwpe));
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace trident::cuda

@@ -1,0 +1,70 @@
+// Host entry points of the CUDA op families, one group per .cu file. Each entry point
+// checks shapes and dtypes (throwing InternalError that names the op), dispatches on the
+// storage type and launches on the given stream. Semantics are those of core/backend.h.
+// Only CudaBackend calls these; tests go through the Backend interface.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/allocator.h"
+#include "core/backend.h"
+#include "core/tensor.h"
+
+namespace trident::cuda {
+
+// cuda_elementwise.cu
+void fill(const Tensor& t, float value, cudaStream_t s);
+void cast(const Tensor& src, const Tensor& dst, cudaStream_t s);
+void scale(const Tensor& t, float alpha, cudaStream_t s);
+void add(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t s);
+void accumulate(const Tensor& dst, const Tensor& src, cudaStream_t s);
+void add_row_bias(const Tensor& out, const Tensor& bias, cudaStream_t s);  // out[r, :] += bias
+
+// cuda_embedding.cu
+void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe,
+                       int T, const Tensor& out, cudaStream_t s);
+void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T,
+                        const Tensor& dwte, const Tensor& dwpe, CachingAllocator& scratch, cudaStream_t s);
+
+// cuda_layernorm.cu
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& out,
+                       const Tensor& mean, const Tensor& rstd, cudaStream_t s);
+void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                        CachingAllocator& scratch, cudaStream_t s);
+
+// cuda_gelu.cu
+void gelu_forward(const Tensor& x, const Tensor& out, cudaStream_t s);
+void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, cudaStream_t s);
+
+// cuda_dropout.cu
+void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop, cudaStream_t s);
+void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop, cudaStream_t s);
+
+// cuda_xent.cu
+void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                const Tensor& row_max, const Tensor& target_logit, cudaStream_t s);
+void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp,
+                 cudaStream_t s);
+void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                    const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit,
+                    const Tensor& losses, const Tensor& correct, float grad_scale, cudaStream_t s);
+
+// cuda_adamw.cu
+void adamw(const AdamWArgs& a, cudaStream_t s);
+
+// cuda_reduce.cu
+void bias_backward(const Tensor& dout, const Tensor& dbias, CachingAllocator& scratch, cudaStream_t s);
+double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_t s);  // synchronises
+bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s);       // synchronises
+
+// Column reductions in two deterministic passes (used by bias_backward and the LayerNorm
+// parameter gradients): rows are cut into `column_chunks(rows, cols)` chunks, pass one
+// writes f32 partials [chunks, cols], pass two adds the chunk sums in order to dst.
+int column_chunks(int64_t rows, int64_t cols);
+void column_partials_accumulate(const float* partials, int chunks, int64_t cols, void* dst, DType dst_dtype,
+                                cudaStream_t s);
+
+}  // namespace trident::cuda

@@ -1,0 +1,141 @@
+// Reductions: bias gradient (column sums), sum / sum of squares to the host, and the
+// inf/NaN check used by the loss scaler.
+// Every float reduction is deterministic: a fixed partition that depends only on the
+// shape (never on the GPU model or on scheduling), partials combined in a fixed order,
+// no float atomics. sum and sum_squares accumulate in double, as their CPU twins do.
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace trident::cuda {
+namespace {
+
+constexpr int kColBlock = 256;      // columns per block in the column partial kernels
+constexpr int kSumBlock = 256;      // threads per block of the first sum pass
+constexpr int kSumMaxBlocks = 1024; // partials of the first sum pass (second pass: one block)
+
+template <typename T>
+__global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t rows_per_chunk, float* partials) {
+  const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int64_t r0 = blockIdx.y * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+  float acc = 0.f;
+  for (int64_t n = r0; n < r1; ++n) acc += to_f32(x[n * C + c]);
+  partials[blockIdx.y * C + c] = acc;
+}
+
+__global__ void column_finish_kernel(const float* partials, int chunks, int64_t C, AnyPtr dst) {
+  const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0.f;
+  for (int k = 0; k < chunks; ++k) acc += partials[k * C + c];
+  store_any(dst, c, load_any(dst, c) + acc);
+}
+
+template <typename T, bool kSquares>
+__global__ void sum_partials_kernel(const T* x, int64_t n, double* partials) {
+  __shared__ double shared[32];
+  double acc = 0.0;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const double v = to_f32(x[i]);
+    acc += kSquares ? v * v : v;
+  }
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// One block of kSumMaxBlocks threads; thread i reads partial i (or 0).
+__global__ void sum_finish_kernel(const double* partials, int count, double* result) {
+  __shared__ double shared[32];
+  double v = threadIdx.x < count ? partials[threadIdx.x] : 0.0;
+  v = block_sum(v, shared);
+  if (threadIdx.x == 0) *result = v;
+}
+
+template <typename T>
+__global__ void inf_nan_kernel(const T* x, int64_t n, int* flag) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    if (!isfinite(to_f32(x[i]))) {
+      *flag = 1;  // every writer stores the same value: no race on the result
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+int column_chunks(int64_t rows, int64_t cols) {
+  // Aim for ~1024 blocks in all with at least 16 rows per chunk; a function of the shape only.
+  const int64_t col_blocks = (cols + kColBlock - 1) / kColBlock;
+  int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
+  const int64_t max_by_rows = (rows + 15) / 16;
+  if (chunks > max_by_rows) chunks = max_by_rows;
+  if (chunks < 1) chunks = 1;
+  return static_cast<int>(chunks);
+}
+
+void column_partials_accumulate(const float* partials, int chunks, int64_t cols, void* dst, DType dst_dtype,
+                                cudaStream_t s) {
+  column_finish_kernel<<<grid_for(cols, kColBlock, INT32_MAX), kColBlock, 0, s>>>(partials, chunks, cols,
+                                                                                 AnyPtr{dst, dst_dtype});
+  CUDA_CHECK_LAUNCH();
+}
+
+void bias_backward(const Tensor& dout, const Tensor& dbias, CachingAllocator& scratch, cudaStream_t s) {
+  const char* op = "bias_backward";
+  const int64_t N = dout.rows(), C = dout.cols();
+  TRIDENT_CHECK(is_float(dbias.dtype) && dbias.numel() == C, op, ": dbias ", dbias.shape.str(), " for dout ",
+                dout.shape.str());
+  if (N == 0 || C == 0) return;
+  const int chunks = column_chunks(N, C);
+  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  Scratch partials(scratch, sizeof(float) * chunks * C);
+  dispatch_float(dout.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const dim3 grid(static_cast<unsigned>((C + kColBlock - 1) / kColBlock), static_cast<unsigned>(chunks));
+    column_partials_kernel<T><<<grid, kColBlock, 0, s>>>(dout.ptr<T>(), N, C, rows_per_chunk, partials.as<float>());
+  });
+  CUDA_CHECK_LAUNCH();
+  column_partials_accumulate(partials.as<float>(), chunks, C, dbias.data, dbias.dtype, s);
+}
+
+double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_t s) {
+  const char* op = squares ? "sum_squares" : "sum";
+  const int64_t n = t.numel();
+  if (n == 0) return 0.0;
+  const int blocks = static_cast<int>(grid_for(n, kSumBlock, kSumMaxBlocks));
+  Scratch partials(scratch, sizeof(double) * (blocks + 1));
+  double* result = partials.as<double>() + blocks;
+  dispatch_float(t.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    if (squares)
+      sum_partials_kernel<T, true><<<blocks, kSumBlock, 0, s>>>(t.ptr<T>(), n, partials.as<double>());
+    else
+      sum_partials_kernel<T, false><<<blocks, kSumBlock, 0, s>>>(t.ptr<T>(), n, partials.as<double>());
+  });
+  CUDA_CHECK_LAUNCH();
+  sum_finish_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials.as<double>(), blocks, result);
+  CUDA_CHECK_LAUNCH();
+  double host = 0.0;
+  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return host;
+}
+
+bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s) {
+  const int64_t n = t.numel();
+  if (n == 0) return false;
+  Scratch flag(scratch, sizeof(int));
+  CUDA_CHECK(cudaMemsetAsync(flag.as<int>(), 0, sizeof(int), s));
+  dispatch_float(t.dtype, "has_inf_or_nan", [&](auto tag) {
+    using T = decltype(tag);
+    inf_nan_kernel<T><<<grid_for(n, 256, 4096), 256, 0, s>>>(t.ptr<T>(), n, flag.as<int>());
+  });
+  CUDA_CHECK_LAUNCH();
+  int host = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&host, flag.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return host != 0;
+}
+
+}  // namespace trident::cuda

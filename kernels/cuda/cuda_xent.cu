@@ -1,0 +1,146 @@
+// Softmax cross-entropy over a (vocab-parallel) logit shard, in the three phases of
+// core/backend.h so tensor parallelism can all-reduce between them (MAX, SUM, SUM):
+//   1. xent_stats:     row max over the valid columns, and the target's logit (0 when
+//                      the target is not among this shard's valid columns, or ignored);
+//   2. xent_sumexp:    sum of exp(logit - row max) over the valid columns;
+//   3. xent_loss_grad: loss, top-1 hit, and the logits overwritten by the gradient
+//                      grad_scale * (softmax - onehot), 0 in the padding columns.
+// One block per row; block reductions in a fixed order, so the results are deterministic.
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace trident::cuda {
+namespace {
+
+constexpr int kBlock = 256;
+
+template <typename T>
+__global__ void xent_stats_kernel(const T* logits, const int32_t* targets, int64_t vocab_start, int64_t Vl,
+                                  int64_t valid, float* row_max, float* target_logit) {
+  __shared__ float shared[32];
+  const int64_t n = blockIdx.x;
+  const T* row = logits + n * Vl;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, to_f32(row[j]));
+  m = block_max(m, shared);
+  if (threadIdx.x == 0) {
+    row_max[n] = m;
+    const int64_t t = targets[n];
+    const int64_t local = t - vocab_start;
+    target_logit[n] = (t >= 0 && local >= 0 && local < valid) ? to_f32(row[local]) : 0.f;
+  }
+}
+
+template <typename T>
+__global__ void xent_sumexp_kernel(const T* logits, int64_t Vl, int64_t valid, const float* row_max, float* sumexp) {
+  __shared__ float shared[32];
+  const int64_t n = blockIdx.x;
+  const T* row = logits + n * Vl;
+  const float m = row_max[n];
+  float s = 0.f;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += expf(to_f32(row[j]) - m);
+  s = block_sum(s, shared);
+  if (threadIdx.x == 0) sumexp[n] = s;
+}
+
+template <typename T>
+__global__ void xent_loss_grad_kernel(T* logits, const int32_t* targets, int64_t vocab_start, int64_t Vl,
+                                      int64_t valid, const float* row_max, const float* sumexp,
+                                      const float* target_logit, float* losses, float* correct, float grad_scale) {
+  const int64_t n = blockIdx.x;
+  T* row = logits + n * Vl;
+  const int64_t t = targets[n];
+  const bool ignored = t < 0;
+  const float m = row_max[n], se = sumexp[n], tl = target_logit[n];
+  if (threadIdx.x == 0) {
+    losses[n] = ignored ? 0.f : logf(se) + m - tl;
+    correct[n] = (!ignored && tl >= m) ? 1.f : 0.f;
+  }
+  const int64_t local = ignored ? -1 : t - vocab_start;
+  const float inv = 1.0f / se;
+  for (int64_t j = threadIdx.x; j < Vl; j += blockDim.x) {
+    float g = 0.f;
+    if (!ignored && j < valid) {
+      g = expf(to_f32(row[j]) - m) * inv;
+      if (j == local) g -= 1.0f;
+      g *= grad_scale;
+    }
+    row[j] = from_f32<T>(g);
+  }
+}
+
+void check_rows(const char* op, const Tensor& t, int64_t N, const char* what) {
+  TRIDENT_CHECK(t.dtype == DType::F32 && t.numel() == N, op, ": ", what, " must be f32 [", N, "], got ",
+                dtype_name(t.dtype), " ", t.shape.str());
+}
+
+void check_logits(const char* op, const Tensor& logits, int64_t valid) {
+  TRIDENT_CHECK(is_float(logits.dtype), op, ": logits must be a float tensor");
+  TRIDENT_CHECK(valid >= 0 && valid <= logits.cols(), op, ": vocab_valid ", valid, " for logits ",
+                logits.shape.str());
+}
+
+void check_targets(const char* op, const Tensor& targets, int64_t N) {
+  TRIDENT_CHECK(targets.dtype == DType::I32 && targets.numel() == N, op, ": targets must be int32 [", N, "]");
+}
+
+unsigned rows_grid(int64_t N) { return static_cast<unsigned>(N); }
+
+}  // namespace
+
+void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                const Tensor& row_max, const Tensor& target_logit, cudaStream_t s) {
+  const char* op = "xent_stats";
+  check_logits(op, logits, vocab_valid);
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  check_targets(op, targets, N);
+  check_rows(op, row_max, N, "row_max");
+  check_rows(op, target_logit, N, "target_logit");
+  if (N == 0) return;
+  dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    xent_stats_kernel<T><<<rows_grid(N), kBlock, 0, s>>>(logits.ptr<T>(), targets.ptr<int32_t>(), vocab_start, Vl,
+                                                         vocab_valid, row_max.ptr<float>(), target_logit.ptr<float>());
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp,
+                 cudaStream_t s) {
+  const char* op = "xent_sumexp";
+  check_logits(op, logits, vocab_valid);
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  check_rows(op, row_max, N, "row_max");
+  check_rows(op, sumexp, N, "sumexp");
+  if (N == 0) return;
+  dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    xent_sumexp_kernel<T><<<rows_grid(N), kBlock, 0, s>>>(logits.ptr<T>(), Vl, vocab_valid, row_max.ptr<float>(),
+                                                          sumexp.ptr<float>());
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                    const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, const Tensor& losses,
+                    const Tensor& correct, float grad_scale, cudaStream_t s) {
+  const char* op = "xent_loss_grad";
+  check_logits(op, logits, vocab_valid);
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  check_targets(op, targets, N);
+  check_rows(op, row_max, N, "row_max");
+  check_rows(op, sumexp, N, "sumexp");
+  check_rows(op, target_logit, N, "target_logit");
+  check_rows(op, losses, N, "losses");
+  check_rows(op, correct, N, "correct");
+  if (N == 0) return;
+  dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    xent_loss_grad_kernel<T><<<rows_grid(N), kBlock, 0, s>>>(
+        logits.ptr<T>(), targets.ptr<int32_t>(), vocab_start, Vl, vocab_valid, row_max.ptr<float>(),
+        sumexp.ptr<float>(), target_logit.ptr<float>(), losses.ptr<float>(), correct.ptr<float>(), grad_scale);
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace trident::cuda

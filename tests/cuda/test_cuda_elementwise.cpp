@@ -1,0 +1,121 @@
+// GPU vs CPU: memory, copies, fill, cast, scale, add, accumulate; and the behaviour of
+// cuda_device_count() without a GPU (the one test here that runs everywhere).
+#include "cuda_test_util.h"
+
+namespace trident::cuda_test {
+namespace {
+
+constexpr int64_t kRows = 37, kCols = 129;  // awkward: not multiples of warps or vectors
+
+class Elementwise : public CudaVsCpuDtype {};
+
+TEST(CudaDeviceCount, NeverFailsAndMakeBackendRejectsMissingGpu) {
+  const int n = cuda_device_count();  // must not throw or abort without a GPU/driver
+  EXPECT_GE(n, 0);
+  if (n == 0) {
+    EXPECT_THROW(make_cuda_backend(0), ConfigError);
+  } else {
+    EXPECT_THROW(make_cuda_backend(n), ConfigError);
+  }
+}
+
+TEST_F(CudaVsCpu, HostRoundTripAndDeviceCopy) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  EXPECT_EQ(gpu().device(), Device::Cuda);
+  Pair a = random(Shape{kRows, kCols}, DType::F32);
+  Pair b{cpu().empty(a.shape(), DType::F32), gpu().empty(a.shape(), DType::F32)};
+  cpu().copy(b.cpu, a.cpu);
+  gpu().copy(b.gpu, a.gpu);
+  expect_identical(b, "copy");
+  Pair t = ints(Shape{5}, {0, -1, 7, 50256, 123456});
+  expect_identical(t, "int32 upload");
+}
+
+TEST_P(Elementwise, Fill) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Pair a = random(Shape{kRows, kCols}, dt());
+  cpu().fill(a.cpu, -0.3f);
+  gpu().fill(a.gpu, -0.3f);
+  expect_identical(a, "fill");
+  Pair z{cpu().zeros(Shape{kCols}, dt()), gpu().zeros(Shape{kCols}, dt())};
+  expect_identical(z, "zeros");
+}
+
+TEST_F(CudaVsCpu, FillInt32) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Pair a{cpu().zeros(Shape{kRows}, DType::I32), gpu().zeros(Shape{kRows}, DType::I32)};
+  expect_identical(a, "zeros int32");
+  cpu().fill(a.cpu, 42.f);
+  gpu().fill(a.gpu, 42.f);
+  expect_identical(a, "fill int32");
+}
+
+TEST_P(Elementwise, CastToEveryFloatDtype) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  // Values spanning fp16's range edges too: overflow to inf and subnormals must match.
+  std::vector<float> v(kRows * kCols);
+  std::uniform_real_distribution<float> d(-3.f, 3.f);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = d(rng_) * (i % 7 == 0 ? 3e4f : i % 11 == 0 ? 1e-6f : 1.f);
+  Pair src = upload(Shape{kRows, kCols}, DType::F32, v);
+  Pair mid{cpu().empty(src.shape(), dt()), gpu().empty(src.shape(), dt())};
+  cpu().cast(src.cpu, mid.cpu);
+  gpu().cast(src.gpu, mid.gpu);
+  expect_identical(mid, std::string("cast f32 -> ") + dtype_name(dt()));  // both round to nearest even
+  for (DType to : {DType::F32, DType::F16, DType::BF16}) {
+    Pair dst{cpu().empty(src.shape(), to), gpu().empty(src.shape(), to)};
+    cpu().cast(mid.cpu, dst.cpu);
+    gpu().cast(mid.gpu, dst.gpu);
+    expect_identical(dst, std::string("cast ") + dtype_name(dt()) + " -> " + dtype_name(to));
+  }
+}
+
+TEST_P(Elementwise, Scale) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Pair a = random(Shape{kRows, kCols}, dt());
+  cpu().scale(a.cpu, 0.37f);
+  gpu().scale(a.gpu, 0.37f);
+  expect_identical(a, "scale");  // one fp32 multiply, one rounding: exact on both
+}
+
+TEST_P(Elementwise, AddSameAndMixedDtypes) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Pair a = random(Shape{kRows, kCols}, dt()), b = random(Shape{kRows, kCols}, dt());
+  Pair out{cpu().empty(a.shape(), dt()), gpu().empty(a.shape(), dt())};
+  cpu().add(a.cpu, b.cpu, out.cpu);
+  gpu().add(a.gpu, b.gpu, out.gpu);
+  expect_identical(out, "add");
+  Pair f = random(Shape{kRows, kCols}, DType::F32);
+  Pair out32{cpu().empty(a.shape(), DType::F32), gpu().empty(a.shape(), DType::F32)};
+  cpu().add(a.cpu, f.cpu, out32.cpu);
+  gpu().add(a.gpu, f.gpu, out32.gpu);
+  expect_identical(out32, "add mixed -> f32");
+}
+
+TEST_P(Elementwise, AccumulateIntoSameAndF32) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Pair src = random(Shape{kRows, kCols}, dt());
+  Pair dst = random(Shape{kRows, kCols}, dt());
+  cpu().accumulate(dst.cpu, src.cpu);
+  gpu().accumulate(dst.gpu, src.gpu);
+  expect_identical(dst, "accumulate same dtype");
+  Pair dst32 = random(Shape{kRows, kCols}, DType::F32);  // fp32 gradient buffer += 16-bit grad
+  cpu().accumulate(dst32.cpu, src.cpu);
+  gpu().accumulate(dst32.gpu, src.gpu);
+  expect_identical(dst32, "accumulate into f32");
+}
+
+TEST_F(CudaVsCpu, ShapeMismatchThrowsNamingTheOp) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Buffer a = gpu().empty(Shape{4, 5}, DType::F32), b = gpu().empty(Shape{4, 6}, DType::F32);
+  try {
+    gpu().add(a, b, a);
+    FAIL() << "expected InternalError";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("add"), std::string::npos) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Elementwise, TRIDENT_FLOAT_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::cuda_test

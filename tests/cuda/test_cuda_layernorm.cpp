@@ -1,0 +1,77 @@
+// GPU vs CPU: LayerNorm forward (out, mean, rstd) and backward (dx, dgamma, dbeta, all +=),
+// for widths below a warp, awkward, and GPT-2 XL's 1600; per dtype.
+#include "cuda_test_util.h"
+
+namespace trident::cuda_test {
+namespace {
+
+class LayerNorm : public CudaVsCpuDtype {
+ protected:
+  void check(int64_t N, int64_t C, DType grad_dt) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " grads " << dtype_name(grad_dt));
+    Pair x = random(Shape{N, C}, dt(), -1.f, 3.f);  // non-zero mean
+    Pair gamma = random(Shape{C}, dt(), 0.5f, 1.5f);
+    Pair beta = random(Shape{C}, dt(), -0.5f, 0.5f);
+    Pair out{cpu().empty(Shape{N, C}, dt()), gpu().empty(Shape{N, C}, dt())};
+    Pair mean{cpu().empty(Shape{N}, DType::F32), gpu().empty(Shape{N}, DType::F32)};
+    Pair rstd{cpu().empty(Shape{N}, DType::F32), gpu().empty(Shape{N}, DType::F32)};
+    cpu().layernorm_forward(x.cpu, gamma.cpu, beta.cpu, out.cpu, mean.cpu, rstd.cpu);
+    gpu().layernorm_forward(x.gpu, gamma.gpu, beta.gpu, out.gpu, mean.gpu, rstd.gpu);
+    expect_close(mean, Tol{1e-5, 1e-6}, "mean");
+    expect_close(rstd, Tol{1e-5, 1e-6}, "rstd");
+    expect_close(out, storage_tol(dt(), 1e-5, 1e-5), "layernorm out");
+
+    // Backward from the CPU's saved statistics on both sides, so only the backward differs.
+    gpu().copy_from_host(mean.gpu, host_cpu(mean).data());
+    gpu().copy_from_host(rstd.gpu, host_cpu(rstd).data());
+    Pair dout = random(Shape{N, C}, dt());
+    Pair dx = random(Shape{N, C}, grad_dt);  // += into existing values
+    Pair dgamma = random(Shape{C}, grad_dt), dbeta = random(Shape{C}, grad_dt);
+    cpu().layernorm_backward(dout.cpu, x.cpu, gamma.cpu, mean.cpu, rstd.cpu, dx.cpu, dgamma.cpu, dbeta.cpu);
+    gpu().layernorm_backward(dout.gpu, x.gpu, gamma.gpu, mean.gpu, rstd.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
+    expect_close(dx, storage_tol(grad_dt, 1e-4, 1e-5), "dx");
+    expect_close(dgamma, storage_tol(grad_dt, 1e-4, 1e-4), "dgamma");
+    expect_close(dbeta, storage_tol(grad_dt, 1e-4, 1e-4), "dbeta");
+  }
+};
+
+TEST_P(LayerNorm, AwkwardShape) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(37, 129, dt());
+  check(37, 129, DType::F32);  // fp32 gradient buffers for 16-bit activations
+}
+
+TEST_P(LayerNorm, NarrowAndWideRows) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(5, 3, dt());
+  check(7, 1600, dt());
+  check(1000, 64, DType::F32);  // many rows: several chunks in the dgamma/dbeta pass
+}
+
+TEST_P(LayerNorm, BackwardIsDeterministic) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t N = 513, C = 96;
+  Pair x = random(Shape{N, C}, dt()), gamma = random(Shape{C}, dt()), beta = random(Shape{C}, dt());
+  Pair dout = random(Shape{N, C}, dt());
+  Buffer out = gpu().empty(Shape{N, C}, dt()), mean = gpu().empty(Shape{N}, DType::F32),
+         rstd = gpu().empty(Shape{N}, DType::F32);
+  gpu().layernorm_forward(x.gpu, gamma.gpu, beta.gpu, out, mean, rstd);
+  std::vector<float> first;
+  for (int rep = 0; rep < 3; ++rep) {
+    Buffer dx = gpu().zeros(Shape{N, C}, DType::F32), dg = gpu().zeros(Shape{C}, DType::F32),
+           db = gpu().zeros(Shape{C}, DType::F32);
+    gpu().layernorm_backward(dout.gpu, x.gpu, gamma.gpu, mean, rstd, dx, dg, db);
+    std::vector<float> all = host(gpu(), dx);
+    for (const Buffer* b : {&dg, &db}) {
+      const std::vector<float> v = host(gpu(), *b);
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    if (rep == 0) first = all;
+    else EXPECT_EQ(first, all) << "repetition " << rep;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LayerNorm, TRIDENT_FLOAT_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::cuda_test

@@ -1,0 +1,87 @@
+// GPU vs CPU: matmul (cuBLASLt, every transpose combination, bias, accumulate, mixed
+// output/bias dtypes, awkward and aligned shapes) and bias_backward.
+#include <tuple>
+
+#include "cuda_test_util.h"
+
+namespace trident::cuda_test {
+namespace {
+
+class Matmul : public CudaVsCpuDtype {
+ protected:
+  // out[M, N] (=|+=) op(a) op(b) (+ bias) on both backends, then compared.
+  void check(int64_t M, int64_t N, int64_t K, bool ta, bool tb, bool with_bias, bool acc, DType out_dt,
+             DType bias_dt) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << " ta=" << ta << " tb=" << tb
+                                      << " bias=" << with_bias << " acc=" << acc << " out=" << dtype_name(out_dt));
+    Pair a = random(ta ? Shape{K, M} : Shape{M, K}, dt());
+    Pair b = random(tb ? Shape{N, K} : Shape{K, N}, dt());
+    Pair out = random(Shape{M, N}, out_dt);  // garbage for "=", the addend for "+="
+    Pair bias = with_bias ? random(Shape{N}, bias_dt) : Pair{};
+    cpu().matmul(out.cpu, a.cpu, b.cpu, bias.cpu, ta, tb, acc);
+    gpu().matmul(out.gpu, a.gpu, b.gpu, bias.gpu, ta, tb, acc);
+    // fp32 sums of K products of values in [-1, 1]: a few 1e-6 of sqrt(K) each.
+    expect_close(out, storage_tol(out_dt, 1e-4, 1e-4), "matmul");
+  }
+};
+
+TEST_P(Matmul, EveryTransposeBiasAndAccumulateAwkwardShape) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool bias : {false, true})
+        for (bool acc : {false, true}) check(37, 129, 67, ta, tb, bias, acc, dt(), dt());
+}
+
+TEST_P(Matmul, AlignedShapesLinearLayer) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(64, 256, 128, false, true, true, false, dt(), dt());   // y = x W^T + b
+  check(64, 128, 256, false, false, false, false, dt(), dt()); // dx = dy W
+  check(256, 128, 64, true, false, false, true, dt(), dt());   // dW += dy^T x
+}
+
+TEST_P(Matmul, F32OutputAndF32BiasWith16BitInputs) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(37, 129, 67, false, true, true, false, DType::F32, DType::F32);  // f32 out: epilogue bias is f32
+  check(37, 129, 67, false, true, true, true, dt(), DType::F32);         // bias dtype != out: separate add
+}
+
+TEST_P(Matmul, ThreeDimActivationAndRepeatedCallsReuseThePlan) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Pair x = random(Shape{3, 13, 64}, dt());  // [B, T, C] used as [B*T, C]
+  Pair w = random(Shape{96, 64}, dt());
+  Pair bias = random(Shape{96}, dt());
+  Pair y{cpu().empty(Shape{3, 13, 96}, dt()), gpu().empty(Shape{3, 13, 96}, dt())};
+  cpu().matmul(y.cpu, x.cpu, w.cpu, bias.cpu, false, true, false);
+  gpu().matmul(y.gpu, x.gpu, w.gpu, bias.gpu, false, true, false);
+  expect_close(y, storage_tol(dt(), 1e-4, 1e-4), "matmul 3-D");
+  const std::vector<float> first = host_gpu(y);
+  for (int i = 0; i < 3; ++i) gpu().matmul(y.gpu, x.gpu, w.gpu, bias.gpu, false, true, false);
+  EXPECT_EQ(first, host_gpu(y)) << "repeated GEMM is not bit-identical";
+}
+
+TEST_P(Matmul, InnerDimensionMismatchThrows) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  Buffer a = gpu().empty(Shape{4, 5}, dt()), b = gpu().empty(Shape{6, 7}, dt()), out = gpu().empty(Shape{4, 7}, dt());
+  EXPECT_THROW(gpu().matmul(out, a, b, Tensor(), false, false, false), InternalError);
+}
+
+TEST_P(Matmul, BiasBackwardAccumulatesColumnSums) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  for (int64_t rows : {int64_t{37}, int64_t{1000}}) {
+    Pair dout = random(Shape{rows, 129}, dt());
+    Pair dbias = random(Shape{129}, DType::F32);
+    cpu().bias_backward(dout.cpu, dbias.cpu);
+    gpu().bias_backward(dout.gpu, dbias.gpu);
+    expect_close(dbias, Tol{1e-5, 1e-4}, "bias_backward f32 grad");
+    Pair dbias16 = random(Shape{129}, dt());
+    cpu().bias_backward(dout.cpu, dbias16.cpu);
+    gpu().bias_backward(dout.gpu, dbias16.gpu);
+    expect_close(dbias16, storage_tol(dt(), 1e-5, 1e-4), "bias_backward");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Matmul, TRIDENT_FLOAT_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::cuda_test

@@ -1,0 +1,84 @@
+// GPU vs CPU: AdamW (gradient dtypes, model-dtype copy, weight decay, bias correction),
+// sum / sum_squares (double accumulation, deterministic) and has_inf_or_nan.
+#include <limits>
+
+#include "cuda_test_util.h"
+
+namespace trident::cuda_test {
+namespace {
+
+class AdamW : public CudaVsCpuDtype {};
+class Reduce : public CudaVsCpuDtype {};
+
+TEST_P(AdamW, ThreeStepsWithDecayAndModelCopy) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t n = 37 * 129;
+  Pair master = random(Shape{n}, DType::F32), m = filled(Shape{n}, DType::F32, 0.f),
+       v = filled(Shape{n}, DType::F32, 0.f);
+  Pair model = random(Shape{n}, dt());
+  for (int64_t step = 1; step <= 3; ++step) {
+    Pair grad = random(Shape{n}, dt(), -2.f, 2.f);
+    AdamWArgs c, g;
+    c.master = master.cpu; c.grad = grad.cpu; c.m = m.cpu; c.v = v.cpu; c.model_param = model.cpu;
+    g.master = master.gpu; g.grad = grad.gpu; g.m = m.gpu; g.v = v.gpu; g.model_param = model.gpu;
+    for (AdamWArgs* a : {&c, &g}) {
+      a->lr = 3e-4f;
+      a->weight_decay = 0.1f;
+      a->grad_scale = 0.25f;
+      a->step = step;
+    }
+    cpu().adamw(c);
+    gpu().adamw(g);
+  }
+  // Same fp32 formula; the GPU may fuse multiply-adds, so allow a few ulps.
+  expect_close(master, Tol{1e-6, 1e-7}, "master");
+  expect_close(m, Tol{1e-5, 1e-7}, "m");
+  expect_close(v, Tol{1e-5, 1e-9}, "v");
+  expect_close(model, storage_tol(dt(), 1e-6, 1e-7), "model_param");
+}
+
+TEST_P(AdamW, WithoutModelCopy) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t n = 1001;
+  Pair master = random(Shape{n}, DType::F32), m = random(Shape{n}, DType::F32, -0.1f, 0.1f),
+       v = random(Shape{n}, DType::F32, 0.f, 0.01f), grad = random(Shape{n}, dt());
+  AdamWArgs c{master.cpu, grad.cpu, m.cpu, v.cpu, Tensor()}, g{master.gpu, grad.gpu, m.gpu, v.gpu, Tensor()};
+  c.lr = g.lr = 1e-3f;
+  c.step = g.step = 10;
+  cpu().adamw(c);
+  gpu().adamw(g);
+  expect_close(master, Tol{1e-6, 1e-7}, "master");
+}
+
+TEST_P(Reduce, SumAndSumSquares) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  for (int64_t n : {int64_t{1}, int64_t{37 * 129}, int64_t{1} << 20}) {
+    Pair t = random(Shape{n}, dt(), -1.f, 1.5f);
+    // Both accumulate the fp32 values in double; only the order differs.
+    EXPECT_NEAR(gpu().sum(t.gpu), cpu().sum(t.cpu), 1e-9 * n) << "n=" << n;
+    const double sq = cpu().sum_squares(t.cpu);
+    EXPECT_NEAR(gpu().sum_squares(t.gpu), sq, 1e-12 * sq + 1e-12) << "n=" << n;
+    EXPECT_EQ(gpu().sum(t.gpu), gpu().sum(t.gpu)) << "sum is not deterministic";
+  }
+}
+
+TEST_P(Reduce, HasInfOrNan) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t n = 37 * 129;
+  Pair t = random(Shape{n}, dt());
+  EXPECT_FALSE(gpu().has_inf_or_nan(t.gpu));
+  for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    std::vector<float> v = host_gpu(t);
+    v[n - 2] = bad;
+    Pair u = upload(Shape{n}, dt(), v);
+    EXPECT_EQ(gpu().has_inf_or_nan(u.gpu), cpu().has_inf_or_nan(u.cpu));
+    EXPECT_TRUE(gpu().has_inf_or_nan(u.gpu)) << bad;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, AdamW, TRIDENT_FLOAT_DTYPES, dtype_param_name);
+INSTANTIATE_TEST_SUITE_P(Dtypes, Reduce, TRIDENT_FLOAT_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::cuda_test

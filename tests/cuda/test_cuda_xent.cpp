@@ -1,0 +1,55 @@
+// GPU vs CPU: the three phases of the vocab-parallel softmax cross-entropy, on a shard
+// with padding columns, targets owned by other shards, and ignored (negative) targets.
+#include "cuda_test_util.h"
+
+namespace trident::cuda_test {
+namespace {
+
+class Xent : public CudaVsCpuDtype {
+ protected:
+  void check(int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float grad_scale) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " Vl=" << Vl << " start=" << vocab_start
+                                      << " valid=" << valid);
+    Pair logits = random(Shape{N, Vl}, dt(), -4.f, 4.f);
+    std::vector<int32_t> tg(static_cast<size_t>(N));
+    std::uniform_int_distribution<int64_t> in_shard(vocab_start, vocab_start + valid - 1), other(0, 3 * Vl);
+    for (size_t i = 0; i < tg.size(); ++i)
+      tg[i] = static_cast<int32_t>(i % 5 == 4 ? -1 : i % 5 == 3 ? other(rng_) : in_shard(rng_));
+    Pair targets = ints(Shape{N}, tg);
+    auto f32 = [&](float v) { return filled(Shape{N}, DType::F32, v); };
+    Pair row_max = f32(7.f), target_logit = f32(7.f), sumexp = f32(7.f), losses = f32(7.f), correct = f32(7.f);
+
+    cpu().xent_stats(logits.cpu, targets.cpu, vocab_start, valid, row_max.cpu, target_logit.cpu);
+    gpu().xent_stats(logits.gpu, targets.gpu, vocab_start, valid, row_max.gpu, target_logit.gpu);
+    expect_identical(row_max, "row_max");  // a max and a copy: exact
+    expect_identical(target_logit, "target_logit");
+    cpu().xent_sumexp(logits.cpu, valid, row_max.cpu, sumexp.cpu);
+    gpu().xent_sumexp(logits.gpu, valid, row_max.gpu, sumexp.gpu);
+    expect_close(sumexp, Tol{1e-5, 1e-6}, "sumexp");
+    // Phase 3 from identical inputs on both sides.
+    gpu().copy_from_host(sumexp.gpu, host_cpu(sumexp).data());
+    cpu().xent_loss_grad(logits.cpu, targets.cpu, vocab_start, valid, row_max.cpu, sumexp.cpu, target_logit.cpu,
+                         losses.cpu, correct.cpu, grad_scale);
+    gpu().xent_loss_grad(logits.gpu, targets.gpu, vocab_start, valid, row_max.gpu, sumexp.gpu, target_logit.gpu,
+                         losses.gpu, correct.gpu, grad_scale);
+    expect_close(losses, Tol{1e-5, 1e-5}, "losses");
+    expect_identical(correct, "correct");
+    expect_close(logits, storage_tol(dt(), 1e-5, 1e-7), "logit gradients");
+  }
+};
+
+TEST_P(Xent, ShardWithPaddingAndIgnoredTargets) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(37, 129, 0, 129, 1.0f);
+  check(37, 129, 258, 100, 1.0f / 37);  // last shard: 29 padding columns
+}
+
+TEST_P(Xent, WideRows) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(9, 8192, 8192, 8000, 0.5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Xent, TRIDENT_FLOAT_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::cuda_test

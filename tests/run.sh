@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the whole test suite through ctest.
+# Works on a clean Debian machine as root; safe to run again.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+"$repo/tools/install-deps.sh"
+"$repo/tools/get-gpt2-vocab.sh" "$repo/data/gpt2" >/dev/null
+export BUILD_DIR=${BUILD_DIR:-$repo/build}
+"$repo/tools/build.sh"
+# Tests run several ranks on two cores: one BLAS/OpenMP thread per rank unless told.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+cd "$BUILD_DIR"
+ctest --output-on-failure --timeout 600 -j "${CTEST_JOBS:-2}" "$@"

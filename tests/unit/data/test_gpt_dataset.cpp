@@ -1,0 +1,354 @@
+// GPTDataset: every sample compared with a brute-force construction (the doc_idx documents
+// concatenated, sample k = tokens [k*seq, k*seq + seq]); the maps' structure (epoch count,
+// per-epoch shuffles, permutations); split boundaries against Megatron's Python arithmetic;
+// cache reuse, rebuild on change, concurrent builds; blending proportions and contents.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "data/blend.h"
+#include "data/gpt_dataset.h"
+#include "data/indexed_dataset.h"
+#include "data_test_util.h"
+
+namespace trident {
+namespace {
+
+using testing::ScratchDir;
+
+// Document d has sizes[d] tokens with values base + d * 1000 + position.
+std::vector<int32_t> write_docs(const std::string& prefix, int ndocs, uint32_t seed, int32_t base = 0,
+                                int max_len = 40) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> sizes;
+  IndexedDatasetBuilder b(prefix, IndexDType::kInt32);
+  for (int d = 0; d < ndocs; ++d) {
+    const int len = (d % 11 == 5) ? 0 : 1 + static_cast<int>(g() % max_len);  // a few empty documents
+    std::vector<int32_t> t;
+    for (int p = 0; p < len; ++p) t.push_back(base + d * 1000 + p);
+    b.add_item(t);
+    b.end_document();
+    sizes.push_back(len);
+  }
+  b.finish();
+  return sizes;
+}
+
+uint64_t expected_epochs(uint64_t tokens, uint64_t seq, uint64_t samples) {
+  for (uint64_t e = 1;; ++e)
+    if ((e * tokens - 1) / seq >= samples) return e;
+}
+
+// Checks every sample of ds against the naive walk over its doc_idx and shuffle_idx.
+void check_against_brute_force(const GptDataset& ds, const IndexedDataset& data, int seq) {
+  const auto& m = ds.maps();
+  std::vector<int32_t> stream;
+  for (int32_t d : m.doc_idx) {
+    auto t = data.item(static_cast<uint64_t>(d));
+    stream.insert(stream.end(), t.begin(), t.end());
+  }
+  ASSERT_EQ(ds.size(), m.shuffle_idx.size());
+  std::vector<int32_t> got(seq + 1);
+  for (uint64_t i = 0; i < ds.size(); ++i) {
+    const uint64_t k = static_cast<uint64_t>(m.shuffle_idx[i]);
+    ASSERT_LE(k * seq + seq + 1, stream.size());
+    ds.get(i, got.data());
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), stream.begin() + k * seq)) << "sample " << i;
+  }
+}
+
+bool is_permutation_of_range(const int64_t* p, uint64_t n, uint64_t lo) {
+  std::vector<int64_t> v(p, p + n);
+  std::sort(v.begin(), v.end());
+  for (uint64_t i = 0; i < n; ++i)
+    if (v[i] != static_cast<int64_t>(lo + i)) return false;
+  return true;
+}
+
+TEST(GptDataset, SamplesMatchBruteForceAndMapsAreWellFormed) {
+  ScratchDir dir;
+  const std::string prefix = dir / "d";
+  const auto sizes = write_docs(prefix, 60, 3);
+  auto data = std::make_shared<const IndexedDataset>(prefix);
+  const uint64_t begin = 7, end = 53;
+  uint64_t tokens = 0;
+  for (uint64_t d = begin; d < end; ++d) tokens += sizes[d];
+  int checked_separate = 0, checked_joint = 0;
+  for (int seq : {1, 5, 16, 64}) {
+    const uint64_t per_epoch = (tokens - 1) / seq;
+    for (uint64_t samples : {uint64_t{0}, uint64_t{1}, per_epoch, per_epoch + 1, per_epoch + per_epoch / 2,
+                             3 * per_epoch + 2, 4 * per_epoch - 1}) {
+      GptDataset ds(data, "train", begin, end, seq, 1234, samples, dir / "cache");
+      const auto& m = ds.maps();
+      const uint64_t E = expected_epochs(tokens, seq, samples);
+      ASSERT_EQ(m.epochs, E);
+      ASSERT_EQ(num_epochs(tokens, seq, samples), E);
+      ASSERT_EQ(ds.size(), (E * tokens - 1) / seq);
+      ASSERT_GE(ds.size(), samples);
+      // Megatron's rule for shuffling the last epoch on its own (cutoff 0.80).
+      bool separate = false;
+      uint64_t first = 0;
+      if (E > 1) {
+        first = ((E - 1) * tokens - 1) / seq;
+        separate = samples - first < static_cast<uint64_t>(0.80 * static_cast<double>(per_epoch));
+      }
+      ASSERT_EQ(m.separate_last_epoch, separate) << seq << " " << samples;
+      (separate ? checked_separate : checked_joint)++;
+      // doc_idx holds every document E times; when separate, the last epoch on its own.
+      const uint64_t n = end - begin;
+      ASSERT_EQ(m.doc_idx.size(), n * E);
+      std::map<int32_t, uint64_t> count;
+      for (int32_t d : m.doc_idx) count[d]++;
+      ASSERT_EQ(count.size(), n);
+      for (auto& [d, c] : count) {
+        EXPECT_GE(d, static_cast<int32_t>(begin));
+        EXPECT_EQ(c, E);
+      }
+      if (separate) {
+        std::vector<int64_t> last(m.doc_idx.end() - n, m.doc_idx.end());
+        EXPECT_TRUE(is_permutation_of_range(last.data(), n, begin));
+        EXPECT_TRUE(is_permutation_of_range(m.shuffle_idx.data(), first, 0));
+      }
+      EXPECT_TRUE(is_permutation_of_range(m.shuffle_idx.data(), m.shuffle_idx.size(), 0));
+      check_against_brute_force(ds, *data, seq);
+    }
+  }
+  EXPECT_GT(checked_separate, 0);
+  EXPECT_GT(checked_joint, 0);
+}
+
+TEST(GptDataset, ShuffleIsDeterministicAndSeeded) {
+  const std::vector<int32_t> sizes(30, 10);
+  auto a = build_index_maps(sizes, 0, 30, 8, 1234, 100);
+  auto b = build_index_maps(sizes, 0, 30, 8, 1234, 100);
+  auto c = build_index_maps(sizes, 0, 30, 8, 99, 100);
+  EXPECT_EQ(a.doc_idx, b.doc_idx);
+  EXPECT_EQ(a.shuffle_idx, b.shuffle_idx);
+  EXPECT_NE(a.doc_idx, c.doc_idx);
+  // not the identity
+  std::vector<int32_t> sorted = a.doc_idx;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_NE(sorted, a.doc_idx);
+  // uniform_upto stays in range and reaches both ends
+  DeterministicShuffler r(5);
+  bool lo = false, hi = false;
+  for (int i = 0; i < 1000; ++i) {
+    const uint64_t x = r.uniform_upto(3);
+    ASSERT_LE(x, 3u);
+    lo |= x == 0;
+    hi |= x == 3;
+  }
+  EXPECT_TRUE(lo && hi);
+}
+
+TEST(GptDataset, EpochFormula) {
+  EXPECT_EQ(num_epochs(100, 10, 0), 1u);
+  EXPECT_EQ(num_epochs(100, 10, 9), 1u);   // (100 - 1) // 10 = 9
+  EXPECT_EQ(num_epochs(100, 10, 10), 2u);  // (200 - 1) // 10 = 19
+  EXPECT_EQ(num_epochs(100, 10, 19), 2u);
+  EXPECT_EQ(num_epochs(100, 10, 20), 3u);
+  EXPECT_EQ(num_epochs(1000, 1024, 1), 2u);  // 999 // 1024 = 0, 1999 // 1024 = 1
+}
+
+TEST(GptDataset, SplitBoundariesMatchMegatron) {
+  // Reference values from Megatron's get_train_valid_test_split_ run in Python.
+  using B = std::array<uint64_t, 4>;
+  EXPECT_EQ(split_boundaries("969, 30, 1", 1000), (B{0, 969, 999, 1000}));
+  EXPECT_EQ(split_boundaries("949,50,1", 10), (B{0, 10, 10, 10}));
+  EXPECT_EQ(split_boundaries("1,1", 5), (B{0, 3, 5, 5}));
+  EXPECT_EQ(split_boundaries("969, 30, 1", 37), (B{0, 36, 37, 37}));
+  EXPECT_EQ(split_boundaries("98,2", 101), (B{0, 99, 101, 101}));
+  EXPECT_EQ(split_boundaries("1,1,1", 10), (B{0, 4, 7, 10}));
+  EXPECT_EQ(split_boundaries("8,1,1", 25), (B{0, 21, 23, 25}));
+  EXPECT_EQ(split_boundaries("8/1/1", 25), (B{0, 21, 23, 25}));
+  EXPECT_EQ(split_boundaries("1", 7), (B{0, 7, 7, 7}));
+  for (const char* bad : {"a,b", "1,-1,0", "0,0,0", "", "1,,2"}) {
+    try {
+      split_boundaries(bad, 10);
+      ADD_FAILURE() << bad;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--split"), std::string::npos);
+    }
+  }
+}
+
+TEST(GptDataset, TrainValidTestRanges) {
+  ScratchDir dir;
+  const std::string prefix = dir / "tvt";
+  write_docs(prefix, 100, 9);
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({prefix});
+  cfg.split = "8,1,1";
+  cfg.seq_length = 16;
+  cfg.train_samples = 300;
+  cfg.valid_samples = 20;
+  cfg.test_samples = 0;
+  auto tvt = build_gpt_datasets(cfg);
+  ASSERT_TRUE(tvt.train && tvt.valid);
+  EXPECT_FALSE(tvt.test);
+  EXPECT_GE(tvt.train->size(), 300u);
+  EXPECT_GE(tvt.valid->size(), 20u);
+  auto* train = dynamic_cast<GptDataset*>(tvt.train.get());
+  auto* valid = dynamic_cast<GptDataset*>(tvt.valid.get());
+  ASSERT_TRUE(train && valid);
+  for (int32_t d : train->maps().doc_idx) ASSERT_TRUE(d >= 0 && d < 80);
+  for (int32_t d : valid->maps().doc_idx) ASSERT_TRUE(d >= 80 && d < 90);
+  // beside the data by default
+  EXPECT_EQ(std::filesystem::path(train->cache_file()).parent_path(), std::filesystem::path(dir.path()));
+  std::vector<int32_t> t(17);
+  tvt.train->get(0, t.data());
+  for (int32_t v : t) EXPECT_LT(v / 1000, 80);  // token value encodes its document
+}
+
+TEST(GptDataset, CacheReusedAndRebuiltOnChange) {
+  ScratchDir dir;
+  const std::string prefix = dir / "c";
+  write_docs(prefix, 40, 4);
+  const std::string cache = dir / "cache";
+  auto data = std::make_shared<const IndexedDataset>(prefix);
+  GptDataset a(data, "train", 0, 40, 8, 1234, 200, cache);
+  EXPECT_FALSE(a.loaded_from_cache());
+  EXPECT_TRUE(std::filesystem::exists(a.cache_file()));
+  EXPECT_EQ(std::filesystem::path(a.cache_file()).parent_path(), std::filesystem::path(cache));
+  GptDataset b(data, "train", 0, 40, 8, 1234, 200, cache);
+  EXPECT_TRUE(b.loaded_from_cache());
+  EXPECT_EQ(b.cache_file(), a.cache_file());
+  EXPECT_EQ(b.maps().doc_idx, a.maps().doc_idx);
+  EXPECT_EQ(b.maps().sample_idx, a.maps().sample_idx);
+  EXPECT_EQ(b.maps().shuffle_idx, a.maps().shuffle_idx);
+  // any input that changes the maps changes the file
+  GptDataset s(data, "train", 0, 40, 8, 99, 200, cache);
+  GptDataset l(data, "train", 0, 40, 9, 1234, 200, cache);
+  GptDataset n(data, "train", 0, 40, 8, 1234, 201, cache);
+  GptDataset r(data, "train", 0, 39, 8, 1234, 200, cache);
+  for (const GptDataset* x : {&s, &l, &n, &r}) {
+    EXPECT_FALSE(x->loaded_from_cache());
+    EXPECT_NE(x->cache_file(), a.cache_file());
+  }
+  // the data file changes (new mtime): rebuilt under a new name
+  auto idx = std::filesystem::path(prefix + ".idx");
+  std::filesystem::last_write_time(idx, std::filesystem::last_write_time(idx) + std::chrono::seconds(5));
+  auto data2 = std::make_shared<const IndexedDataset>(prefix);
+  GptDataset c(data2, "train", 0, 40, 8, 1234, 200, cache);
+  EXPECT_FALSE(c.loaded_from_cache());
+  EXPECT_NE(c.cache_file(), a.cache_file());
+  // a torn cache file is rebuilt, not trusted
+  std::filesystem::resize_file(c.cache_file(), std::filesystem::file_size(c.cache_file()) - 8);
+  GptDataset d(data2, "train", 0, 40, 8, 1234, 200, cache);
+  EXPECT_FALSE(d.loaded_from_cache());
+  EXPECT_EQ(d.maps().shuffle_idx, c.maps().shuffle_idx);
+  GptDataset e(data2, "train", 0, 40, 8, 1234, 200, cache);
+  EXPECT_TRUE(e.loaded_from_cache());
+}
+
+TEST(GptDataset, ConcurrentBuildersAgree) {
+  ScratchDir dir;
+  const std::string prefix = dir / "p";
+  write_docs(prefix, 200, 8);
+  auto data = std::make_shared<const IndexedDataset>(prefix);
+  std::vector<std::unique_ptr<GptDataset>> built(4);
+  std::vector<std::thread> th;
+  for (int i = 0; i < 4; ++i)
+    th.emplace_back([&, i] { built[i] = std::make_unique<GptDataset>(data, "train", 0, 200, 32, 7, 5000, dir / "cc"); });
+  for (auto& t : th) t.join();
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(built[i]->maps().shuffle_idx, built[0]->maps().shuffle_idx);
+  std::vector<std::string> names;
+  for (auto& f : std::filesystem::directory_iterator(dir / "cc")) names.push_back(f.path().filename().string());
+  ASSERT_EQ(names.size(), 1u) << names[0];  // no temporaries left
+  EXPECT_EQ(names[0].find(".tmp"), std::string::npos);
+}
+
+TEST(GptDataset, EmptySplitThrowsNamingTheFile) {
+  ScratchDir dir;
+  IndexedDatasetBuilder b(dir / "z", IndexDType::kUInt16);
+  b.add_item(std::vector<int32_t>{});
+  b.end_document();
+  b.finish();
+  auto data = std::make_shared<const IndexedDataset>(dir / "z");
+  try {
+    GptDataset ds(data, "train", 0, 1, 8, 1, 10, "");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(dir / "z.idx"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Blend, DataPathParsing) {
+  auto one = parse_data_path({"some/prefix"});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0], (std::pair<double, std::string>{1.0, "some/prefix"}));
+  auto two = parse_data_path({"2", "A", "6", "B"});
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_DOUBLE_EQ(two[0].first, 0.25);
+  EXPECT_EQ(two[0].second, "A");
+  EXPECT_DOUBLE_EQ(two[1].first, 0.75);
+  for (const auto& bad : std::vector<std::vector<std::string>>{{}, {"0.5", "A", "B"}, {"x", "A"}, {"-1", "A", "2", "B"}, {"0", "A", "0", "B"}}) {
+    try {
+      parse_data_path(bad);
+      ADD_FAILURE();
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--data-path"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Blend, GreedyIndices) {
+  // Worked by hand: error_d = w_d * max(i, 1) - count_d, first maximum wins.
+  EXPECT_EQ(build_blending_indices({0.5, 0.5}, 4).dataset_index, (std::vector<uint16_t>{0, 1, 0, 1}));
+  EXPECT_EQ(build_blending_indices({0.25, 0.75}, 4).dataset_index, (std::vector<uint16_t>{1, 0, 1, 1}));
+  const std::vector<double> w = {0.2, 0.5, 0.3};
+  const auto b = build_blending_indices(w, 10000);
+  std::vector<int64_t> count(3, 0);
+  for (uint64_t i = 0; i < 10000; ++i) {
+    const int d = b.dataset_index[i];
+    ASSERT_EQ(b.dataset_sample_index[i], count[d]);  // each dataset read in order
+    ++count[d];
+    for (int k = 0; k < 3; ++k) ASSERT_LE(std::abs(count[k] - w[k] * (i + 1)), 1.0) << i;
+  }
+  EXPECT_EQ(count, (std::vector<int64_t>{2000, 5000, 3000}));
+  EXPECT_EQ(blended_dataset_samples(0.3, 1000), 302u);  // ceil(301.5)
+  EXPECT_EQ(blended_dataset_samples(0.5, 200), 101u);   // ceil(100.5)
+}
+
+TEST(Blend, BlendedDatasets) {
+  ScratchDir dir;
+  write_docs(dir / "A", 50, 1, 0);
+  write_docs(dir / "B", 50, 2, 100000);
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({"3", dir / "A", "7", dir / "B"});
+  cfg.split = "9,1,0";
+  cfg.seq_length = 8;
+  cfg.train_samples = 1000;
+  cfg.valid_samples = 40;
+  cfg.cache_dir = dir / "cache";
+  auto tvt = build_gpt_datasets(cfg);
+  ASSERT_TRUE(tvt.train && tvt.valid);
+  EXPECT_FALSE(tvt.test);
+  ASSERT_EQ(tvt.train->size(), 1000u);
+  ASSERT_EQ(tvt.valid->size(), 40u);
+  auto* blend = dynamic_cast<BlendedSource*>(tvt.train.get());
+  ASSERT_TRUE(blend);
+  EXPECT_GE(blend->dataset(0).size(), 302u);
+  EXPECT_GE(blend->dataset(1).size(), 704u);  // ceil(0.7 * 1000 * 1.005) = 704
+  int from_b = 0;
+  std::vector<int32_t> s(9), ref(9);
+  for (uint64_t i = 0; i < 1000; ++i) {
+    tvt.train->get(i, s.data());
+    const int d = blend->indices().dataset_index[i];
+    blend->dataset(d).get(static_cast<uint64_t>(blend->indices().dataset_sample_index[i]), ref.data());
+    ASSERT_EQ(s, ref);
+    const bool b = s[0] >= 100000;
+    ASSERT_EQ(b, d == 1);
+    for (int32_t v : s) ASSERT_EQ(v >= 100000, b);  // never mixes the sources
+    from_b += b;
+  }
+  EXPECT_EQ(from_b, 700);
+}
+
+}  // namespace
+}  // namespace trident

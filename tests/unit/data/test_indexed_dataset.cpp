@@ -1,0 +1,180 @@
+// .bin/.idx: the bytes of a known tiny dataset parsed by hand against Megatron's layout,
+// reader round trip, and rejection of truncated / foreign files (file named, no crash).
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data_test_util.h"
+
+namespace trident {
+namespace {
+
+using testing::read_file;
+using testing::ScratchDir;
+using testing::write_file;
+
+template <typename T>
+T at(const std::string& b, size_t off) {
+  T v;
+  std::memcpy(&v, b.data() + off, sizeof(T));
+  return v;
+}
+
+// Documents: {[1,2,3]}, {[4], [5,6]}, {[65535]}: three documents, four items.
+void write_known(const std::string& prefix, IndexDType dt) {
+  IndexedDatasetBuilder b(prefix, dt);
+  b.add_item(std::vector<int32_t>{1, 2, 3});
+  b.end_document();
+  b.add_item(std::vector<int32_t>{4});
+  b.add_item(std::vector<int32_t>{5, 6});
+  b.end_document();
+  b.add_item(std::vector<int32_t>{65535});
+  b.end_document();
+  EXPECT_EQ(b.documents(), 3u);
+  EXPECT_EQ(b.items(), 4u);
+  EXPECT_EQ(b.tokens(), 7u);
+  b.finish();
+}
+
+TEST(IndexedDataset, IdxBytesFieldByField) {
+  ScratchDir dir;
+  const std::string prefix = dir / "known";
+  write_known(prefix, IndexDType::kUInt16);
+  const std::string idx = read_file(prefix + ".idx");
+  ASSERT_EQ(idx.size(), 9u + 8 + 1 + 8 + 8 + 4 * 4 + 4 * 8 + 4 * 8);
+  EXPECT_EQ(idx.substr(0, 9), std::string("MMIDIDX\0\0", 9));
+  EXPECT_EQ(at<uint64_t>(idx, 9), 1u);  // version
+  EXPECT_EQ(at<uint8_t>(idx, 17), 8u);  // uint16
+  EXPECT_EQ(at<uint64_t>(idx, 18), 4u); // items
+  EXPECT_EQ(at<uint64_t>(idx, 26), 4u); // doc_idx length = documents + 1
+  const size_t s = 34, p = s + 16, d = p + 32;
+  const int32_t sizes[4] = {3, 1, 2, 1};
+  const int64_t ptrs[4] = {0, 6, 8, 12};  // bytes: uint16 -> 2 per token
+  const int64_t docs[4] = {0, 1, 3, 4};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(at<int32_t>(idx, s + 4 * i), sizes[i]) << i;
+    EXPECT_EQ(at<int64_t>(idx, p + 8 * i), ptrs[i]) << i;
+    EXPECT_EQ(at<int64_t>(idx, d + 8 * i), docs[i]) << i;
+  }
+  const std::string bin = read_file(prefix + ".bin");
+  ASSERT_EQ(bin.size(), 14u);
+  const uint16_t want[7] = {1, 2, 3, 4, 5, 6, 65535};
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(at<uint16_t>(bin, 2 * i), want[i]) << i;
+  // no temporary files remain
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"known.bin", "known.idx"}));
+}
+
+TEST(IndexedDataset, Int32LayoutAndRoundTrip) {
+  ScratchDir dir;
+  const std::string prefix = dir / "wide";
+  {
+    IndexedDatasetBuilder b(prefix, IndexDType::kInt32);
+    b.add_item(std::vector<int32_t>{70000, 1});
+    b.end_document();
+    b.add_item(std::vector<int32_t>{2, 3, 70256});
+    b.end_document();
+    b.finish();
+  }
+  const std::string idx = read_file(prefix + ".idx");
+  EXPECT_EQ(at<uint8_t>(idx, 17), 4u);
+  EXPECT_EQ(at<int64_t>(idx, 34 + 8 + 8), 8);  // second pointer: 2 tokens x 4 bytes
+  EXPECT_EQ(read_file(prefix + ".bin").size(), 20u);
+  IndexedDataset r(prefix);
+  EXPECT_EQ(r.dtype(), IndexDType::kInt32);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r.num_documents(), 2u);
+  EXPECT_EQ(r.item(0), (std::vector<int32_t>{70000, 1}));
+  EXPECT_EQ(r.item(1), (std::vector<int32_t>{2, 3, 70256}));
+  int32_t two[2];
+  r.read(1, 1, 2, two);
+  EXPECT_EQ(two[0], 3);
+  EXPECT_EQ(two[1], 70256);
+}
+
+TEST(IndexedDataset, ReaderRoundTripUInt16) {
+  ScratchDir dir;
+  const std::string prefix = dir / "known";
+  write_known(prefix, IndexDType::kUInt16);
+  IndexedDataset r(prefix);
+  EXPECT_EQ(r.dtype(), IndexDType::kUInt16);
+  EXPECT_EQ(r.size(), 4u);
+  EXPECT_EQ(r.num_documents(), 3u);
+  EXPECT_EQ(std::vector<int64_t>(r.doc_idx().begin(), r.doc_idx().end()), (std::vector<int64_t>{0, 1, 3, 4}));
+  EXPECT_EQ(r.item(0), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(r.item(2), (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(r.item(3), (std::vector<int32_t>{65535}));  // read back unsigned
+}
+
+TEST(IndexedDataset, DtypeRule) {
+  EXPECT_EQ(best_fitting_dtype(50257), IndexDType::kUInt16);
+  EXPECT_EQ(best_fitting_dtype(65499), IndexDType::kUInt16);
+  EXPECT_EQ(best_fitting_dtype(65500), IndexDType::kInt32);
+  EXPECT_EQ(best_fitting_dtype(250000), IndexDType::kInt32);
+}
+
+TEST(IndexedDataset, TokenTooLargeForUInt16Throws) {
+  ScratchDir dir;
+  IndexedDatasetBuilder b(dir / "x", IndexDType::kUInt16);
+  EXPECT_THROW(b.add_item(std::vector<int32_t>{65536}), IoError);
+  EXPECT_THROW(b.add_item(std::vector<int32_t>{-1}), IoError);
+}
+
+TEST(IndexedDataset, AbandonedBuilderLeavesNothing) {
+  ScratchDir dir;
+  {
+    IndexedDatasetBuilder b(dir / "gone", IndexDType::kUInt16);
+    b.add_item(std::vector<int32_t>{1, 2});
+    b.end_document();
+  }
+  EXPECT_TRUE(dir.files().empty());
+}
+
+// Expects IoError whose message names `file`.
+void expect_rejected(const std::string& prefix, const std::string& file, const std::string& words) {
+  try {
+    IndexedDataset r(prefix);
+    FAIL() << "accepted " << file;
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(IndexedDataset, RejectsTruncatedAndForeignFiles) {
+  ScratchDir dir;
+  const std::string good = dir / "good";
+  write_known(good, IndexDType::kUInt16);
+  const std::string idx = read_file(good + ".idx"), bin = read_file(good + ".bin");
+  auto make = [&](const std::string& name, const std::string& i, const std::string& b) {
+    write_file(dir / (name + ".idx"), i);
+    write_file(dir / (name + ".bin"), b);
+    return dir / name;
+  };
+  expect_rejected(make("short_idx", idx.substr(0, idx.size() - 3), bin), "short_idx.idx", "truncated");
+  expect_rejected(make("header_only", idx.substr(0, 20), bin), "header_only.idx", "");
+  expect_rejected(make("empty_idx", "", bin), "empty_idx.idx", "magic");
+  std::string foreign = idx;
+  foreign[0] = 'X';
+  expect_rejected(make("foreign", foreign, bin), "foreign.idx", "magic");
+  std::string v2 = idx;
+  v2[9] = 2;
+  expect_rejected(make("v2", v2, bin), "v2.idx", "version");
+  std::string dt = idx;
+  dt[17] = 9;
+  expect_rejected(make("dtype9", dt, bin), "dtype9.idx", "dtype");
+  dt[17] = 6;  // float32 is a valid Megatron code but not tokens
+  expect_rejected(make("dtype6", dt, bin), "dtype6.idx", "dtype");
+  std::string huge = idx;  // item count that overflows when multiplied by 12
+  const uint64_t n = (~0ull) / 4;
+  std::memcpy(huge.data() + 18, &n, 8);
+  expect_rejected(make("huge", huge, bin), "huge.idx", "truncated");
+  expect_rejected(make("short_bin", idx, bin.substr(0, bin.size() - 2)), "short_bin.bin", "truncated");
+  write_file(dir / "nobin.idx", idx);
+  expect_rejected(dir / "nobin", "nobin.bin", "cannot open");
+  expect_rejected(dir / "missing", "missing.idx", "cannot open");
+}
+
+}  // namespace
+}  // namespace trident

@@ -1,0 +1,120 @@
+// JsonlReader: line splitting (CRLF, no final newline, lines longer than a read chunk,
+// empty lines), line numbers, and .xz input through liblzma (single and concatenated
+// streams, corrupt data named).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "data/jsonl_reader.h"
+#include "data_test_util.h"
+
+namespace trident {
+namespace {
+
+using testing::ScratchDir;
+using testing::write_file;
+
+std::vector<std::string> read_all(const std::string& path, std::vector<uint64_t>* line_numbers = nullptr) {
+  JsonlReader r(path);
+  std::vector<std::string> out;
+  std::string_view line;
+  while (r.next(line)) {
+    out.emplace_back(line);
+    if (line_numbers) line_numbers->push_back(r.line_number());
+  }
+  return out;
+}
+
+void xz(const std::string& path) {  // compresses path to path.xz with the xz binary
+  ASSERT_EQ(std::system(("xz -z -k -f -T1 '" + path + "'").c_str()), 0);
+}
+
+TEST(JsonlReader, SplitsLines) {
+  ScratchDir dir;
+  write_file(dir / "a.jsonl", "one\r\ntwo\n\nfour");
+  std::vector<uint64_t> nums;
+  EXPECT_EQ(read_all(dir / "a.jsonl", &nums), (std::vector<std::string>{"one", "two", "", "four"}));
+  EXPECT_EQ(nums, (std::vector<uint64_t>{1, 2, 3, 4}));
+  write_file(dir / "b.jsonl", "x\n");
+  EXPECT_EQ(read_all(dir / "b.jsonl"), (std::vector<std::string>{"x"}));
+  write_file(dir / "empty.jsonl", "");
+  EXPECT_TRUE(read_all(dir / "empty.jsonl").empty());
+}
+
+TEST(JsonlReader, LinesLongerThanAChunk) {
+  ScratchDir dir;
+  std::string big(3 * 1024 * 1024 + 17, 'q'), content;
+  std::vector<std::string> want;
+  for (int i = 0; i < 5; ++i) {
+    want.push_back(std::to_string(i) + big.substr(0, big.size() - i * 1000));
+    content += want.back() + "\n";
+  }
+  write_file(dir / "long.jsonl", content);
+  EXPECT_EQ(read_all(dir / "long.jsonl"), want);
+  JsonlReader r(dir / "long.jsonl");
+  std::string_view line;
+  while (r.next(line)) {
+  }
+  EXPECT_EQ(r.text_bytes(), content.size());
+  EXPECT_EQ(r.raw_bytes_read(), content.size());
+  EXPECT_FALSE(r.compressed());
+}
+
+TEST(JsonlReader, ReadsXz) {
+  ScratchDir dir;
+  std::string content;
+  std::vector<std::string> want;
+  for (int i = 0; i < 50000; ++i) {
+    want.push_back("{\"text\": \"line " + std::to_string(i) + " \\u00e9t\u00e9\"}");
+    content += want.back() + "\n";
+  }
+  write_file(dir / "c.jsonl", content);
+  xz(dir / "c.jsonl");
+  EXPECT_EQ(read_all(dir / "c.jsonl.xz"), want);
+  JsonlReader r(dir / "c.jsonl.xz");
+  EXPECT_TRUE(r.compressed());
+}
+
+TEST(JsonlReader, ReadsConcatenatedXzStreams) {
+  ScratchDir dir;
+  write_file(dir / "p1", "a\nb\n");
+  write_file(dir / "p2", "c\nd");
+  xz(dir / "p1");
+  xz(dir / "p2");
+  write_file(dir / "both.jsonl.xz", testing::read_file(dir / "p1.xz") + testing::read_file(dir / "p2.xz"));
+  EXPECT_EQ(read_all(dir / "both.jsonl.xz"), (std::vector<std::string>{"a", "b", "c", "d"}));
+}
+
+TEST(JsonlReader, CorruptXzNamesTheFile) {
+  ScratchDir dir;
+  std::string content;
+  for (int i = 0; i < 2000; ++i) content += "{\"text\": \"" + std::to_string(i * 7919) + "\"}\n";
+  write_file(dir / "d.jsonl", content);
+  xz(dir / "d.jsonl");
+  std::string bytes = testing::read_file(dir / "d.jsonl.xz");
+  std::string cut = bytes.substr(0, bytes.size() / 2);
+  write_file(dir / "cut.jsonl.xz", cut);
+  bytes[bytes.size() / 2] ^= 0x55;
+  write_file(dir / "flip.jsonl.xz", bytes);
+  for (const char* name : {"cut.jsonl.xz", "flip.jsonl.xz"}) {
+    try {
+      read_all(dir / name);
+      FAIL() << name << " accepted";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(JsonlReader, MissingFileNamesTheFile) {
+  try {
+    JsonlReader r("/nonexistent/dir/x.jsonl");
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/dir/x.jsonl"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace trident

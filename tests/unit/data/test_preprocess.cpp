@@ -1,0 +1,269 @@
+// preprocess_jsonl end to end with a byte-level stub tokenizer: outputs compared token by
+// token with the documents written directly; order kept with several workers; several
+// --json-keys; --append-eod; empty documents skipped; .xz input; every bad-input error
+// names file:line and leaves no outputs; --skip-invalid counts. The CLI is run with the real
+// GPT-2 files when both are present.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/preprocess.h"
+#include "data_test_util.h"
+
+namespace trident {
+namespace {
+
+using testing::ByteTokenizer;
+using testing::ScratchDir;
+using testing::write_file;
+
+std::vector<int32_t> bytes_of(const std::string& s, int32_t base = 0) {
+  std::vector<int32_t> v;
+  for (unsigned char c : s) v.push_back(base + c);
+  return v;
+}
+
+// Reads every document of a dataset as one token list (items of a document concatenated).
+std::vector<std::vector<int32_t>> documents_of(const std::string& prefix) {
+  IndexedDataset d(prefix);
+  std::vector<std::vector<int32_t>> out;
+  for (uint64_t k = 0; k + 1 < d.doc_idx().size(); ++k) {
+    std::vector<int32_t> doc;
+    for (int64_t i = d.doc_idx()[k]; i < d.doc_idx()[k + 1]; ++i) {
+      auto item = d.item(static_cast<uint64_t>(i));
+      doc.insert(doc.end(), item.begin(), item.end());
+    }
+    out.push_back(doc);
+  }
+  return out;
+}
+
+PreprocessOptions options(const ScratchDir& dir, const std::string& input) {
+  PreprocessOptions o;
+  o.input = input;
+  o.output_prefix = dir / "out";
+  o.log = nullptr;
+  return o;
+}
+
+// Random texts with JSON escapes and multi-byte UTF-8 mixed in; every text non-empty.
+std::vector<std::string> corpus(int n, uint32_t seed) {
+  std::mt19937 g(seed);
+  const char* pieces[] = {"a", "b c", " ", "\u00e9", "\u4e2d\u6587", "x\ny", "q\"t", "s\\l", "\t", "42"};
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) {
+    std::string t = "#";
+    t.append(std::to_string(i)).append(":");
+    for (int k = static_cast<int>(g() % 30); k > 0; --k) t += pieces[g() % 10];
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"') o += "\\\"";
+    else if (c == '\\') o += "\\\\";
+    else if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else o += c;
+  }
+  return o;
+}
+
+TEST(Preprocess, OrderKeptWithSeveralWorkers) {
+  ScratchDir dir;
+  const auto texts = corpus(500, 7);
+  std::string jsonl;
+  for (size_t i = 0; i < texts.size(); ++i)
+    jsonl += "{\"id\": " + std::to_string(i) + ", \"text\": \"" + json_escape(texts[i]) + "\"}\n";
+  write_file(dir / "in.jsonl", jsonl);
+  for (int workers : {1, 4}) {
+    auto o = options(dir, dir / "in.jsonl");
+    o.workers = workers;
+    o.batch_lines = 7;  // many batches, so workers finish out of order
+    o.output_prefix = dir / ("w" + std::to_string(workers));
+    ByteTokenizer tok;
+    const auto st = preprocess_jsonl(o, tok);
+    EXPECT_EQ(st.documents, 500u);
+    EXPECT_EQ(st.lines, 500u);
+    ASSERT_EQ(st.output_prefixes, (std::vector<std::string>{dir / ("w" + std::to_string(workers) + "_text_document")}));
+    const auto docs = documents_of(st.output_prefixes[0]);
+    ASSERT_EQ(docs.size(), 500u);
+    uint64_t tokens = 0;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      EXPECT_EQ(docs[i], bytes_of(texts[i])) << "document " << i;
+      tokens += texts[i].size();
+    }
+    EXPECT_EQ(st.tokens[0], tokens);
+    IndexedDataset d(st.output_prefixes[0]);
+    EXPECT_EQ(d.dtype(), IndexDType::kUInt16);  // vocab 257 < 65500
+  }
+  EXPECT_EQ(testing::read_file(dir / "w1_text_document.bin"), testing::read_file(dir / "w4_text_document.bin"));
+  EXPECT_EQ(testing::read_file(dir / "w1_text_document.idx"), testing::read_file(dir / "w4_text_document.idx"));
+}
+
+TEST(Preprocess, KeysEodEmptyDocsAndXz) {
+  ScratchDir dir;
+  // title is empty on line 2, text empty on line 3; line 4 is blank (ignored).
+  const std::string jsonl =
+      "{\"text\": \"hello\", \"title\": \"T1\"}\n"
+      "{\"title\": \"\", \"text\": \"world\"}\n"
+      "{\"text\": \"\", \"title\": \"T3\", \"extra\": [1, {\"a\": null}]}\n"
+      "\n"
+      "{\"text\": \"\\u00e9\\n\", \"title\": \"T5\"}";
+  write_file(dir / "in.jsonl", jsonl);
+  ASSERT_EQ(std::system(("xz -k -T1 '" + dir / "in.jsonl" + "'").c_str()), 0);
+  for (const std::string input : {"in.jsonl", "in.jsonl.xz"}) {
+    auto o = options(dir, dir / input);
+    o.output_prefix = dir / ("o_" + input);
+    o.json_keys = {"text", "title"};
+    o.append_eod = true;
+    o.workers = 2;
+    ByteTokenizer tok(70000);  // vocab 70257: int32 output
+    const auto st = preprocess_jsonl(o, tok);
+    EXPECT_EQ(st.lines, 5u);
+    EXPECT_EQ(st.documents, 4u);
+    EXPECT_EQ(st.written, (std::vector<uint64_t>{3, 3}));
+    EXPECT_EQ(st.empty, (std::vector<uint64_t>{1, 1}));
+    const int32_t eod = 70256;
+    auto with_eod = [&](const std::string& s) {
+      auto v = bytes_of(s, 70000);
+      v.push_back(eod);
+      return v;
+    };
+    EXPECT_EQ(documents_of(st.output_prefixes[0]),
+              (std::vector<std::vector<int32_t>>{with_eod("hello"), with_eod("world"), with_eod("\u00e9\n")}));
+    EXPECT_EQ(documents_of(st.output_prefixes[1]),
+              (std::vector<std::vector<int32_t>>{with_eod("T1"), with_eod("T3"), with_eod("T5")}));
+    EXPECT_EQ(st.output_prefixes[1], dir / ("o_" + input + "_title_document"));
+    IndexedDataset d(st.output_prefixes[0]);
+    EXPECT_EQ(d.dtype(), IndexDType::kInt32);
+    EXPECT_EQ(d.size(), 3u);  // one item per document
+  }
+}
+
+struct BadCase {
+  std::string line, reason;
+};
+
+TEST(Preprocess, BadInputNamesFileLineAndLeavesNothing) {
+  const std::vector<BadCase> cases = {
+      {"{\"text\": \"unterminated}", "invalid JSON"},
+      {"{\"text\": \"a\",}", "invalid JSON"},
+      {"not json", "invalid JSON"},
+      {"{\"body\": \"a\"}", "missing key \"text\""},
+      {"{\"text\": 12}", "key \"text\" is not a string (got number)"},
+      {"{\"text\": null}", "key \"text\" is not a string (got null)"},
+      {"{\"text\": [\"a\"]}", "key \"text\" is not a string (got array)"},
+      {"[\"text\"]", "not a JSON object (got array)"},
+      {"{\"text\": \"bad utf8 \xff\"}", "invalid JSON"},
+  };
+  for (const auto& c : cases) {
+    ScratchDir dir;
+    std::string jsonl;
+    for (int i = 0; i < 40; ++i) jsonl += "{\"text\": \"ok " + std::to_string(i) + "\"}\n";
+    jsonl += c.line + "\n";  // line 41
+    for (int i = 0; i < 40; ++i) jsonl += "{\"text\": \"after\"}\n";
+    write_file(dir / "bad.jsonl", jsonl);
+    auto o = options(dir, dir / "bad.jsonl");
+    o.workers = 3;
+    o.batch_lines = 4;
+    ByteTokenizer tok;
+    try {
+      preprocess_jsonl(o, tok);
+      ADD_FAILURE() << "accepted: " << c.line;
+    } catch (const IoError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(dir / "bad.jsonl:41: " + c.reason, 0), 0u) << e.what();
+    }
+    EXPECT_EQ(dir.files(), (std::set<std::string>{"bad.jsonl"})) << c.line;
+
+    o.skip_invalid = true;
+    const auto st = preprocess_jsonl(o, tok);
+    EXPECT_EQ(st.invalid, 1u) << c.line;
+    EXPECT_EQ(st.documents, 80u);
+    EXPECT_EQ(documents_of(st.output_prefixes[0]).size(), 80u);
+  }
+}
+
+TEST(Preprocess, OnlyFirstBadLineReported) {
+  ScratchDir dir;
+  std::string jsonl;
+  for (int i = 1; i <= 300; ++i) jsonl += (i % 50 == 0 ? std::string("{oops}") : "{\"text\": \"t\"}") + "\n";
+  write_file(dir / "many.jsonl", jsonl);
+  auto o = options(dir, dir / "many.jsonl");
+  o.workers = 4;
+  o.batch_lines = 3;
+  ByteTokenizer tok;
+  try {
+    preprocess_jsonl(o, tok);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(dir / "many.jsonl:50: invalid JSON", 0), 0u) << e.what();
+  }
+  o.skip_invalid = true;
+  EXPECT_EQ(preprocess_jsonl(o, tok).invalid, 6u);
+}
+
+TEST(Preprocess, MissingInputNamed) {
+  ScratchDir dir;
+  auto o = options(dir, dir / "nope.jsonl");
+  ByteTokenizer tok;
+  try {
+    preprocess_jsonl(o, tok);
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("nope.jsonl"), std::string::npos);
+  }
+  EXPECT_TRUE(dir.files().empty());
+}
+
+// ---- the command-line tool (built beside the tests), with the real GPT-2 files
+
+std::string tool() { return std::string(TRIDENT_BINARY_DIR) + "/tools/trident-preprocess"; }
+
+int run(const std::string& cmd, std::string* err) {
+  const std::string full = cmd + " 2>" + "/tmp/trident-pp-test-err." + std::to_string(::getpid());
+  const int rc = std::system(full.c_str());
+  *err = testing::read_file("/tmp/trident-pp-test-err." + std::to_string(::getpid()));
+  std::remove(("/tmp/trident-pp-test-err." + std::to_string(::getpid())).c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(PreprocessTool, Gpt2EndToEnd) {
+  const std::string vocab = std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-vocab.json";
+  const std::string merges = std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-merges.txt";
+  if (!std::filesystem::exists(tool()) || !std::filesystem::exists(vocab))
+    GTEST_SKIP() << "needs " << tool() << " and " << vocab;
+  ScratchDir dir;
+  write_file(dir / "in.jsonl", "{\"text\": \"Hello world\"}\n{\"text\": \" the cat sat on the mat\"}\n");
+  const std::string base = tool() + " --tokenizer-type GPT2BPETokenizer --vocab-file " + vocab +
+                           " --merge-file " + merges + " --output-prefix " + dir / "g";
+  std::string err;
+  ASSERT_EQ(run(base + " --input " + dir / "in.jsonl" + " --append-eod --workers 2", &err), 0) << err;
+  EXPECT_EQ(documents_of(dir / "g_text_document"),
+            (std::vector<std::vector<int32_t>>{{15496, 995, 50256}, {262, 3797, 3332, 319, 262, 2603, 50256}}));
+  EXPECT_EQ(IndexedDataset(dir / "g_text_document").dtype(), IndexDType::kUInt16);
+
+  write_file(dir / "bad.jsonl", "{\"text\": \"fine\"}\n{\"text\": 3}\n");
+  EXPECT_EQ(run(base + " --input " + dir / "bad.jsonl", &err), 2);
+  EXPECT_NE(err.find("trident-preprocess: error: " + dir / "bad.jsonl:2: key \"text\" is not a string"),
+            std::string::npos) << err;
+  EXPECT_EQ(run(base + " --input " + dir / "in.jsonl" + " --dataset-impl lazy", &err), 2);
+  EXPECT_NE(err.find("--dataset-impl"), std::string::npos) << err;
+  EXPECT_EQ(run(tool() + " --tokenizer-type GPT2BPETokenizer --vocab-file " + dir / "none.json" +
+                    " --merge-file " + merges + " --output-prefix " + dir / "h --input " + dir / "in.jsonl",
+                &err),
+            2);
+  EXPECT_NE(err.find(dir / "none.json"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace trident

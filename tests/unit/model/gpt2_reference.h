@@ -1,0 +1,131 @@
+// An independent, naive, double-precision GPT-2 forward used as the reference for the
+// model's loss and (through central finite differences) its gradients. It shares only
+// the canonical parameter layout and the dropout mask function with the code under test.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/philox.h"
+
+namespace trident::ref {
+
+struct RefConfig {
+  int L, C, H, T, B;
+  int V;  // real vocabulary (rows of wte used for logits)
+  float hidden_dropout = 0, attention_dropout = 0;
+  uint64_t dropout_seed = 0, sample_base = 0;
+};
+
+using Params = std::map<std::string, std::vector<double>>;  // canonical tensors, row-major
+
+inline void layernorm(const double* x, const double* g, const double* b, double* y, int C) {
+  double mean = 0, var = 0;
+  for (int c = 0; c < C; ++c) mean += x[c];
+  mean /= C;
+  for (int c = 0; c < C; ++c) var += (x[c] - mean) * (x[c] - mean);
+  var /= C;
+  const double rstd = 1.0 / std::sqrt(var + 1e-5);
+  for (int c = 0; c < C; ++c) y[c] = (x[c] - mean) * rstd * g[c] + b[c];
+}
+
+// y[out] = W[out, in] x[in] + b
+inline void linear(const double* x, const std::vector<double>& W, const std::vector<double>& b, double* y, int in,
+                   int out) {
+  for (int o = 0; o < out; ++o) {
+    double s = b[o];
+    for (int i = 0; i < in; ++i) s += W[static_cast<size_t>(o) * in + i] * x[i];
+    y[o] = s;
+  }
+}
+
+inline double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+inline double drop(const RefConfig& c, float p, uint32_t site, int b, uint64_t index, double v) {
+  if (p <= 0) return v;
+  DropoutKey k;
+  k.p = p;
+  k.seed = c.dropout_seed;
+  k.site = site;
+  return dropout_keep(k, c.sample_base + b, index) ? v / (1.0 - p) : 0.0;
+}
+
+// Mean cross-entropy over all B*T targets.
+inline double gpt2_loss(const RefConfig& c, const Params& P, const std::vector<int>& tokens,
+                        const std::vector<int>& targets) {
+  const int C = c.C, T = c.T, H = c.H, D = C / H, F = 4 * C;
+  double total = 0;
+  for (int b = 0; b < c.B; ++b) {
+    std::vector<double> x(static_cast<size_t>(T) * C);
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < C; ++i) {
+        const double e = P.at("wte")[static_cast<size_t>(tokens[b * T + t]) * C + i] + P.at("wpe")[t * C + i];
+        x[t * C + i] = drop(c, c.hidden_dropout, kDropEmbedding, b, static_cast<uint64_t>(t) * C + i, e);
+      }
+    for (int l = 0; l < c.L; ++l) {
+      const std::string h = "h." + std::to_string(l) + ".";
+      std::vector<double> ln(T * C), qkv(T * 3 * C), att(T * C, 0.0), proj(C), mid(T * C);
+      for (int t = 0; t < T; ++t) {
+        layernorm(&x[t * C], P.at(h + "ln_1.weight").data(), P.at(h + "ln_1.bias").data(), &ln[t * C], C);
+        linear(&ln[t * C], P.at(h + "attn.qkv.weight"), P.at(h + "attn.qkv.bias"), &qkv[t * 3 * C], C, 3 * C);
+      }
+      for (int hd = 0; hd < H; ++hd)
+        for (int i = 0; i < T; ++i) {
+          std::vector<double> s(i + 1);
+          double mx = -1e300;
+          for (int j = 0; j <= i; ++j) {
+            double d = 0;
+            for (int k = 0; k < D; ++k) d += qkv[i * 3 * C + hd * D + k] * qkv[j * 3 * C + C + hd * D + k];
+            s[j] = d / std::sqrt(static_cast<double>(D));
+            mx = std::max(mx, s[j]);
+          }
+          double z = 0;
+          for (int j = 0; j <= i; ++j) z += std::exp(s[j] - mx);
+          for (int j = 0; j <= i; ++j) {
+            const double p = std::exp(s[j] - mx) / z;
+            const double pd = drop(c, c.attention_dropout, l * kSitesPerLayer + kDropAttnProbs, b,
+                                   (static_cast<uint64_t>(hd) * T + i) * T + j, p);
+            for (int k = 0; k < D; ++k) att[i * C + hd * D + k] += pd * qkv[j * 3 * C + 2 * C + hd * D + k];
+          }
+        }
+      for (int t = 0; t < T; ++t) {
+        linear(&att[t * C], P.at(h + "attn.proj.weight"), P.at(h + "attn.proj.bias"), proj.data(), C, C);
+        for (int i = 0; i < C; ++i)
+          mid[t * C + i] = x[t * C + i] + drop(c, c.hidden_dropout, l * kSitesPerLayer + kDropAttnOut, b,
+                                               static_cast<uint64_t>(t) * C + i, proj[i]);
+      }
+      std::vector<double> fc(F), out(C);
+      for (int t = 0; t < T; ++t) {
+        layernorm(&mid[t * C], P.at(h + "ln_2.weight").data(), P.at(h + "ln_2.bias").data(), &ln[t * C], C);
+        linear(&ln[t * C], P.at(h + "mlp.fc.weight"), P.at(h + "mlp.fc.bias"), fc.data(), C, F);
+        for (double& v : fc) v = gelu(v);
+        linear(fc.data(), P.at(h + "mlp.proj.weight"), P.at(h + "mlp.proj.bias"), out.data(), F, C);
+        for (int i = 0; i < C; ++i)
+          x[t * C + i] = mid[t * C + i] + drop(c, c.hidden_dropout, l * kSitesPerLayer + kDropMlpOut, b,
+                                               static_cast<uint64_t>(t) * C + i, out[i]);
+      }
+    }
+    std::vector<double> lnf(C);
+    for (int t = 0; t < T; ++t) {
+      layernorm(&x[t * C], P.at("ln_f.weight").data(), P.at("ln_f.bias").data(), lnf.data(), C);
+      std::vector<double> logits(c.V);
+      double mx = -1e300;
+      for (int v = 0; v < c.V; ++v) {
+        double s = 0;
+        for (int i = 0; i < C; ++i) s += P.at("wte")[static_cast<size_t>(v) * C + i] * lnf[i];
+        logits[v] = s;
+        mx = std::max(mx, s);
+      }
+      double z = 0;
+      for (double s : logits) z += std::exp(s - mx);
+      total += std::log(z) + mx - logits[targets[b * T + t]];
+    }
+  }
+  return total / (static_cast<double>(c.B) * T);
+}
+
+}  // namespace trident::ref

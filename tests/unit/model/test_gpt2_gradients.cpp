@@ -1,0 +1,93 @@
+// The model's loss against an independent double-precision GPT-2, and every parameter
+// tensor's gradient against central finite differences of that reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "gpt2_reference.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/gpt2.h"
+#include "model_test_util.h"
+
+namespace trident {
+namespace {
+
+struct Case {
+  float hidden_dropout, attention_dropout;
+};
+
+class Gpt2GradientTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences) {
+  const Case tc = GetParam();
+  ModelConfig cfg = test::tiny_config();
+  cfg.hidden_dropout = tc.hidden_dropout;
+  cfg.attention_dropout = tc.attention_dropout;
+  // A wide init makes attention far from uniform and GELU far from linear, so the
+  // comparison is sensitive to every part of the block (at 0.02 it barely is).
+  cfg.init_method_std = 0.3f;
+  const int B = 2, T = cfg.seq_length;
+  auto be = make_cpu_backend();
+  Gpt2Model model(cfg, *be, StageLayout{}, B);
+  model.set_dropout_seed(77);
+  model.params().init(1234);
+
+  std::mt19937 rng(5);
+  std::vector<int32_t> tokens(B * T), targets(B * T);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  for (auto& t : targets) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  const uint64_t sample_base = 40;
+  model.params().zero_grads();
+  model.forward(0, MicroBatch{tokens.data(), targets.data(), sample_base}, true, 1.0f / (B * T));
+  model.backward(0);
+  const LossStats st = model.loss_stats();
+  ASSERT_EQ(st.tokens, B * T);
+
+  ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, T, B, static_cast<int>(cfg.vocab_size),
+                    cfg.hidden_dropout, cfg.attention_dropout, 77, sample_base};
+  ref::Params P;
+  for (const LocalParam& p : model.params().list()) {
+    std::vector<float> h = test::to_host(*be, model.params().param(p));
+    P[p.spec.name] = std::vector<double>(h.begin(), h.end());
+  }
+  std::vector<int> tok(tokens.begin(), tokens.end()), tgt(targets.begin(), targets.end());
+  const double ref_loss = ref::gpt2_loss(rc, P, tok, tgt);
+  EXPECT_NEAR(st.loss_sum / (B * T), ref_loss, 1e-5 * ref_loss);
+
+  const double eps = 1e-5;
+  int checked_tensors = 0;
+  for (const LocalParam& p : model.params().list()) {
+    const std::vector<float> g = test::to_host(*be, model.params().grad(p));
+    double gmax = 0;
+    for (float v : g) gmax = std::max(gmax, std::fabs(static_cast<double>(v)));
+    ASSERT_GT(gmax, 0.0) << p.spec.name << " has an all-zero gradient";
+    // Elements to check: first, last real, and a few random ones (wte: real vocab rows).
+    const int64_t n = p.spec.name == "wte" ? cfg.vocab_size * cfg.hidden_size : p.numel();
+    std::vector<int64_t> idx = {0, n - 1};
+    for (int i = 0; i < 4; ++i) idx.push_back(static_cast<int64_t>(rng() % n));
+    std::vector<double>& w = P[p.spec.name];
+    for (int64_t i : idx) {
+      const double saved = w[i];
+      w[i] = saved + eps;
+      const double up = ref::gpt2_loss(rc, P, tok, tgt);
+      w[i] = saved - eps;
+      const double down = ref::gpt2_loss(rc, P, tok, tgt);
+      w[i] = saved;
+      const double fd = (up - down) / (2 * eps);
+      EXPECT_NEAR(g[i], fd, 2e-3 * std::fabs(fd) + 2e-4 * gmax + 1e-7) << p.spec.name << "[" << i << "]";
+    }
+    if (p.spec.name == "wte") {  // padding rows never take part
+      for (int64_t i = n; i < p.numel(); ++i) ASSERT_EQ(g[i], 0.0f) << "wte padding gradient at " << i;
+    }
+    ++checked_tensors;
+  }
+  EXPECT_EQ(checked_tensors, 4 + 12 * cfg.num_layers);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, Gpt2GradientTest,
+                         ::testing::Values(Case{0.0f, 0.0f}, Case{0.1f, 0.1f}),
+                         [](const auto& info) { return info.param.hidden_dropout > 0 ? "with_dropout" : "no_dropout"; });
+
+}  // namespace
+}  // namespace trident

@@ -1,0 +1,122 @@
+// Canonical parameters: layout-independent init across TP slicings, padding, counts;
+// the LR schedule against its closed forms; the FLOP formula; the log line's shape.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <regex>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "model/param_store.h"
+#include "model_test_util.h"
+#include "train/log_line.h"
+#include "train/lr_schedule.h"
+
+namespace trident {
+namespace {
+
+TEST(Params, InitIsIndependentOfTensorParallelSlicing) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.num_attention_heads = 4;
+  auto be = make_cpu_backend();
+  auto all = [](const ParamSpec&) { return true; };
+  ParamStore full(*be, gpt2_param_specs(cfg, 1), 1, 0, DType::F32, DType::F32, all);
+  full.init(42);
+  for (int tp : {2, 4}) {
+    for (int r = 0; r < tp; ++r) {
+      ParamStore part(*be, gpt2_param_specs(cfg, tp), tp, r, DType::F32, DType::F32, all);
+      part.init(42);
+      for (const LocalParam& p : part.list()) {
+        const std::vector<float> local = test::to_host(*be, part.param(p));
+        const std::vector<float> whole = test::to_host(*be, full.param(p.spec.name));
+        const int64_t real = p.spec.name == "wte" ? cfg.vocab_size * cfg.hidden_size : INT64_MAX;
+        for (int64_t i = 0; i < p.numel(); ++i) {
+          const int64_t g = canonical_index(p.spec, tp, r, i);
+          if (g >= real) {
+            ASSERT_EQ(local[i], 0.0f) << "padding of " << p.spec.name;
+            continue;
+          }
+          ASSERT_EQ(local[i], whole[g]) << p.spec.name << " tp" << tp << " rank " << r << " elem " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Params, InitStatisticsFollowGpt2) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.hidden_size = 64;
+  cfg.num_layers = 8;
+  auto be = make_cpu_backend();
+  ParamStore s(*be, gpt2_param_specs(cfg, 1), 1, 0, DType::F32, DType::F32, [](const ParamSpec&) { return true; });
+  s.init(7);
+  auto stdev = [&](const std::string& name) {
+    const std::vector<float> v = test::to_host(*be, s.param(name));
+    double m = 0, q = 0;
+    for (float x : v) m += x, q += double(x) * x;
+    m /= v.size();
+    return std::sqrt(q / v.size() - m * m);
+  };
+  EXPECT_NEAR(stdev("h.0.mlp.fc.weight"), 0.02, 0.001);
+  EXPECT_NEAR(stdev("h.0.mlp.proj.weight"), 0.02 / std::sqrt(16.0), 0.0004);
+  for (float x : test::to_host(*be, s.param("h.3.ln_1.weight"))) ASSERT_EQ(x, 1.0f);
+  for (float x : test::to_host(*be, s.param("h.3.attn.qkv.bias"))) ASSERT_EQ(x, 0.0f);
+}
+
+TEST(Params, CountsMatchGpt2Small) {
+  ModelConfig c;  // defaults are GPT-2 small
+  EXPECT_EQ(c.padded_vocab_size(1), 50304);
+  EXPECT_EQ(c.padded_vocab_size(2), 50432);
+  EXPECT_EQ(c.padded_vocab_size(4), 50688);
+  // 124,475,904 with the padded vocabulary (124,439,808 unpadded).
+  EXPECT_EQ(c.num_parameters(1), 124475904);
+}
+
+TEST(Schedule, MatchesClosedForms) {
+  LrSchedule s;
+  s.max_lr = 1e-3;
+  s.min_lr = 1e-4;
+  s.warmup_samples = 100;
+  s.decay_samples = 1100;
+  s.style = LrDecayStyle::Cosine;
+  EXPECT_DOUBLE_EQ(s.lr(0), 0.0);
+  EXPECT_DOUBLE_EQ(s.lr(50), 5e-4);
+  EXPECT_DOUBLE_EQ(s.lr(100), 1e-3);
+  EXPECT_NEAR(s.lr(600), 1e-4 + 0.5 * (std::cos(M_PI * 0.5) + 1) * 9e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(s.lr(1100), 1e-4);
+  EXPECT_DOUBLE_EQ(s.lr(5000), 1e-4);
+  s.style = LrDecayStyle::Linear;
+  EXPECT_NEAR(s.lr(350), 1e-4 + 0.75 * 9e-4, 1e-15);
+  s.style = LrDecayStyle::Constant;
+  EXPECT_DOUBLE_EQ(s.lr(5000), 1e-3);
+}
+
+TEST(Flops, MegatronFormula) {
+  ModelConfig c;  // 12 layers, 768, seq 1024, V 50304
+  const double expect = 72.0 * 8 * 1024 * 12 * 768.0 * 768 * (1 + 1024 / (6.0 * 768) + 50304 / (12.0 * 12 * 768));
+  EXPECT_DOUBLE_EQ(model_flops_per_iteration(c, 8), expect);
+}
+
+TEST(LogLine, HasMegatronFieldsOnOneLine) {
+  IterationLog l;
+  l.iteration = 10;
+  l.train_iters = 100;
+  l.consumed_samples = 640;
+  l.ms_per_iteration = 812.34;
+  l.learning_rate = 1e-4;
+  l.global_batch_size = 64;
+  l.lm_loss = 7.123456;
+  l.lm_acc = 0.054;
+  l.grad_norm = 1.2345;
+  l.tokens_per_second = 12345.6;
+  l.tflops_per_rank = 0.42;
+  const std::string s = format_iteration_log(l);
+  EXPECT_EQ(s.find('\n'), std::string::npos);
+  EXPECT_EQ(s,
+            " iteration       10/     100 | consumed samples:          640 | elapsed time per iteration (ms): 812.3 |"
+            " learning rate: 1.000E-04 | global batch size:    64 | lm loss: 7.123456E+00 | lm acc: 0.0540 |"
+            " grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+            " tokens per second: 12345.6 | TFLOP/s per rank: 0.420 |");
+}
+
+}  // namespace
+}  // namespace trident

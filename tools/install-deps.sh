@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages trident builds and runs with (idempotent; root or sudo).
+# Only missing packages are installed, so a second run costs a few dpkg queries.
+set -euo pipefail
+packages=(
+  cmake g++ make pkg-config git xz-utils
+  libopenmpi-dev openmpi-bin          # MPI launcher and library
+  libyaml-cpp-dev libcxxopts-dev      # --config YAML, command-line flags
+  libgtest-dev                        # tests
+  libopenblas-dev                     # CPU GEMM
+  libsimdjson-dev nlohmann-json3-dev  # JSONL corpora, vocab.json
+  libutf8proc-dev liblzma-dev         # Unicode classes for BPE, .jsonl.xz input
+  fortunes fortunes-zh                # the demo corpus
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
