@@ -1,5 +1,7 @@
 #include "data/gpt_dataset.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,49 +44,52 @@ void append(std::string& out, const T* p, size_t n) {
   out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
 }
 
-// Reads a cache file; false (and the maps untouched) when it is absent or not valid.
-bool load_cache(const std::string& path, uint64_t hash, uint64_t begin, uint64_t end, GptIndexMaps& m) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return false;
-  std::string buf;
-  char chunk[1 << 16];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) buf.append(chunk, got);
-  std::fclose(f);
-  if (buf.size() < kCacheHeader || std::memcmp(buf.data(), kCacheMagic, 8) != 0) return false;
+// Cache file: magic, u64 {version, hash, epochs, separate, doc_idx length, samples}, int32
+// doc_idx padded to 8 bytes, int64 sample_idx[2 * (samples + 1)], int64 shuffle_idx[samples].
+uint64_t padded_doc_bytes(uint64_t ndoc) { return (ndoc * 4 + 7) / 8 * 8; }
+
+// Maps a cache file; nullptr when it is absent or its header and length do not match.
+void* map_cache(const std::string& path, uint64_t hash, size_t& len, GptIndexView& v) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < kCacheHeader) {
+    ::close(fd);
+    return nullptr;
+  }
+  len = static_cast<size_t>(st.st_size);
+  void* m = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (m == MAP_FAILED) return nullptr;
+  const char* p = static_cast<const char*>(m);
   uint64_t h[6];
-  std::memcpy(h, buf.data() + 8, sizeof h);
+  std::memcpy(h, p + 8, sizeof h);
   const uint64_t version = h[0], file_hash = h[1], epochs = h[2], separate = h[3], ndoc = h[4], n = h[5];
-  if (version != kCacheVersion || file_hash != hash || separate > 1) return false;
-  const uint64_t body = buf.size() - kCacheHeader;
-  if (ndoc > body / 4 || n > body / 24 || ndoc * 4 + (2 * (n + 1)) * 8 + n * 8 != body) return false;
-  GptIndexMaps r;
-  r.epochs = epochs;
-  r.separate_last_epoch = separate == 1;
-  r.doc_idx.resize(ndoc);
-  r.sample_idx.resize(2 * (n + 1));
-  r.shuffle_idx.resize(n);
-  const char* p = buf.data() + kCacheHeader;
-  std::memcpy(r.doc_idx.data(), p, ndoc * 4);
-  std::memcpy(r.sample_idx.data(), p + ndoc * 4, r.sample_idx.size() * 8);
-  std::memcpy(r.shuffle_idx.data(), p + ndoc * 4 + r.sample_idx.size() * 8, n * 8);
-  for (int32_t d : r.doc_idx)
-    if (d < static_cast<int64_t>(begin) || d >= static_cast<int64_t>(end)) return false;
-  for (int64_t s : r.shuffle_idx)
-    if (s < 0 || static_cast<uint64_t>(s) >= n) return false;
-  for (size_t i = 0; i < r.sample_idx.size(); i += 2)
-    if (r.sample_idx[i] < 0 || static_cast<uint64_t>(r.sample_idx[i]) >= ndoc || r.sample_idx[i + 1] < 0) return false;
-  m = std::move(r);
-  return true;
+  const uint64_t body = len - kCacheHeader;
+  if (std::memcmp(p, kCacheMagic, 8) != 0 || version != kCacheVersion || file_hash != hash || separate > 1 ||
+      ndoc > body / 4 || n > body / 24 || padded_doc_bytes(ndoc) + (2 * (n + 1)) * 8 + n * 8 != body) {
+    ::munmap(m, len);
+    return nullptr;
+  }
+  v.epochs = epochs;
+  v.separate_last_epoch = separate == 1;
+  const char* q = p + kCacheHeader;
+  v.doc_idx = {reinterpret_cast<const int32_t*>(q), ndoc};
+  q += padded_doc_bytes(ndoc);
+  v.sample_idx = {reinterpret_cast<const int64_t*>(q), 2 * (n + 1)};
+  v.shuffle_idx = {reinterpret_cast<const int64_t*>(q + 16 * (n + 1)), n};
+  return m;
 }
 
-// Writes the maps under a unique temporary name and renames it into place.
-void save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
+// Writes the maps under a unique temporary name and renames it into place; false if the
+// folder cannot be written.
+bool save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
   std::string out(kCacheMagic, 8);
   const uint64_t h[6] = {kCacheVersion, hash, m.epochs, m.separate_last_epoch ? 1u : 0u, m.doc_idx.size(),
                          m.shuffle_idx.size()};
   append(out, h, 6);
   append(out, m.doc_idx.data(), m.doc_idx.size());
+  out.append(padded_doc_bytes(m.doc_idx.size()) - m.doc_idx.size() * 4, '\0');
   append(out, m.sample_idx.data(), m.sample_idx.size());
   append(out, m.shuffle_idx.data(), m.shuffle_idx.size());
   std::ostringstream tmp;
@@ -95,10 +100,11 @@ void save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
   if (f) ok = std::fclose(f) == 0 && ok;
   if (ok) ok = std::rename(tmp_path.c_str(), path.c_str()) == 0;
   if (!ok) {
-    const std::string why = std::strerror(errno);
+    std::fprintf(stderr, "trident: warning: cannot write the index cache %s (%s); keeping it in memory\n",
+                 path.c_str(), std::strerror(errno));
     std::remove(tmp_path.c_str());
-    throw IoError(detail::concat(path, ": cannot write the index cache: ", why));
   }
+  return ok;
 }
 
 }  // namespace
@@ -243,34 +249,63 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   cache_file_ = (dir / detail::concat(fs::path(prefix).filename().string(), "_", name, "_indexmap_", samples, "ns_",
                                       seq_length, "sl_", seed, "s_", hex, ".tidx"))
                     .string();
-  if (load_cache(cache_file_, hash, begin, end, maps_)) {
+  begin_ = begin;
+  end_ = end;
+  map_ = map_cache(cache_file_, hash, map_len_, view_);
+  if (map_) {
     from_cache_ = true;
     return;
   }
-  maps_ = build_index_maps(data_->sizes(), begin, end, seq_length, seed, samples);
+  owned_ = build_index_maps(data_->sizes(), begin, end, seq_length, seed, samples);
   fs::create_directories(dir, ec);
-  save_cache(cache_file_, hash, maps_);
+  if (save_cache(cache_file_, hash, owned_) && (map_ = map_cache(cache_file_, hash, map_len_, view_))) {
+    owned_ = GptIndexMaps();  // serve from the shared mapping
+    return;
+  }
+  view_ = {owned_.epochs, owned_.separate_last_epoch, owned_.doc_idx, owned_.sample_idx, owned_.shuffle_idx};
+}
+
+GptDataset::~GptDataset() {
+  if (map_) ::munmap(map_, map_len_);
 }
 
 void GptDataset::get(uint64_t i, int32_t* tokens) const {
   TRIDENT_CHECK(i < size(), "sample ", i, " of ", size());
-  const uint64_t s = static_cast<uint64_t>(maps_.shuffle_idx[i]);
-  const int64_t first = maps_.sample_idx[2 * s], first_off = maps_.sample_idx[2 * s + 1];
-  const int64_t last = maps_.sample_idx[2 * s + 2], last_off = maps_.sample_idx[2 * s + 3];
-  auto doc = [&](int64_t pos) { return static_cast<uint64_t>(maps_.doc_idx[static_cast<size_t>(pos)]); };
+  const auto& v = view_;
+  // Every value read from the (possibly cached) maps is checked before use.
+  auto corrupt = [&] { return IoError(detail::concat(cache_file_, ": corrupt index cache (sample ", i, "); delete it")); };
+  const int64_t s = v.shuffle_idx[i];
+  if (s < 0 || static_cast<uint64_t>(s) >= size()) throw corrupt();
+  const int64_t first = v.sample_idx[2 * s], first_off = v.sample_idx[2 * s + 1];
+  const int64_t last = v.sample_idx[2 * s + 2], last_off = v.sample_idx[2 * s + 3];
+  const int64_t ndoc = static_cast<int64_t>(v.doc_idx.size());
+  if (first < 0 || last < first || last >= ndoc || first_off < 0 || last_off < 0) throw corrupt();
+  auto doc = [&](int64_t pos) {
+    const int32_t d = v.doc_idx[static_cast<size_t>(pos)];
+    if (d < static_cast<int64_t>(begin_) || d >= static_cast<int64_t>(end_)) throw corrupt();
+    return static_cast<uint64_t>(d);
+  };
+  auto len = [&](uint64_t d) { return static_cast<int64_t>(data_->sizes()[d]); };
+  const int64_t want = seq_length_ + 1;
   if (first == last) {
-    data_->read(doc(first), first_off, last_off - first_off + 1, tokens);
+    const uint64_t d = doc(first);
+    if (last_off - first_off + 1 != want || last_off >= len(d)) throw corrupt();
+    data_->read(d, first_off, want, tokens);
     return;
   }
-  int64_t n = data_->sizes()[doc(first)] - first_off;
-  data_->read(doc(first), first_off, n, tokens);
+  const uint64_t d0 = doc(first);
+  int64_t n = len(d0) - first_off;
+  if (n < 0 || n > want) throw corrupt();
+  data_->read(d0, first_off, n, tokens);
   for (int64_t p = first + 1; p < last; ++p) {
-    const int64_t len = data_->sizes()[doc(p)];
-    data_->read(doc(p), 0, len, tokens + n);
-    n += len;
+    const uint64_t d = doc(p);
+    if (n + len(d) > want) throw corrupt();
+    data_->read(d, 0, len(d), tokens + n);
+    n += len(d);
   }
-  data_->read(doc(last), 0, last_off + 1, tokens + n);
-  TRIDENT_CHECK(n + last_off + 1 == seq_length_ + 1, "sample ", i, " has ", n + last_off + 1, " tokens");
+  const uint64_t dl = doc(last);
+  if (n + last_off + 1 != want || last_off >= len(dl)) throw corrupt();
+  data_->read(dl, 0, last_off + 1, tokens + n);
 }
 
 // ---------------------------------------------------------------- train/valid/test

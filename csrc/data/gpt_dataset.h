@@ -16,7 +16,8 @@
 // Shuffles are Fisher-Yates driven by one std::mt19937_64(seed), in the order doc_idx then
 // shuffle_idx, drawing j uniformly in [0, i] by rejection (not numpy-compatible).
 // The maps are cached in one file per split, named by a hash of everything they depend on,
-// written to a unique temporary name and renamed, so concurrent ranks can build them.
+// written to a unique temporary name and renamed, so concurrent ranks can build them; the
+// file is then memory-mapped (ranks on a node share it through the page cache).
 #pragma once
 
 #include <array>
@@ -94,6 +95,15 @@ class DeterministicShuffler {
   std::mt19937_64 gen_;
 };
 
+// Read-only view of index maps, owned by a GptIndexMaps or by a mapped cache file.
+struct GptIndexView {
+  uint64_t epochs = 0;
+  bool separate_last_epoch = false;
+  std::span<const int32_t> doc_idx;
+  std::span<const int64_t> sample_idx;
+  std::span<const int64_t> shuffle_idx;
+};
+
 // One split of one prefix (the building block of build_gpt_datasets).
 class IndexedDataset;
 class GptDataset : public SampleSource {
@@ -101,16 +111,23 @@ class GptDataset : public SampleSource {
   // name: "train", "valid" or "test" (part of the cache file name).
   GptDataset(std::shared_ptr<const IndexedDataset> data, const std::string& name, uint64_t begin,
              uint64_t end, int seq_length, uint64_t seed, uint64_t samples, const std::string& cache_dir);
-  uint64_t size() const override { return maps_.num_samples(); }
+  ~GptDataset() override;
+  GptDataset(const GptDataset&) = delete;
+  GptDataset& operator=(const GptDataset&) = delete;
+  uint64_t size() const override { return view_.shuffle_idx.size(); }
   void get(uint64_t i, int32_t* tokens) const override;
-  const GptIndexMaps& maps() const { return maps_; }
+  const GptIndexView& maps() const { return view_; }
   const std::string& cache_file() const { return cache_file_; }
   bool loaded_from_cache() const { return from_cache_; }
 
  private:
   std::shared_ptr<const IndexedDataset> data_;
   int seq_length_;
-  GptIndexMaps maps_;
+  uint64_t begin_ = 0, end_ = 0;
+  GptIndexMaps owned_;        // used when the cache cannot be written
+  void* map_ = nullptr;       // the mapped cache file
+  size_t map_len_ = 0;
+  GptIndexView view_;
   std::string cache_file_;
   bool from_cache_ = false;
 };

@@ -70,7 +70,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
     load_head(qkv, L, b, 1, h, K);
     load_head(qkv, L, b, 2, h, V);
     const uint64_t sample = drop.sample_base + static_cast<uint64_t>(b);
-    const uint64_t h_global = static_cast<uint64_t>(h);
+    const uint64_t h_global = static_cast<uint64_t>(s.head_offset + h);
     for (int64_t i = 0; i < T; ++i) {
       float mx = -INFINITY;
       for (int64_t j = 0; j <= i; ++j) {
@@ -124,7 +124,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
     std::fill(dK, dK + T * D, 0.f);
     std::fill(dV, dV + T * D, 0.f);
     const uint64_t sample = drop.sample_base + static_cast<uint64_t>(b);
-    const uint64_t h_global = static_cast<uint64_t>(h);
+    const uint64_t h_global = static_cast<uint64_t>(s.head_offset + h);
     for (int64_t i = 0; i < T; ++i) {
       const float l = lse_p[(b * L.H + h) * T + i];
       const float* q = Q + i * D;

@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -20,6 +21,13 @@ namespace {
 
 void check_device(const char* op, const Tensor& t) {
   TRIDENT_CHECK(t.device == Device::Cuda, op, ": tensor is not on the CUDA device");
+}
+
+// Every non-empty operand must live on the GPU: a host pointer in a kernel would be an
+// illegal address (an abort), so it is caught here as an InternalError naming the op.
+void require_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (!t->empty()) check_device(op, *t);
 }
 
 // Makes `ordinal` the current device for the lifetime of the guard's scope. Cheap when it
@@ -93,21 +101,35 @@ class CudaBackend final : public Backend {
     activate(ordinal_);
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }
-  void fill(const Tensor& t, float value) override { on_device(); cuda::fill(t, value, stream_); }
+  void fill(const Tensor& t, float value) override {
+    on_device();
+    require_device("fill", {&t});
+    cuda::fill(t, value, stream_);
+  }
   void synchronize() override {
     activate(ordinal_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   // ---- element-wise ----
-  void cast(const Tensor& src, const Tensor& dst) override { on_device(); cuda::cast(src, dst, stream_); }
-  void scale(const Tensor& t, float alpha) override { on_device(); cuda::scale(t, alpha, stream_); }
+  void cast(const Tensor& src, const Tensor& dst) override {
+    on_device();
+    require_device("cast", {&src, &dst});
+    cuda::cast(src, dst, stream_);
+  }
+  void scale(const Tensor& t, float alpha) override {
+    on_device();
+    require_device("scale", {&t});
+    cuda::scale(t, alpha, stream_);
+  }
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override {
     on_device();
+    require_device("add", {&a, &b, &out});
     cuda::add(a, b, out, stream_);
   }
   void accumulate(const Tensor& dst, const Tensor& src) override {
     on_device();
+    require_device("accumulate", {&dst, &src});
     cuda::accumulate(dst, src, stream_);
   }
 
@@ -115,11 +137,13 @@ class CudaBackend final : public Backend {
   void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe, int T,
                          const Tensor& out) override {
     on_device();
+    require_device("embedding_forward", {&tokens, &wte, &wpe, &out});
     cuda::embedding_forward(tokens, wte, vocab_start, wpe, T, out, stream_);
   }
   void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T, const Tensor& dwte,
                           const Tensor& dwpe) override {
     on_device();
+    require_device("embedding_backward", {&dout, &tokens, &dwte, &dwpe});
     cuda::embedding_backward(dout, tokens, vocab_start, T, dwte, dwpe, allocator(), stream_);
   }
 
@@ -127,11 +151,13 @@ class CudaBackend final : public Backend {
   void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& out,
                          const Tensor& mean, const Tensor& rstd) override {
     on_device();
+    require_device("layernorm_forward", {&x, &gamma, &beta, &out, &mean, &rstd});
     cuda::layernorm_forward(x, gamma, beta, out, mean, rstd, stream_);
   }
   void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
     on_device();
+    require_device("layernorm_backward", {&dout, &x, &gamma, &mean, &rstd, &dx, &dgamma, &dbeta});
     cuda::layernorm_backward(dout, x, gamma, mean, rstd, dx, dgamma, dbeta, allocator(), stream_);
   }
 
@@ -139,17 +165,24 @@ class CudaBackend final : public Backend {
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
               bool accumulate) override {
     on_device();
+    require_device("matmul", {&out, &a, &b, &bias});
     gemm_->run(out, a, b, bias, trans_a, trans_b, accumulate, stream_);
   }
   void bias_backward(const Tensor& dout, const Tensor& dbias) override {
     on_device();
+    require_device("bias_backward", {&dout, &dbias});
     cuda::bias_backward(dout, dbias, allocator(), stream_);
   }
 
   // ---- GELU ----
-  void gelu_forward(const Tensor& x, const Tensor& out) override { on_device(); cuda::gelu_forward(x, out, stream_); }
+  void gelu_forward(const Tensor& x, const Tensor& out) override {
+    on_device();
+    require_device("gelu_forward", {&x, &out});
+    cuda::gelu_forward(x, out, stream_);
+  }
   void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) override {
     on_device();
+    require_device("gelu_backward", {&dout, &x, &dx});
     cuda::gelu_backward(dout, x, dx, stream_);
   }
 
@@ -166,10 +199,12 @@ class CudaBackend final : public Backend {
   // ---- dropout ----
   void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) override {
     on_device();
+    require_device("dropout_forward", {&x, &out});
     cuda::dropout_forward(x, out, T, drop, stream_);
   }
   void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop) override {
     on_device();
+    require_device("dropout_backward", {&dout, &dx});
     cuda::dropout_backward(dout, dx, T, drop, stream_);
   }
 
@@ -177,25 +212,44 @@ class CudaBackend final : public Backend {
   void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                   const Tensor& row_max, const Tensor& target_logit) override {
     on_device();
+    require_device("xent_stats", {&logits, &targets, &row_max, &target_logit});
     cuda::xent_stats(logits, targets, vocab_start, vocab_valid, row_max, target_logit, stream_);
   }
   void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp) override {
     on_device();
+    require_device("xent_sumexp", {&logits, &row_max, &sumexp});
     cuda::xent_sumexp(logits, vocab_valid, row_max, sumexp, stream_);
   }
   void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                       const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, const Tensor& losses,
                       const Tensor& correct, float grad_scale) override {
     on_device();
+    require_device("xent_loss_grad", {&logits, &targets, &row_max, &sumexp, &target_logit, &losses, &correct});
     cuda::xent_loss_grad(logits, targets, vocab_start, vocab_valid, row_max, sumexp, target_logit, losses, correct,
                          grad_scale, stream_);
   }
 
   // ---- optimizer and reductions ----
-  void adamw(const AdamWArgs& a) override { on_device(); cuda::adamw(a, stream_); }
-  double sum_squares(const Tensor& t) override { on_device(); return cuda::sum(t, true, allocator(), stream_); }
-  double sum(const Tensor& t) override { on_device(); return cuda::sum(t, false, allocator(), stream_); }
-  bool has_inf_or_nan(const Tensor& t) override { on_device(); return cuda::has_inf_or_nan(t, allocator(), stream_); }
+  void adamw(const AdamWArgs& a) override {
+    on_device();
+    require_device("adamw", {&a.master, &a.grad, &a.m, &a.v, &a.model_param});
+    cuda::adamw(a, stream_);
+  }
+  double sum_squares(const Tensor& t) override {
+    on_device();
+    require_device("sum_squares", {&t});
+    return cuda::sum(t, true, allocator(), stream_);
+  }
+  double sum(const Tensor& t) override {
+    on_device();
+    require_device("sum", {&t});
+    return cuda::sum(t, false, allocator(), stream_);
+  }
+  bool has_inf_or_nan(const Tensor& t) override {
+    on_device();
+    require_device("has_inf_or_nan", {&t});
+    return cuda::has_inf_or_nan(t, allocator(), stream_);
+  }
 
  private:
   void on_device() { activate(ordinal_); }

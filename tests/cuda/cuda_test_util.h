@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +19,11 @@
 #include "core/dtype.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
+
+namespace trident {
+// Readable parameter values in gtest/ctest output ("fp16" rather than "1-byte object <01>").
+inline void PrintTo(DType t, std::ostream* os) { *os << dtype_name(t); }
+}  // namespace trident
 
 namespace trident::cuda_test {
 

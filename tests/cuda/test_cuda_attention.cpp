@@ -2,6 +2,8 @@
 // must throw InternalError naming the op. When the kernel lands, replace these with
 // GPU-vs-CPU comparisons (qkv [B, T, 3, H, D] with B=2, T=37, H=3, D=64; lse; dqkv;
 // with and without dropout, head_offset > 0).
+#include <functional>
+
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {

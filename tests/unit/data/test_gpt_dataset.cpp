@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -37,6 +38,11 @@ std::vector<int32_t> write_docs(const std::string& prefix, int ndocs, uint32_t s
   }
   b.finish();
   return sizes;
+}
+
+template <typename T>
+std::vector<T> vec(std::span<const T> s) {
+  return std::vector<T>(s.begin(), s.end());
 }
 
 uint64_t expected_epochs(uint64_t tokens, uint64_t seq, uint64_t samples) {
@@ -218,9 +224,14 @@ TEST(GptDataset, CacheReusedAndRebuiltOnChange) {
   GptDataset b(data, "train", 0, 40, 8, 1234, 200, cache);
   EXPECT_TRUE(b.loaded_from_cache());
   EXPECT_EQ(b.cache_file(), a.cache_file());
-  EXPECT_EQ(b.maps().doc_idx, a.maps().doc_idx);
-  EXPECT_EQ(b.maps().sample_idx, a.maps().sample_idx);
-  EXPECT_EQ(b.maps().shuffle_idx, a.maps().shuffle_idx);
+  EXPECT_EQ(vec(b.maps().doc_idx), vec(a.maps().doc_idx));
+  EXPECT_EQ(vec(b.maps().sample_idx), vec(a.maps().sample_idx));
+  EXPECT_EQ(vec(b.maps().shuffle_idx), vec(a.maps().shuffle_idx));
+  // the mapped cache holds what a fresh build computes
+  const auto fresh = build_index_maps(data->sizes(), 0, 40, 8, 1234, 200);
+  EXPECT_EQ(vec(b.maps().doc_idx), fresh.doc_idx);
+  EXPECT_EQ(vec(b.maps().sample_idx), fresh.sample_idx);
+  EXPECT_EQ(vec(b.maps().shuffle_idx), fresh.shuffle_idx);
   // any input that changes the maps changes the file
   GptDataset s(data, "train", 0, 40, 8, 99, 200, cache);
   GptDataset l(data, "train", 0, 40, 9, 1234, 200, cache);
@@ -234,16 +245,49 @@ TEST(GptDataset, CacheReusedAndRebuiltOnChange) {
   auto idx = std::filesystem::path(prefix + ".idx");
   std::filesystem::last_write_time(idx, std::filesystem::last_write_time(idx) + std::chrono::seconds(5));
   auto data2 = std::make_shared<const IndexedDataset>(prefix);
-  GptDataset c(data2, "train", 0, 40, 8, 1234, 200, cache);
-  EXPECT_FALSE(c.loaded_from_cache());
-  EXPECT_NE(c.cache_file(), a.cache_file());
+  std::string torn;
+  {
+    GptDataset c(data2, "train", 0, 40, 8, 1234, 200, cache);
+    EXPECT_FALSE(c.loaded_from_cache());
+    EXPECT_NE(c.cache_file(), a.cache_file());
+    torn = c.cache_file();
+  }
   // a torn cache file is rebuilt, not trusted
-  std::filesystem::resize_file(c.cache_file(), std::filesystem::file_size(c.cache_file()) - 8);
+  std::filesystem::resize_file(torn, std::filesystem::file_size(torn) - 8);
   GptDataset d(data2, "train", 0, 40, 8, 1234, 200, cache);
   EXPECT_FALSE(d.loaded_from_cache());
-  EXPECT_EQ(d.maps().shuffle_idx, c.maps().shuffle_idx);
+  EXPECT_EQ(vec(d.maps().shuffle_idx), fresh.shuffle_idx);  // same seed and sizes as before
   GptDataset e(data2, "train", 0, 40, 8, 1234, 200, cache);
   EXPECT_TRUE(e.loaded_from_cache());
+}
+
+TEST(GptDataset, CorruptCacheEntryIsReportedNotFollowed) {
+  ScratchDir dir;
+  const std::string prefix = dir / "k";
+  write_docs(prefix, 30, 5);
+  auto data = std::make_shared<const IndexedDataset>(prefix);
+  std::string file;
+  uint64_t n = 0;
+  {
+    GptDataset a(data, "valid", 0, 30, 8, 1, 50, "");
+    file = a.cache_file();
+    n = a.size();
+  }
+  // overwrite the last shuffle_idx entry (the file's last 8 bytes) with garbage
+  std::string bytes = testing::read_file(file);
+  const int64_t bad = 1ll << 40;
+  std::memcpy(bytes.data() + bytes.size() - 8, &bad, 8);
+  testing::write_file(file, bytes);
+  GptDataset b(data, "valid", 0, 30, 8, 1, 50, "");
+  ASSERT_TRUE(b.loaded_from_cache());
+  std::vector<int32_t> t(9);
+  b.get(0, t.data());
+  try {
+    b.get(n - 1, t.data());
+    FAIL();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+  }
 }
 
 TEST(GptDataset, ConcurrentBuildersAgree) {
@@ -256,7 +300,7 @@ TEST(GptDataset, ConcurrentBuildersAgree) {
   for (int i = 0; i < 4; ++i)
     th.emplace_back([&, i] { built[i] = std::make_unique<GptDataset>(data, "train", 0, 200, 32, 7, 5000, dir / "cc"); });
   for (auto& t : th) t.join();
-  for (int i = 1; i < 4; ++i) EXPECT_EQ(built[i]->maps().shuffle_idx, built[0]->maps().shuffle_idx);
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(vec(built[i]->maps().shuffle_idx), vec(built[0]->maps().shuffle_idx));
   std::vector<std::string> names;
   for (auto& f : std::filesystem::directory_iterator(dir / "cc")) names.push_back(f.path().filename().string());
   ASSERT_EQ(names.size(), 1u) << names[0];  // no temporaries left

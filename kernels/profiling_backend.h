@@ -1,0 +1,76 @@
+// ProfilingBackend: wraps another backend, forwards every op and records the wall time
+// spent in each op family (synchronising after every op, so device time is attributed
+// correctly). Used by trident-bench to show where step time goes, e.g. the GEMM share.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+
+namespace trident {
+
+struct OpTime {
+  double seconds = 0;
+  int64_t calls = 0;
+};
+
+class ProfilingBackend final : public Backend {
+ public:
+  explicit ProfilingBackend(std::unique_ptr<Backend> inner);
+  ~ProfilingBackend() override;
+
+  const std::map<std::string, OpTime>& times() const { return times_; }
+  void reset_times() { times_.clear(); }
+  std::string name() const override { return inner_->name() + "+profiling"; }
+
+  void* raw_alloc(size_t bytes) override { return inner_->raw_alloc(bytes); }
+  void raw_free(void* p) override { inner_->raw_free(p); }
+  void copy_from_host(const Tensor& dst, const void* src) override;
+  void copy_to_host(void* dst, const Tensor& src) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill(const Tensor& t, float value) override;
+  void synchronize() override { inner_->synchronize(); }
+  void cast(const Tensor& src, const Tensor& dst) override;
+  void scale(const Tensor& t, float alpha) override;
+  void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void accumulate(const Tensor& dst, const Tensor& src) override;
+  void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe, int T,
+                         const Tensor& out) override;
+  void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T, const Tensor& dwte,
+                          const Tensor& dwpe) override;
+  void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& out,
+                         const Tensor& mean, const Tensor& rstd) override;
+  void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                          const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override;
+  void matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
+              bool accumulate) override;
+  void bias_backward(const Tensor& dout, const Tensor& dbias) override;
+  void gelu_forward(const Tensor& x, const Tensor& out) override;
+  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) override;
+  void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
+                         const DropoutKey& drop) override;
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          const Tensor& dqkv, const AttentionShape& s, const DropoutKey& drop) override;
+  void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) override;
+  void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop) override;
+  void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                  const Tensor& row_max, const Tensor& target_logit) override;
+  void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp) override;
+  void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                      const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, const Tensor& losses,
+                      const Tensor& correct, float grad_scale) override;
+  void adamw(const AdamWArgs& a) override;
+  double sum_squares(const Tensor& t) override;
+  double sum(const Tensor& t) override;
+  bool has_inf_or_nan(const Tensor& t) override;
+
+ private:
+  template <typename F>
+  auto timed(const char* op, F&& f);
+  std::unique_ptr<Backend> inner_;
+  std::map<std::string, OpTime> times_;
+};
+
+}  // namespace trident
