@@ -1,27 +1,36 @@
 // Shared main() wrapper: every tool reports a user error as one line,
-// `trident-<tool>: error: <what>`, and exits 2; a bug (InternalError) exits 3.
+// `trident-<tool>: error: <what>`, and exits 2; a bug or a runtime failure exits 3.
+// Under MPI, configuration errors are seen identically by every rank, so rank 0 alone
+// prints and every rank exits 2; other failures are printed by the rank that hit them
+// (prefixed with its rank) and the caller aborts the job.
 #pragma once
 
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <string>
 
 #include "core/error.h"
 
 namespace trident {
 
-inline int run_tool(const char* tool, const std::function<int()>& body) {
+inline int run_tool(const char* tool, const std::function<int()>& body, int rank = 0, int world = 1) {
   try {
     return body();
+  } catch (const ConfigError& e) {
+    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    return 2;
   } catch (const InternalError& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", tool, e.what());
+    std::fprintf(stderr, "%s: internal error%s: %s\n", tool, world > 1 ? (" on rank " + std::to_string(rank)).c_str() : "",
+                 e.what());
     return 3;
-  } catch (const Error& e) {
-    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
-    return 2;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
-    return 2;
+    if (world == 1) {
+      std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+      return 2;
+    }
+    std::fprintf(stderr, "%s: error on rank %d: %s\n", tool, rank, e.what());
+    return 3;
   }
 }
 

@@ -1,18 +1,52 @@
-// trident-train: train GPT-2 with Megatron-compatible flags.
+// trident-train: train GPT-2 with Megatron-compatible flags, on one process or under
+// mpirun (one process per GPU; tensor x pipeline x data parallel).
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "kernels/backends.h"
 #include "tool_main.h"
 #include "train/trainer.h"
+#ifdef TRIDENT_HAVE_MPI
+#include "parallel/mpi_comm.h"
+#endif
+
+namespace {
+
+// Launched by mpirun (or another PMI launcher)?
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
-  return trident::run_tool("trident-train", [&] {
-    trident::TrainOptions opt;
-    if (!trident::parse_train_options(argc, argv, opt)) return 0;
-    auto data = trident::make_train_data(opt);
-    auto backend = trident::make_backend(opt.device);
-    trident::Trainer trainer(opt, *backend, std::move(data), std::cout);
-    trainer.train();
-    return 0;
-  });
+#ifdef TRIDENT_HAVE_MPI
+  if (launched_by_mpi()) trident::mpi_init(&argc, &argv);
+  const int world_rank = trident::mpi_world_rank(), world_size = trident::mpi_world_size();
+#else
+  const int world_rank = 0, world_size = 1;
+#endif
+  const int rc = trident::run_tool(
+      "trident-train",
+      [&] {
+        trident::TrainOptions opt;
+        if (!trident::parse_train_options(argc, argv, opt)) return 0;
+        auto parallel = trident::make_parallel_context(opt.tensor_model_parallel_size,
+                                                       opt.pipeline_model_parallel_size);
+        auto data = trident::make_train_data(opt);
+        auto backend = trident::make_backend(opt.device);
+        trident::Trainer trainer(opt, *backend, std::move(data), std::cout, parallel.get());
+        trainer.train();
+        return 0;
+      },
+      world_rank, world_size);
+#ifdef TRIDENT_HAVE_MPI
+  // A failure that is not a configuration error may have hit this rank alone: end the
+  // whole job rather than leave the other ranks blocked in a collective.
+  if (rc == 3 && world_size > 1) trident::mpi_abort_job(rc);
+#endif
+  return rc;
 }

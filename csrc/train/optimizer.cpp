@@ -20,8 +20,8 @@ double AdamWOptimizer::grad_norm(float grad_scale) const {
   return std::sqrt(be_.sum_squares(params_.flat_grads())) * grad_scale;
 }
 
-double AdamWOptimizer::step(double lr, float grad_scale) {
-  const double norm = grad_norm(grad_scale);
+double AdamWOptimizer::step(double lr, float grad_scale, double norm) {
+  if (norm < 0) norm = grad_norm(grad_scale);
   float scale = grad_scale;
   // Megatron: clip_coeff = max_norm / (norm + 1e-6), applied when below 1.
   if (cfg_.clip_grad > 0) {

@@ -22,8 +22,10 @@ class AdamWOptimizer {
   // Global L2 norm of the gradients, times `grad_scale` (squares summed in double).
   double grad_norm(float grad_scale = 1.0f) const;
   // One update with learning rate `lr`; `grad_scale` multiplies the gradients first
-  // (loss-scale unscaling). Returns the (unscaled) gradient norm before clipping.
-  double step(double lr, float grad_scale = 1.0f);
+  // (loss-scale unscaling). `norm` is the global gradient norm times grad_scale when the
+  // caller computed it across ranks; negative: computed here from the local gradients.
+  // Returns the gradient norm before clipping.
+  double step(double lr, float grad_scale = 1.0f, double norm = -1.0);
   int64_t steps_taken() const { return step_; }
 
  private:

@@ -48,6 +48,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"seed", "random seed (1234)"},
       {"log-interval", "iterations between log lines"},
       {"device", "auto, cpu or cuda"},
+      {"tensor-model-parallel-size", "tensor-parallel ranks (1)"},
+      {"pipeline-model-parallel-size", "pipeline stages (1)"},
       {"data-path", "dataset prefix, or weights and prefixes: 0.3 A 0.7 B"},
       {"vocab-file", "gpt2-vocab.json"},
       {"merge-file", "gpt2-merges.txt"},
@@ -218,6 +220,8 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
   get("seed", o.seed);
   get("log-interval", o.log_interval);
   if (has("device")) o.device = str("device");
+  get("tensor-model-parallel-size", o.tensor_model_parallel_size);
+  get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   if (has("vocab-file")) o.vocab_file = str("vocab-file");
   if (has("merge-file")) o.merge_file = str("merge-file");
   if (has("tokenizer-type")) o.tokenizer_type = str("tokenizer-type");
@@ -241,7 +245,9 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
   if (!o.data_path.empty() && o.vocab_file.empty())
     throw ConfigError("--vocab-file is required with --data-path");
-  m.validate(1);
+  if (o.pipeline_model_parallel_size != 1)
+    throw ConfigError("--pipeline-model-parallel-size: pipeline parallelism is not available yet (use 1)");
+  m.validate(o.tensor_model_parallel_size);
   return true;
 }
 

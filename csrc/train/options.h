@@ -24,6 +24,8 @@ struct TrainOptions {
   uint64_t seed = 1234;
   int log_interval = 100;
   std::string device = "auto";
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
   // Data: --data-path (Megatron form) or synthetic tokens when empty.
   std::vector<std::string> data_path;
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";

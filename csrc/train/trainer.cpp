@@ -12,13 +12,28 @@
 namespace trident {
 
 Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<SampleSource> train_data,
-                 std::ostream& log)
-    : opt_(opt), be_(backend), data_(std::move(train_data)), log_(log) {
+                 std::ostream& log, ParallelContext* parallel)
+    : opt_(opt), be_(backend), data_(std::move(train_data)), log_(log), par_(parallel) {
+  if (!par_) {
+    own_parallel_ = make_parallel_context(1, 1);
+    par_ = own_parallel_.get();
+  }
+  const GridShape& g = par_->grid.shape;
+  if (opt_.global_batch_size % (opt_.micro_batch_size * g.dp) != 0)
+    throw ConfigError("--global-batch-size (" + std::to_string(opt_.global_batch_size) +
+                      ") must be a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
+                      ") x data-parallel size (" + std::to_string(g.dp) + ")");
+  opt_.model.validate(g.tp);
   const uint64_t needed = static_cast<uint64_t>(opt_.train_iters) * opt_.global_batch_size;
   if (data_->size() < needed)
     throw ConfigError("--train-iters: the training data has " + std::to_string(data_->size()) +
                       " samples, the run needs " + std::to_string(needed));
-  model_ = std::make_unique<Gpt2Model>(opt_.model, be_, StageLayout{}, opt_.micro_batch_size);
+  StageLayout layout;
+  layout.tp = g.tp;
+  layout.tp_rank = par_->grid.tp_rank;
+  layout.tp_comm = par_->tp.get();
+  model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size);
+  stats_buf_ = be_.empty({3}, DType::F32);
   model_->set_dropout_seed(opt_.seed);
   model_->params().init(opt_.seed);
   AdamWConfig ac;
@@ -52,10 +67,33 @@ void Trainer::load_micro_batch(uint64_t first_sample) {
   }
 }
 
+// Squared gradient norm over the whole model, each parameter counted once: TP-sharded
+// tensors by every TP rank (their slices), replicated ones by TP rank 0 only.
+double Trainer::global_grad_norm_sq() {
+  double local = 0;
+  const bool tp0 = par_->grid.tp_rank == 0;
+  for (const LocalParam& p : model_->params().list())
+    if (p.spec.shard != ShardRule::Replicated || tp0) local += be_.sum_squares(model_->params().grad(p));
+  if (par_->grid.shape.tp == 1) return local;
+  std::vector<float> v = {static_cast<float>(local)};
+  par_->tp->allreduce(Tensor(v.data(), Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
+  return v[0];
+}
+
+void Trainer::reduce_loss_stats(LossStats& s) {
+  if (par_->grid.shape.dp == 1) return;
+  std::vector<float> v = {static_cast<float>(s.loss_sum), static_cast<float>(s.correct), static_cast<float>(s.tokens)};
+  par_->dp->allreduce(Tensor(v.data(), Shape{3}, DType::F32, Device::Cpu), ReduceOp::Sum);
+  s.loss_sum = v[0];
+  s.correct = v[1];
+  s.tokens = v[2];
+}
+
 IterationResult Trainer::train_iteration() {
   const auto start = std::chrono::steady_clock::now();
   const int G = opt_.global_batch_size, B = opt_.micro_batch_size, T = opt_.model.seq_length;
-  const int micro_batches = G / B;
+  const int dp = par_->grid.shape.dp, dp_rank = par_->grid.dp_rank;
+  const int micro_batches = G / (B * dp);
   // The loss is the mean over every target token of the global batch.
   const float grad_scale = 1.0f / (static_cast<float>(G) * static_cast<float>(T));
   IterationResult r;
@@ -63,7 +101,8 @@ IterationResult Trainer::train_iteration() {
   model_->params().zero_grads();
   LossStats total;
   for (int j = 0; j < micro_batches; ++j) {
-    const uint64_t first = consumed_samples_ + static_cast<uint64_t>(j) * B;
+    // Megatron's sampler: DP rank r takes slice [r B, (r + 1) B) of each B x dp block.
+    const uint64_t first = consumed_samples_ + (static_cast<uint64_t>(j) * dp + dp_rank) * B;
     load_micro_batch(first);
     model_->forward(0, MicroBatch{tokens_.data(), targets_.data(), first}, true, grad_scale);
     model_->backward(0);
@@ -72,10 +111,12 @@ IterationResult Trainer::train_iteration() {
     total.correct += s.correct;
     total.tokens += s.tokens;
   }
+  if (dp > 1) par_->dp->allreduce(model_->params().flat_grads(), ReduceOp::Sum);
+  reduce_loss_stats(total);
   r.loss = total.loss_sum / total.tokens;
   r.acc = total.correct / total.tokens;
   if (std::isfinite(r.loss)) {
-    r.grad_norm = optimizer_->step(r.lr);
+    r.grad_norm = optimizer_->step(r.lr, 1.0f, std::sqrt(global_grad_norm_sq()));
   } else {
     ++nan_iterations_;  // never train on a NaN loss
     r.grad_norm = std::nan("");
@@ -90,13 +131,18 @@ IterationResult Trainer::train_iteration() {
 
 void Trainer::train() {
   const ModelConfig& m = opt_.model;
+  const GridShape& g = par_->grid.shape;
+  // Only world rank 0 logs; the others train silently.
+  std::ostream null_stream(nullptr);
+  std::ostream& log_ = par_->world_rank() == 0 ? this->log_ : null_stream;
+  log_ << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << std::endl;
   log_ << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
        << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
-       << m.padded_vocab_size(1) << "), " << m.num_parameters(1) << " parameters, backend " << be_.name()
+       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
        << ", dtype " << dtype_name(m.dtype) << std::endl;
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
   int n = 0;
-  const double flops = model_flops_per_iteration(m, opt_.global_batch_size);
+  const double flops = model_flops_per_iteration(m, opt_.global_batch_size, g.tp) / g.world;
   while (iteration_ < opt_.train_iters) {
     const IterationResult r = train_iteration();
     loss_sum += r.loss;

@@ -11,6 +11,7 @@
 #include "core/backend.h"
 #include "data/gpt_dataset.h"
 #include "model/gpt2.h"
+#include "parallel/parallel_context.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/options.h"
@@ -23,8 +24,10 @@ struct IterationResult {
 
 class Trainer {
  public:
-  // `train_data` yields samples of seq_length + 1 tokens; `log` receives the log lines.
-  Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<SampleSource> train_data, std::ostream& log);
+  // `train_data` yields samples of seq_length + 1 tokens; `log` receives the log lines
+  // (written by world rank 0 only). `parallel` null means one process.
+  Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<SampleSource> train_data, std::ostream& log,
+          ParallelContext* parallel = nullptr);
   ~Trainer();
 
   IterationResult train_iteration();  // one iteration over the global batch
@@ -35,11 +38,16 @@ class Trainer {
 
  private:
   void load_micro_batch(uint64_t first_sample);
+  double global_grad_norm_sq();
+  void reduce_loss_stats(LossStats& s);
 
   TrainOptions opt_;
   Backend& be_;
   std::unique_ptr<SampleSource> data_;
   std::ostream& log_;
+  std::unique_ptr<ParallelContext> own_parallel_;
+  ParallelContext* par_;
+  Buffer stats_buf_;  // f32 [3]: loss sum, correct, tokens (reduced over DP)
   std::unique_ptr<Gpt2Model> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   LrSchedule schedule_;

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Impossible layouts: rank 0 prints one line naming the flags, every rank exits 2, no hang.
+set -u
+train=$1
+repo=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+check() {  # check <np> <flag that must be named> <args...>
+  local np=$1 flag=$2
+  shift 2
+  timeout 60 mpirun --oversubscribe -np "$np" --bind-to none "$train" --config "$repo/configs/gpt2-tiny.yaml" \
+    --device cpu --train-iters 20 "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local errors
+  errors=$(grep -c '^trident-train: error: ' "$tmp/err")
+  if [[ $rc -ne 2 || $errors -ne 1 ]] || ! grep -q -- "$flag" "$tmp/err"; then
+    echo "FAIL np$np $*: rc=$rc"; cat "$tmp/err"; fails=$((fails + 1))
+  else
+    echo "ok np$np $*: $(grep '^trident-train: error: ' "$tmp/err")"
+  fi
+}
+check 3 --tensor-model-parallel-size --tensor-model-parallel-size 2
+check 2 --tensor-model-parallel-size --tensor-model-parallel-size 3 --num-attention-heads 4
+check 2 --global-batch-size --micro-batch-size 4 --global-batch-size 4
+[[ $fails -eq 0 ]]
