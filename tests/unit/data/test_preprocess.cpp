@@ -7,6 +7,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -263,6 +264,36 @@ TEST(PreprocessTool, Gpt2EndToEnd) {
                 &err),
             2);
   EXPECT_NE(err.find(dir / "none.json"), std::string::npos) << err;
+}
+
+// The demo corpus script's output must be strict JSON throughout (simdjson rejects bad
+// escapes and bad UTF-8); preprocess it compressed, with two keys, through the CLI.
+TEST(PreprocessTool, DemoCorpusThroughXz) {
+  const std::string vocab = std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-vocab.json";
+  const std::string merges = std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-merges.txt";
+  if (!std::filesystem::exists(tool()) || !std::filesystem::exists(vocab) ||
+      !std::filesystem::exists("/usr/share/games/fortunes/tang300"))
+    GTEST_SKIP() << "needs the tool, the GPT-2 files and the fortunes packages";
+  ScratchDir dir;
+  std::string err;
+  ASSERT_EQ(run(std::string(TRIDENT_SOURCE_DIR) + "/tools/make-demo-data.sh " + dir / "demo.jsonl", &err), 0) << err;
+  const std::string text = testing::read_file(dir / "demo.jsonl");
+  const uint64_t lines = static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n'));
+  ASSERT_GT(lines, 10000u);
+  ASSERT_EQ(std::system(("xz -T1 -1 '" + dir / "demo.jsonl" + "'").c_str()), 0);
+  ASSERT_EQ(run(tool() + " --tokenizer-type GPT2BPETokenizer --vocab " + vocab + " --merge-file " + merges +
+                    " --output-prefix " + dir / "demo --input " + dir / "demo.jsonl.xz" +
+                    " --json-keys text id --append-eod --workers 2 --log-interval 5000",
+                &err),
+            0)
+      << err;
+  EXPECT_NE(err.find("Processed 5000 documents"), std::string::npos) << err;
+  EXPECT_NE(err.find("Done: " + std::to_string(lines) + " documents"), std::string::npos) << err;
+  IndexedDataset t(dir / "demo_text_document"), id(dir / "demo_id_document");
+  EXPECT_EQ(t.num_documents(), lines);
+  EXPECT_EQ(id.num_documents(), lines);
+  // every document ends with <|endoftext|>
+  for (uint64_t i = 0; i < t.size(); i += 997) EXPECT_EQ(t.item(i).back(), 50256);
 }
 
 }  // namespace
