@@ -18,15 +18,15 @@ bool cuda_available() {
 #endif
 }
 
+#ifdef TRIDENT_HAVE_CUDA
 // The GPU for this process: the MPI local rank (one process per GPU), modulo the count.
 static int local_gpu_ordinal() {
-#ifdef TRIDENT_HAVE_CUDA
   for (const char* var : {"TRIDENT_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}) {
     if (const char* v = std::getenv(var)) return std::atoi(v) % cuda_device_count();
   }
-#endif
   return 0;
 }
+#endif
 
 std::unique_ptr<Backend> make_backend(const std::string& device) {
   if (device == "cpu") return make_cpu_backend();

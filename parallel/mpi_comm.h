@@ -16,8 +16,8 @@ void mpi_init(int* argc, char*** argv);
 bool mpi_initialized();
 int mpi_world_rank();
 int mpi_world_size();
-// Ends every rank of the job (MPI_Abort) after printing `why` once; used when one rank
-// fails so the others never hang.
+// Ends every rank of the job (MPI_Abort with `code`) after flushing this rank's output;
+// used when one rank fails so the others never hang.
 [[noreturn]] void mpi_abort_job(int code);
 
 // A Comm over the ranks `world_ranks` (in that order) of MPI_COMM_WORLD. Collective: every

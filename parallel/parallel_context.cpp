@@ -12,26 +12,22 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp) {
 #ifdef TRIDENT_HAVE_MPI
   if (mpi_initialized()) {
     ctx->grid = ProcessGrid(make_grid_shape(mpi_world_size(), tp, pp), mpi_world_rank());
-    // Every rank creates every group of each kind in the same order (collective calls).
-    const ProcessGrid& g = ctx->grid;
-    for (int p = 0; p < g.shape.pp; ++p)
-      for (int d = 0; d < g.shape.dp; ++d) {
-        ProcessGrid member(g.shape, g.rank_of(0, d, p));
-        auto comm = make_mpi_comm(member.tp_group());
-        if (g.pp_rank == p && g.dp_rank == d) ctx->tp = std::move(comm);
+    const GridShape shape = ctx->grid.shape;
+    // Creating a communicator is collective over the world: every rank walks the world in
+    // the same order and creates each group once, when it meets the group's first member,
+    // keeping the one it belongs to.
+    auto split = [&](std::vector<int> (ProcessGrid::*members_of)() const) {
+      std::unique_ptr<Comm> mine;
+      for (int r = 0; r < shape.world; ++r) {
+        const std::vector<int> members = (ProcessGrid(shape, r).*members_of)();
+        if (members.front() != r) continue;
+        if (auto comm = make_mpi_comm(members)) mine = std::move(comm);
       }
-    for (int p = 0; p < g.shape.pp; ++p)
-      for (int t = 0; t < g.shape.tp; ++t) {
-        ProcessGrid member(g.shape, g.rank_of(t, 0, p));
-        auto comm = make_mpi_comm(member.dp_group());
-        if (g.pp_rank == p && g.tp_rank == t) ctx->dp = std::move(comm);
-      }
-    for (int d = 0; d < g.shape.dp; ++d)
-      for (int t = 0; t < g.shape.tp; ++t) {
-        ProcessGrid member(g.shape, g.rank_of(t, d, 0));
-        auto comm = make_mpi_comm(member.pp_group());
-        if (g.dp_rank == d && g.tp_rank == t) ctx->pp = std::move(comm);
-      }
+      return mine;
+    };
+    ctx->tp = split(&ProcessGrid::tp_group);
+    ctx->dp = split(&ProcessGrid::dp_group);
+    ctx->pp = split(&ProcessGrid::pp_group);
     return ctx;
   }
 #endif

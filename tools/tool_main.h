@@ -21,8 +21,8 @@ inline int run_tool(const char* tool, const std::function<int()>& body, int rank
     if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
     return 2;
   } catch (const InternalError& e) {
-    std::fprintf(stderr, "%s: internal error%s: %s\n", tool, world > 1 ? (" on rank " + std::to_string(rank)).c_str() : "",
-                 e.what());
+    const std::string where = world > 1 ? " on rank " + std::to_string(rank) : "";
+    std::fprintf(stderr, "%s: internal error%s: %s\n", tool, where.c_str(), e.what());
     return 3;
   } catch (const std::exception& e) {
     if (world == 1) {

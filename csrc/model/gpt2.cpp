@@ -165,7 +165,7 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   }
   Tensor x = s.input;
   for (size_t i = 0; i < s.layers.size(); ++i) {
-    layer_forward(layout_.layer_begin + static_cast<int>(i), s, x, s.layers[i], training);
+    layer_forward(layout_.layer_begin + static_cast<int>(i), x, s.layers[i], training);
     x = s.layers[i].out;
   }
   if (layout_.last_stage) {
@@ -178,7 +178,7 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   }
 }
 
-void Gpt2Model::layer_forward(int layer, SlotActs&, const Tensor& x, LayerActs& a, bool training) {
+void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool training) {
   const ParamStore& P = *params_;
   const std::string h = "h." + std::to_string(layer) + ".";
   const bool rank0 = layout_.tp_rank == 0;
@@ -233,7 +233,7 @@ void Gpt2Model::backward(int slot) {
   if (layout_.last_stage) head_backward(s, stage_output(slot));
   for (int i = static_cast<int>(s.layers.size()) - 1; i >= 0; --i) {
     const Tensor x_in = i == 0 ? s.input.t() : s.layers[i - 1].out.t();
-    layer_backward(layout_.layer_begin + i, s, x_in, s.layers[i]);
+    layer_backward(layout_.layer_begin + i, x_in, s.layers[i]);
   }
   if (layout_.first_stage) {
     be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_));
@@ -255,7 +255,7 @@ void Gpt2Model::head_backward(SlotActs& s, const Tensor& x) {
                          P.grad("ln_f.weight"), P.grad("ln_f.bias"));
 }
 
-void Gpt2Model::layer_backward(int layer, SlotActs&, const Tensor& x, LayerActs& a) {
+void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   const ParamStore& P = *params_;
   Scratch& k = *scratch_;
   const std::string h = "h." + std::to_string(layer) + ".";

@@ -79,8 +79,8 @@ class Gpt2Model {
   struct Scratch;
   void tp_allreduce(const Tensor& t, ReduceOp op) const;
   DropoutKey dropout_key(int layer, DropoutSite site, float p, bool training) const;
-  void layer_forward(int layer, SlotActs& s, const Tensor& x_in, LayerActs& a, bool training);
-  void layer_backward(int layer, SlotActs& s, const Tensor& x_in, LayerActs& a);
+  void layer_forward(int layer, const Tensor& x_in, LayerActs& a, bool training);
+  void layer_backward(int layer, const Tensor& x_in, LayerActs& a);
   void head_forward(SlotActs& s, const Tensor& x, float grad_scale);
   void head_backward(SlotActs& s, const Tensor& x);
 

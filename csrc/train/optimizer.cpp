@@ -16,16 +16,11 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
   v_ = be_.zeros({n}, DType::F32);
 }
 
-double AdamWOptimizer::grad_norm(float grad_scale) const {
-  return std::sqrt(be_.sum_squares(params_.flat_grads())) * grad_scale;
-}
-
-double AdamWOptimizer::step(double lr, float grad_scale, double norm) {
-  if (norm < 0) norm = grad_norm(grad_scale);
+void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
   float scale = grad_scale;
   // Megatron: clip_coeff = max_norm / (norm + 1e-6), applied when below 1.
   if (cfg_.clip_grad > 0) {
-    const double coeff = cfg_.clip_grad / (norm + 1e-6);
+    const double coeff = cfg_.clip_grad / (grad_norm + 1e-6);
     if (coeff < 1.0) scale = static_cast<float>(grad_scale * coeff);
   }
   ++step_;
@@ -46,7 +41,6 @@ double AdamWOptimizer::step(double lr, float grad_scale, double norm) {
     a.step = step_;
     be_.adamw(a);
   }
-  return norm;
 }
 
 }  // namespace trident

@@ -19,13 +19,10 @@ class AdamWOptimizer {
  public:
   AdamWOptimizer(Backend& backend, ParamStore& params, const AdamWConfig& cfg);
 
-  // Global L2 norm of the gradients, times `grad_scale` (squares summed in double).
-  double grad_norm(float grad_scale = 1.0f) const;
-  // One update with learning rate `lr`; `grad_scale` multiplies the gradients first
-  // (loss-scale unscaling). `norm` is the global gradient norm times grad_scale when the
-  // caller computed it across ranks; negative: computed here from the local gradients.
-  // Returns the gradient norm before clipping.
-  double step(double lr, float grad_scale = 1.0f, double norm = -1.0);
+  // One update with learning rate `lr`. `grad_norm` is the global norm of the (unscaled)
+  // gradients, computed by the caller across ranks; it sets the clipping factor.
+  // `grad_scale` multiplies the gradients first (loss-scale unscaling).
+  void step(double lr, double grad_norm, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
 
  private:

@@ -23,7 +23,6 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
     throw ConfigError("--global-batch-size (" + std::to_string(opt_.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
                       ") x data-parallel size (" + std::to_string(g.dp) + ")");
-  opt_.model.validate(g.tp);
   const uint64_t needed = static_cast<uint64_t>(opt_.train_iters) * opt_.global_batch_size;
   if (data_->size() < needed)
     throw ConfigError("--train-iters: the training data has " + std::to_string(data_->size()) +
@@ -32,8 +31,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   layout.tp = g.tp;
   layout.tp_rank = par_->grid.tp_rank;
   layout.tp_comm = par_->tp.get();
-  model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size);
-  stats_buf_ = be_.empty({3}, DType::F32);
+  model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size);  // validates the shape
   model_->set_dropout_seed(opt_.seed);
   model_->params().init(opt_.seed);
   AdamWConfig ac;
@@ -68,13 +66,15 @@ void Trainer::load_micro_batch(uint64_t first_sample) {
 }
 
 // Squared gradient norm over the whole model, each parameter counted once: TP-sharded
-// tensors by every TP rank (their slices), replicated ones by TP rank 0 only.
+// tensors by every TP rank (their slices), replicated ones by TP rank 0 only. (DP ranks
+// hold identical, already reduced gradients.)
 double Trainer::global_grad_norm_sq() {
+  const ParamStore& P = model_->params();
+  if (par_->grid.shape.tp == 1) return be_.sum_squares(P.flat_grads());  // alignment gaps are zero
   double local = 0;
   const bool tp0 = par_->grid.tp_rank == 0;
-  for (const LocalParam& p : model_->params().list())
-    if (p.spec.shard != ShardRule::Replicated || tp0) local += be_.sum_squares(model_->params().grad(p));
-  if (par_->grid.shape.tp == 1) return local;
+  for (const LocalParam& p : P.list())
+    if (p.spec.shard != ShardRule::Replicated || tp0) local += be_.sum_squares(P.grad(p));
   std::vector<float> v = {static_cast<float>(local)};
   par_->tp->allreduce(Tensor(v.data(), Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
   return v[0];
@@ -116,7 +116,8 @@ IterationResult Trainer::train_iteration() {
   r.loss = total.loss_sum / total.tokens;
   r.acc = total.correct / total.tokens;
   if (std::isfinite(r.loss)) {
-    r.grad_norm = optimizer_->step(r.lr, 1.0f, std::sqrt(global_grad_norm_sq()));
+    r.grad_norm = std::sqrt(global_grad_norm_sq());
+    optimizer_->step(r.lr, r.grad_norm);
   } else {
     ++nan_iterations_;  // never train on a NaN loss
     r.grad_norm = std::nan("");
@@ -134,9 +135,9 @@ void Trainer::train() {
   const GridShape& g = par_->grid.shape;
   // Only world rank 0 logs; the others train silently.
   std::ostream null_stream(nullptr);
-  std::ostream& log_ = par_->world_rank() == 0 ? this->log_ : null_stream;
-  log_ << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << std::endl;
-  log_ << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
+  std::ostream& out = par_->world_rank() == 0 ? log_ : null_stream;
+  out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << std::endl;
+  out << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
        << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
        << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
        << ", dtype " << dtype_name(m.dtype) << std::endl;
@@ -163,13 +164,13 @@ void Trainer::train() {
       l.nan_iterations = nan_iterations_;
       l.tokens_per_second = static_cast<double>(opt_.global_batch_size) * m.seq_length / (l.ms_per_iteration / 1e3);
       l.tflops_per_rank = flops / (l.ms_per_iteration / 1e3) / 1e12;
-      log_ << format_iteration_log(l) << std::endl;
+      out << format_iteration_log(l) << std::endl;
       loss_sum = acc_sum = ms_sum = 0;
       n = 0;
     }
   }
   const AllocatorStats st = be_.allocator().stats();
-  log_ << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "
+  out << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "
        << st.peak_bytes_in_use / (1024.0 * 1024.0) << " MiB peak, " << st.raw_allocs << " device allocations"
        << std::endl;
 }

@@ -47,7 +47,6 @@ class Trainer {
   std::ostream& log_;
   std::unique_ptr<ParallelContext> own_parallel_;
   ParallelContext* par_;
-  Buffer stats_buf_;  // f32 [3]: loss sum, correct, tokens (reduced over DP)
   std::unique_ptr<Gpt2Model> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   LrSchedule schedule_;
