@@ -10,6 +10,8 @@ packages=(
   libopenblas-dev                     # CPU GEMM
   libsimdjson-dev nlohmann-json3-dev  # JSONL corpora, vocab.json
   libutf8proc-dev liblzma-dev         # Unicode classes for BPE, .jsonl.xz input
+  libprotobuf-dev protobuf-compiler   # TensorBoard event records
+  libxxhash-dev                       # checkpoint checksums
   fortunes fortunes-zh                # the demo corpus
 )
 missing=()

@@ -50,6 +50,7 @@ const std::vector<FlagDef>& flag_defs() {
       {"device", "auto, cpu or cuda"},
       {"tensor-model-parallel-size", "tensor-parallel ranks (1)"},
       {"pipeline-model-parallel-size", "pipeline stages (1)"},
+      {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
       {"data-path", "dataset prefix, or weights and prefixes: 0.3 A 0.7 B"},
       {"vocab-file", "gpt2-vocab.json"},
       {"merge-file", "gpt2-merges.txt"},
@@ -222,6 +223,7 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
   if (has("device")) o.device = str("device");
   get("tensor-model-parallel-size", o.tensor_model_parallel_size);
   get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
+  get("zero-stage", o.zero_stage);
   if (has("vocab-file")) o.vocab_file = str("vocab-file");
   if (has("merge-file")) o.merge_file = str("merge-file");
   if (has("tokenizer-type")) o.tokenizer_type = str("tokenizer-type");
@@ -245,8 +247,12 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
   if (!o.data_path.empty() && o.vocab_file.empty())
     throw ConfigError("--vocab-file is required with --data-path");
-  if (o.pipeline_model_parallel_size != 1)
-    throw ConfigError("--pipeline-model-parallel-size: pipeline parallelism is not available yet (use 1)");
+  if (o.tensor_model_parallel_size < 1) throw ConfigError("--tensor-model-parallel-size must be positive");
+  if (o.pipeline_model_parallel_size < 1) throw ConfigError("--pipeline-model-parallel-size must be positive");
+  if (o.pipeline_model_parallel_size > m.num_layers)
+    throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(o.pipeline_model_parallel_size) +
+                      ") must not exceed --num-layers (" + std::to_string(m.num_layers) + ")");
+  if (o.zero_stage < 0 || o.zero_stage > 2) throw ConfigError("--zero-stage must be 0, 1 or 2");
   m.validate(o.tensor_model_parallel_size);
   return true;
 }

@@ -26,6 +26,7 @@ struct TrainOptions {
   std::string device = "auto";
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
+  int zero_stage = 0;  // 1: optimizer state sharded over DP; 2: gradients too
   // Data: --data-path (Megatron form) or synthetic tokens when empty.
   std::vector<std::string> data_path;
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
