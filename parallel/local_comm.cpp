@@ -16,6 +16,9 @@ class LocalComm final : public Comm {
   void broadcast(const Tensor&, int) override {}
   void send(const Tensor&, int) override { throw InternalError("LocalComm: send has no peer"); }
   void recv(const Tensor&, int) override { throw InternalError("LocalComm: recv has no peer"); }
+  void sendrecv(const Tensor&, int, const Tensor&, int) override {
+    throw InternalError("LocalComm: sendrecv has no peer");
+  }
   void barrier() override {}
 
  private:

@@ -64,8 +64,10 @@ class MpiComm final : public Comm {
     host_only(in);
     host_only(out);
     TRIDENT_CHECK(out.nbytes() == in.nbytes() * size_, "allgather sizes");
-    MPI_CHECK(MPI_Allgather(in.data, static_cast<int>(in.nbytes()), MPI_BYTE, out.data, static_cast<int>(in.nbytes()),
-                            MPI_BYTE, comm_));
+    // `in` may already sit at this rank's place in `out` (ZeRO's parameter gather).
+    const bool in_place = in.data == static_cast<char*>(out.data) + rank_ * in.nbytes();
+    MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, static_cast<int>(in.nbytes()), MPI_BYTE, out.data,
+                            static_cast<int>(in.nbytes()), MPI_BYTE, comm_));
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
     host_only(in);
@@ -85,6 +87,12 @@ class MpiComm final : public Comm {
   void recv(const Tensor& t, int peer) override {
     host_only(t);
     MPI_CHECK(MPI_Recv(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, peer, 0, comm_, MPI_STATUS_IGNORE));
+  }
+  void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) override {
+    host_only(out);
+    host_only(in);
+    MPI_CHECK(MPI_Sendrecv(out.data, static_cast<int>(out.nbytes()), MPI_BYTE, send_peer, 0, in.data,
+                           static_cast<int>(in.nbytes()), MPI_BYTE, recv_peer, 0, comm_, MPI_STATUS_IGNORE));
   }
   void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
 

@@ -25,16 +25,22 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp) {
       }
       return mine;
     };
+    std::vector<int> everyone(shape.world);
+    for (int r = 0; r < shape.world; ++r) everyone[r] = r;
+    ctx->world = make_mpi_comm(everyone);
     ctx->tp = split(&ProcessGrid::tp_group);
     ctx->dp = split(&ProcessGrid::dp_group);
     ctx->pp = split(&ProcessGrid::pp_group);
+    ctx->embedding = split(&ProcessGrid::embedding_group);
     return ctx;
   }
 #endif
   ctx->grid = ProcessGrid(make_grid_shape(1, tp, pp), 0);
+  ctx->world = make_local_comm();
   ctx->tp = make_local_comm();
   ctx->dp = make_local_comm();
   ctx->pp = make_local_comm();
+  ctx->embedding = make_local_comm();
   return ctx;
 }
 

@@ -11,7 +11,10 @@ namespace trident {
 
 struct ParallelContext {
   ProcessGrid grid;
-  std::unique_ptr<Comm> tp, dp, pp;
+  std::unique_ptr<Comm> world, tp, dp, pp;
+  // First and last stage of this pipeline (they both hold the tied word embedding);
+  // null on the stages in between. A group of one when pp == 1.
+  std::unique_ptr<Comm> embedding;
 
   int world_rank() const { return grid.rank; }
   int world_size() const { return grid.shape.world; }

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     }
     trident::TrainOptions opt;
     if (!trident::parse_train_options(static_cast<int>(args.size()), args.data(), opt)) return 0;
-    auto data = trident::make_train_data(opt);
+    auto data = std::move(trident::make_train_data(opt).train);
     opt.train_iters += warmup;
     auto backend = std::make_unique<trident::ProfilingBackend>(trident::make_backend(opt.device));
     std::ostringstream quiet;

@@ -1,14 +1,16 @@
 // Shared main() wrapper: every tool reports a user error as one line,
 // `trident-<tool>: error: <what>`, and exits 2; a bug or a runtime failure exits 3.
-// Under MPI, configuration errors are seen identically by every rank, so rank 0 alone
-// prints and every rank exits 2; other failures are printed by the rank that hit them
+// Under MPI, configuration errors are normally seen identically by every rank, so rank 0
+// alone prints and every rank exits 2; other failures are printed by the rank that hit them
 // (prefixed with its rank) and the caller aborts the job.
 #pragma once
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 
@@ -18,7 +20,14 @@ inline int run_tool(const char* tool, const std::function<int()>& body, int rank
   try {
     return body();
   } catch (const ConfigError& e) {
-    if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    if (rank == 0) {
+      std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+    } else {
+      // Normally every rank sees the same error and rank 0's exit ends the job before
+      // this wait is over; a rank that saw it alone still gets to say what it was.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::fprintf(stderr, "%s: error on rank %d: %s\n", tool, rank, e.what());
+    }
     return 2;
   } catch (const InternalError& e) {
     const std::string where = world > 1 ? " on rank " + std::to_string(rank) : "";

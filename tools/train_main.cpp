@@ -36,17 +36,26 @@ int main(int argc, char** argv) {
         if (!trident::parse_train_options(argc, argv, opt)) return 0;
         auto parallel = trident::make_parallel_context(opt.tensor_model_parallel_size,
                                                        opt.pipeline_model_parallel_size);
-        auto data = trident::make_train_data(opt);
+        trident::TrainData data = trident::make_train_data(opt);
         auto backend = trident::make_backend(opt.device);
-        trident::Trainer trainer(opt, *backend, std::move(data), std::cout, parallel.get());
+        trident::Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
+        trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
         trainer.train();
         return 0;
       },
       world_rank, world_size);
 #ifdef TRIDENT_HAVE_MPI
   // A failure that is not a configuration error may have hit this rank alone: end the
-  // whole job rather than leave the other ranks blocked in a collective.
+  // whole job rather than leave the other ranks blocked in a collective. A configuration
+  // error is normally seen by every rank, but one rank may see it alone (a file missing on
+  // one node): leaving without MPI_Finalize makes mpirun end the job either way, and
+  // keeps rank 0's one-line message instead of racing it with an abort.
   if (rc == 3 && world_size > 1) trident::mpi_abort_job(rc);
+  if (rc == 2 && world_size > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  }
 #endif
   return rc;
 }

@@ -56,12 +56,13 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
 
   const StageLayout& L = layout_;
   params_ = std::make_unique<ParamStore>(
-      be_, gpt2_param_specs(cfg_, tp), tp, L.tp_rank, cfg_.dtype, cfg_.dtype, [&L](const ParamSpec& s) {
+      be_, gpt2_param_specs(cfg_, tp), tp, L.tp_rank, cfg_.dtype, L.fp32_grads ? DType::F32 : cfg_.dtype,
+      [&L](const ParamSpec& s) {
         if (s.layer >= 0) return s.layer >= L.layer_begin && s.layer < L.layer_end;
         if (s.name == "wte") return L.first_stage || L.last_stage;  // tied: both ends hold it
         if (s.name == "wpe") return L.first_stage;
         return L.last_stage;  // ln_f
-      });
+      }, 64 * static_cast<int64_t>(L.zero_shards));
 
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const DType dt = cfg_.dtype;
@@ -234,6 +235,7 @@ void Gpt2Model::backward(int slot) {
   for (int i = static_cast<int>(s.layers.size()) - 1; i >= 0; --i) {
     const Tensor x_in = i == 0 ? s.input.t() : s.layers[i - 1].out.t();
     layer_backward(layout_.layer_begin + i, x_in, s.layers[i]);
+    if (layer_grads_ready_) layer_grads_ready_(layout_.layer_begin + i);
   }
   if (layout_.first_stage) {
     be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_));

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -27,6 +28,8 @@ struct StageLayout {
   int layer_begin = 0, layer_end = -1;  // transformer layers [begin, end) on this stage; -1: all
   bool first_stage = true;  // holds the embeddings
   bool last_stage = true;   // holds the final LayerNorm and the (tied) LM head
+  int zero_shards = 1;      // parameter groups are padded to split evenly into this many shards
+  bool fp32_grads = false;  // gradients in fp32 whatever the parameter dtype (bf16 training)
 };
 
 // One micro-batch: host token ids [B, T] and targets [B, T] (targets may be null on
@@ -65,6 +68,9 @@ class Gpt2Model {
   // Backward of the micro-batch in `slot`; parameter gradients accumulate (+=).
   void backward(int slot);
   LossStats loss_stats() const;  // of the last forward on the last stage
+  // Called during backward as soon as a layer's parameter gradients for the micro-batch
+  // are complete (ZeRO-2 reduces them while backward goes on).
+  void set_layer_gradients_ready(std::function<void(int layer)> f) { layer_grads_ready_ = std::move(f); }
 
   // Pipeline hooks: the stage's input ([B*T, C], written by the previous stage's output
   // before forward) and output activations, and the gradients that cross stage borders.
@@ -99,6 +105,7 @@ class Gpt2Model {
   std::vector<uint64_t> slot_sample_base_;
   std::vector<char> slot_training_;
   LossStats last_stats_;
+  std::function<void(int)> layer_grads_ready_;
 };
 
 }  // namespace trident

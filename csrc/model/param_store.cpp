@@ -7,10 +7,20 @@ namespace trident {
 
 ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int tp, int tp_rank,
                        DType param_dtype, DType grad_dtype,
-                       const std::function<bool(const ParamSpec&)>& owned)
+                       const std::function<bool(const ParamSpec&)>& owned, int64_t group_multiple)
     : backend_(backend), tp_(tp), tp_rank_(tp_rank) {
+  TRIDENT_CHECK(group_multiple > 0 && group_multiple % 64 == 0, "group multiple must be a multiple of 64");
+  auto close_group = [&] {
+    if (groups_.empty()) return;
+    total_ = (total_ + group_multiple - 1) / group_multiple * group_multiple;
+    groups_.back().end = total_;
+  };
   for (const ParamSpec& s : specs) {
     if (!owned(s)) continue;
+    if (groups_.empty() || groups_.back().layer != s.layer) {
+      close_group();
+      groups_.push_back(ParamGroup{s.layer, total_, total_});
+    }
     LocalParam p;
     p.spec = s;
     p.shape = local_shape(s, tp);
@@ -20,6 +30,7 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, in
     index_[s.name] = params_.size();
     params_.push_back(p);
   }
+  close_group();
   flat_params_ = backend_.zeros({total_}, param_dtype);
   flat_grads_ = backend_.zeros({total_}, grad_dtype);
 }

@@ -21,11 +21,22 @@ struct LocalParam {
   int64_t numel() const { return shape.numel(); }
 };
 
+// A run of consecutive parameters of one transformer layer (or of the non-layer
+// parameters: embeddings, final LayerNorm), padded at its end so that its size is a
+// multiple of the group multiple. Groups are the buckets of gradient reduction and ZeRO
+// sharding; padding elements stay zero.
+struct ParamGroup {
+  int layer = -1;
+  int64_t begin = 0, end = 0;  // element range in the flat buffers
+};
+
 class ParamStore {
  public:
-  // Keeps the specs for which `owned` is true, sliced for (tp, tp_rank).
+  // Keeps the specs for which `owned` is true, sliced for (tp, tp_rank). Every group's
+  // size is a multiple of `group_multiple` (itself a multiple of 64).
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int tp, int tp_rank,
-             DType param_dtype, DType grad_dtype, const std::function<bool(const ParamSpec&)>& owned);
+             DType param_dtype, DType grad_dtype, const std::function<bool(const ParamSpec&)>& owned,
+             int64_t group_multiple = 64);
 
   // Layout-independent init (invariant 2): element value depends only on
   // (seed, name, canonical index); padding rows are zero.
@@ -33,6 +44,7 @@ class ParamStore {
   void zero_grads();
 
   const std::vector<LocalParam>& list() const { return params_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
   const LocalParam& find(const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   Tensor param(const std::string& name) const { return view(flat_params_, find(name)); }
@@ -43,6 +55,7 @@ class ParamStore {
   const Tensor& flat_grads() const { return flat_grads_.t(); }
   int64_t numel() const { return total_; }
   int tp() const { return tp_; }
+  Backend& backend() const { return backend_; }
   int tp_rank() const { return tp_rank_; }
 
  private:
@@ -52,6 +65,7 @@ class ParamStore {
   Backend& backend_;
   int tp_, tp_rank_;
   std::vector<LocalParam> params_;
+  std::vector<ParamGroup> groups_;
   std::unordered_map<std::string, size_t> index_;
   int64_t total_ = 0;
   Buffer flat_params_, flat_grads_;

@@ -19,6 +19,7 @@ struct IterationLog {
   int64_t skipped_iterations = 0, nan_iterations = 0;
   double tokens_per_second = 0;
   double tflops_per_rank = 0;
+  double mfu = 0;  // model FLOPs utilisation in [0, 1]; printed only when > 0 (peak known)
 };
 
 std::string format_iteration_log(const IterationLog& l);

@@ -1,19 +1,111 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
-namespace trident {
+#include "core/error.h"
 
-AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamWConfig& cfg)
-    : be_(backend), params_(params), cfg_(cfg) {
-  const int64_t n = params_.numel();
-  separate_master_ = params_.flat_params().dtype != DType::F32;
-  if (separate_master_) {
+namespace trident {
+namespace {
+
+ShardPlan make_plan(const ParamStore& params, Comm* dp, int zero_stage) {
+  std::vector<FlatRange> buckets;
+  for (const ParamGroup& g : params.groups()) buckets.push_back(FlatRange{g.begin, g.end});
+  const bool shard = zero_stage > 0 && dp != nullptr;
+  return ShardPlan(std::move(buckets), shard ? dp->size() : 1, shard ? dp->rank() : 0);
+}
+
+}  // namespace
+
+AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamWConfig& cfg, Comm* dp,
+                               int zero_stage)
+    : be_(backend),
+      params_(params),
+      cfg_(cfg),
+      dp_(dp),
+      zero_stage_(zero_stage),
+      plan_(make_plan(params, dp, zero_stage)) {
+  TRIDENT_CHECK(zero_stage >= 0 && zero_stage <= 2, "zero stage");
+  const int64_t n = plan_.shard_numel();
+  const Tensor& flat = params_.flat_params();
+  if (sharded() || flat.dtype != DType::F32) {
     master_ = be_.empty({n}, DType::F32);
-    be_.cast(params_.flat_params(), master_);
+    for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+      const FlatRange c = plan_.owned_chunk(b);
+      be_.cast(flat.flat_slice(c.begin, c.size()), master_.t().flat_slice(plan_.shard_offset(b), c.size()));
+    }
   }
   m_ = be_.zeros({n}, DType::F32);
   v_ = be_.zeros({n}, DType::F32);
+  if (sharded()) {
+    shard_grads_ = be_.zeros({n}, DType::F32);
+    int64_t largest = 0;
+    for (const FlatRange& b : plan_.buckets()) largest = std::max(largest, b.size());
+    staging_ = be_.empty({largest}, DType::F32);
+    chunk_ = be_.empty({largest / plan_.shards()}, DType::F32);
+  }
+  for (size_t b = 0; b < params_.groups().size(); ++b) {
+    const int layer = params_.groups()[b].layer;
+    if (layer < 0) continue;
+    if (static_cast<size_t>(layer) >= layer_bucket_.size()) layer_bucket_.resize(layer + 1, SIZE_MAX);
+    layer_bucket_[layer] = b;
+  }
+  for (const LocalParam& p : params_.list())
+    for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+      updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), p.spec.weight_decay});
+}
+
+Tensor AdamWOptimizer::shard_grads() const { return sharded() ? shard_grads_.t() : params_.flat_grads(); }
+
+void AdamWOptimizer::zero_grads() {
+  params_.zero_grads();
+  if (sharded()) be_.fill(shard_grads_, 0.0f);
+}
+
+void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
+  const FlatRange b = plan_.buckets()[bucket];
+  const int64_t chunk = b.size() / plan_.shards();
+  const Tensor grads = params_.flat_grads().flat_slice(b.begin, b.size());
+  // Reduce in fp32 whatever the gradient dtype (Megatron's accumulate-in-fp32 path).
+  Tensor in = grads;
+  if (grads.dtype != DType::F32) {
+    in = staging_.t().flat_slice(0, b.size());
+    be_.cast(grads, in);
+  }
+  const Tensor out = chunk_.t().flat_slice(0, chunk);
+  if (dp_ != nullptr)
+    dp_->reduce_scatter(in, out);
+  else
+    be_.copy(out, in.flat_slice(0, chunk));
+  be_.accumulate(shard_grads_.t().flat_slice(plan_.shard_offset(bucket), chunk), out);
+}
+
+void AdamWOptimizer::on_layer_gradients_ready(int layer) {
+  if (zero_stage_ != 2) return;
+  const size_t b = layer_bucket_.at(layer);
+  reduce_scatter_bucket(b);
+  const FlatRange r = plan_.buckets()[b];
+  be_.fill(params_.flat_grads().flat_slice(r.begin, r.size()), 0.0f);
+}
+
+void AdamWOptimizer::reduce_gradients() {
+  if (!sharded()) {
+    if (dp_ != nullptr && dp_->size() > 1) dp_->allreduce(params_.flat_grads(), ReduceOp::Sum);
+    return;
+  }
+  for (size_t b = 0; b < plan_.buckets().size(); ++b)
+    if (zero_stage_ == 1 || params_.groups()[b].layer < 0) reduce_scatter_bucket(b);
+}
+
+double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
+  const Tensor g = shard_grads();
+  double sum = 0;
+  for (const LocalParam& p : params_.list()) {
+    if (!counted(p.spec)) continue;
+    for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+      sum += be_.sum_squares(g.flat_slice(s.shard_offset, s.size()));
+  }
+  return sum;
 }
 
 void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
@@ -24,22 +116,29 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
     if (coeff < 1.0) scale = static_cast<float>(grad_scale * coeff);
   }
   ++step_;
-  const Tensor& master_flat = separate_master_ ? master_.t() : params_.flat_params();
-  for (const LocalParam& p : params_.list()) {
+  const Tensor master = master_.empty() ? params_.flat_params() : master_.t();
+  const Tensor grads = shard_grads();
+  for (const Update& u : updates_) {
     AdamWArgs a;
-    a.master = master_flat.flat_slice(p.offset, p.numel());
-    a.grad = params_.flat_grads().flat_slice(p.offset, p.numel());
-    a.m = m_.t().flat_slice(p.offset, p.numel());
-    a.v = v_.t().flat_slice(p.offset, p.numel());
-    if (separate_master_) a.model_param = params_.flat_params().flat_slice(p.offset, p.numel());
+    a.master = master.flat_slice(u.shard_offset, u.size);
+    a.grad = grads.flat_slice(u.shard_offset, u.size);
+    a.m = m_.t().flat_slice(u.shard_offset, u.size);
+    a.v = v_.t().flat_slice(u.shard_offset, u.size);
+    if (!master_.empty()) a.model_param = params_.flat_params().flat_slice(u.flat_begin, u.size);
     a.lr = static_cast<float>(lr);
     a.beta1 = cfg_.beta1;
     a.beta2 = cfg_.beta2;
     a.eps = cfg_.eps;
-    a.weight_decay = p.spec.weight_decay ? cfg_.weight_decay : 0.0f;
+    a.weight_decay = u.weight_decay ? cfg_.weight_decay : 0.0f;
     a.grad_scale = scale;
     a.step = step_;
     be_.adamw(a);
+  }
+  if (!sharded() || dp_ == nullptr) return;
+  for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+    const FlatRange r = plan_.buckets()[b], c = plan_.owned_chunk(b);
+    dp_->allgather(params_.flat_params().flat_slice(c.begin, c.size()),
+                   params_.flat_params().flat_slice(r.begin, r.size()));
   }
 }
 

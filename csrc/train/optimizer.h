@@ -1,12 +1,27 @@
-// AdamW over a ParamStore: fp32 master weights (the parameters themselves in fp32 runs),
-// fp32 moments, weight decay only on 2-D weights, gradient clipping by global norm folded
-// into the update's gradient scale.
+// AdamW over a ParamStore, with the data-parallel gradient reduction and ZeRO sharding
+// that decide which part of the state each rank keeps.
+//
+//   zero 0: gradients are all-reduced over DP; every rank keeps the whole optimizer state.
+//   zero 1: each rank keeps fp32 master weights and Adam moments for its shard only
+//           (parallel/zero_shard.h); after the last micro-batch each bucket's gradients
+//           are reduce-scattered into the shard, the shard is updated, and the updated
+//           parameters are all-gathered.
+//   zero 2: as 1, but a layer's bucket is reduce-scattered into the fp32 shard gradient
+//           as soon as backward has produced it, every micro-batch, and the bucket's
+//           model-dtype gradient is zeroed again: the full-size gradient is only ever a
+//           one-micro-batch staging area and accumulation happens in the shard.
+// Weight decay applies to 2-D weights only; gradient clipping by the global norm and the
+// loss-scale unscaling are folded into the update's gradient factor.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "core/backend.h"
 #include "model/param_store.h"
+#include "parallel/comm.h"
+#include "parallel/zero_shard.h"
 
 namespace trident {
 
@@ -17,20 +32,52 @@ struct AdamWConfig {
 
 class AdamWOptimizer {
  public:
-  AdamWOptimizer(Backend& backend, ParamStore& params, const AdamWConfig& cfg);
+  // `dp` may be null for one process. The ParamStore's groups are the buckets; with
+  // zero_stage > 0 their sizes must be multiples of dp->size().
+  AdamWOptimizer(Backend& backend, ParamStore& params, const AdamWConfig& cfg, Comm* dp = nullptr,
+                 int zero_stage = 0);
 
+  // Zeroes the model's gradients and the shard gradients (start of an iteration).
+  void zero_grads();
+  // Zero 2: the gradients of `layer` for one micro-batch are complete; reduce-scatter them
+  // into the shard and zero them. A no-op for other stages.
+  void on_layer_gradients_ready(int layer);
+  // After the last micro-batch: all-reduce (zero 0) or reduce-scatter the buckets not yet
+  // reduced (zero 1: all; zero 2: the non-layer ones).
+  void reduce_gradients();
+  // Sum of squares of the reduced gradients this rank owns, over the parameters for which
+  // `counted` is true (the caller sums it over the ranks that own the other parts).
+  double owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted);
+  // False when a reduced gradient this rank owns is inf or NaN (fp16 overflow).
+  bool owned_gradients_finite() { return !be_.has_inf_or_nan(shard_grads()); }
   // One update with learning rate `lr`. `grad_norm` is the global norm of the (unscaled)
-  // gradients, computed by the caller across ranks; it sets the clipping factor.
-  // `grad_scale` multiplies the gradients first (loss-scale unscaling).
+  // gradients; it sets the clipping factor. `grad_scale` multiplies the gradients first
+  // (loss-scale unscaling). With zero > 0 the updated parameters are all-gathered.
   void step(double lr, double grad_norm, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
+  const ShardPlan& plan() const { return plan_; }
+  bool sharded() const { return zero_stage_ > 0; }
 
  private:
+  void reduce_scatter_bucket(size_t bucket);
+  Tensor shard_grads() const;
+
   Backend& be_;
   ParamStore& params_;
   AdamWConfig cfg_;
-  bool separate_master_;  // false: the fp32 parameters are the master weights
-  Buffer master_, m_, v_;
+  Comm* dp_;
+  int zero_stage_;
+  ShardPlan plan_;
+  std::vector<size_t> layer_bucket_;  // bucket index of each layer (or -1)
+  // Compact shard state (zero 0: the flat layout). master_ is empty when the fp32 model
+  // parameters themselves are the master weights (zero 0, fp32).
+  Buffer master_, m_, v_, shard_grads_;
+  Buffer staging_, chunk_;  // zero > 0: one bucket's fp32 gradients and its reduced chunk
+  struct Update {
+    int64_t shard_offset, flat_begin, size;
+    bool weight_decay;
+  };
+  std::vector<Update> updates_;  // owned pieces of every parameter
   int64_t step_ = 0;
 };
 

@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <ostream>
@@ -8,8 +9,24 @@
 #include "data/tokenizer.h"
 #include "train/log_line.h"
 #include "train/synthetic_data.h"
+#include "train/tensorboard.h"
+#include "train/throughput.h"
 
 namespace trident {
+namespace {
+
+std::ostream& null_stream() {
+  static std::ostream s(nullptr);
+  return s;
+}
+
+void add(LossStats& total, const LossStats& s) {
+  total.loss_sum += s.loss_sum;
+  total.correct += s.correct;
+  total.tokens += s.tokens;
+}
+
+}  // namespace
 
 Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<SampleSource> train_data,
                  std::ostream& log, ParallelContext* parallel)
@@ -18,6 +35,8 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
     own_parallel_ = make_parallel_context(1, 1);
     par_ = own_parallel_.get();
   }
+  out_ = par_->world_rank() == 0 ? &log_ : &null_stream();
+  resolve_schedule(opt_);
   const GridShape& g = par_->grid.shape;
   if (opt_.global_batch_size % (opt_.micro_batch_size * g.dp) != 0)
     throw ConfigError("--global-batch-size (" + std::to_string(opt_.global_batch_size) +
@@ -27,11 +46,23 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   if (data_->size() < needed)
     throw ConfigError("--train-iters: the training data has " + std::to_string(data_->size()) +
                       " samples, the run needs " + std::to_string(needed));
+  const ProcessGrid& grid = par_->grid;
+  const LayerRange layers = pipeline_layer_range(opt_.model.num_layers, g.pp, grid.pp_rank);
+  micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
   StageLayout layout;
   layout.tp = g.tp;
-  layout.tp_rank = par_->grid.tp_rank;
+  layout.tp_rank = grid.tp_rank;
   layout.tp_comm = par_->tp.get();
-  model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size);  // validates the shape
+  layout.layer_begin = layers.begin;
+  layout.layer_end = layers.end;
+  layout.first_stage = grid.first_stage();
+  layout.last_stage = grid.last_stage();
+  layout.zero_shards = opt_.zero_stage > 0 ? g.dp : 1;
+  layout.fp32_grads = opt_.accumulate_allreduce_grads_in_fp32;
+  activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, micro_batches_);
+  schedule_steps_ = one_f_one_b_schedule(g.pp, grid.pp_rank, micro_batches_);
+  // Validates the model shape (heads and vocabulary against tp).
+  model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size, activation_slots_);
   model_->set_dropout_seed(opt_.seed);
   model_->params().init(opt_.seed);
   AdamWConfig ac;
@@ -40,12 +71,12 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   ac.eps = opt_.adam_eps;
   ac.weight_decay = opt_.weight_decay;
   ac.clip_grad = opt_.clip_grad;
-  optimizer_ = std::make_unique<AdamWOptimizer>(be_, model_->params(), ac);
-  schedule_.max_lr = opt_.lr;
-  schedule_.min_lr = opt_.min_lr;
-  schedule_.style = parse_lr_decay_style(opt_.lr_decay_style);
-  schedule_.warmup_samples = static_cast<uint64_t>(opt_.lr_warmup_iters) * opt_.global_batch_size;
-  schedule_.decay_samples = static_cast<uint64_t>(opt_.lr_decay_iters) * opt_.global_batch_size;
+  optimizer_ = std::make_unique<AdamWOptimizer>(be_, model_->params(), ac, par_->dp.get(), opt_.zero_stage);
+  model_->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
+  schedule_ = make_lr_schedule(opt_);
+  scaler_ = LossScaler(make_loss_scaler_config(opt_));
+  if (!opt_.tensorboard_dir.empty() && par_->world_rank() == 0)
+    tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir);
   const int T = opt_.model.seq_length;
   sample_.resize(T + 1);
   tokens_.resize(static_cast<size_t>(opt_.micro_batch_size) * T);
@@ -54,10 +85,15 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
 
 Trainer::~Trainer() = default;
 
-void Trainer::load_micro_batch(uint64_t first_sample) {
+void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test) {
+  valid_ = std::move(valid);
+  test_ = std::move(test);
+}
+
+void Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sample) {
   const int T = opt_.model.seq_length;
   for (int b = 0; b < opt_.micro_batch_size; ++b) {
-    data_->get(first_sample + b, sample_.data());
+    data.get(first_sample + b, sample_.data());
     for (int t = 0; t < T; ++t) {
       tokens_[b * T + t] = sample_[t];
       targets_[b * T + t] = sample_[t + 1];
@@ -66,119 +102,279 @@ void Trainer::load_micro_batch(uint64_t first_sample) {
 }
 
 // Squared gradient norm over the whole model, each parameter counted once: TP-sharded
-// tensors by every TP rank (their slices), replicated ones by TP rank 0 only. (DP ranks
-// hold identical, already reduced gradients.)
+// tensors by every TP rank (their slices), TP-replicated ones by TP rank 0 only, the tied
+// word embedding by the first stage only, and with ZeRO each DP rank its shard.
 double Trainer::global_grad_norm_sq() {
-  const ParamStore& P = model_->params();
-  if (par_->grid.shape.tp == 1) return be_.sum_squares(P.flat_grads());  // alignment gaps are zero
-  double local = 0;
-  const bool tp0 = par_->grid.tp_rank == 0;
-  for (const LocalParam& p : P.list())
-    if (p.spec.shard != ShardRule::Replicated || tp0) local += be_.sum_squares(P.grad(p));
-  std::vector<float> v = {static_cast<float>(local)};
-  par_->tp->allreduce(Tensor(v.data(), Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
+  const ProcessGrid& grid = par_->grid;
+  const bool tp0 = grid.tp_rank == 0, first = grid.first_stage();
+  std::vector<float> v = {static_cast<float>(optimizer_->owned_grad_sum_squares([&](const ParamSpec& s) {
+    return (s.shard != ShardRule::Replicated || tp0) && (s.name != "wte" || first);
+  }))};
+  const Tensor t(v.data(), Shape{1}, DType::F32, Device::Cpu);
+  if (optimizer_->sharded()) par_->dp->allreduce(t, ReduceOp::Sum);
+  par_->tp->allreduce(t, ReduceOp::Sum);
+  par_->pp->allreduce(t, ReduceOp::Sum);
   return v[0];
 }
 
+bool Trainer::any_rank(bool local) {
+  float v = local ? 1.0f : 0.0f;
+  par_->world->allreduce(Tensor(&v, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
+  return v > 0;
+}
+
+// The loss statistics live on the last stage: sum them over DP there, then give every
+// stage the result so all ranks take the same decisions (skip on NaN, logging).
 void Trainer::reduce_loss_stats(LossStats& s) {
-  if (par_->grid.shape.dp == 1) return;
   std::vector<float> v = {static_cast<float>(s.loss_sum), static_cast<float>(s.correct), static_cast<float>(s.tokens)};
-  par_->dp->allreduce(Tensor(v.data(), Shape{3}, DType::F32, Device::Cpu), ReduceOp::Sum);
+  const Tensor t(v.data(), Shape{3}, DType::F32, Device::Cpu);
+  if (par_->grid.last_stage()) par_->dp->allreduce(t, ReduceOp::Sum);
+  par_->pp->broadcast(t, par_->grid.shape.pp - 1);
   s.loss_sum = v[0];
   s.correct = v[1];
   s.tokens = v[2];
 }
 
+// Runs this stage's 1F1B steps for one global batch (with one stage: forward and
+// backward of each micro-batch in turn).
+LossStats Trainer::run_pipeline(float grad_scale) {
+  const int B = opt_.micro_batch_size;
+  const int dp = par_->grid.shape.dp, dp_rank = par_->grid.dp_rank;
+  const int prev = par_->grid.pp_rank - 1, next = par_->grid.pp_rank + 1;
+  Comm& pp = *par_->pp;
+  Gpt2Model& m = *model_;
+  const bool needs_data = m.layout().first_stage || m.layout().last_stage;
+  auto slot = [&](int mb) { return mb % activation_slots_; };
+  LossStats total;
+  for (const PipeStep& st : schedule_steps_) {
+    const int mb = st.micro_batch;
+    switch (st.op) {
+      case PipeOp::RecvForward: pp.recv(m.stage_input(slot(mb)), prev); break;
+      case PipeOp::Forward: {
+        // Megatron's sampler: DP rank r takes slice [r B, (r + 1) B) of each B x dp block.
+        const uint64_t first = consumed_samples_ + (static_cast<uint64_t>(mb) * dp + dp_rank) * B;
+        if (needs_data) load_micro_batch(*data_, first);
+        m.forward(slot(mb), MicroBatch{tokens_.data(), targets_.data(), first}, true, grad_scale);
+        if (m.layout().last_stage) add(total, m.loss_stats());
+        break;
+      }
+      case PipeOp::SendForward: pp.send(m.stage_output(slot(mb)), next); break;
+      case PipeOp::SendForwardRecvBackward:
+        pp.sendrecv(m.stage_output(slot(mb)), next, m.output_grad(), next);
+        break;
+      case PipeOp::RecvBackward: pp.recv(m.output_grad(), next); break;
+      case PipeOp::Backward: m.backward(slot(mb)); break;
+      case PipeOp::SendBackward: pp.send(m.input_grad(), prev); break;
+      case PipeOp::SendBackwardRecvForward:
+        pp.sendrecv(m.input_grad(), prev, m.stage_input(slot(st.other)), prev);
+        break;
+    }
+  }
+  return total;
+}
+
+// Forward of one global batch through the pipeline without dropout or backward.
+LossStats Trainer::run_forward_only(const SampleSource& data, uint64_t first_sample) {
+  const int B = opt_.micro_batch_size;
+  const int dp = par_->grid.shape.dp, dp_rank = par_->grid.dp_rank;
+  const int prev = par_->grid.pp_rank - 1, next = par_->grid.pp_rank + 1;
+  Gpt2Model& m = *model_;
+  const StageLayout& L = m.layout();
+  LossStats total;
+  for (int mb = 0; mb < micro_batches_; ++mb) {
+    const uint64_t first = first_sample + (static_cast<uint64_t>(mb) * dp + dp_rank) * B;
+    if (!L.first_stage) par_->pp->recv(m.stage_input(0), prev);
+    if (L.first_stage || L.last_stage) load_micro_batch(data, first);
+    m.forward(0, MicroBatch{tokens_.data(), targets_.data(), first}, false, 0.0f);
+    if (L.last_stage) add(total, m.loss_stats());
+    if (!L.last_stage) par_->pp->send(m.stage_output(0), next);
+  }
+  return total;
+}
+
+EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, int64_t iterations) {
+  const uint64_t needed = first_sample + static_cast<uint64_t>(iterations) * opt_.global_batch_size;
+  if (data.size() < needed)
+    throw ConfigError("--eval-iters: the evaluation split has " + std::to_string(data.size()) +
+                      " samples, evaluation needs " + std::to_string(needed));
+  LossStats total;
+  for (int64_t i = 0; i < iterations; ++i)
+    add(total, run_forward_only(data, first_sample + static_cast<uint64_t>(i) * opt_.global_batch_size));
+  reduce_loss_stats(total);
+  EvalResult r;
+  r.tokens = total.tokens;
+  r.loss = total.loss_sum / total.tokens;
+  r.acc = total.correct / total.tokens;
+  return r;
+}
+
 IterationResult Trainer::train_iteration() {
   const auto start = std::chrono::steady_clock::now();
-  const int G = opt_.global_batch_size, B = opt_.micro_batch_size, T = opt_.model.seq_length;
-  const int dp = par_->grid.shape.dp, dp_rank = par_->grid.dp_rank;
-  const int micro_batches = G / (B * dp);
-  // The loss is the mean over every target token of the global batch.
-  const float grad_scale = 1.0f / (static_cast<float>(G) * static_cast<float>(T));
+  const int G = opt_.global_batch_size, T = opt_.model.seq_length;
   IterationResult r;
   r.lr = schedule_.lr(consumed_samples_);
-  model_->params().zero_grads();
-  LossStats total;
-  for (int j = 0; j < micro_batches; ++j) {
-    // Megatron's sampler: DP rank r takes slice [r B, (r + 1) B) of each B x dp block.
-    const uint64_t first = consumed_samples_ + (static_cast<uint64_t>(j) * dp + dp_rank) * B;
-    load_micro_batch(first);
-    model_->forward(0, MicroBatch{tokens_.data(), targets_.data(), first}, true, grad_scale);
-    model_->backward(0);
-    const LossStats s = model_->loss_stats();
-    total.loss_sum += s.loss_sum;
-    total.correct += s.correct;
-    total.tokens += s.tokens;
-  }
-  if (dp > 1) par_->dp->allreduce(model_->params().flat_grads(), ReduceOp::Sum);
+  r.loss_scale = scaler_.scale();
+  // The loss is the mean over every target token of the global batch, times the scale.
+  const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
+  optimizer_->zero_grads();
+  LossStats total = run_pipeline(grad_scale);
+  // The tied word embedding's two copies (first and last stage) get the sum of both
+  // gradients, so they stay equal.
+  if (par_->grid.shape.pp > 1 && par_->embedding)
+    par_->embedding->allreduce(model_->params().grad("wte"), ReduceOp::Sum);
+  optimizer_->reduce_gradients();
   reduce_loss_stats(total);
   r.loss = total.loss_sum / total.tokens;
   r.acc = total.correct / total.tokens;
-  if (std::isfinite(r.loss)) {
-    r.grad_norm = std::sqrt(global_grad_norm_sq());
-    optimizer_->step(r.lr, r.grad_norm);
-  } else {
-    ++nan_iterations_;  // never train on a NaN loss
-    r.grad_norm = std::nan("");
+  const bool nan_loss = !std::isfinite(r.loss);
+  // With a loss scale, an inf/NaN gradient on any rank skips the step on every rank.
+  const bool found_inf = scaler_.enabled() && any_rank(!optimizer_->owned_gradients_finite());
+  r.grad_norm = std::nan("");
+  if (!found_inf && !nan_loss) {
+    r.grad_norm = std::sqrt(global_grad_norm_sq()) * scaler_.inv_scale();
+    if (std::isfinite(r.grad_norm)) optimizer_->step(r.lr, r.grad_norm, static_cast<float>(scaler_.inv_scale()));
   }
+  r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
+  scaler_.update(found_inf);
+  skipped_iterations_ += r.skipped;
+  nan_iterations_ += nan_loss;
+  consecutive_nan_ = nan_loss ? consecutive_nan_ + 1 : 0;
   be_.synchronize();
   consumed_samples_ += G;
   ++iteration_;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   history_.push_back(r);
+  if (consecutive_nan_ > opt_.max_nan_iterations)
+    throw ConfigError("the loss was NaN or infinite for " + std::to_string(consecutive_nan_) +
+                      " iterations in a row (--max-nan-iterations " + std::to_string(opt_.max_nan_iterations) +
+                      "); stopped at iteration " + std::to_string(iteration_) + " instead of training on garbage");
   return r;
+}
+
+void Trainer::log_evaluation(const std::string& where, const EvalResult& r) {
+  // Megatron's block; PPL = exp(min(20, loss)).
+  const double ppl = std::exp(std::min(20.0, r.loss));
+  char buf[256];
+  std::snprintf(buf, sizeof buf, " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", where.c_str(),
+                r.loss, ppl);
+  const std::string line = buf, dashes(line.size() + 1, '-');
+  *out_ << dashes << "\n" << line << "\n" << dashes << std::endl;
+  if (tensorboard_ && where.find("test") == std::string::npos) {
+    tensorboard_->add_scalar("lm loss validation", r.loss, iteration_);
+    tensorboard_->add_scalar("lm loss validation vs samples", r.loss, static_cast<int64_t>(consumed_samples_));
+    tensorboard_->add_scalar("lm loss validation ppl", ppl, iteration_);
+    tensorboard_->add_scalar("lm loss validation ppl vs samples", ppl, static_cast<int64_t>(consumed_samples_));
+  }
 }
 
 void Trainer::train() {
   const ModelConfig& m = opt_.model;
   const GridShape& g = par_->grid.shape;
-  // Only world rank 0 logs; the others train silently.
-  std::ostream null_stream(nullptr);
-  std::ostream& out = par_->world_rank() == 0 ? log_ : null_stream;
-  out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << std::endl;
+  std::ostream& out = *out_;
+  out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", zero stage "
+      << opt_.zero_stage << ", " << micro_batches_ << " micro-batches of " << opt_.micro_batch_size
+      << " per iteration" << std::endl;
   out << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
-       << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
-       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
-       << ", dtype " << dtype_name(m.dtype) << std::endl;
+      << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
+      << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
+      << ", dtype " << dtype_name(m.dtype) << std::endl;
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
   int n = 0;
-  const double flops = model_flops_per_iteration(m, opt_.global_batch_size, g.tp) / g.world;
+  const double flops_per_iteration = model_flops_per_iteration(m, opt_.global_batch_size, g.tp);
+  const bool evaluating = valid_ && opt_.eval_iters > 0;
   while (iteration_ < opt_.train_iters) {
     const IterationResult r = train_iteration();
-    loss_sum += r.loss;
-    acc_sum += r.acc;
+    if (iteration_ == 1) {
+      const AllocatorStats st = be_.allocator().stats();
+      out << "trident: after the first iteration: " << st.peak_bytes_in_use / (1024.0 * 1024.0)
+          << " MiB peak memory on rank 0" << std::endl;
+    }
+    if (!r.skipped) {  // Megatron averages the loss over the iterations that updated
+      loss_sum += r.loss;
+      acc_sum += r.acc;
+    }
     ms_sum += r.ms;
     ++n;
+    const double seconds = r.ms / 1e3;
+    const double tokens_per_second = static_cast<double>(opt_.global_batch_size) * m.seq_length / seconds;
+    const double tflops_per_rank = flops_per_iteration / g.world / seconds / 1e12;
+    const double mfu = model_flops_utilization(flops_per_iteration, seconds, g.world, opt_.peak_tflops);
+    if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
+      const int64_t samples = static_cast<int64_t>(consumed_samples_);
+      TensorBoardWriter& tb = *tensorboard_;
+      if (!r.skipped) {
+        tb.add_scalar("lm loss", r.loss, iteration_);
+        tb.add_scalar("lm loss vs samples", r.loss, samples);
+        tb.add_scalar("lm acc", r.acc, iteration_);
+        tb.add_scalar("grad-norm", r.grad_norm, iteration_);
+        tb.add_scalar("grad-norm vs samples", r.grad_norm, samples);
+      }
+      tb.add_scalar("learning-rate", r.lr, iteration_);
+      tb.add_scalar("learning-rate vs samples", r.lr, samples);
+      if (scaler_.enabled()) tb.add_scalar("loss-scale", r.loss_scale, iteration_);
+      tb.add_scalar("tokens-per-second", tokens_per_second, iteration_);
+      tb.add_scalar("tflops-per-rank", tflops_per_rank, iteration_);
+      if (mfu > 0) tb.add_scalar("mfu", mfu, iteration_);
+    }
     if (iteration_ % opt_.log_interval == 0 || iteration_ == opt_.train_iters) {
       IterationLog l;
+      const int updated = n - static_cast<int>(std::count_if(history_.end() - n, history_.end(),
+                                                             [](const IterationResult& h) { return h.skipped; }));
       l.iteration = iteration_;
       l.train_iters = opt_.train_iters;
       l.consumed_samples = consumed_samples_;
       l.ms_per_iteration = ms_sum / n;
       l.learning_rate = r.lr;
       l.global_batch_size = opt_.global_batch_size;
-      l.lm_loss = loss_sum / n;
-      l.lm_acc = acc_sum / n;
+      l.lm_loss = updated > 0 ? loss_sum / updated : std::nan("");
+      l.lm_acc = updated > 0 ? acc_sum / updated : std::nan("");
+      l.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
       l.grad_norm = r.grad_norm;
+      l.skipped_iterations = skipped_iterations_;
       l.nan_iterations = nan_iterations_;
       l.tokens_per_second = static_cast<double>(opt_.global_batch_size) * m.seq_length / (l.ms_per_iteration / 1e3);
-      l.tflops_per_rank = flops / (l.ms_per_iteration / 1e3) / 1e12;
+      l.tflops_per_rank = flops_per_iteration / g.world / (l.ms_per_iteration / 1e3) / 1e12;
+      l.mfu = model_flops_utilization(flops_per_iteration, l.ms_per_iteration / 1e3, g.world, opt_.peak_tflops);
       out << format_iteration_log(l) << std::endl;
       loss_sum = acc_sum = ms_sum = 0;
       n = 0;
     }
+    if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0 &&
+        iteration_ < opt_.train_iters) {
+      log_evaluation("iteration " + std::to_string(iteration_), evaluate(*valid_, consumed_valid_samples_,
+                                                                          opt_.eval_iters));
+      consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;
+    }
   }
+  if (evaluating)
+    log_evaluation("iteration " + std::to_string(iteration_) + " on validation set",
+                   evaluate(*valid_, consumed_valid_samples_, opt_.eval_iters));
+  if (test_ && opt_.eval_iters > 0)
+    log_evaluation("iteration " + std::to_string(iteration_) + " on test set", evaluate(*test_, 0, opt_.eval_iters));
+  if (tensorboard_) tensorboard_->flush();
   const AllocatorStats st = be_.allocator().stats();
   out << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "
-       << st.peak_bytes_in_use / (1024.0 * 1024.0) << " MiB peak, " << st.raw_allocs << " device allocations"
-       << std::endl;
+      << st.peak_bytes_in_use / (1024.0 * 1024.0) << " MiB peak, " << st.raw_allocs << " device allocations"
+      << std::endl;
 }
 
-std::unique_ptr<SampleSource> make_train_data(TrainOptions& opt) {
-  const uint64_t needed = static_cast<uint64_t>(opt.train_iters) * opt.global_batch_size;
-  if (opt.data_path.empty())
-    return std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
+TrainData make_train_data(TrainOptions& opt) {
+  resolve_schedule(opt);
+  const uint64_t G = opt.global_batch_size;
+  const uint64_t train = static_cast<uint64_t>(opt.train_iters) * G;
+  // Megatron's sizes: every periodic evaluation plus the final one reads fresh validation
+  // samples; the test split is read once.
+  const uint64_t evals = opt.eval_interval > 0 ? opt.train_iters / opt.eval_interval + 1 : 1;
+  const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;
+  TrainData d;
+  if (opt.data_path.empty()) {
+    const int64_t V = opt.model.vocab_size;
+    const int T = opt.model.seq_length;
+    d.train = std::make_unique<SyntheticSource>(V, T, opt.seed);
+    d.valid = std::make_unique<SyntheticSource>(V, T, opt.seed + 1);
+    d.test = std::make_unique<SyntheticSource>(V, T, opt.seed + 2);
+    return d;
+  }
   auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
   opt.model.vocab_size = tokenizer->vocab_size();
   GptDatasetConfig dc;
@@ -186,11 +382,16 @@ std::unique_ptr<SampleSource> make_train_data(TrainOptions& opt) {
   dc.split = opt.split;
   dc.seq_length = opt.model.seq_length;
   dc.seed = opt.seed;
-  dc.train_samples = needed;
+  dc.train_samples = train;
+  dc.valid_samples = opt.eval_iters > 0 ? valid : 0;
+  dc.test_samples = opt.eval_iters > 0 ? test : 0;
   dc.cache_dir = opt.data_cache_path;
   TrainValidTest sets = build_gpt_datasets(dc);
   if (!sets.train) throw ConfigError("--split: the training split of --data-path is empty");
-  return std::move(sets.train);
+  d.train = std::move(sets.train);
+  d.valid = std::move(sets.valid);
+  d.test = std::move(sets.test);
+  return d;
 }
 
 }  // namespace trident

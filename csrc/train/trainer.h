@@ -1,6 +1,8 @@
-// The single-process training loop: micro-batches with gradient accumulation, global-norm
-// clipping, AdamW, Megatron's LR schedule, and the Megatron-style log line.
-// (Multi-process layouts plug in through StageLayout/Comm in the parallelism work.)
+// The training loop of one rank: its pipeline stage's 1F1B schedule over the micro-batches
+// of its data-parallel slice, the embedding-group and data-parallel gradient reductions,
+// loss scaling (fp16), global-norm clipping, AdamW (ZeRO-sharded when asked), Megatron's
+// LR schedule, periodic evaluation, the Megatron-style log line and TensorBoard scalars.
+// One process is the layout tp = pp = dp = 1.
 #pragma once
 
 #include <cstdint>
@@ -12,14 +14,23 @@
 #include "data/gpt_dataset.h"
 #include "model/gpt2.h"
 #include "parallel/parallel_context.h"
+#include "parallel/pipeline_schedule.h"
+#include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/options.h"
 
 namespace trident {
 
+class TensorBoardWriter;
+
 struct IterationResult {
-  double loss = 0, acc = 0, grad_norm = 0, lr = 0, ms = 0;
+  double loss = 0, acc = 0, grad_norm = 0, lr = 0, ms = 0, loss_scale = 0;
+  bool skipped = false;  // inf/NaN gradients (fp16) or a NaN loss: no update
+};
+
+struct EvalResult {
+  double loss = 0, acc = 0, tokens = 0;
 };
 
 class Trainer {
@@ -30,35 +41,57 @@ class Trainer {
           ParallelContext* parallel = nullptr);
   ~Trainer();
 
+  // Validation and test splits for --eval-interval / --eval-iters and the end of training.
+  void set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test);
+
   IterationResult train_iteration();  // one iteration over the global batch
-  void train();                        // train_iters iterations, logging every log_interval
+  void train();                        // up to train_iters iterations, logging every log_interval
+  // Mean loss over `iterations` global batches of `data` from sample `first_sample`, with
+  // no dropout and no effect on training state. Collective over all ranks.
+  EvalResult evaluate(const SampleSource& data, uint64_t first_sample, int64_t iterations);
   const std::vector<IterationResult>& history() const { return history_; }
   Gpt2Model& model() { return *model_; }
+  ParallelContext& parallel() { return *par_; }
   int64_t iteration() const { return iteration_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
 
  private:
-  void load_micro_batch(uint64_t first_sample);
+  void load_micro_batch(const SampleSource& data, uint64_t first_sample);
+  LossStats run_pipeline(float grad_scale);
+  LossStats run_forward_only(const SampleSource& data, uint64_t first_sample);
   double global_grad_norm_sq();
+  bool any_rank(bool local);
   void reduce_loss_stats(LossStats& s);
+  void log_evaluation(const std::string& where, const EvalResult& r);
 
   TrainOptions opt_;
   Backend& be_;
-  std::unique_ptr<SampleSource> data_;
+  std::unique_ptr<SampleSource> data_, valid_, test_;
   std::ostream& log_;
+  std::ostream* out_;  // log_ on world rank 0, a null stream elsewhere
   std::unique_ptr<ParallelContext> own_parallel_;
   ParallelContext* par_;
+  int micro_batches_ = 1, activation_slots_ = 1;
+  std::vector<PipeStep> schedule_steps_;
   std::unique_ptr<Gpt2Model> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   LrSchedule schedule_;
+  LossScaler scaler_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging, sized once
   int64_t iteration_ = 0;
-  uint64_t consumed_samples_ = 0;
-  int64_t nan_iterations_ = 0;
+  uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
+  int64_t skipped_iterations_ = 0, nan_iterations_ = 0, consecutive_nan_ = 0;
   std::vector<IterationResult> history_;
 };
 
-// Builds the training data the options ask for: the GPTDataset train split of
-// --data-path, or synthetic tokens. Sets opt.model.vocab_size from the tokenizer.
-std::unique_ptr<SampleSource> make_train_data(TrainOptions& opt);
+struct TrainData {
+  std::unique_ptr<SampleSource> train, valid, test;
+};
+
+// Builds the data the options ask for: the GPTDataset splits of --data-path (sized for
+// training and every evaluation), or synthetic tokens. Sets opt.model.vocab_size from the
+// tokenizer.
+TrainData make_train_data(TrainOptions& opt);
 
 }  // namespace trident

@@ -24,4 +24,8 @@ check() {  # check <np> <flag that must be named> <args...>
 check 3 --tensor-model-parallel-size --tensor-model-parallel-size 2
 check 2 --tensor-model-parallel-size --tensor-model-parallel-size 3 --num-attention-heads 4
 check 2 --global-batch-size --micro-batch-size 4 --global-batch-size 4
+check 3 --pipeline-model-parallel-size --pipeline-model-parallel-size 2
+check 4 --pipeline-model-parallel-size --pipeline-model-parallel-size 4  # 2 layers
+check 4 --global-batch-size --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 2
+check 2 --zero-stage --zero-stage 3
 [[ $fails -eq 0 ]]

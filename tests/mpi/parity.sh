@@ -1,35 +1,63 @@
 #!/usr/bin/env bash
 # Parallel layouts train the same model as one process: per-iteration losses of gpt2-tiny
-# with dropout on, 10 iterations, must match the single-process run to 1e-5 (relative).
-# Usage: parity.sh TRAIN_BINARY REPO "tp:np" ...   e.g. "2:2" is tp2 on 2 ranks (dp 1).
+# (4 layers unless --layers says otherwise) with dropout on, 10 iterations, and the
+# validation losses at iteration 5 and at the end, must match the single-process run to
+# 1e-5 relative; with --params, the final parameters too, to 1e-4
+# (canonical full tensors written by --save-canonical and compared by compare_params.py).
+# Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] LAYOUT...
+#   LAYOUT is tp:pp:dp[:zero], e.g. 2:2:2:1 is tp2 x pp2 x dp2 with ZeRO-1 on 8 ranks.
 set -euo pipefail
 train=$1
 repo=$2
 shift 2
+layers=4 iters=10 micro=2
+while [[ $# -gt 0 && $1 == --* ]]; do
+  case $1 in
+    --layers) layers=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --micro-batch) micro=$2; shift 2 ;;
+    *) echo "parity.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-args=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-iters 10 --log-interval 1 --lr-warmup-iters 2
-      --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1 --attention-dropout 0.1)
-losses() { grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
-"$train" "${args[@]}" >"$tmp/serial.log"
+args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers "$layers" --device cpu --train-iters "$iters"
+      --log-interval 1 --lr-warmup-iters 2 --micro-batch-size "$micro" --global-batch-size 8
+      --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 5 --eval-iters 1)
+params=()
+if "$train" --help | grep -q -- --save-canonical; then params=(--save-canonical); fi
+# Training losses, then the validation losses (at iteration 5, and validation and test at the end).
+losses() {
+  grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'
+  grep '^ validation loss at ' "$1" | sed -E 's/.*lm loss value: ([0-9.E+-]+).*/\1/'
+}
+"$train" "${args[@]}" ${params:+"${params[@]}" "$tmp/serial.safetensors"} >"$tmp/serial.log"
 losses "$tmp/serial.log" >"$tmp/serial.txt"
-[[ $(wc -l <"$tmp/serial.txt") -eq 10 ]]
+n_losses=$((iters + (iters - 1) / 5 + 2))  # training, validation every 5 (not at the end), final valid + test
+[[ $(wc -l <"$tmp/serial.txt") -eq $n_losses ]]
 fails=0
 for layout in "$@"; do
-  tp=${layout%%:*}
-  np=${layout##*:}
-  if ! mpirun --oversubscribe -np "$np" --bind-to none "$train" "${args[@]}" \
-      --tensor-model-parallel-size "$tp" >"$tmp/par.log" 2>"$tmp/par.err"; then
-    echo "FAIL tp$tp np$np: run failed"; cat "$tmp/par.err"; fails=$((fails + 1)); continue
+  IFS=: read -r tp pp dp zero <<<"$layout"
+  zero=${zero:-0}
+  np=$((tp * pp * dp))
+  tag="tp$tp pp$pp dp$dp zero$zero ($np ranks)"
+  rm -f "$tmp/par.safetensors"
+  if ! timeout 300 mpirun --oversubscribe -np "$np" --bind-to none "$train" "${args[@]}" \
+      --tensor-model-parallel-size "$tp" --pipeline-model-parallel-size "$pp" --zero-stage "$zero" \
+      ${params:+"${params[@]}" "$tmp/par.safetensors"} >"$tmp/par.log" 2>"$tmp/par.err"; then
+    echo "FAIL $tag: run failed"; cat "$tmp/par.err"; fails=$((fails + 1)); continue
   fi
   losses "$tmp/par.log" >"$tmp/par.txt"
-  if paste "$tmp/serial.txt" "$tmp/par.txt" | awk -v tag="tp$tp np$np" '
+  if ! paste "$tmp/serial.txt" "$tmp/par.txt" | awk -v tag="$tag" -v n_expect="$n_losses" '
       { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > max) max = d; n++ }
-      END { printf "%s: %d iterations, max relative loss difference %.2e\n", tag, n, max; exit !(n == 10 && max <= 1e-5) }'; then
-    :
-  else
-    echo "FAIL tp$tp np$np"; paste "$tmp/serial.txt" "$tmp/par.txt"; fails=$((fails + 1))
+      END { printf "%s: %d training and validation losses, max relative difference %.2e\n", tag, n, max;
+            exit !(n == n_expect && max <= 1e-5) }'; then
+    echo "FAIL $tag: losses differ"; paste "$tmp/serial.txt" "$tmp/par.txt"; fails=$((fails + 1)); continue
+  fi
+  if ((${#params[@]})) && ! python3 "$repo/tests/mpi/compare_params.py" "$tmp/serial.safetensors" \
+      "$tmp/par.safetensors" 1e-4 "$tag"; then
+    fails=$((fails + 1))
   fi
 done
 [[ $fails -eq 0 ]]

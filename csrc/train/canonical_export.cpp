@@ -1,0 +1,69 @@
+#include "train/canonical_export.h"
+
+#include <vector>
+
+#include "ckpt/safetensors.h"
+#include "parallel/pipeline_schedule.h"
+
+namespace trident {
+namespace {
+
+// The pipeline stage that holds parameter `s` (the tied word embedding: the first).
+int owning_stage(const ParamSpec& s, const ModelConfig& cfg, int pp) {
+  if (s.layer >= 0) {
+    for (int stage = 0; stage < pp; ++stage) {
+      const LayerRange r = pipeline_layer_range(cfg.num_layers, pp, stage);
+      if (s.layer >= r.begin && s.layer < r.end) return stage;
+    }
+  }
+  return s.name == "ln_f.weight" || s.name == "ln_f.bias" ? pp - 1 : 0;
+}
+
+}  // namespace
+
+void save_canonical_params(Gpt2Model& model, ParallelContext& par, const std::string& path) {
+  const ModelConfig& cfg = model.config();
+  const ProcessGrid& grid = par.grid;
+  const int tp = grid.shape.tp;
+  Backend& be = model.params().backend();
+  const bool writer = grid.rank == 0;
+  std::vector<std::vector<float>> full;  // on the writer
+  std::vector<ParamSpec> specs = gpt2_param_specs(cfg, tp);
+  std::vector<float> slice;
+  for (const ParamSpec& s : specs) {
+    if (writer) full.emplace_back(static_cast<size_t>(s.shape.numel()), 0.0f);
+    const int stage = owning_stage(s, cfg, grid.shape.pp);
+    const int tp_parts = s.shard == ShardRule::Replicated ? 1 : tp;
+    const Shape local = local_shape(s, tp);
+    slice.resize(static_cast<size_t>(local.numel()));
+    const Tensor host(slice.data(), local, DType::F32, Device::Cpu);
+    for (int t = 0; t < tp_parts; ++t) {
+      const int src = grid.rank_of(t, 0, stage);
+      if (grid.rank == src) {
+        const Tensor p = model.params().param(s.name);
+        Buffer f32 = be.empty(local, DType::F32);
+        be.cast(p, f32);
+        be.copy_to_host(slice.data(), f32);
+        if (!writer) par.world->send(host, 0);
+      } else if (writer) {
+        par.world->recv(host, src);
+      }
+      if (writer)
+        for (int64_t i = 0; i < local.numel(); ++i) full.back()[canonical_index(s, tp, t, i)] = slice[i];
+    }
+  }
+  if (!writer) return;
+  std::vector<StTensorRef> refs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    StTensorRef r;
+    r.name = specs[i].name;
+    r.dtype = StDType::F32;
+    r.shape.assign(specs[i].shape.dims.begin(), specs[i].shape.dims.begin() + specs[i].shape.ndim);
+    if (specs[i].init_rows >= 0) r.shape[0] = specs[i].init_rows;  // drop vocabulary padding rows
+    r.data = full[i].data();
+    refs.push_back(r);
+  }
+  write_safetensors(path, refs, {{"format", "trident-canonical"}});
+}
+
+}  // namespace trident
