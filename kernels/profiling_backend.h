@@ -24,6 +24,7 @@ class ProfilingBackend final : public Backend {
   const std::map<std::string, OpTime>& times() const { return times_; }
   void reset_times() { times_.clear(); }
   std::string name() const override { return inner_->name() + "+profiling"; }
+  std::string device_name() const override { return inner_->device_name(); }
 
   void* raw_alloc(size_t bytes) override { return inner_->raw_alloc(bytes); }
   void raw_free(void* p) override { inner_->raw_free(p); }

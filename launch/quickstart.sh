@@ -2,7 +2,11 @@
 # The main job from a fresh Debian machine: install, build, fetch the GPT-2 vocab, build
 # the demo corpus (Debian's English and Chinese fortunes), tokenize it into Megatron's
 # .bin/.idx, and train a small GPT-2 on it. On 2 CPU cores it takes a few minutes; on a
-# GPU machine the same command trains on the GPU (--device auto).
+# GPU machine the same command trains on the GPU (--device auto). Then the same corpus
+# again through the launcher, as on a GPU node: mpirun -np 4 launch/run-one-node.sh at
+# tp2 x pp2 (on the CPU unless the machine has 4 GPUs; skipped without mpirun).
+# Variables: BUILD_DIR [./build], TRAIN_ITERS [200], DEVICE [auto], MPI_TRAIN_ITERS [50],
+# MPI_DEVICE [auto with 4+ GPUs, else cpu]; extra arguments go to the single-process run.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 "$repo/tools/install-deps.sh"
@@ -21,10 +25,31 @@ if [[ ! -f $data/demo/demo_text_document.idx ]]; then
 fi
 
 # One BLAS/OpenMP pool per process, sized to the machine.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)}
-exec "$bin/trident-train" --config "$repo/configs/gpt2-tiny.yaml" \
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin/trident-train" --config "$repo/configs/gpt2-tiny.yaml" \
   --data-path "$data/demo/demo_text_document" \
   --vocab-file "$data/gpt2/gpt2-vocab.json" --merge-file "$data/gpt2/gpt2-merges.txt" \
   --split 949,50,1 --micro-batch-size 8 --global-batch-size 16 \
   --train-iters "${TRAIN_ITERS:-200}" --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters 20 \
   --log-interval 10 --device "${DEVICE:-auto}" "$@"
+
+# The same corpus through the launcher: 4 ranks, tp2 x pp2, the tiny model's shape.
+if ! command -v mpirun >/dev/null; then
+  echo "quickstart.sh: no mpirun: skipping the 4-rank run (tools/install-deps.sh installs Open MPI)"
+  exit 0
+fi
+if [[ $EUID -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+gpus=0
+if command -v nvidia-smi >/dev/null; then gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true); fi
+mpi_device=${MPI_DEVICE:-auto}
+((gpus >= 4)) || mpi_device=${MPI_DEVICE:-cpu}
+echo "quickstart.sh: mpirun -np 4 launch/run-one-node.sh (tp2 x pp2, --device $mpi_device)"
+rm -rf "$repo/checkpoints/demo-tp2-pp2"  # the demo starts fresh each time, never resumes
+env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS \
+  MODEL_NAME=demo-tp2-pp2 N_GPUS=4 TP_SIZE=2 PP_SIZE=2 \
+  NLAYERS=2 NHIDDEN=64 NHEADS=4 SEQ_LEN=64 MICRO_BATCH_SIZE=4 GLOBAL_BATCH_SIZE=16 \
+  TRAIN_ITERS="${MPI_TRAIN_ITERS:-50}" LR=2e-3 MIN_LR=2e-4 LR_WARMUP_ITERS=5 LOG_INTERVAL=10 EVAL_ITERS=10 \
+  SAVE_INTERVAL=50 DATA_PATH="$data/demo/demo_text_document" \
+  VOCAB_FILE="$data/gpt2/gpt2-vocab.json" MERGE_FILE="$data/gpt2/gpt2-merges.txt" \
+  CHECKPOINT_PATH="$repo/checkpoints/demo-tp2-pp2" TENSORBOARD_PATH="$repo/out/tensorboard/demo-tp2-pp2" \
+  DEVICE="$mpi_device" BUILD_DIR="$BUILD_DIR" \
+  mpirun --oversubscribe -np 4 "$repo/launch/run-one-node.sh"

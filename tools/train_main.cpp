@@ -6,6 +6,7 @@
 
 #include "kernels/backends.h"
 #include "tool_main.h"
+#include "train/canonical_export.h"
 #include "train/trainer.h"
 #ifdef TRIDENT_HAVE_MPI
 #include "parallel/mpi_comm.h"
@@ -40,7 +41,10 @@ int main(int argc, char** argv) {
         auto backend = trident::make_backend(opt.device);
         trident::Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
         trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
+        if (!opt.load.empty()) trainer.load_checkpoint();
         trainer.train();
+        if (!opt.save_canonical.empty())
+          trident::save_canonical_params(trainer.model(), trainer.parallel(), opt.save_canonical);
         return 0;
       },
       world_rank, world_size);

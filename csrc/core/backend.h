@@ -56,6 +56,9 @@ class Backend {
 
   Device device() const { return device_; }
   virtual std::string name() const = 0;
+  // The device's marketing name ("NVIDIA H200", as the driver reports it); the peak-FLOP/s
+  // table for MFU is keyed by it. The CPU backend answers "cpu".
+  virtual std::string device_name() const { return name(); }
 
   // ---- memory -------------------------------------------------------------------------
   // Tensors come from a caching allocator over raw_alloc: after the first training step

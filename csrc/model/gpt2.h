@@ -57,6 +57,7 @@ class Gpt2Model {
   ParamStore& params() { return *params_; }
   // Seed of the dropout masks (the run's --seed); masks also depend on the sample number.
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  uint64_t dropout_seed() const { return dropout_seed_; }
   const ModelConfig& config() const { return cfg_; }
   const StageLayout& layout() const { return layout_; }
   int micro_batch() const { return B_; }

@@ -13,13 +13,13 @@ LrDecayStyle parse_lr_decay_style(const std::string& s) {
   throw ConfigError("--lr-decay-style: unknown style '" + s + "' (expected constant, linear or cosine)");
 }
 
+// Same branch order as Megatron's get_lr: warm-up, constant, past the end, decay.
 double LrSchedule::lr(uint64_t samples) const {
-  if (warmup_samples > 0 && samples <= warmup_samples)
-    return max_lr * static_cast<double>(samples) / static_cast<double>(warmup_samples);
+  const double step = static_cast<double>(samples);
+  if (warmup_samples > 0 && step <= warmup_samples) return max_lr * step / warmup_samples;
   if (style == LrDecayStyle::Constant) return max_lr;
-  if (samples > decay_samples) return min_lr;
-  const double ratio = static_cast<double>(samples - warmup_samples) /
-                       static_cast<double>(decay_samples - warmup_samples);
+  if (step > decay_samples) return min_lr;
+  const double ratio = (step - warmup_samples) / (decay_samples - warmup_samples);
   const double coeff = style == LrDecayStyle::Linear ? 1.0 - ratio : 0.5 * (std::cos(M_PI * ratio) + 1.0);
   return min_lr + coeff * (max_lr - min_lr);
 }

@@ -1,5 +1,18 @@
 // Megatron's learning-rate schedule, counted in samples: linear warm-up from 0 to max_lr,
 // then constant, linear or cosine decay to min_lr, then min_lr.
+//
+// The formulas follow Megatron-LM's OptimizerParamScheduler.get_lr
+// (megatron/core/optimizer_param_scheduler.py), with init_lr (--lr-warmup-init) = 0:
+//   step <= warmup (and warmup > 0):  lr = max_lr * step / warmup
+//   constant style:                   lr = max_lr
+//   step > decay:                     lr = min_lr
+//   otherwise, with r = (step - warmup) / (decay - warmup):
+//     linear: lr = min_lr + (1 - r) (max_lr - min_lr)
+//     cosine: lr = min_lr + 0.5 (cos(pi r) + 1) (max_lr - min_lr)
+// Megatron's "steps" are samples (training.py's get_optimizer_param_scheduler multiplies
+// iterations by the global batch; sample-based runs pass samples directly), and
+// --lr-warmup-fraction gives warmup = fraction x decay, which need not be whole: hence
+// the double warm-up and decay lengths here.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +25,8 @@ LrDecayStyle parse_lr_decay_style(const std::string& s);  // ConfigError naming 
 
 struct LrSchedule {
   double max_lr = 0, min_lr = 0;
-  uint64_t warmup_samples = 0, decay_samples = 0;
+  double warmup_samples = 0;  // may be fractional (--lr-warmup-fraction)
+  double decay_samples = 0;   // end of the decay, counted from sample 0 (includes the warm-up)
   LrDecayStyle style = LrDecayStyle::Linear;
   // Learning rate after `samples` consumed samples (Megatron's OptimizerParamScheduler:
   // the step that starts at `samples` uses this rate, so iteration 1 of a warm-up uses 0).

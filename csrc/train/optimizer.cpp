@@ -27,14 +27,8 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
       plan_(make_plan(params, dp, zero_stage)) {
   TRIDENT_CHECK(zero_stage >= 0 && zero_stage <= 2, "zero stage");
   const int64_t n = plan_.shard_numel();
-  const Tensor& flat = params_.flat_params();
-  if (sharded() || flat.dtype != DType::F32) {
-    master_ = be_.empty({n}, DType::F32);
-    for (size_t b = 0; b < plan_.buckets().size(); ++b) {
-      const FlatRange c = plan_.owned_chunk(b);
-      be_.cast(flat.flat_slice(c.begin, c.size()), master_.t().flat_slice(plan_.shard_offset(b), c.size()));
-    }
-  }
+  if (sharded() || params_.flat_params().dtype != DType::F32) master_ = be_.empty({n}, DType::F32);
+  master_from_params();
   m_ = be_.zeros({n}, DType::F32);
   v_ = be_.zeros({n}, DType::F32);
   if (sharded()) {
@@ -53,6 +47,15 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
   for (const LocalParam& p : params_.list())
     for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
       updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), p.spec.weight_decay});
+}
+
+void AdamWOptimizer::master_from_params() {
+  if (master_.empty()) return;
+  const Tensor& flat = params_.flat_params();
+  for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+    const FlatRange c = plan_.owned_chunk(b);
+    be_.cast(flat.flat_slice(c.begin, c.size()), master_.t().flat_slice(plan_.shard_offset(b), c.size()));
+  }
 }
 
 Tensor AdamWOptimizer::shard_grads() const { return sharded() ? shard_grads_.t() : params_.flat_grads(); }

@@ -55,6 +55,16 @@ class AdamWOptimizer {
   // (loss-scale unscaling). With zero > 0 the updated parameters are all-gathered.
   void step(double lr, double grad_norm, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
+
+  // Checkpoint access to this rank's compact state (laid out by plan()): fp32 master
+  // weights (the model's parameters themselves for fp32 without ZeRO) and Adam moments.
+  Tensor master() const { return master_.empty() ? params_.flat_params() : master_.t(); }
+  Tensor exp_avg() const { return m_.t(); }
+  Tensor exp_avg_sq() const { return v_.t(); }
+  void set_steps_taken(int64_t steps) { step_ = steps; }
+  // Re-derives the master weights from the model's parameters (after loading parameters
+  // without optimizer state).
+  void master_from_params();
   const ShardPlan& plan() const { return plan_; }
   bool sharded() const { return zero_stage_ > 0; }
 

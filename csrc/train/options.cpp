@@ -2,10 +2,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <cxxopts.hpp>
 #include <filesystem>
 #include <iostream>
-#include <map>
 
 #include "core/error.h"
 
@@ -22,6 +22,7 @@ struct FlagDef {
 const std::vector<FlagDef>& flag_defs() {
   static const std::vector<FlagDef> defs = {
       {"config", "YAML file with flag values (command line wins)"},
+      // Model.
       {"num-layers", "transformer layers"},
       {"hidden-size", "hidden size"},
       {"num-attention-heads", "attention heads"},
@@ -32,25 +33,59 @@ const std::vector<FlagDef>& flag_defs() {
       {"init-method-std", "std of the normal init (0.02)"},
       {"hidden-dropout", "dropout on hidden states (0)"},
       {"attention-dropout", "dropout on attention probabilities (0)"},
+      // Batch, length of training, schedule.
       {"micro-batch-size", "samples per micro-batch"},
       {"global-batch-size", "samples per iteration (a multiple of the micro batch)"},
-      {"train-iters", "iterations"},
+      {"train-iters", "iterations (iteration-based training; default 100)"},
+      {"train-samples", "samples (sample-based training, instead of --train-iters)"},
       {"lr", "peak learning rate"},
       {"min-lr", "learning rate after decay"},
       {"lr-decay-style", "constant, linear or cosine"},
       {"lr-warmup-iters", "warm-up iterations"},
       {"lr-decay-iters", "decay iterations (default: train-iters)"},
+      {"lr-warmup-samples", "warm-up samples (sample-based)"},
+      {"lr-decay-samples", "decay samples (sample-based; default: train-samples)"},
+      {"lr-warmup-fraction", "warm-up as a fraction of the decay (instead of the warm-up count)"},
+      // Optimizer.
       {"weight-decay", "AdamW decoupled weight decay (0.01)"},
       {"clip-grad", "clip gradients to this global norm (1.0; 0 off)"},
       {"adam-beta1", "0.9"},
       {"adam-beta2", "0.999"},
       {"adam-eps", "1e-8"},
+      // Mixed precision.
+      {"fp16", "train in fp16 with loss scaling", true},
+      {"bf16", "train in bf16", true},
+      {"accumulate-allreduce-grads-in-fp32", "accumulate and all-reduce gradients in fp32", true},
+      {"loss-scale", "static loss scale (default: dynamic for fp16)"},
+      {"initial-loss-scale", "initial dynamic loss scale (2^32)"},
+      {"min-loss-scale", "minimum dynamic loss scale (1)"},
+      {"loss-scale-window", "clean iterations before the dynamic scale doubles (1000)"},
+      {"hysteresis", "overflows before the dynamic scale halves (2)"},
+      // Run.
       {"seed", "random seed (1234)"},
       {"log-interval", "iterations between log lines"},
       {"device", "auto, cpu or cuda"},
       {"tensor-model-parallel-size", "tensor-parallel ranks (1)"},
       {"pipeline-model-parallel-size", "pipeline stages (1)"},
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
+      // Evaluation, logging, health.
+      {"eval-interval", "iterations between validation runs (1000)"},
+      {"eval-iters", "validation iterations per run (100; 0: none)"},
+      {"tensorboard-dir", "write TensorBoard event files here"},
+      {"tensorboard-log-interval", "iterations between TensorBoard scalars (1)"},
+      {"peak-tflops", "device peak TFLOP/s for MFU (0: built-in table)"},
+      {"max-nan-iterations", "stop after more than this many consecutive NaN-loss iterations (10)"},
+      {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
+      {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},
+      // Checkpoints.
+      {"save", "directory to save checkpoints in"},
+      {"load", "directory to load a checkpoint from"},
+      {"save-interval", "iterations between checkpoints (0: only at the end)"},
+      {"keep-last", "checkpoints kept under --save (0: all)"},
+      {"no-load-optim", "do not load the optimizer state", true},
+      {"no-load-rng", "do not load the RNG state", true},
+      {"finetune", "load weights only and start at iteration 0", true},
+      // Data.
       {"data-path", "dataset prefix, or weights and prefixes: 0.3 A 0.7 B"},
       {"vocab-file", "gpt2-vocab.json"},
       {"merge-file", "gpt2-merges.txt"},
@@ -60,6 +95,12 @@ const std::vector<FlagDef>& flag_defs() {
       {"help", "print this help", true},
   };
   return defs;
+}
+
+const FlagDef* find_flag(const std::string& name) {
+  for (const FlagDef& d : flag_defs())
+    if (name == d.name) return &d;
+  return nullptr;
 }
 
 std::string yaml_scalar_to_string(const YAML::Node& n) { return n.as<std::string>(); }
@@ -79,13 +120,10 @@ std::vector<std::string> yaml_to_args(const std::string& path, std::vector<std::
     std::string key = kv.first.as<std::string>();
     for (char& c : key)
       if (c == '_') c = '-';
-    bool known = false;
-    bool is_bool = false;
-    for (const FlagDef& d : flag_defs())
-      if (key == d.name) known = true, is_bool = d.is_bool;
-    if (!known || key == "config" || key == "help")
-      throw ConfigError("--config: " + path + ":" + std::to_string(kv.first.Mark().line + 1) + ": unknown key '" +
-                        key + "'");
+    const std::string where = path + ":" + std::to_string(kv.first.Mark().line + 1);
+    const FlagDef* def = find_flag(key);
+    if (!def || key == "config" || key == "help")
+      throw ConfigError("--config: " + where + ": unknown key '" + key + "'");
     if (key == "data-path") {
       data_path.clear();
       if (kv.second.IsSequence())
@@ -94,8 +132,14 @@ std::vector<std::string> yaml_to_args(const std::string& path, std::vector<std::
         data_path.push_back(yaml_scalar_to_string(kv.second));
       continue;
     }
-    if (is_bool) {
-      if (kv.second.as<bool>()) args.push_back("--" + key);
+    if (def->is_bool) {
+      bool on = false;
+      try {
+        on = kv.second.as<bool>();
+      } catch (const YAML::Exception&) {
+        throw ConfigError("--config: " + where + ": key '" + key + "' expects true or false");
+      }
+      if (on) args.push_back("--" + key);
       continue;
     }
     args.push_back("--" + key + "=" + yaml_scalar_to_string(kv.second));
@@ -110,20 +154,25 @@ T convert(const std::string& flag, const std::string& text) {
     T v;
     if constexpr (std::is_same_v<T, int>) v = std::stoi(text, &used);
     else if constexpr (std::is_same_v<T, int64_t>) v = std::stoll(text, &used);
-    else if constexpr (std::is_same_v<T, uint64_t>) v = std::stoull(text, &used);
-    else if constexpr (std::is_same_v<T, float>) v = std::stof(text, &used);
+    else if constexpr (std::is_same_v<T, uint64_t>) {
+      if (text.find('-') != std::string::npos) throw std::invalid_argument("negative");
+      v = std::stoull(text, &used);
+    } else if constexpr (std::is_same_v<T, float>) v = std::stof(text, &used);
     else v = std::stod(text, &used);
     if (used != text.size()) throw std::invalid_argument("trailing characters");
+    if constexpr (std::is_floating_point_v<T>)
+      if (!std::isfinite(v)) throw std::invalid_argument("not finite");
     return v;
   } catch (const std::exception&) {
+    if constexpr (std::is_same_v<T, uint64_t>)
+      throw ConfigError("--" + flag + ": cannot parse '" + text + "' as a non-negative integer");
     throw ConfigError("--" + flag + ": cannot parse '" + text + "' as a number");
   }
 }
 
-}  // namespace
-
-bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
-  // Pull out --data-path's list (Megatron takes several words) and --config first.
+// The command line with --data-path's word list and --config's YAML pulled out; YAML
+// arguments come first so that the command line wins.
+std::vector<std::string> gather_args(int argc, const char* const* argv, TrainOptions& o) {
   std::vector<std::string> rest;
   std::vector<std::string> cli_data_path;
   bool cli_has_data_path = false;
@@ -158,7 +207,240 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
   }
   if (cli_has_data_path) o.data_path = cli_data_path;
   args.insert(args.end(), rest.begin(), rest.end());
+  return args;
+}
 
+// Typed access to the parsed flags; every conversion error names the flag.
+class Flags {
+ public:
+  explicit Flags(cxxopts::ParseResult r) : r_(std::move(r)) {}
+  bool has(const char* f) const { return r_.count(f) > 0; }
+  std::string str(const char* f) const { return r_[f].as<std::string>(); }
+  template <typename T>
+  void get(const char* f, T& dst) const {
+    if (!has(f)) return;
+    if constexpr (std::is_same_v<T, std::string>) dst = str(f);
+    else if constexpr (std::is_same_v<T, bool>) dst = true;
+    else dst = convert<T>(f, str(f));
+  }
+
+ private:
+  cxxopts::ParseResult r_;
+};
+
+void read_model_flags(const Flags& f, ModelConfig& m) {
+  f.get("num-layers", m.num_layers);
+  f.get("hidden-size", m.hidden_size);
+  f.get("num-attention-heads", m.num_attention_heads);
+  f.get("seq-length", m.seq_length);
+  m.max_position_embeddings = m.seq_length;
+  f.get("max-position-embeddings", m.max_position_embeddings);
+  f.get("vocab-size", m.vocab_size);
+  f.get("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
+  f.get("init-method-std", m.init_method_std);
+  f.get("hidden-dropout", m.hidden_dropout);
+  f.get("attention-dropout", m.attention_dropout);
+}
+
+// Megatron's rule: iteration-based and sample-based flags never mix.
+void read_schedule_flags(const Flags& f, TrainOptions& o) {
+  f.get("micro-batch-size", o.micro_batch_size);
+  f.get("global-batch-size", o.global_batch_size);
+  f.get("train-iters", o.train_iters);
+  f.get("lr", o.lr);
+  f.get("min-lr", o.min_lr);
+  f.get("lr-decay-style", o.lr_decay_style);
+  f.get("lr-warmup-iters", o.lr_warmup_iters);
+  f.get("lr-decay-iters", o.lr_decay_iters);
+  f.get("lr-warmup-fraction", o.lr_warmup_fraction);
+  if (f.has("lr-warmup-fraction") && !(o.lr_warmup_fraction >= 0 && o.lr_warmup_fraction <= 1))
+    throw ConfigError("--lr-warmup-fraction must be in [0, 1]");
+  if (f.has("train-samples")) {
+    if (f.has("train-iters")) throw ConfigError("--train-samples and --train-iters are mutually exclusive");
+    for (const char* it : {"lr-warmup-iters", "lr-decay-iters"})
+      if (f.has(it))
+        throw ConfigError(std::string("--") + it + " is iteration-based; with --train-samples use --" +
+                          (std::string(it) == "lr-warmup-iters" ? "lr-warmup-samples" : "lr-decay-samples"));
+    o.sample_based = true;
+    f.get("train-samples", o.train_samples);
+    f.get("lr-warmup-samples", o.lr_warmup_samples);
+    f.get("lr-decay-samples", o.lr_decay_samples);
+  } else {
+    for (const char* s : {"lr-warmup-samples", "lr-decay-samples"})
+      if (f.has(s)) throw ConfigError(std::string("--") + s + " needs sample-based training (--train-samples)");
+  }
+  if (f.has("lr-warmup-fraction") && (f.has("lr-warmup-iters") || f.has("lr-warmup-samples")))
+    throw ConfigError(std::string("--lr-warmup-fraction and --") +
+                      (f.has("lr-warmup-iters") ? "lr-warmup-iters" : "lr-warmup-samples") +
+                      " are mutually exclusive");
+}
+
+void read_optimizer_flags(const Flags& f, TrainOptions& o) {
+  f.get("weight-decay", o.weight_decay);
+  f.get("clip-grad", o.clip_grad);
+  f.get("adam-beta1", o.adam_beta1);
+  f.get("adam-beta2", o.adam_beta2);
+  f.get("adam-eps", o.adam_eps);
+}
+
+void read_precision_flags(const Flags& f, TrainOptions& o) {
+  if (f.has("fp16") && f.has("bf16")) throw ConfigError("--fp16 and --bf16 are mutually exclusive");
+  o.model.dtype = f.has("fp16") ? DType::F16 : f.has("bf16") ? DType::BF16 : DType::F32;
+  f.get("accumulate-allreduce-grads-in-fp32", o.accumulate_allreduce_grads_in_fp32);
+  f.get("loss-scale", o.loss_scale);
+  f.get("initial-loss-scale", o.initial_loss_scale);
+  f.get("min-loss-scale", o.min_loss_scale);
+  f.get("loss-scale-window", o.loss_scale_window);
+  f.get("hysteresis", o.hysteresis);
+  if (f.has("loss-scale") && o.model.dtype == DType::F32)
+    throw ConfigError("--loss-scale needs --fp16 or --bf16");
+}
+
+void read_run_flags(const Flags& f, TrainOptions& o) {
+  f.get("seed", o.seed);
+  f.get("log-interval", o.log_interval);
+  f.get("device", o.device);
+  f.get("tensor-model-parallel-size", o.tensor_model_parallel_size);
+  f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
+  f.get("zero-stage", o.zero_stage);
+  f.get("eval-interval", o.eval_interval);
+  f.get("eval-iters", o.eval_iters);
+  f.get("tensorboard-dir", o.tensorboard_dir);
+  f.get("tensorboard-log-interval", o.tensorboard_log_interval);
+  f.get("peak-tflops", o.peak_tflops);
+  f.get("max-nan-iterations", o.max_nan_iterations);
+  f.get("exit-interval", o.exit_interval);
+  f.get("save-canonical", o.save_canonical);
+  f.get("save", o.save);
+  f.get("load", o.load);
+  f.get("save-interval", o.save_interval);
+  f.get("keep-last", o.keep_last);
+  f.get("no-load-optim", o.no_load_optim);
+  f.get("no-load-rng", o.no_load_rng);
+  f.get("finetune", o.finetune);
+  f.get("vocab-file", o.vocab_file);
+  f.get("merge-file", o.merge_file);
+  f.get("tokenizer-type", o.tokenizer_type);
+  f.get("split", o.split);
+  f.get("data-cache-path", o.data_cache_path);
+  if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
+  if (f.has("load") && o.load.empty()) throw ConfigError("--load: expected a directory");
+  if (f.has("tensorboard-dir") && o.tensorboard_dir.empty()) throw ConfigError("--tensorboard-dir: expected a directory");
+}
+
+void check_positive(int64_t v, const char* flag) {
+  if (v <= 0) throw ConfigError(std::string("--") + flag + " must be positive");
+}
+void check_non_negative(double v, const char* flag) {
+  if (v < 0) throw ConfigError(std::string("--") + flag + " must not be negative");
+}
+
+void validate_batch_and_schedule(TrainOptions& o) {
+  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
+  check_positive(o.micro_batch_size, "micro-batch-size");
+  check_positive(o.global_batch_size, "global-batch-size");
+  if (o.global_batch_size % o.micro_batch_size != 0)
+    throw ConfigError("--global-batch-size (" + std::to_string(o.global_batch_size) +
+                      ") must be a multiple of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
+  if (o.lr < 0 || o.min_lr < 0 || o.min_lr > o.lr) throw ConfigError("--min-lr must be in [0, --lr]");
+  parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
+  resolve_schedule(o);
+}
+
+void validate_precision(const TrainOptions& o) {
+  check_non_negative(o.loss_scale, "loss-scale");
+  if (!(o.initial_loss_scale > 0)) throw ConfigError("--initial-loss-scale must be positive");
+  if (!(o.min_loss_scale > 0)) throw ConfigError("--min-loss-scale must be positive");
+  if (o.min_loss_scale > o.initial_loss_scale)
+    throw ConfigError("--min-loss-scale must not exceed --initial-loss-scale");
+  check_positive(o.loss_scale_window, "loss-scale-window");
+  check_positive(o.hysteresis, "hysteresis");
+}
+
+void validate_run(TrainOptions& o) {
+  ModelConfig& m = o.model;
+  check_positive(o.log_interval, "log-interval");
+  if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
+  if (!o.data_path.empty() && o.vocab_file.empty()) throw ConfigError("--vocab-file is required with --data-path");
+  check_positive(o.tensor_model_parallel_size, "tensor-model-parallel-size");
+  check_positive(o.pipeline_model_parallel_size, "pipeline-model-parallel-size");
+  if (o.pipeline_model_parallel_size > m.num_layers)
+    throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(o.pipeline_model_parallel_size) +
+                      ") must not exceed --num-layers (" + std::to_string(m.num_layers) + ")");
+  if (o.zero_stage < 0 || o.zero_stage > 2) throw ConfigError("--zero-stage must be 0, 1 or 2");
+  check_positive(o.eval_interval, "eval-interval");
+  check_non_negative(static_cast<double>(o.eval_iters), "eval-iters");
+  check_positive(o.tensorboard_log_interval, "tensorboard-log-interval");
+  check_non_negative(o.peak_tflops, "peak-tflops");
+  check_non_negative(static_cast<double>(o.max_nan_iterations), "max-nan-iterations");
+  check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
+  check_non_negative(static_cast<double>(o.save_interval), "save-interval");
+  check_non_negative(static_cast<double>(o.keep_last), "keep-last");
+  m.validate(o.tensor_model_parallel_size);
+}
+
+}  // namespace
+
+void resolve_schedule(TrainOptions& o) {
+  if (o.global_batch_size <= 0) throw ConfigError("--global-batch-size must be positive");
+  const uint64_t gbs = static_cast<uint64_t>(o.global_batch_size);
+  if (o.lr_warmup_fraction > 1) throw ConfigError("--lr-warmup-fraction must be in [0, 1]");
+  if (o.sample_based) {
+    if (o.train_samples < gbs)
+      throw ConfigError("--train-samples (" + std::to_string(o.train_samples) +
+                        ") must be at least --global-batch-size (" + std::to_string(gbs) + ")");
+    o.train_iters = static_cast<int64_t>(o.train_samples / gbs);
+    o.decay_samples = o.lr_decay_samples != 0 ? o.lr_decay_samples : o.train_samples;
+    o.warmup_samples = static_cast<double>(o.lr_warmup_samples);
+  } else {
+    if (o.train_iters <= 0) throw ConfigError("--train-iters must be positive");
+    if (o.lr_warmup_iters < 0) throw ConfigError("--lr-warmup-iters must not be negative");
+    if (o.lr_decay_iters < 0) throw ConfigError("--lr-decay-iters must not be negative");
+    if (o.lr_decay_iters == 0) o.lr_decay_iters = o.train_iters;
+    o.train_samples = static_cast<uint64_t>(o.train_iters) * gbs;
+    o.decay_samples = static_cast<uint64_t>(o.lr_decay_iters) * gbs;
+    o.warmup_samples = static_cast<double>(o.lr_warmup_iters) * static_cast<double>(gbs);
+  }
+  if (o.lr_warmup_fraction >= 0) o.warmup_samples = o.lr_warmup_fraction * static_cast<double>(o.decay_samples);
+  // Megatron asserts warm-up < decay; a constant schedule never decays, so only the
+  // decaying styles need it here.
+  if (o.lr_decay_style != "constant" && !(o.warmup_samples < static_cast<double>(o.decay_samples))) {
+    const char* warm = o.lr_warmup_fraction >= 0 ? "--lr-warmup-fraction must be below 1"
+                       : o.sample_based          ? "--lr-decay-samples must exceed --lr-warmup-samples"
+                                                 : "--lr-decay-iters must exceed --lr-warmup-iters";
+    throw ConfigError(warm);
+  }
+}
+
+LrSchedule make_lr_schedule(const TrainOptions& o) {
+  LrSchedule s;
+  s.max_lr = o.lr;
+  s.min_lr = o.min_lr;
+  s.style = parse_lr_decay_style(o.lr_decay_style);
+  s.warmup_samples = o.warmup_samples;
+  s.decay_samples = static_cast<double>(o.decay_samples);
+  return s;
+}
+
+LossScalerConfig make_loss_scaler_config(const TrainOptions& o) {
+  LossScalerConfig c;
+  const DType t = o.model.dtype;
+  if (t != DType::F16 && t != DType::BF16) return c;  // None
+  if (o.loss_scale > 0) {
+    c.kind = LossScaleKind::Constant;
+    c.constant_scale = o.loss_scale;
+  } else if (t == DType::F16) {
+    c.kind = LossScaleKind::Dynamic;
+    c.initial_scale = o.initial_loss_scale;
+    c.min_scale = o.min_loss_scale;
+    c.growth_interval = o.loss_scale_window;
+    c.hysteresis = o.hysteresis;
+  }
+  return c;
+}
+
+bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
+  const std::vector<std::string> args = gather_args(argc, argv, o);
   cxxopts::Options options("trident-train", "Train GPT-2 (Megatron-compatible flags)");
   for (const FlagDef& d : flag_defs()) {
     if (d.is_bool)
@@ -170,10 +452,12 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) continue;
-    const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
-    bool known = false;
-    for (const FlagDef& d : flag_defs()) known = known || name == d.name;
-    if (!known) throw ConfigError("unknown flag --" + name + " (see --help)");
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const FlagDef* def = find_flag(name);
+    if (!def) throw ConfigError("unknown flag --" + name + " (see --help)");
+    if (def->is_bool && eq != std::string::npos)
+      throw ConfigError("--" + name + " takes no value (write --" + name + " alone)");
   }
   std::vector<const char*> cargv;
   for (const std::string& s : args) cargv.push_back(s.c_str());
@@ -188,72 +472,17 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
     std::cout << options.help() << std::endl;
     return false;
   }
-  auto has = [&](const char* f) { return r.count(f) > 0; };
-  auto str = [&](const char* f) { return r[f].as<std::string>(); };
-  auto get = [&](const char* f, auto& dst) {
-    if (has(f)) dst = convert<std::decay_t<decltype(dst)>>(f, str(f));
-  };
-  ModelConfig& m = o.model;
-  get("num-layers", m.num_layers);
-  get("hidden-size", m.hidden_size);
-  get("num-attention-heads", m.num_attention_heads);
-  get("seq-length", m.seq_length);
-  m.max_position_embeddings = m.seq_length;
-  get("max-position-embeddings", m.max_position_embeddings);
-  get("vocab-size", m.vocab_size);
-  get("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
-  get("init-method-std", m.init_method_std);
-  get("hidden-dropout", m.hidden_dropout);
-  get("attention-dropout", m.attention_dropout);
-  get("micro-batch-size", o.micro_batch_size);
-  get("global-batch-size", o.global_batch_size);
-  get("train-iters", o.train_iters);
-  get("lr", o.lr);
-  get("min-lr", o.min_lr);
-  if (has("lr-decay-style")) o.lr_decay_style = str("lr-decay-style");
-  get("lr-warmup-iters", o.lr_warmup_iters);
-  get("lr-decay-iters", o.lr_decay_iters);
-  get("weight-decay", o.weight_decay);
-  get("clip-grad", o.clip_grad);
-  get("adam-beta1", o.adam_beta1);
-  get("adam-beta2", o.adam_beta2);
-  get("adam-eps", o.adam_eps);
-  get("seed", o.seed);
-  get("log-interval", o.log_interval);
-  if (has("device")) o.device = str("device");
-  get("tensor-model-parallel-size", o.tensor_model_parallel_size);
-  get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
-  get("zero-stage", o.zero_stage);
-  if (has("vocab-file")) o.vocab_file = str("vocab-file");
-  if (has("merge-file")) o.merge_file = str("merge-file");
-  if (has("tokenizer-type")) o.tokenizer_type = str("tokenizer-type");
-  if (has("split")) o.split = str("split");
-  if (has("data-cache-path")) o.data_cache_path = str("data-cache-path");
+  const Flags f(std::move(r));
+  read_model_flags(f, o.model);
+  read_schedule_flags(f, o);
+  read_optimizer_flags(f, o);
+  read_precision_flags(f, o);
+  read_run_flags(f, o);
 
   // Consistency, each error naming the flags involved.
-  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
-  if (o.micro_batch_size <= 0) throw ConfigError("--micro-batch-size must be positive");
-  if (o.global_batch_size <= 0) throw ConfigError("--global-batch-size must be positive");
-  if (o.global_batch_size % o.micro_batch_size != 0)
-    throw ConfigError("--global-batch-size (" + std::to_string(o.global_batch_size) +
-                      ") must be a multiple of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
-  if (o.train_iters <= 0) throw ConfigError("--train-iters must be positive");
-  if (o.log_interval <= 0) throw ConfigError("--log-interval must be positive");
-  if (o.lr < 0 || o.min_lr < 0 || o.min_lr > o.lr) throw ConfigError("--min-lr must be in [0, --lr]");
-  if (o.lr_warmup_iters < 0) throw ConfigError("--lr-warmup-iters must not be negative");
-  if (o.lr_decay_iters == 0) o.lr_decay_iters = o.train_iters;
-  if (o.lr_decay_iters <= o.lr_warmup_iters && o.lr_decay_style != "constant")
-    throw ConfigError("--lr-decay-iters must exceed --lr-warmup-iters");
-  if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
-  if (!o.data_path.empty() && o.vocab_file.empty())
-    throw ConfigError("--vocab-file is required with --data-path");
-  if (o.tensor_model_parallel_size < 1) throw ConfigError("--tensor-model-parallel-size must be positive");
-  if (o.pipeline_model_parallel_size < 1) throw ConfigError("--pipeline-model-parallel-size must be positive");
-  if (o.pipeline_model_parallel_size > m.num_layers)
-    throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(o.pipeline_model_parallel_size) +
-                      ") must not exceed --num-layers (" + std::to_string(m.num_layers) + ")");
-  if (o.zero_stage < 0 || o.zero_stage > 2) throw ConfigError("--zero-stage must be 0, 1 or 2");
-  m.validate(o.tensor_model_parallel_size);
+  validate_batch_and_schedule(o);
+  validate_precision(o);
+  validate_run(o);
   return true;
 }
 

@@ -7,18 +7,35 @@
 #include <vector>
 
 #include "model/config.h"
+#include "train/loss_scaler.h"
+#include "train/lr_schedule.h"
 
 namespace trident {
 
 struct TrainOptions {
-  ModelConfig model;
+  ModelConfig model;  // --fp16 / --bf16 set model.dtype (F32 when neither)
   int micro_batch_size = 4;
   int global_batch_size = 0;  // 0: micro_batch_size
-  int64_t train_iters = 100;
+
+  // ---- Length of training and LR schedule (Megatron): iteration-based (--train-iters,
+  // --lr-warmup-iters, --lr-decay-iters) or sample-based (--train-samples,
+  // --lr-warmup-samples, --lr-decay-samples), never mixed; --lr-warmup-fraction
+  // (warm-up = fraction x decay) works with either instead of the warm-up count.
+  int64_t train_iters = 100;  // sample-based: set to train_samples / global batch (floor)
+  bool sample_based = false;  // set by --train-samples
+  uint64_t train_samples = 0;  // --train-samples; resolved: the run's samples either way
   double lr = 1.5e-4, min_lr = 0.0;
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0;
-  int64_t lr_decay_iters = 0;  // 0: train_iters
+  int64_t lr_decay_iters = 0;  // 0: train_iters (iteration-based)
+  uint64_t lr_warmup_samples = 0;
+  uint64_t lr_decay_samples = 0;  // 0: train_samples (sample-based)
+  double lr_warmup_fraction = -1;  // < 0: not given
+  // Resolved by resolve_schedule() (parse_train_options calls it): the schedule in
+  // samples, which is all the trainer reads.
+  double warmup_samples = 0;   // fractional with --lr-warmup-fraction, as in Megatron
+  uint64_t decay_samples = 0;
+
   float weight_decay = 0.01f, clip_grad = 1.0f;
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   uint64_t seed = 1234;
@@ -27,6 +44,31 @@ struct TrainOptions {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int zero_stage = 0;  // 1: optimizer state sharded over DP; 2: gradients too
+
+  // ---- Mixed precision (Megatron's flags and defaults).
+  bool accumulate_allreduce_grads_in_fp32 = false;
+  double loss_scale = 0;  // > 0: static scale; 0: dynamic for fp16 (none for bf16 / fp32)
+  double initial_loss_scale = 4294967296.0;  // 2^32
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+
+  // ---- Evaluation, logging, health.
+  int64_t eval_interval = 1000;  // iterations between validation runs
+  int64_t eval_iters = 100;      // validation iterations per run (0: no validation)
+  std::string tensorboard_dir;   // empty: no TensorBoard
+  int64_t tensorboard_log_interval = 1;
+  double peak_tflops = 0;        // per device, for MFU; 0: peak_tflops_for_device's table
+  int64_t max_nan_iterations = 10;  // stop after more than this many consecutive NaN losses
+  int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
+  std::string save_canonical;       // safetensors file of canonical fp32 parameters, written at the end
+
+  // ---- Checkpoints (Megatron's flags).
+  std::string save, load;       // directories; empty: none
+  int64_t save_interval = 0;    // iterations between saves; 0: only at the end (with --save)
+  int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all
+  bool no_load_optim = false, no_load_rng = false, finetune = false;
+
   // Data: --data-path (Megatron form) or synthetic tokens when empty.
   std::vector<std::string> data_path;
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
@@ -38,5 +80,23 @@ struct TrainOptions {
 // or key for anything unknown, malformed or inconsistent. Returns false after printing
 // --help.
 bool parse_train_options(int argc, const char* const* argv, TrainOptions& out);
+
+// Fills the resolved schedule fields from the flag fields: iteration-based sets
+// train_samples = train_iters x global batch, decay_samples = (lr_decay_iters or
+// train_iters) x global batch, warmup_samples = lr_warmup_iters x global batch;
+// sample-based sets train_iters = train_samples / global batch, decay_samples =
+// lr_decay_samples or train_samples, warmup_samples = lr_warmup_samples; a
+// --lr-warmup-fraction gives warmup_samples = fraction x decay_samples. Idempotent, so
+// code that fills TrainOptions by hand (tests) may call it too. Throws ConfigError naming
+// the flag when the schedule is impossible. Needs global_batch_size > 0.
+void resolve_schedule(TrainOptions& o);
+
+// The schedule in samples from the resolved fields.
+LrSchedule make_lr_schedule(const TrainOptions& o);
+
+// Megatron's choice of scaler: --loss-scale S > 0 with fp16 or bf16: Constant(S); fp16
+// otherwise: Dynamic(--initial-loss-scale, --min-loss-scale, --loss-scale-window,
+// --hysteresis, growth 2, backoff 0.5); bf16 and fp32: None.
+LossScalerConfig make_loss_scaler_config(const TrainOptions& o);
 
 }  // namespace trident

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <ostream>
 
@@ -14,6 +15,10 @@
 
 namespace trident {
 namespace {
+
+// Set by SIGTERM/SIGINT: finish the iteration, save a checkpoint and stop.
+volatile std::sig_atomic_t stop_requested = 0;
+extern "C" void request_stop(int) { stop_requested = 1; }
 
 std::ostream& null_stream() {
   static std::ostream s(nullptr);
@@ -281,7 +286,13 @@ void Trainer::train() {
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
   int n = 0;
   const double flops_per_iteration = model_flops_per_iteration(m, opt_.global_batch_size, g.tp);
+  const double peak_tflops =
+      opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype);
   const bool evaluating = valid_ && opt_.eval_iters > 0;
+  const bool saving = !opt_.save.empty();
+  stop_requested = 0;
+  auto old_term = std::signal(SIGTERM, request_stop);
+  auto old_int = std::signal(SIGINT, request_stop);
   while (iteration_ < opt_.train_iters) {
     const IterationResult r = train_iteration();
     if (iteration_ == 1) {
@@ -298,7 +309,7 @@ void Trainer::train() {
     const double seconds = r.ms / 1e3;
     const double tokens_per_second = static_cast<double>(opt_.global_batch_size) * m.seq_length / seconds;
     const double tflops_per_rank = flops_per_iteration / g.world / seconds / 1e12;
-    const double mfu = model_flops_utilization(flops_per_iteration, seconds, g.world, opt_.peak_tflops);
+    const double mfu = model_flops_utilization(flops_per_iteration, seconds, g.world, peak_tflops);
     if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
       TensorBoardWriter& tb = *tensorboard_;
@@ -334,7 +345,7 @@ void Trainer::train() {
       l.nan_iterations = nan_iterations_;
       l.tokens_per_second = static_cast<double>(opt_.global_batch_size) * m.seq_length / (l.ms_per_iteration / 1e3);
       l.tflops_per_rank = flops_per_iteration / g.world / (l.ms_per_iteration / 1e3) / 1e12;
-      l.mfu = model_flops_utilization(flops_per_iteration, l.ms_per_iteration / 1e3, g.world, opt_.peak_tflops);
+      l.mfu = model_flops_utilization(flops_per_iteration, l.ms_per_iteration / 1e3, g.world, peak_tflops);
       out << format_iteration_log(l) << std::endl;
       loss_sum = acc_sum = ms_sum = 0;
       n = 0;
@@ -345,7 +356,20 @@ void Trainer::train() {
                                                                           opt_.eval_iters));
       consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;
     }
+    if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
+    if (any_rank(stop_requested != 0)) {
+      out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
+      break;
+    }
+    if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && iteration_ < opt_.train_iters) {
+      out << "trident: exiting at iteration " << iteration_ << " (--exit-interval)" << std::endl;
+      break;
+    }
   }
+  std::signal(SIGTERM, old_term);
+  std::signal(SIGINT, old_int);
+  if (saving && last_saved_iteration_ != iteration_) save_checkpoint();
+  if (iteration_ < opt_.train_iters) return;  // stopped early: no final evaluation
   if (evaluating)
     log_evaluation("iteration " + std::to_string(iteration_) + " on validation set",
                    evaluate(*valid_, consumed_valid_samples_, opt_.eval_iters));

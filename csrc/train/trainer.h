@@ -55,6 +55,14 @@ class Trainer {
   int64_t iteration() const { return iteration_; }
   const LossScaler& loss_scaler() const { return scaler_; }
 
+  // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
+  // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last.
+  void save_checkpoint();
+  // Restores the latest checkpoint under opt.load, written under any layout (parameters,
+  // optimizer state unless --no-load-optim/--finetune, counters, loss scale, dropout seed
+  // unless --no-load-rng). Returns false when the directory holds no checkpoint yet.
+  bool load_checkpoint();
+
  private:
   void load_micro_batch(const SampleSource& data, uint64_t first_sample);
   LossStats run_pipeline(float grad_scale);
@@ -82,6 +90,7 @@ class Trainer {
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
   int64_t skipped_iterations_ = 0, nan_iterations_ = 0, consecutive_nan_ = 0;
+  int64_t last_saved_iteration_ = -1;
   std::vector<IterationResult> history_;
 };
 

@@ -46,6 +46,7 @@ class CudaBackend final : public Backend {
     gemm_ = std::make_unique<cuda::Gemm>();
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
+    device_name_ = prop.name;
     name_ = std::string("cuda:") + std::to_string(ordinal_) + " (" + prop.name + ")";
   }
 
@@ -58,6 +59,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return name_; }
+  std::string device_name() const override { return device_name_; }
 
   // ---- memory ----
   void* raw_alloc(size_t bytes) override {
@@ -186,14 +188,18 @@ class CudaBackend final : public Backend {
     cuda::gelu_backward(dout, x, dx, stream_);
   }
 
-  // ---- attention: the fused flash-style kernel is a later issue ----
-  void attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttentionShape&,
-                         const DropoutKey&) override {
-    throw InternalError("CUDA op not implemented yet: attention_forward");
+  // ---- attention ----
+  void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
+                         const DropoutKey& drop) override {
+    on_device();
+    require_device("attention_forward", {&qkv, &out, &lse});
+    cuda::attention_forward(qkv, out, lse, s, drop, stream_);
   }
-  void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                          const AttentionShape&, const DropoutKey&) override {
-    throw InternalError("CUDA op not implemented yet: attention_backward");
+  void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                          const Tensor& dqkv, const AttentionShape& s, const DropoutKey& drop) override {
+    on_device();
+    require_device("attention_backward", {&dout, &qkv, &out, &lse, &dqkv});
+    cuda::attention_backward(dout, qkv, out, lse, dqkv, s, drop, allocator(), stream_);
   }
 
   // ---- dropout ----
@@ -257,7 +263,7 @@ class CudaBackend final : public Backend {
   int ordinal_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
-  std::string name_;
+  std::string name_, device_name_;
 };
 
 }  // namespace

@@ -39,6 +39,13 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma
 void gelu_forward(const Tensor& x, const Tensor& out, cudaStream_t s);
 void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, cudaStream_t s);
 
+// cuda_attention.cu (fused causal attention; dqkv "=", deterministic)
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& shape,
+                       const DropoutKey& drop, cudaStream_t s);
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        const Tensor& dqkv, const AttentionShape& shape, const DropoutKey& drop,
+                        CachingAllocator& scratch, cudaStream_t s);
+
 // cuda_dropout.cu
 void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop, cudaStream_t s);
 void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop, cudaStream_t s);

@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """Compares two safetensors files of canonical fp32 parameters, with its own reader of the
 format (8-byte little-endian header length, JSON header, raw little-endian data): same
-names and shapes, and every element within a relative tolerance of the larger magnitude
-of its tensor (max |a - b| / max |a| <= tol). Usage: compare_params.py A B TOL TAG"""
+names and shapes, and every element within a relative tolerance of its tensor's scale:
+max |a - b| / max(max |a|, 0.02) <= tol. Usage: compare_params.py A B TOL TAG
+
+Why a floor of 0.02 (the init std): the attention key bias has an identically zero
+gradient (softmax is invariant to adding one constant to a row of scores), so its values
+are float rounding noise that Adam amplifies to about lr per step, and any change in the
+order of a float sum changes them completely; measured against the scale the model's
+weights live at, they agree as well as every other parameter does."""
 import json
 import struct
 import sys
@@ -40,7 +46,7 @@ def main():
         if sa != sb:
             print(f"FAIL {tag}: {name} shape {sa} vs {sb}")
             return 1
-        scale = max(max((abs(x) for x in va), default=0.0), 1e-30)
+        scale = max(max((abs(x) for x in va), default=0.0), 0.02)
         diff = max((abs(x - y) for x, y in zip(va, vb)), default=0.0) / scale
         if diff != diff or diff > worst:  # NaN counts as worst
             worst, worst_name = diff, name

@@ -1,0 +1,128 @@
+#include "ckpt/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace trident {
+
+namespace {
+std::string errno_str() { return std::strerror(errno); }
+
+std::string parent_dir(const std::string& path) {
+  std::filesystem::path p(path);
+  std::filesystem::path d = p.parent_path();
+  return d.empty() ? std::string(".") : d.string();
+}
+}  // namespace
+
+std::string unique_token() {
+  static std::atomic<uint64_t> counter{0};
+  const auto ns = std::chrono::steady_clock::now().time_since_epoch().count();
+  return std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1)) + "-" +
+         std::to_string(static_cast<uint64_t>(ns) % 1000000007ull);
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw IoError(dir + ": cannot open directory to sync: " + errno_str());
+  if (::fsync(fd) != 0 && errno != EINVAL) {  // some file systems cannot sync directories
+    const std::string e = errno_str();
+    ::close(fd);
+    throw IoError(dir + ": fsync of directory failed: " + e);
+  }
+  ::close(fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+  tmp_ = path_ + ".tmp-" + unique_token();
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError(path_ + ": cannot create temporary file " + tmp_ + ": " + errno_str());
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (!committed_) abort_quietly();
+}
+
+void AtomicFileWriter::abort_quietly() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t n) {
+  if (fd_ < 0) throw IoError(path_ + ": write after commit or failure");
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const size_t chunk = n < (size_t{1} << 30) ? n : (size_t{1} << 30);
+    const ssize_t w = ::write(fd_, p, chunk);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const std::string e = errno_str();
+      abort_quietly();
+      throw IoError(path_ + ": write failed after " + std::to_string(written_) + " bytes: " + e);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+    written_ += static_cast<uint64_t>(w);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  if (fd_ < 0) throw IoError(path_ + ": commit after failure");
+  if (::fsync(fd_) != 0) {
+    const std::string e = errno_str();
+    abort_quietly();
+    throw IoError(path_ + ": fsync failed: " + e);
+  }
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    const std::string e = errno_str();
+    abort_quietly();
+    throw IoError(path_ + ": close failed: " + e);
+  }
+  fd_ = -1;
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string e = errno_str();
+    abort_quietly();
+    throw IoError(path_ + ": rename from " + tmp_ + " failed: " + e);
+  }
+  committed_ = true;
+  fsync_dir(parent_dir(path_));
+}
+
+void write_file_atomic(const std::string& path, std::string_view contents) {
+  AtomicFileWriter w(path);
+  w.write(contents);
+  w.commit();
+}
+
+std::string read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(path + ": cannot open: " + errno_str());
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const std::string e = errno_str();
+      ::close(fd);
+      throw IoError(path + ": read failed: " + e);
+    }
+    if (r == 0) break;
+    out.append(buf, static_cast<size_t>(r));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace trident

@@ -1,0 +1,264 @@
+#include "ckpt/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "ckpt/atomic_file.h"
+#include "core/error.h"
+
+namespace trident {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_str(int e) { return std::strerror(e); }
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// "iter_0000100" -> 100; nullopt for anything else.
+std::optional<int64_t> parse_iter_name(const std::string& name) {
+  if (name.rfind("iter_", 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(5);
+  if (digits.size() < 7 || digits.size() > 18 || !all_digits(digits)) return std::nullopt;
+  return std::stoll(digits);
+}
+
+// "iter_0000100.<kind>-<token>" -> 100 when the prefix is a valid iteration name.
+std::optional<int64_t> parse_suffixed(const std::string& name, const std::string& kind) {
+  const size_t dot = name.find('.');
+  if (dot == std::string::npos || name.compare(dot, kind.size() + 2, "." + kind + "-") != 0) return std::nullopt;
+  return parse_iter_name(name.substr(0, dot));
+}
+
+// fsync every regular file and directory under `dir`, then `dir` itself.
+void fsync_tree(const fs::path& dir) {
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    const fs::path p = it->path();
+    if (it->is_regular_file(ec)) {
+      const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw IoError(p.string() + ": cannot open to sync: " + errno_str(errno));
+      const int rc = ::fsync(fd);
+      const int e = errno;
+      ::close(fd);
+      if (rc != 0) throw IoError(p.string() + ": fsync failed: " + errno_str(e));
+    } else if (it->is_directory(ec)) {
+      fsync_dir(p.string());
+    }
+  }
+  if (ec) throw IoError(dir.string() + ": cannot list directory: " + ec.message());
+  fsync_dir(dir.string());
+}
+
+// Renames `dir` out of the committed namespace, then deletes it.
+void delete_dir(const fs::path& root, const fs::path& dir, const std::string& name_for_del) {
+  const fs::path del = root / (name_for_del + ".del-" + make_save_token());
+  if (::rename(dir.c_str(), del.c_str()) != 0)
+    throw IoError(dir.string() + ": cannot rename for deletion: " + errno_str(errno));
+  fsync_dir(root.string());
+  std::error_code ec;
+  fs::remove_all(del, ec);
+  if (ec) throw IoError(del.string() + ": cannot delete: " + ec.message());
+}
+
+}  // namespace
+
+std::string iteration_dir_name(int64_t iteration) {
+  if (iteration < 0) throw ConfigError("checkpoint iteration must be non-negative, got " + std::to_string(iteration));
+  std::string d = std::to_string(iteration);
+  if (d.size() < 7) d.insert(0, 7 - d.size(), '0');
+  return "iter_" + d;
+}
+
+fs::path iteration_dir(const fs::path& root, int64_t iteration) { return root / iteration_dir_name(iteration); }
+fs::path latest_file(const fs::path& root) { return root / kLatestFileName; }
+
+std::string rank_dir_name(int tp_rank, int pp_rank, int pp) {
+  char buf[64];
+  if (pp <= 1) std::snprintf(buf, sizeof buf, "mp_rank_%02d", tp_rank);
+  else std::snprintf(buf, sizeof buf, "mp_rank_%02d_%03d", tp_rank, pp_rank);
+  return buf;
+}
+
+std::string make_save_token() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::string h;
+  for (const char* c = host; *c && h.size() < 32; ++c)
+    if (std::isalnum(static_cast<unsigned char>(*c))) h += *c;
+  const auto ns = std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
+  return (h.empty() ? std::string("host") : h) + "-" + unique_token() + "-" + std::to_string(ns % 1000000000000ll);
+}
+
+fs::path temp_iteration_dir(const fs::path& root, int64_t iteration, const std::string& token) {
+  if (token.empty() || !std::all_of(token.begin(), token.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+      }))
+    throw ConfigError("checkpoint save token '" + token + "' must be letters, digits and '-'");
+  return root / (iteration_dir_name(iteration) + ".tmp-" + token);
+}
+
+fs::path create_temp_iteration_dir(const fs::path& root, int64_t iteration, const std::string& token) {
+  const fs::path tmp = temp_iteration_dir(root, iteration, token);
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw IoError(root.string() + ": cannot create checkpoint directory: " + ec.message());
+  if (::mkdir(tmp.c_str(), 0755) != 0)
+    throw IoError(tmp.string() + ": cannot create temporary checkpoint directory: " + errno_str(errno));
+  return tmp;
+}
+
+void write_latest_iteration(const fs::path& root, int64_t iteration) {
+  if (iteration < 0) throw ConfigError("checkpoint iteration must be non-negative");
+  write_file_atomic(latest_file(root).string(), std::to_string(iteration));
+}
+
+void commit(const fs::path& root, int64_t iteration, const fs::path& temp_dir_in) {
+  fs::path temp_dir = temp_dir_in.lexically_normal();
+  if (temp_dir.filename().empty()) temp_dir = temp_dir.parent_path();
+  std::error_code ec;
+  if (!fs::is_directory(temp_dir, ec))
+    throw IoError(temp_dir.string() + ": temporary checkpoint directory does not exist");
+  const std::string prefix = iteration_dir_name(iteration) + ".tmp-";
+  if (temp_dir.filename().string().rfind(prefix, 0) != 0)
+    throw IoError(temp_dir.string() + ": is not a temporary directory of iteration " + std::to_string(iteration) +
+                  " (expected a name starting with " + prefix + ")");
+  if (fs::weakly_canonical(temp_dir.parent_path(), ec) != fs::weakly_canonical(root, ec))
+    throw IoError(temp_dir.string() + ": temporary checkpoint directory is not inside " + root.string());
+  const fs::path final_dir = iteration_dir(root, iteration);
+  fsync_tree(temp_dir);
+
+  fs::path old_copy;  // the replaced copy of the same iteration, deleted after the pointer moved
+  if (!fs::exists(fs::symlink_status(final_dir, ec))) {
+    if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0)
+      throw IoError(final_dir.string() + ": cannot rename " + temp_dir.string() + " to it: " + errno_str(errno));
+  } else {
+    if (!fs::is_directory(final_dir, ec))
+      throw IoError(final_dir.string() + ": exists and is not a directory; refusing to replace it");
+    // Swap the complete new copy with the old one in one step.
+    if (::renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      old_copy = temp_dir;
+    } else if (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP) {
+      // No atomic exchange on this file system: move the old copy aside, then the new one in.
+      old_copy = root / (iteration_dir_name(iteration) + ".old-" + make_save_token());
+      if (::rename(final_dir.c_str(), old_copy.c_str()) != 0)
+        throw IoError(final_dir.string() + ": cannot move the older copy aside: " + errno_str(errno));
+      if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
+        const int e = errno;
+        ::rename(old_copy.c_str(), final_dir.c_str());  // put the old copy back
+        throw IoError(final_dir.string() + ": cannot rename " + temp_dir.string() + " to it: " + errno_str(e));
+      }
+    } else {
+      throw IoError(final_dir.string() + ": cannot exchange with " + temp_dir.string() + ": " + errno_str(errno));
+    }
+  }
+  fsync_dir(root.string());
+  write_latest_iteration(root, iteration);
+  if (!old_copy.empty()) {
+    // Best effort: a failure here leaves a *.tmp-* / *.old-* directory that prune() removes.
+    const fs::path del = root / (iteration_dir_name(iteration) + ".del-" + make_save_token());
+    if (::rename(old_copy.c_str(), del.c_str()) == 0) {
+      std::error_code ec2;
+      fs::remove_all(del, ec2);
+    }
+  }
+}
+
+std::optional<int64_t> find_latest_iteration(const fs::path& root) {
+  const fs::path file = latest_file(root);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(file, ec))) return std::nullopt;
+  const std::string raw = read_file(file.string());
+  std::string s = raw;
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t lead = 0;
+  while (lead < s.size() && std::isspace(static_cast<unsigned char>(s[lead]))) ++lead;
+  s = s.substr(lead);
+  if (s == "release")
+    throw IoError(file.string() + ": names a 'release' checkpoint, which trident does not load");
+  if (!all_digits(s) || s.size() > 18) {
+    std::string shown;
+    for (char c : raw.substr(0, 40)) shown += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+    throw IoError(file.string() + ": garbled content '" + shown + "' (expected an iteration number)");
+  }
+  const int64_t it = std::stoll(s);
+  const fs::path dir = iteration_dir(root, it);
+  if (!fs::is_directory(dir, ec))
+    throw IoError(file.string() + ": points to iteration " + std::to_string(it) + " but " + dir.string() +
+                  " does not exist");
+  return it;
+}
+
+int64_t latest_iteration(const fs::path& root) {
+  const auto it = find_latest_iteration(root);
+  if (!it) throw IoError(latest_file(root).string() + ": missing: no checkpoint to load in " + root.string());
+  return *it;
+}
+
+std::vector<int64_t> list_iterations(const fs::path& root) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const auto n = parse_iter_name(it->path().filename().string());
+    std::error_code ec2;
+    if (n && it->is_directory(ec2)) out.push_back(*n);
+  }
+  if (ec) throw IoError(root.string() + ": cannot list checkpoint directory: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+PruneResult prune(const fs::path& root, int keep_last) {
+  if (keep_last < 1) throw ConfigError("prune: keep_last must be at least 1, got " + std::to_string(keep_last));
+  PruneResult res;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return res;
+  const std::optional<int64_t> latest = find_latest_iteration(root);  // throws before any deletion
+  const std::vector<int64_t> iters = list_iterations(root);
+  std::set<int64_t> committed(iters.begin(), iters.end());
+
+  // Stale temporaries first.
+  std::vector<fs::path> stale;
+  const std::string latest_tmp_prefix = std::string(kLatestFileName) + ".tmp-";
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (parse_suffixed(name, "tmp") || parse_suffixed(name, "del") || name.rfind(latest_tmp_prefix, 0) == 0) {
+      stale.push_back(it->path());
+    } else if (const auto n = parse_suffixed(name, "old"); n && committed.count(*n)) {
+      stale.push_back(it->path());
+    }
+  }
+  if (ec) throw IoError(root.string() + ": cannot list checkpoint directory: " + ec.message());
+  for (const auto& p : stale) {
+    std::error_code ec2;
+    fs::remove_all(p, ec2);
+    if (ec2) throw IoError(p.string() + ": cannot delete stale temporary: " + ec2.message());
+    res.removed_temporaries.push_back(p);
+  }
+
+  if (!latest) return res;  // without a pointer we cannot tell which one is good: keep all
+  const size_t keep = static_cast<size_t>(keep_last);
+  for (size_t i = 0; i + keep < iters.size(); ++i) {
+    const int64_t it = iters[i];
+    if (it == *latest) continue;
+    delete_dir(root, iteration_dir(root, it), iteration_dir_name(it));
+    res.removed_iterations.push_back(it);
+  }
+  if (!res.removed_iterations.empty()) fsync_dir(root.string());
+  return res;
+}
+
+}  // namespace trident

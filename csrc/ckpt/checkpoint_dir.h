@@ -1,0 +1,73 @@
+// The checkpoint directory protocol (Megatron's names):
+//
+//   DIR/iter_0000100/                      one committed checkpoint (7-digit iteration)
+//   DIR/iter_0000100.tmp-<token>/          being written; never read
+//   DIR/latest_checkpointed_iteration.txt  the iteration number (digits only, no newline)
+//
+// Saving: every rank writes into temp_iteration_dir(DIR, it, token) (one token for the
+// whole job: rank 0 makes it with make_save_token() and broadcasts it); when all ranks have
+// finished, one rank calls commit(), which fsyncs the files, renames the temporary
+// directory to iter_NNNNNNN (swapping atomically with an older copy of the same iteration,
+// which is deleted only afterwards) and then atomically rewrites the pointer. The pointer
+// changes last, so a crash at any point leaves it naming a complete checkpoint.
+//
+// Nothing on an error path deletes or overwrites a committed checkpoint; deletion (prune)
+// first renames a directory to iter_NNNNNNN.del-<token> so a crash mid-delete never leaves
+// a half-deleted directory under a committed name.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trident {
+
+inline constexpr const char* kLatestFileName = "latest_checkpointed_iteration.txt";
+
+std::string iteration_dir_name(int64_t iteration);  // "iter_0000100"
+std::filesystem::path iteration_dir(const std::filesystem::path& root, int64_t iteration);
+std::filesystem::path latest_file(const std::filesystem::path& root);
+// Megatron's per-rank folder inside an iteration: "mp_rank_01" (pp == 1) or
+// "mp_rank_01_002" (pp > 1: tp rank, then pp rank).
+std::string rank_dir_name(int tp_rank, int pp_rank, int pp);
+
+// A token unique to this save attempt (host, pid, time); letters, digits, '-' only.
+std::string make_save_token();
+// DIR/iter_NNNNNNN.tmp-<token>. Throws ConfigError for a token with other characters.
+std::filesystem::path temp_iteration_dir(const std::filesystem::path& root, int64_t iteration,
+                                         const std::string& token);
+// Creates DIR (if needed) and the temporary directory (which must not exist yet); returns it.
+// Throws IoError naming the directory.
+std::filesystem::path create_temp_iteration_dir(const std::filesystem::path& root, int64_t iteration,
+                                                const std::string& token);
+
+// Makes `temp_dir` (a directory in `root`) the committed checkpoint of `iteration` and points
+// the latest file at it. Throws IoError naming the path; on failure the previous
+// checkpoints and pointer are intact.
+void commit(const std::filesystem::path& root, int64_t iteration, const std::filesystem::path& temp_dir);
+
+// Atomically rewrites DIR/latest_checkpointed_iteration.txt (temp + fsync + rename + fsync dir).
+void write_latest_iteration(const std::filesystem::path& root, int64_t iteration);
+
+// The iteration the pointer names. Throws IoError naming the file when it is missing, garbled,
+// or names a directory that does not exist.
+int64_t latest_iteration(const std::filesystem::path& root);
+// Same, but nullopt when there is no pointer file at all (a fresh run).
+std::optional<int64_t> find_latest_iteration(const std::filesystem::path& root);
+
+// Committed iterations (directories named iter_ and 7+ digits), ascending.
+std::vector<int64_t> list_iterations(const std::filesystem::path& root);
+
+struct PruneResult {
+  std::vector<int64_t> removed_iterations;
+  std::vector<std::filesystem::path> removed_temporaries;
+};
+// Deletes committed iterations except the newest `keep_last` (>= 1, else ConfigError) and the
+// one the pointer names, and removes stale temporaries (*.tmp-*, *.del-*, and *.old-* whose
+// iteration is committed). Call it only when no save is in progress. A missing pointer keeps
+// every committed iteration; a garbled pointer throws before anything is deleted.
+PruneResult prune(const std::filesystem::path& root, int keep_last);
+
+}  // namespace trident

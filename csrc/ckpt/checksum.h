@@ -1,0 +1,35 @@
+// Fast file checksums: XXH3 64-bit (libxxhash), printed as 16 lowercase hex digits of the
+// hash's canonical (big-endian) form, the way `xxhsum -H3` prints it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace trident {
+
+// Streaming XXH3-64 (seed 0).
+class Xxh3Hasher {
+ public:
+  Xxh3Hasher();
+  ~Xxh3Hasher();
+  Xxh3Hasher(const Xxh3Hasher&) = delete;
+  Xxh3Hasher& operator=(const Xxh3Hasher&) = delete;
+  void update(const void* data, size_t n);
+  uint64_t value() const;
+  std::string hex() const;
+
+ private:
+  void* state_;
+};
+
+std::string xxh3_hex(uint64_t h);
+// Checksum of a memory range.
+std::string checksum_bytes(const void* data, size_t n);
+// Checksum of a whole file; throws IoError naming the file.
+std::string checksum_file(const std::string& path);
+// Throws IoError naming the file when it is missing, its size differs from
+// `expected_size` (when >= 0: "truncated" when shorter) or its checksum differs.
+void verify_file(const std::string& path, const std::string& expected, int64_t expected_size = -1);
+
+}  // namespace trident

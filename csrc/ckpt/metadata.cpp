@@ -1,0 +1,213 @@
+#include "ckpt/metadata.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "ckpt/atomic_file.h"
+#include "ckpt/checksum.h"
+#include "core/error.h"
+
+namespace trident {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Field access with one-line errors naming the file and the dotted field path.
+struct Fields {
+  const json& j;
+  std::string prefix;  // "model." etc.
+  const std::string& source;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw IoError(source + ": field '" + prefix + key + "': " + what);
+  }
+  const json& get(const std::string& key) const {
+    if (!j.contains(key)) fail(key, "missing");
+    return j.at(key);
+  }
+  int64_t integer(const std::string& key, int64_t lo, int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    const json& v = get(key);
+    if (!v.is_number_integer()) fail(key, "expected an integer, got " + v.dump());
+    int64_t x = 0;
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail(key, "out of range");
+      x = static_cast<int64_t>(v.get<uint64_t>());
+    } else {
+      x = v.get<int64_t>();
+    }
+    if (x < lo || x > hi)
+      fail(key, "value " + std::to_string(x) + " out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+  double number(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_number()) fail(key, "expected a number, got " + v.dump());
+    const double x = v.get<double>();
+    if (!std::isfinite(x)) fail(key, "not finite");
+    return x;
+  }
+  std::string string(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_string()) fail(key, "expected a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  const json& object(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_object()) fail(key, "expected an object");
+    return v;
+  }
+  void no_unknown(const std::set<std::string>& known) const {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      if (!known.count(it.key())) fail(it.key(), "unknown field");
+  }
+};
+
+constexpr int kIntMax = std::numeric_limits<int>::max();
+
+}  // namespace
+
+json model_config_to_json(const ModelConfig& c) {
+  json j = json::object();
+  j["num_layers"] = c.num_layers;
+  j["hidden_size"] = c.hidden_size;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["seq_length"] = c.seq_length;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["vocab_size"] = c.vocab_size;
+  j["make_vocab_size_divisible_by"] = c.make_vocab_size_divisible_by;
+  j["init_method_std"] = c.init_method_std;
+  j["hidden_dropout"] = c.hidden_dropout;
+  j["attention_dropout"] = c.attention_dropout;
+  j["dtype"] = dtype_name(c.dtype);
+  return j;
+}
+
+ModelConfig model_config_from_json(const json& j, const std::string& source) {
+  if (!j.is_object()) throw IoError(source + ": field 'model': expected an object");
+  Fields f{j, "model.", source};
+  f.no_unknown({"num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
+                "vocab_size", "make_vocab_size_divisible_by", "init_method_std", "hidden_dropout",
+                "attention_dropout", "dtype"});
+  ModelConfig c;
+  c.num_layers = static_cast<int>(f.integer("num_layers", 1, kIntMax));
+  c.hidden_size = static_cast<int>(f.integer("hidden_size", 1, kIntMax));
+  c.num_attention_heads = static_cast<int>(f.integer("num_attention_heads", 1, kIntMax));
+  c.seq_length = static_cast<int>(f.integer("seq_length", 1, kIntMax));
+  c.max_position_embeddings = static_cast<int>(f.integer("max_position_embeddings", 1, kIntMax));
+  c.vocab_size = f.integer("vocab_size", 2);
+  c.make_vocab_size_divisible_by = static_cast<int>(f.integer("make_vocab_size_divisible_by", 1, kIntMax));
+  c.init_method_std = static_cast<float>(f.number("init_method_std"));
+  c.hidden_dropout = static_cast<float>(f.number("hidden_dropout"));
+  c.attention_dropout = static_cast<float>(f.number("attention_dropout"));
+  const std::string dt = f.string("dtype");
+  try {
+    c.dtype = parse_dtype(dt);
+  } catch (const ConfigError&) {
+    f.fail("dtype", "unknown dtype '" + dt + "'");
+  }
+  if (c.dtype == DType::I32) f.fail("dtype", "int32 is not a parameter dtype");
+  try {
+    c.validate(1);
+  } catch (const ConfigError& e) {
+    throw IoError(source + ": field 'model': inconsistent model config: " + e.what());
+  }
+  return c;
+}
+
+json metadata_to_json(const CheckpointMetadata& m) {
+  json j = json::object();
+  j["format"] = "trident-checkpoint";
+  j["format_version"] = m.format_version;
+  j["iteration"] = m.iteration;
+  j["consumed_samples"] = m.consumed_samples;
+  j["model"] = model_config_to_json(m.model);
+  j["layout"] = {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"zero_stage", m.layout.zero_stage}};
+  j["trainer_state"] = m.trainer_state.is_null() ? json::object() : m.trainer_state;
+  json files = json::array();
+  for (const auto& f : m.files) files.push_back({{"path", f.path}, {"size", f.size}, {"xxh3", f.xxh3}});
+  j["files"] = std::move(files);
+  return j;
+}
+
+CheckpointMetadata metadata_from_json(const json& j, const std::string& source) {
+  if (!j.is_object()) throw IoError(source + ": not a JSON object");
+  Fields f{j, "", source};
+  f.no_unknown({"format", "format_version", "iteration", "consumed_samples", "model", "layout", "trainer_state",
+                "files"});
+  if (f.string("format") != "trident-checkpoint") f.fail("format", "expected \"trident-checkpoint\"");
+  CheckpointMetadata m;
+  m.format_version = static_cast<int>(f.integer("format_version", 1, kIntMax));
+  if (m.format_version > kCheckpointFormatVersion)
+    f.fail("format_version", "version " + std::to_string(m.format_version) + " is newer than this build reads (" +
+                                 std::to_string(kCheckpointFormatVersion) + ")");
+  m.iteration = f.integer("iteration", 0);
+  m.consumed_samples = f.integer("consumed_samples", 0);
+  m.model = model_config_from_json(f.object("model"), source);
+  {
+    Fields l{f.object("layout"), "layout.", source};
+    l.no_unknown({"tp", "pp", "dp", "zero_stage"});
+    m.layout.tp = static_cast<int>(l.integer("tp", 1, kIntMax));
+    m.layout.pp = static_cast<int>(l.integer("pp", 1, kIntMax));
+    m.layout.dp = static_cast<int>(l.integer("dp", 1, kIntMax));
+    m.layout.zero_stage = static_cast<int>(l.integer("zero_stage", 0, 3));
+    if (m.model.num_attention_heads % m.layout.tp != 0)
+      l.fail("tp", "value " + std::to_string(m.layout.tp) + " does not divide model.num_attention_heads (" +
+                       std::to_string(m.model.num_attention_heads) + ")");
+  }
+  m.trainer_state = f.object("trainer_state");
+  const json& files = f.get("files");
+  if (!files.is_array()) f.fail("files", "expected an array");
+  std::set<std::string> seen;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string at = "files[" + std::to_string(i) + "].";
+    if (!files[i].is_object()) throw IoError(source + ": field 'files[" + std::to_string(i) + "]': expected an object");
+    Fields e{files[i], at, source};
+    e.no_unknown({"path", "size", "xxh3"});
+    FileRecord r;
+    r.path = e.string("path");
+    if (r.path.empty() || r.path[0] == '/' || r.path.find("..") != std::string::npos)
+      e.fail("path", "'" + r.path + "' must be a relative path inside the checkpoint");
+    if (!seen.insert(r.path).second) e.fail("path", "duplicate entry '" + r.path + "'");
+    r.size = static_cast<uint64_t>(e.integer("size", 0));
+    r.xxh3 = e.string("xxh3");
+    if (r.xxh3.size() != 16 || r.xxh3.find_first_not_of("0123456789abcdef") != std::string::npos)
+      e.fail("xxh3", "'" + r.xxh3 + "' is not 16 lowercase hex digits");
+    m.files.push_back(std::move(r));
+  }
+  return m;
+}
+
+void write_metadata(const std::string& path, const CheckpointMetadata& m) {
+  write_file_atomic(path, metadata_to_json(m).dump(2) + "\n");
+}
+
+CheckpointMetadata read_metadata(const std::string& path) {
+  const std::string text = read_file(path);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw IoError(path + ": bad JSON: " + e.what());
+  }
+  return metadata_from_json(j, path);
+}
+
+FileRecord make_file_record(const std::filesystem::path& dir, const std::string& rel) {
+  const std::filesystem::path p = dir / rel;
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(p, ec);
+  if (ec) throw IoError(p.string() + ": cannot stat: " + ec.message());
+  FileRecord r;
+  r.path = rel;
+  r.size = size;
+  r.xxh3 = checksum_file(p.string());
+  return r;
+}
+
+void verify_checkpoint_files(const std::filesystem::path& dir, const CheckpointMetadata& m) {
+  for (const auto& f : m.files) verify_file((dir / f.path).string(), f.xxh3, static_cast<int64_t>(f.size));
+}
+
+}  // namespace trident

@@ -1,0 +1,69 @@
+// metadata.json: what a checkpoint holds and how it was written.
+//
+// {
+//   "format": "trident-checkpoint", "format_version": 1,
+//   "iteration": 100, "consumed_samples": 12800,
+//   "model": {every ModelConfig field; "dtype": "fp32" | "fp16" | "bf16"},
+//   "layout": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 1},
+//   "trainer_state": {...opaque: RNG, loss scaler, scheduler, data order...},
+//   "files": [{"path": "mp_rank_00/model.safetensors", "size": 123, "xxh3": "16 hex digits"}, ...]
+// }
+// File paths are relative to the directory holding metadata.json.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+
+namespace trident {
+
+inline constexpr const char* kMetadataFileName = "metadata.json";
+inline constexpr int kCheckpointFormatVersion = 1;
+
+struct ParallelLayout {
+  int tp = 1, pp = 1, dp = 1;
+  int zero_stage = 0;
+  bool operator==(const ParallelLayout&) const = default;
+};
+
+struct FileRecord {
+  std::string path;  // relative to the checkpoint directory
+  uint64_t size = 0;
+  std::string xxh3;  // checksum.h
+  bool operator==(const FileRecord&) const = default;
+};
+
+struct CheckpointMetadata {
+  int format_version = kCheckpointFormatVersion;
+  ModelConfig model;
+  int64_t iteration = 0;
+  int64_t consumed_samples = 0;
+  ParallelLayout layout;
+  nlohmann::json trainer_state = nlohmann::json::object();
+  std::vector<FileRecord> files;
+};
+
+nlohmann::json model_config_to_json(const ModelConfig& c);
+// Throws IoError "<source>: field 'model.<key>': <problem>".
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& source);
+
+nlohmann::json metadata_to_json(const CheckpointMetadata& m);
+// Validates every field; throws IoError "<source>: field '<path>': <problem>".
+CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string& source);
+
+// Writes `path` atomically (pretty-printed JSON).
+void write_metadata(const std::string& path, const CheckpointMetadata& m);
+// Reads and validates; IoError names the file and the field.
+CheckpointMetadata read_metadata(const std::string& path);
+
+// A FileRecord for `dir/rel` (size and checksum read from disk).
+FileRecord make_file_record(const std::filesystem::path& dir, const std::string& rel);
+// Checks every listed file under `dir` (size and checksum); IoError names the first bad one.
+void verify_checkpoint_files(const std::filesystem::path& dir, const CheckpointMetadata& m);
+
+}  // namespace trident

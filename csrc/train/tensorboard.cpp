@@ -1,0 +1,177 @@
+#include "train/tensorboard.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+#include "tensorboard_event.pb.h"
+
+namespace trident {
+namespace {
+
+// CRC-32C lookup table for the reflected Castagnoli polynomial, built once.
+const std::array<uint32_t, 256>& crc32c_table() {
+  static const std::array<uint32_t, 256> table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+      t[i] = c;
+    }
+    return t;
+  }();
+  return table;
+}
+
+uint32_t mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+
+void put_le(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+  const auto& t = crc32c_table();
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = t[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t masked_crc32c(const void* data, size_t n) { return mask_crc(crc32c(data, n)); }
+
+std::string tfrecord_frame(const std::string& payload) {
+  std::string out;
+  out.reserve(payload.size() + 16);
+  put_le(out, payload.size(), 8);
+  put_le(out, masked_crc32c(out.data(), 8), 4);
+  out += payload;
+  put_le(out, masked_crc32c(payload.data(), payload.size()), 4);
+  return out;
+}
+
+TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) : max_queue_(max_queue) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir))
+    throw ConfigError("--tensorboard-dir: cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
+  const long long seconds = static_cast<long long>(now_seconds());
+  const std::string base = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(seconds) + "." +
+                                                          host_name())).string();
+  // "x": fail rather than overwrite another writer's file of the same second.
+  for (int n = 0; !file_ && n < 1000; ++n) {
+    path_ = n == 0 ? base : base + "." + std::to_string(n);
+    if (!std::filesystem::exists(path_)) file_ = std::fopen(path_.c_str(), "wbx");
+  }
+  if (!file_) throw ConfigError("--tensorboard-dir: cannot create an event file in " + dir + ": " + std::strerror(errno));
+  tensorflow::Event first;
+  first.set_wall_time(now_seconds());
+  first.set_file_version("brain.Event:2");
+  write_record(first.SerializeAsString());
+  std::fflush(file_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.empty()) {
+      std::fclose(file_);
+      throw ConfigError("--tensorboard-dir: " + error_);
+    }
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+TensorBoardWriter::~TensorBoardWriter() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_work_.notify_all();
+  if (thread_.joinable()) thread_.join();  // the thread drains the queue before it stops
+  if (file_) std::fclose(file_);
+}
+
+void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step) {
+  add_scalar(tag, value, step, now_seconds());
+}
+
+void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step, double wall_time) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.size() >= max_queue_) {
+      ++dropped_;
+      return;
+    }
+    queue_.push_back(Item{tag, static_cast<float>(value), step, wall_time});
+    ++queued_;
+  }
+  cv_work_.notify_one();
+}
+
+void TensorBoardWriter::flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t target = queued_;
+  cv_work_.notify_one();
+  cv_done_.wait(lock, [&] { return flushed_ >= target; });
+  if (!error_.empty()) throw IoError(path_ + ": " + error_);
+}
+
+uint64_t TensorBoardWriter::dropped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return dropped_;
+}
+
+// Called by the constructor (before the thread starts) and by the thread only.
+void TensorBoardWriter::write_record(const std::string& payload) {
+  const std::string frame = tfrecord_frame(payload);
+  if (std::fwrite(frame.data(), 1, frame.size(), file_) != frame.size()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_.empty()) error_ = std::string("write failed: ") + std::strerror(errno);
+  }
+}
+
+// Takes everything queued, encodes and writes it outside the lock, and fflush()es each
+// time the queue runs empty, so flush() and the destructor see complete files.
+void TensorBoardWriter::run() {
+  std::vector<Item> batch;
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_work_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty() && stop_) break;
+    batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+    queue_.clear();
+    lock.unlock();
+    for (const Item& it : batch) {
+      tensorflow::Event ev;
+      ev.set_wall_time(it.wall_time);
+      ev.set_step(it.step);
+      tensorflow::Summary::Value* v = ev.mutable_summary()->add_value();
+      v->set_tag(it.tag);
+      v->set_simple_value(it.value);
+      write_record(ev.SerializeAsString());
+    }
+    const bool flush_ok = std::fflush(file_) == 0;
+    lock.lock();
+    if (!flush_ok && error_.empty()) error_ = std::string("flush failed: ") + std::strerror(errno);
+    written_ += batch.size();
+    flushed_ = written_;
+    cv_done_.notify_all();
+  }
+  cv_done_.notify_all();
+}
+
+}  // namespace trident

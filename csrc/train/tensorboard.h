@@ -1,0 +1,77 @@
+// A TensorBoard event-file writer for scalars.
+//
+// File: `<dir>/events.out.tfevents.<unix seconds>.<host>` (a ".N" suffix is added when
+// that name already exists). Content: TFRecord frames, each
+//   uint64 length | uint32 masked CRC32C(length bytes) | data | uint32 masked CRC32C(data)
+// (little-endian; mask(c) = ((c >> 15) | (c << 17)) + 0xa282ead8), whose data is one
+// serialized tensorflow.Event (tensorboard_event.proto): first {wall_time,
+// file_version: "brain.Event:2"}, then one {wall_time, step, summary {value {tag,
+// simple_value}}} per add_scalar.
+//
+// add_scalar() only queues the value: a background thread encodes and writes, so the
+// training loop never waits for the disk. The queue is bounded; when it is full the
+// value is dropped and counted (dropped()). flush() waits until everything queued so far
+// is written and flushed to the OS; the destructor flushes and joins.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace trident {
+
+// CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), table-driven.
+uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
+// TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8.
+uint32_t masked_crc32c(const void* data, size_t n);
+// One TFRecord frame around `payload`.
+std::string tfrecord_frame(const std::string& payload);
+
+class TensorBoardWriter {
+ public:
+  // Creates `dir` when needed and the event file with its file_version record.
+  // Throws ConfigError naming --tensorboard-dir when it cannot.
+  explicit TensorBoardWriter(const std::string& dir, size_t max_queue = 4096);
+  ~TensorBoardWriter();
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+
+  // Queues tag = value at `step`, stamped with the current time (or `wall_time`,
+  // seconds since the epoch). Never blocks on I/O.
+  void add_scalar(const std::string& tag, double value, int64_t step);
+  void add_scalar(const std::string& tag, double value, int64_t step, double wall_time);
+  // Blocks until every scalar queued before the call is written and fflush()ed.
+  // Throws IoError naming the file if a write failed.
+  void flush();
+
+  const std::string& path() const { return path_; }
+  uint64_t dropped() const;  // scalars lost to a full queue
+
+ private:
+  struct Item {
+    std::string tag;
+    float value;
+    int64_t step;
+    double wall_time;
+  };
+  void run();
+  void write_record(const std::string& payload);
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  size_t max_queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_work_, cv_done_;
+  std::deque<Item> queue_;
+  uint64_t queued_ = 0, written_ = 0, flushed_ = 0, dropped_ = 0;  // guarded by mu_
+  bool stop_ = false;
+  std::string error_;  // first write error, guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace trident

@@ -1,0 +1,247 @@
+// Trainer checkpoints: every rank writes its own files into one temporary directory (see
+// ckpt/sharded_checkpoint.h for the layout), rank 0 writes metadata.json with every file's
+// checksum and commits (rename, then the latest pointer), so a crash at any point leaves
+// the previous checkpoint as the latest. Loading rebuilds canonical tensors from the files
+// of whatever layout wrote them and takes this rank's slice and shard.
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <ostream>
+#include <sstream>
+
+#include "ckpt/canonical_slices.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+namespace trident {
+namespace fs = std::filesystem;
+namespace {
+
+// Host bytes of a tensor (any device, any dtype).
+std::vector<char> to_host(Backend& be, const Tensor& t) {
+  std::vector<char> v(t.nbytes());
+  be.copy_to_host(v.data(), t);
+  return v;
+}
+
+std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.dims.begin(), s.dims.begin() + s.ndim); }
+
+// Fixed-size string exchange over a Comm (as I32 words).
+void broadcast_string(Comm& c, std::string& s, int root) {
+  std::vector<int32_t> buf(64, 0);
+  if (c.rank() == root) std::memcpy(buf.data(), s.data(), std::min<size_t>(s.size(), 255));
+  c.broadcast(Tensor(buf.data(), Shape{64}, DType::I32, Device::Cpu), root);
+  s.assign(reinterpret_cast<const char*>(buf.data()));
+}
+
+void send_string(Comm& c, const std::string& s, int peer) {
+  int32_t n = static_cast<int32_t>(s.size());
+  c.send(Tensor(&n, Shape{1}, DType::I32, Device::Cpu), peer);
+  std::vector<int32_t> buf((s.size() + 3) / 4, 0);
+  std::memcpy(buf.data(), s.data(), s.size());
+  if (!buf.empty()) c.send(Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}, DType::I32, Device::Cpu), peer);
+}
+
+std::string recv_string(Comm& c, int peer) {
+  int32_t n = 0;
+  c.recv(Tensor(&n, Shape{1}, DType::I32, Device::Cpu), peer);
+  std::vector<int32_t> buf((n + 3) / 4, 0);
+  if (!buf.empty()) c.recv(Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}, DType::I32, Device::Cpu), peer);
+  return std::string(reinterpret_cast<const char*>(buf.data()), n);
+}
+
+// Test hook: TRIDENT_TEST_CRASH_IN_SAVE=<world rank> kills that rank right after it has
+// written its files, before the checkpoint is committed (tests/e2e/checkpoint_crash.sh).
+void maybe_crash_for_test(int rank) {
+  const char* v = std::getenv("TRIDENT_TEST_CRASH_IN_SAVE");
+  if (v != nullptr && std::atoi(v) == rank) std::_Exit(9);
+}
+
+void require_same(const char* flag, int64_t ckpt, int64_t run, const fs::path& dir) {
+  if (ckpt != run)
+    throw ConfigError("--load: " + dir.string() + " is a model with " + flag + " " + std::to_string(ckpt) +
+                      ", this run has " + std::to_string(run));
+}
+
+}  // namespace
+
+void Trainer::save_checkpoint() {
+  const auto start = std::chrono::steady_clock::now();
+  const ProcessGrid& grid = par_->grid;
+  Comm& world = *par_->world;
+  const fs::path root = opt_.save;
+  std::string token = grid.rank == 0 ? make_save_token() : "";
+  broadcast_string(world, token, 0);
+  const fs::path temp = temp_iteration_dir(root, iteration_, token);
+  if (grid.rank == 0) create_temp_iteration_dir(root, iteration_, token);
+  world.barrier();
+  const std::string rank_dir = rank_dir_name(grid.tp_rank, grid.pp_rank, grid.shape.pp);
+  fs::create_directories(temp / rank_dir);
+  const std::map<std::string, std::string> file_meta = {{"tp", std::to_string(grid.shape.tp)},
+                                                         {"tp_rank", std::to_string(grid.tp_rank)},
+                                                         {"pp_rank", std::to_string(grid.pp_rank)},
+                                                         {"dp_rank", std::to_string(grid.dp_rank)}};
+  const ParamStore& P = model_->params();
+  std::ostringstream records;  // "path size xxh3" lines
+  uint64_t bytes = 0;
+  auto note = [&](const WrittenFile& w, const std::string& rel) {
+    records << rel << ' ' << w.size << ' ' << w.xxh3 << '\n';
+    bytes += w.size;
+  };
+  if (grid.dp_rank == 0) {  // parameters are identical across DP
+    std::vector<std::vector<char>> host;
+    std::vector<StTensorRef> refs;
+    for (const LocalParam& p : P.list()) {
+      host.push_back(to_host(be_, P.param(p)));
+      refs.push_back(StTensorRef{p.spec.name, to_st_dtype(P.param(p).dtype), dims(p.shape), host.back().data()});
+    }
+    const std::string rel = rank_dir + "/model.safetensors";
+    note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
+  }
+  if (optimizer_->sharded() || grid.dp_rank == 0) {  // without ZeRO every DP rank has it all
+    const ShardPlan& plan = optimizer_->plan();
+    const Tensor states[] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+    std::vector<std::vector<char>> host;
+    std::vector<StTensorRef> refs;
+    for (const LocalParam& p : P.list())
+      for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+        for (int k = 0; k < 3; ++k) {
+          // The master weights of fp32 runs without ZeRO are the parameters (flat layout).
+          const bool flat_layout = k == 0 && !optimizer_->sharded() && states[0].dtype == DType::F32 &&
+                                   states[0].data == P.flat_params().data;
+          const Tensor src = flat_layout ? states[k].flat_slice(s.flat_begin, s.size())
+                                         : states[k].flat_slice(s.shard_offset, s.size());
+          host.push_back(to_host(be_, src));
+          refs.push_back(StTensorRef{optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
+                                     StDType::F32, {s.size()}, host.back().data()});
+        }
+    const std::string rel = rank_dir + "/" + optimizer_file_name(grid.dp_rank);
+    note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
+  }
+  maybe_crash_for_test(grid.rank);
+  // Rank 0 collects every file's record, writes the metadata and commits.
+  if (grid.rank != 0) {
+    send_string(world, records.str(), 0);
+  } else {
+    std::string all = records.str();
+    for (int r = 1; r < grid.shape.world; ++r) all += recv_string(world, r);
+    CheckpointMetadata m;
+    m.model = opt_.model;
+    m.iteration = iteration_;
+    m.consumed_samples = static_cast<int64_t>(consumed_samples_);
+    m.layout = ParallelLayout{grid.shape.tp, grid.shape.pp, grid.shape.dp, opt_.zero_stage};
+    std::istringstream in(all);
+    FileRecord f;
+    while (in >> f.path >> f.size >> f.xxh3) m.files.push_back(f);
+    const LossScalerState ls = scaler_.state();
+    m.trainer_state = {{"consumed_valid_samples", consumed_valid_samples_},
+                       {"optimizer_steps", optimizer_->steps_taken()},
+                       {"skipped_iterations", skipped_iterations_},
+                       {"nan_iterations", nan_iterations_},
+                       {"dropout_seed", model_->dropout_seed()},
+                       {"global_batch_size", opt_.global_batch_size},
+                       {"loss_scaler",
+                        {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
+                         {"hysteresis_tracker", ls.hysteresis_tracker}}}};
+    write_metadata((temp / kMetadataFileName).string(), m);
+  }
+  float megabytes = static_cast<float>(bytes / 1e6);  // also the barrier before the commit
+  world.allreduce(Tensor(&megabytes, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
+  if (grid.rank == 0) {
+    commit(root, iteration_, temp);
+    if (opt_.keep_last > 0) prune(root, static_cast<int>(opt_.keep_last));
+  }
+  world.barrier();
+  last_saved_iteration_ = iteration_;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  *out_ << "trident: saved checkpoint at iteration " << iteration_ << " to " << iteration_dir(root, iteration_).string()
+        << ": " << megabytes / 1e3 << " GB in " << s << " s (" << megabytes / 1e3 / s << " GB/s)" << std::endl;
+}
+
+bool Trainer::load_checkpoint() {
+  const auto start = std::chrono::steady_clock::now();
+  const fs::path root = opt_.load;
+  if (!fs::is_directory(root)) throw ConfigError("--load: directory not found: " + root.string());
+  const std::optional<int64_t> latest = find_latest_iteration(root);
+  if (!latest) {
+    *out_ << "trident: no checkpoint in " << root.string() << " yet (no " << kLatestFileName
+          << "); starting from scratch" << std::endl;
+    return false;
+  }
+  const fs::path dir = iteration_dir(root, *latest);
+  ShardedCheckpointReader ckpt(dir);
+  const ModelConfig& c = ckpt.metadata().model;
+  const ModelConfig& m = opt_.model;
+  require_same("--num-layers", c.num_layers, m.num_layers, dir);
+  require_same("--hidden-size", c.hidden_size, m.hidden_size, dir);
+  require_same("--num-attention-heads", c.num_attention_heads, m.num_attention_heads, dir);
+  require_same("vocabulary size", c.vocab_size, m.vocab_size, dir);
+  require_same("--max-position-embeddings", c.max_position_embeddings, m.max_position_embeddings, dir);
+
+  const ProcessGrid& grid = par_->grid;
+  const int tp = grid.shape.tp;
+  ParamStore& P = model_->params();
+  Buffer staging;
+  auto upload = [&](const std::vector<float>& host, const Tensor& dst) {
+    if (dst.dtype == DType::F32) {
+      be_.copy_from_host(dst, host.data());
+      return;
+    }
+    staging = be_.empty(dst.shape, DType::F32);
+    be_.copy_from_host(staging, host.data());
+    be_.cast(staging, dst);
+  };
+  for (const LocalParam& p : P.list())
+    upload(extract_local_stored(p.spec, tp, grid.tp_rank, ckpt.model_tensor(p.spec.name)), P.param(p));
+
+  const bool load_optimizer = !opt_.no_load_optim && !opt_.finetune;
+  if (load_optimizer && !ckpt.has_optimizer_state())
+    throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
+  if (load_optimizer) {
+    const ShardPlan& plan = optimizer_->plan();
+    const Tensor states[] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
+    const bool master_is_params = states[0].data == P.flat_params().data;
+    for (int k = 0; k < 3; ++k) {
+      if (k == 0 && master_is_params) continue;  // the parameters just loaded are the master weights
+      for (const LocalParam& p : P.list()) {
+        const std::vector<float> local =
+            extract_local_stored(p.spec, tp, grid.tp_rank, ckpt.optimizer_tensor(p.spec.name, kOptimizerStates[k]));
+        for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+          be_.copy_from_host(states[k].flat_slice(s.shard_offset, s.size()), local.data() + (s.flat_begin - p.offset));
+      }
+    }
+  } else {
+    optimizer_->master_from_params();
+  }
+  const nlohmann::json& st = ckpt.metadata().trainer_state;
+  if (!opt_.finetune) {
+    iteration_ = ckpt.metadata().iteration;
+    consumed_samples_ = static_cast<uint64_t>(ckpt.metadata().consumed_samples);
+    consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
+    skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
+    nan_iterations_ = st.value("nan_iterations", int64_t{0});
+    if (load_optimizer) {
+      optimizer_->set_steps_taken(st.value("optimizer_steps", int64_t{0}));
+      if (st.contains("loss_scaler") && scaler_.enabled()) {
+        const nlohmann::json& ls = st["loss_scaler"];
+        scaler_.set_state(LossScalerState{ls.value("scale", 1.0), ls.value("growth_tracker", int64_t{0}),
+                                          ls.value("hysteresis_tracker", int64_t{0})});
+      }
+    }
+  }
+  if (!opt_.no_load_rng && !opt_.finetune && st.contains("dropout_seed"))
+    model_->set_dropout_seed(st["dropout_seed"].get<uint64_t>());
+  last_saved_iteration_ = iteration_;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const ParallelLayout& L = ckpt.metadata().layout;
+  *out_ << "trident: loaded checkpoint " << dir.string() << " (iteration " << ckpt.metadata().iteration
+        << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << ")"
+        << (load_optimizer ? "" : " without optimizer state") << (opt_.finetune ? " to fine-tune" : "") << " in " << s
+        << " s" << std::endl;
+  return true;
+}
+
+}  // namespace trident

@@ -1,0 +1,906 @@
+// Fused causal multi-head attention, forward and backward (FlashAttention-2 style).
+//
+// What is fused, and why: scores = Q K^T * scale, the causal mask, the softmax, the
+// attention-probability dropout and P V run in one kernel over query x key tiles with an
+// online softmax, so the T x T score matrix never reaches global memory (it would be
+// B*H*T*T floats per layer). Only the output and the f32 row log-sum-exp are written.
+// The backward recomputes P = exp(S * scale - lse) tile by tile instead of storing it:
+//   1. delta_i = rowsum(dO_i * O_i)                        (small pre-kernel, f32 scratch)
+//   2. dK, dV: one block per key tile, looping over the query tiles that see it
+//   3. dQ:     one block per query tile, looping over the key tiles it sees
+// Each output element is owned by exactly one thread and summed in a fixed order, so the
+// backward is deterministic without float atomics (at the price of recomputing S and dP
+// in pass 3). Dropout masks are drawn in the kernels from philox.h with the same key and
+// element index ((h_global * T + i) * T + j) of sample drop.sample_base + b as the CPU
+// twin (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
+//
+// Two implementations of the same math:
+// - fp16/bf16 with D % 8 == 0: tensor-core tiles (mma.sync m16n8k16, fp32 accumulation,
+//   ldmatrix from padded shared-memory tiles filled by cp.async). Templated on DP, the
+//   head dim rounded up to 32/64/128 (columns D..DP are zero in shared memory). Each warp
+//   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal).
+// - fp32 (and any other case: D % 8 != 0, unaligned views, TRIDENT_ATTN_SIMT=1 in the
+//   environment): one warp per row with fp32 CUDA-core arithmetic, the reference path.
+// Softmax statistics, delta and all accumulation are fp32 in both.
+//
+// tests/cuda/test_cuda_attention_emulated.cpp runs the device code below on the CPU (no
+// GPU needed). Its extraction, tests/cuda/emulate_attention.cmake, relies on the inline-PTX
+// primitives sitting between smem_addr and pack2 and on the "Host launchers" banner.
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace trident::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps per block in every kernel of this file
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct AttnParams {
+  const void* qkv = nullptr;   // [B, T, 3, H, D]
+  void* out = nullptr;         // [B, T, H, D] (forward output; backward input)
+  float* lse = nullptr;        // [B, H, T]
+  const void* dout = nullptr;  // [B, T, H, D]
+  void* dqkv = nullptr;        // [B, T, 3, H, D]
+  float* delta = nullptr;      // [B, H, T] scratch: rowsum(dO * O)
+  int B = 0, T = 0, H = 0, D = 0;
+  int head_offset = 0;
+  int64_t qkv_tok = 0;  // elements between consecutive tokens of qkv: 3 * H * D
+  int64_t out_tok = 0;  // elements between consecutive tokens of out/dout: H * D
+  float scale = 1.f;       // 1 / sqrt(D)
+  float scale_log2 = 1.f;  // scale * log2(e): scores in the exp2 domain
+  float inv_keep = 1.f;    // 1 / (1 - p)
+  bool dropout = false;
+  DropoutKey drop{};
+};
+
+// ---- dropout -----------------------------------------------------------------------------
+// The Philox block that dropout_keep (philox.h) draws element `index` from: counter
+// (index >> 2, index >> 34, sample), word index & 3, kept when uniform >= p. Restated here
+// (not called) so that one block can serve two neighbouring indices and so that the word
+// is selected without a dynamically indexed array (which would live in local memory).
+// tests/cuda checks the masks against the CPU twin, which calls dropout_keep.
+__host__ __device__ __forceinline__ Philox4 attn_philox(const DropoutKey& k, uint64_t sample, uint64_t index) {
+  return philox4x32_10(Philox4{{static_cast<uint32_t>(index >> 2), static_cast<uint32_t>(index >> 34),
+                                static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},
+                       static_cast<uint32_t>(k.seed) ^ 0xD1B54A32u,
+                       k.site ^ (static_cast<uint32_t>(k.seed >> 32) * 0x9E3779B9u));
+}
+__host__ __device__ __forceinline__ uint32_t philox_word(const Philox4& r, uint32_t w) {
+  return w == 0 ? r.v[0] : w == 1 ? r.v[1] : w == 2 ? r.v[2] : r.v[3];
+}
+
+// Dropout factors (inv_keep or 0) of indices `index` and `index + 1`.
+__host__ __device__ __forceinline__ void attn_drop_pair(const AttnParams& p, uint64_t sample, uint64_t index,
+                                                        float& z0, float& z1) {
+  const Philox4 r = attn_philox(p.drop, sample, index);
+  const uint32_t w = static_cast<uint32_t>(index & 3);
+  z0 = philox_uniform(philox_word(r, w)) >= p.drop.p ? p.inv_keep : 0.f;
+  if (w != 3) {
+    z1 = philox_uniform(philox_word(r, w + 1)) >= p.drop.p ? p.inv_keep : 0.f;
+  } else {
+    const Philox4 r1 = attn_philox(p.drop, sample, index + 1);
+    z1 = philox_uniform(r1.v[0]) >= p.drop.p ? p.inv_keep : 0.f;
+  }
+}
+
+// Dropout factor of one index.
+__host__ __device__ __forceinline__ float attn_drop_one(const AttnParams& p, uint64_t sample, uint64_t index) {
+  const Philox4 r = attn_philox(p.drop, sample, index);
+  return philox_uniform(philox_word(r, static_cast<uint32_t>(index & 3))) >= p.drop.p ? p.inv_keep : 0.f;
+}
+
+// =========================================================================================
+// Kernels: tensor-core path (fp16 / bf16)
+// =========================================================================================
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy; when !valid the 16 bytes are zero-filled (nothing read).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(n)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8. Without .trans
+// lane t receives row t/4, columns 2(t%4), 2(t%4)+1 of each matrix; with .trans rows
+// 2(t%4), 2(t%4)+1 of column t/4 (the transposed fragment).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p))
+               : "memory");
+}
+
+// D = A B + D, m16n8k16, fp32 accumulators. With g = lane / 4, q = lane % 4:
+// A regs: (row g, k 2q..), (row g+8, k 2q..), (row g, k 2q+8..), (row g+8, k 2q+8..);
+// B regs: (k 2q.., n g), (k 2q+8.., n g); C: (row g, n 2q, 2q+1), (row g+8, n 2q, 2q+1).
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> one register of two 16-bit values, `lo` in the low half (lower index).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  uint32_t r;
+  memcpy(&r, &v, 4);
+  return r;
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t r;
+  memcpy(&r, &v, 4);
+  return r;
+}
+
+// Accumulator tiles c[2kk], c[2kk+1] (16 x 16 block kk, C layout) as the A operand of the
+// next product: the C layout of two n-tiles is exactly the A layout of one k-step.
+template <typename T, int NT>
+__device__ __forceinline__ void c_to_a(const float (&c)[NT][4], uint32_t (&a)[NT / 2][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT / 2; ++kk) {
+    a[kk][0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+}
+
+// Rows [row0, row0 + ROWS) of a [T, D] head view (row stride ld elements) into a shared
+// tile [ROWS][DP + 8]; rows >= T and columns >= D are zero. D % 8 == 0 and 16-byte aligned
+// rows are the caller's guarantee. Issues cp.async only (the caller commits and waits).
+template <typename T, int ROWS, int DP>
+__device__ __forceinline__ void load_tile(T* smem, const T* g, int64_t ld, int row0, int T_, int D) {
+  constexpr int LDS = DP + 8, CH = DP / 8;
+  for (int idx = threadIdx.x; idx < ROWS * CH; idx += kThreads) {
+    const int r = idx / CH, c = idx - r * CH;
+    const bool valid = row0 + r < T_ && c * 8 < D;
+    const T* src = valid ? g + static_cast<int64_t>(row0 + r) * ld + c * 8 : g;
+    cp_async16(smem + r * LDS + c * 8, src, valid);
+  }
+}
+
+// 16 x (8 * NT) product of rows [16 w, 16 w + 16) of sA [.][LDS] with the first 8 * NT
+// rows of sB [.][LDS] transposed, over k in [0, DP): acc = A B^T (acc zeroed here).
+template <typename T, int DP, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const T* sA, const T* sB, int warp, int lane) {
+  constexpr int LDS = DP + 8;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    uint32_t a[4];
+    ldsm_x4(a, sA + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      ldsm_x4(b, sB + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + ks * 16 + ((lane >> 3) & 1) * 8);
+      mma16816<T>(acc[2 * np], a, b[0], b[1]);
+      mma16816<T>(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[16 x DP] += A[16 x 16 KK] (registers, A layout) times sB[16 KK rows][DP] (rows = k).
+template <typename T, int DP, int KK>
+__device__ __forceinline__ void mma_ab_regs(float (&acc)[DP / 8][4], const uint32_t (&a)[KK][4], const T* sB,
+                                            int lane) {
+  constexpr int LDS = DP + 8;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < DP / 16; ++dp) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, sB + (kk * 16 + (lane & 15)) * LDS + dp * 16 + (lane >> 4) * 8);
+      mma16816<T>(acc[2 * dp], a[kk], b[0], b[1]);
+      mma16816<T>(acc[2 * dp + 1], a[kk], b[2], b[3]);
+    }
+  }
+}
+
+// Rows [row0, row0 + 16) x [0, D) of a warp's accumulator (C layout, times `mul`) to a
+// [T, D] head view with row stride ld; rows >= T are not written.
+template <typename T, int DP>
+__device__ __forceinline__ void store_acc(T* g, int64_t ld, const float (&acc)[DP / 8][4], int row0, int T_, int D,
+                                          int lane, float mul0, float mul1) {
+  const int r0 = row0 + (lane >> 2), r1 = r0 + 8, c = (lane & 3) * 2;
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) {
+    if (nt * 8 >= D) break;
+    if (r0 < T_)
+      *reinterpret_cast<uint32_t*>(g + static_cast<int64_t>(r0) * ld + nt * 8 + c) =
+          pack2<T>(acc[nt][0] * mul0, acc[nt][1] * mul0);
+    if (r1 < T_)
+      *reinterpret_cast<uint32_t*>(g + static_cast<int64_t>(r1) * ld + nt * 8 + c) =
+          pack2<T>(acc[nt][2] * mul1, acc[nt][3] * mul1);
+  }
+}
+
+template <int DP, int BK>
+constexpr int fwd_smem_bytes() {
+  return (64 + 2 * BK) * (DP + 8) * 2;
+}
+
+// Forward. Grid (B*H, ceil(T/64)); block: 64 query rows, 4 warps x 16 rows. Key tiles of
+// BK rows stream through shared memory; K of the next tile loads while P V runs, V of the
+// next tile while the next S runs.
+template <typename T, int DP, int BK>
+__global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams p) {
+  constexpr int BQ = 64, LDS = DP + 8, NT = BK / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + BQ * LDS;
+  T* sV = sK + BK * LDS;
+
+  const int T_ = p.T, D = p.D;
+  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;  // the longest rows start first
+  const int64_t HD = static_cast<int64_t>(p.H) * D;
+  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + static_cast<int64_t>(h) * D;
+  const T* gK = gQ + HD;
+  const T* gV = gQ + 2 * HD;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int wrow = q0 + warp * 16;
+  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;  // dropout row bases
+
+  load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
+  load_tile<T, BK, DP>(sK, gK, p.qkv_tok, 0, T_, D);
+  cp_async_commit();
+  load_tile<T, BK, DP>(sV, gV, p.qkv_tok, 0, T_, D);
+  cp_async_commit();
+
+  float o[DP / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // exp2-domain max, partial sums
+
+  for (int kb = 0; kb < nkb; ++kb) {
+    const int k0 = kb * BK;
+    cp_async_wait<1>();  // Q and K of this tile have landed (V may be in flight)
+    __syncthreads();
+    const bool active = k0 <= wrow + 15;  // warp-uniform: some key of the tile is visible
+    uint32_t pa[NT / 2][4];
+    if (active) {
+      float s[NT][4];
+      mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
+      const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > T_;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = s[nt][e] * p.scale_log2;
+          if (need_mask) {
+            const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
+            if (col > row || col >= T_) v = -INFINITY;
+          }
+          s[nt][e] = v;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      // A row with nothing visible yet keeps max -inf; subtract 0 then, so exp2 gives 0.
+      const float ms0 = mn0 == -INFINITY ? 0.f : mn0, ms1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float al0 = exp2f(m0 - ms0), al1 = exp2f(m1 - ms1);
+      m0 = mn0;
+      m1 = mn1;
+      l0 *= al0;
+      l1 *= al1;
+#pragma unroll
+      for (int nt = 0; nt < DP / 8; ++nt) {
+        o[nt][0] *= al0;
+        o[nt][1] *= al0;
+        o[nt][2] *= al1;
+        o[nt][3] *= al1;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        s[nt][0] = exp2f(s[nt][0] - ms0);
+        s[nt][1] = exp2f(s[nt][1] - ms0);
+        s[nt][2] = exp2f(s[nt][2] - ms1);
+        s[nt][3] = exp2f(s[nt][3] - ms1);
+        l0 += s[nt][0] + s[nt][1];
+        l1 += s[nt][2] + s[nt][3];
+      }
+      if (p.dropout) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const int col = k0 + nt * 8 + tq * 2;
+          float z0, z1;
+          if (row0 < T_) {
+            attn_drop_pair(p, sample, rb0 + col, z0, z1);
+            s[nt][0] *= z0;
+            s[nt][1] *= z1;
+          }
+          if (row1 < T_) {
+            attn_drop_pair(p, sample, rb1 + col, z0, z1);
+            s[nt][2] *= z0;
+            s[nt][3] *= z1;
+          }
+        }
+      }
+      c_to_a<T, NT>(s, pa);
+    }
+    __syncthreads();  // every warp is done with sK
+    if (kb + 1 < nkb) {
+      load_tile<T, BK, DP>(sK, gK, p.qkv_tok, k0 + BK, T_, D);
+      cp_async_commit();
+      cp_async_wait<1>();  // V of this tile has landed (the next K may be in flight)
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (active) mma_ab_regs<T, DP, NT / 2>(o, pa, sV, lane);
+    __syncthreads();  // every warp is done with sV
+    if (kb + 1 < nkb) {
+      load_tile<T, BK, DP>(sV, gV, p.qkv_tok, k0 + BK, T_, D);
+      cp_async_commit();
+    }
+  }
+
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  // Every row sees key 0, so l > 0 for rows < T (rows >= T are not written).
+  T* gO = static_cast<T*>(p.out) + static_cast<int64_t>(b) * T_ * p.out_tok + static_cast<int64_t>(h) * D;
+  store_acc<T, DP>(gO, p.out_tok, o, wrow, T_, D, lane, 1.f / l0, 1.f / l1);
+  if (tq == 0) {
+    float* lse = p.lse + static_cast<int64_t>(bh) * T_;
+    if (row0 < T_) lse[row0] = (m0 + log2f(l0)) * kLn2;
+    if (row1 < T_) lse[row1] = (m1 + log2f(l1)) * kLn2;
+  }
+}
+
+template <int DP, int BK>
+constexpr int dq_smem_bytes() {
+  return (2 * 64 + 4 * BK) * (DP + 8) * 2;  // Q, dO; K and V double-buffered
+}
+
+// Backward pass 3: dQ. Grid (B*H, ceil(T/64)); block: 64 query rows (4 warps x 16), key
+// tiles of BK rows up to the diagonal, double-buffered (tile kb+1 loads while kb is used).
+// Per tile: S = Q K^T, dP = dO V^T, dS = P (z dP - delta), dQ += dS K; dQ * scale at the end.
+template <typename T, int DP, int BK>
+__global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnParams p) {
+  constexpr int BQ = 64, LDS = DP + 8, NT = BK / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sO = sQ + BQ * LDS;  // dO
+  T* sK0 = sO + BQ * LDS;  // K, V of even tiles, then of odd tiles
+  T* sV0 = sK0 + BK * LDS;
+  T* sK1 = sV0 + BK * LDS;
+  T* sV1 = sK1 + BK * LDS;
+
+  const int T_ = p.T, D = p.D;
+  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+  const int64_t HD = static_cast<int64_t>(p.H) * D;
+  const int64_t head = static_cast<int64_t>(h) * D;
+  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  const T* gK = gQ + HD;
+  const T* gV = gQ + 2 * HD;
+  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int wrow = q0 + warp * 16;
+  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;
+  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
+  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
+  const float ls0 = row0 < T_ ? lse[row0] * kLog2e : 0.f, ls1 = row1 < T_ ? lse[row1] * kLog2e : 0.f;
+  const float dl0 = row0 < T_ ? delta[row0] : 0.f, dl1 = row1 < T_ ? delta[row1] : 0.f;
+
+  load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
+  load_tile<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D);
+  load_tile<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
+  load_tile<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
+  cp_async_commit();
+
+  float dq[DP / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+
+  for (int kb = 0; kb < nkb; ++kb) {
+    const int k0 = kb * BK;
+    const bool odd = kb & 1;
+    if (kb + 1 < nkb) {  // the other buffer was released by the barrier ending the last tile
+      load_tile<T, BK, DP>(odd ? sK0 : sK1, gK, p.qkv_tok, k0 + BK, T_, D);
+      load_tile<T, BK, DP>(odd ? sV0 : sV1, gV, p.qkv_tok, k0 + BK, T_, D);
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile has landed (the next may be in flight)
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (k0 <= wrow + 15) {  // warp-uniform: skip a tile entirely above the diagonal
+      const T* sK = odd ? sK1 : sK0;
+      const T* sV = odd ? sV1 : sV0;
+      float s[NT][4], dp[NT][4];
+      mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
+      mma_abt<T, DP, NT>(dp, sO, sV, warp, lane);
+      const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > T_;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = k0 + nt * 8 + tq * 2;
+        float z[4] = {1.f, 1.f, 1.f, 1.f};
+        if (p.dropout) {
+          if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
+          if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = col + (e & 1), row = e < 2 ? row0 : row1;
+          const bool visible = !need_mask || (c <= row && c < T_);
+          const float pe = visible ? exp2f(s[nt][e] * p.scale_log2 - (e < 2 ? ls0 : ls1)) : 0.f;
+          s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
+        }
+      }
+      uint32_t da[NT / 2][4];
+      c_to_a<T, NT>(s, da);
+      mma_ab_regs<T, DP, NT / 2>(dq, da, sK, lane);
+    }
+    __syncthreads();  // every warp is done with this tile's buffer
+  }
+
+  T* gdQ = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  store_acc<T, DP>(gdQ, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
+}
+
+template <int DP, int BQ>
+constexpr int dkdv_smem_bytes() {
+  return (2 * 64 + 2 * BQ) * (DP + 8) * 2 + 2 * BQ * 4;
+}
+
+// Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)); block: 64 keys (4 warps x 16), query
+// tiles of BQ rows from the diagonal to the end. Single-buffered: double-buffering Q and dO
+// took the D = 128 variant to 255 registers on sm_90, one step from spilling. Everything is computed transposed (keys
+// are rows), so the accumulators of S^T and dP^T are directly the A operands of
+//   dV += (P z)^T dO,   dK += dS^T Q;   dK * scale written at the end.
+template <typename T, int DP, int BQ>
+__global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnParams p) {
+  constexpr int BKV = 64, LDS = DP + 8, NT = BQ / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + BKV * LDS;
+  T* sQ = sV + BKV * LDS;
+  T* sO = sQ + BQ * LDS;  // dO
+  float* sL = reinterpret_cast<float*>(sO + BQ * LDS);  // lse * log2(e) of the tile's rows
+  float* sDl = sL + BQ;                                 // delta of the tile's rows
+
+  const int T_ = p.T, D = p.D;
+  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
+  const int k0 = blockIdx.y * BKV;  // the first key tiles see the most queries: start them first
+  const int64_t HD = static_cast<int64_t>(p.H) * D;
+  const int64_t head = static_cast<int64_t>(h) * D;
+  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  const T* gK = gQ + HD;
+  const T* gV = gQ + 2 * HD;
+  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
+  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
+  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int wkey = k0 + warp * 16;
+  const int key0 = wkey + (lane >> 2), key1 = key0 + 8;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+
+  load_tile<T, BKV, DP>(sK, gK, p.qkv_tok, k0, T_, D);
+  load_tile<T, BKV, DP>(sV, gV, p.qkv_tok, k0, T_, D);
+  cp_async_commit();
+
+  float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) {
+    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.f;
+    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
+  }
+
+  const int nqt = (T_ + BQ - 1) / BQ;
+  for (int qt = k0 / BQ; qt < nqt; ++qt) {
+    const int i0 = qt * BQ;
+    __syncthreads();  // every warp is done with the previous Q, dO, sL, sDl
+    load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, i0, T_, D);
+    load_tile<T, BQ, DP>(sO, gdO, p.out_tok, i0, T_, D);
+    cp_async_commit();
+    if (threadIdx.x < BQ) {
+      const int i = i0 + threadIdx.x;
+      sL[threadIdx.x] = i < T_ ? lse[i] * kLog2e : INFINITY;
+      sDl[threadIdx.x] = i < T_ ? delta[i] : 0.f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (i0 + BQ - 1 < wkey) continue;  // warp-uniform: every query of the tile is before every key
+    float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
+    mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
+    mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
+    const bool need_mask = wkey + 15 > i0 || i0 + BQ > T_;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
+        const bool visible = !need_mask || (i >= j && i < T_);
+        float pe = 0.f, ds = 0.f;
+        if (visible) {
+          pe = exp2f(st[nt][e] * p.scale_log2 - sL[ii]);
+          const float z = p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
+          ds = pe * (z * dpt[nt][e] - sDl[ii]);
+          pe *= z;
+        }
+        st[nt][e] = pe;  // P z
+        dpt[nt][e] = ds;
+      }
+    }
+    uint32_t pa[NT / 2][4];
+    c_to_a<T, NT>(st, pa);
+    mma_ab_regs<T, DP, NT / 2>(dv, pa, sO, lane);
+    c_to_a<T, NT>(dpt, pa);
+    mma_ab_regs<T, DP, NT / 2>(dk, pa, sQ, lane);
+  }
+
+  T* gdK = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head + HD;
+  store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, D, lane, p.scale, p.scale);
+  store_acc<T, DP>(gdK + HD, p.qkv_tok, dv, wkey, T_, D, lane, 1.f, 1.f);
+}
+
+// =========================================================================================
+// Kernels: CUDA-core path (any dtype, any D <= 128), one warp per row
+// =========================================================================================
+// Lane l holds head dims l, l + 32, l + 64, l + 96 (those < D); dot products are warp sums
+// in a fixed order.
+
+constexpr int kSimtDims = 4;  // D <= 128
+
+template <typename T>
+__device__ __forceinline__ void load_row(float (&x)[kSimtDims], const T* row, int D, int lane) {
+#pragma unroll
+  for (int c = 0; c < kSimtDims; ++c) {
+    const int d = lane + 32 * c;
+    x[c] = d < D ? to_f32(row[d]) : 0.f;
+  }
+}
+__device__ __forceinline__ float dot_part(const float (&a)[kSimtDims], const float (&b)[kSimtDims]) {
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < kSimtDims; ++c) s += a[c] * b[c];
+  return s;
+}
+template <typename T>
+__device__ __forceinline__ void store_row(T* row, const float (&x)[kSimtDims], float mul, int D, int lane) {
+#pragma unroll
+  for (int c = 0; c < kSimtDims; ++c) {
+    const int d = lane + 32 * c;
+    if (d < D) row[d] = from_f32<T>(x[c] * mul);
+  }
+}
+
+// Forward: warp w handles row i of head (b, h); online softmax over keys 0..i.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParams p) {
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  const int T_ = p.T, D = p.D;
+  if (w >= static_cast<int64_t>(p.B) * p.H * T_) return;  // whole warps leave together
+  const int lane = threadIdx.x & 31;
+  const int bh = static_cast<int>(w / T_), i = T_ - 1 - static_cast<int>(w % T_);
+  const int b = bh / p.H, h = bh - b * p.H;
+  const int64_t HD = static_cast<int64_t>(p.H) * D;
+  const T* base = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + static_cast<int64_t>(h) * D;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t row_base = (static_cast<uint64_t>(p.head_offset + h) * T_ + i) * T_;
+  float q[kSimtDims], acc[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
+  load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
+  float m = -INFINITY, l = 0.f;
+  for (int j = 0; j <= i; ++j) {
+    const T* kj = base + static_cast<int64_t>(j) * p.qkv_tok + HD;
+    float k[kSimtDims], v[kSimtDims];
+    load_row(k, kj, D, lane);
+    load_row(v, kj + HD, D, lane);
+    const float s = warp_sum(dot_part(q, k)) * p.scale;
+    const float mn = fmaxf(m, s);
+    const float al = expf(m - mn);  // 0 on the first key (m = -inf)
+    const float pe = expf(s - mn);
+    l = l * al + pe;
+    const float w_ = p.dropout ? pe * attn_drop_one(p, sample, row_base + j) : pe;
+#pragma unroll
+    for (int c = 0; c < kSimtDims; ++c) acc[c] = acc[c] * al + w_ * v[c];
+    m = mn;
+  }
+  T* orow = static_cast<T*>(p.out) + (static_cast<int64_t>(b) * T_ + i) * p.out_tok + static_cast<int64_t>(h) * D;
+  store_row(orow, acc, 1.f / l, D, lane);
+  if (lane == 0) p.lse[static_cast<int64_t>(bh) * T_ + i] = m + logf(l);
+}
+
+// delta_i = rowsum(dO_i * O_i), f32, one warp per row (shared by both paths).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attn_delta_kernel(const AttnParams p) {
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  const int T_ = p.T, D = p.D;
+  if (w >= static_cast<int64_t>(p.B) * p.H * T_) return;
+  const int lane = threadIdx.x & 31;
+  const int bh = static_cast<int>(w / T_), i = static_cast<int>(w % T_);
+  const int b = bh / p.H, h = bh - b * p.H;
+  const int64_t off = (static_cast<int64_t>(b) * T_ + i) * p.out_tok + static_cast<int64_t>(h) * D;
+  const T* o = static_cast<const T*>(p.out) + off;
+  const T* g = static_cast<const T*>(p.dout) + off;
+  float s = 0.f;
+  for (int d = lane; d < D; d += 32) s += to_f32(o[d]) * to_f32(g[d]);
+  s = warp_sum(s);
+  if (lane == 0) p.delta[w] = s;
+}
+
+// dQ: warp per query row i, keys 0..i.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attn_bwd_dq_simt_kernel(const AttnParams p) {
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  const int T_ = p.T, D = p.D;
+  if (w >= static_cast<int64_t>(p.B) * p.H * T_) return;
+  const int lane = threadIdx.x & 31;
+  const int bh = static_cast<int>(w / T_), i = T_ - 1 - static_cast<int>(w % T_);
+  const int b = bh / p.H, h = bh - b * p.H;
+  const int64_t HD = static_cast<int64_t>(p.H) * D, head = static_cast<int64_t>(h) * D;
+  const T* base = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  const T* gdo = static_cast<const T*>(p.dout) + (static_cast<int64_t>(b) * T_ + i) * p.out_tok + head;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t row_base = (static_cast<uint64_t>(p.head_offset + h) * T_ + i) * T_;
+  const float li = p.lse[static_cast<int64_t>(bh) * T_ + i];
+  const float di = p.delta[static_cast<int64_t>(bh) * T_ + i];
+  float q[kSimtDims], g[kSimtDims], dq[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
+  load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
+  load_row(g, gdo, D, lane);
+  for (int j = 0; j <= i; ++j) {
+    const T* kj = base + static_cast<int64_t>(j) * p.qkv_tok + HD;
+    float k[kSimtDims], v[kSimtDims];
+    load_row(k, kj, D, lane);
+    load_row(v, kj + HD, D, lane);
+    const float pe = expf(warp_sum(dot_part(q, k)) * p.scale - li);
+    const float z = p.dropout ? attn_drop_one(p, sample, row_base + j) : 1.f;
+    const float ds = pe * (z * warp_sum(dot_part(g, v)) - di);
+#pragma unroll
+    for (int c = 0; c < kSimtDims; ++c) dq[c] += ds * k[c];
+  }
+  T* dst = static_cast<T*>(p.dqkv) + (static_cast<int64_t>(b) * T_ + i) * p.qkv_tok + head;
+  store_row(dst, dq, p.scale, D, lane);
+}
+
+// dK, dV: warp per key row j, queries j..T-1.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_simt_kernel(const AttnParams p) {
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  const int T_ = p.T, D = p.D;
+  if (w >= static_cast<int64_t>(p.B) * p.H * T_) return;
+  const int lane = threadIdx.x & 31;
+  const int bh = static_cast<int>(w / T_), j = static_cast<int>(w % T_);
+  const int b = bh / p.H, h = bh - b * p.H;
+  const int64_t HD = static_cast<int64_t>(p.H) * D, head = static_cast<int64_t>(h) * D;
+  const T* base = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  const T* gdo = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
+  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
+  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  float k[kSimtDims], v[kSimtDims], dk[kSimtDims] = {0.f, 0.f, 0.f, 0.f}, dv[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
+  load_row(k, base + static_cast<int64_t>(j) * p.qkv_tok + HD, D, lane);
+  load_row(v, base + static_cast<int64_t>(j) * p.qkv_tok + 2 * HD, D, lane);
+  for (int i = j; i < T_; ++i) {
+    float q[kSimtDims], g[kSimtDims];
+    load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
+    load_row(g, gdo + static_cast<int64_t>(i) * p.out_tok, D, lane);
+    const float pe = expf(warp_sum(dot_part(q, k)) * p.scale - lse[i]);
+    const float z = p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
+    const float ds = pe * (z * warp_sum(dot_part(g, v)) - delta[i]);
+    const float pz = pe * z;
+#pragma unroll
+    for (int c = 0; c < kSimtDims; ++c) {
+      dv[c] += pz * g[c];
+      dk[c] += ds * q[c];
+    }
+  }
+  T* dst = static_cast<T*>(p.dqkv) + (static_cast<int64_t>(b) * T_ + j) * p.qkv_tok + head;
+  store_row(dst + HD, dk, p.scale, D, lane);
+  store_row(dst + 2 * HD, dv, 1.f, D, lane);
+}
+
+// =========================================================================================
+// Host launchers
+// =========================================================================================
+
+template <typename Kernel>
+void launch_mma(Kernel kernel, dim3 grid, int smem, const AttnParams& p, cudaStream_t s) {
+  if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  kernel<<<grid, kThreads, smem, s>>>(p);
+  CUDA_CHECK_LAUNCH();
+}
+
+unsigned simt_grid(const AttnParams& p) {
+  const int64_t rows = static_cast<int64_t>(p.B) * p.H * p.T;
+  return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+}
+
+// Runtime head dim -> template DP in one place: 32, 64 or 128.
+template <typename F>
+void dispatch_dp(int D, F&& f) {
+  if (D <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (D <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else {
+    f(std::integral_constant<int, 128>{});
+  }
+}
+
+template <typename T>
+void forward_mma(const AttnParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 63) / 64));
+  dispatch_dp(p.D, [&](auto dp) {
+    constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
+    launch_mma(attn_fwd_mma_kernel<T, DP, BK>, grid, fwd_smem_bytes<DP, BK>(), p, s);
+  });
+}
+
+template <typename T>
+void backward_mma(const AttnParams& p, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 63) / 64));
+  dispatch_dp(p.D, [&](auto dp) {
+    constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
+    launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK>, grid, dkdv_smem_bytes<DP, BK>(), p, s);
+    launch_mma(attn_bwd_dq_mma_kernel<T, DP, BK>, grid, dq_smem_bytes<DP, BK>(), p, s);
+  });
+}
+
+struct Checked {
+  AttnParams p;
+  bool mma = false;  // tensor-core path
+};
+
+bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; }
+
+// Shape, dtype and placement checks shared by both entry points.
+Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
+              const DropoutKey& drop) {
+  TRIDENT_CHECK(is_float(qkv.dtype), op, ": qkv must be a float tensor, got ", dtype_name(qkv.dtype));
+  TRIDENT_CHECK(out.dtype == qkv.dtype, op, ": out/dout dtype ", dtype_name(out.dtype), " differs from qkv ",
+                dtype_name(qkv.dtype));
+  TRIDENT_CHECK(lse.dtype == DType::F32, op, ": lse must be f32, got ", dtype_name(lse.dtype));
+  TRIDENT_CHECK(s.B > 0 && s.T > 0 && s.H > 0 && s.D > 0, op, ": bad shape B=", s.B, " T=", s.T, " H=", s.H,
+                " D=", s.D);
+  TRIDENT_CHECK(s.D <= 128, op, ": head dim ", s.D, " > 128 is not supported by the CUDA kernels");
+  TRIDENT_CHECK(s.head_offset >= 0, op, ": negative head_offset ", s.head_offset);
+  const int64_t B = s.B, T = s.T, H = s.H, D = s.D;
+  TRIDENT_CHECK(qkv.numel() == B * T * 3 * H * D, op, ": qkv ", qkv.shape.str(), " for B,T,H,D=", B, ",", T, ",",
+                H, ",", D);
+  TRIDENT_CHECK(out.numel() == B * T * H * D, op, ": out ", out.shape.str(), " for B,T,H,D=", B, ",", T, ",", H,
+                ",", D);
+  TRIDENT_CHECK(lse.numel() == B * H * T, op, ": lse ", lse.shape.str(), " expected B*H*T=", B * H * T);
+  TRIDENT_CHECK(B * H <= 0x7fffffff, op, ": B*H too large");
+  Checked c;
+  AttnParams& p = c.p;
+  p.qkv = qkv.data;
+  p.out = out.data;
+  p.lse = lse.ptr<float>();
+  p.B = s.B;
+  p.T = s.T;
+  p.H = s.H;
+  p.D = s.D;
+  p.head_offset = s.head_offset;
+  p.qkv_tok = 3 * H * D;
+  p.out_tok = H * D;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  p.scale_log2 = p.scale * kLog2e;
+  p.dropout = drop.enabled();
+  p.inv_keep = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+  p.drop = drop;
+  const char* force_simt = std::getenv("TRIDENT_ATTN_SIMT");
+  const bool simt_forced = force_simt != nullptr && force_simt[0] != '\0' && std::strcmp(force_simt, "0") != 0;
+  c.mma = qkv.dtype != DType::F32 && s.D % 8 == 0 && aligned16(qkv.data) && aligned16(out.data) && !simt_forced;
+  return c;
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
+                       const DropoutKey& drop, cudaStream_t st) {
+  const Checked c = check("attention_forward", qkv, out, lse, s, drop);
+  dispatch_float(qkv.dtype, "attention_forward", [&](auto tag) {
+    using Ty = decltype(tag);
+    if constexpr (std::is_same_v<Ty, float>) {
+      attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
+      CUDA_CHECK_LAUNCH();
+    } else {
+      if (c.mma) {
+        forward_mma<Ty>(c.p, st);
+      } else {
+        attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
+        CUDA_CHECK_LAUNCH();
+      }
+    }
+  });
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                        const Tensor& dqkv, const AttentionShape& s, const DropoutKey& drop,
+                        CachingAllocator& scratch, cudaStream_t st) {
+  const char* op = "attention_backward";
+  Checked c = check(op, qkv, out, lse, s, drop);
+  TRIDENT_CHECK(dout.dtype == qkv.dtype && dqkv.dtype == qkv.dtype, op, ": dout ", dtype_name(dout.dtype),
+                " and dqkv ", dtype_name(dqkv.dtype), " must have qkv's dtype ", dtype_name(qkv.dtype));
+  TRIDENT_CHECK(dout.numel() == out.numel(), op, ": dout ", dout.shape.str(), " vs out ", out.shape.str());
+  TRIDENT_CHECK(dqkv.numel() == qkv.numel(), op, ": dqkv ", dqkv.shape.str(), " vs qkv ", qkv.shape.str());
+  TRIDENT_CHECK(dqkv.data != qkv.data, op, ": dqkv must not alias qkv");
+  Scratch delta(scratch, static_cast<size_t>(lse.numel()) * sizeof(float));
+  AttnParams& p = c.p;
+  p.dout = dout.data;
+  p.dqkv = dqkv.data;
+  p.delta = delta.as<float>();
+  c.mma = c.mma && aligned16(dout.data) && aligned16(dqkv.data);
+  dispatch_float(qkv.dtype, op, [&](auto tag) {
+    using Ty = decltype(tag);
+    attn_delta_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
+    CUDA_CHECK_LAUNCH();
+    bool done = false;
+    if constexpr (!std::is_same_v<Ty, float>) {
+      if (c.mma) {
+        backward_mma<Ty>(p, st);
+        done = true;
+      }
+    }
+    if (!done) {
+      attn_bwd_dkdv_simt_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
+      CUDA_CHECK_LAUNCH();
+      attn_bwd_dq_simt_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
+      CUDA_CHECK_LAUNCH();
+    }
+  });
+}
+
+}  // namespace trident::cuda

@@ -1,0 +1,596 @@
+// The attention kernels of kernels/cuda/cuda_attention.cu run on the CPU, so that a machine
+// without a GPU (CI) still checks their tiling, causal masking, online softmax, dropout
+// indexing, shared-memory bookkeeping and mma/ldmatrix fragment arithmetic.
+//
+// How: emulate_attention.cmake copies the device code of the .cu (minus the inline-PTX
+// primitives) into cuda_attention_emulated.inc, compiled here as host C++. A launch runs
+// each block as 128 cooperative fibers (ucontext) on one OS thread; __syncthreads and the
+// warp-collective operations are barriers between fibers. The primitives are emulated from
+// the PTX ISA's fragment layouts (m16n8k16 A/B/C, ldmatrix with and without .trans), and
+// cp.async either copies at issue ("eager": catches a buffer overwritten while still read)
+// or at the cp.async.wait_group that covers it ("deferred": catches reads before the wait).
+// Shared memory starts as 0xFF bytes (NaN in fp16/bf16), so reading an unwritten element
+// poisons the result.
+//
+// What it cannot check: real-hardware timing, bank conflicts, the PTX strings themselves
+// (compiled by nvcc in the library build) and register allocation (tools/check-cuda-spills.sh).
+// Reference: double-precision attention on the same rounded inputs, with philox.h's
+// dropout_keep; tolerances as in test_cuda_attention.cpp.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <gtest/gtest.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/philox.h"
+
+// ---- CUDA C++ spelled as host C++ (cuda_fp16.h defined some of these for nvcc) ---------
+#undef __global__
+#undef __device__
+#undef __host__
+#undef __forceinline__
+#undef __launch_bounds__
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+using std::min;
+
+namespace emu {
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+
+constexpr int kBlockThreads = 128;
+
+// One block's fibers and their per-thread cp.async state.
+struct Pending {
+  void* dst;
+  const void* src;
+  bool valid;
+};
+struct Barrier;
+struct Fiber {
+  ucontext_t ctx{};
+  bool done = false;
+  const Barrier* waiting = nullptr;  // the barrier this fiber is blocked on, if any
+  unsigned wait_gen = 0;             // its generation when the fiber arrived
+  std::vector<std::vector<Pending>> groups;  // committed cp.async groups, oldest first
+  std::vector<Pending> open;                 // issued, not yet committed
+};
+
+struct Barrier {
+  int n = 0, count = 0;
+  unsigned gen = 0;
+};
+
+struct Block {
+  std::vector<Fiber> fibers;
+  int cur = -1;
+  ucontext_t main{};
+  Barrier block_bar;
+  Barrier warp_bar[kBlockThreads / 32];
+  uint64_t slot[kBlockThreads][8] = {};      // per-thread mailbox for warp collectives
+  const void* addr[kBlockThreads] = {};      // ldmatrix row addresses
+  std::vector<unsigned char> smem;
+};
+
+inline Block* g_block = nullptr;
+inline bool g_eager = false;
+inline void (*g_entry)() = nullptr;
+
+inline void yield() { swapcontext(&g_block->fibers[g_block->cur].ctx, &g_block->main); }
+
+inline void wait(Barrier& b) {
+  const unsigned gen = b.gen;
+  if (++b.count == b.n) {
+    b.count = 0;
+    ++b.gen;
+    return;
+  }
+  Fiber& me = g_block->fibers[g_block->cur];
+  me.waiting = &b;
+  me.wait_gen = gen;
+  while (b.gen == gen) yield();
+  me.waiting = nullptr;
+}
+
+}  // namespace emu
+
+inline emu::Dim3 threadIdx, blockIdx, gridDim, blockDim;  // set by the scheduler per fiber
+inline unsigned char* emu_smem = nullptr;
+
+inline void __syncthreads() { emu::wait(emu::g_block->block_bar); }
+namespace emu {
+inline int lane() { return static_cast<int>(threadIdx.x) & 31; }
+inline int warp() { return static_cast<int>(threadIdx.x) >> 5; }
+inline void warp_sync() { wait(g_block->warp_bar[warp()]); }
+inline uint64_t* my_slot() { return g_block->slot[threadIdx.x]; }
+inline uint64_t* lane_slot(int l) { return g_block->slot[warp() * 32 + l]; }
+}  // namespace emu
+
+template <class V>
+V __shfl_xor_sync(unsigned, V v, int o) {
+  std::memcpy(emu::my_slot(), &v, sizeof(V));
+  emu::warp_sync();
+  V r;
+  std::memcpy(&r, emu::lane_slot(emu::lane() ^ o), sizeof(V));
+  emu::warp_sync();
+  return r;
+}
+
+namespace trident::cuda {
+
+template <typename T>
+inline float to_f32(T v);
+template <>
+inline float to_f32<float>(float v) { return v; }
+template <>
+inline float to_f32<__half>(__half v) { return __half2float(v); }
+template <>
+inline float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+inline T from_f32(float v);
+template <>
+inline float from_f32<float>(float v) { return v; }
+template <>
+inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <typename V>
+V warp_sum(V v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// ---- emulated primitives (same signatures as the inline-PTX ones) ------------------------
+inline void check_smem(const void* p, size_t n) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  const auto& sm = emu::g_block->smem;
+  if (c < sm.data() || c + n > sm.data() + sm.size()) {
+    std::fprintf(stderr, "emulated kernel: shared-memory access out of the block's allocation\n");
+    std::abort();
+  }
+}
+inline void do_copy(const emu::Pending& p) {
+  if (p.valid) {
+    std::memcpy(p.dst, p.src, 16);
+  } else {
+    std::memset(p.dst, 0, 16);
+  }
+}
+inline void cp_async16(void* smem, const void* gmem, bool valid) {
+  check_smem(smem, 16);
+  if (reinterpret_cast<uintptr_t>(smem) % 16 != 0 || (valid && reinterpret_cast<uintptr_t>(gmem) % 16 != 0)) {
+    std::fprintf(stderr, "emulated kernel: misaligned cp.async\n");
+    std::abort();
+  }
+  const emu::Pending p{smem, gmem, valid};
+  if (emu::g_eager) {
+    do_copy(p);
+  } else {
+    emu::g_block->fibers[threadIdx.x].open.push_back(p);
+  }
+}
+inline void cp_async_commit() {
+  auto& f = emu::g_block->fibers[threadIdx.x];
+  f.groups.push_back(std::move(f.open));
+  f.open.clear();
+}
+template <int N>
+inline void cp_async_wait() {
+  auto& f = emu::g_block->fibers[threadIdx.x];
+  while (static_cast<int>(f.groups.size()) > N) {
+    for (const auto& p : f.groups.front()) do_copy(p);
+    f.groups.erase(f.groups.begin());
+  }
+}
+inline uint32_t ld16(const void* row, int i) {
+  const char* p = static_cast<const char*>(row) + 2 * i;
+  check_smem(p, 2);
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+// Lane l gives the address of row l % 8 of matrix l / 8. Without .trans lane t receives
+// row t/4, columns 2(t%4), 2(t%4)+1 of each matrix; with .trans rows 2(t%4), 2(t%4)+1 of
+// column t/4.
+inline void ldsm(uint32_t (&r)[4], const void* p, bool trans) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    std::fprintf(stderr, "emulated kernel: misaligned ldmatrix row\n");
+    std::abort();
+  }
+  const int t = emu::lane(), w = emu::warp();
+  emu::g_block->addr[w * 32 + t] = p;
+  emu::warp_sync();
+  for (int i = 0; i < 4; ++i) {
+    const void* const* a = emu::g_block->addr + w * 32 + 8 * i;
+    if (!trans) {
+      r[i] = ld16(a[t / 4], 2 * (t % 4)) | ld16(a[t / 4], 2 * (t % 4) + 1) << 16;
+    } else {
+      r[i] = ld16(a[2 * (t % 4)], t / 4) | ld16(a[2 * (t % 4) + 1], t / 4) << 16;
+    }
+  }
+  emu::warp_sync();
+}
+inline void ldsm_x4(uint32_t (&r)[4], const void* p) { ldsm(r, p, false); }
+inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) { ldsm(r, p, true); }
+
+// m16n8k16, row.col, fp32 accumulators; g = lane / 4, q = lane % 4:
+// A reg i: row g + 8 (i & 1), k 2q + 8 (i >> 1) (+1 in the high half);
+// B reg i: k 2q + 8 i (+1 high), n g;  C e: row g + 8 (e >> 1), n 2q + (e & 1).
+template <typename T>
+inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  uint64_t* s = emu::my_slot();
+  for (int i = 0; i < 4; ++i) s[i] = a[i];
+  s[4] = b0;
+  s[5] = b1;
+  emu::warp_sync();
+  auto half = [](uint64_t reg, int hi) {
+    const uint16_t bits = static_cast<uint16_t>(hi ? reg >> 16 : reg);
+    T v;
+    std::memcpy(static_cast<void*>(&v), &bits, 2);
+    return to_f32(v);
+  };
+  auto A = [&](int r, int k) { return half(emu::lane_slot((r % 8) * 4 + (k % 8) / 2)[(r / 8) + 2 * (k / 8)], k % 2); };
+  auto B = [&](int k, int n) { return half(emu::lane_slot(n * 4 + (k % 8) / 2)[4 + k / 8], k % 2); };
+  const int g = emu::lane() / 4, q = emu::lane() % 4;
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    const int r = g + 8 * (e / 2), n = 2 * q + (e & 1);
+    float acc = c[e];
+    for (int k = 0; k < 16; ++k) acc += A(r, k) * B(k, n);
+    out[e] = acc;
+  }
+  emu::warp_sync();
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
+}  // namespace trident::cuda
+
+#include "cuda_attention_emulated.inc"
+
+namespace trident::cuda {
+namespace {
+
+// getcontext is declared returns_twice, but these contexts are only entered through
+// makecontext's entry point, so nothing here is ever clobbered.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wclobbered"
+// Runs kernel(p) over a (gx, gy) grid of 128-thread blocks with `smem` bytes of shared memory.
+template <class K>
+void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p) {
+  static K the_kernel;
+  static const AttnParams* the_params;
+  the_kernel = kernel;
+  the_params = &p;
+  gridDim = {gx, gy, 1};
+  blockDim = {emu::kBlockThreads, 1, 1};
+  for (unsigned by = 0; by < gy; ++by) {
+    for (unsigned bx = 0; bx < gx; ++bx) {
+      auto block = std::make_unique<emu::Block>();
+      emu::g_block = block.get();
+      block->smem.assign(smem + 16, 0xFF);
+      emu_smem = block->smem.data();
+      block->block_bar.n = emu::kBlockThreads;
+      for (auto& b : block->warp_bar) b.n = 32;
+      block->fibers.resize(emu::kBlockThreads);
+      static std::vector<std::vector<char>> stacks(emu::kBlockThreads, std::vector<char>(256 * 1024));
+      for (int i = 0; i < emu::kBlockThreads; ++i) {
+        emu::Fiber& f = block->fibers[i];
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = stacks[i].data();
+        f.ctx.uc_stack.ss_size = stacks[i].size();
+        f.ctx.uc_link = &block->main;
+        makecontext(&f.ctx, +[] {
+          the_kernel(*the_params);
+          emu::Fiber& me = emu::g_block->fibers[emu::g_block->cur];
+          if (!me.groups.empty() || !me.open.empty()) {
+            std::fprintf(stderr, "emulated kernel: cp.async groups never waited for\n");
+            std::abort();
+          }
+          me.done = true;
+        }, 0);
+      }
+      blockIdx = {bx, by, 0};
+      // Each round runs the warps one after the other, in a random order, each until all
+      // its threads are done or blocked on __syncthreads: a warp runs as far ahead of the
+      // others as the barriers allow, which exposes a missing __syncthreads (together with
+      // eager cp.async) as a wrong result.
+      static std::mt19937 order_rng(12345);
+      int order[emu::kBlockThreads / 32];
+      for (int w = 0; w < emu::kBlockThreads / 32; ++w) order[w] = w;
+      for (bool running = true; running;) {
+        running = false;
+        bool round_progressed = false;
+        std::shuffle(order, order + emu::kBlockThreads / 32, order_rng);
+        for (int w : order) {
+          for (bool progressed = true; progressed;) {
+            progressed = false;
+            for (int i = w * 32; i < w * 32 + 32; ++i) {
+              emu::Fiber& f = block->fibers[i];
+              if (f.done) continue;
+              running = true;
+              if (f.waiting != nullptr && f.waiting->gen == f.wait_gen) continue;  // still blocked
+              progressed = round_progressed = true;
+              block->cur = i;
+              threadIdx = {static_cast<unsigned>(i), 0, 0};
+              swapcontext(&block->main, &f.ctx);
+            }
+          }
+        }
+        if (running && !round_progressed) {
+          std::fprintf(stderr, "emulated kernel: deadlock (a barrier or warp collective not reached by all)\n");
+          std::abort();
+        }
+      }
+      emu::g_block = nullptr;
+    }
+  }
+}
+#pragma GCC diagnostic pop
+
+template <typename F>
+void dispatch_dp(int D, F&& f) {
+  if (D <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (D <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else {
+    f(std::integral_constant<int, 128>{});
+  }
+}
+
+struct Case {
+  int B, T, H, D, head_offset;
+  float p;
+};
+
+std::string describe(const Case& c) {
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "B=%d T=%d H=%d D=%d head_offset=%d p=%.2f", c.B, c.T, c.H, c.D, c.head_offset,
+                c.p);
+  return buf;
+}
+
+// Double-precision attention (the math of kernels/cpu/cpu_attention.cpp) on the rounded inputs.
+struct Reference {
+  std::vector<double> out, lse, dqkv;
+};
+Reference reference(const std::vector<float>& qkv, const std::vector<float>& dout, const Case& c,
+                    const DropoutKey& drop) {
+  const int B = c.B, T = c.T, H = c.H, D = c.D;
+  auto x = [&](int b, int t, int w, int h, int d) {
+    return static_cast<double>(qkv[((static_cast<size_t>(b * T + t) * 3 + w) * H + h) * D + d]);
+  };
+  auto xi = [&](int b, int t, int w, int h, int d) { return ((static_cast<size_t>(b * T + t) * 3 + w) * H + h) * D + d; };
+  auto oi = [&](int b, int t, int h, int d) { return (static_cast<size_t>(b * T + t) * H + h) * D + d; };
+  Reference r;
+  r.out.assign(static_cast<size_t>(B) * T * H * D, 0.0);
+  r.lse.assign(static_cast<size_t>(B) * H * T, 0.0);
+  r.dqkv.assign(qkv.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  const double inv_keep = drop.enabled() ? 1.0 / (1.0 - static_cast<double>(drop.p)) : 1.0;
+  std::vector<double> P(static_cast<size_t>(T) * T), Z(P.size()), dP(P.size());
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < H; ++h) {
+      const uint64_t sample = drop.sample_base + b, hg = static_cast<uint64_t>(c.head_offset + h);
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> s(i + 1);
+        double mx = -1e300;
+        for (int j = 0; j <= i; ++j) {
+          double a = 0;
+          for (int d = 0; d < D; ++d) a += x(b, i, 0, h, d) * x(b, j, 1, h, d);
+          s[j] = a * scale;
+          mx = std::max(mx, s[j]);
+        }
+        double se = 0;
+        for (int j = 0; j <= i; ++j) se += std::exp(s[j] - mx);
+        const double l = mx + std::log(se);
+        r.lse[(static_cast<size_t>(b) * H + h) * T + i] = l;
+        for (int j = 0; j <= i; ++j) {
+          const size_t ij = static_cast<size_t>(i) * T + j;
+          P[ij] = std::exp(s[j] - l);
+          Z[ij] = drop.enabled() ? (dropout_keep(drop, sample, (hg * T + i) * T + j) ? inv_keep : 0.0) : 1.0;
+          for (int d = 0; d < D; ++d) r.out[oi(b, i, h, d)] += P[ij] * Z[ij] * x(b, j, 2, h, d);
+        }
+      }
+      for (int i = 0; i < T; ++i) {
+        double delta = 0;
+        for (int j = 0; j <= i; ++j) {
+          const size_t ij = static_cast<size_t>(i) * T + j;
+          double a = 0;
+          for (int d = 0; d < D; ++d) a += static_cast<double>(dout[oi(b, i, h, d)]) * x(b, j, 2, h, d);
+          dP[ij] = Z[ij] * a;
+          delta += P[ij] * dP[ij];
+        }
+        for (int j = 0; j <= i; ++j) {
+          const size_t ij = static_cast<size_t>(i) * T + j;
+          const double ds = scale * P[ij] * (dP[ij] - delta);
+          for (int d = 0; d < D; ++d) {
+            r.dqkv[xi(b, i, 0, h, d)] += ds * x(b, j, 1, h, d);
+            r.dqkv[xi(b, j, 1, h, d)] += ds * x(b, i, 0, h, d);
+            r.dqkv[xi(b, j, 2, h, d)] += P[ij] * Z[ij] * dout[oi(b, i, h, d)];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+void expect_close(const std::string& what, const std::vector<float>& got, const std::vector<double>& ref,
+                  double rtol, double atol_frac, double atol0) {
+  double mx = 0;
+  for (double v : ref) mx = std::max(mx, std::fabs(v));
+  const double atol = atol0 + atol_frac * mx;
+  int bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+    if (!(d <= atol + rtol * std::fabs(ref[i]))) {
+      if (bad < 5) ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << " want " << ref[i];
+      ++bad;
+    }
+    if (!(d <= worst)) worst = d;
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << ref.size() << " out of tolerance (worst |diff| " << worst
+                    << ", atol " << atol << ", rtol " << rtol << ")";
+}
+
+// Forward, delta, dK/dV and dQ of one case on emulated blocks, against the reference.
+template <typename T>
+void run_case(const Case& c, bool tensor_cores, uint64_t seed) {
+  SCOPED_TRACE(describe(c) + (tensor_cores ? " tensor-core" : " cuda-core") +
+               (emu::g_eager ? " eager" : " deferred"));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  const size_t nqkv = static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D, nout = nqkv / 3,
+               nrow = static_cast<size_t>(c.B) * c.H * c.T;
+  std::vector<T> qkv(nqkv), dout(nout), out(nout, from_f32<T>(7.f)), dqkv(nqkv, from_f32<T>(7.f));
+  std::vector<float> qkv_f(nqkv), dout_f(nout), lse(nrow, 7.f), delta(nrow, 7.f);
+  for (size_t i = 0; i < nqkv; ++i) qkv_f[i] = to_f32(qkv[i] = from_f32<T>(dist(rng)));
+  for (size_t i = 0; i < nout; ++i) dout_f[i] = to_f32(dout[i] = from_f32<T>(dist(rng)));
+  DropoutKey drop;
+  drop.p = c.p;
+  drop.seed = 0x5EED1234ABCDull;
+  drop.site = 7 * kSitesPerLayer + kDropAttnProbs;
+  drop.sample_base = 1000003;
+
+  AttnParams p;
+  p.qkv = qkv.data();
+  p.out = out.data();
+  p.lse = lse.data();
+  p.dout = dout.data();
+  p.dqkv = dqkv.data();
+  p.delta = delta.data();
+  p.B = c.B;
+  p.T = c.T;
+  p.H = c.H;
+  p.D = c.D;
+  p.head_offset = c.head_offset;
+  p.qkv_tok = 3LL * c.H * c.D;
+  p.out_tok = static_cast<int64_t>(c.H) * c.D;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+  p.scale_log2 = p.scale * kLog2e;
+  p.dropout = drop.enabled();
+  p.inv_keep = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
+  p.drop = drop;
+
+  const unsigned bh = static_cast<unsigned>(c.B * c.H), tiles = static_cast<unsigned>((c.T + 63) / 64);
+  const unsigned rows = static_cast<unsigned>((nrow + 3) / 4);
+  if (tensor_cores) {
+    if constexpr (!std::is_same_v<T, float>) {
+      dispatch_dp(c.D, [&](auto dp) {
+        constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
+        launch(attn_fwd_mma_kernel<T, DP, BK>, bh, tiles, fwd_smem_bytes<DP, BK>(), p);
+        launch(attn_delta_kernel<T>, rows, 1, 0, p);
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK>, bh, tiles, dkdv_smem_bytes<DP, BK>(), p);
+        launch(attn_bwd_dq_mma_kernel<T, DP, BK>, bh, tiles, dq_smem_bytes<DP, BK>(), p);
+      });
+    }
+  } else {
+    launch(attn_fwd_simt_kernel<T>, rows, 1, 0, p);
+    launch(attn_delta_kernel<T>, rows, 1, 0, p);
+    launch(attn_bwd_dkdv_simt_kernel<T>, rows, 1, 0, p);
+    launch(attn_bwd_dq_simt_kernel<T>, rows, 1, 0, p);
+  }
+
+  const Reference ref = reference(qkv_f, dout_f, c, drop);
+  std::vector<float> out_f(nout), dqkv_f(nqkv);
+  for (size_t i = 0; i < nout; ++i) out_f[i] = to_f32(out[i]);
+  for (size_t i = 0; i < nqkv; ++i) dqkv_f[i] = to_f32(dqkv[i]);
+  const bool f32 = std::is_same_v<T, float>, bf16 = std::is_same_v<T, __nv_bfloat16>;
+  const double rtol = f32 ? 1e-4 : bf16 ? 1.6e-2 : 2e-3, frac = f32 ? 1e-5 : bf16 ? 1e-2 : 2e-3;
+  expect_close("out", out_f, ref.out, rtol, frac, frac);
+  expect_close("lse", lse, ref.lse, 1e-5, 0, 1e-4);
+  expect_close("dqkv", dqkv_f, ref.dqkv, rtol, frac, frac);
+}
+
+// Tails in both tile directions, every head-dim bucket (32/64/128) with and without padding,
+// several heads and batches, dropout, T = 1.
+const std::vector<Case>& cases() {
+  static const std::vector<Case> v = {
+      {1, 37, 2, 64, 1, 0.0f},  {2, 37, 1, 64, 2, 0.5f},  {1, 129, 1, 120, 5, 0.5f}, {1, 45, 1, 8, 0, 0.0f},
+      {1, 100, 1, 128, 1, 0.1f}, {1, 70, 1, 40, 0, 0.2f}, {2, 1, 1, 64, 0, 0.5f},    {1, 64, 1, 24, 0, 0.0f},
+  };
+  return v;
+}
+
+// Smaller cases for the CUDA-core path (one warp per row is slow to emulate), plus a head
+// dim that is not a multiple of 8, which only this path serves.
+const std::vector<Case>& small_cases() {
+  static const std::vector<Case> v = {
+      {1, 37, 2, 64, 1, 0.0f}, {2, 37, 1, 64, 2, 0.5f}, {1, 45, 1, 8, 0, 0.0f},
+      {1, 40, 1, 128, 1, 0.1f}, {1, 33, 1, 21, 3, 0.3f}, {2, 1, 1, 64, 0, 0.5f},
+  };
+  return v;
+}
+
+class EmulatedAttention : public ::testing::TestWithParam<bool> {  // param: eager cp.async
+ protected:
+  void SetUp() override { emu::g_eager = GetParam(); }
+};
+
+TEST_P(EmulatedAttention, TensorCoreFp16) {
+  uint64_t seed = 1;
+  for (const Case& c : cases()) run_case<__half>(c, true, seed++);
+}
+
+TEST_P(EmulatedAttention, TensorCoreBf16) {
+  uint64_t seed = 100;
+  for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++);
+}
+
+// The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
+TEST(EmulatedAttentionCudaCore, Fp32) {
+  uint64_t seed = 200;
+  for (const Case& c : small_cases()) run_case<float>(c, false, seed++);
+}
+
+TEST(EmulatedAttentionCudaCore, Bf16) {
+  uint64_t seed = 300;
+  for (const Case& c : small_cases()) run_case<__nv_bfloat16>(c, false, seed++);
+}
+
+INSTANTIATE_TEST_SUITE_P(CpAsync, EmulatedAttention, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "eager" : "deferred");
+                         });
+
+// The pair draw of the forward/dQ kernels and the single draw of dK/dV against philox.h's
+// dropout_keep, which the CPU twin uses.
+TEST(EmulatedAttentionDropout, MatchesDropoutKeep) {
+  std::mt19937_64 rng(7);
+  int bad = 0;
+  for (int t = 0; t < 100000; ++t) {
+    AttnParams p;
+    p.drop.p = static_cast<float>(rng() % 100) / 100.0f;
+    p.drop.seed = rng();
+    p.drop.site = static_cast<uint32_t>(rng());
+    p.inv_keep = 1.0f / (1.0f - p.drop.p);
+    const uint64_t sample = rng() >> (rng() % 64), index = rng() >> (rng() % 64);
+    float z0 = -1, z1 = -1;
+    attn_drop_pair(p, sample, index, z0, z1);
+    const float e0 = dropout_keep(p.drop, sample, index) ? p.inv_keep : 0.f;
+    const float e1 = dropout_keep(p.drop, sample, index + 1) ? p.inv_keep : 0.f;
+    bad += (z0 != e0) + (z1 != e1) + (attn_drop_one(p, sample, index) != e0);
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+}  // namespace
+}  // namespace trident::cuda

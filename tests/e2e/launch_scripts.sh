@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The launch scripts end to end: run-one-node.sh under mpirun (tp2, a tiny model on synthetic
+# tokens, CPU) logs Megatron's iteration line; a world size that is not N_GPUS stops with one
+# error line; the 16B scripts' dry runs (TRIDENT_DRY_RUN=1) build the seed's command lines.
+#   tests/e2e/launch_scripts.sh <trident-train> <repo>
+set -euo pipefail
+train=$1
+repo=$2
+export BUILD_DIR
+BUILD_DIR=$(cd "$(dirname "$train")/.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [[ $EUID -eq 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# The scripts' variables come from this test only, not from the caller's environment.
+unset MODEL_NAME CHECKPOINT_PATH DATA_PATH TENSORBOARD_PATH N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE \
+  GLOBAL_BATCH_SIZE NLAYERS NHIDDEN NHEADS SEQ_LEN SAVE_INTERVAL VOCAB_FILE MERGE_FILE TRAIN_ITERS \
+  TRAIN_SAMPLES LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES PRECISION ZERO_STAGE \
+  DEVICE HOSTFILE NNODES GPUS_PER_NODE MPIRUN_ARGS TRIDENT_DRY_RUN CUDA_VISIBLE_DEVICES
+fails=0
+check() {  # check <what> <command...>: the command must succeed
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAIL: $what"; fails=$((fails + 1)); fi
+}
+has() { grep -qF -- "$2" "$1"; }  # has <file> <text>
+lacks() { ! grep -qF -- "$2" "$1"; }
+
+# 1. Two ranks, tp2: the iteration line appears and the loss is a number.
+tiny=(N_GPUS=2 TP_SIZE=2 PP_SIZE=1 NLAYERS=2 NHIDDEN=64 NHEADS=4 SEQ_LEN=64 VOCAB_SIZE=512
+  MICRO_BATCH_SIZE=4 GLOBAL_BATCH_SIZE=8 TRAIN_ITERS=6 LR_WARMUP_ITERS=2 LOG_INTERVAL=3
+  SAVE_INTERVAL=3 EVAL_ITERS=1 DEVICE=cpu MODEL_NAME=tiny DATA_PATH=
+  CHECKPOINT_PATH="$tmp/ckpt" TENSORBOARD_PATH="$tmp/tb")
+rc=0
+env "${tiny[@]}" mpirun --oversubscribe -np 2 "$repo/launch/run-one-node.sh" >"$tmp/run.out" 2>"$tmp/run.err" || rc=$?
+cat "$tmp/run.out" "$tmp/run.err"
+check "tp2 run exits 0" [ "$rc" -eq 0 ]
+check "two iteration lines" [ "$(grep -c '^ iteration ' "$tmp/run.out")" -eq 2 ]
+check "last line is iteration 6/6 with a loss" \
+  grep -Eq '^ iteration +6/ +6 \|.*lm loss: [0-9]\.[0-9]+E[+-][0-9]+ ' "$tmp/run.out"
+# The same run as a dry run: checkpoint and TensorBoard flags go through once trident-train
+# lists them (writing the files is the trainer's business, tested with it).
+env "${tiny[@]}" TRIDENT_DRY_RUN=1 "$repo/launch/run-one-node.sh" --seed 7 >"$tmp/dry.out" 2>/dev/null
+cat "$tmp/dry.out"
+check "dry run: rank 0 of 2, tp 2, extra args last" \
+  grep -Eq '^run-one-node.sh: dry run, rank 0 of 2 would run: .*--tensor-model-parallel-size 2 .* --seed 7$' "$tmp/dry.out"
+help=$("$train" --help)
+for f in "--save $tmp/ckpt" "--save-interval 3" "--tensorboard-dir $tmp/tb"; do
+  if grep -q -- "${f%% *} " <<<"$help"; then check "dry run passes $f" has "$tmp/dry.out" "$f "; fi
+done
+
+# 2. N_GPUS that is not the world size: one line from rank 0, non-zero exit.
+rc=0
+env "${tiny[@]}" N_GPUS=4 mpirun --oversubscribe -np 2 "$repo/launch/run-one-node.sh" >"$tmp/bad.out" 2>"$tmp/bad.err" || rc=$?
+check "N_GPUS=4 under -np 2 fails" [ "$rc" -ne 0 ]
+check "one error line naming N_GPUS" [ "$(grep -c '^run-one-node.sh: error: MPI world size is 2 but N_GPUS=4' "$tmp/bad.err")" -eq 1 ]
+check "no training happened" [ "$(grep -c '^ iteration ' "$tmp/bad.out")" -eq 0 ]
+
+# 3. The 16B dry runs: mpirun over the hostfile, then rank 0's trident-train command.
+for i in $(seq -w 1 32); do echo "node$i slots=4"; done >"$tmp/hostfile"
+want16b=(--tensor-model-parallel-size 4 --pipeline-model-parallel-size 8 --num-layers 40
+  --hidden-size 5760 --num-attention-heads 48 --seq-length 2048 --max-position-embeddings 2048)
+for script in mpi-run-16B.sh mpi-16B-fp16.sh; do
+  out=$tmp/$script.out
+  rc=0
+  env HOSTFILE="$tmp/hostfile" DATA_PATH="$tmp/data_text_document" TRIDENT_DRY_RUN=1 \
+    "$repo/launch/$script" >"$out" 2>"$tmp/$script.err" || rc=$?
+  cat "$out"
+  check "$script dry run exits 0" [ "$rc" -eq 0 ]
+  mpi_line=$(grep '^mpi-run-16B.sh: dry run:' "$out" || true)
+  rank_line=$(grep '^run-one-node.sh: dry run, rank 0 of 128 would run:' "$out" || true)
+  for w in "mpirun -np 128 " "--hostfile $tmp/hostfile " "--map-by ppr:4:node " "--bind-to none " "launch/single-16B.sh"; do
+    check "$script: mpirun has '$w'" has <(echo "$mpi_line") "$w"
+  done
+  for ((i = 0; i < ${#want16b[@]}; i += 2)); do
+    check "$script: ${want16b[i]} ${want16b[i + 1]}" has <(echo "$rank_line ") "${want16b[i]} ${want16b[i + 1]} "
+  done
+  check "$script: data path passed" has <(echo "$rank_line") "--data-path $tmp/data_text_document "
+  if [[ $script == mpi-16B-fp16.sh ]]; then
+    check "$script: --fp16" has <(echo "$rank_line ") " --fp16 "
+  else
+    check "$script: no --fp16" lacks <(echo "$rank_line ") " --fp16 "
+  fi
+done
+# trident-train accepts every flag of the fp16 command: run alone (world 1), it gets past the
+# parser and stops at the layout check (memory capped, in case it ever got further).
+cmd16=$(sed -n 's/^run-one-node.sh: dry run, rank 0 of 128 would run: //p' "$tmp/mpi-16B-fp16.sh.out" |
+  sed 's/ --data-path .* --merge-file [^ ]*//')
+rc=0
+(ulimit -v 4000000; eval "timeout 20 env $cmd16") >/dev/null 2>"$tmp/parse.err" || rc=$?
+cat "$tmp/parse.err"
+check "the 16B fp16 flags parse: exit 2" [ "$rc" -eq 2 ]
+check "the 16B fp16 flags parse: no unknown flag" lacks "$tmp/parse.err" "unknown flag"
+check "the 16B fp16 flags parse: stops at the world-size check" has "$tmp/parse.err" "world size 1"
+# The 16B config holds the same shape as the scripts.
+for kv in "num-layers: 40" "hidden-size: 5760" "num-attention-heads: 48" "seq-length: 2048"; do
+  check "gpt2-16b.yaml has '$kv'" grep -qx "$kv" "$repo/configs/gpt2-16b.yaml"
+done
+# A hostfile shorter than NNODES is a one-line error.
+rc=0
+NNODES=64 HOSTFILE="$tmp/hostfile" TRIDENT_DRY_RUN=1 "$repo/launch/mpi-run-16B.sh" >/dev/null 2>"$tmp/nn.err" || rc=$?
+check "NNODES=64 with 32 hosts: exit 2" [ "$rc" -eq 2 ]
+check "NNODES=64 with 32 hosts: one line naming NNODES" [ "$(grep -c 'NNODES=64' "$tmp/nn.err")" -eq 1 ]
+check "NNODES=64 with 32 hosts: nothing else" [ "$(wc -l <"$tmp/nn.err")" -eq 1 ]
+
+echo "launch-script checks failing: $fails"
+[[ $fails -eq 0 ]]

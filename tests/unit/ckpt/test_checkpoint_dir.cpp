@@ -1,0 +1,194 @@
+// The iter_NNNNNNN / latest_checkpointed_iteration.txt protocol: commit, crash safety,
+// pointer errors, prune.
+#include "ckpt/checkpoint_dir.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "ckpt/checksum.h"
+#include "ckpt/metadata.h"
+#include "ckpt/safetensors.h"
+#include "ckpt_test_util.h"
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::expect_io_error;
+using testing::ScratchDir;
+using testing::slurp;
+using testing::spit;
+
+// Saves one small checkpoint of `iteration` whose tensor holds `value`.
+void save(const fs::path& root, int64_t iteration, float value) {
+  const fs::path tmp = create_temp_iteration_dir(root, iteration, make_save_token());
+  fs::create_directories(tmp / rank_dir_name(0, 0, 1));
+  const std::vector<float> v(16, value);
+  write_safetensors((tmp / rank_dir_name(0, 0, 1) / "model.safetensors").string(),
+                    {{"w", StDType::F32, {16}, v.data()}});
+  CheckpointMetadata m;
+  m.iteration = iteration;
+  m.files = {make_file_record(tmp, "mp_rank_00/model.safetensors")};
+  write_metadata((tmp / kMetadataFileName).string(), m);
+  commit(root, iteration, tmp);
+}
+
+// Loads the latest checkpoint the way a trainer would: pointer, metadata, checksums, tensor.
+float load_value(const fs::path& root) {
+  const int64_t it = latest_iteration(root);
+  const CheckpointMetadata m = read_metadata((iteration_dir(root, it) / kMetadataFileName).string());
+  EXPECT_EQ(m.iteration, it);
+  verify_checkpoint_files(iteration_dir(root, it), m);
+  SafetensorsReader r((iteration_dir(root, it) / "mp_rank_00" / "model.safetensors").string());
+  return r.read_f32("w")[0];
+}
+
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(CheckpointDir, Names) {
+  EXPECT_EQ(iteration_dir_name(100), "iter_0000100");
+  EXPECT_EQ(iteration_dir_name(0), "iter_0000000");
+  EXPECT_EQ(iteration_dir_name(12345678), "iter_12345678");
+  EXPECT_EQ(iteration_dir("/ck", 7).string(), "/ck/iter_0000007");
+  EXPECT_EQ(latest_file("/ck").string(), "/ck/latest_checkpointed_iteration.txt");
+  EXPECT_EQ(rank_dir_name(1, 0, 1), "mp_rank_01");
+  EXPECT_EQ(rank_dir_name(1, 2, 4), "mp_rank_01_002");
+  EXPECT_EQ(temp_iteration_dir("/ck", 100, "abc-1").string(), "/ck/iter_0000100.tmp-abc-1");
+  EXPECT_THROW(temp_iteration_dir("/ck", 100, "../x"), ConfigError);
+  EXPECT_THROW(iteration_dir_name(-1), ConfigError);
+  const std::string t1 = make_save_token(), t2 = make_save_token();
+  EXPECT_NE(t1, t2);
+}
+
+TEST(CheckpointDir, CommitWritesPointerLast) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  EXPECT_FALSE(find_latest_iteration(root).has_value());
+  expect_io_error([&] { latest_iteration(root); }, {"latest_checkpointed_iteration.txt", "missing"});
+  save(root, 100, 1.0f);
+  EXPECT_EQ(slurp((root / kLatestFileName).string()), "100");  // Megatron writes the bare number
+  EXPECT_EQ(latest_iteration(root), 100);
+  EXPECT_EQ(load_value(root), 1.0f);
+  save(root, 200, 2.0f);
+  EXPECT_EQ(latest_iteration(root), 200);
+  EXPECT_EQ(load_value(root), 2.0f);
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{100, 200}));
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", "iter_0000200", kLatestFileName}));
+}
+
+TEST(CheckpointDir, RecommitSameIterationReplacesOnlyWhenComplete) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  save(root, 100, 5.0f);
+  EXPECT_EQ(load_value(root), 5.0f);
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", kLatestFileName}));
+  // A failing commit (its temporary is gone) leaves the committed copy alone.
+  expect_io_error([&] { commit(root, 100, root / "iter_0000100.tmp-nothere"); }, {"iter_0000100.tmp-nothere"});
+  EXPECT_EQ(load_value(root), 5.0f);
+  // A temporary of another iteration is refused.
+  const fs::path other = create_temp_iteration_dir(root, 200, "x");
+  expect_io_error([&] { commit(root, 100, other); }, {"iter_0000200.tmp-x", "not a temporary directory of iteration 100"});
+  EXPECT_EQ(load_value(root), 5.0f);
+  EXPECT_EQ(latest_iteration(root), 100);
+}
+
+TEST(CheckpointDir, CorruptCommittedFileIsNamed) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  const std::string f = (iteration_dir(root, 100) / "mp_rank_00" / "model.safetensors").string();
+  std::string bytes = slurp(f);
+  bytes[bytes.size() - 3] ^= 0x40;  // inside the tensor data: still a valid safetensors file
+  spit(f, bytes);
+  EXPECT_NO_THROW(SafetensorsReader r(f));
+  expect_io_error([&] { load_value(root); }, {f, "checksum mismatch"});
+}
+
+TEST(CheckpointDir, CrashBeforeCommitKeepsOldCheckpoint) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  // A save of 200 that dies half way: files written, one truncated, never committed.
+  const fs::path tmp = create_temp_iteration_dir(root, 200, make_save_token());
+  fs::create_directories(tmp / "mp_rank_00");
+  const std::vector<float> v(16, 9.0f);
+  write_safetensors((tmp / "mp_rank_00" / "model.safetensors").string(), {{"w", StDType::F32, {16}, v.data()}});
+  const std::string full = slurp((tmp / "mp_rank_00" / "model.safetensors").string());
+  spit((tmp / "mp_rank_00" / "model.safetensors").string(), full.substr(0, full.size() / 2));
+  spit((root / (std::string(kLatestFileName) + ".tmp-123-0-0")).string(), "20");  // torn pointer temp
+  // The pointer still names the old, loadable checkpoint; the temporary is invisible.
+  EXPECT_EQ(latest_iteration(root), 100);
+  EXPECT_EQ(load_value(root), 1.0f);
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{100}));
+  // A crash after the rename but before the pointer moved also keeps the old one current.
+  save(root, 300, 3.0f);
+  write_latest_iteration(root, 100);
+  EXPECT_EQ(load_value(root), 1.0f);
+  // prune cleans the temporaries and keeps both the pointer's target and the newest.
+  const PruneResult pr = prune(root, 1);
+  EXPECT_EQ(pr.removed_temporaries.size(), 2u);
+  EXPECT_TRUE(pr.removed_iterations.empty());
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", "iter_0000300", kLatestFileName}));
+  EXPECT_EQ(load_value(root), 1.0f);
+}
+
+TEST(CheckpointDir, BadPointerErrorsNameTheFile) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  const std::string file = (root / kLatestFileName).string();
+  spit(file, "10x0\n");
+  expect_io_error([&] { latest_iteration(root); }, {file, "garbled", "10x0"});
+  spit(file, "");
+  expect_io_error([&] { latest_iteration(root); }, {file, "garbled"});
+  spit(file, "release");
+  expect_io_error([&] { latest_iteration(root); }, {file, "release"});
+  spit(file, "250\n");
+  expect_io_error([&] { latest_iteration(root); }, {file, "iteration 250", "iter_0000250", "does not exist"});
+  // prune refuses to delete anything while the pointer is bad.
+  save(root, 200, 2.0f);  // commit rewrites the pointer: good again
+  spit(file, "garbage");
+  EXPECT_THROW(prune(root, 1), IoError);
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{100, 200}));
+  spit(file, "100\n");  // whitespace around the number is accepted
+  EXPECT_EQ(latest_iteration(root), 100);
+}
+
+TEST(CheckpointDir, PruneKeepsNewestAndLatest) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  for (int64_t it : {10, 20, 30, 40, 50}) save(root, it, static_cast<float>(it));
+  fs::create_directories(root / "iter_0000060.tmp-x");  // stale
+  fs::create_directories(root / "unrelated");           // not ours: kept
+  spit((root / "iter_notanumber").string(), "");        // not ours: kept
+  write_latest_iteration(root, 20);  // e.g. the user rolled back to 20
+  PruneResult r = prune(root, 2);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{10, 30}));
+  EXPECT_EQ(r.removed_temporaries.size(), 1u);
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{20, 40, 50}));
+  EXPECT_EQ(load_value(root), 20.0f);
+  EXPECT_TRUE(fs::exists(root / "unrelated"));
+  EXPECT_TRUE(fs::exists(root / "iter_notanumber"));
+  write_latest_iteration(root, 50);
+  r = prune(root, 1);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{20, 40}));
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{50}));
+  EXPECT_EQ(load_value(root), 50.0f);
+  EXPECT_THROW(prune(root, 0), ConfigError);
+  // No pointer: nothing committed is deleted.
+  save(root, 60, 6.0f);
+  fs::remove(root / kLatestFileName);
+  r = prune(root, 1);
+  EXPECT_TRUE(r.removed_iterations.empty());
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{50, 60}));
+}
+
+}  // namespace
+}  // namespace trident

@@ -1,0 +1,145 @@
+// metadata.json: round trip of every field, one-line errors naming file and field, file checks.
+#include "ckpt/metadata.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+
+#include "ckpt/checksum.h"
+#include "ckpt_test_util.h"
+
+namespace trident {
+namespace {
+
+using json = nlohmann::json;
+using testing::expect_io_error;
+using testing::ScratchDir;
+using testing::slurp;
+using testing::spit;
+
+CheckpointMetadata sample() {
+  CheckpointMetadata m;
+  m.model.num_layers = 3;
+  m.model.hidden_size = 48;
+  m.model.num_attention_heads = 6;
+  m.model.seq_length = 64;
+  m.model.max_position_embeddings = 128;
+  m.model.vocab_size = 50257;
+  m.model.make_vocab_size_divisible_by = 64;
+  m.model.init_method_std = 0.015f;
+  m.model.hidden_dropout = 0.1f;
+  m.model.attention_dropout = 0.05f;
+  m.model.dtype = DType::BF16;
+  m.iteration = 1234;
+  m.consumed_samples = 9876543210LL;
+  m.layout = {2, 4, 8, 1};
+  m.trainer_state = {{"rng", {{"seed", 1234}, {"offset", 18446744073709551615ull}}},
+                     {"loss_scaler", {{"scale", 65536.0}, {"hysteresis", 2}, {"clean_steps", 17}}},
+                     {"scheduler", {{"num_steps", 158000}}},
+                     {"data", {{"shuffle_seed", 1234}, {"epoch", 0}}}};
+  m.files = {{"mp_rank_00_000/model.safetensors", 1000, "0123456789abcdef"},
+             {"mp_rank_01_003/optim.safetensors", 0, "fedcba9876543210"}};
+  return m;
+}
+
+TEST(Metadata, RoundTripEveryField) {
+  ScratchDir d;
+  const std::string path = d / kMetadataFileName;
+  const CheckpointMetadata m = sample();
+  write_metadata(path, m);
+  const CheckpointMetadata r = read_metadata(path);
+  EXPECT_EQ(r.format_version, 1);
+  EXPECT_EQ(r.model.num_layers, 3);
+  EXPECT_EQ(r.model.hidden_size, 48);
+  EXPECT_EQ(r.model.num_attention_heads, 6);
+  EXPECT_EQ(r.model.seq_length, 64);
+  EXPECT_EQ(r.model.max_position_embeddings, 128);
+  EXPECT_EQ(r.model.vocab_size, 50257);
+  EXPECT_EQ(r.model.make_vocab_size_divisible_by, 64);
+  EXPECT_EQ(r.model.init_method_std, 0.015f);
+  EXPECT_EQ(r.model.hidden_dropout, 0.1f);
+  EXPECT_EQ(r.model.attention_dropout, 0.05f);
+  EXPECT_EQ(r.model.dtype, DType::BF16);
+  EXPECT_EQ(r.iteration, 1234);
+  EXPECT_EQ(r.consumed_samples, 9876543210LL);
+  EXPECT_EQ(r.layout, (ParallelLayout{2, 4, 8, 1}));
+  EXPECT_EQ(r.trainer_state, m.trainer_state);
+  EXPECT_EQ(r.trainer_state["rng"]["offset"].get<uint64_t>(), 18446744073709551615ull);
+  EXPECT_EQ(r.files, m.files);
+  // Plain JSON a person (or Python) can read.
+  const json j = json::parse(slurp(path));
+  EXPECT_EQ(j["format"], "trident-checkpoint");
+  EXPECT_EQ(j["model"]["dtype"], "bf16");
+  EXPECT_EQ(j["layout"]["zero_stage"], 1);
+  EXPECT_EQ(j["files"][0]["xxh3"], "0123456789abcdef");
+}
+
+struct Bad {
+  const char* label;
+  std::function<void(json&)> edit;
+  std::vector<std::string> expect;
+};
+
+TEST(Metadata, ErrorsNameFileAndField) {
+  ScratchDir d;
+  const std::string path = d / kMetadataFileName;
+  const json good = metadata_to_json(sample());
+  const std::vector<Bad> cases = {
+      {"missing iteration", [](json& j) { j.erase("iteration"); }, {"field 'iteration'", "missing"}},
+      {"string hidden", [](json& j) { j["model"]["hidden_size"] = "48"; }, {"field 'model.hidden_size'", "integer"}},
+      {"negative samples", [](json& j) { j["consumed_samples"] = -1; }, {"field 'consumed_samples'", "out of range"}},
+      {"zero stage", [](json& j) { j["layout"]["zero_stage"] = 5; }, {"field 'layout.zero_stage'"}},
+      {"tp vs heads", [](json& j) { j["layout"]["tp"] = 4; }, {"field 'layout.tp'", "num_attention_heads"}},
+      {"checksum", [](json& j) { j["files"][1]["xxh3"] = "XYZ"; }, {"field 'files[1].xxh3'"}},
+      {"file path", [](json& j) { j["files"][0]["path"] = "../x"; }, {"field 'files[0].path'"}},
+      {"version", [](json& j) { j["format_version"] = 99; }, {"field 'format_version'", "newer"}},
+      {"dtype", [](json& j) { j["model"]["dtype"] = "fp8"; }, {"field 'model.dtype'", "fp8"}},
+      {"unknown", [](json& j) { j["extra"] = 1; }, {"field 'extra'", "unknown"}},
+      {"trainer state", [](json& j) { j["trainer_state"] = 3; }, {"field 'trainer_state'"}},
+      {"heads", [](json& j) { j["model"]["num_attention_heads"] = 5; }, {"field 'model'", "num-attention-heads"}},
+      {"format", [](json& j) { j["format"] = "megatron"; }, {"field 'format'"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.label);
+    json j = good;
+    c.edit(j);
+    spit(path, j.dump());
+    std::vector<std::string> parts = c.expect;
+    parts.push_back(path);
+    try {
+      read_metadata(path);
+      ADD_FAILURE() << "accepted";
+    } catch (const IoError& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+      for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+    }
+  }
+  spit(path, "{\"format\": ");
+  expect_io_error([&] { read_metadata(path); }, {path, "bad JSON"});
+  expect_io_error([&] { read_metadata(d / "none.json"); }, {"none.json", "cannot open"});
+}
+
+TEST(Metadata, VerifyFiles) {
+  ScratchDir d;
+  std::filesystem::create_directories(d / "mp_rank_00");
+  spit(d / "mp_rank_00/model.safetensors", std::string(5000, 'a'));
+  spit(d / "extra.bin", "hello");
+  CheckpointMetadata m = sample();
+  m.files = {make_file_record(d.path(), "mp_rank_00/model.safetensors"), make_file_record(d.path(), "extra.bin")};
+  EXPECT_EQ(m.files[1].size, 5u);
+  EXPECT_EQ(m.files[1].xxh3, checksum_bytes("hello", 5));
+  write_metadata(d / kMetadataFileName, m);
+  const CheckpointMetadata r = read_metadata(d / kMetadataFileName);
+  EXPECT_NO_THROW(verify_checkpoint_files(d.path(), r));
+  std::string bad(5000, 'a');
+  bad[4000] = 'b';
+  spit(d / "mp_rank_00/model.safetensors", bad);
+  expect_io_error([&] { verify_checkpoint_files(d.path(), r); }, {"mp_rank_00/model.safetensors", "checksum mismatch"});
+  spit(d / "mp_rank_00/model.safetensors", std::string(4999, 'a'));
+  expect_io_error([&] { verify_checkpoint_files(d.path(), r); }, {"mp_rank_00/model.safetensors", "truncated"});
+}
+
+}  // namespace
+}  // namespace trident

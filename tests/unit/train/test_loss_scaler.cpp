@@ -1,0 +1,141 @@
+// LossScaler against Megatron's ConstantGradScaler / DynamicGradScaler semantics, as
+// sequences of clean and overflowing iterations with the scale expected after each.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "train/loss_scaler.h"
+
+namespace trident {
+namespace {
+
+LossScalerConfig dynamic(double initial, double min_scale, int64_t window, int64_t hysteresis) {
+  LossScalerConfig c;
+  c.kind = LossScaleKind::Dynamic;
+  c.initial_scale = initial;
+  c.min_scale = min_scale;
+  c.growth_interval = window;
+  c.hysteresis = hysteresis;
+  return c;
+}
+
+// Feeds `steps` ('.' clean, 'x' overflow) and checks the scale after each one.
+void expect_sequence(LossScaler& s, const std::string& steps, const std::vector<double>& scales) {
+  ASSERT_EQ(steps.size(), scales.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    s.update(steps[i] == 'x');
+    ASSERT_EQ(s.scale(), scales[i]) << "after step " << i + 1 << " of '" << steps << "'";
+  }
+}
+
+TEST(LossScaler, MegatronDefaults) {
+  LossScalerConfig c;
+  c.kind = LossScaleKind::Dynamic;
+  const LossScaler s(c);
+  EXPECT_EQ(s.scale(), 4294967296.0);  // 2^32
+  EXPECT_EQ(s.state().growth_tracker, 0);
+  EXPECT_EQ(s.state().hysteresis_tracker, 2);
+  EXPECT_TRUE(s.enabled());
+  EXPECT_TRUE(s.dynamic());
+  EXPECT_EQ(s.inv_scale(), 1.0 / 4294967296.0);
+}
+
+TEST(LossScaler, GrowsAfterEachFullWindow) {
+  LossScaler s(dynamic(1024, 1, 3, 2));
+  expect_sequence(s, "........", {1024, 1024, 2048, 2048, 2048, 4096, 4096, 4096});
+  EXPECT_EQ(s.state().growth_tracker, 2);
+}
+
+TEST(LossScaler, HysteresisDelaysTheBackoff) {
+  // Hysteresis 2: the first overflow only counts down, the second halves; the tracker is
+  // not reset by the backoff, so every further overflow halves again.
+  LossScaler s(dynamic(1024, 1, 1000, 2));
+  expect_sequence(s, "xxxx", {1024, 512, 256, 128});
+  EXPECT_EQ(s.state().hysteresis_tracker, -2);
+  EXPECT_EQ(s.state().growth_tracker, 0);
+}
+
+TEST(LossScaler, CleanStepsBetweenOverflowsDoNotResetHysteresis) {
+  // Only a full window of clean steps restores the hysteresis budget.
+  LossScaler s(dynamic(1024, 1, 4, 2));
+  expect_sequence(s, "x..x", {1024, 1024, 1024, 512});
+  // An overflow resets the growth tracker: the window starts over.
+  expect_sequence(s, "...x....x", {512, 512, 512, 256, 256, 256, 256, 512, 512});
+  // After the growth (trackers reset: hysteresis 2 again) one overflow does not halve.
+  EXPECT_EQ(s.state().hysteresis_tracker, 1);
+  expect_sequence(s, "x", {256});
+}
+
+TEST(LossScaler, NeverBelowMinScale) {
+  LossScaler s(dynamic(8, 2, 100, 1));
+  expect_sequence(s, "xxxxx", {4, 2, 2, 2, 2});
+  LossScaler h(dynamic(8, 3, 100, 1));  // min not a power-of-two step: clamps to 3
+  expect_sequence(h, "xxx", {4, 3, 3});
+}
+
+TEST(LossScaler, HysteresisOneHalvesAtOnceAndGrowthDoubles) {
+  LossScaler s(dynamic(65536, 1, 2, 1));
+  expect_sequence(s, "x..x..x.", {32768, 32768, 65536, 32768, 32768, 65536, 32768, 32768});
+}
+
+TEST(LossScaler, ConstantAndNone) {
+  LossScalerConfig c;
+  c.kind = LossScaleKind::Constant;
+  c.constant_scale = 128;
+  LossScaler s(c);
+  EXPECT_TRUE(s.enabled());
+  EXPECT_FALSE(s.dynamic());
+  expect_sequence(s, "xxx...x", {128, 128, 128, 128, 128, 128, 128});
+  LossScaler n;  // fp32 / bf16 without --loss-scale
+  EXPECT_FALSE(n.enabled());
+  expect_sequence(n, "x.x", {1, 1, 1});
+}
+
+TEST(LossScaler, StateRoundTripsForCheckpoints) {
+  LossScaler a(dynamic(1024, 1, 5, 3));
+  for (char c : std::string("..x.x...")) a.update(c == 'x');
+  const LossScalerState st = a.state();
+  EXPECT_EQ(st.scale, 1024.0);
+  EXPECT_EQ(st.growth_tracker, 3);
+  EXPECT_EQ(st.hysteresis_tracker, 1);
+  LossScaler b(dynamic(1024, 1, 5, 3));
+  b.set_state(st);
+  // Both continue identically: 2 clean steps finish the window (scale 2048, hysteresis
+  // back to 3), then the 3rd and 4th overflows after that halve.
+  for (char c : std::string("..xxx.x")) {
+    a.update(c == 'x');
+    b.update(c == 'x');
+    ASSERT_EQ(a.scale(), b.scale());
+    ASSERT_EQ(a.state().growth_tracker, b.state().growth_tracker);
+    ASSERT_EQ(a.state().hysteresis_tracker, b.state().hysteresis_tracker);
+  }
+  EXPECT_EQ(a.scale(), 512.0);
+  EXPECT_THROW(b.set_state({0.0, 0, 1}), IoError);
+  EXPECT_THROW(b.set_state({1.0, -1, 1}), IoError);
+  EXPECT_THROW(b.set_state({1.0, 5, 1}), IoError);  // growth tracker must be below the window
+}
+
+TEST(LossScaler, RejectsImpossibleConfigurationsNamingTheFlag) {
+  auto msg = [](const LossScalerConfig& c) -> std::string {
+    try {
+      LossScaler s(c);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(msg(dynamic(0, 1, 1, 1)).find("--initial-loss-scale"), std::string::npos);
+  EXPECT_NE(msg(dynamic(4, 8, 1, 1)).find("--min-loss-scale"), std::string::npos);
+  EXPECT_NE(msg(dynamic(4, 0, 1, 1)).find("--min-loss-scale"), std::string::npos);
+  EXPECT_NE(msg(dynamic(4, 1, 0, 1)).find("--loss-scale-window"), std::string::npos);
+  EXPECT_NE(msg(dynamic(4, 1, 1, 0)).find("--hysteresis"), std::string::npos);
+  LossScalerConfig c;
+  c.kind = LossScaleKind::Constant;
+  c.constant_scale = -1;
+  EXPECT_NE(msg(c).find("--loss-scale"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trident

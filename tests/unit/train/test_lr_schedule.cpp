@@ -1,0 +1,162 @@
+// Megatron's OptimizerParamScheduler formulas, in samples, against their closed forms at
+// the warm-up boundaries, through the decay, at its end and after it, for each style; and
+// the same schedule reached from iteration-based and sample-based flags.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "train/lr_schedule.h"
+#include "train/options.h"
+
+namespace trident {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// The reference, written from the formulas in Megatron-LM's get_lr (init_lr 0).
+double reference_lr(const std::string& style, double max_lr, double min_lr, double warmup, double decay, double x) {
+  if (warmup > 0 && x <= warmup) return max_lr * x / warmup;
+  if (style == "constant") return max_lr;
+  if (x > decay) return min_lr;
+  const double r = (x - warmup) / (decay - warmup);
+  const double coeff = style == "linear" ? 1.0 - r : 0.5 * (std::cos(kPi * r) + 1.0);
+  return min_lr + coeff * (max_lr - min_lr);
+}
+
+LrSchedule make(LrDecayStyle style, double warmup, double decay) {
+  LrSchedule s;
+  s.max_lr = 6e-4;
+  s.min_lr = 6e-5;
+  s.warmup_samples = warmup;
+  s.decay_samples = decay;
+  s.style = style;
+  return s;
+}
+
+TEST(LrSchedule, WarmupRisesLinearlyFromZero) {
+  for (LrDecayStyle st : {LrDecayStyle::Constant, LrDecayStyle::Linear, LrDecayStyle::Cosine}) {
+    const LrSchedule s = make(st, 1000, 11000);
+    EXPECT_EQ(s.lr(0), 0.0);
+    EXPECT_DOUBLE_EQ(s.lr(1), 6e-7);
+    EXPECT_DOUBLE_EQ(s.lr(250), 1.5e-4);
+    EXPECT_DOUBLE_EQ(s.lr(500), 3e-4);
+    EXPECT_DOUBLE_EQ(s.lr(999), 6e-4 * 0.999);
+    EXPECT_DOUBLE_EQ(s.lr(1000), 6e-4);  // the last warm-up step reaches max_lr
+  }
+}
+
+TEST(LrSchedule, HandPickedPointsOfEachStyle) {
+  const LrSchedule cos = make(LrDecayStyle::Cosine, 1000, 11000);
+  EXPECT_DOUBLE_EQ(cos.lr(1001), 6e-5 + 0.5 * (std::cos(kPi * 1e-4) + 1) * 5.4e-4);
+  EXPECT_DOUBLE_EQ(cos.lr(6000), 3.3e-4);                   // half-way: (max + min) / 2
+  EXPECT_NEAR(cos.lr(3500), 6e-5 + 5.4e-4 * (0.5 + 0.5 * std::sqrt(0.5)), 1e-18);  // a quarter: cos(pi/4)
+  EXPECT_DOUBLE_EQ(cos.lr(11000), 6e-5);                    // end of decay
+  EXPECT_EQ(cos.lr(11001), 6e-5);                           // after: min_lr exactly
+  EXPECT_EQ(cos.lr(1u << 30), 6e-5);
+  const LrSchedule lin = make(LrDecayStyle::Linear, 1000, 11000);
+  EXPECT_DOUBLE_EQ(lin.lr(3500), 6e-5 + 0.75 * 5.4e-4);
+  EXPECT_DOUBLE_EQ(lin.lr(6000), 3.3e-4);
+  EXPECT_DOUBLE_EQ(lin.lr(8500), 6e-5 + 0.25 * 5.4e-4);
+  EXPECT_NEAR(lin.lr(11000), 6e-5, 1e-20);
+  EXPECT_EQ(lin.lr(11001), 6e-5);
+  const LrSchedule con = make(LrDecayStyle::Constant, 1000, 11000);
+  EXPECT_EQ(con.lr(1001), 6e-4);
+  EXPECT_EQ(con.lr(50000), 6e-4);  // constant never decays, not even after decay_samples
+}
+
+TEST(LrSchedule, NoWarmupStartsAtMaxLr) {
+  EXPECT_EQ(make(LrDecayStyle::Cosine, 0, 100).lr(0), 6e-4);
+  EXPECT_EQ(make(LrDecayStyle::Linear, 0, 100).lr(0), 6e-4);
+  EXPECT_DOUBLE_EQ(make(LrDecayStyle::Linear, 0, 100).lr(50), 3.3e-4);
+  EXPECT_EQ(make(LrDecayStyle::Constant, 0, 100).lr(0), 6e-4);
+}
+
+TEST(LrSchedule, MatchesClosedFormsEverywhere) {
+  const std::vector<std::pair<LrDecayStyle, std::string>> styles = {
+      {LrDecayStyle::Constant, "constant"}, {LrDecayStyle::Linear, "linear"}, {LrDecayStyle::Cosine, "cosine"}};
+  const std::vector<std::pair<double, double>> shapes = {{0, 640}, {80, 640}, {12.5, 100}, {1, 2}, {700 * 512.0, 600000 * 512.0}};
+  for (const auto& [st, name] : styles)
+    for (const auto& [w, d] : shapes) {
+      const LrSchedule s = make(st, w, d);
+      std::vector<uint64_t> points = {0, 1, 2, 3};
+      for (double anchor : {w, d})
+        for (int delta = -3; delta <= 3; ++delta)
+          if (anchor + delta >= 0) points.push_back(static_cast<uint64_t>(std::floor(anchor)) + delta);
+      for (int k = 0; k <= 64; ++k) points.push_back(static_cast<uint64_t>(1.25 * d * k / 64));
+      for (uint64_t x : points) {
+        const double want = reference_lr(name, 6e-4, 6e-5, w, d, static_cast<double>(x));
+        ASSERT_NEAR(s.lr(x), want, 1e-18) << name << " warmup " << w << " decay " << d << " at " << x;
+      }
+    }
+}
+
+TEST(LrSchedule, FractionalWarmupFromAWarmupFraction) {
+  // warmup = 0.125 x 100 = 12.5 samples: sample 12 is still warming, 13 decays.
+  const LrSchedule s = make(LrDecayStyle::Linear, 12.5, 100);
+  EXPECT_DOUBLE_EQ(s.lr(12), 6e-4 * 12 / 12.5);
+  EXPECT_DOUBLE_EQ(s.lr(13), 6e-5 + (1 - 0.5 / 87.5) * 5.4e-4);
+}
+
+// Runs the schedule over every iteration of a run as the trainer does: iteration k
+// (from 1) uses lr(consumed samples before it).
+std::vector<double> per_iteration(const TrainOptions& o) {
+  const LrSchedule s = make_lr_schedule(o);
+  std::vector<double> lrs;
+  for (int64_t k = 0; k < o.train_iters; ++k) lrs.push_back(s.lr(static_cast<uint64_t>(k) * o.global_batch_size));
+  return lrs;
+}
+
+TrainOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "trident-train");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  TrainOptions o;
+  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
+  return o;
+}
+
+TEST(LrSchedule, SamplesAndIterationsGiveTheSameSchedule) {
+  for (const char* style : {"constant", "linear", "cosine"}) {
+    const std::vector<std::string> common = {"--micro-batch-size", "4", "--global-batch-size", "16", "--lr", "3e-4",
+                                             "--min-lr", "3e-5", "--lr-decay-style", style};
+    std::vector<std::string> it = common, sa = common;
+    for (const char* a : {"--train-iters", "120", "--lr-warmup-iters", "15", "--lr-decay-iters", "100"}) it.push_back(a);
+    for (const char* a : {"--train-samples", "1920", "--lr-warmup-samples", "240", "--lr-decay-samples", "1600"})
+      sa.push_back(a);
+    const TrainOptions oi = parse(it), os = parse(sa);
+    EXPECT_EQ(oi.train_iters, os.train_iters);
+    EXPECT_EQ(oi.train_samples, os.train_samples);
+    EXPECT_EQ(oi.warmup_samples, os.warmup_samples);
+    EXPECT_EQ(oi.decay_samples, os.decay_samples);
+    const std::vector<double> a = per_iteration(oi), b = per_iteration(os);
+    ASSERT_EQ(a.size(), 120u);
+    EXPECT_EQ(a, b) << style;
+    // Iteration 1 uses 0 (warm-up from 0); iteration 16 is the last of the warm-up, at max_lr.
+    EXPECT_EQ(a[0], 0.0);
+    EXPECT_DOUBLE_EQ(a[15], 3e-4);
+    EXPECT_DOUBLE_EQ(a[14], 3e-4 * 14 / 15);
+    if (std::string(style) != "constant") {
+      EXPECT_NEAR(a[100], 3e-5, 1e-18);  // decay ends at sample 1600, iteration 101
+      EXPECT_EQ(a[101], 3e-5);
+      EXPECT_EQ(a[119], 3e-5);
+    } else {
+      EXPECT_EQ(a[119], 3e-4);
+    }
+    // The warm-up as a fraction of the decay gives the same 240 samples.
+    it = common;
+    sa = common;
+    for (const char* x : {"--train-iters", "120", "--lr-warmup-fraction", "0.15", "--lr-decay-iters", "100"})
+      it.push_back(x);
+    for (const char* x : {"--train-samples", "1920", "--lr-warmup-fraction", "0.15", "--lr-decay-samples", "1600"})
+      sa.push_back(x);
+    const TrainOptions fi = parse(it), fs = parse(sa);
+    EXPECT_EQ(fi.warmup_samples, 0.15 * 1600);
+    EXPECT_EQ(per_iteration(fi), per_iteration(fs));
+    EXPECT_NEAR(per_iteration(fi)[10], a[10], 1e-18);
+  }
+}
+
+}  // namespace
+}  // namespace trident

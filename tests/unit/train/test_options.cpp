@@ -1,0 +1,311 @@
+// trident-train's options: Megatron's flags (mixed precision, sample- and iteration-based
+// schedules, evaluation, TensorBoard, checkpoints), their YAML keys, and one error per
+// bad value, each a single line naming the flag.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "train/options.h"
+
+namespace trident {
+namespace {
+
+TrainOptions parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "trident-train");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  TrainOptions o;
+  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
+  return o;
+}
+
+// The ConfigError message for `args`, or "" when they parse.
+std::string error_of(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+std::string write_yaml(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("trident_options_" + name + ".yaml");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(Options, DefaultsFollowMegatron) {
+  const TrainOptions o = parse({});
+  EXPECT_EQ(o.model.dtype, DType::F32);
+  EXPECT_FALSE(o.accumulate_allreduce_grads_in_fp32);
+  EXPECT_EQ(o.loss_scale, 0.0);
+  EXPECT_EQ(o.initial_loss_scale, 4294967296.0);
+  EXPECT_EQ(o.min_loss_scale, 1.0);
+  EXPECT_EQ(o.loss_scale_window, 1000);
+  EXPECT_EQ(o.hysteresis, 2);
+  EXPECT_EQ(o.eval_interval, 1000);
+  EXPECT_EQ(o.eval_iters, 100);
+  EXPECT_EQ(o.tensorboard_dir, "");
+  EXPECT_EQ(o.tensorboard_log_interval, 1);
+  EXPECT_EQ(o.peak_tflops, 0.0);
+  EXPECT_EQ(o.max_nan_iterations, 10);
+  EXPECT_EQ(o.save, "");
+  EXPECT_EQ(o.load, "");
+  EXPECT_EQ(o.save_interval, 0);
+  EXPECT_EQ(o.keep_last, 0);
+  EXPECT_FALSE(o.no_load_optim);
+  EXPECT_FALSE(o.no_load_rng);
+  EXPECT_FALSE(o.finetune);
+  // Iteration-based, 100 iterations of micro batch 4.
+  EXPECT_FALSE(o.sample_based);
+  EXPECT_EQ(o.train_iters, 100);
+  EXPECT_EQ(o.global_batch_size, 4);
+  EXPECT_EQ(o.train_samples, 400u);
+  EXPECT_EQ(o.decay_samples, 400u);
+  EXPECT_EQ(o.warmup_samples, 0.0);
+}
+
+TEST(Options, MixedPrecisionFlags) {
+  TrainOptions o = parse({"--fp16"});
+  EXPECT_EQ(o.model.dtype, DType::F16);
+  LossScalerConfig c = make_loss_scaler_config(o);
+  EXPECT_EQ(c.kind, LossScaleKind::Dynamic);
+  EXPECT_EQ(c.initial_scale, 4294967296.0);
+  EXPECT_EQ(c.min_scale, 1.0);
+  EXPECT_EQ(c.growth_interval, 1000);
+  EXPECT_EQ(c.hysteresis, 2);
+  EXPECT_EQ(c.growth_factor, 2.0);
+  EXPECT_EQ(c.backoff_factor, 0.5);
+
+  o = parse({"--fp16", "--initial-loss-scale", "65536", "--min-loss-scale", "0.25", "--loss-scale-window", "50",
+             "--hysteresis", "3", "--accumulate-allreduce-grads-in-fp32"});
+  EXPECT_TRUE(o.accumulate_allreduce_grads_in_fp32);
+  c = make_loss_scaler_config(o);
+  EXPECT_EQ(c.kind, LossScaleKind::Dynamic);
+  EXPECT_EQ(c.initial_scale, 65536.0);
+  EXPECT_EQ(c.min_scale, 0.25);
+  EXPECT_EQ(c.growth_interval, 50);
+  EXPECT_EQ(c.hysteresis, 3);
+
+  o = parse({"--fp16", "--loss-scale", "128"});
+  c = make_loss_scaler_config(o);
+  EXPECT_EQ(c.kind, LossScaleKind::Constant);
+  EXPECT_EQ(c.constant_scale, 128.0);
+
+  o = parse({"--bf16"});
+  EXPECT_EQ(o.model.dtype, DType::BF16);
+  EXPECT_EQ(make_loss_scaler_config(o).kind, LossScaleKind::None);  // Megatron: no scaler for bf16
+  o = parse({"--bf16", "--loss-scale", "8"});
+  c = make_loss_scaler_config(o);
+  EXPECT_EQ(c.kind, LossScaleKind::Constant);
+  EXPECT_EQ(c.constant_scale, 8.0);
+
+  EXPECT_EQ(make_loss_scaler_config(parse({})).kind, LossScaleKind::None);
+}
+
+TEST(Options, EvaluationTensorBoardAndHealthFlags) {
+  const TrainOptions o = parse({"--eval-interval", "250", "--eval-iters", "0", "--tensorboard-dir", "/tmp/tb",
+                                "--tensorboard-log-interval", "5", "--peak-tflops", "989.5",
+                                "--max-nan-iterations", "0"});
+  EXPECT_EQ(o.eval_interval, 250);
+  EXPECT_EQ(o.eval_iters, 0);
+  EXPECT_EQ(o.tensorboard_dir, "/tmp/tb");
+  EXPECT_EQ(o.tensorboard_log_interval, 5);
+  EXPECT_EQ(o.peak_tflops, 989.5);
+  EXPECT_EQ(o.max_nan_iterations, 0);
+}
+
+TEST(Options, CheckpointFlagsParse) {
+  const TrainOptions o = parse({"--save", "/ckpt/out", "--load", "/ckpt/in", "--save-interval", "500", "--keep-last",
+                                "3", "--no-load-optim", "--no-load-rng", "--finetune"});
+  EXPECT_EQ(o.save, "/ckpt/out");
+  EXPECT_EQ(o.load, "/ckpt/in");
+  EXPECT_EQ(o.save_interval, 500);
+  EXPECT_EQ(o.keep_last, 3);
+  EXPECT_TRUE(o.no_load_optim);
+  EXPECT_TRUE(o.no_load_rng);
+  EXPECT_TRUE(o.finetune);
+}
+
+TEST(Options, IterationBasedScheduleResolvesToSamples) {
+  const TrainOptions o = parse({"--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "100",
+                                "--lr-warmup-iters", "10", "--lr-decay-iters", "80"});
+  EXPECT_FALSE(o.sample_based);
+  EXPECT_EQ(o.train_iters, 100);
+  EXPECT_EQ(o.train_samples, 800u);
+  EXPECT_EQ(o.warmup_samples, 80.0);
+  EXPECT_EQ(o.decay_samples, 640u);
+  const TrainOptions d = parse({"--global-batch-size", "8", "--train-iters", "30", "--lr-warmup-iters", "3"});
+  EXPECT_EQ(d.decay_samples, 240u);  // decay defaults to train-iters
+}
+
+TEST(Options, SampleBasedScheduleResolvesIterations) {
+  const TrainOptions o = parse({"--micro-batch-size", "2", "--global-batch-size", "8", "--train-samples", "805",
+                                "--lr-warmup-samples", "80", "--lr-decay-samples", "640"});
+  EXPECT_TRUE(o.sample_based);
+  EXPECT_EQ(o.train_samples, 805u);
+  EXPECT_EQ(o.train_iters, 100);  // floor(805 / 8), as Megatron's update_train_iters
+  EXPECT_EQ(o.warmup_samples, 80.0);
+  EXPECT_EQ(o.decay_samples, 640u);
+  const TrainOptions d = parse({"--global-batch-size", "8", "--train-samples", "800"});
+  EXPECT_EQ(d.decay_samples, 800u);  // decay defaults to train-samples
+  EXPECT_EQ(d.warmup_samples, 0.0);
+}
+
+TEST(Options, WarmupFractionWorksWithBothStyles) {
+  TrainOptions o = parse({"--global-batch-size", "8", "--micro-batch-size", "8", "--train-iters", "100",
+                          "--lr-decay-iters", "80", "--lr-warmup-fraction", "0.125"});
+  EXPECT_EQ(o.decay_samples, 640u);
+  EXPECT_EQ(o.warmup_samples, 80.0);
+  o = parse({"--global-batch-size", "8", "--micro-batch-size", "8", "--train-samples", "800", "--lr-decay-samples",
+             "100", "--lr-warmup-fraction", "0.125"});
+  EXPECT_EQ(o.decay_samples, 100u);
+  EXPECT_EQ(o.warmup_samples, 12.5);  // Megatron keeps fraction x decay unrounded
+}
+
+TEST(Options, ResolveScheduleIsIdempotentAndServesHandFilledOptions) {
+  TrainOptions o;
+  o.global_batch_size = 4;
+  o.train_iters = 50;
+  o.lr_warmup_iters = 5;
+  resolve_schedule(o);
+  resolve_schedule(o);
+  EXPECT_EQ(o.train_samples, 200u);
+  EXPECT_EQ(o.warmup_samples, 20.0);
+  EXPECT_EQ(o.decay_samples, 200u);
+  TrainOptions s = parse({"--global-batch-size", "4", "--micro-batch-size", "4", "--train-samples", "41"});
+  resolve_schedule(s);
+  EXPECT_EQ(s.train_iters, 10);
+  EXPECT_EQ(s.train_samples, 41u);
+  const LrSchedule sched = make_lr_schedule(parse({"--global-batch-size", "4", "--micro-batch-size", "4",
+                                                   "--train-iters", "10", "--lr-warmup-iters", "2", "--lr", "0.5",
+                                                   "--min-lr", "0.1", "--lr-decay-style", "cosine"}));
+  EXPECT_EQ(sched.max_lr, 0.5);
+  EXPECT_EQ(sched.min_lr, 0.1);
+  EXPECT_EQ(sched.warmup_samples, 8.0);
+  EXPECT_EQ(sched.decay_samples, 40.0);
+  EXPECT_EQ(sched.style, LrDecayStyle::Cosine);
+}
+
+TEST(Options, YamlKeysSetTheNewFlags) {
+  const std::string path = write_yaml("new_keys",
+                                      "bf16: true\n"
+                                      "accumulate_allreduce_grads_in_fp32: true\n"
+                                      "loss-scale: 4096\n"
+                                      "train-samples: 1000\n"
+                                      "global-batch-size: 10\n"
+                                      "micro-batch-size: 5\n"
+                                      "lr-warmup-samples: 100\n"
+                                      "lr-decay-samples: 900\n"
+                                      "eval-interval: 20\n"
+                                      "eval-iters: 7\n"
+                                      "tensorboard-dir: runs/a\n"
+                                      "tensorboard-log-interval: 2\n"
+                                      "peak-tflops: 312\n"
+                                      "max-nan-iterations: 4\n"
+                                      "save: ck\n"
+                                      "load: ck0\n"
+                                      "save-interval: 10\n"
+                                      "keep-last: 2\n"
+                                      "no-load-optim: true\n"
+                                      "no_load_rng: false\n"
+                                      "finetune: true\n");
+  TrainOptions o = parse({"--config", path});
+  EXPECT_EQ(o.model.dtype, DType::BF16);
+  EXPECT_TRUE(o.accumulate_allreduce_grads_in_fp32);
+  EXPECT_EQ(o.loss_scale, 4096.0);
+  EXPECT_TRUE(o.sample_based);
+  EXPECT_EQ(o.train_iters, 100);
+  EXPECT_EQ(o.warmup_samples, 100.0);
+  EXPECT_EQ(o.decay_samples, 900u);
+  EXPECT_EQ(o.eval_interval, 20);
+  EXPECT_EQ(o.eval_iters, 7);
+  EXPECT_EQ(o.tensorboard_dir, "runs/a");
+  EXPECT_EQ(o.tensorboard_log_interval, 2);
+  EXPECT_EQ(o.peak_tflops, 312.0);
+  EXPECT_EQ(o.max_nan_iterations, 4);
+  EXPECT_EQ(o.save, "ck");
+  EXPECT_EQ(o.load, "ck0");
+  EXPECT_EQ(o.save_interval, 10);
+  EXPECT_EQ(o.keep_last, 2);
+  EXPECT_TRUE(o.no_load_optim);
+  EXPECT_FALSE(o.no_load_rng);
+  EXPECT_TRUE(o.finetune);
+  // The command line wins over the file.
+  o = parse({"--config", path, "--eval-iters", "9", "--tensorboard-dir", "runs/b"});
+  EXPECT_EQ(o.eval_iters, 9);
+  EXPECT_EQ(o.tensorboard_dir, "runs/b");
+  std::filesystem::remove(path);
+}
+
+struct BadCase {
+  std::vector<std::string> args;
+  std::string flag;  // must appear in the one-line message
+};
+
+TEST(Options, EveryBadValueNamesItsFlag) {
+  const std::string bad_bool_yaml = write_yaml("bad_bool", "fp16: maybe\n");
+  const std::vector<BadCase> cases = {
+      {{"--fp16", "--bf16"}, "--bf16"},
+      {{"--fp16", "--bf16"}, "--fp16"},
+      {{"--fp16=1"}, "--fp16"},
+      {{"--loss-scale", "8"}, "--loss-scale"},  // fp32 has no loss scaling
+      {{"--fp16", "--loss-scale", "-1"}, "--loss-scale"},
+      {{"--fp16", "--loss-scale", "big"}, "--loss-scale"},
+      {{"--fp16", "--initial-loss-scale", "0"}, "--initial-loss-scale"},
+      {{"--fp16", "--min-loss-scale", "0"}, "--min-loss-scale"},
+      {{"--fp16", "--min-loss-scale", "1024", "--initial-loss-scale", "512"}, "--min-loss-scale"},
+      {{"--fp16", "--loss-scale-window", "0"}, "--loss-scale-window"},
+      {{"--fp16", "--loss-scale-window", "1.5"}, "--loss-scale-window"},
+      {{"--fp16", "--hysteresis", "0"}, "--hysteresis"},
+      {{"--train-iters", "10", "--train-samples", "100"}, "--train-samples"},
+      {{"--train-samples", "100", "--lr-warmup-iters", "2"}, "--lr-warmup-iters"},
+      {{"--train-samples", "100", "--lr-decay-iters", "2"}, "--lr-decay-iters"},
+      {{"--train-iters", "10", "--lr-warmup-samples", "2"}, "--lr-warmup-samples"},
+      {{"--lr-decay-samples", "20"}, "--lr-decay-samples"},
+      {{"--train-samples", "-5"}, "--train-samples"},
+      {{"--train-samples", "2", "--global-batch-size", "4"}, "--train-samples"},
+      {{"--train-samples", "100", "--lr-warmup-samples", "10", "--lr-warmup-fraction", "0.1"}, "--lr-warmup-fraction"},
+      {{"--lr-warmup-iters", "1", "--lr-warmup-fraction", "0.1"}, "--lr-warmup-fraction"},
+      {{"--lr-warmup-fraction", "1.5"}, "--lr-warmup-fraction"},
+      {{"--lr-warmup-fraction", "-0.1"}, "--lr-warmup-fraction"},
+      {{"--lr-warmup-fraction", "1", "--lr-decay-style", "cosine"}, "--lr-warmup-fraction"},
+      {{"--train-iters", "10", "--lr-warmup-iters", "10"}, "--lr-decay-iters"},
+      {{"--train-samples", "100", "--lr-warmup-samples", "100"}, "--lr-decay-samples"},
+      {{"--train-iters", "0"}, "--train-iters"},
+      {{"--lr-warmup-iters", "-1"}, "--lr-warmup-iters"},
+      {{"--lr-decay-style", "exponential"}, "--lr-decay-style"},
+      {{"--eval-interval", "0"}, "--eval-interval"},
+      {{"--eval-iters", "-1"}, "--eval-iters"},
+      {{"--eval-iters", "ten"}, "--eval-iters"},
+      {{"--tensorboard-log-interval", "0"}, "--tensorboard-log-interval"},
+      {{"--tensorboard-dir="}, "--tensorboard-dir"},
+      {{"--peak-tflops", "-3"}, "--peak-tflops"},
+      {{"--peak-tflops", "nan"}, "--peak-tflops"},
+      {{"--max-nan-iterations", "-1"}, "--max-nan-iterations"},
+      {{"--save-interval", "-10", "--save", "x"}, "--save-interval"},
+      {{"--keep-last", "-1"}, "--keep-last"},
+      {{"--save="}, "--save"},
+      {{"--load="}, "--load"},
+      {{"--config", bad_bool_yaml}, "fp16"},
+  };
+  for (const BadCase& c : cases) {
+    const std::string msg = error_of(c.args);
+    std::string joined;
+    for (const std::string& a : c.args) joined += a + " ";
+    EXPECT_NE(msg, "") << joined << "should fail";
+    EXPECT_NE(msg.find(c.flag), std::string::npos) << joined << "-> '" << msg << "' does not name " << c.flag;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << joined << "-> more than one line: " << msg;
+  }
+  std::filesystem::remove(bad_bool_yaml);
+}
+
+}  // namespace
+}  // namespace trident

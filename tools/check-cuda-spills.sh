@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# check-cuda-spills.sh: fail when any kernel in kernels/cuda spills registers.
+#
+# A spill is only visible in ptxas's own report (the cubin keeps the stack size, not the
+# spill count, and cuobjdump is not part of every toolkit install), so this compiles the
+# device code of every kernels/cuda/*.cu once per architecture (nvcc -cubin: no host
+# compile, no link) with the build's flags plus -Xptxas -v, prints one line per kernel
+#   arch  file  kernel  registers  stack-frame  spill-stores  spill-loads
+# and exits 1 when any kernel has a non-zero spill store or load (2 on a usage or compile
+# error). A stack frame without spills (e.g. a dynamically indexed local array) is shown
+# but does not fail the check.
+#
+# Usage: tools/check-cuda-spills.sh [--nvcc PATH] [--arch "80;90"] [-j N] [file.cu ...]
+#   Without files it checks kernels/cuda/*.cu of this checkout. Registered as the ctest
+#   test `cuda_register_spills` (tests/cuda/CMakeLists.txt) when the CUDA backend is built.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+nvcc="${NVCC:-}"
+archs="80;90"
+jobs=2
+files=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --nvcc) nvcc="$2"; shift 2 ;;
+    --arch) archs="$2"; shift 2 ;;
+    -j) jobs="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -*) echo "check-cuda-spills: unknown option $1" >&2; exit 2 ;;
+    *) files+=("$1"); shift ;;
+  esac
+done
+if [[ -z "$nvcc" ]]; then
+  if [[ -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc; else nvcc="$(command -v nvcc || true)"; fi
+fi
+if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
+  echo "check-cuda-spills: nvcc not found (use --nvcc PATH)" >&2
+  exit 2
+fi
+if [[ ${#files[@]} -eq 0 ]]; then
+  files=("$root"/kernels/cuda/*.cu)
+fi
+
+# "80;90", "80 90", "90a", "80-real" -> 80 90 90a 80; "native"/"all" fall back to 80 90.
+arch_list=()
+for a in ${archs//;/ }; do
+  a="${a%-real}"; a="${a%-virtual}"
+  case "$a" in
+    native|all|all-major) arch_list+=(80 90) ;;
+    *) arch_list+=("$a") ;;
+  esac
+done
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# One job per (file, arch): device-only compile with ptxas's report on stderr.
+jobfile="$work/jobs"
+: > "$jobfile"
+n=0
+for f in "${files[@]}"; do
+  for a in "${arch_list[@]}"; do
+    printf '%s\t%s\t%s\n' "$n" "$f" "$a" >> "$jobfile"
+    n=$((n + 1))
+  done
+done
+export nvcc root work
+compile_one() {
+  local id="$1" f="$2" a="$3"
+  if ! "$nvcc" -cubin -O3 -DNDEBUG -std=c++17 -arch="sm_$a" -I"$root" -I"$root/csrc" -Xptxas -v \
+       -o "$work/$id.cubin" "$f" > "$work/$id.log" 2>&1; then
+    echo "check-cuda-spills: compile failed: $f (sm_$a)" >&2
+    cat "$work/$id.log" >&2
+    return 1
+  fi
+}
+export -f compile_one
+if ! tr '\t' '\n' < "$jobfile" | xargs -d '\n' -n 3 -P "$jobs" bash -c 'compile_one "$@"' _; then
+  exit 2
+fi
+
+demangle() { if command -v c++filt > /dev/null; then c++filt; else cat; fi; }
+
+# ptxas -v, per function:
+#   ptxas info    : Compiling entry function '<mangled>' for 'sm_90'
+#   ptxas info    : Function properties for <mangled>
+#       16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+#   ptxas info    : Used 96 registers, used 1 barriers, ...
+table="$work/table"
+: > "$table"
+while IFS=$'\t' read -r id f a; do
+  awk -v arch="sm_$a" -v file="$(basename "$f")" '
+    /Compiling entry function/ { match($0, /function .[^'"'"']*/); fn = substr($0, RSTART + 10, RLENGTH - 10); entry[fn] = 1; next }
+    /Function properties for/ { cur = $NF; next }
+    /bytes stack frame/ {
+      stack[cur] = $1; st[cur] = $5; ld[cur] = $9; next }
+    /Used [0-9]+ registers/ {
+      match($0, /Used [0-9]+ registers/); r = substr($0, RSTART + 5, RLENGTH - 15); regs[cur] = r; next }
+    END {
+      for (fn in entry) {
+        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arch, file, fn, (fn in regs ? regs[fn] : "?"),
+               (fn in stack ? stack[fn] : 0), (fn in st ? st[fn] : 0), (fn in ld ? ld[fn] : 0)
+      }
+    }' "$work/$id.log" >> "$table"
+done < "$jobfile"
+
+if [[ ! -s "$table" ]]; then
+  echo "check-cuda-spills: no kernels found in ptxas output" >&2
+  exit 2
+fi
+
+# Readable kernel names: demangled, namespaces and parameter lists dropped.
+cut -f3 "$table" | demangle | sed -e 's/trident::cuda::(anonymous namespace):://g' -e 's/trident::cuda:://g' \
+  -e 's/(.*$//' -e 's/^void //' > "$work/names"
+paste "$table" "$work/names" | sort -t$'\t' -k2,2 -k8,8 -k1,1 > "$work/sorted"
+
+bad=0
+printf '%-6s %-22s %-58s %5s %6s %7s %7s\n' arch file kernel regs stack spill-st spill-ld
+while IFS=$'\t' read -r arch file _ regs stack sst sld name; do
+  flag=""
+  if [[ "$sst" != 0 || "$sld" != 0 ]]; then flag="  <-- SPILLS"; bad=$((bad + 1)); fi
+  printf '%-6s %-22s %-58s %5s %6s %7s %7s%s\n' "$arch" "$file" "${name:0:58}" "$regs" "$stack" "$sst" "$sld" "$flag"
+done < "$work/sorted"
+total=$(wc -l < "$work/sorted")
+if [[ $bad -ne 0 ]]; then
+  echo "check-cuda-spills: FAIL: $bad of $total kernel builds spill registers (fix the kernel or its __launch_bounds__)"
+  exit 1
+fi
+echo "check-cuda-spills: OK: $total kernel builds, none spills"
