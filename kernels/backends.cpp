@@ -28,11 +28,11 @@ static int local_gpu_ordinal() {
 }
 #endif
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
+std::unique_ptr<Backend> make_backend(const std::string& device, [[maybe_unused]] const BackendOptions& options) {
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda" || device == "auto") {
 #ifdef TRIDENT_HAVE_CUDA
-    if (cuda_available()) return make_cuda_backend(local_gpu_ordinal());
+    if (cuda_available()) return make_cuda_backend(local_gpu_ordinal(), {.allow_tf32 = options.allow_tf32});
 #endif
     if (device == "auto") return make_cpu_backend();
 #ifdef TRIDENT_HAVE_CUDA

@@ -30,7 +30,7 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin/trident-train" --config "$rep
   --vocab-file "$data/gpt2/gpt2-vocab.json" --merge-file "$data/gpt2/gpt2-merges.txt" \
   --split 949,50,1 --micro-batch-size 8 --global-batch-size 16 \
   --train-iters "${TRAIN_ITERS:-200}" --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters 20 \
-  --log-interval 10 --device "${DEVICE:-auto}" "$@"
+  --log-interval 10 --eval-interval 100 --eval-iters 10 --device "${DEVICE:-auto}" "$@"
 
 # The same corpus through the launcher: 4 ranks, tp2 x pp2, the tiny model's shape.
 if ! command -v mpirun >/dev/null; then

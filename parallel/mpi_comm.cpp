@@ -8,6 +8,10 @@
 
 #include "core/error.h"
 
+#ifdef TRIDENT_MPI_CUDA_STAGING
+#include <cuda_runtime_api.h>
+#endif
+
 namespace trident {
 namespace {
 
@@ -31,6 +35,31 @@ MPI_Datatype mpi_type(DType t) {
   }
 }
 
+// Pinned host memory for staging device buffers, grow-only, freed by the hooks that made it.
+class HostStage {
+ public:
+  HostStage() = default;
+  HostStage(const HostStage&) = delete;
+  HostStage& operator=(const HostStage&) = delete;
+  ~HostStage() {
+    if (p_ && free_) free_(p_);
+  }
+  void* get(size_t bytes, const DeviceCopyHooks& h) {
+    if (bytes <= cap_) return p_;
+    if (p_ && free_) free_(p_);
+    p_ = h.alloc_host(bytes);
+    TRIDENT_CHECK(p_ != nullptr, "MpiComm: could not allocate ", bytes, " bytes of pinned host memory");
+    cap_ = bytes;
+    free_ = h.free_host;
+    return p_;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t cap_ = 0;
+  void (*free_)(void*) = nullptr;
+};
+
 class MpiComm final : public Comm {
  public:
   explicit MpiComm(MPI_Comm comm) : comm_(comm) {
@@ -47,8 +76,60 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
+  // Each op: host buffers take the host path directly; device buffers are staged through
+  // pinned host memory around the same host path.
   void allreduce(const Tensor& t, ReduceOp op) override {
-    host_only(t);
+    if (!on_device(t)) return allreduce_host(t, op);
+    if (size_ == 1) return;
+    const Tensor h = stage(a_, t, true);
+    allreduce_host(h, op);
+    unstage(t, h);
+  }
+  void allgather(const Tensor& in, const Tensor& out) override {
+    if (!on_device(in, out)) return allgather_host(in, out);
+    TRIDENT_CHECK(out.nbytes() == in.nbytes() * size_, "allgather sizes");
+    const bool in_place = in.data == static_cast<char*>(out.data) + rank_ * in.nbytes();
+    // In place: the whole of `out` goes to the host, `in` being this rank's block of it.
+    const Tensor ho = stage(b_, out, in_place);
+    const Tensor hi = in_place ? Tensor(static_cast<char*>(ho.data) + rank_ * in.nbytes(), in.shape, in.dtype,
+                                        Device::Cpu)
+                               : stage(a_, in, true);
+    allgather_host(hi, ho);
+    unstage(out, ho);
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    if (!on_device(in, out)) return reduce_scatter_host(in, out);
+    const Tensor hi = stage(a_, in, true), ho = stage(b_, out, false);
+    reduce_scatter_host(hi, ho);
+    unstage(out, ho);
+  }
+  void broadcast(const Tensor& t, int root) override {
+    if (!on_device(t)) return broadcast_host(t, root);
+    const Tensor h = stage(a_, t, rank_ == root);
+    broadcast_host(h, root);
+    if (rank_ != root) unstage(t, h);
+  }
+  void send(const Tensor& t, int peer) override {
+    if (!on_device(t)) return send_host(t, peer);
+    send_host(stage(a_, t, true), peer);
+  }
+  void recv(const Tensor& t, int peer) override {
+    if (!on_device(t)) return recv_host(t, peer);
+    const Tensor h = stage(a_, t, false);
+    recv_host(h, peer);
+    unstage(t, h);
+  }
+  void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) override {
+    if (!on_device(out, in)) return sendrecv_host(out, send_peer, in, recv_peer);
+    const Tensor ho = stage(a_, out, true), hi = stage(b_, in, false);
+    sendrecv_host(ho, send_peer, hi, recv_peer);
+    unstage(in, hi);
+  }
+  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+
+ private:
+  // ---- the host path -------------------------------------------------------------------
+  void allreduce_host(const Tensor& t, ReduceOp op) {
     if (size_ == 1) return;
     const MPI_Op mop = op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
     if (t.dtype == DType::F32 || t.dtype == DType::I32) {
@@ -60,46 +141,51 @@ class MpiComm final : public Comm {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, staging_.data(), static_cast<int>(t.numel()), MPI_FLOAT, mop, comm_));
     from_f32(t);
   }
-  void allgather(const Tensor& in, const Tensor& out) override {
-    host_only(in);
-    host_only(out);
+  void allgather_host(const Tensor& in, const Tensor& out) {
     TRIDENT_CHECK(out.nbytes() == in.nbytes() * size_, "allgather sizes");
     // `in` may already sit at this rank's place in `out` (ZeRO's parameter gather).
     const bool in_place = in.data == static_cast<char*>(out.data) + rank_ * in.nbytes();
     MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, static_cast<int>(in.nbytes()), MPI_BYTE, out.data,
                             static_cast<int>(in.nbytes()), MPI_BYTE, comm_));
   }
-  void reduce_scatter(const Tensor& in, const Tensor& out) override {
-    host_only(in);
-    host_only(out);
+  void reduce_scatter_host(const Tensor& in, const Tensor& out) {
     TRIDENT_CHECK(in.numel() == out.numel() * size_ && in.dtype == out.dtype, "reduce_scatter sizes");
     TRIDENT_CHECK(in.dtype == DType::F32, "reduce_scatter supports fp32 buffers");
     MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()), MPI_FLOAT, MPI_SUM, comm_));
   }
-  void broadcast(const Tensor& t, int root) override {
-    host_only(t);
+  void broadcast_host(const Tensor& t, int root) {
     MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_));
   }
-  void send(const Tensor& t, int peer) override {
-    host_only(t);
+  void send_host(const Tensor& t, int peer) {
     MPI_CHECK(MPI_Send(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, peer, 0, comm_));
   }
-  void recv(const Tensor& t, int peer) override {
-    host_only(t);
+  void recv_host(const Tensor& t, int peer) {
     MPI_CHECK(MPI_Recv(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, peer, 0, comm_, MPI_STATUS_IGNORE));
   }
-  void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) override {
-    host_only(out);
-    host_only(in);
+  void sendrecv_host(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) {
     MPI_CHECK(MPI_Sendrecv(out.data, static_cast<int>(out.nbytes()), MPI_BYTE, send_peer, 0, in.data,
                            static_cast<int>(in.nbytes()), MPI_BYTE, recv_peer, 0, comm_, MPI_STATUS_IGNORE));
   }
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
 
- private:
-  static void host_only(const Tensor& t) {
-    TRIDENT_CHECK(t.device == Device::Cpu, "MpiComm works on host buffers");
+  // ---- staging of device buffers --------------------------------------------------------
+  static bool on_device(const Tensor& t) { return t.device != Device::Cpu; }
+  static bool on_device(const Tensor& a, const Tensor& b) {
+    TRIDENT_CHECK(a.device == b.device, "MpiComm: one buffer on the host and one on the device");
+    return on_device(a);
   }
+  // A host view of device tensor `t` in `buf`, holding t's bytes when `copy`.
+  Tensor stage(HostStage& buf, const Tensor& t, bool copy) {
+    const DeviceCopyHooks h = mpi_device_copy_hooks();
+    TRIDENT_CHECK(h.to_host && h.to_device && h.alloc_host && h.free_host,
+                  "MpiComm: a device buffer, but this build has no CUDA to stage it through the host");
+    void* p = buf.get(t.nbytes() == 0 ? 1 : t.nbytes(), h);
+    if (copy && t.nbytes() > 0) h.to_host(p, t.data, t.nbytes());
+    return Tensor(p, t.shape, t.dtype, Device::Cpu);
+  }
+  static void unstage(const Tensor& t, const Tensor& h) {
+    if (t.nbytes() > 0) mpi_device_copy_hooks().to_device(t.data, h.data, t.nbytes());
+  }
+
   void to_f32(const Tensor& t) {
     staging_.resize(static_cast<size_t>(t.numel()));
     for (int64_t i = 0; i < t.numel(); ++i) staging_[i] = load_as_float(t.data, t.dtype, i);
@@ -110,7 +196,47 @@ class MpiComm final : public Comm {
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
   std::vector<float> staging_;  // grow-only
+  HostStage a_, b_;             // pinned copies of device buffers (first and second operand)
 };
+
+#ifdef TRIDENT_MPI_CUDA_STAGING
+#define STAGE_CUDA_CHECK(call)                                                                      \
+  do {                                                                                              \
+    const cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                        \
+      std::fprintf(stderr, "trident: CUDA error %s in %s (%s:%d)\n", cudaGetErrorString(e_), #call, \
+                   __FILE__, __LINE__);                                                             \
+      mpi_abort_job(3);                                                                             \
+    }                                                                                               \
+  } while (0)
+
+// The backend's compute stream is a non-blocking stream that MpiComm does not know: wait
+// for the whole device before reading a buffer or overwriting one a kernel may still read.
+void cuda_to_host(void* host, const void* device, size_t bytes) {
+  STAGE_CUDA_CHECK(cudaDeviceSynchronize());
+  STAGE_CUDA_CHECK(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+}
+void cuda_to_device(void* device, const void* host, size_t bytes) {
+  STAGE_CUDA_CHECK(cudaDeviceSynchronize());
+  STAGE_CUDA_CHECK(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+  STAGE_CUDA_CHECK(cudaDeviceSynchronize());
+}
+void* cuda_alloc_host(size_t bytes) {
+  void* p = nullptr;
+  STAGE_CUDA_CHECK(cudaMallocHost(&p, bytes));
+  return p;
+}
+void cuda_free_host(void* p) { cudaFreeHost(p); }  // at exit the context may be gone: ignore errors
+
+DeviceCopyHooks default_hooks() { return {cuda_to_host, cuda_to_device, cuda_alloc_host, cuda_free_host}; }
+#else
+DeviceCopyHooks default_hooks() { return {}; }
+#endif
+
+DeviceCopyHooks& hooks() {
+  static DeviceCopyHooks h = default_hooks();
+  return h;
+}
 
 void finalize_at_exit() {
   int finalized = 0;
@@ -152,6 +278,9 @@ void mpi_abort_job(int code) {
   if (mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }
+
+void set_mpi_device_copy_hooks(const DeviceCopyHooks& h) { hooks() = h; }
+DeviceCopyHooks mpi_device_copy_hooks() { return hooks(); }
 
 std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks) {
   MPI_Group world_group, group;

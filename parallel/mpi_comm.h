@@ -1,6 +1,8 @@
-// MpiComm: the Comm interface over an MPI communicator, on host buffers (the CPU backend,
-// or device buffers staged through the host by the caller). fp16/bf16 reductions are done
-// in fp32 through a staging buffer, so every dtype reduces identically.
+// MpiComm: the Comm interface over an MPI communicator. Host buffers (the CPU backend) go
+// straight to MPI. Device buffers (the CUDA backend with --comm mpi) are staged: copied to
+// a pinned host buffer once the device is idle, sent through MPI, copied back; slow, but
+// it lets several ranks share one GPU in tests. fp16/bf16 reductions are done in fp32
+// through a staging buffer, so every dtype reduces identically.
 #pragma once
 
 #include <memory>
@@ -19,6 +21,20 @@ int mpi_world_size();
 // Ends every rank of the job (MPI_Abort with `code`) after flushing this rank's output;
 // used when one rank fails so the others never hang.
 [[noreturn]] void mpi_abort_job(int code);
+
+// How MpiComm reaches device buffers. A build with CUDA installs hooks on the CUDA runtime
+// (to_host and to_device wait for all work queued on the device first; alloc_host is
+// cudaMallocHost); without CUDA there are none and a device buffer is an InternalError.
+// Tests may install their own (host memory posing as device memory) before making comms;
+// a comm keeps the free_host of the buffers it allocated.
+struct DeviceCopyHooks {
+  void (*to_host)(void* host, const void* device, size_t bytes) = nullptr;
+  void (*to_device)(void* device, const void* host, size_t bytes) = nullptr;
+  void* (*alloc_host)(size_t bytes) = nullptr;
+  void (*free_host)(void* p) = nullptr;
+};
+void set_mpi_device_copy_hooks(const DeviceCopyHooks& hooks);
+DeviceCopyHooks mpi_device_copy_hooks();
 
 // A Comm over the ranks `world_ranks` (in that order) of MPI_COMM_WORLD. Collective: every
 // rank of the world calls it with the same list; ranks outside the list get nullptr.

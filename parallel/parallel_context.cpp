@@ -1,13 +1,28 @@
 #include "parallel/parallel_context.h"
 
 #include "core/error.h"
+#include "parallel/nccl_comm.h"
 #ifdef TRIDENT_HAVE_MPI
 #include "parallel/mpi_comm.h"
+#endif
+#ifdef TRIDENT_HAVE_NCCL
+#include "kernels/cuda/cuda_backend.h"
 #endif
 
 namespace trident {
 
-std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp) {
+CommKind resolve_comm_kind(const std::string& flag, const Backend& backend) {
+  const bool cuda = backend.device() == Device::Cuda;
+  if (flag.empty()) return cuda && nccl_built() ? CommKind::Nccl : CommKind::Mpi;
+  if (flag == "mpi") return CommKind::Mpi;
+  if (flag != "nccl") throw ConfigError("--comm: unknown communicator '" + flag + "' (expected nccl or mpi)");
+  if (!nccl_built()) throw ConfigError("--comm nccl: this build has no NCCL (it needs CUDA, NCCL and MPI)");
+  if (!cuda) throw ConfigError("--comm nccl needs the CUDA backend (--device cuda)");
+  return CommKind::Nccl;
+}
+
+std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_unused]] CommKind comm,
+                                                       [[maybe_unused]] Backend* backend) {
   auto ctx = std::make_unique<ParallelContext>();
 #ifdef TRIDENT_HAVE_MPI
   if (mpi_initialized()) {
@@ -32,6 +47,19 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp) {
     ctx->dp = split(&ProcessGrid::dp_group);
     ctx->pp = split(&ProcessGrid::pp_group);
     ctx->embedding = split(&ProcessGrid::embedding_group);
+    if (comm == CommKind::Nccl) {
+#ifdef TRIDENT_HAVE_NCCL
+      TRIDENT_CHECK(backend != nullptr, "make_parallel_context: CommKind::Nccl needs the backend");
+      const CudaStreamRef ref = cuda_stream_of(*backend);
+      if (!ref.valid()) throw ConfigError("--comm nccl needs the CUDA backend (--device cuda)");
+      // Every MPI group exists now; wrapping is collective within each group only, and
+      // every rank wraps its groups in the same order, so no two ranks wait on each other.
+      for (std::unique_ptr<Comm>* c : {&ctx->world, &ctx->tp, &ctx->dp, &ctx->pp, &ctx->embedding})
+        if (*c) *c = make_nccl_comm(std::move(*c), ref.device, ref.stream);
+#else
+      throw ConfigError("--comm nccl: this build has no NCCL (it needs CUDA, NCCL and MPI)");
+#endif
+    }
     return ctx;
   }
 #endif

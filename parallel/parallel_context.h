@@ -3,7 +3,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
+#include "core/backend.h"
 #include "parallel/comm.h"
 #include "parallel/process_grid.h"
 
@@ -20,8 +22,21 @@ struct ParallelContext {
   int world_size() const { return grid.shape.world; }
 };
 
-// With MPI initialised: splits MPI_COMM_WORLD into the grid's groups (collective).
-// Without: a world of one (tp and pp must be 1).
-std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp);
+// Which Comm carries the groups under MPI: MpiComm (host buffers; device buffers are
+// staged through pinned host memory) or NcclComm (device buffers on a communication
+// stream; host buffers through MPI).
+enum class CommKind { Mpi, Nccl };
+
+// trident-train's --comm: "mpi", "nccl", or "" for the default: nccl when `backend` is
+// the CUDA backend and the build has NCCL, else mpi. Throws ConfigError naming --comm for
+// an unknown value, or nccl without NCCL or without the CUDA backend.
+CommKind resolve_comm_kind(const std::string& flag, const Backend& backend);
+
+// With MPI initialised: splits MPI_COMM_WORLD into the grid's groups (collective); with
+// CommKind::Nccl each group is an NcclComm on `backend`'s GPU and compute stream (backend
+// must then be the CUDA backend itself, not a wrapper). Without MPI: a world of one (tp
+// and pp must be 1) of LocalComms, whatever `comm` says.
+std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, CommKind comm = CommKind::Mpi,
+                                                       Backend* backend = nullptr);
 
 }  // namespace trident

@@ -1,6 +1,15 @@
 // trident-bench: a few training steps with every op timed, printing tokens/s, model
-// TFLOP/s and the share of step time per op family (GEMM first), so later work can see
-// where time goes. Takes trident-train's flags, plus --bench-warmup (untimed steps).
+// TFLOP/s, MFU and the share of step time per op family (GEMM first), so later work can
+// see where time goes. Takes trident-train's flags, plus:
+//   --bench-warmup N     untimed steps first (1)
+//   --bench-no-profile   no per-op timing: the profiler synchronises after every op, which
+//                        hides a GPU's asynchrony; use this for tokens/s and MFU on a GPU
+//   --kernels            instead of training: every Backend op of the CUDA backend on
+//                        GPU-sized inputs against the measured copy and GEMM ceilings
+//                        (tools/bench_kernels.h); prints "no GPU" and exits 0 without one
+//   --kernels-quick      the same on small inputs (a smoke test)
+// MFU is Megatron's model FLOPs (model_flops_per_iteration) over step time and the
+// device's dense peak for the run's dtype (--peak-tflops, else throughput.h's table).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -11,49 +20,84 @@
 #include "kernels/backends.h"
 #include "kernels/profiling_backend.h"
 #include "tool_main.h"
+#include "tools/bench_kernels.h"
+#include "train/throughput.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
   return trident::run_tool("trident-bench", [&] {
     int warmup = 1;
+    bool profile = true, kernels = false;
+    trident::KernelBenchOptions kopt;
     std::vector<const char*> args;
     for (int i = 0; i < argc; ++i) {
       if (std::strcmp(argv[i], "--bench-warmup") == 0 && i + 1 < argc) {
         warmup = std::atoi(argv[++i]);
         continue;
       }
+      if (std::strcmp(argv[i], "--bench-no-profile") == 0) {
+        profile = false;
+        continue;
+      }
+      if (std::strcmp(argv[i], "--kernels") == 0 || std::strcmp(argv[i], "--kernels-quick") == 0) {
+        kernels = true;
+        kopt.quick = kopt.quick || std::strcmp(argv[i], "--kernels-quick") == 0;
+        continue;
+      }
       args.push_back(argv[i]);
     }
+    if (kernels) return trident::run_kernel_bench(kopt);
     trident::TrainOptions opt;
     if (!trident::parse_train_options(static_cast<int>(args.size()), args.data(), opt)) return 0;
     auto data = std::move(trident::make_train_data(opt).train);
     opt.train_iters += warmup;
-    auto backend = std::make_unique<trident::ProfilingBackend>(trident::make_backend(opt.device));
+    auto inner = trident::make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+    trident::ProfilingBackend* prof = nullptr;
+    std::unique_ptr<trident::Backend> backend;
+    if (profile) {
+      auto p = std::make_unique<trident::ProfilingBackend>(std::move(inner));
+      prof = p.get();
+      backend = std::move(p);
+    } else {
+      backend = std::move(inner);
+    }
     std::ostringstream quiet;
     trident::Trainer trainer(opt, *backend, std::move(data), quiet);
     for (int i = 0; i < warmup; ++i) trainer.train_iteration();
-    backend->reset_times();
+    backend->synchronize();
+    if (prof) prof->reset_times();
     double ms = 0;
     const int steps = static_cast<int>(opt.train_iters) - warmup;
     for (int i = 0; i < steps; ++i) ms += trainer.train_iteration().ms;
     const auto& m = opt.model;
     const double tokens = static_cast<double>(opt.global_batch_size) * m.seq_length * steps;
-    const double flops = trident::model_flops_per_iteration(m, opt.global_batch_size) * steps;
-    std::printf("trident-bench: %s, %d layers, hidden %d, heads %d, seq %d, micro batch %d, global batch %d, %d steps\n",
-                backend->name().c_str(), m.num_layers, m.hidden_size, m.num_attention_heads, m.seq_length,
-                opt.micro_batch_size, opt.global_batch_size, steps);
-    std::printf("step time: %.1f ms | tokens per second: %.1f | model TFLOP/s: %.4f\n", ms / steps,
+    const double flops_per_iter = trident::model_flops_per_iteration(m, opt.global_batch_size);
+    const double flops = flops_per_iter * steps;
+    const double peak =
+        opt.peak_tflops > 0 ? opt.peak_tflops : trident::peak_tflops_for_device(backend->device_name(), m.dtype);
+    const double mfu = trident::model_flops_utilization(flops_per_iter, ms / steps / 1e3, 1, peak);
+    std::printf("trident-bench: %s, %s, %d layers, hidden %d, heads %d, seq %d, micro batch %d, global batch %d, "
+                "%d steps%s\n",
+                backend->name().c_str(), trident::dtype_name(m.dtype), m.num_layers, m.hidden_size,
+                m.num_attention_heads, m.seq_length, opt.micro_batch_size, opt.global_batch_size, steps,
+                profile ? "" : ", no per-op profile");
+    std::printf("step time: %.1f ms | tokens per second: %.1f | model TFLOP/s: %.4f", ms / steps,
                 tokens / (ms / 1e3), flops / (ms / 1e3) / 1e12);
-    std::vector<std::pair<std::string, trident::OpTime>> rows(backend->times().begin(), backend->times().end());
+    if (peak > 0)
+      std::printf(" | MFU: %.1f%% of %.1f TFLOP/s\n", 100.0 * mfu, peak);
+    else
+      std::printf(" | MFU: n/a (unknown device peak; give --peak-tflops)\n");
+    if (!prof) return 0;
+    std::vector<std::pair<std::string, trident::OpTime>> rows(prof->times().begin(), prof->times().end());
     std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
     double total_ms = ms;
     std::printf("%-16s %10s %8s %8s\n", "op", "ms/step", "calls", "share");
     for (const auto& [name, t] : rows)
       std::printf("%-16s %10.2f %8lld %7.1f%%\n", name.c_str(), t.seconds * 1e3 / steps,
                   static_cast<long long>(t.calls / steps), 100.0 * t.seconds * 1e3 / total_ms);
-    const auto gemm = backend->times().find("matmul");
+    const auto gemm = prof->times().find("matmul");
     std::printf("GEMM share of step time: %.1f%%\n",
-                gemm == backend->times().end() ? 0.0 : 100.0 * gemm->second.seconds * 1e3 / total_ms);
+                gemm == prof->times().end() ? 0.0 : 100.0 * gemm->second.seconds * 1e3 / total_ms);
     return 0;
   });
 }

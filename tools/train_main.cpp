@@ -5,6 +5,8 @@
 #include <iostream>
 
 #include "kernels/backends.h"
+#include "parallel/parallel_context.h"
+#include "parallel/process_grid.h"
 #include "tool_main.h"
 #include "train/canonical_export.h"
 #include "train/trainer.h"
@@ -35,10 +37,14 @@ int main(int argc, char** argv) {
       [&] {
         trident::TrainOptions opt;
         if (!trident::parse_train_options(argc, argv, opt)) return 0;
+        // The layout is checked first (its errors name the parallel-size flags), then the
+        // backend is made before the groups: NcclComm runs on its GPU, after its stream.
+        trident::make_grid_shape(world_size, opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
+        auto backend = trident::make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
         auto parallel = trident::make_parallel_context(opt.tensor_model_parallel_size,
-                                                       opt.pipeline_model_parallel_size);
+                                                       opt.pipeline_model_parallel_size,
+                                                       trident::resolve_comm_kind(opt.comm, *backend), backend.get());
         trident::TrainData data = trident::make_train_data(opt);
-        auto backend = trident::make_backend(opt.device);
         trident::Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
         trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
         if (!opt.load.empty()) trainer.load_checkpoint();

@@ -1,10 +1,13 @@
 #include "ckpt/sharded_checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "ckpt/canonical_slices.h"
 #include "ckpt/checksum.h"
+#include "core/backend.h"
 #include "core/error.h"
+#include "model/param_store.h"
 
 namespace trident {
 namespace {
@@ -86,14 +89,17 @@ std::vector<float> ShardedCheckpointReader::assemble(const std::string& name, co
   const int64_t stored_numel = stored.numel();
   std::vector<float> full(static_cast<size_t>(stored_numel), 0.0f);
   std::vector<char> seen(static_cast<size_t>(stored_numel), 0);
-  const int64_t row_len = s.shape.ndim == 2 ? s.shape.dims[1] : 1;
   for (const Entry& e : entries) {
     const std::vector<float> v = open(e.file).read_f32(e.key);
-    for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) {
+    const int64_t n = static_cast<int64_t>(v.size());
+    for (int64_t i = 0; i < n;) {
+      // One copy per run of consecutive canonical indices; vocabulary padding is dropped.
       const int64_t g = canonical_index(s, tp, e.tp_rank, e.first + i);
-      if (g / row_len >= stored.dims[0]) continue;  // vocabulary padding
-      full[g] = v[i];
-      seen[g] = 1;
+      const int64_t run = std::min(canonical_run(s, tp, e.first + i), n - i);
+      const int64_t kept = std::max<int64_t>(0, std::min(run, stored_numel - g));
+      std::copy(v.begin() + i, v.begin() + i + kept, full.begin() + g);
+      std::fill(seen.begin() + g, seen.begin() + g + kept, 1);
+      i += run;
     }
   }
   for (int64_t i = 0; i < stored_numel; ++i)
@@ -120,6 +126,35 @@ std::vector<float> ShardedCheckpointReader::optimizer_tensor(const std::string& 
   if (it == optimizer_entries_.end())
     throw IoError(dir_.string() + ": no optimizer state '" + state + "' of '" + name + "' in any file");
   return assemble(name, it->second, true);
+}
+
+void check_same_model_shape(const ModelConfig& c, const ModelConfig& m, const std::filesystem::path& dir) {
+  auto same = [&](const char* flag, int64_t ckpt, int64_t run) {
+    if (ckpt != run)
+      throw ConfigError("--load: " + dir.string() + " is a model with " + flag + " " + std::to_string(ckpt) +
+                        ", this run has " + std::to_string(run));
+  };
+  same("--num-layers", c.num_layers, m.num_layers);
+  same("--hidden-size", c.hidden_size, m.hidden_size);
+  same("--num-attention-heads", c.num_attention_heads, m.num_attention_heads);
+  same("vocabulary size", c.vocab_size, m.vocab_size);
+  same("--max-position-embeddings", c.max_position_embeddings, m.max_position_embeddings);
+}
+
+void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend) {
+  Buffer staging;
+  for (const LocalParam& p : params.list()) {
+    const std::vector<float> local =
+        extract_local_stored(p.spec, params.tp(), params.tp_rank(), ckpt.model_tensor(p.spec.name));
+    const Tensor dst = params.param(p);
+    if (dst.dtype == DType::F32) {
+      backend.copy_from_host(dst, local.data());
+      continue;
+    }
+    staging = backend.empty(dst.shape, DType::F32);
+    backend.copy_from_host(staging, local.data());
+    backend.cast(staging, dst);
+  }
 }
 
 }  // namespace trident

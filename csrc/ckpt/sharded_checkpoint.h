@@ -69,4 +69,12 @@ class ShardedCheckpointReader {
   bool has_optimizer_ = false;
 };
 
+// Checks that the checkpoint holds a model of the run's shape; ConfigError naming the flag.
+void check_same_model_shape(const ModelConfig& checkpoint, const ModelConfig& run, const std::filesystem::path& dir);
+
+// Fills `params` (one TP rank's slices, any dtype, any device) from the checkpoint.
+class Backend;
+class ParamStore;
+void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend);
+
 }  // namespace trident

@@ -48,8 +48,36 @@ inline uint16_t float_to_bf16(float f) {
 }
 inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
-uint16_t float_to_half(float f);  // round-to-nearest-even, subnormals, overflow to inf
-float half_to_float(uint16_t h);
+// fp32 -> fp16, round-to-nearest-even, subnormals, overflow to inf (inline: hot in the CPU backend).
+inline uint16_t float_to_half(float f) {
+  const uint32_t u = float_bits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
+  if (abs < 0x38800000u) {
+    // Result is subnormal (or zero): value = mant * 2^-24. Round the exact value to an integer.
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half of the smallest subnormal
+    const uint32_t exp = abs >> 23;
+    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exp;  // value = mant * 2^(exp-150); we want units of 2^-24
+    uint32_t q = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return static_cast<uint16_t>(sign | q);
+  }
+  // Normal: rebias exponent 127 -> 15 and round the 13 dropped mantissa bits.
+  uint32_t h = ((abs - 0x38000000u) >> 13);
+  const uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float half_to_float_exact(uint16_t h);  // the bit manipulation the table below is built from
+// Every fp16 value as fp32, so that the CPU backend's hot loops convert with one load.
+extern const float* const kHalfToFloat;
+inline float half_to_float(uint16_t h) { return kHalfToFloat[h]; }
 
 // Reads element i of a buffer of type t as float (I32 converts by value).
 inline float load_as_float(const void* p, DType t, size_t i) {

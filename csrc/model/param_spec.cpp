@@ -88,4 +88,23 @@ int64_t canonical_index(const ParamSpec& spec, int tp, int tp_rank, int64_t loca
   return local_index;
 }
 
+int64_t canonical_run(const ParamSpec& spec, int tp, int64_t local_index) {
+  const Shape full = spec.shape;
+  const int64_t row_len = full.ndim == 2 ? full.dims[1] : 1;
+  const int64_t local_numel = local_shape(spec, tp).numel();
+  switch (spec.shard) {
+    case ShardRule::Replicated:
+    case ShardRule::SplitRows: return local_numel - local_index;
+    case ShardRule::SplitCols: {
+      const int64_t local_cols = full.dims[1] / tp;
+      return local_cols - local_index % local_cols;
+    }
+    case ShardRule::SplitQkvHeads: {
+      const int64_t block = full.dims[0] / 3 / tp * row_len;  // one of Q, K, V on this rank
+      return block - local_index % block;
+    }
+  }
+  return 1;
+}
+
 }  // namespace trident

@@ -49,5 +49,8 @@ std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg, int tp);
 Shape local_shape(const ParamSpec& spec, int tp);
 // Canonical flat index of element `local_index` of TP rank `tp_rank`'s slice.
 int64_t canonical_index(const ParamSpec& spec, int tp, int tp_rank, int64_t local_index);
+// How many local elements from `local_index` on map to consecutive canonical indices (the
+// same for every TP rank), so slices can be moved with one copy per run.
+int64_t canonical_run(const ParamSpec& spec, int tp, int64_t local_index);
 
 }  // namespace trident

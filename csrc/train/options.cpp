@@ -68,6 +68,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"tensor-model-parallel-size", "tensor-parallel ranks (1)"},
       {"pipeline-model-parallel-size", "pipeline stages (1)"},
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
+      {"comm", "nccl or mpi (default: nccl with the CUDA backend when built with NCCL, else mpi)"},
+      {"no-tf32", "fp32 GEMMs in plain fp32 instead of on TF32 tensor cores (CUDA)", true},
       // Evaluation, logging, health.
       {"eval-interval", "iterations between validation runs (1000)"},
       {"eval-iters", "validation iterations per run (100; 0: none)"},
@@ -303,6 +305,8 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensor-model-parallel-size", o.tensor_model_parallel_size);
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   f.get("zero-stage", o.zero_stage);
+  f.get("comm", o.comm);
+  f.get("no-tf32", o.no_tf32);
   f.get("eval-interval", o.eval_interval);
   f.get("eval-iters", o.eval_iters);
   f.get("tensorboard-dir", o.tensorboard_dir);
@@ -368,6 +372,8 @@ void validate_run(TrainOptions& o) {
     throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(o.pipeline_model_parallel_size) +
                       ") must not exceed --num-layers (" + std::to_string(m.num_layers) + ")");
   if (o.zero_stage < 0 || o.zero_stage > 2) throw ConfigError("--zero-stage must be 0, 1 or 2");
+  if (!o.comm.empty() && o.comm != "nccl" && o.comm != "mpi")
+    throw ConfigError("--comm: unknown communicator '" + o.comm + "' (expected nccl or mpi)");
   check_positive(o.eval_interval, "eval-interval");
   check_non_negative(static_cast<double>(o.eval_iters), "eval-iters");
   check_positive(o.tensorboard_log_interval, "tensorboard-log-interval");

@@ -44,6 +44,8 @@ struct TrainOptions {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   int zero_stage = 0;  // 1: optimizer state sharded over DP; 2: gradients too
+  std::string comm;     // --comm: "nccl" or "mpi"; empty: nccl with the CUDA backend when built, else mpi
+  bool no_tf32 = false;  // --no-tf32: fp32 GEMMs in plain fp32 instead of on TF32 tensor cores
 
   // ---- Mixed precision (Megatron's flags and defaults).
   bool accumulate_allreduce_grads_in_fp32 = false;

@@ -20,11 +20,13 @@ namespace trident {
 namespace fs = std::filesystem;
 namespace {
 
-// Host bytes of a tensor (any device, any dtype).
-std::vector<char> to_host(Backend& be, const Tensor& t) {
-  std::vector<char> v(t.nbytes());
-  be.copy_to_host(v.data(), t);
-  return v;
+// The tensor's bytes in host memory: the tensor itself on the CPU, else a copy kept alive
+// in `keep` until the file is written.
+const void* host_bytes(Backend& be, const Tensor& t, std::vector<std::vector<char>>& keep) {
+  if (t.device == Device::Cpu) return t.data;
+  keep.emplace_back(t.nbytes());
+  be.copy_to_host(keep.back().data(), t);
+  return keep.back().data();
 }
 
 std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.dims.begin(), s.dims.begin() + s.ndim); }
@@ -60,12 +62,6 @@ void maybe_crash_for_test(int rank) {
   if (v != nullptr && std::atoi(v) == rank) std::_Exit(9);
 }
 
-void require_same(const char* flag, int64_t ckpt, int64_t run, const fs::path& dir) {
-  if (ckpt != run)
-    throw ConfigError("--load: " + dir.string() + " is a model with " + flag + " " + std::to_string(ckpt) +
-                      ", this run has " + std::to_string(run));
-}
-
 }  // namespace
 
 void Trainer::save_checkpoint() {
@@ -95,8 +91,8 @@ void Trainer::save_checkpoint() {
     std::vector<std::vector<char>> host;
     std::vector<StTensorRef> refs;
     for (const LocalParam& p : P.list()) {
-      host.push_back(to_host(be_, P.param(p)));
-      refs.push_back(StTensorRef{p.spec.name, to_st_dtype(P.param(p).dtype), dims(p.shape), host.back().data()});
+      refs.push_back(StTensorRef{p.spec.name, to_st_dtype(P.param(p).dtype), dims(p.shape),
+                                 host_bytes(be_, P.param(p), host)});
     }
     const std::string rel = rank_dir + "/model.safetensors";
     note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
@@ -114,9 +110,8 @@ void Trainer::save_checkpoint() {
                                    states[0].data == P.flat_params().data;
           const Tensor src = flat_layout ? states[k].flat_slice(s.flat_begin, s.size())
                                          : states[k].flat_slice(s.shard_offset, s.size());
-          host.push_back(to_host(be_, src));
           refs.push_back(StTensorRef{optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
-                                     StDType::F32, {s.size()}, host.back().data()});
+                                     StDType::F32, {s.size()}, host_bytes(be_, src, host)});
         }
     const std::string rel = rank_dir + "/" + optimizer_file_name(grid.dp_rank);
     note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
@@ -173,29 +168,12 @@ bool Trainer::load_checkpoint() {
   }
   const fs::path dir = iteration_dir(root, *latest);
   ShardedCheckpointReader ckpt(dir);
-  const ModelConfig& c = ckpt.metadata().model;
-  const ModelConfig& m = opt_.model;
-  require_same("--num-layers", c.num_layers, m.num_layers, dir);
-  require_same("--hidden-size", c.hidden_size, m.hidden_size, dir);
-  require_same("--num-attention-heads", c.num_attention_heads, m.num_attention_heads, dir);
-  require_same("vocabulary size", c.vocab_size, m.vocab_size, dir);
-  require_same("--max-position-embeddings", c.max_position_embeddings, m.max_position_embeddings, dir);
+  check_same_model_shape(ckpt.metadata().model, opt_.model, dir);
 
   const ProcessGrid& grid = par_->grid;
   const int tp = grid.shape.tp;
   ParamStore& P = model_->params();
-  Buffer staging;
-  auto upload = [&](const std::vector<float>& host, const Tensor& dst) {
-    if (dst.dtype == DType::F32) {
-      be_.copy_from_host(dst, host.data());
-      return;
-    }
-    staging = be_.empty(dst.shape, DType::F32);
-    be_.copy_from_host(staging, host.data());
-    be_.cast(staging, dst);
-  };
-  for (const LocalParam& p : P.list())
-    upload(extract_local_stored(p.spec, tp, grid.tp_rank, ckpt.model_tensor(p.spec.name)), P.param(p));
+  load_model_parameters(ckpt, P, be_);
 
   const bool load_optimizer = !opt_.no_load_optim && !opt_.finetune;
   if (load_optimizer && !ckpt.has_optimizer_state())
@@ -237,10 +215,13 @@ bool Trainer::load_checkpoint() {
   last_saved_iteration_ = iteration_;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const ParallelLayout& L = ckpt.metadata().layout;
-  *out_ << "trident: loaded checkpoint " << dir.string() << " (iteration " << ckpt.metadata().iteration
+  double gigabytes = 0;
+  for (const FileRecord& f : ckpt.metadata().files) gigabytes += static_cast<double>(f.size) / 1e9;
+  *out_ << "trident: loaded checkpoint " << dir.string() << " (" << gigabytes << " GB, iteration "
+        << ckpt.metadata().iteration
         << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << ")"
         << (load_optimizer ? "" : " without optimizer state") << (opt_.finetune ? " to fine-tune" : "") << " in " << s
-        << " s" << std::endl;
+        << " s (" << gigabytes / s << " GB/s on rank 0)" << std::endl;
   return true;
 }
 

@@ -40,15 +40,18 @@ void activate(int ordinal) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int ordinal) : Backend(Device::Cuda), ordinal_(ordinal) {
+  CudaBackend(int ordinal, const CudaBackendOptions& options) : Backend(Device::Cuda), ordinal_(ordinal) {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    gemm_ = std::make_unique<cuda::Gemm>();
+    gemm_ = std::make_unique<cuda::Gemm>(options.allow_tf32);
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
     device_name_ = prop.name;
     name_ = std::string("cuda:") + std::to_string(ordinal_) + " (" + prop.name + ")";
   }
+
+  int ordinal() const { return ordinal_; }
+  cudaStream_t stream() const { return stream_; }
 
   ~CudaBackend() override {
     activate(ordinal_);
@@ -279,12 +282,21 @@ int cuda_device_count() {
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
+std::unique_ptr<Backend> make_cuda_backend(int ordinal, const CudaBackendOptions& options) {
   const int n = cuda_device_count();
   if (ordinal < 0 || ordinal >= n)
     throw ConfigError("--device cuda: GPU " + std::to_string(ordinal) + " requested but " + std::to_string(n) +
                       " visible");
-  return std::make_unique<CudaBackend>(ordinal);
+  return std::make_unique<CudaBackend>(ordinal, options);
+}
+
+CudaStreamRef cuda_stream_of(Backend& backend) {
+  CudaStreamRef ref;
+  if (auto* cb = dynamic_cast<CudaBackend*>(&backend)) {
+    ref.device = cb->ordinal();
+    ref.stream = cb->stream();
+  }
+  return ref;
 }
 
 }  // namespace trident

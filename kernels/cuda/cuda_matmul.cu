@@ -3,10 +3,13 @@
 // Row-major to column-major: a row-major [R, C] matrix is a column-major [C, R] one, so
 // row-major out = op(a) op(b) is computed as column-major out^T = op(b)^T op(a)^T, i.e.
 // cuBLASLt's A is our b and its B is our a, with m = N, n = M and the transposes kept.
-// All dtypes (fp32, fp16, bf16) use CUBLAS_COMPUTE_32F with fp32 alpha/beta: no TF32, so
-// fp32 results stay close to the CPU's sgemm. `accumulate` is beta = 1. The bias goes
-// through the BIAS epilogue when its dtype is the output's (cuBLASLt's requirement),
-// otherwise through a separate row-bias add after the GEMM.
+// fp16 and bf16 use CUBLAS_COMPUTE_32F (fp32 accumulation) with fp32 alpha/beta. fp32
+// uses CUBLAS_COMPUTE_32F_FAST_TF32 (TF32 tensor cores, fp32 accumulation) when the Gemm
+// allows it (trident-train's default; --no-tf32 turns it off), else CUBLAS_COMPUTE_32F,
+// whose results stay close to the CPU's sgemm (the GPU-vs-CPU tests use that). The choice
+// is fixed per Gemm, so the plan cache needs no key for it. `accumulate` is beta = 1.
+// The bias goes through the BIAS epilogue when its dtype is the output's (cuBLASLt's
+// requirement), otherwise through a separate row-bias add after the GEMM.
 //
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
@@ -81,7 +84,7 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm() {
+Gemm::Gemm(bool allow_tf32) : allow_tf32_(allow_tf32) {
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_bytes_ = kWorkspaceBytes;
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
@@ -104,7 +107,9 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr) {
   const cudaDataType_t out_type = cuda_type(static_cast<DType>(key[6]));
   plan->bias_epilogue = key[7] != 0;
 
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasComputeType_t compute =
+      ab_type == CUDA_R_32F && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
   const cublasOperation_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
   const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));

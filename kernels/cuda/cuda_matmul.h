@@ -19,7 +19,8 @@ namespace trident::cuda {
 
 class Gemm {
  public:
-  Gemm();  // on the current device
+  // On the current device. allow_tf32: fp32 GEMMs compute in CUBLAS_COMPUTE_32F_FAST_TF32.
+  explicit Gemm(bool allow_tf32 = false);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -29,6 +30,7 @@ class Gemm {
            bool accumulate, cudaStream_t s);
 
   size_t cached_plans() const { return plans_.size(); }
+  bool allow_tf32() const { return allow_tf32_; }
 
  private:
   struct Plan;
@@ -36,6 +38,7 @@ class Gemm {
 
   Plan* plan_for(const Key& key, const void* bias_ptr);
 
+  bool allow_tf32_ = false;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

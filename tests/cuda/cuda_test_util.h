@@ -61,7 +61,8 @@ class CudaVsCpu : public ::testing::Test {
   void SetUp() override {
     TRIDENT_SKIP_WITHOUT_GPU();
     cpu_ = make_cpu_backend();
-    gpu_ = make_cuda_backend(0);
+    // Plain fp32 GEMMs: the fp32 tolerances assume no TF32 (the product's default is TF32).
+    gpu_ = make_cuda_backend(0, {.allow_tf32 = false});
   }
 
   Backend& cpu() { return *cpu_; }

@@ -42,6 +42,29 @@ TEST(Params, InitIsIndependentOfTensorParallelSlicing) {
   }
 }
 
+// canonical_run is exactly the length of each run of consecutive canonical indices that
+// canonical_index produces (checked element by element for every parameter and TP rank).
+TEST(Params, CanonicalRunsMatchCanonicalIndex) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.num_attention_heads = 4;
+  for (int tp : {1, 2, 4}) {
+    for (const ParamSpec& s : gpt2_param_specs(cfg, tp)) {
+      const int64_t n = local_shape(s, tp).numel();
+      for (int r = 0; r < tp; ++r) {
+        for (int64_t i = 0; i < n;) {
+          const int64_t run = canonical_run(s, tp, i), g = canonical_index(s, tp, r, i);
+          ASSERT_GE(run, 1) << s.name;
+          ASSERT_LE(i + run, n) << s.name;
+          for (int64_t k = 1; k < run; ++k) ASSERT_EQ(canonical_index(s, tp, r, i + k), g + k) << s.name;
+          if (i + run < n && tp > 1 && s.shard != ShardRule::Replicated && s.shard != ShardRule::SplitRows)
+            ASSERT_NE(canonical_index(s, tp, r, i + run), g + run) << s.name << " run ends too early";
+          i += run;
+        }
+      }
+    }
+  }
+}
+
 TEST(Params, InitStatisticsFollowGpt2) {
   ModelConfig cfg = test::tiny_config();
   cfg.hidden_size = 64;

@@ -1,0 +1,127 @@
+#include "ckpt/offline_checkpoint.h"
+
+#include <map>
+
+#include "ckpt/canonical_slices.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "core/error.h"
+#include "model/param_spec.h"
+
+namespace trident {
+namespace fs = std::filesystem;
+namespace {
+
+bool stage_holds(const ParamSpec& s, int stage, const OfflineLayout& L) {
+  const bool first = stage == 0, last = stage == L.pp - 1;
+  if (s.layer >= 0) return s.layer >= L.stage_layers[stage].first && s.layer < L.stage_layers[stage].second;
+  if (s.name == "wte") return first || last;  // tied: both ends hold it
+  if (s.name == "wpe") return first;
+  return last;  // ln_f
+}
+
+// fp32 values -> bytes of `dtype` (F32, F16 or BF16).
+std::vector<char> encode(const std::vector<float>& v, StDType dtype) {
+  std::vector<char> out(v.size() * st_dtype_size(dtype));
+  if (dtype == StDType::F32) {
+    std::copy(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()), out.data());
+    return out;
+  }
+  uint16_t* h = reinterpret_cast<uint16_t*>(out.data());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = dtype == StDType::F16 ? float_to_half(v[i]) : float_to_bf16(v[i]);
+  return out;
+}
+
+// Removes the temporary directory unless released (the checkpoint was committed).
+struct TempDirGuard {
+  fs::path dir;
+  ~TempDirGuard() {
+    if (dir.empty()) return;
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+}  // namespace
+
+fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta, const OfflineLayout& L,
+                                  bool with_optimizer, const CanonicalTensorSource& source) {
+  const ModelConfig& cfg = meta.model;
+  if (L.tp < 1 || L.pp < 1) throw ConfigError("checkpoint layout: tp and pp must be positive");
+  if (static_cast<int>(L.stage_layers.size()) != L.pp)
+    throw ConfigError("checkpoint layout: " + std::to_string(L.stage_layers.size()) + " stage layer ranges for pp " +
+                      std::to_string(L.pp));
+  cfg.validate(L.tp);
+  const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, L.tp);
+  const StDType model_dtype = to_st_dtype(cfg.dtype);
+
+  const std::string token = make_save_token();
+  TempDirGuard guard;
+  guard.dir = create_temp_iteration_dir(root, meta.iteration, token);
+  const fs::path temp = guard.dir;
+  meta.layout = ParallelLayout{L.tp, L.pp, 1, 0};
+  meta.files.clear();
+  for (int stage = 0; stage < L.pp; ++stage) {
+    for (int tp_rank = 0; tp_rank < L.tp; ++tp_rank) {
+      const std::string rank_dir = rank_dir_name(tp_rank, stage, L.pp);
+      std::error_code ec;
+      fs::create_directories(temp / rank_dir, ec);
+      if (ec) throw IoError((temp / rank_dir).string() + ": cannot create directory: " + ec.message());
+      const std::map<std::string, std::string> file_meta = {{"tp", std::to_string(L.tp)},
+                                                             {"tp_rank", std::to_string(tp_rank)},
+                                                             {"pp_rank", std::to_string(stage)},
+                                                             {"dp_rank", "0"}};
+      std::vector<std::vector<char>> model_bytes, optim_bytes;
+      std::vector<StTensorRef> model_refs, optim_refs;
+      model_bytes.reserve(specs.size());
+      optim_bytes.reserve(3 * specs.size());
+      for (const ParamSpec& s : specs) {
+        if (!stage_holds(s, stage, L)) continue;
+        const std::vector<int64_t> local = shape_vec(local_shape(s, L.tp));
+        model_bytes.push_back(encode(extract_local_stored(s, L.tp, tp_rank, source(s.name, nullptr)), model_dtype));
+        model_refs.push_back(StTensorRef{s.name, model_dtype, local, model_bytes.back().data()});
+        if (!with_optimizer) continue;
+        const int64_t n = local_shape(s, L.tp).numel();
+        for (const char* state : kOptimizerStates) {
+          optim_bytes.push_back(encode(extract_local_stored(s, L.tp, tp_rank, source(s.name, state)), StDType::F32));
+          optim_refs.push_back(StTensorRef{optimizer_piece_key(s.name, state, 0), StDType::F32, {n},
+                                           optim_bytes.back().data()});
+        }
+      }
+      const std::string model_rel = rank_dir + "/model.safetensors";
+      const WrittenFile wm = write_safetensors((temp / model_rel).string(), model_refs, file_meta);
+      meta.files.push_back(FileRecord{model_rel, wm.size, wm.xxh3});
+      if (with_optimizer) {
+        const std::string optim_rel = rank_dir + "/" + optimizer_file_name(0);
+        const WrittenFile wo = write_safetensors((temp / optim_rel).string(), optim_refs, file_meta);
+        meta.files.push_back(FileRecord{optim_rel, wo.size, wo.xxh3});
+      }
+    }
+  }
+  write_metadata((temp / kMetadataFileName).string(), meta);
+  commit(root, meta.iteration, temp);
+  guard.dir.clear();
+  return iteration_dir(root, meta.iteration);
+}
+
+fs::path resolve_checkpoint_dir(const fs::path& load, std::optional<int64_t> iteration) {
+  std::error_code ec;
+  if (!fs::is_directory(load, ec)) throw ConfigError("--load: directory not found: " + load.string());
+  if (fs::exists(load / kMetadataFileName, ec)) {
+    if (iteration)
+      throw ConfigError("--iteration: --load " + load.string() + " is one checkpoint folder already; give its parent");
+    return load;
+  }
+  if (iteration) {
+    if (*iteration < 0) throw ConfigError("--iteration must not be negative");
+    const fs::path dir = iteration_dir(load, *iteration);
+    if (!fs::is_directory(dir, ec))
+      throw ConfigError("--iteration: no checkpoint of iteration " + std::to_string(*iteration) + " (" + dir.string() +
+                        " not found)");
+    return dir;
+  }
+  return iteration_dir(load, latest_iteration(load));
+}
+
+}  // namespace trident

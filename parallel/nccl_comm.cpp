@@ -1,0 +1,223 @@
+// NcclComm (see nccl_comm.h): NCCL collectives and point-to-point on a communication
+// stream ordered against the backend's compute stream by events; host buffers through the
+// group's host communicator (MpiComm, or LocalComm for a group of one).
+#include "parallel/nccl_comm.h"
+
+#include "core/error.h"
+
+#ifdef TRIDENT_HAVE_NCCL
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "parallel/mpi_comm.h"
+#endif
+
+namespace trident {
+
+#ifndef TRIDENT_HAVE_NCCL
+
+bool nccl_built() { return false; }
+
+std::unique_ptr<Comm> make_nccl_comm(std::unique_ptr<Comm>, int, void*) {
+  throw ConfigError("--comm nccl: this build has no NCCL (it needs CUDA, NCCL and MPI); use --comm mpi");
+}
+
+std::unique_ptr<Comm> make_nccl_comm(const std::vector<int>&, int, void*) {
+  throw ConfigError("--comm nccl: this build has no NCCL (it needs CUDA, NCCL and MPI); use --comm mpi");
+}
+
+#else
+
+namespace {
+
+// A failed NCCL or CUDA call cannot be recovered from and the other ranks would wait in
+// their collectives forever: name the call and end the whole job.
+[[noreturn]] void die(const char* what, const char* msg, const char* call, const char* file, int line) {
+  std::fprintf(stderr, "trident: %s error %s in %s at %s:%d (rank %d)\n", what, msg, call, file, line,
+               mpi_world_rank());
+  mpi_abort_job(3);
+}
+
+#define NCCL_CHECK(call)                                                          \
+  do {                                                                            \
+    const ncclResult_t trident_nr_ = (call);                                      \
+    if (trident_nr_ != ncclSuccess)                                               \
+      die("NCCL", ncclGetErrorString(trident_nr_), #call, __FILE__, __LINE__);    \
+  } while (0)
+
+#define NCCL_CUDA_CHECK(call)                                                     \
+  do {                                                                            \
+    const cudaError_t trident_ce_ = (call);                                       \
+    if (trident_ce_ != cudaSuccess)                                               \
+      die("CUDA", cudaGetErrorString(trident_ce_), #call, __FILE__, __LINE__);    \
+  } while (0)
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F16: return ncclFloat16;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I32: return ncclInt32;
+  }
+  throw InternalError("NcclComm: unsupported dtype");
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(std::unique_ptr<Comm> host, int device, cudaStream_t compute)
+      : host_(std::move(host)), device_(device), compute_(compute) {
+    activate();
+    // Group rank 0 makes the id; the group's MPI communicator carries it to the others.
+    ncclUniqueId id;
+    std::memset(&id, 0, sizeof(id));
+    if (host_->rank() == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    static_assert(sizeof(ncclUniqueId) % sizeof(int32_t) == 0, "ncclUniqueId size");
+    host_->broadcast(Tensor(&id, Shape{static_cast<int64_t>(sizeof(id) / sizeof(int32_t))}, DType::I32, Device::Cpu),
+                     0);
+    NCCL_CHECK(ncclCommInitRank(&comm_, host_->size(), id, host_->rank()));
+    NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
+    NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+  }
+
+  ~NcclComm() override {
+    // Best effort: at exit the CUDA context may already be gone, so errors are ignored.
+    if (cudaSetDevice(device_) == cudaSuccess && stream_) cudaStreamSynchronize(stream_);
+    if (comm_) ncclCommDestroy(comm_);
+    if (compute_ready_) cudaEventDestroy(compute_ready_);
+    if (comm_done_) cudaEventDestroy(comm_done_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+
+  void allreduce(const Tensor& t, ReduceOp op) override {
+    if (on_host(t)) return host_->allreduce(t, op);
+    if (t.numel() == 0) return;
+    Ordered o(*this);
+    NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype),
+                             op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_));
+  }
+
+  void allgather(const Tensor& in, const Tensor& out) override {
+    if (on_host(in, out)) return host_->allgather(in, out);
+    TRIDENT_CHECK(out.nbytes() == in.nbytes() * static_cast<size_t>(size()), "NcclComm allgather: out ",
+                  out.shape.str(), " is not ", size(), " x in ", in.shape.str());
+    if (in.nbytes() == 0) return;
+    // In place when `in` is this rank's block of `out`: NCCL detects sendbuff ==
+    // recvbuff + rank * sendcount itself, so the same call serves both cases.
+    Ordered o(*this);
+    NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
+  }
+
+  void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    if (on_host(in, out)) return host_->reduce_scatter(in, out);
+    TRIDENT_CHECK(in.numel() == out.numel() * size() && in.dtype == out.dtype, "NcclComm reduce_scatter: in ",
+                  in.shape.str(), " is not ", size(), " x out ", out.shape.str());
+    if (out.numel() == 0) return;
+    Ordered o(*this);
+    NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype), ncclSum,
+                                 comm_, stream_));
+  }
+
+  void broadcast(const Tensor& t, int root) override {
+    if (on_host(t)) return host_->broadcast(t, root);
+    if (t.nbytes() == 0) return;
+    Ordered o(*this);
+    NCCL_CHECK(ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, comm_, stream_));
+  }
+
+  void send(const Tensor& t, int peer) override {
+    if (on_host(t)) return host_->send(t, peer);
+    if (t.nbytes() == 0) return;
+    Ordered o(*this);
+    NCCL_CHECK(ncclSend(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
+  }
+
+  void recv(const Tensor& t, int peer) override {
+    if (on_host(t)) return host_->recv(t, peer);
+    if (t.nbytes() == 0) return;
+    Ordered o(*this);
+    NCCL_CHECK(ncclRecv(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
+  }
+
+  void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) override {
+    if (on_host(out, in)) return host_->sendrecv(out, send_peer, in, recv_peer);
+    Ordered o(*this);
+    // One group: NCCL posts both before waiting on either, so two neighbours that both
+    // send first do not deadlock.
+    NCCL_CHECK(ncclGroupStart());
+    if (out.nbytes() > 0) NCCL_CHECK(ncclSend(out.data, out.nbytes(), ncclUint8, send_peer, comm_, stream_));
+    if (in.nbytes() > 0) NCCL_CHECK(ncclRecv(in.data, in.nbytes(), ncclUint8, recv_peer, comm_, stream_));
+    NCCL_CHECK(ncclGroupEnd());
+  }
+
+  void barrier() override {
+    // Every device op queued so far has finished, then every rank has reached here.
+    activate();
+    NCCL_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    NCCL_CHECK(async);
+    host_->barrier();
+  }
+
+ private:
+  // Brackets one device op: the communication stream waits for the compute stream's work
+  // so far; on leaving, the compute stream waits for the op.
+  struct Ordered {
+    explicit Ordered(NcclComm& c) : c_(c) {
+      c_.activate();
+      NCCL_CUDA_CHECK(cudaEventRecord(c_.compute_ready_, c_.compute_));
+      NCCL_CUDA_CHECK(cudaStreamWaitEvent(c_.stream_, c_.compute_ready_, 0));
+    }
+    ~Ordered() {
+      NCCL_CUDA_CHECK(cudaEventRecord(c_.comm_done_, c_.stream_));
+      NCCL_CUDA_CHECK(cudaStreamWaitEvent(c_.compute_, c_.comm_done_, 0));
+    }
+    Ordered(const Ordered&) = delete;
+    Ordered& operator=(const Ordered&) = delete;
+    NcclComm& c_;
+  };
+
+  void activate() {
+    int cur = -1;
+    NCCL_CUDA_CHECK(cudaGetDevice(&cur));
+    if (cur != device_) NCCL_CUDA_CHECK(cudaSetDevice(device_));
+  }
+  // Both on the host (MpiComm's path) or both on the GPU (NCCL's); a mix is a bug.
+  static bool on_host(const Tensor& a) { return a.device == Device::Cpu; }
+  static bool on_host(const Tensor& a, const Tensor& b) {
+    TRIDENT_CHECK(a.device == b.device, "NcclComm: one buffer on the host and one on the GPU");
+    return a.device == Device::Cpu;
+  }
+
+  std::unique_ptr<Comm> host_;  // the group's host communicator (MpiComm or LocalComm)
+  int device_;
+  cudaStream_t compute_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr, comm_done_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace
+
+bool nccl_built() { return true; }
+
+std::unique_ptr<Comm> make_nccl_comm(std::unique_ptr<Comm> group, int device, void* compute_stream) {
+  if (!group) return nullptr;
+  TRIDENT_CHECK(device >= 0, "make_nccl_comm: no CUDA device (the backend is not CUDA)");
+  return std::make_unique<NcclComm>(std::move(group), device, static_cast<cudaStream_t>(compute_stream));
+}
+
+std::unique_ptr<Comm> make_nccl_comm(const std::vector<int>& world_ranks, int device, void* compute_stream) {
+  return make_nccl_comm(make_mpi_comm(world_ranks), device, compute_stream);  // collective over the world
+}
+
+#endif
+
+}  // namespace trident

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# trident-eval and trident-convert on bad input: every case exits 2 with exactly one line
+# "trident-<tool>: error: ..." naming the file or flag, and a failed conversion leaves nothing
+# under its final name. The checkpoint: gpt2-tiny with 4 layers, 2 iterations, one process.
+# Usage: checkpoint_tools_errors.sh TRAIN EVAL CONVERT REPO
+set -u
+train=$1
+eval_bin=$2
+convert=$3
+repo=$4
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --lr-warmup-iters 1 --train-iters 2
+      --eval-iters 1)
+if ! "$train" "${args[@]}" --save "$tmp/ck" >"$tmp/train.log" 2>&1; then
+  cat "$tmp/train.log"
+  exit 1
+fi
+expect_error() {  # expect_error TOOL TEXT-THAT-MUST-APPEAR COMMAND...
+  local tool=$1 text=$2
+  shift 2
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -ne 2 || $(wc -l <"$tmp/err") -ne 1 ]] || ! grep -qF -- "$text" "$tmp/err" ||
+      ! grep -q "^$tool: error: " "$tmp/err"; then
+    echo "FAIL: ${*:1:1} ... -> rc=$rc, stderr:"
+    cat "$tmp/err"
+    fails=$((fails + 1))
+  else
+    echo "ok: $(cat "$tmp/err")"
+  fi
+}
+nothing_under() {  # nothing_under DIR WHAT: a failed conversion left no file there
+  if [[ -e $1 && -n $(ls -A "$1") ]]; then
+    echo "FAIL: $2 left files in $1: $(ls -A "$1")"
+    fails=$((fails + 1))
+  else
+    echo "ok: $2 left nothing under $1"
+  fi
+}
+ckdir=$tmp/ck/iter_0000002
+model=$ckdir/mp_rank_00/model.safetensors
+optim=$ckdir/mp_rank_00/optim_dp0000.safetensors
+
+# Missing directories and iterations, unknown or incomplete flags.
+expect_error trident-eval "--load: directory not found: $tmp/nope" "$eval_bin" "${args[@]}" --load "$tmp/nope"
+expect_error trident-eval "--iteration: no checkpoint of iteration 7" "$eval_bin" "${args[@]}" --load "$tmp/ck" --iteration 7
+expect_error trident-eval "--load: required" "$eval_bin" "${args[@]}"
+expect_error trident-eval "--split-name: 'train'" "$eval_bin" "${args[@]}" --load "$tmp/ck" --split-name train
+expect_error trident-eval "--max-tokens needs --sequential" "$eval_bin" "${args[@]}" --load "$tmp/ck" --max-tokens 9
+expect_error trident-convert "--load: directory not found: $tmp/nope" "$convert" --load "$tmp/nope" --save "$tmp/out0"
+nothing_under "$tmp/out0" "a missing --load"
+expect_error trident-convert "latest_checkpointed_iteration.txt: missing" "$convert" --load "$tmp" --save "$tmp/out0"
+expect_error trident-convert "unknown flag --target-dp" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-dp 2
+expect_error trident-convert "--save: required" "$convert" --load "$tmp/ck"
+expect_error trident-convert "--to: 'onnx'" "$convert" --to onnx --load "$tmp/ck" --save "$tmp/out0"
+expect_error trident-convert "--target-tp 3" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-tp 3
+expect_error trident-convert "--target-pp (8)" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 8
+nothing_under "$tmp/out0" "an impossible layout"
+mkdir -p "$tmp/full" && touch "$tmp/full/keep"
+expect_error trident-convert "--save: $tmp/full already exists" "$convert" --to hf --load "$tmp/ck" --save "$tmp/full"
+
+# Another model shape: one line naming the flag that differs.
+expect_error trident-eval "--load: $ckdir is a model with --num-layers 4, this run has 2" \
+  "$eval_bin" "${args[@]}" --num-layers 2 --load "$tmp/ck"
+expect_error trident-eval "--load: $ckdir is a model with --hidden-size 64, this run has 128" \
+  "$eval_bin" "${args[@]}" --hidden-size 128 --load "$tmp/ck"
+
+# A release checkpoint has no optimizer state: trident-train needs --finetune / --no-load-optim.
+"$convert" --load "$tmp/ck" --save "$tmp/release" --no-optimizer >/dev/null
+expect_error trident-train "has no optimizer state (use --no-load-optim or --finetune)" \
+  "$train" "${args[@]}" --train-iters 3 --load "$tmp/release"
+expect_error trident-convert "has no optimizer state (add --no-optimizer)" \
+  "$convert" --load "$tmp/release" --save "$tmp/out1"
+nothing_under "$tmp/out1" "a conversion of a release checkpoint with optimizer state"
+
+# A flipped byte in a model file: the checksum error names the file.
+cp -r "$tmp/ck" "$tmp/ck_good"
+python3 - "$model" <<'EOF'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[len(b) - 100] ^= 0x01
+open(p, "wb").write(b)
+EOF
+expect_error trident-eval "$model: checksum mismatch" "$eval_bin" "${args[@]}" --load "$tmp/ck"
+expect_error trident-convert "$model: checksum mismatch" "$convert" --load "$tmp/ck" --save "$tmp/out2"
+nothing_under "$tmp/out2" "a corrupt model file"
+expect_error trident-convert "$model: checksum mismatch" "$convert" --to hf --load "$tmp/ck" --save "$tmp/hf_out"
+[[ -e $tmp/hf_out ]] && { echo "FAIL: a failed HF export left $tmp/hf_out"; fails=$((fails + 1)); }
+ls "$tmp" | grep -q '\.tmp-' && { echo "FAIL: temporaries left in $tmp: $(ls "$tmp")"; fails=$((fails + 1)); }
+
+# A truncated optimizer file.
+rm -rf "$tmp/ck" && cp -r "$tmp/ck_good" "$tmp/ck"
+truncate -s 1000 "$optim"
+expect_error trident-convert "$optim: truncated" "$convert" --load "$tmp/ck" --save "$tmp/out3"
+nothing_under "$tmp/out3" "a truncated optimizer file"
+expect_error trident-eval "$optim: truncated" "$eval_bin" "${args[@]}" --load "$tmp/ck"
+
+# A failure while converting: a tp2 checkpoint whose second rank's optimizer file is gone
+# (consistently from metadata.json too) is found incomplete only once the temporary
+# iteration directory exists; it goes away, and no iteration or pointer is committed.
+"$convert" --load "$tmp/ck_good" --save "$tmp/tp2" --target-tp 2 >/dev/null
+rm "$tmp/tp2/iter_0000002/mp_rank_01/optim_dp0000.safetensors"
+python3 - "$tmp/tp2/iter_0000002/metadata.json" <<'EOF2'
+import json, sys
+p = sys.argv[1]
+m = json.load(open(p))
+m["files"] = [f for f in m["files"] if f["path"] != "mp_rank_01/optim_dp0000.safetensors"]
+json.dump(m, open(p, "w"))
+EOF2
+expect_error trident-convert "is incomplete" "$convert" --load "$tmp/tp2" --save "$tmp/out5"
+nothing_under "$tmp/out5" "a conversion that failed while writing"
+
+# A garbled latest pointer.
+rm -rf "$tmp/ck" && cp -r "$tmp/ck_good" "$tmp/ck"
+printf 'x2' >"$tmp/ck/latest_checkpointed_iteration.txt"
+expect_error trident-eval "latest_checkpointed_iteration.txt: garbled" "$eval_bin" "${args[@]}" --load "$tmp/ck"
+
+# An HF folder with a misshapen tensor.
+"$convert" --to hf --load "$tmp/ck_good" --save "$tmp/hf" >/dev/null
+python3 - "$tmp/hf/config.json" <<'EOF'
+import json, sys
+p = sys.argv[1]
+c = json.load(open(p))
+c["n_embd"] = 128
+json.dump(c, open(p, "w"))
+EOF
+expect_error trident-convert "has shape [512, 64], expected [512, 128]" "$convert" --from hf --load "$tmp/hf" --save "$tmp/out4"
+nothing_under "$tmp/out4" "a misshapen HF folder"
+
+echo "bad-input cases failing: $fails"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Checkpoints: exact resume (20 iterations == 10, stop, --load, 10 more: every logged loss
+# and every final parameter bit-identical) on one process and at tp2 x pp2 x dp2 with
+# fp32/fp16 and ZeRO 0/1/2; a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4 gives the
+# losses the unchanged layout gives; a rank dying mid-save leaves the previous checkpoint
+# the latest and loadable; corrupt and truncated files are named.
+# Usage: checkpoint_resume.sh TRAIN_BINARY REPO
+set -euo pipefail
+train=$1
+repo=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 20 --log-interval 1
+      --lr-warmup-iters 2 --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1
+      --attention-dropout 0.1 --eval-interval 10 --eval-iters 1)
+losses() { grep -E '^ (iteration|validation loss at)' "$1" | sed -E 's/.*lm loss( value)?: ([0-9.E+-]+).*/\2/'; }
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+launch() {  # launch <np> <args...>: one process, or mpirun
+  local np=$1
+  shift
+  if [[ $np -eq 1 ]]; then "$train" "${args[@]}" "$@"; else
+    mpirun --oversubscribe -np "$np" --bind-to none "$train" "${args[@]}" "$@"; fi
+}
+
+# ---- exact resume -------------------------------------------------------------------------
+exact() {  # exact <tag> <np> <flags...>
+  local tag=$1 np=$2 d="$tmp/$1"
+  shift 2
+  mkdir -p "$d"
+  launch "$np" "$@" --save-canonical "$d/straight.st" >"$d/straight.log"
+  launch "$np" "$@" --save "$d/ckpt" --save-interval 10 --exit-interval 10 >"$d/first.log"
+  launch "$np" "$@" --load "$d/ckpt" --save-canonical "$d/resumed.st" >"$d/second.log"
+  grep -q "loaded checkpoint" "$d/second.log" || { fail "$tag: nothing loaded"; return; }
+  losses "$d/straight.log" >"$d/a.txt"
+  cat <(losses "$d/first.log") <(losses "$d/second.log") >"$d/b.txt"
+  if cmp -s "$d/a.txt" "$d/b.txt" && [[ $(wc -l <"$d/a.txt") -ge 20 ]]; then
+    echo "$tag: $(wc -l <"$d/a.txt") logged losses identical after resume"
+  else
+    fail "$tag: losses differ after resume"; paste "$d/a.txt" "$d/b.txt"
+  fi
+  python3 "$repo/tests/mpi/compare_params.py" "$d/straight.st" "$d/resumed.st" 0 "$tag" || fail "$tag: parameters"
+}
+exact "fp32, one process" 1
+exact "fp16, one process" 1 --fp16 --initial-loss-scale 4096
+exact "fp32, tp2 pp2 dp2 zero 1" 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1
+exact "fp16, tp2 pp2 dp2 zero 2" 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 2 \
+  --fp16 --initial-loss-scale 4096
+exact "bf16, tp1 pp2 dp2 zero 0" 4 --pipeline-model-parallel-size 2 --bf16
+
+# ---- any layout -------------------------------------------------------------------------
+d="$tmp/layouts"
+mkdir -p "$d"
+launch 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1 --save "$d/ckpt" \
+  --save-interval 10 --exit-interval 10 >"$d/first.log"
+launch 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1 --load "$d/ckpt" \
+  >"$d/same.log"
+losses "$d/same.log" >"$d/same.txt"
+for layout in 1:1:1 4:1:4 1:4:4 2:1:2:2; do
+  IFS=: read -r tp pp np zero <<<"$layout"
+  launch "$np" --tensor-model-parallel-size "$tp" --pipeline-model-parallel-size "$pp" --zero-stage "${zero:-0}" \
+    --load "$d/ckpt" >"$d/other.log"
+  losses "$d/other.log" >"$d/other.txt"
+  paste "$d/same.txt" "$d/other.txt" | awk -v tag="tp2 pp2 checkpoint continued at tp$tp pp$pp ($np ranks)" '
+    { x = ($1 - $2) / $1; if (x < 0) x = -x; if (x > m) m = x; n++ }
+    END { printf "%s: %d losses, max relative difference %.2e\n", tag, n, m; exit !(n >= 10 && m <= 1e-5) }' ||
+    fail "layout tp$tp pp$pp"
+done
+
+# ---- a rank dies while saving -------------------------------------------------------------
+d="$tmp/crash"
+mkdir -p "$d"
+launch 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --save "$d/ckpt" --save-interval 10 \
+  --exit-interval 10 >/dev/null
+if TRIDENT_TEST_CRASH_IN_SAVE=3 launch 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --load "$d/ckpt" --save "$d/ckpt" --save-interval 10 >"$d/crash.log" 2>&1; then
+  fail "crash: the job did not fail"
+fi
+latest=$(cat "$d/ckpt/latest_checkpointed_iteration.txt")
+[[ $latest == 10 && ! -e $d/ckpt/iter_0000020 ]] || fail "crash: latest is '$latest'"
+launch 1 --load "$d/ckpt" --train-iters 12 >"$d/after.log" && grep -q "loaded checkpoint.*iteration 10" "$d/after.log" \
+  && echo "crash during save: latest is still iteration 10 and it loads" || fail "crash: old checkpoint unusable"
+
+# ---- corrupt and truncated files ----------------------------------------------------------
+expect_error() {  # expect_error <tag> <pattern> : the load must fail with one line naming the file
+  local tag=$1 pattern=$2
+  if launch 1 --load "$d/bad" --train-iters 12 >"$d/bad.out" 2>"$d/bad.err"; then fail "$tag: loaded"; return; fi
+  if grep -q "$pattern" "$d/bad.err" && [[ $(wc -l <"$d/bad.err") -eq 1 ]]; then
+    echo "$tag: $(cat "$d/bad.err")"
+  else
+    fail "$tag"; cat "$d/bad.err"
+  fi
+}
+rm -rf "$d/bad" && cp -r "$d/ckpt" "$d/bad"
+model=$(ls "$d"/bad/iter_0000010/mp_rank_01_001/model.safetensors)
+printf '\x55' | dd of="$model" bs=1 seek=$(($(stat -c %s "$model") - 5)) conv=notrunc 2>/dev/null
+expect_error "flipped byte" "mp_rank_01_001/model.safetensors.*checksum"
+rm -rf "$d/bad" && cp -r "$d/ckpt" "$d/bad"
+truncate -s -100 "$d"/bad/iter_0000010/mp_rank_00_000/optim_dp0000.safetensors
+expect_error "truncated file" "mp_rank_00_000/optim_dp0000.safetensors"
+rm -rf "$d/bad" && cp -r "$d/ckpt" "$d/bad"
+if launch 1 --load "$d/bad" --hidden-size 128 --train-iters 12 >"$d/bad.out" 2>"$d/bad.err"; then
+  fail "other model shape loaded"
+else
+  grep -q "hidden-size" "$d/bad.err" && echo "other shape: $(cat "$d/bad.err")" || fail "other shape message"
+fi
+if launch 1 --load "$d/nowhere" >"$d/bad.out" 2>"$d/bad.err"; then fail "missing directory loaded"; else
+  echo "missing directory: $(cat "$d/bad.err")"; fi
+[[ $fails -eq 0 ]]

@@ -1,0 +1,338 @@
+// trident-bench --kernels (see bench_kernels.h).
+//
+// Method (the device README's METHOD.md): random inputs, never zeros; warm-up calls
+// first; each op timed with CUDA events on the backend's compute stream over a batch of
+// calls, three batches, the median batch reported. Inputs are several times the 60 MB L2
+// so the memory-bound ops measure device memory. Each row's work is counted as the fewest
+// bytes the op must move (every input read once, every output written once, "+="
+// outputs read and written) or, for GEMM and attention, its arithmetic:
+//   GEMM 2*M*N*K; causal attention forward 4*B*H*T*T*D/2 and backward 2.5x that
+//   (flash-attention's convention), so forward+backward is 3.5x the forward.
+// The "of peak" column compares with the ceilings measured at the start of the same run:
+// a 1 GiB device-to-device copy (bytes read + written) and an 8192^3 bf16 GEMM.
+#include "tools/bench_kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/dtype.h"
+#include "kernels/backends.h"
+
+#ifdef TRIDENT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace trident {
+
+#ifndef TRIDENT_HAVE_CUDA
+
+int run_kernel_bench(const KernelBenchOptions&) {
+  std::printf("trident-bench: no GPU: this build has no CUDA backend; kernel benchmarks skipped\n");
+  return 0;
+}
+
+#else
+
+namespace {
+
+#define BENCH_CUDA_CHECK(call)                                                                          \
+  do {                                                                                                  \
+    const cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) {                                                                            \
+      std::fprintf(stderr, "trident-bench: CUDA error %s in %s (%s:%d)\n", cudaGetErrorString(e_), #call, \
+                   __FILE__, __LINE__);                                                                 \
+      std::abort();                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+class Timer {
+ public:
+  explicit Timer(cudaStream_t s) : s_(s) {
+    BENCH_CUDA_CHECK(cudaEventCreate(&a_));
+    BENCH_CUDA_CHECK(cudaEventCreate(&b_));
+  }
+  ~Timer() {
+    cudaEventDestroy(a_);
+    cudaEventDestroy(b_);
+  }
+  // Median over `reps` batches of milliseconds per call; `calls` calls per batch.
+  double ms(const std::function<void()>& f, int calls, int reps = 3, int warmup = 2) {
+    for (int i = 0; i < warmup; ++i) f();
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+      BENCH_CUDA_CHECK(cudaEventRecord(a_, s_));
+      for (int i = 0; i < calls; ++i) f();
+      BENCH_CUDA_CHECK(cudaEventRecord(b_, s_));
+      BENCH_CUDA_CHECK(cudaEventSynchronize(b_));
+      float e = 0;
+      BENCH_CUDA_CHECK(cudaEventElapsedTime(&e, a_, b_));
+      t.push_back(static_cast<double>(e) / calls);
+    }
+    BENCH_CUDA_CHECK(cudaGetLastError());
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+
+ private:
+  cudaStream_t s_;
+  cudaEvent_t a_ = nullptr, b_ = nullptr;
+};
+
+// Random values in [lo, hi) (or ints in [0, int_hi)) uploaded in chunks: a host block of
+// at most 4M elements, tiled over the tensor with a different offset per chunk.
+void randomize(Backend& be, const Tensor& t, float lo = -1.f, float hi = 1.f, int32_t int_hi = 0) {
+  std::mt19937 rng(12345u + static_cast<unsigned>(t.numel()));
+  const int64_t n = t.numel(), block = std::min<int64_t>(n, int64_t{1} << 22);
+  const size_t es = dtype_size(t.dtype);
+  std::vector<unsigned char> host(static_cast<size_t>(block + 1024) * es);
+  if (t.dtype == DType::I32) {
+    std::uniform_int_distribution<int32_t> d(0, std::max(int_hi, 1) - 1);
+    for (int64_t i = 0; i < block + 1024; ++i) reinterpret_cast<int32_t*>(host.data())[i] = d(rng);
+  } else {
+    std::uniform_real_distribution<float> d(lo, hi);
+    for (int64_t i = 0; i < block + 1024; ++i) store_from_float(host.data(), t.dtype, i, d(rng));
+  }
+  for (int64_t off = 0, k = 0; off < n; off += block, ++k) {
+    const int64_t len = std::min(block, n - off);
+    const Tensor dst(static_cast<char*>(t.data) + off * es, Shape{len}, t.dtype, t.device);
+    be.copy_from_host(dst, host.data() + static_cast<size_t>((k * 61) % 1024) * es);
+  }
+}
+
+struct Row {
+  std::string name, shape;
+  double ms = 0;
+  double work = 0;   // bytes or FLOPs per call
+  bool flops = false;
+  std::string error;  // not empty: the op threw
+};
+
+class Bench {
+ public:
+  Bench(Backend& be, cudaStream_t s, bool quick) : be_(be), timer_(s), quick_(quick) {}
+
+  Buffer rnd(Shape s, DType t, float lo = -1.f, float hi = 1.f) {
+    Buffer b = be_.empty(s, t);
+    randomize(be_, b, lo, hi);
+    return b;
+  }
+  Buffer ints(Shape s, int32_t hi) {
+    Buffer b = be_.empty(s, DType::I32);
+    randomize(be_, b, 0, 0, hi);
+    return b;
+  }
+  void add(const std::string& name, const std::string& shape, double work, bool flops,
+           const std::function<void()>& f, int calls) {
+    // A failing op (a shape check, say) costs its row only, not the table.
+    Row r{name, shape, 0, work, flops, ""};
+    try {
+      r.ms = timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
+      be_.synchronize();
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    rows_.push_back(r);
+  }
+  std::vector<Row>& rows() { return rows_; }
+  Backend& be() { return be_; }
+  bool quick() const { return quick_; }
+
+ private:
+  Backend& be_;
+  Timer timer_;
+  bool quick_;
+  std::vector<Row> rows_;
+};
+
+std::string dims(std::initializer_list<int64_t> d) {
+  std::string s;
+  for (int64_t v : d) {
+    if (!s.empty()) s.push_back('x');
+    s.append(std::to_string(v));
+  }
+  return s;
+}
+
+double rate(const Row& r) { return r.work / (r.ms * 1e-3) / (r.flops ? 1e12 : 1e9); }
+
+}  // namespace
+
+int run_kernel_bench(const KernelBenchOptions& opt) {
+  if (!cuda_available()) {
+    std::printf("trident-bench: no GPU visible; kernel benchmarks skipped\n");
+    return 0;
+  }
+  auto backend = make_backend("cuda");
+  const CudaStreamRef ref = cuda_stream_of(*backend);
+  TRIDENT_CHECK(ref.valid(), "trident-bench: the CUDA backend has no stream");
+  Backend& be = *backend;
+  const cudaStream_t stream = static_cast<cudaStream_t>(ref.stream);
+  Bench b(be, stream, opt.quick);
+  const bool q = opt.quick;
+  const DType bf = DType::BF16;
+  std::printf("trident-bench --kernels on %s%s\n", be.name().c_str(), q ? " (quick: small inputs)" : "");
+
+  // ---- ceilings: device copy (bandwidth) and a large bf16 GEMM (FLOP/s) ----------------
+  {
+    const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // f32: 1 GiB
+    Buffer src = b.rnd(Shape{n}, DType::F32), dst = be.empty(Shape{n}, DType::F32);
+    b.add("peak: device copy", dims({n}) + " f32", 2.0 * n * 4, false, [&] { be.copy(dst, src); }, 20);
+  }
+  auto gemm = [&](const std::string& name, int64_t M, int64_t N, int64_t K, DType t, Backend& on, int calls) {
+    Buffer a = b.rnd(Shape{M, K}, t), w = b.rnd(Shape{N, K}, t), out = on.empty(Shape{M, N}, t);
+    b.add(name, dims({M, N, K}) + " " + dtype_name(t), 2.0 * M * N * K, true,
+          [&] { on.matmul(out, a, w, Tensor(), false, true, false); }, calls);
+  };
+  const int64_t G = q ? 1024 : 8192;
+  gemm("peak: GEMM bf16", G, G, G, bf, be, 20);
+  const size_t peak_rows = b.rows().size();
+  gemm("GEMM fp16", G, G, G, DType::F16, be, 20);
+  gemm("GEMM fp32 (TF32)", G, G, G, DType::F32, be, 10);
+  {
+    auto plain = make_cuda_backend(ref.device, {.allow_tf32 = false});
+    Buffer a = b.rnd(Shape{G / 2, G / 2}, DType::F32), w = b.rnd(Shape{G / 2, G / 2}, DType::F32);
+    Buffer out = plain->empty(Shape{G / 2, G / 2}, DType::F32);
+    // The operands live on `be`'s allocator: same device, so the plain backend can read them.
+    const cudaStream_t ps = static_cast<cudaStream_t>(cuda_stream_of(*plain).stream);
+    Timer t(ps);
+    const double ms = t.ms([&] { plain->matmul(out, a, w, Tensor(), false, true, false); }, q ? 2 : 5, q ? 1 : 3);
+    plain->synchronize();
+    out.reset();
+    b.rows().push_back({"GEMM fp32 (no TF32)", dims({G / 2, G / 2, G / 2}) + " f32", ms,
+                        2.0 * (G / 2) * (G / 2) * (G / 2), true, ""});
+  }
+
+  // GPT-2 1.3B shapes: 8 x 1024 tokens, hidden 2048, vocabulary 50304 (padded).
+  const int64_t tok = q ? 1024 : 8192, C = q ? 512 : 2048, V = q ? 4096 : 50304;
+  gemm("GEMM qkv (1.3b)", tok, 3 * C, C, bf, be, 20);
+  gemm("GEMM mlp up (1.3b)", tok, 4 * C, C, bf, be, 20);
+  gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
+
+  // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
+  const int64_t rows = q ? 4096 : 32768;
+  const double act = static_cast<double>(rows) * C * 2;  // bytes of one [rows, C] bf16 tensor
+  {
+    Buffer x = b.rnd(Shape{rows, C}, bf), out = be.empty(Shape{rows, C}, bf);
+    Buffer g = b.rnd(Shape{C}, bf, 0.5f, 1.5f), beta = b.rnd(Shape{C}, bf);
+    Buffer mean = be.empty(Shape{rows}, DType::F32), rstd = be.empty(Shape{rows}, DType::F32);
+    b.add("layernorm fwd", dims({rows, C}) + " bf16", 2 * act + 8.0 * rows, false,
+          [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); }, 20);
+    Buffer dout = b.rnd(Shape{rows, C}, bf), dx = b.rnd(Shape{rows, C}, bf);
+    Buffer dg = be.zeros(Shape{C}, DType::F32), db = be.zeros(Shape{C}, DType::F32);
+    // dout, x read; dx += (read and written); mean, rstd read.
+    b.add("layernorm bwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
+          [&] { be.layernorm_backward(dout, x, g, mean, rstd, dx, dg, db); }, 20);
+  }
+  {
+    const int64_t n = rows * 4 * C;
+    Buffer x = b.rnd(Shape{rows, 4 * C}, bf), out = be.empty(Shape{rows, 4 * C}, bf);
+    b.add("gelu fwd", dims({rows, 4 * C}) + " bf16", 2.0 * n * 2, false, [&] { be.gelu_forward(x, out); }, 20);
+    Buffer dout = b.rnd(Shape{rows, 4 * C}, bf);
+    b.add("gelu bwd", dims({rows, 4 * C}) + " bf16", 3.0 * n * 2, false,
+          [&] { be.gelu_backward(dout, x, out); }, 20);
+  }
+  {
+    const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // 268M parameters
+    Buffer master = b.rnd(Shape{n}, DType::F32, -0.05f, 0.05f), grad = b.rnd(Shape{n}, bf, -1e-3f, 1e-3f);
+    Buffer m = b.rnd(Shape{n}, DType::F32, -1e-4f, 1e-4f), v = b.rnd(Shape{n}, DType::F32, 0.f, 1e-6f);
+    Buffer p = be.empty(Shape{n}, bf);
+    AdamWArgs a;
+    a.master = master;
+    a.grad = grad;
+    a.m = m;
+    a.v = v;
+    a.model_param = p;
+    a.lr = 1e-4f;
+    a.weight_decay = 0.1f;
+    a.step = 10;
+    // master, m, v read and written (24 bytes), bf16 grad read (2), bf16 param written (2).
+    b.add("adamw", dims({n}) + " f32 state, bf16 grad", 28.0 * n, false, [&] { be.adamw(a); }, 10);
+  }
+  {
+    const int64_t N = q ? 1024 : 16384;
+    Buffer logits = b.rnd(Shape{N, V}, bf, -4.f, 4.f), targets = b.ints(Shape{N}, static_cast<int32_t>(V - 47));
+    Buffer mx = be.empty(Shape{N}, DType::F32), tl = be.empty(Shape{N}, DType::F32);
+    Buffer se = be.empty(Shape{N}, DType::F32), loss = be.empty(Shape{N}, DType::F32);
+    Buffer corr = be.empty(Shape{N}, DType::F32);
+    const int64_t valid = V - 47;  // 50257 real tokens in the padded 50304
+    // Three passes: stats and sum-exp read the logits, loss+grad reads and overwrites them.
+    b.add("cross-entropy (3 phases)", dims({N, V}) + " bf16", 4.0 * N * V * 2, false,
+          [&] {
+            be.xent_stats(logits, targets, 0, valid, mx, tl);
+            be.xent_sumexp(logits, valid, mx, se);
+            be.xent_loss_grad(logits, targets, 0, valid, mx, se, tl, loss, corr, 1.0f / N);
+          },
+          10);
+  }
+  {
+    const int T = 1024;
+    const int64_t N = rows;
+    Buffer tokens = b.ints(Shape{N}, static_cast<int32_t>(V - 47));
+    Buffer wte = b.rnd(Shape{V, C}, bf, -0.05f, 0.05f), wpe = b.rnd(Shape{T, C}, bf, -0.05f, 0.05f);
+    Buffer out = be.empty(Shape{N, C}, bf);
+    // wte rows and wpe rows read, out written (wpe is small and re-read from cache).
+    b.add("embedding fwd", dims({N, C}) + " bf16", 2 * act + static_cast<double>(T) * C * 2, false,
+          [&] { be.embedding_forward(tokens, wte, 0, wpe, T, out); }, 20);
+    Buffer dout = b.rnd(Shape{N, C}, bf, -1e-3f, 1e-3f);
+    Buffer dwte = be.zeros(Shape{V, C}, DType::F32), dwpe = be.zeros(Shape{T, C}, DType::F32);
+    // dout read; touched dwte rows (f32) read and written; dwpe read and written.
+    b.add("embedding bwd", dims({N, C}) + " bf16, f32 grads",
+          act + 2.0 * N * C * 4 + 2.0 * T * C * 4, false,
+          [&] { be.embedding_backward(dout, tokens, 0, T, dwte, dwpe); }, 10);
+  }
+
+  // ---- attention, head dim 64, causal --------------------------------------------------
+  {
+    AttentionShape s;
+    s.B = q ? 2 : 16;
+    s.T = q ? 256 : 1024;
+    s.H = q ? 4 : 32;
+    s.D = 64;
+    char shp_buf[64];
+    std::snprintf(shp_buf, sizeof(shp_buf), "B%d T%d H%d D64 bf16", s.B, s.T, s.H);
+    const std::string shp = shp_buf;
+    Buffer qkv = b.rnd(Shape{s.B, s.T, 3, s.H, s.D}, bf), out = be.empty(Shape{s.B, s.T, s.H, s.D}, bf);
+    Buffer lse = be.empty(Shape{s.B, s.H, s.T}, DType::F32);
+    Buffer dout = b.rnd(Shape{s.B, s.T, s.H, s.D}, bf), dqkv = be.empty(Shape{s.B, s.T, 3, s.H, s.D}, bf);
+    const DropoutKey nodrop;
+    const double fwd = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D / 2;
+    b.add("attention fwd (causal)", shp, fwd, true, [&] { be.attention_forward(qkv, out, lse, s, nodrop); }, 20);
+    b.add("attention bwd (causal)", shp, 2.5 * fwd, true,
+          [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); }, 10);
+    const Row& f = b.rows()[b.rows().size() - 2];
+    const Row& g = b.rows().back();
+    b.rows().push_back({"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error});
+  }
+
+  // ---- the table --------------------------------------------------------------------------
+  const double peak_bw = rate(b.rows()[0]), peak_fl = rate(b.rows()[peak_rows - 1]);
+  std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
+  for (const Row& r : b.rows()) {
+    if (!r.error.empty() || r.ms <= 0) {
+      std::printf("%-28s %-34s FAILED: %s\n", r.name.c_str(), r.shape.c_str(), r.error.c_str());
+      continue;
+    }
+    const double v = rate(r);
+    char achieved[32];
+    std::snprintf(achieved, sizeof(achieved), r.flops ? "%.1f TF/s" : "%.0f GB/s", v);
+    std::printf("%-28s %-34s %10.4f %12s %8.1f%%\n", r.name.c_str(), r.shape.c_str(), r.ms, achieved,
+                100.0 * v / (r.flops ? peak_fl : peak_bw));
+  }
+  std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n", peak_bw,
+              peak_fl);
+  return 0;
+}
+
+#endif
+
+}  // namespace trident

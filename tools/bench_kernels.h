@@ -1,0 +1,15 @@
+// trident-bench --kernels: each Backend op of the CUDA backend timed on GPU-sized inputs
+// with CUDA events, against the ceilings measured in the same run (a device-to-device copy
+// for bandwidth, a large bf16 cuBLASLt GEMM for FLOP/s). Prints "no GPU" and returns 0
+// when no GPU is visible or the build has no CUDA backend.
+#pragma once
+
+namespace trident {
+
+struct KernelBenchOptions {
+  bool quick = false;  // smaller inputs and fewer repetitions (a smoke test)
+};
+
+int run_kernel_bench(const KernelBenchOptions& opt);
+
+}  // namespace trident

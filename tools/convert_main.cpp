@@ -1,0 +1,248 @@
+// trident-convert: checkpoint conversion on one process (no MPI, no model, no backend).
+//
+//   trident-convert --load DIR --save OUT [--iteration N] [--target-tp T] [--target-pp P] [--no-optimizer]
+//       a checkpoint written under any layout -> OUT/iter_NNNNNNN at tp T x pp P (default 1 x 1),
+//       dp 1, zero 0, with its optimizer state (unless --no-optimizer: a release checkpoint);
+//   trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]
+//       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
+//   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]
+//       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
+//       trident-train --load OUT --finetune, or --no-load-optim).
+// Every output appears atomically under its final name (a checkpoint through the
+// iter_NNNNNNN.tmp-* protocol, an HF folder renamed from OUT.tmp-*); an error prints one line
+// naming the file or flag and exits 2, leaving nothing under the final name.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "ckpt/atomic_file.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/hf_gpt2.h"
+#include "ckpt/offline_checkpoint.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "core/error.h"
+#include "parallel/pipeline_schedule.h"
+#include "tool_main.h"
+
+namespace trident {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "Usage:\n"
+    "  trident-convert --load DIR --save OUT [--iteration N] [--target-tp T] [--target-pp P] [--no-optimizer]\n"
+    "      consolidate or reshard a trident checkpoint (any layout) to tp T x pp P (default 1 x 1), dp 1\n"
+    "  trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]\n"
+    "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
+    "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
+    "                  [--make-vocab-size-divisible-by N]\n"
+    "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
+    "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N.\n";
+
+struct ConvertFlags {
+  std::string load, save, to, from, dtype;
+  std::optional<int64_t> iteration;
+  int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
+  bool no_optimizer = false, help = false;
+  std::map<std::string, bool> given;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& v) {
+  try {
+    size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError("--" + flag + ": cannot parse '" + v + "' as an integer");
+}
+
+ConvertFlags parse_flags(int argc, char** argv) {
+  ConvertFlags f;
+  const std::map<std::string, bool> known = {  // name -> takes a value
+      {"load", true},      {"save", true},         {"iteration", true}, {"target-tp", true},
+      {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
+      {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"help", false}};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (const size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto it = known.find(name);
+    if (it == known.end()) throw ConfigError("unknown flag --" + name + " (see --help)");
+    if (f.given[name]) throw ConfigError("--" + name + " given twice");
+    f.given[name] = true;
+    if (!it->second) {
+      if (has_value) throw ConfigError("--" + name + " takes no value");
+      if (name == "help") f.help = true;
+      if (name == "no-optimizer") f.no_optimizer = true;
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) throw ConfigError("--" + name + ": expected a value");
+      value = argv[++i];
+    }
+    if (value.empty()) throw ConfigError("--" + name + ": expected a value");
+    if (name == "load") f.load = value;
+    else if (name == "save") f.save = value;
+    else if (name == "to") f.to = value;
+    else if (name == "from") f.from = value;
+    else if (name == "dtype") f.dtype = value;
+    else if (name == "iteration") f.iteration = parse_int(name, value);
+    else if (name == "target-tp") f.target_tp = static_cast<int>(parse_int(name, value));
+    else if (name == "target-pp") f.target_pp = static_cast<int>(parse_int(name, value));
+    else if (name == "make-vocab-size-divisible-by") f.vocab_divisible_by = static_cast<int>(parse_int(name, value));
+  }
+  if (f.help) return f;
+  if (f.load.empty()) throw ConfigError("--load: required (the checkpoint to convert)");
+  if (f.save.empty()) throw ConfigError("--save: required (where to write)");
+  if (!f.to.empty() && f.to != "hf") throw ConfigError("--to: '" + f.to + "' is not a known format (hf)");
+  if (!f.from.empty() && f.from != "hf") throw ConfigError("--from: '" + f.from + "' is not a known format (hf)");
+  if (!f.to.empty() && !f.from.empty()) throw ConfigError("--to and --from are mutually exclusive");
+  if (f.target_tp < 1) throw ConfigError("--target-tp must be positive");
+  if (f.target_pp < 1) throw ConfigError("--target-pp must be positive");
+  if (f.vocab_divisible_by < 1) throw ConfigError("--make-vocab-size-divisible-by must be positive");
+  if (!f.to.empty())
+    for (const char* g : {"target-tp", "target-pp", "no-optimizer"})
+      if (f.given[g]) throw ConfigError(std::string("--") + g + " does not apply to --to hf");
+  if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf only");
+  if (f.given["make-vocab-size-divisible-by"] && f.from.empty())
+    throw ConfigError("--make-vocab-size-divisible-by applies to --from hf only (a checkpoint keeps its own)");
+  if (!f.from.empty() && f.iteration) throw ConfigError("--iteration does not apply to --from hf");
+  std::error_code ec;
+  if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
+    throw ConfigError("--save: must not be the --load directory (" + f.save + ")");
+  return f;
+}
+
+OfflineLayout target_layout(const ModelConfig& cfg, int tp, int pp) {
+  try {
+    cfg.validate(tp);
+  } catch (const ConfigError& e) {
+    throw ConfigError("--target-tp " + std::to_string(tp) + ": " + e.what());
+  }
+  if (pp > cfg.num_layers)
+    throw ConfigError("--target-pp (" + std::to_string(pp) + ") must not exceed the model's " +
+                      std::to_string(cfg.num_layers) + " layers");
+  OfflineLayout L;
+  L.tp = tp;
+  L.pp = pp;
+  for (int s = 0; s < pp; ++s) {
+    const LayerRange r = pipeline_layer_range(cfg.num_layers, pp, s);
+    L.stage_layers.emplace_back(r.begin, r.end);
+  }
+  return L;
+}
+
+std::string layout_str(const ParallelLayout& L) {
+  return "tp " + std::to_string(L.tp) + " x pp " + std::to_string(L.pp) + " x dp " + std::to_string(L.dp) +
+         ", zero " + std::to_string(L.zero_stage);
+}
+
+// A trident checkpoint -> a trident checkpoint at another layout.
+int convert_checkpoint(const ConvertFlags& f) {
+  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration);
+  ShardedCheckpointReader ckpt(dir);
+  const CheckpointMetadata& m = ckpt.metadata();
+  const bool with_optimizer = !f.no_optimizer;
+  if (with_optimizer && !ckpt.has_optimizer_state())
+    throw ConfigError("--load: " + dir.string() + " has no optimizer state (add --no-optimizer)");
+  const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
+  const fs::path out = write_offline_checkpoint(f.save, m, L, with_optimizer, [&](const std::string& name, const char* state) {
+    return state ? ckpt.optimizer_tensor(name, state) : ckpt.model_tensor(name);
+  });
+  std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ", " << layout_str(m.layout)
+            << ") -> " << out.string() << " (" << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", "
+            << (with_optimizer ? "with" : "without") << " optimizer state)" << std::endl;
+  return 0;
+}
+
+// A trident checkpoint -> a Hugging Face folder, written as OUT.tmp-* and renamed.
+int export_hf(const ConvertFlags& f) {
+  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration);
+  ShardedCheckpointReader ckpt(dir);
+  const ModelConfig& cfg = ckpt.metadata().model;
+  StDType dtype = to_st_dtype(cfg.dtype);
+  if (!f.dtype.empty()) {
+    if (f.dtype == "fp32") dtype = StDType::F32;
+    else if (f.dtype == "fp16") dtype = StDType::F16;
+    else if (f.dtype == "bf16") dtype = StDType::BF16;
+    else throw ConfigError("--dtype: '" + f.dtype + "' is not fp32, fp16 or bf16");
+  }
+  const fs::path out = fs::path(f.save).lexically_normal();
+  const fs::path final_dir = out.filename().empty() ? out.parent_path() : out;
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(final_dir, ec))) {
+    if (!fs::is_directory(final_dir, ec) || !fs::is_empty(final_dir, ec))
+      throw ConfigError("--save: " + final_dir.string() + " already exists and is not an empty directory");
+  }
+  TensorMap canonical;
+  for (const ParamSpec& s : ckpt.specs())
+    canonical[s.name] = HostTensor{shape_vec(stored_shape(s)), ckpt.model_tensor(s.name)};
+  const fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
+  fs::create_directories(parent, ec);
+  if (ec) throw IoError(parent.string() + ": cannot create directory: " + ec.message());
+  const fs::path temp = parent / (final_dir.filename().string() + ".tmp-" + make_save_token());
+  try {
+    export_hf_gpt2(temp.string(), cfg, canonical, dtype);
+    fsync_dir(temp.string());
+    if (fs::exists(final_dir, ec)) fs::remove(final_dir, ec);  // the empty directory checked above
+    if (::rename(temp.c_str(), final_dir.c_str()) != 0)
+      throw IoError(final_dir.string() + ": cannot rename " + temp.string() + " to it: " + std::strerror(errno));
+    fsync_dir(parent.string());
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
+  std::cout << "trident-convert: " << dir.string() << " (iteration " << ckpt.metadata().iteration
+            << ") -> Hugging Face GPT2LMHeadModel " << final_dir.string() << " (" << st_dtype_name(dtype) << ")"
+            << std::endl;
+  return 0;
+}
+
+// A Hugging Face folder -> a trident checkpoint at iteration 0 without optimizer state.
+int import_hf(const ConvertFlags& f) {
+  std::error_code ec;
+  if (!fs::is_directory(f.load, ec)) throw ConfigError("--load: directory not found: " + f.load);
+  HfGpt2Model hf = import_hf_gpt2(f.load, f.vocab_divisible_by);
+  CheckpointMetadata m;
+  m.model = hf.config;
+  m.iteration = 0;
+  m.consumed_samples = 0;
+  m.trainer_state = {{"imported_from", "hf"}};
+  const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
+  const fs::path out = write_offline_checkpoint(f.save, m, L, false, [&](const std::string& name, const char* state) {
+    if (state) throw InternalError("import has no optimizer state");
+    return hf.tensors.at(name).data;
+  });
+  std::cout << "trident-convert: Hugging Face " << f.load << " (" << m.model.num_layers << " layers, hidden "
+            << m.model.hidden_size << ", vocab " << m.model.vocab_size << ") -> " << out.string() << " ("
+            << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", without optimizer state)" << std::endl;
+  return 0;
+}
+
+}  // namespace
+}  // namespace trident
+
+int main(int argc, char** argv) {
+  return trident::run_tool("trident-convert", [&] {
+    const trident::ConvertFlags f = trident::parse_flags(argc, argv);
+    if (f.help) {
+      std::cout << trident::kUsage;
+      return 0;
+    }
+    if (f.to == "hf") return trident::export_hf(f);
+    if (f.from == "hf") return trident::import_hf(f);
+    return trident::convert_checkpoint(f);
+  });
+}

@@ -1,0 +1,305 @@
+// trident-eval: lm loss and perplexity of a checkpoint, loaded at any layout (one process, or
+// under mpirun with --tensor-model-parallel-size / --pipeline-model-parallel-size like
+// trident-train; the rest of the world is data parallel).
+//
+//   trident-eval --load DIR [--iteration N] [trident-train's model, data and layout flags]
+//       [--split-name valid|test] [--first-sample N]
+//   trident-eval --load DIR --sequential --data-path PREFIX --vocab-file ... [--max-tokens N]
+//
+// Split mode evaluates --eval-iters global batches of the validation (default) or test split
+// built exactly as trident-train builds it (make_train_data: same --data-path, --split,
+// --seed, --seq-length, --train-iters/--eval-interval/--eval-iters and global batch, or the
+// synthetic streams without --data-path). Like training's final evaluation, validation starts
+// at the checkpoint's consumed validation samples and test at 0 (--first-sample overrides).
+// Sequential mode reads one .bin/.idx prefix in file order as consecutive windows of
+// seq-length + 1 tokens that overlap by one token, like GPTDataset's samples, without
+// shuffling: every token after the first is predicted exactly once; --max-tokens N reads only
+// the first N tokens. The last window and the last global batch are padded with ignored
+// positions (token -1: no embedding row, no loss), so nothing is dropped and nothing is
+// counted twice.
+//
+// The parameters are loaded exactly (canonical tensors of whatever layout wrote the
+// checkpoint, sliced for this rank); optimizer state is not read. The model flags must
+// describe the checkpoint's model (checked; one error line naming the flag otherwise).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ckpt/canonical_slices.h"
+#include "ckpt/offline_checkpoint.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/tokenizer.h"
+#include "kernels/backends.h"
+#include "parallel/parallel_context.h"
+#include "tool_main.h"
+#include "train/synthetic_data.h"
+#include "train/trainer.h"
+#ifdef TRIDENT_HAVE_MPI
+#include "parallel/mpi_comm.h"
+#endif
+
+namespace trident {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "Usage: trident-eval --load DIR [--iteration N] [--split-name valid|test] [--first-sample N]\n"
+    "                    [--sequential [--max-tokens N]] [trident-train flags]\n"
+    "  --load DIR          checkpoint directory (its latest iteration) or one iter_NNNNNNN folder\n"
+    "  --iteration N       evaluate DIR/iter_N instead of the latest\n"
+    "  --split-name S      valid (default) or test: --eval-iters global batches of the split built as\n"
+    "                      trident-train builds it (pass the training run's data and length flags)\n"
+    "  --first-sample N    first sample of the split (default: where training's final evaluation\n"
+    "                      reads: the checkpoint's consumed validation samples, 0 for test)\n"
+    "  --sequential        read the --data-path prefix in order as consecutive windows of\n"
+    "                      seq-length + 1 tokens (no shuffling, every token predicted once)\n"
+    "  --max-tokens N      with --sequential: read only the first N tokens\n"
+    "Model, data, batch and layout flags are trident-train's (trident-train --help); run under\n"
+    "mpirun with --tensor-model-parallel-size / --pipeline-model-parallel-size for other layouts.\n";
+
+
+struct EvalFlags {
+  std::optional<int64_t> iteration, first_sample;
+  std::string split_name = "valid";
+  bool sequential = false, help = false;
+  uint64_t max_tokens = 0;  // 0: all
+  bool split_given = false, max_tokens_given = false;
+};
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
+  try {
+    size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size() && x >= lo) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError("--" + flag + ": cannot parse '" + v + "' as an integer >= " + std::to_string(lo));
+}
+
+// Takes trident-eval's own flags out of argv; the rest is trident-train's.
+std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
+  std::vector<std::string> rest = {"trident-eval"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    std::string name = a, value;
+    bool has_value = false;
+    if (a.rfind("--", 0) == 0) {
+      if (const size_t eq = a.find('='); eq != std::string::npos) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        has_value = true;
+      }
+    }
+    auto take_value = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw ConfigError(name + ": expected a value");
+      return argv[++i];
+    };
+    if (name == "--help") {
+      f.help = true;
+    } else if (name == "--sequential") {
+      if (has_value) throw ConfigError("--sequential takes no value");
+      f.sequential = true;
+    } else if (name == "--iteration") {
+      f.iteration = parse_int("iteration", take_value(), 0);
+    } else if (name == "--first-sample") {
+      f.first_sample = parse_int("first-sample", take_value(), 0);
+    } else if (name == "--max-tokens") {
+      f.max_tokens = static_cast<uint64_t>(parse_int("max-tokens", take_value(), 2));
+      f.max_tokens_given = true;
+    } else if (name == "--split-name") {
+      f.split_name = take_value();
+      f.split_given = true;
+      if (f.split_name != "valid" && f.split_name != "test")
+        throw ConfigError("--split-name: '" + f.split_name + "' is not valid or test");
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (f.sequential && (f.split_given || f.first_sample))
+    throw ConfigError(std::string("--sequential reads the whole prefix in order; --") +
+                      (f.split_given ? "split-name" : "first-sample") + " does not apply");
+  if (f.max_tokens_given && !f.sequential) throw ConfigError("--max-tokens needs --sequential");
+  return rest;
+}
+
+// One .bin/.idx prefix in file order as windows of T + 1 tokens starting every T tokens,
+// padded with -1 (ignored) to a whole number of global batches.
+class SequentialWindows final : public SampleSource {
+ public:
+  SequentialWindows(const std::string& prefix, int seq_length, uint64_t max_tokens, uint64_t global_batch)
+      : data_(prefix), T_(seq_length) {
+    const auto sizes = data_.sizes();
+    starts_.reserve(sizes.size() + 1);
+    uint64_t total = 0;
+    for (int32_t s : sizes) {
+      starts_.push_back(total);
+      total += static_cast<uint64_t>(s);
+    }
+    starts_.push_back(total);
+    tokens_ = max_tokens > 0 ? std::min(total, max_tokens) : total;
+    if (tokens_ < 2)
+      throw ConfigError("--data-path: " + prefix + " has " + std::to_string(tokens_) +
+                        " tokens; --sequential needs at least 2");
+    windows_ = (tokens_ - 1 + T_ - 1) / T_;
+    padded_ = (windows_ + global_batch - 1) / global_batch * global_batch;
+  }
+  uint64_t size() const override { return padded_; }
+  uint64_t windows() const { return windows_; }
+  uint64_t tokens() const { return tokens_; }
+  void get(uint64_t i, int32_t* out) const override {
+    const uint64_t begin = std::min(i * T_, tokens_), end = std::min(i * T_ + T_ + 1, tokens_);
+    std::fill(out, out + T_ + 1, -1);
+    uint64_t pos = begin;
+    while (pos < end) {  // copy [pos, end) item by item
+      const size_t item = std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin() - 1;
+      const uint64_t offset = pos - starts_[item];
+      const uint64_t n = std::min(end, starts_[item + 1]) - pos;
+      data_.read(item, offset, n, out + (pos - begin));
+      pos += n;
+    }
+  }
+
+ private:
+  IndexedDataset data_;
+  uint64_t T_;
+  std::vector<uint64_t> starts_;  // first token of each item, then the total
+  uint64_t tokens_ = 0, windows_ = 0, padded_ = 0;
+};
+
+int run(int argc, char** argv) {
+  EvalFlags ef;
+  std::vector<std::string> args = take_eval_flags(argc, argv, ef);
+  if (ef.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  std::vector<const char*> cargv;
+  for (const std::string& s : args) cargv.push_back(s.c_str());
+  TrainOptions opt;
+  if (!parse_train_options(static_cast<int>(cargv.size()), cargv.data(), opt)) return 0;
+  if (opt.load.empty()) throw ConfigError("--load: required (the checkpoint to evaluate)");
+  if (!opt.save.empty()) throw ConfigError("--save: trident-eval writes no checkpoint (see trident-convert)");
+  if (!opt.save_canonical.empty()) throw ConfigError("--save-canonical: not a trident-eval flag");
+  if (opt.eval_iters <= 0 && !ef.sequential) throw ConfigError("--eval-iters must be positive");
+
+  // As trident-train: the backend first (NcclComm runs on its GPU), TF32 as in training.
+  auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
+                                        resolve_comm_kind(opt.comm, *backend), backend.get());
+  // Every rank reads the same files, so a bad checkpoint is an error every rank sees: report
+  // it like a configuration error (one line from rank 0, exit 2).
+  fs::path dir;
+  std::unique_ptr<ShardedCheckpointReader> ckpt;
+  try {
+    dir = resolve_checkpoint_dir(opt.load, ef.iteration);
+    ckpt = std::make_unique<ShardedCheckpointReader>(dir);
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  const CheckpointMetadata& meta = ckpt->metadata();
+
+  std::unique_ptr<SampleSource> train, eval_data;
+  const SequentialWindows* seq = nullptr;
+  uint64_t first = 0;
+  int64_t iterations = opt.eval_iters;
+  if (ef.sequential) {
+    if (opt.data_path.empty()) throw ConfigError("--sequential needs --data-path PREFIX");
+    const auto blend = parse_data_path(opt.data_path);
+    if (blend.size() != 1) throw ConfigError("--data-path: --sequential reads one prefix, not a blend");
+    opt.model.vocab_size = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file)->vocab_size();
+    try {
+      auto s = std::make_unique<SequentialWindows>(blend[0].second, opt.model.seq_length, ef.max_tokens,
+                                                   static_cast<uint64_t>(opt.global_batch_size));
+      seq = s.get();
+      eval_data = std::move(s);
+    } catch (const IoError& e) {
+      throw ConfigError(e.what());
+    }
+    iterations = static_cast<int64_t>(eval_data->size() / opt.global_batch_size);
+    // The trainer needs a training stream; it is never read.
+    train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
+  } else {
+    TrainData d = make_train_data(opt);
+    train = std::move(d.train);
+    eval_data = std::move(ef.split_name == "valid" ? d.valid : d.test);
+    if (!eval_data) throw ConfigError("--split-name: the " + ef.split_name + " split of --data-path is empty (--split)");
+    first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample)
+            : ef.split_name == "valid" ? meta.trainer_state.value("consumed_valid_samples", uint64_t{0})
+                                       : 0;
+  }
+
+  check_same_model_shape(meta.model, opt.model, dir);
+
+  Trainer trainer(opt, *backend, std::move(train), std::cout, parallel.get());
+  try {
+    load_model_parameters(*ckpt, trainer.model().params(), *backend);
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  const EvalResult r = trainer.evaluate(*eval_data, first, iterations);
+
+  if (parallel->world_rank() == 0) {
+    const GridShape& g = parallel->grid.shape;
+    const ParallelLayout& L = meta.layout;
+    std::cout << "trident-eval: loaded " << dir.string() << " (iteration " << meta.iteration << ", written at tp "
+              << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << "), evaluated at tp "
+              << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", backend " << backend->name() << ", dtype "
+              << dtype_name(opt.model.dtype) << std::endl;
+    if (seq)
+      std::cout << "trident-eval: sequential " << opt.data_path[0] << ": " << seq->tokens() << " tokens in "
+                << seq->windows() << " windows of " << opt.model.seq_length + 1 << " (" << iterations
+                << " global batches of " << opt.global_batch_size << ")" << std::endl;
+    else
+      std::cout << "trident-eval: " << ef.split_name << " split, samples [" << first << ", "
+                << first + static_cast<uint64_t>(iterations) * opt.global_batch_size << ") (" << iterations
+                << " global batches of " << opt.global_batch_size << ")" << std::endl;
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  " evaluation at iteration %lld on %s | lm loss value: %.9E | lm loss PPL: %.9E | tokens: %.0f |",
+                  static_cast<long long>(meta.iteration), seq ? "sequential data" : (ef.split_name + " set").c_str(),
+                  r.loss, std::exp(std::min(20.0, r.loss)), r.tokens);
+    std::cout << buf << std::endl;
+  }
+  return 0;
+}
+
+// Launched by mpirun (or another PMI launcher)?
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+}  // namespace
+}  // namespace trident
+
+int main(int argc, char** argv) {
+#ifdef TRIDENT_HAVE_MPI
+  if (trident::launched_by_mpi()) trident::mpi_init(&argc, &argv);
+  const int world_rank = trident::mpi_world_rank(), world_size = trident::mpi_world_size();
+#else
+  const int world_rank = 0, world_size = 1;
+#endif
+  const int rc = trident::run_tool("trident-eval", [&] { return trident::run(argc, argv); }, world_rank, world_size);
+#ifdef TRIDENT_HAVE_MPI
+  // As trident-train: a failure one rank may have hit alone ends the whole job; a
+  // configuration error leaves without MPI_Finalize so rank 0's one line is what remains.
+  if (rc == 3 && world_size > 1) trident::mpi_abort_job(rc);
+  if (rc == 2 && world_size > 1) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  }
+#endif
+  return rc;
+}

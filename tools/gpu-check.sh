@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# gpu-check.sh: the one script to run on a GPU machine. It gets a build (a carried bundle,
+# an existing build directory, or a fresh -j16 build), runs the CUDA tests, then
+# trident-bench on the GPU, and ends with ONE summary: per kernel the achieved GB/s or
+# TFLOP/s against the ceilings measured in the same run (a device copy, an 8192^3 bf16
+# cuBLASLt GEMM), causal attention (head dim 64) forward+backward TFLOP/s, and tokens/s and
+# MFU (Megatron's model FLOPs, throughput.h's dense peak) for gpt2-124m, -345m and -1.3b
+# training on one GPU in bf16 and fp16. Meant to finish in well under 8 minutes.
+#
+# The GPU machine (the device tool; /work/.library/device/README.md) gets the working tree
+# plus up to 8 ignored paths named in `carry`, 64 MiB in all, and cannot install packages,
+# so a build is best made HERE and carried as a compressed bundle:
+#
+#   1. Here (no GPU needed; -j2 on a shared machine):
+#        tools/gpu-check.sh --make-bundle
+#      builds build-gpu/ (sm_90 only, Release) unless TRIDENT_BUILD_DIR names an existing
+#      CUDA build, and writes build-gpu-bundle/trident-gpu.tar.xz: the executables, the
+#      ctest files and every shared library they need except glibc, the driver, cuBLASLt
+#      and NCCL (too large; the machine's CUDA toolkit and PyTorch carry them).
+#   2. Through the device tool (one call; the script itself stays inside ~8 minutes):
+#        run(command="bash tools/gpu-check.sh", carry=["build-gpu-bundle"], timeout_s=600)
+#      It unpacks the bundle into build-gpu/, rewrites the ctest files' paths to this
+#      checkout, and finds libnccl.so.2 and libcublasLt.so.13 on the machine (system, CUDA
+#      toolkit or the PyTorch wheels). Logs are copied to $OUT (gpu-check.log and one per
+#      step) when $OUT is set.
+#
+# Without a bundle it builds on the machine into build-gpu/ (cmake, -j16, sm_90), after
+# checking the Debian packages the CMake needs: it names the missing ones and builds what
+# it can (no tests without GoogleTest, no NCCL without Open MPI); without the libraries
+# every build needs (OpenBLAS, yaml-cpp, cxxopts, nlohmann-json, xxhash, utf8proc, lzma,
+# simdjson, protobuf) nothing builds and the summary says so.
+#
+# Environment: TRIDENT_BUILD_DIR (use this build, skip bundle and build), GPU_CHECK_QUICK=1
+# (small kernel inputs, two training configs: a smoke run), GPU_CHECK_SKIP_TESTS=1,
+# GPU_CHECK_BUDGET_S (400: no training run starts after this many seconds).
+# Exit status: 0 when every step ran and every test passed, 1 otherwise (the summary
+# says which step failed).
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+bundle_dir=$repo/build-gpu-bundle
+bundle=$bundle_dir/trident-gpu.tar.xz
+t_start=$(date +%s)
+elapsed() { echo $(($(date +%s) - t_start)); }
+say() { echo "[gpu-check $(elapsed)s] $*"; }
+
+# ---- here: make the bundle -------------------------------------------------------------
+if [[ ${1:-} == --make-bundle ]]; then
+  set -e
+  build=${TRIDENT_BUILD_DIR:-$repo/build-gpu}
+  if [[ -z ${TRIDENT_BUILD_DIR:-} ]]; then
+    cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
+    nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench cuda_backend_tests nccl_comm_tests
+  fi
+  exes=(tools/trident-bench tests/cuda/cuda_backend_tests tests/cuda/nccl_comm_tests)
+  for e in "${exes[@]}"; do [[ -x $build/$e ]] || { echo "gpu-check: $build/$e is missing" >&2; exit 1; }; done
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' EXIT
+  mkdir -p "$stage/build-gpu/lib"
+  for e in "${exes[@]}"; do
+    mkdir -p "$stage/build-gpu/$(dirname "$e")"
+    cp "$build/$e" "$stage/build-gpu/$e"
+    strip --strip-unneeded "$stage/build-gpu/$e" 2>/dev/null || true
+  done
+  # ctest's files (paths rewritten on the machine), gtest's discovered test lists included.
+  # Copied after the executables and touched: gtest's include files re-run test discovery
+  # (with this machine's CMake modules) when an executable is newer than its test list.
+  (cd "$build" && find . -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake') |
+    while read -r f; do mkdir -p "$stage/build-gpu/$(dirname "$f")"; cp "$build/$f" "$stage/build-gpu/$f"; done
+  find "$stage/build-gpu" -name '*.cmake' -exec touch {} +
+  # Shared libraries, except glibc's, the driver's, and the CUDA libraries the machine has.
+  skip='^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libcuda|libnvidia|libcublasLt|libcublas|libnccl|linux-vdso)\.'
+  for e in "${exes[@]}"; do ldd "$build/$e"; done | awk '/=> \//{print $1, $3}' | sort -u |
+    while read -r name path; do
+      [[ $name =~ $skip ]] && continue
+      cp -L "$path" "$stage/build-gpu/lib/$name"
+    done
+  echo "$build" >"$stage/build-gpu/.bundle-build-dir"
+  echo "$repo" >"$stage/build-gpu/.bundle-source-dir"
+  git -C "$repo" rev-parse --short HEAD >"$stage/build-gpu/.bundle-commit" 2>/dev/null || true
+  mkdir -p "$bundle_dir"
+  tar -C "$stage" -cf - build-gpu | xz -T2 -6 >"$bundle.tmp"
+  mv "$bundle.tmp" "$bundle"
+  grep -qxF '/build-gpu-bundle/' "$repo/.git/info/exclude" 2>/dev/null || true  # build*/ is ignored already
+  echo "gpu-check: wrote $bundle ($(du -h "$bundle" | cut -f1)); libraries: $(ls "$stage/build-gpu/lib" | tr '\n' ' ')"
+  echo "run it with the device tool: run(command=\"bash tools/gpu-check.sh\", carry=[\"build-gpu-bundle\"], timeout_s=600)"
+  exit 0
+fi
+
+# ---- on the GPU machine -----------------------------------------------------------------
+logdir=${OUT:-$repo/build-gpu-logs}  # build*/ is ignored: logs never travel
+mkdir -p "$logdir"
+main_log=$logdir/gpu-check.log
+exec > >(tee "$main_log") 2>&1
+tee_pid=$!
+status=0
+failed_steps=()
+fail() { status=1; failed_steps+=("$1"); say "FAILED: $1"; }
+
+say "host $(hostname), $(nproc) cores; repo $repo"
+gpu_line=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+say "GPU: ${gpu_line:-none visible to nvidia-smi}"
+
+# Libraries the machine must provide: NCCL and cuBLASLt (too large to carry).
+find_lib() {  # find_lib <soname>: the directory holding it, or nothing
+  local p
+  p=$(ldconfig -p 2>/dev/null | awk -v n="$1" '$1 == n {print $NF; exit}')
+  if [[ -z $p ]]; then
+    for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+      [[ -e $d/$1 ]] && { p=$d/$1; break; }
+    done
+  fi
+  if [[ -z $p ]]; then
+    p=$(find /opt /usr/local /usr/lib -name "$1" 2>/dev/null | head -1)
+  fi
+  [[ -n $p ]] && dirname "$p"
+}
+extra_ld=""
+for so in libnccl.so.2 libcublasLt.so.13 libcudart.so.13; do
+  d=$(find_lib "$so")
+  if [[ -n $d ]]; then
+    say "$so: $d"
+    extra_ld=$extra_ld:$d
+  else
+    say "$so: NOT FOUND on this machine"
+  fi
+done
+
+# ---- the build ---------------------------------------------------------------------------
+build=""
+build_how=""
+if [[ -n ${TRIDENT_BUILD_DIR:-} ]]; then
+  build=$TRIDENT_BUILD_DIR
+  build_how="given (TRIDENT_BUILD_DIR)"
+elif [[ -f $bundle ]]; then
+  say "unpacking $bundle"
+  rm -rf "$repo/build-gpu"
+  unxz_cat() {  # xz, or Python's lzma where xz-utils is missing
+    if command -v xz >/dev/null; then xz -dc "$1"; else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' "$1"; fi
+  }
+  if unxz_cat "$bundle" | tar -C "$repo" -xf -; then
+    build=$repo/build-gpu
+    old_src=$(cat "$build/.bundle-source-dir")
+    old_build=$(cat "$build/.bundle-build-dir")
+    # The ctest files name the bundle maker's paths: point them at this checkout.
+    find "$build" -name '*.cmake' -print0 | xargs -0 sed -i -e "s#$old_build#$build#g" -e "s#$old_src#$repo#g"
+    # The machine's own C++ runtime is newer and NCCL may need it: prefer it over ours.
+    mkdir -p "$build/lib/shadowed"
+    for l in libstdc++.so.6 libgcc_s.so.1 libgomp.so.1; do
+      if [[ -e $build/lib/$l ]] && ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$l "; then
+        mv "$build/lib/$l" "$build/lib/shadowed/"
+      fi
+    done
+    build_how="carried bundle (commit $(cat "$build/.bundle-commit" 2>/dev/null))"
+  else
+    fail "unpack the bundle"
+  fi
+fi
+if [[ -z $build ]]; then
+  build=$repo/build-gpu
+  missing=()
+  have_hdr() { [[ -n $(find /usr/include /usr/local/include -maxdepth 3 -path "*$1" 2>/dev/null | head -1) ]]; }
+  # Every build needs these (top-level CMakeLists and csrc/*): package name, a header it installs.
+  for pair in libopenblas-dev:cblas.h libyaml-cpp-dev:yaml-cpp/yaml.h libcxxopts-dev:cxxopts.hpp \
+              nlohmann-json3-dev:nlohmann/json.hpp libxxhash-dev:xxhash.h libutf8proc-dev:utf8proc.h \
+              liblzma-dev:lzma.h libsimdjson-dev:simdjson.h libprotobuf-dev:google/protobuf/message_lite.h; do
+    have_hdr "${pair#*:}" || missing+=("${pair%%:*}")
+  done
+  command -v protoc >/dev/null || missing+=(protobuf-compiler)
+  command -v pkg-config >/dev/null || missing+=(pkg-config)
+  can_build=$(( ${#missing[@]} == 0 ))
+  have_gtest=1
+  have_hdr gtest/gtest.h || { missing+=(libgtest-dev); have_gtest=0; }
+  have_mpi=1
+  command -v mpicxx >/dev/null || { missing+=(libopenmpi-dev); have_mpi=0; }
+  ((${#missing[@]})) && say "missing Debian packages for a build here: ${missing[*]}"
+  flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+  ((have_gtest)) || flags+=(-DTRIDENT_TESTS=OFF)
+  ((have_mpi)) || flags+=(-DTRIDENT_MPI=OFF)
+  say "building in $build (-j16) ${flags[*]}"
+  if ((!can_build)); then
+    fail "build: required packages missing (${missing[*]}); carry a bundle (tools/gpu-check.sh --make-bundle)"
+    build_how="no build: missing ${missing[*]}"
+  elif cmake -S "$repo" -B "$build" "${flags[@]}" >"$logdir/build.log" 2>&1 &&
+     cmake --build "$build" -j16 --target trident-bench $( ((have_gtest)) && echo cuda_backend_tests) \
+       $( ((have_gtest && have_mpi)) && echo nccl_comm_tests) >>"$logdir/build.log" 2>&1; then
+    build_how="built here${missing:+ without ${missing[*]}}"
+  else
+    grep -E "Could NOT find|not found|error" "$logdir/build.log" | head -20
+    fail "build (see build.log)"
+    build_how="build FAILED"
+  fi
+fi
+export LD_LIBRARY_PATH="$build/lib$extra_ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+bench=$build/tools/trident-bench
+if [[ -x $bench ]] && ! ldd "$bench" | grep -q "not found"; then
+  say "trident-bench loads: ok"
+else
+  [[ -x $bench ]] && ldd "$bench" | grep "not found"
+  fail "trident-bench does not load"
+fi
+
+# ---- CUDA tests ----------------------------------------------------------------------------
+tests_line="not run"
+if [[ -z ${GPU_CHECK_SKIP_TESTS:-} && -f $build/CTestTestfile.cmake ]]; then
+  # Not here: the register-spill check (nvcc over every kernel, minutes, no GPU needed) and
+  # the CPU emulation of the attention kernels (no GPU needed either; their "emulated"
+  # label does not reach the discovered tests, so they go by name); the -np 2 test needs
+  # mpirun.
+  exclude='cuda_register_spills|Emulated'
+  command -v mpirun >/dev/null || { exclude="$exclude|_np2"; say "no mpirun here: the -np 2 tests are left out"; }
+  say "ctest -L cuda -E '$exclude'"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  timeout 240 ctest --test-dir "$build" -L cuda -E "$exclude" -j8 --timeout 120 \
+    --output-on-failure >"$logdir/ctest.log" 2>&1
+  rc=$?
+  tests_line=$(grep -E "tests passed|tests failed" "$logdir/ctest.log" | tail -1)
+  skipped=$(grep -c '\*\*\*Skipped' "$logdir/ctest.log")
+  tests_line="${tests_line:-no result (rc $rc)}; $skipped skipped"
+  if ((rc != 0)); then
+    fail "CUDA tests (see ctest.log)"
+    grep -E "\*\*\*Failed|\*\*\*Timeout|Not Run|\(Failed\)|\(Timeout\)" "$logdir/ctest.log" | head -20
+  fi
+  say "tests: $tests_line"
+fi
+
+# ---- kernels ----------------------------------------------------------------------------
+kernel_table="not run"
+if [[ -x $bench ]]; then
+  kflag=--kernels
+  [[ -n ${GPU_CHECK_QUICK:-} ]] && kflag=--kernels-quick
+  say "trident-bench $kflag"
+  timeout 180 "$bench" "$kflag" >"$logdir/kernels.log" 2>&1
+  rc=$?
+  cat "$logdir/kernels.log"
+  ((rc == 0)) || fail "trident-bench $kflag (rc $rc)"
+  kernel_table=$(sed -n '/^kernel /,$p' "$logdir/kernels.log")
+  [[ -n $kernel_table ]] || kernel_table=$(tail -3 "$logdir/kernels.log")
+fi
+
+# ---- training throughput ------------------------------------------------------------------
+# model:micro-batch; one GPU, sequence 1024, synthetic tokens, 2 warm-up + 5 timed steps.
+configs=(gpt2-124m:16 gpt2-345m:16 gpt2-1.3b:8)
+dtypes=(bf16 fp16)
+steps=5
+if [[ -n ${GPU_CHECK_QUICK:-} ]]; then configs=(gpt2-124m:8); steps=2; fi
+train_rows=()
+if [[ -x $bench ]]; then
+  for c in "${configs[@]}"; do
+    model=${c%%:*}
+    mb=${c##*:}
+    for dt in "${dtypes[@]}"; do
+      log=$logdir/train-$model-$dt.log
+      if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then  # keep the whole run under ~8 minutes
+        train_rows+=("$(printf '%-10s %-5s %4s   skipped: past the time budget' "$model" "$dt" "$mb")")
+        fail "training $model $dt: no time left"
+        continue
+      fi
+      say "training $model $dt, micro batch $mb"
+      # fp16: a dynamic scale that starts at 2^12, not 2^32, so the timed steps are not
+      # overflow-skipped steps (which leave out the optimizer).
+      scale=()
+      [[ $dt == fp16 ]] && scale=(--initial-loss-scale 4096)
+      timeout 100 "$bench" --config "$repo/configs/$model.yaml" --device cuda --"$dt" --micro-batch-size "$mb" \
+        --global-batch-size "$mb" --train-iters "$steps" --lr-warmup-iters 0 --eval-iters 0 --bench-warmup 2 \
+        --bench-no-profile "${scale[@]}" >"$log" 2>&1
+      rc=$?
+      line=$(grep "tokens per second" "$log")
+      if ((rc != 0)) || [[ -z $line ]]; then
+        fail "training $model $dt (rc $rc)"
+        tail -3 "$log"
+        train_rows+=("$(printf '%-10s %-5s %4s   FAILED (rc %s): %s' "$model" "$dt" "$mb" "$rc" "$(tail -1 "$log")")")
+        continue
+      fi
+      step_ms=$(sed -E 's/.*step time: ([0-9.]+) ms.*/\1/' <<<"$line")
+      tps=$(sed -E 's/.*tokens per second: ([0-9.]+).*/\1/' <<<"$line")
+      tflops=$(sed -E 's/.*model TFLOP\/s: ([0-9.]+).*/\1/' <<<"$line")
+      mfu=$(sed -nE 's/.*MFU: ([0-9.]+%).*/\1/p' <<<"$line")
+      train_rows+=("$(printf '%-10s %-5s %4s %10s %12s %10s %7s' "$model" "$dt" "$mb" "$step_ms" "$tps" "$tflops" "${mfu:-n/a}")")
+    done
+  done
+fi
+# At most 8 files come back from $OUT: fold the per-run training logs into one.
+cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"/train-*.log
+
+# ---- the summary ----------------------------------------------------------------------------
+echo
+echo "==================== trident gpu-check summary ($(elapsed)s) ===================="
+echo "GPU:    ${gpu_line:-none}"
+echo "build:  $build_how"
+echo "tests:  $tests_line"
+echo
+echo "kernels (achieved against this run's measured peaks):"
+echo "$kernel_table"
+echo
+echo "training, one GPU, seq 1024, synthetic tokens, $steps timed steps (MFU: Megatron model FLOPs / dense peak):"
+printf '%-10s %-5s %4s %10s %12s %10s %7s\n' model dtype mb "step ms" "tokens/s" "TFLOP/s" MFU
+for r in "${train_rows[@]}"; do echo "$r"; done
+if ((status == 0)); then
+  echo "result: OK"
+else
+  echo "result: FAILED: $(IFS=';'; echo "${failed_steps[*]}")"
+fi
+exec >&- 2>&-
+wait "$tee_pid" 2>/dev/null
+exit $status
