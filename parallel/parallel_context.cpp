@@ -21,7 +21,7 @@ CommKind resolve_comm_kind(const std::string& flag, const Backend& backend) {
   return CommKind::Nccl;
 }
 
-std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_unused]] CommKind comm,
+std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_unused]] CommKind kind,
                                                        [[maybe_unused]] Backend* backend) {
   auto ctx = std::make_unique<ParallelContext>();
 #ifdef TRIDENT_HAVE_MPI
@@ -47,7 +47,7 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_u
     ctx->dp = split(&ProcessGrid::dp_group);
     ctx->pp = split(&ProcessGrid::pp_group);
     ctx->embedding = split(&ProcessGrid::embedding_group);
-    if (comm == CommKind::Nccl) {
+    if (kind == CommKind::Nccl) {
 #ifdef TRIDENT_HAVE_NCCL
       TRIDENT_CHECK(backend != nullptr, "make_parallel_context: CommKind::Nccl needs the backend");
       const CudaStreamRef ref = cuda_stream_of(*backend);

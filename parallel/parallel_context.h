@@ -33,10 +33,10 @@ enum class CommKind { Mpi, Nccl };
 CommKind resolve_comm_kind(const std::string& flag, const Backend& backend);
 
 // With MPI initialised: splits MPI_COMM_WORLD into the grid's groups (collective); with
-// CommKind::Nccl each group is an NcclComm on `backend`'s GPU and compute stream (backend
+// kind Nccl each group is an NcclComm on `backend`'s GPU and compute stream (backend
 // must then be the CUDA backend itself, not a wrapper). Without MPI: a world of one (tp
-// and pp must be 1) of LocalComms, whatever `comm` says.
-std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, CommKind comm = CommKind::Mpi,
+// and pp must be 1) of LocalComms, whatever `kind` says.
+std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, CommKind kind = CommKind::Mpi,
                                                        Backend* backend = nullptr);
 
 }  // namespace trident

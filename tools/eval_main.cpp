@@ -40,7 +40,7 @@
 #include "data/tokenizer.h"
 #include "kernels/backends.h"
 #include "parallel/parallel_context.h"
-#include "tool_main.h"
+#include "mpi_tool_main.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #ifdef TRIDENT_HAVE_MPI
@@ -273,33 +273,9 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-// Launched by mpirun (or another PMI launcher)?
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 }  // namespace
 }  // namespace trident
 
 int main(int argc, char** argv) {
-#ifdef TRIDENT_HAVE_MPI
-  if (trident::launched_by_mpi()) trident::mpi_init(&argc, &argv);
-  const int world_rank = trident::mpi_world_rank(), world_size = trident::mpi_world_size();
-#else
-  const int world_rank = 0, world_size = 1;
-#endif
-  const int rc = trident::run_tool("trident-eval", [&] { return trident::run(argc, argv); }, world_rank, world_size);
-#ifdef TRIDENT_HAVE_MPI
-  // As trident-train: a failure one rank may have hit alone ends the whole job; a
-  // configuration error leaves without MPI_Finalize so rank 0's one line is what remains.
-  if (rc == 3 && world_size > 1) trident::mpi_abort_job(rc);
-  if (rc == 2 && world_size > 1) {
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(rc);
-  }
-#endif
-  return rc;
+  return trident::run_mpi_tool("trident-eval", &argc, &argv, [&] { return trident::run(argc, argv); });
 }

@@ -76,9 +76,9 @@ void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
     be_.cast(grads, in);
   }
   const Tensor out = chunk_.t().flat_slice(0, chunk);
-  if (dp_ != nullptr)
+  if (plan_.shards() > 1)
     dp_->reduce_scatter(in, out);
-  else
+  else  // one shard: no communication (and no host-only LocalComm on a device buffer)
     be_.copy(out, in.flat_slice(0, chunk));
   be_.accumulate(shard_grads_.t().flat_slice(plan_.shard_offset(bucket), chunk), out);
 }
@@ -137,7 +137,7 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
     a.step = step_;
     be_.adamw(a);
   }
-  if (!sharded() || dp_ == nullptr) return;
+  if (plan_.shards() == 1) return;
   for (size_t b = 0; b < plan_.buckets().size(); ++b) {
     const FlatRange r = plan_.buckets()[b], c = plan_.owned_chunk(b);
     dp_->allgather(params_.flat_params().flat_slice(c.begin, c.size()),

@@ -10,7 +10,11 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/nccl_comm.h"
+#include "parallel/parallel_context.h"
 
 namespace trident {
 namespace {
@@ -146,6 +150,20 @@ TEST_F(MpiStaging, StagingBuffersAreReusedAndFreed) {
   const int allocs = counts.allocs;
   comm_.reset();
   EXPECT_EQ(counts.frees, allocs);
+}
+
+// --comm's resolution with the CPU backend: MPI by default, NCCL refused naming --comm.
+TEST(CommKind, CpuBackendDefaultsToMpiAndRefusesNccl) {
+  auto cpu = make_cpu_backend();
+  EXPECT_EQ(resolve_comm_kind("", *cpu), CommKind::Mpi);
+  EXPECT_EQ(resolve_comm_kind("mpi", *cpu), CommKind::Mpi);
+  try {
+    resolve_comm_kind("nccl", *cpu);
+    ADD_FAILURE() << "--comm nccl accepted with the CPU backend";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--comm nccl"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(resolve_comm_kind("gloo", *cpu), ConfigError);
 }
 
 }  // namespace

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Single-process checks of training features on synthetic tokens (fast):
+#  - evaluation does not disturb training: the training losses of a run that validates
+#    every 3 iterations equal those of a run that never validates;
+#  - --bf16 with --accumulate-allreduce-grads-in-fp32 trains within 5e-3 of fp32;
+#  - a diverging run (absurd learning rate) stops after --max-nan-iterations NaN losses
+#    with one line naming the flag and exit 2;
+#  - --save-interval with --keep-last 2 leaves the newest two checkpoints;
+#  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0.
+# Usage: training_features.sh TRAIN_BINARY REPO
+set -euo pipefail
+train=$1
+repo=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+args=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --log-interval 1 --lr-warmup-iters 2
+      --micro-batch-size 2 --global-batch-size 4 --hidden-dropout 0.1 --attention-dropout 0.1)
+losses() { grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+"$train" "${args[@]}" --train-iters 12 --eval-iters 0 >"$tmp/plain.log"
+"$train" "${args[@]}" --train-iters 12 --eval-interval 3 --eval-iters 2 >"$tmp/eval.log"
+[[ $(grep -c 'validation loss at iteration' "$tmp/eval.log") -eq 5 ]] || fail "expected 3 periodic + 2 final evaluations"
+if cmp -s <(losses "$tmp/plain.log") <(losses "$tmp/eval.log"); then
+  echo "evaluation every 3 iterations leaves all 12 training losses unchanged"
+else
+  fail "evaluation changed the training losses"
+fi
+
+"$train" "${args[@]}" --train-iters 30 --eval-iters 0 --bf16 --accumulate-allreduce-grads-in-fp32 >"$tmp/bf16.log"
+"$train" "${args[@]}" --train-iters 30 --eval-iters 0 >"$tmp/fp32.log"
+paste <(losses "$tmp/fp32.log") <(losses "$tmp/bf16.log") | awk '
+  { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ }
+  END { printf "bf16 with fp32 gradients: %d iterations, max relative difference from fp32 %.2e\n", n, m;
+        exit !(n == 30 && m <= 5e-3) }' || fail "bf16 with fp32 gradients"
+
+if "$train" "${args[@]}" --train-iters 50 --eval-iters 0 --lr 1e12 --lr-warmup-iters 0 --clip-grad 0 \
+    --max-nan-iterations 2 >"$tmp/nan.log" 2>"$tmp/nan.err"; then
+  fail "a diverging run did not stop"
+else
+  rc=$?
+  if [[ $rc -eq 2 && $(wc -l <"$tmp/nan.err") -eq 1 ]] && grep -q -- '--max-nan-iterations 2' "$tmp/nan.err"; then
+    echo "diverging run: $(cat "$tmp/nan.err")"
+  else
+    fail "diverging run: rc $rc"; cat "$tmp/nan.err"
+  fi
+fi
+
+"$train" "${args[@]}" --train-iters 12 --eval-iters 0 --save "$tmp/keep" --save-interval 3 --keep-last 2 >/dev/null
+kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')
+[[ $kept == "iter_0000009 iter_0000012 " && $(cat "$tmp/keep/latest_checkpointed_iteration.txt") == 12 ]] &&
+  echo "--keep-last 2: $kept" || fail "--keep-last 2 kept: $kept"
+
+"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/sig" >"$tmp/sig.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q '^ iteration  *3/' "$tmp/sig.log" && break; sleep 0.1; done
+kill -TERM "$pid"
+if wait "$pid"; then
+  it=$(cat "$tmp/sig/latest_checkpointed_iteration.txt")
+  grep -q "stop requested by a signal at iteration $it" "$tmp/sig.log" && [[ -d $tmp/sig/iter_$(printf %07d "$it") ]] &&
+    echo "SIGTERM: saved iteration $it and exited 0" || fail "SIGTERM: no checkpoint at the stop"
+else
+  fail "SIGTERM: exit status $?"
+fi
+[[ $fails -eq 0 ]]
