@@ -44,6 +44,7 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
     if (static_cast<size_t>(layer) >= layer_bucket_.size()) layer_bucket_.resize(layer + 1, SIZE_MAX);
     layer_bucket_[layer] = b;
   }
+  reduced_.assign(plan_.buckets().size(), 0);
   for (const LocalParam& p : params_.list())
     for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
       updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), p.spec.weight_decay});
@@ -63,6 +64,7 @@ Tensor AdamWOptimizer::shard_grads() const { return sharded() ? shard_grads_.t()
 void AdamWOptimizer::zero_grads() {
   params_.zero_grads();
   if (sharded()) be_.fill(shard_grads_, 0.0f);
+  reduced_.assign(plan_.buckets().size(), 0);
 }
 
 void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
@@ -83,21 +85,27 @@ void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
   be_.accumulate(shard_grads_.t().flat_slice(plan_.shard_offset(bucket), chunk), out);
 }
 
-void AdamWOptimizer::on_layer_gradients_ready(int layer) {
-  if (zero_stage_ != 2) return;
-  const size_t b = layer_bucket_.at(layer);
-  reduce_scatter_bucket(b);
+// One bucket's data-parallel reduction: all-reduce in place (zero 0) or reduce-scatter
+// into the shard (zero 1, 2; zero 2 then clears the bucket for the next micro-batch).
+void AdamWOptimizer::reduce_bucket(size_t b) {
   const FlatRange r = plan_.buckets()[b];
-  be_.fill(params_.flat_grads().flat_slice(r.begin, r.size()), 0.0f);
+  const Tensor grads = params_.flat_grads().flat_slice(r.begin, r.size());
+  reduced_[b] = 1;
+  if (!sharded()) {
+    if (dp_ != nullptr && dp_->size() > 1) dp_->allreduce(grads, ReduceOp::Sum);
+    return;
+  }
+  reduce_scatter_bucket(b);
+  if (zero_stage_ == 2) be_.fill(grads, 0.0f);
+}
+
+void AdamWOptimizer::on_layer_gradients_ready(int layer) {
+  if (zero_stage_ == 2 || last_backward_) reduce_bucket(layer_bucket_.at(layer));
 }
 
 void AdamWOptimizer::reduce_gradients() {
-  if (!sharded()) {
-    if (dp_ != nullptr && dp_->size() > 1) dp_->allreduce(params_.flat_grads(), ReduceOp::Sum);
-    return;
-  }
   for (size_t b = 0; b < plan_.buckets().size(); ++b)
-    if (zero_stage_ == 1 || params_.groups()[b].layer < 0) reduce_scatter_bucket(b);
+    if (!reduced_[b]) reduce_bucket(b);
 }
 
 double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {

@@ -8,8 +8,11 @@
 //           parameters are all-gathered.
 //   zero 2: as 1, but a layer's bucket is reduce-scattered into the fp32 shard gradient
 //           as soon as backward has produced it, every micro-batch, and the bucket's
-//           model-dtype gradient is zeroed again: the full-size gradient is only ever a
-//           one-micro-batch staging area and accumulation happens in the shard.
+//           model-dtype gradient is zeroed again: accumulation happens in the fp32 shard
+//           and the full-size gradient only stages one micro-batch.
+// With zero 0 and 1, each layer's bucket is all-reduced or reduce-scattered as soon as the
+// last micro-batch's backward has produced it (Megatron's overlap_grad_reduce), so with an
+// asynchronous communicator (NCCL) it overlaps the rest of the backward pass.
 // Weight decay applies to 2-D weights only; gradient clipping by the global norm and the
 // loss-scale unscaling are folded into the update's gradient factor.
 #pragma once
@@ -39,11 +42,13 @@ class AdamWOptimizer {
 
   // Zeroes the model's gradients and the shard gradients (start of an iteration).
   void zero_grads();
-  // Zero 2: the gradients of `layer` for one micro-batch are complete; reduce-scatter them
-  // into the shard and zero them. A no-op for other stages.
+  // Says whether the backward about to run is the iteration's last micro-batch.
+  void begin_backward(bool last_micro_batch) { last_backward_ = last_micro_batch; }
+  // The gradients of `layer` for the current micro-batch are complete: reduce its bucket
+  // now if this is the last micro-batch (zero 0, 1) or always (zero 2).
   void on_layer_gradients_ready(int layer);
-  // After the last micro-batch: all-reduce (zero 0) or reduce-scatter the buckets not yet
-  // reduced (zero 1: all; zero 2: the non-layer ones).
+  // After the last micro-batch: reduces the buckets not reduced during backward (the
+  // embeddings and final LayerNorm, after the embedding group's all-reduce).
   void reduce_gradients();
   // Sum of squares of the reduced gradients this rank owns, over the parameters for which
   // `counted` is true (the caller sums it over the ranks that own the other parts).
@@ -69,6 +74,7 @@ class AdamWOptimizer {
   bool sharded() const { return zero_stage_ > 0; }
 
  private:
+  void reduce_bucket(size_t bucket);
   void reduce_scatter_bucket(size_t bucket);
   Tensor shard_grads() const;
 
@@ -79,6 +85,8 @@ class AdamWOptimizer {
   int zero_stage_;
   ShardPlan plan_;
   std::vector<size_t> layer_bucket_;  // bucket index of each layer (or -1)
+  std::vector<char> reduced_;         // bucket reduced during this iteration's backward
+  bool last_backward_ = true;
   // Compact shard state (zero 0: the flat layout). master_ is empty when the fp32 model
   // parameters themselves are the master weights (zero 0, fp32).
   Buffer master_, m_, v_, shard_grads_;

@@ -168,7 +168,10 @@ LossStats Trainer::run_pipeline(float grad_scale) {
         pp.sendrecv(m.stage_output(slot(mb)), next, m.output_grad(), next);
         break;
       case PipeOp::RecvBackward: pp.recv(m.output_grad(), next); break;
-      case PipeOp::Backward: m.backward(slot(mb)); break;
+      case PipeOp::Backward:
+        optimizer_->begin_backward(mb == micro_batches_ - 1);  // backwards run in micro-batch order
+        m.backward(slot(mb));
+        break;
       case PipeOp::SendBackward: pp.send(m.input_grad(), prev); break;
       case PipeOp::SendBackwardRecvForward:
         pp.sendrecv(m.input_grad(), prev, m.stage_input(slot(st.other)), prev);
