@@ -62,7 +62,7 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
         if (s.name == "wte") return L.first_stage || L.last_stage;  // tied: both ends hold it
         if (s.name == "wpe") return L.first_stage;
         return L.last_stage;  // ln_f
-      }, 64 * static_cast<int64_t>(L.zero_shards));
+      }, 64 * static_cast<int64_t>(L.zero_shards), L.layer_grads_in_slots ? 2 : 0);
 
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const DType dt = cfg_.dtype;

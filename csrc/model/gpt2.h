@@ -30,6 +30,9 @@ struct StageLayout {
   bool last_stage = true;   // holds the final LayerNorm and the (tied) LM head
   int zero_shards = 1;      // parameter groups are padded to split evenly into this many shards
   bool fp32_grads = false;  // gradients in fp32 whatever the parameter dtype (bf16 training)
+  // ZeRO-2: layer gradients need only exist until the optimizer has reduced them (see
+  // ParamStore's gradient slots); requires the layer-gradients-ready hook to reduce them.
+  bool layer_grads_in_slots = false;
 };
 
 // One micro-batch: host token ids [B, T] and targets [B, T] (targets may be null on

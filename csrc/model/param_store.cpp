@@ -1,5 +1,7 @@
 #include "model/param_store.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -7,8 +9,9 @@ namespace trident {
 
 ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int tp, int tp_rank,
                        DType param_dtype, DType grad_dtype,
-                       const std::function<bool(const ParamSpec&)>& owned, int64_t group_multiple)
-    : backend_(backend), tp_(tp), tp_rank_(tp_rank) {
+                       const std::function<bool(const ParamSpec&)>& owned, int64_t group_multiple,
+                       int layer_grad_slots)
+    : backend_(backend), tp_(tp), tp_rank_(tp_rank), grad_slots_(layer_grad_slots) {
   TRIDENT_CHECK(group_multiple > 0 && group_multiple % 64 == 0, "group multiple must be a multiple of 64");
   auto close_group = [&] {
     if (groups_.empty()) return;
@@ -29,10 +32,37 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, in
     total_ += (p.numel() + 63) / 64 * 64;
     index_[s.name] = params_.size();
     params_.push_back(p);
+    group_of_.push_back(groups_.size() - 1);
   }
   close_group();
   flat_params_ = backend_.zeros({total_}, param_dtype);
-  flat_grads_ = backend_.zeros({total_}, grad_dtype);
+  // Gradient storage: the same layout, or the non-layer groups followed by the slots.
+  int64_t grad_total = 0, slot_size = 0;
+  for (ParamGroup& g : groups_) {
+    if (grad_slots_ > 0 && g.layer >= 0) {
+      slot_size = std::max(slot_size, g.size());
+      continue;
+    }
+    g.grad_begin = grad_slots_ > 0 ? grad_total : g.begin;
+    grad_total += g.size();
+  }
+  if (grad_slots_ > 0) {
+    for (ParamGroup& g : groups_)
+      if (g.layer >= 0) g.grad_begin = grad_total + (g.layer % grad_slots_) * slot_size;
+    grad_total += grad_slots_ * slot_size;
+  } else {
+    grad_total = total_;
+  }
+  flat_grads_ = backend_.zeros({grad_total}, grad_dtype);
+}
+
+Tensor ParamStore::grad(const LocalParam& p) const {
+  const ParamGroup& g = groups_[group_of_[index_.at(p.spec.name)]];
+  return flat_grads_.t().flat_slice(g.grad_begin + (p.offset - g.begin), p.numel()).view(p.shape);
+}
+
+Tensor ParamStore::group_grads(size_t g) const {
+  return flat_grads_.t().flat_slice(groups_[g].grad_begin, groups_[g].size());
 }
 
 const LocalParam& ParamStore::find(const std::string& name) const {

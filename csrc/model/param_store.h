@@ -27,16 +27,24 @@ struct LocalParam {
 // sharding; padding elements stay zero.
 struct ParamGroup {
   int layer = -1;
-  int64_t begin = 0, end = 0;  // element range in the flat buffers
+  int64_t begin = 0, end = 0;  // element range in the flat parameter buffer
+  int64_t grad_begin = 0;      // where the group's gradients start in the gradient buffer
+  int64_t size() const { return end - begin; }
 };
 
 class ParamStore {
  public:
   // Keeps the specs for which `owned` is true, sliced for (tp, tp_rank). Every group's
   // size is a multiple of `group_multiple` (itself a multiple of 64).
+  //
+  // Gradients mirror the parameters' flat layout, except with `layer_grad_slots` > 0
+  // (ZeRO-2): then transformer layer l's gradients live in slot l % slots, each the size
+  // of the largest layer group, because the optimizer reduces a layer's gradients into its
+  // shard (and zeroes them) as soon as backward has produced them; only the non-layer
+  // groups keep their own gradient storage.
   ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, int tp, int tp_rank,
              DType param_dtype, DType grad_dtype, const std::function<bool(const ParamSpec&)>& owned,
-             int64_t group_multiple = 64);
+             int64_t group_multiple = 64, int layer_grad_slots = 0);
 
   // Layout-independent init (invariant 2): element value depends only on
   // (seed, name, canonical index); padding rows are zero.
@@ -48,11 +56,15 @@ class ParamStore {
   const LocalParam& find(const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   Tensor param(const std::string& name) const { return view(flat_params_, find(name)); }
-  Tensor grad(const std::string& name) const { return view(flat_grads_, find(name)); }
+  Tensor grad(const std::string& name) const { return grad(find(name)); }
   Tensor param(const LocalParam& p) const { return view(flat_params_, p); }
-  Tensor grad(const LocalParam& p) const { return view(flat_grads_, p); }
+  Tensor grad(const LocalParam& p) const;
+  // The gradient storage of group `g` (flat, the group's size).
+  Tensor group_grads(size_t g) const;
   const Tensor& flat_params() const { return flat_params_.t(); }
+  // All gradient storage: the flat layout of flat_params() unless layer slots are used.
   const Tensor& flat_grads() const { return flat_grads_.t(); }
+  bool layer_grads_in_slots() const { return grad_slots_ > 0; }
   int64_t numel() const { return total_; }
   int tp() const { return tp_; }
   Backend& backend() const { return backend_; }
@@ -66,6 +78,8 @@ class ParamStore {
   int tp_, tp_rank_;
   std::vector<LocalParam> params_;
   std::vector<ParamGroup> groups_;
+  std::vector<size_t> group_of_;  // group index of each parameter
+  int grad_slots_ = 0;
   std::unordered_map<std::string, size_t> index_;
   int64_t total_ = 0;
   Buffer flat_params_, flat_grads_;

@@ -26,8 +26,9 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
       zero_stage_(zero_stage),
       plan_(make_plan(params, dp, zero_stage)) {
   TRIDENT_CHECK(zero_stage >= 0 && zero_stage <= 2, "zero stage");
+  TRIDENT_CHECK(zero_stage == 2 || !params.layer_grads_in_slots(), "gradient slots need ZeRO-2");
   const int64_t n = plan_.shard_numel();
-  if (sharded() || params_.flat_params().dtype != DType::F32) master_ = be_.empty({n}, DType::F32);
+  if (params_.flat_params().dtype != DType::F32) master_ = be_.empty({n}, DType::F32);
   master_from_params();
   m_ = be_.zeros({n}, DType::F32);
   v_ = be_.zeros({n}, DType::F32);
@@ -35,7 +36,7 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
     shard_grads_ = be_.zeros({n}, DType::F32);
     int64_t largest = 0;
     for (const FlatRange& b : plan_.buckets()) largest = std::max(largest, b.size());
-    staging_ = be_.empty({largest}, DType::F32);
+    if (params_.flat_grads().dtype != DType::F32) staging_ = be_.empty({largest}, DType::F32);
     chunk_ = be_.empty({largest / plan_.shards()}, DType::F32);
   }
   for (size_t b = 0; b < params_.groups().size(); ++b) {
@@ -59,6 +60,17 @@ void AdamWOptimizer::master_from_params() {
   }
 }
 
+Tensor AdamWOptimizer::state_slice(State k, const ShardPiece& s) const {
+  switch (k) {
+    case kMaster:
+      return master_.empty() ? params_.flat_params().flat_slice(s.flat_begin, s.size())
+                             : master_.t().flat_slice(s.shard_offset, s.size());
+    case kExpAvg: return m_.t().flat_slice(s.shard_offset, s.size());
+    case kExpAvgSq: return v_.t().flat_slice(s.shard_offset, s.size());
+  }
+  throw InternalError("optimizer state");
+}
+
 Tensor AdamWOptimizer::shard_grads() const { return sharded() ? shard_grads_.t() : params_.flat_grads(); }
 
 void AdamWOptimizer::zero_grads() {
@@ -70,7 +82,7 @@ void AdamWOptimizer::zero_grads() {
 void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
   const FlatRange b = plan_.buckets()[bucket];
   const int64_t chunk = b.size() / plan_.shards();
-  const Tensor grads = params_.flat_grads().flat_slice(b.begin, b.size());
+  const Tensor grads = params_.group_grads(bucket);
   // Reduce in fp32 whatever the gradient dtype (Megatron's accumulate-in-fp32 path).
   Tensor in = grads;
   if (grads.dtype != DType::F32) {
@@ -88,8 +100,7 @@ void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
 // One bucket's data-parallel reduction: all-reduce in place (zero 0) or reduce-scatter
 // into the shard (zero 1, 2; zero 2 then clears the bucket for the next micro-batch).
 void AdamWOptimizer::reduce_bucket(size_t b) {
-  const FlatRange r = plan_.buckets()[b];
-  const Tensor grads = params_.flat_grads().flat_slice(r.begin, r.size());
+  const Tensor grads = params_.group_grads(b);
   reduced_[b] = 1;
   if (!sharded()) {
     if (dp_ != nullptr && dp_->size() > 1) dp_->allreduce(grads, ReduceOp::Sum);
@@ -127,11 +138,11 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
     if (coeff < 1.0) scale = static_cast<float>(grad_scale * coeff);
   }
   ++step_;
-  const Tensor master = master_.empty() ? params_.flat_params() : master_.t();
   const Tensor grads = shard_grads();
   for (const Update& u : updates_) {
     AdamWArgs a;
-    a.master = master.flat_slice(u.shard_offset, u.size);
+    a.master = master_.empty() ? params_.flat_params().flat_slice(u.flat_begin, u.size)
+                               : master_.t().flat_slice(u.shard_offset, u.size);
     a.grad = grads.flat_slice(u.shard_offset, u.size);
     a.m = m_.t().flat_slice(u.shard_offset, u.size);
     a.v = v_.t().flat_slice(u.shard_offset, u.size);

@@ -61,11 +61,11 @@ class AdamWOptimizer {
   void step(double lr, double grad_norm, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
 
-  // Checkpoint access to this rank's compact state (laid out by plan()): fp32 master
-  // weights (the model's parameters themselves for fp32 without ZeRO) and Adam moments.
-  Tensor master() const { return master_.empty() ? params_.flat_params() : master_.t(); }
-  Tensor exp_avg() const { return m_.t(); }
-  Tensor exp_avg_sq() const { return v_.t(); }
+  // Checkpoint access to the state of one owned piece: 0 the fp32 master weights (the
+  // model's parameters themselves in fp32 runs), 1 and 2 the Adam moments.
+  enum State { kMaster = 0, kExpAvg = 1, kExpAvgSq = 2 };
+  Tensor state_slice(State k, const ShardPiece& piece) const;
+  bool master_is_params() const { return master_.empty(); }
   void set_steps_taken(int64_t steps) { step_ = steps; }
   // Re-derives the master weights from the model's parameters (after loading parameters
   // without optimizer state).
@@ -88,7 +88,7 @@ class AdamWOptimizer {
   std::vector<char> reduced_;         // bucket reduced during this iteration's backward
   bool last_backward_ = true;
   // Compact shard state (zero 0: the flat layout). master_ is empty when the fp32 model
-  // parameters themselves are the master weights (zero 0, fp32).
+  // parameters themselves are the master weights.
   Buffer master_, m_, v_, shard_grads_;
   Buffer staging_, chunk_;  // zero > 0: one bucket's fp32 gradients and its reduced chunk
   struct Update {

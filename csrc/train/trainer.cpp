@@ -64,6 +64,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   layout.last_stage = grid.last_stage();
   layout.zero_shards = opt_.zero_stage > 0 ? g.dp : 1;
   layout.fp32_grads = opt_.accumulate_allreduce_grads_in_fp32;
+  layout.layer_grads_in_slots = opt_.zero_stage == 2;
   activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, micro_batches_);
   schedule_steps_ = one_f_one_b_schedule(g.pp, grid.pp_rank, micro_batches_);
   // Validates the model shape (heads and vocabulary against tp).

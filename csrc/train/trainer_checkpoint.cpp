@@ -99,17 +99,12 @@ void Trainer::save_checkpoint() {
   }
   if (optimizer_->sharded() || grid.dp_rank == 0) {  // without ZeRO every DP rank has it all
     const ShardPlan& plan = optimizer_->plan();
-    const Tensor states[] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
     std::vector<std::vector<char>> host;
     std::vector<StTensorRef> refs;
     for (const LocalParam& p : P.list())
       for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
         for (int k = 0; k < 3; ++k) {
-          // The master weights of fp32 runs without ZeRO are the parameters (flat layout).
-          const bool flat_layout = k == 0 && !optimizer_->sharded() && states[0].dtype == DType::F32 &&
-                                   states[0].data == P.flat_params().data;
-          const Tensor src = flat_layout ? states[k].flat_slice(s.flat_begin, s.size())
-                                         : states[k].flat_slice(s.shard_offset, s.size());
+          const Tensor src = optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s);
           refs.push_back(StTensorRef{optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
                                      StDType::F32, {s.size()}, host_bytes(be_, src, host)});
         }
@@ -180,15 +175,15 @@ bool Trainer::load_checkpoint() {
     throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
   if (load_optimizer) {
     const ShardPlan& plan = optimizer_->plan();
-    const Tensor states[] = {optimizer_->master(), optimizer_->exp_avg(), optimizer_->exp_avg_sq()};
-    const bool master_is_params = states[0].data == P.flat_params().data;
     for (int k = 0; k < 3; ++k) {
-      if (k == 0 && master_is_params) continue;  // the parameters just loaded are the master weights
+      // In fp32 runs the parameters just loaded are the master weights.
+      if (k == AdamWOptimizer::kMaster && optimizer_->master_is_params()) continue;
       for (const LocalParam& p : P.list()) {
         const std::vector<float> local =
             extract_local_stored(p.spec, tp, grid.tp_rank, ckpt.optimizer_tensor(p.spec.name, kOptimizerStates[k]));
         for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
-          be_.copy_from_host(states[k].flat_slice(s.shard_offset, s.size()), local.data() + (s.flat_begin - p.offset));
+          be_.copy_from_host(optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s),
+                             local.data() + (s.flat_begin - p.offset));
       }
     }
   } else {

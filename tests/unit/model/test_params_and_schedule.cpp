@@ -56,8 +56,9 @@ TEST(Params, CanonicalRunsMatchCanonicalIndex) {
           ASSERT_GE(run, 1) << s.name;
           ASSERT_LE(i + run, n) << s.name;
           for (int64_t k = 1; k < run; ++k) ASSERT_EQ(canonical_index(s, tp, r, i + k), g + k) << s.name;
-          if (i + run < n && tp > 1 && s.shard != ShardRule::Replicated && s.shard != ShardRule::SplitRows)
+          if (i + run < n && tp > 1 && s.shard != ShardRule::Replicated && s.shard != ShardRule::SplitRows) {
             ASSERT_NE(canonical_index(s, tp, r, i + run), g + run) << s.name << " run ends too early";
+          }
           i += run;
         }
       }
