@@ -2,14 +2,15 @@
 // that decide which part of the state each rank keeps.
 //
 //   zero 0: gradients are all-reduced over DP; every rank keeps the whole optimizer state.
-//   zero 1: each rank keeps fp32 master weights and Adam moments for its shard only
-//           (parallel/zero_shard.h); after the last micro-batch each bucket's gradients
-//           are reduce-scattered into the shard, the shard is updated, and the updated
-//           parameters are all-gathered.
-//   zero 2: as 1, but a layer's bucket is reduce-scattered into the fp32 shard gradient
-//           as soon as backward has produced it, every micro-batch, and the bucket's
-//           model-dtype gradient is zeroed again: accumulation happens in the fp32 shard
-//           and the full-size gradient only stages one micro-batch.
+//   zero 1: each rank keeps fp32 master weights (16-bit runs; fp32 runs update their
+//           parameters in place) and Adam moments for its shard only
+//           (parallel/zero_shard.h); each bucket's gradients are reduce-scattered into an
+//           fp32 shard gradient, the shard is updated, and the updated parameters are
+//           all-gathered.
+//   zero 2: as 1, but a layer's bucket is reduce-scattered as soon as backward has
+//           produced it, every micro-batch, and zeroed again: accumulation happens in the
+//           fp32 shard, and layer gradients live in two rotating slots instead of one
+//           buffer per layer (ParamStore), so the full-size gradient buffer is gone.
 // With zero 0 and 1, each layer's bucket is all-reduced or reduce-scattered as soon as the
 // last micro-batch's backward has produced it (Megatron's overlap_grad_reduce), so with an
 // asynchronous communicator (NCCL) it overlaps the rest of the backward pass.
