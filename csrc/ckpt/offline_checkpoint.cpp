@@ -68,10 +68,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
       std::error_code ec;
       fs::create_directories(temp / rank_dir, ec);
       if (ec) throw IoError((temp / rank_dir).string() + ": cannot create directory: " + ec.message());
-      const std::map<std::string, std::string> file_meta = {{"tp", std::to_string(L.tp)},
-                                                             {"tp_rank", std::to_string(tp_rank)},
-                                                             {"pp_rank", std::to_string(stage)},
-                                                             {"dp_rank", "0"}};
+      const auto file_meta = rank_file_metadata(L.tp, tp_rank, stage, 0);
       std::vector<std::vector<char>> model_bytes, optim_bytes;
       std::vector<StTensorRef> model_refs, optim_refs;
       model_bytes.reserve(specs.size());
@@ -89,7 +86,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
                                            optim_bytes.back().data()});
         }
       }
-      const std::string model_rel = rank_dir + "/model.safetensors";
+      const std::string model_rel = rank_dir + "/" + kModelFileName;
       const WrittenFile wm = write_safetensors((temp / model_rel).string(), model_refs, file_meta);
       meta.files.push_back(FileRecord{model_rel, wm.size, wm.xxh3});
       if (with_optimizer) {

@@ -28,6 +28,13 @@ std::string optimizer_piece_key(const std::string& param, const std::string& sta
   return param + "|" + state + "|" + std::to_string(first);
 }
 
+std::map<std::string, std::string> rank_file_metadata(int tp, int tp_rank, int pp_rank, int dp_rank) {
+  return {{"tp", std::to_string(tp)},
+          {"tp_rank", std::to_string(tp_rank)},
+          {"pp_rank", std::to_string(pp_rank)},
+          {"dp_rank", std::to_string(dp_rank)}};
+}
+
 std::string optimizer_file_name(int dp_rank) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "optim_dp%04d.safetensors", dp_rank);

@@ -28,8 +28,11 @@ namespace trident {
 
 inline constexpr const char* kOptimizerStates[] = {"master", "exp_avg", "exp_avg_sq"};
 
+inline constexpr const char* kModelFileName = "model.safetensors";
 std::string optimizer_piece_key(const std::string& param, const std::string& state, int64_t first);
 std::string optimizer_file_name(int dp_rank);  // "optim_dp0003.safetensors"
+// The __metadata__ every rank file carries (the reader needs tp_rank).
+std::map<std::string, std::string> rank_file_metadata(int tp, int tp_rank, int pp_rank, int dp_rank);
 
 class ShardedCheckpointReader {
  public:

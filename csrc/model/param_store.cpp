@@ -28,11 +28,11 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, in
     p.spec = s;
     p.shape = local_shape(s, tp);
     p.offset = total_;
+    p.group = groups_.size() - 1;
     // Keep every tensor 64-element aligned inside the flat buffer (vector loads, GEMM).
     total_ += (p.numel() + 63) / 64 * 64;
     index_[s.name] = params_.size();
     params_.push_back(p);
-    group_of_.push_back(groups_.size() - 1);
   }
   close_group();
   flat_params_ = backend_.zeros({total_}, param_dtype);
@@ -57,7 +57,7 @@ ParamStore::ParamStore(Backend& backend, const std::vector<ParamSpec>& specs, in
 }
 
 Tensor ParamStore::grad(const LocalParam& p) const {
-  const ParamGroup& g = groups_[group_of_[index_.at(p.spec.name)]];
+  const ParamGroup& g = groups_[p.group];
   return flat_grads_.t().flat_slice(g.grad_begin + (p.offset - g.begin), p.numel()).view(p.shape);
 }
 

@@ -17,7 +17,8 @@ namespace trident {
 struct LocalParam {
   ParamSpec spec;
   Shape shape;         // this rank's slice
-  int64_t offset = 0;  // element offset in the flat buffers
+  int64_t offset = 0;  // element offset in the flat parameter buffer
+  size_t group = 0;    // index of its ParamGroup
   int64_t numel() const { return shape.numel(); }
 };
 
@@ -78,7 +79,6 @@ class ParamStore {
   int tp_, tp_rank_;
   std::vector<LocalParam> params_;
   std::vector<ParamGroup> groups_;
-  std::vector<size_t> group_of_;  // group index of each parameter
   int grad_slots_ = 0;
   std::unordered_map<std::string, size_t> index_;
   int64_t total_ = 0;

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "ckpt/canonical_slices.h"
 #include "ckpt/safetensors.h"
 #include "parallel/pipeline_schedule.h"
 
@@ -31,7 +32,7 @@ void save_canonical_params(Gpt2Model& model, ParallelContext& par, const std::st
   std::vector<ParamSpec> specs = gpt2_param_specs(cfg, tp);
   std::vector<float> slice;
   for (const ParamSpec& s : specs) {
-    if (writer) full.emplace_back(static_cast<size_t>(s.shape.numel()), 0.0f);
+    if (writer) full.emplace_back(static_cast<size_t>(stored_shape(s).numel()), 0.0f);
     const int stage = owning_stage(s, cfg, grid.shape.pp);
     const int tp_parts = s.shard == ShardRule::Replicated ? 1 : tp;
     const Shape local = local_shape(s, tp);
@@ -48,8 +49,7 @@ void save_canonical_params(Gpt2Model& model, ParallelContext& par, const std::st
       } else if (writer) {
         par.world->recv(host, src);
       }
-      if (writer)
-        for (int64_t i = 0; i < local.numel(); ++i) full.back()[canonical_index(s, tp, t, i)] = slice[i];
+      if (writer) scatter_local_stored(s, tp, t, slice.data(), full.back().data());
     }
   }
   if (!writer) return;
@@ -58,8 +58,7 @@ void save_canonical_params(Gpt2Model& model, ParallelContext& par, const std::st
     StTensorRef r;
     r.name = specs[i].name;
     r.dtype = StDType::F32;
-    r.shape.assign(specs[i].shape.dims.begin(), specs[i].shape.dims.begin() + specs[i].shape.ndim);
-    if (specs[i].init_rows >= 0) r.shape[0] = specs[i].init_rows;  // drop vocabulary padding rows
+    r.shape = shape_vec(stored_shape(specs[i]));  // the word embedding without vocabulary padding
     r.data = full[i].data();
     refs.push_back(r);
   }

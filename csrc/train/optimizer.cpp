@@ -48,7 +48,7 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
   reduced_.assign(plan_.buckets().size(), 0);
   for (const LocalParam& p : params_.list())
     for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
-      updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), p.spec.weight_decay});
+      updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), &p});
 }
 
 void AdamWOptimizer::master_from_params() {
@@ -122,11 +122,8 @@ void AdamWOptimizer::reduce_gradients() {
 double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
   const Tensor g = shard_grads();
   double sum = 0;
-  for (const LocalParam& p : params_.list()) {
-    if (!counted(p.spec)) continue;
-    for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
-      sum += be_.sum_squares(g.flat_slice(s.shard_offset, s.size()));
-  }
+  for (const Update& u : updates_)
+    if (counted(u.param->spec)) sum += be_.sum_squares(g.flat_slice(u.shard_offset, u.size));
   return sum;
 }
 
@@ -151,7 +148,7 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
     a.beta1 = cfg_.beta1;
     a.beta2 = cfg_.beta2;
     a.eps = cfg_.eps;
-    a.weight_decay = u.weight_decay ? cfg_.weight_decay : 0.0f;
+    a.weight_decay = u.param->spec.weight_decay ? cfg_.weight_decay : 0.0f;
     a.grad_scale = scale;
     a.step = step_;
     be_.adamw(a);

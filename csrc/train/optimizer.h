@@ -94,9 +94,9 @@ class AdamWOptimizer {
   Buffer staging_, chunk_;  // zero > 0: one bucket's fp32 gradients and its reduced chunk
   struct Update {
     int64_t shard_offset, flat_begin, size;
-    bool weight_decay;
+    const LocalParam* param;
   };
-  std::vector<Update> updates_;  // owned pieces of every parameter
+  std::vector<Update> updates_;  // owned pieces of every parameter, computed once
   int64_t step_ = 0;
 };
 

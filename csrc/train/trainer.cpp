@@ -288,10 +288,19 @@ void Trainer::train() {
       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
       << ", dtype " << dtype_name(m.dtype) << std::endl;
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
-  int n = 0;
+  int n = 0, updated = 0;
   const double flops_per_iteration = model_flops_per_iteration(m, opt_.global_batch_size, g.tp);
   const double peak_tflops =
       opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype);
+  struct Throughput {
+    double tokens_per_second, tflops_per_rank, mfu;
+  };
+  auto throughput = [&](double ms_per_iteration) {
+    const double s = ms_per_iteration / 1e3;
+    return Throughput{static_cast<double>(opt_.global_batch_size) * m.seq_length / s,
+                      flops_per_iteration / g.world / s / 1e12,
+                      model_flops_utilization(flops_per_iteration, s, g.world, peak_tflops)};
+  };
   const bool evaluating = valid_ && opt_.eval_iters > 0;
   const bool saving = !opt_.save.empty();
   stop_requested = 0;
@@ -305,16 +314,14 @@ void Trainer::train() {
           << " MiB peak memory on rank 0" << std::endl;
     }
     if (!r.skipped) {  // Megatron averages the loss over the iterations that updated
+      ++updated;
       loss_sum += r.loss;
       acc_sum += r.acc;
     }
     ms_sum += r.ms;
     ++n;
-    const double seconds = r.ms / 1e3;
-    const double tokens_per_second = static_cast<double>(opt_.global_batch_size) * m.seq_length / seconds;
-    const double tflops_per_rank = flops_per_iteration / g.world / seconds / 1e12;
-    const double mfu = model_flops_utilization(flops_per_iteration, seconds, g.world, peak_tflops);
     if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
+      const Throughput t = throughput(r.ms);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
       TensorBoardWriter& tb = *tensorboard_;
       if (!r.skipped) {
@@ -327,14 +334,12 @@ void Trainer::train() {
       tb.add_scalar("learning-rate", r.lr, iteration_);
       tb.add_scalar("learning-rate vs samples", r.lr, samples);
       if (scaler_.enabled()) tb.add_scalar("loss-scale", r.loss_scale, iteration_);
-      tb.add_scalar("tokens-per-second", tokens_per_second, iteration_);
-      tb.add_scalar("tflops-per-rank", tflops_per_rank, iteration_);
-      if (mfu > 0) tb.add_scalar("mfu", mfu, iteration_);
+      tb.add_scalar("tokens-per-second", t.tokens_per_second, iteration_);
+      tb.add_scalar("tflops-per-rank", t.tflops_per_rank, iteration_);
+      if (t.mfu > 0) tb.add_scalar("mfu", t.mfu, iteration_);
     }
     if (iteration_ % opt_.log_interval == 0 || iteration_ == opt_.train_iters) {
       IterationLog l;
-      const int updated = n - static_cast<int>(std::count_if(history_.end() - n, history_.end(),
-                                                             [](const IterationResult& h) { return h.skipped; }));
       l.iteration = iteration_;
       l.train_iters = opt_.train_iters;
       l.consumed_samples = consumed_samples_;
@@ -347,12 +352,13 @@ void Trainer::train() {
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped_iterations_;
       l.nan_iterations = nan_iterations_;
-      l.tokens_per_second = static_cast<double>(opt_.global_batch_size) * m.seq_length / (l.ms_per_iteration / 1e3);
-      l.tflops_per_rank = flops_per_iteration / g.world / (l.ms_per_iteration / 1e3) / 1e12;
-      l.mfu = model_flops_utilization(flops_per_iteration, l.ms_per_iteration / 1e3, g.world, peak_tflops);
+      const Throughput t = throughput(l.ms_per_iteration);
+      l.tokens_per_second = t.tokens_per_second;
+      l.tflops_per_rank = t.tflops_per_rank;
+      l.mfu = t.mfu;
       out << format_iteration_log(l) << std::endl;
       loss_sum = acc_sum = ms_sum = 0;
-      n = 0;
+      n = updated = 0;
     }
     if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0 &&
         iteration_ < opt_.train_iters) {

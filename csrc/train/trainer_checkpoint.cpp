@@ -29,8 +29,6 @@ const void* host_bytes(Backend& be, const Tensor& t, std::vector<std::vector<cha
   return keep.back().data();
 }
 
-std::vector<int64_t> dims(const Shape& s) { return std::vector<int64_t>(s.dims.begin(), s.dims.begin() + s.ndim); }
-
 // Fixed-size string exchange over a Comm (as I32 words).
 void broadcast_string(Comm& c, std::string& s, int root) {
   std::vector<int32_t> buf(64, 0);
@@ -76,10 +74,7 @@ void Trainer::save_checkpoint() {
   world.barrier();
   const std::string rank_dir = rank_dir_name(grid.tp_rank, grid.pp_rank, grid.shape.pp);
   fs::create_directories(temp / rank_dir);
-  const std::map<std::string, std::string> file_meta = {{"tp", std::to_string(grid.shape.tp)},
-                                                         {"tp_rank", std::to_string(grid.tp_rank)},
-                                                         {"pp_rank", std::to_string(grid.pp_rank)},
-                                                         {"dp_rank", std::to_string(grid.dp_rank)}};
+  const auto file_meta = rank_file_metadata(grid.shape.tp, grid.tp_rank, grid.pp_rank, grid.dp_rank);
   const ParamStore& P = model_->params();
   std::ostringstream records;  // "path size xxh3" lines
   uint64_t bytes = 0;
@@ -91,10 +86,10 @@ void Trainer::save_checkpoint() {
     std::vector<std::vector<char>> host;
     std::vector<StTensorRef> refs;
     for (const LocalParam& p : P.list()) {
-      refs.push_back(StTensorRef{p.spec.name, to_st_dtype(P.param(p).dtype), dims(p.shape),
+      refs.push_back(StTensorRef{p.spec.name, to_st_dtype(P.param(p).dtype), shape_vec(p.shape),
                                  host_bytes(be_, P.param(p), host)});
     }
-    const std::string rel = rank_dir + "/model.safetensors";
+    const std::string rel = rank_dir + "/" + kModelFileName;
     note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
   }
   if (optimizer_->sharded() || grid.dp_rank == 0) {  // without ZeRO every DP rank has it all

@@ -11,8 +11,26 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/config.h"
 
 namespace trident::testing {
+
+// A GPT-2 small enough to check element by element: C = 16, 4 heads of 4, F = 64,
+// vocabulary 300 padded to multiples of 8 x tp.
+inline ModelConfig small_config() {
+  ModelConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 16;
+  c.num_attention_heads = 4;
+  c.seq_length = 12;
+  c.max_position_embeddings = 12;
+  c.vocab_size = 300;
+  c.make_vocab_size_divisible_by = 8;
+  c.init_method_std = 0.02f;
+  c.hidden_dropout = 0.1f;
+  c.attention_dropout = 0.1f;
+  return c;
+}
 
 // A fresh directory under $TMPDIR (or /tmp), removed when the test ends.
 class ScratchDir {

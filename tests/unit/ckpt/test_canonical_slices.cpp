@@ -7,22 +7,13 @@
 #include <cstring>
 #include <random>
 
+#include "ckpt_test_util.h"
 #include "core/error.h"
 
 namespace trident {
 namespace {
 
-ModelConfig small_config() {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.seq_length = 12;
-  c.max_position_embeddings = 12;
-  c.vocab_size = 300;
-  c.make_vocab_size_divisible_by = 8;
-  return c;
-}
+using testing::small_config;
 
 std::vector<float> random_tensor(int64_t n, uint32_t seed) {
   std::mt19937 g(seed);

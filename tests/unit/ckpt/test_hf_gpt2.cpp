@@ -14,26 +14,13 @@
 namespace trident {
 namespace {
 
+using testing::small_config;
+
 using json = nlohmann::json;
 using testing::expect_io_error;
 using testing::ScratchDir;
 using testing::slurp;
 using testing::spit;
-
-ModelConfig small_config() {
-  ModelConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 16;
-  c.num_attention_heads = 4;
-  c.seq_length = 12;
-  c.max_position_embeddings = 12;
-  c.vocab_size = 300;
-  c.make_vocab_size_divisible_by = 8;
-  c.init_method_std = 0.02f;
-  c.hidden_dropout = 0.1f;
-  c.attention_dropout = 0.1f;
-  return c;
-}
 
 // Random canonical tensors as the model holds them at `tp` (wte padded, padding zero).
 TensorMap random_canonical(const ModelConfig& cfg, int tp, uint32_t seed) {
