@@ -94,6 +94,25 @@ void ProfilingBackend::xent_loss_grad(const Tensor& logits, const Tensor& target
   timed("cross_entropy", [&] { inner_->xent_loss_grad(logits, targets, vs, vv, row_max, sumexp, tl, losses, correct, gs); });
 }
 void ProfilingBackend::adamw(const AdamWArgs& a) { timed("adamw", [&] { inner_->adamw(a); }); }
+void ProfilingBackend::residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid,
+                                                  const Tensor& g, const Tensor& b, const Tensor& out,
+                                                  const Tensor& mean, const Tensor& rstd) {
+  timed("residual_layernorm", [&] { inner_->residual_layernorm_forward(x, branch, resid, g, b, out, mean, rstd); });
+}
+void ProfilingBackend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
+                                        const Tensor& bias, bool ta, bool tb) {
+  timed("matmul_gelu", [&] { inner_->matmul_bias_gelu(pre, out, a, b, bias, ta, tb); });
+}
+void ProfilingBackend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
+                                            bool ta, bool tb) {
+  timed("matmul_gelu", [&] { inner_->matmul_gelu_backward(dpre, a, b, pre, ta, tb); });
+}
+void ProfilingBackend::adamw_multi(const std::vector<AdamWArgs>& list) {
+  timed("adamw", [&] { inner_->adamw_multi(list); });
+}
+double ProfilingBackend::sum_squares_multi(const std::vector<Tensor>& list) {
+  return timed("reduce", [&] { return inner_->sum_squares_multi(list); });
+}
 double ProfilingBackend::sum_squares(const Tensor& t) { return timed("reduce", [&] { return inner_->sum_squares(t); }); }
 double ProfilingBackend::sum(const Tensor& t) { return timed("reduce", [&] { return inner_->sum(t); }); }
 bool ProfilingBackend::has_inf_or_nan(const Tensor& t) { return timed("reduce", [&] { return inner_->has_inf_or_nan(t); }); }

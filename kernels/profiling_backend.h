@@ -66,6 +66,15 @@ class ProfilingBackend final : public Backend {
   double sum_squares(const Tensor& t) override;
   double sum(const Tensor& t) override;
   bool has_inf_or_nan(const Tensor& t) override;
+  void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
+                                  const Tensor& beta, const Tensor& out, const Tensor& mean,
+                                  const Tensor& rstd) override;
+  void matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                        bool trans_a, bool trans_b) override;
+  void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
+                            bool trans_b) override;
+  void adamw_multi(const std::vector<AdamWArgs>& list) override;
+  double sum_squares_multi(const std::vector<Tensor>& list) override;
 
  private:
   template <typename F>

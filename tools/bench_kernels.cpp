@@ -216,6 +216,18 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   const int64_t tok = q ? 1024 : 8192, C = q ? 512 : 2048, V = q ? 4096 : 50304;
   gemm("GEMM qkv (1.3b)", tok, 3 * C, C, bf, be, 20);
   gemm("GEMM mlp up (1.3b)", tok, 4 * C, C, bf, be, 20);
+  {
+    // The same GEMM with its bias and GELU in cuBLASLt's epilogue (forward), and the
+    // backward GEMM into the activation's gradient with the DGELU epilogue; compare their
+    // rows with "GEMM mlp up" (plus a separate gelu pass) to see what the fusion saves.
+    Buffer x = b.rnd(Shape{tok, C}, bf), w = b.rnd(Shape{4 * C, C}, bf), bias = b.rnd(Shape{4 * C}, bf);
+    Buffer pre = be.empty(Shape{tok, 4 * C}, bf), out = be.empty(Shape{tok, 4 * C}, bf);
+    b.add("GEMM mlp up+bias+GELU", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
+          [&] { be.matmul_bias_gelu(pre, out, x, w, bias, false, true); }, 20);
+    Buffer dy = b.rnd(Shape{tok, C}, bf), w2 = b.rnd(Shape{C, 4 * C}, bf);
+    b.add("GEMM mlp dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
+          [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false); }, 20);
+  }
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
 
   // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
@@ -232,6 +244,10 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     // dout, x read; dx += (read and written); mean, rstd read.
     b.add("layernorm bwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
           [&] { be.layernorm_backward(dout, x, g, mean, rstd, dx, dg, db); }, 20);
+    // x and branch read, resid and out written.
+    Buffer branch = b.rnd(Shape{rows, C}, bf), resid = be.empty(Shape{rows, C}, bf);
+    b.add("residual+layernorm fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
+          [&] { be.residual_layernorm_forward(x, branch, resid, g, beta, out, mean, rstd); }, 20);
   }
   {
     const int64_t n = rows * 4 * C;
@@ -257,6 +273,45 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     a.step = 10;
     // master, m, v read and written (24 bytes), bf16 grad read (2), bf16 param written (2).
     b.add("adamw", dims({n}) + " f32 state, bf16 grad", 28.0 * n, false, [&] { be.adamw(a); }, 10);
+  }
+  {
+    // The optimizer's real call: one adamw_multi over gpt2-124m's 148 parameter tensors
+    // (fp32 grads, bf16 model copy), and the gradient norm's sum_squares_multi over them.
+    std::vector<int64_t> sizes = {50304 * 768, 1024 * 768};
+    for (int l = 0; l < 12; ++l)
+      for (int64_t n : {768, 768, 768 * 2304, 2304, 768 * 768, 768, 768, 768, 768 * 3072, 3072, 3072 * 768, 768})
+        sizes.push_back(n);
+    sizes.push_back(768);
+    sizes.push_back(768);
+    if (q)
+      for (int64_t& n : sizes) n = std::max<int64_t>(1, n / 16);
+    int64_t total = 0;
+    for (int64_t n : sizes) total += n;
+    Buffer master = b.rnd(Shape{total}, DType::F32, -0.05f, 0.05f), grad = b.rnd(Shape{total}, DType::F32, -1e-3f, 1e-3f);
+    Buffer m = b.rnd(Shape{total}, DType::F32, -1e-4f, 1e-4f), v = b.rnd(Shape{total}, DType::F32, 0.f, 1e-6f);
+    Buffer p = be.empty(Shape{total}, bf);
+    std::vector<AdamWArgs> list;
+    std::vector<Tensor> grads;
+    int64_t off = 0;
+    for (const int64_t n : sizes) {
+      AdamWArgs a;
+      a.master = master.t().flat_slice(off, n);
+      a.grad = grad.t().flat_slice(off, n);
+      a.m = m.t().flat_slice(off, n);
+      a.v = v.t().flat_slice(off, n);
+      a.model_param = p.t().flat_slice(off, n);
+      a.lr = 1e-4f;
+      a.weight_decay = n > 3072 ? 0.1f : 0.0f;
+      a.step = 10;
+      list.push_back(a);
+      grads.push_back(a.grad);
+      off += n;
+    }
+    const std::string shape = std::to_string(list.size()) + " tensors, " + std::to_string(total) + " elements";
+    // master, m, v read and written, f32 grad read (28), bf16 param written (2).
+    b.add("adamw multi-tensor", shape, 30.0 * total, false, [&] { be.adamw_multi(list); }, 10);
+    b.add("grad norm (sum_squares_multi)", shape + " f32", 4.0 * total, false,
+          [&] { be.sum_squares_multi(grads); }, 10);
   }
   {
     const int64_t N = q ? 1024 : 16384;

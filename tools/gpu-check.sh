@@ -5,7 +5,8 @@
 # TFLOP/s against the ceilings measured in the same run (a device copy, an 8192^3 bf16
 # cuBLASLt GEMM), causal attention (head dim 64) forward+backward TFLOP/s, and tokens/s and
 # MFU (Megatron's model FLOPs, throughput.h's dense peak) for gpt2-124m, -345m and -1.3b
-# training on one GPU in bf16 and fp16. Meant to finish in well under 8 minutes.
+# training on one GPU in bf16 and fp16, and the per-op time shares of one profiled
+# gpt2-1.3b bf16 step. Meant to finish in well under 8 minutes.
 #
 # The GPU machine (the device tool; /work/.library/device/README.md) gets the working tree
 # plus up to 8 ignored paths named in `carry`, 64 MiB in all, and cannot install packages,
@@ -49,9 +50,10 @@ if [[ ${1:-} == --make-bundle ]]; then
   build=${TRIDENT_BUILD_DIR:-$repo/build-gpu}
   if [[ -z ${TRIDENT_BUILD_DIR:-} ]]; then
     cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
-    nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench cuda_backend_tests nccl_comm_tests
+    nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench trident-train cuda_backend_tests nccl_comm_tests
   fi
-  exes=(tools/trident-bench tests/cuda/cuda_backend_tests tests/cuda/nccl_comm_tests)
+  # trident-train: tests/e2e/cuda_vs_cpu.sh (ctest -L cuda) runs it on the GPU and on the CPU.
+  exes=(tools/trident-bench tools/trident-train tests/cuda/cuda_backend_tests tests/cuda/nccl_comm_tests)
   for e in "${exes[@]}"; do [[ -x $build/$e ]] || { echo "gpu-check: $build/$e is missing" >&2; exit 1; }; done
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
@@ -61,10 +63,11 @@ if [[ ${1:-} == --make-bundle ]]; then
     cp "$build/$e" "$stage/build-gpu/$e"
     strip --strip-unneeded "$stage/build-gpu/$e" 2>/dev/null || true
   done
-  # ctest's files (paths rewritten on the machine), gtest's discovered test lists included.
+  # ctest's files (paths rewritten on the machine), gtest's discovered test lists and the
+  # label files trident_add_gtest writes included.
   # Copied after the executables and touched: gtest's include files re-run test discovery
   # (with this machine's CMake modules) when an executable is newer than its test list.
-  (cd "$build" && find . -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake') |
+  (cd "$build" && find . -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' -o -name '*_labels.cmake') |
     while read -r f; do mkdir -p "$stage/build-gpu/$(dirname "$f")"; cp "$build/$f" "$stage/build-gpu/$f"; done
   find "$stage/build-gpu" -name '*.cmake' -exec touch {} +
   # Shared libraries, except glibc's, the driver's, and the CUDA libraries the machine has.
@@ -181,7 +184,7 @@ if [[ -z $build ]]; then
     fail "build: required packages missing (${missing[*]}); carry a bundle (tools/gpu-check.sh --make-bundle)"
     build_how="no build: missing ${missing[*]}"
   elif cmake -S "$repo" -B "$build" "${flags[@]}" >"$logdir/build.log" 2>&1 &&
-     cmake --build "$build" -j16 --target trident-bench $( ((have_gtest)) && echo cuda_backend_tests) \
+     cmake --build "$build" -j16 --target trident-bench trident-train $( ((have_gtest)) && echo cuda_backend_tests) \
        $( ((have_gtest && have_mpi)) && echo nccl_comm_tests) >>"$logdir/build.log" 2>&1; then
     build_how="built here${missing:+ without ${missing[*]}}"
   else
@@ -279,6 +282,26 @@ if [[ -x $bench ]]; then
     done
   done
 fi
+# ---- where a step's time goes: one profiled run of the largest config --------------------
+# ProfilingBackend synchronises after every op, so this step is slower than the timed ones;
+# the shares tell the next tuning session which kernels matter. Skipped in quick mode.
+profile_table="not run"
+if [[ -x $bench && -z ${GPU_CHECK_QUICK:-} ]]; then
+  c=${configs[-1]}
+  model=${c%%:*}
+  mb=${c##*:}
+  if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
+    profile_table="skipped: past the time budget"
+  else
+    say "profiled step: $model bf16, micro batch $mb"
+    log=$logdir/train-profile-$model.log
+    timeout 100 "$bench" --config "$repo/configs/$model.yaml" --device cuda --bf16 --micro-batch-size "$mb" \
+      --global-batch-size "$mb" --train-iters 2 --lr-warmup-iters 0 --eval-iters 0 --bench-warmup 1 >"$log" 2>&1
+    rc=$?
+    profile_table=$(sed -n '/^op /,$p' "$log")
+    ((rc == 0)) && [[ -n $profile_table ]] || profile_table="FAILED (rc $rc): $(tail -1 "$log")"
+  fi
+fi
 # At most 8 files come back from $OUT: fold the per-run training logs into one.
 cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"/train-*.log
 
@@ -295,6 +318,9 @@ echo
 echo "training, one GPU, seq 1024, synthetic tokens, $steps timed steps (MFU: Megatron model FLOPs / dense peak):"
 printf '%-10s %-5s %4s %10s %12s %10s %7s\n' model dtype mb "step ms" "tokens/s" "TFLOP/s" MFU
 for r in "${train_rows[@]}"; do echo "$r"; done
+echo
+echo "where the step time goes (${configs[-1]%%:*} bf16, profiled: synchronised after every op):"
+echo "$profile_table"
 if ((status == 0)); then
   echo "result: OK"
 else

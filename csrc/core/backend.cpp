@@ -1,5 +1,7 @@
 #include "core/backend.h"
 
+#include "core/error.h"
+
 namespace trident {
 
 Backend::Backend(Device device)
@@ -14,6 +16,47 @@ Backend::~Backend() = default;
 Buffer Backend::empty(Shape shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   return Buffer(allocator_.get(), Tensor(allocator_->allocate(bytes), shape, dtype, device_));
+}
+
+// ---- default compositions of the fused ops (their meaning) -------------------------------
+
+void Backend::residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid,
+                                         const Tensor& gamma, const Tensor& beta, const Tensor& out,
+                                         const Tensor& mean, const Tensor& rstd) {
+  add(x, branch, resid);
+  layernorm_forward(resid, gamma, beta, out, mean, rstd);
+}
+
+void Backend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
+                               const Tensor& bias, bool trans_a, bool trans_b) {
+  matmul(pre, a, b, bias, trans_a, trans_b, false);
+  gelu_forward(pre, out);
+}
+
+void Backend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
+                                   bool trans_a, bool trans_b) {
+  matmul(dpre, a, b, Tensor(), trans_a, trans_b, false);
+  gelu_backward(dpre, pre, dpre);  // element-wise: in place is fine
+}
+
+void check_adamw_multi_list(const std::vector<AdamWArgs>& list) {
+  for (const AdamWArgs& a : list) {
+    const AdamWArgs& f = list.front();
+    TRIDENT_CHECK(a.lr == f.lr && a.beta1 == f.beta1 && a.beta2 == f.beta2 && a.eps == f.eps &&
+                      a.grad_scale == f.grad_scale && a.step == f.step,
+                  "adamw_multi: every piece must share lr, betas, eps, grad_scale and step");
+  }
+}
+
+void Backend::adamw_multi(const std::vector<AdamWArgs>& list) {
+  check_adamw_multi_list(list);
+  for (const AdamWArgs& a : list) adamw(a);
+}
+
+double Backend::sum_squares_multi(const std::vector<Tensor>& list) {
+  double total = 0;
+  for (const Tensor& t : list) total += sum_squares(t);
+  return total;
 }
 
 Buffer Backend::zeros(Shape shape, DType dtype) {

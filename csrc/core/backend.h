@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 #include <string>
 
 #include "core/allocator.h"
@@ -46,6 +47,10 @@ struct AdamWArgs {
   float grad_scale = 1.0f;
   int64_t step = 1;  // 1-based step for bias correction
 };
+
+// Backend::adamw_multi's precondition: every element shares lr, betas, eps, grad_scale and
+// step (weight decay may differ). Throws InternalError otherwise.
+void check_adamw_multi_list(const std::vector<AdamWArgs>& list);
 
 class Backend {
  public:
@@ -157,6 +162,32 @@ class Backend {
   virtual double sum_squares(const Tensor& t) = 0;  // sum of x^2 in double, to the host
   virtual double sum(const Tensor& t) = 0;          // sum of x in double, to the host
   virtual bool has_inf_or_nan(const Tensor& t) = 0;
+
+  // ---- fused ops ------------------------------------------------------------------------
+  // Each has a default made of the ops above: that composition is its meaning, and the CPU
+  // backend uses it. A device backend overrides it with fewer passes over memory (one
+  // kernel, or a cuBLASLt epilogue) that computes the same up to the rounding noted.
+
+  // resid = x + branch (rounded to resid's dtype), then layernorm_forward(resid, ...) with
+  // the statistics of the rounded resid: the residual add in front of every pre-LN
+  // LayerNorm, one pass instead of two. `resid` may alias x.
+  virtual void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid,
+                                          const Tensor& gamma, const Tensor& beta, const Tensor& out,
+                                          const Tensor& mean, const Tensor& rstd);
+  // The MLP's up-projection with its activation: pre = op(a) op(b) + bias (=, bias may be
+  // empty), out = gelu(pre) (=). A fused GEMM may apply gelu to the fp32 accumulator
+  // before pre is rounded to its dtype.
+  virtual void matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
+                                const Tensor& bias, bool trans_a, bool trans_b);
+  // Its backward through the activation: dpre = (op(a) op(b)) * gelu'(pre)  (=). A fused
+  // GEMM may multiply the fp32 accumulator before rounding.
+  virtual void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
+                                    bool trans_a, bool trans_b);
+  // adamw() on every element of `list`, in few launches on a device (multi-tensor apply).
+  // Every element must share lr, betas, eps, grad_scale and step; weight_decay may differ.
+  virtual void adamw_multi(const std::vector<AdamWArgs>& list);
+  // Sum over the tensors of sum_squares(t), in double, with one synchronisation.
+  virtual double sum_squares_multi(const std::vector<Tensor>& list);
 
  protected:
   // Every derived destructor calls this first: the cache frees through raw_free, which

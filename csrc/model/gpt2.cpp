@@ -35,7 +35,7 @@ struct Gpt2Model::Scratch {
   Buffer d_resid, d_ln, d_tmp;  // [BT, C]
   Buffer d_qkv;                 // [BT, 3Cl]
   Buffer d_att;                 // [BT, Cl]
-  Buffer d_fc, d_gelu;          // [BT, Fl]
+  Buffer d_fc;                  // [BT, Fl]
   Buffer d_input;               // [BT, C] gradient of the stage input (non-first stages)
 };
 
@@ -117,7 +117,6 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   x.d_qkv = act({BT, 3 * Cl_});
   x.d_att = act({BT, Cl_});
   x.d_fc = act({BT, Fl_});
-  x.d_gelu = act({BT, Fl_});
   if (!L.first_stage) x.d_input = act({BT, C_});
 }
 
@@ -164,14 +163,20 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
     be_.dropout_forward(scratch_->proj, s.input, T_,
                         dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training));
   }
+  // Pre-LN: only the stage's first LayerNorm reads the stage input on its own; every later
+  // one (the next layer's ln_1, or ln_f) is fused with the residual add that makes its input.
+  const int n = static_cast<int>(s.layers.size());
+  const NormOutput first = n > 0 ? ln1_output(layout_.layer_begin, s.layers[0]) : lnf_output(s);
+  if (!first.out.empty()) be_.layernorm_forward(s.input, first.gamma, first.beta, first.out, first.mean, first.rstd);
   Tensor x = s.input;
-  for (size_t i = 0; i < s.layers.size(); ++i) {
-    layer_forward(layout_.layer_begin + static_cast<int>(i), x, s.layers[i], training);
+  for (int i = 0; i < n; ++i) {
+    const NormOutput next = i + 1 < n ? ln1_output(layout_.layer_begin + i + 1, s.layers[i + 1]) : lnf_output(s);
+    layer_forward(layout_.layer_begin + i, x, s.layers[i], training, next);
     x = s.layers[i].out;
   }
   if (layout_.last_stage) {
     be_.copy_from_host(s.targets, mb.targets);
-    head_forward(s, x, grad_scale);
+    head_forward(s, grad_scale);
     // Ignored (negative) targets do not count as tokens.
     double n = 0;
     for (int64_t i = 0, e = static_cast<int64_t>(B_) * T_; i < e; ++i) n += mb.targets[i] >= 0;
@@ -179,13 +184,24 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   }
 }
 
-void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool training) {
+Gpt2Model::NormOutput Gpt2Model::ln1_output(int layer, LayerActs& a) const {
+  const std::string h = "h." + std::to_string(layer) + ".";
+  return NormOutput{params_->param(h + "ln_1.weight"), params_->param(h + "ln_1.bias"), a.ln1, a.ln1_mean,
+                    a.ln1_rstd};
+}
+
+Gpt2Model::NormOutput Gpt2Model::lnf_output(SlotActs& s) const {
+  if (!layout_.last_stage) return NormOutput{};
+  return NormOutput{params_->param("ln_f.weight"), params_->param("ln_f.bias"), s.lnf, s.lnf_mean, s.lnf_rstd};
+}
+
+// a.ln1 has been computed (by the previous layer's residual add, or from the stage input).
+void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool training, const NormOutput& next) {
   const ParamStore& P = *params_;
   const std::string h = "h." + std::to_string(layer) + ".";
   const bool rank0 = layout_.tp_rank == 0;
   const Tensor none;
-  // Attention: LN -> column-parallel QKV -> causal attention -> row-parallel projection.
-  be_.layernorm_forward(x, P.param(h + "ln_1.weight"), P.param(h + "ln_1.bias"), a.ln1, a.ln1_mean, a.ln1_rstd);
+  // Attention: (LN) -> column-parallel QKV -> causal attention -> row-parallel projection.
   be_.matmul(a.qkv, a.ln1, P.param(h + "attn.qkv.weight"), P.param(h + "attn.qkv.bias"), false, true, false);
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
   be_.attention_forward(a.qkv, a.att, a.lse, as, dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training));
@@ -193,22 +209,27 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
              false, true, false);
   tp_allreduce(scratch_->proj, ReduceOp::Sum);
   be_.dropout_forward(scratch_->proj, scratch_->proj, T_, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training));
-  be_.add(x, scratch_->proj, a.resid_mid);
-  // MLP: LN -> column-parallel fc -> GELU -> row-parallel projection.
-  be_.layernorm_forward(a.resid_mid, P.param(h + "ln_2.weight"), P.param(h + "ln_2.bias"), a.ln2, a.ln2_mean, a.ln2_rstd);
-  be_.matmul(a.fc, a.ln2, P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false, true, false);
-  be_.gelu_forward(a.fc, a.gelu);
+  // resid_mid = x + branch, and ln_2 of it, in one pass.
+  be_.residual_layernorm_forward(x, scratch_->proj, a.resid_mid, P.param(h + "ln_2.weight"),
+                                 P.param(h + "ln_2.bias"), a.ln2, a.ln2_mean, a.ln2_rstd);
+  // MLP: LN -> column-parallel fc with GELU (one GEMM with a GELU epilogue) -> row-parallel projection.
+  be_.matmul_bias_gelu(a.fc, a.gelu, a.ln2, P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false, true);
   be_.matmul(scratch_->proj, a.gelu, P.param(h + "mlp.proj.weight"), rank0 ? P.param(h + "mlp.proj.bias") : none,
              false, true, false);
   tp_allreduce(scratch_->proj, ReduceOp::Sum);
   be_.dropout_forward(scratch_->proj, scratch_->proj, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training));
-  be_.add(a.resid_mid, scratch_->proj, a.out);
+  // out = resid_mid + branch, fused with the LayerNorm that reads it when it is on this stage.
+  if (next.out.empty())
+    be_.add(a.resid_mid, scratch_->proj, a.out);
+  else
+    be_.residual_layernorm_forward(a.resid_mid, scratch_->proj, a.out, next.gamma, next.beta, next.out, next.mean,
+                                   next.rstd);
 }
 
-void Gpt2Model::head_forward(SlotActs& s, const Tensor& x, float grad_scale) {
+// s.lnf has been computed (fused with the last layer's residual add).
+void Gpt2Model::head_forward(SlotActs& s, float grad_scale) {
   const ParamStore& P = *params_;
   Scratch& k = *scratch_;
-  be_.layernorm_forward(x, P.param("ln_f.weight"), P.param("ln_f.bias"), s.lnf, s.lnf_mean, s.lnf_rstd);
   // Tied, vocab-parallel LM head: logits shard = lnf @ wte_shard^T.
   be_.matmul(k.logits, s.lnf, P.param("wte"), Tensor(), false, true, false);
   be_.xent_stats(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.target_logit);
@@ -266,8 +287,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_));
   be_.matmul(P.grad(h + "mlp.proj.weight"), k.d_tmp, a.gelu, Tensor(), true, false, true);
   be_.bias_backward(k.d_tmp, P.grad(h + "mlp.proj.bias"));
-  be_.matmul(k.d_gelu, k.d_tmp, P.param(h + "mlp.proj.weight"), Tensor(), false, false, false);
-  be_.gelu_backward(k.d_gelu, a.fc, k.d_fc);
+  be_.matmul_gelu_backward(k.d_fc, k.d_tmp, P.param(h + "mlp.proj.weight"), a.fc, false, false);
   be_.matmul(P.grad(h + "mlp.fc.weight"), k.d_fc, a.ln2, Tensor(), true, false, true);
   be_.bias_backward(k.d_fc, P.grad(h + "mlp.fc.bias"));
   be_.matmul(k.d_ln, k.d_fc, P.param(h + "mlp.fc.weight"), Tensor(), false, false, false);

@@ -87,11 +87,19 @@ class Gpt2Model {
   struct LayerActs;
   struct SlotActs;
   struct Scratch;
+  // Where a LayerNorm writes (its parameters, output and saved statistics); empty `out`
+  // means there is no such LayerNorm on this stage.
+  struct NormOutput {
+    Tensor gamma, beta, out, mean, rstd;
+  };
+  NormOutput ln1_output(int layer, LayerActs& a) const;
+  NormOutput lnf_output(SlotActs& s) const;
   void tp_allreduce(const Tensor& t, ReduceOp op) const;
   DropoutKey dropout_key(int layer, DropoutSite site, float p, bool training) const;
-  void layer_forward(int layer, const Tensor& x_in, LayerActs& a, bool training);
+  // `next`: the LayerNorm fed by this layer's output, fused with its residual add.
+  void layer_forward(int layer, const Tensor& x_in, LayerActs& a, bool training, const NormOutput& next);
   void layer_backward(int layer, const Tensor& x_in, LayerActs& a);
-  void head_forward(SlotActs& s, const Tensor& x, float grad_scale);
+  void head_forward(SlotActs& s, float grad_scale);
   void head_backward(SlotActs& s, const Tensor& x);
 
   ModelConfig cfg_;

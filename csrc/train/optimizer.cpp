@@ -120,11 +120,23 @@ void AdamWOptimizer::reduce_gradients() {
 }
 
 double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
+  // One multi-tensor reduction (one synchronisation) over the counted pieces, with pieces
+  // that follow each other in the shard merged into one range.
   const Tensor g = shard_grads();
-  double sum = 0;
-  for (const Update& u : updates_)
-    if (counted(u.param->spec)) sum += be_.sum_squares(g.flat_slice(u.shard_offset, u.size));
-  return sum;
+  std::vector<Tensor> ranges;
+  int64_t begin = 0, end = 0;
+  for (const Update& u : updates_) {
+    if (!counted(u.param->spec)) continue;
+    if (end > begin && u.shard_offset == end) {
+      end += u.size;
+      continue;
+    }
+    if (end > begin) ranges.push_back(g.flat_slice(begin, end - begin));
+    begin = u.shard_offset;
+    end = begin + u.size;
+  }
+  if (end > begin) ranges.push_back(g.flat_slice(begin, end - begin));
+  return be_.sum_squares_multi(ranges);
 }
 
 void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
@@ -136,6 +148,8 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
   }
   ++step_;
   const Tensor grads = shard_grads();
+  std::vector<AdamWArgs> batch;
+  batch.reserve(updates_.size());
   for (const Update& u : updates_) {
     AdamWArgs a;
     a.master = master_.empty() ? params_.flat_params().flat_slice(u.flat_begin, u.size)
@@ -151,8 +165,9 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
     a.weight_decay = u.param->spec.weight_decay ? cfg_.weight_decay : 0.0f;
     a.grad_scale = scale;
     a.step = step_;
-    be_.adamw(a);
+    batch.push_back(a);
   }
+  be_.adamw_multi(batch);
   if (plan_.shards() == 1) return;
   for (size_t b = 0; b < plan_.buckets().size(); ++b) {
     const FlatRange r = plan_.buckets()[b], c = plan_.owned_chunk(b);

@@ -159,6 +159,17 @@ class CudaBackend final : public Backend {
     require_device("layernorm_forward", {&x, &gamma, &beta, &out, &mean, &rstd});
     cuda::layernorm_forward(x, gamma, beta, out, mean, rstd, stream_);
   }
+  void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
+                                  const Tensor& beta, const Tensor& out, const Tensor& mean,
+                                  const Tensor& rstd) override {
+    if (branch.dtype != x.dtype || resid.dtype != x.dtype) {  // mixed dtypes: the unfused meaning
+      Backend::residual_layernorm_forward(x, branch, resid, gamma, beta, out, mean, rstd);
+      return;
+    }
+    on_device();
+    require_device("residual_layernorm_forward", {&x, &branch, &resid, &gamma, &beta, &out, &mean, &rstd});
+    cuda::residual_layernorm_forward(x, branch, resid, gamma, beta, out, mean, rstd, stream_);
+  }
   void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
     on_device();
@@ -172,6 +183,22 @@ class CudaBackend final : public Backend {
     on_device();
     require_device("matmul", {&out, &a, &b, &bias});
     gemm_->run(out, a, b, bias, trans_a, trans_b, accumulate, stream_);
+  }
+  // GELU in the GEMM's epilogue when cuBLASLt has an algorithm for it; else the GEMM and
+  // the GELU kernel (Backend's composition).
+  void matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                        bool trans_a, bool trans_b) override {
+    on_device();
+    require_device("matmul_bias_gelu", {&pre, &out, &a, &b, &bias});
+    if (!gemm_->run_gelu(pre, out, a, b, bias, trans_a, trans_b, stream_))
+      Backend::matmul_bias_gelu(pre, out, a, b, bias, trans_a, trans_b);
+  }
+  void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
+                            bool trans_b) override {
+    on_device();
+    require_device("matmul_gelu_backward", {&dpre, &a, &b, &pre});
+    if (!gemm_->run_dgelu(dpre, a, b, pre, trans_a, trans_b, stream_))
+      Backend::matmul_gelu_backward(dpre, a, b, pre, trans_a, trans_b);
   }
   void bias_backward(const Tensor& dout, const Tensor& dbias) override {
     on_device();
@@ -239,10 +266,16 @@ class CudaBackend final : public Backend {
   }
 
   // ---- optimizer and reductions ----
-  void adamw(const AdamWArgs& a) override {
+  void adamw(const AdamWArgs& a) override { adamw_multi({a}); }
+  void adamw_multi(const std::vector<AdamWArgs>& list) override {
     on_device();
-    require_device("adamw", {&a.master, &a.grad, &a.m, &a.v, &a.model_param});
-    cuda::adamw(a, stream_);
+    for (const AdamWArgs& a : list) require_device("adamw", {&a.master, &a.grad, &a.m, &a.v, &a.model_param});
+    cuda::adamw_multi(list, stream_);
+  }
+  double sum_squares_multi(const std::vector<Tensor>& list) override {
+    on_device();
+    for (const Tensor& t : list) require_device("sum_squares", {&t});
+    return cuda::sum_squares_multi(list, allocator(), stream_);
   }
   double sum_squares(const Tensor& t) override {
     on_device();

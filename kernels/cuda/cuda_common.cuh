@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "core/allocator.h"
@@ -65,6 +66,33 @@ __device__ __forceinline__ void store_any(AnyPtr a, int64_t i, float v) {
     case DType::BF16: static_cast<__nv_bfloat16*>(a.p)[i] = __float2bfloat16_rn(v); break;
     case DType::I32: static_cast<int32_t*>(a.p)[i] = static_cast<int32_t>(v); break;
   }
+}
+
+// ---- vectors: kV consecutive elements moved as one load/store (16 bytes at most) ----------
+// Memory-bound kernels reach the copy bandwidth only with 16-byte accesses; kVec16<T>
+// elements of T fill one. A kernel templated on kV uses kV = 1 when a row length or a
+// pointer does not allow vectors (vector_width below).
+template <typename T, int kV>
+struct alignas(sizeof(T) * kV) Vec {
+  T v[kV];
+};
+template <typename T>
+constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
+template <typename T, int kV>
+__device__ __forceinline__ Vec<T, kV> load_vec(const T* p) {
+  return *reinterpret_cast<const Vec<T, kV>*>(p);
+}
+template <typename T, int kV>
+__device__ __forceinline__ void store_vec(T* p, const Vec<T, kV>& v) {
+  *reinterpret_cast<Vec<T, kV>*>(p) = v;
+}
+// kVec16<T> when `cols` is a multiple of it and every pointer is 16-byte aligned, else 1.
+template <typename T>
+inline int vector_width(int64_t cols, std::initializer_list<const void*> ptrs) {
+  if (cols % kVec16<T> != 0) return 1;
+  for (const void* p : ptrs)
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 1;
+  return kVec16<T>;
 }
 
 // ---- reductions (fixed order: results do not depend on scheduling) --------------------

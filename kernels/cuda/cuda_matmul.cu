@@ -10,6 +10,12 @@
 // is fixed per Gemm, so the plan cache needs no key for it. `accumulate` is beta = 1.
 // The bias goes through the BIAS epilogue when its dtype is the output's (cuBLASLt's
 // requirement), otherwise through a separate row-bias add after the GEMM.
+// The MLP's GELU (tanh approximation, as cuBLASLt's GELU epilogues compute it) goes
+// through GELU_AUX(_BIAS) in the forward, which writes gelu(acc + bias) to the output and
+// the pre-activation to the aux matrix, and through DGELU in the backward, which multiplies
+// the GEMM result by gelu'(aux). Both need one dtype for every matrix and an aux leading
+// dimension that is a multiple of 8; otherwise run_gelu/run_dgelu return false and the
+// backend runs the GEMM and the GELU kernel instead.
 //
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
@@ -74,7 +80,7 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A (our b), B (our a), C = D
   cublasLtMatmulAlgo_t algo{};
   bool usable = false;  // false: the heuristic found nothing, use the fallback kernel
-  bool bias_epilogue = false;
+  Gemm::Epilogue epilogue = Gemm::Epilogue::kNone;
 
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -96,8 +102,27 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-// key: M, N, K, trans_a, trans_b, a/b dtype, out dtype, bias epilogue, align a, b, out, bias
-Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr) {
+namespace {
+
+bool has_bias(Gemm::Epilogue e) { return e == Gemm::Epilogue::kBias || e == Gemm::Epilogue::kGeluAuxBias; }
+bool has_aux(Gemm::Epilogue e) {
+  return e == Gemm::Epilogue::kGeluAux || e == Gemm::Epilogue::kGeluAuxBias || e == Gemm::Epilogue::kDGelu;
+}
+cublasLtEpilogue_t lt_epilogue(Gemm::Epilogue e) {
+  switch (e) {
+    case Gemm::Epilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
+    case Gemm::Epilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
+    case Gemm::Epilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case Gemm::Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Gemm::Epilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+}  // namespace
+
+// key: M, N, K, trans_a, trans_b, a/b dtype, out dtype, epilogue, align a, b, out, bias, aux
+Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr, const void* aux_ptr) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
@@ -105,7 +130,7 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr) {
   const bool ta = key[3] != 0, tb = key[4] != 0;
   const cudaDataType_t ab_type = cuda_type(static_cast<DType>(key[5]));
   const cudaDataType_t out_type = cuda_type(static_cast<DType>(key[6]));
-  plan->bias_epilogue = key[7] != 0;
+  plan->epilogue = static_cast<Epilogue>(key[7]);
 
   const cublasComputeType_t compute =
       ab_type == CUDA_R_32F && allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -114,13 +139,21 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr) {
   const cublasOperation_t op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (plan->bias_epilogue) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (plan->epilogue != Epilogue::kNone) {
+    const cublasLtEpilogue_t epi = lt_epilogue(plan->epilogue);
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
-    // The heuristic reads the bias pointer's alignment; any pointer of the same
-    // alignment (part of the key) works with the chosen algorithm.
+  }
+  // The heuristic reads the bias and aux pointers' alignment; any pointers of the same
+  // alignment (part of the key) work with the chosen algorithm.
+  if (has_bias(plan->epilogue))
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_ptr,
                                                 sizeof(bias_ptr)));
+  if (has_aux(plan->epilogue)) {
+    // The aux matrix has the output's layout: column-major [N, M], leading dimension N.
+    const int64_t ld = N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux_ptr,
+                                                sizeof(aux_ptr)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
   }
   // Stored (column-major) dimensions of each operand.
   CUBLAS_CHECK(tb ? cublasLtMatrixLayoutCreate(&plan->a, ab_type, K, N, K)
@@ -157,9 +190,9 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr) {
   return p;
 }
 
-void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
-               bool accumulate, cudaStream_t s) {
-  const char* op = "matmul";
+// M, N, K of out[M, N] = op(a)[M, K] op(b)[K, N], after checking the shapes.
+static std::array<int64_t, 3> gemm_dims(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
+                                        bool trans_a, bool trans_b) {
   TRIDENT_CHECK(is_float(a.dtype) && is_float(b.dtype) && is_float(out.dtype), op, ": float tensors expected");
   // Matrix views: all dims but the last are rows (a [B, T, C] activation is [B*T, C]).
   const int64_t M = trans_a ? a.cols() : a.rows(), K = trans_a ? a.rows() : a.cols();
@@ -167,37 +200,88 @@ void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor
   TRIDENT_CHECK(K == Kb, op, ": inner dims differ: a ", a.shape.str(), (trans_a ? "^T" : ""), " b ", b.shape.str(),
                 (trans_b ? "^T" : ""));
   TRIDENT_CHECK(out.rows() == M && out.cols() == N, op, ": out ", out.shape.str(), " for [", M, ", ", N, "]");
-  const bool has_bias = !bias.empty();
-  if (has_bias)
+  return {M, N, K};
+}
+
+bool Gemm::try_lt(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, bool accumulate,
+                  Epilogue epi, const Tensor& bias, const Tensor& aux, int64_t M, int64_t N, int64_t K,
+                  cudaStream_t s) {
+  const bool lt_types = a.dtype == b.dtype && (out.dtype == a.dtype || out.dtype == DType::F32);
+  if (!lt_types || K == 0) return false;
+  const Key key{M, N, K, trans_a, trans_b, static_cast<int64_t>(a.dtype), static_cast<int64_t>(out.dtype),
+                static_cast<int64_t>(epi), alignment(a.data), alignment(b.data), alignment(out.data),
+                has_bias(epi) ? alignment(bias.data) : 0, has_aux(epi) ? alignment(aux.data) : 0};
+  std::lock_guard<std::mutex> lock(mu_);
+  Plan* plan = plan_for(key, has_bias(epi) ? bias.data : nullptr, has_aux(epi) ? aux.data : nullptr);
+  if (!plan->usable) return false;
+  if (has_bias(epi)) {
+    const void* bp = bias.data;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)));
+  }
+  if (has_aux(epi)) {
+    const void* ap = aux.data;
+    CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof(ap)));
+  }
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, b.data, plan->a, a.data, plan->b, &beta, out.data,
+                              plan->c, out.data, plan->c, &plan->algo, workspace_, workspace_bytes_, s));
+  return true;
+}
+
+void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
+               bool accumulate, cudaStream_t s) {
+  const char* op = "matmul";
+  const auto [M, N, K] = gemm_dims(op, out, a, b, trans_a, trans_b);
+  const bool with_bias = !bias.empty();
+  if (with_bias)
     TRIDENT_CHECK(is_float(bias.dtype) && bias.numel() == N, op, ": bias ", bias.shape.str(), " for N=", N);
   if (M == 0 || N == 0) return;
 
-  const bool lt_types = a.dtype == b.dtype && (out.dtype == a.dtype || out.dtype == DType::F32);
-  if (lt_types && K > 0) {
-    const bool bias_epilogue = has_bias && bias.dtype == out.dtype;
-    const Key key{M, N, K, trans_a, trans_b, static_cast<int64_t>(a.dtype), static_cast<int64_t>(out.dtype),
-                  bias_epilogue, alignment(a.data), alignment(b.data), alignment(out.data),
-                  bias_epilogue ? alignment(bias.data) : 0};
-    std::lock_guard<std::mutex> lock(mu_);
-    Plan* plan = plan_for(key, bias_epilogue ? bias.data : nullptr);
-    if (plan->usable) {
-      if (bias_epilogue) {
-        const void* bp = bias.data;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof(bp)));
-      }
-      const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-      CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, b.data, plan->a, a.data, plan->b, &beta, out.data,
-                                  plan->c, out.data, plan->c, &plan->algo, workspace_, workspace_bytes_, s));
-      if (has_bias && !bias_epilogue) add_row_bias(out, bias, s);
-      return;
-    }
+  const bool bias_epilogue = with_bias && bias.dtype == out.dtype;
+  if (try_lt(out, a, b, trans_a, trans_b, accumulate, bias_epilogue ? Epilogue::kBias : Epilogue::kNone, bias,
+             Tensor(), M, N, K, s)) {
+    if (with_bias && !bias_epilogue) add_row_bias(out, bias, s);
+    return;
   }
   const dim3 block(kTile, kTile);
   const dim3 grid(static_cast<unsigned>((M + kTile - 1) / kTile), static_cast<unsigned>((N + kTile - 1) / kTile));
   TRIDENT_CHECK((N + kTile - 1) / kTile <= 65535, op, ": N=", N, " too large for the fallback kernel");
-  gemm_fallback_kernel<<<grid, block, 0, s>>>(any_ptr(out), any_ptr(a), any_ptr(b), any_ptr(bias), has_bias, trans_a,
+  gemm_fallback_kernel<<<grid, block, 0, s>>>(any_ptr(out), any_ptr(a), any_ptr(b), any_ptr(bias), with_bias, trans_a,
                                               trans_b, accumulate, M, N, K);
   CUDA_CHECK_LAUNCH();
+}
+
+// The epilogues need every matrix in one dtype (the 16-bit or the fp32 one) and an aux
+// leading dimension (N) that is a multiple of 8.
+static bool gelu_epilogue_fits(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& aux,
+                               const Tensor& bias, int64_t N) {
+  if (a.dtype != out.dtype || b.dtype != out.dtype || aux.dtype != out.dtype) return false;
+  if (!bias.empty() && bias.dtype != out.dtype) return false;
+  return N % 8 == 0;
+}
+
+bool Gemm::run_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                    bool trans_a, bool trans_b, cudaStream_t s) {
+  const char* op = "matmul_bias_gelu";
+  const auto [M, N, K] = gemm_dims(op, out, a, b, trans_a, trans_b);
+  TRIDENT_CHECK(pre.rows() == M && pre.cols() == N, op, ": pre ", pre.shape.str(), " for [", M, ", ", N, "]");
+  if (!bias.empty())
+    TRIDENT_CHECK(is_float(bias.dtype) && bias.numel() == N, op, ": bias ", bias.shape.str(), " for N=", N);
+  if (M == 0 || N == 0) return true;
+  if (!gelu_epilogue_fits(out, a, b, pre, bias, N)) return false;
+  return try_lt(out, a, b, trans_a, trans_b, false, bias.empty() ? Epilogue::kGeluAux : Epilogue::kGeluAuxBias, bias,
+                pre, M, N, K, s);
+}
+
+bool Gemm::run_dgelu(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
+                     bool trans_b, cudaStream_t s) {
+  const char* op = "matmul_gelu_backward";
+  const auto [M, N, K] = gemm_dims(op, dpre, a, b, trans_a, trans_b);
+  TRIDENT_CHECK(pre.rows() == M && pre.cols() == N, op, ": pre ", pre.shape.str(), " for [", M, ", ", N, "]");
+  if (M == 0 || N == 0) return true;
+  if (!gelu_epilogue_fits(dpre, a, b, pre, Tensor(), N)) return false;
+  return try_lt(dpre, a, b, trans_a, trans_b, false, Epilogue::kDGelu, Tensor(), pre, M, N, K, s);
 }
 
 }  // namespace trident::cuda

@@ -29,14 +29,28 @@ class Gemm {
   void run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
            bool accumulate, cudaStream_t s);
 
+  // Backend::matmul_bias_gelu and matmul_gelu_backward through cuBLASLt's GELU_AUX(_BIAS)
+  // and DGELU epilogues. false (nothing done) when the epilogue does not apply to these
+  // dtypes or this shape: the caller then runs the unfused ops.
+  bool run_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
+                bool trans_a, bool trans_b, cudaStream_t s);
+  bool run_dgelu(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
+                 bool trans_b, cudaStream_t s);
+
   size_t cached_plans() const { return plans_.size(); }
+
+  enum class Epilogue : int64_t { kNone = 0, kBias, kGeluAux, kGeluAuxBias, kDGelu };
   bool allow_tf32() const { return allow_tf32_; }
 
  private:
   struct Plan;
-  using Key = std::array<int64_t, 12>;
+  using Key = std::array<int64_t, 13>;
 
-  Plan* plan_for(const Key& key, const void* bias_ptr);
+  Plan* plan_for(const Key& key, const void* bias_ptr, const void* aux_ptr);
+  // One cuBLASLt matmul with epilogue `epi`; false when cuBLASLt does not take this dtype
+  // mix or K = 0, or its heuristic found no algorithm.
+  bool try_lt(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, bool accumulate,
+              Epilogue epi, const Tensor& bias, const Tensor& aux, int64_t M, int64_t N, int64_t K, cudaStream_t s);
 
   bool allow_tf32_ = false;
   cublasLtHandle_t handle_ = nullptr;

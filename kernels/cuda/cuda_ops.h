@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/backend.h"
@@ -31,6 +32,10 @@ void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_
 // cuda_layernorm.cu
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd, cudaStream_t s);
+// x, branch and resid share one dtype (the backend falls back to add + layernorm otherwise).
+void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
+                                const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                                cudaStream_t s);
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         CachingAllocator& scratch, cudaStream_t s);
@@ -59,12 +64,13 @@ void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_s
                     const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit,
                     const Tensor& losses, const Tensor& correct, float grad_scale, cudaStream_t s);
 
-// cuda_adamw.cu
-void adamw(const AdamWArgs& a, cudaStream_t s);
+// cuda_adamw.cu (multi-tensor: few launches for the whole list)
+void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s);
 
 // cuda_reduce.cu
 void bias_backward(const Tensor& dout, const Tensor& dbias, CachingAllocator& scratch, cudaStream_t s);
 double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_t s);  // synchronises
+double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s);  // synchronises
 bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s);       // synchronises
 
 // Column reductions in two deterministic passes (used by bias_backward and the LayerNorm

@@ -1,9 +1,11 @@
-// Reductions: bias gradient (column sums), sum / sum of squares to the host, and the
-// inf/NaN check used by the loss scaler.
+// Reductions: bias gradient (column sums), sum / sum of squares to the host (also over a
+// list of tensors in one multi-tensor pass, for the global gradient norm), and the inf/NaN
+// check used by the loss scaler.
 // Every float reduction is deterministic: a fixed partition that depends only on the
 // shape (never on the GPU model or on scheduling), partials combined in a fixed order,
 // no float atomics. sum and sum_squares accumulate in double, as their CPU twins do.
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_multi_tensor.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace trident::cuda {
@@ -44,10 +46,39 @@ __global__ void sum_partials_kernel(const T* x, int64_t n, double* partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// One block of kSumMaxBlocks threads; thread i reads partial i (or 0).
-__global__ void sum_finish_kernel(const double* partials, int count, double* result) {
+// Multi-tensor sum of squares: block b writes the double sum of its chunk to partials[b];
+// the chunk layout depends on the tensor sizes only, so the total is deterministic.
+constexpr int kMultiMaxTensors = 64;
+constexpr int kMultiMaxBlocks = 512;
+constexpr int64_t kMultiChunk = 32768;
+struct SquaresTable {
+  const void* p[kMultiMaxTensors];
+  int64_t n[kMultiMaxTensors];
+  ChunkMap<kMultiMaxBlocks> map;
+};
+
+template <typename T>
+__global__ void sum_squares_multi_kernel(SquaresTable tab, double* partials) {
   __shared__ double shared[32];
-  double v = threadIdx.x < count ? partials[threadIdx.x] : 0.0;
+  const int t = tab.map.tensor[blockIdx.x];
+  const int64_t begin = static_cast<int64_t>(tab.map.chunk[blockIdx.x]) * kMultiChunk;
+  const int64_t end = begin + kMultiChunk < tab.n[t] ? begin + kMultiChunk : tab.n[t];
+  const T* x = static_cast<const T*>(tab.p[t]);
+  double acc = 0.0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const double v = to_f32(x[i]);
+    acc += v * v;
+  }
+  acc = block_sum(acc, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// One block of kSumMaxBlocks threads adds any number of partials: thread i takes i,
+// i + kSumMaxBlocks, ... in order, then the block sum.
+__global__ void sum_many_partials_kernel(const double* partials, int64_t count, double* result) {
+  __shared__ double shared[32];
+  double v = 0.0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) v += partials[i];
   v = block_sum(v, shared);
   if (threadIdx.x == 0) *result = v;
 }
@@ -114,7 +145,49 @@ double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_
       sum_partials_kernel<T, false><<<blocks, kSumBlock, 0, s>>>(t.ptr<T>(), n, partials.as<double>());
   });
   CUDA_CHECK_LAUNCH();
-  sum_finish_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials.as<double>(), blocks, result);
+  sum_many_partials_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials.as<double>(), blocks, result);
+  CUDA_CHECK_LAUNCH();
+  double host = 0.0;
+  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return host;
+}
+
+double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
+  const char* op = "sum_squares";
+  std::vector<int64_t> sizes;
+  int64_t total_blocks = 0;
+  for (const Tensor& t : list) {
+    TRIDENT_CHECK(is_float(t.dtype), op, ": float tensors expected, got ", dtype_name(t.dtype));
+    sizes.push_back(t.numel());
+    total_blocks += (t.numel() + kMultiChunk - 1) / kMultiChunk;
+  }
+  if (total_blocks == 0) return 0.0;
+  Scratch partials(scratch, sizeof(double) * (total_blocks + 1));
+  double* result = partials.as<double>() + total_blocks;
+  int64_t written = 0;
+  auto split_before = [&](size_t i) {
+    for (size_t j = i; j-- > 0;)
+      if (sizes[j] > 0) return list[j].dtype != list[i].dtype;
+    return false;
+  };
+  for_each_chunk_launch<kMultiMaxTensors, kMultiMaxBlocks>(
+      sizes, kMultiChunk, split_before,
+      [&](const std::vector<int>& tensors, const ChunkMap<kMultiMaxBlocks>& map, int blocks) {
+        SquaresTable tab{};
+        for (size_t j = 0; j < tensors.size(); ++j) {
+          tab.p[j] = list[tensors[j]].data;
+          tab.n[j] = list[tensors[j]].numel();
+        }
+        tab.map = map;
+        dispatch_float(list[tensors.front()].dtype, op, [&](auto tag) {
+          using T = decltype(tag);
+          sum_squares_multi_kernel<T><<<blocks, kSumBlock, 0, s>>>(tab, partials.as<double>() + written);
+        });
+        CUDA_CHECK_LAUNCH();
+        written += blocks;
+      });
+  sum_many_partials_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials.as<double>(), written, result);
   CUDA_CHECK_LAUNCH();
   double host = 0.0;
   CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, s));

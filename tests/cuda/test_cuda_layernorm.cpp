@@ -1,5 +1,6 @@
 // GPU vs CPU: LayerNorm forward (out, mean, rstd) and backward (dx, dgamma, dbeta, all +=),
-// for widths below a warp, awkward, and GPT-2 XL's 1600; per dtype.
+// for widths below a warp, awkward, and GPT-2 XL's 1600; per dtype. The residual add fused
+// in front of it (residual_layernorm_forward).
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -71,6 +72,38 @@ TEST_P(LayerNorm, BackwardIsDeterministic) {
   }
 }
 
+// residual_layernorm_forward: resid = x + branch (the same rounding on both sides, so
+// identical bytes), then LayerNorm of resid. C = 1600 and 768 take the 16-byte vector
+// path of every dtype; 129 and 3 the scalar one; `alias` writes resid over x.
+class ResidualLayerNorm : public CudaVsCpuDtype {
+ protected:
+  void check(int64_t N, int64_t C, bool alias) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << (alias ? " resid aliases x" : ""));
+    Pair x = random(Shape{N, C}, dt(), -1.f, 3.f), branch = random(Shape{N, C}, dt(), -2.f, 2.f);
+    Pair gamma = random(Shape{C}, dt(), 0.5f, 1.5f), beta = random(Shape{C}, dt(), -0.5f, 0.5f);
+    Pair own_resid{cpu().empty(Shape{N, C}, dt()), gpu().empty(Shape{N, C}, dt())};
+    const Pair& resid = alias ? x : own_resid;
+    Pair out{cpu().empty(Shape{N, C}, dt()), gpu().empty(Shape{N, C}, dt())};
+    Pair mean{cpu().empty(Shape{N}, DType::F32), gpu().empty(Shape{N}, DType::F32)};
+    Pair rstd{cpu().empty(Shape{N}, DType::F32), gpu().empty(Shape{N}, DType::F32)};
+    cpu().residual_layernorm_forward(x.cpu, branch.cpu, resid.cpu, gamma.cpu, beta.cpu, out.cpu, mean.cpu, rstd.cpu);
+    gpu().residual_layernorm_forward(x.gpu, branch.gpu, resid.gpu, gamma.gpu, beta.gpu, out.gpu, mean.gpu, rstd.gpu);
+    expect_identical(resid, "resid");
+    expect_close(mean, Tol{1e-5, 1e-6}, "mean");
+    expect_close(rstd, Tol{1e-5, 1e-6}, "rstd");
+    expect_close(out, storage_tol(dt(), 1e-5, 1e-5), "out");
+  }
+};
+
+TEST_P(ResidualLayerNorm, VectorAndScalarRows) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(7, 1600, false);
+  check(33, 768, true);
+  check(37, 129, false);
+  check(5, 3, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, ResidualLayerNorm, TRIDENT_FLOAT_DTYPES, dtype_param_name);
 INSTANTIATE_TEST_SUITE_P(Dtypes, LayerNorm, TRIDENT_FLOAT_DTYPES, dtype_param_name);
 
 }  // namespace

@@ -1,5 +1,6 @@
 // GPU vs CPU: matmul (cuBLASLt, every transpose combination, bias, accumulate, mixed
-// output/bias dtypes, awkward and aligned shapes) and bias_backward.
+// output/bias dtypes, awkward and aligned shapes), bias_backward, and the GEMMs with the
+// GELU epilogue (matmul_bias_gelu, matmul_gelu_backward).
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -81,6 +82,49 @@ TEST_P(Matmul, BiasBackwardAccumulatesColumnSums) {
   }
 }
 
+// The MLP's GEMMs with GELU: forward pre = x W^T + b, out = gelu(pre); backward
+// dpre = (dy W) * gelu'(pre). N = 64 takes cuBLASLt's GELU_AUX_BIAS / DGELU epilogues;
+// N = 60 (not a multiple of 8) the unfused fallback. The epilogue applies gelu to the fp32
+// accumulator, the CPU to the rounded pre: one extra rounding of a 16-bit pre, inside
+// storage_tol. In fp32 the 1e-4 tolerance would catch an erf-GELU epilogue (it differs
+// from the tanh approximation by up to 4.7e-4 around |x| = 2; these pre values reach 6).
+class MatmulGelu : public CudaVsCpuDtype {
+ protected:
+  void check(int64_t M, int64_t N, int64_t K, bool with_bias) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << " bias=" << with_bias);
+    Pair x = random(Shape{M, K}, dt()), w = random(Shape{N, K}, dt());
+    Pair bias = with_bias ? random(Shape{N}, dt()) : Pair{};
+    Pair pre = random(Shape{M, N}, dt()), out = random(Shape{M, N}, dt());  // garbage: both are "="
+    cpu().matmul_bias_gelu(pre.cpu, out.cpu, x.cpu, w.cpu, bias.cpu, false, true);
+    gpu().matmul_bias_gelu(pre.gpu, out.gpu, x.gpu, w.gpu, bias.gpu, false, true);
+    expect_close(pre, storage_tol(dt(), 1e-4, 1e-4), "pre");
+    expect_close(out, storage_tol(dt(), 1e-4, 1e-4), "gelu out");
+
+    // Backward from the CPU's pre on both sides, so only the backward differs.
+    gpu().copy_from_host(pre.gpu, raw(cpu(), pre.cpu).data());
+    Pair dy = random(Shape{M, K}, dt());
+    Pair w2 = random(Shape{K, N}, dt());  // the down-projection [out=K, in=N]
+    Pair dpre = random(Shape{M, N}, dt());
+    cpu().matmul_gelu_backward(dpre.cpu, dy.cpu, w2.cpu, pre.cpu, false, false);
+    gpu().matmul_gelu_backward(dpre.gpu, dy.gpu, w2.gpu, pre.gpu, false, false);
+    expect_close(dpre, storage_tol(dt(), 1e-4, 1e-4), "dpre");
+  }
+  static std::vector<unsigned char> raw(Backend& be, const Tensor& t) {
+    std::vector<unsigned char> b(t.nbytes());
+    be.copy_to_host(b.data(), t);
+    return b;
+  }
+};
+
+TEST_P(MatmulGelu, EpilogueAndFallbackShapes) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(37, 64, 96, true);
+  check(37, 64, 96, false);
+  check(37, 60, 96, true);
+  check(128, 256, 64, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulGelu, TRIDENT_FLOAT_DTYPES, dtype_param_name);
 INSTANTIATE_TEST_SUITE_P(Dtypes, Matmul, TRIDENT_FLOAT_DTYPES, dtype_param_name);
 
 }  // namespace

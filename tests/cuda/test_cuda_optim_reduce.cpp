@@ -1,5 +1,6 @@
-// GPU vs CPU: AdamW (gradient dtypes, model-dtype copy, weight decay, bias correction),
-// sum / sum_squares (double accumulation, deterministic) and has_inf_or_nan.
+// GPU vs CPU: AdamW (gradient dtypes, model-dtype copy, weight decay, bias correction,
+// one piece and multi-tensor), sum / sum_squares (double accumulation, deterministic; also
+// over a list of tensors) and has_inf_or_nan.
 #include <limits>
 
 #include "cuda_test_util.h"
@@ -48,6 +49,71 @@ TEST_P(AdamW, WithoutModelCopy) {
   cpu().adamw(c);
   gpu().adamw(g);
   expect_close(master, Tol{1e-6, 1e-7}, "master");
+}
+
+// adamw_multi: pieces of awkward sizes (an empty one, one larger than a launch's 512
+// chunks of 16384, more pieces than a launch's 16) with per-piece weight decay, against
+// the CPU's piece-by-piece adamw.
+TEST_P(AdamW, MultiTensorAcrossLaunches) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  std::vector<int64_t> sizes = {1, 0, 17, 16384, 16385, 513 * 16384 + 5};
+  for (int i = 0; i < 20; ++i) sizes.push_back(100 + 37 * i);
+  std::vector<Pair> master, m, v, grad, model;
+  std::vector<AdamWArgs> c, g;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    master.push_back(random(Shape{n}, DType::F32));
+    m.push_back(random(Shape{n}, DType::F32, -0.1f, 0.1f));
+    v.push_back(random(Shape{n}, DType::F32, 0.f, 0.01f));
+    grad.push_back(random(Shape{n}, dt(), -2.f, 2.f));
+    model.push_back(random(Shape{n}, dt()));
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const bool copy = dt() != DType::F32 && i % 3 != 2;  // some pieces without a model copy
+    AdamWArgs a{master[i].cpu, grad[i].cpu, m[i].cpu, v[i].cpu, copy ? model[i].cpu.t() : Tensor()};
+    AdamWArgs b{master[i].gpu, grad[i].gpu, m[i].gpu, v[i].gpu, copy ? model[i].gpu.t() : Tensor()};
+    for (AdamWArgs* x : {&a, &b}) {
+      x->lr = 1e-3f;
+      x->weight_decay = i % 2 == 0 ? 0.1f : 0.0f;
+      x->grad_scale = 0.5f;
+      x->step = 7;
+    }
+    c.push_back(a);
+    g.push_back(b);
+  }
+  cpu().adamw_multi(c);
+  gpu().adamw_multi(g);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "piece " << i << " of " << sizes[i] << " elements");
+    expect_close(master[i], Tol{1e-6, 1e-7}, "master");
+    expect_close(m[i], Tol{1e-5, 1e-7}, "m");
+    expect_close(v[i], Tol{1e-5, 1e-9}, "v");
+    expect_close(model[i], storage_tol(dt(), 1e-6, 1e-7), "model_param");
+  }
+  // Pieces of one call must share the step: a mismatch is an error, not a silent mix.
+  g[3].step = 8;
+  EXPECT_THROW(gpu().adamw_multi(g), InternalError);
+}
+
+// sum_squares_multi: more tensors than one launch takes (64), mixed sizes, against the
+// CPU, and bit-identical when repeated.
+TEST_P(Reduce, SumSquaresMulti) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  std::vector<Pair> ts;
+  std::vector<Tensor> c, g;
+  for (int i = 0; i < 70; ++i) {
+    const int64_t n = i == 5 ? 0 : i == 9 ? (int64_t{1} << 20) + 3 : 1 + 97 * i;
+    ts.push_back(random(Shape{n}, dt(), -1.f, 1.5f));
+  }
+  for (const Pair& p : ts) {
+    c.push_back(p.cpu);
+    g.push_back(p.gpu);
+  }
+  const double want = cpu().sum_squares_multi(c);
+  const double got = gpu().sum_squares_multi(g);
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  EXPECT_EQ(got, gpu().sum_squares_multi(g)) << "not deterministic";
+  EXPECT_EQ(gpu().sum_squares_multi({}), 0.0);
 }
 
 TEST_P(Reduce, SumAndSumSquares) {

@@ -1,0 +1,121 @@
+// The kernels of kernels/cuda/cuda_reduce.cu on the CPU emulator, with mirrors of its host
+// launchers (column_chunks, column_partials_accumulate, bias_backward, sum,
+// sum_squares_multi, has_inf_or_nan): the same kernels, template arguments and launch
+// geometry, host vectors for the scratch memory (filled with NaN, as device scratch holds
+// garbage). Shared by test_reduce.cpp and test_layernorm.cpp (LayerNorm's dgamma/dbeta
+// go through column_partials_accumulate).
+// KEEP IN SYNC with the launchers in cuda_reduce.cu: a changed geometry there is not
+// seen here until the mirror is updated.
+//
+// What it cannot check: the launchers themselves (argument checks, the scratch
+// allocator, the stream and the copies back to the host).
+#pragma once
+
+#include <limits>
+#include <vector>
+
+#include "emu_cuda_common.h"
+#include "emu_cuda_reduce.inc"
+
+namespace trident::cuda::emu_reduce {
+namespace {
+
+template <typename V>
+std::vector<V> nan_scratch(size_t n) {
+  return std::vector<V>(n, std::numeric_limits<V>::quiet_NaN());
+}
+
+int column_chunks(int64_t rows, int64_t cols) {
+  const int64_t col_blocks = (cols + kColBlock - 1) / kColBlock;
+  int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
+  const int64_t max_by_rows = (rows + 15) / 16;
+  if (chunks > max_by_rows) chunks = max_by_rows;
+  if (chunks < 1) chunks = 1;
+  return static_cast<int>(chunks);
+}
+
+void column_partials_accumulate(const float* partials, int chunks, int64_t cols, void* dst, DType dst_dtype) {
+  emu::launch(dim3(grid_for(cols, kColBlock, INT32_MAX)), dim3(kColBlock), 0, column_finish_kernel, partials, chunks,
+              cols, AnyPtr{dst, dst_dtype});
+}
+
+void bias_backward(const Tensor& dout, const Tensor& dbias) {
+  const int64_t N = dout.rows(), C = dout.cols();
+  if (N == 0 || C == 0) return;
+  const int chunks = column_chunks(N, C);
+  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+  std::vector<float> partials = nan_scratch<float>(static_cast<size_t>(chunks * C));
+  dispatch_float(dout.dtype, "bias_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const dim3 grid(static_cast<unsigned>((C + kColBlock - 1) / kColBlock), static_cast<unsigned>(chunks));
+    emu::launch(grid, dim3(kColBlock), 0, column_partials_kernel<T>, dout.ptr<T>(), N, C, rows_per_chunk,
+                partials.data());
+  });
+  column_partials_accumulate(partials.data(), chunks, C, dbias.data, dbias.dtype);
+}
+
+double sum(const Tensor& t, bool squares) {
+  const int64_t n = t.numel();
+  if (n == 0) return 0.0;
+  const int blocks = static_cast<int>(grid_for(n, kSumBlock, kSumMaxBlocks));
+  std::vector<double> partials = nan_scratch<double>(static_cast<size_t>(blocks) + 1);
+  dispatch_float(t.dtype, "sum", [&](auto tag) {
+    using T = decltype(tag);
+    if (squares)
+      emu::launch(dim3(blocks), dim3(kSumBlock), 0, sum_partials_kernel<T, true>, t.ptr<T>(), n, partials.data());
+    else
+      emu::launch(dim3(blocks), dim3(kSumBlock), 0, sum_partials_kernel<T, false>, t.ptr<T>(), n, partials.data());
+  });
+  emu::launch(dim3(1), dim3(kSumMaxBlocks), 0, sum_many_partials_kernel, partials.data(), int64_t{blocks},
+              partials.data() + blocks);
+  return partials[blocks];
+}
+
+double sum_squares_multi(const std::vector<Tensor>& list) {
+  std::vector<int64_t> sizes;
+  int64_t total_blocks = 0;
+  for (const Tensor& t : list) {
+    sizes.push_back(t.numel());
+    total_blocks += (t.numel() + kMultiChunk - 1) / kMultiChunk;
+  }
+  if (total_blocks == 0) return 0.0;
+  std::vector<double> partials = nan_scratch<double>(static_cast<size_t>(total_blocks) + 1);
+  int64_t written = 0;
+  auto split_before = [&](size_t i) {
+    for (size_t j = i; j-- > 0;)
+      if (sizes[j] > 0) return list[j].dtype != list[i].dtype;
+    return false;
+  };
+  for_each_chunk_launch<kMultiMaxTensors, kMultiMaxBlocks>(
+      sizes, kMultiChunk, split_before,
+      [&](const std::vector<int>& tensors, const ChunkMap<kMultiMaxBlocks>& map, int blocks) {
+        SquaresTable tab{};
+        for (size_t j = 0; j < tensors.size(); ++j) {
+          tab.p[j] = list[tensors[j]].data;
+          tab.n[j] = list[tensors[j]].numel();
+        }
+        tab.map = map;
+        dispatch_float(list[tensors.front()].dtype, "sum_squares", [&](auto tag) {
+          using T = decltype(tag);
+          emu::launch(dim3(blocks), dim3(kSumBlock), 0, sum_squares_multi_kernel<T>, tab, partials.data() + written);
+        });
+        written += blocks;
+      });
+  emu::launch(dim3(1), dim3(kSumMaxBlocks), 0, sum_many_partials_kernel, partials.data(), written,
+              partials.data() + total_blocks);
+  return partials[total_blocks];
+}
+
+bool has_inf_or_nan(const Tensor& t) {
+  const int64_t n = t.numel();
+  if (n == 0) return false;
+  int flag = 0;
+  dispatch_float(t.dtype, "has_inf_or_nan", [&](auto tag) {
+    using T = decltype(tag);
+    emu::launch(dim3(grid_for(n, 256, 4096)), dim3(256), 0, inf_nan_kernel<T>, t.ptr<T>(), n, &flag);
+  });
+  return flag != 0;
+}
+
+}  // namespace
+}  // namespace trident::cuda::emu_reduce

@@ -1,0 +1,131 @@
+// kernels/cuda/cuda_adamw.cu on the CPU emulator vs the CPU backend: the multi-tensor AdamW
+// over a list of pieces with awkward sizes (one of several chunks, empty ones), more pieces
+// than one launch holds, per-piece weight decay, gradients in the parameter dtype and in
+// fp32 (a launch per dtype run), model copies in several dtypes or none, over three steps.
+//
+// What it cannot check: the kernel parameter size limit (the table is passed by value
+// here too, but nothing enforces 4 KB), device sqrtf/division precision, fused
+// multiply-adds (the GPU tests allow a few ulps for those; the tolerances here are theirs).
+#include "emu_cuda_adamw.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
+#include "emu_test_util.h"
+
+namespace trident::cuda::emu_adamw {
+namespace {
+
+// Mirror of the host launcher adamw_multi in kernels/cuda/cuda_adamw.cu (the same chunking
+// through cuda_multi_tensor.cuh's for_each_chunk_launch, tables and kernel geometry).
+// KEEP IN SYNC with cuda_adamw.cu.
+void adamw_multi(const std::vector<AdamWArgs>& list) {
+  if (list.empty()) return;
+  const AdamWArgs& first = list.front();
+  std::vector<int64_t> sizes;
+  for (const AdamWArgs& a : list) sizes.push_back(a.master.numel());
+  const double step = static_cast<double>(first.step);
+  AdamWScalars k{first.lr, first.beta1, first.beta2, first.eps, first.grad_scale,
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta1), step)),
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta2), step)), DType::F32};
+  auto model_dtype = [&](size_t i) { return list[i].model_param.empty() ? DType::F32 : list[i].model_param.dtype; };
+  auto split_before = [&](size_t i) {
+    for (size_t j = i; j-- > 0;)
+      if (sizes[j] > 0) return list[j].grad.dtype != list[i].grad.dtype || model_dtype(j) != model_dtype(i);
+    return false;
+  };
+  for_each_chunk_launch<kMaxTensors, kMaxBlocks>(
+      sizes, kChunk, split_before, [&](const std::vector<int>& tensors, const ChunkMap<kMaxBlocks>& map, int blocks) {
+        AdamWTable tab{};
+        for (size_t j = 0; j < tensors.size(); ++j) {
+          const AdamWArgs& a = list[tensors[j]];
+          tab.master[j] = a.master.ptr<float>();
+          tab.grad[j] = a.grad.data;
+          tab.m[j] = a.m.ptr<float>();
+          tab.v[j] = a.v.ptr<float>();
+          tab.model[j] = a.model_param.empty() ? nullptr : a.model_param.data;
+          tab.n[j] = a.master.numel();
+          tab.weight_decay[j] = a.weight_decay;
+        }
+        tab.map = map;
+        k.model_dtype = model_dtype(tensors.front());
+        dispatch_float(list[tensors.front()].grad.dtype, "adamw", [&](auto tag) {
+          using G = decltype(tag);
+          emu::launch(dim3(blocks), dim3(kThreads), 0, adamw_multi_kernel<G>, tab, k);
+        });
+      });
+}
+
+}  // namespace
+}  // namespace trident::cuda::emu_adamw
+
+namespace trident::emu_test {
+namespace {
+
+namespace ka = ::trident::cuda::emu_adamw;
+
+class EmulatedAdamW : public EmuVsCpuDtype {
+ protected:
+  struct Piece {
+    Buffer master, m, v, model;  // model may be empty
+  };
+};
+
+TEST_P(EmulatedAdamW, MultiTensorThreeSteps) {
+  // 20 pieces (more than one launch's 16), one of two chunks, two empty ones; gradients
+  // switch dtype and model copies switch dtype (or vanish) along the list.
+  const int kPieces = 20;
+  std::vector<Piece> ref(kPieces), emu(kPieces);
+  std::vector<int64_t> sizes(kPieces);
+  std::vector<DType> grad_dt(kPieces), model_dt(kPieces);
+  std::vector<bool> has_model(kPieces);
+  for (int i = 0; i < kPieces; ++i) {
+    sizes[i] = i == 3 ? 20000 : (i == 7 || i == 12 ? 0 : 1 + (i * 131) % 700);
+    grad_dt[i] = i >= 10 && i < 14 ? DType::F32 : dt();
+    has_model[i] = i % 5 != 4;
+    model_dt[i] = i >= 15 ? DType::F32 : dt();
+    const Shape s{sizes[i]};
+    ref[i].master = random(s, DType::F32);
+    ref[i].m = random(s, DType::F32, -0.1f, 0.1f);
+    ref[i].v = random(s, DType::F32, 0.f, 0.01f);
+    if (has_model[i]) ref[i].model = filled(s, model_dt[i], NAN);
+    emu[i].master = clone(ref[i].master);
+    emu[i].m = clone(ref[i].m);
+    emu[i].v = clone(ref[i].v);
+    if (has_model[i]) emu[i].model = clone(ref[i].model);
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    std::vector<Buffer> grads;
+    std::vector<AdamWArgs> r, e;
+    for (int i = 0; i < kPieces; ++i) {
+      grads.push_back(random(Shape{sizes[i]}, grad_dt[i], -2.f, 2.f));
+      for (auto [list, p] : {std::pair{&r, &ref[i]}, std::pair{&e, &emu[i]}}) {
+        AdamWArgs a;
+        a.master = p->master;
+        a.grad = grads.back();
+        a.m = p->m;
+        a.v = p->v;
+        a.model_param = has_model[i] ? p->model.t() : Tensor();
+        a.lr = 3e-4f;
+        a.weight_decay = i % 3 == 0 ? 0.0f : 0.1f;
+        a.grad_scale = 0.25f;
+        a.step = step;
+        list->push_back(a);
+      }
+    }
+    for (const AdamWArgs& a : r) cpu().adamw(a);
+    ka::adamw_multi(e);
+  }
+  for (int i = 0; i < kPieces; ++i) {
+    SCOPED_TRACE("piece " + std::to_string(i) + " of " + std::to_string(sizes[i]) + " grad " +
+                 dtype_name(grad_dt[i]));
+    // Same fp32 formula; the tolerances of the GPU test allow a few ulps.
+    expect_close(emu[i].master, ref[i].master, Tol{1e-6, 1e-7}, "adamw master");
+    expect_close(emu[i].m, ref[i].m, Tol{1e-5, 1e-7}, "adamw m");
+    expect_close(emu[i].v, ref[i].v, Tol{1e-5, 1e-9}, "adamw v");
+    if (has_model[i])
+      expect_close(emu[i].model, ref[i].model, storage_tol(model_dt[i], 1e-6, 1e-7),
+                   std::string("adamw model_param ") + dtype_name(model_dt[i]));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedAdamW, TRIDENT_EMU_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::emu_test

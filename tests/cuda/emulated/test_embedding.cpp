@@ -1,0 +1,109 @@
+// kernels/cuda/cuda_embedding.cu on the CPU emulator vs the CPU backend: the token +
+// position embedding forward and its backward (dwte += by token, dwpe += over the batch)
+// on a vocab-parallel shard (ids outside it read as zero and get no gradient), with
+// repeated tokens, with and without position embeddings, awkward widths (the dwte block
+// size follows the width), every float dtype and fp32 gradients for 16-bit activations.
+// The backward adds each id's rows in increasing row order, as the CPU twin does, so the
+// gradients must be the same bits.
+//
+// What it cannot check: CUB's radix sort (replaced here by a stable sort on the host,
+// which is what cub::DeviceRadixSort::SortPairs computes for these keys) and its scratch.
+#include <algorithm>
+#include <numeric>
+
+#include "emu_cuda_embedding.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
+#include "emu_test_util.h"
+
+namespace trident::cuda::emu_embedding {
+namespace {
+
+// Mirrors of the host launchers embedding_forward and embedding_backward in
+// kernels/cuda/cuda_embedding.cu. KEEP IN SYNC with that file.
+void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe, int T,
+                       const Tensor& out) {
+  const int64_t N = tokens.numel(), C = wte.cols();
+  if (N * C == 0) return;
+  dispatch_float(out.dtype, "embedding_forward", [&](auto tag) {
+    using Ty = decltype(tag);
+    emu::launch(dim3(grid_for(N * C, 256)), dim3(256), 0, embedding_forward_kernel<Ty>, tokens.ptr<int32_t>(),
+                any_ptr(wte), vocab_start, wte.rows(), any_ptr(wpe), !wpe.empty(), T, out.ptr<Ty>(), N, C);
+  });
+}
+
+void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T, const Tensor& dwte,
+                        const Tensor& dwpe) {
+  const int64_t N = tokens.numel(), C = dwte.cols(), V = dwte.rows();
+  if (N == 0 || C == 0) return;
+  std::vector<int32_t> keys_in(N, -7), rows_in(N, -7);
+  emu::launch(dim3(grid_for(N, 256)), dim3(256), 0, embedding_keys_kernel, tokens.ptr<int32_t>(), vocab_start, V, N,
+              keys_in.data(), rows_in.data());
+  // cub::DeviceRadixSort::SortPairs over bits [0, bits_for(V)): a stable sort by key.
+  std::vector<int32_t> order(N);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return keys_in[a] < keys_in[b]; });
+  std::vector<int32_t> keys_out(N), rows_out(N);
+  for (int64_t i = 0; i < N; ++i) {
+    keys_out[i] = keys_in[order[i]];
+    rows_out[i] = rows_in[order[i]];
+  }
+  dispatch_float(dout.dtype, "embedding_backward", [&](auto tag) {
+    using Ty = decltype(tag);
+    const int block = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
+    emu::launch(dim3(static_cast<unsigned>(N)), dim3(block), 0, embedding_dwte_kernel<Ty>, dout.ptr<Ty>(),
+                keys_out.data(), rows_out.data(), N, V, C, any_ptr(dwte));
+    if (!dwpe.empty())
+      emu::launch(dim3(grid_for(static_cast<int64_t>(T) * C, 256)), dim3(256), 0, embedding_dwpe_kernel<Ty>,
+                  dout.ptr<Ty>(), N / T, T, C, any_ptr(dwpe));
+  });
+}
+
+}  // namespace
+}  // namespace trident::cuda::emu_embedding
+
+namespace trident::emu_test {
+namespace {
+
+namespace kb = ::trident::cuda::emu_embedding;
+
+class EmulatedEmbedding : public EmuVsCpuDtype {
+ protected:
+  void check(int B, int T, int64_t C, DType grad_dt, bool with_pos) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) + " " +
+                 dtype_name(dt()) + " grads " + dtype_name(grad_dt) + (with_pos ? " with wpe" : ""));
+    const int64_t V = 50, vocab_start = 50, N = static_cast<int64_t>(B) * T;  // shard 1 of 3
+    std::uniform_int_distribution<int32_t> id(0, 149);
+    std::vector<int32_t> tok(static_cast<size_t>(N));
+    for (auto& t : tok) t = id(rng_);
+    if (N > 2) tok[N - 1] = tok[0] = static_cast<int32_t>(vocab_start + 7);  // a repeated id in the shard
+    Buffer tokens = ints(Shape{N}, tok);
+    Buffer wte = random(Shape{V, C}, dt()), wpe = random(Shape{T + 3, C}, dt());
+    Buffer out = filled(Shape{N, C}, dt(), NAN), e_out = clone(out);
+    const Tensor pos = with_pos ? wpe.t() : Tensor();
+    cpu().embedding_forward(tokens, wte, vocab_start, pos, T, out);
+    kb::embedding_forward(tokens, wte, vocab_start, pos, T, e_out);
+    expect_close(e_out, out, Tol{0, 0}, "embedding out (exact)");  // one add, one rounding
+
+    Buffer dout = random(Shape{N, C}, dt());
+    Buffer dwte = random(Shape{V, C}, grad_dt), dwpe = random(Shape{T + 3, C}, grad_dt);  // += into these
+    Buffer e_dwte = clone(dwte), e_dwpe = clone(dwpe);
+    cpu().embedding_backward(dout, tokens, vocab_start, T, dwte, with_pos ? dwpe.t() : Tensor());
+    kb::embedding_backward(dout, tokens, vocab_start, T, e_dwte, with_pos ? e_dwpe.t() : Tensor());
+    expect_close(e_dwte, dwte, Tol{0, 0}, std::string("embedding dwte (exact) ") + dtype_name(grad_dt));
+    expect_close(e_dwpe, dwpe, Tol{0, 0}, std::string("embedding dwpe (exact) ") + dtype_name(grad_dt));
+  }
+};
+
+TEST_P(EmulatedEmbedding, ForwardAndBackward) {
+  for (auto [B, T] : {std::pair{1, 1}, std::pair{1, 7}, std::pair{3, 11}}) {
+    for (int64_t C : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{65}, int64_t{300}}) {
+      check(B, T, C, dt(), true);
+      if (C == 17) check(B, T, C, dt(), false);
+    }
+  }
+  if (dt() != DType::F32) check(3, 11, 65, DType::F32, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedEmbedding, TRIDENT_EMU_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::emu_test

@@ -1,0 +1,76 @@
+// kernels/cuda/cuda_gelu.cu on the CPU emulator vs the CPU backend: GELU (tanh
+// approximation) forward and backward, for awkward sizes, every float dtype, an fp32
+// output for 16-bit input (the runtime-typed output path) and the backward in place over
+// dout (as Backend::matmul_gelu_backward calls it).
+//
+// What it cannot check: the device's tanhf (here the host's, the same function the CPU
+// twin calls, so small differences on a GPU are not covered), fused multiply-adds.
+#include "emu_cuda_gelu.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
+#include "emu_test_util.h"
+
+namespace trident::cuda::emu_gelu {
+namespace {
+
+// Mirrors of the host launchers gelu_forward / gelu_backward in kernels/cuda/cuda_gelu.cu.
+// KEEP IN SYNC with cuda_gelu.cu.
+void gelu_forward(const Tensor& x, const Tensor& out) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(x.dtype, "gelu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    emu::launch(dim3(grid_for(n, 256)), dim3(256), 0, gelu_forward_kernel<T>, x.ptr<T>(), any_ptr(out), n);
+  });
+}
+
+void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  dispatch_float(x.dtype, "gelu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    emu::launch(dim3(grid_for(n, 256)), dim3(256), 0, gelu_backward_kernel<T>, any_ptr(dout), x.ptr<T>(),
+                any_ptr(dx), n);
+  });
+}
+
+}  // namespace
+}  // namespace trident::cuda::emu_gelu
+
+namespace trident::emu_test {
+namespace {
+
+namespace kg = ::trident::cuda::emu_gelu;
+
+class EmulatedGelu : public EmuVsCpuDtype {};
+
+TEST_P(EmulatedGelu, ForwardAndBackward) {
+  for (int64_t N : awkward_rows()) {
+    for (int64_t C : awkward_cols()) {
+      // The output in the input's dtype, and in fp32 (the runtime-typed path of 16-bit input).
+      std::vector<DType> out_dts = {dt()};
+      if (dt() != DType::F32) out_dts.push_back(DType::F32);
+      for (DType out_dt : out_dts) {
+        SCOPED_TRACE(shape_label(N, C, dt()) + " out " + dtype_name(out_dt));
+        Buffer x = random(Shape{N, C}, dt(), -4.f, 4.f);
+        Buffer out = filled(Shape{N, C}, out_dt, NAN), e_out = clone(out);
+        cpu().gelu_forward(x, out);
+        kg::gelu_forward(x, e_out);
+        expect_close(e_out, out, storage_tol(out_dt, 1e-5, 1e-6), std::string("gelu out ") + dtype_name(out_dt));
+
+        Buffer dout = random(Shape{N, C}, out_dt, -2.f, 2.f);
+        Buffer dx = filled(Shape{N, C}, out_dt, NAN), e_dx = clone(dx);
+        cpu().gelu_backward(dout, x, dx);
+        kg::gelu_backward(dout, x, e_dx);
+        expect_close(e_dx, dx, storage_tol(out_dt, 1e-5, 1e-6), std::string("gelu dx ") + dtype_name(out_dt));
+
+        Buffer inplace = clone(dout);  // dx aliases dout
+        kg::gelu_backward(inplace, x, inplace);
+        expect_close(inplace, dx, storage_tol(out_dt, 1e-5, 1e-6), std::string("gelu dx in place ") + dtype_name(out_dt));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedGelu, TRIDENT_EMU_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::emu_test

@@ -1,0 +1,116 @@
+// kernels/cuda/cuda_reduce.cu on the CPU emulator vs the CPU backend: bias_backward (+=,
+// column sums in two deterministic passes), sum and sum_squares (double accumulation),
+// the multi-tensor sum of squares (several launches, dtype changes, empty pieces) and
+// has_inf_or_nan; the deterministic ones are also run twice under different thread
+// schedules and must give the same bits.
+//
+// What it cannot check: float atomics or scheduling effects of real hardware (the
+// emulator's random warp/lane order stands in for them), device math precision.
+#include <limits>
+
+#include "emu_test_util.h"
+#include "launch_reduce.h"
+
+namespace trident::emu_test {
+namespace {
+
+namespace kr = ::trident::cuda::emu_reduce;
+
+class EmulatedReduce : public EmuVsCpuDtype {};
+class EmulatedReduceLarge : public EmuVsCpu {};
+
+TEST_P(EmulatedReduce, BiasBackwardAccumulates) {
+  for (int64_t N : {int64_t{1}, int64_t{7}, int64_t{33}, int64_t{100}}) {
+    for (int64_t C : awkward_cols()) {
+      for (DType grad_dt : {dt(), DType::F32}) {
+        SCOPED_TRACE(shape_label(N, C, dt()) + " dbias " + dtype_name(grad_dt));
+        Buffer dout = random(Shape{N, C}, dt());
+        Buffer ref = random(Shape{C}, grad_dt);  // += into existing values
+        Buffer emu = clone(ref);
+        cpu().bias_backward(dout, ref);
+        kr::bias_backward(dout, emu);
+        expect_close(emu, ref, storage_tol(grad_dt, 1e-5, 1e-5), std::string("dbias ") + dtype_name(grad_dt));
+      }
+    }
+  }
+}
+
+TEST_P(EmulatedReduce, BiasBackwardIsDeterministic) {
+  const int64_t N = 300, C = 300;  // several chunks and two column blocks
+  Buffer dout = random(Shape{N, C}, dt());
+  Buffer a = filled(Shape{C}, DType::F32, 0.f), b = filled(Shape{C}, DType::F32, 0.f);
+  emu::set_schedule_seed(1);
+  kr::bias_backward(dout, a);
+  emu::set_schedule_seed(2);
+  kr::bias_backward(dout, b);
+  EXPECT_TRUE(same_bytes(a, b)) << "bias_backward differs between two thread schedules";
+  Buffer ref = filled(Shape{C}, DType::F32, 0.f);
+  cpu().bias_backward(dout, ref);
+  expect_close(a, ref, Tol{1e-5, 1e-5}, "dbias (300x300)");
+}
+
+TEST_P(EmulatedReduce, SumAndSumSquares) {
+  for (int64_t n : {int64_t{1}, int64_t{17 * 65}, int64_t{70001}}) {
+    SCOPED_TRACE("n=" + std::to_string(n) + " " + dtype_name(dt()));
+    Buffer t = random(Shape{n}, dt(), -1.f, 1.5f);
+    // Both add the fp32 values in double; only the order differs.
+    const double s = cpu().sum(t), sq = cpu().sum_squares(t);
+    const double got = kr::sum(t, false), got_sq = kr::sum(t, true);
+    expect_near(got, s, 1e-12 * static_cast<double>(n), "sum (atol 1e-12 n)");
+    expect_near(got_sq, sq, 1e-12 * sq, "sum_squares (relative 1e-12)");
+    emu::set_schedule_seed(static_cast<uint32_t>(n));
+    EXPECT_EQ(got, kr::sum(t, false)) << "sum differs between two thread schedules";
+    EXPECT_EQ(got_sq, kr::sum(t, true)) << "sum_squares differs between two thread schedules";
+  }
+}
+
+// More elements than the first pass has threads (1024 blocks of 256): the grid-stride loop.
+TEST_F(EmulatedReduceLarge, SumGridStrideLoopFp32) {
+  const int64_t n = 1024 * 256 + 4099;
+  Buffer t = random(Shape{n}, DType::F32, -1.f, 1.5f);
+  expect_near(kr::sum(t, false), cpu().sum(t), 1e-12 * static_cast<double>(n), "sum (atol 1e-12 n)");
+  const double sq = cpu().sum_squares(t);
+  expect_near(kr::sum(t, true), sq, 1e-12 * sq, "sum_squares (relative 1e-12)");
+}
+
+// 70 pieces (more than one launch holds), empty ones, one of several chunks, and a change of
+// dtype in the middle (a launch has one dtype).
+TEST_P(EmulatedReduce, SumSquaresMulti) {
+  std::vector<Buffer> bufs;
+  std::vector<Tensor> list;
+  for (int i = 0; i < 70; ++i) {
+    const int64_t n = i == 5 ? 70000 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
+    const DType t = i >= 40 && i < 45 ? DType::F32 : dt();
+    bufs.push_back(n == 0 ? cpu().empty(Shape{0}, t) : random(Shape{n}, t, -2.f, 2.f));
+    list.push_back(bufs.back());
+  }
+  const double ref = cpu().sum_squares_multi(list);
+  const double got = kr::sum_squares_multi(list);
+  expect_near(got, ref, 1e-12 * ref, "sum_squares_multi (relative 1e-12)");
+  emu::set_schedule_seed(99);
+  EXPECT_EQ(got, kr::sum_squares_multi(list)) << "differs between two thread schedules";
+  EXPECT_EQ(kr::sum_squares_multi({}), 0.0);
+}
+
+TEST_P(EmulatedReduce, HasInfOrNan) {
+  // The largest size has more elements than the kernel has threads (4096 blocks of 256).
+  for (int64_t n : {int64_t{1}, int64_t{130}, int64_t{256 * 4096 + 3}}) {
+    Buffer t = random(Shape{n}, dt());
+    EXPECT_FALSE(kr::has_inf_or_nan(t)) << "n=" << n;
+    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      for (int64_t at : {int64_t{0}, n - 1}) {
+        if (n > 1000 && (at == 0 || !std::isnan(bad))) continue;  // the tail is what the big size is for
+        Buffer u = clone(t);
+        store_from_float(u.t().data, dt(), static_cast<size_t>(at), bad);
+        EXPECT_TRUE(cpu().has_inf_or_nan(u));
+        EXPECT_TRUE(kr::has_inf_or_nan(u)) << bad << " at " << at << " of " << n;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedReduce, TRIDENT_EMU_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::emu_test

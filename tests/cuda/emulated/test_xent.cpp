@@ -1,0 +1,106 @@
+// kernels/cuda/cuda_xent.cu on the CPU emulator vs the CPU backend: the three phases of the
+// vocab-parallel softmax cross-entropy (row max and target logit; sum of exponentials;
+// loss, top-1 hit and the logits overwritten by their gradient) on shards with padding
+// columns, targets owned by other shards and ignored (negative) targets, for awkward row
+// counts and widths (narrower and wider than the 256-thread block) and every float dtype.
+// Each phase starts from the CPU's results of the previous one, so each is checked alone.
+//
+// What it cannot check: the device's expf/logf precision (host libm here), fused
+// multiply-adds.
+#include "emu_cuda_xent.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
+#include "emu_test_util.h"
+
+namespace trident::cuda::emu_xent {
+namespace {
+
+// Mirrors of the host launchers xent_stats, xent_sumexp and xent_loss_grad in
+// kernels/cuda/cuda_xent.cu: one block of kBlock threads per row. KEEP IN SYNC with it.
+void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
+                const Tensor& row_max, const Tensor& target_logit) {
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  if (N == 0) return;
+  dispatch_float(logits.dtype, "xent_stats", [&](auto tag) {
+    using T = decltype(tag);
+    emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_stats_kernel<T>, logits.ptr<T>(), targets.ptr<int32_t>(),
+                vocab_start, Vl, valid, row_max.ptr<float>(), target_logit.ptr<float>());
+  });
+}
+
+void xent_sumexp(const Tensor& logits, int64_t valid, const Tensor& row_max, const Tensor& sumexp) {
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  if (N == 0) return;
+  dispatch_float(logits.dtype, "xent_sumexp", [&](auto tag) {
+    using T = decltype(tag);
+    emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_sumexp_kernel<T>, logits.ptr<T>(), Vl, valid,
+                row_max.ptr<float>(), sumexp.ptr<float>());
+  });
+}
+
+void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
+                    const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, const Tensor& losses,
+                    const Tensor& correct, float grad_scale) {
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  if (N == 0) return;
+  dispatch_float(logits.dtype, "xent_loss_grad", [&](auto tag) {
+    using T = decltype(tag);
+    emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_loss_grad_kernel<T>, logits.ptr<T>(),
+                targets.ptr<int32_t>(), vocab_start, Vl, valid, row_max.ptr<float>(), sumexp.ptr<float>(),
+                target_logit.ptr<float>(), losses.ptr<float>(), correct.ptr<float>(), grad_scale);
+  });
+}
+
+}  // namespace
+}  // namespace trident::cuda::emu_xent
+
+namespace trident::emu_test {
+namespace {
+
+namespace kx = ::trident::cuda::emu_xent;
+
+class EmulatedXent : public EmuVsCpuDtype {
+ protected:
+  void check(int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float grad_scale) {
+    SCOPED_TRACE(shape_label(N, Vl, dt()) + " start=" + std::to_string(vocab_start) +
+                 " valid=" + std::to_string(valid));
+    Buffer logits = random(Shape{N, Vl}, dt(), -4.f, 4.f), e_logits = clone(logits);
+    std::vector<int32_t> tg(static_cast<size_t>(N));
+    std::uniform_int_distribution<int64_t> in_shard(vocab_start, vocab_start + valid - 1), other(0, 3 * Vl);
+    for (size_t i = 0; i < tg.size(); ++i)
+      tg[i] = static_cast<int32_t>(i % 5 == 4 ? -1 : i % 5 == 3 ? other(rng_) : in_shard(rng_));
+    Buffer targets = ints(Shape{N}, tg);
+    auto f32 = [&] { return filled(Shape{N}, DType::F32, NAN); };
+    Buffer row_max = f32(), target_logit = f32(), sumexp = f32(), losses = f32(), correct = f32();
+    Buffer e_row_max = f32(), e_target_logit = f32(), e_sumexp = f32(), e_losses = f32(), e_correct = f32();
+
+    cpu().xent_stats(logits, targets, vocab_start, valid, row_max, target_logit);
+    kx::xent_stats(e_logits, targets, vocab_start, valid, e_row_max, e_target_logit);
+    expect_close(e_row_max, row_max, Tol{0, 0}, "xent row_max (exact)");  // a max and a copy
+    expect_close(e_target_logit, target_logit, Tol{0, 0}, "xent target_logit (exact)");
+
+    cpu().xent_sumexp(logits, valid, row_max, sumexp);
+    kx::xent_sumexp(e_logits, valid, row_max, e_sumexp);
+    expect_close(e_sumexp, sumexp, Tol{1e-5, 1e-6}, "xent sumexp");
+
+    cpu().xent_loss_grad(logits, targets, vocab_start, valid, row_max, sumexp, target_logit, losses, correct,
+                         grad_scale);
+    kx::xent_loss_grad(e_logits, targets, vocab_start, valid, row_max, sumexp, target_logit, e_losses, e_correct,
+                       grad_scale);
+    expect_close(e_losses, losses, Tol{1e-5, 1e-5}, "xent losses");
+    expect_close(e_correct, correct, Tol{0, 0}, "xent correct (exact)");
+    expect_close(e_logits, logits, storage_tol(dt(), 1e-5, 1e-7), "xent logit gradients");
+  }
+};
+
+TEST_P(EmulatedXent, ShardsWithPaddingAndIgnoredTargets) {
+  for (int64_t N : awkward_rows()) {
+    for (int64_t Vl : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{130}, int64_t{300}, int64_t{777}}) {
+      check(N, Vl, 0, Vl, 1.0f);                                             // first shard, no padding
+      if (Vl > 1) check(N, Vl, 2 * Vl, Vl - Vl / 3, 1.0f / static_cast<float>(N));  // last shard, padding
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedXent, TRIDENT_EMU_DTYPES, dtype_param_name);
+
+}  // namespace
+}  // namespace trident::emu_test

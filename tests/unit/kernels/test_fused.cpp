@@ -1,0 +1,136 @@
+// The fused ops of the Backend seam on the CPU reference (their meaning, which the CUDA
+// twins are tested against): residual add + LayerNorm, GEMM + bias + GELU and its
+// backward, multi-tensor AdamW and sum of squares. Each against a double reference.
+#include "kernel_test_util.h"
+#include "naive_ref.h"
+
+namespace trident::test {
+namespace {
+
+class Fused : public ::testing::TestWithParam<DType> {};
+
+// gelu'(x) of the tanh approximation, in double.
+double gelu_grad(double x) {
+  const double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
+}
+
+TEST_P(Fused, ResidualLayerNormRoundsTheResidualThenNormalisesIt) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const int64_t N = 6, C = 41;
+  const auto x = randn(N * C, 1, 2.0f), br = randn(N * C, 2), g = randn(C, 3), b = randn(C, 4);
+  // The residual the op stores: x + branch of the stored inputs, rounded once to dt.
+  Vec sum(N * C);
+  const Vec rx = rounded(x, dt), rbr = rounded(br, dt);
+  for (int64_t i = 0; i < N * C; ++i) sum[i] = rx[i] + rbr[i];
+  const Vec want_resid = rounded(std::vector<float>(sum.begin(), sum.end()), dt);
+  Vec wm, wr;
+  const Vec want = ref::layernorm(want_resid, rounded(g, dt), rounded(b, dt), N, C, &wm, &wr);
+  for (bool alias : {false, true}) {
+    SCOPED_TRACE(alias ? "resid aliases x" : "separate resid");
+    Buffer X = upload(*be, x, Shape{N, C}, dt), Br = upload(*be, br, Shape{N, C}, dt);
+    Buffer G = upload(*be, g, Shape{C}, dt), Bt = upload(*be, b, Shape{C}, dt);
+    Buffer own = be->empty(Shape{N, C}, dt);
+    const Tensor resid = alias ? X.t() : own.t();
+    Buffer out = be->empty(Shape{N, C}, dt), mean = be->empty(Shape{N}, DType::F32),
+           rstd = be->empty(Shape{N}, DType::F32);
+    be->residual_layernorm_forward(X, Br, resid, G, Bt, out, mean, rstd);
+    expect_close(download(*be, resid), want_resid, 0, 0, "resid");
+    const double tol = dtype_tol(dt);
+    expect_close(download(*be, out), want, 4 * tol, tol, "out");
+    expect_close(download(*be, mean), wm, 1e-6, 1e-6, "mean");
+    expect_close(download(*be, rstd), wr, 1e-6, 1e-5, "rstd");
+  }
+}
+
+TEST_P(Fused, MatmulBiasGeluAndItsBackward) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const int64_t M = 7, N = 24, K = 13;
+  const auto x = randn(M * K, 5), w = randn(N * K, 6, 0.5f), bias = randn(N, 7), dy = randn(M * K, 8),
+             w2 = randn(K * N, 9, 0.5f);
+  Buffer X = upload(*be, x, Shape{M, K}, dt), W = upload(*be, w, Shape{N, K}, dt), Bs = upload(*be, bias, Shape{N}, dt);
+  Buffer pre = be->empty(Shape{M, N}, dt), out = be->empty(Shape{M, N}, dt);
+  be->matmul_bias_gelu(pre, out, X, W, Bs, false, true);
+  const Vec rb = rounded(bias, dt);
+  const Vec want_pre = ref::matmul(rounded(x, dt), rounded(w, dt), &rb, M, N, K, false, true);
+  const double tol = dtype_tol(dt);
+  expect_close(download(*be, pre), want_pre, 4 * tol, tol, "pre");
+  const Vec got_pre = download(*be, pre);  // gelu reads the stored pre
+  Vec want_out(M * N);
+  for (int64_t i = 0; i < M * N; ++i) want_out[i] = ref::gelu(got_pre[i]);
+  expect_close(download(*be, out), want_out, 4 * tol, tol, "gelu out");
+
+  // dpre = (dy W2) * gelu'(pre), W2 the down-projection [K, N] (here: [out, in] = [K, N]).
+  Buffer DY = upload(*be, dy, Shape{M, K}, dt), W2 = upload(*be, w2, Shape{K, N}, dt);
+  Buffer dpre = be->empty(Shape{M, N}, dt);
+  be->matmul_gelu_backward(dpre, DY, W2, pre, false, false);
+  const Vec dg = ref::matmul(rounded(dy, dt), rounded(w2, dt), nullptr, M, N, K, false, false);
+  Vec want_dpre(M * N);
+  for (int64_t i = 0; i < M * N; ++i) want_dpre[i] = dg[i] * gelu_grad(got_pre[i]);
+  expect_close(download(*be, dpre), want_dpre, 8 * tol, 2 * tol, "dpre");
+}
+
+// adamw_multi is adamw on each piece: bit-identical results, per-piece weight decay.
+TEST_P(Fused, AdamWMultiEqualsPieceByPiece) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const std::vector<int64_t> sizes = {5, 0, 130, 1};
+  std::vector<Buffer> keep;
+  std::vector<AdamWArgs> multi, single;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const int64_t n = sizes[i];
+    const auto p = randn(n, 20 + i), gr = randn(n, 40 + i);
+    for (auto* list : {&multi, &single}) {
+      AdamWArgs a;
+      keep.push_back(upload(*be, p, Shape{n}, DType::F32));
+      a.master = keep.back();
+      keep.push_back(upload(*be, gr, Shape{n}, dt));
+      a.grad = keep.back();
+      keep.push_back(be->zeros(Shape{n}, DType::F32));
+      a.m = keep.back();
+      keep.push_back(be->zeros(Shape{n}, DType::F32));
+      a.v = keep.back();
+      keep.push_back(be->zeros(Shape{n}, dt));
+      a.model_param = keep.back();
+      a.lr = 1e-2f;
+      a.weight_decay = i % 2 ? 0.1f : 0.0f;
+      a.grad_scale = 0.5f;
+      a.step = 3;
+      list->push_back(a);
+    }
+  }
+  be->adamw_multi(multi);
+  for (const AdamWArgs& a : single) be->adamw(a);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(bytes(*be, multi[i].master), bytes(*be, single[i].master)) << "piece " << i;
+    EXPECT_EQ(bytes(*be, multi[i].v), bytes(*be, single[i].v)) << "piece " << i;
+    EXPECT_EQ(bytes(*be, multi[i].model_param), bytes(*be, single[i].model_param)) << "piece " << i;
+  }
+  EXPECT_NE(bytes(*be, multi[0].master), bytes(*be, upload(*be, randn(5, 20), Shape{5}, DType::F32)))
+      << "the update changed nothing";
+  multi[2].lr = 2e-2f;
+  EXPECT_THROW(be->adamw_multi(multi), InternalError);
+}
+
+TEST_P(Fused, SumSquaresMultiAddsEveryTensor) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  std::vector<Buffer> keep;
+  std::vector<Tensor> list;
+  double want = 0;
+  for (int64_t n : {int64_t{3}, int64_t{0}, int64_t{1000}, int64_t{17}}) {
+    const auto v = randn(n, 60 + n);
+    for (double r : rounded(v, dt)) want += r * r;
+    keep.push_back(upload(*be, v, Shape{n}, dt));
+    list.push_back(keep.back());
+  }
+  EXPECT_NEAR(be->sum_squares_multi(list), want, 1e-12 * want);
+  EXPECT_EQ(be->sum_squares_multi({}), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Fused, kFloatTypes, DTypeName());
+
+}  // namespace
+}  // namespace trident::test
