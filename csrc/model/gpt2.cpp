@@ -6,15 +6,17 @@
 
 namespace trident {
 
-// Activations of one transformer layer for one micro-batch, kept for its backward.
+// Activations of one transformer layer for one micro-batch, kept for its backward. Views:
+// the memory belongs to the slot, or to the recompute workspace (all but `out`) for the
+// layers that are recomputed.
 struct Gpt2Model::LayerActs {
-  Buffer ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
-  Buffer qkv;                      // [BT, 3Cl]
-  Buffer att, lse;                 // [BT, Cl], [B, Hl, T]
-  Buffer resid_mid;                // [BT, C]  x + dropout(attn proj)
-  Buffer ln2, ln2_mean, ln2_rstd;  // [BT, C], [BT], [BT]
-  Buffer fc, gelu;                 // [BT, Fl] pre- and post-activation
-  Buffer out;                      // [BT, C]  resid_mid + dropout(mlp proj): the next layer's input
+  Tensor ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
+  Tensor qkv;                      // [BT, 3Cl]
+  Tensor att, lse;                 // [BT, Cl], [B, Hl, T]
+  Tensor resid_mid;                // [BT, C]  x + dropout(attn proj)
+  Tensor ln2, ln2_mean, ln2_rstd;  // [BT, C], [BT], [BT]
+  Tensor fc, gelu;                 // [BT, Fl] pre- and post-activation
+  Tensor out;                      // [BT, C]  resid_mid + dropout(mlp proj): the next layer's input
 };
 
 // Everything one in-flight micro-batch needs.
@@ -22,6 +24,7 @@ struct Gpt2Model::SlotActs {
   Buffer tokens, targets;  // I32 [BT]
   Buffer input;            // [BT, C] stage input (embedding output on the first stage)
   std::vector<LayerActs> layers;
+  std::vector<Buffer> storage;  // the memory of `layers`' own tensors
   Buffer lnf, lnf_mean, lnf_rstd;  // last stage
 };
 
@@ -68,27 +71,52 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   const DType dt = cfg_.dtype;
   auto act = [&](Shape s) { return be_.empty(s, dt); };
   auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
+  auto own = [&](std::vector<Buffer>& store, Shape s, DType t) {
+    store.push_back(be_.empty(s, t));
+    return store.back().t();
+  };
+  // Every activation of a layer but its output.
+  auto inner_acts = [&](std::vector<Buffer>& store) {
+    LayerActs a;
+    a.ln1 = own(store, {BT, C_}, dt);
+    a.ln1_mean = own(store, {BT}, DType::F32);
+    a.ln1_rstd = own(store, {BT}, DType::F32);
+    a.qkv = own(store, {BT, 3 * Cl_}, dt);
+    a.att = own(store, {BT, Cl_}, dt);
+    a.lse = own(store, {static_cast<int64_t>(B_) * Hl_ * T_}, DType::F32);
+    a.resid_mid = own(store, {BT, C_}, dt);
+    a.ln2 = own(store, {BT, C_}, dt);
+    a.ln2_mean = own(store, {BT}, DType::F32);
+    a.ln2_rstd = own(store, {BT}, DType::F32);
+    a.fc = own(store, {BT, Fl_}, dt);
+    a.gelu = own(store, {BT, Fl_}, dt);
+    return a;
+  };
+  const int n_layers = L.layer_end - L.layer_begin;
+  group_begin_.assign(n_layers, -1);
+  group_end_.assign(n_layers, -1);
+  int group_size = 0;
+  for (int i = 0; i < n_layers; ++i) {
+    const int k = std::max(1, L.recompute.num_layers);
+    if (L.recompute.method == RecomputePlan::Method::kUniform) {
+      group_begin_[i] = i / k * k;
+      group_end_[i] = std::min(n_layers, group_begin_[i] + k);
+    } else if (L.recompute.method == RecomputePlan::Method::kBlock && i < k) {
+      group_begin_[i] = i;
+      group_end_[i] = i + 1;
+    }
+    if (group_begin_[i] >= 0) group_size = std::max(group_size, group_end_[i] - group_begin_[i]);
+  }
+  for (int k = 0; k < group_size; ++k) workspace_.push_back(inner_acts(workspace_storage_));
   for (int i = 0; i < activation_slots; ++i) {
     auto s = std::make_unique<SlotActs>();
     s->tokens = be_.empty({BT}, DType::I32);
     s->targets = be_.empty({BT}, DType::I32);
     s->input = act({BT, C_});
-    for (int l = L.layer_begin; l < L.layer_end; ++l) {
-      LayerActs a;
-      a.ln1 = act({BT, C_});
-      a.ln1_mean = f32({BT});
-      a.ln1_rstd = f32({BT});
-      a.qkv = act({BT, 3 * Cl_});
-      a.att = act({BT, Cl_});
-      a.lse = f32({static_cast<int64_t>(B_) * Hl_ * T_});
-      a.resid_mid = act({BT, C_});
-      a.ln2 = act({BT, C_});
-      a.ln2_mean = f32({BT});
-      a.ln2_rstd = f32({BT});
-      a.fc = act({BT, Fl_});
-      a.gelu = act({BT, Fl_});
-      a.out = act({BT, C_});
-      s->layers.push_back(std::move(a));
+    for (int l = 0; l < n_layers; ++l) {
+      LayerActs a = group_begin_[l] >= 0 ? workspace_[l - group_begin_[l]] : inner_acts(s->storage);
+      a.out = own(s->storage, {BT, C_}, dt);
+      s->layers.push_back(a);
     }
     if (L.last_stage) {
       s->lnf = act({BT, C_});
@@ -138,7 +166,10 @@ DropoutKey Gpt2Model::dropout_key(int layer, DropoutSite site, float p, bool tra
 Tensor Gpt2Model::stage_input(int slot) const { return slots_[slot]->input; }
 Tensor Gpt2Model::stage_output(int slot) const {
   const SlotActs& s = *slots_[slot];
-  return s.layers.empty() ? s.input.t() : s.layers.back().out.t();
+  return s.layers.empty() ? s.input.t() : s.layers.back().out;
+}
+Tensor Gpt2Model::layer_input(const SlotActs& s, int local_layer) const {
+  return local_layer == 0 ? s.input.t() : s.layers[local_layer - 1].out;
 }
 Tensor Gpt2Model::input_grad() const { return scratch_->d_input; }
 Tensor Gpt2Model::output_grad() const { return scratch_->d_resid; }
@@ -196,7 +227,8 @@ Gpt2Model::NormOutput Gpt2Model::lnf_output(SlotActs& s) const {
 }
 
 // a.ln1 has been computed (by the previous layer's residual add, or from the stage input).
-void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool training, const NormOutput& next) {
+void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool training, const NormOutput& next,
+                              bool write_output) {
   const ParamStore& P = *params_;
   const std::string h = "h." + std::to_string(layer) + ".";
   const bool rank0 = layout_.tp_rank == 0;
@@ -217,6 +249,7 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   be_.matmul(scratch_->proj, a.gelu, P.param(h + "mlp.proj.weight"), rank0 ? P.param(h + "mlp.proj.bias") : none,
              false, true, false);
   tp_allreduce(scratch_->proj, ReduceOp::Sum);
+  if (!write_output) return;
   be_.dropout_forward(scratch_->proj, scratch_->proj, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training));
   // out = resid_mid + branch, fused with the LayerNorm that reads it when it is on this stage.
   if (next.out.empty())
@@ -254,8 +287,8 @@ void Gpt2Model::backward(int slot) {
   // d_resid holds d(stage output): from the head on the last stage, else received.
   if (layout_.last_stage) head_backward(s, stage_output(slot));
   for (int i = static_cast<int>(s.layers.size()) - 1; i >= 0; --i) {
-    const Tensor x_in = i == 0 ? s.input.t() : s.layers[i - 1].out.t();
-    layer_backward(layout_.layer_begin + i, x_in, s.layers[i]);
+    if (group_begin_[i] >= 0 && i == group_end_[i] - 1) recompute_group(s, group_begin_[i], group_end_[i]);
+    layer_backward(layout_.layer_begin + i, layer_input(s, i), s.layers[i]);
     if (layer_grads_ready_) layer_grads_ready_(layout_.layer_begin + i);
   }
   if (layout_.first_stage) {
@@ -263,6 +296,19 @@ void Gpt2Model::backward(int slot) {
     be_.embedding_backward(k.d_tmp, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
   } else {
     be_.copy(k.d_input, k.d_resid);
+  }
+}
+
+// The group's first LayerNorm reads its input on its own (the fused one that made it in the
+// forward belonged to the layer before); the last layer stops before its output, which is
+// stored. The TP all-reduces run again, on every TP rank alike.
+void Gpt2Model::recompute_group(SlotActs& s, int begin, int end) {
+  const NormOutput first = ln1_output(layout_.layer_begin + begin, s.layers[begin]);
+  be_.layernorm_forward(layer_input(s, begin), first.gamma, first.beta, first.out, first.mean, first.rstd);
+  for (int i = begin; i < end; ++i) {
+    const bool last = i + 1 == end;
+    const NormOutput next = last ? NormOutput{} : ln1_output(layout_.layer_begin + i + 1, s.layers[i + 1]);
+    layer_forward(layout_.layer_begin + i, layer_input(s, i), s.layers[i], training_, next, !last);
   }
 }
 

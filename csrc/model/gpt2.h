@@ -21,6 +21,19 @@
 
 namespace trident {
 
+// Full activation recomputation (Megatron's --recompute-granularity full): the layers of a
+// recomputed group keep only their output (the next layer's input); backward re-runs the
+// group's forward from the group's input before going back through it. Dropout masks are
+// functions of (seed, sample, layer, element), so the recomputed activations are the
+// stored ones bit for bit.
+struct RecomputePlan {
+  enum class Method { kNone, kUniform, kBlock };
+  // kUniform: every layer of the stage, in groups of num_layers consecutive layers.
+  // kBlock: the stage's first num_layers layers, one group each; the others keep everything.
+  Method method = Method::kNone;
+  int num_layers = 1;
+};
+
 // Where this instance sits in the parallel layout.
 struct StageLayout {
   int tp = 1, tp_rank = 0;
@@ -33,6 +46,7 @@ struct StageLayout {
   // ZeRO-2: layer gradients need only exist until the optimizer has reduced them (see
   // ParamStore's gradient slots); requires the layer-gradients-ready hook to reduce them.
   bool layer_grads_in_slots = false;
+  RecomputePlan recompute;
 };
 
 // One micro-batch: host token ids [B, T] and targets [B, T] (targets may be null on
@@ -97,7 +111,13 @@ class Gpt2Model {
   void tp_allreduce(const Tensor& t, ReduceOp op) const;
   DropoutKey dropout_key(int layer, DropoutSite site, float p, bool training) const;
   // `next`: the LayerNorm fed by this layer's output, fused with its residual add.
-  void layer_forward(int layer, const Tensor& x_in, LayerActs& a, bool training, const NormOutput& next);
+  // `write_output` false: stop before the final residual add (a recomputation that only
+  // feeds the backward, which never reads the layer's output).
+  void layer_forward(int layer, const Tensor& x_in, LayerActs& a, bool training, const NormOutput& next,
+                     bool write_output = true);
+  // Re-runs the forward of local layers [begin, end) of `s` into the recompute workspace.
+  void recompute_group(SlotActs& s, int begin, int end);
+  Tensor layer_input(const SlotActs& s, int local_layer) const;
   void layer_backward(int layer, const Tensor& x_in, LayerActs& a);
   void head_forward(SlotActs& s, float grad_scale);
   void head_backward(SlotActs& s, const Tensor& x);
@@ -109,6 +129,11 @@ class Gpt2Model {
   int64_t Vl_, vocab_start_, vocab_valid_;
   std::unique_ptr<ParamStore> params_;
   std::vector<std::unique_ptr<SlotActs>> slots_;
+  // Recomputation: the activations of one group's layers (shared by all slots), and each
+  // local layer's group [begin, end) (begin -1: the layer keeps its activations).
+  std::vector<Buffer> workspace_storage_;
+  std::vector<LayerActs> workspace_;
+  std::vector<int> group_begin_, group_end_;
   std::unique_ptr<Scratch> scratch_;
   // Dropout state of the micro-batch being run (forward and its backward use the same).
   uint64_t dropout_seed_ = 1234;

@@ -70,6 +70,12 @@ const std::vector<FlagDef>& flag_defs() {
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
       {"comm", "nccl or mpi (default: nccl with the CUDA backend when built with NCCL, else mpi)"},
       {"no-tf32", "fp32 GEMMs in plain fp32 instead of on TF32 tensor cores (CUDA)", true},
+      {"recompute-granularity", "full: keep only each recomputed layer group's input and redo its forward in "
+                                "backward; selective: what the fused attention already does"},
+      {"recompute-method", "uniform: every layer, in groups of --recompute-num-layers; block: the first "
+                           "--recompute-num-layers layers of each pipeline stage"},
+      {"recompute-num-layers", "layers per group (uniform) or recomputed layers per stage (block); 1"},
+      {"recompute-activations", "same as --recompute-granularity selective", true},
       // Evaluation, logging, health.
       {"eval-interval", "iterations between validation runs (1000)"},
       {"eval-iters", "validation iterations per run (100; 0: none)"},
@@ -307,6 +313,17 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("zero-stage", o.zero_stage);
   f.get("comm", o.comm);
   f.get("no-tf32", o.no_tf32);
+  f.get("recompute-granularity", o.recompute_granularity);
+  f.get("recompute-method", o.recompute_method);
+  f.get("recompute-num-layers", o.recompute_num_layers);
+  bool selective = false;
+  f.get("recompute-activations", selective);
+  if (selective) {
+    if (!o.recompute_granularity.empty() && o.recompute_granularity != "selective")
+      throw ConfigError("--recompute-activations means --recompute-granularity selective, not '" +
+                        o.recompute_granularity + "'");
+    o.recompute_granularity = "selective";
+  }
   f.get("eval-interval", o.eval_interval);
   f.get("eval-iters", o.eval_iters);
   f.get("tensorboard-dir", o.tensorboard_dir);
@@ -361,6 +378,20 @@ void validate_precision(const TrainOptions& o) {
   check_positive(o.hysteresis, "hysteresis");
 }
 
+// Megatron's rules: a method only with full granularity, and full needs a method.
+void validate_recompute(const TrainOptions& o) {
+  const std::string& g = o.recompute_granularity;
+  if (!g.empty() && g != "full" && g != "selective")
+    throw ConfigError("--recompute-granularity: unknown value '" + g + "' (expected full or selective)");
+  if (!o.recompute_method.empty() && o.recompute_method != "uniform" && o.recompute_method != "block")
+    throw ConfigError("--recompute-method: unknown value '" + o.recompute_method + "' (expected uniform or block)");
+  if (g == "full" && o.recompute_method.empty())
+    throw ConfigError("--recompute-granularity full needs --recompute-method uniform or block");
+  if (g != "full" && !o.recompute_method.empty())
+    throw ConfigError("--recompute-method needs --recompute-granularity full");
+  check_positive(o.recompute_num_layers, "recompute-num-layers");
+}
+
 void validate_run(TrainOptions& o) {
   ModelConfig& m = o.model;
   check_positive(o.log_interval, "log-interval");
@@ -374,6 +405,7 @@ void validate_run(TrainOptions& o) {
   if (o.zero_stage < 0 || o.zero_stage > 2) throw ConfigError("--zero-stage must be 0, 1 or 2");
   if (!o.comm.empty() && o.comm != "nccl" && o.comm != "mpi")
     throw ConfigError("--comm: unknown communicator '" + o.comm + "' (expected nccl or mpi)");
+  validate_recompute(o);
   check_positive(o.eval_interval, "eval-interval");
   check_non_negative(static_cast<double>(o.eval_iters), "eval-iters");
   check_positive(o.tensorboard_log_interval, "tensorboard-log-interval");

@@ -46,6 +46,12 @@ struct TrainOptions {
   int zero_stage = 0;  // 1: optimizer state sharded over DP; 2: gradients too
   std::string comm;     // --comm: "nccl" or "mpi"; empty: nccl with the CUDA backend when built, else mpi
   bool no_tf32 = false;  // --no-tf32: fp32 GEMMs in plain fp32 instead of on TF32 tensor cores
+  // Activation recomputation, Megatron's flags: granularity "" (none), "full" or
+  // "selective"; method "uniform" or "block" (full only); layers per group (uniform) or
+  // recomputed layers per stage (block).
+  std::string recompute_granularity;
+  std::string recompute_method;
+  int recompute_num_layers = 1;
 
   // ---- Mixed precision (Megatron's flags and defaults).
   bool accumulate_allreduce_grads_in_fp32 = false;

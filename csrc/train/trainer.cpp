@@ -65,11 +65,20 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   layout.zero_shards = opt_.zero_stage > 0 ? g.dp : 1;
   layout.fp32_grads = opt_.accumulate_allreduce_grads_in_fp32;
   layout.layer_grads_in_slots = opt_.zero_stage == 2;
+  if (opt_.recompute_granularity == "full") {
+    layout.recompute.method = opt_.recompute_method == "block" ? RecomputePlan::Method::kBlock
+                                                               : RecomputePlan::Method::kUniform;
+    layout.recompute.num_layers = opt_.recompute_num_layers;
+  }
   activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, micro_batches_);
   schedule_steps_ = one_f_one_b_schedule(g.pp, grid.pp_rank, micro_batches_);
   // Validates the model shape (heads and vocabulary against tp).
   model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size, activation_slots_);
   model_->set_dropout_seed(opt_.seed);
+  if (opt_.recompute_granularity == "selective")
+    *out_ << "trident: --recompute-granularity selective: the fused attention keeps no attention probabilities "
+             "and recomputes them in its backward already; nothing else is recomputed"
+          << std::endl;
   model_->params().init(opt_.seed);
   AdamWConfig ac;
   ac.beta1 = opt_.adam_beta1;
