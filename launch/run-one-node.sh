@@ -20,6 +20,8 @@
 #   WEIGHT_DECAY [0.1]  CLIP_GRAD [1.0]  ADAM_BETA1 [0.9]  ADAM_BETA2 [0.95]  ADAM_EPS [1e-8]
 #   INIT_METHOD_STD [0.02]  LOG_INTERVAL [10]  SEED [1234]  SPLIT [949,50,1]  DEVICE [auto]
 #   ZERO_STAGE [unset: trident's default]  VOCAB_SIZE [unset; synthetic tokens only]
+#   RECOMPUTE [none | full: every layer's activations recomputed in backward (Megatron's
+#     --recompute-granularity full --recompute-method uniform), RECOMPUTE_NUM_LAYERS [1] per group]
 #   EVAL_INTERVAL, EVAL_ITERS [unset; passed when set and trident-train lists the flag]
 #   PRECISION [fp32 | fp16 | bf16]; with fp16, dynamic loss scaling: INITIAL_LOSS_SCALE [65536],
 #     MIN_LOSS_SCALE [1], LOSS_SCALE_WINDOW [1000], HYSTERESIS [2] (passed when listed)
@@ -83,6 +85,8 @@ for v in N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE NLAYERS NHIDD
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer (got '${!v}')"
 done
 case $PRECISION in fp32 | fp16 | bf16) ;; *) fail "PRECISION must be fp32, fp16 or bf16 (got '$PRECISION')" ;; esac
+RECOMPUTE=${RECOMPUTE:-none}
+case $RECOMPUTE in none | full) ;; *) fail "RECOMPUTE must be none or full (got '$RECOMPUTE')" ;; esac
 # In a dry run outside mpirun, show what rank 0 of an N_GPUS job would run.
 if [[ $dry_run == 1 && $under_mpi == 0 ]]; then world_size=$N_GPUS; fi
 
@@ -158,6 +162,9 @@ else
   [[ -z ${LR_DECAY_ITERS:-} ]] || args+=(--lr-decay-iters "$LR_DECAY_ITERS")
 fi
 [[ -z ${ZERO_STAGE:-} ]] || args+=(--zero-stage "$ZERO_STAGE")
+if [[ $RECOMPUTE == full ]]; then
+  args+=(--recompute-granularity full --recompute-method uniform --recompute-num-layers "${RECOMPUTE_NUM_LAYERS:-1}")
+fi
 if [[ -n $DATA_PATH ]]; then
   # Megatron's --data-path: one prefix, or "weight prefix weight prefix ..." (word-split).
   read -r -a data_words <<<"$DATA_PATH"

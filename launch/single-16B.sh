@@ -10,7 +10,7 @@
 # GLOBAL_BATCH_SIZE [512], TRAIN_ITERS [100000], LR [1e-4], MIN_LR [1e-5], LR_WARMUP_ITERS [2000],
 # LR_DECAY_STYLE [cosine], INIT_METHOD_STD [0.008], ZERO_STAGE [1], PRECISION [fp32; fp16 with
 # dynamic loss scaling: launch/mpi-16B-fp16.sh], SAVE_INTERVAL [500], EVAL_INTERVAL [1000],
-# EVAL_ITERS [10], MODEL_NAME [gpt2-16b], DATA_PATH, CHECKPOINT_PATH, TENSORBOARD_PATH,
+# EVAL_ITERS [10], RECOMPUTE [full], MODEL_NAME [gpt2-16b], DATA_PATH, CHECKPOINT_PATH, TENSORBOARD_PATH,
 # VOCAB_FILE, MERGE_FILE, BUILD_DIR, TRIDENT_DRY_RUN; extra arguments go to trident-train.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,6 +42,12 @@ export WEIGHT_DECAY=${WEIGHT_DECAY:-0.1}
 export CLIP_GRAD=${CLIP_GRAD:-1.0}
 export ADAM_BETA2=${ADAM_BETA2:-0.95}
 export PRECISION=${PRECISION:-fp32}
+# The seed's cards have 16 GB. A layer's stored activations at tp4 are about 7 x hidden
+# values a token (LayerNorm outputs and residuals whole; QKV, attention and MLP split four
+# ways): 7 * 5760 * 2048 tokens * 4 bytes = 330 MB a layer in fp32, x 5 layers x 8
+# micro-batches in flight on the first stage = 13 GB, beside ~5 GB of weights, gradients
+# and ZeRO-1 Adam state. Recomputing every layer keeps only its output: 47 MB a layer.
+export RECOMPUTE=${RECOMPUTE:-full}
 export SAVE_INTERVAL=${SAVE_INTERVAL:-500}
 export EVAL_INTERVAL=${EVAL_INTERVAL:-1000}
 export EVAL_ITERS=${EVAL_ITERS:-10}

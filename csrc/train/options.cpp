@@ -76,6 +76,9 @@ const std::vector<FlagDef>& flag_defs() {
                            "--recompute-num-layers layers of each pipeline stage"},
       {"recompute-num-layers", "layers per group (uniform) or recomputed layers per stage (block); 1"},
       {"recompute-activations", "same as --recompute-granularity selective", true},
+      {"checkpoint-activations", "Megatron-DeepSpeed's name for --recompute-granularity full --recompute-method "
+                                 "uniform", true},
+      {"checkpoint-num-layers", "Megatron-DeepSpeed's name for --recompute-num-layers"},
       // Evaluation, logging, health.
       {"eval-interval", "iterations between validation runs (1000)"},
       {"eval-iters", "validation iterations per run (100; 0: none)"},
@@ -316,6 +319,19 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("recompute-granularity", o.recompute_granularity);
   f.get("recompute-method", o.recompute_method);
   f.get("recompute-num-layers", o.recompute_num_layers);
+  bool checkpoint_activations = false;
+  f.get("checkpoint-activations", checkpoint_activations);
+  if (checkpoint_activations) {
+    if (!o.recompute_granularity.empty() && o.recompute_granularity != "full")
+      throw ConfigError("--checkpoint-activations means --recompute-granularity full, not '" +
+                        o.recompute_granularity + "'");
+    o.recompute_granularity = "full";
+    if (o.recompute_method.empty()) o.recompute_method = "uniform";
+  }
+  if (f.has("checkpoint-num-layers")) {
+    f.get("checkpoint-num-layers", o.recompute_num_layers);
+    if (o.recompute_num_layers <= 0) throw ConfigError("--checkpoint-num-layers must be positive");
+  }
   bool selective = false;
   f.get("recompute-activations", selective);
   if (selective) {

@@ -15,7 +15,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # The scripts' variables come from this test only, not from the caller's environment.
 unset MODEL_NAME CHECKPOINT_PATH DATA_PATH TENSORBOARD_PATH N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE \
   GLOBAL_BATCH_SIZE NLAYERS NHIDDEN NHEADS SEQ_LEN SAVE_INTERVAL VOCAB_FILE MERGE_FILE TRAIN_ITERS \
-  TRAIN_SAMPLES LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES PRECISION ZERO_STAGE \
+  TRAIN_SAMPLES LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES PRECISION ZERO_STAGE RECOMPUTE \
   DEVICE HOSTFILE NNODES GPUS_PER_NODE MPIRUN_ARGS TRIDENT_DRY_RUN CUDA_VISIBLE_DEVICES
 fails=0
 check() {  # check <what> <command...>: the command must succeed
@@ -59,7 +59,8 @@ check "no training happened" [ "$(grep -c '^ iteration ' "$tmp/bad.out")" -eq 0 
 # 3. The 16B dry runs: mpirun over the hostfile, then rank 0's trident-train command.
 for i in $(seq -w 1 32); do echo "node$i slots=4"; done >"$tmp/hostfile"
 want16b=(--tensor-model-parallel-size 4 --pipeline-model-parallel-size 8 --num-layers 40
-  --hidden-size 5760 --num-attention-heads 48 --seq-length 2048 --max-position-embeddings 2048)
+  --hidden-size 5760 --num-attention-heads 48 --seq-length 2048 --max-position-embeddings 2048
+  --recompute-granularity full --recompute-method uniform)
 for script in mpi-run-16B.sh mpi-16B-fp16.sh; do
   out=$tmp/$script.out
   rc=0

@@ -2,7 +2,8 @@
 # Full activation recomputation changes memory, never numbers: with dropout on, every
 # logged loss and gradient norm and the final parameters (canonical fp32 tensors, compared
 # byte for byte) are identical with and without --recompute-granularity full, for one
-# process (uniform groups of 1 and 3 layers, block of 2) and for tp2 x pp2 with four
+# process (uniform groups of 1 and 3 layers, block of 2, Megatron-DeepSpeed's
+# --checkpoint-activations with groups of 2) and for tp2 x pp2 with four
 # micro-batches in flight (uniform 1); and the peak memory after the first iteration is
 # lower. Bad recompute flags give one line naming the flag and exit 2.
 #   tests/mpi/recompute.sh TRAIN_BINARY REPO
@@ -53,7 +54,8 @@ run serial --
 run uniform1 -- --recompute-granularity full --recompute-method uniform
 run uniform3 -- --recompute-granularity full --recompute-method uniform --recompute-num-layers 3
 run block2 -- --recompute-granularity full --recompute-method block --recompute-num-layers 2
-for v in uniform1 uniform3 block2; do same serial $v; done
+run ds_checkpoint2 -- --checkpoint-activations --checkpoint-num-layers 2  # Megatron-DeepSpeed's names
+for v in uniform1 uniform3 block2 ds_checkpoint2; do same serial $v; done
 
 mpi=(mpirun --oversubscribe -np 4 --bind-to none)
 layout=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1)
@@ -77,5 +79,6 @@ expect_error --recompute-granularity --recompute-method uniform
 expect_error --recompute-granularity --recompute-granularity everything
 expect_error --recompute-method --recompute-granularity full --recompute-method sometimes
 expect_error --recompute-num-layers --recompute-granularity full --recompute-method block --recompute-num-layers 0
+expect_error --checkpoint-num-layers --checkpoint-activations --checkpoint-num-layers -1
 echo "recompute cases failing: $fails"
 ((fails == 0))
