@@ -25,12 +25,20 @@ if [[ ! -f $data/demo/demo_text_document.idx ]]; then
 fi
 
 # One BLAS/OpenMP pool per process, sized to the machine.
+rm -rf "$repo/checkpoints/demo-tiny"  # the demo starts fresh each time, never resumes
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin/trident-train" --config "$repo/configs/gpt2-tiny.yaml" \
   --data-path "$data/demo/demo_text_document" \
   --vocab-file "$data/gpt2/gpt2-vocab.json" --merge-file "$data/gpt2/gpt2-merges.txt" \
   --split 949,50,1 --micro-batch-size 8 --global-batch-size 16 \
   --train-iters "${TRAIN_ITERS:-200}" --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters 20 \
-  --log-interval 10 --eval-interval 100 --eval-iters 10 --device "${DEVICE:-auto}" "$@"
+  --log-interval 10 --eval-interval 100 --eval-iters 10 --device "${DEVICE:-auto}" \
+  --save "$repo/checkpoints/demo-tiny" "$@"
+
+# Text from the trained model (a 2-layer toy: expect word salad in the corpus's style).
+echo "quickstart.sh: trident-generate from checkpoints/demo-tiny"
+"$bin/trident-generate" --load "$repo/checkpoints/demo-tiny" \
+  --vocab-file "$data/gpt2/gpt2-vocab.json" --merge-file "$data/gpt2/gpt2-merges.txt" \
+  --prompt "The" --top-k 40 --out-seq-length 40 --seed 1 --device "${DEVICE:-auto}"
 
 # The same corpus through the launcher: 4 ranks, tp2 x pp2, the tiny model's shape.
 if ! command -v mpirun >/dev/null; then

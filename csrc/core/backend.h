@@ -131,6 +131,14 @@ class Backend {
                                   const Tensor& lse, const Tensor& dqkv, const AttentionShape& s,
                                   const DropoutKey& drop) = 0;
 
+  // ---- attention over a KV cache (generation: one new token per sequence) --------------
+  // qkv: [B, 3, H, D] of the token at position `pos` of every sequence (Q, K, V blocks).
+  // Its K and V are first written to k_cache and v_cache [B, Tmax, H, D] (qkv's dtype) at `pos`; then
+  // out [B, H, D] = softmax(q . K[0..pos]^T / sqrt(D)) V[0..pos]  (=). No dropout. The
+  // softmax of each row is in fp32 from its maximum; the caches hold positions [0, pos).
+  virtual void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
+                                const Tensor& out) = 0;
+
   // ---- dropout on [B*T, row] activations (row = hidden size) ----------------------------
   // out = x * keep / (1 - p); element index within a sample is (n % T) * row + c, sample is
   // drop.sample_base + n / T. With p = 0 it is a copy.

@@ -138,6 +138,10 @@ class CpuBackend final : public Backend {
     cpu::attention_forward(qkv, out, lse, s, drop);
   }
   // `out` is not needed: the backward recomputes every row's softmax from lse exactly.
+  void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
+                        const Tensor& out) override {
+    cpu::attention_decode(qkv, k_cache, v_cache, pos, out);
+  }
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& /*out*/,
                           const Tensor& lse, const Tensor& dqkv, const AttentionShape& s,
                           const DropoutKey& drop) override {

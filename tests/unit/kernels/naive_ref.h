@@ -100,6 +100,33 @@ inline Vec attention(const Vec& qkv, int B, int T, int H, int D, int head_offset
   return out;
 }
 
+// Generation-time attention of one query per (b, h) over cache rows 0..pos:
+// q [B, H, D]; kc, vc [B, Tmax, H, D] (row pos already holding the new token's K and V);
+// returns out [B, H, D] = softmax(q . K[0..pos]^T / sqrt(D)) V[0..pos].
+inline Vec attention_decode(const Vec& q, const Vec& kc, const Vec& vc, int B, int Tmax, int H, int D, int pos) {
+  Vec out(static_cast<size_t>(B) * H * D, 0.0);
+  auto row = [&](int b, int t, int h) { return (((size_t)b * Tmax + t) * H + h) * D; };
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const double* qq = q.data() + ((size_t)b * H + h) * D;
+      Vec s(pos + 1);
+      double mx = -INFINITY;
+      for (int t = 0; t <= pos; ++t) {
+        double d = 0;
+        for (int e = 0; e < D; ++e) d += qq[e] * kc[row(b, t, h) + e];
+        s[t] = d * scale;
+        mx = std::max(mx, s[t]);
+      }
+      double se = 0;
+      for (int t = 0; t <= pos; ++t) se += (s[t] = std::exp(s[t] - mx));
+      double* o = out.data() + ((size_t)b * H + h) * D;
+      for (int t = 0; t <= pos; ++t)
+        for (int e = 0; e < D; ++e) o[e] += s[t] / se * vc[row(b, t, h) + e];
+    }
+  return out;
+}
+
 // Per-row cross-entropy over the first `valid` columns of [N, V] logits (unsharded).
 // Returns losses (0 for negative targets); fills the softmax gradient when asked.
 inline Vec xent(const Vec& logits, const std::vector<int32_t>& tg, int64_t N, int64_t V, int64_t valid,

@@ -3,6 +3,7 @@
 // the canonical parameter layout and the dropout mask function with the code under test.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -54,11 +55,10 @@ inline double drop(const RefConfig& c, float p, uint32_t site, int b, uint64_t i
   return dropout_keep(k, c.sample_base + b, index) ? v / (1.0 - p) : 0.0;
 }
 
-// Mean cross-entropy over all B*T targets.
-inline double gpt2_loss(const RefConfig& c, const Params& P, const std::vector<int>& tokens,
-                        const std::vector<int>& targets) {
+// Logits over the real vocabulary at every position: [B, T, V].
+inline std::vector<double> gpt2_logits(const RefConfig& c, const Params& P, const std::vector<int>& tokens) {
   const int C = c.C, T = c.T, H = c.H, D = C / H, F = 4 * C;
-  double total = 0;
+  std::vector<double> all(static_cast<size_t>(c.B) * T * c.V);
   for (int b = 0; b < c.B; ++b) {
     std::vector<double> x(static_cast<size_t>(T) * C);
     for (int t = 0; t < T; ++t)
@@ -112,20 +112,30 @@ inline double gpt2_loss(const RefConfig& c, const Params& P, const std::vector<i
     std::vector<double> lnf(C);
     for (int t = 0; t < T; ++t) {
       layernorm(&x[t * C], P.at("ln_f.weight").data(), P.at("ln_f.bias").data(), lnf.data(), C);
-      std::vector<double> logits(c.V);
-      double mx = -1e300;
+      double* logits = &all[(static_cast<size_t>(b) * T + t) * c.V];
       for (int v = 0; v < c.V; ++v) {
         double s = 0;
         for (int i = 0; i < C; ++i) s += P.at("wte")[static_cast<size_t>(v) * C + i] * lnf[i];
         logits[v] = s;
-        mx = std::max(mx, s);
       }
-      double z = 0;
-      for (double s : logits) z += std::exp(s - mx);
-      total += std::log(z) + mx - logits[targets[b * T + t]];
     }
   }
-  return total / (static_cast<double>(c.B) * T);
+  return all;
+}
+
+// Mean cross-entropy over all B*T targets.
+inline double gpt2_loss(const RefConfig& c, const Params& P, const std::vector<int>& tokens,
+                        const std::vector<int>& targets) {
+  const std::vector<double> all = gpt2_logits(c, P, tokens);
+  double total = 0;
+  for (size_t n = 0; n < targets.size(); ++n) {
+    const double* logits = &all[n * c.V];
+    const double mx = *std::max_element(logits, logits + c.V);
+    double z = 0;
+    for (int v = 0; v < c.V; ++v) z += std::exp(logits[v] - mx);
+    total += std::log(z) + mx - logits[targets[n]];
+  }
+  return total / (static_cast<double>(c.B) * c.T);
 }
 
 }  // namespace trident::ref

@@ -1,0 +1,57 @@
+#include "infer/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace trident {
+
+void validate_sampling(const SamplingOptions& o) {
+  if (!(o.temperature >= 0) || !std::isfinite(o.temperature))
+    throw ConfigError("--temperature must be a finite number >= 0");
+  if (o.top_k < 0) throw ConfigError("--top-k must not be negative");
+  if (!(o.top_p >= 0 && o.top_p <= 1)) throw ConfigError("--top-p must be in [0, 1]");
+}
+
+int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, std::mt19937_64& rng) {
+  TRIDENT_CHECK(n > 0, "sample_token: empty logits");
+  if (o.greedy || o.temperature == 0) return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+  // Candidates by decreasing logit (ties: lower id first); top-k keeps the first k.
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  size_t keep = ids.size();
+  if (o.top_k > 0 && static_cast<size_t>(o.top_k) < keep) {
+    keep = static_cast<size_t>(o.top_k);
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), by_logit);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_logit);
+  }
+  // Softmax at the temperature over the candidates, from the largest logit.
+  std::vector<double> p(keep);
+  const double top = logits[ids[0]];
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp((logits[ids[i]] - top) / o.temperature);
+  // Top-p: the shortest prefix whose probability reaches p (at least one token).
+  if (o.top_p > 0 && o.top_p < 1) {
+    double mass = 0;
+    size_t cut = 0;
+    while (cut < keep) {
+      mass += p[cut++] / total;
+      if (mass >= o.top_p) break;
+    }
+    keep = cut;
+    total = std::accumulate(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
+  }
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;  // in [0, total)
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += p[i];
+    if (u < acc) return ids[i];
+  }
+  return ids[keep - 1];  // u within rounding of total
+}
+
+}  // namespace trident

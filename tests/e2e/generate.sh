@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# trident-generate end to end: a gpt2-tiny-shaped model trained on the demo corpus (GPT-2
+# vocabulary) at tp2 x pp2, saved, and consolidated to tp1 by trident-convert. Generation
+# from either checkpoint gives the same bytes (greedy, and seeded top-k/top-p sampling);
+# the same seed repeats, another seed differs; prompts come from flags and a file, the
+# JSON-lines output parses and names each prompt; unconditional samples come in batches;
+# a sample stops at the model's last position. Bad input is one line and exit 2, with no
+# output file left behind.
+#   tests/e2e/generate.sh <trident-train> <trident-preprocess> <trident-generate> <trident-convert> <repo> <gpt2 dir>
+set -uo pipefail
+train=$1 preprocess=$2 generate=$3 convert=$4 repo=$5 vocab=$6
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+"$repo/tools/make-demo-data.sh" "$tmp/demo.jsonl" >/dev/null
+"$preprocess" --input "$tmp/demo.jsonl" --json-keys text --output-prefix "$tmp/demo" --tokenizer-type GPT2BPETokenizer \
+  --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" --append-eod --workers 2 >/dev/null 2>&1
+words=(--vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt")
+if ! timeout 300 mpirun --oversubscribe -np 4 --bind-to none "$train" --config "$repo/configs/gpt2-tiny.yaml" \
+    --device cpu --data-path "$tmp/demo_text_document" "${words[@]}" --split 949,50,1 --seq-length 32 \
+    --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --train-iters 40 --lr 2e-3 \
+    --min-lr 2e-4 --lr-warmup-iters 5 --log-interval 20 --eval-iters 0 --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --save "$tmp/ckpt" >"$tmp/train.log" 2>&1; then
+  cat "$tmp/train.log"
+  echo "FAIL: training the model to generate from"
+  exit 1
+fi
+"$convert" --load "$tmp/ckpt" --save "$tmp/tp1" >/dev/null || { echo "FAIL: trident-convert"; exit 1; }
+
+gen() { "$generate" --device cpu "${words[@]}" "$@"; }
+prompt="The history of the"
+gen --load "$tmp/ckpt" --prompt "$prompt" --greedy --out-seq-length 12 >"$tmp/greedy.out" 2>"$tmp/greedy.err" ||
+  fail "greedy generation: $(cat "$tmp/greedy.err")"
+grep -q "^=== sample 1 ===$" "$tmp/greedy.out" && grep -qF "$prompt" "$tmp/greedy.out" &&
+  ok "greedy: $(sed -n 2p "$tmp/greedy.out" | head -c 120)" || fail "greedy output: $(cat "$tmp/greedy.out")"
+gen --load "$tmp/tp1" --prompt "$prompt" --greedy --out-seq-length 12 >"$tmp/greedy1.out" 2>/dev/null
+cmp -s "$tmp/greedy.out" "$tmp/greedy1.out" && ok "tp2 x pp2 and consolidated tp1 checkpoints: same greedy text" ||
+  fail "tp1 checkpoint generates differently"
+sampled() { gen --load "$1" --prompt "$prompt" --top-k 50 --top-p 0.95 --temperature 0.9 --seed "$2" --out-seq-length 24; }
+sampled "$tmp/ckpt" 5 >"$tmp/s5a.out" 2>/dev/null
+sampled "$tmp/tp1" 5 >"$tmp/s5b.out" 2>/dev/null
+sampled "$tmp/ckpt" 6 >"$tmp/s6.out" 2>/dev/null
+cmp -s "$tmp/s5a.out" "$tmp/s5b.out" && ok "seed 5 twice (two layouts): same text" || fail "seed 5 does not repeat"
+cmp -s "$tmp/s5a.out" "$tmp/s6.out" && fail "seeds 5 and 6 gave the same text" || ok "seed 6 differs"
+
+printf 'First prompt\n\nSecond one\n' >"$tmp/prompts.txt"
+gen --load "$tmp/ckpt" --sample-input-file "$tmp/prompts.txt" --out-seq-length 8 --sample-output-file "$tmp/out.jsonl" \
+  >/dev/null 2>&1 || fail "prompts from a file"
+if python3 - "$tmp/out.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["prompt"] for r in rows] == ["First prompt", "Second one"], rows
+assert all(isinstance(r["text"], str) and 1 <= r["tokens"] <= 8 for r in rows), rows
+PY
+then ok "JSON lines: two prompts, each continued"; else fail "JSON lines output"; fi
+
+gen --load "$tmp/ckpt" --num-samples 3 --batch-size 2 --out-seq-length 6 --seed 3 >"$tmp/uncond.out" 2>/dev/null
+[[ $(grep -c '^=== sample [0-9]* (unconditional) ===$' "$tmp/uncond.out") -eq 3 ]] && ok "3 unconditional samples in batches of 2" ||
+  fail "unconditional samples: $(cat "$tmp/uncond.out")"
+
+# 32 positions: a 5-token prompt fills positions 0-4, 27 generated tokens fed back fill the
+# rest, and the logits after position 31 give one more: 28, whatever --out-seq-length says.
+gen --load "$tmp/ckpt" --prompt "one two three four five" --ignore-eos --out-seq-length 100 \
+  --sample-output-file "$tmp/long.jsonl" >/dev/null 2>&1 || fail "a long continuation"
+n=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["tokens"])' "$tmp/long.jsonl")
+[[ $n -eq 28 ]] && ok "stops at the model's 32 positions (28 new tokens)" || fail "$n new tokens after 5 of 32 positions"
+
+expect_error() {  # expect_error <text in the one error line> <args...>
+  local text=$1
+  shift
+  "$generate" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -ne 2 || $(wc -l <"$tmp/err") -ne 1 ]] || ! grep -q -- "$text" "$tmp/err" ||
+     ! grep -q '^trident-generate: error: ' "$tmp/err"; then
+    fail "$* -> rc=$rc, stderr: $(cat "$tmp/err")"
+  else
+    ok "$(cat "$tmp/err")"
+  fi
+}
+expect_error "--load is required" "${words[@]}" --prompt hi
+expect_error "--top-p" --load "$tmp/ckpt" "${words[@]}" --top-p 1.5
+expect_error "--temperature" --load "$tmp/ckpt" "${words[@]}" --temperature -1
+expect_error "--sample-input-file" --load "$tmp/ckpt" "${words[@]}" --sample-input-file "$tmp/none.txt"
+expect_error "positions" --load "$tmp/ckpt" "${words[@]}" --prompt "$(printf 'word %.0s' {1..40})"
+expect_error "--load" --load "$tmp/nothing" "${words[@]}"
+expect_error "--sample-output-file" --load "$tmp/ckpt" "${words[@]}" --out-seq-length 2 \
+  --sample-output-file "$tmp/no/such/dir/out.jsonl"
+[[ -z $(find "$tmp/no" 2>/dev/null) ]] && ok "no partial output file" || fail "an output file was left behind"
+# A model of another vocabulary (synthetic tokens, 512) against the GPT-2 tokenizer.
+"$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-iters 1 --lr-warmup-iters 0 --eval-iters 0 \
+  --save "$tmp/synthetic" >/dev/null 2>&1
+expect_error "the tokenizer has 50257 tokens but the checkpoint's model 512" --load "$tmp/synthetic" "${words[@]}"
+echo "generate cases failing: $fails"
+((fails == 0))

@@ -1,0 +1,262 @@
+// trident-generate: text from a checkpoint, in one process, on the CPU or a GPU. The
+// checkpoint may come from any layout (its canonical tensors are read at tp 1); the model's
+// shape and dtype come from its metadata.json.
+//
+//   trident-generate --load DIR --vocab-file V --merge-file M [--prompt TEXT ...]
+//       [--sample-input-file F] [--num-samples N] [--out-seq-length N] [--temperature T]
+//       [--top-k K] [--top-p P] [--greedy] [--seed S] [--device D] [--sample-output-file F]
+//
+// With prompts (--prompt, repeatable, and/or one per line of --sample-input-file), each is
+// continued in turn; without, --num-samples unconditional samples start from
+// <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size at a time.
+// A sample ends at <|endoftext|> (unless --ignore-eos), after --out-seq-length tokens, or at
+// the model's last position. Samples go to stdout; --sample-output-file also writes them as
+// JSON lines {"prompt", "text", "tokens"} (written whole or not at all).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cxxopts.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ckpt/offline_checkpoint.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "infer/decoder.h"
+#include "infer/sampler.h"
+#include "kernels/backends.h"
+#include "model/param_spec.h"
+#include "model/param_store.h"
+#include "tool_main.h"
+
+namespace trident {
+namespace {
+namespace fs = std::filesystem;
+
+struct Sample {
+  std::string prompt;              // empty: unconditional
+  std::vector<int32_t> generated;  // the new tokens (without a final <|endoftext|>)
+};
+
+int64_t integer(const cxxopts::ParseResult& r, const std::string& flag, int64_t lo) {
+  const std::string text = r[flag].as<std::string>();
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < lo)
+    throw ConfigError("--" + flag + ": expected an integer >= " + std::to_string(lo) + ", got \"" + text + "\"");
+  return v;
+}
+
+double real(const cxxopts::ParseResult& r, const std::string& flag) {
+  const std::string text = r[flag].as<std::string>();
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw ConfigError("--" + flag + ": expected a number, got \"" + text + "\"");
+  return v;
+}
+
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("--sample-input-file: cannot read " + path);
+  std::vector<std::string> prompts;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) prompts.push_back(line);
+  if (prompts.empty()) throw ConfigError("--sample-input-file: " + path + " holds no prompt");
+  return prompts;
+}
+
+int generate_main(int argc, char** argv) {
+  cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
+  o.add_options()
+      ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
+      ("iteration", "use DIR/iter_N instead of the latest", cxxopts::value<std::string>())
+      ("vocab-file", "gpt2-vocab.json", cxxopts::value<std::string>())
+      ("merge-file", "gpt2-merges.txt", cxxopts::value<std::string>())
+      ("prompt", "text to continue (repeatable)", cxxopts::value<std::vector<std::string>>())
+      ("sample-input-file", "prompts, one per line", cxxopts::value<std::string>())
+      ("sample-output-file", "also write the samples here as JSON lines", cxxopts::value<std::string>())
+      ("num-samples", "unconditional samples when no prompt is given (1)", cxxopts::value<std::string>()->default_value("1"))
+      ("batch-size", "unconditional samples decoded together (8)", cxxopts::value<std::string>()->default_value("8"))
+      ("out-seq-length", "most tokens generated per sample (128)", cxxopts::value<std::string>()->default_value("128"))
+      ("temperature", "softmax temperature (1.0; 0: greedy)", cxxopts::value<std::string>()->default_value("1.0"))
+      ("top-k", "sample among the k most likely tokens (0: all)", cxxopts::value<std::string>()->default_value("0"))
+      ("top_k", "Megatron's spelling of --top-k", cxxopts::value<std::string>())
+      ("top-p", "sample among the most likely tokens whose probability reaches p (0: all)",
+       cxxopts::value<std::string>()->default_value("0"))
+      ("top_p", "Megatron's spelling of --top-p", cxxopts::value<std::string>())
+      ("greedy", "always the most likely token")
+      ("ignore-eos", "keep generating after <|endoftext|>")
+      ("seed", "random seed (1234)", cxxopts::value<std::string>()->default_value("1234"))
+      ("device", "auto, cpu or cuda", cxxopts::value<std::string>()->default_value("auto"))
+      ("h,help", "show this help");
+  cxxopts::ParseResult r;
+  try {
+    r = o.parse(argc, argv);
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    throw ConfigError(std::string("unknown flag (") + e.what() + ")");
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(e.what());
+  }
+  if (r.count("help")) {
+    std::printf("%s\n", o.help().c_str());
+    return 0;
+  }
+  auto required = [&](const char* flag) {
+    if (!r.count(flag)) throw ConfigError(std::string("--") + flag + " is required");
+    return r[flag].as<std::string>();
+  };
+  const std::string load = required("load");
+  const std::string vocab = required("vocab-file"), merges = required("merge-file");
+  SamplingOptions so;
+  so.greedy = r.count("greedy") > 0;
+  so.temperature = real(r, "temperature");
+  so.top_k = static_cast<int>(integer(r, r.count("top_k") ? "top_k" : "top-k", 0));
+  so.top_p = real(r, r.count("top_p") ? "top_p" : "top-p");
+  validate_sampling(so);
+  const int64_t out_len = integer(r, "out-seq-length", 1);
+  const int64_t num_samples = integer(r, "num-samples", 1);
+  const int batch = static_cast<int>(integer(r, "batch-size", 1));
+  const bool ignore_eos = r.count("ignore-eos") > 0;
+  std::vector<std::string> prompts;
+  if (r.count("prompt")) prompts = r["prompt"].as<std::vector<std::string>>();
+  if (r.count("sample-input-file")) {
+    const auto more = read_prompts(r["sample-input-file"].as<std::string>());
+    prompts.insert(prompts.end(), more.begin(), more.end());
+  }
+  std::optional<int64_t> iteration;
+  if (r.count("iteration")) iteration = integer(r, "iteration", 0);
+
+  auto tokenizer = make_tokenizer("GPT2BPETokenizer", vocab, merges);
+  fs::path dir;
+  std::unique_ptr<ShardedCheckpointReader> ckpt;
+  try {
+    dir = resolve_checkpoint_dir(load, iteration);
+    ckpt = std::make_unique<ShardedCheckpointReader>(dir);
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  ModelConfig cfg = ckpt->metadata().model;
+  if (cfg.vocab_size != tokenizer->vocab_size())
+    throw ConfigError("--vocab-file: the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                      " tokens but the checkpoint's model " + std::to_string(cfg.vocab_size) + " (" + dir.string() + ")");
+  auto backend = make_backend(r["device"].as<std::string>());
+  ParamStore params(*backend, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype,
+                    [](const ParamSpec&) { return true; });
+  load_model_parameters(*ckpt, params, *backend);
+  const int max_pos = cfg.max_position_embeddings;
+  const int32_t eod = tokenizer->eod();
+  std::mt19937_64 rng(static_cast<uint64_t>(integer(r, "seed", 0)));
+
+  // Decodes `contexts` together (same length) and appends the continuations to `out`.
+  auto run = [&](const std::vector<std::vector<int32_t>>& contexts, std::vector<Sample>& out) {
+    const int B = static_cast<int>(contexts.size());
+    const int64_t ctx = static_cast<int64_t>(contexts[0].size());
+    if (ctx >= max_pos)
+      throw ConfigError("--prompt: " + std::to_string(ctx) + " tokens leave no room in the model's " +
+                        std::to_string(max_pos) + " positions");
+    Gpt2Decoder dec(cfg, *backend, params, B, static_cast<int>(std::min<int64_t>(max_pos, ctx + out_len)));
+    std::vector<int32_t> feed(B);
+    const std::vector<float>* logits = nullptr;
+    for (int64_t t = 0; t < ctx; ++t) {  // the context, one position at a time
+      for (int b = 0; b < B; ++b) feed[b] = contexts[b][t];
+      logits = &dec.step(feed);
+    }
+    const size_t first = out.size();
+    out.resize(first + B);
+    std::vector<bool> done(B, false);
+    for (int64_t n = 0; n < out_len; ++n) {
+      for (int b = 0; b < B; ++b) {
+        if (done[b]) {
+          feed[b] = eod;  // a finished sequence keeps step() fed; its tokens are dropped
+          continue;
+        }
+        feed[b] = sample_token(logits->data() + static_cast<int64_t>(b) * cfg.vocab_size, cfg.vocab_size, so, rng);
+        if (feed[b] == eod && !ignore_eos)
+          done[b] = true;
+        else
+          out[first + b].generated.push_back(feed[b]);
+      }
+      const bool all_done = std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+      if (all_done || n + 1 == out_len || dec.position() >= dec.max_positions()) break;
+      logits = &dec.step(feed);
+    }
+  };
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Sample> samples;
+  if (!prompts.empty()) {
+    for (const std::string& p : prompts) {
+      std::vector<int32_t> ids = tokenizer->encode(p);
+      if (ids.empty()) ids.push_back(eod);  // an empty prompt: unconditional
+      run({ids}, samples);
+      samples.back().prompt = p;
+    }
+  } else {
+    for (int64_t done = 0; done < num_samples; done += batch) {
+      const int64_t b = std::min<int64_t>(batch, num_samples - done);
+      run(std::vector<std::vector<int32_t>>(static_cast<size_t>(b), {eod}), samples);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  std::string jsonl;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    const std::string text = tokenizer->decode(s.generated);
+    tokens += static_cast<int64_t>(s.generated.size());
+    std::cout << "=== sample " << i + 1 << (s.prompt.empty() ? " (unconditional)" : "") << " ===\n"
+              << s.prompt << text << "\n";
+    jsonl += nlohmann::json{{"prompt", s.prompt}, {"text", text}, {"tokens", s.generated.size()}}.dump(
+                 -1, ' ', false, nlohmann::json::error_handler_t::replace) +
+             "\n";
+  }
+  std::cout.flush();
+  if (r.count("sample-output-file")) {  // whole or not at all: a temporary name, then rename
+    const fs::path path = r["sample-output-file"].as<std::string>();
+    const fs::path tmp = path.string() + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      f << jsonl;
+      if (!f.flush()) {
+        std::error_code ec;
+        fs::remove(tmp, ec);
+        throw ConfigError("--sample-output-file: cannot write " + path.string());
+      }
+    }
+    std::error_code ec;
+    fs::rename(tmp, path, ec);
+    if (ec) {
+      fs::remove(tmp, ec);
+      throw ConfigError("--sample-output-file: cannot write " + path.string());
+    }
+  }
+  std::fprintf(stderr, "trident-generate: %zu samples, %lld tokens in %.2f s (%.1f tokens/s) from %s on %s\n",
+               samples.size(), static_cast<long long>(tokens), seconds, seconds > 0 ? tokens / seconds : 0.0,
+               dir.string().c_str(), backend->name().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace trident
+
+int main(int argc, char** argv) {
+  return trident::run_tool("trident-generate", [&] { return trident::generate_main(argc, argv); });
+}
