@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cxxopts.hpp>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -34,43 +33,19 @@
 #include "kernels/backends.h"
 #include "model/param_spec.h"
 #include "model/param_store.h"
-#include "tool_main.h"
+#include "tools/cxxopts_flags.h"
+#include "tools/tool_main.h"
 
 namespace trident {
 namespace {
 namespace fs = std::filesystem;
 
+constexpr long long kMaxCount = 1ll << 40;
+
 struct Sample {
   std::string prompt;              // empty: unconditional
   std::vector<int32_t> generated;  // the new tokens (without a final <|endoftext|>)
 };
-
-int64_t integer(const cxxopts::ParseResult& r, const std::string& flag, int64_t lo) {
-  const std::string text = r[flag].as<std::string>();
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || v < lo)
-    throw ConfigError("--" + flag + ": expected an integer >= " + std::to_string(lo) + ", got \"" + text + "\"");
-  return v;
-}
-
-double real(const cxxopts::ParseResult& r, const std::string& flag) {
-  const std::string text = r[flag].as<std::string>();
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) throw ConfigError("--" + flag + ": expected a number, got \"" + text + "\"");
-  return v;
-}
 
 std::vector<std::string> read_prompts(const std::string& path) {
   std::ifstream in(path);
@@ -106,14 +81,7 @@ int generate_main(int argc, char** argv) {
       ("seed", "random seed (1234)", cxxopts::value<std::string>()->default_value("1234"))
       ("device", "auto, cpu or cuda", cxxopts::value<std::string>()->default_value("auto"))
       ("h,help", "show this help");
-  cxxopts::ParseResult r;
-  try {
-    r = o.parse(argc, argv);
-  } catch (const cxxopts::exceptions::no_such_option& e) {
-    throw ConfigError(std::string("unknown flag (") + e.what() + ")");
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw ConfigError(e.what());
-  }
+  const cxxopts::ParseResult r = parse_flags(o, argc, argv);
   if (r.count("help")) {
     std::printf("%s\n", o.help().c_str());
     return 0;
@@ -126,13 +94,13 @@ int generate_main(int argc, char** argv) {
   const std::string vocab = required("vocab-file"), merges = required("merge-file");
   SamplingOptions so;
   so.greedy = r.count("greedy") > 0;
-  so.temperature = real(r, "temperature");
-  so.top_k = static_cast<int>(integer(r, r.count("top_k") ? "top_k" : "top-k", 0));
-  so.top_p = real(r, r.count("top_p") ? "top_p" : "top-p");
+  so.temperature = number_flag(r, "temperature");
+  so.top_k = static_cast<int>(integer_flag(r, r.count("top_k") ? "top_k" : "top-k", 0, INT32_MAX));
+  so.top_p = number_flag(r, r.count("top_p") ? "top_p" : "top-p");
   validate_sampling(so);
-  const int64_t out_len = integer(r, "out-seq-length", 1);
-  const int64_t num_samples = integer(r, "num-samples", 1);
-  const int batch = static_cast<int>(integer(r, "batch-size", 1));
+  const int64_t out_len = integer_flag(r, "out-seq-length", 1, kMaxCount);
+  const int64_t num_samples = integer_flag(r, "num-samples", 1, kMaxCount);
+  const int batch = static_cast<int>(integer_flag(r, "batch-size", 1, 4096));
   const bool ignore_eos = r.count("ignore-eos") > 0;
   std::vector<std::string> prompts;
   if (r.count("prompt")) prompts = r["prompt"].as<std::vector<std::string>>();
@@ -141,7 +109,7 @@ int generate_main(int argc, char** argv) {
     prompts.insert(prompts.end(), more.begin(), more.end());
   }
   std::optional<int64_t> iteration;
-  if (r.count("iteration")) iteration = integer(r, "iteration", 0);
+  if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxCount);
 
   auto tokenizer = make_tokenizer("GPT2BPETokenizer", vocab, merges);
   fs::path dir;
@@ -162,7 +130,7 @@ int generate_main(int argc, char** argv) {
   load_model_parameters(*ckpt, params, *backend);
   const int max_pos = cfg.max_position_embeddings;
   const int32_t eod = tokenizer->eod();
-  std::mt19937_64 rng(static_cast<uint64_t>(integer(r, "seed", 0)));
+  std::mt19937_64 rng(static_cast<uint64_t>(integer_flag(r, "seed", 0, kMaxCount)));
 
   // Decodes `contexts` together (same length) and appends the continuations to `out`.
   auto run = [&](const std::vector<std::vector<int32_t>>& contexts, std::vector<Sample>& out) {

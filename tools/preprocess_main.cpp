@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
+#include "tools/cxxopts_flags.h"
 #include "tools/tool_main.h"
 
 namespace {
@@ -23,21 +24,6 @@ std::vector<std::string> split_keys(const std::vector<std::string>& words) {
       if (!k.empty()) keys.push_back(k);
   }
   return keys;
-}
-
-long long integer_flag(const cxxopts::ParseResult& r, const std::string& flag, long long lo, long long hi) {
-  const std::string text = r[flag].as<std::string>();
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || v < lo || v > hi)
-    throw trident::ConfigError("--" + flag + ": expected an integer from " + std::to_string(lo) + " to " +
-                               std::to_string(hi) + ", got \"" + text + "\"");
-  return v;
 }
 
 int preprocess_main(int argc, char** argv) {
@@ -75,14 +61,7 @@ int preprocess_main(int argc, char** argv) {
       ("log-interval", "documents between progress lines", cxxopts::value<std::string>()->default_value("100"))
       ("skip-invalid", "skip and count lines that are not usable JSON instead of stopping")
       ("h,help", "show this help");
-  cxxopts::ParseResult r;
-  try {
-    r = o.parse(static_cast<int>(args.size()), args.data());
-  } catch (const cxxopts::exceptions::no_such_option& e) {
-    throw ConfigError(std::string("unknown flag (") + e.what() + ")");
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw ConfigError(e.what());
-  }
+  const cxxopts::ParseResult r = trident::parse_flags(o, static_cast<int>(args.size()), args.data());
   if (r.count("help")) {
     std::printf("%s\n", o.help().c_str());
     return 0;
@@ -104,10 +83,10 @@ int preprocess_main(int argc, char** argv) {
   if (!key_words.empty()) opt.json_keys = split_keys(key_words);
   if (opt.json_keys.empty()) throw ConfigError("--json-keys needs at least one key");
   opt.append_eod = r.count("append-eod") > 0;
-  opt.workers = static_cast<int>(integer_flag(r, "workers", 1, 1024));
+  opt.workers = static_cast<int>(trident::integer_flag(r, "workers", 1, 1024));
   if (r["dataset-impl"].as<std::string>() != "mmap")
     throw ConfigError("--dataset-impl: only mmap is supported (got " + r["dataset-impl"].as<std::string>() + ")");
-  opt.log_interval = static_cast<uint64_t>(integer_flag(r, "log-interval", 0, 1ll << 62));
+  opt.log_interval = static_cast<uint64_t>(trident::integer_flag(r, "log-interval", 0, 1ll << 62));
   opt.skip_invalid = r.count("skip-invalid") > 0;
   if (!r.unmatched().empty()) throw ConfigError("unexpected argument: " + r.unmatched().front());
 

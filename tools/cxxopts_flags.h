@@ -1,0 +1,56 @@
+// Flag parsing shared by the tools built on cxxopts: parse errors and bad numbers become
+// ConfigError lines that name the flag (tool_main.h prints them and exits 2). Numbers are
+// declared as string options and converted here, so "--workers x" names --workers
+// instead of failing inside cxxopts.
+#pragma once
+
+#include <cxxopts.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "core/error.h"
+
+namespace trident {
+
+inline cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, const char* const* argv) {
+  try {
+    return options.parse(argc, argv);
+  } catch (const cxxopts::exceptions::no_such_option& e) {
+    throw ConfigError(std::string("unknown flag (") + e.what() + ")");
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+// The whole text of --flag as an integer in [lo, hi].
+inline long long integer_flag(const cxxopts::ParseResult& r, const std::string& flag, long long lo, long long hi) {
+  const std::string text = r[flag].as<std::string>();
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < lo || v > hi)
+    throw ConfigError("--" + flag + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                      ", got \"" + text + "\"");
+  return v;
+}
+
+// The whole text of --flag as a number.
+inline double number_flag(const cxxopts::ParseResult& r, const std::string& flag) {
+  const std::string text = r[flag].as<std::string>();
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw ConfigError("--" + flag + ": expected a number, got \"" + text + "\"");
+  return v;
+}
+
+}  // namespace trident
