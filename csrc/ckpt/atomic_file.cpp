@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "ckpt/checksum.h"
 #include "core/error.h"
 
 namespace trident {
@@ -42,10 +43,19 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
+AtomicFileWriter::AtomicFileWriter(std::string path, std::optional<AlignedWriterOptions> streaming)
+    : path_(std::move(path)) {
   tmp_ = path_ + ".tmp-" + unique_token();
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError(path_ + ": cannot create temporary file " + tmp_ + ": " + errno_str());
+  if (streaming) {
+    try {
+      stream_ = std::make_unique<AlignedWriter>(fd_, path_, *streaming);
+    } catch (...) {
+      abort_quietly();
+      throw;
+    }
+  }
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -53,13 +63,36 @@ AtomicFileWriter::~AtomicFileWriter() {
 }
 
 void AtomicFileWriter::abort_quietly() {
+  stream_.reset();  // joins the I/O thread before its file descriptor is closed
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   if (!tmp_.empty()) ::unlink(tmp_.c_str());
 }
 
+void AtomicFileWriter::write_with(size_t n, const AlignedWriter::FillFn& fill) {
+  if (fd_ < 0) throw IoError(path_ + ": write after commit or failure");
+  if (!stream_) throw InternalError(path_ + ": write_with needs a streaming AtomicFileWriter");
+  try {
+    stream_->write_with(n, fill);
+  } catch (...) {
+    abort_quietly();
+    throw;
+  }
+  written_ = stream_->size();
+}
+
 void AtomicFileWriter::write(const void* data, size_t n) {
   if (fd_ < 0) throw IoError(path_ + ": write after commit or failure");
+  if (stream_) {
+    try {
+      stream_->write(data, n);
+    } catch (...) {
+      abort_quietly();
+      throw;
+    }
+    written_ = stream_->size();
+    return;
+  }
   const char* p = static_cast<const char*>(data);
   while (n > 0) {
     const size_t chunk = n < (size_t{1} << 30) ? n : (size_t{1} << 30);
@@ -78,6 +111,18 @@ void AtomicFileWriter::write(const void* data, size_t n) {
 
 void AtomicFileWriter::commit() {
   if (fd_ < 0) throw IoError(path_ + ": commit after failure");
+  if (stream_) {
+    try {
+      stream_->finish();
+    } catch (...) {
+      abort_quietly();
+      throw;
+    }
+    written_ = stream_->size();
+    xxh3_ = xxh3_hex(stream_->xxh3());
+    direct_ = stream_->direct();
+    stream_.reset();
+  }
   if (::fsync(fd_) != 0) {
     const std::string e = errno_str();
     abort_quietly();

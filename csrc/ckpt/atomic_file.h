@@ -2,28 +2,48 @@
 // which is fsynced, renamed over the final name and the directory fsynced. A reader never
 // sees a partial file under the final name; on any error the temporary is removed and the
 // previous file (if any) is left untouched.
+//
+// Two ways to write: plain (each write() is a write(2) call; small files such as
+// metadata.json and the latest pointer) and streaming (large files: an AlignedWriter
+// stages the bytes in big aligned buffers, writes them with O_DIRECT where the file system
+// allows it from a second thread, and computes the file's XXH3 checksum on the way).
+// Either way the file holds exactly the bytes given, fsynced once before the rename.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "ckpt/aligned_writer.h"
 
 namespace trident {
 
 class AtomicFileWriter {
  public:
-  // Creates `<path>.tmp-<pid>-<n>` next to `path`; throws IoError naming `path`.
-  explicit AtomicFileWriter(std::string path);
+  // Creates `<path>.tmp-<pid>-<n>` next to `path`; throws IoError naming `path`. With
+  // `streaming`, writes go through an AlignedWriter with those options.
+  explicit AtomicFileWriter(std::string path, std::optional<AlignedWriterOptions> streaming = std::nullopt);
   ~AtomicFileWriter();  // removes the temporary unless commit() succeeded
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
-  void write(const void* data, size_t n);  // throws IoError naming the final path
+  // Throws IoError naming the final path. In streaming mode a failure may surface at a
+  // later write() or at commit() (the data is written behind the caller); the file is then
+  // removed all the same.
+  void write(const void* data, size_t n);
   void write(std::string_view s) { write(s.data(), s.size()); }
+  // Streaming mode only: appends n bytes produced by fill (AlignedWriter::write_with).
+  void write_with(size_t n, const AlignedWriter::FillFn& fill);
   // fsync, close, rename onto the final name, fsync the directory.
   void commit();
   uint64_t bytes_written() const { return written_; }
+  // Streaming mode: XXH3 of the file's bytes (checksum.h form), valid after commit().
+  std::string xxh3() const { return xxh3_; }
+  // Streaming mode: whether every chunk went out with O_DIRECT (after commit()).
+  bool wrote_direct() const { return direct_; }
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return tmp_; }
 
@@ -31,7 +51,10 @@ class AtomicFileWriter {
   void abort_quietly();
   std::string path_, tmp_;
   int fd_ = -1;
+  std::unique_ptr<AlignedWriter> stream_;
   uint64_t written_ = 0;
+  std::string xxh3_;
+  bool direct_ = false;
   bool committed_ = false;
 };
 

@@ -1,5 +1,6 @@
 #include "ckpt/canonical_slices.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -101,7 +102,9 @@ std::vector<float> extract_local(const ParamSpec& spec, int tp, int tp_rank, con
 void extract_local_stored(const ParamSpec& spec, int tp, int tp_rank, const float* stored, float* local) {
   const int64_t limit = stored_rows(spec) * row_len(spec);  // canonical flat indices below this exist
   for_each_run(spec, tp, tp_rank, [&](int64_t l, int64_t c, int64_t n) {
-    for (int64_t k = 0; k < n; ++k) local[l + k] = c + k < limit ? stored[c + k] : 0.0f;
+    const int64_t have = std::clamp<int64_t>(limit - c, 0, n);  // the rest of the run is padding
+    if (have > 0) std::memcpy(local + l, stored + c, static_cast<size_t>(have) * sizeof(float));
+    std::fill(local + l + have, local + l + n, 0.0f);
   });
 }
 
@@ -121,6 +124,18 @@ std::vector<float> extract_local_stored(const ParamSpec& spec, int tp, int tp_ra
   std::vector<float> out(static_cast<size_t>(local_shape(spec, tp).numel()));
   extract_local_stored(spec, tp, tp_rank, stored.data(), out.data());
   return out;
+}
+
+std::vector<float> extract_local_stored(const ParamSpec& spec, int tp, int tp_rank, std::vector<float>&& stored) {
+  // At tp 1 the local slice is the padded canonical tensor itself (canonical_index is the
+  // identity for every shard rule): reuse the buffer, appending the zero padding rows.
+  if (tp != 1) return extract_local_stored(spec, tp, tp_rank, static_cast<const std::vector<float>&>(stored));
+  check_rank(spec, tp, tp_rank);
+  if (static_cast<int64_t>(stored.size()) != stored_shape(spec).numel())
+    throw ConfigError(spec.name + ": stored tensor has " + std::to_string(stored.size()) + " elements, expected " +
+                      std::to_string(stored_shape(spec).numel()) + " for " + stored_shape(spec).str());
+  stored.resize(static_cast<size_t>(local_shape(spec, tp).numel()), 0.0f);
+  return std::move(stored);
 }
 
 std::vector<float> pad_rows(const float* data, int64_t rows, int64_t cols, int64_t padded_rows) {

@@ -55,6 +55,8 @@ void extract_local_stored(const ParamSpec& spec, int tp, int tp_rank, const floa
 void scatter_local_stored(const ParamSpec& spec, int tp, int tp_rank, const float* local, float* stored);
 std::vector<float> extract_local_stored(const ParamSpec& spec, int tp, int tp_rank,
                                         const std::vector<float>& stored);
+// Same, taking the stored tensor over: at tp 1 its buffer becomes the result (no copy).
+std::vector<float> extract_local_stored(const ParamSpec& spec, int tp, int tp_rank, std::vector<float>&& stored);
 
 // Row padding: [rows, cols] -> [padded_rows, cols] (new rows zero), and back (drops rows).
 std::vector<float> pad_rows(const float* data, int64_t rows, int64_t cols, int64_t padded_rows);

@@ -138,7 +138,7 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<StTenso
     int64_t n = 0;
     if (!checked_numel(t.shape, &n))
       throw ConfigError(path + ": tensor '" + t.name + "' has an invalid shape " + shape_str(t.shape));
-    if (n > 0 && t.data == nullptr) throw ConfigError(path + ": tensor '" + t.name + "' has no data");
+    if (n > 0 && t.data == nullptr && !t.fill) throw ConfigError(path + ": tensor '" + t.name + "' has no data");
   }
   // Larger elements first: each tensor then starts at a multiple of its element size.
   std::vector<size_t> order(tensors.size());
@@ -162,29 +162,46 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<StTenso
   }
   const std::string header = safetensors_header(infos, metadata);
 
-  AtomicFileWriter w(path);
-  Xxh3Hasher h;
+  // One pass over the bytes: each is copied once into a staging buffer, from which the
+  // writer's I/O thread hashes and writes it (see aligned_writer.h).
+  AtomicFileWriter w(path, AlignedWriterOptions{});
   w.write(header);
-  h.update(header.data(), header.size());
   for (size_t k = 0; k < order.size(); ++k) {
     const auto& t = tensors[order[k]];
     const size_t n = static_cast<size_t>(infos[k].nbytes());
     if (n == 0) continue;
-    w.write(t.data, n);
-    h.update(t.data, n);
+    if (!t.fill) {
+      w.write(t.data, n);
+      continue;
+    }
+    // Pieces end at staging-buffer boundaries (multiples of 4096 in the file) and every
+    // tensor starts at a multiple of its element size, so each piece is whole elements.
+    const size_t esize = st_dtype_size(t.dtype);
+    w.write_with(n, [&](void* dst, uint64_t offset, size_t len) {
+      TRIDENT_CHECK(offset % esize == 0 && len % esize == 0, path, ": tensor '", t.name, "' piece [", offset, ", +",
+                    len, ") is not whole elements");
+      t.fill(dst, offset, len);
+    });
   }
+  w.commit();
   WrittenFile out;
   out.path = path;
   out.size = w.bytes_written();
-  out.xxh3 = h.hex();
-  w.commit();
+  out.xxh3 = w.xxh3();
   return out;
 }
 
 // ---------------------------------------------------------------- reader
 
-SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
+SafetensorsReader::SafetensorsReader(const std::string& path, const std::optional<ExpectedFile>& expect)
+    : path_(path) {
   auto fail = [&](const std::string& what) -> IoError { return IoError(path_ + ": " + what); };
+  if (expect) {  // verify_file's first checks, with its messages
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      throw IoError(path + ": missing checkpoint file (" + std::strerror(errno) + ")");
+    check_file_size(path, static_cast<uint64_t>(st.st_size), expect->size);
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw fail(std::string("cannot open safetensors file: ") + std::strerror(errno));
   struct stat st {};
@@ -194,6 +211,16 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     throw fail("fstat failed: " + e);
   }
   file_size_ = static_cast<uint64_t>(st.st_size);
+  if (expect) {
+    try {
+      check_file_size(path, file_size_, expect->size);  // it may have changed since the stat
+      // Too short to map usefully: hash it the plain way; the checks below then reject it.
+      if (file_size_ < 8) check_file_checksum(path, checksum_file(path), expect->xxh3);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
   if (file_size_ < 8) {
     ::close(fd);
     throw fail("truncated: " + std::to_string(file_size_) +
@@ -206,6 +233,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
   map_ = static_cast<const unsigned char*>(m);
 
   try {
+    if (expect) check_file_checksum(path_, checksum_mapped(path_, map_, file_size_), expect->xxh3);
     uint64_t n = 0;
     for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(map_[i]) << (8 * i);
     header_size_ = n;

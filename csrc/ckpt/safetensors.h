@@ -9,7 +9,8 @@
 // The writer stores tensors in order of decreasing element size (stable, caller's order
 // otherwise) so every tensor is aligned to its element size in the file and in the mmap;
 // the header lists "__metadata__" first and the tensors in data order. It writes to a
-// temporary file next to the destination, fsyncs it and renames it (AtomicFileWriter).
+// temporary file next to the destination, fsyncs it and renames it (AtomicFileWriter, in
+// streaming mode: large aligned O_DIRECT writes behind the caller, checksummed on the way).
 //
 // The reader mmaps the file read-only and validates the header strictly; every problem
 // throws IoError "<file>: <what is wrong>".
@@ -17,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -51,6 +53,10 @@ struct StTensorRef {
   StDType dtype = StDType::F32;
   std::vector<int64_t> shape;
   const void* data = nullptr;
+  // Used instead of `data` when set (e.g. a tensor in device memory): copies bytes
+  // [offset, offset + len) of the tensor to `dst`, a host staging buffer. Called for
+  // consecutive pieces, each a whole number of elements, while the file is written.
+  std::function<void(void* dst, uint64_t offset, size_t len)> fill = nullptr;
 };
 
 // What write_safetensors wrote: total size and XXH3 checksum (checksum.h) of the file.
@@ -70,10 +76,18 @@ WrittenFile write_safetensors(const std::string& path, const std::vector<StTenso
 std::string safetensors_header(const std::vector<StTensorInfo>& tensors,
                                const std::map<std::string, std::string>& metadata);
 
+// What a file must be before its header is trusted: metadata.json's record of it.
+struct ExpectedFile {
+  std::string xxh3;   // checksum.h form
+  int64_t size = -1;  // bytes; negative: not checked
+};
+
 class SafetensorsReader {
  public:
-  // mmaps and validates `path`; throws IoError "<path>: <problem>".
-  explicit SafetensorsReader(const std::string& path);
+  // mmaps and validates `path`; throws IoError "<path>: <problem>". With `expect`, first
+  // checks the file's size and checksum (verify_file's checks and messages) on the mapping
+  // itself, which also faults every page in: one pass over the file, no copy.
+  explicit SafetensorsReader(const std::string& path, const std::optional<ExpectedFile>& expect = std::nullopt);
   ~SafetensorsReader();
   SafetensorsReader(SafetensorsReader&& o) noexcept;
   SafetensorsReader& operator=(SafetensorsReader&& o) noexcept;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "ckpt/canonical_slices.h"
 #include "ckpt/checksum.h"
@@ -74,8 +75,8 @@ SafetensorsReader& ShardedCheckpointReader::open(size_t file) {
   if (!readers_[file]) {
     const FileRecord& rec = meta_.files[file];
     const std::string path = (dir_ / rec.path).string();
-    verify_file(path, rec.xxh3, static_cast<int64_t>(rec.size));
-    readers_[file] = std::make_unique<SafetensorsReader>(path);
+    // Size and checksum are checked on the reader's own mapping before its header is parsed.
+    readers_[file] = std::make_unique<SafetensorsReader>(path, ExpectedFile{rec.xxh3, static_cast<int64_t>(rec.size)});
   }
   return *readers_[file];
 }
@@ -86,33 +87,81 @@ const ParamSpec& ShardedCheckpointReader::spec(const std::string& name) const {
   return specs_[it->second];
 }
 
-// Scatters the saved pieces into the stored canonical form, and checks that every element
+// Gathers the saved pieces into the stored canonical form, and checks that every element
 // was written (a missing rank file would otherwise leave silent zeros).
+//
+// The pieces are first cut into runs of consecutive canonical indices (vocabulary padding
+// dropped), which are then sorted and appended in order straight from the files' mappings:
+// each element is copied once, into memory that is written once (no zero fill, no staging
+// copy of each piece, no per-element "seen" map); a gap between runs is a missing element.
 std::vector<float> ShardedCheckpointReader::assemble(const std::string& name, const std::vector<Entry>& entries,
                                                      bool pieces) {
   const ParamSpec& s = spec(name);
   const int tp = meta_.layout.tp;
-  const Shape stored = stored_shape(s);
-  const int64_t stored_numel = stored.numel();
-  std::vector<float> full(static_cast<size_t>(stored_numel), 0.0f);
-  std::vector<char> seen(static_cast<size_t>(stored_numel), 0);
+  const int64_t stored_numel = stored_shape(s).numel();
+  struct Run {
+    int64_t g, n;               // canonical first index, element count
+    const unsigned char* src;   // the run's first element in a file mapping
+    StDType dtype;
+  };
+  std::vector<Run> runs;
   for (const Entry& e : entries) {
-    const std::vector<float> v = open(e.file).read_f32(e.key);
-    const int64_t n = static_cast<int64_t>(v.size());
+    const SafetensorsReader& r = open(e.file);
+    const StTensorInfo& t = r.info(e.key);
+    if (t.dtype != StDType::F32 && t.dtype != StDType::F16 && t.dtype != StDType::BF16)
+      throw IoError(r.path() + ": tensor '" + e.key + "' has dtype " + st_dtype_name(t.dtype) +
+                    ", expected a float type (F32, F16, BF16)");
+    const size_t esize = st_dtype_size(t.dtype);
+    const unsigned char* base = static_cast<const unsigned char*>(r.data(e.key));
+    const int64_t n = t.numel();
     for (int64_t i = 0; i < n;) {
-      // One copy per run of consecutive canonical indices; vocabulary padding is dropped.
       const int64_t g = canonical_index(s, tp, e.tp_rank, e.first + i);
       const int64_t run = std::min(canonical_run(s, tp, e.first + i), n - i);
       const int64_t kept = std::max<int64_t>(0, std::min(run, stored_numel - g));
-      std::copy(v.begin() + i, v.begin() + i + kept, full.begin() + g);
-      std::fill(seen.begin() + g, seen.begin() + g + kept, 1);
+      const unsigned char* src = base + static_cast<size_t>(i) * esize;
+      if (kept > 0) {
+        Run* last = runs.empty() ? nullptr : &runs.back();
+        if (last && last->dtype == t.dtype && last->g + last->n == g &&
+            last->src + static_cast<size_t>(last->n) * esize == src)
+          last->n += kept;  // continues the previous run in both layouts
+        else
+          runs.push_back(Run{g, kept, src, t.dtype});
+      }
       i += run;
     }
   }
-  for (int64_t i = 0; i < stored_numel; ++i)
-    if (!seen[i])
-      throw IoError(dir_.string() + ": " + (pieces ? "optimizer state" : "parameter") + " '" + name +
-                    "' is incomplete (element " + std::to_string(i) + " is in no file)");
+  std::stable_sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.g < b.g; });
+  std::vector<float> full;
+  // Room for the vocabulary padding too, so that extract_local_stored(&&) can append it
+  // in place at tp 1.
+  full.reserve(static_cast<size_t>(std::max(stored_numel, s.shape.numel())));
+  for (const Run& u : runs) {
+    const int64_t have = static_cast<int64_t>(full.size());
+    if (u.g > have) break;                   // a hole at `have`: reported below
+    const int64_t skip = have - u.g;         // already filled by an earlier run
+    if (skip >= u.n) continue;
+    const int64_t m = u.n - skip;
+    if (u.dtype == StDType::F32 && reinterpret_cast<uintptr_t>(u.src) % alignof(float) == 0) {
+      const float* f = reinterpret_cast<const float*>(u.src) + skip;  // trident's writer aligns them
+      full.insert(full.end(), f, f + m);
+    } else if (u.dtype == StDType::F32) {  // a hand-made file may not
+      for (int64_t k = 0; k < m; ++k) {
+        float v;
+        std::memcpy(&v, u.src + 4 * (skip + k), 4);
+        full.push_back(v);
+      }
+    } else {
+      const unsigned char* h = u.src + static_cast<size_t>(skip) * 2;
+      for (int64_t k = 0; k < m; ++k) {
+        uint16_t v;
+        std::memcpy(&v, h + 2 * k, 2);
+        full.push_back(u.dtype == StDType::F16 ? half_to_float(v) : bf16_to_float(v));
+      }
+    }
+  }
+  if (static_cast<int64_t>(full.size()) < stored_numel)
+    throw IoError(dir_.string() + ": " + (pieces ? "optimizer state" : "parameter") + " '" + name +
+                  "' is incomplete (element " + std::to_string(full.size()) + " is in no file)");
   return full;
 }
 

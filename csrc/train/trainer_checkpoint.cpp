@@ -20,13 +20,19 @@ namespace trident {
 namespace fs = std::filesystem;
 namespace {
 
-// The tensor's bytes in host memory: the tensor itself on the CPU, else a copy kept alive
-// in `keep` until the file is written.
-const void* host_bytes(Backend& be, const Tensor& t, std::vector<std::vector<char>>& keep) {
-  if (t.device == Device::Cpu) return t.data;
-  keep.emplace_back(t.nbytes());
-  be.copy_to_host(keep.back().data(), t);
-  return keep.back().data();
+// A tensor to save: read in place on the CPU; from a device, copied piece by piece straight
+// into the file writer's staging buffer (no host copy of the whole state).
+StTensorRef tensor_ref(Backend& be, std::string name, StDType dtype, std::vector<int64_t> shape, const Tensor& t) {
+  StTensorRef r{std::move(name), dtype, std::move(shape), nullptr};
+  if (t.device == Device::Cpu) {
+    r.data = t.data;
+  } else {
+    r.fill = [&be, t](void* dst, uint64_t offset, size_t len) {
+      const auto n = static_cast<int64_t>(len / dtype_size(t.dtype));  // whole elements (safetensors.h)
+      be.copy_to_host(dst, Tensor(static_cast<char*>(t.data) + offset, Shape{n}, t.dtype, t.device));
+    };
+  }
+  return r;
 }
 
 // Fixed-size string exchange over a Comm (as I32 words).
@@ -83,25 +89,21 @@ void Trainer::save_checkpoint() {
     bytes += w.size;
   };
   if (grid.dp_rank == 0) {  // parameters are identical across DP
-    std::vector<std::vector<char>> host;
     std::vector<StTensorRef> refs;
-    for (const LocalParam& p : P.list()) {
-      refs.push_back(StTensorRef{p.spec.name, to_st_dtype(P.param(p).dtype), shape_vec(p.shape),
-                                 host_bytes(be_, P.param(p), host)});
-    }
+    for (const LocalParam& p : P.list())
+      refs.push_back(tensor_ref(be_, p.spec.name, to_st_dtype(P.param(p).dtype), shape_vec(p.shape), P.param(p)));
     const std::string rel = rank_dir + "/" + kModelFileName;
     note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
   }
   if (optimizer_->sharded() || grid.dp_rank == 0) {  // without ZeRO every DP rank has it all
     const ShardPlan& plan = optimizer_->plan();
-    std::vector<std::vector<char>> host;
     std::vector<StTensorRef> refs;
     for (const LocalParam& p : P.list())
       for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
         for (int k = 0; k < 3; ++k) {
           const Tensor src = optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s);
-          refs.push_back(StTensorRef{optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
-                                     StDType::F32, {s.size()}, host_bytes(be_, src, host)});
+          refs.push_back(tensor_ref(be_, optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
+                                    StDType::F32, {s.size()}, src));
         }
     const std::string rel = rank_dir + "/" + optimizer_file_name(grid.dp_rank);
     note(write_safetensors((temp / rel).string(), refs, file_meta), rel);

@@ -281,6 +281,58 @@ TEST(Safetensors, WriterIsAtomicAndValidates) {
                   {"no/such/dir.safetensors"});
 }
 
+TEST(Safetensors, FillCallbackWritesTheSameBytes) {
+  // A tensor given by a copy callback (how device tensors are saved) is written exactly
+  // like one given by a pointer; the callback sees whole elements only.
+  ScratchDir dir;
+  const std::string big = random_bytes((size_t{20} << 20) + 12, 31);  // spans two 16 MB chunks
+  const std::string small = random_bytes(6, 32);
+  const std::vector<StTensorRef> plain = {{"h", StDType::BF16, {3}, small.data()},
+                                          {"f", StDType::F32, {static_cast<int64_t>(big.size() / 4)}, big.data()}};
+  std::vector<StTensorRef> filled = plain;
+  for (auto& r : filled) {
+    const char* src = static_cast<const char*>(r.data);
+    const size_t esize = st_dtype_size(r.dtype);
+    r.data = nullptr;
+    r.fill = [src, esize](void* dst, uint64_t offset, size_t len) {
+      EXPECT_EQ(offset % esize, 0u);
+      EXPECT_EQ(len % esize, 0u);
+      std::memcpy(dst, src + offset, len);
+    };
+  }
+  const WrittenFile a = write_safetensors(dir / "a.safetensors", plain, {{"k", "v"}});
+  const WrittenFile b = write_safetensors(dir / "b.safetensors", filled, {{"k", "v"}});
+  EXPECT_EQ(a.size, b.size);
+  EXPECT_EQ(a.xxh3, b.xxh3);
+  EXPECT_EQ(b.xxh3, checksum_file(dir / "b.safetensors"));
+  EXPECT_TRUE(slurp(dir / "a.safetensors") == slurp(dir / "b.safetensors"));
+}
+
+TEST(Safetensors, ReaderChecksTheExpectedFile) {
+  ScratchDir dir;
+  const std::string path = dir / "x.safetensors";
+  const std::string payload = random_bytes(size_t{40} << 20, 41);  // past one read-ahead window
+  const WrittenFile wf =
+      write_safetensors(path, {{"x", StDType::U8, {static_cast<int64_t>(payload.size())}, payload.data()}});
+  const ExpectedFile good{wf.xxh3, static_cast<int64_t>(wf.size)};
+  {
+    SafetensorsReader r(path, good);
+    EXPECT_EQ(std::memcmp(r.data("x"), payload.data(), payload.size()), 0);
+  }
+  expect_io_error([&] { SafetensorsReader r(path, ExpectedFile{"0123456789abcdef", good.size}); },
+                  {path, "checksum mismatch", "expected 0123456789abcdef"});
+  expect_io_error([&] { SafetensorsReader r(path, ExpectedFile{good.xxh3, good.size + 1}); },
+                  {path, "truncated", "expected " + std::to_string(good.size + 1)});
+  expect_io_error([&] { SafetensorsReader r(dir / "gone.safetensors", good); }, {"gone.safetensors", "missing"});
+  std::string bytes = slurp(path);
+  bytes[bytes.size() - 5] ^= 1;  // a flipped bit in the data, far from the header
+  spit(path, bytes);
+  expect_io_error([&] { SafetensorsReader r(path, good); }, {path, "checksum mismatch"});
+  spit(path, bytes.substr(0, 5));  // shorter than the length field; the size is checked first
+  expect_io_error([&] { SafetensorsReader r(path, ExpectedFile{checksum_file(path), 5}); },
+                  {path, "truncated", "8-byte header length"});
+}
+
 TEST(Safetensors, EmptyFileHasEmptyHeader) {
   ScratchDir dir;
   const std::string path = dir / "e.safetensors";
