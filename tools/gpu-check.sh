@@ -19,7 +19,7 @@
 #      ctest files and every shared library they need except glibc, the driver, cuBLASLt
 #      and NCCL (too large; the machine's CUDA toolkit and PyTorch carry them).
 #   2. Through the device tool (one call; the script itself stays inside ~8 minutes):
-#        run(command="bash tools/gpu-check.sh", carry=["build-gpu-bundle"], timeout_s=600)
+#        run(command="bash tools/gpu-check.sh", carry=["build-gpu-bundle", "data/gpt2"], timeout_s=600)
 #      It unpacks the bundle into build-gpu/, rewrites the ctest files' paths to this
 #      checkout, and finds libnccl.so.2 and libcublasLt.so.13 on the machine (system, CUDA
 #      toolkit or the PyTorch wheels). Logs are copied to $OUT (gpu-check.log and one per
@@ -50,10 +50,13 @@ if [[ ${1:-} == --make-bundle ]]; then
   build=${TRIDENT_BUILD_DIR:-$repo/build-gpu}
   if [[ -z ${TRIDENT_BUILD_DIR:-} ]]; then
     cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
-    nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench trident-train cuda_backend_tests nccl_comm_tests
+    nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench trident-train trident-generate \
+      cuda_backend_tests nccl_comm_tests
   fi
-  # trident-train: tests/e2e/cuda_vs_cpu.sh (ctest -L cuda) runs it on the GPU and on the CPU.
-  exes=(tools/trident-bench tools/trident-train tests/cuda/cuda_backend_tests tests/cuda/nccl_comm_tests)
+  # trident-train: tests/e2e/cuda_vs_cpu.sh (ctest -L cuda) runs it on the GPU and on the CPU;
+  # trident-generate: the decoding throughput below.
+  exes=(tools/trident-bench tools/trident-train tools/trident-generate tests/cuda/cuda_backend_tests
+    tests/cuda/nccl_comm_tests)
   for e in "${exes[@]}"; do [[ -x $build/$e ]] || { echo "gpu-check: $build/$e is missing" >&2; exit 1; }; done
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
@@ -84,7 +87,7 @@ if [[ ${1:-} == --make-bundle ]]; then
   tar -C "$stage" -cf - build-gpu | xz -T2 -6 >"$bundle.tmp"
   mv "$bundle.tmp" "$bundle"
   echo "gpu-check: wrote $bundle ($(du -h "$bundle" | cut -f1)); libraries: $(ls "$stage/build-gpu/lib" | tr '\n' ' ')"
-  echo "run it with the device tool: run(command=\"bash tools/gpu-check.sh\", carry=[\"build-gpu-bundle\"], timeout_s=600)"
+  echo "run it with the device tool: run(command=\"bash tools/gpu-check.sh\", carry=[\"build-gpu-bundle\", \"data/gpt2\"], timeout_s=600)"
   exit 0
 fi
 
@@ -184,7 +187,8 @@ if [[ -z $build ]]; then
     fail "build: required packages missing (${missing[*]}); carry a bundle (tools/gpu-check.sh --make-bundle)"
     build_how="no build: missing ${missing[*]}"
   elif cmake -S "$repo" -B "$build" "${flags[@]}" >"$logdir/build.log" 2>&1 &&
-     cmake --build "$build" -j16 --target trident-bench trident-train $( ((have_gtest)) && echo cuda_backend_tests) \
+     cmake --build "$build" -j16 --target trident-bench trident-train trident-generate \
+       $( ((have_gtest)) && echo cuda_backend_tests) \
        $( ((have_gtest && have_mpi)) && echo nccl_comm_tests) >>"$logdir/build.log" 2>&1; then
     build_how="built here${missing:+ without ${missing[*]}}"
   else
@@ -302,6 +306,36 @@ if [[ -x $bench && -z ${GPU_CHECK_QUICK:-} ]]; then
     ((rc == 0)) && [[ -n $profile_table ]] || profile_table="FAILED (rc $rc): $(tail -1 "$log")"
   fi
 fi
+# ---- generation: decoding throughput with the KV cache -------------------------------------
+# A one-iteration gpt2-124m bf16 checkpoint (the weights do not matter for speed), then 8
+# unconditional samples of 256 tokens decoded together. Needs the GPT-2 vocabulary: carry
+# data/gpt2 (tools/get-gpt2-vocab.sh fetches it here).
+gen_line="not run"
+gpt2_dir=$repo/data/gpt2
+[[ -f $gpt2_dir/gpt2-vocab.json ]] || gpt2_dir=$repo/../shared/data/gpt2
+if [[ -z ${GPU_CHECK_QUICK:-} && -x $build/tools/trident-generate && -x $build/tools/trident-train ]]; then
+  if [[ ! -f $gpt2_dir/gpt2-vocab.json ]]; then
+    gen_line="skipped: no GPT-2 vocabulary (carry data/gpt2)"
+  elif (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
+    gen_line="skipped: past the time budget"
+  else
+    say "generation: gpt2-124m bf16, 8 x 256 tokens"
+    gen_dir=$(mktemp -d)
+    log=$logdir/train-generate.log
+    if timeout 60 "$build/tools/trident-train" --config "$repo/configs/gpt2-124m.yaml" --device cuda --bf16 \
+         --micro-batch-size 1 --global-batch-size 1 --train-iters 1 --lr-warmup-iters 0 --eval-iters 0 \
+         --save "$gen_dir/ckpt" >"$log" 2>&1 &&
+       timeout 60 "$build/tools/trident-generate" --load "$gen_dir/ckpt" --vocab-file "$gpt2_dir/gpt2-vocab.json" \
+         --merge-file "$gpt2_dir/gpt2-merges.txt" --num-samples 8 --batch-size 8 --out-seq-length 256 --ignore-eos \
+         --top-k 40 --device cuda >/dev/null 2>>"$log"; then
+      gen_line=$(sed -n 's/^trident-generate: //p' "$log" | tail -1)
+    else
+      fail "generation"
+      gen_line="FAILED: $(tail -1 "$log")"
+    fi
+    rm -rf "$gen_dir"
+  fi
+fi
 # At most 8 files come back from $OUT: fold the per-run training logs into one.
 cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"/train-*.log
 
@@ -318,6 +352,8 @@ echo
 echo "training, one GPU, seq 1024, synthetic tokens, $steps timed steps (MFU: Megatron model FLOPs / dense peak):"
 printf '%-10s %-5s %4s %10s %12s %10s %7s\n' model dtype mb "step ms" "tokens/s" "TFLOP/s" MFU
 for r in "${train_rows[@]}"; do echo "$r"; done
+echo
+echo "generation (KV cache, one process): $gen_line"
 echo
 echo "where the step time goes (${configs[-1]%%:*} bf16, profiled: synchronised after every op):"
 echo "$profile_table"
