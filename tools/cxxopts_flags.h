@@ -23,6 +23,12 @@ inline cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, con
   }
 }
 
+// The value of a flag that must be given.
+inline std::string required_flag(const cxxopts::ParseResult& r, const std::string& flag) {
+  if (!r.count(flag)) throw ConfigError("--" + flag + " is required");
+  return r[flag].as<std::string>();
+}
+
 // The whole text of --flag as an integer in [lo, hi].
 inline long long integer_flag(const cxxopts::ParseResult& r, const std::string& flag, long long lo, long long hi) {
   const std::string text = r[flag].as<std::string>();

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/atomic_file.h"
 #include "ckpt/offline_checkpoint.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
@@ -86,12 +87,8 @@ int generate_main(int argc, char** argv) {
     std::printf("%s\n", o.help().c_str());
     return 0;
   }
-  auto required = [&](const char* flag) {
-    if (!r.count(flag)) throw ConfigError(std::string("--") + flag + " is required");
-    return r[flag].as<std::string>();
-  };
-  const std::string load = required("load");
-  const std::string vocab = required("vocab-file"), merges = required("merge-file");
+  const std::string load = required_flag(r, "load");
+  const std::string vocab = required_flag(r, "vocab-file"), merges = required_flag(r, "merge-file");
   SamplingOptions so;
   so.greedy = r.count("greedy") > 0;
   so.temperature = number_flag(r, "temperature");
@@ -197,23 +194,11 @@ int generate_main(int argc, char** argv) {
              "\n";
   }
   std::cout.flush();
-  if (r.count("sample-output-file")) {  // whole or not at all: a temporary name, then rename
-    const fs::path path = r["sample-output-file"].as<std::string>();
-    const fs::path tmp = path.string() + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f << jsonl;
-      if (!f.flush()) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-        throw ConfigError("--sample-output-file: cannot write " + path.string());
-      }
-    }
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) {
-      fs::remove(tmp, ec);
-      throw ConfigError("--sample-output-file: cannot write " + path.string());
+  if (r.count("sample-output-file")) {  // whole or not at all
+    try {
+      write_file_atomic(r["sample-output-file"].as<std::string>(), jsonl);
+    } catch (const IoError& e) {
+      throw ConfigError(std::string("--sample-output-file: ") + e.what());
     }
   }
   std::fprintf(stderr, "trident-generate: %zu samples, %lld tokens in %.2f s (%.1f tokens/s) from %s on %s\n",

@@ -66,14 +66,10 @@ int preprocess_main(int argc, char** argv) {
     std::printf("%s\n", o.help().c_str());
     return 0;
   }
-  auto required = [&](const char* flag) {
-    if (!r.count(flag)) throw ConfigError(std::string("--") + flag + " is required");
-    return r[flag].as<std::string>();
-  };
   trident::PreprocessOptions opt;
-  opt.input = required("input");
-  opt.output_prefix = required("output-prefix");
-  const std::string type = required("tokenizer-type");
+  opt.input = trident::required_flag(r, "input");
+  opt.output_prefix = trident::required_flag(r, "output-prefix");
+  const std::string type = trident::required_flag(r, "tokenizer-type");
   std::string vocab;
   if (r.count("vocab-file")) vocab = r["vocab-file"].as<std::string>();
   else if (r.count("vocab")) vocab = r["vocab"].as<std::string>();

@@ -3,12 +3,6 @@
 #include "core/error.h"
 
 namespace trident {
-namespace {
-
-Tensor reshaped(const Tensor& t, Shape s) { return Tensor(t.data, s, t.dtype, t.device); }
-
-}  // namespace
-
 Gpt2Decoder::Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamStore& params, int batch,
                          int max_positions)
     : cfg_(cfg), be_(backend), params_(params), B_(batch), max_pos_(max_positions) {
@@ -55,16 +49,16 @@ const std::vector<float>& Gpt2Decoder::step(const std::vector<int32_t>& tokens) 
     TRIDENT_CHECK(t >= 0 && t < cfg_.vocab_size, "Gpt2Decoder::step: token ", t, " outside the vocabulary");
   be_.copy_from_host(tokens_, tokens.data());
   // x = wte[token] + wpe[pos]: the position table's row `pos` as a one-row table (T = 1).
-  const Tensor wpe_row = reshaped(p("wpe").flat_slice(static_cast<int64_t>(pos_) * C_, C_), {1, C_});
+  const Tensor wpe_row = p("wpe").flat_slice(static_cast<int64_t>(pos_) * C_, C_).view({1, C_});
   be_.embedding_forward(tokens_, p("wte"), 0, wpe_row, 1, x_);
   be_.layernorm_forward(x_, p("h.0.ln_1.weight"), p("h.0.ln_1.bias"), ln_, ln_mean_, ln_rstd_);
   const Tensor none;
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    be_.matmul(reshaped(qkv_, {B_, 3 * C_}), ln_, p(h + "attn.qkv.weight"), p(h + "attn.qkv.bias"), false, true,
+    be_.matmul(qkv_.t().view({B_, 3 * C_}), ln_, p(h + "attn.qkv.weight"), p(h + "attn.qkv.bias"), false, true,
                false);
     be_.attention_decode(qkv_, k_cache_[l], v_cache_[l], pos_, att_);
-    be_.matmul(proj_, reshaped(att_, {B_, C_}), p(h + "attn.proj.weight"), p(h + "attn.proj.bias"), false, true,
+    be_.matmul(proj_, att_.t().view({B_, C_}), p(h + "attn.proj.weight"), p(h + "attn.proj.bias"), false, true,
                false);
     residual_norm(proj_, h + "ln_2");
     be_.matmul_bias_gelu(fc_, gelu_, ln_, p(h + "mlp.fc.weight"), p(h + "mlp.fc.bias"), false, true);

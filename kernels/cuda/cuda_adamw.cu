@@ -92,13 +92,9 @@ void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s) {
                  static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta1), step)),
                  static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta2), step)), DType::F32};
   auto model_dtype = [&](size_t i) { return list[i].model_param.empty() ? DType::F32 : list[i].model_param.dtype; };
-  auto split_before = [&](size_t i) {
-    // A launch has one gradient dtype and one model dtype; the previous non-empty piece decides.
-    for (size_t j = i; j-- > 0;)
-      if (sizes[j] > 0) return list[j].grad.dtype != list[i].grad.dtype || model_dtype(j) != model_dtype(i);
-    return false;
-  };
-  for_each_chunk_launch<kMaxTensors, kMaxBlocks>(sizes, kChunk, split_before, [&](const std::vector<int>& tensors,
+  // A launch has one gradient dtype and one model dtype.
+  auto launch_key = [&](size_t i) { return static_cast<int>(list[i].grad.dtype) * 16 + static_cast<int>(model_dtype(i)); };
+  for_each_chunk_launch<kMaxTensors, kMaxBlocks>(sizes, kChunk, launch_key, [&](const std::vector<int>& tensors,
                                                                                    const ChunkMap<kMaxBlocks>& map,
                                                                                    int blocks) {
     AdamWTable tab{};

@@ -21,11 +21,10 @@ struct ChunkMap {
 
 // Splits tensors of `sizes` elements (empty ones skipped) into launches and calls
 // launch(tensors, map, blocks) for each: `tensors` are indices into `sizes`, `map` gives
-// each of the `blocks` blocks its tensor (position in `tensors`) and chunk.
-// split_before(i) == true makes tensor i start a new launch (e.g. when its dtype differs).
-template <int kMaxTensors, int kMaxBlocks, typename SplitBefore, typename Launch>
-void for_each_chunk_launch(const std::vector<int64_t>& sizes, int64_t chunk, SplitBefore split_before,
-                           Launch launch) {
+// each of the `blocks` blocks its tensor (position in `tensors`) and chunk. Every tensor of
+// a launch has the same launch_key(i) (e.g. its dtype): a different key starts a new launch.
+template <int kMaxTensors, int kMaxBlocks, typename LaunchKey, typename Launch>
+void for_each_chunk_launch(const std::vector<int64_t>& sizes, int64_t chunk, LaunchKey launch_key, Launch launch) {
   static_assert(kMaxTensors <= 256, "tensor positions are stored in one byte");
   std::vector<int> tensors;
   ChunkMap<kMaxBlocks> map{};
@@ -37,7 +36,7 @@ void for_each_chunk_launch(const std::vector<int64_t>& sizes, int64_t chunk, Spl
   };
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] <= 0) continue;
-    if (!tensors.empty() && split_before(i)) flush();
+    if (!tensors.empty() && launch_key(i) != launch_key(static_cast<size_t>(tensors.back()))) flush();
     const int64_t chunks = (sizes[i] + chunk - 1) / chunk;
     for (int64_t c = 0; c < chunks; ++c) {
       if (blocks == kMaxBlocks) flush();

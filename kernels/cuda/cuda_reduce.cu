@@ -95,6 +95,15 @@ __global__ void inf_nan_kernel(const T* x, int64_t n, int* flag) {
 
 }  // namespace
 
+// One value computed on the stream, to the host (synchronises).
+template <typename V>
+static V to_host(const V* device_value, cudaStream_t s) {
+  V host{};
+  CUDA_CHECK(cudaMemcpyAsync(&host, device_value, sizeof(V), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  return host;
+}
+
 int column_chunks(int64_t rows, int64_t cols) {
   // Aim for ~1024 blocks in all with at least 16 rows per chunk; a function of the shape only.
   const int64_t col_blocks = (cols + kColBlock - 1) / kColBlock;
@@ -147,10 +156,7 @@ double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_
   CUDA_CHECK_LAUNCH();
   sum_many_partials_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials.as<double>(), blocks, result);
   CUDA_CHECK_LAUNCH();
-  double host = 0.0;
-  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  return host;
+  return to_host(result, s);
 }
 
 double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
@@ -166,13 +172,9 @@ double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scra
   Scratch partials(scratch, sizeof(double) * (total_blocks + 1));
   double* result = partials.as<double>() + total_blocks;
   int64_t written = 0;
-  auto split_before = [&](size_t i) {
-    for (size_t j = i; j-- > 0;)
-      if (sizes[j] > 0) return list[j].dtype != list[i].dtype;
-    return false;
-  };
+  auto launch_key = [&](size_t i) { return list[i].dtype; };  // one dtype per launch
   for_each_chunk_launch<kMultiMaxTensors, kMultiMaxBlocks>(
-      sizes, kMultiChunk, split_before,
+      sizes, kMultiChunk, launch_key,
       [&](const std::vector<int>& tensors, const ChunkMap<kMultiMaxBlocks>& map, int blocks) {
         SquaresTable tab{};
         for (size_t j = 0; j < tensors.size(); ++j) {
@@ -189,10 +191,7 @@ double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scra
       });
   sum_many_partials_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials.as<double>(), written, result);
   CUDA_CHECK_LAUNCH();
-  double host = 0.0;
-  CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  return host;
+  return to_host(result, s);
 }
 
 bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s) {
@@ -205,10 +204,7 @@ bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s) 
     inf_nan_kernel<T><<<grid_for(n, 256, 4096), 256, 0, s>>>(t.ptr<T>(), n, flag.as<int>());
   });
   CUDA_CHECK_LAUNCH();
-  int host = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&host, flag.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-  return host != 0;
+  return to_host(flag.as<int>(), s) != 0;
 }
 
 }  // namespace trident::cuda

@@ -81,13 +81,9 @@ double sum_squares_multi(const std::vector<Tensor>& list) {
   if (total_blocks == 0) return 0.0;
   std::vector<double> partials = nan_scratch<double>(static_cast<size_t>(total_blocks) + 1);
   int64_t written = 0;
-  auto split_before = [&](size_t i) {
-    for (size_t j = i; j-- > 0;)
-      if (sizes[j] > 0) return list[j].dtype != list[i].dtype;
-    return false;
-  };
+  auto launch_key = [&](size_t i) { return list[i].dtype; };  // one dtype per launch
   for_each_chunk_launch<kMultiMaxTensors, kMultiMaxBlocks>(
-      sizes, kMultiChunk, split_before,
+      sizes, kMultiChunk, launch_key,
       [&](const std::vector<int>& tensors, const ChunkMap<kMultiMaxBlocks>& map, int blocks) {
         SquaresTable tab{};
         for (size_t j = 0; j < tensors.size(); ++j) {
