@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -119,7 +120,8 @@ struct Row {
 
 class Bench {
  public:
-  Bench(Backend& be, cudaStream_t s, bool quick) : be_(be), timer_(s), quick_(quick) {}
+  Bench(Backend& be, cudaStream_t s, const KernelBenchOptions& opt)
+      : be_(be), timer_(s), quick_(opt.quick), once_(opt.once), only_(opt.only) {}
 
   Buffer rnd(Shape s, DType t, float lo = -1.f, float hi = 1.f) {
     Buffer b = be_.empty(s, t);
@@ -136,12 +138,22 @@ class Bench {
     // A failing op (a shape check, say) costs its row only, not the table.
     Row r{name, shape, 0, work, flops, ""};
     try {
-      r.ms = timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
+      r.ms = once_ ? timer_.ms(f, 1, 1, 1) : timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
       be_.synchronize();
     } catch (const std::exception& e) {
       r.error = e.what();
     }
     rows_.push_back(r);
+  }
+  // Runs one section's setup and rows: a throw there (a shape check, an allocation) costs
+  // that section a FAILED row, not the table.
+  void section(const std::string& name, const std::function<void()>& body) {
+    if (!only_.empty() && name.find(only_) == std::string::npos) return;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      rows_.push_back({name, "(setup)", 0, 0, false, e.what()});
+    }
   }
   std::vector<Row>& rows() { return rows_; }
   Backend& be() { return be_; }
@@ -150,7 +162,8 @@ class Bench {
  private:
   Backend& be_;
   Timer timer_;
-  bool quick_;
+  bool quick_, once_;
+  std::string only_;
   std::vector<Row> rows_;
 };
 
@@ -177,28 +190,31 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   TRIDENT_CHECK(ref.valid(), "trident-bench: the CUDA backend has no stream");
   Backend& be = *backend;
   const cudaStream_t stream = static_cast<cudaStream_t>(ref.stream);
-  Bench b(be, stream, opt.quick);
+  Bench b(be, stream, opt);
   const bool q = opt.quick;
   const DType bf = DType::BF16;
   std::printf("trident-bench --kernels on %s%s\n", be.name().c_str(), q ? " (quick: small inputs)" : "");
 
   // ---- ceilings: device copy (bandwidth) and a large bf16 GEMM (FLOP/s) ----------------
-  {
+  b.section("device copy", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // f32: 1 GiB
     Buffer src = b.rnd(Shape{n}, DType::F32), dst = be.empty(Shape{n}, DType::F32);
     b.add("peak: device copy", dims({n}) + " f32", 2.0 * n * 4, false, [&] { be.copy(dst, src); }, 20);
-  }
+  });
+  const size_t copy_rows = b.rows().size();  // 1, or 0 when --kernels-only left it out
   auto gemm = [&](const std::string& name, int64_t M, int64_t N, int64_t K, DType t, Backend& on, int calls) {
-    Buffer a = b.rnd(Shape{M, K}, t), w = b.rnd(Shape{N, K}, t), out = on.empty(Shape{M, N}, t);
-    b.add(name, dims({M, N, K}) + " " + dtype_name(t), 2.0 * M * N * K, true,
-          [&] { on.matmul(out, a, w, Tensor(), false, true, false); }, calls);
+    b.section(name, [&] {
+      Buffer a = b.rnd(Shape{M, K}, t), w = b.rnd(Shape{N, K}, t), out = on.empty(Shape{M, N}, t);
+      b.add(name, dims({M, N, K}) + " " + dtype_name(t), 2.0 * M * N * K, true,
+            [&] { on.matmul(out, a, w, Tensor(), false, true, false); }, calls);
+    });
   };
   const int64_t G = q ? 1024 : 8192;
   gemm("peak: GEMM bf16", G, G, G, bf, be, 20);
   const size_t peak_rows = b.rows().size();
   gemm("GEMM fp16", G, G, G, DType::F16, be, 20);
   gemm("GEMM fp32 (TF32)", G, G, G, DType::F32, be, 10);
-  {
+  b.section("GEMM fp32 (no TF32)", [&] {
     auto plain = make_cuda_backend(ref.device, {.allow_tf32 = false});
     Buffer a = b.rnd(Shape{G / 2, G / 2}, DType::F32), w = b.rnd(Shape{G / 2, G / 2}, DType::F32);
     Buffer out = plain->empty(Shape{G / 2, G / 2}, DType::F32);
@@ -210,13 +226,13 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     out.reset();
     b.rows().push_back({"GEMM fp32 (no TF32)", dims({G / 2, G / 2, G / 2}) + " f32", ms,
                         2.0 * (G / 2) * (G / 2) * (G / 2), true, ""});
-  }
+  });
 
   // GPT-2 1.3B shapes: 8 x 1024 tokens, hidden 2048, vocabulary 50304 (padded).
   const int64_t tok = q ? 1024 : 8192, C = q ? 512 : 2048, V = q ? 4096 : 50304;
   gemm("GEMM qkv (1.3b)", tok, 3 * C, C, bf, be, 20);
   gemm("GEMM mlp up (1.3b)", tok, 4 * C, C, bf, be, 20);
-  {
+  b.section("GEMM mlp up+bias+GELU", [&] {
     // The same GEMM with its bias and GELU in cuBLASLt's epilogue (forward), and the
     // backward GEMM into the activation's gradient with the DGELU epilogue; compare their
     // rows with "GEMM mlp up" (plus a separate gelu pass) to see what the fusion saves.
@@ -227,13 +243,13 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     Buffer dy = b.rnd(Shape{tok, C}, bf), w2 = b.rnd(Shape{C, 4 * C}, bf);
     b.add("GEMM mlp dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
           [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false); }, 20);
-  }
+  });
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
 
   // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
   const int64_t rows = q ? 4096 : 32768;
   const double act = static_cast<double>(rows) * C * 2;  // bytes of one [rows, C] bf16 tensor
-  {
+  b.section("layernorm", [&] {
     Buffer x = b.rnd(Shape{rows, C}, bf), out = be.empty(Shape{rows, C}, bf);
     Buffer g = b.rnd(Shape{C}, bf, 0.5f, 1.5f), beta = b.rnd(Shape{C}, bf);
     Buffer mean = be.empty(Shape{rows}, DType::F32), rstd = be.empty(Shape{rows}, DType::F32);
@@ -248,16 +264,16 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     Buffer branch = b.rnd(Shape{rows, C}, bf), resid = be.empty(Shape{rows, C}, bf);
     b.add("residual+layernorm fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
           [&] { be.residual_layernorm_forward(x, branch, resid, g, beta, out, mean, rstd); }, 20);
-  }
-  {
+  });
+  b.section("gelu", [&] {
     const int64_t n = rows * 4 * C;
     Buffer x = b.rnd(Shape{rows, 4 * C}, bf), out = be.empty(Shape{rows, 4 * C}, bf);
     b.add("gelu fwd", dims({rows, 4 * C}) + " bf16", 2.0 * n * 2, false, [&] { be.gelu_forward(x, out); }, 20);
     Buffer dout = b.rnd(Shape{rows, 4 * C}, bf);
     b.add("gelu bwd", dims({rows, 4 * C}) + " bf16", 3.0 * n * 2, false,
           [&] { be.gelu_backward(dout, x, out); }, 20);
-  }
-  {
+  });
+  b.section("adamw", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // 268M parameters
     Buffer master = b.rnd(Shape{n}, DType::F32, -0.05f, 0.05f), grad = b.rnd(Shape{n}, bf, -1e-3f, 1e-3f);
     Buffer m = b.rnd(Shape{n}, DType::F32, -1e-4f, 1e-4f), v = b.rnd(Shape{n}, DType::F32, 0.f, 1e-6f);
@@ -273,8 +289,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     a.step = 10;
     // master, m, v read and written (24 bytes), bf16 grad read (2), bf16 param written (2).
     b.add("adamw", dims({n}) + " f32 state, bf16 grad", 28.0 * n, false, [&] { be.adamw(a); }, 10);
-  }
-  {
+  });
+  b.section("adamw multi-tensor", [&] {
     // The optimizer's real call: one adamw_multi over gpt2-124m's 148 parameter tensors
     // (fp32 grads, bf16 model copy), and the gradient norm's sum_squares_multi over them.
     std::vector<int64_t> sizes = {50304 * 768, 1024 * 768};
@@ -312,8 +328,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("adamw multi-tensor", shape, 30.0 * total, false, [&] { be.adamw_multi(list); }, 10);
     b.add("grad norm (sum_squares_multi)", shape + " f32", 4.0 * total, false,
           [&] { be.sum_squares_multi(grads); }, 10);
-  }
-  {
+  });
+  b.section("cross-entropy", [&] {
     const int64_t N = q ? 1024 : 16384;
     Buffer logits = b.rnd(Shape{N, V}, bf, -4.f, 4.f), targets = b.ints(Shape{N}, static_cast<int32_t>(V - 47));
     Buffer mx = be.empty(Shape{N}, DType::F32), tl = be.empty(Shape{N}, DType::F32);
@@ -328,8 +344,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             be.xent_loss_grad(logits, targets, 0, valid, mx, se, tl, loss, corr, 1.0f / N);
           },
           10);
-  }
-  {
+  });
+  b.section("embedding", [&] {
     const int T = 1024;
     const int64_t N = rows;
     Buffer tokens = b.ints(Shape{N}, static_cast<int32_t>(V - 47));
@@ -344,33 +360,60 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("embedding bwd", dims({N, C}) + " bf16, f32 grads",
           act + 2.0 * N * C * 4 + 2.0 * T * C * 4, false,
           [&] { be.embedding_backward(dout, tokens, 0, T, dwte, dwpe); }, 10);
-  }
+  });
 
-  // ---- attention, head dim 64, causal --------------------------------------------------
-  {
-    AttentionShape s;
-    s.B = q ? 2 : 16;
-    s.T = q ? 256 : 1024;
-    s.H = q ? 4 : 32;
-    s.D = 64;
-    char shp_buf[64];
-    std::snprintf(shp_buf, sizeof(shp_buf), "B%d T%d H%d D64 bf16", s.B, s.T, s.H);
-    const std::string shp = shp_buf;
-    Buffer qkv = b.rnd(Shape{s.B, s.T, 3, s.H, s.D}, bf), out = be.empty(Shape{s.B, s.T, s.H, s.D}, bf);
-    Buffer lse = be.empty(Shape{s.B, s.H, s.T}, DType::F32);
-    Buffer dout = b.rnd(Shape{s.B, s.T, s.H, s.D}, bf), dqkv = be.empty(Shape{s.B, s.T, 3, s.H, s.D}, bf);
-    const DropoutKey nodrop;
-    const double fwd = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D / 2;
-    b.add("attention fwd (causal)", shp, fwd, true, [&] { be.attention_forward(qkv, out, lse, s, nodrop); }, 20);
-    b.add("attention bwd (causal)", shp, 2.5 * fwd, true,
-          [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); }, 10);
-    const Row& f = b.rows()[b.rows().size() - 2];
-    const Row& g = b.rows().back();
-    b.rows().push_back({"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error});
-  }
+  // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
+  // The variants under measurement beside the defaults: the forward with 128-row blocks
+  // (two row tiles per warp, TRIDENT_ATTN_FWD_WM=2) and the backward with a double-buffered
+  // dK/dV kernel (TRIDENT_ATTN_BWD_DB=1); the launchers read both at each call.
+  auto attention = [&](int B, int T, int H, int D) {
+    b.section("attention D" + std::to_string(D), [&] {
+      AttentionShape s;
+      s.B = q ? 2 : B;
+      s.T = q ? 256 : T;
+      s.H = q ? 4 : H;
+      s.D = D;
+      char shp_buf[64];
+      std::snprintf(shp_buf, sizeof(shp_buf), "B%d T%d H%d D%d bf16", s.B, s.T, s.H, s.D);
+      const std::string shp = shp_buf;
+      Buffer qkv = b.rnd(Shape{s.B, s.T, 3 * s.H, s.D}, bf), out = be.empty(Shape{s.B, s.T, s.H, s.D}, bf);
+      Buffer lse = be.empty(Shape{s.B, s.H, s.T}, DType::F32);
+      Buffer dout = b.rnd(Shape{s.B, s.T, s.H, s.D}, bf), dqkv = be.empty(Shape{s.B, s.T, 3 * s.H, s.D}, bf);
+      const DropoutKey nodrop;
+      const double fwd = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D / 2;
+      ::setenv("TRIDENT_ATTN_FWD_WM", "2", 1);
+      b.add("attn fwd, 128-row blocks", shp, fwd, true, [&] { be.attention_forward(qkv, out, lse, s, nodrop); }, 20);
+      ::unsetenv("TRIDENT_ATTN_FWD_WM");
+      b.add("attention fwd (causal)", shp, fwd, true, [&] { be.attention_forward(qkv, out, lse, s, nodrop); }, 20);
+      b.add("attention bwd (causal)", shp, 2.5 * fwd, true,
+            [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); }, 10);
+      const Row& f = b.rows()[b.rows().size() - 2];
+      const Row& g = b.rows().back();
+      const Row both{"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error};
+      b.rows().push_back(both);
+      ::setenv("TRIDENT_ATTN_BWD_DB", "1", 1);
+      b.add("attn bwd, dK/dV 2 buffers", shp, 2.5 * fwd, true,
+            [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); }, 10);
+      ::unsetenv("TRIDENT_ATTN_BWD_DB");
+      // Training's default attention dropout (0.1): the kernels draw the mask with Philox.
+      DropoutKey drop;
+      drop.p = 0.1f;
+      drop.seed = 1234;
+      b.add("attn fwd+bwd, dropout 0.1", shp, 3.5 * fwd, true,
+            [&] {
+              be.attention_forward(qkv, out, lse, s, drop);
+              be.attention_backward(dout, qkv, out, lse, dqkv, s, drop);
+            },
+            10);
+    });
+  };
+  attention(16, 1024, 32, 64);
+  attention(8, 1024, 16, 128);
 
   // ---- the table --------------------------------------------------------------------------
-  const double peak_bw = rate(b.rows()[0]), peak_fl = rate(b.rows()[peak_rows - 1]);
+  // The peaks' rows (absent under --kernels-only: "of peak" then reads 0).
+  const double peak_bw = copy_rows > 0 ? rate(b.rows()[0]) : 0.0;
+  const double peak_fl = peak_rows > copy_rows ? rate(b.rows()[peak_rows - 1]) : 0.0;
   std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
   for (const Row& r : b.rows()) {
     if (!r.error.empty() || r.ms <= 0) {
@@ -380,8 +423,9 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     const double v = rate(r);
     char achieved[32];
     std::snprintf(achieved, sizeof(achieved), r.flops ? "%.1f TF/s" : "%.0f GB/s", v);
+    const double peak = r.flops ? peak_fl : peak_bw;
     std::printf("%-28s %-34s %10.4f %12s %8.1f%%\n", r.name.c_str(), r.shape.c_str(), r.ms, achieved,
-                100.0 * v / (r.flops ? peak_fl : peak_bw));
+                peak > 0 ? 100.0 * v / peak : 0.0);
   }
   std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n", peak_bw,
               peak_fl);

@@ -4,10 +4,14 @@
 // when no GPU is visible or the build has no CUDA backend.
 #pragma once
 
+#include <string>
+
 namespace trident {
 
 struct KernelBenchOptions {
   bool quick = false;  // smaller inputs and fewer repetitions (a smoke test)
+  bool once = false;   // each op run twice, untimed in effect: for a profiler (ncu) to catch
+  std::string only;    // not empty: only the sections whose name contains it (no peaks)
 };
 
 int run_kernel_bench(const KernelBenchOptions& opt);

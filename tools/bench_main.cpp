@@ -8,6 +8,8 @@
 //                        GPU-sized inputs against the measured copy and GEMM ceilings
 //                        (tools/bench_kernels.h); prints "no GPU" and exits 0 without one
 //   --kernels-quick      the same on small inputs (a smoke test)
+//   --kernels-only S     only the kernel sections whose name contains S ("attention D128")
+//   --kernels-once       each kernel op launched twice: a run for a profiler (ncu) to catch
 // MFU is Megatron's model FLOPs (model_flops_per_iteration) over step time and the
 // device's dense peak for the run's dtype (--peak-tflops, else throughput.h's table).
 #include <algorithm>
@@ -37,6 +39,16 @@ int main(int argc, char** argv) {
       }
       if (std::strcmp(argv[i], "--bench-no-profile") == 0) {
         profile = false;
+        continue;
+      }
+      if (std::strcmp(argv[i], "--kernels-only") == 0 && i + 1 < argc) {  // e.g. "attention D128"
+        kernels = true;
+        kopt.only = argv[++i];
+        continue;
+      }
+      if (std::strcmp(argv[i], "--kernels-once") == 0) {
+        kernels = true;
+        kopt.once = true;
         continue;
       }
       if (std::strcmp(argv[i], "--kernels") == 0 || std::strcmp(argv[i], "--kernels-quick") == 0) {

@@ -33,7 +33,10 @@
 #
 # Environment: TRIDENT_BUILD_DIR (use this build, skip bundle and build), GPU_CHECK_QUICK=1
 # (small kernel inputs, two training configs: a smoke run), GPU_CHECK_SKIP_TESTS=1,
-# GPU_CHECK_BUDGET_S (400: no training run starts after this many seconds).
+# GPU_CHECK_BUDGET_S (400: no training run starts after this many seconds), GPU_CHECK_TESTS_S
+# (240: the CUDA tests' time limit), GPU_CHECK_CONFIGS ("gpt2-124m:16 ..." model:micro-batch
+# pairs to train, or "none"), GPU_CHECK_DTYPES ("bf16 fp16"), GPU_CHECK_NCU=0 (no Nsight
+# Compute profile of the attention kernels), GPU_CHECK_GENERATE=0 (no generation run).
 # Exit status: 0 when every step ran and every test passed, 1 otherwise (the summary
 # says which step failed).
 set -uo pipefail
@@ -213,11 +216,12 @@ if [[ -z ${GPU_CHECK_SKIP_TESTS:-} && -f $build/CTestTestfile.cmake ]]; then
   # the CPU emulation of the attention kernels (no GPU needed either; their "emulated"
   # label does not reach the discovered tests, so they go by name); the -np 2 test needs
   # mpirun.
-  exclude='cuda_register_spills|Emulated'
+  exclude='cuda_register_spills|Emulated|emulated'
+  # The -np 2 tests need an mpirun (the H200 machines have one: both passed there 2026-11-29).
   command -v mpirun >/dev/null || { exclude="$exclude|_np2"; say "no mpirun here: the -np 2 tests are left out"; }
   say "ctest -L cuda -E '$exclude'"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  timeout 240 ctest --test-dir "$build" -L cuda -E "$exclude" -j8 --timeout 120 \
+  timeout "${GPU_CHECK_TESTS_S:-240}" ctest --test-dir "$build" -L cuda -E "$exclude" -j8 --timeout 120 \
     --output-on-failure >"$logdir/ctest.log" 2>&1
   rc=$?
   tests_line=$(grep -E "tests passed|tests failed" "$logdir/ctest.log" | tail -1)
@@ -244,15 +248,39 @@ if [[ -x $bench ]]; then
   [[ -n $kernel_table ]] || kernel_table=$(tail -3 "$logdir/kernels.log")
 fi
 
+# ---- where the attention kernels stall: Nsight Compute on gpt2-1.3b's shape ---------------
+# One launch of each attention kernel variant (trident-bench --kernels-once) under ncu with
+# the clocks left alone; the full report goes to ncu-attention.log. GPU_CHECK_NCU=0 skips it.
+ncu_line="not run"
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUICK:-} ]]; then
+  say "ncu: attention kernels, B8 T1024 H16 D128"
+  timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_mma' \
+    -c 18 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-attention.log" 2>&1
+  rc=$?
+  ncu_line="rc $rc, $(grep -c '^  attn_' "$logdir/ncu-attention.log") kernel reports in ncu-attention.log"
+  # One line per kernel: its name, then duration, SM and memory throughput, occupancy.
+  awk '/^  attn_/ {name=$0; sub(/^  /, "", name); sub(/\(trident.*$/, "", name)}
+       name && /^    Duration/ {d=$NF" "$(NF-1)}
+       name && /^    Compute \(SM\) Throughput/ {sm=$NF}
+       name && /^    Memory Throughput/ && $(NF-1) == "%" {mem=$NF}
+       name && /^    Achieved Occupancy/ {print name, "|", d, "| SM", sm "% | mem", mem "% | occupancy", $NF "%"; name=""}' \
+    "$logdir/ncu-attention.log" | head -20
+fi
+
 # ---- training throughput ------------------------------------------------------------------
 # model:micro-batch; one GPU, sequence 1024, synthetic tokens, 2 warm-up + 5 timed steps.
 configs=(gpt2-124m:16 gpt2-345m:16 gpt2-1.3b:8)
-dtypes=(bf16 fp16)
+read -ra dtypes <<<"${GPU_CHECK_DTYPES:-bf16 fp16}"
 steps=5
 if [[ -n ${GPU_CHECK_QUICK:-} ]]; then configs=(gpt2-124m:8); steps=2; fi
+# GPU_CHECK_CONFIGS="model:mb ..." replaces the list; GPU_CHECK_CONFIGS=none skips training.
+if [[ -n ${GPU_CHECK_CONFIGS:-} ]]; then read -ra configs <<<"${GPU_CHECK_CONFIGS/none/}"; fi
 train_rows=()
 if [[ -x $bench ]]; then
-  for c in "${configs[@]}"; do
+  for c in ${configs[@]+"${configs[@]}"}; do
     model=${c%%:*}
     mb=${c##*:}
     for dt in "${dtypes[@]}"; do
@@ -290,9 +318,10 @@ fi
 # ProfilingBackend synchronises after every op, so this step is slower than the timed ones;
 # the shares tell the next tuning session which kernels matter. Skipped in quick mode.
 profile_table="not run"
-if [[ -x $bench && -z ${GPU_CHECK_QUICK:-} ]]; then
+if [[ -x $bench && -z ${GPU_CHECK_QUICK:-} && ${#configs[@]} -gt 0 ]]; then
   c=${configs[-1]}
   model=${c%%:*}
+  profiled=$model
   mb=${c##*:}
   if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
     profile_table="skipped: past the time budget"
@@ -313,7 +342,8 @@ fi
 gen_line="not run"
 gpt2_dir=$repo/data/gpt2
 [[ -f $gpt2_dir/gpt2-vocab.json ]] || gpt2_dir=$repo/../shared/data/gpt2
-if [[ -z ${GPU_CHECK_QUICK:-} && -x $build/tools/trident-generate && -x $build/tools/trident-train ]]; then
+if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $build/tools/trident-generate &&
+      -x $build/tools/trident-train ]]; then
   if [[ ! -f $gpt2_dir/gpt2-vocab.json ]]; then
     gen_line="skipped: no GPT-2 vocabulary (carry data/gpt2)"
   elif (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
@@ -353,9 +383,10 @@ echo "training, one GPU, seq 1024, synthetic tokens, $steps timed steps (MFU: Me
 printf '%-10s %-5s %4s %10s %12s %10s %7s\n' model dtype mb "step ms" "tokens/s" "TFLOP/s" MFU
 for r in "${train_rows[@]}"; do echo "$r"; done
 echo
+echo "ncu (attention kernels): $ncu_line"
 echo "generation (KV cache, one process): $gen_line"
 echo
-echo "where the step time goes (${configs[-1]%%:*} bf16, profiled: synchronised after every op):"
+echo "where the step time goes (${profiled:-no config} bf16, profiled: synchronised after every op):"
 echo "$profile_table"
 if ((status == 0)); then
   echo "result: OK"

@@ -13,7 +13,7 @@
 // The MLP's GELU (tanh approximation, as cuBLASLt's GELU epilogues compute it) goes
 // through GELU_AUX(_BIAS) in the forward, which writes gelu(acc + bias) to the output and
 // the pre-activation to the aux matrix, and through DGELU in the backward, which multiplies
-// the GEMM result by gelu'(aux). Both need one dtype for every matrix and an aux leading
+// the GEMM result by gelu'(aux) (16-bit only: its derivative is too coarse for fp32). Both need one dtype for every matrix and an aux leading
 // dimension that is a multiple of 8; otherwise run_gelu/run_dgelu return false and the
 // backend runs the GEMM and the GELU kernel instead.
 //
@@ -280,6 +280,10 @@ bool Gemm::run_dgelu(const Tensor& dpre, const Tensor& a, const Tensor& b, const
   const auto [M, N, K] = gemm_dims(op, dpre, a, b, trans_a, trans_b);
   TRIDENT_CHECK(pre.rows() == M && pre.cols() == N, op, ": pre ", pre.shape.str(), " for [", M, ", ", N, "]");
   if (M == 0 || N == 0) return true;
+  // fp32 keeps the exact GELU backward kernel: on an H200 (cuBLASLt 13.0) the DGELU
+  // epilogue's derivative was off by up to 1.1e-4 on gradients of 0.02 (0.5%), far above
+  // fp32 rounding; in bf16/fp16 that error is below the storage rounding of dpre.
+  if (dpre.dtype == DType::F32) return false;
   if (!gelu_epilogue_fits(dpre, a, b, pre, Tensor(), N)) return false;
   return try_lt(dpre, a, b, trans_a, trans_b, false, Epilogue::kDGelu, Tensor(), pre, M, N, K, s);
 }
