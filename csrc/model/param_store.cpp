@@ -1,9 +1,11 @@
 #include "model/param_store.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "model/param_init.h"
 
 namespace trident {
 
@@ -71,23 +73,55 @@ const LocalParam& ParamStore::find(const std::string& name) const {
   return params_[it->second];
 }
 
+namespace {
+
+// Values of elements [begin, end) of TP rank `tp_rank`'s slice of `s`. Walks the slice in
+// runs of consecutive canonical indices, so there is no per-element index arithmetic.
+void init_local_range(const ParamSpec& s, int tp, int tp_rank, uint64_t seed, uint32_t name_hash, int64_t begin,
+                      int64_t end, float* out) {
+  const int64_t row_len = s.shape.ndim == 2 ? s.shape.dims[1] : 1;
+  // Canonical indices at or past `limit` are vocabulary padding rows and stay 0.
+  const int64_t limit = s.init_rows >= 0 ? s.init_rows * row_len : INT64_MAX;
+  for (int64_t i = begin; i < end;) {
+    const int64_t g = canonical_index(s, tp, tp_rank, i);
+    const int64_t len = std::min(canonical_run(s, tp, i), end - i);
+    const int64_t valid = std::clamp<int64_t>(limit - g, 0, len);
+    float* o = out + (i - begin);
+    switch (s.init) {
+      case InitKind::Normal: init_normal_range(seed, name_hash, static_cast<uint64_t>(g), valid, s.std, o); break;
+      case InitKind::Ones: std::fill(o, o + valid, 1.0f); break;
+      case InitKind::Zeros: std::fill(o, o + valid, 0.0f); break;
+    }
+    std::fill(o + valid, o + len, 0.0f);
+    i += len;
+  }
+}
+
+}  // namespace
+
 void ParamStore::init(uint64_t seed) {
+  // Each element is a pure function of (seed, name, canonical index), so the work is split
+  // into fixed chunks over threads without changing a bit (invariant 2). One parameter at a
+  // time: the host buffer is at most the largest tensor. An fp32 tensor in host memory (the
+  // CPU backend) is written in place, with no staging copy.
+  constexpr int64_t kChunk = int64_t{1} << 16;
   std::vector<float> host;
   for (const LocalParam& p : params_) {
-    host.assign(static_cast<size_t>(p.numel()), 0.0f);
     const ParamSpec& s = p.spec;
-    const int64_t row_len = s.shape.ndim == 2 ? s.shape.dims[1] : 1;
+    const int64_t n = p.numel();
+    const Tensor dst = param(p);
+    const bool in_place = dst.device == Device::Cpu && dst.dtype == DType::F32;
+    if (!in_place) host.resize(static_cast<size_t>(n));
+    float* out = in_place ? dst.ptr<float>() : host.data();
     const uint32_t name_hash = fnv1a32(s.name.c_str());
-    for (int64_t i = 0; i < p.numel(); ++i) {
-      const int64_t g = canonical_index(s, tp_, tp_rank_, i);
-      if (s.init_rows >= 0 && g / row_len >= s.init_rows) continue;  // vocab padding stays 0
-      switch (s.init) {
-        case InitKind::Normal: host[i] = s.std * init_normal(seed, name_hash, static_cast<uint64_t>(g)); break;
-        case InitKind::Ones: host[i] = 1.0f; break;
-        case InitKind::Zeros: break;
-      }
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    const int tp = tp_, tp_rank = tp_rank_;
+#pragma omp parallel for schedule(dynamic, 1) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
+      init_local_range(s, tp, tp_rank, seed, name_hash, begin, end, out + begin);
     }
-    Tensor dst = param(p);
+    if (in_place) continue;
     if (dst.dtype == DType::F32) {
       backend_.copy_from_host(dst, host.data());
     } else {
