@@ -53,6 +53,74 @@ TEST_P(Dropout, MasksMatchTheCpuBitForBit) {
   expect_identical(dx, "dropout_backward");
 }
 
+// Every path of the CUDA kernel (units of 16 bytes of input as one vector, units of 4
+// fp16/bf16 elements as one 8-byte vector, element-wise accesses for any sample size or
+// alignment): sample sizes T * row that are multiples of 8, of 4 only, or of neither;
+// views that start 0, 1, 2 or 4 elements into their allocations (on or off the vector
+// grid) for the input and the output separately; every output dtype; p = 0.1 and p = 0
+// (a copy/cast). Whole allocations are compared byte for byte, so the elements around
+// each output view must stay untouched too.
+TEST_P(Dropout, EveryPathAndLayoutMatchesTheCpuBitForBit) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  struct Case {
+    int T;
+    int64_t B, row;
+  };
+  const Case cases[] = {{64, 2, 2048}, {4, 3, 64}, {3, 5, 4},  {1, 7, 4},  {3, 3, 12},    {5, 3, 1000},
+                        {3, 3, 1002},   {2, 3, 6},  {1, 3, 3},  {7, 3, 17}, {3, 1, 130}};
+  constexpr int64_t kGuard = 19;
+  for (const Case& c : cases) {
+    const int64_t N = c.B * c.T, n = N * c.row;
+    for (float p : {0.1f, 0.0f}) {
+      DropoutKey key;
+      key.p = p;
+      key.seed = 0x5EED1234ABCDull;
+      key.site = 3 * kSitesPerLayer + kDropAttnOut;
+      key.sample_base = (uint64_t{1} << 32) + 99;
+      for (int64_t in_off : {0, 1, 2, 4}) {
+        for (int64_t out_off : {0, 1, 4}) {
+          for (DType out_dt : {DType::F32, DType::F16, DType::BF16}) {
+            SCOPED_TRACE("N=" + std::to_string(N) + " row=" + std::to_string(c.row) + " T=" + std::to_string(c.T) +
+                         " p=" + std::to_string(p) + " out " + dtype_name(out_dt) + " offsets in " +
+                         std::to_string(in_off) + " out " + std::to_string(out_off));
+            Pair x = random(Shape{in_off + n + kGuard}, dt(), 0.5f, 1.5f);
+            Pair out = filled(Shape{out_off + n + kGuard}, out_dt, NAN);
+            const Shape s{N, c.row};
+            const Tensor xc = x.cpu.t().flat_slice(in_off, n).view(s), xg = x.gpu.t().flat_slice(in_off, n).view(s);
+            const Tensor oc = out.cpu.t().flat_slice(out_off, n).view(s);
+            const Tensor og = out.gpu.t().flat_slice(out_off, n).view(s);
+            cpu().dropout_forward(xc, oc, c.T, key);
+            gpu().dropout_forward(xg, og, c.T, key);
+            expect_identical(out, "dropout_forward");
+            cpu().dropout_backward(xc, oc, c.T, key);
+            gpu().dropout_backward(xg, og, c.T, key);
+            expect_identical(out, "dropout_backward");
+          }
+        }
+      }
+    }
+  }
+}
+
+// In place, as the model runs its hidden dropouts; p = 0 leaves the tensor as it is.
+TEST_P(Dropout, InPlaceMatchesTheCpuBitForBit) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  for (float p : {0.1f, 0.0f}) {
+    for (int64_t row : {2048, 12, 17}) {
+      SCOPED_TRACE("row=" + std::to_string(row) + " p=" + std::to_string(p));
+      DropoutKey key;
+      key.p = p;
+      key.seed = 77;
+      key.site = kDropMlpOut;
+      key.sample_base = 5;
+      Pair x = random(Shape{3 * 16, row}, dt());
+      cpu().dropout_forward(x.cpu, x.cpu, 16, key);
+      gpu().dropout_forward(x.gpu, x.gpu, 16, key);
+      expect_identical(x, "dropout_forward in place");
+    }
+  }
+}
+
 TEST_P(Dropout, ZeroProbabilityIsACopy) {
   TRIDENT_SKIP_WITHOUT_GPU();
   Pair x = random(Shape{26, 129}, dt());
