@@ -1,8 +1,15 @@
 // AdamW on fp32 master weights (decoupled weight decay, bias correction), fused with the
 // gradient unscale/clip factor and the copy of the new master weights into the model's
 // dtype, applied to a whole list of parameter pieces in a few launches (multi-tensor
-// apply, cuda_multi_tensor.cuh). One thread per element and fp32 math; the bias
-// corrections 1 - beta^step are computed once on the host in double and passed as floats.
+// apply, cuda_multi_tensor.cuh). fp32 math; the bias corrections 1 - beta^step are
+// computed once on the host in double and passed as floats.
+// Speed: the step moves 30 bytes per parameter (fp32 master, m, v read and written, the
+// gradient read, the model copy written), so it is bound by memory bandwidth. A thread
+// updates 4 consecutive elements with vector loads and stores when every pointer of the
+// piece allows it (16-byte fp32, 8-byte 16-bit), else one at a time; both paths run the
+// same per-element arithmetic, so the results do not depend on the path. Chunks of 64K
+// elements and 512 blocks a launch keep a gpt2-1.3b step to ~40 launches (with 4K-element
+// chunks and scalar accesses an H200 ran it at 57% of its copy bandwidth).
 // Pieces of one launch share the gradient dtype and the model-parameter dtype; lr, betas,
 // eps, the gradient factor and the step are common to the list, weight decay is per piece.
 #include <cmath>
@@ -16,8 +23,9 @@ namespace {
 
 constexpr int kMaxTensors = 16;
 constexpr int kMaxBlocks = 512;
-constexpr int64_t kChunk = 16384;  // elements per block
+constexpr int64_t kChunk = 65536;  // elements per block: a multiple of kVec
 constexpr int kThreads = 256;
+constexpr int kVec = 4;  // elements per thread on the vector path
 
 // One launch's pieces (about 3.4 KB: within the kernel parameter limit).
 struct AdamWTable {
@@ -28,6 +36,7 @@ struct AdamWTable {
   void* model[kMaxTensors];  // null: no model copy
   int64_t n[kMaxTensors];
   float weight_decay[kMaxTensors];
+  bool vec[kMaxTensors];  // every pointer of the piece is aligned for kVec-element vectors
   ChunkMap<kMaxBlocks> map;
 };
 
@@ -35,6 +44,41 @@ struct AdamWScalars {
   float lr, beta1, beta2, eps, grad_scale, bc1, bc2;
   DType model_dtype;
 };
+
+// One element's update; m, v and the master weight are updated in place and the new
+// master weight returned.
+__device__ __forceinline__ float adamw_element(float g_raw, float& m, float& v, float& master, float wd,
+                                               const AdamWScalars& k) {
+  const float g = g_raw * k.grad_scale;
+  m = k.beta1 * m + (1.0f - k.beta1) * g;
+  v = k.beta2 * v + (1.0f - k.beta2) * g * g;
+  master -= k.lr * ((m / k.bc1) / (sqrtf(v / k.bc2) + k.eps) + wd * master);
+  return master;
+}
+
+// kVec model-copy values from element i on; the piece's vec flag guarantees the alignment.
+__device__ __forceinline__ void store_model_vec(AnyPtr model, int64_t i, const float (&p)[kVec]) {
+  switch (model.t) {
+    case DType::F32: *reinterpret_cast<float4*>(static_cast<float*>(model.p) + i) = make_float4(p[0], p[1], p[2], p[3]); break;
+    case DType::F16: {
+      Vec<__half, kVec> o;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) o.v[e] = __float2half_rn(p[e]);
+      store_vec<__half, kVec>(static_cast<__half*>(model.p) + i, o);
+      break;
+    }
+    case DType::BF16: {
+      Vec<__nv_bfloat16, kVec> o;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) o.v[e] = __float2bfloat16_rn(p[e]);
+      store_vec<__nv_bfloat16, kVec>(static_cast<__nv_bfloat16*>(model.p) + i, o);
+      break;
+    }
+    default:
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) store_any(model, i + e, p[e]);
+  }
+}
 
 template <typename G>
 __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(AdamWTable tab, AdamWScalars k) {
@@ -47,14 +91,27 @@ __global__ void __launch_bounds__(kThreads) adamw_multi_kernel(AdamWTable tab, A
   float* v = tab.v[t];
   const AnyPtr model{tab.model[t], k.model_dtype};
   const float wd = tab.weight_decay[t];
-  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
-    const float g = to_f32(grad[i]) * k.grad_scale;
-    const float mi = k.beta1 * m[i] + (1.0f - k.beta1) * g;
-    const float vi = k.beta2 * v[i] + (1.0f - k.beta2) * g * g;
+  // Vector part [begin, vend) (chunks start at multiples of kVec), then the scalar rest.
+  const int64_t vend = tab.vec[t] ? begin + ((end - begin) / kVec) * kVec : begin;
+  for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * kVec; i < vend; i += kThreads * kVec) {
+    const Vec<G, kVec> g = load_vec<G, kVec>(grad + i);
+    float4 m4 = *reinterpret_cast<const float4*>(m + i), v4 = *reinterpret_cast<const float4*>(v + i);
+    float4 p4 = *reinterpret_cast<const float4*>(master + i);
+    float out[kVec];
+    out[0] = adamw_element(to_f32(g.v[0]), m4.x, v4.x, p4.x, wd, k);
+    out[1] = adamw_element(to_f32(g.v[1]), m4.y, v4.y, p4.y, wd, k);
+    out[2] = adamw_element(to_f32(g.v[2]), m4.z, v4.z, p4.z, wd, k);
+    out[3] = adamw_element(to_f32(g.v[3]), m4.w, v4.w, p4.w, wd, k);
+    *reinterpret_cast<float4*>(m + i) = m4;
+    *reinterpret_cast<float4*>(v + i) = v4;
+    *reinterpret_cast<float4*>(master + i) = p4;
+    if (model.p != nullptr) store_model_vec(model, i, out);
+  }
+  for (int64_t i = vend + threadIdx.x; i < end; i += kThreads) {
+    float mi = m[i], vi = v[i], p = master[i];
+    adamw_element(to_f32(grad[i]), mi, vi, p, wd, k);
     m[i] = mi;
     v[i] = vi;
-    float p = master[i];
-    p -= k.lr * ((mi / k.bc1) / (sqrtf(vi / k.bc2) + k.eps) + wd * p);
     master[i] = p;
     if (model.p != nullptr) store_any(model, i, p);
   }
@@ -70,6 +127,14 @@ void check_piece(const char* op, const AdamWArgs& a) {
     TRIDENT_CHECK(is_float(a.model_param.dtype) && a.model_param.numel() == n, op, ": model_param ",
                   a.model_param.shape.str(), " for ", n, " elements");
   TRIDENT_CHECK(a.step >= 1, op, ": step must be >= 1, got ", a.step);
+}
+
+// Whether every pointer of the piece takes kVec-element vector accesses.
+bool vector_aligned(const AdamWArgs& a) {
+  auto ok = [](const Tensor& t) {
+    return t.empty() || reinterpret_cast<uintptr_t>(t.data) % (kVec * dtype_size(t.dtype)) == 0;
+  };
+  return ok(a.master) && ok(a.grad) && ok(a.m) && ok(a.v) && ok(a.model_param);
 }
 
 }  // namespace
@@ -107,6 +172,7 @@ void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s) {
       tab.model[j] = a.model_param.empty() ? nullptr : a.model_param.data;
       tab.n[j] = a.master.numel();
       tab.weight_decay[j] = a.weight_decay;
+      tab.vec[j] = vector_aligned(a);
     }
     tab.map = map;
     k.model_dtype = model_dtype(tensors.front());

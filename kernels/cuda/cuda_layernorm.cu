@@ -5,13 +5,28 @@
 // add() then layernorm_forward() compute them); then two passes (mean, centred variance)
 // for accuracy, then the normalised output. The later passes re-read the row, which is in
 // L1 by then. mean and rstd are saved in f32 for the backward.
-// Backward: one warp per row for dx (+=, which is also the residual's gradient path).
-// dgamma/dbeta (+=) are column sums over rows: a first kernel writes per-chunk f32
-// partials, a second adds the chunks in order, so the result is deterministic without
-// float atomics (see column_partials_accumulate).
+// Backward (dx +=, which is also the residual's gradient path; dgamma/dbeta +=), two paths:
+// - Fused (the usual case: every row operand has x's dtype, 16-byte vectors fit, the row
+//   fits one block): one kernel reads dout and x once and dx once, and writes dx once, the
+//   minimum traffic. A block owns a chunk of rows (a function of the shape only) and walks
+//   them one at a time with all its threads spanning the row: each thread holds kVPT
+//   16-byte vectors of dout and x in registers (the next row's are loaded before this
+//   row's block reduction, so the loads overlap it), the two row sums go through warp sums
+//   and a per-warp shared array added in warp order, and dx is updated from registers.
+//   gamma is loaded once per block; each thread accumulates its columns' dgamma (d*xhat)
+//   and dbeta (d) over the chunk in registers and writes them as f32 partials [chunk, C].
+//   column_partials_accumulate (cuda_reduce.cu) then adds the chunks to dgamma and dbeta
+//   in a fixed order.
+// - Fallback (mixed dtypes, unaligned pointers, C not a multiple of the vector width, very
+//   wide rows): one warp per row for dx, then a thread-per-column kernel for per-chunk
+//   dgamma/dbeta partials, then column_partials_accumulate.
+// Both are deterministic without float atomics: every sum has a fixed order that depends
+// on the shape only (never on the GPU model or on scheduling).
 // Row kernels move kV elements per access: 16-byte vectors when every row operand has the
 // main operand's dtype, the row length allows it and the pointers are aligned (the usual
 // case); kV = 1 otherwise, with runtime-typed parameters and outputs.
+#include <type_traits>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -147,6 +162,191 @@ __global__ void layernorm_param_partials_kernel(AnyPtr dout, const T* x, const f
   pb[blockIdx.y * C + c] = sb;
 }
 
+// ---- fused backward ------------------------------------------------------------------
+constexpr int kFusedMaxThreads = 512;         // threads per block at most (a row's vectors / kVPT)
+constexpr int kFusedMaxElems = 16;            // kVPT * kV at most: C <= 8192 (registers, no spills)
+constexpr int64_t kFusedMinRows = 16;         // rows per chunk at least (partials: 1/16 of the traffic)
+constexpr int64_t kFusedPartialBytes = 16 << 20;  // partials of both outputs at most (rows per chunk grow)
+
+// The fused kernel keeps row data as raw 16-byte words and converts an element to f32 where
+// it is used: the values it holds across the block reduction and the next row's prefetch
+// stay packed (4 registers per vector, not one per 16-bit element).
+using Raw = Vec<uint32_t, 4>;
+
+// The 16 bytes at p, or zeros when !ok (columns past the row, or no row).
+template <typename T>
+__device__ __forceinline__ Raw load_raw(const T* p, bool ok) {
+  Raw r;
+  if (ok) {
+    r = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(p));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.v[i] = 0u;
+  }
+  return r;
+}
+
+// Element j (of kVec16<T>) of a raw vector, in f32: the same value as to_f32 of the element.
+template <typename T>
+__device__ __forceinline__ float raw_f32(const Raw& r, int j) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(r.v[j]);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t w = r.v[j >> 1];
+    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    const uint32_t w = r.v[j >> 1];
+    return __half2float(__ushort_as_half(static_cast<unsigned short>((j & 1) ? (w >> 16) : (w & 0xffffu))));
+  }
+}
+
+// One block per chunk of rows [blockIdx.x * rows_per_chunk, + rows_per_chunk), clipped to N.
+// Thread t holds the vectors t, t + blockDim.x, ... (kVPT of them; those past the row are
+// zeros and are never stored) of every row. C is a multiple of kV; blockDim.x is a multiple
+// of 32 with blockDim.x * kVPT * kV >= C. pg/pb: [gridDim.x, C] f32 partials of dgamma
+// (sum of d*xhat) and dbeta (sum of d) over the chunk's rows, each in row order.
+template <typename T, int kVPT>
+__global__ void __launch_bounds__(kFusedMaxThreads, kVPT == 1 ? 2 : 1)
+    layernorm_backward_fused_kernel(const T* dout, const T* x, const T* gamma, const float* mean,
+                                    const float* rstd, T* dx, int64_t N, int64_t C, int64_t rows_per_chunk,
+                                    float* pg, float* pb) {
+  constexpr int kV = kVec16<T>;
+  constexpr bool kPrefetch = kVPT <= 2;  // registers allow the next row's dout and x
+  __shared__ float2 row_sums[2][kFusedMaxThreads / 32];  // by row parity: one barrier per row
+  // gamma lives in shared memory (each thread reads back only its own vectors): the
+  // registers go to the accumulators and to the loads in flight.
+  __shared__ Raw gamma_s[kVPT * kFusedMaxThreads];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int64_t r0 = blockIdx.x * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+  int col[kVPT];
+  bool ok[kVPT];
+  float acc_g[kVPT][kV], acc_b[kVPT][kV];
+#pragma unroll
+  for (int k = 0; k < kVPT; ++k) {
+    col[k] = (threadIdx.x + k * blockDim.x) * kV;
+    ok[k] = col[k] < C;
+    gamma_s[threadIdx.x + k * blockDim.x] = load_raw(gamma + col[k], ok[k]);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) acc_g[k][j] = acc_b[k][j] = 0.f;
+  }
+  // Row n's dout and x (zeros when !valid: past the chunk) and its statistics.
+  auto load_row = [&](int64_t n, bool valid, Raw(&d)[kVPT], Raw(&xv)[kVPT], float& mu, float& r) {
+#pragma unroll
+    for (int k = 0; k < kVPT; ++k) {
+      d[k] = load_raw(dout + n * C + col[k], valid && ok[k]);
+      xv[k] = load_raw(x + n * C + col[k], valid && ok[k]);
+    }
+    mu = valid ? mean[n] : 0.f;
+    r = valid ? rstd[n] : 0.f;
+  };
+  Raw d[kVPT], xv[kVPT];
+  float mu = 0.f, r = 0.f;
+  if (kPrefetch) load_row(r0, true, d, xv, mu, r);
+#pragma unroll 1
+  for (int64_t n = r0; n < r1; ++n) {
+    if (!kPrefetch) load_row(n, true, d, xv, mu, r);
+    Raw a[kVPT];  // dx's old values: loaded now, used after the reduction
+#pragma unroll
+    for (int k = 0; k < kVPT; ++k) a[k] = load_raw(dx + n * C + col[k], ok[k]);
+    Raw nd[kVPT], nx[kVPT];
+    float nmu = 0.f, nr = 0.f;
+    if (kPrefetch) load_row(n + 1, n + 1 < r1, nd, nx, nmu, nr);
+
+    float sg = 0.f, sgx = 0.f;
+#pragma unroll
+    for (int k = 0; k < kVPT; ++k) {
+      const Raw g = gamma_s[threadIdx.x + k * blockDim.x];
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const float dj = raw_f32<T>(d[k], j), xhat = (raw_f32<T>(xv[k], j) - mu) * r, dg = dj * raw_f32<T>(g, j);
+        sg += dg;
+        sgx += dg * xhat;
+        acc_g[k][j] += dj * xhat;
+        acc_b[k][j] += dj;
+      }
+    }
+    sg = warp_sum(sg);
+    sgx = warp_sum(sgx);
+    float2* sums = row_sums[(n - r0) & 1];
+    if (lane == 0) sums[warp] = make_float2(sg, sgx);
+    __syncthreads();
+    float tg = 0.f, tgx = 0.f;
+    for (int w = 0; w < nwarps; ++w) {
+      const float2 s = sums[w];
+      tg += s.x;
+      tgx += s.y;
+    }
+    const float mg = tg / static_cast<float>(C), mgx = tgx / static_cast<float>(C);
+#pragma unroll
+    for (int k = 0; k < kVPT; ++k) {
+      if (!ok[k]) continue;
+      const Raw g = gamma_s[threadIdx.x + k * blockDim.x];
+      Vec<T, kV> o;
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const float xhat = (raw_f32<T>(xv[k], j) - mu) * r, dg = raw_f32<T>(d[k], j) * raw_f32<T>(g, j);
+        o.v[j] = from_f32<T>(raw_f32<T>(a[k], j) + r * (dg - mg - xhat * mgx));
+      }
+      store_vec<T, kV>(dx + n * C + col[k], o);
+    }
+    if (kPrefetch) {
+#pragma unroll
+      for (int k = 0; k < kVPT; ++k) {
+        d[k] = nd[k];
+        xv[k] = nx[k];
+      }
+      mu = nmu;
+      r = nr;
+    }
+  }
+  float* og = pg + blockIdx.x * C;
+  float* ob = pb + blockIdx.x * C;
+#pragma unroll
+  for (int k = 0; k < kVPT; ++k) {
+    if (!ok[k]) continue;
+#pragma unroll
+    for (int j = 0; j < kV; j += 4) {
+      Vec<float, 4> vg, vb;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        vg.v[i] = acc_g[k][j + i];
+        vb.v[i] = acc_b[k][j + i];
+      }
+      store_vec<float, 4>(og + col[k] + j, vg);
+      store_vec<float, 4>(ob + col[k] + j, vb);
+    }
+  }
+}
+
+// The fused backward's launch geometry, a function of the shape only (so every GPU adds in
+// the same order). vpt == 0: the row does not fit one block (use the fallback).
+struct FusedGeometry {
+  int vpt = 0;              // vectors per thread: 1, 2 or 4 (with vpt * kv <= kFusedMaxElems)
+  int threads = 0;          // a multiple of 32, at most kFusedMaxThreads
+  int64_t rows_per_chunk = 0;
+  int64_t chunks = 0;       // blocks
+};
+FusedGeometry fused_geometry(int64_t N, int64_t C, int kv) {
+  FusedGeometry f;
+  const int64_t vectors = C / kv;
+  for (int vpt = 1; vpt <= 4 && vpt * kv <= kFusedMaxElems; vpt *= 2) {
+    const int64_t threads = ((vectors + vpt - 1) / vpt + 31) / 32 * 32;
+    if (threads <= kFusedMaxThreads) {
+      f.vpt = vpt;
+      f.threads = static_cast<int>(threads);
+      break;
+    }
+  }
+  if (f.vpt == 0) return f;
+  int64_t max_chunks = kFusedPartialBytes / (2 * static_cast<int64_t>(sizeof(float)) * C);
+  if (max_chunks < 1) max_chunks = 1;
+  f.rows_per_chunk = (N + max_chunks - 1) / max_chunks;
+  if (f.rows_per_chunk < kFusedMinRows) f.rows_per_chunk = kFusedMinRows;
+  f.chunks = (N + f.rows_per_chunk - 1) / f.rows_per_chunk;
+  return f;
+}
+
 void check_f32(const char* op, const Tensor& t, int64_t n, const char* what) {
   TRIDENT_CHECK(t.dtype == DType::F32 && t.numel() == n, op, ": ", what, " must be f32 [", n, "], got ",
                 dtype_name(t.dtype), " ", t.shape.str());
@@ -215,6 +415,38 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma
   check_f32(op, rstd, N, "rstd");
   if (N == 0 || C == 0) return;
 
+  bool done = false;
+  dispatch_float(x.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    const bool same = dout.dtype == x.dtype && gamma.dtype == x.dtype && dx.dtype == x.dtype;
+    const int kv = same ? vector_width<T>(C, {dout.data, x.data, gamma.data, dx.data}) : 1;
+    if (kv > 1) {
+      const FusedGeometry f = fused_geometry(N, C, kv);
+      if (f.vpt > 0) {
+        Scratch pg(scratch, sizeof(float) * f.chunks * C), pb(scratch, sizeof(float) * f.chunks * C);
+        auto launch = [&](auto vpt) {
+          constexpr int kVPT = decltype(vpt)::value;
+          layernorm_backward_fused_kernel<T, kVPT><<<static_cast<unsigned>(f.chunks), f.threads, 0, s>>>(
+              dout.ptr<T>(), x.ptr<T>(), gamma.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), dx.ptr<T>(), N, C,
+              f.rows_per_chunk, pg.as<float>(), pb.as<float>());
+        };
+        if (f.vpt == 1) {
+          launch(std::integral_constant<int, 1>{});
+        } else if (f.vpt == 2) {
+          launch(std::integral_constant<int, 2>{});
+        } else {
+          if constexpr (4 * kVec16<T> <= kFusedMaxElems) launch(std::integral_constant<int, 4>{});
+        }
+        CUDA_CHECK_LAUNCH();
+        column_partials_accumulate(pg.as<float>(), f.chunks, C, dgamma.data, dgamma.dtype, s);
+        column_partials_accumulate(pb.as<float>(), f.chunks, C, dbeta.data, dbeta.dtype, s);
+        done = true;
+      }
+    }
+  });
+  if (done) return;
+
+  // Fallback: dx, then per-chunk dgamma/dbeta partials, then the chunks added in order.
   const int chunks = column_chunks(N, C);
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
   Scratch pg(scratch, sizeof(float) * chunks * C), pb(scratch, sizeof(float) * chunks * C);

@@ -6,6 +6,9 @@
 //   3. xent_loss_grad: loss, top-1 hit, and the logits overwritten by the gradient
 //                      grad_scale * (softmax - onehot), 0 in the padding columns.
 // One block per row; block reductions in a fixed order, so the results are deterministic.
+// Rows move as 16-byte vectors (kV elements) when the row length and the pointer allow it
+// (the padded vocabulary is a multiple of 8), with the ragged end of the valid columns
+// done one element at a time; kV = 1 otherwise.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -14,14 +17,27 @@ namespace {
 
 constexpr int kBlock = 256;
 
-template <typename T>
+// Calls f(j, value) for the columns [0, end) of `row`: kV at a time up to the last whole
+// vector, then one at a time. Thread order is fixed, so reductions over f stay deterministic.
+template <typename T, int kV, typename F>
+__device__ __forceinline__ void for_row(const T* row, int64_t end, F f) {
+  const int64_t vend = kV > 1 ? (end / kV) * kV : 0;
+  for (int64_t j = threadIdx.x * static_cast<int64_t>(kV); j < vend; j += static_cast<int64_t>(blockDim.x) * kV) {
+    const Vec<T, kV> v = load_vec<T, kV>(row + j);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) f(j + e, to_f32(v.v[e]));
+  }
+  for (int64_t j = vend + threadIdx.x; j < end; j += blockDim.x) f(j, to_f32(row[j]));
+}
+
+template <typename T, int kV>
 __global__ void xent_stats_kernel(const T* logits, const int32_t* targets, int64_t vocab_start, int64_t Vl,
                                   int64_t valid, float* row_max, float* target_logit) {
   __shared__ float shared[32];
   const int64_t n = blockIdx.x;
   const T* row = logits + n * Vl;
   float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) m = fmaxf(m, to_f32(row[j]));
+  for_row<T, kV>(row, valid, [&](int64_t, float x) { m = fmaxf(m, x); });
   m = block_max(m, shared);
   if (threadIdx.x == 0) {
     row_max[n] = m;
@@ -31,19 +47,19 @@ __global__ void xent_stats_kernel(const T* logits, const int32_t* targets, int64
   }
 }
 
-template <typename T>
+template <typename T, int kV>
 __global__ void xent_sumexp_kernel(const T* logits, int64_t Vl, int64_t valid, const float* row_max, float* sumexp) {
   __shared__ float shared[32];
   const int64_t n = blockIdx.x;
   const T* row = logits + n * Vl;
   const float m = row_max[n];
   float s = 0.f;
-  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) s += expf(to_f32(row[j]) - m);
+  for_row<T, kV>(row, valid, [&](int64_t, float x) { s += expf(x - m); });
   s = block_sum(s, shared);
   if (threadIdx.x == 0) sumexp[n] = s;
 }
 
-template <typename T>
+template <typename T, int kV>
 __global__ void xent_loss_grad_kernel(T* logits, const int32_t* targets, int64_t vocab_start, int64_t Vl,
                                       int64_t valid, const float* row_max, const float* sumexp,
                                       const float* target_logit, float* losses, float* correct, float grad_scale) {
@@ -58,14 +74,32 @@ __global__ void xent_loss_grad_kernel(T* logits, const int32_t* targets, int64_t
   }
   const int64_t local = ignored ? -1 : t - vocab_start;
   const float inv = 1.0f / se;
-  for (int64_t j = threadIdx.x; j < Vl; j += blockDim.x) {
+  auto grad = [&](int64_t j, float x) {
     float g = 0.f;
     if (!ignored && j < valid) {
-      g = expf(to_f32(row[j]) - m) * inv;
+      g = expf(x - m) * inv;
       if (j == local) g -= 1.0f;
       g *= grad_scale;
     }
-    row[j] = from_f32<T>(g);
+    return g;
+  };
+  const int64_t vend = kV > 1 ? (Vl / kV) * kV : 0;
+  for (int64_t j = threadIdx.x * static_cast<int64_t>(kV); j < vend; j += static_cast<int64_t>(blockDim.x) * kV) {
+    Vec<T, kV> v = load_vec<T, kV>(row + j);
+#pragma unroll
+    for (int e = 0; e < kV; ++e) v.v[e] = from_f32<T>(grad(j + e, to_f32(v.v[e])));
+    store_vec<T, kV>(row + j, v);
+  }
+  for (int64_t j = vend + threadIdx.x; j < Vl; j += blockDim.x) row[j] = from_f32<T>(grad(j, to_f32(row[j])));
+}
+
+// Launches kernel<T, kV> with 16-byte vectors when the rows allow them.
+template <typename T, typename Launch>
+void with_vector_width(const Tensor& logits, Launch launch) {
+  if (vector_width<T>(logits.cols(), {logits.data}) > 1) {
+    launch(std::integral_constant<int, kVec16<T>>{});
+  } else {
+    launch(std::integral_constant<int, 1>{});
   }
 }
 
@@ -99,8 +133,11 @@ void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start
   if (N == 0) return;
   dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    xent_stats_kernel<T><<<rows_grid(N), kBlock, 0, s>>>(logits.ptr<T>(), targets.ptr<int32_t>(), vocab_start, Vl,
-                                                         vocab_valid, row_max.ptr<float>(), target_logit.ptr<float>());
+    with_vector_width<T>(logits, [&](auto kv) {
+      xent_stats_kernel<T, kv.value><<<rows_grid(N), kBlock, 0, s>>>(logits.ptr<T>(), targets.ptr<int32_t>(),
+                                                                     vocab_start, Vl, vocab_valid,
+                                                                     row_max.ptr<float>(), target_logit.ptr<float>());
+    });
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -115,8 +152,10 @@ void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_ma
   if (N == 0) return;
   dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    xent_sumexp_kernel<T><<<rows_grid(N), kBlock, 0, s>>>(logits.ptr<T>(), Vl, vocab_valid, row_max.ptr<float>(),
-                                                          sumexp.ptr<float>());
+    with_vector_width<T>(logits, [&](auto kv) {
+      xent_sumexp_kernel<T, kv.value><<<rows_grid(N), kBlock, 0, s>>>(logits.ptr<T>(), Vl, vocab_valid,
+                                                                      row_max.ptr<float>(), sumexp.ptr<float>());
+    });
   });
   CUDA_CHECK_LAUNCH();
 }
@@ -136,9 +175,11 @@ void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_s
   if (N == 0) return;
   dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    xent_loss_grad_kernel<T><<<rows_grid(N), kBlock, 0, s>>>(
-        logits.ptr<T>(), targets.ptr<int32_t>(), vocab_start, Vl, vocab_valid, row_max.ptr<float>(),
-        sumexp.ptr<float>(), target_logit.ptr<float>(), losses.ptr<float>(), correct.ptr<float>(), grad_scale);
+    with_vector_width<T>(logits, [&](auto kv) {
+      xent_loss_grad_kernel<T, kv.value><<<rows_grid(N), kBlock, 0, s>>>(
+          logits.ptr<T>(), targets.ptr<int32_t>(), vocab_start, Vl, vocab_valid, row_max.ptr<float>(),
+          sumexp.ptr<float>(), target_logit.ptr<float>(), losses.ptr<float>(), correct.ptr<float>(), grad_scale);
+    });
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -1,6 +1,8 @@
 // GPU vs CPU: LayerNorm forward (out, mean, rstd) and backward (dx, dgamma, dbeta, all +=),
-// for widths below a warp, awkward, and GPT-2 XL's 1600; per dtype. The residual add fused
-// in front of it (residual_layernorm_forward).
+// for widths below a warp, awkward, and GPT-2 XL's 1600; per dtype. The backward's fused
+// kernel at GPT-2's widths (768 ... 5760), its limits (8192) and many row chunks, and its
+// fallback (mixed dtypes, odd or too wide rows). The residual add fused in front of it
+// (residual_layernorm_forward).
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -8,8 +10,11 @@ namespace {
 
 class LayerNorm : public CudaVsCpuDtype {
  protected:
-  void check(int64_t N, int64_t C, DType grad_dt) {
-    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " grads " << dtype_name(grad_dt));
+  void check(int64_t N, int64_t C, DType grad_dt) { check(N, C, grad_dt, grad_dt); }
+  // dx in grad_dt, dgamma/dbeta in param_grad_dt.
+  void check(int64_t N, int64_t C, DType grad_dt, DType param_grad_dt) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " grads " << dtype_name(grad_dt)
+                                      << " dgamma/dbeta " << dtype_name(param_grad_dt));
     Pair x = random(Shape{N, C}, dt(), -1.f, 3.f);  // non-zero mean
     Pair gamma = random(Shape{C}, dt(), 0.5f, 1.5f);
     Pair beta = random(Shape{C}, dt(), -0.5f, 0.5f);
@@ -27,12 +32,12 @@ class LayerNorm : public CudaVsCpuDtype {
     gpu().copy_from_host(rstd.gpu, host_cpu(rstd).data());
     Pair dout = random(Shape{N, C}, dt());
     Pair dx = random(Shape{N, C}, grad_dt);  // += into existing values
-    Pair dgamma = random(Shape{C}, grad_dt), dbeta = random(Shape{C}, grad_dt);
+    Pair dgamma = random(Shape{C}, param_grad_dt), dbeta = random(Shape{C}, param_grad_dt);
     cpu().layernorm_backward(dout.cpu, x.cpu, gamma.cpu, mean.cpu, rstd.cpu, dx.cpu, dgamma.cpu, dbeta.cpu);
     gpu().layernorm_backward(dout.gpu, x.gpu, gamma.gpu, mean.gpu, rstd.gpu, dx.gpu, dgamma.gpu, dbeta.gpu);
     expect_close(dx, storage_tol(grad_dt, 1e-4, 1e-5), "dx");
-    expect_close(dgamma, storage_tol(grad_dt, 1e-4, 1e-4), "dgamma");
-    expect_close(dbeta, storage_tol(grad_dt, 1e-4, 1e-4), "dbeta");
+    expect_close(dgamma, storage_tol(param_grad_dt, 1e-4, 1e-4), "dgamma");
+    expect_close(dbeta, storage_tol(param_grad_dt, 1e-4, 1e-4), "dbeta");
   }
 };
 
@@ -49,26 +54,52 @@ TEST_P(LayerNorm, NarrowAndWideRows) {
   check(1000, 64, DType::F32);  // many rows: several chunks in the dgamma/dbeta pass
 }
 
+// The fused backward (dx in the activations' dtype, 16-byte aligned, C a multiple of 8 and
+// at most 8192): GPT-2's widths, the widest rows it takes (8192: 2 vectors per thread for
+// 16-bit, 4 for fp32), rows per chunk grown by the partials' size cap (4100 x 8192: 242
+// chunks of 17 rows), many chunks in the finish kernel (4103 x 1024: 257 chunks of 16 rows,
+// the last one of 7), and fp32 master gradients for dgamma/dbeta.
+TEST_P(LayerNorm, FusedBackwardWidths) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(37, 768, dt());
+  check(37, 2048, dt());
+  check(37, 2048, dt(), DType::F32);
+  check(33, 5760, dt());
+  check(9, 8192, dt());
+  check(4103, 1024, dt());
+  check(4100, 8192, dt(), DType::F32);
+  check(3, 8200, dt());  // too wide for one block: the fallback
+}
+
 TEST_P(LayerNorm, BackwardIsDeterministic) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  const int64_t N = 513, C = 96;
-  Pair x = random(Shape{N, C}, dt()), gamma = random(Shape{C}, dt()), beta = random(Shape{C}, dt());
-  Pair dout = random(Shape{N, C}, dt());
-  Buffer out = gpu().empty(Shape{N, C}, dt()), mean = gpu().empty(Shape{N}, DType::F32),
-         rstd = gpu().empty(Shape{N}, DType::F32);
-  gpu().layernorm_forward(x.gpu, gamma.gpu, beta.gpu, out, mean, rstd);
-  std::vector<float> first;
-  for (int rep = 0; rep < 3; ++rep) {
-    Buffer dx = gpu().zeros(Shape{N, C}, DType::F32), dg = gpu().zeros(Shape{C}, DType::F32),
-           db = gpu().zeros(Shape{C}, DType::F32);
-    gpu().layernorm_backward(dout.gpu, x.gpu, gamma.gpu, mean, rstd, dx, dg, db);
-    std::vector<float> all = host(gpu(), dx);
-    for (const Buffer* b : {&dg, &db}) {
-      const std::vector<float> v = host(gpu(), *b);
-      all.insert(all.end(), v.begin(), v.end());
+  // fp32 dx: the fallback for 16-bit activations (fused for fp32); dx in the activations'
+  // dtype: the fused kernel (257 chunks at C = 2048).
+  struct Case {
+    int64_t N, C;
+    DType dx_dt;
+  };
+  for (const Case& c : {Case{513, 96, DType::F32}, Case{4103, 2048, dt()}}) {
+    const int64_t N = c.N, C = c.C;
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << " dx " << dtype_name(c.dx_dt));
+    Pair x = random(Shape{N, C}, dt()), gamma = random(Shape{C}, dt()), beta = random(Shape{C}, dt());
+    Pair dout = random(Shape{N, C}, dt());
+    Buffer out = gpu().empty(Shape{N, C}, dt()), mean = gpu().empty(Shape{N}, DType::F32),
+           rstd = gpu().empty(Shape{N}, DType::F32);
+    gpu().layernorm_forward(x.gpu, gamma.gpu, beta.gpu, out, mean, rstd);
+    std::vector<float> first;
+    for (int rep = 0; rep < 3; ++rep) {
+      Buffer dx = gpu().zeros(Shape{N, C}, c.dx_dt), dg = gpu().zeros(Shape{C}, DType::F32),
+             db = gpu().zeros(Shape{C}, DType::F32);
+      gpu().layernorm_backward(dout.gpu, x.gpu, gamma.gpu, mean, rstd, dx, dg, db);
+      std::vector<float> all = host(gpu(), dx);
+      for (const Buffer* b : {&dg, &db}) {
+        const std::vector<float> v = host(gpu(), *b);
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      if (rep == 0) first = all;
+      else EXPECT_EQ(first, all) << "repetition " << rep;
     }
-    if (rep == 0) first = all;
-    else EXPECT_EQ(first, all) << "repetition " << rep;
   }
 }
 

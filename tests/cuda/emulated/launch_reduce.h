@@ -34,9 +34,9 @@ int column_chunks(int64_t rows, int64_t cols) {
   return static_cast<int>(chunks);
 }
 
-void column_partials_accumulate(const float* partials, int chunks, int64_t cols, void* dst, DType dst_dtype) {
-  emu::launch(dim3(grid_for(cols, kColBlock, INT32_MAX)), dim3(kColBlock), 0, column_finish_kernel, partials, chunks,
-              cols, AnyPtr{dst, dst_dtype});
+void column_partials_accumulate(const float* partials, int64_t chunks, int64_t cols, void* dst, DType dst_dtype) {
+  emu::launch(dim3(grid_for(cols, kFinishCols, INT32_MAX)), dim3(kFinishCols * kFinishGroups), 0, column_finish_kernel,
+              partials, static_cast<int64_t>(chunks), cols, AnyPtr{dst, dst_dtype});
 }
 
 void bias_backward(const Tensor& dout, const Tensor& dbias) {

@@ -38,6 +38,7 @@ void adamw_multi(const std::vector<AdamWArgs>& list) {
           tab.model[j] = a.model_param.empty() ? nullptr : a.model_param.data;
           tab.n[j] = a.master.numel();
           tab.weight_decay[j] = a.weight_decay;
+          tab.vec[j] = vector_aligned(a);
         }
         tab.map = map;
         k.model_dtype = model_dtype(tensors.front());
@@ -64,15 +65,17 @@ class EmulatedAdamW : public EmuVsCpuDtype {
 };
 
 TEST_P(EmulatedAdamW, MultiTensorThreeSteps) {
-  // 20 pieces (more than one launch's 16), one of two chunks, two empty ones; gradients
-  // switch dtype and model copies switch dtype (or vanish) along the list.
+  // 20 pieces (more than one launch's 16), one of three chunks, two empty ones; gradients
+  // switch dtype and model copies switch dtype (or vanish) along the list. Every fourth
+  // piece's gradient is a view one element into its buffer: no vector accesses for it (the
+  // scalar path); the others take the vector path with a scalar tail where n % 4 != 0.
   const int kPieces = 20;
   std::vector<Piece> ref(kPieces), emu(kPieces);
   std::vector<int64_t> sizes(kPieces);
   std::vector<DType> grad_dt(kPieces), model_dt(kPieces);
   std::vector<bool> has_model(kPieces);
   for (int i = 0; i < kPieces; ++i) {
-    sizes[i] = i == 3 ? 20000 : (i == 7 || i == 12 ? 0 : 1 + (i * 131) % 700);
+    sizes[i] = i == 3 ? 140001 : (i == 7 || i == 12 ? 0 : 1 + (i * 131) % 700);
     grad_dt[i] = i >= 10 && i < 14 ? DType::F32 : dt();
     has_model[i] = i % 5 != 4;
     model_dt[i] = i >= 15 ? DType::F32 : dt();
@@ -90,11 +93,13 @@ TEST_P(EmulatedAdamW, MultiTensorThreeSteps) {
     std::vector<Buffer> grads;
     std::vector<AdamWArgs> r, e;
     for (int i = 0; i < kPieces; ++i) {
-      grads.push_back(random(Shape{sizes[i]}, grad_dt[i], -2.f, 2.f));
+      const bool unaligned = i % 4 == 1 && sizes[i] > 0;
+      grads.push_back(random(Shape{sizes[i] + (unaligned ? 1 : 0)}, grad_dt[i], -2.f, 2.f));
+      const Tensor grad = unaligned ? grads.back().t().flat_slice(1, sizes[i]) : grads.back().t();
       for (auto [list, p] : {std::pair{&r, &ref[i]}, std::pair{&e, &emu[i]}}) {
         AdamWArgs a;
         a.master = p->master;
-        a.grad = grads.back();
+        a.grad = grad;
         a.m = p->m;
         a.v = p->v;
         a.model_param = has_model[i] ? p->model.t() : Tensor();

@@ -3,8 +3,10 @@
 // backward (dx, dgamma, dbeta, all +=), for awkward row counts and widths, every float
 // dtype, 16-byte vectorised and scalar paths (aligned widths with matching dtypes vs odd
 // widths, mixed dtypes and misaligned pointers), and fp32 gradients for 16-bit
-// activations. The backward is run twice under different thread schedules and must give
-// the same bits.
+// activations. The backward's fused kernel (a block per chunk of rows) is checked at GPT-2's
+// widths and at the limits of its geometry, its fallback on what it does not cover (mixed
+// dtypes, misalignment, odd or too wide rows); each test also checks which path was taken.
+// The backward is run twice under different thread schedules and must give the same bits.
 //
 // What it cannot check: device math precision (rsqrtf is the host's 1/sqrtf here), nvcc's
 // fused multiply-adds, real vector-load alignment faults (misalignment is only checked
@@ -17,7 +19,8 @@ namespace trident::cuda::emu_layernorm {
 namespace {
 
 // Mirrors of the host launchers of kernels/cuda/cuda_layernorm.cu (launch_forward and
-// layernorm_backward): same kernels, template arguments and launch geometry.
+// layernorm_backward): same kernels, template arguments and launch geometry (the fused
+// backward's geometry comes from the file's own fused_geometry).
 // KEEP IN SYNC with cuda_layernorm.cu.
 void launch_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                     const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
@@ -40,10 +43,49 @@ void launch_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, 
   });
 }
 
-void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
-                        const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
+// Which backward path a call took (the tests check that each shape exercises the path it is
+// meant to).
+struct BackwardPath {
+  bool fused = false;
+  int vpt = 0, threads = 0;
+  int64_t chunks = 0;  // row chunks (fused: blocks of the fused kernel)
+};
+
+BackwardPath layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                                const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
   const int64_t N = x.rows(), C = x.cols();
-  if (N == 0 || C == 0) return;
+  BackwardPath path;
+  if (N == 0 || C == 0) return path;
+  dispatch_float(x.dtype, "layernorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const bool same = dout.dtype == x.dtype && gamma.dtype == x.dtype && dx.dtype == x.dtype;
+    const int kv = same ? vector_width<T>(C, {dout.data, x.data, gamma.data, dx.data}) : 1;
+    if (kv > 1) {
+      const FusedGeometry f = fused_geometry(N, C, kv);
+      if (f.vpt > 0) {
+        std::vector<float> pg = emu_reduce::nan_scratch<float>(static_cast<size_t>(f.chunks * C)), pb = pg;
+        auto launch = [&](auto vpt) {
+          constexpr int kVPT = decltype(vpt)::value;
+          emu::launch(dim3(static_cast<unsigned>(f.chunks)), dim3(f.threads), 0,
+                      layernorm_backward_fused_kernel<T, kVPT>, dout.ptr<T>(), x.ptr<T>(), gamma.ptr<T>(),
+                      mean.ptr<float>(), rstd.ptr<float>(), dx.ptr<T>(), N, C, f.rows_per_chunk, pg.data(),
+                      pb.data());
+        };
+        if (f.vpt == 1) {
+          launch(std::integral_constant<int, 1>{});
+        } else if (f.vpt == 2) {
+          launch(std::integral_constant<int, 2>{});
+        } else {
+          if constexpr (4 * kVec16<T> <= kFusedMaxElems) launch(std::integral_constant<int, 4>{});
+        }
+        emu_reduce::column_partials_accumulate(pg.data(), f.chunks, C, dgamma.data, dgamma.dtype);
+        emu_reduce::column_partials_accumulate(pb.data(), f.chunks, C, dbeta.data, dbeta.dtype);
+        path = BackwardPath{true, f.vpt, f.threads, f.chunks};
+      }
+    }
+  });
+  if (path.fused) return path;
+
   const int chunks = emu_reduce::column_chunks(N, C);
   const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
   std::vector<float> pg = emu_reduce::nan_scratch<float>(static_cast<size_t>(chunks * C)), pb = pg;
@@ -64,6 +106,8 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma
   });
   emu_reduce::column_partials_accumulate(pg.data(), chunks, C, dgamma.data, dgamma.dtype);
   emu_reduce::column_partials_accumulate(pb.data(), chunks, C, dbeta.data, dbeta.dtype);
+  path.chunks = chunks;
+  return path;
 }
 
 }  // namespace
@@ -115,8 +159,10 @@ class EmulatedLayerNorm : public EmuVsCpuDtype {
   }
 
   // The backward from the CPU's saved statistics on both sides; gradients start non-zero.
-  void backward(int64_t N, int64_t C, DType grad_dt, bool misalign) {
-    SCOPED_TRACE(shape_label(N, C, dt()) + " grads " + dtype_name(grad_dt) + (misalign ? " misaligned" : ""));
+  // dx_dt: dx's dtype, param_dt: dgamma's and dbeta's. Returns the path the launcher took.
+  kl::BackwardPath backward(int64_t N, int64_t C, DType dx_dt, DType param_dt, bool misalign) {
+    SCOPED_TRACE(shape_label(N, C, dt()) + " dx " + dtype_name(dx_dt) + " dgamma/dbeta " + dtype_name(param_dt) +
+                 (misalign ? " misaligned" : ""));
     Buffer xb = random(Shape{N, C}, dt(), -1.f, 3.f), keep;
     const Tensor x = misalign ? misaligned(keep, xb) : xb.t();
     Buffer gamma = random(Shape{C}, dt(), 0.5f, 1.5f), beta = random(Shape{C}, dt(), -0.5f, 0.5f);
@@ -124,15 +170,22 @@ class EmulatedLayerNorm : public EmuVsCpuDtype {
            rstd = cpu().empty(Shape{N}, DType::F32);
     cpu().layernorm_forward(x, gamma, beta, out, mean, rstd);
     Buffer dout = random(Shape{N, C}, dt());
-    Buffer dx = random(Shape{N, C}, grad_dt), dgamma = random(Shape{C}, grad_dt), dbeta = random(Shape{C}, grad_dt);
+    Buffer dx = random(Shape{N, C}, dx_dt), dgamma = random(Shape{C}, param_dt), dbeta = random(Shape{C}, param_dt);
     Buffer e_dx = clone(dx), e_dgamma = clone(dgamma), e_dbeta = clone(dbeta);
     cpu().layernorm_backward(dout, x, gamma, mean, rstd, dx, dgamma, dbeta);
-    kl::layernorm_backward(dout, x, gamma, mean, rstd, e_dx, e_dgamma, e_dbeta);
-    const std::string g = std::string(" ") + dtype_name(grad_dt);
-    expect_close(e_dx, dx, storage_tol(grad_dt, 1e-4, 1e-5), "layernorm dx" + g);
-    expect_close(e_dgamma, dgamma, storage_tol(grad_dt, 1e-4, 1e-4), "layernorm dgamma" + g);
-    expect_close(e_dbeta, dbeta, storage_tol(grad_dt, 1e-4, 1e-4), "layernorm dbeta" + g);
+    const kl::BackwardPath path = kl::layernorm_backward(dout, x, gamma, mean, rstd, e_dx, e_dgamma, e_dbeta);
+    const std::string path_name = path.fused ? " fused" : " fallback";
+    const std::string g = std::string(" ") + dtype_name(dx_dt) + path_name;
+    const std::string pgn = std::string(" ") + dtype_name(param_dt) + path_name;
+    expect_close(e_dx, dx, storage_tol(dx_dt, 1e-4, 1e-5), "layernorm dx" + g);
+    expect_close(e_dgamma, dgamma, storage_tol(param_dt, 1e-4, 1e-4), "layernorm dgamma" + pgn);
+    expect_close(e_dbeta, dbeta, storage_tol(param_dt, 1e-4, 1e-4), "layernorm dbeta" + pgn);
+    return path;
   }
+  kl::BackwardPath backward(int64_t N, int64_t C, DType grad_dt, bool misalign) {
+    return backward(N, C, grad_dt, grad_dt, misalign);
+  }
+  bool is_16bit() const { return dt() != DType::F32; }
 };
 
 TEST_P(EmulatedLayerNorm, Forward) {
@@ -149,36 +202,100 @@ TEST_P(EmulatedLayerNorm, ResidualForward) {
   forward(7, 136, dt(), true, true, false);  // misaligned x: scalar path
 }
 
+// Awkward shapes. C = 136 (a multiple of 8) takes the fused path (17 or 34 vectors: one
+// partly used warp); 33 rows are two full 16-row chunks and one of a single row.
 TEST_P(EmulatedLayerNorm, Backward) {
   for (int64_t N : awkward_rows())
-    for (int64_t C : awkward_cols()) backward(N, C, dt(), false);
-  backward(33, 130, DType::F32, false);  // fp32 gradients for 16-bit activations
-  backward(33, 136, DType::F32, false);  // ... with a vector-friendly width: scalar path
-  backward(100, 17, dt(), false);        // several row chunks in the dgamma/dbeta pass
-  backward(9, 136, dt(), true);          // misaligned x: scalar path
+    for (int64_t C : awkward_cols()) EXPECT_EQ(backward(N, C, dt(), false).fused, C == 136) << N << "x" << C;
+  EXPECT_FALSE(backward(33, 130, DType::F32, false).fused);  // fp32 gradients for 16-bit activations
+  // ... with a vector-friendly width: the fallback's vector path for fp32 dx of 16-bit x.
+  EXPECT_EQ(backward(33, 136, DType::F32, false).fused, !is_16bit());
+  EXPECT_FALSE(backward(100, 17, dt(), false).fused);  // several row chunks in the dgamma/dbeta pass
+  EXPECT_FALSE(backward(9, 136, dt(), true).fused);    // misaligned x: scalar path
+  // Rows too wide for one block of the fused kernel (C > 8192): the fallback's vector path.
+  EXPECT_FALSE(backward(3, 8200, dt(), false).fused);
 }
 
+// The fused backward at GPT-2's widths (768, 1600, 2048, 5760) and its limits (4096: 512
+// threads of one vector; 8192: 512 threads of 2 vectors (16-bit) or 4 (fp32)); 1600 and
+// 5760 leave threads of the last warp or vectors of the last pass unused. 37 rows: chunks
+// of 16, 16 and 5 rows. dgamma/dbeta in fp32 (master gradients) or in the model dtype.
+TEST_P(EmulatedLayerNorm, BackwardFused) {
+  const int kv = is_16bit() ? 8 : 4;
+  for (int64_t C : {int64_t{768}, int64_t{1600}, int64_t{2048}, int64_t{4096}, int64_t{5760}, int64_t{8192}}) {
+    const kl::BackwardPath p = backward(37, C, dt(), dt(), false);
+    EXPECT_TRUE(p.fused) << "C=" << C;
+    EXPECT_EQ(p.chunks, 3) << "C=" << C;
+    const int64_t vectors = C / kv;
+    const int64_t want_vpt = vectors <= 512 ? 1 : vectors <= 1024 ? 2 : 4;
+    EXPECT_EQ(p.vpt, want_vpt) << "C=" << C;
+    EXPECT_EQ(p.threads, ((vectors + want_vpt - 1) / want_vpt + 31) / 32 * 32) << "C=" << C;
+  }
+  EXPECT_TRUE(backward(37, 2048, dt(), DType::F32, false).fused);
+  EXPECT_TRUE(backward(16, 1600, dt(), DType::F32, false).fused);  // exactly one chunk
+  EXPECT_TRUE(backward(1, 768, dt(), dt(), false).fused);          // one row
+}
+
+// The fused geometry depends on the shape only; rows per chunk grow once the partials
+// would pass 16 MiB.
+TEST(EmulatedLayerNormGeometry, FusedGeometry) {
+  const kl::FusedGeometry a = kl::fused_geometry(8192, 2048, 8);  // gpt2-1.3b, bf16
+  EXPECT_EQ(a.vpt, 1);
+  EXPECT_EQ(a.threads, 256);
+  EXPECT_EQ(a.rows_per_chunk, 16);
+  EXPECT_EQ(a.chunks, 512);
+  const kl::FusedGeometry b = kl::fused_geometry(8192, 5760, 8);  // gpt2-16b, bf16
+  EXPECT_EQ(b.vpt, 2);
+  EXPECT_EQ(b.threads, 384);
+  EXPECT_EQ(b.rows_per_chunk, 23);  // at most 16 MiB / (8 * 5760) = 364 chunks
+  EXPECT_EQ(b.chunks, 357);
+  const kl::FusedGeometry c = kl::fused_geometry(100000, 8192, 4);  // fp32, 4 vectors per thread
+  EXPECT_EQ(c.vpt, 4);
+  EXPECT_EQ(c.threads, 512);
+  EXPECT_EQ(c.rows_per_chunk, 391);
+  EXPECT_EQ(c.chunks, 256);
+  EXPECT_EQ(kl::fused_geometry(10, 8200, 8).vpt, 0);  // too wide: fallback
+  EXPECT_EQ(kl::fused_geometry(10, 8200, 4).vpt, 0);
+  EXPECT_EQ(kl::fused_geometry(10, 16384, 8).vpt, 0);
+}
+
+// Two thread schedules, the same bits: the fused path (dx in the model dtype; 100 rows are
+// 7 chunks, C = 1600 leaves threads idle) and the fallback (fp32 dx of 16-bit activations,
+// misaligned x).
 TEST_P(EmulatedLayerNorm, BackwardIsDeterministic) {
-  const int64_t N = 100, C = 136;
-  Buffer x = random(Shape{N, C}, dt()), gamma = random(Shape{C}, dt()), beta = random(Shape{C}, dt());
-  Buffer dout = random(Shape{N, C}, dt());
-  Buffer out = cpu().empty(Shape{N, C}, dt()), mean = cpu().empty(Shape{N}, DType::F32),
-         rstd = cpu().empty(Shape{N}, DType::F32);
-  cpu().layernorm_forward(x, gamma, beta, out, mean, rstd);
-  std::vector<Buffer> first;
-  for (int rep = 0; rep < 2; ++rep) {
-    emu::set_schedule_seed(100 + rep);
-    Buffer dx = filled(Shape{N, C}, DType::F32, 0.f), dg = filled(Shape{C}, DType::F32, 0.f),
-           db = filled(Shape{C}, DType::F32, 0.f);
-    kl::layernorm_backward(dout, x, gamma, mean, rstd, dx, dg, db);
-    if (rep == 0) {
-      first.push_back(std::move(dx));
-      first.push_back(std::move(dg));
-      first.push_back(std::move(db));
-    } else {
-      EXPECT_TRUE(same_bytes(dx, first[0])) << "dx differs between two thread schedules";
-      EXPECT_TRUE(same_bytes(dg, first[1])) << "dgamma differs between two thread schedules";
-      EXPECT_TRUE(same_bytes(db, first[2])) << "dbeta differs between two thread schedules";
+  struct Case {
+    int64_t N, C;
+    DType dx_dt;
+    bool misalign, fused;
+  };
+  const std::vector<Case> cases = {{100, 136, dt(), false, true},
+                                   {100, 1600, dt(), false, true},
+                                   {100, 136, DType::F32, false, !is_16bit()},
+                                   {100, 136, dt(), true, false}};
+  for (const Case& c : cases) {
+    const int64_t N = c.N, C = c.C;
+    SCOPED_TRACE(shape_label(N, C, dt()) + " dx " + dtype_name(c.dx_dt) + (c.misalign ? " misaligned" : ""));
+    Buffer xb = random(Shape{N, C}, dt()), keep, gamma = random(Shape{C}, dt()), beta = random(Shape{C}, dt());
+    const Tensor x = c.misalign ? misaligned(keep, xb) : xb.t();
+    Buffer dout = random(Shape{N, C}, dt());
+    Buffer out = cpu().empty(Shape{N, C}, dt()), mean = cpu().empty(Shape{N}, DType::F32),
+           rstd = cpu().empty(Shape{N}, DType::F32);
+    cpu().layernorm_forward(x, gamma, beta, out, mean, rstd);
+    std::vector<Buffer> first;
+    for (int rep = 0; rep < 2; ++rep) {
+      emu::set_schedule_seed(100 + rep);
+      Buffer dx = filled(Shape{N, C}, c.dx_dt, 0.f), dg = filled(Shape{C}, DType::F32, 0.f),
+             db = filled(Shape{C}, DType::F32, 0.f);
+      EXPECT_EQ(kl::layernorm_backward(dout, x, gamma, mean, rstd, dx, dg, db).fused, c.fused);
+      if (rep == 0) {
+        first.push_back(std::move(dx));
+        first.push_back(std::move(dg));
+        first.push_back(std::move(db));
+      } else {
+        EXPECT_TRUE(same_bytes(dx, first[0])) << "dx differs between two thread schedules";
+        EXPECT_TRUE(same_bytes(dg, first[1])) << "dgamma differs between two thread schedules";
+        EXPECT_TRUE(same_bytes(db, first[2])) << "dbeta differs between two thread schedules";
+      }
     }
   }
 }

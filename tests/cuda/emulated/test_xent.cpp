@@ -2,7 +2,8 @@
 // vocab-parallel softmax cross-entropy (row max and target logit; sum of exponentials;
 // loss, top-1 hit and the logits overwritten by their gradient) on shards with padding
 // columns, targets owned by other shards and ignored (negative) targets, for awkward row
-// counts and widths (narrower and wider than the 256-thread block) and every float dtype.
+// counts and widths (narrower and wider than the 256-thread block; multiples of 8 take the
+// vector path, over more than one 2048-element stride at 4104) and every float dtype.
 // Each phase starts from the CPU's results of the previous one, so each is checked alone.
 //
 // What it cannot check: the device's expf/logf precision (host libm here), fused
@@ -14,15 +15,18 @@ namespace trident::cuda::emu_xent {
 namespace {
 
 // Mirrors of the host launchers xent_stats, xent_sumexp and xent_loss_grad in
-// kernels/cuda/cuda_xent.cu: one block of kBlock threads per row. KEEP IN SYNC with it.
+// kernels/cuda/cuda_xent.cu: one block of kBlock threads per row, 16-byte vectors when the
+// rows allow them. KEEP IN SYNC with it.
 void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
                 const Tensor& row_max, const Tensor& target_logit) {
   const int64_t N = logits.rows(), Vl = logits.cols();
   if (N == 0) return;
   dispatch_float(logits.dtype, "xent_stats", [&](auto tag) {
     using T = decltype(tag);
-    emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_stats_kernel<T>, logits.ptr<T>(), targets.ptr<int32_t>(),
-                vocab_start, Vl, valid, row_max.ptr<float>(), target_logit.ptr<float>());
+    with_vector_width<T>(logits, [&](auto kv) {
+      emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_stats_kernel<T, kv.value>, logits.ptr<T>(),
+                  targets.ptr<int32_t>(), vocab_start, Vl, valid, row_max.ptr<float>(), target_logit.ptr<float>());
+    });
   });
 }
 
@@ -31,8 +35,10 @@ void xent_sumexp(const Tensor& logits, int64_t valid, const Tensor& row_max, con
   if (N == 0) return;
   dispatch_float(logits.dtype, "xent_sumexp", [&](auto tag) {
     using T = decltype(tag);
-    emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_sumexp_kernel<T>, logits.ptr<T>(), Vl, valid,
-                row_max.ptr<float>(), sumexp.ptr<float>());
+    with_vector_width<T>(logits, [&](auto kv) {
+      emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_sumexp_kernel<T, kv.value>, logits.ptr<T>(), Vl, valid,
+                  row_max.ptr<float>(), sumexp.ptr<float>());
+    });
   });
 }
 
@@ -43,9 +49,11 @@ void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_s
   if (N == 0) return;
   dispatch_float(logits.dtype, "xent_loss_grad", [&](auto tag) {
     using T = decltype(tag);
-    emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_loss_grad_kernel<T>, logits.ptr<T>(),
-                targets.ptr<int32_t>(), vocab_start, Vl, valid, row_max.ptr<float>(), sumexp.ptr<float>(),
-                target_logit.ptr<float>(), losses.ptr<float>(), correct.ptr<float>(), grad_scale);
+    with_vector_width<T>(logits, [&](auto kv) {
+      emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_loss_grad_kernel<T, kv.value>, logits.ptr<T>(),
+                  targets.ptr<int32_t>(), vocab_start, Vl, valid, row_max.ptr<float>(), sumexp.ptr<float>(),
+                  target_logit.ptr<float>(), losses.ptr<float>(), correct.ptr<float>(), grad_scale);
+    });
   });
 }
 
@@ -93,7 +101,8 @@ class EmulatedXent : public EmuVsCpuDtype {
 
 TEST_P(EmulatedXent, ShardsWithPaddingAndIgnoredTargets) {
   for (int64_t N : awkward_rows()) {
-    for (int64_t Vl : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{130}, int64_t{300}, int64_t{777}}) {
+    for (int64_t Vl : {int64_t{1}, int64_t{3}, int64_t{17}, int64_t{130}, int64_t{300}, int64_t{777}, int64_t{64},
+                       int64_t{4104}}) {
       check(N, Vl, 0, Vl, 1.0f);                                             // first shard, no padding
       if (Vl > 1) check(N, Vl, 2 * Vl, Vl - Vl / 3, 1.0f / static_cast<float>(N));  // last shard, padding
     }
