@@ -238,6 +238,53 @@ __device__ __forceinline__ void mma_ab_regs(float (&acc)[DP / 8][4], const uint3
   }
 }
 
+// The forward's versions of the two products for WM row tiles per warp: warp w owns rows
+// [64 mt + 16 w, +16) of sA for mt < WM, and each B fragment read from shared memory
+// feeds WM tensor-core products instead of one (fewer ldmatrix per mma).
+template <typename T, int DP, int NT, int WM>
+__device__ __forceinline__ void mma_abt_wm(float (&acc)[WM][NT][4], const T* sA, const T* sB, int warp, int lane) {
+  constexpr int LDS = DP + 8;
+#pragma unroll
+  for (int mt = 0; mt < WM; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    uint32_t a[WM][4];
+#pragma unroll
+    for (int mt = 0; mt < WM; ++mt)
+      ldsm_x4(a[mt], sA + (mt * 64 + warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t b[4];
+      ldsm_x4(b, sB + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + ks * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int mt = 0; mt < WM; ++mt) {
+        mma16816<T>(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma16816<T>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+template <typename T, int DP, int KK, int WM>
+__device__ __forceinline__ void mma_ab_regs_wm(float (&acc)[WM][DP / 8][4], const uint32_t (&a)[WM][KK][4],
+                                               const T* sB, int lane) {
+  constexpr int LDS = DP + 8;
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < DP / 16; ++dp) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, sB + (kk * 16 + (lane & 15)) * LDS + dp * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int mt = 0; mt < WM; ++mt) {
+        mma16816<T>(acc[mt][2 * dp], a[mt][kk], b[0], b[1]);
+        mma16816<T>(acc[mt][2 * dp + 1], a[mt][kk], b[2], b[3]);
+      }
+    }
+  }
+}
+
 // Rows [row0, row0 + 16) x [0, D) of a warp's accumulator (C layout, times `mul`) to a
 // [T, D] head view with row stride ld; rows >= T are not written.
 template <typename T, int DP>
@@ -256,17 +303,18 @@ __device__ __forceinline__ void store_acc(T* g, int64_t ld, const float (&acc)[D
   }
 }
 
-template <int DP, int BK>
+template <int DP, int BK, int WM>
 constexpr int fwd_smem_bytes() {
-  return (64 + 2 * BK) * (DP + 8) * 2;
+  return (64 * WM + 2 * BK) * (DP + 8) * 2;
 }
 
-// Forward. Grid (B*H, ceil(T/64)); block: 64 query rows, 4 warps x 16 rows. Key tiles of
-// BK rows stream through shared memory; K of the next tile loads while P V runs, V of the
-// next tile while the next S runs.
-template <typename T, int DP, int BK>
+// Forward. Grid (B*H, ceil(T/(64 WM))); block: 64 WM query rows, each of the 4 warps owning
+// WM tiles of 16 rows (64 rows apart, so that every warp has work near the diagonal). Key
+// tiles of BK rows stream through shared memory; K of the next tile loads while P V runs,
+// V of the next tile while the next S runs.
+template <typename T, int DP, int BK, int WM>
 __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams p) {
-  constexpr int BQ = 64, LDS = DP + 8, NT = BK / 8;
+  constexpr int BQ = 64 * WM, LDS = DP + 8, NT = BK / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + BQ * LDS;
@@ -280,12 +328,10 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams
   const T* gK = gQ + HD;
   const T* gV = gQ + 2 * HD;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
-  const int wrow = q0 + warp * 16;
-  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+  const int last_wrow = q0 + (WM - 1) * 64 + warp * 16;  // the warp's last row tile
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
   const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
   const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
-  const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;  // dropout row bases
 
   load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
   load_tile<T, BK, DP>(sK, gK, p.qkv_tok, 0, T_, D);
@@ -293,82 +339,95 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams
   load_tile<T, BK, DP>(sV, gV, p.qkv_tok, 0, T_, D);
   cp_async_commit();
 
-  float o[DP / 8][4];
+  float o[WM][DP / 8][4];
+  float m[WM][2], l[WM][2];  // per row tile, rows g and g + 8: exp2-domain max, partial sums
 #pragma unroll
-  for (int nt = 0; nt < DP / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // exp2-domain max, partial sums
+  for (int mt = 0; mt < WM; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < DP / 8; ++nt) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.f;
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
 
   for (int kb = 0; kb < nkb; ++kb) {
     const int k0 = kb * BK;
     cp_async_wait<1>();  // Q and K of this tile have landed (V may be in flight)
     __syncthreads();
-    const bool active = k0 <= wrow + 15;  // warp-uniform: some key of the tile is visible
-    uint32_t pa[NT / 2][4];
+    // Warp-uniform: some key of the tile is visible to the warp's last (lowest) row tile.
+    // Its other row tiles may see none of it: their scores are all -inf and add nothing.
+    const bool active = k0 <= last_wrow + 15;
+    uint32_t pa[WM][NT / 2][4];
     if (active) {
-      float s[NT][4];
-      mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
-      const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > T_;
-      float mx0 = -INFINITY, mx1 = -INFINITY;
+      float s[WM][NT][4];
+      mma_abt_wm<T, DP, NT, WM>(s, sQ, sK, warp, lane);
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = s[nt][e] * p.scale_log2;
-          if (need_mask) {
-            const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
-            if (col > row || col >= T_) v = -INFINITY;
-          }
-          s[nt][e] = v;
-        }
-        mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
-        mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-      // A row with nothing visible yet keeps max -inf; subtract 0 then, so exp2 gives 0.
-      const float ms0 = mn0 == -INFINITY ? 0.f : mn0, ms1 = mn1 == -INFINITY ? 0.f : mn1;
-      const float al0 = exp2f(m0 - ms0), al1 = exp2f(m1 - ms1);
-      m0 = mn0;
-      m1 = mn1;
-      l0 *= al0;
-      l1 *= al1;
-#pragma unroll
-      for (int nt = 0; nt < DP / 8; ++nt) {
-        o[nt][0] *= al0;
-        o[nt][1] *= al0;
-        o[nt][2] *= al1;
-        o[nt][3] *= al1;
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        s[nt][0] = exp2f(s[nt][0] - ms0);
-        s[nt][1] = exp2f(s[nt][1] - ms0);
-        s[nt][2] = exp2f(s[nt][2] - ms1);
-        s[nt][3] = exp2f(s[nt][3] - ms1);
-        l0 += s[nt][0] + s[nt][1];
-        l1 += s[nt][2] + s[nt][3];
-      }
-      if (p.dropout) {
+      for (int mt = 0; mt < WM; ++mt) {
+        const int wrow = q0 + mt * 64 + warp * 16;
+        const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+        const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > T_;
+        float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const int col = k0 + nt * 8 + tq * 2;
-          float z0, z1;
-          if (row0 < T_) {
-            attn_drop_pair(p, sample, rb0 + col, z0, z1);
-            s[nt][0] *= z0;
-            s[nt][1] *= z1;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float v = s[mt][nt][e] * p.scale_log2;
+            if (need_mask) {
+              const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
+              if (col > row || col >= T_) v = -INFINITY;
+            }
+            s[mt][nt][e] = v;
           }
-          if (row1 < T_) {
-            attn_drop_pair(p, sample, rb1 + col, z0, z1);
-            s[nt][2] *= z0;
-            s[nt][3] *= z1;
+          mx0 = fmaxf(mx0, fmaxf(s[mt][nt][0], s[mt][nt][1]));
+          mx1 = fmaxf(mx1, fmaxf(s[mt][nt][2], s[mt][nt][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
+        // A row with nothing visible yet keeps max -inf; subtract 0 then, so exp2 gives 0.
+        const float ms0 = mn0 == -INFINITY ? 0.f : mn0, ms1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float al0 = exp2f(m[mt][0] - ms0), al1 = exp2f(m[mt][1] - ms1);
+        m[mt][0] = mn0;
+        m[mt][1] = mn1;
+        l[mt][0] *= al0;
+        l[mt][1] *= al1;
+#pragma unroll
+        for (int nt = 0; nt < DP / 8; ++nt) {
+          o[mt][nt][0] *= al0;
+          o[mt][nt][1] *= al0;
+          o[mt][nt][2] *= al1;
+          o[mt][nt][3] *= al1;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          s[mt][nt][0] = exp2f(s[mt][nt][0] - ms0);
+          s[mt][nt][1] = exp2f(s[mt][nt][1] - ms0);
+          s[mt][nt][2] = exp2f(s[mt][nt][2] - ms1);
+          s[mt][nt][3] = exp2f(s[mt][nt][3] - ms1);
+          l[mt][0] += s[mt][nt][0] + s[mt][nt][1];
+          l[mt][1] += s[mt][nt][2] + s[mt][nt][3];
+        }
+        if (p.dropout) {
+          const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;  // dropout row bases
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int col = k0 + nt * 8 + tq * 2;
+            float z0, z1;
+            if (row0 < T_) {
+              attn_drop_pair(p, sample, rb0 + col, z0, z1);
+              s[mt][nt][0] *= z0;
+              s[mt][nt][1] *= z1;
+            }
+            if (row1 < T_) {
+              attn_drop_pair(p, sample, rb1 + col, z0, z1);
+              s[mt][nt][2] *= z0;
+              s[mt][nt][3] *= z1;
+            }
           }
         }
+        c_to_a<T, NT>(s[mt], pa[mt]);
       }
-      c_to_a<T, NT>(s, pa);
     }
     __syncthreads();  // every warp is done with sK
     if (kb + 1 < nkb) {
@@ -379,7 +438,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (active) mma_ab_regs<T, DP, NT / 2>(o, pa, sV, lane);
+    if (active) mma_ab_regs_wm<T, DP, NT / 2, WM>(o, pa, sV, lane);
     __syncthreads();  // every warp is done with sV
     if (kb + 1 < nkb) {
       load_tile<T, BK, DP>(sV, gV, p.qkv_tok, k0 + BK, T_, D);
@@ -387,17 +446,23 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams
     }
   }
 
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  // Every row sees key 0, so l > 0 for rows < T (rows >= T are not written).
   T* gO = static_cast<T*>(p.out) + static_cast<int64_t>(b) * T_ * p.out_tok + static_cast<int64_t>(h) * D;
-  store_acc<T, DP>(gO, p.out_tok, o, wrow, T_, D, lane, 1.f / l0, 1.f / l1);
-  if (tq == 0) {
-    float* lse = p.lse + static_cast<int64_t>(bh) * T_;
-    if (row0 < T_) lse[row0] = (m0 + log2f(l0)) * kLn2;
-    if (row1 < T_) lse[row1] = (m1 + log2f(l1)) * kLn2;
+#pragma unroll
+  for (int mt = 0; mt < WM; ++mt) {
+    float l0 = l[mt][0], l1 = l[mt][1];
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    // Every row sees key 0, so l > 0 for rows < T (rows >= T are not written).
+    const int wrow = q0 + mt * 64 + warp * 16;
+    const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+    store_acc<T, DP>(gO, p.out_tok, o[mt], wrow, T_, D, lane, 1.f / l0, 1.f / l1);
+    if (tq == 0) {
+      float* lse = p.lse + static_cast<int64_t>(bh) * T_;
+      if (row0 < T_) lse[row0] = (m[mt][0] + log2f(l0)) * kLn2;
+      if (row1 < T_) lse[row1] = (m[mt][1] + log2f(l1)) * kLn2;
+    }
   }
 }
 
@@ -497,26 +562,28 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
   store_acc<T, DP>(gdQ, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
 }
 
-template <int DP, int BQ>
+template <int DP, int BQ, int NB>
 constexpr int dkdv_smem_bytes() {
-  return (2 * 64 + 2 * BQ) * (DP + 8) * 2 + 2 * BQ * 4;
+  return (2 * 64 + NB * 2 * BQ) * (DP + 8) * 2 + NB * 2 * BQ * 4;
 }
 
 // Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)); block: 64 keys (4 warps x 16), query
-// tiles of BQ rows from the diagonal to the end. Single-buffered: double-buffering Q and dO
-// took the D = 128 variant to 255 registers on sm_90, one step from spilling. Everything is computed transposed (keys
-// are rows), so the accumulators of S^T and dP^T are directly the A operands of
+// tiles of BQ rows from the diagonal to the end. NB = 1: one Q/dO buffer, each tile loaded
+// and waited for before its products. NB = 2: two buffers, the next tile's Q and dO (and
+// its lse and delta, through registers) load while the current one is used; more shared
+// memory and a few more registers (TRIDENT_ATTN_BWD_DB=1 selects it while it is measured).
+// Everything is computed transposed (keys are rows), so the accumulators of S^T and dP^T
+// are directly the A operands of
 //   dV += (P z)^T dO,   dK += dS^T Q;   dK * scale written at the end.
-template <typename T, int DP, int BQ>
+template <typename T, int DP, int BQ, int NB>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnParams p) {
   constexpr int BKV = 64, LDS = DP + 8, NT = BQ / 8;
+  constexpr int kTileElems = 2 * BQ * LDS;  // Q and dO of one query tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + BKV * LDS;
-  T* sQ = sV + BKV * LDS;
-  T* sO = sQ + BQ * LDS;  // dO
-  float* sL = reinterpret_cast<float*>(sO + BQ * LDS);  // lse * log2(e) of the tile's rows
-  float* sDl = sL + BQ;                                 // delta of the tile's rows
+  T* sQ0 = sV + BKV * LDS;  // buffer n: Q at sQ0 + n * kTileElems, dO BQ rows after it
+  float* sL0 = reinterpret_cast<float*>(sQ0 + NB * kTileElems);  // buffer n: lse * log2(e), then delta
 
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
@@ -546,47 +613,89 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
     dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
   }
 
-  const int nqt = (T_ + BQ - 1) / BQ;
-  for (int qt = k0 / BQ; qt < nqt; ++qt) {
-    const int i0 = qt * BQ;
-    __syncthreads();  // every warp is done with the previous Q, dO, sL, sDl
-    load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, i0, T_, D);
-    load_tile<T, BQ, DP>(sO, gdO, p.out_tok, i0, T_, D);
-    cp_async_commit();
+  // Query tile qt into buffer n: Q and dO by cp.async (the caller commits), lse and delta
+  // of its rows returned for the caller to store into sL0 (after the buffer is free).
+  auto load_query_tile = [&](int qt, int n, float& l, float& d) {
+    T* q = sQ0 + n * kTileElems;
+    load_tile<T, BQ, DP>(q, gQ, p.qkv_tok, qt * BQ, T_, D);
+    load_tile<T, BQ, DP>(q + BQ * LDS, gdO, p.out_tok, qt * BQ, T_, D);
+    const int i = qt * BQ + static_cast<int>(threadIdx.x);
+    const bool row = threadIdx.x < BQ && i < T_;
+    l = row ? lse[i] * kLog2e : INFINITY;
+    d = row ? delta[i] : 0.f;
+  };
+  auto store_stats = [&](int n, float l, float d) {
     if (threadIdx.x < BQ) {
-      const int i = i0 + threadIdx.x;
-      sL[threadIdx.x] = i < T_ ? lse[i] * kLog2e : INFINITY;
-      sDl[threadIdx.x] = i < T_ ? delta[i] : 0.f;
+      sL0[n * 2 * BQ + threadIdx.x] = l;
+      sL0[n * 2 * BQ + BQ + threadIdx.x] = d;
     }
-    cp_async_wait<0>();
-    __syncthreads();
-    if (i0 + BQ - 1 < wkey) continue;  // warp-uniform: every query of the tile is before every key
-    float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
-    mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
-    mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
-    const bool need_mask = wkey + 15 > i0 || i0 + BQ > T_;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
-        const bool visible = !need_mask || (i >= j && i < T_);
-        float pe = 0.f, ds = 0.f;
-        if (visible) {
-          pe = exp2f(st[nt][e] * p.scale_log2 - sL[ii]);
-          const float z = p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
-          ds = pe * (z * dpt[nt][e] - sDl[ii]);
-          pe *= z;
-        }
-        st[nt][e] = pe;  // P z
-        dpt[nt][e] = ds;
+  };
+
+  const int qt_first = k0 / BQ, nqt = (T_ + BQ - 1) / BQ;
+  if constexpr (NB == 2) {
+    float l, d;
+    load_query_tile(qt_first, 0, l, d);
+    cp_async_commit();
+    store_stats(0, l, d);
+  }
+  for (int qt = qt_first; qt < nqt; ++qt) {
+    const int i0 = qt * BQ;
+    const int n = NB == 2 ? (qt - qt_first) & 1 : 0;
+    float next_l = INFINITY, next_d = 0.f;  // the next tile's stats (NB = 2)
+    if constexpr (NB == 1) {
+      __syncthreads();  // every warp is done with the previous Q, dO, lse, delta
+      float l, d;
+      load_query_tile(qt, 0, l, d);
+      cp_async_commit();
+      store_stats(0, l, d);
+      cp_async_wait<0>();
+    } else {
+      // The other buffer was released by the barrier that ended the previous tile.
+      if (qt + 1 < nqt) {
+        load_query_tile(qt + 1, n ^ 1, next_l, next_d);
+        cp_async_commit();
+        cp_async_wait<1>();  // this tile has landed (the next may be in flight)
+      } else {
+        cp_async_wait<0>();
       }
     }
-    uint32_t pa[NT / 2][4];
-    c_to_a<T, NT>(st, pa);
-    mma_ab_regs<T, DP, NT / 2>(dv, pa, sO, lane);
-    c_to_a<T, NT>(dpt, pa);
-    mma_ab_regs<T, DP, NT / 2>(dk, pa, sQ, lane);
+    __syncthreads();
+    const T* sQ = sQ0 + n * kTileElems;
+    const T* sO = sQ + BQ * LDS;  // dO
+    const float* sL = sL0 + n * 2 * BQ;
+    const float* sDl = sL + BQ;
+    if (i0 + BQ - 1 >= wkey) {  // warp-uniform: skip a tile whose queries all precede the keys
+      float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
+      mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
+      mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
+      const bool need_mask = wkey + 15 > i0 || i0 + BQ > T_;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
+          const bool visible = !need_mask || (i >= j && i < T_);
+          float pe = 0.f, ds = 0.f;
+          if (visible) {
+            pe = exp2f(st[nt][e] * p.scale_log2 - sL[ii]);
+            const float z = p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
+            ds = pe * (z * dpt[nt][e] - sDl[ii]);
+            pe *= z;
+          }
+          st[nt][e] = pe;  // P z
+          dpt[nt][e] = ds;
+        }
+      }
+      uint32_t pa[NT / 2][4];
+      c_to_a<T, NT>(st, pa);
+      mma_ab_regs<T, DP, NT / 2>(dv, pa, sO, lane);
+      c_to_a<T, NT>(dpt, pa);
+      mma_ab_regs<T, DP, NT / 2>(dk, pa, sQ, lane);
+    }
+    if constexpr (NB == 2) {
+      if (qt + 1 < nqt) store_stats(n ^ 1, next_l, next_d);
+      __syncthreads();  // every warp is done with buffer n; the next stats are visible
+    }
   }
 
   T* gdK = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head + HD;
@@ -779,13 +888,34 @@ void dispatch_dp(int D, F&& f) {
   }
 }
 
+// Query row tiles per warp in the forward: 1 (64-row blocks) unless TRIDENT_ATTN_FWD_WM=2
+// asks for 128-row blocks, whose warps reuse each K and V fragment for two row tiles.
+// Read per call, so a benchmark or a test can time and check both in one process.
+int forward_row_tiles() {
+  const char* v = std::getenv("TRIDENT_ATTN_FWD_WM");
+  return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 1;
+}
+
 template <typename T>
 void forward_mma(const AttnParams& p, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 63) / 64));
+  const int wm = forward_row_tiles();
+  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 64 * wm - 1) / (64 * wm)));
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
-    launch_mma(attn_fwd_mma_kernel<T, DP, BK>, grid, fwd_smem_bytes<DP, BK>(), p, s);
+    if (wm == 2) {
+      // D = 128 holds two 16 x 128 output tiles per warp: 16-key tiles keep it unspilled.
+      constexpr int BK2 = DP == 128 ? 16 : 64;
+      launch_mma(attn_fwd_mma_kernel<T, DP, BK2, 2>, grid, fwd_smem_bytes<DP, BK2, 2>(), p, s);
+    } else {
+      launch_mma(attn_fwd_mma_kernel<T, DP, BK, 1>, grid, fwd_smem_bytes<DP, BK, 1>(), p, s);
+    }
   });
+}
+
+// dK/dV with two Q/dO buffers when TRIDENT_ATTN_BWD_DB=1 (read per call, like the above).
+bool bwd_double_buffered() {
+  const char* v = std::getenv("TRIDENT_ATTN_BWD_DB");
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 template <typename T>
@@ -793,7 +923,11 @@ void backward_mma(const AttnParams& p, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 63) / 64));
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
-    launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK>, grid, dkdv_smem_bytes<DP, BK>(), p, s);
+    if (bwd_double_buffered()) {
+      launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, grid, dkdv_smem_bytes<DP, BK, 2>(), p, s);
+    } else {
+      launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, grid, dkdv_smem_bytes<DP, BK, 1>(), p, s);
+    }
     launch_mma(attn_bwd_dq_mma_kernel<T, DP, BK>, grid, dq_smem_bytes<DP, BK>(), p, s);
   });
 }

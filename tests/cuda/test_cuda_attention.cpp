@@ -143,6 +143,19 @@ TEST_P(CudaAttention, BackwardMatchesCpu) {
   check_backward("");
 }
 
+// The variants under measurement: the forward with two 16-row tiles per warp (128-row
+// blocks, TRIDENT_ATTN_FWD_WM=2) and the dK/dV kernel with two Q/dO buffers
+// (TRIDENT_ATTN_BWD_DB=1).
+TEST_P(CudaAttention, TunedVariantsMatchCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  ::setenv("TRIDENT_ATTN_FWD_WM", "2", 1);
+  ::setenv("TRIDENT_ATTN_BWD_DB", "1", 1);
+  check_forward("variants ");
+  check_backward("variants ");
+  ::unsetenv("TRIDENT_ATTN_FWD_WM");
+  ::unsetenv("TRIDENT_ATTN_BWD_DB");
+}
+
 // The CUDA-core fallback (the fp32 path; for 16-bit it serves D % 8 != 0 and unaligned
 // views) forced with TRIDENT_ATTN_SIMT=1, so the 16-bit types test it too.
 TEST_P(CudaAttention, FallbackPathMatchesCpu) {

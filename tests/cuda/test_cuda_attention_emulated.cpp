@@ -452,10 +452,12 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
 }
 
 // Forward, delta, dK/dV and dQ of one case on emulated blocks, against the reference.
+// wm: the forward's 16-row tiles per warp (1: 64-row blocks, 2: 128-row blocks);
+// nb: the dK/dV kernel's Q/dO buffers (1 or 2).
 template <typename T>
-void run_case(const Case& c, bool tensor_cores, uint64_t seed) {
+void run_case(const Case& c, bool tensor_cores, uint64_t seed, int wm = 1, int nb = 1) {
   SCOPED_TRACE(describe(c) + (tensor_cores ? " tensor-core" : " cuda-core") +
-               (emu::g_eager ? " eager" : " deferred"));
+               (emu::g_eager ? " eager" : " deferred") + " wm" + std::to_string(wm) + " nb" + std::to_string(nb));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   const size_t nqkv = static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D, nout = nqkv / 3,
@@ -496,9 +498,19 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed) {
     if constexpr (!std::is_same_v<T, float>) {
       dispatch_dp(c.D, [&](auto dp) {
         constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
-        launch(attn_fwd_mma_kernel<T, DP, BK>, bh, tiles, fwd_smem_bytes<DP, BK>(), p);
+        if (wm == 2) {
+          constexpr int BK2 = DP == 128 ? 16 : 64;  // as forward_mma in the .cu
+          launch(attn_fwd_mma_kernel<T, DP, BK2, 2>, bh, static_cast<unsigned>((c.T + 127) / 128),
+                 fwd_smem_bytes<DP, BK2, 2>(), p);
+        } else {
+          launch(attn_fwd_mma_kernel<T, DP, BK, 1>, bh, tiles, fwd_smem_bytes<DP, BK, 1>(), p);
+        }
         launch(attn_delta_kernel<T>, rows, 1, 0, p);
-        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK>, bh, tiles, dkdv_smem_bytes<DP, BK>(), p);
+        if (nb == 2) {
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, bh, tiles, dkdv_smem_bytes<DP, BK, 2>(), p);
+        } else {
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, bh, tiles, dkdv_smem_bytes<DP, BK, 1>(), p);
+        }
         launch(attn_bwd_dq_mma_kernel<T, DP, BK>, bh, tiles, dq_smem_bytes<DP, BK>(), p);
       });
     }
@@ -553,6 +565,15 @@ TEST_P(EmulatedAttention, TensorCoreFp16) {
 TEST_P(EmulatedAttention, TensorCoreBf16) {
   uint64_t seed = 100;
   for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++);
+}
+
+// The variants under measurement: 128-row forward blocks, double-buffered dK/dV.
+TEST_P(EmulatedAttention, TensorCoreVariants) {
+  uint64_t seed = 400;
+  for (const Case& c : cases()) {
+    run_case<__half>(c, true, seed++, 2, 2);
+    run_case<__nv_bfloat16>(c, true, seed++, 2, 2);
+  }
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
