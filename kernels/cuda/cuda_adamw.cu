@@ -56,24 +56,21 @@ __device__ __forceinline__ float adamw_element(float g_raw, float& m, float& v, 
   return master;
 }
 
+// kVec values converted to T and stored as one vector at p.
+template <typename T>
+__device__ __forceinline__ void store_converted(T* p, const float (&v)[kVec]) {
+  Vec<T, kVec> o;
+#pragma unroll
+  for (int e = 0; e < kVec; ++e) o.v[e] = from_f32<T>(v[e]);
+  store_vec<T, kVec>(p, o);
+}
+
 // kVec model-copy values from element i on; the piece's vec flag guarantees the alignment.
 __device__ __forceinline__ void store_model_vec(AnyPtr model, int64_t i, const float (&p)[kVec]) {
   switch (model.t) {
-    case DType::F32: *reinterpret_cast<float4*>(static_cast<float*>(model.p) + i) = make_float4(p[0], p[1], p[2], p[3]); break;
-    case DType::F16: {
-      Vec<__half, kVec> o;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) o.v[e] = __float2half_rn(p[e]);
-      store_vec<__half, kVec>(static_cast<__half*>(model.p) + i, o);
-      break;
-    }
-    case DType::BF16: {
-      Vec<__nv_bfloat16, kVec> o;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) o.v[e] = __float2bfloat16_rn(p[e]);
-      store_vec<__nv_bfloat16, kVec>(static_cast<__nv_bfloat16*>(model.p) + i, o);
-      break;
-    }
+    case DType::F32: store_converted(static_cast<float*>(model.p) + i, p); break;
+    case DType::F16: store_converted(static_cast<__half*>(model.p) + i, p); break;
+    case DType::BF16: store_converted(static_cast<__nv_bfloat16*>(model.p) + i, p); break;
     default:
 #pragma unroll
       for (int e = 0; e < kVec; ++e) store_any(model, i + e, p[e]);

@@ -200,47 +200,12 @@ __device__ __forceinline__ void load_tile(T* smem, const T* g, int64_t ld, int r
   }
 }
 
-// 16 x (8 * NT) product of rows [16 w, 16 w + 16) of sA [.][LDS] with the first 8 * NT
-// rows of sB [.][LDS] transposed, over k in [0, DP): acc = A B^T (acc zeroed here).
-template <typename T, int DP, int NT>
-__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const T* sA, const T* sB, int warp, int lane) {
-  constexpr int LDS = DP + 8;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    uint32_t a[4];
-    ldsm_x4(a, sA + (warp * 16 + (lane & 15)) * LDS + ks * 16 + (lane >> 4) * 8);
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint32_t b[4];
-      ldsm_x4(b, sB + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LDS + ks * 16 + ((lane >> 3) & 1) * 8);
-      mma16816<T>(acc[2 * np], a, b[0], b[1]);
-      mma16816<T>(acc[2 * np + 1], a, b[2], b[3]);
-    }
-  }
-}
-
-// acc[16 x DP] += A[16 x 16 KK] (registers, A layout) times sB[16 KK rows][DP] (rows = k).
-template <typename T, int DP, int KK>
-__device__ __forceinline__ void mma_ab_regs(float (&acc)[DP / 8][4], const uint32_t (&a)[KK][4], const T* sB,
-                                            int lane) {
-  constexpr int LDS = DP + 8;
-#pragma unroll
-  for (int kk = 0; kk < KK; ++kk) {
-#pragma unroll
-    for (int dp = 0; dp < DP / 16; ++dp) {
-      uint32_t b[4];
-      ldsm_x4_trans(b, sB + (kk * 16 + (lane & 15)) * LDS + dp * 16 + (lane >> 4) * 8);
-      mma16816<T>(acc[2 * dp], a[kk], b[0], b[1]);
-      mma16816<T>(acc[2 * dp + 1], a[kk], b[2], b[3]);
-    }
-  }
-}
-
-// The forward's versions of the two products for WM row tiles per warp: warp w owns rows
-// [64 mt + 16 w, +16) of sA for mt < WM, and each B fragment read from shared memory
-// feeds WM tensor-core products instead of one (fewer ldmatrix per mma).
+// The two tile products of every kernel, for WM row tiles per warp: warp w owns rows
+// [64 mt + 16 w, +16) of sA for mt < WM; each B fragment read from shared memory feeds WM
+// tensor-core products (fewer ldmatrix per mma when WM > 1).
+// mma_abt_wm: acc[mt] = (16 rows of sA) times the first 8 * NT rows of sB transposed, over
+// k in [0, DP) (acc zeroed here). mma_ab_regs_wm: acc[mt][16 x DP] += a[mt] (16 x 16 KK, A
+// layout, registers) times sB [16 KK rows][DP] (rows = k).
 template <typename T, int DP, int NT, int WM>
 __device__ __forceinline__ void mma_abt_wm(float (&acc)[WM][NT][4], const T* sA, const T* sB, int warp, int lane) {
   constexpr int LDS = DP + 8;
@@ -283,6 +248,18 @@ __device__ __forceinline__ void mma_ab_regs_wm(float (&acc)[WM][DP / 8][4], cons
       }
     }
   }
+}
+
+// The single-tile (WM = 1) forms the backward kernels use: rows [16 w, 16 w + 16).
+template <typename T, int DP, int NT>
+__device__ __forceinline__ void mma_abt(float (&acc)[NT][4], const T* sA, const T* sB, int warp, int lane) {
+  mma_abt_wm<T, DP, NT, 1>(reinterpret_cast<float(&)[1][NT][4]>(acc), sA, sB, warp, lane);
+}
+template <typename T, int DP, int KK>
+__device__ __forceinline__ void mma_ab_regs(float (&acc)[DP / 8][4], const uint32_t (&a)[KK][4], const T* sB,
+                                            int lane) {
+  mma_ab_regs_wm<T, DP, KK, 1>(reinterpret_cast<float(&)[1][DP / 8][4]>(acc),
+                               reinterpret_cast<const uint32_t(&)[1][KK][4]>(a), sB, lane);
 }
 
 // Rows [row0, row0 + 16) x [0, D) of a warp's accumulator (C layout, times `mul`) to a
