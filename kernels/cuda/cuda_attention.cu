@@ -96,6 +96,56 @@ __host__ __device__ __forceinline__ float attn_drop_one(const AttnParams& p, uin
   return philox_uniform(philox_word(r, static_cast<uint32_t>(index & 3))) >= p.drop.p ? p.inv_keep : 0.f;
 }
 
+// Fewer Philox blocks in the tensor-core kernels (T % 4 == 0, so that the 4 elements of a
+// Philox block are 4 consecutive keys j of one query row: (hg T + i) T is a multiple of 4).
+// A block costs ~60 integer operations, about as much as an element's share of the
+// tensor-core products, so drawing one per element pair or per element was a large part
+// of the kernels' time with dropout on. Lanes that hold parts of the same blocks draw one
+// block each and exchange the words by shuffles; every lane of the warp must call these.
+__device__ __forceinline__ float attn_keep(const AttnParams& p, uint32_t word) {
+  return philox_uniform(word) >= p.drop.p ? p.inv_keep : 0.f;
+}
+
+// Forward and dQ (C layout of an m16n8 tile): the thread's elements are rows row0 and
+// row0 + 8 (bases rb0, rb1 = (hg T + row) T), columns col and col + 1 (col even). Lanes tq
+// and tq ^ 1 (partners by lane ^ 1) cover the 4-column group col & ~3 of both rows: the
+// even lane draws row0's block, the odd lane row1's, and each passes the partner the two
+// words it needs. z: row0 col, row0 col + 1, row1 col, row1 col + 1.
+__device__ __forceinline__ void attn_drop_rows(const AttnParams& p, uint64_t sample, uint64_t rb0, uint64_t rb1,
+                                               int col, int tq, float (&z)[4]) {
+  const bool odd = tq & 1;  // col % 4 == 2: words 2 and 3 of a block
+  const Philox4 r = attn_philox(p.drop, sample, (odd ? rb1 : rb0) + static_cast<uint64_t>(col & ~3));
+  const uint32_t give0 = odd ? r.v[0] : r.v[2], give1 = odd ? r.v[1] : r.v[3];
+  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+  z[0] = attn_keep(p, odd ? got0 : r.v[0]);
+  z[1] = attn_keep(p, odd ? got1 : r.v[1]);
+  z[2] = attn_keep(p, odd ? r.v[2] : got0);
+  z[3] = attn_keep(p, odd ? r.v[3] : got1);
+}
+
+// dK/dV (transposed tile: rows = keys): the thread's elements are keys key0 and key0 + 8
+// and queries i and i + 1; z[e] for e = (key1 ? 2 : 0) + (query i + 1 ? 1 : 0). The four
+// lanes m = key0 % 4 (lane bits 2-3; the same tq, so the same i) cover 4 blocks: keys
+// key0 - m .. + 3 (or 8 further) of query i (or i + 1). Lane m draws block m; in round k
+// it receives word m of block m ^ k from lane position m ^ k (a 4 x 4 transpose).
+__device__ __forceinline__ void attn_drop_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0, int i,
+                                               int lane, float (&z)[4]) {
+  const int m = (lane >> 2) & 3;
+  const uint64_t T = static_cast<uint64_t>(p.T);
+  const uint64_t q = static_cast<uint64_t>(i + (m & 1)), kb = static_cast<uint64_t>(key0 - m + (m >> 1) * 8);
+  const Philox4 r = attn_philox(p.drop, sample, (hg * T + q) * T + kb);
+  uint32_t got[4];  // got[k]: word m of block m ^ k
+  got[0] = philox_word(r, static_cast<uint32_t>(m));
+#pragma unroll
+  for (int k = 1; k < 4; ++k)
+    got[k] = __shfl_xor_sync(0xffffffffu, philox_word(r, static_cast<uint32_t>(m ^ k)), k << 2);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {  // block b is got[b ^ m], selected without a runtime index
+    const uint32_t w = m == 0 ? got[b] : m == 1 ? got[b ^ 1] : m == 2 ? got[b ^ 2] : got[b ^ 3];
+    z[b] = attn_keep(p, w);
+  }
+}
+
 // =========================================================================================
 // Kernels: tensor-core path (fp16 / bf16)
 // =========================================================================================
@@ -390,6 +440,13 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
             const int col = k0 + nt * 8 + tq * 2;
+            if (T_ % 4 == 0) {  // rows past T get factors too: their values are never stored
+              float z[4];
+              attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
+#pragma unroll
+              for (int e = 0; e < 4; ++e) s[mt][nt][e] *= z[e];
+              continue;
+            }
             float z0, z1;
             if (row0 < T_) {
               attn_drop_pair(p, sample, rb0 + col, z0, z1);
@@ -517,8 +574,12 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
         const int col = k0 + nt * 8 + tq * 2;
         float z[4] = {1.f, 1.f, 1.f, 1.f};
         if (p.dropout) {
-          if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
-          if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
+          if (T_ % 4 == 0) {
+            attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
+          } else {
+            if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
+            if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
+          }
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -548,7 +609,8 @@ constexpr int dkdv_smem_bytes() {
 // tiles of BQ rows from the diagonal to the end. NB = 1: one Q/dO buffer, each tile loaded
 // and waited for before its products. NB = 2: two buffers, the next tile's Q and dO (and
 // its lse and delta, through registers) load while the current one is used; more shared
-// memory and a few more registers (TRIDENT_ATTN_BWD_DB=1 selects it while it is measured).
+// memory and a few more registers (TRIDENT_ATTN_BWD_DB=1 selects it for D > 32 while it is
+// measured).
 // Everything is computed transposed (keys are rows), so the accumulators of S^T and dP^T
 // are directly the A operands of
 //   dV += (P z)^T dO,   dK += dS^T Q;   dK * scale written at the end.
@@ -648,6 +710,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
       const bool need_mask = wkey + 15 > i0 || i0 + BQ > T_;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
+        float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
+        const bool shared_draws = p.dropout && T_ % 4 == 0;
+        if (shared_draws) attn_drop_keys(p, sample, hg, key0, i0 + nt * 8 + tq * 2, lane, zq);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
@@ -655,7 +720,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
           float pe = 0.f, ds = 0.f;
           if (visible) {
             pe = exp2f(st[nt][e] * p.scale_log2 - sL[ii]);
-            const float z = p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
+            const float z = shared_draws ? zq[e] : p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
             ds = pe * (z * dpt[nt][e] - sDl[ii]);
             pe *= z;
           }
@@ -900,11 +965,13 @@ void backward_mma(const AttnParams& p, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 63) / 64));
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
-    if (bwd_double_buffered()) {
-      launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, grid, dkdv_smem_bytes<DP, BK, 2>(), p, s);
-    } else {
-      launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, grid, dkdv_smem_bytes<DP, BK, 1>(), p, s);
+    // Head dims up to 32 keep one buffer: their two-buffer build spilled on sm_80.
+    bool two_buffers = false;
+    if constexpr (DP >= 64) {
+      two_buffers = bwd_double_buffered();
+      if (two_buffers) launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, grid, dkdv_smem_bytes<DP, BK, 2>(), p, s);
     }
+    if (!two_buffers) launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, grid, dkdv_smem_bytes<DP, BK, 1>(), p, s);
     launch_mma(attn_bwd_dq_mma_kernel<T, DP, BK>, grid, dq_smem_bytes<DP, BK>(), p, s);
   });
 }
