@@ -78,10 +78,11 @@ double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scra
 bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s);       // synchronises
 
 // Column reductions in two deterministic passes (used by bias_backward and the LayerNorm
-// parameter gradients): rows are cut into chunks (`column_chunks(rows, cols)` of them, or
-// the fused LayerNorm backward's own), pass one writes f32 partials [chunks, cols], pass
-// two (column_partials_accumulate) adds them to dst in a fixed order.
-int column_chunks(int64_t rows, int64_t cols);
+// parameter gradients): rows are cut into chunks (`column_chunks(rows, cols, vector)` of
+// them, `vector` columns per thread of the first pass, or the fused LayerNorm backward's
+// own), pass one writes f32 partials [chunks, cols], pass two (column_partials_accumulate)
+// adds them to dst in a fixed order.
+int column_chunks(int64_t rows, int64_t cols, int vector = 1);
 void column_partials_accumulate(const float* partials, int64_t chunks, int64_t cols, void* dst, DType dst_dtype,
                                 cudaStream_t s);
 

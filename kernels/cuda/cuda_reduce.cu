@@ -15,15 +15,24 @@ constexpr int kColBlock = 256;      // columns per block in the column partial k
 constexpr int kSumBlock = 256;      // threads per block of the first sum pass
 constexpr int kSumMaxBlocks = 1024; // partials of the first sum pass (second pass: one block)
 
-template <typename T>
+// Thread = kV consecutive columns (one 16-byte vector per row when kV > 1), looping over
+// the rows of chunk blockIdx.y in order; partials[chunk, c .. c + kV).
+template <typename T, int kV>
 __global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t rows_per_chunk, float* partials) {
-  const int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int64_t c = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * kV;
   if (c >= C) return;
   const int64_t r0 = blockIdx.y * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  float acc = 0.f;
-  for (int64_t n = r0; n < r1; ++n) acc += to_f32(x[n * C + c]);
-  partials[blockIdx.y * C + c] = acc;
+  float acc[kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) acc[j] = 0.f;
+  for (int64_t n = r0; n < r1; ++n) {
+    const Vec<T, kV> v = load_vec<T, kV>(x + n * C + c);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) acc[j] += to_f32(v.v[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < kV; ++j) partials[blockIdx.y * C + c + j] = acc[j];
 }
 
 // dst[c] += the sum over chunks of partials[k * C + c]. Grid ceil(C / kFinishCols) blocks of
@@ -132,9 +141,10 @@ static V to_host(const V* device_value, cudaStream_t s) {
   return host;
 }
 
-int column_chunks(int64_t rows, int64_t cols) {
+int column_chunks(int64_t rows, int64_t cols, int vector) {
   // Aim for ~1024 blocks in all with at least 16 rows per chunk; a function of the shape only.
-  const int64_t col_blocks = (cols + kColBlock - 1) / kColBlock;
+  const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * vector;
+  const int64_t col_blocks = (cols + cols_per_block - 1) / cols_per_block;
   int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
   const int64_t max_by_rows = (rows + 15) / 16;
   if (chunks > max_by_rows) chunks = max_by_rows;
@@ -155,16 +165,22 @@ void bias_backward(const Tensor& dout, const Tensor& dbias, CachingAllocator& sc
   TRIDENT_CHECK(is_float(dbias.dtype) && dbias.numel() == C, op, ": dbias ", dbias.shape.str(), " for dout ",
                 dout.shape.str());
   if (N == 0 || C == 0) return;
-  const int chunks = column_chunks(N, C);
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  Scratch partials(scratch, sizeof(float) * chunks * C);
   dispatch_float(dout.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    const dim3 grid(static_cast<unsigned>((C + kColBlock - 1) / kColBlock), static_cast<unsigned>(chunks));
-    column_partials_kernel<T><<<grid, kColBlock, 0, s>>>(dout.ptr<T>(), N, C, rows_per_chunk, partials.as<float>());
+    const int kv = vector_width<T>(C, {dout.data});
+    const int chunks = column_chunks(N, C, kv);
+    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+    Scratch partials(scratch, sizeof(float) * chunks * C);
+    const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * kv;
+    const dim3 grid(static_cast<unsigned>((C + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(chunks));
+    if (kv > 1)
+      column_partials_kernel<T, kVec16<T>><<<grid, kColBlock, 0, s>>>(dout.ptr<T>(), N, C, rows_per_chunk,
+                                                                      partials.as<float>());
+    else
+      column_partials_kernel<T, 1><<<grid, kColBlock, 0, s>>>(dout.ptr<T>(), N, C, rows_per_chunk, partials.as<float>());
+    CUDA_CHECK_LAUNCH();
+    column_partials_accumulate(partials.as<float>(), chunks, C, dbias.data, dbias.dtype, s);
   });
-  CUDA_CHECK_LAUNCH();
-  column_partials_accumulate(partials.as<float>(), chunks, C, dbias.data, dbias.dtype, s);
 }
 
 double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_t s) {

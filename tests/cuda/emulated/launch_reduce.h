@@ -25,8 +25,9 @@ std::vector<V> nan_scratch(size_t n) {
   return std::vector<V>(n, std::numeric_limits<V>::quiet_NaN());
 }
 
-int column_chunks(int64_t rows, int64_t cols) {
-  const int64_t col_blocks = (cols + kColBlock - 1) / kColBlock;
+int column_chunks(int64_t rows, int64_t cols, int vector = 1) {
+  const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * vector;
+  const int64_t col_blocks = (cols + cols_per_block - 1) / cols_per_block;
   int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
   const int64_t max_by_rows = (rows + 15) / 16;
   if (chunks > max_by_rows) chunks = max_by_rows;
@@ -42,16 +43,22 @@ void column_partials_accumulate(const float* partials, int64_t chunks, int64_t c
 void bias_backward(const Tensor& dout, const Tensor& dbias) {
   const int64_t N = dout.rows(), C = dout.cols();
   if (N == 0 || C == 0) return;
-  const int chunks = column_chunks(N, C);
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  std::vector<float> partials = nan_scratch<float>(static_cast<size_t>(chunks * C));
   dispatch_float(dout.dtype, "bias_backward", [&](auto tag) {
     using T = decltype(tag);
-    const dim3 grid(static_cast<unsigned>((C + kColBlock - 1) / kColBlock), static_cast<unsigned>(chunks));
-    emu::launch(grid, dim3(kColBlock), 0, column_partials_kernel<T>, dout.ptr<T>(), N, C, rows_per_chunk,
-                partials.data());
+    const int kv = vector_width<T>(C, {dout.data});
+    const int chunks = column_chunks(N, C, kv);
+    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+    std::vector<float> partials = nan_scratch<float>(static_cast<size_t>(chunks * C));
+    const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * kv;
+    const dim3 grid(static_cast<unsigned>((C + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(chunks));
+    if (kv > 1)
+      emu::launch(grid, dim3(kColBlock), 0, column_partials_kernel<T, kVec16<T>>, dout.ptr<T>(), N, C, rows_per_chunk,
+                  partials.data());
+    else
+      emu::launch(grid, dim3(kColBlock), 0, column_partials_kernel<T, 1>, dout.ptr<T>(), N, C, rows_per_chunk,
+                  partials.data());
+    column_partials_accumulate(partials.data(), chunks, C, dbias.data, dbias.dtype);
   });
-  column_partials_accumulate(partials.data(), chunks, C, dbias.data, dbias.dtype);
 }
 
 double sum(const Tensor& t, bool squares) {

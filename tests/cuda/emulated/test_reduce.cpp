@@ -35,6 +35,20 @@ TEST_P(EmulatedReduce, BiasBackwardAccumulates) {
   }
 }
 
+// Rows wider than one block of 16-byte vectors (256 threads x 8 or 4 columns): two column
+// blocks, the second partly used, on the vector path.
+TEST_P(EmulatedReduce, BiasBackwardWideRowsOnTheVectorPath) {
+  for (int64_t N : {int64_t{7}, int64_t{40}}) {
+    const int64_t C = 2056;
+    SCOPED_TRACE(shape_label(N, C, dt()));
+    Buffer dout = random(Shape{N, C}, dt());
+    Buffer ref = random(Shape{C}, DType::F32), emu = clone(ref);
+    cpu().bias_backward(dout, ref);
+    kr::bias_backward(dout, emu);
+    expect_close(emu, ref, storage_tol(DType::F32, 1e-5, 1e-5), "dbias (vector path)");
+  }
+}
+
 TEST_P(EmulatedReduce, BiasBackwardIsDeterministic) {
   const int64_t N = 300, C = 300;  // several chunks and two column blocks
   Buffer dout = random(Shape{N, C}, dt());
