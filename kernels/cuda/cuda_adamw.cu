@@ -13,6 +13,7 @@
 // Pieces of one launch share the gradient dtype and the model-parameter dtype; lr, betas,
 // eps, the gradient factor and the step are common to the list, weight decay is per piece.
 #include <cmath>
+#include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_multi_tensor.cuh"
@@ -134,6 +135,42 @@ bool vector_aligned(const AdamWArgs& a) {
   return ok(a.master) && ok(a.grad) && ok(a.m) && ok(a.v) && ok(a.model_param);
 }
 
+// The launches of one adamw_multi call: the scalars, the pieces cut into chunk launches
+// (one gradient dtype and one model dtype per launch) and each launch's table, handed to
+// launch(tab, k, blocks, grad_dtype). Shared by the host launcher and the CPU emulator's
+// test, so both run the same geometry.
+template <typename Launch>
+void plan_adamw_launches(const std::vector<AdamWArgs>& list, Launch launch) {
+  const AdamWArgs& first = list.front();
+  std::vector<int64_t> sizes;
+  sizes.reserve(list.size());
+  for (const AdamWArgs& a : list) sizes.push_back(a.master.numel());
+  const double step = static_cast<double>(first.step);
+  AdamWScalars k{first.lr, first.beta1, first.beta2, first.eps, first.grad_scale,
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta1), step)),
+                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta2), step)), DType::F32};
+  auto model_dtype = [&](size_t i) { return list[i].model_param.empty() ? DType::F32 : list[i].model_param.dtype; };
+  auto launch_key = [&](size_t i) { return static_cast<int>(list[i].grad.dtype) * 16 + static_cast<int>(model_dtype(i)); };
+  for_each_chunk_launch<kMaxTensors, kMaxBlocks>(
+      sizes, kChunk, launch_key, [&](const std::vector<int>& tensors, const ChunkMap<kMaxBlocks>& map, int blocks) {
+        AdamWTable tab{};
+        for (size_t j = 0; j < tensors.size(); ++j) {
+          const AdamWArgs& a = list[tensors[j]];
+          tab.master[j] = a.master.ptr<float>();
+          tab.grad[j] = a.grad.data;
+          tab.m[j] = a.m.ptr<float>();
+          tab.v[j] = a.v.ptr<float>();
+          tab.model[j] = a.model_param.empty() ? nullptr : a.model_param.data;
+          tab.n[j] = a.master.numel();
+          tab.weight_decay[j] = a.weight_decay;
+          tab.vec[j] = vector_aligned(a);
+        }
+        tab.map = map;
+        k.model_dtype = model_dtype(tensors.front());
+        launch(tab, k, blocks, list[tensors.front()].grad.dtype);
+      });
+}
+
 }  // namespace
 
 // Host launchers.
@@ -142,38 +179,9 @@ void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s) {
   const char* op = "adamw";
   if (list.empty()) return;
   check_adamw_multi_list(list);
-  const AdamWArgs& first = list.front();
-  std::vector<int64_t> sizes;
-  sizes.reserve(list.size());
-  for (const AdamWArgs& a : list) {
-    check_piece(op, a);
-    sizes.push_back(a.master.numel());
-  }
-  const double step = static_cast<double>(first.step);
-  AdamWScalars k{first.lr, first.beta1, first.beta2, first.eps, first.grad_scale,
-                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta1), step)),
-                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta2), step)), DType::F32};
-  auto model_dtype = [&](size_t i) { return list[i].model_param.empty() ? DType::F32 : list[i].model_param.dtype; };
-  // A launch has one gradient dtype and one model dtype.
-  auto launch_key = [&](size_t i) { return static_cast<int>(list[i].grad.dtype) * 16 + static_cast<int>(model_dtype(i)); };
-  for_each_chunk_launch<kMaxTensors, kMaxBlocks>(sizes, kChunk, launch_key, [&](const std::vector<int>& tensors,
-                                                                                   const ChunkMap<kMaxBlocks>& map,
-                                                                                   int blocks) {
-    AdamWTable tab{};
-    for (size_t j = 0; j < tensors.size(); ++j) {
-      const AdamWArgs& a = list[tensors[j]];
-      tab.master[j] = a.master.ptr<float>();
-      tab.grad[j] = a.grad.data;
-      tab.m[j] = a.m.ptr<float>();
-      tab.v[j] = a.v.ptr<float>();
-      tab.model[j] = a.model_param.empty() ? nullptr : a.model_param.data;
-      tab.n[j] = a.master.numel();
-      tab.weight_decay[j] = a.weight_decay;
-      tab.vec[j] = vector_aligned(a);
-    }
-    tab.map = map;
-    k.model_dtype = model_dtype(tensors.front());
-    dispatch_float(list[tensors.front()].grad.dtype, op, [&](auto tag) {
+  for (const AdamWArgs& a : list) check_piece(op, a);
+  plan_adamw_launches(list, [&](const AdamWTable& tab, const AdamWScalars& k, int blocks, DType grad_dtype) {
+    dispatch_float(grad_dtype, op, [&](auto tag) {
       using G = decltype(tag);
       adamw_multi_kernel<G><<<blocks, kThreads, 0, s>>>(tab, k);
     });

@@ -130,6 +130,18 @@ __global__ void inf_nan_kernel(const T* x, int64_t n, int* flag) {
   }
 }
 
+// column_chunks (cuda_ops.h), here so that the CPU emulator's tests share it.
+int column_chunk_count(int64_t rows, int64_t cols, int vector) {
+  // Aim for ~1024 blocks in all with at least 16 rows per chunk; a function of the shape only.
+  const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * vector;
+  const int64_t col_blocks = (cols + cols_per_block - 1) / cols_per_block;
+  int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
+  const int64_t max_by_rows = (rows + 15) / 16;
+  if (chunks > max_by_rows) chunks = max_by_rows;
+  if (chunks < 1) chunks = 1;
+  return static_cast<int>(chunks);
+}
+
 }  // namespace
 
 // One value computed on the stream, to the host (synchronises).
@@ -141,16 +153,7 @@ static V to_host(const V* device_value, cudaStream_t s) {
   return host;
 }
 
-int column_chunks(int64_t rows, int64_t cols, int vector) {
-  // Aim for ~1024 blocks in all with at least 16 rows per chunk; a function of the shape only.
-  const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * vector;
-  const int64_t col_blocks = (cols + cols_per_block - 1) / cols_per_block;
-  int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
-  const int64_t max_by_rows = (rows + 15) / 16;
-  if (chunks > max_by_rows) chunks = max_by_rows;
-  if (chunks < 1) chunks = 1;
-  return static_cast<int>(chunks);
-}
+int column_chunks(int64_t rows, int64_t cols, int vector) { return column_chunk_count(rows, cols, vector); }
 
 void column_partials_accumulate(const float* partials, int64_t chunks, int64_t cols, void* dst, DType dst_dtype,
                                 cudaStream_t s) {

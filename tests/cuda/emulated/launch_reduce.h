@@ -25,15 +25,7 @@ std::vector<V> nan_scratch(size_t n) {
   return std::vector<V>(n, std::numeric_limits<V>::quiet_NaN());
 }
 
-int column_chunks(int64_t rows, int64_t cols, int vector = 1) {
-  const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * vector;
-  const int64_t col_blocks = (cols + cols_per_block - 1) / cols_per_block;
-  int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
-  const int64_t max_by_rows = (rows + 15) / 16;
-  if (chunks > max_by_rows) chunks = max_by_rows;
-  if (chunks < 1) chunks = 1;
-  return static_cast<int>(chunks);
-}
+int column_chunks(int64_t rows, int64_t cols, int vector = 1) { return column_chunk_count(rows, cols, vector); }
 
 void column_partials_accumulate(const float* partials, int64_t chunks, int64_t cols, void* dst, DType dst_dtype) {
   emu::launch(dim3(grid_for(cols, kFinishCols, INT32_MAX)), dim3(kFinishCols * kFinishGroups), 0, column_finish_kernel,

@@ -12,41 +12,16 @@
 namespace trident::cuda::emu_adamw {
 namespace {
 
-// Mirror of the host launcher adamw_multi in kernels/cuda/cuda_adamw.cu (the same chunking
-// through cuda_multi_tensor.cuh's for_each_chunk_launch, tables and kernel geometry).
-// KEEP IN SYNC with cuda_adamw.cu.
+// The host launcher adamw_multi of kernels/cuda/cuda_adamw.cu on emulated blocks: the same
+// plan (plan_adamw_launches, extracted with the kernels), launched on the emulator.
 void adamw_multi(const std::vector<AdamWArgs>& list) {
   if (list.empty()) return;
-  const AdamWArgs& first = list.front();
-  std::vector<int64_t> sizes;
-  for (const AdamWArgs& a : list) sizes.push_back(a.master.numel());
-  const double step = static_cast<double>(first.step);
-  AdamWScalars k{first.lr, first.beta1, first.beta2, first.eps, first.grad_scale,
-                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta1), step)),
-                 static_cast<float>(1.0 - std::pow(static_cast<double>(first.beta2), step)), DType::F32};
-  auto model_dtype = [&](size_t i) { return list[i].model_param.empty() ? DType::F32 : list[i].model_param.dtype; };
-  auto launch_key = [&](size_t i) { return static_cast<int>(list[i].grad.dtype) * 16 + static_cast<int>(model_dtype(i)); };
-  for_each_chunk_launch<kMaxTensors, kMaxBlocks>(
-      sizes, kChunk, launch_key, [&](const std::vector<int>& tensors, const ChunkMap<kMaxBlocks>& map, int blocks) {
-        AdamWTable tab{};
-        for (size_t j = 0; j < tensors.size(); ++j) {
-          const AdamWArgs& a = list[tensors[j]];
-          tab.master[j] = a.master.ptr<float>();
-          tab.grad[j] = a.grad.data;
-          tab.m[j] = a.m.ptr<float>();
-          tab.v[j] = a.v.ptr<float>();
-          tab.model[j] = a.model_param.empty() ? nullptr : a.model_param.data;
-          tab.n[j] = a.master.numel();
-          tab.weight_decay[j] = a.weight_decay;
-          tab.vec[j] = vector_aligned(a);
-        }
-        tab.map = map;
-        k.model_dtype = model_dtype(tensors.front());
-        dispatch_float(list[tensors.front()].grad.dtype, "adamw", [&](auto tag) {
-          using G = decltype(tag);
-          emu::launch(dim3(blocks), dim3(kThreads), 0, adamw_multi_kernel<G>, tab, k);
-        });
-      });
+  plan_adamw_launches(list, [&](const AdamWTable& tab, const AdamWScalars& k, int blocks, DType grad_dtype) {
+    dispatch_float(grad_dtype, "adamw", [&](auto tag) {
+      using G = decltype(tag);
+      emu::launch(dim3(blocks), dim3(kThreads), 0, adamw_multi_kernel<G>, tab, k);
+    });
+  });
 }
 
 }  // namespace
