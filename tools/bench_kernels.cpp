@@ -329,6 +329,17 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("grad norm (sum_squares_multi)", shape + " f32", 4.0 * total, false,
           [&] { be.sum_squares_multi(grads); }, 10);
   });
+  b.section("gradient buffer", [&] {
+    // The per-step passes over the whole flat bf16 gradient (the training default): zeroing
+    // before the step, the norm for clipping, the inf/NaN check of the loss scaler.
+    const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);
+    Buffer g = b.rnd(Shape{n}, bf, -1e-3f, 1e-3f);
+    const std::vector<Tensor> pieces = {g.t().flat_slice(0, n / 3), g.t().flat_slice(n / 3, n - n / 3)};
+    b.add("grad norm (sum_squares_multi)", dims({n}) + " bf16, 2 pieces", 2.0 * n, false,
+          [&] { be.sum_squares_multi(pieces); }, 10);
+    b.add("inf/nan check", dims({n}) + " bf16", 2.0 * n, false, [&] { be.has_inf_or_nan(g); }, 10);
+    b.add("zero grads (fill 0)", dims({n}) + " bf16", 2.0 * n, false, [&] { be.fill(g, 0.0f); }, 10);
+  });
   b.section("cross-entropy", [&] {
     const int64_t N = q ? 1024 : 16384;
     Buffer logits = b.rnd(Shape{N, V}, bf, -4.f, 4.f), targets = b.ints(Shape{N}, static_cast<int32_t>(V - 47));

@@ -2,6 +2,8 @@
 // GEMM when its bias cannot go through the cuBLASLt epilogue. All are memory bound, so
 // they are plain grid-stride loops with fp32 arithmetic; when every operand has the same
 // dtype a kernel templated on it is used, mixed dtypes take the runtime-typed path.
+#include <cmath>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -67,6 +69,12 @@ void fill(const Tensor& t, float value, cudaStream_t s) {
   check_cuda(t, "fill", "t");
   const int64_t n = t.numel();
   if (n == 0) return;
+  // +0 is all-zero bytes in every dtype: the driver's memset runs at the write bandwidth
+  // (the scalar kernel cleared a 1.3b model's bf16 gradients at ~1.3 TB/s).
+  if (value == 0.0f && !std::signbit(value)) {
+    CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.nbytes(), s));
+    return;
+  }
   switch (t.dtype) {
     case DType::F32: fill_kernel<float><<<grid_for(n, kBlock), kBlock, 0, s>>>(t.ptr<float>(), n, value); break;
     case DType::F16:

@@ -1,5 +1,7 @@
 // GPU vs CPU: memory, copies, fill, cast, scale, add, accumulate; and the behaviour of
 // cuda_device_count() without a GPU (the one test here that runs everywhere).
+#include <cmath>
+
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -37,6 +39,11 @@ TEST_P(Elementwise, Fill) {
   cpu().fill(a.cpu, -0.3f);
   gpu().fill(a.gpu, -0.3f);
   expect_identical(a, "fill");
+  for (float zero : {0.0f, -0.0f}) {  // +0 goes through cudaMemsetAsync, -0 through the kernel
+    cpu().fill(a.cpu, zero);
+    gpu().fill(a.gpu, zero);
+    expect_identical(a, std::signbit(zero) ? "fill -0" : "fill +0");
+  }
   Pair z{cpu().zeros(Shape{kCols}, dt()), gpu().zeros(Shape{kCols}, dt())};
   expect_identical(z, "zeros");
 }

@@ -95,19 +95,31 @@ TEST_P(AdamW, MultiTensorAcrossLaunches) {
   EXPECT_THROW(gpu().adamw_multi(g), InternalError);
 }
 
-// sum_squares_multi: more tensors than one launch takes (64), mixed sizes, against the
-// CPU, and bit-identical when repeated.
+// sum_squares_multi: more tensors than one launch takes (96), mixed sizes, one of more
+// chunks than a launch has blocks (1024 of 16384 elements), pieces that are consecutive
+// slices of one buffer (so most start off the 16-byte alignment: the scalar path) and
+// aligned ones, against the CPU, and bit-identical when repeated.
 TEST_P(Reduce, SumSquaresMulti) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  std::vector<Pair> ts;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 110; ++i) sizes.push_back(i == 5 ? 0 : i == 9 ? (int64_t{1} << 24) + 3 : 1 + 97 * i);
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  Pair all = random(Shape{total}, dt(), -1.f, 1.5f);
+  std::vector<Pair> aligned;  // separate allocations: 16-byte aligned starts (the vector path)
+  aligned.reserve(sizes.size());
   std::vector<Tensor> c, g;
-  for (int i = 0; i < 70; ++i) {
-    const int64_t n = i == 5 ? 0 : i == 9 ? (int64_t{1} << 20) + 3 : 1 + 97 * i;
-    ts.push_back(random(Shape{n}, dt(), -1.f, 1.5f));
-  }
-  for (const Pair& p : ts) {
-    c.push_back(p.cpu);
-    g.push_back(p.gpu);
+  int64_t off = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i % 3 == 0) {
+      aligned.push_back(random(Shape{sizes[i]}, dt(), -1.f, 1.5f));
+      c.push_back(aligned.back().cpu);
+      g.push_back(aligned.back().gpu);
+    } else {
+      c.push_back(all.cpu.t().flat_slice(off, sizes[i]));
+      g.push_back(all.gpu.t().flat_slice(off, sizes[i]));
+    }
+    off += sizes[i];
   }
   const double want = cpu().sum_squares_multi(c);
   const double got = gpu().sum_squares_multi(g);
@@ -140,6 +152,9 @@ TEST_P(Reduce, HasInfOrNan) {
     Pair u = upload(Shape{n}, dt(), v);
     EXPECT_EQ(gpu().has_inf_or_nan(u.gpu), cpu().has_inf_or_nan(u.cpu));
     EXPECT_TRUE(gpu().has_inf_or_nan(u.gpu)) << bad;
+    // A view that starts one element in (the scalar path) and one that ends before the bad value.
+    EXPECT_TRUE(gpu().has_inf_or_nan(u.gpu.t().flat_slice(1, n - 1))) << bad << " (misaligned view)";
+    EXPECT_FALSE(gpu().has_inf_or_nan(u.gpu.t().flat_slice(0, n - 2))) << bad << " (view before it)";
   }
 }
 

@@ -1,6 +1,6 @@
 // The kernels of kernels/cuda/cuda_reduce.cu on the CPU emulator, with mirrors of its host
-// launchers (column_chunks, column_partials_accumulate, bias_backward, sum,
-// sum_squares_multi, has_inf_or_nan): the same kernels, template arguments and launch
+// launchers (column_partials_accumulate, bias_backward, sum, has_inf_or_nan; sum_squares_multi
+// runs the launcher's own plan): the same kernels, template arguments and launch
 // geometry, host vectors for the scratch memory (filled with NaN, as device scratch holds
 // garbage). Shared by test_reduce.cpp and test_layernorm.cpp (LayerNorm's dgamma/dbeta
 // go through column_partials_accumulate).
@@ -70,35 +70,24 @@ double sum(const Tensor& t, bool squares) {
   return partials[blocks];
 }
 
-double sum_squares_multi(const std::vector<Tensor>& list) {
-  std::vector<int64_t> sizes;
-  int64_t total_blocks = 0;
-  for (const Tensor& t : list) {
-    sizes.push_back(t.numel());
-    total_blocks += (t.numel() + kMultiChunk - 1) / kMultiChunk;
-  }
-  if (total_blocks == 0) return 0.0;
-  std::vector<double> partials = nan_scratch<double>(static_cast<size_t>(total_blocks) + 1);
-  int64_t written = 0;
-  auto launch_key = [&](size_t i) { return list[i].dtype; };  // one dtype per launch
-  for_each_chunk_launch<kMultiMaxTensors, kMultiMaxBlocks>(
-      sizes, kMultiChunk, launch_key,
-      [&](const std::vector<int>& tensors, const ChunkMap<kMultiMaxBlocks>& map, int blocks) {
-        SquaresTable tab{};
-        for (size_t j = 0; j < tensors.size(); ++j) {
-          tab.p[j] = list[tensors[j]].data;
-          tab.n[j] = list[tensors[j]].numel();
-        }
-        tab.map = map;
-        dispatch_float(list[tensors.front()].dtype, "sum_squares", [&](auto tag) {
-          using T = decltype(tag);
-          emu::launch(dim3(blocks), dim3(kSumBlock), 0, sum_squares_multi_kernel<T>, tab, partials.data() + written);
-        });
-        written += blocks;
-      });
+// The launcher's plan (plan_squares_launches, extracted with the kernels); max_blocks
+// below the launcher's kSquaresBlocks makes each block add several chunks.
+double sum_squares_multi(const std::vector<Tensor>& list, int max_blocks = kSquaresBlocks) {
+  std::vector<double> partials;
+  plan_squares_launches(list, max_blocks, [&](const SquaresTable& tab, int blocks, DType dtype) {
+    const size_t base = partials.size();
+    partials.resize(base + static_cast<size_t>(blocks), std::numeric_limits<double>::quiet_NaN());
+    dispatch_float(dtype, "sum_squares", [&](auto tag) {
+      using T = decltype(tag);
+      emu::launch(dim3(blocks), dim3(kSumBlock), 0, sum_squares_multi_kernel<T>, tab, partials.data() + base);
+    });
+  });
+  if (partials.empty()) return 0.0;
+  const int64_t written = static_cast<int64_t>(partials.size());
+  partials.push_back(std::numeric_limits<double>::quiet_NaN());
   emu::launch(dim3(1), dim3(kSumMaxBlocks), 0, sum_many_partials_kernel, partials.data(), written,
-              partials.data() + total_blocks);
-  return partials[total_blocks];
+              partials.data() + written);
+  return partials[written];
 }
 
 bool has_inf_or_nan(const Tensor& t) {

@@ -87,38 +87,62 @@ TEST_F(EmulatedReduceLarge, SumGridStrideLoopFp32) {
   expect_near(kr::sum(t, true), sq, 1e-12 * sq, "sum_squares (relative 1e-12)");
 }
 
-// 70 pieces (more than one launch holds), empty ones, one of several chunks, and a change of
-// dtype in the middle (a launch has one dtype).
+// 110 pieces (more than one launch holds), empty ones, pieces of several chunks, a change
+// of dtype in the middle (a launch has one dtype), and pieces that start off the 16-byte
+// alignment (the scalar path) next to aligned ones (the vector path with a tail). With 3
+// blocks a launch every block adds many chunks, of several tensors.
 TEST_P(EmulatedReduce, SumSquaresMulti) {
   std::vector<Buffer> bufs;
   std::vector<Tensor> list;
-  for (int i = 0; i < 70; ++i) {
-    const int64_t n = i == 5 ? 70000 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
+  for (int i = 0; i < 110; ++i) {
+    const int64_t n = i == 5 ? 70000 : i == 60 ? 16384 * 2 + 9 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
     const DType t = i >= 40 && i < 45 ? DType::F32 : dt();
-    bufs.push_back(n == 0 ? cpu().empty(Shape{0}, t) : random(Shape{n}, t, -2.f, 2.f));
-    list.push_back(bufs.back());
+    const int64_t skip = i % 4 == 1 ? 1 : 0;  // starts one element into its buffer: misaligned
+    bufs.push_back(n == 0 ? cpu().empty(Shape{0}, t) : random(Shape{n + skip}, t, -2.f, 2.f));
+    list.push_back(n == 0 ? bufs.back().t() : bufs.back().t().flat_slice(skip, n));
   }
   const double ref = cpu().sum_squares_multi(list);
   const double got = kr::sum_squares_multi(list);
   expect_near(got, ref, 1e-12 * ref, "sum_squares_multi (relative 1e-12)");
+  expect_near(kr::sum_squares_multi(list, 3), ref, 1e-12 * ref, "sum_squares_multi, 3 blocks a launch");
   emu::set_schedule_seed(99);
   EXPECT_EQ(got, kr::sum_squares_multi(list)) << "differs between two thread schedules";
   EXPECT_EQ(kr::sum_squares_multi({}), 0.0);
 }
 
+// The vector path's tail and the scalar path of a misaligned start, for sum and
+// sum_squares (grid-stride over one tensor).
+TEST_P(EmulatedReduce, SumOfMisalignedAndRaggedTensors) {
+  for (int64_t skip : {int64_t{0}, int64_t{1}, int64_t{3}}) {
+    const int64_t n = 256 * 8 * 3 + 13;
+    SCOPED_TRACE("skip=" + std::to_string(skip) + " " + dtype_name(dt()));
+    Buffer b = random(Shape{n + skip}, dt(), -1.f, 1.5f);
+    const Tensor t = b.t().flat_slice(skip, n);
+    const double sq = cpu().sum_squares(t);
+    expect_near(kr::sum(t, false), cpu().sum(t), 1e-12 * static_cast<double>(n), "sum (atol 1e-12 n)");
+    expect_near(kr::sum(t, true), sq, 1e-12 * sq, "sum_squares (relative 1e-12)");
+  }
+}
+
 TEST_P(EmulatedReduce, HasInfOrNan) {
-  // The largest size has more elements than the kernel has threads (4096 blocks of 256).
-  for (int64_t n : {int64_t{1}, int64_t{130}, int64_t{256 * 4096 + 3}}) {
-    Buffer t = random(Shape{n}, dt());
-    EXPECT_FALSE(kr::has_inf_or_nan(t)) << "n=" << n;
-    for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                      std::numeric_limits<float>::quiet_NaN()}) {
-      for (int64_t at : {int64_t{0}, n - 1}) {
-        if (n > 1000 && (at == 0 || !std::isnan(bad))) continue;  // the tail is what the big size is for
-        Buffer u = clone(t);
-        store_from_float(u.t().data, dt(), static_cast<size_t>(at), bad);
-        EXPECT_TRUE(cpu().has_inf_or_nan(u));
-        EXPECT_TRUE(kr::has_inf_or_nan(u)) << bad << " at " << at << " of " << n;
+  // The largest size has more elements than the kernel has threads (4096 blocks of 256);
+  // skip 1 starts off the 16-byte alignment (the scalar path); n - 1 lies in the vector
+  // path's tail for n = 130 and 256 * 4096 + 3.
+  for (int64_t skip : {int64_t{0}, int64_t{1}}) {
+    for (int64_t n : {int64_t{1}, int64_t{130}, int64_t{256 * 4096 + 3}}) {
+      Buffer b = random(Shape{n + skip}, dt());
+      const Tensor t = b.t().flat_slice(skip, n);
+      EXPECT_FALSE(kr::has_inf_or_nan(t)) << "n=" << n;
+      for (float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()}) {
+        for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+          if (n > 1000 && (at == 0 || !std::isnan(bad))) continue;  // the tail is what the big size is for
+          Buffer u = clone(b);
+          store_from_float(u.t().data, dt(), static_cast<size_t>(skip + at), bad);
+          const Tensor ut = u.t().flat_slice(skip, n);
+          EXPECT_TRUE(cpu().has_inf_or_nan(ut));
+          EXPECT_TRUE(kr::has_inf_or_nan(ut)) << bad << " at " << at << " of " << n << ", skip " << skip;
+        }
       }
     }
   }
