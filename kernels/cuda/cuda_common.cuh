@@ -78,12 +78,18 @@ struct alignas(sizeof(T) * kV) Vec {
 };
 template <typename T>
 constexpr int kVec16 = static_cast<int>(16 / sizeof(T));
+// The CPU emulator (tests/cuda/emulated) checks the alignment that a GPU would fault on.
+#ifndef TRIDENT_EMU_CHECK_ALIGNED
+#define TRIDENT_EMU_CHECK_ALIGNED(p, bytes) ((void)0)
+#endif
 template <typename T, int kV>
 __device__ __forceinline__ Vec<T, kV> load_vec(const T* p) {
+  TRIDENT_EMU_CHECK_ALIGNED(p, sizeof(Vec<T, kV>));
   return *reinterpret_cast<const Vec<T, kV>*>(p);
 }
 template <typename T, int kV>
 __device__ __forceinline__ void store_vec(T* p, const Vec<T, kV>& v) {
+  TRIDENT_EMU_CHECK_ALIGNED(p, sizeof(Vec<T, kV>));
   *reinterpret_cast<Vec<T, kV>*>(p) = v;
 }
 // kVec16<T> when `cols` is a multiple of it and every pointer is 16-byte aligned, else 1.

@@ -74,6 +74,7 @@
 #define __shared__ static  // fallback only: the extraction script rewrites the usual forms
 #define __constant__
 #define __managed__
+#define TRIDENT_EMU_CHECK_ALIGNED(p, bytes) ::emu::check_aligned(p, bytes)
 
 namespace emu {
 
@@ -86,6 +87,15 @@ constexpr size_t kStackBytes = 64 * 1024;       // per fiber (kernels do not rec
   std::fprintf(stderr, "emulated kernel: %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+// A GPU faults ("misaligned address") on a vector access that is not aligned to its size;
+// x86 does not. cuda_common.cuh's load_vec/store_vec call this through
+// TRIDENT_EMU_CHECK_ALIGNED (defined below), so an emulated kernel fails the same way.
+inline void check_aligned(const void* p, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0)
+    fail("misaligned " + std::to_string(bytes) + "-byte vector access at " +
+         std::to_string(reinterpret_cast<uintptr_t>(p)));
 }
 
 // ---- fibers' execution contexts ---------------------------------------------------------

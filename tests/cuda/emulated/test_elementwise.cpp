@@ -1,99 +1,49 @@
 // kernels/cuda/cuda_elementwise.cu on the CPU emulator vs the CPU backend: fill (also
 // int32), cast between every pair of dtypes (templated and runtime-typed kernels), scale,
 // add (same dtype and mixed), accumulate (same and mixed) and the row-bias add of the
-// GEMM fallback. Each is one fp32 operation and one rounding on both sides, so the
-// results must be the same bits.
+// GEMM fallback, on the vector path (aligned buffers, awkward lengths: whole groups and a
+// tail) and the scalar one (views that start one element in). Each is one fp32 operation
+// and one rounding on both sides, so the results must be the same bits.
 //
-// What it cannot check: the launchers' cudaMemcpyAsync path (cast to the same dtype).
+// What it cannot check: the launchers' cudaMemsetAsync (fill +0) and cudaMemcpyAsync (cast
+// to the same dtype) paths; tests/cuda covers them on a GPU.
 #include "emu_cuda_elementwise.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
 #include "emu_test_util.h"
 
 namespace trident::cuda::emu_elementwise {
 namespace {
 
-// Mirrors of the host launchers in kernels/cuda/cuda_elementwise.cu (same kernels, template
-// arguments and grid_for(n, kBlock) x kBlock geometry). KEEP IN SYNC with that file.
-dim3 grid(int64_t n) { return dim3(grid_for(n, kBlock)); }
-
+// The host launchers of kernels/cuda/cuda_elementwise.cu without their argument checks:
+// the kernel choice is the file's own (fill_typed, cast_typed, ..., extracted with the
+// kernels); the memset (fill +0) and memcpy (cast to the same dtype) shortcuts are
+// mirrored here.
 void fill(const Tensor& t, float value) {
-  const int64_t n = t.numel();
-  if (n == 0) return;
-  switch (t.dtype) {
-    case DType::F32: emu::launch(grid(n), dim3(kBlock), 0, fill_kernel<float>, t.ptr<float>(), n, value); break;
-    case DType::F16:
-      emu::launch(grid(n), dim3(kBlock), 0, fill_kernel<__half>, t.ptr<__half>(), n, __float2half_rn(value));
-      break;
-    case DType::BF16:
-      emu::launch(grid(n), dim3(kBlock), 0, fill_kernel<__nv_bfloat16>, t.ptr<__nv_bfloat16>(), n,
-                  __float2bfloat16_rn(value));
-      break;
-    case DType::I32:
-      emu::launch(grid(n), dim3(kBlock), 0, fill_kernel<int32_t>, t.ptr<int32_t>(), n, static_cast<int32_t>(value));
-      break;
-  }
+  if (t.numel() > 0) fill_typed(t, value, nullptr);
 }
 
 void cast(const Tensor& src, const Tensor& dst) {
-  const int64_t n = src.numel();
-  if (n == 0) return;
+  if (src.numel() == 0) return;
   if (src.dtype == dst.dtype) {  // the launcher copies with cudaMemcpyAsync
     std::memcpy(dst.data, src.data, src.nbytes());
     return;
   }
-  if (!is_float(src.dtype) || !is_float(dst.dtype)) {
-    emu::launch(grid(n), dim3(kBlock), 0, cast_any_kernel, any_ptr(src), any_ptr(dst), n);
-    return;
-  }
-  dispatch_float(src.dtype, "cast", [&](auto st) {
-    using S = decltype(st);
-    dispatch_float(dst.dtype, "cast", [&](auto dt) {
-      using D = decltype(dt);
-      emu::launch(grid(n), dim3(kBlock), 0, cast_kernel<S, D>, src.ptr<S>(), dst.ptr<D>(), n);
-    });
-  });
+  cast_typed(src, dst, nullptr);
 }
 
 void scale(const Tensor& t, float alpha) {
-  const int64_t n = t.numel();
-  if (n == 0) return;
-  dispatch_float(t.dtype, "scale", [&](auto tag) {
-    using T = decltype(tag);
-    emu::launch(grid(n), dim3(kBlock), 0, scale_kernel<T>, t.ptr<T>(), n, alpha);
-  });
+  if (t.numel() > 0) scale_typed(t, alpha, nullptr);
 }
 
 void add(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  if (a.dtype == out.dtype && b.dtype == out.dtype) {
-    dispatch_float(out.dtype, "add", [&](auto tag) {
-      using T = decltype(tag);
-      emu::launch(grid(n), dim3(kBlock), 0, add_kernel<T>, a.ptr<T>(), b.ptr<T>(), out.ptr<T>(), n);
-    });
-  } else {
-    emu::launch(grid(n), dim3(kBlock), 0, add_any_kernel, any_ptr(a), any_ptr(b), any_ptr(out), n);
-  }
+  if (out.numel() > 0) add_typed(a, b, out, nullptr);
 }
 
 void accumulate(const Tensor& dst, const Tensor& src) {
-  const int64_t n = dst.numel();
-  if (n == 0) return;
-  dispatch_float(dst.dtype, "accumulate", [&](auto tag) {
-    using T = decltype(tag);
-    if (src.dtype == dst.dtype)
-      emu::launch(grid(n), dim3(kBlock), 0, accumulate_kernel<T>, dst.ptr<T>(), src.ptr<T>(), n);
-    else
-      emu::launch(grid(n), dim3(kBlock), 0, accumulate_mixed_kernel<T>, dst.ptr<T>(), any_ptr(src), n);
-  });
+  if (dst.numel() > 0) accumulate_typed(dst, src, nullptr);
 }
 
 void add_row_bias(const Tensor& out, const Tensor& bias) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  dispatch_float(out.dtype, "matmul", [&](auto tag) {
-    using T = decltype(tag);
-    emu::launch(grid(n), dim3(kBlock), 0, add_row_bias_kernel<T>, out.ptr<T>(), any_ptr(bias), n, out.cols());
-  });
+  if (out.numel() > 0) add_row_bias_typed(out, bias, nullptr);
 }
 
 }  // namespace
@@ -184,6 +134,40 @@ TEST_P(EmulatedElementwise, ScaleAddAccumulate) {
         ke::accumulate(e_acc2, b2);
         expect_exact(e_acc2, acc2, "accumulate mixed");
       }
+    }
+  }
+}
+
+// Views one element into their buffers are off the vector alignment (for a view of one
+// operand only, too): the scalar instances, the same bits.
+TEST_P(EmulatedElementwise, MisalignedViews) {
+  const int64_t n = 4 * 256 + 7;
+  auto view = [&](Buffer& b, int64_t skip) { return b.t().flat_slice(skip, n); };
+  for (int64_t skip_a : {int64_t{0}, int64_t{1}}) {
+    const int64_t skip_b = 1 - skip_a;
+    SCOPED_TRACE("skips " + std::to_string(skip_a) + "," + std::to_string(skip_b) + " " + dtype_name(dt()));
+    Buffer a = random(Shape{n + 1}, dt(), -3.f, 3.f), b = random(Shape{n + 1}, dt(), -3.f, 3.f);
+    Buffer f = filled(Shape{n + 1}, dt(), NAN), ef = clone(f);
+    cpu().fill(view(f, skip_a), -2.5f);
+    ke::fill(view(ef, skip_a), -2.5f);
+    expect_exact(ef, f, "fill");
+    Buffer s = clone(a), es = clone(a);
+    cpu().scale(view(s, skip_a), 0.37f);
+    ke::scale(view(es, skip_a), 0.37f);
+    expect_exact(es, s, "scale");
+    Buffer out = filled(Shape{n + 1}, dt(), NAN), e_out = clone(out);
+    cpu().add(view(a, skip_a), view(b, skip_b), view(out, 0));
+    ke::add(view(a, skip_a), view(b, skip_b), view(e_out, 0));
+    expect_exact(e_out, out, "add");
+    Buffer acc = clone(a), e_acc = clone(a);
+    cpu().accumulate(view(acc, skip_a), view(b, skip_b));
+    ke::accumulate(view(e_acc, skip_a), view(b, skip_b));
+    expect_exact(e_acc, acc, "accumulate");
+    for (DType o : others()) {
+      Buffer c = filled(Shape{n + 1}, o, NAN), ec = clone(c);
+      cpu().cast(view(a, skip_a), view(c, skip_b));
+      ke::cast(view(a, skip_a), view(ec, skip_b));
+      expect_exact(ec, c, std::string("cast -> ") + dtype_name(o));
     }
   }
 }

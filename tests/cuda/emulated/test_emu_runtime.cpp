@@ -231,6 +231,14 @@ TEST(EmulatedRuntimeDeathTest, ShuffleWithAnExitedLane) {
                "deadlock.*warp 1 in __shfl_xor_sync \\(31/32 lanes\\)");
 }
 
+// cuda_common.cuh's vector accesses fault on a GPU when misaligned; emulated, they abort.
+TEST(EmulatedRuntimeDeathTest, MisalignedVectorAccess) {
+  alignas(16) float buf[12] = {};
+  EXPECT_EQ((load_vec<float, 4>(buf + 4).v[0]), 0.f);  // aligned: fine
+  EXPECT_DEATH((load_vec<float, 4>(buf + 1)), "misaligned 16-byte vector access");
+  EXPECT_DEATH((store_vec<float, 2>(buf + 3, Vec<float, 2>{})), "misaligned 8-byte vector access");
+}
+
 TEST(EmulatedRuntimeDeathTest, LanesDisagreeOnTheMask) {
   std::vector<int> p(32);
   EXPECT_DEATH(emu::launch(dim3(1), dim3(32), 0, mask_mismatch_kernel, p.data()), "lanes disagree");
