@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/error.h"
@@ -92,13 +93,48 @@ __device__ __forceinline__ void store_vec(T* p, const Vec<T, kV>& v) {
   TRIDENT_EMU_CHECK_ALIGNED(p, sizeof(Vec<T, kV>));
   *reinterpret_cast<Vec<T, kV>*>(p) = v;
 }
+// Every pointer is a multiple of `bytes` (a vector access's size) apart from 0.
+inline bool aligned_to(std::initializer_list<const void*> ptrs, size_t bytes) {
+  for (const void* p : ptrs)
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % bytes != 0) return false;
+  return true;
+}
+
 // kVec16<T> when `cols` is a multiple of it and every pointer is 16-byte aligned, else 1.
 template <typename T>
 inline int vector_width(int64_t cols, std::initializer_list<const void*> ptrs) {
-  if (cols % kVec16<T> != 0) return 1;
-  for (const void* p : ptrs)
-    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return 1;
-  return kVec16<T>;
+  return cols % kVec16<T> == 0 && aligned_to(ptrs, 16) ? kVec16<T> : 1;
+}
+
+// ---- element-wise loops ---------------------------------------------------------------
+template <int k>
+using Width = std::integral_constant<int, k>;
+
+// The grid-stride loop of element-wise kernels: body(i, Width<kV>) for the whole groups of
+// kV elements (i a multiple of kV), then body(i, Width<1>) for the last n % kV elements.
+template <int kV, typename Body>
+__device__ __forceinline__ void grid_stride_groups(int64_t n, Body&& body) {
+  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t full = n / kV * kV;
+  for (int64_t i = tid * kV; i < full; i += threads * kV) body(i, Width<kV>{});
+  if constexpr (kV > 1)
+    for (int64_t i = full + tid; i < n; i += threads) body(i, Width<1>{});
+}
+
+// k consecutive elements at p as floats (one vector access when k > 1), and back.
+template <int k, typename T>
+__device__ __forceinline__ void load_k(const T* p, float (&out)[k]) {
+  const Vec<T, k> v = load_vec<T, k>(p);
+#pragma unroll
+  for (int j = 0; j < k; ++j) out[j] = to_f32(v.v[j]);
+}
+template <int k, typename T>
+__device__ __forceinline__ void store_k(T* p, const float (&in)[k]) {
+  Vec<T, k> v;
+#pragma unroll
+  for (int j = 0; j < k; ++j) v.v[j] = from_f32<T>(in[j]);
+  store_vec<T, k>(p, v);
 }
 
 // ---- reductions (fixed order: results do not depend on scheduling) --------------------

@@ -20,36 +20,6 @@ constexpr int kVec = 4;  // elements a thread moves per access on the vector pat
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
-template <int k>
-using Width = std::integral_constant<int, k>;
-
-// The loop of the typed kernels: body(i, Width<kV>) for the whole groups of kV elements
-// (i a multiple of kV), then body(i, Width<1>) for the last n % kV elements.
-template <int kV, typename Body>
-__device__ __forceinline__ void grid_stride_groups(int64_t n, Body&& body) {
-  const int64_t tid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t full = n / kV * kV;
-  for (int64_t i = tid * kV; i < full; i += threads * kV) body(i, Width<kV>{});
-  if constexpr (kV > 1)
-    for (int64_t i = full + tid; i < n; i += threads) body(i, Width<1>{});
-}
-
-// k consecutive elements at p as floats (one vector access when k > 1), and back.
-template <int k, typename T>
-__device__ __forceinline__ void load_k(const T* p, float (&out)[k]) {
-  const Vec<T, k> v = load_vec<T, k>(p);
-#pragma unroll
-  for (int j = 0; j < k; ++j) out[j] = to_f32(v.v[j]);
-}
-template <int k, typename T>
-__device__ __forceinline__ void store_k(T* p, const float (&in)[k]) {
-  Vec<T, k> v;
-#pragma unroll
-  for (int j = 0; j < k; ++j) v.v[j] = from_f32<T>(in[j]);
-  store_vec<T, k>(p, v);
-}
-
 template <typename T, int kV>
 __global__ void fill_kernel(T* p, int64_t n, T value) {
   grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
@@ -131,7 +101,7 @@ __global__ void add_row_bias_kernel(T* out, AnyPtr bias, int64_t n, int64_t cols
 // Every tensor starts on a kVec-element boundary of its own dtype: the vector path.
 bool vector_ok(std::initializer_list<const Tensor*> ts) {
   for (const Tensor* t : ts)
-    if (reinterpret_cast<uintptr_t>(t->data) % (kVec * dtype_size(t->dtype)) != 0) return false;
+    if (!aligned_to({t->data}, kVec * dtype_size(t->dtype))) return false;
   return true;
 }
 

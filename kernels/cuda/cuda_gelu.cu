@@ -1,33 +1,97 @@
 // GELU with the tanh approximation ("gelu_fast" / "gelu_new"), forward and backward:
 //   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
 //   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-// Element-wise, memory bound: one grid-stride loop, fp32 math, full-precision tanhf so
-// the results stay within a few ulp of the CPU twin. Both outputs are "=".
+// Element-wise, memory bound: grid-stride loops with fp32 math and full-precision tanhf
+// (the results stay within a few ulp of the CPU twin). When the output (and dout) have
+// x's dtype and every pointer is 16-byte aligned, a thread moves 16-byte vectors; other
+// dtype mixes take the runtime-typed scalar path. Both outputs are "=".
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace trident::cuda {
 namespace {
 
+constexpr int kBlock = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCoeff = 0.044715f;
 
+__device__ __forceinline__ float gelu(float v) {
+  return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v)));
+}
+// dout * gelu'(v)
+__device__ __forceinline__ float gelu_grad(float dout, float v) {
+  const float t = tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v));
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v);
+  return dout * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+}
+
+template <typename T, int kV>
+__global__ void gelu_forward_kernel(const T* x, T* out, int64_t n) {
+  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
+    constexpr int k = decltype(w)::value;
+    float v[k];
+    load_k<k>(x + i, v);
+#pragma unroll
+    for (int j = 0; j < k; ++j) v[j] = gelu(v[j]);
+    store_k<k>(out + i, v);
+  });
+}
+
+template <typename T, int kV>
+__global__ void gelu_backward_kernel(const T* dout, const T* x, T* dx, int64_t n) {
+  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
+    constexpr int k = decltype(w)::value;
+    float v[k], d[k];
+    load_k<k>(x + i, v);
+    load_k<k>(dout + i, d);
+#pragma unroll
+    for (int j = 0; j < k; ++j) v[j] = gelu_grad(d[j], v[j]);
+    store_k<k>(dx + i, v);
+  });
+}
+
+// Outputs (and dout) of another dtype than x.
 template <typename T>
-__global__ void gelu_forward_kernel(const T* x, AnyPtr out, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const float v = to_f32(x[i]);
-    store_any(out, i, 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v))));
-  }
+__global__ void gelu_forward_any_kernel(const T* x, AnyPtr out, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    store_any(out, i, gelu(to_f32(x[i])));
 }
 
 template <typename T>
-__global__ void gelu_backward_kernel(AnyPtr dout, const T* x, AnyPtr dx, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const float v = to_f32(x[i]);
-    const float t = tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v);
-    store_any(dx, i, load_any(dout, i) * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du));
-  }
+__global__ void gelu_backward_any_kernel(AnyPtr dout, const T* x, AnyPtr dx, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    store_any(dx, i, gelu_grad(load_any(dout, i), to_f32(x[i])));
+}
+
+// The kernel choice of the launchers below (shared with the CPU emulator's test): the
+// 16-byte vector kernel, its scalar instance for unaligned views, or the runtime-typed one.
+void gelu_forward_typed(const Tensor& x, const Tensor& out, cudaStream_t s) {
+  const int64_t n = x.numel();
+  dispatch_float(x.dtype, "gelu_forward", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kV = kVec16<T>;
+    if (out.dtype != x.dtype)
+      gelu_forward_any_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(x.ptr<T>(), any_ptr(out), n);
+    else if (aligned_to({x.data, out.data}, 16))
+      gelu_forward_kernel<T, kV><<<grid_for((n + kV - 1) / kV, kBlock), kBlock, 0, s>>>(x.ptr<T>(), out.ptr<T>(), n);
+    else
+      gelu_forward_kernel<T, 1><<<grid_for(n, kBlock), kBlock, 0, s>>>(x.ptr<T>(), out.ptr<T>(), n);
+  });
+}
+
+void gelu_backward_typed(const Tensor& dout, const Tensor& x, const Tensor& dx, cudaStream_t s) {
+  const int64_t n = x.numel();
+  dispatch_float(x.dtype, "gelu_backward", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kV = kVec16<T>;
+    if (dout.dtype != x.dtype || dx.dtype != x.dtype)
+      gelu_backward_any_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(any_ptr(dout), x.ptr<T>(), any_ptr(dx), n);
+    else if (aligned_to({dout.data, x.data, dx.data}, 16))
+      gelu_backward_kernel<T, kV><<<grid_for((n + kV - 1) / kV, kBlock), kBlock, 0, s>>>(dout.ptr<T>(), x.ptr<T>(),
+                                                                                      dx.ptr<T>(), n);
+    else
+      gelu_backward_kernel<T, 1><<<grid_for(n, kBlock), kBlock, 0, s>>>(dout.ptr<T>(), x.ptr<T>(), dx.ptr<T>(), n);
+  });
 }
 
 void check_same(const char* op, const Tensor& a, const Tensor& b) {
@@ -39,24 +103,16 @@ void check_same(const char* op, const Tensor& a, const Tensor& b) {
 
 void gelu_forward(const Tensor& x, const Tensor& out, cudaStream_t s) {
   check_same("gelu_forward", x, out);
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  dispatch_float(x.dtype, "gelu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    gelu_forward_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(x.ptr<T>(), any_ptr(out), n);
-  });
+  if (x.numel() == 0) return;
+  gelu_forward_typed(x, out, s);
   CUDA_CHECK_LAUNCH();
 }
 
 void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, cudaStream_t s) {
   check_same("gelu_backward", x, dx);
   check_same("gelu_backward", x, dout);
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  dispatch_float(x.dtype, "gelu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    gelu_backward_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(any_ptr(dout), x.ptr<T>(), any_ptr(dx), n);
-  });
+  if (x.numel() == 0) return;
+  gelu_backward_typed(dout, x, dx, s);
   CUDA_CHECK_LAUNCH();
 }
 

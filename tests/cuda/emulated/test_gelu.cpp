@@ -1,7 +1,8 @@
 // kernels/cuda/cuda_gelu.cu on the CPU emulator vs the CPU backend: GELU (tanh
-// approximation) forward and backward, for awkward sizes, every float dtype, an fp32
-// output for 16-bit input (the runtime-typed output path) and the backward in place over
-// dout (as Backend::matmul_gelu_backward calls it).
+// approximation) forward and backward, for awkward sizes (16-byte vectors and a tail),
+// every float dtype, an fp32 output for 16-bit input (the runtime-typed output path), views
+// off the 16-byte alignment (the scalar path) and the backward in place over dout (as
+// Backend::matmul_gelu_backward calls it).
 //
 // What it cannot check: the device's tanhf (here the host's, the same function the CPU
 // twin calls, so small differences on a GPU are not covered), fused multiply-adds.
@@ -11,25 +12,14 @@
 namespace trident::cuda::emu_gelu {
 namespace {
 
-// Mirrors of the host launchers gelu_forward / gelu_backward in kernels/cuda/cuda_gelu.cu.
-// KEEP IN SYNC with cuda_gelu.cu.
+// The host launchers gelu_forward / gelu_backward of kernels/cuda/cuda_gelu.cu without their
+// argument checks: the kernel choice is the file's own (extracted with the kernels).
 void gelu_forward(const Tensor& x, const Tensor& out) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  dispatch_float(x.dtype, "gelu_forward", [&](auto tag) {
-    using T = decltype(tag);
-    emu::launch(dim3(grid_for(n, 256)), dim3(256), 0, gelu_forward_kernel<T>, x.ptr<T>(), any_ptr(out), n);
-  });
+  if (x.numel() > 0) gelu_forward_typed(x, out, nullptr);
 }
 
 void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  dispatch_float(x.dtype, "gelu_backward", [&](auto tag) {
-    using T = decltype(tag);
-    emu::launch(dim3(grid_for(n, 256)), dim3(256), 0, gelu_backward_kernel<T>, any_ptr(dout), x.ptr<T>(),
-                any_ptr(dx), n);
-  });
+  if (x.numel() > 0) gelu_backward_typed(dout, x, dx, nullptr);
 }
 
 }  // namespace
@@ -68,6 +58,22 @@ TEST_P(EmulatedGelu, ForwardAndBackward) {
       }
     }
   }
+}
+
+// Views that start one element into their buffers: the scalar instance of the typed kernels.
+TEST_P(EmulatedGelu, MisalignedViews) {
+  const int64_t n = 8 * 256 + 5;
+  Buffer xb = random(Shape{n + 1}, dt(), -4.f, 4.f), db = random(Shape{n + 1}, dt(), -2.f, 2.f);
+  const Tensor x = xb.t().flat_slice(1, n), dout = db.t().flat_slice(1, n);
+  Buffer out = filled(Shape{n}, dt(), NAN);
+  Buffer e_out_view = filled(Shape{n + 1}, dt(), NAN);
+  cpu().gelu_forward(x, out);
+  kg::gelu_forward(x, e_out_view.t().flat_slice(1, n));
+  expect_close(e_out_view.t().flat_slice(1, n), out, storage_tol(dt(), 1e-5, 1e-6), "gelu out (misaligned)");
+  Buffer dx = filled(Shape{n}, dt(), NAN), e_dx = filled(Shape{n + 1}, dt(), NAN);
+  cpu().gelu_backward(dout, x, dx);
+  kg::gelu_backward(dout, x, e_dx.t().flat_slice(1, n));
+  expect_close(e_dx.t().flat_slice(1, n), dx, storage_tol(dt(), 1e-5, 1e-6), "gelu dx (misaligned)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedGelu, TRIDENT_EMU_DTYPES, dtype_param_name);
