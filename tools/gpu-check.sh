@@ -5,8 +5,8 @@
 # TFLOP/s against the ceilings measured in the same run (a device copy, an 8192^3 bf16
 # cuBLASLt GEMM), causal attention (head dim 64) forward+backward TFLOP/s, and tokens/s and
 # MFU (Megatron's model FLOPs, throughput.h's dense peak) for gpt2-124m, -345m and -1.3b
-# training on one GPU in bf16 and fp16, and the per-op time shares of one profiled
-# gpt2-1.3b bf16 step. Meant to finish in well under 8 minutes.
+# training on one GPU in bf16 and fp16, and the per-op time shares of profiled gpt2-124m
+# and gpt2-1.3b bf16 steps. Meant to finish in well under 8 minutes.
 #
 # The GPU machine (the device tool; /work/.library/device/README.md) gets the working tree
 # plus up to 8 ignored paths named in `carry`, 64 MiB in all, and cannot install packages,
@@ -314,26 +314,30 @@ if [[ -x $bench ]]; then
     done
   done
 fi
-# ---- where a step's time goes: one profiled run of the largest config --------------------
-# ProfilingBackend synchronises after every op, so this step is slower than the timed ones;
-# the shares tell the next tuning session which kernels matter. Skipped in quick mode.
-profile_table="not run"
+# ---- where a step's time goes: profiled runs of the smallest and the largest config ------
+# ProfilingBackend synchronises after every op, so these steps are slower than the timed
+# ones; the shares tell the next tuning session which kernels matter (a small model has a
+# larger share of attention and memory-bound ops than a large one). Skipped in quick mode.
+profile_tables=()
 if [[ -x $bench && -z ${GPU_CHECK_QUICK:-} && ${#configs[@]} -gt 0 ]]; then
-  c=${configs[-1]}
-  model=${c%%:*}
-  profiled=$model
-  mb=${c##*:}
-  if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
-    profile_table="skipped: past the time budget"
-  else
+  profile_configs=("${configs[-1]}")
+  [[ ${configs[0]} != "${configs[-1]}" ]] && profile_configs=("${configs[0]}" "${configs[-1]}")
+  for c in "${profile_configs[@]}"; do
+    model=${c%%:*}
+    mb=${c##*:}
+    if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
+      profile_tables+=("$model: skipped: past the time budget")
+      continue
+    fi
     say "profiled step: $model bf16, micro batch $mb"
     log=$logdir/train-profile-$model.log
     timeout 100 "$bench" --config "$repo/configs/$model.yaml" --device cuda --bf16 --micro-batch-size "$mb" \
       --global-batch-size "$mb" --train-iters 2 --lr-warmup-iters 0 --eval-iters 0 --bench-warmup 1 >"$log" 2>&1
     rc=$?
-    profile_table=$(sed -n '/^op /,$p' "$log")
-    ((rc == 0)) && [[ -n $profile_table ]] || profile_table="FAILED (rc $rc): $(tail -1 "$log")"
-  fi
+    table=$(sed -n '/^op /,$p' "$log")
+    ((rc == 0)) && [[ -n $table ]] || table="FAILED (rc $rc): $(tail -1 "$log")"
+    profile_tables+=("$model bf16, micro batch $mb:"$'\n'"$table")
+  done
 fi
 # ---- generation: decoding throughput with the KV cache -------------------------------------
 # A one-iteration gpt2-124m bf16 checkpoint (the weights do not matter for speed), then 8
@@ -386,8 +390,9 @@ echo
 echo "ncu (attention kernels): $ncu_line"
 echo "generation (KV cache, one process): $gen_line"
 echo
-echo "where the step time goes (${profiled:-no config} bf16, profiled: synchronised after every op):"
-echo "$profile_table"
+echo "where the step time goes (profiled: synchronised after every op):"
+((${#profile_tables[@]} > 0)) || echo "not run"
+for t in ${profile_tables[@]+"${profile_tables[@]}"}; do echo "$t"; echo; done
 if ((status == 0)); then
   echo "result: OK"
 else
