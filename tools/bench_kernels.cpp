@@ -374,9 +374,10 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   });
 
   // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
-  // The variants under measurement beside the defaults: the forward with 128-row blocks
-  // (two row tiles per warp, TRIDENT_ATTN_FWD_WM=2) and the backward with a double-buffered
-  // dK/dV kernel (TRIDENT_ATTN_BWD_DB=1); the launchers read both at each call.
+  // Beside the defaults, the tile shapes under measurement (AttnTiles in cuda_attention.cu;
+  // the launchers read their environment variables at each call): 128-row forward blocks,
+  // doubled forward key tiles, a double-buffered dK/dV kernel, halved dK/dV query tiles and
+  // (D 128) doubled dQ key tiles.
   auto attention = [&](int B, int T, int H, int D) {
     b.section("attention D" + std::to_string(D), [&] {
       AttentionShape s;
@@ -392,20 +393,27 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       Buffer dout = b.rnd(Shape{s.B, s.T, s.H, s.D}, bf), dqkv = be.empty(Shape{s.B, s.T, 3 * s.H, s.D}, bf);
       const DropoutKey nodrop;
       const double fwd = 4.0 * s.B * s.H * static_cast<double>(s.T) * s.T * s.D / 2;
-      ::setenv("TRIDENT_ATTN_FWD_WM", "2", 1);
-      b.add("attn fwd, 128-row blocks", shp, fwd, true, [&] { be.attention_forward(qkv, out, lse, s, nodrop); }, 20);
-      ::unsetenv("TRIDENT_ATTN_FWD_WM");
-      b.add("attention fwd (causal)", shp, fwd, true, [&] { be.attention_forward(qkv, out, lse, s, nodrop); }, 20);
-      b.add("attention bwd (causal)", shp, 2.5 * fwd, true,
-            [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); }, 10);
+      const int tile = D > 64 ? 32 : 64;  // the default key / query tile rows
+      auto forward = [&] { be.attention_forward(qkv, out, lse, s, nodrop); };
+      auto backward = [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); };
+      // One row with environment variable `var` set to `value` for its calls.
+      auto variant = [&](const char* name, const char* var, const std::string& value, double work,
+                         const std::function<void()>& f, int calls) {
+        ::setenv(var, value.c_str(), 1);
+        b.add(name, shp, work, true, f, calls);
+        ::unsetenv(var);
+      };
+      variant("attn fwd, 128-row blocks", "TRIDENT_ATTN_FWD_WM", "2", fwd, forward, 20);
+      variant("attn fwd, 2x key tiles", "TRIDENT_ATTN_FWD_BK", std::to_string(2 * tile), fwd, forward, 20);
+      b.add("attention fwd (causal)", shp, fwd, true, forward, 20);
+      b.add("attention bwd (causal)", shp, 2.5 * fwd, true, backward, 10);
       const Row& f = b.rows()[b.rows().size() - 2];
       const Row& g = b.rows().back();
       const Row both{"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error};
       b.rows().push_back(both);
-      ::setenv("TRIDENT_ATTN_BWD_DB", "1", 1);
-      b.add("attn bwd, dK/dV 2 buffers", shp, 2.5 * fwd, true,
-            [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); }, 10);
-      ::unsetenv("TRIDENT_ATTN_BWD_DB");
+      variant("attn bwd, dK/dV 2 buffers", "TRIDENT_ATTN_BWD_DB", "1", 2.5 * fwd, backward, 10);
+      variant("attn bwd, dK/dV 1/2 q tiles", "TRIDENT_ATTN_DKDV_BQ", std::to_string(tile / 2), 2.5 * fwd, backward, 10);
+      if (D > 64) variant("attn bwd, dQ 2x key tiles", "TRIDENT_ATTN_DQ_BK", std::to_string(2 * tile), 2.5 * fwd, backward, 10);
       // Training's default attention dropout (0.1): the kernels draw the mask with Philox.
       DropoutKey drop;
       drop.p = 0.1f;

@@ -18,7 +18,9 @@
 // - fp16/bf16 with D % 8 == 0: tensor-core tiles (mma.sync m16n8k16, fp32 accumulation,
 //   ldmatrix from padded shared-memory tiles filled by cp.async). Templated on DP, the
 //   head dim rounded up to 32/64/128 (columns D..DP are zero in shared memory). Each warp
-//   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal).
+//   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal). The tile
+//   shapes have alternatives under measurement (AttnTiles, chosen by environment
+//   variables), all run through the same launch plans as the defaults.
 // - fp32 (and any other case: D % 8 != 0, unaligned views, TRIDENT_ATTN_SIMT=1 in the
 //   environment): one warp per row with fp32 CUDA-core arithmetic, the reference path.
 // Softmax statistics, delta and all accumulation are fp32 in both.
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -339,8 +342,11 @@ constexpr int fwd_smem_bytes() {
 // WM tiles of 16 rows (64 rows apart, so that every warp has work near the diagonal). Key
 // tiles of BK rows stream through shared memory; K of the next tile loads while P V runs,
 // V of the next tile while the next S runs.
+// (The minimum of 1 block per SM in the launch bounds lets ptxas use the registers it
+// needs: left to itself it aimed at 3 blocks for D = 128 with 64-key tiles on sm_80, and
+// spilled.)
 template <typename T, int DP, int BK, int WM>
-__global__ void __launch_bounds__(kThreads) attn_fwd_mma_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kThreads, 1) attn_fwd_mma_kernel(const AttnParams p) {
   constexpr int BQ = 64 * WM, LDS = DP + 8, NT = BK / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -903,6 +909,101 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_simt_kernel(const Attn
 }
 
 // =========================================================================================
+// Launch plans: the kernel instances, grids and shared memory of one call (before the host
+// launchers so that the CPU emulator's test runs the same plans)
+// =========================================================================================
+
+// Runtime head dim -> template DP in one place: 32, 64 or 128.
+template <typename F>
+void dispatch_dp(int D, F&& f) {
+  if (D <= 32) {
+    f(std::integral_constant<int, 32>{});
+  } else if (D <= 64) {
+    f(std::integral_constant<int, 64>{});
+  } else {
+    f(std::integral_constant<int, 128>{});
+  }
+}
+
+// Tile shapes beside the defaults, compiled so that one GPU run can time them all (the host
+// launchers take them from the environment at each call; 0 = the default). Which is
+// fastest depends on the GPU (occupancy against shared-memory traffic per product), so
+// they stay selectable until measured:
+//   fwd_wm   16-row query tiles per warp in the forward: 1 (64-row blocks) or 2 (128-row
+//            blocks: each K/V fragment feeds two products; D 128 then has 16-key tiles)
+//   fwd_bk   key rows per forward tile with fwd_wm 1: D <= 32: 64; D 64: 64 or 128;
+//            D 128: 32 or 64 (fewer barriers per key, more registers)
+//   dkdv_nb  Q/dO buffers of the dK/dV kernel: 1, or 2 for D > 32 (D <= 32 keeps 1: its
+//            two-buffer build spilled on sm_80)
+//   dkdv_bq  query rows per dK/dV tile with one buffer: D <= 32: 64; D 64: 64 or 32;
+//            D 128: 32 or 16 (fewer registers: 3 blocks an SM for D 64)
+//   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
+struct AttnTiles {
+  int fwd_wm = 1, fwd_bk = 0, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
+};
+
+template <int DP>
+constexpr int kDefaultTile = DP == 128 ? 32 : 64;  // key / query rows per tile by default
+
+// Forward: launch(kernel, grid_x, grid_y, smem_bytes) once; false (nothing launched) when
+// `t` asks for a tile this head dim has no instance of.
+template <typename T, typename Launch>
+bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
+  const unsigned bh = static_cast<unsigned>(p.B * p.H);
+  bool ok = false;
+  dispatch_dp(p.D, [&](auto dp) {
+    constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
+    const unsigned tiles64 = static_cast<unsigned>((p.T + 63) / 64), tiles128 = static_cast<unsigned>((p.T + 127) / 128);
+    if (t.fwd_wm == 2 && t.fwd_bk == 0) {
+      // D = 128 holds two 16 x 128 output tiles per warp: 16-key tiles keep it unspilled.
+      constexpr int BK2 = DP == 128 ? 16 : 64;
+      launch(attn_fwd_mma_kernel<T, DP, BK2, 2>, bh, tiles128, fwd_smem_bytes<DP, BK2, 2>());
+      ok = true;
+    } else if (t.fwd_wm == 1 && (t.fwd_bk == 0 || t.fwd_bk == BK)) {
+      launch(attn_fwd_mma_kernel<T, DP, BK, 1>, bh, tiles64, fwd_smem_bytes<DP, BK, 1>());
+      ok = true;
+    } else if constexpr (DP >= 64) {
+      if (t.fwd_wm == 1 && t.fwd_bk == 2 * BK) {
+        launch(attn_fwd_mma_kernel<T, DP, 2 * BK, 1>, bh, tiles64, fwd_smem_bytes<DP, 2 * BK, 1>());
+        ok = true;
+      }
+    }
+  });
+  return ok;
+}
+
+// Backward passes 2 and 3 (dK/dV, then dQ; the delta pre-kernel is the caller's): false
+// (nothing launched) when `t` asks for a tile this head dim has no instance of.
+template <typename T, typename Launch>
+bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
+  const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
+  bool ok = false;
+  dispatch_dp(p.D, [&](auto dp) {
+    constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
+    const int bq = t.dkdv_bq == 0 ? BK : t.dkdv_bq, dq_bk = t.dq_bk == 0 ? BK : t.dq_bk;
+    const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;
+    const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers);
+    const bool dq_ok = dq_bk == BK || (dq_bk == 2 * BK && DP == 128);
+    if (!dkdv_ok || !dq_ok) return;
+    if (bq != BK) {
+      if constexpr (DP >= 64)
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1>());
+    } else if (two_buffers) {
+      if constexpr (DP >= 64) launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, bh, tiles, dkdv_smem_bytes<DP, BK, 2>());
+    } else {
+      launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, bh, tiles, dkdv_smem_bytes<DP, BK, 1>());
+    }
+    if (dq_bk != BK) {
+      if constexpr (DP == 128) launch(attn_bwd_dq_mma_kernel<T, DP, 2 * BK>, bh, tiles, dq_smem_bytes<DP, 2 * BK>());
+    } else {
+      launch(attn_bwd_dq_mma_kernel<T, DP, BK>, bh, tiles, dq_smem_bytes<DP, BK>());
+    }
+    ok = true;
+  });
+  return ok;
+}
+
+// =========================================================================================
 // Host launchers
 // =========================================================================================
 
@@ -918,62 +1019,53 @@ unsigned simt_grid(const AttnParams& p) {
   return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
 }
 
-// Runtime head dim -> template DP in one place: 32, 64 or 128.
-template <typename F>
-void dispatch_dp(int D, F&& f) {
-  if (D <= 32) {
-    f(std::integral_constant<int, 32>{});
-  } else if (D <= 64) {
-    f(std::integral_constant<int, 64>{});
-  } else {
-    f(std::integral_constant<int, 128>{});
-  }
+// An integer tile setting from the environment (0 when unset or empty).
+int env_tile(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return 0;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  TRIDENT_CHECK(*end == '\0' && x > 0 && x <= 1024, "attention: ", name, "=", v, " is not a tile size");
+  return static_cast<int>(x);
 }
 
-// Query row tiles per warp in the forward: 1 (64-row blocks) unless TRIDENT_ATTN_FWD_WM=2
-// asks for 128-row blocks, whose warps reuse each K and V fragment for two row tiles.
-// Read per call, so a benchmark or a test can time and check both in one process.
-int forward_row_tiles() {
-  const char* v = std::getenv("TRIDENT_ATTN_FWD_WM");
-  return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 1;
+// The tile shapes asked for in the environment (AttnTiles), read per call so that a
+// benchmark or a test can time and check several in one process.
+AttnTiles tiles_from_env() {
+  AttnTiles t;
+  const int wm = env_tile("TRIDENT_ATTN_FWD_WM");
+  t.fwd_wm = wm == 0 ? 1 : wm;
+  t.fwd_bk = env_tile("TRIDENT_ATTN_FWD_BK");
+  const char* db = std::getenv("TRIDENT_ATTN_BWD_DB");
+  t.dkdv_nb = db != nullptr && std::strcmp(db, "1") == 0 ? 2 : 1;
+  t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
+  t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
+  return t;
+}
+
+// The tile settings, for an error message.
+std::string describe(const AttnTiles& t) {
+  return "TRIDENT_ATTN_FWD_WM=" + std::to_string(t.fwd_wm) + " TRIDENT_ATTN_FWD_BK=" + std::to_string(t.fwd_bk) +
+         " TRIDENT_ATTN_BWD_DB=" + std::to_string(t.dkdv_nb == 2) + " TRIDENT_ATTN_DKDV_BQ=" +
+         std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk);
 }
 
 template <typename T>
 void forward_mma(const AttnParams& p, cudaStream_t s) {
-  const int wm = forward_row_tiles();
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 64 * wm - 1) / (64 * wm)));
-  dispatch_dp(p.D, [&](auto dp) {
-    constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
-    if (wm == 2) {
-      // D = 128 holds two 16 x 128 output tiles per warp: 16-key tiles keep it unspilled.
-      constexpr int BK2 = DP == 128 ? 16 : 64;
-      launch_mma(attn_fwd_mma_kernel<T, DP, BK2, 2>, grid, fwd_smem_bytes<DP, BK2, 2>(), p, s);
-    } else {
-      launch_mma(attn_fwd_mma_kernel<T, DP, BK, 1>, grid, fwd_smem_bytes<DP, BK, 1>(), p, s);
-    }
-  });
-}
-
-// dK/dV with two Q/dO buffers when TRIDENT_ATTN_BWD_DB=1 (read per call, like the above).
-bool bwd_double_buffered() {
-  const char* v = std::getenv("TRIDENT_ATTN_BWD_DB");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  const AttnTiles t = tiles_from_env();
+  const bool ok = plan_forward_mma<T>(
+      p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, s); });
+  TRIDENT_CHECK(ok, "attention_forward: head dim ", p.D, " has no forward kernel for ", describe(t),
+                " (see AttnTiles in kernels/cuda/cuda_attention.cu)");
 }
 
 template <typename T>
 void backward_mma(const AttnParams& p, cudaStream_t s) {
-  const dim3 grid(static_cast<unsigned>(p.B * p.H), static_cast<unsigned>((p.T + 63) / 64));
-  dispatch_dp(p.D, [&](auto dp) {
-    constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
-    // Head dims up to 32 keep one buffer: their two-buffer build spilled on sm_80.
-    bool two_buffers = false;
-    if constexpr (DP >= 64) {
-      two_buffers = bwd_double_buffered();
-      if (two_buffers) launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, grid, dkdv_smem_bytes<DP, BK, 2>(), p, s);
-    }
-    if (!two_buffers) launch_mma(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, grid, dkdv_smem_bytes<DP, BK, 1>(), p, s);
-    launch_mma(attn_bwd_dq_mma_kernel<T, DP, BK>, grid, dq_smem_bytes<DP, BK>(), p, s);
-  });
+  const AttnTiles t = tiles_from_env();
+  const bool ok = plan_backward_mma<T>(
+      p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, s); });
+  TRIDENT_CHECK(ok, "attention_backward: head dim ", p.D, " has no backward kernels for ", describe(t),
+                " (see AttnTiles in kernels/cuda/cuda_attention.cu)");
 }
 
 struct Checked {

@@ -17,6 +17,7 @@
 // needed) stays within these tolerances with a margin of 3x or more.
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 
 #include "cuda_test_util.h"
@@ -107,8 +108,10 @@ class CudaAttention : public CudaVsCpuDtype {
     return r;
   }
 
-  void check_forward(const std::string& tag) {
+  // before_each(c), when given, runs before each case (e.g. to set tile variables for its D).
+  void check_forward(const std::string& tag, const std::function<void(const AttnCase&)>& before_each = {}) {
     for (const AttnCase& c : cases()) {
+      if (before_each) before_each(c);
       SCOPED_TRACE(tag + describe(c));
       Run r = forward(c);
       expect_out_close(r.out, "out");
@@ -116,8 +119,9 @@ class CudaAttention : public CudaVsCpuDtype {
     }
   }
 
-  void check_backward(const std::string& tag) {
+  void check_backward(const std::string& tag, const std::function<void(const AttnCase&)>& before_each = {}) {
     for (const AttnCase& c : cases()) {
+      if (before_each) before_each(c);
       SCOPED_TRACE(tag + describe(c));
       Run r = forward(c);
       const DType t = dt();
@@ -143,17 +147,39 @@ TEST_P(CudaAttention, BackwardMatchesCpu) {
   check_backward("");
 }
 
-// The variants under measurement: the forward with two 16-row tiles per warp (128-row
-// blocks, TRIDENT_ATTN_FWD_WM=2) and the dK/dV kernel with two Q/dO buffers
-// (TRIDENT_ATTN_BWD_DB=1).
+// The tile shapes under measurement (AttnTiles in cuda_attention.cu, chosen by environment
+// variables): the forward with two 16-row tiles per warp (128-row blocks) with the
+// double-buffered dK/dV kernel; then, for head dims above 32, the forward's key tiles
+// doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles doubled.
 TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   ::setenv("TRIDENT_ATTN_FWD_WM", "2", 1);
   ::setenv("TRIDENT_ATTN_BWD_DB", "1", 1);
-  check_forward("variants ");
-  check_backward("variants ");
+  check_forward("wm2+db ");
+  check_backward("wm2+db ");
   ::unsetenv("TRIDENT_ATTN_FWD_WM");
   ::unsetenv("TRIDENT_ATTN_BWD_DB");
+  const auto other_tiles = [](const AttnCase& c) {
+    for (const char* v : {"TRIDENT_ATTN_FWD_BK", "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_DQ_BK"}) ::unsetenv(v);
+    if (c.D <= 32) return;  // the default tiles only
+    const bool d128 = c.D > 64;
+    ::setenv("TRIDENT_ATTN_FWD_BK", d128 ? "64" : "128", 1);
+    ::setenv("TRIDENT_ATTN_DKDV_BQ", d128 ? "16" : "32", 1);
+    if (d128) ::setenv("TRIDENT_ATTN_DQ_BK", "64", 1);
+  };
+  check_forward("tiles ", other_tiles);
+  check_backward("tiles ", other_tiles);
+  for (const char* v : {"TRIDENT_ATTN_FWD_BK", "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_DQ_BK"}) ::unsetenv(v);
+}
+
+// A tile size that the head dim has no kernel for is a clear error, not a silent default.
+TEST_P(CudaAttention, MissingTileIsAnError) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels, which have no tiles";
+  const AttnCase c{1, 64, 1, 64, 0, 0, 0.f};
+  ::setenv("TRIDENT_ATTN_FWD_BK", "48", 1);
+  EXPECT_THROW(forward(c), Error);
+  ::unsetenv("TRIDENT_ATTN_FWD_BK");
 }
 
 // The CUDA-core fallback (the fp32 path; for 16-bit it serves D % 8 != 0 and unaligned

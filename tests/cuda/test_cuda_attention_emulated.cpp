@@ -343,17 +343,6 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
 }
 #pragma GCC diagnostic pop
 
-template <typename F>
-void dispatch_dp(int D, F&& f) {
-  if (D <= 32) {
-    f(std::integral_constant<int, 32>{});
-  } else if (D <= 64) {
-    f(std::integral_constant<int, 64>{});
-  } else {
-    f(std::integral_constant<int, 128>{});
-  }
-}
-
 struct Case {
   int B, T, H, D, head_offset;
   float p;
@@ -451,13 +440,17 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
                     << ", atol " << atol << ", rtol " << rtol << ")";
 }
 
-// Forward, delta, dK/dV and dQ of one case on emulated blocks, against the reference.
-// wm: the forward's 16-row tiles per warp (1: 64-row blocks, 2: 128-row blocks);
-// nb: the dK/dV kernel's Q/dO buffers (1 or 2).
+// Forward, delta, dK/dV and dQ of one case on emulated blocks, against the reference, with
+// the tile shapes `tiles` (the launchers' plans, plan_forward_mma / plan_backward_mma).
+std::string describe(const AttnTiles& t) {
+  return " wm" + std::to_string(t.fwd_wm) + " fwd_bk" + std::to_string(t.fwd_bk) + " nb" + std::to_string(t.dkdv_nb) +
+         " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk);
+}
+
 template <typename T>
-void run_case(const Case& c, bool tensor_cores, uint64_t seed, int wm = 1, int nb = 1) {
+void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& tiles = AttnTiles{}) {
   SCOPED_TRACE(describe(c) + (tensor_cores ? " tensor-core" : " cuda-core") +
-               (emu::g_eager ? " eager" : " deferred") + " wm" + std::to_string(wm) + " nb" + std::to_string(nb));
+               (emu::g_eager ? " eager" : " deferred") + describe(tiles));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   const size_t nqkv = static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D, nout = nqkv / 3,
@@ -492,28 +485,15 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, int wm = 1, int n
   p.inv_keep = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
   p.drop = drop;
 
-  const unsigned bh = static_cast<unsigned>(c.B * c.H), tiles = static_cast<unsigned>((c.T + 63) / 64);
   const unsigned rows = static_cast<unsigned>((nrow + 3) / 4);
   if (tensor_cores) {
     if constexpr (!std::is_same_v<T, float>) {
-      dispatch_dp(c.D, [&](auto dp) {
-        constexpr int DP = decltype(dp)::value, BK = DP == 128 ? 32 : 64;
-        if (wm == 2) {
-          constexpr int BK2 = DP == 128 ? 16 : 64;  // as forward_mma in the .cu
-          launch(attn_fwd_mma_kernel<T, DP, BK2, 2>, bh, static_cast<unsigned>((c.T + 127) / 128),
-                 fwd_smem_bytes<DP, BK2, 2>(), p);
-        } else {
-          launch(attn_fwd_mma_kernel<T, DP, BK, 1>, bh, tiles, fwd_smem_bytes<DP, BK, 1>(), p);
-        }
-        launch(attn_delta_kernel<T>, rows, 1, 0, p);
-        if constexpr (DP >= 64) {  // as backward_mma in the .cu: D <= 32 has one buffer only
-          if (nb == 2) launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, bh, tiles, dkdv_smem_bytes<DP, BK, 2>(), p);
-        }
-        if (nb != 2 || DP < 64) {
-          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, bh, tiles, dkdv_smem_bytes<DP, BK, 1>(), p);
-        }
-        launch(attn_bwd_dq_mma_kernel<T, DP, BK>, bh, tiles, dq_smem_bytes<DP, BK>(), p);
-      });
+      auto emulated = [&](auto kernel, unsigned gx, unsigned gy, int smem) {
+        launch(kernel, gx, gy, static_cast<size_t>(smem), p);
+      };
+      ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
+      launch(attn_delta_kernel<T>, rows, 1, 0, p);
+      ASSERT_TRUE(plan_backward_mma<T>(p, tiles, emulated)) << "no backward instances";
     }
   } else {
     launch(attn_fwd_simt_kernel<T>, rows, 1, 0, p);
@@ -570,13 +550,52 @@ TEST_P(EmulatedAttention, TensorCoreBf16) {
   for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++);
 }
 
-// The variants under measurement: 128-row forward blocks, double-buffered dK/dV.
+// The tile shapes under measurement (AttnTiles), each on the cases whose head dim has it:
+// 128-row forward blocks with double-buffered dK/dV, and the halved or doubled tiles.
 TEST_P(EmulatedAttention, TensorCoreVariants) {
   uint64_t seed = 400;
+  AttnTiles wm2_db;
+  wm2_db.fwd_wm = 2;
+  wm2_db.dkdv_nb = 2;
   for (const Case& c : cases()) {
-    run_case<__half>(c, true, seed++, 2, 2);
-    run_case<__nv_bfloat16>(c, true, seed++, 2, 2);
+    run_case<__half>(c, true, seed++, wm2_db);
+    run_case<__nv_bfloat16>(c, true, seed++, wm2_db);
   }
+  for (const Case& c : cases()) {
+    if (c.D <= 32) continue;  // D <= 32 has the default tiles only
+    const int bk = c.D > 64 ? 32 : 64;
+    AttnTiles other;  // forward keys doubled, dK/dV queries halved, dQ keys doubled (D 128)
+    other.fwd_bk = 2 * bk;
+    other.dkdv_bq = bk / 2;
+    if (c.D > 64) other.dq_bk = 2 * bk;
+    run_case<__nv_bfloat16>(c, true, seed++, other);
+  }
+}
+
+// A tile a head dim has no instance of is refused before anything runs.
+TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
+  AttnParams p;
+  p.B = 1;
+  p.H = 1;
+  p.T = 64;
+  int launches = 0;
+  auto count = [&](auto, unsigned, unsigned, int) { ++launches; };
+  for (int D : {32, 64, 128}) {
+    p.D = D;
+    AttnTiles t;
+    EXPECT_TRUE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    EXPECT_TRUE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.fwd_bk = 48;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.dq_bk = D == 128 ? 128 : 2 * 64;  // D 128 has 32 and 64, the others 64 only
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.dkdv_bq = 16;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 128) << D;
+  }
+  // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ 16.
+  EXPECT_EQ(launches, 3 * 3 + 2);
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
