@@ -138,7 +138,7 @@ class Bench {
     // A failing op (a shape check, say) costs its row only, not the table.
     Row r{name, shape, 0, work, flops, ""};
     try {
-      r.ms = once_ ? timer_.ms(f, 1, 1, 1) : timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
+      r.ms = once_ ? timer_.ms(f, 1, 1, 0) : timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
       be_.synchronize();
     } catch (const std::exception& e) {
       r.error = e.what();
