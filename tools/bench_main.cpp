@@ -9,7 +9,7 @@
 //                        (tools/bench_kernels.h); prints "no GPU" and exits 0 without one
 //   --kernels-quick      the same on small inputs (a smoke test)
 //   --kernels-only S     only the kernel sections whose name contains S ("attention D128")
-//   --kernels-once       each kernel op launched once, untimed warm-up included: a run for
+//   --kernels-once       each kernel op launched once, no warm-up: a run for
 //                        a profiler (ncu), which replays each launch itself
 // MFU is Megatron's model FLOPs (model_flops_per_iteration) over step time and the
 // device's dense peak for the run's dtype (--peak-tflops, else throughput.h's table).
