@@ -103,6 +103,13 @@ void ProfilingBackend::residual_layernorm_forward(const Tensor& x, const Tensor&
                                                   const Tensor& mean, const Tensor& rstd) {
   timed("residual_layernorm", [&] { inner_->residual_layernorm_forward(x, branch, resid, g, b, out, mean, rstd); });
 }
+void ProfilingBackend::dropout_residual_layernorm_forward(const Tensor& x, const Tensor& branch, int T,
+                                                          const DropoutKey& d, const Tensor& resid, const Tensor& g,
+                                                          const Tensor& b, const Tensor& out, const Tensor& mean,
+                                                          const Tensor& rstd) {
+  timed("residual_layernorm",
+        [&] { inner_->dropout_residual_layernorm_forward(x, branch, T, d, resid, g, b, out, mean, rstd); });
+}
 void ProfilingBackend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
                                         const Tensor& bias, bool ta, bool tb) {
   timed("matmul_gelu", [&] { inner_->matmul_bias_gelu(pre, out, a, b, bias, ta, tb); });

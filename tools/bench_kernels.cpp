@@ -264,6 +264,13 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     Buffer branch = b.rnd(Shape{rows, C}, bf), resid = be.empty(Shape{rows, C}, bf);
     b.add("residual+layernorm fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
           [&] { be.residual_layernorm_forward(x, branch, resid, g, beta, out, mean, rstd); }, 20);
+    // The same with training's hidden dropout (0.1) on the branch, drawn in the pass (the
+    // fused kernel leaves the branch as it was, so every call sees the same input).
+    DropoutKey drop;
+    drop.p = 0.1f;
+    drop.seed = 7;
+    b.add("dropout+residual+LN fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
+          [&] { be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd); }, 20);
   });
   b.section("gelu", [&] {
     const int64_t n = rows * 4 * C;

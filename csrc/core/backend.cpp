@@ -27,6 +27,14 @@ void Backend::residual_layernorm_forward(const Tensor& x, const Tensor& branch, 
   layernorm_forward(resid, gamma, beta, out, mean, rstd);
 }
 
+void Backend::dropout_residual_layernorm_forward(const Tensor& x, const Tensor& branch, int T,
+                                                 const DropoutKey& drop, const Tensor& resid, const Tensor& gamma,
+                                                 const Tensor& beta, const Tensor& out, const Tensor& mean,
+                                                 const Tensor& rstd) {
+  dropout_forward(branch, branch, T, drop);
+  residual_layernorm_forward(x, branch, resid, gamma, beta, out, mean, rstd);
+}
+
 void Backend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
                                const Tensor& bias, bool trans_a, bool trans_b) {
   matmul(pre, a, b, bias, trans_a, trans_b, false);

@@ -182,6 +182,13 @@ class Backend {
   virtual void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid,
                                           const Tensor& gamma, const Tensor& beta, const Tensor& out,
                                           const Tensor& mean, const Tensor& rstd);
+  // residual_layernorm_forward of x and dropout_forward(branch, T, drop): the dropout on the
+  // residual branch (Megatron's bias-dropout-add) in the same pass. `branch` is consumed:
+  // the composition drops it in place, a fused kernel leaves it as it was.
+  virtual void dropout_residual_layernorm_forward(const Tensor& x, const Tensor& branch, int T,
+                                                  const DropoutKey& drop, const Tensor& resid, const Tensor& gamma,
+                                                  const Tensor& beta, const Tensor& out, const Tensor& mean,
+                                                  const Tensor& rstd);
   // The MLP's up-projection with its activation: pre = op(a) op(b) + bias (=, bias may be
   // empty), out = gelu(pre) (=). A fused GEMM may apply gelu to the fp32 accumulator
   // before pre is rounded to its dtype.

@@ -240,23 +240,27 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   be_.matmul(scratch_->proj, a.att, P.param(h + "attn.proj.weight"), rank0 ? P.param(h + "attn.proj.bias") : none,
              false, true, false);
   tp_allreduce(scratch_->proj, ReduceOp::Sum);
-  be_.dropout_forward(scratch_->proj, scratch_->proj, T_, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training));
-  // resid_mid = x + branch, and ln_2 of it, in one pass.
-  be_.residual_layernorm_forward(x, scratch_->proj, a.resid_mid, P.param(h + "ln_2.weight"),
-                                 P.param(h + "ln_2.bias"), a.ln2, a.ln2_mean, a.ln2_rstd);
+  // resid_mid = x + dropout(branch), and ln_2 of it, in one pass (the branch is consumed).
+  be_.dropout_residual_layernorm_forward(x, scratch_->proj, T_,
+                                         dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training), a.resid_mid,
+                                         P.param(h + "ln_2.weight"), P.param(h + "ln_2.bias"), a.ln2, a.ln2_mean,
+                                         a.ln2_rstd);
   // MLP: LN -> column-parallel fc with GELU (one GEMM with a GELU epilogue) -> row-parallel projection.
   be_.matmul_bias_gelu(a.fc, a.gelu, a.ln2, P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false, true);
   be_.matmul(scratch_->proj, a.gelu, P.param(h + "mlp.proj.weight"), rank0 ? P.param(h + "mlp.proj.bias") : none,
              false, true, false);
   tp_allreduce(scratch_->proj, ReduceOp::Sum);
   if (!write_output) return;
-  be_.dropout_forward(scratch_->proj, scratch_->proj, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training));
-  // out = resid_mid + branch, fused with the LayerNorm that reads it when it is on this stage.
-  if (next.out.empty())
+  // out = resid_mid + dropout(branch), fused with the LayerNorm that reads it when it is on
+  // this stage.
+  const DropoutKey mlp_drop = dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training);
+  if (next.out.empty()) {
+    be_.dropout_forward(scratch_->proj, scratch_->proj, T_, mlp_drop);
     be_.add(a.resid_mid, scratch_->proj, a.out);
-  else
-    be_.residual_layernorm_forward(a.resid_mid, scratch_->proj, a.out, next.gamma, next.beta, next.out, next.mean,
-                                   next.rstd);
+  } else {
+    be_.dropout_residual_layernorm_forward(a.resid_mid, scratch_->proj, T_, mlp_drop, a.out, next.gamma, next.beta,
+                                           next.out, next.mean, next.rstd);
+  }
 }
 
 // s.lnf has been computed (fused with the last layer's residual add).

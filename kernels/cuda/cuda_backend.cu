@@ -170,6 +170,17 @@ class CudaBackend final : public Backend {
     require_device("residual_layernorm_forward", {&x, &branch, &resid, &gamma, &beta, &out, &mean, &rstd});
     cuda::residual_layernorm_forward(x, branch, resid, gamma, beta, out, mean, rstd, stream_);
   }
+  void dropout_residual_layernorm_forward(const Tensor& x, const Tensor& branch, int T, const DropoutKey& drop,
+                                          const Tensor& resid, const Tensor& gamma, const Tensor& beta,
+                                          const Tensor& out, const Tensor& mean, const Tensor& rstd) override {
+    if (branch.dtype != x.dtype || resid.dtype != x.dtype) {  // mixed dtypes: the unfused meaning
+      Backend::dropout_residual_layernorm_forward(x, branch, T, drop, resid, gamma, beta, out, mean, rstd);
+      return;
+    }
+    on_device();
+    require_device("dropout_residual_layernorm_forward", {&x, &branch, &resid, &gamma, &beta, &out, &mean, &rstd});
+    cuda::residual_layernorm_forward(x, branch, resid, gamma, beta, out, mean, rstd, stream_, T, drop);
+  }
   void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                           const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) override {
     on_device();

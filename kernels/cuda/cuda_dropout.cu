@@ -35,6 +35,7 @@
 
 #include "core/philox.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_dropout.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace trident::cuda {
@@ -42,43 +43,6 @@ namespace {
 
 constexpr int kBlock = 256;
 constexpr int kUnroll = 2;  // units per thread per tile
-
-// The parts of dropout_keep's Philox call that are the same for every element: its key
-// words and the 24-bit keep threshold. Must mirror philox.h's dropout_keep exactly (the
-// emulated and GPU tests compare the masks with the CPU twin, which calls dropout_keep).
-struct DropoutParams {
-  uint32_t k0 = 0, k1 = 0;   // Philox key
-  uint32_t threshold = 0;    // keep when (word >> 8) >= threshold
-  uint64_t sample_base = 0;  // global sample number of sample 0
-  float scale = 1.0f;        // 1 / (1 - p)
-  bool enabled = false;
-};
-
-// The smallest integer m with m * 2^-24 >= p, capped at 2^24 (nothing kept): the keep
-// threshold on the top 24 bits of a Philox word. p * 2^24 is exact in double.
-inline uint32_t keep_threshold(float p) {
-  if (!(p > 0.0f)) return 0;
-  const double t = std::ceil(static_cast<double>(p) * 16777216.0);
-  return t >= 16777216.0 ? 16777216u : static_cast<uint32_t>(t);
-}
-
-inline DropoutParams dropout_params(const DropoutKey& k) {
-  DropoutParams d;
-  d.k0 = static_cast<uint32_t>(k.seed) ^ 0xD1B54A32u;
-  d.k1 = k.site ^ (static_cast<uint32_t>(k.seed >> 32) * 0x9E3779B9u);
-  d.threshold = keep_threshold(k.p);
-  d.sample_base = k.sample_base;
-  d.enabled = k.enabled();
-  d.scale = d.enabled ? 1.0f / (1.0f - k.p) : 1.0f;
-  return d;
-}
-
-// The Philox block of elements 4 * block4 .. 4 * block4 + 3 of `sample` (dropout_keep's counter).
-__device__ __forceinline__ Philox4 dropout_block(const DropoutParams& d, uint64_t sample, uint64_t block4) {
-  return philox4x32_10(Philox4{{static_cast<uint32_t>(block4), static_cast<uint32_t>(block4 >> 32),
-                                static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},
-                       d.k0, d.k1);
-}
 
 // kG floats stored as T at p (kG * sizeof(T) bytes, aligned to the chunks) in 16-byte chunks
 // (or one smaller vector when the whole unit is smaller).

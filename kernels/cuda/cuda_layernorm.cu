@@ -28,6 +28,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_dropout.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace trident::cuda {
@@ -60,19 +61,34 @@ __device__ __forceinline__ void store_row(AnyPtr a, int64_t i, const float (&in)
   }
 }
 
-// branch == nullptr: plain LayerNorm of x (resid unused).
-template <typename T, int kV>
+// branch == nullptr: plain LayerNorm of x (resid unused). With drop.enabled the branch goes
+// through dropout first, as dropout_forward(branch, T = rows_per_sample) draws it (element
+// (n, c) is index (n % T) C + c of sample sample_base + n / T), rounded to T before the add.
+// kDrop: drop.enabled, a template argument so that the LayerNorms without a dropout keep
+// their register count (with the Philox rounds a thread needs ~56 instead of ~40).
+template <typename T, int kV, bool kDrop>
 __global__ void layernorm_forward_kernel(const T* x, const T* branch, T* resid, AnyPtr gamma, AnyPtr beta,
-                                         AnyPtr out, float* mean, float* rstd, int64_t N, int64_t C) {
+                                         AnyPtr out, float* mean, float* rstd, int64_t N, int64_t C,
+                                         DropoutParams drop, int64_t rows_per_sample) {
   const int lane = threadIdx.x & 31;
   const int64_t n = blockIdx.x * (int64_t)kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;
   const int64_t base = n * C;
+  const uint64_t sample = drop.sample_base + static_cast<uint64_t>(n / rows_per_sample);
+  const uint64_t index0 = static_cast<uint64_t>(n % rows_per_sample) * static_cast<uint64_t>(C);
   float s = 0.f;
   for (int64_t c = lane * kV; c < C; c += 32 * kV) {
     Vec<T, kV> v = load_vec<T, kV>(x + base + c);
     if (branch != nullptr) {
-      const Vec<T, kV> b = load_vec<T, kV>(branch + base + c);
+      Vec<T, kV> b = load_vec<T, kV>(branch + base + c);
+      if constexpr (kDrop) {
+        if constexpr (kV % 4 == 0) {  // C % kV == 0: index0 + c starts a Philox block
+          dropout_vec<T, kV>(b, drop, sample, index0 + c);
+        } else {
+#pragma unroll
+          for (int j = 0; j < kV; ++j) b.v[j] = from_f32<T>(dropout_one(to_f32(b.v[j]), drop, sample, index0 + c + j));
+        }
+      }
 #pragma unroll
       for (int j = 0; j < kV; ++j) v.v[j] = from_f32<T>(to_f32(v.v[j]) + to_f32(b.v[j]));
       store_vec<T, kV>(resid + base + c, v);  // each lane re-reads only what it wrote
@@ -352,13 +368,45 @@ void check_f32(const char* op, const Tensor& t, int64_t n, const char* what) {
                 dtype_name(t.dtype), " ", t.shape.str());
 }
 
+// The forward's kernel choice (16-byte vectors when every row operand has x's dtype, C
+// allows it and the pointers are aligned; else element-wise with runtime-typed parameters
+// and outputs), shared by the host launcher and the CPU emulator's test.
+void forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
+                   const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T,
+                   const DropoutKey& branch_drop, cudaStream_t s) {
+  const int64_t N = x.rows(), C = x.cols();
+  const bool fused = !branch.empty();
+  const DropoutParams drop = dropout_params(branch_drop);
+  const int64_t rows_per_sample = T > 0 ? T : 1;
+  dispatch_float(x.dtype, "layernorm_forward", [&](auto tag) {
+    using T_ = decltype(tag);
+    const bool same = gamma.dtype == x.dtype && beta.dtype == x.dtype && out.dtype == x.dtype;
+    const int kv = same ? vector_width<T_>(C, {x.data, branch.data, resid.data, gamma.data, beta.data, out.data}) : 1;
+    const T_* bp = fused ? branch.ptr<T_>() : nullptr;
+    T_* rp = fused ? resid.ptr<T_>() : nullptr;
+    const unsigned grid = grid_for(N, kRowsPerBlock, INT32_MAX);
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, any_ptr(gamma), any_ptr(beta), any_ptr(out),
+                                                 mean.ptr<float>(), rstd.ptr<float>(), N, C, drop, rows_per_sample);
+    };
+    const bool dropped = fused && drop.enabled;
+    if (kv > 1)
+      dropped ? launch(layernorm_forward_kernel<T_, kVec16<T_>, true>)
+              : launch(layernorm_forward_kernel<T_, kVec16<T_>, false>);
+    else
+      dropped ? launch(layernorm_forward_kernel<T_, 1, true>) : launch(layernorm_forward_kernel<T_, 1, false>);
+  });
+}
+
 }  // namespace
 
 // Host launchers.
 
-// Shared by layernorm_forward and residual_layernorm_forward (branch empty: plain LN).
-static void launch_forward(const char* op, const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
-                    const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, cudaStream_t s) {
+// Shared by layernorm_forward and residual_layernorm_forward (branch empty: plain LN;
+// T and branch_drop: the branch's dropout).
+static void launch_forward(const char* op, const Tensor& x, const Tensor& branch, const Tensor& resid,
+                           const Tensor& gamma, const Tensor& beta, const Tensor& out, const Tensor& mean,
+                           const Tensor& rstd, int T, const DropoutKey& branch_drop, cudaStream_t s) {
   const int64_t N = x.rows(), C = x.cols();
   for (const Tensor* t : {&gamma, &beta, &out})
     TRIDENT_CHECK(is_float(t->dtype), op, ": float tensors expected");
@@ -369,35 +417,24 @@ static void launch_forward(const char* op, const Tensor& x, const Tensor& branch
     for (const Tensor* t : {&branch, &resid})
       TRIDENT_CHECK(t->dtype == x.dtype && t->numel() == x.numel(), op, ": branch/resid must match x ",
                     dtype_name(x.dtype), " ", x.shape.str(), ", got ", dtype_name(t->dtype), " ", t->shape.str());
+  TRIDENT_CHECK(!branch_drop.enabled() || (fused && T > 0 && N % T == 0), op, ": rows ", N,
+                " not a multiple of T=", T, " for the branch's dropout");
   check_f32(op, mean, N, "mean");
   check_f32(op, rstd, N, "rstd");
   if (N == 0 || C == 0) return;
-  dispatch_float(x.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    const bool same = gamma.dtype == x.dtype && beta.dtype == x.dtype && out.dtype == x.dtype;
-    const int kv = same ? vector_width<T>(C, {x.data, branch.data, resid.data, gamma.data, beta.data, out.data}) : 1;
-    const T* bp = fused ? branch.ptr<T>() : nullptr;
-    T* rp = fused ? resid.ptr<T>() : nullptr;
-    const unsigned grid = grid_for(N, kRowsPerBlock, INT32_MAX);
-    if (kv > 1)
-      layernorm_forward_kernel<T, kVec16<T>><<<grid, 32 * kRowsPerBlock, 0, s>>>(
-          x.ptr<T>(), bp, rp, any_ptr(gamma), any_ptr(beta), any_ptr(out), mean.ptr<float>(), rstd.ptr<float>(), N, C);
-    else
-      layernorm_forward_kernel<T, 1><<<grid, 32 * kRowsPerBlock, 0, s>>>(
-          x.ptr<T>(), bp, rp, any_ptr(gamma), any_ptr(beta), any_ptr(out), mean.ptr<float>(), rstd.ptr<float>(), N, C);
-  });
+  forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, s);
   CUDA_CHECK_LAUNCH();
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd, cudaStream_t s) {
-  launch_forward("layernorm_forward", x, Tensor(), Tensor(), gamma, beta, out, mean, rstd, s);
+  launch_forward("layernorm_forward", x, Tensor(), Tensor(), gamma, beta, out, mean, rstd, 1, DropoutKey{}, s);
 }
 
 void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                                 const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                                cudaStream_t s) {
-  launch_forward("residual_layernorm_forward", x, branch, resid, gamma, beta, out, mean, rstd, s);
+                                cudaStream_t s, int T, const DropoutKey& branch_drop) {
+  launch_forward("residual_layernorm_forward", x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, s);
 }
 
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,

@@ -33,9 +33,11 @@ void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& out,
                        const Tensor& mean, const Tensor& rstd, cudaStream_t s);
 // x, branch and resid share one dtype (the backend falls back to add + layernorm otherwise).
+// With branch_drop enabled, the branch goes through dropout_forward(branch, T, branch_drop)
+// first (the same mask), in the same pass; branch itself is not written.
 void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                                 const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd,
-                                cudaStream_t s);
+                                cudaStream_t s, int T = 1, const DropoutKey& branch_drop = DropoutKey{});
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                         CachingAllocator& scratch, cudaStream_t s);

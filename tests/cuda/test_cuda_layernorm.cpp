@@ -2,7 +2,7 @@
 // for widths below a warp, awkward, and GPT-2 XL's 1600; per dtype. The backward's fused
 // kernel at GPT-2's widths (768 ... 5760), its limits (8192) and many row chunks, and its
 // fallback (mixed dtypes, odd or too wide rows). The residual add fused in front of it
-// (residual_layernorm_forward).
+// (residual_layernorm_forward), also with the branch's dropout.
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -108,8 +108,11 @@ TEST_P(LayerNorm, BackwardIsDeterministic) {
 // path of every dtype; 129 and 3 the scalar one; `alias` writes resid over x.
 class ResidualLayerNorm : public CudaVsCpuDtype {
  protected:
-  void check(int64_t N, int64_t C, bool alias) {
-    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << (alias ? " resid aliases x" : ""));
+  // drop_T > 0: the branch's dropout (p 0.2, drop_T rows per sample) in the same pass;
+  // both must draw dropout_forward's mask, so resid stays identical.
+  void check(int64_t N, int64_t C, bool alias, int drop_T = 0) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " C=" << C << (alias ? " resid aliases x" : "")
+                                      << (drop_T > 0 ? " dropout" : ""));
     Pair x = random(Shape{N, C}, dt(), -1.f, 3.f), branch = random(Shape{N, C}, dt(), -2.f, 2.f);
     Pair gamma = random(Shape{C}, dt(), 0.5f, 1.5f), beta = random(Shape{C}, dt(), -0.5f, 0.5f);
     Pair own_resid{cpu().empty(Shape{N, C}, dt()), gpu().empty(Shape{N, C}, dt())};
@@ -117,8 +120,22 @@ class ResidualLayerNorm : public CudaVsCpuDtype {
     Pair out{cpu().empty(Shape{N, C}, dt()), gpu().empty(Shape{N, C}, dt())};
     Pair mean{cpu().empty(Shape{N}, DType::F32), gpu().empty(Shape{N}, DType::F32)};
     Pair rstd{cpu().empty(Shape{N}, DType::F32), gpu().empty(Shape{N}, DType::F32)};
-    cpu().residual_layernorm_forward(x.cpu, branch.cpu, resid.cpu, gamma.cpu, beta.cpu, out.cpu, mean.cpu, rstd.cpu);
-    gpu().residual_layernorm_forward(x.gpu, branch.gpu, resid.gpu, gamma.gpu, beta.gpu, out.gpu, mean.gpu, rstd.gpu);
+    if (drop_T > 0) {
+      DropoutKey drop;
+      drop.p = 0.2f;
+      drop.seed = 4242;
+      drop.site = 3 * kSitesPerLayer + kDropMlpOut;
+      drop.sample_base = 17;
+      cpu().dropout_residual_layernorm_forward(x.cpu, branch.cpu, drop_T, drop, resid.cpu, gamma.cpu, beta.cpu,
+                                               out.cpu, mean.cpu, rstd.cpu);
+      gpu().dropout_residual_layernorm_forward(x.gpu, branch.gpu, drop_T, drop, resid.gpu, gamma.gpu, beta.gpu,
+                                               out.gpu, mean.gpu, rstd.gpu);
+    } else {
+      cpu().residual_layernorm_forward(x.cpu, branch.cpu, resid.cpu, gamma.cpu, beta.cpu, out.cpu, mean.cpu,
+                                       rstd.cpu);
+      gpu().residual_layernorm_forward(x.gpu, branch.gpu, resid.gpu, gamma.gpu, beta.gpu, out.gpu, mean.gpu,
+                                       rstd.gpu);
+    }
     expect_identical(resid, "resid");
     expect_close(mean, Tol{1e-5, 1e-6}, "mean");
     expect_close(rstd, Tol{1e-5, 1e-6}, "rstd");
@@ -132,6 +149,13 @@ TEST_P(ResidualLayerNorm, VectorAndScalarRows) {
   check(33, 768, true);
   check(37, 129, false);
   check(5, 3, true);
+}
+
+TEST_P(ResidualLayerNorm, DropoutOnTheBranch) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(8, 1600, false, 4);  // vector path, two samples
+  check(12, 768, true, 3);   // resid aliases x
+  check(6, 129, false, 2);   // scalar path
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ResidualLayerNorm, TRIDENT_FLOAT_DTYPES, dtype_param_name);

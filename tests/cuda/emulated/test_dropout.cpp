@@ -256,7 +256,7 @@ TEST(EmulatedDropoutThreshold, MatchesPhiloxUniform) {
                       1.0f,
                       1.5f};
   for (float p : ps) {
-    const uint32_t thr = kd::keep_threshold(p);
+    const uint32_t thr = ::trident::cuda::keep_threshold(p);
     int64_t bad = 0;
     for (uint32_t y = 0; y < (1u << 24); ++y) {
       const uint32_t word = (y << 8) | (y * 2654435761u >> 24);  // the low 8 bits do not matter

@@ -1,5 +1,6 @@
 // kernels/cuda/cuda_layernorm.cu on the CPU emulator vs the CPU backend: the forward (out,
-// mean, rstd), its fusion with the residual add (resid, also in place over x), and the
+// mean, rstd), its fusion with the residual add (resid, also in place over x; also with
+// the branch's dropout, which must draw dropout_forward's mask), and the
 // backward (dx, dgamma, dbeta, all +=), for awkward row counts and widths, every float
 // dtype, 16-byte vectorised and scalar paths (aligned widths with matching dtypes vs odd
 // widths, mixed dtypes and misaligned pointers), and fp32 gradients for 16-bit
@@ -9,8 +10,7 @@
 // The backward is run twice under different thread schedules and must give the same bits.
 //
 // What it cannot check: device math precision (rsqrtf is the host's 1/sqrtf here), nvcc's
-// fused multiply-adds, real vector-load alignment faults (misalignment is only checked
-// through the launcher's vector_width choice).
+// fused multiply-adds.
 #include "emu_cuda_layernorm.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
 #include "emu_test_util.h"
 #include "launch_reduce.h"
@@ -18,29 +18,14 @@
 namespace trident::cuda::emu_layernorm {
 namespace {
 
-// Mirrors of the host launchers of kernels/cuda/cuda_layernorm.cu (launch_forward and
-// layernorm_backward): same kernels, template arguments and launch geometry (the fused
-// backward's geometry comes from the file's own fused_geometry).
-// KEEP IN SYNC with cuda_layernorm.cu.
+// The forward's kernel choice is the file's own (forward_typed, extracted with the kernels);
+// the backward launcher is mirrored: same kernels, template arguments and launch geometry
+// (the fused backward's geometry comes from the file's own fused_geometry).
+// KEEP IN SYNC with layernorm_backward in cuda_layernorm.cu.
 void launch_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
-                    const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd) {
-  const int64_t N = x.rows(), C = x.cols();
-  if (N == 0 || C == 0) return;
-  const bool fused = !branch.empty();
-  dispatch_float(x.dtype, "layernorm_forward", [&](auto tag) {
-    using T = decltype(tag);
-    const bool same = gamma.dtype == x.dtype && beta.dtype == x.dtype && out.dtype == x.dtype;
-    const int kv = same ? vector_width<T>(C, {x.data, branch.data, resid.data, gamma.data, beta.data, out.data}) : 1;
-    const T* bp = fused ? branch.ptr<T>() : nullptr;
-    T* rp = fused ? resid.ptr<T>() : nullptr;
-    const dim3 grid(grid_for(N, kRowsPerBlock, INT32_MAX)), block(32 * kRowsPerBlock);
-    if (kv > 1)
-      emu::launch(grid, block, 0, layernorm_forward_kernel<T, kVec16<T>>, x.ptr<T>(), bp, rp, any_ptr(gamma),
-                  any_ptr(beta), any_ptr(out), mean.ptr<float>(), rstd.ptr<float>(), N, C);
-    else
-      emu::launch(grid, block, 0, layernorm_forward_kernel<T, 1>, x.ptr<T>(), bp, rp, any_ptr(gamma), any_ptr(beta),
-                  any_ptr(out), mean.ptr<float>(), rstd.ptr<float>(), N, C);
-  });
+                    const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T = 1,
+                    const DropoutKey& branch_drop = DropoutKey{}) {
+  if (x.rows() > 0 && x.cols() > 0) forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, nullptr);
 }
 
 // Which backward path a call took (the tests check that each shape exercises the path it is
@@ -129,9 +114,11 @@ class EmulatedLayerNorm : public EmuVsCpuDtype {
     return t;
   }
 
-  void forward(int64_t N, int64_t C, DType param_dt, bool misalign, bool residual, bool in_place) {
+  // drop_T > 0: the branch's dropout (p 0.3) with drop_T rows per sample.
+  void forward(int64_t N, int64_t C, DType param_dt, bool misalign, bool residual, bool in_place, int drop_T = 0) {
     SCOPED_TRACE(shape_label(N, C, dt()) + " params " + dtype_name(param_dt) + (misalign ? " misaligned" : "") +
-                 (residual ? (in_place ? " residual in place" : " residual") : ""));
+                 (residual ? (in_place ? " residual in place" : " residual") : "") +
+                 (drop_T > 0 ? " dropout T=" + std::to_string(drop_T) : ""));
     Buffer xb = random(Shape{N, C}, dt(), -1.f, 3.f), keep;  // non-zero mean
     const Tensor x = misalign ? misaligned(keep, xb) : xb.t();
     Buffer gamma = random(Shape{C}, param_dt, 0.5f, 1.5f), beta = random(Shape{C}, param_dt, -0.5f, 0.5f);
@@ -147,9 +134,23 @@ class EmulatedLayerNorm : public EmuVsCpuDtype {
       Buffer x2 = clone(x), resid = filled(Shape{N, C}, dt(), NAN), e_resid = clone(resid);
       const Tensor ex = in_place ? x2.t() : x;
       const Tensor r = in_place ? x : resid.t(), e_r = in_place ? x2.t() : e_resid.t();
-      cpu().residual_layernorm_forward(x, branch, r, gamma, beta, out, mean, rstd);
-      kl::launch_forward(ex, branch, e_r, gamma, beta, e_out, e_mean, e_rstd);
-      // The residual is one rounded add on both sides: the same bits.
+      if (drop_T > 0) {
+        DropoutKey drop;
+        drop.p = 0.3f;
+        drop.seed = 0xD20Full;
+        drop.site = 5 * kSitesPerLayer + kDropMlpOut;
+        drop.sample_base = 77;
+        Buffer dropped = clone(branch);  // the CPU's composition drops its branch in place
+        cpu().dropout_residual_layernorm_forward(x, dropped, drop_T, drop, r, gamma, beta, out, mean, rstd);
+        kl::launch_forward(ex, branch, e_r, gamma, beta, e_out, e_mean, e_rstd, drop_T, drop);
+        int zeros = 0;  // about p of the branch is dropped: resid = x exactly there
+        for (int64_t i = 0; i < N * C; ++i) zeros += load_as_float(dropped.t().data, dt(), static_cast<size_t>(i)) == 0.f;
+        EXPECT_NEAR(static_cast<double>(zeros) / static_cast<double>(N * C), 0.3, N * C > 500 ? 0.08 : 0.3);
+      } else {
+        cpu().residual_layernorm_forward(x, branch, r, gamma, beta, out, mean, rstd);
+        kl::launch_forward(ex, branch, e_r, gamma, beta, e_out, e_mean, e_rstd);
+      }
+      // The residual is one rounded add on both sides (after the same dropout): the same bits.
       EXPECT_TRUE(same_bytes(e_r, r)) << "resid";
       expect_close(e_r, r, Tol{0, 0}, "residual_layernorm resid");
     }
@@ -200,6 +201,15 @@ TEST_P(EmulatedLayerNorm, ResidualForward) {
     for (int64_t C : {int64_t{3}, int64_t{65}, int64_t{136}}) forward(N, C, dt(), false, true, false);
   forward(7, 136, dt(), false, true, true);  // resid aliases x
   forward(7, 136, dt(), true, true, false);  // misaligned x: scalar path
+}
+
+// Dropout on the branch in the same pass, the mask of dropout_forward: several samples
+// (rows per sample T), vector and scalar paths (odd C, misaligned x), resid aliasing x.
+TEST_P(EmulatedLayerNorm, DropoutResidualForward) {
+  for (int T : {1, 3, 12}) forward(12, 136, dt(), false, true, false, T);
+  forward(12, 65, dt(), false, true, false, 4);  // scalar path: one Philox block per element
+  forward(12, 136, dt(), true, true, false, 6);  // misaligned x: scalar path
+  forward(12, 136, dt(), false, true, true, 6);  // resid aliases x
 }
 
 // Awkward shapes. C = 136 (a multiple of 8) takes the fused path (17 or 34 vectors: one

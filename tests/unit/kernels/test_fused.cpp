@@ -1,6 +1,8 @@
 // The fused ops of the Backend seam on the CPU reference (their meaning, which the CUDA
-// twins are tested against): residual add + LayerNorm, GEMM + bias + GELU and its
-// backward, multi-tensor AdamW and sum of squares. Each against a double reference.
+// twins are tested against): residual add + LayerNorm (also after the branch's dropout),
+// GEMM + bias + GELU and its backward, multi-tensor AdamW and sum of squares. Each against
+// a double reference.
+#include "core/philox.h"
 #include "kernel_test_util.h"
 #include "naive_ref.h"
 
@@ -42,6 +44,50 @@ TEST_P(Fused, ResidualLayerNormRoundsTheResidualThenNormalisesIt) {
     expect_close(download(*be, mean), wm, 1e-6, 1e-6, "mean");
     expect_close(download(*be, rstd), wr, 1e-6, 1e-5, "rstd");
   }
+}
+
+// The branch's dropout in front of the residual add: element (n, c) is index (n % T) C + c
+// of sample sample_base + n / T in philox.h's dropout_keep (the mask every dropout uses),
+// kept ones scaled by 1 / (1 - p) and rounded to dt before the add.
+TEST_P(Fused, DropoutResidualLayerNormDropsTheBranchFirst) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const int64_t N = 6, C = 41;
+  const int T = 3;
+  DropoutKey drop;
+  drop.p = 0.25f;
+  drop.seed = 99;
+  drop.site = 2 * kSitesPerLayer + kDropAttnOut;
+  drop.sample_base = 10;
+  const auto x = randn(N * C, 5, 2.0f), br = randn(N * C, 6), g = randn(C, 7), b = randn(C, 8);
+  const Vec rx = rounded(x, dt), rbr = rounded(br, dt);
+  std::vector<float> dropped(N * C);
+  int kept = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const uint64_t index = static_cast<uint64_t>((n % T) * C + c), sample = drop.sample_base + n / T;
+      const bool keep = dropout_keep(drop, sample, index);
+      kept += keep;
+      dropped[n * C + c] = keep ? static_cast<float>(rbr[n * C + c]) * (1.0f / (1.0f - drop.p)) : 0.0f;
+    }
+  EXPECT_GT(kept, N * C / 2);
+  EXPECT_LT(kept, N * C);
+  const Vec rd = rounded(dropped, dt);
+  std::vector<float> sum(N * C);
+  for (int64_t i = 0; i < N * C; ++i) sum[i] = static_cast<float>(rx[i] + rd[i]);
+  const Vec want_resid = rounded(sum, dt);
+  Vec wm, wr;
+  const Vec want = ref::layernorm(want_resid, rounded(g, dt), rounded(b, dt), N, C, &wm, &wr);
+  Buffer X = upload(*be, x, Shape{N, C}, dt), Br = upload(*be, br, Shape{N, C}, dt);
+  Buffer G = upload(*be, g, Shape{C}, dt), Bt = upload(*be, b, Shape{C}, dt);
+  Buffer resid = be->empty(Shape{N, C}, dt), out = be->empty(Shape{N, C}, dt),
+         mean = be->empty(Shape{N}, DType::F32), rstd = be->empty(Shape{N}, DType::F32);
+  be->dropout_residual_layernorm_forward(X, Br, T, drop, resid, G, Bt, out, mean, rstd);
+  expect_close(download(*be, resid), want_resid, 0, 0, "resid");
+  const double tol = dtype_tol(dt);
+  expect_close(download(*be, out), want, 4 * tol, tol, "out");
+  expect_close(download(*be, mean), wm, 1e-6, 1e-6, "mean");
+  expect_close(download(*be, rstd), wr, 1e-6, 1e-5, "rstd");
 }
 
 TEST_P(Fused, MatmulBiasGeluAndItsBackward) {
