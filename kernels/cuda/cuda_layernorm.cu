@@ -1,10 +1,13 @@
 // LayerNorm over the last dim (eps 1e-5, biased variance, fp32 statistics), and its fusion
 // with the residual add in front of it (pre-LN GPT-2: resid = x + branch; ln = LN(resid)).
-// Forward: one warp per row; with a branch the row is first summed, rounded to the storage
-// type and stored to resid (so the statistics are those of the stored residual, exactly as
-// add() then layernorm_forward() compute them); then two passes (mean, centred variance)
-// for accuracy, then the normalised output. The later passes re-read the row, which is in
-// L1 by then. mean and rstd are saved in f32 for the backward.
+// Forward: one warp per row; with a branch the row is first summed (after the branch's
+// dropout when one is asked for), rounded to the storage type and stored to resid (so the
+// statistics are those of the stored residual, exactly as add() then layernorm_forward()
+// compute them); then two passes (mean, centred variance) for accuracy, then the
+// normalised output. Rows of up to 16 16-byte vectors per lane (4096 16-bit or 2048 fp32
+// values) are held in registers, read once with all their loads in flight; wider rows,
+// mixed dtypes and unaligned ones re-read the row (from L1 by then) in each pass. Both
+// kernels sum in the same order. mean and rstd are saved in f32 for the backward.
 // Backward (dx +=, which is also the residual's gradient path; dgamma/dbeta +=), two paths:
 // - Fused (the usual case: every row operand has x's dtype, 16-byte vectors fit, the row
 //   fits one block): one kernel reads dout and x once and dx once, and writes dx once, the
@@ -35,7 +38,8 @@ namespace trident::cuda {
 namespace {
 
 constexpr float kEps = 1e-5f;
-constexpr int kRowsPerBlock = 8;  // warps per block, one row each
+constexpr int kRowsPerBlock = 8;    // warps per block, one row each
+constexpr int kMaxRowVectors = 16;  // 16-byte vectors per lane of a forward row held in registers
 
 // Loads kV values of a runtime-typed operand: as one vector of T when kV > 1 (the launcher
 // has checked that its dtype is T), else one element of any dtype.
@@ -61,11 +65,32 @@ __device__ __forceinline__ void store_row(AnyPtr a, int64_t i, const float (&in)
   }
 }
 
-// branch == nullptr: plain LayerNorm of x (resid unused). With drop.enabled the branch goes
-// through dropout first, as dropout_forward(branch, T = rows_per_sample) draws it (element
-// (n, c) is index (n % T) C + c of sample sample_base + n / T), rounded to T before the add.
-// kDrop: drop.enabled, a template argument so that the LayerNorms without a dropout keep
-// their register count (with the Philox rounds a thread needs ~56 instead of ~40).
+// The residual step of the forward for kV elements at column c of row n: v (x) += the
+// branch's values, after the dropout when kDrop (as dropout_forward(branch, T =
+// rows_per_sample) draws it: element (n, c) is index (n % T) C + c of sample sample_base +
+// n / T, rounded to T before the add); the sum is rounded to T and stored to resid.
+template <typename T, int kV, bool kDrop>
+__device__ __forceinline__ void residual_step(Vec<T, kV>& v, const T* branch, T* resid, int64_t at, uint64_t index,
+                                              const DropoutParams& drop, uint64_t sample) {
+  Vec<T, kV> b = load_vec<T, kV>(branch + at);
+  if constexpr (kDrop) {
+    if constexpr (kV % 4 == 0) {  // C % kV == 0: index starts a Philox block
+      dropout_vec<T, kV>(b, drop, sample, index);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) b.v[j] = from_f32<T>(dropout_one(to_f32(b.v[j]), drop, sample, index + j));
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kV; ++j) v.v[j] = from_f32<T>(to_f32(v.v[j]) + to_f32(b.v[j]));
+  store_vec<T, kV>(resid + at, v);
+}
+
+// branch == nullptr: plain LayerNorm of x (resid unused); else of resid = x + branch (with
+// the branch's dropout when kDrop, see residual_step). kDrop is a template argument so that
+// the LayerNorms without a dropout keep their register count (with the Philox rounds a
+// thread needs ~56 instead of ~40). Rows of any width: three passes over the row, the later
+// two re-reading it (from L1 by then).
 template <typename T, int kV, bool kDrop>
 __global__ void layernorm_forward_kernel(const T* x, const T* branch, T* resid, AnyPtr gamma, AnyPtr beta,
                                          AnyPtr out, float* mean, float* rstd, int64_t N, int64_t C,
@@ -79,20 +104,8 @@ __global__ void layernorm_forward_kernel(const T* x, const T* branch, T* resid, 
   float s = 0.f;
   for (int64_t c = lane * kV; c < C; c += 32 * kV) {
     Vec<T, kV> v = load_vec<T, kV>(x + base + c);
-    if (branch != nullptr) {
-      Vec<T, kV> b = load_vec<T, kV>(branch + base + c);
-      if constexpr (kDrop) {
-        if constexpr (kV % 4 == 0) {  // C % kV == 0: index0 + c starts a Philox block
-          dropout_vec<T, kV>(b, drop, sample, index0 + c);
-        } else {
-#pragma unroll
-          for (int j = 0; j < kV; ++j) b.v[j] = from_f32<T>(dropout_one(to_f32(b.v[j]), drop, sample, index0 + c + j));
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kV; ++j) v.v[j] = from_f32<T>(to_f32(v.v[j]) + to_f32(b.v[j]));
-      store_vec<T, kV>(resid + base + c, v);  // each lane re-reads only what it wrote
-    }
+    // each lane re-reads only the resid it wrote
+    if (branch != nullptr) residual_step<T, kV, kDrop>(v, branch, resid, base + c, index0 + c, drop, sample);
 #pragma unroll
     for (int j = 0; j < kV; ++j) s += to_f32(v.v[j]);
   }
@@ -117,6 +130,67 @@ __global__ void layernorm_forward_kernel(const T* x, const T* branch, T* resid, 
     for (int j = 0; j < kV; ++j) y[j] = (to_f32(v.v[j]) - mu) * r * g[j] + b[j];
     store_row<T, kV>(out, base + c, y);
   }
+  if (lane == 0) {
+    mean[n] = mu;
+    rstd[n] = r;
+  }
+}
+
+// The same with the row held in registers: lane l keeps vectors l, l + 32, ... (at most
+// kVPT of kVec16<T> elements: rows up to 32 kVPT kV wide, C % kV == 0, every row operand
+// of dtype T). All loads of a row are issued before any of them is used and the row is
+// read from memory once (the three-pass kernel re-reads it twice and keeps one load in
+// flight per lane). The sums run in the three-pass kernel's order: the same bits.
+template <typename T, int kVPT, bool kDrop>
+__global__ void layernorm_forward_rows_kernel(const T* x, const T* branch, T* resid, const T* gamma, const T* beta,
+                                              T* out, float* mean, float* rstd, int64_t N, int64_t C,
+                                              DropoutParams drop, int64_t rows_per_sample) {
+  constexpr int kV = kVec16<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t n = blockIdx.x * (int64_t)kRowsPerBlock + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const int64_t base = n * C;
+  const uint64_t sample = drop.sample_base + static_cast<uint64_t>(n / rows_per_sample);
+  const uint64_t index0 = static_cast<uint64_t>(n % rows_per_sample) * static_cast<uint64_t>(C);
+  auto col = [&](int i) { return (static_cast<int64_t>(i) * 32 + lane) * kV; };
+  Vec<T, kV> v[kVPT];
+#pragma unroll
+  for (int i = 0; i < kVPT; ++i)
+    if (col(i) < C) v[i] = load_vec<T, kV>(x + base + col(i));
+  if (branch != nullptr) {
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i)
+      if (col(i) < C) residual_step<T, kV, kDrop>(v[i], branch, resid, base + col(i), index0 + col(i), drop, sample);
+  }
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVPT; ++i)
+    if (col(i) < C) {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) s += to_f32(v[i].v[j]);
+    }
+  const float mu = warp_sum(s) / static_cast<float>(C);
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVPT; ++i)
+    if (col(i) < C) {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const float d = to_f32(v[i].v[j]) - mu;
+        ss += d * d;
+      }
+    }
+  const float r = rsqrtf(warp_sum(ss) / static_cast<float>(C) + kEps);
+#pragma unroll
+  for (int i = 0; i < kVPT; ++i)
+    if (col(i) < C) {
+      float g[kV], b[kV], y[kV];
+      load_k<kV>(gamma + col(i), g);
+      load_k<kV>(beta + col(i), b);
+#pragma unroll
+      for (int j = 0; j < kV; ++j) y[j] = (to_f32(v[i].v[j]) - mu) * r * g[j] + b[j];
+      store_k<kV>(out + base + col(i), y);
+    }
   if (lane == 0) {
     mean[n] = mu;
     rstd[n] = r;
@@ -385,11 +459,26 @@ void forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, c
     const T_* bp = fused ? branch.ptr<T_>() : nullptr;
     T_* rp = fused ? resid.ptr<T_>() : nullptr;
     const unsigned grid = grid_for(N, kRowsPerBlock, INT32_MAX);
+    const bool dropped = fused && drop.enabled;
+    const int64_t vectors_per_lane = (C / kVec16<T_> + 31) / 32;
+    if (kv > 1 && vectors_per_lane <= kMaxRowVectors) {  // the row in registers
+      auto launch = [&](auto kernel) {
+        kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, gamma.ptr<T_>(), beta.ptr<T_>(), out.ptr<T_>(),
+                                                   mean.ptr<float>(), rstd.ptr<float>(), N, C, drop, rows_per_sample);
+      };
+      if (vectors_per_lane <= 4)
+        dropped ? launch(layernorm_forward_rows_kernel<T_, 4, true>) : launch(layernorm_forward_rows_kernel<T_, 4, false>);
+      else if (vectors_per_lane <= 8)
+        dropped ? launch(layernorm_forward_rows_kernel<T_, 8, true>) : launch(layernorm_forward_rows_kernel<T_, 8, false>);
+      else
+        dropped ? launch(layernorm_forward_rows_kernel<T_, kMaxRowVectors, true>)
+                : launch(layernorm_forward_rows_kernel<T_, kMaxRowVectors, false>);
+      return;
+    }
     auto launch = [&](auto kernel) {
       kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, any_ptr(gamma), any_ptr(beta), any_ptr(out),
                                                  mean.ptr<float>(), rstd.ptr<float>(), N, C, drop, rows_per_sample);
     };
-    const bool dropped = fused && drop.enabled;
     if (kv > 1)
       dropped ? launch(layernorm_forward_kernel<T_, kVec16<T_>, true>)
               : launch(layernorm_forward_kernel<T_, kVec16<T_>, false>);

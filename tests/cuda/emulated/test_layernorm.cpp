@@ -212,6 +212,50 @@ TEST_P(EmulatedLayerNorm, DropoutResidualForward) {
   forward(12, 136, dt(), false, true, true, 6);  // resid aliases x
 }
 
+// Rows of 6, 10 and 17 vectors per lane: the forward with the row in registers at 8 and 16
+// vectors per lane, and the three-pass kernel past 16; plain, residual and with dropout.
+TEST_P(EmulatedLayerNorm, ForwardRowWidths) {
+  const int64_t kv = 16 / static_cast<int64_t>(dtype_size(dt()));
+  for (int64_t per_lane : {5, 9, 16}) {
+    const int64_t C = kv * (32 * per_lane + 1);
+    forward(5, C, dt(), false, false, false);
+    forward(6, C, dt(), false, true, false);
+    forward(6, C, dt(), false, true, false, 3);
+  }
+}
+
+// The row-in-registers kernel sums in the three-pass kernel's order: the same bits for
+// out, mean and rstd (and resid).
+TEST_P(EmulatedLayerNorm, RowKernelsAgreeBitForBit) {
+  cuda::dispatch_float(dt(), "test", [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int kV = cuda::kVec16<T>;
+    const int64_t N = 9, C = kV * (32 * 7 + 3);  // 8 vectors per lane at most
+    Buffer x = random(Shape{N, C}, dt(), -1.f, 3.f), branch = random(Shape{N, C}, dt());
+    Buffer g = random(Shape{C}, dt(), 0.5f, 1.5f), b = random(Shape{C}, dt(), -0.5f, 0.5f);
+    Buffer out[2], resid[2], mean[2], rstd[2];
+    cuda::DropoutParams drop = cuda::dropout_params(DropoutKey{0.25f, 5, 9, 11});
+    for (int k = 0; k < 2; ++k) {
+      out[k] = filled(Shape{N, C}, dt(), NAN);
+      resid[k] = filled(Shape{N, C}, dt(), NAN);
+      mean[k] = filled(Shape{N}, DType::F32, NAN);
+      rstd[k] = filled(Shape{N}, DType::F32, NAN);
+    }
+    const dim3 grid(static_cast<unsigned>((N + kl::kRowsPerBlock - 1) / kl::kRowsPerBlock)), block(32 * kl::kRowsPerBlock);
+    emu::launch(grid, block, 0, kl::layernorm_forward_kernel<T, kV, true>, x.t().template ptr<T>(),
+                branch.t().template ptr<T>(), resid[0].t().template ptr<T>(), cuda::any_ptr(g), cuda::any_ptr(b), cuda::any_ptr(out[0]),
+                mean[0].t().template ptr<float>(), rstd[0].t().template ptr<float>(), N, C, drop, int64_t{3});
+    emu::launch(grid, block, 0, kl::layernorm_forward_rows_kernel<T, 8, true>, x.t().template ptr<T>(),
+                branch.t().template ptr<T>(), resid[1].t().template ptr<T>(), g.t().template ptr<T>(),
+                b.t().template ptr<T>(), out[1].t().template ptr<T>(), mean[1].t().template ptr<float>(),
+                rstd[1].t().template ptr<float>(), N, C, drop, int64_t{3});
+    EXPECT_TRUE(same_bytes(resid[1], resid[0])) << "resid";
+    EXPECT_TRUE(same_bytes(out[1], out[0])) << "out";
+    EXPECT_TRUE(same_bytes(mean[1], mean[0])) << "mean";
+    EXPECT_TRUE(same_bytes(rstd[1], rstd[0])) << "rstd";
+  });
+}
+
 // Awkward shapes. C = 136 (a multiple of 8) takes the fused path (17 or 34 vectors: one
 // partly used warp); 33 rows are two full 16-row chunks and one of a single row.
 TEST_P(EmulatedLayerNorm, Backward) {
