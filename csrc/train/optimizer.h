@@ -54,8 +54,6 @@ class AdamWOptimizer {
   // Sum of squares of the reduced gradients this rank owns, over the parameters for which
   // `counted` is true (the caller sums it over the ranks that own the other parts).
   double owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted);
-  // False when a reduced gradient this rank owns is inf or NaN (fp16 overflow).
-  bool owned_gradients_finite() { return !be_.has_inf_or_nan(shard_grads()); }
   // One update with learning rate `lr`. `grad_norm` is the global norm of the (unscaled)
   // gradients; it sets the clipping factor. `grad_scale` multiplies the gradients first
   // (loss-scale unscaling). With zero > 0 the updated parameters are all-gathered.

@@ -245,11 +245,16 @@ IterationResult Trainer::train_iteration() {
   r.loss = total.loss_sum / total.tokens;
   r.acc = total.correct / total.tokens;
   const bool nan_loss = !std::isfinite(r.loss);
-  // With a loss scale, an inf/NaN gradient on any rank skips the step on every rank.
-  const bool found_inf = scaler_.enabled() && any_rank(!optimizer_->owned_gradients_finite());
+  // The global squared norm counts every gradient element once, on some rank: it is
+  // inf/NaN when some rank holds an inf/NaN gradient, and (fp16 squares are at most 65504^2)
+  // finite otherwise, so it is also the loss scaler's overflow check: Megatron's separate
+  // check reads every gradient once more. An inf/NaN skips the step on every rank; a norm
+  // that overflows on its own (huge bf16 gradients) skips it too, as before.
+  const double norm_sq = global_grad_norm_sq();
+  const bool found_inf = scaler_.enabled() && !std::isfinite(norm_sq);
   r.grad_norm = std::nan("");
   if (!found_inf && !nan_loss) {
-    r.grad_norm = std::sqrt(global_grad_norm_sq()) * scaler_.inv_scale();
+    r.grad_norm = std::sqrt(norm_sq) * scaler_.inv_scale();
     if (std::isfinite(r.grad_norm)) optimizer_->step(r.lr, r.grad_norm, static_cast<float>(scaler_.inv_scale()));
   }
   r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
