@@ -1050,21 +1050,14 @@ std::string describe(const AttnTiles& t) {
          std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk);
 }
 
-template <typename T>
-void forward_mma(const AttnParams& p, cudaStream_t s) {
+// Runs plan(p, tiles, launch) (plan_forward_mma or plan_backward_mma) with the tiles asked
+// for in the environment; tiles that this head dim has no kernel for are an error.
+template <typename Plan>
+void run_plan(const char* op, const AttnParams& p, cudaStream_t s, Plan&& plan) {
   const AttnTiles t = tiles_from_env();
-  const bool ok = plan_forward_mma<T>(
-      p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, s); });
-  TRIDENT_CHECK(ok, "attention_forward: head dim ", p.D, " has no forward kernel for ", describe(t),
-                " (see AttnTiles in kernels/cuda/cuda_attention.cu)");
-}
-
-template <typename T>
-void backward_mma(const AttnParams& p, cudaStream_t s) {
-  const AttnTiles t = tiles_from_env();
-  const bool ok = plan_backward_mma<T>(
-      p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, s); });
-  TRIDENT_CHECK(ok, "attention_backward: head dim ", p.D, " has no backward kernels for ", describe(t),
+  const bool ok =
+      plan(p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, s); });
+  TRIDENT_CHECK(ok, op, ": head dim ", p.D, " has no kernels for ", describe(t),
                 " (see AttnTiles in kernels/cuda/cuda_attention.cu)");
 }
 
@@ -1128,7 +1121,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
       CUDA_CHECK_LAUNCH();
     } else {
       if (c.mma) {
-        forward_mma<Ty>(c.p, st);
+        run_plan("attention_forward", c.p, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
       } else {
         attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
         CUDA_CHECK_LAUNCH();
@@ -1160,7 +1153,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
     bool done = false;
     if constexpr (!std::is_same_v<Ty, float>) {
       if (c.mma) {
-        backward_mma<Ty>(p, st);
+        run_plan(op, p, st, [](auto&&... a) { return plan_backward_mma<Ty>(a...); });
         done = true;
       }
     }

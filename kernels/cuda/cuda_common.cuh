@@ -137,6 +137,32 @@ __device__ __forceinline__ void store_k(T* p, const float (&in)[k]) {
   store_vec<T, k>(p, v);
 }
 
+// The bodies of the typed element-wise kernels: out[i] = f(a[i]) or f(a[i], b[i]) in fp32
+// for i < n, kV elements per vector access (grid_stride_groups). out may alias an input.
+template <int kV, typename S, typename D, typename F>
+__device__ __forceinline__ void map_unary(const S* a, D* out, int64_t n, F&& f) {
+  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
+    constexpr int k = decltype(w)::value;
+    float x[k];
+    load_k<k>(a + i, x);
+#pragma unroll
+    for (int j = 0; j < k; ++j) x[j] = f(x[j]);
+    store_k<k>(out + i, x);
+  });
+}
+template <int kV, typename T, typename F>
+__device__ __forceinline__ void map_binary(const T* a, const T* b, T* out, int64_t n, F&& f) {
+  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
+    constexpr int k = decltype(w)::value;
+    float x[k], y[k];
+    load_k<k>(a + i, x);
+    load_k<k>(b + i, y);
+#pragma unroll
+    for (int j = 0; j < k; ++j) x[j] = f(x[j], y[j]);
+    store_k<k>(out + i, x);
+  });
+}
+
 // ---- reductions (fixed order: results do not depend on scheduling) --------------------
 template <typename V>
 __device__ __forceinline__ V warp_sum(V v) {

@@ -33,12 +33,7 @@ __global__ void fill_kernel(T* p, int64_t n, T value) {
 
 template <typename S, typename D, int kV>
 __global__ void cast_kernel(const S* src, D* dst, int64_t n) {
-  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
-    constexpr int k = decltype(w)::value;
-    float x[k];
-    load_k<k>(src + i, x);
-    store_k<k>(dst + i, x);
-  });
+  map_unary<kV>(src, dst, n, [](float x) { return x; });
 }
 
 __global__ void cast_any_kernel(AnyPtr src, AnyPtr dst, int64_t n) {
@@ -47,47 +42,20 @@ __global__ void cast_any_kernel(AnyPtr src, AnyPtr dst, int64_t n) {
 
 template <typename T, int kV>
 __global__ void scale_kernel(T* p, int64_t n, float alpha) {
-  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
-    constexpr int k = decltype(w)::value;
-    float x[k];
-    load_k<k>(p + i, x);
-#pragma unroll
-    for (int j = 0; j < k; ++j) x[j] *= alpha;
-    store_k<k>(p + i, x);
-  });
+  map_unary<kV>(p, p, n, [=](float x) { return x * alpha; });
 }
 
+// out = a + b; also accumulate (dst += src as out = dst + src).
 template <typename T, int kV>
 __global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
-  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
-    constexpr int k = decltype(w)::value;
-    float x[k], y[k];
-    load_k<k>(a + i, x);
-    load_k<k>(b + i, y);
-#pragma unroll
-    for (int j = 0; j < k; ++j) x[j] += y[j];
-    store_k<k>(out + i, x);
-  });
+  map_binary<kV>(a, b, out, n, [](float x, float y) { return x + y; });
 }
 
 __global__ void add_any_kernel(AnyPtr a, AnyPtr b, AnyPtr out, int64_t n) {
   GRID_STRIDE(i, n) store_any(out, i, load_any(a, i) + load_any(b, i));
 }
 
-// dst += src (accumulate_mixed_kernel: src of another float dtype, runtime-typed).
-template <typename T, int kV>
-__global__ void accumulate_kernel(T* dst, const T* src, int64_t n) {
-  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
-    constexpr int k = decltype(w)::value;
-    float x[k], y[k];
-    load_k<k>(dst + i, x);
-    load_k<k>(src + i, y);
-#pragma unroll
-    for (int j = 0; j < k; ++j) x[j] += y[j];
-    store_k<k>(dst + i, x);
-  });
-}
-
+// dst += src with src of another float dtype (runtime-typed).
 template <typename T>
 __global__ void accumulate_mixed_kernel(T* dst, AnyPtr src, int64_t n) {
   GRID_STRIDE(i, n) dst[i] = from_f32<T>(to_f32(dst[i]) + load_any(src, i));
@@ -186,8 +154,8 @@ void accumulate_typed(const Tensor& dst, const Tensor& src, cudaStream_t s) {
   dispatch_float(dst.dtype, "accumulate", [&](auto tag) {
     using T = decltype(tag);
     if (src.dtype == dst.dtype)
-      launch_typed(vector_ok({&dst, &src}), n, s, accumulate_kernel<T, kVec>, accumulate_kernel<T, 1>, dst.ptr<T>(),
-                   src.ptr<T>(), n);
+      launch_typed(vector_ok({&dst, &src}), n, s, add_kernel<T, kVec>, add_kernel<T, 1>, dst.ptr<T>(), src.ptr<T>(),
+                   dst.ptr<T>(), n);
     else
       accumulate_mixed_kernel<T><<<grid_for(n, kBlock), kBlock, 0, s>>>(dst.ptr<T>(), any_ptr(src), n);
   });

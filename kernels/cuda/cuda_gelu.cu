@@ -27,27 +27,12 @@ __device__ __forceinline__ float gelu_grad(float dout, float v) {
 
 template <typename T, int kV>
 __global__ void gelu_forward_kernel(const T* x, T* out, int64_t n) {
-  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
-    constexpr int k = decltype(w)::value;
-    float v[k];
-    load_k<k>(x + i, v);
-#pragma unroll
-    for (int j = 0; j < k; ++j) v[j] = gelu(v[j]);
-    store_k<k>(out + i, v);
-  });
+  map_unary<kV>(x, out, n, [](float v) { return gelu(v); });
 }
 
 template <typename T, int kV>
 __global__ void gelu_backward_kernel(const T* dout, const T* x, T* dx, int64_t n) {
-  grid_stride_groups<kV>(n, [&](int64_t i, auto w) {
-    constexpr int k = decltype(w)::value;
-    float v[k], d[k];
-    load_k<k>(x + i, v);
-    load_k<k>(dout + i, d);
-#pragma unroll
-    for (int j = 0; j < k; ++j) v[j] = gelu_grad(d[j], v[j]);
-    store_k<k>(dx + i, v);
-  });
+  map_binary<kV>(dout, x, dx, n, [](float d, float v) { return gelu_grad(d, v); });
 }
 
 // Outputs (and dout) of another dtype than x.

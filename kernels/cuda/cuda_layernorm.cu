@@ -65,6 +65,15 @@ __device__ __forceinline__ void store_row(AnyPtr a, int64_t i, const float (&in)
   }
 }
 
+// Where row n's elements sit in the dropout's numbering: sample sample_base + n / T, the
+// row's first element index (n % T) C (T = rows_per_sample).
+struct DropoutRow {
+  uint64_t sample, index0;
+};
+__device__ __forceinline__ DropoutRow dropout_row(const DropoutParams& d, int64_t n, int64_t C, int64_t T) {
+  return {d.sample_base + static_cast<uint64_t>(n / T), static_cast<uint64_t>(n % T) * static_cast<uint64_t>(C)};
+}
+
 // The residual step of the forward for kV elements at column c of row n: v (x) += the
 // branch's values, after the dropout when kDrop (as dropout_forward(branch, T =
 // rows_per_sample) draws it: element (n, c) is index (n % T) C + c of sample sample_base +
@@ -99,8 +108,8 @@ __global__ void layernorm_forward_kernel(const T* x, const T* branch, T* resid, 
   const int64_t n = blockIdx.x * (int64_t)kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;
   const int64_t base = n * C;
-  const uint64_t sample = drop.sample_base + static_cast<uint64_t>(n / rows_per_sample);
-  const uint64_t index0 = static_cast<uint64_t>(n % rows_per_sample) * static_cast<uint64_t>(C);
+  const DropoutRow dr = dropout_row(drop, n, C, rows_per_sample);
+  const uint64_t sample = dr.sample, index0 = dr.index0;
   float s = 0.f;
   for (int64_t c = lane * kV; c < C; c += 32 * kV) {
     Vec<T, kV> v = load_vec<T, kV>(x + base + c);
@@ -150,8 +159,8 @@ __global__ void layernorm_forward_rows_kernel(const T* x, const T* branch, T* re
   const int64_t n = blockIdx.x * (int64_t)kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;
   const int64_t base = n * C;
-  const uint64_t sample = drop.sample_base + static_cast<uint64_t>(n / rows_per_sample);
-  const uint64_t index0 = static_cast<uint64_t>(n % rows_per_sample) * static_cast<uint64_t>(C);
+  const DropoutRow dr = dropout_row(drop, n, C, rows_per_sample);
+  const uint64_t sample = dr.sample, index0 = dr.index0;
   auto col = [&](int i) { return (static_cast<int64_t>(i) * 32 + lane) * kV; };
   Vec<T, kV> v[kVPT];
 #pragma unroll
