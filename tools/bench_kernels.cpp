@@ -362,6 +362,13 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             be.xent_loss_grad(logits, targets, 0, valid, mx, se, tl, loss, corr, 1.0f / N);
           },
           10);
+    // Training's path without tensor parallelism: phases 1 and 2 in one read.
+    b.add("cross-entropy (2 passes)", dims({N, V}) + " bf16", 3.0 * N * V * 2, false,
+          [&] {
+            be.xent_stats_sumexp(logits, targets, 0, valid, mx, tl, se);
+            be.xent_loss_grad(logits, targets, 0, valid, mx, se, tl, loss, corr, 1.0f / N);
+          },
+          10);
   });
   b.section("embedding", [&] {
     const int T = 1024;

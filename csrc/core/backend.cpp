@@ -35,6 +35,13 @@ void Backend::dropout_residual_layernorm_forward(const Tensor& x, const Tensor& 
   residual_layernorm_forward(x, branch, resid, gamma, beta, out, mean, rstd);
 }
 
+void Backend::xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                int64_t vocab_valid, const Tensor& row_max, const Tensor& target_logit,
+                                const Tensor& sumexp) {
+  xent_stats(logits, targets, vocab_start, vocab_valid, row_max, target_logit);
+  xent_sumexp(logits, vocab_valid, row_max, sumexp);
+}
+
 void Backend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
                                const Tensor& bias, bool trans_a, bool trans_b) {
   matmul(pre, a, b, bias, trans_a, trans_b, false);

@@ -189,6 +189,12 @@ class Backend {
                                                   const DropoutKey& drop, const Tensor& resid, const Tensor& gamma,
                                                   const Tensor& beta, const Tensor& out, const Tensor& mean,
                                                   const Tensor& rstd);
+  // xent_stats then xent_sumexp, for a TP group of one (nothing to all-reduce between
+  // them): one pass over the logits instead of two. A fused kernel may sum the
+  // exponentials with a running max (rescaled as it grows): the same sum up to rounding.
+  virtual void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
+                                 int64_t vocab_valid, const Tensor& row_max, const Tensor& target_logit,
+                                 const Tensor& sumexp);
   // The MLP's up-projection with its activation: pre = op(a) op(b) + bias (=, bias may be
   // empty), out = gelu(pre) (=). A fused GEMM may apply gelu to the fp32 accumulator
   // before pre is rounded to its dtype.

@@ -269,11 +269,15 @@ void Gpt2Model::head_forward(SlotActs& s, float grad_scale) {
   Scratch& k = *scratch_;
   // Tied, vocab-parallel LM head: logits shard = lnf @ wte_shard^T.
   be_.matmul(k.logits, s.lnf, P.param("wte"), Tensor(), false, true, false);
-  be_.xent_stats(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.target_logit);
-  tp_allreduce(k.row_max, ReduceOp::Max);
-  tp_allreduce(k.target_logit, ReduceOp::Sum);
-  be_.xent_sumexp(k.logits, vocab_valid_, k.row_max, k.sumexp);
-  tp_allreduce(k.sumexp, ReduceOp::Sum);
+  if (layout_.tp == 1) {  // nothing to all-reduce between the phases: one pass for both
+    be_.xent_stats_sumexp(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.target_logit, k.sumexp);
+  } else {
+    be_.xent_stats(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.target_logit);
+    tp_allreduce(k.row_max, ReduceOp::Max);
+    tp_allreduce(k.target_logit, ReduceOp::Sum);
+    be_.xent_sumexp(k.logits, vocab_valid_, k.row_max, k.sumexp);
+    tp_allreduce(k.sumexp, ReduceOp::Sum);
+  }
   be_.xent_loss_grad(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.sumexp, k.target_logit,
                      k.losses, k.correct, grad_scale);
   last_stats_.loss_sum = be_.sum(k.losses);

@@ -273,6 +273,12 @@ class CudaBackend final : public Backend {
     require_device("xent_sumexp", {&logits, &row_max, &sumexp});
     cuda::xent_sumexp(logits, vocab_valid, row_max, sumexp, stream_);
   }
+  void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                         const Tensor& row_max, const Tensor& target_logit, const Tensor& sumexp) override {
+    on_device();
+    require_device("xent_stats_sumexp", {&logits, &targets, &row_max, &target_logit, &sumexp});
+    cuda::xent_stats_sumexp(logits, targets, vocab_start, vocab_valid, row_max, target_logit, sumexp, stream_);
+  }
   void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                       const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, const Tensor& losses,
                       const Tensor& correct, float grad_scale) override {

@@ -66,6 +66,8 @@ void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start
                 const Tensor& row_max, const Tensor& target_logit, cudaStream_t s);
 void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp,
                  cudaStream_t s);
+void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                       const Tensor& row_max, const Tensor& target_logit, const Tensor& sumexp, cudaStream_t s);
 void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                     const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit,
                     const Tensor& losses, const Tensor& correct, float grad_scale, cudaStream_t s);

@@ -5,6 +5,8 @@
 //   2. xent_sumexp:    sum of exp(logit - row max) over the valid columns;
 //   3. xent_loss_grad: loss, top-1 hit, and the logits overwritten by the gradient
 //                      grad_scale * (softmax - onehot), 0 in the padding columns.
+// Without tensor parallelism phases 1 and 2 run as one pass (xent_stats_sumexp, a running
+// max), so the logits are read twice and written once.
 // One block per row; block reductions in a fixed order, so the results are deterministic.
 // Rows move as 16-byte vectors (kV elements) when the row length and the pointer allow it
 // (the padded vocabulary is a multiple of 8), with the ragged end of the valid columns
@@ -57,6 +59,50 @@ __global__ void xent_sumexp_kernel(const T* logits, int64_t Vl, int64_t valid, c
   for_row<T, kV>(row, valid, [&](int64_t, float x) { s += expf(x - m); });
   s = block_sum(s, shared);
   if (threadIdx.x == 0) sumexp[n] = s;
+}
+
+// Phases 1 and 2 in one pass over the logits, for a TP group of one (no all-reduce between
+// them): each thread keeps a running max m and the sum s of exp(x - m), rescaling s once
+// per vector when m grows; the block then takes the max M and adds s exp(m - M) over the
+// threads in a fixed order. About one exp per element, as in the sum-exp pass.
+template <typename T, int kV>
+__global__ void xent_stats_sumexp_kernel(const T* logits, const int32_t* targets, int64_t vocab_start, int64_t Vl,
+                                         int64_t valid, float* row_max, float* target_logit, float* sumexp) {
+  __shared__ float shared[32];
+  const int64_t n = blockIdx.x;
+  const T* row = logits + n * Vl;
+  float m = -INFINITY, s = 0.f;
+  auto add = [&](const float (&x)[kV], int count) {
+    float vm = x[0];
+    for (int e = 1; e < count; ++e) vm = fmaxf(vm, x[e]);
+    if (vm > m) {  // exp(-inf) = 0 rescales the empty sum on the first values
+      s *= expf(m - vm);
+      m = vm;
+    }
+    for (int e = 0; e < count; ++e) s += expf(x[e] - m);
+  };
+  const int64_t vend = kV > 1 ? (valid / kV) * kV : 0;
+  for (int64_t j = threadIdx.x * static_cast<int64_t>(kV); j < vend; j += static_cast<int64_t>(blockDim.x) * kV) {
+    const Vec<T, kV> v = load_vec<T, kV>(row + j);
+    float x[kV];
+#pragma unroll
+    for (int e = 0; e < kV; ++e) x[e] = to_f32(v.v[e]);
+    add(x, kV);
+  }
+  for (int64_t j = vend + threadIdx.x; j < valid; j += blockDim.x) {
+    float x[kV];
+    x[0] = to_f32(row[j]);
+    add(x, 1);
+  }
+  const float M = block_max(m, shared);
+  s = block_sum(m == -INFINITY ? 0.f : s * expf(m - M), shared);
+  if (threadIdx.x == 0) {
+    row_max[n] = M;
+    sumexp[n] = s;
+    const int64_t t = targets[n];
+    const int64_t local = t - vocab_start;
+    target_logit[n] = (t >= 0 && local >= 0 && local < valid) ? to_f32(row[local]) : 0.f;
+  }
 }
 
 template <typename T, int kV>
@@ -155,6 +201,27 @@ void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_ma
     with_vector_width<T>(logits, [&](auto kv) {
       xent_sumexp_kernel<T, kv.value><<<rows_grid(N), kBlock, 0, s>>>(logits.ptr<T>(), Vl, vocab_valid,
                                                                       row_max.ptr<float>(), sumexp.ptr<float>());
+    });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
+                       const Tensor& row_max, const Tensor& target_logit, const Tensor& sumexp, cudaStream_t s) {
+  const char* op = "xent_stats_sumexp";
+  check_logits(op, logits, vocab_valid);
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  check_targets(op, targets, N);
+  check_rows(op, row_max, N, "row_max");
+  check_rows(op, target_logit, N, "target_logit");
+  check_rows(op, sumexp, N, "sumexp");
+  if (N == 0) return;
+  dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    with_vector_width<T>(logits, [&](auto kv) {
+      xent_stats_sumexp_kernel<T, kv.value><<<rows_grid(N), kBlock, 0, s>>>(
+          logits.ptr<T>(), targets.ptr<int32_t>(), vocab_start, Vl, vocab_valid, row_max.ptr<float>(),
+          target_logit.ptr<float>(), sumexp.ptr<float>());
     });
   });
   CUDA_CHECK_LAUNCH();

@@ -1,5 +1,6 @@
-// GPU vs CPU: the three phases of the vocab-parallel softmax cross-entropy, on a shard
-// with padding columns, targets owned by other shards, and ignored (negative) targets.
+// GPU vs CPU: the three phases of the vocab-parallel softmax cross-entropy (and the first
+// two in one pass), on a shard with padding columns, targets owned by other shards, and
+// ignored (negative) targets.
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -26,6 +27,16 @@ class Xent : public CudaVsCpuDtype {
     cpu().xent_sumexp(logits.cpu, valid, row_max.cpu, sumexp.cpu);
     gpu().xent_sumexp(logits.gpu, valid, row_max.gpu, sumexp.gpu);
     expect_close(sumexp, Tol{1e-5, 1e-6}, "sumexp");
+    // Phases 1 and 2 in one pass (TP group of one): the same max and target logit, the sum
+    // up to rounding.
+    Pair row_max1 = f32(7.f), target_logit1 = f32(7.f), sumexp1 = f32(7.f);
+    cpu().xent_stats_sumexp(logits.cpu, targets.cpu, vocab_start, valid, row_max1.cpu, target_logit1.cpu,
+                            sumexp1.cpu);
+    gpu().xent_stats_sumexp(logits.gpu, targets.gpu, vocab_start, valid, row_max1.gpu, target_logit1.gpu,
+                            sumexp1.gpu);
+    expect_identical(row_max1, "one-pass row_max");
+    expect_identical(target_logit1, "one-pass target_logit");
+    expect_close(sumexp1, Tol{1e-5, 1e-6}, "one-pass sumexp");
     // Phase 3 from identical inputs on both sides.
     gpu().copy_from_host(sumexp.gpu, host_cpu(sumexp).data());
     cpu().xent_loss_grad(logits.cpu, targets.cpu, vocab_start, valid, row_max.cpu, sumexp.cpu, target_logit.cpu,

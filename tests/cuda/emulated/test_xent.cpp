@@ -1,6 +1,7 @@
 // kernels/cuda/cuda_xent.cu on the CPU emulator vs the CPU backend: the three phases of the
 // vocab-parallel softmax cross-entropy (row max and target logit; sum of exponentials;
-// loss, top-1 hit and the logits overwritten by their gradient) on shards with padding
+// loss, top-1 hit and the logits overwritten by their gradient), and the first two in one
+// pass (a running max, for a TP group of one), on shards with padding
 // columns, targets owned by other shards and ignored (negative) targets, for awkward row
 // counts and widths (narrower and wider than the 256-thread block; multiples of 8 take the
 // vector path, over more than one 2048-element stride at 4104) and every float dtype.
@@ -14,7 +15,7 @@
 namespace trident::cuda::emu_xent {
 namespace {
 
-// Mirrors of the host launchers xent_stats, xent_sumexp and xent_loss_grad in
+// Mirrors of the host launchers xent_stats, xent_sumexp, xent_stats_sumexp and xent_loss_grad in
 // kernels/cuda/cuda_xent.cu: one block of kBlock threads per row, 16-byte vectors when the
 // rows allow them. KEEP IN SYNC with it.
 void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
@@ -38,6 +39,20 @@ void xent_sumexp(const Tensor& logits, int64_t valid, const Tensor& row_max, con
     with_vector_width<T>(logits, [&](auto kv) {
       emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_sumexp_kernel<T, kv.value>, logits.ptr<T>(), Vl, valid,
                   row_max.ptr<float>(), sumexp.ptr<float>());
+    });
+  });
+}
+
+void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t valid,
+                       const Tensor& row_max, const Tensor& target_logit, const Tensor& sumexp) {
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  if (N == 0) return;
+  dispatch_float(logits.dtype, "xent_stats_sumexp", [&](auto tag) {
+    using T = decltype(tag);
+    with_vector_width<T>(logits, [&](auto kv) {
+      emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_stats_sumexp_kernel<T, kv.value>, logits.ptr<T>(),
+                  targets.ptr<int32_t>(), vocab_start, Vl, valid, row_max.ptr<float>(), target_logit.ptr<float>(),
+                  sumexp.ptr<float>());
     });
   });
 }
@@ -88,6 +103,14 @@ class EmulatedXent : public EmuVsCpuDtype {
     cpu().xent_sumexp(logits, valid, row_max, sumexp);
     kx::xent_sumexp(e_logits, valid, row_max, e_sumexp);
     expect_close(e_sumexp, sumexp, Tol{1e-5, 1e-6}, "xent sumexp");
+
+    // Both phases in one pass (a running max): the same max and target logit, the sum up to
+    // rounding.
+    Buffer f_row_max = f32(), f_target_logit = f32(), f_sumexp = f32();
+    kx::xent_stats_sumexp(e_logits, targets, vocab_start, valid, f_row_max, f_target_logit, f_sumexp);
+    expect_close(f_row_max, row_max, Tol{0, 0}, "xent one-pass row_max (exact)");
+    expect_close(f_target_logit, target_logit, Tol{0, 0}, "xent one-pass target_logit (exact)");
+    expect_close(f_sumexp, sumexp, Tol{1e-5, 1e-6}, "xent one-pass sumexp");
 
     cpu().xent_loss_grad(logits, targets, vocab_start, valid, row_max, sumexp, target_logit, losses, correct,
                          grad_scale);
