@@ -1,6 +1,6 @@
 // Reductions: bias gradient (column sums), sum / sum of squares to the host (also over a
-// list of tensors in one multi-tensor pass, for the global gradient norm), and the inf/NaN
-// check used by the loss scaler.
+// list of tensors in one multi-tensor pass, for the global gradient norm, which is also
+// the loss scaler's overflow check), and an inf/NaN check.
 // Every float reduction is deterministic: a fixed partition that depends only on the
 // shape (never on the GPU model or on scheduling), partials combined in a fixed order,
 // no float atomics. sum and sum_squares accumulate in double, as their CPU twins do.
