@@ -110,6 +110,10 @@ void ProfilingBackend::dropout_residual_layernorm_forward(const Tensor& x, const
   timed("residual_layernorm",
         [&] { inner_->dropout_residual_layernorm_forward(x, branch, T, d, resid, g, b, out, mean, rstd); });
 }
+void ProfilingBackend::dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& d, const Tensor& dx,
+                                             const Tensor& dbias) {
+  timed("bias_backward", [&] { inner_->dropout_bias_backward(dout, T, d, dx, dbias); });
+}
 void ProfilingBackend::xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vs, int64_t vv,
                                          const Tensor& row_max, const Tensor& tl, const Tensor& sumexp) {
   timed("cross_entropy", [&] { inner_->xent_stats_sumexp(logits, targets, vs, vv, row_max, tl, sumexp); });

@@ -74,6 +74,8 @@ class ProfilingBackend final : public Backend {
   void dropout_residual_layernorm_forward(const Tensor& x, const Tensor& branch, int T, const DropoutKey& drop,
                                           const Tensor& resid, const Tensor& gamma, const Tensor& beta,
                                           const Tensor& out, const Tensor& mean, const Tensor& rstd) override;
+  void dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, const Tensor& dx,
+                             const Tensor& dbias) override;
   void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                          const Tensor& row_max, const Tensor& target_logit, const Tensor& sumexp) override;
   void matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,

@@ -272,6 +272,18 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("dropout+residual+LN fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
           [&] { be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd); }, 20);
   });
+  b.section("bias gradient", [&] {
+    // A projection's bias gradient (column sums of its output gradient), and training's
+    // form: the output gradient through the hidden dropout (0.1) written in the same pass.
+    Buffer dout = b.rnd(Shape{rows, C}, bf), dx = be.empty(Shape{rows, C}, bf);
+    Buffer db = be.zeros(Shape{C}, bf);
+    b.add("bias_backward", dims({rows, C}) + " bf16", act, false, [&] { be.bias_backward(dout, db); }, 20);
+    DropoutKey drop;
+    drop.p = 0.1f;
+    drop.seed = 7;
+    b.add("dropout+bias backward", dims({rows, C}) + " bf16", 2 * act, false,
+          [&] { be.dropout_bias_backward(dout, 1024, drop, dx, db); }, 20);
+  });
   b.section("gelu", [&] {
     const int64_t n = rows * 4 * C;
     Buffer x = b.rnd(Shape{rows, 4 * C}, bf), out = be.empty(Shape{rows, 4 * C}, bf);

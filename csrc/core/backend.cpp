@@ -35,6 +35,12 @@ void Backend::dropout_residual_layernorm_forward(const Tensor& x, const Tensor& 
   residual_layernorm_forward(x, branch, resid, gamma, beta, out, mean, rstd);
 }
 
+void Backend::dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, const Tensor& dx,
+                                    const Tensor& dbias) {
+  dropout_backward(dout, dx, T, drop);
+  bias_backward(dx, dbias);
+}
+
 void Backend::xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start,
                                 int64_t vocab_valid, const Tensor& row_max, const Tensor& target_logit,
                                 const Tensor& sumexp) {

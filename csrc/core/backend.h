@@ -189,6 +189,11 @@ class Backend {
                                                   const DropoutKey& drop, const Tensor& resid, const Tensor& gamma,
                                                   const Tensor& beta, const Tensor& out, const Tensor& mean,
                                                   const Tensor& rstd);
+  // dropout_backward(dout, dx, T, drop) then bias_backward(dx, dbias): the gradient of a
+  // row-parallel projection's output through the hidden dropout, and its bias gradient,
+  // in one pass over dout.
+  virtual void dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, const Tensor& dx,
+                                     const Tensor& dbias);
   // xent_stats then xent_sumexp, for a TP group of one (nothing to all-reduce between
   // them): one pass over the logits instead of two. A fused kernel may sum the
   // exponentials with a running max (rescaled as it grows): the same sum up to rounding.

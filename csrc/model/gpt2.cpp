@@ -338,9 +338,10 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   const std::string h = "h." + std::to_string(layer) + ".";
   // d_resid = d(layer output) = d(resid_mid) through the skip connection.
   // MLP branch.
-  be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_));
+  // d_tmp = the projection output's gradient through the dropout, with its bias gradient.
+  be_.dropout_bias_backward(k.d_resid, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_), k.d_tmp,
+                            P.grad(h + "mlp.proj.bias"));
   be_.matmul(P.grad(h + "mlp.proj.weight"), k.d_tmp, a.gelu, Tensor(), true, false, true);
-  be_.bias_backward(k.d_tmp, P.grad(h + "mlp.proj.bias"));
   be_.matmul_gelu_backward(k.d_fc, k.d_tmp, P.param(h + "mlp.proj.weight"), a.fc, false, false);
   be_.matmul(P.grad(h + "mlp.fc.weight"), k.d_fc, a.ln2, Tensor(), true, false, true);
   be_.bias_backward(k.d_fc, P.grad(h + "mlp.fc.bias"));
@@ -349,9 +350,9 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   be_.layernorm_backward(k.d_ln, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, k.d_resid,
                          P.grad(h + "ln_2.weight"), P.grad(h + "ln_2.bias"));
   // Attention branch.
-  be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_));
+  be_.dropout_bias_backward(k.d_resid, T_, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_), k.d_tmp,
+                            P.grad(h + "attn.proj.bias"));
   be_.matmul(P.grad(h + "attn.proj.weight"), k.d_tmp, a.att, Tensor(), true, false, true);
-  be_.bias_backward(k.d_tmp, P.grad(h + "attn.proj.bias"));
   be_.matmul(k.d_att, k.d_tmp, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
   be_.attention_backward(k.d_att, a.qkv, a.att, a.lse, k.d_qkv, as,

@@ -216,6 +216,16 @@ class CudaBackend final : public Backend {
     require_device("bias_backward", {&dout, &dbias});
     cuda::bias_backward(dout, dbias, allocator(), stream_);
   }
+  void dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, const Tensor& dx,
+                             const Tensor& dbias) override {
+    if (dx.dtype != dout.dtype) {  // mixed dtypes: the unfused meaning
+      Backend::dropout_bias_backward(dout, T, drop, dx, dbias);
+      return;
+    }
+    on_device();
+    require_device("dropout_bias_backward", {&dout, &dx, &dbias});
+    cuda::dropout_bias_backward(dout, T, drop, dx, dbias, allocator(), stream_);
+  }
 
   // ---- GELU ----
   void gelu_forward(const Tensor& x, const Tensor& out) override {

@@ -77,6 +77,9 @@ void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s);
 
 // cuda_reduce.cu
 void bias_backward(const Tensor& dout, const Tensor& dbias, CachingAllocator& scratch, cudaStream_t s);
+// dropout_backward(dout, dx, T, drop) and bias_backward(dx, dbias) in one pass over dout.
+void dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, const Tensor& dx, const Tensor& dbias,
+                           CachingAllocator& scratch, cudaStream_t s);
 double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_t s);  // synchronises
 double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s);  // synchronises
 bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s);       // synchronises

@@ -4,9 +4,11 @@
 // Every float reduction is deterministic: a fixed partition that depends only on the
 // shape (never on the GPU model or on scheduling), partials combined in a fixed order,
 // no float atomics. sum and sum_squares accumulate in double, as their CPU twins do.
+#include <optional>
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_dropout.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace trident::cuda {
@@ -17,18 +19,40 @@ constexpr int kSumBlock = 256;      // threads per block of the first sum pass
 constexpr int kSumMaxBlocks = 1024; // partials of the first sum pass (second pass: one block)
 
 // Thread = kV consecutive columns (one 16-byte vector per row when kV > 1), looping over
-// the rows of chunk blockIdx.y in order; partials[chunk, c .. c + kV).
-template <typename T, int kV>
-__global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t rows_per_chunk, float* partials) {
+// the rows of chunk blockIdx.y in order; partials[chunk, c .. c + kV). kDrop: each row's
+// values first go through dropout_backward (as cuda_dropout.cu draws it with T =
+// rows_per_sample: row n is index (n % T) C + c of sample sample_base + n / T) and are
+// written to dx, rounded, and the rounded values are summed.
+template <typename T, int kV, bool kDrop>
+__global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t rows_per_chunk, float* partials,
+                                       T* dx, DropoutParams drop, int64_t rows_per_sample) {
   const int64_t c = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * kV;
   if (c >= C) return;
   const int64_t r0 = blockIdx.y * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
+  int64_t in_sample = r0 % rows_per_sample;  // row r0's place in its sample, then stepped
+  uint64_t sample = drop.sample_base + static_cast<uint64_t>(r0 / rows_per_sample);
   float acc[kV];
 #pragma unroll
   for (int j = 0; j < kV; ++j) acc[j] = 0.f;
   for (int64_t n = r0; n < r1; ++n) {
-    const Vec<T, kV> v = load_vec<T, kV>(x + n * C + c);
+    Vec<T, kV> v = load_vec<T, kV>(x + n * C + c);
+    if constexpr (kDrop) {
+      const uint64_t index = static_cast<uint64_t>(in_sample) * static_cast<uint64_t>(C) + static_cast<uint64_t>(c);
+      if (!drop.enabled) {
+        // p = 0: dx is a copy of dout
+      } else if constexpr (kV % 4 == 0) {  // C % kV == 0: index starts a Philox block
+        dropout_vec<T, kV>(v, drop, sample, index);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kV; ++j) v.v[j] = from_f32<T>(dropout_one(to_f32(v.v[j]), drop, sample, index + j));
+      }
+      store_vec<T, kV>(dx + n * C + c, v);
+      if (++in_sample == rows_per_sample) {
+        in_sample = 0;
+        ++sample;
+      }
+    }
 #pragma unroll
     for (int j = 0; j < kV; ++j) acc[j] += to_f32(v.v[j]);
   }
@@ -209,6 +233,38 @@ int column_chunk_count(int64_t rows, int64_t cols, int vector) {
   return static_cast<int>(chunks);
 }
 
+// bias_backward's two passes, shared by the host launchers and the CPU emulator's test:
+// the column partials (16-byte vectors when C and the pointers allow) into
+// partials_of(bytes), then the chunks added onto dbias in a fixed order. With dx given, the
+// first pass is dropout_backward(dout, dx, T, drop) as well (dx may alias dout).
+template <typename PartialsOf>
+void bias_backward_typed(const Tensor& dout, const Tensor& dbias, const Tensor& dx, int T, const DropoutKey& drop,
+                         cudaStream_t s, PartialsOf&& partials_of) {
+  const int64_t N = dout.rows(), C = dout.cols();
+  const bool with_dx = !dx.empty();
+  const DropoutParams d = dropout_params(drop);
+  const int64_t rows_per_sample = T > 0 ? T : 1;
+  dispatch_float(dout.dtype, "bias_backward", [&](auto tag) {
+    using T_ = decltype(tag);
+    const int kv = vector_width<T_>(C, {dout.data, dx.data});
+    const int chunks = column_chunk_count(N, C, kv);
+    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+    float* partials = partials_of(sizeof(float) * chunks * C);
+    const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * kv;
+    const dim3 grid(static_cast<unsigned>((C + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(chunks));
+    T_* dxp = with_dx ? dx.ptr<T_>() : nullptr;
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kColBlock, 0, s>>>(dout.ptr<T_>(), N, C, rows_per_chunk, partials, dxp, d, rows_per_sample);
+    };
+    if (kv > 1)
+      with_dx ? launch(column_partials_kernel<T_, kVec16<T_>, true>) : launch(column_partials_kernel<T_, kVec16<T_>, false>);
+    else
+      with_dx ? launch(column_partials_kernel<T_, 1, true>) : launch(column_partials_kernel<T_, 1, false>);
+    column_finish_kernel<<<grid_for(C, kFinishCols, INT32_MAX), kFinishCols * kFinishGroups, 0, s>>>(
+        partials, static_cast<int64_t>(chunks), C, AnyPtr{dbias.data, dbias.dtype});
+  });
+}
+
 }  // namespace
 
 // One value computed on the stream, to the host (synchronises).
@@ -235,22 +291,30 @@ void bias_backward(const Tensor& dout, const Tensor& dbias, CachingAllocator& sc
   TRIDENT_CHECK(is_float(dbias.dtype) && dbias.numel() == C, op, ": dbias ", dbias.shape.str(), " for dout ",
                 dout.shape.str());
   if (N == 0 || C == 0) return;
-  dispatch_float(dout.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    const int kv = vector_width<T>(C, {dout.data});
-    const int chunks = column_chunks(N, C, kv);
-    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-    Scratch partials(scratch, sizeof(float) * chunks * C);
-    const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * kv;
-    const dim3 grid(static_cast<unsigned>((C + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(chunks));
-    if (kv > 1)
-      column_partials_kernel<T, kVec16<T>><<<grid, kColBlock, 0, s>>>(dout.ptr<T>(), N, C, rows_per_chunk,
-                                                                      partials.as<float>());
-    else
-      column_partials_kernel<T, 1><<<grid, kColBlock, 0, s>>>(dout.ptr<T>(), N, C, rows_per_chunk, partials.as<float>());
-    CUDA_CHECK_LAUNCH();
-    column_partials_accumulate(partials.as<float>(), chunks, C, dbias.data, dbias.dtype, s);
+  std::optional<Scratch> partials;
+  bias_backward_typed(dout, dbias, Tensor(), 1, DropoutKey{}, s, [&](size_t bytes) {
+    partials.emplace(scratch, bytes);
+    return partials->as<float>();
   });
+  CUDA_CHECK_LAUNCH();
+}
+
+void dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, const Tensor& dx, const Tensor& dbias,
+                           CachingAllocator& scratch, cudaStream_t s) {
+  const char* op = "dropout_bias_backward";
+  const int64_t N = dout.rows(), C = dout.cols();
+  TRIDENT_CHECK(is_float(dbias.dtype) && dbias.numel() == C, op, ": dbias ", dbias.shape.str(), " for dout ",
+                dout.shape.str());
+  TRIDENT_CHECK(dx.dtype == dout.dtype && dx.numel() == dout.numel(), op, ": dx ", dtype_name(dx.dtype), " ",
+                dx.shape.str(), " must match dout ", dtype_name(dout.dtype), " ", dout.shape.str());
+  TRIDENT_CHECK(T > 0 && N % T == 0, op, ": rows ", N, " not a multiple of T=", T);
+  if (N == 0 || C == 0) return;
+  std::optional<Scratch> partials;
+  bias_backward_typed(dout, dbias, dx, T, drop, s, [&](size_t bytes) {
+    partials.emplace(scratch, bytes);
+    return partials->as<float>();
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_t s) {

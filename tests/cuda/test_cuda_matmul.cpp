@@ -1,6 +1,6 @@
 // GPU vs CPU: matmul (cuBLASLt, every transpose combination, bias, accumulate, mixed
-// output/bias dtypes, awkward and aligned shapes), bias_backward, and the GEMMs with the
-// GELU epilogue (matmul_bias_gelu, matmul_gelu_backward).
+// output/bias dtypes, awkward and aligned shapes), bias_backward (also behind the hidden
+// dropout), and the GEMMs with the GELU epilogue (matmul_bias_gelu, matmul_gelu_backward).
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -79,6 +79,28 @@ TEST_P(Matmul, BiasBackwardAccumulatesColumnSums) {
     cpu().bias_backward(dout.cpu, dbias16.cpu);
     gpu().bias_backward(dout.gpu, dbias16.gpu);
     expect_close(dbias16, storage_tol(dt(), 1e-5, 1e-4), "bias_backward");
+  }
+}
+
+// The backward of a row-parallel projection's output through the hidden dropout, with the
+// bias gradient, in one pass: dx identical to dropout_backward's (the same mask), dbias
+// the column sums of that dx. 16-byte vector (C 136) and scalar (C 129) paths, rows of
+// several samples.
+TEST_P(Matmul, DropoutBiasBackward) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  DropoutKey drop;
+  drop.p = 0.1f;
+  drop.seed = 77;
+  drop.site = 2 * kSitesPerLayer + kDropMlpOut;
+  drop.sample_base = 3;
+  for (int64_t C : {int64_t{136}, int64_t{129}}) {
+    SCOPED_TRACE(::testing::Message() << "C=" << C);
+    Pair dout = random(Shape{1000, C}, dt());
+    Pair dx = random(Shape{1000, C}, dt()), dbias = random(Shape{C}, DType::F32);
+    cpu().dropout_bias_backward(dout.cpu, 250, drop, dx.cpu, dbias.cpu);
+    gpu().dropout_bias_backward(dout.gpu, 250, drop, dx.gpu, dbias.gpu);
+    expect_identical(dx, "dx");
+    expect_close(dbias, Tol{1e-5, 1e-4}, "dbias");
   }
 }
 

@@ -1,6 +1,6 @@
 // The kernels of kernels/cuda/cuda_reduce.cu on the CPU emulator, with mirrors of its host
-// launchers (column_partials_accumulate, bias_backward, sum, has_inf_or_nan; sum_squares_multi
-// runs the launcher's own plan): the same kernels, template arguments and launch
+// launchers (column_partials_accumulate, sum, has_inf_or_nan; bias_backward, its dropout
+// form and sum_squares_multi run the launchers' own code): the same kernels, template arguments and launch
 // geometry, host vectors for the scratch memory (filled with NaN, as device scratch holds
 // garbage). Shared by test_reduce.cpp and test_layernorm.cpp (LayerNorm's dgamma/dbeta
 // go through column_partials_accumulate).
@@ -32,24 +32,23 @@ void column_partials_accumulate(const float* partials, int64_t chunks, int64_t c
               partials, static_cast<int64_t>(chunks), cols, AnyPtr{dst, dst_dtype});
 }
 
+// The launchers' own passes (bias_backward_typed, extracted with the kernels), the
+// partials in a host vector.
 void bias_backward(const Tensor& dout, const Tensor& dbias) {
-  const int64_t N = dout.rows(), C = dout.cols();
-  if (N == 0 || C == 0) return;
-  dispatch_float(dout.dtype, "bias_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const int kv = vector_width<T>(C, {dout.data});
-    const int chunks = column_chunks(N, C, kv);
-    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-    std::vector<float> partials = nan_scratch<float>(static_cast<size_t>(chunks * C));
-    const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * kv;
-    const dim3 grid(static_cast<unsigned>((C + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(chunks));
-    if (kv > 1)
-      emu::launch(grid, dim3(kColBlock), 0, column_partials_kernel<T, kVec16<T>>, dout.ptr<T>(), N, C, rows_per_chunk,
-                  partials.data());
-    else
-      emu::launch(grid, dim3(kColBlock), 0, column_partials_kernel<T, 1>, dout.ptr<T>(), N, C, rows_per_chunk,
-                  partials.data());
-    column_partials_accumulate(partials.data(), chunks, C, dbias.data, dbias.dtype);
+  if (dout.rows() == 0 || dout.cols() == 0) return;
+  std::vector<float> partials;
+  bias_backward_typed(dout, dbias, Tensor(), 1, DropoutKey{}, nullptr, [&](size_t bytes) {
+    partials = nan_scratch<float>(bytes / sizeof(float));
+    return partials.data();
+  });
+}
+
+void dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, const Tensor& dx, const Tensor& dbias) {
+  if (dout.rows() == 0 || dout.cols() == 0) return;
+  std::vector<float> partials;
+  bias_backward_typed(dout, dbias, dx, T, drop, nullptr, [&](size_t bytes) {
+    partials = nan_scratch<float>(bytes / sizeof(float));
+    return partials.data();
   });
 }
 

@@ -63,6 +63,36 @@ TEST_P(EmulatedReduce, BiasBackwardIsDeterministic) {
   expect_close(a, ref, Tol{1e-5, 1e-5}, "dbias (300x300)");
 }
 
+// dropout_backward and the bias gradient in one pass: dx bit-identical to the CPU's
+// dropout_backward (the same mask), dbias += the column sums of that dx. Rows of several
+// samples (T), chunks that start inside a sample, the vector and scalar paths, p = 0 (a
+// copy), and dx over dout.
+TEST_P(EmulatedReduce, DropoutBiasBackward) {
+  struct Case {
+    int64_t N, C;
+    int T;
+    float p;
+    bool in_place;
+  };
+  for (const Case& c : {Case{300, 136, 3, 0.3f, false}, Case{300, 136, 100, 0.5f, true}, Case{40, 130, 8, 0.2f, false},
+                        Case{64, 264, 4, 0.0f, false}}) {
+    SCOPED_TRACE(shape_label(c.N, c.C, dt()) + " T=" + std::to_string(c.T) + " p=" + std::to_string(c.p) +
+                 (c.in_place ? " in place" : ""));
+    DropoutKey drop;
+    drop.p = c.p;
+    drop.seed = 31337;
+    drop.site = 4 * kSitesPerLayer + kDropAttnOut;
+    drop.sample_base = 5;
+    Buffer dout = random(Shape{c.N, c.C}, dt());
+    Buffer dx = filled(Shape{c.N, c.C}, dt(), NAN), e_dx = c.in_place ? clone(dout) : clone(dx);
+    Buffer dbias = random(Shape{c.C}, DType::F32), e_dbias = clone(dbias);
+    cpu().dropout_bias_backward(dout, c.T, drop, dx, dbias);
+    kr::dropout_bias_backward(c.in_place ? e_dx.t() : dout.t(), c.T, drop, e_dx, e_dbias);
+    EXPECT_TRUE(same_bytes(e_dx, dx)) << "dx";
+    expect_close(e_dbias, dbias, Tol{1e-5, 1e-5}, "dbias");
+  }
+}
+
 TEST_P(EmulatedReduce, SumAndSumSquares) {
   for (int64_t n : {int64_t{1}, int64_t{17 * 65}, int64_t{70001}}) {
     SCOPED_TRACE("n=" + std::to_string(n) + " " + dtype_name(dt()));

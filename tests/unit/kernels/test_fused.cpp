@@ -1,7 +1,7 @@
 // The fused ops of the Backend seam on the CPU reference (their meaning, which the CUDA
 // twins are tested against): residual add + LayerNorm (also after the branch's dropout),
-// GEMM + bias + GELU and its backward, multi-tensor AdamW and sum of squares. Each against
-// a double reference.
+// the bias gradient behind the hidden dropout, GEMM + bias + GELU and its backward,
+// multi-tensor AdamW and sum of squares. Each against a double reference.
 #include "core/philox.h"
 #include "kernel_test_util.h"
 #include "naive_ref.h"
@@ -88,6 +88,39 @@ TEST_P(Fused, DropoutResidualLayerNormDropsTheBranchFirst) {
   expect_close(download(*be, out), want, 4 * tol, tol, "out");
   expect_close(download(*be, mean), wm, 1e-6, 1e-6, "mean");
   expect_close(download(*be, rstd), wr, 1e-6, 1e-5, "rstd");
+}
+
+// The projection's gradient through the hidden dropout and its bias gradient: dx =
+// dout * keep / (1 - p) rounded to dt (philox.h's mask), dbias += the column sums of dx.
+TEST_P(Fused, DropoutBiasBackwardMasksThenSumsColumns) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const int64_t N = 8, C = 13;
+  const int T = 4;
+  DropoutKey drop;
+  drop.p = 0.3f;
+  drop.seed = 5;
+  drop.site = kSitesPerLayer + kDropMlpOut;
+  drop.sample_base = 2;
+  const auto dout = randn(N * C, 9), db0 = randn(C, 10);
+  const Vec rd = rounded(dout, dt);
+  std::vector<float> dx(N * C);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const bool keep = dropout_keep(drop, drop.sample_base + n / T, static_cast<uint64_t>((n % T) * C + c));
+      dx[n * C + c] = keep ? static_cast<float>(rd[n * C + c]) * (1.0f / (1.0f - drop.p)) : 0.0f;
+    }
+  const Vec want_dx = rounded(dx, dt);
+  Vec want_db(C);
+  for (int64_t c = 0; c < C; ++c) {
+    want_db[c] = db0[c];
+    for (int64_t n = 0; n < N; ++n) want_db[c] += want_dx[n * C + c];
+  }
+  Buffer D = upload(*be, dout, Shape{N, C}, dt), DX = be->empty(Shape{N, C}, dt);
+  Buffer DB = upload(*be, db0, Shape{C}, DType::F32);
+  be->dropout_bias_backward(D, T, drop, DX, DB);
+  expect_close(download(*be, DX), want_dx, 0, 0, "dx");
+  expect_close(download(*be, DB), want_db, 1e-5, 1e-5, "dbias");
 }
 
 TEST_P(Fused, MatmulBiasGeluAndItsBackward) {
