@@ -17,6 +17,18 @@ double gelu_grad(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
 }
 
+// A residual LayerNorm's four outputs against the reference: the residual exactly (one
+// rounded add), the rest within dt's tolerance.
+void expect_residual_layernorm(Backend& be, DType dt, const Tensor& resid, const Tensor& out, const Tensor& mean,
+                               const Tensor& rstd, const Vec& want_resid, const Vec& want, const Vec& wm,
+                               const Vec& wr) {
+  expect_close(download(be, resid), want_resid, 0, 0, "resid");
+  const double tol = dtype_tol(dt);
+  expect_close(download(be, out), want, 4 * tol, tol, "out");
+  expect_close(download(be, mean), wm, 1e-6, 1e-6, "mean");
+  expect_close(download(be, rstd), wr, 1e-6, 1e-5, "rstd");
+}
+
 TEST_P(Fused, ResidualLayerNormRoundsTheResidualThenNormalisesIt) {
   const DType dt = GetParam();
   auto be = make_cpu_backend();
@@ -38,11 +50,7 @@ TEST_P(Fused, ResidualLayerNormRoundsTheResidualThenNormalisesIt) {
     Buffer out = be->empty(Shape{N, C}, dt), mean = be->empty(Shape{N}, DType::F32),
            rstd = be->empty(Shape{N}, DType::F32);
     be->residual_layernorm_forward(X, Br, resid, G, Bt, out, mean, rstd);
-    expect_close(download(*be, resid), want_resid, 0, 0, "resid");
-    const double tol = dtype_tol(dt);
-    expect_close(download(*be, out), want, 4 * tol, tol, "out");
-    expect_close(download(*be, mean), wm, 1e-6, 1e-6, "mean");
-    expect_close(download(*be, rstd), wr, 1e-6, 1e-5, "rstd");
+    expect_residual_layernorm(*be, dt, resid, out, mean, rstd, want_resid, want, wm, wr);
   }
 }
 
@@ -83,11 +91,7 @@ TEST_P(Fused, DropoutResidualLayerNormDropsTheBranchFirst) {
   Buffer resid = be->empty(Shape{N, C}, dt), out = be->empty(Shape{N, C}, dt),
          mean = be->empty(Shape{N}, DType::F32), rstd = be->empty(Shape{N}, DType::F32);
   be->dropout_residual_layernorm_forward(X, Br, T, drop, resid, G, Bt, out, mean, rstd);
-  expect_close(download(*be, resid), want_resid, 0, 0, "resid");
-  const double tol = dtype_tol(dt);
-  expect_close(download(*be, out), want, 4 * tol, tol, "out");
-  expect_close(download(*be, mean), wm, 1e-6, 1e-6, "mean");
-  expect_close(download(*be, rstd), wr, 1e-6, 1e-5, "rstd");
+  expect_residual_layernorm(*be, dt, resid, out, mean, rstd, want_resid, want, wm, wr);
 }
 
 // The projection's gradient through the hidden dropout and its bias gradient: dx =
