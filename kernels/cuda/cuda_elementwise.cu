@@ -6,7 +6,6 @@
 // bandwidth); the per-element arithmetic is the same on both paths, so are the results.
 // Mixed dtypes take the runtime-typed scalar path.
 #include <cmath>
-#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
