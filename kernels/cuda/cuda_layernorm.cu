@@ -28,6 +28,7 @@
 // Row kernels move kV elements per access: 16-byte vectors when every row operand has the
 // main operand's dtype, the row length allows it and the pointers are aligned (the usual
 // case); kV = 1 otherwise, with runtime-typed parameters and outputs.
+#include <deque>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -496,6 +497,72 @@ void forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, c
   });
 }
 
+// Which backward path a call took (the emulator's tests check that each shape exercises the
+// path it is meant to).
+struct BackwardPath {
+  bool fused = false;
+  int vpt = 0, threads = 0;
+  int64_t chunks = 0;  // row chunks (fused: blocks of the fused kernel)
+};
+
+// The backward's kernels (fused when every row operand has x's dtype, the vectors fit and
+// fused_geometry covers the row; else the fallback), shared by the host launcher and the
+// CPU emulator's test: partials_of(bytes) gives f32 scratch for the dgamma and dbeta
+// partials, accumulate(partials, chunks, dst) adds the chunks onto dst in a fixed order.
+template <typename PartialsOf, typename Accumulate>
+BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+                            const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                            cudaStream_t s, PartialsOf&& partials_of, Accumulate&& accumulate) {
+  const int64_t N = x.rows(), C = x.cols();
+  BackwardPath path;
+  dispatch_float(x.dtype, "layernorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const bool same = dout.dtype == x.dtype && gamma.dtype == x.dtype && dx.dtype == x.dtype;
+    const int kv = same ? vector_width<T>(C, {dout.data, x.data, gamma.data, dx.data}) : 1;
+    const FusedGeometry f = kv > 1 ? fused_geometry(N, C, kv) : FusedGeometry{};
+    if (f.vpt > 0) {
+      float* pg = partials_of(sizeof(float) * f.chunks * C);
+      float* pb = partials_of(sizeof(float) * f.chunks * C);
+      auto launch = [&](auto vpt) {
+        constexpr int kVPT = decltype(vpt)::value;
+        layernorm_backward_fused_kernel<T, kVPT><<<static_cast<unsigned>(f.chunks), f.threads, 0, s>>>(
+            dout.ptr<T>(), x.ptr<T>(), gamma.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), dx.ptr<T>(), N, C,
+            f.rows_per_chunk, pg, pb);
+      };
+      if (f.vpt == 1) {
+        launch(std::integral_constant<int, 1>{});
+      } else if (f.vpt == 2) {
+        launch(std::integral_constant<int, 2>{});
+      } else {
+        if constexpr (4 * kVec16<T> <= kFusedMaxElems) launch(std::integral_constant<int, 4>{});
+      }
+      accumulate(pg, f.chunks, dgamma);
+      accumulate(pb, f.chunks, dbeta);
+      path = BackwardPath{true, f.vpt, f.threads, f.chunks};
+      return;
+    }
+    // Fallback: dx, then per-chunk dgamma/dbeta partials, then the chunks added in order.
+    const int chunks = column_chunks(N, C);
+    const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
+    float* pg = partials_of(sizeof(float) * chunks * C);
+    float* pb = partials_of(sizeof(float) * chunks * C);
+    const unsigned rows_grid = grid_for(N, kRowsPerBlock, INT32_MAX);
+    if (kv > 1)
+      layernorm_dx_kernel<T, kVec16<T>><<<rows_grid, 32 * kRowsPerBlock, 0, s>>>(
+          any_ptr(dout), x.ptr<T>(), any_ptr(gamma), mean.ptr<float>(), rstd.ptr<float>(), any_ptr(dx), N, C);
+    else
+      layernorm_dx_kernel<T, 1><<<rows_grid, 32 * kRowsPerBlock, 0, s>>>(
+          any_ptr(dout), x.ptr<T>(), any_ptr(gamma), mean.ptr<float>(), rstd.ptr<float>(), any_ptr(dx), N, C);
+    const dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks));
+    layernorm_param_partials_kernel<T><<<grid, 256, 0, s>>>(any_ptr(dout), x.ptr<T>(), mean.ptr<float>(),
+                                                            rstd.ptr<float>(), N, C, rows_per_chunk, pg, pb);
+    accumulate(pg, chunks, dgamma);
+    accumulate(pb, chunks, dbeta);
+    path.chunks = chunks;
+  });
+  return path;
+}
+
 }  // namespace
 
 // Host launchers.
@@ -550,61 +617,14 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma
   check_f32(op, rstd, N, "rstd");
   if (N == 0 || C == 0) return;
 
-  bool done = false;
-  dispatch_float(x.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    const bool same = dout.dtype == x.dtype && gamma.dtype == x.dtype && dx.dtype == x.dtype;
-    const int kv = same ? vector_width<T>(C, {dout.data, x.data, gamma.data, dx.data}) : 1;
-    if (kv > 1) {
-      const FusedGeometry f = fused_geometry(N, C, kv);
-      if (f.vpt > 0) {
-        Scratch pg(scratch, sizeof(float) * f.chunks * C), pb(scratch, sizeof(float) * f.chunks * C);
-        auto launch = [&](auto vpt) {
-          constexpr int kVPT = decltype(vpt)::value;
-          layernorm_backward_fused_kernel<T, kVPT><<<static_cast<unsigned>(f.chunks), f.threads, 0, s>>>(
-              dout.ptr<T>(), x.ptr<T>(), gamma.ptr<T>(), mean.ptr<float>(), rstd.ptr<float>(), dx.ptr<T>(), N, C,
-              f.rows_per_chunk, pg.as<float>(), pb.as<float>());
-        };
-        if (f.vpt == 1) {
-          launch(std::integral_constant<int, 1>{});
-        } else if (f.vpt == 2) {
-          launch(std::integral_constant<int, 2>{});
-        } else {
-          if constexpr (4 * kVec16<T> <= kFusedMaxElems) launch(std::integral_constant<int, 4>{});
-        }
-        CUDA_CHECK_LAUNCH();
-        column_partials_accumulate(pg.as<float>(), f.chunks, C, dgamma.data, dgamma.dtype, s);
-        column_partials_accumulate(pb.as<float>(), f.chunks, C, dbeta.data, dbeta.dtype, s);
-        done = true;
-      }
-    }
-  });
-  if (done) return;
-
-  // Fallback: dx, then per-chunk dgamma/dbeta partials, then the chunks added in order.
-  const int chunks = column_chunks(N, C);
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  Scratch pg(scratch, sizeof(float) * chunks * C), pb(scratch, sizeof(float) * chunks * C);
-  dispatch_float(x.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    const bool same = dout.dtype == x.dtype && gamma.dtype == x.dtype && dx.dtype == x.dtype;
-    const int kv = same ? vector_width<T>(C, {dout.data, x.data, gamma.data, dx.data}) : 1;
-    const unsigned rows_grid = grid_for(N, kRowsPerBlock, INT32_MAX);
-    if (kv > 1)
-      layernorm_dx_kernel<T, kVec16<T>><<<rows_grid, 32 * kRowsPerBlock, 0, s>>>(
-          any_ptr(dout), x.ptr<T>(), any_ptr(gamma), mean.ptr<float>(), rstd.ptr<float>(), any_ptr(dx), N, C);
-    else
-      layernorm_dx_kernel<T, 1><<<rows_grid, 32 * kRowsPerBlock, 0, s>>>(
-          any_ptr(dout), x.ptr<T>(), any_ptr(gamma), mean.ptr<float>(), rstd.ptr<float>(), any_ptr(dx), N, C);
-    CUDA_CHECK_LAUNCH();
-    const dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks));
-    layernorm_param_partials_kernel<T><<<grid, 256, 0, s>>>(any_ptr(dout), x.ptr<T>(), mean.ptr<float>(),
-                                                            rstd.ptr<float>(), N, C, rows_per_chunk,
-                                                            pg.as<float>(), pb.as<float>());
-    CUDA_CHECK_LAUNCH();
-  });
-  column_partials_accumulate(pg.as<float>(), chunks, C, dgamma.data, dgamma.dtype, s);
-  column_partials_accumulate(pb.as<float>(), chunks, C, dbeta.data, dbeta.dtype, s);
+  std::deque<Scratch> partials;  // deque: no element moves (Scratch cannot be moved)
+  backward_typed(
+      dout, x, gamma, mean, rstd, dx, dgamma, dbeta, s,
+      [&](size_t bytes) { return partials.emplace_back(scratch, bytes).as<float>(); },
+      [&](const float* p, int64_t chunks, const Tensor& dst) {
+        column_partials_accumulate(p, chunks, C, dst.data, dst.dtype, s);
+      });
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace trident::cuda

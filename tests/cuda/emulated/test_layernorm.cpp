@@ -15,84 +15,35 @@
 #include "emu_test_util.h"
 #include "launch_reduce.h"
 
+#include <deque>
+
+namespace trident::cuda {
+// The fallback backward's chunk count comes from cuda_reduce.cu's host function, which this
+// binary does not link: the emulated twin stands in for it.
+int column_chunks(int64_t rows, int64_t cols, int vector) { return emu_reduce::column_chunks(rows, cols, vector); }
+}  // namespace trident::cuda
+
 namespace trident::cuda::emu_layernorm {
 namespace {
 
-// The forward's kernel choice is the file's own (forward_typed, extracted with the kernels);
-// the backward launcher is mirrored: same kernels, template arguments and launch geometry
-// (the fused backward's geometry comes from the file's own fused_geometry).
-// KEEP IN SYNC with layernorm_backward in cuda_layernorm.cu.
+// The launchers' kernel choices are the file's own (forward_typed, backward_typed, extracted
+// with the kernels), with host vectors for the scratch memory.
 void launch_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                     const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T = 1,
                     const DropoutKey& branch_drop = DropoutKey{}) {
   if (x.rows() > 0 && x.cols() > 0) forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, nullptr);
 }
 
-// Which backward path a call took (the tests check that each shape exercises the path it is
-// meant to).
-struct BackwardPath {
-  bool fused = false;
-  int vpt = 0, threads = 0;
-  int64_t chunks = 0;  // row chunks (fused: blocks of the fused kernel)
-};
-
 BackwardPath layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                                 const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta) {
-  const int64_t N = x.rows(), C = x.cols();
-  BackwardPath path;
-  if (N == 0 || C == 0) return path;
-  dispatch_float(x.dtype, "layernorm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const bool same = dout.dtype == x.dtype && gamma.dtype == x.dtype && dx.dtype == x.dtype;
-    const int kv = same ? vector_width<T>(C, {dout.data, x.data, gamma.data, dx.data}) : 1;
-    if (kv > 1) {
-      const FusedGeometry f = fused_geometry(N, C, kv);
-      if (f.vpt > 0) {
-        std::vector<float> pg = emu_reduce::nan_scratch<float>(static_cast<size_t>(f.chunks * C)), pb = pg;
-        auto launch = [&](auto vpt) {
-          constexpr int kVPT = decltype(vpt)::value;
-          emu::launch(dim3(static_cast<unsigned>(f.chunks)), dim3(f.threads), 0,
-                      layernorm_backward_fused_kernel<T, kVPT>, dout.ptr<T>(), x.ptr<T>(), gamma.ptr<T>(),
-                      mean.ptr<float>(), rstd.ptr<float>(), dx.ptr<T>(), N, C, f.rows_per_chunk, pg.data(),
-                      pb.data());
-        };
-        if (f.vpt == 1) {
-          launch(std::integral_constant<int, 1>{});
-        } else if (f.vpt == 2) {
-          launch(std::integral_constant<int, 2>{});
-        } else {
-          if constexpr (4 * kVec16<T> <= kFusedMaxElems) launch(std::integral_constant<int, 4>{});
-        }
-        emu_reduce::column_partials_accumulate(pg.data(), f.chunks, C, dgamma.data, dgamma.dtype);
-        emu_reduce::column_partials_accumulate(pb.data(), f.chunks, C, dbeta.data, dbeta.dtype);
-        path = BackwardPath{true, f.vpt, f.threads, f.chunks};
-      }
-    }
-  });
-  if (path.fused) return path;
-
-  const int chunks = emu_reduce::column_chunks(N, C);
-  const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
-  std::vector<float> pg = emu_reduce::nan_scratch<float>(static_cast<size_t>(chunks * C)), pb = pg;
-  dispatch_float(x.dtype, "layernorm_backward", [&](auto tag) {
-    using T = decltype(tag);
-    const bool same = dout.dtype == x.dtype && gamma.dtype == x.dtype && dx.dtype == x.dtype;
-    const int kv = same ? vector_width<T>(C, {dout.data, x.data, gamma.data, dx.data}) : 1;
-    const dim3 rows_grid(grid_for(N, kRowsPerBlock, INT32_MAX)), block(32 * kRowsPerBlock);
-    if (kv > 1)
-      emu::launch(rows_grid, block, 0, layernorm_dx_kernel<T, kVec16<T>>, any_ptr(dout), x.ptr<T>(), any_ptr(gamma),
-                  mean.ptr<float>(), rstd.ptr<float>(), any_ptr(dx), N, C);
-    else
-      emu::launch(rows_grid, block, 0, layernorm_dx_kernel<T, 1>, any_ptr(dout), x.ptr<T>(), any_ptr(gamma),
-                  mean.ptr<float>(), rstd.ptr<float>(), any_ptr(dx), N, C);
-    const dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks));
-    emu::launch(grid, dim3(256), 0, layernorm_param_partials_kernel<T>, any_ptr(dout), x.ptr<T>(), mean.ptr<float>(),
-                rstd.ptr<float>(), N, C, rows_per_chunk, pg.data(), pb.data());
-  });
-  emu_reduce::column_partials_accumulate(pg.data(), chunks, C, dgamma.data, dgamma.dtype);
-  emu_reduce::column_partials_accumulate(pb.data(), chunks, C, dbeta.data, dbeta.dtype);
-  path.chunks = chunks;
-  return path;
+  if (x.rows() == 0 || x.cols() == 0) return BackwardPath{};
+  std::deque<std::vector<float>> partials;
+  return backward_typed(
+      dout, x, gamma, mean, rstd, dx, dgamma, dbeta, nullptr,
+      [&](size_t bytes) { return partials.emplace_back(emu_reduce::nan_scratch<float>(bytes / sizeof(float))).data(); },
+      [&](const float* p, int64_t chunks, const Tensor& dst) {
+        emu_reduce::column_partials_accumulate(p, chunks, x.cols(), dst.data, dst.dtype);
+      });
 }
 
 }  // namespace
