@@ -5,8 +5,9 @@
 # TFLOP/s against the ceilings measured in the same run (a device copy, an 8192^3 bf16
 # cuBLASLt GEMM), causal attention (head dim 64) forward+backward TFLOP/s, and tokens/s and
 # MFU (Megatron's model FLOPs, throughput.h's dense peak) for gpt2-124m, -345m and -1.3b
-# training on one GPU in bf16 and fp16, and the per-op time shares of profiled gpt2-124m
-# and gpt2-1.3b bf16 steps. Meant to finish in well under 8 minutes.
+# training on one GPU in bf16 and fp16 (and once more in bf16 with the attention tiles the
+# kernel table found fastest, "model+tiles"), and the per-op time shares of profiled
+# gpt2-124m and gpt2-1.3b bf16 steps. Meant to finish in well under 8 minutes.
 #
 # The GPU machine (the device tool; /work/.library/device/README.md) gets the working tree
 # plus up to 8 ignored paths named in `carry`, 64 MiB in all, and cannot install packages,
@@ -279,39 +280,71 @@ if [[ -n ${GPU_CHECK_QUICK:-} ]]; then configs=(gpt2-124m:8); steps=2; fi
 # GPU_CHECK_CONFIGS="model:mb ..." replaces the list; GPU_CHECK_CONFIGS=none skips training.
 if [[ -n ${GPU_CHECK_CONFIGS:-} ]]; then read -ra configs <<<"${GPU_CHECK_CONFIGS/none/}"; fi
 train_rows=()
+# train_row <model> <mb> <dtype> <log> [label]: one timed training run (the environment's
+# attention tiles), appended to train_rows.
+train_row() {
+  local model=$1 mb=$2 dt=$3 log=$4 label=${5:-$1} scale=() rc line step_ms tps tflops mfu
+  # fp16: a dynamic scale that starts at 2^12, not 2^32, so the timed steps are not
+  # overflow-skipped steps (which leave out the optimizer).
+  [[ $dt == fp16 ]] && scale=(--initial-loss-scale 4096)
+  timeout 100 "$bench" --config "$repo/configs/$model.yaml" --device cuda --"$dt" --micro-batch-size "$mb" \
+    --global-batch-size "$mb" --train-iters "$steps" --lr-warmup-iters 0 --eval-iters 0 --bench-warmup 2 \
+    --bench-no-profile "${scale[@]}" >"$log" 2>&1
+  rc=$?
+  line=$(grep "tokens per second" "$log")
+  if ((rc != 0)) || [[ -z $line ]]; then
+    fail "training $label $dt (rc $rc)"
+    tail -3 "$log"
+    train_rows+=("$(printf '%-15s %-5s %4s   FAILED (rc %s): %s' "$label" "$dt" "$mb" "$rc" "$(tail -1 "$log")")")
+    return
+  fi
+  step_ms=$(sed -E 's/.*step time: ([0-9.]+) ms.*/\1/' <<<"$line")
+  tps=$(sed -E 's/.*tokens per second: ([0-9.]+).*/\1/' <<<"$line")
+  tflops=$(sed -E 's/.*model TFLOP\/s: ([0-9.]+).*/\1/' <<<"$line")
+  mfu=$(sed -nE 's/.*MFU: ([0-9.]+%).*/\1/p' <<<"$line")
+  train_rows+=("$(printf '%-15s %-5s %4s %10s %12s %10s %7s' "$label" "$dt" "$mb" "$step_ms" "$tps" "$tflops" "${mfu:-n/a}")")
+}
+past_budget() { (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); }  # keep the whole run under ~8 minutes
 if [[ -x $bench ]]; then
   for c in ${configs[@]+"${configs[@]}"}; do
     model=${c%%:*}
     mb=${c##*:}
     for dt in "${dtypes[@]}"; do
-      log=$logdir/train-$model-$dt.log
-      if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then  # keep the whole run under ~8 minutes
-        train_rows+=("$(printf '%-10s %-5s %4s   skipped: past the time budget' "$model" "$dt" "$mb")")
+      if past_budget; then
+        train_rows+=("$(printf '%-15s %-5s %4s   skipped: past the time budget' "$model" "$dt" "$mb")")
         fail "training $model $dt: no time left"
         continue
       fi
       say "training $model $dt, micro batch $mb"
-      # fp16: a dynamic scale that starts at 2^12, not 2^32, so the timed steps are not
-      # overflow-skipped steps (which leave out the optimizer).
-      scale=()
-      [[ $dt == fp16 ]] && scale=(--initial-loss-scale 4096)
-      timeout 100 "$bench" --config "$repo/configs/$model.yaml" --device cuda --"$dt" --micro-batch-size "$mb" \
-        --global-batch-size "$mb" --train-iters "$steps" --lr-warmup-iters 0 --eval-iters 0 --bench-warmup 2 \
-        --bench-no-profile "${scale[@]}" >"$log" 2>&1
-      rc=$?
-      line=$(grep "tokens per second" "$log")
-      if ((rc != 0)) || [[ -z $line ]]; then
-        fail "training $model $dt (rc $rc)"
-        tail -3 "$log"
-        train_rows+=("$(printf '%-10s %-5s %4s   FAILED (rc %s): %s' "$model" "$dt" "$mb" "$rc" "$(tail -1 "$log")")")
-        continue
-      fi
-      step_ms=$(sed -E 's/.*step time: ([0-9.]+) ms.*/\1/' <<<"$line")
-      tps=$(sed -E 's/.*tokens per second: ([0-9.]+).*/\1/' <<<"$line")
-      tflops=$(sed -E 's/.*model TFLOP\/s: ([0-9.]+).*/\1/' <<<"$line")
-      mfu=$(sed -nE 's/.*MFU: ([0-9.]+%).*/\1/p' <<<"$line")
-      train_rows+=("$(printf '%-10s %-5s %4s %10s %12s %10s %7s' "$model" "$dt" "$mb" "$step_ms" "$tps" "$tflops" "${mfu:-n/a}")")
+      train_row "$model" "$mb" "$dt" "$logdir/train-$model-$dt.log"
     done
+  done
+fi
+# ---- the same in bf16 with the fastest attention tiles of the kernel table ------------------
+# trident-bench --kernels prints "fastest attention tiles, D<head dim>: VAR=value ..." (or
+# "defaults"); each config whose head dim has non-default tiles trains once more with them,
+# so that one run measures what making them the defaults (AttnTiles) would give.
+tuned_lines=()
+if [[ -x $bench && -f $logdir/kernels.log ]]; then
+  for ((i = ${#configs[@]} - 1; i >= 0; i--)); do  # the largest model first
+    c=${configs[i]}
+    model=${c%%:*}
+    mb=${c##*:}
+    yaml=$repo/configs/$model.yaml
+    hidden=$(sed -nE 's/^hidden-size: *([0-9]+).*/\1/p' "$yaml")
+    heads=$(sed -nE 's/^num-attention-heads: *([0-9]+).*/\1/p' "$yaml")
+    [[ -n $hidden && -n $heads ]] || continue
+    tiles=$(sed -nE "s/^fastest attention tiles, D$((hidden / heads)): (.*)/\1/p" "$logdir/kernels.log")
+    [[ -n $tiles && $tiles != defaults ]] || continue
+    if past_budget; then
+      tuned_lines+=("$model: skipped ($tiles): past the time budget")
+      continue
+    fi
+    say "training $model bf16, micro batch $mb, attention tiles: $tiles"
+    tuned_lines+=("$model+tiles: $tiles")
+    for kv in $tiles; do export "${kv?}"; done
+    train_row "$model" "$mb" bf16 "$logdir/train-$model-tiles.log" "$model+tiles"
+    for kv in $tiles; do unset "${kv%%=*}"; done
   done
 fi
 # ---- where a step's time goes: profiled runs of the smallest and the largest config ------
@@ -384,8 +417,9 @@ echo "kernels (achieved against this run's measured peaks):"
 echo "$kernel_table"
 echo
 echo "training, one GPU, seq 1024, synthetic tokens, $steps timed steps (MFU: Megatron model FLOPs / dense peak):"
-printf '%-10s %-5s %4s %10s %12s %10s %7s\n' model dtype mb "step ms" "tokens/s" "TFLOP/s" MFU
-for r in "${train_rows[@]}"; do echo "$r"; done
+printf '%-15s %-5s %4s %10s %12s %10s %7s\n' model dtype mb "step ms" "tokens/s" "TFLOP/s" MFU
+for r in ${train_rows[@]+"${train_rows[@]}"}; do echo "$r"; done
+for r in ${tuned_lines[@]+"${tuned_lines[@]}"}; do echo "  $r"; done
 echo
 echo "ncu (attention kernels): $ncu_line"
 echo "generation (KV cache, one process): $gen_line"

@@ -333,25 +333,35 @@ __device__ __forceinline__ void store_acc(T* g, int64_t ld, const float (&acc)[D
   }
 }
 
-template <int DP, int BK, int WM>
+template <int DP, int BK, int WM, int NB>
 constexpr int fwd_smem_bytes() {
-  return (64 * WM + 2 * BK) * (DP + 8) * 2;
+  return (64 * WM + 2 * NB * BK) * (DP + 8) * 2;
 }
 
 // Forward. Grid (B*H, ceil(T/(64 WM))); block: 64 WM query rows, each of the 4 warps owning
 // WM tiles of 16 rows (64 rows apart, so that every warp has work near the diagonal). Key
-// tiles of BK rows stream through shared memory; K of the next tile loads while P V runs,
-// V of the next tile while the next S runs.
+// tiles of BK rows stream through shared memory:
+// - NB = 1 (one K and one V buffer): K of the next tile loads while P V runs, V of the next
+//   tile while the next S runs; four barriers per key tile.
+// - NB = 2 (two of each): the whole next tile (K and V) loads while this one is used; one
+//   barrier per key tile (TRIDENT_ATTN_FWD_DB=1 selects it while it is measured).
 // (The minimum of 1 block per SM in the launch bounds lets ptxas use the registers it
 // needs: left to itself it aimed at 3 blocks for D = 128 with 64-key tiles on sm_80, and
-// spilled.)
-template <typename T, int DP, int BK, int WM>
-__global__ void __launch_bounds__(kThreads, 1) attn_fwd_mma_kernel(const AttnParams p) {
+// spilled. fwd_min_blocks names the one shape that asks for more.)
+template <int DP, int BK, int NB>
+constexpr int fwd_min_blocks() {
+  // D = 128 with two 32-key buffers: left to itself ptxas takes 172 registers (2 blocks an
+  // SM where the one-buffer kernel's 160 give 3); asked for 3 it fits in 166 unspilled.
+  return DP == 128 && BK == 32 && NB == 2 ? 3 : 1;
+}
+template <typename T, int DP, int BK, int WM, int NB>
+__global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, NB>()) attn_fwd_mma_kernel(const AttnParams p) {
+  static_assert(NB == 1 || NB == 2, "one or two K/V buffers");
   constexpr int BQ = 64 * WM, LDS = DP + 8, NT = BK / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
-  T* sK = sQ + BQ * LDS;
-  T* sV = sK + BK * LDS;
+  T* sK0 = sQ + BQ * LDS;       // NB K buffers, then NB V buffers
+  T* sV0 = sK0 + NB * BK * LDS;
 
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
@@ -367,9 +377,9 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_mma_kernel(const AttnPar
   const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
 
   load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
-  load_tile<T, BK, DP>(sK, gK, p.qkv_tok, 0, T_, D);
-  cp_async_commit();
-  load_tile<T, BK, DP>(sV, gV, p.qkv_tok, 0, T_, D);
+  load_tile<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
+  if constexpr (NB == 1) cp_async_commit();  // NB = 1 waits for K before V
+  load_tile<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
   cp_async_commit();
 
   float o[WM][DP / 8][4];
@@ -384,8 +394,21 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_mma_kernel(const AttnPar
 
   for (int kb = 0; kb < nkb; ++kb) {
     const int k0 = kb * BK;
-    cp_async_wait<1>();  // Q and K of this tile have landed (V may be in flight)
-    __syncthreads();
+    const int buf = NB == 2 ? kb & 1 : 0;
+    T* sK = sK0 + buf * BK * LDS;
+    T* sV = sV0 + buf * BK * LDS;
+    if constexpr (NB == 1) {
+      cp_async_wait<1>();  // Q and K of this tile have landed (V may be in flight)
+      __syncthreads();
+    } else {
+      cp_async_wait<0>();  // this tile (and Q) has landed
+      __syncthreads();     // ... for every warp, and every warp is done with the other buffers
+      if (kb + 1 < nkb) {
+        load_tile<T, BK, DP>(sK0 + (buf ^ 1) * BK * LDS, gK, p.qkv_tok, k0 + BK, T_, D);
+        load_tile<T, BK, DP>(sV0 + (buf ^ 1) * BK * LDS, gV, p.qkv_tok, k0 + BK, T_, D);
+        cp_async_commit();
+      }
+    }
     // Warp-uniform: some key of the tile is visible to the warp's last (lowest) row tile.
     // Its other row tiles may see none of it: their scores are all -inf and add nothing.
     const bool active = k0 <= last_wrow + 15;
@@ -469,20 +492,24 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_mma_kernel(const AttnPar
         c_to_a<T, NT>(s[mt], pa[mt]);
       }
     }
-    __syncthreads();  // every warp is done with sK
-    if (kb + 1 < nkb) {
-      load_tile<T, BK, DP>(sK, gK, p.qkv_tok, k0 + BK, T_, D);
-      cp_async_commit();
-      cp_async_wait<1>();  // V of this tile has landed (the next K may be in flight)
-    } else {
-      cp_async_wait<0>();
+    if constexpr (NB == 1) {
+      __syncthreads();  // every warp is done with sK
+      if (kb + 1 < nkb) {
+        load_tile<T, BK, DP>(sK, gK, p.qkv_tok, k0 + BK, T_, D);
+        cp_async_commit();
+        cp_async_wait<1>();  // V of this tile has landed (the next K may be in flight)
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
     }
-    __syncthreads();
     if (active) mma_ab_regs_wm<T, DP, NT / 2, WM>(o, pa, sV, lane);
-    __syncthreads();  // every warp is done with sV
-    if (kb + 1 < nkb) {
-      load_tile<T, BK, DP>(sV, gV, p.qkv_tok, k0 + BK, T_, D);
-      cp_async_commit();
+    if constexpr (NB == 1) {
+      __syncthreads();  // every warp is done with sV
+      if (kb + 1 < nkb) {
+        load_tile<T, BK, DP>(sV, gV, p.qkv_tok, k0 + BK, T_, D);
+        cp_async_commit();
+      }
     }
   }
 
@@ -939,36 +966,45 @@ void dispatch_dp(int D, F&& f) {
 //            D 128: 32 or 16 (fewer registers: 3 blocks an SM for D 64)
 //   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
 struct AttnTiles {
-  int fwd_wm = 1, fwd_bk = 0, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
+  int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
 };
 
 template <int DP>
 constexpr int kDefaultTile = DP == 128 ? 32 : 64;  // key / query rows per tile by default
 
 // Forward: launch(kernel, grid_x, grid_y, smem_bytes) once; false (nothing launched) when
-// `t` asks for a tile this head dim has no instance of.
+// `t` asks for a tile this head dim has no instance of. The K/V buffer count (t.fwd_nb)
+// combines with every tile shape.
 template <typename T, typename Launch>
 bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   const unsigned bh = static_cast<unsigned>(p.B * p.H);
   bool ok = false;
-  dispatch_dp(p.D, [&](auto dp) {
-    constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
-    const unsigned tiles64 = static_cast<unsigned>((p.T + 63) / 64), tiles128 = static_cast<unsigned>((p.T + 127) / 128);
-    if (t.fwd_wm == 2 && t.fwd_bk == 0) {
-      // D = 128 holds two 16 x 128 output tiles per warp: 16-key tiles keep it unspilled.
-      constexpr int BK2 = DP == 128 ? 16 : 64;
-      launch(attn_fwd_mma_kernel<T, DP, BK2, 2>, bh, tiles128, fwd_smem_bytes<DP, BK2, 2>());
-      ok = true;
-    } else if (t.fwd_wm == 1 && (t.fwd_bk == 0 || t.fwd_bk == BK)) {
-      launch(attn_fwd_mma_kernel<T, DP, BK, 1>, bh, tiles64, fwd_smem_bytes<DP, BK, 1>());
-      ok = true;
-    } else if constexpr (DP >= 64) {
-      if (t.fwd_wm == 1 && t.fwd_bk == 2 * BK) {
-        launch(attn_fwd_mma_kernel<T, DP, 2 * BK, 1>, bh, tiles64, fwd_smem_bytes<DP, 2 * BK, 1>());
+  auto shaped = [&](auto nb) {
+    constexpr int NB = decltype(nb)::value;
+    dispatch_dp(p.D, [&](auto dp) {
+      constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
+      const unsigned tiles64 = static_cast<unsigned>((p.T + 63) / 64), tiles128 = static_cast<unsigned>((p.T + 127) / 128);
+      if (t.fwd_wm == 2 && t.fwd_bk == 0) {
+        // D = 128 holds two 16 x 128 output tiles per warp: 16-key tiles keep it unspilled.
+        constexpr int BK2 = DP == 128 ? 16 : 64;
+        launch(attn_fwd_mma_kernel<T, DP, BK2, 2, NB>, bh, tiles128, fwd_smem_bytes<DP, BK2, 2, NB>());
         ok = true;
+      } else if (t.fwd_wm == 1 && (t.fwd_bk == 0 || t.fwd_bk == BK)) {
+        launch(attn_fwd_mma_kernel<T, DP, BK, 1, NB>, bh, tiles64, fwd_smem_bytes<DP, BK, 1, NB>());
+        ok = true;
+      } else if constexpr (DP >= 64) {
+        if (t.fwd_wm == 1 && t.fwd_bk == 2 * BK) {
+          launch(attn_fwd_mma_kernel<T, DP, 2 * BK, 1, NB>, bh, tiles64, fwd_smem_bytes<DP, 2 * BK, 1, NB>());
+          ok = true;
+        }
       }
-    }
-  });
+    });
+  };
+  if (t.fwd_nb == 2) {
+    shaped(std::integral_constant<int, 2>{});
+  } else if (t.fwd_nb == 1) {
+    shaped(std::integral_constant<int, 1>{});
+  }
   return ok;
 }
 
@@ -1029,6 +1065,14 @@ int env_tile(const char* name) {
   return static_cast<int>(x);
 }
 
+// A two-buffer switch from the environment: "1" is on; unset, empty or "0" is off.
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
+  TRIDENT_CHECK(std::strcmp(v, "1") == 0, "attention: ", name, "=", v, " must be 0 or 1");
+  return true;
+}
+
 // The tile shapes asked for in the environment (AttnTiles), read per call so that a
 // benchmark or a test can time and check several in one process.
 AttnTiles tiles_from_env() {
@@ -1036,8 +1080,8 @@ AttnTiles tiles_from_env() {
   const int wm = env_tile("TRIDENT_ATTN_FWD_WM");
   t.fwd_wm = wm == 0 ? 1 : wm;
   t.fwd_bk = env_tile("TRIDENT_ATTN_FWD_BK");
-  const char* db = std::getenv("TRIDENT_ATTN_BWD_DB");
-  t.dkdv_nb = db != nullptr && std::strcmp(db, "1") == 0 ? 2 : 1;
+  t.fwd_nb = env_flag("TRIDENT_ATTN_FWD_DB") ? 2 : 1;
+  t.dkdv_nb = env_flag("TRIDENT_ATTN_BWD_DB") ? 2 : 1;
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
   return t;
@@ -1046,7 +1090,7 @@ AttnTiles tiles_from_env() {
 // The tile settings, for an error message.
 std::string describe(const AttnTiles& t) {
   return "TRIDENT_ATTN_FWD_WM=" + std::to_string(t.fwd_wm) + " TRIDENT_ATTN_FWD_BK=" + std::to_string(t.fwd_bk) +
-         " TRIDENT_ATTN_BWD_DB=" + std::to_string(t.dkdv_nb == 2) + " TRIDENT_ATTN_DKDV_BQ=" +
+         " TRIDENT_ATTN_FWD_DB=" + std::to_string(t.fwd_nb == 2) + " TRIDENT_ATTN_BWD_DB=" + std::to_string(t.dkdv_nb == 2) + " TRIDENT_ATTN_DKDV_BQ=" +
          std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk);
 }
 

@@ -148,16 +148,20 @@ TEST_P(CudaAttention, BackwardMatchesCpu) {
 }
 
 // The tile shapes under measurement (AttnTiles in cuda_attention.cu, chosen by environment
-// variables): the forward with two 16-row tiles per warp (128-row blocks) with the
-// double-buffered dK/dV kernel; then, for head dims above 32, the forward's key tiles
-// doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles doubled.
+// variables): the forward with two K/V buffers, alone and with two 16-row tiles per warp
+// (128-row blocks) and the double-buffered dK/dV kernel; then, for head dims above 32, the
+// forward's key tiles doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles
+// doubled.
 TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
+  ::setenv("TRIDENT_ATTN_FWD_DB", "1", 1);
+  check_forward("fwd db ");
   ::setenv("TRIDENT_ATTN_FWD_WM", "2", 1);
   ::setenv("TRIDENT_ATTN_BWD_DB", "1", 1);
   check_forward("wm2+db ");
   check_backward("wm2+db ");
   ::unsetenv("TRIDENT_ATTN_FWD_WM");
+  ::unsetenv("TRIDENT_ATTN_FWD_DB");
   ::unsetenv("TRIDENT_ATTN_BWD_DB");
   const auto other_tiles = [](const AttnCase& c) {
     for (const char* v : {"TRIDENT_ATTN_FWD_BK", "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_DQ_BK"}) ::unsetenv(v);

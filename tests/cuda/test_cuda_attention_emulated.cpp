@@ -443,7 +443,8 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
 // Forward, delta, dK/dV and dQ of one case on emulated blocks, against the reference, with
 // the tile shapes `tiles` (the launchers' plans, plan_forward_mma / plan_backward_mma).
 std::string describe(const AttnTiles& t) {
-  return " wm" + std::to_string(t.fwd_wm) + " fwd_bk" + std::to_string(t.fwd_bk) + " nb" + std::to_string(t.dkdv_nb) +
+  return " wm" + std::to_string(t.fwd_wm) + " fwd_bk" + std::to_string(t.fwd_bk) + " fwd_nb" +
+         std::to_string(t.fwd_nb) + " nb" + std::to_string(t.dkdv_nb) +
          " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk);
 }
 
@@ -551,7 +552,8 @@ TEST_P(EmulatedAttention, TensorCoreBf16) {
 }
 
 // The tile shapes under measurement (AttnTiles), each on the cases whose head dim has it:
-// 128-row forward blocks with double-buffered dK/dV, and the halved or doubled tiles.
+// 128-row forward blocks with double-buffered dK/dV, the halved or doubled tiles, and the
+// forward's two K/V buffers with each forward tile shape.
 TEST_P(EmulatedAttention, TensorCoreVariants) {
   uint64_t seed = 400;
   AttnTiles wm2_db;
@@ -559,13 +561,18 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
   wm2_db.dkdv_nb = 2;
   for (const Case& c : cases()) {
     run_case<__half>(c, true, seed++, wm2_db);
+    wm2_db.fwd_nb = 3 - wm2_db.fwd_nb;  // both forward buffer counts, alternately
     run_case<__nv_bfloat16>(c, true, seed++, wm2_db);
   }
+  AttnTiles fwd_db;  // the default tile shapes with two forward K/V buffers
+  fwd_db.fwd_nb = 2;
+  for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++, fwd_db);
   for (const Case& c : cases()) {
     if (c.D <= 32) continue;  // D <= 32 has the default tiles only
     const int bk = c.D > 64 ? 32 : 64;
     AttnTiles other;  // forward keys doubled, dK/dV queries halved, dQ keys doubled (D 128)
     other.fwd_bk = 2 * bk;
+    other.fwd_nb = 1 + (seed & 1);
     other.dkdv_bq = bk / 2;
     if (c.D > 64) other.dq_bk = 2 * bk;
     run_case<__nv_bfloat16>(c, true, seed++, other);
@@ -586,6 +593,9 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     EXPECT_TRUE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
     EXPECT_TRUE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
     t.fwd_bk = 48;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.fwd_nb = 3;
     EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
     t = AttnTiles{};
     t.dq_bk = D == 128 ? 128 : 2 * 64;  // D 128 has 32 and 64, the others 64 only
