@@ -500,6 +500,20 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
               be.attention_backward(dout, qkv, out, lse, dqkv, s, drop);
             },
             10);
+      // FlashAttention-2's published curves keep B * T at 16K tokens and vary T: the same
+      // tokens as 4x longer sequences (4x the work; more of it in full, unmasked tiles).
+      if (q || s.B % 4 != 0) return;
+      AttentionShape l = s;
+      l.B = s.B / 4;
+      l.T = s.T * 4;
+      std::snprintf(shp_buf, sizeof(shp_buf), "B%d T%d H%d D%d bf16", l.B, l.T, l.H, l.D);
+      Buffer lse_l = be.empty(Shape{l.B, l.H, l.T}, DType::F32);
+      b.add("attention fwd+bwd, 4x T", shp_buf, 4 * 3.5 * fwd, true,
+            [&] {
+              be.attention_forward(qkv, out, lse_l, l, nodrop);
+              be.attention_backward(dout, qkv, out, lse_l, dqkv, l, nodrop);
+            },
+            5);
     });
   };
   attention(16, 1024, 32, 64);
