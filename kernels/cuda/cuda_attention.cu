@@ -960,6 +960,8 @@ void dispatch_dp(int D, F&& f) {
 //            blocks: each K/V fragment feeds two products; D 128 then has 16-key tiles)
 //   fwd_bk   key rows per forward tile with fwd_wm 1: D <= 32: 64; D 64: 64 or 128;
 //            D 128: 32 or 64 (fewer barriers per key, more registers)
+//   fwd_nb   K/V buffers of the forward, with any of its shapes: 1, or 2 (the next key tile
+//            loads during all of this one's work; one barrier per key tile instead of four)
 //   dkdv_nb  Q/dO buffers of the dK/dV kernel: 1, or 2 for D > 32 (D <= 32 keeps 1: its
 //            two-buffer build spilled on sm_80)
 //   dkdv_bq  query rows per dK/dV tile with one buffer: D <= 32: 64; D 64: 64 or 32;

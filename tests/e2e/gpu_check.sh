@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh's logic without a GPU: a stand-in trident-bench (a script that logs its
+# arguments and TRIDENT_ATTN_* environment and prints the lines gpu-check parses) runs in
+# place of the real one. Checks:
+#   - every training config runs once per dtype with one micro-batch per step;
+#   - the head dim whose fastest attention tiles are not "defaults" (D128: gpt2-1.3b) trains
+#     once more in bf16 with exactly those variables set, and D64 configs do not;
+#   - gpt2-1.3b trains with 8 micro-batches a step (global batch 8 x micro batch) and the
+#     tiles; the variables do not leak into later runs (the profiled steps);
+#   - the summary holds the rows and "result: OK", exit 0; a failing training run gives
+#     "result: FAILED" and exit 1.
+#   tests/e2e/gpu_check.sh <repo root>
+set -uo pipefail
+repo=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/build/tools"
+fake=$work/build/tools/trident-bench
+cat >"$fake" <<'EOF'
+#!/usr/bin/env bash
+echo "$* | $(env | grep '^TRIDENT_ATTN_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_CALLS"
+if [[ $1 == --kernels ]]; then
+  echo "kernel                       shape                                 ms/call     achieved   of peak"
+  echo "attention fwd (causal)       B8 T1024 H16 D128 bf16                 0.5000   68.7 TF/s      9.0%"
+  echo "fastest attention tiles, D64: defaults"
+  echo "fastest attention tiles, D128: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1"
+  exit 0
+fi
+[[ -n ${FAKE_BENCH_FAIL:-} && $* == *"$FAKE_BENCH_FAIL"* ]] && { echo "fake failure"; exit 3; }
+[[ $* == *--bench-no-profile* ]] || echo "op  ms  share"
+echo "step time: 100.0 ms | tokens per second: 81920.0 | model TFLOP/s: 400.0000 | MFU: 40.4%"
+EOF
+chmod +x "$fake"
+
+fail() { echo "FAIL: $*"; exit 1; }
+run_check() {  # run_check <out dir>: gpu-check with the stand-in, no tests, ncu or generation
+  OUT=$1 TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_NCU=0 GPU_CHECK_GENERATE=0 \
+    FAKE_BENCH_CALLS=$work/calls bash "$repo/tools/gpu-check.sh" >"$1.log" 2>&1
+}
+
+: >"$work/calls"
+run_check "$work/ok"
+rc=$?
+((rc == 0)) || { tail -20 "$work/ok.log"; fail "gpu-check exited $rc"; }
+calls=$work/calls
+train() { grep -- "--config $repo/configs/$1.yaml" "$calls" | grep -- "$2"; }
+for m in gpt2-124m:16 gpt2-345m:16 gpt2-1.3b:8; do
+  for dt in bf16 fp16; do
+    n=$(train "${m%%:*}" "--$dt --micro-batch-size ${m##*:} --global-batch-size ${m##*:} " | grep -cE -- "--bench-no-profile( --initial-loss-scale 4096)? \| $")
+    ((n == 1)) || fail "${m%%:*} $dt: $n default-tile runs, expected 1"
+  done
+done
+tiles="TRIDENT_ATTN_BWD_DB=1 TRIDENT_ATTN_FWD_DB=1 "
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep -c -- "| $tiles$")
+((n == 1)) || fail "gpt2-1.3b with the fastest tiles: $n runs, expected 1"
+n=$(train gpt2-1.3b "--micro-batch-size 8 --global-batch-size 64 " | grep -c -- "| $tiles$")
+((n == 1)) || fail "gpt2-1.3b with 8 micro-batches a step and the tiles: $n runs, expected 1"
+n=$(grep -c "TRIDENT_ATTN" "$calls")
+((n == 2)) || fail "$n runs with attention tiles set, expected 2 (they leaked, or D64 got some)"
+grep -q "^gpt2-1.3b+tiles    bf16     8      100.0      81920.0" "$work/ok.log" || fail "no gpt2-1.3b+tiles row"
+grep -q "^gpt2-1.3b x8+tiles bf16     8" "$work/ok.log" || fail "no gpt2-1.3b x8 row"
+grep -q "^result: OK" "$work/ok.log" || fail "no 'result: OK'"
+echo "ok: default, tuned and accumulating runs as expected"
+
+: >"$work/calls"
+FAKE_BENCH_FAIL="gpt2-345m.yaml --device cuda --fp16" run_check "$work/bad"
+rc=$?
+((rc == 1)) || fail "a failing training run: gpu-check exited $rc, expected 1"
+grep -q "^gpt2-345m          fp16    16   FAILED (rc 3)" "$work/bad.log" || fail "no FAILED row for gpt2-345m fp16"
+grep -q "^result: FAILED: training gpt2-345m fp16 (rc 3)" "$work/bad.log" || fail "no 'result: FAILED' naming the run"
+echo "ok: a failing run fails the check and is named"
