@@ -250,28 +250,6 @@ if [[ -x $bench ]]; then
   [[ -n $kernel_table ]] || kernel_table=$(tail -3 "$logdir/kernels.log")
 fi
 
-# ---- where the attention kernels stall: Nsight Compute on gpt2-1.3b's shape ---------------
-# One launch of each attention kernel variant (trident-bench --kernels-once) under ncu with
-# the clocks left alone; the full report goes to ncu-attention.log. GPU_CHECK_NCU=0 skips it.
-ncu_line="not run"
-ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-if [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUICK:-} ]]; then
-  say "ncu: attention kernels, B8 T1024 H16 D128"
-  timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_mma' \
-    -c 24 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-    "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-attention.log" 2>&1
-  rc=$?
-  ncu_line="rc $rc, $(grep -c '^  attn_' "$logdir/ncu-attention.log") kernel reports in ncu-attention.log"
-  # One line per kernel: its name, then duration, SM and memory throughput, occupancy.
-  awk '/^  attn_/ {name=$0; sub(/^  /, "", name); sub(/\(trident.*$/, "", name)}
-       name && /^    Duration/ {d=$NF" "$(NF-1)}
-       name && /^    Compute \(SM\) Throughput/ {sm=$NF}
-       name && /^    Memory Throughput/ && $(NF-1) == "%" {mem=$NF}
-       name && /^    Achieved Occupancy/ {print name, "|", d, "| SM", sm "% | mem", mem "% | occupancy", $NF "%"; name=""}' \
-    "$logdir/ncu-attention.log" | head -20
-fi
-
 # ---- training throughput ------------------------------------------------------------------
 # model:micro-batch; one GPU, sequence 1024, synthetic tokens, 2 warm-up + 5 timed steps.
 configs=(gpt2-124m:16 gpt2-345m:16 gpt2-1.3b:8)
@@ -308,7 +286,8 @@ train_row() {
 }
 past_budget() { (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); }  # keep the whole run under ~8 minutes
 if [[ -x $bench ]]; then
-  for c in ${configs[@]+"${configs[@]}"}; do
+  for ((i = ${#configs[@]} - 1; i >= 0; i--)); do  # the largest model first: it is the MFU target
+    c=${configs[i]}
     model=${c%%:*}
     mb=${c##*:}
     for dt in "${dtypes[@]}"; do
@@ -370,6 +349,31 @@ if [[ -x $bench && ${#configs[@]} -gt 0 && -z ${GPU_CHECK_QUICK:-} ]]; then
     tuned_lines+=("$model x8: global batch $((8 * mb)) (8 micro-batches a step)")
   fi
 fi
+# ---- where the attention kernels stall: Nsight Compute on gpt2-1.3b's shape ---------------
+# One launch of each attention kernel variant (trident-bench --kernels-once) under ncu with
+# the clocks left alone; the full report goes to ncu-attention.log. GPU_CHECK_NCU=0 skips it.
+# After the training runs: when time is short, the MFU figures matter more.
+ncu_line="not run"
+ncu_bin=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+if [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUICK:-} ]] && past_budget; then
+  ncu_line="skipped: past the time budget"
+elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUICK:-} ]]; then
+  say "ncu: attention kernels, B8 T1024 H16 D128"
+  timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_mma' \
+    -c 24 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-attention.log" 2>&1
+  rc=$?
+  ncu_line="rc $rc, $(grep -c '^  attn_' "$logdir/ncu-attention.log") kernel reports in ncu-attention.log"
+  # One line per kernel: its name, then duration, SM and memory throughput, occupancy.
+  awk '/^  attn_/ {name=$0; sub(/^  /, "", name); sub(/\(trident.*$/, "", name)}
+       name && /^    Duration/ {d=$NF" "$(NF-1)}
+       name && /^    Compute \(SM\) Throughput/ {sm=$NF}
+       name && /^    Memory Throughput/ && $(NF-1) == "%" {mem=$NF}
+       name && /^    Achieved Occupancy/ {print name, "|", d, "| SM", sm "% | mem", mem "% | occupancy", $NF "%"; name=""}' \
+    "$logdir/ncu-attention.log" | head -20
+fi
+
 # ---- where a step's time goes: profiled runs of the smallest and the largest config ------
 # ProfilingBackend synchronises after every op, so these steps are slower than the timed
 # ones; the shares tell the next tuning session which kernels matter (a small model has a
