@@ -425,8 +425,9 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   // Beside the defaults, the tile shapes under measurement (AttnTiles in cuda_attention.cu;
   // the launchers read their environment variables at each call): 128-row forward blocks,
   // doubled forward key tiles, double-buffered forward K/V, a double-buffered dK/dV kernel,
-  // halved dK/dV query tiles and (D 128) doubled dQ key tiles. tools/gpu-check.sh reads
-  // these rows by name to choose the tiles of its last training run.
+  // halved dK/dV query tiles, (D 128) doubled dQ key tiles, and dQ added by the dK/dV
+  // kernel with atomics. The table ends with the fastest settings per head dim, which
+  // tools/gpu-check.sh trains with once more.
   std::vector<std::string> choices;  // per head dim: fastest_tiles
   auto attention = [&](int B, int T, int H, int D) {
     b.section("attention D" + std::to_string(D), [&] {
@@ -458,9 +459,9 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         row();
         for (const std::string& n : names) ::unsetenv(n.c_str());
       };
-      // The fastest setting of each kernel group: forward, dK/dV and dQ (the backward rows
-      // time dK/dV and dQ together; a variant changes one of them).
-      std::vector<TileCandidate> fwd_c, dkdv_c, dq_c;
+      // The fastest setting of the forward, and of the backward (its variants and their
+      // combinations each timed as a whole).
+      std::vector<TileCandidate> fwd_c, bwd_c;
       auto timed = [&](std::vector<TileCandidate>* group, const char* name, const std::string& env, double work,
                        const std::function<void()>& f, int calls) {
         with_env(env, [&] { b.add(name, shp, work, true, f, calls); });
@@ -476,20 +477,21 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       timed(&fwd_c, "attn fwd, 2x keys, 2 bufs", bk2 + " " + fdb, fwd, forward, 20);
       timed(&fwd_c, "attention fwd (causal)", "", fwd, forward, 20);
       const Row f = b.rows().back();
-      timed(nullptr, "attention bwd (causal)", "", 2.5 * fwd, backward, 10);
+      timed(&bwd_c, "attention bwd (causal)", "", 2.5 * fwd, backward, 10);
       const Row g = b.rows().back();
       b.rows().push_back(Row{"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error});
-      if (g.error.empty() && g.ms > 0) {
-        dkdv_c.push_back({"", g.ms});
-        dq_c.push_back({"", g.ms});
-      }
-      timed(&dkdv_c, "attn bwd, dK/dV 2 buffers", "TRIDENT_ATTN_BWD_DB=1", 2.5 * fwd, backward, 10);
-      timed(&dkdv_c, "attn bwd, dK/dV 1/2 q tiles", "TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2), 2.5 * fwd,
+      const std::string bdb = "TRIDENT_ATTN_BWD_DB=1", dqbk = "TRIDENT_ATTN_DQ_BK=" + std::to_string(2 * tile),
+                        atomic = "TRIDENT_ATTN_BWD_ATOMIC=1";
+      timed(&bwd_c, "attn bwd, dK/dV 2 buffers", bdb, 2.5 * fwd, backward, 10);
+      timed(&bwd_c, "attn bwd, dK/dV 1/2 q tiles", "TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2), 2.5 * fwd,
             backward, 10);
-      if (D > 64)
-        timed(&dq_c, "attn bwd, dQ 2x key tiles", "TRIDENT_ATTN_DQ_BK=" + std::to_string(2 * tile), 2.5 * fwd,
-              backward, 10);
-      choices.push_back("D" + std::to_string(D) + ": " + fastest_tiles({&fwd_c, &dkdv_c, &dq_c}));
+      if (D > 64) {
+        timed(&bwd_c, "attn bwd, dQ 2x key tiles", dqbk, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, 2 bufs, dQ 2x keys", bdb + " " + dqbk, 2.5 * fwd, backward, 10);
+      }
+      timed(&bwd_c, "attn bwd, atomic dQ", atomic, 2.5 * fwd, backward, 10);
+      timed(&bwd_c, "attn bwd, atomic dQ, 2 bufs", atomic + " " + bdb, 2.5 * fwd, backward, 10);
+      choices.push_back("D" + std::to_string(D) + ": " + fastest_tiles({&fwd_c, &bwd_c}));
       // Training's default attention dropout (0.1): the kernels draw the mask with Philox.
       DropoutKey drop;
       drop.p = 0.1f;

@@ -360,7 +360,7 @@ if [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUI
 elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUICK:-} ]]; then
   say "ncu: attention kernels, B8 T1024 H16 D128"
   timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_mma' \
-    -c 24 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    -c 32 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-attention.log" 2>&1
   rc=$?

@@ -10,7 +10,9 @@
 //   3. dQ:     one block per query tile, looping over the key tiles it sees
 // Each output element is owned by exactly one thread and summed in a fixed order, so the
 // backward is deterministic without float atomics (at the price of recomputing S and dP
-// in pass 3). Dropout masks are drawn in the kernels from philox.h with the same key and
+// in pass 3). A variant under measurement (TRIDENT_ATTN_BWD_ATOMIC=1) drops pass 3 the
+// flash-attention-2 way: pass 2 also adds dS K into an f32 dQ with float atomics, and dQ's
+// last bits then vary from run to run. Dropout masks are drawn in the kernels from philox.h with the same key and
 // element index ((h_global * T + i) * T + j) of sample drop.sample_base + b as the CPU
 // twin (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
 //
@@ -52,6 +54,7 @@ struct AttnParams {
   const void* dout = nullptr;  // [B, T, H, D]
   void* dqkv = nullptr;        // [B, T, 3, H, D]
   float* delta = nullptr;      // [B, H, T] scratch: rowsum(dO * O)
+  float* dq_acc = nullptr;     // [B, H, T, D] f32 scratch of the atomic-dQ backward (else unused)
   int B = 0, T = 0, H = 0, D = 0;
   int head_offset = 0;
   int64_t qkv_tok = 0;  // elements between consecutive tokens of qkv: 3 * H * D
@@ -206,6 +209,16 @@ __device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uin
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// *p += a, p[1] += b by float atomics (p 8-byte aligned): one vector atomic on sm_90.
+__device__ __forceinline__ void atomic_add_pair(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
 }
 
 // Two floats -> one register of two 16-bit values, `lo` in the low half (lower index).
@@ -633,9 +646,59 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
   store_acc<T, DP>(gdQ, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
 }
 
-template <int DP, int BQ, int NB>
+template <int DP, int BQ, int NB, bool DQ>
 constexpr int dkdv_smem_bytes() {
-  return (2 * 64 + NB * 2 * BQ) * (DP + 8) * 2 + NB * 2 * BQ * 4;
+  return (2 * 64 + NB * 2 * BQ) * (DP + 8) * 2 + NB * 2 * BQ * 4 + (DQ ? 64 * (BQ + 8) * 2 : 0);
+}
+
+// The atomic-dQ backward's share of one query tile: dQ[i0 + r][c] += sum over the block's 64
+// keys of dS[r][key] K[key][c], from dS^T in sdS ([64 keys][BQ + 8]) and K in sK. The 4
+// warps split dQ's columns (D 32: columns and rows) and add their products to dq_rows (the
+// head's [T, D] rows of p.dq_acc) by float atomics: the order of the additions, and so the
+// last bits of dQ, vary from run to run.
+template <typename T, int DP, int BQ>
+__device__ __forceinline__ void dq_tile_atomic(const T* sdS, const T* sK, float* dq_rows, int i0, int T_, int D,
+                                               int warp, int lane) {
+  constexpr int LDS = DP + 8, LDSS = BQ + 8;
+  constexpr int WC = DP / 16 < 4 ? DP / 16 : 4, WR = 4 / WC;  // warps across columns x rows
+  constexpr int CW = DP / WC, RW = BQ / WR, MT = RW / 16, NC = CW / 8;
+  static_assert(RW % 16 == 0 && CW % 16 == 0, "whole 16 x 16 tiles per warp");
+  const int col0 = (warp % WC) * CW, row0 = (warp / WC) * RW;
+  float acc[MT][NC][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NC; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {  // 64 keys, 16 per step
+    uint32_t a[MT][4];  // dS rows (queries) from dS^T: transposed 8 x 8 loads
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+      ldsm_x4_trans(a[mt], sdS + (ks * 16 + (lane & 7) + ((lane >> 4) & 1) * 8) * LDSS + row0 + mt * 16 +
+                               ((lane >> 3) & 1) * 8);
+#pragma unroll
+    for (int np = 0; np < NC / 2; ++np) {
+      uint32_t b[4];
+      ldsm_x4_trans(b, sK + (ks * 16 + (lane & 15)) * LDS + col0 + np * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma16816<T>(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma16816<T>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+  const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int r0 = i0 + row0 + mt * 16 + g, r1 = r0 + 8;
+#pragma unroll
+    for (int nt = 0; nt < NC; ++nt) {
+      const int c = col0 + nt * 8 + 2 * q;
+      if (c >= D) continue;
+      if (r0 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r0) * D + c, acc[mt][nt][0], acc[mt][nt][1]);
+      if (r1 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r1) * D + c, acc[mt][nt][2], acc[mt][nt][3]);
+    }
+  }
 }
 
 // Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)); block: 64 keys (4 warps x 16), query
@@ -647,15 +710,19 @@ constexpr int dkdv_smem_bytes() {
 // Everything is computed transposed (keys are rows), so the accumulators of S^T and dP^T
 // are directly the A operands of
 //   dV += (P z)^T dO,   dK += dS^T Q;   dK * scale written at the end.
-template <typename T, int DP, int BQ, int NB>
+// DQ (TRIDENT_ATTN_BWD_ATOMIC=1, while it is measured): the block also adds dS K to dQ
+// (dq_tile_atomic, float atomics into p.dq_acc) and pass 3 is not run: 5 tile products
+// instead of 7, as flash-attention-2 does, but dQ is no longer bitwise reproducible.
+template <typename T, int DP, int BQ, int NB, bool DQ>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnParams p) {
-  constexpr int BKV = 64, LDS = DP + 8, NT = BQ / 8;
+  constexpr int BKV = 64, LDS = DP + 8, NT = BQ / 8, LDSS = BQ + 8;
   constexpr int kTileElems = 2 * BQ * LDS;  // Q and dO of one query tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + BKV * LDS;
   T* sQ0 = sV + BKV * LDS;  // buffer n: Q at sQ0 + n * kTileElems, dO BQ rows after it
   float* sL0 = reinterpret_cast<float*>(sQ0 + NB * kTileElems);  // buffer n: lse * log2(e), then delta
+  T* sdS = reinterpret_cast<T*>(sL0 + NB * 2 * BQ);  // DQ: dS^T of the tile, [64 keys][BQ + 8]
 
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
@@ -765,7 +832,28 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
       c_to_a<T, NT>(st, pa);
       mma_ab_regs<T, DP, NT / 2>(dv, pa, sO, lane);
       c_to_a<T, NT>(dpt, pa);
+      if constexpr (DQ) {  // dS^T rows key0, key1 (pa's A layout: columns 16 kk + 2 tq, + 8)
+        T* r0 = sdS + (warp * 16 + (lane >> 2)) * LDSS + tq * 2;
+#pragma unroll
+        for (int kk = 0; kk < NT / 2; ++kk) {
+          *reinterpret_cast<uint32_t*>(r0 + kk * 16) = pa[kk][0];
+          *reinterpret_cast<uint32_t*>(r0 + 8 * LDSS + kk * 16) = pa[kk][1];
+          *reinterpret_cast<uint32_t*>(r0 + kk * 16 + 8) = pa[kk][2];
+          *reinterpret_cast<uint32_t*>(r0 + 8 * LDSS + kk * 16 + 8) = pa[kk][3];
+        }
+      }
       mma_ab_regs<T, DP, NT / 2>(dk, pa, sQ, lane);
+    } else if constexpr (DQ) {  // no visible pair: the warp's dS^T rows are zero
+      T* r0 = sdS + (warp * 16 + (lane >> 2)) * LDSS + tq * 2;
+#pragma unroll
+      for (int c = 0; c < BQ; c += 8) {
+        *reinterpret_cast<uint32_t*>(r0 + c) = 0u;
+        *reinterpret_cast<uint32_t*>(r0 + 8 * LDSS + c) = 0u;
+      }
+    }
+    if constexpr (DQ) {
+      __syncthreads();  // every warp's dS^T rows are in sdS
+      dq_tile_atomic<T, DP, BQ>(sdS, sK, p.dq_acc + static_cast<int64_t>(bh) * T_ * D, i0, T_, D, warp, lane);
     }
     if constexpr (NB == 2) {
       if (qt + 1 < nqt) store_stats(n ^ 1, next_l, next_d);
@@ -861,6 +949,34 @@ __global__ void __launch_bounds__(kThreads) attn_delta_kernel(const AttnParams p
   for (int d = lane; d < D; d += 32) s += to_f32(o[d]) * to_f32(g[d]);
   s = warp_sum(s);
   if (lane == 0) p.delta[w] = s;
+}
+
+// The atomic-dQ backward's f32 accumulator p.dq_acc ([B*H*T, D]): zeroed before the dK/dV
+// kernel, then dQ = dq_acc * scale stored into dqkv's Q slots. Grid-stride, 4 floats a step.
+__global__ void __launch_bounds__(kThreads) attn_dq_zero_kernel(const AttnParams p) {
+  const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;  // D % 8 == 0
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; k < n4;
+       k += static_cast<int64_t>(gridDim.x) * kThreads)
+    reinterpret_cast<float4*>(p.dq_acc)[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attn_dq_store_kernel(const AttnParams p) {
+  const int D = p.D, T_ = p.T;
+  const int64_t n4 = static_cast<int64_t>(p.B) * p.H * T_ * D / 4;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; k < n4;
+       k += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t row = k * 4 / D;  // (b h) T + t
+    const int c = static_cast<int>(k * 4 - row * D);
+    const int64_t bh = row / T_;
+    const int t = static_cast<int>(row - bh * T_);
+    const int b = static_cast<int>(bh / p.H), h = static_cast<int>(bh - static_cast<int64_t>(b) * p.H);
+    const float4 v = reinterpret_cast<const float4*>(p.dq_acc)[k];
+    T* dst = static_cast<T*>(p.dqkv) + (static_cast<int64_t>(b) * T_ + t) * p.qkv_tok + static_cast<int64_t>(h) * D + c;
+    uint2 packed;
+    packed.x = pack2<T>(v.x * p.scale, v.y * p.scale);
+    packed.y = pack2<T>(v.z * p.scale, v.w * p.scale);
+    *reinterpret_cast<uint2*>(dst) = packed;
+  }
 }
 
 // dQ: warp per query row i, keys 0..i.
@@ -967,8 +1083,11 @@ void dispatch_dp(int D, F&& f) {
 //   dkdv_bq  query rows per dK/dV tile with one buffer: D <= 32: 64; D 64: 64 or 32;
 //            D 128: 32 or 16 (fewer registers: 3 blocks an SM for D 64)
 //   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
+//   dq_atomic dQ added by the dK/dV kernel with float atomics (5 tile products, not 7; dQ's
+//            last bits vary run to run), with the default dK/dV query tiles, 1 or 2 buffers
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
+  bool dq_atomic = false;
 };
 
 template <int DP>
@@ -1011,7 +1130,8 @@ bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) 
 }
 
 // Backward passes 2 and 3 (dK/dV, then dQ; the delta pre-kernel is the caller's): false
-// (nothing launched) when `t` asks for a tile this head dim has no instance of.
+// (nothing launched) when `t` asks for a tile this head dim has no instance of. With
+// t.dq_atomic, pass 3 is the dK/dV kernel's own (p.dq_acc zeroed before it, stored after).
 template <typename T, typename Launch>
 bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
@@ -1020,16 +1140,32 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
     const int bq = t.dkdv_bq == 0 ? BK : t.dkdv_bq, dq_bk = t.dq_bk == 0 ? BK : t.dq_bk;
     const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;
-    const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers);
-    const bool dq_ok = dq_bk == BK || (dq_bk == 2 * BK && DP == 128);
+    const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers && !t.dq_atomic);
+    const bool dq_ok = dq_bk == BK || (dq_bk == 2 * BK && DP == 128 && !t.dq_atomic);
     if (!dkdv_ok || !dq_ok) return;
+    // Grid-stride passes over dq_acc: ~8 blocks an SM's worth.
+    const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
+    const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
+    if (t.dq_atomic) {
+      launch(attn_dq_zero_kernel, flat, 1u, 0);
+      if (two_buffers) {
+        if constexpr (DP >= 64)
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, true>, bh, tiles, dkdv_smem_bytes<DP, BK, 2, true>());
+      } else {
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, true>, bh, tiles, dkdv_smem_bytes<DP, BK, 1, true>());
+      }
+      launch(attn_dq_store_kernel<T>, flat, 1u, 0);
+      ok = true;
+      return;
+    }
     if (bq != BK) {
       if constexpr (DP >= 64)
-        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1>());
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, false>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1, false>());
     } else if (two_buffers) {
-      if constexpr (DP >= 64) launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2>, bh, tiles, dkdv_smem_bytes<DP, BK, 2>());
+      if constexpr (DP >= 64)
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, false>, bh, tiles, dkdv_smem_bytes<DP, BK, 2, false>());
     } else {
-      launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1>, bh, tiles, dkdv_smem_bytes<DP, BK, 1>());
+      launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, false>, bh, tiles, dkdv_smem_bytes<DP, BK, 1, false>());
     }
     if (dq_bk != BK) {
       if constexpr (DP == 128) launch(attn_bwd_dq_mma_kernel<T, DP, 2 * BK>, bh, tiles, dq_smem_bytes<DP, 2 * BK>());
@@ -1084,6 +1220,7 @@ AttnTiles tiles_from_env() {
   t.fwd_bk = env_tile("TRIDENT_ATTN_FWD_BK");
   t.fwd_nb = env_flag("TRIDENT_ATTN_FWD_DB") ? 2 : 1;
   t.dkdv_nb = env_flag("TRIDENT_ATTN_BWD_DB") ? 2 : 1;
+  t.dq_atomic = env_flag("TRIDENT_ATTN_BWD_ATOMIC");
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
   return t;
@@ -1093,14 +1230,14 @@ AttnTiles tiles_from_env() {
 std::string describe(const AttnTiles& t) {
   return "TRIDENT_ATTN_FWD_WM=" + std::to_string(t.fwd_wm) + " TRIDENT_ATTN_FWD_BK=" + std::to_string(t.fwd_bk) +
          " TRIDENT_ATTN_FWD_DB=" + std::to_string(t.fwd_nb == 2) + " TRIDENT_ATTN_BWD_DB=" + std::to_string(t.dkdv_nb == 2) + " TRIDENT_ATTN_DKDV_BQ=" +
-         std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk);
+         std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk) +
+         " TRIDENT_ATTN_BWD_ATOMIC=" + std::to_string(t.dq_atomic);
 }
 
-// Runs plan(p, tiles, launch) (plan_forward_mma or plan_backward_mma) with the tiles asked
-// for in the environment; tiles that this head dim has no kernel for are an error.
+// Runs plan(p, t, launch) (plan_forward_mma or plan_backward_mma); tiles that this head dim
+// has no kernel for are an error.
 template <typename Plan>
-void run_plan(const char* op, const AttnParams& p, cudaStream_t s, Plan&& plan) {
-  const AttnTiles t = tiles_from_env();
+void run_plan(const char* op, const AttnParams& p, const AttnTiles& t, cudaStream_t s, Plan&& plan) {
   const bool ok =
       plan(p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, s); });
   TRIDENT_CHECK(ok, op, ": head dim ", p.D, " has no kernels for ", describe(t),
@@ -1167,7 +1304,8 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
       CUDA_CHECK_LAUNCH();
     } else {
       if (c.mma) {
-        run_plan("attention_forward", c.p, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
+        run_plan("attention_forward", c.p, tiles_from_env(), st,
+                 [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
       } else {
         attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
         CUDA_CHECK_LAUNCH();
@@ -1192,6 +1330,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   p.dqkv = dqkv.data;
   p.delta = delta.as<float>();
   c.mma = c.mma && aligned16(dout.data) && aligned16(dqkv.data);
+  const AttnTiles tiles = tiles_from_env();
+  // The atomic-dQ variant's f32 accumulator (B*H*T*D floats), only when it runs.
+  Scratch dq_acc(scratch, c.mma && tiles.dq_atomic ? static_cast<size_t>(out.numel()) * sizeof(float) : 0);
+  p.dq_acc = dq_acc.as<float>();
   dispatch_float(qkv.dtype, op, [&](auto tag) {
     using Ty = decltype(tag);
     attn_delta_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
@@ -1199,7 +1341,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
     bool done = false;
     if constexpr (!std::is_same_v<Ty, float>) {
       if (c.mma) {
-        run_plan(op, p, st, [](auto&&... a) { return plan_backward_mma<Ty>(a...); });
+        run_plan(op, p, tiles, st, [](auto&&... a) { return plan_backward_mma<Ty>(a...); });
         done = true;
       }
     }

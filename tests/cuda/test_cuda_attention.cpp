@@ -149,16 +149,20 @@ TEST_P(CudaAttention, BackwardMatchesCpu) {
 
 // The tile shapes under measurement (AttnTiles in cuda_attention.cu, chosen by environment
 // variables): the forward with two K/V buffers, alone and with two 16-row tiles per warp
-// (128-row blocks) and the double-buffered dK/dV kernel; then, for head dims above 32, the
-// forward's key tiles doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles
-// doubled.
+// (128-row blocks); the backward with dQ added by atomics, with one and two dK/dV buffers,
+// and the double-buffered dK/dV kernel; then, for head dims above 32, the forward's key
+// tiles doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles doubled.
 TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   ::setenv("TRIDENT_ATTN_FWD_DB", "1", 1);
+  ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
   check_forward("fwd db ");
+  check_backward("atomic dq ");
   ::setenv("TRIDENT_ATTN_FWD_WM", "2", 1);
   ::setenv("TRIDENT_ATTN_BWD_DB", "1", 1);
   check_forward("wm2+db ");
+  check_backward("atomic dq, db ");
+  ::unsetenv("TRIDENT_ATTN_BWD_ATOMIC");
   check_backward("wm2+db ");
   ::unsetenv("TRIDENT_ATTN_FWD_WM");
   ::unsetenv("TRIDENT_ATTN_FWD_DB");

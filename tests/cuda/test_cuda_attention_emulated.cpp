@@ -228,6 +228,15 @@ inline void ldsm(uint32_t (&r)[4], const void* p, bool trans) {
 }
 inline void ldsm_x4(uint32_t (&r)[4], const void* p) { ldsm(r, p, false); }
 inline void ldsm_x4_trans(uint32_t (&r)[4], const void* p) { ldsm(r, p, true); }
+// The fibers take turns on one OS thread: a plain read-modify-write is atomic here.
+inline void atomic_add_pair(float* p, float a, float b) {
+  if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
+    std::fprintf(stderr, "emulated kernel: misaligned float pair atomic\n");
+    std::abort();
+  }
+  p[0] += a;
+  p[1] += b;
+}
 
 // m16n8k16, row.col, fp32 accumulators; g = lane / 4, q = lane % 4:
 // A reg i: row g + 8 (i & 1), k 2q + 8 (i >> 1) (+1 in the high half);
@@ -444,7 +453,7 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
 // the tile shapes `tiles` (the launchers' plans, plan_forward_mma / plan_backward_mma).
 std::string describe(const AttnTiles& t) {
   return " wm" + std::to_string(t.fwd_wm) + " fwd_bk" + std::to_string(t.fwd_bk) + " fwd_nb" +
-         std::to_string(t.fwd_nb) + " nb" + std::to_string(t.dkdv_nb) +
+         std::to_string(t.fwd_nb) + " dq_atomic" + std::to_string(t.dq_atomic) + " nb" + std::to_string(t.dkdv_nb) +
          " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk);
 }
 
@@ -457,7 +466,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   const size_t nqkv = static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D, nout = nqkv / 3,
                nrow = static_cast<size_t>(c.B) * c.H * c.T;
   std::vector<T> qkv(nqkv), dout(nout), out(nout, from_f32<T>(7.f)), dqkv(nqkv, from_f32<T>(7.f));
-  std::vector<float> qkv_f(nqkv), dout_f(nout), lse(nrow, 7.f), delta(nrow, 7.f);
+  std::vector<float> qkv_f(nqkv), dout_f(nout), lse(nrow, 7.f), delta(nrow, 7.f), dq_acc(nout, 7.f);
   for (size_t i = 0; i < nqkv; ++i) qkv_f[i] = to_f32(qkv[i] = from_f32<T>(dist(rng)));
   for (size_t i = 0; i < nout; ++i) dout_f[i] = to_f32(dout[i] = from_f32<T>(dist(rng)));
   DropoutKey drop;
@@ -473,6 +482,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   p.dout = dout.data();
   p.dqkv = dqkv.data();
   p.delta = delta.data();
+  p.dq_acc = dq_acc.data();  // the atomic-dQ variant's accumulator (its plan zeroes it)
   p.B = c.B;
   p.T = c.T;
   p.H = c.H;
@@ -564,9 +574,15 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
     wm2_db.fwd_nb = 3 - wm2_db.fwd_nb;  // both forward buffer counts, alternately
     run_case<__nv_bfloat16>(c, true, seed++, wm2_db);
   }
-  AttnTiles fwd_db;  // the default tile shapes with two forward K/V buffers
+  AttnTiles fwd_db;  // the default tile shapes with two forward K/V buffers and atomic dQ
   fwd_db.fwd_nb = 2;
-  for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++, fwd_db);
+  fwd_db.dq_atomic = true;
+  for (const Case& c : cases()) {
+    run_case<__nv_bfloat16>(c, true, seed++, fwd_db);
+    AttnTiles atomic_db = wm2_db;  // atomic dQ with the two-buffer dK/dV kernel
+    atomic_db.dq_atomic = true;
+    run_case<__half>(c, true, seed++, atomic_db);
+  }
   for (const Case& c : cases()) {
     if (c.D <= 32) continue;  // D <= 32 has the default tiles only
     const int bk = c.D > 64 ? 32 : 64;
@@ -603,9 +619,15 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t = AttnTiles{};
     t.dkdv_bq = 16;
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 128) << D;
+    t.dq_atomic = true;  // atomic dQ has the default dK/dV query tiles only
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.dkdv_bq = 0;
+    t.dq_bk = D == 128 ? 64 : 0;  // ... and no dQ kernel to size
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 128) << D;
   }
-  // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ 16.
-  EXPECT_EQ(launches, 3 * 3 + 2);
+  // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
+  // 16, three (zero, dK/dV + dQ, store) for atomic dQ at D 32 and 64.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 2 * 3);
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
