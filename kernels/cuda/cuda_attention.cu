@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <type_traits>
 
@@ -1334,8 +1335,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   c.mma = c.mma && aligned16(dout.data) && aligned16(dqkv.data);
   const AttnTiles tiles = tiles_from_env();
   // The atomic-dQ variant's f32 accumulator (B*H*T*D floats), only when it runs.
-  Scratch dq_acc(scratch, c.mma && tiles.dq_atomic ? static_cast<size_t>(out.numel()) * sizeof(float) : 0);
-  p.dq_acc = dq_acc.as<float>();
+  std::optional<Scratch> dq_acc;
+  if (c.mma && tiles.dq_atomic) {
+    p.dq_acc = dq_acc.emplace(scratch, static_cast<size_t>(out.numel()) * sizeof(float)).as<float>();
+  }
   dispatch_float(qkv.dtype, op, [&](auto tag) {
     using Ty = decltype(tag);
     attn_delta_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
