@@ -362,14 +362,15 @@ constexpr int fwd_smem_bytes() {
 // (The minimum of 1 block per SM in the launch bounds lets ptxas use the registers it
 // needs: left to itself it aimed at 3 blocks for D = 128 with 64-key tiles on sm_80, and
 // spilled. fwd_min_blocks names the one shape that asks for more.)
-template <int DP, int BK, int NB>
+template <int DP, int BK, int WM, int NB>
 constexpr int fwd_min_blocks() {
-  // D = 128 with two 32-key buffers: left to itself ptxas takes 172 registers (2 blocks an
-  // SM where the one-buffer kernel's 160 give 3); asked for 3 it fits in 166 unspilled.
-  return DP == 128 && BK == 32 && NB == 2 ? 3 : 1;
+  // D = 128, 64-row blocks, two 32-key buffers: left to itself ptxas takes 172 registers (2
+  // blocks an SM where the one-buffer kernel's 160 give 3); asked for 3 it fits in 166.
+  return DP == 128 && BK == 32 && WM == 1 && NB == 2 ? 3 : 1;
 }
 template <typename T, int DP, int BK, int WM, int NB>
-__global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, NB>()) attn_fwd_mma_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
+    attn_fwd_mma_kernel(const AttnParams p) {
   static_assert(NB == 1 || NB == 2, "one or two K/V buffers");
   constexpr int BQ = 64 * WM, LDS = DP + 8, NT = BK / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
