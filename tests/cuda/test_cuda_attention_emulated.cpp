@@ -562,8 +562,9 @@ TEST_P(EmulatedAttention, TensorCoreBf16) {
 }
 
 // The tile shapes under measurement (AttnTiles), each on the cases whose head dim has it:
-// 128-row forward blocks with double-buffered dK/dV, the halved or doubled tiles, and the
-// forward's two K/V buffers with each forward tile shape.
+// 128-row forward blocks with double-buffered dK/dV, the halved or doubled tiles, the
+// forward's two K/V buffers with each forward tile shape, and dQ added by atomics (with one
+// and two dK/dV buffers).
 TEST_P(EmulatedAttention, TensorCoreVariants) {
   uint64_t seed = 400;
   AttnTiles wm2_db;
