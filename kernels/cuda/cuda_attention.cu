@@ -1086,7 +1086,7 @@ void dispatch_dp(int D, F&& f) {
 //            D 128: 32 or 16 (fewer registers: 3 blocks an SM for D 64)
 //   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
 //   dq_atomic dQ added by the dK/dV kernel with float atomics (5 tile products, not 7; dQ's
-//            last bits vary run to run), with the default dK/dV query tiles, 1 or 2 buffers
+//            last bits vary run to run), with any dK/dV tiles (dq_bk does not apply)
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   bool dq_atomic = false;
@@ -1143,7 +1143,7 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
     const int bq = t.dkdv_bq == 0 ? BK : t.dkdv_bq, dq_bk = t.dq_bk == 0 ? BK : t.dq_bk;
     const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;
-    const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers && !t.dq_atomic);
+    const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers);
     const bool dq_ok = dq_bk == BK || (dq_bk == 2 * BK && DP == 128 && !t.dq_atomic);
     if (!dkdv_ok || !dq_ok) return;
     // Grid-stride passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
@@ -1151,7 +1151,10 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
     if (t.dq_atomic) {
       launch(attn_dq_zero_kernel, flat, 1u, 0);
-      if (two_buffers) {
+      if (bq != BK) {
+        if constexpr (DP >= 64)
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, true>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1, true>());
+      } else if (two_buffers) {
         if constexpr (DP >= 64)
           launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, true>, bh, tiles, dkdv_smem_bytes<DP, BK, 2, true>());
       } else {

@@ -151,7 +151,8 @@ TEST_P(CudaAttention, BackwardMatchesCpu) {
 // variables): the forward with two K/V buffers, alone and with two 16-row tiles per warp
 // (128-row blocks); the backward with dQ added by atomics, with one and two dK/dV buffers,
 // and the double-buffered dK/dV kernel; then, for head dims above 32, the forward's key
-// tiles doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles doubled.
+// tiles doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles doubled; last,
+// atomic dQ with the halved dK/dV query tiles.
 TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   ::setenv("TRIDENT_ATTN_FWD_DB", "1", 1);
@@ -178,6 +179,14 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   check_forward("tiles ", other_tiles);
   check_backward("tiles ", other_tiles);
   for (const char* v : {"TRIDENT_ATTN_FWD_BK", "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_DQ_BK"}) ::unsetenv(v);
+  const auto half_query_tiles = [](const AttnCase& c) {
+    ::unsetenv("TRIDENT_ATTN_DKDV_BQ");
+    if (c.D > 32) ::setenv("TRIDENT_ATTN_DKDV_BQ", c.D > 64 ? "16" : "32", 1);
+  };
+  ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
+  check_backward("atomic dq, half tiles ", half_query_tiles);
+  ::unsetenv("TRIDENT_ATTN_BWD_ATOMIC");
+  ::unsetenv("TRIDENT_ATTN_DKDV_BQ");
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

@@ -564,7 +564,7 @@ TEST_P(EmulatedAttention, TensorCoreBf16) {
 // The tile shapes under measurement (AttnTiles), each on the cases whose head dim has it:
 // 128-row forward blocks with double-buffered dK/dV, the halved or doubled tiles, the
 // forward's two K/V buffers with each forward tile shape, and dQ added by atomics (with one
-// and two dK/dV buffers).
+// and two dK/dV buffers, and with halved dK/dV query tiles).
 TEST_P(EmulatedAttention, TensorCoreVariants) {
   uint64_t seed = 400;
   AttnTiles wm2_db;
@@ -587,6 +587,10 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
   for (const Case& c : cases()) {
     if (c.D <= 32) continue;  // D <= 32 has the default tiles only
     const int bk = c.D > 64 ? 32 : 64;
+    AttnTiles half_atomic;  // atomic dQ with halved dK/dV query tiles
+    half_atomic.dkdv_bq = bk / 2;
+    half_atomic.dq_atomic = true;
+    run_case<__nv_bfloat16>(c, true, seed++, half_atomic);
     AttnTiles other;  // forward keys doubled, dK/dV queries halved, dQ keys doubled (D 128)
     other.fwd_bk = 2 * bk;
     other.fwd_nb = 1 + (seed & 1);
@@ -620,15 +624,16 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t = AttnTiles{};
     t.dkdv_bq = 16;
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 128) << D;
-    t.dq_atomic = true;  // atomic dQ has the default dK/dV query tiles only
-    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.dq_atomic = true;  // atomic dQ with D 128's 16-query dK/dV tiles
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 128) << D;
     t.dkdv_bq = 0;
-    t.dq_bk = D == 128 ? 64 : 0;  // ... and no dQ kernel to size
+    t.dq_bk = D == 128 ? 64 : 0;  // atomic dQ has no dQ kernel to size
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 128) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
-  // 16, three (zero, dK/dV + dQ, store) for atomic dQ at D 32 and 64.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 2 * 3);
+  // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
+  // with the default tiles at D 32 and 64.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3);
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
