@@ -1146,39 +1146,35 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers);
     const bool dq_ok = dq_bk == BK || (dq_bk == 2 * BK && DP == 128 && !t.dq_atomic);
     if (!dkdv_ok || !dq_ok) return;
-    // Grid-stride passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
-    const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
-    const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
-    if (t.dq_atomic) {
-      launch(attn_dq_zero_kernel, flat, 1u, 0);
+    // The dK/dV kernel of the asked-for tiles; DQ: with atomic dQ.
+    auto launch_dkdv = [&](auto dq) {
+      constexpr bool DQ = decltype(dq)::value;
       if (bq != BK) {
         if constexpr (DP >= 64)
-          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, true>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1, true>());
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, DQ>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1, DQ>());
       } else if (two_buffers) {
         if constexpr (DP >= 64)
-          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, true>, bh, tiles, dkdv_smem_bytes<DP, BK, 2, true>());
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, DQ>, bh, tiles, dkdv_smem_bytes<DP, BK, 2, DQ>());
       } else {
-        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, true>, bh, tiles, dkdv_smem_bytes<DP, BK, 1, true>());
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, DQ>, bh, tiles, dkdv_smem_bytes<DP, BK, 1, DQ>());
       }
+    };
+    ok = true;
+    if (t.dq_atomic) {
+      // Grid-stride passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
+      const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
+      const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
+      launch(attn_dq_zero_kernel, flat, 1u, 0);
+      launch_dkdv(std::true_type{});
       launch(attn_dq_store_kernel<T>, flat, 1u, 0);
-      ok = true;
       return;
     }
-    if (bq != BK) {
-      if constexpr (DP >= 64)
-        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, false>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1, false>());
-    } else if (two_buffers) {
-      if constexpr (DP >= 64)
-        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, false>, bh, tiles, dkdv_smem_bytes<DP, BK, 2, false>());
-    } else {
-      launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, false>, bh, tiles, dkdv_smem_bytes<DP, BK, 1, false>());
-    }
+    launch_dkdv(std::false_type{});
     if (dq_bk != BK) {
       if constexpr (DP == 128) launch(attn_bwd_dq_mma_kernel<T, DP, 2 * BK>, bh, tiles, dq_smem_bytes<DP, 2 * BK>());
     } else {
       launch(attn_bwd_dq_mma_kernel<T, DP, BK>, bh, tiles, dq_smem_bytes<DP, BK>());
     }
-    ok = true;
   });
   return ok;
 }
