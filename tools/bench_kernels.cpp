@@ -491,7 +491,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       }
       timed(&bwd_c, "attn bwd, atomic dQ", atomic, 2.5 * fwd, backward, 10);
       timed(&bwd_c, "attn bwd, atomic dQ, 2 bufs", atomic + " " + bdb, 2.5 * fwd, backward, 10);
-      timed(&bwd_c, "attn bwd, atomic, 1/2 q tiles", atomic + " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2),
+      timed(&bwd_c, "attn bwd, atomic dQ, 1/2 q", atomic + " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2),
             2.5 * fwd, backward, 10);
       choices.push_back("D" + std::to_string(D) + ": " + fastest_tiles({&fwd_c, &bwd_c}));
       // Training's default attention dropout (0.1): the kernels draw the mask with Philox.
