@@ -309,6 +309,10 @@ fi
 # so that one run measures what making them the defaults (AttnTiles) would give.
 tuned_lines=()
 largest_tiles=""
+# A variant that failed its GPU test still times: say so beside its figures.
+unverified=""
+grep -q "TunedVariantsMatchCpu.*Failed\|Failed.*TunedVariantsMatchCpu" "$logdir/ctest.log" 2>/dev/null &&
+  unverified=" (UNVERIFIED: CudaAttention.TunedVariantsMatchCpu failed, see ctest.log)"
 if [[ -x $bench && -f $logdir/kernels.log ]]; then
   for ((i = ${#configs[@]} - 1; i >= 0; i--)); do  # the largest model first
     c=${configs[i]}
@@ -325,10 +329,6 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
       continue
     fi
     say "training $model bf16, micro batch $mb, attention tiles: $tiles"
-    # A variant that failed its GPU test still times: say so beside its figure.
-    unverified=""
-    grep -q "TunedVariantsMatchCpu.*Failed\|Failed.*TunedVariantsMatchCpu" "$logdir/ctest.log" 2>/dev/null &&
-      unverified=" (UNVERIFIED: CudaAttention.TunedVariantsMatchCpu failed, see ctest.log)"
     tuned_lines+=("$model+tiles: $tiles$unverified")
     for kv in $tiles; do export "${kv?}"; done
     train_row "$model" "$mb" bf16 "$logdir/train-$model-tiles.log" "$model+tiles"

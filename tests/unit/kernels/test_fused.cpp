@@ -17,6 +17,22 @@ double gelu_grad(double x) {
   return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
 }
 
+// The hidden dropout of v ([N, C], already rounded to its dtype) by philox.h's mask, the one
+// every dropout draws: element (n, c) is index (n % T) C + c of sample sample_base + n / T;
+// kept values scaled by 1 / (1 - p) (in float, before the caller rounds), the others 0.
+// *kept counts the kept elements.
+std::vector<float> hidden_dropout(const DropoutKey& drop, const Vec& v, int64_t N, int64_t C, int T, int* kept) {
+  std::vector<float> out(N * C);
+  *kept = 0;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) {
+      const bool keep = dropout_keep(drop, drop.sample_base + n / T, static_cast<uint64_t>((n % T) * C + c));
+      *kept += keep;
+      out[n * C + c] = keep ? static_cast<float>(v[n * C + c]) * (1.0f / (1.0f - drop.p)) : 0.0f;
+    }
+  return out;
+}
+
 // A residual LayerNorm's four outputs against the reference: the residual exactly (one
 // rounded add), the rest within dt's tolerance.
 void expect_residual_layernorm(Backend& be, DType dt, const Tensor& resid, const Tensor& out, const Tensor& mean,
@@ -54,9 +70,8 @@ TEST_P(Fused, ResidualLayerNormRoundsTheResidualThenNormalisesIt) {
   }
 }
 
-// The branch's dropout in front of the residual add: element (n, c) is index (n % T) C + c
-// of sample sample_base + n / T in philox.h's dropout_keep (the mask every dropout uses),
-// kept ones scaled by 1 / (1 - p) and rounded to dt before the add.
+// The branch's dropout (hidden_dropout) in front of the residual add, rounded to dt before
+// the add.
 TEST_P(Fused, DropoutResidualLayerNormDropsTheBranchFirst) {
   const DType dt = GetParam();
   auto be = make_cpu_backend();
@@ -68,16 +83,9 @@ TEST_P(Fused, DropoutResidualLayerNormDropsTheBranchFirst) {
   drop.site = 2 * kSitesPerLayer + kDropAttnOut;
   drop.sample_base = 10;
   const auto x = randn(N * C, 5, 2.0f), br = randn(N * C, 6), g = randn(C, 7), b = randn(C, 8);
-  const Vec rx = rounded(x, dt), rbr = rounded(br, dt);
-  std::vector<float> dropped(N * C);
+  const Vec rx = rounded(x, dt);
   int kept = 0;
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c) {
-      const uint64_t index = static_cast<uint64_t>((n % T) * C + c), sample = drop.sample_base + n / T;
-      const bool keep = dropout_keep(drop, sample, index);
-      kept += keep;
-      dropped[n * C + c] = keep ? static_cast<float>(rbr[n * C + c]) * (1.0f / (1.0f - drop.p)) : 0.0f;
-    }
+  const std::vector<float> dropped = hidden_dropout(drop, rounded(br, dt), N, C, T, &kept);
   EXPECT_GT(kept, N * C / 2);
   EXPECT_LT(kept, N * C);
   const Vec rd = rounded(dropped, dt);
@@ -95,7 +103,7 @@ TEST_P(Fused, DropoutResidualLayerNormDropsTheBranchFirst) {
 }
 
 // The projection's gradient through the hidden dropout and its bias gradient: dx =
-// dout * keep / (1 - p) rounded to dt (philox.h's mask), dbias += the column sums of dx.
+// hidden_dropout(dout) rounded to dt, dbias += the column sums of dx.
 TEST_P(Fused, DropoutBiasBackwardMasksThenSumsColumns) {
   const DType dt = GetParam();
   auto be = make_cpu_backend();
@@ -107,14 +115,8 @@ TEST_P(Fused, DropoutBiasBackwardMasksThenSumsColumns) {
   drop.site = kSitesPerLayer + kDropMlpOut;
   drop.sample_base = 2;
   const auto dout = randn(N * C, 9), db0 = randn(C, 10);
-  const Vec rd = rounded(dout, dt);
-  std::vector<float> dx(N * C);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t c = 0; c < C; ++c) {
-      const bool keep = dropout_keep(drop, drop.sample_base + n / T, static_cast<uint64_t>((n % T) * C + c));
-      dx[n * C + c] = keep ? static_cast<float>(rd[n * C + c]) * (1.0f / (1.0f - drop.p)) : 0.0f;
-    }
-  const Vec want_dx = rounded(dx, dt);
+  int kept = 0;
+  const Vec want_dx = rounded(hidden_dropout(drop, rounded(dout, dt), N, C, T, &kept), dt);
   Vec want_db(C);
   for (int64_t c = 0; c < C; ++c) {
     want_db[c] = db0[c];
