@@ -8,7 +8,10 @@
 #   arch  file  kernel  registers  stack-frame  spill-stores  spill-loads
 # and exits 1 when any kernel has a non-zero spill store or load (2 on a usage or compile
 # error). A stack frame without spills (e.g. a dynamically indexed local array) is shown
-# but does not fail the check.
+# but does not fail the check. The last column, instrs, is the kernel's static SASS
+# instruction count (its .text section over 16 bytes, read with readelf; "?" without it):
+# with unrolled inner loops it tracks the issue slots a change saves, where no GPU (and no
+# disassembler: the toolkit here ships none) can say more.
 #
 # Usage: tools/check-cuda-spills.sh [--nvcc PATH] [--arch "80;90"] [-j N] [file.cu ...]
 #   Without files it checks kernels/cuda/*.cu of this checkout. Registered as the ctest
@@ -73,6 +76,13 @@ compile_one() {
     cat "$work/$id.log" >&2
     return 1
   fi
+  # "<mangled kernel> <.text bytes>" per kernel (empty without readelf)
+  : > "$work/$id.sections"
+  if command -v readelf > /dev/null; then
+    readelf -SW "$work/$id.cubin" 2> /dev/null |
+      sed -n 's/^ *\[ *[0-9]*\] *\.text\.\([^ ]*\) *[A-Z_]* *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\) .*/\1 \2/p' |
+      while read -r fn hex; do echo "$fn $((16#$hex))"; done > "$work/$id.sections"
+  fi
 }
 export -f compile_one
 if ! tr '\t' '\n' < "$jobfile" | xargs -d '\n' -n 3 -P "$jobs" bash -c 'compile_one "$@"' _; then
@@ -96,12 +106,14 @@ while IFS=$'\t' read -r id f a; do
       stack[cur] = $1; st[cur] = $5; ld[cur] = $9; next }
     /Used [0-9]+ registers/ {
       match($0, /Used [0-9]+ registers/); r = substr($0, RSTART + 5, RLENGTH - 15); regs[cur] = r; next }
+    FILENAME == sizes { text[$1] = $2; next }
     END {
       for (fn in entry) {
-        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arch, file, fn, (fn in regs ? regs[fn] : "?"),
-               (fn in stack ? stack[fn] : 0), (fn in st ? st[fn] : 0), (fn in ld ? ld[fn] : 0)
+        n = fn in text ? sprintf("%d", text[fn] / 16) : "?"
+        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arch, file, fn, (fn in regs ? regs[fn] : "?"),
+               (fn in stack ? stack[fn] : 0), (fn in st ? st[fn] : 0), (fn in ld ? ld[fn] : 0), n
       }
-    }' "$work/$id.log" >> "$table"
+    }' sizes="$work/$id.sections" "$work/$id.sections" "$work/$id.log" >> "$table"
 done < "$jobfile"
 
 if [[ ! -s "$table" ]]; then
@@ -112,14 +124,15 @@ fi
 # Readable kernel names: demangled, namespaces and parameter lists dropped.
 cut -f3 "$table" | demangle | sed -e 's/trident::cuda::(anonymous namespace):://g' -e 's/trident::cuda:://g' \
   -e 's/(.*$//' -e 's/^void //' > "$work/names"
-paste "$table" "$work/names" | sort -t$'\t' -k2,2 -k8,8 -k1,1 > "$work/sorted"
+paste "$table" "$work/names" | sort -t$'\t' -k2,2 -k9,9 -k1,1 > "$work/sorted"
 
 bad=0
-printf '%-6s %-22s %-58s %5s %6s %7s %7s\n' arch file kernel regs stack spill-st spill-ld
-while IFS=$'\t' read -r arch file _ regs stack sst sld name; do
+printf '%-6s %-22s %-58s %5s %6s %7s %7s %7s\n' arch file kernel regs stack spill-st spill-ld instrs
+while IFS=$'\t' read -r arch file _ regs stack sst sld instrs name; do
   flag=""
   if [[ "$sst" != 0 || "$sld" != 0 ]]; then flag="  <-- SPILLS"; bad=$((bad + 1)); fi
-  printf '%-6s %-22s %-58s %5s %6s %7s %7s%s\n' "$arch" "$file" "${name:0:58}" "$regs" "$stack" "$sst" "$sld" "$flag"
+  printf '%-6s %-22s %-58s %5s %6s %7s %7s %7s%s\n' "$arch" "$file" "${name:0:58}" "$regs" "$stack" "$sst" "$sld" \
+    "$instrs" "$flag"
 done < "$work/sorted"
 total=$(wc -l < "$work/sorted")
 if [[ $bad -ne 0 ]]; then

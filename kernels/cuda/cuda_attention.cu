@@ -16,6 +16,11 @@
 // element index ((h_global * T + i) * T + j) of sample drop.sample_base + b as the CPU
 // twin (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
 //
+// The forward's online softmax moves a row's reference maximum only when a score passes it
+// by more than kMaxSlack, so that most key tiles skip rescaling the output (exact: the output
+// and the row sum share the reference); exponentials are single ex2.approx.ftz instructions
+// (exp2_ftz). kernels/cuda/PERFORMANCE.md counts what these save.
+//
 // Two implementations of the same math:
 // - fp16/bf16 with D % 8 == 0: tensor-core tiles (mma.sync m16n8k16, fp32 accumulation,
 //   ldmatrix from padded shared-memory tiles filled by cp.async). Templated on DP, the
@@ -47,6 +52,10 @@ namespace {
 constexpr int kThreads = 128;  // 4 warps per block in every kernel of this file
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+// How far (log2 units) a forward row's score may pass the row's reference maximum before
+// the output is rescaled: P <= 2^8 = 256, well inside fp32 and fp16 (and 16-bit P rounds
+// relative to its size).
+constexpr float kMaxSlack = 8.f;
 
 struct AttnParams {
   const void* qkv = nullptr;   // [B, T, 3, H, D]
@@ -220,6 +229,16 @@ __device__ __forceinline__ void atomic_add_pair(float* p, float a, float b) {
   atomicAdd(p, a);
   atomicAdd(p + 1, b);
 #endif
+}
+
+// 2^x with subnormal results flushed to zero: one MUFU.EX2. exp2f without -ftz adds three
+// instructions per call to get subnormal results right (a compare and two predicated
+// multiplies, counted in the cubin), and nothing here needs them: a probability below
+// 2^-126 next to at least one of ~1 is lost to the fp32 sum (and to the 16-bit P) anyway.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // Two floats -> one register of two 16-bit values, `lo` in the low half (lower index).
@@ -435,19 +454,20 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
       for (int mt = 0; mt < WM; ++mt) {
         const int wrow = q0 + mt * 64 + warp * 16;
         const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
-        const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > T_;
+        // Warp-uniform: only tiles on the diagonal or past T hide keys. The raw scores are
+        // masked and compared (scale > 0: raw and scaled scores have the same order).
+        if (k0 + BK - 1 > wrow || k0 + BK > T_) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
+              if (col > row || col >= T_) s[mt][nt][e] = -INFINITY;
+            }
+        }
         float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float v = s[mt][nt][e] * p.scale_log2;
-            if (need_mask) {
-              const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
-              if (col > row || col >= T_) v = -INFINITY;
-            }
-            s[mt][nt][e] = v;
-          }
           mx0 = fmaxf(mx0, fmaxf(s[mt][nt][0], s[mt][nt][1]));
           mx1 = fmaxf(mx1, fmaxf(s[mt][nt][2], s[mt][nt][3]));
         }
@@ -455,27 +475,36 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
-        // A row with nothing visible yet keeps max -inf; subtract 0 then, so exp2 gives 0.
-        const float ms0 = mn0 == -INFINITY ? 0.f : mn0, ms1 = mn1 == -INFINITY ? 0.f : mn1;
-        const float al0 = exp2f(m[mt][0] - ms0), al1 = exp2f(m[mt][1] - ms1);
-        m[mt][0] = mn0;
-        m[mt][1] = mn1;
-        l[mt][0] *= al0;
-        l[mt][1] *= al1;
+        mx0 *= p.scale_log2;
+        mx1 *= p.scale_log2;
+        // The warp rescales its output and sums only when some row's maximum passes the
+        // reference m by more than kMaxSlack (the FlashAttention-4 way); otherwise m stays,
+        // and P = 2^(s - m) <= 2^kMaxSlack. O and l share m, so the result is the same.
+        if (__any_sync(0xffffffffu, mx0 > m[mt][0] + kMaxSlack || mx1 > m[mt][1] + kMaxSlack)) {
+          const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
+          // A row with nothing visible yet keeps m = -inf (and O = l = 0).
+          const float al0 = mn0 == -INFINITY ? 1.f : exp2_ftz(m[mt][0] - mn0);
+          const float al1 = mn1 == -INFINITY ? 1.f : exp2_ftz(m[mt][1] - mn1);
+          m[mt][0] = mn0;
+          m[mt][1] = mn1;
+          l[mt][0] *= al0;
+          l[mt][1] *= al1;
 #pragma unroll
-        for (int nt = 0; nt < DP / 8; ++nt) {
-          o[mt][nt][0] *= al0;
-          o[mt][nt][1] *= al0;
-          o[mt][nt][2] *= al1;
-          o[mt][nt][3] *= al1;
+          for (int nt = 0; nt < DP / 8; ++nt) {
+            o[mt][nt][0] *= al0;
+            o[mt][nt][1] *= al0;
+            o[mt][nt][2] *= al1;
+            o[mt][nt][3] *= al1;
+          }
         }
+        // P = 2^(s scale_log2 - m): one FFMA and one MUFU an element. m = -inf: subtract 0.
+        const float ms0 = m[mt][0] == -INFINITY ? 0.f : m[mt][0], ms1 = m[mt][1] == -INFINITY ? 0.f : m[mt][1];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          s[mt][nt][0] = exp2f(s[mt][nt][0] - ms0);
-          s[mt][nt][1] = exp2f(s[mt][nt][1] - ms0);
-          s[mt][nt][2] = exp2f(s[mt][nt][2] - ms1);
-          s[mt][nt][3] = exp2f(s[mt][nt][3] - ms1);
+          s[mt][nt][0] = exp2_ftz(fmaf(s[mt][nt][0], p.scale_log2, -ms0));
+          s[mt][nt][1] = exp2_ftz(fmaf(s[mt][nt][1], p.scale_log2, -ms0));
+          s[mt][nt][2] = exp2_ftz(fmaf(s[mt][nt][2], p.scale_log2, -ms1));
+          s[mt][nt][3] = exp2_ftz(fmaf(s[mt][nt][3], p.scale_log2, -ms1));
           l[mt][0] += s[mt][nt][0] + s[mt][nt][1];
           l[mt][1] += s[mt][nt][2] + s[mt][nt][3];
         }
@@ -616,7 +645,15 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
       float s[NT][4], dp[NT][4];
       mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
       mma_abt<T, DP, NT>(dp, sO, sV, warp, lane);
-      const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > T_;
+      if (k0 + BK - 1 > wrow || k0 + BK > T_) {  // warp-uniform: hidden keys get score -inf, P 0
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
+            if (col > row || col >= T_) s[nt][e] = -INFINITY;
+          }
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         const int col = k0 + nt * 8 + tq * 2;
@@ -631,9 +668,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int c = col + (e & 1), row = e < 2 ? row0 : row1;
-          const bool visible = !need_mask || (c <= row && c < T_);
-          const float pe = visible ? exp2f(s[nt][e] * p.scale_log2 - (e < 2 ? ls0 : ls1)) : 0.f;
+          const float pe = exp2_ftz(fmaf(s[nt][e], p.scale_log2, -(e < 2 ? ls0 : ls1)));
           s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
         }
       }
@@ -809,7 +844,15 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
       float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
       mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
       mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
-      const bool need_mask = wkey + 15 > i0 || i0 + BQ > T_;
+      if (wkey + 15 > i0 || i0 + BQ > T_) {  // warp-uniform: hidden pairs get score -inf, P 0
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = i0 + nt * 8 + tq * 2 + (e & 1), j = e < 2 ? key0 : key1;
+            if (i < j || i >= T_) st[nt][e] = -INFINITY;
+          }
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
@@ -818,14 +861,11 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
-          const bool visible = !need_mask || (i >= j && i < T_);
-          float pe = 0.f, ds = 0.f;
-          if (visible) {
-            pe = exp2f(st[nt][e] * p.scale_log2 - sL[ii]);
-            const float z = shared_draws ? zq[e] : p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
-            ds = pe * (z * dpt[nt][e] - sDl[ii]);
-            pe *= z;
-          }
+          float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -sL[ii]));  // 0 where hidden
+          float z = zq[e];
+          if (p.dropout && !shared_draws && pe != 0.f) z = attn_drop_one(p, sample, (hg * T_ + i) * T_ + j);
+          const float ds = pe * (z * dpt[nt][e] - sDl[ii]);
+          pe *= z;
           st[nt][e] = pe;  // P z
           dpt[nt][e] = ds;
         }

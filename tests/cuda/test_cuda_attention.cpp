@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <random>
 #include <sstream>
 
 #include "cuda_test_util.h"
@@ -29,12 +30,15 @@ struct AttnCase {
   int B, T, H, D;
   int head_offset = 0, heads_total = 0;
   float p = 0.f;
+  // > 0: Q times `sharp` and key j's K times 1 + (sharp - 1) j / T: large scores whose row
+  // maxima grow along the keys, so the forward rescales its output past the first key tile.
+  float sharp = 0.f;
 };
 
 std::string describe(const AttnCase& c) {
   std::ostringstream os;
   os << "B=" << c.B << " T=" << c.T << " H=" << c.H << " D=" << c.D << " head_offset=" << c.head_offset
-     << " p=" << c.p;
+     << " p=" << c.p << " sharp=" << c.sharp;
   return os.str();
 }
 
@@ -53,6 +57,8 @@ const std::vector<AttnCase>& cases() {
       {2, 1, 2, 64, 0, 0, 0.5f},      // T = 1
       {2, 300, 2, 64, 4, 12, 0.1f},   // many tiles in both directions
       {1, 257, 1, 128, 0, 0, 0.f},    // many 32-key tiles, one row past a tile
+      {2, 300, 2, 64, 0, 0, 0.f, 4.f},     // large, growing scores (forward rescaling)
+      {1, 257, 2, 128, 0, 0, 0.1f, 4.f},   //   with dropout
   };
   return v;
 }
@@ -95,10 +101,24 @@ class CudaAttention : public CudaVsCpuDtype {
   struct Run {
     Pair qkv, out, lse;
   };
+  // Uniform [-1, 1) inputs, scaled as c.sharp asks.
+  Pair qkv_of(const AttnCase& c) {
+    std::mt19937_64 rng(static_cast<uint64_t>(c.T) * 131 + c.D);
+    std::uniform_real_distribution<float> dist(-1.f, 1.f);
+    std::vector<float> v(static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D);
+    for (size_t i = 0; i < v.size(); ++i) {
+      v[i] = dist(rng);
+      if (c.sharp > 0) {
+        const size_t t = i / (3 * static_cast<size_t>(c.H) * c.D) % c.T, w = i / (static_cast<size_t>(c.H) * c.D) % 3;
+        v[i] *= w == 0 ? c.sharp : w == 1 ? 1.f + (c.sharp - 1.f) * static_cast<float>(t) / c.T : 1.f;
+      }
+    }
+    return upload(Shape{c.B, c.T, 3 * c.H, c.D}, dt(), v);
+  }
   // Forward on both backends with identical inputs.
   Run forward(const AttnCase& c) {
     const DType t = dt();
-    Run r{random(Shape{c.B, c.T, 3 * c.H, c.D}, t), upload(Shape{c.B, c.T, c.H, c.D}, t,
+    Run r{qkv_of(c), upload(Shape{c.B, c.T, c.H, c.D}, t,
                                                           std::vector<float>(static_cast<size_t>(c.B) * c.T * c.H * c.D, 7.f)),
           filled(Shape{c.B, c.H, c.T}, DType::F32, 7.f)};
     const AttentionShape s = shape_of(c);

@@ -132,6 +132,15 @@ V __shfl_xor_sync(unsigned, V v, int o) {
   return r;
 }
 
+inline int __any_sync(unsigned, int pred) {
+  emu::my_slot()[0] = pred != 0;
+  emu::warp_sync();
+  bool any = false;
+  for (int l = 0; l < 32; ++l) any = any || emu::lane_slot(l)[0] != 0;
+  emu::warp_sync();
+  return any;
+}
+
 namespace trident::cuda {
 
 template <typename T>
@@ -236,6 +245,13 @@ inline void atomic_add_pair(float* p, float a, float b) {
   }
   p[0] += a;
   p[1] += b;
+}
+
+// ex2.approx.ftz.f32: subnormal inputs and results are zero (the hardware's ~2 ulp
+// approximation error is below the tests' tolerances, so the exact power stands in).
+inline float exp2_ftz(float x) {
+  const float y = std::exp2(std::fpclassify(x) == FP_SUBNORMAL ? 0.f : x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.f : y;
 }
 
 // m16n8k16, row.col, fp32 accumulators; g = lane / 4, q = lane % 4:
@@ -355,12 +371,16 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
 struct Case {
   int B, T, H, D, head_offset;
   float p;
+  // > 0: Q times `sharp` and key j's K times 1 + (sharp - 1) j / T, so that scores are large
+  // and their row maxima grow along the keys: the forward's output rescaling (kMaxSlack)
+  // then runs in later key tiles too, not only in the first.
+  float sharp = 0.f;
 };
 
 std::string describe(const Case& c) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "B=%d T=%d H=%d D=%d head_offset=%d p=%.2f", c.B, c.T, c.H, c.D, c.head_offset,
-                c.p);
+  std::snprintf(buf, sizeof buf, "B=%d T=%d H=%d D=%d head_offset=%d p=%.2f sharp=%.1f", c.B, c.T, c.H, c.D,
+                c.head_offset, c.p, c.sharp);
   return buf;
 }
 
@@ -467,7 +487,14 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
                nrow = static_cast<size_t>(c.B) * c.H * c.T;
   std::vector<T> qkv(nqkv), dout(nout), out(nout, from_f32<T>(7.f)), dqkv(nqkv, from_f32<T>(7.f));
   std::vector<float> qkv_f(nqkv), dout_f(nout), lse(nrow, 7.f), delta(nrow, 7.f), dq_acc(nout, 7.f);
-  for (size_t i = 0; i < nqkv; ++i) qkv_f[i] = to_f32(qkv[i] = from_f32<T>(dist(rng)));
+  for (size_t i = 0; i < nqkv; ++i) {
+    float v = dist(rng);
+    if (c.sharp > 0) {
+      const size_t t = i / (3 * static_cast<size_t>(c.H) * c.D) % c.T, w = i / (static_cast<size_t>(c.H) * c.D) % 3;
+      v *= w == 0 ? c.sharp : w == 1 ? 1.f + (c.sharp - 1.f) * static_cast<float>(t) / c.T : 1.f;
+    }
+    qkv_f[i] = to_f32(qkv[i] = from_f32<T>(v));
+  }
   for (size_t i = 0; i < nout; ++i) dout_f[i] = to_f32(dout[i] = from_f32<T>(dist(rng)));
   DropoutKey drop;
   drop.p = c.p;
@@ -532,6 +559,8 @@ const std::vector<Case>& cases() {
       {1, 100, 1, 128, 1, 0.1f}, {1, 70, 1, 40, 0, 0.2f}, {2, 1, 1, 64, 0, 0.5f},    {1, 64, 1, 24, 0, 0.0f},
       // T % 4 == 0 with dropout: the Philox blocks shared between lanes (attn_drop_rows/keys).
       {2, 96, 2, 64, 1, 0.3f},   {1, 132, 1, 128, 2, 0.5f},
+      // Large scores whose maxima grow along the keys (forward rescaling past the first tile).
+      {1, 160, 1, 64, 0, 0.0f, 4.f}, {1, 130, 1, 128, 1, 0.1f, 4.f},
   };
   return v;
 }
