@@ -27,8 +27,8 @@
 #     MIN_LOSS_SCALE [1], LOSS_SCALE_WINDOW [1000], HYSTERESIS [2] (passed when listed)
 #   BUILD_DIR [<repo>/build]   TRIDENT_DRY_RUN [0; 1 prints rank 0's command instead of running]
 # Checkpoint, TensorBoard, eval and loss-scale flags are passed only when `trident-train
-# --help` lists them; a precision flag it does not list is an error. --load is passed when
-# CHECKPOINT_PATH holds something (a fresh run starts from scratch). The seed's
+# --help` lists them; a precision flag it does not list is an error. --load gets
+# CHECKPOINT_PATH too (a missing or empty one starts from scratch). The seed's
 # CODECARBON_PATH is not used. Errors are one line from rank 0 (a per-node GPU shortage:
 # from the node's local rank 0), exit 2.
 set -euo pipefail
@@ -199,10 +199,9 @@ if [[ -n $CHECKPOINT_PATH ]]; then
   if supports save; then
     args+=(--save "$CHECKPOINT_PATH")
     supports save-interval && args+=(--save-interval "$SAVE_INTERVAL")
-    # Resume only from a directory that holds something; a fresh run starts from scratch.
-    if supports load && [[ -d $CHECKPOINT_PATH && -n $(ls -A "$CHECKPOINT_PATH" 2>/dev/null) ]]; then
-      args+=(--load "$CHECKPOINT_PATH")
-    fi
+    # Resumes from the latest checkpoint there; trident-train starts from scratch when the
+    # directory is missing or empty.
+    supports load && args+=(--load "$CHECKPOINT_PATH")
   else
     note "this trident-train has no --save yet: CHECKPOINT_PATH is not used"
   fi

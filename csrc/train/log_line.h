@@ -1,5 +1,8 @@
 // The iteration log line in Megatron-LM's form (people's parsers keep working), with
-// accuracy, tokens/s and TFLOP/s added, all on one physical line.
+// accuracy, tokens/s and TFLOP/s added, all on one physical line. Fields and their order
+// follow Megatron's training_log: learning rate, global batch size, lm loss, loss scale,
+// grad norm, skipped and nan iterations; ours come after, except lm acc, which follows
+// lm loss as one more loss field would.
 #pragma once
 
 #include <cstdint>
@@ -11,10 +14,15 @@ struct IterationLog {
   int64_t iteration = 0, train_iters = 0;
   uint64_t consumed_samples = 0;
   double ms_per_iteration = 0;
-  double learning_rate = 0;
+  double learning_rate = 0;  // the scheduler's rate after this iteration's step
   int64_t global_batch_size = 0;
+  // Averages over the interval's iterations that updated the model. Megatron prints a loss
+  // only when its average is > 0, so an interval of skipped iterations only (average 0)
+  // has no lm loss field; lm acc is printed with lm loss.
   double lm_loss = 0, lm_acc = 0;
-  double loss_scale = 0;  // printed only when > 0 (fp16)
+  double loss_scale = 1.0;  // always printed; 1.0 without a loss scaler (fp32, bf16)
+  // The last iteration's; printed only when finite: a skipped iteration has none (Megatron's
+  // optimizer returns no norm when it skips the step).
   double grad_norm = 0;
   int64_t skipped_iterations = 0, nan_iterations = 0;
   double tokens_per_second = 0;

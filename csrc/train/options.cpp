@@ -85,12 +85,13 @@ const std::vector<FlagDef>& flag_defs() {
       {"tensorboard-dir", "write TensorBoard event files here"},
       {"tensorboard-log-interval", "iterations between TensorBoard scalars (1)"},
       {"peak-tflops", "device peak TFLOP/s for MFU (0: built-in table)"},
-      {"max-nan-iterations", "stop after more than this many consecutive NaN-loss iterations (10)"},
+      {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
+                             "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
       {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},
       // Checkpoints.
       {"save", "directory to save checkpoints in"},
-      {"load", "directory to load a checkpoint from"},
+      {"load", "directory to load a checkpoint from (missing or empty: start from scratch)"},
       {"save-interval", "iterations between checkpoints (0: only at the end)"},
       {"keep-last", "checkpoints kept under --save (0: all)"},
       {"no-load-optim", "do not load the optimizer state", true},

@@ -67,7 +67,9 @@ struct TrainOptions {
   std::string tensorboard_dir;   // empty: no TensorBoard
   int64_t tensorboard_log_interval = 1;
   double peak_tflops = 0;        // per device, for MFU; 0: peak_tflops_for_device's table
-  int64_t max_nan_iterations = 10;  // stop after more than this many consecutive NaN losses
+  // Stop after more than this many iterations in a row with a NaN/inf loss or, without a
+  // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).
+  int64_t max_nan_iterations = 10;
   int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
   std::string save_canonical;       // safetensors file of canonical fp32 parameters, written at the end
 

@@ -230,7 +230,7 @@ IterationResult Trainer::train_iteration() {
   const auto start = std::chrono::steady_clock::now();
   const int G = opt_.global_batch_size, T = opt_.model.seq_length;
   IterationResult r;
-  r.lr = schedule_.lr(consumed_samples_);
+  r.lr = schedule_.lr(scheduler_samples_);
   r.loss_scale = scaler_.scale();
   // The loss is the mean over every target token of the global batch, times the scale.
   const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
@@ -244,7 +244,7 @@ IterationResult Trainer::train_iteration() {
   reduce_loss_stats(total);
   r.loss = total.loss_sum / total.tokens;
   r.acc = total.correct / total.tokens;
-  const bool nan_loss = !std::isfinite(r.loss);
+  r.nan_loss = !std::isfinite(r.loss);
   // The global squared norm counts every gradient element once, on some rank: it is
   // inf/NaN when some rank holds an inf/NaN gradient, and (fp16 squares are at most 65504^2)
   // finite otherwise, so it is also the loss scaler's overflow check: Megatron's separate
@@ -253,25 +253,38 @@ IterationResult Trainer::train_iteration() {
   const double norm_sq = global_grad_norm_sq();
   const bool found_inf = scaler_.enabled() && !std::isfinite(norm_sq);
   r.grad_norm = std::nan("");
-  if (!found_inf && !nan_loss) {
+  if (!found_inf && !r.nan_loss) {
     r.grad_norm = std::sqrt(norm_sq) * scaler_.inv_scale();
     if (std::isfinite(r.grad_norm)) optimizer_->step(r.lr, r.grad_norm, static_cast<float>(scaler_.inv_scale()));
   }
   r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
   scaler_.update(found_inf);
+  // Megatron steps its LR scheduler by the global batch only after a successful update.
+  if (!r.skipped) scheduler_samples_ += G;
+  r.logged_lr = schedule_.lr(scheduler_samples_);
   skipped_iterations_ += r.skipped;
-  nan_iterations_ += nan_loss;
-  consecutive_nan_ = nan_loss ? consecutive_nan_ + 1 : 0;
+  nan_iterations_ += r.skipped && r.nan_loss;  // a NaN loss always skips
   be_.synchronize();
   consumed_samples_ += G;
   ++iteration_;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   history_.push_back(r);
-  if (consecutive_nan_ > opt_.max_nan_iterations)
-    throw ConfigError("the loss was NaN or infinite for " + std::to_string(consecutive_nan_) +
-                      " iterations in a row (--max-nan-iterations " + std::to_string(opt_.max_nan_iterations) +
-                      "); stopped at iteration " + std::to_string(iteration_) + " instead of training on garbage");
+  count_unusable_iteration(r);
   return r;
+}
+
+// --max-nan-iterations: stops the run after more than that many iterations in a row that
+// could not update. A NaN/inf loss always counts. A skip for an inf/NaN gradient norm counts
+// unless a dynamic loss scaler is on: that one lowers its scale until the gradients fit
+// (fp16 at Megatron's 2^32 skips its first iterations by design), while without one (fp32,
+// bf16, a constant --loss-scale) nothing changes and every later step would skip as well.
+void Trainer::count_unusable_iteration(const IterationResult& r) {
+  const bool unusable = r.nan_loss || (r.skipped && !scaler_.dynamic());
+  consecutive_unusable_ = unusable ? consecutive_unusable_ + 1 : 0;
+  if (consecutive_unusable_ <= opt_.max_nan_iterations) return;
+  throw ConfigError("the loss or the gradient norm was NaN or infinite for " + std::to_string(consecutive_unusable_) +
+                    " iterations in a row (--max-nan-iterations " + std::to_string(opt_.max_nan_iterations) +
+                    "); stopped at iteration " + std::to_string(iteration_) + " instead of training on garbage");
 }
 
 void Trainer::log_evaluation(const std::string& where, const EvalResult& r) {
@@ -327,7 +340,7 @@ void Trainer::train() {
       out << "trident: after the first iteration: " << st.peak_bytes_in_use / (1024.0 * 1024.0)
           << " MiB peak memory on rank 0" << std::endl;
     }
-    if (!r.skipped) {  // Megatron averages the loss over the iterations that updated
+    if (!r.skipped) {  // Megatron leaves skipped iterations out of the loss averages entirely
       ++updated;
       loss_sum += r.loss;
       acc_sum += r.acc;
@@ -345,8 +358,9 @@ void Trainer::train() {
         tb.add_scalar("grad-norm", r.grad_norm, iteration_);
         tb.add_scalar("grad-norm vs samples", r.grad_norm, samples);
       }
-      tb.add_scalar("learning-rate", r.lr, iteration_);
-      tb.add_scalar("learning-rate vs samples", r.lr, samples);
+      // Megatron writes the rate its log line shows: the scheduler's, after the step.
+      tb.add_scalar("learning-rate", r.logged_lr, iteration_);
+      tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
       if (scaler_.enabled()) tb.add_scalar("loss-scale", r.loss_scale, iteration_);
       tb.add_scalar("tokens-per-second", t.tokens_per_second, iteration_);
       tb.add_scalar("tflops-per-rank", t.tflops_per_rank, iteration_);
@@ -358,11 +372,12 @@ void Trainer::train() {
       l.train_iters = opt_.train_iters;
       l.consumed_samples = consumed_samples_;
       l.ms_per_iteration = ms_sum / n;
-      l.learning_rate = r.lr;
+      l.learning_rate = r.logged_lr;
       l.global_batch_size = opt_.global_batch_size;
-      l.lm_loss = updated > 0 ? loss_sum / updated : std::nan("");
-      l.lm_acc = updated > 0 ? acc_sum / updated : std::nan("");
-      l.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
+      // Megatron divides by max(1, updated): 0 when every iteration skipped, and no loss field.
+      l.lm_loss = loss_sum / std::max(1, updated);
+      l.lm_acc = acc_sum / std::max(1, updated);
+      l.loss_scale = scaler_.scale();  // 1 without a scaler
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped_iterations_;
       l.nan_iterations = nan_iterations_;

@@ -25,8 +25,14 @@ namespace trident {
 class TensorBoardWriter;
 
 struct IterationResult {
-  double loss = 0, acc = 0, grad_norm = 0, lr = 0, ms = 0, loss_scale = 0;
-  bool skipped = false;  // inf/NaN gradients (fp16) or a NaN loss: no update
+  double loss = 0, acc = 0, grad_norm = 0, ms = 0, loss_scale = 0;
+  // The rate the update used: the scheduler's rate before its step (Megatron's param_group lr).
+  double lr = 0;
+  // The scheduler's rate after this iteration, which Megatron's log line and TensorBoard show:
+  // the scheduler steps only after a successful update, so on a skipped iteration it is lr.
+  double logged_lr = 0;
+  bool skipped = false;   // inf/NaN gradients or a NaN loss: no update
+  bool nan_loss = false;  // the loss was inf/NaN (Megatron's "nan iteration")
 };
 
 struct EvalResult {
@@ -53,6 +59,8 @@ class Trainer {
   Gpt2Model& model() { return *model_; }
   ParallelContext& parallel() { return *par_; }
   int64_t iteration() const { return iteration_; }
+  uint64_t consumed_samples() const { return consumed_samples_; }
+  uint64_t scheduler_samples() const { return scheduler_samples_; }
   const LossScaler& loss_scaler() const { return scaler_; }
 
   // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
@@ -60,7 +68,8 @@ class Trainer {
   void save_checkpoint();
   // Restores the latest checkpoint under opt.load, written under any layout (parameters,
   // optimizer state unless --no-load-optim/--finetune, counters, loss scale, dropout seed
-  // unless --no-load-rng). Returns false when the directory holds no checkpoint yet.
+  // unless --no-load-rng). Returns false, and training starts from scratch, when the
+  // directory holds no checkpoint yet or does not exist (a warning, as Megatron).
   bool load_checkpoint();
 
  private:
@@ -71,6 +80,7 @@ class Trainer {
   bool any_rank(bool local);
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
+  void count_unusable_iteration(const IterationResult& r);
 
   TrainOptions opt_;
   Backend& be_;
@@ -89,7 +99,12 @@ class Trainer {
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging, sized once
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
-  int64_t skipped_iterations_ = 0, nan_iterations_ = 0, consecutive_nan_ = 0;
+  // The LR schedule's position: the samples of the iterations that updated the model
+  // (Megatron's OptimizerParamScheduler.num_steps; it steps only after a successful update),
+  // while consumed_samples_ counts every iteration.
+  uint64_t scheduler_samples_ = 0;
+  int64_t skipped_iterations_ = 0, nan_iterations_ = 0;
+  int64_t consecutive_unusable_ = 0;  // for --max-nan-iterations (count_unusable_iteration)
   int64_t last_saved_iteration_ = -1;
   std::vector<IterationResult> history_;
 };

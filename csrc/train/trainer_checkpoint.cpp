@@ -66,6 +66,15 @@ void maybe_crash_for_test(int rank) {
   if (v != nullptr && std::atoi(v) == rank) std::_Exit(9);
 }
 
+// The LR schedule's position (samples of the successful updates). A checkpoint written
+// before it was saved has none: there the schedule ran on consumed samples (skipped
+// iterations advanced it too), so continuing from them keeps that run's rate.
+uint64_t saved_scheduler_samples(const nlohmann::json& trainer_state, uint64_t consumed_samples) {
+  const auto it = trainer_state.find("opt_param_scheduler");
+  if (it == trainer_state.end() || !it->contains("num_steps")) return consumed_samples;
+  return (*it)["num_steps"].get<uint64_t>();
+}
+
 }  // namespace
 
 void Trainer::save_checkpoint() {
@@ -128,6 +137,8 @@ void Trainer::save_checkpoint() {
                        {"optimizer_steps", optimizer_->steps_taken()},
                        {"skipped_iterations", skipped_iterations_},
                        {"nan_iterations", nan_iterations_},
+                       // Megatron's name: the LR schedule's position in samples of successful updates.
+                       {"opt_param_scheduler", {{"num_steps", scheduler_samples_}}},
                        {"dropout_seed", model_->dropout_seed()},
                        {"global_batch_size", opt_.global_batch_size},
                        {"loss_scaler",
@@ -151,7 +162,12 @@ void Trainer::save_checkpoint() {
 bool Trainer::load_checkpoint() {
   const auto start = std::chrono::steady_clock::now();
   const fs::path root = opt_.load;
-  if (!fs::is_directory(root)) throw ConfigError("--load: directory not found: " + root.string());
+  if (!fs::exists(root)) {  // as Megatron: no checkpoint to load, so train from the initial weights
+    *out_ << "trident: warning: --load " << root.string() << " does not exist; no checkpoint loaded, starting "
+          << "from scratch" << std::endl;
+    return false;
+  }
+  if (!fs::is_directory(root)) throw ConfigError("--load: not a directory: " + root.string());
   const std::optional<int64_t> latest = find_latest_iteration(root);
   if (!latest) {
     *out_ << "trident: no checkpoint in " << root.string() << " yet (no " << kLatestFileName
@@ -190,6 +206,7 @@ bool Trainer::load_checkpoint() {
   if (!opt_.finetune) {
     iteration_ = ckpt.metadata().iteration;
     consumed_samples_ = static_cast<uint64_t>(ckpt.metadata().consumed_samples);
+    scheduler_samples_ = saved_scheduler_samples(st, consumed_samples_);
     consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
     nan_iterations_ = st.value("nan_iterations", int64_t{0});

@@ -38,6 +38,9 @@ check "tp2 run exits 0" [ "$rc" -eq 0 ]
 check "two iteration lines" [ "$(grep -c '^ iteration ' "$tmp/run.out")" -eq 2 ]
 check "last line is iteration 6/6 with a loss" \
   grep -Eq '^ iteration +6/ +6 \|.*lm loss: [0-9]\.[0-9]+E[+-][0-9]+ ' "$tmp/run.out"
+# CHECKPOINT_PATH did not exist: --load it anyway, and trident-train starts from scratch.
+check "missing checkpoint directory: one warning, trained from scratch" \
+  [ "$(grep -c "^trident: warning: --load $tmp/ckpt does not exist" "$tmp/run.out")" -eq 1 ]
 # The same run as a dry run: checkpoint and TensorBoard flags go through once trident-train
 # lists them (writing the files is the trainer's business, tested with it).
 env "${tiny[@]}" TRIDENT_DRY_RUN=1 "$repo/launch/run-one-node.sh" --seed 7 >"$tmp/dry.out" 2>/dev/null
@@ -45,7 +48,7 @@ cat "$tmp/dry.out"
 check "dry run: rank 0 of 2, tp 2, extra args last" \
   grep -Eq '^run-one-node.sh: dry run, rank 0 of 2 would run: .*--tensor-model-parallel-size 2 .* --seed 7$' "$tmp/dry.out"
 help=$("$train" --help)
-for f in "--save $tmp/ckpt" "--save-interval 3" "--tensorboard-dir $tmp/tb"; do
+for f in "--save $tmp/ckpt" "--load $tmp/ckpt" "--save-interval 3" "--tensorboard-dir $tmp/tb"; do
   if grep -q -- "${f%% *} " <<<"$help"; then check "dry run passes $f" has "$tmp/dry.out" "$f "; fi
 done
 

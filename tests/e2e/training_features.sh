@@ -4,7 +4,8 @@
 #    every 3 iterations equal those of a run that never validates;
 #  - --bf16 with --accumulate-allreduce-grads-in-fp32 trains within 5e-3 of fp32;
 #  - a diverging run (absurd learning rate) stops after --max-nan-iterations NaN losses
-#    with one line naming the flag and exit 2;
+#    with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
+#    step skips for an infinite gradient norm while the loss stays finite (huge init);
 #  - --save-interval with --keep-last 2 leaves the newest two checkpoints;
 #  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0.
 # Usage: training_features.sh TRAIN_BINARY REPO
@@ -46,6 +47,23 @@ else
     fail "diverging run: rc $rc"; cat "$tmp/nan.err"
   fi
 fi
+
+# Without a loss scaler nothing recovers from infinite gradients: a finite loss, every step
+# skipped, stopped by --max-nan-iterations like a NaN loss.
+for precision in fp32 bf16; do
+  flags=(--init-method-std 1e10 --hidden-dropout 0 --attention-dropout 0 --micro-batch-size 4 --global-batch-size 8
+         --train-iters 50 --eval-iters 0 --max-nan-iterations 2)
+  [[ $precision == fp32 ]] || flags+=(--bf16)
+  rc=0
+  "$train" "${args[@]}" "${flags[@]}" >"$tmp/inf.log" 2>"$tmp/inf.err" || rc=$?
+  if [[ $rc -eq 2 && $(wc -l <"$tmp/inf.err") -eq 1 ]] && grep -q -- '--max-nan-iterations 2' "$tmp/inf.err" &&
+      [[ $(grep -c '^ iteration .*number of skipped iterations:   [12] | number of nan iterations:   0 |' "$tmp/inf.log") \
+        -eq 2 ]]; then
+    echo "$precision, infinite gradients: $(cat "$tmp/inf.err")"
+  else
+    fail "$precision, infinite gradients: rc $rc"; cat "$tmp/inf.err"
+  fi
+done
 
 "$train" "${args[@]}" --train-iters 12 --eval-iters 0 --save "$tmp/keep" --save-interval 3 --keep-last 2 >/dev/null
 kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <regex>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -138,8 +139,42 @@ TEST(LogLine, HasMegatronFieldsOnOneLine) {
   EXPECT_EQ(s,
             " iteration       10/     100 | consumed samples:          640 | elapsed time per iteration (ms): 812.3 |"
             " learning rate: 1.000E-04 | global batch size:    64 | lm loss: 7.123456E+00 | lm acc: 0.0540 |"
-            " grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+            " loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |"
             " tokens per second: 12345.6 | TFLOP/s per rank: 0.420 |");
+}
+
+// Megatron: a loss is printed only when its average over the interval's updating
+// iterations is > 0 (none updated: no loss field), the loss scale always, the grad norm
+// only when the last iteration produced one (a skipped step has none).
+TEST(LogLine, IntervalOfSkippedIterationsHasNoLossOrGradNorm) {
+  IterationLog l;
+  l.iteration = 5;
+  l.train_iters = 30;
+  l.consumed_samples = 20;
+  l.ms_per_iteration = 40.04;
+  l.learning_rate = 0;
+  l.global_batch_size = 4;
+  l.lm_loss = 0;  // no iteration of the interval updated
+  l.lm_acc = 0;
+  l.loss_scale = 268435456.0;
+  l.grad_norm = std::nan("");
+  l.skipped_iterations = 5;
+  l.nan_iterations = 1;
+  l.tokens_per_second = 1600;
+  l.tflops_per_rank = 0.001;
+  l.mfu = 0.0123;
+  EXPECT_EQ(format_iteration_log(l),
+            " iteration        5/      30 | consumed samples:           20 | elapsed time per iteration (ms): 40.0 |"
+            " learning rate: 0.000E+00 | global batch size:     4 | loss scale: 268435456.0 |"
+            " number of skipped iterations:   5 | number of nan iterations:   1 |"
+            " tokens per second: 1600.0 | TFLOP/s per rank: 0.001 | MFU: 1.2% |");
+  l.grad_norm = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(format_iteration_log(l).find("grad norm"), std::string::npos);
+  l.lm_loss = 6.25;  // some iteration updated, the last one skipped
+  l.lm_acc = 0.5;
+  EXPECT_NE(format_iteration_log(l).find(" global batch size:     4 | lm loss: 6.250000E+00 | lm acc: 0.5000 |"
+                                         " loss scale: 268435456.0 | number of skipped"),
+            std::string::npos);
 }
 
 }  // namespace

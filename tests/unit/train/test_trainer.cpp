@@ -1,0 +1,354 @@
+// The trainer's bookkeeping against Megatron-LM's rules, on short CPU runs of a tiny model:
+//  - the LR scheduler steps only after a successful update (fp16 runs with skipped
+//    iterations), the update uses the rate before the step, and the log line and the
+//    TensorBoard "learning-rate" scalar show the rate after it;
+//  - skipped iterations stay out of the loss averages, an interval of skips only has no
+//    loss field, the loss scale is always printed;
+//  - a run whose every step skips for an inf gradient norm (fp32, bf16) stops after
+//    --max-nan-iterations, while fp16's loss-scale back-off does not count;
+//  - a missing --load directory starts from scratch; the scheduler's position is saved in
+//    the checkpoint, and a checkpoint without it falls back to the consumed samples.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/metadata.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "train/synthetic_data.h"
+#include "train/trainer.h"
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kGlobalBatch = 4;
+constexpr double kMaxLr = 1e-3, kMinLr = 1e-4;
+constexpr int64_t kWarmupIters = 4, kTrainIters = 30;
+
+TrainOptions tiny_options() {
+  TrainOptions o;
+  o.model.num_layers = 2;
+  o.model.hidden_size = 32;
+  o.model.num_attention_heads = 4;
+  o.model.seq_length = 16;
+  o.model.max_position_embeddings = 16;
+  o.model.vocab_size = 64;
+  o.micro_batch_size = 4;
+  o.global_batch_size = kGlobalBatch;
+  o.train_iters = kTrainIters;
+  o.lr = kMaxLr;
+  o.min_lr = kMinLr;
+  o.lr_decay_style = "cosine";
+  o.lr_warmup_iters = kWarmupIters;
+  o.eval_iters = 0;
+  o.log_interval = 1;
+  o.seed = 1234;
+  return o;
+}
+
+// fp16 at Megatron's initial scale 2^32: the first iterations skip while the scale backs
+// off; a growth window of 3 then doubles the scale into overflows again, so skipped
+// iterations also fall between successful ones, in the warm-up and in the decay.
+TrainOptions fp16_options() {
+  TrainOptions o = tiny_options();
+  o.model.dtype = DType::F16;
+  o.loss_scale_window = 3;
+  o.max_nan_iterations = 2;  // overflow skips must not count: the back-off alone skips more
+  return o;
+}
+
+// Megatron's cosine schedule after `samples` samples of successful updates, written out.
+double expected_lr(uint64_t samples) {
+  const double step = static_cast<double>(samples), warmup = kWarmupIters * kGlobalBatch,
+               decay = kTrainIters * kGlobalBatch;
+  if (step <= warmup) return kMaxLr * step / warmup;
+  if (step > decay) return kMinLr;
+  return kMinLr + 0.5 * (std::cos(M_PI * (step - warmup) / (decay - warmup)) + 1.0) * (kMaxLr - kMinLr);
+}
+
+struct TrainedRun {
+  std::vector<IterationResult> history;
+  std::string log;
+  uint64_t consumed_samples = 0, scheduler_samples = 0;
+};
+
+TrainedRun train(const TrainOptions& o) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  tr.train();
+  return TrainedRun{tr.history(), log.str(), tr.consumed_samples(), tr.scheduler_samples()};
+}
+
+std::vector<std::string> iteration_lines(const std::string& log) {
+  std::vector<std::string> lines;
+  std::istringstream in(log);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(" iteration ", 0) == 0) lines.push_back(line);
+  return lines;
+}
+
+std::string printf_string(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+fs::path fresh_temp_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / ("trident_test_trainer_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(TrainerLr, SchedulerStepsOnlyAfterSuccessfulUpdates) {
+  const TrainedRun run = train(fp16_options());
+  ASSERT_EQ(run.history.size(), static_cast<size_t>(kTrainIters));
+  uint64_t successful = 0;
+  int skipped = 0, skipped_after_a_success = 0;
+  for (size_t i = 0; i < run.history.size(); ++i) {
+    const IterationResult& r = run.history[i];
+    EXPECT_NEAR(r.lr, expected_lr(successful * kGlobalBatch), 1e-15) << "rate used at iteration " << i + 1;
+    if (!r.skipped) ++successful;
+    EXPECT_NEAR(r.logged_lr, expected_lr(successful * kGlobalBatch), 1e-15) << "rate logged at iteration " << i + 1;
+    if (r.skipped) {
+      EXPECT_EQ(r.logged_lr, r.lr) << "a skipped iteration leaves the rate alone (iteration " << i + 1 << ")";
+      EXPECT_TRUE(std::isfinite(r.loss)) << "an overflow, not a NaN loss";
+      ++skipped;
+      skipped_after_a_success += successful > 0;
+    }
+  }
+  // The run is the scenario this test is about: the back-off, then skips among updates.
+  EXPECT_GE(skipped, 10);
+  EXPECT_GE(skipped_after_a_success, 2);
+  EXPECT_GE(successful, 8u);
+
+  EXPECT_EQ(run.scheduler_samples, successful * kGlobalBatch);
+  EXPECT_EQ(run.consumed_samples, static_cast<uint64_t>(kTrainIters) * kGlobalBatch);
+}
+
+TEST(TrainerLr, LogShowsTheRateAfterTheStep) {
+  TrainOptions o = tiny_options();
+  o.train_iters = 8;
+  o.lr_warmup_iters = 2;
+  o.lr_decay_style = "linear";
+  const TrainedRun run = train(o);
+  const std::vector<std::string> lines = iteration_lines(run.log);
+  ASSERT_EQ(lines.size(), 8u);
+  EXPECT_EQ(run.history[0].lr, 0.0);  // iteration 1 of a warm-up updates with rate 0 ...
+  EXPECT_TRUE(has(lines[0], "| learning rate: 5.000E-04 |")) << lines[0];  // ... and logs lr(1 step)
+  EXPECT_NEAR(run.history[7].lr, kMinLr + (kMaxLr - kMinLr) / 6, 1e-18);  // lr(7 steps) of linear 2..8
+  EXPECT_TRUE(has(lines[7], "| learning rate: 1.000E-04 |")) << lines[7];  // the end: min-lr
+}
+
+TEST(TrainerLog, SkippedIterationsStayOutOfTheLossAverages) {
+  TrainOptions o = fp16_options();
+  const TrainedRun each = train(o);
+  o.log_interval = 5;
+  const TrainedRun grouped = train(o);
+  ASSERT_EQ(each.history.size(), grouped.history.size());
+  for (size_t i = 0; i < each.history.size(); ++i) ASSERT_EQ(each.history[i].loss, grouped.history[i].loss);
+
+  const std::vector<std::string> lines = iteration_lines(each.log);
+  ASSERT_EQ(lines.size(), static_cast<size_t>(kTrainIters));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const IterationResult& r = each.history[i];
+    const std::string& l = lines[i];
+    EXPECT_TRUE(has(l, "| learning rate: " + printf_string("%.3E", r.logged_lr) + " |")) << l;
+    // Megatron's order: ... global batch size | lm loss | loss scale | grad norm | skipped | nan.
+    const size_t batch = l.find("| global batch size:"), scale = l.find("| loss scale: "),
+                 counts = l.find("| number of skipped iterations:");
+    ASSERT_TRUE(batch < scale && scale < counts) << l;
+    EXPECT_TRUE(has(l, "| number of nan iterations:   0 |")) << l;
+    if (r.skipped) {
+      EXPECT_FALSE(has(l, "lm loss")) << l;
+      EXPECT_FALSE(has(l, "lm acc")) << l;
+      EXPECT_FALSE(has(l, "grad norm")) << l;
+    } else {
+      const size_t loss = l.find("| lm loss: " + printf_string("%.6E", r.loss) + " |");
+      EXPECT_TRUE(batch < loss && loss < scale) << l;
+      EXPECT_TRUE(has(l, "| grad norm: " + printf_string("%.3f", r.grad_norm) + " |")) << l;
+    }
+  }
+
+  const std::vector<std::string> grouped_lines = iteration_lines(grouped.log);
+  ASSERT_EQ(grouped_lines.size(), static_cast<size_t>(kTrainIters / 5));
+  int loss_free_lines = 0;
+  for (size_t k = 0; k < grouped_lines.size(); ++k) {
+    double sum = 0;
+    int updated = 0;
+    for (size_t i = 5 * k; i < 5 * k + 5; ++i)
+      if (!grouped.history[i].skipped) sum += grouped.history[i].loss, ++updated;
+    const std::string& l = grouped_lines[k];
+    if (updated == 0) {
+      EXPECT_FALSE(has(l, "lm loss")) << l;
+      ++loss_free_lines;
+    } else {
+      EXPECT_TRUE(has(l, "| lm loss: " + printf_string("%.6E", sum / updated) + " |")) << l;
+    }
+  }
+  EXPECT_GE(loss_free_lines, 1) << "the back-off from 2^32 should fill the first interval";
+}
+
+// The "learning-rate" scalars of the fp16 run, decoded by the independent reader: per
+// iteration, {step, float32 bits}.
+std::vector<std::pair<int64_t, uint32_t>> tensorboard_learning_rates(const fs::path& dir) {
+  std::vector<std::pair<int64_t, uint32_t>> rates;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    const std::string cmd = std::string(TRIDENT_PYTHON3) + " " + TRIDENT_READ_TFEVENTS + " '" + e.path().string() + "'";
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return rates;
+    char tag[256];
+    long long step = 0;
+    unsigned bits = 0;
+    // "scalar <step> <tag hex> <value bits> <wall bits>"; "learning-rate" in hex:
+    const std::string want = "6c6561726e696e672d72617465";
+    char line[512];
+    while (std::fgets(line, sizeof line, p))
+      if (std::sscanf(line, "scalar %lld %255s %x", &step, tag, &bits) == 3 && want == tag)
+        rates.emplace_back(step, bits);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+  }
+  return rates;
+}
+
+TEST(TrainerLog, TensorBoardLearningRateIsTheLoggedRate) {
+  const fs::path dir = fresh_temp_dir("tensorboard");
+  TrainOptions o = fp16_options();
+  o.tensorboard_dir = dir.string();
+  const TrainedRun run = train(o);
+  const auto rates = tensorboard_learning_rates(dir);
+  ASSERT_EQ(rates.size(), run.history.size());
+  for (size_t i = 0; i < rates.size(); ++i) {
+    const float logged = static_cast<float>(run.history[i].logged_lr);
+    uint32_t bits;
+    std::memcpy(&bits, &logged, sizeof bits);
+    EXPECT_EQ(rates[i].first, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(rates[i].second, bits) << "iteration " << i + 1;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(TrainerLog, LossScaleIsOneWithoutAScaler) {
+  TrainOptions o = tiny_options();
+  o.train_iters = 2;
+  o.lr_warmup_iters = 0;
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    o.model.dtype = dtype;
+    const std::vector<std::string> lines = iteration_lines(train(o).log);
+    ASSERT_EQ(lines.size(), 2u);
+    for (const std::string& l : lines) {
+      const size_t loss = l.find("| lm loss: "), scale = l.find("| loss scale: 1.0 |"), norm = l.find("| grad norm: ");
+      EXPECT_TRUE(loss < scale && scale < norm && norm != std::string::npos) << dtype_name(dtype) << ": " << l;
+    }
+  }
+}
+
+// A huge init gives a finite loss but infinite gradients: every step skips, nothing recovers.
+TEST(TrainerNan, InfiniteGradientNormsStopAnUnscaledRun) {
+  for (DType dtype : {DType::F32, DType::BF16}) {
+    TrainOptions o = tiny_options();
+    o.model.dtype = dtype;
+    o.model.init_method_std = 1e10f;
+    o.max_nan_iterations = 2;
+    auto be = make_cpu_backend();
+    std::ostringstream log;
+    Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+    try {
+      tr.train();
+      ADD_FAILURE() << dtype_name(dtype) << ": the run did not stop";
+    } catch (const ConfigError& e) {
+      EXPECT_TRUE(has(e.what(), "3 iterations in a row (--max-nan-iterations 2)")) << e.what();
+      EXPECT_TRUE(has(e.what(), "stopped at iteration 3")) << e.what();
+    }
+    ASSERT_EQ(tr.history().size(), 3u);
+    for (const IterationResult& r : tr.history()) {
+      EXPECT_TRUE(r.skipped);
+      EXPECT_TRUE(std::isfinite(r.loss)) << "the loss stays finite: only the gradient norm is not";
+    }
+    EXPECT_EQ(tr.scheduler_samples(), 0u);
+    // Skipped, but not Megatron's "nan iterations" (those have a NaN loss). The stop comes
+    // before the third iteration's line.
+    const std::vector<std::string> lines = iteration_lines(log.str());
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_TRUE(has(lines[1], "| number of skipped iterations:   2 | number of nan iterations:   0 |")) << lines[1];
+  }
+}
+
+TEST(TrainerCheckpoint, MissingLoadDirectoryStartsFromScratch) {
+  const fs::path dir = fresh_temp_dir("missing");
+  TrainOptions o = tiny_options();
+  o.train_iters = 2;
+  o.lr_warmup_iters = 0;
+  o.load = (dir / "nowhere").string();
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  EXPECT_FALSE(tr.load_checkpoint());
+  EXPECT_EQ(log.str(), "trident: warning: --load " + o.load +
+                           " does not exist; no checkpoint loaded, starting from scratch\n");
+  tr.train();
+  EXPECT_EQ(tr.iteration(), 2);
+  // A path that exists but is not a directory is still an error.
+  std::ofstream(dir / "file") << "x";
+  o.load = (dir / "file").string();
+  Trainer bad(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  try {
+    bad.load_checkpoint();
+    ADD_FAILURE() << "a file loaded as a checkpoint directory";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(has(e.what(), "--load: not a directory")) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+uint64_t loaded_scheduler_samples(const TrainOptions& o, uint64_t* consumed) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  EXPECT_TRUE(tr.load_checkpoint()) << log.str();
+  *consumed = tr.consumed_samples();
+  return tr.scheduler_samples();
+}
+
+TEST(TrainerCheckpoint, SchedulerPositionIsSavedAndRestored) {
+  const fs::path dir = fresh_temp_dir("scheduler");
+  TrainOptions o = fp16_options();
+  o.train_iters = 20;  // the back-off from 2^32 skips the first 15 of these
+  o.save = dir.string();
+  const TrainedRun first = train(o);
+  ASSERT_LT(first.scheduler_samples, first.consumed_samples);
+  ASSERT_GT(first.scheduler_samples, 0u);
+
+  o.load = dir.string();
+  uint64_t consumed = 0;
+  EXPECT_EQ(loaded_scheduler_samples(o, &consumed), first.scheduler_samples);
+  EXPECT_EQ(consumed, first.consumed_samples);
+
+  // A checkpoint written before the scheduler's position was saved: the consumed samples.
+  const fs::path meta = iteration_dir(dir, o.train_iters) / kMetadataFileName;
+  nlohmann::json j;
+  std::ifstream(meta) >> j;
+  ASSERT_EQ(j["trainer_state"].erase("opt_param_scheduler"), 1u);
+  std::ofstream(meta) << j.dump(1);
+  EXPECT_EQ(loaded_scheduler_samples(o, &consumed), first.consumed_samples);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trident
