@@ -24,6 +24,7 @@
 #include "kernels/profiling_backend.h"
 #include "tool_main.h"
 #include "tools/bench_kernels.h"
+#include "tools/integer_flag.h"
 #include "train/throughput.h"
 #include "train/trainer.h"
 
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
     std::vector<const char*> args;
     for (int i = 0; i < argc; ++i) {
       if (std::strcmp(argv[i], "--bench-warmup") == 0 && i + 1 < argc) {
-        warmup = std::atoi(argv[++i]);
+        warmup = static_cast<int>(trident::parse_integer_flag("bench-warmup", argv[++i], 0, 1 << 20));
         continue;
       }
       if (std::strcmp(argv[i], "--bench-no-profile") == 0) {

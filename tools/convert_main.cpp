@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,6 +29,7 @@
 #include "core/error.h"
 #include "parallel/pipeline_schedule.h"
 #include "tool_main.h"
+#include "tools/integer_flag.h"
 
 namespace trident {
 namespace {
@@ -52,15 +54,8 @@ struct ConvertFlags {
   std::map<std::string, bool> given;
 };
 
-int64_t parse_int(const std::string& flag, const std::string& v) {
-  try {
-    size_t used = 0;
-    const long long x = std::stoll(v, &used);
-    if (used == v.size()) return x;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError("--" + flag + ": cannot parse '" + v + "' as an integer");
-}
+constexpr long long kMaxIteration = 1ll << 40;
+constexpr long long kMaxInt = std::numeric_limits<int>::max();
 
 ConvertFlags parse_flags(int argc, char** argv) {
   ConvertFlags f;
@@ -98,10 +93,11 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "to") f.to = value;
     else if (name == "from") f.from = value;
     else if (name == "dtype") f.dtype = value;
-    else if (name == "iteration") f.iteration = parse_int(name, value);
-    else if (name == "target-tp") f.target_tp = static_cast<int>(parse_int(name, value));
-    else if (name == "target-pp") f.target_pp = static_cast<int>(parse_int(name, value));
-    else if (name == "make-vocab-size-divisible-by") f.vocab_divisible_by = static_cast<int>(parse_int(name, value));
+    else if (name == "iteration") f.iteration = parse_integer_flag(name, value, 0, kMaxIteration);
+    else if (name == "target-tp") f.target_tp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
+    else if (name == "target-pp") f.target_pp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
+    else if (name == "make-vocab-size-divisible-by")
+      f.vocab_divisible_by = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
   }
   if (f.help) return f;
   if (f.load.empty()) throw ConfigError("--load: required (the checkpoint to convert)");
@@ -109,9 +105,6 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (!f.to.empty() && f.to != "hf") throw ConfigError("--to: '" + f.to + "' is not a known format (hf)");
   if (!f.from.empty() && f.from != "hf") throw ConfigError("--from: '" + f.from + "' is not a known format (hf)");
   if (!f.to.empty() && !f.from.empty()) throw ConfigError("--to and --from are mutually exclusive");
-  if (f.target_tp < 1) throw ConfigError("--target-tp must be positive");
-  if (f.target_pp < 1) throw ConfigError("--target-pp must be positive");
-  if (f.vocab_divisible_by < 1) throw ConfigError("--make-vocab-size-divisible-by must be positive");
   if (!f.to.empty())
     for (const char* g : {"target-tp", "target-pp", "no-optimizer"})
       if (f.given[g]) throw ConfigError(std::string("--") + g + " does not apply to --to hf");

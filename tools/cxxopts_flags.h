@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tools/integer_flag.h"
 
 namespace trident {
 
@@ -29,20 +30,9 @@ inline std::string required_flag(const cxxopts::ParseResult& r, const std::strin
   return r[flag].as<std::string>();
 }
 
-// The whole text of --flag as an integer in [lo, hi].
+// The whole text of --flag as an integer in [lo, hi] (integer_flag.h).
 inline long long integer_flag(const cxxopts::ParseResult& r, const std::string& flag, long long lo, long long hi) {
-  const std::string text = r[flag].as<std::string>();
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || v < lo || v > hi)
-    throw ConfigError("--" + flag + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
-                      ", got \"" + text + "\"");
-  return v;
+  return parse_integer_flag(flag, r[flag].as<std::string>(), lo, hi);
 }
 
 // The whole text of --flag as a number.

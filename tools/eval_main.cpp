@@ -27,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,7 @@
 #include "kernels/backends.h"
 #include "parallel/parallel_context.h"
 #include "mpi_tool_main.h"
+#include "tools/integer_flag.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #ifdef TRIDENT_HAVE_MPI
@@ -75,15 +77,8 @@ struct EvalFlags {
   bool split_given = false, max_tokens_given = false;
 };
 
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo) {
-  try {
-    size_t used = 0;
-    const long long x = std::stoll(v, &used);
-    if (used == v.size() && x >= lo) return x;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError("--" + flag + ": cannot parse '" + v + "' as an integer >= " + std::to_string(lo));
-}
+constexpr long long kMaxIteration = 1ll << 40;  // as trident-generate and trident-convert
+constexpr long long kMaxCount = std::numeric_limits<int64_t>::max();
 
 // Takes trident-eval's own flags out of argv; the rest is trident-train's.
 std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
@@ -110,11 +105,11 @@ std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
       if (has_value) throw ConfigError("--sequential takes no value");
       f.sequential = true;
     } else if (name == "--iteration") {
-      f.iteration = parse_int("iteration", take_value(), 0);
+      f.iteration = parse_integer_flag("iteration", take_value(), 0, kMaxIteration);
     } else if (name == "--first-sample") {
-      f.first_sample = parse_int("first-sample", take_value(), 0);
+      f.first_sample = parse_integer_flag("first-sample", take_value(), 0, kMaxCount);
     } else if (name == "--max-tokens") {
-      f.max_tokens = static_cast<uint64_t>(parse_int("max-tokens", take_value(), 2));
+      f.max_tokens = static_cast<uint64_t>(parse_integer_flag("max-tokens", take_value(), 2, kMaxCount));
       f.max_tokens_given = true;
     } else if (name == "--split-name") {
       f.split_name = take_value();

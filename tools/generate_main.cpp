@@ -48,12 +48,16 @@ struct Sample {
   std::vector<int32_t> generated;  // the new tokens (without a final <|endoftext|>)
 };
 
+// One prompt per line; as in the JSONL reader, a line loses one trailing '\r' (a file with
+// Windows line ends) and then an empty line is skipped.
 std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError("--sample-input-file: cannot read " + path);
   std::vector<std::string> prompts;
-  for (std::string line; std::getline(in, line);)
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
     if (!line.empty()) prompts.push_back(line);
+  }
   if (prompts.empty()) throw ConfigError("--sample-input-file: " + path + " holds no prompt");
   return prompts;
 }

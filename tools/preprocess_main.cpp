@@ -2,8 +2,14 @@
 //   trident-preprocess --input corpus.jsonl --output-prefix data/corpus
 //     --tokenizer-type GPT2BPETokenizer --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt
 //     --append-eod --workers 4
+// SIGINT or SIGTERM stops the run within a batch or so: its temporary files are removed, one
+// line says so, and the process then ends by that signal (a second one ends it at once).
 #include <cxxopts.hpp>
 
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <sstream>
 
@@ -14,6 +20,26 @@
 #include "tools/tool_main.h"
 
 namespace {
+
+std::atomic<int> interrupt_signal{0};  // the signal that asked the run to stop; 0 = none
+static_assert(std::atomic<int>::is_always_lock_free, "set from a signal handler");
+
+extern "C" void on_interrupt(int sig) { interrupt_signal.store(sig); }
+
+// SIGINT and SIGTERM set interrupt_signal, once: SA_RESETHAND restores the default action,
+// so a second signal ends the process at once. A signal the process was started with
+// ignored (nohup, a background job of a script) stays ignored.
+void catch_interrupts() {
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    ::sigaction(sig, &sa, nullptr);
+  }
+}
 
 std::vector<std::string> split_keys(const std::vector<std::string>& words) {
   std::vector<std::string> keys;  // accepts "--json-keys a b" and "--json-keys a,b"
@@ -77,7 +103,7 @@ int preprocess_main(int argc, char** argv) {
   const std::string merges = r["merge-file"].as<std::string>();
   if (type == "GPT2BPETokenizer" && merges.empty()) throw ConfigError("--merge-file is required for GPT2BPETokenizer");
   if (!key_words.empty()) opt.json_keys = split_keys(key_words);
-  if (opt.json_keys.empty()) throw ConfigError("--json-keys needs at least one key");
+  trident::check_json_keys(opt.json_keys);  // before the tokenizer loads: "text text" is one line
   opt.append_eod = r.count("append-eod") > 0;
   opt.workers = static_cast<int>(trident::integer_flag(r, "workers", 1, 1024));
   if (r["dataset-impl"].as<std::string>() != "mmap")
@@ -86,10 +112,20 @@ int preprocess_main(int argc, char** argv) {
   opt.skip_invalid = r.count("skip-invalid") > 0;
   if (!r.unmatched().empty()) throw ConfigError("unexpected argument: " + r.unmatched().front());
 
+  catch_interrupts();
+  opt.interrupt = &interrupt_signal;
   auto tokenizer = trident::make_tokenizer(type, vocab, merges);
   std::fprintf(stderr, "trident-preprocess: %s, vocab %lld, %d workers, input %s\n", tokenizer->name().c_str(),
                static_cast<long long>(tokenizer->vocab_size()), opt.workers, opt.input.c_str());
-  trident::preprocess_jsonl(opt, *tokenizer);
+  try {
+    trident::preprocess_jsonl(opt, *tokenizer);
+  } catch (const trident::PreprocessInterrupted& e) {
+    std::fprintf(stderr, "trident-preprocess: %s\n", e.what());
+    std::fflush(stderr);
+    std::signal(e.signal(), SIG_DFL);  // end as the signal would have: the caller sees it
+    std::raise(e.signal());
+    return 128 + e.signal();
+  }
   return 0;
 }
 

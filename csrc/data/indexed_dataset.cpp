@@ -1,13 +1,17 @@
 #include "data/indexed_dataset.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <optional>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -17,6 +21,7 @@ namespace {
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kVersion = 1;
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
+constexpr const char* kTempTag = ".tmp.";  // a builder's temporaries: {prefix}.bin.tmp.<pid>, .idx.tmp.<pid>
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -47,6 +52,18 @@ void store_as(const int32_t* in, size_t n, char* out, const std::string& prefix)
     T v = static_cast<T>(in[i]);
     std::memcpy(out + i * sizeof(T), &v, sizeof(T));
   }
+}
+
+// The pid of a temporary file's name: decimal digits without a leading zero, 1 .. INT_MAX.
+std::optional<pid_t> parse_pid(std::string_view s) {
+  if (s.empty() || s.size() > 10 || s[0] == '0') return std::nullopt;
+  int64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  if (v > std::numeric_limits<int32_t>::max()) return std::nullopt;
+  return static_cast<pid_t>(v);
 }
 
 template <typename T>
@@ -80,7 +97,7 @@ IndexedDatasetBuilder::IndexedDatasetBuilder(std::string prefix, IndexDType dtyp
   if (dtype != IndexDType::kUInt16 && dtype != IndexDType::kInt32 && dtype != IndexDType::kInt64 &&
       dtype != IndexDType::kUInt8 && dtype != IndexDType::kInt16 && dtype != IndexDType::kInt8)
     throw IoError(detail::concat(prefix_, ": unsupported token dtype code ", int(dtype)));
-  const std::string tag = detail::concat(".tmp.", ::getpid());
+  const std::string tag = detail::concat(kTempTag, ::getpid());
   bin_tmp_ = bin_path(prefix_) + tag;
   idx_tmp_ = idx_path(prefix_) + tag;
   bin_ = std::fopen(bin_tmp_.c_str(), "wb");
@@ -88,7 +105,7 @@ IndexedDatasetBuilder::IndexedDatasetBuilder(std::string prefix, IndexDType dtyp
 }
 
 IndexedDatasetBuilder::~IndexedDatasetBuilder() {
-  if (!done_) abort();
+  if (state_ == State::kWriting || state_ == State::kPrepared) abort();
 }
 
 void IndexedDatasetBuilder::add_item(std::span<const int32_t> tokens) {
@@ -118,7 +135,12 @@ void IndexedDatasetBuilder::add_item(std::span<const int32_t> tokens) {
 void IndexedDatasetBuilder::end_document() { doc_idx_.push_back(static_cast<int64_t>(sizes_.size())); }
 
 void IndexedDatasetBuilder::finish() {
-  TRIDENT_CHECK(!done_, "finish() called twice");
+  prepare();
+  commit();
+}
+
+void IndexedDatasetBuilder::prepare() {
+  TRIDENT_CHECK(state_ == State::kWriting, "prepare() after prepare(), commit() or abort()");
   if (std::fclose(bin_) != 0) {
     bin_ = nullptr;
     throw IoError(detail::concat(bin_tmp_, ": write failed: ", errno_text()));
@@ -141,21 +163,67 @@ void IndexedDatasetBuilder::finish() {
   for (int64_t d : doc_idx_) put<int64_t>(idx, d);
   std::FILE* f = std::fopen(idx_tmp_.c_str(), "wb");
   if (!f) throw IoError(detail::concat(idx_path(prefix_), ": cannot create: ", errno_text()));
-  write_all(f, idx.data(), idx.size(), idx_tmp_);
+  try {
+    write_all(f, idx.data(), idx.size(), idx_tmp_);
+  } catch (...) {
+    std::fclose(f);
+    throw;
+  }
   if (std::fclose(f) != 0) throw IoError(detail::concat(idx_tmp_, ": write failed: ", errno_text()));
-  if (std::rename(bin_tmp_.c_str(), bin_path(prefix_).c_str()) != 0)
-    throw IoError(detail::concat(bin_path(prefix_), ": cannot rename: ", errno_text()));
-  if (std::rename(idx_tmp_.c_str(), idx_path(prefix_).c_str()) != 0)
-    throw IoError(detail::concat(idx_path(prefix_), ": cannot rename: ", errno_text()));
-  done_ = true;
+  state_ = State::kPrepared;
+}
+
+void IndexedDatasetBuilder::commit() {
+  TRIDENT_CHECK(state_ == State::kPrepared, "commit() without prepare()");
+  const std::string bin = bin_path(prefix_), idx = idx_path(prefix_);
+  if (std::rename(bin_tmp_.c_str(), bin.c_str()) != 0)
+    throw IoError(detail::concat(bin, ": cannot rename ", bin_tmp_, " to it: ", errno_text()));
+  if (std::rename(idx_tmp_.c_str(), idx.c_str()) != 0) {
+    const std::string why = errno_text();
+    std::remove(bin.c_str());  // a .bin without its .idx is no dataset
+    throw IoError(detail::concat(idx, ": cannot rename ", idx_tmp_, " to it: ", why));
+  }
+  state_ = State::kCommitted;
 }
 
 void IndexedDatasetBuilder::abort() {
+  if (state_ == State::kAborted) return;
   if (bin_) std::fclose(bin_);
   bin_ = nullptr;
-  std::remove(bin_tmp_.c_str());
-  std::remove(idx_tmp_.c_str());
-  done_ = true;
+  if (state_ == State::kCommitted) {
+    std::remove(bin_path(prefix_).c_str());
+    std::remove(idx_path(prefix_).c_str());
+  } else {
+    std::remove(bin_tmp_.c_str());
+    std::remove(idx_tmp_.c_str());
+  }
+  state_ = State::kAborted;
+}
+
+std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const fs::path p(prefix);
+  const std::string base = p.filename().string();
+  std::vector<std::string> removed;
+  if (base.empty()) return removed;
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    for (const std::string& head : {bin_path(base) + kTempTag, idx_path(base) + kTempTag}) {
+      if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) continue;
+      const std::optional<pid_t> pid = parse_pid(std::string_view(name).substr(head.size()));
+      if (!pid || *pid == ::getpid()) continue;
+      if (::kill(*pid, 0) == 0 || errno != ESRCH) continue;  // running (or not ours to signal)
+      std::error_code type_ec;
+      if (!fs::is_regular_file(it->symlink_status(type_ec))) continue;
+      stale.push_back(p.has_parent_path() ? p.parent_path() / name : fs::path(name));
+    }
+  }
+  for (const fs::path& f : stale)
+    if (::unlink(f.c_str()) == 0) removed.push_back(f.string());
+  return removed;
 }
 
 // ---------------------------------------------------------------- reader

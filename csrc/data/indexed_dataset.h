@@ -25,8 +25,11 @@ IndexDType best_fitting_dtype(int64_t vocab_size);
 std::string idx_path(const std::string& prefix);  // prefix + ".idx"
 std::string bin_path(const std::string& prefix);  // prefix + ".bin"
 
-// Streams tokens to `{prefix}.bin` under a temporary name and writes the .idx at finish();
-// both files get their final names only then. Destroyed without finish(): temps removed.
+// Streams tokens to `{prefix}.bin.tmp.<pid>` and writes `{prefix}.idx.tmp.<pid>` at
+// finish(); both files get their final names only then. Several outputs that must appear
+// together use the two halves of finish(): prepare() each, then commit() each, and abort()
+// every one if any step fails (abort() also takes back a commit). Destroyed before
+// commit(): the temporary files are removed.
 class IndexedDatasetBuilder {
  public:
   IndexedDatasetBuilder(std::string prefix, IndexDType dtype);
@@ -36,14 +39,17 @@ class IndexedDatasetBuilder {
 
   void add_item(std::span<const int32_t> tokens);  // one sequence (throws if a token does not fit)
   void end_document();                             // closes the current document
-  void finish();                                   // writes .idx, renames both files
-  void abort();                                    // removes the temporary files
+  void finish();                                   // prepare(), then commit()
+  void prepare();  // closes the .bin and writes the .idx, both still under their temporary names
+  void commit();   // renames both to their final names (.bin first; a failed .idx rename removes it)
+  void abort();    // removes what this builder wrote: its temporary files, or after commit() its outputs
 
   uint64_t items() const { return sizes_.size(); }
   uint64_t documents() const { return doc_idx_.size() - 1; }
   uint64_t tokens() const { return tokens_; }
 
  private:
+  enum class State : uint8_t { kWriting, kPrepared, kCommitted, kAborted };
   std::string prefix_, bin_tmp_, idx_tmp_;
   IndexDType dtype_;
   std::FILE* bin_ = nullptr;
@@ -51,8 +57,14 @@ class IndexedDatasetBuilder {
   std::vector<int64_t> doc_idx_{0};
   std::vector<char> scratch_;
   uint64_t tokens_ = 0;
-  bool done_ = false;
+  State state_ = State::kWriting;
 };
+
+// Removes the temporary files `{prefix}.bin.tmp.<pid>` and `{prefix}.idx.tmp.<pid>` that
+// builders of this prefix left behind in processes that are gone (kill(pid, 0) fails with
+// ESRCH), e.g. an interrupted trident-preprocess. Files of running processes, of other
+// prefixes and any other name are kept. Returns the paths removed.
+std::vector<std::string> remove_stale_builder_temps(const std::string& prefix);
 
 // Reads a .bin/.idx pair: the index is copied into memory (its arrays are not aligned in
 // the file), the .bin is memory-mapped. Every field is checked against the file lengths

@@ -34,10 +34,20 @@ JsonlReader::JsonlReader(std::string path) : path_(std::move(path)) {
   if (!f_) throw IoError(detail::concat(path_, ": cannot open: ", std::strerror(errno)));
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0) file_size_ = static_cast<uint64_t>(st.st_size);
-  unsigned char head[6] = {};
-  const size_t got = std::fread(head, 1, 6, f_);
-  std::rewind(f_);
-  if (got == 6 && std::memcmp(head, kXzMagic, 6) == 0) {
+  // The first bytes tell xz from text. They are kept, not re-read: a pipe (--input <(...),
+  // /dev/stdin) cannot be rewound.
+  char head[6] = {};
+  const size_t got = std::fread(head, 1, sizeof head, f_);
+  if (got < sizeof head) {
+    if (std::ferror(f_)) {
+      const std::string why = std::strerror(errno);
+      std::fclose(f_);
+      throw IoError(detail::concat(path_, ": read failed: ", why));
+    }
+    raw_eof_ = true;
+  }
+  raw_read_ = got;
+  if (got == sizeof head && std::memcmp(head, kXzMagic, sizeof head) == 0) {
     xz_ = new XzState;
     lzma_ret r = lzma_stream_decoder(&xz_->s, UINT64_MAX, LZMA_CONCATENATED);
     if (r != LZMA_OK) {
@@ -47,6 +57,11 @@ JsonlReader::JsonlReader(std::string path) : path_(std::move(path)) {
       throw IoError(detail::concat(path_, ": ", lzma_text(r)));
     }
     raw_.resize(kChunk);
+    std::memcpy(raw_.data(), head, got);  // the decoder's first input
+    xz_->s.next_in = reinterpret_cast<const uint8_t*>(raw_.data());
+    xz_->s.avail_in = got;
+  } else {
+    buf_.assign(head, head + got);  // the first text
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -93,6 +94,20 @@ const char* json_type_name(simdjson::dom::element_type t) {
   return "value";
 }
 
+// The value of `key` in `obj`, the last one when the key repeats: Python's json.loads,
+// which Megatron's preprocess_data.py uses, keeps the last ({"text": "a", "text": "b"} is
+// "b"), while simdjson's at_key() returns the first.
+bool last_value(const simdjson::dom::object& obj, std::string_view key, simdjson::dom::element& value) {
+  bool found = false;
+  for (const simdjson::dom::key_value_pair field : obj) {
+    if (field.key == key) {
+      value = field.value;
+      found = true;
+    }
+  }
+  return found;
+}
+
 // Parses and tokenizes one batch. Never throws: failures go into the result.
 void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
              simdjson::dom::parser& parser, Result& r) {
@@ -100,6 +115,7 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
   r.raw_bytes = b.raw_bytes;
   r.text_bytes = b.text_bytes;
   r.error = b.error;
+  std::vector<simdjson::dom::element> values(opt.json_keys.size());  // per key, of the current line
   try {
     for (size_t i = 0; i < b.line.size(); ++i) {
       std::string_view text(b.text.data() + b.offset[i], b.length[i]);
@@ -117,14 +133,14 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
       } else if (doc.get(obj)) {
         why = detail::concat("not a JSON object (got ", json_type_name(doc.type()), ")");
       } else {
-        for (const std::string& key : opt.json_keys) {
-          simdjson::dom::element v;
-          if (obj.at_key(key).get(v)) {
+        for (size_t k = 0; k < values.size(); ++k) {
+          const std::string& key = opt.json_keys[k];
+          if (!last_value(obj, key, values[k])) {
             why = detail::concat("missing key \"", key, "\"");
             break;
           }
-          if (!v.is_string()) {
-            why = detail::concat("key \"", key, "\" is not a string (got ", json_type_name(v.type()), ")");
+          if (!values[k].is_string()) {
+            why = detail::concat("key \"", key, "\" is not a string (got ", json_type_name(values[k].type()), ")");
             break;
           }
         }
@@ -135,9 +151,8 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
         continue;
       }
       r.status.push_back(LineStatus::kOk);
-      for (const std::string& key : opt.json_keys) {
-        std::string_view value = obj.at_key(key).get_string().value_unsafe();
-        std::vector<int32_t> ids = tok.encode(value);
+      for (const simdjson::dom::element& v : values) {
+        std::vector<int32_t> ids = tok.encode(v.get_string().value_unsafe());
         if (!ids.empty() && opt.append_eod) ids.push_back(tok.eod());
         r.tokens.insert(r.tokens.end(), ids.begin(), ids.end());
         r.ends.push_back(r.tokens.size());
@@ -154,16 +169,39 @@ std::string format_eta(double s) {
                         t % 60 < 10 ? "0" : "", t % 60, "s");
 }
 
+std::string signal_name(int sig) {
+  if (sig == SIGINT) return "SIGINT";
+  if (sig == SIGTERM) return "SIGTERM";
+  return detail::concat("signal ", sig);
+}
+
 }  // namespace
+
+PreprocessInterrupted::PreprocessInterrupted(int signal)
+    : Error("interrupted by " + signal_name(signal) + ": no output written, temporary files removed"),
+      signal_(signal) {}
 
 std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key) {
   return output_prefix + "_" + key + "_document";
 }
 
+void check_json_keys(const std::vector<std::string>& keys) {
+  if (keys.empty()) throw ConfigError("--json-keys needs at least one key");
+  for (size_t i = 0; i < keys.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (keys[i] == keys[j])
+        throw ConfigError("--json-keys: key \"" + keys[i] + "\" is given twice (each key has its own output)");
+}
+
 PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& tok) {
   if (opt.workers < 1) throw ConfigError("--workers must be at least 1");
-  if (opt.json_keys.empty()) throw ConfigError("--json-keys needs at least one key");
+  check_json_keys(opt.json_keys);
   if (opt.output_prefix.empty()) throw ConfigError("--output-prefix is required");
+  auto check_interrupt = [&] {
+    if (opt.interrupt)
+      if (const int sig = opt.interrupt->load(); sig != 0) throw PreprocessInterrupted(sig);
+  };
+  check_interrupt();
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
 
@@ -177,6 +215,8 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
   const IndexDType dtype = best_fitting_dtype(tok.vocab_size());
   for (const std::string& key : opt.json_keys) {
     st.output_prefixes.push_back(preprocess_output_prefix(opt.output_prefix, key));
+    for (const std::string& stale : remove_stale_builder_temps(st.output_prefixes.back()))
+      if (opt.log) std::fprintf(opt.log, "Removed %s, left by an earlier run that is gone.\n", stale.c_str());
     builders.push_back(std::make_unique<IndexedDatasetBuilder>(st.output_prefixes.back(), dtype));
   }
 
@@ -257,10 +297,14 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
   try {
     uint64_t next_log = opt.log_interval;
     for (uint64_t seq = 0;; ++seq) {
+      check_interrupt();
       std::unique_ptr<Result> r;
       {
         std::unique_lock<std::mutex> l(rm);
-        rcv.wait(l, [&] { return results.count(seq) || (total_batches && seq >= *total_batches); });
+        auto ready = [&] { return results.count(seq) || (total_batches && seq >= *total_batches); };
+        if (!opt.interrupt) rcv.wait(l, ready);
+        else  // a signal sets *interrupt without waking this wait: look every 50 ms
+          while (!rcv.wait_for(l, std::chrono::milliseconds(50), ready)) check_interrupt();
         auto it = results.find(seq);
         if (it == results.end()) break;
         r = std::move(it->second);
@@ -308,10 +352,15 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
       slots.release();
     }
     shutdown();
-    for (auto& b : builders) b->finish();
+    // Every output gets its final name only when all of them are complete.
+    for (auto& b : builders) b->prepare();
+    check_interrupt();
+    for (auto& b : builders) b->commit();
   } catch (...) {
-    shutdown();
+    // The builders first (only this thread uses them): the temporary files, and any output
+    // already renamed, go at once, even if a reader blocked on a pipe delays shutdown().
     for (auto& b : builders) b->abort();
+    shutdown();
     throw;
   }
   st.seconds = elapsed();

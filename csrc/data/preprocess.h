@@ -7,14 +7,23 @@
 // skipped, as Megatron does; append_eod adds the tokenizer's eod to each document.
 // Blank lines are ignored. A line that is not JSON, is not an object, lacks a key or has a
 // non-string value stops the run with IoError "file:line: reason" and no outputs are left
-// behind; with skip_invalid such lines are counted and skipped instead.
+// behind; with skip_invalid such lines are counted and skipped instead. A key that appears
+// twice in one object takes its last value, as Python's json.loads (Megatron's
+// preprocess_data.py) does.
+//
+// Every key's .bin/.idx is written under a temporary name ({prefix}_{key}_document.bin.tmp.<pid>)
+// and all of them get their final names together once every key is done; a failure on the
+// way (a rename included) leaves none of them. Temporary files of this output prefix left by
+// a process that is gone (an interrupted run) are removed at the start.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "data/tokenizer.h"
 
 namespace trident {
@@ -29,6 +38,19 @@ struct PreprocessOptions {
   bool skip_invalid = false;
   std::FILE* log = stderr;                  // progress and summary; nullptr = silent
   size_t batch_lines = 0;                   // lines per work batch; 0 = default (1024)
+  // When it holds a nonzero signal number (set by a signal handler), the run stops within
+  // a batch or so, removes its temporary files and throws PreprocessInterrupted.
+  const std::atomic<int>* interrupt = nullptr;
+};
+
+// A run stopped through PreprocessOptions::interrupt; nothing of it is left on disk.
+class PreprocessInterrupted : public Error {
+ public:
+  explicit PreprocessInterrupted(int signal);
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 struct PreprocessStats {
@@ -44,6 +66,10 @@ struct PreprocessStats {
 };
 
 std::string preprocess_output_prefix(const std::string& output_prefix, const std::string& key);
+
+// Throws ConfigError naming --json-keys when the list is empty or names a key twice (two
+// keys would share one output file).
+void check_json_keys(const std::vector<std::string>& keys);
 
 PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& tokenizer);
 

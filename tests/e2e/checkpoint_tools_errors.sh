@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # trident-eval and trident-convert on bad input: every case exits 2 with exactly one line
-# "trident-<tool>: error: ..." naming the file or flag, and a failed conversion leaves nothing
+# "trident-<tool>: error: ..." naming the file or flag (an integer out of range with the
+# value as typed), and a failed conversion leaves nothing
 # under its final name. The checkpoint: gpt2-tiny with 4 layers, 2 iterations, one process.
 # Usage: checkpoint_tools_errors.sh TRAIN EVAL CONVERT REPO
 set -u
@@ -59,6 +60,25 @@ expect_error trident-convert "--to: 'onnx'" "$convert" --to onnx --load "$tmp/ck
 expect_error trident-convert "--target-tp 3" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-tp 3
 expect_error trident-convert "--target-pp (8)" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 8
 nothing_under "$tmp/out0" "an impossible layout"
+# Integers are checked whole, never narrowed (as a 32-bit int, 4294967298 would be tp 2).
+expect_error trident-convert '--target-tp: expected an integer from 1 to 2147483647, got "4294967298"' \
+  "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-tp 4294967298
+expect_error trident-convert '--target-pp: expected an integer from 1 to 2147483647, got "4294967297"' \
+  "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 4294967297
+expect_error trident-convert '--target-tp: expected an integer from 1 to 2147483647, got "99999999999"' \
+  "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-tp=99999999999
+expect_error trident-convert '--target-pp: expected an integer from 1 to 2147483647, got "0"' \
+  "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 0
+expect_error trident-convert '--iteration: expected an integer from 0 to 1099511627776, got "2x"' \
+  "$convert" --load "$tmp/ck" --save "$tmp/out0" --iteration 2x
+expect_error trident-convert \
+  '--make-vocab-size-divisible-by: expected an integer from 1 to 2147483647, got "4294967424"' \
+  "$convert" --from hf --load "$tmp/ck" --save "$tmp/out0" --make-vocab-size-divisible-by 4294967424
+expect_error trident-eval '--first-sample: expected an integer from 0 to 9223372036854775807, got "9223372036854775808"' \
+  "$eval_bin" "${args[@]}" --load "$tmp/ck" --first-sample 9223372036854775808
+expect_error trident-eval '--max-tokens: expected an integer from 2 to 9223372036854775807, got "1"' \
+  "$eval_bin" "${args[@]}" --load "$tmp/ck" --sequential --max-tokens 1
+nothing_under "$tmp/out0" "a bad integer"
 mkdir -p "$tmp/full" && touch "$tmp/full/keep"
 expect_error trident-convert "--save: $tmp/full already exists" "$convert" --to hf --load "$tmp/ck" --save "$tmp/full"
 

@@ -2,8 +2,8 @@
 # trident-generate end to end: a gpt2-tiny-shaped model trained on the demo corpus (GPT-2
 # vocabulary) at tp2 x pp2, saved, and consolidated to tp1 by trident-convert. Generation
 # from either checkpoint gives the same bytes (greedy, and seeded top-k/top-p sampling);
-# the same seed repeats, another seed differs; prompts come from flags and a file, the
-# JSON-lines output parses and names each prompt; unconditional samples come in batches;
+# the same seed repeats, another seed differs; prompts come from flags and a file (CRLF line
+# ends give the same prompts), the JSON-lines output parses and names each prompt; unconditional samples come in batches;
 # a sample stops at the model's last position. Bad input is one line and exit 2, with no
 # output file left behind.
 #   tests/e2e/generate.sh <trident-train> <trident-preprocess> <trident-generate> <trident-convert> <repo> <gpt2 dir>
@@ -57,6 +57,23 @@ assert [r["prompt"] for r in rows] == ["First prompt", "Second one"], rows
 assert all(isinstance(r["text"], str) and 1 <= r["tokens"] <= 8 for r in rows), rows
 PY
 then ok "JSON lines: two prompts, each continued"; else fail "JSON lines output"; fi
+
+# Windows line ends: each prompt loses its '\r' and the "\r\n"-only line is skipped, so the
+# greedy samples and their JSON lines are byte for byte those of the same prompts with "\n".
+printf 'First prompt\nSecond one\n' >"$tmp/lf.txt"
+printf 'First prompt\r\n\r\nSecond one\r\n' >"$tmp/crlf.txt"
+for f in lf crlf; do
+  gen --load "$tmp/ckpt" --sample-input-file "$tmp/$f.txt" --greedy --out-seq-length 8 \
+    --sample-output-file "$tmp/$f.jsonl" >"$tmp/$f.out" 2>/dev/null || fail "prompts from $f.txt"
+done
+if cmp -s "$tmp/lf.out" "$tmp/crlf.out" && cmp -s "$tmp/lf.jsonl" "$tmp/crlf.jsonl" &&
+   python3 - "$tmp/crlf.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["prompt"] for r in rows] == ["First prompt", "Second one"], rows
+PY
+then ok "CRLF prompt file: same prompts and greedy samples as with LF"
+else fail "CRLF prompt file: $(cat "$tmp/crlf.jsonl") vs $(cat "$tmp/lf.jsonl")"; fi
 
 gen --load "$tmp/ckpt" --num-samples 3 --batch-size 2 --out-seq-length 6 --seed 3 >"$tmp/uncond.out" 2>/dev/null
 [[ $(grep -c '^=== sample [0-9]* (unconditional) ===$' "$tmp/uncond.out") -eq 3 ]] && ok "3 unconditional samples in batches of 2" ||

@@ -1,8 +1,15 @@
 // .bin/.idx: the bytes of a known tiny dataset parsed by hand against Megatron's layout,
 // reader round trip, and rejection of truncated / foreign files (file named, no crash).
+// The builder's two-phase finish (prepare, commit, abort taking a commit back) and the
+// removal of temporary files that dead processes left.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
@@ -129,6 +136,100 @@ TEST(IndexedDataset, AbandonedBuilderLeavesNothing) {
     b.end_document();
   }
   EXPECT_TRUE(dir.files().empty());
+}
+
+void write_small(IndexedDatasetBuilder& b) {
+  b.add_item(std::vector<int32_t>{7, 8});
+  b.end_document();
+}
+
+TEST(IndexedDataset, PrepareKeepsTemporaryNamesUntilCommit) {
+  ScratchDir dir;
+  const std::string tag = ".tmp." + std::to_string(::getpid());
+  IndexedDatasetBuilder b(dir / "p", IndexDType::kUInt16);
+  write_small(b);
+  b.prepare();
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"p.bin" + tag, "p.idx" + tag}));
+  b.commit();
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"p.bin", "p.idx"}));
+  EXPECT_EQ(IndexedDataset(dir / "p").item(0), (std::vector<int32_t>{7, 8}));
+  b.abort();  // takes the commit back
+  EXPECT_TRUE(dir.files().empty());
+}
+
+TEST(IndexedDataset, CommittedBuilderKeepsItsOutputs) {
+  ScratchDir dir;
+  {
+    IndexedDatasetBuilder b(dir / "kept", IndexDType::kUInt16);
+    write_small(b);
+    b.finish();
+  }
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"kept.bin", "kept.idx"}));
+  {
+    IndexedDatasetBuilder b(dir / "half", IndexDType::kUInt16);
+    write_small(b);
+    b.prepare();  // destroyed before commit(): nothing of it stays
+  }
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"kept.bin", "kept.idx"}));
+}
+
+TEST(IndexedDataset, FailedIndexRenameLeavesNoBin) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir / "p.idx/inside");  // the .idx cannot be renamed onto it
+  IndexedDatasetBuilder b(dir / "p", IndexDType::kUInt16);
+  write_small(b);
+  b.prepare();
+  try {
+    b.commit();
+    FAIL() << "renamed onto a directory";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(dir / "p.idx: cannot rename ", 0), 0u) << e.what();
+  }
+  // The .bin that was renamed first is gone again; the .idx is still a temporary.
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"p.idx", "p.idx.tmp." + std::to_string(::getpid())}));
+  b.abort();
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"p.idx"}));  // only the directory that was there
+}
+
+TEST(IndexedDataset, StaleTemporariesOfDeadProcessesRemoved) {
+  ScratchDir dir;
+  // Linux pids stay below pid_max (at most 2^22), so 99999999 is no process.
+  const std::string dead = "99999999", self = std::to_string(::getpid()), parent = std::to_string(::getppid());
+  const std::vector<std::string> removed_names = {"p.bin.tmp." + dead, "p.idx.tmp." + dead};
+  const std::vector<std::string> kept_names = {
+      "p.bin.tmp." + self,            // this process
+      "p.idx.tmp." + parent,          // a running process
+      "p.bin",                        // outputs
+      "p.idx",
+      "p.bin.tmp.0" + dead,           // not a name a builder writes
+      "p.bin.tmp." + dead + "x",
+      "p.bin.tmp.",
+      "p.bin.tmp.-5",
+      "p.bin.tmp." + dead + ".bak",
+      "p.txt.tmp." + dead,
+      "q.bin.tmp." + dead,            // other prefixes
+      "p_x.bin.tmp." + dead,
+      "xp.bin.tmp." + dead,
+  };
+  for (const auto& n : removed_names) write_file(dir / n, "stale");
+  for (const auto& n : kept_names) write_file(dir / n, "keep");
+  std::filesystem::create_directory(dir / ("p.idx.tmp.99999998"));  // not a regular file
+  std::vector<std::string> removed = remove_stale_builder_temps(dir / "p");
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, (std::vector<std::string>{dir / removed_names[0], dir / removed_names[1]}));
+  std::set<std::string> expected(kept_names.begin(), kept_names.end());
+  expected.insert("p.idx.tmp.99999998");
+  EXPECT_EQ(dir.files(), expected);
+  EXPECT_TRUE(remove_stale_builder_temps(dir / "p").empty());
+  EXPECT_TRUE(remove_stale_builder_temps(dir / "no/such/dir/p").empty());
+  // A prefix without a directory part is looked up in the working directory.
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  write_file("r.bin.tmp." + dead, "stale");
+  removed = remove_stale_builder_temps("r");
+  std::filesystem::current_path(cwd);
+  EXPECT_EQ(removed, (std::vector<std::string>{"r.bin.tmp." + dead}));
+  EXPECT_FALSE(std::filesystem::exists(dir / ("r.bin.tmp." + dead)));
 }
 
 // Expects IoError whose message names `file`.

@@ -1,9 +1,12 @@
 // JsonlReader: line splitting (CRLF, no final newline, lines longer than a read chunk,
 // empty lines), line numbers, and .xz input through liblzma (single and concatenated
-// streams, corrupt data named).
+// streams, corrupt data named); plain and xz input from a pipe, which cannot be rewound.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "data/jsonl_reader.h"
@@ -105,6 +108,49 @@ TEST(JsonlReader, CorruptXzNamesTheFile) {
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
   }
+}
+
+// Reads `bytes` through a pipe, as "--input <(xzcat ...)" or /dev/stdin would give them.
+std::vector<std::string> read_through_pipe(const std::string& bytes, bool* compressed) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  std::thread writer([&] {
+    for (size_t at = 0; at < bytes.size();) {
+      const ssize_t n = ::write(fds[1], bytes.data() + at, bytes.size() - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    ::close(fds[1]);
+  });
+  std::vector<std::string> out;
+  {
+    JsonlReader r("/dev/fd/" + std::to_string(fds[0]));
+    *compressed = r.compressed();
+    std::string_view line;
+    while (r.next(line)) out.emplace_back(line);
+  }
+  writer.join();
+  ::close(fds[0]);
+  return out;
+}
+
+TEST(JsonlReader, ReadsFromAPipe) {
+  ScratchDir dir;
+  std::string content;
+  std::vector<std::string> want;
+  for (int i = 0; i < 20000; ++i) {  // a few pipe buffers' worth
+    want.push_back("{\"text\": \"line " + std::to_string(i) + "\"}");
+    content += want.back() + (i % 2 ? "\r\n" : "\n");
+  }
+  bool compressed = true;
+  EXPECT_EQ(read_through_pipe(content, &compressed), want);
+  EXPECT_FALSE(compressed);
+  EXPECT_EQ(read_through_pipe("ab", &compressed), (std::vector<std::string>{"ab"}));  // shorter than the xz magic
+  EXPECT_TRUE(read_through_pipe("", &compressed).empty());
+  write_file(dir / "c.jsonl", content);
+  xz(dir / "c.jsonl");
+  EXPECT_EQ(read_through_pipe(testing::read_file(dir / "c.jsonl.xz"), &compressed), want);
+  EXPECT_TRUE(compressed);
 }
 
 TEST(JsonlReader, MissingFileNamesTheFile) {

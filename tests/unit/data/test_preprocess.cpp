@@ -1,16 +1,25 @@
 // preprocess_jsonl end to end with a byte-level stub tokenizer: outputs compared token by
 // token with the documents written directly; order kept with several workers; several
 // --json-keys; --append-eod; empty documents skipped; .xz input; every bad-input error
-// names file:line and leaves no outputs; --skip-invalid counts. The CLI is run with the real
-// GPT-2 files when both are present.
+// names file:line and leaves no outputs; --skip-invalid counts. A repeated JSON key takes
+// its last value; a repeated --json-keys entry is refused; the keys' outputs appear together
+// or not at all; stale temporary files of dead runs go; an interrupt leaves nothing. The CLI
+// is run with the real GPT-2 files when both are present (signals included).
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <future>
 #include <random>
+#include <thread>
 
 #include "core/error.h"
 #include "data/indexed_dataset.h"
@@ -226,6 +235,151 @@ TEST(Preprocess, MissingInputNamed) {
   EXPECT_TRUE(dir.files().empty());
 }
 
+TEST(Preprocess, RepeatedJsonKeyTakesItsLastValue) {
+  // Python's json.loads keeps the last value of a repeated key, so Megatron does.
+  ScratchDir dir;
+  write_file(dir / "in.jsonl",
+             "{\"text\": \"first\", \"text\": \"second\"}\n"
+             "{\"text\": \"a\", \"title\": \"T\", \"text\": \"b\", \"text\": \"c\"}\n"
+             "{\"text\": 1, \"text\": \"number, then a string\"}\n"
+             "{\"te\\u0078t\": \"escaped\", \"text\": \"plain\"}\n"
+             "{\"text\": \"plain\", \"te\\u0078t\": \"escaped\"}\n");
+  auto o = options(dir, dir / "in.jsonl");
+  ByteTokenizer tok;
+  const auto st = preprocess_jsonl(o, tok);
+  EXPECT_EQ(documents_of(st.output_prefixes[0]),
+            (std::vector<std::vector<int32_t>>{bytes_of("second"), bytes_of("c"), bytes_of("number, then a string"),
+                                               bytes_of("plain"), bytes_of("escaped")}));
+  write_file(dir / "last_bad.jsonl", "{\"text\": \"a string, then null\", \"text\": null}\n");
+  o = options(dir, dir / "last_bad.jsonl");
+  o.output_prefix = dir / "bad";
+  try {
+    preprocess_jsonl(o, tok);
+    FAIL() << "a null last value accepted";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), dir / "last_bad.jsonl:1: key \"text\" is not a string (got null)");
+  }
+}
+
+TEST(Preprocess, RepeatedJsonKeysEntryRefusedBeforeAnyOutput) {
+  ScratchDir dir;
+  write_file(dir / "in.jsonl", "{\"text\": \"x\", \"title\": \"y\"}\n");
+  for (const std::vector<std::string>& keys : {std::vector<std::string>{"text", "text"},
+                                               std::vector<std::string>{"text", "title", "text"}}) {
+    auto o = options(dir, dir / "in.jsonl");
+    o.json_keys = keys;
+    ByteTokenizer tok;
+    try {
+      preprocess_jsonl(o, tok);
+      FAIL() << "accepted a repeated key";
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), "--json-keys: key \"text\" is given twice (each key has its own output)");
+    }
+    EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl"}));
+  }
+  EXPECT_NO_THROW(check_json_keys({"text", "title"}));
+  EXPECT_THROW(check_json_keys({}), ConfigError);
+}
+
+TEST(Preprocess, KeysOutputsAppearTogetherOrNotAtAll) {
+  ScratchDir dir;
+  write_file(dir / "in.jsonl", "{\"a\": \"x\", \"b\": \"y\", \"c\": \"z\"}\n");
+  // The .idx of the second key cannot take its final name (a directory is there): the first
+  // key's outputs, already renamed, are taken back, and nothing else is left.
+  std::filesystem::create_directories(dir / "o_b_document.idx/inside");
+  auto o = options(dir, dir / "in.jsonl");
+  o.output_prefix = dir / "o";
+  o.json_keys = {"a", "b", "c"};
+  ByteTokenizer tok;
+  try {
+    preprocess_jsonl(o, tok);
+    FAIL() << "renamed onto a directory";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(dir / "o_b_document.idx: cannot rename ", 0), 0u) << e.what();
+  }
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl", "o_b_document.idx"}));
+  std::filesystem::remove_all(dir / "o_b_document.idx");
+  const auto st = preprocess_jsonl(o, tok);
+  EXPECT_EQ(documents_of(st.output_prefixes[1]), (std::vector<std::vector<int32_t>>{bytes_of("y")}));
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl", "o_a_document.bin", "o_a_document.idx", "o_b_document.bin",
+                                                "o_b_document.idx", "o_c_document.bin", "o_c_document.idx"}));
+}
+
+TEST(Preprocess, StaleTemporariesOfThisPrefixRemovedAtStart) {
+  ScratchDir dir;
+  write_file(dir / "in.jsonl", "{\"text\": \"x\"}\n");
+  const std::string dead = "99999999", alive = std::to_string(::getppid());  // no pid reaches 99999999
+  for (const std::string& name : {"out_text_document.bin.tmp." + dead, "out_text_document.idx.tmp." + dead,
+                                 "out_text_document.bin.tmp." + alive, "other_text_document.bin.tmp." + dead})
+    write_file(dir / name, "left behind");
+  auto o = options(dir, dir / "in.jsonl");
+  char* log_text = nullptr;
+  size_t log_size = 0;
+  o.log = ::open_memstream(&log_text, &log_size);
+  ByteTokenizer tok;
+  preprocess_jsonl(o, tok);
+  std::fclose(o.log);
+  const std::string log(log_text, log_size);
+  std::free(log_text);
+  EXPECT_NE(log.find("Removed " + dir / "out_text_document.bin.tmp." + dead + ", left by an earlier run that is gone."),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("Removed " + dir / "out_text_document.idx.tmp." + dead), std::string::npos) << log;
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl", "out_text_document.bin", "out_text_document.idx",
+                                                "out_text_document.bin.tmp." + alive,
+                                                "other_text_document.bin.tmp." + dead}));
+}
+
+// Polls `done` for up to `seconds`.
+bool eventually(const std::function<bool()>& done, double seconds = 30) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+bool has_temporaries(const ScratchDir& dir) {
+  for (const std::string& f : dir.files())
+    if (f.find(".tmp.") != std::string::npos) return true;
+  return false;
+}
+
+TEST(Preprocess, InterruptLeavesNothing) {
+  ScratchDir dir;
+  write_file(dir / "in.jsonl", "{\"text\": \"x\"}\n");
+  auto o = options(dir, dir / "in.jsonl");
+  std::atomic<int> interrupt{SIGTERM};  // set before the start: nothing is created
+  o.interrupt = &interrupt;
+  ByteTokenizer tok;
+  try {
+    preprocess_jsonl(o, tok);
+    FAIL() << "not interrupted";
+  } catch (const PreprocessInterrupted& e) {
+    EXPECT_EQ(e.signal(), SIGTERM);
+    EXPECT_EQ(std::string(e.what()), "interrupted by SIGTERM: no output written, temporary files removed");
+  }
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl"}));
+
+  // Set while the reader waits on a pipe that stays open: the temporary files go at once,
+  // and the run ends when the pipe closes.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const std::string lines = "{\"text\": \"one\"}\n{\"text\": \"two\"}\n";
+  ASSERT_EQ(::write(fds[1], lines.data(), lines.size()), static_cast<ssize_t>(lines.size()));
+  o.input = "/dev/fd/" + std::to_string(fds[0]);
+  interrupt = 0;
+  auto run = std::async(std::launch::async, [&] { preprocess_jsonl(o, tok); });
+  EXPECT_TRUE(eventually([&] { return has_temporaries(dir); }));
+  interrupt = SIGINT;
+  EXPECT_TRUE(eventually([&] { return !has_temporaries(dir); }));
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl"}));
+  ::close(fds[1]);
+  EXPECT_THROW(run.get(), PreprocessInterrupted);
+  ::close(fds[0]);
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl"}));
+}
+
 // ---- the command-line tool (built beside the tests), with the real GPT-2 files
 
 std::string tool() { return std::string(TRIDENT_BINARY_DIR) + "/tools/trident-preprocess"; }
@@ -257,6 +411,24 @@ TEST(PreprocessTool, Gpt2EndToEnd) {
   EXPECT_EQ(run(base + " --input " + dir / "bad.jsonl", &err), 2);
   EXPECT_NE(err.find("trident-preprocess: error: " + dir / "bad.jsonl:2: key \"text\" is not a string"),
             std::string::npos) << err;
+  // A repeated key takes its last value, as json.loads does.
+  write_file(dir / "dup.jsonl", "{\"text\": \"first\", \"text\": \"Hello world\"}\n");
+  ASSERT_EQ(run(tool() + " --tokenizer-type GPT2BPETokenizer --vocab-file " + vocab + " --merge-file " + merges +
+                    " --output-prefix " + dir / "dup --input " + dir / "dup.jsonl",
+                &err),
+            0)
+      << err;
+  EXPECT_EQ(documents_of(dir / "dup_text_document"), (std::vector<std::vector<int32_t>>{{15496, 995}}));
+  // A repeated --json-keys entry: one line naming it, exit 2, nothing written.
+  for (const char* keys : {" --json-keys text text", " --json-keys text,title,text"}) {
+    EXPECT_EQ(run(tool() + " --tokenizer-type GPT2BPETokenizer --vocab-file " + vocab + " --merge-file " + merges +
+                      " --output-prefix " + dir / "twice --input " + dir / "in.jsonl" + keys,
+                  &err),
+              2);
+    EXPECT_EQ(err, "trident-preprocess: error: --json-keys: key \"text\" is given twice (each key has its own "
+                   "output)\n");
+  }
+  for (const std::string& f : dir.files()) EXPECT_EQ(f.find("twice"), std::string::npos) << f;
   EXPECT_EQ(run(base + " --input " + dir / "in.jsonl" + " --dataset-impl lazy", &err), 2);
   EXPECT_NE(err.find("--dataset-impl"), std::string::npos) << err;
   EXPECT_EQ(run(tool() + " --tokenizer-type GPT2BPETokenizer --vocab-file " + dir / "none.json" +
@@ -264,6 +436,85 @@ TEST(PreprocessTool, Gpt2EndToEnd) {
                 &err),
             2);
   EXPECT_NE(err.find(dir / "none.json"), std::string::npos) << err;
+}
+
+// Starts the tool on the read end of a pipe (the write end comes back in *input) with stderr
+// going to err_path: the run waits for input for as long as the pipe stays open.
+pid_t start_on_pipe(const std::vector<std::string>& args, const std::string& err_path, int* input) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const std::string lines = "{\"text\": \"Hello world\"}\n{\"text\": \"more\"}\n";
+  if (::write(fds[1], lines.data(), lines.size()) != static_cast<ssize_t>(lines.size())) return -1;
+  std::vector<std::string> words = {tool()};
+  words.insert(words.end(), args.begin(), args.end());
+  words.push_back("--input");
+  words.push_back("/dev/fd/" + std::to_string(fds[0]));
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(err, 2);
+    ::close(fds[1]);
+    std::signal(SIGINT, SIG_DFL);  // not ignored even if the test runs in the background
+    std::signal(SIGTERM, SIG_DFL);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(err);
+  ::close(fds[0]);
+  *input = fds[1];
+  return pid;
+}
+
+TEST(PreprocessTool, SignalsLeaveNoTemporaries) {
+  const std::string vocab = std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-vocab.json";
+  const std::string merges = std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-merges.txt";
+  if (!std::filesystem::exists(tool()) || !std::filesystem::exists(vocab))
+    GTEST_SKIP() << "needs " << tool() << " and " << vocab;
+  ScratchDir dir, logs;
+  const std::vector<std::string> args = {"--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab,
+                                         "--merge-file", merges, "--output-prefix", dir / "g"};
+  // SIGINT or SIGTERM while the run waits for input: the temporary files go at once, the
+  // process ends by that signal once its reader sees the pipe close, nothing is left.
+  for (const int sig : {SIGINT, SIGTERM}) {
+    int input = -1;
+    const pid_t pid = start_on_pipe(args, logs / "err", &input);
+    ASSERT_GT(pid, 0);
+    EXPECT_TRUE(eventually([&] { return has_temporaries(dir); })) << testing::read_file(logs / "err");
+    ::kill(pid, sig);
+    EXPECT_TRUE(eventually([&] { return !has_temporaries(dir); })) << sig;
+    ::close(input);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "status " << status;
+    const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    EXPECT_NE(testing::read_file(logs / "err")
+                  .find("trident-preprocess: interrupted by " + name + ": no output written, temporary files removed\n"),
+              std::string::npos)
+        << testing::read_file(logs / "err");
+    EXPECT_TRUE(dir.files().empty()) << sig;
+  }
+  // SIGKILL cannot be caught: its temporary files stay until the next run of the prefix.
+  int input = -1;
+  const pid_t pid = start_on_pipe(args, logs / "err", &input);
+  ASSERT_GT(pid, 0);
+  EXPECT_TRUE(eventually([&] { return has_temporaries(dir); }));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  ::close(input);
+  const std::set<std::string> left = {"g_text_document.bin.tmp." + std::to_string(pid)};
+  EXPECT_EQ(dir.files(), left);
+  write_file(logs / "in.jsonl", "{\"text\": \"Hello world\"}\n");
+  std::string err;
+  std::string cmd = tool() + " --input " + logs / "in.jsonl";
+  for (const auto& a : args) cmd += " " + a;
+  ASSERT_EQ(run(cmd, &err), 0) << err;
+  EXPECT_NE(err.find("Removed " + dir / *left.begin() + ", left by an earlier run that is gone."), std::string::npos)
+      << err;
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"g_text_document.bin", "g_text_document.idx"}));
+  EXPECT_EQ(documents_of(dir / "g_text_document"), (std::vector<std::vector<int32_t>>{{15496, 995}}));
 }
 
 // The demo corpus script's output must be strict JSON throughout (simdjson rejects bad

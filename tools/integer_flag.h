@@ -1,0 +1,29 @@
+// The one checked conversion of a flag's text to an integer, for every tool (cxxopts-based
+// or hand-parsed): the whole text must be a decimal integer within [lo, hi]. Anything else,
+// a value past the range or past 64 bits included, is a ConfigError naming the flag and the
+// text as typed, so nothing is narrowed silently (--target-tp 4294967298 is not tp 2).
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "core/error.h"
+
+namespace trident {
+
+inline long long parse_integer_flag(const std::string& flag, const std::string& text, long long lo, long long hi) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || v < lo || v > hi)
+    throw ConfigError("--" + flag + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                      ", got \"" + text + "\"");
+  return v;
+}
+
+}  // namespace trident
