@@ -3,7 +3,7 @@
 # Works on a clean Debian machine as root; safe to run again.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-"$repo/tools/install-deps.sh"
+"$repo/tools/install-deps.sh" --tests
 "$repo/tools/get-gpt2-vocab.sh" "$repo/data/gpt2" >/dev/null
 export BUILD_DIR=${BUILD_DIR:-$repo/build}
 "$repo/tools/build.sh"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages trident builds and runs with (idempotent; root or sudo).
 # Only missing packages are installed, so a second run costs a few dpkg queries.
+# --tests also installs what only the test suite uses (tests/run.sh passes it).
 set -euo pipefail
 packages=(
   cmake g++ make pkg-config git xz-utils
@@ -14,6 +15,12 @@ packages=(
   libxxhash-dev                       # checkpoint checksums
   fortunes fortunes-zh                # the demo corpus
 )
+if [[ ${1:-} == --tests ]]; then
+  packages+=(python3-torch python3-numpy)  # the PyTorch GPT-2 of tests/e2e/pytorch_reference.sh
+elif [[ $# -gt 0 ]]; then
+  echo "install-deps: unknown argument $1 (only --tests)" >&2
+  exit 2
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""GPT-2 written directly in PyTorch: the independent reference for trident's loss curve.
+
+  pytorch_gpt2.py init OUT_DIR --layers L --hidden C --heads H --positions P [--seed S]
+      writes a freshly initialised GPT-2 as a Hugging Face folder (config.json,
+      model.safetensors), which trident-convert --from hf imports, so both sides start from
+      the same bits.
+  pytorch_gpt2.py train HF_DIR DATA_PREFIX INDEX_MAP --iters N --global-batch G
+                  --seq-length S --lr LR --min-lr MIN --warmup-iters W --weight-decay WD
+                  --clip-grad CLIP
+      trains that model on the samples trident trains on and prints one line per iteration:
+      "<iteration> <lm loss> <grad norm>".
+
+What "trained the same way" means here, each piece written from its public definition and
+none of it from trident: pre-LayerNorm GPT-2 (eps 1e-5, tanh GELU, causal softmax attention
+scaled by 1/sqrt(head dim), tied input/output embedding); the mean token cross-entropy of the
+global batch; gradients clipped to a global L2 norm (Megatron's and torch's coefficient,
+max / (norm + 1e-6)); torch.optim.AdamW (betas 0.9/0.999, eps 1e-8) with weight decay on the
+2-D weights and embeddings only, as Megatron groups them; Megatron's learning rate, linear
+warm-up then cosine to the minimum, counted in samples, the rate of iteration k taken at
+(k - 1) x G samples. The samples are Megatron's GPTDataset ones, assembled from trident's
+cached index maps (doc_idx, sample_idx, shuffle_idx) and the .bin/.idx files by the
+__getitem__ rule: sample i is shuffle_idx[i]'s seq_length + 1 tokens, which may run across
+documents; iteration k reads samples [(k - 1) G, k G).
+
+Only numpy and torch; everything in float32.
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+VOCAB = 50257  # GPT-2's BPE vocabulary
+
+
+# ---- files -------------------------------------------------------------------------------
+
+def write_safetensors(path, tensors):
+    """safetensors: u64 header length, JSON header, raw little-endian data."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        data = t.detach().contiguous().numpy().astype("<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        body = f.read()
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        assert h["dtype"] == "F32", (name, h["dtype"])
+        a, b = h["data_offsets"]
+        out[name] = torch.from_numpy(np.frombuffer(body[a:b], dtype="<f4").reshape(h["shape"]).copy())
+    return out
+
+
+class IndexedDataset:
+    """Megatron's MMapIndexedDataset (.idx header, sizes, byte pointers; .bin tokens)."""
+
+    DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
+              8: np.uint16}
+
+    def __init__(self, prefix):
+        with open(prefix + ".idx", "rb") as f:
+            assert f.read(9) == b"MMIDIDX\x00\x00", prefix + ".idx: bad magic"
+            version, = struct.unpack("<Q", f.read(8))
+            assert version == 1
+            code, = struct.unpack("<B", f.read(1))
+            count, = struct.unpack("<Q", f.read(8))
+            struct.unpack("<Q", f.read(8))  # documents
+            self.sizes = np.frombuffer(f.read(4 * count), dtype="<i4")
+            self.pointers = np.frombuffer(f.read(8 * count), dtype="<i8")
+        self.dtype = np.dtype(self.DTYPES[code]).newbyteorder("<")
+        self.bin = np.memmap(prefix + ".bin", dtype=np.uint8, mode="r")
+
+    def doc(self, i):
+        start = int(self.pointers[i])
+        return np.frombuffer(self.bin[start:start + int(self.sizes[i]) * self.dtype.itemsize], dtype=self.dtype)
+
+
+class IndexMaps:
+    """trident's cache of the split's maps: magic TRIDXMAP, u64 version, hash, epochs,
+    separate-last-epoch, doc_idx length, samples; int32 doc_idx padded to 8 bytes; int64
+    sample_idx [2 (samples + 1)]; int64 shuffle_idx [samples]."""
+
+    def __init__(self, path):
+        raw = np.fromfile(path, dtype=np.uint8)
+        assert raw[:8].tobytes() == b"TRIDXMAP", path + ": not a trident index map"
+        _version, _hash, _epochs, _separate, ndoc, n = np.frombuffer(raw[8:56].tobytes(), dtype="<u8")
+        ndoc, n = int(ndoc), int(n)
+        pos = 56
+        self.doc_idx = np.frombuffer(raw[pos:pos + 4 * ndoc].tobytes(), dtype="<i4")
+        pos += (4 * ndoc + 7) // 8 * 8
+        self.sample_idx = np.frombuffer(raw[pos:pos + 16 * (n + 1)].tobytes(), dtype="<i8").reshape(n + 1, 2)
+        pos += 16 * (n + 1)
+        self.shuffle_idx = np.frombuffer(raw[pos:pos + 8 * n].tobytes(), dtype="<i8")
+
+    def sample(self, data, i, seq_length):
+        j = int(self.shuffle_idx[i])
+        (first, off_f), (last, off_l) = self.sample_idx[j], self.sample_idx[j + 1]
+        if first == last:
+            tokens = data.doc(self.doc_idx[first])[off_f:off_l + 1]
+        else:
+            parts = [data.doc(self.doc_idx[first])[off_f:]]
+            parts += [data.doc(self.doc_idx[d]) for d in range(first + 1, last)]
+            parts.append(data.doc(self.doc_idx[last])[:off_l + 1])
+            tokens = np.concatenate(parts)
+        assert len(tokens) == seq_length + 1, (i, len(tokens))
+        return tokens.astype(np.int64)
+
+
+# ---- the model ---------------------------------------------------------------------------
+
+def param_shapes(layers, hidden, positions):
+    c = hidden
+    shapes = {"transformer.wte.weight": (VOCAB, c), "transformer.wpe.weight": (positions, c)}
+    for i in range(layers):
+        h = f"transformer.h.{i}."
+        shapes.update({
+            h + "ln_1.weight": (c,), h + "ln_1.bias": (c,),
+            h + "attn.c_attn.weight": (c, 3 * c), h + "attn.c_attn.bias": (3 * c,),
+            h + "attn.c_proj.weight": (c, c), h + "attn.c_proj.bias": (c,),
+            h + "ln_2.weight": (c,), h + "ln_2.bias": (c,),
+            h + "mlp.c_fc.weight": (c, 4 * c), h + "mlp.c_fc.bias": (4 * c,),
+            h + "mlp.c_proj.weight": (4 * c, c), h + "mlp.c_proj.bias": (c,),
+        })
+    shapes["transformer.ln_f.weight"] = (c,)
+    shapes["transformer.ln_f.bias"] = (c,)
+    return shapes
+
+
+def init_params(layers, hidden, positions, seed, std=0.15):
+    """GPT-2's initialisation scheme with a larger std (GPT-2 uses 0.02; 0.15 puts GELU and
+    LayerNorm away from their linear region, where a wrong formula shows): N(0, std) weights,
+    N(0, std / sqrt(2 L)) for the two residual projections, LayerNorm gains near 1, biases
+    near 0 (a little noise on both, so that a mix-up between them shows)."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in param_shapes(layers, hidden, positions).items():
+        if name.endswith("c_proj.weight"):
+            t = torch.randn(shape, generator=g) * (std / math.sqrt(2 * layers))
+        elif len(shape) == 2:
+            t = torch.randn(shape, generator=g) * std
+        elif "ln_" in name and name.endswith(".weight"):
+            t = 1 + 0.1 * torch.randn(shape, generator=g)
+        else:
+            t = 0.01 * torch.randn(shape, generator=g)
+        out[name] = t
+    return out
+
+
+class GPT2(torch.nn.Module):
+    def __init__(self, tensors, layers, heads):
+        super().__init__()
+        self.p = torch.nn.ParameterDict({k.replace(".", "__"): torch.nn.Parameter(v.clone()) for k, v in tensors.items()})
+        self.layers, self.heads = layers, heads
+
+    def w(self, name):
+        return self.p["transformer__" + name.replace(".", "__")]
+
+    def forward(self, idx):
+        b, t = idx.shape
+        c = self.w("wte.weight").shape[1]
+        d = c // self.heads
+        x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:t]
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        for i in range(self.layers):
+            w = lambda n: self.w(f"h.{i}.{n}")
+            h = F.layer_norm(x, (c,), w("ln_1.weight"), w("ln_1.bias"), 1e-5)
+            q, k, v = (h @ w("attn.c_attn.weight") + w("attn.c_attn.bias")).split(c, dim=-1)
+            q, k, v = (z.view(b, t, self.heads, d).transpose(1, 2) for z in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(d)
+            att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, c)
+            x = x + y @ w("attn.c_proj.weight") + w("attn.c_proj.bias")
+            h = F.layer_norm(x, (c,), w("ln_2.weight"), w("ln_2.bias"), 1e-5)
+            h = F.gelu(h @ w("mlp.c_fc.weight") + w("mlp.c_fc.bias"), approximate="tanh")
+            x = x + h @ w("mlp.c_proj.weight") + w("mlp.c_proj.bias")
+        x = F.layer_norm(x, (c,), self.w("ln_f.weight"), self.w("ln_f.bias"), 1e-5)
+        return x @ self.w("wte.weight").t()
+
+
+def megatron_lr(step, warmup, decay, lr, min_lr):
+    """Megatron's cosine schedule with linear warm-up, all in samples."""
+    if warmup > 0 and step <= warmup:
+        return lr * step / warmup
+    if step > decay:
+        return min_lr
+    ratio = (step - warmup) / (decay - warmup)
+    return min_lr + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (lr - min_lr)
+
+
+# ---- commands ----------------------------------------------------------------------------
+
+def cmd_init(a):
+    import os
+    os.makedirs(a.out, exist_ok=True)
+    write_safetensors(os.path.join(a.out, "model.safetensors"), init_params(a.layers, a.hidden, a.positions, a.seed))
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+              "layer_norm_epsilon": 1e-5, "n_layer": a.layers, "n_head": a.heads, "n_embd": a.hidden,
+              "n_positions": a.positions, "n_ctx": a.positions, "vocab_size": VOCAB, "tie_word_embeddings": True}
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def cmd_train(a):
+    import os
+    torch.manual_seed(0)
+    config = json.load(open(os.path.join(a.hf, "config.json")))
+    model = GPT2(read_safetensors(os.path.join(a.hf, "model.safetensors")), config["n_layer"], config["n_head"])
+    decay = [p for n, p in model.p.items() if p.dim() == 2]  # matrices and both embeddings
+    no_decay = [p for n, p in model.p.items() if p.dim() != 2]  # LayerNorm gains, biases
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+    data, maps = IndexedDataset(a.data), IndexMaps(a.index_map)
+    g = a.global_batch
+    for it in range(1, a.iters + 1):
+        batch = np.stack([maps.sample(data, i, a.seq_length) for i in range((it - 1) * g, it * g)])
+        tokens = torch.from_numpy(batch)
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for p in model.p.values()]
+        norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)).item()
+        coeff = a.clip_grad / (norm + 1e-6)
+        if a.clip_grad > 0 and coeff < 1.0:
+            for p in params:
+                p.grad.mul_(coeff)
+        rate = megatron_lr((it - 1) * g, a.warmup_iters * g, a.iters * g, a.lr, a.min_lr)
+        for group in opt.param_groups:
+            group["lr"] = rate
+        opt.step()
+        print(f"{it} {loss.item():.9e} {norm:.9e}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("init")
+    i.add_argument("out")
+    i.add_argument("--layers", type=int, required=True)
+    i.add_argument("--hidden", type=int, required=True)
+    i.add_argument("--heads", type=int, required=True)
+    i.add_argument("--positions", type=int, required=True)
+    i.add_argument("--seed", type=int, default=1234)
+    t = sub.add_parser("train")
+    t.add_argument("hf")
+    t.add_argument("data")
+    t.add_argument("index_map")
+    for name, typ in [("iters", int), ("global-batch", int), ("seq-length", int), ("lr", float), ("min-lr", float),
+                      ("warmup-iters", int), ("weight-decay", float), ("clip-grad", float)]:
+        t.add_argument("--" + name, type=typ, required=True)
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    cmd_init(a) if a.cmd == "init" else cmd_train(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
