@@ -24,6 +24,8 @@ struct IterationLog {
   // The last iteration's; printed only when finite: a skipped iteration has none (Megatron's
   // optimizer returns no norm when it skips the step).
   double grad_norm = 0;
+  // In this log interval (Megatron resets both after every line); the run's totals are in
+  // the checkpoint.
   int64_t skipped_iterations = 0, nan_iterations = 0;
   double tokens_per_second = 0;
   double tflops_per_rank = 0;

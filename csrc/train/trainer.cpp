@@ -316,6 +316,7 @@ void Trainer::train() {
       << ", dtype " << dtype_name(m.dtype) << std::endl;
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
   int n = 0, updated = 0;
+  int64_t skipped = 0, nan = 0;  // in this log interval: Megatron prints and resets them per line
   const double flops_per_iteration = model_flops_per_iteration(m, opt_.global_batch_size, g.tp);
   const double peak_tflops =
       opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype);
@@ -347,6 +348,8 @@ void Trainer::train() {
     }
     ms_sum += r.ms;
     ++n;
+    skipped += r.skipped;
+    nan += r.skipped && r.nan_loss;
     if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
       const Throughput t = throughput(r.ms);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
@@ -379,8 +382,8 @@ void Trainer::train() {
       l.lm_acc = acc_sum / std::max(1, updated);
       l.loss_scale = scaler_.scale();  // 1 without a scaler
       l.grad_norm = r.grad_norm;
-      l.skipped_iterations = skipped_iterations_;
-      l.nan_iterations = nan_iterations_;
+      l.skipped_iterations = skipped;
+      l.nan_iterations = nan;
       const Throughput t = throughput(l.ms_per_iteration);
       l.tokens_per_second = t.tokens_per_second;
       l.tflops_per_rank = t.tflops_per_rank;
@@ -388,6 +391,7 @@ void Trainer::train() {
       out << format_iteration_log(l) << std::endl;
       loss_sum = acc_sum = ms_sum = 0;
       n = updated = 0;
+      skipped = nan = 0;
     }
     if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0 &&
         iteration_ < opt_.train_iters) {

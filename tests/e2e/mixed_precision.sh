@@ -58,7 +58,9 @@ compare "$tmp/fp32.log" "$tmp/fp16-8.log" 1e-3 "fp16, tp2 x pp2 x dp2 zero 2"
 mpi8 "$tmp/absurd.log" --fp16 --initial-loss-scale 1099511627776 --train-iters 60 \
   --save-canonical "$tmp/absurd.safetensors"
 last=$(grep '^ iteration ' "$tmp/absurd.log" | tail -1)
-skipped=$(sed -E 's/.*number of skipped iterations: *([0-9]+).*/\1/' <<<"$last")
+# The line's counts are per log interval (Megatron's): their sum is the run's.
+skipped=$(grep '^ iteration ' "$tmp/absurd.log" | sed -E 's/.*number of skipped iterations: *([0-9]+).*/\1/' |
+  awk '{ s += $1 } END { print s }')
 scale=$(sed -E 's/.*loss scale: ([0-9.]+).*/\1/' <<<"$last")
 first_trained=$(losses "$tmp/absurd.log" | head -1)
 end=$(losses "$tmp/absurd.log" | tail -10 | awk '{ s += $1 } END { print s / NR }')
