@@ -120,6 +120,19 @@ fs::path create_temp_iteration_dir(const fs::path& root, int64_t iteration, cons
   return tmp;
 }
 
+void check_checkpoint_root_usable(const fs::path& root) {
+  std::error_code ec;
+  fs::path existing = root.lexically_normal();
+  while (!existing.empty() && !fs::exists(fs::symlink_status(existing, ec))) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  const bool is_root = existing == root.lexically_normal();
+  const std::string in_the_way = is_root ? root.string() : "cannot create " + root.string() + ": " + existing.string();
+  if (!fs::is_directory(existing, ec))
+    throw IoError(in_the_way + (is_root ? " exists and" : "") + " is not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw IoError(in_the_way + " is not writable: " + errno_str(errno));
+}
+
 void write_latest_iteration(const fs::path& root, int64_t iteration) {
   if (iteration < 0) throw ConfigError("checkpoint iteration must be non-negative");
   write_file_atomic(latest_file(root).string(), std::to_string(iteration));

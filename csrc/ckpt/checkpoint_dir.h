@@ -43,6 +43,11 @@ std::filesystem::path temp_iteration_dir(const std::filesystem::path& root, int6
 std::filesystem::path create_temp_iteration_dir(const std::filesystem::path& root, int64_t iteration,
                                                 const std::string& token);
 
+// Checks at startup that checkpoints can later be saved under `root`, creating nothing:
+// `root` is a writable directory, or does not exist and its nearest existing ancestor is
+// one. Throws IoError naming the path in the way.
+void check_checkpoint_root_usable(const std::filesystem::path& root);
+
 // Makes `temp_dir` (a directory in `root`) the committed checkpoint of `iteration` and points
 // the latest file at it. Throws IoError naming the path; on failure the previous
 // checkpoints and pointer are intact.

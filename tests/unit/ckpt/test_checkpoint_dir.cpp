@@ -3,6 +3,8 @@
 #include "ckpt/checkpoint_dir.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -188,6 +190,23 @@ TEST(CheckpointDir, PruneKeepsNewestAndLatest) {
   r = prune(root, 1);
   EXPECT_TRUE(r.removed_iterations.empty());
   EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{50, 60}));
+}
+
+TEST(CheckpointDir, CheckpointRootUsableCreatesNothing) {
+  ScratchDir d;
+  EXPECT_NO_THROW(check_checkpoint_root_usable(d.path()));
+  EXPECT_NO_THROW(check_checkpoint_root_usable(d / "new/deeper"));
+  EXPECT_FALSE(fs::exists(d / "new"));
+  spit(d / "afile", "");
+  expect_io_error([&] { check_checkpoint_root_usable(d / "afile/ck"); },
+                  {"cannot create " + d / "afile/ck", d / "afile is not a directory"});
+  expect_io_error([&] { check_checkpoint_root_usable(d / "afile"); }, {d / "afile exists and is not a directory"});
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::create_directories(d / "ro");
+    ::chmod((d / "ro").c_str(), 0555);
+    expect_io_error([&] { check_checkpoint_root_usable(d / "ro/ck"); }, {d / "ro is not writable"});
+    ::chmod((d / "ro").c_str(), 0755);
+  }
 }
 
 }  // namespace
