@@ -56,9 +56,9 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, L.tp);
   const StDType model_dtype = to_st_dtype(cfg.dtype);
 
-  const std::string token = make_save_token();
+  TempIterationDir temp_dir(root, meta.iteration, make_save_token());
   TempDirGuard guard;
-  guard.dir = create_temp_iteration_dir(root, meta.iteration, token);
+  guard.dir = temp_dir.path();
   const fs::path temp = guard.dir;
   meta.layout = ParallelLayout{L.tp, L.pp, 1, 0};
   meta.files.clear();
@@ -97,7 +97,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
     }
   }
   write_metadata((temp / kMetadataFileName).string(), meta);
-  commit(root, meta.iteration, temp);
+  temp_dir.commit();
   guard.dir.clear();
   return iteration_dir(root, meta.iteration);
 }
