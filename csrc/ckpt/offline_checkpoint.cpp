@@ -14,11 +14,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool stage_holds(const ParamSpec& s, int stage, const OfflineLayout& L) {
-  const bool first = stage == 0, last = stage == L.pp - 1;
-  if (s.layer >= 0) return s.layer >= L.stage_layers[stage].first && s.layer < L.stage_layers[stage].second;
-  if (s.name == "wte") return first || last;  // tied: both ends hold it
-  if (s.name == "wpe") return first;
-  return last;  // ln_f
+  return stage_holds(s, L.stage_layers[stage].first, L.stage_layers[stage].second, stage == 0, stage == L.pp - 1);
 }
 
 // fp32 values -> bytes of `dtype` (F32, F16 or BF16).
