@@ -191,8 +191,9 @@ int run(int argc, char** argv) {
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
-  // Every rank reads the same files, so a bad checkpoint is an error every rank sees: report
-  // it like a configuration error (one line from rank 0, exit 2).
+  // A bad checkpoint is bad input: report it like a configuration error (one line, exit 2).
+  // Each rank opens only the files holding its slices, so a corrupt file is reported by
+  // rank 0 when rank 0 reads it, else by a rank that does.
   fs::path dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {

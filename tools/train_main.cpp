@@ -1,7 +1,10 @@
 // trident-train: train GPT-2 with Megatron-compatible flags, on one process or under
 // mpirun (one process per GPU; tensor x pipeline x data parallel).
 #include <iostream>
+#include <string>
 
+#include "ckpt/checkpoint_dir.h"
+#include "core/error.h"
 #include "kernels/backends.h"
 #include "mpi_tool_main.h"
 #include "parallel/parallel_context.h"
@@ -12,6 +15,24 @@
 namespace trident {
 namespace {
 
+// --save is checked before training rather than at the first save, hours later. Rank 0
+// checks it (rank 0 creates the directory when saving) and every rank learns the verdict,
+// so all of them stop with the same configuration error: rank 0 alone failing would leave
+// the others waiting in a collective under a launcher that does not end the job then.
+void check_save_dir(const std::string& save, ParallelContext& par) {
+  std::string why;
+  if (par.world_rank() == 0) {
+    try {
+      check_checkpoint_root_usable(save);
+    } catch (const IoError& e) {
+      why = e.what();
+    }
+  }
+  float failed = why.empty() ? 0.0f : 1.0f;
+  par.world->allreduce(Tensor(&failed, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
+  if (failed > 0) throw ConfigError("--save: " + (why.empty() ? save + " is unusable (see rank 0)" : why));
+}
+
 int train(int argc, char** argv) {
   TrainOptions opt;
   if (!parse_train_options(argc, argv, opt)) return 0;
@@ -21,6 +42,7 @@ int train(int argc, char** argv) {
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
+  if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
   TrainData data = make_train_data(opt);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));

@@ -1,7 +1,9 @@
 #include "ckpt/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "ckpt/atomic_file.h"
 #include "core/error.h"
@@ -73,6 +76,83 @@ void delete_dir(const fs::path& root, const fs::path& dir, const std::string& na
   if (ec) throw IoError(del.string() + ": cannot delete: " + ec.message());
 }
 
+// The host part of save tokens: the host name's letters and digits, at most 32.
+std::string token_host() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::string h;
+  for (const char* c = host; *c && h.size() < 32; ++c)
+    if (std::isalnum(static_cast<unsigned char>(*c))) h += *c;
+  return h.empty() ? std::string("host") : h;
+}
+
+// The host and pid a temporary's token names ("iter_N.tmp-<host>-<pid>-..."), or nullopt
+// for a name of another form.
+struct TokenWriter {
+  std::string host;
+  pid_t pid = 0;
+};
+std::optional<TokenWriter> token_writer(const std::string& dir_name) {
+  const size_t tmp = dir_name.find(".tmp-");
+  if (tmp == std::string::npos) return std::nullopt;
+  const std::string token = dir_name.substr(tmp + 5);
+  const size_t dash = token.find('-');
+  if (dash == std::string::npos) return std::nullopt;
+  const size_t dash2 = token.find('-', dash + 1);
+  const std::string pid = token.substr(dash + 1, dash2 == std::string::npos ? std::string::npos : dash2 - dash - 1);
+  if (!all_digits(pid) || pid.size() > 9) return std::nullopt;
+  return TokenWriter{token.substr(0, dash), static_cast<pid_t>(std::stol(pid))};
+}
+
+// Whether the writer a temporary's name gives ran on this host and no longer runs. (A pid
+// seen alive may be another process that reused it: then the directory is kept.)
+bool named_writer_is_gone(const fs::path& dir) {
+  const std::optional<TokenWriter> w = token_writer(dir.filename().string());
+  if (!w || w->host != token_host() || w->pid <= 0) return false;
+  return ::kill(w->pid, 0) != 0 && errno == ESRCH;
+}
+
+// Locks the writer's lock file of temporary `dir` if nobody holds it. The lock file must
+// exist, hold the writer's pid (an empty one may be a writer between creating and locking
+// it) and still be the one at its path (not one the writer unlinked to commit). Returns the
+// locked descriptor, to keep while the directory is removed, or -1.
+int lock_abandoned_writer_lock(const fs::path& dir) {
+  const fs::path lock = dir / kWriterLockFileName;
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat held {}, now {};
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::fstat(fd, &held) != 0 || held.st_size == 0 ||
+      ::stat(lock.c_str(), &now) != 0 || now.st_ino != held.st_ino || now.st_dev != held.st_dev) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether a live writer holds the lock of temporary `dir`.
+bool writer_holds_lock(const fs::path& dir) {
+  const int fd = ::open((dir / kWriterLockFileName).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  return held;
+}
+
+// Creates and locks DIR/.writer.lock and writes this pid into it. Best effort: where the file
+// system cannot lock, the temporary has no lock file and is never taken for abandoned.
+int create_writer_lock(const fs::path& dir) {
+  const fs::path lock = dir / kWriterLockFileName;
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size())) {
+    ::unlink(lock.c_str());
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::string iteration_dir_name(int64_t iteration) {
@@ -93,13 +173,8 @@ std::string rank_dir_name(int tp_rank, int pp_rank, int pp) {
 }
 
 std::string make_save_token() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  std::string h;
-  for (const char* c = host; *c && h.size() < 32; ++c)
-    if (std::isalnum(static_cast<unsigned char>(*c))) h += *c;
   const auto ns = std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
-  return (h.empty() ? std::string("host") : h) + "-" + unique_token() + "-" + std::to_string(ns % 1000000000000ll);
+  return token_host() + "-" + unique_token() + "-" + std::to_string(ns % 1000000000000ll);
 }
 
 fs::path temp_iteration_dir(const fs::path& root, int64_t iteration, const std::string& token) {
@@ -110,14 +185,67 @@ fs::path temp_iteration_dir(const fs::path& root, int64_t iteration, const std::
   return root / (iteration_dir_name(iteration) + ".tmp-" + token);
 }
 
-fs::path create_temp_iteration_dir(const fs::path& root, int64_t iteration, const std::string& token) {
-  const fs::path tmp = temp_iteration_dir(root, iteration, token);
+TempIterationDir::TempIterationDir(const fs::path& root, int64_t iteration, const std::string& token)
+    : root_(root), path_(temp_iteration_dir(root, iteration, token)), iteration_(iteration) {
+  removed_stale_ = remove_dead_writers_temporaries(root);
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) throw IoError(root.string() + ": cannot create checkpoint directory: " + ec.message());
-  if (::mkdir(tmp.c_str(), 0755) != 0)
-    throw IoError(tmp.string() + ": cannot create temporary checkpoint directory: " + errno_str(errno));
-  return tmp;
+  if (::mkdir(path_.c_str(), 0755) != 0)
+    throw IoError(path_.string() + ": cannot create temporary checkpoint directory: " + errno_str(errno));
+  lock_fd_ = create_writer_lock(path_);
+}
+
+TempIterationDir::~TempIterationDir() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+TempIterationDir::TempIterationDir(TempIterationDir&& other) noexcept
+    : root_(std::move(other.root_)),
+      path_(std::move(other.path_)),
+      iteration_(other.iteration_),
+      lock_fd_(std::exchange(other.lock_fd_, -1)),
+      removed_stale_(std::move(other.removed_stale_)) {}
+
+void TempIterationDir::commit() {
+  // Unlinking the lock file does not release the lock: a remover that opened it before
+  // still cannot lock it, and one that opens it now finds no lock file and keeps out.
+  if (lock_fd_ >= 0) ::unlink((path_ / kWriterLockFileName).c_str());
+  trident::commit(root_, iteration_, path_);
+  if (lock_fd_ >= 0) ::close(std::exchange(lock_fd_, -1));
+}
+
+std::vector<fs::path> remove_dead_writers_temporaries(const fs::path& root) {
+  std::vector<fs::path> candidates, removed;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    std::error_code ec2;
+    if (parse_suffixed(it->path().filename().string(), "tmp") && it->is_directory(ec2) &&
+        named_writer_is_gone(it->path()))
+      candidates.push_back(it->path());
+  }
+  for (const fs::path& dir : candidates) {
+    const int lock = lock_abandoned_writer_lock(dir);
+    if (lock < 0) continue;
+    std::error_code rm;
+    fs::remove_all(dir, rm);
+    ::close(lock);
+    if (!rm) removed.push_back(dir);
+  }
+  return removed;
+}
+
+void check_checkpoint_root_usable(const fs::path& root) {
+  std::error_code ec;
+  fs::path existing = root.lexically_normal();
+  while (!existing.empty() && !fs::exists(fs::symlink_status(existing, ec))) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  const bool is_root = existing == root.lexically_normal();
+  const std::string in_the_way = is_root ? root.string() : "cannot create " + root.string() + ": " + existing.string();
+  if (!fs::is_directory(existing, ec))
+    throw IoError(in_the_way + (is_root ? " exists and" : "") + " is not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw IoError(in_the_way + " is not writable: " + errno_str(errno));
 }
 
 void write_latest_iteration(const fs::path& root, int64_t iteration) {
@@ -235,7 +363,9 @@ PruneResult prune(const fs::path& root, int keep_last) {
   const std::string latest_tmp_prefix = std::string(kLatestFileName) + ".tmp-";
   for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (parse_suffixed(name, "tmp") || parse_suffixed(name, "del") || name.rfind(latest_tmp_prefix, 0) == 0) {
+    if (parse_suffixed(name, "tmp")) {
+      if (!writer_holds_lock(it->path())) stale.push_back(it->path());  // another job's save goes on
+    } else if (parse_suffixed(name, "del") || name.rfind(latest_tmp_prefix, 0) == 0) {
       stale.push_back(it->path());
     } else if (const auto n = parse_suffixed(name, "old"); n && committed.count(*n)) {
       stale.push_back(it->path());

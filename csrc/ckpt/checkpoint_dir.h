@@ -14,6 +14,14 @@
 // Nothing on an error path deletes or overwrites a committed checkpoint; deletion (prune)
 // first renames a directory to iter_NNNNNNN.del-<token> so a crash mid-delete never leaves
 // a half-deleted directory under a committed name.
+//
+// A save that dies (crash, kill, full disk) leaves its iter_NNNNNNN.tmp-<token> behind. The
+// token starts with the writer's host and pid, and the writer holds an exclusive lock on
+// TMP/.writer.lock until it commits; the kernel drops that lock however the writer ends. So
+// the next save (TempIterationDir) removes exactly the temporaries whose writer provably is
+// gone: written on this host, by a pid that no longer runs, with a lock file it can lock.
+// Anything else (another host's, another job's still running, an older trident's without a
+// lock file) is left for prune().
 #pragma once
 
 #include <cstdint>
@@ -33,15 +41,51 @@ std::filesystem::path latest_file(const std::filesystem::path& root);
 // "mp_rank_01_002" (pp > 1: tp rank, then pp rank).
 std::string rank_dir_name(int tp_rank, int pp_rank, int pp);
 
-// A token unique to this save attempt (host, pid, time); letters, digits, '-' only.
+// A token unique to this save attempt, "<host>-<pid>-<counter>-<time>-<time>" (host: the
+// host name's letters and digits, at most 32); letters, digits, '-' only.
 std::string make_save_token();
 // DIR/iter_NNNNNNN.tmp-<token>. Throws ConfigError for a token with other characters.
 std::filesystem::path temp_iteration_dir(const std::filesystem::path& root, int64_t iteration,
                                          const std::string& token);
-// Creates DIR (if needed) and the temporary directory (which must not exist yet); returns it.
-// Throws IoError naming the directory.
-std::filesystem::path create_temp_iteration_dir(const std::filesystem::path& root, int64_t iteration,
-                                                const std::string& token);
+
+// The temporary directory of one save, held by the process that writes it (with many
+// ranks: rank 0, which commits). Creating it first removes the temporaries in DIR left by
+// dead writers (remove_dead_writers_temporaries), then creates DIR (if needed), the
+// directory (which must not exist yet) and its locked .writer.lock. Throws IoError naming
+// the directory. Destroying it releases the lock and leaves the directory as it is.
+class TempIterationDir {
+ public:
+  TempIterationDir(const std::filesystem::path& root, int64_t iteration, const std::string& token);
+  ~TempIterationDir();
+  TempIterationDir(TempIterationDir&& other) noexcept;
+  TempIterationDir& operator=(TempIterationDir&&) = delete;
+  TempIterationDir(const TempIterationDir&) = delete;
+  TempIterationDir& operator=(const TempIterationDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Temporaries of dead writers that the constructor removed.
+  const std::vector<std::filesystem::path>& removed_stale() const { return removed_stale_; }
+  // Removes the lock file (it is no part of the checkpoint), then commit()s the directory.
+  void commit();
+
+ private:
+  std::filesystem::path root_, path_;
+  int64_t iteration_ = 0;
+  int lock_fd_ = -1;
+  std::vector<std::filesystem::path> removed_stale_;
+};
+
+// The name of the lock file a TempIterationDir's writer holds.
+inline constexpr const char* kWriterLockFileName = ".writer.lock";
+
+// Removes the iter_*.tmp-<token> directories in `root` whose writer is provably gone (see the
+// top of this file); best effort: one that cannot be removed is left. Returns those removed.
+std::vector<std::filesystem::path> remove_dead_writers_temporaries(const std::filesystem::path& root);
+
+// Checks at startup that checkpoints can later be saved under `root`, creating nothing:
+// `root` is a writable directory, or does not exist and its nearest existing ancestor is
+// one. Throws IoError naming the path in the way.
+void check_checkpoint_root_usable(const std::filesystem::path& root);
 
 // Makes `temp_dir` (a directory in `root`) the committed checkpoint of `iteration` and points
 // the latest file at it. Throws IoError naming the path; on failure the previous
@@ -65,8 +109,9 @@ struct PruneResult {
   std::vector<std::filesystem::path> removed_temporaries;
 };
 // Deletes committed iterations except the newest `keep_last` (>= 1, else ConfigError) and the
-// one the pointer names, and removes stale temporaries (*.tmp-*, *.del-*, and *.old-* whose
-// iteration is committed). Call it only when no save is in progress. A missing pointer keeps
+// one the pointer names, and removes stale temporaries (*.tmp-* whose writer does not hold
+// its lock, *.del-*, and *.old-* whose iteration is committed). Call it only when no save
+// of this job is in progress. A missing pointer keeps
 // every committed iteration; a garbled pointer throws before anything is deleted.
 PruneResult prune(const std::filesystem::path& root, int keep_last);
 

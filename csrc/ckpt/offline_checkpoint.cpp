@@ -14,11 +14,7 @@ namespace fs = std::filesystem;
 namespace {
 
 bool stage_holds(const ParamSpec& s, int stage, const OfflineLayout& L) {
-  const bool first = stage == 0, last = stage == L.pp - 1;
-  if (s.layer >= 0) return s.layer >= L.stage_layers[stage].first && s.layer < L.stage_layers[stage].second;
-  if (s.name == "wte") return first || last;  // tied: both ends hold it
-  if (s.name == "wpe") return first;
-  return last;  // ln_f
+  return stage_holds(s, L.stage_layers[stage].first, L.stage_layers[stage].second, stage == 0, stage == L.pp - 1);
 }
 
 // fp32 values -> bytes of `dtype` (F32, F16 or BF16).
@@ -56,9 +52,9 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, L.tp);
   const StDType model_dtype = to_st_dtype(cfg.dtype);
 
-  const std::string token = make_save_token();
+  TempIterationDir temp_dir(root, meta.iteration, make_save_token());
   TempDirGuard guard;
-  guard.dir = create_temp_iteration_dir(root, meta.iteration, token);
+  guard.dir = temp_dir.path();
   const fs::path temp = guard.dir;
   meta.layout = ParallelLayout{L.tp, L.pp, 1, 0};
   meta.files.clear();
@@ -97,7 +93,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
     }
   }
   write_metadata((temp / kMetadataFileName).string(), meta);
-  commit(root, meta.iteration, temp);
+  temp_dir.commit();
   guard.dir.clear();
   return iteration_dir(root, meta.iteration);
 }

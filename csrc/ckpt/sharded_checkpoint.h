@@ -10,8 +10,9 @@
 // each file's __metadata__ says tp, tp_rank, pp_rank and dp_rank. metadata.json lists every
 // file with its size and checksum. Because pieces name canonical parameters and local
 // index ranges under the layout that wrote them, any other layout can rebuild what it
-// needs: the reader assembles full canonical tensors (the word embedding without
-// vocabulary padding), which a rank then slices for its own (tp, shard).
+// needs: the reader assembles canonical tensors (the word embedding without vocabulary
+// padding), whole or only the elements of one rank's (tp, shard) slice, from the files that
+// hold them.
 #pragma once
 
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/index_ranges.h"
 #include "ckpt/metadata.h"
 #include "ckpt/safetensors.h"
 #include "model/param_spec.h"
@@ -34,22 +36,50 @@ std::string optimizer_file_name(int dp_rank);  // "optim_dp0003.safetensors"
 // The __metadata__ every rank file carries (the reader needs tp_rank).
 std::map<std::string, std::string> rank_file_metadata(int tp, int tp_rank, int pp_rank, int dp_rank);
 
+// Reads what one rank needs from a checkpoint of any layout. Only metadata.json is read at
+// construction; a rank file is opened, and its size and checksum verified, the first time a
+// tensor in it is read (then kept open). To read a tensor, the reader opens the files that
+// may hold it, in order of preference, until the elements asked for are covered: files
+// already open, then the files of the pipeline stage that holds the parameter (the writer's
+// layer split is pipeline_layer_range's), then those of the rank asked about; a file of
+// another TP rank is skipped when its slice holds none of them (file names say which rank
+// wrote them: rank_dir_name, optimizer_file_name). So at an unchanged layout each rank
+// opens only its own files, a corrupt file is reported by the ranks that need it alone, and
+// files written in any other way are still found (opened last).
 class ShardedCheckpointReader {
  public:
-  // Reads DIR/metadata.json (DIR is one iter_NNNNNNN folder). Files are opened lazily and
-  // verified against their checksums the first time (IoError naming the file).
+  // Reads and validates DIR/metadata.json (DIR is one iter_NNNNNNN folder); IoError naming it.
   explicit ShardedCheckpointReader(const std::filesystem::path& dir);
   ~ShardedCheckpointReader();
 
   const CheckpointMetadata& metadata() const { return meta_; }
   const std::filesystem::path& dir() const { return dir_; }
+  // Whether the checkpoint has optimizer files (optimizer_file_name).
   bool has_optimizer_state() const { return has_optimizer_; }
   // Full canonical fp32 tensor (stored form: word embedding rows = vocab size) of a
   // parameter. Throws IoError when the checkpoint lacks it or part of it.
   std::vector<float> model_tensor(const std::string& name);
   std::vector<float> optimizer_tensor(const std::string& name, const std::string& state);
+  // TP rank `tp_rank`'s slice at `tp` of parameter `spec` (as gpt2_param_specs(model, tp)
+  // describes it), what extract_local_stored cuts from model_tensor(), reading only the
+  // files that hold part of the slice.
+  std::vector<float> model_slice(const ParamSpec& spec, int tp, int tp_rank);
+  // Same for optimizer state `state`, of which only the slice's elements in `wanted` (local
+  // index ranges, e.g. a ZeRO rank's pieces) are read; the others are 0. `dp_rank`: the
+  // reading rank's, whose own optimizer file is preferred.
+  std::vector<float> optimizer_slice(const ParamSpec& spec, const std::string& state, int tp, int tp_rank,
+                                     int dp_rank, const IndexRanges& wanted);
   // The canonical parameters of the checkpoint's model (gpt2_param_specs at its tp).
   const std::vector<ParamSpec>& specs() const { return specs_; }
+  // The files opened so far (paths relative to dir()), in order: what this rank has read.
+  const std::vector<std::string>& opened_files() const { return opened_; }
+
+  // Where a file's name says it belongs: kind, and -1 for what the name does not say.
+  enum class FileKind { Model, Optimizer, Other };
+  struct FilePlace {
+    FileKind kind = FileKind::Other;
+    int tp_rank = -1, pp_rank = -1, dp_rank = -1;
+  };
 
  private:
   struct Entry {
@@ -58,24 +88,45 @@ class ShardedCheckpointReader {
     int tp_rank;
     int64_t first;  // local index of the piece's first element (optimizer pieces)
   };
+  // Which files to prefer among those that may hold a tensor (-1: no preference).
+  struct Preference {
+    int tp_rank = -1, dp_rank = -1;
+  };
   SafetensorsReader& open(size_t file);
+  std::map<std::string, std::vector<Entry>> index_tensors(size_t file, const SafetensorsReader& r) const;
   const ParamSpec& spec(const std::string& name) const;
-  std::vector<float> assemble(const std::string& name, const std::vector<Entry>& entries, bool pieces);
+  bool stage_may_hold(int pp_rank, const ParamSpec& s) const;
+  std::vector<size_t> candidate_files(const ParamSpec& s, FileKind kind, const IndexRanges& need,
+                                      const Preference& prefer) const;
+  IndexRanges held_by(const ParamSpec& s, const Entry& e);
+  std::vector<Entry> find_pieces(const ParamSpec& s, FileKind kind, const std::string& key, const IndexRanges& need,
+                                 const Preference& prefer);
+  std::vector<float> read(const ParamSpec& s, const std::string& state, const IndexRanges& need,
+                          const Preference& prefer);
+  std::vector<float> assemble(const ParamSpec& s, const std::vector<Entry>& entries, bool pieces,
+                              const IndexRanges& need);
+  int preferred_tp_rank(int tp, int tp_rank) const;
 
   std::filesystem::path dir_;
   CheckpointMetadata meta_;
   std::vector<ParamSpec> specs_;
   std::map<std::string, size_t> spec_index_;
+  std::vector<FilePlace> places_;  // per metadata file
   std::vector<std::unique_ptr<SafetensorsReader>> readers_;
-  std::map<std::string, std::vector<Entry>> model_entries_;
-  std::map<std::string, std::vector<Entry>> optimizer_entries_;  // key: name|state
+  std::vector<std::map<std::string, std::vector<Entry>>> entries_;  // per opened file: tensor key -> pieces
+  std::vector<std::string> opened_;
   bool has_optimizer_ = false;
 };
+
+// Where `rel_path` (a metadata.json file path) says a rank file belongs, for a checkpoint of
+// `pp` pipeline stages: "mp_rank_TT[_PPP]/model.safetensors" or ".../optim_dpDDDD.safetensors".
+ShardedCheckpointReader::FilePlace rank_file_place(const std::string& rel_path, int pp);
 
 // Checks that the checkpoint holds a model of the run's shape; ConfigError naming the flag.
 void check_same_model_shape(const ModelConfig& checkpoint, const ModelConfig& run, const std::filesystem::path& dir);
 
-// Fills `params` (one TP rank's slices, any dtype, any device) from the checkpoint.
+// Fills `params` (one TP rank's slices, any dtype, any device) from the checkpoint, reading
+// only the files that hold them.
 class Backend;
 class ParamStore;
 void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend);

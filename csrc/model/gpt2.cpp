@@ -60,12 +60,8 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   const StageLayout& L = layout_;
   params_ = std::make_unique<ParamStore>(
       be_, gpt2_param_specs(cfg_, tp), tp, L.tp_rank, cfg_.dtype, L.fp32_grads ? DType::F32 : cfg_.dtype,
-      [&L](const ParamSpec& s) {
-        if (s.layer >= 0) return s.layer >= L.layer_begin && s.layer < L.layer_end;
-        if (s.name == "wte") return L.first_stage || L.last_stage;  // tied: both ends hold it
-        if (s.name == "wpe") return L.first_stage;
-        return L.last_stage;  // ln_f
-      }, 64 * static_cast<int64_t>(L.zero_shards), L.layer_grads_in_slots ? 2 : 0);
+      [&L](const ParamSpec& s) { return stage_holds(s, L.layer_begin, L.layer_end, L.first_stage, L.last_stage); },
+      64 * static_cast<int64_t>(L.zero_shards), L.layer_grads_in_slots ? 2 : 0);
 
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const DType dt = cfg_.dtype;

@@ -47,6 +47,13 @@ std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg, int tp) {
   return specs;
 }
 
+bool stage_holds(const ParamSpec& spec, int layer_begin, int layer_end, bool first_stage, bool last_stage) {
+  if (spec.layer >= 0) return spec.layer >= layer_begin && spec.layer < layer_end;
+  if (spec.name == "wte") return first_stage || last_stage;
+  if (spec.name == "wpe") return first_stage;
+  return last_stage;  // ln_f
+}
+
 Shape local_shape(const ParamSpec& spec, int tp) {
   Shape s = spec.shape;
   switch (spec.shard) {

@@ -45,6 +45,11 @@ struct ParamSpec {
 // All canonical parameters of the model padded for `tp`, in a fixed order.
 std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg, int tp);
 
+// Whether a pipeline stage running transformer layers [layer_begin, layer_end) holds `spec`:
+// its layers' parameters, and the first stage also wte and wpe, the last wte (tied to the LM
+// head) and ln_f.
+bool stage_holds(const ParamSpec& spec, int layer_begin, int layer_end, bool first_stage, bool last_stage);
+
 // Shape of TP rank `tp_rank`'s slice.
 Shape local_shape(const ParamSpec& spec, int tp);
 // Canonical flat index of element `local_index` of TP rank `tp_rank`'s slice.

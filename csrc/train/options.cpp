@@ -2,10 +2,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cxxopts.hpp>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -115,10 +120,69 @@ const FlagDef* find_flag(const std::string& name) {
   return nullptr;
 }
 
+// Flags that choose one thing in different ways (Megatron's mutually exclusive pairs, and
+// the recomputation aliases). When the command line gives any flag of a group, the config
+// file's values for every flag of that group are dropped: the command line wins over the
+// file as a whole choice, instead of the two mixing into a contradiction. Contradictions
+// within one source are still errors (read_schedule_flags and friends).
+const std::vector<std::vector<std::string>>& alternative_groups() {
+  static const std::vector<std::vector<std::string>> groups = {
+      {"train-iters", "train-samples"},
+      {"lr-warmup-iters", "lr-warmup-samples", "lr-warmup-fraction"},
+      {"lr-decay-iters", "lr-decay-samples"},
+      {"fp16", "bf16"},
+      {"recompute-granularity", "recompute-activations", "checkpoint-activations"},
+      {"recompute-num-layers", "checkpoint-num-layers"},
+  };
+  return groups;
+}
+
+// Whether the command line's flags override the config file's value of `flag`: the same
+// flag, or another flag of one of its alternative groups.
+bool overridden_by_command_line(const std::string& flag, const std::set<std::string>& cli_flags) {
+  if (cli_flags.count(flag)) return true;
+  for (const std::vector<std::string>& group : alternative_groups()) {
+    if (std::find(group.begin(), group.end(), flag) == group.end()) continue;
+    for (const std::string& other : group)
+      if (cli_flags.count(other)) return true;
+  }
+  return false;
+}
+
 std::string yaml_scalar_to_string(const YAML::Node& n) { return n.as<std::string>(); }
 
-// YAML keys become "--key=value" arguments placed before the command line's.
-std::vector<std::string> yaml_to_args(const std::string& path, std::vector<std::string>& data_path) {
+// One key of the --config file.
+struct ConfigValue {
+  std::string flag;                   // the key with '_' written as '-'
+  std::vector<std::string> args;      // "--flag=value", "--flag" for true, nothing for false
+  std::vector<std::string> data_path; // the words of data-path
+  std::string where;                  // "file:line"
+};
+
+ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::Node& value, const std::string& where) {
+  ConfigValue v{flag, {}, {}, where};
+  if (flag == "data-path") {
+    if (value.IsSequence())
+      for (const auto& item : value) v.data_path.push_back(yaml_scalar_to_string(item));
+    else
+      v.data_path.push_back(yaml_scalar_to_string(value));
+  } else if (def.is_bool) {
+    bool on = false;
+    try {
+      on = value.as<bool>();
+    } catch (const YAML::Exception&) {
+      throw ConfigError("--config: " + where + ": key '" + flag + "' expects true or false");
+    }
+    if (on) v.args.push_back("--" + flag);
+  } else {
+    v.args.push_back("--" + flag + "=" + yaml_scalar_to_string(value));
+  }
+  return v;
+}
+
+// The keys of the YAML file in file order. A key given twice (also as num_layers and
+// num-layers) is an error naming both lines, rather than a silent last-one-wins.
+std::vector<ConfigValue> read_config_file(const std::string& path) {
   if (!std::filesystem::exists(path)) throw ConfigError("--config: file not found: " + path);
   YAML::Node root;
   try {
@@ -126,37 +190,24 @@ std::vector<std::string> yaml_to_args(const std::string& path, std::vector<std::
   } catch (const YAML::Exception& e) {
     throw ConfigError("--config: " + path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
-  std::vector<std::string> args;
   if (!root.IsMap()) throw ConfigError("--config: " + path + ": expected a mapping of flag: value");
+  std::vector<ConfigValue> values;
+  std::map<std::string, int> first_line;
   for (const auto& kv : root) {
     std::string key = kv.first.as<std::string>();
     for (char& c : key)
       if (c == '_') c = '-';
-    const std::string where = path + ":" + std::to_string(kv.first.Mark().line + 1);
+    const int line = kv.first.Mark().line + 1;
+    const std::string where = path + ":" + std::to_string(line);
     const FlagDef* def = find_flag(key);
     if (!def || key == "config" || key == "help")
       throw ConfigError("--config: " + where + ": unknown key '" + key + "'");
-    if (key == "data-path") {
-      data_path.clear();
-      if (kv.second.IsSequence())
-        for (const auto& item : kv.second) data_path.push_back(yaml_scalar_to_string(item));
-      else
-        data_path.push_back(yaml_scalar_to_string(kv.second));
-      continue;
-    }
-    if (def->is_bool) {
-      bool on = false;
-      try {
-        on = kv.second.as<bool>();
-      } catch (const YAML::Exception&) {
-        throw ConfigError("--config: " + where + ": key '" + key + "' expects true or false");
-      }
-      if (on) args.push_back("--" + key);
-      continue;
-    }
-    args.push_back("--" + key + "=" + yaml_scalar_to_string(kv.second));
+    if (const auto [it, fresh] = first_line.emplace(key, line); !fresh)
+      throw ConfigError("--config: " + where + ": duplicate key '" + key + "' (first set at line " +
+                        std::to_string(it->second) + ")");
+    values.push_back(yaml_value(key, *def, kv.second, where));
   }
-  return args;
+  return values;
 }
 
 template <typename T>
@@ -182,9 +233,26 @@ T convert(const std::string& flag, const std::string& text) {
   }
 }
 
-// The command line with --data-path's word list and --config's YAML pulled out; YAML
-// arguments come first so that the command line wins.
-std::vector<std::string> gather_args(int argc, const char* const* argv, TrainOptions& o) {
+// The arguments cxxopts parses (the config file's first, so that the command line wins)
+// and where the config file set the values that were kept.
+struct GatheredArgs {
+  std::vector<std::string> args;
+  std::map<std::string, std::string> from_config;  // flag -> "file:line"
+};
+
+// The flag names a command line gives ("--lr=1" and "--lr 1" both give "lr").
+std::set<std::string> flag_names(const std::vector<std::string>& args) {
+  std::set<std::string> names;
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) != 0) continue;
+    names.insert(a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2));
+  }
+  return names;
+}
+
+// The command line with --data-path's word list and --config's file pulled out; the config
+// file's values are dropped where the command line overrides them (overridden_by_command_line).
+GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
   std::vector<std::string> rest;
   std::vector<std::string> cli_data_path;
   bool cli_has_data_path = false;
@@ -212,14 +280,44 @@ std::vector<std::string> gather_args(int argc, const char* const* argv, TrainOpt
     }
     rest.push_back(a);
   }
-  std::vector<std::string> args = {"trident-train"};
+  std::set<std::string> cli_flags = flag_names(rest);
+  if (cli_has_data_path) cli_flags.insert("data-path");
+  GatheredArgs g;
+  g.args = {"trident-train"};
   if (!config_path.empty()) {
-    std::vector<std::string> from_yaml = yaml_to_args(config_path, o.data_path);
-    args.insert(args.end(), from_yaml.begin(), from_yaml.end());
+    for (ConfigValue& v : read_config_file(config_path)) {
+      if (overridden_by_command_line(v.flag, cli_flags)) continue;
+      g.args.insert(g.args.end(), v.args.begin(), v.args.end());
+      if (v.flag == "data-path") o.data_path = std::move(v.data_path);
+      g.from_config[v.flag] = v.where;
+    }
   }
   if (cli_has_data_path) o.data_path = cli_data_path;
-  args.insert(args.end(), rest.begin(), rest.end());
-  return args;
+  g.args.insert(g.args.end(), rest.begin(), rest.end());
+  return g;
+}
+
+// An error message with the config file's line of each flag it names whose value came
+// from the file: "--lr: cannot parse '1e-3x' as a number (from gpt2.yaml:10)", and for a
+// flag other than the message's first, "(--micro-batch-size from gpt2.yaml:8)".
+std::string with_config_origins(const std::string& msg, const std::map<std::string, std::string>& from_config) {
+  std::vector<std::string> named;
+  for (size_t at = msg.find("--"); at != std::string::npos; at = msg.find("--", at + 2)) {
+    size_t end = at + 2;
+    while (end < msg.size() && (std::islower(static_cast<unsigned char>(msg[end])) ||
+                                std::isdigit(static_cast<unsigned char>(msg[end])) || msg[end] == '-'))
+      ++end;
+    const std::string flag = msg.substr(at + 2, end - at - 2);
+    if (find_flag(flag) && std::find(named.begin(), named.end(), flag) == named.end()) named.push_back(flag);
+  }
+  std::string origins;
+  for (const std::string& flag : named) {
+    const auto it = from_config.find(flag);
+    if (it == from_config.end()) continue;
+    origins += origins.empty() ? "" : ", ";
+    origins += (flag == named.front() ? "from " : "--" + flag + " from ") + it->second;
+  }
+  return origins.empty() ? msg : msg + " (" + origins + ")";
 }
 
 // Typed access to the parsed flags; every conversion error names the flag.
@@ -366,6 +464,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   if (f.has("tensorboard-dir") && o.tensorboard_dir.empty()) throw ConfigError("--tensorboard-dir: expected a directory");
 }
 
+// A number as a person would write it: "-1", "0.0003".
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 void check_positive(int64_t v, const char* flag) {
   if (v <= 0) throw ConfigError(std::string("--") + flag + " must be positive");
 }
@@ -380,7 +485,9 @@ void validate_batch_and_schedule(TrainOptions& o) {
   if (o.global_batch_size % o.micro_batch_size != 0)
     throw ConfigError("--global-batch-size (" + std::to_string(o.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
-  if (o.lr < 0 || o.min_lr < 0 || o.min_lr > o.lr) throw ConfigError("--min-lr must be in [0, --lr]");
+  if (!(std::isfinite(o.lr) && o.lr >= 0))
+    throw ConfigError("--lr must be a finite number >= 0, got " + number_text(o.lr));
+  if (!(o.min_lr >= 0 && o.min_lr <= o.lr)) throw ConfigError("--min-lr must be in [0, --lr]");
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
   resolve_schedule(o);
 }
@@ -432,6 +539,18 @@ void validate_run(TrainOptions& o) {
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
   m.validate(o.tensor_model_parallel_size);
+}
+
+void read_and_validate(const Flags& f, TrainOptions& o) {
+  read_model_flags(f, o.model);
+  read_schedule_flags(f, o);
+  read_optimizer_flags(f, o);
+  read_precision_flags(f, o);
+  read_run_flags(f, o);
+  // Consistency, each error naming the flags involved.
+  validate_batch_and_schedule(o);
+  validate_precision(o);
+  validate_run(o);
 }
 
 }  // namespace
@@ -495,7 +614,8 @@ LossScalerConfig make_loss_scaler_config(const TrainOptions& o) {
 }
 
 bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
-  const std::vector<std::string> args = gather_args(argc, argv, o);
+  const GatheredArgs gathered = gather_args(argc, argv, o);
+  const std::vector<std::string>& args = gathered.args;
   cxxopts::Options options("trident-train", "Train GPT-2 (Megatron-compatible flags)");
   for (const FlagDef& d : flag_defs()) {
     if (d.is_bool)
@@ -527,17 +647,11 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
     std::cout << options.help() << std::endl;
     return false;
   }
-  const Flags f(std::move(r));
-  read_model_flags(f, o.model);
-  read_schedule_flags(f, o);
-  read_optimizer_flags(f, o);
-  read_precision_flags(f, o);
-  read_run_flags(f, o);
-
-  // Consistency, each error naming the flags involved.
-  validate_batch_and_schedule(o);
-  validate_precision(o);
-  validate_run(o);
+  try {
+    read_and_validate(Flags(std::move(r)), o);
+  } catch (const ConfigError& e) {
+    throw ConfigError(with_config_origins(e.what(), gathered.from_config));
+  }
   return true;
 }
 

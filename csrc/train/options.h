@@ -86,9 +86,12 @@ struct TrainOptions {
   std::string data_cache_path;
 };
 
-// Parses argv (and the YAML file named by --config). Throws ConfigError naming the flag
-// or key for anything unknown, malformed or inconsistent. Returns false after printing
-// --help.
+// Parses argv (and the YAML file named by --config). A flag on the command line replaces the
+// file's value of that flag and of its alternatives (e.g. --train-samples the file's
+// --train-iters, --lr-warmup-samples its --lr-warmup-iters). Throws ConfigError naming the
+// flag or key for anything unknown, malformed or inconsistent, with the file's line for a
+// value from the file; a key given twice in the file is an error. Returns false after
+// printing --help.
 bool parse_train_options(int argc, const char* const* argv, TrainOptions& out);
 
 // Fills the resolved schedule fields from the flag fields: iteration-based sets

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -85,7 +86,12 @@ void Trainer::save_checkpoint() {
   std::string token = grid.rank == 0 ? make_save_token() : "";
   broadcast_string(world, token, 0);
   const fs::path temp = temp_iteration_dir(root, iteration_, token);
-  if (grid.rank == 0) create_temp_iteration_dir(root, iteration_, token);
+  std::optional<TempIterationDir> temp_dir;  // rank 0 holds it until the commit
+  if (grid.rank == 0) {
+    temp_dir.emplace(root, iteration_, token);
+    for (const fs::path& stale : temp_dir->removed_stale())
+      *out_ << "trident: removed " << stale.string() << ", left by a save whose process is gone" << std::endl;
+  }
   world.barrier();
   const std::string rank_dir = rank_dir_name(grid.tp_rank, grid.pp_rank, grid.shape.pp);
   fs::create_directories(temp / rank_dir);
@@ -149,7 +155,7 @@ void Trainer::save_checkpoint() {
   float megabytes = static_cast<float>(bytes / 1e6);  // also the barrier before the commit
   world.allreduce(Tensor(&megabytes, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
   if (grid.rank == 0) {
-    commit(root, iteration_, temp);
+    temp_dir->commit();
     if (opt_.keep_last > 0) prune(root, static_cast<int>(opt_.keep_last));
   }
   world.barrier();

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Each bad configuration must exit 2 and print exactly one line that names the flag.
+# Each bad configuration must exit 2 and print exactly one line that names the flag (and the
+# config file's line where the value is from), before training starts. A command-line flag
+# replaces the config file's alternatives to it (the file sets --lr-warmup-iters).
 set -u
 train=$1
 repo=$2
@@ -13,7 +15,8 @@ expect_error() {  # expect_error <flag that must be named> <args...>
   local rc=$?
   local lines
   lines=$(wc -l <"$tmp/err")
-  if [[ $rc -ne 2 || $lines -ne 1 ]] || ! grep -q -- "$flag" "$tmp/err" || ! grep -q '^trident-train: error: ' "$tmp/err"; then
+  if [[ $rc -ne 2 || $lines -ne 1 ]] || ! grep -q -- "$flag" "$tmp/err" || ! grep -q '^trident-train: error: ' "$tmp/err" ||
+      grep -q '^ iteration ' "$tmp/out"; then
     echo "FAIL: $* -> rc=$rc, stderr:"
     cat "$tmp/err"
     fails=$((fails + 1))
@@ -32,5 +35,30 @@ expect_error --lr-decay-style "${tiny[@]}" --lr-decay-style exponential
 expect_error --device "${tiny[@]}" --device tpu
 printf 'num-layers: 2\nhiden-size: 64\n' >"$tmp/typo.yaml"
 expect_error hiden-size --config "$tmp/typo.yaml"
+printf 'num-layers: 2\nhidden-size: 64\nnum_layers: 4\n' >"$tmp/duplicate.yaml"
+expect_error "$tmp/duplicate.yaml:3: duplicate key 'num-layers' (first set at line 1)" --config "$tmp/duplicate.yaml"
+printf 'num-layers: 2\nlr: 1.0e-3x\n' >"$tmp/bad_lr.yaml"
+expect_error "--lr: cannot parse '1.0e-3x' as a number (from $tmp/bad_lr.yaml:2)" --config "$tmp/bad_lr.yaml"
+expect_error "--lr must be a finite number >= 0, got -1" "${tiny[@]}" --lr -1
+: >"$tmp/afile"
+expect_error "--save: cannot create $tmp/afile/ck: $tmp/afile is not a directory" "${tiny[@]}" --save "$tmp/afile/ck"
+[[ ! -e $tmp/afile/ck ]] || { echo "FAIL: --save created something"; fails=$((fails + 1)); }
+expect_error "--lr-warmup-iters is iteration-based.*(from $repo/configs/gpt2-tiny.yaml:" \
+  --config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-samples 32
+
+expect_run() {  # expect_run <what> <args...>: trains to the end
+  local what=$1
+  shift
+  if "$train" "$@" --log-interval 1 >"$tmp/out" 2>"$tmp/err" && grep -q '^trident: done' "$tmp/out"; then
+    echo "ok: $what"
+  else
+    echo "FAIL: $what:"; cat "$tmp/err"; fails=$((fails + 1))
+  fi
+}
+base=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --eval-iters 0)
+expect_run "--train-samples --lr-warmup-samples replace the config's --lr-warmup-iters" "${base[@]}" \
+  --train-samples 32 --lr-warmup-samples 8
+expect_run "--lr-warmup-fraction replaces the config's --lr-warmup-iters" "${base[@]}" --train-iters 4 \
+  --lr-warmup-fraction 0.25
 echo "bad-flag cases failing: $fails"
 [[ $fails -eq 0 ]]

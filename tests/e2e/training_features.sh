@@ -7,6 +7,7 @@
 #    with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
 #    step skips for an infinite gradient norm while the loss stays finite (huge init);
 #  - --save-interval with --keep-last 2 leaves the newest two checkpoints;
+#  - a save that dies leaves its temporary directory, which the next save removes;
 #  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0.
 # Usage: training_features.sh TRAIN_BINARY REPO
 set -euo pipefail
@@ -69,6 +70,21 @@ done
 kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')
 [[ $kept == "iter_0000009 iter_0000012 " && $(cat "$tmp/keep/latest_checkpointed_iteration.txt") == 12 ]] &&
   echo "--keep-last 2: $kept" || fail "--keep-last 2 kept: $kept"
+
+if TRIDENT_TEST_CRASH_IN_SAVE=0 "$train" "${args[@]}" --train-iters 3 --eval-iters 0 --save "$tmp/crash" \
+    >/dev/null 2>&1; then
+  fail "a save that dies: exit 0"
+fi
+left=$(cd "$tmp/crash" && echo iter_0000003.tmp-*)
+[[ -d $tmp/crash/$left ]] || fail "a save that dies left no temporary directory"
+"$train" "${args[@]}" --train-iters 3 --eval-iters 0 --save "$tmp/crash" >"$tmp/crash.log"
+if [[ ! -e $tmp/crash/$left &&
+      $(ls -A "$tmp/crash" | tr '\n' ' ') == "iter_0000003 latest_checkpointed_iteration.txt " ]] &&
+    grep -q "removed $tmp/crash/$left, left by a save whose process is gone" "$tmp/crash.log"; then
+  echo "a save that died left $left; the next save removed it"
+else
+  fail "stale temporary: $(ls -A "$tmp/crash")"
+fi
 
 "$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/sig" >"$tmp/sig.log" 2>&1 &
 pid=$!

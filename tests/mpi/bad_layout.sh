@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Impossible layouts: rank 0 prints one line naming the flags, every rank exits 2, no hang.
+# Impossible layouts, and an unusable --save (checked by rank 0 alone at startup): rank 0
+# prints one line naming the flags, every rank exits 2, no hang.
 set -u
 train=$1
 repo=$2
@@ -28,4 +29,7 @@ check 3 --pipeline-model-parallel-size --pipeline-model-parallel-size 2
 check 4 --pipeline-model-parallel-size --pipeline-model-parallel-size 4  # 2 layers
 check 4 --global-batch-size --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 2
 check 2 --zero-stage --zero-stage 3
+: >"$tmp/afile"
+check 2 "--save: cannot create $tmp/afile/ck: $tmp/afile is not a directory" --save "$tmp/afile/ck"
+check 4 "--save: cannot create" --tensor-model-parallel-size 2 --save "$tmp/afile/ck/deeper"
 [[ $fails -eq 0 ]]

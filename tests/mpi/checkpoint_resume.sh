@@ -5,8 +5,8 @@
 # before and after the stop (the LR schedule advances only on the updates, so its position
 # must come back from the checkpoint); a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
 # gives the losses the unchanged layout gives; a rank dying mid-save leaves the previous
-# checkpoint the latest and loadable; corrupt and truncated files are named; a missing
-# --load directory starts from scratch.
+# checkpoint the latest and loadable, and the next save removes its temporary; corrupt and
+# truncated files are named; a missing --load directory starts from scratch.
 # Usage: checkpoint_resume.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -96,6 +96,15 @@ latest=$(cat "$d/ckpt/latest_checkpointed_iteration.txt")
 [[ $latest == 10 && ! -e $d/ckpt/iter_0000020 ]] || fail "crash: latest is '$latest'"
 launch 1 --load "$d/ckpt" --train-iters 12 >"$d/after.log" && grep -q "loaded checkpoint.*iteration 10" "$d/after.log" \
   && echo "crash during save: latest is still iteration 10 and it loads" || fail "crash: old checkpoint unusable"
+# The dead job's temporary goes at the next save into that directory (here, of a copy), once
+# its rank 0 (the pid in its name) is gone: mpirun may return before it is reaped.
+left=$(cd "$d/ckpt" && ls -d iter_0000020.tmp-* 2>/dev/null)
+writer=$(cut -d- -f3 <<<"$left")
+for _ in $(seq 100); do kill -0 "$writer" 2>/dev/null || break; sleep 0.1; done
+cp -r "$d/ckpt" "$d/resave"
+launch 2 --tensor-model-parallel-size 2 --load "$d/resave" --train-iters 12 --save "$d/resave" >"$d/resave.log" &&
+  [[ -n $left && ! -e $d/resave/$left ]] && grep -q "removed $d/resave/$left, left by a save whose process is gone" \
+  "$d/resave.log" && echo "crash during save: the next save removed $left" || fail "crash: $left left behind"
 
 # ---- corrupt and truncated files ----------------------------------------------------------
 expect_error() {  # expect_error <tag> <pattern> : the load must fail with one line naming the file

@@ -3,6 +3,9 @@
 #include "ckpt/checkpoint_dir.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -22,7 +25,8 @@ using testing::spit;
 
 // Saves one small checkpoint of `iteration` whose tensor holds `value`.
 void save(const fs::path& root, int64_t iteration, float value) {
-  const fs::path tmp = create_temp_iteration_dir(root, iteration, make_save_token());
+  TempIterationDir temp_dir(root, iteration, make_save_token());
+  const fs::path tmp = temp_dir.path();
   fs::create_directories(tmp / rank_dir_name(0, 0, 1));
   const std::vector<float> v(16, value);
   write_safetensors((tmp / rank_dir_name(0, 0, 1) / "model.safetensors").string(),
@@ -31,7 +35,7 @@ void save(const fs::path& root, int64_t iteration, float value) {
   m.iteration = iteration;
   m.files = {make_file_record(tmp, "mp_rank_00/model.safetensors")};
   write_metadata((tmp / kMetadataFileName).string(), m);
-  commit(root, iteration, tmp);
+  temp_dir.commit();
 }
 
 // Loads the latest checkpoint the way a trainer would: pointer, metadata, checksums, tensor.
@@ -80,6 +84,8 @@ TEST(CheckpointDir, CommitWritesPointerLast) {
   EXPECT_EQ(load_value(root), 2.0f);
   EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{100, 200}));
   EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", "iter_0000200", kLatestFileName}));
+  EXPECT_EQ(entries(iteration_dir(root, 200)), (std::vector<std::string>{kMetadataFileName, "mp_rank_00"}))
+      << "the writer's lock file is no part of the checkpoint";
 }
 
 TEST(CheckpointDir, RecommitSameIterationReplacesOnlyWhenComplete) {
@@ -93,7 +99,7 @@ TEST(CheckpointDir, RecommitSameIterationReplacesOnlyWhenComplete) {
   expect_io_error([&] { commit(root, 100, root / "iter_0000100.tmp-nothere"); }, {"iter_0000100.tmp-nothere"});
   EXPECT_EQ(load_value(root), 5.0f);
   // A temporary of another iteration is refused.
-  const fs::path other = create_temp_iteration_dir(root, 200, "x");
+  const fs::path other = TempIterationDir(root, 200, "x").path();
   expect_io_error([&] { commit(root, 100, other); }, {"iter_0000200.tmp-x", "not a temporary directory of iteration 100"});
   EXPECT_EQ(load_value(root), 5.0f);
   EXPECT_EQ(latest_iteration(root), 100);
@@ -116,7 +122,7 @@ TEST(CheckpointDir, CrashBeforeCommitKeepsOldCheckpoint) {
   const fs::path root = d / "ck";
   save(root, 100, 1.0f);
   // A save of 200 that dies half way: files written, one truncated, never committed.
-  const fs::path tmp = create_temp_iteration_dir(root, 200, make_save_token());
+  const fs::path tmp = TempIterationDir(root, 200, make_save_token()).path();
   fs::create_directories(tmp / "mp_rank_00");
   const std::vector<float> v(16, 9.0f);
   write_safetensors((tmp / "mp_rank_00" / "model.safetensors").string(), {{"w", StDType::F32, {16}, v.data()}});
@@ -188,6 +194,100 @@ TEST(CheckpointDir, PruneKeepsNewestAndLatest) {
   r = prune(root, 1);
   EXPECT_TRUE(r.removed_iterations.empty());
   EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{50, 60}));
+}
+
+// The pid of a process that has exited (and been reaped).
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) std::_Exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+// Saves of `iterations` that die half way, in one child process: their temporaries (with a
+// file written in each) stay.
+std::vector<fs::path> crashed_saves(const fs::path& root, const std::vector<int64_t>& iterations) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    try {
+      std::vector<TempIterationDir> temps;
+      for (int64_t it : iterations) {
+        temps.emplace_back(root, it, make_save_token());
+        spit((temps.back().path() / "half-written").string(), "x");
+      }
+      std::_Exit(0);  // no destructor, no commit: as a crash
+    } catch (...) {
+      std::_Exit(1);
+    }
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::vector<fs::path> left;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().find("-" + std::to_string(child) + "-") != std::string::npos)
+      left.push_back(e.path());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left.size(), iterations.size());
+  return left;
+}
+
+TEST(CheckpointDir, SaveRemovesOnlyTemporariesOfDeadWriters) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  const std::string host = make_save_token().substr(0, make_save_token().find('-'));
+  const std::string gone = std::to_string(dead_pid());
+  // Kept: a save in progress in this process; a live lock under a dead pid's name (a writer
+  // in another pid namespace); another host's; an older trident's without a lock file; a
+  // lock file not yet locked and written; a token without host and pid.
+  TempIterationDir live(root, 300, make_save_token());
+  TempIterationDir held(root, 400, host + "-" + gone + "-0-0-0");
+  TempIterationDir(root, 500, "otherhost0123456789-" + gone + "-0-0-0");
+  fs::create_directories(root / ("iter_0000600.tmp-" + host + "-" + gone + "-0-0-0"));
+  fs::create_directories(root / ("iter_0000700.tmp-" + host + "-" + gone + "-1-0-0"));
+  spit((root / ("iter_0000700.tmp-" + host + "-" + gone + "-1-0-0") / kWriterLockFileName).string(), "");
+  TempIterationDir(root, 800, "x");
+  const std::vector<std::string> kept = entries(root);
+  // Removed: what a crashed process left, of any iteration.
+  const std::vector<fs::path> crashed = crashed_saves(root, {200, 100});
+
+  TempIterationDir next(root, 900, make_save_token());
+  std::vector<fs::path> removed = next.removed_stale();
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, crashed);
+  std::vector<std::string> now = kept;
+  now.push_back(next.path().filename().string());
+  std::sort(now.begin(), now.end());
+  EXPECT_EQ(entries(root), now);
+  EXPECT_EQ(load_value(root), 1.0f);
+
+  // prune takes every temporary but those whose writer holds its lock.
+  const PruneResult pr = prune(root, 1);
+  EXPECT_EQ(pr.removed_temporaries.size(), 4u);
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", live.path().filename().string(),
+                                                     held.path().filename().string(),
+                                                     next.path().filename().string(), kLatestFileName}));
+  next.commit();
+  EXPECT_EQ(latest_iteration(root), 900);
+}
+
+TEST(CheckpointDir, CheckpointRootUsableCreatesNothing) {
+  ScratchDir d;
+  EXPECT_NO_THROW(check_checkpoint_root_usable(d.path()));
+  EXPECT_NO_THROW(check_checkpoint_root_usable(d / "new/deeper"));
+  EXPECT_FALSE(fs::exists(d / "new"));
+  spit(d / "afile", "");
+  expect_io_error([&] { check_checkpoint_root_usable(d / "afile/ck"); },
+                  {"cannot create " + d / "afile/ck", d / "afile is not a directory"});
+  expect_io_error([&] { check_checkpoint_root_usable(d / "afile"); }, {d / "afile exists and is not a directory"});
+  if (::geteuid() != 0) {  // root writes anywhere
+    fs::create_directories(d / "ro");
+    ::chmod((d / "ro").c_str(), 0555);
+    expect_io_error([&] { check_checkpoint_root_usable(d / "ro/ck"); }, {d / "ro is not writable"});
+    ::chmod((d / "ro").c_str(), 0755);
+  }
 }
 
 }  // namespace

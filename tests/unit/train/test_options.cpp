@@ -245,6 +245,112 @@ TEST(Options, YamlKeysSetTheNewFlags) {
   std::filesystem::remove(path);
 }
 
+// The ConfigError message of `args`, which must fail.
+std::string must_fail(std::vector<std::string> args) {
+  const std::string msg = error_of(args);
+  EXPECT_NE(msg, "") << "should fail";
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "more than one line: " << msg;
+  return msg;
+}
+
+const std::string kTinyConfig = std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt2-tiny.yaml";
+
+// Line `key` is on in `path` (1-based), to check messages against the real file.
+int line_of(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n)
+    if (line.rfind(key + ":", 0) == 0) return n;
+  ADD_FAILURE() << key << " not in " << path;
+  return -1;
+}
+
+TEST(Options, CommandLineAlternativeReplacesTheConfigsChoice) {
+  // gpt2-tiny.yaml sets lr-warmup-iters (and global batch 8): the command line's other
+  // warm-up flag replaces it rather than contradicting it.
+  TrainOptions o = parse({"--config", kTinyConfig, "--train-samples", "160", "--lr-warmup-samples", "16"});
+  EXPECT_TRUE(o.sample_based);
+  EXPECT_EQ(o.train_iters, 20);
+  EXPECT_EQ(o.warmup_samples, 16.0);
+  EXPECT_EQ(o.lr_warmup_iters, 0);
+  o = parse({"--config", kTinyConfig, "--train-iters", "20", "--lr-warmup-fraction", "0.1"});
+  EXPECT_FALSE(o.sample_based);
+  EXPECT_DOUBLE_EQ(o.warmup_samples, 16.0);  // 0.1 x 20 iterations x 8
+  o = parse({"--config", kTinyConfig, "--lr-warmup-iters", "3"});
+  EXPECT_EQ(o.warmup_samples, 24.0);
+
+  const std::string yaml = write_yaml("alternatives",
+                                      "train-samples: 800\n"
+                                      "lr-decay-samples: 400\n"
+                                      "bf16: true\n"
+                                      "checkpoint-activations: true\n"
+                                      "checkpoint-num-layers: 2\n");
+  o = parse({"--config", yaml, "--train-iters", "10", "--lr-decay-iters", "5", "--fp16",
+             "--recompute-granularity", "selective", "--recompute-num-layers", "3"});
+  EXPECT_FALSE(o.sample_based);
+  EXPECT_EQ(o.train_iters, 10);
+  EXPECT_EQ(o.model.dtype, DType::F16);
+  EXPECT_EQ(o.recompute_granularity, "selective");
+  EXPECT_EQ(o.recompute_method, "");
+  EXPECT_EQ(o.recompute_num_layers, 3);  // the file's alias no longer overrides the command line
+  // Without a command-line flag of the group, the file's choice stands.
+  o = parse({"--config", yaml, "--global-batch-size", "8"});
+  EXPECT_TRUE(o.sample_based);
+  EXPECT_EQ(o.model.dtype, DType::BF16);
+  EXPECT_EQ(o.recompute_granularity, "full");
+  EXPECT_EQ(o.recompute_num_layers, 2);
+  std::filesystem::remove(yaml);
+}
+
+TEST(Options, ContradictionsWithinOneSourceStayErrors) {
+  EXPECT_NE(must_fail({"--config", kTinyConfig, "--train-iters", "10", "--train-samples", "100"}).find(
+                "mutually exclusive"),
+            std::string::npos);
+  EXPECT_NE(must_fail({"--config", kTinyConfig, "--fp16", "--bf16"}).find("--fp16 and --bf16"), std::string::npos);
+  const std::string yaml = write_yaml("both", "micro-batch-size: 4\ntrain-iters: 10\ntrain-samples: 100\n");
+  const std::string msg = must_fail({"--config", yaml});
+  EXPECT_NE(msg.find("mutually exclusive"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(yaml + ":3"), std::string::npos) << msg;  // --train-samples
+  EXPECT_NE(msg.find("--train-iters from " + yaml + ":2"), std::string::npos) << msg;
+  std::filesystem::remove(yaml);
+  // A command-line choice in one group that the file contradicts in another: an error that
+  // says where the file's flag is.
+  const std::string cross = must_fail({"--config", kTinyConfig, "--train-samples", "160"});
+  EXPECT_NE(cross.find("--lr-warmup-iters is iteration-based"), std::string::npos) << cross;
+  EXPECT_NE(cross.find("from " + kTinyConfig + ":" + std::to_string(line_of(kTinyConfig, "lr-warmup-iters"))),
+            std::string::npos)
+      << cross;
+}
+
+TEST(Options, DuplicateConfigKeyNamesBothLines) {
+  const std::string yaml = write_yaml("duplicate", "num-layers: 2\nhidden-size: 64\nnum_layers: 4\n");
+  const std::string msg = must_fail({"--config", yaml});
+  EXPECT_EQ(msg, "--config: " + yaml + ":3: duplicate key 'num-layers' (first set at line 1)");
+  std::filesystem::remove(yaml);
+}
+
+TEST(Options, ConfigValueErrorsNameFileAndLine) {
+  const std::string yaml = write_yaml("bad_values",
+                                      "num-layers: 2\n"
+                                      "lr: 1.0e-3x\n");
+  EXPECT_EQ(must_fail({"--config", yaml}), "--lr: cannot parse '1.0e-3x' as a number (from " + yaml + ":2)");
+  // The command line's value replaces the file's: nothing to report.
+  EXPECT_EQ(parse({"--config", yaml, "--lr", "0.5"}).lr, 0.5);
+  std::filesystem::remove(yaml);
+
+  const std::string ranges = write_yaml("bad_ranges", "eval-interval: 0\nmicro-batch-size: 4\n");
+  EXPECT_EQ(must_fail({"--config", ranges}), "--eval-interval must be positive (from " + ranges + ":1)");
+  EXPECT_EQ(must_fail({"--config", ranges, "--eval-interval", "5", "--global-batch-size", "6"}),
+            "--global-batch-size (6) must be a multiple of --micro-batch-size (4) (--micro-batch-size from " + ranges +
+                ":2)");
+  // A value from the command line has no file to name.
+  EXPECT_EQ(must_fail({"--config", ranges, "--eval-interval", "x"}), "--eval-interval: cannot parse 'x' as a number");
+  std::filesystem::remove(ranges);
+  const std::string lr = write_yaml("negative_lr", "lr: -1\n");
+  EXPECT_EQ(must_fail({"--config", lr}), "--lr must be a finite number >= 0, got -1 (from " + lr + ":1)");
+  std::filesystem::remove(lr);
+}
+
 struct BadCase {
   std::vector<std::string> args;
   std::string flag;  // must appear in the one-line message
@@ -282,6 +388,9 @@ TEST(Options, EveryBadValueNamesItsFlag) {
       {{"--train-iters", "0"}, "--train-iters"},
       {{"--lr-warmup-iters", "-1"}, "--lr-warmup-iters"},
       {{"--lr-decay-style", "exponential"}, "--lr-decay-style"},
+      {{"--lr", "-1"}, "--lr must"},  // not "--min-lr must be in [0, --lr]"
+      {{"--lr", "inf"}, "--lr:"},
+      {{"--lr", "0.1", "--min-lr", "0.2"}, "--min-lr"},
       {{"--eval-interval", "0"}, "--eval-interval"},
       {{"--eval-iters", "-1"}, "--eval-iters"},
       {{"--eval-iters", "ten"}, "--eval-iters"},
