@@ -198,9 +198,14 @@ bool Trainer::load_checkpoint() {
       // In fp32 runs the parameters just loaded are the master weights.
       if (k == AdamWOptimizer::kMaster && optimizer_->master_is_params()) continue;
       for (const LocalParam& p : P.list()) {
+        // Only the pieces this rank's ZeRO shard owns are read (from the files holding them).
+        const std::vector<ShardPiece> pieces = plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()});
+        if (pieces.empty()) continue;
+        IndexRanges owned;
+        for (const ShardPiece& s : pieces) owned.push_back({s.flat_begin - p.offset, s.flat_end - p.offset});
         const std::vector<float> local =
-            extract_local_stored(p.spec, tp, grid.tp_rank, ckpt.optimizer_tensor(p.spec.name, kOptimizerStates[k]));
-        for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+            ckpt.optimizer_slice(p.spec, kOptimizerStates[k], tp, grid.tp_rank, grid.dp_rank, owned);
+        for (const ShardPiece& s : pieces)
           be_.copy_from_host(optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s),
                              local.data() + (s.flat_begin - p.offset));
       }
