@@ -10,6 +10,10 @@
                   --clip-grad CLIP
       trains that model on the samples trident trains on and prints one line per iteration:
       "<iteration> <lm loss> <grad norm>".
+  pytorch_gpt2.py generate HF_DIR VOCAB_JSON --tokens N
+      greedy decoding from <|endoftext|> of a Hugging Face folder (trident-convert --to hf
+      writes one): N tokens, end-of-text included, printed as one JSON string of the
+      decoded text (GPT-2's byte-level decoding).
 
 What "trained the same way" means here, each piece written from its public definition and
 none of it from trident: pre-LayerNorm GPT-2 (eps 1e-5, tanh GELU, causal softmax attention
@@ -254,6 +258,35 @@ def cmd_train(a):
         print(f"{it} {loss.item():.9e} {norm:.9e}", flush=True)
 
 
+def gpt2_byte_decoder():
+    """GPT-2's byte-level alphabet: the printable Latin-1 bytes stand for themselves, the
+    others for code points 256 + k in byte order."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\u00a1"), ord("\u00ac") + 1)) + \
+        list(range(ord("\u00ae"), ord("\u00ff") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def cmd_generate(a):
+    import os
+    config = json.load(open(os.path.join(a.hf, "config.json")))
+    model = GPT2(read_safetensors(os.path.join(a.hf, "model.safetensors")), config["n_layer"], config["n_head"])
+    tokens = [VOCAB - 1]  # <|endoftext|>
+    with torch.no_grad():
+        for _ in range(a.tokens):
+            tokens.append(int(model(torch.tensor([tokens]))[0, -1].argmax()))
+    id_to_piece = {i: piece for piece, i in json.load(open(a.vocab)).items()}
+    to_byte = gpt2_byte_decoder()
+    data = bytes(to_byte[c] for t in tokens[1:] for c in id_to_piece[t])
+    print(json.dumps(data.decode("utf-8", errors="replace")))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -271,9 +304,13 @@ def main():
     for name, typ in [("iters", int), ("global-batch", int), ("seq-length", int), ("lr", float), ("min-lr", float),
                       ("warmup-iters", int), ("weight-decay", float), ("clip-grad", float)]:
         t.add_argument("--" + name, type=typ, required=True)
+    gen = sub.add_parser("generate")
+    gen.add_argument("hf")
+    gen.add_argument("vocab")
+    gen.add_argument("--tokens", type=int, required=True)
     a = ap.parse_args()
     torch.set_num_threads(2)
-    cmd_init(a) if a.cmd == "init" else cmd_train(a)
+    {"init": cmd_init, "train": cmd_train, "generate": cmd_generate}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 # the same way from the same initial weights on the same samples: the demo corpus (GPT-2
 # BPE), 2 layers x 64 wide x 4 heads, sequence 64, global batch 8 in micro-batches of 4,
 # 60 iterations of AdamW with warm-up, cosine decay, weight decay and clipping, fp32, no
-# dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun.
+# dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun. Then greedy text from
+# trident-generate and from PyTorch (of trident's Hugging Face export).
 #
 # The weights start in PyTorch (a Hugging Face folder that trident-convert --from hf imports),
 # and the PyTorch side assembles its batches from the .bin/.idx files and trident's cached
@@ -25,9 +26,9 @@
 # Needs /usr/bin/python3 with torch and numpy (Debian's python3-torch, installed by
 # tools/install-deps.sh --tests, which tests/run.sh runs); without them it says SKIP and
 # exits 77, which ctest reports as a skipped test.
-# Usage: pytorch_reference.sh TRAIN PREPROCESS CONVERT REPO GPT2_VOCAB_DIR
+# Usage: pytorch_reference.sh TRAIN PREPROCESS CONVERT GENERATE REPO GPT2_VOCAB_DIR
 set -euo pipefail
-train=$1 preprocess=$2 convert=$3 repo=$4 vocab=$5
+train=$1 preprocess=$2 convert=$3 generate=$4 repo=$5 vocab=$6
 py=/usr/bin/python3
 if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
   echo "SKIP: $py cannot import torch and numpy (tools/install-deps.sh --tests installs them)"
@@ -87,6 +88,22 @@ compare "$tmp/tb1" "one process"
 mpirun --oversubscribe -np 8 --bind-to none "$train" "${args[@]}" --tensor-model-parallel-size 2 \
   --pipeline-model-parallel-size 2 --zero-stage 1 --tensorboard-dir "$tmp/tb8" >"$tmp/trident8.log"
 compare "$tmp/tb8" "tp2 x pp2 x dp2, ZeRO 1"
+# Text: trident-generate (greedy, key/value cache) against PyTorch's greedy decoding of the
+# same checkpoint exported by trident-convert --to hf: 40 tokens from <|endoftext|>,
+# end-of-text tokens kept. The imported initial weights, not the trained ones: after 60
+# iterations greedy decoding repeats one token, while the random model's picks vary.
+"$convert" --to hf --load "$tmp/ckpt" --save "$tmp/hf-export" >/dev/null
+"$generate" --device cpu --load "$tmp/ckpt" --vocab-file "$vocab/gpt2-vocab.json" \
+  --merge-file "$vocab/gpt2-merges.txt" --greedy --ignore-eos --out-seq-length 40 \
+  --sample-output-file "$tmp/generated.jsonl" >/dev/null 2>&1
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" generate "$tmp/hf-export" "$vocab/gpt2-vocab.json" --tokens 40 \
+  >"$tmp/torch-text.json"
+python3 - "$tmp/generated.jsonl" "$tmp/torch-text.json" <<'PY' || { echo "FAIL greedy text"; fails=$((fails + 1)); }
+import json, sys
+got, want = json.loads(open(sys.argv[1]).readline())["text"], json.load(open(sys.argv[2]))
+print(f"greedy text, 40 tokens: {'same' if got == want else 'DIFFERENT'}: {got[:100]!r}")
+sys.exit(0 if got == want else f"PyTorch: {want!r}")
+PY
 # The curve must also have learned something (the demo corpus is real text).
 awk 'NR == 1 { a = $2 } END { if (!($2 < a - 1.0)) { print "FAIL: PyTorch loss fell by less than 1 nat"; exit 1 } }' \
   "$tmp/torch.txt" || fails=$((fails + 1))
