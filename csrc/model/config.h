@@ -17,6 +17,8 @@ struct ModelConfig {
   int64_t vocab_size = 50257;  // real (unpadded) vocabulary
   int make_vocab_size_divisible_by = 128;
   float init_method_std = 0.02f;
+  // 0 for models built in code (tests, tools); the command line's default is Megatron's 0.1
+  // (read_model_flags in csrc/train/options.cpp).
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;
   DType dtype = DType::F32;  // parameters, activations and gradients

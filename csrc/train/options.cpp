@@ -36,8 +36,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"vocab-size", "vocabulary size for synthetic data (default 50257)"},
       {"make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this x tp (128)"},
       {"init-method-std", "std of the normal init (0.02)"},
-      {"hidden-dropout", "dropout on hidden states (0)"},
-      {"attention-dropout", "dropout on attention probabilities (0)"},
+      {"hidden-dropout", "dropout on hidden states (0.1, Megatron's default)"},
+      {"attention-dropout", "dropout on attention probabilities (0.1, Megatron's default)"},
       // Batch, length of training, schedule.
       {"micro-batch-size", "samples per micro-batch"},
       {"global-batch-size", "samples per iteration (a multiple of the micro batch)"},
@@ -338,6 +338,8 @@ class Flags {
   cxxopts::ParseResult r_;
 };
 
+constexpr float kMegatronDefaultDropout = 0.1f;
+
 void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("num-layers", m.num_layers);
   f.get("hidden-size", m.hidden_size);
@@ -348,6 +350,9 @@ void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("vocab-size", m.vocab_size);
   f.get("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   f.get("init-method-std", m.init_method_std);
+  // Megatron-LM's (and GPT-2's) dropout unless the flags say otherwise: a Megatron script
+  // that passes neither trains with 0.1, and so does trident.
+  m.hidden_dropout = m.attention_dropout = kMegatronDefaultDropout;
   f.get("hidden-dropout", m.hidden_dropout);
   f.get("attention-dropout", m.attention_dropout);
 }

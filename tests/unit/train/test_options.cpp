@@ -63,6 +63,12 @@ TEST(Options, DefaultsFollowMegatron) {
   EXPECT_FALSE(o.no_load_optim);
   EXPECT_FALSE(o.no_load_rng);
   EXPECT_FALSE(o.finetune);
+  // Megatron-LM's --hidden-dropout and --attention-dropout defaults (0.1), and the flags win.
+  EXPECT_FLOAT_EQ(o.model.hidden_dropout, 0.1f);
+  EXPECT_FLOAT_EQ(o.model.attention_dropout, 0.1f);
+  const TrainOptions no_dropout = parse({"--hidden-dropout", "0", "--attention-dropout", "0.25"});
+  EXPECT_EQ(no_dropout.model.hidden_dropout, 0.0f);
+  EXPECT_FLOAT_EQ(no_dropout.model.attention_dropout, 0.25f);
   // Iteration-based, 100 iterations of micro batch 4.
   EXPECT_FALSE(o.sample_based);
   EXPECT_EQ(o.train_iters, 100);
