@@ -364,7 +364,7 @@ void Trainer::train() {
       // Megatron writes the rate its log line shows: the scheduler's, after the step.
       tb.add_scalar("learning-rate", r.logged_lr, iteration_);
       tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
-      if (scaler_.enabled()) tb.add_scalar("loss-scale", r.loss_scale, iteration_);
+      tb.add_scalar("loss-scale", r.loss_scale, iteration_);  // 1 without a scaler, as Megatron writes it
       tb.add_scalar("tokens-per-second", t.tokens_per_second, iteration_);
       tb.add_scalar("tflops-per-rank", t.tflops_per_rank, iteration_);
       if (t.mfu > 0) tb.add_scalar("mfu", t.mfu, iteration_);

@@ -57,7 +57,7 @@ TEST(Safetensors, RoundTripEachDtype) {
     payloads.push_back(random_bytes(static_cast<size_t>(n) * st_dtype_size(cases[i].dtype), 100 + i));
   }
   for (size_t i = 0; i < cases.size(); ++i)
-    refs.push_back({"t" + std::to_string(i) + "." + st_dtype_name(cases[i].dtype), cases[i].dtype, cases[i].shape,
+    refs.push_back({std::string("t") + std::to_string(i) + "." + st_dtype_name(cases[i].dtype), cases[i].dtype, cases[i].shape,
                     payloads[i].data()});
   const std::map<std::string, std::string> meta = {{"format", "pt"}, {"note", "h\xc3\xa9llo \"q\""}};
   const std::string path = dir / "all.safetensors";

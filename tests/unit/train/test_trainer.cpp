@@ -207,26 +207,37 @@ TEST(TrainerLog, SkippedIterationsStayOutOfTheLossAverages) {
   EXPECT_GE(loss_free_lines, 1) << "the back-off from 2^32 should fill the first interval";
 }
 
-// The "learning-rate" scalars of the fp16 run, decoded by the independent reader: per
-// iteration, {step, float32 bits}.
-std::vector<std::pair<int64_t, uint32_t>> tensorboard_learning_rates(const fs::path& dir) {
-  std::vector<std::pair<int64_t, uint32_t>> rates;
+// The scalars tagged `tag` of the event files in `dir`, decoded by the independent reader:
+// per record, {step, float32 bits}.
+std::vector<std::pair<int64_t, uint32_t>> tensorboard_scalars(const fs::path& dir, const std::string& tag) {
+  std::string want;  // the reader prints tags as the hex of their bytes
+  for (unsigned char c : tag) {
+    char hex[3];
+    std::snprintf(hex, sizeof hex, "%02x", c);
+    want += hex;
+  }
+  std::vector<std::pair<int64_t, uint32_t>> values;
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     const std::string cmd = std::string(TRIDENT_PYTHON3) + " " + TRIDENT_READ_TFEVENTS + " '" + e.path().string() + "'";
     FILE* p = popen(cmd.c_str(), "r");
-    if (!p) return rates;
-    char tag[256];
+    if (!p) return values;
+    char got[256];
     long long step = 0;
     unsigned bits = 0;
-    // "scalar <step> <tag hex> <value bits> <wall bits>"; "learning-rate" in hex:
-    const std::string want = "6c6561726e696e672d72617465";
-    char line[512];
+    char line[512];  // "scalar <step> <tag hex> <value bits> <wall bits>"
     while (std::fgets(line, sizeof line, p))
-      if (std::sscanf(line, "scalar %lld %255s %x", &step, tag, &bits) == 3 && want == tag)
-        rates.emplace_back(step, bits);
+      if (std::sscanf(line, "scalar %lld %255s %x", &step, got, &bits) == 3 && want == got)
+        values.emplace_back(step, bits);
     EXPECT_EQ(pclose(p), 0) << cmd;
   }
-  return rates;
+  return values;
+}
+
+uint32_t float_bits(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
 }
 
 TEST(TrainerLog, TensorBoardLearningRateIsTheLoggedRate) {
@@ -234,30 +245,34 @@ TEST(TrainerLog, TensorBoardLearningRateIsTheLoggedRate) {
   TrainOptions o = fp16_options();
   o.tensorboard_dir = dir.string();
   const TrainedRun run = train(o);
-  const auto rates = tensorboard_learning_rates(dir);
+  const auto rates = tensorboard_scalars(dir, "learning-rate");
   ASSERT_EQ(rates.size(), run.history.size());
   for (size_t i = 0; i < rates.size(); ++i) {
-    const float logged = static_cast<float>(run.history[i].logged_lr);
-    uint32_t bits;
-    std::memcpy(&bits, &logged, sizeof bits);
     EXPECT_EQ(rates[i].first, static_cast<int64_t>(i + 1));
-    EXPECT_EQ(rates[i].second, bits) << "iteration " << i + 1;
+    EXPECT_EQ(rates[i].second, float_bits(run.history[i].logged_lr)) << "iteration " << i + 1;
   }
   fs::remove_all(dir);
 }
 
+// In the log line and, as Megatron writes it every iteration, in TensorBoard.
 TEST(TrainerLog, LossScaleIsOneWithoutAScaler) {
   TrainOptions o = tiny_options();
   o.train_iters = 2;
   o.lr_warmup_iters = 0;
   for (DType dtype : {DType::F32, DType::BF16}) {
+    const fs::path dir = fresh_temp_dir("tensorboard-scale");
     o.model.dtype = dtype;
+    o.tensorboard_dir = dir.string();
     const std::vector<std::string> lines = iteration_lines(train(o).log);
     ASSERT_EQ(lines.size(), 2u);
     for (const std::string& l : lines) {
       const size_t loss = l.find("| lm loss: "), scale = l.find("| loss scale: 1.0 |"), norm = l.find("| grad norm: ");
       EXPECT_TRUE(loss < scale && scale < norm && norm != std::string::npos) << dtype_name(dtype) << ": " << l;
     }
+    const auto scales = tensorboard_scalars(dir, "loss-scale");
+    ASSERT_EQ(scales.size(), 2u) << dtype_name(dtype);
+    for (const auto& [step, bits] : scales) EXPECT_EQ(bits, float_bits(1.0)) << dtype_name(dtype) << " step " << step;
+    fs::remove_all(dir);
   }
 }
 
