@@ -17,8 +17,8 @@
 # Tolerance, per iteration, relative: 2e-6 on the loss, 1e-5 on the gradient norm, both read
 # as float32 from trident's TensorBoard events (the log line rounds them). Both sides are
 # fp32 with different summation orders (OpenBLAS vs torch GEMMs, fused attention vs a
-# materialised softmax), which the optimizer carries forward: measured 2.3e-7 (loss) and
-# 1.7e-7 (grad norm) over 60 iterations. Mismatches planted in the PyTorch side, measured:
+# materialised softmax), which the optimizer carries forward: measured 2.0-2.3e-7 (loss) and
+# 1.6-1.7e-7 (grad norm) over 60 iterations. Mismatches planted in the PyTorch side, measured:
 # GELU's erf form for the tanh one 4.4e-6 / 5.3e-5, LayerNorm eps 1e-6 for 1e-5 3.9e-6 /
 # 3.5e-5; weight decay on biases, embeddings without weight decay, the learning rate one step
 # late: 4e-4 to 1.4e-2 on the loss.
