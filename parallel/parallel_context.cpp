@@ -72,4 +72,10 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_u
   return ctx;
 }
 
+bool any_rank(ParallelContext& par, bool local) {
+  float v = local ? 1.0f : 0.0f;
+  par.world->allreduce(Tensor(&v, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
+  return v > 0;
+}
+
 }  // namespace trident

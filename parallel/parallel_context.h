@@ -22,6 +22,9 @@ struct ParallelContext {
   int world_size() const { return grid.shape.world; }
 };
 
+// Whether `local` is true on any rank of the world (collective: every rank must call it).
+bool any_rank(ParallelContext& par, bool local);
+
 // Which Comm carries the groups under MPI: MpiComm (host buffers; device buffers are
 // staged through pinned host memory) or NcclComm (device buffers on a communication
 // stream; host buffers through MPI).

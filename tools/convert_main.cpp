@@ -54,7 +54,6 @@ struct ConvertFlags {
   std::map<std::string, bool> given;
 };
 
-constexpr long long kMaxIteration = 1ll << 40;
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
 
 ConvertFlags parse_flags(int argc, char** argv) {
@@ -93,7 +92,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "to") f.to = value;
     else if (name == "from") f.from = value;
     else if (name == "dtype") f.dtype = value;
-    else if (name == "iteration") f.iteration = parse_integer_flag(name, value, 0, kMaxIteration);
+    else if (name == "iteration") f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
     else if (name == "target-tp") f.target_tp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "target-pp") f.target_pp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "make-vocab-size-divisible-by")

@@ -77,7 +77,6 @@ struct EvalFlags {
   bool split_given = false, max_tokens_given = false;
 };
 
-constexpr long long kMaxIteration = 1ll << 40;  // as trident-generate and trident-convert
 constexpr long long kMaxCount = std::numeric_limits<int64_t>::max();
 
 // Takes trident-eval's own flags out of argv; the rest is trident-train's.
@@ -105,7 +104,7 @@ std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
       if (has_value) throw ConfigError("--sequential takes no value");
       f.sequential = true;
     } else if (name == "--iteration") {
-      f.iteration = parse_integer_flag("iteration", take_value(), 0, kMaxIteration);
+      f.iteration = parse_integer_flag("iteration", take_value(), 0, kMaxIterationFlag);
     } else if (name == "--first-sample") {
       f.first_sample = parse_integer_flag("first-sample", take_value(), 0, kMaxCount);
     } else if (name == "--max-tokens") {

@@ -110,7 +110,7 @@ int generate_main(int argc, char** argv) {
     prompts.insert(prompts.end(), more.begin(), more.end());
   }
   std::optional<int64_t> iteration;
-  if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxCount);
+  if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
 
   auto tokenizer = make_tokenizer("GPT2BPETokenizer", vocab, merges);
   fs::path dir;

@@ -12,6 +12,9 @@
 
 namespace trident {
 
+// The largest --iteration a tool accepts (iter_NNNNNNN names have 7 digits; this is far past).
+constexpr long long kMaxIterationFlag = 1ll << 40;
+
 inline long long parse_integer_flag(const std::string& flag, const std::string& text, long long lo, long long hi) {
   size_t used = 0;
   long long v = 0;

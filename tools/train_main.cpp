@@ -28,9 +28,7 @@ void check_save_dir(const std::string& save, ParallelContext& par) {
       why = e.what();
     }
   }
-  float failed = why.empty() ? 0.0f : 1.0f;
-  par.world->allreduce(Tensor(&failed, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
-  if (failed > 0) throw ConfigError("--save: " + (why.empty() ? save + " is unusable (see rank 0)" : why));
+  if (any_rank(par, !why.empty())) throw ConfigError("--save: " + (why.empty() ? save + " is unusable (see rank 0)" : why));
 }
 
 int train(int argc, char** argv) {

@@ -21,13 +21,13 @@ namespace trident {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-std::string errno_str(int e) { return std::strerror(e); }
-
 bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
+
+namespace {
+
+std::string errno_str(int e) { return std::strerror(e); }
 
 // "iter_0000100" -> 100; nullopt for anything else.
 std::optional<int64_t> parse_iter_name(const std::string& name) {

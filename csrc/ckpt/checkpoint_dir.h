@@ -37,6 +37,9 @@ inline constexpr const char* kLatestFileName = "latest_checkpointed_iteration.tx
 std::string iteration_dir_name(int64_t iteration);  // "iter_0000100"
 std::filesystem::path iteration_dir(const std::filesystem::path& root, int64_t iteration);
 std::filesystem::path latest_file(const std::filesystem::path& root);
+// Whether `s` is one or more decimal digits (the numbers in checkpoint file names).
+bool all_digits(const std::string& s);
+
 // Megatron's per-rank folder inside an iteration: "mp_rank_01" (pp == 1) or
 // "mp_rank_01_002" (pp > 1: tp rank, then pp rank).
 std::string rank_dir_name(int tp_rank, int pp_rank, int pp);

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ckpt/canonical_slices.h"
+#include "ckpt/checkpoint_dir.h"
 #include "ckpt/checksum.h"
 #include "core/backend.h"
 #include "core/error.h"
@@ -47,10 +48,6 @@ std::string optimizer_file_name(int dp_rank) {
 }
 
 namespace {
-
-bool all_digits(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-}
 
 // "mp_rank_TT" (pp 1) or "mp_rank_TT_PPP" -> (tp rank, pp rank); nullopt for another name.
 std::optional<std::pair<int, int>> parse_rank_dir(const std::string& name, int pp) {
@@ -363,17 +360,17 @@ void check_same_stored_shape(const ParamSpec& spec, const ParamSpec& stored, con
 }  // namespace
 
 std::vector<float> ShardedCheckpointReader::model_slice(const ParamSpec& run_spec, int tp, int tp_rank) {
-  const ParamSpec& s = spec(run_spec.name);
-  check_same_stored_shape(run_spec, s, dir_);
-  const int64_t local_numel = local_shape(run_spec, tp).numel();
-  const IndexRanges need = canonical_ranges(run_spec, tp, tp_rank, 0, local_numel, stored_shape(s).numel());
-  return extract_local_stored(run_spec, tp, tp_rank,
-                              read(s, "", need, Preference{preferred_tp_rank(tp, tp_rank), -1}));
+  return read_slice(run_spec, "", tp, tp_rank, -1, {{0, local_shape(run_spec, tp).numel()}});
 }
 
 std::vector<float> ShardedCheckpointReader::optimizer_slice(const ParamSpec& run_spec, const std::string& state,
                                                             int tp, int tp_rank, int dp_rank,
                                                             const IndexRanges& wanted) {
+  return read_slice(run_spec, state, tp, tp_rank, dp_rank, wanted);
+}
+
+std::vector<float> ShardedCheckpointReader::read_slice(const ParamSpec& run_spec, const std::string& state, int tp,
+                                                       int tp_rank, int dp_rank, const IndexRanges& wanted) {
   const ParamSpec& s = spec(run_spec.name);
   check_same_stored_shape(run_spec, s, dir_);
   IndexRanges need;

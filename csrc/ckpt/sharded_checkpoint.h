@@ -103,6 +103,10 @@ class ShardedCheckpointReader {
                                  const Preference& prefer);
   std::vector<float> read(const ParamSpec& s, const std::string& state, const IndexRanges& need,
                           const Preference& prefer);
+  // model_slice and optimizer_slice: `state` "" for the model; dp_rank -1 when no optimizer
+  // file is preferred; `wanted` local index ranges of the slice.
+  std::vector<float> read_slice(const ParamSpec& run_spec, const std::string& state, int tp, int tp_rank, int dp_rank,
+                                const IndexRanges& wanted);
   std::vector<float> assemble(const ParamSpec& s, const std::vector<Entry>& entries, bool pieces,
                               const IndexRanges& need);
   int preferred_tp_rank(int tp, int tp_rank) const;

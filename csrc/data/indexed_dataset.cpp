@@ -207,18 +207,19 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
   std::vector<std::string> removed;
   if (base.empty()) return removed;
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string heads[] = {bin_path(base) + kTempTag, idx_path(base) + kTempTag};
   std::vector<fs::path> stale;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    for (const std::string& head : {bin_path(base) + kTempTag, idx_path(base) + kTempTag}) {
+    for (const std::string& head : heads) {
       if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) continue;
       const std::optional<pid_t> pid = parse_pid(std::string_view(name).substr(head.size()));
       if (!pid || *pid == ::getpid()) continue;
       if (::kill(*pid, 0) == 0 || errno != ESRCH) continue;  // running (or not ours to signal)
       std::error_code type_ec;
       if (!fs::is_regular_file(it->symlink_status(type_ec))) continue;
-      stale.push_back(p.has_parent_path() ? p.parent_path() / name : fs::path(name));
+      stale.push_back(p.parent_path() / name);  // just `name` when the prefix has no folder
     }
   }
   for (const fs::path& f : stale)

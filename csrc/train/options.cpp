@@ -10,7 +10,6 @@
 #include <iostream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "core/error.h"
 
@@ -469,13 +468,6 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   if (f.has("tensorboard-dir") && o.tensorboard_dir.empty()) throw ConfigError("--tensorboard-dir: expected a directory");
 }
 
-// A number as a person would write it: "-1", "0.0003".
-std::string number_text(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
-
 void check_positive(int64_t v, const char* flag) {
   if (v <= 0) throw ConfigError(std::string("--") + flag + " must be positive");
 }
@@ -491,7 +483,7 @@ void validate_batch_and_schedule(TrainOptions& o) {
     throw ConfigError("--global-batch-size (" + std::to_string(o.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
   if (!(std::isfinite(o.lr) && o.lr >= 0))
-    throw ConfigError("--lr must be a finite number >= 0, got " + number_text(o.lr));
+    throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr)) throw ConfigError("--min-lr must be in [0, --lr]");
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
   resolve_schedule(o);

@@ -132,12 +132,6 @@ double Trainer::global_grad_norm_sq() {
   return v[0];
 }
 
-bool Trainer::any_rank(bool local) {
-  float v = local ? 1.0f : 0.0f;
-  par_->world->allreduce(Tensor(&v, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
-  return v > 0;
-}
-
 // The loss statistics live on the last stage: sum them over DP there, then give every
 // stage the result so all ranks take the same decisions (skip on NaN, logging).
 void Trainer::reduce_loss_stats(LossStats& s) {
@@ -263,7 +257,7 @@ IterationResult Trainer::train_iteration() {
   if (!r.skipped) scheduler_samples_ += G;
   r.logged_lr = schedule_.lr(scheduler_samples_);
   skipped_iterations_ += r.skipped;
-  nan_iterations_ += r.skipped && r.nan_loss;  // a NaN loss always skips
+  nan_iterations_ += r.nan_loss;  // Megatron's nan iterations: a NaN loss, which always skips
   be_.synchronize();
   consumed_samples_ += G;
   ++iteration_;
@@ -349,7 +343,7 @@ void Trainer::train() {
     ms_sum += r.ms;
     ++n;
     skipped += r.skipped;
-    nan += r.skipped && r.nan_loss;
+    nan += r.nan_loss;
     if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
       const Throughput t = throughput(r.ms);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
@@ -400,7 +394,7 @@ void Trainer::train() {
       consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;
     }
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
-    if (any_rank(stop_requested != 0)) {
+    if (any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
       break;
     }

@@ -77,7 +77,6 @@ class Trainer {
   LossStats run_pipeline(float grad_scale);
   LossStats run_forward_only(const SampleSource& data, uint64_t first_sample);
   double global_grad_norm_sq();
-  bool any_rank(bool local);
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
   void count_unusable_iteration(const IterationResult& r);

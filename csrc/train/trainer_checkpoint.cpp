@@ -194,15 +194,15 @@ bool Trainer::load_checkpoint() {
     throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
   if (load_optimizer) {
     const ShardPlan& plan = optimizer_->plan();
-    for (int k = 0; k < 3; ++k) {
-      // In fp32 runs the parameters just loaded are the master weights.
-      if (k == AdamWOptimizer::kMaster && optimizer_->master_is_params()) continue;
-      for (const LocalParam& p : P.list()) {
-        // Only the pieces this rank's ZeRO shard owns are read (from the files holding them).
-        const std::vector<ShardPiece> pieces = plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()});
-        if (pieces.empty()) continue;
-        IndexRanges owned;
-        for (const ShardPiece& s : pieces) owned.push_back({s.flat_begin - p.offset, s.flat_end - p.offset});
+    for (const LocalParam& p : P.list()) {
+      // Only the pieces this rank's ZeRO shard owns are read (from the files holding them).
+      const std::vector<ShardPiece> pieces = plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()});
+      if (pieces.empty()) continue;
+      IndexRanges owned;
+      for (const ShardPiece& s : pieces) owned.push_back({s.flat_begin - p.offset, s.flat_end - p.offset});
+      for (int k = 0; k < 3; ++k) {
+        // In fp32 runs the parameters just loaded are the master weights.
+        if (k == AdamWOptimizer::kMaster && optimizer_->master_is_params()) continue;
         const std::vector<float> local =
             ckpt.optimizer_slice(p.spec, kOptimizerStates[k], tp, grid.tp_rank, grid.dp_rank, owned);
         for (const ShardPiece& s : pieces)

@@ -21,6 +21,7 @@
 #include <random>
 #include <sstream>
 
+#include "attention_test_inputs.h"
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -30,9 +31,7 @@ struct AttnCase {
   int B, T, H, D;
   int head_offset = 0, heads_total = 0;
   float p = 0.f;
-  // > 0: Q times `sharp` and key j's K times 1 + (sharp - 1) j / T: large scores whose row
-  // maxima grow along the keys, so the forward rescales its output past the first key tile.
-  float sharp = 0.f;
+  float sharp = 0.f;  // > 0: large, growing scores (sharp_input_factor)
 };
 
 std::string describe(const AttnCase& c) {
@@ -107,11 +106,7 @@ class CudaAttention : public CudaVsCpuDtype {
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
     std::vector<float> v(static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D);
     for (size_t i = 0; i < v.size(); ++i) {
-      v[i] = dist(rng);
-      if (c.sharp > 0) {
-        const size_t t = i / (3 * static_cast<size_t>(c.H) * c.D) % c.T, w = i / (static_cast<size_t>(c.H) * c.D) % 3;
-        v[i] *= w == 0 ? c.sharp : w == 1 ? 1.f + (c.sharp - 1.f) * static_cast<float>(t) / c.T : 1.f;
-      }
+      v[i] = dist(rng) * sharp_input_factor(i, c.T, c.H, c.D, c.sharp);
     }
     return upload(Shape{c.B, c.T, 3 * c.H, c.D}, dt(), v);
   }

@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_test_inputs.h"
 #include "core/philox.h"
 
 // ---- CUDA C++ spelled as host C++ (cuda_fp16.h defined some of these for nvcc) ---------
@@ -371,10 +372,7 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
 struct Case {
   int B, T, H, D, head_offset;
   float p;
-  // > 0: Q times `sharp` and key j's K times 1 + (sharp - 1) j / T, so that scores are large
-  // and their row maxima grow along the keys: the forward's output rescaling (kMaxSlack)
-  // then runs in later key tiles too, not only in the first.
-  float sharp = 0.f;
+  float sharp = 0.f;  // > 0: large, growing scores (sharp_input_factor)
 };
 
 std::string describe(const Case& c) {
@@ -488,11 +486,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   std::vector<T> qkv(nqkv), dout(nout), out(nout, from_f32<T>(7.f)), dqkv(nqkv, from_f32<T>(7.f));
   std::vector<float> qkv_f(nqkv), dout_f(nout), lse(nrow, 7.f), delta(nrow, 7.f), dq_acc(nout, 7.f);
   for (size_t i = 0; i < nqkv; ++i) {
-    float v = dist(rng);
-    if (c.sharp > 0) {
-      const size_t t = i / (3 * static_cast<size_t>(c.H) * c.D) % c.T, w = i / (static_cast<size_t>(c.H) * c.D) % 3;
-      v *= w == 0 ? c.sharp : w == 1 ? 1.f + (c.sharp - 1.f) * static_cast<float>(t) / c.T : 1.f;
-    }
+    const float v = dist(rng) * sharp_input_factor(i, c.T, c.H, c.D, c.sharp);
     qkv_f[i] = to_f32(qkv[i] = from_f32<T>(v));
   }
   for (size_t i = 0; i < nout; ++i) dout_f[i] = to_f32(dout[i] = from_f32<T>(dist(rng)));
