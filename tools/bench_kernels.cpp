@@ -424,9 +424,9 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
   // Beside the defaults, the tile shapes under measurement (AttnTiles in cuda_attention.cu;
   // the launchers read their environment variables at each call): 128-row forward blocks,
-  // doubled forward key tiles, double-buffered forward K/V, a double-buffered dK/dV kernel,
-  // halved dK/dV query tiles, (D 128) doubled dQ key tiles, and dQ added by the dK/dV
-  // kernel with atomics. The table ends with the fastest settings per head dim, which
+  // doubled forward key tiles, double-buffered forward K/V, the wgmma forward (sm_90a), a
+  // double-buffered dK/dV kernel, halved dK/dV query tiles, (D 128) doubled dQ key tiles,
+  // and dQ added by the dK/dV kernel with atomics. The table ends with the fastest settings per head dim, which
   // tools/gpu-check.sh trains with once more.
   std::vector<std::string> choices;  // per head dim: fastest_tiles
   auto attention = [&](int B, int T, int H, int D) {
@@ -475,6 +475,12 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       timed(&fwd_c, "attn fwd, 2 K/V buffers", fdb, fwd, forward, 20);
       timed(&fwd_c, "attn fwd, 128 rows, 2 bufs", wm2 + " " + fdb, fwd, forward, 20);
       timed(&fwd_c, "attn fwd, 2x keys, 2 bufs", bk2 + " " + fdb, fwd, forward, 20);
+      // sm_90a only (an error row elsewhere): warpgroup MMA, default keys (D 64: 128, D 128:
+      // 64) and the other tile.
+      const std::string wgmma = "TRIDENT_ATTN_FWD_WGMMA=1";
+      timed(&fwd_c, "attn fwd, wgmma", wgmma, fwd, forward, 20);
+      timed(&fwd_c, "attn fwd, wgmma, other keys", wgmma + " TRIDENT_ATTN_FWD_BK=" + std::to_string(D > 64 ? 128 : 64),
+            fwd, forward, 20);
       timed(&fwd_c, "attention fwd (causal)", "", fwd, forward, 20);
       const Row f = b.rows().back();
       timed(&bwd_c, "attention bwd (causal)", "", 2.5 * fwd, backward, 10);

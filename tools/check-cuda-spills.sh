@@ -13,14 +13,14 @@
 # with unrolled inner loops it tracks the issue slots a change saves, where no GPU (and no
 # disassembler: the toolkit here ships none) can say more.
 #
-# Usage: tools/check-cuda-spills.sh [--nvcc PATH] [--arch "80;90"] [-j N] [file.cu ...]
+# Usage: tools/check-cuda-spills.sh [--nvcc PATH] [--arch "80;90a"] [-j N] [file.cu ...]
 #   Without files it checks kernels/cuda/*.cu of this checkout. Registered as the ctest
 #   test `cuda_register_spills` (tests/cuda/CMakeLists.txt) when the CUDA backend is built.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 nvcc="${NVCC:-}"
-archs="80;90"
+archs="80;90a"
 jobs=2
 files=()
 while [[ $# -gt 0 ]]; do
@@ -44,12 +44,12 @@ if [[ ${#files[@]} -eq 0 ]]; then
   files=("$root"/kernels/cuda/*.cu)
 fi
 
-# "80;90", "80 90", "90a", "80-real" -> 80 90 90a 80; "native"/"all" fall back to 80 90.
+# "80;90", "80 90", "90a", "80-real" -> 80 90 90a 80; "native"/"all" fall back to 80 90a.
 arch_list=()
 for a in ${archs//;/ }; do
   a="${a%-real}"; a="${a%-virtual}"
   case "$a" in
-    native|all|all-major) arch_list+=(80 90) ;;
+    native|all|all-major) arch_list+=(80 90a) ;;
     *) arch_list+=("$a") ;;
   esac
 done

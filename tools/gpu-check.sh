@@ -16,7 +16,7 @@
 #
 #   1. Here (no GPU needed; -j2 on a shared machine):
 #        tools/gpu-check.sh --make-bundle
-#      builds build-gpu/ (sm_90 only, Release) unless TRIDENT_BUILD_DIR names an existing
+#      builds build-gpu/ (sm_90a only, Release) unless TRIDENT_BUILD_DIR names an existing
 #      CUDA build, and writes build-gpu-bundle/trident-gpu.tar.xz: the executables, the
 #      ctest files and every shared library they need except glibc, the driver, cuBLASLt
 #      and NCCL (too large; the machine's CUDA toolkit and PyTorch carry them).
@@ -27,7 +27,7 @@
 #      toolkit or the PyTorch wheels). Logs are copied to $OUT (gpu-check.log and one per
 #      step) when $OUT is set.
 #
-# Without a bundle it builds on the machine into build-gpu/ (cmake, -j16, sm_90), after
+# Without a bundle it builds on the machine into build-gpu/ (cmake, -j16, sm_90a), after
 # checking the Debian packages the CMake needs: it names the missing ones and builds what
 # it can (no tests without GoogleTest, no NCCL without Open MPI); without the libraries
 # every build needs (OpenBLAS, yaml-cpp, cxxopts, nlohmann-json, xxhash, utf8proc, lzma,
@@ -54,7 +54,7 @@ if [[ ${1:-} == --make-bundle ]]; then
   set -e
   build=${TRIDENT_BUILD_DIR:-$repo/build-gpu}
   if [[ -z ${TRIDENT_BUILD_DIR:-} ]]; then
-    cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90
+    cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a
     nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench trident-train trident-generate \
       cuda_backend_tests nccl_comm_tests
   fi
@@ -186,7 +186,7 @@ if [[ -z $build ]]; then
   have_mpi=1
   command -v mpicxx >/dev/null || { missing+=(libopenmpi-dev); have_mpi=0; }
   ((${#missing[@]})) && say "missing Debian packages for a build here: ${missing[*]}"
-  flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90)
+  flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a)
   ((have_gtest)) || flags+=(-DTRIDENT_TESTS=OFF)
   ((have_mpi)) || flags+=(-DTRIDENT_MPI=OFF)
   say "building in $build (-j16) ${flags[*]}"
@@ -369,8 +369,8 @@ if [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUI
   ncu_line="skipped: past the time budget"
 elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_QUICK:-} ]]; then
   say "ncu: attention kernels, B8 T1024 H16 D128"
-  timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_mma' \
-    -c 32 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+  timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_(mma|wgmma)' \
+    -c 40 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-attention.log" 2>&1
   rc=$?

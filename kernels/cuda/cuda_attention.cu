@@ -241,6 +241,126 @@ __device__ __forceinline__ float exp2_ftz(float x) {
   return y;
 }
 
+// ---- sm_90a warpgroup MMA (wgmma) -----------------------------------------------------------
+// All 128 threads (one warpgroup) issue each wgmma together. The instructions exist only on
+// sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); other targets compile a trap in their place, and the
+// host launches the wgmma kernel only on compute capability 9.0 (wgmma_device).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TRIDENT_SM90A_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define TRIDENT_SM90A_ASM(...) __trap()
+#endif
+
+// Makes this thread's generic-proxy shared-memory writes (stores, cp.async) visible to the
+// async proxy that wgmma reads shared memory through; a barrier then publishes them.
+__device__ __forceinline__ void fence_proxy_async() { TRIDENT_SM90A_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_fence() { TRIDENT_SM90A_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { TRIDENT_SM90A_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  TRIDENT_SM90A_ASM("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins accumulator registers at this point of the instruction stream: the compiler does not
+// know that wgmma writes them asynchronously, so reads after wgmma_wait (and writes before
+// wgmma_fence) must not move across it.
+template <int NT>
+__device__ __forceinline__ void fence_acc(float (&d)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[nt][e])::"memory");
+}
+
+// d (64 x N, f32; warp w holds rows 16w..16w+15 in the C layout of N/8 m16n8 tiles)
+// = A B (+ d when `accumulate`), one k16 step: A (64 x 16) and B (N x 16) both K-major in
+// shared memory, given by descriptors (sw128_desc).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
+// d (64 x N) += A B, one k16 step: A (64 x 16) from registers (each warp its 16 rows in the
+// m16n8k16 A layout), B (16 x N) MN-major in shared memory (rows = k, N contiguous).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b);
+
+template <>
+__device__ __forceinline__ void wgmma_ss<__half, 64>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                                 int accumulate) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss<__half, 128>(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b,
+                                                 int accumulate) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__half, 128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss<__nv_bfloat16, 64>(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                                 int accumulate) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 64>(float (&d)[8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void wgmma_ss<__nv_bfloat16, 128>(float (&d)[16][4], uint64_t desc_a, uint64_t desc_b,
+                                                 int accumulate) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<__nv_bfloat16, 128>(float (&d)[16][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
+}
+
 // Two floats -> one register of two 16-bit values, `lo` in the low half (lower index).
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);
@@ -366,6 +486,123 @@ __device__ __forceinline__ void store_acc(T* g, int64_t ld, const float (&acc)[D
   }
 }
 
+// One key tile of the forward's online softmax for a warp's 16 query rows [wrow, wrow + 16):
+// s holds their raw scores against keys [k0, k0 + 8 NT) in the C layout of m16n8 tiles.
+// Masks hidden keys, moves the rows' reference maxima m when a score passes them by more
+// than kMaxSlack (rescaling the output o and the partial sums l), turns s into P (times the
+// dropout factors) and adds P's row sums to l. The caller turns s into the A operand of
+// P V. Shared by the mma.sync and the wgmma kernels: a warp's accumulator fragments have
+// the same layout in both.
+template <typename T, int NT, int DP>
+__device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)[NT][4], float (&o)[DP / 8][4],
+                                                 float (&m)[2], float (&l)[2], int wrow, int k0, int lane,
+                                                 uint64_t sample, uint64_t hg) {
+  constexpr int BK = 8 * NT;
+  const int T_ = p.T, tq = lane & 3;
+  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+  // Warp-uniform: only tiles on the diagonal or past T hide keys. The raw scores are
+  // masked and compared (scale > 0: raw and scaled scores have the same order).
+  if (k0 + BK - 1 > wrow || k0 + BK > T_) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
+        if (col > row || col >= T_) s[nt][e] = -INFINITY;
+      }
+  }
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    mx0 = fmaxf(mx0, fmaxf(s[nt][0], s[nt][1]));
+    mx1 = fmaxf(mx1, fmaxf(s[nt][2], s[nt][3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  mx0 *= p.scale_log2;
+  mx1 *= p.scale_log2;
+  // The warp rescales its output and sums only when some row's maximum passes the
+  // reference m by more than kMaxSlack (the FlashAttention-4 way); otherwise m stays,
+  // and P = 2^(s - m) <= 2^kMaxSlack. O and l share m, so the result is the same.
+  if (__any_sync(0xffffffffu, mx0 > m[0] + kMaxSlack || mx1 > m[1] + kMaxSlack)) {
+    const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
+    // A row with nothing visible yet keeps m = -inf (and O = l = 0).
+    const float al0 = mn0 == -INFINITY ? 1.f : exp2_ftz(m[0] - mn0);
+    const float al1 = mn1 == -INFINITY ? 1.f : exp2_ftz(m[1] - mn1);
+    m[0] = mn0;
+    m[1] = mn1;
+    l[0] *= al0;
+    l[1] *= al1;
+#pragma unroll
+    for (int nt = 0; nt < DP / 8; ++nt) {
+      o[nt][0] *= al0;
+      o[nt][1] *= al0;
+      o[nt][2] *= al1;
+      o[nt][3] *= al1;
+    }
+  }
+  // P = 2^(s scale_log2 - m): one FFMA and one MUFU an element. m = -inf: subtract 0.
+  const float ms0 = m[0] == -INFINITY ? 0.f : m[0], ms1 = m[1] == -INFINITY ? 0.f : m[1];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    s[nt][0] = exp2_ftz(fmaf(s[nt][0], p.scale_log2, -ms0));
+    s[nt][1] = exp2_ftz(fmaf(s[nt][1], p.scale_log2, -ms0));
+    s[nt][2] = exp2_ftz(fmaf(s[nt][2], p.scale_log2, -ms1));
+    s[nt][3] = exp2_ftz(fmaf(s[nt][3], p.scale_log2, -ms1));
+    l[0] += s[nt][0] + s[nt][1];
+    l[1] += s[nt][2] + s[nt][3];
+  }
+  if (p.dropout) {
+    const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;  // dropout row bases
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = k0 + nt * 8 + tq * 2;
+      if (T_ % 4 == 0) {  // rows past T get factors too: their values are never stored
+        float z[4];
+        attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= z[e];
+        continue;
+      }
+      float z0, z1;
+      if (row0 < T_) {
+        attn_drop_pair(p, sample, rb0 + col, z0, z1);
+        s[nt][0] *= z0;
+        s[nt][1] *= z1;
+      }
+      if (row1 < T_) {
+        attn_drop_pair(p, sample, rb1 + col, z0, z1);
+        s[nt][2] *= z0;
+        s[nt][3] *= z1;
+      }
+    }
+  }
+}
+
+// The forward's end for a warp's 16 rows [wrow, wrow + 16) of head h of sample b: O / l to
+// p.out and the log-sum-exp (natural log) to p.lse; rows >= T are not written.
+template <typename T, int DP>
+__device__ __forceinline__ void fwd_store_rows(const AttnParams& p, const float (&o)[DP / 8][4], const float (&m)[2],
+                                               const float (&l)[2], int b, int h, int wrow, int lane) {
+  const int T_ = p.T;
+  float l0 = l[0], l1 = l[1];
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  // Every row sees key 0, so l > 0 for rows < T.
+  T* gO = static_cast<T*>(p.out) + static_cast<int64_t>(b) * T_ * p.out_tok + static_cast<int64_t>(h) * p.D;
+  store_acc<T, DP>(gO, p.out_tok, o, wrow, T_, p.D, lane, 1.f / l0, 1.f / l1);
+  if ((lane & 3) == 0) {
+    const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+    float* lse = p.lse + (static_cast<int64_t>(b) * p.H + h) * T_;
+    if (row0 < T_) lse[row0] = (m[0] + log2f(l0)) * kLn2;
+    if (row1 < T_) lse[row1] = (m[1] + log2f(l1)) * kLn2;
+  }
+}
+
 template <int DP, int BK, int WM, int NB>
 constexpr int fwd_smem_bytes() {
   return (64 * WM + 2 * NB * BK) * (DP + 8) * 2;
@@ -404,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
   const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + static_cast<int64_t>(h) * D;
   const T* gK = gQ + HD;
   const T* gV = gQ + 2 * HD;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int last_wrow = q0 + (WM - 1) * 64 + warp * 16;  // the warp's last row tile
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
   const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
@@ -452,87 +689,7 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
       mma_abt_wm<T, DP, NT, WM>(s, sQ, sK, warp, lane);
 #pragma unroll
       for (int mt = 0; mt < WM; ++mt) {
-        const int wrow = q0 + mt * 64 + warp * 16;
-        const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
-        // Warp-uniform: only tiles on the diagonal or past T hide keys. The raw scores are
-        // masked and compared (scale > 0: raw and scaled scores have the same order).
-        if (k0 + BK - 1 > wrow || k0 + BK > T_) {
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
-              if (col > row || col >= T_) s[mt][nt][e] = -INFINITY;
-            }
-        }
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          mx0 = fmaxf(mx0, fmaxf(s[mt][nt][0], s[mt][nt][1]));
-          mx1 = fmaxf(mx1, fmaxf(s[mt][nt][2], s[mt][nt][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        mx0 *= p.scale_log2;
-        mx1 *= p.scale_log2;
-        // The warp rescales its output and sums only when some row's maximum passes the
-        // reference m by more than kMaxSlack (the FlashAttention-4 way); otherwise m stays,
-        // and P = 2^(s - m) <= 2^kMaxSlack. O and l share m, so the result is the same.
-        if (__any_sync(0xffffffffu, mx0 > m[mt][0] + kMaxSlack || mx1 > m[mt][1] + kMaxSlack)) {
-          const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
-          // A row with nothing visible yet keeps m = -inf (and O = l = 0).
-          const float al0 = mn0 == -INFINITY ? 1.f : exp2_ftz(m[mt][0] - mn0);
-          const float al1 = mn1 == -INFINITY ? 1.f : exp2_ftz(m[mt][1] - mn1);
-          m[mt][0] = mn0;
-          m[mt][1] = mn1;
-          l[mt][0] *= al0;
-          l[mt][1] *= al1;
-#pragma unroll
-          for (int nt = 0; nt < DP / 8; ++nt) {
-            o[mt][nt][0] *= al0;
-            o[mt][nt][1] *= al0;
-            o[mt][nt][2] *= al1;
-            o[mt][nt][3] *= al1;
-          }
-        }
-        // P = 2^(s scale_log2 - m): one FFMA and one MUFU an element. m = -inf: subtract 0.
-        const float ms0 = m[mt][0] == -INFINITY ? 0.f : m[mt][0], ms1 = m[mt][1] == -INFINITY ? 0.f : m[mt][1];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          s[mt][nt][0] = exp2_ftz(fmaf(s[mt][nt][0], p.scale_log2, -ms0));
-          s[mt][nt][1] = exp2_ftz(fmaf(s[mt][nt][1], p.scale_log2, -ms0));
-          s[mt][nt][2] = exp2_ftz(fmaf(s[mt][nt][2], p.scale_log2, -ms1));
-          s[mt][nt][3] = exp2_ftz(fmaf(s[mt][nt][3], p.scale_log2, -ms1));
-          l[mt][0] += s[mt][nt][0] + s[mt][nt][1];
-          l[mt][1] += s[mt][nt][2] + s[mt][nt][3];
-        }
-        if (p.dropout) {
-          const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;  // dropout row bases
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const int col = k0 + nt * 8 + tq * 2;
-            if (T_ % 4 == 0) {  // rows past T get factors too: their values are never stored
-              float z[4];
-              attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
-#pragma unroll
-              for (int e = 0; e < 4; ++e) s[mt][nt][e] *= z[e];
-              continue;
-            }
-            float z0, z1;
-            if (row0 < T_) {
-              attn_drop_pair(p, sample, rb0 + col, z0, z1);
-              s[mt][nt][0] *= z0;
-              s[mt][nt][1] *= z1;
-            }
-            if (row1 < T_) {
-              attn_drop_pair(p, sample, rb1 + col, z0, z1);
-              s[mt][nt][2] *= z0;
-              s[mt][nt][3] *= z1;
-            }
-          }
-        }
+        fwd_softmax_tile<T, NT, DP>(p, s[mt], o[mt], m[mt], l[mt], q0 + mt * 64 + warp * 16, k0, lane, sample, hg);
         c_to_a<T, NT>(s[mt], pa[mt]);
       }
     }
@@ -557,24 +714,134 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
     }
   }
 
-  T* gO = static_cast<T*>(p.out) + static_cast<int64_t>(b) * T_ * p.out_tok + static_cast<int64_t>(h) * D;
 #pragma unroll
-  for (int mt = 0; mt < WM; ++mt) {
-    float l0 = l[mt][0], l1 = l[mt][1];
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    // Every row sees key 0, so l > 0 for rows < T (rows >= T are not written).
-    const int wrow = q0 + mt * 64 + warp * 16;
-    const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
-    store_acc<T, DP>(gO, p.out_tok, o[mt], wrow, T_, D, lane, 1.f / l0, 1.f / l1);
-    if (tq == 0) {
-      float* lse = p.lse + static_cast<int64_t>(bh) * T_;
-      if (row0 < T_) lse[row0] = (m[mt][0] + log2f(l0)) * kLn2;
-      if (row1 < T_) lse[row1] = (m[mt][1] + log2f(l1)) * kLn2;
-    }
+  for (int mt = 0; mt < WM; ++mt) fwd_store_rows<T, DP>(p, o[mt], m[mt], l[mt], b, h, q0 + mt * 64 + warp * 16, lane);
+}
+
+// ---- Forward with warpgroup MMA (sm_90a) ----------------------------------------------------
+// wgmma reads its shared-memory operands in the canonical layouts of the PTX ISA. Here every
+// tile (Q, K, V) is stored as DP / 64 column blocks of [ROWS][64] 16-bit values, rows of 128
+// bytes, the 16-byte chunk c of row r at chunk position c ^ (r % 8) (the 128-byte swizzle,
+// which spreads the 8 rows of a core matrix over all shared-memory banks). The swizzle is
+// a function of address bits 4-9, so each block starts on a 1024-byte boundary.
+// - Q and K are K-major operands (the head dim is the reduction): a k16 step is 32 bytes
+//   along a row, rows 128 bytes apart, 8-row groups 1024 bytes apart (SBO).
+// - V is an MN-major operand of P V (rows = keys = the reduction, the head dim contiguous):
+//   8-key groups 1024 bytes apart (SBO), 64-column blocks ROWS x 128 bytes apart (LBO).
+constexpr uint32_t kSwizzleSpan = 1024;
+
+// Rows [row0, row0 + ROWS) of a [T, D] head view into a swizzled tile (layout above); rows
+// >= T and columns >= D are zero. Issues cp.async only (the caller commits and waits).
+template <typename T, int ROWS, int DP>
+__device__ __forceinline__ void load_tile_sw128(T* tile, const T* g, int64_t ld, int row0, int T_, int D) {
+  constexpr int CH = DP / 8;
+  for (int idx = threadIdx.x; idx < ROWS * CH; idx += kThreads) {
+    const int r = idx / CH, c = idx - r * CH;
+    const bool valid = row0 + r < T_ && c * 8 < D;
+    const T* src = valid ? g + static_cast<int64_t>(row0 + r) * ld + c * 8 : g;
+    cp_async16(tile + (c >> 3) * ROWS * 64 + r * 64 + (((c & 7) ^ (r & 7)) << 3), src, valid);
   }
+}
+
+// A wgmma shared-memory descriptor with the 128-byte swizzle: start address, leading and
+// stride byte offsets (all in 16-byte units, 14 bits each), layout type 1 in bits 62-63.
+__device__ __forceinline__ uint64_t sw128_desc(const void* start, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return static_cast<uint64_t>((smem_addr(start) >> 4) & 0x3FFF) |
+         static_cast<uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16 |
+         static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
+}
+// k16 step ks of a K-major tile of ROWS rows (the leading offset is unused: a step stays
+// inside one 128-byte row).
+template <typename T, int ROWS>
+__device__ __forceinline__ uint64_t kmajor_desc(const T* tile, int ks) {
+  return sw128_desc(tile + (ks >> 2) * ROWS * 64 + (ks & 3) * 16, 16, 8 * 128);
+}
+// k16 step kk (keys 16 kk..) of an MN-major tile of ROWS rows.
+template <typename T, int ROWS>
+__device__ __forceinline__ uint64_t mnmajor_desc(const T* tile, int kk) {
+  return sw128_desc(tile + kk * 16 * 64, ROWS * 128, 8 * 128);
+}
+
+template <int DP, int BK>
+constexpr int wgmma_fwd_smem_bytes() {
+  return (64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, two K and two V buffers; alignment slack
+}
+
+// Forward on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 query rows (warp w
+// rows 16w..16w+15, as in the mma.sync kernel, whose softmax and epilogue it shares). Key
+// tiles of BK rows are double-buffered (the next K and V load during this tile). Per tile:
+// S = Q K^T by DP/16 wgmma from shared memory, the online softmax in registers, then
+// O += P V by BK/16 wgmma with P from registers. Each product is waited for before its
+// result is used: the overlap of tensor-core work with the softmax comes from the other
+// blocks on the SM (2-3 fit).
+template <typename T, int DP, int BK>
+__global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnParams p) {
+  static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
+  static_assert(BK % 16 == 0 && BK <= 256, "wgmma N and k16 steps");
+  constexpr int BQ = 64, NT = BK / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw + ((kSwizzleSpan - (smem_addr(smem_raw) & (kSwizzleSpan - 1))) &
+                                           (kSwizzleSpan - 1)));
+  T* sK0 = sQ + BQ * DP;  // two K buffers, then two V buffers
+  T* sV0 = sK0 + 2 * BK * DP;
+
+  const int T_ = p.T, D = p.D;
+  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;  // the longest rows start first
+  const int64_t HD = static_cast<int64_t>(p.H) * D;
+  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + static_cast<int64_t>(h) * D;
+  const T* gK = gQ + HD;
+  const T* gV = gQ + 2 * HD;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wrow = q0 + warp * 16;
+  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+
+  load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
+  load_tile_sw128<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
+  load_tile_sw128<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
+  cp_async_commit();
+
+  float o[DP / 8][4];
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+
+  for (int kb = 0; kb < nkb; ++kb) {
+    const int k0 = kb * BK, buf = kb & 1;
+    const T* sK = sK0 + buf * BK * DP;
+    const T* sV = sV0 + buf * BK * DP;
+    cp_async_wait<0>();   // this tile (and Q) has landed
+    fence_proxy_async();  // ... where wgmma can see it
+    __syncthreads();      // ... for every warp; every wgmma of the previous tile has completed
+    if (kb + 1 < nkb) {
+      load_tile_sw128<T, BK, DP>(sK0 + (buf ^ 1) * BK * DP, gK, p.qkv_tok, k0 + BK, T_, D);
+      load_tile_sw128<T, BK, DP>(sV0 + (buf ^ 1) * BK * DP, gV, p.qkv_tok, k0 + BK, T_, D);
+      cp_async_commit();
+    }
+    // The whole warpgroup computes every tile (wgmma is collective): a warp whose rows see
+    // none of its keys gets all -inf scores, P = 0, and adds nothing.
+    float s[NT][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ++ks)
+      wgmma_ss<T, BK>(s, kmajor_desc<T, BQ>(sQ, ks), kmajor_desc<T, BK>(sK, ks), ks > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(s);
+    fwd_softmax_tile<T, NT, DP>(p, s, o, m, l, wrow, k0, lane, sample, hg);
+    uint32_t pa[NT / 2][4];
+    c_to_a<T, NT>(s, pa);
+    fence_acc(o);  // the softmax's rescale of o happens before the products that add to it
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<T, DP>(o, pa[kk], mnmajor_desc<T, BK>(sV, kk));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(o);
+  }
+  fwd_store_rows<T, DP>(p, o, m, l, b, h, wrow, lane);
 }
 
 template <int DP, int BK>
@@ -1127,19 +1394,45 @@ void dispatch_dp(int D, F&& f) {
 //   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
 //   dq_atomic dQ added by the dK/dV kernel with float atomics (5 tile products, not 7; dQ's
 //            last bits vary run to run), with any dK/dV tiles (dq_bk does not apply)
+//   fwd_wgmma the forward by warpgroup MMA (sm_90a; attn_fwd_wgmma_kernel), D > 32, with
+//            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk: D 64: 128
+//            (default) or 64; D 128: 64 (default) or 128
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
-  bool dq_atomic = false;
+  bool dq_atomic = false, fwd_wgmma = false;
 };
 
 template <int DP>
 constexpr int kDefaultTile = DP == 128 ? 32 : 64;  // key / query rows per tile by default
 
+// The wgmma forward's part of plan_forward_mma (t.fwd_wgmma).
+template <typename T, typename Launch>
+bool plan_forward_wgmma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
+  if (p.D <= 32 || t.fwd_wm != 1 || t.fwd_nb != 1) return false;
+  const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
+  bool ok = false;
+  dispatch_dp(p.D, [&](auto dp) {
+    constexpr int DP = decltype(dp)::value;
+    if constexpr (DP >= 64) {
+      const int bk = t.fwd_bk != 0 ? t.fwd_bk : DP == 64 ? 128 : 64;
+      if (bk == 64) {
+        launch(attn_fwd_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_fwd_smem_bytes<DP, 64>());
+        ok = true;
+      } else if (bk == 128) {
+        launch(attn_fwd_wgmma_kernel<T, DP, 128>, bh, tiles, wgmma_fwd_smem_bytes<DP, 128>());
+        ok = true;
+      }
+    }
+  });
+  return ok;
+}
+
 // Forward: launch(kernel, grid_x, grid_y, smem_bytes) once; false (nothing launched) when
 // `t` asks for a tile this head dim has no instance of. The K/V buffer count (t.fwd_nb)
-// combines with every tile shape.
+// combines with every mma.sync tile shape.
 template <typename T, typename Launch>
 bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
+  if (t.fwd_wgmma) return plan_forward_wgmma<T>(p, t, launch);
   const unsigned bh = static_cast<unsigned>(p.B * p.H);
   bool ok = false;
   auto shaped = [&](auto nb) {
@@ -1253,6 +1546,40 @@ bool env_flag(const char* name) {
   return true;
 }
 
+// Whether this build's code for the current GPU has the wgmma instructions: 1 when it was
+// compiled for sm_90a (the sm_90 build has traps in their place).
+__global__ void wgmma_probe_kernel(int* has_wgmma) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *has_wgmma = 1;
+#else
+  *has_wgmma = 0;
+#endif
+}
+
+// The wgmma forward needs a compute capability 9.0 GPU and a build for sm_90a (CMake's
+// default CUDA architectures "80;90a"); anything else is an error naming the variable.
+void check_wgmma_device() {
+  int dev = 0, major = 0, minor = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  TRIDENT_CHECK(major == 9 && minor == 0, "attention: TRIDENT_ATTN_FWD_WGMMA=1 needs an sm_90 GPU, this one is sm_",
+                major, minor);
+  static int has_wgmma = -1;  // probed once per process
+  if (has_wgmma < 0) {
+    int* flag = nullptr;
+    CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+    wgmma_probe_kernel<<<1, 1>>>(flag);
+    CUDA_CHECK_LAUNCH();
+    int host = 0;
+    CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaFree(flag));
+    has_wgmma = host;
+  }
+  TRIDENT_CHECK(has_wgmma == 1,
+                "attention: TRIDENT_ATTN_FWD_WGMMA=1 needs a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
+}
+
 // The tile shapes asked for in the environment (AttnTiles), read per call so that a
 // benchmark or a test can time and check several in one process.
 AttnTiles tiles_from_env() {
@@ -1265,6 +1592,8 @@ AttnTiles tiles_from_env() {
   t.dq_atomic = env_flag("TRIDENT_ATTN_BWD_ATOMIC");
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
+  t.fwd_wgmma = env_flag("TRIDENT_ATTN_FWD_WGMMA");
+  if (t.fwd_wgmma) check_wgmma_device();
   return t;
 }
 
@@ -1274,7 +1603,8 @@ std::string describe(const AttnTiles& t) {
          " TRIDENT_ATTN_FWD_DB=" + std::to_string(t.fwd_nb == 2) +
          " TRIDENT_ATTN_BWD_DB=" + std::to_string(t.dkdv_nb == 2) +
          " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk) +
-         " TRIDENT_ATTN_BWD_ATOMIC=" + std::to_string(t.dq_atomic);
+         " TRIDENT_ATTN_BWD_ATOMIC=" + std::to_string(t.dq_atomic) +
+         " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma);
 }
 
 // Runs plan(p, t, launch) (plan_forward_mma or plan_backward_mma); tiles that this head dim

@@ -15,6 +15,8 @@
 // mask element would move an output by about p_ij / (1 - p), far outside them.
 // The CPU-emulated run of the same kernels (test_cuda_attention_emulated.cpp, no GPU
 // needed) stays within these tolerances with a margin of 3x or more.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
@@ -202,6 +204,32 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   check_backward("atomic dq, half tiles ", half_query_tiles);
   ::unsetenv("TRIDENT_ATTN_BWD_ATOMIC");
   ::unsetenv("TRIDENT_ATTN_DKDV_BQ");
+}
+
+// The sm_90a forward (TRIDENT_ATTN_FWD_WGMMA=1: warpgroup MMA from swizzled shared memory)
+// with its default and its other key tile, then the backward from its out and lse. Head
+// dims up to 32 have no wgmma kernel and run the default forward.
+TEST_P(CudaAttention, WgmmaForwardMatchesCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
+  int dev = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
+  for (const bool other_tile : {false, true}) {
+    const auto wgmma = [other_tile](const AttnCase& c) {
+      ::unsetenv("TRIDENT_ATTN_FWD_WGMMA");
+      ::unsetenv("TRIDENT_ATTN_FWD_BK");
+      if (c.D <= 32) return;
+      ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
+      if (other_tile) ::setenv("TRIDENT_ATTN_FWD_BK", c.D > 64 ? "128" : "64", 1);
+    };
+    check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
+    check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
+  }
+  ::unsetenv("TRIDENT_ATTN_FWD_WGMMA");
+  ::unsetenv("TRIDENT_ATTN_FWD_BK");
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

@@ -63,6 +63,15 @@ struct Pending {
   const void* src;
   bool valid;
 };
+// One issued wgmma (sm_90a warpgroup MMA), executed at the wgmma.wait_group that covers it.
+struct WgmmaOp {
+  float* d;                // this thread's accumulators: n / 8 x 4 floats
+  int n;                   // N of m64nNk16
+  uint64_t desc_a;         // A in shared memory (K-major) when a == nullptr
+  const uint32_t* a;       // else this thread's 4 A registers
+  uint64_t desc_b;         // B in shared memory: K-major (ss form) or MN-major (rs form)
+  bool b_mn_major, accumulate, fp16;
+};
 struct Barrier;
 struct Fiber {
   ucontext_t ctx{};
@@ -71,6 +80,8 @@ struct Fiber {
   unsigned wait_gen = 0;             // its generation when the fiber arrived
   std::vector<std::vector<Pending>> groups;  // committed cp.async groups, oldest first
   std::vector<Pending> open;                 // issued, not yet committed
+  std::vector<std::vector<WgmmaOp>> wgmma_groups;  // committed wgmma groups, oldest first
+  std::vector<WgmmaOp> wgmma_open;
 };
 
 struct Barrier {
@@ -285,6 +296,111 @@ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
   for (int e = 0; e < 4; ++e) c[e] = out[e];
 }
 
+// ---- sm_90a warpgroup MMA ----------------------------------------------------------------
+// Shared addresses as the kernels see them (smem_addr): byte i of the block's allocation is
+// at kSmemBase + i, which is not a multiple of 1024, so the kernels' alignment of their
+// swizzled tiles is exercised.
+constexpr uint32_t kSmemBase = 0x190;
+inline uint32_t smem_addr(const void* p) {
+  check_smem(p, 1);
+  return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - emu_smem) + kSmemBase;
+}
+inline void fence_proxy_async() {}
+inline void wgmma_fence() {}
+template <int NT>
+inline void fence_acc(float (&)[NT][4]) {}
+
+// Element (mn, k) of a k16 operand in shared memory, read through its descriptor as the PTX
+// ISA defines the canonical layouts with the 128-byte swizzle (the only one emulated):
+// start address, leading (LBO) and stride (SBO) byte offsets in 16-byte units; K-major:
+// rows mn 128 bytes apart, 8-row groups SBO apart, k contiguous; MN-major: mn contiguous
+// in 64-element blocks LBO apart, rows k 128 bytes apart, 8-row groups SBO apart. Then
+// address bits 4-6 are XORed with bits 7-9.
+inline float smem_operand(uint64_t desc, int mn, int k, bool mn_major, bool fp16) {
+  if ((desc >> 62) != 1 || ((desc >> 49) & 7) != 0) {
+    std::fprintf(stderr, "emulated kernel: wgmma descriptor without the 128-byte swizzle or with a base offset\n");
+    std::abort();
+  }
+  const uint32_t start = static_cast<uint32_t>(desc & 0x3FFF) << 4;
+  const uint32_t lbo = static_cast<uint32_t>((desc >> 16) & 0x3FFF) << 4;
+  const uint32_t sbo = static_cast<uint32_t>((desc >> 32) & 0x3FFF) << 4;
+  uint32_t addr = mn_major ? start + (mn / 64) * lbo + (k / 8) * sbo + (k % 8) * 128 + (mn % 64) * 2
+                           : start + (mn / 8) * sbo + (mn % 8) * 128 + k * 2;
+  addr ^= ((addr >> 7) & 7) << 4;
+  if (addr < kSmemBase) {
+    std::fprintf(stderr, "emulated kernel: wgmma operand below the block's shared memory\n");
+    std::abort();
+  }
+  const uint16_t bits = static_cast<uint16_t>(ld16(emu_smem + (addr - kSmemBase), 0));
+  if (fp16) {
+    __half v;
+    std::memcpy(static_cast<void*>(&v), &bits, 2);
+    return to_f32(v);
+  }
+  __nv_bfloat16 v;
+  std::memcpy(static_cast<void*>(&v), &bits, 2);
+  return to_f32(v);
+}
+
+template <typename T, int N>
+inline void wgmma_issue(float (&d)[N / 8][4], uint64_t desc_a, const uint32_t* a, uint64_t desc_b, bool accumulate) {
+  emu::g_block->fibers[threadIdx.x].wgmma_open.push_back(
+      {&d[0][0], N, desc_a, a, desc_b, a != nullptr, accumulate, std::is_same_v<T, __half>});
+}
+template <typename T, int N>
+inline void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  wgmma_issue<T, N>(d, desc_a, nullptr, desc_b, accumulate != 0);
+}
+template <typename T, int N>
+inline void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
+  wgmma_issue<T, N>(d, 0, a, desc_b, true);
+}
+inline void wgmma_commit() {
+  auto& f = emu::g_block->fibers[threadIdx.x];
+  f.wgmma_groups.push_back(std::move(f.wgmma_open));
+  f.wgmma_open.clear();
+}
+// Runs every committed group but the newest N, oldest first. Warp w owns rows 16w..16w+15
+// of the 64-row product; a thread's accumulators are the C layout of those rows (row g,
+// g + 8; columns 8 nt + 2q, + 1). A from registers is the m16n8k16 A layout, gathered from
+// the warp's lanes, which are all here (wgmma is collective) with their registers intact.
+template <int N>
+inline void wgmma_wait() {
+  const int w = emu::warp(), t = emu::lane(), g = t / 4, q = t % 4;
+  auto& me = emu::g_block->fibers[threadIdx.x];
+  emu::warp_sync();
+  const size_t ready = me.wgmma_groups.size() > N ? me.wgmma_groups.size() - N : 0;
+  for (size_t gi = 0; gi < ready; ++gi) {
+    for (size_t oi = 0; oi < me.wgmma_groups[gi].size(); ++oi) {
+      const emu::WgmmaOp& op = me.wgmma_groups[gi][oi];
+      auto A = [&](int r, int k) {
+        if (op.a == nullptr) return smem_operand(op.desc_a, 16 * w + r, k, false, op.fp16);
+        const emu::WgmmaOp& src = emu::g_block->fibers[w * 32 + (r % 8) * 4 + (k % 8) / 2].wgmma_groups[gi][oi];
+        const uint32_t reg = src.a[(r / 8) + 2 * (k / 8)];
+        const uint16_t bits = static_cast<uint16_t>(k % 2 ? reg >> 16 : reg);
+        if (op.fp16) {
+          __half v;
+          std::memcpy(static_cast<void*>(&v), &bits, 2);
+          return to_f32(v);
+        }
+        __nv_bfloat16 v;
+        std::memcpy(static_cast<void*>(&v), &bits, 2);
+        return to_f32(v);
+      };
+      for (int nt = 0; nt < op.n / 8; ++nt) {
+        for (int e = 0; e < 4; ++e) {
+          const int r = g + 8 * (e / 2), c = nt * 8 + 2 * q + (e & 1);
+          float acc = op.accumulate ? op.d[nt * 4 + e] : 0.f;
+          for (int k = 0; k < 16; ++k) acc += A(r, k) * smem_operand(op.desc_b, c, k, op.b_mn_major, op.fp16);
+          op.d[nt * 4 + e] = acc;
+        }
+      }
+    }
+  }
+  emu::warp_sync();  // every lane has read the others' A registers
+  me.wgmma_groups.erase(me.wgmma_groups.begin(), me.wgmma_groups.begin() + static_cast<std::ptrdiff_t>(ready));
+}
+
 }  // namespace trident::cuda
 
 #include "cuda_attention_emulated.inc"
@@ -326,6 +442,10 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
           emu::Fiber& me = emu::g_block->fibers[emu::g_block->cur];
           if (!me.groups.empty() || !me.open.empty()) {
             std::fprintf(stderr, "emulated kernel: cp.async groups never waited for\n");
+            std::abort();
+          }
+          if (!me.wgmma_groups.empty() || !me.wgmma_open.empty()) {
+            std::fprintf(stderr, "emulated kernel: wgmma groups never waited for\n");
             std::abort();
           }
           me.done = true;
@@ -472,7 +592,8 @@ void expect_close(const std::string& what, const std::vector<float>& got, const 
 std::string describe(const AttnTiles& t) {
   return " wm" + std::to_string(t.fwd_wm) + " fwd_bk" + std::to_string(t.fwd_bk) + " fwd_nb" +
          std::to_string(t.fwd_nb) + " dq_atomic" + std::to_string(t.dq_atomic) + " nb" + std::to_string(t.dkdv_nb) +
-         " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk);
+         " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk) + " fwd_wgmma" +
+         std::to_string(t.fwd_wgmma);
 }
 
 template <typename T>
@@ -623,6 +744,19 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
   }
 }
 
+// The sm_90a forward (warpgroup MMA from swizzled shared memory) with both of its key tiles.
+TEST_P(EmulatedAttention, WgmmaForward) {
+  uint64_t seed = 700;
+  for (const Case& c : cases()) {
+    if (c.D <= 32) continue;  // D <= 32 has no wgmma kernel
+    AttnTiles wgmma;
+    wgmma.fwd_wgmma = true;
+    run_case<__nv_bfloat16>(c, true, seed++, wgmma);
+    wgmma.fwd_bk = c.D > 64 ? 128 : 64;  // the other key tile
+    run_case<__half>(c, true, seed++, wgmma);
+  }
+}
+
 // A tile a head dim has no instance of is refused before anything runs.
 TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   AttnParams p;
@@ -652,11 +786,23 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.dkdv_bq = 0;
     t.dq_bk = D == 128 ? 64 : 0;  // atomic dQ has no dQ kernel to size
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 128) << D;
+    t = AttnTiles{};
+    t.fwd_wgmma = true;  // D 64 and 128 only, with 64- or 128-key tiles, 64-row blocks, its own buffers
+    EXPECT_EQ(plan_forward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.fwd_bk = 32;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.fwd_bk = 0;
+    t.fwd_wm = 2;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.fwd_wm = 1;
+    t.fwd_nb = 2;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
   // with the default tiles at D 32 and 64.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3);
+  // Plus one wgmma forward each for D 64 and 128.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2);
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
