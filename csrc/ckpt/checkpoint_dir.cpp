@@ -208,21 +208,31 @@ void TempIterationDir::commit() {
 }
 
 std::vector<fs::path> remove_dead_writers_temporaries(const fs::path& root) {
-  std::vector<fs::path> candidates, removed;
+  std::vector<fs::path> temporaries, deletions, removed;
   std::error_code ec;
   for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::optional<SuffixedName> s = parse_suffixed(name, "tmp");
+    const bool temporary = s.has_value();
+    if (!temporary) s = parse_suffixed(name, "del");
     std::error_code ec2;
-    const std::optional<SuffixedName> tmp = parse_suffixed(it->path().filename().string(), "tmp");
-    if (tmp && it->is_directory(ec2) && named_writer_is_gone(tmp->token)) candidates.push_back(it->path());
+    if (s && named_writer_is_gone(s->token) && it->is_directory(ec2))
+      (temporary ? temporaries : deletions).push_back(it->path());
   }
-  for (const fs::path& dir : candidates) {
-    const int lock = lock_abandoned_writer_lock(dir);
-    if (lock < 0) continue;
+  auto remove = [&removed](const fs::path& dir) {
     std::error_code rm;
     fs::remove_all(dir, rm);
-    ::close(lock);
     if (!rm) removed.push_back(dir);
+  };
+  for (const fs::path& dir : temporaries) {
+    const int lock = lock_abandoned_writer_lock(dir);
+    if (lock < 0) continue;
+    remove(dir);
+    ::close(lock);
   }
+  // A *.del-* directory has no lock: it is only ever renamed into being to be deleted, so
+  // once its writer is gone nobody else touches it.
+  for (const fs::path& dir : deletions) remove(dir);
   return removed;
 }
 
