@@ -1,7 +1,6 @@
 #include "ckpt/checkpoint_dir.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -16,6 +15,7 @@
 
 #include "ckpt/atomic_file.h"
 #include "core/error.h"
+#include "core/process_id.h"
 
 namespace trident {
 
@@ -37,11 +37,17 @@ std::optional<int64_t> parse_iter_name(const std::string& name) {
   return std::stoll(digits);
 }
 
-// "iter_0000100.<kind>-<token>" -> 100 when the prefix is a valid iteration name.
-std::optional<int64_t> parse_suffixed(const std::string& name, const std::string& kind) {
+// "iter_0000100.<kind>-<token>" -> 100 and the token, when the prefix is a valid iteration name.
+struct SuffixedName {
+  int64_t iteration = 0;
+  std::string token;
+};
+std::optional<SuffixedName> parse_suffixed(const std::string& name, const std::string& kind) {
   const size_t dot = name.find('.');
   if (dot == std::string::npos || name.compare(dot, kind.size() + 2, "." + kind + "-") != 0) return std::nullopt;
-  return parse_iter_name(name.substr(0, dot));
+  const std::optional<int64_t> iteration = parse_iter_name(name.substr(0, dot));
+  if (!iteration) return std::nullopt;
+  return SuffixedName{*iteration, name.substr(dot + kind.size() + 2)};
 }
 
 // fsync every regular file and directory under `dir`, then `dir` itself.
@@ -76,26 +82,13 @@ void delete_dir(const fs::path& root, const fs::path& dir, const std::string& na
   if (ec) throw IoError(del.string() + ": cannot delete: " + ec.message());
 }
 
-// The host part of save tokens: the host name's letters and digits, at most 32.
-std::string token_host() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  std::string h;
-  for (const char* c = host; *c && h.size() < 32; ++c)
-    if (std::isalnum(static_cast<unsigned char>(*c))) h += *c;
-  return h.empty() ? std::string("host") : h;
-}
-
-// The host and pid a temporary's token names ("iter_N.tmp-<host>-<pid>-..."), or nullopt
-// for a name of another form.
+// The host and pid a save token names ("<host>-<pid>-..."), or nullopt for a token of
+// another form.
 struct TokenWriter {
   std::string host;
   pid_t pid = 0;
 };
-std::optional<TokenWriter> token_writer(const std::string& dir_name) {
-  const size_t tmp = dir_name.find(".tmp-");
-  if (tmp == std::string::npos) return std::nullopt;
-  const std::string token = dir_name.substr(tmp + 5);
+std::optional<TokenWriter> token_writer(const std::string& token) {
   const size_t dash = token.find('-');
   if (dash == std::string::npos) return std::nullopt;
   const size_t dash2 = token.find('-', dash + 1);
@@ -104,12 +97,11 @@ std::optional<TokenWriter> token_writer(const std::string& dir_name) {
   return TokenWriter{token.substr(0, dash), static_cast<pid_t>(std::stol(pid))};
 }
 
-// Whether the writer a temporary's name gives ran on this host and no longer runs. (A pid
-// seen alive may be another process that reused it: then the directory is kept.)
-bool named_writer_is_gone(const fs::path& dir) {
-  const std::optional<TokenWriter> w = token_writer(dir.filename().string());
-  if (!w || w->host != token_host() || w->pid <= 0) return false;
-  return ::kill(w->pid, 0) != 0 && errno == ESRCH;
+// Whether the writer a save token names ran on this host and no longer runs. (A pid seen
+// alive may be another process that reused it: then the directory is kept.)
+bool named_writer_is_gone(const std::string& token) {
+  const std::optional<TokenWriter> w = token_writer(token);
+  return w && w->host == host_token() && process_is_gone(w->pid);
 }
 
 // Locks the writer's lock file of temporary `dir` if nobody holds it. The lock file must
@@ -174,7 +166,7 @@ std::string rank_dir_name(int tp_rank, int pp_rank, int pp) {
 
 std::string make_save_token() {
   const auto ns = std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
-  return token_host() + "-" + unique_token() + "-" + std::to_string(ns % 1000000000000ll);
+  return host_token() + "-" + unique_token() + "-" + std::to_string(ns % 1000000000000ll);
 }
 
 fs::path temp_iteration_dir(const fs::path& root, int64_t iteration, const std::string& token) {
@@ -216,22 +208,31 @@ void TempIterationDir::commit() {
 }
 
 std::vector<fs::path> remove_dead_writers_temporaries(const fs::path& root) {
-  std::vector<fs::path> candidates, removed;
+  std::vector<fs::path> temporaries, deletions, removed;
   std::error_code ec;
   for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::optional<SuffixedName> s = parse_suffixed(name, "tmp");
+    const bool temporary = s.has_value();
+    if (!temporary) s = parse_suffixed(name, "del");
     std::error_code ec2;
-    if (parse_suffixed(it->path().filename().string(), "tmp") && it->is_directory(ec2) &&
-        named_writer_is_gone(it->path()))
-      candidates.push_back(it->path());
+    if (s && named_writer_is_gone(s->token) && it->is_directory(ec2))
+      (temporary ? temporaries : deletions).push_back(it->path());
   }
-  for (const fs::path& dir : candidates) {
-    const int lock = lock_abandoned_writer_lock(dir);
-    if (lock < 0) continue;
+  auto remove = [&removed](const fs::path& dir) {
     std::error_code rm;
     fs::remove_all(dir, rm);
-    ::close(lock);
     if (!rm) removed.push_back(dir);
+  };
+  for (const fs::path& dir : temporaries) {
+    const int lock = lock_abandoned_writer_lock(dir);
+    if (lock < 0) continue;
+    remove(dir);
+    ::close(lock);
   }
+  // A *.del-* directory has no lock: it is only ever renamed into being to be deleted, so
+  // once its writer is gone nobody else touches it.
+  for (const fs::path& dir : deletions) remove(dir);
   return removed;
 }
 
@@ -367,7 +368,7 @@ PruneResult prune(const fs::path& root, int keep_last) {
       if (!writer_holds_lock(it->path())) stale.push_back(it->path());  // another job's save goes on
     } else if (parse_suffixed(name, "del") || name.rfind(latest_tmp_prefix, 0) == 0) {
       stale.push_back(it->path());
-    } else if (const auto n = parse_suffixed(name, "old"); n && committed.count(*n)) {
+    } else if (const auto old = parse_suffixed(name, "old"); old && committed.count(old->iteration)) {
       stale.push_back(it->path());
     }
   }

@@ -11,15 +11,18 @@
 // which is deleted only afterwards) and then atomically rewrites the pointer. The pointer
 // changes last, so a crash at any point leaves it naming a complete checkpoint.
 //
-// Nothing on an error path deletes or overwrites a committed checkpoint; deletion (prune)
-// first renames a directory to iter_NNNNNNN.del-<token> so a crash mid-delete never leaves
-// a half-deleted directory under a committed name.
+// Nothing on an error path deletes or overwrites a committed checkpoint; deletion (prune,
+// and commit() for a replaced copy) first renames a directory to iter_NNNNNNN.del-<token>
+// (a fresh save token) so a crash mid-delete never leaves a half-deleted directory under a
+// committed name.
 //
 // A save that dies (crash, kill, full disk) leaves its iter_NNNNNNN.tmp-<token> behind. The
 // token starts with the writer's host and pid, and the writer holds an exclusive lock on
 // TMP/.writer.lock until it commits; the kernel drops that lock however the writer ends. So
 // the next save (TempIterationDir) removes exactly the temporaries whose writer provably is
 // gone: written on this host, by a pid that no longer runs, with a lock file it can lock.
+// It also removes the iter_NNNNNNN.del-<token> directories of such writers (a deletion that
+// was interrupted; they need no lock, as nothing but their deletion ever uses them).
 // Anything else (another host's, another job's still running, an older trident's without a
 // lock file) is left for prune().
 #pragma once
@@ -81,8 +84,9 @@ class TempIterationDir {
 // The name of the lock file a TempIterationDir's writer holds.
 inline constexpr const char* kWriterLockFileName = ".writer.lock";
 
-// Removes the iter_*.tmp-<token> directories in `root` whose writer is provably gone (see the
-// top of this file); best effort: one that cannot be removed is left. Returns those removed.
+// Removes the iter_*.tmp-<token> and iter_*.del-<token> directories in `root` whose writer
+// is provably gone (see the top of this file); best effort: one that cannot be removed is
+// left. Returns those removed.
 std::vector<std::filesystem::path> remove_dead_writers_temporaries(const std::filesystem::path& root);
 
 // Checks at startup that checkpoints can later be saved under `root`, creating nothing:

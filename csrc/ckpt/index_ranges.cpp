@@ -46,18 +46,12 @@ bool intersects(const IndexRanges& a, const IndexRanges& b) {
 IndexRanges canonical_ranges(const ParamSpec& spec, int tp, int tp_rank, int64_t local_begin, int64_t local_end,
                              int64_t stored_numel) {
   IndexRanges out;
-  for (int64_t i = local_begin; i < local_end;) {
-    const int64_t g = canonical_index(spec, tp, tp_rank, i);
-    const int64_t run = std::min(canonical_run(spec, tp, i), local_end - i);
-    const int64_t kept = std::max<int64_t>(0, std::min(run, stored_numel - g));
-    if (kept > 0) {
-      if (!out.empty() && out.back().end == g)
-        out.back().end += kept;
-      else
-        out.push_back({g, g + kept});
-    }
-    i += run;
-  }
+  for_each_canonical_run(spec, tp, tp_rank, local_begin, local_end, stored_numel, [&](int64_t, int64_t g, int64_t n) {
+    if (!out.empty() && out.back().end == g)
+      out.back().end += n;
+    else
+      out.push_back({g, g + n});
+  });
   return normalized(std::move(out));
 }
 

@@ -3,6 +3,7 @@
 // can open only the files that hold what it needs.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -27,5 +28,19 @@ bool intersects(const IndexRanges& a, const IndexRanges& b);
 // `spec` at `tp`, those at or past `stored_numel` (vocabulary padding) left out.
 IndexRanges canonical_ranges(const ParamSpec& spec, int tp, int tp_rank, int64_t local_begin, int64_t local_end,
                              int64_t stored_numel);
+
+// Walks the same elements in runs of consecutive canonical indices: fn(local, canonical, n)
+// for each run of n > 0 elements from local index `local` and canonical index `canonical`.
+template <typename Fn>
+void for_each_canonical_run(const ParamSpec& spec, int tp, int tp_rank, int64_t local_begin, int64_t local_end,
+                            int64_t stored_numel, Fn&& fn) {
+  for (int64_t i = local_begin; i < local_end;) {
+    const int64_t g = canonical_index(spec, tp, tp_rank, i);
+    const int64_t run = std::min(canonical_run(spec, tp, i), local_end - i);
+    const int64_t kept = std::min(run, stored_numel - g);
+    if (kept > 0) fn(i, g, kept);
+    i += run;
+  }
+}
 
 }  // namespace trident

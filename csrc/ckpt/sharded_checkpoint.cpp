@@ -292,22 +292,16 @@ std::vector<float> ShardedCheckpointReader::assemble(const ParamSpec& s, const s
                     ", expected a float type (F32, F16, BF16)");
     const size_t esize = st_dtype_size(t.dtype);
     const unsigned char* base = static_cast<const unsigned char*>(r.data(e.key));
-    const int64_t n = t.numel();
-    for (int64_t i = 0; i < n;) {
-      const int64_t g = canonical_index(s, tp, e.tp_rank, e.first + i);
-      const int64_t run = std::min(canonical_run(s, tp, e.first + i), n - i);
-      const int64_t kept = std::max<int64_t>(0, std::min(run, stored_numel - g));
-      const unsigned char* src = base + static_cast<size_t>(i) * esize;
-      if (kept > 0) {
-        Run* last = runs.empty() ? nullptr : &runs.back();
-        if (last && last->dtype == t.dtype && last->g + last->n == g &&
-            last->src + static_cast<size_t>(last->n) * esize == src)
-          last->n += kept;  // continues the previous run in both layouts
-        else
-          runs.push_back(Run{g, kept, src, t.dtype});
-      }
-      i += run;
-    }
+    const int64_t end = e.first + t.numel();
+    for_each_canonical_run(s, tp, e.tp_rank, e.first, end, stored_numel, [&](int64_t local, int64_t g, int64_t n) {
+      const unsigned char* src = base + static_cast<size_t>(local - e.first) * esize;
+      Run* last = runs.empty() ? nullptr : &runs.back();
+      if (last && last->dtype == t.dtype && last->g + last->n == g &&
+          last->src + static_cast<size_t>(last->n) * esize == src)
+        last->n += n;  // continues the previous run in both layouts
+      else
+        runs.push_back(Run{g, n, src, t.dtype});
+    });
   }
   std::stable_sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.g < b.g; });
   std::vector<float> full;

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/process_id.h"
 #include "data/blend.h"
 #include "data/indexed_dataset.h"
 
@@ -95,9 +96,7 @@ bool save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
   std::ostringstream tmp;
   // Unique across threads, processes and hosts sharing the folder (containers reuse pids).
   std::random_device rd;
-  char host[64] = {};
-  ::gethostname(host, sizeof host - 1);
-  tmp << path << ".tmp." << host << "." << ::getpid() << "." << std::hex << ((uint64_t{rd()} << 32) ^ rd());
+  tmp << path << ".tmp." << host_token() << "." << ::getpid() << "." << std::hex << ((uint64_t{rd()} << 32) ^ rd());
   const std::string tmp_path = tmp.str();
   std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
   bool ok = f && std::fwrite(out.data(), 1, out.size(), f) == out.size();

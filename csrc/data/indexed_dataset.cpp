@@ -1,7 +1,6 @@
 #include "data/indexed_dataset.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/process_id.h"
 
 namespace trident {
 namespace {
@@ -21,7 +21,9 @@ namespace {
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kVersion = 1;
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
-constexpr const char* kTempTag = ".tmp.";  // a builder's temporaries: {prefix}.bin.tmp.<pid>, .idx.tmp.<pid>
+// A builder's temporaries are {prefix}.bin.tmp.<host>.<pid> and {prefix}.idx.tmp.<host>.<pid>;
+// this is the part before the pid.
+std::string host_temp_tag() { return ".tmp." + host_token() + "."; }
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -97,7 +99,7 @@ IndexedDatasetBuilder::IndexedDatasetBuilder(std::string prefix, IndexDType dtyp
   if (dtype != IndexDType::kUInt16 && dtype != IndexDType::kInt32 && dtype != IndexDType::kInt64 &&
       dtype != IndexDType::kUInt8 && dtype != IndexDType::kInt16 && dtype != IndexDType::kInt8)
     throw IoError(detail::concat(prefix_, ": unsupported token dtype code ", int(dtype)));
-  const std::string tag = detail::concat(kTempTag, ::getpid());
+  const std::string tag = detail::concat(host_temp_tag(), ::getpid());
   bin_tmp_ = bin_path(prefix_) + tag;
   idx_tmp_ = idx_path(prefix_) + tag;
   bin_ = std::fopen(bin_tmp_.c_str(), "wb");
@@ -207,7 +209,8 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
   std::vector<std::string> removed;
   if (base.empty()) return removed;
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  const std::string heads[] = {bin_path(base) + kTempTag, idx_path(base) + kTempTag};
+  // Only this host's pids can be checked: the heads name this host, the pid follows.
+  const std::string heads[] = {bin_path(base) + host_temp_tag(), idx_path(base) + host_temp_tag()};
   std::vector<fs::path> stale;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -215,8 +218,7 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
     for (const std::string& head : heads) {
       if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) continue;
       const std::optional<pid_t> pid = parse_pid(std::string_view(name).substr(head.size()));
-      if (!pid || *pid == ::getpid()) continue;
-      if (::kill(*pid, 0) == 0 || errno != ESRCH) continue;  // running (or not ours to signal)
+      if (!pid || *pid == ::getpid() || !process_is_gone(*pid)) continue;
       std::error_code type_ec;
       if (!fs::is_regular_file(it->symlink_status(type_ec))) continue;
       stale.push_back(p.parent_path() / name);  // just `name` when the prefix has no folder

@@ -25,7 +25,7 @@ IndexDType best_fitting_dtype(int64_t vocab_size);
 std::string idx_path(const std::string& prefix);  // prefix + ".idx"
 std::string bin_path(const std::string& prefix);  // prefix + ".bin"
 
-// Streams tokens to `{prefix}.bin.tmp.<pid>` and writes `{prefix}.idx.tmp.<pid>` at
+// Streams tokens to `{prefix}.bin.tmp.<host>.<pid>` and writes `{prefix}.idx.tmp.<host>.<pid>` at
 // finish(); both files get their final names only then. Several outputs that must appear
 // together use the two halves of finish(): prepare() each, then commit() each, and abort()
 // every one if any step fails (abort() also takes back a commit). Destroyed before
@@ -60,10 +60,12 @@ class IndexedDatasetBuilder {
   State state_ = State::kWriting;
 };
 
-// Removes the temporary files `{prefix}.bin.tmp.<pid>` and `{prefix}.idx.tmp.<pid>` that
-// builders of this prefix left behind in processes that are gone (kill(pid, 0) fails with
-// ESRCH), e.g. an interrupted trident-preprocess. Files of running processes, of other
-// prefixes and any other name are kept. Returns the paths removed.
+// Removes the temporary files `{prefix}.bin.tmp.<host>.<pid>` and `{prefix}.idx.tmp.<host>.<pid>`
+// that builders of this prefix left behind in processes of this host that are gone
+// (process_is_gone), e.g. an interrupted trident-preprocess. Files of running processes, of
+// other hosts (on a shared file system a run there may still be writing them), of other
+// prefixes and any other name (an older trident's `.tmp.<pid>`, which names no host) are
+// kept. Returns the paths removed.
 std::vector<std::string> remove_stale_builder_temps(const std::string& prefix);
 
 // Reads a .bin/.idx pair: the index is copied into memory (its arrays are not aligned in

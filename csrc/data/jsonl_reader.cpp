@@ -37,16 +37,13 @@ JsonlReader::JsonlReader(std::string path) : path_(std::move(path)) {
   // The first bytes tell xz from text. They are kept, not re-read: a pipe (--input <(...),
   // /dev/stdin) cannot be rewound.
   char head[6] = {};
-  const size_t got = std::fread(head, 1, sizeof head, f_);
-  if (got < sizeof head) {
-    if (std::ferror(f_)) {
-      const std::string why = std::strerror(errno);
-      std::fclose(f_);
-      throw IoError(detail::concat(path_, ": read failed: ", why));
-    }
-    raw_eof_ = true;
+  size_t got = 0;
+  try {
+    got = read_raw(head, sizeof head);
+  } catch (...) {
+    std::fclose(f_);
+    throw;
   }
-  raw_read_ = got;
   if (got == sizeof head && std::memcmp(head, kXzMagic, sizeof head) == 0) {
     xz_ = new XzState;
     lzma_ret r = lzma_stream_decoder(&xz_->s, UINT64_MAX, LZMA_CONCATENATED);
@@ -73,18 +70,23 @@ JsonlReader::~JsonlReader() {
   if (f_) std::fclose(f_);
 }
 
+size_t JsonlReader::read_raw(char* dst, size_t n) {
+  const size_t got = std::fread(dst, 1, n, f_);
+  if (got < n) {
+    if (std::ferror(f_)) throw IoError(detail::concat(path_, ": read failed: ", std::strerror(errno)));
+    raw_eof_ = true;
+  }
+  raw_read_ += got;
+  return got;
+}
+
 size_t JsonlReader::fill() {
   const size_t old = buf_.size();
   if (!xz_) {
     if (raw_eof_) return 0;
     buf_.resize(old + kChunk);
-    const size_t got = std::fread(buf_.data() + old, 1, kChunk, f_);
+    const size_t got = read_raw(buf_.data() + old, kChunk);
     buf_.resize(old + got);
-    raw_read_ += got;
-    if (got < kChunk) {
-      if (std::ferror(f_)) throw IoError(detail::concat(path_, ": read failed: ", std::strerror(errno)));
-      raw_eof_ = true;
-    }
     return got;
   }
   if (xz_done_) return 0;
@@ -94,14 +96,8 @@ size_t JsonlReader::fill() {
   xz->avail_out = kChunk;
   while (xz->avail_out > 0) {
     if (xz->avail_in == 0 && !raw_eof_) {
-      const size_t got = std::fread(raw_.data(), 1, raw_.size(), f_);
-      if (got < raw_.size()) {
-        if (std::ferror(f_)) throw IoError(detail::concat(path_, ": read failed: ", std::strerror(errno)));
-        raw_eof_ = true;
-      }
-      raw_read_ += got;
+      xz->avail_in = read_raw(raw_.data(), raw_.size());
       xz->next_in = reinterpret_cast<const uint8_t*>(raw_.data());
-      xz->avail_in = got;
     }
     const lzma_ret r = lzma_code(xz, raw_eof_ && xz->avail_in == 0 ? LZMA_FINISH : LZMA_RUN);
     if (r == LZMA_STREAM_END) {

@@ -31,6 +31,9 @@ class JsonlReader {
 
  private:
   size_t fill();  // appends decoded bytes to buf_; returns how many
+  // Reads up to n bytes from the file (fewer only at its end, which sets raw_eof_); throws
+  // IoError naming the file on a read error.
+  size_t read_raw(char* dst, size_t n);
 
   std::string path_;
   std::FILE* f_ = nullptr;

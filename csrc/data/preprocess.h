@@ -11,10 +11,11 @@
 // twice in one object takes its last value, as Python's json.loads (Megatron's
 // preprocess_data.py) does.
 //
-// Every key's .bin/.idx is written under a temporary name ({prefix}_{key}_document.bin.tmp.<pid>)
-// and all of them get their final names together once every key is done; a failure on the
-// way (a rename included) leaves none of them. Temporary files of this output prefix left by
-// a process that is gone (an interrupted run) are removed at the start.
+// Every key's .bin/.idx is written under a temporary name
+// ({prefix}_{key}_document.bin.tmp.<host>.<pid>) and all of them get their final names together
+// once every key is done; a failure on the way (a rename included) leaves none of them.
+// Temporary files of this output prefix left by a process of this host that is gone (an
+// interrupted run) are removed at the start; another host's are kept (remove_stale_builder_temps).
 #pragma once
 
 #include <atomic>

@@ -98,7 +98,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"load", "directory to load a checkpoint from (missing or empty: start from scratch)"},
       {"save-interval", "iterations between checkpoints (0: only at the end)"},
       {"keep-last", "checkpoints kept under --save (0: all)"},
-      {"no-load-optim", "do not load the optimizer state", true},
+      {"no-load-optim", "do not load the optimizer state nor the learning-rate schedule (it restarts at step 0, "
+                         "warm-up included; the iteration and consumed samples still load)", true},
       {"no-load-rng", "do not load the RNG state", true},
       {"finetune", "load weights only and start at iteration 0", true},
       // Data.

@@ -66,9 +66,9 @@ class Trainer {
   // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
   // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last.
   void save_checkpoint();
-  // Restores the latest checkpoint under opt.load, written under any layout (parameters,
-  // optimizer state unless --no-load-optim/--finetune, counters, loss scale, dropout seed
-  // unless --no-load-rng). Returns false, and training starts from scratch, when the
+  // Restores the latest checkpoint under opt.load, written under any layout (parameters;
+  // optimizer state, loss scale and LR schedule position unless --no-load-optim/--finetune;
+  // counters unless --finetune; dropout seed unless --no-load-rng). Returns false, and training starts from scratch, when the
   // directory holds no checkpoint yet or does not exist (a warning, as Megatron).
   bool load_checkpoint();
 

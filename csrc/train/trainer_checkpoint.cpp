@@ -217,7 +217,9 @@ bool Trainer::load_checkpoint() {
   if (!opt_.finetune) {
     iteration_ = ckpt.metadata().iteration;
     consumed_samples_ = static_cast<uint64_t>(ckpt.metadata().consumed_samples);
-    scheduler_samples_ = saved_scheduler_samples(st, consumed_samples_);
+    // As Megatron: the LR schedule's state belongs to the optimizer's, so without it the
+    // schedule starts again at step 0 (warm-up included) while the iteration carries on.
+    scheduler_samples_ = load_optimizer ? saved_scheduler_samples(st, consumed_samples_) : 0;
     consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
     nan_iterations_ = st.value("nan_iterations", int64_t{0});
@@ -240,7 +242,7 @@ bool Trainer::load_checkpoint() {
   *out_ << "trident: loaded checkpoint " << dir.string() << " (" << gigabytes << " GB, iteration "
         << ckpt.metadata().iteration
         << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << ")"
-        << (load_optimizer ? "" : " without optimizer state") << (opt_.finetune ? " to fine-tune" : "") << " in " << s
+        << (load_optimizer ? "" : " without optimizer state (learning-rate schedule from step 0)") << (opt_.finetune ? " to fine-tune" : "") << " in " << s
         << " s (" << gigabytes / s << " GB/s on rank 0)" << std::endl;
   return true;
 }

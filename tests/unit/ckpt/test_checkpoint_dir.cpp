@@ -273,6 +273,54 @@ TEST(CheckpointDir, SaveRemovesOnlyTemporariesOfDeadWriters) {
   EXPECT_EQ(latest_iteration(root), 900);
 }
 
+// A deletion interrupted in a child process (killed after the rename, before or during the
+// removal): its iter_NNNNNNN.del-<token> directory, with a file in it, stays.
+fs::path interrupted_deletion(const fs::path& root, int64_t iteration) {
+  const fs::path del = root / (iteration_dir_name(iteration) + ".del-");
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const fs::path dir = del.string() + make_save_token();
+    fs::create_directories(dir / "mp_rank_00");
+    spit((dir / "mp_rank_00" / "model.safetensors").string(), "x");
+    std::_Exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().string().rfind(del.string(), 0) == 0) return e.path();
+  ADD_FAILURE() << "no " << del << "* left";
+  return {};
+}
+
+TEST(CheckpointDir, SaveRemovesInterruptedDeletionsOfDeadWriters) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  const std::string host = make_save_token().substr(0, make_save_token().find('-'));
+  const std::string gone = std::to_string(dead_pid());
+  // Kept: a deletion this process is running, another host's, one without host and pid.
+  for (const std::string& name : {"iter_0000030.del-" + make_save_token(),
+                                  "iter_0000040.del-otherhost0123456789-" + gone + "-0-0-0",
+                                  std::string("iter_0000050.del-x")})
+    fs::create_directories(root / name);
+  const std::vector<std::string> kept = entries(root);
+  // Removed: what dead writers on this host left mid-deletion.
+  const std::vector<fs::path> interrupted = {interrupted_deletion(root, 60),
+                                             root / ("iter_0000070.del-" + host + "-" + gone + "-0-0-0")};
+  fs::create_directories(interrupted[1]);
+
+  TempIterationDir next(root, 200, make_save_token());
+  std::vector<fs::path> removed = next.removed_stale();
+  std::sort(removed.begin(), removed.end());
+  EXPECT_EQ(removed, interrupted);
+  std::vector<std::string> now = kept;
+  now.push_back(next.path().filename().string());
+  std::sort(now.begin(), now.end());
+  EXPECT_EQ(entries(root), now);
+  EXPECT_EQ(load_value(root), 1.0f);
+}
+
 TEST(CheckpointDir, CheckpointRootUsableCreatesNothing) {
   ScratchDir d;
   EXPECT_NO_THROW(check_checkpoint_root_usable(d.path()));

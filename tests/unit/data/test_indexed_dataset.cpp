@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/process_id.h"
 #include "data/indexed_dataset.h"
 #include "data_test_util.h"
 
@@ -145,7 +146,7 @@ void write_small(IndexedDatasetBuilder& b) {
 
 TEST(IndexedDataset, PrepareKeepsTemporaryNamesUntilCommit) {
   ScratchDir dir;
-  const std::string tag = ".tmp." + std::to_string(::getpid());
+  const std::string tag = ".tmp." + host_token() + "." + std::to_string(::getpid());
   IndexedDatasetBuilder b(dir / "p", IndexDType::kUInt16);
   write_small(b);
   b.prepare();
@@ -186,50 +187,54 @@ TEST(IndexedDataset, FailedIndexRenameLeavesNoBin) {
     EXPECT_EQ(std::string(e.what()).rfind(dir / "p.idx: cannot rename ", 0), 0u) << e.what();
   }
   // The .bin that was renamed first is gone again; the .idx is still a temporary.
-  EXPECT_EQ(dir.files(), (std::set<std::string>{"p.idx", "p.idx.tmp." + std::to_string(::getpid())}));
+  const std::string idx_tmp = "p.idx.tmp." + host_token() + "." + std::to_string(::getpid());
+  EXPECT_EQ(dir.files(), (std::set<std::string>{"p.idx", idx_tmp}));
   b.abort();
   EXPECT_EQ(dir.files(), (std::set<std::string>{"p.idx"}));  // only the directory that was there
 }
 
-TEST(IndexedDataset, StaleTemporariesOfDeadProcessesRemoved) {
+TEST(IndexedDataset, StaleTemporariesOfDeadProcessesOfThisHostRemoved) {
   ScratchDir dir;
   // Linux pids stay below pid_max (at most 2^22), so 99999999 is no process.
   const std::string dead = "99999999", self = std::to_string(::getpid()), parent = std::to_string(::getppid());
-  const std::vector<std::string> removed_names = {"p.bin.tmp." + dead, "p.idx.tmp." + dead};
+  const std::string here = ".tmp." + host_token() + ".";
+  const std::vector<std::string> removed_names = {"p.bin" + here + dead, "p.idx" + here + dead};
   const std::vector<std::string> kept_names = {
-      "p.bin.tmp." + self,            // this process
-      "p.idx.tmp." + parent,          // a running process
-      "p.bin",                        // outputs
+      "p.bin" + here + self,                   // this process
+      "p.idx" + here + parent,                 // a running process
+      "p.bin.tmp.otherhost0123456789." + dead,  // another host's: its pid says nothing here
+      "p.idx.tmp." + dead,                     // an older trident's, host unknown
+      "p.bin",                                 // outputs
       "p.idx",
-      "p.bin.tmp.0" + dead,           // not a name a builder writes
-      "p.bin.tmp." + dead + "x",
-      "p.bin.tmp.",
-      "p.bin.tmp.-5",
-      "p.bin.tmp." + dead + ".bak",
-      "p.txt.tmp." + dead,
-      "q.bin.tmp." + dead,            // other prefixes
-      "p_x.bin.tmp." + dead,
-      "xp.bin.tmp." + dead,
+      "p.bin" + here + "0" + dead,             // not a name a builder writes
+      "p.bin" + here + dead + "x",
+      "p.bin" + here,
+      "p.bin" + here + "-5",
+      "p.bin" + here + dead + ".bak",
+      "p.txt" + here + dead,
+      "q.bin" + here + dead,                   // other prefixes
+      "p_x.bin" + here + dead,
+      "xp.bin" + here + dead,
   };
   for (const auto& n : removed_names) write_file(dir / n, "stale");
   for (const auto& n : kept_names) write_file(dir / n, "keep");
-  std::filesystem::create_directory(dir / ("p.idx.tmp.99999998"));  // not a regular file
+  std::filesystem::create_directory(dir / ("p.idx" + here + "99999998"));  // not a regular file
   std::vector<std::string> removed = remove_stale_builder_temps(dir / "p");
   std::sort(removed.begin(), removed.end());
   EXPECT_EQ(removed, (std::vector<std::string>{dir / removed_names[0], dir / removed_names[1]}));
   std::set<std::string> expected(kept_names.begin(), kept_names.end());
-  expected.insert("p.idx.tmp.99999998");
+  expected.insert("p.idx" + here + "99999998");
   EXPECT_EQ(dir.files(), expected);
   EXPECT_TRUE(remove_stale_builder_temps(dir / "p").empty());
   EXPECT_TRUE(remove_stale_builder_temps(dir / "no/such/dir/p").empty());
   // A prefix without a directory part is looked up in the working directory.
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(dir.path());
-  write_file("r.bin.tmp." + dead, "stale");
+  write_file("r.bin" + here + dead, "stale");
   removed = remove_stale_builder_temps("r");
   std::filesystem::current_path(cwd);
-  EXPECT_EQ(removed, (std::vector<std::string>{"r.bin.tmp." + dead}));
-  EXPECT_FALSE(std::filesystem::exists(dir / ("r.bin.tmp." + dead)));
+  EXPECT_EQ(removed, (std::vector<std::string>{"r.bin" + here + dead}));
+  EXPECT_FALSE(std::filesystem::exists(dir / ("r.bin" + here + dead)));
 }
 
 // Expects IoError whose message names `file`.

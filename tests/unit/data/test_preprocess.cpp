@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/process_id.h"
 #include "data/indexed_dataset.h"
 #include "data/preprocess.h"
 #include "data_test_util.h"
@@ -305,12 +306,18 @@ TEST(Preprocess, KeysOutputsAppearTogetherOrNotAtAll) {
                                                 "o_b_document.idx", "o_c_document.bin", "o_c_document.idx"}));
 }
 
-TEST(Preprocess, StaleTemporariesOfThisPrefixRemovedAtStart) {
+TEST(Preprocess, StaleTemporariesOfThisPrefixAndHostRemovedAtStart) {
   ScratchDir dir;
   write_file(dir / "in.jsonl", "{\"text\": \"x\"}\n");
   const std::string dead = "99999999", alive = std::to_string(::getppid());  // no pid reaches 99999999
-  for (const std::string& name : {"out_text_document.bin.tmp." + dead, "out_text_document.idx.tmp." + dead,
-                                 "out_text_document.bin.tmp." + alive, "other_text_document.bin.tmp." + dead})
+  const std::string here = ".tmp." + host_token() + ".";
+  // Kept: a running process's; a run on another host sharing the folder, whose pid means
+  // nothing here; an older trident's, which names no host; another prefix's.
+  const std::vector<std::string> kept = {"out_text_document.bin" + here + alive,
+                                         "out_text_document.bin.tmp.otherhost0123456789." + dead,
+                                         "out_text_document.idx.tmp." + dead, "other_text_document.bin" + here + dead};
+  for (const std::string& name : kept) write_file(dir / name, "left behind");
+  for (const std::string& name : {"out_text_document.bin" + here + dead, "out_text_document.idx" + here + dead})
     write_file(dir / name, "left behind");
   auto o = options(dir, dir / "in.jsonl");
   char* log_text = nullptr;
@@ -321,12 +328,12 @@ TEST(Preprocess, StaleTemporariesOfThisPrefixRemovedAtStart) {
   std::fclose(o.log);
   const std::string log(log_text, log_size);
   std::free(log_text);
-  EXPECT_NE(log.find("Removed " + dir / "out_text_document.bin.tmp." + dead + ", left by an earlier run that is gone."),
-            std::string::npos) << log;
-  EXPECT_NE(log.find("Removed " + dir / "out_text_document.idx.tmp." + dead), std::string::npos) << log;
-  EXPECT_EQ(dir.files(), (std::set<std::string>{"in.jsonl", "out_text_document.bin", "out_text_document.idx",
-                                                "out_text_document.bin.tmp." + alive,
-                                                "other_text_document.bin.tmp." + dead}));
+  const std::string removed_bin = dir / "out_text_document.bin" + here + dead;
+  EXPECT_NE(log.find("Removed " + removed_bin + ", left by an earlier run that is gone."), std::string::npos) << log;
+  EXPECT_NE(log.find("Removed " + dir / "out_text_document.idx" + here + dead), std::string::npos) << log;
+  std::set<std::string> expected(kept.begin(), kept.end());
+  expected.insert({"in.jsonl", "out_text_document.bin", "out_text_document.idx"});
+  EXPECT_EQ(dir.files(), expected);
 }
 
 // Polls `done` for up to `seconds`.
@@ -504,7 +511,7 @@ TEST(PreprocessTool, SignalsLeaveNoTemporaries) {
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);
   ::close(input);
-  const std::set<std::string> left = {"g_text_document.bin.tmp." + std::to_string(pid)};
+  const std::set<std::string> left = {"g_text_document.bin.tmp." + host_token() + "." + std::to_string(pid)};
   EXPECT_EQ(dir.files(), left);
   write_file(logs / "in.jsonl", "{\"text\": \"Hello world\"}\n");
   std::string err;

@@ -7,7 +7,9 @@
 //  - a run whose every step skips for an inf gradient norm (fp32, bf16) stops after
 //    --max-nan-iterations, while fp16's loss-scale back-off does not count;
 //  - a missing --load directory starts from scratch; the scheduler's position is saved in
-//    the checkpoint, and a checkpoint without it falls back to the consumed samples.
+//    the checkpoint, and a checkpoint without it falls back to the consumed samples;
+//  - --no-load-optim restarts the schedule at step 0 (Megatron loads the scheduler only with
+//    the optimizer) while the iteration and the consumed samples carry on.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -365,6 +367,50 @@ TEST(TrainerCheckpoint, SchedulerPositionIsSavedAndRestored) {
   ASSERT_EQ(j["trainer_state"].erase("opt_param_scheduler"), 1u);
   std::ofstream(meta) << j.dump(1);
   EXPECT_EQ(loaded_scheduler_samples(o, &consumed), first.consumed_samples);
+  fs::remove_all(dir);
+}
+
+TrainedRun resume(const TrainOptions& o) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  EXPECT_TRUE(tr.load_checkpoint()) << log.str();
+  tr.train();
+  return TrainedRun{tr.history(), log.str(), tr.consumed_samples(), tr.scheduler_samples()};
+}
+
+TEST(TrainerCheckpoint, NoLoadOptimRestartsTheScheduleAtStepZero) {
+  const fs::path dir = fresh_temp_dir("no_load_optim");
+  TrainOptions o = tiny_options();  // warm-up: 4 of 30 iterations
+  o.save = dir.string();
+  o.exit_interval = 6;
+  const TrainedRun first = train(o);
+  ASSERT_EQ(first.history.size(), 6u);
+  o.save.clear();
+  o.load = dir.string();
+  o.exit_interval = 8;
+
+  const TrainedRun resumed = resume(o);  // the schedule carries on from step 6
+  ASSERT_EQ(resumed.history.size(), 2u);
+  EXPECT_NEAR(resumed.history[0].lr, expected_lr(6 * kGlobalBatch), 1e-15);
+
+  o.no_load_optim = true;
+  const TrainedRun restarted = resume(o);
+  ASSERT_EQ(restarted.history.size(), 2u);
+  // Iterations 7 and 8 use and log the rates of the first run's iterations 1 and 2 ...
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(restarted.history[i].lr, first.history[i].lr) << "iteration " << i + 7;
+    EXPECT_EQ(restarted.history[i].logged_lr, first.history[i].logged_lr) << "iteration " << i + 7;
+  }
+  EXPECT_EQ(restarted.history[0].lr, 0.0);
+  EXPECT_EQ(restarted.scheduler_samples, 2u * kGlobalBatch);
+  // ... while the iteration and the consumed samples continue.
+  EXPECT_EQ(restarted.consumed_samples, 8u * kGlobalBatch);
+  const std::vector<std::string> lines = iteration_lines(restarted.log);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(has(lines[0], " iteration        7/      30 |")) << lines[0];
+  EXPECT_TRUE(has(lines[0], "| learning rate: 2.500E-04 |")) << lines[0];  // lr(1 step of 4 warm-up steps)
+  EXPECT_TRUE(has(restarted.log, "without optimizer state (learning-rate schedule from step 0)")) << restarted.log;
   fs::remove_all(dir);
 }
 
