@@ -241,6 +241,14 @@ int run(int argc, char** argv) {
   } catch (const IoError& e) {
     throw ConfigError(e.what());
   }
+  if (ef.first_sample) {  // past the split's end: the flag that asked for it is --first-sample
+    const uint64_t end = first + static_cast<uint64_t>(iterations) * static_cast<uint64_t>(opt.global_batch_size);
+    if (end > eval_data->size())
+      throw ConfigError("--first-sample: the " + ef.split_name + " split has " + std::to_string(eval_data->size()) +
+                        " samples; [" + std::to_string(first) + ", " + std::to_string(end) + ") (" +
+                        std::to_string(iterations) + " global batches of " + std::to_string(opt.global_batch_size) +
+                        ") runs past its end");
+  }
   const EvalResult r = trainer.evaluate(*eval_data, first, iterations);
 
   if (parallel->world_rank() == 0) {

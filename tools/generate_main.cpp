@@ -48,15 +48,22 @@ struct Sample {
   std::vector<int32_t> generated;  // the new tokens (without a final <|endoftext|>)
 };
 
+struct Prompt {
+  std::string text;
+  std::string where;  // for errors: "--prompt (#2)" or "--sample-input-file F line 3"
+};
+
 // One prompt per line; as in the JSONL reader, a line loses one trailing '\r' (a file with
 // Windows line ends) and then an empty line is skipped.
-std::vector<std::string> read_prompts(const std::string& path) {
+std::vector<Prompt> read_prompts(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError("--sample-input-file: cannot read " + path);
-  std::vector<std::string> prompts;
+  std::vector<Prompt> prompts;
+  int64_t line_no = 0;
   for (std::string line; std::getline(in, line);) {
+    ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) prompts.push_back(line);
+    if (!line.empty()) prompts.push_back({line, "--sample-input-file " + path + " line " + std::to_string(line_no)});
   }
   if (prompts.empty()) throw ConfigError("--sample-input-file: " + path + " holds no prompt");
   return prompts;
@@ -103,8 +110,12 @@ int generate_main(int argc, char** argv) {
   const int64_t num_samples = integer_flag(r, "num-samples", 1, kMaxCount);
   const int batch = static_cast<int>(integer_flag(r, "batch-size", 1, 4096));
   const bool ignore_eos = r.count("ignore-eos") > 0;
-  std::vector<std::string> prompts;
-  if (r.count("prompt")) prompts = r["prompt"].as<std::vector<std::string>>();
+  std::vector<Prompt> prompts;
+  if (r.count("prompt")) {
+    const auto given = r["prompt"].as<std::vector<std::string>>();
+    for (size_t i = 0; i < given.size(); ++i)
+      prompts.push_back({given[i], given.size() > 1 ? "--prompt (#" + std::to_string(i + 1) + ")" : "--prompt"});
+  }
   if (r.count("sample-input-file")) {
     const auto more = read_prompts(r["sample-input-file"].as<std::string>());
     prompts.insert(prompts.end(), more.begin(), more.end());
@@ -133,13 +144,23 @@ int generate_main(int argc, char** argv) {
   const int32_t eod = tokenizer->eod();
   std::mt19937_64 rng(static_cast<uint64_t>(integer_flag(r, "seed", 0, kMaxCount)));
 
+  // Every prompt is tokenized and checked before anything is generated, and a prompt that
+  // leaves no room is named by where it came from.
+  std::vector<std::vector<int32_t>> prompt_ids;
+  for (const Prompt& p : prompts) {
+    std::vector<int32_t> ids = tokenizer->encode(p.text);
+    if (ids.empty()) ids.push_back(eod);  // an empty prompt: unconditional
+    if (static_cast<int64_t>(ids.size()) >= max_pos)
+      throw ConfigError(p.where + ": " + std::to_string(ids.size()) + " tokens leave no room in the model's " +
+                        std::to_string(max_pos) + " positions");
+    prompt_ids.push_back(std::move(ids));
+  }
+
   // Decodes `contexts` together (same length) and appends the continuations to `out`.
   auto run = [&](const std::vector<std::vector<int32_t>>& contexts, std::vector<Sample>& out) {
     const int B = static_cast<int>(contexts.size());
     const int64_t ctx = static_cast<int64_t>(contexts[0].size());
-    if (ctx >= max_pos)
-      throw ConfigError("--prompt: " + std::to_string(ctx) + " tokens leave no room in the model's " +
-                        std::to_string(max_pos) + " positions");
+    TRIDENT_CHECK(ctx < max_pos, "context of ", ctx, " tokens for ", max_pos, " positions");
     Gpt2Decoder dec(cfg, *backend, params, B, static_cast<int>(std::min<int64_t>(max_pos, ctx + out_len)));
     std::vector<int32_t> feed(B);
     const std::vector<float>* logits = nullptr;
@@ -171,11 +192,9 @@ int generate_main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Sample> samples;
   if (!prompts.empty()) {
-    for (const std::string& p : prompts) {
-      std::vector<int32_t> ids = tokenizer->encode(p);
-      if (ids.empty()) ids.push_back(eod);  // an empty prompt: unconditional
-      run({ids}, samples);
-      samples.back().prompt = p;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      run({prompt_ids[i]}, samples);
+      samples.back().prompt = prompts[i].text;
     }
   } else {
     for (int64_t done = 0; done < num_samples; done += batch) {

@@ -35,16 +35,20 @@ uint64_t blended_dataset_samples(double weight, uint64_t n) {
 }
 
 BlendedSource::BlendedSource(std::vector<std::unique_ptr<SampleSource>> datasets,
-                             const std::vector<double>& weights, uint64_t size)
+                             const std::vector<double>& weights, uint64_t size,
+                             const std::vector<std::string>& names)
     : datasets_(std::move(datasets)), idx_(build_blending_indices(weights, size)) {
   TRIDENT_CHECK(datasets_.size() == weights.size(), "datasets vs weights");
+  TRIDENT_CHECK(names.empty() || names.size() == weights.size(), "dataset names vs weights");
   std::vector<int64_t> need(datasets_.size(), 0);
   for (uint64_t i = 0; i < size; ++i)
     need[idx_.dataset_index[i]] = std::max(need[idx_.dataset_index[i]], idx_.dataset_sample_index[i] + 1);
   for (size_t d = 0; d < datasets_.size(); ++d)
     if (need[d] > 0 && (!datasets_[d] || static_cast<uint64_t>(need[d]) > datasets_[d]->size()))
-      throw ConfigError(detail::concat("--data-path: blended dataset ", d, " needs ", need[d],
-                                       " samples but has ", datasets_[d] ? datasets_[d]->size() : 0));
+      throw ConfigError(detail::concat("--data-path: the blend needs ", need[d], " samples of ",
+                                       names.empty() ? detail::concat("dataset ", d) : names[d], ", which has ",
+                                       datasets_[d] ? datasets_[d]->size() : 0,
+                                       datasets_[d] ? "" : " (no documents in that split: see --split)"));
 }
 
 void BlendedSource::get(uint64_t i, int32_t* tokens) const {

@@ -374,7 +374,9 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
     } else {
       bool any = false;
       for (auto& d : per_split[s]) any = any || d;
-      if (any) out[s] = std::make_unique<BlendedSource>(std::move(per_split[s]), weights, wanted[s]);
+      std::vector<std::string> split_names;
+      for (const auto& bp : cfg.blend) split_names.push_back(detail::concat(bp.second, " (", names[s], " split)"));
+      if (any) out[s] = std::make_unique<BlendedSource>(std::move(per_split[s]), weights, wanted[s], split_names);
     }
   }
   return {std::move(out[0]), std::move(out[1]), std::move(out[2])};

@@ -161,11 +161,19 @@ struct ConfigValue {
 
 ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::Node& value, const std::string& where) {
   ConfigValue v{flag, {}, {}, where};
+  // A list or mapping where one value belongs (split: [98, 2]) is one line naming the key.
+  auto scalar = [&](const YAML::Node& n) {
+    if (!n.IsScalar())
+      throw ConfigError("--config: " + where + ": key '" + flag + "' expects a single value" +
+                        (flag == "data-path" ? " or a list of words" : "") + ", not a " +
+                        (n.IsSequence() ? "list" : n.IsMap() ? "mapping" : "null value"));
+    return yaml_scalar_to_string(n);
+  };
   if (flag == "data-path") {
     if (value.IsSequence())
-      for (const auto& item : value) v.data_path.push_back(yaml_scalar_to_string(item));
+      for (const auto& item : value) v.data_path.push_back(scalar(item));
     else
-      v.data_path.push_back(yaml_scalar_to_string(value));
+      v.data_path.push_back(scalar(value));
   } else if (def.is_bool) {
     bool on = false;
     try {
@@ -175,7 +183,7 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
     }
     if (on) v.args.push_back("--" + flag);
   } else {
-    v.args.push_back("--" + flag + "=" + yaml_scalar_to_string(value));
+    v.args.push_back("--" + flag + "=" + scalar(value));
   }
   return v;
 }

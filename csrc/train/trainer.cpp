@@ -387,8 +387,9 @@ void Trainer::train() {
       n = updated = 0;
       skipped = nan = 0;
     }
-    if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0 &&
-        iteration_ < opt_.train_iters) {
+    // As Megatron: every multiple of --eval-interval, the last iteration included (the final
+    // evaluation after the loop then reads the next validation samples).
+    if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0) {
       log_evaluation("iteration " + std::to_string(iteration_), evaluate(*valid_, consumed_valid_samples_,
                                                                           opt_.eval_iters));
       consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;

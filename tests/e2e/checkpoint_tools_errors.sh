@@ -79,6 +79,12 @@ expect_error trident-eval '--first-sample: expected an integer from 0 to 9223372
   "$eval_bin" "${args[@]}" --load "$tmp/ck" --first-sample 9223372036854775808
 expect_error trident-eval '--max-tokens: expected an integer from 2 to 9223372036854775807, got "1"' \
   "$eval_bin" "${args[@]}" --load "$tmp/ck" --sequential --max-tokens 1
+# --first-sample past the end of a real validation split: the error names --first-sample.
+python3 "$repo/tests/e2e/ckpt_tools_check.py" make-data "$tmp/corpus" "$tmp/corpus_vocab.txt" 512 3 \
+  $(seq 300 5 400) >/dev/null
+expect_error trident-eval "--first-sample: the valid split has" \
+  "$eval_bin" "${args[@]}" --load "$tmp/ck" --data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" \
+  --tokenizer-type BertWordPieceLowerCase --split 80,20,0 --data-cache-path "$tmp/cache" --first-sample 100000
 nothing_under "$tmp/out0" "a bad integer"
 mkdir -p "$tmp/full" && touch "$tmp/full/keep"
 expect_error trident-convert "--save: $tmp/full already exists" "$convert" --to hf --load "$tmp/ck" --save "$tmp/full"

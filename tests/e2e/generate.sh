@@ -103,6 +103,11 @@ expect_error "--top-p" --load "$tmp/ckpt" "${words[@]}" --top-p 1.5
 expect_error "--temperature" --load "$tmp/ckpt" "${words[@]}" --temperature -1
 expect_error "--sample-input-file" --load "$tmp/ckpt" "${words[@]}" --sample-input-file "$tmp/none.txt"
 expect_error "positions" --load "$tmp/ckpt" "${words[@]}" --prompt "$(printf 'word %.0s' {1..40})"
+# A prompt too long for the model, from a file: the error names the file and line (all
+# prompts are checked before generation starts).
+printf 'A short one\n\n%s\n' "$(printf 'word %.0s' {1..40})" >"$tmp/long_prompts.txt"
+expect_error "^trident-generate: error: --sample-input-file $tmp/long_prompts.txt line 3: [0-9]* tokens leave no room" \
+  --load "$tmp/ckpt" "${words[@]}" --sample-input-file "$tmp/long_prompts.txt"
 expect_error "--load" --load "$tmp/nothing" "${words[@]}"
 expect_error "--sample-output-file" --load "$tmp/ckpt" "${words[@]}" --out-seq-length 2 \
   --sample-output-file "$tmp/no/such/dir/out.jsonl"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Single-process checks of training features on synthetic tokens (fast):
 #  - evaluation does not disturb training: the training losses of a run that validates
-#    every 3 iterations equal those of a run that never validates;
+#    every 3 iterations (the last one included, as Megatron) equal those of a run that
+#    never validates;
 #  - --bf16 with --accumulate-allreduce-grads-in-fp32 trains within 5e-3 of fp32;
 #  - a diverging run (absurd learning rate) stops after --max-nan-iterations NaN losses
 #    with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
@@ -23,7 +24,10 @@ fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 
 "$train" "${args[@]}" --train-iters 12 --eval-iters 0 >"$tmp/plain.log"
 "$train" "${args[@]}" --train-iters 12 --eval-interval 3 --eval-iters 2 >"$tmp/eval.log"
-[[ $(grep -c 'validation loss at iteration' "$tmp/eval.log") -eq 5 ]] || fail "expected 3 periodic + 2 final evaluations"
+# Megatron evaluates at every multiple of --eval-interval, the last iteration included, then
+# once more on the validation set and once on the test set.
+[[ $(grep -c 'validation loss at iteration' "$tmp/eval.log") -eq 6 ]] || fail "expected 4 periodic + 2 final evaluations"
+grep -q '^ validation loss at iteration 12 | ' "$tmp/eval.log" || fail "no periodic evaluation at the last iteration"
 if cmp -s <(losses "$tmp/plain.log") <(losses "$tmp/eval.log"); then
   echo "evaluation every 3 iterations leaves all 12 training losses unchanged"
 else

@@ -82,8 +82,8 @@ mpi 2 "$eval_bin" "${ten[@]}" --load "$tmp/ck" --iteration 10 --split-name test 
   >"$tmp/eval_test.log"
 expect_close "eval pp2 test split vs training's test loss" "$train_test" "$(loss_of "$tmp/eval_test.log" 'lm loss')" 1e-5
 
-# ---- 1b. A real dataset (.bin/.idx, shuffled GPTDataset splits) with a validation run at
-# iteration 5: training's final evaluation reads the validation samples after those, and
+# ---- 1b. A real dataset (.bin/.idx, shuffled GPTDataset splits) with validation runs at
+# iterations 5 and 10: training's final evaluation reads the validation samples after those, and
 # trident-eval, given the training run's flags, reads the same ones.
 python3 "$check" make-data "$tmp/corpus" "$tmp/corpus_vocab.txt" 512 11 $(seq 400 7 680) >/dev/null
 data_args=(--data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" --tokenizer-type BertWordPieceLowerCase
@@ -93,18 +93,18 @@ mpi 4 "$train" "${ten[@]}" "${data_args[@]}" --tensor-model-parallel-size 2 --pi
 data_valid=$(loss_of "$tmp/train_data.log" 'on validation set')
 data_test=$(loss_of "$tmp/train_data.log" 'on test set')
 mpi 2 "$eval_bin" "${ten[@]}" "${data_args[@]}" --load "$tmp/ckd" --tensor-model-parallel-size 2 >"$tmp/eval_data.log"
-grep -q 'valid split, samples \[16, 32)' "$tmp/eval_data.log" || bad "dataset eval: not validation samples [16, 32)"
+grep -q 'valid split, samples \[32, 48)' "$tmp/eval_data.log" || bad "dataset eval: not validation samples [32, 48)"
 expect_close "dataset: eval tp2 valid vs training's final validation" "$data_valid" \
   "$(loss_of "$tmp/eval_data.log" 'lm loss')" 1e-5
 "$eval_bin" "${ten[@]}" "${data_args[@]}" --load "$tmp/ckd" --split-name test >"$tmp/eval_data_test.log"
 expect_close "dataset: eval tp1 test vs training's test loss" "$data_test" \
   "$(loss_of "$tmp/eval_data_test.log" 'lm loss')" 1e-5
 periodic=$(loss_of "$tmp/train_data.log" 'at iteration 5 |')
-"$eval_bin" "${ten[@]}" "${data_args[@]}" --load "$tmp/ckd" --first-sample 16 >"$tmp/eval_data_16.log"
+"$eval_bin" "${ten[@]}" "${data_args[@]}" --load "$tmp/ckd" --first-sample 32 >"$tmp/eval_data_32.log"
 "$eval_bin" "${ten[@]}" "${data_args[@]}" --load "$tmp/ckd" --first-sample 0 >"$tmp/eval_data_0.log"
-if [[ $(loss_of "$tmp/eval_data_16.log" 'lm loss') == "$(loss_of "$tmp/eval_data.log" 'lm loss')" &&
+if [[ $(loss_of "$tmp/eval_data_32.log" 'lm loss') == "$(loss_of "$tmp/eval_data.log" 'lm loss')" &&
       $(loss_of "$tmp/eval_data_0.log" 'lm loss') != "$(loss_of "$tmp/eval_data.log" 'lm loss')" && -n $periodic ]]; then
-  ok "dataset: --first-sample 16 is the default here, --first-sample 0 reads other samples"
+  ok "dataset: --first-sample 32 is the default here, --first-sample 0 reads other samples"
 else
   bad "dataset: --first-sample"
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Parallel layouts train the same model as one process: per-iteration losses of gpt2-tiny
 # (4 layers unless --layers says otherwise) with dropout on, 10 iterations, and the
-# validation losses at iteration 5 and at the end, must match the single-process run to
+# validation losses at iterations 5 and 10 and at the end, must match the single-process run to
 # 1e-5 relative; with --params, the final parameters too, to 1e-4
 # (canonical full tensors written by --save-canonical and compared by compare_params.py).
 # Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] LAYOUT...
@@ -34,7 +34,7 @@ losses() {
 }
 "$train" "${args[@]}" ${params:+"${params[@]}" "$tmp/serial.safetensors"} >"$tmp/serial.log"
 losses "$tmp/serial.log" >"$tmp/serial.txt"
-n_losses=$((iters + (iters - 1) / 5 + 2))  # training, validation every 5 (not at the end), final valid + test
+n_losses=$((iters + iters / 5 + 2))  # training, validation every 5 (the last iteration too, as Megatron), final valid + test
 [[ $(wc -l <"$tmp/serial.txt") -eq $n_losses ]]
 fails=0
 for layout in "$@"; do

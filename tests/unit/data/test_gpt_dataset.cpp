@@ -394,5 +394,27 @@ TEST(Blend, BlendedDatasets) {
   EXPECT_EQ(from_b, 700);
 }
 
+TEST(Blend, MissingSplitOfOneDatasetNamesItsPrefixAndSplit) {
+  ScratchDir dir;
+  write_docs(dir / "A", 50, 1, 0);
+  write_docs(dir / "B", 3, 2, 100000);  // --split 9,1,0 leaves B no validation documents
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({"1", dir / "A", "1", dir / "B"});
+  cfg.split = "9,1,0";
+  cfg.seq_length = 8;
+  cfg.train_samples = 100;
+  cfg.valid_samples = 40;
+  cfg.cache_dir = dir / "cache";
+  try {
+    build_gpt_datasets(cfg);
+    FAIL() << "a blend without B's validation split was built";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("--data-path"), std::string::npos) << m;
+    EXPECT_NE(m.find(dir / "B" + std::string(" (valid split)")), std::string::npos) << m;
+    EXPECT_NE(m.find("--split"), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace trident

@@ -352,6 +352,10 @@ TEST(Options, ConfigValueErrorsNameFileAndLine) {
   // A value from the command line has no file to name.
   EXPECT_EQ(must_fail({"--config", ranges, "--eval-interval", "x"}), "--eval-interval: cannot parse 'x' as a number");
   std::filesystem::remove(ranges);
+  // A list where one value belongs: one line naming the file, line and key.
+  const std::string list = write_yaml("list_value", "num-layers: 2\nsplit: [98, 2]\n");
+  EXPECT_EQ(must_fail({"--config", list}), "--config: " + list + ":2: key 'split' expects a single value, not a list");
+  std::filesystem::remove(list);
   const std::string lr = write_yaml("negative_lr", "lr: -1\n");
   EXPECT_EQ(must_fail({"--config", lr}), "--lr must be a finite number >= 0, got -1 (from " + lr + ":1)");
   std::filesystem::remove(lr);
