@@ -424,10 +424,10 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
   // Beside the defaults, the tile shapes under measurement (AttnTiles in cuda_attention.cu;
   // the launchers read their environment variables at each call): 128-row forward blocks,
-  // doubled forward key tiles, double-buffered forward K/V, the wgmma forward (sm_90a), a
-  // double-buffered dK/dV kernel, halved dK/dV query tiles, (D 128) doubled dQ key tiles,
-  // and dQ added by the dK/dV kernel with atomics. The table ends with the fastest settings per head dim, which
-  // tools/gpu-check.sh trains with once more.
+  // doubled forward key tiles, double-buffered forward K/V, the wgmma forward and backward
+  // (sm_90a), a double-buffered dK/dV kernel, halved dK/dV query tiles, (D 128) doubled dQ
+  // key tiles, and dQ added by the dK/dV kernel with atomics. The table ends with the
+  // fastest settings per head dim, which tools/gpu-check.sh trains with once more.
   std::vector<std::string> choices;  // per head dim: fastest_tiles
   auto attention = [&](int B, int T, int H, int D) {
     b.section("attention D" + std::to_string(D), [&] {
@@ -489,6 +489,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       const std::string bdb = "TRIDENT_ATTN_BWD_DB=1", dqbk = "TRIDENT_ATTN_DQ_BK=" + std::to_string(2 * tile),
                         atomic = "TRIDENT_ATTN_BWD_ATOMIC=1";
       timed(&bwd_c, "attn bwd, dK/dV 2 buffers", bdb, 2.5 * fwd, backward, 10);
+      timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);  // sm_90a only
       timed(&bwd_c, "attn bwd, dK/dV 1/2 q tiles", "TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2), 2.5 * fwd,
             backward, 10);
       if (D > 64) {

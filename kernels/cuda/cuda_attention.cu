@@ -27,14 +27,17 @@
 //   head dim rounded up to 32/64/128 (columns D..DP are zero in shared memory). Each warp
 //   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal). The tile
 //   shapes have alternatives under measurement (AttnTiles, chosen by environment
-//   variables), all run through the same launch plans as the defaults.
+//   variables), all run through the same launch plans as the defaults. One of them is a
+//   forward for sm_90a (TRIDENT_ATTN_FWD_WGMMA=1): warpgroup MMA (wgmma) reading Q, K and
+//   V from 128-byte swizzled shared memory, with the same softmax and epilogue.
 // - fp32 (and any other case: D % 8 != 0, unaligned views, TRIDENT_ATTN_SIMT=1 in the
 //   environment): one warp per row with fp32 CUDA-core arithmetic, the reference path.
 // Softmax statistics, delta and all accumulation are fp32 in both.
 //
 // tests/cuda/test_cuda_attention_emulated.cpp runs the device code below on the CPU (no
-// GPU needed). Its extraction, tests/cuda/emulate_attention.cmake, relies on the inline-PTX
-// primitives sitting between smem_addr and pack2 and on the "Host launchers" banner.
+// GPU needed), wgmma included. Its extraction, tests/cuda/emulate_attention.cmake, relies on
+// the inline-PTX primitives sitting between smem_addr and pack2 and on the "Host launchers"
+// banner.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -844,6 +847,47 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
   fwd_store_rows<T, DP>(p, o, m, l, b, h, wrow, lane);
 }
 
+// One key tile of the dQ pass for a warp's 16 query rows [wrow, wrow + 16) (rows row0 =
+// wrow + lane / 4 and row0 + 8; ls: their lse times log2(e), dl: their delta; rb: their
+// dropout row bases): s holds S = Q K^T, dp holds dP = dO V^T for keys [k0, k0 + 8 NT) in
+// the C layout. Leaves dS = P (z dP - delta) in s (0 for hidden keys). Shared by the
+// mma.sync and wgmma dQ kernels.
+template <typename T, int NT>
+__device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4], const float (&dp)[NT][4], int wrow,
+                                           int k0, int lane, float ls0, float ls1, float dl0, float dl1,
+                                           uint64_t sample, uint64_t rb0, uint64_t rb1) {
+  constexpr int BK = 8 * NT;
+  const int T_ = p.T, tq = lane & 3;
+  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+  if (k0 + BK - 1 > wrow || k0 + BK > T_) {  // warp-uniform: hidden keys get score -inf, P 0
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
+        if (col > row || col >= T_) s[nt][e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int col = k0 + nt * 8 + tq * 2;
+    float z[4] = {1.f, 1.f, 1.f, 1.f};
+    if (p.dropout) {
+      if (T_ % 4 == 0) {
+        attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
+      } else {
+        if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
+        if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float pe = exp2_ftz(fmaf(s[nt][e], p.scale_log2, -(e < 2 ? ls0 : ls1)));
+      s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
+    }
+  }
+}
+
 template <int DP, int BK>
 constexpr int dq_smem_bytes() {
   return (2 * 64 + 4 * BK) * (DP + 8) * 2;  // Q, dO; K and V double-buffered
@@ -872,7 +916,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
   const T* gK = gQ + HD;
   const T* gV = gQ + 2 * HD;
   const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wrow = q0 + warp * 16;
   const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
@@ -912,33 +956,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
       float s[NT][4], dp[NT][4];
       mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
       mma_abt<T, DP, NT>(dp, sO, sV, warp, lane);
-      if (k0 + BK - 1 > wrow || k0 + BK > T_) {  // warp-uniform: hidden keys get score -inf, P 0
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
-            if (col > row || col >= T_) s[nt][e] = -INFINITY;
-          }
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int col = k0 + nt * 8 + tq * 2;
-        float z[4] = {1.f, 1.f, 1.f, 1.f};
-        if (p.dropout) {
-          if (T_ % 4 == 0) {
-            attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
-          } else {
-            if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
-            if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float pe = exp2_ftz(fmaf(s[nt][e], p.scale_log2, -(e < 2 ? ls0 : ls1)));
-          s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
-        }
-      }
+      dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, ls0, ls1, dl0, dl1, sample, rb0, rb1);
       uint32_t da[NT / 2][4];
       c_to_a<T, NT>(s, da);
       mma_ab_regs<T, DP, NT / 2>(dq, da, sK, lane);
@@ -948,6 +966,47 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
 
   T* gdQ = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
   store_acc<T, DP>(gdQ, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
+}
+
+// One query tile of the dK/dV pass for a warp's 16 keys [wkey, wkey + 16) (keys key0 = wkey
+// + lane / 4 and key0 + 8): st holds S^T = K Q^T, dpt holds dP^T = V dO^T for queries
+// [i0, i0 + 8 NT) in the C layout (rows = keys); sL, sDl: the queries' lse times log2(e)
+// and delta. Leaves (P z)^T in st and dS^T = (P (z dP - delta))^T in dpt (0 for hidden
+// pairs). Every lane must call it (the shared dropout draws shuffle). Shared by the
+// mma.sync and wgmma dK/dV kernels.
+template <typename T, int NT>
+__device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[NT][4], float (&dpt)[NT][4], int wkey,
+                                               int i0, int lane, const float* sL, const float* sDl, uint64_t sample,
+                                               uint64_t hg) {
+  constexpr int BQ = 8 * NT;
+  const int T_ = p.T, tq = lane & 3;
+  const int key0 = wkey + (lane >> 2), key1 = key0 + 8;
+  if (wkey + 15 > i0 || i0 + BQ > T_) {  // warp-uniform: hidden pairs get score -inf, P 0
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = i0 + nt * 8 + tq * 2 + (e & 1), j = e < 2 ? key0 : key1;
+        if (i < j || i >= T_) st[nt][e] = -INFINITY;
+      }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
+    const bool shared_draws = p.dropout && T_ % 4 == 0;
+    if (shared_draws) attn_drop_keys(p, sample, hg, key0, i0 + nt * 8 + tq * 2, lane, zq);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
+      float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -sL[ii]));  // 0 where hidden
+      float z = zq[e];
+      if (p.dropout && !shared_draws && pe != 0.f) z = attn_drop_one(p, sample, (hg * T_ + i) * T_ + j);
+      const float ds = pe * (z * dpt[nt][e] - sDl[ii]);
+      pe *= z;
+      st[nt][e] = pe;  // P z
+      dpt[nt][e] = ds;
+    }
+  }
 }
 
 template <int DP, int BQ, int NB, bool DQ>
@@ -1041,7 +1100,6 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
   const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const int wkey = k0 + warp * 16;
-  const int key0 = wkey + (lane >> 2), key1 = key0 + 8;
   const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
   const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
 
@@ -1111,32 +1169,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
       float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
       mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
       mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
-      if (wkey + 15 > i0 || i0 + BQ > T_) {  // warp-uniform: hidden pairs get score -inf, P 0
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = i0 + nt * 8 + tq * 2 + (e & 1), j = e < 2 ? key0 : key1;
-            if (i < j || i >= T_) st[nt][e] = -INFINITY;
-          }
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
-        const bool shared_draws = p.dropout && T_ % 4 == 0;
-        if (shared_draws) attn_drop_keys(p, sample, hg, key0, i0 + nt * 8 + tq * 2, lane, zq);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
-          float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -sL[ii]));  // 0 where hidden
-          float z = zq[e];
-          if (p.dropout && !shared_draws && pe != 0.f) z = attn_drop_one(p, sample, (hg * T_ + i) * T_ + j);
-          const float ds = pe * (z * dpt[nt][e] - sDl[ii]);
-          pe *= z;
-          st[nt][e] = pe;  // P z
-          dpt[nt][e] = ds;
-        }
-      }
+      dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sDl, sample, hg);
       uint32_t pa[NT / 2][4];
       c_to_a<T, NT>(st, pa);
       mma_ab_regs<T, DP, NT / 2>(dv, pa, sO, lane);
@@ -1168,6 +1201,216 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
       if (qt + 1 < nqt) store_stats(n ^ 1, next_l, next_d);
       __syncthreads();  // every warp is done with buffer n; the next stats are visible
     }
+  }
+
+  T* gdK = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head + HD;
+  store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, D, lane, p.scale, p.scale);
+  store_acc<T, DP>(gdK + HD, p.qkv_tok, dv, wkey, T_, D, lane, 1.f, 1.f);
+}
+
+// ---- Backward with warpgroup MMA (sm_90a) -------------------------------------------------
+// The two passes of the mma.sync backward (deterministic: no float atomics), with every
+// product a wgmma on the swizzled tiles of the wgmma forward and the same per-warp
+// elementwise code (dq_tile_ds, dkdv_tile_p_ds). Both double-buffer the streamed tiles.
+
+template <int DP, int BK>
+constexpr int wgmma_dq_smem_bytes() {
+  return (2 * 64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, dO; two K and two V buffers; alignment
+}
+
+// The swizzled tiles of a kernel, from the first 1024-byte boundary of dynamic shared memory.
+template <typename T>
+__device__ __forceinline__ T* swizzle_aligned(unsigned char* raw) {
+  return reinterpret_cast<T*>(raw + ((kSwizzleSpan - (smem_addr(raw) & (kSwizzleSpan - 1))) & (kSwizzleSpan - 1)));
+}
+
+// dQ on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 query rows; key tiles of BK
+// rows up to the diagonal. Per tile: S = Q K^T and dP = dO V^T (one wgmma group), dS in
+// registers, dQ += dS K (K read MN-major from the same tile).
+template <typename T, int DP, int BK>
+__global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const AttnParams p) {
+  static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
+  constexpr int BQ = 64, NT = BK / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = swizzle_aligned<T>(smem_raw);
+  T* sO = sQ + BQ * DP;   // dO
+  T* sK0 = sO + BQ * DP;  // two K buffers, then two V buffers
+  T* sV0 = sK0 + 2 * BK * DP;
+
+  const int T_ = p.T, D = p.D;
+  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+  const int64_t HD = static_cast<int64_t>(p.H) * D;
+  const int64_t head = static_cast<int64_t>(h) * D;
+  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  const T* gK = gQ + HD;
+  const T* gV = gQ + 2 * HD;
+  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wrow = q0 + warp * 16;
+  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;
+  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
+  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
+  const float ls0 = row0 < T_ ? lse[row0] * kLog2e : 0.f, ls1 = row1 < T_ ? lse[row1] * kLog2e : 0.f;
+  const float dl0 = row0 < T_ ? delta[row0] : 0.f, dl1 = row1 < T_ ? delta[row1] : 0.f;
+
+  load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
+  load_tile_sw128<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D);
+  load_tile_sw128<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
+  load_tile_sw128<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
+  cp_async_commit();
+
+  float dq[DP / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+
+  for (int kb = 0; kb < nkb; ++kb) {
+    const int k0 = kb * BK, buf = kb & 1;
+    const T* sK = sK0 + buf * BK * DP;
+    const T* sV = sV0 + buf * BK * DP;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // this tile is visible to wgmma; every product of the last one is done
+    if (kb + 1 < nkb) {
+      load_tile_sw128<T, BK, DP>(sK0 + (buf ^ 1) * BK * DP, gK, p.qkv_tok, k0 + BK, T_, D);
+      load_tile_sw128<T, BK, DP>(sV0 + (buf ^ 1) * BK * DP, gV, p.qkv_tok, k0 + BK, T_, D);
+      cp_async_commit();
+    }
+    // Every warp computes every tile (wgmma is collective); keys a warp's rows do not see
+    // get dS = 0.
+    float s[NT][4], dp[NT][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ++ks) {
+      wgmma_ss<T, BK>(s, kmajor_desc<T, BQ>(sQ, ks), kmajor_desc<T, BK>(sK, ks), ks > 0);
+      wgmma_ss<T, BK>(dp, kmajor_desc<T, BQ>(sO, ks), kmajor_desc<T, BK>(sV, ks), ks > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(s);
+    fence_acc(dp);
+    dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, ls0, ls1, dl0, dl1, sample, rb0, rb1);
+    uint32_t da[NT / 2][4];
+    c_to_a<T, NT>(s, da);
+    fence_acc(dq);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<T, DP>(dq, da[kk], mnmajor_desc<T, BK>(sK, kk));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(dq);
+  }
+
+  T* gdQ = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  store_acc<T, DP>(gdQ, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
+}
+
+template <int DP, int BQ>
+constexpr int wgmma_dkdv_smem_bytes() {
+  // K, V; two buffers of Q and dO; alignment; two buffers of lse * log2(e) and delta
+  return (2 * 64 + 4 * BQ) * DP * 2 + kSwizzleSpan + 2 * 2 * BQ * 4;
+}
+
+// dK and dV on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 keys (warp w keys
+// 16w..16w+15); query tiles of BQ rows from the diagonal to the end, double-buffered with
+// their lse and delta. Per tile, transposed (keys are rows): S^T = K Q^T and dP^T = V dO^T
+// (one wgmma group), P z and dS in registers, then dV += (P z)^T dO and dK += dS^T Q (dO and
+// Q read MN-major from the same tiles). dK * scale at the end.
+template <typename T, int DP, int BQ>
+__global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const AttnParams p) {
+  static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
+  constexpr int BKV = 64, NT = BQ / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = swizzle_aligned<T>(smem_raw);
+  T* sV = sK + BKV * DP;
+  T* sQ0 = sV + BKV * DP;      // two Q buffers, then two dO buffers
+  T* sO0 = sQ0 + 2 * BQ * DP;
+  float* sL0 = reinterpret_cast<float*>(sO0 + 2 * BQ * DP);  // buffer n: lse * log2(e), then delta
+
+  const int T_ = p.T, D = p.D;
+  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
+  const int k0 = blockIdx.y * BKV;  // the first key tiles see the most queries: start them first
+  const int64_t HD = static_cast<int64_t>(p.H) * D;
+  const int64_t head = static_cast<int64_t>(h) * D;
+  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
+  const T* gK = gQ + HD;
+  const T* gV = gQ + 2 * HD;
+  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
+  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
+  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int wkey = k0 + warp * 16;
+  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+
+  // Query tile qt into buffer n: Q and dO by cp.async (the caller commits), lse and delta by
+  // plain stores (visible after the caller's next barrier).
+  auto load_query_tile = [&](int qt, int n) {
+    load_tile_sw128<T, BQ, DP>(sQ0 + n * BQ * DP, gQ, p.qkv_tok, qt * BQ, T_, D);
+    load_tile_sw128<T, BQ, DP>(sO0 + n * BQ * DP, gdO, p.out_tok, qt * BQ, T_, D);
+    const int i = qt * BQ + static_cast<int>(threadIdx.x);
+    if (threadIdx.x < BQ) {
+      sL0[n * 2 * BQ + threadIdx.x] = i < T_ ? lse[i] * kLog2e : INFINITY;
+      sL0[n * 2 * BQ + BQ + threadIdx.x] = i < T_ ? delta[i] : 0.f;
+    }
+  };
+
+  const int qt_first = k0 / BQ, nqt = (T_ + BQ - 1) / BQ;
+  load_tile_sw128<T, BKV, DP>(sK, gK, p.qkv_tok, k0, T_, D);
+  load_tile_sw128<T, BKV, DP>(sV, gV, p.qkv_tok, k0, T_, D);
+  load_query_tile(qt_first, 0);
+  cp_async_commit();
+
+  float dk[DP / 8][4], dv[DP / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) {
+    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.f;
+    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
+  }
+
+  for (int qt = qt_first; qt < nqt; ++qt) {
+    const int i0 = qt * BQ, n = (qt - qt_first) & 1;
+    cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();  // this tile is visible to wgmma; every product of the last one is done
+    if (qt + 1 < nqt) {
+      load_query_tile(qt + 1, n ^ 1);
+      cp_async_commit();
+    }
+    const T* sQ = sQ0 + n * BQ * DP;
+    const T* sO = sO0 + n * BQ * DP;
+    const float* sL = sL0 + n * 2 * BQ;
+    float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < DP / 16; ++ks) {
+      wgmma_ss<T, BQ>(st, kmajor_desc<T, BKV>(sK, ks), kmajor_desc<T, BQ>(sQ, ks), ks > 0);
+      wgmma_ss<T, BQ>(dpt, kmajor_desc<T, BKV>(sV, ks), kmajor_desc<T, BQ>(sO, ks), ks > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(st);
+    fence_acc(dpt);
+    dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sL + BQ, sample, hg);
+    uint32_t pa[NT / 2][4], da[NT / 2][4];
+    c_to_a<T, NT>(st, pa);
+    c_to_a<T, NT>(dpt, da);
+    fence_acc(dv);
+    fence_acc(dk);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NT / 2; ++kk) {
+      wgmma_rs<T, DP>(dv, pa[kk], mnmajor_desc<T, BQ>(sO, kk));
+      wgmma_rs<T, DP>(dk, da[kk], mnmajor_desc<T, BQ>(sQ, kk));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(dv);
+    fence_acc(dk);
   }
 
   T* gdK = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head + HD;
@@ -1397,9 +1640,11 @@ void dispatch_dp(int D, F&& f) {
 //   fwd_wgmma the forward by warpgroup MMA (sm_90a; attn_fwd_wgmma_kernel), D > 32, with
 //            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk: D 64: 128
 //            (default) or 64; D 128: 64 (default) or 128
+//   bwd_wgmma the backward's dK/dV and dQ passes by warpgroup MMA (sm_90a), D > 32, with 64-row
+//            tiles and two buffers of their own: no other backward setting applies
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
-  bool dq_atomic = false, fwd_wgmma = false;
+  bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false;
 };
 
 template <int DP>
@@ -1472,6 +1717,18 @@ template <typename T, typename Launch>
 bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
   bool ok = false;
+  if (t.bwd_wgmma) {  // 64-query dK/dV tiles and 64-key dQ tiles, no other setting
+    if (p.D <= 32 || t.dq_atomic || t.dkdv_nb != 1 || t.dkdv_bq != 0 || t.dq_bk != 0) return false;
+    dispatch_dp(p.D, [&](auto dp) {
+      constexpr int DP = decltype(dp)::value;
+      if constexpr (DP >= 64) {
+        launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 64>());
+        launch(attn_bwd_dq_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dq_smem_bytes<DP, 64>());
+        ok = true;
+      }
+    });
+    return ok;
+  }
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
     const int bq = t.dkdv_bq == 0 ? BK : t.dkdv_bq, dq_bk = t.dq_bk == 0 ? BK : t.dq_bk;
@@ -1556,15 +1813,16 @@ __global__ void wgmma_probe_kernel(int* has_wgmma) {
 #endif
 }
 
-// The wgmma forward needs a compute capability 9.0 GPU and a build for sm_90a (CMake's
-// default CUDA architectures "80;90a"); anything else is an error naming the variable.
+// The wgmma kernels need a compute capability 9.0 GPU and a build for sm_90a (CMake's
+// default CUDA architectures "80;90a"); anything else is an error naming the variables.
 void check_wgmma_device() {
   int dev = 0, major = 0, minor = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  TRIDENT_CHECK(major == 9 && minor == 0, "attention: TRIDENT_ATTN_FWD_WGMMA=1 needs an sm_90 GPU, this one is sm_",
-                major, minor);
+  TRIDENT_CHECK(major == 9 && minor == 0,
+                "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA need an sm_90 GPU, this one is sm_", major,
+                minor);
   static int has_wgmma = -1;  // probed once per process
   if (has_wgmma < 0) {
     int* flag = nullptr;
@@ -1576,8 +1834,8 @@ void check_wgmma_device() {
     CUDA_CHECK(cudaFree(flag));
     has_wgmma = host;
   }
-  TRIDENT_CHECK(has_wgmma == 1,
-                "attention: TRIDENT_ATTN_FWD_WGMMA=1 needs a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
+  TRIDENT_CHECK(has_wgmma == 1, "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA need a build for sm_90a ",
+                "(CMAKE_CUDA_ARCHITECTURES with 90a)");
 }
 
 // The tile shapes asked for in the environment (AttnTiles), read per call so that a
@@ -1593,7 +1851,8 @@ AttnTiles tiles_from_env() {
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
   t.fwd_wgmma = env_flag("TRIDENT_ATTN_FWD_WGMMA");
-  if (t.fwd_wgmma) check_wgmma_device();
+  t.bwd_wgmma = env_flag("TRIDENT_ATTN_BWD_WGMMA");
+  if (t.fwd_wgmma || t.bwd_wgmma) check_wgmma_device();
   return t;
 }
 
@@ -1604,7 +1863,8 @@ std::string describe(const AttnTiles& t) {
          " TRIDENT_ATTN_BWD_DB=" + std::to_string(t.dkdv_nb == 2) +
          " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk) +
          " TRIDENT_ATTN_BWD_ATOMIC=" + std::to_string(t.dq_atomic) +
-         " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma);
+         " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma) +
+         " TRIDENT_ATTN_BWD_WGMMA=" + std::to_string(t.bwd_wgmma);
 }
 
 // Runs plan(p, t, launch) (plan_forward_mma or plan_backward_mma); tiles that this head dim

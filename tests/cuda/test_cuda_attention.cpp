@@ -206,10 +206,11 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   ::unsetenv("TRIDENT_ATTN_DKDV_BQ");
 }
 
-// The sm_90a forward (TRIDENT_ATTN_FWD_WGMMA=1: warpgroup MMA from swizzled shared memory)
-// with its default and its other key tile, then the backward from its out and lse. Head
-// dims up to 32 have no wgmma kernel and run the default forward.
-TEST_P(CudaAttention, WgmmaForwardMatchesCpu) {
+// The sm_90a kernels (warpgroup MMA from swizzled shared memory): the forward
+// (TRIDENT_ATTN_FWD_WGMMA=1) with its default and its other key tile, and the backward
+// (TRIDENT_ATTN_BWD_WGMMA=1) from its out and lse. Head dims up to 32 have no wgmma kernels
+// and run the defaults.
+TEST_P(CudaAttention, WgmmaMatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
   int dev = 0, major = 0, minor = 0;
@@ -219,17 +220,16 @@ TEST_P(CudaAttention, WgmmaForwardMatchesCpu) {
   if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
   for (const bool other_tile : {false, true}) {
     const auto wgmma = [other_tile](const AttnCase& c) {
-      ::unsetenv("TRIDENT_ATTN_FWD_WGMMA");
-      ::unsetenv("TRIDENT_ATTN_FWD_BK");
+      for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK"}) ::unsetenv(v);
       if (c.D <= 32) return;
       ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
+      ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
       if (other_tile) ::setenv("TRIDENT_ATTN_FWD_BK", c.D > 64 ? "128" : "64", 1);
     };
     check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
     check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
   }
-  ::unsetenv("TRIDENT_ATTN_FWD_WGMMA");
-  ::unsetenv("TRIDENT_ATTN_FWD_BK");
+  for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK"}) ::unsetenv(v);
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

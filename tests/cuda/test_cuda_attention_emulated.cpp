@@ -593,7 +593,7 @@ std::string describe(const AttnTiles& t) {
   return " wm" + std::to_string(t.fwd_wm) + " fwd_bk" + std::to_string(t.fwd_bk) + " fwd_nb" +
          std::to_string(t.fwd_nb) + " dq_atomic" + std::to_string(t.dq_atomic) + " nb" + std::to_string(t.dkdv_nb) +
          " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk) + " fwd_wgmma" +
-         std::to_string(t.fwd_wgmma);
+         std::to_string(t.fwd_wgmma) + " bwd_wgmma" + std::to_string(t.bwd_wgmma);
 }
 
 template <typename T>
@@ -744,13 +744,14 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
   }
 }
 
-// The sm_90a forward (warpgroup MMA from swizzled shared memory) with both of its key tiles.
-TEST_P(EmulatedAttention, WgmmaForward) {
+// The sm_90a kernels (warpgroup MMA from swizzled shared memory): the forward with both of
+// its key tiles, the backward's dK/dV and dQ passes.
+TEST_P(EmulatedAttention, Wgmma) {
   uint64_t seed = 700;
   for (const Case& c : cases()) {
-    if (c.D <= 32) continue;  // D <= 32 has no wgmma kernel
+    if (c.D <= 32) continue;  // D <= 32 has no wgmma kernels
     AttnTiles wgmma;
-    wgmma.fwd_wgmma = true;
+    wgmma.fwd_wgmma = wgmma.bwd_wgmma = true;
     run_case<__nv_bfloat16>(c, true, seed++, wgmma);
     wgmma.fwd_bk = c.D > 64 ? 128 : 64;  // the other key tile
     run_case<__half>(c, true, seed++, wgmma);
@@ -797,12 +798,22 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.fwd_wm = 1;
     t.fwd_nb = 2;
     EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.bwd_wgmma = true;  // D 64 and 128 only, with its own tiles and buffers
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    for (auto other : {&AttnTiles::dkdv_nb, &AttnTiles::dkdv_bq, &AttnTiles::dq_bk}) {
+      AttnTiles u = t;
+      u.*other = other == &AttnTiles::dkdv_nb ? 2 : 32;
+      EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
+    }
+    t.dq_atomic = true;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
   // with the default tiles at D 32 and 64.
-  // Plus one wgmma forward each for D 64 and 128.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2);
+  // Plus, for D 64 and 128, one wgmma forward and the two wgmma backward passes.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3);
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
