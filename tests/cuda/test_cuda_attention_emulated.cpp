@@ -310,6 +310,18 @@ inline void wgmma_fence() {}
 template <int NT>
 inline void fence_acc(float (&)[NT][4]) {}
 
+// A 16-bit operand's bits as a float: fp16 or bf16.
+inline float bits_to_f32(uint16_t bits, bool fp16) {
+  if (fp16) {
+    __half v;
+    std::memcpy(static_cast<void*>(&v), &bits, 2);
+    return to_f32(v);
+  }
+  __nv_bfloat16 v;
+  std::memcpy(static_cast<void*>(&v), &bits, 2);
+  return to_f32(v);
+}
+
 // Element (mn, k) of a k16 operand in shared memory, read through its descriptor as the PTX
 // ISA defines the canonical layouts with the 128-byte swizzle (the only one emulated):
 // start address, leading (LBO) and stride (SBO) byte offsets in 16-byte units; K-major:
@@ -331,15 +343,7 @@ inline float smem_operand(uint64_t desc, int mn, int k, bool mn_major, bool fp16
     std::fprintf(stderr, "emulated kernel: wgmma operand below the block's shared memory\n");
     std::abort();
   }
-  const uint16_t bits = static_cast<uint16_t>(ld16(emu_smem + (addr - kSmemBase), 0));
-  if (fp16) {
-    __half v;
-    std::memcpy(static_cast<void*>(&v), &bits, 2);
-    return to_f32(v);
-  }
-  __nv_bfloat16 v;
-  std::memcpy(static_cast<void*>(&v), &bits, 2);
-  return to_f32(v);
+  return bits_to_f32(static_cast<uint16_t>(ld16(emu_smem + (addr - kSmemBase), 0)), fp16);
 }
 
 template <typename T, int N>
@@ -377,15 +381,7 @@ inline void wgmma_wait() {
         if (op.a == nullptr) return smem_operand(op.desc_a, 16 * w + r, k, false, op.fp16);
         const emu::WgmmaOp& src = emu::g_block->fibers[w * 32 + (r % 8) * 4 + (k % 8) / 2].wgmma_groups[gi][oi];
         const uint32_t reg = src.a[(r / 8) + 2 * (k / 8)];
-        const uint16_t bits = static_cast<uint16_t>(k % 2 ? reg >> 16 : reg);
-        if (op.fp16) {
-          __half v;
-          std::memcpy(static_cast<void*>(&v), &bits, 2);
-          return to_f32(v);
-        }
-        __nv_bfloat16 v;
-        std::memcpy(static_cast<void*>(&v), &bits, 2);
-        return to_f32(v);
+        return bits_to_f32(static_cast<uint16_t>(k % 2 ? reg >> 16 : reg), op.fp16);
       };
       for (int nt = 0; nt < op.n / 8; ++nt) {
         for (int e = 0; e < 4; ++e) {
