@@ -85,7 +85,7 @@ int generate_main(int argc, char** argv) {
       ("temperature", "softmax temperature (1.0; 0: greedy)", cxxopts::value<std::string>()->default_value("1.0"))
       ("top-k", "sample among the k most likely tokens (0: all)", cxxopts::value<std::string>()->default_value("0"))
       ("top_k", "Megatron's spelling of --top-k", cxxopts::value<std::string>())
-      ("top-p", "sample among the most likely tokens whose probability reaches p (0: all)",
+      ("top-p", "sample among the most likely tokens, each while those before it have at most p (0: all)",
        cxxopts::value<std::string>()->default_value("0"))
       ("top_p", "Megatron's spelling of --top-p", cxxopts::value<std::string>())
       ("greedy", "always the most likely token")
