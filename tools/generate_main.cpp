@@ -69,6 +69,14 @@ std::vector<Prompt> read_prompts(const std::string& path) {
   return prompts;
 }
 
+// The name under which the command line gave a flag that has two spellings (ours, and
+// Megatron's with '_'); both at once is an error naming both, rather than one silently winning.
+std::string one_spelling(const cxxopts::ParseResult& r, const std::string& dashed, const std::string& megatron) {
+  if (r.count(dashed) && r.count(megatron))
+    throw ConfigError("--" + dashed + " and --" + megatron + " are the same flag: give one of them");
+  return r.count(megatron) ? megatron : dashed;
+}
+
 int generate_main(int argc, char** argv) {
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
@@ -103,8 +111,8 @@ int generate_main(int argc, char** argv) {
   SamplingOptions so;
   so.greedy = r.count("greedy") > 0;
   so.temperature = number_flag(r, "temperature");
-  so.top_k = static_cast<int>(integer_flag(r, r.count("top_k") ? "top_k" : "top-k", 0, INT32_MAX));
-  so.top_p = number_flag(r, r.count("top_p") ? "top_p" : "top-p");
+  so.top_k = static_cast<int>(integer_flag(r, one_spelling(r, "top-k", "top_k"), 0, INT32_MAX));
+  so.top_p = number_flag(r, one_spelling(r, "top-p", "top_p"));
   validate_sampling(so);
   const int64_t out_len = integer_flag(r, "out-seq-length", 1, kMaxCount);
   const int64_t num_samples = integer_flag(r, "num-samples", 1, kMaxCount);
