@@ -8,7 +8,8 @@
 //
 // With prompts (--prompt, repeatable, and/or one per line of --sample-input-file), each is
 // continued in turn; without, --num-samples unconditional samples start from
-// <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size at a time.
+// <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size at a time
+// (--num-samples with prompts is an error).
 // A sample ends at <|endoftext|> (unless --ignore-eos), after --out-seq-length tokens, or at
 // the model's last position. Samples go to stdout; --sample-output-file also writes them as
 // JSON lines {"prompt", "text", "tokens"} (written whole or not at all).
@@ -77,6 +78,16 @@ std::string one_spelling(const cxxopts::ParseResult& r, const std::string& dashe
   return r.count(megatron) ? megatron : dashed;
 }
 
+// --num-samples asks for unconditional samples, which prompts rule out: the two together
+// are an error rather than one being silently ignored (Megatron's generate_samples_gpt.py
+// ignores the prompt file when --num-samples is above 0).
+void check_num_samples_without_prompts(const cxxopts::ParseResult& r) {
+  if (!r.count("num-samples")) return;
+  for (const char* prompts : {"prompt", "sample-input-file"})
+    if (r.count(prompts))
+      throw ConfigError(std::string("--num-samples (unconditional samples) cannot be combined with --") + prompts);
+}
+
 int generate_main(int argc, char** argv) {
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
@@ -87,7 +98,8 @@ int generate_main(int argc, char** argv) {
       ("prompt", "text to continue (repeatable)", cxxopts::value<std::vector<std::string>>())
       ("sample-input-file", "prompts, one per line", cxxopts::value<std::string>())
       ("sample-output-file", "also write the samples here as JSON lines", cxxopts::value<std::string>())
-      ("num-samples", "unconditional samples when no prompt is given (1)", cxxopts::value<std::string>()->default_value("1"))
+      ("num-samples", "unconditional samples; not with --prompt or --sample-input-file (1)",
+       cxxopts::value<std::string>()->default_value("1"))
       ("batch-size", "unconditional samples decoded together (8)", cxxopts::value<std::string>()->default_value("8"))
       ("out-seq-length", "most tokens generated per sample (128)", cxxopts::value<std::string>()->default_value("128"))
       ("temperature", "softmax temperature (1.0; 0: greedy)", cxxopts::value<std::string>()->default_value("1.0"))
@@ -114,6 +126,7 @@ int generate_main(int argc, char** argv) {
   so.top_k = static_cast<int>(integer_flag(r, one_spelling(r, "top-k", "top_k"), 0, INT32_MAX));
   so.top_p = number_flag(r, one_spelling(r, "top-p", "top_p"));
   validate_sampling(so);
+  check_num_samples_without_prompts(r);
   const int64_t out_len = integer_flag(r, "out-seq-length", 1, kMaxCount);
   const int64_t num_samples = integer_flag(r, "num-samples", 1, kMaxCount);
   const int batch = static_cast<int>(integer_flag(r, "batch-size", 1, 4096));

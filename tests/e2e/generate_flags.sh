@@ -32,5 +32,12 @@ expect_error "--top-p and --top_p" --prompt hi --top_p 0.9 --top-p 0.5
 # One spelling alone is fine: the error is the missing checkpoint.
 expect_error "--load" --prompt hi --top_k 5 --top_p 0.9
 
+# --num-samples is for unconditional samples: with prompts it is an error naming both flags.
+printf 'A prompt\n' >"$tmp/prompts.txt"
+expect_error "--num-samples (unconditional samples) cannot be combined with --prompt" --prompt hi --num-samples 3
+expect_error "--num-samples (unconditional samples) cannot be combined with --sample-input-file" \
+  --sample-input-file "$tmp/prompts.txt" --num-samples 2
+expect_error "--load" --num-samples 2
+
 echo "generate flag cases failing: $fails"
 ((fails == 0))
