@@ -12,7 +12,8 @@
 // (--num-samples with prompts is an error).
 // A sample ends at <|endoftext|> (unless --ignore-eos), after --out-seq-length tokens, or at
 // the model's last position. Samples go to stdout; --sample-output-file also writes them as
-// JSON lines {"prompt", "text", "tokens"} (written whole or not at all).
+// JSON lines {"prompt", "text", "tokens"} (written whole or not at all, and checked to be
+// writable before the checkpoint is read).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -88,6 +89,23 @@ void check_num_samples_without_prompts(const cxxopts::ParseResult& r) {
       throw ConfigError(std::string("--num-samples (unconditional samples) cannot be combined with --") + prompts);
 }
 
+// Fails now, naming --sample-output-file, where writing `path` after generation would fail:
+// an empty name, a directory, a folder that does not exist, or one where no file can be
+// created (tried with the temporary file the final write uses, removed at once).
+void check_output_file(const std::string& path) {
+  const std::string flag = "--sample-output-file: ";
+  if (path.empty()) throw ConfigError(flag + "empty file name");
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw ConfigError(flag + path + " is a directory");
+  if (!fs::is_directory(dir, ec)) throw ConfigError(flag + path + ": no directory " + dir.string());
+  try {
+    AtomicFileWriter probe(path);  // its destructor removes the temporary file
+  } catch (const IoError& e) {
+    throw ConfigError(flag + e.what());
+  }
+}
+
 int generate_main(int argc, char** argv) {
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
@@ -127,6 +145,7 @@ int generate_main(int argc, char** argv) {
   so.top_p = number_flag(r, one_spelling(r, "top-p", "top_p"));
   validate_sampling(so);
   check_num_samples_without_prompts(r);
+  if (r.count("sample-output-file")) check_output_file(r["sample-output-file"].as<std::string>());
   const int64_t out_len = integer_flag(r, "out-seq-length", 1, kMaxCount);
   const int64_t num_samples = integer_flag(r, "num-samples", 1, kMaxCount);
   const int batch = static_cast<int>(integer_flag(r, "batch-size", 1, 4096));

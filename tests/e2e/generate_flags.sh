@@ -39,5 +39,21 @@ expect_error "--num-samples (unconditional samples) cannot be combined with --sa
   --sample-input-file "$tmp/prompts.txt" --num-samples 2
 expect_error "--load" --num-samples 2
 
+# A --sample-output-file that cannot be written: reported before the checkpoint is read
+# (so before anything is generated), and nothing left behind.
+expect_error "--sample-output-file: $tmp/no/dir/out.jsonl: no directory $tmp/no/dir" \
+  --prompt hi --sample-output-file "$tmp/no/dir/out.jsonl"
+mkdir "$tmp/outdir"
+expect_error "--sample-output-file: $tmp/outdir is a directory" --prompt hi --sample-output-file "$tmp/outdir"
+# A folder where no file can be created (even by root).
+if [[ -d /proc ]]; then
+  expect_error "--sample-output-file: /proc/trident-out.jsonl: cannot create temporary file" \
+    --prompt hi --sample-output-file /proc/trident-out.jsonl
+fi
+# A writable one: the check leaves no file (the error is the missing checkpoint).
+expect_error "--load" --prompt hi --sample-output-file "$tmp/outdir/out.jsonl"
+[[ -z $(ls -A "$tmp/outdir") && ! -e "$tmp/no" ]] && ok "no output or temporary file left behind" ||
+  fail "left behind: $(ls -A "$tmp/outdir" "$tmp/no" 2>&1)"
+
 echo "generate flag cases failing: $fails"
 ((fails == 0))
