@@ -8,10 +8,12 @@
 //
 // With prompts (--prompt, repeatable, and/or one per line of --sample-input-file), each is
 // continued in turn; without, --num-samples unconditional samples start from
-// <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size at a time.
+// <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size at a time
+// (--num-samples with prompts is an error).
 // A sample ends at <|endoftext|> (unless --ignore-eos), after --out-seq-length tokens, or at
 // the model's last position. Samples go to stdout; --sample-output-file also writes them as
-// JSON lines {"prompt", "text", "tokens"} (written whole or not at all).
+// JSON lines {"prompt", "text", "tokens"} (written whole or not at all, and checked to be
+// writable before the checkpoint is read).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -69,6 +71,41 @@ std::vector<Prompt> read_prompts(const std::string& path) {
   return prompts;
 }
 
+// The name under which the command line gave a flag that has two spellings (ours, and
+// Megatron's with '_'); both at once is an error naming both, rather than one silently winning.
+std::string one_spelling(const cxxopts::ParseResult& r, const std::string& dashed, const std::string& megatron) {
+  if (r.count(dashed) && r.count(megatron))
+    throw ConfigError("--" + dashed + " and --" + megatron + " are the same flag: give one of them");
+  return r.count(megatron) ? megatron : dashed;
+}
+
+// --num-samples asks for unconditional samples, which prompts rule out: the two together
+// are an error rather than one being silently ignored (Megatron's generate_samples_gpt.py
+// ignores the prompt file when --num-samples is above 0).
+void check_num_samples_without_prompts(const cxxopts::ParseResult& r) {
+  if (!r.count("num-samples")) return;
+  for (const char* prompts : {"prompt", "sample-input-file"})
+    if (r.count(prompts))
+      throw ConfigError(std::string("--num-samples (unconditional samples) cannot be combined with --") + prompts);
+}
+
+// Fails now, naming --sample-output-file, where writing `path` after generation would fail:
+// an empty name, a directory, a folder that does not exist, or one where no file can be
+// created (tried with the temporary file the final write uses, removed at once).
+void check_output_file(const std::string& path) {
+  const std::string flag = "--sample-output-file: ";
+  if (path.empty()) throw ConfigError(flag + "empty file name");
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw ConfigError(flag + path + " is a directory");
+  if (!fs::is_directory(dir, ec)) throw ConfigError(flag + path + ": no directory " + dir.string());
+  try {
+    AtomicFileWriter probe(path);  // its destructor removes the temporary file
+  } catch (const IoError& e) {
+    throw ConfigError(flag + e.what());
+  }
+}
+
 int generate_main(int argc, char** argv) {
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
@@ -79,13 +116,14 @@ int generate_main(int argc, char** argv) {
       ("prompt", "text to continue (repeatable)", cxxopts::value<std::vector<std::string>>())
       ("sample-input-file", "prompts, one per line", cxxopts::value<std::string>())
       ("sample-output-file", "also write the samples here as JSON lines", cxxopts::value<std::string>())
-      ("num-samples", "unconditional samples when no prompt is given (1)", cxxopts::value<std::string>()->default_value("1"))
+      ("num-samples", "unconditional samples; not with --prompt or --sample-input-file (1)",
+       cxxopts::value<std::string>()->default_value("1"))
       ("batch-size", "unconditional samples decoded together (8)", cxxopts::value<std::string>()->default_value("8"))
       ("out-seq-length", "most tokens generated per sample (128)", cxxopts::value<std::string>()->default_value("128"))
       ("temperature", "softmax temperature (1.0; 0: greedy)", cxxopts::value<std::string>()->default_value("1.0"))
       ("top-k", "sample among the k most likely tokens (0: all)", cxxopts::value<std::string>()->default_value("0"))
       ("top_k", "Megatron's spelling of --top-k", cxxopts::value<std::string>())
-      ("top-p", "sample among the most likely tokens whose probability reaches p (0: all)",
+      ("top-p", "sample among the most likely tokens, each while those before it have at most p (0: all)",
        cxxopts::value<std::string>()->default_value("0"))
       ("top_p", "Megatron's spelling of --top-p", cxxopts::value<std::string>())
       ("greedy", "always the most likely token")
@@ -103,9 +141,11 @@ int generate_main(int argc, char** argv) {
   SamplingOptions so;
   so.greedy = r.count("greedy") > 0;
   so.temperature = number_flag(r, "temperature");
-  so.top_k = static_cast<int>(integer_flag(r, r.count("top_k") ? "top_k" : "top-k", 0, INT32_MAX));
-  so.top_p = number_flag(r, r.count("top_p") ? "top_p" : "top-p");
+  so.top_k = static_cast<int>(integer_flag(r, one_spelling(r, "top-k", "top_k"), 0, INT32_MAX));
+  so.top_p = number_flag(r, one_spelling(r, "top-p", "top_p"));
   validate_sampling(so);
+  check_num_samples_without_prompts(r);
+  if (r.count("sample-output-file")) check_output_file(r["sample-output-file"].as<std::string>());
   const int64_t out_len = integer_flag(r, "out-seq-length", 1, kMaxCount);
   const int64_t num_samples = integer_flag(r, "num-samples", 1, kMaxCount);
   const int batch = static_cast<int>(integer_flag(r, "batch-size", 1, 4096));

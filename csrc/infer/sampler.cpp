@@ -15,6 +15,13 @@ void validate_sampling(const SamplingOptions& o) {
   if (!(o.top_p >= 0 && o.top_p <= 1)) throw ConfigError("--top-p must be in [0, 1]");
 }
 
+size_t top_p_keep(const std::vector<double>& probs, double top_p) {
+  double before = 0;  // the probability of the tokens before the next one
+  size_t keep = 0;
+  while (keep < probs.size() && before <= top_p) before += probs[keep++];
+  return keep;
+}
+
 int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, std::mt19937_64& rng) {
   TRIDENT_CHECK(n > 0, "sample_token: empty logits");
   if (o.greedy || o.temperature == 0) return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
@@ -34,15 +41,10 @@ int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, s
   const double top = logits[ids[0]];
   double total = 0;
   for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp((logits[ids[i]] - top) / o.temperature);
-  // Top-p: the shortest prefix whose probability reaches p (at least one token).
   if (o.top_p > 0 && o.top_p < 1) {
-    double mass = 0;
-    size_t cut = 0;
-    while (cut < keep) {
-      mass += p[cut++] / total;
-      if (mass >= o.top_p) break;
-    }
-    keep = cut;
+    std::vector<double> probs(keep);
+    for (size_t i = 0; i < keep; ++i) probs[i] = p[i] / total;
+    keep = top_p_keep(probs, o.top_p);
     total = std::accumulate(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(keep), 0.0);
   }
   const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;  // in [0, total)

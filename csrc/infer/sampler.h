@@ -1,10 +1,12 @@
 // Picking the next token from a row of logits: greedy (argmax), or a draw from the softmax
-// at a temperature, restricted to the k most likely tokens (top-k) and/or to the smallest
-// set whose probability reaches p (top-p, "nucleus"), as Megatron's and Hugging Face's
-// samplers do. Arithmetic in double on the host; the draw uses the 53 high bits of one
-// mt19937_64 output, so a seed gives the same tokens on every platform.
+// at a temperature, restricted to the k most likely tokens (top-k) and/or to the most
+// likely tokens by Megatron's top-p ("nucleus") rule (top_p_keep), top-p applying to the
+// top-k tokens' renormalised probabilities. Arithmetic in double on the host; the draw
+// uses the 53 high bits of one mt19937_64 output, so a seed gives the same tokens on every
+// platform.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -21,6 +23,13 @@ struct SamplingOptions {
 // Throws ConfigError naming the flag (--temperature, --top-k, --top-p) for values outside
 // their ranges.
 void validate_sampling(const SamplingOptions& o);
+
+// Top-p over `probs`, sorted by decreasing probability (ties in the caller's order): how
+// many of the first tokens stay. As Megatron's sampler (megatron/text_generation/sampling.py),
+// a token stays while the probability of the tokens before it is at most top_p, so the first
+// token that takes the total past top_p stays too, and always the first one: with 0.5, 0.5
+// and top_p 0.5 both stay (Hugging Face's TopPLogitsWarper keeps only the first).
+size_t top_p_keep(const std::vector<double>& probs, double top_p);
 
 // The next token among ids [0, n) of `logits` (n = the real vocabulary: padding columns
 // are never passed in).

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -25,7 +26,7 @@ struct FlagDef {
 
 const std::vector<FlagDef>& flag_defs() {
   static const std::vector<FlagDef> defs = {
-      {"config", "YAML file with flag values (command line wins)"},
+      {"config", "YAML file with flag values (one file; the command line wins)"},
       // Model.
       {"num-layers", "transformer layers"},
       {"hidden-size", "hidden size"},
@@ -258,13 +259,21 @@ std::set<std::string> flag_names(const std::vector<std::string>& args) {
   return names;
 }
 
+// Records --config's file: one file, so a second --config is an error naming both files
+// rather than a silent last-one-wins (a file's own keys and the command line already layer).
+void take_config_path(std::optional<std::string>& config_path, const std::string& path) {
+  if (config_path)
+    throw ConfigError("--config given twice (" + *config_path + " and " + path + "): give one file");
+  config_path = path;
+}
+
 // The command line with --data-path's word list and --config's file pulled out; the config
 // file's values are dropped where the command line overrides them (overridden_by_command_line).
 GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
   std::vector<std::string> rest;
   std::vector<std::string> cli_data_path;
   bool cli_has_data_path = false;
-  std::string config_path;
+  std::optional<std::string> config_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--data-path") {
@@ -279,11 +288,11 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       continue;
     }
     if (a == "--config" && i + 1 < argc) {
-      config_path = argv[++i];
+      take_config_path(config_path, argv[++i]);
       continue;
     }
     if (a.rfind("--config=", 0) == 0) {
-      config_path = a.substr(9);
+      take_config_path(config_path, a.substr(9));
       continue;
     }
     rest.push_back(a);
@@ -292,8 +301,8 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
   if (cli_has_data_path) cli_flags.insert("data-path");
   GatheredArgs g;
   g.args = {"trident-train"};
-  if (!config_path.empty()) {
-    for (ConfigValue& v : read_config_file(config_path)) {
+  if (config_path) {
+    for (ConfigValue& v : read_config_file(*config_path)) {
       if (overridden_by_command_line(v.flag, cli_flags)) continue;
       g.args.insert(g.args.end(), v.args.begin(), v.args.end());
       if (v.flag == "data-path") o.data_path = std::move(v.data_path);

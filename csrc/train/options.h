@@ -1,5 +1,5 @@
 // trident-train's options: Megatron flag names, optionally from a YAML file given with
-// --config (same keys, without the dashes; the command line wins over the file).
+// --config (one file; same keys, without the dashes; the command line wins over the file).
 #pragma once
 
 #include <cstdint>

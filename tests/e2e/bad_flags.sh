@@ -29,6 +29,7 @@ expect_error --num-attention-heads "${tiny[@]}" --hidden-size 64 --num-attention
 expect_error --global-batch-size "${tiny[@]}" --micro-batch-size 4 --global-batch-size 6
 expect_error --no-such-flag "${tiny[@]}" --no-such-flag 3
 expect_error --config --config "$tmp/missing.yaml"
+expect_error "--config given twice" "${tiny[@]}" --config "$repo/configs/gpt2-124m.yaml"
 expect_error --num-layers "${tiny[@]}" --num-layers abc
 expect_error --max-position-embeddings "${tiny[@]}" --seq-length 128
 expect_error --lr-decay-style "${tiny[@]}" --lr-decay-style exponential

@@ -50,6 +50,8 @@ optim=$ckdir/mp_rank_00/optim_dp0000.safetensors
 expect_error trident-eval "--load: directory not found: $tmp/nope" "$eval_bin" "${args[@]}" --load "$tmp/nope"
 expect_error trident-eval "--iteration: no checkpoint of iteration 7" "$eval_bin" "${args[@]}" --load "$tmp/ck" --iteration 7
 expect_error trident-eval "--load: required" "$eval_bin" "${args[@]}"
+expect_error trident-eval "--config given twice" "$eval_bin" "${args[@]}" --load "$tmp/ck" \
+  --config "$repo/configs/gpt2-124m.yaml"
 expect_error trident-eval "--split-name: 'train'" "$eval_bin" "${args[@]}" --load "$tmp/ck" --split-name train
 expect_error trident-eval "--max-tokens needs --sequential" "$eval_bin" "${args[@]}" --load "$tmp/ck" --max-tokens 9
 expect_error trident-convert "--load: directory not found: $tmp/nope" "$convert" --load "$tmp/nope" --save "$tmp/out0"

@@ -112,6 +112,8 @@ expect_error "--load" --load "$tmp/nothing" "${words[@]}"
 expect_error "--sample-output-file" --load "$tmp/ckpt" "${words[@]}" --out-seq-length 2 \
   --sample-output-file "$tmp/no/such/dir/out.jsonl"
 [[ -z $(find "$tmp/no" 2>/dev/null) ]] && ok "no partial output file" || fail "an output file was left behind"
+[[ ! -s $tmp/out ]] && ok "the bad --sample-output-file is reported before generating" ||
+  fail "generated before reporting the bad --sample-output-file: $(cat "$tmp/out")"
 # A model of another vocabulary (synthetic tokens, 512) against the GPT-2 tokenizer.
 "$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-iters 1 --lr-warmup-iters 0 --eval-iters 0 \
   --save "$tmp/synthetic" >/dev/null 2>&1

@@ -1,6 +1,7 @@
 // sample_token: greedy and its equivalents, the exact distributions of temperature, top-k
 // and top-p sampling (frequencies of many draws against the probabilities computed by
-// hand), determinism per seed, and the flag checks.
+// hand), Megatron's top-p rule at its boundary (top_p_keep, and ties drawn through
+// sample_token), determinism per seed, and the flag checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -57,9 +58,9 @@ TEST(Sampler, TopKKeepsTheKMostLikely) {
   EXPECT_NEAR(f.at(2), 0.6, 0.01);
 }
 
-TEST(Sampler, TopPKeepsTheShortestPrefixReachingP) {
+TEST(Sampler, TopPKeepsTheMostLikelyTokens) {
   SamplingOptions o;
-  o.top_p = 0.5;  // id 2 alone has 1/2: nothing else
+  o.top_p = 0.4;  // id 2 alone has 1/2: the tokens after it have more than 0.4 before them
   auto f = frequencies(kLogits, o, 2000);
   EXPECT_EQ(f.size(), 1u);
   EXPECT_EQ(f.begin()->first, 2);
@@ -67,6 +68,36 @@ TEST(Sampler, TopPKeepsTheShortestPrefixReachingP) {
   f = frequencies(kLogits, o, kDraws);
   EXPECT_EQ(f.count(0), 0u);
   EXPECT_NEAR(f.at(2), 0.6, 0.01);
+}
+
+// Megatron's rule (megatron/text_generation/sampling.py: cumsum > top_p, shifted right by
+// one, the first token always kept): a token stays while the probability before it is at
+// most p. Binary fractions, so every sum is exact and the boundary cases are exact.
+TEST(Sampler, TopPKeepMatchesMegatronAtTheBoundary) {
+  EXPECT_EQ(top_p_keep({0.5, 0.5}, 0.5), 2u);  // Hugging Face keeps 1
+  EXPECT_EQ(top_p_keep({0.5, 0.25, 0.25}, 0.5), 2u);
+  EXPECT_EQ(top_p_keep({0.5, 0.25, 0.25}, 0.75), 3u);
+  EXPECT_EQ(top_p_keep({0.5, 0.25, 0.25}, 0.4), 1u);
+  EXPECT_EQ(top_p_keep({0.5, 0.25, 0.25}, 0.625), 2u);
+  EXPECT_EQ(top_p_keep({0.25, 0.25, 0.25, 0.25}, 0.5), 3u);
+  EXPECT_EQ(top_p_keep({0.25, 0.25, 0.25, 0.25}, 0.25), 2u);
+  EXPECT_EQ(top_p_keep({0.25, 0.25, 0.25, 0.25}, 0.125), 1u);
+  EXPECT_EQ(top_p_keep({1.0}, 0.5), 1u);
+}
+
+// Equal logits give exactly equal probabilities: with 0.5/0.5 and top-p 0.5 Megatron keeps
+// both tokens; with four of 0.25 it keeps three (ties: the lower ids).
+TEST(Sampler, TopPOnTiesDrawsWhatMegatronKeeps) {
+  SamplingOptions o;
+  o.top_p = 0.5;
+  auto f = frequencies({1.5f, 1.5f}, o, 4000);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_NEAR(f.at(0), 0.5, 0.05);
+  EXPECT_NEAR(f.at(1), 0.5, 0.05);
+  f = frequencies({-2.0f, -2.0f, -2.0f, -2.0f}, o, 6000);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f.count(3), 0u);
+  for (int32_t id = 0; id < 3; ++id) EXPECT_NEAR(f.at(id), 1.0 / 3, 0.05);
 }
 
 TEST(Sampler, SameSeedSameTokens) {

@@ -335,6 +335,20 @@ TEST(Options, DuplicateConfigKeyNamesBothLines) {
   std::filesystem::remove(yaml);
 }
 
+// One --config: a second one (either spelling) is an error naming both files, not a silent
+// last-one-wins.
+TEST(Options, ConfigGivenTwiceNamesBothFiles) {
+  const std::string a = write_yaml("first", "num-layers: 2\n");
+  const std::string b = write_yaml("second", "num-layers: 4\n");
+  const std::string expected = "--config given twice (" + a + " and " + b + "): give one file";
+  EXPECT_EQ(must_fail({"--config", a, "--config", b}), expected);
+  EXPECT_EQ(must_fail({"--config=" + a, "--lr", "0.1", "--config", b}), expected);
+  EXPECT_EQ(must_fail({"--config", a, "--config=" + b}), expected);
+  EXPECT_EQ(parse({"--config", b}).model.num_layers, 4);
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+}
+
 TEST(Options, ConfigValueErrorsNameFileAndLine) {
   const std::string yaml = write_yaml("bad_values",
                                       "num-layers: 2\n"

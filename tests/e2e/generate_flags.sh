@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# trident-generate's flag checks that need no model: each bad combination is one line that
+# names the flags, exit 2, reported before any checkpoint is read (--load names a folder
+# that does not exist, so a check made later would name --load instead).
+#   tests/e2e/generate_flags.sh <trident-generate> <gpt2 dir>
+set -uo pipefail
+generate=$1 vocab=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+base=(--load "$tmp/no-checkpoint" --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt"
+      --device cpu)
+
+expect_error() {  # expect_error <text in the one error line> <args...>
+  local text=$1
+  shift
+  "$generate" "${base[@]}" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -ne 2 || $(wc -l <"$tmp/err") -ne 1 ]] || ! grep -qF -- "$text" "$tmp/err" ||
+     ! grep -q '^trident-generate: error: ' "$tmp/err"; then
+    fail "$* -> rc=$rc, stderr: $(cat "$tmp/err")"
+  else
+    ok "$(cat "$tmp/err")"
+  fi
+}
+
+# Both spellings of one flag.
+expect_error "--top-k and --top_k" --prompt hi --top-k 5 --top_k 7
+expect_error "--top-p and --top_p" --prompt hi --top_p 0.9 --top-p 0.5
+# One spelling alone is fine: the error is the missing checkpoint.
+expect_error "--load" --prompt hi --top_k 5 --top_p 0.9
+
+# --num-samples is for unconditional samples: with prompts it is an error naming both flags.
+printf 'A prompt\n' >"$tmp/prompts.txt"
+expect_error "--num-samples (unconditional samples) cannot be combined with --prompt" --prompt hi --num-samples 3
+expect_error "--num-samples (unconditional samples) cannot be combined with --sample-input-file" \
+  --sample-input-file "$tmp/prompts.txt" --num-samples 2
+expect_error "--load" --num-samples 2
+
+# A --sample-output-file that cannot be written: reported before the checkpoint is read
+# (so before anything is generated), and nothing left behind.
+expect_error "--sample-output-file: $tmp/no/dir/out.jsonl: no directory $tmp/no/dir" \
+  --prompt hi --sample-output-file "$tmp/no/dir/out.jsonl"
+mkdir "$tmp/outdir"
+expect_error "--sample-output-file: $tmp/outdir is a directory" --prompt hi --sample-output-file "$tmp/outdir"
+# A folder where no file can be created (even by root).
+if [[ -d /proc ]]; then
+  expect_error "--sample-output-file: /proc/trident-out.jsonl: cannot create temporary file" \
+    --prompt hi --sample-output-file /proc/trident-out.jsonl
+fi
+# A writable one: the check leaves no file (the error is the missing checkpoint).
+expect_error "--load" --prompt hi --sample-output-file "$tmp/outdir/out.jsonl"
+[[ -z $(ls -A "$tmp/outdir") && ! -e "$tmp/no" ]] && ok "no output or temporary file left behind" ||
+  fail "left behind: $(ls -A "$tmp/outdir" "$tmp/no" 2>&1)"
+
+echo "generate flag cases failing: $fails"
+((fails == 0))
