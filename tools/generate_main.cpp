@@ -9,7 +9,7 @@
 // With prompts (--prompt, repeatable, and/or one per line of --sample-input-file), each is
 // continued in turn; without, --num-samples unconditional samples start from
 // <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size at a time
-// (--num-samples with prompts is an error).
+// (--num-samples above 0 with prompts is an error; 0 is Megatron's prompt mode).
 // A sample ends at <|endoftext|> (unless --ignore-eos), after --out-seq-length tokens, or at
 // the model's last position. Samples go to stdout; --sample-output-file also writes them as
 // JSON lines {"prompt", "text", "tokens"} (written whole or not at all, and checked to be
@@ -79,14 +79,21 @@ std::string one_spelling(const cxxopts::ParseResult& r, const std::string& dashe
   return r.count(megatron) ? megatron : dashed;
 }
 
-// --num-samples asks for unconditional samples, which prompts rule out: the two together
-// are an error rather than one being silently ignored (Megatron's generate_samples_gpt.py
-// ignores the prompt file when --num-samples is above 0).
-void check_num_samples_without_prompts(const cxxopts::ParseResult& r) {
-  if (!r.count("num-samples")) return;
+// --num-samples N > 0 asks for unconditional samples, which prompts rule out: the two
+// together are an error rather than one being silently ignored (Megatron's
+// generate_samples_gpt.py ignores the prompt file when --num-samples is above 0). 0 is
+// Megatron's default, its prompt mode: accepted with prompts, an error without (Megatron
+// would turn interactive). Returns the number of unconditional samples (1 by default).
+int64_t num_samples_flag(const cxxopts::ParseResult& r) {
+  const bool has_prompts = r.count("prompt") || r.count("sample-input-file");
+  if (!r.count("num-samples")) return has_prompts ? 0 : 1;
+  const int64_t n = integer_flag(r, "num-samples", 0, kMaxCount);
   for (const char* prompts : {"prompt", "sample-input-file"})
-    if (r.count(prompts))
+    if (n > 0 && r.count(prompts))
       throw ConfigError(std::string("--num-samples (unconditional samples) cannot be combined with --") + prompts);
+  if (n == 0 && !has_prompts)
+    throw ConfigError("--num-samples 0 (prompt mode) needs --prompt or --sample-input-file");
+  return n;
 }
 
 // Fails now, naming --sample-output-file, where writing `path` after generation would fail:
@@ -116,7 +123,7 @@ int generate_main(int argc, char** argv) {
       ("prompt", "text to continue (repeatable)", cxxopts::value<std::vector<std::string>>())
       ("sample-input-file", "prompts, one per line", cxxopts::value<std::string>())
       ("sample-output-file", "also write the samples here as JSON lines", cxxopts::value<std::string>())
-      ("num-samples", "unconditional samples; not with --prompt or --sample-input-file (1)",
+      ("num-samples", "unconditional samples (1); with --prompt or --sample-input-file only 0, Megatron's prompt mode",
        cxxopts::value<std::string>()->default_value("1"))
       ("batch-size", "unconditional samples decoded together (8)", cxxopts::value<std::string>()->default_value("8"))
       ("out-seq-length", "most tokens generated per sample (128)", cxxopts::value<std::string>()->default_value("128"))
@@ -144,10 +151,9 @@ int generate_main(int argc, char** argv) {
   so.top_k = static_cast<int>(integer_flag(r, one_spelling(r, "top-k", "top_k"), 0, INT32_MAX));
   so.top_p = number_flag(r, one_spelling(r, "top-p", "top_p"));
   validate_sampling(so);
-  check_num_samples_without_prompts(r);
+  const int64_t num_samples = num_samples_flag(r);
   if (r.count("sample-output-file")) check_output_file(r["sample-output-file"].as<std::string>());
   const int64_t out_len = integer_flag(r, "out-seq-length", 1, kMaxCount);
-  const int64_t num_samples = integer_flag(r, "num-samples", 1, kMaxCount);
   const int batch = static_cast<int>(integer_flag(r, "batch-size", 1, 4096));
   const bool ignore_eos = r.count("ignore-eos") > 0;
   std::vector<Prompt> prompts;

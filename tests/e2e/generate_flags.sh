@@ -32,12 +32,15 @@ expect_error "--top-p and --top_p" --prompt hi --top_p 0.9 --top-p 0.5
 # One spelling alone is fine: the error is the missing checkpoint.
 expect_error "--load" --prompt hi --top_k 5 --top_p 0.9
 
-# --num-samples is for unconditional samples: with prompts it is an error naming both flags.
+# --num-samples N > 0 is for unconditional samples: with prompts it is an error naming both flags.
 printf 'A prompt\n' >"$tmp/prompts.txt"
 expect_error "--num-samples (unconditional samples) cannot be combined with --prompt" --prompt hi --num-samples 3
 expect_error "--num-samples (unconditional samples) cannot be combined with --sample-input-file" \
   --sample-input-file "$tmp/prompts.txt" --num-samples 2
 expect_error "--load" --num-samples 2
+# 0 is Megatron's prompt mode: fine with prompts, an error without.
+expect_error "--load" --sample-input-file "$tmp/prompts.txt" --num-samples 0
+expect_error "--num-samples 0 (prompt mode) needs --prompt or --sample-input-file" --num-samples 0
 
 # A --sample-output-file that cannot be written: reported before the checkpoint is read
 # (so before anything is generated), and nothing left behind.
