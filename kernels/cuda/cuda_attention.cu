@@ -273,6 +273,15 @@ __device__ __forceinline__ void fence_acc(float (&d)[NT][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[nt][e])::"memory");
 }
+// The same for A fragments that wgmma reads from registers: packed before wgmma_fence, kept
+// until wgmma_wait.
+template <int KK>
+__device__ __forceinline__ void fence_frag(uint32_t (&a)[KK][4]) {
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[kk][e])::"memory");
+}
 
 // d (64 x N, f32; warp w holds rows 16w..16w+15 in the C layout of N/8 m16n8 tiles)
 // = A B (+ d when `accumulate`), one k16 step: A (64 x 16) and B (N x 16) both K-major in
@@ -709,15 +718,17 @@ __device__ __forceinline__ uint64_t sw128_desc(const void* start, uint32_t lbo_b
          static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32 | 1ull << 62;
 }
 // k16 step ks of a K-major tile of ROWS rows (the leading offset is unused: a step stays
-// inside one 128-byte row).
+// inside one 128-byte row). The step's offset is added to the tile's descriptor (in 16-byte
+// units; the start field cannot carry: shared addresses stay below 2^18), so that unrolled
+// steps share one descriptor computation.
 template <typename T, int ROWS>
 __device__ __forceinline__ uint64_t kmajor_desc(const T* tile, int ks) {
-  return sw128_desc(tile + (ks >> 2) * ROWS * 64 + (ks & 3) * 16, 16, 8 * 128);
+  return sw128_desc(tile, 16, 8 * 128) + static_cast<uint64_t>(((ks >> 2) * ROWS * 128 + (ks & 3) * 32) >> 4);
 }
-// k16 step kk (keys 16 kk..) of an MN-major tile of ROWS rows.
+// k16 step kk (keys 16 kk.., 2048 bytes a step) of an MN-major tile of ROWS rows.
 template <typename T, int ROWS>
 __device__ __forceinline__ uint64_t mnmajor_desc(const T* tile, int kk) {
-  return sw128_desc(tile + kk * 16 * 64, ROWS * 128, 8 * 128);
+  return sw128_desc(tile, ROWS * 128, 8 * 128) + static_cast<uint64_t>(kk * 16 * 128 >> 4);
 }
 
 template <int DP, int BK>
@@ -792,12 +803,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
     uint32_t pa[NT / 2][4];
     c_to_a<T, NT>(s, pa);
     fence_acc(o);  // the softmax's rescale of o happens before the products that add to it
+    fence_frag(pa);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<T, DP>(o, pa[kk], mnmajor_desc<T, BK>(sV, kk));
     wgmma_commit();
     wgmma_wait<0>();
     fence_acc(o);
+    fence_frag(pa);
   }
   fwd_store_rows<T, DP>(p, o, m, l, b, h, wrow, lane);
 }
@@ -1252,12 +1265,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
     uint32_t da[NT / 2][4];
     c_to_a<T, NT>(s, da);
     fence_acc(dq);
+    fence_frag(da);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<T, DP>(dq, da[kk], mnmajor_desc<T, BK>(sK, kk));
     wgmma_commit();
     wgmma_wait<0>();
     fence_acc(dq);
+    fence_frag(da);
   }
 
   T* gdQ = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
@@ -1356,6 +1371,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const 
     c_to_a<T, NT>(dpt, da);
     fence_acc(dv);
     fence_acc(dk);
+    fence_frag(pa);
+    fence_frag(da);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < NT / 2; ++kk) {
@@ -1366,6 +1383,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const 
     wgmma_wait<0>();
     fence_acc(dv);
     fence_acc(dk);
+    fence_frag(pa);
+    fence_frag(da);
   }
 
   T* gdK = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head + HD;

@@ -309,6 +309,8 @@ inline void fence_proxy_async() {}
 inline void wgmma_fence() {}
 template <int NT>
 inline void fence_acc(float (&)[NT][4]) {}
+template <int KK>
+inline void fence_frag(uint32_t (&)[KK][4]) {}
 
 // A 16-bit operand's bits as a float: fp16 or bf16.
 inline float bits_to_f32(uint16_t bits, bool fp16) {
