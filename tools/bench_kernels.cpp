@@ -462,10 +462,49 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       // The fastest setting of the forward, and of the backward (its variants and their
       // combinations each timed as a whole).
       std::vector<TileCandidate> fwd_c, bwd_c;
+      // The defaults' results, for checking each variant's: a variant more than 5% of the
+      // largest value away (bf16 variants differ by a few roundings; a broken kernel by
+      // about the values themselves) gets an error row and is no candidate, so that it
+      // cannot become the fastest setting that gpu-check trains with.
+      auto host_copy = [&](const Buffer& buf) {
+        const Tensor t = buf.t();
+        std::vector<char> raw(t.nbytes());
+        be.copy_to_host(raw.data(), t);
+        std::vector<float> v(static_cast<size_t>(t.numel()));
+        for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_float(raw.data(), t.dtype, i);
+        return v;
+      };
+      // Not under --kernels-once, where every launch is one that Nsight Compute profiles.
+      const bool check_variants = !opt.once;
+      std::vector<float> ref_out, ref_dqkv;
+      if (check_variants) {
+        forward();
+        backward();
+        be.synchronize();
+        ref_out = host_copy(out);
+        ref_dqkv = host_copy(dqkv);
+      }
+      auto wrong = [&](const Buffer& got_buf, const std::vector<float>& ref) -> std::string {
+        const std::vector<float> got = host_copy(got_buf);
+        double worst = 0, largest = 0;
+        for (size_t i = 0; i < ref.size(); ++i) {
+          largest = std::max(largest, std::fabs(static_cast<double>(ref[i])));
+          const double d = std::fabs(static_cast<double>(got[i]) - ref[i]);
+          if (!(d <= worst)) worst = d;  // NaN included
+        }
+        if (worst <= 0.05 * largest) return "";
+        return "wrong result: max |diff| " + std::to_string(worst) + " from the defaults' (largest " +
+               std::to_string(largest) + ")";
+      };
       auto timed = [&](std::vector<TileCandidate>* group, const char* name, const std::string& env, double work,
                        const std::function<void()>& f, int calls) {
         with_env(env, [&] { b.add(name, shp, work, true, f, calls); });
-        const Row& r = b.rows().back();
+        Row& r = b.rows().back();
+        if (check_variants && r.error.empty() && !env.empty()) {
+          with_env(env, [&] { f(); });
+          be.synchronize();
+          r.error = group == &fwd_c ? wrong(out, ref_out) : wrong(dqkv, ref_dqkv);
+        }
         if (group != nullptr && r.error.empty() && r.ms > 0) group->push_back({env, r.ms});
       };
       const std::string wm2 = "TRIDENT_ATTN_FWD_WM=2", bk2 = "TRIDENT_ATTN_FWD_BK=" + std::to_string(2 * tile),
