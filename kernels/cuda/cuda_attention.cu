@@ -247,7 +247,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // ---- sm_90a warpgroup MMA (wgmma) -----------------------------------------------------------
 // All 128 threads (one warpgroup) issue each wgmma together. The instructions exist only on
 // sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); other targets compile a trap in their place, and the
-// host launches the wgmma kernel only on compute capability 9.0 (wgmma_device).
+// host launches the wgmma kernels only on compute capability 9.0 (check_wgmma_device).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TRIDENT_SM90A_ASM(...) asm volatile(__VA_ARGS__)
 #else
@@ -256,7 +256,9 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 
 // Makes this thread's generic-proxy shared-memory writes (stores, cp.async) visible to the
 // async proxy that wgmma reads shared memory through; a barrier then publishes them.
-__device__ __forceinline__ void fence_proxy_async() { TRIDENT_SM90A_ASM("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() {
+  TRIDENT_SM90A_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 __device__ __forceinline__ void wgmma_fence() { TRIDENT_SM90A_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { TRIDENT_SM90A_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -299,29 +301,37 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
   "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3]), "+f"(d[i + 1][0]), "+f"(d[i + 1][1]), \
       "+f"(d[i + 1][2]), "+f"(d[i + 1][3])
 #define TRIDENT_ACC_N64(d) TRIDENT_ACC8(d, 0), TRIDENT_ACC8(d, 2), TRIDENT_ACC8(d, 4), TRIDENT_ACC8(d, 6)
-#define TRIDENT_ACC_N128(d) TRIDENT_ACC_N64(d), TRIDENT_ACC8(d, 8), TRIDENT_ACC8(d, 10), TRIDENT_ACC8(d, 12), TRIDENT_ACC8(d, 14)
-#define TRIDENT_REGS_N64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define TRIDENT_REGS_N128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define TRIDENT_ACC_N128(d) \
+  TRIDENT_ACC_N64(d), TRIDENT_ACC8(d, 8), TRIDENT_ACC8(d, 10), TRIDENT_ACC8(d, 12), TRIDENT_ACC8(d, 14)
+#define TRIDENT_REGS_N64 \
+  "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" "}"
+#define TRIDENT_REGS_N128 \
+  "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" "}"
 // wgmma_ss and wgmma_rs for element type TYPE (PTX name PTX) and N; the operands after the
 // N / 2 accumulators are numbered from K = N / 2: desc_a %K, desc_b %K+1, accumulate %K+2
 // (ss); a %K..%K+3, desc_b %K+4, 1 %K+5 (rs; scale-d is a predicate, always set).
-#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)                                                 \
-  template <>                                                                                                   \
-  __device__ __forceinline__ void wgmma_ss<TYPE, N>(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,      \
-                                                    int accumulate) {                                           \
-    TRIDENT_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #K2 ", 0;\n"                                          \
-                      "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " TRIDENT_REGS_N##N      \
-                      ", %" #K0 ", %" #K1 ", p, 1, 1, 0, 0;\n}\n"                                                \
-                      : TRIDENT_ACC_N##N(d)                                                                     \
-                      : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                             \
-  }                                                                                                             \
-  template <>                                                                                                   \
-  __device__ __forceinline__ void wgmma_rs<TYPE, N>(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) { \
-    TRIDENT_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #K5 ", 0;\n"                                          \
-                      "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " TRIDENT_REGS_N##N      \
-                      ", {%" #K0 ", %" #K1 ", %" #K2 ", %" #K3 "}, %" #K4 ", p, 1, 1, 1;\n}\n"                    \
-                      : TRIDENT_ACC_N##N(d)                                                                     \
-                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));                       \
+#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)                                        \
+  template <>                                                                                          \
+  __device__ __forceinline__ void wgmma_ss<TYPE, N>(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, \
+                                                    int accumulate) {                                  \
+    TRIDENT_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #K2 ", 0;\n"                                 \
+                      "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " TRIDENT_REGS_N##N \
+                      ", %" #K0 ", %" #K1 ", p, 1, 1, 0, 0;\n}\n"                                       \
+                      : TRIDENT_ACC_N##N(d)                                                            \
+                      : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                    \
+  }                                                                                                    \
+  template <>                                                                                          \
+  __device__ __forceinline__ void wgmma_rs<TYPE, N>(float (&d)[N / 8][4], const uint32_t (&a)[4],       \
+                                                    uint64_t desc_b) {                                 \
+    TRIDENT_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #K5 ", 0;\n"                                 \
+                      "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " TRIDENT_REGS_N##N \
+                      ", {%" #K0 ", %" #K1 ", %" #K2 ", %" #K3 "}, %" #K4 ", p, 1, 1, 1;\n}\n"           \
+                      : TRIDENT_ACC_N##N(d)                                                            \
+                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));              \
   }
 TRIDENT_DEFINE_WGMMA(__half, "f16", 64, 32, 33, 34, 35, 36, 37)
 TRIDENT_DEFINE_WGMMA(__half, "f16", 128, 64, 65, 66, 67, 68, 69)
