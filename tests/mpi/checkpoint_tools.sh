@@ -178,7 +178,9 @@ expect_close "sequential eval --max-tokens 50 vs Python reference" "$(awk '{prin
 
 # ---- 5. Training continues after conversion: 4 more iterations from the original (at its
 # layout) and from the tp1 consolidation (at tp2).
-more=("${args[@]}" --train-iters 14 --log-interval 1)
+# (--train-iters 14 lengthens the decay, which defaults to it: the command line's schedule
+# is taken over the checkpoint's, as Megatron does with --override-opt_param-scheduler.)
+more=("${args[@]}" --train-iters 14 --log-interval 1 --override-opt_param-scheduler)
 mpi 4 "$train" "${more[@]}" --load "$tmp/ck" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   >"$tmp/cont_ck.log"
 mpi 2 "$train" "${more[@]}" --load "$tmp/c1" --tensor-model-parallel-size 2 >"$tmp/cont_c1.log"
