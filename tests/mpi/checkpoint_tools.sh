@@ -240,8 +240,11 @@ EOF
 then ok "bf16 round trip through tp2 x pp2"; else bad "bf16 round trip through tp2 x pp2"; fi
 
 # ---- 8. A ZeRO-1 checkpoint (tp2 x dp2, optimizer state sharded over dp) consolidates to
-# tp1 and trains on from there exactly as the original does at its own layout.
-mpi 4 "$train" "${args[@]}" --train-iters 3 --tensor-model-parallel-size 2 --zero-stage 1 --save "$tmp/z" >/dev/null
+# tp1 and trains on from there exactly as the original does at its own layout. (The first 3
+# iterations decay over 6, the continuations' --train-iters: a resumed run's learning-rate
+# schedule must match the checkpoint's.)
+mpi 4 "$train" "${args[@]}" --train-iters 3 --lr-decay-iters 6 --tensor-model-parallel-size 2 --zero-stage 1 \
+  --save "$tmp/z" >/dev/null
 "$convert" --load "$tmp/z" --save "$tmp/z1" >/dev/null
 python3 "$check" ckpt-check "$tmp/z1/iter_0000003" 1 1 1 4 || bad "consolidated ZeRO-1 files"
 mpi 4 "$train" "${args[@]}" --train-iters 6 --log-interval 1 --tensor-model-parallel-size 2 --zero-stage 1 \
