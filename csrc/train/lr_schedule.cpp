@@ -13,6 +13,15 @@ LrDecayStyle parse_lr_decay_style(const std::string& s) {
   throw ConfigError("--lr-decay-style: unknown style '" + s + "' (expected constant, linear or cosine)");
 }
 
+const char* lr_decay_style_name(LrDecayStyle s) {
+  switch (s) {
+    case LrDecayStyle::Constant: return "constant";
+    case LrDecayStyle::Linear: return "linear";
+    case LrDecayStyle::Cosine: return "cosine";
+  }
+  return "linear";
+}
+
 // Same branch order as Megatron's get_lr: warm-up, constant, past the end, decay.
 double LrSchedule::lr(uint64_t samples) const {
   const double step = static_cast<double>(samples);

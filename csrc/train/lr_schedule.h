@@ -22,6 +22,7 @@ namespace trident {
 
 enum class LrDecayStyle { Constant, Linear, Cosine };
 LrDecayStyle parse_lr_decay_style(const std::string& s);  // ConfigError naming --lr-decay-style
+const char* lr_decay_style_name(LrDecayStyle s);           // "constant", "linear" or "cosine"
 
 struct LrSchedule {
   double max_lr = 0, min_lr = 0;

@@ -102,6 +102,13 @@ const std::vector<FlagDef>& flag_defs() {
       {"no-load-optim", "do not load the optimizer state nor the learning-rate schedule (it restarts at step 0, "
                          "warm-up included; the iteration and consumed samples still load)", true},
       {"no-load-rng", "do not load the RNG state", true},
+      {"override-opt_param-scheduler", "on --load, train with the command line's learning-rate schedule (--lr, "
+                                        "--min-lr, warm-up, decay, --lr-decay-style) where it differs from the "
+                                        "checkpoint's (by default a difference is an error)", true},
+      {"use-checkpoint-opt_param-scheduler", "on --load, train with the checkpoint's learning-rate schedule where "
+                                              "it differs from the command line's", true},
+      {"override-lr-scheduler", "Megatron-DeepSpeed's name for --override-opt_param-scheduler", true},
+      {"use-checkpoint-lr-scheduler", "Megatron-DeepSpeed's name for --use-checkpoint-opt_param-scheduler", true},
       {"finetune", "load weights only and start at iteration 0", true},
       // Data.
       {"data-path", "dataset prefix, or weights and prefixes: 0.3 A 0.7 B"},
@@ -113,6 +120,18 @@ const std::vector<FlagDef>& flag_defs() {
       {"help", "print this help", true},
   };
   return defs;
+}
+
+// Megatron-LM spells two flags with underscores (--override-opt_param-scheduler,
+// --use-checkpoint-opt_param-scheduler); its newer releases also take them all in dashes,
+// and a YAML key's underscores become dashes. Every spelling maps to the one the flag list
+// holds.
+std::string megatron_spelling(const std::string& name) {
+  std::string dashed = name;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  if (dashed == "override-opt-param-scheduler") return "override-opt_param-scheduler";
+  if (dashed == "use-checkpoint-opt-param-scheduler") return "use-checkpoint-opt_param-scheduler";
+  return name;
 }
 
 const FlagDef* find_flag(const std::string& name) {
@@ -134,6 +153,8 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"fp16", "bf16"},
       {"recompute-granularity", "recompute-activations", "checkpoint-activations"},
       {"recompute-num-layers", "checkpoint-num-layers"},
+      {"override-opt_param-scheduler", "override-lr-scheduler", "use-checkpoint-opt_param-scheduler",
+       "use-checkpoint-lr-scheduler"},
   };
   return groups;
 }
@@ -206,6 +227,7 @@ std::vector<ConfigValue> read_config_file(const std::string& path) {
     std::string key = kv.first.as<std::string>();
     for (char& c : key)
       if (c == '_') c = '-';
+    key = megatron_spelling(key);
     const int line = kv.first.Mark().line + 1;
     const std::string where = path + ":" + std::to_string(line);
     const FlagDef* def = find_flag(key);
@@ -295,6 +317,11 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       take_config_path(config_path, a.substr(9));
       continue;
     }
+    if (a.rfind("--", 0) == 0) {  // Megatron-LM's other spellings of a flag
+      const size_t eq = a.find('=');
+      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      a = "--" + megatron_spelling(name) + (eq == std::string::npos ? "" : a.substr(eq));
+    }
     rest.push_back(a);
   }
   std::set<std::string> cli_flags = flag_names(rest);
@@ -322,7 +349,8 @@ std::string with_config_origins(const std::string& msg, const std::map<std::stri
   for (size_t at = msg.find("--"); at != std::string::npos; at = msg.find("--", at + 2)) {
     size_t end = at + 2;
     while (end < msg.size() && (std::islower(static_cast<unsigned char>(msg[end])) ||
-                                std::isdigit(static_cast<unsigned char>(msg[end])) || msg[end] == '-'))
+                                std::isdigit(static_cast<unsigned char>(msg[end])) || msg[end] == '-' ||
+                                msg[end] == '_'))
       ++end;
     const std::string flag = msg.substr(at + 2, end - at - 2);
     if (find_flag(flag) && std::find(named.begin(), named.end(), flag) == named.end()) named.push_back(flag);
@@ -476,6 +504,20 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("no-load-optim", o.no_load_optim);
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
+  // Megatron's rule for a loaded checkpoint's scheduler: the two choices exclude each other
+  // (OptimizerParamScheduler asserts "both override and use-checkpoint are set"), with or
+  // without --load.
+  for (const char* name : {"override-opt_param-scheduler", "override-lr-scheduler"})
+    if (f.has(name)) o.override_opt_param_scheduler = true;
+  for (const char* name : {"use-checkpoint-opt_param-scheduler", "use-checkpoint-lr-scheduler"})
+    if (f.has(name)) o.use_checkpoint_opt_param_scheduler = true;
+  if (o.override_opt_param_scheduler && o.use_checkpoint_opt_param_scheduler)
+    throw ConfigError(std::string("--") +
+                      (f.has("override-opt_param-scheduler") ? "override-opt_param-scheduler" : "override-lr-scheduler") +
+                      " and --" +
+                      (f.has("use-checkpoint-opt_param-scheduler") ? "use-checkpoint-opt_param-scheduler"
+                                                                   : "use-checkpoint-lr-scheduler") +
+                      " are mutually exclusive");
   f.get("vocab-file", o.vocab_file);
   f.get("merge-file", o.merge_file);
   f.get("tokenizer-type", o.tokenizer_type);

@@ -78,6 +78,12 @@ struct TrainOptions {
   int64_t save_interval = 0;    // iterations between saves; 0: only at the end (with --save)
   int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all
   bool no_load_optim = false, no_load_rng = false, finetune = false;
+  // A loaded checkpoint's LR schedule (max_lr, min_lr, warm-up and decay in samples, decay
+  // style) against the command line's, as Megatron's OptimizerParamScheduler.load_state_dict:
+  // by default a difference is an error; --override-opt_param-scheduler (Megatron-DeepSpeed:
+  // --override-lr-scheduler) takes the command line's, --use-checkpoint-opt_param-scheduler
+  // (--use-checkpoint-lr-scheduler) the checkpoint's. Mutually exclusive.
+  bool override_opt_param_scheduler = false, use_checkpoint_opt_param_scheduler = false;
 
   // Data: --data-path (Megatron form) or synthetic tokens when empty.
   std::vector<std::string> data_path;

@@ -68,7 +68,10 @@ class Trainer {
   void save_checkpoint();
   // Restores the latest checkpoint under opt.load, written under any layout (parameters;
   // optimizer state, loss scale and LR schedule position unless --no-load-optim/--finetune;
-  // counters unless --finetune; dropout seed unless --no-load-rng). Returns false, and training starts from scratch, when the
+  // counters unless --finetune; dropout seed unless --no-load-rng). With the optimizer state,
+  // the checkpoint's LR schedule parameters must equal the command line's unless
+  // --override-opt_param-scheduler / --use-checkpoint-opt_param-scheduler picks one (a
+  // ConfigError naming the field otherwise). Returns false, and training starts from scratch, when the
   // directory holds no checkpoint yet or does not exist (a warning, as Megatron).
   bool load_checkpoint();
 

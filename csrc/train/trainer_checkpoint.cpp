@@ -76,6 +76,92 @@ uint64_t saved_scheduler_samples(const nlohmann::json& trainer_state, uint64_t c
   return (*it)["num_steps"].get<uint64_t>();
 }
 
+// Megatron's OptimizerParamScheduler.state_dict under its names, in trident's units: the
+// warm-up and decay lengths and the position in samples (Megatron's "steps" are samples
+// too: iteration-based runs multiply by the global batch). Megatron's weight-decay fields
+// (start_wd, end_wd, wd_incr_steps, wd_incr_style) are left out: trident's weight decay is
+// constant, not scheduled.
+nlohmann::json scheduler_state(const LrSchedule& s, uint64_t num_steps) {
+  return {{"num_steps", num_steps},
+          {"max_lr", s.max_lr},
+          {"min_lr", s.min_lr},
+          {"lr_warmup_steps", s.warmup_samples},
+          {"lr_decay_steps", s.decay_samples},
+          {"lr_decay_style", lr_decay_style_name(s.style)}};
+}
+
+// The learning-rate schedule to train with after loading a checkpoint whose scheduler state
+// is `saved` (trainer_state.opt_param_scheduler; the caller skips this without optimizer
+// state, as Megatron loads the scheduler only with the optimizer). Megatron's
+// load_state_dict / _check_and_set, field by field: by default the command line's value must
+// equal the checkpoint's (an error naming every field that differs, both values and the two
+// flags); --override-opt_param-scheduler keeps the command line's, and
+// --use-checkpoint-opt_param-scheduler takes the checkpoint's. A checkpoint written before
+// the fields were saved has none of them: the command line's schedule, as before.
+LrSchedule schedule_after_load(const LrSchedule& cli, const nlohmann::json& trainer_state, const TrainOptions& o,
+                               const fs::path& dir, std::ostream& out) {
+  const auto it = trainer_state.find("opt_param_scheduler");
+  if (it == trainer_state.end() || !it->is_object()) return cli;
+  const nlohmann::json& saved = *it;
+  struct Field {
+    const char* key;
+    const char* flags;  // what sets it on the command line
+    nlohmann::json cli;
+  };
+  const Field fields[] = {
+      {"max_lr", "--lr", cli.max_lr},
+      {"min_lr", "--min-lr", cli.min_lr},
+      {"lr_warmup_steps", "warm-up samples: --lr-warmup-iters x --global-batch-size, --lr-warmup-samples or --lr-warmup-fraction",
+       cli.warmup_samples},
+      {"lr_decay_steps", "decay samples: --lr-decay-iters (default --train-iters) x --global-batch-size, or --lr-decay-samples (default --train-samples)",
+       cli.decay_samples},
+      {"lr_decay_style", "--lr-decay-style", lr_decay_style_name(cli.style)},
+  };
+  LrSchedule ckpt = cli;
+  std::string differences;
+  for (const Field& f : fields) {
+    const auto v = saved.find(f.key);
+    if (v == saved.end()) continue;
+    const bool is_style = std::string(f.key) == "lr_decay_style";
+    if (is_style ? !v->is_string() : !v->is_number())
+      throw IoError("--load: " + (dir / kMetadataFileName).string() + ": trainer_state.opt_param_scheduler." +
+                        f.key + " is not a " + (is_style ? "string" : "number") + ": " + v->dump());
+    const nlohmann::json value = is_style ? *v : nlohmann::json(v->get<double>());
+    if (value == f.cli) continue;
+    if (!differences.empty()) differences += "; ";
+    differences += std::string(f.key) + " (" + f.flags + ") is " + (is_style ? f.cli.get<std::string>() : f.cli.dump()) +
+                   " on the command line but " + (is_style ? value.get<std::string>() : value.dump()) +
+                   " in the checkpoint";
+    if (is_style) {
+      const std::string style = value.get<std::string>();
+      if (style != "constant" && style != "linear" && style != "cosine")
+        throw IoError("--load: " + (dir / kMetadataFileName).string() +
+                          ": trainer_state.opt_param_scheduler.lr_decay_style '" + style +
+                          "' is not constant, linear or cosine");
+      ckpt.style = parse_lr_decay_style(style);
+    } else {
+      const double x = value.get<double>();
+      const std::string key = f.key;
+      (key == "max_lr" ? ckpt.max_lr : key == "min_lr" ? ckpt.min_lr : key == "lr_warmup_steps" ? ckpt.warmup_samples
+                                                                                                 : ckpt.decay_samples) = x;
+    }
+  }
+  if (differences.empty()) return cli;
+  if (o.override_opt_param_scheduler) {
+    out << "trident: --override-opt_param-scheduler: training with the command line's learning-rate schedule, not "
+        << "the checkpoint's: " << differences << std::endl;
+    return cli;
+  }
+  if (o.use_checkpoint_opt_param_scheduler) {
+    out << "trident: --use-checkpoint-opt_param-scheduler: training with the checkpoint's learning-rate schedule, "
+        << "not the command line's: " << differences << std::endl;
+    return ckpt;
+  }
+  throw ConfigError("--load: " + dir.string() + ": the learning-rate schedule differs from the checkpoint's: " +
+                    differences + " (give --override-opt_param-scheduler to train with the command line's, or "
+                    "--use-checkpoint-opt_param-scheduler to train with the checkpoint's)");
+}
+
 }  // namespace
 
 void Trainer::save_checkpoint() {
@@ -144,7 +230,7 @@ void Trainer::save_checkpoint() {
                        {"skipped_iterations", skipped_iterations_},
                        {"nan_iterations", nan_iterations_},
                        // Megatron's name: the LR schedule's position in samples of successful updates.
-                       {"opt_param_scheduler", {{"num_steps", scheduler_samples_}}},
+                       {"opt_param_scheduler", scheduler_state(schedule_, scheduler_samples_)},
                        {"dropout_seed", model_->dropout_seed()},
                        {"global_batch_size", opt_.global_batch_size},
                        {"loss_scaler",
@@ -184,14 +270,19 @@ bool Trainer::load_checkpoint() {
   ShardedCheckpointReader ckpt(dir);
   check_same_model_shape(ckpt.metadata().model, opt_.model, dir);
 
+  const bool load_optimizer = !opt_.no_load_optim && !opt_.finetune;
+  if (load_optimizer && !ckpt.has_optimizer_state())
+    throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
+  // As Megatron, the scheduler's state (its position and its parameters) loads with the
+  // optimizer's: with --no-load-optim or --finetune the command line's schedule starts at 0.
+  // Checked before any tensor is read; every rank reads the same metadata and options, so
+  // every rank fails alike (and a failing rank ends the job: run_mpi_tool).
+  if (load_optimizer) schedule_ = schedule_after_load(schedule_, ckpt.metadata().trainer_state, opt_, dir, *out_);
+
   const ProcessGrid& grid = par_->grid;
   const int tp = grid.shape.tp;
   ParamStore& P = model_->params();
   load_model_parameters(ckpt, P, be_);
-
-  const bool load_optimizer = !opt_.no_load_optim && !opt_.finetune;
-  if (load_optimizer && !ckpt.has_optimizer_state())
-    throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
   if (load_optimizer) {
     const ShardPlan& plan = optimizer_->plan();
     for (const LocalParam& p : P.list()) {

@@ -34,6 +34,8 @@ expect_error --num-layers "${tiny[@]}" --num-layers abc
 expect_error --max-position-embeddings "${tiny[@]}" --seq-length 128
 expect_error --lr-decay-style "${tiny[@]}" --lr-decay-style exponential
 expect_error --device "${tiny[@]}" --device tpu
+expect_error "--override-opt_param-scheduler and --use-checkpoint-lr-scheduler are mutually exclusive" "${tiny[@]}" \
+  --override-opt_param-scheduler --use-checkpoint-lr-scheduler
 printf 'num-layers: 2\nhiden-size: 64\n' >"$tmp/typo.yaml"
 expect_error hiden-size --config "$tmp/typo.yaml"
 printf 'num-layers: 2\nhidden-size: 64\nnum_layers: 4\n' >"$tmp/duplicate.yaml"

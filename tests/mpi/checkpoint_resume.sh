@@ -6,7 +6,9 @@
 # must come back from the checkpoint); a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
 # gives the losses the unchanged layout gives; a rank dying mid-save leaves the previous
 # checkpoint the latest and loadable, and the next save removes its temporary; corrupt and
-# truncated files are named; a missing --load directory starts from scratch.
+# truncated files are named; a resumed run with another learning rate fails on every rank
+# with one line unless told which schedule wins; a missing --load directory starts from
+# scratch.
 # Usage: checkpoint_resume.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -14,8 +16,10 @@ repo=$2
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 20 --log-interval 1
-      --lr-warmup-iters 2 --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1
+# The decay length is fixed (not --train-iters') so that the shorter continuations below
+# resume with the checkpoint's learning-rate schedule, which a resumed run must match.
+args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 20 --lr-decay-iters 20
+      --log-interval 1 --lr-warmup-iters 2 --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1
       --attention-dropout 0.1 --eval-interval 10 --eval-iters 1)
 losses() { grep -E '^ (iteration|validation loss at)' "$1" | sed -E 's/.*lm loss( value)?: ([0-9.E+-]+).*/\2/'; }
 # Every logged line's learning rate, losses and loss scale, one per line (a line of skipped
@@ -105,6 +109,23 @@ cp -r "$d/ckpt" "$d/resave"
 launch 2 --tensor-model-parallel-size 2 --load "$d/resave" --train-iters 12 --save "$d/resave" >"$d/resave.log" &&
   [[ -n $left && ! -e $d/resave/$left ]] && grep -q "removed $d/resave/$left, left by a save whose process is gone" \
   "$d/resave.log" && echo "crash during save: the next save removed $left" || fail "crash: $left left behind"
+
+# ---- a learning-rate schedule other than the checkpoint's ----------------------------------
+# Under mpirun (tp2 x pp2 checkpoint loaded on 2 ranks): one error line naming the field, both
+# values and the two flags, exit 2, and the job ends; --use-checkpoint-opt_param-scheduler
+# resumes with the checkpoint's schedule.
+rc=0
+timeout 120 mpirun --oversubscribe -np 2 --bind-to none "$train" "${args[@]}" --tensor-model-parallel-size 2 \
+  --load "$d/ckpt" --train-iters 12 --lr 2e-3 >"$d/lr.out" 2>"$d/lr.err" || rc=$?
+if [[ $rc -eq 2 && $(grep -c '^trident-train: error' "$d/lr.err") -eq 1 ]] && grep -q "^trident-train: error: .*max_lr (--lr) is 0.002 on the command line but 0.001 in the checkpoint.*--override-opt_param-scheduler.*--use-checkpoint-opt_param-scheduler" "$d/lr.err"; then
+  echo "other --lr: $(grep '^trident-train: error' "$d/lr.err")"
+else
+  fail "other --lr: rc=$rc"; cat "$d/lr.err"
+fi
+launch 1 --load "$d/ckpt" --train-iters 12 --lr 2e-3 --use-checkpoint-lr-scheduler >"$d/lr_ckpt.log" &&
+  grep -q "use-checkpoint-opt_param-scheduler: training with the checkpoint's" "$d/lr_ckpt.log" &&
+  grep -q "^ iteration  *12/" "$d/lr_ckpt.log" && echo "other --lr with --use-checkpoint-lr-scheduler: resumed" ||
+  fail "other --lr with --use-checkpoint-lr-scheduler"
 
 # ---- corrupt and truncated files ----------------------------------------------------------
 expect_error() {  # expect_error <tag> <pattern> : the load must fail with one line naming the file

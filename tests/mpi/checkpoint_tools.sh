@@ -178,7 +178,9 @@ expect_close "sequential eval --max-tokens 50 vs Python reference" "$(awk '{prin
 
 # ---- 5. Training continues after conversion: 4 more iterations from the original (at its
 # layout) and from the tp1 consolidation (at tp2).
-more=("${args[@]}" --train-iters 14 --log-interval 1)
+# (--train-iters 14 lengthens the decay, which defaults to it: the command line's schedule
+# is taken over the checkpoint's, as Megatron does with --override-opt_param-scheduler.)
+more=("${args[@]}" --train-iters 14 --log-interval 1 --override-opt_param-scheduler)
 mpi 4 "$train" "${more[@]}" --load "$tmp/ck" --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   >"$tmp/cont_ck.log"
 mpi 2 "$train" "${more[@]}" --load "$tmp/c1" --tensor-model-parallel-size 2 >"$tmp/cont_c1.log"
@@ -238,8 +240,11 @@ EOF
 then ok "bf16 round trip through tp2 x pp2"; else bad "bf16 round trip through tp2 x pp2"; fi
 
 # ---- 8. A ZeRO-1 checkpoint (tp2 x dp2, optimizer state sharded over dp) consolidates to
-# tp1 and trains on from there exactly as the original does at its own layout.
-mpi 4 "$train" "${args[@]}" --train-iters 3 --tensor-model-parallel-size 2 --zero-stage 1 --save "$tmp/z" >/dev/null
+# tp1 and trains on from there exactly as the original does at its own layout. (The first 3
+# iterations decay over 6, the continuations' --train-iters: a resumed run's learning-rate
+# schedule must match the checkpoint's.)
+mpi 4 "$train" "${args[@]}" --train-iters 3 --lr-decay-iters 6 --tensor-model-parallel-size 2 --zero-stage 1 \
+  --save "$tmp/z" >/dev/null
 "$convert" --load "$tmp/z" --save "$tmp/z1" >/dev/null
 python3 "$check" ckpt-check "$tmp/z1/iter_0000003" 1 1 1 4 || bad "consolidated ZeRO-1 files"
 mpi 4 "$train" "${args[@]}" --train-iters 6 --log-interval 1 --tensor-model-parallel-size 2 --zero-stage 1 \

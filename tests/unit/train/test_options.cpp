@@ -140,6 +140,48 @@ TEST(Options, CheckpointFlagsParse) {
   EXPECT_TRUE(o.finetune);
 }
 
+// Megatron-LM's spelling (with its underscores, and all in dashes as its newer releases
+// take it) and Megatron-DeepSpeed's; YAML keys with either; giving override and
+// use-checkpoint together is Megatron's "both override and use-checkpoint are set".
+TEST(Options, SchedulerOnLoadFlagsTakeEverySpelling) {
+  TrainOptions o = parse({});
+  EXPECT_FALSE(o.override_opt_param_scheduler);
+  EXPECT_FALSE(o.use_checkpoint_opt_param_scheduler);
+  for (const char* flag : {"--override-opt_param-scheduler", "--override-opt-param-scheduler", "--override-lr-scheduler"}) {
+    o = parse({flag});
+    EXPECT_TRUE(o.override_opt_param_scheduler) << flag;
+    EXPECT_FALSE(o.use_checkpoint_opt_param_scheduler) << flag;
+  }
+  for (const char* flag : {"--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler",
+                           "--use-checkpoint-lr-scheduler"}) {
+    o = parse({flag});
+    EXPECT_TRUE(o.use_checkpoint_opt_param_scheduler) << flag;
+    EXPECT_FALSE(o.override_opt_param_scheduler) << flag;
+  }
+  for (const char* key : {"override_opt_param_scheduler", "override-opt_param-scheduler", "override_lr_scheduler"}) {
+    const std::string yaml = write_yaml("sched_override", std::string(key) + ": true\n");
+    o = parse({"--config", yaml});
+    EXPECT_TRUE(o.override_opt_param_scheduler) << key;
+    // The command line's other choice replaces the file's.
+    o = parse({"--config", yaml, "--use-checkpoint-lr-scheduler"});
+    EXPECT_FALSE(o.override_opt_param_scheduler) << key;
+    EXPECT_TRUE(o.use_checkpoint_opt_param_scheduler) << key;
+    std::filesystem::remove(yaml);
+  }
+  const std::string both = error_of({"--override-opt_param-scheduler", "--use-checkpoint-lr-scheduler"});
+  EXPECT_EQ(both, "--override-opt_param-scheduler and --use-checkpoint-lr-scheduler are mutually exclusive");
+  EXPECT_EQ(error_of({"--override-lr-scheduler", "--use-checkpoint-opt_param-scheduler"}),
+            "--override-lr-scheduler and --use-checkpoint-opt_param-scheduler are mutually exclusive");
+  const std::string yaml = write_yaml("sched_both", "override_opt_param_scheduler: true\nuse_checkpoint_opt_param_scheduler: true\n");
+  const std::string msg = error_of({"--config", yaml});
+  EXPECT_NE(msg.find("--override-opt_param-scheduler and --use-checkpoint-opt_param-scheduler are mutually exclusive (from " +
+                     yaml + ":1, --use-checkpoint-opt_param-scheduler from " + yaml + ":2)"),
+            std::string::npos)
+      << msg;
+  std::filesystem::remove(yaml);
+  EXPECT_NE(error_of({"--override-opt_param-scheduler=1"}).find("takes no value"), std::string::npos);
+}
+
 TEST(Options, IterationBasedScheduleResolvesToSamples) {
   const TrainOptions o = parse({"--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "100",
                                 "--lr-warmup-iters", "10", "--lr-decay-iters", "80"});

@@ -9,7 +9,10 @@
 //  - a missing --load directory starts from scratch; the scheduler's position is saved in
 //    the checkpoint, and a checkpoint without it falls back to the consumed samples;
 //  - --no-load-optim restarts the schedule at step 0 (Megatron loads the scheduler only with
-//    the optimizer) while the iteration and the consumed samples carry on.
+//    the optimizer) while the iteration and the consumed samples carry on;
+//  - the schedule's parameters are saved and checked on resume (a difference is an error
+//    unless --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler says
+//    which schedule wins); a checkpoint without them loads with the command line's.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -411,6 +414,122 @@ TEST(TrainerCheckpoint, NoLoadOptimRestartsTheScheduleAtStepZero) {
   EXPECT_TRUE(has(lines[0], " iteration        7/      30 |")) << lines[0];
   EXPECT_TRUE(has(lines[0], "| learning rate: 2.500E-04 |")) << lines[0];  // lr(1 step of 4 warm-up steps)
   EXPECT_TRUE(has(restarted.log, "without optimizer state (learning-rate schedule from step 0)")) << restarted.log;
+  fs::remove_all(dir);
+}
+
+nlohmann::json saved_scheduler(const fs::path& dir, int64_t iteration) {
+  nlohmann::json j;
+  std::ifstream(iteration_dir(dir, iteration) / kMetadataFileName) >> j;
+  return j["trainer_state"]["opt_param_scheduler"];
+}
+
+// The ConfigError load_checkpoint throws for `o`, or "" when it loads.
+std::string load_error(const TrainOptions& o) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  try {
+    tr.load_checkpoint();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Megatron's OptimizerParamScheduler.load_state_dict: the checkpoint holds the schedule's
+// parameters (in samples) and a resumed run's must match them, unless
+// --override-opt_param-scheduler (the command line's) or --use-checkpoint-opt_param-scheduler
+// (the checkpoint's) says which wins; a checkpoint without them loads as before.
+TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
+  const fs::path dir = fresh_temp_dir("schedule_check");
+  TrainOptions o = tiny_options();  // cosine, 1e-3 -> 1e-4, warm-up 4 and decay 30 iterations of 4 samples
+  o.save = dir.string();
+  o.exit_interval = 6;
+  train(o);
+  const nlohmann::json saved = saved_scheduler(dir, 6);
+  EXPECT_EQ(saved["num_steps"], 6 * kGlobalBatch);
+  EXPECT_EQ(saved["max_lr"], kMaxLr);
+  EXPECT_EQ(saved["min_lr"], kMinLr);
+  EXPECT_EQ(saved["lr_warmup_steps"], kWarmupIters * kGlobalBatch);
+  EXPECT_EQ(saved["lr_decay_steps"], kTrainIters * kGlobalBatch);
+  EXPECT_EQ(saved["lr_decay_style"], "cosine");
+  o.save.clear();
+  o.load = dir.string();
+  o.exit_interval = 8;
+
+  // (a) The same schedule resumes.
+  const TrainedRun same = resume(o);
+  ASSERT_EQ(same.history.size(), 2u);
+  EXPECT_EQ(same.history[0].lr, expected_lr(6 * kGlobalBatch));
+
+  // (b) Another --lr is an error naming the field, both values and the two flags; every
+  // differing field is named (here also the decay, from --train-iters).
+  TrainOptions other = o;
+  other.lr = 2e-3;
+  std::string msg = load_error(other);
+  EXPECT_EQ(msg, "--load: " + iteration_dir(dir, 6).string() + ": the learning-rate schedule differs from the checkpoint's: max_lr (--lr) "
+                 "is 0.002 on the command line but 0.001 in the checkpoint (give --override-opt_param-scheduler to "
+                 "train with the command line's, or --use-checkpoint-opt_param-scheduler to train with the "
+                 "checkpoint's)");
+  other.train_iters = 40;
+  resolve_schedule(other);
+  msg = load_error(other);
+  EXPECT_TRUE(has(msg, "max_lr (--lr) is 0.002 on the command line but 0.001 in the checkpoint; lr_decay_steps ("))
+      << msg;
+  EXPECT_TRUE(has(msg, ") is 160.0 on the command line but 120.0 in the checkpoint (give")) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  TrainOptions style = o;
+  style.lr_decay_style = "linear";
+  EXPECT_TRUE(has(load_error(style), "lr_decay_style (--lr-decay-style) is linear on the command line but cosine in the checkpoint"));
+
+  // (c) --override-opt_param-scheduler: the command line's schedule from the saved position,
+  // and the next checkpoint holds it.
+  TrainOptions override_opt = o;
+  override_opt.lr = 2e-3;
+  override_opt.override_opt_param_scheduler = true;
+  override_opt.save = (dir / "next").string();
+  const TrainedRun overridden = resume(override_opt);
+  ASSERT_EQ(overridden.history.size(), 2u);
+  resolve_schedule(override_opt);
+  const LrSchedule cli = make_lr_schedule(override_opt);
+  EXPECT_EQ(overridden.history[0].lr, cli.lr(6 * kGlobalBatch));
+  EXPECT_GT(overridden.history[0].lr, expected_lr(6 * kGlobalBatch));
+  EXPECT_TRUE(has(overridden.log, "trident: --override-opt_param-scheduler: training with the command line's "
+                                  "learning-rate schedule, not the checkpoint's: max_lr (--lr) is 0.002"))
+      << overridden.log;
+  EXPECT_EQ(saved_scheduler(dir / "next", 8)["max_lr"], 2e-3);
+
+  // (d) --use-checkpoint-opt_param-scheduler: the checkpoint's schedule, whatever the
+  // command line says (rate, style and decay length here).
+  TrainOptions use_ckpt = o;
+  use_ckpt.lr = 2e-3;
+  use_ckpt.lr_decay_style = "linear";
+  use_ckpt.train_iters = 40;
+  resolve_schedule(use_ckpt);
+  use_ckpt.use_checkpoint_opt_param_scheduler = true;
+  const TrainedRun from_ckpt = resume(use_ckpt);
+  ASSERT_EQ(from_ckpt.history.size(), 2u);
+  EXPECT_EQ(from_ckpt.history[0].lr, expected_lr(6 * kGlobalBatch));
+  EXPECT_EQ(from_ckpt.history[1].lr, expected_lr(7 * kGlobalBatch));
+  EXPECT_TRUE(has(from_ckpt.log, "trident: --use-checkpoint-opt_param-scheduler: training with the checkpoint's"))
+      << from_ckpt.log;
+
+  // Without the optimizer state the scheduler's state is not loaded (Megatron): nothing to
+  // check, the command line's schedule from step 0.
+  TrainOptions no_optim = other;
+  no_optim.no_load_optim = true;
+  EXPECT_EQ(load_error(no_optim), "");
+
+  // (e) A checkpoint written before the parameters were saved (its position only) loads
+  // with the command line's schedule, as before.
+  const fs::path meta = iteration_dir(dir, 6) / kMetadataFileName;
+  nlohmann::json j;
+  std::ifstream(meta) >> j;
+  j["trainer_state"]["opt_param_scheduler"] = {{"num_steps", 6 * kGlobalBatch}};
+  std::ofstream(meta) << j.dump(1);
+  const TrainedRun old = resume(other);
+  ASSERT_EQ(old.history.size(), 2u);
+  EXPECT_EQ(old.history[0].lr, make_lr_schedule(other).lr(6 * kGlobalBatch));
   fs::remove_all(dir);
 }
 
