@@ -463,6 +463,34 @@ __device__ __forceinline__ void store_acc(T* g, int64_t ld, const float (&acc)[D
   }
 }
 
+// Block (b, h)'s part of the kernels' tensors: head h of sample b. Rows of q, k, v and of
+// the gradient dq (dk, dv: dq + H D, + 2 H D) are p.qkv_tok elements apart, rows of dout
+// p.out_tok; lse and delta hold the head's T rows (dout, dq and delta: the backward's, null
+// in the forward). sample and hg key its dropout masks.
+template <typename T>
+struct HeadView {
+  const T *q, *k, *v, *dout;
+  T* dq;
+  const float *lse, *delta;
+  uint64_t sample, hg;
+};
+template <typename T>
+__device__ __forceinline__ HeadView<T> head_view(const AttnParams& p, int b, int h) {
+  const int64_t HD = static_cast<int64_t>(p.H) * p.D, head = static_cast<int64_t>(h) * p.D;
+  const int64_t rows = (static_cast<int64_t>(b) * p.H + h) * p.T;
+  HeadView<T> v;
+  v.q = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * p.T * p.qkv_tok + head;
+  v.k = v.q + HD;
+  v.v = v.q + 2 * HD;
+  v.dout = p.dout ? static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * p.T * p.out_tok + head : nullptr;
+  v.dq = p.dqkv ? static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * p.T * p.qkv_tok + head : nullptr;
+  v.lse = p.lse + rows;
+  v.delta = p.delta ? p.delta + rows : nullptr;
+  v.sample = p.drop.sample_base + static_cast<uint64_t>(b);
+  v.hg = static_cast<uint64_t>(p.head_offset + h);
+  return v;
+}
+
 // One key tile of the forward's online softmax for a warp's 16 query rows [wrow, wrow + 16):
 // s holds their raw scores against keys [k0, k0 + 8 NT) in the C layout of m16n8 tiles.
 // Masks hidden keys, moves the rows' reference maxima m when a score passes them by more
@@ -614,15 +642,12 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;  // the longest rows start first
-  const int64_t HD = static_cast<int64_t>(p.H) * D;
-  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + static_cast<int64_t>(h) * D;
-  const T* gK = gQ + HD;
-  const T* gV = gQ + 2 * HD;
+  const HeadView<T> hv = head_view<T>(p, b, h);
+  const T *gQ = hv.q, *gK = hv.k, *gV = hv.v;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int last_wrow = q0 + (WM - 1) * 64 + warp * 16;  // the warp's last row tile
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
-  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  const uint64_t sample = hv.sample, hg = hv.hg;
 
   load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
   load_tile<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
@@ -767,15 +792,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;  // the longest rows start first
-  const int64_t HD = static_cast<int64_t>(p.H) * D;
-  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + static_cast<int64_t>(h) * D;
-  const T* gK = gQ + HD;
-  const T* gV = gQ + 2 * HD;
+  const HeadView<T> hv = head_view<T>(p, b, h);
+  const T *gQ = hv.q, *gK = hv.k, *gV = hv.v;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wrow = q0 + warp * 16;
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
-  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  const uint64_t sample = hv.sample, hg = hv.hg;
 
   load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
   load_tile_sw128<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
@@ -825,18 +847,40 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
   fwd_store_rows<T, DP>(p, o, m, l, b, h, wrow, lane);
 }
 
-// One key tile of the dQ pass for a warp's 16 query rows [wrow, wrow + 16) (rows row0 =
-// wrow + lane / 4 and row0 + 8; ls: their lse times log2(e), dl: their delta; rb: their
-// dropout row bases): s holds S = Q K^T, dp holds dP = dO V^T for keys [k0, k0 + 8 NT) in
-// the C layout. Leaves dS = P (z dP - delta) in s (0 for hidden keys). Shared by the
-// mma.sync and wgmma dQ kernels.
+// A dQ warp's two query rows row0 = wrow + lane / 4 and row1 = row0 + 8: their dropout row
+// bases, lse times log2(e) and delta (0 past T).
+struct DqRows {
+  int row0, row1;
+  uint64_t rb0, rb1;
+  float ls0, ls1, dl0, dl1;
+};
+template <typename T>
+__device__ __forceinline__ DqRows dq_rows(const AttnParams& p, const HeadView<T>& hv, int wrow, int lane) {
+  const int T_ = p.T;
+  DqRows r;
+  r.row0 = wrow + (lane >> 2);
+  r.row1 = r.row0 + 8;
+  r.rb0 = (hv.hg * T_ + r.row0) * T_;
+  r.rb1 = (hv.hg * T_ + r.row1) * T_;
+  r.ls0 = r.row0 < T_ ? hv.lse[r.row0] * kLog2e : 0.f;
+  r.ls1 = r.row1 < T_ ? hv.lse[r.row1] * kLog2e : 0.f;
+  r.dl0 = r.row0 < T_ ? hv.delta[r.row0] : 0.f;
+  r.dl1 = r.row1 < T_ ? hv.delta[r.row1] : 0.f;
+  return r;
+}
+
+// One key tile of the dQ pass for a warp's 16 query rows [wrow, wrow + 16) (r: their
+// statistics): s holds S = Q K^T, dp holds dP = dO V^T for keys [k0, k0 + 8 NT) in the C
+// layout. Leaves dS = P (z dP - delta) in s (0 for hidden keys). Shared by the mma.sync and
+// wgmma dQ kernels.
 template <typename T, int NT>
 __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4], const float (&dp)[NT][4], int wrow,
-                                           int k0, int lane, float ls0, float ls1, float dl0, float dl1,
-                                           uint64_t sample, uint64_t rb0, uint64_t rb1) {
+                                           int k0, int lane, const DqRows& r, uint64_t sample) {
   constexpr int BK = 8 * NT;
   const int T_ = p.T, tq = lane & 3;
-  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
+  const int row0 = r.row0, row1 = r.row1;
+  const uint64_t rb0 = r.rb0, rb1 = r.rb1;
+  const float ls0 = r.ls0, ls1 = r.ls1, dl0 = r.dl0, dl1 = r.dl1;
   if (k0 + BK - 1 > wrow || k0 + BK > T_) {  // warp-uniform: hidden keys get score -inf, P 0
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -888,23 +932,12 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
-  const int64_t HD = static_cast<int64_t>(p.H) * D;
-  const int64_t head = static_cast<int64_t>(h) * D;
-  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
-  const T* gK = gQ + HD;
-  const T* gV = gQ + 2 * HD;
-  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
+  const HeadView<T> hv = head_view<T>(p, b, h);
+  const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wrow = q0 + warp * 16;
-  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
-  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
-  const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;
-  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
-  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
-  const float ls0 = row0 < T_ ? lse[row0] * kLog2e : 0.f, ls1 = row1 < T_ ? lse[row1] * kLog2e : 0.f;
-  const float dl0 = row0 < T_ ? delta[row0] : 0.f, dl1 = row1 < T_ ? delta[row1] : 0.f;
+  const DqRows rows = dq_rows(p, hv, wrow, lane);
 
   load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
   load_tile<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D);
@@ -934,7 +967,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
       float s[NT][4], dp[NT][4];
       mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
       mma_abt<T, DP, NT>(dp, sO, sV, warp, lane);
-      dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, ls0, ls1, dl0, dl1, sample, rb0, rb1);
+      dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, hv.sample);
       uint32_t da[NT / 2][4];
       c_to_a<T, NT>(s, da);
       mma_ab_regs<T, DP, NT / 2>(dq, da, sK, lane);
@@ -942,8 +975,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
     __syncthreads();  // every warp is done with this tile's buffer
   }
 
-  T* gdQ = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
-  store_acc<T, DP>(gdQ, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
+  store_acc<T, DP>(hv.dq, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
 }
 
 // One query tile of the dK/dV pass for a warp's 16 keys [wkey, wkey + 16) (keys key0 = wkey
@@ -1069,17 +1101,12 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
   const int k0 = blockIdx.y * BKV;  // the first key tiles see the most queries: start them first
   const int64_t HD = static_cast<int64_t>(p.H) * D;
-  const int64_t head = static_cast<int64_t>(h) * D;
-  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
-  const T* gK = gQ + HD;
-  const T* gV = gQ + 2 * HD;
-  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
-  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
-  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
+  const HeadView<T> hv = head_view<T>(p, b, h);
+  const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
+  const float *lse = hv.lse, *delta = hv.delta;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const int wkey = k0 + warp * 16;
-  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  const uint64_t sample = hv.sample, hg = hv.hg;
 
   load_tile<T, BKV, DP>(sK, gK, p.qkv_tok, k0, T_, D);
   load_tile<T, BKV, DP>(sV, gV, p.qkv_tok, k0, T_, D);
@@ -1181,7 +1208,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
     }
   }
 
-  T* gdK = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head + HD;
+  T* gdK = hv.dq + HD;
   store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, D, lane, p.scale, p.scale);
   store_acc<T, DP>(gdK + HD, p.qkv_tok, dv, wkey, T_, D, lane, 1.f, 1.f);
 }
@@ -1218,23 +1245,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
-  const int64_t HD = static_cast<int64_t>(p.H) * D;
-  const int64_t head = static_cast<int64_t>(h) * D;
-  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
-  const T* gK = gQ + HD;
-  const T* gV = gQ + 2 * HD;
-  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
+  const HeadView<T> hv = head_view<T>(p, b, h);
+  const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wrow = q0 + warp * 16;
-  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
-  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
-  const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;
-  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
-  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
-  const float ls0 = row0 < T_ ? lse[row0] * kLog2e : 0.f, ls1 = row1 < T_ ? lse[row1] * kLog2e : 0.f;
-  const float dl0 = row0 < T_ ? delta[row0] : 0.f, dl1 = row1 < T_ ? delta[row1] : 0.f;
+  const DqRows rows = dq_rows(p, hv, wrow, lane);
 
   load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
   load_tile_sw128<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D);
@@ -1271,7 +1287,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
     wgmma_wait<0>();
     fence_acc(s);
     fence_acc(dp);
-    dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, ls0, ls1, dl0, dl1, sample, rb0, rb1);
+    dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, hv.sample);
     uint32_t da[NT / 2][4];
     c_to_a<T, NT>(s, da);
     fence_acc(dq);
@@ -1285,8 +1301,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
     fence_frag(da);
   }
 
-  T* gdQ = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
-  store_acc<T, DP>(gdQ, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
+  store_acc<T, DP>(hv.dq, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
 }
 
 template <int DP, int BQ>
@@ -1315,17 +1330,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const 
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
   const int k0 = blockIdx.y * BKV;  // the first key tiles see the most queries: start them first
   const int64_t HD = static_cast<int64_t>(p.H) * D;
-  const int64_t head = static_cast<int64_t>(h) * D;
-  const T* gQ = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
-  const T* gK = gQ + HD;
-  const T* gV = gQ + 2 * HD;
-  const T* gdO = static_cast<const T*>(p.dout) + static_cast<int64_t>(b) * T_ * p.out_tok + head;
-  const float* lse = p.lse + static_cast<int64_t>(bh) * T_;
-  const float* delta = p.delta + static_cast<int64_t>(bh) * T_;
+  const HeadView<T> hv = head_view<T>(p, b, h);
+  const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
+  const float *lse = hv.lse, *delta = hv.delta;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wkey = k0 + warp * 16;
-  const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
+  const uint64_t sample = hv.sample, hg = hv.hg;
 
   // Query tile qt into buffer n: Q and dO by cp.async (the caller commits), lse and delta by
   // plain stores (visible after the caller's next barrier).
@@ -1397,7 +1407,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const 
     fence_frag(da);
   }
 
-  T* gdK = static_cast<T*>(p.dqkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head + HD;
+  T* gdK = hv.dq + HD;
   store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, D, lane, p.scale, p.scale);
   store_acc<T, DP>(gdK + HD, p.qkv_tok, dv, wkey, T_, D, lane, 1.f, 1.f);
 }
