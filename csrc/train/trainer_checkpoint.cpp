@@ -105,46 +105,50 @@ LrSchedule schedule_after_load(const LrSchedule& cli, const nlohmann::json& trai
   const nlohmann::json& saved = *it;
   struct Field {
     const char* key;
-    const char* flags;  // what sets it on the command line
-    nlohmann::json cli;
+    const char* flags;             // what sets it on the command line
+    double LrSchedule::*member;    // the number it holds; nullptr: the decay style
   };
   const Field fields[] = {
-      {"max_lr", "--lr", cli.max_lr},
-      {"min_lr", "--min-lr", cli.min_lr},
-      {"lr_warmup_steps", "warm-up samples: --lr-warmup-iters x --global-batch-size, --lr-warmup-samples or --lr-warmup-fraction",
-       cli.warmup_samples},
-      {"lr_decay_steps", "decay samples: --lr-decay-iters (default --train-iters) x --global-batch-size, or --lr-decay-samples (default --train-samples)",
-       cli.decay_samples},
-      {"lr_decay_style", "--lr-decay-style", lr_decay_style_name(cli.style)},
+      {"max_lr", "--lr", &LrSchedule::max_lr},
+      {"min_lr", "--min-lr", &LrSchedule::min_lr},
+      {"lr_warmup_steps",
+       "warm-up samples: --lr-warmup-iters x --global-batch-size, --lr-warmup-samples or --lr-warmup-fraction",
+       &LrSchedule::warmup_samples},
+      {"lr_decay_steps",
+       "decay samples: --lr-decay-iters (default --train-iters) x --global-batch-size, or --lr-decay-samples "
+       "(default --train-samples)",
+       &LrSchedule::decay_samples},
+      {"lr_decay_style", "--lr-decay-style", nullptr},
   };
+  const std::string metadata = (dir / kMetadataFileName).string();
   LrSchedule ckpt = cli;
   std::string differences;
   for (const Field& f : fields) {
     const auto v = saved.find(f.key);
     if (v == saved.end()) continue;
-    const bool is_style = std::string(f.key) == "lr_decay_style";
+    const bool is_style = f.member == nullptr;
     if (is_style ? !v->is_string() : !v->is_number())
-      throw IoError("--load: " + (dir / kMetadataFileName).string() + ": trainer_state.opt_param_scheduler." +
-                        f.key + " is not a " + (is_style ? "string" : "number") + ": " + v->dump());
-    const nlohmann::json value = is_style ? *v : nlohmann::json(v->get<double>());
-    if (value == f.cli) continue;
-    if (!differences.empty()) differences += "; ";
-    differences += std::string(f.key) + " (" + f.flags + ") is " + (is_style ? f.cli.get<std::string>() : f.cli.dump()) +
-                   " on the command line but " + (is_style ? value.get<std::string>() : value.dump()) +
-                   " in the checkpoint";
+      throw IoError("--load: " + metadata + ": trainer_state.opt_param_scheduler." + f.key + " is not a " +
+                    (is_style ? "string" : "number") + ": " + v->dump());
+    std::string cli_text, saved_text;
     if (is_style) {
-      const std::string style = value.get<std::string>();
-      if (style != "constant" && style != "linear" && style != "cosine")
-        throw IoError("--load: " + (dir / kMetadataFileName).string() +
-                          ": trainer_state.opt_param_scheduler.lr_decay_style '" + style +
-                          "' is not constant, linear or cosine");
-      ckpt.style = parse_lr_decay_style(style);
+      cli_text = lr_decay_style_name(cli.style);
+      saved_text = v->get<std::string>();
+      if (saved_text == cli_text) continue;
+      if (saved_text != "constant" && saved_text != "linear" && saved_text != "cosine")
+        throw IoError("--load: " + metadata + ": trainer_state.opt_param_scheduler.lr_decay_style '" + saved_text +
+                      "' is not constant, linear or cosine");
+      ckpt.style = parse_lr_decay_style(saved_text);
     } else {
-      const double x = value.get<double>();
-      const std::string key = f.key;
-      (key == "max_lr" ? ckpt.max_lr : key == "min_lr" ? ckpt.min_lr : key == "lr_warmup_steps" ? ckpt.warmup_samples
-                                                                                                 : ckpt.decay_samples) = x;
+      const double saved_value = v->get<double>();
+      if (saved_value == cli.*f.member) continue;
+      cli_text = nlohmann::json(cli.*f.member).dump();
+      saved_text = nlohmann::json(saved_value).dump();
+      ckpt.*f.member = saved_value;
     }
+    if (!differences.empty()) differences += "; ";
+    differences += std::string(f.key) + " (" + f.flags + ") is " + cli_text + " on the command line but " +
+                   saved_text + " in the checkpoint";
   }
   if (differences.empty()) return cli;
   if (o.override_opt_param_scheduler) {
@@ -333,7 +337,8 @@ bool Trainer::load_checkpoint() {
   *out_ << "trident: loaded checkpoint " << dir.string() << " (" << gigabytes << " GB, iteration "
         << ckpt.metadata().iteration
         << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << ")"
-        << (load_optimizer ? "" : " without optimizer state (learning-rate schedule from step 0)") << (opt_.finetune ? " to fine-tune" : "") << " in " << s
+        << (load_optimizer ? "" : " without optimizer state (learning-rate schedule from step 0)")
+        << (opt_.finetune ? " to fine-tune" : "") << " in " << s
         << " s (" << gigabytes / s << " GB/s on rank 0)" << std::endl;
   return true;
 }
