@@ -369,6 +369,13 @@ __device__ __forceinline__ void c_to_a(const float (&c)[NT][4], uint32_t (&a)[NT
   }
 }
 
+// Zeroes accumulator fragments (N tiles of 4 floats).
+template <int N>
+__device__ __forceinline__ void zero_frags(float (&d)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) d[n][0] = d[n][1] = d[n][2] = d[n][3] = 0.f;
+}
+
 // Rows [row0, row0 + ROWS) of a [T, D] head view (row stride ld elements) into a shared
 // tile [ROWS][DP + 8]; rows >= T and columns >= D are zero. D % 8 == 0 and 16-byte aligned
 // rows are the caller's guarantee. Issues cp.async only (the caller commits and waits).
@@ -393,9 +400,7 @@ template <typename T, int DP, int NT, int WM>
 __device__ __forceinline__ void mma_abt_wm(float (&acc)[WM][NT][4], const T* sA, const T* sB, int warp, int lane) {
   constexpr int LDS = DP + 8;
 #pragma unroll
-  for (int mt = 0; mt < WM; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+  for (int mt = 0; mt < WM; ++mt) zero_frags(acc[mt]);
 #pragma unroll
   for (int ks = 0; ks < DP / 16; ++ks) {
     uint32_t a[WM][4];
@@ -659,8 +664,7 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
   float m[WM][2], l[WM][2];  // per row tile, rows g and g + 8: exp2-domain max, partial sums
 #pragma unroll
   for (int mt = 0; mt < WM; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < DP / 8; ++nt) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.f;
+    zero_frags(o[mt]);
     m[mt][0] = m[mt][1] = -INFINITY;
     l[mt][0] = l[mt][1] = 0.f;
   }
@@ -766,6 +770,12 @@ __device__ __forceinline__ uint64_t mnmajor_desc(const T* tile, int kk) {
   return sw128_desc(tile, ROWS * 128, 8 * 128) + static_cast<uint64_t>(kk * 16 * 128 >> 4);
 }
 
+// The swizzled tiles of a kernel, from the first 1024-byte boundary of dynamic shared memory.
+template <typename T>
+__device__ __forceinline__ T* swizzle_aligned(unsigned char* raw) {
+  return reinterpret_cast<T*>(raw + ((kSwizzleSpan - (smem_addr(raw) & (kSwizzleSpan - 1))) & (kSwizzleSpan - 1)));
+}
+
 template <int DP, int BK>
 constexpr int wgmma_fwd_smem_bytes() {
   return (64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, two K and two V buffers; alignment slack
@@ -784,8 +794,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
   static_assert(BK % 16 == 0 && BK <= 256, "wgmma N and k16 steps");
   constexpr int BQ = 64, NT = BK / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw + ((kSwizzleSpan - (smem_addr(smem_raw) & (kSwizzleSpan - 1))) &
-                                           (kSwizzleSpan - 1)));
+  T* sQ = swizzle_aligned<T>(smem_raw);
   T* sK0 = sQ + BQ * DP;  // two K buffers, then two V buffers
   T* sV0 = sK0 + 2 * BK * DP;
 
@@ -806,8 +815,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
 
   float o[DP / 8][4];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-#pragma unroll
-  for (int nt = 0; nt < DP / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+  zero_frags(o);
 
   for (int kb = 0; kb < nkb; ++kb) {
     const int k0 = kb * BK, buf = kb & 1;
@@ -946,8 +954,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
   cp_async_commit();
 
   float dq[DP / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < DP / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+  zero_frags(dq);
 
   for (int kb = 0; kb < nkb; ++kb) {
     const int k0 = kb * BK;
@@ -1039,9 +1046,7 @@ __device__ __forceinline__ void dq_tile_atomic(const T* sdS, const T* sK, float*
   const int col0 = (warp % WC) * CW, row0 = (warp / WC) * RW;
   float acc[MT][NC][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NC; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+  for (int mt = 0; mt < MT; ++mt) zero_frags(acc[mt]);
 #pragma unroll
   for (int ks = 0; ks < 4; ++ks) {  // 64 keys, 16 per step
     uint32_t a[MT][4];  // dS rows (queries) from dS^T: transposed 8 x 8 loads
@@ -1113,11 +1118,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
   cp_async_commit();
 
   float dk[DP / 8][4], dv[DP / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < DP / 8; ++nt) {
-    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.f;
-    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
-  }
+  zero_frags(dk);
+  zero_frags(dv);
 
   // Query tile qt into buffer n: Q and dO by cp.async (the caller commits), lse and delta
   // of its rows returned for the caller to store into sL0 (after the buffer is free).
@@ -1223,12 +1225,6 @@ constexpr int wgmma_dq_smem_bytes() {
   return (2 * 64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, dO; two K and two V buffers; alignment
 }
 
-// The swizzled tiles of a kernel, from the first 1024-byte boundary of dynamic shared memory.
-template <typename T>
-__device__ __forceinline__ T* swizzle_aligned(unsigned char* raw) {
-  return reinterpret_cast<T*>(raw + ((kSwizzleSpan - (smem_addr(raw) & (kSwizzleSpan - 1))) & (kSwizzleSpan - 1)));
-}
-
 // dQ on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 query rows; key tiles of BK
 // rows up to the diagonal. Per tile: S = Q K^T and dP = dO V^T (one wgmma group), dS in
 // registers, dQ += dS K (K read MN-major from the same tile).
@@ -1259,8 +1255,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
   cp_async_commit();
 
   float dq[DP / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < DP / 8; ++nt) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.f;
+  zero_frags(dq);
 
   for (int kb = 0; kb < nkb; ++kb) {
     const int k0 = kb * BK, buf = kb & 1;
@@ -1356,11 +1351,8 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const 
   cp_async_commit();
 
   float dk[DP / 8][4], dv[DP / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < DP / 8; ++nt) {
-    dk[nt][0] = dk[nt][1] = dk[nt][2] = dk[nt][3] = 0.f;
-    dv[nt][0] = dv[nt][1] = dv[nt][2] = dv[nt][3] = 0.f;
-  }
+  zero_frags(dk);
+  zero_frags(dv);
 
   for (int qt = qt_first; qt < nqt; ++qt) {
     const int i0 = qt * BQ, n = (qt - qt_first) & 1;
