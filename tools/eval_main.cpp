@@ -210,10 +210,10 @@ int run(int argc, char** argv) {
   if (ef.sequential) {
     if (opt.data_path.empty()) throw ConfigError("--sequential needs --data-path PREFIX");
     const auto blend = parse_data_path(opt.data_path);
-    if (blend.size() != 1) throw ConfigError("--data-path: --sequential reads one prefix, not a blend");
+    if (blend.prefixes.size() != 1) throw ConfigError("--data-path: --sequential reads one prefix, not a blend");
     opt.model.vocab_size = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file)->vocab_size();
     try {
-      auto s = std::make_unique<SequentialWindows>(blend[0].second, opt.model.seq_length, ef.max_tokens,
+      auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.seq_length, ef.max_tokens,
                                                    static_cast<uint64_t>(opt.global_batch_size));
       seq = s.get();
       eval_data = std::move(s);

@@ -36,7 +36,7 @@ uint64_t blended_dataset_samples(double weight, uint64_t n) {
 
 BlendedSource::BlendedSource(std::vector<std::unique_ptr<SampleSource>> datasets,
                              const std::vector<double>& weights, uint64_t size,
-                             const std::vector<std::string>& names)
+                             const std::vector<std::string>& names, const std::string& flag)
     : datasets_(std::move(datasets)), idx_(build_blending_indices(weights, size)) {
   TRIDENT_CHECK(datasets_.size() == weights.size(), "datasets vs weights");
   TRIDENT_CHECK(names.empty() || names.size() == weights.size(), "dataset names vs weights");
@@ -45,10 +45,12 @@ BlendedSource::BlendedSource(std::vector<std::unique_ptr<SampleSource>> datasets
     need[idx_.dataset_index[i]] = std::max(need[idx_.dataset_index[i]], idx_.dataset_sample_index[i] + 1);
   for (size_t d = 0; d < datasets_.size(); ++d)
     if (need[d] > 0 && (!datasets_[d] || static_cast<uint64_t>(need[d]) > datasets_[d]->size()))
-      throw ConfigError(detail::concat("--data-path: the blend needs ", need[d], " samples of ",
+      throw ConfigError(detail::concat(flag, ": the blend needs ", need[d], " samples of ",
                                        names.empty() ? detail::concat("dataset ", d) : names[d], ", which has ",
                                        datasets_[d] ? datasets_[d]->size() : 0,
-                                       datasets_[d] ? "" : " (no documents in that split: see --split)"));
+                                       datasets_[d]          ? ""
+                                       : flag == "--data-path" ? " (no documents in that split: see --split)"
+                                                               : " (no documents)"));
 }
 
 void BlendedSource::get(uint64_t i, int32_t* tokens) const {

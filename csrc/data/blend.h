@@ -26,9 +26,10 @@ uint64_t blended_dataset_samples(double weight, uint64_t n);
 class BlendedSource : public SampleSource {
  public:
   // weights normalised; every dataset must hold enough samples for the blend (checked; the
-  // error names dataset d as names[d] when given, e.g. "PREFIX (valid split)").
+  // error names the flag that gave the blend and dataset d as names[d] when given, e.g.
+  // "PREFIX (valid split)").
   BlendedSource(std::vector<std::unique_ptr<SampleSource>> datasets, const std::vector<double>& weights,
-                uint64_t size, const std::vector<std::string>& names = {});
+                uint64_t size, const std::vector<std::string>& names = {}, const std::string& flag = "--data-path");
   uint64_t size() const override { return idx_.dataset_index.size(); }
   void get(uint64_t i, int32_t* tokens) const override;
   const BlendingIndices& indices() const { return idx_; }

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -313,70 +314,124 @@ void GptDataset::get(uint64_t i, int32_t* tokens) const {
 
 // ---------------------------------------------------------------- train/valid/test
 
-std::vector<std::pair<double, std::string>> parse_data_path(const std::vector<std::string>& words) {
-  if (words.empty()) throw ConfigError("--data-path: expected PREFIX or WEIGHT PREFIX pairs");
-  if (words.size() == 1) return {{1.0, words[0]}};
+namespace {
+
+bool is_number(const std::string& word) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(word, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == word.size() && std::isfinite(v);
+}
+
+// One split of a blend: documents ranges[k] of prefix k (an empty range: none of it).
+struct SplitOfBlend {
+  const DataBlend& blend;
+  const std::vector<std::shared_ptr<const IndexedDataset>>& data;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::string name;   // "train", "valid", "test"
+  std::string where;  // how errors name a prefix's part: " (valid split)", " (--valid-data-path)"
+  std::string flag;   // the flag that gave the blend
+};
+
+// Megatron's BlendedMegatronDatasetBuilder for one split: a lone prefix is its GptDataset; a
+// weighted blend asks each prefix for ceil(w n 1.005) samples; an unweighted one builds one
+// epoch of each and blends them by size, capped at their sum.
+std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wanted, const GptDatasetConfig& cfg) {
+  if (wanted == 0) return nullptr;
+  const size_t n = sb.blend.prefixes.size();
+  const bool weighted = !sb.blend.weights.empty();
+  auto dataset = [&](size_t k, uint64_t samples) -> std::unique_ptr<SampleSource> {
+    const auto [begin, end] = sb.ranges[k];
+    if (end <= begin) return nullptr;
+    return std::make_unique<GptDataset>(sb.data[k], sb.name, begin, end, cfg.seq_length, cfg.seed, samples,
+                                        cfg.cache_dir);
+  };
+  if (n == 1) return dataset(0, wanted);
+  std::vector<std::unique_ptr<SampleSource>> parts;
+  std::vector<std::string> names;
+  for (size_t k = 0; k < n; ++k) {
+    parts.push_back(dataset(k, weighted ? blended_dataset_samples(sb.blend.weights[k], wanted) : 0));
+    names.push_back(sb.blend.prefixes[k] + sb.where);
+  }
+  std::vector<double> weights = sb.blend.weights;
+  uint64_t size = wanted;
+  if (!weighted) {
+    uint64_t total = 0;
+    for (const auto& p : parts) total += p ? p->size() : 0;
+    if (total == 0) return nullptr;
+    for (const auto& p : parts) weights.push_back(p ? static_cast<double>(p->size()) / static_cast<double>(total) : 0.0);
+    size = std::min(wanted, total);
+  } else if (std::none_of(parts.begin(), parts.end(), [](const auto& p) { return p != nullptr; })) {
+    return nullptr;
+  }
+  return std::make_unique<BlendedSource>(std::move(parts), weights, size, names, sb.flag);
+}
+
+}  // namespace
+
+DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag) {
+  if (words.empty()) throw ConfigError(flag + ": expected PREFIX, WEIGHT PREFIX pairs, or prefixes");
+  DataBlend out;
+  if (words.size() == 1) {
+    out.prefixes = words;
+    return out;
+  }
+  if (std::none_of(words.begin(), words.end(), is_number)) {  // Megatron's unweighted list
+    out.prefixes = words;
+    return out;
+  }
   if (words.size() % 2 != 0)
-    throw ConfigError(detail::concat("--data-path: expected WEIGHT PREFIX pairs, got ", words.size(), " words"));
-  std::vector<std::pair<double, std::string>> out;
+    throw ConfigError(detail::concat(flag, ": expected WEIGHT PREFIX pairs (or prefixes without weights), got ",
+                                     words.size(), " words"));
   double sum = 0;
   for (size_t i = 0; i < words.size(); i += 2) {
-    size_t used = 0;
-    double w = -1;
-    try {
-      w = std::stod(words[i], &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != words[i].size() || !std::isfinite(w) || w < 0)
-      throw ConfigError("--data-path: \"" + words[i] + "\" is not a non-negative weight");
-    out.emplace_back(w, words[i + 1]);
+    const double w = is_number(words[i]) ? std::stod(words[i]) : -1;
+    if (w < 0) throw ConfigError(flag + ": \"" + words[i] + "\" is not a non-negative weight");
+    out.weights.push_back(w);
+    out.prefixes.push_back(words[i + 1]);
     sum += w;
   }
-  if (!(sum > 0)) throw ConfigError("--data-path: weights sum to zero");
-  for (auto& p : out) p.first /= sum;
+  if (!(sum > 0)) throw ConfigError(flag + ": weights sum to zero");
+  for (double& w : out.weights) w /= sum;
   return out;
 }
 
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
-  if (cfg.blend.empty()) throw ConfigError("--data-path is required");
+  const bool per_split = std::any_of(cfg.per_split.begin(), cfg.per_split.end(), [](const auto& b) { return !b.empty(); });
+  if (!cfg.blend.empty() && per_split)
+    throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
+  if (cfg.blend.empty() && !per_split) throw ConfigError("--data-path is required");
   if (cfg.seq_length < 1) throw ConfigError("--seq-length must be positive");
-  double sum = 0;
-  for (const auto& [w, p] : cfg.blend) {
-    if (!std::isfinite(w) || w < 0) throw ConfigError("--data-path: weights must be non-negative");
-    sum += w;
-  }
-  if (!(sum > 0)) throw ConfigError("--data-path: weights sum to zero");
-  std::vector<double> weights;
-  for (const auto& bp : cfg.blend) weights.push_back(bp.first / sum);
   const uint64_t wanted[3] = {cfg.train_samples, cfg.valid_samples, cfg.test_samples};
   const char* names[3] = {"train", "valid", "test"};
-  const bool blending = cfg.blend.size() > 1;
-
-  std::vector<std::vector<std::unique_ptr<SampleSource>>> per_split(3);
-  for (size_t k = 0; k < cfg.blend.size(); ++k) {
-    auto data = std::make_shared<const IndexedDataset>(cfg.blend[k].second);
-    const auto b = split_boundaries(cfg.split, data->size());
-    for (int s = 0; s < 3; ++s) {
-      const uint64_t n = blending ? blended_dataset_samples(weights[k], wanted[s]) : wanted[s];
-      std::unique_ptr<SampleSource> ds;
-      if (wanted[s] > 0 && b[s + 1] > b[s])
-        ds = std::make_unique<GptDataset>(data, names[s], b[s], b[s + 1], cfg.seq_length, cfg.seed, n,
-                                          cfg.cache_dir);
-      per_split[s].push_back(std::move(ds));
-    }
-  }
+  auto open = [](const DataBlend& blend) {
+    std::vector<std::shared_ptr<const IndexedDataset>> data;
+    for (const auto& prefix : blend.prefixes) data.push_back(std::make_shared<const IndexedDataset>(prefix));
+    return data;
+  };
   std::unique_ptr<SampleSource> out[3];
-  for (int s = 0; s < 3; ++s) {
-    if (wanted[s] == 0) continue;
-    if (!blending) {
-      out[s] = std::move(per_split[s][0]);
-    } else {
-      bool any = false;
-      for (auto& d : per_split[s]) any = any || d;
-      std::vector<std::string> split_names;
-      for (const auto& bp : cfg.blend) split_names.push_back(detail::concat(bp.second, " (", names[s], " split)"));
-      if (any) out[s] = std::make_unique<BlendedSource>(std::move(per_split[s]), weights, wanted[s], split_names);
+  if (!per_split) {
+    const auto data = open(cfg.blend);
+    std::vector<std::array<uint64_t, 4>> bounds;
+    for (const auto& d : data) bounds.push_back(split_boundaries(cfg.split, d->size()));
+    for (int s = 0; s < 3; ++s) {
+      SplitOfBlend sb{cfg.blend, data, {}, names[s], detail::concat(" (", names[s], " split)"), "--data-path"};
+      for (const auto& b : bounds) sb.ranges.emplace_back(b[s], b[s + 1]);
+      out[s] = build_split(sb, wanted[s], cfg);
+    }
+  } else {
+    for (int s = 0; s < 3; ++s) {
+      const DataBlend& blend = cfg.per_split[s];
+      if (blend.empty()) continue;
+      const auto data = open(blend);
+      const std::string flag = detail::concat("--", names[s], "-data-path");
+      SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag};
+      for (const auto& d : data) sb.ranges.emplace_back(0, d->size());
+      out[s] = build_split(sb, wanted[s], cfg);
     }
   }
   return {std::move(out[0]), std::move(out[1]), std::move(out[2])};

@@ -31,8 +31,21 @@
 
 namespace trident {
 
+// Megatron's blend: prefixes with normalised weights, or without weights ("A B C"): then each
+// prefix contributes one epoch of its split, mixed in proportion to those epochs' sample
+// counts, and the blend holds at most their sum (Megatron's "unweighted" case).
+struct DataBlend {
+  std::vector<std::string> prefixes;
+  std::vector<double> weights;  // empty: unweighted
+  bool empty() const { return prefixes.empty(); }
+};
+
 struct GptDatasetConfig {
-  std::vector<std::pair<double, std::string>> blend;  // (weight, prefix); one prefix -> weight 1
+  // Either one blend whose prefixes are cut into train/valid/test by `split` (--data-path),
+  // or a blend per split read whole (--train-data-path, --valid-data-path, --test-data-path;
+  // an empty one gives no such split).
+  DataBlend blend;
+  std::array<DataBlend, 3> per_split;
   std::string split = "969, 30, 1";
   int seq_length = 1024;
   uint64_t seed = 1234;
@@ -53,9 +66,10 @@ struct TrainValidTest {
 
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);
 
-// Megatron --data-path: "PREFIX" or "W1 P1 W2 P2 ..." (weights normalised); ConfigError
-// naming --data-path otherwise.
-std::vector<std::pair<double, std::string>> parse_data_path(const std::vector<std::string>& words);
+// Megatron's blend words (--data-path and the per-split paths): "PREFIX", "W1 P1 W2 P2 ..."
+// (weights normalised) or "P1 P2 ..." (unweighted: no word is a number). ConfigError naming
+// `flag` otherwise, e.g. for weights on some prefixes only.
+DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag = "--data-path");
 
 // ---- the pieces, exposed for tests and tools
 

@@ -111,7 +111,11 @@ const std::vector<FlagDef>& flag_defs() {
       {"use-checkpoint-lr-scheduler", "Megatron-DeepSpeed's name for --use-checkpoint-opt_param-scheduler", true},
       {"finetune", "load weights only and start at iteration 0", true},
       // Data.
-      {"data-path", "dataset prefix, or weights and prefixes: 0.3 A 0.7 B"},
+      {"data-path", "dataset prefix, weights and prefixes (0.3 A 0.7 B), or prefixes mixed by size (A B); "
+                    "cut into train/valid/test by --split"},
+      {"train-data-path", "training data read whole, in --data-path's forms (instead of --data-path and --split)"},
+      {"valid-data-path", "validation data read whole, in --data-path's forms"},
+      {"test-data-path", "test data read whole, in --data-path's forms"},
       {"vocab-file", "gpt2-vocab.json"},
       {"merge-file", "gpt2-merges.txt"},
       {"tokenizer-type", "GPT2BPETokenizer"},
@@ -155,6 +159,10 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"recompute-num-layers", "checkpoint-num-layers"},
       {"override-opt_param-scheduler", "override-lr-scheduler", "use-checkpoint-opt_param-scheduler",
        "use-checkpoint-lr-scheduler"},
+      // --data-path against each per-split path (the per-split paths go together).
+      {"data-path", "train-data-path"},
+      {"data-path", "valid-data-path"},
+      {"data-path", "test-data-path"},
   };
   return groups;
 }
@@ -173,12 +181,27 @@ bool overridden_by_command_line(const std::string& flag, const std::set<std::str
 
 std::string yaml_scalar_to_string(const YAML::Node& n) { return n.as<std::string>(); }
 
+// The flags that take a list of words (Megatron's nargs='*'): on the command line every word
+// up to the next flag, in the config file a list or one word.
+std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
+  if (flag == "data-path") return &o.data_path;
+  if (flag == "train-data-path") return &o.train_data_path;
+  if (flag == "valid-data-path") return &o.valid_data_path;
+  if (flag == "test-data-path") return &o.test_data_path;
+  return nullptr;
+}
+
+bool is_word_list(const std::string& flag) {
+  TrainOptions probe;
+  return word_list(probe, flag) != nullptr;
+}
+
 // One key of the --config file.
 struct ConfigValue {
-  std::string flag;                   // the key with '_' written as '-'
-  std::vector<std::string> args;      // "--flag=value", "--flag" for true, nothing for false
-  std::vector<std::string> data_path; // the words of data-path
-  std::string where;                  // "file:line"
+  std::string flag;                // the key with '_' written as '-'
+  std::vector<std::string> args;   // "--flag=value", "--flag" for true, nothing for false
+  std::vector<std::string> words;  // the words of a word-list flag (is_word_list)
+  std::string where;               // "file:line"
 };
 
 ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::Node& value, const std::string& where) {
@@ -187,15 +210,15 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
   auto scalar = [&](const YAML::Node& n) {
     if (!n.IsScalar())
       throw ConfigError("--config: " + where + ": key '" + flag + "' expects a single value" +
-                        (flag == "data-path" ? " or a list of words" : "") + ", not a " +
+                        (is_word_list(flag) ? " or a list of words" : "") + ", not a " +
                         (n.IsSequence() ? "list" : n.IsMap() ? "mapping" : "null value"));
     return yaml_scalar_to_string(n);
   };
-  if (flag == "data-path") {
+  if (is_word_list(flag)) {
     if (value.IsSequence())
-      for (const auto& item : value) v.data_path.push_back(scalar(item));
+      for (const auto& item : value) v.words.push_back(scalar(item));
     else
-      v.data_path.push_back(scalar(value));
+      v.words.push_back(scalar(value));
   } else if (def.is_bool) {
     bool on = false;
     try {
@@ -289,25 +312,27 @@ void take_config_path(std::optional<std::string>& config_path, const std::string
   config_path = path;
 }
 
-// The command line with --data-path's word list and --config's file pulled out; the config
-// file's values are dropped where the command line overrides them (overridden_by_command_line).
+// The command line with the word lists (--data-path ...) and --config's file pulled out; the
+// config file's values are dropped where the command line overrides them
+// (overridden_by_command_line).
 GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
   std::vector<std::string> rest;
-  std::vector<std::string> cli_data_path;
-  bool cli_has_data_path = false;
+  std::map<std::string, std::vector<std::string>> cli_words;  // word-list flag -> its words
   std::optional<std::string> config_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--data-path") {
-      cli_has_data_path = true;
-      while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) cli_data_path.push_back(argv[++i]);
-      if (cli_data_path.empty()) throw ConfigError("--data-path: expected a prefix");
-      continue;
-    }
-    if (a.rfind("--data-path=", 0) == 0) {
-      cli_has_data_path = true;
-      cli_data_path.push_back(a.substr(12));
-      continue;
+    if (a.rfind("--", 0) == 0) {
+      const size_t eq = a.find('=');
+      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      if (is_word_list(name)) {
+        if (cli_words.count(name)) throw ConfigError("--" + name + " given twice: give its words once");
+        std::vector<std::string>& words = cli_words[name];
+        if (eq != std::string::npos) words.push_back(a.substr(eq + 1));
+        else
+          while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) words.push_back(argv[++i]);
+        if (words.empty()) throw ConfigError("--" + name + ": expected a prefix");
+        continue;
+      }
     }
     if (a == "--config" && i + 1 < argc) {
       take_config_path(config_path, argv[++i]);
@@ -325,18 +350,18 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
     rest.push_back(a);
   }
   std::set<std::string> cli_flags = flag_names(rest);
-  if (cli_has_data_path) cli_flags.insert("data-path");
+  for (const auto& [flag, words] : cli_words) cli_flags.insert(flag);
   GatheredArgs g;
   g.args = {"trident-train"};
   if (config_path) {
     for (ConfigValue& v : read_config_file(*config_path)) {
       if (overridden_by_command_line(v.flag, cli_flags)) continue;
       g.args.insert(g.args.end(), v.args.begin(), v.args.end());
-      if (v.flag == "data-path") o.data_path = std::move(v.data_path);
+      if (auto* words = word_list(o, v.flag)) *words = std::move(v.words);
       g.from_config[v.flag] = v.where;
     }
   }
-  if (cli_has_data_path) o.data_path = cli_data_path;
+  for (auto& [flag, words] : cli_words) *word_list(o, flag) = std::move(words);
   g.args.insert(g.args.end(), rest.begin(), rest.end());
   return g;
 }
@@ -577,7 +602,11 @@ void validate_run(TrainOptions& o) {
   ModelConfig& m = o.model;
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
-  if (!o.data_path.empty() && o.vocab_file.empty()) throw ConfigError("--vocab-file is required with --data-path");
+  if (o.has_data() && o.vocab_file.empty()) throw ConfigError("--vocab-file is required with --data-path");
+  if (!o.data_path.empty() && (!o.train_data_path.empty() || !o.valid_data_path.empty() || !o.test_data_path.empty()))
+    throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
+  if (o.has_data() && o.data_path.empty() && o.train_data_path.empty())
+    throw ConfigError("--train-data-path is required with --valid-data-path or --test-data-path");
   check_positive(o.tensor_model_parallel_size, "tensor-model-parallel-size");
   check_positive(o.pipeline_model_parallel_size, "pipeline-model-parallel-size");
   if (o.pipeline_model_parallel_size > m.num_layers)

@@ -85,8 +85,13 @@ struct TrainOptions {
   // (--use-checkpoint-lr-scheduler) the checkpoint's. Mutually exclusive.
   bool override_opt_param_scheduler = false, use_checkpoint_opt_param_scheduler = false;
 
-  // Data: --data-path (Megatron form) or synthetic tokens when empty.
-  std::vector<std::string> data_path;
+  // Data: --data-path (Megatron's words: a prefix, weight-prefix pairs, or prefixes) cut by
+  // --split, or a blend per split (--train-data-path, --valid-data-path, --test-data-path),
+  // or synthetic tokens when all are empty.
+  std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
+  bool has_data() const {
+    return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();
+  }
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
   std::string split = "969, 30, 1";
   std::string data_cache_path;

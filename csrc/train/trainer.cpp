@@ -429,7 +429,7 @@ TrainData make_train_data(TrainOptions& opt) {
   const uint64_t evals = opt.eval_interval > 0 ? opt.train_iters / opt.eval_interval + 1 : 1;
   const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;
   TrainData d;
-  if (opt.data_path.empty()) {
+  if (!opt.has_data()) {
     const int64_t V = opt.model.vocab_size;
     const int T = opt.model.seq_length;
     d.train = std::make_unique<SyntheticSource>(V, T, opt.seed);
@@ -440,7 +440,11 @@ TrainData make_train_data(TrainOptions& opt) {
   auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
   opt.model.vocab_size = tokenizer->vocab_size();
   GptDatasetConfig dc;
-  dc.blend = parse_data_path(opt.data_path);
+  if (!opt.data_path.empty()) dc.blend = parse_data_path(opt.data_path);
+  const std::vector<std::string>* per_split[3] = {&opt.train_data_path, &opt.valid_data_path, &opt.test_data_path};
+  const char* per_split_flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+  for (int s = 0; s < 3; ++s)
+    if (!per_split[s]->empty()) dc.per_split[s] = parse_data_path(*per_split[s], per_split_flags[s]);
   dc.split = opt.split;
   dc.seq_length = opt.model.seq_length;
   dc.seed = opt.seed;
@@ -449,7 +453,9 @@ TrainData make_train_data(TrainOptions& opt) {
   dc.test_samples = opt.eval_iters > 0 ? test : 0;
   dc.cache_dir = opt.data_cache_path;
   TrainValidTest sets = build_gpt_datasets(dc);
-  if (!sets.train) throw ConfigError("--split: the training split of --data-path is empty");
+  if (!sets.train)
+    throw ConfigError(opt.data_path.empty() ? "--train-data-path: no training documents"
+                                            : "--split: the training split of --data-path is empty");
   d.train = std::move(sets.train);
   d.valid = std::move(sets.valid);
   d.test = std::move(sets.test);

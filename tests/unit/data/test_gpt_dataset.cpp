@@ -324,19 +324,22 @@ TEST(GptDataset, EmptySplitThrowsNamingTheFile) {
 
 TEST(Blend, DataPathParsing) {
   auto one = parse_data_path({"some/prefix"});
-  ASSERT_EQ(one.size(), 1u);
-  EXPECT_EQ(one[0], (std::pair<double, std::string>{1.0, "some/prefix"}));
+  EXPECT_EQ(one.prefixes, (std::vector<std::string>{"some/prefix"}));
+  EXPECT_TRUE(one.weights.empty());
   auto two = parse_data_path({"2", "A", "6", "B"});
-  ASSERT_EQ(two.size(), 2u);
-  EXPECT_DOUBLE_EQ(two[0].first, 0.25);
-  EXPECT_EQ(two[0].second, "A");
-  EXPECT_DOUBLE_EQ(two[1].first, 0.75);
-  for (const auto& bad : std::vector<std::vector<std::string>>{{}, {"0.5", "A", "B"}, {"x", "A"}, {"-1", "A", "2", "B"}, {"0", "A", "0", "B"}}) {
+  EXPECT_EQ(two.prefixes, (std::vector<std::string>{"A", "B"}));
+  EXPECT_EQ(two.weights, (std::vector<double>{0.25, 0.75}));
+  // Megatron's unweighted list: no word is a number.
+  auto list = parse_data_path({"A", "B", "C"}, "--train-data-path");
+  EXPECT_EQ(list.prefixes, (std::vector<std::string>{"A", "B", "C"}));
+  EXPECT_TRUE(list.weights.empty());
+  for (const auto& bad : std::vector<std::vector<std::string>>{
+           {}, {"0.5", "A", "B"}, {"x", "A", "0.5", "B"}, {"-1", "A", "2", "B"}, {"0", "A", "0", "B"}}) {
     try {
-      parse_data_path(bad);
-      ADD_FAILURE();
+      parse_data_path(bad, "--valid-data-path");
+      ADD_FAILURE() << bad.size();
     } catch (const ConfigError& e) {
-      EXPECT_NE(std::string(e.what()).find("--data-path"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("--valid-data-path: ", 0), 0u) << e.what();
     }
   }
 }
@@ -392,6 +395,101 @@ TEST(Blend, BlendedDatasets) {
     from_b += b;
   }
   EXPECT_EQ(from_b, 700);
+}
+
+// The (dataset, sample) pairs a blend reads, counted.
+std::map<std::pair<int, int64_t>, int> blend_reads(const BlendedSource& blend) {
+  std::map<std::pair<int, int64_t>, int> reads;
+  for (uint64_t i = 0; i < blend.size(); ++i)
+    ++reads[{blend.indices().dataset_index[i], blend.indices().dataset_sample_index[i]}];
+  return reads;
+}
+
+TEST(Blend, UnweightedBlendReadsOneEpochOfEachByTheirSizes) {
+  ScratchDir dir;
+  write_docs(dir / "A", 60, 1, 0);
+  write_docs(dir / "B", 20, 2, 100000);
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({dir / "A", dir / "B"});
+  cfg.split = "1,0,0";
+  cfg.seq_length = 8;
+  cfg.cache_dir = dir / "cache";
+  // One epoch of A and B: the same samples as each prefix alone asked for nothing more.
+  const GptDataset a(std::make_shared<const IndexedDataset>(dir / "A"), "train", 0, 60, 8, cfg.seed, 0, "");
+  const GptDataset b(std::make_shared<const IndexedDataset>(dir / "B"), "train", 0, 20, 8, cfg.seed, 0, "");
+  EXPECT_EQ(a.maps().epochs, 1u);
+  const uint64_t total = a.size() + b.size();
+  ASSERT_GT(b.size(), 10u);
+
+  cfg.train_samples = 1000000;  // more than there is: the blend stops at one epoch of each
+  auto all = build_gpt_datasets(cfg);
+  auto* blend = dynamic_cast<BlendedSource*>(all.train.get());
+  ASSERT_TRUE(blend);
+  ASSERT_EQ(blend->size(), total);
+  EXPECT_EQ(blend->dataset(0).size(), a.size());
+  EXPECT_EQ(blend->dataset(1).size(), b.size());
+  const auto reads = blend_reads(*blend);
+  EXPECT_EQ(reads.size(), total);  // every sample of both, each once
+  for (const auto& [key, n] : reads) ASSERT_EQ(n, 1);
+  std::vector<int32_t> s(9), ref(9);
+  for (uint64_t i = 0; i < total; i += 7) {
+    all.train->get(i, s.data());
+    const int d = blend->indices().dataset_index[i];
+    (d == 0 ? static_cast<const SampleSource&>(a) : b).get(blend->indices().dataset_sample_index[i], ref.data());
+    ASSERT_EQ(s, ref) << i;
+  }
+
+  cfg.train_samples = total / 2;  // fewer: mixed in proportion to the epochs' sizes
+  all = build_gpt_datasets(cfg);
+  blend = dynamic_cast<BlendedSource*>(all.train.get());
+  ASSERT_TRUE(blend && blend->size() == total / 2);
+  int64_t from_b = 0;
+  for (uint64_t i = 0; i < blend->size(); ++i) from_b += blend->indices().dataset_index[i] == 1;
+  const double expected_b = static_cast<double>(b.size()) / static_cast<double>(total) * static_cast<double>(total / 2);
+  EXPECT_LE(std::abs(static_cast<double>(from_b) - expected_b), 1.0) << from_b << " vs " << expected_b;
+}
+
+TEST(Blend, PerSplitPathsReadWholeDatasets) {
+  ScratchDir dir;
+  write_docs(dir / "A", 40, 1, 0);
+  write_docs(dir / "B", 30, 2, 100000);
+  write_docs(dir / "C", 30, 3, 200000);
+  GptDatasetConfig cfg;
+  cfg.per_split[0] = parse_data_path({dir / "A"}, "--train-data-path");
+  cfg.per_split[1] = parse_data_path({"1", dir / "B", "3", dir / "C"}, "--valid-data-path");
+  cfg.split = "0,0,1";  // ignored: each split's data is read whole
+  cfg.seq_length = 8;
+  cfg.train_samples = 500;
+  cfg.valid_samples = 40;
+  cfg.test_samples = 40;  // no --test-data-path: no test split
+  cfg.cache_dir = dir / "cache";
+  auto tvt = build_gpt_datasets(cfg);
+  ASSERT_TRUE(tvt.train && tvt.valid);
+  EXPECT_FALSE(tvt.test);
+  const GptDataset whole_a(std::make_shared<const IndexedDataset>(dir / "A"), "train", 0, 40, 8, cfg.seed, 500, "");
+  ASSERT_EQ(tvt.train->size(), whole_a.size());
+  std::vector<int32_t> s(9), ref(9);
+  for (uint64_t i = 0; i < tvt.train->size(); i += 5) {
+    tvt.train->get(i, s.data());
+    whole_a.get(i, ref.data());
+    ASSERT_EQ(s, ref);
+  }
+  ASSERT_EQ(tvt.valid->size(), 40u);
+  int from_c = 0;
+  for (uint64_t i = 0; i < 40; ++i) {
+    tvt.valid->get(i, s.data());
+    ASSERT_GE(s[0], 100000);  // never A's
+    from_c += s[0] >= 200000;
+  }
+  EXPECT_EQ(from_c, 30);
+
+  cfg.blend = parse_data_path({dir / "A"});
+  try {
+    build_gpt_datasets(cfg);
+    FAIL() << "--data-path with per-split paths was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("alternatives"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Blend, MissingSplitOfOneDatasetNamesItsPrefixAndSplit) {

@@ -350,6 +350,47 @@ TEST(Options, CommandLineAlternativeReplacesTheConfigsChoice) {
   std::filesystem::remove(yaml);
 }
 
+TEST(Options, DataPathsTakeWordListsAndReplaceEachOther) {
+  const std::vector<std::string> vocab = {"--vocab-file", "v.json", "--merge-file", "m.txt"};
+  auto with_vocab = [&](std::vector<std::string> args) {
+    args.insert(args.end(), vocab.begin(), vocab.end());
+    return args;
+  };
+  TrainOptions o = parse(with_vocab({"--train-data-path", "A", "B", "--valid-data-path=C", "--test-data-path", "0.5",
+                                     "D", "0.5", "E"}));
+  EXPECT_TRUE(o.data_path.empty());
+  EXPECT_EQ(o.train_data_path, (std::vector<std::string>{"A", "B"}));
+  EXPECT_EQ(o.valid_data_path, (std::vector<std::string>{"C"}));
+  EXPECT_EQ(o.test_data_path, (std::vector<std::string>{"0.5", "D", "0.5", "E"}));
+  EXPECT_TRUE(o.has_data());
+
+  // The file's --data-path gives way to the command line's per-split paths and the other
+  // way round; per-split paths from both sources combine.
+  const std::string yaml = write_yaml("data_paths",
+                                      "data-path: [0.3, A, 0.7, B]\n"
+                                      "valid-data-path: V\n");
+  EXPECT_NE(error_of(with_vocab({"--config", yaml})).find("alternatives"), std::string::npos);
+  o = parse(with_vocab({"--config", yaml, "--train-data-path", "T"}));
+  EXPECT_TRUE(o.data_path.empty());
+  EXPECT_EQ(o.train_data_path, (std::vector<std::string>{"T"}));
+  EXPECT_EQ(o.valid_data_path, (std::vector<std::string>{"V"}));
+  const std::string yaml2 = write_yaml("data_paths2", "train-data-path: [T1, T2]\n");
+  o = parse(with_vocab({"--config", yaml2, "--data-path", "P"}));
+  EXPECT_EQ(o.data_path, (std::vector<std::string>{"P"}));
+  EXPECT_TRUE(o.train_data_path.empty());
+
+  EXPECT_NE(error_of(with_vocab({"--data-path", "A", "--train-data-path", "B"})).find("alternatives"),
+            std::string::npos);
+  EXPECT_NE(error_of(with_vocab({"--valid-data-path", "V"})).find("--train-data-path is required"), std::string::npos);
+  EXPECT_NE(error_of(with_vocab({"--data-path", "A", "--data-path", "B"})).find("--data-path given twice"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--train-data-path", "A"}).find("--vocab-file"), std::string::npos);
+  EXPECT_NE(error_of(with_vocab({"--test-data-path", "--train-data-path", "A"})).find("--test-data-path: expected"),
+            std::string::npos);
+  std::filesystem::remove(yaml);
+  std::filesystem::remove(yaml2);
+}
+
 TEST(Options, ContradictionsWithinOneSourceStayErrors) {
   EXPECT_NE(must_fail({"--config", kTinyConfig, "--train-iters", "10", "--train-samples", "100"}).find(
                 "mutually exclusive"),
