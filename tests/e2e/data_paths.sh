@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Megatron's data-path forms end to end, one process on the demo corpus:
+#  - --train-data-path P reads the whole of P: the same samples, so the same losses, as
+#    --data-path P --split 1,0,0;
+#  - --valid-data-path and --test-data-path give the periodic and final evaluations;
+#  - an unweighted --data-path P P trains, and a run that needs more than one epoch of each
+#    prefix stops at start naming --train-iters;
+#  - --data-path with a per-split path is one error line and exit 2.
+#   tests/e2e/data_paths.sh <trident-train> <trident-preprocess> <repo> <gpt2 dir>
+set -uo pipefail
+train=$1 preprocess=$2 repo=$3 vocab=$4
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+losses() { grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
+
+"$repo/tools/make-demo-data.sh" "$tmp/demo.jsonl" >/dev/null
+"$preprocess" --input "$tmp/demo.jsonl" --json-keys text --output-prefix "$tmp/demo" --tokenizer-type GPT2BPETokenizer \
+  --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" --append-eod --workers 1 >/dev/null 2>&1 ||
+  { echo "FAIL: preprocessing the demo corpus"; exit 1; }
+P=$tmp/demo_text_document
+run() {
+  "$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --vocab-file "$vocab/gpt2-vocab.json" \
+    --merge-file "$vocab/gpt2-merges.txt" --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 \
+    --global-batch-size 4 --lr-warmup-iters 1 --log-interval 1 --data-cache-path "$tmp/cache" "$@"
+}
+
+run --data-path "$P" --split 1,0,0 --train-iters 6 --eval-iters 0 >"$tmp/split.log" 2>&1 || fail "--data-path --split 1,0,0"
+run --train-data-path "$P" --train-iters 6 --eval-iters 0 >"$tmp/whole.log" 2>&1 || fail "--train-data-path"
+if [[ $(losses "$tmp/whole.log" | wc -l) -eq 6 ]] && cmp -s <(losses "$tmp/split.log") <(losses "$tmp/whole.log"); then
+  ok "--train-data-path P: the 6 losses of --data-path P --split 1,0,0"
+else
+  fail "--train-data-path P and --data-path P --split 1,0,0 differ"; paste <(losses "$tmp/split.log") <(losses "$tmp/whole.log")
+fi
+
+run --train-data-path "$P" --valid-data-path "$P" --test-data-path "$P" --train-iters 6 --eval-interval 3 \
+  --eval-iters 1 >"$tmp/eval.log" 2>&1 || fail "per-split paths with evaluation: $(tail -1 "$tmp/eval.log")"
+# Megatron's lines: "validation loss at iteration 3 | ...", at the end "... on validation set"
+# and "... on test set".
+n=$(grep -cE 'validation loss at iteration [0-9]+ (\||on validation set)' "$tmp/eval.log")
+t=$(grep -c 'on test set' "$tmp/eval.log")
+[[ $n -eq 3 && $t -eq 1 ]] && ok "--valid-data-path/--test-data-path: $n validation and $t test evaluations" ||
+  fail "expected 3 validation and 1 test evaluations, got $n and $t"
+
+run --data-path "$P" "$P" --split 1,0,0 --train-iters 4 --eval-iters 0 >"$tmp/unweighted.log" 2>&1 &&
+  [[ $(losses "$tmp/unweighted.log" | wc -l) -eq 4 ]] && ok "unweighted --data-path P P trains" ||
+  fail "unweighted --data-path P P: $(tail -1 "$tmp/unweighted.log")"
+run --data-path "$P" "$P" --split 1,0,0 --train-iters 100000 --eval-iters 0 >/dev/null 2>"$tmp/short.err"
+rc=$?
+[[ $rc -eq 2 && $(wc -l <"$tmp/short.err") -eq 1 ]] && grep -q -- '--train-iters' "$tmp/short.err" &&
+  ok "one epoch of each is too short: $(cat "$tmp/short.err")" || fail "too-short unweighted blend: rc $rc: $(cat "$tmp/short.err")"
+
+run --data-path "$P" --train-data-path "$P" --train-iters 2 >"$tmp/both.out" 2>"$tmp/both.err"
+rc=$?
+[[ $rc -eq 2 && $(wc -l <"$tmp/both.err") -eq 1 ]] && grep -q 'alternatives' "$tmp/both.err" &&
+  ok "$(cat "$tmp/both.err")" || fail "--data-path with --train-data-path: rc $rc: $(cat "$tmp/both.err")"
+
+[[ $fails -eq 0 ]] && echo "data paths: all checks passed" || echo "data paths: $fails checks failed"
+exit $((fails > 0))
