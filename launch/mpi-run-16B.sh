@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # Multi-node training of the 16B GPT-2 (launch/single-16B.sh holds the model and its settings):
 # one mpirun over a hostfile, GPUS_PER_NODE ranks per node, tp4 x pp8 x dp=(NNODES*GPUS_PER_NODE)/32
 # as in the seed (32 nodes of 4 GPUs: dp4), in fp32; launch/mpi-16B-fp16.sh is the same in fp16.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # Per-rank wrapper around trident-train, run once per GPU by an MPI launcher:
 #   N_GPUS=4 TP_SIZE=2 PP_SIZE=2 DATA_PATH=data/my-gpt2_text_document mpirun -np 4 launch/run-one-node.sh
 # Extra arguments ("$@") go to trident-train last, so they win over everything below.

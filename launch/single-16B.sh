@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # Per-rank settings of the 16B GPT-2 (configs/gpt2-16b.yaml: 40 layers, hidden 5760, 48 heads
 # of 120, sequence 2048, ~16.2B parameters), split tp4 x pp8 as in the seed (32 nodes of
 # 4 GPUs with 16 GB: tp4 x pp8 x dp4). It sets the seed's variables and execs

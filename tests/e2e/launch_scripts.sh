@@ -107,5 +107,14 @@ check "NNODES=64 with 32 hosts: exit 2" [ "$rc" -eq 2 ]
 check "NNODES=64 with 32 hosts: one line naming NNODES" [ "$(grep -c 'NNODES=64' "$tmp/nn.err")" -eq 1 ]
 check "NNODES=64 with 32 hosts: nothing else" [ "$(wc -l <"$tmp/nn.err")" -eq 1 ]
 
+# 4. sh runs the scripts under bash (dash on Debian, bash's POSIX mode elsewhere): the seed
+# says `sh mpi-run-16B.sh`.
+for shell in sh "bash --posix"; do
+  rc=0
+  env HOSTFILE="$tmp/hostfile" TRIDENT_DRY_RUN=1 $shell "$repo/launch/mpi-run-16B.sh" >"$tmp/sh.out" 2>"$tmp/sh.err" || rc=$?
+  check "$shell launch/mpi-run-16B.sh: exit 0" [ "$rc" -eq 0 ]
+  check "$shell launch/mpi-run-16B.sh: rank 0's command" has "$tmp/sh.out" "run-one-node.sh: dry run, rank 0 of 128 would run:"
+done
+
 echo "launch-script checks failing: $fails"
 [[ $fails -eq 0 ]]
