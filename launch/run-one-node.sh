@@ -15,6 +15,8 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 #   DATA_PATH [empty: synthetic tokens]   TENSORBOARD_PATH [<repo>/out/tensorboard/$MODEL_NAME; empty: none]
 #   N_GPUS [4]  TP_SIZE [4]  PP_SIZE [1]  MICRO_BATCH_SIZE [4]  GLOBAL_BATCH_SIZE [64]
 #   NLAYERS [24]  NHIDDEN [1024]  NHEADS [16]  SEQ_LEN [1024]  SAVE_INTERVAL [1000]
+#   DATA_PATH: one dataset prefix (kept whole, spaces and all, when $DATA_PATH.idx exists), or
+#     Megatron's blend split at spaces: "0.3 A 0.7 B" (weights) or "A B" (mixed by size)
 #   VOCAB_FILE, MERGE_FILE [<repo>/data/gpt2/gpt2-{vocab.json,merges.txt}, else ../shared/data/gpt2]
 #   TRAIN_ITERS [5000]  LR_WARMUP_ITERS [500]  LR_DECAY_ITERS [unset: TRAIN_ITERS], or the seed's
 #     sample-based TRAIN_SAMPLES, LR_WARMUP_SAMPLES [0], LR_DECAY_SAMPLES [unset: TRAIN_SAMPLES]
@@ -168,8 +170,19 @@ if [[ $RECOMPUTE == full ]]; then
   args+=(--recompute-granularity full --recompute-method uniform --recompute-num-layers "${RECOMPUTE_NUM_LAYERS:-1}")
 fi
 if [[ -n $DATA_PATH ]]; then
-  # Megatron's --data-path: one prefix, or "weight prefix weight prefix ..." (word-split).
-  read -r -a data_words <<<"$DATA_PATH"
+  # Megatron's --data-path: one prefix, kept whole when it names a dataset (a path with
+  # spaces), or a blend split at spaces: weights and prefixes ("0.3 A 0.7 B") or prefixes
+  # ("A B"). Outside a dry run, a word that is neither is named here rather than by
+  # trident-train as a piece of DATA_PATH it never saw.
+  if [[ -f $DATA_PATH.idx ]]; then
+    data_words=("$DATA_PATH")
+  else
+    read -r -a data_words <<<"$DATA_PATH"
+    for w in "${data_words[@]}"; do
+      [[ $dry_run == 1 || -f $w.idx || $w =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
+        fail "DATA_PATH='$DATA_PATH': '$w' is neither a weight nor a dataset prefix (no $w.idx)"
+    done
+  fi
   args+=(--data-path "${data_words[@]}" --split "${SPLIT:-949,50,1}"
     --tokenizer-type GPT2BPETokenizer --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE")
   [[ $dry_run == 1 || -f $VOCAB_FILE ]] || fail "VOCAB_FILE not found: $VOCAB_FILE (run tools/get-gpt2-vocab.sh)"

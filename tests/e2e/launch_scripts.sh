@@ -116,5 +116,35 @@ for shell in sh "bash --posix"; do
   check "$shell launch/mpi-run-16B.sh: rank 0's command" has "$tmp/sh.out" "run-one-node.sh: dry run, rank 0 of 128 would run:"
 done
 
+# Dry runs of run-one-node.sh on one rank: dry <output file> [VAR=value...].
+dry() {
+  local out=$1
+  shift
+  local rc=0
+  env N_GPUS=1 TP_SIZE=1 DEVICE=cpu CHECKPOINT_PATH= TENSORBOARD_PATH= "$@" TRIDENT_DRY_RUN=1 \
+    "$repo/launch/run-one-node.sh" >"$out" 2>&1 || rc=$?
+  sed -i 's/$/ /' "$out"  # every word, the last included, ends with a space
+  return $rc
+}
+# 5. DATA_PATH: a prefix with a space stays one word when its .idx exists; a blend, weighted
+# or not, is split; a word that is neither a weight nor a dataset is named with DATA_PATH.
+mkdir -p "$tmp/sp ace"
+touch "$tmp/sp ace/demo_text_document.idx" "$tmp/a_text_document.idx" "$tmp/b_text_document.idx"
+dry "$tmp/space.out" DATA_PATH="$tmp/sp ace/demo_text_document"
+check "DATA_PATH with a space: one --data-path word" \
+  has "$tmp/space.out" "--data-path $(printf %q "$tmp/sp ace/demo_text_document") --split"
+dry "$tmp/blend.out" DATA_PATH="0.3 $tmp/a_text_document 0.7 $tmp/b_text_document"
+check "weighted blend: four words" has "$tmp/blend.out" "--data-path 0.3 $tmp/a_text_document 0.7 $tmp/b_text_document --split"
+dry "$tmp/blend2.out" DATA_PATH="$tmp/a_text_document $tmp/b_text_document"
+check "unweighted blend: two words" has "$tmp/blend2.out" "--data-path $tmp/a_text_document $tmp/b_text_document --split"
+rc=0
+env N_GPUS=1 TP_SIZE=1 DEVICE=cpu DATA_PATH="$tmp/sp ace/none_text_document" "$repo/launch/run-one-node.sh" \
+  >"$tmp/neither.out" 2>"$tmp/neither.err" || rc=$?
+cat "$tmp/neither.err"
+check "DATA_PATH word that is neither: exit 2" [ "$rc" -eq 2 ]
+check "DATA_PATH word that is neither: one line naming DATA_PATH and the word" [ "$(grep -c \
+  "^run-one-node.sh: error: DATA_PATH='$tmp/sp ace/none_text_document': '$tmp/sp' is neither a weight nor a dataset prefix" \
+  "$tmp/neither.err")" -eq 1 -a "$(wc -l <"$tmp/neither.err")" -eq 1 ]
+
 echo "launch-script checks failing: $fails"
 [[ $fails -eq 0 ]]
