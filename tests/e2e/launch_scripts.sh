@@ -26,9 +26,10 @@ check() {  # check <what> <command...>: the command must succeed
 has() { grep -qF -- "$2" "$1"; }  # has <file> <text>
 lacks() { ! grep -qF -- "$2" "$1"; }
 
-# 1. Two ranks, tp2: the iteration line appears and the loss is a number.
+# 1. Two ranks, tp2: the iteration line appears and the loss is a number. TRAIN_ITERS=6 and
+# no LR_WARMUP_ITERS: the default warm-up (a tenth of the decay: 0) fits the run.
 tiny=(N_GPUS=2 TP_SIZE=2 PP_SIZE=1 NLAYERS=2 NHIDDEN=64 NHEADS=4 SEQ_LEN=64 VOCAB_SIZE=512
-  MICRO_BATCH_SIZE=4 GLOBAL_BATCH_SIZE=8 TRAIN_ITERS=6 LR_WARMUP_ITERS=2 LOG_INTERVAL=3
+  MICRO_BATCH_SIZE=4 GLOBAL_BATCH_SIZE=8 TRAIN_ITERS=6 LOG_INTERVAL=3
   SAVE_INTERVAL=3 EVAL_ITERS=1 DEVICE=cpu MODEL_NAME=tiny DATA_PATH=
   CHECKPOINT_PATH="$tmp/ckpt" TENSORBOARD_PATH="$tmp/tb")
 rc=0
@@ -47,6 +48,7 @@ env "${tiny[@]}" TRIDENT_DRY_RUN=1 "$repo/launch/run-one-node.sh" --seed 7 >"$tm
 cat "$tmp/dry.out"
 check "dry run: rank 0 of 2, tp 2, extra args last" \
   grep -Eq '^run-one-node.sh: dry run, rank 0 of 2 would run: .*--tensor-model-parallel-size 2 .* --seed 7$' "$tmp/dry.out"
+check "dry run: the default warm-up of a 6-iteration run is 0" has "$tmp/dry.out" " --lr-warmup-iters 0 "
 help=$("$train" --help)
 for f in "--save $tmp/ckpt" "--load $tmp/ckpt" "--save-interval 3" "--tensorboard-dir $tmp/tb"; do
   if grep -q -- "${f%% *} " <<<"$help"; then check "dry run passes $f" has "$tmp/dry.out" "$f "; fi
@@ -145,6 +147,40 @@ check "DATA_PATH word that is neither: exit 2" [ "$rc" -eq 2 ]
 check "DATA_PATH word that is neither: one line naming DATA_PATH and the word" [ "$(grep -c \
   "^run-one-node.sh: error: DATA_PATH='$tmp/sp ace/none_text_document': '$tmp/sp' is neither a weight nor a dataset prefix" \
   "$tmp/neither.err")" -eq 1 -a "$(wc -l <"$tmp/neither.err")" -eq 1 ]
+
+# 6. The warm-up: a tenth of the decay, at most 500 (2000 in the 16B scripts); a user's
+# warm-up that does not end before the decay is one line naming the variables.
+warmup_case() {  # warmup_case <expected --lr-warmup-iters> [VAR=value...]
+  local want=$1
+  shift
+  dry "$tmp/warm.out" "$@"
+  check "$* -> --lr-warmup-iters $want" has "$tmp/warm.out" " --lr-warmup-iters $want "
+}
+warmup_case 500
+warmup_case 30 TRAIN_ITERS=300
+warmup_case 20 TRAIN_ITERS=5000 LR_DECAY_ITERS=200
+warmup_case 7 TRAIN_ITERS=300 LR_WARMUP_ITERS=7
+env HOSTFILE="$tmp/hostfile" TRIDENT_DRY_RUN=1 "$repo/launch/mpi-run-16B.sh" >"$tmp/warm16.out" 2>&1
+check "16B: --lr-warmup-iters 2000" has "$tmp/warm16.out" " --lr-warmup-iters 2000 "
+env HOSTFILE="$tmp/hostfile" TRAIN_ITERS=1000 TRIDENT_DRY_RUN=1 "$repo/launch/mpi-run-16B.sh" >"$tmp/warm16.out" 2>&1
+check "16B, TRAIN_ITERS=1000: --lr-warmup-iters 100" has "$tmp/warm16.out" " --lr-warmup-iters 100 "
+warmup_error() {  # warmup_error <text of the one error line> [VAR=value...]
+  local text=$1 rc=0
+  shift
+  dry "$tmp/warm.out" "$@" || rc=$?
+  check "$* -> exit 2" [ "$rc" -eq 2 ]
+  check "$* -> one line: $text" [ "$(grep -cF "run-one-node.sh: error: $text" "$tmp/warm.out")" -eq 1 -a \
+    "$(wc -l <"$tmp/warm.out")" -eq 1 ]
+}
+warmup_error "LR_WARMUP_ITERS=500 must be below the learning-rate decay, TRAIN_ITERS (LR_DECAY_ITERS unset)=300" \
+  TRAIN_ITERS=300 LR_WARMUP_ITERS=500
+warmup_error "LR_WARMUP_ITERS=100 must be below the learning-rate decay, LR_DECAY_ITERS=100" \
+  TRAIN_ITERS=300 LR_DECAY_ITERS=100 LR_WARMUP_ITERS=100
+warmup_error "LR_WARMUP_SAMPLES=640 must be below the learning-rate decay, TRAIN_SAMPLES (LR_DECAY_SAMPLES unset)=640" \
+  TRAIN_SAMPLES=640 LR_WARMUP_SAMPLES=640
+warmup_error "TRAIN_ITERS must be a positive integer (got '1e3')" TRAIN_ITERS=1e3
+dry "$tmp/samples.out" TRAIN_SAMPLES=6400 LR_WARMUP_SAMPLES=640
+check "TRAIN_SAMPLES=6400 LR_WARMUP_SAMPLES=640 -> passed" has "$tmp/samples.out" "--train-samples 6400 --lr-warmup-samples 640 "
 
 echo "launch-script checks failing: $fails"
 [[ $fails -eq 0 ]]
