@@ -17,7 +17,7 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 #   NLAYERS [24]  NHIDDEN [1024]  NHEADS [16]  SEQ_LEN [1024]  SAVE_INTERVAL [1000]
 #   DATA_PATH: one dataset prefix (kept whole, spaces and all, when $DATA_PATH.idx exists), or
 #     Megatron's blend split at spaces: "0.3 A 0.7 B" (weights) or "A B" (mixed by size)
-#   VOCAB_FILE, MERGE_FILE [<repo>/data/gpt2/gpt2-{vocab.json,merges.txt}, else ../shared/data/gpt2]
+#   VOCAB_FILE, MERGE_FILE [<repo>/data/gpt2/gpt2-{vocab.json,merges.txt}: tools/get-gpt2-vocab.sh]
 #   TRAIN_ITERS [5000]  LR_DECAY_ITERS [unset: TRAIN_ITERS]  LR_WARMUP_ITERS [unset: a tenth of
 #     the decay, at most LR_WARMUP_ITERS_MAX [500]; must stay below the decay], or the seed's
 #     sample-based TRAIN_SAMPLES, LR_DECAY_SAMPLES [unset: TRAIN_SAMPLES], LR_WARMUP_SAMPLES [0;
@@ -79,10 +79,8 @@ NHIDDEN=${NHIDDEN:-1024}
 NHEADS=${NHEADS:-16}
 SEQ_LEN=${SEQ_LEN:-1024}
 SAVE_INTERVAL=${SAVE_INTERVAL:-1000}
-gpt2_dir=$repo/data/gpt2
-[[ -f $gpt2_dir/gpt2-vocab.json ]] || gpt2_dir=$repo/../shared/data/gpt2
-VOCAB_FILE=${VOCAB_FILE:-$gpt2_dir/gpt2-vocab.json}
-MERGE_FILE=${MERGE_FILE:-$gpt2_dir/gpt2-merges.txt}
+VOCAB_FILE=${VOCAB_FILE:-$repo/data/gpt2/gpt2-vocab.json}
+MERGE_FILE=${MERGE_FILE:-$repo/data/gpt2/gpt2-merges.txt}
 PRECISION=${PRECISION:-fp32}
 BUILD_DIR=${BUILD_DIR:-$repo/build}
 train=$BUILD_DIR/tools/trident-train

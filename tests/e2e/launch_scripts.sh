@@ -139,6 +139,7 @@ dry "$tmp/blend.out" DATA_PATH="0.3 $tmp/a_text_document 0.7 $tmp/b_text_documen
 check "weighted blend: four words" has "$tmp/blend.out" "--data-path 0.3 $tmp/a_text_document 0.7 $tmp/b_text_document --split"
 dry "$tmp/blend2.out" DATA_PATH="$tmp/a_text_document $tmp/b_text_document"
 check "unweighted blend: two words" has "$tmp/blend2.out" "--data-path $tmp/a_text_document $tmp/b_text_document --split"
+check "the default vocabulary: <repo>/data/gpt2" has "$tmp/blend2.out" "--vocab-file $repo/data/gpt2/gpt2-vocab.json "
 rc=0
 env N_GPUS=1 TP_SIZE=1 DEVICE=cpu DATA_PATH="$tmp/sp ace/none_text_document" "$repo/launch/run-one-node.sh" \
   >"$tmp/neither.out" 2>"$tmp/neither.err" || rc=$?
@@ -181,6 +182,14 @@ warmup_error "LR_WARMUP_SAMPLES=640 must be below the learning-rate decay, TRAIN
 warmup_error "TRAIN_ITERS must be a positive integer (got '1e3')" TRAIN_ITERS=1e3
 dry "$tmp/samples.out" TRAIN_SAMPLES=6400 LR_WARMUP_SAMPLES=640
 check "TRAIN_SAMPLES=6400 LR_WARMUP_SAMPLES=640 -> passed" has "$tmp/samples.out" "--train-samples 6400 --lr-warmup-samples 640 "
+
+# 7. tools/get-gpt2-vocab.sh without a folder: <repo>/data/gpt2 from any directory (only
+# where it is already there: this test fetches nothing).
+if [[ -f $repo/data/gpt2/gpt2-vocab.json && -f $repo/data/gpt2/gpt2-merges.txt ]]; then
+  (cd "$tmp" && "$repo/tools/get-gpt2-vocab.sh") 2>"$tmp/vocab.err"
+  check "get-gpt2-vocab.sh: <repo>/data/gpt2 by default" has "$tmp/vocab.err" "$repo/data/gpt2 already has"
+  check "get-gpt2-vocab.sh: nothing under the current directory" [ ! -e "$tmp/data" ]
+fi
 
 echo "launch-script checks failing: $fails"
 [[ $fails -eq 0 ]]
