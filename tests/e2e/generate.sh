@@ -139,6 +139,20 @@ gen --load "$tmp/ckpt" --prompt "$prompt" --greedy --out-seq-length 12 "${shape[
 cmp -s "$tmp/greedy.out" "$tmp/shape.out" && ok "the training run's shape flags: accepted, the same text" ||
   fail "shape flags: $(cat "$tmp/shape.out")"
 
+# launch/run-inf.sh (the seed's single-GPU inference script) under mpirun -np 1, run by sh.
+rc=0
+env CHECKPOINT_PATH="$tmp/ckpt" BUILD_DIR="$(cd "$(dirname "$generate")/.." && pwd)" DEVICE=cpu \
+  VOCAB_FILE="$vocab/gpt2-vocab.json" MERGE_FILE="$vocab/gpt2-merges.txt" NUM_SAMPLES=3 MICRO_BATCH_SIZE=2 \
+  OUT_SEQ_LENGTH=5 NLAYERS=2 NHIDDEN=64 NHEADS=4 SEQ_LEN=32 GENFILE="$tmp/inf/samples.json" \
+  mpirun -np 1 sh "$repo/launch/run-inf.sh" >"$tmp/inf.out" 2>"$tmp/inf.err" || rc=$?
+if [[ $rc -eq 0 ]] && python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3 and all(r["length"] <= 5 and r["finished"] == (r["length"] < 5) for r in rows), rows
+' "$tmp/inf/samples.json"
+then ok "launch/run-inf.sh under mpirun -np 1: 3 samples in GENFILE"
+else fail "launch/run-inf.sh: rc=$rc $(cat "$tmp/inf.err")"; fi
+
 # Under mpirun -np 2 it would run two copies writing one file: one line, nothing written.
 rc=0
 mpirun --oversubscribe -np 2 "$generate" --device cpu "${words[@]}" --load "$tmp/ckpt" --num-samples 1 \

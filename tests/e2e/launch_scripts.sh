@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The launch scripts end to end: run-one-node.sh under mpirun (tp2, a tiny model on synthetic
-# tokens, CPU) logs Megatron's iteration line; a world size that is not N_GPUS stops with one
-# error line; the 16B scripts' dry runs (TRIDENT_DRY_RUN=1) build the seed's command lines.
+# tokens, CPU, 6 iterations with the default warm-up) logs Megatron's iteration line; a world
+# size that is not N_GPUS stops with one error line; the 16B scripts' dry runs
+# (TRIDENT_DRY_RUN=1) build the seed's command lines, also when run by sh; DATA_PATH with a
+# space, blends, the warm-up default and its checks, the default vocabulary, run-inf.sh.
 #   tests/e2e/launch_scripts.sh <trident-train> <repo>
 set -euo pipefail
 train=$1
@@ -16,7 +18,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset MODEL_NAME CHECKPOINT_PATH DATA_PATH TENSORBOARD_PATH N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE \
   GLOBAL_BATCH_SIZE NLAYERS NHIDDEN NHEADS SEQ_LEN SAVE_INTERVAL VOCAB_FILE MERGE_FILE TRAIN_ITERS \
   TRAIN_SAMPLES LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES PRECISION ZERO_STAGE RECOMPUTE \
-  DEVICE HOSTFILE NNODES GPUS_PER_NODE MPIRUN_ARGS TRIDENT_DRY_RUN CUDA_VISIBLE_DEVICES
+  DEVICE HOSTFILE NNODES GPUS_PER_NODE MPIRUN_ARGS TRIDENT_DRY_RUN CUDA_VISIBLE_DEVICES LR_WARMUP_ITERS_MAX \
+  NUM_SAMPLES OUT_SEQ_LENGTH GENFILE SAMPLE_INPUT_FILE SAMPLE_OUTPUT_FILE TEMPERATURE TOP_K TOP_P SEED
 fails=0
 check() {  # check <what> <command...>: the command must succeed
   local what=$1
@@ -190,6 +193,17 @@ if [[ -f $repo/data/gpt2/gpt2-vocab.json && -f $repo/data/gpt2/gpt2-merges.txt ]
   check "get-gpt2-vocab.sh: <repo>/data/gpt2 by default" has "$tmp/vocab.err" "$repo/data/gpt2 already has"
   check "get-gpt2-vocab.sh: nothing under the current directory" [ ! -e "$tmp/data" ]
 fi
+
+# 8. run-inf.sh (run by sh): Megatron's generation flags; the training shape when given.
+env SEQ_LEN=1024 NLAYERS=24 MICRO_BATCH_SIZE=2 CHECKPOINT_PATH="$tmp/ck pt" TRIDENT_DRY_RUN=1 \
+  sh "$repo/launch/run-inf.sh" --greedy >"$tmp/inf.out" 2>&1
+cat "$tmp/inf.out"
+want_inf=("--load $(printf %q "$tmp/ck pt") " "--vocab-file $repo/data/gpt2/gpt2-vocab.json " "--num-samples 8 "
+  "--micro-batch-size 2 " "--num-layers 24 " "--seq-length 1024 --max-position-embeddings 1024 "
+  "--genfile $repo/out/gpt2-345m/unconditional_samples.json --greedy")
+for w in "${want_inf[@]}"; do
+  check "run-inf.sh passes '$w'" has "$tmp/inf.out" "$w"
+done
 
 echo "launch-script checks failing: $fails"
 [[ $fails -eq 0 ]]
