@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # The 16B GPT-2 over many nodes in fp16 with dynamic loss scaling: launch/mpi-run-16B.sh with
 # PRECISION=fp16 (trident-train --fp16 and no fixed --loss-scale; the scale starts at
 # INITIAL_LOSS_SCALE [65536], halves on overflow after HYSTERESIS [2] bad steps, never below

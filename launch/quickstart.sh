@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # The main job from a fresh Debian machine: install, build, fetch the GPT-2 vocab, build
 # the demo corpus (Debian's English and Chinese fortunes), tokenize it into Megatron's
 # .bin/.idx, and train a small GPT-2 on it. On 2 CPU cores it takes a few minutes; on a

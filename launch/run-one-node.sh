@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # Per-rank wrapper around trident-train, run once per GPU by an MPI launcher:
 #   N_GPUS=4 TP_SIZE=2 PP_SIZE=2 DATA_PATH=data/my-gpt2_text_document mpirun -np 4 launch/run-one-node.sh
 # Extra arguments ("$@") go to trident-train last, so they win over everything below.
@@ -13,9 +15,13 @@
 #   DATA_PATH [empty: synthetic tokens]   TENSORBOARD_PATH [<repo>/out/tensorboard/$MODEL_NAME; empty: none]
 #   N_GPUS [4]  TP_SIZE [4]  PP_SIZE [1]  MICRO_BATCH_SIZE [4]  GLOBAL_BATCH_SIZE [64]
 #   NLAYERS [24]  NHIDDEN [1024]  NHEADS [16]  SEQ_LEN [1024]  SAVE_INTERVAL [1000]
-#   VOCAB_FILE, MERGE_FILE [<repo>/data/gpt2/gpt2-{vocab.json,merges.txt}, else ../shared/data/gpt2]
-#   TRAIN_ITERS [5000]  LR_WARMUP_ITERS [500]  LR_DECAY_ITERS [unset: TRAIN_ITERS], or the seed's
-#     sample-based TRAIN_SAMPLES, LR_WARMUP_SAMPLES [0], LR_DECAY_SAMPLES [unset: TRAIN_SAMPLES]
+#   DATA_PATH: one dataset prefix (kept whole, spaces and all, when $DATA_PATH.idx exists), or
+#     Megatron's blend split at spaces: "0.3 A 0.7 B" (weights) or "A B" (mixed by size)
+#   VOCAB_FILE, MERGE_FILE [<repo>/data/gpt2/gpt2-{vocab.json,merges.txt}: tools/get-gpt2-vocab.sh]
+#   TRAIN_ITERS [5000]  LR_DECAY_ITERS [unset: TRAIN_ITERS]  LR_WARMUP_ITERS [unset: a tenth of
+#     the decay, at most LR_WARMUP_ITERS_MAX [500]; must stay below the decay], or the seed's
+#     sample-based TRAIN_SAMPLES, LR_DECAY_SAMPLES [unset: TRAIN_SAMPLES], LR_WARMUP_SAMPLES [0;
+#     below the decay]
 #   LR [1e-4]  MIN_LR [1e-5]  LR_DECAY_STYLE [cosine]
 #   WEIGHT_DECAY [0.1]  CLIP_GRAD [1.0]  ADAM_BETA1 [0.9]  ADAM_BETA2 [0.95]  ADAM_EPS [1e-8]
 #   INIT_METHOD_STD [0.02]  LOG_INTERVAL [10]  SEED [1234]  SPLIT [949,50,1]  DEVICE [auto]
@@ -73,16 +79,20 @@ NHIDDEN=${NHIDDEN:-1024}
 NHEADS=${NHEADS:-16}
 SEQ_LEN=${SEQ_LEN:-1024}
 SAVE_INTERVAL=${SAVE_INTERVAL:-1000}
-gpt2_dir=$repo/data/gpt2
-[[ -f $gpt2_dir/gpt2-vocab.json ]] || gpt2_dir=$repo/../shared/data/gpt2
-VOCAB_FILE=${VOCAB_FILE:-$gpt2_dir/gpt2-vocab.json}
-MERGE_FILE=${MERGE_FILE:-$gpt2_dir/gpt2-merges.txt}
+VOCAB_FILE=${VOCAB_FILE:-$repo/data/gpt2/gpt2-vocab.json}
+MERGE_FILE=${MERGE_FILE:-$repo/data/gpt2/gpt2-merges.txt}
 PRECISION=${PRECISION:-fp32}
 BUILD_DIR=${BUILD_DIR:-$repo/build}
 train=$BUILD_DIR/tools/trident-train
 
 for v in N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE NLAYERS NHIDDEN NHEADS SEQ_LEN SAVE_INTERVAL; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer (got '${!v}')"
+done
+for v in TRAIN_ITERS TRAIN_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES; do
+  [[ -z ${!v:-} || ${!v} =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer (got '${!v}')"
+done
+for v in LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_WARMUP_ITERS_MAX; do
+  [[ -z ${!v:-} || ${!v} =~ ^[0-9]+$ ]] || fail "$v must be a non-negative integer (got '${!v}')"
 done
 case $PRECISION in fp32 | fp16 | bf16) ;; *) fail "PRECISION must be fp32, fp16 or bf16 (got '$PRECISION')" ;; esac
 RECOMPUTE=${RECOMPUTE:-none}
@@ -153,12 +163,29 @@ args=(
   --init-method-std "${INIT_METHOD_STD:-0.02}" --seed "${SEED:-1234}"
   --log-interval "${LOG_INTERVAL:-10}" --device "${DEVICE:-auto}"
 )
+# The warm-up must end before the decay does (trident-train's rule): a user's warm-up that
+# does not is named here by its variables, and the default one is short enough for any run.
+warmup_below_decay() {  # warmup_below_decay WARMUP_VAR WARMUP DECAY_VARS DECAY
+  (($2 < $4)) || fail "$1=$2 must be below the learning-rate decay, $3=$4"
+}
 if [[ -n ${TRAIN_SAMPLES:-} ]]; then  # Megatron-DeepSpeed's sample-based schedule
   supports train-samples || fail "TRAIN_SAMPLES is set but $train does not list --train-samples (use TRAIN_ITERS)"
+  decay_var=LR_DECAY_SAMPLES
+  [[ -n ${LR_DECAY_SAMPLES:-} ]] || decay_var="TRAIN_SAMPLES (LR_DECAY_SAMPLES unset)"
+  warmup_below_decay LR_WARMUP_SAMPLES "${LR_WARMUP_SAMPLES:-0}" "$decay_var" "${LR_DECAY_SAMPLES:-$TRAIN_SAMPLES}"
   args+=(--train-samples "$TRAIN_SAMPLES" --lr-warmup-samples "${LR_WARMUP_SAMPLES:-0}")
   [[ -z ${LR_DECAY_SAMPLES:-} ]] || args+=(--lr-decay-samples "$LR_DECAY_SAMPLES")
 else
-  args+=(--train-iters "${TRAIN_ITERS:-5000}" --lr-warmup-iters "${LR_WARMUP_ITERS:-500}")
+  TRAIN_ITERS=${TRAIN_ITERS:-5000}
+  decay_var=LR_DECAY_ITERS
+  [[ -n ${LR_DECAY_ITERS:-} ]] || decay_var="TRAIN_ITERS (LR_DECAY_ITERS unset)"
+  decay_iters=${LR_DECAY_ITERS:-$TRAIN_ITERS}
+  if [[ -z ${LR_WARMUP_ITERS:-} ]]; then  # a tenth of the decay, at most LR_WARMUP_ITERS_MAX
+    LR_WARMUP_ITERS=$((decay_iters / 10))
+    ((LR_WARMUP_ITERS <= ${LR_WARMUP_ITERS_MAX:-500})) || LR_WARMUP_ITERS=${LR_WARMUP_ITERS_MAX:-500}
+  fi
+  warmup_below_decay LR_WARMUP_ITERS "$LR_WARMUP_ITERS" "$decay_var" "$decay_iters"
+  args+=(--train-iters "$TRAIN_ITERS" --lr-warmup-iters "$LR_WARMUP_ITERS")
   [[ -z ${LR_DECAY_ITERS:-} ]] || args+=(--lr-decay-iters "$LR_DECAY_ITERS")
 fi
 [[ -z ${ZERO_STAGE:-} ]] || args+=(--zero-stage "$ZERO_STAGE")
@@ -166,8 +193,19 @@ if [[ $RECOMPUTE == full ]]; then
   args+=(--recompute-granularity full --recompute-method uniform --recompute-num-layers "${RECOMPUTE_NUM_LAYERS:-1}")
 fi
 if [[ -n $DATA_PATH ]]; then
-  # Megatron's --data-path: one prefix, or "weight prefix weight prefix ..." (word-split).
-  read -r -a data_words <<<"$DATA_PATH"
+  # Megatron's --data-path: one prefix, kept whole when it names a dataset (a path with
+  # spaces), or a blend split at spaces: weights and prefixes ("0.3 A 0.7 B") or prefixes
+  # ("A B"). Outside a dry run, a word that is neither is named here rather than by
+  # trident-train as a piece of DATA_PATH it never saw.
+  if [[ -f $DATA_PATH.idx ]]; then
+    data_words=("$DATA_PATH")
+  else
+    read -r -a data_words <<<"$DATA_PATH"
+    for w in "${data_words[@]}"; do
+      [[ $dry_run == 1 || -f $w.idx || $w =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
+        fail "DATA_PATH='$DATA_PATH': '$w' is neither a weight nor a dataset prefix (no $w.idx)"
+    done
+  fi
   args+=(--data-path "${data_words[@]}" --split "${SPLIT:-949,50,1}"
     --tokenizer-type GPT2BPETokenizer --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE")
   [[ $dry_run == 1 || -f $VOCAB_FILE ]] || fail "VOCAB_FILE not found: $VOCAB_FILE (run tools/get-gpt2-vocab.sh)"

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # Per-rank settings of the 16B GPT-2 (configs/gpt2-16b.yaml: 40 layers, hidden 5760, 48 heads
 # of 120, sequence 2048, ~16.2B parameters), split tp4 x pp8 as in the seed (32 nodes of
 # 4 GPUs with 16 GB: tp4 x pp8 x dp4). It sets the seed's variables and execs
@@ -7,9 +9,10 @@
 #   N_GPUS=32 mpirun -np 32 --bind-to none launch/single-16B.sh            # tp4 x pp8 x dp1
 #   N_GPUS=8 PP_SIZE=2 mpirun -np 8 --bind-to none launch/single-16B.sh    # 8 big GPUs
 # Variables (default in brackets): N_GPUS [32], TP_SIZE [4], PP_SIZE [8], MICRO_BATCH_SIZE [1],
-# GLOBAL_BATCH_SIZE [512], TRAIN_ITERS [100000], LR [1e-4], MIN_LR [1e-5], LR_WARMUP_ITERS [2000],
-# LR_DECAY_STYLE [cosine], INIT_METHOD_STD [0.008], ZERO_STAGE [1], PRECISION [fp32; fp16 with
-# dynamic loss scaling: launch/mpi-16B-fp16.sh], SAVE_INTERVAL [500], EVAL_INTERVAL [1000],
+# GLOBAL_BATCH_SIZE [512], TRAIN_ITERS [100000], LR [1e-4], MIN_LR [1e-5], LR_WARMUP_ITERS [a tenth
+# of the decay, at most LR_WARMUP_ITERS_MAX [2000]], LR_DECAY_STYLE [cosine], INIT_METHOD_STD [0.008],
+# ZERO_STAGE [1], PRECISION [fp32; fp16 with dynamic loss scaling: launch/mpi-16B-fp16.sh],
+# SAVE_INTERVAL [500], EVAL_INTERVAL [1000],
 # EVAL_ITERS [10], RECOMPUTE [full], MODEL_NAME [gpt2-16b], DATA_PATH, CHECKPOINT_PATH, TENSORBOARD_PATH,
 # VOCAB_FILE, MERGE_FILE, BUILD_DIR, TRIDENT_DRY_RUN; extra arguments go to trident-train.
 set -euo pipefail
@@ -32,12 +35,13 @@ export ZERO_STAGE=${ZERO_STAGE:-1}
 export MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-1}
 export GLOBAL_BATCH_SIZE=${GLOBAL_BATCH_SIZE:-512}
 
-# The schedule (GPT-3 13B-like: peak 1e-4, cosine to a tenth, 2000 warm-up iterations).
+# The schedule (GPT-3 13B-like: peak 1e-4, cosine to a tenth, 2000 warm-up iterations; a
+# shorter run warms up for a tenth of its decay, as run-one-node.sh's default).
 export TRAIN_ITERS=${TRAIN_ITERS:-100000}
 export LR=${LR:-1e-4}
 export MIN_LR=${MIN_LR:-1e-5}
 export LR_DECAY_STYLE=${LR_DECAY_STYLE:-cosine}
-export LR_WARMUP_ITERS=${LR_WARMUP_ITERS:-2000}
+export LR_WARMUP_ITERS_MAX=${LR_WARMUP_ITERS_MAX:-2000}
 export WEIGHT_DECAY=${WEIGHT_DECAY:-0.1}
 export CLIP_GRAD=${CLIP_GRAD:-1.0}
 export ADAM_BETA2=${ADAM_BETA2:-0.95}

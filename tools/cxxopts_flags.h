@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "tools/integer_flag.h"
@@ -22,6 +23,16 @@ inline cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, con
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
+}
+
+// Every value of a flag that may be repeated, in command-line order, each whole. (Declare
+// such a flag as a string, not cxxopts::value<std::vector<std::string>>: cxxopts splits a
+// vector's values at commas, so --prompt "Hello, world" would become two.)
+inline std::vector<std::string> repeated_flag(const cxxopts::ParseResult& r, const std::string& flag) {
+  std::vector<std::string> values;
+  for (const cxxopts::KeyValue& kv : r.arguments())
+    if (kv.key() == flag) values.push_back(kv.value());
+  return values;
 }
 
 // The value of a flag that must be given.

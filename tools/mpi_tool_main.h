@@ -8,19 +8,13 @@
 #include <cstdlib>
 #include <functional>
 
+#include "launcher_env.h"
 #include "tool_main.h"
 #ifdef TRIDENT_HAVE_MPI
 #include "parallel/mpi_comm.h"
 #endif
 
 namespace trident {
-
-// Launched by mpirun (or another PMI launcher)?
-inline bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
 
 // Processes in the job (1 without MPI).
 inline int job_world_size() {

@@ -2,10 +2,13 @@
 # trident-generate end to end: a gpt2-tiny-shaped model trained on the demo corpus (GPT-2
 # vocabulary) at tp2 x pp2, saved, and consolidated to tp1 by trident-convert. Generation
 # from either checkpoint gives the same bytes (greedy, and seeded top-k/top-p sampling);
-# the same seed repeats, another seed differs; prompts come from flags and a file (CRLF line
-# ends give the same prompts), the JSON-lines output parses and names each prompt; unconditional samples come in batches;
-# a sample stops at the model's last position. Bad input is one line and exit 2, with no
-# output file left behind.
+# the same seed repeats, another seed differs; prompts come from flags (a comma is part of
+# a prompt; --prompt repeats) and a file (CRLF line ends give the same prompts), the
+# JSON-lines output parses and names each prompt; unconditional samples come in batches
+# and Megatron's --genfile lines agree with them; prompt + generated tokens stop at the
+# model's sequence length; Megatron's flags (the model's shape, --micro-batch-size,
+# --recompute) and launch/run-inf.sh work; under mpirun -np 2 it refuses to run. Bad
+# input is one line and exit 2, with no output file left behind.
 #   tests/e2e/generate.sh <trident-train> <trident-preprocess> <trident-generate> <trident-convert> <repo> <gpt2 dir>
 set -uo pipefail
 train=$1 preprocess=$2 generate=$3 convert=$4 repo=$5 vocab=$6
@@ -47,6 +50,16 @@ sampled "$tmp/ckpt" 6 >"$tmp/s6.out" 2>/dev/null
 cmp -s "$tmp/s5a.out" "$tmp/s5b.out" && ok "seed 5 twice (two layouts): same text" || fail "seed 5 does not repeat"
 cmp -s "$tmp/s5a.out" "$tmp/s6.out" && fail "seeds 5 and 6 gave the same text" || ok "seed 6 differs"
 
+# A comma is part of the prompt (cxxopts would split a vector flag there); --prompt repeats.
+gen --load "$tmp/ckpt" --prompt "Hello world, this is" --prompt "a, b, c" --prompt "last" --greedy --out-seq-length 3 \
+  --sample-output-file "$tmp/comma.jsonl" >"$tmp/comma.out" 2>/dev/null || fail "prompts with commas"
+if python3 - "$tmp/comma.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["prompt"] for r in rows] == ["Hello world, this is", "a, b, c", "last"], rows
+PY
+then ok "--prompt with commas: three prompts, each whole, in order"; else fail "comma prompts: $(cat "$tmp/comma.jsonl")"; fi
+
 printf 'First prompt\n\nSecond one\n' >"$tmp/prompts.txt"
 gen --load "$tmp/ckpt" --sample-input-file "$tmp/prompts.txt" --out-seq-length 8 --sample-output-file "$tmp/out.jsonl" \
   >/dev/null 2>&1 || fail "prompts from a file"
@@ -79,12 +92,74 @@ gen --load "$tmp/ckpt" --num-samples 3 --batch-size 2 --out-seq-length 6 --seed 
 [[ $(grep -c '^=== sample [0-9]* (unconditional) ===$' "$tmp/uncond.out") -eq 3 ]] && ok "3 unconditional samples in batches of 2" ||
   fail "unconditional samples: $(cat "$tmp/uncond.out")"
 
-# 32 positions: a 5-token prompt fills positions 0-4, 27 generated tokens fed back fill the
-# rest, and the logits after position 31 give one more: 28, whatever --out-seq-length says.
-gen --load "$tmp/ckpt" --prompt "one two three four five" --ignore-eos --out-seq-length 100 \
+# Sequence length 32: "Hello world" is 2 tokens (15496, 995), so 30 more fill it, whatever
+# --out-seq-length says (Megatron's rule: the last token at index seq_length - 1).
+gen --load "$tmp/ckpt" --prompt "Hello world" --ignore-eos --out-seq-length 100 \
   --sample-output-file "$tmp/long.jsonl" >/dev/null 2>&1 || fail "a long continuation"
 n=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["tokens"])' "$tmp/long.jsonl")
-[[ $n -eq 28 ]] && ok "stops at the model's 32 positions (28 new tokens)" || fail "$n new tokens after 5 of 32 positions"
+[[ $n -eq 30 ]] && ok "prompt + generated = the sequence length, 32 (30 new tokens)" ||
+  fail "$n new tokens after a 2-token prompt in a sequence of 32"
+
+# Megatron's --genfile: {"text", "length", "finished"} per unconditional sample, the same
+# samples as --sample-output-file; "finished" is a sample that drew <|endoftext|> before
+# --out-seq-length. --micro-batch-size is --batch-size; --recompute changes nothing.
+uncond=(--load "$tmp/ckpt" --num-samples 5 --micro-batch-size 2 --out-seq-length 6 --seed 11)
+gen "${uncond[@]}" --genfile "$tmp/gen.json" --sample-output-file "$tmp/gen-out.jsonl" >"$tmp/gen.out" 2>/dev/null ||
+  fail "--genfile"
+gen "${uncond[@]}" --recompute >"$tmp/gen-recompute.out" 2>/dev/null || fail "--recompute"
+gen "${uncond[@]/--micro-batch-size/--batch-size}" >"$tmp/gen-batch.out" 2>/dev/null || fail "--batch-size"
+cmp -s "$tmp/gen.out" "$tmp/gen-recompute.out" && cmp -s "$tmp/gen.out" "$tmp/gen-batch.out" &&
+  ok "--recompute and --batch-size: the same samples" || fail "--recompute or --batch-size changed the samples"
+if python3 - "$tmp/gen.json" "$tmp/gen-out.jsonl" 6 <<'PY'
+import json, sys
+gen = [json.loads(l) for l in open(sys.argv[1])]
+out = [json.loads(l) for l in open(sys.argv[2])]
+limit = int(sys.argv[3])
+assert len(gen) == 5 and len(out) == 5, (gen, out)
+for g, o in zip(gen, out):
+    assert sorted(g) == ["finished", "length", "text"], g
+    assert g["text"] == o["text"] and g["length"] == o["tokens"], (g, o)
+    assert g["finished"] == (g["length"] < limit), g
+PY
+then ok "--genfile: 5 samples of Megatron's fields, agreeing with --sample-output-file"
+else fail "--genfile: $(cat "$tmp/gen.json")"; fi
+gen --load "$tmp/ckpt" --num-samples 2 --ignore-eos --out-seq-length 100 --genfile "$tmp/full.json" >/dev/null 2>&1
+python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["length"], r["finished"]) for r in rows] == [(31, False)] * 2, rows' "$tmp/full.json" &&
+  ok "--genfile: an unconditional sample fills the 31 positions after <|endoftext|>, unfinished" ||
+  fail "full-length unconditional samples: $(cat "$tmp/full.json")"
+
+# The model-shape flags of the training run are accepted (and change nothing); another
+# value is one line naming the flag and both values (below).
+shape=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+  --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --tokenizer-type GPT2BPETokenizer)
+gen --load "$tmp/ckpt" --prompt "$prompt" --greedy --out-seq-length 12 "${shape[@]}" >"$tmp/shape.out" 2>/dev/null
+cmp -s "$tmp/greedy.out" "$tmp/shape.out" && ok "the training run's shape flags: accepted, the same text" ||
+  fail "shape flags: $(cat "$tmp/shape.out")"
+
+# launch/run-inf.sh (the seed's single-GPU inference script) under mpirun -np 1, run by sh.
+rc=0
+env CHECKPOINT_PATH="$tmp/ckpt" BUILD_DIR="$(cd "$(dirname "$generate")/.." && pwd)" DEVICE=cpu \
+  VOCAB_FILE="$vocab/gpt2-vocab.json" MERGE_FILE="$vocab/gpt2-merges.txt" NUM_SAMPLES=3 MICRO_BATCH_SIZE=2 \
+  OUT_SEQ_LENGTH=5 NLAYERS=2 NHIDDEN=64 NHEADS=4 SEQ_LEN=32 GENFILE="$tmp/inf/samples.json" \
+  mpirun -np 1 sh "$repo/launch/run-inf.sh" >"$tmp/inf.out" 2>"$tmp/inf.err" || rc=$?
+if [[ $rc -eq 0 ]] && python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3 and all(r["length"] <= 5 and r["finished"] == (r["length"] < 5) for r in rows), rows
+' "$tmp/inf/samples.json"
+then ok "launch/run-inf.sh under mpirun -np 1: 3 samples in GENFILE"
+else fail "launch/run-inf.sh: rc=$rc $(cat "$tmp/inf.err")"; fi
+
+# Under mpirun -np 2 it would run two copies writing one file: one line, nothing written.
+rc=0
+mpirun --oversubscribe -np 2 "$generate" --device cpu "${words[@]}" --load "$tmp/ckpt" --num-samples 1 \
+  --genfile "$tmp/np2.json" >"$tmp/np2.out" 2>"$tmp/np2.err" || rc=$?
+n=$(grep -c '^trident-generate: error: trident-generate runs as one process, but the launcher started 2' "$tmp/np2.err")
+[[ $rc -ne 0 && $n -eq 1 && ! -e $tmp/np2.json && ! -s $tmp/np2.out ]] &&
+  ok "mpirun -np 2: one error line, nothing written" || fail "mpirun -np 2: rc=$rc $(cat "$tmp/np2.err")"
 
 expect_error() {  # expect_error <text in the one error line> <args...>
   local text=$1
@@ -102,13 +177,24 @@ expect_error "--load is required" "${words[@]}" --prompt hi
 expect_error "--top-p" --load "$tmp/ckpt" "${words[@]}" --top-p 1.5
 expect_error "--temperature" --load "$tmp/ckpt" "${words[@]}" --temperature -1
 expect_error "--sample-input-file" --load "$tmp/ckpt" "${words[@]}" --sample-input-file "$tmp/none.txt"
-expect_error "positions" --load "$tmp/ckpt" "${words[@]}" --prompt "$(printf 'word %.0s' {1..40})"
+# "word word ... word": one token a word. 31 of them leave room for one token, 32 for none.
+words_prompt() { local w; w=$(printf 'word %.0s' $(seq "$1")); echo "${w% }"; }
+gen --load "$tmp/ckpt" --prompt "$(words_prompt 31)" --ignore-eos --out-seq-length 5 --sample-output-file "$tmp/31.jsonl" \
+  >/dev/null 2>&1 || fail "a 31-token prompt"
+n=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["tokens"])' "$tmp/31.jsonl")
+[[ $n -eq 1 ]] && ok "a 31-token prompt: 1 new token" || fail "a 31-token prompt: $n new tokens"
+expect_error "32 tokens leave no room in the model's sequence length of 32" --load "$tmp/ckpt" "${words[@]}" \
+  --prompt "$(words_prompt 32)"
 # A prompt too long for the model, from a file: the error names the file and line (all
 # prompts are checked before generation starts).
 printf 'A short one\n\n%s\n' "$(printf 'word %.0s' {1..40})" >"$tmp/long_prompts.txt"
 expect_error "^trident-generate: error: --sample-input-file $tmp/long_prompts.txt line 3: [0-9]* tokens leave no room" \
   --load "$tmp/ckpt" "${words[@]}" --sample-input-file "$tmp/long_prompts.txt"
 expect_error "--load" --load "$tmp/nothing" "${words[@]}"
+expect_error "^trident-generate: error: --hidden-size 128 differs from the checkpoint's 64 ($tmp/ckpt/iter_0000040/metadata.json)$" \
+  --load "$tmp/ckpt" "${words[@]}" --num-layers 2 --hidden-size 128
+expect_error "--seq-length 64 differs from the checkpoint's 32" --load "$tmp/ckpt" "${words[@]}" --seq-length 64
+expect_error "--fp16 differs from the checkpoint's fp32 weights" --load "$tmp/ckpt" "${words[@]}" --fp16
 expect_error "--sample-output-file" --load "$tmp/ckpt" "${words[@]}" --out-seq-length 2 \
   --sample-output-file "$tmp/no/such/dir/out.jsonl"
 [[ -z $(find "$tmp/no" 2>/dev/null) ]] && ok "no partial output file" || fail "an output file was left behind"

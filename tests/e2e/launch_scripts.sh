@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The launch scripts end to end: run-one-node.sh under mpirun (tp2, a tiny model on synthetic
-# tokens, CPU) logs Megatron's iteration line; a world size that is not N_GPUS stops with one
-# error line; the 16B scripts' dry runs (TRIDENT_DRY_RUN=1) build the seed's command lines.
+# tokens, CPU, 6 iterations with the default warm-up) logs Megatron's iteration line; a world
+# size that is not N_GPUS stops with one error line; the 16B scripts' dry runs
+# (TRIDENT_DRY_RUN=1) build the seed's command lines, also when run by sh; DATA_PATH with a
+# space, blends, the warm-up default and its checks, the default vocabulary, run-inf.sh.
 #   tests/e2e/launch_scripts.sh <trident-train> <repo>
 set -euo pipefail
 train=$1
@@ -16,7 +18,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset MODEL_NAME CHECKPOINT_PATH DATA_PATH TENSORBOARD_PATH N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE \
   GLOBAL_BATCH_SIZE NLAYERS NHIDDEN NHEADS SEQ_LEN SAVE_INTERVAL VOCAB_FILE MERGE_FILE TRAIN_ITERS \
   TRAIN_SAMPLES LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES PRECISION ZERO_STAGE RECOMPUTE \
-  DEVICE HOSTFILE NNODES GPUS_PER_NODE MPIRUN_ARGS TRIDENT_DRY_RUN CUDA_VISIBLE_DEVICES
+  DEVICE HOSTFILE NNODES GPUS_PER_NODE MPIRUN_ARGS TRIDENT_DRY_RUN CUDA_VISIBLE_DEVICES LR_WARMUP_ITERS_MAX \
+  NUM_SAMPLES OUT_SEQ_LENGTH GENFILE SAMPLE_INPUT_FILE SAMPLE_OUTPUT_FILE TEMPERATURE TOP_K TOP_P SEED
 fails=0
 check() {  # check <what> <command...>: the command must succeed
   local what=$1
@@ -26,9 +29,10 @@ check() {  # check <what> <command...>: the command must succeed
 has() { grep -qF -- "$2" "$1"; }  # has <file> <text>
 lacks() { ! grep -qF -- "$2" "$1"; }
 
-# 1. Two ranks, tp2: the iteration line appears and the loss is a number.
+# 1. Two ranks, tp2: the iteration line appears and the loss is a number. TRAIN_ITERS=6 and
+# no LR_WARMUP_ITERS: the default warm-up (a tenth of the decay: 0) fits the run.
 tiny=(N_GPUS=2 TP_SIZE=2 PP_SIZE=1 NLAYERS=2 NHIDDEN=64 NHEADS=4 SEQ_LEN=64 VOCAB_SIZE=512
-  MICRO_BATCH_SIZE=4 GLOBAL_BATCH_SIZE=8 TRAIN_ITERS=6 LR_WARMUP_ITERS=2 LOG_INTERVAL=3
+  MICRO_BATCH_SIZE=4 GLOBAL_BATCH_SIZE=8 TRAIN_ITERS=6 LOG_INTERVAL=3
   SAVE_INTERVAL=3 EVAL_ITERS=1 DEVICE=cpu MODEL_NAME=tiny DATA_PATH=
   CHECKPOINT_PATH="$tmp/ckpt" TENSORBOARD_PATH="$tmp/tb")
 rc=0
@@ -47,6 +51,7 @@ env "${tiny[@]}" TRIDENT_DRY_RUN=1 "$repo/launch/run-one-node.sh" --seed 7 >"$tm
 cat "$tmp/dry.out"
 check "dry run: rank 0 of 2, tp 2, extra args last" \
   grep -Eq '^run-one-node.sh: dry run, rank 0 of 2 would run: .*--tensor-model-parallel-size 2 .* --seed 7$' "$tmp/dry.out"
+check "dry run: the default warm-up of a 6-iteration run is 0" has "$tmp/dry.out" " --lr-warmup-iters 0 "
 help=$("$train" --help)
 for f in "--save $tmp/ckpt" "--load $tmp/ckpt" "--save-interval 3" "--tensorboard-dir $tmp/tb"; do
   if grep -q -- "${f%% *} " <<<"$help"; then check "dry run passes $f" has "$tmp/dry.out" "$f "; fi
@@ -106,6 +111,99 @@ NNODES=64 HOSTFILE="$tmp/hostfile" TRIDENT_DRY_RUN=1 "$repo/launch/mpi-run-16B.s
 check "NNODES=64 with 32 hosts: exit 2" [ "$rc" -eq 2 ]
 check "NNODES=64 with 32 hosts: one line naming NNODES" [ "$(grep -c 'NNODES=64' "$tmp/nn.err")" -eq 1 ]
 check "NNODES=64 with 32 hosts: nothing else" [ "$(wc -l <"$tmp/nn.err")" -eq 1 ]
+
+# 4. sh runs the scripts under bash (dash on Debian, bash's POSIX mode elsewhere): the seed
+# says `sh mpi-run-16B.sh`.
+for shell in sh "bash --posix"; do
+  rc=0
+  env HOSTFILE="$tmp/hostfile" TRIDENT_DRY_RUN=1 $shell "$repo/launch/mpi-run-16B.sh" >"$tmp/sh.out" 2>"$tmp/sh.err" || rc=$?
+  check "$shell launch/mpi-run-16B.sh: exit 0" [ "$rc" -eq 0 ]
+  check "$shell launch/mpi-run-16B.sh: rank 0's command" has "$tmp/sh.out" "run-one-node.sh: dry run, rank 0 of 128 would run:"
+done
+
+# Dry runs of run-one-node.sh on one rank: dry <output file> [VAR=value...].
+dry() {
+  local out=$1
+  shift
+  local rc=0
+  env N_GPUS=1 TP_SIZE=1 DEVICE=cpu CHECKPOINT_PATH= TENSORBOARD_PATH= "$@" TRIDENT_DRY_RUN=1 \
+    "$repo/launch/run-one-node.sh" >"$out" 2>&1 || rc=$?
+  sed -i 's/$/ /' "$out"  # every word, the last included, ends with a space
+  return $rc
+}
+# 5. DATA_PATH: a prefix with a space stays one word when its .idx exists; a blend, weighted
+# or not, is split; a word that is neither a weight nor a dataset is named with DATA_PATH.
+mkdir -p "$tmp/sp ace"
+touch "$tmp/sp ace/demo_text_document.idx" "$tmp/a_text_document.idx" "$tmp/b_text_document.idx"
+dry "$tmp/space.out" DATA_PATH="$tmp/sp ace/demo_text_document"
+check "DATA_PATH with a space: one --data-path word" \
+  has "$tmp/space.out" "--data-path $(printf %q "$tmp/sp ace/demo_text_document") --split"
+dry "$tmp/blend.out" DATA_PATH="0.3 $tmp/a_text_document 0.7 $tmp/b_text_document"
+check "weighted blend: four words" has "$tmp/blend.out" "--data-path 0.3 $tmp/a_text_document 0.7 $tmp/b_text_document --split"
+dry "$tmp/blend2.out" DATA_PATH="$tmp/a_text_document $tmp/b_text_document"
+check "unweighted blend: two words" has "$tmp/blend2.out" "--data-path $tmp/a_text_document $tmp/b_text_document --split"
+check "the default vocabulary: <repo>/data/gpt2" has "$tmp/blend2.out" "--vocab-file $repo/data/gpt2/gpt2-vocab.json "
+rc=0
+env N_GPUS=1 TP_SIZE=1 DEVICE=cpu DATA_PATH="$tmp/sp ace/none_text_document" "$repo/launch/run-one-node.sh" \
+  >"$tmp/neither.out" 2>"$tmp/neither.err" || rc=$?
+cat "$tmp/neither.err"
+check "DATA_PATH word that is neither: exit 2" [ "$rc" -eq 2 ]
+check "DATA_PATH word that is neither: one line naming DATA_PATH and the word" [ "$(grep -c \
+  "^run-one-node.sh: error: DATA_PATH='$tmp/sp ace/none_text_document': '$tmp/sp' is neither a weight nor a dataset prefix" \
+  "$tmp/neither.err")" -eq 1 -a "$(wc -l <"$tmp/neither.err")" -eq 1 ]
+
+# 6. The warm-up: a tenth of the decay, at most 500 (2000 in the 16B scripts); a user's
+# warm-up that does not end before the decay is one line naming the variables.
+warmup_case() {  # warmup_case <expected --lr-warmup-iters> [VAR=value...]
+  local want=$1
+  shift
+  dry "$tmp/warm.out" "$@"
+  check "$* -> --lr-warmup-iters $want" has "$tmp/warm.out" " --lr-warmup-iters $want "
+}
+warmup_case 500
+warmup_case 30 TRAIN_ITERS=300
+warmup_case 20 TRAIN_ITERS=5000 LR_DECAY_ITERS=200
+warmup_case 7 TRAIN_ITERS=300 LR_WARMUP_ITERS=7
+env HOSTFILE="$tmp/hostfile" TRIDENT_DRY_RUN=1 "$repo/launch/mpi-run-16B.sh" >"$tmp/warm16.out" 2>&1
+check "16B: --lr-warmup-iters 2000" has "$tmp/warm16.out" " --lr-warmup-iters 2000 "
+env HOSTFILE="$tmp/hostfile" TRAIN_ITERS=1000 TRIDENT_DRY_RUN=1 "$repo/launch/mpi-run-16B.sh" >"$tmp/warm16.out" 2>&1
+check "16B, TRAIN_ITERS=1000: --lr-warmup-iters 100" has "$tmp/warm16.out" " --lr-warmup-iters 100 "
+warmup_error() {  # warmup_error <text of the one error line> [VAR=value...]
+  local text=$1 rc=0
+  shift
+  dry "$tmp/warm.out" "$@" || rc=$?
+  check "$* -> exit 2" [ "$rc" -eq 2 ]
+  check "$* -> one line: $text" [ "$(grep -cF "run-one-node.sh: error: $text" "$tmp/warm.out")" -eq 1 -a \
+    "$(wc -l <"$tmp/warm.out")" -eq 1 ]
+}
+warmup_error "LR_WARMUP_ITERS=500 must be below the learning-rate decay, TRAIN_ITERS (LR_DECAY_ITERS unset)=300" \
+  TRAIN_ITERS=300 LR_WARMUP_ITERS=500
+warmup_error "LR_WARMUP_ITERS=100 must be below the learning-rate decay, LR_DECAY_ITERS=100" \
+  TRAIN_ITERS=300 LR_DECAY_ITERS=100 LR_WARMUP_ITERS=100
+warmup_error "LR_WARMUP_SAMPLES=640 must be below the learning-rate decay, TRAIN_SAMPLES (LR_DECAY_SAMPLES unset)=640" \
+  TRAIN_SAMPLES=640 LR_WARMUP_SAMPLES=640
+warmup_error "TRAIN_ITERS must be a positive integer (got '1e3')" TRAIN_ITERS=1e3
+dry "$tmp/samples.out" TRAIN_SAMPLES=6400 LR_WARMUP_SAMPLES=640
+check "TRAIN_SAMPLES=6400 LR_WARMUP_SAMPLES=640 -> passed" has "$tmp/samples.out" "--train-samples 6400 --lr-warmup-samples 640 "
+
+# 7. tools/get-gpt2-vocab.sh without a folder: <repo>/data/gpt2 from any directory (only
+# where it is already there: this test fetches nothing).
+if [[ -f $repo/data/gpt2/gpt2-vocab.json && -f $repo/data/gpt2/gpt2-merges.txt ]]; then
+  (cd "$tmp" && "$repo/tools/get-gpt2-vocab.sh") 2>"$tmp/vocab.err"
+  check "get-gpt2-vocab.sh: <repo>/data/gpt2 by default" has "$tmp/vocab.err" "$repo/data/gpt2 already has"
+  check "get-gpt2-vocab.sh: nothing under the current directory" [ ! -e "$tmp/data" ]
+fi
+
+# 8. run-inf.sh (run by sh): Megatron's generation flags; the training shape when given.
+env SEQ_LEN=1024 NLAYERS=24 MICRO_BATCH_SIZE=2 CHECKPOINT_PATH="$tmp/ck pt" TRIDENT_DRY_RUN=1 \
+  sh "$repo/launch/run-inf.sh" --greedy >"$tmp/inf.out" 2>&1
+cat "$tmp/inf.out"
+want_inf=("--load $(printf %q "$tmp/ck pt") " "--vocab-file $repo/data/gpt2/gpt2-vocab.json " "--num-samples 8 "
+  "--micro-batch-size 2 " "--num-layers 24 " "--seq-length 1024 --max-position-embeddings 1024 "
+  "--genfile $repo/out/gpt2-345m/unconditional_samples.json --greedy")
+for w in "${want_inf[@]}"; do
+  check "run-inf.sh passes '$w'" has "$tmp/inf.out" "$w"
+done
 
 echo "launch-script checks failing: $fails"
 [[ $fails -eq 0 ]]

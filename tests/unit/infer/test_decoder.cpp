@@ -6,43 +6,19 @@
 #include <cmath>
 #include <random>
 
-#include "../model/gpt2_reference.h"
-#include "../model/model_test_util.h"
 #include "infer/decoder.h"
-#include "kernels/cpu/cpu_backend.h"
-#include "model/param_spec.h"
-#include "model/param_store.h"
+#include "tiny_model.h"
 
 namespace trident {
 namespace {
 
-struct Fixture {
-  ModelConfig cfg = test::tiny_config();
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  std::unique_ptr<ParamStore> params;
-  ref::Params host;
-  explicit Fixture(DType dt) {
-    cfg.init_method_std = 0.3f;  // attention far from uniform, GELU far from linear
-    cfg.dtype = dt;
-    params = std::make_unique<ParamStore>(*be, gpt2_param_specs(cfg, 1), 1, 0, dt, dt,
-                                          [](const ParamSpec&) { return true; });
-    params->init(1234);
-    for (const LocalParam& p : params->list()) {
-      std::vector<float> h = test::to_host(*be, params->param(p));
-      host[p.spec.name] = std::vector<double>(h.begin(), h.end());  // the stored (rounded) values
-    }
-  }
-};
-
 void check_against_reference(DType dt, double tol) {
-  Fixture f(dt);
+  test::TinyModel f(dt);
   const int B = 3, T = f.cfg.seq_length;
   std::mt19937 rng(9);
   std::vector<int> tokens(B * T);
   for (int& t : tokens) t = static_cast<int>(rng() % f.cfg.vocab_size);
-  const ref::RefConfig rc{f.cfg.num_layers, f.cfg.hidden_size, f.cfg.num_attention_heads, T, B,
-                          static_cast<int>(f.cfg.vocab_size), 0.0f, 0.0f, 0, 0};
-  const std::vector<double> want = ref::gpt2_logits(rc, f.host, tokens);
+  const std::vector<double> want = f.reference_logits(tokens, B, T);
   const int64_t V = f.cfg.vocab_size;
   Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T);
   double worst = 0, scale = 0;
@@ -73,7 +49,7 @@ TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionFp32) { check_against_re
 TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionBf16) { check_against_reference(DType::BF16, 2e-2); }
 
 TEST(Gpt2Decoder, RejectsBadTokensAndSizes) {
-  Fixture f(DType::F32);
+  test::TinyModel f(DType::F32);
   Gpt2Decoder dec(f.cfg, *f.be, *f.params, 2, 4);
   EXPECT_THROW(dec.step({1}), InternalError);                      // one token for two sequences
   EXPECT_THROW(dec.step({1, static_cast<int32_t>(f.cfg.vocab_size)}), InternalError);  // outside the vocabulary

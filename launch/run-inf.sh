@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
+if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
+# Text generation from a trained checkpoint, the seed's run-inf.sh (one GPU):
+#   CHECKPOINT_PATH=checkpoints/gpt2-345m mpirun -np 1 launch/run-inf.sh    (or without mpirun)
+# Extra arguments ("$@") go to trident-generate last, so they win over everything below.
+#
+# Unconditional samples by default, written as Megatron's --genfile JSON lines
+# {"text", "length", "finished"}; with SAMPLE_INPUT_FILE, one prompt a line continued and
+# written to SAMPLE_OUTPUT_FILE. trident-generate runs as one process and reads a
+# checkpoint of any layout whole (no conversion to tp1/pp1 first); the seed's multi-GPU
+# tensor-parallel inference (run-inf-gpus.sh) is not supported: under mpirun -np N > 1 it
+# stops with one line.
+#
+# Variables (the seed's names; default in brackets):
+#   MODEL_NAME [gpt2-345m]   CHECKPOINT_PATH [<repo>/checkpoints/$MODEL_NAME]
+#   VOCAB_FILE, MERGE_FILE [<repo>/data/gpt2/gpt2-{vocab.json,merges.txt}: tools/get-gpt2-vocab.sh]
+#   NUM_SAMPLES [8]  OUT_SEQ_LENGTH [1024: most tokens a sample gets; prompt + generated also
+#     stop at the model's sequence length]  DEVICE [auto]
+#   GENFILE [<repo>/out/$MODEL_NAME/unconditional_samples.json]
+#   SAMPLE_INPUT_FILE [unset: unconditional]  SAMPLE_OUTPUT_FILE [<repo>/out/$MODEL_NAME/samples.json]
+#   MICRO_BATCH_SIZE (samples decoded together), TEMPERATURE, TOP_K, TOP_P, SEED [unset:
+#     trident-generate's defaults, 8, 1.0, 0 and 0 (all tokens), 1234]
+#   NLAYERS NHIDDEN NHEADS SEQ_LEN [unset; when set, the training run's values, checked
+#     against the checkpoint: a different value is an error naming the flag]
+#   BUILD_DIR [<repo>/build]   TRIDENT_DRY_RUN [0; 1 prints the command instead of running it]
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+me=run-inf.sh
+fail() {
+  echo "$me: error: $*" >&2
+  exit 2
+}
+
+MODEL_NAME=${MODEL_NAME:-gpt2-345m}
+CHECKPOINT_PATH=${CHECKPOINT_PATH:-$repo/checkpoints/$MODEL_NAME}
+VOCAB_FILE=${VOCAB_FILE:-$repo/data/gpt2/gpt2-vocab.json}
+MERGE_FILE=${MERGE_FILE:-$repo/data/gpt2/gpt2-merges.txt}
+BUILD_DIR=${BUILD_DIR:-$repo/build}
+generate=$BUILD_DIR/tools/trident-generate
+dry_run=${TRIDENT_DRY_RUN:-0}
+[[ $dry_run == 1 || -x $generate ]] || fail "no trident-generate at $generate (build with tools/build.sh, or set BUILD_DIR)"
+
+args=(--load "$CHECKPOINT_PATH" --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE"
+  --out-seq-length "${OUT_SEQ_LENGTH:-1024}" --device "${DEVICE:-auto}")
+pass_if_set() {  # pass_if_set VAR FLAG...: FLAG... $VAR when VAR is set
+  local v=$1
+  shift
+  [[ -z ${!v:-} ]] || for f in "$@"; do args+=("$f" "${!v}"); done
+}
+pass_if_set MICRO_BATCH_SIZE --micro-batch-size
+pass_if_set TEMPERATURE --temperature
+pass_if_set TOP_K --top-k
+pass_if_set TOP_P --top-p
+pass_if_set SEED --seed
+# The shape of the training run (run-one-node.sh's flags for the same variables).
+pass_if_set NLAYERS --num-layers
+pass_if_set NHIDDEN --hidden-size
+pass_if_set NHEADS --num-attention-heads
+pass_if_set SEQ_LEN --seq-length --max-position-embeddings
+if [[ -n ${SAMPLE_INPUT_FILE:-} ]]; then
+  out=${SAMPLE_OUTPUT_FILE:-$repo/out/$MODEL_NAME/samples.json}
+  args+=(--sample-input-file "$SAMPLE_INPUT_FILE" --sample-output-file "$out")
+else
+  out=${GENFILE:-$repo/out/$MODEL_NAME/unconditional_samples.json}
+  args+=(--num-samples "${NUM_SAMPLES:-8}" --genfile "$out")
+fi
+
+if [[ $dry_run == 1 ]]; then
+  printf '%s: dry run, would run:' "$me"
+  for a in "$generate" "${args[@]}" "$@"; do  # quote only the words that need it
+    if [[ $a =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
+  done
+  printf '\n'
+  exit 0
+fi
+mkdir -p "$(dirname "$out")"
+exec "$generate" "${args[@]}" "$@"

@@ -1,0 +1,41 @@
+// The tiny GPT-2 the generation tests decode with: its parameters in a one-process
+// ParamStore (CPU) and, for the reference of tests/unit/model/gpt2_reference.h, the same
+// stored (rounded) values in double on the host.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "../model/gpt2_reference.h"
+#include "../model/model_test_util.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/param_spec.h"
+#include "model/param_store.h"
+
+namespace trident::test {
+
+struct TinyModel {
+  ModelConfig cfg = tiny_config();
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<ParamStore> params;
+  ref::Params host;
+  explicit TinyModel(DType dt) {
+    cfg.init_method_std = 0.3f;  // attention far from uniform, GELU far from linear
+    cfg.dtype = dt;
+    params = std::make_unique<ParamStore>(*be, gpt2_param_specs(cfg, 1), 1, 0, dt, dt,
+                                          [](const ParamSpec&) { return true; });
+    params->init(1234);
+    for (const LocalParam& p : params->list()) {
+      std::vector<float> h = to_host(*be, params->param(p));
+      host[p.spec.name] = std::vector<double>(h.begin(), h.end());
+    }
+  }
+  // The reference's logits, [B, T, V], of B sequences of T tokens each (row-major).
+  std::vector<double> reference_logits(const std::vector<int>& tokens, int B, int T) const {
+    const ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, T, B,
+                            static_cast<int>(cfg.vocab_size), 0.0f, 0.0f, 0, 0};
+    return ref::gpt2_logits(rc, host, tokens);
+  }
+};
+
+}  // namespace trident::test

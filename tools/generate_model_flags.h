@@ -1,0 +1,78 @@
+// The model and layout flags Megatron's generation scripts pass (they build the model
+// before loading it), accepted by trident-generate, which reads the model from the
+// checkpoint's metadata.json instead: a shape flag that says what the checkpoint holds is
+// accepted, one that does not is an error naming the flag and both values. The layout
+// flags take only 1: trident-generate runs as one process and loads a checkpoint of any
+// layout whole (tensor-parallel decoding is not supported).
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+#include "tools/cxxopts_flags.h"
+
+namespace trident {
+
+inline void add_model_flags(cxxopts::Options& o) {
+  o.add_options("model (Megatron's; checked against the checkpoint)")
+      ("num-layers", "transformer layers", cxxopts::value<std::string>())
+      ("hidden-size", "hidden size", cxxopts::value<std::string>())
+      ("num-attention-heads", "attention heads", cxxopts::value<std::string>())
+      ("seq-length", "sequence length", cxxopts::value<std::string>())
+      ("max-position-embeddings", "learned positions", cxxopts::value<std::string>())
+      ("make-vocab-size-divisible-by", "vocabulary padding", cxxopts::value<std::string>())
+      ("fp16", "the checkpoint holds fp16 weights")
+      ("bf16", "the checkpoint holds bf16 weights")
+      ("tokenizer-type", "GPT2BPETokenizer (the only one)", cxxopts::value<std::string>())
+      ("tensor-model-parallel-size", "1 (one process)", cxxopts::value<std::string>())
+      ("pipeline-model-parallel-size", "1 (one process)", cxxopts::value<std::string>());
+}
+
+// What the model flags say, read before the checkpoint is (so a bad value is named first).
+struct ModelFlags {
+  std::vector<std::pair<std::string, long long>> shape;  // flag (no dashes), value
+  const char* dtype = nullptr;                           // "fp16", "bf16" or none
+};
+
+// Reads the shape flags and checks the rest: the layout flags take only 1, the tokenizer
+// only GPT-2's.
+inline ModelFlags read_model_flags(const cxxopts::ParseResult& r) {
+  for (const char* flag : {"tensor-model-parallel-size", "pipeline-model-parallel-size"})
+    if (r.count(flag) && integer_flag(r, flag, 1, INT32_MAX) != 1)
+      throw ConfigError(std::string("--") + flag + " " + r[flag].as<std::string>() +
+                        ": trident-generate runs as one process and reads a checkpoint of any layout whole "
+                        "(tensor-parallel decoding is not supported); give 1 or leave the flag out");
+  if (r.count("tokenizer-type") && r["tokenizer-type"].as<std::string>() != "GPT2BPETokenizer")
+    throw ConfigError("--tokenizer-type " + r["tokenizer-type"].as<std::string>() +
+                      ": trident-generate reads GPT2BPETokenizer's --vocab-file and --merge-file");
+  if (r.count("fp16") && r.count("bf16")) throw ConfigError("--fp16 and --bf16 are mutually exclusive");
+  ModelFlags f;
+  for (const char* flag : {"num-layers", "hidden-size", "num-attention-heads", "seq-length", "max-position-embeddings",
+                           "make-vocab-size-divisible-by"})
+    if (r.count(flag)) f.shape.emplace_back(flag, integer_flag(r, flag, 1, INT32_MAX));
+  for (const char* flag : {"fp16", "bf16"})
+    if (r.count(flag)) f.dtype = flag;
+  return f;
+}
+
+// Each flag given against the checkpoint's model (`where`: its metadata.json).
+inline void check_model_flags(const ModelFlags& f, const ModelConfig& m, const std::string& where) {
+  const std::map<std::string, long long> held = {{"num-layers", m.num_layers},
+                                                 {"hidden-size", m.hidden_size},
+                                                 {"num-attention-heads", m.num_attention_heads},
+                                                 {"seq-length", m.seq_length},
+                                                 {"max-position-embeddings", m.max_position_embeddings},
+                                                 {"make-vocab-size-divisible-by", m.make_vocab_size_divisible_by}};
+  for (const auto& [flag, given] : f.shape)
+    if (given != held.at(flag))
+      throw ConfigError("--" + flag + " " + std::to_string(given) + " differs from the checkpoint's " +
+                        std::to_string(held.at(flag)) + " (" + where + ")");
+  if (f.dtype && std::string(f.dtype) != dtype_name(m.dtype))
+    throw ConfigError("--" + std::string(f.dtype) + " differs from the checkpoint's " + dtype_name(m.dtype) +
+                      " weights (" + where + "); generation runs in the checkpoint's precision");
+}
+
+}  // namespace trident
