@@ -6,7 +6,8 @@
 # must come back from the checkpoint); a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
 # gives the losses the unchanged layout gives; a rank dying mid-save leaves the previous
 # checkpoint the latest and loadable, and the next save removes its temporary; corrupt and
-# truncated files are named; a resumed run with another learning rate fails on every rank
+# truncated files are named (under mpirun by rank 0 when another rank read the file, and no
+# rank reports the checkpoint loaded); a resumed run with another learning rate fails on every rank
 # with one line unless told which schedule wins; a missing --load directory starts from
 # scratch.
 # Usage: checkpoint_resume.sh TRAIN_BINARY REPO
@@ -141,6 +142,18 @@ rm -rf "$d/bad" && cp -r "$d/ckpt" "$d/bad"
 model=$(ls "$d"/bad/iter_0000010/mp_rank_01_001/model.safetensors)
 printf '\x55' | dd of="$model" bs=1 seek=$(($(stat -c %s "$model") - 5)) conv=notrunc 2>/dev/null
 expect_error "flipped byte" "mp_rank_01_001/model.safetensors.*checksum"
+# The same file under mpirun at the checkpoint's layout, where rank 3 alone reads it: no rank
+# reports the checkpoint loaded, and rank 0 says which file is bad (one line, exit 2).
+rc=0
+timeout 120 mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --load "$d/bad" --train-iters 12 >"$d/bad4.out" 2>"$d/bad4.err" || rc=$?
+if [[ $rc -eq 2 && $(grep -c '^trident-train: error' "$d/bad4.err") -eq 1 ]] &&
+    grep -q '^trident-train: error: .*mp_rank_01_001/model.safetensors.*checksum' "$d/bad4.err" &&
+    ! grep -q "loaded checkpoint" "$d/bad4.out"; then
+  echo "flipped byte read by rank 3 of 4: $(grep '^trident-train: error' "$d/bad4.err")"
+else
+  fail "flipped byte read by rank 3 of 4: rc=$rc"; cat "$d/bad4.out" "$d/bad4.err"
+fi
 rm -rf "$d/bad" && cp -r "$d/ckpt" "$d/bad"
 truncate -s -100 "$d"/bad/iter_0000010/mp_rank_00_000/optim_dp0000.safetensors
 expect_error "truncated file" "mp_rank_00_000/optim_dp0000.safetensors"
