@@ -3,7 +3,8 @@
 # learning rate and loss scale and every final parameter bit-identical) on one process and
 # at tp2 x pp2 x dp2 with fp32/fp16 and ZeRO 0/1/2, and in fp16 with skipped iterations
 # before and after the stop (the LR schedule advances only on the updates, so its position
-# must come back from the checkpoint); a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
+# must come back from the checkpoint); an fp16 checkpoint loaded in fp32 gives the same
+# parameters (its masters) on 1 and 4 ranks; a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
 # gives the losses the unchanged layout gives; a rank dying mid-save leaves the previous
 # checkpoint the latest and loadable, and the next save removes its temporary; corrupt and
 # truncated files are named (under mpirun by rank 0 when another rank read the file, and no
@@ -68,6 +69,16 @@ d="$tmp/fp16 with skipped iterations, one process"
 [[ $(skips "$d/first.log") -ge 1 && $(skips "$d/second.log") -ge 1 ]] &&
   echo "fp16 resume: $(skips "$d/first.log") skipped iterations before the stop, $(skips "$d/second.log") after" ||
   fail "fp16 resume: expected skipped iterations before and after the stop"
+
+# An fp16 checkpoint loaded by an fp32 run gives it the fp32 master weights (bit for bit on
+# one process: tests/unit/train/test_trainer_checkpoint.cpp); at tp2 x dp2 with ZeRO 1, where
+# ranks read master pieces from each other's files, the same parameters.
+d="$tmp/fp16, tp2 pp2 dp2 zero 2"
+launch 1 --load "$d/ckpt" --train-iters 10 --save-canonical "$d/fp32_1.st" >/dev/null
+launch 4 --tensor-model-parallel-size 2 --zero-stage 1 --load "$d/ckpt" --train-iters 10 \
+  --save-canonical "$d/fp32_4.st" >/dev/null
+python3 "$repo/tests/mpi/compare_params.py" "$d/fp32_1.st" "$d/fp32_4.st" 0 "fp16 checkpoint in fp32, 1 vs 4 ranks" ||
+  fail "fp16 checkpoint loaded in fp32 at tp2 x dp2"
 
 # ---- any layout -------------------------------------------------------------------------
 d="$tmp/layouts"
