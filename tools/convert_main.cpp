@@ -1,16 +1,20 @@
 // trident-convert: checkpoint conversion on one process (no MPI, no model, no backend).
 //
 //   trident-convert --load DIR --save OUT [--iteration N] [--target-tp T] [--target-pp P] [--no-optimizer]
+//                   [--overwrite]
 //       a checkpoint written under any layout -> OUT/iter_NNNNNNN at tp T x pp P (default 1 x 1),
 //       dp 1, zero 0, with its optimizer state (unless --no-optimizer: a release checkpoint);
 //   trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
-//   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]
+//   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P] [--overwrite]
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
-//       trident-train --load OUT --finetune, or --no-load-optim).
+//       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng).
 // Every output appears atomically under its final name (a checkpoint through the
 // iter_NNNNNNN.tmp-* protocol, an HF folder renamed from OUT.tmp-*); an error prints one line
-// naming the file or flag and exits 2, leaving nothing under the final name.
+// naming the file or flag and exits 2, leaving nothing under the final name. A checkpoint is
+// written only into an OUT that holds none yet: committing into a training run's directory
+// would move its latest pointer (and replace its iter_NNNNNNN of the same number), so that
+// takes --overwrite.
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -38,19 +42,23 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "Usage:\n"
     "  trident-convert --load DIR --save OUT [--iteration N] [--target-tp T] [--target-pp P] [--no-optimizer]\n"
+    "                  [--overwrite]\n"
     "      consolidate or reshard a trident checkpoint (any layout) to tp T x pp P (default 1 x 1), dp 1\n"
     "  trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]\n"
     "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
-    "                  [--make-vocab-size-divisible-by N]\n"
+    "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
-    "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N.\n";
+    "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N.\n"
+    "A checkpoint OUT must hold no checkpoint yet (no latest_checkpointed_iteration.txt, no iter_* folder)\n"
+    "unless --overwrite: then OUT's iteration of the same number is replaced and its latest pointer moves\n"
+    "to the converted checkpoint.\n";
 
 struct ConvertFlags {
   std::string load, save, to, from, dtype;
   std::optional<int64_t> iteration;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
-  bool no_optimizer = false, help = false;
+  bool no_optimizer = false, overwrite = false, help = false;
   std::map<std::string, bool> given;
 };
 
@@ -61,7 +69,8 @@ ConvertFlags parse_flags(int argc, char** argv) {
   const std::map<std::string, bool> known = {  // name -> takes a value
       {"load", true},      {"save", true},         {"iteration", true}, {"target-tp", true},
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
-      {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"help", false}};
+      {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
+      {"help", false}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -80,6 +89,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       if (has_value) throw ConfigError("--" + name + " takes no value");
       if (name == "help") f.help = true;
       if (name == "no-optimizer") f.no_optimizer = true;
+      if (name == "overwrite") f.overwrite = true;
       continue;
     }
     if (!has_value) {
@@ -105,7 +115,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (!f.from.empty() && f.from != "hf") throw ConfigError("--from: '" + f.from + "' is not a known format (hf)");
   if (!f.to.empty() && !f.from.empty()) throw ConfigError("--to and --from are mutually exclusive");
   if (!f.to.empty())
-    for (const char* g : {"target-tp", "target-pp", "no-optimizer"})
+    for (const char* g : {"target-tp", "target-pp", "no-optimizer", "overwrite"})
       if (f.given[g]) throw ConfigError(std::string("--") + g + " does not apply to --to hf");
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf only");
   if (f.given["make-vocab-size-divisible-by"] && f.from.empty())
@@ -115,6 +125,20 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
     throw ConfigError("--save: must not be the --load directory (" + f.save + ")");
   return f;
+}
+
+// A checkpoint committed into --save moves its latest pointer: refuse a directory that holds
+// checkpoints already (a training run's) unless --overwrite says so.
+void check_save_holds_no_checkpoint(const ConvertFlags& f) {
+  if (f.overwrite) return;
+  const fs::path save = f.save;
+  std::error_code ec;
+  const bool pointer = fs::exists(fs::symlink_status(latest_file(save), ec));
+  if (pointer || !list_iterations(save).empty())
+    throw ConfigError("--save: " + f.save + " already holds checkpoints (" +
+                      (pointer ? std::string(kLatestFileName) : "iter_* folders") +
+                      "): converting into it would move its latest pointer; give another directory, or "
+                      "--overwrite to replace its iteration of the same number and point its latest there");
 }
 
 OfflineLayout target_layout(const ModelConfig& cfg, int tp, int pp) {
@@ -143,6 +167,7 @@ std::string layout_str(const ParallelLayout& L) {
 
 // A trident checkpoint -> a trident checkpoint at another layout.
 int convert_checkpoint(const ConvertFlags& f) {
+  check_save_holds_no_checkpoint(f);
   const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration);
   ShardedCheckpointReader ckpt(dir);
   const CheckpointMetadata& m = ckpt.metadata();
@@ -206,6 +231,7 @@ int export_hf(const ConvertFlags& f) {
 int import_hf(const ConvertFlags& f) {
   std::error_code ec;
   if (!fs::is_directory(f.load, ec)) throw ConfigError("--load: directory not found: " + f.load);
+  check_save_holds_no_checkpoint(f);
   HfGpt2Model hf = import_hf_gpt2(f.load, f.vocab_divisible_by);
   CheckpointMetadata m;
   m.model = hf.config;

@@ -43,6 +43,7 @@
 #include "parallel/parallel_context.h"
 #include "mpi_tool_main.h"
 #include "tools/integer_flag.h"
+#include "train/checkpoint_args.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #ifdef TRIDENT_HAVE_MPI
@@ -65,7 +66,8 @@ constexpr const char* kUsage =
     "  --sequential        read the --data-path prefix in order as consecutive windows of\n"
     "                      seq-length + 1 tokens (no shuffling, every token predicted once)\n"
     "  --max-tokens N      with --sequential: read only the first N tokens\n"
-    "Model, data, batch and layout flags are trident-train's (trident-train --help); run under\n"
+    "Model, data, batch and layout flags are trident-train's (trident-train --help; with\n"
+    "--use-checkpoint-args the model shape flags not given come from the checkpoint); run under\n"
     "mpirun with --tensor-model-parallel-size / --pipeline-model-parallel-size for other layouts.\n";
 
 
@@ -185,6 +187,7 @@ int run(int argc, char** argv) {
   if (!opt.save.empty()) throw ConfigError("--save: trident-eval writes no checkpoint (see trident-convert)");
   if (!opt.save_canonical.empty()) throw ConfigError("--save-canonical: not a trident-eval flag");
   if (opt.eval_iters <= 0 && !ef.sequential) throw ConfigError("--eval-iters must be positive");
+  if (opt.ckpt_step >= 0) throw ConfigError("--ckpt-step: trident-eval takes --iteration N");
 
   // As trident-train: the backend first (NcclComm runs on its GPU), TF32 as in training.
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
@@ -202,6 +205,10 @@ int run(int argc, char** argv) {
     throw ConfigError(e.what());
   }
   const CheckpointMetadata& meta = ckpt->metadata();
+  if (opt.use_checkpoint_args) {
+    const std::string taken = take_checkpoint_args(opt, &meta.model);
+    if (parallel->world_rank() == 0) std::cout << "trident-eval: --use-checkpoint-args: " << taken << std::endl;
+  }
 
   std::unique_ptr<SampleSource> train, eval_data;
   const SequentialWindows* seq = nullptr;

@@ -1,15 +1,20 @@
 // trident-train: train GPT-2 with Megatron-compatible flags, on one process or under
 // mpirun (one process per GPU; tensor x pipeline x data parallel).
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/metadata.h"
 #include "core/error.h"
 #include "kernels/backends.h"
 #include "mpi_tool_main.h"
 #include "parallel/parallel_context.h"
 #include "parallel/process_grid.h"
 #include "train/canonical_export.h"
+#include "train/checkpoint_args.h"
+#include "train/checkpoint_to_load.h"
 #include "train/trainer.h"
 
 namespace trident {
@@ -31,6 +36,26 @@ void check_save_dir(const std::string& save, ParallelContext& par) {
   if (any_rank(par, !why.empty())) throw ConfigError("--save: " + (why.empty() ? save + " is unusable (see rank 0)" : why));
 }
 
+// --load is resolved before the data and the model are built: a --load naming no usable
+// checkpoint (train/checkpoint_to_load.h) fails in seconds, and --use-checkpoint-args shapes
+// the model as Megatron does, reading its arguments first. Every rank reads the same files,
+// so a bad one fails every rank alike (a configuration error).
+void resolve_load(TrainOptions& opt, ParallelContext& par) {
+  std::optional<CheckpointMetadata> meta;
+  try {
+    const std::optional<std::filesystem::path> dir = checkpoint_to_load(opt);
+    if (dir && opt.use_checkpoint_args) meta = read_metadata((*dir / kMetadataFileName).string());
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  if (!opt.use_checkpoint_args) return;
+  const std::string taken = take_checkpoint_args(opt, meta ? &meta->model : nullptr);
+  if (par.world_rank() != 0) return;
+  std::cout << "trident: --use-checkpoint-args: "
+            << (meta ? taken + " from --load " : "no checkpoint to take the model shape from in --load ") << opt.load
+            << std::endl;
+}
+
 int train(int argc, char** argv) {
   TrainOptions opt;
   if (!parse_train_options(argc, argv, opt)) return 0;
@@ -41,6 +66,7 @@ int train(int argc, char** argv) {
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
   if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
+  if (!opt.load.empty()) resolve_load(opt, *parallel);
   TrainData data = make_train_data(opt);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));

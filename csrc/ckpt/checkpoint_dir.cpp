@@ -381,12 +381,13 @@ PruneResult prune(const fs::path& root, int keep_last) {
   }
 
   if (!latest) return res;  // without a pointer we cannot tell which one is good: keep all
-  const size_t keep = static_cast<size_t>(keep_last);
-  for (size_t i = 0; i + keep < iters.size(); ++i) {
-    const int64_t it = iters[i];
-    if (it == *latest) continue;
-    delete_dir(root, iteration_dir(root, it), iteration_dir_name(it));
-    res.removed_iterations.push_back(it);
+  // iters is ascending and holds *latest (find_latest_iteration checked it exists).
+  const auto above = std::upper_bound(iters.begin(), iters.end(), *latest);
+  res.abandoned_iterations.assign(above, iters.end());
+  const size_t counted = static_cast<size_t>(above - iters.begin());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < counted; ++i) {
+    delete_dir(root, iteration_dir(root, iters[i]), iteration_dir_name(iters[i]));
+    res.removed_iterations.push_back(iters[i]);
   }
   if (!res.removed_iterations.empty()) fsync_dir(root.string());
   return res;

@@ -98,20 +98,22 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   return iteration_dir(root, meta.iteration);
 }
 
-fs::path resolve_checkpoint_dir(const fs::path& load, std::optional<int64_t> iteration) {
+fs::path resolve_checkpoint_dir(const fs::path& load, std::optional<int64_t> iteration,
+                                const std::string& iteration_flag) {
   std::error_code ec;
   if (!fs::is_directory(load, ec)) throw ConfigError("--load: directory not found: " + load.string());
   if (fs::exists(load / kMetadataFileName, ec)) {
     if (iteration)
-      throw ConfigError("--iteration: --load " + load.string() + " is one checkpoint folder already; give its parent");
+      throw ConfigError(iteration_flag + ": --load " + load.string() +
+                        " is one checkpoint folder already; give its parent");
     return load;
   }
   if (iteration) {
-    if (*iteration < 0) throw ConfigError("--iteration must not be negative");
+    if (*iteration < 0) throw ConfigError(iteration_flag + " must not be negative");
     const fs::path dir = iteration_dir(load, *iteration);
     if (!fs::is_directory(dir, ec))
-      throw ConfigError("--iteration: no checkpoint of iteration " + std::to_string(*iteration) + " (" + dir.string() +
-                        " not found)");
+      throw ConfigError(iteration_flag + ": no checkpoint of iteration " + std::to_string(*iteration) + " (" +
+                        dir.string() + " not found)");
     return dir;
   }
   return iteration_dir(load, latest_iteration(load));

@@ -49,8 +49,10 @@ std::filesystem::path write_offline_checkpoint(const std::filesystem::path& root
 
 // The iteration folder a tool reads: `load` itself when it holds metadata.json (an
 // iter_NNNNNNN folder given directly), else load/iter_<iteration>, or the one the latest
-// pointer names when `iteration` is empty. Throws ConfigError naming --load or --iteration
-// for a missing directory, IoError naming the pointer file when it is missing or garbled.
-std::filesystem::path resolve_checkpoint_dir(const std::filesystem::path& load, std::optional<int64_t> iteration);
+// pointer names when `iteration` is empty. Throws ConfigError naming --load or
+// `iteration_flag` (the tool's flag that gave `iteration`) for a missing directory, IoError
+// naming the pointer file when it is missing or garbled.
+std::filesystem::path resolve_checkpoint_dir(const std::filesystem::path& load, std::optional<int64_t> iteration,
+                                             const std::string& iteration_flag = "--iteration");
 
 }  // namespace trident

@@ -388,7 +388,7 @@ void check_same_model_shape(const ModelConfig& c, const ModelConfig& m, const st
   same("--max-position-embeddings", c.max_position_embeddings, m.max_position_embeddings);
 }
 
-void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend) {
+void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend, bool from_masters) {
   // The tied word embedding last: the first and the last stage both hold a copy, and by then
   // this rank has opened the file of its own stage, which the reader prefers.
   std::vector<const LocalParam*> order;
@@ -397,7 +397,9 @@ void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Ba
   Buffer staging;
   for (const LocalParam* lp : order) {
     const LocalParam& p = *lp;
-    const std::vector<float> local = ckpt.model_slice(p.spec, params.tp(), params.tp_rank());
+    const std::vector<float> local =
+        from_masters ? ckpt.optimizer_slice(p.spec, "master", params.tp(), params.tp_rank(), -1, {{0, p.numel()}})
+                     : ckpt.model_slice(p.spec, params.tp(), params.tp_rank());
     const Tensor dst = params.param(p);
     if (dst.dtype == DType::F32) {
       backend.copy_from_host(dst, local.data());

@@ -130,9 +130,11 @@ ShardedCheckpointReader::FilePlace rank_file_place(const std::string& rel_path, 
 void check_same_model_shape(const ModelConfig& checkpoint, const ModelConfig& run, const std::filesystem::path& dir);
 
 // Fills `params` (one TP rank's slices, any dtype, any device) from the checkpoint, reading
-// only the files that hold them.
+// only the files that hold them: the model files, or with `from_masters` the optimizer
+// files' fp32 master weights (exact where the model files hold a 16-bit copy).
 class Backend;
 class ParamStore;
-void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend);
+void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend,
+                           bool from_masters = false);
 
 }  // namespace trident

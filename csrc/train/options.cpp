@@ -110,6 +110,14 @@ const std::vector<FlagDef>& flag_defs() {
       {"override-lr-scheduler", "Megatron-DeepSpeed's name for --override-opt_param-scheduler", true},
       {"use-checkpoint-lr-scheduler", "Megatron-DeepSpeed's name for --use-checkpoint-opt_param-scheduler", true},
       {"finetune", "load weights only and start at iteration 0", true},
+      {"no-save-optim", "save checkpoints without the optimizer state, learning-rate schedule and loss scale "
+                        "(loading them needs --no-load-optim or --finetune)", true},
+      {"no-save-rng", "save checkpoints without the RNG state (loading them needs --no-load-rng or --finetune)", true},
+      {"ckpt-step", "load iteration N of --load instead of the one its latest_checkpointed_iteration.txt names"},
+      {"exit-on-missing-checkpoint", "stop with an error when --load holds no checkpoint (default: train from "
+                                     "scratch)", true},
+      {"use-checkpoint-args", "take the model-shape flags not given (layers, hidden size, heads, sequence length, "
+                              "positions, vocabulary padding) and the dropout from the --load checkpoint", true},
       // Data.
       {"data-path", "dataset prefix, weights and prefixes (0.3 A 0.7 B), or prefixes mixed by size (A B); "
                     "cut into train/valid/test by --split"},
@@ -529,6 +537,14 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("no-load-optim", o.no_load_optim);
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
+  f.get("no-save-optim", o.no_save_optim);
+  f.get("no-save-rng", o.no_save_rng);
+  f.get("ckpt-step", o.ckpt_step);
+  if (f.has("ckpt-step") && o.ckpt_step < 0) throw ConfigError("--ckpt-step must not be negative");
+  f.get("exit-on-missing-checkpoint", o.exit_on_missing_checkpoint);
+  f.get("use-checkpoint-args", o.use_checkpoint_args);
+  for (const char* name : {"ckpt-step", "exit-on-missing-checkpoint", "use-checkpoint-args"})
+    if (f.has(name) && o.load.empty()) throw ConfigError(std::string("--") + name + " needs --load");
   // Megatron's rule for a loaded checkpoint's scheduler: the two choices exclude each other
   // (OptimizerParamScheduler asserts "both override and use-checkpoint are set"), with or
   // without --load.
@@ -599,7 +615,6 @@ void validate_recompute(const TrainOptions& o) {
 }
 
 void validate_run(TrainOptions& o) {
-  ModelConfig& m = o.model;
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
   if (o.has_data() && o.vocab_file.empty()) throw ConfigError("--vocab-file is required with --data-path");
@@ -609,9 +624,6 @@ void validate_run(TrainOptions& o) {
     throw ConfigError("--train-data-path is required with --valid-data-path or --test-data-path");
   check_positive(o.tensor_model_parallel_size, "tensor-model-parallel-size");
   check_positive(o.pipeline_model_parallel_size, "pipeline-model-parallel-size");
-  if (o.pipeline_model_parallel_size > m.num_layers)
-    throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(o.pipeline_model_parallel_size) +
-                      ") must not exceed --num-layers (" + std::to_string(m.num_layers) + ")");
   if (o.zero_stage < 0 || o.zero_stage > 2) throw ConfigError("--zero-stage must be 0, 1 or 2");
   if (!o.comm.empty() && o.comm != "nccl" && o.comm != "mpi")
     throw ConfigError("--comm: unknown communicator '" + o.comm + "' (expected nccl or mpi)");
@@ -624,10 +636,13 @@ void validate_run(TrainOptions& o) {
   check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
-  m.validate(o.tensor_model_parallel_size);
+  // With --use-checkpoint-args the shape is complete only once the checkpoint is read.
+  if (!o.use_checkpoint_args) validate_model_options(o);
 }
 
 void read_and_validate(const Flags& f, TrainOptions& o) {
+  for (const FlagDef& d : flag_defs())
+    if (f.has(d.name)) o.given_flags.insert(d.name);
   read_model_flags(f, o.model);
   read_schedule_flags(f, o);
   read_optimizer_flags(f, o);
@@ -640,6 +655,13 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
 }
 
 }  // namespace
+
+void validate_model_options(const TrainOptions& o) {
+  if (o.pipeline_model_parallel_size > o.model.num_layers)
+    throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(o.pipeline_model_parallel_size) +
+                      ") must not exceed --num-layers (" + std::to_string(o.model.num_layers) + ")");
+  o.model.validate(o.tensor_model_parallel_size);
+}
 
 void resolve_schedule(TrainOptions& o) {
   if (o.global_batch_size <= 0) throw ConfigError("--global-batch-size must be positive");

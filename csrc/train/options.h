@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,16 @@ struct TrainOptions {
   int64_t save_interval = 0;    // iterations between saves; 0: only at the end (with --save)
   int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all
   bool no_load_optim = false, no_load_rng = false, finetune = false;
+  // Megatron's: --no-save-optim leaves the optimizer state (with the learning-rate schedule
+  // and the loss scale) out of the checkpoints, --no-save-rng the RNG state (the dropout
+  // seed); loading such a checkpoint then needs --no-load-optim / --no-load-rng (or --finetune).
+  bool no_save_optim = false, no_save_rng = false;
+  // Which checkpoint --load names and what happens without one: train/checkpoint_to_load.h.
+  int64_t ckpt_step = -1;  // --ckpt-step N: load iteration N, not the pointer's (-1: not given)
+  bool exit_on_missing_checkpoint = false;
+  // --use-checkpoint-args: model-shape flags not given take the loaded checkpoint's values
+  // (train/checkpoint_args.h).
+  bool use_checkpoint_args = false;
   // A loaded checkpoint's LR schedule (max_lr, min_lr, warm-up and decay in samples, decay
   // style) against the command line's, as Megatron's OptimizerParamScheduler.load_state_dict:
   // by default a difference is an error; --override-opt_param-scheduler (Megatron-DeepSpeed:
@@ -95,6 +106,9 @@ struct TrainOptions {
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
   std::string split = "969, 30, 1";
   std::string data_cache_path;
+
+  // Every flag the command line or the --config file gave, by name ("num-layers").
+  std::set<std::string> given_flags;
 };
 
 // Parses argv (and the YAML file named by --config). A flag on the command line replaces the
@@ -104,6 +118,11 @@ struct TrainOptions {
 // value from the file; a key given twice in the file is an error. Returns false after
 // printing --help.
 bool parse_train_options(int argc, const char* const* argv, TrainOptions& out);
+
+// Checks the model shape against the layout (--num-layers against the pipeline stages,
+// ModelConfig::validate at the tensor-parallel size); ConfigError naming the flag.
+// parse_train_options calls it, except with --use-checkpoint-args (take_checkpoint_args).
+void validate_model_options(const TrainOptions& o);
 
 // Fills the resolved schedule fields from the flag fields: iteration-based sets
 // train_samples = train_iters x global batch, decay_samples = (lr_decay_iters or

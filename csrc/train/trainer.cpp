@@ -47,10 +47,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
     throw ConfigError("--global-batch-size (" + std::to_string(opt_.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
                       ") x data-parallel size (" + std::to_string(g.dp) + ")");
-  const uint64_t needed = static_cast<uint64_t>(opt_.train_iters) * opt_.global_batch_size;
-  if (data_->size() < needed)
-    throw ConfigError("--train-iters: the training data has " + std::to_string(data_->size()) +
-                      " samples, the run needs " + std::to_string(needed));
+  check_data_covers_run(0, 0, 0);
   const ProcessGrid& grid = par_->grid;
   const LayerRange layers = pipeline_layer_range(opt_.model.num_layers, g.pp, grid.pp_rank);
   micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
@@ -279,6 +276,33 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
   throw ConfigError("the loss or the gradient norm was NaN or infinite for " + std::to_string(consecutive_unusable_) +
                     " iterations in a row (--max-nan-iterations " + std::to_string(opt_.max_nan_iterations) +
                     "); stopped at iteration " + std::to_string(iteration_) + " instead of training on garbage");
+}
+
+// Every sample the rest of the run reads from `iteration` on must exist: training reads
+// (train_iters - iteration) global batches from sample `consumed` on; validation eval_iters
+// global batches from `consumed_valid` on at each remaining multiple of --eval-interval and
+// once at the end. make_train_data sizes the splits for a run from iteration 0, so a run
+// resumed with another global batch size may need more (it still stops at --train-iters, as
+// Megatron: iterations, not samples).
+void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const {
+  const uint64_t G = static_cast<uint64_t>(opt_.global_batch_size);
+  auto check = [&](const char* split, const SampleSource& data, uint64_t from, uint64_t batches) {
+    const uint64_t end = from + batches * G;
+    if (data.size() >= end) return;
+    std::string msg = std::string(opt_.sample_based ? "--train-samples" : "--train-iters") + ", --global-batch-size " +
+                      std::to_string(G) + ": the " + split + " data has " + std::to_string(data.size()) +
+                      " samples, the run reads " + std::to_string(end);
+    if (iteration > 0)
+      msg += " (resumed at iteration " + std::to_string(iteration) + " with " + std::to_string(from) + " " + split +
+             " samples consumed; the data is sized for a run from iteration 0 at this global batch size)";
+    throw ConfigError(msg);
+  };
+  const int64_t T = opt_.train_iters, E = opt_.eval_interval;
+  check("training", *data_, consumed, static_cast<uint64_t>(std::max<int64_t>(0, T - iteration)));
+  if (valid_ && opt_.eval_iters > 0) {
+    const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - iteration / E) : 0) + 1;
+    check("validation", *valid_, consumed_valid, static_cast<uint64_t>(evaluations * opt_.eval_iters));
+  }
 }
 
 void Trainer::log_evaluation(const std::string& where, const EvalResult& r) {

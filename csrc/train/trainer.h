@@ -22,6 +22,7 @@
 
 namespace trident {
 
+class ShardedCheckpointReader;
 class TensorBoardWriter;
 
 struct IterationResult {
@@ -66,13 +67,18 @@ class Trainer {
   // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
   // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last.
   void save_checkpoint();
-  // Restores the latest checkpoint under opt.load, written under any layout (parameters;
-  // optimizer state, loss scale and LR schedule position unless --no-load-optim/--finetune;
-  // counters unless --finetune; dropout seed unless --no-load-rng). With the optimizer state,
-  // the checkpoint's LR schedule parameters must equal the command line's unless
+  // Restores the checkpoint opt.load names (train/checkpoint_to_load.h: the latest, an
+  // iteration folder, or --ckpt-step's), written under any layout (parameters; optimizer
+  // state, loss scale and LR schedule position unless --no-load-optim/--finetune; counters
+  // unless --finetune; dropout seed unless --no-load-rng/--finetune: a checkpoint without
+  // one of these is a ConfigError naming the flags). With the optimizer state, the
+  // checkpoint's LR schedule parameters must equal the command line's unless
   // --override-opt_param-scheduler / --use-checkpoint-opt_param-scheduler picks one (a
-  // ConfigError naming the field otherwise). Returns false, and training starts from scratch, when the
-  // directory holds no checkpoint yet or does not exist (a warning, as Megatron).
+  // ConfigError naming the field otherwise), and a run of another dtype takes its
+  // parameters from the checkpoint's fp32 master weights. Every rank must succeed before any
+  // goes on: a failure on one is a ConfigError with its message on all. The data must cover
+  // the rest of the run (checked before any tensor is read). Returns false, and training
+  // starts from scratch, when there is no checkpoint to load (a warning, as Megatron).
   bool load_checkpoint();
 
  private:
@@ -83,6 +89,9 @@ class Trainer {
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
   void count_unusable_iteration(const IterationResult& r);
+  // ConfigError unless the data covers the run from this position (trainer.cpp).
+  void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const;
+  void restore_checkpoint(ShardedCheckpointReader& ckpt);  // load_checkpoint's reading part
 
   TrainOptions opt_;
   Backend& be_;
@@ -108,6 +117,7 @@ class Trainer {
   int64_t skipped_iterations_ = 0, nan_iterations_ = 0;
   int64_t consecutive_unusable_ = 0;  // for --max-nan-iterations (count_unusable_iteration)
   int64_t last_saved_iteration_ = -1;
+  bool abandoned_reported_ = false;  // --keep-last found iterations above the pointer (said once)
   std::vector<IterationResult> history_;
 };
 

@@ -7,14 +7,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <utility>
 
 #include "ckpt/canonical_slices.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
+#include "train/checkpoint_to_load.h"
 #include "train/trainer.h"
 
 namespace trident {
@@ -36,12 +39,27 @@ StTensorRef tensor_ref(Backend& be, std::string name, StDType dtype, std::vector
   return r;
 }
 
-// Fixed-size string exchange over a Comm (as I32 words).
+// String exchange over a Comm (its length, then its bytes as I32 words).
 void broadcast_string(Comm& c, std::string& s, int root) {
-  std::vector<int32_t> buf(64, 0);
-  if (c.rank() == root) std::memcpy(buf.data(), s.data(), std::min<size_t>(s.size(), 255));
-  c.broadcast(Tensor(buf.data(), Shape{64}, DType::I32, Device::Cpu), root);
-  s.assign(reinterpret_cast<const char*>(buf.data()));
+  int32_t n = static_cast<int32_t>(s.size());
+  c.broadcast(Tensor(&n, Shape{1}, DType::I32, Device::Cpu), root);
+  std::vector<int32_t> buf((n + 3) / 4, 0);
+  if (c.rank() == root) std::memcpy(buf.data(), s.data(), s.size());
+  if (!buf.empty())
+    c.broadcast(Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}, DType::I32, Device::Cpu), root);
+  s.assign(reinterpret_cast<const char*>(buf.data()), n);
+}
+
+// The error of the lowest world rank that has one (`mine`: this rank's, "" for none), on
+// every rank; "" when no rank failed. Collective over `world`.
+std::string first_failure(Comm& world, const std::string& mine) {
+  // The maximum of (size - rank) over the failing ranks names the lowest of them.
+  float v = mine.empty() ? 0.0f : static_cast<float>(world.size() - world.rank());
+  world.allreduce(Tensor(&v, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
+  if (v == 0) return "";
+  std::string failure = mine;
+  broadcast_string(world, failure, world.size() - static_cast<int>(v));
+  return failure;
 }
 
 void send_string(Comm& c, const std::string& s, int peer) {
@@ -166,6 +184,21 @@ LrSchedule schedule_after_load(const LrSchedule& cli, const nlohmann::json& trai
                     "--use-checkpoint-opt_param-scheduler to train with the checkpoint's)");
 }
 
+// Whether a load restores the optimizer state (and with it the LR schedule and loss scale).
+bool loads_optimizer_state(const TrainOptions& o) { return !o.no_load_optim && !o.finetune; }
+
+// The trainer_state key of the RNG state: the dropout seed (Philox, so the seed is all of it).
+constexpr const char* kRngStateKey = "dropout_seed";
+
+// What prune() left above the pointer, said once per run: which directories, and why they stay.
+std::string abandoned_note(const fs::path& root, int64_t latest, const std::vector<int64_t>& abandoned) {
+  std::string names;
+  for (int64_t it : abandoned) names += (names.empty() ? "" : ", ") + iteration_dir_name(it);
+  return "trident: --keep-last: " + names + " in " + root.string() + " lie above the latest checkpoint (iteration " +
+         std::to_string(latest) + "), left by an abandoned continuation: kept and not counted (a save of the same "
+         "iteration replaces one); delete them by hand if they are not wanted";
+}
+
 }  // namespace
 
 void Trainer::save_checkpoint() {
@@ -200,7 +233,8 @@ void Trainer::save_checkpoint() {
     const std::string rel = rank_dir + "/" + kModelFileName;
     note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
   }
-  if (optimizer_->sharded() || grid.dp_rank == 0) {  // without ZeRO every DP rank has it all
+  // Without ZeRO every DP rank has it all.
+  if (!opt_.no_save_optim && (optimizer_->sharded() || grid.dp_rank == 0)) {
     const ShardPlan& plan = optimizer_->plan();
     std::vector<StTensorRef> refs;
     for (const LocalParam& p : P.list())
@@ -228,25 +262,30 @@ void Trainer::save_checkpoint() {
     std::istringstream in(all);
     FileRecord f;
     while (in >> f.path >> f.size >> f.xxh3) m.files.push_back(f);
-    const LossScalerState ls = scaler_.state();
     m.trainer_state = {{"consumed_valid_samples", consumed_valid_samples_},
-                       {"optimizer_steps", optimizer_->steps_taken()},
                        {"skipped_iterations", skipped_iterations_},
                        {"nan_iterations", nan_iterations_},
-                       // Megatron's name: the LR schedule's position in samples of successful updates.
-                       {"opt_param_scheduler", scheduler_state(schedule_, scheduler_samples_)},
-                       {"dropout_seed", model_->dropout_seed()},
-                       {"global_batch_size", opt_.global_batch_size},
-                       {"loss_scaler",
-                        {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
-                         {"hysteresis_tracker", ls.hysteresis_tracker}}}};
+                       {"global_batch_size", opt_.global_batch_size}};
+    if (!opt_.no_save_optim) {  // Megatron's --no-save-optim also leaves out the scheduler
+      const LossScalerState ls = scaler_.state();
+      m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
+      // Megatron's name: the LR schedule's position in samples of successful updates.
+      m.trainer_state["opt_param_scheduler"] = scheduler_state(schedule_, scheduler_samples_);
+      m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
+                                        {"hysteresis_tracker", ls.hysteresis_tracker}};
+    }
+    if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model_->dropout_seed();
     write_metadata((temp / kMetadataFileName).string(), m);
   }
   float megabytes = static_cast<float>(bytes / 1e6);  // also the barrier before the commit
   world.allreduce(Tensor(&megabytes, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
   if (grid.rank == 0) {
     temp_dir->commit();
-    if (opt_.keep_last > 0) prune(root, static_cast<int>(opt_.keep_last));
+    if (opt_.keep_last > 0) {
+      const PruneResult pruned = prune(root, static_cast<int>(opt_.keep_last));
+      if (!pruned.abandoned_iterations.empty() && !std::exchange(abandoned_reported_, true))
+        *out_ << abandoned_note(root, iteration_, pruned.abandoned_iterations) << std::endl;
+    }
   }
   world.barrier();
   last_saved_iteration_ = iteration_;
@@ -257,36 +296,82 @@ void Trainer::save_checkpoint() {
 
 bool Trainer::load_checkpoint() {
   const auto start = std::chrono::steady_clock::now();
-  const fs::path root = opt_.load;
-  if (!fs::exists(root)) {  // as Megatron: no checkpoint to load, so train from the initial weights
-    *out_ << "trident: warning: --load " << root.string() << " does not exist; no checkpoint loaded, starting "
-          << "from scratch" << std::endl;
+  std::optional<fs::path> dir;
+  std::unique_ptr<ShardedCheckpointReader> ckpt;
+  std::string error;
+  try {
+    dir = checkpoint_to_load(opt_);
+    if (dir) {
+      ckpt = std::make_unique<ShardedCheckpointReader>(*dir);
+      restore_checkpoint(*ckpt);
+    }
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  // Each rank reads only the files holding its slices, so a corrupt file fails the ranks
+  // that read it alone. Agree first: no rank reports a checkpoint loaded, or trains on,
+  // while another failed; all fail with the first failing rank's message (a bad checkpoint
+  // is bad input: one line from rank 0, exit 2).
+  if (const std::string failure = first_failure(*par_->world, error); !failure.empty()) throw ConfigError(failure);
+  if (!dir) {  // as Megatron: no checkpoint to load, so train from the initial weights
+    if (fs::exists(opt_.load))
+      *out_ << "trident: no checkpoint in " << opt_.load << " yet (no " << kLatestFileName
+            << "); starting from scratch" << std::endl;
+    else
+      *out_ << "trident: warning: --load " << opt_.load << " does not exist; no checkpoint loaded, starting "
+            << "from scratch" << std::endl;
     return false;
   }
-  if (!fs::is_directory(root)) throw ConfigError("--load: not a directory: " + root.string());
-  const std::optional<int64_t> latest = find_latest_iteration(root);
-  if (!latest) {
-    *out_ << "trident: no checkpoint in " << root.string() << " yet (no " << kLatestFileName
-          << "); starting from scratch" << std::endl;
-    return false;
-  }
-  const fs::path dir = iteration_dir(root, *latest);
-  ShardedCheckpointReader ckpt(dir);
-  check_same_model_shape(ckpt.metadata().model, opt_.model, dir);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const CheckpointMetadata& m = ckpt->metadata();
+  const ParallelLayout& L = m.layout;
+  double gigabytes = 0;
+  for (const FileRecord& f : m.files) gigabytes += static_cast<double>(f.size) / 1e9;
+  *out_ << "trident: loaded checkpoint " << dir->string() << " (" << gigabytes << " GB, iteration " << m.iteration
+        << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << ")"
+        << (loads_optimizer_state(opt_) ? "" : " without optimizer state (learning-rate schedule from step 0)")
+        << (opt_.finetune ? " to fine-tune" : "") << " in " << s << " s (" << gigabytes / s << " GB/s on rank 0)"
+        << std::endl;
+  return true;
+}
 
-  const bool load_optimizer = !opt_.no_load_optim && !opt_.finetune;
+void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
+  const fs::path& dir = ckpt.dir();
+  const CheckpointMetadata& meta = ckpt.metadata();
+  check_same_model_shape(meta.model, opt_.model, dir);
+  const nlohmann::json& st = meta.trainer_state;
+  // As Megatron (its legacy checkpoints): a state asked for but not saved (--no-save-optim,
+  // --no-save-rng, a conversion without it) is an error naming the flags that skip it.
+  const bool load_optimizer = loads_optimizer_state(opt_), load_rng = !opt_.no_load_rng && !opt_.finetune;
   if (load_optimizer && !ckpt.has_optimizer_state())
     throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
+  if (load_rng && !st.contains(kRngStateKey))
+    throw ConfigError("--load: " + dir.string() + " has no RNG state (use --no-load-rng or --finetune)");
+  if (!opt_.finetune) {
+    try {
+      check_data_covers_run(meta.iteration, static_cast<uint64_t>(meta.consumed_samples),
+                            st.value("consumed_valid_samples", uint64_t{0}));
+    } catch (const ConfigError& e) {
+      const int64_t saved_batch = st.value("global_batch_size", int64_t{0});
+      if (saved_batch == 0 || saved_batch == opt_.global_batch_size) throw;
+      throw ConfigError(std::string(e.what()) + "; the checkpoint was written at --global-batch-size " +
+                        std::to_string(saved_batch));
+    }
+  }
   // As Megatron, the scheduler's state (its position and its parameters) loads with the
   // optimizer's: with --no-load-optim or --finetune the command line's schedule starts at 0.
-  // Checked before any tensor is read; every rank reads the same metadata and options, so
-  // every rank fails alike (and a failing rank ends the job: run_mpi_tool).
-  if (load_optimizer) schedule_ = schedule_after_load(schedule_, ckpt.metadata().trainer_state, opt_, dir, *out_);
+  // Checked before any tensor is read.
+  if (load_optimizer) schedule_ = schedule_after_load(schedule_, st, opt_, dir, *out_);
 
   const ProcessGrid& grid = par_->grid;
   const int tp = grid.shape.tp;
   ParamStore& P = model_->params();
-  load_model_parameters(ckpt, P, be_);
+  // The model files hold the parameters in the checkpoint's dtype; a run of another dtype
+  // takes them from the fp32 master weights instead (an fp32 run loading a 16-bit checkpoint
+  // would otherwise continue from rounded weights).
+  load_model_parameters(ckpt, P, be_, load_optimizer && meta.model.dtype != opt_.model.dtype);
   if (load_optimizer) {
     const ShardPlan& plan = optimizer_->plan();
     for (const LocalParam& p : P.list()) {
@@ -308,10 +393,9 @@ bool Trainer::load_checkpoint() {
   } else {
     optimizer_->master_from_params();
   }
-  const nlohmann::json& st = ckpt.metadata().trainer_state;
   if (!opt_.finetune) {
-    iteration_ = ckpt.metadata().iteration;
-    consumed_samples_ = static_cast<uint64_t>(ckpt.metadata().consumed_samples);
+    iteration_ = meta.iteration;
+    consumed_samples_ = static_cast<uint64_t>(meta.consumed_samples);
     // As Megatron: the LR schedule's state belongs to the optimizer's, so without it the
     // schedule starts again at step 0 (warm-up included) while the iteration carries on.
     scheduler_samples_ = load_optimizer ? saved_scheduler_samples(st, consumed_samples_) : 0;
@@ -327,20 +411,8 @@ bool Trainer::load_checkpoint() {
       }
     }
   }
-  if (!opt_.no_load_rng && !opt_.finetune && st.contains("dropout_seed"))
-    model_->set_dropout_seed(st["dropout_seed"].get<uint64_t>());
+  if (load_rng) model_->set_dropout_seed(st[kRngStateKey].get<uint64_t>());
   last_saved_iteration_ = iteration_;
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const ParallelLayout& L = ckpt.metadata().layout;
-  double gigabytes = 0;
-  for (const FileRecord& f : ckpt.metadata().files) gigabytes += static_cast<double>(f.size) / 1e9;
-  *out_ << "trident: loaded checkpoint " << dir.string() << " (" << gigabytes << " GB, iteration "
-        << ckpt.metadata().iteration
-        << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << ")"
-        << (load_optimizer ? "" : " without optimizer state (learning-rate schedule from step 0)")
-        << (opt_.finetune ? " to fine-tune" : "") << " in " << s
-        << " s (" << gigabytes / s << " GB/s on rank 0)" << std::endl;
-  return true;
 }
 
 }  // namespace trident

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# trident-eval and trident-convert on bad input: every case exits 2 with exactly one line
-# "trident-<tool>: error: ..." naming the file or flag (an integer out of range with the
-# value as typed), and a failed conversion leaves nothing under its final name; a file a
-# tool does not need (trident-eval: the optimizer's) is not read. The checkpoint: gpt2-tiny
-# with 4 layers, 2 iterations, one process.
+# trident-eval, trident-convert and trident-train's --load on bad input: every case exits 2
+# with exactly one line "trident-<tool>: error: ..." naming the file or flag (an integer out
+# of range with the value as typed), and a failed conversion leaves nothing under its final
+# name; a file a tool does not need (trident-eval: the optimizer's) is not read; a
+# conversion into a run's directory is refused unless --overwrite; what --load names
+# (iteration folder, --ckpt-step, --exit-on-missing-checkpoint, --use-checkpoint-args); a
+# resumed run whose data is too short for its new global batch stops at the start. The
+# checkpoint: gpt2-tiny with 4 layers, 2 iterations, one process.
 # Usage: checkpoint_tools_errors.sh TRAIN EVAL CONVERT REPO
 set -u
 train=$1
@@ -154,6 +157,81 @@ nothing_under "$tmp/out5" "a conversion that failed while writing"
 rm -rf "$tmp/ck" && cp -r "$tmp/ck_good" "$tmp/ck"
 printf 'x2' >"$tmp/ck/latest_checkpointed_iteration.txt"
 expect_error trident-eval "latest_checkpointed_iteration.txt: garbled" "$eval_bin" "${args[@]}" --load "$tmp/ck"
+
+# trident-convert into a training run's directory would move its latest pointer: refused in
+# every mode, the run left as it was, unless --overwrite.
+"$convert" --to hf --load "$tmp/ck_good" --save "$tmp/hf_run" >/dev/null
+cp -r "$tmp/ck_good" "$tmp/run"
+expect_error trident-convert "--save: $tmp/run already holds checkpoints (latest_checkpointed_iteration.txt)" \
+  "$convert" --from hf --load "$tmp/hf_run" --save "$tmp/run"
+expect_error trident-convert "--save: $tmp/run already holds checkpoints" \
+  "$convert" --load "$tmp/ck_good" --save "$tmp/run" --target-tp 2
+expect_error trident-convert "--save: $tmp/run already exists and is not an empty directory" \
+  "$convert" --to hf --load "$tmp/ck_good" --save "$tmp/run"
+expect_error trident-convert "--overwrite does not apply to --to hf" \
+  "$convert" --to hf --load "$tmp/ck_good" --save "$tmp/run" --overwrite
+mkdir -p "$tmp/run_nopointer" && cp -r "$tmp/ck_good/iter_0000002" "$tmp/run_nopointer/"
+expect_error trident-convert "--save: $tmp/run_nopointer already holds checkpoints (iter_* folders)" \
+  "$convert" --from hf --load "$tmp/hf_run" --save "$tmp/run_nopointer"
+latest_of() { cat "$1/latest_checkpointed_iteration.txt"; }
+if [[ $(latest_of "$tmp/run") == 2 && $(ls "$tmp/run") == "$(ls "$tmp/ck_good")" ]] &&
+    "$convert" --from hf --load "$tmp/hf_run" --save "$tmp/run" --overwrite >/dev/null &&
+    [[ $(latest_of "$tmp/run") == 0 && -d $tmp/run/iter_0000000 && -d $tmp/run/iter_0000002 ]]; then
+  echo "ok: the refused conversions left $tmp/run as it was; --overwrite points its latest at iter_0000000"
+else
+  echo "FAIL: converting into a run directory: $(ls "$tmp/run"), latest $(latest_of "$tmp/run")"
+  fails=$((fails + 1))
+fi
+
+# What trident-train's --load names: an iteration folder loads that iteration; iterations
+# without a pointer, a missing --ckpt-step iteration, --exit-on-missing-checkpoint without a
+# checkpoint, and a checkpoint without the state asked for are errors.
+resume=("${args[@]}" --train-iters 3 --lr-decay-iters 2)
+if "$train" "${resume[@]}" --load "$tmp/ck_good/iter_0000002" --log-interval 1 >"$tmp/out" 2>"$tmp/err" &&
+    grep -q "loaded checkpoint $tmp/ck_good/iter_0000002 .*iteration 2," "$tmp/out" &&
+    grep -q '^ iteration  *3/' "$tmp/out" && ! grep -q '^ iteration  *1/' "$tmp/out"; then
+  echo "ok: --load of an iteration folder resumes at its iteration"
+else
+  echo "FAIL: --load of an iteration folder:"; cat "$tmp/out" "$tmp/err"; fails=$((fails + 1))
+fi
+expect_error trident-train "--load: $tmp/run_nopointer holds iter_0000002 but no latest_checkpointed_iteration.txt" \
+  "$train" "${resume[@]}" --load "$tmp/run_nopointer"
+expect_error trident-train "--ckpt-step: no checkpoint of iteration 7" \
+  "$train" "${resume[@]}" --load "$tmp/ck_good" --ckpt-step 7
+expect_error trident-train "--exit-on-missing-checkpoint: --load $tmp/nope does not exist" \
+  "$train" "${resume[@]}" --load "$tmp/nope" --exit-on-missing-checkpoint
+expect_error trident-train "--ckpt-step needs --load" "$train" "${resume[@]}" --ckpt-step 2
+"$train" "${args[@]}" --save "$tmp/slim" --no-save-optim --no-save-rng >/dev/null
+expect_error trident-train "$tmp/slim/iter_0000002 has no optimizer state (use --no-load-optim or --finetune)" \
+  "$train" "${resume[@]}" --load "$tmp/slim"
+expect_error trident-train "$tmp/slim/iter_0000002 has no RNG state (use --no-load-rng or --finetune)" \
+  "$train" "${resume[@]}" --load "$tmp/slim" --no-load-optim
+
+# --use-checkpoint-args: trident-eval without any model flag evaluates the checkpoint as the
+# run's own flags do.
+"$eval_bin" "${args[@]}" --load "$tmp/ck_good" >"$tmp/eval_flags.out"
+"$eval_bin" --device cpu --micro-batch-size 4 --global-batch-size 8 --train-iters 2 --eval-iters 1 \
+  --load "$tmp/ck_good" --use-checkpoint-args >"$tmp/eval_ckpt.out"
+loss_flags=$(grep -o 'lm loss value: [^ |]*' "$tmp/eval_flags.out")
+if [[ -n $loss_flags && $loss_flags == "$(grep -o 'lm loss value: [^ |]*' "$tmp/eval_ckpt.out")" ]] &&
+    grep -q -- "--use-checkpoint-args: --num-layers 4, --hidden-size 64," "$tmp/eval_ckpt.out"; then
+  echo "ok: trident-eval --use-checkpoint-args: $loss_flags, as with the model flags"
+else
+  echo "FAIL: trident-eval --use-checkpoint-args:"; cat "$tmp/eval_flags.out" "$tmp/eval_ckpt.out"; fails=$((fails + 1))
+fi
+
+# A resumed run with a smaller global batch reads past the data built for it (Megatron keeps
+# --train-iters): one line at the start instead of a crash mid-run.
+corpus=(--data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" --tokenizer-type BertWordPieceLowerCase
+        --split 80,20,0 --data-cache-path "$tmp/cache" --train-iters 20)
+"$train" "${args[@]}" "${corpus[@]}" --global-batch-size 16 --exit-interval 10 --save "$tmp/g16" >/dev/null
+expect_error trident-train "--train-iters, --global-batch-size 8: the training data has" \
+  "$train" "${args[@]}" "${corpus[@]}" --global-batch-size 8 --load "$tmp/g16"
+why="the run reads 240 (resumed at iteration 10 with 160 training samples consumed.*"
+why+="the checkpoint was written at --global-batch-size 16$"
+if ! grep -q "$why" "$tmp/err"; then
+  echo "FAIL: the data-size error does not say why: $(cat "$tmp/err")"; fails=$((fails + 1))
+fi
 
 # An HF folder with a misshapen tensor.
 "$convert" --to hf --load "$tmp/ck_good" --save "$tmp/hf" >/dev/null

@@ -7,7 +7,9 @@
 #  - a diverging run (absurd learning rate) stops after --max-nan-iterations NaN losses
 #    with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
 #    step skips for an infinite gradient norm while the loss stays finite (huge init);
-#  - --save-interval with --keep-last 2 leaves the newest two checkpoints;
+#  - --save-interval with --keep-last 2 leaves the newest two checkpoints; after a rollback
+#    (30 iterations saved every 5, the pointer edited back to 10, resumed to 20) it keeps the
+#    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once;
 #  - a save that dies leaves its temporary directory, which the next save removes;
 #  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0.
 # Usage: training_features.sh TRAIN_BINARY REPO
@@ -74,6 +76,21 @@ done
 kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')
 [[ $kept == "iter_0000009 iter_0000012 " && $(cat "$tmp/keep/latest_checkpointed_iteration.txt") == 12 ]] &&
   echo "--keep-last 2: $kept" || fail "--keep-last 2 kept: $kept"
+
+"$train" "${args[@]}" --train-iters 30 --eval-iters 0 --save "$tmp/rollback" --save-interval 5 >/dev/null
+echo 10 >"$tmp/rollback/latest_checkpointed_iteration.txt"
+"$train" "${args[@]}" --train-iters 30 --eval-iters 0 --load "$tmp/rollback" --save "$tmp/rollback" --save-interval 5 \
+  --keep-last 2 --exit-interval 20 >"$tmp/rollback.log"
+kept=$(cd "$tmp/rollback" && ls -d iter_* | tr '\n' ' ')
+if [[ $kept == "iter_0000015 iter_0000020 iter_0000025 iter_0000030 " &&
+      $(cat "$tmp/rollback/latest_checkpointed_iteration.txt") == 20 &&
+      $(grep -c -- '--keep-last' "$tmp/rollback.log") -eq 1 ]] &&
+    grep -q -- "--keep-last: iter_0000020, iter_0000025, iter_0000030 in $tmp/rollback lie above the latest" \
+      "$tmp/rollback.log"; then
+  echo "--keep-last 2 after a rollback to 10: $kept; $(grep -- '--keep-last' "$tmp/rollback.log")"
+else
+  fail "--keep-last 2 after a rollback kept: $kept"; grep -- '--keep-last' "$tmp/rollback.log"
+fi
 
 if TRIDENT_TEST_CRASH_IN_SAVE=0 "$train" "${args[@]}" --train-iters 3 --eval-iters 0 --save "$tmp/crash" \
     >/dev/null 2>&1; then

@@ -3,10 +3,12 @@
 # learning rate and loss scale and every final parameter bit-identical) on one process and
 # at tp2 x pp2 x dp2 with fp32/fp16 and ZeRO 0/1/2, and in fp16 with skipped iterations
 # before and after the stop (the LR schedule advances only on the updates, so its position
-# must come back from the checkpoint); a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
+# must come back from the checkpoint); an fp16 checkpoint loaded in fp32 gives the same
+# parameters (its masters) on 1 and 4 ranks; a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
 # gives the losses the unchanged layout gives; a rank dying mid-save leaves the previous
 # checkpoint the latest and loadable, and the next save removes its temporary; corrupt and
-# truncated files are named; a resumed run with another learning rate fails on every rank
+# truncated files are named (under mpirun by rank 0 when another rank read the file, and no
+# rank reports the checkpoint loaded); a resumed run with another learning rate fails on every rank
 # with one line unless told which schedule wins; a missing --load directory starts from
 # scratch.
 # Usage: checkpoint_resume.sh TRAIN_BINARY REPO
@@ -67,6 +69,16 @@ d="$tmp/fp16 with skipped iterations, one process"
 [[ $(skips "$d/first.log") -ge 1 && $(skips "$d/second.log") -ge 1 ]] &&
   echo "fp16 resume: $(skips "$d/first.log") skipped iterations before the stop, $(skips "$d/second.log") after" ||
   fail "fp16 resume: expected skipped iterations before and after the stop"
+
+# An fp16 checkpoint loaded by an fp32 run gives it the fp32 master weights (bit for bit on
+# one process: tests/unit/train/test_trainer_checkpoint.cpp); at tp2 x dp2 with ZeRO 1, where
+# ranks read master pieces from each other's files, the same parameters.
+d="$tmp/fp16, tp2 pp2 dp2 zero 2"
+launch 1 --load "$d/ckpt" --train-iters 10 --save-canonical "$d/fp32_1.st" >/dev/null
+launch 4 --tensor-model-parallel-size 2 --zero-stage 1 --load "$d/ckpt" --train-iters 10 \
+  --save-canonical "$d/fp32_4.st" >/dev/null
+python3 "$repo/tests/mpi/compare_params.py" "$d/fp32_1.st" "$d/fp32_4.st" 0 "fp16 checkpoint in fp32, 1 vs 4 ranks" ||
+  fail "fp16 checkpoint loaded in fp32 at tp2 x dp2"
 
 # ---- any layout -------------------------------------------------------------------------
 d="$tmp/layouts"
@@ -141,6 +153,18 @@ rm -rf "$d/bad" && cp -r "$d/ckpt" "$d/bad"
 model=$(ls "$d"/bad/iter_0000010/mp_rank_01_001/model.safetensors)
 printf '\x55' | dd of="$model" bs=1 seek=$(($(stat -c %s "$model") - 5)) conv=notrunc 2>/dev/null
 expect_error "flipped byte" "mp_rank_01_001/model.safetensors.*checksum"
+# The same file under mpirun at the checkpoint's layout, where rank 3 alone reads it: no rank
+# reports the checkpoint loaded, and rank 0 says which file is bad (one line, exit 2).
+rc=0
+timeout 120 mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --load "$d/bad" --train-iters 12 >"$d/bad4.out" 2>"$d/bad4.err" || rc=$?
+if [[ $rc -eq 2 && $(grep -c '^trident-train: error' "$d/bad4.err") -eq 1 ]] &&
+    grep -q '^trident-train: error: .*mp_rank_01_001/model.safetensors.*checksum' "$d/bad4.err" &&
+    ! grep -q "loaded checkpoint" "$d/bad4.out"; then
+  echo "flipped byte read by rank 3 of 4: $(grep '^trident-train: error' "$d/bad4.err")"
+else
+  fail "flipped byte read by rank 3 of 4: rc=$rc"; cat "$d/bad4.out" "$d/bad4.err"
+fi
 rm -rf "$d/bad" && cp -r "$d/ckpt" "$d/bad"
 truncate -s -100 "$d"/bad/iter_0000010/mp_rank_00_000/optim_dp0000.safetensors
 expect_error "truncated file" "mp_rank_00_000/optim_dp0000.safetensors"

@@ -137,10 +137,11 @@ TEST(CheckpointDir, CrashBeforeCommitKeepsOldCheckpoint) {
   save(root, 300, 3.0f);
   write_latest_iteration(root, 100);
   EXPECT_EQ(load_value(root), 1.0f);
-  // prune cleans the temporaries and keeps both the pointer's target and the newest.
+  // prune cleans the temporaries and keeps the pointer's target, and 300 above it.
   const PruneResult pr = prune(root, 1);
   EXPECT_EQ(pr.removed_temporaries.size(), 2u);
   EXPECT_TRUE(pr.removed_iterations.empty());
+  EXPECT_EQ(pr.abandoned_iterations, (std::vector<int64_t>{300}));
   EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", "iter_0000300", kLatestFileName}));
   EXPECT_EQ(load_value(root), 1.0f);
 }
@@ -167,33 +168,56 @@ TEST(CheckpointDir, BadPointerErrorsNameTheFile) {
   EXPECT_EQ(latest_iteration(root), 100);
 }
 
-TEST(CheckpointDir, PruneKeepsNewestAndLatest) {
+TEST(CheckpointDir, PruneKeepsTheNewestUpToThePointer) {
   ScratchDir d;
   const fs::path root = d / "ck";
   for (int64_t it : {10, 20, 30, 40, 50}) save(root, it, static_cast<float>(it));
   fs::create_directories(root / "iter_0000060.tmp-x");  // stale
   fs::create_directories(root / "unrelated");           // not ours: kept
   spit((root / "iter_notanumber").string(), "");        // not ours: kept
-  write_latest_iteration(root, 20);  // e.g. the user rolled back to 20
   PruneResult r = prune(root, 2);
-  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{10, 30}));
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{10, 20, 30}));
+  EXPECT_TRUE(r.abandoned_iterations.empty());
   EXPECT_EQ(r.removed_temporaries.size(), 1u);
-  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{20, 40, 50}));
-  EXPECT_EQ(load_value(root), 20.0f);
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{40, 50}));
+  EXPECT_EQ(load_value(root), 50.0f);
   EXPECT_TRUE(fs::exists(root / "unrelated"));
   EXPECT_TRUE(fs::exists(root / "iter_notanumber"));
-  write_latest_iteration(root, 50);
-  r = prune(root, 1);
-  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{20, 40}));
-  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{50}));
-  EXPECT_EQ(load_value(root), 50.0f);
   EXPECT_THROW(prune(root, 0), ConfigError);
   // No pointer: nothing committed is deleted.
   save(root, 60, 6.0f);
   fs::remove(root / kLatestFileName);
   r = prune(root, 1);
   EXPECT_TRUE(r.removed_iterations.empty());
-  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{50, 60}));
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{40, 50, 60}));
+}
+
+// A rollback: the pointer moved back to 10 while 15 .. 30 of the abandoned continuation
+// exist, and the resumed run saves 15 and 20 with --keep-last 2. Only iterations up to the
+// pointer count: the resumed run's own checkpoints are kept, the abandoned ones are neither
+// counted nor deleted (each new save of the same number replaces one).
+TEST(CheckpointDir, PruneAfterARollbackLeavesTheAbandonedContinuation) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  for (int64_t it : {5, 10, 15, 20, 25, 30}) save(root, it, static_cast<float>(it));
+  write_latest_iteration(root, 10);
+  PruneResult r = prune(root, 2);
+  EXPECT_TRUE(r.removed_iterations.empty());
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{15, 20, 25, 30}));
+  EXPECT_EQ(load_value(root), 10.0f);
+
+  save(root, 15, 150.0f);  // the resumed run's iteration 15 replaces the abandoned one
+  r = prune(root, 2);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{5}));
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{20, 25, 30}));
+  save(root, 20, 200.0f);
+  r = prune(root, 2);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{10}));
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{25, 30}));
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{15, 20, 25, 30}));
+  EXPECT_EQ(load_value(root), 200.0f);
+  write_latest_iteration(root, 15);
+  EXPECT_EQ(load_value(root), 150.0f);  // the new iteration 15, not the abandoned one
 }
 
 // The pid of a process that has exited (and been reaped).

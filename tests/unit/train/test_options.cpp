@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "train/checkpoint_args.h"
 #include "train/options.h"
 
 namespace trident {
@@ -138,6 +139,65 @@ TEST(Options, CheckpointFlagsParse) {
   EXPECT_TRUE(o.no_load_optim);
   EXPECT_TRUE(o.no_load_rng);
   EXPECT_TRUE(o.finetune);
+  EXPECT_FALSE(o.no_save_optim || o.no_save_rng || o.exit_on_missing_checkpoint || o.use_checkpoint_args);
+  EXPECT_EQ(o.ckpt_step, -1);
+  const TrainOptions m = parse({"--load", "/ckpt/in", "--no-save-optim", "--no-save-rng", "--ckpt-step", "0",
+                                "--exit-on-missing-checkpoint", "--use-checkpoint-args"});
+  EXPECT_TRUE(m.no_save_optim && m.no_save_rng && m.exit_on_missing_checkpoint && m.use_checkpoint_args);
+  EXPECT_EQ(m.ckpt_step, 0);  // iteration 0 (Megatron's `if args.ckpt_step` would ignore a 0)
+  EXPECT_EQ(error_of({"--load", "x", "--ckpt-step", "-1"}), "--ckpt-step must not be negative");
+  for (const char* flag : {"--ckpt-step=3", "--exit-on-missing-checkpoint", "--use-checkpoint-args"})
+    EXPECT_EQ(error_of({flag}), std::string(flag).substr(0, std::string(flag).find('=')) + " needs --load");
+}
+
+// Megatron's load_args_from_checkpoint: the shape flags given (command line or --config)
+// keep their values, the others take the checkpoint's; the dropout is always the
+// checkpoint's. The shape is checked once complete, and not before: the default 12 heads
+// would not split over 8 tensor-parallel ranks, the checkpoint's 16 do.
+TEST(Options, UseCheckpointArgsTakesTheShapeFlagsNotGiven) {
+  ModelConfig ckpt;
+  ckpt.num_layers = 4;
+  ckpt.hidden_size = 128;
+  ckpt.num_attention_heads = 16;
+  ckpt.seq_length = 32;
+  ckpt.max_position_embeddings = 96;
+  ckpt.vocab_size = 1000;
+  ckpt.make_vocab_size_divisible_by = 64;
+  ckpt.hidden_dropout = 0.25f;
+  ckpt.attention_dropout = 0.0f;
+  const std::string yaml = write_yaml("checkpoint_args", "seq-length: 48\n");
+  TrainOptions o = parse({"--load", "x", "--use-checkpoint-args", "--config", yaml, "--num-layers", "6",
+                          "--hidden-dropout", "0.05", "--tensor-model-parallel-size", "8"});
+  EXPECT_EQ(take_checkpoint_args(o, &ckpt),
+            "--hidden-size 128, --num-attention-heads 16, --max-position-embeddings 96, "
+            "--make-vocab-size-divisible-by 64, --vocab-size 1000, --hidden-dropout 0.25, --attention-dropout 0");
+  EXPECT_EQ(o.model.num_layers, 6);   // given on the command line
+  EXPECT_EQ(o.model.seq_length, 48);  // given in the config file
+  EXPECT_EQ(o.model.hidden_size, 128);
+  EXPECT_EQ(o.model.num_attention_heads, 16);
+  EXPECT_EQ(o.model.max_position_embeddings, 96);
+  EXPECT_EQ(o.model.vocab_size, 1000);
+  EXPECT_EQ(o.model.make_vocab_size_divisible_by, 64);
+  EXPECT_EQ(o.model.hidden_dropout, 0.25f);  // forced, as Megatron
+  EXPECT_EQ(o.model.attention_dropout, 0.0f);
+
+  // A shape that does not fit the layout names what was taken; without a checkpoint the
+  // flags' own shape is checked then.
+  o = parse({"--load", "x", "--use-checkpoint-args", "--tensor-model-parallel-size", "32"});
+  try {
+    take_checkpoint_args(o, &ckpt);
+    ADD_FAILURE() << "16 heads over 32 ranks";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--num-attention-heads (16) must be divisible by --tensor-model-parallel-size (32) "
+              "(--use-checkpoint-args took --num-layers 4, --hidden-size 128, --num-attention-heads 16, "
+              "--seq-length 32, --max-position-embeddings 96, --make-vocab-size-divisible-by 64, "
+              "--vocab-size 1000, --hidden-dropout 0.25, --attention-dropout 0)");
+  }
+  o = parse({"--load", "x", "--use-checkpoint-args", "--tensor-model-parallel-size", "8"});
+  EXPECT_THROW(take_checkpoint_args(o, nullptr), ConfigError);
+  EXPECT_EQ(error_of({"--tensor-model-parallel-size", "8"}),
+            "--num-attention-heads (12) must be divisible by --tensor-model-parallel-size (8)");
 }
 
 // Megatron-LM's spelling (with its underscores, and all in dashes as its newer releases

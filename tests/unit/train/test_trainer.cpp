@@ -33,36 +33,13 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
+#include "trainer_test_util.h"
 
 namespace trident {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr int kGlobalBatch = 4;
-constexpr double kMaxLr = 1e-3, kMinLr = 1e-4;
-constexpr int64_t kWarmupIters = 4, kTrainIters = 30;
-
-TrainOptions tiny_options() {
-  TrainOptions o;
-  o.model.num_layers = 2;
-  o.model.hidden_size = 32;
-  o.model.num_attention_heads = 4;
-  o.model.seq_length = 16;
-  o.model.max_position_embeddings = 16;
-  o.model.vocab_size = 64;
-  o.micro_batch_size = 4;
-  o.global_batch_size = kGlobalBatch;
-  o.train_iters = kTrainIters;
-  o.lr = kMaxLr;
-  o.min_lr = kMinLr;
-  o.lr_decay_style = "cosine";
-  o.lr_warmup_iters = kWarmupIters;
-  o.eval_iters = 0;
-  o.log_interval = 1;
-  o.seed = 1234;
-  return o;
-}
+using namespace testing;  // trainer_test_util.h
 
 // fp16 at Megatron's initial scale 2^32: the first iterations skip while the scale backs
 // off; a growth window of 3 then doubles the scale into overflows again, so skipped
@@ -110,15 +87,6 @@ std::string printf_string(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
-}
-
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-fs::path fresh_temp_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / ("trident_test_trainer_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
 }
 
 TEST(TrainerLr, SchedulerStepsOnlyAfterSuccessfulUpdates) {

@@ -1,0 +1,38 @@
+#include "train/checkpoint_args.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace trident {
+
+std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint) {
+  ModelConfig& m = o.model;
+  std::ostringstream taken;
+  auto take = [&](const char* flag, auto& value, auto saved, bool forced) {
+    if (!forced && o.given_flags.count(flag)) return;
+    value = saved;
+    taken << (taken.tellp() > 0 ? ", " : "") << "--" << flag << " " << saved;
+  };
+  if (checkpoint) {
+    const ModelConfig& c = *checkpoint;
+    take("num-layers", m.num_layers, c.num_layers, false);
+    take("hidden-size", m.hidden_size, c.hidden_size, false);
+    take("num-attention-heads", m.num_attention_heads, c.num_attention_heads, false);
+    take("seq-length", m.seq_length, c.seq_length, false);
+    take("max-position-embeddings", m.max_position_embeddings, c.max_position_embeddings, false);
+    take("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by, c.make_vocab_size_divisible_by, false);
+    take("vocab-size", m.vocab_size, c.vocab_size, false);
+    take("hidden-dropout", m.hidden_dropout, c.hidden_dropout, true);
+    take("attention-dropout", m.attention_dropout, c.attention_dropout, true);
+  }
+  try {
+    validate_model_options(o);
+  } catch (const ConfigError& e) {
+    if (taken.tellp() == 0) throw;
+    throw ConfigError(std::string(e.what()) + " (--use-checkpoint-args took " + taken.str() + ")");
+  }
+  return taken.tellp() > 0 ? taken.str() : "nothing (every model flag was given)";
+}
+
+}  // namespace trident

@@ -1,0 +1,24 @@
+// --use-checkpoint-args, as Megatron-LM's load_args_from_checkpoint: the model-shape flags
+// a run did not give (on the command line or in its --config file) take the values of the
+// checkpoint it loads: --num-layers, --hidden-size, --num-attention-heads, --seq-length,
+// --max-position-embeddings, --make-vocab-size-divisible-by (Megatron takes the padded
+// vocabulary size) and --vocab-size (which a tokenizer's vocabulary still replaces, as in
+// Megatron). A flag given keeps its value, as Megatron's (those default to None there), so a
+// checkpoint of another shape is still the usual error at load. The dropout probabilities
+// always come from the checkpoint: Megatron forces hidden_dropout and attention_dropout.
+#pragma once
+
+#include <string>
+
+#include "model/config.h"
+#include "train/options.h"
+
+namespace trident {
+
+// Applies the rule above to `o` (nothing to take from a null `checkpoint`: --load holds
+// none) and checks the resulting shape (validate_model_options, which parse_train_options
+// leaves to this with --use-checkpoint-args). Returns what it took for the log,
+// "--num-layers 4, --hidden-size 64, ...".
+std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint);
+
+}  // namespace trident

@@ -1,0 +1,263 @@
+// The trainer's checkpoint rules on short CPU runs of a tiny model:
+//  - which checkpoint --load names: the pointer's, an iteration folder, --ckpt-step's; a
+//    folder of iterations without a pointer is an error; none at all starts from scratch,
+//    or is an error with --exit-on-missing-checkpoint;
+//  - a resumed run's data must cover the rest of it (training and validation) from the
+//    checkpoint's consumed samples: another global batch size is an error before training;
+//  - an fp32 run loading a 16-bit checkpoint takes the fp32 master weights, bit for bit;
+//  - --no-save-optim / --no-save-rng leave those states out, and loading asks for
+//    --no-load-optim / --no-load-rng;
+//  - --keep-last after a rollback keeps the resumed run's checkpoints and leaves the
+//    abandoned continuation above the pointer, named once in the log.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/metadata.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "train/synthetic_data.h"
+#include "train/trainer.h"
+#include "trainer_test_util.h"
+
+namespace trident {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace testing;  // trainer_test_util.h
+
+void train(const TrainOptions& o) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  tr.train();
+}
+
+// The iteration a Trainer for `o` resumes at after load_checkpoint (-1: nothing loaded),
+// or the ConfigError it throws ("error: ..."), and its log.
+std::string load(const TrainOptions& o, std::string* log_out = nullptr) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  std::string result;
+  try {
+    result = tr.load_checkpoint() ? std::to_string(tr.iteration()) : "-1";
+  } catch (const ConfigError& e) {
+    result = std::string("error: ") + e.what();
+  }
+  if (log_out) *log_out = log.str();
+  return result;
+}
+
+TEST(TrainerCheckpoint, LoadTakesTheCheckpointLoadNames) {
+  const fs::path dir = fresh_temp_dir("load_names");
+  TrainOptions o = tiny_options();
+  o.train_iters = 6;
+  o.save = dir.string();
+  o.save_interval = 2;
+  train(o);  // iter_0000002, 4 and 6; the pointer names 6
+  o.save.clear();
+  o.load = dir.string();
+  EXPECT_EQ(load(o), "6");
+  o.load = (dir / "iter_0000004").string();  // an iteration folder, as trident-eval takes it
+  EXPECT_EQ(load(o), "4");
+  o.ckpt_step = 2;
+  EXPECT_TRUE(has(load(o), "error: --ckpt-step: --load " + o.load + " is one checkpoint folder already")) << load(o);
+  o.load = dir.string();
+  EXPECT_EQ(load(o), "2");  // Megatron's --ckpt-step: that iteration, not the pointer's
+  o.ckpt_step = 3;
+  EXPECT_EQ(load(o), "error: --ckpt-step: no checkpoint of iteration 3 (" + (dir / "iter_0000003").string() +
+                         " not found)");
+
+  // Without the pointer: an error rather than a silent start from scratch; --ckpt-step still loads.
+  fs::remove(dir / kLatestFileName);
+  o.ckpt_step = -1;
+  EXPECT_EQ(load(o), "error: --load: " + dir.string() +
+                         " holds iter_0000002 .. iter_0000006 but no latest_checkpointed_iteration.txt: give "
+                         "--ckpt-step N to load one of them");
+  o.ckpt_step = 4;
+  EXPECT_EQ(load(o), "4");
+
+  // No checkpoint at all: from scratch, or an error with --exit-on-missing-checkpoint.
+  o.ckpt_step = -1;
+  o.load = (dir / "empty").string();
+  fs::create_directories(o.load);
+  std::string log;
+  EXPECT_EQ(load(o, &log), "-1");
+  EXPECT_TRUE(has(log, "no checkpoint in " + o.load + " yet")) << log;
+  o.exit_on_missing_checkpoint = true;
+  EXPECT_EQ(load(o), "error: --exit-on-missing-checkpoint: --load " + o.load + " holds no checkpoint");
+  o.load = (dir / "nowhere").string();
+  EXPECT_EQ(load(o), "error: --exit-on-missing-checkpoint: --load " + o.load + " does not exist");
+  fs::remove_all(dir);
+}
+
+// Megatron keeps --train-iters when the global batch size changes on resume, so the samples
+// the rest of the run reads depend on the checkpoint's consumed samples: here 5 iterations
+// of 8 (40 samples, and one validation of 8) resumed at a global batch of 4.
+TEST(TrainerCheckpoint, DataMustCoverTheResumedRun) {
+  const fs::path dir = fresh_temp_dir("data_size");
+  TrainOptions o = tiny_options();
+  o.global_batch_size = 8;
+  o.train_iters = 10;
+  o.exit_interval = 5;
+  o.eval_interval = 5;
+  o.eval_iters = 1;
+  o.save = dir.string();
+  {
+    auto be = make_cpu_backend();
+    std::ostringstream log;
+    Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+    tr.set_evaluation_data(std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed + 1),
+                           nullptr);
+    tr.train();
+    ASSERT_EQ(tr.iteration(), 5);
+  }
+  o.save.clear();
+  o.load = dir.string();
+  o.global_batch_size = 4;
+  o.override_opt_param_scheduler = true;  // the schedule in samples changes with the batch
+  o.exit_interval = 0;
+  // What make_train_data builds for 10 iterations of 4 (and 10 / 5 + 1 validations of 4);
+  // the resumed run reads training samples [40, 60) and validation samples [8, 16).
+  auto resumed = [&](uint64_t train_samples, uint64_t valid_samples) {
+    auto be = make_cpu_backend();
+    std::ostringstream log;
+    Trainer tr(o, *be,
+               std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed, train_samples), log);
+    tr.set_evaluation_data(
+        std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed + 1, valid_samples),
+        nullptr);
+    try {
+      tr.load_checkpoint();
+      tr.train();
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(tr.iteration(), 0) << "the error comes before anything is loaded or trained";
+      return std::string(e.what());
+    }
+    EXPECT_EQ(tr.iteration(), 10);
+    EXPECT_EQ(tr.consumed_samples(), 60u);
+    return std::string();
+  };
+  EXPECT_EQ(resumed(40, 12),
+            "--train-iters, --global-batch-size 4: the training data has 40 samples, the run reads 60 (resumed at "
+            "iteration 5 with 40 training samples consumed; the data is sized for a run from iteration 0 at this "
+            "global batch size); the checkpoint was written at --global-batch-size 8");
+  EXPECT_EQ(resumed(60, 12),
+            "--train-iters, --global-batch-size 4: the validation data has 12 samples, the run reads 16 (resumed at "
+            "iteration 5 with 8 validation samples consumed; the data is sized for a run from iteration 0 at this "
+            "global batch size); the checkpoint was written at --global-batch-size 8");
+  EXPECT_EQ(resumed(60, 16), "");
+  fs::remove_all(dir);
+}
+
+// A 16-bit run's model files hold rounded copies of its fp32 master weights; an fp32 run
+// resuming from it must continue from the masters themselves.
+TEST(TrainerCheckpoint, FloatRunResumesFromTheMasterWeightsOfA16BitCheckpoint) {
+  for (const DType dtype : {DType::F16, DType::BF16}) {
+    const fs::path dir = fresh_temp_dir("masters");
+    TrainOptions o = tiny_options();
+    o.model.dtype = dtype;
+    o.initial_loss_scale = 1024;
+    o.train_iters = 3;
+    o.lr_warmup_iters = 0;
+    o.save = dir.string();
+    train(o);
+    const fs::path rank = iteration_dir(dir, 3) / rank_dir_name(0, 0, 1);
+    const SafetensorsReader model((rank / kModelFileName).string()), optim((rank / optimizer_file_name(0)).string());
+
+    o.model.dtype = DType::F32;
+    o.save.clear();
+    o.load = dir.string();
+    auto be = make_cpu_backend();
+    std::ostringstream log;
+    Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+    ASSERT_TRUE(tr.load_checkpoint()) << log.str();
+    const ParamStore& P = tr.model().params();
+    int64_t elements = 0, rounded = 0, differ = 0;
+    for (const LocalParam& p : P.list()) {
+      const std::vector<float> master = optim.read_f32(optimizer_piece_key(p.spec.name, "master", 0));
+      const std::vector<float> stored = model.read_f32(p.spec.name);
+      ASSERT_EQ(master.size(), static_cast<size_t>(p.numel())) << p.spec.name;
+      const float* loaded = static_cast<const float*>(P.param(p).data);
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        rounded += stored[i] != master[i];
+        differ += std::memcmp(&loaded[i], &master[i], sizeof(float)) != 0;
+      }
+      elements += p.numel();
+    }
+    EXPECT_GT(rounded, elements / 2) << dtype_name(dtype) << ": the model file's copy is rounded";
+    EXPECT_EQ(differ, 0) << dtype_name(dtype) << ": of " << elements << " parameters, " << differ
+                         << " differ from the checkpoint's masters";
+    fs::remove_all(dir);
+  }
+}
+
+TEST(TrainerCheckpoint, NoSaveOptimAndNoSaveRngLeaveThemOut) {
+  const fs::path dir = fresh_temp_dir("no_save");
+  TrainOptions o = tiny_options();
+  o.train_iters = 2;
+  o.lr_warmup_iters = 0;
+  o.save = dir.string();
+  o.no_save_optim = o.no_save_rng = true;
+  train(o);
+  const fs::path ckpt = iteration_dir(dir, 2);
+  EXPECT_FALSE(fs::exists(ckpt / rank_dir_name(0, 0, 1) / optimizer_file_name(0)));
+  nlohmann::json j;
+  std::ifstream(ckpt / kMetadataFileName) >> j;
+  for (const char* key : {"opt_param_scheduler", "loss_scaler", "optimizer_steps", "dropout_seed"})
+    EXPECT_FALSE(j["trainer_state"].contains(key)) << key;
+  EXPECT_EQ(j["trainer_state"]["consumed_valid_samples"], 0);
+
+  o.save.clear();
+  o.load = dir.string();
+  EXPECT_EQ(load(o), "error: --load: " + ckpt.string() + " has no optimizer state (use --no-load-optim or --finetune)");
+  o.no_load_optim = true;
+  EXPECT_EQ(load(o), "error: --load: " + ckpt.string() + " has no RNG state (use --no-load-rng or --finetune)");
+  o.no_load_rng = true;
+  EXPECT_EQ(load(o), "2");
+  o.no_load_optim = o.no_load_rng = false;
+  o.finetune = true;
+  EXPECT_EQ(load(o), "0");
+  fs::remove_all(dir);
+}
+
+// The rollback of the audit: 30 iterations saved every 5, the pointer edited back to 10, a
+// resumed run with --keep-last 2 up to iteration 20.
+TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
+  const fs::path dir = fresh_temp_dir("rollback");
+  TrainOptions o = tiny_options();
+  o.save = dir.string();
+  o.save_interval = 5;
+  train(o);
+  write_latest_iteration(dir, 10);
+  o.load = dir.string();
+  o.keep_last = 2;
+  o.exit_interval = 20;
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  ASSERT_TRUE(tr.load_checkpoint());
+  tr.train();
+  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{15, 20, 25, 30}));
+  EXPECT_EQ(latest_iteration(dir), 20);
+  const std::string note = "trident: --keep-last: iter_0000020, iter_0000025, iter_0000030 in " + dir.string() +
+                           " lie above the latest checkpoint (iteration 15), left by an abandoned continuation";
+  const std::string text = log.str();
+  EXPECT_TRUE(has(text, note)) << text;
+  EXPECT_EQ(text.find("--keep-last:"), text.rfind("--keep-last:")) << "said once";
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace trident

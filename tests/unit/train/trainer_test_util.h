@@ -1,0 +1,50 @@
+// Shared by the trainer's tests: a tiny model's options and scratch directories.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "train/options.h"
+
+namespace trident {
+namespace testing {
+
+constexpr int kGlobalBatch = 4;
+constexpr double kMaxLr = 1e-3, kMinLr = 1e-4;
+constexpr int64_t kWarmupIters = 4, kTrainIters = 30;
+
+inline TrainOptions tiny_options() {
+  TrainOptions o;
+  o.model.num_layers = 2;
+  o.model.hidden_size = 32;
+  o.model.num_attention_heads = 4;
+  o.model.seq_length = 16;
+  o.model.max_position_embeddings = 16;
+  o.model.vocab_size = 64;
+  o.micro_batch_size = 4;
+  o.global_batch_size = kGlobalBatch;
+  o.train_iters = kTrainIters;
+  o.lr = kMaxLr;
+  o.min_lr = kMinLr;
+  o.lr_decay_style = "cosine";
+  o.lr_warmup_iters = kWarmupIters;
+  o.eval_iters = 0;
+  o.log_interval = 1;
+  o.seed = 1234;
+  return o;
+}
+
+inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+inline std::filesystem::path fresh_temp_dir(const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::temp_directory_path() / ("trident_test_trainer_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+}  // namespace testing
+}  // namespace trident
