@@ -42,8 +42,8 @@ std::string trim(const std::string& s) {
 }
 
 template <typename T>
-void append(std::string& out, const T* p, size_t n) {
-  out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
+bool write_array(std::FILE* f, const T* p, size_t n) {
+  return n == 0 || std::fwrite(p, sizeof(T), n, f) == n;
 }
 
 // Cache file: magic, u64 {version, hash, epochs, separate, doc_idx length, samples}, int32
@@ -84,23 +84,23 @@ void* map_cache(const std::string& path, uint64_t hash, size_t& len, GptIndexVie
 }
 
 // Writes the maps under a unique temporary name and renames it into place; false if the
-// folder cannot be written.
+// folder cannot be written. Each array goes straight to the file: a copy of the maps in one
+// buffer would double the memory of the largest step of a run's start.
 bool save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
-  std::string out(kCacheMagic, 8);
-  const uint64_t h[6] = {kCacheVersion, hash, m.epochs, m.separate_last_epoch ? 1u : 0u, m.doc_idx.size(),
-                         m.shuffle_idx.size()};
-  append(out, h, 6);
-  append(out, m.doc_idx.data(), m.doc_idx.size());
-  out.append(padded_doc_bytes(m.doc_idx.size()) - m.doc_idx.size() * 4, '\0');
-  append(out, m.sample_idx.data(), m.sample_idx.size());
-  append(out, m.shuffle_idx.data(), m.shuffle_idx.size());
   std::ostringstream tmp;
   // Unique across threads, processes and hosts sharing the folder (containers reuse pids).
   std::random_device rd;
   tmp << path << ".tmp." << host_token() << "." << ::getpid() << "." << std::hex << ((uint64_t{rd()} << 32) ^ rd());
   const std::string tmp_path = tmp.str();
+  const uint64_t h[6] = {kCacheVersion, hash, m.epochs, m.separate_last_epoch ? 1u : 0u, m.doc_idx.size(),
+                         m.shuffle_idx.size()};
+  const char padding[8] = {};
   std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
-  bool ok = f && std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  bool ok = f && write_array(f, kCacheMagic, 8) && write_array(f, h, 6) &&
+            write_array(f, m.doc_idx.data(), m.doc_idx.size()) &&
+            write_array(f, padding, padded_doc_bytes(m.doc_idx.size()) - m.doc_idx.size() * 4) &&
+            write_array(f, m.sample_idx.data(), m.sample_idx.size()) &&
+            write_array(f, m.shuffle_idx.data(), m.shuffle_idx.size());
   if (f) ok = std::fclose(f) == 0 && ok;
   if (ok) ok = std::rename(tmp_path.c_str(), path.c_str()) == 0;
   if (!ok) {
