@@ -68,9 +68,17 @@ std::optional<pid_t> parse_pid(std::string_view s) {
   return static_cast<pid_t>(v);
 }
 
+// Converts n tokens of type T to int32; returns the position of the first that int32 cannot
+// hold (only an int64 can be one), n when none.
 template <typename T>
-void load_from(const char* in, size_t n, int32_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(get<T>(in + i * sizeof(T)));
+size_t load_from(const char* in, size_t n, int32_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const T v = get<T>(in + i * sizeof(T));
+    if constexpr (sizeof(T) > sizeof(int32_t))
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) return i;
+    out[i] = static_cast<int32_t>(v);
+  }
+  return n;
 }
 
 }  // namespace
@@ -231,7 +239,8 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
 
 // ---------------------------------------------------------------- reader
 
-IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
+    : prefix_(prefix), vocab_size_(vocab_size) {
   const std::string ipath = idx_path(prefix), bpath = bin_path(prefix);
   // ---- index: read it whole, check every length against the file size
   std::vector<char> idx;
@@ -314,15 +323,25 @@ void IndexedDataset::read(uint64_t i, uint64_t offset, uint64_t length, int32_t*
                 offset, " length ", length);
   const size_t isz = index_dtype_size(dtype_);
   const char* src = bin_data_ + pointers_[i] + offset * isz;
+  size_t loaded = 0;
   switch (dtype_) {
-    case IndexDType::kUInt8: load_from<uint8_t>(src, length, out); break;
-    case IndexDType::kInt8: load_from<int8_t>(src, length, out); break;
-    case IndexDType::kInt16: load_from<int16_t>(src, length, out); break;
-    case IndexDType::kUInt16: load_from<uint16_t>(src, length, out); break;
-    case IndexDType::kInt32: load_from<int32_t>(src, length, out); break;
-    case IndexDType::kInt64: load_from<int64_t>(src, length, out); break;
+    case IndexDType::kUInt8: loaded = load_from<uint8_t>(src, length, out); break;
+    case IndexDType::kInt8: loaded = load_from<int8_t>(src, length, out); break;
+    case IndexDType::kInt16: loaded = load_from<int16_t>(src, length, out); break;
+    case IndexDType::kUInt16: loaded = load_from<uint16_t>(src, length, out); break;
+    case IndexDType::kInt32: loaded = load_from<int32_t>(src, length, out); break;
+    case IndexDType::kInt64: loaded = load_from<int64_t>(src, length, out); break;
     default: TRIDENT_CHECK(false, "float dtype");
   }
+  if (loaded < length)
+    throw IoError(detail::concat(bin_path(prefix_), ": token ", get<int64_t>(src + loaded * isz), " (item ", i,
+                                 ", position ", offset + loaded, ") does not fit an int32 token id"));
+  if (vocab_size_ <= 0) return;
+  for (uint64_t k = 0; k < length; ++k)
+    if (out[k] < 0 || out[k] >= vocab_size_)
+      throw IoError(detail::concat(bin_path(prefix_), ": token id ", out[k], " (item ", i, ", position ", offset + k,
+                                   ") is outside the tokenizer's vocabulary of ", vocab_size_,
+                                   " ids: was the data made with another tokenizer?"));
 }
 
 std::vector<int32_t> IndexedDataset::item(uint64_t i) const {
