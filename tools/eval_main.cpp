@@ -224,7 +224,7 @@ int run(int argc, char** argv) {
     // The trainer needs a training stream; it is never read.
     train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   } else {
-    TrainData d = make_train_data(opt);
+    TrainData d = make_train_data(opt, parallel.get());
     train = std::move(d.train);
     eval_data = std::move(ef.split_name == "valid" ? d.valid : d.test);
     if (!eval_data) throw ConfigError("--split-name: the " + ef.split_name + " split of --data-path is empty (--split)");
