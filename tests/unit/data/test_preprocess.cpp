@@ -316,7 +316,8 @@ TEST(Preprocess, RepeatedJsonKeyTakesItsLastValue) {
     preprocess_jsonl(o, tok);
     FAIL() << "a null last value accepted";
   } catch (const IoError& e) {
-    EXPECT_EQ(std::string(e.what()), dir / "last_bad.jsonl:1: key \"text\" is not a string or a list of strings (got null)");
+    EXPECT_EQ(std::string(e.what()),
+              dir / "last_bad.jsonl:1: key \"text\" is not a string or a list of strings (got null)");
   }
 }
 
