@@ -371,6 +371,15 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
   return std::make_unique<BlendedSource>(std::move(parts), weights, size, names, sb.flag);
 }
 
+// "--split 949,50,1 leaves no validation documents in P (10 documents): no validation"
+std::string empty_split_warning(const std::string& split, const std::string& what,
+                                const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
+  std::string prefixes;
+  for (const auto& d : data)
+    prefixes += detail::concat(prefixes.empty() ? "" : ", ", d->prefix(), " (", d->size(), " documents)");
+  return detail::concat("--split ", split, " leaves no ", what, " documents in ", prefixes, ": no ", what);
+}
+
 }  // namespace
 
 DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag) {
@@ -408,20 +417,36 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   if (cfg.seq_length < 1) throw ConfigError("--seq-length must be positive");
   const uint64_t wanted[3] = {cfg.train_samples, cfg.valid_samples, cfg.test_samples};
   const char* names[3] = {"train", "valid", "test"};
-  auto open = [](const DataBlend& blend) {
+  TrainValidTest out;
+  auto warn = [&](const std::string& line) {
+    if (std::find(out.warnings.begin(), out.warnings.end(), line) == out.warnings.end()) out.warnings.push_back(line);
+  };
+  auto open = [&](const DataBlend& blend) {
     std::vector<std::shared_ptr<const IndexedDataset>> data;
-    for (const auto& prefix : blend.prefixes) data.push_back(std::make_shared<const IndexedDataset>(prefix));
+    for (const auto& prefix : blend.prefixes) {
+      data.push_back(std::make_shared<const IndexedDataset>(prefix, cfg.vocab_size));
+      if (cfg.vocab_size > 0 && data.back()->dtype() == IndexDType::kInt32 &&
+          best_fitting_dtype(cfg.vocab_size) != IndexDType::kInt32)
+        warn(detail::concat(prefix, ": int32 tokens, while Megatron stores a vocabulary of ", cfg.vocab_size,
+                            " ids as uint16: was the data made with another tokenizer?"));
+    }
     return data;
   };
-  std::unique_ptr<SampleSource> out[3];
+  std::unique_ptr<SampleSource>* split_out[3] = {&out.train, &out.valid, &out.test};
   if (!per_split) {
     const auto data = open(cfg.blend);
     std::vector<std::array<uint64_t, 4>> bounds;
     for (const auto& d : data) bounds.push_back(split_boundaries(cfg.split, d->size()));
+    const char* evaluation[3] = {"", "validation", "test"};
     for (int s = 0; s < 3; ++s) {
       SplitOfBlend sb{cfg.blend, data, {}, names[s], detail::concat(" (", names[s], " split)"), "--data-path"};
       for (const auto& b : bounds) sb.ranges.emplace_back(b[s], b[s + 1]);
-      out[s] = build_split(sb, wanted[s], cfg);
+      *split_out[s] = build_split(sb, wanted[s], cfg);
+      // An empty training split is the caller's error; an empty evaluation split would
+      // silently evaluate nothing.
+      const bool empty =
+          std::all_of(sb.ranges.begin(), sb.ranges.end(), [](const auto& r) { return r.second <= r.first; });
+      if (s > 0 && wanted[s] > 0 && empty) warn(empty_split_warning(cfg.split, evaluation[s], data));
     }
   } else {
     for (int s = 0; s < 3; ++s) {
@@ -431,10 +456,10 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
       const std::string flag = detail::concat("--", names[s], "-data-path");
       SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag};
       for (const auto& d : data) sb.ranges.emplace_back(0, d->size());
-      out[s] = build_split(sb, wanted[s], cfg);
+      *split_out[s] = build_split(sb, wanted[s], cfg);
     }
   }
-  return {std::move(out[0]), std::move(out[1]), std::move(out[2])};
+  return out;
 }
 
 }  // namespace trident

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cmath>
 #include <exception>
+#include <iostream>
 #include <ostream>
 
 #include "core/error.h"
@@ -476,7 +477,10 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel) {
   dc.valid_samples = opt.eval_iters > 0 ? valid : 0;
   dc.test_samples = opt.eval_iters > 0 ? test : 0;
   dc.cache_dir = opt.data_cache_path;
+  dc.vocab_size = opt.model.vocab_size;
   TrainValidTest sets = build_datasets_rank0_first(dc, parallel);
+  if (!parallel || parallel->world_rank() == 0)
+    for (const std::string& w : sets.warnings) std::cerr << "trident: warning: " << w << std::endl;
   if (!sets.train)
     throw ConfigError(opt.data_path.empty() ? "--train-data-path: no training documents"
                                             : "--split: the training split of --data-path is empty");
