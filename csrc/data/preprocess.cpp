@@ -115,8 +115,8 @@ std::string check_text_value(const std::string& key, const simdjson::dom::elemen
   if (value.is_string()) return "";
   simdjson::dom::array list;
   if (value.get(list))
-    return detail::concat("key \"", key, "\" is not a string or a list of strings (got ", json_type_name(value.type()),
-                          ")");
+    return detail::concat("key \"", key, "\" is not a string or a list of strings (got ",
+                          json_type_name(value.type()), ")");
   size_t i = 0;
   for (const simdjson::dom::element item : list) {
     if (!item.is_string())
