@@ -9,10 +9,11 @@
 #  - with MPI, 2 ranks: the warnings once (rank 0), the bad ids end the job (no hang), and
 #    a corrupt .idx that rank 0 fails to read while building first ends the job with one
 #    line naming the file (the other rank does not wait for rank 0 forever).
-# Usage: data_checks.sh TRAIN_BINARY REPO
+# Usage: data_checks.sh TRAIN_BINARY REPO [MPI: ON when the build has MPI]
 set -uo pipefail
 train=$1
 repo=$2
+with_mpi=${3:-OFF}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -99,7 +100,7 @@ fi
 grep -q 'warning' "$tmp/few111.log" && fail "a warning with every split non-empty: $(grep warning "$tmp/few111.log")"
 
 # ---- two ranks
-if command -v mpirun >/dev/null; then
+if [[ $with_mpi == ON ]]; then
   mpi() { timeout 120 mpirun --oversubscribe -np 2 --bind-to none "$train" "${args[@]}" "$@"; }
   mpi --data-path "$tmp/few" --split 949,50,1 --data-cache-path "$tmp/cache2" >"$tmp/np2_few.log" 2>&1
   rc=$?
