@@ -129,11 +129,13 @@ std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
 }
 
 // One .bin/.idx prefix in file order as windows of T + 1 tokens starting every T tokens,
-// padded with -1 (ignored) to a whole number of global batches.
+// padded with -1 (ignored) to a whole number of global batches. The ids read are checked
+// against the vocabulary (IndexedDataset).
 class SequentialWindows final : public SampleSource {
  public:
-  SequentialWindows(const std::string& prefix, int seq_length, uint64_t max_tokens, uint64_t global_batch)
-      : data_(prefix), T_(seq_length) {
+  SequentialWindows(const std::string& prefix, int64_t vocab_size, int seq_length, uint64_t max_tokens,
+                    uint64_t global_batch)
+      : data_(prefix, vocab_size), T_(seq_length) {
     const auto sizes = data_.sizes();
     starts_.reserve(sizes.size() + 1);
     uint64_t total = 0;
@@ -220,8 +222,8 @@ int run(int argc, char** argv) {
     if (blend.prefixes.size() != 1) throw ConfigError("--data-path: --sequential reads one prefix, not a blend");
     opt.model.vocab_size = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file)->vocab_size();
     try {
-      auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.seq_length, ef.max_tokens,
-                                                   static_cast<uint64_t>(opt.global_batch_size));
+      auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.vocab_size, opt.model.seq_length,
+                                                   ef.max_tokens, static_cast<uint64_t>(opt.global_batch_size));
       seq = s.get();
       eval_data = std::move(s);
     } catch (const IoError& e) {
@@ -231,7 +233,7 @@ int run(int argc, char** argv) {
     // The trainer needs a training stream; it is never read.
     train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   } else {
-    TrainData d = make_train_data(opt);
+    TrainData d = make_train_data(opt, parallel.get());
     train = std::move(d.train);
     eval_data = std::move(ef.split_name == "valid" ? d.valid : d.test);
     if (!eval_data) throw ConfigError("--split-name: the " + ef.split_name + " split of --data-path is empty (--split)");

@@ -67,7 +67,7 @@ int train(int argc, char** argv) {
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
   if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
   if (!opt.load.empty()) resolve_load(opt, *parallel);
-  TrainData data = make_train_data(opt);
+  TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
   if (!opt.load.empty()) trainer.load_checkpoint();

@@ -42,8 +42,8 @@ std::string trim(const std::string& s) {
 }
 
 template <typename T>
-void append(std::string& out, const T* p, size_t n) {
-  out.append(reinterpret_cast<const char*>(p), n * sizeof(T));
+bool write_array(std::FILE* f, const T* p, size_t n) {
+  return n == 0 || std::fwrite(p, sizeof(T), n, f) == n;
 }
 
 // Cache file: magic, u64 {version, hash, epochs, separate, doc_idx length, samples}, int32
@@ -84,23 +84,23 @@ void* map_cache(const std::string& path, uint64_t hash, size_t& len, GptIndexVie
 }
 
 // Writes the maps under a unique temporary name and renames it into place; false if the
-// folder cannot be written.
+// folder cannot be written. Each array goes straight to the file: a copy of the maps in one
+// buffer would double the memory of the largest step of a run's start.
 bool save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
-  std::string out(kCacheMagic, 8);
-  const uint64_t h[6] = {kCacheVersion, hash, m.epochs, m.separate_last_epoch ? 1u : 0u, m.doc_idx.size(),
-                         m.shuffle_idx.size()};
-  append(out, h, 6);
-  append(out, m.doc_idx.data(), m.doc_idx.size());
-  out.append(padded_doc_bytes(m.doc_idx.size()) - m.doc_idx.size() * 4, '\0');
-  append(out, m.sample_idx.data(), m.sample_idx.size());
-  append(out, m.shuffle_idx.data(), m.shuffle_idx.size());
   std::ostringstream tmp;
   // Unique across threads, processes and hosts sharing the folder (containers reuse pids).
   std::random_device rd;
   tmp << path << ".tmp." << host_token() << "." << ::getpid() << "." << std::hex << ((uint64_t{rd()} << 32) ^ rd());
   const std::string tmp_path = tmp.str();
+  const uint64_t h[6] = {kCacheVersion, hash, m.epochs, m.separate_last_epoch ? 1u : 0u, m.doc_idx.size(),
+                         m.shuffle_idx.size()};
+  const char padding[8] = {};
   std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
-  bool ok = f && std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  bool ok = f && write_array(f, kCacheMagic, 8) && write_array(f, h, 6) &&
+            write_array(f, m.doc_idx.data(), m.doc_idx.size()) &&
+            write_array(f, padding, padded_doc_bytes(m.doc_idx.size()) - m.doc_idx.size() * 4) &&
+            write_array(f, m.sample_idx.data(), m.sample_idx.size()) &&
+            write_array(f, m.shuffle_idx.data(), m.shuffle_idx.size());
   if (f) ok = std::fclose(f) == 0 && ok;
   if (ok) ok = std::rename(tmp_path.c_str(), path.c_str()) == 0;
   if (!ok) {
@@ -371,6 +371,15 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
   return std::make_unique<BlendedSource>(std::move(parts), weights, size, names, sb.flag);
 }
 
+// "--split 949,50,1 leaves no validation documents in P (10 documents): no validation"
+std::string empty_split_warning(const std::string& split, const std::string& what,
+                                const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
+  std::string prefixes;
+  for (const auto& d : data)
+    prefixes += detail::concat(prefixes.empty() ? "" : ", ", d->prefix(), " (", d->size(), " documents)");
+  return detail::concat("--split ", split, " leaves no ", what, " documents in ", prefixes, ": no ", what);
+}
+
 }  // namespace
 
 DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag) {
@@ -408,20 +417,36 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   if (cfg.seq_length < 1) throw ConfigError("--seq-length must be positive");
   const uint64_t wanted[3] = {cfg.train_samples, cfg.valid_samples, cfg.test_samples};
   const char* names[3] = {"train", "valid", "test"};
-  auto open = [](const DataBlend& blend) {
+  TrainValidTest out;
+  auto warn = [&](const std::string& line) {
+    if (std::find(out.warnings.begin(), out.warnings.end(), line) == out.warnings.end()) out.warnings.push_back(line);
+  };
+  auto open = [&](const DataBlend& blend) {
     std::vector<std::shared_ptr<const IndexedDataset>> data;
-    for (const auto& prefix : blend.prefixes) data.push_back(std::make_shared<const IndexedDataset>(prefix));
+    for (const auto& prefix : blend.prefixes) {
+      data.push_back(std::make_shared<const IndexedDataset>(prefix, cfg.vocab_size));
+      if (cfg.vocab_size > 0 && data.back()->dtype() == IndexDType::kInt32 &&
+          best_fitting_dtype(cfg.vocab_size) != IndexDType::kInt32)
+        warn(detail::concat(prefix, ": int32 tokens, while Megatron stores a vocabulary of ", cfg.vocab_size,
+                            " ids as uint16: was the data made with another tokenizer?"));
+    }
     return data;
   };
-  std::unique_ptr<SampleSource> out[3];
+  std::unique_ptr<SampleSource>* split_out[3] = {&out.train, &out.valid, &out.test};
   if (!per_split) {
     const auto data = open(cfg.blend);
     std::vector<std::array<uint64_t, 4>> bounds;
     for (const auto& d : data) bounds.push_back(split_boundaries(cfg.split, d->size()));
+    const char* evaluation[3] = {"", "validation", "test"};
     for (int s = 0; s < 3; ++s) {
       SplitOfBlend sb{cfg.blend, data, {}, names[s], detail::concat(" (", names[s], " split)"), "--data-path"};
       for (const auto& b : bounds) sb.ranges.emplace_back(b[s], b[s + 1]);
-      out[s] = build_split(sb, wanted[s], cfg);
+      *split_out[s] = build_split(sb, wanted[s], cfg);
+      // An empty training split is the caller's error; an empty evaluation split would
+      // silently evaluate nothing.
+      const bool empty =
+          std::all_of(sb.ranges.begin(), sb.ranges.end(), [](const auto& r) { return r.second <= r.first; });
+      if (s > 0 && wanted[s] > 0 && empty) warn(empty_split_warning(cfg.split, evaluation[s], data));
     }
   } else {
     for (int s = 0; s < 3; ++s) {
@@ -431,10 +456,10 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
       const std::string flag = detail::concat("--", names[s], "-data-path");
       SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag};
       for (const auto& d : data) sb.ranges.emplace_back(0, d->size());
-      out[s] = build_split(sb, wanted[s], cfg);
+      *split_out[s] = build_split(sb, wanted[s], cfg);
     }
   }
-  return {std::move(out[0]), std::move(out[1]), std::move(out[2])};
+  return out;
 }
 
 }  // namespace trident

@@ -51,6 +51,7 @@ struct GptDatasetConfig {
   uint64_t seed = 1234;
   uint64_t train_samples = 0, valid_samples = 0, test_samples = 0;  // wanted
   std::string cache_dir;  // empty: beside the data
+  int64_t vocab_size = 0;  // the tokenizer's: samples with ids outside [0, vocab_size) throw (0: unchecked)
 };
 
 class SampleSource {  // a split (or blend of splits) as an indexable list of samples
@@ -62,6 +63,10 @@ class SampleSource {  // a split (or blend of splits) as an indexable list of sa
 
 struct TrainValidTest {
   std::unique_ptr<SampleSource> train, valid, test;  // null when a split is empty/0 wanted
+  // One line each (without "warning: ") for the run's start: a validation or test split
+  // that is wanted but that --split leaves without documents; int32 tokens for a vocabulary
+  // that Megatron would have stored as uint16 (data made with another tokenizer?).
+  std::vector<std::string> warnings;
 };
 
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -68,9 +69,17 @@ std::optional<pid_t> parse_pid(std::string_view s) {
   return static_cast<pid_t>(v);
 }
 
+// Converts n tokens of type T to int32; returns the position of the first that int32 cannot
+// hold (only an int64 can be one), n when none.
 template <typename T>
-void load_from(const char* in, size_t n, int32_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(get<T>(in + i * sizeof(T)));
+size_t load_from(const char* in, size_t n, int32_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    const T v = get<T>(in + i * sizeof(T));
+    if constexpr (sizeof(T) > sizeof(int32_t))
+      if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max()) return i;
+    out[i] = static_cast<int32_t>(v);
+  }
+  return n;
 }
 
 }  // namespace
@@ -231,45 +240,46 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
 
 // ---------------------------------------------------------------- reader
 
-IndexedDataset::IndexedDataset(const std::string& prefix) : prefix_(prefix) {
+IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
+    : prefix_(prefix), vocab_size_(vocab_size) {
   const std::string ipath = idx_path(prefix), bpath = bin_path(prefix);
-  // ---- index: read it whole, check every length against the file size
-  std::vector<char> idx;
-  {
-    std::FILE* f = std::fopen(ipath.c_str(), "rb");
-    if (!f) throw IoError(detail::concat(ipath, ": cannot open: ", errno_text()));
-    char buf[1 << 16];
-    size_t got;
-    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) idx.insert(idx.end(), buf, buf + got);
-    const bool bad = std::ferror(f);
-    std::fclose(f);
-    if (bad) throw IoError(detail::concat(ipath, ": read failed"));
-  }
-  if (idx.size() < kHeaderBytes || std::memcmp(idx.data(), kMagic, 9) != 0)
+  // ---- index: the header, then each array read straight into place (no copy of the whole
+  // file on the way: a large corpus's index is gigabytes), every length checked first
+  // against the file size
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(ipath.c_str(), "rb"), &std::fclose);
+  if (!f) throw IoError(detail::concat(ipath, ": cannot open: ", errno_text()));
+  struct stat ist {};
+  if (::fstat(::fileno(f.get()), &ist) != 0) throw IoError(detail::concat(ipath, ": cannot stat: ", errno_text()));
+  const uint64_t idx_len = static_cast<uint64_t>(ist.st_size);
+  auto read_exactly = [&](void* out, size_t bytes) {
+    if (bytes > 0 && std::fread(out, 1, bytes, f.get()) != bytes) throw IoError(detail::concat(ipath, ": read failed"));
+  };
+  char header[kHeaderBytes] = {};
+  if (idx_len >= kHeaderBytes) read_exactly(header, kHeaderBytes);
+  if (idx_len < kHeaderBytes || std::memcmp(header, kMagic, 9) != 0)
     throw IoError(detail::concat(ipath, ": not a Megatron MMapIndexedDataset index (bad magic)"));
-  const uint64_t version = get<uint64_t>(idx.data() + 9);
+  const uint64_t version = get<uint64_t>(header + 9);
   if (version != kVersion)
     throw IoError(detail::concat(ipath, ": unsupported index version ", version, " (expected 1)"));
-  const uint8_t code = get<uint8_t>(idx.data() + 17);
+  const uint8_t code = get<uint8_t>(header + 17);
   dtype_ = static_cast<IndexDType>(code);
   const size_t isz = code >= 1 && code <= 8 ? index_dtype_size(dtype_) : 0;
   if (isz == 0 || dtype_ == IndexDType::kFloat32 || dtype_ == IndexDType::kFloat64)
     throw IoError(detail::concat(ipath, ": unsupported dtype code ", int(code)));
-  n_ = get<uint64_t>(idx.data() + 18);
-  const uint64_t d = get<uint64_t>(idx.data() + 26);
-  const uint64_t body = idx.size() - kHeaderBytes;
+  n_ = get<uint64_t>(header + 18);
+  const uint64_t d = get<uint64_t>(header + 26);
+  const uint64_t body = idx_len - kHeaderBytes;
   // Overflow-safe: n and d must each be bounded by the body length before multiplying.
   if (n_ > body / 12 || d > body / 8 || n_ * 12 + d * 8 != body)
     throw IoError(detail::concat(ipath, ": truncated or corrupt index (", n_, " items, ", d,
-                                 " doc_idx entries do not fit ", idx.size(), " bytes)"));
+                                 " doc_idx entries do not fit ", idx_len, " bytes)"));
   if (d < 1) throw IoError(detail::concat(ipath, ": corrupt index (empty doc_idx)"));
   sizes_.resize(n_);
   pointers_.resize(n_);
   doc_idx_.resize(d);
-  const char* p = idx.data() + kHeaderBytes;
-  std::memcpy(sizes_.data(), p, n_ * 4);
-  std::memcpy(pointers_.data(), p + n_ * 4, n_ * 8);
-  std::memcpy(doc_idx_.data(), p + n_ * 12, d * 8);
+  read_exactly(sizes_.data(), n_ * 4);
+  read_exactly(pointers_.data(), n_ * 8);
+  read_exactly(doc_idx_.data(), d * 8);
   if (doc_idx_[0] != 0 || static_cast<uint64_t>(doc_idx_.back()) > n_)
     throw IoError(detail::concat(ipath, ": corrupt index (doc_idx out of range)"));
   for (uint64_t i = 1; i < d; ++i)
@@ -314,15 +324,25 @@ void IndexedDataset::read(uint64_t i, uint64_t offset, uint64_t length, int32_t*
                 offset, " length ", length);
   const size_t isz = index_dtype_size(dtype_);
   const char* src = bin_data_ + pointers_[i] + offset * isz;
+  size_t loaded = 0;
   switch (dtype_) {
-    case IndexDType::kUInt8: load_from<uint8_t>(src, length, out); break;
-    case IndexDType::kInt8: load_from<int8_t>(src, length, out); break;
-    case IndexDType::kInt16: load_from<int16_t>(src, length, out); break;
-    case IndexDType::kUInt16: load_from<uint16_t>(src, length, out); break;
-    case IndexDType::kInt32: load_from<int32_t>(src, length, out); break;
-    case IndexDType::kInt64: load_from<int64_t>(src, length, out); break;
+    case IndexDType::kUInt8: loaded = load_from<uint8_t>(src, length, out); break;
+    case IndexDType::kInt8: loaded = load_from<int8_t>(src, length, out); break;
+    case IndexDType::kInt16: loaded = load_from<int16_t>(src, length, out); break;
+    case IndexDType::kUInt16: loaded = load_from<uint16_t>(src, length, out); break;
+    case IndexDType::kInt32: loaded = load_from<int32_t>(src, length, out); break;
+    case IndexDType::kInt64: loaded = load_from<int64_t>(src, length, out); break;
     default: TRIDENT_CHECK(false, "float dtype");
   }
+  if (loaded < length)
+    throw IoError(detail::concat(bin_path(prefix_), ": token ", get<int64_t>(src + loaded * isz), " (item ", i,
+                                 ", position ", offset + loaded, ") does not fit an int32 token id"));
+  if (vocab_size_ <= 0) return;
+  for (uint64_t k = 0; k < length; ++k)
+    if (out[k] < 0 || out[k] >= vocab_size_)
+      throw IoError(detail::concat(bin_path(prefix_), ": token id ", out[k], " (item ", i, ", position ", offset + k,
+                                   ") is outside the tokenizer's vocabulary of ", vocab_size_,
+                                   " ids: was the data made with another tokenizer?"));
 }
 
 std::vector<int32_t> IndexedDataset::item(uint64_t i) const {

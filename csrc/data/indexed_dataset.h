@@ -70,16 +70,21 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix);
 
 // Reads a .bin/.idx pair: the index is copied into memory (its arrays are not aligned in
 // the file), the .bin is memory-mapped. Every field is checked against the file lengths
-// when opened; a foreign or truncated file throws IoError naming it.
+// when opened; a foreign or truncated file throws IoError naming it. Tokens are checked as
+// they are read: an int64 token that int32 cannot hold, or with vocab_size > 0 an id outside
+// [0, vocab_size) (data made with another tokenizer), throws IoError naming the .bin, the
+// item and the id: the model would otherwise take it silently as a zero embedding and no
+// target.
 class IndexedDataset {
  public:
-  explicit IndexedDataset(const std::string& prefix);
+  explicit IndexedDataset(const std::string& prefix, int64_t vocab_size = 0);
   ~IndexedDataset();
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
 
   const std::string& prefix() const { return prefix_; }
   IndexDType dtype() const { return dtype_; }
+  int64_t vocab_size() const { return vocab_size_; }  // 0: ids not checked
   uint64_t size() const { return n_; }  // number of items (sequences)
   std::span<const int32_t> sizes() const { return sizes_; }
   std::span<const int64_t> pointers() const { return pointers_; }
@@ -92,6 +97,7 @@ class IndexedDataset {
  private:
   std::string prefix_;
   IndexDType dtype_{};
+  int64_t vocab_size_ = 0;
   uint64_t n_ = 0;
   std::vector<int32_t> sizes_;
   std::vector<int64_t> pointers_;

@@ -44,8 +44,9 @@ struct Result {
   std::vector<LineStatus> status;
   std::vector<uint64_t> line;
   std::vector<std::string> reason;     // per kInvalid line
-  std::vector<int32_t> tokens;         // per kOk line, per key, back to back
-  std::vector<size_t> ends;            // end of each (line, key) run in tokens
+  std::vector<int32_t> tokens;         // per kOk line, per key, per item, back to back
+  std::vector<size_t> item_ends;       // end of each item in tokens
+  std::vector<size_t> ends;            // end of each (line, key) document in item_ends
   uint64_t raw_bytes = 0, text_bytes = 0;
   std::exception_ptr error;
 };
@@ -108,6 +109,47 @@ bool last_value(const simdjson::dom::object& obj, std::string_view key, simdjson
   return found;
 }
 
+// Why a key's value cannot be a document ("" when it can): Megatron's preprocess_data.py
+// takes a string, or a list of strings (its --split-sentences output: one item each).
+std::string check_text_value(const std::string& key, const simdjson::dom::element& value) {
+  if (value.is_string()) return "";
+  simdjson::dom::array list;
+  if (value.get(list))
+    return detail::concat("key \"", key, "\" is not a string or a list of strings (got ",
+                          json_type_name(value.type()), ")");
+  size_t i = 0;
+  for (const simdjson::dom::element item : list) {
+    if (!item.is_string())
+      return detail::concat("key \"", key, "\": item ", i, " of the list is not a string (got ",
+                            json_type_name(item.type()), ")");
+    ++i;
+  }
+  return "";
+}
+
+// Appends one document (a checked string or list of strings) to r: one item per string
+// that tokenizes to something, the eod (append_eod) at the end of the last one, as
+// Megatron's Encoder.encode does. A document of no items is skipped by the writer.
+void encode_document(const simdjson::dom::element& value, const Tokenizer& tok, bool append_eod, Result& r) {
+  const size_t first_item = r.item_ends.size();
+  auto add = [&](std::string_view text) {
+    const std::vector<int32_t> ids = tok.encode(text);
+    if (ids.empty()) return;
+    r.tokens.insert(r.tokens.end(), ids.begin(), ids.end());
+    r.item_ends.push_back(r.tokens.size());
+  };
+  simdjson::dom::array list;
+  if (value.get(list)) {
+    add(value.get_string().value_unsafe());
+  } else {
+    for (const simdjson::dom::element item : list) add(item.get_string().value_unsafe());
+  }
+  if (append_eod && r.item_ends.size() > first_item) {
+    r.tokens.push_back(tok.eod());
+    r.item_ends.back() = r.tokens.size();
+  }
+}
+
 // Parses and tokenizes one batch. Never throws: failures go into the result.
 void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
              simdjson::dom::parser& parser, Result& r) {
@@ -139,10 +181,8 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
             why = detail::concat("missing key \"", key, "\"");
             break;
           }
-          if (!values[k].is_string()) {
-            why = detail::concat("key \"", key, "\" is not a string (got ", json_type_name(values[k].type()), ")");
-            break;
-          }
+          why = check_text_value(key, values[k]);
+          if (!why.empty()) break;
         }
       }
       if (!why.empty()) {
@@ -152,10 +192,8 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
       }
       r.status.push_back(LineStatus::kOk);
       for (const simdjson::dom::element& v : values) {
-        std::vector<int32_t> ids = tok.encode(v.get_string().value_unsafe());
-        if (!ids.empty() && opt.append_eod) ids.push_back(tok.eod());
-        r.tokens.insert(r.tokens.end(), ids.begin(), ids.end());
-        r.ends.push_back(r.tokens.size());
+        encode_document(v, tok, opt.append_eod, r);
+        r.ends.push_back(r.item_ends.size());
       }
     }
   } catch (...) {
@@ -310,7 +348,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
         r = std::move(it->second);
         results.erase(it);
       }
-      size_t k = 0, reason = 0, tok_begin = 0;
+      size_t k = 0, reason = 0, item = 0, tok_begin = 0;
       for (size_t i = 0; i < r->status.size(); ++i) {
         ++st.lines;
         if (r->status[i] == LineStatus::kBlank) continue;
@@ -323,16 +361,18 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
         }
         ++st.documents;
         for (size_t key = 0; key < nkeys; ++key, ++k) {
-          const size_t end = r->ends[k];
-          if (end > tok_begin) {
-            builders[key]->add_item(std::span<const int32_t>(r->tokens.data() + tok_begin, end - tok_begin));
-            builders[key]->end_document();
-            ++st.written[key];
-            st.tokens[key] += end - tok_begin;
-          } else {
+          if (item == r->ends[k]) {
             ++st.empty[key];
+            continue;
           }
-          tok_begin = end;
+          for (; item < r->ends[k]; ++item) {
+            const size_t end = r->item_ends[item];
+            builders[key]->add_item(std::span<const int32_t>(r->tokens.data() + tok_begin, end - tok_begin));
+            st.tokens[key] += end - tok_begin;
+            tok_begin = end;
+          }
+          builders[key]->end_document();
+          ++st.written[key];
         }
         if (opt.log && opt.log_interval && st.documents >= next_log) {
           next_log += opt.log_interval;

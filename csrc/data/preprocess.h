@@ -3,13 +3,15 @@
 // Pipeline: one reader thread cuts the input into batches of lines; `workers` threads parse
 // each line with simdjson and tokenize every --json-keys value; the calling thread writes the
 // results strictly in input order, one IndexedDatasetBuilder per key
-// (`{output_prefix}_{key}_document.bin/.idx`). A document (key) that tokenizes to nothing is
-// skipped, as Megatron does; append_eod adds the tokenizer's eod to each document.
-// Blank lines are ignored. A line that is not JSON, is not an object, lacks a key or has a
-// non-string value stops the run with IoError "file:line: reason" and no outputs are left
-// behind; with skip_invalid such lines are counted and skipped instead. A key that appears
-// twice in one object takes its last value, as Python's json.loads (Megatron's
-// preprocess_data.py) does.
+// (`{output_prefix}_{key}_document.bin/.idx`). A key's value is a document: a string (one
+// item), or as Megatron's preprocess_data.py a list of strings (its --split-sentences
+// output: one item per string that tokenizes to something). A document that tokenizes to
+// nothing is skipped, as Megatron does; append_eod adds the tokenizer's eod to the end of
+// each document (its last item). Blank lines are ignored. A line that is not JSON, is not
+// an object, lacks a key or has a value that is neither a string nor a list of strings
+// stops the run with IoError "file:line: reason" and no outputs are left behind; with
+// skip_invalid such lines are counted and skipped instead. A key that appears twice in one
+// object takes its last value, as Python's json.loads (Megatron's preprocess_data.py) does.
 //
 // Every key's .bin/.idx is written under a temporary name
 // ({prefix}_{key}_document.bin.tmp.<host>.<pid>) and all of them get their final names together

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <exception>
+#include <iostream>
 #include <ostream>
 
 #include "core/error.h"
@@ -23,6 +25,29 @@ extern "C" void request_stop(int) { stop_requested = 1; }
 std::ostream& null_stream() {
   static std::ostream s(nullptr);
   return s;
+}
+
+// Megatron's order for building the datasets: world rank 0 builds the index maps and
+// writes their caches, then the other ranks build and find them, instead of every rank
+// building the same maps at once (each holding them in memory) and writing the same files.
+// Should rank 0 fail, every rank learns it and stops rather than wait for it.
+TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelContext* par) {
+  if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
+  TrainValidTest sets;
+  std::exception_ptr failure;
+  if (par->world_rank() == 0) {
+    try {
+      sets = build_gpt_datasets(dc);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (any_rank(*par, failure != nullptr)) {
+    if (failure) std::rethrow_exception(failure);
+    throw ConfigError("the datasets could not be built (rank 0 says why)");
+  }
+  if (par->world_rank() != 0) sets = build_gpt_datasets(dc);
+  return sets;
 }
 
 void add(LossStats& total, const LossStats& s) {
@@ -444,7 +469,7 @@ void Trainer::train() {
       << std::endl;
 }
 
-TrainData make_train_data(TrainOptions& opt) {
+TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel) {
   resolve_schedule(opt);
   const uint64_t G = opt.global_batch_size;
   const uint64_t train = static_cast<uint64_t>(opt.train_iters) * G;
@@ -476,7 +501,10 @@ TrainData make_train_data(TrainOptions& opt) {
   dc.valid_samples = opt.eval_iters > 0 ? valid : 0;
   dc.test_samples = opt.eval_iters > 0 ? test : 0;
   dc.cache_dir = opt.data_cache_path;
-  TrainValidTest sets = build_gpt_datasets(dc);
+  dc.vocab_size = opt.model.vocab_size;
+  TrainValidTest sets = build_datasets_rank0_first(dc, parallel);
+  if (!parallel || parallel->world_rank() == 0)
+    for (const std::string& w : sets.warnings) std::cerr << "trident: warning: " << w << std::endl;
   if (!sets.train)
     throw ConfigError(opt.data_path.empty() ? "--train-data-path: no training documents"
                                             : "--split: the training split of --data-path is empty");

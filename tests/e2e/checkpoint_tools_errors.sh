@@ -89,7 +89,7 @@ python3 "$repo/tests/e2e/ckpt_tools_check.py" make-data "$tmp/corpus" "$tmp/corp
   $(seq 300 5 400) >/dev/null
 expect_error trident-eval "--first-sample: the valid split has" \
   "$eval_bin" "${args[@]}" --load "$tmp/ck" --data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" \
-  --tokenizer-type BertWordPieceLowerCase --split 80,20,0 --data-cache-path "$tmp/cache" --first-sample 100000
+  --tokenizer-type BertWordPieceLowerCase --split 80,10,10 --data-cache-path "$tmp/cache" --first-sample 100000
 nothing_under "$tmp/out0" "a bad integer"
 mkdir -p "$tmp/full" && touch "$tmp/full/keep"
 expect_error trident-convert "--save: $tmp/full already exists" "$convert" --to hf --load "$tmp/ck" --save "$tmp/full"

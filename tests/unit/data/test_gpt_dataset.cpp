@@ -1,7 +1,8 @@
 // GPTDataset: every sample compared with a brute-force construction (the doc_idx documents
 // concatenated, sample k = tokens [k*seq, k*seq + seq]); the maps' structure (epoch count,
 // per-epoch shuffles, permutations); split boundaries against Megatron's Python arithmetic;
-// cache reuse, rebuild on change, concurrent builds; blending proportions and contents.
+// cache reuse, rebuild on change, concurrent builds; blending proportions and contents;
+// warnings for empty evaluation splits and int32 data; ids checked against the vocabulary.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -320,6 +321,83 @@ TEST(GptDataset, EmptySplitThrowsNamingTheFile) {
   } catch (const IoError& e) {
     EXPECT_NE(std::string(e.what()).find(dir / "z.idx"), std::string::npos) << e.what();
   }
+}
+
+// Megatron's boundaries leave 949,50,1 of 10 documents no validation or test documents
+// ([0, 10, 10, 10]): a wanted split that gets none is a warning naming the flag, the prefix
+// and its documents, not a silent run without evaluation.
+TEST(GptDataset, EmptyValidationAndTestSplitsAreWarnings) {
+  ScratchDir dir;
+  write_docs(dir / "few", 10, 3);
+  write_docs(dir / "more", 30, 4);
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({dir / "few"});
+  cfg.split = "949,50,1";
+  cfg.seq_length = 8;
+  cfg.train_samples = 20;
+  cfg.valid_samples = 4;
+  cfg.test_samples = 4;
+  cfg.cache_dir = dir / "cache";
+  auto tvt = build_gpt_datasets(cfg);
+  ASSERT_TRUE(tvt.train);
+  EXPECT_FALSE(tvt.valid);
+  EXPECT_FALSE(tvt.test);
+  const std::string in = " documents in " + dir / "few" + " (10 documents): no ";
+  EXPECT_EQ(tvt.warnings, (std::vector<std::string>{"--split 949,50,1 leaves no validation" + in + "validation",
+                                                   "--split 949,50,1 leaves no test" + in + "test"}));
+  // Not wanted (no evaluation): no warning.
+  cfg.valid_samples = cfg.test_samples = 0;
+  EXPECT_TRUE(build_gpt_datasets(cfg).warnings.empty());
+  // An unweighted blend: a split is empty only when it is empty in every prefix.
+  cfg.blend = parse_data_path({dir / "few", dir / "more"});
+  cfg.valid_samples = cfg.test_samples = 4;
+  cfg.split = "50,50,0";  // few: [0, 5, 10, 10]; more: [0, 15, 30, 30]
+  tvt = build_gpt_datasets(cfg);
+  EXPECT_TRUE(tvt.valid);
+  EXPECT_EQ(tvt.warnings, (std::vector<std::string>{"--split 50,50,0 leaves no test documents in " + dir / "few" +
+                                                   " (10 documents), " + dir / "more" + " (30 documents): no test"}));
+  // Every split non-empty: nothing to say.
+  cfg.blend = parse_data_path({dir / "more"});
+  cfg.split = "8,1,1";  // [0, 24, 27, 30]
+  tvt = build_gpt_datasets(cfg);
+  EXPECT_TRUE(tvt.valid && tvt.test);
+  EXPECT_TRUE(tvt.warnings.empty());
+}
+
+// Samples read through build_gpt_datasets are checked against the tokenizer's vocabulary;
+// int32 data for a vocabulary that fits uint16 is a warning at start.
+TEST(GptDataset, IdsCheckedAgainstTheVocabulary) {
+  ScratchDir dir;
+  write_docs(dir / "d", 20, 5, 0, 12);  // ids d * 1000 + position: up to 19011
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({dir / "d"});
+  cfg.split = "1,0,0";
+  cfg.seq_length = 8;
+  cfg.train_samples = 10;
+  cfg.cache_dir = dir / "cache";
+  cfg.vocab_size = 19012;  // every id fits
+  auto tvt = build_gpt_datasets(cfg);
+  std::vector<int32_t> s(9);
+  for (uint64_t i = 0; i < tvt.train->size(); ++i) tvt.train->get(i, s.data());
+  EXPECT_EQ(tvt.warnings, (std::vector<std::string>{dir / "d" + ": int32 tokens, while Megatron stores a vocabulary "
+                                                                  "of 19012 ids as uint16: was the data made with "
+                                                                  "another tokenizer?"}));
+  cfg.vocab_size = 5000;  // documents 5 and up hold ids past it
+  tvt = build_gpt_datasets(cfg);
+  int thrown = 0;
+  for (uint64_t i = 0; i < tvt.train->size(); ++i) {
+    try {
+      tvt.train->get(i, s.data());
+    } catch (const IoError& e) {
+      const std::string m = e.what();
+      EXPECT_EQ(m.rfind(dir / "d.bin: token id ", 0), 0u) << m;
+      EXPECT_NE(m.find("vocabulary of 5000 ids"), std::string::npos) << m;
+      ++thrown;
+    }
+  }
+  EXPECT_GT(thrown, 0);
+  cfg.vocab_size = 70000;  // int32 is Megatron's choice here: no warning
+  EXPECT_TRUE(build_gpt_datasets(cfg).warnings.empty());
 }
 
 TEST(Blend, DataPathParsing) {

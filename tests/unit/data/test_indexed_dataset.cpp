@@ -1,5 +1,6 @@
 // .bin/.idx: the bytes of a known tiny dataset parsed by hand against Megatron's layout,
-// reader round trip, and rejection of truncated / foreign files (file named, no crash).
+// reader round trip, and rejection of truncated / foreign files (file named, no crash);
+// ids outside the vocabulary and int64 tokens past int32 refused when read.
 // The builder's two-phase finish (prepare, commit, abort taking a commit back) and the
 // removal of temporary files that dead processes left.
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 
@@ -127,6 +129,83 @@ TEST(IndexedDataset, TokenTooLargeForUInt16Throws) {
   IndexedDatasetBuilder b(dir / "x", IndexDType::kUInt16);
   EXPECT_THROW(b.add_item(std::vector<int32_t>{65536}), IoError);
   EXPECT_THROW(b.add_item(std::vector<int32_t>{-1}), IoError);
+}
+
+// The message a read gives for `id` at (item, position) outside a vocabulary of `vocab`.
+std::string outside_vocab(const std::string& prefix, int64_t id, int item, int position, int64_t vocab) {
+  return prefix + ".bin: token id " + std::to_string(id) + " (item " + std::to_string(item) + ", position " +
+         std::to_string(position) + ") is outside the tokenizer's vocabulary of " + std::to_string(vocab) +
+         " ids: was the data made with another tokenizer?";
+}
+
+TEST(IndexedDataset, IdsOutsideTheVocabularyThrowNamingFileItemAndId) {
+  ScratchDir dir;
+  const std::string prefix = dir / "known";
+  write_known(prefix, IndexDType::kInt32);  // {1, 2, 3}, {4}, {5, 6}, {65535}
+  std::vector<int32_t> out(3);
+  const IndexedDataset wide(prefix, 65536);
+  EXPECT_EQ(wide.item(3), (std::vector<int32_t>{65535}));  // the largest id of 65536
+  const IndexedDataset narrow(prefix, 3);
+  EXPECT_EQ(narrow.vocab_size(), 3);
+  narrow.read(0, 0, 2, out.data());  // ids 1, 2: fine
+  EXPECT_EQ(out[1], 2);
+  try {
+    narrow.read(0, 1, 2, out.data());  // ids 2, 3
+    FAIL() << "id 3 read with a vocabulary of 3";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), outside_vocab(prefix, 3, 0, 2, 3));
+  }
+  try {
+    IndexedDataset(prefix, 65535).item(3);
+    FAIL() << "id 65535 read with a vocabulary of 65535";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), outside_vocab(prefix, 65535, 3, 0, 65535));
+  }
+  // Negative ids are outside any vocabulary.
+  IndexedDatasetBuilder b(dir / "negative", IndexDType::kInt16);
+  b.add_item(std::vector<int32_t>{7, -2});
+  b.end_document();
+  b.finish();
+  EXPECT_EQ(IndexedDataset(dir / "negative").item(0), (std::vector<int32_t>{7, -2}));  // unchecked
+  try {
+    IndexedDataset(dir / "negative", 50257).item(0);
+    FAIL() << "id -2 accepted";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), outside_vocab(dir / "negative", -2, 0, 1, 50257));
+  }
+}
+
+TEST(IndexedDataset, Int64TokensThatInt32CannotHoldThrow) {
+  ScratchDir dir;
+  const std::string prefix = dir / "known";
+  write_known(prefix, IndexDType::kInt64);  // {1, 2, 3}, {4}, {5, 6}, {65535}
+  std::string bin = read_file(prefix + ".bin");
+  const int64_t big = (int64_t{1} << 33) + 5, small = int64_t{INT32_MIN} - 1, lowest = INT32_MIN;
+  std::memcpy(bin.data() + 5 * 8, &big, 8);     // item 2, position 1
+  std::memcpy(bin.data() + 0 * 8, &small, 8);   // item 0, position 0
+  std::memcpy(bin.data() + 2 * 8, &lowest, 8);  // item 0, position 2: fits
+  write_file(prefix + ".bin", bin);
+  const IndexedDataset r(prefix);
+  EXPECT_EQ(r.item(1), (std::vector<int32_t>{4}));
+  std::vector<int32_t> out(2);
+  r.read(0, 1, 2, out.data());
+  EXPECT_EQ(out, (std::vector<int32_t>{2, INT32_MIN}));
+  auto message = [&](int item, int position, int64_t v) {
+    return prefix + ".bin: token " + std::to_string(v) + " (item " + std::to_string(item) + ", position " +
+           std::to_string(position) + ") does not fit an int32 token id";
+  };
+  try {
+    r.item(2);
+    FAIL() << "2^33 + 5 read as an int32";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), message(2, 1, big));
+  }
+  try {
+    r.item(0);
+    FAIL() << "INT32_MIN - 1 read as an int32";
+  } catch (const IoError& e) {
+    EXPECT_EQ(std::string(e.what()), message(0, 0, small));
+  }
 }
 
 TEST(IndexedDataset, AbandonedBuilderLeavesNothing) {

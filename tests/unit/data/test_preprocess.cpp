@@ -1,10 +1,11 @@
 // preprocess_jsonl end to end with a byte-level stub tokenizer: outputs compared token by
 // token with the documents written directly; order kept with several workers; several
-// --json-keys; --append-eod; empty documents skipped; .xz input; every bad-input error
-// names file:line and leaves no outputs; --skip-invalid counts. A repeated JSON key takes
-// its last value; a repeated --json-keys entry is refused; the keys' outputs appear together
-// or not at all; stale temporary files of dead runs go; an interrupt leaves nothing. The CLI
-// is run with the real GPT-2 files when both are present (signals included).
+// --json-keys; --append-eod; empty documents skipped; lists of sentences (bytes written out
+// by hand); .xz input; every bad-input error names file:line and leaves no outputs;
+// --skip-invalid counts. A repeated JSON key takes its last value; a repeated --json-keys
+// entry is refused; the keys' outputs appear together or not at all; stale temporary files
+// of dead runs go; an interrupt leaves nothing. The CLI is run with the real GPT-2 files
+// when both are present (signals included).
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -161,6 +162,61 @@ TEST(Preprocess, KeysEodEmptyDocsAndXz) {
   }
 }
 
+// Megatron's Encoder.encode on a list of sentences (what --split-sentences writes): one
+// document, one item per sentence that tokenizes to something, the eod on the last item
+// only; a document without such sentences is skipped. The bytes are written out by hand.
+TEST(Preprocess, ListOfSentencesIsOneDocumentOfItems) {
+  ScratchDir dir;
+  write_file(dir / "in.jsonl",
+             "{\"text\": [\"ab\", \"\", \"c\"]}\n"  // items "ab", "c" (the empty sentence is dropped)
+             "{\"text\": []}\n"                // no sentences: skipped
+             "{\"text\": \"de\"}\n"              // a string: one item
+             "{\"text\": [\"\", \"\"]}\n"          // only empty sentences: skipped
+             "{\"text\": [\"f\"]}\n");
+  auto u16 = [](std::initializer_list<uint16_t> v) {
+    std::string b;
+    for (uint16_t x : v) b.append(reinterpret_cast<const char*>(&x), 2);
+    return b;
+  };
+  auto le = [](auto v) { return std::string(reinterpret_cast<const char*>(&v), sizeof v); };
+  // The .idx of items with `sizes` (uint16 tokens) in documents starting at doc_idx.
+  auto idx = [&](std::initializer_list<int32_t> sizes, std::initializer_list<int64_t> doc_idx) {
+    std::string b("MMIDIDX\0\0", 9);
+    b += le(uint64_t{1}) + le(uint8_t{8}) + le(uint64_t{sizes.size()}) + le(uint64_t{doc_idx.size()});
+    for (int32_t n : sizes) b += le(n);
+    int64_t ptr = 0;
+    for (int32_t n : sizes) {
+      b += le(ptr);
+      ptr += 2 * n;
+    }
+    for (int64_t d : doc_idx) b += le(d);
+    return b;
+  };
+  const uint16_t a = 'a', b = 'b', c = 'c', d = 'd', e = 'e', f = 'f', eod = 256;
+  for (const bool append_eod : {true, false}) {
+    auto o = options(dir, dir / "in.jsonl");
+    o.append_eod = append_eod;
+    o.output_prefix = dir / (append_eod ? "eod" : "plain");
+    o.workers = 2;
+    o.batch_lines = 2;
+    ByteTokenizer tok;
+    const auto st = preprocess_jsonl(o, tok);
+    EXPECT_EQ(st.documents, 5u);
+    EXPECT_EQ(st.written, (std::vector<uint64_t>{3}));
+    EXPECT_EQ(st.empty, (std::vector<uint64_t>{2}));
+    const std::string out = st.output_prefixes[0];
+    if (append_eod) {
+      EXPECT_EQ(st.tokens, (std::vector<uint64_t>{9}));
+      EXPECT_EQ(testing::read_file(out + ".bin"), u16({a, b, c, eod, d, e, eod, f, eod}));
+      EXPECT_EQ(testing::read_file(out + ".idx"), idx({2, 2, 3, 2}, {0, 2, 3, 4}));
+    } else {
+      EXPECT_EQ(st.tokens, (std::vector<uint64_t>{6}));
+      EXPECT_EQ(testing::read_file(out + ".bin"), u16({a, b, c, d, e, f}));
+      EXPECT_EQ(testing::read_file(out + ".idx"), idx({2, 1, 2, 1}, {0, 2, 3, 4}));
+    }
+  }
+}
+
 struct BadCase {
   std::string line, reason;
 };
@@ -171,9 +227,11 @@ TEST(Preprocess, BadInputNamesFileLineAndLeavesNothing) {
       {"{\"text\": \"a\",}", "invalid JSON"},
       {"not json", "invalid JSON"},
       {"{\"body\": \"a\"}", "missing key \"text\""},
-      {"{\"text\": 12}", "key \"text\" is not a string (got number)"},
-      {"{\"text\": null}", "key \"text\" is not a string (got null)"},
-      {"{\"text\": [\"a\"]}", "key \"text\" is not a string (got array)"},
+      {"{\"text\": 12}", "key \"text\" is not a string or a list of strings (got number)"},
+      {"{\"text\": null}", "key \"text\" is not a string or a list of strings (got null)"},
+      {"{\"text\": {\"a\": \"b\"}}", "key \"text\" is not a string or a list of strings (got object)"},
+      {"{\"text\": [\"a\", 3]}", "key \"text\": item 1 of the list is not a string (got number)"},
+      {"{\"text\": [[\"a\"]]}", "key \"text\": item 0 of the list is not a string (got array)"},
       {"[\"text\"]", "not a JSON object (got array)"},
       {"{\"text\": \"bad utf8 \xff\"}", "invalid JSON"},
   };
@@ -258,7 +316,8 @@ TEST(Preprocess, RepeatedJsonKeyTakesItsLastValue) {
     preprocess_jsonl(o, tok);
     FAIL() << "a null last value accepted";
   } catch (const IoError& e) {
-    EXPECT_EQ(std::string(e.what()), dir / "last_bad.jsonl:1: key \"text\" is not a string (got null)");
+    EXPECT_EQ(std::string(e.what()),
+              dir / "last_bad.jsonl:1: key \"text\" is not a string or a list of strings (got null)");
   }
 }
 
