@@ -13,13 +13,19 @@ BlendingIndices build_blending_indices(const std::vector<double>& weights, uint6
   out.dataset_index.resize(size);
   out.dataset_sample_index.resize(size);
   std::vector<int64_t> count(weights.size(), 0);
+  // A dataset of weight 0 is never picked, even where its error (0) ties the others' (they
+  // can all be 0 when the counts are exactly proportional): an unweighted blend gives a
+  // prefix whose split holds no samples weight 0.
+  TRIDENT_CHECK(std::any_of(weights.begin(), weights.end(), [](double w) { return w > 0; }),
+                "blend without a positive weight");
   for (uint64_t i = 0; i < size; ++i) {
     const double at = std::max(static_cast<double>(i), 1.0);
-    size_t best = 0;
-    double best_err = weights[0] * at - static_cast<double>(count[0]);
-    for (size_t d = 1; d < weights.size(); ++d) {
+    size_t best = weights.size();
+    double best_err = 0;
+    for (size_t d = 0; d < weights.size(); ++d) {
+      if (!(weights[d] > 0)) continue;
       const double err = weights[d] * at - static_cast<double>(count[d]);
-      if (err > best_err) {
+      if (best == weights.size() || err > best_err) {
         best_err = err;
         best = d;
       }

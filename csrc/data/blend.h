@@ -1,6 +1,7 @@
 // Megatron's blended dataset: sample i of the blend comes from dataset dataset_index[i], its
 // sample dataset_sample_index[i]. Greedy: at each i pick the dataset whose achieved count lags
-// its weight the most (error = w_d * max(i, 1) - count_d, first maximum wins).
+// its weight the most (error = w_d * max(i, 1) - count_d, first maximum wins; a dataset of
+// weight 0 is never picked).
 #pragma once
 
 #include <cstdint>

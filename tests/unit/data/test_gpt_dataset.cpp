@@ -426,6 +426,8 @@ TEST(Blend, GreedyIndices) {
   // Worked by hand: error_d = w_d * max(i, 1) - count_d, first maximum wins.
   EXPECT_EQ(build_blending_indices({0.5, 0.5}, 4).dataset_index, (std::vector<uint16_t>{0, 1, 0, 1}));
   EXPECT_EQ(build_blending_indices({0.25, 0.75}, 4).dataset_index, (std::vector<uint16_t>{1, 0, 1, 1}));
+  // Weight 0 first: at i = 2 both others' errors are 0 and tie with it; it is never picked.
+  EXPECT_EQ(build_blending_indices({0.0, 0.5, 0.5}, 4).dataset_index, (std::vector<uint16_t>{1, 2, 1, 2}));
   const std::vector<double> w = {0.2, 0.5, 0.3};
   const auto b = build_blending_indices(w, 10000);
   std::vector<int64_t> count(3, 0);
