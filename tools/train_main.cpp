@@ -15,20 +15,16 @@
 namespace trident {
 namespace {
 
-// --save is checked before training rather than at the first save, hours later. Rank 0
-// checks it (rank 0 creates the directory when saving) and every rank learns the verdict,
-// so all of them stop with the same configuration error: rank 0 alone failing would leave
-// the others waiting in a collective under a launcher that does not end the job then.
+// --save is checked before training rather than at the first save, hours later, by rank 0
+// (which creates the directory when saving), and every rank learns the verdict.
 void check_save_dir(const std::string& save, ParallelContext& par) {
-  std::string why;
-  if (par.world_rank() == 0) {
+  run_on_rank0_for_all(par, "--save", [&] {
     try {
       check_checkpoint_root_usable(save);
     } catch (const IoError& e) {
-      why = e.what();
+      throw ConfigError("--save: " + std::string(e.what()));
     }
-  }
-  if (any_rank(par, !why.empty())) throw ConfigError("--save: " + (why.empty() ? save + " is unusable (see rank 0)" : why));
+  });
 }
 
 int train(int argc, char** argv) {

@@ -90,8 +90,10 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   model_->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
   schedule_ = make_lr_schedule(opt_);
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
-  if (!opt_.tensorboard_dir.empty() && par_->world_rank() == 0)
-    tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir);
+  // Rank 0 writes the events; a directory it cannot create stops every rank.
+  if (!opt_.tensorboard_dir.empty())
+    run_on_rank0_for_all(*par_, "--tensorboard-dir",
+                         [&] { tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir); });
   const int T = opt_.model.seq_length;
   sample_.resize(T + 1);
   tokens_.resize(static_cast<size_t>(opt_.micro_batch_size) * T);
