@@ -32,11 +32,18 @@ int train(int argc, char** argv) {
   if (!parse_train_options(argc, argv, opt)) return 0;
   // The layout is checked first (its errors name the parallel-size flags), then the
   // backend is made before the groups: NcclComm runs on its GPU, after its stream.
-  make_grid_shape(job_world_size(), opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
+  const GridShape shape =
+      make_grid_shape(job_world_size(), opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
+  resolve_global_batch_size(opt, shape.dp);
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
   if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
+  // Megatron trains on mock data only when asked (--mock-data); trident keeps its synthetic
+  // default for the quickstart, but says so.
+  if (!opt.has_data() && !opt.mock_data && parallel->world_rank() == 0)
+    std::cout << "trident-train: no --data-path: training on synthetic tokens (--mock-data silences this)"
+              << std::endl;
   TrainData data = make_train_data(opt);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));

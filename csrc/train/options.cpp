@@ -121,6 +121,7 @@ const std::vector<FlagDef>& flag_defs() {
       {"tokenizer-type", "GPT2BPETokenizer"},
       {"split", "train, valid, test weights (969, 30, 1)"},
       {"data-cache-path", "where dataset index maps are cached (default: beside the data)"},
+      {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"help", "print this help", true},
   };
   return defs;
@@ -163,6 +164,11 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"data-path", "train-data-path"},
       {"data-path", "valid-data-path"},
       {"data-path", "test-data-path"},
+      // --mock-data against each real source.
+      {"mock-data", "data-path"},
+      {"mock-data", "train-data-path"},
+      {"mock-data", "valid-data-path"},
+      {"mock-data", "test-data-path"},
   };
   return groups;
 }
@@ -432,6 +438,7 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   f.get("micro-batch-size", o.micro_batch_size);
   f.get("global-batch-size", o.global_batch_size);
   f.get("train-iters", o.train_iters);
+  o.train_iters_is_default = !f.has("train-iters");
   f.get("lr", o.lr);
   f.get("min-lr", o.min_lr);
   f.get("lr-decay-style", o.lr_decay_style);
@@ -548,6 +555,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tokenizer-type", o.tokenizer_type);
   f.get("split", o.split);
   f.get("data-cache-path", o.data_cache_path);
+  f.get("mock-data", o.mock_data);
   if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
   if (f.has("load") && o.load.empty()) throw ConfigError("--load: expected a directory");
   if (f.has("tensorboard-dir") && o.tensorboard_dir.empty()) throw ConfigError("--tensorboard-dir: expected a directory");
@@ -561,8 +569,11 @@ void check_non_negative(double v, const char* flag) {
 }
 
 void validate_batch_and_schedule(TrainOptions& o) {
-  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
   check_positive(o.micro_batch_size, "micro-batch-size");
+  if (o.global_batch_size == 0) {  // one data-parallel rank until resolve_global_batch_size knows
+    o.global_batch_size = o.micro_batch_size;
+    o.global_batch_size_is_default = true;
+  }
   check_positive(o.global_batch_size, "global-batch-size");
   if (o.global_batch_size % o.micro_batch_size != 0)
     throw ConfigError("--global-batch-size (" + std::to_string(o.global_batch_size) +
@@ -602,6 +613,9 @@ void validate_run(TrainOptions& o) {
   ModelConfig& m = o.model;
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
+  if (o.has_data() && o.mock_data)
+    throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
+                      "alternatives: give one");
   if (o.has_data() && o.vocab_file.empty()) throw ConfigError("--vocab-file is required with --data-path");
   if (!o.data_path.empty() && (!o.train_data_path.empty() || !o.valid_data_path.empty() || !o.test_data_path.empty()))
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
@@ -639,6 +653,25 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   validate_run(o);
 }
 
+// Megatron's assertion lr_warmup_steps < lr_decay_steps in the flags the user sets: the decay
+// ends with the run unless --lr-decay-iters/--lr-decay-samples says otherwise, so a config's
+// warm-up can outlast the default --train-iters (100) that the user never gave.
+std::string warmup_outlasts_decay(const TrainOptions& o) {
+  if (o.lr_warmup_fraction >= 0) return "--lr-warmup-fraction must be below 1";
+  const bool s = o.sample_based;
+  const std::string warmup = s ? "--lr-warmup-samples (" + std::to_string(o.lr_warmup_samples) + ")"
+                               : "--lr-warmup-iters (" + std::to_string(o.lr_warmup_iters) + ")";
+  if (s ? o.lr_decay_samples != 0 : o.lr_decay_iters != 0)
+    return s ? "--lr-decay-samples (" + std::to_string(o.lr_decay_samples) + ") must exceed " + warmup
+             : "--lr-decay-iters (" + std::to_string(o.lr_decay_iters) + ") must exceed " + warmup;
+  const std::string run = s ? "--train-samples (" + std::to_string(o.train_samples) + ")"
+                            : "--train-iters (" + std::to_string(o.train_iters) +
+                                  (o.train_iters_is_default ? ", the default)" : ")");
+  return run + " must exceed " + warmup + ": the learning-rate decay ends with the run unless " +
+         (s ? "--lr-decay-samples" : "--lr-decay-iters") + " says otherwise; set " +
+         (s ? "--train-samples or --lr-decay-samples" : "--train-iters or --lr-decay-iters");
+}
+
 }  // namespace
 
 void resolve_schedule(TrainOptions& o) {
@@ -656,20 +689,22 @@ void resolve_schedule(TrainOptions& o) {
     if (o.train_iters <= 0) throw ConfigError("--train-iters must be positive");
     if (o.lr_warmup_iters < 0) throw ConfigError("--lr-warmup-iters must not be negative");
     if (o.lr_decay_iters < 0) throw ConfigError("--lr-decay-iters must not be negative");
-    if (o.lr_decay_iters == 0) o.lr_decay_iters = o.train_iters;
+    const int64_t decay_iters = o.lr_decay_iters != 0 ? o.lr_decay_iters : o.train_iters;
     o.train_samples = static_cast<uint64_t>(o.train_iters) * gbs;
-    o.decay_samples = static_cast<uint64_t>(o.lr_decay_iters) * gbs;
+    o.decay_samples = static_cast<uint64_t>(decay_iters) * gbs;
     o.warmup_samples = static_cast<double>(o.lr_warmup_iters) * static_cast<double>(gbs);
   }
   if (o.lr_warmup_fraction >= 0) o.warmup_samples = o.lr_warmup_fraction * static_cast<double>(o.decay_samples);
   // Megatron asserts warm-up < decay; a constant schedule never decays, so only the
   // decaying styles need it here.
-  if (o.lr_decay_style != "constant" && !(o.warmup_samples < static_cast<double>(o.decay_samples))) {
-    const char* warm = o.lr_warmup_fraction >= 0 ? "--lr-warmup-fraction must be below 1"
-                       : o.sample_based          ? "--lr-decay-samples must exceed --lr-warmup-samples"
-                                                 : "--lr-decay-iters must exceed --lr-warmup-iters";
-    throw ConfigError(warm);
-  }
+  if (o.lr_decay_style != "constant" && !(o.warmup_samples < static_cast<double>(o.decay_samples)))
+    throw ConfigError(warmup_outlasts_decay(o));
+}
+
+void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
+  if (!o.global_batch_size_is_default) return;
+  o.global_batch_size = o.micro_batch_size * data_parallel_size;
+  resolve_schedule(o);
 }
 
 LrSchedule make_lr_schedule(const TrainOptions& o) {

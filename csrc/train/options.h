@@ -15,13 +15,18 @@ namespace trident {
 struct TrainOptions {
   ModelConfig model;  // --fp16 / --bf16 set model.dtype (F32 when neither)
   int micro_batch_size = 4;
-  int global_batch_size = 0;  // 0: micro_batch_size
+  // 0 (not given): Megatron's micro_batch_size x data-parallel size. Parsing sets
+  // micro_batch_size and global_batch_size_is_default; resolve_global_batch_size multiplies
+  // by the data-parallel size once the layout is known.
+  int global_batch_size = 0;
+  bool global_batch_size_is_default = false;
 
   // ---- Length of training and LR schedule (Megatron): iteration-based (--train-iters,
   // --lr-warmup-iters, --lr-decay-iters) or sample-based (--train-samples,
   // --lr-warmup-samples, --lr-decay-samples), never mixed; --lr-warmup-fraction
   // (warm-up = fraction x decay) works with either instead of the warm-up count.
   int64_t train_iters = 100;  // sample-based: set to train_samples / global batch (floor)
+  bool train_iters_is_default = false;  // parsing without --train-iters: error messages say so
   bool sample_based = false;  // set by --train-samples
   uint64_t train_samples = 0;  // --train-samples; resolved: the run's samples either way
   double lr = 1.5e-4, min_lr = 0.0;
@@ -87,7 +92,9 @@ struct TrainOptions {
 
   // Data: --data-path (Megatron's words: a prefix, weight-prefix pairs, or prefixes) cut by
   // --split, or a blend per split (--train-data-path, --valid-data-path, --test-data-path),
-  // or synthetic tokens when all are empty.
+  // or synthetic tokens when all are empty: asked for with --mock-data (Megatron's flag),
+  // else with a note on rank 0 (the quickstart and tests train that way).
+  bool mock_data = false;
   std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
   bool has_data() const {
     return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();
@@ -114,6 +121,11 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& out);
 // code that fills TrainOptions by hand (tests) may call it too. Throws ConfigError naming
 // the flag when the schedule is impossible. Needs global_batch_size > 0.
 void resolve_schedule(TrainOptions& o);
+
+// Megatron's default global batch, micro batch x data-parallel size, when --global-batch-size
+// was not given (global_batch_size_is_default); then the schedule is resolved again. Call it
+// once the data-parallel size is known, before anything reads the global batch.
+void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 
 // The schedule in samples from the resolved fields.
 LrSchedule make_lr_schedule(const TrainOptions& o);
