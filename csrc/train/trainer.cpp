@@ -227,7 +227,6 @@ IterationResult Trainer::train_iteration() {
   const int G = opt_.global_batch_size, T = opt_.model.seq_length;
   IterationResult r;
   r.lr = schedule_.lr(scheduler_samples_);
-  r.loss_scale = scaler_.scale();
   // The loss is the mean over every target token of the global batch, times the scale.
   const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
   optimizer_->zero_grads();
@@ -255,6 +254,7 @@ IterationResult Trainer::train_iteration() {
   }
   r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
   scaler_.update(found_inf);
+  r.loss_scale = scaler_.scale();  // after the update, as Megatron's log line and TensorBoard show it
   // Megatron steps its LR scheduler by the global batch only after a successful update.
   if (!r.skipped) scheduler_samples_ += G;
   r.logged_lr = schedule_.lr(scheduler_samples_);
@@ -315,7 +315,7 @@ void Trainer::train() {
   int64_t skipped = 0, nan = 0;  // in this log interval: Megatron prints and resets them per line
   const double flops_per_iteration = model_flops_per_iteration(m, opt_.global_batch_size, g.tp);
   const double peak_tflops =
-      opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype);
+      opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype, !opt_.no_tf32);
   struct Throughput {
     double tokens_per_second, tflops_per_rank, mfu;
   };
@@ -376,7 +376,7 @@ void Trainer::train() {
       // Megatron divides by max(1, updated): 0 when every iteration skipped, and no loss field.
       l.lm_loss = loss_sum / std::max(1, updated);
       l.lm_acc = acc_sum / std::max(1, updated);
-      l.loss_scale = scaler_.scale();  // 1 without a scaler
+      l.loss_scale = r.loss_scale;  // 1 without a scaler
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nan;

@@ -25,7 +25,8 @@ namespace trident {
 class TensorBoardWriter;
 
 struct IterationResult {
-  double loss = 0, acc = 0, grad_norm = 0, ms = 0, loss_scale = 0;
+  double loss = 0, acc = 0, grad_norm = 0, ms = 0;
+  double loss_scale = 0;  // after this iteration's scaler update (1 without a scaler)
   // The rate the update used: the scheduler's rate before its step (Megatron's param_group lr).
   double lr = 0;
   // The scheduler's rate after this iteration, which Megatron's log line and TensorBoard show:

@@ -259,6 +259,31 @@ TEST(TrainerLog, TensorBoardLearningRateIsTheLoggedRate) {
   fs::remove_all(dir);
 }
 
+// Megatron writes the scale after the scaler's update to both: the TensorBoard scalar of an
+// iteration is the scale its log line prints (fp16's back-off changes it, so a scalar that
+// lagged by an iteration would differ).
+TEST(TrainerLog, TensorBoardLossScaleIsTheLoggedScale) {
+  const fs::path dir = fresh_temp_dir("tensorboard_scale_fp16");
+  TrainOptions o = fp16_options();
+  o.tensorboard_dir = dir.string();
+  const TrainedRun run = train(o);
+  const std::vector<std::string> lines = iteration_lines(run.log);
+  const auto scales = tensorboard_scalars(dir, "loss-scale");
+  ASSERT_EQ(scales.size(), run.history.size());
+  ASSERT_EQ(lines.size(), run.history.size());
+  int changes = 0;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    EXPECT_EQ(scales[i].first, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(scales[i].second, float_bits(run.history[i].loss_scale)) << "iteration " << i + 1;
+    EXPECT_TRUE(has(lines[i], "| loss scale: " + printf_string("%.1f", run.history[i].loss_scale) + " |")) << lines[i];
+    changes += i > 0 && run.history[i].loss_scale != run.history[i - 1].loss_scale;
+  }
+  EXPECT_GE(changes, 10) << "the back-off from 2^32 changes the scale";
+  EXPECT_EQ(run.history[0].loss_scale, 4294967296.0) << "the first overflow counts the hysteresis down only";
+  EXPECT_EQ(run.history[1].loss_scale, 2147483648.0) << "the second halves the scale";
+  fs::remove_all(dir);
+}
+
 // In the log line and, as Megatron writes it every iteration, in TensorBoard.
 TEST(TrainerLog, LossScaleIsOneWithoutAScaler) {
   TrainOptions o = tiny_options();
