@@ -51,8 +51,14 @@ const std::vector<FlagDef>& flag_defs() {
       {"lr-warmup-samples", "warm-up samples (sample-based)"},
       {"lr-decay-samples", "decay samples (sample-based; default: train-samples)"},
       {"lr-warmup-fraction", "warm-up as a fraction of the decay (instead of the warm-up count)"},
+      {"lr-warmup-init", "the warm-up's first learning rate, rising linearly to --lr (0)"},
+      {"rampup-batch-size", "not supported yet (Megatron's global-batch ramp-up: START INCR SAMPLES)"},
       // Optimizer.
       {"weight-decay", "AdamW decoupled weight decay (0.01)"},
+      {"start-weight-decay", "weight decay at the start of the run (default --weight-decay)"},
+      {"end-weight-decay", "weight decay at the end of the run (default --weight-decay)"},
+      {"weight-decay-incr-style", "constant, linear or cosine rise from --start- to --end-weight-decay (constant)"},
+      {"use-distributed-optimizer", "Megatron's distributed optimizer: --zero-stage 1 unless a stage is given", true},
       {"clip-grad", "clip gradients to this global norm (1.0; 0 off)"},
       {"adam-beta1", "0.9"},
       {"adam-beta2", "0.999"},
@@ -93,6 +99,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
+      {"exit-duration-in-mins", "stop (after saving with --save) once the run has lasted this many minutes"},
+      {"exit-signal-handler", "accepted for Megatron's scripts: trident always finishes the iteration, saves (with "
+                              "--save) and exits 0 on SIGTERM or SIGINT", true},
       {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},
       // Checkpoints.
       {"save", "directory to save checkpoints in"},
@@ -194,6 +203,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "train-data-path") return &o.train_data_path;
   if (flag == "valid-data-path") return &o.valid_data_path;
   if (flag == "test-data-path") return &o.test_data_path;
+  if (flag == "rampup-batch-size") return &o.rampup_batch_size;
   return nullptr;
 }
 
@@ -469,6 +479,13 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
 
 void read_optimizer_flags(const Flags& f, TrainOptions& o) {
   f.get("weight-decay", o.weight_decay);
+  f.get("start-weight-decay", o.start_weight_decay);
+  f.get("end-weight-decay", o.end_weight_decay);
+  f.get("weight-decay-incr-style", o.weight_decay_incr_style);
+  for (const auto& [flag, value] : {std::pair{"start-weight-decay", o.start_weight_decay},
+                                    std::pair{"end-weight-decay", o.end_weight_decay}})
+    if (f.has(flag) && value < 0) throw ConfigError(std::string("--") + flag + " must not be negative");
+  f.get("lr-warmup-init", o.lr_warmup_init);
   f.get("clip-grad", o.clip_grad);
   f.get("adam-beta1", o.adam_beta1);
   f.get("adam-beta2", o.adam_beta2);
@@ -495,6 +512,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensor-model-parallel-size", o.tensor_model_parallel_size);
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   f.get("zero-stage", o.zero_stage);
+  // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
+  // over data parallel and reduce-scatters the gradients: ZeRO stage 1.
+  if (f.has("use-distributed-optimizer")) {
+    if (!f.has("zero-stage")) o.zero_stage = 1;
+    else if (o.zero_stage == 0)
+      throw ConfigError("--use-distributed-optimizer shards the optimizer state: --zero-stage 0 contradicts it");
+  }
   f.get("comm", o.comm);
   f.get("no-tf32", o.no_tf32);
   f.get("recompute-granularity", o.recompute_granularity);
@@ -528,6 +552,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
   f.get("exit-interval", o.exit_interval);
+  f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("save-canonical", o.save_canonical);
   f.get("save", o.save);
   f.get("load", o.load);
@@ -582,7 +607,24 @@ void validate_batch_and_schedule(TrainOptions& o) {
     throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr)) throw ConfigError("--min-lr must be in [0, --lr]");
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
+  if (!(o.lr_warmup_init >= 0 && o.lr_warmup_init <= o.lr))
+    throw ConfigError("--lr-warmup-init must be in [0, --lr], got " + detail::concat(o.lr_warmup_init));
   resolve_schedule(o);
+}
+
+// Megatron's rules for the weight-decay schedule (validate_args, OptimizerParamScheduler):
+// it only rises, and the constant style has one value.
+void validate_weight_decay(const TrainOptions& o) {
+  check_non_negative(o.weight_decay, "weight-decay");
+  const WeightDecaySchedule wd = make_weight_decay_schedule(o);  // throws naming --weight-decay-incr-style
+  if (wd.end_wd < wd.start_wd)
+    throw ConfigError("--end-weight-decay (" + detail::concat(wd.end_wd) + ") must not be below " +
+                      "--start-weight-decay (" + detail::concat(wd.start_wd) +
+                      "): Megatron's schedule only increases the weight decay");
+  if (wd.style == WdIncrStyle::Constant && wd.start_wd != wd.end_wd)
+    throw ConfigError("--weight-decay-incr-style constant needs --start-weight-decay == --end-weight-decay (" +
+                      detail::concat(wd.start_wd) + " and " + detail::concat(wd.end_wd) +
+                      "); give --weight-decay-incr-style linear or cosine to change it over the run");
 }
 
 void validate_precision(const TrainOptions& o) {
@@ -613,6 +655,8 @@ void validate_run(TrainOptions& o) {
   ModelConfig& m = o.model;
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
+  if (!o.rampup_batch_size.empty())
+    throw ConfigError("--rampup-batch-size: not supported yet (train with a fixed --global-batch-size)");
   if (o.has_data() && o.mock_data)
     throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
                       "alternatives: give one");
@@ -636,6 +680,7 @@ void validate_run(TrainOptions& o) {
   check_non_negative(o.peak_tflops, "peak-tflops");
   check_non_negative(static_cast<double>(o.max_nan_iterations), "max-nan-iterations");
   check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
+  check_non_negative(o.exit_duration_in_mins, "exit-duration-in-mins");
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
   m.validate(o.tensor_model_parallel_size);
@@ -649,6 +694,7 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   read_run_flags(f, o);
   // Consistency, each error naming the flags involved.
   validate_batch_and_schedule(o);
+  validate_weight_decay(o);
   validate_precision(o);
   validate_run(o);
 }
@@ -711,9 +757,19 @@ LrSchedule make_lr_schedule(const TrainOptions& o) {
   LrSchedule s;
   s.max_lr = o.lr;
   s.min_lr = o.min_lr;
+  s.init_lr = o.lr_warmup_init;
   s.style = parse_lr_decay_style(o.lr_decay_style);
   s.warmup_samples = o.warmup_samples;
   s.decay_samples = static_cast<double>(o.decay_samples);
+  return s;
+}
+
+WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o) {
+  WeightDecaySchedule s;
+  s.start_wd = o.start_weight_decay >= 0 ? o.start_weight_decay : o.weight_decay;
+  s.end_wd = o.end_weight_decay >= 0 ? o.end_weight_decay : o.weight_decay;
+  s.incr_samples = static_cast<double>(o.train_samples);
+  s.style = parse_wd_incr_style(o.weight_decay_incr_style);
   return s;
 }
 

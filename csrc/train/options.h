@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
+#include "train/weight_decay_schedule.h"
 
 namespace trident {
 
@@ -42,6 +43,12 @@ struct TrainOptions {
   uint64_t decay_samples = 0;
 
   float weight_decay = 0.01f, clip_grad = 1.0f;
+  // Megatron's weight-decay schedule (weight_decay_schedule.h): from --start-weight-decay to
+  // --end-weight-decay over the run; < 0: --weight-decay. Constant needs start == end.
+  float start_weight_decay = -1, end_weight_decay = -1;
+  std::string weight_decay_incr_style = "constant";
+  double lr_warmup_init = 0;  // --lr-warmup-init: the warm-up's first rate
+  std::vector<std::string> rampup_batch_size;  // Megatron's START INCR SAMPLES: not supported yet (an error)
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   uint64_t seed = 1234;
   int log_interval = 100;
@@ -76,6 +83,9 @@ struct TrainOptions {
   // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).
   int64_t max_nan_iterations = 10;
   int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
+  // Stop (after saving with --save) once any rank has run this many minutes since its start,
+  // checked after every iteration, as Megatron; 0: never.
+  double exit_duration_in_mins = 0;
   std::string save_canonical;       // safetensors file of canonical fp32 parameters, written at the end
 
   // ---- Checkpoints (Megatron's flags).
@@ -129,6 +139,8 @@ void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 
 // The schedule in samples from the resolved fields.
 LrSchedule make_lr_schedule(const TrainOptions& o);
+// Megatron's weight-decay schedule over the run's samples (train_samples), in samples.
+WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o);
 
 // Megatron's choice of scaler: --loss-scale S > 0 with fp16 or bf16: Constant(S); fp16
 // otherwise: Dynamic(--initial-loss-scale, --min-loss-scale, --loss-scale-window,

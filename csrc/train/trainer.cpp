@@ -20,6 +20,13 @@ namespace {
 volatile std::sig_atomic_t stop_requested = 0;
 extern "C" void request_stop(int) { stop_requested = 1; }
 
+// --exit-duration-in-mins counts from the start of the process, as Megatron counts from the
+// start of its program: setting up, loading a checkpoint and building the data count too.
+const auto process_start = std::chrono::steady_clock::now();
+double minutes_since_start() {
+  return std::chrono::duration<double, std::ratio<60>>(std::chrono::steady_clock::now() - process_start).count();
+}
+
 std::ostream& null_stream() {
   static std::ostream s(nullptr);
   return s;
@@ -89,6 +96,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   optimizer_ = std::make_unique<AdamWOptimizer>(be_, model_->params(), ac, par_->dp.get(), opt_.zero_stage);
   model_->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
   schedule_ = make_lr_schedule(opt_);
+  wd_schedule_ = make_weight_decay_schedule(opt_);
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
   // Rank 0 writes the events; a directory it cannot create stops every rank.
   if (!opt_.tensorboard_dir.empty())
@@ -227,6 +235,8 @@ IterationResult Trainer::train_iteration() {
   const int G = opt_.global_batch_size, T = opt_.model.seq_length;
   IterationResult r;
   r.lr = schedule_.lr(scheduler_samples_);
+  r.weight_decay = wd_schedule_.weight_decay(scheduler_samples_);
+  optimizer_->set_weight_decay(static_cast<float>(r.weight_decay));
   // The loss is the mean over every target token of the global batch, times the scale.
   const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
   optimizer_->zero_grads();
@@ -399,6 +409,12 @@ void Trainer::train() {
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
     if (any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
+      break;
+    }
+    // Megatron's rule: every rank stops once any rank has run out of time (an all-reduce MAX).
+    if (opt_.exit_duration_in_mins > 0 && any_rank(*par_, minutes_since_start() > opt_.exit_duration_in_mins)) {
+      out << "trident: exiting at iteration " << iteration_ << " after " << minutes_since_start()
+          << " minutes (--exit-duration-in-mins)" << std::endl;
       break;
     }
     if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && iteration_ < opt_.train_iters) {

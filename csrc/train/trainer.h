@@ -17,6 +17,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
+#include "train/weight_decay_schedule.h"
 #include "train/optimizer.h"
 #include "train/options.h"
 
@@ -29,6 +30,7 @@ struct IterationResult {
   double loss_scale = 0;  // after this iteration's scaler update (1 without a scaler)
   // The rate the update used: the scheduler's rate before its step (Megatron's param_group lr).
   double lr = 0;
+  double weight_decay = 0;  // the same for the weight decay (Megatron's param_group weight_decay)
   // The scheduler's rate after this iteration, which Megatron's log line and TensorBoard show:
   // the scheduler steps only after a successful update, so on a skipped iteration it is lr.
   double logged_lr = 0;
@@ -70,7 +72,7 @@ class Trainer {
   // Restores the latest checkpoint under opt.load, written under any layout (parameters;
   // optimizer state, loss scale and LR schedule position unless --no-load-optim/--finetune;
   // counters unless --finetune; dropout seed unless --no-load-rng). With the optimizer state,
-  // the checkpoint's LR schedule parameters must equal the command line's unless
+  // the checkpoint's LR and weight-decay schedule parameters must equal the command line's unless
   // --override-opt_param-scheduler / --use-checkpoint-opt_param-scheduler picks one (a
   // ConfigError naming the field otherwise). Returns false, and training starts from scratch, when the
   // directory holds no checkpoint yet or does not exist (a warning, as Megatron).
@@ -97,6 +99,7 @@ class Trainer {
   std::unique_ptr<Gpt2Model> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   LrSchedule schedule_;
+  WeightDecaySchedule wd_schedule_;
   LossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging, sized once

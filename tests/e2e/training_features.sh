@@ -9,7 +9,8 @@
 #    step skips for an infinite gradient norm while the loss stays finite (huge init);
 #  - --save-interval with --keep-last 2 leaves the newest two checkpoints;
 #  - a save that dies leaves its temporary directory, which the next save removes;
-#  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0.
+#  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0 (with
+#    Megatron's --exit-signal-handler, which trident accepts and needs not).
 # Usage: training_features.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -90,7 +91,9 @@ else
   fail "stale temporary: $(ls -A "$tmp/crash")"
 fi
 
-"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/sig" >"$tmp/sig.log" 2>&1 &
+# Megatron's --exit-signal-handler asks for what trident always does.
+"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/sig" --exit-signal-handler \
+  >"$tmp/sig.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do grep -q '^ iteration  *3/' "$tmp/sig.log" && break; sleep 0.1; done
 kill -TERM "$pid"

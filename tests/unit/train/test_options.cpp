@@ -548,6 +548,30 @@ TEST(Options, MockDataIsAnAlternativeToTheDataPaths) {
   std::filesystem::remove(mock_yaml);
 }
 
+// Megatron flags that scripts pass: --exit-signal-handler (trident always saves on SIGTERM
+// and SIGINT), --use-distributed-optimizer (ZeRO 1 unless a stage is given),
+// --lr-warmup-init, --exit-duration-in-mins; --rampup-batch-size is refused in one line.
+TEST(Options, MegatronRunFlags) {
+  EXPECT_EQ(error_of({"--exit-signal-handler"}), "");
+  EXPECT_EQ(parse({}).zero_stage, 0);
+  EXPECT_EQ(parse({"--use-distributed-optimizer"}).zero_stage, 1);
+  EXPECT_EQ(parse({"--use-distributed-optimizer", "--zero-stage", "2"}).zero_stage, 2);
+  EXPECT_EQ(must_fail({"--use-distributed-optimizer", "--zero-stage", "0"}),
+            "--use-distributed-optimizer shards the optimizer state: --zero-stage 0 contradicts it");
+  TrainOptions o = parse({"--lr", "1e-3", "--lr-warmup-init", "1e-4"});
+  EXPECT_EQ(o.lr_warmup_init, 1e-4);
+  EXPECT_EQ(make_lr_schedule(o).init_lr, 1e-4);
+  EXPECT_EQ(parse({}).lr_warmup_init, 0.0);
+  EXPECT_EQ(must_fail({"--lr", "1e-3", "--lr-warmup-init", "2e-3"}), "--lr-warmup-init must be in [0, --lr], got 0.002");
+  EXPECT_EQ(must_fail({"--lr-warmup-init", "-1e-4"}), "--lr-warmup-init must be in [0, --lr], got -0.0001");
+  EXPECT_EQ(parse({"--exit-duration-in-mins", "230"}).exit_duration_in_mins, 230.0);
+  EXPECT_EQ(parse({"--exit-duration-in-mins", "0.5"}).exit_duration_in_mins, 0.5);
+  EXPECT_EQ(parse({}).exit_duration_in_mins, 0.0);
+  EXPECT_EQ(must_fail({"--exit-duration-in-mins", "-1"}), "--exit-duration-in-mins must not be negative");
+  EXPECT_EQ(must_fail({"--rampup-batch-size", "16", "16", "1000"}),
+            "--rampup-batch-size: not supported yet (train with a fixed --global-batch-size)");
+}
+
 struct BadCase {
   std::vector<std::string> args;
   std::string flag;  // must appear in the one-line message
