@@ -52,7 +52,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"lr-decay-samples", "decay samples (sample-based; default: train-samples)"},
       {"lr-warmup-fraction", "warm-up as a fraction of the decay (instead of the warm-up count)"},
       {"lr-warmup-init", "the warm-up's first learning rate, rising linearly to --lr (0)"},
-      {"rampup-batch-size", "not supported yet (Megatron's global-batch ramp-up: START INCR SAMPLES)"},
+      {"rampup-batch-size", "START INCR SAMPLES: the global batch grows from START by INCR in equal steps over "
+                            "the first SAMPLES samples up to --global-batch-size (with --train-samples)"},
       // Optimizer.
       {"weight-decay", "AdamW decoupled weight decay (0.01)"},
       {"start-weight-decay", "weight decay at the start of the run (default --weight-decay)"},
@@ -593,6 +594,32 @@ void check_non_negative(double v, const char* flag) {
   if (v < 0) throw ConfigError(std::string("--") + flag + " must not be negative");
 }
 
+// --rampup-batch-size's words, checked as Megatron's RampupBatchsizeNumMicroBatches checks
+// them (every batch of the ramp a multiple of the micro batch; the Trainer checks the
+// data-parallel size too).
+void read_batch_rampup(TrainOptions& o) {
+  const std::vector<std::string>& w = o.rampup_batch_size;
+  if (w.empty()) return;
+  if (w.size() != 3)
+    throw ConfigError("--rampup-batch-size: expected START INCR SAMPLES, got " + std::to_string(w.size()) + " words");
+  if (!o.sample_based)
+    throw ConfigError("--rampup-batch-size needs sample-based training (--train-samples), as Megatron's");
+  o.rampup_start = convert<int64_t>("rampup-batch-size", w[0]);
+  o.rampup_increment = convert<int64_t>("rampup-batch-size", w[1]);
+  o.rampup_samples = convert<uint64_t>("rampup-batch-size", w[2]);
+  const int64_t start = o.rampup_start, incr = o.rampup_increment, g = o.global_batch_size;
+  if (start <= 0 || incr <= 0) throw ConfigError("--rampup-batch-size: START and INCR must be positive");
+  if (start >= g)
+    throw ConfigError("--rampup-batch-size: START (" + std::to_string(start) + ") must be below --global-batch-size (" +
+                      std::to_string(g) + (o.global_batch_size_is_default ? ", not given)" : ")"));
+  if ((g - start) % incr != 0)
+    throw ConfigError("--rampup-batch-size: --global-batch-size (" + std::to_string(g) + ") - START (" +
+                      std::to_string(start) + ") must be a multiple of INCR (" + std::to_string(incr) + ")");
+  if (start % o.micro_batch_size != 0 || incr % o.micro_batch_size != 0)
+    throw ConfigError("--rampup-batch-size: START (" + std::to_string(start) + ") and INCR (" + std::to_string(incr) +
+                      ") must be multiples of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
+}
+
 void validate_batch_and_schedule(TrainOptions& o) {
   check_positive(o.micro_batch_size, "micro-batch-size");
   if (o.global_batch_size == 0) {  // one data-parallel rank until resolve_global_batch_size knows
@@ -607,6 +634,7 @@ void validate_batch_and_schedule(TrainOptions& o) {
     throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr)) throw ConfigError("--min-lr must be in [0, --lr]");
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
+  read_batch_rampup(o);
   if (!(o.lr_warmup_init >= 0 && o.lr_warmup_init <= o.lr))
     throw ConfigError("--lr-warmup-init must be in [0, --lr], got " + detail::concat(o.lr_warmup_init));
   resolve_schedule(o);
@@ -655,8 +683,6 @@ void validate_run(TrainOptions& o) {
   ModelConfig& m = o.model;
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
-  if (!o.rampup_batch_size.empty())
-    throw ConfigError("--rampup-batch-size: not supported yet (train with a fixed --global-batch-size)");
   if (o.has_data() && o.mock_data)
     throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
                       "alternatives: give one");
@@ -728,7 +754,8 @@ void resolve_schedule(TrainOptions& o) {
     if (o.train_samples < gbs)
       throw ConfigError("--train-samples (" + std::to_string(o.train_samples) +
                         ") must be at least --global-batch-size (" + std::to_string(gbs) + ")");
-    o.train_iters = static_cast<int64_t>(o.train_samples / gbs);
+    o.train_iters = o.rampup_start > 0 ? train_iters_with_rampup(make_batch_rampup(o), o.train_samples)
+                                       : static_cast<int64_t>(o.train_samples / gbs);
     o.decay_samples = o.lr_decay_samples != 0 ? o.lr_decay_samples : o.train_samples;
     o.warmup_samples = static_cast<double>(o.lr_warmup_samples);
   } else {
@@ -762,6 +789,15 @@ LrSchedule make_lr_schedule(const TrainOptions& o) {
   s.warmup_samples = o.warmup_samples;
   s.decay_samples = static_cast<double>(o.decay_samples);
   return s;
+}
+
+BatchRampup make_batch_rampup(const TrainOptions& o) {
+  BatchRampup r;
+  r.global = o.global_batch_size;
+  r.start = o.rampup_start > 0 ? o.rampup_start : o.global_batch_size;
+  r.increment = o.rampup_increment;
+  r.samples = o.rampup_samples;
+  return r;
 }
 
 WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "train/batch_rampup.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/weight_decay_schedule.h"
@@ -48,7 +49,11 @@ struct TrainOptions {
   float start_weight_decay = -1, end_weight_decay = -1;
   std::string weight_decay_incr_style = "constant";
   double lr_warmup_init = 0;  // --lr-warmup-init: the warm-up's first rate
-  std::vector<std::string> rampup_batch_size;  // Megatron's START INCR SAMPLES: not supported yet (an error)
+  // --rampup-batch-size START INCR SAMPLES (batch_rampup.h; sample-based runs only): the words,
+  // and the numbers parsing reads from them (rampup_start 0: no ramp-up).
+  std::vector<std::string> rampup_batch_size;
+  int64_t rampup_start = 0, rampup_increment = 0;
+  uint64_t rampup_samples = 0;
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   uint64_t seed = 1234;
   int log_interval = 100;
@@ -125,7 +130,8 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& out);
 // Fills the resolved schedule fields from the flag fields: iteration-based sets
 // train_samples = train_iters x global batch, decay_samples = (lr_decay_iters or
 // train_iters) x global batch, warmup_samples = lr_warmup_iters x global batch;
-// sample-based sets train_iters = train_samples / global batch, decay_samples =
+// sample-based sets train_iters = train_samples / global batch (with a batch ramp-up:
+// train_iters_with_rampup), decay_samples =
 // lr_decay_samples or train_samples, warmup_samples = lr_warmup_samples; a
 // --lr-warmup-fraction gives warmup_samples = fraction x decay_samples. Idempotent, so
 // code that fills TrainOptions by hand (tests) may call it too. Throws ConfigError naming
@@ -139,6 +145,8 @@ void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 
 // The schedule in samples from the resolved fields.
 LrSchedule make_lr_schedule(const TrainOptions& o);
+// The global batch's ramp-up (--rampup-batch-size); none (start == global) without one.
+BatchRampup make_batch_rampup(const TrainOptions& o);
 // Megatron's weight-decay schedule over the run's samples (train_samples), in samples.
 WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o);
 

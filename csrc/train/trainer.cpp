@@ -54,13 +54,19 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
     throw ConfigError("--global-batch-size (" + std::to_string(opt_.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
                       ") x data-parallel size (" + std::to_string(g.dp) + ")");
-  const uint64_t needed = static_cast<uint64_t>(opt_.train_iters) * opt_.global_batch_size;
+  rampup_ = make_batch_rampup(opt_);
+  const int64_t per_micro_step = static_cast<int64_t>(opt_.micro_batch_size) * g.dp;
+  if (rampup_.ramps() && (rampup_.start % per_micro_step != 0 || rampup_.increment % per_micro_step != 0))
+    throw ConfigError("--rampup-batch-size: START (" + std::to_string(rampup_.start) + ") and INCR (" +
+                      std::to_string(rampup_.increment) + ") must be multiples of --micro-batch-size (" +
+                      std::to_string(opt_.micro_batch_size) + ") x data-parallel size (" + std::to_string(g.dp) + ")");
+  const uint64_t needed = rampup_.samples_in(opt_.train_iters);
   if (data_->size() < needed)
     throw ConfigError("--train-iters: the training data has " + std::to_string(data_->size()) +
                       " samples, the run needs " + std::to_string(needed));
   const ProcessGrid& grid = par_->grid;
   const LayerRange layers = pipeline_layer_range(opt_.model.num_layers, g.pp, grid.pp_rank);
-  micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
+  full_micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
   StageLayout layout;
   layout.tp = g.tp;
   layout.tp_rank = grid.tp_rank;
@@ -77,8 +83,9 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
                                                                : RecomputePlan::Method::kUniform;
     layout.recompute.num_layers = opt_.recompute_num_layers;
   }
-  activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, micro_batches_);
-  schedule_steps_ = one_f_one_b_schedule(g.pp, grid.pp_rank, micro_batches_);
+  // Sized for the full batch; a ramp-up's smaller batches use fewer of them.
+  activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, full_micro_batches_);
+  set_micro_batches(full_micro_batches_);
   // Validates the model shape (heads and vocabulary against tp).
   model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size, activation_slots_);
   model_->set_dropout_seed(opt_.seed);
@@ -203,7 +210,7 @@ LossStats Trainer::run_forward_only(const SampleSource& data, uint64_t first_sam
   Gpt2Model& m = *model_;
   const StageLayout& L = m.layout();
   LossStats total;
-  for (int mb = 0; mb < micro_batches_; ++mb) {
+  for (int mb = 0; mb < full_micro_batches_; ++mb) {  // evaluation batches are full ones
     const uint64_t first = first_sample + (static_cast<uint64_t>(mb) * dp + dp_rank) * B;
     if (!L.first_stage) par_->pp->recv(m.stage_input(0), prev);
     if (L.first_stage || L.last_stage) load_micro_batch(data, first);
@@ -230,10 +237,18 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
   return r;
 }
 
+void Trainer::set_micro_batches(int micro_batches) {
+  if (micro_batches == micro_batches_) return;
+  micro_batches_ = micro_batches;
+  schedule_steps_ = one_f_one_b_schedule(par_->grid.shape.pp, par_->grid.pp_rank, micro_batches_);
+}
+
 IterationResult Trainer::train_iteration() {
   const auto start = std::chrono::steady_clock::now();
-  const int G = opt_.global_batch_size, T = opt_.model.seq_length;
+  const int G = static_cast<int>(rampup_.global_batch(consumed_samples_)), T = opt_.model.seq_length;
+  set_micro_batches(G / (opt_.micro_batch_size * par_->grid.shape.dp));
   IterationResult r;
+  r.global_batch = G;
   r.lr = schedule_.lr(scheduler_samples_);
   r.weight_decay = wd_schedule_.weight_decay(scheduler_samples_);
   optimizer_->set_weight_decay(static_cast<float>(r.weight_decay));
@@ -314,8 +329,11 @@ void Trainer::train() {
   const GridShape& g = par_->grid.shape;
   std::ostream& out = *out_;
   out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", zero stage "
-      << opt_.zero_stage << ", " << micro_batches_ << " micro-batches of " << opt_.micro_batch_size
-      << " per iteration" << std::endl;
+      << opt_.zero_stage << ", " << full_micro_batches_ << " micro-batches of " << opt_.micro_batch_size
+      << " per iteration";
+  if (rampup_.ramps())
+    out << " (ramping up from a global batch of " << rampup_.start << " over " << rampup_.samples << " samples)";
+  out << std::endl;
   out << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
       << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
@@ -323,16 +341,16 @@ void Trainer::train() {
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
   int n = 0, updated = 0;
   int64_t skipped = 0, nan = 0;  // in this log interval: Megatron prints and resets them per line
-  const double flops_per_iteration = model_flops_per_iteration(m, opt_.global_batch_size, g.tp);
   const double peak_tflops =
       opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype, !opt_.no_tf32);
   struct Throughput {
     double tokens_per_second, tflops_per_rank, mfu;
   };
-  auto throughput = [&](double ms_per_iteration) {
+  // Of iterations of `global_batch` samples (a ramp-up's batch, as Megatron's log uses).
+  auto throughput = [&](double ms_per_iteration, int global_batch) {
     const double s = ms_per_iteration / 1e3;
-    return Throughput{static_cast<double>(opt_.global_batch_size) * m.seq_length / s,
-                      flops_per_iteration / g.world / s / 1e12,
+    const double flops_per_iteration = model_flops_per_iteration(m, global_batch, g.tp);
+    return Throughput{static_cast<double>(global_batch) * m.seq_length / s, flops_per_iteration / g.world / s / 1e12,
                       model_flops_utilization(flops_per_iteration, s, g.world, peak_tflops)};
   };
   const bool evaluating = valid_ && opt_.eval_iters > 0;
@@ -357,7 +375,7 @@ void Trainer::train() {
     skipped += r.skipped;
     nan += r.nan_loss;
     if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
-      const Throughput t = throughput(r.ms);
+      const Throughput t = throughput(r.ms, r.global_batch);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
       TensorBoardWriter& tb = *tensorboard_;
       if (!r.skipped) {
@@ -382,7 +400,7 @@ void Trainer::train() {
       l.consumed_samples = consumed_samples_;
       l.ms_per_iteration = ms_sum / n;
       l.learning_rate = r.logged_lr;
-      l.global_batch_size = opt_.global_batch_size;
+      l.global_batch_size = r.global_batch;
       // Megatron divides by max(1, updated): 0 when every iteration skipped, and no loss field.
       l.lm_loss = loss_sum / std::max(1, updated);
       l.lm_acc = acc_sum / std::max(1, updated);
@@ -390,7 +408,7 @@ void Trainer::train() {
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nan;
-      const Throughput t = throughput(l.ms_per_iteration);
+      const Throughput t = throughput(l.ms_per_iteration, r.global_batch);
       l.tokens_per_second = t.tokens_per_second;
       l.tflops_per_rank = t.tflops_per_rank;
       l.mfu = t.mfu;

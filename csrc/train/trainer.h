@@ -27,6 +27,7 @@ class TensorBoardWriter;
 
 struct IterationResult {
   double loss = 0, acc = 0, grad_norm = 0, ms = 0;
+  int global_batch = 0;  // samples of this iteration (--rampup-batch-size: the ramp's)
   double loss_scale = 0;  // after this iteration's scaler update (1 without a scaler)
   // The rate the update used: the scheduler's rate before its step (Megatron's param_group lr).
   double lr = 0;
@@ -86,6 +87,8 @@ class Trainer {
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
   void count_unusable_iteration(const IterationResult& r);
+  // The micro-batches of this rank's share of a global batch, and their 1F1B schedule.
+  void set_micro_batches(int micro_batches);
 
   TrainOptions opt_;
   Backend& be_;
@@ -94,7 +97,8 @@ class Trainer {
   std::ostream* out_;  // log_ on world rank 0, a null stream elsewhere
   std::unique_ptr<ParallelContext> own_parallel_;
   ParallelContext* par_;
-  int micro_batches_ = 1, activation_slots_ = 1;
+  BatchRampup rampup_;
+  int micro_batches_ = 0, full_micro_batches_ = 1, activation_slots_ = 1;
   std::vector<PipeStep> schedule_steps_;
   std::unique_ptr<Gpt2Model> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;

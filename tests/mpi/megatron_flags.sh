@@ -7,7 +7,9 @@
 #  - --use-distributed-optimizer is ZeRO stage 1;
 #  - --exit-duration-in-mins: when one rank's time is up every rank stops after the same
 #    iteration (an all-reduce MAX; the ranks are given different limits), saves there and
-#    exits 0.
+#    exits 0;
+#  - --rampup-batch-size at pp2 x dp2 (the micro-batches of each rank's pipeline change with
+#    the batch) gives the global batches and losses of one process.
 set -u
 train=$1
 repo=$2
@@ -18,7 +20,7 @@ fails=0
 fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 # The tiny model without its config file, whose global batch would hide the default.
 model=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
-       --vocab-size 512 --device cpu --eval-iters 0 --log-interval 1 --lr-warmup-iters 0)
+       --vocab-size 512 --device cpu --eval-iters 0 --log-interval 1)
 mpi=(timeout 120 mpirun --oversubscribe -np 2 --bind-to none)
 note="trident-train: no --data-path: training on synthetic tokens (--mock-data silences this)"
 
@@ -53,5 +55,23 @@ if [[ $rc -eq 0 ]] && grep -q '^trident: exiting at iteration 1 after .* minutes
   echo "ok: one rank's time limit stops both after iteration 1, saved there"
 else
   fail "--exit-duration-in-mins: rc $rc"; cat "$tmp/dur.log" "$tmp/dur.err"
+fi
+# A ramp from 4 to 8 samples over 16: four iterations of 4, then 8 (one and two micro-batches
+# of 2 per pipeline at dp 2).
+ramp=(--micro-batch-size 2 --global-batch-size 8 --train-samples 64 --rampup-batch-size 4 4 16 --mock-data
+      --hidden-dropout 0.1 --attention-dropout 0.1)
+"$train" "${model[@]}" "${ramp[@]}" >"$tmp/ramp1.log" 2>"$tmp/ramp1.err" &&
+  timeout 120 mpirun --oversubscribe -np 4 --bind-to none "$train" "${model[@]}" "${ramp[@]}" \
+    --pipeline-model-parallel-size 2 >"$tmp/ramp4.log" 2>"$tmp/ramp4.err"
+rc=$?
+batches() { grep '^ iteration ' "$1" | sed -E 's/.*global batch size: *([0-9]+) .*/\1/' | tr '\n' ' '; }
+losses() { grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
+if [[ $rc -eq 0 && $(batches "$tmp/ramp1.log") == "4 4 4 4 8 8 8 8 8 8 " && $(batches "$tmp/ramp4.log") == "$(batches "$tmp/ramp1.log")" ]] &&
+    paste <(losses "$tmp/ramp1.log") <(losses "$tmp/ramp4.log") | awk '
+      { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ } END { exit !(n == 10 && m < 1e-5) }'; then
+  echo "ok: --rampup-batch-size 4 4 16: batches $(batches "$tmp/ramp1.log")at one process and pp2 x dp2, same losses"
+else
+  fail "--rampup-batch-size: rc $rc, batches $(batches "$tmp/ramp1.log")/ $(batches "$tmp/ramp4.log")"
+  cat "$tmp/ramp1.err" "$tmp/ramp4.err"
 fi
 [[ $fails -eq 0 ]]

@@ -550,7 +550,7 @@ TEST(Options, MockDataIsAnAlternativeToTheDataPaths) {
 
 // Megatron flags that scripts pass: --exit-signal-handler (trident always saves on SIGTERM
 // and SIGINT), --use-distributed-optimizer (ZeRO 1 unless a stage is given),
-// --lr-warmup-init, --exit-duration-in-mins; --rampup-batch-size is refused in one line.
+// --lr-warmup-init, --exit-duration-in-mins (--rampup-batch-size: test_batch_rampup.cpp).
 TEST(Options, MegatronRunFlags) {
   EXPECT_EQ(error_of({"--exit-signal-handler"}), "");
   EXPECT_EQ(parse({}).zero_stage, 0);
@@ -568,8 +568,6 @@ TEST(Options, MegatronRunFlags) {
   EXPECT_EQ(parse({"--exit-duration-in-mins", "0.5"}).exit_duration_in_mins, 0.5);
   EXPECT_EQ(parse({}).exit_duration_in_mins, 0.0);
   EXPECT_EQ(must_fail({"--exit-duration-in-mins", "-1"}), "--exit-duration-in-mins must not be negative");
-  EXPECT_EQ(must_fail({"--rampup-batch-size", "16", "16", "1000"}),
-            "--rampup-batch-size: not supported yet (train with a fixed --global-batch-size)");
 }
 
 struct BadCase {

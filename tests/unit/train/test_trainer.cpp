@@ -8,6 +8,7 @@
 //    scaler's update);
 //  - the weight-decay schedule gives each update its decay, and the optimizer applies it;
 //  - --exit-duration-in-mins stops after the iteration that ran out of time, saving first;
+//  - --rampup-batch-size: each iteration's batch, micro-batches and learning rate follow the ramp;
 //  - a run whose every step skips for an inf gradient norm (fp32, bf16) stops after
 //    --max-nan-iterations, while fp16's loss-scale back-off does not count;
 //  - a missing --load directory starts from scratch; the scheduler's position is saved in
@@ -663,6 +664,70 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   const TrainedRun old = resume(other);
   ASSERT_EQ(old.history.size(), 2u);
   EXPECT_EQ(old.history[0].lr, make_lr_schedule(other).lr(6 * kGlobalBatch));
+  fs::remove_all(dir);
+}
+
+// --rampup-batch-size 2 2 12 to a global batch of 8 over 40 samples: each iteration takes
+// the ramp's batch of the samples before it (Megatron's update), with as many micro-batches,
+// and the learning rate counts those samples.
+TEST(TrainerRampup, IterationsTakeTheRampsBatches) {
+  TrainOptions o = tiny_options();
+  o.micro_batch_size = 2;
+  o.global_batch_size = 8;
+  o.sample_based = true;
+  o.train_samples = 40;
+  o.lr_warmup_iters = 0;
+  o.lr_warmup_samples = 8;
+  o.rampup_start = 2;
+  o.rampup_increment = 2;
+  o.rampup_samples = 12;
+  o.model.hidden_dropout = o.model.attention_dropout = 0;
+  const TrainedRun run = train(o);
+  // Three steps of 4 samples: 2 (at 0), 2 (at 2), 4 (at 4), 6 (at 8); past 12 samples, 8.
+  const std::vector<int> batches = {2, 2, 4, 6, 8, 8, 8};
+  ASSERT_EQ(run.history.size(), batches.size());
+  EXPECT_EQ(run.consumed_samples, 38u);
+  EXPECT_EQ(run.scheduler_samples, 38u);
+  const std::vector<std::string> lines = iteration_lines(run.log);
+  ASSERT_EQ(lines.size(), batches.size());
+  uint64_t consumed = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(run.history[i].global_batch, batches[i]) << "iteration " << i + 1;
+    EXPECT_TRUE(has(lines[i], printf_string("| global batch size: %5.0f |", batches[i]))) << lines[i];
+    EXPECT_TRUE(has(lines[i], printf_string("| consumed samples: %12.0f |", static_cast<double>(consumed + batches[i]))))
+        << lines[i];
+    // Linear warm-up over 8 samples, then cosine decay to the 40 samples' end.
+    const double x = static_cast<double>(consumed);
+    const double want = x <= 8 ? kMaxLr * x / 8
+                               : kMinLr + 0.5 * (std::cos(M_PI * (x - 8) / 32) + 1.0) * (kMaxLr - kMinLr);
+    EXPECT_NEAR(run.history[i].lr, want, 1e-15) << "iteration " << i + 1;
+    consumed += batches[i];
+  }
+  EXPECT_TRUE(has(run.log, "(ramping up from a global batch of 2 over 12 samples)")) << run.log;
+  // The first iteration trains on samples 0 and 1 alone: the loss of a run of batch 2.
+  TrainOptions two = o;
+  two.rampup_start = 0;
+  two.global_batch_size = 2;
+  two.train_samples = 16;
+  EXPECT_EQ(train(two).history[0].loss, run.history[0].loss);
+  two.global_batch_size = 4;
+  EXPECT_NE(train(two).history[0].loss, run.history[0].loss);
+
+  // Stopped in the ramp and resumed, the run goes on with the ramp's batches (the consumed
+  // samples decide them) and the same losses.
+  const fs::path dir = fresh_temp_dir("rampup");
+  TrainOptions first = o;
+  first.save = dir.string();
+  first.exit_interval = 3;
+  ASSERT_EQ(train(first).history.size(), 3u);
+  TrainOptions rest = o;
+  rest.load = dir.string();
+  const TrainedRun resumed = resume(rest);
+  ASSERT_EQ(resumed.history.size(), batches.size() - 3);
+  for (size_t i = 0; i < resumed.history.size(); ++i) {
+    EXPECT_EQ(resumed.history[i].global_batch, batches[i + 3]) << "iteration " << i + 4;
+    EXPECT_EQ(resumed.history[i].loss, run.history[i + 3].loss) << "iteration " << i + 4;
+  }
   fs::remove_all(dir);
 }
 
