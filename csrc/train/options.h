@@ -22,16 +22,22 @@ struct TrainOptions {
   // by the data-parallel size once the layout is known.
   int global_batch_size = 0;
   bool global_batch_size_is_default = false;
+  // --rampup-batch-size START INCR SAMPLES (batch_rampup.h; sample-based runs only): the words,
+  // and the numbers parsing reads from them (rampup_start 0: no ramp-up).
+  std::vector<std::string> rampup_batch_size;
+  int64_t rampup_start = 0, rampup_increment = 0;
+  uint64_t rampup_samples = 0;
 
   // ---- Length of training and LR schedule (Megatron): iteration-based (--train-iters,
   // --lr-warmup-iters, --lr-decay-iters) or sample-based (--train-samples,
   // --lr-warmup-samples, --lr-decay-samples), never mixed; --lr-warmup-fraction
   // (warm-up = fraction x decay) works with either instead of the warm-up count.
-  int64_t train_iters = 100;  // sample-based: set to train_samples / global batch (floor)
+  int64_t train_iters = 100;  // sample-based: train_samples / global batch (floor), or the ramp-up's count
   bool train_iters_is_default = false;  // parsing without --train-iters: error messages say so
   bool sample_based = false;  // set by --train-samples
   uint64_t train_samples = 0;  // --train-samples; resolved: the run's samples either way
   double lr = 1.5e-4, min_lr = 0.0;
+  double lr_warmup_init = 0;  // --lr-warmup-init: the warm-up's first rate
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0;
   int64_t lr_decay_iters = 0;  // 0: train_iters (iteration-based)
@@ -48,12 +54,6 @@ struct TrainOptions {
   // --end-weight-decay over the run; < 0: --weight-decay. Constant needs start == end.
   float start_weight_decay = -1, end_weight_decay = -1;
   std::string weight_decay_incr_style = "constant";
-  double lr_warmup_init = 0;  // --lr-warmup-init: the warm-up's first rate
-  // --rampup-batch-size START INCR SAMPLES (batch_rampup.h; sample-based runs only): the words,
-  // and the numbers parsing reads from them (rampup_start 0: no ramp-up).
-  std::vector<std::string> rampup_batch_size;
-  int64_t rampup_start = 0, rampup_increment = 0;
-  uint64_t rampup_samples = 0;
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   uint64_t seed = 1234;
   int log_interval = 100;

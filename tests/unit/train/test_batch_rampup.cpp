@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "train/batch_rampup.h"
 #include "train/options.h"
+#include "parse_options.h"
 
 namespace trident {
 namespace {
@@ -77,24 +78,6 @@ TEST(BatchRampup, MatchesTheReferenceEverywhere) {
       EXPECT_EQ(train_iters_with_rampup(r, train), reference_iters(c.start, c.incr, c.samples, c.global, train))
           << c.start << " " << c.incr << " " << c.samples << " " << c.global << " over " << train;
   }
-}
-
-TrainOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "trident-train");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  TrainOptions o;
-  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
-  return o;
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(BatchRampup, FromTheFlags) {

@@ -9,6 +9,7 @@
 
 #include "train/lr_schedule.h"
 #include "train/options.h"
+#include "parse_options.h"
 
 namespace trident {
 namespace {
@@ -24,15 +25,6 @@ double reference_lr(const std::string& style, double max_lr, double min_lr, doub
   const double r = (x - warmup) / (decay - warmup);
   const double coeff = style == "linear" ? 1.0 - r : 0.5 * (std::cos(kPi * r) + 1.0);
   return min_lr + coeff * (max_lr - min_lr);
-}
-
-TrainOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "trident-train");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  TrainOptions o;
-  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
-  return o;
 }
 
 LrSchedule make(LrDecayStyle style, double warmup, double decay) {

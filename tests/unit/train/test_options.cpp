@@ -12,28 +12,10 @@
 
 #include "core/error.h"
 #include "train/options.h"
+#include "parse_options.h"
 
 namespace trident {
 namespace {
-
-TrainOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "trident-train");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  TrainOptions o;
-  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
-  return o;
-}
-
-// The ConfigError message for `args`, or "" when they parse.
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string write_yaml(const std::string& name, const std::string& text) {
   const auto path = std::filesystem::temp_directory_path() / ("trident_options_" + name + ".yaml");

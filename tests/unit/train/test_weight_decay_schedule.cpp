@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "train/options.h"
 #include "train/weight_decay_schedule.h"
+#include "parse_options.h"
 
 namespace trident {
 namespace {
@@ -64,24 +65,6 @@ TEST(WeightDecaySchedule, MatchesTheReferenceEverywhere) {
             << name << " over " << incr << " at " << x;
       }
     }
-}
-
-TrainOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "trident-train");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  TrainOptions o;
-  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
-  return o;
-}
-
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST(WeightDecaySchedule, FromTheFlags) {
