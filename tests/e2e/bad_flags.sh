@@ -49,9 +49,9 @@ expect_error "--save: cannot create $tmp/afile/ck: $tmp/afile is not a directory
 expect_error "--lr-warmup-iters is iteration-based.*(from $repo/configs/gpt2-tiny.yaml:" \
   --config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-samples 32
 # A warm-up longer than the run names what the user sets: here --train-iters' default.
-expect_error "--train-iters (100, the default) must exceed --lr-warmup-iters (700).*set --train-iters or --lr-decay-iters" \
+expect_error "--train-iters (100, the default) must exceed --lr-warmup-iters (700).*set --train-iters or" \
   --config "$repo/configs/gpt2-tiny.yaml" --device cpu --lr-warmup-iters 700
-expect_error "--rampup-batch-size needs sample-based training (--train-samples)" "${tiny[@]}" --rampup-batch-size 4 4 100
+expect_error "--rampup-batch-size needs sample-based training" "${tiny[@]}" --rampup-batch-size 4 4 100
 expect_error "--mock-data and --data-path" "${tiny[@]}" --mock-data --data-path "$tmp/x" --vocab-file "$tmp/v"
 
 expect_run() {  # expect_run <what> <args...>: trains to the end

@@ -27,7 +27,8 @@ note="trident-train: no --data-path: training on synthetic tokens (--mock-data s
 "${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-iters 3 >"$tmp/gbs.log" 2>"$tmp/gbs.err"
 rc=$?
 if [[ $rc -eq 0 ]] && grep -q '^ iteration        3/       3 | consumed samples:           12 |' "$tmp/gbs.log" &&
-    grep -q '| global batch size:     4 |' "$tmp/gbs.log" && grep -q ', 1 micro-batches of 2 per iteration' "$tmp/gbs.log"; then
+    grep -q '| global batch size:     4 |' "$tmp/gbs.log" &&
+    grep -q ', 1 micro-batches of 2 per iteration' "$tmp/gbs.log"; then
   echo "ok: --micro-batch-size 2 at dp 2 trains global batches of 4"
 else
   fail "default global batch at dp 2: rc $rc"; cat "$tmp/gbs.err"
@@ -45,12 +46,12 @@ else
 fi
 
 # Rank 1 runs out of time after its first iteration, rank 0 would run for days.
-timeout 120 mpirun --oversubscribe --bind-to none \
-  -np 1 "$train" "${model[@]}" --micro-batch-size 2 --train-iters 1000 --save "$tmp/ck" --exit-duration-in-mins 10000 : \
-  -np 1 "$train" "${model[@]}" --micro-batch-size 2 --train-iters 1000 --save "$tmp/ck" --exit-duration-in-mins 1e-9 \
-  >"$tmp/dur.log" 2>"$tmp/dur.err"
+run=("$train" "${model[@]}" --micro-batch-size 2 --train-iters 1000 --save "$tmp/ck")
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 "${run[@]}" --exit-duration-in-mins 10000 : \
+  -np 1 "${run[@]}" --exit-duration-in-mins 1e-9 >"$tmp/dur.log" 2>"$tmp/dur.err"
 rc=$?
-if [[ $rc -eq 0 ]] && grep -q '^trident: exiting at iteration 1 after .* minutes (--exit-duration-in-mins)$' "$tmp/dur.log" &&
+stop='^trident: exiting at iteration 1 after .* minutes (--exit-duration-in-mins)$'
+if [[ $rc -eq 0 ]] && grep -q "$stop" "$tmp/dur.log" &&
     [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt" 2>/dev/null) == 1 ]]; then
   echo "ok: one rank's time limit stops both after iteration 1, saved there"
 else
@@ -66,7 +67,8 @@ ramp=(--micro-batch-size 2 --global-batch-size 8 --train-samples 64 --rampup-bat
 rc=$?
 batches() { grep '^ iteration ' "$1" | sed -E 's/.*global batch size: *([0-9]+) .*/\1/' | tr '\n' ' '; }
 losses() { grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
-if [[ $rc -eq 0 && $(batches "$tmp/ramp1.log") == "4 4 4 4 8 8 8 8 8 8 " && $(batches "$tmp/ramp4.log") == "$(batches "$tmp/ramp1.log")" ]] &&
+if [[ $rc -eq 0 && $(batches "$tmp/ramp1.log") == "4 4 4 4 8 8 8 8 8 8 " &&
+      $(batches "$tmp/ramp4.log") == "$(batches "$tmp/ramp1.log")" ]] &&
     paste <(losses "$tmp/ramp1.log") <(losses "$tmp/ramp4.log") | awk '
       { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ } END { exit !(n == 10 && m < 1e-5) }'; then
   echo "ok: --rampup-batch-size 4 4 16: batches $(batches "$tmp/ramp1.log")at one process and pp2 x dp2, same losses"

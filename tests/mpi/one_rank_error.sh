@@ -31,5 +31,6 @@ check "bad flag on rank 1 alone" "^trident-train: error on rank 1: --lr-decay-st
   >"$tmp/out" 2>"$tmp/err"
 check "bad flag on rank 0 alone" "^trident-train: error: --lr-decay-style: unknown style 'bogus'" $?
 "${mpi[@]}" -np 2 "$train" "${args[@]}" --tensorboard-dir /proc/nope/tb >"$tmp/out" 2>"$tmp/err"
-check "--tensorboard-dir rank 0 cannot create" "^trident-train: error: --tensorboard-dir: cannot create directory /proc/nope/tb" $?
+check "--tensorboard-dir rank 0 cannot create" \
+  "^trident-train: error: --tensorboard-dir: cannot create directory /proc/nope/tb" $?
 [[ $fails -eq 0 ]]

@@ -544,7 +544,8 @@ TEST(Options, MegatronRunFlags) {
   EXPECT_EQ(o.lr_warmup_init, 1e-4);
   EXPECT_EQ(make_lr_schedule(o).init_lr, 1e-4);
   EXPECT_EQ(parse({}).lr_warmup_init, 0.0);
-  EXPECT_EQ(must_fail({"--lr", "1e-3", "--lr-warmup-init", "2e-3"}), "--lr-warmup-init must be in [0, --lr], got 0.002");
+  EXPECT_EQ(must_fail({"--lr", "1e-3", "--lr-warmup-init", "2e-3"}),
+            "--lr-warmup-init must be in [0, --lr], got 0.002");
   EXPECT_EQ(must_fail({"--lr-warmup-init", "-1e-4"}), "--lr-warmup-init must be in [0, --lr], got -0.0001");
   EXPECT_EQ(parse({"--exit-duration-in-mins", "230"}).exit_duration_in_mins, 230.0);
   EXPECT_EQ(parse({"--exit-duration-in-mins", "0.5"}).exit_duration_in_mins, 0.5);

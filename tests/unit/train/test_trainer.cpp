@@ -375,7 +375,8 @@ TEST(TrainerWeightDecay, ScheduledDecayIsTheOneApplied) {
   const TrainedRun rising = train(o);
   ASSERT_EQ(rising.history.size(), 5u);
   for (size_t i = 0; i < 5; ++i)  // r = samples / (5 x 4): 0.5 + 20 r
-    EXPECT_NEAR(rising.history[i].weight_decay, 0.5 + 20.0 * static_cast<double>(i) / 5, 1e-12) << "iteration " << i + 1;
+    EXPECT_NEAR(rising.history[i].weight_decay, 0.5 + 20.0 * static_cast<double>(i) / 5, 1e-12)
+        << "iteration " << i + 1;
   // The first update decays with start_wd: a constant 0.5 gives the same parameters, hence
   // the same second loss; the later updates decay more, so the losses part.
   TrainOptions flat = o;
@@ -571,8 +572,9 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   TrainOptions other = o;
   other.lr = 2e-3;
   std::string msg = load_error(other);
-  EXPECT_EQ(msg, "--load: " + iteration_dir(dir, 6).string() + ": the learning-rate and weight-decay schedule differs from the checkpoint's: max_lr (--lr) "
-                 "is 0.002 on the command line but 0.001 in the checkpoint (give --override-opt_param-scheduler to "
+  EXPECT_EQ(msg, "--load: " + iteration_dir(dir, 6).string() +
+                 ": the learning-rate and weight-decay schedule differs from the checkpoint's: max_lr (--lr) is "
+                 "0.002 on the command line but 0.001 in the checkpoint (give --override-opt_param-scheduler to "
                  "train with the command line's, or --use-checkpoint-opt_param-scheduler to train with the "
                  "checkpoint's)");
   other.train_iters = 40;
@@ -694,8 +696,8 @@ TEST(TrainerRampup, IterationsTakeTheRampsBatches) {
   for (size_t i = 0; i < batches.size(); ++i) {
     EXPECT_EQ(run.history[i].global_batch, batches[i]) << "iteration " << i + 1;
     EXPECT_TRUE(has(lines[i], printf_string("| global batch size: %5.0f |", batches[i]))) << lines[i];
-    EXPECT_TRUE(has(lines[i], printf_string("| consumed samples: %12.0f |", static_cast<double>(consumed + batches[i]))))
-        << lines[i];
+    const double after = static_cast<double>(consumed + batches[i]);
+    EXPECT_TRUE(has(lines[i], printf_string("| consumed samples: %12.0f |", after))) << lines[i];
     // Linear warm-up over 8 samples, then cosine decay to the 40 samples' end.
     const double x = static_cast<double>(consumed);
     const double want = x <= 8 ? kMaxLr * x / 8
