@@ -78,4 +78,17 @@ bool any_rank(ParallelContext& par, bool local) {
   return v > 0;
 }
 
+void run_on_rank0_for_all(ParallelContext& par, const std::string& flag, const std::function<void()>& step) {
+  std::string why;
+  if (par.world_rank() == 0) {
+    try {
+      step();
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+  }
+  if (any_rank(par, !why.empty()))
+    throw ConfigError(why.empty() ? flag + ": failed on rank 0 (see its error)" : why);
+}
+
 }  // namespace trident

@@ -87,8 +87,9 @@ int main(int argc, char** argv) {
     const double tokens = static_cast<double>(opt.global_batch_size) * m.seq_length * steps;
     const double flops_per_iter = trident::model_flops_per_iteration(m, opt.global_batch_size);
     const double flops = flops_per_iter * steps;
-    const double peak =
-        opt.peak_tflops > 0 ? opt.peak_tflops : trident::peak_tflops_for_device(backend->device_name(), m.dtype);
+    const double peak = opt.peak_tflops > 0
+                            ? opt.peak_tflops
+                            : trident::peak_tflops_for_device(backend->device_name(), m.dtype, !opt.no_tf32);
     const double mfu = trident::model_flops_utilization(flops_per_iter, ms / steps / 1e3, 1, peak);
     std::printf("trident-bench: %s, %s, %d layers, hidden %d, heads %d, seq %d, micro batch %d, global batch %d, "
                 "%d steps%s\n",

@@ -195,6 +195,7 @@ int run(int argc, char** argv) {
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
+  resolve_global_batch_size(opt, parallel->grid.shape.dp);
   // A bad checkpoint is bad input: report it like a configuration error (one line, exit 2).
   // Each rank opens only the files holding its slices, so a corrupt file is reported by
   // rank 0 when rank 0 reads it, else by a rank that does.

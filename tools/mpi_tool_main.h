@@ -1,10 +1,9 @@
 // main() for the tools that run one process per GPU under mpirun (trident-train,
 // trident-eval): MPI is initialised when an MPI launcher started the process, the body
-// runs inside run_tool (one error line, exit 2 or 3), and a failure ends the whole job so
+// runs inside run_tool (one error line, exit 2 or 3), and a failure aborts the whole job so
 // no rank is left blocked in a collective.
 #pragma once
 
-#include <cstdio>
 #include <cstdlib>
 #include <functional>
 
@@ -36,17 +35,14 @@ inline int run_mpi_tool(const char* tool, int* argc, char*** argv, const std::fu
 #endif
   const int rc = run_tool(tool, body, world_rank, world_size);
 #ifdef TRIDENT_HAVE_MPI
-  // A failure that is not a configuration error may have hit this rank alone: end the
-  // whole job rather than leave the other ranks blocked in a collective. A configuration
-  // error is normally seen by every rank, but one rank may see it alone (a file missing on
-  // one node): leaving without MPI_Finalize makes mpirun end the job either way, and
-  // keeps rank 0's one-line message instead of racing it with an abort.
-  if (rc == 3 && world_size > 1) mpi_abort_job(rc);
-  if (rc == 2 && world_size > 1) {
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(rc);
-  }
+  // Any failure may have hit this rank alone while the others wait for it in a collective:
+  // end the whole job. Leaving with exit() is not enough, as not every launcher ends a job
+  // when one of its ranks exits (mpirun --mca orte_abort_on_non_zero_status 0, some srun
+  // setups). MPI_Abort keeps the exit status (2 for a configuration error, 3 otherwise) as
+  // the job's (Open MPI's mpirun returns it). run_tool has printed the error line: rank 0 at
+  // once, and another rank only after a wait that rank 0's abort normally cuts short when
+  // every rank saw the same error, so the job prints it once.
+  if (rc != 0 && world_size > 1) mpi_abort_job(rc);
 #endif
   return rc;
 }

@@ -1,8 +1,9 @@
 // Shared main() wrapper: every tool reports a user error as one line,
 // `trident-<tool>: error: <what>`, and exits 2; a bug or a runtime failure exits 3.
 // Under MPI, configuration errors are normally seen identically by every rank, so rank 0
-// alone prints and every rank exits 2; other failures are printed by the rank that hit them
-// (prefixed with its rank) and the caller aborts the job.
+// alone prints (another rank only after a wait, for an error it saw alone); other failures
+// are printed by the rank that hit them (prefixed with its rank). Either way the caller
+// (run_mpi_tool) then aborts the job.
 #pragma once
 
 #include <chrono>

@@ -20,20 +20,16 @@
 namespace trident {
 namespace {
 
-// --save is checked before training rather than at the first save, hours later. Rank 0
-// checks it (rank 0 creates the directory when saving) and every rank learns the verdict,
-// so all of them stop with the same configuration error: rank 0 alone failing would leave
-// the others waiting in a collective under a launcher that does not end the job then.
+// --save is checked before training rather than at the first save, hours later, by rank 0
+// (which creates the directory when saving), and every rank learns the verdict.
 void check_save_dir(const std::string& save, ParallelContext& par) {
-  std::string why;
-  if (par.world_rank() == 0) {
+  run_on_rank0_for_all(par, "--save", [&] {
     try {
       check_checkpoint_root_usable(save);
     } catch (const IoError& e) {
-      why = e.what();
+      throw ConfigError("--save: " + std::string(e.what()));
     }
-  }
-  if (any_rank(par, !why.empty())) throw ConfigError("--save: " + (why.empty() ? save + " is unusable (see rank 0)" : why));
+  });
 }
 
 // --load is resolved before the data and the model are built: a --load naming no usable
@@ -61,11 +57,18 @@ int train(int argc, char** argv) {
   if (!parse_train_options(argc, argv, opt)) return 0;
   // The layout is checked first (its errors name the parallel-size flags), then the
   // backend is made before the groups: NcclComm runs on its GPU, after its stream.
-  make_grid_shape(job_world_size(), opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
+  const GridShape shape =
+      make_grid_shape(job_world_size(), opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
+  resolve_global_batch_size(opt, shape.dp);
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
   if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
+  // Megatron trains on mock data only when asked (--mock-data); trident keeps its synthetic
+  // default for the quickstart, but says so.
+  if (!opt.has_data() && !opt.mock_data && parallel->world_rank() == 0)
+    std::cout << "trident-train: no --data-path: training on synthetic tokens (--mock-data silences this)"
+              << std::endl;
   if (!opt.load.empty()) resolve_load(opt, *parallel);
   TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());

@@ -25,7 +25,7 @@ const char* lr_decay_style_name(LrDecayStyle s) {
 // Same branch order as Megatron's get_lr: warm-up, constant, past the end, decay.
 double LrSchedule::lr(uint64_t samples) const {
   const double step = static_cast<double>(samples);
-  if (warmup_samples > 0 && step <= warmup_samples) return max_lr * step / warmup_samples;
+  if (warmup_samples > 0 && step <= warmup_samples) return init_lr + (max_lr - init_lr) * step / warmup_samples;
   if (style == LrDecayStyle::Constant) return max_lr;
   if (step > decay_samples) return min_lr;
   const double ratio = (step - warmup_samples) / (decay_samples - warmup_samples);

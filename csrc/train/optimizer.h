@@ -59,6 +59,9 @@ class AdamWOptimizer {
   // (loss-scale unscaling). With zero > 0 the updated parameters are all-gathered.
   void step(double lr, double grad_norm, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
+  // The weight decay the next steps apply to the parameters that take it (the trainer's
+  // weight-decay schedule sets it before every step).
+  void set_weight_decay(float weight_decay) { cfg_.weight_decay = weight_decay; }
 
   // Checkpoint access to the state of one owned piece: 0 the fp32 master weights (the
   // model's parameters themselves in fp32 runs), 1 and 2 the Adam moments.

@@ -51,8 +51,15 @@ const std::vector<FlagDef>& flag_defs() {
       {"lr-warmup-samples", "warm-up samples (sample-based)"},
       {"lr-decay-samples", "decay samples (sample-based; default: train-samples)"},
       {"lr-warmup-fraction", "warm-up as a fraction of the decay (instead of the warm-up count)"},
+      {"lr-warmup-init", "the warm-up's first learning rate, rising linearly to --lr (0)"},
+      {"rampup-batch-size", "START INCR SAMPLES: the global batch grows from START by INCR in equal steps over "
+                            "the first SAMPLES samples up to --global-batch-size (with --train-samples)"},
       // Optimizer.
       {"weight-decay", "AdamW decoupled weight decay (0.01)"},
+      {"start-weight-decay", "weight decay at the start of the run (default --weight-decay)"},
+      {"end-weight-decay", "weight decay at the end of the run (default --weight-decay)"},
+      {"weight-decay-incr-style", "constant, linear or cosine rise from --start- to --end-weight-decay (constant)"},
+      {"use-distributed-optimizer", "Megatron's distributed optimizer: --zero-stage 1 unless a stage is given", true},
       {"clip-grad", "clip gradients to this global norm (1.0; 0 off)"},
       {"adam-beta1", "0.9"},
       {"adam-beta2", "0.999"},
@@ -93,6 +100,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
+      {"exit-duration-in-mins", "stop (after saving with --save) once the run has lasted this many minutes"},
+      {"exit-signal-handler", "accepted for Megatron's scripts: trident always finishes the iteration, saves (with "
+                              "--save) and exits 0 on SIGTERM or SIGINT", true},
       {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},
       // Checkpoints.
       {"save", "directory to save checkpoints in"},
@@ -129,6 +139,7 @@ const std::vector<FlagDef>& flag_defs() {
       {"tokenizer-type", "GPT2BPETokenizer"},
       {"split", "train, valid, test weights (969, 30, 1)"},
       {"data-cache-path", "where dataset index maps are cached (default: beside the data)"},
+      {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"help", "print this help", true},
   };
   return defs;
@@ -171,6 +182,11 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"data-path", "train-data-path"},
       {"data-path", "valid-data-path"},
       {"data-path", "test-data-path"},
+      // --mock-data against each real source.
+      {"mock-data", "data-path"},
+      {"mock-data", "train-data-path"},
+      {"mock-data", "valid-data-path"},
+      {"mock-data", "test-data-path"},
   };
   return groups;
 }
@@ -196,6 +212,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "train-data-path") return &o.train_data_path;
   if (flag == "valid-data-path") return &o.valid_data_path;
   if (flag == "test-data-path") return &o.test_data_path;
+  if (flag == "rampup-batch-size") return &o.rampup_batch_size;
   return nullptr;
 }
 
@@ -440,6 +457,7 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   f.get("micro-batch-size", o.micro_batch_size);
   f.get("global-batch-size", o.global_batch_size);
   f.get("train-iters", o.train_iters);
+  o.train_iters_is_default = !f.has("train-iters");
   f.get("lr", o.lr);
   f.get("min-lr", o.min_lr);
   f.get("lr-decay-style", o.lr_decay_style);
@@ -470,6 +488,13 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
 
 void read_optimizer_flags(const Flags& f, TrainOptions& o) {
   f.get("weight-decay", o.weight_decay);
+  f.get("start-weight-decay", o.start_weight_decay);
+  f.get("end-weight-decay", o.end_weight_decay);
+  f.get("weight-decay-incr-style", o.weight_decay_incr_style);
+  for (const auto& [flag, value] : {std::pair{"start-weight-decay", o.start_weight_decay},
+                                    std::pair{"end-weight-decay", o.end_weight_decay}})
+    if (f.has(flag) && value < 0) throw ConfigError(std::string("--") + flag + " must not be negative");
+  f.get("lr-warmup-init", o.lr_warmup_init);
   f.get("clip-grad", o.clip_grad);
   f.get("adam-beta1", o.adam_beta1);
   f.get("adam-beta2", o.adam_beta2);
@@ -496,6 +521,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensor-model-parallel-size", o.tensor_model_parallel_size);
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   f.get("zero-stage", o.zero_stage);
+  // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
+  // over data parallel and reduce-scatters the gradients: ZeRO stage 1.
+  if (f.has("use-distributed-optimizer")) {
+    if (!f.has("zero-stage")) o.zero_stage = 1;
+    else if (o.zero_stage == 0)
+      throw ConfigError("--use-distributed-optimizer shards the optimizer state: --zero-stage 0 contradicts it");
+  }
   f.get("comm", o.comm);
   f.get("no-tf32", o.no_tf32);
   f.get("recompute-granularity", o.recompute_granularity);
@@ -529,6 +561,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
   f.get("exit-interval", o.exit_interval);
+  f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("save-canonical", o.save_canonical);
   f.get("save", o.save);
   f.get("load", o.load);
@@ -564,6 +597,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tokenizer-type", o.tokenizer_type);
   f.get("split", o.split);
   f.get("data-cache-path", o.data_cache_path);
+  f.get("mock-data", o.mock_data);
   if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
   if (f.has("load") && o.load.empty()) throw ConfigError("--load: expected a directory");
   if (f.has("tensorboard-dir") && o.tensorboard_dir.empty()) throw ConfigError("--tensorboard-dir: expected a directory");
@@ -576,9 +610,38 @@ void check_non_negative(double v, const char* flag) {
   if (v < 0) throw ConfigError(std::string("--") + flag + " must not be negative");
 }
 
+// --rampup-batch-size's words, checked as Megatron's RampupBatchsizeNumMicroBatches checks
+// them (every batch of the ramp a multiple of the micro batch; the Trainer checks the
+// data-parallel size too).
+void read_batch_rampup(TrainOptions& o) {
+  const std::vector<std::string>& w = o.rampup_batch_size;
+  if (w.empty()) return;
+  if (w.size() != 3)
+    throw ConfigError("--rampup-batch-size: expected START INCR SAMPLES, got " + std::to_string(w.size()) + " words");
+  if (!o.sample_based)
+    throw ConfigError("--rampup-batch-size needs sample-based training (--train-samples), as Megatron's");
+  o.rampup_start = convert<int64_t>("rampup-batch-size", w[0]);
+  o.rampup_increment = convert<int64_t>("rampup-batch-size", w[1]);
+  o.rampup_samples = convert<uint64_t>("rampup-batch-size", w[2]);
+  const int64_t start = o.rampup_start, incr = o.rampup_increment, g = o.global_batch_size;
+  if (start <= 0 || incr <= 0) throw ConfigError("--rampup-batch-size: START and INCR must be positive");
+  if (start >= g)
+    throw ConfigError("--rampup-batch-size: START (" + std::to_string(start) + ") must be below --global-batch-size (" +
+                      std::to_string(g) + (o.global_batch_size_is_default ? ", not given)" : ")"));
+  if ((g - start) % incr != 0)
+    throw ConfigError("--rampup-batch-size: --global-batch-size (" + std::to_string(g) + ") - START (" +
+                      std::to_string(start) + ") must be a multiple of INCR (" + std::to_string(incr) + ")");
+  if (start % o.micro_batch_size != 0 || incr % o.micro_batch_size != 0)
+    throw ConfigError("--rampup-batch-size: START (" + std::to_string(start) + ") and INCR (" + std::to_string(incr) +
+                      ") must be multiples of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
+}
+
 void validate_batch_and_schedule(TrainOptions& o) {
-  if (o.global_batch_size == 0) o.global_batch_size = o.micro_batch_size;
   check_positive(o.micro_batch_size, "micro-batch-size");
+  if (o.global_batch_size == 0) {  // one data-parallel rank until resolve_global_batch_size knows
+    o.global_batch_size = o.micro_batch_size;
+    o.global_batch_size_is_default = true;
+  }
   check_positive(o.global_batch_size, "global-batch-size");
   if (o.global_batch_size % o.micro_batch_size != 0)
     throw ConfigError("--global-batch-size (" + std::to_string(o.global_batch_size) +
@@ -587,7 +650,25 @@ void validate_batch_and_schedule(TrainOptions& o) {
     throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr)) throw ConfigError("--min-lr must be in [0, --lr]");
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
+  read_batch_rampup(o);
+  if (!(o.lr_warmup_init >= 0 && o.lr_warmup_init <= o.lr))
+    throw ConfigError("--lr-warmup-init must be in [0, --lr], got " + detail::concat(o.lr_warmup_init));
   resolve_schedule(o);
+}
+
+// Megatron's rules for the weight-decay schedule (validate_args, OptimizerParamScheduler):
+// it only rises, and the constant style has one value.
+void validate_weight_decay(const TrainOptions& o) {
+  check_non_negative(o.weight_decay, "weight-decay");
+  const WeightDecaySchedule wd = make_weight_decay_schedule(o);  // throws naming --weight-decay-incr-style
+  if (wd.end_wd < wd.start_wd)
+    throw ConfigError("--end-weight-decay (" + detail::concat(wd.end_wd) + ") must not be below " +
+                      "--start-weight-decay (" + detail::concat(wd.start_wd) +
+                      "): Megatron's schedule only increases the weight decay");
+  if (wd.style == WdIncrStyle::Constant && wd.start_wd != wd.end_wd)
+    throw ConfigError("--weight-decay-incr-style constant needs --start-weight-decay == --end-weight-decay (" +
+                      detail::concat(wd.start_wd) + " and " + detail::concat(wd.end_wd) +
+                      "); give --weight-decay-incr-style linear or cosine to change it over the run");
 }
 
 void validate_precision(const TrainOptions& o) {
@@ -617,6 +698,9 @@ void validate_recompute(const TrainOptions& o) {
 void validate_run(TrainOptions& o) {
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
+  if (o.has_data() && o.mock_data)
+    throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
+                      "alternatives: give one");
   if (o.has_data() && o.vocab_file.empty()) throw ConfigError("--vocab-file is required with --data-path");
   if (!o.data_path.empty() && (!o.train_data_path.empty() || !o.valid_data_path.empty() || !o.test_data_path.empty()))
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
@@ -634,6 +718,7 @@ void validate_run(TrainOptions& o) {
   check_non_negative(o.peak_tflops, "peak-tflops");
   check_non_negative(static_cast<double>(o.max_nan_iterations), "max-nan-iterations");
   check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
+  check_non_negative(o.exit_duration_in_mins, "exit-duration-in-mins");
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
   // With --use-checkpoint-args the shape is complete only once the checkpoint is read.
@@ -650,8 +735,28 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   read_run_flags(f, o);
   // Consistency, each error naming the flags involved.
   validate_batch_and_schedule(o);
+  validate_weight_decay(o);
   validate_precision(o);
   validate_run(o);
+}
+
+// Megatron's assertion lr_warmup_steps < lr_decay_steps in the flags the user sets: the decay
+// ends with the run unless --lr-decay-iters/--lr-decay-samples says otherwise, so a config's
+// warm-up can outlast the default --train-iters (100) that the user never gave.
+std::string warmup_outlasts_decay(const TrainOptions& o) {
+  if (o.lr_warmup_fraction >= 0) return "--lr-warmup-fraction must be below 1";
+  const bool s = o.sample_based;
+  const std::string warmup = s ? "--lr-warmup-samples (" + std::to_string(o.lr_warmup_samples) + ")"
+                               : "--lr-warmup-iters (" + std::to_string(o.lr_warmup_iters) + ")";
+  if (s ? o.lr_decay_samples != 0 : o.lr_decay_iters != 0)
+    return s ? "--lr-decay-samples (" + std::to_string(o.lr_decay_samples) + ") must exceed " + warmup
+             : "--lr-decay-iters (" + std::to_string(o.lr_decay_iters) + ") must exceed " + warmup;
+  const std::string run = s ? "--train-samples (" + std::to_string(o.train_samples) + ")"
+                            : "--train-iters (" + std::to_string(o.train_iters) +
+                                  (o.train_iters_is_default ? ", the default)" : ")");
+  return run + " must exceed " + warmup + ": the learning-rate decay ends with the run unless " +
+         (s ? "--lr-decay-samples" : "--lr-decay-iters") + " says otherwise; set " +
+         (s ? "--train-samples or --lr-decay-samples" : "--train-iters or --lr-decay-iters");
 }
 
 }  // namespace
@@ -671,36 +776,58 @@ void resolve_schedule(TrainOptions& o) {
     if (o.train_samples < gbs)
       throw ConfigError("--train-samples (" + std::to_string(o.train_samples) +
                         ") must be at least --global-batch-size (" + std::to_string(gbs) + ")");
-    o.train_iters = static_cast<int64_t>(o.train_samples / gbs);
+    o.train_iters = o.rampup_start > 0 ? train_iters_with_rampup(make_batch_rampup(o), o.train_samples)
+                                       : static_cast<int64_t>(o.train_samples / gbs);
     o.decay_samples = o.lr_decay_samples != 0 ? o.lr_decay_samples : o.train_samples;
     o.warmup_samples = static_cast<double>(o.lr_warmup_samples);
   } else {
     if (o.train_iters <= 0) throw ConfigError("--train-iters must be positive");
     if (o.lr_warmup_iters < 0) throw ConfigError("--lr-warmup-iters must not be negative");
     if (o.lr_decay_iters < 0) throw ConfigError("--lr-decay-iters must not be negative");
-    if (o.lr_decay_iters == 0) o.lr_decay_iters = o.train_iters;
+    const int64_t decay_iters = o.lr_decay_iters != 0 ? o.lr_decay_iters : o.train_iters;
     o.train_samples = static_cast<uint64_t>(o.train_iters) * gbs;
-    o.decay_samples = static_cast<uint64_t>(o.lr_decay_iters) * gbs;
+    o.decay_samples = static_cast<uint64_t>(decay_iters) * gbs;
     o.warmup_samples = static_cast<double>(o.lr_warmup_iters) * static_cast<double>(gbs);
   }
   if (o.lr_warmup_fraction >= 0) o.warmup_samples = o.lr_warmup_fraction * static_cast<double>(o.decay_samples);
   // Megatron asserts warm-up < decay; a constant schedule never decays, so only the
   // decaying styles need it here.
-  if (o.lr_decay_style != "constant" && !(o.warmup_samples < static_cast<double>(o.decay_samples))) {
-    const char* warm = o.lr_warmup_fraction >= 0 ? "--lr-warmup-fraction must be below 1"
-                       : o.sample_based          ? "--lr-decay-samples must exceed --lr-warmup-samples"
-                                                 : "--lr-decay-iters must exceed --lr-warmup-iters";
-    throw ConfigError(warm);
-  }
+  if (o.lr_decay_style != "constant" && !(o.warmup_samples < static_cast<double>(o.decay_samples)))
+    throw ConfigError(warmup_outlasts_decay(o));
+}
+
+void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
+  if (!o.global_batch_size_is_default) return;
+  o.global_batch_size = o.micro_batch_size * data_parallel_size;
+  resolve_schedule(o);
 }
 
 LrSchedule make_lr_schedule(const TrainOptions& o) {
   LrSchedule s;
   s.max_lr = o.lr;
   s.min_lr = o.min_lr;
+  s.init_lr = o.lr_warmup_init;
   s.style = parse_lr_decay_style(o.lr_decay_style);
   s.warmup_samples = o.warmup_samples;
   s.decay_samples = static_cast<double>(o.decay_samples);
+  return s;
+}
+
+BatchRampup make_batch_rampup(const TrainOptions& o) {
+  BatchRampup r;
+  r.global = o.global_batch_size;
+  r.start = o.rampup_start > 0 ? o.rampup_start : o.global_batch_size;
+  r.increment = o.rampup_increment;
+  r.samples = o.rampup_samples;
+  return r;
+}
+
+WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o) {
+  WeightDecaySchedule s;
+  s.start_wd = o.start_weight_decay >= 0 ? o.start_weight_decay : o.weight_decay;
+  s.end_wd = o.end_weight_decay >= 0 ? o.end_weight_decay : o.weight_decay;
+  s.incr_samples = static_cast<double>(o.train_samples);
+  s.style = parse_wd_incr_style(o.weight_decay_incr_style);
   return s;
 }
 

@@ -8,24 +8,37 @@
 #include <vector>
 
 #include "model/config.h"
+#include "train/batch_rampup.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
+#include "train/weight_decay_schedule.h"
 
 namespace trident {
 
 struct TrainOptions {
   ModelConfig model;  // --fp16 / --bf16 set model.dtype (F32 when neither)
   int micro_batch_size = 4;
-  int global_batch_size = 0;  // 0: micro_batch_size
+  // 0 (not given): Megatron's micro_batch_size x data-parallel size. Parsing sets
+  // micro_batch_size and global_batch_size_is_default; resolve_global_batch_size multiplies
+  // by the data-parallel size once the layout is known.
+  int global_batch_size = 0;
+  bool global_batch_size_is_default = false;
+  // --rampup-batch-size START INCR SAMPLES (batch_rampup.h; sample-based runs only): the words,
+  // and the numbers parsing reads from them (rampup_start 0: no ramp-up).
+  std::vector<std::string> rampup_batch_size;
+  int64_t rampup_start = 0, rampup_increment = 0;
+  uint64_t rampup_samples = 0;
 
   // ---- Length of training and LR schedule (Megatron): iteration-based (--train-iters,
   // --lr-warmup-iters, --lr-decay-iters) or sample-based (--train-samples,
   // --lr-warmup-samples, --lr-decay-samples), never mixed; --lr-warmup-fraction
   // (warm-up = fraction x decay) works with either instead of the warm-up count.
-  int64_t train_iters = 100;  // sample-based: set to train_samples / global batch (floor)
+  int64_t train_iters = 100;  // sample-based: train_samples / global batch (floor), or the ramp-up's count
+  bool train_iters_is_default = false;  // parsing without --train-iters: error messages say so
   bool sample_based = false;  // set by --train-samples
   uint64_t train_samples = 0;  // --train-samples; resolved: the run's samples either way
   double lr = 1.5e-4, min_lr = 0.0;
+  double lr_warmup_init = 0;  // --lr-warmup-init: the warm-up's first rate
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0;
   int64_t lr_decay_iters = 0;  // 0: train_iters (iteration-based)
@@ -38,6 +51,10 @@ struct TrainOptions {
   uint64_t decay_samples = 0;
 
   float weight_decay = 0.01f, clip_grad = 1.0f;
+  // Megatron's weight-decay schedule (weight_decay_schedule.h): from --start-weight-decay to
+  // --end-weight-decay over the run; < 0: --weight-decay. Constant needs start == end.
+  float start_weight_decay = -1, end_weight_decay = -1;
+  std::string weight_decay_incr_style = "constant";
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   uint64_t seed = 1234;
   int log_interval = 100;
@@ -72,6 +89,9 @@ struct TrainOptions {
   // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).
   int64_t max_nan_iterations = 10;
   int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
+  // Stop (after saving with --save) once any rank has run this many minutes since its start,
+  // checked after every iteration, as Megatron; 0: never.
+  double exit_duration_in_mins = 0;
   std::string save_canonical;       // safetensors file of canonical fp32 parameters, written at the end
 
   // ---- Checkpoints (Megatron's flags).
@@ -98,7 +118,9 @@ struct TrainOptions {
 
   // Data: --data-path (Megatron's words: a prefix, weight-prefix pairs, or prefixes) cut by
   // --split, or a blend per split (--train-data-path, --valid-data-path, --test-data-path),
-  // or synthetic tokens when all are empty.
+  // or synthetic tokens when all are empty: asked for with --mock-data (Megatron's flag),
+  // else with a note on rank 0 (the quickstart and tests train that way).
+  bool mock_data = false;
   std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
   bool has_data() const {
     return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();
@@ -127,15 +149,25 @@ void validate_model_options(const TrainOptions& o);
 // Fills the resolved schedule fields from the flag fields: iteration-based sets
 // train_samples = train_iters x global batch, decay_samples = (lr_decay_iters or
 // train_iters) x global batch, warmup_samples = lr_warmup_iters x global batch;
-// sample-based sets train_iters = train_samples / global batch, decay_samples =
+// sample-based sets train_iters = train_samples / global batch (with a batch ramp-up:
+// train_iters_with_rampup), decay_samples =
 // lr_decay_samples or train_samples, warmup_samples = lr_warmup_samples; a
 // --lr-warmup-fraction gives warmup_samples = fraction x decay_samples. Idempotent, so
 // code that fills TrainOptions by hand (tests) may call it too. Throws ConfigError naming
 // the flag when the schedule is impossible. Needs global_batch_size > 0.
 void resolve_schedule(TrainOptions& o);
 
+// Megatron's default global batch, micro batch x data-parallel size, when --global-batch-size
+// was not given (global_batch_size_is_default); then the schedule is resolved again. Call it
+// once the data-parallel size is known, before anything reads the global batch.
+void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
+
 // The schedule in samples from the resolved fields.
 LrSchedule make_lr_schedule(const TrainOptions& o);
+// The global batch's ramp-up (--rampup-batch-size); none (start == global) without one.
+BatchRampup make_batch_rampup(const TrainOptions& o);
+// Megatron's weight-decay schedule over the run's samples (train_samples), in samples.
+WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o);
 
 // Megatron's choice of scaler: --loss-scale S > 0 with fp16 or bf16: Constant(S); fp16
 // otherwise: Dynamic(--initial-loss-scale, --min-loss-scale, --loss-scale-window,

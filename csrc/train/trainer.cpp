@@ -22,6 +22,13 @@ namespace {
 volatile std::sig_atomic_t stop_requested = 0;
 extern "C" void request_stop(int) { stop_requested = 1; }
 
+// --exit-duration-in-mins counts from the start of the process, as Megatron counts from the
+// start of its program: setting up, loading a checkpoint and building the data count too.
+const auto process_start = std::chrono::steady_clock::now();
+double minutes_since_start() {
+  return std::chrono::duration<double, std::ratio<60>>(std::chrono::steady_clock::now() - process_start).count();
+}
+
 std::ostream& null_stream() {
   static std::ostream s(nullptr);
   return s;
@@ -72,10 +79,16 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
     throw ConfigError("--global-batch-size (" + std::to_string(opt_.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
                       ") x data-parallel size (" + std::to_string(g.dp) + ")");
+  rampup_ = make_batch_rampup(opt_);
+  const int64_t per_micro_step = static_cast<int64_t>(opt_.micro_batch_size) * g.dp;
+  if (rampup_.ramps() && (rampup_.start % per_micro_step != 0 || rampup_.increment % per_micro_step != 0))
+    throw ConfigError("--rampup-batch-size: START (" + std::to_string(rampup_.start) + ") and INCR (" +
+                      std::to_string(rampup_.increment) + ") must be multiples of --micro-batch-size (" +
+                      std::to_string(opt_.micro_batch_size) + ") x data-parallel size (" + std::to_string(g.dp) + ")");
   check_data_covers_run(0, 0, 0);
   const ProcessGrid& grid = par_->grid;
   const LayerRange layers = pipeline_layer_range(opt_.model.num_layers, g.pp, grid.pp_rank);
-  micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
+  full_micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
   StageLayout layout;
   layout.tp = g.tp;
   layout.tp_rank = grid.tp_rank;
@@ -92,8 +105,9 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
                                                                : RecomputePlan::Method::kUniform;
     layout.recompute.num_layers = opt_.recompute_num_layers;
   }
-  activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, micro_batches_);
-  schedule_steps_ = one_f_one_b_schedule(g.pp, grid.pp_rank, micro_batches_);
+  // Sized for the full batch; a ramp-up's smaller batches use fewer of them.
+  activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, full_micro_batches_);
+  set_micro_batches(full_micro_batches_);
   // Validates the model shape (heads and vocabulary against tp).
   model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size, activation_slots_);
   model_->set_dropout_seed(opt_.seed);
@@ -111,9 +125,12 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   optimizer_ = std::make_unique<AdamWOptimizer>(be_, model_->params(), ac, par_->dp.get(), opt_.zero_stage);
   model_->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
   schedule_ = make_lr_schedule(opt_);
+  wd_schedule_ = make_weight_decay_schedule(opt_);
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
-  if (!opt_.tensorboard_dir.empty() && par_->world_rank() == 0)
-    tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir);
+  // Rank 0 writes the events; a directory it cannot create stops every rank.
+  if (!opt_.tensorboard_dir.empty())
+    run_on_rank0_for_all(*par_, "--tensorboard-dir",
+                         [&] { tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir); });
   const int T = opt_.model.seq_length;
   sample_.resize(T + 1);
   tokens_.resize(static_cast<size_t>(opt_.micro_batch_size) * T);
@@ -215,7 +232,7 @@ LossStats Trainer::run_forward_only(const SampleSource& data, uint64_t first_sam
   Gpt2Model& m = *model_;
   const StageLayout& L = m.layout();
   LossStats total;
-  for (int mb = 0; mb < micro_batches_; ++mb) {
+  for (int mb = 0; mb < full_micro_batches_; ++mb) {  // evaluation batches are full ones
     const uint64_t first = first_sample + (static_cast<uint64_t>(mb) * dp + dp_rank) * B;
     if (!L.first_stage) par_->pp->recv(m.stage_input(0), prev);
     if (L.first_stage || L.last_stage) load_micro_batch(data, first);
@@ -242,12 +259,21 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
   return r;
 }
 
+void Trainer::set_micro_batches(int micro_batches) {
+  if (micro_batches == micro_batches_) return;
+  micro_batches_ = micro_batches;
+  schedule_steps_ = one_f_one_b_schedule(par_->grid.shape.pp, par_->grid.pp_rank, micro_batches_);
+}
+
 IterationResult Trainer::train_iteration() {
   const auto start = std::chrono::steady_clock::now();
-  const int G = opt_.global_batch_size, T = opt_.model.seq_length;
+  const int G = static_cast<int>(rampup_.global_batch(consumed_samples_)), T = opt_.model.seq_length;
+  set_micro_batches(G / (opt_.micro_batch_size * par_->grid.shape.dp));
   IterationResult r;
+  r.global_batch = G;
   r.lr = schedule_.lr(scheduler_samples_);
-  r.loss_scale = scaler_.scale();
+  r.weight_decay = wd_schedule_.weight_decay(scheduler_samples_);
+  optimizer_->set_weight_decay(static_cast<float>(r.weight_decay));
   // The loss is the mean over every target token of the global batch, times the scale.
   const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
   optimizer_->zero_grads();
@@ -275,6 +301,7 @@ IterationResult Trainer::train_iteration() {
   }
   r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
   scaler_.update(found_inf);
+  r.loss_scale = scaler_.scale();  // after the update, as Megatron's log line and TensorBoard show it
   // Megatron steps its LR scheduler by the global batch only after a successful update.
   if (!r.skipped) scheduler_samples_ += G;
   r.logged_lr = schedule_.lr(scheduler_samples_);
@@ -311,8 +338,8 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
 // Megatron: iterations, not samples).
 void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const {
   const uint64_t G = static_cast<uint64_t>(opt_.global_batch_size);
-  auto check = [&](const char* split, const SampleSource& data, uint64_t from, uint64_t batches) {
-    const uint64_t end = from + batches * G;
+  auto check = [&](const char* split, const SampleSource& data, uint64_t from, uint64_t samples) {
+    const uint64_t end = from + samples;
     if (data.size() >= end) return;
     std::string msg = std::string(opt_.sample_based ? "--train-samples" : "--train-iters") + ", --global-batch-size " +
                       std::to_string(G) + ": the " + split + " data has " + std::to_string(data.size()) +
@@ -323,10 +350,12 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
     throw ConfigError(msg);
   };
   const int64_t T = opt_.train_iters, E = opt_.eval_interval;
-  check("training", *data_, consumed, static_cast<uint64_t>(std::max<int64_t>(0, T - iteration)));
+  // Training batches follow the ramp-up (G after it); evaluation always reads whole batches.
+  const int64_t from = std::min(iteration, T);
+  check("training", *data_, consumed, rampup_.samples_in(T) - rampup_.samples_in(from));
   if (valid_ && opt_.eval_iters > 0) {
     const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - iteration / E) : 0) + 1;
-    check("validation", *valid_, consumed_valid, static_cast<uint64_t>(evaluations * opt_.eval_iters));
+    check("validation", *valid_, consumed_valid, static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
   }
 }
 
@@ -351,8 +380,11 @@ void Trainer::train() {
   const GridShape& g = par_->grid.shape;
   std::ostream& out = *out_;
   out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", zero stage "
-      << opt_.zero_stage << ", " << micro_batches_ << " micro-batches of " << opt_.micro_batch_size
-      << " per iteration" << std::endl;
+      << opt_.zero_stage << ", " << full_micro_batches_ << " micro-batches of " << opt_.micro_batch_size
+      << " per iteration";
+  if (rampup_.ramps())
+    out << " (ramping up from a global batch of " << rampup_.start << " over " << rampup_.samples << " samples)";
+  out << std::endl;
   out << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
       << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
@@ -360,16 +392,16 @@ void Trainer::train() {
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
   int n = 0, updated = 0;
   int64_t skipped = 0, nan = 0;  // in this log interval: Megatron prints and resets them per line
-  const double flops_per_iteration = model_flops_per_iteration(m, opt_.global_batch_size, g.tp);
   const double peak_tflops =
-      opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype);
+      opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype, !opt_.no_tf32);
   struct Throughput {
     double tokens_per_second, tflops_per_rank, mfu;
   };
-  auto throughput = [&](double ms_per_iteration) {
+  // Of iterations of `global_batch` samples (a ramp-up's batch, as Megatron's log uses).
+  auto throughput = [&](double ms_per_iteration, int global_batch) {
     const double s = ms_per_iteration / 1e3;
-    return Throughput{static_cast<double>(opt_.global_batch_size) * m.seq_length / s,
-                      flops_per_iteration / g.world / s / 1e12,
+    const double flops_per_iteration = model_flops_per_iteration(m, global_batch, g.tp);
+    return Throughput{static_cast<double>(global_batch) * m.seq_length / s, flops_per_iteration / g.world / s / 1e12,
                       model_flops_utilization(flops_per_iteration, s, g.world, peak_tflops)};
   };
   const bool evaluating = valid_ && opt_.eval_iters > 0;
@@ -394,7 +426,7 @@ void Trainer::train() {
     skipped += r.skipped;
     nan += r.nan_loss;
     if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
-      const Throughput t = throughput(r.ms);
+      const Throughput t = throughput(r.ms, r.global_batch);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
       TensorBoardWriter& tb = *tensorboard_;
       if (!r.skipped) {
@@ -419,15 +451,15 @@ void Trainer::train() {
       l.consumed_samples = consumed_samples_;
       l.ms_per_iteration = ms_sum / n;
       l.learning_rate = r.logged_lr;
-      l.global_batch_size = opt_.global_batch_size;
+      l.global_batch_size = r.global_batch;
       // Megatron divides by max(1, updated): 0 when every iteration skipped, and no loss field.
       l.lm_loss = loss_sum / std::max(1, updated);
       l.lm_acc = acc_sum / std::max(1, updated);
-      l.loss_scale = scaler_.scale();  // 1 without a scaler
+      l.loss_scale = r.loss_scale;  // 1 without a scaler
       l.grad_norm = r.grad_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nan;
-      const Throughput t = throughput(l.ms_per_iteration);
+      const Throughput t = throughput(l.ms_per_iteration, r.global_batch);
       l.tokens_per_second = t.tokens_per_second;
       l.tflops_per_rank = t.tflops_per_rank;
       l.mfu = t.mfu;
@@ -446,6 +478,12 @@ void Trainer::train() {
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
     if (any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
+      break;
+    }
+    // Megatron's rule: every rank stops once any rank has run out of time (an all-reduce MAX).
+    if (opt_.exit_duration_in_mins > 0 && any_rank(*par_, minutes_since_start() > opt_.exit_duration_in_mins)) {
+      out << "trident: exiting at iteration " << iteration_ << " after " << minutes_since_start()
+          << " minutes (--exit-duration-in-mins)" << std::endl;
       break;
     }
     if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && iteration_ < opt_.train_iters) {

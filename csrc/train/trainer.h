@@ -17,6 +17,7 @@
 #include "parallel/pipeline_schedule.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
+#include "train/weight_decay_schedule.h"
 #include "train/optimizer.h"
 #include "train/options.h"
 
@@ -26,9 +27,12 @@ class ShardedCheckpointReader;
 class TensorBoardWriter;
 
 struct IterationResult {
-  double loss = 0, acc = 0, grad_norm = 0, ms = 0, loss_scale = 0;
+  double loss = 0, acc = 0, grad_norm = 0, ms = 0;
+  int global_batch = 0;  // samples of this iteration (--rampup-batch-size: the ramp's)
+  double loss_scale = 0;  // after this iteration's scaler update (1 without a scaler)
   // The rate the update used: the scheduler's rate before its step (Megatron's param_group lr).
   double lr = 0;
+  double weight_decay = 0;  // the same for the weight decay (Megatron's param_group weight_decay)
   // The scheduler's rate after this iteration, which Megatron's log line and TensorBoard show:
   // the scheduler steps only after a successful update, so on a skipped iteration it is lr.
   double logged_lr = 0;
@@ -72,7 +76,7 @@ class Trainer {
   // state, loss scale and LR schedule position unless --no-load-optim/--finetune; counters
   // unless --finetune; dropout seed unless --no-load-rng/--finetune: a checkpoint without
   // one of these is a ConfigError naming the flags). With the optimizer state, the
-  // checkpoint's LR schedule parameters must equal the command line's unless
+  // checkpoint's LR and weight-decay schedule parameters must equal the command line's unless
   // --override-opt_param-scheduler / --use-checkpoint-opt_param-scheduler picks one (a
   // ConfigError naming the field otherwise), and a run of another dtype takes its
   // parameters from the checkpoint's fp32 master weights. Every rank must succeed before any
@@ -92,6 +96,8 @@ class Trainer {
   // ConfigError unless the data covers the run from this position (trainer.cpp).
   void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const;
   void restore_checkpoint(ShardedCheckpointReader& ckpt);  // load_checkpoint's reading part
+  // The micro-batches of this rank's share of a global batch, and their 1F1B schedule.
+  void set_micro_batches(int micro_batches);
 
   TrainOptions opt_;
   Backend& be_;
@@ -100,11 +106,13 @@ class Trainer {
   std::ostream* out_;  // log_ on world rank 0, a null stream elsewhere
   std::unique_ptr<ParallelContext> own_parallel_;
   ParallelContext* par_;
-  int micro_batches_ = 1, activation_slots_ = 1;
+  BatchRampup rampup_;
+  int micro_batches_ = 0, full_micro_batches_ = 1, activation_slots_ = 1;
   std::vector<PipeStep> schedule_steps_;
   std::unique_ptr<Gpt2Model> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   LrSchedule schedule_;
+  WeightDecaySchedule wd_schedule_;
   LossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging, sized once

@@ -12,6 +12,7 @@
 #include <ostream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "ckpt/canonical_slices.h"
 #include "ckpt/checkpoint_dir.h"
@@ -94,93 +95,129 @@ uint64_t saved_scheduler_samples(const nlohmann::json& trainer_state, uint64_t c
   return (*it)["num_steps"].get<uint64_t>();
 }
 
-// Megatron's OptimizerParamScheduler.state_dict under its names, in trident's units: the
-// warm-up and decay lengths and the position in samples (Megatron's "steps" are samples
-// too: iteration-based runs multiply by the global batch). Megatron's weight-decay fields
-// (start_wd, end_wd, wd_incr_steps, wd_incr_style) are left out: trident's weight decay is
-// constant, not scheduled.
-nlohmann::json scheduler_state(const LrSchedule& s, uint64_t num_steps) {
-  return {{"num_steps", num_steps},
-          {"max_lr", s.max_lr},
-          {"min_lr", s.min_lr},
-          {"lr_warmup_steps", s.warmup_samples},
-          {"lr_decay_steps", s.decay_samples},
-          {"lr_decay_style", lr_decay_style_name(s.style)}};
+// The schedules of Megatron's OptimizerParamScheduler: the learning rate's and the weight
+// decay's.
+struct ParamSchedules {
+  LrSchedule lr;
+  WeightDecaySchedule wd;
+};
+
+// One parameter of the scheduler's saved state: its key (Megatron's name), what sets it on the
+// command line, its value in ParamSchedules as JSON both ways (`set` throws on a value of the
+// wrong type or an unknown style), and, where it does not always matter, whether it matters
+// to the two schedules (null: always).
+struct SchedulerField {
+  const char* key;
+  const char* flags;
+  nlohmann::json (*get)(const ParamSchedules&);
+  void (*set)(ParamSchedules&, const nlohmann::json&);
+  bool (*matters)(const ParamSchedules& cli, const ParamSchedules& ckpt) = nullptr;
+};
+
+template <auto Part, auto Member>
+SchedulerField number_field(const char* key, const char* flags) {
+  return {key, flags, [](const ParamSchedules& s) { return nlohmann::json((s.*Part).*Member); },
+          [](ParamSchedules& s, const nlohmann::json& v) { (s.*Part).*Member = v.get<double>(); }};
 }
 
-// The learning-rate schedule to train with after loading a checkpoint whose scheduler state
-// is `saved` (trainer_state.opt_param_scheduler; the caller skips this without optimizer
-// state, as Megatron loads the scheduler only with the optimizer). Megatron's
-// load_state_dict / _check_and_set, field by field: by default the command line's value must
-// equal the checkpoint's (an error naming every field that differs, both values and the two
-// flags); --override-opt_param-scheduler keeps the command line's, and
-// --use-checkpoint-opt_param-scheduler takes the checkpoint's. A checkpoint written before
-// the fields were saved has none of them: the command line's schedule, as before.
-LrSchedule schedule_after_load(const LrSchedule& cli, const nlohmann::json& trainer_state, const TrainOptions& o,
-                               const fs::path& dir, std::ostream& out) {
+// The length of the weight decay's rise is the run's length, so a constant decay (the
+// default) would make every lengthened run differ from its checkpoint, which Megatron reports;
+// trident compares it only where a schedule rises.
+bool weight_decay_rises(const ParamSchedules& cli, const ParamSchedules& ckpt) {
+  return cli.wd.style != WdIncrStyle::Constant || ckpt.wd.style != WdIncrStyle::Constant;
+}
+
+// Megatron's OptimizerParamScheduler.state_dict fields, in trident's units: the warm-up,
+// decay and weight-decay lengths in samples (Megatron's "steps" are samples too:
+// iteration-based runs multiply by the global batch). init_lr is trident's addition: Megatron
+// does not save --lr-warmup-init.
+const std::vector<SchedulerField>& scheduler_fields() {
+  using P = ParamSchedules;
+  static const std::vector<SchedulerField> fields = {
+      number_field<&P::lr, &LrSchedule::max_lr>("max_lr", "--lr"),
+      number_field<&P::lr, &LrSchedule::min_lr>("min_lr", "--min-lr"),
+      number_field<&P::lr, &LrSchedule::init_lr>("init_lr", "--lr-warmup-init"),
+      number_field<&P::lr, &LrSchedule::warmup_samples>(
+          "lr_warmup_steps",
+          "warm-up samples: --lr-warmup-iters x --global-batch-size, --lr-warmup-samples or --lr-warmup-fraction"),
+      number_field<&P::lr, &LrSchedule::decay_samples>(
+          "lr_decay_steps",
+          "decay samples: --lr-decay-iters (default --train-iters) x --global-batch-size, or --lr-decay-samples "
+          "(default --train-samples)"),
+      {"lr_decay_style", "--lr-decay-style",
+       [](const P& s) { return nlohmann::json(lr_decay_style_name(s.lr.style)); },
+       [](P& s, const nlohmann::json& v) { s.lr.style = parse_lr_decay_style(v.get<std::string>()); }},
+      number_field<&P::wd, &WeightDecaySchedule::start_wd>("start_wd", "--start-weight-decay (default --weight-decay)"),
+      number_field<&P::wd, &WeightDecaySchedule::end_wd>("end_wd", "--end-weight-decay (default --weight-decay)"),
+      [] {
+        SchedulerField f = number_field<&P::wd, &WeightDecaySchedule::incr_samples>(
+            "wd_incr_steps", "weight-decay samples: --train-iters x --global-batch-size, or --train-samples");
+        f.matters = weight_decay_rises;
+        return f;
+      }(),
+      {"wd_incr_style", "--weight-decay-incr-style",
+       [](const P& s) { return nlohmann::json(wd_incr_style_name(s.wd.style)); },
+       [](P& s, const nlohmann::json& v) { s.wd.style = parse_wd_incr_style(v.get<std::string>()); }},
+  };
+  return fields;
+}
+
+nlohmann::json scheduler_state(const ParamSchedules& s, uint64_t num_steps) {
+  nlohmann::json j = {{"num_steps", num_steps}};
+  for (const SchedulerField& f : scheduler_fields()) j[f.key] = f.get(s);
+  return j;
+}
+
+// The schedules to train with after loading a checkpoint whose scheduler state is `saved`
+// (trainer_state.opt_param_scheduler; the caller skips this without optimizer state, as
+// Megatron loads the scheduler only with the optimizer). Megatron's load_state_dict /
+// _check_and_set, field by field: by default the command line's value must equal the
+// checkpoint's (an error naming every field that differs, both values and the flags);
+// --override-opt_param-scheduler keeps the command line's, and
+// --use-checkpoint-opt_param-scheduler takes the checkpoint's. A field the checkpoint lacks
+// (written before it was saved) keeps the command line's value.
+ParamSchedules schedules_after_load(const ParamSchedules& cli, const nlohmann::json& trainer_state,
+                                    const TrainOptions& o, const fs::path& dir, std::ostream& out) {
   const auto it = trainer_state.find("opt_param_scheduler");
   if (it == trainer_state.end() || !it->is_object()) return cli;
   const nlohmann::json& saved = *it;
-  struct Field {
-    const char* key;
-    const char* flags;             // what sets it on the command line
-    double LrSchedule::*member;    // the number it holds; nullptr: the decay style
-  };
-  const Field fields[] = {
-      {"max_lr", "--lr", &LrSchedule::max_lr},
-      {"min_lr", "--min-lr", &LrSchedule::min_lr},
-      {"lr_warmup_steps",
-       "warm-up samples: --lr-warmup-iters x --global-batch-size, --lr-warmup-samples or --lr-warmup-fraction",
-       &LrSchedule::warmup_samples},
-      {"lr_decay_steps",
-       "decay samples: --lr-decay-iters (default --train-iters) x --global-batch-size, or --lr-decay-samples "
-       "(default --train-samples)",
-       &LrSchedule::decay_samples},
-      {"lr_decay_style", "--lr-decay-style", nullptr},
-  };
   const std::string metadata = (dir / kMetadataFileName).string();
-  LrSchedule ckpt = cli;
-  std::string differences;
-  for (const Field& f : fields) {
+  ParamSchedules ckpt = cli;
+  for (const SchedulerField& f : scheduler_fields()) {
     const auto v = saved.find(f.key);
     if (v == saved.end()) continue;
-    const bool is_style = f.member == nullptr;
-    if (is_style ? !v->is_string() : !v->is_number())
-      throw IoError("--load: " + metadata + ": trainer_state.opt_param_scheduler." + f.key + " is not a " +
-                    (is_style ? "string" : "number") + ": " + v->dump());
-    std::string cli_text, saved_text;
-    if (is_style) {
-      cli_text = lr_decay_style_name(cli.style);
-      saved_text = v->get<std::string>();
-      if (saved_text == cli_text) continue;
-      if (saved_text != "constant" && saved_text != "linear" && saved_text != "cosine")
-        throw IoError("--load: " + metadata + ": trainer_state.opt_param_scheduler.lr_decay_style '" + saved_text +
-                      "' is not constant, linear or cosine");
-      ckpt.style = parse_lr_decay_style(saved_text);
-    } else {
-      const double saved_value = v->get<double>();
-      if (saved_value == cli.*f.member) continue;
-      cli_text = nlohmann::json(cli.*f.member).dump();
-      saved_text = nlohmann::json(saved_value).dump();
-      ckpt.*f.member = saved_value;
+    try {
+      f.set(ckpt, *v);
+    } catch (const std::exception& e) {
+      throw IoError("--load: " + metadata + ": trainer_state.opt_param_scheduler." + f.key + " " + v->dump() +
+                    " is not a valid value (" + e.what() + ")");
     }
+  }
+  std::string differences;
+  for (const SchedulerField& f : scheduler_fields()) {
+    const auto v = saved.find(f.key);
+    if (v == saved.end() || (f.matters && !f.matters(cli, ckpt))) continue;
+    const nlohmann::json cli_value = f.get(cli);
+    if (cli_value == *v) continue;
+    const auto text = [](const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); };
     if (!differences.empty()) differences += "; ";
-    differences += std::string(f.key) + " (" + f.flags + ") is " + cli_text + " on the command line but " +
-                   saved_text + " in the checkpoint";
+    differences += std::string(f.key) + " (" + f.flags + ") is " + text(cli_value) + " on the command line but " +
+                   text(*v) + " in the checkpoint";
   }
   if (differences.empty()) return cli;
+  const char* what = "learning-rate and weight-decay schedule";
   if (o.override_opt_param_scheduler) {
-    out << "trident: --override-opt_param-scheduler: training with the command line's learning-rate schedule, not "
-        << "the checkpoint's: " << differences << std::endl;
+    out << "trident: --override-opt_param-scheduler: training with the command line's " << what
+        << ", not the checkpoint's: " << differences << std::endl;
     return cli;
   }
   if (o.use_checkpoint_opt_param_scheduler) {
-    out << "trident: --use-checkpoint-opt_param-scheduler: training with the checkpoint's learning-rate schedule, "
-        << "not the command line's: " << differences << std::endl;
+    out << "trident: --use-checkpoint-opt_param-scheduler: training with the checkpoint's " << what
+        << ", not the command line's: " << differences << std::endl;
     return ckpt;
   }
-  throw ConfigError("--load: " + dir.string() + ": the learning-rate schedule differs from the checkpoint's: " +
-                    differences + " (give --override-opt_param-scheduler to train with the command line's, or "
+  throw ConfigError("--load: " + dir.string() + ": the " + what + " differs from the checkpoint's: " + differences +
+                    " (give --override-opt_param-scheduler to train with the command line's, or "
                     "--use-checkpoint-opt_param-scheduler to train with the checkpoint's)");
 }
 
@@ -270,7 +307,7 @@ void Trainer::save_checkpoint() {
       const LossScalerState ls = scaler_.state();
       m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
       // Megatron's name: the LR schedule's position in samples of successful updates.
-      m.trainer_state["opt_param_scheduler"] = scheduler_state(schedule_, scheduler_samples_);
+      m.trainer_state["opt_param_scheduler"] = scheduler_state({schedule_, wd_schedule_}, scheduler_samples_);
       m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
                                         {"hysteresis_tracker", ls.hysteresis_tracker}};
     }
@@ -362,8 +399,13 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   }
   // As Megatron, the scheduler's state (its position and its parameters) loads with the
   // optimizer's: with --no-load-optim or --finetune the command line's schedule starts at 0.
-  // Checked before any tensor is read.
-  if (load_optimizer) schedule_ = schedule_after_load(schedule_, st, opt_, dir, *out_);
+  // Checked before any tensor is read; every rank reads the same metadata and options, so
+  // every rank fails alike.
+  if (load_optimizer) {
+    const ParamSchedules s = schedules_after_load({schedule_, wd_schedule_}, st, opt_, dir, *out_);
+    schedule_ = s.lr;
+    wd_schedule_ = s.wd;
+  }
 
   const ProcessGrid& grid = par_->grid;
   const int tp = grid.shape.tp;

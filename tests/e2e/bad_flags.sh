@@ -48,6 +48,11 @@ expect_error "--save: cannot create $tmp/afile/ck: $tmp/afile is not a directory
 [[ ! -e $tmp/afile/ck ]] || { echo "FAIL: --save created something"; fails=$((fails + 1)); }
 expect_error "--lr-warmup-iters is iteration-based.*(from $repo/configs/gpt2-tiny.yaml:" \
   --config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-samples 32
+# A warm-up longer than the run names what the user sets: here --train-iters' default.
+expect_error "--train-iters (100, the default) must exceed --lr-warmup-iters (700).*set --train-iters or" \
+  --config "$repo/configs/gpt2-tiny.yaml" --device cpu --lr-warmup-iters 700
+expect_error "--rampup-batch-size needs sample-based training" "${tiny[@]}" --rampup-batch-size 4 4 100
+expect_error "--mock-data and --data-path" "${tiny[@]}" --mock-data --data-path "$tmp/x" --vocab-file "$tmp/v"
 
 expect_run() {  # expect_run <what> <args...>: trains to the end
   local what=$1

@@ -56,7 +56,7 @@ compare "$tmp/fp32.log" "$tmp/fp16-8.log" 1e-3 "fp16, tp2 x pp2 x dp2 zero 2"
 # on every rank while the scale backs off (one hysteresis step, then halving: 25 skips to
 # 2^16), then training proceeds; no parameter may be NaN or infinite.
 mpi8 "$tmp/absurd.log" --fp16 --initial-loss-scale 1099511627776 --train-iters 60 \
-  --save-canonical "$tmp/absurd.safetensors"
+  --save-canonical "$tmp/absurd.safetensors" --tensorboard-dir "$tmp/tb-absurd"
 last=$(grep '^ iteration ' "$tmp/absurd.log" | tail -1)
 # The line's counts are per log interval (Megatron's): their sum is the run's.
 skipped=$(grep '^ iteration ' "$tmp/absurd.log" | sed -E 's/.*number of skipped iterations: *([0-9]+).*/\1/' |
@@ -81,21 +81,29 @@ print("parameters with inf/NaN:", bad or "none")
 sys.exit(1 if bad else 0)
 PY
 
-# TensorBoard: the event file decodes (CRCs checked) and its "lm loss" scalars are the
-# logged losses, iteration by iteration.
-events=$(ls "$tmp"/tb/events.out.tfevents.*)
-python3 "$repo/tests/unit/train/read_tfevents.py" "$events" >"$tmp/events.txt"
-tag=$(printf 'lm loss' | od -An -tx1 | tr -d ' \n')
-python3 - "$tmp/events.txt" "$tag" <(losses "$tmp/fp32.log") <<'PY' || fails=$((fails + 1))
+# TensorBoard: the event files decode (CRCs checked) and their scalars are the logged values,
+# iteration by iteration: "lm loss" of the fp32 run, and "loss-scale" of the backing-off run,
+# which Megatron writes after the scaler's update, as its log line shows it (values that
+# never change could not tell a lagging scalar from the right one).
+tensorboard_matches_log() {  # <event dir> <tag> <file of logged values, one per iteration> <iterations>
+  local events
+  events=$(ls "$1"/events.out.tfevents.*)
+  python3 "$repo/tests/unit/train/read_tfevents.py" "$events" >"$tmp/events.txt"
+  python3 - "$tmp/events.txt" "$2" "$3" "$4" <<'PY'
 import struct, sys
-records, tag, logged = sys.argv[1], sys.argv[2], [float(x) for x in open(sys.argv[3])]
+records, tag, logged, n = sys.argv[1], sys.argv[2], [float(x) for x in open(sys.argv[3])], int(sys.argv[4])
 tb = {}
 for line in open(records):
     f = line.split()
-    if f[0] == "scalar" and f[2] == tag:
+    if f[0] == "scalar" and bytes.fromhex(f[2]).decode() == tag:
         tb[int(f[1])] = struct.unpack("<f", struct.pack("<I", int(f[3], 16)))[0]
 worst = max(abs(tb[i + 1] - v) / v for i, v in enumerate(logged))
-print(f"tensorboard: {len(tb)} 'lm loss' scalars, max relative difference from the log {worst:.1e}")
-sys.exit(0 if len(tb) == len(logged) == 100 and worst < 1e-6 else 1)
+changes = sum(logged[i] != logged[i - 1] for i in range(1, len(logged)))
+print(f"tensorboard: {len(tb)} '{tag}' scalars, {changes} changes, max relative difference from the log {worst:.1e}")
+sys.exit(0 if len(tb) == len(logged) == n and worst < 1e-6 and changes > 0 else 1)
 PY
+}
+tensorboard_matches_log "$tmp/tb" "lm loss" <(losses "$tmp/fp32.log") 100 || fails=$((fails + 1))
+tensorboard_matches_log "$tmp/tb-absurd" "loss-scale" \
+  <(grep '^ iteration ' "$tmp/absurd.log" | sed -E 's/.*loss scale: ([0-9.]+).*/\1/') 60 || fails=$((fails + 1))
 [[ $fails -eq 0 ]]

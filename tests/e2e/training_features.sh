@@ -11,7 +11,8 @@
 #    (30 iterations saved every 5, the pointer edited back to 10, resumed to 20) it keeps the
 #    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once;
 #  - a save that dies leaves its temporary directory, which the next save removes;
-#  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0.
+#  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0 (with
+#    Megatron's --exit-signal-handler, which trident accepts and needs not).
 # Usage: training_features.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -107,7 +108,9 @@ else
   fail "stale temporary: $(ls -A "$tmp/crash")"
 fi
 
-"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/sig" >"$tmp/sig.log" 2>&1 &
+# Megatron's --exit-signal-handler asks for what trident always does.
+"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/sig" --exit-signal-handler \
+  >"$tmp/sig.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do grep -q '^ iteration  *3/' "$tmp/sig.log" && break; sleep 0.1; done
 kill -TERM "$pid"

@@ -9,15 +9,17 @@
 
 #include "train/lr_schedule.h"
 #include "train/options.h"
+#include "parse_options.h"
 
 namespace trident {
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// The reference, written from the formulas in Megatron-LM's get_lr (init_lr 0).
-double reference_lr(const std::string& style, double max_lr, double min_lr, double warmup, double decay, double x) {
-  if (warmup > 0 && x <= warmup) return max_lr * x / warmup;
+// The reference, written from the formulas in Megatron-LM's get_lr.
+double reference_lr(const std::string& style, double max_lr, double min_lr, double warmup, double decay, double x,
+                    double init_lr = 0) {
+  if (warmup > 0 && x <= warmup) return init_lr + (max_lr - init_lr) * x / warmup;
   if (style == "constant") return max_lr;
   if (x > decay) return min_lr;
   const double r = (x - warmup) / (decay - warmup);
@@ -92,6 +94,27 @@ TEST(LrSchedule, MatchesClosedFormsEverywhere) {
     }
 }
 
+// --lr-warmup-init: the warm-up rises from init_lr instead of 0; after it nothing changes.
+TEST(LrSchedule, WarmupRisesFromTheWarmupInit) {
+  for (LrDecayStyle st : {LrDecayStyle::Constant, LrDecayStyle::Linear, LrDecayStyle::Cosine}) {
+    LrSchedule s = make(st, 1000, 11000);
+    s.init_lr = 1e-4;
+    EXPECT_EQ(s.lr(0), 1e-4);
+    EXPECT_DOUBLE_EQ(s.lr(250), 1e-4 + 5e-4 * 0.25);
+    EXPECT_DOUBLE_EQ(s.lr(500), 3.5e-4);
+    EXPECT_DOUBLE_EQ(s.lr(1000), 6e-4);
+    const char* name = st == LrDecayStyle::Constant ? "constant" : st == LrDecayStyle::Linear ? "linear" : "cosine";
+    for (uint64_t x : {0u, 1u, 999u, 1000u, 1001u, 6000u, 11000u, 11001u})
+      EXPECT_NEAR(s.lr(x), reference_lr(name, 6e-4, 6e-5, 1000, 11000, static_cast<double>(x), 1e-4), 1e-18)
+          << name << " at " << x;
+  }
+  const TrainOptions o = parse({"--micro-batch-size", "4", "--global-batch-size", "4", "--train-iters", "10",
+                                "--lr-warmup-iters", "2", "--lr", "1e-3", "--lr-warmup-init", "2e-4"});
+  const LrSchedule from_flags = make_lr_schedule(o);
+  EXPECT_EQ(from_flags.init_lr, 2e-4);
+  EXPECT_DOUBLE_EQ(from_flags.lr(4), 6e-4);  // half-way through the 8-sample warm-up
+}
+
 TEST(LrSchedule, FractionalWarmupFromAWarmupFraction) {
   // warmup = 0.125 x 100 = 12.5 samples: sample 12 is still warming, 13 decays.
   const LrSchedule s = make(LrDecayStyle::Linear, 12.5, 100);
@@ -106,15 +129,6 @@ std::vector<double> per_iteration(const TrainOptions& o) {
   std::vector<double> lrs;
   for (int64_t k = 0; k < o.train_iters; ++k) lrs.push_back(s.lr(static_cast<uint64_t>(k) * o.global_batch_size));
   return lrs;
-}
-
-TrainOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "trident-train");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  TrainOptions o;
-  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
-  return o;
 }
 
 TEST(LrSchedule, SamplesAndIterationsGiveTheSameSchedule) {

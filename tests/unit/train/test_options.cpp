@@ -13,28 +13,10 @@
 #include "core/error.h"
 #include "train/checkpoint_args.h"
 #include "train/options.h"
+#include "parse_options.h"
 
 namespace trident {
 namespace {
-
-TrainOptions parse(std::vector<std::string> args) {
-  args.insert(args.begin(), "trident-train");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  TrainOptions o;
-  EXPECT_TRUE(parse_train_options(static_cast<int>(argv.size()), argv.data(), o));
-  return o;
-}
-
-// The ConfigError message for `args`, or "" when they parse.
-std::string error_of(std::vector<std::string> args) {
-  try {
-    parse(std::move(args));
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 std::string write_yaml(const std::string& name, const std::string& text) {
   const auto path = std::filesystem::temp_directory_path() / ("trident_options_" + name + ".yaml");
@@ -516,6 +498,119 @@ TEST(Options, ConfigValueErrorsNameFileAndLine) {
   const std::string lr = write_yaml("negative_lr", "lr: -1\n");
   EXPECT_EQ(must_fail({"--config", lr}), "--lr must be a finite number >= 0, got -1 (from " + lr + ":1)");
   std::filesystem::remove(lr);
+}
+
+// Megatron's default global batch is micro batch x data-parallel size, known only once the
+// layout is: parsing keeps one rank's, resolve_global_batch_size multiplies and re-resolves.
+TEST(Options, DefaultGlobalBatchFollowsDataParallelism) {
+  TrainOptions o = parse({"--micro-batch-size", "2", "--train-iters", "10", "--lr-warmup-iters", "2"});
+  EXPECT_TRUE(o.global_batch_size_is_default);
+  EXPECT_EQ(o.global_batch_size, 2);
+  resolve_global_batch_size(o, 4);
+  EXPECT_EQ(o.global_batch_size, 8);
+  EXPECT_EQ(o.train_samples, 80u);
+  EXPECT_EQ(o.warmup_samples, 16.0);
+  EXPECT_EQ(o.decay_samples, 80u);
+  resolve_global_batch_size(o, 4);  // idempotent
+  EXPECT_EQ(o.global_batch_size, 8);
+  // Sample-based: the iterations follow the larger batch.
+  o = parse({"--micro-batch-size", "2", "--train-samples", "100"});
+  resolve_global_batch_size(o, 2);
+  EXPECT_EQ(o.global_batch_size, 4);
+  EXPECT_EQ(o.train_iters, 25);
+  // A given --global-batch-size stays.
+  o = parse({"--micro-batch-size", "2", "--global-batch-size", "6"});
+  EXPECT_FALSE(o.global_batch_size_is_default);
+  resolve_global_batch_size(o, 3);
+  EXPECT_EQ(o.global_batch_size, 6);
+  const std::string yaml = write_yaml("gbs", "global-batch-size: 16\n");
+  o = parse({"--config", yaml, "--micro-batch-size", "2"});
+  resolve_global_batch_size(o, 4);
+  EXPECT_EQ(o.global_batch_size, 16);
+  std::filesystem::remove(yaml);
+}
+
+// A warm-up that outlasts the decay names what the user controls: without --lr-decay-iters
+// the decay ends with the run, so --train-iters (here its default, which the user never
+// gave) is too short.
+TEST(Options, WarmupLongerThanTheRunNamesTheFlagsToSet) {
+  const std::string yaml = write_yaml("long_warmup", "micro-batch-size: 4\nlr-warmup-iters: 700\n");
+  EXPECT_EQ(must_fail({"--config", yaml}),
+            "--train-iters (100, the default) must exceed --lr-warmup-iters (700): the learning-rate decay ends with "
+            "the run unless --lr-decay-iters says otherwise; set --train-iters or --lr-decay-iters "
+            "(--lr-warmup-iters from " + yaml + ":2)");
+  EXPECT_EQ(must_fail({"--config", yaml, "--train-iters", "500"}),
+            "--train-iters (500) must exceed --lr-warmup-iters (700): the learning-rate decay ends with the run "
+            "unless --lr-decay-iters says otherwise; set --train-iters or --lr-decay-iters (--lr-warmup-iters from " +
+                yaml + ":2)");
+  EXPECT_EQ(must_fail({"--config", yaml, "--train-iters", "5000", "--lr-decay-iters", "600"}),
+            "--lr-decay-iters (600) must exceed --lr-warmup-iters (700) (--lr-warmup-iters from " + yaml + ":2)");
+  EXPECT_EQ(parse({"--config", yaml, "--train-iters", "5000"}).decay_samples, 5000u * 4);
+  EXPECT_EQ(parse({"--config", yaml, "--lr-decay-iters", "701"}).decay_samples, 701u * 4);
+  std::filesystem::remove(yaml);
+  EXPECT_EQ(must_fail({"--train-samples", "100", "--lr-warmup-samples", "100"}),
+            "--train-samples (100) must exceed --lr-warmup-samples (100): the learning-rate decay ends with the run "
+            "unless --lr-decay-samples says otherwise; set --train-samples or --lr-decay-samples");
+  EXPECT_EQ(must_fail({"--train-samples", "1000", "--lr-warmup-samples", "100", "--lr-decay-samples", "50"}),
+            "--lr-decay-samples (50) must exceed --lr-warmup-samples (100)");
+}
+
+// Every shipped config trains as it is: its warm-up ends before its run does.
+TEST(Options, ShippedConfigsParseAsTheyAre) {
+  int configs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(TRIDENT_SOURCE_DIR) + "/configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    ++configs;
+    EXPECT_EQ(error_of({"--config", e.path().string()}), "") << e.path();
+    const TrainOptions o = parse({"--config", e.path().string()});
+    EXPECT_LT(o.warmup_samples, static_cast<double>(o.decay_samples)) << e.path();
+  }
+  EXPECT_GE(configs, 5);
+}
+
+// --mock-data asks for synthetic tokens; a real data source and it are alternatives (the
+// command line's replaces the config file's).
+TEST(Options, MockDataIsAnAlternativeToTheDataPaths) {
+  EXPECT_FALSE(parse({}).mock_data);
+  EXPECT_TRUE(parse({"--mock-data"}).mock_data);
+  const std::vector<std::string> vocab = {"--vocab-file", "v.json", "--merge-file", "m.txt"};
+  std::vector<std::string> both = {"--mock-data", "--data-path", "A"};
+  both.insert(both.end(), vocab.begin(), vocab.end());
+  EXPECT_EQ(must_fail(both), "--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
+                             "alternatives: give one");
+  const std::string yaml = write_yaml("mock", "data-path: A\nvocab-file: v.json\n");
+  TrainOptions o = parse({"--config", yaml, "--mock-data"});
+  EXPECT_TRUE(o.mock_data);
+  EXPECT_FALSE(o.has_data());
+  const std::string mock_yaml = write_yaml("mock2", "mock-data: true\nvocab-file: v.json\n");
+  o = parse({"--config", mock_yaml, "--train-data-path", "T"});
+  EXPECT_FALSE(o.mock_data);
+  EXPECT_EQ(o.train_data_path, (std::vector<std::string>{"T"}));
+  std::filesystem::remove(yaml);
+  std::filesystem::remove(mock_yaml);
+}
+
+// Megatron flags that scripts pass: --exit-signal-handler (trident always saves on SIGTERM
+// and SIGINT), --use-distributed-optimizer (ZeRO 1 unless a stage is given),
+// --lr-warmup-init, --exit-duration-in-mins (--rampup-batch-size: test_batch_rampup.cpp).
+TEST(Options, MegatronRunFlags) {
+  EXPECT_EQ(error_of({"--exit-signal-handler"}), "");
+  EXPECT_EQ(parse({}).zero_stage, 0);
+  EXPECT_EQ(parse({"--use-distributed-optimizer"}).zero_stage, 1);
+  EXPECT_EQ(parse({"--use-distributed-optimizer", "--zero-stage", "2"}).zero_stage, 2);
+  EXPECT_EQ(must_fail({"--use-distributed-optimizer", "--zero-stage", "0"}),
+            "--use-distributed-optimizer shards the optimizer state: --zero-stage 0 contradicts it");
+  TrainOptions o = parse({"--lr", "1e-3", "--lr-warmup-init", "1e-4"});
+  EXPECT_EQ(o.lr_warmup_init, 1e-4);
+  EXPECT_EQ(make_lr_schedule(o).init_lr, 1e-4);
+  EXPECT_EQ(parse({}).lr_warmup_init, 0.0);
+  EXPECT_EQ(must_fail({"--lr", "1e-3", "--lr-warmup-init", "2e-3"}),
+            "--lr-warmup-init must be in [0, --lr], got 0.002");
+  EXPECT_EQ(must_fail({"--lr-warmup-init", "-1e-4"}), "--lr-warmup-init must be in [0, --lr], got -0.0001");
+  EXPECT_EQ(parse({"--exit-duration-in-mins", "230"}).exit_duration_in_mins, 230.0);
+  EXPECT_EQ(parse({"--exit-duration-in-mins", "0.5"}).exit_duration_in_mins, 0.5);
+  EXPECT_EQ(parse({}).exit_duration_in_mins, 0.0);
+  EXPECT_EQ(must_fail({"--exit-duration-in-mins", "-1"}), "--exit-duration-in-mins must not be negative");
 }
 
 struct BadCase {

@@ -25,7 +25,22 @@ TEST(PeakTflops, DatasheetFigures) {
     EXPECT_EQ(peak_tflops_for_device(a100, DType::F32), 156.0) << a100;
   }
   EXPECT_EQ(peak_tflops_for_device("cpu", DType::F32), 0.0);
+  EXPECT_EQ(peak_tflops_for_device("cpu", DType::F32, false), 0.0);
   EXPECT_EQ(peak_tflops_for_device("NVIDIA GeForce RTX 4090", DType::BF16), 0.0);
+}
+
+// --no-tf32: fp32 GEMMs run on the CUDA cores, so MFU is against the datasheets' plain FP32
+// figure (about 1/7 of TF32 on Hopper, 1/8 on the A100); 16-bit runs do not change.
+TEST(PeakTflops, PlainFp32WithoutTf32) {
+  for (const char* hopper_sxm : {"NVIDIA H100 80GB HBM3", "NVIDIA H200"})
+    EXPECT_EQ(peak_tflops_for_device(hopper_sxm, DType::F32, false), 67.0) << hopper_sxm;
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA H100 PCIe", DType::F32, false), 51.0);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA H100 NVL", DType::F32, false), 60.0);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA H200 NVL", DType::F32, false), 60.0);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA A100-SXM4-80GB", DType::F32, false), 19.5);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA A100-SXM4-80GB", DType::F32, true), 156.0);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA H200", DType::BF16, false), 989.0);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA H100 PCIe", DType::F16, false), 756.5);
 }
 
 TEST(PeakTflops, ModelFlopsUtilization) {

@@ -1,16 +1,21 @@
 // The trainer's bookkeeping against Megatron-LM's rules, on short CPU runs of a tiny model:
 //  - the LR scheduler steps only after a successful update (fp16 runs with skipped
 //    iterations), the update uses the rate before the step, and the log line and the
-//    TensorBoard "learning-rate" scalar show the rate after it;
+//    TensorBoard "learning-rate" scalar show the rate after it; a warm-up starts from
+//    --lr-warmup-init;
 //  - skipped iterations stay out of the loss averages, an interval of skips only has no
-//    loss field, the loss scale is always printed;
+//    loss field, the loss scale is always printed, and TensorBoard's is the same (after the
+//    scaler's update);
+//  - the weight-decay schedule gives each update its decay, and the optimizer applies it;
+//  - --exit-duration-in-mins stops after the iteration that ran out of time, saving first;
+//  - --rampup-batch-size: each iteration's batch, micro-batches and learning rate follow the ramp;
 //  - a run whose every step skips for an inf gradient norm (fp32, bf16) stops after
 //    --max-nan-iterations, while fp16's loss-scale back-off does not count;
 //  - a missing --load directory starts from scratch; the scheduler's position is saved in
 //    the checkpoint, and a checkpoint without it falls back to the consumed samples;
 //  - --no-load-optim restarts the schedule at step 0 (Megatron loads the scheduler only with
 //    the optimizer) while the iteration and the consumed samples carry on;
-//  - the schedule's parameters are saved and checked on resume (a difference is an error
+//  - the schedules' parameters (rate and weight decay) are saved and checked on resume (a difference is an error
 //    unless --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler says
 //    which schedule wins); a checkpoint without them loads with the command line's.
 #include <gtest/gtest.h>
@@ -227,6 +232,31 @@ TEST(TrainerLog, TensorBoardLearningRateIsTheLoggedRate) {
   fs::remove_all(dir);
 }
 
+// Megatron writes the scale after the scaler's update to both: the TensorBoard scalar of an
+// iteration is the scale its log line prints (fp16's back-off changes it, so a scalar that
+// lagged by an iteration would differ).
+TEST(TrainerLog, TensorBoardLossScaleIsTheLoggedScale) {
+  const fs::path dir = fresh_temp_dir("tensorboard_scale_fp16");
+  TrainOptions o = fp16_options();
+  o.tensorboard_dir = dir.string();
+  const TrainedRun run = train(o);
+  const std::vector<std::string> lines = iteration_lines(run.log);
+  const auto scales = tensorboard_scalars(dir, "loss-scale");
+  ASSERT_EQ(scales.size(), run.history.size());
+  ASSERT_EQ(lines.size(), run.history.size());
+  int changes = 0;
+  for (size_t i = 0; i < scales.size(); ++i) {
+    EXPECT_EQ(scales[i].first, static_cast<int64_t>(i + 1));
+    EXPECT_EQ(scales[i].second, float_bits(run.history[i].loss_scale)) << "iteration " << i + 1;
+    EXPECT_TRUE(has(lines[i], "| loss scale: " + printf_string("%.1f", run.history[i].loss_scale) + " |")) << lines[i];
+    changes += i > 0 && run.history[i].loss_scale != run.history[i - 1].loss_scale;
+  }
+  EXPECT_GE(changes, 10) << "the back-off from 2^32 changes the scale";
+  EXPECT_EQ(run.history[0].loss_scale, 4294967296.0) << "the first overflow counts the hysteresis down only";
+  EXPECT_EQ(run.history[1].loss_scale, 2147483648.0) << "the second halves the scale";
+  fs::remove_all(dir);
+}
+
 // In the log line and, as Megatron writes it every iteration, in TensorBoard.
 TEST(TrainerLog, LossScaleIsOneWithoutAScaler) {
   TrainOptions o = tiny_options();
@@ -279,6 +309,76 @@ TEST(TrainerNan, InfiniteGradientNormsStopAnUnscaledRun) {
     // Counts per log interval, as Megatron's (reset after every line).
     EXPECT_TRUE(has(lines[1], "| number of skipped iterations:   1 | number of nan iterations:   0 |")) << lines[1];
   }
+}
+
+// --lr-warmup-init: iteration 1 of the warm-up updates with init_lr (Megatron's get_lr).
+TEST(TrainerLr, WarmupStartsFromTheWarmupInit) {
+  TrainOptions o = tiny_options();
+  o.train_iters = 6;
+  o.lr_decay_iters = kTrainIters;  // expected_lr's decay
+  o.lr_warmup_init = 2e-4;
+  const TrainedRun run = train(o);
+  ASSERT_EQ(run.history.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    const double step = static_cast<double>(i * kGlobalBatch), warmup = kWarmupIters * kGlobalBatch;
+    const double want = step <= warmup ? 2e-4 + (kMaxLr - 2e-4) * step / warmup : expected_lr(i * kGlobalBatch);
+    EXPECT_NEAR(run.history[i].lr, want, 1e-18) << "iteration " << i + 1;
+  }
+  EXPECT_EQ(run.history[0].lr, 2e-4);
+}
+
+// Megatron's weight-decay schedule, per successful update like the rate: each iteration's
+// decay is get_wd at the samples of the updates before it, and the optimizer applies it.
+TEST(TrainerWeightDecay, ScheduledDecayIsTheOneApplied) {
+  TrainOptions o = tiny_options();
+  o.train_iters = 5;
+  o.lr = 1e-2;
+  o.min_lr = 1e-2;
+  o.lr_decay_style = "constant";
+  o.lr_warmup_iters = 0;
+  o.model.hidden_dropout = o.model.attention_dropout = 0;
+  o.start_weight_decay = 0.5;
+  o.end_weight_decay = 20.5;
+  o.weight_decay_incr_style = "linear";
+  const TrainedRun rising = train(o);
+  ASSERT_EQ(rising.history.size(), 5u);
+  for (size_t i = 0; i < 5; ++i)  // r = samples / (5 x 4): 0.5 + 20 r
+    EXPECT_NEAR(rising.history[i].weight_decay, 0.5 + 20.0 * static_cast<double>(i) / 5, 1e-12)
+        << "iteration " << i + 1;
+  // The first update decays with start_wd: a constant 0.5 gives the same parameters, hence
+  // the same second loss; the later updates decay more, so the losses part.
+  TrainOptions flat = o;
+  flat.start_weight_decay = flat.end_weight_decay = 0.5;
+  flat.weight_decay_incr_style = "constant";
+  const TrainedRun constant = train(flat);
+  EXPECT_EQ(rising.history[1].loss, constant.history[1].loss);
+  EXPECT_NE(rising.history[2].loss, constant.history[2].loss);
+  EXPECT_NE(rising.history[4].loss, constant.history[4].loss);
+  for (const IterationResult& r : constant.history) EXPECT_EQ(r.weight_decay, 0.5);
+  // A first step at another decay gives other parameters.
+  flat.start_weight_decay = flat.end_weight_decay = 10.5;
+  EXPECT_NE(train(flat).history[1].loss, constant.history[1].loss);
+}
+
+// After every iteration the ranks agree whether the time is up (one rank here); then the run
+// saves (with --save) and ends without the final evaluation.
+TEST(TrainerExit, ExitDurationStopsAfterTheIterationAndSaves) {
+  const fs::path dir = fresh_temp_dir("exit_duration");
+  TrainOptions o = tiny_options();
+  o.exit_duration_in_mins = 1e-12;  // over before the first iteration ends
+  o.save = dir.string();
+  const TrainedRun run = train(o);
+  ASSERT_EQ(run.history.size(), 1u);
+  EXPECT_TRUE(has(run.log, "trident: exiting at iteration 1 after ")) << run.log;
+  EXPECT_TRUE(has(run.log, " minutes (--exit-duration-in-mins)")) << run.log;
+  EXPECT_TRUE(fs::is_directory(iteration_dir(dir, 1))) << "the stop saves a checkpoint";
+  EXPECT_FALSE(has(run.log, "trident: done")) << run.log;
+  o.exit_duration_in_mins = 1e6;
+  o.save.clear();
+  o.train_iters = 3;
+  o.lr_warmup_iters = 0;
+  EXPECT_EQ(train(o).history.size(), 3u);
+  fs::remove_all(dir);
 }
 
 TEST(TrainerCheckpoint, MissingLoadDirectoryStartsFromScratch) {
@@ -421,6 +521,11 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   EXPECT_EQ(saved["lr_warmup_steps"], kWarmupIters * kGlobalBatch);
   EXPECT_EQ(saved["lr_decay_steps"], kTrainIters * kGlobalBatch);
   EXPECT_EQ(saved["lr_decay_style"], "cosine");
+  EXPECT_EQ(saved["init_lr"], 0.0);
+  EXPECT_FLOAT_EQ(saved["start_wd"].get<float>(), 0.01f);  // Megatron's default --weight-decay
+  EXPECT_FLOAT_EQ(saved["end_wd"].get<float>(), 0.01f);
+  EXPECT_EQ(saved["wd_incr_steps"], kTrainIters * kGlobalBatch);
+  EXPECT_EQ(saved["wd_incr_style"], "constant");
   o.save.clear();
   o.load = dir.string();
   o.exit_interval = 8;
@@ -435,8 +540,9 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   TrainOptions other = o;
   other.lr = 2e-3;
   std::string msg = load_error(other);
-  EXPECT_EQ(msg, "--load: " + iteration_dir(dir, 6).string() + ": the learning-rate schedule differs from the checkpoint's: max_lr (--lr) "
-                 "is 0.002 on the command line but 0.001 in the checkpoint (give --override-opt_param-scheduler to "
+  EXPECT_EQ(msg, "--load: " + iteration_dir(dir, 6).string() +
+                 ": the learning-rate and weight-decay schedule differs from the checkpoint's: max_lr (--lr) is "
+                 "0.002 on the command line but 0.001 in the checkpoint (give --override-opt_param-scheduler to "
                  "train with the command line's, or --use-checkpoint-opt_param-scheduler to train with the "
                  "checkpoint's)");
   other.train_iters = 40;
@@ -445,10 +551,39 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   EXPECT_TRUE(has(msg, "max_lr (--lr) is 0.002 on the command line but 0.001 in the checkpoint; lr_decay_steps ("))
       << msg;
   EXPECT_TRUE(has(msg, ") is 160.0 on the command line but 120.0 in the checkpoint (give")) << msg;
+  EXPECT_FALSE(has(msg, "wd_incr_steps")) << "a constant weight decay has no length to compare: " << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   TrainOptions style = o;
   style.lr_decay_style = "linear";
   EXPECT_TRUE(has(load_error(style), "lr_decay_style (--lr-decay-style) is linear on the command line but cosine in the checkpoint"));
+  // The warm-up's start and the weight-decay schedule are checked like the rates.
+  TrainOptions init = o;
+  init.lr_warmup_init = 1e-4;
+  EXPECT_TRUE(has(load_error(init), "init_lr (--lr-warmup-init) is 0.0001 on the command line but 0.0 in the "
+                                    "checkpoint"))
+      << load_error(init);
+  TrainOptions wd = o;
+  wd.end_weight_decay = 0.25;
+  wd.weight_decay_incr_style = "cosine";
+  msg = load_error(wd);
+  EXPECT_TRUE(has(msg, "end_wd (--end-weight-decay (default --weight-decay)) is 0.25 on the command line but ")) << msg;
+  EXPECT_TRUE(has(msg, "wd_incr_style (--weight-decay-incr-style) is cosine on the command line but constant in the "
+                       "checkpoint"))
+      << msg;
+  EXPECT_FALSE(has(msg, "start_wd")) << msg;
+  // A longer run with a fixed decay length resumes: the weight decay's rise spans the run,
+  // but a constant decay (the checkpoint's and the command line's) never rises, so its
+  // length is not compared; a rising one is.
+  TrainOptions longer = o;
+  longer.train_iters = 40;
+  longer.lr_decay_iters = kTrainIters;
+  EXPECT_EQ(load_error(longer), "");
+  longer.end_weight_decay = 0.25;
+  longer.weight_decay_incr_style = "linear";
+  msg = load_error(longer);
+  EXPECT_TRUE(has(msg, "wd_incr_steps (weight-decay samples: --train-iters x --global-batch-size, or "
+                       "--train-samples) is 160.0 on the command line but 120.0 in the checkpoint"))
+      << msg;
 
   // (c) --override-opt_param-scheduler: the command line's schedule from the saved position,
   // and the next checkpoint holds it.
@@ -463,7 +598,8 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   EXPECT_EQ(overridden.history[0].lr, cli.lr(6 * kGlobalBatch));
   EXPECT_GT(overridden.history[0].lr, expected_lr(6 * kGlobalBatch));
   EXPECT_TRUE(has(overridden.log, "trident: --override-opt_param-scheduler: training with the command line's "
-                                  "learning-rate schedule, not the checkpoint's: max_lr (--lr) is 0.002"))
+                                  "learning-rate and weight-decay schedule, not the checkpoint's: max_lr (--lr) is "
+                                  "0.002"))
       << overridden.log;
   EXPECT_EQ(saved_scheduler(dir / "next", 8)["max_lr"], 2e-3);
 
@@ -498,6 +634,70 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   const TrainedRun old = resume(other);
   ASSERT_EQ(old.history.size(), 2u);
   EXPECT_EQ(old.history[0].lr, make_lr_schedule(other).lr(6 * kGlobalBatch));
+  fs::remove_all(dir);
+}
+
+// --rampup-batch-size 2 2 12 to a global batch of 8 over 40 samples: each iteration takes
+// the ramp's batch of the samples before it (Megatron's update), with as many micro-batches,
+// and the learning rate counts those samples.
+TEST(TrainerRampup, IterationsTakeTheRampsBatches) {
+  TrainOptions o = tiny_options();
+  o.micro_batch_size = 2;
+  o.global_batch_size = 8;
+  o.sample_based = true;
+  o.train_samples = 40;
+  o.lr_warmup_iters = 0;
+  o.lr_warmup_samples = 8;
+  o.rampup_start = 2;
+  o.rampup_increment = 2;
+  o.rampup_samples = 12;
+  o.model.hidden_dropout = o.model.attention_dropout = 0;
+  const TrainedRun run = train(o);
+  // Three steps of 4 samples: 2 (at 0), 2 (at 2), 4 (at 4), 6 (at 8); past 12 samples, 8.
+  const std::vector<int> batches = {2, 2, 4, 6, 8, 8, 8};
+  ASSERT_EQ(run.history.size(), batches.size());
+  EXPECT_EQ(run.consumed_samples, 38u);
+  EXPECT_EQ(run.scheduler_samples, 38u);
+  const std::vector<std::string> lines = iteration_lines(run.log);
+  ASSERT_EQ(lines.size(), batches.size());
+  uint64_t consumed = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    EXPECT_EQ(run.history[i].global_batch, batches[i]) << "iteration " << i + 1;
+    EXPECT_TRUE(has(lines[i], printf_string("| global batch size: %5.0f |", batches[i]))) << lines[i];
+    const double after = static_cast<double>(consumed + batches[i]);
+    EXPECT_TRUE(has(lines[i], printf_string("| consumed samples: %12.0f |", after))) << lines[i];
+    // Linear warm-up over 8 samples, then cosine decay to the 40 samples' end.
+    const double x = static_cast<double>(consumed);
+    const double want = x <= 8 ? kMaxLr * x / 8
+                               : kMinLr + 0.5 * (std::cos(M_PI * (x - 8) / 32) + 1.0) * (kMaxLr - kMinLr);
+    EXPECT_NEAR(run.history[i].lr, want, 1e-15) << "iteration " << i + 1;
+    consumed += batches[i];
+  }
+  EXPECT_TRUE(has(run.log, "(ramping up from a global batch of 2 over 12 samples)")) << run.log;
+  // The first iteration trains on samples 0 and 1 alone: the loss of a run of batch 2.
+  TrainOptions two = o;
+  two.rampup_start = 0;
+  two.global_batch_size = 2;
+  two.train_samples = 16;
+  EXPECT_EQ(train(two).history[0].loss, run.history[0].loss);
+  two.global_batch_size = 4;
+  EXPECT_NE(train(two).history[0].loss, run.history[0].loss);
+
+  // Stopped in the ramp and resumed, the run goes on with the ramp's batches (the consumed
+  // samples decide them) and the same losses.
+  const fs::path dir = fresh_temp_dir("rampup");
+  TrainOptions first = o;
+  first.save = dir.string();
+  first.exit_interval = 3;
+  ASSERT_EQ(train(first).history.size(), 3u);
+  TrainOptions rest = o;
+  rest.load = dir.string();
+  const TrainedRun resumed = resume(rest);
+  ASSERT_EQ(resumed.history.size(), batches.size() - 3);
+  for (size_t i = 0; i < resumed.history.size(); ++i) {
+    EXPECT_EQ(resumed.history[i].global_batch, batches[i + 3]) << "iteration " << i + 4;
+    EXPECT_EQ(resumed.history[i].loss, run.history[i + 3].loss) << "iteration " << i + 4;
+  }
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Megatron's run flags at two ranks (data parallel 2, CPU backend):
+#  - without --global-batch-size the global batch is micro batch x data-parallel size
+#    (Megatron's default), not the micro batch;
+#  - without a data path rank 0 alone says once that training runs on synthetic tokens, and
+#    --mock-data asks for them without the note;
+#  - --use-distributed-optimizer is ZeRO stage 1;
+#  - --exit-duration-in-mins: when one rank's time is up every rank stops after the same
+#    iteration (an all-reduce MAX; the ranks are given different limits), saves there and
+#    exits 0;
+#  - --rampup-batch-size at pp2 x dp2 (the micro-batches of each rank's pipeline change with
+#    the batch) gives the global batches and losses of one process.
+set -u
+train=$1
+repo=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+# The tiny model without its config file, whose global batch would hide the default.
+model=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
+       --vocab-size 512 --device cpu --eval-iters 0 --log-interval 1)
+mpi=(timeout 120 mpirun --oversubscribe -np 2 --bind-to none)
+note="trident-train: no --data-path: training on synthetic tokens (--mock-data silences this)"
+
+"${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-iters 3 >"$tmp/gbs.log" 2>"$tmp/gbs.err"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q '^ iteration        3/       3 | consumed samples:           12 |' "$tmp/gbs.log" &&
+    grep -q '| global batch size:     4 |' "$tmp/gbs.log" &&
+    grep -q ', 1 micro-batches of 2 per iteration' "$tmp/gbs.log"; then
+  echo "ok: --micro-batch-size 2 at dp 2 trains global batches of 4"
+else
+  fail "default global batch at dp 2: rc $rc"; cat "$tmp/gbs.err"
+fi
+n=$(grep -cxF "$note" "$tmp/gbs.log")
+[[ $n -eq 1 ]] && echo "ok: one note about synthetic tokens" || fail "the synthetic-token note: $n times"
+
+"${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-iters 2 --mock-data --use-distributed-optimizer \
+  >"$tmp/mock.log" 2>"$tmp/mock.err"
+rc=$?
+if [[ $rc -eq 0 ]] && ! grep -q 'synthetic tokens' "$tmp/mock.log" && grep -q ', zero stage 1, ' "$tmp/mock.log"; then
+  echo "ok: --mock-data without the note; --use-distributed-optimizer is zero stage 1"
+else
+  fail "--mock-data --use-distributed-optimizer: rc $rc"; cat "$tmp/mock.err"
+fi
+
+# Rank 1 runs out of time after its first iteration, rank 0 would run for days.
+run=("$train" "${model[@]}" --micro-batch-size 2 --train-iters 1000 --save "$tmp/ck")
+timeout 120 mpirun --oversubscribe --bind-to none -np 1 "${run[@]}" --exit-duration-in-mins 10000 : \
+  -np 1 "${run[@]}" --exit-duration-in-mins 1e-9 >"$tmp/dur.log" 2>"$tmp/dur.err"
+rc=$?
+stop='^trident: exiting at iteration 1 after .* minutes (--exit-duration-in-mins)$'
+if [[ $rc -eq 0 ]] && grep -q "$stop" "$tmp/dur.log" &&
+    [[ $(cat "$tmp/ck/latest_checkpointed_iteration.txt" 2>/dev/null) == 1 ]]; then
+  echo "ok: one rank's time limit stops both after iteration 1, saved there"
+else
+  fail "--exit-duration-in-mins: rc $rc"; cat "$tmp/dur.log" "$tmp/dur.err"
+fi
+# A ramp from 4 to 8 samples over 16: four iterations of 4, then 8 (one and two micro-batches
+# of 2 per pipeline at dp 2).
+ramp=(--micro-batch-size 2 --global-batch-size 8 --train-samples 64 --rampup-batch-size 4 4 16 --mock-data
+      --hidden-dropout 0.1 --attention-dropout 0.1)
+"$train" "${model[@]}" "${ramp[@]}" >"$tmp/ramp1.log" 2>"$tmp/ramp1.err" &&
+  timeout 120 mpirun --oversubscribe -np 4 --bind-to none "$train" "${model[@]}" "${ramp[@]}" \
+    --pipeline-model-parallel-size 2 >"$tmp/ramp4.log" 2>"$tmp/ramp4.err"
+rc=$?
+batches() { grep '^ iteration ' "$1" | sed -E 's/.*global batch size: *([0-9]+) .*/\1/' | tr '\n' ' '; }
+losses() { grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
+if [[ $rc -eq 0 && $(batches "$tmp/ramp1.log") == "4 4 4 4 8 8 8 8 8 8 " &&
+      $(batches "$tmp/ramp4.log") == "$(batches "$tmp/ramp1.log")" ]] &&
+    paste <(losses "$tmp/ramp1.log") <(losses "$tmp/ramp4.log") | awk '
+      { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ } END { exit !(n == 10 && m < 1e-5) }'; then
+  echo "ok: --rampup-batch-size 4 4 16: batches $(batches "$tmp/ramp1.log")at one process and pp2 x dp2, same losses"
+else
+  fail "--rampup-batch-size: rc $rc, batches $(batches "$tmp/ramp1.log")/ $(batches "$tmp/ramp4.log")"
+  cat "$tmp/ramp1.err" "$tmp/ramp4.err"
+fi
+[[ $fails -eq 0 ]]
