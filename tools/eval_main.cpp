@@ -234,10 +234,13 @@ int run(int argc, char** argv) {
     // The trainer needs a training stream; it is never read.
     train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   } else {
-    TrainData d = make_train_data(opt, parallel.get());
+    TrainData d = make_train_data(opt, parallel.get(), DataUse::kEvaluationOnly);
     train = std::move(d.train);
     eval_data = std::move(ef.split_name == "valid" ? d.valid : d.test);
-    if (!eval_data) throw ConfigError("--split-name: the " + ef.split_name + " split of --data-path is empty (--split)");
+    if (!eval_data)
+      throw ConfigError("--split-name: the " + ef.split_name + " split is empty (" +
+                        (opt.data_path.empty() ? "no documents in --" + ef.split_name + "-data-path"
+                                               : std::string("--split leaves --data-path none")) + ")");
     first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample)
             : ef.split_name == "valid" ? meta.trainer_state.value("consumed_valid_samples", uint64_t{0})
                                        : 0;

@@ -372,12 +372,18 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
 }
 
 // "--split 949,50,1 leaves no validation documents in P (10 documents): no validation"
-std::string empty_split_warning(const std::string& split, const std::string& what,
-                                const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
+// "P (10 documents), Q (3 documents)"
+std::string prefixes_and_documents(const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
   std::string prefixes;
   for (const auto& d : data)
     prefixes += detail::concat(prefixes.empty() ? "" : ", ", d->prefix(), " (", d->size(), " documents)");
-  return detail::concat("--split ", split, " leaves no ", what, " documents in ", prefixes, ": no ", what);
+  return prefixes;
+}
+
+std::string empty_split_warning(const std::string& split, const std::string& what,
+                                const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
+  return detail::concat("--split ", split, " leaves no ", what, " documents in ", prefixes_and_documents(data), ": no ",
+                        what);
 }
 
 }  // namespace
@@ -457,6 +463,8 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
       SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag};
       for (const auto& d : data) sb.ranges.emplace_back(0, d->size());
       *split_out[s] = build_split(sb, wanted[s], cfg);
+      if (s > 0 && wanted[s] > 0 && !*split_out[s])
+        warn(detail::concat(flag, ": ", prefixes_and_documents(data), ": no ", s == 1 ? "validation" : "test"));
     }
   }
   return out;

@@ -701,11 +701,11 @@ void validate_run(TrainOptions& o) {
   if (o.has_data() && o.mock_data)
     throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
                       "alternatives: give one");
-  if (o.has_data() && o.vocab_file.empty()) throw ConfigError("--vocab-file is required with --data-path");
+  if (o.has_data() && o.vocab_file.empty())
+    throw ConfigError(std::string("--vocab-file is required with --") +
+                      (o.data_path.empty() ? "train-data-path/--valid-data-path/--test-data-path" : "data-path"));
   if (!o.data_path.empty() && (!o.train_data_path.empty() || !o.valid_data_path.empty() || !o.test_data_path.empty()))
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
-  if (o.has_data() && o.data_path.empty() && o.train_data_path.empty())
-    throw ConfigError("--train-data-path is required with --valid-data-path or --test-data-path");
   check_positive(o.tensor_model_parallel_size, "tensor-model-parallel-size");
   check_positive(o.pipeline_model_parallel_size, "pipeline-model-parallel-size");
   if (o.zero_stage < 0 || o.zero_stage > 2) throw ConfigError("--zero-stage must be 0, 1 or 2");

@@ -142,6 +142,9 @@ Trainer::~Trainer() = default;
 void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test) {
   valid_ = std::move(valid);
   test_ = std::move(test);
+  // An evaluation split can be shorter than the run reads (an unweighted blend holds one
+  // epoch): say so now rather than at the evaluation that runs out.
+  check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_);
 }
 
 void Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sample) {
@@ -338,12 +341,13 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
 // Megatron: iterations, not samples).
 void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const {
   const uint64_t G = static_cast<uint64_t>(opt_.global_batch_size);
-  auto check = [&](const char* split, const SampleSource& data, uint64_t from, uint64_t samples) {
+  // `flags`: what sets how much of this split the run reads.
+  auto check = [&](const char* split, const std::string& flags, const SampleSource& data, uint64_t from,
+                   uint64_t samples) {
     const uint64_t end = from + samples;
     if (data.size() >= end) return;
-    std::string msg = std::string(opt_.sample_based ? "--train-samples" : "--train-iters") + ", --global-batch-size " +
-                      std::to_string(G) + ": the " + split + " data has " + std::to_string(data.size()) +
-                      " samples, the run reads " + std::to_string(end);
+    std::string msg = flags + ", --global-batch-size " + std::to_string(G) + ": the " + split + " data has " +
+                      std::to_string(data.size()) + " samples, the run reads " + std::to_string(end);
     if (iteration > 0)
       msg += " (resumed at iteration " + std::to_string(iteration) + " with " + std::to_string(from) + " " + split +
              " samples consumed; the data is sized for a run from iteration 0 at this global batch size)";
@@ -352,11 +356,14 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   const int64_t T = opt_.train_iters, E = opt_.eval_interval;
   // Training batches follow the ramp-up (G after it); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
-  check("training", *data_, consumed, rampup_.samples_in(T) - rampup_.samples_in(from));
+  check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
+        rampup_.samples_in(T) - rampup_.samples_in(from));
   if (valid_ && opt_.eval_iters > 0) {
     const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - iteration / E) : 0) + 1;
-    check("validation", *valid_, consumed_valid, static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
+    check("validation", "--eval-iters, --eval-interval", *valid_, consumed_valid,
+          static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
   }
+  if (test_ && opt_.eval_iters > 0) check("test", "--eval-iters", *test_, 0, static_cast<uint64_t>(opt_.eval_iters) * G);
 }
 
 void Trainer::log_evaluation(const std::string& where, const EvalResult& r) {
@@ -507,7 +514,7 @@ void Trainer::train() {
       << std::endl;
 }
 
-TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel) {
+TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse use) {
   resolve_schedule(opt);
   const uint64_t G = opt.global_batch_size;
   const uint64_t train = static_cast<uint64_t>(opt.train_iters) * G;
@@ -543,9 +550,12 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel) {
   TrainValidTest sets = build_datasets_rank0_first(dc, parallel);
   if (!parallel || parallel->world_rank() == 0)
     for (const std::string& w : sets.warnings) std::cerr << "trident: warning: " << w << std::endl;
-  if (!sets.train)
-    throw ConfigError(opt.data_path.empty() ? "--train-data-path: no training documents"
-                                            : "--split: the training split of --data-path is empty");
+  if (!sets.train && !opt.data_path.empty()) throw ConfigError("--split: the training split of --data-path is empty");
+  if (!sets.train && !opt.train_data_path.empty()) throw ConfigError("--train-data-path: no training documents");
+  if (!sets.train && use == DataUse::kTraining)
+    throw ConfigError("--train-data-path is required with --valid-data-path or --test-data-path");
+  if (!sets.train)  // evaluation only: a training stream the caller never reads
+    sets.train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   d.train = std::move(sets.train);
   d.valid = std::move(sets.valid);
   d.test = std::move(sets.test);

@@ -139,6 +139,9 @@ struct TrainData {
 // then), world rank 0 builds first and writes the index caches, and the other ranks build
 // after it, from those caches; a failure on rank 0 stops every rank. Rank 0 prints the
 // data's warnings (an empty validation split ...) to stderr.
-TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel = nullptr);
+// kEvaluationOnly (trident-eval): per-split paths without --train-data-path are fine; the
+// training stream is then synthetic and never read.
+enum class DataUse { kTraining, kEvaluationOnly };
+TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel = nullptr, DataUse use = DataUse::kTraining);
 
 }  // namespace trident

@@ -411,9 +411,12 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   const int tp = grid.shape.tp;
   ParamStore& P = model_->params();
   // The model files hold the parameters in the checkpoint's dtype; a run of another dtype
-  // takes them from the fp32 master weights instead (an fp32 run loading a 16-bit checkpoint
-  // would otherwise continue from rounded weights).
-  load_model_parameters(ckpt, P, be_, load_optimizer && meta.model.dtype != opt_.model.dtype);
+  // takes them from a 16-bit checkpoint's fp32 master weights instead, whenever it has them
+  // (--finetune and --no-load-optim too): an fp32 run loading a 16-bit checkpoint would
+  // otherwise continue from rounded weights.
+  const bool from_masters = ckpt.has_optimizer_state() && meta.model.dtype != DType::F32 &&
+                            meta.model.dtype != opt_.model.dtype;
+  load_model_parameters(ckpt, P, be_, from_masters);
   if (load_optimizer) {
     const ShardPlan& plan = optimizer_->plan();
     for (const LocalParam& p : P.list()) {

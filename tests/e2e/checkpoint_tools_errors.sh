@@ -223,7 +223,7 @@ fi
 # A resumed run with a smaller global batch reads past the data built for it (Megatron keeps
 # --train-iters): one line at the start instead of a crash mid-run.
 corpus=(--data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" --tokenizer-type BertWordPieceLowerCase
-        --split 80,20,0 --data-cache-path "$tmp/cache" --train-iters 20)
+        --split 70,20,10 --data-cache-path "$tmp/cache" --train-iters 20)
 "$train" "${args[@]}" "${corpus[@]}" --global-batch-size 16 --exit-interval 10 --save "$tmp/g16" >/dev/null
 expect_error trident-train "--train-iters, --global-batch-size 8: the training data has" \
   "$train" "${args[@]}" "${corpus[@]}" --global-batch-size 8 --load "$tmp/g16"

@@ -58,5 +58,19 @@ rc=$?
 [[ $rc -eq 2 && $(wc -l <"$tmp/both.err") -eq 1 ]] && grep -q 'alternatives' "$tmp/both.err" &&
   ok "$(cat "$tmp/both.err")" || fail "--data-path with --train-data-path: rc $rc: $(cat "$tmp/both.err")"
 
+run --valid-data-path "$P" --train-iters 2 >/dev/null 2>"$tmp/novalid.err"
+rc=$?
+[[ $rc -eq 2 && $(wc -l <"$tmp/novalid.err") -eq 1 ]] && grep -q -- '--train-data-path is required' "$tmp/novalid.err" &&
+  ok "$(cat "$tmp/novalid.err")" || fail "--valid-data-path alone: rc $rc: $(cat "$tmp/novalid.err")"
+
+# A fresh run whose evaluation split is shorter than its evaluations read stops at start:
+# an unweighted blend's validation split holds one epoch of each prefix.
+run --data-path "$P" "$P" --split 98,1,1 --train-iters 4 --eval-interval 1 --eval-iters 400 >/dev/null \
+  2>"$tmp/shortvalid.err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- '--eval-iters, --eval-interval, --global-batch-size 4: the validation data has' \
+  "$tmp/shortvalid.err" && ok "$(cat "$tmp/shortvalid.err")" ||
+  fail "short validation split: rc $rc: $(cat "$tmp/shortvalid.err")"
+
 [[ $fails -eq 0 ]] && echo "data paths: all checks passed" || echo "data paths: $fails checks failed"
 exit $((fails > 0))

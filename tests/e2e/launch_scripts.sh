@@ -192,6 +192,8 @@ if [[ -f $repo/data/gpt2/gpt2-vocab.json && -f $repo/data/gpt2/gpt2-merges.txt ]
   (cd "$tmp" && "$repo/tools/get-gpt2-vocab.sh") 2>"$tmp/vocab.err"
   check "get-gpt2-vocab.sh: <repo>/data/gpt2 by default" has "$tmp/vocab.err" "$repo/data/gpt2 already has"
   check "get-gpt2-vocab.sh: nothing under the current directory" [ ! -e "$tmp/data" ]
+else
+  echo "skip: get-gpt2-vocab.sh's default folder ($repo/data/gpt2 has no vocabulary here)"
 fi
 
 # 8. run-inf.sh (run by sh): Megatron's generation flags; the training shape when given.

@@ -563,6 +563,13 @@ TEST(Blend, PerSplitPathsReadWholeDatasets) {
   }
   EXPECT_EQ(from_c, 30);
 
+  // A test path without documents: no test split, and a warning naming the flag.
+  IndexedDatasetBuilder(dir / "none", IndexDType::kUInt16).finish();
+  cfg.per_split[2] = parse_data_path({dir / "none"}, "--test-data-path");
+  tvt = build_gpt_datasets(cfg);
+  EXPECT_FALSE(tvt.test);
+  EXPECT_EQ(tvt.warnings, (std::vector<std::string>{"--test-data-path: " + (dir / "none") + " (0 documents): no test"}));
+
   cfg.blend = parse_data_path({dir / "A"});
   try {
     build_gpt_datasets(cfg);

@@ -154,7 +154,7 @@ TEST(TrainerCheckpoint, DataMustCoverTheResumedRun) {
             "iteration 5 with 40 training samples consumed; the data is sized for a run from iteration 0 at this "
             "global batch size); the checkpoint was written at --global-batch-size 8");
   EXPECT_EQ(resumed(60, 12),
-            "--train-iters, --global-batch-size 4: the validation data has 12 samples, the run reads 16 (resumed at "
+            "--eval-iters, --eval-interval, --global-batch-size 4: the validation data has 12 samples, the run reads 16 (resumed at "
             "iteration 5 with 8 validation samples consumed; the data is sized for a run from iteration 0 at this "
             "global batch size); the checkpoint was written at --global-batch-size 8");
   EXPECT_EQ(resumed(60, 16), "");
@@ -162,9 +162,11 @@ TEST(TrainerCheckpoint, DataMustCoverTheResumedRun) {
 }
 
 // A 16-bit run's model files hold rounded copies of its fp32 master weights; an fp32 run
-// resuming from it must continue from the masters themselves.
+// resuming from it must continue from the masters themselves, also when it loads the
+// weights only (--finetune).
 TEST(TrainerCheckpoint, FloatRunResumesFromTheMasterWeightsOfA16BitCheckpoint) {
-  for (const DType dtype : {DType::F16, DType::BF16}) {
+  for (const auto& [dtype, finetune] : {std::pair{DType::F16, false}, std::pair{DType::BF16, false},
+                                        std::pair{DType::BF16, true}}) {
     const fs::path dir = fresh_temp_dir("masters");
     TrainOptions o = tiny_options();
     o.model.dtype = dtype;
@@ -179,6 +181,7 @@ TEST(TrainerCheckpoint, FloatRunResumesFromTheMasterWeightsOfA16BitCheckpoint) {
     o.model.dtype = DType::F32;
     o.save.clear();
     o.load = dir.string();
+    o.finetune = finetune;
     auto be = make_cpu_backend();
     std::ostringstream log;
     Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
