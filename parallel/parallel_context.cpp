@@ -1,6 +1,9 @@
 #include "parallel/parallel_context.h"
 
+#include <exception>
+
 #include "core/error.h"
+#include "parallel/comm_strings.h"
 #include "parallel/nccl_comm.h"
 #ifdef TRIDENT_HAVE_MPI
 #include "parallel/mpi_comm.h"
@@ -78,17 +81,20 @@ bool any_rank(ParallelContext& par, bool local) {
   return v > 0;
 }
 
-void run_on_rank0_for_all(ParallelContext& par, const std::string& flag, const std::function<void()>& step) {
+void run_on_rank0_for_all(ParallelContext& par, const std::function<void()>& step) {
   std::string why;
+  std::exception_ptr error;
   if (par.world_rank() == 0) {
     try {
       step();
     } catch (const std::exception& e) {
       why = e.what();
+      error = std::current_exception();
     }
   }
-  if (any_rank(par, !why.empty()))
-    throw ConfigError(why.empty() ? flag + ": failed on rank 0 (see its error)" : why);
+  const std::string failure = first_failure(*par.world, why);
+  if (error) std::rethrow_exception(error);  // rank 0 keeps its error's kind
+  if (!failure.empty()) throw ConfigError(failure);
 }
 
 }  // namespace trident

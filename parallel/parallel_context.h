@@ -27,11 +27,10 @@ struct ParallelContext {
 bool any_rank(ParallelContext& par, bool local);
 
 // Runs `step` on world rank 0 only (what rank 0 alone does, such as creating the directory it
-// writes to) and makes its failure every rank's: rank 0 rethrows its error as a ConfigError,
-// the others throw one that points at rank 0's, so the job stops as one instead of leaving
-// them waiting in a later collective. `flag` names the option in the other ranks' message.
-// Collective: every rank must call it.
-void run_on_rank0_for_all(ParallelContext& par, const std::string& flag, const std::function<void()>& step);
+// writes to) and makes its failure every rank's: rank 0 rethrows its error, the others throw
+// its message as a ConfigError, so the job stops as one instead of leaving them waiting in a
+// later collective. Collective: every rank must call it.
+void run_on_rank0_for_all(ParallelContext& par, const std::function<void()>& step);
 
 // Which Comm carries the groups under MPI: MpiComm (host buffers; device buffers are
 // staged through pinned host memory) or NcclComm (device buffers on a communication

@@ -23,7 +23,7 @@ namespace {
 // --save is checked before training rather than at the first save, hours later, by rank 0
 // (which creates the directory when saving), and every rank learns the verdict.
 void check_save_dir(const std::string& save, ParallelContext& par) {
-  run_on_rank0_for_all(par, "--save", [&] {
+  run_on_rank0_for_all(par, [&] {
     try {
       check_checkpoint_root_usable(save);
     } catch (const IoError& e) {

@@ -41,18 +41,7 @@ std::ostream& null_stream() {
 TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelContext* par) {
   if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
   TrainValidTest sets;
-  std::exception_ptr failure;
-  if (par->world_rank() == 0) {
-    try {
-      sets = build_gpt_datasets(dc);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-  }
-  if (any_rank(*par, failure != nullptr)) {
-    if (failure) std::rethrow_exception(failure);
-    throw ConfigError("the datasets could not be built (rank 0 says why)");
-  }
+  run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc); });
   if (par->world_rank() != 0) sets = build_gpt_datasets(dc);
   return sets;
 }
@@ -129,8 +118,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
   // Rank 0 writes the events; a directory it cannot create stops every rank.
   if (!opt_.tensorboard_dir.empty())
-    run_on_rank0_for_all(*par_, "--tensorboard-dir",
-                         [&] { tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir); });
+    run_on_rank0_for_all(*par_, [&] { tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir); });
   const int T = opt_.model.seq_length;
   sample_.resize(T + 1);
   tokens_.resize(static_cast<size_t>(opt_.micro_batch_size) * T);

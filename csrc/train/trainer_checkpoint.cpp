@@ -18,6 +18,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
+#include "parallel/comm_strings.h"
 #include "train/checkpoint_to_load.h"
 #include "train/trainer.h"
 
@@ -38,45 +39,6 @@ StTensorRef tensor_ref(Backend& be, std::string name, StDType dtype, std::vector
     };
   }
   return r;
-}
-
-// String exchange over a Comm (its length, then its bytes as I32 words).
-void broadcast_string(Comm& c, std::string& s, int root) {
-  int32_t n = static_cast<int32_t>(s.size());
-  c.broadcast(Tensor(&n, Shape{1}, DType::I32, Device::Cpu), root);
-  std::vector<int32_t> buf((n + 3) / 4, 0);
-  if (c.rank() == root) std::memcpy(buf.data(), s.data(), s.size());
-  if (!buf.empty())
-    c.broadcast(Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}, DType::I32, Device::Cpu), root);
-  s.assign(reinterpret_cast<const char*>(buf.data()), n);
-}
-
-// The error of the lowest world rank that has one (`mine`: this rank's, "" for none), on
-// every rank; "" when no rank failed. Collective over `world`.
-std::string first_failure(Comm& world, const std::string& mine) {
-  // The maximum of (size - rank) over the failing ranks names the lowest of them.
-  float v = mine.empty() ? 0.0f : static_cast<float>(world.size() - world.rank());
-  world.allreduce(Tensor(&v, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
-  if (v == 0) return "";
-  std::string failure = mine;
-  broadcast_string(world, failure, world.size() - static_cast<int>(v));
-  return failure;
-}
-
-void send_string(Comm& c, const std::string& s, int peer) {
-  int32_t n = static_cast<int32_t>(s.size());
-  c.send(Tensor(&n, Shape{1}, DType::I32, Device::Cpu), peer);
-  std::vector<int32_t> buf((s.size() + 3) / 4, 0);
-  std::memcpy(buf.data(), s.data(), s.size());
-  if (!buf.empty()) c.send(Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}, DType::I32, Device::Cpu), peer);
-}
-
-std::string recv_string(Comm& c, int peer) {
-  int32_t n = 0;
-  c.recv(Tensor(&n, Shape{1}, DType::I32, Device::Cpu), peer);
-  std::vector<int32_t> buf((n + 3) / 4, 0);
-  if (!buf.empty()) c.recv(Tensor(buf.data(), Shape{static_cast<int64_t>(buf.size())}, DType::I32, Device::Cpu), peer);
-  return std::string(reinterpret_cast<const char*>(buf.data()), n);
 }
 
 // Test hook: TRIDENT_TEST_CRASH_IN_SAVE=<world rank> kills that rank right after it has

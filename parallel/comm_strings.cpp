@@ -1,0 +1,51 @@
+#include "parallel/comm_strings.h"
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace trident {
+namespace {
+
+Tensor host_i32(int32_t* data, int64_t n) { return Tensor(data, Shape{n}, DType::I32, Device::Cpu); }
+
+}  // namespace
+
+void broadcast_string(Comm& c, std::string& s, int root) {
+  int32_t n = static_cast<int32_t>(s.size());
+  c.broadcast(host_i32(&n, 1), root);
+  std::vector<int32_t> buf((n + 3) / 4, 0);
+  if (c.rank() == root) std::memcpy(buf.data(), s.data(), s.size());
+  if (!buf.empty()) c.broadcast(host_i32(buf.data(), static_cast<int64_t>(buf.size())), root);
+  s.assign(reinterpret_cast<const char*>(buf.data()), n);
+}
+
+void send_string(Comm& c, const std::string& s, int peer) {
+  int32_t n = static_cast<int32_t>(s.size());
+  c.send(host_i32(&n, 1), peer);
+  std::vector<int32_t> buf((s.size() + 3) / 4, 0);
+  std::memcpy(buf.data(), s.data(), s.size());
+  if (!buf.empty()) c.send(host_i32(buf.data(), static_cast<int64_t>(buf.size())), peer);
+}
+
+std::string recv_string(Comm& c, int peer) {
+  int32_t n = 0;
+  c.recv(host_i32(&n, 1), peer);
+  std::vector<int32_t> buf((n + 3) / 4, 0);
+  if (!buf.empty()) c.recv(host_i32(buf.data(), static_cast<int64_t>(buf.size())), peer);
+  return std::string(reinterpret_cast<const char*>(buf.data()), n);
+}
+
+std::string first_failure(Comm& c, const std::string& mine) {
+  // The maximum of (size - rank) over the failing ranks names the lowest of them.
+  float v = mine.empty() ? 0.0f : static_cast<float>(c.size() - c.rank());
+  c.allreduce(Tensor(&v, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
+  if (v == 0) return "";
+  std::string failure = mine;
+  broadcast_string(c, failure, c.size() - static_cast<int>(v));
+  return failure;
+}
+
+}  // namespace trident
