@@ -58,7 +58,7 @@ constexpr const char* kUsage =
     "Usage: trident-eval --load DIR [--iteration N] [--split-name valid|test] [--first-sample N]\n"
     "                    [--sequential [--max-tokens N]] [trident-train flags]\n"
     "  --load DIR          checkpoint directory (its latest iteration) or one iter_NNNNNNN folder\n"
-    "  --iteration N       evaluate DIR/iter_N instead of the latest\n"
+    "  --iteration N       evaluate DIR/iter_N instead of the latest (Megatron's --ckpt-step N)\n"
     "  --split-name S      valid (default) or test: --eval-iters global batches of the split built as\n"
     "                      trident-train builds it (pass the training run's data and length flags)\n"
     "  --first-sample N    first sample of the split (default: where training's final evaluation\n"
@@ -189,7 +189,9 @@ int run(int argc, char** argv) {
   if (!opt.save.empty()) throw ConfigError("--save: trident-eval writes no checkpoint (see trident-convert)");
   if (!opt.save_canonical.empty()) throw ConfigError("--save-canonical: not a trident-eval flag");
   if (opt.eval_iters <= 0 && !ef.sequential) throw ConfigError("--eval-iters must be positive");
-  if (opt.ckpt_step >= 0) throw ConfigError("--ckpt-step: trident-eval takes --iteration N");
+  // Megatron's --ckpt-step is trident-eval's --iteration.
+  if (opt.ckpt_step >= 0 && ef.iteration) throw ConfigError("--ckpt-step and --iteration name one thing: give one");
+  if (opt.ckpt_step >= 0) ef.iteration = opt.ckpt_step;
 
   // As trident-train: the backend first (NcclComm runs on its GPU), TF32 as in training.
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
@@ -202,7 +204,7 @@ int run(int argc, char** argv) {
   fs::path dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {
-    dir = resolve_checkpoint_dir(opt.load, ef.iteration);
+    dir = resolve_checkpoint_dir(opt.load, ef.iteration, opt.ckpt_step >= 0 ? "--ckpt-step" : "--iteration");
     ckpt = std::make_unique<ShardedCheckpointReader>(dir);
   } catch (const IoError& e) {
     throw ConfigError(e.what());

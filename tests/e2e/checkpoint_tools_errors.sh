@@ -52,6 +52,9 @@ optim=$ckdir/mp_rank_00/optim_dp0000.safetensors
 # Missing directories and iterations, unknown or incomplete flags.
 expect_error trident-eval "--load: directory not found: $tmp/nope" "$eval_bin" "${args[@]}" --load "$tmp/nope"
 expect_error trident-eval "--iteration: no checkpoint of iteration 7" "$eval_bin" "${args[@]}" --load "$tmp/ck" --iteration 7
+expect_error trident-eval "--ckpt-step: no checkpoint of iteration 7" "$eval_bin" "${args[@]}" --load "$tmp/ck" --ckpt-step 7
+expect_error trident-eval "--ckpt-step and --iteration name one thing" "$eval_bin" "${args[@]}" --load "$tmp/ck" \
+  --ckpt-step 7 --iteration 7
 expect_error trident-eval "--load: required" "$eval_bin" "${args[@]}"
 expect_error trident-eval "--config given twice" "$eval_bin" "${args[@]}" --load "$tmp/ck" \
   --config "$repo/configs/gpt2-124m.yaml"
