@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # `sh script.sh` (dash on Debian, bash in POSIX mode elsewhere) runs again under plain bash.
 if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
-# Text generation from a trained checkpoint, the seed's run-inf.sh (one GPU):
+# Text generation from a trained checkpoint, the seed's run-inf.sh (one GPU) and
+# run-inf-gpus.sh (TP_SIZE GPUs, one process each, tensor-parallel):
 #   CHECKPOINT_PATH=checkpoints/gpt2-345m mpirun -np 1 launch/run-inf.sh    (or without mpirun)
+#   TP_SIZE=4 CHECKPOINT_PATH=checkpoints/gpt2-16b mpirun -np 4 launch/run-inf.sh
 # Extra arguments ("$@") go to trident-generate last, so they win over everything below.
 #
 # Unconditional samples by default, written as Megatron's --genfile JSON lines
 # {"text", "length", "finished"}; with SAMPLE_INPUT_FILE, one prompt a line continued and
-# written to SAMPLE_OUTPUT_FILE. trident-generate runs as one process and reads a
-# checkpoint of any layout whole (no conversion to tp1/pp1 first); the seed's multi-GPU
-# tensor-parallel inference (run-inf-gpus.sh) is not supported: under mpirun -np N > 1 it
-# stops with one line.
+# written to SAMPLE_OUTPUT_FILE. trident-generate reads a checkpoint of any layout (no
+# conversion first); mpirun's -np must equal TP_SIZE (one line otherwise).
 #
 # Variables (the seed's names; default in brackets):
-#   MODEL_NAME [gpt2-345m]   CHECKPOINT_PATH [<repo>/checkpoints/$MODEL_NAME]
+#   MODEL_NAME [gpt2-345m]   CHECKPOINT_PATH [<repo>/checkpoints/$MODEL_NAME]   TP_SIZE [1]
 #   VOCAB_FILE, MERGE_FILE [<repo>/data/gpt2/gpt2-{vocab.json,merges.txt}: tools/get-gpt2-vocab.sh]
 #   NUM_SAMPLES [8]  OUT_SEQ_LENGTH [1024: most tokens a sample gets; prompt + generated also
 #     stop at the model's sequence length]  DEVICE [auto]
@@ -48,6 +48,7 @@ pass_if_set() {  # pass_if_set VAR FLAG...: FLAG... $VAR when VAR is set
   shift
   [[ -z ${!v:-} ]] || for f in "$@"; do args+=("$f" "${!v}"); done
 }
+pass_if_set TP_SIZE --tensor-model-parallel-size
 pass_if_set MICRO_BATCH_SIZE --micro-batch-size
 pass_if_set TEMPERATURE --temperature
 pass_if_set TOP_K --top-k

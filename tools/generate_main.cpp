@@ -1,5 +1,7 @@
-// trident-generate: text from a checkpoint, in one process, on the CPU or a GPU. The
-// checkpoint may come from any layout (its canonical tensors are read at tp 1); the model's
+// trident-generate: text from a checkpoint, on the CPU or a GPU, in one process or one per
+// tensor-parallel rank (mpirun -np N ... --tensor-model-parallel-size N: each rank holds its
+// share of the model, as in training, for a model too large for one device). The checkpoint
+// may come from any layout (its canonical tensors are read at the run's tp); the model's
 // shape and dtype come from its metadata.json.
 //
 //   trident-generate --load DIR --vocab-file V --merge-file M [--prompt TEXT ...]
@@ -21,8 +23,10 @@
 //
 // Megatron's generation flags are accepted: the model-shape flags when they equal the
 // checkpoint's (generate_model_flags.h), and --recompute, which changes nothing (trident
-// always decodes with a key/value cache; recomputing gives the same tokens). It runs as
-// one process: under mpirun -np N > 1 it stops with one line instead of running N copies.
+// always decodes with a key/value cache; recomputing gives the same tokens). Under mpirun
+// the processes must be the tensor-parallel ranks (pipeline parallelism is not supported
+// here): -np N without --tensor-model-parallel-size N stops with one line instead of
+// running N copies. Rank 0 prints and writes the samples.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,8 +51,8 @@
 #include "model/param_store.h"
 #include "tools/cxxopts_flags.h"
 #include "tools/generate_model_flags.h"
-#include "tools/launcher_env.h"
-#include "tools/tool_main.h"
+#include "parallel/parallel_context.h"
+#include "tools/mpi_tool_main.h"
 
 namespace trident {
 namespace {
@@ -147,13 +151,6 @@ std::string genfile_line(const std::string& text, const Continuation& c) {
 }
 
 int generate_main(int argc, char** argv) {
-  // Under mpirun -np N every process would generate the same samples into the same files.
-  if (const int world = launcher_world_size(); world > 1) {
-    if (launcher_world_rank() != 0) return 2;  // rank 0 says why
-    throw ConfigError("trident-generate runs as one process, but the launcher started " + std::to_string(world) +
-                      ": run it without mpirun or with -np 1 (it reads a checkpoint of any layout whole; "
-                      "tensor-parallel decoding is not supported)");
-  }
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
       ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
@@ -190,6 +187,12 @@ int generate_main(int argc, char** argv) {
     return 0;
   }
   const ModelFlags model_flags = read_model_flags(r);
+  // One process per tensor-parallel rank, or a lone process: never N copies of one run.
+  const int tp = model_flags.tp;
+  if (job_world_size() != tp)
+    throw ConfigError("--tensor-model-parallel-size " + std::to_string(tp) + ": the launcher started " +
+                      std::to_string(job_world_size()) + " processes; trident-generate runs one per tensor-parallel " +
+                      "rank (mpirun -np N ... --tensor-model-parallel-size N)");
   const std::string load = required_flag(r, "load");
   const std::string vocab = required_flag(r, "vocab-file"), merges = required_flag(r, "merge-file");
   GenerationOptions go;
@@ -234,10 +237,14 @@ int generate_main(int argc, char** argv) {
   if (cfg.vocab_size != tokenizer->vocab_size())
     throw ConfigError("--vocab-file: the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
                       " tokens but the checkpoint's model " + std::to_string(cfg.vocab_size) + " (" + dir.string() + ")");
+  cfg.validate(tp);
   auto backend = make_backend(r["device"].as<std::string>());
-  ParamStore params(*backend, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype,
+  auto parallel = make_parallel_context(tp, 1, resolve_comm_kind("", *backend), backend.get());
+  const bool rank0 = parallel->world_rank() == 0;
+  ParamStore params(*backend, gpt2_param_specs(cfg, tp), tp, parallel->grid.tp_rank, cfg.dtype, cfg.dtype,
                     [](const ParamSpec&) { return true; });
   load_model_parameters(*ckpt, params, *backend);
+  Comm* tp_comm = tp > 1 ? parallel->tp.get() : nullptr;
   go.eod = tokenizer->eod();
   std::mt19937_64 rng(static_cast<uint64_t>(integer_flag(r, "seed", 0, kMaxCount)));
 
@@ -257,16 +264,17 @@ int generate_main(int argc, char** argv) {
   std::vector<Sample> samples;
   if (!prompts.empty()) {
     for (size_t i = 0; i < prompts.size(); ++i)
-      samples.push_back({prompts[i].text, continue_sequences(cfg, *backend, params, {prompt_ids[i]}, go, rng)[0]});
+      samples.push_back({prompts[i].text, continue_sequences(cfg, *backend, params, {prompt_ids[i]}, go, rng, tp_comm)[0]});
   } else {
     for (int64_t done = 0; done < num_samples; done += batch) {
       const int64_t b = std::min<int64_t>(batch, num_samples - done);
       const std::vector<std::vector<int32_t>> contexts(static_cast<size_t>(b), {go.eod});
-      for (Continuation& c : continue_sequences(cfg, *backend, params, contexts, go, rng))
+      for (Continuation& c : continue_sequences(cfg, *backend, params, contexts, go, rng, tp_comm))
         samples.push_back({"", std::move(c)});
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!rank0) return 0;  // every rank drew the same samples; rank 0 reports them
 
   std::string jsonl, genfile;
   int64_t tokens = 0;
@@ -293,5 +301,5 @@ int generate_main(int argc, char** argv) {
 }  // namespace trident
 
 int main(int argc, char** argv) {
-  return trident::run_tool("trident-generate", [&] { return trident::generate_main(argc, argv); });
+  return trident::run_mpi_tool("trident-generate", &argc, &argv, [&] { return trident::generate_main(argc, argv); });
 }

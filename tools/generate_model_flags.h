@@ -2,8 +2,8 @@
 // before loading it), accepted by trident-generate, which reads the model from the
 // checkpoint's metadata.json instead: a shape flag that says what the checkpoint holds is
 // accepted, one that does not is an error naming the flag and both values. The layout
-// flags take only 1: trident-generate runs as one process and loads a checkpoint of any
-// layout whole (tensor-parallel decoding is not supported).
+// flags say how trident-generate runs, whatever the checkpoint's layout: one process per
+// tensor-parallel rank (--tensor-model-parallel-size), no pipeline parallelism.
 #pragma once
 
 #include <map>
@@ -27,29 +27,32 @@ inline void add_model_flags(cxxopts::Options& o) {
       ("fp16", "the checkpoint holds fp16 weights")
       ("bf16", "the checkpoint holds bf16 weights")
       ("tokenizer-type", "GPT2BPETokenizer (the only one)", cxxopts::value<std::string>())
-      ("tensor-model-parallel-size", "1 (one process)", cxxopts::value<std::string>())
-      ("pipeline-model-parallel-size", "1 (one process)", cxxopts::value<std::string>());
+      ("tensor-model-parallel-size", "tensor-parallel ranks: the processes mpirun starts (1)",
+       cxxopts::value<std::string>())
+      ("pipeline-model-parallel-size", "1 (no pipeline parallelism in generation)", cxxopts::value<std::string>());
 }
 
 // What the model flags say, read before the checkpoint is (so a bad value is named first).
 struct ModelFlags {
   std::vector<std::pair<std::string, long long>> shape;  // flag (no dashes), value
   const char* dtype = nullptr;                           // "fp16", "bf16" or none
+  int tp = 1;                                            // --tensor-model-parallel-size
 };
 
-// Reads the shape flags and checks the rest: the layout flags take only 1, the tokenizer
-// only GPT-2's.
+// Reads the shape and layout flags and checks the rest: pipeline parallelism only 1, the
+// tokenizer only GPT-2's.
 inline ModelFlags read_model_flags(const cxxopts::ParseResult& r) {
-  for (const char* flag : {"tensor-model-parallel-size", "pipeline-model-parallel-size"})
-    if (r.count(flag) && integer_flag(r, flag, 1, INT32_MAX) != 1)
-      throw ConfigError(std::string("--") + flag + " " + r[flag].as<std::string>() +
-                        ": trident-generate runs as one process and reads a checkpoint of any layout whole "
-                        "(tensor-parallel decoding is not supported); give 1 or leave the flag out");
+  if (r.count("pipeline-model-parallel-size") && integer_flag(r, "pipeline-model-parallel-size", 1, INT32_MAX) != 1)
+    throw ConfigError("--pipeline-model-parallel-size " + r["pipeline-model-parallel-size"].as<std::string>() +
+                      ": trident-generate splits a model by tensor parallelism only (it reads a checkpoint of "
+                      "any layout); give 1 or leave the flag out");
   if (r.count("tokenizer-type") && r["tokenizer-type"].as<std::string>() != "GPT2BPETokenizer")
     throw ConfigError("--tokenizer-type " + r["tokenizer-type"].as<std::string>() +
                       ": trident-generate reads GPT2BPETokenizer's --vocab-file and --merge-file");
   if (r.count("fp16") && r.count("bf16")) throw ConfigError("--fp16 and --bf16 are mutually exclusive");
   ModelFlags f;
+  if (r.count("tensor-model-parallel-size"))
+    f.tp = static_cast<int>(integer_flag(r, "tensor-model-parallel-size", 1, INT32_MAX));
   for (const char* flag : {"num-layers", "hidden-size", "num-attention-heads", "seq-length", "max-position-embeddings",
                            "make-vocab-size-divisible-by"})
     if (r.count(flag)) f.shape.emplace_back(flag, integer_flag(r, flag, 1, INT32_MAX));

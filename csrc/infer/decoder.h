@@ -1,7 +1,13 @@
 // Gpt2Decoder: GPT-2's forward for generation, one token per sequence per step, with a
 // key/value cache per layer so each step attends over everything before it without
-// recomputing it. It reads the parameters of a one-process (tp 1) ParamStore, the same
-// canonical tensors training uses, and calls the Backend ops only (CPU or CUDA).
+// recomputing it. It reads the parameters of a ParamStore, the same tensors training uses,
+// and calls the Backend ops only (CPU or CUDA).
+//
+// Tensor parallelism (a ParamStore of tp > 1 ranks, with their TP group's Comm): each rank
+// holds Megatron's share, as in training: its heads of the QKV projection and of the cache,
+// its columns of the MLP, its rows of the vocabulary. The embedding and the two row-parallel
+// projections are summed over the group (rank 0 adds the positions and the biases), and the
+// logits are gathered, so every rank returns the same logits, bit for bit.
 //
 // step() feeds the next token of each of the B sequences (all at the same position) and
 // returns the logits of the token after it. The same numbers as the training forward on
@@ -15,14 +21,17 @@
 #include "core/backend.h"
 #include "model/config.h"
 #include "model/param_store.h"
+#include "parallel/comm.h"
 
 namespace trident {
 
 class Gpt2Decoder {
  public:
-  // `params`: all of the model's parameters at tp 1, in cfg.dtype. `max_positions`: cache
-  // length (at most cfg.max_position_embeddings).
-  Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamStore& params, int batch, int max_positions);
+  // `params`: this rank's parameters (all of them at tp 1), in cfg.dtype. `max_positions`:
+  // cache length (at most cfg.max_position_embeddings). `tp_comm`: the TP group, needed
+  // when params.tp() > 1 (collective then: every rank of it steps together).
+  Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamStore& params, int batch, int max_positions,
+              Comm* tp_comm = nullptr);
 
   // Feeds tokens[b] at position position() of sequence b and returns the next-token
   // logits, [batch, vocab_size] row-major on the host (padding columns left out).
@@ -36,16 +45,24 @@ class Gpt2Decoder {
   Tensor p(const std::string& name) const { return params_.param(name); }
   // residual += branch, then the LayerNorm named `ln` (its .weight/.bias) of the result.
   void residual_norm(const Tensor& branch, const std::string& ln);
+  void tp_sum(const Buffer& b) const;  // over the TP group
+  // Row-parallel projection: out = in W^T (+ bias, added once by TP rank 0), summed over TP.
+  void row_parallel(const Buffer& out, const Tensor& in, const std::string& weight, const std::string& bias);
+  void gather_logits();  // logits_ of every TP rank -> logits_host_
 
   ModelConfig cfg_;
   Backend& be_;
   const ParamStore& params_;
-  int B_, max_pos_, C_, H_, D_, F_;
-  int64_t vocab_padded_;
+  Comm* tp_comm_;
+  int tp_, tp_rank_;
+  int B_, max_pos_, C_, D_;
+  int Hl_, Fl_;                    // this rank's heads and MLP columns
+  int64_t vocab_local_, vocab_start_;  // this rank's rows of the padded vocabulary
   int pos_ = 0;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer [B, max_pos, H, D]
   Buffer tokens_, x_, ln_, ln_mean_, ln_rstd_, qkv_, att_, proj_, fc_, gelu_, logits_;
   std::vector<unsigned char> logits_bytes_;
+  std::vector<float> logits_local_, logits_all_;  // [B, vocab_local]; every rank's, rank-major
   std::vector<float> logits_host_;
 };
 

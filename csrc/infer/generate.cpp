@@ -13,7 +13,7 @@ int64_t room_after(const ModelConfig& cfg, int64_t context_length) {
 
 std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
                                              const std::vector<std::vector<int32_t>>& contexts,
-                                             const GenerationOptions& o, std::mt19937_64& rng) {
+                                             const GenerationOptions& o, std::mt19937_64& rng, Comm* tp_comm) {
   TRIDENT_CHECK(!contexts.empty(), "continue_sequences: no context");
   TRIDENT_CHECK(o.max_new_tokens >= 1, "continue_sequences: max_new_tokens ", o.max_new_tokens);
   const int B = static_cast<int>(contexts.size());
@@ -24,7 +24,7 @@ std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& ba
   TRIDENT_CHECK(ctx >= 1 && room >= 1, "continue_sequences: a context of ", ctx, " tokens for a sequence length of ",
                 cfg.seq_length);
   const int64_t new_tokens = std::min(o.max_new_tokens, room);
-  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(ctx + new_tokens - 1));
+  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(ctx + new_tokens - 1), tp_comm);
 
   std::vector<int32_t> feed(B);
   const std::vector<float>* logits = nullptr;

@@ -20,6 +20,7 @@
 #include "infer/sampler.h"
 #include "model/config.h"
 #include "model/param_store.h"
+#include "parallel/comm.h"
 
 namespace trident {
 
@@ -41,9 +42,13 @@ int64_t room_after(const ModelConfig& cfg, int64_t context_length);
 
 // Continues every context (the same length, at least 1, below cfg.seq_length) together.
 // Draws come from `rng` in sequence order at each step, skipping finished sequences, so a
-// seed gives the same tokens for the same batch.
+// seed gives the same tokens for the same batch. With tensor parallelism (params of tp > 1
+// ranks and their group's `tp_comm`) every rank of the group calls it with the same
+// arguments and seed: the decoder gives them the same logits bit for bit, so they draw the
+// same tokens.
 std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
                                              const std::vector<std::vector<int32_t>>& contexts,
-                                             const GenerationOptions& o, std::mt19937_64& rng);
+                                             const GenerationOptions& o, std::mt19937_64& rng,
+                                             Comm* tp_comm = nullptr);
 
 }  // namespace trident

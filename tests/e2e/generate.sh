@@ -7,7 +7,8 @@
 # JSON-lines output parses and names each prompt; unconditional samples come in batches
 # and Megatron's --genfile lines agree with them; prompt + generated tokens stop at the
 # model's sequence length; Megatron's flags (the model's shape, --micro-batch-size,
-# --recompute) and launch/run-inf.sh work; under mpirun -np 2 it refuses to run. Bad
+# --recompute) and launch/run-inf.sh work; under mpirun -np 2 it runs tensor-parallel (the
+# same text) with --tensor-model-parallel-size 2 and refuses to run two copies without. Bad
 # input is one line and exit 2, with no output file left behind.
 #   tests/e2e/generate.sh <trident-train> <trident-preprocess> <trident-generate> <trident-convert> <repo> <gpt2 dir>
 set -uo pipefail
@@ -153,13 +154,28 @@ assert len(rows) == 3 and all(r["length"] <= 5 and r["finished"] == (r["length"]
 then ok "launch/run-inf.sh under mpirun -np 1: 3 samples in GENFILE"
 else fail "launch/run-inf.sh: rc=$rc $(cat "$tmp/inf.err")"; fi
 
-# Under mpirun -np 2 it would run two copies writing one file: one line, nothing written.
+# Under mpirun -np 2 without --tensor-model-parallel-size 2 it would run two copies writing
+# one file: one line, nothing written.
 rc=0
 mpirun --oversubscribe -np 2 "$generate" --device cpu "${words[@]}" --load "$tmp/ckpt" --num-samples 1 \
   --genfile "$tmp/np2.json" >"$tmp/np2.out" 2>"$tmp/np2.err" || rc=$?
-n=$(grep -c '^trident-generate: error: trident-generate runs as one process, but the launcher started 2' "$tmp/np2.err")
+n=$(grep -c '^trident-generate: error: --tensor-model-parallel-size 1: the launcher started 2 processes' "$tmp/np2.err")
 [[ $rc -ne 0 && $n -eq 1 && ! -e $tmp/np2.json && ! -s $tmp/np2.out ]] &&
-  ok "mpirun -np 2: one error line, nothing written" || fail "mpirun -np 2: rc=$rc $(cat "$tmp/np2.err")"
+  ok "mpirun -np 2 without tp 2: one error line, nothing written" || fail "mpirun -np 2: rc=$rc $(cat "$tmp/np2.err")"
+# Tensor-parallel decoding (each rank holds half the heads, MLP columns and vocabulary): the
+# same samples as one process, greedy and seeded top-k/top-p, from rank 0 alone.
+for mode in "--greedy" "--top-k 40 --top-p 0.9 --seed 11"; do
+  read -r -a m <<<"$mode"
+  gen --load "$tmp/tp1" --prompt "$prompt" "${m[@]}" --out-seq-length 12 >"$tmp/tp1.out" 2>/dev/null
+  mpirun --oversubscribe -np 2 "$generate" --device cpu "${words[@]}" --load "$tmp/ckpt" --prompt "$prompt" "${m[@]}" \
+    --out-seq-length 12 --tensor-model-parallel-size 2 --sample-output-file "$tmp/tp2.json" >"$tmp/tp2.out" \
+    2>"$tmp/tp2.err"
+  if [[ -s $tmp/tp1.out ]] && cmp -s "$tmp/tp1.out" "$tmp/tp2.out" && [[ $(wc -l <"$tmp/tp2.json") -eq 1 ]]; then
+    ok "tp 2 under mpirun, $mode: the one-process text"
+  else
+    fail "tp 2, $mode: $(cat "$tmp/tp2.err")"; diff "$tmp/tp1.out" "$tmp/tp2.out"
+  fi
+done
 
 expect_error() {  # expect_error <text in the one error line> <args...>
   local text=$1

@@ -197,11 +197,11 @@ else
 fi
 
 # 8. run-inf.sh (run by sh): Megatron's generation flags; the training shape when given.
-env SEQ_LEN=1024 NLAYERS=24 MICRO_BATCH_SIZE=2 CHECKPOINT_PATH="$tmp/ck pt" TRIDENT_DRY_RUN=1 \
+env SEQ_LEN=1024 NLAYERS=24 MICRO_BATCH_SIZE=2 TP_SIZE=4 CHECKPOINT_PATH="$tmp/ck pt" TRIDENT_DRY_RUN=1 \
   sh "$repo/launch/run-inf.sh" --greedy >"$tmp/inf.out" 2>&1
 cat "$tmp/inf.out"
 want_inf=("--load $(printf %q "$tmp/ck pt") " "--vocab-file $repo/data/gpt2/gpt2-vocab.json " "--num-samples 8 "
-  "--micro-batch-size 2 " "--num-layers 24 " "--seq-length 1024 --max-position-embeddings 1024 "
+  "--tensor-model-parallel-size 4 --micro-batch-size 2 " "--num-layers 24 " "--seq-length 1024 --max-position-embeddings 1024 "
   "--genfile $repo/out/gpt2-345m/unconditional_samples.json --greedy")
 for w in "${want_inf[@]}"; do
   check "run-inf.sh passes '$w'" has "$tmp/inf.out" "$w"
