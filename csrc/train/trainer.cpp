@@ -505,9 +505,10 @@ void Trainer::train() {
 TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse use) {
   resolve_schedule(opt);
   const uint64_t G = opt.global_batch_size;
-  const uint64_t train = static_cast<uint64_t>(opt.train_iters) * G;
-  // Megatron's sizes: every periodic evaluation plus the final one reads fresh validation
-  // samples; the test split is read once.
+  // Megatron's sizes: --train-samples (iteration-based: iterations x G; a batch ramp-up's
+  // last batch may pass it, so at least what the run reads); every periodic evaluation
+  // plus the final one reads fresh validation samples; the test split is read once.
+  const uint64_t train = std::max<uint64_t>(opt.train_samples, make_batch_rampup(opt).samples_in(opt.train_iters));
   const uint64_t evals = opt.eval_interval > 0 ? opt.train_iters / opt.eval_interval + 1 : 1;
   const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;
   TrainData d;
