@@ -151,6 +151,13 @@ std::string genfile_line(const std::string& text, const Continuation& c) {
 }
 
 int generate_main(int argc, char** argv) {
+  // A launcher that starts processes without MPI (srun --mpi=none, mpirun_rsh) would run N
+  // copies of one generation, all writing the same files: rank 0 says so, the others leave.
+  if (job_world_size() == 1 && launcher_world_size() > 1) {
+    if (launcher_world_rank() != 0) return 2;
+    throw ConfigError("the launcher started " + std::to_string(launcher_world_size()) + " processes without MPI: " +
+                      "trident-generate runs as one process, or one per tensor-parallel rank under mpirun");
+  }
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
       ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
@@ -190,9 +197,10 @@ int generate_main(int argc, char** argv) {
   // One process per tensor-parallel rank, or a lone process: never N copies of one run.
   const int tp = model_flags.tp;
   if (job_world_size() != tp)
-    throw ConfigError("--tensor-model-parallel-size " + std::to_string(tp) + ": the launcher started " +
-                      std::to_string(job_world_size()) + " processes; trident-generate runs one per tensor-parallel " +
-                      "rank (mpirun -np N ... --tensor-model-parallel-size N)");
+    throw ConfigError("--tensor-model-parallel-size " + std::to_string(tp) + ": the job has " +
+                      std::to_string(job_world_size()) + (job_world_size() == 1 ? " process" : " processes") +
+                      "; trident-generate runs one per tensor-parallel rank (mpirun -np N ... "
+                      "--tensor-model-parallel-size N)");
   const std::string load = required_flag(r, "load");
   const std::string vocab = required_flag(r, "vocab-file"), merges = required_flag(r, "merge-file");
   GenerationOptions go;

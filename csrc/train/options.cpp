@@ -174,6 +174,7 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"lr-warmup-iters", "lr-warmup-samples", "lr-warmup-fraction"},
       {"lr-decay-iters", "lr-decay-samples"},
       {"fp16", "bf16"},
+      {"zero-stage", "use-distributed-optimizer"},
       {"recompute-granularity", "recompute-activations", "checkpoint-activations"},
       {"recompute-num-layers", "checkpoint-num-layers"},
       {"override-opt_param-scheduler", "override-lr-scheduler", "use-checkpoint-opt_param-scheduler",
@@ -625,6 +626,7 @@ void read_batch_rampup(TrainOptions& o) {
   o.rampup_samples = convert<uint64_t>("rampup-batch-size", w[2]);
   const int64_t start = o.rampup_start, incr = o.rampup_increment, g = o.global_batch_size;
   if (start <= 0 || incr <= 0) throw ConfigError("--rampup-batch-size: START and INCR must be positive");
+  if (o.rampup_samples == 0) throw ConfigError("--rampup-batch-size: SAMPLES must be positive");
   if (start >= g)
     throw ConfigError("--rampup-batch-size: START (" + std::to_string(start) + ") must be below --global-batch-size (" +
                       std::to_string(g) + (o.global_batch_size_is_default ? ", not given)" : ")"));

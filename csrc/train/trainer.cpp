@@ -240,14 +240,25 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
     throw ConfigError("--eval-iters: the evaluation split has " + std::to_string(data.size()) +
                       " samples, evaluation needs " + std::to_string(needed));
   LossStats total;
-  for (int64_t i = 0; i < iterations; ++i)
-    add(total, run_forward_only(data, first_sample + static_cast<uint64_t>(i) * opt_.global_batch_size));
-  reduce_loss_stats(total);
   EvalResult r;
+  for (int64_t i = 0; i < iterations; ++i) {
+    add(total, run_forward_only(data, first_sample + static_cast<uint64_t>(i) * opt_.global_batch_size));
+    // As Megatron, a long evaluation checks the time limit after every batch too.
+    if (out_of_time()) {
+      r.timed_out = true;
+      return r;
+    }
+  }
+  reduce_loss_stats(total);
   r.tokens = total.tokens;
   r.loss = total.loss_sum / total.tokens;
   r.acc = total.correct / total.tokens;
   return r;
+}
+
+bool Trainer::out_of_time() const {
+  // Megatron's rule: every rank stops once any rank has run out of time (an all-reduce MAX).
+  return opt_.exit_duration_in_mins > 0 && any_rank(*par_, minutes_since_start() > opt_.exit_duration_in_mins);
 }
 
 void Trainer::set_micro_batches(int micro_batches) {
@@ -466,8 +477,13 @@ void Trainer::train() {
     // As Megatron: every multiple of --eval-interval, the last iteration included (the final
     // evaluation after the loop then reads the next validation samples).
     if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0) {
-      log_evaluation("iteration " + std::to_string(iteration_), evaluate(*valid_, consumed_valid_samples_,
-                                                                          opt_.eval_iters));
+      const EvalResult e = evaluate(*valid_, consumed_valid_samples_, opt_.eval_iters);
+      if (e.timed_out) {
+        out << "trident: exiting during the evaluation at iteration " << iteration_ << " after "
+            << minutes_since_start() << " minutes (--exit-duration-in-mins)" << std::endl;
+        break;
+      }
+      log_evaluation("iteration " + std::to_string(iteration_), e);
       consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;
     }
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
@@ -475,8 +491,7 @@ void Trainer::train() {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
       break;
     }
-    // Megatron's rule: every rank stops once any rank has run out of time (an all-reduce MAX).
-    if (opt_.exit_duration_in_mins > 0 && any_rank(*par_, minutes_since_start() > opt_.exit_duration_in_mins)) {
+    if (out_of_time()) {
       out << "trident: exiting at iteration " << iteration_ << " after " << minutes_since_start()
           << " minutes (--exit-duration-in-mins)" << std::endl;
       break;
@@ -490,11 +505,18 @@ void Trainer::train() {
   std::signal(SIGINT, old_int);
   if (saving && last_saved_iteration_ != iteration_) save_checkpoint();
   if (iteration_ < opt_.train_iters) return;  // stopped early: no final evaluation
-  if (evaluating)
-    log_evaluation("iteration " + std::to_string(iteration_) + " on validation set",
-                   evaluate(*valid_, consumed_valid_samples_, opt_.eval_iters));
-  if (test_ && opt_.eval_iters > 0)
-    log_evaluation("iteration " + std::to_string(iteration_) + " on test set", evaluate(*test_, 0, opt_.eval_iters));
+  // The final evaluations; one that runs out of time ends the run without its line.
+  const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
+    const EvalResult e = evaluate(data, first, opt_.eval_iters);
+    if (e.timed_out)
+      out << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
+          << " minutes (--exit-duration-in-mins)" << std::endl;
+    else
+      log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e);
+    return !e.timed_out;
+  };
+  if (evaluating && !final_evaluation("on validation set", *valid_, consumed_valid_samples_)) return;
+  if (test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0)) return;
   if (tensorboard_) tensorboard_->flush();
   const AllocatorStats st = be_.allocator().stats();
   out << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "

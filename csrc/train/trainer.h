@@ -42,6 +42,7 @@ struct IterationResult {
 
 struct EvalResult {
   double loss = 0, acc = 0, tokens = 0;
+  bool timed_out = false;  // stopped part-way for --exit-duration-in-mins (no loss then)
 };
 
 class Trainer {
@@ -93,6 +94,8 @@ class Trainer {
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
   void count_unusable_iteration(const IterationResult& r);
+  // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
+  bool out_of_time() const;
   // ConfigError unless the data covers the run from this position (trainer.cpp).
   void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const;
   void restore_checkpoint(ShardedCheckpointReader& ckpt);  // load_checkpoint's reading part

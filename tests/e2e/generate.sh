@@ -159,7 +159,7 @@ else fail "launch/run-inf.sh: rc=$rc $(cat "$tmp/inf.err")"; fi
 rc=0
 mpirun --oversubscribe -np 2 "$generate" --device cpu "${words[@]}" --load "$tmp/ckpt" --num-samples 1 \
   --genfile "$tmp/np2.json" >"$tmp/np2.out" 2>"$tmp/np2.err" || rc=$?
-n=$(grep -c '^trident-generate: error: --tensor-model-parallel-size 1: the launcher started 2 processes' "$tmp/np2.err")
+n=$(grep -c '^trident-generate: error: --tensor-model-parallel-size 1: the job has 2 processes' "$tmp/np2.err")
 [[ $rc -ne 0 && $n -eq 1 && ! -e $tmp/np2.json && ! -s $tmp/np2.out ]] &&
   ok "mpirun -np 2 without tp 2: one error line, nothing written" || fail "mpirun -np 2: rc=$rc $(cat "$tmp/np2.err")"
 # Tensor-parallel decoding (each rank holds half the heads, MLP columns and vocabulary): the

@@ -70,13 +70,30 @@ expect_error "--genfile: $tmp/no/dir/g.json: no directory $tmp/no/dir" --genfile
 expect_error "--num-layers: expected" --prompt hi --num-layers two
 # One process per tensor-parallel rank: a lone process with --tensor-model-parallel-size 4
 # is one line saying so (e2e_generate runs tp 2 under mpirun); no pipeline parallelism.
-expect_error "--tensor-model-parallel-size 4: the launcher started 1 processes" --prompt hi \
+expect_error "--tensor-model-parallel-size 4: the job has 1 process;" --prompt hi \
   --tensor-model-parallel-size 4
 expect_error "--pipeline-model-parallel-size 2: trident-generate splits a model by tensor parallelism only" \
   --prompt hi --pipeline-model-parallel-size 2
 expect_error "--tokenizer-type BertWordPieceLowerCase: trident-generate reads GPT2BPETokenizer" --prompt hi \
   --tokenizer-type BertWordPieceLowerCase
 [[ -z $(ls -A "$tmp/outdir") ]] && ok "no output file left behind" || fail "left behind: $(ls -A "$tmp/outdir")"
+
+# Started as one of N > 1 processes by a launcher without MPI (the variables srun and
+# mpirun_rsh set): rank 0 says so in one line before anything else, the others exit 2
+# silently. (Under mpirun, e2e_generate.)
+for launcher in "SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=0" "MV2_COMM_WORLD_SIZE=4 MV2_COMM_WORLD_RANK=0"; do
+  read -r -a launcher_env <<<"$launcher"
+  env "${launcher_env[@]}" "$generate" "${base[@]}" --prompt hi --sample-output-file "$tmp/outdir/s.json" \
+    >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  [[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $tmp/outdir/s.json ]] &&
+    grep -q '^trident-generate: error: the launcher started 4 processes without MPI' "$tmp/err" &&
+    ok "$launcher: $(cat "$tmp/err")" || fail "$launcher: rc=$rc $(cat "$tmp/err")"
+done
+rc=0
+env SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=3 "$generate" "${base[@]}" --prompt hi >"$tmp/out" 2>"$tmp/err" || rc=$?
+[[ $rc -eq 2 && ! -s $tmp/err && ! -s $tmp/out ]] && ok "rank 3 of 4: exit 2, nothing printed" ||
+  fail "rank 3 of 4: rc=$rc, $(cat "$tmp/err")"
 
 echo "generate flag cases failing: $fails"
 ((fails == 0))

@@ -69,7 +69,7 @@ TEST(BatchRampup, MatchesTheReferenceEverywhere) {
     uint64_t samples;
     int64_t global;
   };
-  for (const Case& c : std::vector<Case>{{16, 16, 1000, 64}, {2, 2, 12, 8}, {32, 32, 3000000, 1536}, {8, 8, 0, 16},
+  for (const Case& c : std::vector<Case>{{16, 16, 1000, 64}, {2, 2, 12, 8}, {32, 32, 3000000, 1536}, {8, 8, 1, 16},
                                           {4, 4, 7, 32}}) {
     const BatchRampup r = make(c.start, c.incr, c.samples, c.global);
     for (uint64_t x = 0; x <= c.samples + 2 * c.global; ++x)
@@ -104,6 +104,9 @@ TEST(BatchRampup, FromTheFlags) {
             "--rampup-batch-size: cannot parse 'x' as a number");
   EXPECT_EQ(error_of(with({"--rampup-batch-size", "0", "16", "1000"})),
             "--rampup-batch-size: START and INCR must be positive");
+  // SAMPLES 0 would divide by zero (Megatron's ZeroDivisionError).
+  EXPECT_EQ(error_of(with({"--rampup-batch-size", "16", "16", "0"})),
+            "--rampup-batch-size: SAMPLES must be positive");
   EXPECT_EQ(error_of(with({"--rampup-batch-size", "64", "16", "1000"})),
             "--rampup-batch-size: START (64) must be below --global-batch-size (64)");
   EXPECT_EQ(error_of(with({"--rampup-batch-size", "16", "32", "1000"})),

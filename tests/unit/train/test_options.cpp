@@ -435,6 +435,14 @@ TEST(Options, DataPathsTakeWordListsAndReplaceEachOther) {
   std::filesystem::remove(yaml2);
 }
 
+TEST(Options, DistributedOptimizerOnTheCommandLineReplacesTheConfigsZeroStage) {
+  const std::string yaml = write_yaml("zero_stage", "zero-stage: 0\n");
+  EXPECT_EQ(parse({"--config", yaml, "--use-distributed-optimizer"}).zero_stage, 1);
+  EXPECT_EQ(parse({"--config", yaml}).zero_stage, 0);
+  EXPECT_NE(error_of({"--zero-stage", "0", "--use-distributed-optimizer"}).find("contradicts"), std::string::npos);
+  std::filesystem::remove(yaml);
+}
+
 TEST(Options, ContradictionsWithinOneSourceStayErrors) {
   EXPECT_NE(must_fail({"--config", kTinyConfig, "--train-iters", "10", "--train-samples", "100"}).find(
                 "mutually exclusive"),

@@ -381,6 +381,28 @@ TEST(TrainerExit, ExitDurationStopsAfterTheIterationAndSaves) {
   fs::remove_all(dir);
 }
 
+// As Megatron, an evaluation checks the time after every batch: out of time, the run stops
+// there (and saves) without the evaluation's line.
+TEST(TrainerExit, ExitDurationStopsDuringTheEvaluation) {
+  const fs::path dir = fresh_temp_dir("exit_duration_eval");
+  TrainOptions o = tiny_options();
+  o.exit_duration_in_mins = 1e-12;
+  o.eval_interval = 1;
+  o.eval_iters = 3;
+  o.save = dir.string();
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  tr.set_evaluation_data(std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed + 1),
+                         nullptr);
+  tr.train();
+  EXPECT_EQ(tr.iteration(), 1);
+  EXPECT_TRUE(has(log.str(), "trident: exiting during the evaluation at iteration 1 after ")) << log.str();
+  EXPECT_FALSE(has(log.str(), "validation loss")) << log.str();
+  EXPECT_TRUE(fs::is_directory(iteration_dir(dir, 1))) << "the stop saves a checkpoint";
+  fs::remove_all(dir);
+}
+
 TEST(TrainerCheckpoint, MissingLoadDirectoryStartsFromScratch) {
   const fs::path dir = fresh_temp_dir("missing");
   TrainOptions o = tiny_options();
