@@ -385,6 +385,10 @@ void Trainer::train() {
   const ModelConfig& m = opt_.model;
   const GridShape& g = par_->grid.shape;
   std::ostream& out = *out_;
+  auto say_out_of_time = [&](const std::string& when) {
+    out << "trident: exiting " << when << " after " << minutes_since_start() << " minutes (--exit-duration-in-mins)"
+        << std::endl;
+  };
   out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", zero stage "
       << opt_.zero_stage << ", " << full_micro_batches_ << " micro-batches of " << opt_.micro_batch_size
       << " per iteration";
@@ -479,8 +483,7 @@ void Trainer::train() {
     if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0) {
       const EvalResult e = evaluate(*valid_, consumed_valid_samples_, opt_.eval_iters);
       if (e.timed_out) {
-        out << "trident: exiting during the evaluation at iteration " << iteration_ << " after "
-            << minutes_since_start() << " minutes (--exit-duration-in-mins)" << std::endl;
+        say_out_of_time("during the evaluation at iteration " + std::to_string(iteration_));
         break;
       }
       log_evaluation("iteration " + std::to_string(iteration_), e);
@@ -492,8 +495,7 @@ void Trainer::train() {
       break;
     }
     if (out_of_time()) {
-      out << "trident: exiting at iteration " << iteration_ << " after " << minutes_since_start()
-          << " minutes (--exit-duration-in-mins)" << std::endl;
+      say_out_of_time("at iteration " + std::to_string(iteration_));
       break;
     }
     if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && iteration_ < opt_.train_iters) {
@@ -509,8 +511,7 @@ void Trainer::train() {
   const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
     const EvalResult e = evaluate(data, first, opt_.eval_iters);
     if (e.timed_out)
-      out << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
-          << " minutes (--exit-duration-in-mins)" << std::endl;
+      say_out_of_time("during the evaluation " + where);
     else
       log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e);
     return !e.timed_out;

@@ -75,7 +75,7 @@ struct TrainedRun {
 TrainedRun train(const TrainOptions& o) {
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   tr.train();
   return TrainedRun{tr.history(), log.str(), tr.consumed_samples(), tr.scheduler_samples()};
 }
@@ -288,7 +288,7 @@ TEST(TrainerNan, InfiniteGradientNormsStopAnUnscaledRun) {
     o.max_nan_iterations = 2;
     auto be = make_cpu_backend();
     std::ostringstream log;
-    Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+    Trainer tr(o, *be, synthetic_tokens(o), log);
     try {
       tr.train();
       ADD_FAILURE() << dtype_name(dtype) << ": the run did not stop";
@@ -392,9 +392,8 @@ TEST(TrainerExit, ExitDurationStopsDuringTheEvaluation) {
   o.save = dir.string();
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
-  tr.set_evaluation_data(std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed + 1),
-                         nullptr);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
+  tr.set_evaluation_data(synthetic_tokens(o, 1), nullptr);
   tr.train();
   EXPECT_EQ(tr.iteration(), 1);
   EXPECT_TRUE(has(log.str(), "trident: exiting during the evaluation at iteration 1 after ")) << log.str();
@@ -411,7 +410,7 @@ TEST(TrainerCheckpoint, MissingLoadDirectoryStartsFromScratch) {
   o.load = (dir / "nowhere").string();
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   EXPECT_FALSE(tr.load_checkpoint());
   EXPECT_EQ(log.str(), "trident: warning: --load " + o.load +
                            " does not exist; no checkpoint loaded, starting from scratch\n");
@@ -420,7 +419,7 @@ TEST(TrainerCheckpoint, MissingLoadDirectoryStartsFromScratch) {
   // A path that exists but is not a directory is still an error.
   std::ofstream(dir / "file") << "x";
   o.load = (dir / "file").string();
-  Trainer bad(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer bad(o, *be, synthetic_tokens(o), log);
   try {
     bad.load_checkpoint();
     ADD_FAILURE() << "a file loaded as a checkpoint directory";
@@ -433,7 +432,7 @@ TEST(TrainerCheckpoint, MissingLoadDirectoryStartsFromScratch) {
 uint64_t loaded_scheduler_samples(const TrainOptions& o, uint64_t* consumed) {
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   EXPECT_TRUE(tr.load_checkpoint()) << log.str();
   *consumed = tr.consumed_samples();
   return tr.scheduler_samples();
@@ -466,7 +465,7 @@ TEST(TrainerCheckpoint, SchedulerPositionIsSavedAndRestored) {
 TrainedRun resume(const TrainOptions& o) {
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   EXPECT_TRUE(tr.load_checkpoint()) << log.str();
   tr.train();
   return TrainedRun{tr.history(), log.str(), tr.consumed_samples(), tr.scheduler_samples()};
@@ -517,7 +516,7 @@ nlohmann::json saved_scheduler(const fs::path& dir, int64_t iteration) {
 std::string load_error(const TrainOptions& o) {
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   try {
     tr.load_checkpoint();
   } catch (const ConfigError& e) {

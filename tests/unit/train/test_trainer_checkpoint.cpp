@@ -39,7 +39,7 @@ using namespace testing;  // trainer_test_util.h
 void train(const TrainOptions& o) {
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   tr.train();
 }
 
@@ -48,7 +48,7 @@ void train(const TrainOptions& o) {
 std::string load(const TrainOptions& o, std::string* log_out = nullptr) {
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   std::string result;
   try {
     result = tr.load_checkpoint() ? std::to_string(tr.iteration()) : "-1";
@@ -117,9 +117,8 @@ TEST(TrainerCheckpoint, DataMustCoverTheResumedRun) {
   {
     auto be = make_cpu_backend();
     std::ostringstream log;
-    Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
-    tr.set_evaluation_data(std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed + 1),
-                           nullptr);
+    Trainer tr(o, *be, synthetic_tokens(o), log);
+    tr.set_evaluation_data(synthetic_tokens(o, 1), nullptr);
     tr.train();
     ASSERT_EQ(tr.iteration(), 5);
   }
@@ -133,11 +132,8 @@ TEST(TrainerCheckpoint, DataMustCoverTheResumedRun) {
   auto resumed = [&](uint64_t train_samples, uint64_t valid_samples) {
     auto be = make_cpu_backend();
     std::ostringstream log;
-    Trainer tr(o, *be,
-               std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed, train_samples), log);
-    tr.set_evaluation_data(
-        std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed + 1, valid_samples),
-        nullptr);
+    Trainer tr(o, *be, synthetic_tokens(o, 0, train_samples), log);
+    tr.set_evaluation_data(synthetic_tokens(o, 1, valid_samples), nullptr);
     try {
       tr.load_checkpoint();
       tr.train();
@@ -184,7 +180,7 @@ TEST(TrainerCheckpoint, FloatRunResumesFromTheMasterWeightsOfA16BitCheckpoint) {
     o.finetune = finetune;
     auto be = make_cpu_backend();
     std::ostringstream log;
-    Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+    Trainer tr(o, *be, synthetic_tokens(o), log);
     ASSERT_TRUE(tr.load_checkpoint()) << log.str();
     const ParamStore& P = tr.model().params();
     int64_t elements = 0, rounded = 0, differ = 0;
@@ -249,7 +245,7 @@ TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
   o.exit_interval = 20;
   auto be = make_cpu_backend();
   std::ostringstream log;
-  Trainer tr(o, *be, std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed), log);
+  Trainer tr(o, *be, synthetic_tokens(o), log);
   ASSERT_TRUE(tr.load_checkpoint());
   tr.train();
   EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{15, 20, 25, 30}));

@@ -1,12 +1,16 @@
-// Shared by the trainer's tests: a tiny model's options and scratch directories.
+// Shared by the trainer's tests: a tiny model's options, its synthetic tokens and scratch
+// directories.
 #pragma once
 
 #include <unistd.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "train/options.h"
+#include "train/synthetic_data.h"
 
 namespace trident {
 namespace testing {
@@ -34,6 +38,13 @@ inline TrainOptions tiny_options() {
   o.log_interval = 1;
   o.seed = 1234;
   return o;
+}
+
+// Synthetic tokens for `o`'s model from seed o.seed + seed_offset (the trainer's tests train
+// on offset 0 and evaluate on 1), `samples` of them (unbounded by default).
+inline std::unique_ptr<SampleSource> synthetic_tokens(const TrainOptions& o, uint64_t seed_offset = 0,
+                                                      uint64_t samples = UINT64_MAX) {
+  return std::make_unique<SyntheticSource>(o.model.vocab_size, o.model.seq_length, o.seed + seed_offset, samples);
 }
 
 inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
