@@ -346,34 +346,27 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
   std::map<std::string, std::vector<std::string>> cli_words;  // word-list flag -> its words
   std::optional<std::string> config_path;
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) == 0) {
-      const size_t eq = a.find('=');
-      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      if (is_word_list(name)) {
-        if (cli_words.count(name)) throw ConfigError("--" + name + " given twice: give its words once");
-        std::vector<std::string>& words = cli_words[name];
-        if (eq != std::string::npos) words.push_back(a.substr(eq + 1));
-        else
-          while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) words.push_back(argv[++i]);
-        if (words.empty()) throw ConfigError("--" + name + ": expected a prefix");
-        continue;
-      }
-    }
-    if (a == "--config" && i + 1 < argc) {
-      take_config_path(config_path, argv[++i]);
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) != 0) {  // a value
+      rest.push_back(a);
       continue;
     }
-    if (a.rfind("--config=", 0) == 0) {
-      take_config_path(config_path, a.substr(9));
-      continue;
+    const size_t eq = a.find('=');
+    const std::string name = megatron_spelling(a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
+    const std::optional<std::string> value =
+        eq == std::string::npos ? std::nullopt : std::optional<std::string>(a.substr(eq + 1));
+    if (is_word_list(name)) {
+      if (cli_words.count(name)) throw ConfigError("--" + name + " given twice: give its words once");
+      std::vector<std::string>& words = cli_words[name];
+      if (value) words.push_back(*value);
+      else
+        while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) words.push_back(argv[++i]);
+      if (words.empty()) throw ConfigError("--" + name + ": expected a prefix");
+    } else if (name == "config" && (value || i + 1 < argc)) {
+      take_config_path(config_path, value ? *value : argv[++i]);
+    } else {  // Megatron-LM's other spellings of a flag become the flag list's
+      rest.push_back("--" + name + (value ? "=" + *value : ""));
     }
-    if (a.rfind("--", 0) == 0) {  // Megatron-LM's other spellings of a flag
-      const size_t eq = a.find('=');
-      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      a = "--" + megatron_spelling(name) + (eq == std::string::npos ? "" : a.substr(eq));
-    }
-    rest.push_back(a);
   }
   std::set<std::string> cli_flags = flag_names(rest);
   for (const auto& [flag, words] : cli_words) cli_flags.insert(flag);
