@@ -561,7 +561,8 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   dc.vocab_size = opt.model.vocab_size;
   TrainValidTest sets = build_datasets_rank0_first(dc, parallel);
   if (!parallel || parallel->world_rank() == 0)
-    for (const std::string& w : sets.warnings) std::cerr << "trident: warning: " << w << std::endl;
+    for (const std::string& w : sets.warnings)  // one write a line: mpirun interleaves the ranks' output by writes
+      std::cerr << ("trident: warning: " + w + "\n") << std::flush;
   if (!sets.train && !opt.data_path.empty()) throw ConfigError("--split: the training split of --data-path is empty");
   if (!sets.train && !opt.train_data_path.empty()) throw ConfigError("--train-data-path: no training documents");
   if (!sets.train && use == DataUse::kTraining)
