@@ -4,12 +4,23 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "core/tensor.h"
 
 namespace trident {
 
 enum class ReduceOp { Sum, Max };
+
+// One point-to-point transfer of an exchange.
+struct P2pTransfer {
+  bool send = true;  // else receive into `tensor`
+  Tensor tensor;
+  int peer = 0;
+  // MpiComm matches messages on it (the pipeline keeps activations and gradients apart);
+  // NcclComm has no tags: between two ranks it pairs the transfers in the order posted.
+  int tag = 0;
+};
 
 class Comm {
  public:
@@ -21,12 +32,18 @@ class Comm {
   virtual void allgather(const Tensor& in, const Tensor& out) = 0;
   virtual void reduce_scatter(const Tensor& in, const Tensor& out) = 0;     // in = size x out, sum
   virtual void broadcast(const Tensor& t, int root) = 0;
-  virtual void send(const Tensor& t, int peer) = 0;
-  virtual void recv(const Tensor& t, int peer) = 0;
-  // Sends `out` to `send_peer` while receiving `in` from `recv_peer`. The pipeline's
-  // steady state uses it: two neighbours that both send first would otherwise deadlock.
-  virtual void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) = 0;
+  // Posts every transfer at once and returns when all are done (Megatron's
+  // batch_isend_irecv), so neighbours whose transfers cross, both sending first, do not
+  // deadlock. Buffers are all on the host or all on the device.
+  virtual void exchange(const std::vector<P2pTransfer>& transfers) = 0;
   virtual void barrier() = 0;
+
+  void send(const Tensor& t, int peer) { exchange({{true, t, peer}}); }
+  void recv(const Tensor& t, int peer) { exchange({{false, t, peer}}); }
+  // Sends `out` to `send_peer` while receiving `in` from `recv_peer`.
+  void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) {
+    exchange({{true, out, send_peer}, {false, in, recv_peer}});
+  }
 };
 
 // A group of one: reductions are identities, gathers are copies.

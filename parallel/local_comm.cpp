@@ -14,10 +14,8 @@ class LocalComm final : public Comm {
   void allgather(const Tensor& in, const Tensor& out) override { copy_host(in, out); }
   void reduce_scatter(const Tensor& in, const Tensor& out) override { copy_host(in, out); }
   void broadcast(const Tensor&, int) override {}
-  void send(const Tensor&, int) override { throw InternalError("LocalComm: send has no peer"); }
-  void recv(const Tensor&, int) override { throw InternalError("LocalComm: recv has no peer"); }
-  void sendrecv(const Tensor&, int, const Tensor&, int) override {
-    throw InternalError("LocalComm: sendrecv has no peer");
+  void exchange(const std::vector<P2pTransfer>& transfers) override {
+    if (!transfers.empty()) throw InternalError("LocalComm: a point-to-point transfer has no peer");
   }
   void barrier() override {}
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <vector>
 
 #include "core/error.h"
@@ -109,21 +110,25 @@ class MpiComm final : public Comm {
     broadcast_host(h, root);
     if (rank_ != root) unstage(t, h);
   }
-  void send(const Tensor& t, int peer) override {
-    if (!on_device(t)) return send_host(t, peer);
-    send_host(stage(a_, t, true), peer);
-  }
-  void recv(const Tensor& t, int peer) override {
-    if (!on_device(t)) return recv_host(t, peer);
-    const Tensor h = stage(a_, t, false);
-    recv_host(h, peer);
-    unstage(t, h);
-  }
-  void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) override {
-    if (!on_device(out, in)) return sendrecv_host(out, send_peer, in, recv_peer);
-    const Tensor ho = stage(a_, out, true), hi = stage(b_, in, false);
-    sendrecv_host(ho, send_peer, hi, recv_peer);
-    unstage(in, hi);
+  void exchange(const std::vector<P2pTransfer>& transfers) override {
+    const size_t n = transfers.size();
+    while (p2p_stages_.size() < n) p2p_stages_.emplace_back();
+    std::vector<Tensor> host(n);
+    std::vector<MPI_Request> requests(n);
+    for (size_t i = 0; i < n; ++i) {
+      const P2pTransfer& x = transfers[i];
+      host[i] = on_device(x.tensor) ? stage(p2p_stages_[i], x.tensor, x.send) : x.tensor;
+      TRIDENT_CHECK(host[i].nbytes() <= static_cast<size_t>(INT32_MAX), "MpiComm: a transfer of ",
+                    host[i].nbytes(), " bytes exceeds MPI's int count");
+      const int bytes = static_cast<int>(host[i].nbytes());
+      if (x.send)
+        MPI_CHECK(MPI_Isend(host[i].data, bytes, MPI_BYTE, x.peer, x.tag, comm_, &requests[i]));
+      else
+        MPI_CHECK(MPI_Irecv(host[i].data, bytes, MPI_BYTE, x.peer, x.tag, comm_, &requests[i]));
+    }
+    MPI_CHECK(MPI_Waitall(static_cast<int>(n), requests.data(), MPI_STATUSES_IGNORE));
+    for (size_t i = 0; i < n; ++i)
+      if (!transfers[i].send && on_device(transfers[i].tensor)) unstage(transfers[i].tensor, host[i]);
   }
   void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
 
@@ -156,17 +161,6 @@ class MpiComm final : public Comm {
   void broadcast_host(const Tensor& t, int root) {
     MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_));
   }
-  void send_host(const Tensor& t, int peer) {
-    MPI_CHECK(MPI_Send(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, peer, 0, comm_));
-  }
-  void recv_host(const Tensor& t, int peer) {
-    MPI_CHECK(MPI_Recv(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, peer, 0, comm_, MPI_STATUS_IGNORE));
-  }
-  void sendrecv_host(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) {
-    MPI_CHECK(MPI_Sendrecv(out.data, static_cast<int>(out.nbytes()), MPI_BYTE, send_peer, 0, in.data,
-                           static_cast<int>(in.nbytes()), MPI_BYTE, recv_peer, 0, comm_, MPI_STATUS_IGNORE));
-  }
-
   // ---- staging of device buffers --------------------------------------------------------
   static bool on_device(const Tensor& t) { return t.device != Device::Cpu; }
   static bool on_device(const Tensor& a, const Tensor& b) {
@@ -197,6 +191,7 @@ class MpiComm final : public Comm {
   int rank_ = 0, size_ = 1;
   std::vector<float> staging_;  // grow-only
   HostStage a_, b_;             // pinned copies of device buffers (first and second operand)
+  std::deque<HostStage> p2p_stages_;  // one per transfer of an exchange
 };
 
 #ifdef TRIDENT_MPI_CUDA_STAGING

@@ -131,28 +131,23 @@ class NcclComm final : public Comm {
     NCCL_CHECK(ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, comm_, stream_));
   }
 
-  void send(const Tensor& t, int peer) override {
-    if (on_host(t)) return host_->send(t, peer);
-    if (t.nbytes() == 0) return;
+  void exchange(const std::vector<P2pTransfer>& transfers) override {
+    if (transfers.empty()) return;
+    const bool host = on_host(transfers[0].tensor);
+    for (const P2pTransfer& x : transfers)
+      TRIDENT_CHECK(on_host(x.tensor) == host, "NcclComm: an exchange with buffers on the host and on the GPU");
+    if (host) return host_->exchange(transfers);
     Ordered o(*this);
-    NCCL_CHECK(ncclSend(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
-  }
-
-  void recv(const Tensor& t, int peer) override {
-    if (on_host(t)) return host_->recv(t, peer);
-    if (t.nbytes() == 0) return;
-    Ordered o(*this);
-    NCCL_CHECK(ncclRecv(t.data, t.nbytes(), ncclUint8, peer, comm_, stream_));
-  }
-
-  void sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer) override {
-    if (on_host(out, in)) return host_->sendrecv(out, send_peer, in, recv_peer);
-    Ordered o(*this);
-    // One group: NCCL posts both before waiting on either, so two neighbours that both
-    // send first do not deadlock.
+    // One group: NCCL posts every transfer before waiting on any. Between two ranks it pairs
+    // sends and receives in the order posted (no tags).
     NCCL_CHECK(ncclGroupStart());
-    if (out.nbytes() > 0) NCCL_CHECK(ncclSend(out.data, out.nbytes(), ncclUint8, send_peer, comm_, stream_));
-    if (in.nbytes() > 0) NCCL_CHECK(ncclRecv(in.data, in.nbytes(), ncclUint8, recv_peer, comm_, stream_));
+    for (const P2pTransfer& x : transfers) {
+      if (x.tensor.nbytes() == 0) continue;
+      if (x.send)
+        NCCL_CHECK(ncclSend(x.tensor.data, x.tensor.nbytes(), ncclUint8, x.peer, comm_, stream_));
+      else
+        NCCL_CHECK(ncclRecv(x.tensor.data, x.tensor.nbytes(), ncclUint8, x.peer, comm_, stream_));
+    }
     NCCL_CHECK(ncclGroupEnd());
   }
 

@@ -75,7 +75,8 @@ int train(int argc, char** argv) {
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
   if (!opt.load.empty()) trainer.load_checkpoint();
   trainer.train();
-  if (!opt.save_canonical.empty()) save_canonical_params(trainer.model(), trainer.parallel(), opt.save_canonical);
+  if (!opt.save_canonical.empty())
+    save_canonical_params(trainer.model(), trainer.parallel(), opt.virtual_pipeline_chunks(), opt.save_canonical);
   return 0;
 }
 

@@ -124,6 +124,7 @@ json metadata_to_json(const CheckpointMetadata& m) {
   j["consumed_samples"] = m.consumed_samples;
   j["model"] = model_config_to_json(m.model);
   j["layout"] = {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"zero_stage", m.layout.zero_stage}};
+  if (m.layout.virtual_pipeline_chunks > 1) j["layout"]["virtual_pipeline_chunks"] = m.layout.virtual_pipeline_chunks;
   j["trainer_state"] = m.trainer_state.is_null() ? json::object() : m.trainer_state;
   json files = json::array();
   for (const auto& f : m.files) files.push_back({{"path", f.path}, {"size", f.size}, {"xxh3", f.xxh3}});
@@ -147,11 +148,18 @@ CheckpointMetadata metadata_from_json(const json& j, const std::string& source) 
   m.model = model_config_from_json(f.object("model"), source);
   {
     Fields l{f.object("layout"), "layout.", source};
-    l.no_unknown({"tp", "pp", "dp", "zero_stage"});
+    l.no_unknown({"tp", "pp", "dp", "zero_stage", "virtual_pipeline_chunks"});
     m.layout.tp = static_cast<int>(l.integer("tp", 1, kIntMax));
     m.layout.pp = static_cast<int>(l.integer("pp", 1, kIntMax));
     m.layout.dp = static_cast<int>(l.integer("dp", 1, kIntMax));
     m.layout.zero_stage = static_cast<int>(l.integer("zero_stage", 0, 3));
+    if (l.j.contains("virtual_pipeline_chunks")) {
+      m.layout.virtual_pipeline_chunks = static_cast<int>(l.integer("virtual_pipeline_chunks", 1, kIntMax));
+      if (m.model.num_layers % (m.layout.pp * m.layout.virtual_pipeline_chunks) != 0)
+        l.fail("virtual_pipeline_chunks", "pp x " + std::to_string(m.layout.virtual_pipeline_chunks) +
+                                              " does not divide model.num_layers (" +
+                                              std::to_string(m.model.num_layers) + ")");
+    }
     if (m.model.num_attention_heads % m.layout.tp != 0)
       l.fail("tp", "value " + std::to_string(m.layout.tp) + " does not divide model.num_attention_heads (" +
                        std::to_string(m.model.num_attention_heads) + ")");

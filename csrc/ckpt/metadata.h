@@ -4,7 +4,7 @@
 //   "format": "trident-checkpoint", "format_version": 1,
 //   "iteration": 100, "consumed_samples": 12800,
 //   "model": {every ModelConfig field; "dtype": "fp32" | "fp16" | "bf16"},
-//   "layout": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 1},
+//   "layout": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 1},  (+ "virtual_pipeline_chunks": N when N > 1)
 //   "trainer_state": {...opaque: RNG, loss scaler, scheduler, data order...},
 //   "files": [{"path": "mp_rank_00/model.safetensors", "size": 123, "xxh3": "16 hex digits"}, ...]
 // }
@@ -28,6 +28,9 @@ inline constexpr int kCheckpointFormatVersion = 1;
 struct ParallelLayout {
   int tp = 1, pp = 1, dp = 1;
   int zero_stage = 0;
+  // Model chunks per pipeline stage (interleaved schedule): they decide which stage holds
+  // which layers (pipeline_chunk_layers). Written only when above 1.
+  int virtual_pipeline_chunks = 1;
   bool operator==(const ParallelLayout&) const = default;
 };
 

@@ -157,8 +157,10 @@ const ParamSpec& ShardedCheckpointReader::spec(const std::string& name) const {
 bool ShardedCheckpointReader::stage_may_hold(int pp_rank, const ParamSpec& s) const {
   const int pp = meta_.layout.pp;
   if (pp_rank < 0 || pp_rank >= pp) return false;
-  const LayerRange layers = pipeline_layer_range(meta_.model.num_layers, pp, pp_rank);
-  return stage_holds(s, layers.begin, layers.end, pp_rank == 0, pp_rank == pp - 1);
+  if (s.layer >= 0)
+    return pipeline_stage_of_layer(meta_.model.num_layers, pp, meta_.layout.virtual_pipeline_chunks, s.layer) ==
+           pp_rank;
+  return stage_holds(s, 0, 0, pp_rank == 0, pp_rank == pp - 1);
 }
 
 // The files of `kind` that may hold elements `need` of `s`, most preferred first.

@@ -41,8 +41,8 @@ std::map<std::string, std::string> rank_file_metadata(int tp, int tp_rank, int p
 // tensor in it is read (then kept open). To read a tensor, the reader opens the files that
 // may hold it, in order of preference, until the elements asked for are covered: files
 // already open, then the files of the pipeline stage that holds the parameter (the writer's
-// layer split is pipeline_layer_range's), then those of the rank asked about; a file of
-// another TP rank is skipped when its slice holds none of them (file names say which rank
+// layer split: pipeline_chunk_layers at its pp and chunks), then those of the rank asked
+// about; a file of another TP rank is skipped when its slice holds none of them (file names say which rank
 // wrote them: rank_dir_name, optimizer_file_name). So at an unchanged layout each rank
 // opens only its own files, a corrupt file is reported by the ranks that need it alone, and
 // files written in any other way are still found (opened last).

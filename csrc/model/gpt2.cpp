@@ -42,9 +42,24 @@ struct Gpt2Model::Scratch {
   Buffer d_input;               // [BT, C] gradient of the stage input (non-first stages)
 };
 
+std::shared_ptr<ParamStore> make_stage_params(const ModelConfig& cfg, Backend& backend,
+                                              const std::vector<StageLayout>& chunks) {
+  TRIDENT_CHECK(!chunks.empty(), "make_stage_params: no layout");
+  const StageLayout& L = chunks.front();
+  auto holds = [&](const ParamSpec& s) {
+    for (const StageLayout& c : chunks)
+      if (stage_holds(s, c.layer_begin, c.layer_end < 0 ? cfg.num_layers : c.layer_end, c.first_stage, c.last_stage))
+        return true;
+    return false;
+  };
+  return std::make_shared<ParamStore>(backend, gpt2_param_specs(cfg, L.tp), L.tp, L.tp_rank, cfg.dtype,
+                                      L.fp32_grads ? DType::F32 : cfg.dtype, holds,
+                                      64 * static_cast<int64_t>(L.zero_shards), L.layer_grads_in_slots ? 2 : 0);
+}
+
 Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout& layout,
-                     int micro_batch, int activation_slots)
-    : cfg_(cfg), be_(backend), layout_(layout), B_(micro_batch), T_(cfg.seq_length) {
+                     int micro_batch, int activation_slots, std::shared_ptr<ParamStore> params)
+    : cfg_(cfg), be_(backend), layout_(layout), B_(micro_batch), T_(cfg.seq_length), params_(std::move(params)) {
   const int tp = layout_.tp;
   cfg_.validate(tp);
   if (layout_.layer_end < 0) layout_.layer_end = cfg_.num_layers;
@@ -58,10 +73,7 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   vocab_valid_ = std::max<int64_t>(0, std::min<int64_t>(Vl_, cfg_.vocab_size - vocab_start_));
 
   const StageLayout& L = layout_;
-  params_ = std::make_unique<ParamStore>(
-      be_, gpt2_param_specs(cfg_, tp), tp, L.tp_rank, cfg_.dtype, L.fp32_grads ? DType::F32 : cfg_.dtype,
-      [&L](const ParamSpec& s) { return stage_holds(s, L.layer_begin, L.layer_end, L.first_stage, L.last_stage); },
-      64 * static_cast<int64_t>(L.zero_shards), L.layer_grads_in_slots ? 2 : 0);
+  if (!params_) params_ = make_stage_params(cfg_, be_, {L});
 
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const DType dt = cfg_.dtype;

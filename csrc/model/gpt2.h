@@ -49,6 +49,13 @@ struct StageLayout {
   RecomputePlan recompute;
 };
 
+// The parameters of every model chunk a stage runs (one StageLayout each: the interleaved
+// pipeline gives a stage several), in one store, so the optimizer, the gradient reductions
+// and checkpoints see one flat buffer. tp, zero_shards, fp32_grads and layer_grads_in_slots
+// come from the first layout.
+std::shared_ptr<ParamStore> make_stage_params(const ModelConfig& cfg, Backend& backend,
+                                              const std::vector<StageLayout>& chunks);
+
 // One micro-batch: host token ids [B, T] and targets [B, T] (targets may be null on
 // stages that are not last; tokens may be null on stages that are not first).
 struct MicroBatch {
@@ -67,8 +74,10 @@ struct LossStats {
 class Gpt2Model {
  public:
   // `activation_slots`: micro-batches whose activations can be alive at once (pipeline).
+  // `params`: a store that holds this layout's parameters (make_stage_params), shared by the
+  // chunks of an interleaved stage; null: the model makes its own.
   Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout& layout, int micro_batch,
-            int activation_slots = 1);
+            int activation_slots = 1, std::shared_ptr<ParamStore> params = nullptr);
   ~Gpt2Model();
 
   ParamStore& params() { return *params_; }
@@ -127,7 +136,7 @@ class Gpt2Model {
   StageLayout layout_;
   int B_, T_, C_, Cl_, Fl_, Hl_;
   int64_t Vl_, vocab_start_, vocab_valid_;
-  std::unique_ptr<ParamStore> params_;
+  std::shared_ptr<ParamStore> params_;
   std::vector<std::unique_ptr<SlotActs>> slots_;
   // Recomputation: the activations of one group's layers (shared by all slots), and each
   // local layer's group [begin, end) (begin -1: the layer keeps its activations).

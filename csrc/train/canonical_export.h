@@ -12,7 +12,9 @@
 
 namespace trident {
 
-// Collective over the world: every rank calls it after the same iteration.
-void save_canonical_params(Gpt2Model& model, ParallelContext& parallel, const std::string& path);
+// Collective over the world: every rank calls it after the same iteration. `model` is the
+// stage's model (its params() hold all of the stage's), `pipeline_chunks` the model chunks
+// per stage of an interleaved pipeline (1 without).
+void save_canonical_params(Gpt2Model& model, ParallelContext& parallel, int pipeline_chunks, const std::string& path);
 
 }  // namespace trident

@@ -79,6 +79,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"device", "auto, cpu or cuda"},
       {"tensor-model-parallel-size", "tensor-parallel ranks (1)"},
       {"pipeline-model-parallel-size", "pipeline stages (1)"},
+      {"num-layers-per-virtual-pipeline-stage", "interleaved pipeline schedule: layers per model chunk, each stage "
+                                                "running --num-layers / (stages x this) chunks"},
+      {"num-virtual-stages-per-pipeline-rank", "interleaved pipeline schedule: model chunks per stage"},
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
       {"comm", "nccl or mpi (default: nccl with the CUDA backend when built with NCCL, else mpi)"},
       {"no-tf32", "fp32 GEMMs in plain fp32 instead of on TF32 tensor cores (CUDA)", true},
@@ -514,6 +517,8 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("device", o.device);
   f.get("tensor-model-parallel-size", o.tensor_model_parallel_size);
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
+  f.get("num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage);
+  f.get("num-virtual-stages-per-pipeline-rank", o.num_virtual_stages_per_pipeline_rank);
   f.get("zero-stage", o.zero_stage);
   // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
   // over data parallel and reduce-scatters the gradients: ZeRO stage 1.
@@ -756,10 +761,32 @@ std::string warmup_outlasts_decay(const TrainOptions& o) {
 
 }  // namespace
 
+int TrainOptions::virtual_pipeline_chunks() const {
+  if (num_virtual_stages_per_pipeline_rank > 0) return num_virtual_stages_per_pipeline_rank;
+  if (num_layers_per_virtual_pipeline_stage > 0)
+    return model.num_layers / (pipeline_model_parallel_size * num_layers_per_virtual_pipeline_stage);
+  return 1;
+}
+
 void validate_model_options(const TrainOptions& o) {
-  if (o.pipeline_model_parallel_size > o.model.num_layers)
-    throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(o.pipeline_model_parallel_size) +
-                      ") must not exceed --num-layers (" + std::to_string(o.model.num_layers) + ")");
+  const int P = o.pipeline_model_parallel_size, L = o.model.num_layers;
+  if (P > L)
+    throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(P) + ") must not exceed --num-layers (" +
+                      std::to_string(L) + ")");
+  const int per_chunk = o.num_layers_per_virtual_pipeline_stage, chunks = o.num_virtual_stages_per_pipeline_rank;
+  if (per_chunk != 0 || chunks != 0) {
+    const std::string flag = per_chunk != 0 ? "--num-layers-per-virtual-pipeline-stage"
+                                            : "--num-virtual-stages-per-pipeline-rank";
+    const int value = per_chunk != 0 ? per_chunk : chunks;
+    if (per_chunk != 0 && chunks != 0)
+      throw ConfigError("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
+                        "alternatives: give one");
+    if (value < 1) throw ConfigError(flag + " must be positive");
+    if (P == 1) throw ConfigError(flag + " needs --pipeline-model-parallel-size above 1");
+    if (L % (P * value) != 0)
+      throw ConfigError("--num-layers (" + std::to_string(L) + ") must be a multiple of --pipeline-model-parallel-size (" +
+                        std::to_string(P) + ") x " + flag + " (" + std::to_string(value) + ")");
+  }
   o.model.validate(o.tensor_model_parallel_size);
 }
 

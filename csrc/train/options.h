@@ -61,6 +61,12 @@ struct TrainOptions {
   std::string device = "auto";
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
+  // Interleaved pipeline (Megatron): each stage runs several model chunks.
+  // --num-layers-per-virtual-pipeline-stage N gives num_layers / (pp x N) chunks,
+  // --num-virtual-stages-per-pipeline-rank the count itself; 0: not given.
+  int num_layers_per_virtual_pipeline_stage = 0;
+  int num_virtual_stages_per_pipeline_rank = 0;
+  int virtual_pipeline_chunks() const;  // 1 without interleaving
   int zero_stage = 0;  // 1: optimizer state sharded over DP; 2: gradients too
   std::string comm;     // --comm: "nccl" or "mpi"; empty: nccl with the CUDA backend when built, else mpi
   bool no_tf32 = false;  // --no-tf32: fp32 GEMMs in plain fp32 instead of on TF32 tensor cores

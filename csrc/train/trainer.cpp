@@ -52,6 +52,36 @@ void add(LossStats& total, const LossStats& s) {
   total.tokens += s.tokens;
 }
 
+// This rank's model chunks (one without an interleaved pipeline): their layers, and which
+// holds the embeddings (the model's first chunk) and the final LayerNorm and LM head (its last).
+std::vector<StageLayout> stage_chunk_layouts(const TrainOptions& opt, ParallelContext& par) {
+  const ProcessGrid& grid = par.grid;
+  const GridShape& g = grid.shape;
+  const int chunks = opt.virtual_pipeline_chunks();
+  StageLayout base;
+  base.tp = g.tp;
+  base.tp_rank = grid.tp_rank;
+  base.tp_comm = par.tp.get();
+  base.zero_shards = opt.zero_stage > 0 ? g.dp : 1;
+  base.fp32_grads = opt.accumulate_allreduce_grads_in_fp32;
+  base.layer_grads_in_slots = opt.zero_stage == 2;
+  if (opt.recompute_granularity == "full") {
+    base.recompute.method = opt.recompute_method == "block" ? RecomputePlan::Method::kBlock
+                                                            : RecomputePlan::Method::kUniform;
+    base.recompute.num_layers = opt.recompute_num_layers;
+  }
+  std::vector<StageLayout> layouts;
+  for (const LayerRange& r : pipeline_chunk_layers(opt.model.num_layers, g.pp, grid.pp_rank, chunks)) {
+    StageLayout l = base;
+    l.layer_begin = r.begin;
+    l.layer_end = r.end;
+    l.first_stage = grid.first_stage() && layouts.empty();
+    l.last_stage = grid.last_stage() && static_cast<int>(layouts.size()) == chunks - 1;
+    layouts.push_back(l);
+  }
+  return layouts;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<SampleSource> train_data,
@@ -76,43 +106,53 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
                       std::to_string(opt_.micro_batch_size) + ") x data-parallel size (" + std::to_string(g.dp) + ")");
   check_data_covers_run(0, 0, 0);
   const ProcessGrid& grid = par_->grid;
-  const LayerRange layers = pipeline_layer_range(opt_.model.num_layers, g.pp, grid.pp_rank);
+  const int chunks = opt_.virtual_pipeline_chunks();
   full_micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
-  StageLayout layout;
-  layout.tp = g.tp;
-  layout.tp_rank = grid.tp_rank;
-  layout.tp_comm = par_->tp.get();
-  layout.layer_begin = layers.begin;
-  layout.layer_end = layers.end;
-  layout.first_stage = grid.first_stage();
-  layout.last_stage = grid.last_stage();
-  layout.zero_shards = opt_.zero_stage > 0 ? g.dp : 1;
-  layout.fp32_grads = opt_.accumulate_allreduce_grads_in_fp32;
-  layout.layer_grads_in_slots = opt_.zero_stage == 2;
-  if (opt_.recompute_granularity == "full") {
-    layout.recompute.method = opt_.recompute_method == "block" ? RecomputePlan::Method::kBlock
-                                                               : RecomputePlan::Method::kUniform;
-    layout.recompute.num_layers = opt_.recompute_num_layers;
-  }
-  // Sized for the full batch; a ramp-up's smaller batches use fewer of them.
-  activation_slots_ = pipeline_activation_slots(g.pp, grid.pp_rank, full_micro_batches_);
+  // The micro-batch counts of the run: the full batch's, and a ramp-up's smaller ones.
+  std::vector<int> micro_batch_counts = {full_micro_batches_};
+  for (int64_t b = rampup_.start; rampup_.ramps() && b < rampup_.global; b += rampup_.increment)
+    micro_batch_counts.push_back(static_cast<int>(b / per_micro_step));
+  if (chunks > 1)
+    for (int m : micro_batch_counts)
+      if (m % g.pp != 0)
+        throw ConfigError("the interleaved pipeline schedule (" + std::to_string(chunks) +
+                          " model chunks per stage) needs the micro-batches of every iteration to be a multiple of "
+                          "--pipeline-model-parallel-size (" + std::to_string(g.pp) + "): a global batch of " +
+                          std::to_string(m * per_micro_step) +
+                          (m == full_micro_batches_ ? " (--global-batch-size)" : " (--rampup-batch-size)") +
+                          " / (--micro-batch-size " + std::to_string(opt_.micro_batch_size) + " x data-parallel size " +
+                          std::to_string(g.dp) + ") = " + std::to_string(m));
+  const std::vector<StageLayout> layouts = stage_chunk_layouts(opt_, *par_);
+  // Activation slots for every batch size of the run and for evaluation.
+  activation_slots_.assign(chunks, 1);
+  auto need_slots = [&](const std::vector<PipeStep>& steps) {
+    const std::vector<int> n = pipeline_activation_slots(steps, chunks);
+    for (int c = 0; c < chunks; ++c) activation_slots_[c] = std::max(activation_slots_[c], n[c]);
+  };
+  for (int m : micro_batch_counts) need_slots(interleaved_schedule(g.pp, grid.pp_rank, chunks, m));
+  evaluation_steps_ = forward_only_schedule(g.pp, grid.pp_rank, chunks, full_micro_batches_);
+  need_slots(evaluation_steps_);
   set_micro_batches(full_micro_batches_);
   // Validates the model shape (heads and vocabulary against tp).
-  model_ = std::make_unique<Gpt2Model>(opt_.model, be_, layout, opt_.micro_batch_size, activation_slots_);
-  model_->set_dropout_seed(opt_.seed);
+  std::shared_ptr<ParamStore> params = make_stage_params(opt_.model, be_, layouts);
+  for (int c = 0; c < chunks; ++c)
+    chunks_.push_back(std::make_unique<Gpt2Model>(opt_.model, be_, layouts[c], opt_.micro_batch_size,
+                                                  activation_slots_[c], params));
+  set_dropout_seed(opt_.seed);
   if (opt_.recompute_granularity == "selective")
     *out_ << "trident: --recompute-granularity selective: the fused attention keeps no attention probabilities "
              "and recomputes them in its backward already; nothing else is recomputed"
           << std::endl;
-  model_->params().init(opt_.seed);
+  params->init(opt_.seed);
   AdamWConfig ac;
   ac.beta1 = opt_.adam_beta1;
   ac.beta2 = opt_.adam_beta2;
   ac.eps = opt_.adam_eps;
   ac.weight_decay = opt_.weight_decay;
   ac.clip_grad = opt_.clip_grad;
-  optimizer_ = std::make_unique<AdamWOptimizer>(be_, model_->params(), ac, par_->dp.get(), opt_.zero_stage);
-  model_->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
+  optimizer_ = std::make_unique<AdamWOptimizer>(be_, *params, ac, par_->dp.get(), opt_.zero_stage);
+  for (auto& chunk : chunks_)
+    chunk->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
   schedule_ = make_lr_schedule(opt_);
   wd_schedule_ = make_weight_decay_schedule(opt_);
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
@@ -174,62 +214,52 @@ void Trainer::reduce_loss_stats(LossStats& s) {
   s.tokens = v[2];
 }
 
-// Runs this stage's 1F1B steps for one global batch (with one stage: forward and
-// backward of each micro-batch in turn).
-LossStats Trainer::run_pipeline(float grad_scale) {
+// Runs `steps` (this stage's training schedule, or evaluation_steps_) over one global batch
+// of `micro_batches` micro-batches from sample `first_sample` of `data`.
+LossStats Trainer::run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
+                             uint64_t first_sample, bool training, float grad_scale) {
   const int B = opt_.micro_batch_size;
   const int dp = par_->grid.shape.dp, dp_rank = par_->grid.dp_rank;
-  const int prev = par_->grid.pp_rank - 1, next = par_->grid.pp_rank + 1;
-  Comm& pp = *par_->pp;
-  Gpt2Model& m = *model_;
-  const bool needs_data = m.layout().first_stage || m.layout().last_stage;
-  auto slot = [&](int mb) { return mb % activation_slots_; };
+  const int P = par_->grid.shape.pp, stage = par_->grid.pp_rank;
+  // With model chunks the stages form a ring (the last stage feeds the first's next chunk).
+  const int prev = (stage + P - 1) % P, next = (stage + 1) % P;
+  // Activations and gradients keep apart even when both neighbours are one rank (P = 2).
+  enum Tag { kActivations = 0, kGradients = 1 };
+  auto slot = [&](int chunk, int mb) { return mb % activation_slots_[chunk]; };
   LossStats total;
-  for (const PipeStep& st : schedule_steps_) {
-    const int mb = st.micro_batch;
+  std::vector<P2pTransfer> transfers;
+  for (const PipeStep& st : steps) {
+    Gpt2Model& m = *chunks_[st.chunk];
     switch (st.op) {
-      case PipeOp::RecvForward: pp.recv(m.stage_input(slot(mb)), prev); break;
       case PipeOp::Forward: {
         // Megatron's sampler: DP rank r takes slice [r B, (r + 1) B) of each B x dp block.
-        const uint64_t first = consumed_samples_ + (static_cast<uint64_t>(mb) * dp + dp_rank) * B;
-        if (needs_data) load_micro_batch(*data_, first);
-        m.forward(slot(mb), MicroBatch{tokens_.data(), targets_.data(), first}, true, grad_scale);
+        const uint64_t first = first_sample + (static_cast<uint64_t>(st.micro_batch) * dp + dp_rank) * B;
+        if (m.layout().first_stage || m.layout().last_stage) load_micro_batch(data, first);
+        m.forward(slot(st.chunk, st.micro_batch), MicroBatch{tokens_.data(), targets_.data(), first}, training,
+                  grad_scale);
         if (m.layout().last_stage) add(total, m.loss_stats());
         break;
       }
-      case PipeOp::SendForward: pp.send(m.stage_output(slot(mb)), next); break;
-      case PipeOp::SendForwardRecvBackward:
-        pp.sendrecv(m.stage_output(slot(mb)), next, m.output_grad(), next);
-        break;
-      case PipeOp::RecvBackward: pp.recv(m.output_grad(), next); break;
       case PipeOp::Backward:
-        optimizer_->begin_backward(mb == micro_batches_ - 1);  // backwards run in micro-batch order
-        m.backward(slot(mb));
+        // A chunk's backwards run in micro-batch order: its last one completes its gradients.
+        optimizer_->begin_backward(st.micro_batch == micro_batches - 1);
+        m.backward(slot(st.chunk, st.micro_batch));
         break;
-      case PipeOp::SendBackward: pp.send(m.input_grad(), prev); break;
-      case PipeOp::SendBackwardRecvForward:
-        pp.sendrecv(m.input_grad(), prev, m.stage_input(slot(st.other)), prev);
+      case PipeOp::Exchange:
+        transfers.clear();
+        for (const PipeTransfer& t : st.transfers) {
+          const Gpt2Model& c = *chunks_[t.chunk];
+          const int s = slot(t.chunk, t.micro_batch);
+          switch (t.kind) {
+            case TransferKind::SendForward: transfers.push_back({true, c.stage_output(s), next, kActivations}); break;
+            case TransferKind::RecvForward: transfers.push_back({false, c.stage_input(s), prev, kActivations}); break;
+            case TransferKind::SendBackward: transfers.push_back({true, c.input_grad(), prev, kGradients}); break;
+            case TransferKind::RecvBackward: transfers.push_back({false, c.output_grad(), next, kGradients}); break;
+          }
+        }
+        par_->pp->exchange(transfers);
         break;
     }
-  }
-  return total;
-}
-
-// Forward of one global batch through the pipeline without dropout or backward.
-LossStats Trainer::run_forward_only(const SampleSource& data, uint64_t first_sample) {
-  const int B = opt_.micro_batch_size;
-  const int dp = par_->grid.shape.dp, dp_rank = par_->grid.dp_rank;
-  const int prev = par_->grid.pp_rank - 1, next = par_->grid.pp_rank + 1;
-  Gpt2Model& m = *model_;
-  const StageLayout& L = m.layout();
-  LossStats total;
-  for (int mb = 0; mb < full_micro_batches_; ++mb) {  // evaluation batches are full ones
-    const uint64_t first = first_sample + (static_cast<uint64_t>(mb) * dp + dp_rank) * B;
-    if (!L.first_stage) par_->pp->recv(m.stage_input(0), prev);
-    if (L.first_stage || L.last_stage) load_micro_batch(data, first);
-    m.forward(0, MicroBatch{tokens_.data(), targets_.data(), first}, false, 0.0f);
-    if (L.last_stage) add(total, m.loss_stats());
-    if (!L.last_stage) par_->pp->send(m.stage_output(0), next);
   }
   return total;
 }
@@ -242,7 +272,8 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
   LossStats total;
   EvalResult r;
   for (int64_t i = 0; i < iterations; ++i) {
-    add(total, run_forward_only(data, first_sample + static_cast<uint64_t>(i) * opt_.global_batch_size));
+    add(total, run_steps(evaluation_steps_, full_micro_batches_, data,
+                         first_sample + static_cast<uint64_t>(i) * opt_.global_batch_size, false, 0.0f));
     // As Megatron, a long evaluation checks the time limit after every batch too.
     if (out_of_time()) {
       r.timed_out = true;
@@ -256,6 +287,10 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
   return r;
 }
 
+void Trainer::set_dropout_seed(uint64_t seed) {
+  for (auto& chunk : chunks_) chunk->set_dropout_seed(seed);
+}
+
 bool Trainer::out_of_time() const {
   // Megatron's rule: every rank stops once any rank has run out of time (an all-reduce MAX).
   return opt_.exit_duration_in_mins > 0 && any_rank(*par_, minutes_since_start() > opt_.exit_duration_in_mins);
@@ -264,7 +299,8 @@ bool Trainer::out_of_time() const {
 void Trainer::set_micro_batches(int micro_batches) {
   if (micro_batches == micro_batches_) return;
   micro_batches_ = micro_batches;
-  schedule_steps_ = one_f_one_b_schedule(par_->grid.shape.pp, par_->grid.pp_rank, micro_batches_);
+  schedule_steps_ =
+      interleaved_schedule(par_->grid.shape.pp, par_->grid.pp_rank, opt_.virtual_pipeline_chunks(), micro_batches_);
 }
 
 IterationResult Trainer::train_iteration() {
@@ -279,11 +315,11 @@ IterationResult Trainer::train_iteration() {
   // The loss is the mean over every target token of the global batch, times the scale.
   const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
   optimizer_->zero_grads();
-  LossStats total = run_pipeline(grad_scale);
+  LossStats total = run_steps(schedule_steps_, micro_batches_, *data_, consumed_samples_, true, grad_scale);
   // The tied word embedding's two copies (first and last stage) get the sum of both
   // gradients, so they stay equal.
   if (par_->grid.shape.pp > 1 && par_->embedding)
-    par_->embedding->allreduce(model_->params().grad("wte"), ReduceOp::Sum);
+    par_->embedding->allreduce(model().params().grad("wte"), ReduceOp::Sum);
   optimizer_->reduce_gradients();
   reduce_loss_stats(total);
   r.loss = total.loss_sum / total.tokens;
@@ -394,6 +430,11 @@ void Trainer::train() {
       << " per iteration";
   if (rampup_.ramps())
     out << " (ramping up from a global batch of " << rampup_.start << " over " << rampup_.samples << " samples)";
+  if (chunks_.size() > 1) {
+    const StageLayout& c = chunks_.front()->layout();
+    out << ", interleaved schedule: " << chunks_.size() << " model chunks of " << c.layer_end - c.layer_begin
+        << " layers per stage";
+  }
   out << std::endl;
   out << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
       << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "

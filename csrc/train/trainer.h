@@ -1,8 +1,8 @@
-// The training loop of one rank: its pipeline stage's 1F1B schedule over the micro-batches
-// of its data-parallel slice, the embedding-group and data-parallel gradient reductions,
-// loss scaling (fp16), global-norm clipping, AdamW (ZeRO-sharded when asked), Megatron's
-// LR schedule, periodic evaluation, the Megatron-style log line and TensorBoard scalars.
-// One process is the layout tp = pp = dp = 1.
+// The training loop of one rank: its pipeline stage's schedule (1F1B, or interleaved over
+// model chunks) over the micro-batches of its data-parallel slice, the embedding-group and
+// data-parallel gradient reductions, loss scaling (fp16), global-norm clipping, AdamW
+// (ZeRO-sharded when asked), Megatron's LR schedule, periodic evaluation, the Megatron-style
+// log line and TensorBoard scalars. One process is the layout tp = pp = dp = 1.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +62,9 @@ class Trainer {
   // no dropout and no effect on training state. Collective over all ranks.
   EvalResult evaluate(const SampleSource& data, uint64_t first_sample, int64_t iterations);
   const std::vector<IterationResult>& history() const { return history_; }
-  Gpt2Model& model() { return *model_; }
+  // The stage's model; with an interleaved pipeline its first chunk. Its params() hold
+  // every chunk's parameters.
+  Gpt2Model& model() { return *chunks_.front(); }
   ParallelContext& parallel() { return *par_; }
   int64_t iteration() const { return iteration_; }
   uint64_t consumed_samples() const { return consumed_samples_; }
@@ -88,8 +90,9 @@ class Trainer {
 
  private:
   void load_micro_batch(const SampleSource& data, uint64_t first_sample);
-  LossStats run_pipeline(float grad_scale);
-  LossStats run_forward_only(const SampleSource& data, uint64_t first_sample);
+  LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
+                      uint64_t first_sample, bool training, float grad_scale);
+  void set_dropout_seed(uint64_t seed);
   double global_grad_norm_sq();
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
@@ -99,7 +102,7 @@ class Trainer {
   // ConfigError unless the data covers the run from this position (trainer.cpp).
   void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const;
   void restore_checkpoint(ShardedCheckpointReader& ckpt);  // load_checkpoint's reading part
-  // The micro-batches of this rank's share of a global batch, and their 1F1B schedule.
+  // The micro-batches of this rank's share of a global batch, and their schedule.
   void set_micro_batches(int micro_batches);
 
   TrainOptions opt_;
@@ -110,9 +113,12 @@ class Trainer {
   std::unique_ptr<ParallelContext> own_parallel_;
   ParallelContext* par_;
   BatchRampup rampup_;
-  int micro_batches_ = 0, full_micro_batches_ = 1, activation_slots_ = 1;
+  int micro_batches_ = 0, full_micro_batches_ = 1;
+  std::vector<int> activation_slots_;  // per model chunk
   std::vector<PipeStep> schedule_steps_;
-  std::unique_ptr<Gpt2Model> model_;
+  std::vector<PipeStep> evaluation_steps_;  // forward only, of a full batch
+  // The stage's model chunks (one without an interleaved pipeline), sharing one ParamStore.
+  std::vector<std::unique_ptr<Gpt2Model>> chunks_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   LrSchedule schedule_;
   WeightDecaySchedule wd_schedule_;

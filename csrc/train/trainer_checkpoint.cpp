@@ -218,7 +218,7 @@ void Trainer::save_checkpoint() {
   const std::string rank_dir = rank_dir_name(grid.tp_rank, grid.pp_rank, grid.shape.pp);
   fs::create_directories(temp / rank_dir);
   const auto file_meta = rank_file_metadata(grid.shape.tp, grid.tp_rank, grid.pp_rank, grid.dp_rank);
-  const ParamStore& P = model_->params();
+  const ParamStore& P = model().params();
   std::ostringstream records;  // "path size xxh3" lines
   uint64_t bytes = 0;
   auto note = [&](const WrittenFile& w, const std::string& rel) {
@@ -257,7 +257,8 @@ void Trainer::save_checkpoint() {
     m.model = opt_.model;
     m.iteration = iteration_;
     m.consumed_samples = static_cast<int64_t>(consumed_samples_);
-    m.layout = ParallelLayout{grid.shape.tp, grid.shape.pp, grid.shape.dp, opt_.zero_stage};
+    m.layout = ParallelLayout{grid.shape.tp, grid.shape.pp, grid.shape.dp, opt_.zero_stage,
+                              opt_.virtual_pipeline_chunks()};
     std::istringstream in(all);
     FileRecord f;
     while (in >> f.path >> f.size >> f.xxh3) m.files.push_back(f);
@@ -273,7 +274,7 @@ void Trainer::save_checkpoint() {
       m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
                                         {"hysteresis_tracker", ls.hysteresis_tracker}};
     }
-    if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model_->dropout_seed();
+    if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
     write_metadata((temp / kMetadataFileName).string(), m);
   }
   float megabytes = static_cast<float>(bytes / 1e6);  // also the barrier before the commit
@@ -329,7 +330,9 @@ bool Trainer::load_checkpoint() {
   double gigabytes = 0;
   for (const FileRecord& f : m.files) gigabytes += static_cast<double>(f.size) / 1e9;
   *out_ << "trident: loaded checkpoint " << dir->string() << " (" << gigabytes << " GB, iteration " << m.iteration
-        << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << ")"
+        << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage
+        << (L.virtual_pipeline_chunks > 1 ? ", " + std::to_string(L.virtual_pipeline_chunks) + " model chunks a stage" : "")
+        << ")"
         << (loads_optimizer_state(opt_) ? "" : " without optimizer state (learning-rate schedule from step 0)")
         << (opt_.finetune ? " to fine-tune" : "") << " in " << s << " s (" << gigabytes / s << " GB/s on rank 0)"
         << std::endl;
@@ -371,7 +374,7 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
 
   const ProcessGrid& grid = par_->grid;
   const int tp = grid.shape.tp;
-  ParamStore& P = model_->params();
+  ParamStore& P = model().params();
   // The model files hold the parameters in the checkpoint's dtype; a run of another dtype
   // takes them from a 16-bit checkpoint's fp32 master weights instead, whenever it has them
   // (--finetune and --no-load-optim too): an fp32 run loading a 16-bit checkpoint would
@@ -418,7 +421,7 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
       }
     }
   }
-  if (load_rng) model_->set_dropout_seed(st[kRngStateKey].get<uint64_t>());
+  if (load_rng) set_dropout_seed(st[kRngStateKey].get<uint64_t>());
   last_saved_iteration_ = iteration_;
 }
 

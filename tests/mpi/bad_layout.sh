@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Impossible layouts, and an unusable --save (checked by rank 0 alone at startup): rank 0
+# Impossible layouts (the interleaved schedule's too), and an unusable --save (checked by rank 0 alone at startup): rank 0
 # prints one line naming the flags, every rank exits 2, no hang.
 set -u
 train=$1
@@ -29,6 +29,16 @@ check 3 --pipeline-model-parallel-size --pipeline-model-parallel-size 2
 check 4 --pipeline-model-parallel-size --pipeline-model-parallel-size 4  # 2 layers
 check 4 --global-batch-size --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 2
 check 2 --zero-stage --zero-stage 3
+# The interleaved schedule: it needs pipeline stages, layers that split into stages x
+# chunks, and micro-batches per iteration a multiple of the stages.
+check 2 "needs --pipeline-model-parallel-size above 1" --num-layers-per-virtual-pipeline-stage 1
+check 2 "--num-layers (2) must be a multiple of --pipeline-model-parallel-size (2) x --num-layers-per-virtual" \
+  --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+check 2 "are alternatives" --pipeline-model-parallel-size 2 --num-layers 8 --num-layers-per-virtual-pipeline-stage 2 \
+  --num-virtual-stages-per-pipeline-rank 2
+check 2 "micro-batches of every iteration to be a multiple of --pipeline-model-parallel-size (2)" \
+  --pipeline-model-parallel-size 2 --num-layers 8 --num-virtual-stages-per-pipeline-rank 2 --micro-batch-size 4 \
+  --global-batch-size 12
 : >"$tmp/afile"
 check 2 "--save: cannot create $tmp/afile/ck: $tmp/afile is not a directory" --save "$tmp/afile/ck"
 check 4 "--save: cannot create" --tensor-model-parallel-size 2 --save "$tmp/afile/ck/deeper"

@@ -5,7 +5,8 @@
 # 1e-5 relative; with --params, the final parameters too, to 1e-4
 # (canonical full tensors written by --save-canonical and compared by compare_params.py).
 # Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] LAYOUT...
-#   LAYOUT is tp:pp:dp[:zero], e.g. 2:2:2:1 is tp2 x pp2 x dp2 with ZeRO-1 on 8 ranks.
+#   LAYOUT is tp:pp:dp[:zero[:layers per virtual stage]], e.g. 2:2:2:1 is tp2 x pp2 x dp2 with
+#   ZeRO-1 on 8 ranks, and 1:2:1:0:2 pp2 with the interleaved schedule, chunks of 2 layers.
 set -euo pipefail
 train=$1
 repo=$2
@@ -38,14 +39,19 @@ n_losses=$((iters + iters / 5 + 2))  # training, validation every 5 (the last it
 [[ $(wc -l <"$tmp/serial.txt") -eq $n_losses ]]
 fails=0
 for layout in "$@"; do
-  IFS=: read -r tp pp dp zero <<<"$layout"
+  IFS=: read -r tp pp dp zero vpp <<<"$layout"
   zero=${zero:-0}
   np=$((tp * pp * dp))
   tag="tp$tp pp$pp dp$dp zero$zero ($np ranks)"
+  interleave=()
+  if [[ -n ${vpp:-} ]]; then
+    interleave=(--num-layers-per-virtual-pipeline-stage "$vpp")
+    tag="tp$tp pp$pp (interleaved, $vpp layers a chunk) dp$dp zero$zero ($np ranks)"
+  fi
   rm -f "$tmp/par.safetensors"
   if ! timeout 300 mpirun --oversubscribe -np "$np" --bind-to none "$train" "${args[@]}" \
       --tensor-model-parallel-size "$tp" --pipeline-model-parallel-size "$pp" --zero-stage "$zero" \
-      ${params:+"${params[@]}" "$tmp/par.safetensors"} >"$tmp/par.log" 2>"$tmp/par.err"; then
+      ${interleave:+"${interleave[@]}"} ${params:+"${params[@]}" "$tmp/par.safetensors"} >"$tmp/par.log" 2>"$tmp/par.err"; then
     echo "FAIL $tag: run failed"; cat "$tmp/par.err"; fails=$((fails + 1)); continue
   fi
   losses "$tmp/par.log" >"$tmp/par.txt"

@@ -73,6 +73,21 @@ TEST(Metadata, RoundTripEveryField) {
   EXPECT_EQ(j["model"]["dtype"], "bf16");
   EXPECT_EQ(j["layout"]["zero_stage"], 1);
   EXPECT_EQ(j["files"][0]["xxh3"], "0123456789abcdef");
+  EXPECT_FALSE(j["layout"].contains("virtual_pipeline_chunks"));  // older readers still read plain layouts
+}
+
+TEST(Metadata, InterleavedLayoutRoundTrips) {
+  ScratchDir d;
+  const std::string path = d / kMetadataFileName;
+  CheckpointMetadata m = sample();
+  m.model.num_layers = 8;
+  m.layout = ParallelLayout{1, 2, 1, 0, 2};
+  write_metadata(path, m);
+  EXPECT_EQ(json::parse(slurp(path))["layout"]["virtual_pipeline_chunks"], 2);
+  EXPECT_EQ(read_metadata(path).layout, m.layout);
+  m.layout.virtual_pipeline_chunks = 3;  // 2 stages x 3 chunks do not divide 8 layers
+  write_metadata(path, m);
+  expect_io_error([&] { read_metadata(path); }, {path, "layout.virtual_pipeline_chunks", "num_layers (8)"});
 }
 
 struct Bad {
