@@ -310,7 +310,9 @@ fi
 # ---- the same in bf16 with the fastest attention tiles of the kernel table ------------------
 # trident-bench --kernels prints "fastest attention tiles, D<head dim>: VAR=value ..." (or
 # "defaults"); each config whose head dim has non-default tiles trains once more with them,
-# so that one run measures what making them the defaults (AttnTiles) would give.
+# so that one run measures what making them the defaults (AttnTiles) would give. Before the
+# kernels never yet run on a GPU (wgmma, atomic dQ) it prints the same "without wgmma and
+# atomic dQ": the choice when the bench died among those (the last of the lines wins).
 tuned_lines=()
 largest_tiles=""
 # A variant that failed its GPU test still times: say so beside its figures.
@@ -326,14 +328,18 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
     hidden=$(sed -nE 's/^hidden-size: *([0-9]+).*/\1/p' "$yaml")
     heads=$(sed -nE 's/^num-attention-heads: *([0-9]+).*/\1/p' "$yaml")
     [[ -n $hidden && -n $heads ]] || continue
-    tiles=$(sed -nE "s/^fastest attention tiles, D$((hidden / heads)): (.*)/\1/p" "$logdir/kernels.log")
+    tiles_re="^fastest attention tiles( without wgmma and atomic dQ)?, D$((hidden / heads)): "
+    tiles=$(sed -nE "s/$tiles_re(.*)/\2/p" "$logdir/kernels.log" | tail -1)
     [[ -n $tiles && $tiles != defaults ]] || continue
+    note=""
+    grep -Eq "^fastest attention tiles, D$((hidden / heads)): " "$logdir/kernels.log" ||
+      note=" (without wgmma and atomic dQ: the kernel table stopped before them)"
     if past_budget; then
       tuned_lines+=("$model: skipped ($tiles): past the time budget")
       continue
     fi
     say "training $model bf16, micro batch $mb, attention tiles: $tiles"
-    tuned_lines+=("$model+tiles: $tiles$unverified")
+    tuned_lines+=("$model+tiles: $tiles$note$unverified")
     for kv in $tiles; do export "${kv?}"; done
     train_row "$model" "$mb" bf16 "$logdir/train-$model-tiles.log" "$model+tiles"
     for kv in $tiles; do unset "${kv%%=*}"; done

@@ -8,7 +8,9 @@
 #   - gpt2-1.3b trains with 8 micro-batches a step (global batch 8 x micro batch) and the
 #     tiles; the variables do not leak into later runs (the profiled steps);
 #   - the summary holds the rows and "result: OK", exit 0; a failing training run gives
-#     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED.
+#     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED;
+#   - a kernel table cut short among the wgmma / atomic dQ rows (an abort) keeps its rows in
+#     the summary, and the tuned runs use the tiles chosen without those kernels.
 #   tests/e2e/gpu_check.sh <repo root>
 set -uo pipefail
 repo=$1
@@ -22,6 +24,14 @@ echo "$* | $(env | grep '^TRIDENT_ATTN_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_C
 if [[ $1 == --kernels ]]; then
   echo "kernel                       shape                                 ms/call     achieved   of peak"
   echo "attention fwd (causal)       B8 T1024 H16 D128 bf16                 0.5000   68.7 TF/s      9.0%"
+  echo "fastest attention tiles without wgmma and atomic dQ, D64: defaults"
+  echo "fastest attention tiles without wgmma and atomic dQ, D128: TRIDENT_ATTN_BWD_DB=1"
+  if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
+    echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
+    exit 134
+  fi
+  echo "attn fwd, wgmma              B8 T1024 H16 D128 bf16                 0.2500  137.4 TF/s     18.0%"
+  echo "peaks measured in this run: device copy 3900 GB/s (read + write), bf16 GEMM 780.0 TFLOP/s"
   echo "fastest attention tiles, D64: defaults"
   echo "fastest attention tiles, D128: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1"
   exit 0
@@ -77,3 +87,18 @@ grep -q "^result: FAILED: training gpt2-345m fp16 (rc 3)" "$work/bad.log" || fai
 grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1 (UNVERIFIED" "$work/bad.log" ||
   fail "tiles whose GPU test failed are not marked unverified"
 echo "ok: a failing run fails the check and is named; tiles that failed their test are marked"
+
+: >"$work/calls"
+# The kernel table dies among the wgmma rows: the rows before stay in the summary, the step
+# fails, and gpt2-1.3b trains with the tiles chosen without wgmma and atomic dQ.
+FAKE_BENCH_ABORT=1 run_check "$work/abort"
+rc=$?
+((rc == 1)) || fail "an aborted kernel table: gpu-check exited $rc, expected 1"
+grep -q "^result: FAILED: trident-bench --kernels (rc 134)" "$work/abort.log" || fail "no 'result: FAILED' naming the bench"
+sed -n '/summary/,$p' "$work/abort.log" | grep -q "^attention fwd (causal) .* 68.7 TF/s" ||
+  fail "the rows before the abort are not in the summary"
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep -c -- "| TRIDENT_ATTN_BWD_DB=1 $")
+((n == 1)) || fail "gpt2-1.3b with the tiles chosen before the abort: $n runs, expected 1"
+grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ" "$work/abort.log" ||
+  fail "tiles chosen without wgmma and atomic dQ are not named so"
+echo "ok: a kernel table cut short keeps its rows; the tuned runs use the tiles chosen before the cut"
