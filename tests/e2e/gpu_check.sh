@@ -10,7 +10,9 @@
 #   - the summary holds the rows and "result: OK", exit 0; a failing training run gives
 #     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED;
 #   - a kernel table cut short among the wgmma / atomic dQ rows (an abort) keeps its rows in
-#     the summary, and the tuned runs use the tiles chosen without those kernels.
+#     the summary, and the tuned runs use the tiles chosen without those kernels;
+#   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
+#     not trained with: the tiles chosen without wgmma and atomic dQ are.
 #   tests/e2e/gpu_check.sh <repo root>
 set -uo pipefail
 repo=$1
@@ -33,7 +35,7 @@ if [[ $1 == --kernels ]]; then
   echo "attn fwd, wgmma              B8 T1024 H16 D128 bf16                 0.2500  137.4 TF/s     18.0%"
   echo "peaks measured in this run: device copy 3900 GB/s (read + write), bf16 GEMM 780.0 TFLOP/s"
   echo "fastest attention tiles, D64: defaults"
-  echo "fastest attention tiles, D128: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1"
+  echo "fastest attention tiles, D128: ${FAKE_BENCH_D128:-TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1}"
   exit 0
 fi
 [[ -n ${FAKE_BENCH_FAIL:-} && $* == *"$FAKE_BENCH_FAIL"* ]] && { echo "fake failure"; exit 3; }
@@ -102,3 +104,19 @@ n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep 
 grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ" "$work/abort.log" ||
   fail "tiles chosen without wgmma and atomic dQ are not named so"
 echo "ok: a kernel table cut short keeps its rows; the tuned runs use the tiles chosen before the cut"
+
+: >"$work/calls"
+# The wgmma test crashed, and the kernel table found a wgmma kernel fastest for D128.
+mkdir -p "$work/wgmma"
+echo "57/138 Test #57: Dtypes/CudaAttention.WgmmaMatchesCpu/bf16 ...Subprocess aborted***Exception:   0.9 sec" \
+  >"$work/wgmma/ctest.log"
+FAKE_BENCH_D128="TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_DB=1" run_check "$work/wgmma"
+n=$(grep -c "WGMMA" "$work/calls")
+((n == 0)) || fail "$n runs with a wgmma variable set after its test did not pass"
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep -c -- "| TRIDENT_ATTN_BWD_DB=1 $")
+((n == 1)) || fail "gpt2-1.3b with the tiles chosen without wgmma: $n runs, expected 1"
+grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ: CudaAttention.WgmmaMatchesCpu did not pass)" \
+  "$work/wgmma.log" || fail "the wgmma tiles left out are not named so"
+grep -q "^UNVERIFIED: CudaAttention.WgmmaMatchesCpu did not pass" "$work/wgmma.log" ||
+  fail "the kernel table does not say that the wgmma rows are unverified"
+echo "ok: a wgmma test that did not pass keeps the wgmma kernels out of training"
