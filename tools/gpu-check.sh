@@ -16,10 +16,12 @@
 #
 #   1. Here (no GPU needed; -j2 on a shared machine):
 #        tools/gpu-check.sh --make-bundle
-#      builds build-gpu/ (sm_90a only, Release) unless TRIDENT_BUILD_DIR names an existing
-#      CUDA build, and writes build-gpu-bundle/trident-gpu.tar.xz: the executables, the
-#      ctest files and every shared library they need except glibc, the driver, cuBLASLt
-#      and NCCL (too large; the machine's CUDA toolkit and PyTorch carry them).
+#      builds the bundle's targets in build-gpu/ (sm_90a only, Release), or in the CUDA
+#      build that TRIDENT_BUILD_DIR names (a no-op when it is up to date: no stale
+#      executables travel), stamps the bundle with `git describe --always --dirty` of the
+#      build's source tree, and writes build-gpu-bundle/trident-gpu.tar.xz: the executables,
+#      the ctest files and every shared library they need except glibc, the driver,
+#      cuBLASLt and NCCL (too large; the machine's CUDA toolkit and PyTorch carry them).
 #   2. Through the device tool (one call; the script itself stays inside ~8 minutes):
 #        run(command="bash tools/gpu-check.sh", carry=["build-gpu-bundle", "data/gpt2"], timeout_s=600)
 #      It unpacks the bundle into build-gpu/, rewrites the ctest files' paths to this
@@ -55,9 +57,13 @@ if [[ ${1:-} == --make-bundle ]]; then
   build=${TRIDENT_BUILD_DIR:-$repo/build-gpu}
   if [[ -z ${TRIDENT_BUILD_DIR:-} ]]; then
     cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a
-    nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench trident-train trident-generate \
-      cuda_backend_tests nccl_comm_tests
   fi
+  # Always: a given build may be older than its sources, and would be packed as it is.
+  nice -n 10 cmake --build "$build" -j"${JOBS:-2}" --target trident-bench trident-train trident-generate \
+    cuda_backend_tests nccl_comm_tests
+  # The tree the build compiles (a given build may belong to another checkout).
+  src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+  src=${src:-$repo}
   # trident-train: tests/e2e/cuda_vs_cpu.sh (ctest -L cuda) runs it on the GPU and on the CPU;
   # trident-generate: the decoding throughput below.
   exes=(tools/trident-bench tools/trident-train tools/trident-generate tests/cuda/cuda_backend_tests
@@ -86,14 +92,15 @@ if [[ ${1:-} == --make-bundle ]]; then
       cp -L "$path" "$stage/build-gpu/lib/$name"
     done
   echo "$build" >"$stage/build-gpu/.bundle-build-dir"
-  echo "$repo" >"$stage/build-gpu/.bundle-source-dir"
-  git -C "$repo" rev-parse --short HEAD >"$stage/build-gpu/.bundle-commit" 2>/dev/null || true
+  echo "$src" >"$stage/build-gpu/.bundle-source-dir"
+  # -dirty: the executables hold uncommitted changes of that tree.
+  git -C "$src" describe --always --dirty >"$stage/build-gpu/.bundle-commit" 2>/dev/null || true
   mkdir -p "$bundle_dir"
   # The executables each link the CUDA kernels (~20 MB of device code apiece): a dictionary
   # that spans them all stores those once (53 MB -> 17 MB on 2026-11-30; 64 MiB may travel).
   tar -C "$stage" -cf - build-gpu | xz -6 --lzma2=preset=6,dict=256MiB >"$bundle.tmp"
   mv "$bundle.tmp" "$bundle"
-  echo "gpu-check: wrote $bundle ($(du -h "$bundle" | cut -f1)); libraries: $(ls "$stage/build-gpu/lib" | tr '\n' ' ')"
+  echo "gpu-check: wrote $bundle ($(du -h "$bundle" | cut -f1)) from $src at $(cat "$stage/build-gpu/.bundle-commit"); libraries: $(ls "$stage/build-gpu/lib" | tr '\n' ' ')"
   echo "run it with the device tool: run(command=\"bash tools/gpu-check.sh\", carry=[\"build-gpu-bundle\", \"data/gpt2\"], timeout_s=600)"
   exit 0
 fi
