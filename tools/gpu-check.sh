@@ -411,9 +411,17 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-attention.log" 2>&1
   rc=$?
-  ncu_line="rc $rc, $(grep -c '^  attn_' "$logdir/ncu-attention.log") kernel reports in ncu-attention.log"
-  # One line per kernel: its name, then duration, SM and memory throughput, occupancy.
-  awk '/^  attn_/ {name=$0; sub(/^  /, "", name); sub(/\(trident.*$/, "", name)}
+  # ncu heads each kernel's report with its name two spaces in (metrics are four): demangled
+  # by default, "void trident::cuda::(anonymous namespace)::attn_fwd_mma_kernel<__nv_bfloat16,
+  # 128, 32, 1, 1>(trident::cuda::(anonymous namespace)::AttnParams) (16, 128, 1)x(128, 1, 1),
+  # Context 1, ...", or the bare function name (--print-kernel-base function).
+  heads='^  ([^ ].*)?attn_(fwd|bwd)'
+  ncu_line="rc $rc, $(grep -cE "$heads" "$logdir/ncu-attention.log") kernel reports in ncu-attention.log"
+  # One line per kernel: its name and template arguments (which tell the tile variants apart),
+  # then duration, SM and memory throughput, occupancy.
+  awk -v heads="$heads" '
+       $0 ~ heads {name=$0; gsub(/\(anonymous namespace\)::/, "", name); match(name, /attn_(fwd|bwd)/)
+                   name=substr(name, RSTART); sub(/ *\(.*$/, "", name)}
        name && /^    Duration/ {d=$NF" "$(NF-1)}
        name && /^    Compute \(SM\) Throughput/ {sm=$NF}
        name && /^    Memory Throughput/ && $(NF-1) == "%" {mem=$NF}
