@@ -12,7 +12,9 @@
 #   - a kernel table cut short among the wgmma / atomic dQ rows (an abort) keeps its rows in
 #     the summary, and the tuned runs use the tiles chosen without those kernels;
 #   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
-#     not trained with: the tiles chosen without wgmma and atomic dQ are.
+#     not trained with: the tiles chosen without wgmma and atomic dQ are;
+#   - the kernel table gets 180 s; past the time budget (-1 here) it gets 60 s, and of the
+#     training rows only the first, gpt2-1.3b bf16, runs.
 #   tests/e2e/gpu_check.sh <repo root>
 set -uo pipefail
 repo=$1
@@ -73,6 +75,7 @@ grep -q "^gpt2-1.3b+tiles    bf16     8      100.0      81920.0" "$work/ok.log" 
 grep -q "^gpt2-1.3b x8+tiles bf16     8" "$work/ok.log" || fail "no gpt2-1.3b x8 row"
 grep -q "^result: OK" "$work/ok.log" || fail "no 'result: OK'"
 ! grep -q "UNVERIFIED" "$work/ok.log" || fail "tiles marked unverified without a failed test"
+grep -q "trident-bench --kernels (time limit 180s)" "$work/ok.log" || fail "the kernel table's time limit is not 180 s"
 echo "ok: default, tuned and accumulating runs as expected"
 
 : >"$work/calls"
@@ -120,3 +123,18 @@ grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ: Cu
 grep -q "^UNVERIFIED: CudaAttention.WgmmaMatchesCpu did not pass" "$work/wgmma.log" ||
   fail "the kernel table does not say that the wgmma rows are unverified"
 echo "ok: a wgmma test that did not pass keeps the wgmma kernels out of training"
+
+: >"$work/calls"
+# Past the time budget from the start (the tests and the table ran to their limits).
+GPU_CHECK_BUDGET_S=-1 run_check "$work/late"
+rc=$?
+((rc == 1)) || fail "past the budget: gpu-check exited $rc, expected 1 (rows skipped)"
+grep -q "trident-bench --kernels (time limit 60s)" "$work/late.log" || fail "past the budget: the table's limit is not 60 s"
+n=$(grep -c -- "--config" "$calls")
+((n == 1)) || fail "past the budget: $n training runs, expected 1"
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | wc -l)
+((n == 1)) || fail "past the budget: gpt2-1.3b bf16 did not train"
+grep -q "^gpt2-1.3b          bf16     8      100.0" "$work/late.log" || fail "past the budget: no gpt2-1.3b bf16 row"
+grep -q "^gpt2-1.3b          fp16     8   skipped: past the time budget" "$work/late.log" ||
+  fail "past the budget: gpt2-1.3b fp16 not skipped"
+echo "ok: past the time budget, the largest model still trains once in bf16"
