@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -140,6 +141,10 @@ std::string fastest_tiles(const std::vector<const std::vector<TileCandidate>*>& 
   return env.empty() ? "defaults" : env;
 }
 
+double rate(const Row& r) { return r.work / (r.ms * 1e-3) / (r.flops ? 1e12 : 1e9); }
+
+// Each row is printed as soon as it is measured (stdout line-buffered): a CUDA error that
+// aborts the process, or gpu-check's timeout, then costs only the rows after it.
 class Bench {
  public:
   Bench(Backend& be, cudaStream_t s, const KernelBenchOptions& opt)
@@ -155,9 +160,9 @@ class Bench {
     randomize(be_, b, 0, 0, hi);
     return b;
   }
-  void add(const std::string& name, const std::string& shape, double work, bool flops,
-           const std::function<void()>& f, int calls) {
-    // A failing op (a shape check, say) costs its row only, not the table.
+  // Times f: a failing op (a shape check, say) gives its row an error, not the table.
+  Row measure(const std::string& name, const std::string& shape, double work, bool flops,
+              const std::function<void()>& f, int calls) {
     Row r{name, shape, 0, work, flops, ""};
     try {
       r.ms = once_ ? timer_.ms(f, 1, 1, 0) : timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
@@ -165,7 +170,28 @@ class Bench {
     } catch (const std::exception& e) {
       r.error = e.what();
     }
+    return r;
+  }
+  void add(const std::string& name, const std::string& shape, double work, bool flops,
+           const std::function<void()>& f, int calls) {
+    push(measure(name, shape, work, flops, f, calls));
+  }
+  // Keeps a finished row and prints it. The ceilings ("peak: ..." rows) come first and set
+  // the "of peak" column's reference for the rows after them (0 without them).
+  void push(const Row& r) {
     rows_.push_back(r);
+    const bool ok = r.error.empty() && r.ms > 0;
+    if (ok && r.name.rfind("peak: ", 0) == 0) (r.flops ? peak_fl_ : peak_bw_) = rate(r);
+    if (!ok) {
+      std::printf("%-28s %-34s FAILED: %s\n", r.name.c_str(), r.shape.c_str(), r.error.c_str());
+      return;
+    }
+    const double v = rate(r);
+    char achieved[32];
+    std::snprintf(achieved, sizeof(achieved), r.flops ? "%.1f TF/s" : "%.0f GB/s", v);
+    const double peak = r.flops ? peak_fl_ : peak_bw_;
+    std::printf("%-28s %-34s %10.4f %12s %8.1f%%\n", r.name.c_str(), r.shape.c_str(), r.ms, achieved,
+                peak > 0 ? 100.0 * v / peak : 0.0);
   }
   // Runs one section's setup and rows: a throw there (a shape check, an allocation) costs
   // that section a FAILED row, not the table.
@@ -174,10 +200,12 @@ class Bench {
     try {
       body();
     } catch (const std::exception& e) {
-      rows_.push_back({name, "(setup)", 0, 0, false, e.what()});
+      push({name, "(setup)", 0, 0, false, e.what()});
     }
   }
-  std::vector<Row>& rows() { return rows_; }
+  const std::vector<Row>& rows() const { return rows_; }
+  double peak_bw() const { return peak_bw_; }
+  double peak_fl() const { return peak_fl_; }
   Backend& be() { return be_; }
   bool quick() const { return quick_; }
 
@@ -187,6 +215,7 @@ class Bench {
   bool quick_, once_;
   std::string only_;
   std::vector<Row> rows_;
+  double peak_bw_ = 0, peak_fl_ = 0;
 };
 
 std::string dims(std::initializer_list<int64_t> d) {
@@ -198,8 +227,6 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-double rate(const Row& r) { return r.work / (r.ms * 1e-3) / (r.flops ? 1e12 : 1e9); }
-
 }  // namespace
 
 int run_kernel_bench(const KernelBenchOptions& opt) {
@@ -207,6 +234,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     std::printf("trident-bench: no GPU visible; kernel benchmarks skipped\n");
     return 0;
   }
+  // Line-buffered even into a file: every row is out before a later abort or a kill.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   auto backend = make_backend("cuda");
   const CudaStreamRef ref = cuda_stream_of(*backend);
   TRIDENT_CHECK(ref.valid(), "trident-bench: the CUDA backend has no stream");
@@ -216,6 +245,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   const bool q = opt.quick;
   const DType bf = DType::BF16;
   std::printf("trident-bench --kernels on %s%s\n", be.name().c_str(), q ? " (quick: small inputs)" : "");
+  std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
 
   // ---- ceilings: device copy (bandwidth) and a large bf16 GEMM (FLOP/s) ----------------
   b.section("device copy", [&] {
@@ -223,7 +253,6 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     Buffer src = b.rnd(Shape{n}, DType::F32), dst = be.empty(Shape{n}, DType::F32);
     b.add("peak: device copy", dims({n}) + " f32", 2.0 * n * 4, false, [&] { be.copy(dst, src); }, 20);
   });
-  const size_t copy_rows = b.rows().size();  // 1, or 0 when --kernels-only left it out
   auto gemm = [&](const std::string& name, int64_t M, int64_t N, int64_t K, DType t, Backend& on, int calls) {
     b.section(name, [&] {
       Buffer a = b.rnd(Shape{M, K}, t), w = b.rnd(Shape{N, K}, t), out = on.empty(Shape{M, N}, t);
@@ -233,7 +262,6 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   };
   const int64_t G = q ? 1024 : 8192;
   gemm("peak: GEMM bf16", G, G, G, bf, be, 20);
-  const size_t peak_rows = b.rows().size();
   gemm("GEMM fp16", G, G, G, DType::F16, be, 20);
   gemm("GEMM fp32 (TF32)", G, G, G, DType::F32, be, 10);
   b.section("GEMM fp32 (no TF32)", [&] {
@@ -246,8 +274,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     const double ms = t.ms([&] { plain->matmul(out, a, w, Tensor(), false, true, false); }, q ? 2 : 5, q ? 1 : 3);
     plain->synchronize();
     out.reset();
-    b.rows().push_back({"GEMM fp32 (no TF32)", dims({G / 2, G / 2, G / 2}) + " f32", ms,
-                        2.0 * (G / 2) * (G / 2) * (G / 2), true, ""});
+    b.push({"GEMM fp32 (no TF32)", dims({G / 2, G / 2, G / 2}) + " f32", ms, 2.0 * (G / 2) * (G / 2) * (G / 2),
+            true, ""});
   });
 
   // GPT-2 1.3B shapes: 8 x 1024 tokens, hidden 2048, vocabulary 50304 (padded).
@@ -428,9 +456,18 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   // (sm_90a), a double-buffered dK/dV kernel, halved dK/dV query tiles, (D 128) doubled dQ
   // key tiles, and dQ added by the dK/dV kernel with atomics. The table ends with the
   // fastest settings per head dim, which tools/gpu-check.sh trains with once more.
-  std::vector<std::string> choices;  // per head dim: fastest_tiles
-  auto attention = [&](int B, int T, int H, int D) {
-    b.section("attention D" + std::to_string(D), [&] {
+  // The kernels never yet run on a GPU (wgmma, atomic dQ: `fresh`) come after every head
+  // dim's established rows, so that a fault of theirs (an abort on a CUDA error, a hang)
+  // costs only their own rows; the fastest settings among the established ones are printed
+  // before them, for gpu-check to fall back on.
+  // Per head dim, the timed settings of the forward and of the backward (fastest_tiles).
+  std::map<int, std::pair<std::vector<TileCandidate>, std::vector<TileCandidate>>> candidates;
+  auto choice = [&](int D) {
+    auto& groups = candidates[D];
+    return "D" + std::to_string(D) + ": " + fastest_tiles({&groups.first, &groups.second});
+  };
+  auto attention = [&](int B, int T, int H, int D, bool fresh) {
+    b.section("attention D" + std::to_string(D) + (fresh ? ", wgmma and atomic dQ" : ""), [&] {
       AttentionShape s;
       s.B = q ? 2 : B;
       s.T = q ? 256 : T;
@@ -461,7 +498,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       };
       // The fastest setting of the forward, and of the backward (its variants and their
       // combinations each timed as a whole).
-      std::vector<TileCandidate> fwd_c, bwd_c;
+      std::vector<TileCandidate>& fwd_c = candidates[D].first;
+      std::vector<TileCandidate>& bwd_c = candidates[D].second;
       // The defaults' results, for checking each variant's: a variant more than 5% of the
       // largest value away (bf16 variants differ by a few roundings; a broken kernel by
       // about the values themselves) gets an error row and is no candidate, so that it
@@ -496,17 +534,34 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         return "wrong result: max |diff| " + std::to_string(worst) + " from the defaults' (largest " +
                std::to_string(largest) + ")";
       };
+      // A row is printed once its check is done: an abort during the check loses that row.
       auto timed = [&](std::vector<TileCandidate>* group, const char* name, const std::string& env, double work,
                        const std::function<void()>& f, int calls) {
-        with_env(env, [&] { b.add(name, shp, work, true, f, calls); });
-        Row& r = b.rows().back();
+        Row r;
+        with_env(env, [&] { r = b.measure(name, shp, work, true, f, calls); });
         if (check_variants && r.error.empty() && !env.empty()) {
           with_env(env, [&] { f(); });
           be.synchronize();
           r.error = group == &fwd_c ? wrong(out, ref_out) : wrong(dqkv, ref_dqkv);
         }
         if (group != nullptr && r.error.empty() && r.ms > 0) group->push_back({env, r.ms});
+        b.push(r);
       };
+      const std::string bdb = "TRIDENT_ATTN_BWD_DB=1", atomic = "TRIDENT_ATTN_BWD_ATOMIC=1";
+      if (fresh) {
+        // sm_90a only (an error row elsewhere): warpgroup MMA, default keys (D 64: 128, D 128:
+        // 64) and the other tile.
+        const std::string wgmma = "TRIDENT_ATTN_FWD_WGMMA=1";
+        timed(&fwd_c, "attn fwd, wgmma", wgmma, fwd, forward, 20);
+        timed(&fwd_c, "attn fwd, wgmma, other keys",
+              wgmma + " TRIDENT_ATTN_FWD_BK=" + std::to_string(D > 64 ? 128 : 64), fwd, forward, 20);
+        timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);  // sm_90a only
+        timed(&bwd_c, "attn bwd, atomic dQ", atomic, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, atomic dQ, 2 bufs", atomic + " " + bdb, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, atomic dQ, 1/2 q", atomic + " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2),
+              2.5 * fwd, backward, 10);
+        return;
+      }
       const std::string wm2 = "TRIDENT_ATTN_FWD_WM=2", bk2 = "TRIDENT_ATTN_FWD_BK=" + std::to_string(2 * tile),
                         fdb = "TRIDENT_ATTN_FWD_DB=1";
       timed(&fwd_c, "attn fwd, 128-row blocks", wm2, fwd, forward, 20);
@@ -514,32 +569,19 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       timed(&fwd_c, "attn fwd, 2 K/V buffers", fdb, fwd, forward, 20);
       timed(&fwd_c, "attn fwd, 128 rows, 2 bufs", wm2 + " " + fdb, fwd, forward, 20);
       timed(&fwd_c, "attn fwd, 2x keys, 2 bufs", bk2 + " " + fdb, fwd, forward, 20);
-      // sm_90a only (an error row elsewhere): warpgroup MMA, default keys (D 64: 128, D 128:
-      // 64) and the other tile.
-      const std::string wgmma = "TRIDENT_ATTN_FWD_WGMMA=1";
-      timed(&fwd_c, "attn fwd, wgmma", wgmma, fwd, forward, 20);
-      timed(&fwd_c, "attn fwd, wgmma, other keys", wgmma + " TRIDENT_ATTN_FWD_BK=" + std::to_string(D > 64 ? 128 : 64),
-            fwd, forward, 20);
       timed(&fwd_c, "attention fwd (causal)", "", fwd, forward, 20);
       const Row f = b.rows().back();
       timed(&bwd_c, "attention bwd (causal)", "", 2.5 * fwd, backward, 10);
       const Row g = b.rows().back();
-      b.rows().push_back(Row{"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error});
-      const std::string bdb = "TRIDENT_ATTN_BWD_DB=1", dqbk = "TRIDENT_ATTN_DQ_BK=" + std::to_string(2 * tile),
-                        atomic = "TRIDENT_ATTN_BWD_ATOMIC=1";
+      b.push(Row{"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error});
+      const std::string dqbk = "TRIDENT_ATTN_DQ_BK=" + std::to_string(2 * tile);
       timed(&bwd_c, "attn bwd, dK/dV 2 buffers", bdb, 2.5 * fwd, backward, 10);
-      timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);  // sm_90a only
       timed(&bwd_c, "attn bwd, dK/dV 1/2 q tiles", "TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2), 2.5 * fwd,
             backward, 10);
       if (D > 64) {
         timed(&bwd_c, "attn bwd, dQ 2x key tiles", dqbk, 2.5 * fwd, backward, 10);
         timed(&bwd_c, "attn bwd, 2 bufs, dQ 2x keys", bdb + " " + dqbk, 2.5 * fwd, backward, 10);
       }
-      timed(&bwd_c, "attn bwd, atomic dQ", atomic, 2.5 * fwd, backward, 10);
-      timed(&bwd_c, "attn bwd, atomic dQ, 2 bufs", atomic + " " + bdb, 2.5 * fwd, backward, 10);
-      timed(&bwd_c, "attn bwd, atomic dQ, 1/2 q", atomic + " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2),
-            2.5 * fwd, backward, 10);
-      choices.push_back("D" + std::to_string(D) + ": " + fastest_tiles({&fwd_c, &bwd_c}));
       // Training's default attention dropout (0.1): the kernels draw the mask with Philox.
       DropoutKey drop;
       drop.p = 0.1f;
@@ -566,29 +608,19 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             5);
     });
   };
-  attention(16, 1024, 32, 64);
-  attention(8, 1024, 16, 128);
+  attention(16, 1024, 32, 64, false);
+  attention(8, 1024, 16, 128, false);
+  // gpu-check falls back on these lines when the process dies among the fresh kernels.
+  for (const auto& c : candidates)
+    std::printf("fastest attention tiles without wgmma and atomic dQ, %s\n", choice(c.first).c_str());
+  attention(16, 1024, 32, 64, true);
+  attention(8, 1024, 16, 128, true);
 
-  // ---- the table --------------------------------------------------------------------------
-  // The peaks' rows (absent under --kernels-only: "of peak" then reads 0).
-  const double peak_bw = copy_rows > 0 ? rate(b.rows()[0]) : 0.0;
-  const double peak_fl = peak_rows > copy_rows ? rate(b.rows()[peak_rows - 1]) : 0.0;
-  std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
-  for (const Row& r : b.rows()) {
-    if (!r.error.empty() || r.ms <= 0) {
-      std::printf("%-28s %-34s FAILED: %s\n", r.name.c_str(), r.shape.c_str(), r.error.c_str());
-      continue;
-    }
-    const double v = rate(r);
-    char achieved[32];
-    std::snprintf(achieved, sizeof(achieved), r.flops ? "%.1f TF/s" : "%.0f GB/s", v);
-    const double peak = r.flops ? peak_fl : peak_bw;
-    std::printf("%-28s %-34s %10.4f %12s %8.1f%%\n", r.name.c_str(), r.shape.c_str(), r.ms, achieved,
-                peak > 0 ? 100.0 * v / peak : 0.0);
-  }
-  std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n", peak_bw,
-              peak_fl);
-  for (const std::string& c : choices) std::printf("fastest attention tiles, %s\n", c.c_str());
+  // ---- the summary: the rows are out already ------------------------------------------
+  // (--kernels-only leaves the peaks out: "of peak" then reads 0).
+  std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n",
+              b.peak_bw(), b.peak_fl());
+  for (const auto& c : candidates) std::printf("fastest attention tiles, %s\n", choice(c.first).c_str());
   return 0;
 }
 

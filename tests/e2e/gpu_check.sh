@@ -8,7 +8,13 @@
 #   - gpt2-1.3b trains with 8 micro-batches a step (global batch 8 x micro batch) and the
 #     tiles; the variables do not leak into later runs (the profiled steps);
 #   - the summary holds the rows and "result: OK", exit 0; a failing training run gives
-#     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED.
+#     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED;
+#   - a kernel table cut short among the wgmma / atomic dQ rows (an abort) keeps its rows in
+#     the summary, and the tuned runs use the tiles chosen without those kernels;
+#   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
+#     not trained with: the tiles chosen without wgmma and atomic dQ are;
+#   - the kernel table gets 180 s; past the time budget (-1 here) it gets 60 s, and of the
+#     training rows only the first, gpt2-1.3b bf16, runs.
 #   tests/e2e/gpu_check.sh <repo root>
 set -uo pipefail
 repo=$1
@@ -22,8 +28,16 @@ echo "$* | $(env | grep '^TRIDENT_ATTN_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_C
 if [[ $1 == --kernels ]]; then
   echo "kernel                       shape                                 ms/call     achieved   of peak"
   echo "attention fwd (causal)       B8 T1024 H16 D128 bf16                 0.5000   68.7 TF/s      9.0%"
+  echo "fastest attention tiles without wgmma and atomic dQ, D64: defaults"
+  echo "fastest attention tiles without wgmma and atomic dQ, D128: TRIDENT_ATTN_BWD_DB=1"
+  if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
+    echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
+    exit 134
+  fi
+  echo "attn fwd, wgmma              B8 T1024 H16 D128 bf16                 0.2500  137.4 TF/s     18.0%"
+  echo "peaks measured in this run: device copy 3900 GB/s (read + write), bf16 GEMM 780.0 TFLOP/s"
   echo "fastest attention tiles, D64: defaults"
-  echo "fastest attention tiles, D128: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1"
+  echo "fastest attention tiles, D128: ${FAKE_BENCH_D128:-TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1}"
   exit 0
 fi
 [[ -n ${FAKE_BENCH_FAIL:-} && $* == *"$FAKE_BENCH_FAIL"* ]] && { echo "fake failure"; exit 3; }
@@ -61,6 +75,7 @@ grep -q "^gpt2-1.3b+tiles    bf16     8      100.0      81920.0" "$work/ok.log" 
 grep -q "^gpt2-1.3b x8+tiles bf16     8" "$work/ok.log" || fail "no gpt2-1.3b x8 row"
 grep -q "^result: OK" "$work/ok.log" || fail "no 'result: OK'"
 ! grep -q "UNVERIFIED" "$work/ok.log" || fail "tiles marked unverified without a failed test"
+grep -q "trident-bench --kernels (time limit 180s)" "$work/ok.log" || fail "the kernel table's time limit is not 180 s"
 echo "ok: default, tuned and accumulating runs as expected"
 
 : >"$work/calls"
@@ -77,3 +92,49 @@ grep -q "^result: FAILED: training gpt2-345m fp16 (rc 3)" "$work/bad.log" || fai
 grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1 (UNVERIFIED" "$work/bad.log" ||
   fail "tiles whose GPU test failed are not marked unverified"
 echo "ok: a failing run fails the check and is named; tiles that failed their test are marked"
+
+: >"$work/calls"
+# The kernel table dies among the wgmma rows: the rows before stay in the summary, the step
+# fails, and gpt2-1.3b trains with the tiles chosen without wgmma and atomic dQ.
+FAKE_BENCH_ABORT=1 run_check "$work/abort"
+rc=$?
+((rc == 1)) || fail "an aborted kernel table: gpu-check exited $rc, expected 1"
+grep -q "^result: FAILED: trident-bench --kernels (rc 134)" "$work/abort.log" || fail "no 'result: FAILED' naming the bench"
+sed -n '/summary/,$p' "$work/abort.log" | grep -q "^attention fwd (causal) .* 68.7 TF/s" ||
+  fail "the rows before the abort are not in the summary"
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep -c -- "| TRIDENT_ATTN_BWD_DB=1 $")
+((n == 1)) || fail "gpt2-1.3b with the tiles chosen before the abort: $n runs, expected 1"
+grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ" "$work/abort.log" ||
+  fail "tiles chosen without wgmma and atomic dQ are not named so"
+echo "ok: a kernel table cut short keeps its rows; the tuned runs use the tiles chosen before the cut"
+
+: >"$work/calls"
+# The wgmma test crashed, and the kernel table found a wgmma kernel fastest for D128.
+mkdir -p "$work/wgmma"
+echo "57/138 Test #57: Dtypes/CudaAttention.WgmmaMatchesCpu/bf16 ...Subprocess aborted***Exception:   0.9 sec" \
+  >"$work/wgmma/ctest.log"
+FAKE_BENCH_D128="TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_DB=1" run_check "$work/wgmma"
+n=$(grep -c "WGMMA" "$work/calls")
+((n == 0)) || fail "$n runs with a wgmma variable set after its test did not pass"
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep -c -- "| TRIDENT_ATTN_BWD_DB=1 $")
+((n == 1)) || fail "gpt2-1.3b with the tiles chosen without wgmma: $n runs, expected 1"
+grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ: CudaAttention.WgmmaMatchesCpu did not pass)" \
+  "$work/wgmma.log" || fail "the wgmma tiles left out are not named so"
+grep -q "^UNVERIFIED: CudaAttention.WgmmaMatchesCpu did not pass" "$work/wgmma.log" ||
+  fail "the kernel table does not say that the wgmma rows are unverified"
+echo "ok: a wgmma test that did not pass keeps the wgmma kernels out of training"
+
+: >"$work/calls"
+# Past the time budget from the start (the tests and the table ran to their limits).
+GPU_CHECK_BUDGET_S=-1 run_check "$work/late"
+rc=$?
+((rc == 1)) || fail "past the budget: gpu-check exited $rc, expected 1 (rows skipped)"
+grep -q "trident-bench --kernels (time limit 60s)" "$work/late.log" || fail "past the budget: the table's limit is not 60 s"
+n=$(grep -c -- "--config" "$calls")
+((n == 1)) || fail "past the budget: $n training runs, expected 1"
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | wc -l)
+((n == 1)) || fail "past the budget: gpt2-1.3b bf16 did not train"
+grep -q "^gpt2-1.3b          bf16     8      100.0" "$work/late.log" || fail "past the budget: no gpt2-1.3b bf16 row"
+grep -q "^gpt2-1.3b          fp16     8   skipped: past the time budget" "$work/late.log" ||
+  fail "past the budget: gpt2-1.3b fp16 not skipped"
+echo "ok: past the time budget, the largest model still trains once in bf16"
