@@ -49,4 +49,10 @@ class Comm {
 // A group of one: reductions are identities, gathers are copies.
 std::unique_ptr<Comm> make_local_comm();
 
+// A group of `size` that moves nothing: this process plays rank `rank` of it alone, every
+// collective and exchange returns at once and leaves the buffers as they are (a gather
+// writes nothing). For dry runs that measure a rank's memory (trident-plan), never for
+// numbers.
+std::unique_ptr<Comm> make_null_comm(int size, int rank);
+
 }  // namespace trident

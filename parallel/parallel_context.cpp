@@ -75,6 +75,20 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_u
   return ctx;
 }
 
+std::unique_ptr<ParallelContext> make_dry_run_context(const GridShape& shape, int rank) {
+  auto ctx = std::make_unique<ParallelContext>();
+  ctx->grid = ProcessGrid(shape, rank);
+  const ProcessGrid& g = ctx->grid;
+  ctx->world = make_null_comm(shape.world, rank);
+  ctx->tp = make_null_comm(shape.tp, g.tp_rank);
+  ctx->dp = make_null_comm(shape.dp, g.dp_rank);
+  ctx->pp = make_null_comm(shape.pp, g.pp_rank);
+  // As make_parallel_context: the first and last stage, a group of one without pipelining.
+  if (shape.pp == 1) ctx->embedding = make_null_comm(1, 0);
+  else if (g.first_stage() || g.last_stage()) ctx->embedding = make_null_comm(2, g.first_stage() ? 0 : 1);
+  return ctx;
+}
+
 bool any_rank(ParallelContext& par, bool local) {
   float v = local ? 1.0f : 0.0f;
   par.world->allreduce(Tensor(&v, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);

@@ -49,4 +49,8 @@ CommKind resolve_comm_kind(const std::string& flag, const Backend& backend);
 std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, CommKind kind = CommKind::Mpi,
                                                        Backend* backend = nullptr);
 
+// This process as world rank `rank` of a grid of `shape` on its own, its groups null comms
+// (make_null_comm): a dry run of that rank (trident-plan). No MPI.
+std::unique_ptr<ParallelContext> make_dry_run_context(const GridShape& shape, int rank);
+
 }  // namespace trident

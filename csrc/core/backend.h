@@ -64,6 +64,9 @@ class Backend {
   // The device's marketing name ("NVIDIA H200", as the driver reports it); the peak-FLOP/s
   // table for MFU is keyed by it. The CPU backend answers "cpu".
   virtual std::string device_name() const { return name(); }
+  // True for a backend that allocates and computes nothing (DryRunBackend, for measuring
+  // memory): host work that only prepares values for its ops may be skipped.
+  virtual bool dry_run() const { return false; }
 
   // ---- memory -------------------------------------------------------------------------
   // Tensors come from a caching allocator over raw_alloc: after the first training step

@@ -111,13 +111,15 @@ void ParamStore::init(uint64_t seed) {
     const int64_t n = p.numel();
     const Tensor dst = param(p);
     const bool in_place = dst.device == Device::Cpu && dst.dtype == DType::F32;
-    if (!in_place) host.resize(static_cast<size_t>(n));
+    // A dry run allocates what a real one does (the fp32 staging below), values aside.
+    const bool generate = !backend_.dry_run();
+    if (!in_place && generate) host.resize(static_cast<size_t>(n));
     float* out = in_place ? dst.ptr<float>() : host.data();
     const uint32_t name_hash = fnv1a32(s.name.c_str());
     const int64_t chunks = (n + kChunk - 1) / kChunk;
     const int tp = tp_, tp_rank = tp_rank_;
 #pragma omp parallel for schedule(dynamic, 1) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t c = 0; c < (generate ? chunks : 0); ++c) {
       const int64_t begin = c * kChunk, end = std::min(n, begin + kChunk);
       init_local_range(s, tp, tp_rank, seed, name_hash, begin, end, out + begin);
     }

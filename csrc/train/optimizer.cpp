@@ -51,6 +51,12 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
       updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), &p});
 }
 
+size_t AdamWOptimizer::state_bytes() const {
+  size_t n = 0;
+  for (const Buffer* b : {&master_, &m_, &v_, &shard_grads_, &staging_, &chunk_}) n += b->empty() ? 0 : b->t().nbytes();
+  return n;
+}
+
 void AdamWOptimizer::master_from_params() {
   if (master_.empty()) return;
   const Tensor& flat = params_.flat_params();

@@ -74,6 +74,9 @@ class AdamWOptimizer {
   void master_from_params();
   const ShardPlan& plan() const { return plan_; }
   bool sharded() const { return zero_stage_ > 0; }
+  // Device bytes of the optimizer's own state: fp32 master weights (when separate), Adam
+  // moments, and with ZeRO the fp32 gradient shard and one bucket's staging.
+  size_t state_bytes() const;
 
  private:
   void reduce_bucket(size_t bucket);

@@ -287,6 +287,30 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
   return r;
 }
 
+std::vector<LayerRange> Trainer::chunk_layers() const {
+  std::vector<LayerRange> r;
+  for (const auto& chunk : chunks_) r.push_back({chunk->layout().layer_begin, chunk->layout().layer_end});
+  return r;
+}
+
+// Peak device memory so far: rank 0's, and with pipeline stages every stage's (of rank 0's
+// pipeline), which differ (embedding, LM head, warm-up depth). trident-plan predicts them.
+void Trainer::report_peak_memory() {
+  const int P = par_->grid.shape.pp;
+  std::vector<uint64_t> peaks(P);
+  peaks[par_->grid.pp_rank] = be_.allocator().stats().peak_bytes_in_use;
+  auto bytes = [](uint64_t* p, int n) { return Tensor(p, Shape{2 * static_cast<int64_t>(n)}, DType::I32, Device::Cpu); };
+  par_->pp->allgather(bytes(&peaks[par_->grid.pp_rank], 1), bytes(peaks.data(), P));
+  auto mib = [](uint64_t b) { return std::to_string(b / (1024.0 * 1024.0)); };
+  std::string line = "trident: after the first iteration: " + mib(peaks[0]) + " MiB peak memory on rank 0";
+  if (P > 1) {
+    line += "; per pipeline stage:";
+    for (int r = 0; r < P; ++r) line.append(" ").append(mib(peaks[r]));
+    line += " MiB";
+  }
+  *out_ << line << std::endl;
+}
+
 void Trainer::set_dropout_seed(uint64_t seed) {
   for (auto& chunk : chunks_) chunk->set_dropout_seed(seed);
 }
@@ -462,11 +486,7 @@ void Trainer::train() {
   auto old_int = std::signal(SIGINT, request_stop);
   while (iteration_ < opt_.train_iters) {
     const IterationResult r = train_iteration();
-    if (iteration_ == 1) {
-      const AllocatorStats st = be_.allocator().stats();
-      out << "trident: after the first iteration: " << st.peak_bytes_in_use / (1024.0 * 1024.0)
-          << " MiB peak memory on rank 0" << std::endl;
-    }
+    if (iteration_ == 1) report_peak_memory();
     if (!r.skipped) {  // Megatron leaves skipped iterations out of the loss averages entirely
       ++updated;
       loss_sum += r.loss;

@@ -70,6 +70,9 @@ class Trainer {
   uint64_t consumed_samples() const { return consumed_samples_; }
   uint64_t scheduler_samples() const { return scheduler_samples_; }
   const LossScaler& loss_scaler() const { return scaler_; }
+  const AdamWOptimizer& optimizer() const { return *optimizer_; }
+  // The layers of each of this stage's model chunks (one without an interleaved pipeline).
+  std::vector<LayerRange> chunk_layers() const;
 
   // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
   // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last.
@@ -93,6 +96,7 @@ class Trainer {
   LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
                       uint64_t first_sample, bool training, float grad_scale);
   void set_dropout_seed(uint64_t seed);
+  void report_peak_memory();  // collective over the pipeline
   double global_grad_norm_sq();
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);

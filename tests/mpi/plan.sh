@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# trident-plan measures each pipeline stage's device memory on a dry-run backend; the real
+# runs must report the same peak, to the byte (printed as MiB with 6 decimals), on every
+# stage: trident-train's "after the first iteration" line gathers each stage's peak. Layouts
+# cover one process, tp, pp, dp, ZeRO 1 and 2, fp16/bf16, recomputation and the interleaved
+# schedule. Then the plan's verdicts and errors: a 16B model at the seed's tp4 x pp8 x dp4
+# fits 16 GiB in fp16 with ZeRO 1 and not in fp32 (exit 1), and bad flags are one line.
+# Usage: plan.sh TRAIN_BINARY PLAN_BINARY REPO
+set -uo pipefail
+train=$1
+plan=$2
+repo=$3
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+same() {  # same <np> <flags...>: the plan's peaks equal the run's
+  local np=$1
+  shift
+  local a=(--config "$repo/configs/gpt2-tiny.yaml" --micro-batch-size 2 --global-batch-size 8 --lr-warmup-iters 0 "$@")
+  "$plan" "${a[@]}" --train-iters 10 --world-size "$np" >"$tmp/plan.txt" 2>&1 || { fail "plan $*"; cat "$tmp/plan.txt"; return; }
+  local planned ran
+  planned=$(awk '$1 ~ /^[0-9]+$/ { printf "%s ", $NF }' "$tmp/plan.txt")
+  if [[ $np -eq 1 ]]; then "$train" "${a[@]}" --train-iters 1 --mock-data --device cpu --eval-iters 0 >"$tmp/run.txt" 2>&1
+  else timeout 120 mpirun --oversubscribe -np "$np" --bind-to none "$train" "${a[@]}" --train-iters 1 --mock-data \
+    --device cpu --eval-iters 0 >"$tmp/run.txt" 2>&1; fi
+  ran=$(sed -nE 's/.*after the first iteration: ([0-9.]+) MiB peak memory on rank 0(; per pipeline stage: ([0-9. ]+) MiB)?/\1|\3/p' "$tmp/run.txt")
+  ran=${ran#*|}
+  [[ -n $ran ]] || ran=$(sed -nE 's/.*after the first iteration: ([0-9.]+) MiB.*/\1/p' "$tmp/run.txt")
+  if [[ -n $planned && "${planned% }" == "${ran% }" ]]; then
+    echo "np$np $*: planned = measured: ${planned% } MiB"
+  else
+    fail "np$np $*: planned '$planned', measured '$ran'"; cat "$tmp/plan.txt" "$tmp/run.txt"
+  fi
+}
+same 1 --num-layers 2
+same 2 --num-layers 4 --tensor-model-parallel-size 2 --fp16
+same 4 --num-layers 4 --pipeline-model-parallel-size 4 --bf16
+same 8 --num-layers 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 1 --bf16
+same 4 --num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2 --fp16 --recompute-granularity full \
+  --recompute-method uniform --recompute-num-layers 2
+same 2 --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+
+# Verdicts for the seed's 16B layout on 16 GiB cards.
+seed16b=(--config "$repo/configs/gpt2-16b.yaml" --tensor-model-parallel-size 4 --pipeline-model-parallel-size 8
+         --world-size 128 --gpu-memory-gib 16)
+if "$plan" "${seed16b[@]}" --fp16 --zero-stage 1 >"$tmp/out" 2>&1 && grep -q 'fits in 16 GiB' "$tmp/out"; then
+  echo "16B fp16 zero 1: $(tail -1 "$tmp/out")"
+else fail "16B fp16 zero 1 should fit"; cat "$tmp/out"; fi
+"$plan" "${seed16b[@]}" --zero-stage 1 >"$tmp/out" 2>&1
+rc=$?
+if [[ $rc -eq 1 ]] && grep -q 'does NOT fit in 16 GiB' "$tmp/out"; then echo "16B fp32 zero 1: $(tail -1 "$tmp/out")"
+else fail "16B fp32 zero 1 should not fit (rc $rc)"; cat "$tmp/out"; fi
+
+# Errors: one line naming the flag, exit 2.
+bad() {  # bad <text> <flags...>
+  local text=$1
+  shift
+  "$plan" --config "$repo/configs/gpt2-tiny.yaml" --train-iters 20 "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 ]] && grep -q -- "$text" "$tmp/err" && [[ ! -s $tmp/out ]]; then
+    echo "error: $(cat "$tmp/err")"
+  else fail "trident-plan $* (rc $rc)"; cat "$tmp/out" "$tmp/err"; fi
+}
+bad "--world-size (3) must be a multiple of --tensor-model-parallel-size (2)" --tensor-model-parallel-size 2 --world-size 3
+bad "--gpu-memory-gib: expected a positive number" --gpu-memory-gib lots
+bad "--global-batch-size" --world-size 2 --micro-batch-size 4 --global-batch-size 4
+[[ $fails -eq 0 ]]
