@@ -1,16 +1,19 @@
 // The model and layout flags Megatron's generation scripts pass (they build the model
 // before loading it), accepted by trident-generate, which reads the model from the
 // checkpoint's metadata.json instead: a shape flag that says what the checkpoint holds is
-// accepted, one that does not is an error naming the flag and both values. The layout
-// flags say how trident-generate runs, whatever the checkpoint's layout: one process per
-// tensor-parallel rank (--tensor-model-parallel-size), no pipeline parallelism.
+// accepted, one that does not is an error naming the flag and both values (ckpt/
+// sharded_checkpoint.h's check_model_shape_flags, over the table of shape fields that
+// check_same_model_shape reads too). The layout flags say how trident-generate runs, whatever
+// the checkpoint's layout: one process per tensor-parallel rank
+// (--tensor-model-parallel-size), no pipeline parallelism.
 #pragma once
 
-#include <map>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ckpt/sharded_checkpoint.h"
 #include "model/config.h"
 #include "tools/cxxopts_flags.h"
 
@@ -34,9 +37,9 @@ inline void add_model_flags(cxxopts::Options& o) {
 
 // What the model flags say, read before the checkpoint is (so a bad value is named first).
 struct ModelFlags {
-  std::vector<std::pair<std::string, long long>> shape;  // flag (no dashes), value
-  const char* dtype = nullptr;                           // "fp16", "bf16" or none
-  int tp = 1;                                            // --tensor-model-parallel-size
+  std::vector<std::pair<std::string, int64_t>> shape;  // flag (no dashes), value
+  const char* dtype = nullptr;                         // "fp16", "bf16" or none
+  int tp = 1;                                          // --tensor-model-parallel-size
 };
 
 // Reads the shape and layout flags and checks the rest: pipeline parallelism only 1, the
@@ -53,9 +56,11 @@ inline ModelFlags read_model_flags(const cxxopts::ParseResult& r) {
   ModelFlags f;
   if (r.count("tensor-model-parallel-size"))
     f.tp = static_cast<int>(integer_flag(r, "tensor-model-parallel-size", 1, INT32_MAX));
-  for (const char* flag : {"num-layers", "hidden-size", "num-attention-heads", "seq-length", "max-position-embeddings",
-                           "make-vocab-size-divisible-by"})
-    if (r.count(flag)) f.shape.emplace_back(flag, integer_flag(r, flag, 1, INT32_MAX));
+  // The shape flags are the checkpoint reader's fields (model_shape_fields); those given here
+  // are the ones add_model_flags declares (not --vocab-size: the tokenizer's vocabulary is
+  // checked against the checkpoint's by itself).
+  for (const ModelShapeField& field : model_shape_fields())
+    if (r.count(field.flag)) f.shape.emplace_back(field.flag, integer_flag(r, field.flag, 1, INT32_MAX));
   for (const char* flag : {"fp16", "bf16"})
     if (r.count(flag)) f.dtype = flag;
   return f;
@@ -63,16 +68,7 @@ inline ModelFlags read_model_flags(const cxxopts::ParseResult& r) {
 
 // Each flag given against the checkpoint's model (`where`: its metadata.json).
 inline void check_model_flags(const ModelFlags& f, const ModelConfig& m, const std::string& where) {
-  const std::map<std::string, long long> held = {{"num-layers", m.num_layers},
-                                                 {"hidden-size", m.hidden_size},
-                                                 {"num-attention-heads", m.num_attention_heads},
-                                                 {"seq-length", m.seq_length},
-                                                 {"max-position-embeddings", m.max_position_embeddings},
-                                                 {"make-vocab-size-divisible-by", m.make_vocab_size_divisible_by}};
-  for (const auto& [flag, given] : f.shape)
-    if (given != held.at(flag))
-      throw ConfigError("--" + flag + " " + std::to_string(given) + " differs from the checkpoint's " +
-                        std::to_string(held.at(flag)) + " (" + where + ")");
+  check_model_shape_flags(f.shape, m, where);
   if (f.dtype && std::string(f.dtype) != dtype_name(m.dtype))
     throw ConfigError("--" + std::string(f.dtype) + " differs from the checkpoint's " + dtype_name(m.dtype) +
                       " weights (" + where + "); generation runs in the checkpoint's precision");

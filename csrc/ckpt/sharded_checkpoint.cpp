@@ -377,17 +377,40 @@ std::vector<float> ShardedCheckpointReader::read_slice(const ParamSpec& run_spec
   return extract_local_stored(run_spec, tp, tp_rank, read(s, state, normalized(std::move(need)), prefer));
 }
 
-void check_same_model_shape(const ModelConfig& c, const ModelConfig& m, const std::filesystem::path& dir) {
-  auto same = [&](const char* flag, int64_t ckpt, int64_t run) {
-    if (ckpt != run)
-      throw ConfigError("--load: " + dir.string() + " is a model with " + flag + " " + std::to_string(ckpt) +
-                        ", this run has " + std::to_string(run));
+const std::vector<ModelShapeField>& model_shape_fields() {
+  static const std::vector<ModelShapeField> fields = {
+      {"num-layers", [](const ModelConfig& m) -> int64_t { return m.num_layers; }, true},
+      {"hidden-size", [](const ModelConfig& m) -> int64_t { return m.hidden_size; }, true},
+      {"num-attention-heads", [](const ModelConfig& m) -> int64_t { return m.num_attention_heads; }, true},
+      {"seq-length", [](const ModelConfig& m) -> int64_t { return m.seq_length; }, false},
+      {"max-position-embeddings", [](const ModelConfig& m) -> int64_t { return m.max_position_embeddings; }, true},
+      {"make-vocab-size-divisible-by", [](const ModelConfig& m) -> int64_t { return m.make_vocab_size_divisible_by; },
+       false},
+      {"vocab-size", [](const ModelConfig& m) -> int64_t { return m.vocab_size; }, true},
   };
-  same("--num-layers", c.num_layers, m.num_layers);
-  same("--hidden-size", c.hidden_size, m.hidden_size);
-  same("--num-attention-heads", c.num_attention_heads, m.num_attention_heads);
-  same("vocabulary size", c.vocab_size, m.vocab_size);
-  same("--max-position-embeddings", c.max_position_embeddings, m.max_position_embeddings);
+  return fields;
+}
+
+void check_same_model_shape(const ModelConfig& c, const ModelConfig& m, const std::filesystem::path& dir) {
+  for (const ModelShapeField& f : model_shape_fields()) {
+    if (!f.in_weights || f.value(c) == f.value(m)) continue;
+    // The vocabulary comes from the tokenizer, not from a flag (--vocab-size is synthetic data's).
+    const std::string what = std::string(f.flag) == "vocab-size" ? "vocabulary size" : "--" + std::string(f.flag);
+    throw ConfigError("--load: " + dir.string() + " is a model with " + what + " " + std::to_string(f.value(c)) +
+                      ", this run has " + std::to_string(f.value(m)));
+  }
+}
+
+void check_model_shape_flags(const std::vector<std::pair<std::string, int64_t>>& given, const ModelConfig& c,
+                             const std::string& where) {
+  const std::vector<ModelShapeField>& fields = model_shape_fields();
+  for (const auto& [flag, value] : given) {
+    const auto f = std::find_if(fields.begin(), fields.end(), [&](const ModelShapeField& x) { return x.flag == flag; });
+    TRIDENT_CHECK(f != fields.end(), "--", flag, " is not a model-shape flag");
+    if (value != f->value(c))
+      throw ConfigError("--" + flag + " " + std::to_string(value) + " differs from the checkpoint's " +
+                        std::to_string(f->value(c)) + " (" + where + ")");
+  }
 }
 
 void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend, bool from_masters) {

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/index_ranges.h"
@@ -126,8 +127,30 @@ class ShardedCheckpointReader {
 // `pp` pipeline stages: "mp_rank_TT[_PPP]/model.safetensors" or ".../optim_dpDDDD.safetensors".
 ShardedCheckpointReader::FilePlace rank_file_place(const std::string& rel_path, int pp);
 
-// Checks that the checkpoint holds a model of the run's shape; ConfigError naming the flag.
+// The model shape a checkpoint fixes, one field per flag that sets it (Megatron's names,
+// without the dashes): num-layers, hidden-size, num-attention-heads, seq-length,
+// max-position-embeddings, make-vocab-size-divisible-by and vocab-size (the real vocabulary,
+// which the tokenizer sets). The two checks below read this one table.
+struct ModelShapeField {
+  const char* flag;
+  int64_t (*value)(const ModelConfig&);
+  // Whether a run must agree on it to load the weights (the sequence length and the
+  // vocabulary padding are not in them: the word embedding is stored without its padding).
+  bool in_weights;
+};
+const std::vector<ModelShapeField>& model_shape_fields();
+
+// Checks that the checkpoint holds a model of the run's shape (the fields in the weights);
+// ConfigError naming the flag: "--load: DIR is a model with --num-layers 4, this run has 2"
+// ("vocabulary size" for the vocabulary).
 void check_same_model_shape(const ModelConfig& checkpoint, const ModelConfig& run, const std::filesystem::path& dir);
+
+// Checks shape flags given only to say what the checkpoint holds (trident-generate accepts
+// those of Megatron's generation scripts), every field of model_shape_fields: each (flag,
+// value) must be the checkpoint's; ConfigError "--hidden-size 128 differs from the
+// checkpoint's 64 (WHERE)". A flag that is not a field is an InternalError.
+void check_model_shape_flags(const std::vector<std::pair<std::string, int64_t>>& given, const ModelConfig& checkpoint,
+                             const std::string& where);
 
 // Fills `params` (one TP rank's slices, any dtype, any device) from the checkpoint, reading
 // only the files that hold them: the model files, or with `from_masters` the optimizer

@@ -391,27 +391,50 @@ std::string empty_split_warning(const std::string& split, const std::string& wha
 DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag) {
   if (words.empty()) throw ConfigError(flag + ": expected PREFIX, WEIGHT PREFIX pairs, or prefixes");
   DataBlend out;
-  if (words.size() == 1) {
-    out.prefixes = words;
+  // Megatron-LM's get_blend_from_list (megatron/core/datasets/utils.py): weights only when the
+  // number of words is even and every other word from the first is a number; when none of
+  // those is, the words are prefixes, as are an odd number of words, whatever they hold.
+  size_t weights = 0, a_weight = 0, not_weight = 0;  // how many, and the first of each kind
+  for (size_t i = words.size(); i-- > 0;) {
+    if (i % 2 != 0) continue;
+    if (is_number(words[i])) {
+      ++weights;
+      a_weight = i;
+    } else {
+      not_weight = i;
+    }
+  }
+  const bool even = words.size() % 2 == 0;
+  if (even && weights == words.size() / 2) {
+    double sum = 0;
+    for (size_t i = 0; i < words.size(); i += 2) {
+      const double w = std::stod(words[i]);
+      if (w < 0) throw ConfigError(flag + ": \"" + words[i] + "\" is not a non-negative weight");
+      out.weights.push_back(w);
+      out.prefixes.push_back(words[i + 1]);
+      sum += w;
+    }
+    if (!(sum > 0)) throw ConfigError(flag + ": weights sum to zero");
+    for (double& w : out.weights) w /= sum;
     return out;
   }
-  if (std::none_of(words.begin(), words.end(), is_number)) {  // Megatron's unweighted list
-    out.prefixes = words;
-    return out;
-  }
-  if (words.size() % 2 != 0)
-    throw ConfigError(detail::concat(flag, ": expected WEIGHT PREFIX pairs (or prefixes without weights), got ",
-                                     words.size(), " words"));
-  double sum = 0;
-  for (size_t i = 0; i < words.size(); i += 2) {
-    const double w = is_number(words[i]) ? std::stod(words[i]) : -1;
-    if (w < 0) throw ConfigError(flag + ": \"" + words[i] + "\" is not a non-negative weight");
-    out.weights.push_back(w);
-    out.prefixes.push_back(words[i + 1]);
-    sum += w;
-  }
-  if (!(sum > 0)) throw ConfigError(flag + ": weights sum to zero");
-  for (double& w : out.weights) w /= sum;
+  if (even && weights > 0)  // Megatron: an AssertionError (or, in some orders, the weights taken for prefixes)
+    throw ConfigError(detail::concat(flag, ": \"", words[not_weight], "\" (word ", not_weight + 1,
+                                     ") is not a weight, while \"", words[a_weight], "\" (word ", a_weight + 1,
+                                     ") is: give WEIGHT PREFIX pairs, or prefixes without weights"));
+  // Prefixes without weights. A word that reads as a number is most likely a weight that lost
+  // its pairing (Megatron goes on to open it, and fails on a missing file): unless a dataset
+  // of that name exists, say so here.
+  for (const std::string& w : words)
+    if (is_number(w) && !std::filesystem::exists(idx_path(w)))
+      throw ConfigError(detail::concat(
+          flag, ": \"", w, "\" is read as a dataset prefix and there is no ", idx_path(w), ": ",
+          words.size() == 1 ? std::string("one word is one prefix")
+          : even ? std::string("words whose first is not a weight are prefixes without weights, as Megatron reads them")
+                 : detail::concat(words.size(), " words, an odd number, are prefixes without weights, as Megatron "
+                                                "reads them"),
+          "; a weighted blend is WEIGHT PREFIX pairs"));
+  out.prefixes = words;
   return out;
 }
 

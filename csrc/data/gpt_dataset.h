@@ -71,9 +71,13 @@ struct TrainValidTest {
 
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);
 
-// Megatron's blend words (--data-path and the per-split paths): "PREFIX", "W1 P1 W2 P2 ..."
-// (weights normalised) or "P1 P2 ..." (unweighted: no word is a number). ConfigError naming
-// `flag` otherwise, e.g. for weights on some prefixes only.
+// Megatron's blend words (--data-path and the per-split paths), read as Megatron-LM's
+// get_blend_from_list reads them: "W1 P1 W2 P2 ..." (weights normalised) when the number of
+// words is even and every other word from the first is a number, else "P1 P2 ..." (prefixes
+// without weights; an odd number of words always, a single PREFIX too). ConfigError naming
+// `flag` and the word for weights before some prefixes only, for a negative weight, and for
+// a word read as a prefix that is a number while no such dataset exists (".idx"): a weight
+// that lost its prefix, as in "0.3 A 0.7" or "A 0.5 B", which Megatron would try to open.
 DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag = "--data-path");
 
 // ---- the pieces, exposed for tests and tools

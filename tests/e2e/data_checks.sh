@@ -7,8 +7,9 @@
 #  - --split 949,50,1 over 10 documents leaves no validation and no test documents: one
 #    warning each, naming the flag, the prefix and its document count; training runs;
 #  - with MPI, 2 ranks: the warnings once (rank 0), the bad ids end the job (no hang), and
-#    a corrupt .idx that rank 0 fails to read while building first ends the job with one
-#    line naming the file (the other rank does not wait for rank 0 forever).
+#    rank 0 builds first: with a corrupt .idx that only rank 0 reads, the job ends with one
+#    line, rank 0's, naming the file, and rank 1 never opens its own data (it neither builds
+#    alongside rank 0 nor waits for it forever).
 # Usage: data_checks.sh TRAIN_BINARY REPO [MPI: ON when the build has MPI]
 set -uo pipefail
 train=$1
@@ -117,9 +118,39 @@ if [[ $with_mpi == ON ]]; then
   else
     fail "np2 ids past the vocabulary (exit $rc)"; cat "$tmp/np2_foreign.log"
   fi
-  make_data "$tmp/torn" 8 10 60 0
-  truncate -s -8 "$tmp/torn.idx"
-  mpi --data-path "$tmp/torn" >"$tmp/np2_torn.log" 2>&1
-  expect_error "np2: a corrupt .idx on the building rank" "$tmp/np2_torn.log" $? failed "$tmp/torn.idx"
+  # Rank 0 builds the index maps before the others, and its failure stops them all with its
+  # message. Isolated by giving each rank its own --data-path (mpirun's MPMD form), both .idx
+  # files FIFOs: rank 0's is held open until the test lets it go, then reads as corrupt
+  # (size 0: bad magic); rank 1's is a trip wire, which fires if rank 1 opens it. Rank 0 is
+  # let go once the wire fires or after 8 s, so a rank 1 that built at once (without waiting
+  # for rank 0) trips the wire before rank 0 fails. Wanted: the job fails with one error line,
+  # rank 0's, naming its .idx, and rank 1 never opened its own.
+  mkfifo "$tmp/held.idx" "$tmp/wire.idx"
+  : >"$tmp/held.bin"
+  : >"$tmp/wire.bin"
+  (exec 3>"$tmp/wire.idx" && echo tripped >"$tmp/wire.tripped") &
+  wire=$!
+  timeout 120 mpirun --oversubscribe --bind-to none -np 1 "$train" "${args[@]}" --data-path "$tmp/held" \
+    : -np 1 "$train" "${args[@]}" --data-path "$tmp/wire" >"$tmp/np2_held.log" 2>&1 &
+  job=$!
+  for _ in $(seq 80); do [[ -e $tmp/wire.tripped ]] && break; sleep 0.1; done
+  timeout 60 bash -c ': >"$1"' _ "$tmp/held.idx" &  # returns once rank 0 has it open
+  release=$!
+  wait "$job"
+  rc=$?
+  tripped=0
+  [[ -e $tmp/wire.tripped ]] && tripped=1
+  # Let the writers still waiting go (a FIFO opened for reading and writing does not wait).
+  # Not killed instead: a background job just forked may still hold this script's EXIT trap.
+  : <>"$tmp/wire.idx"
+  : <>"$tmp/held.idx"
+  wait "$wire" "$release"
+  if [[ $tripped -eq 1 ]]; then
+    fail "np2: rank 1 opened its own .idx before rank 0 had built (or after rank 0 failed)"; cat "$tmp/np2_held.log"
+  else
+    expect_error "np2: a corrupt .idx on rank 0 alone, rank 1 waiting" "$tmp/np2_held.log" "$rc" failed \
+      "$tmp/held.idx" "bad magic"
+    grep -q "error on rank 1" "$tmp/np2_held.log" && fail "np2: rank 1 reported an error of its own"
+  fi
 fi
 [[ $fails -eq 0 ]]

@@ -3,8 +3,9 @@
 # learning rate and loss scale and every final parameter bit-identical) on one process and
 # at tp2 x pp2 x dp2 with fp32/fp16 and ZeRO 0/1/2, and in fp16 with skipped iterations
 # before and after the stop (the LR schedule advances only on the updates, so its position
-# must come back from the checkpoint); an fp16 checkpoint loaded in fp32 gives the same
-# parameters (its masters) on 1 and 4 ranks; a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
+# must come back from the checkpoint); an fp16 or bf16 checkpoint loaded in fp32 gives the
+# parameters the checkpoint's fp32 masters, bit for bit (read from its optimizer files by
+# check_masters.py), on 1 and 4 ranks; a tp2 x pp2 checkpoint continued at tp1, tp4 and pp4
 # gives the losses the unchanged layout gives; a rank dying mid-save leaves the previous
 # checkpoint the latest and loadable, and the next save removes its temporary; corrupt and
 # truncated files are named (under mpirun by rank 0 when another rank read the file, and no
@@ -70,15 +71,25 @@ d="$tmp/fp16 with skipped iterations, one process"
   echo "fp16 resume: $(skips "$d/first.log") skipped iterations before the stop, $(skips "$d/second.log") after" ||
   fail "fp16 resume: expected skipped iterations before and after the stop"
 
-# An fp16 checkpoint loaded by an fp32 run gives it the fp32 master weights (bit for bit on
-# one process: tests/unit/train/test_trainer_checkpoint.cpp); at tp2 x dp2 with ZeRO 1, where
-# ranks read master pieces from each other's files, the same parameters.
-d="$tmp/fp16, tp2 pp2 dp2 zero 2"
-launch 1 --load "$d/ckpt" --train-iters 10 --save-canonical "$d/fp32_1.st" >/dev/null
-launch 4 --tensor-model-parallel-size 2 --zero-stage 1 --load "$d/ckpt" --train-iters 10 \
-  --save-canonical "$d/fp32_4.st" >/dev/null
-python3 "$repo/tests/mpi/compare_params.py" "$d/fp32_1.st" "$d/fp32_4.st" 0 "fp16 checkpoint in fp32, 1 vs 4 ranks" ||
-  fail "fp16 checkpoint loaded in fp32 at tp2 x dp2"
+# A 16-bit checkpoint loaded by an fp32 run gives it the checkpoint's fp32 master weights, not
+# its 16-bit ones: the parameters right after loading (--train-iters 10 at iteration 10:
+# nothing trained) must equal, bit for bit, the masters that tests/mpi/check_masters.py reads
+# from the checkpoint's optimizer files with its own reader, and differ from its model files'
+# 16-bit weights; on one process from the fp16 tp2 x pp2 x dp2 ZeRO 2 and the bf16 pp2 x dp2
+# checkpoints, and at tp2 x dp2 with ZeRO 1, where ranks read master pieces from each other's
+# files.
+masters() {  # masters <checkpoint tag> <np> <flags...>
+  local src=$1 np=$2 d="$tmp/$1"
+  shift 2
+  local tag="$src checkpoint loaded in fp32 on $np rank(s)"
+  rm -f "$d/fp32.st"
+  launch "$np" "$@" --load "$d/ckpt" --train-iters 10 --save-canonical "$d/fp32.st" >"$d/fp32.log" &&
+    grep -q "loaded checkpoint" "$d/fp32.log" || { fail "$tag: did not load"; return; }
+  python3 "$repo/tests/mpi/check_masters.py" "$d/fp32.st" "$d/ckpt/iter_0000010" "$tag" || fail "$tag"
+}
+masters "fp16, tp2 pp2 dp2 zero 2" 1
+masters "fp16, tp2 pp2 dp2 zero 2" 4 --tensor-model-parallel-size 2 --zero-stage 1
+masters "bf16, tp1 pp2 dp2 zero 0" 1
 
 # ---- any layout -------------------------------------------------------------------------
 d="$tmp/layouts"

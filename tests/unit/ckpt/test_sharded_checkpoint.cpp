@@ -234,5 +234,59 @@ TEST(ShardedCheckpoint, WithoutOptimizerFilesThereIsNoOptimizerState) {
   EXPECT_TRUE(ckpt.opened_files().empty());
 }
 
+// One table of shape fields serves both checks: a run loading the checkpoint
+// (check_same_model_shape: the fields in the weights, "--load: DIR is a model with ...") and
+// flags that only say what the checkpoint holds (check_model_shape_flags, trident-generate:
+// every field, "--FLAG N differs from the checkpoint's M (WHERE)").
+TEST(ShardedCheckpoint, ModelShapeChecksShareOneTableOfFields) {
+  const ModelConfig ckpt = small_config();
+  std::vector<std::string> flags, in_weights;
+  for (const ModelShapeField& f : model_shape_fields()) {
+    flags.push_back(f.flag);
+    if (f.in_weights) in_weights.push_back(f.flag);
+  }
+  EXPECT_EQ(flags, (std::vector<std::string>{"num-layers", "hidden-size", "num-attention-heads", "seq-length",
+                                             "max-position-embeddings", "make-vocab-size-divisible-by",
+                                             "vocab-size"}));
+  EXPECT_EQ(in_weights, (std::vector<std::string>{"num-layers", "hidden-size", "num-attention-heads",
+                                                  "max-position-embeddings", "vocab-size"}));
+  check_same_model_shape(ckpt, ckpt, "DIR");
+  for (const ModelShapeField& f : model_shape_fields()) {
+    const int64_t held = f.value(ckpt);
+    // The run: the checkpoint's model with this one field doubled.
+    ModelConfig run = ckpt;
+    const std::string flag = f.flag;
+    if (flag == "num-layers") run.num_layers *= 2;
+    if (flag == "hidden-size") run.hidden_size *= 2;
+    if (flag == "num-attention-heads") run.num_attention_heads *= 2;
+    if (flag == "seq-length") run.seq_length *= 2;
+    if (flag == "max-position-embeddings") run.max_position_embeddings *= 2;
+    if (flag == "make-vocab-size-divisible-by") run.make_vocab_size_divisible_by *= 2;
+    if (flag == "vocab-size") run.vocab_size *= 2;
+    ASSERT_EQ(f.value(run), 2 * held) << flag;
+    if (f.in_weights) {
+      const std::string what = flag == "vocab-size" ? "vocabulary size" : "--" + flag;
+      try {
+        check_same_model_shape(ckpt, run, "DIR");
+        ADD_FAILURE() << flag;
+      } catch (const ConfigError& e) {
+        EXPECT_EQ(std::string(e.what()), "--load: DIR is a model with " + what + " " + std::to_string(held) +
+                                             ", this run has " + std::to_string(2 * held));
+      }
+    } else {
+      check_same_model_shape(ckpt, run, "DIR");  // not in the weights: a run may change it
+    }
+    check_model_shape_flags({{flag, held}}, ckpt, "WHERE");
+    try {
+      check_model_shape_flags({{flag, held}, {flag, 2 * held}}, ckpt, "WHERE");
+      ADD_FAILURE() << flag;
+    } catch (const ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()), "--" + flag + " " + std::to_string(2 * held) + " differs from the checkpoint's " +
+                                           std::to_string(held) + " (WHERE)");
+    }
+  }
+  EXPECT_THROW(check_model_shape_flags({{"fp16", 1}}, ckpt, "WHERE"), InternalError);
+}
+
 }  // namespace
 }  // namespace trident

@@ -407,7 +407,7 @@ TEST(Blend, DataPathParsing) {
   auto two = parse_data_path({"2", "A", "6", "B"});
   EXPECT_EQ(two.prefixes, (std::vector<std::string>{"A", "B"}));
   EXPECT_EQ(two.weights, (std::vector<double>{0.25, 0.75}));
-  // Megatron's unweighted list: no word is a number.
+  // Megatron's unweighted list: no number before the prefixes.
   auto list = parse_data_path({"A", "B", "C"}, "--train-data-path");
   EXPECT_EQ(list.prefixes, (std::vector<std::string>{"A", "B", "C"}));
   EXPECT_TRUE(list.weights.empty());
@@ -420,6 +420,71 @@ TEST(Blend, DataPathParsing) {
       EXPECT_EQ(std::string(e.what()).rfind("--valid-data-path: ", 0), 0u) << e.what();
     }
   }
+}
+
+// What a --data-path of numbers and prefixes means, as Megatron-LM's get_blend_from_list reads
+// it: weights only for an even number of words with a number before every prefix; anything
+// else is prefixes, so a number there is a dataset's name. Such a word with no dataset behind
+// it (a weight that lost its prefix) is one ConfigError naming the flag and the word.
+TEST(Blend, DataPathNumbersAsMegatron) {
+  auto error = [](const std::vector<std::string>& words, const std::string& flag = "--data-path") {
+    try {
+      parse_data_path(words, flag);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  // An odd number of words: prefixes; the numbers among them name no dataset.
+  EXPECT_EQ(error({"0.3", "A", "0.7"}),
+            "--data-path: \"0.3\" is read as a dataset prefix and there is no 0.3.idx: 3 words, an odd number, are "
+            "prefixes without weights, as Megatron reads them; a weighted blend is WEIGHT PREFIX pairs");
+  EXPECT_EQ(error({"A", "0.5", "B"}, "--train-data-path"),
+            "--train-data-path: \"0.5\" is read as a dataset prefix and there is no 0.5.idx: 3 words, an odd "
+            "number, are prefixes without weights, as Megatron reads them; a weighted blend is WEIGHT PREFIX pairs");
+  EXPECT_EQ(error({"0.3", "A", "0.7", "B", "1"}).rfind("--data-path: \"0.3\" is read as a dataset prefix", 0), 0u);
+  EXPECT_EQ(error({"7"}), "--data-path: \"7\" is read as a dataset prefix and there is no 7.idx: one word is one "
+                          "prefix; a weighted blend is WEIGHT PREFIX pairs");
+  // An even number without a weight first: prefixes too.
+  EXPECT_EQ(error({"A", "0.5", "B", "0.3"}),
+            "--data-path: \"0.5\" is read as a dataset prefix and there is no 0.5.idx: words whose first is not a "
+            "weight are prefixes without weights, as Megatron reads them; a weighted blend is WEIGHT PREFIX pairs");
+  // Weights before some prefixes only: the first word that is not one and the first that is.
+  EXPECT_EQ(error({"x", "A", "0.5", "B"}, "--valid-data-path"),
+            "--valid-data-path: \"x\" (word 1) is not a weight, while \"0.5\" (word 3) is: give WEIGHT PREFIX "
+            "pairs, or prefixes without weights");
+  EXPECT_EQ(error({"0.5", "A", "B", "C"}),
+            "--data-path: \"B\" (word 3) is not a weight, while \"0.5\" (word 1) is: give WEIGHT PREFIX pairs, "
+            "or prefixes without weights");
+
+  // Datasets whose names are numbers (relative to the working directory, as Megatron opens
+  // them) are prefixes like any other where Megatron reads prefixes.
+  ScratchDir dir;
+  struct InDir {  // the working directory, back to the test's when done
+    std::filesystem::path was = std::filesystem::current_path();
+    explicit InDir(const std::string& d) { std::filesystem::current_path(d); }
+    ~InDir() { std::filesystem::current_path(was); }
+  };
+  DataBlend odd, even, one, pairs;
+  std::string missing;
+  {
+    InDir in(dir.path());
+    for (const char* name : {"2024", "2025", "A"}) write_docs(dir / name, 5, 1);
+    odd = parse_data_path({"2024", "A", "2025"});
+    even = parse_data_path({"A", "2024", "A", "2025"});
+    one = parse_data_path({"2024"});
+    pairs = parse_data_path({"2024", "A", "2025", "A"});  // an even number, a number first: weights
+    missing = error({"2024", "A", "0.7"});
+  }
+  EXPECT_EQ(odd.prefixes, (std::vector<std::string>{"2024", "A", "2025"}));
+  EXPECT_TRUE(odd.weights.empty());
+  EXPECT_EQ(even.prefixes, (std::vector<std::string>{"A", "2024", "A", "2025"}));
+  EXPECT_TRUE(even.weights.empty());
+  EXPECT_EQ(one.prefixes, (std::vector<std::string>{"2024"}));
+  EXPECT_EQ(pairs.prefixes, (std::vector<std::string>{"A", "A"}));
+  EXPECT_EQ(pairs.weights, (std::vector<double>{2024.0 / 4049, 2025.0 / 4049}));
+  EXPECT_EQ(missing.rfind("--data-path: \"0.7\" is read as a dataset prefix and there is no 0.7.idx: 3 words", 0), 0u)
+      << missing;
 }
 
 TEST(Blend, GreedyIndices) {
