@@ -155,8 +155,16 @@ class MpiComm final : public Comm {
   }
   void reduce_scatter_host(const Tensor& in, const Tensor& out) {
     TRIDENT_CHECK(in.numel() == out.numel() * size_ && in.dtype == out.dtype, "reduce_scatter sizes");
-    TRIDENT_CHECK(in.dtype == DType::F32, "reduce_scatter supports fp32 buffers");
-    MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()), MPI_FLOAT, MPI_SUM, comm_));
+    if (in.dtype == DType::F32) {
+      MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()), MPI_FLOAT, MPI_SUM, comm_));
+      return;
+    }
+    // 16-bit (sequence parallelism's activations): reduce in fp32, round once, as allreduce.
+    TRIDENT_CHECK(in.dtype == DType::F16 || in.dtype == DType::BF16, "reduce_scatter of ", dtype_name(in.dtype));
+    to_f32(in);
+    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, staging_.data(), static_cast<int>(out.numel()), MPI_FLOAT,
+                                       MPI_SUM, comm_));
+    from_f32(out);  // this rank's block sits at the start of the staging buffer
   }
   void broadcast_host(const Tensor& t, int root) {
     MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_));

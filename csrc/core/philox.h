@@ -75,6 +75,10 @@ struct DropoutKey {
   uint64_t seed = 0;         // run seed
   uint32_t site = 0;         // layer * kSitesPerLayer + DropoutSite
   uint64_t sample_base = 0;  // global sample number of row-block 0 of the micro-batch
+  // Added to every element index (a multiple of 4): a tensor that starts inside a sample,
+  // at its row r (sequence parallelism's shards), has index_base r x row and its rows are
+  // numbered from there. Row-wise dropouts only; attention ignores it.
+  uint64_t index_base = 0;
   bool enabled() const { return p > 0.0f; }
 };
 
@@ -88,6 +92,7 @@ enum DropoutSite : uint32_t {
 
 // True when element `index` of sample `sample` is kept.
 TRIDENT_HD bool dropout_keep(const DropoutKey& k, uint64_t sample, uint64_t index) {
+  index += k.index_base;
   const Philox4 r = philox4x32_10(
       Philox4{{static_cast<uint32_t>(index >> 2), static_cast<uint32_t>(index >> 34),
                static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},

@@ -8,38 +8,47 @@ namespace trident {
 
 // Activations of one transformer layer for one micro-batch, kept for its backward. Views:
 // the memory belongs to the slot, or to the recompute workspace (all but `out`) for the
-// layers that are recomputed.
+// layers that are recomputed. R: this rank's rows (BT / tp with sequence parallelism, else BT).
 struct Gpt2Model::LayerActs {
-  Tensor ln1, ln1_mean, ln1_rstd;  // [BT, C], [BT], [BT]
+  Tensor ln1, ln1_mean, ln1_rstd;  // [R, C], [R], [R]
   Tensor qkv;                      // [BT, 3Cl]
   Tensor att, lse;                 // [BT, Cl], [B, Hl, T]
-  Tensor resid_mid;                // [BT, C]  x + dropout(attn proj)
-  Tensor ln2, ln2_mean, ln2_rstd;  // [BT, C], [BT], [BT]
+  Tensor resid_mid;                // [R, C]  x + dropout(attn proj)
+  Tensor ln2, ln2_mean, ln2_rstd;  // [R, C], [R], [R]
   Tensor fc, gelu;                 // [BT, Fl] pre- and post-activation
-  Tensor out;                      // [BT, C]  resid_mid + dropout(mlp proj): the next layer's input
+  Tensor out;                      // [R, C]  resid_mid + dropout(mlp proj): the next layer's input
 };
 
 // Everything one in-flight micro-batch needs.
 struct Gpt2Model::SlotActs {
   Buffer tokens, targets;  // I32 [BT]
-  Buffer input;            // [BT, C] stage input (embedding output on the first stage)
+  Buffer input;            // [R, C] stage input (embedding output on the first stage)
   std::vector<LayerActs> layers;
   std::vector<Buffer> storage;  // the memory of `layers`' own tensors
-  Buffer lnf, lnf_mean, lnf_rstd;  // last stage
+  Buffer lnf, lnf_mean, lnf_rstd;  // last stage: [R, C], [R], [R]
 };
 
 // Buffers shared by all slots: only one forward or backward runs at a time, and on the
 // last stage each micro-batch's backward follows its forward before the next forward
 // (1F1B), so the logits buffer can be shared too.
 struct Gpt2Model::Scratch {
-  Buffer proj;  // [BT, C] output of a row-parallel projection before dropout
+  Buffer proj;  // [BT, C] output of a row-parallel projection (partial sums over TP ranks)
   Buffer logits;  // [BT, Vl], overwritten by its gradient
   Buffer row_max, sumexp, target_logit, losses, correct;  // f32 [BT]
-  Buffer d_resid, d_ln, d_tmp;  // [BT, C]
-  Buffer d_qkv;                 // [BT, 3Cl]
-  Buffer d_att;                 // [BT, Cl]
-  Buffer d_fc;                  // [BT, Fl]
-  Buffer d_input;               // [BT, C] gradient of the stage input (non-first stages)
+  Buffer d_resid, d_tmp;  // [R, C]
+  Buffer d_ln;            // [BT, C] gradient of a LayerNorm's output (partial sums over TP ranks)
+  Buffer d_qkv;           // [BT, 3Cl]
+  Buffer d_att;           // [BT, Cl]
+  Buffer d_fc;            // [BT, Fl]
+  Buffer d_input;         // [R, C] gradient of the stage input (non-first stages)
+  // proj and d_ln summed onto this rank's rows, and d_tmp gathered from every rank's: own
+  // buffers with sequence parallelism ([R, C], [R, C], [BT, C]), else proj, d_ln, d_tmp.
+  Buffer sp_proj, sp_d_ln, sp_d_tmp;
+  Tensor proj_rows, d_ln_rows, d_tmp_full;
+  // Sequence parallelism: a LayerNorm output gathered from every rank's rows for the GEMM
+  // that reads it, forward and again in backward (Megatron's trade: activations keep only
+  // this rank's rows).
+  Buffer ln_full;  // [BT, C]
 };
 
 std::shared_ptr<ParamStore> make_stage_params(const ModelConfig& cfg, Backend& backend,
@@ -76,6 +85,17 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   if (!params_) params_ = make_stage_params(cfg_, be_, {L});
 
   const int64_t BT = static_cast<int64_t>(B_) * T_;
+  const bool sp = L.sequence_parallel && tp > 1;
+  if (sp) {
+    // Options check these first with the flags' names.
+    TRIDENT_CHECK(BT % tp == 0 && C_ % 4 == 0, "sequence parallelism: B*T ", BT, " or hidden ", C_, " vs tp ", tp);
+    layout_.sequence_parallel = true;
+  } else {
+    layout_.sequence_parallel = false;
+  }
+  rows_ = sp ? BT / tp : BT;
+  row0_ = sp ? rows_ * L.tp_rank : 0;
+  const int64_t R = rows_;
   const DType dt = cfg_.dtype;
   auto act = [&](Shape s) { return be_.empty(s, dt); };
   auto f32 = [&](Shape s) { return be_.empty(s, DType::F32); };
@@ -86,16 +106,16 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   // Every activation of a layer but its output.
   auto inner_acts = [&](std::vector<Buffer>& store) {
     LayerActs a;
-    a.ln1 = own(store, {BT, C_}, dt);
-    a.ln1_mean = own(store, {BT}, DType::F32);
-    a.ln1_rstd = own(store, {BT}, DType::F32);
+    a.ln1 = own(store, {R, C_}, dt);
+    a.ln1_mean = own(store, {R}, DType::F32);
+    a.ln1_rstd = own(store, {R}, DType::F32);
     a.qkv = own(store, {BT, 3 * Cl_}, dt);
     a.att = own(store, {BT, Cl_}, dt);
     a.lse = own(store, {static_cast<int64_t>(B_) * Hl_ * T_}, DType::F32);
-    a.resid_mid = own(store, {BT, C_}, dt);
-    a.ln2 = own(store, {BT, C_}, dt);
-    a.ln2_mean = own(store, {BT}, DType::F32);
-    a.ln2_rstd = own(store, {BT}, DType::F32);
+    a.resid_mid = own(store, {R, C_}, dt);
+    a.ln2 = own(store, {R, C_}, dt);
+    a.ln2_mean = own(store, {R}, DType::F32);
+    a.ln2_rstd = own(store, {R}, DType::F32);
     a.fc = own(store, {BT, Fl_}, dt);
     a.gelu = own(store, {BT, Fl_}, dt);
     return a;
@@ -120,16 +140,16 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
     auto s = std::make_unique<SlotActs>();
     s->tokens = be_.empty({BT}, DType::I32);
     s->targets = be_.empty({BT}, DType::I32);
-    s->input = act({BT, C_});
+    s->input = act({R, C_});
     for (int l = 0; l < n_layers; ++l) {
       LayerActs a = group_begin_[l] >= 0 ? workspace_[l - group_begin_[l]] : inner_acts(s->storage);
-      a.out = own(s->storage, {BT, C_}, dt);
+      a.out = own(s->storage, {R, C_}, dt);
       s->layers.push_back(a);
     }
     if (L.last_stage) {
-      s->lnf = act({BT, C_});
-      s->lnf_mean = f32({BT});
-      s->lnf_rstd = f32({BT});
+      s->lnf = act({R, C_});
+      s->lnf_mean = f32({R});
+      s->lnf_rstd = f32({R});
     }
     slots_.push_back(std::move(s));
   }
@@ -147,19 +167,83 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
     x.losses = f32({BT});
     x.correct = f32({BT});
   }
-  x.d_resid = act({BT, C_});
+  x.d_resid = act({R, C_});
   x.d_ln = act({BT, C_});
-  x.d_tmp = act({BT, C_});
+  x.d_tmp = act({R, C_});
   x.d_qkv = act({BT, 3 * Cl_});
   x.d_att = act({BT, Cl_});
   x.d_fc = act({BT, Fl_});
-  if (!L.first_stage) x.d_input = act({BT, C_});
+  if (!L.first_stage) x.d_input = act({R, C_});
+  if (sp) {
+    x.sp_proj = act({R, C_});
+    x.sp_d_ln = act({R, C_});
+    x.sp_d_tmp = act({BT, C_});
+    x.ln_full = act({BT, C_});
+  }
+  x.proj_rows = sp ? x.sp_proj.t() : x.proj.t();
+  x.d_ln_rows = sp ? x.sp_d_ln.t() : x.d_ln.t();
+  x.d_tmp_full = sp ? x.sp_d_tmp.t() : x.d_tmp.t();
 }
 
 Gpt2Model::~Gpt2Model() = default;
 
 void Gpt2Model::tp_allreduce(const Tensor& t, ReduceOp op) const {
   if (layout_.tp > 1) layout_.tp_comm->allreduce(t, op);
+}
+
+bool sequence_parallel_partial(const ParamSpec& spec) {
+  return spec.shard == ShardRule::Replicated && spec.name != "wpe";
+}
+
+namespace {
+
+// Rows [begin, end) of a [N, ...] tensor (empty stays empty).
+Tensor row_range(const Tensor& t, int64_t begin, int64_t end) {
+  if (t.empty()) return t;
+  const int64_t per_row = t.numel() / t.shape.dims[0];
+  Shape s = t.shape;
+  s.dims[0] = end - begin;
+  return t.flat_slice(begin * per_row, (end - begin) * per_row).view(s);
+}
+
+}  // namespace
+
+Tensor Gpt2Model::gathered(const Tensor& rows) const {
+  if (!layout_.sequence_parallel) return rows;
+  layout_.tp_comm->allgather(rows, scratch_->ln_full);
+  return scratch_->ln_full;
+}
+
+void Gpt2Model::sum_to_rows(const Tensor& full, const Tensor& rows) const {
+  if (layout_.sequence_parallel)
+    layout_.tp_comm->reduce_scatter(full, rows);
+  else
+    tp_allreduce(full, ReduceOp::Sum);  // rows is full
+}
+
+// A dropout draws element (sample, (t x C + c)) of row t of a sample; kernels number a
+// tensor's rows from its first sample on. A shard that starts or ends inside a sample is
+// cut there: its whole samples go in one call, each partial sample in its own, with that
+// sample's number and the index of its first row.
+std::vector<Gpt2Model::RowPiece> Gpt2Model::row_pieces(const DropoutKey& key) const {
+  if (!layout_.sequence_parallel) return {RowPiece{0, rows_, T_, key}};
+  std::vector<RowPiece> pieces;
+  for (int64_t g = row0_, end = row0_ + rows_; g < end;) {
+    const int64_t sample = g / T_, t = g % T_;
+    RowPiece p{g - row0_, 0, T_, key};
+    p.key.sample_base = key.sample_base + static_cast<uint64_t>(sample);
+    if (t == 0 && end - g >= T_) {  // whole samples
+      g += (end - g) / T_ * T_;
+    } else {  // part of one sample
+      const int64_t stop = std::min(end, (sample + 1) * T_);
+      p.rows_per_sample = static_cast<int>(stop - g);
+      p.key.index_base = static_cast<uint64_t>(t) * static_cast<uint64_t>(C_);
+      g = stop;
+    }
+    p.end = g - row0_;
+    pieces.push_back(p);
+  }
+  return pieces;
 }
 
 DropoutKey Gpt2Model::dropout_key(int layer, DropoutSite site, float p, bool training) const {
@@ -198,9 +282,10 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
     const Tensor no_wpe;
     be_.embedding_forward(s.tokens, P.param("wte"), vocab_start_,
                           layout_.tp_rank == 0 ? P.param("wpe") : no_wpe, T_, scratch_->proj);
-    tp_allreduce(scratch_->proj, ReduceOp::Sum);
-    be_.dropout_forward(scratch_->proj, s.input, T_,
-                        dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training));
+    sum_to_rows(scratch_->proj, scratch_->proj_rows);
+    for (const RowPiece& p : row_pieces(dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training)))
+      be_.dropout_forward(row_range(scratch_->proj_rows, p.begin, p.end), row_range(s.input, p.begin, p.end),
+                          p.rows_per_sample, p.key);
   }
   // Pre-LN: only the stage's first LayerNorm reads the stage input on its own; every later
   // one (the next layer's ln_1, or ln_f) is fused with the residual add that makes its input.
@@ -234,6 +319,22 @@ Gpt2Model::NormOutput Gpt2Model::lnf_output(SlotActs& s) const {
   return NormOutput{params_->param("ln_f.weight"), params_->param("ln_f.bias"), s.lnf, s.lnf_mean, s.lnf_rstd};
 }
 
+// The residual add of a row-parallel branch (scratch proj_rows) into `x`, through the
+// hidden dropout, fused with the LayerNorm `next` reads when there is one.
+void Gpt2Model::dropout_residual(const Tensor& x, const DropoutKey& key, const Tensor& out, const NormOutput& next) {
+  const Tensor branch = scratch_->proj_rows;
+  for (const RowPiece& p : row_pieces(key)) {
+    auto rows = [&p](const Tensor& t) { return row_range(t, p.begin, p.end); };
+    if (next.out.empty()) {
+      be_.dropout_forward(rows(branch), rows(branch), p.rows_per_sample, p.key);
+      be_.add(rows(x), rows(branch), rows(out));
+    } else {
+      be_.dropout_residual_layernorm_forward(rows(x), rows(branch), p.rows_per_sample, p.key, rows(out), next.gamma,
+                                             next.beta, rows(next.out), rows(next.mean), rows(next.rstd));
+    }
+  }
+}
+
 // a.ln1 has been computed (by the previous layer's residual add, or from the stage input).
 void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool training, const NormOutput& next,
                               bool write_output) {
@@ -242,33 +343,26 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   const bool rank0 = layout_.tp_rank == 0;
   const Tensor none;
   // Attention: (LN) -> column-parallel QKV -> causal attention -> row-parallel projection.
-  be_.matmul(a.qkv, a.ln1, P.param(h + "attn.qkv.weight"), P.param(h + "attn.qkv.bias"), false, true, false);
+  be_.matmul(a.qkv, gathered(a.ln1), P.param(h + "attn.qkv.weight"), P.param(h + "attn.qkv.bias"), false, true,
+             false);
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
   be_.attention_forward(a.qkv, a.att, a.lse, as, dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training));
   be_.matmul(scratch_->proj, a.att, P.param(h + "attn.proj.weight"), rank0 ? P.param(h + "attn.proj.bias") : none,
              false, true, false);
-  tp_allreduce(scratch_->proj, ReduceOp::Sum);
+  sum_to_rows(scratch_->proj, scratch_->proj_rows);
   // resid_mid = x + dropout(branch), and ln_2 of it, in one pass (the branch is consumed).
-  be_.dropout_residual_layernorm_forward(x, scratch_->proj, T_,
-                                         dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training), a.resid_mid,
-                                         P.param(h + "ln_2.weight"), P.param(h + "ln_2.bias"), a.ln2, a.ln2_mean,
-                                         a.ln2_rstd);
+  const NormOutput ln2{P.param(h + "ln_2.weight"), P.param(h + "ln_2.bias"), a.ln2, a.ln2_mean, a.ln2_rstd};
+  dropout_residual(x, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training), a.resid_mid, ln2);
   // MLP: LN -> column-parallel fc with GELU (one GEMM with a GELU epilogue) -> row-parallel projection.
-  be_.matmul_bias_gelu(a.fc, a.gelu, a.ln2, P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false, true);
+  be_.matmul_bias_gelu(a.fc, a.gelu, gathered(a.ln2), P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false,
+                       true);
   be_.matmul(scratch_->proj, a.gelu, P.param(h + "mlp.proj.weight"), rank0 ? P.param(h + "mlp.proj.bias") : none,
              false, true, false);
-  tp_allreduce(scratch_->proj, ReduceOp::Sum);
+  sum_to_rows(scratch_->proj, scratch_->proj_rows);
   if (!write_output) return;
   // out = resid_mid + dropout(branch), fused with the LayerNorm that reads it when it is on
   // this stage.
-  const DropoutKey mlp_drop = dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training);
-  if (next.out.empty()) {
-    be_.dropout_forward(scratch_->proj, scratch_->proj, T_, mlp_drop);
-    be_.add(a.resid_mid, scratch_->proj, a.out);
-  } else {
-    be_.dropout_residual_layernorm_forward(a.resid_mid, scratch_->proj, T_, mlp_drop, a.out, next.gamma, next.beta,
-                                           next.out, next.mean, next.rstd);
-  }
+  dropout_residual(a.resid_mid, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training), a.out, next);
 }
 
 // s.lnf has been computed (fused with the last layer's residual add).
@@ -276,7 +370,7 @@ void Gpt2Model::head_forward(SlotActs& s, float grad_scale) {
   const ParamStore& P = *params_;
   Scratch& k = *scratch_;
   // Tied, vocab-parallel LM head: logits shard = lnf @ wte_shard^T.
-  be_.matmul(k.logits, s.lnf, P.param("wte"), Tensor(), false, true, false);
+  be_.matmul(k.logits, gathered(s.lnf), P.param("wte"), Tensor(), false, true, false);
   if (layout_.tp == 1) {  // nothing to all-reduce between the phases: one pass for both
     be_.xent_stats_sumexp(k.logits, s.targets, vocab_start_, vocab_valid_, k.row_max, k.target_logit, k.sumexp);
   } else {
@@ -308,8 +402,11 @@ void Gpt2Model::backward(int slot) {
     if (layer_grads_ready_) layer_grads_ready_(layout_.layer_begin + i);
   }
   if (layout_.first_stage) {
-    be_.dropout_backward(k.d_resid, k.d_tmp, T_, dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_));
-    be_.embedding_backward(k.d_tmp, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
+    for (const RowPiece& p : row_pieces(dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_)))
+      be_.dropout_backward(row_range(k.d_resid, p.begin, p.end), row_range(k.d_tmp, p.begin, p.end),
+                           p.rows_per_sample, p.key);
+    gather_d_tmp();
+    be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
   } else {
     be_.copy(k.d_input, k.d_resid);
   }
@@ -332,11 +429,11 @@ void Gpt2Model::head_backward(SlotActs& s, const Tensor& x) {
   const ParamStore& P = *params_;
   Scratch& k = *scratch_;
   // logits now hold d(logits). wte grad += dlogits^T @ lnf; d(lnf) = dlogits @ wte.
-  be_.matmul(P.grad("wte"), k.logits, s.lnf, Tensor(), true, false, true);
+  be_.matmul(P.grad("wte"), k.logits, gathered(s.lnf), Tensor(), true, false, true);
   be_.matmul(k.d_ln, k.logits, P.param("wte"), Tensor(), false, false, false);
-  tp_allreduce(k.d_ln, ReduceOp::Sum);
+  sum_to_rows(k.d_ln, k.d_ln_rows);
   be_.fill(k.d_resid, 0.0f);
-  be_.layernorm_backward(k.d_ln, x, P.param("ln_f.weight"), s.lnf_mean, s.lnf_rstd, k.d_resid,
+  be_.layernorm_backward(k.d_ln_rows, x, P.param("ln_f.weight"), s.lnf_mean, s.lnf_rstd, k.d_resid,
                          P.grad("ln_f.weight"), P.grad("ln_f.bias"));
 }
 
@@ -346,31 +443,44 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   const std::string h = "h." + std::to_string(layer) + ".";
   // d_resid = d(layer output) = d(resid_mid) through the skip connection.
   // MLP branch.
-  // d_tmp = the projection output's gradient through the dropout, with its bias gradient.
-  be_.dropout_bias_backward(k.d_resid, T_, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_), k.d_tmp,
-                            P.grad(h + "mlp.proj.bias"));
-  be_.matmul(P.grad(h + "mlp.proj.weight"), k.d_tmp, a.gelu, Tensor(), true, false, true);
-  be_.matmul_gelu_backward(k.d_fc, k.d_tmp, P.param(h + "mlp.proj.weight"), a.fc, false, false);
-  be_.matmul(P.grad(h + "mlp.fc.weight"), k.d_fc, a.ln2, Tensor(), true, false, true);
+  // d_tmp = the projection output's gradient through the dropout, with its bias gradient
+  // (over this rank's rows), then gathered from every rank's rows.
+  dropout_bias_backward(dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_), P.grad(h + "mlp.proj.bias"));
+  be_.matmul(P.grad(h + "mlp.proj.weight"), k.d_tmp_full, a.gelu, Tensor(), true, false, true);
+  be_.matmul_gelu_backward(k.d_fc, k.d_tmp_full, P.param(h + "mlp.proj.weight"), a.fc, false, false);
+  be_.matmul(P.grad(h + "mlp.fc.weight"), k.d_fc, gathered(a.ln2), Tensor(), true, false, true);
   be_.bias_backward(k.d_fc, P.grad(h + "mlp.fc.bias"));
   be_.matmul(k.d_ln, k.d_fc, P.param(h + "mlp.fc.weight"), Tensor(), false, false, false);
-  tp_allreduce(k.d_ln, ReduceOp::Sum);
-  be_.layernorm_backward(k.d_ln, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, k.d_resid,
+  sum_to_rows(k.d_ln, k.d_ln_rows);
+  be_.layernorm_backward(k.d_ln_rows, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, k.d_resid,
                          P.grad(h + "ln_2.weight"), P.grad(h + "ln_2.bias"));
   // Attention branch.
-  be_.dropout_bias_backward(k.d_resid, T_, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_), k.d_tmp,
-                            P.grad(h + "attn.proj.bias"));
-  be_.matmul(P.grad(h + "attn.proj.weight"), k.d_tmp, a.att, Tensor(), true, false, true);
-  be_.matmul(k.d_att, k.d_tmp, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
+  dropout_bias_backward(dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_), P.grad(h + "attn.proj.bias"));
+  be_.matmul(P.grad(h + "attn.proj.weight"), k.d_tmp_full, a.att, Tensor(), true, false, true);
+  be_.matmul(k.d_att, k.d_tmp_full, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
   be_.attention_backward(k.d_att, a.qkv, a.att, a.lse, k.d_qkv, as,
                          dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training_));
-  be_.matmul(P.grad(h + "attn.qkv.weight"), k.d_qkv, a.ln1, Tensor(), true, false, true);
+  be_.matmul(P.grad(h + "attn.qkv.weight"), k.d_qkv, gathered(a.ln1), Tensor(), true, false, true);
   be_.bias_backward(k.d_qkv, P.grad(h + "attn.qkv.bias"));
   be_.matmul(k.d_ln, k.d_qkv, P.param(h + "attn.qkv.weight"), Tensor(), false, false, false);
-  tp_allreduce(k.d_ln, ReduceOp::Sum);
-  be_.layernorm_backward(k.d_ln, x, P.param(h + "ln_1.weight"), a.ln1_mean, a.ln1_rstd, k.d_resid,
+  sum_to_rows(k.d_ln, k.d_ln_rows);
+  be_.layernorm_backward(k.d_ln_rows, x, P.param(h + "ln_1.weight"), a.ln1_mean, a.ln1_rstd, k.d_resid,
                          P.grad(h + "ln_1.weight"), P.grad(h + "ln_1.bias"));
+}
+
+// d_tmp = d_resid through the hidden dropout `key`, dbias += its column sums; then d_tmp
+// gathered from every rank's rows (d_tmp_full).
+void Gpt2Model::dropout_bias_backward(const DropoutKey& key, const Tensor& dbias) {
+  Scratch& k = *scratch_;
+  for (const RowPiece& p : row_pieces(key))
+    be_.dropout_bias_backward(row_range(k.d_resid, p.begin, p.end), p.rows_per_sample, p.key,
+                              row_range(k.d_tmp, p.begin, p.end), dbias);
+  gather_d_tmp();
+}
+
+void Gpt2Model::gather_d_tmp() {
+  if (layout_.sequence_parallel) layout_.tp_comm->allgather(scratch_->d_tmp, scratch_->d_tmp_full);
 }
 
 }  // namespace trident

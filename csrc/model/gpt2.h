@@ -1,12 +1,14 @@
 // GPT-2 with explicit forward and backward (no autograd), written against the Backend
-// and Comm seams. One instance is one pipeline stage of one tensor-parallel rank; a
-// single process is the stage that is both first and last with tp = 1.
+// and Comm seams. One instance is one pipeline stage (or one model chunk of an interleaved
+// stage) of one tensor-parallel rank; a single process is the stage that is both first and
+// last with tp = 1.
 //
 // Tensor parallelism (Megatron): QKV and MLP-up are column-parallel, attention output
 // and MLP-down row-parallel, the word embedding and LM head vocab-parallel. The only
-// cross-rank calls are all-reduces on the TP comm, at the places Megatron's conjugate
-// maps put them. Row-parallel biases and the position embedding are added by TP rank 0
-// alone before the all-reduce, so the sum adds them exactly once.
+// cross-rank calls are on the TP comm, at the places Megatron's conjugate maps put them:
+// all-reduces, or with sequence parallelism all-gathers before the column-parallel GEMMs
+// and reduce-scatters after the row-parallel ones. Row-parallel biases and the position
+// embedding are added by TP rank 0 alone before the reduction, so the sum adds them once.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +49,19 @@ struct StageLayout {
   // ParamStore's gradient slots); requires the layer-gradients-ready hook to reduce them.
   bool layer_grads_in_slots = false;
   RecomputePlan recompute;
+  // Megatron's sequence parallelism (tp > 1): LayerNorms, dropouts and residual adds run on
+  // this TP rank's 1/tp of the micro-batch's B*T rows (contiguous, in order), which is all
+  // the residual stream and the stage's input and output hold; an all-gather before each
+  // column-parallel GEMM and a reduce-scatter after each row-parallel one replace the
+  // all-reduces. LayerNorm and row-parallel bias gradients are then partial sums over TP
+  // ranks (the optimizer sums them: sequence_parallel_partial).
+  bool sequence_parallel = false;
 };
+
+// Whether `spec`'s gradient is a partial sum over TP ranks under sequence parallelism: the
+// replicated parameters applied to this rank's rows only (LayerNorms, row-parallel biases).
+// The position embedding is applied before the reduce-scatter, to every row.
+bool sequence_parallel_partial(const ParamSpec& spec);
 
 // The parameters of every model chunk a stage runs (one StageLayout each: the interleaved
 // pipeline gives a stage several), in one store, so the optimizer, the gradient reductions
@@ -115,6 +129,17 @@ class Gpt2Model {
   struct NormOutput {
     Tensor gamma, beta, out, mean, rstd;
   };
+  // Rows of this rank's shard that one row-wise dropout call can take: whole samples, or
+  // rows within one sample (the key's sample_base and index_base say where they start).
+  struct RowPiece {
+    int64_t begin, end;  // local rows
+    int rows_per_sample;
+    DropoutKey key;
+  };
+  std::vector<RowPiece> row_pieces(const DropoutKey& key) const;
+  // Sequence parallelism's maps (without it: `rows` itself, an all-reduce of `full`).
+  Tensor gathered(const Tensor& rows) const;  // every rank's rows, in the scratch ln_full
+  void sum_to_rows(const Tensor& full, const Tensor& rows) const;  // sum over TP onto this rank's rows
   NormOutput ln1_output(int layer, LayerActs& a) const;
   NormOutput lnf_output(SlotActs& s) const;
   void tp_allreduce(const Tensor& t, ReduceOp op) const;
@@ -129,12 +154,16 @@ class Gpt2Model {
   Tensor layer_input(const SlotActs& s, int local_layer) const;
   void layer_backward(int layer, const Tensor& x_in, LayerActs& a);
   void head_forward(SlotActs& s, float grad_scale);
+  void dropout_residual(const Tensor& x, const DropoutKey& key, const Tensor& out, const NormOutput& next);
+  void dropout_bias_backward(const DropoutKey& key, const Tensor& dbias);
+  void gather_d_tmp();
   void head_backward(SlotActs& s, const Tensor& x);
 
   ModelConfig cfg_;
   Backend& be_;
   StageLayout layout_;
   int B_, T_, C_, Cl_, Fl_, Hl_;
+  int64_t rows_, row0_;  // this rank's rows [row0_, row0_ + rows_) of the B*T (all without sequence parallelism)
   int64_t Vl_, vocab_start_, vocab_valid_;
   std::shared_ptr<ParamStore> params_;
   std::vector<std::unique_ptr<SlotActs>> slots_;

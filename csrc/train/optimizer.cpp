@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/gpt2.h"
 
 namespace trident {
 namespace {
@@ -49,6 +50,13 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
   for (const LocalParam& p : params_.list())
     for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
       updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), &p});
+}
+
+void AdamWOptimizer::set_sequence_parallel(Comm* tp) {
+  sequence_parallel_tp_ = tp != nullptr && tp->size() > 1 ? tp : nullptr;
+  tp_partial_.assign(plan_.buckets().size(), {});
+  for (const LocalParam& p : params_.list())
+    if (sequence_parallel_partial(p.spec)) tp_partial_.at(p.group).push_back(&p);
 }
 
 size_t AdamWOptimizer::state_bytes() const {
@@ -108,6 +116,8 @@ void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
 void AdamWOptimizer::reduce_bucket(size_t b) {
   const Tensor grads = params_.group_grads(b);
   reduced_[b] = 1;
+  if (sequence_parallel_tp_)  // first the sums over this rank's rows, over the TP ranks
+    for (const LocalParam* p : tp_partial_[b]) sequence_parallel_tp_->allreduce(params_.grad(*p), ReduceOp::Sum);
   if (!sharded()) {
     if (dp_ != nullptr && dp_->size() > 1) dp_->allreduce(grads, ReduceOp::Sum);
     return;

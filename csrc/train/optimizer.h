@@ -74,6 +74,9 @@ class AdamWOptimizer {
   void master_from_params();
   const ShardPlan& plan() const { return plan_; }
   bool sharded() const { return zero_stage_ > 0; }
+  // Sequence parallelism: the gradients of sequence_parallel_partial parameters are partial
+  // sums over the TP ranks of `tp`; each bucket's reduction sums them over `tp` first.
+  void set_sequence_parallel(Comm* tp);
   // Device bytes of the optimizer's own state: fp32 master weights (when separate), Adam
   // moments, and with ZeRO the fp32 gradient shard and one bucket's staging.
   size_t state_bytes() const;
@@ -91,6 +94,8 @@ class AdamWOptimizer {
   ShardPlan plan_;
   std::vector<size_t> layer_bucket_;  // bucket index of each layer (or -1)
   std::vector<char> reduced_;         // bucket reduced during this iteration's backward
+  Comm* sequence_parallel_tp_ = nullptr;
+  std::vector<std::vector<const LocalParam*>> tp_partial_;  // per bucket (sequence parallelism)
   bool last_backward_ = true;
   // Compact shard state (zero 0: the flat layout). master_ is empty when the fp32 model
   // parameters themselves are the master weights.

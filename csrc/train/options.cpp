@@ -82,6 +82,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"num-layers-per-virtual-pipeline-stage", "interleaved pipeline schedule: layers per model chunk, each stage "
                                                 "running --num-layers / (stages x this) chunks"},
       {"num-virtual-stages-per-pipeline-rank", "interleaved pipeline schedule: model chunks per stage"},
+      {"sequence-parallel", "with tensor parallelism: LayerNorms, dropouts and the residual stream on 1/tp of the "
+                            "micro-batch's tokens each (all-gather and reduce-scatter instead of all-reduce)", true},
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
       {"comm", "nccl or mpi (default: nccl with the CUDA backend when built with NCCL, else mpi)"},
       {"no-tf32", "fp32 GEMMs in plain fp32 instead of on TF32 tensor cores (CUDA)", true},
@@ -519,6 +521,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   f.get("num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage);
   f.get("num-virtual-stages-per-pipeline-rank", o.num_virtual_stages_per_pipeline_rank);
+  f.get("sequence-parallel", o.sequence_parallel);
   f.get("zero-stage", o.zero_stage);
   // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
   // over data parallel and reduce-scatters the gradients: ZeRO stage 1.
@@ -786,6 +789,18 @@ void validate_model_options(const TrainOptions& o) {
     if (L % (P * value) != 0)
       throw ConfigError("--num-layers (" + std::to_string(L) + ") must be a multiple of --pipeline-model-parallel-size (" +
                         std::to_string(P) + ") x " + flag + " (" + std::to_string(value) + ")");
+  }
+  const int tp = o.tensor_model_parallel_size;
+  if (o.sequence_parallel && tp > 1) {
+    // Each TP rank takes a contiguous 1/tp of the micro-batch's B x T rows.
+    const int64_t rows = static_cast<int64_t>(o.micro_batch_size) * o.model.seq_length;
+    if (rows % tp != 0)
+      throw ConfigError("--sequence-parallel: --micro-batch-size (" + std::to_string(o.micro_batch_size) +
+                        ") x --seq-length (" + std::to_string(o.model.seq_length) +
+                        ") must be a multiple of --tensor-model-parallel-size (" + std::to_string(tp) + ")");
+    if (o.model.hidden_size % 4 != 0)
+      throw ConfigError("--sequence-parallel: --hidden-size (" + std::to_string(o.model.hidden_size) +
+                        ") must be a multiple of 4");
   }
   o.model.validate(o.tensor_model_parallel_size);
 }

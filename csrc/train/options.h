@@ -67,6 +67,9 @@ struct TrainOptions {
   int num_layers_per_virtual_pipeline_stage = 0;
   int num_virtual_stages_per_pipeline_rank = 0;
   int virtual_pipeline_chunks() const;  // 1 without interleaving
+  // --sequence-parallel (Megatron): LayerNorm/dropout regions on 1/tp of the rows each;
+  // ignored without tensor parallelism, as Megatron ignores it.
+  bool sequence_parallel = false;
   int zero_stage = 0;  // 1: optimizer state sharded over DP; 2: gradients too
   std::string comm;     // --comm: "nccl" or "mpi"; empty: nccl with the CUDA backend when built, else mpi
   bool no_tf32 = false;  // --no-tf32: fp32 GEMMs in plain fp32 instead of on TF32 tensor cores

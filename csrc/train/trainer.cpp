@@ -65,6 +65,7 @@ std::vector<StageLayout> stage_chunk_layouts(const TrainOptions& opt, ParallelCo
   base.zero_shards = opt.zero_stage > 0 ? g.dp : 1;
   base.fp32_grads = opt.accumulate_allreduce_grads_in_fp32;
   base.layer_grads_in_slots = opt.zero_stage == 2;
+  base.sequence_parallel = opt.sequence_parallel && g.tp > 1;
   if (opt.recompute_granularity == "full") {
     base.recompute.method = opt.recompute_method == "block" ? RecomputePlan::Method::kBlock
                                                             : RecomputePlan::Method::kUniform;
@@ -153,6 +154,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   optimizer_ = std::make_unique<AdamWOptimizer>(be_, *params, ac, par_->dp.get(), opt_.zero_stage);
   for (auto& chunk : chunks_)
     chunk->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
+  if (layouts.front().sequence_parallel) optimizer_->set_sequence_parallel(par_->tp.get());
   schedule_ = make_lr_schedule(opt_);
   wd_schedule_ = make_weight_decay_schedule(opt_);
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
@@ -454,6 +456,7 @@ void Trainer::train() {
       << " per iteration";
   if (rampup_.ramps())
     out << " (ramping up from a global batch of " << rampup_.start << " over " << rampup_.samples << " samples)";
+  if (chunks_.front()->layout().sequence_parallel) out << ", sequence parallel";
   if (chunks_.size() > 1) {
     const StageLayout& c = chunks_.front()->layout();
     out << ", interleaved schedule: " << chunks_.size() << " model chunks of " << c.layer_end - c.layer_begin

@@ -21,6 +21,7 @@ struct DropoutParams {
   uint32_t k0 = 0, k1 = 0;   // Philox key
   uint32_t threshold = 0;    // keep when (word >> 8) >= threshold
   uint64_t sample_base = 0;  // global sample number of sample 0
+  uint64_t block_base = 0;   // DropoutKey::index_base / 4: added to every block's counter
   float scale = 1.0f;        // 1 / (1 - p)
   bool enabled = false;
 };
@@ -39,6 +40,8 @@ inline DropoutParams dropout_params(const DropoutKey& k) {
   d.k1 = k.site ^ (static_cast<uint32_t>(k.seed >> 32) * 0x9E3779B9u);
   d.threshold = keep_threshold(k.p);
   d.sample_base = k.sample_base;
+  TRIDENT_CHECK(k.index_base % 4 == 0, "dropout: index_base ", k.index_base, " is not a multiple of 4");
+  d.block_base = k.index_base >> 2;
   d.enabled = k.enabled();
   d.scale = d.enabled ? 1.0f / (1.0f - k.p) : 1.0f;
   return d;
@@ -46,6 +49,7 @@ inline DropoutParams dropout_params(const DropoutKey& k) {
 
 // The Philox block of elements 4 * block4 .. 4 * block4 + 3 of `sample` (dropout_keep's counter).
 __device__ __forceinline__ Philox4 dropout_block(const DropoutParams& d, uint64_t sample, uint64_t block4) {
+  block4 += d.block_base;
   return philox4x32_10(Philox4{{static_cast<uint32_t>(block4), static_cast<uint32_t>(block4 >> 32),
                                 static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},
                        d.k0, d.k1);

@@ -129,6 +129,37 @@ TEST_P(Dropout, ZeroProbabilityIsACopy) {
   EXPECT_EQ(host_gpu(x), host_gpu(out));
 }
 
+// Sequence parallelism's shards start inside a sample: DropoutKey::index_base continues the
+// sample's numbering. Every kernel that draws a row-wise mask (dropout, the fused residual +
+// LayerNorm, the fused dropout + bias gradient) must draw the CPU's.
+TEST_P(Dropout, IndexBaseMatchesTheCpuBitForBit) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t rows = 6, row = 136;  // one piece of a sample, from its row 5 (index_base 5 x 136)
+  DropoutKey key;
+  key.p = 0.2f;
+  key.seed = 31337;
+  key.site = 5 * kSitesPerLayer + kDropAttnOut;
+  key.sample_base = 99;
+  key.index_base = 5 * row;
+  Pair x = random(Shape{rows, row}, dt(), 0.5f, 1.5f), out = random(Shape{rows, row}, dt());
+  cpu().dropout_forward(x.cpu, out.cpu, static_cast<int>(rows), key);
+  gpu().dropout_forward(x.gpu, out.gpu, static_cast<int>(rows), key);
+  expect_identical(out, "dropout_forward");
+  Pair dx = random(Shape{rows, row}, dt()), dbias = random(Shape{row}, DType::F32);
+  cpu().dropout_bias_backward(x.cpu, static_cast<int>(rows), key, dx.cpu, dbias.cpu);
+  gpu().dropout_bias_backward(x.gpu, static_cast<int>(rows), key, dx.gpu, dbias.gpu);
+  expect_identical(dx, "dropout_bias_backward dx");
+  expect_close(dbias, Tol{1e-5, 1e-4}, "dropout_bias_backward dbias");
+  Pair base = random(Shape{rows, row}, dt()), resid = random(Shape{rows, row}, dt());
+  Pair gamma = random(Shape{row}, dt(), 0.5f, 1.5f), beta = random(Shape{row}, dt());
+  Pair ln = random(Shape{rows, row}, dt()), mean = random(Shape{rows}, DType::F32), rstd = random(Shape{rows}, DType::F32);
+  cpu().dropout_residual_layernorm_forward(base.cpu, x.cpu, static_cast<int>(rows), key, resid.cpu, gamma.cpu,
+                                           beta.cpu, ln.cpu, mean.cpu, rstd.cpu);
+  gpu().dropout_residual_layernorm_forward(base.gpu, x.gpu, static_cast<int>(rows), key, resid.gpu, gamma.gpu,
+                                           beta.gpu, ln.gpu, mean.gpu, rstd.gpu);
+  expect_identical(resid, "dropout_residual_layernorm_forward resid");
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Gelu, TRIDENT_FLOAT_DTYPES, dtype_param_name);
 INSTANTIATE_TEST_SUITE_P(Dtypes, Dropout, TRIDENT_FLOAT_DTYPES, dtype_param_name);
 

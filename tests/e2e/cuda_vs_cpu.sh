@@ -5,7 +5,8 @@
 #   single: one process, --device cuda against --device cpu.
 #   np2:    mpirun -np 2 --oversubscribe, --comm mpi (MpiComm staging device buffers), both
 #           ranks on the one GPU, at --tensor-model-parallel-size 2 and at data-parallel 2,
-#           each against the one-process CPU run (invariant 2: layout independence).
+#           each against the one-process CPU run (invariant 2: layout independence), and
+#           bf16 tp2 with --sequence-parallel.
 # Data: the demo corpus (GPT-2 BPE, tools/make-demo-data.sh + trident-preprocess) when DATA
 # (a --data-path prefix) and VOCAB_DIR exist, else trident-train's synthetic tokens (the GPU
 # machine gets no data/ unless it is carried); the first line says which.
@@ -132,6 +133,9 @@ else
     compare "$tmp/cpu-bf16.log" "$tmp/tp2-bf16.log" 1e-3 1e-2 "$gpu bf16, tp2 (2 ranks, --comm mpi)"
   mpi2 "$tmp/dp2-bf16.log" "$gpu" --bf16 &&
     compare "$tmp/cpu-bf16.log" "$tmp/dp2-bf16.log" 1e-3 1e-2 "$gpu bf16, dp2 (2 ranks, --comm mpi)"
+  # Sequence parallelism: 16-bit reduce-scatters and all-gathers, dropouts on shards.
+  mpi2 "$tmp/tp2-sp-bf16.log" "$gpu" --bf16 --tensor-model-parallel-size 2 --sequence-parallel &&
+    compare "$tmp/cpu-bf16.log" "$tmp/tp2-sp-bf16.log" 1e-3 1e-2 "$gpu bf16, tp2 --sequence-parallel (2 ranks, --comm mpi)"
 fi
 echo "cuda-vs-cpu ($mode) comparisons failing: $fails"
 ((fails == 0))

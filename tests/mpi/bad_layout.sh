@@ -29,6 +29,8 @@ check 3 --pipeline-model-parallel-size --pipeline-model-parallel-size 2
 check 4 --pipeline-model-parallel-size --pipeline-model-parallel-size 4  # 2 layers
 check 4 --global-batch-size --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 2
 check 2 --zero-stage --zero-stage 3
+check 2 "--sequence-parallel: --micro-batch-size (1) x --seq-length (63) must be a multiple of --tensor-model" \
+  --tensor-model-parallel-size 2 --sequence-parallel --micro-batch-size 1 --seq-length 63
 # The interleaved schedule: it needs pipeline stages, layers that split into stages x
 # chunks, and micro-batches per iteration a multiple of the stages.
 check 2 "needs --pipeline-model-parallel-size above 1" --num-layers-per-virtual-pipeline-stage 1

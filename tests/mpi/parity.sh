@@ -4,19 +4,21 @@
 # validation losses at iterations 5 and 10 and at the end, must match the single-process run to
 # 1e-5 relative; with --params, the final parameters too, to 1e-4
 # (canonical full tensors written by --save-canonical and compared by compare_params.py).
-# Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] LAYOUT...
+# Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] [--parallel-flag F]... LAYOUT...
 #   LAYOUT is tp:pp:dp[:zero[:layers per virtual stage]], e.g. 2:2:2:1 is tp2 x pp2 x dp2 with
 #   ZeRO-1 on 8 ranks, and 1:2:1:0:2 pp2 with the interleaved schedule, chunks of 2 layers.
+#   --parallel-flag F adds trident-train flag F to the parallel runs (not to the serial one).
 set -euo pipefail
 train=$1
 repo=$2
 shift 2
-layers=4 iters=10 micro=2
+layers=4 iters=10 micro=2 parallel_flags=()
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --layers) layers=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --micro-batch) micro=$2; shift 2 ;;
+    --parallel-flag) parallel_flags+=("$2"); shift 2 ;;
     *) echo "parity.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -42,16 +44,16 @@ for layout in "$@"; do
   IFS=: read -r tp pp dp zero vpp <<<"$layout"
   zero=${zero:-0}
   np=$((tp * pp * dp))
-  tag="tp$tp pp$pp dp$dp zero$zero ($np ranks)"
+  tag="tp$tp pp$pp dp$dp zero$zero ($np ranks)${parallel_flags:+ ${parallel_flags[*]}}"
   interleave=()
   if [[ -n ${vpp:-} ]]; then
     interleave=(--num-layers-per-virtual-pipeline-stage "$vpp")
-    tag="tp$tp pp$pp (interleaved, $vpp layers a chunk) dp$dp zero$zero ($np ranks)"
+    tag="tp$tp pp$pp (interleaved, $vpp layers a chunk) dp$dp zero$zero ($np ranks)${parallel_flags:+ ${parallel_flags[*]}}"
   fi
   rm -f "$tmp/par.safetensors"
   if ! timeout 300 mpirun --oversubscribe -np "$np" --bind-to none "$train" "${args[@]}" \
       --tensor-model-parallel-size "$tp" --pipeline-model-parallel-size "$pp" --zero-stage "$zero" \
-      ${interleave:+"${interleave[@]}"} ${params:+"${params[@]}" "$tmp/par.safetensors"} >"$tmp/par.log" 2>"$tmp/par.err"; then
+      ${interleave:+"${interleave[@]}"} ${parallel_flags:+"${parallel_flags[@]}"} ${params:+"${params[@]}" "$tmp/par.safetensors"} >"$tmp/par.log" 2>"$tmp/par.err"; then
     echo "FAIL $tag: run failed"; cat "$tmp/par.err"; fails=$((fails + 1)); continue
   fi
   losses "$tmp/par.log" >"$tmp/par.txt"

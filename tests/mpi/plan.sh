@@ -2,8 +2,8 @@
 # trident-plan measures each pipeline stage's device memory on a dry-run backend; the real
 # runs must report the same peak, to the byte (printed as MiB with 6 decimals), on every
 # stage: trident-train's "after the first iteration" line gathers each stage's peak. Layouts
-# cover one process, tp, pp, dp, ZeRO 1 and 2, fp16/bf16, recomputation and the interleaved
-# schedule. Then the plan's verdicts and errors: a 16B model at the seed's tp4 x pp8 x dp4
+# cover one process, tp, pp, dp, ZeRO 1 and 2, fp16/bf16, recomputation, the interleaved
+# schedule and sequence parallelism. Then the plan's verdicts and errors: a 16B model at the seed's tp4 x pp8 x dp4
 # fits 16 GiB in fp16 with ZeRO 1 and not in fp32 (exit 1), and bad flags are one line.
 # Usage: plan.sh TRAIN_BINARY PLAN_BINARY REPO
 set -uo pipefail
@@ -41,6 +41,7 @@ same 8 --num-layers 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-s
 same 4 --num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2 --fp16 --recompute-granularity full \
   --recompute-method uniform --recompute-num-layers 2
 same 2 --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
+same 4 --num-layers 4 --tensor-model-parallel-size 4 --sequence-parallel --bf16
 
 # Verdicts for the seed's 16B layout on 16 GiB cards.
 seed16b=(--config "$repo/configs/gpt2-16b.yaml" --tensor-model-parallel-size 4 --pipeline-model-parallel-size 8

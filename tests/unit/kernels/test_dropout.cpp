@@ -63,6 +63,33 @@ TEST(DropoutLayout, SampleBaseShiftsMask) {
   for (int64_t i = 0; i < (kB - 1) * kT * kRow; ++i) ASSERT_EQ(va[i + kT * kRow], vb[i]) << i;
 }
 
+// A tensor holding rows [r0, r1) of one sample (a sequence-parallel shard that starts
+// inside a sample) draws, with index_base r0 x row and its rows counted as one "sample" of
+// r1 - r0 rows, exactly that part of the whole sample's mask.
+TEST(DropoutLayout, IndexBaseContinuesInsideASample) {
+  auto be = make_cpu_backend();
+  constexpr int64_t kRow4 = 20;  // a multiple of 4: every row starts a Philox block
+  const auto x = randn(kT * kRow4, 5);
+  const DropoutKey whole{0.3f, 21, kDropAttnOut, 77};
+  Buffer X = upload(*be, x, Shape{kT, kRow4}, DType::F32), full = be->empty(Shape{kT, kRow4}, DType::F32);
+  be->dropout_forward(X, full, static_cast<int>(kT), whole);
+  const Vec want = download(*be, full);
+  int dropped = 0;
+  for (double v : want) dropped += v == 0.0;
+  ASSERT_GT(dropped, 0);
+  for (int64_t r0 = 1; r0 < kT; ++r0)
+    for (int64_t r1 = r0 + 1; r1 <= kT; ++r1) {
+      DropoutKey part = whole;
+      part.index_base = static_cast<uint64_t>(r0 * kRow4);
+      const int64_t rows = r1 - r0;
+      std::vector<float> xs(x.begin() + r0 * kRow4, x.begin() + r1 * kRow4);
+      Buffer Xs = upload(*be, xs, Shape{rows, kRow4}, DType::F32), out = be->empty(Shape{rows, kRow4}, DType::F32);
+      be->dropout_forward(Xs, out, static_cast<int>(rows), part);
+      const Vec got = download(*be, out);
+      for (int64_t i = 0; i < rows * kRow4; ++i) ASSERT_EQ(got[i], want[r0 * kRow4 + i]) << "rows " << r0 << "-" << r1;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Dropout, kFloatTypes, DTypeName());
 
 }  // namespace
