@@ -43,6 +43,7 @@
 #include "parallel/parallel_context.h"
 #include "mpi_tool_main.h"
 #include "tools/integer_flag.h"
+#include "tools/tool_flags.h"
 #include "train/checkpoint_args.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
@@ -83,44 +84,29 @@ constexpr long long kMaxCount = std::numeric_limits<int64_t>::max();
 
 // Takes trident-eval's own flags out of argv; the rest is trident-train's.
 std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
-  std::vector<std::string> rest = {"trident-eval"};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    std::string name = a, value;
-    bool has_value = false;
-    if (a.rfind("--", 0) == 0) {
-      if (const size_t eq = a.find('='); eq != std::string::npos) {
-        name = a.substr(0, eq);
-        value = a.substr(eq + 1);
-        has_value = true;
-      }
-    }
-    auto take_value = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) throw ConfigError(name + ": expected a value");
-      return argv[++i];
-    };
-    if (name == "--help") {
+  std::vector<std::string> rest = take_tool_flags(argc, argv, "trident-eval", [&](const ToolFlag& t) {
+    if (t.name == "--help") {
       f.help = true;
-    } else if (name == "--sequential") {
-      if (has_value) throw ConfigError("--sequential takes no value");
+    } else if (t.name == "--sequential") {
+      if (t.has_value) throw ConfigError("--sequential takes no value");
       f.sequential = true;
-    } else if (name == "--iteration") {
-      f.iteration = parse_integer_flag("iteration", take_value(), 0, kMaxIterationFlag);
-    } else if (name == "--first-sample") {
-      f.first_sample = parse_integer_flag("first-sample", take_value(), 0, kMaxCount);
-    } else if (name == "--max-tokens") {
-      f.max_tokens = static_cast<uint64_t>(parse_integer_flag("max-tokens", take_value(), 2, kMaxCount));
+    } else if (t.name == "--iteration") {
+      f.iteration = parse_integer_flag("iteration", t.value(), 0, kMaxIterationFlag);
+    } else if (t.name == "--first-sample") {
+      f.first_sample = parse_integer_flag("first-sample", t.value(), 0, kMaxCount);
+    } else if (t.name == "--max-tokens") {
+      f.max_tokens = static_cast<uint64_t>(parse_integer_flag("max-tokens", t.value(), 2, kMaxCount));
       f.max_tokens_given = true;
-    } else if (name == "--split-name") {
-      f.split_name = take_value();
+    } else if (t.name == "--split-name") {
+      f.split_name = t.value();
       f.split_given = true;
       if (f.split_name != "valid" && f.split_name != "test")
         throw ConfigError("--split-name: '" + f.split_name + "' is not valid or test");
     } else {
-      rest.push_back(a);
+      return false;
     }
-  }
+    return true;
+  });
   if (f.sequential && (f.split_given || f.first_sample))
     throw ConfigError(std::string("--sequential reads the whole prefix in order; --") +
                       (f.split_given ? "split-name" : "first-sample") + " does not apply");

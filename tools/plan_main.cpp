@@ -10,9 +10,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "integer_flag.h"
 #include "parallel/pipeline_schedule.h"
 #include "tool_main.h"
+#include "tools/integer_flag.h"
+#include "tools/tool_flags.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
 
@@ -44,26 +45,13 @@ struct PlanFlags {
 };
 
 std::vector<std::string> take_plan_flags(int argc, char** argv, PlanFlags& f) {
-  std::vector<std::string> rest = {"trident-plan"};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i], name = a, value;
-    bool has_value = false;
-    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-      has_value = true;
-    }
-    auto take_value = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) throw ConfigError(name + ": expected a value");
-      return argv[++i];
-    };
-    if (name == "--help") {
+  return take_tool_flags(argc, argv, "trident-plan", [&](const ToolFlag& t) {
+    if (t.name == "--help") {
       f.help = true;
-    } else if (name == "--world-size") {
-      f.world = static_cast<int>(parse_integer_flag("world-size", take_value(), 1, 1 << 20));
-    } else if (name == "--gpu-memory-gib") {
-      const std::string v = take_value();
+    } else if (t.name == "--world-size") {
+      f.world = static_cast<int>(parse_integer_flag("world-size", t.value(), 1, 1 << 20));
+    } else if (t.name == "--gpu-memory-gib") {
+      const std::string v = t.value();
       size_t used = 0;
       try {
         f.gpu_gib = std::stod(v, &used);
@@ -73,10 +61,10 @@ std::vector<std::string> take_plan_flags(int argc, char** argv, PlanFlags& f) {
       if (used == 0 || used != v.size() || !(f.gpu_gib > 0))
         throw ConfigError("--gpu-memory-gib: expected a positive number, got \"" + v + "\"");
     } else {
-      rest.push_back(a);
+      return false;
     }
-  }
-  return rest;
+    return true;
+  });
 }
 
 double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }

@@ -18,26 +18,19 @@ first check tells the two sources apart.
 Usage: check_masters.py PARAMS CHECKPOINT TAG
 """
 import glob
-import json
 import os
 import struct
 import sys
 from array import array
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from ckpt_tools_check import read_st  # noqa: E402  (the tests' one safetensors reader)
+
 
 def read_safetensors(path):
-    """{name: (dtype, shape, raw bytes)} and the __metadata__."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    data = blob[8 + n:]
-    out = {}
-    for name, info in header.items():
-        b, e = info["data_offsets"]
-        out[name] = (info["dtype"], tuple(info["shape"]), data[b:e])
-    return out, meta
+    """{name: (dtype, shape, raw bytes)} and the __metadata__ (ckpt_tools_check's reader)."""
+    tensors, meta = read_st(path)
+    return {name: (dtype, shape, raw) for name, (dtype, shape, _, raw) in tensors.items()}, meta
 
 
 def f32_bits(raw):

@@ -1,0 +1,46 @@
+// Takes a tool's own flags out of its command line and leaves the rest, in order, for
+// parse_train_options (trident-eval and trident-plan take trident-train's flags plus a few).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace trident {
+
+// One of the tool's flags as it is met: `name` ("--iteration"), whether "=value" was
+// attached, and value(), which reads the value (the attached one, else the next argument;
+// a ConfigError "--name: expected a value" when there is none).
+struct ToolFlag {
+  std::string name;
+  bool has_value = false;
+  std::function<std::string()> value;
+};
+
+// Hands every argument to `own`, which returns false for one that is not the tool's; those
+// are returned after `tool` (as argv[0]).
+inline std::vector<std::string> take_tool_flags(int argc, char** argv, const char* tool,
+                                                const std::function<bool(const ToolFlag&)>& own) {
+  std::vector<std::string> rest = {tool};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    ToolFlag f{a, false, {}};
+    std::string attached;
+    if (const size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      f.name = a.substr(0, eq);
+      attached = a.substr(eq + 1);
+      f.has_value = true;
+    }
+    f.value = [&]() -> std::string {
+      if (f.has_value) return attached;
+      if (i + 1 >= argc) throw ConfigError(f.name + ": expected a value");
+      return argv[++i];
+    };
+    if (!own(f)) rest.push_back(a);
+  }
+  return rest;
+}
+
+}  // namespace trident
