@@ -115,11 +115,12 @@ class MpiComm final : public Comm {
     while (p2p_stages_.size() < n) p2p_stages_.emplace_back();
     std::vector<Tensor> host(n);
     std::vector<MPI_Request> requests(n);
+    for (const P2pTransfer& x : transfers)  // before anything is posted
+      TRIDENT_CHECK(x.tensor.nbytes() <= static_cast<size_t>(INT32_MAX), "MpiComm: a transfer of ",
+                    x.tensor.nbytes(), " bytes exceeds MPI's int count");
     for (size_t i = 0; i < n; ++i) {
       const P2pTransfer& x = transfers[i];
       host[i] = on_device(x.tensor) ? stage(p2p_stages_[i], x.tensor, x.send) : x.tensor;
-      TRIDENT_CHECK(host[i].nbytes() <= static_cast<size_t>(INT32_MAX), "MpiComm: a transfer of ",
-                    host[i].nbytes(), " bytes exceeds MPI's int count");
       const int bytes = static_cast<int>(host[i].nbytes());
       if (x.send)
         MPI_CHECK(MPI_Isend(host[i].data, bytes, MPI_BYTE, x.peer, x.tag, comm_, &requests[i]));

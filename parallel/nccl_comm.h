@@ -10,8 +10,10 @@
 //   MpiComm, without the host blocking; a later copy to the host on the compute stream
 //   (Backend::copy_to_host) therefore sees the result.
 // - allreduce (Sum, Max) for f32, f16, bf16 and i32; allgather (in place when `in` is this
-//   rank's block of `out`), reduce_scatter (sum), broadcast; send, recv and sendrecv as
-//   NCCL point-to-point inside ncclGroupStart/End. 16-bit sums reduce in NCCL's own
+//   rank's block of `out`), reduce_scatter (sum), broadcast; exchange (and send, recv,
+//   sendrecv) as NCCL point-to-point in one ncclGroupStart/End: between two ranks NCCL
+//   pairs the transfers in the order posted (tags are ignored; the pipeline schedules keep
+//   both sides' orders the same). 16-bit sums reduce in NCCL's own
 //   arithmetic (not through fp32 as MpiComm does), so results may differ in the last bit.
 // - Any NCCL or CUDA failure prints the call, file and line and aborts the whole job.
 //

@@ -60,7 +60,7 @@ struct PipeStep {
 std::vector<PipeStep> one_f_one_b_schedule(int stages, int stage, int micro_batches);
 
 // Megatron's interleaved schedule, `chunks` >= 2 chunks per stage, micro_batches a
-// multiple of stages (InternalError otherwise: the options check it). With chunks == 1 it
+// multiple of stages (InternalError otherwise: the Trainer checks it first). With chunks == 1 it
 // is one_f_one_b_schedule.
 std::vector<PipeStep> interleaved_schedule(int stages, int stage, int chunks, int micro_batches);
 

@@ -10,10 +10,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/tokenizer.h"
 #include "parallel/pipeline_schedule.h"
 #include "tool_main.h"
 #include "tools/integer_flag.h"
 #include "tools/tool_flags.h"
+#include "train/checkpoint_args.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
 
@@ -89,6 +91,11 @@ int run(int argc, char** argv) {
   for (const std::string& s : args) cargv.push_back(s.c_str());
   TrainOptions opt;
   if (!parse_train_options(static_cast<int>(cargv.size()), cargv.data(), opt)) return 0;
+  // The model trident-train would build: --use-checkpoint-args takes the shape from
+  // --load's checkpoint, the tokenizer gives the vocabulary.
+  if (!opt.load.empty()) resolve_load(opt);
+  if (opt.has_data())
+    opt.model.vocab_size = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file)->vocab_size();
   const int tp = opt.tensor_model_parallel_size, pp = opt.pipeline_model_parallel_size;
   const int world = pf.world > 0 ? pf.world : tp * pp;
   if (world % (tp * pp) != 0)

@@ -36,20 +36,9 @@ void check_save_dir(const std::string& save, ParallelContext& par) {
 // checkpoint (train/checkpoint_to_load.h) fails in seconds, and --use-checkpoint-args shapes
 // the model as Megatron does, reading its arguments first. Every rank reads the same files,
 // so a bad one fails every rank alike (a configuration error).
-void resolve_load(TrainOptions& opt, ParallelContext& par) {
-  std::optional<CheckpointMetadata> meta;
-  try {
-    const std::optional<std::filesystem::path> dir = checkpoint_to_load(opt);
-    if (dir && opt.use_checkpoint_args) meta = read_metadata((*dir / kMetadataFileName).string());
-  } catch (const IoError& e) {
-    throw ConfigError(e.what());
-  }
-  if (!opt.use_checkpoint_args) return;
-  const std::string taken = take_checkpoint_args(opt, meta ? &meta->model : nullptr);
-  if (par.world_rank() != 0) return;
-  std::cout << "trident: --use-checkpoint-args: "
-            << (meta ? taken + " from --load " : "no checkpoint to take the model shape from in --load ") << opt.load
-            << std::endl;
+void load_before_building(TrainOptions& opt, ParallelContext& par) {
+  const std::string taken = resolve_load(opt);
+  if (!taken.empty() && par.world_rank() == 0) std::cout << "trident: --use-checkpoint-args: " << taken << std::endl;
 }
 
 int train(int argc, char** argv) {
@@ -69,7 +58,7 @@ int train(int argc, char** argv) {
   if (!opt.has_data() && !opt.mock_data && parallel->world_rank() == 0)
     std::cout << "trident-train: no --data-path: training on synthetic tokens (--mock-data silences this)"
               << std::endl;
-  if (!opt.load.empty()) resolve_load(opt, *parallel);
+  if (!opt.load.empty()) load_before_building(opt, *parallel);
   TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));

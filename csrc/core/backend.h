@@ -143,8 +143,8 @@ class Backend {
                                 const Tensor& out) = 0;
 
   // ---- dropout on [B*T, row] activations (row = hidden size) ----------------------------
-  // out = x * keep / (1 - p); element index within a sample is (n % T) * row + c, sample is
-  // drop.sample_base + n / T. With p = 0 it is a copy.
+  // out = x * keep / (1 - p); element index within a sample is drop.index_base + (n % T) *
+  // row + c, sample is drop.sample_base + n / T. With p = 0 it is a copy.
   virtual void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) = 0;
   virtual void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop) = 0;  // =
 

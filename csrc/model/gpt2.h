@@ -113,8 +113,9 @@ class Gpt2Model {
   // are complete (ZeRO-2 reduces them while backward goes on).
   void set_layer_gradients_ready(std::function<void(int layer)> f) { layer_grads_ready_ = std::move(f); }
 
-  // Pipeline hooks: the stage's input ([B*T, C], written by the previous stage's output
-  // before forward) and output activations, and the gradients that cross stage borders.
+  // Pipeline hooks: the stage's input ([B*T, C], or this TP rank's B*T / tp rows with
+  // sequence parallelism; written by the previous stage's output before forward) and output
+  // activations, and the gradients that cross stage borders (the same rows).
   Tensor stage_input(int slot) const;
   Tensor stage_output(int slot) const;
   Tensor input_grad() const;   // d(stage input), valid after backward on a non-first stage

@@ -1,10 +1,27 @@
 #include "train/checkpoint_args.h"
 
+#include <filesystem>
+#include <optional>
 #include <sstream>
 
+#include "ckpt/metadata.h"
 #include "core/error.h"
+#include "train/checkpoint_to_load.h"
 
 namespace trident {
+
+std::string resolve_load(TrainOptions& o) {
+  std::optional<CheckpointMetadata> meta;
+  try {
+    const std::optional<std::filesystem::path> dir = checkpoint_to_load(o);
+    if (dir && o.use_checkpoint_args) meta = read_metadata((*dir / kMetadataFileName).string());
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  if (!o.use_checkpoint_args) return "";
+  const std::string taken = take_checkpoint_args(o, meta ? &meta->model : nullptr);
+  return meta ? taken + " from --load " + o.load : "no checkpoint to take the model shape from in --load " + o.load;
+}
 
 std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint) {
   ModelConfig& m = o.model;

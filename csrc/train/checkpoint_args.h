@@ -21,4 +21,10 @@ namespace trident {
 // "--num-layers 4, --hidden-size 64, ...".
 std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint);
 
+// Resolves the checkpoint --load names (checkpoint_to_load: a --load naming no usable
+// checkpoint is a ConfigError) and, with --use-checkpoint-args, takes its arguments as
+// above. Returns the log line's text for --use-checkpoint-args ("--num-layers 4, ... from
+// --load DIR", or that --load holds no checkpoint), else "".
+std::string resolve_load(TrainOptions& o);
+
 }  // namespace trident

@@ -5,11 +5,13 @@
 # cover one process, tp, pp, dp, ZeRO 1 and 2, fp16/bf16, recomputation, the interleaved
 # schedule and sequence parallelism. Then the plan's verdicts and errors: a 16B model at the seed's tp4 x pp8 x dp4
 # fits 16 GiB in fp16 with ZeRO 1 and not in fp32 (exit 1), and bad flags are one line.
-# Usage: plan.sh TRAIN_BINARY PLAN_BINARY REPO
+# With VOCAB_DIR (GPT-2's files), the vocabulary is the tokenizer's, as trident-train's is.
+# Usage: plan.sh TRAIN_BINARY PLAN_BINARY REPO [VOCAB_DIR]
 set -uo pipefail
 train=$1
 plan=$2
 repo=$3
+vocab=${4:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -53,6 +55,13 @@ else fail "16B fp16 zero 1 should fit"; cat "$tmp/out"; fi
 rc=$?
 if [[ $rc -eq 1 ]] && grep -q 'does NOT fit in 16 GiB' "$tmp/out"; then echo "16B fp32 zero 1: $(tail -1 "$tmp/out")"
 else fail "16B fp32 zero 1 should not fit (rc $rc)"; cat "$tmp/out"; fi
+
+if [[ -n $vocab ]]; then
+  "$plan" --config "$repo/configs/gpt2-tiny.yaml" --train-iters 20 --data-path "$tmp/no-such-data" \
+    --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" >"$tmp/out" 2>&1
+  if grep -q 'vocab 50257 (padded 50304)' "$tmp/out"; then echo "with data: the tokenizer's vocabulary (50257)"
+  else fail "with data, the plan should use the tokenizer's vocabulary"; cat "$tmp/out"; fi
+fi
 
 # Errors: one line naming the flag, exit 2.
 bad() {  # bad <text> <flags...>
