@@ -28,6 +28,9 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 #   ZERO_STAGE [unset: trident's default]  VOCAB_SIZE [unset; synthetic tokens only]
 #   RECOMPUTE [none | full: every layer's activations recomputed in backward (Megatron's
 #     --recompute-granularity full --recompute-method uniform), RECOMPUTE_NUM_LAYERS [1] per group]
+#   SEQUENCE_PARALLEL [0 | 1: Megatron's --sequence-parallel, with TP_SIZE > 1]
+#   VIRTUAL_STAGE_LAYERS [unset | N: the interleaved pipeline schedule, N layers per model chunk
+#     (--num-layers-per-virtual-pipeline-stage); NLAYERS a multiple of PP_SIZE x N]
 #   EVAL_INTERVAL, EVAL_ITERS [unset; passed when set and trident-train lists the flag]
 #   PRECISION [fp32 | fp16 | bf16]; with fp16, dynamic loss scaling: INITIAL_LOSS_SCALE [65536],
 #     MIN_LOSS_SCALE [1], LOSS_SCALE_WINDOW [1000], HYSTERESIS [2] (passed when listed)
@@ -97,6 +100,9 @@ done
 case $PRECISION in fp32 | fp16 | bf16) ;; *) fail "PRECISION must be fp32, fp16 or bf16 (got '$PRECISION')" ;; esac
 RECOMPUTE=${RECOMPUTE:-none}
 case $RECOMPUTE in none | full) ;; *) fail "RECOMPUTE must be none or full (got '$RECOMPUTE')" ;; esac
+case ${SEQUENCE_PARALLEL:-0} in 0 | 1) ;; *) fail "SEQUENCE_PARALLEL must be 0 or 1 (got '$SEQUENCE_PARALLEL')" ;; esac
+[[ -z ${VIRTUAL_STAGE_LAYERS:-} || $VIRTUAL_STAGE_LAYERS =~ ^[1-9][0-9]*$ ]] ||
+  fail "VIRTUAL_STAGE_LAYERS must be a positive integer (got '$VIRTUAL_STAGE_LAYERS')"
 # In a dry run outside mpirun, show what rank 0 of an N_GPUS job would run.
 if [[ $dry_run == 1 && $under_mpi == 0 ]]; then world_size=$N_GPUS; fi
 
@@ -192,6 +198,8 @@ fi
 if [[ $RECOMPUTE == full ]]; then
   args+=(--recompute-granularity full --recompute-method uniform --recompute-num-layers "${RECOMPUTE_NUM_LAYERS:-1}")
 fi
+[[ ${SEQUENCE_PARALLEL:-0} == 0 ]] || args+=(--sequence-parallel)
+[[ -z ${VIRTUAL_STAGE_LAYERS:-} ]] || args+=(--num-layers-per-virtual-pipeline-stage "$VIRTUAL_STAGE_LAYERS")
 if [[ -n $DATA_PATH ]]; then
   # Megatron's --data-path: one prefix, kept whole when it names a dataset (a path with
   # spaces), or a blend split at spaces: weights and prefixes ("0.3 A 0.7 B") or prefixes

@@ -18,6 +18,7 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 unset MODEL_NAME CHECKPOINT_PATH DATA_PATH TENSORBOARD_PATH N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE \
   GLOBAL_BATCH_SIZE NLAYERS NHIDDEN NHEADS SEQ_LEN SAVE_INTERVAL VOCAB_FILE MERGE_FILE TRAIN_ITERS \
   TRAIN_SAMPLES LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES PRECISION ZERO_STAGE RECOMPUTE \
+  SEQUENCE_PARALLEL VIRTUAL_STAGE_LAYERS \
   DEVICE HOSTFILE NNODES GPUS_PER_NODE MPIRUN_ARGS TRIDENT_DRY_RUN CUDA_VISIBLE_DEVICES LR_WARMUP_ITERS_MAX \
   NUM_SAMPLES OUT_SEQ_LENGTH GENFILE SAMPLE_INPUT_FILE SAMPLE_OUTPUT_FILE TEMPERATURE TOP_K TOP_P SEED
 fails=0
@@ -56,6 +57,16 @@ help=$("$train" --help)
 for f in "--save $tmp/ckpt" "--load $tmp/ckpt" "--save-interval 3" "--tensorboard-dir $tmp/tb"; do
   if grep -q -- "${f%% *} " <<<"$help"; then check "dry run passes $f" has "$tmp/dry.out" "$f "; fi
 done
+
+# Sequence parallelism and the interleaved schedule by variable; a bad value is one line.
+env "${tiny[@]}" PP_SIZE=2 N_GPUS=4 NLAYERS=4 SEQUENCE_PARALLEL=1 VIRTUAL_STAGE_LAYERS=1 TRIDENT_DRY_RUN=1 \
+  "$repo/launch/run-one-node.sh" >"$tmp/dry-sp.out" 2>/dev/null
+check "dry run: SEQUENCE_PARALLEL=1 passes --sequence-parallel" has "$tmp/dry-sp.out" " --sequence-parallel"
+check "dry run: VIRTUAL_STAGE_LAYERS=1 passes the interleaving flag" \
+  has "$tmp/dry-sp.out" " --num-layers-per-virtual-pipeline-stage 1"
+rc=0
+env "${tiny[@]}" SEQUENCE_PARALLEL=yes TRIDENT_DRY_RUN=1 "$repo/launch/run-one-node.sh" >/dev/null 2>"$tmp/sp.err" || rc=$?
+check "SEQUENCE_PARALLEL=yes: one error line" [ "$rc" -ne 0 ] && check "  naming it" has "$tmp/sp.err" "SEQUENCE_PARALLEL must be 0 or 1"
 
 # 2. N_GPUS that is not the world size: one line from rank 0, non-zero exit.
 rc=0
