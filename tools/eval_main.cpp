@@ -167,10 +167,8 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  std::vector<const char*> cargv;
-  for (const std::string& s : args) cargv.push_back(s.c_str());
   TrainOptions opt;
-  if (!parse_train_options(static_cast<int>(cargv.size()), cargv.data(), opt)) return 0;
+  if (!parse_train_options(args, opt)) return 0;
   if (opt.load.empty()) throw ConfigError("--load: required (the checkpoint to evaluate)");
   if (!opt.save.empty()) throw ConfigError("--save: trident-eval writes no checkpoint (see trident-convert)");
   if (!opt.save_canonical.empty()) throw ConfigError("--save-canonical: not a trident-eval flag");

@@ -87,10 +87,8 @@ int run(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
-  std::vector<const char*> cargv;
-  for (const std::string& s : args) cargv.push_back(s.c_str());
   TrainOptions opt;
-  if (!parse_train_options(static_cast<int>(cargv.size()), cargv.data(), opt)) return 0;
+  if (!parse_train_options(args, opt)) return 0;
   // The model trident-train would build: --use-checkpoint-args takes the shape from
   // --load's checkpoint, the tokenizer gives the vocabulary.
   if (!opt.load.empty()) resolve_load(opt);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "train/options.h"
 
 namespace trident {
 
@@ -41,6 +42,13 @@ inline std::vector<std::string> take_tool_flags(int argc, char** argv, const cha
     if (!own(f)) rest.push_back(a);
   }
   return rest;
+}
+
+// parse_train_options over the arguments take_tool_flags left (false after --help).
+inline bool parse_train_options(const std::vector<std::string>& args, TrainOptions& opt) {
+  std::vector<const char*> argv;
+  for (const std::string& s : args) argv.push_back(s.c_str());
+  return parse_train_options(static_cast<int>(argv.size()), argv.data(), opt);
 }
 
 }  // namespace trident
