@@ -28,19 +28,19 @@ struct Gpt2Model::SlotActs {
   Buffer lnf, lnf_mean, lnf_rstd;  // last stage: [R, C], [R], [R]
 };
 
-// Buffers shared by all slots: only one forward or backward runs at a time, and on the
-// last stage each micro-batch's backward follows its forward before the next forward
-// (1F1B), so the logits buffer can be shared too.
+// Buffers shared by all slots, and by the model chunks of an interleaved stage: only one
+// forward or backward runs at a time, and on the last stage each micro-batch's backward
+// follows its forward before the next forward (1F1B and interleaved), so the logits buffer
+// can be shared too. The gradients that cross stage borders are the model's own.
 struct Gpt2Model::Scratch {
   Buffer proj;  // [BT, C] output of a row-parallel projection (partial sums over TP ranks)
   Buffer logits;  // [BT, Vl], overwritten by its gradient
   Buffer row_max, sumexp, target_logit, losses, correct;  // f32 [BT]
-  Buffer d_resid, d_tmp;  // [R, C]
+  Buffer d_tmp;           // [R, C]
   Buffer d_ln;            // [BT, C] gradient of a LayerNorm's output (partial sums over TP ranks)
   Buffer d_qkv;           // [BT, 3Cl]
   Buffer d_att;           // [BT, Cl]
   Buffer d_fc;            // [BT, Fl]
-  Buffer d_input;         // [R, C] gradient of the stage input (non-first stages)
   // proj and d_ln summed onto this rank's rows, and d_tmp gathered from every rank's: own
   // buffers with sequence parallelism ([R, C], [R, C], [BT, C]), else proj, d_ln, d_tmp.
   Buffer sp_proj, sp_d_ln, sp_d_tmp;
@@ -67,7 +67,8 @@ std::shared_ptr<ParamStore> make_stage_params(const ModelConfig& cfg, Backend& b
 }
 
 Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout& layout,
-                     int micro_batch, int activation_slots, std::shared_ptr<ParamStore> params)
+                     int micro_batch, int activation_slots, std::shared_ptr<ParamStore> params,
+                     const Gpt2Model* scratch_from)
     : cfg_(cfg), be_(backend), layout_(layout), B_(micro_batch), T_(cfg.seq_length), params_(std::move(params)) {
   const int tp = layout_.tp;
   cfg_.validate(tp);
@@ -156,10 +157,31 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   slot_sample_base_.assign(activation_slots, 0);
   slot_training_.assign(activation_slots, 0);
 
-  scratch_ = std::make_unique<Scratch>();
+  d_resid_ = act({R, C_});
+  if (!L.first_stage) d_input_ = act({R, C_});
+  if (scratch_from) {
+    scratch_ = scratch_from->scratch_;
+  } else {
+    scratch_ = std::make_shared<Scratch>();
+    Scratch& x = *scratch_;
+    x.proj = act({BT, C_});
+    x.d_ln = act({BT, C_});
+    x.d_tmp = act({R, C_});
+    x.d_qkv = act({BT, 3 * Cl_});
+    x.d_att = act({BT, Cl_});
+    x.d_fc = act({BT, Fl_});
+    if (sp) {
+      x.sp_proj = act({R, C_});
+      x.sp_d_ln = act({R, C_});
+      x.sp_d_tmp = act({BT, C_});
+      x.ln_full = act({BT, C_});
+    }
+    x.proj_rows = sp ? x.sp_proj.t() : x.proj.t();
+    x.d_ln_rows = sp ? x.sp_d_ln.t() : x.d_ln.t();
+    x.d_tmp_full = sp ? x.sp_d_tmp.t() : x.d_tmp.t();
+  }
   Scratch& x = *scratch_;
-  x.proj = act({BT, C_});
-  if (L.last_stage) {
+  if (L.last_stage && x.logits.empty()) {
     x.logits = act({BT, Vl_});
     x.row_max = f32({BT});
     x.sumexp = f32({BT});
@@ -167,22 +189,6 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
     x.losses = f32({BT});
     x.correct = f32({BT});
   }
-  x.d_resid = act({R, C_});
-  x.d_ln = act({BT, C_});
-  x.d_tmp = act({R, C_});
-  x.d_qkv = act({BT, 3 * Cl_});
-  x.d_att = act({BT, Cl_});
-  x.d_fc = act({BT, Fl_});
-  if (!L.first_stage) x.d_input = act({R, C_});
-  if (sp) {
-    x.sp_proj = act({R, C_});
-    x.sp_d_ln = act({R, C_});
-    x.sp_d_tmp = act({BT, C_});
-    x.ln_full = act({BT, C_});
-  }
-  x.proj_rows = sp ? x.sp_proj.t() : x.proj.t();
-  x.d_ln_rows = sp ? x.sp_d_ln.t() : x.d_ln.t();
-  x.d_tmp_full = sp ? x.sp_d_tmp.t() : x.d_tmp.t();
 }
 
 Gpt2Model::~Gpt2Model() = default;
@@ -263,8 +269,8 @@ Tensor Gpt2Model::stage_output(int slot) const {
 Tensor Gpt2Model::layer_input(const SlotActs& s, int local_layer) const {
   return local_layer == 0 ? s.input.t() : s.layers[local_layer - 1].out;
 }
-Tensor Gpt2Model::input_grad() const { return scratch_->d_input; }
-Tensor Gpt2Model::output_grad() const { return scratch_->d_resid; }
+Tensor Gpt2Model::input_grad() const { return d_input_; }
+Tensor Gpt2Model::output_grad() const { return d_resid_; }
 
 LossStats Gpt2Model::loss_stats() const { return last_stats_; }
 
@@ -403,12 +409,12 @@ void Gpt2Model::backward(int slot) {
   }
   if (layout_.first_stage) {
     for (const RowPiece& p : row_pieces(dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_)))
-      be_.dropout_backward(row_range(k.d_resid, p.begin, p.end), row_range(k.d_tmp, p.begin, p.end),
+      be_.dropout_backward(row_range(d_resid_, p.begin, p.end), row_range(k.d_tmp, p.begin, p.end),
                            p.rows_per_sample, p.key);
     gather_d_tmp();
     be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
   } else {
-    be_.copy(k.d_input, k.d_resid);
+    be_.copy(d_input_, d_resid_);
   }
 }
 
@@ -432,8 +438,8 @@ void Gpt2Model::head_backward(SlotActs& s, const Tensor& x) {
   be_.matmul(P.grad("wte"), k.logits, gathered(s.lnf), Tensor(), true, false, true);
   be_.matmul(k.d_ln, k.logits, P.param("wte"), Tensor(), false, false, false);
   sum_to_rows(k.d_ln, k.d_ln_rows);
-  be_.fill(k.d_resid, 0.0f);
-  be_.layernorm_backward(k.d_ln_rows, x, P.param("ln_f.weight"), s.lnf_mean, s.lnf_rstd, k.d_resid,
+  be_.fill(d_resid_, 0.0f);
+  be_.layernorm_backward(k.d_ln_rows, x, P.param("ln_f.weight"), s.lnf_mean, s.lnf_rstd, d_resid_,
                          P.grad("ln_f.weight"), P.grad("ln_f.bias"));
 }
 
@@ -452,7 +458,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   be_.bias_backward(k.d_fc, P.grad(h + "mlp.fc.bias"));
   be_.matmul(k.d_ln, k.d_fc, P.param(h + "mlp.fc.weight"), Tensor(), false, false, false);
   sum_to_rows(k.d_ln, k.d_ln_rows);
-  be_.layernorm_backward(k.d_ln_rows, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, k.d_resid,
+  be_.layernorm_backward(k.d_ln_rows, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, d_resid_,
                          P.grad(h + "ln_2.weight"), P.grad(h + "ln_2.bias"));
   // Attention branch.
   dropout_bias_backward(dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_), P.grad(h + "attn.proj.bias"));
@@ -465,7 +471,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   be_.bias_backward(k.d_qkv, P.grad(h + "attn.qkv.bias"));
   be_.matmul(k.d_ln, k.d_qkv, P.param(h + "attn.qkv.weight"), Tensor(), false, false, false);
   sum_to_rows(k.d_ln, k.d_ln_rows);
-  be_.layernorm_backward(k.d_ln_rows, x, P.param(h + "ln_1.weight"), a.ln1_mean, a.ln1_rstd, k.d_resid,
+  be_.layernorm_backward(k.d_ln_rows, x, P.param(h + "ln_1.weight"), a.ln1_mean, a.ln1_rstd, d_resid_,
                          P.grad(h + "ln_1.weight"), P.grad(h + "ln_1.bias"));
 }
 
@@ -474,7 +480,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
 void Gpt2Model::dropout_bias_backward(const DropoutKey& key, const Tensor& dbias) {
   Scratch& k = *scratch_;
   for (const RowPiece& p : row_pieces(key))
-    be_.dropout_bias_backward(row_range(k.d_resid, p.begin, p.end), p.rows_per_sample, p.key,
+    be_.dropout_bias_backward(row_range(d_resid_, p.begin, p.end), p.rows_per_sample, p.key,
                               row_range(k.d_tmp, p.begin, p.end), dbias);
   gather_d_tmp();
 }

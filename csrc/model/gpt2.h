@@ -89,9 +89,12 @@ class Gpt2Model {
  public:
   // `activation_slots`: micro-batches whose activations can be alive at once (pipeline).
   // `params`: a store that holds this layout's parameters (make_stage_params), shared by the
-  // chunks of an interleaved stage; null: the model makes its own.
+  // chunks of an interleaved stage; null: the model makes its own. `scratch_from`: a chunk
+  // of the same stage (same micro batch, TP and sequence parallelism) whose scratch buffers
+  // this one shares, as only one chunk runs at a time.
   Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout& layout, int micro_batch,
-            int activation_slots = 1, std::shared_ptr<ParamStore> params = nullptr);
+            int activation_slots = 1, std::shared_ptr<ParamStore> params = nullptr,
+            const Gpt2Model* scratch_from = nullptr);
   ~Gpt2Model();
 
   ParamStore& params() { return *params_; }
@@ -173,7 +176,10 @@ class Gpt2Model {
   std::vector<Buffer> workspace_storage_;
   std::vector<LayerActs> workspace_;
   std::vector<int> group_begin_, group_end_;
-  std::unique_ptr<Scratch> scratch_;
+  std::shared_ptr<Scratch> scratch_;
+  // d(stage output) (received, or from the head) and d(stage input) (sent): each chunk's
+  // own, as an exchange may bring one chunk's gradient while another chunk runs.
+  Buffer d_resid_, d_input_;  // [R, C]
   // Dropout state of the micro-batch being run (forward and its backward use the same).
   uint64_t dropout_seed_ = 1234;
   uint64_t sample_base_ = 0;

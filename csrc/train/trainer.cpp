@@ -138,7 +138,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   std::shared_ptr<ParamStore> params = make_stage_params(opt_.model, be_, layouts);
   for (int c = 0; c < chunks; ++c)
     chunks_.push_back(std::make_unique<Gpt2Model>(opt_.model, be_, layouts[c], opt_.micro_batch_size,
-                                                  activation_slots_[c], params));
+                                                  activation_slots_[c], params, c > 0 ? chunks_[0].get() : nullptr));
   set_dropout_seed(opt_.seed);
   if (opt_.recompute_granularity == "selective")
     *out_ << "trident: --recompute-granularity selective: the fused attention keeps no attention probabilities "
