@@ -87,15 +87,13 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
 
   const int64_t BT = static_cast<int64_t>(B_) * T_;
   const bool sp = L.sequence_parallel && tp > 1;
-  if (sp) {
-    // Options check these first with the flags' names.
-    TRIDENT_CHECK(BT % tp == 0 && C_ % 4 == 0, "sequence parallelism: B*T ", BT, " or hidden ", C_, " vs tp ", tp);
-    layout_.sequence_parallel = true;
-  } else {
-    layout_.sequence_parallel = false;
-  }
+  // Options check these first with the flags' names.
+  TRIDENT_CHECK(!sp || (BT % tp == 0 && C_ % 4 == 0), "sequence parallelism: B*T ", BT, " or hidden ", C_, " vs tp ",
+                tp);
+  layout_.sequence_parallel = sp;
   rows_ = sp ? BT / tp : BT;
   row0_ = sp ? rows_ * L.tp_rank : 0;
+  row_pieces_ = cut_row_pieces();
   const int64_t R = rows_;
   const DType dt = cfg_.dtype;
   auto act = [&](Shape s) { return be_.empty(s, dt); };
@@ -231,19 +229,17 @@ void Gpt2Model::sum_to_rows(const Tensor& full, const Tensor& rows) const {
 // tensor's rows from its first sample on. A shard that starts or ends inside a sample is
 // cut there: its whole samples go in one call, each partial sample in its own, with that
 // sample's number and the index of its first row.
-std::vector<Gpt2Model::RowPiece> Gpt2Model::row_pieces(const DropoutKey& key) const {
-  if (!layout_.sequence_parallel) return {RowPiece{0, rows_, T_, key}};
+std::vector<Gpt2Model::RowPiece> Gpt2Model::cut_row_pieces() const {
   std::vector<RowPiece> pieces;
   for (int64_t g = row0_, end = row0_ + rows_; g < end;) {
     const int64_t sample = g / T_, t = g % T_;
-    RowPiece p{g - row0_, 0, T_, key};
-    p.key.sample_base = key.sample_base + static_cast<uint64_t>(sample);
-    if (t == 0 && end - g >= T_) {  // whole samples
+    RowPiece p{g - row0_, 0, T_, static_cast<uint64_t>(sample), 0};
+    if (t == 0 && end - g >= T_) {  // whole samples (without sequence parallelism: all of them)
       g += (end - g) / T_ * T_;
     } else {  // part of one sample
       const int64_t stop = std::min(end, (sample + 1) * T_);
       p.rows_per_sample = static_cast<int>(stop - g);
-      p.key.index_base = static_cast<uint64_t>(t) * static_cast<uint64_t>(C_);
+      p.index_base = static_cast<uint64_t>(t) * static_cast<uint64_t>(C_);
       g = stop;
     }
     p.end = g - row0_;
@@ -289,9 +285,10 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
     be_.embedding_forward(s.tokens, P.param("wte"), vocab_start_,
                           layout_.tp_rank == 0 ? P.param("wpe") : no_wpe, T_, scratch_->proj);
     sum_to_rows(scratch_->proj, scratch_->proj_rows);
-    for (const RowPiece& p : row_pieces(dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training)))
+    const DropoutKey key = dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training);
+    for (const RowPiece& p : row_pieces_)
       be_.dropout_forward(row_range(scratch_->proj_rows, p.begin, p.end), row_range(s.input, p.begin, p.end),
-                          p.rows_per_sample, p.key);
+                          p.rows_per_sample, p.key(key));
   }
   // Pre-LN: only the stage's first LayerNorm reads the stage input on its own; every later
   // one (the next layer's ln_1, or ln_f) is fused with the residual add that makes its input.
@@ -329,14 +326,14 @@ Gpt2Model::NormOutput Gpt2Model::lnf_output(SlotActs& s) const {
 // hidden dropout, fused with the LayerNorm `next` reads when there is one.
 void Gpt2Model::dropout_residual(const Tensor& x, const DropoutKey& key, const Tensor& out, const NormOutput& next) {
   const Tensor branch = scratch_->proj_rows;
-  for (const RowPiece& p : row_pieces(key)) {
+  for (const RowPiece& p : row_pieces_) {
     auto rows = [&p](const Tensor& t) { return row_range(t, p.begin, p.end); };
     if (next.out.empty()) {
-      be_.dropout_forward(rows(branch), rows(branch), p.rows_per_sample, p.key);
+      be_.dropout_forward(rows(branch), rows(branch), p.rows_per_sample, p.key(key));
       be_.add(rows(x), rows(branch), rows(out));
     } else {
-      be_.dropout_residual_layernorm_forward(rows(x), rows(branch), p.rows_per_sample, p.key, rows(out), next.gamma,
-                                             next.beta, rows(next.out), rows(next.mean), rows(next.rstd));
+      be_.dropout_residual_layernorm_forward(rows(x), rows(branch), p.rows_per_sample, p.key(key), rows(out),
+                                             next.gamma, next.beta, rows(next.out), rows(next.mean), rows(next.rstd));
     }
   }
 }
@@ -408,9 +405,10 @@ void Gpt2Model::backward(int slot) {
     if (layer_grads_ready_) layer_grads_ready_(layout_.layer_begin + i);
   }
   if (layout_.first_stage) {
-    for (const RowPiece& p : row_pieces(dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_)))
+    const DropoutKey key = dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_);
+    for (const RowPiece& p : row_pieces_)
       be_.dropout_backward(row_range(d_resid_, p.begin, p.end), row_range(k.d_tmp, p.begin, p.end),
-                           p.rows_per_sample, p.key);
+                           p.rows_per_sample, p.key(key));
     gather_d_tmp();
     be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
   } else {
@@ -479,8 +477,8 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
 // gathered from every rank's rows (d_tmp_full).
 void Gpt2Model::dropout_bias_backward(const DropoutKey& key, const Tensor& dbias) {
   Scratch& k = *scratch_;
-  for (const RowPiece& p : row_pieces(key))
-    be_.dropout_bias_backward(row_range(d_resid_, p.begin, p.end), p.rows_per_sample, p.key,
+  for (const RowPiece& p : row_pieces_)
+    be_.dropout_bias_backward(row_range(d_resid_, p.begin, p.end), p.rows_per_sample, p.key(key),
                               row_range(k.d_tmp, p.begin, p.end), dbias);
   gather_d_tmp();
 }

@@ -134,13 +134,20 @@ class Gpt2Model {
     Tensor gamma, beta, out, mean, rstd;
   };
   // Rows of this rank's shard that one row-wise dropout call can take: whole samples, or
-  // rows within one sample (the key's sample_base and index_base say where they start).
+  // rows within one sample (sample_offset and index_base say where they start in the
+  // micro-batch's numbering). Fixed by the layout: cut once, in the constructor.
   struct RowPiece {
     int64_t begin, end;  // local rows
     int rows_per_sample;
-    DropoutKey key;
+    uint64_t sample_offset = 0, index_base = 0;
+    DropoutKey key(const DropoutKey& k) const {  // k (of the micro-batch) for these rows
+      DropoutKey r = k;
+      r.sample_base += sample_offset;
+      r.index_base = index_base;
+      return r;
+    }
   };
-  std::vector<RowPiece> row_pieces(const DropoutKey& key) const;
+  std::vector<RowPiece> cut_row_pieces() const;
   // Sequence parallelism's maps (without it: `rows` itself, an all-reduce of `full`).
   Tensor gathered(const Tensor& rows) const;  // every rank's rows, in the scratch ln_full
   void sum_to_rows(const Tensor& full, const Tensor& rows) const;  // sum over TP onto this rank's rows
@@ -168,6 +175,7 @@ class Gpt2Model {
   StageLayout layout_;
   int B_, T_, C_, Cl_, Fl_, Hl_;
   int64_t rows_, row0_;  // this rank's rows [row0_, row0_ + rows_) of the B*T (all without sequence parallelism)
+  std::vector<RowPiece> row_pieces_;  // cut_row_pieces()
   int64_t Vl_, vocab_start_, vocab_valid_;
   std::shared_ptr<ParamStore> params_;
   std::vector<std::unique_ptr<SlotActs>> slots_;
