@@ -450,24 +450,25 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   });
 
   // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
-  // Beside the defaults, the tile shapes under measurement (AttnTiles in cuda_attention.cu;
-  // the launchers read their environment variables at each call): 128-row forward blocks,
-  // doubled forward key tiles, double-buffered forward K/V, the wgmma forward and backward
-  // (sm_90a), a double-buffered dK/dV kernel, halved dK/dV query tiles, (D 128) doubled dQ
-  // key tiles, and dQ added by the dK/dV kernel with atomics. The table ends with the
+  // The defaults (the wgmma kernels on an H100/H200), then the other kernels and tile shapes
+  // (AttnTiles in cuda_attention.cu; the launchers read their environment variables at each
+  // call): the wgmma forward's 128-key tiles and the wgmma backward for D 64, the mma.sync
+  // kernels' defaults, 128-row forward blocks, doubled forward key tiles, double-buffered
+  // forward K/V, a double-buffered dK/dV kernel, the other dK/dV query tiles, (D 128) doubled
+  // dQ key tiles, and dQ added by the dK/dV kernel with atomics. The table ends with the
   // fastest settings per head dim, which tools/gpu-check.sh trains with once more.
-  // The kernels never yet run on a GPU (wgmma, atomic dQ: `fresh`) come after every head
-  // dim's established rows, so that a fault of theirs (an abort on a CUDA error, a hang)
-  // costs only their own rows; the fastest settings among the established ones are printed
-  // before them, for gpu-check to fall back on.
   // Per head dim, the timed settings of the forward and of the backward (fastest_tiles).
   std::map<int, std::pair<std::vector<TileCandidate>, std::vector<TileCandidate>>> candidates;
   auto choice = [&](int D) {
     auto& groups = candidates[D];
-    return "D" + std::to_string(D) + ": " + fastest_tiles({&groups.first, &groups.second});
+    std::string line = "D";  // appended, not operator+: GCC 12 warns falsely (-Wrestrict) on the chain
+    line += std::to_string(D);
+    line += ": ";
+    line += fastest_tiles({&groups.first, &groups.second});
+    return line;
   };
-  auto attention = [&](int B, int T, int H, int D, bool fresh) {
-    b.section("attention D" + std::to_string(D) + (fresh ? ", wgmma and atomic dQ" : ""), [&] {
+  auto attention = [&](int B, int T, int H, int D) {
+    b.section("attention D" + std::to_string(D), [&] {
       AttentionShape s;
       s.B = q ? 2 : B;
       s.T = q ? 256 : T;
@@ -547,41 +548,42 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         if (group != nullptr && r.error.empty() && r.ms > 0) group->push_back({env, r.ms});
         b.push(r);
       };
-      const std::string bdb = "TRIDENT_ATTN_BWD_DB=1", atomic = "TRIDENT_ATTN_BWD_ATOMIC=1";
-      if (fresh) {
-        // sm_90a only (an error row elsewhere): warpgroup MMA, default keys (D 64: 128, D 128:
-        // 64) and the other tile.
-        const std::string wgmma = "TRIDENT_ATTN_FWD_WGMMA=1";
-        timed(&fwd_c, "attn fwd, wgmma", wgmma, fwd, forward, 20);
-        timed(&fwd_c, "attn fwd, wgmma, other keys",
-              wgmma + " TRIDENT_ATTN_FWD_BK=" + std::to_string(D > 64 ? 128 : 64), fwd, forward, 20);
-        timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);  // sm_90a only
-        timed(&bwd_c, "attn bwd, atomic dQ", atomic, 2.5 * fwd, backward, 10);
-        timed(&bwd_c, "attn bwd, atomic dQ, 2 bufs", atomic + " " + bdb, 2.5 * fwd, backward, 10);
-        timed(&bwd_c, "attn bwd, atomic dQ, 1/2 q", atomic + " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2),
-              2.5 * fwd, backward, 10);
-        return;
-      }
-      const std::string wm2 = "TRIDENT_ATTN_FWD_WM=2", bk2 = "TRIDENT_ATTN_FWD_BK=" + std::to_string(2 * tile),
-                        fdb = "TRIDENT_ATTN_FWD_DB=1";
-      timed(&fwd_c, "attn fwd, 128-row blocks", wm2, fwd, forward, 20);
-      timed(&fwd_c, "attn fwd, 2x key tiles", bk2, fwd, forward, 20);
-      timed(&fwd_c, "attn fwd, 2 K/V buffers", fdb, fwd, forward, 20);
-      timed(&fwd_c, "attn fwd, 128 rows, 2 bufs", wm2 + " " + fdb, fwd, forward, 20);
-      timed(&fwd_c, "attn fwd, 2x keys, 2 bufs", bk2 + " " + fdb, fwd, forward, 20);
+      // The defaults (on an H100/H200 the wgmma kernels: the forward for D > 32, the backward
+      // for D > 64), then the alternatives; the mma.sync rows turn wgmma off explicitly.
+      const std::string fmma = "TRIDENT_ATTN_FWD_WGMMA=0 ", bmma = "TRIDENT_ATTN_BWD_WGMMA=0 ";
+      const std::string bdb = bmma + "TRIDENT_ATTN_BWD_DB=1", atomic = bmma + "TRIDENT_ATTN_BWD_ATOMIC=1";
       timed(&fwd_c, "attention fwd (causal)", "", fwd, forward, 20);
       const Row f = b.rows().back();
       timed(&bwd_c, "attention bwd (causal)", "", 2.5 * fwd, backward, 10);
       const Row g = b.rows().back();
       b.push(Row{"attention fwd+bwd (causal)", shp, f.ms + g.ms, 3.5 * fwd, true, f.error + g.error});
+      // sm_90a only (an error row elsewhere): warpgroup MMA, its default keys (64) and 128.
+      const std::string wgmma = "TRIDENT_ATTN_FWD_WGMMA=1";
+      timed(&fwd_c, "attn fwd, wgmma", wgmma, fwd, forward, 20);
+      timed(&fwd_c, "attn fwd, wgmma, 128 keys", wgmma + " TRIDENT_ATTN_FWD_BK=128", fwd, forward, 20);
+      timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);
+      const std::string wm2 = fmma + "TRIDENT_ATTN_FWD_WM=2",
+                        bk2 = fmma + "TRIDENT_ATTN_FWD_BK=" + std::to_string(2 * tile),
+                        fdb = "TRIDENT_ATTN_FWD_DB=1";
+      timed(&fwd_c, "attn fwd, mma.sync", fmma, fwd, forward, 20);
+      timed(&fwd_c, "attn fwd, 128-row blocks", wm2, fwd, forward, 20);
+      timed(&fwd_c, "attn fwd, 2x key tiles", bk2, fwd, forward, 20);
+      timed(&fwd_c, "attn fwd, 2 K/V buffers", fmma + fdb, fwd, forward, 20);
+      timed(&fwd_c, "attn fwd, 128 rows, 2 bufs", wm2 + " " + fdb, fwd, forward, 20);
+      timed(&fwd_c, "attn fwd, 2x keys, 2 bufs", bk2 + " " + fdb, fwd, forward, 20);
+      // The dK/dV query tiles beside the default (32 for D 64 and 128): D 64 64, D 128 16.
+      const std::string other_q = "TRIDENT_ATTN_DKDV_BQ=" + std::to_string(D > 64 ? 16 : 64);
       const std::string dqbk = "TRIDENT_ATTN_DQ_BK=" + std::to_string(2 * tile);
+      timed(&bwd_c, "attn bwd, mma.sync", bmma, 2.5 * fwd, backward, 10);
       timed(&bwd_c, "attn bwd, dK/dV 2 buffers", bdb, 2.5 * fwd, backward, 10);
-      timed(&bwd_c, "attn bwd, dK/dV 1/2 q tiles", "TRIDENT_ATTN_DKDV_BQ=" + std::to_string(tile / 2), 2.5 * fwd,
-            backward, 10);
+      timed(&bwd_c, "attn bwd, dK/dV other q tiles", bmma + other_q, 2.5 * fwd, backward, 10);
       if (D > 64) {
-        timed(&bwd_c, "attn bwd, dQ 2x key tiles", dqbk, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, dQ 2x key tiles", bmma + dqbk, 2.5 * fwd, backward, 10);
         timed(&bwd_c, "attn bwd, 2 bufs, dQ 2x keys", bdb + " " + dqbk, 2.5 * fwd, backward, 10);
       }
+      timed(&bwd_c, "attn bwd, atomic dQ", atomic, 2.5 * fwd, backward, 10);
+      timed(&bwd_c, "attn bwd, atomic dQ, 2 bufs", atomic + " TRIDENT_ATTN_BWD_DB=1", 2.5 * fwd, backward, 10);
+      timed(&bwd_c, "attn bwd, atomic dQ, other q", atomic + " " + other_q, 2.5 * fwd, backward, 10);
       // Training's default attention dropout (0.1): the kernels draw the mask with Philox.
       DropoutKey drop;
       drop.p = 0.1f;
@@ -608,13 +610,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             5);
     });
   };
-  attention(16, 1024, 32, 64, false);
-  attention(8, 1024, 16, 128, false);
-  // gpu-check falls back on these lines when the process dies among the fresh kernels.
-  for (const auto& c : candidates)
-    std::printf("fastest attention tiles without wgmma and atomic dQ, %s\n", choice(c.first).c_str());
-  attention(16, 1024, 32, 64, true);
-  attention(8, 1024, 16, 128, true);
+  attention(16, 1024, 32, 64);
+  attention(8, 1024, 16, 128);
 
   // ---- the summary: the rows are out already ------------------------------------------
   // (--kernels-only leaves the peaks out: "of peak" then reads 0).

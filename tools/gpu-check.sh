@@ -332,15 +332,12 @@ fi
 # ---- the same in bf16 with the fastest attention tiles of the kernel table ------------------
 # trident-bench --kernels prints "fastest attention tiles, D<head dim>: VAR=value ..." (or
 # "defaults"); each config whose head dim has non-default tiles trains once more with them,
-# so that one run measures what making them the defaults (AttnTiles) would give. Before the
-# kernels never yet run on a GPU (wgmma, atomic dQ) it prints the same "without wgmma and
-# atomic dQ": the choice when the bench died among those (the last of the lines wins).
+# so that one run measures what making them the defaults (AttnTiles) would give.
 tuned_lines=()
 largest_tiles=""
-# A variant whose GPU test did not pass still times: say so beside its figures. The tile
-# variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels WgmmaMatchesCpu's;
-# tiles with a wgmma kernel whose test did not pass are not trained with: the tiles chosen
-# without wgmma and atomic dQ instead.
+# A variant whose GPU test did not pass still times: say so beside its figures. The mma.sync
+# tile variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels (the defaults on
+# this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's.
 # did_not_pass <test>: ctest.log names it failed, timed out, crashed or not run, or the
 # tests were cut off by GPU_CHECK_TESTS_S and no line says that it passed.
 did_not_pass() {
@@ -367,15 +364,11 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
     heads=$(sed -nE 's/^num-attention-heads: *([0-9]+).*/\1/p' "$yaml")
     [[ -n $hidden && -n $heads ]] || continue
     d=$((hidden / heads))
-    tiles=$(sed -nE "s/^fastest attention tiles( without wgmma and atomic dQ)?, D$d: (.*)/\2/p" "$logdir/kernels.log" | tail -1)
+    tiles=$(sed -nE "s/^fastest attention tiles, D$d: (.*)/\1/p" "$logdir/kernels.log" | tail -1)
     note=""
-    grep -Eq "^fastest attention tiles, D$d: " "$logdir/kernels.log" ||
-      note=" (without wgmma and atomic dQ: the kernel table stopped before them)"
-    if ((!wgmma_ok)) && [[ $tiles == *WGMMA* ]]; then
-      tiles=$(sed -nE "s/^fastest attention tiles without wgmma and atomic dQ, D$d: (.*)/\1/p" "$logdir/kernels.log")
-      note=" (without wgmma and atomic dQ: CudaAttention.WgmmaMatchesCpu did not pass)"
-      [[ -n $tiles && $tiles != defaults ]] ||
-        { tuned_lines+=("$model: not trained with the wgmma tiles: CudaAttention.WgmmaMatchesCpu did not pass"); continue; }
+    if ((!wgmma_ok)) && [[ $tiles == *WGMMA=1* ]]; then
+      tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaMatchesCpu did not pass")
+      continue
     fi
     [[ -n $tiles && $tiles != defaults ]] || continue
     if past_budget; then

@@ -7,9 +7,10 @@
 // gradient read, the model copy written), so it is bound by memory bandwidth. A thread
 // updates 4 consecutive elements with vector loads and stores when every pointer of the
 // piece allows it (16-byte fp32, 8-byte 16-bit), else one at a time; both paths run the
-// same per-element arithmetic, so the results do not depend on the path. Chunks of 64K
-// elements and 512 blocks a launch keep a gpt2-1.3b step to ~40 launches (with 4K-element
-// chunks and scalar accesses an H200 ran it at 57% of its copy bandwidth).
+// same per-element arithmetic, so the results do not depend on the path. Chunks of 16K
+// elements and 2048 blocks a launch keep a gpt2-1.3b step to ~40 launches (with 4K-element
+// chunks and scalar accesses an H200 ran it at 57% of its copy bandwidth) and give the
+// 16-tensor launches of small models enough blocks to fill the GPU.
 // Pieces of one launch share the gradient dtype and the model-parameter dtype; lr, betas,
 // eps, the gradient factor and the step are common to the list, weight decay is per piece.
 #include <cmath>
@@ -23,12 +24,17 @@ namespace trident::cuda {
 namespace {
 
 constexpr int kMaxTensors = 16;
-constexpr int kMaxBlocks = 512;
-constexpr int64_t kChunk = 65536;  // elements per block: a multiple of kVec
+// 16K-element chunks, up to 2048 a launch: gpt2-124m's 16-tensor launches (~12M elements)
+// then have ~760 blocks, not ~190 of 64K elements (1.4 an SM on an H200, so that half the
+// SMs idled while the others ran their second block: 67% of the copy rate, 2026-11-30).
+constexpr int kMaxBlocks = 2048;
+constexpr int64_t kChunk = 16384;  // elements per block: a multiple of kVec
 constexpr int kThreads = 256;
 constexpr int kVec = 4;  // elements per thread on the vector path
 
-// One launch's pieces (about 3.4 KB: within the kernel parameter limit).
+// One launch's pieces (about 11 KB: CUDA 12.1 and later take up to 32 KB of kernel parameters
+// on Volta and later GPUs).
+static_assert(sizeof(float*) * 5 * kMaxTensors + 13 * kMaxTensors + 5 * kMaxBlocks < 32000, "kernel parameter limit");
 struct AdamWTable {
   float* master[kMaxTensors];
   const void* grad[kMaxTensors];

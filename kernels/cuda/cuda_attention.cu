@@ -25,11 +25,12 @@
 // - fp16/bf16 with D % 8 == 0: tensor-core tiles (mma.sync m16n8k16, fp32 accumulation,
 //   ldmatrix from padded shared-memory tiles filled by cp.async). Templated on DP, the
 //   head dim rounded up to 32/64/128 (columns D..DP are zero in shared memory). Each warp
-//   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal). The tile
-//   shapes have alternatives under measurement (AttnTiles, chosen by environment
-//   variables), all run through the same launch plans as the defaults. One of them is a
-//   forward for sm_90a (TRIDENT_ATTN_FWD_WGMMA=1): warpgroup MMA (wgmma) reading Q, K and
-//   V from 128-byte swizzled shared memory, with the same softmax and epilogue.
+//   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal). On sm_90a
+//   (H100/H200) the default kernels use warpgroup MMA (wgmma) reading Q, K, V and dO from
+//   128-byte swizzled shared memory, with the same softmax, backward arithmetic and
+//   epilogues (the forward for D > 32, the backward for D > 64: measured fastest). The
+//   tile shapes have alternatives (AttnTiles, chosen by environment variables), all run
+//   through the same launch plans as the defaults.
 // - fp32 (and any other case: D % 8 != 0, unaligned views, TRIDENT_ATTN_SIMT=1 in the
 //   environment): one warp per row with fp32 CUDA-core arithmetic, the reference path.
 // Softmax statistics, delta and all accumulation are fp32 in both.
@@ -247,7 +248,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 // ---- sm_90a warpgroup MMA (wgmma) -----------------------------------------------------------
 // All 128 threads (one warpgroup) issue each wgmma together. The instructions exist only on
 // sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); other targets compile a trap in their place, and the
-// host launches the wgmma kernels only on compute capability 9.0 (check_wgmma_device).
+// host launches the wgmma kernels only on compute capability 9.0 (wgmma_available).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TRIDENT_SM90A_ASM(...) asm volatile(__VA_ARGS__)
 #else
@@ -1618,16 +1619,17 @@ void dispatch_dp(int D, F&& f) {
 //            loads during all of this one's work; one barrier per key tile instead of four)
 //   dkdv_nb  Q/dO buffers of the dK/dV kernel: 1, or 2 for D > 32 (D <= 32 keeps 1: its
 //            two-buffer build spilled on sm_80)
-//   dkdv_bq  query rows per dK/dV tile with one buffer: D <= 32: 64; D 64: 64 or 32;
-//            D 128: 32 or 16 (fewer registers: 3 blocks an SM for D 64)
+//   dkdv_bq  query rows per dK/dV tile with one buffer: D <= 32: 64; D 64: 32 (default:
+//            3 blocks an SM) or 64 (the only one with two buffers); D 128: 32 or 16
 //   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
 //   dq_atomic dQ added by the dK/dV kernel with float atomics (5 tile products, not 7; dQ's
 //            last bits vary run to run), with any dK/dV tiles (dq_bk does not apply)
 //   fwd_wgmma the forward by warpgroup MMA (sm_90a; attn_fwd_wgmma_kernel), D > 32, with
-//            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk: D 64: 128
-//            (default) or 64; D 128: 64 (default) or 128
+//            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk 64 (default)
+//            or 128. The default where wgmma_available() (tiles_from_env)
 //   bwd_wgmma the backward's dK/dV and dQ passes by warpgroup MMA (sm_90a), D > 32, with 64-row
-//            tiles and two buffers of their own: no other backward setting applies
+//            tiles and two buffers of their own: no other backward setting applies. The
+//            default for D > 64 where wgmma_available()
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false;
@@ -1645,7 +1647,7 @@ bool plan_forward_wgmma(const AttnParams& p, const AttnTiles& t, Launch&& launch
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value;
     if constexpr (DP >= 64) {
-      const int bk = t.fwd_bk != 0 ? t.fwd_bk : DP == 64 ? 128 : 64;
+      const int bk = t.fwd_bk != 0 ? t.fwd_bk : 64;
       if (bk == 64) {
         launch(attn_fwd_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_fwd_smem_bytes<DP, 64>());
         ok = true;
@@ -1717,8 +1719,11 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
   }
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
-    const int bq = t.dkdv_bq == 0 ? BK : t.dkdv_bq, dq_bk = t.dq_bk == 0 ? BK : t.dq_bk;
     const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;
+    // D 64: 32-query dK/dV tiles by default (3 blocks an SM instead of 2: 22% faster on an
+    // H200); two buffers exist for 64-query tiles only.
+    const int bq_default = DP == 64 && !two_buffers ? BK / 2 : BK;
+    const int bq = t.dkdv_bq == 0 ? bq_default : t.dkdv_bq, dq_bk = t.dq_bk == 0 ? BK : t.dq_bk;
     const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers);
     const bool dq_ok = dq_bk == BK || (dq_bk == 2 * BK && DP == 128 && !t.dq_atomic);
     if (!dkdv_ok || !dq_ok) return;
@@ -1781,13 +1786,16 @@ int env_tile(const char* name) {
   return static_cast<int>(x);
 }
 
-// A two-buffer switch from the environment: "1" is on; unset, empty or "0" is off.
-bool env_flag(const char* name) {
+// A switch from the environment: 1 for "1", 0 for "0", -1 when unset or empty (the
+// default applies).
+int env_switch(const char* name) {
   const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0' || std::strcmp(v, "0") == 0) return false;
-  TRIDENT_CHECK(std::strcmp(v, "1") == 0, "attention: ", name, "=", v, " must be 0 or 1");
-  return true;
+  if (v == nullptr || v[0] == '\0') return -1;
+  TRIDENT_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "attention: ", name, "=", v,
+                " must be 0 or 1");
+  return v[0] == '1' ? 1 : 0;
 }
+bool env_flag(const char* name) { return env_switch(name) == 1; }
 
 // Whether this build's code for the current GPU has the wgmma instructions: 1 when it was
 // compiled for sm_90a (the sm_90 build has traps in their place).
@@ -1799,34 +1807,36 @@ __global__ void wgmma_probe_kernel(int* has_wgmma) {
 #endif
 }
 
-// The wgmma kernels need a compute capability 9.0 GPU and a build for sm_90a (CMake's
-// default CUDA architectures "80;90a"); anything else is an error naming the variables.
-void check_wgmma_device() {
-  int dev = 0, major = 0, minor = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  TRIDENT_CHECK(major == 9 && minor == 0,
-                "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA need an sm_90 GPU, this one is sm_", major,
-                minor);
-  static int has_wgmma = -1;  // probed once per process
-  if (has_wgmma < 0) {
-    int* flag = nullptr;
-    CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
-    wgmma_probe_kernel<<<1, 1>>>(flag);
-    CUDA_CHECK_LAUNCH();
-    int host = 0;
-    CUDA_CHECK(cudaMemcpy(&host, flag, sizeof(int), cudaMemcpyDeviceToHost));
-    CUDA_CHECK(cudaFree(flag));
-    has_wgmma = host;
+// Whether the current GPU has compute capability 9.0 and this build's code for it has the
+// wgmma instructions (CMake's default CUDA architectures "80;90a"); probed once per process.
+bool wgmma_available() {
+  static int available = -1;
+  if (available < 0) {
+    int dev = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    available = 0;
+    if (major == 9 && minor == 0) {
+      int* flag = nullptr;
+      CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+      wgmma_probe_kernel<<<1, 1>>>(flag);
+      CUDA_CHECK_LAUNCH();
+      CUDA_CHECK(cudaMemcpy(&available, flag, sizeof(int), cudaMemcpyDeviceToHost));
+      CUDA_CHECK(cudaFree(flag));
+    }
   }
-  TRIDENT_CHECK(has_wgmma == 1, "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA need a build for sm_90a ",
-                "(CMAKE_CUDA_ARCHITECTURES with 90a)");
+  return available == 1;
 }
 
-// The tile shapes asked for in the environment (AttnTiles), read per call so that a
-// benchmark or a test can time and check several in one process.
-AttnTiles tiles_from_env() {
+// The tile shapes asked for in the environment (AttnTiles) for head dim D, read per call so
+// that a benchmark or a test can time and check several in one process. Unset variables
+// take the defaults measured fastest on an H200 (kernels/cuda/PERFORMANCE.md, 2026-11-30):
+// where wgmma_available(), the wgmma forward for D > 32 and the wgmma backward for D > 64,
+// unless a variable of the mma.sync kernels of that direction is set; elsewhere the mma.sync
+// kernels. TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA = 0 or 1 override the default;
+// 1 where wgmma is not available is an error.
+AttnTiles tiles_from_env(int D) {
   AttnTiles t;
   const int wm = env_tile("TRIDENT_ATTN_FWD_WM");
   t.fwd_wm = wm == 0 ? 1 : wm;
@@ -1836,9 +1846,14 @@ AttnTiles tiles_from_env() {
   t.dq_atomic = env_flag("TRIDENT_ATTN_BWD_ATOMIC");
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
-  t.fwd_wgmma = env_flag("TRIDENT_ATTN_FWD_WGMMA");
-  t.bwd_wgmma = env_flag("TRIDENT_ATTN_BWD_WGMMA");
-  if (t.fwd_wgmma || t.bwd_wgmma) check_wgmma_device();
+  const int fwd = env_switch("TRIDENT_ATTN_FWD_WGMMA"), bwd = env_switch("TRIDENT_ATTN_BWD_WGMMA");
+  const bool mma_fwd_asked = wm != 0 || t.fwd_nb != 1;
+  const bool mma_bwd_asked = t.dkdv_nb != 1 || t.dq_atomic || t.dkdv_bq != 0 || t.dq_bk != 0;
+  t.fwd_wgmma = fwd == 1 || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
+  t.bwd_wgmma = bwd == 1 || (bwd < 0 && D > 64 && !mma_bwd_asked && wgmma_available());
+  TRIDENT_CHECK((fwd != 1 && bwd != 1) || wgmma_available(),
+                "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA need a compute capability 9.0 GPU "
+                "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
   return t;
 }
 
@@ -1923,7 +1938,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
       CUDA_CHECK_LAUNCH();
     } else {
       if (c.mma) {
-        run_plan("attention_forward", c.p, tiles_from_env(), st,
+        run_plan("attention_forward", c.p, tiles_from_env(s.D), st,
                  [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
       } else {
         attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
@@ -1949,7 +1964,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   p.dqkv = dqkv.data;
   p.delta = delta.as<float>();
   c.mma = c.mma && aligned16(dout.data) && aligned16(dqkv.data);
-  const AttnTiles tiles = tiles_from_env();
+  const AttnTiles tiles = tiles_from_env(s.D);
   // The atomic-dQ variant's f32 accumulator (B*H*T*D floats), only when it runs.
   std::optional<Scratch> dq_acc;
   if (c.mma && tiles.dq_atomic) {

@@ -164,14 +164,19 @@ TEST_P(CudaAttention, BackwardMatchesCpu) {
   check_backward("");
 }
 
-// The tile shapes under measurement (AttnTiles in cuda_attention.cu, chosen by environment
-// variables): the forward with two K/V buffers, alone and with two 16-row tiles per warp
+// The mma.sync kernels' tile shapes (AttnTiles in cuda_attention.cu, chosen by environment
+// variables; on an H100/H200 the defaults are the wgmma kernels, turned off here): their
+// defaults; the forward with two K/V buffers, alone and with two 16-row tiles per warp
 // (128-row blocks); the backward with dQ added by atomics, with one and two dK/dV buffers,
 // and the double-buffered dK/dV kernel; then, for head dims above 32, the forward's key
-// tiles doubled, the dK/dV query tiles halved and (D 128) the dQ key tiles doubled; last,
-// atomic dQ with the halved dK/dV query tiles.
+// tiles doubled, the other dK/dV query tiles and (D 128) the dQ key tiles doubled; last,
+// atomic dQ with the other dK/dV query tiles.
 TEST_P(CudaAttention, TunedVariantsMatchCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
+  ::setenv("TRIDENT_ATTN_FWD_WGMMA", "0", 1);
+  ::setenv("TRIDENT_ATTN_BWD_WGMMA", "0", 1);
+  check_forward("mma ");
+  check_backward("mma ");
   ::setenv("TRIDENT_ATTN_FWD_DB", "1", 1);
   ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
   check_forward("fwd db ");
@@ -190,26 +195,27 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
     if (c.D <= 32) return;  // the default tiles only
     const bool d128 = c.D > 64;
     ::setenv("TRIDENT_ATTN_FWD_BK", d128 ? "64" : "128", 1);
-    ::setenv("TRIDENT_ATTN_DKDV_BQ", d128 ? "16" : "32", 1);
+    ::setenv("TRIDENT_ATTN_DKDV_BQ", d128 ? "16" : "64", 1);  // the defaults: 32
     if (d128) ::setenv("TRIDENT_ATTN_DQ_BK", "64", 1);
   };
   check_forward("tiles ", other_tiles);
   check_backward("tiles ", other_tiles);
   for (const char* v : {"TRIDENT_ATTN_FWD_BK", "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_DQ_BK"}) ::unsetenv(v);
-  const auto half_query_tiles = [](const AttnCase& c) {
+  const auto other_query_tiles = [](const AttnCase& c) {
     ::unsetenv("TRIDENT_ATTN_DKDV_BQ");
-    if (c.D > 32) ::setenv("TRIDENT_ATTN_DKDV_BQ", c.D > 64 ? "16" : "32", 1);
+    if (c.D > 32) ::setenv("TRIDENT_ATTN_DKDV_BQ", c.D > 64 ? "16" : "64", 1);
   };
   ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
-  check_backward("atomic dq, half tiles ", half_query_tiles);
-  ::unsetenv("TRIDENT_ATTN_BWD_ATOMIC");
-  ::unsetenv("TRIDENT_ATTN_DKDV_BQ");
+  check_backward("atomic dq, other tiles ", other_query_tiles);
+  for (const char* v : {"TRIDENT_ATTN_BWD_ATOMIC", "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_FWD_WGMMA",
+                        "TRIDENT_ATTN_BWD_WGMMA"})
+    ::unsetenv(v);
 }
 
-// The sm_90a kernels (warpgroup MMA from swizzled shared memory): the forward
-// (TRIDENT_ATTN_FWD_WGMMA=1) with its default and its other key tile, and the backward
-// (TRIDENT_ATTN_BWD_WGMMA=1) from its out and lse. Head dims up to 32 have no wgmma kernels
-// and run the defaults.
+// The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there, for
+// the backward only above head dim 64): the forward (TRIDENT_ATTN_FWD_WGMMA=1) with its
+// default and its other key tile, and the backward (TRIDENT_ATTN_BWD_WGMMA=1) from its out
+// and lse, for every head dim above 32 (up to 32 there are no wgmma kernels: the defaults).
 TEST_P(CudaAttention, WgmmaMatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
@@ -224,7 +230,7 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
       if (c.D <= 32) return;
       ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
       ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
-      if (other_tile) ::setenv("TRIDENT_ATTN_FWD_BK", c.D > 64 ? "128" : "64", 1);
+      if (other_tile) ::setenv("TRIDENT_ATTN_FWD_BK", "128", 1);
     };
     check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
     check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);

@@ -703,10 +703,10 @@ TEST_P(EmulatedAttention, TensorCoreBf16) {
   for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++);
 }
 
-// The tile shapes under measurement (AttnTiles), each on the cases whose head dim has it:
-// 128-row forward blocks with double-buffered dK/dV, the halved or doubled tiles, the
-// forward's two K/V buffers with each forward tile shape, and dQ added by atomics (with one
-// and two dK/dV buffers, and with halved dK/dV query tiles).
+// The tile shapes beside the defaults (AttnTiles), each on the cases whose head dim has it:
+// 128-row forward blocks with double-buffered dK/dV, the other forward key, dK/dV query and
+// dQ key tiles, the forward's two K/V buffers with each forward tile shape, and dQ added by
+// atomics (with one and two dK/dV buffers, and with the other dK/dV query tiles).
 TEST_P(EmulatedAttention, TensorCoreVariants) {
   uint64_t seed = 400;
   AttnTiles wm2_db;
@@ -729,14 +729,15 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
   for (const Case& c : cases()) {
     if (c.D <= 32) continue;  // D <= 32 has the default tiles only
     const int bk = c.D > 64 ? 32 : 64;
-    AttnTiles half_atomic;  // atomic dQ with halved dK/dV query tiles
-    half_atomic.dkdv_bq = bk / 2;
-    half_atomic.dq_atomic = true;
-    run_case<__nv_bfloat16>(c, true, seed++, half_atomic);
-    AttnTiles other;  // forward keys doubled, dK/dV queries halved, dQ keys doubled (D 128)
+    const int other_bq = c.D > 64 ? 16 : 64;  // the default dK/dV query tiles are 32 for both
+    AttnTiles other_atomic;  // atomic dQ with the other dK/dV query tiles
+    other_atomic.dkdv_bq = other_bq;
+    other_atomic.dq_atomic = true;
+    run_case<__nv_bfloat16>(c, true, seed++, other_atomic);
+    AttnTiles other;  // forward keys doubled, the other dK/dV queries, dQ keys doubled (D 128)
     other.fwd_bk = 2 * bk;
     other.fwd_nb = 1 + (seed & 1);
-    other.dkdv_bq = bk / 2;
+    other.dkdv_bq = other_bq;
     if (c.D > 64) other.dq_bk = 2 * bk;
     run_case<__nv_bfloat16>(c, true, seed++, other);
   }
@@ -751,7 +752,7 @@ TEST_P(EmulatedAttention, Wgmma) {
     AttnTiles wgmma;
     wgmma.fwd_wgmma = wgmma.bwd_wgmma = true;
     run_case<__nv_bfloat16>(c, true, seed++, wgmma);
-    wgmma.fwd_bk = c.D > 64 ? 128 : 64;  // the other key tile
+    wgmma.fwd_bk = 128;  // the other key tile
     run_case<__half>(c, true, seed++, wgmma);
   }
 }

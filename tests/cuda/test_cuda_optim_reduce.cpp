@@ -51,12 +51,12 @@ TEST_P(AdamW, WithoutModelCopy) {
   expect_close(master, Tol{1e-6, 1e-7}, "master");
 }
 
-// adamw_multi: pieces of awkward sizes (an empty one, one larger than a launch's 512
+// adamw_multi: pieces of awkward sizes (an empty one, one larger than a launch's 2048
 // chunks of 16384, more pieces than a launch's 16) with per-piece weight decay, against
 // the CPU's piece-by-piece adamw.
 TEST_P(AdamW, MultiTensorAcrossLaunches) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  std::vector<int64_t> sizes = {1, 0, 17, 16384, 16385, 513 * 16384 + 5};
+  std::vector<int64_t> sizes = {1, 0, 17, 16384, 16385, 2049 * 16384 + 5};
   for (int i = 0; i < 20; ++i) sizes.push_back(100 + 37 * i);
   std::vector<Pair> master, m, v, grad, model;
   std::vector<AdamWArgs> c, g;

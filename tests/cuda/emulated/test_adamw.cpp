@@ -40,7 +40,7 @@ class EmulatedAdamW : public EmuVsCpuDtype {
 };
 
 TEST_P(EmulatedAdamW, MultiTensorThreeSteps) {
-  // 20 pieces (more than one launch's 16), one of three chunks, two empty ones; gradients
+  // 20 pieces (more than one launch's 16), one of nine chunks, two empty ones; gradients
   // switch dtype and model copies switch dtype (or vanish) along the list. Every fourth
   // piece's gradient is a view one element into its buffer: no vector accesses for it (the
   // scalar path); the others take the vector path with a scalar tail where n % 4 != 0.
