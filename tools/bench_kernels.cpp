@@ -321,6 +321,26 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     drop.seed = 7;
     b.add("dropout+residual+LN fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
           [&] { be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd); }, 20);
+    // The forwards above walk several rows per warp; the same with one row per warp (the
+    // former kernel, TRIDENT_LN_FWD_ROWS_PER_WARP=1, read on every call), to compare.
+    auto one_row_per_warp = [&](const char* name, double work, const std::function<void()>& f) {
+      const char* env = "TRIDENT_LN_FWD_ROWS_PER_WARP";
+      const char* old = std::getenv(env);
+      const std::string saved = old != nullptr ? old : "";
+      ::setenv(env, "1", 1);
+      b.add(name, dims({rows, C}) + " bf16", work, false, f, 20);
+      if (old != nullptr)
+        ::setenv(env, saved.c_str(), 1);
+      else
+        ::unsetenv(env);
+    };
+    one_row_per_warp("layernorm fwd, 1 row/warp", 2 * act + 8.0 * rows,
+                     [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); });
+    one_row_per_warp("residual+LN fwd, 1 row/warp", 4 * act + 8.0 * rows,
+                     [&] { be.residual_layernorm_forward(x, branch, resid, g, beta, out, mean, rstd); });
+    one_row_per_warp("dropout+res+LN, 1 row/warp", 4 * act + 8.0 * rows, [&] {
+      be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd);
+    });
   });
   b.section("bias gradient", [&] {
     // A projection's bias gradient (column sums of its output gradient), and training's

@@ -1,13 +1,15 @@
 // LayerNorm over the last dim (eps 1e-5, biased variance, fp32 statistics), and its fusion
 // with the residual add in front of it (pre-LN GPT-2: resid = x + branch; ln = LN(resid)).
-// Forward: one warp per row; with a branch the row is first summed (after the branch's
+// Forward: a warp per row; with a branch the row is first summed (after the branch's
 // dropout when one is asked for), rounded to the storage type and stored to resid (so the
 // statistics are those of the stored residual, exactly as add() then layernorm_forward()
 // compute them); then two passes (mean, centred variance) for accuracy, then the
 // normalised output. Rows of up to 16 16-byte vectors per lane (4096 16-bit or 2048 fp32
-// values) are held in registers, read once with all their loads in flight; wider rows,
-// mixed dtypes and unaligned ones re-read the row (from L1 by then) in each pass. Both
-// kernels sum in the same order. mean and rstd are saved in f32 for the backward.
+// values) are held in registers, read once with all their loads in flight; by default a
+// warp walks several rows and loads the next row while it works on the current one (see
+// layernorm_forward_walk_kernel; TRIDENT_LN_FWD_ROWS_PER_WARP=1 is one row per warp). Wider
+// rows, mixed dtypes and unaligned ones re-read the row (from L1 by then) in each pass. All
+// forward kernels sum in the same order. mean and rstd are saved in f32 for the backward.
 // Backward (dx +=, which is also the residual's gradient path; dgamma/dbeta +=), two paths:
 // - Fused (the usual case: every row operand has x's dtype, 16-byte vectors fit, the row
 //   fits one block): one kernel reads dout and x once and dx once, and writes dx once, the
@@ -28,8 +30,14 @@
 // Row kernels move kV elements per access: 16-byte vectors when every row operand has the
 // main operand's dtype, the row length allows it and the pointers are aligned (the usual
 // case); kV = 1 otherwise, with runtime-typed parameters and outputs.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
+#include <map>
+#include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dropout.cuh"
@@ -66,6 +74,47 @@ __device__ __forceinline__ void store_row(AnyPtr a, int64_t i, const float (&in)
   }
 }
 
+// The fused backward and the walking forward keep row data as raw 16-byte words and convert
+// an element to f32 where it is used: the values they hold across reductions and the next
+// row's prefetch stay packed (4 registers per vector, not one per 16-bit element).
+using Raw = Vec<uint32_t, 4>;
+
+// The 16 bytes at p, or zeros when !ok (columns past the row, or no row).
+template <typename T>
+__device__ __forceinline__ Raw load_raw(const T* p, bool ok) {
+  Raw r;
+  if (ok) {
+    r = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(p));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.v[i] = 0u;
+  }
+  return r;
+}
+
+// Element j (of kVec16<T>) of a raw vector, in f32: the same value as to_f32 of the element.
+template <typename T>
+__device__ __forceinline__ float raw_f32(const Raw& r, int j) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(r.v[j]);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const uint32_t w = r.v[j >> 1];
+    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
+  } else {
+    const uint32_t w = r.v[j >> 1];
+    return __half2float(__ushort_as_half(static_cast<unsigned short>((j & 1) ? (w >> 16) : (w & 0xffffu))));
+  }
+}
+
+// The 16 bytes of v as a raw vector.
+template <typename T, int kV>
+__device__ __forceinline__ Raw raw_of(const Vec<T, kV>& v) {
+  static_assert(sizeof(Vec<T, kV>) == sizeof(Raw), "16-byte vectors");
+  Raw r;
+  memcpy(&r, &v, sizeof(Raw));
+  return r;
+}
+
 // Where row n's elements sit in the dropout's numbering: sample sample_base + n / T, the
 // row's first element index (n % T) C (T = rows_per_sample).
 struct DropoutRow {
@@ -79,10 +128,10 @@ __device__ __forceinline__ DropoutRow dropout_row(const DropoutParams& d, int64_
 // branch's values, after the dropout when kDrop (as dropout_forward(branch, T =
 // rows_per_sample) draws it: element (n, c) is index (n % T) C + c of sample sample_base +
 // n / T, rounded to T before the add); the sum is rounded to T and stored to resid.
+// add_branch takes the branch's values b already loaded; residual_step loads them.
 template <typename T, int kV, bool kDrop>
-__device__ __forceinline__ void residual_step(Vec<T, kV>& v, const T* branch, T* resid, int64_t at, uint64_t index,
-                                              const DropoutParams& drop, uint64_t sample) {
-  Vec<T, kV> b = load_vec<T, kV>(branch + at);
+__device__ __forceinline__ void add_branch(Vec<T, kV>& v, Vec<T, kV> b, T* resid, int64_t at, uint64_t index,
+                                           const DropoutParams& drop, uint64_t sample) {
   if constexpr (kDrop) {
     if constexpr (kV % 4 == 0) {  // C % kV == 0: index starts a Philox block
       dropout_vec<T, kV>(b, drop, sample, index);
@@ -94,6 +143,11 @@ __device__ __forceinline__ void residual_step(Vec<T, kV>& v, const T* branch, T*
 #pragma unroll
   for (int j = 0; j < kV; ++j) v.v[j] = from_f32<T>(to_f32(v.v[j]) + to_f32(b.v[j]));
   store_vec<T, kV>(resid + at, v);
+}
+template <typename T, int kV, bool kDrop>
+__device__ __forceinline__ void residual_step(Vec<T, kV>& v, const T* branch, T* resid, int64_t at, uint64_t index,
+                                              const DropoutParams& drop, uint64_t sample) {
+  add_branch<T, kV, kDrop>(v, load_vec<T, kV>(branch + at), resid, at, index, drop, sample);
 }
 
 // branch == nullptr: plain LayerNorm of x (resid unused); else of resid = x + branch (with
@@ -207,6 +261,131 @@ __global__ void layernorm_forward_rows_kernel(const T* x, const T* branch, T* re
   }
 }
 
+// The row-in-registers forward with several rows per warp (the default; the kernel above
+// is TRIDENT_LN_FWD_ROWS_PER_WARP=1). With one row per warp, a warp's memory traffic stops
+// while it reduces, draws its dropout, fetches gamma and beta and stores, and a block's
+// slot stays taken until its slowest warp is done. Here warp w of the grid (W warps) walks
+// the rows w, w + W, w + 2W, ... and issues the next row's loads (x, and the branch when
+// kRes) before it works on the current one, so they stay in flight through its reductions,
+// Philox draws and stores; gamma and beta are read once per block into shared memory. The
+// launcher sizes the grid to the warps that fit the GPU at once (or to a fixed number of
+// rows per warp). Each row's arithmetic is layernorm_forward_rows_kernel's, in the same
+// order: the same bits. kRes: resid = x + branch (kDrop: with the branch's dropout).
+template <typename T, int kVPT, bool kRes, bool kDrop>
+__global__ void __launch_bounds__(32 * kRowsPerBlock, kVPT <= 4 ? 3 : kVPT <= 8 ? 2 : 1)
+    layernorm_forward_walk_kernel(const T* x, const T* branch, T* resid, const T* gamma, const T* beta, T* out,
+                                  float* mean, float* rstd, int64_t N, int64_t C, DropoutParams drop,
+                                  int64_t rows_per_sample) {
+  static_assert(kRes || !kDrop, "the dropout is the branch's");
+  constexpr int kV = kVec16<T>;
+  __shared__ Raw params_s[2][kVPT * 32];  // gamma's and beta's vectors, in row order
+  const int64_t vectors = C / kV;
+  for (int i = threadIdx.x; i < kVPT * 32; i += blockDim.x) {
+    params_s[0][i] = load_raw(gamma + static_cast<int64_t>(i) * kV, i < vectors);
+    params_s[1][i] = load_raw(beta + static_cast<int64_t>(i) * kV, i < vectors);
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  auto col = [&](int i) { return (static_cast<int64_t>(i) * 32 + lane) * kV; };
+  // Row m's vectors of p (zeros past the row, or when m >= N).
+  auto load = [&](const T* p, int64_t m, Raw(&vec)[kVPT]) {
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i) vec[i] = load_raw(p + m * C + col(i), m < N && col(i) < C);
+  };
+  // The branch is loaded a row ahead too, except with the dropout: there its loads are
+  // issued at the start of the row and the Philox rounds cover them (and the registers of
+  // a third row go to the Philox state).
+  constexpr bool kBranchAhead = kRes && !kDrop;
+  int64_t n = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + (threadIdx.x >> 5);
+  Raw v[kVPT], b[kVPT];
+  load(x, n, v);
+  if constexpr (kBranchAhead) load(branch, n, b);
+#pragma unroll 1
+  for (; n < N; n += warps) {
+    const int64_t base = n * C;
+    if constexpr (kRes) {
+      if constexpr (!kBranchAhead) load(branch, n, b);
+      const DropoutRow dr = dropout_row(drop, n, C, rows_per_sample);
+      // The dropout's keep bits (dropout_vec's draws) first: they need no data, so the
+      // Philox rounds run while this row's loads are still in flight. Bit i * kV + j: element
+      // j of vector i.
+      uint32_t keep[(kVPT * kV + 31) / 32] = {};
+      if constexpr (kDrop) {
+#pragma unroll
+        for (int i = 0; i < kVPT; ++i)
+#pragma unroll
+          for (int q = 0; q < kV / 4; ++q) {
+            if (col(i) >= C) break;
+            const Philox4 rnd = dropout_block(drop, dr.sample, ((dr.index0 + col(i)) >> 2) + q);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              const int bit = i * kV + 4 * q + j;
+              if ((rnd.v[j] >> 8) >= drop.threshold) keep[bit / 32] |= 1u << (bit % 32);
+            }
+          }
+      }
+      // add_branch's arithmetic (with dropout_vec's).
+#pragma unroll
+      for (int i = 0; i < kVPT; ++i)
+        if (col(i) < C) {
+          Vec<T, kV> sum;
+#pragma unroll
+          for (int j = 0; j < kV; ++j) {
+            const int bit = i * kV + j;
+            float bj = raw_f32<T>(b[i], j);
+            if constexpr (kDrop) bj = to_f32(from_f32<T>((keep[bit / 32] >> (bit % 32)) & 1u ? bj * drop.scale : 0.0f));
+            sum.v[j] = from_f32<T>(raw_f32<T>(v[i], j) + bj);
+          }
+          store_vec<T, kV>(resid + base + col(i), sum);
+          v[i] = raw_of(sum);
+        }
+    }
+    // The next row's loads, in flight through this row's reductions and stores (issued after
+    // the residual's stores: a thread holds at most three rows' vectors).
+    Raw nv[kVPT], nb[kVPT];
+    load(x, n + warps, nv);
+    if constexpr (kBranchAhead) load(branch, n + warps, nb);
+    float s = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i)
+      if (col(i) < C) {
+#pragma unroll
+        for (int j = 0; j < kV; ++j) s += raw_f32<T>(v[i], j);
+      }
+    const float mu = warp_sum(s) / static_cast<float>(C);
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i)
+      if (col(i) < C) {
+#pragma unroll
+        for (int j = 0; j < kV; ++j) {
+          const float d = raw_f32<T>(v[i], j) - mu;
+          ss += d * d;
+        }
+      }
+    const float r = rsqrtf(warp_sum(ss) / static_cast<float>(C) + kEps);
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i)
+      if (col(i) < C) {
+        const Raw g = params_s[0][i * 32 + lane], bt = params_s[1][i * 32 + lane];
+        float y[kV];
+#pragma unroll
+        for (int j = 0; j < kV; ++j) y[j] = (raw_f32<T>(v[i], j) - mu) * r * raw_f32<T>(g, j) + raw_f32<T>(bt, j);
+        store_k<kV>(out + base + col(i), y);
+      }
+    if (lane == 0) {
+      mean[n] = mu;
+      rstd[n] = r;
+    }
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i) {
+      v[i] = nv[i];
+      if constexpr (kBranchAhead) b[i] = nb[i];
+    }
+  }
+}
+
 template <typename T, int kV>
 __global__ void layernorm_dx_kernel(AnyPtr dout, const T* x, AnyPtr gamma, const float* mean, const float* rstd,
                                     AnyPtr dx, int64_t N, int64_t C) {
@@ -267,38 +446,6 @@ constexpr int kFusedMaxThreads = 512;         // threads per block at most (a ro
 constexpr int kFusedMaxElems = 16;            // kVPT * kV at most: C <= 8192 (registers, no spills)
 constexpr int64_t kFusedMinRows = 16;         // rows per chunk at least (partials: 1/16 of the traffic)
 constexpr int64_t kFusedPartialBytes = 16 << 20;  // partials of both outputs at most (rows per chunk grow)
-
-// The fused kernel keeps row data as raw 16-byte words and converts an element to f32 where
-// it is used: the values it holds across the block reduction and the next row's prefetch
-// stay packed (4 registers per vector, not one per 16-bit element).
-using Raw = Vec<uint32_t, 4>;
-
-// The 16 bytes at p, or zeros when !ok (columns past the row, or no row).
-template <typename T>
-__device__ __forceinline__ Raw load_raw(const T* p, bool ok) {
-  Raw r;
-  if (ok) {
-    r = load_vec<uint32_t, 4>(reinterpret_cast<const uint32_t*>(p));
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r.v[i] = 0u;
-  }
-  return r;
-}
-
-// Element j (of kVec16<T>) of a raw vector, in f32: the same value as to_f32 of the element.
-template <typename T>
-__device__ __forceinline__ float raw_f32(const Raw& r, int j) {
-  if constexpr (sizeof(T) == 4) {
-    return __uint_as_float(r.v[j]);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const uint32_t w = r.v[j >> 1];
-    return __uint_as_float((j & 1) ? (w & 0xffff0000u) : (w << 16));
-  } else {
-    const uint32_t w = r.v[j >> 1];
-    return __half2float(__ushort_as_half(static_cast<unsigned short>((j & 1) ? (w >> 16) : (w & 0xffffu))));
-  }
-}
 
 // One block per chunk of rows [blockIdx.x * rows_per_chunk, + rows_per_chunk), clipped to N.
 // Thread t holds the vectors t, t + blockDim.x, ... (kVPT of them; those past the row are
@@ -452,16 +599,42 @@ void check_f32(const char* op, const Tensor& t, int64_t n, const char* what) {
                 dtype_name(t.dtype), " ", t.shape.str());
 }
 
+// TRIDENT_LN_FWD_ROWS_PER_WARP, read on every forward call (so one process can time each
+// setting): unset, empty or 0 is the default (the walking kernel on as many warps as fit
+// the GPU at once); 1 is one row per warp (layernorm_forward_rows_kernel); k > 1 is the
+// walking kernel on a grid of ceil(rows / k) warps. It changes the speed, never the bits.
+constexpr const char* kRowsPerWarpEnv = "TRIDENT_LN_FWD_ROWS_PER_WARP";
+int env_rows_per_warp() {
+  const char* v = std::getenv(kRowsPerWarpEnv);
+  if (v == nullptr || v[0] == '\0') return 0;
+  char* end = nullptr;
+  const long k = std::strtol(v, &end, 10);
+  TRIDENT_CHECK(*end == '\0' && k >= 0 && k <= 65536, "layernorm_forward: ", kRowsPerWarpEnv, "=", v,
+                " is not a number of rows per warp (0: the default, 1: one row per warp, up to 65536)");
+  return static_cast<int>(k);
+}
+
+// Which forward kernel a call took (the emulator's tests check it).
+struct ForwardPath {
+  bool in_registers = false;  // the row in registers (else the three-pass kernel)
+  bool walk = false;          // layernorm_forward_walk_kernel (else one row per warp)
+  unsigned grid = 0;          // blocks of kRowsPerBlock warps
+};
+
 // The forward's kernel choice (16-byte vectors when every row operand has x's dtype, C
 // allows it and the pointers are aligned; else element-wise with runtime-typed parameters
-// and outputs), shared by the host launcher and the CPU emulator's test.
-void forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
-                   const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T,
-                   const DropoutKey& branch_drop, cudaStream_t s) {
+// and outputs), shared by the host launcher and the CPU emulator's test. resident(kernel)
+// gives the blocks of kRowsPerBlock warps of `kernel` that the GPU holds at once (at least 1).
+template <typename Resident>
+ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
+                          const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T,
+                          const DropoutKey& branch_drop, cudaStream_t s, Resident&& resident) {
   const int64_t N = x.rows(), C = x.cols();
   const bool fused = !branch.empty();
   const DropoutParams drop = dropout_params(branch_drop);
   const int64_t rows_per_sample = T > 0 ? T : 1;
+  const int rows_per_warp = env_rows_per_warp();
+  ForwardPath path;
   dispatch_float(x.dtype, "layernorm_forward", [&](auto tag) {
     using T_ = decltype(tag);
     const bool same = gamma.dtype == x.dtype && beta.dtype == x.dtype && out.dtype == x.dtype;
@@ -472,22 +645,45 @@ void forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, c
     const bool dropped = fused && drop.enabled;
     const int64_t vectors_per_lane = (C / kVec16<T_> + 31) / 32;
     if (kv > 1 && vectors_per_lane <= kMaxRowVectors) {  // the row in registers
-      auto launch = [&](auto kernel) {
-        kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, gamma.ptr<T_>(), beta.ptr<T_>(), out.ptr<T_>(),
-                                                   mean.ptr<float>(), rstd.ptr<float>(), N, C, drop, rows_per_sample);
+      auto launch = [&](auto kernel, unsigned blocks) {
+        kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, gamma.ptr<T_>(), beta.ptr<T_>(),
+                                                     out.ptr<T_>(), mean.ptr<float>(), rstd.ptr<float>(), N, C, drop,
+                                                     rows_per_sample);
+        path = ForwardPath{true, rows_per_warp != 1, blocks};
+      };
+      auto walk = [&](auto kernel) {
+        unsigned blocks = grid;
+        if (rows_per_warp == 0) {
+          const int64_t fit = resident(reinterpret_cast<const void*>(kernel));
+          if (fit < static_cast<int64_t>(grid)) blocks = static_cast<unsigned>(fit > 1 ? fit : 1);
+        } else {
+          blocks = grid_for(N, kRowsPerBlock * rows_per_warp, INT32_MAX);
+        }
+        launch(kernel, blocks);
+      };
+      auto pick = [&](auto vpt) {
+        constexpr int kVPT = decltype(vpt)::value;
+        if (rows_per_warp == 1)
+          dropped ? launch(layernorm_forward_rows_kernel<T_, kVPT, true>, grid)
+                  : launch(layernorm_forward_rows_kernel<T_, kVPT, false>, grid);
+        else if (!fused)
+          walk(layernorm_forward_walk_kernel<T_, kVPT, false, false>);
+        else
+          dropped ? walk(layernorm_forward_walk_kernel<T_, kVPT, true, true>)
+                  : walk(layernorm_forward_walk_kernel<T_, kVPT, true, false>);
       };
       if (vectors_per_lane <= 4)
-        dropped ? launch(layernorm_forward_rows_kernel<T_, 4, true>) : launch(layernorm_forward_rows_kernel<T_, 4, false>);
+        pick(std::integral_constant<int, 4>{});
       else if (vectors_per_lane <= 8)
-        dropped ? launch(layernorm_forward_rows_kernel<T_, 8, true>) : launch(layernorm_forward_rows_kernel<T_, 8, false>);
+        pick(std::integral_constant<int, 8>{});
       else
-        dropped ? launch(layernorm_forward_rows_kernel<T_, kMaxRowVectors, true>)
-                : launch(layernorm_forward_rows_kernel<T_, kMaxRowVectors, false>);
+        pick(std::integral_constant<int, kMaxRowVectors>{});
       return;
     }
     auto launch = [&](auto kernel) {
       kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, any_ptr(gamma), any_ptr(beta), any_ptr(out),
                                                  mean.ptr<float>(), rstd.ptr<float>(), N, C, drop, rows_per_sample);
+      path = ForwardPath{false, false, grid};
     };
     if (kv > 1)
       dropped ? launch(layernorm_forward_kernel<T_, kVec16<T_>, true>)
@@ -495,6 +691,7 @@ void forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, c
     else
       dropped ? launch(layernorm_forward_kernel<T_, 1, true>) : launch(layernorm_forward_kernel<T_, 1, false>);
   });
+  return path;
 }
 
 // Which backward path a call took (the emulator's tests check that each shape exercises the
@@ -567,6 +764,24 @@ BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& g
 
 // Host launchers.
 
+// The blocks of kRowsPerBlock warps of `kernel` that the current GPU holds at once (its SMs
+// times the blocks that fit one), cached per device and kernel.
+static int64_t resident_blocks(const void* kernel) {
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex mu;
+  static std::map<std::pair<int, const void*>, int64_t> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto [it, fresh] = cache.try_emplace({dev, kernel}, 1);
+  if (fresh) {
+    int sms = 0, per_sm = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowsPerBlock, 0));
+    it->second = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+  }
+  return it->second;
+}
+
 // Shared by layernorm_forward and residual_layernorm_forward (branch empty: plain LN;
 // T and branch_drop: the branch's dropout).
 static void launch_forward(const char* op, const Tensor& x, const Tensor& branch, const Tensor& resid,
@@ -587,7 +802,7 @@ static void launch_forward(const char* op, const Tensor& x, const Tensor& branch
   check_f32(op, mean, N, "mean");
   check_f32(op, rstd, N, "rstd");
   if (N == 0 || C == 0) return;
-  forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, s);
+  forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, s, resident_blocks);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -2,7 +2,12 @@
 // for widths below a warp, awkward, and GPT-2 XL's 1600; per dtype. The backward's fused
 // kernel at GPT-2's widths (768 ... 5760), its limits (8192) and many row chunks, and its
 // fallback (mixed dtypes, odd or too wide rows). The residual add fused in front of it
-// (residual_layernorm_forward), also with the branch's dropout.
+// (residual_layernorm_forward), also with the branch's dropout. The forward's settings of
+// TRIDENT_LN_FWD_ROWS_PER_WARP give the same bits.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -156,6 +161,54 @@ TEST_P(ResidualLayerNorm, DropoutOnTheBranch) {
   check(8, 1600, false, 4);  // vector path, two samples
   check(12, 768, true, 3);   // resid aliases x
   check(6, 129, false, 2);   // scalar path
+}
+
+// The row-in-registers forward walks several rows per warp by default; with
+// TRIDENT_LN_FWD_ROWS_PER_WARP=1 it is one row per warp, with k > 1 k rows per warp. Every
+// setting must give the same bits (nvcc compiles the two kernels' sums alike). 5003 rows:
+// by default 2 or 3 rows per warp on an H200 (132 SMs of 2 blocks of 8 warps at C = 2048),
+// more on smaller GPUs; 3 and 40 rows per warp when set.
+TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const char* env = "TRIDENT_LN_FWD_ROWS_PER_WARP";
+  const int64_t N = 5003;
+  for (int64_t C : {int64_t{768}, int64_t{1600}, int64_t{2048}, int64_t{4096}})
+    for (int mode = 0; mode < 3; ++mode) {  // plain, residual, residual with dropout
+      SCOPED_TRACE(::testing::Message() << "C=" << C << " mode " << mode);
+      Pair x = random(Shape{N, C}, dt(), -1.f, 3.f), branch = random(Shape{N, C}, dt(), -2.f, 2.f);
+      Pair gamma = random(Shape{C}, dt(), 0.5f, 1.5f), beta = random(Shape{C}, dt(), -0.5f, 0.5f);
+      DropoutKey drop;
+      drop.p = 0.2f;
+      drop.seed = 99;
+      drop.sample_base = 3;
+      std::vector<std::vector<float>> first;
+      for (const char* setting : {"1", "", "3", "40"}) {
+        SCOPED_TRACE(std::string(env) + "=" + setting);
+        ::setenv(env, setting, 1);
+        Buffer out = gpu().empty(Shape{N, C}, dt()), resid = gpu().empty(Shape{N, C}, dt()),
+               mean = gpu().empty(Shape{N}, DType::F32), rstd = gpu().empty(Shape{N}, DType::F32);
+        if (mode == 0)
+          gpu().layernorm_forward(x.gpu, gamma.gpu, beta.gpu, out, mean, rstd);
+        else if (mode == 1)
+          gpu().residual_layernorm_forward(x.gpu, branch.gpu, resid, gamma.gpu, beta.gpu, out, mean, rstd);
+        else
+          gpu().dropout_residual_layernorm_forward(x.gpu, branch.gpu, static_cast<int>(N), drop, resid, gamma.gpu,
+                                                   beta.gpu, out, mean, rstd);
+        ::unsetenv(env);
+        std::vector<std::vector<float>> got = {host(gpu(), out), host(gpu(), mean), host(gpu(), rstd)};
+        if (mode > 0) got.push_back(host(gpu(), resid));
+        if (first.empty()) {
+          first = got;
+        } else {
+          EXPECT_TRUE(first[0] == got[0]) << "out";
+          EXPECT_TRUE(first[1] == got[1]) << "mean";
+          EXPECT_TRUE(first[2] == got[2]) << "rstd";
+          if (mode > 0) {
+            EXPECT_TRUE(first[3] == got[3]) << "resid";
+          }
+        }
+      }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, ResidualLayerNorm, TRIDENT_FLOAT_DTYPES, dtype_param_name);

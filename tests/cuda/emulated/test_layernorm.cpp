@@ -1,7 +1,9 @@
 // kernels/cuda/cuda_layernorm.cu on the CPU emulator vs the CPU backend: the forward (out,
 // mean, rstd), its fusion with the residual add (resid, also in place over x; also with
-// the branch's dropout, which must draw dropout_forward's mask), and the
-// backward (dx, dgamma, dbeta, all +=), for awkward row counts and widths, every float
+// the branch's dropout, which must draw dropout_forward's mask; the row-in-registers
+// forward both as the walking kernel, several rows per warp on an emulated GPU of 3 blocks,
+// and one row per warp, TRIDENT_LN_FWD_ROWS_PER_WARP=1, which must give the same bits), and
+// the backward (dx, dgamma, dbeta, all +=), for awkward row counts and widths, every float
 // dtype, 16-byte vectorised and scalar paths (aligned widths with matching dtypes vs odd
 // widths, mixed dtypes and misaligned pointers), and fp32 gradients for 16-bit
 // activations. The backward's fused kernel (a block per chunk of rows) is checked at GPT-2's
@@ -15,7 +17,10 @@
 #include "emu_test_util.h"
 #include "launch_reduce.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <deque>
+#include <string>
 
 namespace trident::cuda {
 // The fallback backward's chunk count comes from cuda_reduce.cu's host function, which this
@@ -27,11 +32,16 @@ namespace trident::cuda::emu_layernorm {
 namespace {
 
 // The launchers' kernel choices are the file's own (forward_typed, backward_typed, extracted
-// with the kernels), with host vectors for the scratch memory.
-void launch_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
-                    const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T = 1,
-                    const DropoutKey& branch_drop = DropoutKey{}) {
-  if (x.rows() > 0 && x.cols() > 0) forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, nullptr);
+// with the kernels), with host vectors for the scratch memory. The forward's walking kernel
+// sees a GPU that holds `resident_blocks` of its blocks at once (3 blocks, 24 warps: rows
+// past 24 are a warp's second, third ... row).
+int64_t resident_blocks = 3;
+ForwardPath launch_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
+                           const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T = 1,
+                           const DropoutKey& branch_drop = DropoutKey{}) {
+  if (x.rows() == 0 || x.cols() == 0) return ForwardPath{};
+  return forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, nullptr,
+                       [](const void*) { return resident_blocks; });
 }
 
 BackwardPath layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
@@ -207,6 +217,147 @@ TEST_P(EmulatedLayerNorm, RowKernelsAgreeBitForBit) {
   });
 }
 
+// TRIDENT_LN_FWD_ROWS_PER_WARP for one scope (nullptr: unset), restored after.
+class ScopedRowsPerWarp {
+ public:
+  explicit ScopedRowsPerWarp(const char* value) {
+    const char* old = std::getenv(kl::kRowsPerWarpEnv);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    set(value);
+  }
+  ~ScopedRowsPerWarp() { set(had_ ? old_.c_str() : nullptr); }
+
+ private:
+  static void set(const char* v) {
+    if (v == nullptr)
+      ::unsetenv(kl::kRowsPerWarpEnv);
+    else
+      ::setenv(kl::kRowsPerWarpEnv, v, 1);
+  }
+  bool had_ = false;
+  std::string old_;
+};
+
+// The walking forward (several rows per warp) against the one-row-per-warp kernel
+// (TRIDENT_LN_FWD_ROWS_PER_WARP=1): the same bits of out, mean, rstd and resid for every
+// setting, and the grid each setting asks for. drop_T > 0: the branch's dropout.
+struct RowsPerWarpCase {
+  const char* setting;  // nullptr: unset
+  int64_t resident;     // blocks the emulated GPU holds
+};
+class EmulatedLayerNormWalk : public EmulatedLayerNorm {
+ protected:
+  void walk_matches_rows(int64_t N, int64_t C, bool residual, int drop_T, bool in_place = false) {
+    SCOPED_TRACE(shape_label(N, C, dt()) + (residual ? (in_place ? " residual in place" : " residual") : "") +
+                 (drop_T > 0 ? " dropout T=" + std::to_string(drop_T) : ""));
+    Buffer x = random(Shape{N, C}, dt(), -1.f, 3.f), branch = random(Shape{N, C}, dt());
+    Buffer g = random(Shape{C}, dt(), 0.5f, 1.5f), b = random(Shape{C}, dt(), -0.5f, 0.5f);
+    DropoutKey drop;
+    if (drop_T > 0) {
+      drop.p = 0.3f;
+      drop.seed = 0xD20Full;
+      drop.site = 3;
+      drop.sample_base = 5;
+    }
+    struct Result {
+      Buffer x, out, resid, mean, rstd;
+      kl::ForwardPath path;
+    };
+    auto run = [&](const char* setting, int64_t resident) {
+      ScopedRowsPerWarp env(setting);
+      const int64_t keep_resident = kl::resident_blocks;
+      kl::resident_blocks = resident;
+      Result r;
+      r.x = clone(x);  // in place: the residual overwrites it
+      r.out = filled(Shape{N, C}, dt(), NAN);
+      r.resid = filled(Shape{N, C}, dt(), NAN);
+      r.mean = filled(Shape{N}, DType::F32, NAN);
+      r.rstd = filled(Shape{N}, DType::F32, NAN);
+      const Tensor br = residual ? branch.t() : Tensor(), rs = residual ? (in_place ? r.x.t() : r.resid.t()) : Tensor();
+      r.path = kl::launch_forward(r.x, br, rs, g, b, r.out, r.mean, r.rstd, drop_T > 0 ? drop_T : 1, drop);
+      kl::resident_blocks = keep_resident;
+      return r;
+    };
+    const Result want = run("1", 3);
+    const int64_t blocks = (N + kl::kRowsPerBlock - 1) / kl::kRowsPerBlock;
+    const int64_t kv = 16 / static_cast<int64_t>(dtype_size(dt()));
+    const bool in_registers = (C / kv + 31) / 32 <= kl::kMaxRowVectors;
+    EXPECT_EQ(want.path.in_registers, in_registers);
+    EXPECT_FALSE(want.path.walk);
+    EXPECT_EQ(want.path.grid, static_cast<unsigned>(blocks));
+    const std::vector<RowsPerWarpCase> cases = {
+        {nullptr, 3}, {"", 1}, {"0", 2}, {"0", 0}, {"0", 1000}, {"2", 3}, {"5", 3}, {"65536", 3}};
+    for (const RowsPerWarpCase& c : cases) {
+      SCOPED_TRACE(std::string(kl::kRowsPerWarpEnv) + "=" + (c.setting ? c.setting : "(unset)") + ", " +
+                   std::to_string(c.resident) + " resident blocks");
+      const Result got = run(c.setting, c.resident);
+      EXPECT_EQ(got.path.in_registers, in_registers);
+      if (in_registers) {
+        EXPECT_TRUE(got.path.walk);
+        const int per_warp = c.setting == nullptr || c.setting[0] == '\0' ? 0 : std::atoi(c.setting);
+        const int64_t want_grid = per_warp == 0 ? std::max<int64_t>(1, std::min(blocks, c.resident))
+                                                : (N + 8 * per_warp - 1) / (8 * per_warp);
+        EXPECT_EQ(got.path.grid, static_cast<unsigned>(want_grid));
+      }
+      EXPECT_TRUE(same_bytes(got.out, want.out)) << "out";
+      EXPECT_TRUE(same_bytes(got.mean, want.mean)) << "mean";
+      EXPECT_TRUE(same_bytes(got.rstd, want.rstd)) << "rstd";
+      if (residual) {
+        EXPECT_TRUE(same_bytes(in_place ? got.x : got.resid, in_place ? want.x : want.resid)) << "resid";
+      }
+    }
+  }
+};
+
+// GPT-2's widths (768, 1600, 2048), 4096 (16 vectors per lane of 16-bit values; fp32 takes
+// the three-pass kernel), odd vector counts (101 and 289: partly used vectors per lane),
+// and row counts below the warps of a block, between blocks and past what the emulated GPU
+// holds; plain, residual (also in place) and with the dropout.
+TEST_P(EmulatedLayerNormWalk, SameBitsAsOneRowPerWarp) {
+  const int64_t kv = 16 / static_cast<int64_t>(dtype_size(dt()));
+  for (int64_t C : {int64_t{768}, int64_t{1600}, int64_t{2048}, int64_t{4096}, kv * 101, kv * 289})
+    for (int64_t N : {int64_t{1}, int64_t{5}, int64_t{37}}) {
+      walk_matches_rows(N, C, false, 0);
+      walk_matches_rows(N, C, true, 0);
+      walk_matches_rows(N, C, true, N == 37 ? 37 : 1);
+    }
+  walk_matches_rows(100, 768, true, 4);         // 4 or 5 rows per warp, 25 samples
+  walk_matches_rows(36, kv * 101, true, 3, true);  // resid aliases x
+  walk_matches_rows(36, 2048, true, 0, true);
+}
+
+// The walking kernel against the CPU backend at the bench's shape class, also with the rows
+// spread over one block, and bad settings of the variable are errors.
+TEST_P(EmulatedLayerNormWalk, AgainstCpu) {
+  for (const char* setting : {"0", "1", "3"}) {
+    ScopedRowsPerWarp env(setting);
+    SCOPED_TRACE(std::string(kl::kRowsPerWarpEnv) + "=" + setting);
+    forward(41, 2048, dt(), false, false, false);
+    forward(41, 2048, dt(), false, true, false);
+    forward(42, 1600, dt(), false, true, false, 6);
+  }
+  const int64_t keep = kl::resident_blocks;
+  kl::resident_blocks = 1;
+  forward(41, 768, dt(), false, true, false, 41);
+  kl::resident_blocks = keep;
+}
+
+TEST_P(EmulatedLayerNormWalk, BadSettingIsAnError) {
+  for (const char* bad : {"abc", "-1", "1.5", "2x", "65537"}) {
+    ScopedRowsPerWarp env(bad);
+    Buffer x = random(Shape{2, 64}, dt()), g = random(Shape{64}, dt()), b = random(Shape{64}, dt());
+    Buffer out = filled(Shape{2, 64}, dt(), 0.f), mean = filled(Shape{2}, DType::F32, 0.f),
+           rstd = filled(Shape{2}, DType::F32, 0.f);
+    EXPECT_THROW(kl::launch_forward(x, Tensor(), Tensor(), g, b, out, mean, rstd), std::exception) << bad;
+    try {
+      kl::launch_forward(x, Tensor(), Tensor(), g, b, out, mean, rstd);
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("TRIDENT_LN_FWD_ROWS_PER_WARP"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // Awkward shapes. C = 136 (a multiple of 8) takes the fused path (17 or 34 vectors: one
 // partly used warp); 33 rows are two full 16-row chunks and one of a single row.
 TEST_P(EmulatedLayerNorm, Backward) {
@@ -306,6 +457,7 @@ TEST_P(EmulatedLayerNorm, BackwardIsDeterministic) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedLayerNorm, TRIDENT_EMU_DTYPES, dtype_param_name);
+INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedLayerNormWalk, TRIDENT_EMU_DTYPES, dtype_param_name);
 
 }  // namespace
 }  // namespace trident::emu_test
