@@ -321,24 +321,24 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     drop.seed = 7;
     b.add("dropout+residual+LN fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
           [&] { be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd); }, 20);
-    // The forwards above walk several rows per warp; the same with one row per warp (the
-    // former kernel, TRIDENT_LN_FWD_ROWS_PER_WARP=1, read on every call), to compare.
-    auto one_row_per_warp = [&](const char* name, double work, const std::function<void()>& f) {
+    // The forwards above are one row per warp; the same with warps walking several rows
+    // (TRIDENT_LN_FWD_ROWS_PER_WARP=0, read on every call: the default once it is faster).
+    auto walking = [&](const char* name, double work, const std::function<void()>& f) {
       const char* env = "TRIDENT_LN_FWD_ROWS_PER_WARP";
       const char* old = std::getenv(env);
       const std::string saved = old != nullptr ? old : "";
-      ::setenv(env, "1", 1);
+      ::setenv(env, "0", 1);
       b.add(name, dims({rows, C}) + " bf16", work, false, f, 20);
       if (old != nullptr)
         ::setenv(env, saved.c_str(), 1);
       else
         ::unsetenv(env);
     };
-    one_row_per_warp("layernorm fwd, 1 row/warp", 2 * act + 8.0 * rows,
-                     [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); });
-    one_row_per_warp("residual+LN fwd, 1 row/warp", 4 * act + 8.0 * rows,
-                     [&] { be.residual_layernorm_forward(x, branch, resid, g, beta, out, mean, rstd); });
-    one_row_per_warp("dropout+res+LN, 1 row/warp", 4 * act + 8.0 * rows, [&] {
+    walking("layernorm fwd, walking warps", 2 * act + 8.0 * rows,
+            [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); });
+    walking("residual+LN fwd, walking", 4 * act + 8.0 * rows,
+            [&] { be.residual_layernorm_forward(x, branch, resid, g, beta, out, mean, rstd); });
+    walking("dropout+res+LN, walking", 4 * act + 8.0 * rows, [&] {
       be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd);
     });
   });

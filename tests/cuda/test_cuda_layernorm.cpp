@@ -163,11 +163,11 @@ TEST_P(ResidualLayerNorm, DropoutOnTheBranch) {
   check(6, 129, false, 2);   // scalar path
 }
 
-// The row-in-registers forward walks several rows per warp by default; with
-// TRIDENT_LN_FWD_ROWS_PER_WARP=1 it is one row per warp, with k > 1 k rows per warp. Every
-// setting must give the same bits (nvcc compiles the two kernels' sums alike). 5003 rows:
-// by default 2 or 3 rows per warp on an H200 (132 SMs of 2 blocks of 8 warps at C = 2048),
-// more on smaller GPUs; 3 and 40 rows per warp when set.
+// The row-in-registers forward is one row per warp by default (TRIDENT_LN_FWD_ROWS_PER_WARP
+// unset or 1); 0 has warps walk several rows on the warps that fit the GPU, k > 1 k rows per
+// warp. Every setting must give the same bits (nvcc compiles the two kernels' sums alike).
+// 5003 rows: with 0, 2 or 3 rows per warp on an H200 (132 SMs of 2 blocks of 8 warps at
+// C = 2048), more on smaller GPUs; 3 and 40 rows per warp when set.
 TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const char* env = "TRIDENT_LN_FWD_ROWS_PER_WARP";
@@ -182,7 +182,7 @@ TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
       drop.seed = 99;
       drop.sample_base = 3;
       std::vector<std::vector<float>> first;
-      for (const char* setting : {"1", "", "3", "40"}) {
+      for (const char* setting : {"1", "0", "3", "40"}) {
         SCOPED_TRACE(std::string(env) + "=" + setting);
         ::setenv(env, setting, 1);
         Buffer out = gpu().empty(Shape{N, C}, dt()), resid = gpu().empty(Shape{N, C}, dt()),
