@@ -201,6 +201,32 @@ __global__ void layernorm_forward_kernel(const T* x, const T* branch, T* resid, 
   }
 }
 
+// A row's mean and rstd from the kVPT vectors of kV values a lane holds (value(i, j):
+// element j of vector i, col(i): its column), in the order of layernorm_forward_kernel's
+// sums: the mean, then the centred variance (two passes, for accuracy).
+template <int kVPT, int kV, typename Col, typename Value>
+__device__ __forceinline__ void row_stats(int64_t C, Col col, Value value, float& mu, float& r) {
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVPT; ++i)
+    if (col(i) < C) {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) s += value(i, j);
+    }
+  mu = warp_sum(s) / static_cast<float>(C);
+  float ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVPT; ++i)
+    if (col(i) < C) {
+#pragma unroll
+      for (int j = 0; j < kV; ++j) {
+        const float d = value(i, j) - mu;
+        ss += d * d;
+      }
+    }
+  r = rsqrtf(warp_sum(ss) / static_cast<float>(C) + kEps);
+}
+
 // The same with the row held in registers: lane l keeps vectors l, l + 32, ... (at most
 // kVPT of kVec16<T> elements: rows up to 32 kVPT kV wide, C % kV == 0, every row operand
 // of dtype T). All loads of a row are issued before any of them is used and the row is
@@ -227,25 +253,8 @@ __global__ void layernorm_forward_rows_kernel(const T* x, const T* branch, T* re
     for (int i = 0; i < kVPT; ++i)
       if (col(i) < C) residual_step<T, kV, kDrop>(v[i], branch, resid, base + col(i), index0 + col(i), drop, sample);
   }
-  float s = 0.f;
-#pragma unroll
-  for (int i = 0; i < kVPT; ++i)
-    if (col(i) < C) {
-#pragma unroll
-      for (int j = 0; j < kV; ++j) s += to_f32(v[i].v[j]);
-    }
-  const float mu = warp_sum(s) / static_cast<float>(C);
-  float ss = 0.f;
-#pragma unroll
-  for (int i = 0; i < kVPT; ++i)
-    if (col(i) < C) {
-#pragma unroll
-      for (int j = 0; j < kV; ++j) {
-        const float d = to_f32(v[i].v[j]) - mu;
-        ss += d * d;
-      }
-    }
-  const float r = rsqrtf(warp_sum(ss) / static_cast<float>(C) + kEps);
+  float mu, r;
+  row_stats<kVPT, kV>(C, col, [&](int i, int j) { return to_f32(v[i].v[j]); }, mu, r);
 #pragma unroll
   for (int i = 0; i < kVPT; ++i)
     if (col(i) < C) {
@@ -348,25 +357,8 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kVPT <= 4 ? 3 : kVPT <= 8 
     Raw nv[kVPT], nb[kVPT];
     load(x, n + warps, nv);
     if constexpr (kBranchAhead) load(branch, n + warps, nb);
-    float s = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVPT; ++i)
-      if (col(i) < C) {
-#pragma unroll
-        for (int j = 0; j < kV; ++j) s += raw_f32<T>(v[i], j);
-      }
-    const float mu = warp_sum(s) / static_cast<float>(C);
-    float ss = 0.f;
-#pragma unroll
-    for (int i = 0; i < kVPT; ++i)
-      if (col(i) < C) {
-#pragma unroll
-        for (int j = 0; j < kV; ++j) {
-          const float d = raw_f32<T>(v[i], j) - mu;
-          ss += d * d;
-        }
-      }
-    const float r = rsqrtf(warp_sum(ss) / static_cast<float>(C) + kEps);
+    float mu, r;
+    row_stats<kVPT, kV>(C, col, [&](int i, int j) { return raw_f32<T>(v[i], j); }, mu, r);
 #pragma unroll
     for (int i = 0; i < kVPT; ++i)
       if (col(i) < C) {
