@@ -8,9 +8,9 @@
 // values) are held in registers, read once with all their loads in flight, one row per warp;
 // TRIDENT_LN_FWD_ROWS_PER_WARP=0 (or k > 1) has a warp walk several rows instead, loading the
 // next row while it works on the current one (layernorm_forward_walk_kernel: predicted
-// faster, not yet timed on a GPU; the default once it is). Wider
-// rows, mixed dtypes and unaligned ones re-read the row (from L1 by then) in each pass. All
-// forward kernels sum in the same order. mean and rstd are saved in f32 for the backward.
+// faster, not yet timed on a GPU; the default once it is). Wider rows, mixed dtypes and
+// unaligned ones re-read the row (from L1 by then) in each pass. All forward kernels sum
+// in the same order. mean and rstd are saved in f32 for the backward.
 // Backward (dx +=, which is also the residual's gradient path; dgamma/dbeta +=), two paths:
 // - Fused (the usual case: every row operand has x's dtype, 16-byte vectors fit, the row
 //   fits one block): one kernel reads dout and x once and dx once, and writes dx once, the
@@ -273,9 +273,8 @@ __global__ void layernorm_forward_rows_kernel(const T* x, const T* branch, T* re
 
 // The row-in-registers forward with several rows per warp (TRIDENT_LN_FWD_ROWS_PER_WARP=0
 // or k > 1 until it is timed; the kernel above is the default). With one row per warp, a
-// warp's memory traffic stops
-// while it reduces, draws its dropout, fetches gamma and beta and stores, and a block's
-// slot stays taken until its slowest warp is done. Here warp w of the grid (W warps) walks
+// warp's memory traffic stops while it reduces, draws its dropout, fetches gamma and beta
+// and stores, and a block's slot stays taken until its slowest warp is done. Here warp w of the grid (W warps) walks
 // the rows w, w + W, w + 2W, ... and issues the next row's loads (x, and the branch when
 // kRes) before it works on the current one, so they stay in flight through its reductions,
 // Philox draws and stores; gamma and beta are read once per block into shared memory. The
