@@ -495,6 +495,40 @@ fi
 # At most 8 files come back from $OUT: fold the per-run training logs into one.
 cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"/train-*.log
 
+# ---- issue 7's targets, read off the tables ----------------------------------------------------
+# target_lines <kernel table> <training row...>: one line per target (kernels/cuda/
+# PERFORMANCE.md): the memory-bound kernels at >= 80% of the copy rate, causal attention
+# fwd+bwd at head dim 64 near FlashAttention-2's ~280 TFLOP/s, gpt2-1.3b bf16 at >= 50% MFU.
+target_lines() {
+  local table=$1 name pct tf row mfu verdict
+  shift
+  local bw=()
+  for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "gelu fwd" "gelu bwd" "adamw" \
+    "adamw multi-tensor" "cross-entropy (2 passes)" "layernorm fwd, walking warps" "residual+LN fwd, walking"; do
+    # A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last.
+    pct=$(awk -v n="$name" '{ k = substr($0, 1, 28); sub(/ +$/, "", k); if (k == n) { print $NF; exit } }' <<<"$table")
+    [[ -n $pct ]] || continue
+    verdict=no
+    awk -v p="${pct%\%}" 'BEGIN { exit !(p >= 80) }' && verdict=yes
+    bw+=("$name $pct ($verdict)")
+  done
+  ((${#bw[@]} > 0)) && echo "memory-bound kernels >= 80% of the copy rate: $(IFS=';'; echo "${bw[*]}" | sed 's/;/; /g')"
+  tf=$(awk '/^attention fwd\+bwd \(causal\)/ && / D64 / { print $(NF-2); exit }' <<<"$table")
+  if [[ -n $tf ]]; then
+    verdict=no
+    awk -v t="$tf" 'BEGIN { exit !(t >= 280) }' && verdict=yes
+    echo "causal attention fwd+bwd, head dim 64, T 1024: $tf TFLOP/s (target ~280: $verdict)"
+  fi
+  for row in "$@"; do
+    [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default tiles' row, not "+tiles" or "x8"
+    mfu=$(awk '{ print $NF }' <<<"$row")
+    [[ $mfu == *% ]] || continue
+    verdict=no
+    awk -v m="${mfu%\%}" 'BEGIN { exit !(m >= 50) }' && verdict=yes
+    echo "gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: $mfu (target 50%: $verdict)"
+  done
+}
+
 # ---- the summary ----------------------------------------------------------------------------
 echo
 echo "==================== trident gpu-check summary ($(elapsed)s) ===================="
@@ -517,6 +551,9 @@ echo
 echo "where the step time goes (profiled: synchronised after every op):"
 ((${#profile_tables[@]} > 0)) || echo "not run"
 for t in ${profile_tables[@]+"${profile_tables[@]}"}; do echo "$t"; echo; done
+echo "targets (issue 7):"
+target_lines "$kernel_table" ${train_rows[@]+"${train_rows[@]}"} | sed 's/^/  /'
+echo
 if ((status == 0)); then
   echo "result: OK"
 else

@@ -9,10 +9,12 @@
 #     tiles; the variables do not leak into later runs (the profiled steps);
 #   - the summary holds the rows and "result: OK", exit 0; a failing training run gives
 #     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED;
-#   - a kernel table cut short among the wgmma / atomic dQ rows (an abort) keeps its rows in
-#     the summary, and the tuned runs use the tiles chosen without those kernels;
+#   - a kernel table cut short (an abort) keeps its rows in the summary, and without its
+#     "fastest attention tiles" lines nothing trains with tiles;
 #   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
-#     not trained with: the tiles chosen without wgmma and atomic dQ are;
+#     not trained with, and the summary says so;
+#   - the summary ends with issue 7's targets read off the tables (a kernel's share of the
+#     copy rate, attention TFLOP/s at head dim 64, gpt2-1.3b bf16 MFU);
 #   - the kernel table gets 180 s; past the time budget (-1 here) it gets 60 s, and of the
 #     training rows only the first, gpt2-1.3b bf16, runs.
 #   tests/e2e/gpu_check.sh <repo root>
@@ -27,9 +29,10 @@ cat >"$fake" <<'EOF'
 echo "$* | $(env | grep '^TRIDENT_ATTN_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_CALLS"
 if [[ $1 == --kernels ]]; then
   echo "kernel                       shape                                 ms/call     achieved   of peak"
+  echo "layernorm fwd                32768x2048 bf16                        0.0882    3048 GB/s     71.4%"
+  echo "gelu bwd                     32768x8192 bf16                        0.4120    3910 GB/s     91.6%"
   echo "attention fwd (causal)       B8 T1024 H16 D128 bf16                 0.5000   68.7 TF/s      9.0%"
-  echo "fastest attention tiles without wgmma and atomic dQ, D64: defaults"
-  echo "fastest attention tiles without wgmma and atomic dQ, D128: TRIDENT_ATTN_BWD_DB=1"
+  echo "attention fwd+bwd (causal)   B16 T1024 H32 D64 bf16                 2.0435  117.7 TF/s     14.8%"
   if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
     echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
     exit 134
@@ -76,7 +79,14 @@ grep -q "^gpt2-1.3b x8+tiles bf16     8" "$work/ok.log" || fail "no gpt2-1.3b x8
 grep -q "^result: OK" "$work/ok.log" || fail "no 'result: OK'"
 ! grep -q "UNVERIFIED" "$work/ok.log" || fail "tiles marked unverified without a failed test"
 grep -q "trident-bench --kernels (time limit 180s)" "$work/ok.log" || fail "the kernel table's time limit is not 180 s"
-echo "ok: default, tuned and accumulating runs as expected"
+grep -q "^targets (issue 7):" "$work/ok.log" || fail "no targets block"
+grep -q "^  memory-bound kernels >= 80% of the copy rate: layernorm fwd 71.4% (no); gelu bwd 91.6% (yes)$" \
+  "$work/ok.log" || fail "the memory-bound targets are not read off the kernel table"
+grep -q "^  causal attention fwd+bwd, head dim 64, T 1024: 117.7 TFLOP/s (target ~280: no)$" "$work/ok.log" ||
+  fail "the attention target is not read off the kernel table"
+n=$(grep -c "^  gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: 40.4% (target 50%: no)$" "$work/ok.log")
+((n == 1)) || fail "$n MFU target lines, expected 1 (the default-tile gpt2-1.3b bf16 row only)"
+echo "ok: default, tuned and accumulating runs as expected; the targets are read off the tables"
 
 : >"$work/calls"
 # A failed variant test (a ctest log left where the skipped test step would write it) marks
@@ -94,19 +104,17 @@ grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1 (UNVERIFIE
 echo "ok: a failing run fails the check and is named; tiles that failed their test are marked"
 
 : >"$work/calls"
-# The kernel table dies among the wgmma rows: the rows before stay in the summary, the step
-# fails, and gpt2-1.3b trains with the tiles chosen without wgmma and atomic dQ.
+# The kernel table dies before its "fastest attention tiles" lines: the rows before stay in
+# the summary, the step fails, and nothing trains with tiles.
 FAKE_BENCH_ABORT=1 run_check "$work/abort"
 rc=$?
 ((rc == 1)) || fail "an aborted kernel table: gpu-check exited $rc, expected 1"
 grep -q "^result: FAILED: trident-bench --kernels (rc 134)" "$work/abort.log" || fail "no 'result: FAILED' naming the bench"
 sed -n '/summary/,$p' "$work/abort.log" | grep -q "^attention fwd (causal) .* 68.7 TF/s" ||
   fail "the rows before the abort are not in the summary"
-n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep -c -- "| TRIDENT_ATTN_BWD_DB=1 $")
-((n == 1)) || fail "gpt2-1.3b with the tiles chosen before the abort: $n runs, expected 1"
-grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ" "$work/abort.log" ||
-  fail "tiles chosen without wgmma and atomic dQ are not named so"
-echo "ok: a kernel table cut short keeps its rows; the tuned runs use the tiles chosen before the cut"
+n=$(grep -c "TRIDENT_ATTN" "$calls")
+((n == 0)) || fail "$n runs with attention tiles set after the kernel table died, expected 0"
+echo "ok: a kernel table cut short keeps its rows; nothing trains with tiles it did not choose"
 
 : >"$work/calls"
 # The wgmma test crashed, and the kernel table found a wgmma kernel fastest for D128.
@@ -116,9 +124,7 @@ echo "57/138 Test #57: Dtypes/CudaAttention.WgmmaMatchesCpu/bf16 ...Subprocess a
 FAKE_BENCH_D128="TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_DB=1" run_check "$work/wgmma"
 n=$(grep -c "WGMMA" "$work/calls")
 ((n == 0)) || fail "$n runs with a wgmma variable set after its test did not pass"
-n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | grep -c -- "| TRIDENT_ATTN_BWD_DB=1 $")
-((n == 1)) || fail "gpt2-1.3b with the tiles chosen without wgmma: $n runs, expected 1"
-grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_BWD_DB=1 (without wgmma and atomic dQ: CudaAttention.WgmmaMatchesCpu did not pass)" \
+grep -q "gpt2-1.3b: not trained with TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_DB=1: CudaAttention.WgmmaMatchesCpu did not pass" \
   "$work/wgmma.log" || fail "the wgmma tiles left out are not named so"
 grep -q "^UNVERIFIED: CudaAttention.WgmmaMatchesCpu did not pass" "$work/wgmma.log" ||
   fail "the kernel table does not say that the wgmma rows are unverified"
