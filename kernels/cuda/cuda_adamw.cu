@@ -34,7 +34,6 @@ constexpr int kVec = 4;  // elements per thread on the vector path
 
 // One launch's pieces (about 11 KB: CUDA 12.1 and later take up to 32 KB of kernel parameters
 // on Volta and later GPUs).
-static_assert(sizeof(float*) * 5 * kMaxTensors + 13 * kMaxTensors + 5 * kMaxBlocks < 32000, "kernel parameter limit");
 struct AdamWTable {
   float* master[kMaxTensors];
   const void* grad[kMaxTensors];
@@ -51,6 +50,10 @@ struct AdamWScalars {
   float lr, beta1, beta2, eps, grad_scale, bc1, bc2;
   DType model_dtype;
 };
+static_assert(sizeof(AdamWTable) + sizeof(AdamWScalars) <= 32764, "adamw_multi_kernel's parameters");
+#if defined(CUDART_VERSION) && CUDART_VERSION < 12010
+#error "cuda_adamw.cu passes ~11 KB of kernel parameters: CUDA 12.1 or newer is needed"
+#endif
 
 // One element's update; m, v and the master weight are updated in place and the new
 // master weight returned.

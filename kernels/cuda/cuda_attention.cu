@@ -1833,7 +1833,8 @@ bool wgmma_available() {
 // that a benchmark or a test can time and check several in one process. Unset variables
 // take the defaults measured fastest on an H200 (kernels/cuda/PERFORMANCE.md, 2026-11-30):
 // where wgmma_available(), the wgmma forward for D > 32 and the wgmma backward for D > 64,
-// unless a variable of the mma.sync kernels of that direction is set; elsewhere the mma.sync
+// unless a tile variable of that direction is set (a forward key tile counts: the
+// mma.sync kernels' 32 does not exist in wgmma; its 128 takes FWD_WGMMA=1); elsewhere the mma.sync
 // kernels. TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA = 0 or 1 override the default;
 // 1 where wgmma is not available is an error.
 AttnTiles tiles_from_env(int D) {
@@ -1847,7 +1848,7 @@ AttnTiles tiles_from_env(int D) {
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
   const int fwd = env_switch("TRIDENT_ATTN_FWD_WGMMA"), bwd = env_switch("TRIDENT_ATTN_BWD_WGMMA");
-  const bool mma_fwd_asked = wm != 0 || t.fwd_nb != 1;
+  const bool mma_fwd_asked = t.fwd_wm != 1 || t.fwd_bk != 0 || t.fwd_nb != 1;  // wgmma's 128 keys: FWD_WGMMA=1
   const bool mma_bwd_asked = t.dkdv_nb != 1 || t.dq_atomic || t.dkdv_bq != 0 || t.dq_bk != 0;
   t.fwd_wgmma = fwd == 1 || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
   t.bwd_wgmma = bwd == 1 || (bwd < 0 && D > 64 && !mma_bwd_asked && wgmma_available());
