@@ -321,24 +321,24 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     drop.seed = 7;
     b.add("dropout+residual+LN fwd", dims({rows, C}) + " bf16", 4 * act + 8.0 * rows, false,
           [&] { be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd); }, 20);
-    // The forwards above are one row per warp; the same with warps walking several rows
-    // (TRIDENT_LN_FWD_ROWS_PER_WARP=0, read on every call: the default once it is faster).
-    auto walking = [&](const char* name, double work, const std::function<void()>& f) {
+    // The forwards above have warps walk several rows (the default); the same with one row
+    // per warp (TRIDENT_LN_FWD_ROWS_PER_WARP=1, read on every call), the older kernel.
+    auto one_row = [&](const char* name, double work, const std::function<void()>& f) {
       const char* env = "TRIDENT_LN_FWD_ROWS_PER_WARP";
       const char* old = std::getenv(env);
       const std::string saved = old != nullptr ? old : "";
-      ::setenv(env, "0", 1);
+      ::setenv(env, "1", 1);
       b.add(name, dims({rows, C}) + " bf16", work, false, f, 20);
       if (old != nullptr)
         ::setenv(env, saved.c_str(), 1);
       else
         ::unsetenv(env);
     };
-    walking("layernorm fwd, walking warps", 2 * act + 8.0 * rows,
+    one_row("layernorm fwd, row per warp", 2 * act + 8.0 * rows,
             [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); });
-    walking("residual+LN fwd, walking", 4 * act + 8.0 * rows,
+    one_row("residual+LN fwd, row/warp", 4 * act + 8.0 * rows,
             [&] { be.residual_layernorm_forward(x, branch, resid, g, beta, out, mean, rstd); });
-    walking("dropout+res+LN, walking", 4 * act + 8.0 * rows, [&] {
+    one_row("dropout+res+LN, row/warp", 4 * act + 8.0 * rows, [&] {
       be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd);
     });
   });
@@ -568,8 +568,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         if (group != nullptr && r.error.empty() && r.ms > 0) group->push_back({env, r.ms});
         b.push(r);
       };
-      // The defaults (on an H100/H200 the wgmma kernels: the forward for D > 32, the backward
-      // for D > 64), then the alternatives; the mma.sync rows turn wgmma off explicitly.
+      // The defaults (on an H100/H200 the wgmma kernels for D > 32), then the alternatives;
+      // the mma.sync rows turn wgmma off explicitly.
       const std::string fmma = "TRIDENT_ATTN_FWD_WGMMA=0 ", bmma = "TRIDENT_ATTN_BWD_WGMMA=0 ";
       const std::string bdb = bmma + "TRIDENT_ATTN_BWD_DB=1", atomic = bmma + "TRIDENT_ATTN_BWD_ATOMIC=1";
       timed(&fwd_c, "attention fwd (causal)", "", fwd, forward, 20);
@@ -582,6 +582,9 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       timed(&fwd_c, "attn fwd, wgmma", wgmma, fwd, forward, 20);
       timed(&fwd_c, "attn fwd, wgmma, 128 keys", wgmma + " TRIDENT_ATTN_FWD_BK=128", fwd, forward, 20);
       timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);
+      if (D == 64)  // the other dK/dV query tiles (the default 32 fits 3 blocks an SM, 64 2)
+        timed(&bwd_c, "attn bwd, wgmma, 64-q dK/dV", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_DKDV_BQ=64", 2.5 * fwd,
+              backward, 10);
       const std::string wm2 = fmma + "TRIDENT_ATTN_FWD_WM=2",
                         bk2 = fmma + "TRIDENT_ATTN_FWD_BK=" + std::to_string(2 * tile),
                         fdb = "TRIDENT_ATTN_FWD_DB=1";

@@ -503,8 +503,8 @@ target_lines() {
   local table=$1 name pct tf row mfu verdict
   shift
   local bw=()
-  for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "gelu fwd" "gelu bwd" "adamw" \
-    "adamw multi-tensor" "cross-entropy (2 passes)" "layernorm fwd, walking warps" "residual+LN fwd, walking"; do
+  for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "dropout+residual+LN fwd" "gelu fwd" \
+    "gelu bwd" "adamw" "adamw multi-tensor" "cross-entropy (2 passes)"; do
     # A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last.
     pct=$(awk -v n="$name" '{ k = substr($0, 1, 28); sub(/ +$/, "", k); if (k == n) { print $NF; exit } }' <<<"$table")
     [[ -n $pct ]] || continue

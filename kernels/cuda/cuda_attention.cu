@@ -28,7 +28,7 @@
 //   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal). On sm_90a
 //   (H100/H200) the default kernels use warpgroup MMA (wgmma) reading Q, K, V and dO from
 //   128-byte swizzled shared memory, with the same softmax, backward arithmetic and
-//   epilogues (the forward for D > 32, the backward for D > 64: measured fastest). The
+//   epilogues (the forward and the backward for D > 32: measured fastest). The
 //   tile shapes have alternatives (AttnTiles, chosen by environment variables), all run
 //   through the same launch plans as the defaults.
 // - fp32 (and any other case: D % 8 != 0, unaligned views, TRIDENT_ATTN_SIMT=1 in the
@@ -180,6 +180,13 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool va
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(n)
                : "memory");
 }
+// 4-byte global -> shared copy (zero-filled when !valid): a tile's lse and delta, so that no
+// thread waits for them before the warpgroup's next wgmma.
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "r"(n)
+               : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -301,9 +308,12 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 #define TRIDENT_ACC8(d, i)                                                                     \
   "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3]), "+f"(d[i + 1][0]), "+f"(d[i + 1][1]), \
       "+f"(d[i + 1][2]), "+f"(d[i + 1][3])
-#define TRIDENT_ACC_N64(d) TRIDENT_ACC8(d, 0), TRIDENT_ACC8(d, 2), TRIDENT_ACC8(d, 4), TRIDENT_ACC8(d, 6)
+#define TRIDENT_ACC_N32(d) TRIDENT_ACC8(d, 0), TRIDENT_ACC8(d, 2)
+#define TRIDENT_ACC_N64(d) TRIDENT_ACC_N32(d), TRIDENT_ACC8(d, 4), TRIDENT_ACC8(d, 6)
 #define TRIDENT_ACC_N128(d) \
   TRIDENT_ACC_N64(d), TRIDENT_ACC8(d, 8), TRIDENT_ACC8(d, 10), TRIDENT_ACC8(d, 12), TRIDENT_ACC8(d, 14)
+#define TRIDENT_REGS_N32 \
+  "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" "}"
 #define TRIDENT_REGS_N64 \
   "{" "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" "}"
@@ -315,7 +325,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 // wgmma_ss and wgmma_rs for element type TYPE (PTX name PTX) and N; the operands after the
 // N / 2 accumulators are numbered from K = N / 2: desc_a %K, desc_b %K+1, accumulate %K+2
 // (ss); a %K..%K+3, desc_b %K+4, 1 %K+5 (rs; scale-d is a predicate, always set).
-#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)                                        \
+#define TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2)                                                 \
   template <>                                                                                          \
   __device__ __forceinline__ void wgmma_ss<TYPE, N>(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, \
                                                     int accumulate) {                                  \
@@ -324,7 +334,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
                       ", %" #K0 ", %" #K1 ", p, 1, 1, 0, 0;\n}\n"                                       \
                       : TRIDENT_ACC_N##N(d)                                                            \
                       : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                    \
-  }                                                                                                    \
+  }
+#define TRIDENT_DEFINE_WGMMA_RS(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)                                     \
   template <>                                                                                          \
   __device__ __forceinline__ void wgmma_rs<TYPE, N>(float (&d)[N / 8][4], const uint32_t (&a)[4],       \
                                                     uint64_t desc_b) {                                 \
@@ -334,6 +345,12 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
                       : TRIDENT_ACC_N##N(d)                                                            \
                       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));              \
   }
+// N 32 (S^T and dP^T of 32-query dK/dV tiles) from shared memory only.
+TRIDENT_DEFINE_WGMMA_SS(__half, "f16", 32, 16, 17, 18)
+TRIDENT_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 32, 16, 17, 18)
+#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5) \
+  TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2)                \
+  TRIDENT_DEFINE_WGMMA_RS(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)
 TRIDENT_DEFINE_WGMMA(__half, "f16", 64, 32, 33, 34, 35, 36, 37)
 TRIDENT_DEFINE_WGMMA(__half, "f16", 128, 64, 65, 66, 67, 68, 69)
 TRIDENT_DEFINE_WGMMA(__nv_bfloat16, "bf16", 64, 32, 33, 34, 35, 36, 37)
@@ -988,8 +1005,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
 
 // One query tile of the dK/dV pass for a warp's 16 keys [wkey, wkey + 16) (keys key0 = wkey
 // + lane / 4 and key0 + 8): st holds S^T = K Q^T, dpt holds dP^T = V dO^T for queries
-// [i0, i0 + 8 NT) in the C layout (rows = keys); sL, sDl: the queries' lse times log2(e)
-// and delta. Leaves (P z)^T in st and dS^T = (P (z dP - delta))^T in dpt (0 for hidden
+// [i0, i0 + 8 NT) in the C layout (rows = keys); sL, sDl: the queries' lse and delta (any
+// finite value or +inf for queries >= T). Leaves (P z)^T in st and dS^T = (P (z dP - delta))^T in dpt (0 for hidden
 // pairs). Every lane must call it (the shared dropout draws shuffle). Shared by the
 // mma.sync and wgmma dK/dV kernels.
 template <typename T, int NT>
@@ -1013,10 +1030,11 @@ __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[
     float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
     const bool shared_draws = p.dropout && T_ % 4 == 0;
     if (shared_draws) attn_drop_keys(p, sample, hg, key0, i0 + nt * 8 + tq * 2, lane, zq);
+    const float l2[2] = {sL[nt * 8 + tq * 2] * kLog2e, sL[nt * 8 + tq * 2 + 1] * kLog2e};
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
-      float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -sL[ii]));  // 0 where hidden
+      float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -l2[e & 1]));  // 0 where hidden
       float z = zq[e];
       if (p.dropout && !shared_draws && pe != 0.f) z = attn_drop_one(p, sample, (hg * T_ + i) * T_ + j);
       const float ds = pe * (z * dpt[nt][e] - sDl[ii]);
@@ -1100,7 +1118,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + BKV * LDS;
   T* sQ0 = sV + BKV * LDS;  // buffer n: Q at sQ0 + n * kTileElems, dO BQ rows after it
-  float* sL0 = reinterpret_cast<float*>(sQ0 + NB * kTileElems);  // buffer n: lse * log2(e), then delta
+  float* sL0 = reinterpret_cast<float*>(sQ0 + NB * kTileElems);  // buffer n: lse, then delta
   T* sdS = reinterpret_cast<T*>(sL0 + NB * 2 * BQ);  // DQ: dS^T of the tile, [64 keys][BQ + 8]
 
   const int T_ = p.T, D = p.D;
@@ -1130,7 +1148,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
     load_tile<T, BQ, DP>(q + BQ * LDS, gdO, p.out_tok, qt * BQ, T_, D);
     const int i = qt * BQ + static_cast<int>(threadIdx.x);
     const bool row = threadIdx.x < BQ && i < T_;
-    l = row ? lse[i] * kLog2e : INFINITY;
+    l = row ? lse[i] : INFINITY;
     d = row ? delta[i] : 0.f;
   };
   auto store_stats = [&](int n, float l, float d) {
@@ -1305,22 +1323,31 @@ constexpr int wgmma_dkdv_smem_bytes() {
   // K, V; two buffers of Q and dO; alignment; two buffers of lse * log2(e) and delta
   return (2 * 64 + 4 * BQ) * DP * 2 + kSwizzleSpan + 2 * 2 * BQ * 4;
 }
+// Blocks an SM that ptxas must leave registers for: D 64 with 32-query tiles fits 3 (at most
+// 168 registers: the S^T and dP^T tiles are half those of 64-query tiles), as the mma.sync
+// kernel of that shape does; the others take what they need (2 blocks an SM).
+template <int DP, int BQ>
+constexpr int wgmma_dkdv_min_blocks() {
+  return DP == 64 && BQ == 32 ? 3 : 1;
+}
 
 // dK and dV on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 keys (warp w keys
 // 16w..16w+15); query tiles of BQ rows from the diagonal to the end, double-buffered with
 // their lse and delta. Per tile, transposed (keys are rows): S^T = K Q^T and dP^T = V dO^T
 // (one wgmma group), P z and dS in registers, then dV += (P z)^T dO and dK += dS^T Q (dO and
-// Q read MN-major from the same tiles). dK * scale at the end.
+// Q read MN-major from the same tiles). dK * scale at the end. BQ: 64, or 32 (fewer registers).
 template <typename T, int DP, int BQ>
-__global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
+    attn_bwd_dkdv_wgmma_kernel(const AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
+  static_assert(BQ == 32 || BQ == 64, "wgmma N of S^T and dP^T; k16 steps of dV and dK");
   constexpr int BKV = 64, NT = BQ / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = swizzle_aligned<T>(smem_raw);
   T* sV = sK + BKV * DP;
   T* sQ0 = sV + BKV * DP;      // two Q buffers, then two dO buffers
   T* sO0 = sQ0 + 2 * BQ * DP;
-  float* sL0 = reinterpret_cast<float*>(sO0 + 2 * BQ * DP);  // buffer n: lse * log2(e), then delta
+  float* sL0 = reinterpret_cast<float*>(sO0 + 2 * BQ * DP);  // buffer n: lse, then delta
 
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
@@ -1333,15 +1360,16 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dkdv_wgmma_kernel(const 
   const int wkey = k0 + warp * 16;
   const uint64_t sample = hv.sample, hg = hv.hg;
 
-  // Query tile qt into buffer n: Q and dO by cp.async (the caller commits), lse and delta by
-  // plain stores (visible after the caller's next barrier).
+  // Query tile qt into buffer n, all by cp.async (the caller commits): Q, dO, and lse and
+  // delta (zeros past T). A plain load of lse would hold its warp, and with it the whole
+  // warpgroup's next wgmma, for a global-memory latency every tile.
   auto load_query_tile = [&](int qt, int n) {
     load_tile_sw128<T, BQ, DP>(sQ0 + n * BQ * DP, gQ, p.qkv_tok, qt * BQ, T_, D);
     load_tile_sw128<T, BQ, DP>(sO0 + n * BQ * DP, gdO, p.out_tok, qt * BQ, T_, D);
     const int i = qt * BQ + static_cast<int>(threadIdx.x);
     if (threadIdx.x < BQ) {
-      sL0[n * 2 * BQ + threadIdx.x] = i < T_ ? lse[i] * kLog2e : INFINITY;
-      sL0[n * 2 * BQ + BQ + threadIdx.x] = i < T_ ? delta[i] : 0.f;
+      cp_async4(sL0 + n * 2 * BQ + threadIdx.x, lse + i, i < T_);
+      cp_async4(sL0 + n * 2 * BQ + BQ + threadIdx.x, delta + i, i < T_);
     }
   };
 
@@ -1628,8 +1656,9 @@ void dispatch_dp(int D, F&& f) {
 //            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk 64 (default)
 //            or 128. The default where wgmma_available() (tiles_from_env)
 //   bwd_wgmma the backward's dK/dV and dQ passes by warpgroup MMA (sm_90a), D > 32, with 64-row
-//            tiles and two buffers of their own: no other backward setting applies. The
-//            default for D > 64 where wgmma_available()
+//            tiles and two buffers of their own; dkdv_bq 64, or for D 64 32 (its default: 3
+//            blocks an SM): no other backward setting applies. The default for D > 32 where
+//            wgmma_available()
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false;
@@ -1705,12 +1734,22 @@ template <typename T, typename Launch>
 bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
   bool ok = false;
-  if (t.bwd_wgmma) {  // 64-query dK/dV tiles and 64-key dQ tiles, no other setting
-    if (p.D <= 32 || t.dq_atomic || t.dkdv_nb != 1 || t.dkdv_bq != 0 || t.dq_bk != 0) return false;
+  if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, no other setting
+    if (p.D <= 32 || t.dq_atomic || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
     dispatch_dp(p.D, [&](auto dp) {
       constexpr int DP = decltype(dp)::value;
       if constexpr (DP >= 64) {
-        launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 64>());
+        // D 64: 32-query dK/dV tiles by default (3 blocks an SM: 1.42 ms against 1.79 ms with
+        // 64 on an H200, B16 T1024 H32).
+        const int bq = t.dkdv_bq != 0 ? t.dkdv_bq : DP == 64 ? 32 : 64;
+        if (bq == 64) {
+          launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 64>());
+        } else if constexpr (DP == 64) {
+          if (bq != 32) return;
+          launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 32>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 32>());
+        } else {
+          return;
+        }
         launch(attn_bwd_dq_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dq_smem_bytes<DP, 64>());
         ok = true;
       }
@@ -1832,11 +1871,12 @@ bool wgmma_available() {
 // The tile shapes asked for in the environment (AttnTiles) for head dim D, read per call so
 // that a benchmark or a test can time and check several in one process. Unset variables
 // take the defaults measured fastest on an H200 (kernels/cuda/PERFORMANCE.md, 2026-11-30):
-// where wgmma_available(), the wgmma forward for D > 32 and the wgmma backward for D > 64,
-// unless a tile variable of that direction is set (a forward key tile counts: the
-// mma.sync kernels' 32 does not exist in wgmma; its 128 takes FWD_WGMMA=1); elsewhere the mma.sync
-// kernels. TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA = 0 or 1 override the default;
-// 1 where wgmma is not available is an error.
+// where wgmma_available(), the wgmma forward and backward for D > 32, unless a tile variable
+// of that direction is set (a forward key tile counts: the mma.sync kernels' 32 does not
+// exist in wgmma; its 128 takes FWD_WGMMA=1; likewise the wgmma backward's other dK/dV tiles
+// take BWD_WGMMA=1 DKDV_BQ=...); elsewhere the mma.sync kernels. TRIDENT_ATTN_FWD_WGMMA /
+// TRIDENT_ATTN_BWD_WGMMA = 0 or 1 override the default; 1 where wgmma is not available is an
+// error.
 AttnTiles tiles_from_env(int D) {
   AttnTiles t;
   const int wm = env_tile("TRIDENT_ATTN_FWD_WM");
@@ -1851,7 +1891,7 @@ AttnTiles tiles_from_env(int D) {
   const bool mma_fwd_asked = t.fwd_wm != 1 || t.fwd_bk != 0 || t.fwd_nb != 1;  // wgmma's 128 keys: FWD_WGMMA=1
   const bool mma_bwd_asked = t.dkdv_nb != 1 || t.dq_atomic || t.dkdv_bq != 0 || t.dq_bk != 0;
   t.fwd_wgmma = fwd == 1 || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
-  t.bwd_wgmma = bwd == 1 || (bwd < 0 && D > 64 && !mma_bwd_asked && wgmma_available());
+  t.bwd_wgmma = bwd == 1 || (bwd < 0 && D > 32 && !mma_bwd_asked && wgmma_available());
   TRIDENT_CHECK((fwd != 1 && bwd != 1) || wgmma_available(),
                 "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA need a compute capability 9.0 GPU "
                 "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");

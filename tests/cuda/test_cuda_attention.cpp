@@ -226,16 +226,21 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
   if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
   for (const bool other_tile : {false, true}) {
     const auto wgmma = [other_tile](const AttnCase& c) {
-      for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK"}) ::unsetenv(v);
+      for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
+                            "TRIDENT_ATTN_DKDV_BQ"})
+        ::unsetenv(v);
       if (c.D <= 32) return;
       ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
       ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
       if (other_tile) ::setenv("TRIDENT_ATTN_FWD_BK", "128", 1);
+      if (other_tile && c.D <= 64) ::setenv("TRIDENT_ATTN_DKDV_BQ", "64", 1);  // D 64's default: 32
     };
     check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
     check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
   }
-  for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK"}) ::unsetenv(v);
+  for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
+                        "TRIDENT_ATTN_DKDV_BQ"})
+    ::unsetenv(v);
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

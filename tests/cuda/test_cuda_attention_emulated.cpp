@@ -62,6 +62,7 @@ struct Pending {
   void* dst;
   const void* src;
   bool valid;
+  size_t bytes;  // 16, or 4 (cp_async4)
 };
 // One issued wgmma (sm_90a warpgroup MMA), executed at the wgmma.wait_group that covers it.
 struct WgmmaOp {
@@ -188,24 +189,26 @@ inline void check_smem(const void* p, size_t n) {
 }
 inline void do_copy(const emu::Pending& p) {
   if (p.valid) {
-    std::memcpy(p.dst, p.src, 16);
+    std::memcpy(p.dst, p.src, p.bytes);
   } else {
-    std::memset(p.dst, 0, 16);
+    std::memset(p.dst, 0, p.bytes);
   }
 }
-inline void cp_async16(void* smem, const void* gmem, bool valid) {
-  check_smem(smem, 16);
-  if (reinterpret_cast<uintptr_t>(smem) % 16 != 0 || (valid && reinterpret_cast<uintptr_t>(gmem) % 16 != 0)) {
+inline void cp_async_n(void* smem, const void* gmem, bool valid, size_t bytes) {
+  check_smem(smem, bytes);
+  if (reinterpret_cast<uintptr_t>(smem) % bytes != 0 || (valid && reinterpret_cast<uintptr_t>(gmem) % bytes != 0)) {
     std::fprintf(stderr, "emulated kernel: misaligned cp.async\n");
     std::abort();
   }
-  const emu::Pending p{smem, gmem, valid};
+  const emu::Pending p{smem, gmem, valid, bytes};
   if (emu::g_eager) {
     do_copy(p);
   } else {
     emu::g_block->fibers[threadIdx.x].open.push_back(p);
   }
 }
+inline void cp_async16(void* smem, const void* gmem, bool valid) { cp_async_n(smem, gmem, valid, 16); }
+inline void cp_async4(void* smem, const void* gmem, bool valid) { cp_async_n(smem, gmem, valid, 4); }
 inline void cp_async_commit() {
   auto& f = emu::g_block->fibers[threadIdx.x];
   f.groups.push_back(std::move(f.open));
@@ -744,7 +747,7 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
 }
 
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory): the forward with both of
-// its key tiles, the backward's dK/dV and dQ passes.
+// its key tiles, the backward's dK/dV (D 64: both query tiles) and dQ passes.
 TEST_P(EmulatedAttention, Wgmma) {
   uint64_t seed = 700;
   for (const Case& c : cases()) {
@@ -753,6 +756,7 @@ TEST_P(EmulatedAttention, Wgmma) {
     wgmma.fwd_wgmma = wgmma.bwd_wgmma = true;
     run_case<__nv_bfloat16>(c, true, seed++, wgmma);
     wgmma.fwd_bk = 128;  // the other key tile
+    if (c.D <= 64) wgmma.dkdv_bq = 64;  // the other dK/dV query tile (D 64's default: 32)
     run_case<__half>(c, true, seed++, wgmma);
   }
 }
@@ -802,17 +806,23 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
     for (auto other : {&AttnTiles::dkdv_nb, &AttnTiles::dkdv_bq, &AttnTiles::dq_bk}) {
       AttnTiles u = t;
-      u.*other = other == &AttnTiles::dkdv_nb ? 2 : 32;
+      u.*other = other == &AttnTiles::dkdv_nb ? 2 : 16;
       EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
     }
+    t.dkdv_bq = 32;  // D 64's default, asked for: D 128 has none
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_bq = 64;  // D 128's default, D 64's other tile
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.dkdv_bq = 0;
     t.dq_atomic = true;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
   // with the default tiles at D 32 and 64.
-  // Plus, for D 64 and 128, one wgmma forward and the two wgmma backward passes.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3);
+  // Plus, for D 64 and 128, one wgmma forward and the two wgmma backward passes, twice more
+  // with 64-query dK/dV tiles, and D 64's with 32 asked for.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2);
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.

@@ -163,8 +163,8 @@ TEST_P(ResidualLayerNorm, DropoutOnTheBranch) {
   check(6, 129, false, 2);   // scalar path
 }
 
-// The row-in-registers forward is one row per warp by default (TRIDENT_LN_FWD_ROWS_PER_WARP
-// unset or 1); 0 has warps walk several rows on the warps that fit the GPU, k > 1 k rows per
+// The row-in-registers forward has warps walk several rows on the warps that fit the GPU by
+// default (TRIDENT_LN_FWD_ROWS_PER_WARP unset or 0); 1 is one row per warp, k > 1 k rows per
 // warp. Every setting must give the same bits (nvcc compiles the two kernels' sums alike).
 // 5003 rows: with 0, 2 or 3 rows per warp on an H200 (132 SMs of 2 blocks of 8 warps at
 // C = 2048), more on smaller GPUs; 3 and 40 rows per warp when set.

@@ -293,8 +293,8 @@ class EmulatedLayerNormWalk : public EmulatedLayerNorm {
                    std::to_string(c.resident) + " resident blocks");
       const Result got = run(c.setting, c.resident);
       EXPECT_EQ(got.path.in_registers, in_registers);
-      if (in_registers) {  // unset or empty: one row per warp (the default)
-        const int per_warp = c.setting == nullptr || c.setting[0] == '\0' ? 1 : std::atoi(c.setting);
+      if (in_registers) {  // unset or empty: walking on the warps that fit (the default)
+        const int per_warp = c.setting == nullptr || c.setting[0] == '\0' ? 0 : std::atoi(c.setting);
         EXPECT_EQ(got.path.walk, per_warp != 1);
         const int64_t want_grid = per_warp == 0 ? std::max<int64_t>(1, std::min(blocks, c.resident))
                                                 : (N + 8 * per_warp - 1) / (8 * per_warp);
