@@ -582,8 +582,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       timed(&fwd_c, "attn fwd, wgmma", wgmma, fwd, forward, 20);
       timed(&fwd_c, "attn fwd, wgmma, 128 keys", wgmma + " TRIDENT_ATTN_FWD_BK=128", fwd, forward, 20);
       timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);
-      if (D == 64)  // the other dK/dV query tiles (the default 32 fits 3 blocks an SM, 64 2)
-        timed(&bwd_c, "attn bwd, wgmma, 64-q dK/dV", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_DKDV_BQ=64", 2.5 * fwd,
+      if (D == 64)  // the other dK/dV query tiles (32 fits 3 blocks an SM, the default 64 2)
+        timed(&bwd_c, "attn bwd, wgmma, 32-q dK/dV", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_DKDV_BQ=32", 2.5 * fwd,
               backward, 10);
       const std::string wm2 = fmma + "TRIDENT_ATTN_FWD_WM=2",
                         bk2 = fmma + "TRIDENT_ATTN_FWD_BK=" + std::to_string(2 * tile),

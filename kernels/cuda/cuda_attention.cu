@@ -916,24 +916,33 @@ __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4
         if (col > row || col >= T_) s[nt][e] = -INFINITY;
       }
   }
+  // One branch a tile, not one per 8 keys: without dropout the loop is short and
+  // contiguous (see dkdv_tile_p_ds).
+  auto elementwise = [&](auto with_dropout) {
+    constexpr bool kDrop = decltype(with_dropout)::value;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int col = k0 + nt * 8 + tq * 2;
-    float z[4] = {1.f, 1.f, 1.f, 1.f};
-    if (p.dropout) {
-      if (T_ % 4 == 0) {
-        attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
-      } else {
-        if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
-        if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = k0 + nt * 8 + tq * 2;
+      float z[4] = {1.f, 1.f, 1.f, 1.f};
+      if constexpr (kDrop) {
+        if (T_ % 4 == 0) {
+          attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
+        } else {
+          if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
+          if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float pe = exp2_ftz(fmaf(s[nt][e], p.scale_log2, -(e < 2 ? ls0 : ls1)));
+        s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
       }
     }
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float pe = exp2_ftz(fmaf(s[nt][e], p.scale_log2, -(e < 2 ? ls0 : ls1)));
-      s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
-    }
-  }
+  };
+  if (p.dropout)
+    elementwise(std::true_type{});
+  else
+    elementwise(std::false_type{});
 }
 
 template <int DP, int BK>
@@ -1025,24 +1034,40 @@ __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[
         if (i < j || i >= T_) st[nt][e] = -INFINITY;
       }
   }
+  // One branch a tile on the dropout. Its draws inlined into every 8-query step, each behind
+  // its own branch (32 per-element ones without T % 4 == 0), made the executed code of a
+  // tile sparse in a large loop: ncu counted ~2 cycles per issued instruction of the D 128
+  // wgmma dK/dV kernel stalled on instruction fetch ("no instruction", 0.2 in the dQ kernel).
+  auto elementwise = [&](auto with_dropout) {
+    constexpr bool kDrop = decltype(with_dropout)::value;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
-    const bool shared_draws = p.dropout && T_ % 4 == 0;
-    if (shared_draws) attn_drop_keys(p, sample, hg, key0, i0 + nt * 8 + tq * 2, lane, zq);
-    const float l2[2] = {sL[nt * 8 + tq * 2] * kLog2e, sL[nt * 8 + tq * 2 + 1] * kLog2e};
+    for (int nt = 0; nt < NT; ++nt) {
+      float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
+      const bool shared_draws = kDrop && T_ % 4 == 0;
+      if constexpr (kDrop) {
+        if (shared_draws) attn_drop_keys(p, sample, hg, key0, i0 + nt * 8 + tq * 2, lane, zq);
+      }
+      const float l2[2] = {sL[nt * 8 + tq * 2] * kLog2e, sL[nt * 8 + tq * 2 + 1] * kLog2e};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int ii = nt * 8 + tq * 2 + (e & 1), i = i0 + ii, j = e < 2 ? key0 : key1;
-      float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -l2[e & 1]));  // 0 where hidden
-      float z = zq[e];
-      if (p.dropout && !shared_draws && pe != 0.f) z = attn_drop_one(p, sample, (hg * T_ + i) * T_ + j);
-      const float ds = pe * (z * dpt[nt][e] - sDl[ii]);
-      pe *= z;
-      st[nt][e] = pe;  // P z
-      dpt[nt][e] = ds;
+      for (int e = 0; e < 4; ++e) {
+        const int ii = nt * 8 + tq * 2 + (e & 1);
+        float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -l2[e & 1]));  // 0 where hidden
+        float z = zq[e];
+        if constexpr (kDrop) {
+          const int i = i0 + ii, j = e < 2 ? key0 : key1;
+          if (!shared_draws && pe != 0.f) z = attn_drop_one(p, sample, (hg * T_ + i) * T_ + j);
+        }
+        const float ds = pe * (z * dpt[nt][e] - sDl[ii]);
+        pe *= z;
+        st[nt][e] = pe;  // P z
+        dpt[nt][e] = ds;
+      }
     }
-  }
+  };
+  if (p.dropout)
+    elementwise(std::true_type{});
+  else
+    elementwise(std::false_type{});
 }
 
 template <int DP, int BQ, int NB, bool DQ>
@@ -1656,7 +1681,7 @@ void dispatch_dp(int D, F&& f) {
 //            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk 64 (default)
 //            or 128. The default where wgmma_available() (tiles_from_env)
 //   bwd_wgmma the backward's dK/dV and dQ passes by warpgroup MMA (sm_90a), D > 32, with 64-row
-//            tiles and two buffers of their own; dkdv_bq 64, or for D 64 32 (its default: 3
+//            tiles and two buffers of their own; dkdv_bq 64 (default) or, for D 64, 32 (3
 //            blocks an SM): no other backward setting applies. The default for D > 32 where
 //            wgmma_available()
 struct AttnTiles {
@@ -1739,9 +1764,10 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     dispatch_dp(p.D, [&](auto dp) {
       constexpr int DP = decltype(dp)::value;
       if constexpr (DP >= 64) {
-        // D 64: 32-query dK/dV tiles by default (3 blocks an SM: 1.42 ms against 1.79 ms with
-        // 64 on an H200, B16 T1024 H32).
-        const int bq = t.dkdv_bq != 0 ? t.dkdv_bq : DP == 64 ? 32 : 64;
+        // 64-query dK/dV tiles by default; D 64 also has 32 (3 blocks an SM instead of 2, which
+        // was 21% faster until one branch a tile on the dropout cut the kernels' instruction
+        // fetch stalls; since then 64 is 5% faster on an H200, B16 T1024 H32).
+        const int bq = t.dkdv_bq != 0 ? t.dkdv_bq : 64;
         if (bq == 64) {
           launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 64>());
         } else if constexpr (DP == 64) {

@@ -233,7 +233,7 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
       ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
       ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
       if (other_tile) ::setenv("TRIDENT_ATTN_FWD_BK", "128", 1);
-      if (other_tile && c.D <= 64) ::setenv("TRIDENT_ATTN_DKDV_BQ", "64", 1);  // D 64's default: 32
+      if (other_tile && c.D <= 64) ::setenv("TRIDENT_ATTN_DKDV_BQ", "32", 1);  // D 64's other tile
     };
     check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
     check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);

@@ -756,7 +756,7 @@ TEST_P(EmulatedAttention, Wgmma) {
     wgmma.fwd_wgmma = wgmma.bwd_wgmma = true;
     run_case<__nv_bfloat16>(c, true, seed++, wgmma);
     wgmma.fwd_bk = 128;  // the other key tile
-    if (c.D <= 64) wgmma.dkdv_bq = 64;  // the other dK/dV query tile (D 64's default: 32)
+    if (c.D <= 64) wgmma.dkdv_bq = 32;  // D 64's other dK/dV query tile
     run_case<__half>(c, true, seed++, wgmma);
   }
 }
@@ -809,9 +809,9 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
       u.*other = other == &AttnTiles::dkdv_nb ? 2 : 16;
       EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
     }
-    t.dkdv_bq = 32;  // D 64's default, asked for: D 128 has none
+    t.dkdv_bq = 32;  // D 64's other tile: D 128 has none
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
-    t.dkdv_bq = 64;  // D 128's default, D 64's other tile
+    t.dkdv_bq = 64;  // the default, asked for
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
     t.dkdv_bq = 0;
     t.dq_atomic = true;
