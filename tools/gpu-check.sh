@@ -417,17 +417,19 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-attention.log" 2>&1
   rc=$?
-  # The wgmma backward's warp stall reasons (average warps stalled per issued instruction, by
-  # reason), which the sections above leave out of their text: ncu-stalls.log.
-  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_bwd_(dkdv|dq)_wgmma' -c 2 \
+  # The default wgmma kernels' warp stall reasons (average warps stalled per issued
+  # instruction, by reason), which the sections above leave out of their text: ncu-stalls.log.
+  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_wgmma' -c 3 \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-stalls.log" 2>&1
+  stall_rc=$?
   # ncu heads each kernel's report with its name two spaces in (metrics are four): demangled
   # by default, "void trident::cuda::(anonymous namespace)::attn_fwd_mma_kernel<__nv_bfloat16,
   # 128, 32, 1, 1>(trident::cuda::(anonymous namespace)::AttnParams) (16, 128, 1)x(128, 1, 1),
   # Context 1, ...", or the bare function name (--print-kernel-base function).
   heads='^  ([^ ].*)?attn_(fwd|bwd)'
-  ncu_line="rc $rc, $(grep -cE "$heads" "$logdir/ncu-attention.log") kernel reports in ncu-attention.log"
+  ncu_line="rc $rc, $(grep -cE "$heads" "$logdir/ncu-attention.log") kernel reports in ncu-attention.log;"
+  ncu_line+=" stall reasons: rc $stall_rc, $(grep -cE "$heads" "$logdir/ncu-stalls.log") kernels in ncu-stalls.log"
   # One line per kernel: its name and template arguments (which tell the tile variants apart),
   # then duration, SM and memory throughput, occupancy.
   awk -v heads="$heads" '

@@ -895,6 +895,16 @@ __device__ __forceinline__ DqRows dq_rows(const AttnParams& p, const HeadView<T>
   return r;
 }
 
+// f(std::true_type) with dropout, else f(std::false_type): the backward's elementwise steps
+// branch once a tile on p.dropout (not once per unrolled 8-key step: see dkdv_tile_p_ds).
+template <typename F>
+__device__ __forceinline__ void branch_on_dropout(bool dropout, F&& f) {
+  if (dropout)
+    f(std::true_type{});
+  else
+    f(std::false_type{});
+}
+
 // One key tile of the dQ pass for a warp's 16 query rows [wrow, wrow + 16) (r: their
 // statistics): s holds S = Q K^T, dp holds dP = dO V^T for keys [k0, k0 + 8 NT) in the C
 // layout. Leaves dS = P (z dP - delta) in s (0 for hidden keys). Shared by the mma.sync and
@@ -916,9 +926,7 @@ __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4
         if (col > row || col >= T_) s[nt][e] = -INFINITY;
       }
   }
-  // One branch a tile, not one per 8 keys: without dropout the loop is short and
-  // contiguous (see dkdv_tile_p_ds).
-  auto elementwise = [&](auto with_dropout) {
+  branch_on_dropout(p.dropout, [&](auto with_dropout) {
     constexpr bool kDrop = decltype(with_dropout)::value;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -938,11 +946,7 @@ __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4
         s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
       }
     }
-  };
-  if (p.dropout)
-    elementwise(std::true_type{});
-  else
-    elementwise(std::false_type{});
+  });
 }
 
 template <int DP, int BK>
@@ -1015,9 +1019,9 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
 // One query tile of the dK/dV pass for a warp's 16 keys [wkey, wkey + 16) (keys key0 = wkey
 // + lane / 4 and key0 + 8): st holds S^T = K Q^T, dpt holds dP^T = V dO^T for queries
 // [i0, i0 + 8 NT) in the C layout (rows = keys); sL, sDl: the queries' lse and delta (any
-// finite value or +inf for queries >= T). Leaves (P z)^T in st and dS^T = (P (z dP - delta))^T in dpt (0 for hidden
-// pairs). Every lane must call it (the shared dropout draws shuffle). Shared by the
-// mma.sync and wgmma dK/dV kernels.
+// finite value or +inf for queries >= T). Leaves (P z)^T in st and dS^T = (P (z dP -
+// delta))^T in dpt (0 for hidden pairs). Every lane must call it (the shared dropout draws
+// shuffle). Shared by the mma.sync and wgmma dK/dV kernels.
 template <typename T, int NT>
 __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[NT][4], float (&dpt)[NT][4], int wkey,
                                                int i0, int lane, const float* sL, const float* sDl, uint64_t sample,
@@ -1038,7 +1042,7 @@ __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[
   // its own branch (32 per-element ones without T % 4 == 0), made the executed code of a
   // tile sparse in a large loop: ncu counted ~2 cycles per issued instruction of the D 128
   // wgmma dK/dV kernel stalled on instruction fetch ("no instruction", 0.2 in the dQ kernel).
-  auto elementwise = [&](auto with_dropout) {
+  branch_on_dropout(p.dropout, [&](auto with_dropout) {
     constexpr bool kDrop = decltype(with_dropout)::value;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -1063,11 +1067,7 @@ __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[
         dpt[nt][e] = ds;
       }
     }
-  };
-  if (p.dropout)
-    elementwise(std::true_type{});
-  else
-    elementwise(std::false_type{});
+  });
 }
 
 template <int DP, int BQ, int NB, bool DQ>
@@ -1345,7 +1345,7 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
 
 template <int DP, int BQ>
 constexpr int wgmma_dkdv_smem_bytes() {
-  // K, V; two buffers of Q and dO; alignment; two buffers of lse * log2(e) and delta
+  // K, V; two buffers of Q and dO; alignment; two buffers of lse and delta
   return (2 * 64 + 4 * BQ) * DP * 2 + kSwizzleSpan + 2 * 2 * BQ * 4;
 }
 // Blocks an SM that ptxas must leave registers for: D 64 with 32-query tiles fits 3 (at most
@@ -1392,9 +1392,10 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
     load_tile_sw128<T, BQ, DP>(sQ0 + n * BQ * DP, gQ, p.qkv_tok, qt * BQ, T_, D);
     load_tile_sw128<T, BQ, DP>(sO0 + n * BQ * DP, gdO, p.out_tok, qt * BQ, T_, D);
     const int i = qt * BQ + static_cast<int>(threadIdx.x);
-    if (threadIdx.x < BQ) {
-      cp_async4(sL0 + n * 2 * BQ + threadIdx.x, lse + i, i < T_);
-      cp_async4(sL0 + n * 2 * BQ + BQ + threadIdx.x, delta + i, i < T_);
+    if (threadIdx.x < BQ) {  // past T: zeros, from the row base (nothing is read)
+      const bool valid = i < T_;
+      cp_async4(sL0 + n * 2 * BQ + threadIdx.x, valid ? lse + i : lse, valid);
+      cp_async4(sL0 + n * 2 * BQ + BQ + threadIdx.x, valid ? delta + i : delta, valid);
     }
   };
 
@@ -1786,7 +1787,9 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
     const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;
     // D 64: 32-query dK/dV tiles by default (3 blocks an SM instead of 2: 22% faster on an
-    // H200); two buffers exist for 64-query tiles only.
+    // H200 before the dropout branch moved out of the tile loop; since then the H200 prefers
+    // two buffers, but it runs the wgmma kernels: kept until a GPU without them is timed);
+    // two buffers exist for 64-query tiles only.
     const int bq_default = DP == 64 && !two_buffers ? BK / 2 : BK;
     const int bq = t.dkdv_bq == 0 ? bq_default : t.dkdv_bq, dq_bk = t.dq_bk == 0 ? BK : t.dq_bk;
     const bool dkdv_ok = bq == BK || (bq == BK / 2 && DP >= 64 && !two_buffers);

@@ -605,7 +605,8 @@ int env_rows_per_warp() {
   char* end = nullptr;
   const long k = std::strtol(v, &end, 10);
   TRIDENT_CHECK(*end == '\0' && k >= 0 && k <= 65536, "layernorm_forward: ", kRowsPerWarpEnv, "=", v,
-                " is not a number of rows per warp (0: as many warps as fit, the default; up to 65536)");
+                " is not a number of rows per warp (0: as many warps as fit, the default; 1: one row per warp; "
+                "k: k rows per warp, up to 65536)");
   return static_cast<int>(k);
 }
 

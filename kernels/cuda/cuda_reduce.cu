@@ -22,10 +22,7 @@ constexpr int kSumMaxBlocks = 1024; // partials of the first sum pass (second pa
 // the rows of chunk blockIdx.y in order; partials[chunk, c .. c + kV). kDrop: each row's
 // values first go through dropout_backward (as cuda_dropout.cu draws it with T =
 // rows_per_sample: row n is index (n % T) C + c of sample sample_base + n / T) and are
-// written to dx, rounded, and the rounded values are summed. Rows are loaded kRowsInFlight
-// at a time and then used in order (one load in flight per thread ran at 65% of the copy
-// rate on an H200).
-constexpr int kRowsInFlight = 4;
+// written to dx, rounded, and the rounded values are summed.
 template <typename T, int kV, bool kDrop>
 __global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t rows_per_chunk, float* partials,
                                        T* dx, DropoutParams drop, int64_t rows_per_sample) {
@@ -38,8 +35,8 @@ __global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t
   float acc[kV];
 #pragma unroll
   for (int j = 0; j < kV; ++j) acc[j] = 0.f;
-  // Row n's values v: dropped and stored (kDrop), then added.
-  auto use_row = [&](int64_t n, Vec<T, kV> v) {
+  for (int64_t n = r0; n < r1; ++n) {
+    Vec<T, kV> v = load_vec<T, kV>(x + n * C + c);
     if constexpr (kDrop) {
       const uint64_t index = static_cast<uint64_t>(in_sample) * static_cast<uint64_t>(C) + static_cast<uint64_t>(c);
       if (!drop.enabled) {
@@ -58,16 +55,7 @@ __global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t
     }
 #pragma unroll
     for (int j = 0; j < kV; ++j) acc[j] += to_f32(v.v[j]);
-  };
-  int64_t n = r0;
-  for (; n + kRowsInFlight <= r1; n += kRowsInFlight) {
-    Vec<T, kV> v[kRowsInFlight];
-#pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) v[u] = load_vec<T, kV>(x + (n + u) * C + c);
-#pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) use_row(n + u, v[u]);
   }
-  for (; n < r1; ++n) use_row(n, load_vec<T, kV>(x + n * C + c));
 #pragma unroll
   for (int j = 0; j < kV; ++j) partials[blockIdx.y * C + c + j] = acc[j];
 }

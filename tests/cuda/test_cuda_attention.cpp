@@ -212,8 +212,8 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
     ::unsetenv(v);
 }
 
-// The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there, for
-// the backward only above head dim 64): the forward (TRIDENT_ATTN_FWD_WGMMA=1) with its
+// The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there for
+// both directions above head dim 32): the forward (TRIDENT_ATTN_FWD_WGMMA=1) with its
 // default and its other key tile, and the backward (TRIDENT_ATTN_BWD_WGMMA=1) from its out
 // and lse, for every head dim above 32 (up to 32 there are no wgmma kernels: the defaults).
 TEST_P(CudaAttention, WgmmaMatchesCpu) {
