@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -227,6 +228,27 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
+// Runs f with the environment assignments `env` ("VAR=value ...", read by the kernels on
+// every call), then puts each variable back as it was.
+void with_env(const std::string& env, const std::function<void()>& f) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+  std::istringstream words(env);
+  for (std::string w; words >> w;) {
+    const size_t eq = w.find('=');
+    const std::string name = w.substr(0, eq);
+    const char* old = std::getenv(name.c_str());
+    saved.emplace_back(name, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
+    ::setenv(name.c_str(), w.substr(eq + 1).c_str(), 1);
+  }
+  f();
+  for (const auto& [name, old] : saved) {
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+}
+
 }  // namespace
 
 int run_kernel_bench(const KernelBenchOptions& opt) {
@@ -324,15 +346,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     // The forwards above have warps walk several rows (the default); the same with one row
     // per warp (TRIDENT_LN_FWD_ROWS_PER_WARP=1, read on every call), the older kernel.
     auto one_row = [&](const char* name, double work, const std::function<void()>& f) {
-      const char* env = "TRIDENT_LN_FWD_ROWS_PER_WARP";
-      const char* old = std::getenv(env);
-      const std::string saved = old != nullptr ? old : "";
-      ::setenv(env, "1", 1);
-      b.add(name, dims({rows, C}) + " bf16", work, false, f, 20);
-      if (old != nullptr)
-        ::setenv(env, saved.c_str(), 1);
-      else
-        ::unsetenv(env);
+      with_env("TRIDENT_LN_FWD_ROWS_PER_WARP=1", [&] { b.add(name, dims({rows, C}) + " bf16", work, false, f, 20); });
     };
     one_row("layernorm fwd, row per warp", 2 * act + 8.0 * rows,
             [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); });
@@ -505,18 +519,6 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       const int tile = D > 64 ? 32 : 64;  // the default key / query tile rows
       auto forward = [&] { be.attention_forward(qkv, out, lse, s, nodrop); };
       auto backward = [&] { be.attention_backward(dout, qkv, out, lse, dqkv, s, nodrop); };
-      // One row with the environment assignments `env` ("VAR=value ...") for its calls.
-      auto with_env = [&](const std::string& env, const std::function<void()>& row) {
-        std::vector<std::string> names;
-        std::istringstream words(env);
-        for (std::string w; words >> w;) {
-          const size_t eq = w.find('=');
-          names.push_back(w.substr(0, eq));
-          ::setenv(names.back().c_str(), w.substr(eq + 1).c_str(), 1);
-        }
-        row();
-        for (const std::string& n : names) ::unsetenv(n.c_str());
-      };
       // The fastest setting of the forward, and of the backward (its variants and their
       // combinations each timed as a whole).
       std::vector<TileCandidate>& fwd_c = candidates[D].first;

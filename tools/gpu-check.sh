@@ -506,8 +506,10 @@ cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"
 # target_lines <kernel table> <training row...>: one line per target (kernels/cuda/
 # PERFORMANCE.md): the memory-bound kernels at >= 80% of the copy rate, causal attention
 # fwd+bwd at head dim 64 near FlashAttention-2's ~280 TFLOP/s, gpt2-1.3b bf16 at >= 50% MFU.
+# at_least <value> <threshold>: "yes" when value >= threshold, else "no".
+at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; }
 target_lines() {
-  local table=$1 name pct tf row mfu verdict
+  local table=$1 name pct tf row mfu
   shift
   local bw=()
   for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "dropout+residual+LN fwd" "gelu fwd" \
@@ -515,24 +517,18 @@ target_lines() {
     # A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last.
     pct=$(awk -v n="$name" '{ k = substr($0, 1, 28); sub(/ +$/, "", k); if (k == n) { print $NF; exit } }' <<<"$table")
     [[ -n $pct ]] || continue
-    verdict=no
-    awk -v p="${pct%\%}" 'BEGIN { exit !(p >= 80) }' && verdict=yes
-    bw+=("$name $pct ($verdict)")
+    bw+=("$name $pct ($(at_least "${pct%\%}" 80))")
   done
   ((${#bw[@]} > 0)) && echo "memory-bound kernels >= 80% of the copy rate: $(IFS=';'; echo "${bw[*]}" | sed 's/;/; /g')"
   tf=$(awk '/^attention fwd\+bwd \(causal\)/ && / D64 / { print $(NF-2); exit }' <<<"$table")
   if [[ -n $tf ]]; then
-    verdict=no
-    awk -v t="$tf" 'BEGIN { exit !(t >= 280) }' && verdict=yes
-    echo "causal attention fwd+bwd, head dim 64, T 1024: $tf TFLOP/s (target ~280: $verdict)"
+    echo "causal attention fwd+bwd, head dim 64, T 1024: $tf TFLOP/s (target ~280: $(at_least "$tf" 280))"
   fi
   for row in "$@"; do
     [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default tiles' row, not "+tiles" or "x8"
     mfu=$(awk '{ print $NF }' <<<"$row")
     [[ $mfu == *% ]] || continue
-    verdict=no
-    awk -v m="${mfu%\%}" 'BEGIN { exit !(m >= 50) }' && verdict=yes
-    echo "gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: $mfu (target 50%: $verdict)"
+    echo "gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: $mfu (target 50%: $(at_least "${mfu%\%}" 50))"
   done
 }
 

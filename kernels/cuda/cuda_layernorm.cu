@@ -272,9 +272,9 @@ __global__ void layernorm_forward_rows_kernel(const T* x, const T* branch, T* re
 }
 
 // The row-in-registers forward with several rows per warp (the default; the kernel above is
-// TRIDENT_LN_FWD_ROWS_PER_WARP=1). With one row per warp, a
-// warp's memory traffic stops while it reduces, draws its dropout, fetches gamma and beta
-// and stores, and a block's slot stays taken until its slowest warp is done. Here warp w of the grid (W warps) walks
+// TRIDENT_LN_FWD_ROWS_PER_WARP=1). With one row per warp, a warp's memory traffic stops while
+// it reduces, draws its dropout, fetches gamma and beta and stores, and a block's slot stays
+// taken until its slowest warp is done. Here warp w of the grid (W warps) walks
 // the rows w, w + W, w + 2W, ... and issues the next row's loads (x, and the branch when
 // kRes) before it works on the current one, so they stay in flight through its reductions,
 // Philox draws and stores; gamma and beta are read once per block into shared memory. The
