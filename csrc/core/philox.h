@@ -91,14 +91,57 @@ enum DropoutSite : uint32_t {
   kSitesPerLayer = 4,
 };
 
-// True when element `index` of sample `sample` is kept.
+// The Philox block with counter `counter` of dropout key k and sample `sample`: the draw
+// behind every dropout mask (row-wise and attention).
+TRIDENT_HD Philox4 dropout_philox(const DropoutKey& k, uint64_t sample, uint64_t counter) {
+  return philox4x32_10(Philox4{{static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32),
+                                static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},
+                       static_cast<uint32_t>(k.seed) ^ 0xD1B54A32u,
+                       k.site ^ (static_cast<uint32_t>(k.seed >> 32) * 0x9E3779B9u));
+}
+
+// True when element `index` of sample `sample` is kept (the row-wise dropouts): word
+// index & 3 of block index / 4, as a 24-bit uniform.
 TRIDENT_HD bool dropout_keep(const DropoutKey& k, uint64_t sample, uint64_t index) {
   index += k.index_base;
-  const Philox4 r = philox4x32_10(
-      Philox4{{static_cast<uint32_t>(index >> 2), static_cast<uint32_t>(index >> 34),
-               static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},
-      static_cast<uint32_t>(k.seed) ^ 0xD1B54A32u, k.site ^ (static_cast<uint32_t>(k.seed >> 32) * 0x9E3779B9u));
-  return philox_uniform(r.v[index & 3]) >= k.p;
+  return philox_uniform(dropout_philox(k, sample, index >> 2).v[index & 3]) >= k.p;
+}
+
+// Attention-probability dropout draws 16-bit uniforms, 8 to a Philox block. Element (query
+// i, key j) of global head hg (T x T scores) belongs to the block that covers queries
+// i & ~1 and (i & ~1) + 1 by keys (j & ~3) .. (j & ~3) + 3, whose counter is the flat index
+// of its first element, (hg T + (i & ~1)) T + (j & ~3); word j & 3 holds the even query's
+// uniform in its low 16 bits and the odd query's in its high 16 bits. The element is kept
+// when its uniform reaches attn_drop_threshold(p) and then scaled by attn_drop_scale(p).
+// Why not dropout_keep: attention is bound by arithmetic, and a Philox block costs about
+// as much as an element's share of the tensor-core products. 8 elements a block halve the
+// draws of 24-bit uniforms, and the 2 x 4 shape lets four lanes share each block in both
+// tile layouts of the CUDA kernels (rows = queries, and rows = keys).
+TRIDENT_HD uint64_t attn_drop_counter(uint64_t hg, uint64_t T, uint64_t i, uint64_t j) {
+  return (hg * T + (i & ~uint64_t{1})) * T + (j & ~uint64_t{3});
+}
+
+// The smallest m with m * 2^-16 >= p: keep when the 16-bit uniform is >= m. 65536 (p
+// within 2^-16 of 1) keeps nothing.
+inline uint32_t attn_drop_threshold(float p) {
+  if (!(p > 0.0f)) return 0;
+  const double t = std::ceil(static_cast<double>(p) * 65536.0);
+  return t >= 65536.0 ? 65536u : static_cast<uint32_t>(t);
+}
+
+// The factor of a kept element: the inverse of the keep probability, (65536 - m) / 65536,
+// so that the expectation is exact (p * 2^16 is rarely an integer). 1 without dropout.
+inline float attn_drop_scale(float p) {
+  const uint32_t m = attn_drop_threshold(p);
+  return m >= 65536u ? 0.0f : static_cast<float>(65536.0 / static_cast<double>(65536u - m));
+}
+
+// True when element (query i, key j) of global head hg of sample `sample` is kept.
+inline bool attn_dropout_keep(const DropoutKey& k, uint64_t sample, uint64_t hg, uint64_t T, uint64_t i,
+                              uint64_t j) {
+  const Philox4 r = dropout_philox(k, sample, attn_drop_counter(hg, T, i, j));
+  const uint32_t u16 = (r.v[j & 3] >> (16 * (i & 1))) & 0xffffu;
+  return u16 >= attn_drop_threshold(k.p);
 }
 
 }  // namespace trident

@@ -2,7 +2,8 @@
 // rows processed one at a time (no tiling), softmax from the row's log-sum-exp.
 //   qkv [B, T, 3, H, D]; out [B, T, H, D]; lse f32 [B, H, T]
 //   s_ij = q_i . k_j / sqrt(D) (j <= i);  p_ij = exp(s_ij - lse_i);  out_i = sum_j p_ij z_ij v_j
-// where z_ij = keep / (1 - p_drop) is the attention-probability dropout (1 without dropout).
+// where z_ij = keep x attn_drop_scale(p_drop) is the attention-probability dropout (philox.h's
+// attn_dropout_keep; 1 without dropout).
 // The backward recomputes p from lse, so nothing but lse is saved; with dp_ij = z_ij do_i.v_j:
 //   dv_j += p_ij z_ij do_i;  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik);
 //   dq_i = sum_j ds_ij k_j / sqrt(D);  dk_j += ds_ij q_i / sqrt(D).
@@ -46,9 +47,14 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Dropout multiplier z_ij of (b, h, i, j): 1/(1-p) when kept, 0 when dropped.
-inline float drop_factor(const DropoutKey& drop, float inv_keep, uint64_t sample, uint64_t row_base, int64_t j) {
-  return dropout_keep(drop, sample, row_base + static_cast<uint64_t>(j)) ? inv_keep : 0.0f;
+// Dropout multiplier z_ij of query i, key j of global head hg (T x T scores): inv_keep when
+// kept, 0 when dropped.
+inline float drop_factor(const DropoutKey& drop, float inv_keep, uint64_t sample, uint64_t hg, int64_t T, int64_t i,
+                         int64_t j) {
+  return attn_dropout_keep(drop, sample, hg, static_cast<uint64_t>(T), static_cast<uint64_t>(i),
+                           static_cast<uint64_t>(j))
+             ? inv_keep
+             : 0.0f;
 }
 
 }  // namespace
@@ -58,7 +64,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
   const Layout L = check("attention_forward", qkv, out, lse, s);
   const int64_t T = L.T, D = L.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const float inv_keep = drop.enabled() ? 1.0f / (1.0f - drop.p) : 1.0f;
+  const float inv_keep = drop.enabled() ? attn_drop_scale(drop.p) : 1.0f;
   float* lse_p = lse.ptr<float>();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < L.B * L.H; ++bh) {
@@ -83,11 +89,10 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
       for (int64_t j = 0; j <= i; ++j) se += std::exp(static_cast<double>(p[j] - mx));
       const float l = mx + static_cast<float>(std::log(se));
       lse_p[(b * L.H + h) * T + i] = l;
-      const uint64_t row_base = (h_global * T + i) * T;
       std::fill(o, o + D, 0.f);
       for (int64_t j = 0; j <= i; ++j) {
         float w = std::exp(p[j] - l);
-        if (drop.enabled()) w *= drop_factor(drop, inv_keep, sample, row_base, j);
+        if (drop.enabled()) w *= drop_factor(drop, inv_keep, sample, h_global, T, i, j);
         const float* v = V + j * D;
         for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
       }
@@ -104,7 +109,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
   CPU_CHECK(op, dqkv.numel() == qkv.numel(), "dqkv ", dqkv.shape.str(), " vs qkv ", qkv.shape.str());
   const int64_t T = L.T, D = L.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const float inv_keep = drop.enabled() ? 1.0f / (1.0f - drop.p) : 1.0f;
+  const float inv_keep = drop.enabled() ? attn_drop_scale(drop.p) : 1.0f;
   const float* lse_p = lse.ptr<const float>();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < L.B * L.H; ++bh) {
@@ -131,11 +136,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
       const float l = lse_p[(b * L.H + h) * T + i];
       const float* q = Q + i * D;
       const float* g = dO + i * D;
-      const uint64_t row_base = (h_global * T + i) * T;
       double delta = 0;
       for (int64_t j = 0; j <= i; ++j) {
         p[j] = std::exp(scale * dot(q, K + j * D, D) - l);
-        const float z = drop.enabled() ? drop_factor(drop, inv_keep, sample, row_base, j) : 1.0f;
+        const float z = drop.enabled() ? drop_factor(drop, inv_keep, sample, h_global, T, i, j) : 1.0f;
         dp[j] = z * dot(g, V + j * D, D);
         delta += static_cast<double>(p[j]) * dp[j];
         const float w = p[j] * z;

@@ -12,9 +12,10 @@
 // backward is deterministic without float atomics (at the price of recomputing S and dP
 // in pass 3). A variant under measurement (TRIDENT_ATTN_BWD_ATOMIC=1) drops pass 3 the
 // flash-attention-2 way: pass 2 also adds dS K into an f32 dQ with float atomics, and dQ's
-// last bits then vary from run to run. Dropout masks are drawn in the kernels from philox.h with the same key and
-// element index ((h_global * T + i) * T + j) of sample drop.sample_base + b as the CPU
-// twin (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
+// last bits then vary from run to run. Dropout masks are drawn in the kernels from philox.h's
+// attn_dropout_keep (16-bit uniforms, a Philox block per 2 queries x 4 keys) with the same
+// key, head (h_global), query and key of sample drop.sample_base + b as the CPU twin
+// (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
 //
 // The forward's online softmax moves a row's reference maximum only when a score passes it
 // by more than kMaxSlack, so that most key tiles skip rescaling the output (exact: the output
@@ -39,6 +40,7 @@
 // GPU needed), wgmma included. Its extraction, tests/cuda/emulate_attention.cmake, relies on
 // the inline-PTX primitives sitting between smem_addr and pack2 and on the "Host launchers"
 // banner.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -75,95 +77,140 @@ struct AttnParams {
   int64_t out_tok = 0;  // elements between consecutive tokens of out/dout: H * D
   float scale = 1.f;       // 1 / sqrt(D)
   float scale_log2 = 1.f;  // scale * log2(e): scores in the exp2 domain
-  float inv_keep = 1.f;    // 1 / (1 - p)
+  float inv_keep = 1.f;    // attn_drop_scale(p): a kept probability's factor
+  uint32_t drop_thr = 0;   // attn_drop_threshold(p), at most 65535 (set_attn_dropout)
   bool dropout = false;
   DropoutKey drop{};
 };
 
 // ---- dropout -----------------------------------------------------------------------------
-// The Philox block that dropout_keep (philox.h) draws element `index` from: counter
-// (index >> 2, index >> 34, sample), word index & 3, kept when uniform >= p. Restated here
-// (not called) so that one block can serve two neighbouring indices and so that the word
-// is selected without a dynamically indexed array (which would live in local memory).
-// tests/cuda checks the masks against the CPU twin, which calls dropout_keep.
-__host__ __device__ __forceinline__ Philox4 attn_philox(const DropoutKey& k, uint64_t sample, uint64_t index) {
-  return philox4x32_10(Philox4{{static_cast<uint32_t>(index >> 2), static_cast<uint32_t>(index >> 34),
-                                static_cast<uint32_t>(sample), static_cast<uint32_t>(sample >> 32)}},
-                       static_cast<uint32_t>(k.seed) ^ 0xD1B54A32u,
-                       k.site ^ (static_cast<uint32_t>(k.seed >> 32) * 0x9E3779B9u));
-}
+// philox.h's attn_dropout_keep: element (query i, key j) of head hg is the 16-bit half
+// i & 1 of word j & 3 of the Philox block with counter attn_drop_counter(hg, T, i, j),
+// kept when the half reaches the threshold. Restated here with the word selected without
+// a dynamically indexed array (which would live in local memory); tests/cuda checks the
+// masks against the CPU twin, which calls attn_dropout_keep.
 __host__ __device__ __forceinline__ uint32_t philox_word(const Philox4& r, uint32_t w) {
   return w == 0 ? r.v[0] : w == 1 ? r.v[1] : w == 2 ? r.v[2] : r.v[3];
 }
+__host__ __device__ __forceinline__ Philox4 attn_block(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
+                                                       int j) {
+  return dropout_philox(p.drop, sample,
+                        attn_drop_counter(hg, static_cast<uint64_t>(p.T), static_cast<uint64_t>(i),
+                                          static_cast<uint64_t>(j)));
+}
+// The factor (inv_keep or 0) of a 16-bit uniform u.
+__host__ __device__ __forceinline__ float attn_keep(const AttnParams& p, uint32_t u) {
+  return u >= p.drop_thr ? p.inv_keep : 0.f;
+}
 
-// Dropout factors (inv_keep or 0) of indices `index` and `index + 1`.
-__host__ __device__ __forceinline__ void attn_drop_pair(const AttnParams& p, uint64_t sample, uint64_t index,
-                                                        float& z0, float& z1) {
-  const Philox4 r = attn_philox(p.drop, sample, index);
-  const uint32_t w = static_cast<uint32_t>(index & 3);
-  z0 = philox_uniform(philox_word(r, w)) >= p.drop.p ? p.inv_keep : 0.f;
-  if (w != 3) {
-    z1 = philox_uniform(philox_word(r, w + 1)) >= p.drop.p ? p.inv_keep : 0.f;
-  } else {
-    const Philox4 r1 = attn_philox(p.drop, sample, index + 1);
-    z1 = philox_uniform(r1.v[0]) >= p.drop.p ? p.inv_keep : 0.f;
+// Dropout factor of one element (a whole Philox block for it: the SIMT kernels).
+__host__ __device__ __forceinline__ float attn_drop_one(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
+                                                        int j) {
+  const uint32_t w = philox_word(attn_block(p, sample, hg, i, j), static_cast<uint32_t>(j & 3));
+  return attn_keep(p, (i & 1) ? w >> 16 : w & 0xffffu);
+}
+
+// The dropout fields of the kernels' parameters (check() and the emulated tests). A
+// threshold of 65536 keeps nothing: the device compares with 65535 and scales by 0.
+inline void set_attn_dropout(AttnParams& p, const DropoutKey& drop) {
+  p.drop = drop;
+  p.dropout = drop.enabled();
+  p.inv_keep = p.dropout ? attn_drop_scale(drop.p) : 1.0f;
+  p.drop_thr = std::min(attn_drop_threshold(drop.p), 65535u);
+}
+
+// The tensor-core kernels draw each block once: the four lanes that hold parts of the same
+// four blocks draw one block each and pass each other the words by three shuffles (a 4 x 4
+// transpose). A block costs ~60 integer operations, about as much as an element's share of
+// the tensor-core products, so these draws are most of what dropout adds to the kernels.
+// Every lane of the warp must call them. Both take two n8 tiles of the m16n8 C layout
+// (columns c and c + 8) and return the thread's 8 keep bits: bit 4 t + e for tile t and
+// the layout's element e (rows r and r + 8 for e < 2 and e >= 2, columns c + (e & 1)).
+// Bits, not factors: 8 live floats pushed the D 128 dK/dV kernel into spills.
+
+// The keep bits of the two uniforms packed in w (low half: bit 0), placed at bit `at`.
+__device__ __forceinline__ uint32_t attn_keep_bits2(const AttnParams& p, uint32_t w, int at) {
+  const uint32_t bits = static_cast<uint32_t>((w & 0xffffu) >= p.drop_thr) |
+                        (static_cast<uint32_t>((w >> 16) >= p.drop_thr) << 1);
+  return bits << at;
+}
+// The bit offset 4 t + e of block b's first element (b = 2 x element pair + tile).
+__device__ __forceinline__ int attn_block_bit(int b) { return 4 * (b & 1) + 2 * (b >> 1); }
+
+// Forward and dQ (rows = queries): the thread's rows are row0 = wrow + lane / 4 and row0 + 8,
+// its columns col and col + 1 (col = c0 + 2 (lane & 3), c0 a multiple of 8) and 8 further.
+// The lanes lane ^ {0, 1, 4, 5} hold both queries of row0's and row1's pairs and both column
+// pairs of the key quads col & ~3 and col & ~3 + 8: four blocks. Lane m = (lane & 1) |
+// ((lane >> 1) & 2) draws block m (row pair m >> 1, tile m & 1); lane n needs half
+// (n >> 1) (its row's parity) of words 2 (n & 1) and 2 (n & 1) + 1 (its columns) of each.
+__device__ __forceinline__ uint32_t attn_drop_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
+                                                   int col, int lane) {
+  const int m = (lane & 1) | ((lane >> 1) & 2);
+  const Philox4 r = attn_block(p, sample, hg, (m & 2) ? row0 + 8 : row0, (col & ~3) + (m & 1) * 8);
+  const auto part = [&](int n) {  // lane n's 32 bits of this block: its two columns, its row
+    const uint32_t lo = (n & 1) ? r.v[2] : r.v[0], hi = (n & 1) ? r.v[3] : r.v[1];
+    return (n & 2) ? (lo >> 16) | (hi & 0xffff0000u) : (lo & 0xffffu) | (hi << 16);
+  };
+  uint32_t keep = attn_keep_bits2(p, part(m), attn_block_bit(m));
+#pragma unroll
+  for (int k = 1; k < 4; ++k) {  // this lane's part of block m ^ k, from lane position m ^ k
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, part(m ^ k), (k & 1) | ((k & 2) << 1));
+    keep |= attn_keep_bits2(p, got, attn_block_bit(m ^ k));
   }
+  return keep;
 }
 
-// Dropout factor of one index.
-__host__ __device__ __forceinline__ float attn_drop_one(const AttnParams& p, uint64_t sample, uint64_t index) {
-  const Philox4 r = attn_philox(p.drop, sample, index);
-  return philox_uniform(philox_word(r, static_cast<uint32_t>(index & 3))) >= p.drop.p ? p.inv_keep : 0.f;
-}
-
-// Fewer Philox blocks in the tensor-core kernels (T % 4 == 0, so that the 4 elements of a
-// Philox block are 4 consecutive keys j of one query row: (hg T + i) T is a multiple of 4).
-// A block costs ~60 integer operations, about as much as an element's share of the
-// tensor-core products, so drawing one per element pair or per element was a large part
-// of the kernels' time with dropout on. Lanes that hold parts of the same blocks draw one
-// block each and exchange the words by shuffles; every lane of the warp must call these.
-__device__ __forceinline__ float attn_keep(const AttnParams& p, uint32_t word) {
-  return philox_uniform(word) >= p.drop.p ? p.inv_keep : 0.f;
-}
-
-// Forward and dQ (C layout of an m16n8 tile): the thread's elements are rows row0 and
-// row0 + 8 (bases rb0, rb1 = (hg T + row) T), columns col and col + 1 (col even). Lanes tq
-// and tq ^ 1 (partners by lane ^ 1) cover the 4-column group col & ~3 of both rows: the
-// even lane draws row0's block, the odd lane row1's, and each passes the partner the two
-// words it needs. z: row0 col, row0 col + 1, row1 col, row1 col + 1.
-__device__ __forceinline__ void attn_drop_rows(const AttnParams& p, uint64_t sample, uint64_t rb0, uint64_t rb1,
-                                               int col, int tq, float (&z)[4]) {
-  const bool odd = tq & 1;  // col % 4 == 2: words 2 and 3 of a block
-  const Philox4 r = attn_philox(p.drop, sample, (odd ? rb1 : rb0) + static_cast<uint64_t>(col & ~3));
-  const uint32_t give0 = odd ? r.v[0] : r.v[2], give1 = odd ? r.v[1] : r.v[3];
-  const uint32_t got0 = __shfl_xor_sync(0xffffffffu, give0, 1), got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-  z[0] = attn_keep(p, odd ? got0 : r.v[0]);
-  z[1] = attn_keep(p, odd ? got1 : r.v[1]);
-  z[2] = attn_keep(p, odd ? r.v[2] : got0);
-  z[3] = attn_keep(p, odd ? r.v[3] : got1);
-}
-
-// dK/dV (transposed tile: rows = keys): the thread's elements are keys key0 and key0 + 8
-// and queries i and i + 1; z[e] for e = (key1 ? 2 : 0) + (query i + 1 ? 1 : 0). The four
-// lanes m = key0 % 4 (lane bits 2-3; the same tq, so the same i) cover 4 blocks: keys
-// key0 - m .. + 3 (or 8 further) of query i (or i + 1). Lane m draws block m; in round k
-// it receives word m of block m ^ k from lane position m ^ k (a 4 x 4 transpose).
-__device__ __forceinline__ void attn_drop_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0, int i,
-                                               int lane, float (&z)[4]) {
+// dK/dV (rows = keys): the thread's keys are key0 = wkey + lane / 4 and key0 + 8, its
+// queries i and i + 1 (i = i0 + 2 (lane & 3), i0 a multiple of 8) and 8 further: word
+// key0 & 3 of each of the four blocks (key quad of key0 or key1) x (tile), whose two
+// halves are its queries i, i + 1. The lanes with the same lane & 3 and lane >> 4 share the
+// blocks; lane m = (lane >> 2) & 3 draws block m (key quad m >> 1, tile m & 1).
+__device__ __forceinline__ uint32_t attn_drop_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0, int i,
+                                                   int lane) {
   const int m = (lane >> 2) & 3;
-  const uint64_t T = static_cast<uint64_t>(p.T);
-  const uint64_t q = static_cast<uint64_t>(i + (m & 1)), kb = static_cast<uint64_t>(key0 - m + (m >> 1) * 8);
-  const Philox4 r = attn_philox(p.drop, sample, (hg * T + q) * T + kb);
-  uint32_t got[4];  // got[k]: word m of block m ^ k
-  got[0] = philox_word(r, static_cast<uint32_t>(m));
+  const Philox4 r = attn_block(p, sample, hg, i + (m & 1) * 8, key0 - m + (m >> 1) * 8);
+  uint32_t keep = attn_keep_bits2(p, philox_word(r, static_cast<uint32_t>(m)), attn_block_bit(m));
 #pragma unroll
-  for (int k = 1; k < 4; ++k)
-    got[k] = __shfl_xor_sync(0xffffffffu, philox_word(r, static_cast<uint32_t>(m ^ k)), k << 2);
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {  // block b is got[b ^ m], selected without a runtime index
-    const uint32_t w = m == 0 ? got[b] : m == 1 ? got[b ^ 1] : m == 2 ? got[b ^ 2] : got[b ^ 3];
-    z[b] = attn_keep(p, w);
+  for (int k = 1; k < 4; ++k) {  // word m of block m ^ k, from lane position m ^ k
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, philox_word(r, static_cast<uint32_t>(m ^ k)), k << 2);
+    keep |= attn_keep_bits2(p, got, attn_block_bit(m ^ k));
   }
+  return keep;
+}
+
+// The keep bits of a warp tile's NT n8 tiles (all lanes draw them together): element e of
+// n8 tile nt at bit 4 (nt % 8) + e of word nt / 8 (attn_drop_rows/keys' bits, pair by
+// pair). The wgmma kernels draw them while the tile's score products run on the tensor
+// cores, and the elementwise step reads one bit an element.
+template <int NT>
+struct KeepBits {
+  static_assert(NT % 2 == 0, "dropout draws take n8 tiles in pairs");
+  uint32_t w[(NT + 7) / 8] = {};
+  __device__ __forceinline__ float factor(const AttnParams& p, int nt, int e) const {
+    return (w[nt / 8] >> (4 * (nt % 8) + e)) & 1u ? p.inv_keep : 0.f;
+  }
+};
+// Rows = queries (forward, dQ): the warp's rows row0 = wrow + lane / 4 and row0 + 8 against
+// keys k0 .. k0 + 8 NT - 1.
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> attn_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
+                                                       int k0, int lane) {
+  KeepBits<NT> keep;
+#pragma unroll
+  for (int q = 0; q < NT / 2; ++q)
+    keep.w[q / 4] |= attn_drop_rows(p, sample, hg, row0, k0 + q * 16 + (lane & 3) * 2, lane) << (8 * (q % 4));
+  return keep;
+}
+// Rows = keys (dK/dV): the warp's keys key0 = wkey + lane / 4 and key0 + 8 against queries
+// i0 .. i0 + 8 NT - 1.
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> attn_keep_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0,
+                                                       int i0, int lane) {
+  KeepBits<NT> keep;
+#pragma unroll
+  for (int q = 0; q < NT / 2; ++q)
+    keep.w[q / 4] |= attn_drop_keys(p, sample, hg, key0, i0 + q * 16 + (lane & 3) * 2, lane) << (8 * (q % 4));
+  return keep;
 }
 
 // =========================================================================================
@@ -518,13 +565,13 @@ __device__ __forceinline__ HeadView<T> head_view(const AttnParams& p, int b, int
 // s holds their raw scores against keys [k0, k0 + 8 NT) in the C layout of m16n8 tiles.
 // Masks hidden keys, moves the rows' reference maxima m when a score passes them by more
 // than kMaxSlack (rescaling the output o and the partial sums l), turns s into P (times the
-// dropout factors) and adds P's row sums to l. The caller turns s into the A operand of
-// P V. Shared by the mma.sync and the wgmma kernels: a warp's accumulator fragments have
-// the same layout in both.
+// dropout factors of keep, attn_keep_rows' bits) and adds P's row sums to l. The caller
+// turns s into the A operand of P V. Shared by the mma.sync and the wgmma kernels: a warp's
+// accumulator fragments have the same layout in both.
 template <typename T, int NT, int DP>
 __device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)[NT][4], float (&o)[DP / 8][4],
                                                  float (&m)[2], float (&l)[2], int wrow, int k0, int lane,
-                                                 uint64_t sample, uint64_t hg) {
+                                                 const KeepBits<NT>& keep) {
   constexpr int BK = 8 * NT;
   const int T_ = p.T, tq = lane & 3;
   const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
@@ -582,30 +629,11 @@ __device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)
     l[0] += s[nt][0] + s[nt][1];
     l[1] += s[nt][2] + s[nt][3];
   }
-  if (p.dropout) {
-    const uint64_t rb0 = (hg * T_ + row0) * T_, rb1 = (hg * T_ + row1) * T_;  // dropout row bases
+  if (p.dropout) {  // rows and keys past T get factors too: their values are never stored
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int col = k0 + nt * 8 + tq * 2;
-      if (T_ % 4 == 0) {  // rows past T get factors too: their values are never stored
-        float z[4];
-        attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= z[e];
-        continue;
-      }
-      float z0, z1;
-      if (row0 < T_) {
-        attn_drop_pair(p, sample, rb0 + col, z0, z1);
-        s[nt][0] *= z0;
-        s[nt][1] *= z1;
-      }
-      if (row1 < T_) {
-        attn_drop_pair(p, sample, rb1 + col, z0, z1);
-        s[nt][2] *= z0;
-        s[nt][3] *= z1;
-      }
-    }
+      for (int e = 0; e < 4; ++e) s[nt][e] *= keep.factor(p, nt, e);
   }
 }
 
@@ -713,7 +741,10 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
       mma_abt_wm<T, DP, NT, WM>(s, sQ, sK, warp, lane);
 #pragma unroll
       for (int mt = 0; mt < WM; ++mt) {
-        fwd_softmax_tile<T, NT, DP>(p, s[mt], o[mt], m[mt], l[mt], q0 + mt * 64 + warp * 16, k0, lane, sample, hg);
+        const int wrow = q0 + mt * 64 + warp * 16;
+        KeepBits<NT> keep;
+        if (p.dropout) keep = attn_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
+        fwd_softmax_tile<T, NT, DP>(p, s[mt], o[mt], m[mt], l[mt], wrow, k0, lane, keep);
         c_to_a<T, NT>(s[mt], pa[mt]);
       }
     }
@@ -855,9 +886,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
     for (int ks = 0; ks < DP / 16; ++ks)
       wgmma_ss<T, BK>(s, kmajor_desc<T, BQ>(sQ, ks), kmajor_desc<T, BK>(sK, ks), ks > 0);
     wgmma_commit();
+    KeepBits<NT> keep;  // drawn while the products run
+    if (p.dropout) keep = attn_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
     wgmma_wait<0>();
     fence_acc(s);
-    fwd_softmax_tile<T, NT, DP>(p, s, o, m, l, wrow, k0, lane, sample, hg);
+    fwd_softmax_tile<T, NT, DP>(p, s, o, m, l, wrow, k0, lane, keep);
     uint32_t pa[NT / 2][4];
     c_to_a<T, NT>(s, pa);
     fence_acc(o);  // the softmax's rescale of o happens before the products that add to it
@@ -873,11 +906,10 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
   fwd_store_rows<T, DP>(p, o, m, l, b, h, wrow, lane);
 }
 
-// A dQ warp's two query rows row0 = wrow + lane / 4 and row1 = row0 + 8: their dropout row
-// bases, lse times log2(e) and delta (0 past T).
+// A dQ warp's two query rows row0 = wrow + lane / 4 and row1 = row0 + 8: their lse times
+// log2(e) and delta (0 past T).
 struct DqRows {
   int row0, row1;
-  uint64_t rb0, rb1;
   float ls0, ls1, dl0, dl1;
 };
 template <typename T>
@@ -886,8 +918,6 @@ __device__ __forceinline__ DqRows dq_rows(const AttnParams& p, const HeadView<T>
   DqRows r;
   r.row0 = wrow + (lane >> 2);
   r.row1 = r.row0 + 8;
-  r.rb0 = (hv.hg * T_ + r.row0) * T_;
-  r.rb1 = (hv.hg * T_ + r.row1) * T_;
   r.ls0 = r.row0 < T_ ? hv.lse[r.row0] * kLog2e : 0.f;
   r.ls1 = r.row1 < T_ ? hv.lse[r.row1] * kLog2e : 0.f;
   r.dl0 = r.row0 < T_ ? hv.delta[r.row0] : 0.f;
@@ -907,15 +937,14 @@ __device__ __forceinline__ void branch_on_dropout(bool dropout, F&& f) {
 
 // One key tile of the dQ pass for a warp's 16 query rows [wrow, wrow + 16) (r: their
 // statistics): s holds S = Q K^T, dp holds dP = dO V^T for keys [k0, k0 + 8 NT) in the C
-// layout. Leaves dS = P (z dP - delta) in s (0 for hidden keys). Shared by the mma.sync and
-// wgmma dQ kernels.
+// layout; keep: their dropout bits (attn_keep_rows). Leaves dS = P (z dP - delta) in s (0
+// for hidden keys). Shared by the mma.sync and wgmma dQ kernels.
 template <typename T, int NT>
 __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4], const float (&dp)[NT][4], int wrow,
-                                           int k0, int lane, const DqRows& r, uint64_t sample) {
+                                           int k0, int lane, const DqRows& r, const KeepBits<NT>& keep) {
   constexpr int BK = 8 * NT;
   const int T_ = p.T, tq = lane & 3;
   const int row0 = r.row0, row1 = r.row1;
-  const uint64_t rb0 = r.rb0, rb1 = r.rb1;
   const float ls0 = r.ls0, ls1 = r.ls1, dl0 = r.dl0, dl1 = r.dl1;
   if (k0 + BK - 1 > wrow || k0 + BK > T_) {  // warp-uniform: hidden keys get score -inf, P 0
 #pragma unroll
@@ -929,23 +958,13 @@ __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4
   branch_on_dropout(p.dropout, [&](auto with_dropout) {
     constexpr bool kDrop = decltype(with_dropout)::value;
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int col = k0 + nt * 8 + tq * 2;
-      float z[4] = {1.f, 1.f, 1.f, 1.f};
-      if constexpr (kDrop) {
-        if (T_ % 4 == 0) {
-          attn_drop_rows(p, sample, rb0, rb1, col, tq, z);
-        } else {
-          if (row0 < T_) attn_drop_pair(p, sample, rb0 + col, z[0], z[1]);
-          if (row1 < T_) attn_drop_pair(p, sample, rb1 + col, z[2], z[3]);
-        }
-      }
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float pe = exp2_ftz(fmaf(s[nt][e], p.scale_log2, -(e < 2 ? ls0 : ls1)));
-        s[nt][e] = pe * (z[e] * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
+        const float z = kDrop ? keep.factor(p, nt, e) : 1.f;
+        s[nt][e] = pe * (z * dp[nt][e] - (e < 2 ? dl0 : dl1));  // dS
       }
-    }
   });
 }
 
@@ -957,8 +976,14 @@ constexpr int dq_smem_bytes() {
 // Backward pass 3: dQ. Grid (B*H, ceil(T/64)); block: 64 query rows (4 warps x 16), key
 // tiles of BK rows up to the diagonal, double-buffered (tile kb+1 loads while kb is used).
 // Per tile: S = Q K^T, dP = dO V^T, dS = P (z dP - delta), dQ += dS K; dQ * scale at the end.
+// (Left to itself, ptxas for sm_80 held the D <= 64 kernels to 128 registers and spilled;
+// 3 blocks an SM allow 168, which they fit in. 0: no minimum, ptxas's own choice.)
+template <int DP>
+constexpr int dq_mma_min_blocks() {
+  return DP <= 64 ? 3 : 0;
+}
 template <typename T, int DP, int BK>
-__global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kThreads, dq_mma_min_blocks<DP>()) attn_bwd_dq_mma_kernel(const AttnParams p) {
   constexpr int BQ = 64, LDS = DP + 8, NT = BK / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -1003,9 +1028,11 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
       const T* sK = odd ? sK1 : sK0;
       const T* sV = odd ? sV1 : sV0;
       float s[NT][4], dp[NT][4];
+      KeepBits<NT> keep;
+      if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);
       mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
       mma_abt<T, DP, NT>(dp, sO, sV, warp, lane);
-      dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, hv.sample);
+      dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, keep);
       uint32_t da[NT / 2][4];
       c_to_a<T, NT>(s, da);
       mma_ab_regs<T, DP, NT / 2>(dq, da, sK, lane);
@@ -1019,13 +1046,13 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_mma_kernel(const AttnPar
 // One query tile of the dK/dV pass for a warp's 16 keys [wkey, wkey + 16) (keys key0 = wkey
 // + lane / 4 and key0 + 8): st holds S^T = K Q^T, dpt holds dP^T = V dO^T for queries
 // [i0, i0 + 8 NT) in the C layout (rows = keys); sL, sDl: the queries' lse and delta (any
-// finite value or +inf for queries >= T). Leaves (P z)^T in st and dS^T = (P (z dP -
-// delta))^T in dpt (0 for hidden pairs). Every lane must call it (the shared dropout draws
-// shuffle). Shared by the mma.sync and wgmma dK/dV kernels.
+// finite value or +inf for queries >= T); keep: the dropout bits (attn_keep_keys). Leaves
+// (P z)^T in st and dS^T = (P (z dP - delta))^T in dpt (0 for hidden pairs). Shared by the
+// mma.sync and wgmma dK/dV kernels.
 template <typename T, int NT>
 __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[NT][4], float (&dpt)[NT][4], int wkey,
-                                               int i0, int lane, const float* sL, const float* sDl, uint64_t sample,
-                                               uint64_t hg) {
+                                               int i0, int lane, const float* sL, const float* sDl,
+                                               const KeepBits<NT>& keep) {
   constexpr int BQ = 8 * NT;
   const int T_ = p.T, tq = lane & 3;
   const int key0 = wkey + (lane >> 2), key1 = key0 + 8;
@@ -1039,29 +1066,20 @@ __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[
       }
   }
   // One branch a tile on the dropout. Its draws inlined into every 8-query step, each behind
-  // its own branch (32 per-element ones without T % 4 == 0), made the executed code of a
-  // tile sparse in a large loop: ncu counted ~2 cycles per issued instruction of the D 128
-  // wgmma dK/dV kernel stalled on instruction fetch ("no instruction", 0.2 in the dQ kernel).
+  // its own branch, made the executed code of a tile sparse in a large loop: ncu counted ~2
+  // cycles per issued instruction of the D 128 wgmma dK/dV kernel stalled on instruction
+  // fetch ("no instruction", 0.2 in the dQ kernel). The draws now run before this step.
   branch_on_dropout(p.dropout, [&](auto with_dropout) {
     constexpr bool kDrop = decltype(with_dropout)::value;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      float zq[4] = {1.f, 1.f, 1.f, 1.f};  // shared draws (T % 4 == 0): all lanes, before the mask
-      const bool shared_draws = kDrop && T_ % 4 == 0;
-      if constexpr (kDrop) {
-        if (shared_draws) attn_drop_keys(p, sample, hg, key0, i0 + nt * 8 + tq * 2, lane, zq);
-      }
-      const float l2[2] = {sL[nt * 8 + tq * 2] * kLog2e, sL[nt * 8 + tq * 2 + 1] * kLog2e};
+      const int q = nt * 8 + tq * 2;  // the thread's first query in the n8 tile
+      const float l2[2] = {sL[q] * kLog2e, sL[q + 1] * kLog2e};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int ii = nt * 8 + tq * 2 + (e & 1);
         float pe = exp2_ftz(fmaf(st[nt][e], p.scale_log2, -l2[e & 1]));  // 0 where hidden
-        float z = zq[e];
-        if constexpr (kDrop) {
-          const int i = i0 + ii, j = e < 2 ? key0 : key1;
-          if (!shared_draws && pe != 0.f) z = attn_drop_one(p, sample, (hg * T_ + i) * T_ + j);
-        }
-        const float ds = pe * (z * dpt[nt][e] - sDl[ii]);
+        const float z = kDrop ? keep.factor(p, nt, e) : 1.f;
+        const float ds = pe * (z * dpt[nt][e] - sDl[q + (e & 1)]);
         pe *= z;
         st[nt][e] = pe;  // P z
         dpt[nt][e] = ds;
@@ -1218,9 +1236,11 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
     const float* sDl = sL + BQ;
     if (i0 + BQ - 1 >= wkey) {  // warp-uniform: skip a tile whose queries all precede the keys
       float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
+      KeepBits<NT> keep;
+      if (p.dropout) keep = attn_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
       mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
       mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
-      dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sDl, sample, hg);
+      dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sDl, keep);
       uint32_t pa[NT / 2][4];
       c_to_a<T, NT>(st, pa);
       mma_ab_regs<T, DP, NT / 2>(dv, pa, sO, lane);
@@ -1323,10 +1343,12 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
       wgmma_ss<T, BK>(dp, kmajor_desc<T, BQ>(sO, ks), kmajor_desc<T, BK>(sV, ks), ks > 0);
     }
     wgmma_commit();
+    KeepBits<NT> keep;  // drawn while the products run
+    if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);
     wgmma_wait<0>();
     fence_acc(s);
     fence_acc(dp);
-    dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, hv.sample);
+    dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, keep);
     uint32_t da[NT / 2][4];
     c_to_a<T, NT>(s, da);
     fence_acc(dq);
@@ -1429,10 +1451,12 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
       wgmma_ss<T, BQ>(dpt, kmajor_desc<T, BKV>(sV, ks), kmajor_desc<T, BQ>(sO, ks), ks > 0);
     }
     wgmma_commit();
+    KeepBits<NT> keep;  // drawn while the products run
+    if (p.dropout) keep = attn_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
     wgmma_wait<0>();
     fence_acc(st);
     fence_acc(dpt);
-    dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sL + BQ, sample, hg);
+    dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sL + BQ, keep);
     uint32_t pa[NT / 2][4], da[NT / 2][4];
     c_to_a<T, NT>(st, pa);
     c_to_a<T, NT>(dpt, da);
@@ -1502,7 +1526,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
   const int64_t HD = static_cast<int64_t>(p.H) * D;
   const T* base = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + static_cast<int64_t>(h) * D;
   const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t row_base = (static_cast<uint64_t>(p.head_offset + h) * T_ + i) * T_;
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
   float q[kSimtDims], acc[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
   load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
   float m = -INFINITY, l = 0.f;
@@ -1516,7 +1540,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
     const float al = expf(m - mn);  // 0 on the first key (m = -inf)
     const float pe = expf(s - mn);
     l = l * al + pe;
-    const float w_ = p.dropout ? pe * attn_drop_one(p, sample, row_base + j) : pe;
+    const float w_ = p.dropout ? pe * attn_drop_one(p, sample, hg, i, j) : pe;
 #pragma unroll
     for (int c = 0; c < kSimtDims; ++c) acc[c] = acc[c] * al + w_ * v[c];
     m = mn;
@@ -1585,7 +1609,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_simt_kernel(const AttnPa
   const T* base = static_cast<const T*>(p.qkv) + static_cast<int64_t>(b) * T_ * p.qkv_tok + head;
   const T* gdo = static_cast<const T*>(p.dout) + (static_cast<int64_t>(b) * T_ + i) * p.out_tok + head;
   const uint64_t sample = p.drop.sample_base + static_cast<uint64_t>(b);
-  const uint64_t row_base = (static_cast<uint64_t>(p.head_offset + h) * T_ + i) * T_;
+  const uint64_t hg = static_cast<uint64_t>(p.head_offset + h);
   const float li = p.lse[static_cast<int64_t>(bh) * T_ + i];
   const float di = p.delta[static_cast<int64_t>(bh) * T_ + i];
   float q[kSimtDims], g[kSimtDims], dq[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
@@ -1597,7 +1621,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_simt_kernel(const AttnPa
     load_row(k, kj, D, lane);
     load_row(v, kj + HD, D, lane);
     const float pe = expf(warp_sum(dot_part(q, k)) * p.scale - li);
-    const float z = p.dropout ? attn_drop_one(p, sample, row_base + j) : 1.f;
+    const float z = p.dropout ? attn_drop_one(p, sample, hg, i, j) : 1.f;
     const float ds = pe * (z * warp_sum(dot_part(g, v)) - di);
 #pragma unroll
     for (int c = 0; c < kSimtDims; ++c) dq[c] += ds * k[c];
@@ -1630,7 +1654,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_simt_kernel(const Attn
     load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
     load_row(g, gdo + static_cast<int64_t>(i) * p.out_tok, D, lane);
     const float pe = expf(warp_sum(dot_part(q, k)) * p.scale - lse[i]);
-    const float z = p.dropout ? attn_drop_one(p, sample, (hg * T_ + i) * T_ + j) : 1.f;
+    const float z = p.dropout ? attn_drop_one(p, sample, hg, i, j) : 1.f;
     const float ds = pe * (z * warp_sum(dot_part(g, v)) - delta[i]);
     const float pz = pe * z;
 #pragma unroll
@@ -1987,9 +2011,7 @@ Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor
   p.out_tok = H * D;
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   p.scale_log2 = p.scale * kLog2e;
-  p.dropout = drop.enabled();
-  p.inv_keep = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
-  p.drop = drop;
+  set_attn_dropout(p, drop);
   const char* force_simt = std::getenv("TRIDENT_ATTN_SIMT");
   const bool simt_forced = force_simt != nullptr && force_simt[0] != '\0' && std::strcmp(force_simt, "0") != 0;
   c.mma = qkv.dtype != DType::F32 && s.D % 8 == 0 && aligned16(qkv.data) && aligned16(out.data) && !simt_forced;

@@ -10,8 +10,8 @@
 //     fp16 2e-3 + 2e-3 max|ref|   (tensor cores: P and dS are rounded to fp16 for the
 //     bf16 1e-2 + 1e-2 max|ref|    products, delta uses the rounded O; 2-4 ulps of P)
 // - lse (f32 from the same rounded inputs): rtol 1e-5, atol 1e-4 for every dtype.
-// With dropout (p up to 0.5) the same tolerances apply: the kernels draw the mask from the
-// same Philox key and element index as the CPU, so the masks are identical; a differing
+// With dropout (p up to 0.5) the same tolerances apply: the kernels draw the mask of
+// philox.h's attn_dropout_keep, as the CPU does, so the masks are identical; a differing
 // mask element would move an output by about p_ij / (1 - p), far outside them.
 // The CPU-emulated run of the same kernels (test_cuda_attention_emulated.cpp, no GPU
 // needed) stays within these tolerances with a margin of 3x or more.

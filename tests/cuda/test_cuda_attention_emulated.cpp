@@ -15,7 +15,7 @@
 // What it cannot check: real-hardware timing, bank conflicts, the PTX strings themselves
 // (compiled by nvcc in the library build) and register allocation (tools/check-cuda-spills.sh).
 // Reference: double-precision attention on the same rounded inputs, with philox.h's
-// dropout_keep; tolerances as in test_cuda_attention.cpp.
+// attn_dropout_keep; tolerances as in test_cuda_attention.cpp.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -410,9 +410,11 @@ namespace trident::cuda {
 namespace {
 
 // getcontext is declared returns_twice, but these contexts are only entered through
-// makecontext's entry point, so nothing here is ever clobbered.
+// makecontext's entry point, so nothing here is ever clobbered (nor, as GCC's flow
+// analysis across the second return may conclude, read uninitialised).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wclobbered"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // Runs kernel(p) over a (gx, gy) grid of 128-thread blocks with `smem` bytes of shared memory.
 template <class K>
 void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p) {
@@ -520,7 +522,9 @@ Reference reference(const std::vector<float>& qkv, const std::vector<float>& dou
   r.lse.assign(static_cast<size_t>(B) * H * T, 0.0);
   r.dqkv.assign(qkv.size(), 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  const double inv_keep = drop.enabled() ? 1.0 / (1.0 - static_cast<double>(drop.p)) : 1.0;
+  // The inverse of the 16-bit keep probability (philox.h's attention dropout).
+  const double inv_keep =
+      drop.enabled() ? 1.0 / (1.0 - std::ceil(static_cast<double>(drop.p) * 65536.0) / 65536.0) : 1.0;
   std::vector<double> P(static_cast<size_t>(T) * T), Z(P.size()), dP(P.size());
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < H; ++h) {
@@ -541,7 +545,7 @@ Reference reference(const std::vector<float>& qkv, const std::vector<float>& dou
         for (int j = 0; j <= i; ++j) {
           const size_t ij = static_cast<size_t>(i) * T + j;
           P[ij] = std::exp(s[j] - l);
-          Z[ij] = drop.enabled() ? (dropout_keep(drop, sample, (hg * T + i) * T + j) ? inv_keep : 0.0) : 1.0;
+          Z[ij] = drop.enabled() ? (attn_dropout_keep(drop, sample, hg, T, i, j) ? inv_keep : 0.0) : 1.0;
           for (int d = 0; d < D; ++d) r.out[oi(b, i, h, d)] += P[ij] * Z[ij] * x(b, j, 2, h, d);
         }
       }
@@ -635,9 +639,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   p.out_tok = static_cast<int64_t>(c.H) * c.D;
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   p.scale_log2 = p.scale * kLog2e;
-  p.dropout = drop.enabled();
-  p.inv_keep = p.dropout ? 1.0f / (1.0f - drop.p) : 1.0f;
-  p.drop = drop;
+  set_attn_dropout(p, drop);
 
   const unsigned rows = static_cast<unsigned>((nrow + 3) / 4);
   if (tensor_cores) {
@@ -668,12 +670,12 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
 }
 
 // Tails in both tile directions, every head-dim bucket (32/64/128) with and without padding,
-// several heads and batches, dropout (with T % 4 != 0 and == 0: two ways of drawing), T = 1.
+// several heads and batches, dropout (odd and even T, tails of the shared draws), T = 1.
 const std::vector<Case>& cases() {
   static const std::vector<Case> v = {
       {1, 37, 2, 64, 1, 0.0f},  {2, 37, 1, 64, 2, 0.5f},  {1, 129, 1, 120, 5, 0.5f}, {1, 45, 1, 8, 0, 0.0f},
       {1, 100, 1, 128, 1, 0.1f}, {1, 70, 1, 40, 0, 0.2f}, {2, 1, 1, 64, 0, 0.5f},    {1, 64, 1, 24, 0, 0.0f},
-      // T % 4 == 0 with dropout: the Philox blocks shared between lanes (attn_drop_rows/keys).
+      // Dropout with T % 4 == 0.
       {2, 96, 2, 64, 1, 0.3f},   {1, 132, 1, 128, 2, 0.5f},
       // Large scores whose maxima grow along the keys (forward rescaling past the first tile).
       {1, 160, 1, 64, 0, 0.0f, 4.f}, {1, 130, 1, 128, 1, 0.1f, 4.f},
@@ -841,25 +843,81 @@ INSTANTIATE_TEST_SUITE_P(CpAsync, EmulatedAttention, ::testing::Values(false, tr
                            return std::string(info.param ? "eager" : "deferred");
                          });
 
-// The pair draw of the forward/dQ kernels and the single draw of dK/dV against philox.h's
-// dropout_keep, which the CPU twin uses.
-TEST(EmulatedAttentionDropout, MatchesDropoutKeep) {
+// The single draw of the CUDA-core kernels against philox.h's attn_dropout_keep, which the
+// CPU twin uses, and the factors: inv_keep when kept, 0 when not.
+TEST(EmulatedAttentionDropout, OneDrawMatchesAttnDropoutKeep) {
   std::mt19937_64 rng(7);
-  int bad = 0;
+  int bad = 0, kept = 0;
   for (int t = 0; t < 100000; ++t) {
+    DropoutKey drop;
+    drop.p = static_cast<float>(rng() % 100) / 100.0f;
+    drop.seed = rng();
+    drop.site = static_cast<uint32_t>(rng());
     AttnParams p;
-    p.drop.p = static_cast<float>(rng() % 100) / 100.0f;
-    p.drop.seed = rng();
-    p.drop.site = static_cast<uint32_t>(rng());
-    p.inv_keep = 1.0f / (1.0f - p.drop.p);
-    const uint64_t sample = rng() >> (rng() % 64), index = rng() >> (rng() % 64);
-    float z0 = -1, z1 = -1;
-    attn_drop_pair(p, sample, index, z0, z1);
-    const float e0 = dropout_keep(p.drop, sample, index) ? p.inv_keep : 0.f;
-    const float e1 = dropout_keep(p.drop, sample, index + 1) ? p.inv_keep : 0.f;
-    bad += (z0 != e0) + (z1 != e1) + (attn_drop_one(p, sample, index) != e0);
+    p.T = 1 + static_cast<int>(rng() % 5000);
+    set_attn_dropout(p, drop);
+    const uint64_t sample = rng() >> (rng() % 64), hg = rng() % 100;
+    const int i = static_cast<int>(rng() % p.T), j = static_cast<int>(rng() % p.T);
+    const bool keep = attn_dropout_keep(drop, sample, hg, p.T, i, j);
+    const float z = attn_drop_one(p, sample, hg, i, j);
+    bad += z != (keep ? p.inv_keep : 0.f);
+    kept += keep;
   }
   EXPECT_EQ(bad, 0);
+  EXPECT_GT(kept, 20000);  // both outcomes were seen (mean p ~0.5)
+  EXPECT_LT(kept, 80000);
+}
+
+// The shared draws of the tensor-core kernels (four lanes, one block each, exchanged by
+// shuffles), run on emulated warps over whole T x T score matrices in both tile layouts,
+// against attn_dropout_keep per element. p.out receives the factors of the rows layout
+// (forward, dQ), p.dqkv those of the keys layout (dK/dV), both [T][T] by (query, key).
+void shared_draws_probe(const AttnParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3, T_ = p.T;
+  float* rows = static_cast<float*>(p.out);
+  float* keys = static_cast<float*>(p.dqkv);
+  const uint64_t sample = p.drop.sample_base + 1, hg = static_cast<uint64_t>(p.head_offset);
+  constexpr int NT = 16;  // 128 columns a draw: two words of bits
+  for (int r0 = warp * 16; r0 < T_; r0 += 64)  // 16-row tiles of queries (rows) or keys (keys)
+    for (int c0 = 0; c0 < T_; c0 += 8 * NT) {
+      const KeepBits<NT> by_rows = attn_keep_rows<NT>(p, sample, hg, r0 + (lane >> 2), c0, lane);
+      const KeepBits<NT> by_keys = attn_keep_keys<NT>(p, sample, hg, r0 + (lane >> 2), c0, lane);
+      for (int nt = 0; nt < NT; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int r = r0 + (lane >> 2) + (e >> 1) * 8, c = c0 + nt * 8 + tq * 2 + (e & 1);
+          if (r < T_ && c < T_) {
+            rows[r * T_ + c] = by_rows.factor(p, nt, e);  // r: query, c: key
+            keys[c * T_ + r] = by_keys.factor(p, nt, e);  // r: key, c: query
+          }
+        }
+    }
+}
+
+TEST(EmulatedAttentionDropout, SharedDrawsMatchAttnDropoutKeep) {
+  for (const int T : {1, 7, 16, 45, 200}) {
+    DropoutKey drop;
+    drop.p = 0.37f;
+    drop.seed = 0xABCDEF0123ull + T;
+    drop.site = 3;
+    drop.sample_base = 41;
+    AttnParams p;
+    p.T = T;
+    p.head_offset = 5;
+    set_attn_dropout(p, drop);
+    std::vector<float> rows(static_cast<size_t>(T) * T, -1.f), keys(rows.size(), -1.f);
+    p.out = rows.data();
+    p.dqkv = keys.data();
+    launch(shared_draws_probe, 1, 1, 0, p);
+    int bad_rows = 0, bad_keys = 0;
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j < T; ++j) {
+        const float want = attn_dropout_keep(drop, 42, 5, T, i, j) ? p.inv_keep : 0.f;
+        bad_rows += rows[i * T + j] != want;
+        bad_keys += keys[i * T + j] != want;
+      }
+    EXPECT_EQ(bad_rows, 0) << "T=" << T;
+    EXPECT_EQ(bad_keys, 0) << "T=" << T;
+  }
 }
 
 }  // namespace

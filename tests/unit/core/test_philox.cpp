@@ -89,5 +89,58 @@ TEST(Philox, DropoutMaskDependsOnKey) {
   EXPECT_EQ(mask(base, 5, 128), mask(base, 5, 128));
 }
 
+// Attention dropout: the keep rate of each of a block's 8 elements (4 words x 2 halves:
+// keys j & 3, query parity) is 1 - ceil(p 2^16) / 2^16 within 5 sigma, over many blocks.
+TEST(Philox, AttnDropoutKeepRatePerBlockPosition) {
+  for (float p : {0.1f, 0.5f}) {
+    const DropoutKey k{p, 42, 5, 0};
+    const uint64_t T = 400;  // 200 row pairs x 100 key quads
+    int kept[2][4] = {};
+    for (uint64_t i = 0; i < T; ++i)
+      for (uint64_t j = 0; j < T; ++j) kept[i & 1][j & 3] += attn_dropout_keep(k, 3, 7, T, i, j);
+    const double keep = 1.0 - std::ceil(p * 65536.0) / 65536.0, n = T * T / 8.0;
+    const double sigma = std::sqrt(keep * (1 - keep) / n);
+    for (int h = 0; h < 2; ++h)
+      for (int w = 0; w < 4; ++w)
+        EXPECT_NEAR(kept[h][w] / n, keep, 5 * sigma) << "p=" << p << " half " << h << " word " << w;
+  }
+}
+
+// The 16-bit threshold and the factor that keeps the expectation: p = 0.5 is exact, 0.1
+// rounds up to 6554 / 65536, p within 2^-16 of 1 keeps nothing (factor 0), p = 0 keeps all.
+TEST(Philox, AttnDropoutThresholdAndScale) {
+  EXPECT_EQ(attn_drop_threshold(0.0f), 0u);
+  EXPECT_EQ(attn_drop_threshold(0.5f), 32768u);
+  EXPECT_EQ(attn_drop_threshold(0.1f), 6554u);
+  EXPECT_EQ(attn_drop_threshold(1e-9f), 1u);
+  EXPECT_EQ(attn_drop_threshold(0.99999f), 65536u);
+  EXPECT_FLOAT_EQ(attn_drop_scale(0.5f), 2.0f);
+  EXPECT_FLOAT_EQ(attn_drop_scale(0.1f), static_cast<float>(65536.0 / (65536 - 6554)));
+  EXPECT_EQ(attn_drop_scale(0.99999f), 0.0f);
+  const DropoutKey none{0.0f, 42, 1, 0};
+  for (uint64_t j = 0; j < 1000; ++j) ASSERT_TRUE(attn_dropout_keep(none, 0, 0, 1000, j % 7, j));
+  const DropoutKey all{0.99999f, 42, 1, 0};
+  for (uint64_t j = 0; j < 1000; ++j) ASSERT_FALSE(attn_dropout_keep(all, 0, 0, 1000, j % 7, j));
+}
+
+// A block is shared by exactly its 2 x 4 elements: changing the query pair, the key quad,
+// the head or T moves to another block (masks of 64 elements differ), and blocks with the
+// same counter agree.
+TEST(Philox, AttnDropoutBlocks) {
+  const DropoutKey k{0.5f, 11, 6, 0};
+  auto mask = [&](uint64_t hg, uint64_t T, uint64_t i0, uint64_t j0) {
+    uint64_t bits = 0;
+    for (int e = 0; e < 64; ++e)
+      bits |= static_cast<uint64_t>(attn_dropout_keep(k, 9, hg, T, i0 + (e & 1), j0 + (e >> 1) % 4 + (e >> 3) * 4))
+              << e;
+    return bits;
+  };
+  std::set<uint64_t> seen{mask(0, 64, 0, 0), mask(0, 64, 2, 0), mask(0, 64, 0, 32), mask(1, 64, 0, 0),
+                          mask(0, 128, 2, 0)};
+  EXPECT_EQ(seen.size(), 5u);
+  EXPECT_EQ(attn_drop_counter(2, 64, 5, 13), (2 * 64 + 4) * 64 + 12u);
+  EXPECT_EQ(attn_drop_counter(2, 64, 4, 12), attn_drop_counter(2, 64, 5, 15));
+}
+
 }  // namespace
 }  // namespace trident

@@ -69,6 +69,14 @@ inline double drop_factor(const DropoutKey& k, uint64_t sample, uint64_t index) 
   return dropout_keep(k, sample, index) ? 1.0 / (1.0 - static_cast<double>(k.p)) : 0.0;
 }
 
+// Attention-probability dropout multiplier of query i, key j of global head hg: the inverse
+// of the 16-bit keep probability (1 - ceil(p 2^16) / 2^16) when kept, 0 when dropped, 1 when off.
+inline double attn_drop_factor(const DropoutKey& k, uint64_t sample, uint64_t hg, int T, int i, int j) {
+  if (!k.enabled()) return 1.0;
+  const double keep_prob = 1.0 - std::ceil(static_cast<double>(k.p) * 65536.0) / 65536.0;
+  return attn_dropout_keep(k, sample, hg, T, i, j) ? 1.0 / keep_prob : 0.0;
+}
+
 // Causal attention on qkv [B,T,3,H,D]; returns out [B,T,H,D], fills lse [B,H,T].
 inline Vec attention(const Vec& qkv, int B, int T, int H, int D, int head_offset, const DropoutKey& drop,
                      Vec* lse = nullptr) {
@@ -93,7 +101,7 @@ inline Vec attention(const Vec& qkv, int B, int T, int H, int D, int head_offset
         if (lse) (*lse)[((size_t)b * H + h) * T + i] = l;
         const uint64_t hg = static_cast<uint64_t>(head_offset + h);
         for (int j = 0; j <= i; ++j) {
-          const double w = std::exp(s[j] - l) * drop_factor(drop, drop.sample_base + b, (hg * T + i) * T + j);
+          const double w = std::exp(s[j] - l) * attn_drop_factor(drop, drop.sample_base + b, hg, T, i, j);
           for (int e = 0; e < D; ++e) out[(((size_t)b * T + i) * H + h) * D + e] += w * at(b, j, 2, h, e);
         }
       }

@@ -55,6 +55,19 @@ inline double drop(const RefConfig& c, float p, uint32_t site, int b, uint64_t i
   return dropout_keep(k, c.sample_base + b, index) ? v / (1.0 - p) : 0.0;
 }
 
+// Attention-probability dropout of query i, key j of head hd (philox.h's attn_dropout_keep),
+// kept values divided by the 16-bit keep probability.
+inline double attn_drop(const RefConfig& c, uint32_t site, int b, int hd, int T, int i, int j, double v) {
+  const float p = c.attention_dropout;
+  if (p <= 0) return v;
+  DropoutKey k;
+  k.p = p;
+  k.seed = c.dropout_seed;
+  k.site = site;
+  const double keep_prob = 1.0 - std::ceil(static_cast<double>(p) * 65536.0) / 65536.0;
+  return attn_dropout_keep(k, c.sample_base + b, hd, T, i, j) ? v / keep_prob : 0.0;
+}
+
 // Logits over the real vocabulary at every position: [B, T, V].
 inline std::vector<double> gpt2_logits(const RefConfig& c, const Params& P, const std::vector<int>& tokens) {
   const int C = c.C, T = c.T, H = c.H, D = C / H, F = 4 * C;
@@ -87,8 +100,7 @@ inline std::vector<double> gpt2_logits(const RefConfig& c, const Params& P, cons
           for (int j = 0; j <= i; ++j) z += std::exp(s[j] - mx);
           for (int j = 0; j <= i; ++j) {
             const double p = std::exp(s[j] - mx) / z;
-            const double pd = drop(c, c.attention_dropout, l * kSitesPerLayer + kDropAttnProbs, b,
-                                   (static_cast<uint64_t>(hd) * T + i) * T + j, p);
+            const double pd = attn_drop(c, l * kSitesPerLayer + kDropAttnProbs, b, hd, T, i, j, p);
             for (int k = 0; k < D; ++k) att[i * C + hd * D + k] += pd * qkv[j * 3 * C + 2 * C + hd * D + k];
           }
         }
