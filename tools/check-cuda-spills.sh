@@ -2,33 +2,43 @@
 # check-cuda-spills.sh: fail when any kernel in kernels/cuda spills registers.
 #
 # A spill is only visible in ptxas's own report (the cubin keeps the stack size, not the
-# spill count, and cuobjdump is not part of every toolkit install), so this compiles the
-# device code of every kernels/cuda/*.cu once per architecture (nvcc -cubin: no host
-# compile, no link) with the build's flags plus -Xptxas -v, prints one line per kernel
-#   arch  file  kernel  registers  stack-frame  spill-stores  spill-loads
+# spill count, and cuobjdump is not part of every toolkit install). This reads that report
+# for the device code of every kernels/cuda/*.cu and every architecture, prints one line
+# per kernel
+#   arch  file  kernel  registers  stack-frame  spill-stores  spill-loads  instrs
 # and exits 1 when any kernel has a non-zero spill store or load (2 on a usage or compile
-# error). A stack frame without spills (e.g. a dynamically indexed local array) is shown
-# but does not fail the check. The last column, instrs, is the kernel's static SASS
-# instruction count (its .text section over 16 bytes, read with readelf; "?" without it):
-# with unrolled inner loops it tracks the issue slots a change saves, where no GPU (and no
-# disassembler: the toolkit here ships none) can say more.
+# error, or a missing report). A stack frame without spills (e.g. a dynamically indexed
+# local array) is shown but does not fail the check. The reports come from one of:
+# - --reports DIR: the build's own compile. trident_cuda compiles through
+#   tools/nvcc-ptxas-report.sh, which keeps each object's report as DIR/<file>.o.ptxas
+#   (DIR is <build>/ptxas-reports). Every file must have one, and every architecture of
+#   --arch some kernels. This is the ctest test `cuda_register_spills`
+#   (tests/cuda/CMakeLists.txt): no second compile of the kernels.
+# - otherwise a compile of its own: the device code only (nvcc -cubin, no host compile, no
+#   link), once per architecture, with the build's flags plus -Xptxas -v. Only this mode
+#   fills the last column, instrs: the kernel's static SASS instruction count (its .text
+#   section over 16 bytes, read with readelf; "?" without it). With unrolled inner loops
+#   it tracks the issue slots a change saves, where no GPU (and no disassembler: the
+#   toolkit here ships none) can say more.
 #
-# Usage: tools/check-cuda-spills.sh [--nvcc PATH] [--arch "80;90a"] [-j N] [file.cu ...]
-#   Without files it checks kernels/cuda/*.cu of this checkout. Registered as the ctest
-#   test `cuda_register_spills` (tests/cuda/CMakeLists.txt) when the CUDA backend is built.
+# Usage: tools/check-cuda-spills.sh [--nvcc PATH] [--arch "80;90a"] [-j N] [--reports DIR]
+#                                   [file.cu ...]
+#   Without files it checks kernels/cuda/*.cu of this checkout.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 nvcc="${NVCC:-}"
 archs="80;90a"
 jobs=2
+reports=""
 files=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --nvcc) nvcc="$2"; shift 2 ;;
     --arch) archs="$2"; shift 2 ;;
     -j) jobs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --reports) reports="$2"; shift 2 ;;
+    -h|--help) sed -n '2,28p' "${BASH_SOURCE[0]}"; exit 0 ;;
     -*) echo "check-cuda-spills: unknown option $1" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
   esac
@@ -36,7 +46,7 @@ done
 if [[ -z "$nvcc" ]]; then
   if [[ -x /usr/local/cuda/bin/nvcc ]]; then nvcc=/usr/local/cuda/bin/nvcc; else nvcc="$(command -v nvcc || true)"; fi
 fi
-if [[ -z "$nvcc" || ! -x "$nvcc" ]]; then
+if [[ -z "$reports" && ( -z "$nvcc" || ! -x "$nvcc" ) ]]; then
   echo "check-cuda-spills: nvcc not found (use --nvcc PATH)" >&2
   exit 2
 fi
@@ -57,63 +67,88 @@ done
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# One job per (file, arch): device-only compile with ptxas's report on stderr.
+# One job per report: "<id> <file> <arch or -> <log>", the log holding ptxas -v's output.
 jobfile="$work/jobs"
 : > "$jobfile"
-n=0
-for f in "${files[@]}"; do
-  for a in "${arch_list[@]}"; do
-    printf '%s\t%s\t%s\n' "$n" "$f" "$a" >> "$jobfile"
+if [[ -n "$reports" ]]; then
+  n=0
+  for f in "${files[@]}"; do
+    log="$reports/$(basename "$f").o.ptxas"
+    if [[ ! -s "$log" ]]; then
+      echo "check-cuda-spills: no ptxas report $log for $f: build trident_cuda first (its compiles write them)" >&2
+      exit 2
+    fi
+    : > "$work/$n.sections"
+    printf '%s\t%s\t%s\t%s\n' "$n" "$f" - "$log" >> "$jobfile"
     n=$((n + 1))
   done
-done
-export nvcc root work
-compile_one() {
-  local id="$1" f="$2" a="$3"
-  if ! "$nvcc" -cubin -O3 -DNDEBUG -std=c++17 -arch="sm_$a" -I"$root" -I"$root/csrc" -Xptxas -v \
-       -o "$work/$id.cubin" "$f" > "$work/$id.log" 2>&1; then
-    echo "check-cuda-spills: compile failed: $f (sm_$a)" >&2
-    cat "$work/$id.log" >&2
-    return 1
+  # Some files have no kernels; every architecture must have some somewhere.
+  for a in "${arch_list[@]}"; do
+    if ! cut -f4 "$jobfile" | xargs -d '\n' grep -q "for 'sm_$a'"; then
+      echo "check-cuda-spills: no kernels for sm_$a in the reports (was the build configured for other architectures?)" >&2
+      exit 2
+    fi
+  done
+else
+  # A device-only compile per (file, arch) with ptxas's report.
+  n=0
+  for f in "${files[@]}"; do
+    for a in "${arch_list[@]}"; do
+      printf '%s\t%s\t%s\t%s\n' "$n" "$f" "$a" "$work/$n.log" >> "$jobfile"
+      n=$((n + 1))
+    done
+  done
+  export nvcc root work
+  compile_one() {
+    local id="$1" f="$2" a="$3"
+    if ! "$nvcc" -cubin -O3 -DNDEBUG -std=c++17 -arch="sm_$a" -I"$root" -I"$root/csrc" -Xptxas -v \
+         -o "$work/$id.cubin" "$f" > "$work/$id.log" 2>&1; then
+      echo "check-cuda-spills: compile failed: $f (sm_$a)" >&2
+      cat "$work/$id.log" >&2
+      return 1
+    fi
+    # "<mangled kernel> <.text bytes>" per kernel (empty without readelf)
+    : > "$work/$id.sections"
+    if command -v readelf > /dev/null; then
+      readelf -SW "$work/$id.cubin" 2> /dev/null |
+        sed -n 's/^ *\[ *[0-9]*\] *\.text\.\([^ ]*\) *[A-Z_]* *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\) .*/\1 \2/p' |
+        while read -r fn hex; do echo "$fn $((16#$hex))"; done > "$work/$id.sections"
+    fi
+  }
+  export -f compile_one
+  if ! cut -f1-3 "$jobfile" | tr '\t' '\n' | xargs -d '\n' -n 3 -P "$jobs" bash -c 'compile_one "$@"' _; then
+    exit 2
   fi
-  # "<mangled kernel> <.text bytes>" per kernel (empty without readelf)
-  : > "$work/$id.sections"
-  if command -v readelf > /dev/null; then
-    readelf -SW "$work/$id.cubin" 2> /dev/null |
-      sed -n 's/^ *\[ *[0-9]*\] *\.text\.\([^ ]*\) *[A-Z_]* *[0-9a-f]* *[0-9a-f]* *\([0-9a-f]*\) .*/\1 \2/p' |
-      while read -r fn hex; do echo "$fn $((16#$hex))"; done > "$work/$id.sections"
-  fi
-}
-export -f compile_one
-if ! tr '\t' '\n' < "$jobfile" | xargs -d '\n' -n 3 -P "$jobs" bash -c 'compile_one "$@"' _; then
-  exit 2
 fi
 
 demangle() { if command -v c++filt > /dev/null; then c++filt; else cat; fi; }
 
-# ptxas -v, per function:
-#   ptxas info    : Compiling entry function '<mangled>' for 'sm_90'
+# ptxas -v, per function and architecture (one report may hold several):
+#   ptxas info    : Compiling entry function '<mangled>' for 'sm_90a'
 #   ptxas info    : Function properties for <mangled>
 #       16 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
 #   ptxas info    : Used 96 registers, used 1 barriers, ...
 table="$work/table"
 : > "$table"
-while IFS=$'\t' read -r id f a; do
-  awk -v arch="sm_$a" -v file="$(basename "$f")" '
-    /Compiling entry function/ { match($0, /function .[^'"'"']*/); fn = substr($0, RSTART + 10, RLENGTH - 10); entry[fn] = 1; next }
-    /Function properties for/ { cur = $NF; next }
-    /bytes stack frame/ {
-      stack[cur] = $1; st[cur] = $5; ld[cur] = $9; next }
-    /Used [0-9]+ registers/ {
-      match($0, /Used [0-9]+ registers/); r = substr($0, RSTART + 5, RLENGTH - 15); regs[cur] = r; next }
+while IFS=$'\t' read -r id f _ log; do
+  awk -v file="$(basename "$f")" '
     FILENAME == sizes { text[$1] = $2; next }
+    /Compiling entry function/ {
+      match($0, /function .[^'"'"']*/); fn = substr($0, RSTART + 10, RLENGTH - 10)
+      match($0, /for .sm_[0-9a-z]+/); arch = substr($0, RSTART + 5, RLENGTH - 5)
+      entry[arch SUBSEP fn] = 1; next }
+    /Function properties for/ { cur = arch SUBSEP $NF; next }
+    /bytes stack frame/ { stack[cur] = $1; st[cur] = $5; ld[cur] = $9; next }
+    /Used [0-9]+ registers/ {
+      match($0, /Used [0-9]+ registers/); regs[cur] = substr($0, RSTART + 5, RLENGTH - 15); next }
     END {
-      for (fn in entry) {
-        n = fn in text ? sprintf("%d", text[fn] / 16) : "?"
-        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", arch, file, fn, (fn in regs ? regs[fn] : "?"),
-               (fn in stack ? stack[fn] : 0), (fn in st ? st[fn] : 0), (fn in ld ? ld[fn] : 0), n
+      for (k in entry) {
+        split(k, part, SUBSEP)
+        n = part[2] in text ? sprintf("%d", text[part[2]] / 16) : "?"
+        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", part[1], file, part[2], (k in regs ? regs[k] : "?"),
+               (k in stack ? stack[k] : 0), (k in st ? st[k] : 0), (k in ld ? ld[k] : 0), n
       }
-    }' sizes="$work/$id.sections" "$work/$id.sections" "$work/$id.log" >> "$table"
+    }' sizes="$work/$id.sections" "$work/$id.sections" "$log" >> "$table"
 done < "$jobfile"
 
 if [[ ! -s "$table" ]]; then
