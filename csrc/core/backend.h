@@ -126,7 +126,8 @@ class Backend {
   // qkv: [B, T, 3, H, D] (Q, K, V blocks, heads contiguous); out: [B, T, H, D] =;
   // lse: f32 [B, H, T] = log-sum-exp of each row of scaled scores (saved for backward).
   // Scores scaled by 1/sqrt(D); position j > i masked. Attention-probability dropout uses
-  // key `drop`: element index ((h_global * T + i) * T + j) of sample drop.sample_base + b.
+  // key `drop`: philox.h's attn_dropout_keep(drop, drop.sample_base + b, h_global, T, i, j)
+  // (h_global = head_offset + h), kept values scaled by attn_drop_scale(drop.p).
   virtual void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                  const AttentionShape& s, const DropoutKey& drop) = 0;
   // dqkv: [B, T, 3, H, D] =

@@ -77,8 +77,8 @@ struct DropoutKey {
   uint64_t sample_base = 0;  // global sample number of row-block 0 of the micro-batch
   // Added to every element index (a multiple of 4): a tensor that starts inside a sample,
   // at its row r (sequence parallelism's shards), has index_base r x row and its rows are
-  // numbered from there. Row-wise dropouts only: attention keys leave it 0 (the CUDA
-  // attention kernels do not read it).
+  // numbered from there. Row-wise dropouts only: attention keys leave it 0
+  // (attn_dropout_keep does not read it).
   uint64_t index_base = 0;
   bool enabled() const { return p > 0.0f; }
 };

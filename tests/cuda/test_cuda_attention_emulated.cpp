@@ -675,7 +675,7 @@ const std::vector<Case>& cases() {
   static const std::vector<Case> v = {
       {1, 37, 2, 64, 1, 0.0f},  {2, 37, 1, 64, 2, 0.5f},  {1, 129, 1, 120, 5, 0.5f}, {1, 45, 1, 8, 0, 0.0f},
       {1, 100, 1, 128, 1, 0.1f}, {1, 70, 1, 40, 0, 0.2f}, {2, 1, 1, 64, 0, 0.5f},    {1, 64, 1, 24, 0, 0.0f},
-      // Dropout with T % 4 == 0.
+      // Dropout with several heads and batches (head_offset in the mask's counter).
       {2, 96, 2, 64, 1, 0.3f},   {1, 132, 1, 128, 2, 0.5f},
       // Large scores whose maxima grow along the keys (forward rescaling past the first tile).
       {1, 160, 1, 64, 0, 0.0f, 4.f}, {1, 130, 1, 128, 1, 0.1f, 4.f},
