@@ -509,7 +509,7 @@ cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"
 # at_least <value> <threshold>: "yes" when value >= threshold, else "no".
 at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; }
 target_lines() {
-  local table=$1 name pct tf row mfu
+  local table=$1 name pct tf row mfu long plain drop
   shift
   local bw=()
   for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "dropout+residual+LN fwd" "gelu fwd" \
@@ -523,6 +523,17 @@ target_lines() {
   tf=$(awk '/^attention fwd\+bwd \(causal\)/ && / D64 / { print $(NF-2); exit }' <<<"$table")
   if [[ -n $tf ]]; then
     echo "causal attention fwd+bwd, head dim 64, T 1024: $tf TFLOP/s (target ~280: $(at_least "$tf" 280))"
+  fi
+  # Beside the target, not targets: the same tokens at 4x the sequence (FlashAttention-2's
+  # published rates grow with it), and what training's attention dropout costs.
+  long=$(awk '/^attention fwd\+bwd, 4x T/ && / D64 / { for (i = 1; i <= NF; ++i) if ($i ~ /^T[0-9]+$/) t = substr($i, 2)
+                                                     print t " " $(NF-2); exit }' <<<"$table")
+  [[ -n $long ]] && echo "  (beside it) head dim 64, T ${long% *}: ${long#* } TFLOP/s"
+  plain=$(awk '/^attention fwd\+bwd \(causal\)/ && / D64 / { print $(NF-3); exit }' <<<"$table")
+  drop=$(awk '/^attn fwd\+bwd, dropout 0\.1/ && / D64 / { print $(NF-3); exit }' <<<"$table")
+  if [[ -n $plain && -n $drop ]]; then
+    echo "  (beside it) head dim 64 with dropout 0.1: $drop ms, $(awk -v a="$drop" -v b="$plain" \
+      'BEGIN { printf "%.2f", a / b }')x the $plain ms without (2.2x on 2026-11-30, before the 16-bit draws)"
   fi
   for row in "$@"; do
     [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default tiles' row, not "+tiles" or "x8"
