@@ -189,28 +189,29 @@ struct KeepBits {
   __device__ __forceinline__ float factor(const AttnParams& p, int nt, int e) const {
     return (w[nt / 8] >> (4 * (nt % 8) + e)) & 1u ? p.inv_keep : 0.f;
   }
+  // Pair by pair from draw(c), the 8 bits of the n8 tiles at columns c and c + 8 (c: this
+  // lane's first column of the pair; the tile's columns start at c0).
+  template <typename Draw>
+  __device__ __forceinline__ static KeepBits drawn(int c0, int lane, Draw&& draw) {
+    KeepBits keep;
+#pragma unroll
+    for (int q = 0; q < NT / 2; ++q) keep.w[q / 4] |= draw(c0 + q * 16 + (lane & 3) * 2) << (8 * (q % 4));
+    return keep;
+  }
 };
 // Rows = queries (forward, dQ): the warp's rows row0 = wrow + lane / 4 and row0 + 8 against
 // keys k0 .. k0 + 8 NT - 1.
 template <int NT>
 __device__ __forceinline__ KeepBits<NT> attn_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
                                                        int k0, int lane) {
-  KeepBits<NT> keep;
-#pragma unroll
-  for (int q = 0; q < NT / 2; ++q)
-    keep.w[q / 4] |= attn_drop_rows(p, sample, hg, row0, k0 + q * 16 + (lane & 3) * 2, lane) << (8 * (q % 4));
-  return keep;
+  return KeepBits<NT>::drawn(k0, lane, [&](int col) { return attn_drop_rows(p, sample, hg, row0, col, lane); });
 }
 // Rows = keys (dK/dV): the warp's keys key0 = wkey + lane / 4 and key0 + 8 against queries
 // i0 .. i0 + 8 NT - 1.
 template <int NT>
 __device__ __forceinline__ KeepBits<NT> attn_keep_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0,
                                                        int i0, int lane) {
-  KeepBits<NT> keep;
-#pragma unroll
-  for (int q = 0; q < NT / 2; ++q)
-    keep.w[q / 4] |= attn_drop_keys(p, sample, hg, key0, i0 + q * 16 + (lane & 3) * 2, lane) << (8 * (q % 4));
-  return keep;
+  return KeepBits<NT>::drawn(i0, lane, [&](int i) { return attn_drop_keys(p, sample, hg, key0, i, lane); });
 }
 
 // =========================================================================================
