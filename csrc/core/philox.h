@@ -136,12 +136,36 @@ inline float attn_drop_scale(float p) {
   return m >= 65536u ? 0.0f : static_cast<float>(65536.0 / static_cast<double>(65536u - m));
 }
 
+// The keep decisions of query row i of global head hg of sample `sample`, drawing each
+// Philox block once for its 4 keys (the CPU attention walks a row's keys in order).
+class AttnRowDropout {
+ public:
+  AttnRowDropout(const DropoutKey& k, uint64_t sample, uint64_t hg, uint64_t T, uint64_t i)
+      : k_(k), sample_(sample), hg_(hg), T_(T), i_(i), threshold_(attn_drop_threshold(k.p)) {}
+  // True when key j is kept.
+  bool keep(uint64_t j) {
+    const uint64_t counter = attn_drop_counter(hg_, T_, i_, j);
+    if (!drawn_ || counter != counter_) {
+      block_ = dropout_philox(k_, sample_, counter);
+      counter_ = counter;
+      drawn_ = true;
+    }
+    return ((block_.v[j & 3] >> (16 * (i_ & 1))) & 0xffffu) >= threshold_;
+  }
+
+ private:
+  DropoutKey k_;
+  uint64_t sample_, hg_, T_, i_;
+  uint32_t threshold_;
+  bool drawn_ = false;
+  uint64_t counter_ = 0;
+  Philox4 block_{};
+};
+
 // True when element (query i, key j) of global head hg of sample `sample` is kept.
 inline bool attn_dropout_keep(const DropoutKey& k, uint64_t sample, uint64_t hg, uint64_t T, uint64_t i,
                               uint64_t j) {
-  const Philox4 r = dropout_philox(k, sample, attn_drop_counter(hg, T, i, j));
-  const uint32_t u16 = (r.v[j & 3] >> (16 * (i & 1))) & 0xffffu;
-  return u16 >= attn_drop_threshold(k.p);
+  return AttnRowDropout(k, sample, hg, T, i).keep(j);
 }
 
 }  // namespace trident

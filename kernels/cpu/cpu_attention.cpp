@@ -47,15 +47,20 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Dropout multiplier z_ij of query i, key j of global head hg (T x T scores): inv_keep when
-// kept, 0 when dropped.
-inline float drop_factor(const DropoutKey& drop, float inv_keep, uint64_t sample, uint64_t hg, int64_t T, int64_t i,
-                         int64_t j) {
-  return attn_dropout_keep(drop, sample, hg, static_cast<uint64_t>(T), static_cast<uint64_t>(i),
-                           static_cast<uint64_t>(j))
-             ? inv_keep
-             : 0.0f;
-}
+// Dropout multipliers z_ij of query row i of global head hg (T x T scores), keys in order:
+// inv_keep when kept, 0 when dropped, 1 without dropout.
+class RowDropFactors {
+ public:
+  RowDropFactors(const DropoutKey& drop, float inv_keep, uint64_t sample, uint64_t hg, int64_t T, int64_t i)
+      : on_(drop.enabled()), inv_keep_(inv_keep),
+        row_(drop, sample, hg, static_cast<uint64_t>(T), static_cast<uint64_t>(i)) {}
+  float operator()(int64_t j) { return !on_ ? 1.0f : row_.keep(static_cast<uint64_t>(j)) ? inv_keep_ : 0.0f; }
+
+ private:
+  bool on_;
+  float inv_keep_;
+  AttnRowDropout row_;
+};
 
 }  // namespace
 
@@ -90,9 +95,9 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
       const float l = mx + static_cast<float>(std::log(se));
       lse_p[(b * L.H + h) * T + i] = l;
       std::fill(o, o + D, 0.f);
+      RowDropFactors z(drop, inv_keep, sample, h_global, T, i);
       for (int64_t j = 0; j <= i; ++j) {
-        float w = std::exp(p[j] - l);
-        if (drop.enabled()) w *= drop_factor(drop, inv_keep, sample, h_global, T, i, j);
+        const float w = std::exp(p[j] - l) * z(j);
         const float* v = V + j * D;
         for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
       }
@@ -137,9 +142,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
       const float* q = Q + i * D;
       const float* g = dO + i * D;
       double delta = 0;
+      RowDropFactors zr(drop, inv_keep, sample, h_global, T, i);
       for (int64_t j = 0; j <= i; ++j) {
         p[j] = std::exp(scale * dot(q, K + j * D, D) - l);
-        const float z = drop.enabled() ? drop_factor(drop, inv_keep, sample, h_global, T, i, j) : 1.0f;
+        const float z = zr(j);
         dp[j] = z * dot(g, V + j * D, D);
         delta += static_cast<double>(p[j]) * dp[j];
         const float w = p[j] * z;
