@@ -7,8 +7,11 @@
 # per kernel
 #   arch  file  kernel  registers  stack-frame  spill-stores  spill-loads  instrs
 # and exits 1 when any kernel has a non-zero spill store or load (2 on a usage or compile
-# error, or a missing report). A stack frame without spills (e.g. a dynamically indexed
-# local array) is shown but does not fail the check. The reports come from one of:
+# error, or a missing report). Functions ptxas compiled on their own (__noinline__) are
+# rows too: a spill there is the calling kernel's. A stack frame without spills (e.g. a
+# dynamically indexed local array) is shown but does not fail the check, and neither do
+# ptxas's advisories (e.g. "(C7515) ... wgmma ... serialized"), listed after the table.
+# The reports come from one of:
 # - --reports DIR: the build's own compile. trident_cuda compiles through
 #   tools/nvcc-ptxas-report.sh, which keeps each object's report as DIR/<file>.o.ptxas
 #   (DIR is <build>/ptxas-reports). Every file must have one, and every architecture of
@@ -74,14 +77,19 @@ if [[ -n "$reports" ]]; then
   n=0
   for f in "${files[@]}"; do
     log="$reports/$(basename "$f").o.ptxas"
-    if [[ ! -s "$log" ]]; then
-      echo "check-cuda-spills: no ptxas report $log for $f: build trident_cuda first (its compiles write them)" >&2
+    if [[ ! -f "$log" ]]; then
+      echo "check-cuda-spills: no ptxas report $log for $f: build trident_cuda (its compiles write them;" \
+        "after deleting reports, touch kernels/cuda/*.cu or build clean)" >&2
       exit 2
     fi
     : > "$work/$n.sections"
     printf '%s\t%s\t%s\t%s\n' "$n" "$f" - "$log" >> "$jobfile"
     n=$((n + 1))
   done
+  # "native"/"all": the build's architectures are the reports' own.
+  if [[ " ${archs//;/ } " =~ \ (native|all|all-major)\  ]]; then
+    mapfile -t arch_list < <(cut -f4 "$jobfile" | xargs -d '\n' grep -h -o "for 'sm_[0-9a-z]*'" | sed "s/for 'sm_//; s/'//" | sort -u)
+  fi
   # Some files have no kernels; every architecture must have some somewhere.
   for a in "${arch_list[@]}"; do
     if ! cut -f4 "$jobfile" | xargs -d '\n' grep -q "for 'sm_$a'"; then
@@ -137,7 +145,7 @@ while IFS=$'\t' read -r id f _ log; do
       match($0, /function .[^'"'"']*/); fn = substr($0, RSTART + 10, RLENGTH - 10)
       match($0, /for .sm_[0-9a-z]+/); arch = substr($0, RSTART + 5, RLENGTH - 5)
       entry[arch SUBSEP fn] = 1; next }
-    /Function properties for/ { cur = arch SUBSEP $NF; next }
+    /Function properties for/ { cur = arch SUBSEP $NF; entry[cur] = 1; next }  # also non-entry (noinline) functions
     /bytes stack frame/ { stack[cur] = $1; st[cur] = $5; ld[cur] = $9; next }
     /Used [0-9]+ registers/ {
       match($0, /Used [0-9]+ registers/); regs[cur] = substr($0, RSTART + 5, RLENGTH - 15); next }
@@ -169,6 +177,8 @@ while IFS=$'\t' read -r arch file _ regs stack sst sld instrs name; do
   printf '%-6s %-22s %-58s %5s %6s %7s %7s %7s%s\n' "$arch" "$file" "${name:0:58}" "$regs" "$stack" "$sst" "$sld" \
     "$instrs" "$flag"
 done < "$work/sorted"
+# ptxas's advisories (it prints them without -v too), once each.
+cut -f4 "$jobfile" | xargs -d '\n' grep -h -E '\(C[0-9]{4}\)' | sort -u | sed 's/^/ptxas advisory: /' || true
 total=$(wc -l < "$work/sorted")
 if [[ $bad -ne 0 ]]; then
   echo "check-cuda-spills: FAIL: $bad of $total kernel builds spill registers (fix the kernel or its __launch_bounds__)"

@@ -514,23 +514,27 @@ target_lines() {
   local bw=()
   for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "dropout+residual+LN fwd" "gelu fwd" \
     "gelu bwd" "adamw" "adamw multi-tensor" "cross-entropy (2 passes)"; do
-    # A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last.
-    pct=$(awk -v n="$name" '{ k = substr($0, 1, 28); sub(/ +$/, "", k); if (k == n) { print $NF; exit } }' <<<"$table")
+    # A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last; or
+    # the name, the shape and "FAILED: <why>" (left out).
+    pct=$(awk -v n="$name" '!/ FAILED: / { k = substr($0, 1, 28); sub(/ +$/, "", k); if (k == n) { print $NF; exit } }' \
+      <<<"$table")
     [[ -n $pct ]] || continue
     bw+=("$name $pct ($(at_least "${pct%\%}" 80))")
   done
   ((${#bw[@]} > 0)) && echo "memory-bound kernels >= 80% of the copy rate: $(IFS=';'; echo "${bw[*]}" | sed 's/;/; /g')"
-  tf=$(awk '/^attention fwd\+bwd \(causal\)/ && / D64 / { print $(NF-2); exit }' <<<"$table")
+  # d64 <row name regex> <awk expression>: the expression on that row's head-dim-64 timing
+  # (a row that timed: "ms  rate TF/s  share", not FAILED).
+  d64() { awk "/^$1/ && / D64 / && !/ FAILED: / { print $2; exit }" <<<"$table"; }
+  tf=$(d64 'attention fwd\+bwd \(causal\)' '$(NF-2)')
   if [[ -n $tf ]]; then
     echo "causal attention fwd+bwd, head dim 64, T 1024: $tf TFLOP/s (target ~280: $(at_least "$tf" 280))"
   fi
   # Beside the target, not targets: the same tokens at 4x the sequence (FlashAttention-2's
   # published rates grow with it), and what training's attention dropout costs.
-  long=$(awk '/^attention fwd\+bwd, 4x T/ && / D64 / { for (i = 1; i <= NF; ++i) if ($i ~ /^T[0-9]+$/) t = substr($i, 2)
-                                                     print t " " $(NF-2); exit }' <<<"$table")
-  [[ -n $long ]] && echo "  (beside it) head dim 64, T ${long% *}: ${long#* } TFLOP/s"
-  plain=$(awk '/^attention fwd\+bwd \(causal\)/ && / D64 / { print $(NF-3); exit }' <<<"$table")
-  drop=$(awk '/^attn fwd\+bwd, dropout 0\.1/ && / D64 / { print $(NF-3); exit }' <<<"$table")
+  long=$(d64 'attention fwd\+bwd, 4x T' '$(NF-2) " " substr($0, match($0, / T[0-9]+ /) + 2, RLENGTH - 3)')
+  [[ -n $long ]] && echo "  (beside it) head dim 64, T ${long#* }: ${long% *} TFLOP/s"
+  plain=$(d64 'attention fwd\+bwd \(causal\)' '$(NF-3)')
+  drop=$(d64 'attn fwd\+bwd, dropout 0\.1' '$(NF-3)')
   if [[ -n $plain && -n $drop ]]; then
     echo "  (beside it) head dim 64 with dropout 0.1: $drop ms, $(awk -v a="$drop" -v b="$plain" \
       'BEGIN { printf "%.2f", a / b }')x the $plain ms without (2.2x on 2026-11-30, before the 16-bit draws)"
