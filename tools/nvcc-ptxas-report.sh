@@ -4,9 +4,10 @@
 # resource report added (-Xptxas -v), keeps the report as REPORT_DIR/<object>.ptxas and
 # passes the compiler's other output lines through, so the build shows what it showed
 # without it. trident_cuda's objects depend on this script, so that a changed launcher
-# recompiles them (Make does not rerun a compile whose command alone changed). tools/check-cuda-spills.sh --reports REPORT_DIR reads the reports (the ctest
-# test cuda_register_spills): the build's own compile of every kernel is checked, not a
-# second one.
+# recompiles them (Make does not rerun a compile whose command alone changed).
+# tools/check-cuda-spills.sh --reports REPORT_DIR reads the reports (the ctest test
+# cuda_register_spills): the build's own compile of every kernel is checked, not a second
+# one.
 set -uo pipefail
 dir=$1
 shift

@@ -121,6 +121,9 @@ TRIDENT_HD uint64_t attn_drop_counter(uint64_t hg, uint64_t T, uint64_t i, uint6
   return (hg * T + (i & ~uint64_t{1})) * T + (j & ~uint64_t{3});
 }
 
+// The 16-bit uniform of query i in word w of its block (low half: even i).
+TRIDENT_HD uint32_t attn_drop_uniform(uint32_t w, uint64_t i) { return (w >> (16 * (i & 1))) & 0xffffu; }
+
 // The smallest m with m * 2^-16 >= p: keep when the 16-bit uniform is >= m. 65536 (p
 // within 2^-16 of 1) keeps nothing.
 inline uint32_t attn_drop_threshold(float p) {
@@ -150,7 +153,7 @@ class AttnRowDropout {
       counter_ = counter;
       drawn_ = true;
     }
-    return ((block_.v[j & 3] >> (16 * (i_ & 1))) & 0xffffu) >= threshold_;
+    return attn_drop_uniform(block_.v[j & 3], i_) >= threshold_;
   }
 
  private:

@@ -98,16 +98,14 @@ __host__ __device__ __forceinline__ Philox4 attn_block(const AttnParams& p, uint
                         attn_drop_counter(hg, static_cast<uint64_t>(p.T), static_cast<uint64_t>(i),
                                           static_cast<uint64_t>(j)));
 }
-// The factor (inv_keep or 0) of a 16-bit uniform u.
-__host__ __device__ __forceinline__ float attn_keep(const AttnParams& p, uint32_t u) {
-  return u >= p.drop_thr ? p.inv_keep : 0.f;
-}
+// Whether a 16-bit uniform u keeps its element.
+__host__ __device__ __forceinline__ bool attn_kept(const AttnParams& p, uint32_t u) { return u >= p.drop_thr; }
 
 // Dropout factor of one element (a whole Philox block for it: the SIMT kernels).
 __host__ __device__ __forceinline__ float attn_drop_one(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
                                                         int j) {
   const uint32_t w = philox_word(attn_block(p, sample, hg, i, j), static_cast<uint32_t>(j & 3));
-  return attn_keep(p, (i & 1) ? w >> 16 : w & 0xffffu);
+  return attn_kept(p, attn_drop_uniform(w, static_cast<uint64_t>(i))) ? p.inv_keep : 0.f;
 }
 
 // The dropout fields of the kernels' parameters (check() and the emulated tests). A
@@ -130,8 +128,8 @@ inline void set_attn_dropout(AttnParams& p, const DropoutKey& drop) {
 
 // The keep bits of the two uniforms packed in w (low half: bit 0), placed at bit `at`.
 __device__ __forceinline__ uint32_t attn_keep_bits2(const AttnParams& p, uint32_t w, int at) {
-  const uint32_t bits = static_cast<uint32_t>((w & 0xffffu) >= p.drop_thr) |
-                        (static_cast<uint32_t>((w >> 16) >= p.drop_thr) << 1);
+  const uint32_t bits = static_cast<uint32_t>(attn_kept(p, w & 0xffffu)) |
+                        (static_cast<uint32_t>(attn_kept(p, w >> 16)) << 1);
   return bits << at;
 }
 // The bit offset 4 t + e of block b's first element (b = 2 x element pair + tile).
