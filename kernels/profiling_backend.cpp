@@ -126,6 +126,10 @@ void ProfilingBackend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a,
                                             bool ta, bool tb) {
   timed("matmul_gelu", [&] { inner_->matmul_gelu_backward(dpre, a, b, pre, ta, tb); });
 }
+// Timed as one GEMM ("matmul_bgrad"): a fused bias gradient has no time of its own.
+void ProfilingBackend::linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) {
+  timed("matmul_bgrad", [&] { inner_->linear_param_grads(dout, x, dw, dbias); });
+}
 void ProfilingBackend::adamw_multi(const std::vector<AdamWArgs>& list) {
   timed("adamw", [&] { inner_->adamw_multi(list); });
 }

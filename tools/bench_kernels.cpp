@@ -316,6 +316,22 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("GEMM mlp dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
           [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false); }, 20);
   });
+  b.section("GEMM dW + bias gradient", [&] {
+    // The up-projection's weight gradient dw += dout^T x with its bias gradient: the GEMM
+    // and bias_backward (TRIDENT_GEMM_BGRAD=0, the default), and the bias gradient summed
+    // in cuBLASLt's BGRADB epilogue (=1); compare both with the GEMM alone.
+    Buffer dout = b.rnd(Shape{tok, 4 * C}, bf), x = b.rnd(Shape{tok, C}, bf);
+    Buffer dw = be.zeros(Shape{4 * C, C}, bf), db = be.zeros(Shape{4 * C}, bf);
+    const double flop = 2.0 * tok * 4 * C * C;
+    const std::string shape = dims({4 * C, C, tok}) + " bf16";
+    b.add("GEMM dW (mlp up)", shape, flop, true, [&] { be.matmul(dw, dout, x, Tensor(), true, false, true); }, 20);
+    with_env("TRIDENT_GEMM_BGRAD=0", [&] {
+      b.add("GEMM dW + bias_backward", shape, flop, true, [&] { be.linear_param_grads(dout, x, dw, db); }, 20);
+    });
+    with_env("TRIDENT_GEMM_BGRAD=1", [&] {
+      b.add("GEMM dW, BGRADB epilogue", shape, flop, true, [&] { be.linear_param_grads(dout, x, dw, db); }, 20);
+    });
+  });
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
 
   // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------

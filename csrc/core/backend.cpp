@@ -60,6 +60,11 @@ void Backend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Te
   gelu_backward(dpre, pre, dpre);  // element-wise: in place is fine
 }
 
+void Backend::linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) {
+  matmul(dw, dout, x, Tensor(), true, false, true);
+  if (!dbias.empty()) bias_backward(dout, dbias);
+}
+
 void check_adamw_multi_list(const std::vector<AdamWArgs>& list) {
   for (const AdamWArgs& a : list) {
     const AdamWArgs& f = list.front();

@@ -213,6 +213,11 @@ class Backend {
   // GEMM may multiply the fp32 accumulator before rounding.
   virtual void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
                                     bool trans_a, bool trans_b);
+  // A linear layer's parameter gradients from its output gradient dout [M, out] and input
+  // x [M, in]: dw [out, in] += dout^T x, and dbias [out] += the column sums of dout (no bias
+  // gradient when dbias is empty). matmul then bias_backward; a fused GEMM may sum dbias
+  // from the tiles of dout it loads for dw.
+  virtual void linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias);
   // adamw() on every element of `list`, in few launches on a device (multi-tensor apply).
   // Every element must share lr, betas, eps, grad_scale and step; weight_decay may differ.
   virtual void adamw_multi(const std::vector<AdamWArgs>& list);

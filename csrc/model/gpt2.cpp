@@ -452,8 +452,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   dropout_bias_backward(dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_), P.grad(h + "mlp.proj.bias"));
   be_.matmul(P.grad(h + "mlp.proj.weight"), k.d_tmp_full, a.gelu, Tensor(), true, false, true);
   be_.matmul_gelu_backward(k.d_fc, k.d_tmp_full, P.param(h + "mlp.proj.weight"), a.fc, false, false);
-  be_.matmul(P.grad(h + "mlp.fc.weight"), k.d_fc, gathered(a.ln2), Tensor(), true, false, true);
-  be_.bias_backward(k.d_fc, P.grad(h + "mlp.fc.bias"));
+  be_.linear_param_grads(k.d_fc, gathered(a.ln2), P.grad(h + "mlp.fc.weight"), P.grad(h + "mlp.fc.bias"));
   be_.matmul(k.d_ln, k.d_fc, P.param(h + "mlp.fc.weight"), Tensor(), false, false, false);
   sum_to_rows(k.d_ln, k.d_ln_rows);
   be_.layernorm_backward(k.d_ln_rows, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, d_resid_,
@@ -465,8 +464,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
   be_.attention_backward(k.d_att, a.qkv, a.att, a.lse, k.d_qkv, as,
                          dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training_));
-  be_.matmul(P.grad(h + "attn.qkv.weight"), k.d_qkv, gathered(a.ln1), Tensor(), true, false, true);
-  be_.bias_backward(k.d_qkv, P.grad(h + "attn.qkv.bias"));
+  be_.linear_param_grads(k.d_qkv, gathered(a.ln1), P.grad(h + "attn.qkv.weight"), P.grad(h + "attn.qkv.bias"));
   be_.matmul(k.d_ln, k.d_qkv, P.param(h + "attn.qkv.weight"), Tensor(), false, false, false);
   sum_to_rows(k.d_ln, k.d_ln_rows);
   be_.layernorm_backward(k.d_ln_rows, x, P.param(h + "ln_1.weight"), a.ln1_mean, a.ln1_rstd, d_resid_,

@@ -51,6 +51,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/env_switch.h"
 
 namespace trident::cuda {
 namespace {
@@ -1877,15 +1878,8 @@ int env_tile(const char* name) {
   return static_cast<int>(x);
 }
 
-// A switch from the environment: 1 for "1", 0 for "0", -1 when unset or empty (the
-// default applies).
-int env_switch(const char* name) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || v[0] == '\0') return -1;
-  TRIDENT_CHECK(std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0, "attention: ", name, "=", v,
-                " must be 0 or 1");
-  return v[0] == '1' ? 1 : 0;
-}
+// A switch from the environment (env_switch.h): 1, 0, or -1 when unset.
+int env_switch(const char* name) { return cuda::env_switch(name, "attention"); }
 bool env_flag(const char* name) { return env_switch(name) == 1; }
 
 // Whether this build's code for the current GPU has the wgmma instructions: 1 when it was

@@ -13,8 +13,10 @@
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/env_switch.h"
 
 namespace trident {
 namespace {
@@ -210,6 +212,23 @@ class CudaBackend final : public Backend {
     require_device("matmul_gelu_backward", {&dpre, &a, &b, &pre});
     if (!gemm_->run_dgelu(dpre, a, b, pre, trans_a, trans_b, stream_))
       Backend::matmul_gelu_backward(dpre, a, b, pre, trans_a, trans_b);
+  }
+  // TRIDENT_GEMM_BGRAD=1: the bias gradient from the weight-gradient GEMM's BGRADB epilogue
+  // (summed into a scratch vector of dw's dtype, then added onto dbias), else the GEMM and
+  // bias_backward (the default until a GPU run shows the epilogue faster: bench rows
+  // "GEMM dW + bias_backward" and "GEMM dW, BGRADB epilogue").
+  void linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) override {
+    on_device();
+    require_device("linear_param_grads", {&dout, &x, &dw, &dbias});
+    if (!dbias.empty() && cuda::env_switch("TRIDENT_GEMM_BGRAD", "linear_param_grads") == 1) {
+      cuda::Scratch sums_memory(allocator(), static_cast<size_t>(dbias.numel()) * dtype_size(dw.dtype));
+      const Tensor sums(sums_memory.as<void>(), Shape{dbias.numel()}, dw.dtype, Device::Cuda);
+      if (gemm_->run_bgrad(dw, dout, x, sums, stream_)) {
+        cuda::accumulate(dbias, sums, stream_);
+        return;
+      }
+    }
+    Backend::linear_param_grads(dout, x, dw, dbias);
   }
   void bias_backward(const Tensor& dout, const Tensor& dbias) override {
     on_device();

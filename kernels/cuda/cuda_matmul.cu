@@ -16,6 +16,10 @@
 // the GEMM result by gelu'(aux) (16-bit only: its derivative is too coarse for fp32). Both need one dtype for every matrix and an aux leading
 // dimension that is a multiple of 8; otherwise run_gelu/run_dgelu return false and the
 // backend runs the GEMM and the GELU kernel instead.
+// A linear layer's weight gradient dw += dout^T x can sum the bias gradient from the same
+// loads of dout through BGRADB (run_bgrad): dout is cuBLASLt's B, transposed, and the
+// epilogue reduces B over the GEMM's k (the rows), one sum per column of D (dw's rows).
+// The sums overwrite their vector, so the backend adds them onto the gradient after.
 //
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
@@ -104,7 +108,10 @@ Gemm::~Gemm() {
 
 namespace {
 
-bool has_bias(Gemm::Epilogue e) { return e == Gemm::Epilogue::kBias || e == Gemm::Epilogue::kGeluAuxBias; }
+// Epilogues that read (BIAS) or write (BGRADB) the vector at CUBLASLT_MATMUL_DESC_BIAS_POINTER.
+bool has_bias(Gemm::Epilogue e) {
+  return e == Gemm::Epilogue::kBias || e == Gemm::Epilogue::kGeluAuxBias || e == Gemm::Epilogue::kBGradB;
+}
 bool has_aux(Gemm::Epilogue e) {
   return e == Gemm::Epilogue::kGeluAux || e == Gemm::Epilogue::kGeluAuxBias || e == Gemm::Epilogue::kDGelu;
 }
@@ -115,6 +122,7 @@ cublasLtEpilogue_t lt_epilogue(Gemm::Epilogue e) {
     case Gemm::Epilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
     case Gemm::Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Gemm::Epilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case Gemm::Epilogue::kBGradB: return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -286,6 +294,16 @@ bool Gemm::run_dgelu(const Tensor& dpre, const Tensor& a, const Tensor& b, const
   if (dpre.dtype == DType::F32) return false;
   if (!gelu_epilogue_fits(dpre, a, b, pre, Tensor(), N)) return false;
   return try_lt(dpre, a, b, trans_a, trans_b, false, Epilogue::kDGelu, Tensor(), pre, M, N, K, s);
+}
+
+bool Gemm::run_bgrad(const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& dbias_sums,
+                     cudaStream_t s) {
+  const char* op = "linear_param_grads";
+  const auto [M, N, K] = gemm_dims(op, dw, dout, x, true, false);
+  TRIDENT_CHECK(dbias_sums.numel() == M, op, ": bias gradient ", dbias_sums.shape.str(), " for ", M, " outputs");
+  if (M == 0 || N == 0 || K == 0) return false;  // the unfused ops handle empty operands
+  if (dout.dtype != dw.dtype || x.dtype != dw.dtype || dbias_sums.dtype != dw.dtype) return false;
+  return try_lt(dw, dout, x, true, false, true, Epilogue::kBGradB, dbias_sums, Tensor(), M, N, K, s);
 }
 
 }  // namespace trident::cuda

@@ -1,9 +1,14 @@
 // GPU vs CPU: matmul (cuBLASLt, every transpose combination, bias, accumulate, mixed
 // output/bias dtypes, awkward and aligned shapes), bias_backward (also behind the hidden
-// dropout), and the GEMMs with the GELU epilogue (matmul_bias_gelu, matmul_gelu_backward).
+// dropout), the GEMMs with the GELU epilogue (matmul_bias_gelu, matmul_gelu_backward), and a
+// linear layer's weight and bias gradients (linear_param_grads, the BGRADB epilogue).
+#include <cuda_runtime_api.h>
+
+#include <cmath>
 #include <tuple>
 
 #include "cuda_test_util.h"
+#include "kernels/cuda/cuda_matmul.h"
 
 namespace trident::cuda_test {
 namespace {
@@ -102,6 +107,52 @@ TEST_P(Matmul, DropoutBiasBackward) {
     expect_identical(dx, "dx");
     expect_close(dbias, Tol{1e-5, 1e-4}, "dbias");
   }
+}
+
+// A linear layer's weight and bias gradients (dw += dout^T x, dbias += column sums of dout)
+// with the GEMM and bias_backward (TRIDENT_GEMM_BGRAD=0, the default) and through cuBLASLt's
+// BGRADB epilogue (=1), on an aligned and an awkward shape. The epilogue rounds its sums to
+// dw's dtype before they are added onto dbias: one more rounding of a 16-bit sum of `rows`
+// values in [-1, 1] (|sum| ~ sqrt(rows / 3)), within eps16 sqrt(rows).
+TEST_P(Matmul, LinearParamGradsWithAndWithoutTheBiasGradientEpilogue) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  for (const char* bgrad : {"0", "1"}) {
+    ::setenv("TRIDENT_GEMM_BGRAD", bgrad, 1);
+    for (const auto& [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{256, 192, 128}, {37, 129, 67}}) {
+      SCOPED_TRACE(::testing::Message() << "TRIDENT_GEMM_BGRAD=" << bgrad << " rows=" << rows << " out=" << out
+                                        << " in=" << in);
+      Pair dout = random(Shape{rows, out}, dt()), x = random(Shape{rows, in}, dt());
+      Pair dw = random(Shape{out, in}, dt()), dbias = random(Shape{out}, dt());  // the gradients so far
+      cpu().linear_param_grads(dout.cpu, x.cpu, dw.cpu, dbias.cpu);
+      gpu().linear_param_grads(dout.gpu, x.gpu, dw.gpu, dbias.gpu);
+      expect_close(dw, storage_tol(dt(), 1e-4, 1e-4), "dw");
+      Tol tol = storage_tol(dt(), 1e-5, 1e-4);
+      if (dt() != DType::F32) tol.atol += tol.rtol / 2 * std::sqrt(static_cast<double>(rows));
+      expect_close(dbias, tol, "dbias");
+    }
+  }
+  ::unsetenv("TRIDENT_GEMM_BGRAD");
+}
+
+// The epilogue itself (cuda::Gemm::run_bgrad): cuBLASLt has a BGRADB algorithm for the
+// 16-bit weight gradients of aligned linear layers (so the test above took it), and its
+// sums overwrite the vector they are given.
+TEST_P(Matmul, BiasGradientEpilogueOverwritesColumnSums) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t rows = 512, out = 256, in = 64;
+  Pair dout = random(Shape{rows, out}, dt()), x = random(Shape{rows, in}, dt());
+  Pair dw = random(Shape{out, in}, dt()), sums = random(Shape{out}, dt());  // garbage for "="
+  cpu().matmul(dw.cpu, dout.cpu, x.cpu, Tensor(), true, false, true);
+  cpu().fill(sums.cpu, 0.0f);
+  cpu().bias_backward(dout.cpu, sums.cpu);
+  gpu().synchronize();
+  cuda::Gemm gemm(false);
+  const bool fused = gemm.run_bgrad(dw.gpu, dout.gpu, x.gpu, sums.gpu, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  if (dt() == DType::F32 && !fused) GTEST_SKIP() << "no fp32 BGRADB algorithm on this GPU";
+  ASSERT_TRUE(fused) << "cuBLASLt found no BGRADB algorithm for a " << dtype_name(dt()) << " weight gradient";
+  expect_close(dw, storage_tol(dt(), 1e-4, 1e-4), "dw");
+  expect_close(sums, storage_tol(dt(), 1e-5, 1e-4), "column sums");
 }
 
 // The MLP's GEMMs with GELU: forward pre = x W^T + b, out = gelu(pre); backward

@@ -17,6 +17,8 @@
 // and then copies the CPU's bytes to the GPU anyway, so every later difference comes from
 // the step. Dropout 0.1 (attention and hidden) where the case says so: the CUDA masks
 // are drawn from the same Philox stream as the CPU's, so they must be the same elements.
+// The "_bgrad_epilogue" cases take the qkv and MLP bias gradients from the weight-gradient
+// GEMMs' cuBLASLt epilogue (TRIDENT_GEMM_BGRAD=1) instead of bias_backward.
 //
 // Tolerances (per case below; loss relative, gradients per tensor as max|diff| / max|ref|,
 // gradient norm relative; AdamW per element as explained in expect_steps_match):
@@ -50,6 +52,7 @@
 // per-tensor table, so the margins are visible when it passes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -75,6 +78,21 @@ struct StepCase {
   float loss_scale;  // static loss scale (fp16)
   bool tf32;         // fp32 GEMMs on TF32 tensor cores (trident-train's default)
   Tolerances tol;    // loss, grad, norm, update (see the header comment)
+  const char* env_switch = nullptr;  // a kernel setting turned on ("=1") for this case
+};
+
+// Sets `name`=1 for its lifetime (none when name is null).
+class EnvOn {
+ public:
+  explicit EnvOn(const char* name) : name_(name) {
+    if (name_) ::setenv(name_, "1", 1);
+  }
+  ~EnvOn() {
+    if (name_) ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
 };
 
 void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
@@ -89,6 +107,7 @@ class CudaTrainingStep : public ::testing::TestWithParam<StepCase> {};
 TEST_P(CudaTrainingStep, MatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const StepCase& c = GetParam();
+  const EnvOn env(c.env_switch);
   const StepSetup setup = step_test::tiny_step_setup(c.dtype, c.dropout, c.fp32_grads, c.loss_scale);
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0, {.allow_tf32 = c.tf32});
@@ -119,7 +138,12 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{"bf16", DType::BF16, 0.0f, false, 1.0f, false, kBf16},
                       StepCase{"bf16_dropout", DType::BF16, 0.1f, false, 1.0f, false, kBf16},
                       StepCase{"bf16_fp32grads_dropout", DType::BF16, 0.1f, true, 1.0f, false, kBf16},
-                      StepCase{"fp16_scaled_dropout", DType::F16, 0.1f, false, 1024.0f, false, kFp16}),
+                      StepCase{"fp16_scaled_dropout", DType::F16, 0.1f, false, 1024.0f, false, kFp16},
+                      // The qkv and MLP bias gradients from the weight-gradient GEMMs' epilogue.
+                      StepCase{"bf16_dropout_bgrad_epilogue", DType::BF16, 0.1f, false, 1.0f, false, kBf16,
+                               "TRIDENT_GEMM_BGRAD"},
+                      StepCase{"fp16_scaled_bgrad_epilogue", DType::F16, 0.0f, false, 1024.0f, false, kFp16,
+                               "TRIDENT_GEMM_BGRAD"}),
     [](const ::testing::TestParamInfo<StepCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

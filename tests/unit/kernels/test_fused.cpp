@@ -1,7 +1,8 @@
 // The fused ops of the Backend seam on the CPU reference (their meaning, which the CUDA
 // twins are tested against): residual add + LayerNorm (also after the branch's dropout),
-// the bias gradient behind the hidden dropout, GEMM + bias + GELU and its backward,
-// multi-tensor AdamW and sum of squares. Each against a double reference.
+// the bias gradient behind the hidden dropout, GEMM + bias + GELU and its backward, a linear
+// layer's weight and bias gradients, multi-tensor AdamW and sum of squares. Each against a
+// double reference.
 #include "core/philox.h"
 #include "kernel_test_util.h"
 #include "naive_ref.h"
@@ -155,6 +156,34 @@ TEST_P(Fused, MatmulBiasGeluAndItsBackward) {
   Vec want_dpre(M * N);
   for (int64_t i = 0; i < M * N; ++i) want_dpre[i] = dg[i] * gelu_grad(got_pre[i]);
   expect_close(download(*be, dpre), want_dpre, 8 * tol, 2 * tol, "dpre");
+}
+
+// A linear layer's parameter gradients: dw += dout^T x and dbias += the column sums of
+// dout, both accumulating onto what the gradients held; an empty dbias leaves only dw.
+TEST_P(Fused, LinearParamGradsAccumulateWeightAndBiasGradients) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const int64_t M = 11, out = 9, in = 14;  // M rows of activations
+  const auto dout = randn(M * out, 21), x = randn(M * in, 22), dw0 = randn(out * in, 23), db0 = randn(out, 24);
+  const Vec rdout = rounded(dout, dt), rx = rounded(x, dt);
+  const Vec prod = ref::matmul(rdout, rx, nullptr, out, in, M, true, false);
+  const Vec rdw0 = rounded(dw0, dt), rdb0 = rounded(db0, dt);
+  Vec want_dw(out * in), want_db(out);
+  for (int64_t i = 0; i < out * in; ++i) want_dw[i] = rdw0[i] + prod[i];
+  for (int64_t o = 0; o < out; ++o) {
+    want_db[o] = rdb0[o];
+    for (int64_t m = 0; m < M; ++m) want_db[o] += rdout[m * out + o];
+  }
+  Buffer D = upload(*be, dout, Shape{M, out}, dt), X = upload(*be, x, Shape{M, in}, dt);
+  Buffer DW = upload(*be, dw0, Shape{out, in}, dt), DB = upload(*be, db0, Shape{out}, dt);
+  be->linear_param_grads(D, X, DW, DB);
+  const double tol = dtype_tol(dt);
+  expect_close(download(*be, DW), want_dw, 4 * tol, tol, "dw");
+  expect_close(download(*be, DB), want_db, 4 * tol, tol, "dbias");
+
+  Buffer DW2 = upload(*be, dw0, Shape{out, in}, dt);
+  be->linear_param_grads(D, X, DW2, Tensor());
+  expect_close(download(*be, DW2), want_dw, 4 * tol, tol, "dw without a bias");
 }
 
 // adamw_multi is adamw on each piece: bit-identical results, per-piece weight decay.
