@@ -371,6 +371,12 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     one_row("dropout+res+LN, row/warp", 4 * act + 8.0 * rows, [&] {
       be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd);
     });
+    // The plain forward with each warp's next rows in flight to shared memory
+    // (TRIDENT_LN_FWD_RING=1, opt-in): compare with "layernorm fwd".
+    with_env("TRIDENT_LN_FWD_RING=1", [&] {
+      b.add("layernorm fwd, smem ring", dims({rows, C}) + " bf16", 2 * act + 8.0 * rows, false,
+            [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); }, 20);
+    });
   });
   b.section("bias gradient", [&] {
     // A projection's bias gradient (column sums of its output gradient), and training's

@@ -511,17 +511,33 @@ at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; 
 target_lines() {
   local table=$1 name pct tf row mfu long plain drop
   shift
-  local bw=()
+  local bw=() ring fused unfused alone
+  # kernel_row <name> <field>: a field of the kernel row with that name ($NF: "of peak", $(NF-3):
+  # ms). A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last;
+  # or the name, the shape and "FAILED: <why>" (left out).
+  kernel_row() {
+    awk -v n="$1" "!/ FAILED: / { k = substr(\$0, 1, 28); sub(/ +\$/, \"\", k); if (k == n) { print $2; exit } }" \
+      <<<"$table"
+  }
   for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "dropout+residual+LN fwd" "gelu fwd" \
     "gelu bwd" "adamw" "adamw multi-tensor" "cross-entropy (2 passes)"; do
-    # A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last; or
-    # the name, the shape and "FAILED: <why>" (left out).
-    pct=$(awk -v n="$name" '!/ FAILED: / { k = substr($0, 1, 28); sub(/ +$/, "", k); if (k == n) { print $NF; exit } }' \
-      <<<"$table")
+    pct=$(kernel_row "$name" '$NF')
     [[ -n $pct ]] || continue
     bw+=("$name $pct ($(at_least "${pct%\%}" 80))")
   done
   ((${#bw[@]} > 0)) && echo "memory-bound kernels >= 80% of the copy rate: $(IFS=';'; echo "${bw[*]}" | sed 's/;/; /g')"
+  # Beside them, not targets: the opt-in kernels whose rows decide whether they become the
+  # defaults (kernels/cuda/PERFORMANCE.md, 2026-12-01).
+  ring=$(kernel_row "layernorm fwd, smem ring" '$NF')
+  [[ -n $ring ]] &&
+    echo "  (beside it) layernorm fwd with its next rows in shared memory (TRIDENT_LN_FWD_RING=1): $ring"
+  fused=$(kernel_row "GEMM dW, BGRADB epilogue" '$(NF-3)')
+  unfused=$(kernel_row "GEMM dW + bias_backward" '$(NF-3)')
+  alone=$(kernel_row "GEMM dW (mlp up)" '$(NF-3)')
+  if [[ -n $fused && -n $unfused ]]; then
+    echo "  (beside it) MLP weight gradient with its bias gradient: $fused ms in cuBLASLt's epilogue" \
+      "(TRIDENT_GEMM_BGRAD=1), $unfused ms with bias_backward${alone:+, $alone ms the GEMM alone}"
+  fi
   # d64 <row name regex> <awk expression>: the expression on that row's head-dim-64 timing
   # (a row that timed: "ms  rate TF/s  share", not FAILED).
   d64() { awk "/^$1/ && / D64 / && !/ FAILED: / { print $2; exit }" <<<"$table"; }

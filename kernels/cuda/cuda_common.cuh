@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <type_traits>
@@ -104,6 +105,34 @@ inline bool aligned_to(std::initializer_list<const void*> ptrs, size_t bytes) {
 template <typename T>
 inline int vector_width(int64_t cols, std::initializer_list<const void*> ptrs) {
   return cols % kVec16<T> == 0 && aligned_to(ptrs, 16) ? kVec16<T> : 1;
+}
+
+// ---- asynchronous copies to shared memory (sm_80+) -------------------------------------
+// 16 bytes from global to shared memory without a register (cp.async.cg: cached in L2 only),
+// in flight until a cp_async_wait_groups that covers its commit group. A thread sees its own
+// copies after that wait; other threads need a barrier too. Where the device code runs as
+// host code (the CPU emulator of the kernels), the copy happens at once and the group calls
+// do nothing: the same values, in the same places.
+__device__ __forceinline__ void cp_async16_to_shared(void* smem, const void* gmem) {
+#ifdef __CUDA_ARCH__
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
+#else
+  memcpy(smem, gmem, 16);
+#endif
+}
+// Closes the commit group of this thread's copies issued since the last one.
+__device__ __forceinline__ void cp_async_commit_group() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most `pending` of this thread's newest commit groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void cp_async_wait_groups() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+#endif
 }
 
 // ---- element-wise loops ---------------------------------------------------------------

@@ -8,7 +8,9 @@
 // values) are held in registers, read once with all their loads in flight, and warps walk
 // several rows, loading the next row while they work on the current one
 // (layernorm_forward_walk_kernel; TRIDENT_LN_FWD_ROWS_PER_WARP=1 gives the older one row per
-// warp, which an H200 ran at 71% of the copy rate against 79-88%). Wider rows, mixed dtypes and
+// warp, which an H200 ran at 71% of the copy rate against 79-88%; TRIDENT_LN_FWD_RING=1 gives
+// the plain forward's walking warps their next rows in shared memory instead of registers,
+// layernorm_forward_ring_kernel, opt-in until timed). Wider rows, mixed dtypes and
 // unaligned ones re-read the row (from L1 by then) in each pass. All forward kernels sum
 // in the same order. mean and rstd are saved in f32 for the backward.
 // Backward (dx +=, which is also the residual's gradient path; dgamma/dbeta +=), two paths:
@@ -43,6 +45,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_dropout.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/env_switch.h"
 
 namespace trident::cuda {
 namespace {
@@ -271,6 +274,46 @@ __global__ void layernorm_forward_rows_kernel(const T* x, const T* branch, T* re
   }
 }
 
+// Gamma's and beta's 16-byte vectors in row order, in shared memory (params[0], params[1]),
+// loaded once per block by every thread of it (then a barrier).
+template <typename T, int kVPT>
+__device__ __forceinline__ void load_params_shared(Raw (&params)[2][kVPT * 32], const T* gamma, const T* beta,
+                                                   int64_t C) {
+  constexpr int kV = kVec16<T>;
+  const int64_t vectors = C / kV;
+  for (int i = threadIdx.x; i < kVPT * 32; i += blockDim.x) {
+    params[0][i] = load_raw(gamma + static_cast<int64_t>(i) * kV, i < vectors);
+    params[1][i] = load_raw(beta + static_cast<int64_t>(i) * kV, i < vectors);
+  }
+  __syncthreads();
+}
+
+// Row n's LayerNorm from the vectors a lane holds (v[i]: columns (32 i + lane) kV ..., the
+// rows kernel's layout) with gamma and beta from load_params_shared: row_stats, the
+// normalised output, and mean and rstd from lane 0. The rows kernel's arithmetic in its
+// order: the same bits.
+template <typename T, int kVPT>
+__device__ __forceinline__ void normalise_row(const Raw (&v)[kVPT], const Raw (&params)[2][kVPT * 32], T* out,
+                                              float* mean, float* rstd, int64_t n, int64_t C, int lane) {
+  constexpr int kV = kVec16<T>;
+  auto col = [&](int i) { return (static_cast<int64_t>(i) * 32 + lane) * kV; };
+  float mu, r;
+  row_stats<kVPT, kV>(C, col, [&](int i, int j) { return raw_f32<T>(v[i], j); }, mu, r);
+#pragma unroll
+  for (int i = 0; i < kVPT; ++i)
+    if (col(i) < C) {
+      const Raw g = params[0][i * 32 + lane], bt = params[1][i * 32 + lane];
+      float y[kV];
+#pragma unroll
+      for (int j = 0; j < kV; ++j) y[j] = (raw_f32<T>(v[i], j) - mu) * r * raw_f32<T>(g, j) + raw_f32<T>(bt, j);
+      store_k<kV>(out + n * C + col(i), y);
+    }
+  if (lane == 0) {
+    mean[n] = mu;
+    rstd[n] = r;
+  }
+}
+
 // The row-in-registers forward with several rows per warp (the default; the kernel above is
 // TRIDENT_LN_FWD_ROWS_PER_WARP=1). With one row per warp, a warp's memory traffic stops while
 // it reduces, draws its dropout, fetches gamma and beta and stores, and a block's slot stays
@@ -289,12 +332,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kVPT <= 4 ? 3 : kVPT <= 8 
   static_assert(kRes || !kDrop, "the dropout is the branch's");
   constexpr int kV = kVec16<T>;
   __shared__ Raw params_s[2][kVPT * 32];  // gamma's and beta's vectors, in row order
-  const int64_t vectors = C / kV;
-  for (int i = threadIdx.x; i < kVPT * 32; i += blockDim.x) {
-    params_s[0][i] = load_raw(gamma + static_cast<int64_t>(i) * kV, i < vectors);
-    params_s[1][i] = load_raw(beta + static_cast<int64_t>(i) * kV, i < vectors);
-  }
-  __syncthreads();
+  load_params_shared<T, kVPT>(params_s, gamma, beta, C);
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
   auto col = [&](int i) { return (static_cast<int64_t>(i) * 32 + lane) * kV; };
@@ -356,21 +394,7 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kVPT <= 4 ? 3 : kVPT <= 8 
     Raw nv[kVPT], nb[kVPT];
     load(x, n + warps, nv);
     if constexpr (kBranchAhead) load(branch, n + warps, nb);
-    float mu, r;
-    row_stats<kVPT, kV>(C, col, [&](int i, int j) { return raw_f32<T>(v[i], j); }, mu, r);
-#pragma unroll
-    for (int i = 0; i < kVPT; ++i)
-      if (col(i) < C) {
-        const Raw g = params_s[0][i * 32 + lane], bt = params_s[1][i * 32 + lane];
-        float y[kV];
-#pragma unroll
-        for (int j = 0; j < kV; ++j) y[j] = (raw_f32<T>(v[i], j) - mu) * r * raw_f32<T>(g, j) + raw_f32<T>(bt, j);
-        store_k<kV>(out + base + col(i), y);
-      }
-    if (lane == 0) {
-      mean[n] = mu;
-      rstd[n] = r;
-    }
+    normalise_row<T, kVPT>(v, params_s, out, mean, rstd, n, C, lane);
 #pragma unroll
     for (int i = 0; i < kVPT; ++i) {
       v[i] = nv[i];
@@ -378,6 +402,64 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kVPT <= 4 ? 3 : kVPT <= 8 
     }
   }
 }
+
+// The plain forward with each warp's next rows in flight to shared memory
+// (TRIDENT_LN_FWD_RING=1, opt-in until a GPU run times it against the walking kernel). The
+// walking kernel holds its next row in registers: two rows of registers a lane (110 at C
+// 2048 bf16) allow two blocks of 8 warps an SM, with one row each (64 KB an SM) in flight,
+// and it ran at 76-79% of the copy rate against 88% with a residual (two rows' loads in
+// flight). Here lane l copies its own vectors of the warp's next kStages - 1 rows into the
+// warp's ring of kStages row buffers in dynamic shared memory (cp.async: no registers while
+// in flight), waits for the oldest, reads it into registers and normalises it as the
+// walking kernel does (normalise_row: the same bits). A lane reads back only what it copied
+// itself, so the ring needs no barrier. Warp w of the grid (W warps) takes rows w, w + W, ...
+template <typename T, int kVPT, int kStages>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    layernorm_forward_ring_kernel(const T* x, const T* gamma, const T* beta, T* out, float* mean, float* rstd,
+                                  int64_t N, int64_t C) {
+  static_assert(kStages >= 2, "a row in flight while one is normalised");
+  constexpr int kV = kVec16<T>;
+  constexpr int kRowRaws = kVPT * 32;  // 16-byte vectors of one row buffer
+  __shared__ Raw params_s[2][kVPT * 32];
+  extern __shared__ __align__(16) unsigned char ring_smem[];
+  load_params_shared<T, kVPT>(params_s, gamma, beta, C);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  Raw* ring = reinterpret_cast<Raw*>(ring_smem) + warp * kStages * kRowRaws;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kRowsPerBlock;
+  auto col = [&](int i) { return (static_cast<int64_t>(i) * 32 + lane) * kV; };
+  // Row m's vectors of this lane into buffer b, as one commit group (an empty one past N).
+  auto fetch = [&](int64_t m, int b) {
+    if (m < N) {
+#pragma unroll
+      for (int i = 0; i < kVPT; ++i)
+        if (col(i) < C) cp_async16_to_shared(ring + b * kRowRaws + i * 32 + lane, x + m * C + col(i));
+    }
+    cp_async_commit_group();
+  };
+  // Row n + k W goes to buffer k % kStages.
+  int64_t n = blockIdx.x * static_cast<int64_t>(kRowsPerBlock) + warp;
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) fetch(n + k * warps, k);
+  int b = 0;
+#pragma unroll 1
+  for (; n < N; n += warps) {
+    // The buffer before this row's held the previous row, read into registers last time.
+    fetch(n + (kStages - 1) * warps, b == 0 ? kStages - 1 : b - 1);
+    cp_async_wait_groups<kStages - 1>();  // every group but the newest kStages - 1: this row's
+    Raw v[kVPT];
+#pragma unroll
+    for (int i = 0; i < kVPT; ++i) v[i] = col(i) < C ? ring[b * kRowRaws + i * 32 + lane] : Raw{};
+    normalise_row<T, kVPT>(v, params_s, out, mean, rstd, n, C, lane);
+    b = b + 1 == kStages ? 0 : b + 1;
+  }
+  cp_async_wait_groups<0>();  // no copy outlives the block (the last groups are empty)
+}
+// The ring's dynamic shared memory: kStages row buffers for each warp of a block.
+template <int kVPT, int kStages>
+constexpr int ring_smem_bytes() {
+  return kRowsPerBlock * kStages * kVPT * 32 * static_cast<int>(sizeof(Raw));
+}
+constexpr int kRingStages = 3;
 
 template <typename T, int kV>
 __global__ void layernorm_dx_kernel(AnyPtr dout, const T* x, AnyPtr gamma, const float* mean, const float* rstd,
@@ -610,17 +692,25 @@ int env_rows_per_warp() {
   return static_cast<int>(k);
 }
 
+// TRIDENT_LN_FWD_RING=1 (read on every call): the plain forward's walking warps keep their
+// next rows in shared memory (layernorm_forward_ring_kernel) instead of registers. Opt-in
+// until a GPU run shows it faster ("layernorm fwd, smem ring" beside "layernorm fwd" in
+// trident-bench --kernels); the same bits either way.
+bool env_ring() { return env_switch("TRIDENT_LN_FWD_RING", "layernorm_forward") == 1; }
+
 // Which forward kernel a call took (the emulator's tests check it).
 struct ForwardPath {
   bool in_registers = false;  // the row in registers (else the three-pass kernel)
-  bool walk = false;          // layernorm_forward_walk_kernel (else one row per warp)
+  bool walk = false;          // warps walk rows: layernorm_forward_walk_kernel or _ring_kernel
+  bool ring = false;          // layernorm_forward_ring_kernel
   unsigned grid = 0;          // blocks of kRowsPerBlock warps
 };
 
 // The forward's kernel choice (16-byte vectors when every row operand has x's dtype, C
 // allows it and the pointers are aligned; else element-wise with runtime-typed parameters
-// and outputs), shared by the host launcher and the CPU emulator's test. resident(kernel)
-// gives the blocks of kRowsPerBlock warps of `kernel` that the GPU holds at once (at least 1).
+// and outputs), shared by the host launcher and the CPU emulator's test. resident(kernel,
+// smem) lets `kernel` have smem bytes of dynamic shared memory and gives the blocks of
+// kRowsPerBlock warps of it that the GPU holds at once (at least 1).
 template <typename Resident>
 ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                           const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T,
@@ -630,6 +720,7 @@ ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& r
   const DropoutParams drop = dropout_params(branch_drop);
   const int64_t rows_per_sample = T > 0 ? T : 1;
   const int rows_per_warp = env_rows_per_warp();
+  const bool ring = !fused && rows_per_warp != 1 && env_ring();
   ForwardPath path;
   dispatch_float(x.dtype, "layernorm_forward", [&](auto tag) {
     using T_ = decltype(tag);
@@ -645,21 +736,26 @@ ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& r
         kernel<<<blocks, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, gamma.ptr<T_>(), beta.ptr<T_>(),
                                                      out.ptr<T_>(), mean.ptr<float>(), rstd.ptr<float>(), N, C, drop,
                                                      rows_per_sample);
-        path = ForwardPath{true, rows_per_warp != 1, blocks};
+        path = ForwardPath{true, rows_per_warp != 1, false, blocks};
       };
-      auto walk = [&](auto kernel) {
-        unsigned blocks = grid;
-        if (rows_per_warp == 0) {
-          const int64_t fit = resident(reinterpret_cast<const void*>(kernel));
-          if (fit < static_cast<int64_t>(grid)) blocks = static_cast<unsigned>(fit > 1 ? fit : 1);
-        } else {
-          blocks = grid_for(N, kRowsPerBlock * rows_per_warp, INT32_MAX);
-        }
-        launch(kernel, blocks);
+      // The walking kernels' grid: the blocks that fit the GPU at once (rows_per_warp 0), or
+      // enough for rows_per_warp rows a warp.
+      auto walk_grid = [&](const void* kernel, int smem) {
+        const int64_t fit = resident(kernel, smem);  // also lets the kernel have its shared memory
+        if (rows_per_warp != 0) return grid_for(N, kRowsPerBlock * rows_per_warp, INT32_MAX);
+        return fit < static_cast<int64_t>(grid) ? static_cast<unsigned>(fit > 1 ? fit : 1) : grid;
       };
+      auto walk = [&](auto kernel) { launch(kernel, walk_grid(reinterpret_cast<const void*>(kernel), 0)); };
       auto pick = [&](auto vpt) {
         constexpr int kVPT = decltype(vpt)::value;
-        if (rows_per_warp == 1)
+        if (ring) {
+          constexpr int smem = ring_smem_bytes<kVPT, kRingStages>();
+          const auto kernel = layernorm_forward_ring_kernel<T_, kVPT, kRingStages>;
+          const unsigned blocks = walk_grid(reinterpret_cast<const void*>(kernel), smem);
+          kernel<<<blocks, 32 * kRowsPerBlock, smem, s>>>(x.ptr<T_>(), gamma.ptr<T_>(), beta.ptr<T_>(), out.ptr<T_>(),
+                                                          mean.ptr<float>(), rstd.ptr<float>(), N, C);
+          path = ForwardPath{true, true, true, blocks};
+        } else if (rows_per_warp == 1)
           dropped ? launch(layernorm_forward_rows_kernel<T_, kVPT, true>, grid)
                   : launch(layernorm_forward_rows_kernel<T_, kVPT, false>, grid);
         else if (!fused)
@@ -679,7 +775,7 @@ ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& r
     auto launch = [&](auto kernel) {
       kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x.ptr<T_>(), bp, rp, any_ptr(gamma), any_ptr(beta), any_ptr(out),
                                                  mean.ptr<float>(), rstd.ptr<float>(), N, C, drop, rows_per_sample);
-      path = ForwardPath{false, false, grid};
+      path = ForwardPath{false, false, false, grid};
     };
     if (kv > 1)
       dropped ? launch(layernorm_forward_kernel<T_, kVec16<T_>, true>)
@@ -760,9 +856,11 @@ BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& g
 
 // Host launchers.
 
-// The blocks of kRowsPerBlock warps of `kernel` that the current GPU holds at once (its SMs
-// times the blocks that fit one), cached per device and kernel.
-static int64_t resident_blocks(const void* kernel) {
+// The blocks of kRowsPerBlock warps of `kernel` with smem bytes of dynamic shared memory
+// (allowed past the default 48 KB here) that the current GPU holds at once (its SMs times
+// the blocks that fit one), cached per device and kernel (a kernel always asks for the same
+// smem).
+static int64_t resident_blocks(const void* kernel, int smem) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   static std::mutex mu;
@@ -772,7 +870,8 @@ static int64_t resident_blocks(const void* kernel) {
   if (fresh) {
     int sms = 0, per_sm = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowsPerBlock, 0));
+    if (smem > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowsPerBlock, smem));
     it->second = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
   }
   return it->second;

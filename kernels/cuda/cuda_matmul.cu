@@ -13,9 +13,10 @@
 // The MLP's GELU (tanh approximation, as cuBLASLt's GELU epilogues compute it) goes
 // through GELU_AUX(_BIAS) in the forward, which writes gelu(acc + bias) to the output and
 // the pre-activation to the aux matrix, and through DGELU in the backward, which multiplies
-// the GEMM result by gelu'(aux) (16-bit only: its derivative is too coarse for fp32). Both need one dtype for every matrix and an aux leading
-// dimension that is a multiple of 8; otherwise run_gelu/run_dgelu return false and the
-// backend runs the GEMM and the GELU kernel instead.
+// the GEMM result by gelu'(aux) (16-bit only: its derivative is too coarse for fp32). Both
+// need one dtype for every matrix and an aux leading dimension that is a multiple of 8;
+// otherwise run_gelu/run_dgelu return false and the backend runs the GEMM and the GELU
+// kernel instead.
 // A linear layer's weight gradient dw += dout^T x can sum the bias gradient from the same
 // loads of dout through BGRADB (run_bgrad): dout is cuBLASLt's B, transposed, and the
 // epilogue reduces B over the GEMM's k (the rows), one sum per column of D (dw's rows).

@@ -3,9 +3,10 @@
 // kernel at GPT-2's widths (768 ... 5760), its limits (8192) and many row chunks, and its
 // fallback (mixed dtypes, odd or too wide rows). The residual add fused in front of it
 // (residual_layernorm_forward), also with the branch's dropout. The forward's settings of
-// TRIDENT_LN_FWD_ROWS_PER_WARP give the same bits.
+// TRIDENT_LN_FWD_ROWS_PER_WARP and TRIDENT_LN_FWD_RING give the same bits.
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -165,9 +166,11 @@ TEST_P(ResidualLayerNorm, DropoutOnTheBranch) {
 
 // The row-in-registers forward has warps walk several rows on the warps that fit the GPU by
 // default (TRIDENT_LN_FWD_ROWS_PER_WARP unset or 0); 1 is one row per warp, k > 1 k rows per
-// warp. Every setting must give the same bits (nvcc compiles the two kernels' sums alike).
-// 5003 rows: with 0, 2 or 3 rows per warp on an H200 (132 SMs of 2 blocks of 8 warps at
-// C = 2048), more on smaller GPUs; 3 and 40 rows per warp when set.
+// warp. Every setting must give the same bits (nvcc compiles the two kernels' sums alike),
+// also with TRIDENT_LN_FWD_RING=1 (the plain forward's next rows in flight to shared memory
+// through cp.async; the residual forwards ignore it). 5003 rows: with 0, 2 or 3 rows per
+// warp on an H200 (132 SMs of 2 blocks of 8 warps at C = 2048), more on smaller GPUs; 3 and
+// 40 rows per warp when set.
 TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const char* env = "TRIDENT_LN_FWD_ROWS_PER_WARP";
@@ -182,9 +185,11 @@ TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
       drop.seed = 99;
       drop.sample_base = 3;
       std::vector<std::vector<float>> first;
-      for (const char* setting : {"1", "0", "3", "40"}) {
-        SCOPED_TRACE(std::string(env) + "=" + setting);
+      for (const auto& [setting, ring] : {std::pair<const char*, bool>{"1", false}, {"0", false}, {"3", false},
+                                          {"40", false}, {"0", true}, {"3", true}}) {
+        SCOPED_TRACE(std::string(env) + "=" + setting + (ring ? " TRIDENT_LN_FWD_RING=1" : ""));
         ::setenv(env, setting, 1);
+        if (ring) ::setenv("TRIDENT_LN_FWD_RING", "1", 1);
         Buffer out = gpu().empty(Shape{N, C}, dt()), resid = gpu().empty(Shape{N, C}, dt()),
                mean = gpu().empty(Shape{N}, DType::F32), rstd = gpu().empty(Shape{N}, DType::F32);
         if (mode == 0)
@@ -195,6 +200,7 @@ TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
           gpu().dropout_residual_layernorm_forward(x.gpu, branch.gpu, static_cast<int>(N), drop, resid, gamma.gpu,
                                                    beta.gpu, out, mean, rstd);
         ::unsetenv(env);
+        ::unsetenv("TRIDENT_LN_FWD_RING");
         std::vector<std::vector<float>> got = {host(gpu(), out), host(gpu(), mean), host(gpu(), rstd)};
         if (mode > 0) got.push_back(host(gpu(), resid));
         if (first.empty()) {

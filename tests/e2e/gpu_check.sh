@@ -16,7 +16,8 @@
 #   - the summary ends with issue 7's targets read off the tables (a kernel's share of the
 #     copy rate, attention TFLOP/s at head dim 64, gpt2-1.3b bf16 MFU), and beside the
 #     attention target its rate at T 4096 and the cost of attention dropout (a FAILED row
-#     is left out, whatever its message ends with);
+#     is left out, whatever its message ends with), beside the memory-bound ones the
+#     opt-in kernels' rows (the LayerNorm ring, the bias-gradient epilogue);
 #   - the kernel table gets 180 s; past the time budget (-1 here) it gets 60 s, and of the
 #     training rows only the first, gpt2-1.3b bf16, runs.
 #   tests/e2e/gpu_check.sh <repo root>
@@ -32,6 +33,10 @@ echo "$* | $(env | grep '^TRIDENT_ATTN_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_C
 if [[ $1 == --kernels ]]; then
   echo "kernel                       shape                                 ms/call     achieved   of peak"
   echo "layernorm fwd                32768x2048 bf16                        0.0882    3048 GB/s     71.4%"
+  echo "layernorm fwd, smem ring      32768x2048 bf16                        0.0801    3356 GB/s     78.6%"
+  echo "GEMM dW (mlp up)             8192x2048x8192 bf16                    0.3000  916.3 TF/s     92.6%"
+  echo "GEMM dW + bias_backward      8192x2048x8192 bf16                    0.3400  808.5 TF/s     81.7%"
+  echo "GEMM dW, BGRADB epilogue     8192x2048x8192 bf16                    0.3100  886.7 TF/s     89.6%"
   echo "layernorm bwd                32768x2048 bf16                    FAILED: an illegal memory access 71.0%"
   echo "gelu bwd                     32768x8192 bf16                        0.4120    3910 GB/s     91.6%"
   echo "attention fwd (causal)       B8 T1024 H16 D128 bf16                 0.5000   68.7 TF/s      9.0%"
@@ -87,6 +92,11 @@ grep -q "trident-bench --kernels (time limit 180s)" "$work/ok.log" || fail "the 
 grep -q "^targets (issue 7):" "$work/ok.log" || fail "no targets block"
 grep -q "^  memory-bound kernels >= 80% of the copy rate: layernorm fwd 71.4% (no); gelu bwd 91.6% (yes)$" \
   "$work/ok.log" || fail "the memory-bound targets are not read off the kernel table"
+grep -q "^    (beside it) layernorm fwd with its next rows in shared memory (TRIDENT_LN_FWD_RING=1): 78.6%$" \
+  "$work/ok.log" || fail "no line for the LayerNorm ring"
+bgrad="MLP weight gradient with its bias gradient: 0.3100 ms in cuBLASLt's epilogue (TRIDENT_GEMM_BGRAD=1)"
+grep -q "^    (beside it) $bgrad, 0.3400 ms with bias_backward, 0.3000 ms the GEMM alone$" "$work/ok.log" ||
+  fail "no line for the bias-gradient epilogue"
 grep -q "^  causal attention fwd+bwd, head dim 64, T 1024: 117.7 TFLOP/s (target ~280: no)$" "$work/ok.log" ||
   fail "the attention target is not read off the kernel table"
 grep -q "^    (beside it) head dim 64, T 4096: 157.7 TFLOP/s$" "$work/ok.log" || fail "no T 4096 attention line"

@@ -2,7 +2,8 @@
 // mean, rstd), its fusion with the residual add (resid, also in place over x; also with
 // the branch's dropout, which must draw dropout_forward's mask; the row-in-registers
 // forward both as the walking kernel, several rows per warp on an emulated GPU of 3 blocks,
-// and one row per warp, TRIDENT_LN_FWD_ROWS_PER_WARP=1, which must give the same bits), and
+// with the plain forward's next rows in shared memory (TRIDENT_LN_FWD_RING=1) and one row
+// per warp (TRIDENT_LN_FWD_ROWS_PER_WARP=1), which must all give the same bits), and
 // the backward (dx, dgamma, dbeta, all +=), for awkward row counts and widths, every float
 // dtype, 16-byte vectorised and scalar paths (aligned widths with matching dtypes vs odd
 // widths, mixed dtypes and misaligned pointers), and fp32 gradients for 16-bit
@@ -41,7 +42,7 @@ ForwardPath launch_forward(const Tensor& x, const Tensor& branch, const Tensor& 
                            const DropoutKey& branch_drop = DropoutKey{}) {
   if (x.rows() == 0 || x.cols() == 0) return ForwardPath{};
   return forward_typed(x, branch, resid, gamma, beta, out, mean, rstd, T, branch_drop, nullptr,
-                       [](const void*) { return resident_blocks; });
+                       [](const void*, int) { return resident_blocks; });
 }
 
 BackwardPath layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
@@ -217,31 +218,42 @@ TEST_P(EmulatedLayerNorm, RowKernelsAgreeBitForBit) {
   });
 }
 
-// TRIDENT_LN_FWD_ROWS_PER_WARP for one scope (nullptr: unset), restored after.
-class ScopedRowsPerWarp {
+// An environment variable for one scope (nullptr: unset), restored after.
+class ScopedEnv {
  public:
-  explicit ScopedRowsPerWarp(const char* value) {
-    const char* old = std::getenv(kl::kRowsPerWarpEnv);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name_);
     had_ = old != nullptr;
     if (had_) old_ = old;
     set(value);
   }
-  ~ScopedRowsPerWarp() { set(had_ ? old_.c_str() : nullptr); }
+  ~ScopedEnv() { set(had_ ? old_.c_str() : nullptr); }
 
  private:
-  static void set(const char* v) {
+  void set(const char* v) {
     if (v == nullptr)
-      ::unsetenv(kl::kRowsPerWarpEnv);
+      ::unsetenv(name_);
     else
-      ::setenv(kl::kRowsPerWarpEnv, v, 1);
+      ::setenv(name_, v, 1);
   }
+  const char* name_;
   bool had_ = false;
   std::string old_;
+};
+// TRIDENT_LN_FWD_ROWS_PER_WARP, and TRIDENT_LN_FWD_RING (the plain forward's rows in flight
+// to shared memory).
+struct ScopedRowsPerWarp : ScopedEnv {
+  explicit ScopedRowsPerWarp(const char* value) : ScopedEnv(kl::kRowsPerWarpEnv, value) {}
+};
+struct ScopedRing : ScopedEnv {
+  explicit ScopedRing(const char* value) : ScopedEnv("TRIDENT_LN_FWD_RING", value) {}
 };
 
 // The walking forward (several rows per warp) against the one-row-per-warp kernel
 // (TRIDENT_LN_FWD_ROWS_PER_WARP=1): the same bits of out, mean, rstd and resid for every
-// setting, and the grid each setting asks for. drop_T > 0: the branch's dropout.
+// setting, and the grid each setting asks for; each setting also with TRIDENT_LN_FWD_RING=1,
+// which takes the ring kernel for the plain forward (not "1" rows per warp) and changes
+// nothing with a residual. drop_T > 0: the branch's dropout.
 struct RowsPerWarpCase {
   const char* setting;  // nullptr: unset
   int64_t resident;     // blocks the emulated GPU holds
@@ -264,8 +276,9 @@ class EmulatedLayerNormWalk : public EmulatedLayerNorm {
       Buffer x, out, resid, mean, rstd;
       kl::ForwardPath path;
     };
-    auto run = [&](const char* setting, int64_t resident) {
+    auto run = [&](const char* setting, int64_t resident, const char* ring = nullptr) {
       ScopedRowsPerWarp env(setting);
+      ScopedRing ring_env(ring);
       const int64_t keep_resident = kl::resident_blocks;
       kl::resident_blocks = resident;
       Result r;
@@ -288,25 +301,27 @@ class EmulatedLayerNormWalk : public EmulatedLayerNorm {
     EXPECT_EQ(want.path.grid, static_cast<unsigned>(blocks));
     const std::vector<RowsPerWarpCase> cases = {
         {nullptr, 3}, {"", 1}, {"0", 2}, {"0", 0}, {"0", 1000}, {"2", 3}, {"5", 3}, {"65536", 3}};
-    for (const RowsPerWarpCase& c : cases) {
-      SCOPED_TRACE(std::string(kl::kRowsPerWarpEnv) + "=" + (c.setting ? c.setting : "(unset)") + ", " +
-                   std::to_string(c.resident) + " resident blocks");
-      const Result got = run(c.setting, c.resident);
-      EXPECT_EQ(got.path.in_registers, in_registers);
-      if (in_registers) {  // unset or empty: walking on the warps that fit (the default)
-        const int per_warp = c.setting == nullptr || c.setting[0] == '\0' ? 0 : std::atoi(c.setting);
-        EXPECT_EQ(got.path.walk, per_warp != 1);
-        const int64_t want_grid = per_warp == 0 ? std::max<int64_t>(1, std::min(blocks, c.resident))
-                                                : (N + 8 * per_warp - 1) / (8 * per_warp);
-        EXPECT_EQ(got.path.grid, static_cast<unsigned>(want_grid));
+    for (const RowsPerWarpCase& c : cases)
+      for (const char* ring : {static_cast<const char*>(nullptr), "1"}) {
+        SCOPED_TRACE(std::string(kl::kRowsPerWarpEnv) + "=" + (c.setting ? c.setting : "(unset)") + ", " +
+                     std::to_string(c.resident) + " resident blocks" + (ring ? ", TRIDENT_LN_FWD_RING=1" : ""));
+        const Result got = run(c.setting, c.resident, ring);
+        EXPECT_EQ(got.path.in_registers, in_registers);
+        if (in_registers) {  // unset or empty: walking on the warps that fit (the default)
+          const int per_warp = c.setting == nullptr || c.setting[0] == '\0' ? 0 : std::atoi(c.setting);
+          EXPECT_EQ(got.path.walk, per_warp != 1);
+          EXPECT_EQ(got.path.ring, ring != nullptr && !residual && per_warp != 1);
+          const int64_t want_grid = per_warp == 0 ? std::max<int64_t>(1, std::min(blocks, c.resident))
+                                                  : (N + 8 * per_warp - 1) / (8 * per_warp);
+          EXPECT_EQ(got.path.grid, static_cast<unsigned>(want_grid));
+        }
+        EXPECT_TRUE(same_bytes(got.out, want.out)) << "out";
+        EXPECT_TRUE(same_bytes(got.mean, want.mean)) << "mean";
+        EXPECT_TRUE(same_bytes(got.rstd, want.rstd)) << "rstd";
+        if (residual) {
+          EXPECT_TRUE(same_bytes(in_place ? got.x : got.resid, in_place ? want.x : want.resid)) << "resid";
+        }
       }
-      EXPECT_TRUE(same_bytes(got.out, want.out)) << "out";
-      EXPECT_TRUE(same_bytes(got.mean, want.mean)) << "mean";
-      EXPECT_TRUE(same_bytes(got.rstd, want.rstd)) << "rstd";
-      if (residual) {
-        EXPECT_TRUE(same_bytes(in_place ? got.x : got.resid, in_place ? want.x : want.resid)) << "resid";
-      }
-    }
   }
 };
 
@@ -336,6 +351,12 @@ TEST_P(EmulatedLayerNormWalk, AgainstCpu) {
     forward(41, 2048, dt(), false, false, false);
     forward(41, 2048, dt(), false, true, false);
     forward(42, 1600, dt(), false, true, false, 6);
+  }
+  {
+    ScopedRing ring("1");
+    SCOPED_TRACE("TRIDENT_LN_FWD_RING=1");
+    forward(41, 2048, dt(), false, false, false);
+    forward(300, 768, dt(), false, false, false);  // 12 or 13 rows a warp through the 3 buffers
   }
   const int64_t keep = kl::resident_blocks;
   kl::resident_blocks = 1;
