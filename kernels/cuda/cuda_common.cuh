@@ -118,6 +118,8 @@ __device__ __forceinline__ void cp_async16_to_shared(void* smem, const void* gme
   const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(gmem) : "memory");
 #else
+  TRIDENT_EMU_CHECK_ALIGNED(smem, 16);
+  TRIDENT_EMU_CHECK_ALIGNED(gmem, 16);
   memcpy(smem, gmem, 16);
 #endif
 }

@@ -119,7 +119,7 @@ TEST_F(EmulatedReduceLarge, SumGridStrideLoopFp32) {
 
 // 110 pieces (more than one launch holds), empty ones, pieces of several chunks, a change
 // of dtype in the middle (a launch has one dtype), and pieces that start off the 16-byte
-// alignment (the scalar path) next to aligned ones (the vector path with a tail). With 3
+// alignment (a scalar head, then vectors) next to aligned ones (the vector path with a tail). With 3
 // blocks a launch every block adds many chunks, of several tensors.
 TEST_P(EmulatedReduce, SumSquaresMulti) {
   std::vector<Buffer> bufs;
@@ -140,23 +140,24 @@ TEST_P(EmulatedReduce, SumSquaresMulti) {
   EXPECT_EQ(kr::sum_squares_multi({}), 0.0);
 }
 
-// The vector path's tail and the scalar path of a misaligned start, for sum and
-// sum_squares (grid-stride over one tensor).
+// The elements before the first 16-byte boundary of a misaligned start (also a whole
+// tensor shorter than them), the vector path and its tail, for sum and sum_squares
+// (grid-stride over one tensor).
 TEST_P(EmulatedReduce, SumOfMisalignedAndRaggedTensors) {
-  for (int64_t skip : {int64_t{0}, int64_t{1}, int64_t{3}}) {
-    const int64_t n = 256 * 8 * 3 + 13;
-    SCOPED_TRACE("skip=" + std::to_string(skip) + " " + dtype_name(dt()));
-    Buffer b = random(Shape{n + skip}, dt(), -1.f, 1.5f);
-    const Tensor t = b.t().flat_slice(skip, n);
-    const double sq = cpu().sum_squares(t);
-    expect_near(kr::sum(t, false), cpu().sum(t), 1e-12 * static_cast<double>(n), "sum (atol 1e-12 n)");
-    expect_near(kr::sum(t, true), sq, 1e-12 * sq, "sum_squares (relative 1e-12)");
-  }
+  for (int64_t skip : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{7}})
+    for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{256 * 8 * 3 + 13}}) {
+      SCOPED_TRACE("skip=" + std::to_string(skip) + " n=" + std::to_string(n) + " " + dtype_name(dt()));
+      Buffer b = random(Shape{n + skip}, dt(), -1.f, 1.5f);
+      const Tensor t = b.t().flat_slice(skip, n);
+      const double sq = cpu().sum_squares(t);
+      expect_near(kr::sum(t, false), cpu().sum(t), 1e-12 * static_cast<double>(n), "sum (atol 1e-12 n)");
+      expect_near(kr::sum(t, true), sq, 1e-12 * sq, "sum_squares (relative 1e-12)");
+    }
 }
 
 TEST_P(EmulatedReduce, HasInfOrNan) {
   // The largest size has more elements than the kernel has threads (4096 blocks of 256);
-  // skip 1 starts off the 16-byte alignment (the scalar path); n - 1 lies in the vector
+  // skip 1 starts off the 16-byte alignment (a scalar head first); n - 1 lies in the vector
   // path's tail for n = 130 and 256 * 4096 + 3.
   for (int64_t skip : {int64_t{0}, int64_t{1}}) {
     for (int64_t n : {int64_t{1}, int64_t{130}, int64_t{256 * 4096 + 3}}) {
