@@ -24,7 +24,7 @@
 //   gamma is loaded once per block; each thread accumulates its columns' dgamma (d*xhat)
 //   and dbeta (d) over the chunk in registers and writes them as f32 partials [chunk, C].
 //   column_partials_accumulate (cuda_reduce.cu) then adds the chunks to dgamma and dbeta
-//   in a fixed order.
+//   in a fixed order, both in one launch.
 // - Fallback (mixed dtypes, unaligned pointers, C not a multiple of the vector width, very
 //   wide rows): one warp per row for dx, then a thread-per-column kernel for per-chunk
 //   dgamma/dbeta partials, then column_partials_accumulate.
@@ -797,7 +797,8 @@ struct BackwardPath {
 // The backward's kernels (fused when every row operand has x's dtype, the vectors fit and
 // fused_geometry covers the row; else the fallback), shared by the host launcher and the
 // CPU emulator's test: partials_of(bytes) gives f32 scratch for the dgamma and dbeta
-// partials, accumulate(partials, chunks, dst) adds the chunks onto dst in a fixed order.
+// partials, accumulate(pg, pb, chunks, dgamma, dbeta) adds the chunks of each onto its
+// destination in a fixed order (one launch for both).
 template <typename PartialsOf, typename Accumulate>
 BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                             const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
@@ -825,8 +826,7 @@ BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& g
       } else {
         if constexpr (4 * kVec16<T> <= kFusedMaxElems) launch(std::integral_constant<int, 4>{});
       }
-      accumulate(pg, f.chunks, dgamma);
-      accumulate(pb, f.chunks, dbeta);
+      accumulate(pg, pb, f.chunks, dgamma, dbeta);
       path = BackwardPath{true, f.vpt, f.threads, f.chunks};
       return;
     }
@@ -845,8 +845,7 @@ BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& g
     const dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks));
     layernorm_param_partials_kernel<T><<<grid, 256, 0, s>>>(any_ptr(dout), x.ptr<T>(), mean.ptr<float>(),
                                                             rstd.ptr<float>(), N, C, rows_per_chunk, pg, pb);
-    accumulate(pg, chunks, dgamma);
-    accumulate(pb, chunks, dbeta);
+    accumulate(pg, pb, chunks, dgamma, dbeta);
     path.chunks = chunks;
   });
   return path;
@@ -931,8 +930,8 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma
   backward_typed(
       dout, x, gamma, mean, rstd, dx, dgamma, dbeta, s,
       [&](size_t bytes) { return partials.emplace_back(scratch, bytes).as<float>(); },
-      [&](const float* p, int64_t chunks, const Tensor& dst) {
-        column_partials_accumulate(p, chunks, C, dst.data, dst.dtype, s);
+      [&](const float* pg, const float* pb, int64_t chunks, const Tensor& dg, const Tensor& db) {
+        column_partials_accumulate(pg, dg.data, dg.dtype, pb, db.data, db.dtype, chunks, C, s);
       });
   CUDA_CHECK_LAUNCH();
 }

@@ -87,10 +87,11 @@ bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s);
 // Column reductions in two deterministic passes (used by bias_backward and the LayerNorm
 // parameter gradients): rows are cut into chunks (`column_chunks(rows, cols, vector)` of
 // them, `vector` columns per thread of the first pass, or the fused LayerNorm backward's
-// own), pass one writes f32 partials [chunks, cols], pass two (column_partials_accumulate)
-// adds them to dst in a fixed order.
+// own), pass one writes f32 partials [chunks, cols], pass two adds them to dst in a fixed
+// order (column_partials_accumulate: two partial sets of one shape, LayerNorm's dgamma and
+// dbeta, in one launch).
 int column_chunks(int64_t rows, int64_t cols, int vector = 1);
-void column_partials_accumulate(const float* partials, int64_t chunks, int64_t cols, void* dst, DType dst_dtype,
-                                cudaStream_t s);
+void column_partials_accumulate(const float* partials_a, void* dst_a, DType dtype_a, const float* partials_b,
+                                void* dst_b, DType dtype_b, int64_t chunks, int64_t cols, cudaStream_t s);
 
 }  // namespace trident::cuda

@@ -60,18 +60,25 @@ __global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t
   for (int j = 0; j < kV; ++j) partials[blockIdx.y * C + c + j] = acc[j];
 }
 
-// dst[c] += the sum over chunks of partials[k * C + c]. Grid ceil(C / kFinishCols) blocks of
-// kFinishCols x kFinishGroups threads: lane = column, warp w = chunk group, adding chunks w,
-// w + kFinishGroups, ... in that order (kFinishUnroll loads in flight); then warp 0 adds
-// the groups in order: a fixed order for any schedule. (One thread per column walking the
-// chunks, as before, had C / 256 blocks and one load in flight: tens of microseconds for
-// LayerNorm's 512 chunks.)
+// dst[c] += the sum over chunks of partials[k * C + c], for the set blockIdx.y picks (0: a,
+// 1: b; two sets of one shape in one launch: LayerNorm's dgamma and dbeta). Grid
+// (ceil(C / kFinishCols), sets) blocks of kFinishCols x kFinishGroups threads: lane =
+// column, warp w = chunk group, adding chunks w, w + kFinishGroups, ... in that order
+// (kFinishUnroll loads in flight); then warp 0 adds the groups in order: a fixed order for
+// any schedule. (One thread per column walking the chunks, as before, had C / 256 blocks
+// and one load in flight: tens of microseconds for LayerNorm's 512 chunks.)
+struct ColumnPartials {
+  const float* partials;
+  AnyPtr dst;
+};
 constexpr int kFinishCols = 32;
 constexpr int kFinishGroups = 16;
 constexpr int kFinishUnroll = 8;
 __global__ void __launch_bounds__(kFinishCols * kFinishGroups)
-    column_finish_kernel(const float* partials, int64_t chunks, int64_t C, AnyPtr dst) {
+    column_finish_kernel(ColumnPartials a, ColumnPartials b, int64_t chunks, int64_t C) {
   __shared__ float group_sums[kFinishGroups][kFinishCols];
+  const float* partials = blockIdx.y == 0 ? a.partials : b.partials;
+  const AnyPtr dst = blockIdx.y == 0 ? a.dst : b.dst;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   const int64_t c = blockIdx.x * static_cast<int64_t>(kFinishCols) + lane;
   float acc = 0.f;
@@ -260,8 +267,9 @@ void bias_backward_typed(const Tensor& dout, const Tensor& dbias, const Tensor& 
       with_dx ? launch(column_partials_kernel<T_, kVec16<T_>, true>) : launch(column_partials_kernel<T_, kVec16<T_>, false>);
     else
       with_dx ? launch(column_partials_kernel<T_, 1, true>) : launch(column_partials_kernel<T_, 1, false>);
+    const ColumnPartials sums{partials, AnyPtr{dbias.data, dbias.dtype}};
     column_finish_kernel<<<grid_for(C, kFinishCols, INT32_MAX), kFinishCols * kFinishGroups, 0, s>>>(
-        partials, static_cast<int64_t>(chunks), C, AnyPtr{dbias.data, dbias.dtype});
+        sums, sums, static_cast<int64_t>(chunks), C);
   });
 }
 
@@ -278,10 +286,12 @@ static V to_host(const V* device_value, cudaStream_t s) {
 
 int column_chunks(int64_t rows, int64_t cols, int vector) { return column_chunk_count(rows, cols, vector); }
 
-void column_partials_accumulate(const float* partials, int64_t chunks, int64_t cols, void* dst, DType dst_dtype,
-                                cudaStream_t s) {
-  column_finish_kernel<<<grid_for(cols, kFinishCols, INT32_MAX), kFinishCols * kFinishGroups, 0, s>>>(
-      partials, chunks, cols, AnyPtr{dst, dst_dtype});
+void column_partials_accumulate(const float* partials_a, void* dst_a, DType dtype_a, const float* partials_b,
+                                void* dst_b, DType dtype_b, int64_t chunks, int64_t cols, cudaStream_t s) {
+  const dim3 grid(grid_for(cols, kFinishCols, INT32_MAX), 2);
+  column_finish_kernel<<<grid, kFinishCols * kFinishGroups, 0, s>>>(
+      ColumnPartials{partials_a, AnyPtr{dst_a, dtype_a}}, ColumnPartials{partials_b, AnyPtr{dst_b, dtype_b}}, chunks,
+      cols);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -27,9 +27,12 @@ std::vector<V> nan_scratch(size_t n) {
 
 int column_chunks(int64_t rows, int64_t cols, int vector = 1) { return column_chunk_count(rows, cols, vector); }
 
-void column_partials_accumulate(const float* partials, int64_t chunks, int64_t cols, void* dst, DType dst_dtype) {
-  emu::launch(dim3(grid_for(cols, kFinishCols, INT32_MAX)), dim3(kFinishCols * kFinishGroups), 0, column_finish_kernel,
-              partials, static_cast<int64_t>(chunks), cols, AnyPtr{dst, dst_dtype});
+// Two sets in one launch (LayerNorm's dgamma and dbeta).
+void column_partials_accumulate(const float* pa, void* dst_a, DType dtype_a, const float* pb, void* dst_b,
+                                DType dtype_b, int64_t chunks, int64_t cols) {
+  emu::launch(dim3(grid_for(cols, kFinishCols, INT32_MAX), 2), dim3(kFinishCols * kFinishGroups), 0,
+              column_finish_kernel, ColumnPartials{pa, AnyPtr{dst_a, dtype_a}},
+              ColumnPartials{pb, AnyPtr{dst_b, dtype_b}}, static_cast<int64_t>(chunks), cols);
 }
 
 // The launchers' own passes (bias_backward_typed, extracted with the kernels), the

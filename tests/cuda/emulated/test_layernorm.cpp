@@ -52,8 +52,8 @@ BackwardPath layernorm_backward(const Tensor& dout, const Tensor& x, const Tenso
   return backward_typed(
       dout, x, gamma, mean, rstd, dx, dgamma, dbeta, nullptr,
       [&](size_t bytes) { return partials.emplace_back(emu_reduce::nan_scratch<float>(bytes / sizeof(float))).data(); },
-      [&](const float* p, int64_t chunks, const Tensor& dst) {
-        emu_reduce::column_partials_accumulate(p, chunks, x.cols(), dst.data, dst.dtype);
+      [&](const float* pg, const float* pb, int64_t chunks, const Tensor& dg, const Tensor& db) {
+        emu_reduce::column_partials_accumulate(pg, dg.data, dg.dtype, pb, db.data, db.dtype, chunks, x.cols());
       });
 }
 
