@@ -104,29 +104,31 @@ __global__ void __launch_bounds__(kFinishCols * kFinishGroups)
 }
 
 // Calls f(float) for the elements of x[begin, end) that fall to thread `tid` of `threads`:
-// whole 16-byte vectors, one per thread in turn, two loads in flight, when x + begin is
-// 16-byte aligned, then the elements after the last whole vector one per thread. Which
-// thread sees which element, and in which order, depends only on the arguments.
-// (Scalar 2-byte loads ran the 1.3b gradient norm at ~0.6 TB/s on an H200.)
+// the elements before the first 16-byte boundary (fewer than one vector) one per thread,
+// then whole 16-byte vectors, one per thread in turn, two loads in flight, then the
+// elements after the last whole vector one per thread. Which thread sees which element,
+// and in which order, depends only on the arguments (the address's offset in 16 bytes
+// included). (Scalar 2-byte loads ran the 1.3b gradient norm at ~0.6 TB/s on an H200; a
+// start off the 16-byte grid took them for the whole range until 2026-12-01.)
 template <typename T, typename F>
 __device__ __forceinline__ void for_each_strided(const T* x, int64_t begin, int64_t end, int64_t tid, int64_t threads,
                                                  F&& f) {
   constexpr int kV = kVec16<T>;
-  int64_t tail = begin;
-  if (reinterpret_cast<uintptr_t>(x + begin) % 16 == 0) {
-    tail = begin + (end - begin) / kV * kV;
-    const int64_t step = threads * kV;
-    for (int64_t i = begin + tid * kV; i < tail; i += 2 * step) {
-      const bool second = i + step < tail;
-      const Vec<T, kV> a = load_vec<T, kV>(x + i);
-      Vec<T, kV> b = a;
-      if (second) b = load_vec<T, kV>(x + i + step);
+  const int64_t skew = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x + begin) % 16 / sizeof(T));
+  const int64_t head = skew == 0 ? begin : (begin + kV - skew < end ? begin + kV - skew : end);
+  for (int64_t i = begin + tid; i < head; i += threads) f(to_f32(x[i]));
+  const int64_t tail = head + (end - head) / kV * kV;
+  const int64_t step = threads * kV;
+  for (int64_t i = head + tid * kV; i < tail; i += 2 * step) {
+    const bool second = i + step < tail;
+    const Vec<T, kV> a = load_vec<T, kV>(x + i);
+    Vec<T, kV> b = a;
+    if (second) b = load_vec<T, kV>(x + i + step);
 #pragma unroll
-      for (int j = 0; j < kV; ++j) f(to_f32(a.v[j]));
-      if (second) {
+    for (int j = 0; j < kV; ++j) f(to_f32(a.v[j]));
+    if (second) {
 #pragma unroll
-        for (int j = 0; j < kV; ++j) f(to_f32(b.v[j]));
-      }
+      for (int j = 0; j < kV; ++j) f(to_f32(b.v[j]));
     }
   }
   for (int64_t i = tail + tid; i < end; i += threads) f(to_f32(x[i]));
