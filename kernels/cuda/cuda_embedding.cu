@@ -27,6 +27,64 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, AnyPtr wte, int6
   }
 }
 
+// The same with a warp per row (warps walk rows w, w + W, ...) in 16-byte vectors: every
+// operand of dtype T, C a multiple of kVec16<T>, aligned pointers. The token id is read
+// once per row, not per element; the same arithmetic (one add, one rounding): the same bits.
+template <typename T>
+__global__ void embedding_forward_rows_kernel(const int32_t* tokens, const T* wte, int64_t vocab_start, int64_t V,
+                                              const T* wpe, int T_, T* out, int64_t N, int64_t C) {
+  constexpr int kV = kVec16<T>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+  for (int64_t n = blockIdx.x * static_cast<int64_t>(blockDim.x >> 5) + (threadIdx.x >> 5); n < N; n += warps) {
+    const int64_t id = static_cast<int64_t>(tokens[n]) - vocab_start;
+    const bool owned = id >= 0 && id < V;
+    const T* word = wte + (owned ? id : 0) * C;
+    const T* pos = wpe != nullptr ? wpe + (n % T_) * C : nullptr;
+    for (int64_t c = lane * kV; c < C; c += 32 * kV) {
+      float v[kV];
+      if (owned) {
+        load_k<kV>(word + c, v);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kV; ++j) v[j] = 0.f;
+      }
+      if (pos != nullptr) {
+        float p[kV];
+        load_k<kV>(pos + c, p);
+#pragma unroll
+        for (int j = 0; j < kV; ++j) v[j] += p[j];
+      }
+      store_k<kV>(out + n * C + c, v);
+    }
+  }
+}
+
+// The forward's kernel choice, shared by the host launcher and the CPU emulator's test: the
+// row kernel when the dtypes, C and the pointers allow 16-byte vectors, else element-wise
+// with runtime-typed tables. true: the row kernel ran.
+inline bool forward_typed(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe, int T,
+                          const Tensor& out, cudaStream_t s) {
+  const int64_t N = tokens.numel(), C = wte.cols();
+  bool rows = false;
+  dispatch_float(out.dtype, "embedding_forward", [&](auto tag) {
+    using Ty = decltype(tag);
+    const bool same = wte.dtype == out.dtype && (wpe.empty() || wpe.dtype == out.dtype);
+    rows = same && vector_width<Ty>(C, {wte.data, wpe.data, out.data}) > 1;
+    if (rows) {
+      constexpr int kRowsPerBlock = 8;
+      embedding_forward_rows_kernel<Ty><<<grid_for(N, kRowsPerBlock, INT32_MAX), 32 * kRowsPerBlock, 0, s>>>(
+          tokens.ptr<int32_t>(), wte.ptr<Ty>(), vocab_start, wte.rows(), wpe.empty() ? nullptr : wpe.ptr<Ty>(), T,
+          out.ptr<Ty>(), N, C);
+    } else {
+      embedding_forward_kernel<Ty><<<grid_for(N * C, 256), 256, 0, s>>>(tokens.ptr<int32_t>(), any_ptr(wte),
+                                                                      vocab_start, wte.rows(), any_ptr(wpe),
+                                                                      !wpe.empty(), T, out.ptr<Ty>(), N, C);
+    }
+  });
+  return rows;
+}
+
 // key = local id, or V (sorts last, skipped) for ids this shard does not own; value = row.
 __global__ void embedding_keys_kernel(const int32_t* tokens, int64_t vocab_start, int64_t V, int64_t N,
                                       int32_t* keys, int32_t* rows) {
@@ -90,12 +148,7 @@ void embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_st
     TRIDENT_CHECK(is_float(wpe.dtype) && wpe.cols() == C && wpe.rows() >= T, op, ": wpe ", wpe.shape.str(),
                   " for T=", T);
   if (N * C == 0) return;
-  dispatch_float(out.dtype, op, [&](auto tag) {
-    using Ty = decltype(tag);
-    embedding_forward_kernel<Ty><<<grid_for(N * C, 256), 256, 0, s>>>(
-        tokens.ptr<int32_t>(), any_ptr(wte), vocab_start, wte.rows(), any_ptr(wpe), !wpe.empty(), T,
-        out.ptr<Ty>(), N, C);
-  });
+  forward_typed(tokens, wte, vocab_start, wpe, T, out, s);
   CUDA_CHECK_LAUNCH();
 }
 
