@@ -5,7 +5,9 @@
 // with a stable radix sort of (local id, row) pairs (CUB), so each id's rows form one run
 // in increasing row order; one block per run then sums its rows channel by channel in
 // that order and adds the total to dwte once. dwpe sums over the batch with one thread
-// per (position, channel). Both orders match the CPU twin's.
+// per (position, channel). Both orders match the CPU twin's. Where the width and the
+// pointers allow, every kernel moves 16-byte vectors of the activations (a thread takes
+// that many channels; the forward a warp per row), with the same sums.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -121,6 +123,89 @@ __global__ void embedding_dwpe_kernel(const T* dout, int64_t B, int T_, int64_t 
   }
 }
 
+// The same two kernels with kV = kVec16<T> channels a thread: 16-byte loads of dout, kV-element
+// accesses of the gradient tables (G: their dtype, f32 or T). Every channel's sum runs in the
+// scalar kernels' order: the same bits.
+template <typename T, typename G>
+__global__ void embedding_dwte_vec_kernel(const T* dout, const int32_t* keys, const int32_t* rows, int64_t N,
+                                          int64_t V, int64_t C, G* dwte) {
+  constexpr int kV = kVec16<T>;
+  const int64_t i = blockIdx.x;
+  const int32_t id = keys[i];
+  if (id >= V || (i > 0 && keys[i - 1] == id)) return;
+  int64_t end = i + 1;
+  while (end < N && keys[end] == id) ++end;
+  G* row = dwte + id * C;
+  for (int64_t c = threadIdx.x * static_cast<int64_t>(kV); c < C; c += blockDim.x * static_cast<int64_t>(kV)) {
+    float acc[kV];
+    load_k<kV>(row + c, acc);
+    for (int64_t j = i; j < end; ++j) {
+      float d[kV];
+      load_k<kV>(dout + static_cast<int64_t>(rows[j]) * C + c, d);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) acc[k] += d[k];
+    }
+    store_k<kV>(row + c, acc);
+  }
+}
+
+template <typename T, typename G>
+__global__ void embedding_dwpe_vec_kernel(const T* dout, int64_t B, int T_, int64_t C, G* dwpe) {
+  constexpr int kV = kVec16<T>;
+  const int64_t total = static_cast<int64_t>(T_) * C;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x * kV;
+  for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * kV; i < total; i += step) {
+    float acc[kV];
+    load_k<kV>(dwpe + i, acc);
+    for (int64_t b = 0; b < B; ++b) {
+      float d[kV];
+      load_k<kV>(dout + b * total + i, d);
+#pragma unroll
+      for (int k = 0; k < kV; ++k) acc[k] += d[k];
+    }
+    store_k<kV>(dwpe + i, acc);
+  }
+}
+
+// The backward's sums once the (key, row) pairs are sorted, shared by the host launcher and
+// the CPU emulator's test: the vector kernels when C is a multiple of the vector, the
+// gradient tables are f32 or dout's dtype (one dtype for both) and every pointer allows
+// the accesses; else the scalar ones. true: the vector kernels ran.
+inline bool backward_sums_typed(const Tensor& dout, const int32_t* keys, const int32_t* rows, int64_t V, int T,
+                                const Tensor& dwte, const Tensor& dwpe, cudaStream_t s) {
+  const int64_t N = dout.rows(), C = dout.cols();
+  bool vec = false;
+  dispatch_float(dout.dtype, "embedding_backward", [&](auto tag) {
+    using Ty = decltype(tag);
+    constexpr int kV = kVec16<Ty>;
+    auto run_vec = [&](auto gtag) {
+      using G = decltype(gtag);
+      const size_t bytes = kV * sizeof(G) > 16 ? kV * sizeof(G) : 16;  // the widest access
+      if (C % kV != 0 || !aligned_to({dout.data, dwte.data, dwpe.data}, bytes)) return false;
+      const int64_t threads = (C / kV + 31) / 32 * 32;
+      embedding_dwte_vec_kernel<Ty, G><<<static_cast<unsigned>(N), static_cast<int>(threads < 256 ? threads : 256), 0,
+                                         s>>>(dout.ptr<Ty>(), keys, rows, N, V, C, dwte.ptr<G>());
+      if (!dwpe.empty())
+        embedding_dwpe_vec_kernel<Ty, G><<<grid_for(static_cast<int64_t>(T) * C / kV, 256), 256, 0, s>>>(
+            dout.ptr<Ty>(), N / T, T, C, dwpe.ptr<G>());
+      return true;
+    };
+    const bool one_dtype = dwpe.empty() || dwpe.dtype == dwte.dtype;
+    if (one_dtype && dwte.dtype == DType::F32)
+      vec = run_vec(float{});
+    else if (one_dtype && dwte.dtype == dout.dtype)
+      vec = run_vec(Ty{});
+    if (vec) return;
+    const int block = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
+    embedding_dwte_kernel<Ty><<<static_cast<unsigned>(N), block, 0, s>>>(dout.ptr<Ty>(), keys, rows, N, V, C,
+                                                                       any_ptr(dwte));
+    if (!dwpe.empty())
+      embedding_dwpe_kernel<Ty><<<grid_for(static_cast<int64_t>(T) * C, 256), 256, 0, s>>>(dout.ptr<Ty>(), N / T, T,
+                                                                                         C, any_ptr(dwpe));
+  });
+  return vec;
+}
+
 void check_shapes(const char* op, const Tensor& tokens, const Tensor& table, const Tensor& rows, int T) {
   TRIDENT_CHECK(tokens.dtype == DType::I32, op, ": tokens must be int32");
   TRIDENT_CHECK(is_float(table.dtype) && is_float(rows.dtype), op, ": float tensors expected");
@@ -178,18 +263,8 @@ void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_
                                              keys_out.as<int32_t>(), rows_in.as<int32_t>(), rows_out.as<int32_t>(),
                                              static_cast<int>(N), 0, end_bit, s));
 
-  dispatch_float(dout.dtype, op, [&](auto tag) {
-    using Ty = decltype(tag);
-    const int block = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
-    embedding_dwte_kernel<Ty><<<static_cast<unsigned>(N), block, 0, s>>>(
-        dout.ptr<Ty>(), keys_out.as<int32_t>(), rows_out.as<int32_t>(), N, V, C, any_ptr(dwte));
-    CUDA_CHECK_LAUNCH();
-    if (!dwpe.empty()) {
-      embedding_dwpe_kernel<Ty><<<grid_for(static_cast<int64_t>(T) * C, 256), 256, 0, s>>>(
-          dout.ptr<Ty>(), N / T, T, C, any_ptr(dwpe));
-      CUDA_CHECK_LAUNCH();
-    }
-  });
+  backward_sums_typed(dout, keys_out.as<int32_t>(), rows_out.as<int32_t>(), V, T, dwte, dwpe, s);
+  CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace trident::cuda

@@ -19,8 +19,8 @@
 namespace trident::cuda::emu_embedding {
 namespace {
 
-// The host launcher's kernel choice for the forward (forward_typed, extracted with the
-// kernels; true: the 16-byte row kernel ran), and a mirror of the backward's launcher in
+// The host launchers' kernel choices (forward_typed, backward_sums_typed, extracted with the
+// kernels; true: the 16-byte kernels ran); the backward's keys and sort mirror its launcher in
 // kernels/cuda/cuda_embedding.cu: KEEP IN SYNC with that file.
 bool embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_start, const Tensor& wpe, int T,
                        const Tensor& out) {
@@ -28,10 +28,10 @@ bool embedding_forward(const Tensor& tokens, const Tensor& wte, int64_t vocab_st
   return forward_typed(tokens, wte, vocab_start, wpe, T, out, nullptr);
 }
 
-void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T, const Tensor& dwte,
+bool embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_start, int T, const Tensor& dwte,
                         const Tensor& dwpe) {
   const int64_t N = tokens.numel(), C = dwte.cols(), V = dwte.rows();
-  if (N == 0 || C == 0) return;
+  if (N == 0 || C == 0) return false;
   std::vector<int32_t> keys_in(N, -7), rows_in(N, -7);
   emu::launch(dim3(grid_for(N, 256)), dim3(256), 0, embedding_keys_kernel, tokens.ptr<int32_t>(), vocab_start, V, N,
               keys_in.data(), rows_in.data());
@@ -44,15 +44,7 @@ void embedding_backward(const Tensor& dout, const Tensor& tokens, int64_t vocab_
     keys_out[i] = keys_in[order[i]];
     rows_out[i] = rows_in[order[i]];
   }
-  dispatch_float(dout.dtype, "embedding_backward", [&](auto tag) {
-    using Ty = decltype(tag);
-    const int block = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
-    emu::launch(dim3(static_cast<unsigned>(N)), dim3(block), 0, embedding_dwte_kernel<Ty>, dout.ptr<Ty>(),
-                keys_out.data(), rows_out.data(), N, V, C, any_ptr(dwte));
-    if (!dwpe.empty())
-      emu::launch(dim3(grid_for(static_cast<int64_t>(T) * C, 256)), dim3(256), 0, embedding_dwpe_kernel<Ty>,
-                  dout.ptr<Ty>(), N / T, T, C, any_ptr(dwpe));
-  });
+  return backward_sums_typed(dout, keys_out.data(), rows_out.data(), V, T, dwte, dwpe, nullptr);
 }
 
 }  // namespace
@@ -86,7 +78,8 @@ class EmulatedEmbedding : public EmuVsCpuDtype {
     Buffer dwte = random(Shape{V, C}, grad_dt), dwpe = random(Shape{T + 3, C}, grad_dt);  // += into these
     Buffer e_dwte = clone(dwte), e_dwpe = clone(dwpe);
     cpu().embedding_backward(dout, tokens, vocab_start, T, dwte, with_pos ? dwpe.t() : Tensor());
-    kb::embedding_backward(dout, tokens, vocab_start, T, e_dwte, with_pos ? e_dwpe.t() : Tensor());
+    const bool vec = kb::embedding_backward(dout, tokens, vocab_start, T, e_dwte, with_pos ? e_dwpe.t() : Tensor());
+    EXPECT_EQ(vec, rows) << "the 16-byte backward kernels";
     expect_close(e_dwte, dwte, Tol{0, 0}, std::string("embedding dwte (exact) ") + dtype_name(grad_dt));
     expect_close(e_dwpe, dwpe, Tol{0, 0}, std::string("embedding dwpe (exact) ") + dtype_name(grad_dt));
   }
@@ -99,7 +92,10 @@ TEST_P(EmulatedEmbedding, ForwardAndBackward) {
       if (C == 17 || C == 64) check(B, T, C, dt(), false);
     }
   }
-  if (dt() != DType::F32) check(3, 11, 65, DType::F32, true);
+  if (dt() != DType::F32) {
+    check(3, 11, 65, DType::F32, true);
+    check(3, 11, 64, DType::F32, true);  // f32 tables, 16-byte dout vectors
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedEmbedding, TRIDENT_EMU_DTYPES, dtype_param_name);
