@@ -1568,6 +1568,67 @@ __global__ void __launch_bounds__(kThreads) attn_delta_kernel(const AttnParams p
   if (lane == 0) p.delta[w] = s;
 }
 
+// The same with 16-byte vectors (the tensor-core paths' operands: D % 8 == 0, 16-byte aligned
+// rows): G lanes a row (G, a power of two, covers its D / 8 vectors: 8 at D 64, 16 at D 128),
+// 32 / G rows a warp, the lane's products summed in order, then the G lanes' sums by
+// shuffles. The scalar kernel's 64-bit index arithmetic and 2-byte loads a row took about as
+// long as a memory-bound pass over O and dO takes.
+template <typename T, int G>
+__global__ void __launch_bounds__(kThreads) attn_delta_vec_kernel(const AttnParams p) {
+  constexpr int kV = static_cast<int>(16 / sizeof(T));
+  const int lane = threadIdx.x & 31, gl = lane % G;
+  const int64_t rows = static_cast<int64_t>(p.B) * p.H * p.T;
+  const int64_t w = (static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5)) * (32 / G) + lane / G;
+  float s = 0.f;
+  if (w < rows && gl * kV < p.D) {
+    const int T_ = p.T, D = p.D;
+    const int bh = static_cast<int>(w / T_), i = static_cast<int>(w - static_cast<int64_t>(bh) * T_);
+    const int b = bh / p.H, h = bh - b * p.H;
+    const int64_t off = (static_cast<int64_t>(b) * T_ + i) * p.out_tok + static_cast<int64_t>(h) * D + gl * kV;
+    const uint4 ov = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.out) + off);
+    const uint4 gv = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) + off);
+    T o[kV], g[kV];  // the vectors' elements (memcpy: no aliasing of the uint4 through T)
+    memcpy(o, &ov, sizeof(ov));
+    memcpy(g, &gv, sizeof(gv));
+#pragma unroll
+    for (int j = 0; j < kV; ++j) s += to_f32(o[j]) * to_f32(g[j]);
+  }
+#pragma unroll
+  for (int m = G / 2; m >= 1; m /= 2) s += __shfl_xor_sync(0xffffffffu, s, m);
+  if (gl == 0 && w < rows) p.delta[w] = s;
+}
+
+// The delta pass: launch(kernel, grid_x, 1, 0) once, the vector kernel when `vectors` (the
+// tensor-core paths: D % 8 == 0, aligned rows), else the scalar one. Shared by the host
+// launcher and the CPU emulator's test.
+template <typename T, typename Launch>
+void plan_delta(const AttnParams& p, bool vectors, Launch&& launch) {
+  const int64_t rows = static_cast<int64_t>(p.B) * p.H * p.T;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (vectors) {
+      constexpr int kV = static_cast<int>(16 / sizeof(T));
+      const int vecs = (p.D + kV - 1) / kV;  // at most 16 (D <= 128)
+      auto go = [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        const int64_t per_block = (kThreads / 32) * (32 / G);
+        launch(attn_delta_vec_kernel<T, G>, static_cast<unsigned>((rows + per_block - 1) / per_block), 1u, 0);
+      };
+      if (vecs <= 1)
+        go(std::integral_constant<int, 1>{});
+      else if (vecs <= 2)
+        go(std::integral_constant<int, 2>{});
+      else if (vecs <= 4)
+        go(std::integral_constant<int, 4>{});
+      else if (vecs <= 8)
+        go(std::integral_constant<int, 8>{});
+      else
+        go(std::integral_constant<int, 16>{});
+      return;
+    }
+  }
+  launch(attn_delta_kernel<T>, static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32)), 1u, 0);
+}
+
 // The atomic-dQ backward's f32 accumulator p.dq_acc ([B*H*T, D]): zeroed before the dK/dV
 // kernel, then dQ = dq_acc * scale stored into dqkv's Q slots. Grid-stride, 4 floats a step.
 __global__ void __launch_bounds__(kThreads) attn_dq_zero_kernel(const AttnParams p) {
@@ -2057,8 +2118,9 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   }
   dispatch_float(qkv.dtype, op, [&](auto tag) {
     using Ty = decltype(tag);
-    attn_delta_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
-    CUDA_CHECK_LAUNCH();
+    plan_delta<Ty>(p, c.mma, [&](auto kernel, unsigned gx, unsigned gy, int smem) {
+      launch_mma(kernel, dim3(gx, gy), smem, p, st);
+    });
     bool done = false;
     if constexpr (!std::is_same_v<Ty, float>) {
       if (c.mma) {

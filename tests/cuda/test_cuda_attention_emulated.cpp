@@ -648,7 +648,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
         launch(kernel, gx, gy, static_cast<size_t>(smem), p);
       };
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
-      launch(attn_delta_kernel<T>, rows, 1, 0, p);
+      plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)
       ASSERT_TRUE(plan_backward_mma<T>(p, tiles, emulated)) << "no backward instances";
     }
   } else {
