@@ -126,9 +126,15 @@ void ProfilingBackend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a,
                                             bool ta, bool tb) {
   timed("matmul_gelu", [&] { inner_->matmul_gelu_backward(dpre, a, b, pre, ta, tb); });
 }
-// Timed as one GEMM ("matmul_bgrad"): a fused bias gradient has no time of its own.
+// A bias gradient summed inside the GEMM has no time of its own: the call is one op,
+// "matmul_bgrad". Otherwise the GEMM and bias_backward are timed as what they are.
 void ProfilingBackend::linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) {
-  timed("matmul_bgrad", [&] { inner_->linear_param_grads(dout, x, dw, dbias); });
+  if (!dbias.empty() && inner_->fuses_linear_bias_grad(dw)) {
+    timed("matmul_bgrad", [&] { inner_->linear_param_grads(dout, x, dw, dbias); });
+    return;
+  }
+  timed("matmul", [&] { inner_->matmul(dw, dout, x, Tensor(), true, false, true); });
+  if (!dbias.empty()) timed("bias_backward", [&] { inner_->bias_backward(dout, dbias); });
 }
 void ProfilingBackend::adamw_multi(const std::vector<AdamWArgs>& list) {
   timed("adamw", [&] { inner_->adamw_multi(list); });

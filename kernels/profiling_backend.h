@@ -83,6 +83,7 @@ class ProfilingBackend final : public Backend {
   void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
                             bool trans_b) override;
   void linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) override;
+  bool fuses_linear_bias_grad(const Tensor& dw) const override { return inner_->fuses_linear_bias_grad(dw); }
   void adamw_multi(const std::vector<AdamWArgs>& list) override;
   double sum_squares_multi(const std::vector<Tensor>& list) override;
 

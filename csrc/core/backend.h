@@ -218,6 +218,10 @@ class Backend {
   // gradient when dbias is empty). matmul then bias_backward; a fused GEMM may sum dbias
   // from the tiles of dout it loads for dw.
   virtual void linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias);
+  // Whether linear_param_grads sums the bias gradient inside the GEMM for a weight gradient
+  // like dw (a profiler then times the call as one op; otherwise as its GEMM and its
+  // bias_backward).
+  virtual bool fuses_linear_bias_grad(const Tensor& /*dw*/) const { return false; }
   // adamw() on every element of `list`, in few launches on a device (multi-tensor apply).
   // Every element must share lr, betas, eps, grad_scale and step; weight_decay may differ.
   virtual void adamw_multi(const std::vector<AdamWArgs>& list);

@@ -1588,8 +1588,8 @@ __global__ void __launch_bounds__(kThreads) attn_delta_vec_kernel(const AttnPara
     const uint4 ov = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.out) + off);
     const uint4 gv = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.dout) + off);
     T o[kV], g[kV];  // the vectors' elements (memcpy: no aliasing of the uint4 through T)
-    memcpy(o, &ov, sizeof(ov));
-    memcpy(g, &gv, sizeof(gv));
+    memcpy(static_cast<void*>(o), &ov, sizeof(ov));
+    memcpy(static_cast<void*>(g), &gv, sizeof(gv));
 #pragma unroll
     for (int j = 0; j < kV; ++j) s += to_f32(o[j]) * to_f32(g[j]);
   }

@@ -180,8 +180,10 @@ inline bool backward_sums_typed(const Tensor& dout, const int32_t* keys, const i
     constexpr int kV = kVec16<Ty>;
     auto run_vec = [&](auto gtag) {
       using G = decltype(gtag);
-      const size_t bytes = kV * sizeof(G) > 16 ? kV * sizeof(G) : 16;  // the widest access
-      if (C % kV != 0 || !aligned_to({dout.data, dwte.data, dwpe.data}, bytes)) return false;
+      // dout in 16-byte vectors, the tables in kV elements of G (32 bytes for f32 tables of
+      // 16-bit activations).
+      if (C % kV != 0 || !aligned_to({dout.data}, 16) || !aligned_to({dwte.data, dwpe.data}, kV * sizeof(G)))
+        return false;
       const int64_t threads = (C / kV + 31) / 32 * 32;
       embedding_dwte_vec_kernel<Ty, G><<<static_cast<unsigned>(N), static_cast<int>(threads < 256 ? threads : 256), 0,
                                          s>>>(dout.ptr<Ty>(), keys, rows, N, V, C, dwte.ptr<G>());

@@ -710,7 +710,8 @@ struct ForwardPath {
 // allows it and the pointers are aligned; else element-wise with runtime-typed parameters
 // and outputs), shared by the host launcher and the CPU emulator's test. resident(kernel,
 // smem) lets `kernel` have smem bytes of dynamic shared memory and gives the blocks of
-// kRowsPerBlock warps of it that the GPU holds at once (at least 1).
+// kRowsPerBlock warps of it that the GPU holds at once (at least 1), or 0 when that much
+// shared memory does not fit a block (the ring kernel then gives way to the walking one).
 template <typename Resident>
 ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                           const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T,
@@ -748,12 +749,14 @@ ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& r
       auto walk = [&](auto kernel) { launch(kernel, walk_grid(reinterpret_cast<const void*>(kernel), 0)); };
       auto pick = [&](auto vpt) {
         constexpr int kVPT = decltype(vpt)::value;
-        if (ring) {
-          constexpr int smem = ring_smem_bytes<kVPT, kRingStages>();
-          const auto kernel = layernorm_forward_ring_kernel<T_, kVPT, kRingStages>;
-          const unsigned blocks = walk_grid(reinterpret_cast<const void*>(kernel), smem);
-          kernel<<<blocks, 32 * kRowsPerBlock, smem, s>>>(x.ptr<T_>(), gamma.ptr<T_>(), beta.ptr<T_>(), out.ptr<T_>(),
-                                                          mean.ptr<float>(), rstd.ptr<float>(), N, C);
+        constexpr int ring_smem = ring_smem_bytes<kVPT, kRingStages>();
+        const auto ring_kernel = layernorm_forward_ring_kernel<T_, kVPT, kRingStages>;
+        const void* ring_ptr = reinterpret_cast<const void*>(ring_kernel);
+        if (ring && resident(ring_ptr, ring_smem) > 0) {  // else its ring does not fit: the walking kernel
+          const unsigned blocks = walk_grid(ring_ptr, ring_smem);
+          ring_kernel<<<blocks, 32 * kRowsPerBlock, ring_smem, s>>>(x.ptr<T_>(), gamma.ptr<T_>(), beta.ptr<T_>(),
+                                                                    out.ptr<T_>(), mean.ptr<float>(),
+                                                                    rstd.ptr<float>(), N, C);
           path = ForwardPath{true, true, true, blocks};
         } else if (rows_per_warp == 1)
           dropped ? launch(layernorm_forward_rows_kernel<T_, kVPT, true>, grid)
@@ -857,23 +860,30 @@ BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& g
 
 // The blocks of kRowsPerBlock warps of `kernel` with smem bytes of dynamic shared memory
 // (allowed past the default 48 KB here) that the current GPU holds at once (its SMs times
-// the blocks that fit one), cached per device and kernel (a kernel always asks for the same
-// smem).
+// the blocks that fit one; 0 when the kernel's shared memory exceeds what a block may have
+// on this GPU: an A100 allows 163 KB, an H100 227 KB), cached per device and kernel (a
+// kernel always asks for the same smem).
 static int64_t resident_blocks(const void* kernel, int smem) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   static std::mutex mu;
   static std::map<std::pair<int, const void*>, int64_t> cache;
   const std::lock_guard<std::mutex> lock(mu);
-  const auto [it, fresh] = cache.try_emplace({dev, kernel}, 1);
-  if (fresh) {
-    int sms = 0, per_sm = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  if (const auto it = cache.find({dev, kernel}); it != cache.end()) return it->second;
+  // Cached only once every call below succeeded: a throw leaves nothing behind.
+  int sms = 0, per_sm = 0, optin = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes attr{};
+  CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  int64_t blocks = 0;
+  if (static_cast<int64_t>(attr.sharedSizeBytes) + smem <= optin) {
     if (smem > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowsPerBlock, smem));
-    it->second = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+    blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
   }
-  return it->second;
+  cache.emplace(std::make_pair(dev, kernel), blocks);
+  return blocks;
 }
 
 // Shared by layernorm_forward and residual_layernorm_forward (branch empty: plain LN;

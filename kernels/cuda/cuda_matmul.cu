@@ -18,9 +18,9 @@
 // otherwise run_gelu/run_dgelu return false and the backend runs the GEMM and the GELU
 // kernel instead.
 // A linear layer's weight gradient dw += dout^T x can sum the bias gradient from the same
-// loads of dout through BGRADB (run_bgrad): dout is cuBLASLt's B, transposed, and the
-// epilogue reduces B over the GEMM's k (the rows), one sum per column of D (dw's rows).
-// The sums overwrite their vector, so the backend adds them onto the gradient after.
+// loads of dout through BGRADB (run_bgrad, 16-bit only): dout is cuBLASLt's B, transposed,
+// and the epilogue reduces B over the GEMM's k (the rows), one sum per column of D (dw's
+// rows). The sums overwrite their vector, so the backend adds them onto the gradient after.
 //
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
@@ -303,6 +303,8 @@ bool Gemm::run_bgrad(const Tensor& dw, const Tensor& dout, const Tensor& x, cons
   const auto [M, N, K] = gemm_dims(op, dw, dout, x, true, false);
   TRIDENT_CHECK(dbias_sums.numel() == M, op, ": bias gradient ", dbias_sums.shape.str(), " for ", M, " outputs");
   if (M == 0 || N == 0 || K == 0) return false;  // the unfused ops handle empty operands
+  // 16-bit only, as DGELU: fp32 (TF32 by default in training) keeps the exact column sums.
+  if (dw.dtype == DType::F32) return false;
   if (dout.dtype != dw.dtype || x.dtype != dw.dtype || dbias_sums.dtype != dw.dtype) return false;
   return try_lt(dw, dout, x, true, false, true, Epilogue::kBGradB, dbias_sums, Tensor(), M, N, K, s);
 }

@@ -40,8 +40,9 @@ class Gemm {
   // A linear layer's weight gradient with its bias gradient from cuBLASLt's BGRADB
   // epilogue: dw [out, in] += dout^T x, and dbias_sums [out] = the column sums of dout (=,
   // not +=: the epilogue overwrites). dbias_sums has dw's dtype (cuBLASLt's rule for a
-  // bias gradient). false (nothing done) when the dtypes differ or the heuristic finds no
-  // algorithm: the caller then runs the GEMM and bias_backward.
+  // bias gradient). false (nothing done) for fp32, when the dtypes differ, for an empty
+  // operand or when the heuristic finds no algorithm: the caller then runs the GEMM and
+  // bias_backward.
   bool run_bgrad(const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& dbias_sums, cudaStream_t s);
 
   size_t cached_plans() const { return plans_.size(); }

@@ -679,6 +679,8 @@ const std::vector<Case>& cases() {
       {2, 96, 2, 64, 1, 0.3f},   {1, 132, 1, 128, 2, 0.5f},
       // Large scores whose maxima grow along the keys (forward rescaling past the first tile).
       {1, 160, 1, 64, 0, 0.0f, 4.f}, {1, 130, 1, 128, 1, 0.1f, 4.f},
+      // Two 16-byte vectors a row (the delta pass's 2-lane groups).
+      {1, 40, 2, 16, 0, 0.1f},
   };
   return v;
 }

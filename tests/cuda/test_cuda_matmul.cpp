@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -110,12 +112,17 @@ TEST_P(Matmul, DropoutBiasBackward) {
 }
 
 // A linear layer's weight and bias gradients (dw += dout^T x, dbias += column sums of dout)
-// with the GEMM and bias_backward (TRIDENT_GEMM_BGRAD=0, the default) and through cuBLASLt's
-// BGRADB epilogue (=1), on an aligned and an awkward shape. The epilogue rounds its sums to
-// dw's dtype before they are added onto dbias: one more rounding of a 16-bit sum of `rows`
-// values in [-1, 1] (|sum| ~ sqrt(rows / 3)), within eps16 sqrt(rows).
+// with the GEMM and bias_backward (TRIDENT_GEMM_BGRAD=0, the default) and, for 16-bit
+// gradients, through cuBLASLt's BGRADB epilogue (=1; the next test checks that the aligned
+// shape has an algorithm; the awkward one may fall back), on an aligned and an awkward shape.
+// The epilogue rounds its sums to dw's dtype before they are added onto dbias: one more
+// rounding of a 16-bit sum of `rows` values in [-1, 1] (|sum| ~ sqrt(rows / 3)), within
+// eps16 sqrt(rows). The variable is restored after.
 TEST_P(Matmul, LinearParamGradsWithAndWithoutTheBiasGradientEpilogue) {
   TRIDENT_SKIP_WITHOUT_GPU();
+  const char* old = std::getenv("TRIDENT_GEMM_BGRAD");
+  const bool had = old != nullptr;
+  const std::string saved = had ? old : "";
   for (const char* bgrad : {"0", "1"}) {
     ::setenv("TRIDENT_GEMM_BGRAD", bgrad, 1);
     for (const auto& [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{256, 192, 128}, {37, 129, 67}}) {
@@ -131,12 +138,17 @@ TEST_P(Matmul, LinearParamGradsWithAndWithoutTheBiasGradientEpilogue) {
       expect_close(dbias, tol, "dbias");
     }
   }
-  ::unsetenv("TRIDENT_GEMM_BGRAD");
+  if (had)
+    ::setenv("TRIDENT_GEMM_BGRAD", saved.c_str(), 1);
+  else
+    ::unsetenv("TRIDENT_GEMM_BGRAD");
 }
 
-// The epilogue itself (cuda::Gemm::run_bgrad): cuBLASLt has a BGRADB algorithm for the
-// 16-bit weight gradients of aligned linear layers (so the test above took it), and its
-// sums overwrite the vector they are given.
+// The epilogue itself (cuda::Gemm::run_bgrad): its sums overwrite the vector they are
+// given, and cuBLASLt has a BGRADB algorithm for the 16-bit weight gradients of the shapes
+// that the tests and the bench run through it: the aligned shape of the test above, gpt2-tiny's
+// qkv and MLP up-projection (the training step's "_bgrad_epilogue" cases) and gpt2-1.3b's
+// (the bench rows). fp32 is refused (it keeps bias_backward's exact sums).
 TEST_P(Matmul, BiasGradientEpilogueOverwritesColumnSums) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const int64_t rows = 512, out = 256, in = 64;
@@ -149,10 +161,21 @@ TEST_P(Matmul, BiasGradientEpilogueOverwritesColumnSums) {
   cuda::Gemm gemm(false);
   const bool fused = gemm.run_bgrad(dw.gpu, dout.gpu, x.gpu, sums.gpu, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  if (dt() == DType::F32 && !fused) GTEST_SKIP() << "no fp32 BGRADB algorithm on this GPU";
+  if (dt() == DType::F32) {
+    EXPECT_FALSE(fused) << "fp32 weight gradients must keep bias_backward";
+    return;
+  }
   ASSERT_TRUE(fused) << "cuBLASLt found no BGRADB algorithm for a " << dtype_name(dt()) << " weight gradient";
   expect_close(dw, storage_tol(dt(), 1e-4, 1e-4), "dw");
   expect_close(sums, storage_tol(dt(), 1e-5, 1e-4), "column sums");
+  for (const auto& [r, o, i] : {std::tuple<int64_t, int64_t, int64_t>{256, 192, 128}, {256, 192, 64}, {256, 256, 64},
+                                {8192, 6144, 2048}, {8192, 8192, 2048}}) {
+    Buffer g_dout = gpu().zeros(Shape{r, o}, dt()), g_x = gpu().zeros(Shape{r, i}, dt());
+    Buffer g_dw = gpu().zeros(Shape{o, i}, dt()), g_sums = gpu().zeros(Shape{o}, dt());
+    EXPECT_TRUE(gemm.run_bgrad(g_dw, g_dout, g_x, g_sums, nullptr))
+        << "no BGRADB algorithm for rows " << r << ", out " << o << ", in " << i;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
 }
 
 // The MLP's GEMMs with GELU: forward pre = x W^T + b, out = gelu(pre); backward

@@ -54,6 +54,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -81,18 +82,25 @@ struct StepCase {
   const char* env_switch = nullptr;  // a kernel setting turned on ("=1") for this case
 };
 
-// Sets `name`=1 for its lifetime (none when name is null).
+// Sets `name`=1 for its lifetime (none when name is null), then restores what it was.
 class EnvOn {
  public:
   explicit EnvOn(const char* name) : name_(name) {
-    if (name_) ::setenv(name_, "1", 1);
+    if (name_ == nullptr) return;
+    if (const char* old = std::getenv(name_)) old_ = old;
+    ::setenv(name_, "1", 1);
   }
   ~EnvOn() {
-    if (name_) ::unsetenv(name_);
+    if (name_ == nullptr) return;
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
   const char* name_;
+  std::optional<std::string> old_;
 };
 
 void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
