@@ -188,8 +188,7 @@ TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
       for (const auto& [setting, ring] : {std::pair<const char*, bool>{"1", false}, {"0", false}, {"3", false},
                                           {"40", false}, {"0", true}, {"3", true}}) {
         SCOPED_TRACE(std::string(env) + "=" + setting + (ring ? " TRIDENT_LN_FWD_RING=1" : ""));
-        ::setenv(env, setting, 1);
-        if (ring) ::setenv("TRIDENT_LN_FWD_RING", "1", 1);
+        const ScopedEnv rows_per_warp(env, setting), ring_env("TRIDENT_LN_FWD_RING", ring ? "1" : nullptr);
         Buffer out = gpu().empty(Shape{N, C}, dt()), resid = gpu().empty(Shape{N, C}, dt()),
                mean = gpu().empty(Shape{N}, DType::F32), rstd = gpu().empty(Shape{N}, DType::F32);
         if (mode == 0)
@@ -199,8 +198,6 @@ TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
         else
           gpu().dropout_residual_layernorm_forward(x.gpu, branch.gpu, static_cast<int>(N), drop, resid, gamma.gpu,
                                                    beta.gpu, out, mean, rstd);
-        ::unsetenv(env);
-        ::unsetenv("TRIDENT_LN_FWD_RING");
         std::vector<std::vector<float>> got = {host(gpu(), out), host(gpu(), mean), host(gpu(), rstd)};
         if (mode > 0) got.push_back(host(gpu(), resid));
         if (first.empty()) {

@@ -5,8 +5,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <string>
 #include <tuple>
 
 #include "cuda_test_util.h"
@@ -120,11 +118,8 @@ TEST_P(Matmul, DropoutBiasBackward) {
 // eps16 sqrt(rows). The variable is restored after.
 TEST_P(Matmul, LinearParamGradsWithAndWithoutTheBiasGradientEpilogue) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  const char* old = std::getenv("TRIDENT_GEMM_BGRAD");
-  const bool had = old != nullptr;
-  const std::string saved = had ? old : "";
   for (const char* bgrad : {"0", "1"}) {
-    ::setenv("TRIDENT_GEMM_BGRAD", bgrad, 1);
+    const ScopedEnv env("TRIDENT_GEMM_BGRAD", bgrad);
     for (const auto& [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{256, 192, 128}, {37, 129, 67}}) {
       SCOPED_TRACE(::testing::Message() << "TRIDENT_GEMM_BGRAD=" << bgrad << " rows=" << rows << " out=" << out
                                         << " in=" << in);
@@ -138,10 +133,6 @@ TEST_P(Matmul, LinearParamGradsWithAndWithoutTheBiasGradientEpilogue) {
       expect_close(dbias, tol, "dbias");
     }
   }
-  if (had)
-    ::setenv("TRIDENT_GEMM_BGRAD", saved.c_str(), 1);
-  else
-    ::unsetenv("TRIDENT_GEMM_BGRAD");
 }
 
 // The epilogue itself (cuda::Gemm::run_bgrad): its sums overwrite the vector they are

@@ -52,9 +52,7 @@
 // per-tensor table, so the margins are visible when it passes.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <iostream>
-#include <optional>
 #include <sstream>
 #include <string>
 
@@ -82,27 +80,6 @@ struct StepCase {
   const char* env_switch = nullptr;  // a kernel setting turned on ("=1") for this case
 };
 
-// Sets `name`=1 for its lifetime (none when name is null), then restores what it was.
-class EnvOn {
- public:
-  explicit EnvOn(const char* name) : name_(name) {
-    if (name_ == nullptr) return;
-    if (const char* old = std::getenv(name_)) old_ = old;
-    ::setenv(name_, "1", 1);
-  }
-  ~EnvOn() {
-    if (name_ == nullptr) return;
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
 
 constexpr Tolerances kFp32{1e-5, 1e-4, 1e-5, 1e-4};
@@ -115,7 +92,7 @@ class CudaTrainingStep : public ::testing::TestWithParam<StepCase> {};
 TEST_P(CudaTrainingStep, MatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const StepCase& c = GetParam();
-  const EnvOn env(c.env_switch);
+  const cuda_test::ScopedEnv env(c.env_switch, "1");
   const StepSetup setup = step_test::tiny_step_setup(c.dtype, c.dropout, c.fp32_grads, c.loss_scale);
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0, {.allow_tf32 = c.tf32});
