@@ -509,7 +509,7 @@ cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"
 # at_least <value> <threshold>: "yes" when value >= threshold, else "no".
 at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; }
 target_lines() {
-  local table=$1 name pct tf row mfu long plain drop
+  local table=$1 name pct tf row mfu long plain drop bwd atomic
   shift
   local bw=() ring fused unfused alone
   # kernel_row <name> <field>: a field of the kernel row with that name ($NF: "of peak", $(NF-3):
@@ -549,6 +549,13 @@ target_lines() {
   # published rates grow with it), and what training's attention dropout costs.
   long=$(d64 'attention fwd\+bwd, 4x T' '$(NF-2) " " substr($0, match($0, / T[0-9]+ /) + 2, RLENGTH - 3)')
   [[ -n $long ]] && echo "  (beside it) head dim 64, T ${long#* }: ${long% *} TFLOP/s"
+  # The wgmma backward with dQ by float atomics (opt-in until timed: PERFORMANCE.md, 2026-12-01).
+  bwd=$(d64 'attention bwd \(causal\)' '$(NF-3)')
+  atomic=$(d64 'attn bwd, wgmma, atomic dQ' '$(NF-3)')
+  if [[ -n $bwd && -n $atomic ]]; then
+    echo "  (beside it) head dim 64 backward with dQ added by the dK/dV kernel (TRIDENT_ATTN_BWD_WGMMA=1" \
+      "TRIDENT_ATTN_BWD_ATOMIC=1): $atomic ms against the default's $bwd ms"
+  fi
   plain=$(d64 'attention fwd\+bwd \(causal\)' '$(NF-3)')
   drop=$(d64 'attn fwd\+bwd, dropout 0\.1' '$(NF-3)')
   if [[ -n $plain && -n $drop ]]; then

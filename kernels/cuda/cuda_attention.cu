@@ -12,7 +12,8 @@
 // backward is deterministic without float atomics (at the price of recomputing S and dP
 // in pass 3). A variant under measurement (TRIDENT_ATTN_BWD_ATOMIC=1) drops pass 3 the
 // flash-attention-2 way: pass 2 also adds dS K into an f32 dQ with float atomics, and dQ's
-// last bits then vary from run to run. Dropout masks are drawn in the kernels from philox.h's
+// last bits then vary from run to run (mma.sync, and with TRIDENT_ATTN_BWD_WGMMA=1 the wgmma
+// dK/dV kernel: 5 tile products instead of 7). Dropout masks are drawn in the kernels from philox.h's
 // attn_dropout_keep (16-bit uniforms, a Philox block per 2 queries x 4 keys) with the same
 // key, head (h_global), query and key of sample drop.sample_base + b as the CPU twin
 // (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
@@ -349,6 +350,10 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, 
 // m16n8k16 A layout), B (16 x N) MN-major in shared memory (rows = k, N contiguous).
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b);
+// wgmma_ss with both operands MN-major (transposed): A's 16 k rows each hold its 64 M
+// elements contiguous, B's its N (the wgmma dK/dV kernel's dQ = dS K, from dS^T and K tiles).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate);
 
 // The accumulators d[N / 8][4] as "+f" operands in register order, and the matching
 // register list of the instruction (N / 2 registers, %0 up).
@@ -372,16 +377,19 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 // wgmma_ss and wgmma_rs for element type TYPE (PTX name PTX) and N; the operands after the
 // N / 2 accumulators are numbered from K = N / 2: desc_a %K, desc_b %K+1, accumulate %K+2
 // (ss); a %K..%K+3, desc_b %K+4, 1 %K+5 (rs; scale-d is a predicate, always set).
-#define TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2)                                                 \
+// NAME: wgmma_ss (both operands K-major, TRANS "0, 0") or wgmma_ss_mn ("1, 1").
+#define TRIDENT_DEFINE_WGMMA_SS_AS(NAME, TRANS, TYPE, PTX, N, K0, K1, K2)                              \
   template <>                                                                                          \
-  __device__ __forceinline__ void wgmma_ss<TYPE, N>(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, \
-                                                    int accumulate) {                                  \
+  __device__ __forceinline__ void NAME<TYPE, N>(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b,   \
+                                                int accumulate) {                                      \
     TRIDENT_SM90A_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %" #K2 ", 0;\n"                                 \
                       "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " TRIDENT_REGS_N##N \
-                      ", %" #K0 ", %" #K1 ", p, 1, 1, 0, 0;\n}\n"                                       \
+                      ", %" #K0 ", %" #K1 ", p, 1, 1, " TRANS ";\n}\n"                                  \
                       : TRIDENT_ACC_N##N(d)                                                            \
                       : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                    \
   }
+#define TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2) \
+  TRIDENT_DEFINE_WGMMA_SS_AS(wgmma_ss, "0, 0", TYPE, PTX, N, K0, K1, K2)
 #define TRIDENT_DEFINE_WGMMA_RS(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)                                     \
   template <>                                                                                          \
   __device__ __forceinline__ void wgmma_rs<TYPE, N>(float (&d)[N / 8][4], const uint32_t (&a)[4],       \
@@ -395,8 +403,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
 // N 32 (S^T and dP^T of 32-query dK/dV tiles) from shared memory only.
 TRIDENT_DEFINE_WGMMA_SS(__half, "f16", 32, 16, 17, 18)
 TRIDENT_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 32, 16, 17, 18)
-#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5) \
-  TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2)                \
+#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)            \
+  TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2)                           \
+  TRIDENT_DEFINE_WGMMA_SS_AS(wgmma_ss_mn, "1, 1", TYPE, PTX, N, K0, K1, K2) \
   TRIDENT_DEFINE_WGMMA_RS(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)
 TRIDENT_DEFINE_WGMMA(__half, "f16", 64, 32, 33, 34, 35, 36, 37)
 TRIDENT_DEFINE_WGMMA(__half, "f16", 128, 64, 65, 66, 67, 68, 69)
@@ -1365,10 +1374,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
   store_acc<T, DP>(hv.dq, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
 }
 
-template <int DP, int BQ>
+template <int DP, int BQ, bool DQ = false>
 constexpr int wgmma_dkdv_smem_bytes() {
-  // K, V; two buffers of Q and dO; alignment; two buffers of lse and delta
-  return (2 * 64 + 4 * BQ) * DP * 2 + kSwizzleSpan + 2 * 2 * BQ * 4;
+  // K, V; two buffers of Q and dO; DQ: the dS^T tile [64 keys][BQ queries]; alignment; two
+  // buffers of lse and delta
+  return (2 * 64 + 4 * BQ) * DP * 2 + (DQ ? 64 * BQ * 2 : 0) + kSwizzleSpan + 2 * 2 * BQ * 4;
 }
 // Blocks an SM that ptxas must leave registers for: D 64 with 32-query tiles fits 3 (at most
 // 168 registers: the S^T and dP^T tiles are half those of 64-query tiles), as the mma.sync
@@ -1378,23 +1388,47 @@ constexpr int wgmma_dkdv_min_blocks() {
   return DP == 64 && BQ == 32 ? 3 : 1;
 }
 
+// dS^T, the A fragments of dK += dS^T Q (warp w: keys 16w + g and + 8; k: 16 queries a
+// step), into the swizzled tile [64 keys][64 queries] (the layout of load_tile_sw128), from
+// which dQ = dS K reads dS MN-major. Each 32-bit pair of queries stays in one 16-byte chunk;
+// the swizzle puts the 8 rows of a store on 8 different chunks: no bank conflicts.
+template <typename T, int KK>
+__device__ __forceinline__ void store_frags_sw128(T* tile, const uint32_t (&a)[KK][4], int warp, int lane) {
+  static_assert(KK == 4, "64 queries: one 64-column block");
+  const int r0 = warp * 16 + (lane >> 2), c = (lane & 3) * 2, sw = r0 & 7;  // rows r0 and r0 + 8 share r & 7
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // A registers 2h (row g) and 2h + 1 (row g + 8): queries 16 kk + 8 h + c
+      T* chunk = tile + r0 * 64 + (((2 * kk + h) ^ sw) << 3) + c;
+      *reinterpret_cast<uint32_t*>(chunk) = a[kk][2 * h];
+      *reinterpret_cast<uint32_t*>(chunk + 8 * 64) = a[kk][2 * h + 1];
+    }
+}
+
 // dK and dV on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 keys (warp w keys
 // 16w..16w+15); query tiles of BQ rows from the diagonal to the end, double-buffered with
 // their lse and delta. Per tile, transposed (keys are rows): S^T = K Q^T and dP^T = V dO^T
 // (one wgmma group), P z and dS in registers, then dV += (P z)^T dO and dK += dS^T Q (dO and
 // Q read MN-major from the same tiles). dK * scale at the end. BQ: 64, or 32 (fewer registers).
-template <typename T, int DP, int BQ>
+// DQ (BQ 64; TRIDENT_ATTN_BWD_ATOMIC=1 with TRIDENT_ATTN_BWD_WGMMA=1): the block also adds
+// this tile's dS K to dQ, the flash-attention-2 way, and the dQ pass does not run. dS^T goes
+// to shared memory while dV and dK run; dQ (queries are rows) = dS K reads it and K both
+// MN-major, into the registers S^T and dP^T held; float atomics add it to p.dq_acc.
+template <typename T, int DP, int BQ, bool DQ = false>
 __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
     attn_bwd_dkdv_wgmma_kernel(const AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
   static_assert(BQ == 32 || BQ == 64, "wgmma N of S^T and dP^T; k16 steps of dV and dK");
+  static_assert(!DQ || BQ == 64, "dQ = dS K: wgmma M is 64 queries");
   constexpr int BKV = 64, NT = BQ / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = swizzle_aligned<T>(smem_raw);
   T* sV = sK + BKV * DP;
   T* sQ0 = sV + BKV * DP;      // two Q buffers, then two dO buffers
   T* sO0 = sQ0 + 2 * BQ * DP;
-  float* sL0 = reinterpret_cast<float*>(sO0 + 2 * BQ * DP);  // buffer n: lse, then delta
+  T* sdS = sO0 + 2 * BQ * DP;  // DQ: dS^T [64 keys][64 queries] (1024-byte aligned: whole tiles before it)
+  float* sL0 = reinterpret_cast<float*>(sdS + (DQ ? BKV * BQ : 0));  // buffer n: lse, then delta
 
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
@@ -1471,7 +1505,32 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
       wgmma_rs<T, DP>(dk, da[kk], mnmajor_desc<T, BQ>(sQ, kk));
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    if constexpr (DQ) {
+      // While dV and dK run: dS^T to shared memory (the last tile's dQ product was waited
+      // for before the barrier at the top of this one), visible to wgmma after the barrier.
+      store_frags_sw128<T, NT / 2>(sdS, da, warp, lane);
+      fence_proxy_async();
+      __syncthreads();
+      float dq[DP / 8][4];  // queries i0 + 16w + g and + 8 (the C layout)
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BKV / 16; ++kk)
+        wgmma_ss_mn<T, DP>(dq, mnmajor_desc<T, BKV>(sdS, kk), mnmajor_desc<T, BKV>(sK, kk), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_acc(dq);
+      float* dq_rows = p.dq_acc + static_cast<int64_t>(bh) * T_ * D;
+      const int r0 = i0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
+#pragma unroll
+      for (int nt = 0; nt < DP / 8; ++nt) {
+        const int c = nt * 8 + (lane & 3) * 2;
+        if (c >= D) continue;
+        if (r0 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r0) * D + c, dq[nt][0], dq[nt][1]);
+        if (r1 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r1) * D + c, dq[nt][2], dq[nt][3]);
+      }
+    } else {
+      wgmma_wait<0>();
+    }
     fence_acc(dv);
     fence_acc(dk);
     fence_frag(pa);
@@ -1838,6 +1897,18 @@ bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) 
   return ok;
 }
 
+// The atomic-dQ backward: p.dq_acc zeroed, the dK/dV kernel that adds dQ into it
+// (launch_dkdv()), then dQ stored. Grid-stride passes over dq_acc: at most 2048 blocks (~16
+// an SM on an H100).
+template <typename T, typename Launch, typename LaunchDkdv>
+void launch_atomic_dq(const AttnParams& p, Launch&& launch, LaunchDkdv&& launch_dkdv) {
+  const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
+  const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
+  launch(attn_dq_zero_kernel, flat, 1u, 0);
+  launch_dkdv();
+  launch(attn_dq_store_kernel<T>, flat, 1u, 0);
+}
+
 // Backward passes 2 and 3 (dK/dV, then dQ; the delta pre-kernel is the caller's): false
 // (nothing launched) when `t` asks for a tile this head dim has no instance of. With
 // t.dq_atomic, pass 3 is the dK/dV kernel's own (p.dq_acc zeroed before it, stored after).
@@ -1845,11 +1916,19 @@ template <typename T, typename Launch>
 bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
   bool ok = false;
-  if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, no other setting
-    if (p.D <= 32 || t.dq_atomic || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
+  if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (64 queries)
+    if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
+    if (t.dq_atomic && t.dkdv_bq != 0 && t.dkdv_bq != 64) return false;
     dispatch_dp(p.D, [&](auto dp) {
       constexpr int DP = decltype(dp)::value;
       if constexpr (DP >= 64) {
+        if (t.dq_atomic) {
+          launch_atomic_dq<T>(p, launch, [&] {
+            launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 64, true>());
+          });
+          ok = true;
+          return;
+        }
         // 64-query dK/dV tiles by default; D 64 also has 32 (3 blocks an SM instead of 2, which
         // was 21% faster until one branch a tile on the dropout cut the kernels' instruction
         // fetch stalls; since then 64 is 5% faster on an H200, B16 T1024 H32).
@@ -1895,12 +1974,7 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     };
     ok = true;
     if (t.dq_atomic) {
-      // Grid-stride passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
-      const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
-      const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
-      launch(attn_dq_zero_kernel, flat, 1u, 0);
-      launch_dkdv(std::true_type{});
-      launch(attn_dq_store_kernel<T>, flat, 1u, 0);
+      launch_atomic_dq<T>(p, launch, [&] { launch_dkdv(std::true_type{}); });
       return;
     }
     launch_dkdv(std::false_type{});

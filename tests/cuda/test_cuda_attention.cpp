@@ -215,7 +215,8 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there for
 // both directions above head dim 32): the forward (TRIDENT_ATTN_FWD_WGMMA=1) with its
 // default and its other key tile, and the backward (TRIDENT_ATTN_BWD_WGMMA=1) from its out
-// and lse, for every head dim above 32 (up to 32 there are no wgmma kernels: the defaults).
+// and lse, with its dQ pass and with dQ by atomics, for every head dim above 32 (up to 32
+// there are no wgmma kernels: the defaults).
 TEST_P(CudaAttention, WgmmaMatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
@@ -224,11 +225,11 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
   if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
+  constexpr const char* kVars[] = {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
+                                   "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_BWD_ATOMIC"};
   for (const bool other_tile : {false, true}) {
-    const auto wgmma = [other_tile](const AttnCase& c) {
-      for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
-                            "TRIDENT_ATTN_DKDV_BQ"})
-        ::unsetenv(v);
+    const auto wgmma = [other_tile, &kVars](const AttnCase& c) {
+      for (const char* v : kVars) ::unsetenv(v);
       if (c.D <= 32) return;
       ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
       ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
@@ -238,9 +239,14 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
     check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
     check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
   }
-  for (const char* v : {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
-                        "TRIDENT_ATTN_DKDV_BQ"})
-    ::unsetenv(v);
+  // The wgmma dK/dV kernel adding dQ by float atomics (TRIDENT_ATTN_BWD_ATOMIC=1).
+  check_backward("wgmma, atomic dq ", [&kVars](const AttnCase& c) {
+    for (const char* v : kVars) ::unsetenv(v);
+    if (c.D <= 32) return;
+    ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
+    ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
+  });
+  for (const char* v : kVars) ::unsetenv(v);
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

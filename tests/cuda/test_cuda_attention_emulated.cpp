@@ -68,10 +68,10 @@ struct Pending {
 struct WgmmaOp {
   float* d;                // this thread's accumulators: n / 8 x 4 floats
   int n;                   // N of m64nNk16
-  uint64_t desc_a;         // A in shared memory (K-major) when a == nullptr
+  uint64_t desc_a;         // A in shared memory when a == nullptr
   const uint32_t* a;       // else this thread's 4 A registers
-  uint64_t desc_b;         // B in shared memory: K-major (ss form) or MN-major (rs form)
-  bool b_mn_major, accumulate, fp16;
+  uint64_t desc_b;         // B in shared memory
+  bool a_mn_major, b_mn_major, accumulate, fp16;  // ss: both K-major or (ss_mn) both MN-major; rs: B MN-major
 };
 struct Barrier;
 struct Fiber {
@@ -352,17 +352,22 @@ inline float smem_operand(uint64_t desc, int mn, int k, bool mn_major, bool fp16
 }
 
 template <typename T, int N>
-inline void wgmma_issue(float (&d)[N / 8][4], uint64_t desc_a, const uint32_t* a, uint64_t desc_b, bool accumulate) {
+inline void wgmma_issue(float (&d)[N / 8][4], uint64_t desc_a, const uint32_t* a, bool a_mn_major, uint64_t desc_b,
+                        bool b_mn_major, bool accumulate) {
   emu::g_block->fibers[threadIdx.x].wgmma_open.push_back(
-      {&d[0][0], N, desc_a, a, desc_b, a != nullptr, accumulate, std::is_same_v<T, __half>});
+      {&d[0][0], N, desc_a, a, desc_b, a_mn_major, b_mn_major, accumulate, std::is_same_v<T, __half>});
 }
 template <typename T, int N>
 inline void wgmma_ss(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-  wgmma_issue<T, N>(d, desc_a, nullptr, desc_b, accumulate != 0);
+  wgmma_issue<T, N>(d, desc_a, nullptr, false, desc_b, false, accumulate != 0);
+}
+template <typename T, int N>
+inline void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+  wgmma_issue<T, N>(d, desc_a, nullptr, true, desc_b, true, accumulate != 0);
 }
 template <typename T, int N>
 inline void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&a)[4], uint64_t desc_b) {
-  wgmma_issue<T, N>(d, 0, a, desc_b, true);
+  wgmma_issue<T, N>(d, 0, a, false, desc_b, true, true);
 }
 inline void wgmma_commit() {
   auto& f = emu::g_block->fibers[threadIdx.x];
@@ -383,7 +388,7 @@ inline void wgmma_wait() {
     for (size_t oi = 0; oi < me.wgmma_groups[gi].size(); ++oi) {
       const emu::WgmmaOp& op = me.wgmma_groups[gi][oi];
       auto A = [&](int r, int k) {
-        if (op.a == nullptr) return smem_operand(op.desc_a, 16 * w + r, k, false, op.fp16);
+        if (op.a == nullptr) return smem_operand(op.desc_a, 16 * w + r, k, op.a_mn_major, op.fp16);
         const emu::WgmmaOp& src = emu::g_block->fibers[w * 32 + (r % 8) * 4 + (k % 8) / 2].wgmma_groups[gi][oi];
         const uint32_t reg = src.a[(r / 8) + 2 * (k / 8)];
         return bits_to_f32(static_cast<uint16_t>(k % 2 ? reg >> 16 : reg), op.fp16);
@@ -762,6 +767,9 @@ TEST_P(EmulatedAttention, Wgmma) {
     wgmma.fwd_bk = 128;  // the other key tile
     if (c.D <= 64) wgmma.dkdv_bq = 32;  // D 64's other dK/dV query tile
     run_case<__half>(c, true, seed++, wgmma);
+    AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory)
+    atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
+    run_case<__nv_bfloat16>(c, true, seed++, atomic);
   }
 }
 
@@ -818,15 +826,17 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.dkdv_bq = 64;  // the default, asked for
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
     t.dkdv_bq = 0;
-    t.dq_atomic = true;
+    t.dq_atomic = true;  // zero, dK/dV + dQ (64-query tiles only), store
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.dkdv_bq = 32;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
   // with the default tiles at D 32 and 64.
   // Plus, for D 64 and 128, one wgmma forward and the two wgmma backward passes, twice more
-  // with 64-query dK/dV tiles, and D 64's with 32 asked for.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2);
+  // with 64-query dK/dV tiles, and D 64's with 32 asked for; three for their atomic dQ.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 2 * 3);
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.

@@ -17,7 +17,8 @@
 #     copy rate, attention TFLOP/s at head dim 64, gpt2-1.3b bf16 MFU), and beside the
 #     attention target its rate at T 4096 and the cost of attention dropout (a FAILED row
 #     is left out, whatever its message ends with), beside the memory-bound ones the
-#     opt-in kernels' rows (the LayerNorm ring, the bias-gradient epilogue);
+#     opt-in kernels' rows (the LayerNorm ring, the bias-gradient epilogue), and beside the
+#     attention target the atomic-dQ backward's;
 #   - the kernel table gets 180 s; past the time budget (-1 here) it gets 60 s, and of the
 #     training rows only the first, gpt2-1.3b bf16, runs.
 #   tests/e2e/gpu_check.sh <repo root>
@@ -41,6 +42,8 @@ if [[ $1 == --kernels ]]; then
   echo "gelu bwd                     32768x8192 bf16                        0.4120    3910 GB/s     91.6%"
   echo "attention fwd (causal)       B8 T1024 H16 D128 bf16                 0.5000   68.7 TF/s      9.0%"
   echo "attention fwd+bwd (causal)   B16 T1024 H32 D64 bf16                 2.0435  117.7 TF/s     14.8%"
+  echo "attention bwd (causal)       B16 T1024 H32 D64 bf16                 1.0690  160.7 TF/s     20.2%"
+  echo "attn bwd, wgmma, atomic dQ   B16 T1024 H32 D64 bf16                 0.9000  190.9 TF/s     24.0%"
   echo "attn fwd+bwd, dropout 0.1    B16 T1024 H32 D64 bf16                 3.0653   78.5 TF/s      9.9%"
   echo "attention fwd+bwd, 4x T      B4 T4096 H32 D64 bf16                  6.1000  157.7 TF/s     19.9%"
   if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
@@ -102,6 +105,8 @@ grep -q "^  causal attention fwd+bwd, head dim 64, T 1024: 117.7 TFLOP/s (target
 grep -q "^    (beside it) head dim 64, T 4096: 157.7 TFLOP/s$" "$work/ok.log" || fail "no T 4096 attention line"
 grep -q "^    (beside it) head dim 64 with dropout 0.1: 3.0653 ms, 1.50x the 2.0435 ms without " "$work/ok.log" ||
   fail "no attention dropout line"
+grep -q "^    (beside it) head dim 64 backward with dQ added by the dK/dV kernel (TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1): 0.9000 ms against the default's 1.0690 ms$" \
+  "$work/ok.log" || fail "no line for the atomic-dQ backward"
 n=$(grep -c "^  gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: 40.4% (target 50%: no)$" "$work/ok.log")
 ((n == 1)) || fail "$n MFU target lines, expected 1 (the default-tile gpt2-1.3b bf16 row only)"
 echo "ok: default, tuned and accumulating runs as expected; the targets are read off the tables"
