@@ -1102,6 +1102,22 @@ constexpr int dkdv_smem_bytes() {
   return (2 * 64 + NB * 2 * BQ) * (DP + 8) * 2 + NB * 2 * BQ * 4 + (DQ ? 64 * (BQ + 8) * 2 : 0);
 }
 
+// Adds a warp's 16 x 8NC accumulator tile (the C layout: rows row0 + g and + 8, columns
+// col0 + 8 nt + 2q and + 1) to the f32 rows [T, D] by float-pair atomics, skipping rows >= T
+// and columns >= D.
+template <int NC>
+__device__ __forceinline__ void add_acc_atomic(float* rows, const float (&acc)[NC][4], int row0, int col0, int T_,
+                                               int D, int lane) {
+  const int r0 = row0 + (lane >> 2), r1 = r0 + 8;
+#pragma unroll
+  for (int nt = 0; nt < NC; ++nt) {
+    const int c = col0 + nt * 8 + (lane & 3) * 2;
+    if (c >= D) continue;
+    if (r0 < T_) atomic_add_pair(rows + static_cast<int64_t>(r0) * D + c, acc[nt][0], acc[nt][1]);
+    if (r1 < T_) atomic_add_pair(rows + static_cast<int64_t>(r1) * D + c, acc[nt][2], acc[nt][3]);
+  }
+}
+
 // The atomic-dQ backward's share of one query tile: dQ[i0 + r][c] += sum over the block's 64
 // keys of dS[r][key] K[key][c], from dS^T in sdS ([64 keys][BQ + 8]) and K in sK. The 4
 // warps split dQ's columns (D 32: columns and rows) and add their products to dq_rows (the
@@ -1136,18 +1152,8 @@ __device__ __forceinline__ void dq_tile_atomic(const T* sdS, const T* sK, float*
       }
     }
   }
-  const int g = lane >> 2, q = lane & 3;
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int r0 = i0 + row0 + mt * 16 + g, r1 = r0 + 8;
-#pragma unroll
-    for (int nt = 0; nt < NC; ++nt) {
-      const int c = col0 + nt * 8 + 2 * q;
-      if (c >= D) continue;
-      if (r0 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r0) * D + c, acc[mt][nt][0], acc[mt][nt][1]);
-      if (r1 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r1) * D + c, acc[mt][nt][2], acc[mt][nt][3]);
-    }
-  }
+  for (int mt = 0; mt < MT; ++mt) add_acc_atomic(dq_rows, acc[mt], i0 + row0 + mt * 16, col0, T_, D, lane);
 }
 
 // Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)); block: 64 keys (4 warps x 16), query
@@ -1162,6 +1168,26 @@ __device__ __forceinline__ void dq_tile_atomic(const T* sdS, const T* sK, float*
 // DQ (TRIDENT_ATTN_BWD_ATOMIC=1, while it is measured): the block also adds dS K to dQ
 // (dq_tile_atomic, float atomics into p.dq_acc) and pass 3 is not run: 5 tile products
 // instead of 7, as flash-attention-2 does, but dQ is no longer bitwise reproducible.
+// The dK/dV kernels' block: its head (index into B*H) and its key tile. Their grid is (B*H,
+// key tiles): in launch order (blockIdx.x fastest) every head's first key tile comes first;
+// those see the most queries, so the longest blocks start first. With atomic dQ that order
+// would put the T/64 blocks that add into one head's f32 dQ rows a wave apart, and where
+// dq_acc outgrows the L2 (134 MB at B16 T1024 H32 D64, against 50-60 MB) each addition would
+// miss it: a DRAM read and write of a 32-byte sector. So the atomic-dQ grid is (key tiles,
+// B*H): a head's blocks launch side by side (the longest first), and their additions meet
+// in L2. (Both indices stay special registers: a computed order took registers that the
+// D 128 wgmma kernel, at 255, does not have.)
+template <bool DQ>
+__device__ __forceinline__ int dkdv_head() {
+  return static_cast<int>(DQ ? blockIdx.y : blockIdx.x);
+}
+// The first key of the block's tile of `rows` keys (an unsigned product, as ptxas saw it
+// before the atomic-dQ grid: a signed one cost the D 128 wgmma kernel, at 255 registers, a spill).
+template <bool DQ>
+__device__ __forceinline__ int dkdv_key0(int rows) {
+  return static_cast<int>((DQ ? blockIdx.x : blockIdx.y) * rows);
+}
+
 template <typename T, int DP, int BQ, int NB, bool DQ>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnParams p) {
   constexpr int BKV = 64, LDS = DP + 8, NT = BQ / 8, LDSS = BQ + 8;
@@ -1174,8 +1200,8 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
   T* sdS = reinterpret_cast<T*>(sL0 + NB * 2 * BQ);  // DQ: dS^T of the tile, [64 keys][BQ + 8]
 
   const int T_ = p.T, D = p.D;
-  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
-  const int k0 = blockIdx.y * BKV;  // the first key tiles see the most queries: start them first
+  const int bh = dkdv_head<DQ>(), b = bh / p.H, h = bh - b * p.H;
+  const int k0 = dkdv_key0<DQ>(BKV);
   const int64_t HD = static_cast<int64_t>(p.H) * D;
   const HeadView<T> hv = head_view<T>(p, b, h);
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
@@ -1431,8 +1457,8 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
   float* sL0 = reinterpret_cast<float*>(sdS + (DQ ? BKV * BQ : 0));  // buffer n: lse, then delta
 
   const int T_ = p.T, D = p.D;
-  const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
-  const int k0 = blockIdx.y * BKV;  // the first key tiles see the most queries: start them first
+  const int bh = dkdv_head<DQ>(), b = bh / p.H, h = bh - b * p.H;
+  const int k0 = dkdv_key0<DQ>(BKV);
   const int64_t HD = static_cast<int64_t>(p.H) * D;
   const HeadView<T> hv = head_view<T>(p, b, h);
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
@@ -1519,15 +1545,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
       wgmma_commit();
       wgmma_wait<0>();
       fence_acc(dq);
-      float* dq_rows = p.dq_acc + static_cast<int64_t>(bh) * T_ * D;
-      const int r0 = i0 + warp * 16 + (lane >> 2), r1 = r0 + 8;
-#pragma unroll
-      for (int nt = 0; nt < DP / 8; ++nt) {
-        const int c = nt * 8 + (lane & 3) * 2;
-        if (c >= D) continue;
-        if (r0 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r0) * D + c, dq[nt][0], dq[nt][1]);
-        if (r1 < T_) atomic_add_pair(dq_rows + static_cast<int64_t>(r1) * D + c, dq[nt][2], dq[nt][3]);
-      }
+      add_acc_atomic(p.dq_acc + static_cast<int64_t>(bh) * T_ * D, dq, i0 + warp * 16, 0, T_, D, lane);
     } else {
       wgmma_wait<0>();
     }
@@ -1898,8 +1916,8 @@ bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) 
 }
 
 // The atomic-dQ backward: p.dq_acc zeroed, the dK/dV kernel that adds dQ into it
-// (launch_dkdv()), then dQ stored. Grid-stride passes over dq_acc: at most 2048 blocks (~16
-// an SM on an H100).
+// (launch_dkdv(); its grid is (key tiles, B*H): dkdv_head), then dQ stored. Grid-stride
+// passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
 template <typename T, typename Launch, typename LaunchDkdv>
 void launch_atomic_dq(const AttnParams& p, Launch&& launch, LaunchDkdv&& launch_dkdv) {
   const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
@@ -1916,6 +1934,7 @@ template <typename T, typename Launch>
 bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
   bool ok = false;
+  if (t.dq_atomic && bh > 65535) return false;  // its grid has B*H in y (dkdv_head)
   if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (64 queries)
     if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
     if (t.dq_atomic && t.dkdv_bq != 0 && t.dkdv_bq != 64) return false;
@@ -1924,7 +1943,7 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
       if constexpr (DP >= 64) {
         if (t.dq_atomic) {
           launch_atomic_dq<T>(p, launch, [&] {
-            launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 64, true>());
+            launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, tiles, bh, wgmma_dkdv_smem_bytes<DP, 64, true>());
           });
           ok = true;
           return;
@@ -1962,14 +1981,15 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     // The dK/dV kernel of the asked-for tiles; DQ: with atomic dQ.
     auto launch_dkdv = [&](auto dq) {
       constexpr bool DQ = decltype(dq)::value;
+      const unsigned gx = DQ ? tiles : bh, gy = DQ ? bh : tiles;  // dkdv_head
       if (bq != BK) {
         if constexpr (DP >= 64)
-          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, DQ>, bh, tiles, dkdv_smem_bytes<DP, BK / 2, 1, DQ>());
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, DQ>, gx, gy, dkdv_smem_bytes<DP, BK / 2, 1, DQ>());
       } else if (two_buffers) {
         if constexpr (DP >= 64)
-          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, DQ>, bh, tiles, dkdv_smem_bytes<DP, BK, 2, DQ>());
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, DQ>, gx, gy, dkdv_smem_bytes<DP, BK, 2, DQ>());
       } else {
-        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, DQ>, bh, tiles, dkdv_smem_bytes<DP, BK, 1, DQ>());
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, DQ>, gx, gy, dkdv_smem_bytes<DP, BK, 1, DQ>());
       }
     };
     ok = true;

@@ -831,6 +831,15 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.dkdv_bq = 32;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
+  // Atomic dQ puts B*H in the grid's y (at most 65535): refused beyond, wgmma or not.
+  p.D = 64;
+  p.B = 65536;
+  for (const bool wgmma : {false, true}) {
+    AttnTiles t;
+    t.dq_atomic = true;
+    t.bwd_wgmma = wgmma;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << wgmma;
+  }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
   // with the default tiles at D 32 and 64.
