@@ -668,6 +668,29 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n",
               b.peak_bw(), b.peak_fl());
   for (const auto& c : candidates) std::printf("fastest attention tiles, %s\n", choice(c.first).c_str());
+  // The opt-in kernels (environment switches, off until a GPU has timed them) against the
+  // rows they would replace, by fastest_tiles' rule; gpu-check trains with the faster ones
+  // too, so that one run says what making them the defaults gives.
+  struct OptIn {
+    const char* env;
+    const char* row;
+    const char* replaces;
+  };
+  const OptIn opt_ins[] = {{"TRIDENT_LN_FWD_RING=1", "layernorm fwd, smem ring", "layernorm fwd"},
+                           {"TRIDENT_GEMM_BGRAD=1", "GEMM dW, BGRADB epilogue", "GEMM dW + bias_backward"}};
+  auto timed_ms = [&](const char* name) {
+    for (const Row& r : b.rows())
+      if (r.name == name && r.error.empty() && r.ms > 0) return r.ms;
+    return 0.0;
+  };
+  std::vector<std::vector<TileCandidate>> opt_in_groups;
+  for (const OptIn& o : opt_ins) {
+    const double ms = timed_ms(o.row), replaced = timed_ms(o.replaces);
+    if (ms > 0 && replaced > 0) opt_in_groups.push_back({{"", replaced}, {o.env, ms}});
+  }
+  std::vector<const std::vector<TileCandidate>*> opt_in_ptrs;
+  for (const auto& g : opt_in_groups) opt_in_ptrs.push_back(&g);
+  std::printf("faster opt-in kernels: %s\n", fastest_tiles(opt_in_ptrs).c_str());
   return 0;
 }
 

@@ -5,8 +5,8 @@
 # TFLOP/s against the ceilings measured in the same run (a device copy, an 8192^3 bf16
 # cuBLASLt GEMM), causal attention (head dim 64) forward+backward TFLOP/s, and tokens/s and
 # MFU (Megatron's model FLOPs, throughput.h's dense peak) for gpt2-124m, -345m and -1.3b
-# training on one GPU in bf16 and fp16 (and once more in bf16 with the attention tiles the
-# kernel table found fastest, "model+tiles"; and gpt2-1.3b with 8 micro-batches a step,
+# training on one GPU in bf16 and fp16 (and once more in bf16 with the attention tiles and
+# opt-in kernels the kernel table found faster, "model+tuned"; and gpt2-1.3b with 8 micro-batches a step,
 # "x8", as configs accumulate), and the per-op time shares of profiled gpt2-124m and
 # gpt2-1.3b bf16 steps. Meant to finish in well under 8 minutes.
 #
@@ -329,12 +329,14 @@ if [[ -x $bench ]]; then
     done
   done
 fi
-# ---- the same in bf16 with the fastest attention tiles of the kernel table ------------------
-# trident-bench --kernels prints "fastest attention tiles, D<head dim>: VAR=value ..." (or
-# "defaults"); each config whose head dim has non-default tiles trains once more with them,
-# so that one run measures what making them the defaults (AttnTiles) would give.
+# ---- the same in bf16 with what the kernel table found faster than the defaults ----------
+# trident-bench --kernels prints "fastest attention tiles, D<head dim>: VAR=value ..." and
+# "faster opt-in kernels: VAR=1 ..." (each "defaults" when nothing beat them); each config
+# whose head dim has non-default tiles, or every config when an opt-in kernel was faster,
+# trains once more with them, so that one run measures what making them the defaults
+# (AttnTiles, the opt-ins' switches) would give.
 tuned_lines=()
-largest_tiles=""
+largest_tuned=""
 # A variant whose GPU test did not pass still times: say so beside its figures. The mma.sync
 # tile variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels (the defaults on
 # this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's.
@@ -354,6 +356,21 @@ did_not_pass TunedVariantsMatchCpu &&
   unverified=" (UNVERIFIED: CudaAttention.TunedVariantsMatchCpu did not pass, see ctest.log)"
 wgmma_ok=1
 did_not_pass WgmmaMatchesCpu && wgmma_ok=0
+# The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
+# that compare each with the CPU or with the kernel it would replace).
+declare -A opt_in_test=([TRIDENT_LN_FWD_RING=1]=RowsPerWarpSameBits
+  [TRIDENT_GEMM_BGRAD=1]="(BiasGradientEpilogue|bgrad_epilogue)")
+opt_ins=""
+if [[ -f $logdir/kernels.log ]]; then
+  for kv in $(sed -nE 's/^faster opt-in kernels: (.*)/\1/p' "$logdir/kernels.log" | tail -1); do
+    [[ $kv == defaults ]] && continue
+    if [[ -n ${opt_in_test[$kv]:-} ]] && did_not_pass "${opt_in_test[$kv]}"; then
+      tuned_lines+=("not trained with $kv: its GPU test did not pass")
+      continue
+    fi
+    opt_ins+="${opt_ins:+ }$kv"
+  done
+fi
 if [[ -x $bench && -f $logdir/kernels.log ]]; then
   for ((i = ${#configs[@]} - 1; i >= 0; i--)); do  # the largest model first
     c=${configs[i]}
@@ -365,29 +382,30 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
     [[ -n $hidden && -n $heads ]] || continue
     d=$((hidden / heads))
     tiles=$(sed -nE "s/^fastest attention tiles, D$d: (.*)/\1/p" "$logdir/kernels.log" | tail -1)
-    note=""
     if ((!wgmma_ok)) && [[ $tiles == *WGMMA=1* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaMatchesCpu did not pass")
-      continue
+      tiles=""
     fi
-    [[ -n $tiles && $tiles != defaults ]] || continue
+    [[ $tiles == defaults ]] && tiles=""
+    tuned="$tiles${tiles:+${opt_ins:+ }}$opt_ins"
+    [[ -n $tuned ]] || continue
     if past_budget; then
-      tuned_lines+=("$model: skipped ($tiles): past the time budget")
+      tuned_lines+=("$model: skipped ($tuned): past the time budget")
       continue
     fi
-    say "training $model bf16, micro batch $mb, attention tiles: $tiles"
-    tuned_lines+=("$model+tiles: $tiles$note$unverified")
-    for kv in $tiles; do export "${kv?}"; done
-    train_row "$model" "$mb" bf16 "$logdir/train-$model-tiles.log" "$model+tiles"
-    for kv in $tiles; do unset "${kv%%=*}"; done
-    [[ $c == "${configs[-1]}" ]] && largest_tiles=$tiles
+    say "training $model bf16, micro batch $mb, tuned: $tuned"
+    tuned_lines+=("$model+tuned: $tuned${tiles:+$unverified}")
+    for kv in $tuned; do export "${kv?}"; done
+    train_row "$model" "$mb" bf16 "$logdir/train-$model-tuned.log" "$model+tuned"
+    for kv in $tuned; do unset "${kv%%=*}"; done
+    [[ $c == "${configs[-1]}" ]] && largest_tuned=$tuned
   done
 fi
 # ---- the largest config as the configs train it: 8 micro-batches per optimizer step -------
 # The rows above take one optimizer step per micro-batch, so the whole-model passes (zeroing
 # and clipping the gradients, AdamW: ~10 ms of a gpt2-1.3b step) weigh as if nobody
 # accumulated; configs/gpt2-1.3b.yaml trains 512 sequences a step (128 micro-batches of 4).
-# bf16, with the fastest attention tiles when the kernel table found better ones.
+# bf16, with the tuned settings when the kernel table found better ones.
 if [[ -x $bench && ${#configs[@]} -gt 0 && -z ${GPU_CHECK_QUICK:-} ]]; then
   c=${configs[-1]}
   model=${c%%:*}
@@ -395,10 +413,10 @@ if [[ -x $bench && ${#configs[@]} -gt 0 && -z ${GPU_CHECK_QUICK:-} ]]; then
   if past_budget; then
     tuned_lines+=("$model x8: skipped: past the time budget")
   else
-    say "training $model bf16, 8 micro-batches of $mb a step${largest_tiles:+, attention tiles: $largest_tiles}"
-    for kv in ${largest_tiles:-}; do export "${kv?}"; done
-    train_row "$model" "$mb" bf16 "$logdir/train-$model-accumulate.log" "$model x8${largest_tiles:++tiles}" $((8 * mb))
-    for kv in ${largest_tiles:-}; do unset "${kv%%=*}"; done
+    say "training $model bf16, 8 micro-batches of $mb a step${largest_tuned:+, tuned: $largest_tuned}"
+    for kv in ${largest_tuned:-}; do export "${kv?}"; done
+    train_row "$model" "$mb" bf16 "$logdir/train-$model-accumulate.log" "$model x8${largest_tuned:++tuned}" $((8 * mb))
+    for kv in ${largest_tuned:-}; do unset "${kv%%=*}"; done
     tuned_lines+=("$model x8: global batch $((8 * mb)) (8 micro-batches a step)")
   fi
 fi
@@ -563,7 +581,7 @@ target_lines() {
       'BEGIN { printf "%.2f", a / b }')x the $plain ms without (2.2x on 2026-11-30, before the 16-bit draws)"
   fi
   for row in "$@"; do
-    [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default tiles' row, not "+tiles" or "x8"
+    [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default settings' row, not "+tuned" or "x8"
     mfu=$(awk '{ print $NF }' <<<"$row")
     [[ $mfu == *% ]] || continue
     echo "gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: $mfu (target 50%: $(at_least "${mfu%\%}" 50))"

@@ -30,7 +30,7 @@ mkdir -p "$work/build/tools"
 fake=$work/build/tools/trident-bench
 cat >"$fake" <<'EOF'
 #!/usr/bin/env bash
-echo "$* | $(env | grep '^TRIDENT_ATTN_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_CALLS"
+echo "$* | $(env | grep -E '^TRIDENT_(ATTN|LN|GEMM)_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_CALLS"
 if [[ $1 == --kernels ]]; then
   echo "kernel                       shape                                 ms/call     achieved   of peak"
   echo "layernorm fwd                32768x2048 bf16                        0.0882    3048 GB/s     71.4%"
@@ -54,6 +54,7 @@ if [[ $1 == --kernels ]]; then
   echo "peaks measured in this run: device copy 3900 GB/s (read + write), bf16 GEMM 780.0 TFLOP/s"
   echo "fastest attention tiles, D64: defaults"
   echo "fastest attention tiles, D128: ${FAKE_BENCH_D128:-TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1}"
+  echo "faster opt-in kernels: ${FAKE_BENCH_OPT_INS:-defaults}"
   exit 0
 fi
 [[ -n ${FAKE_BENCH_FAIL:-} && $* == *"$FAKE_BENCH_FAIL"* ]] && { echo "fake failure"; exit 3; }
@@ -87,8 +88,8 @@ n=$(train gpt2-1.3b "--micro-batch-size 8 --global-batch-size 64 " | grep -c -- 
 ((n == 1)) || fail "gpt2-1.3b with 8 micro-batches a step and the tiles: $n runs, expected 1"
 n=$(grep -c "TRIDENT_ATTN" "$calls")
 ((n == 2)) || fail "$n runs with attention tiles set, expected 2 (they leaked, or D64 got some)"
-grep -q "^gpt2-1.3b+tiles    bf16     8      100.0      81920.0" "$work/ok.log" || fail "no gpt2-1.3b+tiles row"
-grep -q "^gpt2-1.3b x8+tiles bf16     8" "$work/ok.log" || fail "no gpt2-1.3b x8 row"
+grep -q "^gpt2-1.3b+tuned    bf16     8      100.0      81920.0" "$work/ok.log" || fail "no gpt2-1.3b+tuned row"
+grep -q "^gpt2-1.3b x8+tuned bf16     8" "$work/ok.log" || fail "no gpt2-1.3b x8 row"
 grep -q "^result: OK" "$work/ok.log" || fail "no 'result: OK'"
 ! grep -q "UNVERIFIED" "$work/ok.log" || fail "tiles marked unverified without a failed test"
 grep -q "trident-bench --kernels (time limit 180s)" "$work/ok.log" || fail "the kernel table's time limit is not 180 s"
@@ -122,7 +123,7 @@ rc=$?
 ((rc == 1)) || fail "a failing training run: gpu-check exited $rc, expected 1"
 grep -q "^gpt2-345m          fp16    16   FAILED (rc 3)" "$work/bad.log" || fail "no FAILED row for gpt2-345m fp16"
 grep -q "^result: FAILED: training gpt2-345m fp16 (rc 3)" "$work/bad.log" || fail "no 'result: FAILED' naming the run"
-grep -q "gpt2-1.3b+tiles: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1 (UNVERIFIED" "$work/bad.log" ||
+grep -q "gpt2-1.3b+tuned: TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1 (UNVERIFIED" "$work/bad.log" ||
   fail "tiles whose GPU test failed are not marked unverified"
 echo "ok: a failing run fails the check and is named; tiles that failed their test are marked"
 
@@ -152,6 +153,29 @@ grep -q "gpt2-1.3b: not trained with TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_D
 grep -q "^UNVERIFIED: CudaAttention.WgmmaMatchesCpu did not pass" "$work/wgmma.log" ||
   fail "the kernel table does not say that the wgmma rows are unverified"
 echo "ok: a wgmma test that did not pass keeps the wgmma kernels out of training"
+
+: >"$work/calls"
+# Two opt-in kernels beat the rows they would replace, and the bias-gradient epilogue's GPU
+# test failed: every config trains once more with the LayerNorm ring (gpt2-1.3b with its
+# attention tiles too), never with the epilogue, and the summary says why.
+mkdir -p "$work/optin"
+echo "12/138 Test #12: Dtypes/Matmul.BiasGradientEpilogueOverwritesColumnSums/bf16 ...***Failed  0.3 sec" \
+  >"$work/optin/ctest.log"
+FAKE_BENCH_OPT_INS="TRIDENT_LN_FWD_RING=1 TRIDENT_GEMM_BGRAD=1" run_check "$work/optin"
+for m in gpt2-124m:16 gpt2-345m:16; do
+  n=$(train "${m%%:*}" "--bf16 --micro-batch-size ${m##*:} --global-batch-size ${m##*:} " |
+    grep -c -- "| TRIDENT_LN_FWD_RING=1 $")
+  ((n == 1)) || fail "${m%%:*}: $n runs with the faster opt-in kernel alone, expected 1"
+done
+n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " |
+  grep -c -- "| TRIDENT_ATTN_BWD_DB=1 TRIDENT_ATTN_FWD_DB=1 TRIDENT_LN_FWD_RING=1 $")
+((n == 1)) || fail "gpt2-1.3b: $n runs with its tiles and the opt-in kernel, expected 1"
+n=$(grep -c "TRIDENT_GEMM_BGRAD" "$calls")
+((n == 0)) || fail "$n runs with the bias-gradient epilogue after its GPU test failed"
+grep -q "not trained with TRIDENT_GEMM_BGRAD=1: its GPU test did not pass" "$work/optin.log" ||
+  fail "the opt-in left out is not named so"
+grep -q "gpt2-124m+tuned: TRIDENT_LN_FWD_RING=1$" "$work/optin.log" || fail "no gpt2-124m+tuned line"
+echo "ok: faster opt-in kernels train once more, unless their GPU test failed"
 
 : >"$work/calls"
 # Past the time budget from the start (the tests and the table ran to their limits).
