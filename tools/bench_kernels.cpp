@@ -645,19 +645,24 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             },
             10);
       // FlashAttention-2's published curves keep B * T at 16K tokens and vary T: the same
-      // tokens as 4x longer sequences (4x the work; more of it in full, unmasked tiles).
-      if (q || s.B % 4 != 0) return;
-      AttentionShape l = s;
-      l.B = s.B / 4;
-      l.T = s.T * 4;
-      std::snprintf(shp_buf, sizeof(shp_buf), "B%d T%d H%d D%d bf16", l.B, l.T, l.H, l.D);
-      Buffer lse_l = be.empty(Shape{l.B, l.H, l.T}, DType::F32);
-      b.add("attention fwd+bwd, 4x T", shp_buf, 4 * 3.5 * fwd, true,
-            [&] {
-              be.attention_forward(qkv, out, lse_l, l, nodrop);
-              be.attention_backward(dout, qkv, out, lse_l, dqkv, l, nodrop);
-            },
-            5);
+      // tokens as 4x longer sequences (4x the work; more of it in full, unmasked tiles), and
+      // at head dim 64 as 16x (T 16384, the curves' longest point).
+      auto longer = [&](int times, int calls) {
+        if (q || s.B % times != 0) return;
+        AttentionShape l = s;
+        l.B = s.B / times;
+        l.T = s.T * times;
+        std::snprintf(shp_buf, sizeof(shp_buf), "B%d T%d H%d D%d bf16", l.B, l.T, l.H, l.D);
+        Buffer lse_l = be.empty(Shape{l.B, l.H, l.T}, DType::F32);
+        b.add("attention fwd+bwd, " + std::to_string(times) + "x T", shp_buf, times * 3.5 * fwd, true,
+              [&] {
+                be.attention_forward(qkv, out, lse_l, l, nodrop);
+                be.attention_backward(dout, qkv, out, lse_l, dqkv, l, nodrop);
+              },
+              calls);
+      };
+      longer(4, 5);
+      if (D == 64) longer(16, 3);
     });
   };
   attention(16, 1024, 32, 64);

@@ -527,7 +527,7 @@ cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"
 # at_least <value> <threshold>: "yes" when value >= threshold, else "no".
 at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; }
 target_lines() {
-  local table=$1 name pct tf row mfu long plain drop bwd atomic
+  local table=$1 name pct tf row mfu long times plain drop bwd atomic
   shift
   local bw=() ring fused unfused alone
   # kernel_row <name> <field>: a field of the kernel row with that name ($NF: "of peak", $(NF-3):
@@ -563,10 +563,13 @@ target_lines() {
   if [[ -n $tf ]]; then
     echo "causal attention fwd+bwd, head dim 64, T 1024: $tf TFLOP/s (target ~280: $(at_least "$tf" 280))"
   fi
-  # Beside the target, not targets: the same tokens at 4x the sequence (FlashAttention-2's
-  # published rates grow with it), and what training's attention dropout costs.
-  long=$(d64 'attention fwd\+bwd, 4x T' '$(NF-2) " " substr($0, match($0, / T[0-9]+ /) + 2, RLENGTH - 3)')
-  [[ -n $long ]] && echo "  (beside it) head dim 64, T ${long#* }: ${long% *} TFLOP/s"
+  # Beside the target, not targets: the same tokens at 4x and 16x the sequence
+  # (FlashAttention-2's published rates grow with it; T 16384 is their longest point), and
+  # what training's attention dropout costs.
+  for times in 4 16; do
+    long=$(d64 "attention fwd\\+bwd, ${times}x T" '$(NF-2) " " substr($0, match($0, / T[0-9]+ /) + 2, RLENGTH - 3)')
+    [[ -n $long ]] && echo "  (beside it) head dim 64, T ${long#* }: ${long% *} TFLOP/s"
+  done
   # The wgmma backward with dQ by float atomics (opt-in until timed: PERFORMANCE.md, 2026-12-01).
   bwd=$(d64 'attention bwd \(causal\)' '$(NF-3)')
   atomic=$(d64 'attn bwd, wgmma, atomic dQ' '$(NF-3)')

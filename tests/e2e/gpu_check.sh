@@ -15,7 +15,7 @@
 #     not trained with, and the summary says so;
 #   - the summary ends with issue 7's targets read off the tables (a kernel's share of the
 #     copy rate, attention TFLOP/s at head dim 64, gpt2-1.3b bf16 MFU), and beside the
-#     attention target its rate at T 4096 and the cost of attention dropout (a FAILED row
+#     attention target its rate at T 4096 and 16384 and the cost of attention dropout (a FAILED row
 #     is left out, whatever its message ends with), beside the memory-bound ones the
 #     opt-in kernels' rows (the LayerNorm ring, the bias-gradient epilogue), and beside the
 #     attention target the atomic-dQ backward's;
@@ -46,6 +46,7 @@ if [[ $1 == --kernels ]]; then
   echo "attn bwd, wgmma, atomic dQ   B16 T1024 H32 D64 bf16                 0.9000  190.9 TF/s     24.0%"
   echo "attn fwd+bwd, dropout 0.1    B16 T1024 H32 D64 bf16                 3.0653   78.5 TF/s      9.9%"
   echo "attention fwd+bwd, 4x T      B4 T4096 H32 D64 bf16                  6.1000  157.7 TF/s     19.9%"
+  echo "attention fwd+bwd, 16x T     B1 T16384 H32 D64 bf16                22.000  174.9 TF/s     22.1%"
   if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
     echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
     exit 134
@@ -104,6 +105,7 @@ grep -q "^    (beside it) $bgrad, 0.3400 ms with bias_backward, 0.3000 ms the GE
 grep -q "^  causal attention fwd+bwd, head dim 64, T 1024: 117.7 TFLOP/s (target ~280: no)$" "$work/ok.log" ||
   fail "the attention target is not read off the kernel table"
 grep -q "^    (beside it) head dim 64, T 4096: 157.7 TFLOP/s$" "$work/ok.log" || fail "no T 4096 attention line"
+grep -q "^    (beside it) head dim 64, T 16384: 174.9 TFLOP/s$" "$work/ok.log" || fail "no T 16384 attention line"
 grep -q "^    (beside it) head dim 64 with dropout 0.1: 3.0653 ms, 1.50x the 2.0435 ms without " "$work/ok.log" ||
   fail "no attention dropout line"
 grep -q "^    (beside it) head dim 64 backward with dQ added by the dK/dV kernel (TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1): 0.9000 ms against the default's 1.0690 ms$" \
