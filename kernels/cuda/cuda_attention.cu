@@ -403,14 +403,16 @@ __device__ __forceinline__ void wgmma_ss_mn(float (&d)[N / 8][4], uint64_t desc_
 // N 32 (S^T and dP^T of 32-query dK/dV tiles) from shared memory only.
 TRIDENT_DEFINE_WGMMA_SS(__half, "f16", 32, 16, 17, 18)
 TRIDENT_DEFINE_WGMMA_SS(__nv_bfloat16, "bf16", 32, 16, 17, 18)
-#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)            \
-  TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2)                           \
-  TRIDENT_DEFINE_WGMMA_SS_AS(wgmma_ss_mn, "1, 1", TYPE, PTX, N, K0, K1, K2) \
+#define TRIDENT_DEFINE_WGMMA(TYPE, PTX, N, K0, K1, K2, K3, K4, K5) \
+  TRIDENT_DEFINE_WGMMA_SS(TYPE, PTX, N, K0, K1, K2)                \
   TRIDENT_DEFINE_WGMMA_RS(TYPE, PTX, N, K0, K1, K2, K3, K4, K5)
 TRIDENT_DEFINE_WGMMA(__half, "f16", 64, 32, 33, 34, 35, 36, 37)
 TRIDENT_DEFINE_WGMMA(__half, "f16", 128, 64, 65, 66, 67, 68, 69)
 TRIDENT_DEFINE_WGMMA(__nv_bfloat16, "bf16", 64, 32, 33, 34, 35, 36, 37)
 TRIDENT_DEFINE_WGMMA(__nv_bfloat16, "bf16", 128, 64, 65, 66, 67, 68, 69)
+// Both operands MN-major: N 64 only (the D 64 dQ product of the atomic-dQ dK/dV kernel).
+TRIDENT_DEFINE_WGMMA_SS_AS(wgmma_ss_mn, "1, 1", __half, "f16", 64, 32, 33, 34)
+TRIDENT_DEFINE_WGMMA_SS_AS(wgmma_ss_mn, "1, 1", __nv_bfloat16, "bf16", 64, 32, 33, 34)
 
 // Two floats -> one register of two 16-bit values, `lo` in the low half (lower index).
 template <typename T>
@@ -1156,18 +1158,6 @@ __device__ __forceinline__ void dq_tile_atomic(const T* sdS, const T* sK, float*
   for (int mt = 0; mt < MT; ++mt) add_acc_atomic(dq_rows, acc[mt], i0 + row0 + mt * 16, col0, T_, D, lane);
 }
 
-// Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)); block: 64 keys (4 warps x 16), query
-// tiles of BQ rows from the diagonal to the end. NB = 1: one Q/dO buffer, each tile loaded
-// and waited for before its products. NB = 2: two buffers, the next tile's Q and dO (and
-// its lse and delta, through registers) load while the current one is used; more shared
-// memory and a few more registers (TRIDENT_ATTN_BWD_DB=1 selects it for D > 32 while it is
-// measured).
-// Everything is computed transposed (keys are rows), so the accumulators of S^T and dP^T
-// are directly the A operands of
-//   dV += (P z)^T dO,   dK += dS^T Q;   dK * scale written at the end.
-// DQ (TRIDENT_ATTN_BWD_ATOMIC=1, while it is measured): the block also adds dS K to dQ
-// (dq_tile_atomic, float atomics into p.dq_acc) and pass 3 is not run: 5 tile products
-// instead of 7, as flash-attention-2 does, but dQ is no longer bitwise reproducible.
 // The dK/dV kernels' block: its head (index into B*H) and its key tile. Their grid is (B*H,
 // key tiles): in launch order (blockIdx.x fastest) every head's first key tile comes first;
 // those see the most queries, so the longest blocks start first. With atomic dQ that order
@@ -1188,6 +1178,19 @@ __device__ __forceinline__ int dkdv_key0(int rows) {
   return static_cast<int>((DQ ? blockIdx.x : blockIdx.y) * rows);
 }
 
+// Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)), with DQ the other way round (dkdv_head);
+// block: 64 keys (4 warps x 16), query
+// tiles of BQ rows from the diagonal to the end. NB = 1: one Q/dO buffer, each tile loaded
+// and waited for before its products. NB = 2: two buffers, the next tile's Q and dO (and
+// its lse and delta, through registers) load while the current one is used; more shared
+// memory and a few more registers (TRIDENT_ATTN_BWD_DB=1 selects it for D > 32 while it is
+// measured).
+// Everything is computed transposed (keys are rows), so the accumulators of S^T and dP^T
+// are directly the A operands of
+//   dV += (P z)^T dO,   dK += dS^T Q;   dK * scale written at the end.
+// DQ (TRIDENT_ATTN_BWD_ATOMIC=1, while it is measured): the block also adds dS K to dQ
+// (dq_tile_atomic, float atomics into p.dq_acc) and pass 3 is not run: 5 tile products
+// instead of 7, as flash-attention-2 does, but dQ is no longer bitwise reproducible.
 template <typename T, int DP, int BQ, int NB, bool DQ>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnParams p) {
   constexpr int BKV = 64, LDS = DP + 8, NT = BQ / 8, LDSS = BQ + 8;
@@ -1432,21 +1435,22 @@ __device__ __forceinline__ void store_frags_sw128(T* tile, const uint32_t (&a)[K
     }
 }
 
-// dK and dV on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 keys (warp w keys
+// dK and dV on sm_90a. Grid (B*H, ceil(T/64)), with DQ the other way round (dkdv_head); block:
+// one warpgroup, 64 keys (warp w keys
 // 16w..16w+15); query tiles of BQ rows from the diagonal to the end, double-buffered with
 // their lse and delta. Per tile, transposed (keys are rows): S^T = K Q^T and dP^T = V dO^T
 // (one wgmma group), P z and dS in registers, then dV += (P z)^T dO and dK += dS^T Q (dO and
 // Q read MN-major from the same tiles). dK * scale at the end. BQ: 64, or 32 (fewer registers).
-// DQ (BQ 64; TRIDENT_ATTN_BWD_ATOMIC=1 with TRIDENT_ATTN_BWD_WGMMA=1): the block also adds
+// DQ (D 64, BQ 64; TRIDENT_ATTN_BWD_ATOMIC=1 with TRIDENT_ATTN_BWD_WGMMA=1): the block also adds
 // this tile's dS K to dQ, the flash-attention-2 way, and the dQ pass does not run. dS^T goes
-// to shared memory while dV and dK run; dQ (queries are rows) = dS K reads it and K both
+// to shared memory before dV and dK are issued; dQ (queries are rows) = dS K reads it and K both
 // MN-major, into the registers S^T and dP^T held; float atomics add it to p.dq_acc.
 template <typename T, int DP, int BQ, bool DQ = false>
 __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
     attn_bwd_dkdv_wgmma_kernel(const AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
   static_assert(BQ == 32 || BQ == 64, "wgmma N of S^T and dP^T; k16 steps of dV and dK");
-  static_assert(!DQ || BQ == 64, "dQ = dS K: wgmma M is 64 queries");
+  static_assert(!DQ || (BQ == 64 && DP == 64), "dQ = dS K: wgmma M is 64 queries; D 128 has no registers for it");
   constexpr int BKV = 64, NT = BQ / 8;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = swizzle_aligned<T>(smem_raw);
@@ -1520,6 +1524,13 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
     uint32_t pa[NT / 2][4], da[NT / 2][4];
     c_to_a<T, NT>(st, pa);
     c_to_a<T, NT>(dpt, da);
+    if constexpr (DQ) {
+      // dS^T to shared memory before the dK product takes da (the PTX ISA leaves reading a
+      // wgmma's A registers before its wait_group undefined). The last tile's dQ product
+      // was waited for before the barrier at the top of this one.
+      store_frags_sw128<T, NT / 2>(sdS, da, warp, lane);
+      fence_proxy_async();
+    }
     fence_acc(dv);
     fence_acc(dk);
     fence_frag(pa);
@@ -1532,11 +1543,7 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
     }
     wgmma_commit();
     if constexpr (DQ) {
-      // While dV and dK run: dS^T to shared memory (the last tile's dQ product was waited
-      // for before the barrier at the top of this one), visible to wgmma after the barrier.
-      store_frags_sw128<T, NT / 2>(sdS, da, warp, lane);
-      fence_proxy_async();
-      __syncthreads();
+      __syncthreads();  // every warp's dS^T rows are visible to wgmma (while dV and dK run)
       float dq[DP / 8][4];  // queries i0 + 16w + g and + 8 (the C layout)
       wgmma_fence();
 #pragma unroll
@@ -1839,13 +1846,14 @@ void dispatch_dp(int D, F&& f) {
 //            3 blocks an SM) or 64 (the only one with two buffers); D 128: 32 or 16
 //   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
 //   dq_atomic dQ added by the dK/dV kernel with float atomics (5 tile products, not 7; dQ's
-//            last bits vary run to run), with any dK/dV tiles (dq_bk does not apply)
+//            last bits vary run to run), with any mma.sync dK/dV tiles, and with bwd_wgmma
+//            its 64-query tiles at D 64 (dq_bk does not apply); B*H at most 65535 (dkdv_head)
 //   fwd_wgmma the forward by warpgroup MMA (sm_90a; attn_fwd_wgmma_kernel), D > 32, with
 //            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk 64 (default)
 //            or 128. The default where wgmma_available() (tiles_from_env)
 //   bwd_wgmma the backward's dK/dV and dQ passes by warpgroup MMA (sm_90a), D > 32, with 64-row
 //            tiles and two buffers of their own; dkdv_bq 64 (default) or, for D 64, 32 (3
-//            blocks an SM): no other backward setting applies. The default for D > 32 where
+//            blocks an SM), or with dq_atomic: no other backward setting applies. The default for D > 32 where
 //            wgmma_available()
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
@@ -1935,17 +1943,19 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
   const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
   bool ok = false;
   if (t.dq_atomic && bh > 65535) return false;  // its grid has B*H in y (dkdv_head)
-  if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (64 queries)
+  if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (D 64, 64 queries)
     if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
     if (t.dq_atomic && t.dkdv_bq != 0 && t.dkdv_bq != 64) return false;
     dispatch_dp(p.D, [&](auto dp) {
       constexpr int DP = decltype(dp)::value;
       if constexpr (DP >= 64) {
-        if (t.dq_atomic) {
-          launch_atomic_dq<T>(p, launch, [&] {
-            launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, tiles, bh, wgmma_dkdv_smem_bytes<DP, 64, true>());
-          });
-          ok = true;
+        if (t.dq_atomic) {  // D 64 only: D 128's kernel uses 255 registers without dQ, and spilled with it
+          if constexpr (DP == 64) {
+            launch_atomic_dq<T>(p, launch, [&] {
+              launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, tiles, bh, wgmma_dkdv_smem_bytes<DP, 64, true>());
+            });
+            ok = true;
+          }
           return;
         }
         // 64-query dK/dV tiles by default; D 64 also has 32 (3 blocks an SM instead of 2, which
@@ -2208,6 +2218,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   // The atomic-dQ variant's f32 accumulator (B*H*T*D floats), only when it runs.
   std::optional<Scratch> dq_acc;
   if (c.mma && tiles.dq_atomic) {
+    TRIDENT_CHECK(static_cast<int64_t>(s.B) * s.H <= 65535, op, ": TRIDENT_ATTN_BWD_ATOMIC=1 needs B*H <= 65535 ",
+                  "(its grid's y dimension), got B=", s.B, " H=", s.H);
     p.dq_acc = dq_acc.emplace(scratch, static_cast<size_t>(out.numel()) * sizeof(float)).as<float>();
   }
   dispatch_float(qkv.dtype, op, [&](auto tag) {

@@ -215,8 +215,8 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there for
 // both directions above head dim 32): the forward (TRIDENT_ATTN_FWD_WGMMA=1) with its
 // default and its other key tile, and the backward (TRIDENT_ATTN_BWD_WGMMA=1) from its out
-// and lse, with its dQ pass and with dQ by atomics, for every head dim above 32 (up to 32
-// there are no wgmma kernels: the defaults).
+// and lse, with its dQ pass and (D 64) with dQ by atomics, for every head dim above 32 (up
+// to 32 there are no wgmma kernels: the defaults).
 TEST_P(CudaAttention, WgmmaMatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
@@ -227,6 +227,9 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
   if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
   constexpr const char* kVars[] = {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
                                    "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_BWD_ATOMIC"};
+  // Whatever the checks set, the next tests see the environment as it was (even on a throw).
+  const ScopedEnv restore[] = {{kVars[0], nullptr}, {kVars[1], nullptr}, {kVars[2], nullptr}, {kVars[3], nullptr},
+                               {kVars[4], nullptr}};
   for (const bool other_tile : {false, true}) {
     const auto wgmma = [other_tile, &kVars](const AttnCase& c) {
       for (const char* v : kVars) ::unsetenv(v);
@@ -239,14 +242,13 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
     check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
     check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
   }
-  // The wgmma dK/dV kernel adding dQ by float atomics (TRIDENT_ATTN_BWD_ATOMIC=1).
+  // The wgmma dK/dV kernel adding dQ by float atomics (TRIDENT_ATTN_BWD_ATOMIC=1), D 64 only.
   check_backward("wgmma, atomic dq ", [&kVars](const AttnCase& c) {
     for (const char* v : kVars) ::unsetenv(v);
-    if (c.D <= 32) return;
+    if (c.D <= 32 || c.D > 64) return;
     ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
     ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
   });
-  for (const char* v : kVars) ::unsetenv(v);
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.
