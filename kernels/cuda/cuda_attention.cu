@@ -1163,22 +1163,45 @@ __device__ __forceinline__ void dq_tile_atomic(const T* sdS, const T* sK, float*
 // those see the most queries, so the longest blocks start first. With atomic dQ that order
 // would put the T/64 blocks that add into one head's f32 dQ rows a wave apart, and where
 // dq_acc outgrows the L2 (134 MB at B16 T1024 H32 D64, against 50-60 MB) each addition would
-// miss it: a DRAM read and write of a 32-byte sector. So the atomic-dQ grid is (key tiles,
-// B*H): a head's blocks launch side by side (the longest first), and their additions meet
-// in L2. (Both indices stay special registers: a computed order took registers that the
-// D 128 wgmma kernel, at 255, does not have.)
-template <bool DQ>
-__device__ __forceinline__ int dkdv_head() {
-  return static_cast<int>(DQ ? blockIdx.y : blockIdx.x);
+// miss it: a DRAM read and write of a 32-byte sector. So atomic-dQ blocks go by groups of
+// 2^g heads whose dQ rows fill at most kAtomicDqGroupBytes, within a group key tile by key
+// tile (the longest first), head by head: grid (key tiles << g, ceil(B*H / 2^g)), and a head's
+// blocks run side by side, their additions meeting in L2. (Key tiles first for all heads
+// would also do that, but its last heads' longest blocks start in the last wave: a list
+// schedule of the bench's 8192 blocks on 264 slots ends 10 tile-times past the ideal 264,
+// the groups 2 past.) Blocks past B*H in the last group exit at once.
+constexpr int64_t kAtomicDqGroupBytes = 4 << 20;
+// g: log2 of the heads a group takes: the most whose f32 dQ rows [T, D] fit
+// kAtomicDqGroupBytes (at least one), up to 2^16 and to `heads` rounded up to a power of two.
+__host__ __device__ inline int atomic_dq_group_log2(int heads, int T, int D) {
+  const int64_t head_bytes = static_cast<int64_t>(T) * D * static_cast<int64_t>(sizeof(float));
+  int g = 0;
+  while (g < 16 && (1 << g) < heads && (head_bytes << (g + 1)) <= kAtomicDqGroupBytes) ++g;
+  return g;
 }
-// The first key of the block's tile of `rows` keys (an unsigned product, as ptxas saw it
-// before the atomic-dQ grid: a signed one cost the D 128 wgmma kernel, at 255 registers, a spill).
+struct KeyBlock {
+  int bh, kt;
+};
+// Block (bx, by) of the atomic-dQ grid.
+__host__ __device__ inline KeyBlock atomic_dq_block(unsigned bx, unsigned by, int g) {
+  return {static_cast<int>((by << g) + (bx & ((1u << g) - 1))), static_cast<int>(bx >> g)};
+}
+// The block's head and first key (key tiles of `rows`). The unsigned product is the one that
+// ptxas saw before the atomic-dQ grid: a signed one cost the D 128 wgmma kernel (255
+// registers) an 8-byte spill.
+struct BlockKeys {
+  int bh, k0;
+};
 template <bool DQ>
-__device__ __forceinline__ int dkdv_key0(int rows) {
-  return static_cast<int>((DQ ? blockIdx.x : blockIdx.y) * rows);
+__device__ __forceinline__ BlockKeys dkdv_block(const AttnParams& p, unsigned rows) {
+  if constexpr (DQ) {
+    const KeyBlock k = atomic_dq_block(blockIdx.x, blockIdx.y, atomic_dq_group_log2(p.B * p.H, p.T, p.D));
+    return {k.bh, static_cast<int>(static_cast<unsigned>(k.kt) * rows)};
+  }
+  return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y * rows)};
 }
 
-// Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)), with DQ the other way round (dkdv_head);
+// Backward pass 2: dK and dV. Grid (B*H, ceil(T/64)), with DQ in head groups (dkdv_block);
 // block: 64 keys (4 warps x 16), query
 // tiles of BQ rows from the diagonal to the end. NB = 1: one Q/dO buffer, each tile loaded
 // and waited for before its products. NB = 2: two buffers, the next tile's Q and dO (and
@@ -1203,8 +1226,10 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
   T* sdS = reinterpret_cast<T*>(sL0 + NB * 2 * BQ);  // DQ: dS^T of the tile, [64 keys][BQ + 8]
 
   const int T_ = p.T, D = p.D;
-  const int bh = dkdv_head<DQ>(), b = bh / p.H, h = bh - b * p.H;
-  const int k0 = dkdv_key0<DQ>(BKV);
+  const BlockKeys kb = dkdv_block<DQ>(p, BKV);
+  if (DQ && kb.bh >= p.B * p.H) return;  // past the last head group's heads (the whole block)
+  const int bh = kb.bh, b = bh / p.H, h = bh - b * p.H;
+  const int k0 = kb.k0;
   const int64_t HD = static_cast<int64_t>(p.H) * D;
   const HeadView<T> hv = head_view<T>(p, b, h);
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
@@ -1435,7 +1460,7 @@ __device__ __forceinline__ void store_frags_sw128(T* tile, const uint32_t (&a)[K
     }
 }
 
-// dK and dV on sm_90a. Grid (B*H, ceil(T/64)), with DQ the other way round (dkdv_head); block:
+// dK and dV on sm_90a. Grid (B*H, ceil(T/64)), with DQ in head groups (dkdv_block); block:
 // one warpgroup, 64 keys (warp w keys
 // 16w..16w+15); query tiles of BQ rows from the diagonal to the end, double-buffered with
 // their lse and delta. Per tile, transposed (keys are rows): S^T = K Q^T and dP^T = V dO^T
@@ -1461,8 +1486,10 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
   float* sL0 = reinterpret_cast<float*>(sdS + (DQ ? BKV * BQ : 0));  // buffer n: lse, then delta
 
   const int T_ = p.T, D = p.D;
-  const int bh = dkdv_head<DQ>(), b = bh / p.H, h = bh - b * p.H;
-  const int k0 = dkdv_key0<DQ>(BKV);
+  const BlockKeys kb = dkdv_block<DQ>(p, BKV);
+  if (DQ && kb.bh >= p.B * p.H) return;  // past the last head group's heads (the whole block)
+  const int bh = kb.bh, b = bh / p.H, h = bh - b * p.H;
+  const int k0 = kb.k0;
   const int64_t HD = static_cast<int64_t>(p.H) * D;
   const HeadView<T> hv = head_view<T>(p, b, h);
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
@@ -1847,14 +1874,14 @@ void dispatch_dp(int D, F&& f) {
 //   dq_bk    key rows per dQ tile: D <= 64: 64; D 128: 32 or 64
 //   dq_atomic dQ added by the dK/dV kernel with float atomics (5 tile products, not 7; dQ's
 //            last bits vary run to run), with any mma.sync dK/dV tiles, and with bwd_wgmma
-//            its 64-query tiles at D 64 (dq_bk does not apply); B*H at most 65535 (dkdv_head)
+//            its 64-query tiles at D 64 (dq_bk does not apply)
 //   fwd_wgmma the forward by warpgroup MMA (sm_90a; attn_fwd_wgmma_kernel), D > 32, with
 //            fwd_wm 1 and fwd_nb 1 (it has two K/V buffers of its own); fwd_bk 64 (default)
 //            or 128. The default where wgmma_available() (tiles_from_env)
 //   bwd_wgmma the backward's dK/dV and dQ passes by warpgroup MMA (sm_90a), D > 32, with 64-row
 //            tiles and two buffers of their own; dkdv_bq 64 (default) or, for D 64, 32 (3
-//            blocks an SM), or with dq_atomic: no other backward setting applies. The default for D > 32 where
-//            wgmma_available()
+//            blocks an SM), or with dq_atomic: no other backward setting applies. The
+//            default for D > 32 where wgmma_available()
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false;
@@ -1923,8 +1950,17 @@ bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) 
   return ok;
 }
 
+// The atomic-dQ dK/dV kernels' grid (dkdv_block): (key tiles << g, ceil(B*H / 2^g)).
+struct GridXY {
+  unsigned x, y;
+};
+GridXY atomic_dq_grid(const AttnParams& p) {
+  const int heads = p.B * p.H, g = atomic_dq_group_log2(heads, p.T, p.D);
+  return {static_cast<unsigned>((p.T + 63) / 64) << g, static_cast<unsigned>(((heads - 1) >> g) + 1)};
+}
+
 // The atomic-dQ backward: p.dq_acc zeroed, the dK/dV kernel that adds dQ into it
-// (launch_dkdv(); its grid is (key tiles, B*H): dkdv_head), then dQ stored. Grid-stride
+// (launch_dkdv(); its grid is atomic_dq_grid's: dkdv_block), then dQ stored. Grid-stride
 // passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
 template <typename T, typename Launch, typename LaunchDkdv>
 void launch_atomic_dq(const AttnParams& p, Launch&& launch, LaunchDkdv&& launch_dkdv) {
@@ -1942,7 +1978,6 @@ template <typename T, typename Launch>
 bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
   bool ok = false;
-  if (t.dq_atomic && bh > 65535) return false;  // its grid has B*H in y (dkdv_head)
   if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (D 64, 64 queries)
     if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
     if (t.dq_atomic && t.dkdv_bq != 0 && t.dkdv_bq != 64) return false;
@@ -1952,7 +1987,9 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
         if (t.dq_atomic) {  // D 64 only: D 128's kernel uses 255 registers without dQ, and spilled with it
           if constexpr (DP == 64) {
             launch_atomic_dq<T>(p, launch, [&] {
-              launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, tiles, bh, wgmma_dkdv_smem_bytes<DP, 64, true>());
+              const GridXY grid = atomic_dq_grid(p);
+              launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, grid.x, grid.y,
+                     wgmma_dkdv_smem_bytes<DP, 64, true>());
             });
             ok = true;
           }
@@ -1991,7 +2028,8 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     // The dK/dV kernel of the asked-for tiles; DQ: with atomic dQ.
     auto launch_dkdv = [&](auto dq) {
       constexpr bool DQ = decltype(dq)::value;
-      const unsigned gx = DQ ? tiles : bh, gy = DQ ? bh : tiles;  // dkdv_head
+      const GridXY grid = DQ ? atomic_dq_grid(p) : GridXY{bh, tiles};
+      const unsigned gx = grid.x, gy = grid.y;
       if (bq != BK) {
         if constexpr (DP >= 64)
           launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, DQ>, gx, gy, dkdv_smem_bytes<DP, BK / 2, 1, DQ>());
@@ -2218,8 +2256,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   // The atomic-dQ variant's f32 accumulator (B*H*T*D floats), only when it runs.
   std::optional<Scratch> dq_acc;
   if (c.mma && tiles.dq_atomic) {
-    TRIDENT_CHECK(static_cast<int64_t>(s.B) * s.H <= 65535, op, ": TRIDENT_ATTN_BWD_ATOMIC=1 needs B*H <= 65535 ",
-                  "(its grid's y dimension), got B=", s.B, " H=", s.H);
+    TRIDENT_CHECK(atomic_dq_grid(p).y <= 65535, op, ": TRIDENT_ATTN_BWD_ATOMIC=1: B*H=", s.B * s.H,
+                  " heads in groups of up to 2^16 need more than 65535 grid rows");
     p.dq_acc = dq_acc.emplace(scratch, static_cast<size_t>(out.numel()) * sizeof(float)).as<float>();
   }
   dispatch_float(qkv.dtype, op, [&](auto tag) {

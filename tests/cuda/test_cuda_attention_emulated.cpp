@@ -832,21 +832,53 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.dkdv_bq = 32;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
-  // Atomic dQ puts B*H in the grid's y (at most 65535): refused beyond, wgmma or not.
-  p.D = 64;
-  p.B = 65536;
-  for (const bool wgmma : {false, true}) {
-    AttnTiles t;
-    t.dq_atomic = true;
-    t.bwd_wgmma = wgmma;
-    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << wgmma;
-  }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
   // with the default tiles at D 32 and 64.
   // Plus, for D 64 and 128, one wgmma forward and the two wgmma backward passes, twice more
   // with 64-query dK/dV tiles, and D 64's with 32 asked for; three for D 64's atomic dQ.
   EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3);
+}
+
+// The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every
+// (head, key tile) exactly once, by groups of 2^g heads whose dQ rows fit 4 MB (g up to 16,
+// never more heads than the next power of two of B*H), within a group key tile by key tile
+// and head by head; blocks past B*H are left over only in the last group.
+TEST(EmulatedAttentionPlans, AtomicDqGrid) {
+  struct Shape {
+    int heads, T, D, g;
+  };
+  for (const Shape& c : {Shape{1, 64, 64, 0}, Shape{6, 96, 64, 3}, Shape{512, 1024, 64, 4}, Shape{200, 1024, 64, 4},
+                         Shape{37, 4096, 128, 1}, Shape{33, 2048, 64, 3}, Shape{100000, 1, 8, 16}}) {
+    SCOPED_TRACE("heads " + std::to_string(c.heads) + " T " + std::to_string(c.T) + " D " + std::to_string(c.D));
+    const int g = atomic_dq_group_log2(c.heads, c.T, c.D);
+    EXPECT_EQ(g, c.g);
+    AttnParams p;
+    p.B = 1;
+    p.H = c.heads;
+    p.T = c.T;
+    p.D = c.D;
+    const GridXY grid = atomic_dq_grid(p);
+    const int tiles = (c.T + 63) / 64;
+    std::vector<int> seen(static_cast<size_t>(c.heads) * tiles, 0);
+    int64_t last = -1, idle = 0;
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        const KeyBlock k = atomic_dq_block(bx, by, g);
+        if (k.bh >= c.heads) {
+          ++idle;
+          EXPECT_EQ(by, grid.y - 1) << bx;  // only the last group has heads to spare
+          continue;
+        }
+        ASSERT_TRUE(k.bh >= 0 && k.kt >= 0 && k.kt < tiles) << bx << "," << by;
+        ++seen[static_cast<size_t>(k.bh) * tiles + k.kt];
+        const int64_t order = ((static_cast<int64_t>(k.bh >> g) * tiles + k.kt) << g) + (k.bh & ((1 << g) - 1));
+        EXPECT_GT(order, last) << bx << "," << by;  // group, then key tile, then head
+        last = order;
+      }
+    for (int v : seen) ASSERT_EQ(v, 1);
+    EXPECT_LT(idle, static_cast<int64_t>(tiles) << g);
+  }
 }
 
 // The CUDA-core path (fp32, and the 16-bit fallback) has no cp.async: one run each.
