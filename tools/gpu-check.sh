@@ -441,23 +441,40 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-stalls.log" 2>&1
   stall_rc=$?
+  # Head dim 64's wgmma backward kernels, the dQ-by-atomics one last (an opt-in; its float
+  # atomics into L2 are what its timing hinges on: see Memory Workload Analysis, L2 hit
+  # rate): the default dK/dV and dQ kernels twice (the default and the wgmma rows), then it.
+  # Appended to ncu-attention.log (at most 8 files come back from $OUT).
+  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
+    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 5 --section SpeedOfLight \
+    --section Occupancy --section MemoryWorkloadAnalysis \
+    "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
+  d64_rc=$?
   # ncu heads each kernel's report with its name two spaces in (metrics are four): demangled
   # by default, "void trident::cuda::(anonymous namespace)::attn_fwd_mma_kernel<__nv_bfloat16,
   # 128, 32, 1, 1>(trident::cuda::(anonymous namespace)::AttnParams) (16, 128, 1)x(128, 1, 1),
   # Context 1, ...", or the bare function name (--print-kernel-base function).
   heads='^  ([^ ].*)?attn_(fwd|bwd)'
   ncu_line="rc $rc, $(grep -cE "$heads" "$logdir/ncu-attention.log") kernel reports in ncu-attention.log;"
-  ncu_line+=" stall reasons: rc $stall_rc, $(grep -cE "$heads" "$logdir/ncu-stalls.log") kernels in ncu-stalls.log"
+  ncu_line+=" stall reasons: rc $stall_rc, $(grep -cE "$heads" "$logdir/ncu-stalls.log") kernels in ncu-stalls.log;"
+  ncu_line+=" D 64 backward: rc $d64_rc, $(grep -cE "$heads" "$logdir/ncu-d64.log") kernels (in ncu-attention.log)"
   # One line per kernel: its name and template arguments (which tell the tile variants apart),
-  # then duration, SM and memory throughput, occupancy.
-  awk -v heads="$heads" '
-       $0 ~ heads {name=$0; gsub(/\(anonymous namespace\)::/, "", name); match(name, /attn_(fwd|bwd)/)
-                   name=substr(name, RSTART); sub(/ *\(.*$/, "", name)}
-       name && /^    Duration/ {d=$NF" "$(NF-1)}
-       name && /^    Compute \(SM\) Throughput/ {sm=$NF}
-       name && /^    Memory Throughput/ && $(NF-1) == "%" {mem=$NF}
-       name && /^    Achieved Occupancy/ {print name, "|", d, "| SM", sm "% | mem", mem "% | occupancy", $NF "%"; name=""}' \
-    "$logdir/ncu-attention.log" | head -20
+  # then duration, SM and memory throughput, L2 hit rate (where reported), occupancy.
+  ncu_summary() {
+    awk -v heads="$heads" '
+         $0 ~ heads {name=$0; gsub(/\(anonymous namespace\)::/, "", name); match(name, /attn_(fwd|bwd)/)
+                     name=substr(name, RSTART); sub(/ *\(.*$/, "", name); l2=""}
+         name && /^    Duration/ {d=$NF" "$(NF-1)}
+         name && /^    Compute \(SM\) Throughput/ {sm=$NF}
+         name && /^    Memory Throughput/ && $(NF-1) == "%" {mem=$NF}
+         name && /^    L2 Hit Rate/ {l2=" | L2 hits " $NF "%"}
+         name && /^    Achieved Occupancy/ {print name, "|", d, "| SM", sm "% | mem", mem "%" l2 " | occupancy", $NF "%"; name=""}' \
+      "$1" | head -"$2"
+  }
+  ncu_summary "$logdir/ncu-attention.log" 20
+  ncu_summary "$logdir/ncu-d64.log" 5
+  { echo; echo "==== head dim 64 backward (B16 T1024 H32) ===="; cat "$logdir/ncu-d64.log"; } >>"$logdir/ncu-attention.log"
+  rm -f "$logdir/ncu-d64.log"
 fi
 
 # ---- where a step's time goes: profiled runs of the smallest and the largest config ------
