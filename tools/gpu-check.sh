@@ -6,9 +6,9 @@
 # cuBLASLt GEMM), causal attention (head dim 64) forward+backward TFLOP/s, and tokens/s and
 # MFU (Megatron's model FLOPs, throughput.h's dense peak) for gpt2-124m, -345m and -1.3b
 # training on one GPU in bf16 and fp16 (and once more in bf16 with the attention tiles and
-# opt-in kernels the kernel table found faster, "model+tuned"; and gpt2-1.3b with 8 micro-batches a step,
-# "x8", as configs accumulate), and the per-op time shares of profiled gpt2-124m and
-# gpt2-1.3b bf16 steps. Meant to finish in well under 8 minutes.
+# opt-in kernels the kernel table found faster, "model+tuned"; and gpt2-1.3b with 8
+# micro-batches a step, "x8", as configs accumulate), and the per-op time shares of profiled
+# gpt2-124m and gpt2-1.3b bf16 steps. Meant to finish in well under 8 minutes.
 #
 # The GPU machine (the device tool; /work/.library/device/README.md) gets the working tree
 # plus up to 8 ignored paths named in `carry`, 64 MiB in all, and cannot install packages,
