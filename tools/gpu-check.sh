@@ -339,7 +339,8 @@ tuned_lines=()
 largest_tuned=""
 # A variant whose GPU test did not pass still times: say so beside its figures. The mma.sync
 # tile variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels (the defaults on
-# this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's.
+# this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's, the wgmma
+# backward with dQ by atomics WgmmaAtomicDqMatchesCpu's.
 # did_not_pass <test>: ctest.log names it failed, timed out, crashed or not run, or the
 # tests were cut off by GPU_CHECK_TESTS_S and no line says that it passed.
 did_not_pass() {
@@ -349,13 +350,15 @@ did_not_pass() {
 }
 unverified=""
 variant_notes=()
-for t in TunedVariantsMatchCpu WgmmaMatchesCpu; do
+for t in TunedVariantsMatchCpu WgmmaMatchesCpu WgmmaAtomicDqMatchesCpu; do
   did_not_pass "$t" && variant_notes+=("UNVERIFIED: CudaAttention.$t did not pass (see ctest.log): its variants' rows time kernels that may be wrong")
 done
 did_not_pass TunedVariantsMatchCpu &&
   unverified=" (UNVERIFIED: CudaAttention.TunedVariantsMatchCpu did not pass, see ctest.log)"
 wgmma_ok=1
 did_not_pass WgmmaMatchesCpu && wgmma_ok=0
+wgmma_atomic_ok=1  # the wgmma backward with dQ by atomics (opt-in) has a test of its own
+did_not_pass WgmmaAtomicDqMatchesCpu && wgmma_atomic_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
 declare -A opt_in_test=([TRIDENT_LN_FWD_RING=1]=RowsPerWarpSameBits
@@ -384,6 +387,9 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
     tiles=$(sed -nE "s/^fastest attention tiles, D$d: (.*)/\1/p" "$logdir/kernels.log" | tail -1)
     if ((!wgmma_ok)) && [[ $tiles == *WGMMA=1* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaMatchesCpu did not pass")
+      tiles=""
+    elif ((!wgmma_atomic_ok)) && [[ $tiles == *BWD_WGMMA=1* && $tiles == *BWD_ATOMIC=1* ]]; then
+      tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaAtomicDqMatchesCpu did not pass")
       tiles=""
     fi
     [[ $tiles == defaults ]] && tiles=""

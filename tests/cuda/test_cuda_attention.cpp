@@ -212,27 +212,37 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
     ::unsetenv(v);
 }
 
+// Skips unless the GPU has compute capability 9.0 (the wgmma kernels).
+#define TRIDENT_SKIP_WITHOUT_SM90()                                                                   \
+  do {                                                                                              \
+    int dev = 0, major = 0, minor = 0;                                                              \
+    ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);                                                    \
+    ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess); \
+    ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess); \
+    if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma kernels need an sm_90 GPU";            \
+  } while (0)
+
+// The wgmma tests' variables: whatever a check sets, the next tests see the environment as
+// it was (even on a throw).
+constexpr const char* kWgmmaVars[] = {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
+                                      "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_BWD_ATOMIC"};
+struct RestoreWgmmaVars {
+  const ScopedEnv vars[5] = {{kWgmmaVars[0], nullptr}, {kWgmmaVars[1], nullptr}, {kWgmmaVars[2], nullptr},
+                             {kWgmmaVars[3], nullptr}, {kWgmmaVars[4], nullptr}};
+};
+
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there for
 // both directions above head dim 32): the forward (TRIDENT_ATTN_FWD_WGMMA=1) with its
 // default and its other key tile, and the backward (TRIDENT_ATTN_BWD_WGMMA=1) from its out
-// and lse, with its dQ pass and (D 64) with dQ by atomics, for every head dim above 32 (up
-// to 32 there are no wgmma kernels: the defaults).
+// and lse, for every head dim above 32 (up to 32 there are no wgmma kernels: the defaults).
 TEST_P(CudaAttention, WgmmaMatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
-  int dev = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
-  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma forward needs an sm_90 GPU";
-  constexpr const char* kVars[] = {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
-                                   "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_BWD_ATOMIC"};
-  // Whatever the checks set, the next tests see the environment as it was (even on a throw).
-  const ScopedEnv restore[] = {{kVars[0], nullptr}, {kVars[1], nullptr}, {kVars[2], nullptr}, {kVars[3], nullptr},
-                               {kVars[4], nullptr}};
+  TRIDENT_SKIP_WITHOUT_SM90();
+  const RestoreWgmmaVars restore;
   for (const bool other_tile : {false, true}) {
-    const auto wgmma = [other_tile, &kVars](const AttnCase& c) {
-      for (const char* v : kVars) ::unsetenv(v);
+    const auto wgmma = [other_tile](const AttnCase& c) {
+      for (const char* v : kWgmmaVars) ::unsetenv(v);
       if (c.D <= 32) return;
       ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
       ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
@@ -242,9 +252,18 @@ TEST_P(CudaAttention, WgmmaMatchesCpu) {
     check_forward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
     check_backward(other_tile ? "wgmma, other tile " : "wgmma ", wgmma);
   }
-  // The wgmma dK/dV kernel adding dQ by float atomics (TRIDENT_ATTN_BWD_ATOMIC=1), D 64 only.
-  check_backward("wgmma, atomic dq ", [&kVars](const AttnCase& c) {
-    for (const char* v : kVars) ::unsetenv(v);
+}
+
+// The wgmma dK/dV kernel adding dQ by float atomics (TRIDENT_ATTN_BWD_WGMMA=1
+// TRIDENT_ATTN_BWD_ATOMIC=1, head dims 33-64 only; the others run the defaults), apart from
+// WgmmaMatchesCpu so that gpu-check can tell this opt-in's result from the defaults'.
+TEST_P(CudaAttention, WgmmaAtomicDqMatchesCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
+  TRIDENT_SKIP_WITHOUT_SM90();
+  const RestoreWgmmaVars restore;
+  check_backward("wgmma, atomic dq ", [](const AttnCase& c) {
+    for (const char* v : kWgmmaVars) ::unsetenv(v);
     if (c.D <= 32 || c.D > 64) return;
     ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
     ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);

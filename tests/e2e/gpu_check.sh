@@ -12,7 +12,8 @@
 #   - a kernel table cut short (an abort) keeps its rows in the summary, and without its
 #     "fastest attention tiles" lines nothing trains with tiles;
 #   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
-#     not trained with, and the summary says so;
+#     not trained with, and the summary says so; likewise the atomic-dQ wgmma backward and
+#     its own test;
 #   - the summary ends with issue 7's targets read off the tables (a kernel's share of the
 #     copy rate, attention TFLOP/s at head dim 64, gpt2-1.3b bf16 MFU), and beside the
 #     attention target its rate at T 4096 and 16384 and the cost of attention dropout (a FAILED row
@@ -155,6 +156,19 @@ grep -q "gpt2-1.3b: not trained with TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_D
 grep -q "^UNVERIFIED: CudaAttention.WgmmaMatchesCpu did not pass" "$work/wgmma.log" ||
   fail "the kernel table does not say that the wgmma rows are unverified"
 echo "ok: a wgmma test that did not pass keeps the wgmma kernels out of training"
+
+: >"$work/calls"
+# The atomic-dQ wgmma test failed (the other wgmma test passed), and the kernel table found
+# that backward fastest for D128: gpt2-1.3b does not train with it, and the summary says so.
+mkdir -p "$work/atomic"
+echo "58/138 Test #58: Dtypes/CudaAttention.WgmmaAtomicDqMatchesCpu/bf16 ...***Failed   0.9 sec" \
+  >"$work/atomic/ctest.log"
+FAKE_BENCH_D128="TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1" run_check "$work/atomic"
+n=$(grep -c "ATOMIC" "$work/calls")
+((n == 0)) || fail "$n runs with the atomic-dQ backward after its test failed"
+grep -q "gpt2-1.3b: not trained with TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1: CudaAttention.WgmmaAtomicDqMatchesCpu did not pass" \
+  "$work/atomic.log" || fail "the atomic-dQ tiles left out are not named so"
+echo "ok: an atomic-dQ test that did not pass keeps that backward out of training"
 
 : >"$work/calls"
 # Two opt-in kernels beat the rows they would replace, and the bias-gradient epilogue's GPU
