@@ -447,12 +447,14 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-stalls.log" 2>&1
   stall_rc=$?
-  # Head dim 64's wgmma backward kernels, the dQ-by-atomics one last (an opt-in; its float
-  # atomics into L2 are what its timing hinges on: see Memory Workload Analysis, L2 hit
-  # rate): the default dK/dV and dQ kernels twice (the default and the wgmma rows), then it.
-  # Appended to ncu-attention.log (at most 8 files come back from $OUT).
+  # Head dim 64's wgmma backward kernels with 64-row tiles, in the table's order: the dK/dV
+  # and dQ kernels of the default and the wgmma rows, the dQ kernel of the 32-query row, and
+  # the dK/dV kernel that adds dQ by atomics (an opt-in; its float atomics into L2 are what
+  # its timing hinges on: see Memory Workload Analysis, L2 hit rate). Up to 8 launches, so a
+  # row added before it does not push it out. Appended to ncu-attention.log (at most 8 files
+  # come back from $OUT).
   timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
-    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 5 --section SpeedOfLight \
+    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 8 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -478,7 +480,7 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
       "$1" | head -"$2"
   }
   ncu_summary "$logdir/ncu-attention.log" 20
-  ncu_summary "$logdir/ncu-d64.log" 5
+  ncu_summary "$logdir/ncu-d64.log" 8
   { echo; echo "==== head dim 64 backward (B16 T1024 H32) ===="; cat "$logdir/ncu-d64.log"; } >>"$logdir/ncu-attention.log"
   rm -f "$logdir/ncu-d64.log"
 fi
