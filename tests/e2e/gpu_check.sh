@@ -143,31 +143,28 @@ n=$(grep -c "TRIDENT_ATTN" "$calls")
 ((n == 0)) || fail "$n runs with attention tiles set after the kernel table died, expected 0"
 echo "ok: a kernel table cut short keeps its rows; nothing trains with tiles it did not choose"
 
-: >"$work/calls"
-# The wgmma test crashed, and the kernel table found a wgmma kernel fastest for D128.
-mkdir -p "$work/wgmma"
-echo "57/138 Test #57: Dtypes/CudaAttention.WgmmaMatchesCpu/bf16 ...Subprocess aborted***Exception:   0.9 sec" \
-  >"$work/wgmma/ctest.log"
-FAKE_BENCH_D128="TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_DB=1" run_check "$work/wgmma"
-n=$(grep -c "WGMMA" "$work/calls")
-((n == 0)) || fail "$n runs with a wgmma variable set after its test did not pass"
-grep -q "gpt2-1.3b: not trained with TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_DB=1: CudaAttention.WgmmaMatchesCpu did not pass" \
-  "$work/wgmma.log" || fail "the wgmma tiles left out are not named so"
-grep -q "^UNVERIFIED: CudaAttention.WgmmaMatchesCpu did not pass" "$work/wgmma.log" ||
-  fail "the kernel table does not say that the wgmma rows are unverified"
+# kept_out <name> <ctest.log line> <D128 tiles> <variable> <test>: the kernel table found
+# <tiles> fastest for D128, but <test> did not pass: no training run has <variable> set, and
+# the summary names the tiles left out and says the test's rows are unverified.
+kept_out() {
+  local name=$1 line=$2 tiles=$3 var=$4 test=$5 n
+  : >"$work/calls"
+  mkdir -p "$work/$name"
+  echo "$line" >"$work/$name/ctest.log"
+  FAKE_BENCH_D128="$tiles" run_check "$work/$name"
+  n=$(grep -c "$var" "$work/calls")
+  ((n == 0)) || fail "$name: $n runs with $var set after $test did not pass"
+  grep -qF "gpt2-1.3b: not trained with $tiles: CudaAttention.$test did not pass" "$work/$name.log" ||
+    fail "$name: the tiles left out are not named so"
+  grep -q "^UNVERIFIED: CudaAttention.$test did not pass" "$work/$name.log" ||
+    fail "$name: the kernel table does not say that the rows are unverified"
+}
+# The wgmma test crashed; then the atomic-dQ wgmma test failed while the other passed.
+kept_out wgmma "57/138 Test #57: Dtypes/CudaAttention.WgmmaMatchesCpu/bf16 ...Subprocess aborted***Exception:   0.9 sec" \
+  "TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_BWD_DB=1" WGMMA WgmmaMatchesCpu
 echo "ok: a wgmma test that did not pass keeps the wgmma kernels out of training"
-
-: >"$work/calls"
-# The atomic-dQ wgmma test failed (the other wgmma test passed), and the kernel table found
-# that backward fastest for D128: gpt2-1.3b does not train with it, and the summary says so.
-mkdir -p "$work/atomic"
-echo "58/138 Test #58: Dtypes/CudaAttention.WgmmaAtomicDqMatchesCpu/bf16 ...***Failed   0.9 sec" \
-  >"$work/atomic/ctest.log"
-FAKE_BENCH_D128="TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1" run_check "$work/atomic"
-n=$(grep -c "ATOMIC" "$work/calls")
-((n == 0)) || fail "$n runs with the atomic-dQ backward after its test failed"
-grep -q "gpt2-1.3b: not trained with TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1: CudaAttention.WgmmaAtomicDqMatchesCpu did not pass" \
-  "$work/atomic.log" || fail "the atomic-dQ tiles left out are not named so"
+kept_out atomic "58/138 Test #58: Dtypes/CudaAttention.WgmmaAtomicDqMatchesCpu/bf16 ...***Failed   0.9 sec" \
+  "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1" ATOMIC WgmmaAtomicDqMatchesCpu
 echo "ok: an atomic-dQ test that did not pass keeps that backward out of training"
 
 : >"$work/calls"
