@@ -1960,14 +1960,14 @@ GridXY atomic_dq_grid(const AttnParams& p) {
 }
 
 // The atomic-dQ backward: p.dq_acc zeroed, the dK/dV kernel that adds dQ into it
-// (launch_dkdv(); its grid is atomic_dq_grid's: dkdv_block), then dQ stored. Grid-stride
+// (launch_dkdv(grid), on atomic_dq_grid's grid: dkdv_block), then dQ stored. Grid-stride
 // passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
 template <typename T, typename Launch, typename LaunchDkdv>
 void launch_atomic_dq(const AttnParams& p, Launch&& launch, LaunchDkdv&& launch_dkdv) {
   const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
   const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
   launch(attn_dq_zero_kernel, flat, 1u, 0);
-  launch_dkdv();
+  launch_dkdv(atomic_dq_grid(p));
   launch(attn_dq_store_kernel<T>, flat, 1u, 0);
 }
 
@@ -1986,8 +1986,7 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
       if constexpr (DP >= 64) {
         if (t.dq_atomic) {  // D 64 only: D 128's kernel uses 255 registers without dQ, and spilled with it
           if constexpr (DP == 64) {
-            launch_atomic_dq<T>(p, launch, [&] {
-              const GridXY grid = atomic_dq_grid(p);
+            launch_atomic_dq<T>(p, launch, [&](GridXY grid) {
               launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, grid.x, grid.y,
                      wgmma_dkdv_smem_bytes<DP, 64, true>());
             });
@@ -2026,26 +2025,24 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     const bool dq_ok = dq_bk == BK || (dq_bk == 2 * BK && DP == 128 && !t.dq_atomic);
     if (!dkdv_ok || !dq_ok) return;
     // The dK/dV kernel of the asked-for tiles; DQ: with atomic dQ.
-    auto launch_dkdv = [&](auto dq) {
+    auto launch_dkdv = [&](auto dq, GridXY grid) {
       constexpr bool DQ = decltype(dq)::value;
-      const GridXY grid = DQ ? atomic_dq_grid(p) : GridXY{bh, tiles};
-      const unsigned gx = grid.x, gy = grid.y;
       if (bq != BK) {
         if constexpr (DP >= 64)
-          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, DQ>, gx, gy, dkdv_smem_bytes<DP, BK / 2, 1, DQ>());
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK / 2, 1, DQ>, grid.x, grid.y, dkdv_smem_bytes<DP, BK / 2, 1, DQ>());
       } else if (two_buffers) {
         if constexpr (DP >= 64)
-          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, DQ>, gx, gy, dkdv_smem_bytes<DP, BK, 2, DQ>());
+          launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 2, DQ>, grid.x, grid.y, dkdv_smem_bytes<DP, BK, 2, DQ>());
       } else {
-        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, DQ>, gx, gy, dkdv_smem_bytes<DP, BK, 1, DQ>());
+        launch(attn_bwd_dkdv_mma_kernel<T, DP, BK, 1, DQ>, grid.x, grid.y, dkdv_smem_bytes<DP, BK, 1, DQ>());
       }
     };
     ok = true;
     if (t.dq_atomic) {
-      launch_atomic_dq<T>(p, launch, [&] { launch_dkdv(std::true_type{}); });
+      launch_atomic_dq<T>(p, launch, [&](GridXY grid) { launch_dkdv(std::true_type{}, grid); });
       return;
     }
-    launch_dkdv(std::false_type{});
+    launch_dkdv(std::false_type{}, GridXY{bh, tiles});
     if (dq_bk != BK) {
       if constexpr (DP == 128) launch(attn_bwd_dq_mma_kernel<T, DP, 2 * BK>, bh, tiles, dq_smem_bytes<DP, 2 * BK>());
     } else {
