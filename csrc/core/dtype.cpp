@@ -1,5 +1,9 @@
 #include "core/dtype.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "core/error.h"
 
 namespace trident {
@@ -50,5 +54,57 @@ const float* build_half_table() {
 }  // namespace
 
 const float* const kHalfToFloat = build_half_table();
+
+namespace {
+void floats_to_halves_scalar(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// vcvtps2ph rounds to nearest even with subnormals and overflow to inf, as float_to_half
+// does; only NaN differs (it keeps the payload's top bits), so blocks holding a NaN are
+// converted again by float_to_half (canonical quiet NaN, as on the GPU).
+__attribute__((target("avx,f16c"))) void floats_to_halves_f16c(const float* src, uint16_t* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) floats_to_halves_scalar(src + i, dst + i, 8);
+  }
+  floats_to_halves_scalar(src + i, dst + i, n - i);
+}
+__attribute__((target("avx,f16c"))) void halves_to_floats_f16c(const uint16_t* src, float* dst, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm256_storeu_ps(dst + i, x);
+    // vcvtph2ps quiets signalling NaNs; the table keeps every NaN's bits.
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0)
+      for (int64_t k = i; k < i + 8; ++k) dst[k] = half_to_float(src[k]);
+  }
+  for (; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+bool cpu_has_f16c() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+}
+#endif
+}  // namespace
+
+void floats_to_halves(const float* src, uint16_t* dst, int64_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool f16c = cpu_has_f16c();
+  if (f16c) return floats_to_halves_f16c(src, dst, n);
+#endif
+  floats_to_halves_scalar(src, dst, n);
+}
+
+void halves_to_floats(const uint16_t* src, float* dst, int64_t n) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool f16c = cpu_has_f16c();
+  if (f16c) return halves_to_floats_f16c(src, dst, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
 
 }  // namespace trident

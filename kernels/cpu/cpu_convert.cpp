@@ -10,11 +10,9 @@ void load_f32(const Tensor& src, int64_t offset, int64_t n, float* dst) {
     case DType::F32:
       std::memcpy(dst, src.ptr<const float>() + offset, static_cast<size_t>(n) * 4);
       return;
-    case DType::F16: {
-      const uint16_t* p = src.ptr<const uint16_t>() + offset;
-      for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(p[i]);
+    case DType::F16:
+      halves_to_floats(src.ptr<const uint16_t>() + offset, dst, n);
       return;
-    }
     case DType::BF16: {
       const uint16_t* p = src.ptr<const uint16_t>() + offset;
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(p[i]);
@@ -33,11 +31,9 @@ void store_f32(const Tensor& dst, int64_t offset, int64_t n, const float* src) {
     case DType::F32:
       std::memcpy(dst.ptr<float>() + offset, src, static_cast<size_t>(n) * 4);
       return;
-    case DType::F16: {
-      uint16_t* p = dst.ptr<uint16_t>() + offset;
-      for (int64_t i = 0; i < n; ++i) p[i] = float_to_half(src[i]);
+    case DType::F16:
+      floats_to_halves(src, dst.ptr<uint16_t>() + offset, n);
       return;
-    }
     case DType::BF16: {
       uint16_t* p = dst.ptr<uint16_t>() + offset;
       for (int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(src[i]);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <random>
 #include <vector>
 
@@ -133,6 +134,52 @@ TEST(Dtype, HalfRoundingMatchesReference) {
     for (float g : {f, std::nextafter(f, 0.0f), std::nextafter(f, INFINITY)}) {
       ASSERT_EQ(float_to_half(g), half_reference(g)) << std::hex << h;
       ASSERT_EQ(float_to_half(-g), half_reference(-g)) << std::hex << h;
+    }
+  }
+}
+
+// The span converter (8 at a time with F16C) against the scalar one, bit for bit: every
+// half's midpoints and neighbours, random floats, NaNs (canonical, not the input's payload),
+// infinities and float subnormals, at every tail length and misaligned starts.
+TEST(Dtype, HalfSpanMatchesScalar) {
+  std::vector<float> in;
+  for (uint32_t h = 0; h < 0x7c00; h += 7) {
+    const float f = half_to_float(static_cast<uint16_t>(h));
+    const float g = static_cast<float>(0.5 * (half_value(static_cast<uint16_t>(h)) + half_value(static_cast<uint16_t>(h + 1))));
+    for (float v : {f, g, std::nextafter(g, 0.0f), std::nextafter(g, INFINITY)}) {
+      in.push_back(v);
+      in.push_back(-v);
+    }
+  }
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> ex(-30.0f, 17.0f);
+  for (int i = 0; i < 20000; ++i) in.push_back(std::exp2(ex(rng)) * ((rng() & 1) ? 1.f : -1.f));
+  const float specials[] = {NAN, -NAN, bits_float(0x7f800001u), bits_float(0xffc12345u), INFINITY, -INFINITY,
+                            1e-40f, -1e-45f, 65520.0f, 1e30f};
+  for (size_t i = 0; i < std::size(specials); ++i) in.insert(in.begin() + static_cast<long>(37 * i), specials[i]);
+  for (int64_t start = 0; start < 3; ++start) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{15}, int64_t{17},
+                      static_cast<int64_t>(in.size()) - start}) {
+      std::vector<uint16_t> got(static_cast<size_t>(n) + 1, 0xabcd);
+      floats_to_halves(in.data() + start, got.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], float_to_half(in[start + i])) << start << " " << i;
+      ASSERT_EQ(got[n], 0xabcd) << "wrote past the span, n = " << n;
+    }
+  }
+}
+
+// The span reader against the table, bit for bit: every half (signalling and quiet NaNs with
+// their payloads included), at every tail length and misaligned starts.
+TEST(Dtype, HalfSpanReadMatchesTable) {
+  std::vector<uint16_t> in(65536 + 19);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint16_t>(i * 40503u);  // odd: every value once
+  for (int64_t start = 0; start < 3; ++start) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{9}, int64_t{65536}}) {
+      std::vector<float> got(static_cast<size_t>(n) + 1, 7.0f);
+      halves_to_floats(in.data() + start, got.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(float_bits(got[i]), float_bits(half_to_float(in[start + i]))) << std::hex << in[start + i];
+      ASSERT_EQ(got[n], 7.0f) << "wrote past the span, n = " << n;
     }
   }
 }
