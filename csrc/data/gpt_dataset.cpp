@@ -147,13 +147,17 @@ std::array<uint64_t, 4> split_boundaries(const std::string& split, uint64_t n) {
   w.resize(3);
   const double sum = w[0] + w[1] + w[2];
   if (!(sum > 0)) throw ConfigError("--split: weights sum to zero (\"" + split + "\")");
-  std::array<int64_t, 4> b{0, 0, 0, 0};
-  for (int i = 0; i < 3; ++i)
-    b[i + 1] = b[i] + static_cast<int64_t>(std::nearbyint(w[i] / sum * static_cast<double>(n)));  // half to even
-  const int64_t diff = b[3] - static_cast<int64_t>(n);
-  for (int i = 1; i < 4; ++i) b[i] -= diff;
-  std::array<uint64_t, 4> out{};
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<uint64_t>(std::max<int64_t>(0, b[i]));
+  // Megatron-LM's rule (BlendedMegatronDatasetBuilder): each boundary is the running sum of
+  // the normalised weights times n, rounded half to even; not Megatron-DeepSpeed's older
+  // get_train_valid_test_split_, which rounded each split's size and shifted the boundaries
+  // so that they end at n (949,50,1 of 10 documents: no validation document there, one here).
+  std::array<uint64_t, 4> out{0, 0, 0, 0};
+  double cumulative = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    cumulative += w[i] / sum;
+    const double b = std::nearbyint(cumulative * static_cast<double>(n));
+    out[i + 1] = std::min<uint64_t>(n, static_cast<uint64_t>(std::max(0.0, b)));
+  }
   return out;
 }
 
@@ -337,9 +341,10 @@ struct SplitOfBlend {
   std::string flag;   // the flag that gave the blend
 };
 
-// Megatron's BlendedMegatronDatasetBuilder for one split: a lone prefix is its GptDataset; a
-// weighted blend asks each prefix for ceil(w n 1.005) samples; an unweighted one builds one
-// epoch of each and blends them by size, capped at their sum.
+// Megatron's BlendedMegatronDatasetBuilder for one split: a lone prefix without a weight is
+// its GptDataset; a weighted blend, even of one prefix ("1 P"), asks each prefix for
+// ceil(w n 1.005) samples (which can change the epochs) and blends them back to n; an
+// unweighted one builds one epoch of each and blends them by size, capped at their sum.
 std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wanted, const GptDatasetConfig& cfg) {
   if (wanted == 0) return nullptr;
   const size_t n = sb.blend.prefixes.size();
@@ -350,7 +355,7 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
     return std::make_unique<GptDataset>(sb.data[k], sb.name, begin, end, cfg.seq_length, cfg.seed, samples,
                                         cfg.cache_dir);
   };
-  if (n == 1) return dataset(0, wanted);
+  if (n == 1 && !weighted) return dataset(0, wanted);
   std::vector<std::unique_ptr<SampleSource>> parts;
   std::vector<std::string> names;
   for (size_t k = 0; k < n; ++k) {

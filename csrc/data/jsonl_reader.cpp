@@ -111,37 +111,43 @@ size_t JsonlReader::fill() {
   return got;
 }
 
+// Line ends as Python's universal newlines (Megatron reads its input in text mode): "\n",
+// "\r\n", or a lone "\r". A "\r" that ends the decoded text so far waits for the next byte.
 bool JsonlReader::next(std::string_view& line) {
   size_t scan = pos_;
   for (;;) {
     const char* base = buf_.data();
-    const void* nl = scan < buf_.size() ? std::memchr(base + scan, '\n', buf_.size() - scan) : nullptr;
-    if (nl) {
-      const size_t end = static_cast<const char*>(nl) - base;
-      size_t len = end - pos_;
-      text_bytes_ += len + 1;
-      if (len > 0 && base[pos_ + len - 1] == '\r') --len;
-      line = std::string_view(base + pos_, len);
-      pos_ = end + 1;
+    const size_t size = buf_.size();
+    const char* nl = scan < size ? static_cast<const char*>(std::memchr(base + scan, '\n', size - scan)) : nullptr;
+    const size_t limit = nl ? static_cast<size_t>(nl - base) : size;
+    const char* cr = scan < limit ? static_cast<const char*>(std::memchr(base + scan, '\r', limit - scan)) : nullptr;
+    size_t end = 0, next = 0;  // the line is [pos_, end); the next one starts at next
+    if (cr != nullptr && (cr + 1 < base + size || input_done_)) {
+      end = static_cast<size_t>(cr - base);
+      next = end + (end + 1 < size && base[end + 1] == '\n' ? 2 : 1);
+    } else if (cr == nullptr && nl != nullptr) {
+      end = static_cast<size_t>(nl - base);
+      next = end + 1;
+    } else if (cr == nullptr && input_done_ && pos_ < size) {
+      end = next = size;  // the last line, without a line end
+    } else if (input_done_) {
+      return false;
+    }
+    if (next > 0) {
+      line = std::string_view(base + pos_, end - pos_);
+      text_bytes_ += next - pos_;
+      pos_ = next;
       ++line_no_;
       return true;
     }
-    // Keep the unread tail, drop what was returned, then read more.
+    // Keep the unread tail (from a "\r" at its end, or all of it scanned), drop what was
+    // returned, then read more.
+    scan = (cr != nullptr ? static_cast<size_t>(cr - base) : size) - pos_;
     if (pos_ > 0) {
       buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
       pos_ = 0;
     }
-    scan = buf_.size();
-    if (fill() == 0) {
-      if (buf_.empty()) return false;
-      size_t len = buf_.size();  // last line without a newline
-      text_bytes_ += len;
-      if (base = buf_.data(); base[len - 1] == '\r') --len;
-      line = std::string_view(buf_.data(), len);
-      pos_ = buf_.size();
-      ++line_no_;
-      return true;
-    }
+    if (fill() == 0) input_done_ = true;
   }
 }
 

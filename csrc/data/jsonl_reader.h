@@ -1,6 +1,7 @@
 // Line reader for JSONL input, plain or xz-compressed (detected by the xz magic bytes,
 // decoded with liblzma, concatenated streams allowed). Lines are returned without the
-// trailing "\n" (and "\r"); each view stays valid until the next call.
+// line end ("\n", "\r\n" or a lone "\r", as Python's universal newlines); each view stays
+// valid until the next call.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,7 @@ class JsonlReader {
   struct XzState;
   XzState* xz_ = nullptr;  // liblzma decoder, only for xz input
   bool raw_eof_ = false, xz_done_ = false;
+  bool input_done_ = false;  // fill() found no more text
   std::vector<char> raw_;   // compressed input chunk
   std::vector<char> buf_;   // decoded text
   size_t pos_ = 0;          // start of unread text in buf_

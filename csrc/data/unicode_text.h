@@ -71,6 +71,12 @@ RegexClass regex_class(char32_t cp);
 // Simple (1:1) lower-case mapping.
 char32_t to_lower(char32_t cp);
 
+// Lower-cases a word as Python's str.lower() does where the result can differ after NFD and
+// dropping the marks (what BERT's lower-casing does next): code point by code point, except
+// a capital sigma in Unicode's Final_Sigma context (after a cased letter, not before one,
+// case-ignorable characters skipped) becomes the final sigma U+03C2, not U+03C3.
+void to_lower_word(std::u32string& word);
+
 // Canonical decomposition (NFD) of valid UTF-8 text; invalid input is returned unchanged.
 std::string nfd(std::string_view utf8);
 

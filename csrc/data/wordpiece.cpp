@@ -111,7 +111,7 @@ std::vector<std::string> BertWordPieceTokenizer::basic_tokenize(std::string_view
   std::vector<std::string> out;
   for (std::u32string& w : words) {
     if (lower_case_) {
-      for (char32_t& cp : w) cp = unicode::to_lower(cp);
+      unicode::to_lower_word(w);
       std::u32string stripped;
       for (char32_t cp : decode_all(unicode::nfd(to_utf8(w))))
         if (!unicode::is_nonspacing_mark(cp)) stripped.push_back(cp);

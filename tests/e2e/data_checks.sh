@@ -4,8 +4,9 @@
 #    that int32 data for a vocabulary this small is unusual, then one error line naming the
 #    .bin, the id and the vocabulary size, exit 2;
 #  - int64 tokens that do not fit int32: one error line naming the .bin and the value;
-#  - --split 949,50,1 over 10 documents leaves no validation and no test documents: one
-#    warning each, naming the flag, the prefix and its document count; training runs;
+#  - --split 969,30,1 over 10 documents (boundaries 9.69, 9.99, 10 rounded) leaves no
+#    validation and no test documents: one warning each, naming the flag, the prefix and
+#    its document count; training runs;
 #  - with MPI, 2 ranks: the warnings once (rank 0), the bad ids end the job (no hang), and
 #    rank 0 builds first: with a corrupt .idx that only rank 0 reads, the job ends with one
 #    line, rank 0's, naming the file, and rank 1 never opens its own data (it neither builds
@@ -87,10 +88,10 @@ expect_error "int64 id past int32" "$tmp/wide.log" $? 2 "$tmp/wide.bin" "8589934
 
 # ---- a split left without documents
 make_data "$tmp/few" 8 10 60 0
-"$train" "${args[@]}" --data-path "$tmp/few" --split 949,50,1 >"$tmp/few.log" 2>&1
+"$train" "${args[@]}" --data-path "$tmp/few" --split 969,30,1 >"$tmp/few.log" 2>&1
 rc=$?
-want_valid="warning: --split 949,50,1 leaves no validation documents in $tmp/few (10 documents): no validation"
-want_test="warning: --split 949,50,1 leaves no test documents in $tmp/few (10 documents): no test"
+want_valid="warning: --split 969,30,1 leaves no validation documents in $tmp/few (10 documents): no validation"
+want_test="warning: --split 969,30,1 leaves no test documents in $tmp/few (10 documents): no test"
 if [[ $rc -eq 0 && $(grep -cF "$want_valid" "$tmp/few.log") -eq 1 && $(grep -cF "$want_test" "$tmp/few.log") -eq 1 ]] &&
    ! grep -q 'validation loss' "$tmp/few.log" && [[ $(grep -c '^ iteration ' "$tmp/few.log") -eq 4 ]]; then
   ok "empty validation and test splits: one warning each, 4 iterations, no evaluation"
@@ -103,7 +104,7 @@ grep -q 'warning' "$tmp/few111.log" && fail "a warning with every split non-empt
 # ---- two ranks
 if [[ $with_mpi == ON ]]; then
   mpi() { timeout 120 mpirun --oversubscribe -np 2 --bind-to none "$train" "${args[@]}" "$@"; }
-  mpi --data-path "$tmp/few" --split 949,50,1 --data-cache-path "$tmp/cache2" >"$tmp/np2_few.log" 2>&1
+  mpi --data-path "$tmp/few" --split 969,30,1 --data-cache-path "$tmp/cache2" >"$tmp/np2_few.log" 2>&1
   rc=$?
   if [[ $rc -eq 0 && $(grep -cF "$want_valid" "$tmp/np2_few.log") -eq 1 ]]; then
     ok "np2: the empty-split warning once"

@@ -163,16 +163,19 @@ TEST(GptDataset, EpochFormula) {
 }
 
 TEST(GptDataset, SplitBoundariesMatchMegatron) {
-  // Reference values from Megatron's get_train_valid_test_split_ run in Python.
+  // Reference values from Megatron-LM's rule run in Python (parse_and_normalize_split,
+  // convert_split_vector_to_split_matrix, then int(round(bound * n)) per boundary).
   using B = std::array<uint64_t, 4>;
   EXPECT_EQ(split_boundaries("969, 30, 1", 1000), (B{0, 969, 999, 1000}));
-  EXPECT_EQ(split_boundaries("949,50,1", 10), (B{0, 10, 10, 10}));
-  EXPECT_EQ(split_boundaries("1,1", 5), (B{0, 3, 5, 5}));
+  EXPECT_EQ(split_boundaries("949,50,1", 10), (B{0, 9, 10, 10}));  // the older rule: {0, 10, 10, 10}
+  EXPECT_EQ(split_boundaries("1,1", 5), (B{0, 2, 5, 5}));           // 2.5 rounds to even
+  EXPECT_EQ(split_boundaries("1,1", 7), (B{0, 4, 7, 7}));           // 3.5 rounds to even
   EXPECT_EQ(split_boundaries("969, 30, 1", 37), (B{0, 36, 37, 37}));
+  EXPECT_EQ(split_boundaries("969,30,1", 49), (B{0, 47, 49, 49}));  // the older rule: {0, 48, 49, 49}
   EXPECT_EQ(split_boundaries("98,2", 101), (B{0, 99, 101, 101}));
-  EXPECT_EQ(split_boundaries("1,1,1", 10), (B{0, 4, 7, 10}));
-  EXPECT_EQ(split_boundaries("8,1,1", 25), (B{0, 21, 23, 25}));
-  EXPECT_EQ(split_boundaries("8/1/1", 25), (B{0, 21, 23, 25}));
+  EXPECT_EQ(split_boundaries("1,1,1", 10), (B{0, 3, 7, 10}));
+  EXPECT_EQ(split_boundaries("8,1,1", 25), (B{0, 20, 22, 25}));
+  EXPECT_EQ(split_boundaries("8/1/1", 25), (B{0, 20, 22, 25}));
   EXPECT_EQ(split_boundaries("1", 7), (B{0, 7, 7, 7}));
   for (const char* bad : {"a,b", "1,-1,0", "0,0,0", "", "1,,2"}) {
     try {
@@ -332,7 +335,7 @@ TEST(GptDataset, EmptyValidationAndTestSplitsAreWarnings) {
   write_docs(dir / "more", 30, 4);
   GptDatasetConfig cfg;
   cfg.blend = parse_data_path({dir / "few"});
-  cfg.split = "949,50,1";
+  cfg.split = "969,30,1";  // [0, 10, 10, 10] (boundaries 9.69, 9.99, 10 rounded)
   cfg.seq_length = 8;
   cfg.train_samples = 20;
   cfg.valid_samples = 4;
@@ -343,8 +346,8 @@ TEST(GptDataset, EmptyValidationAndTestSplitsAreWarnings) {
   EXPECT_FALSE(tvt.valid);
   EXPECT_FALSE(tvt.test);
   const std::string in = " documents in " + dir / "few" + " (10 documents): no ";
-  EXPECT_EQ(tvt.warnings, (std::vector<std::string>{"--split 949,50,1 leaves no validation" + in + "validation",
-                                                   "--split 949,50,1 leaves no test" + in + "test"}));
+  EXPECT_EQ(tvt.warnings, (std::vector<std::string>{"--split 969,30,1 leaves no validation" + in + "validation",
+                                                   "--split 969,30,1 leaves no test" + in + "test"}));
   // Not wanted (no evaluation): no warning.
   cfg.valid_samples = cfg.test_samples = 0;
   EXPECT_TRUE(build_gpt_datasets(cfg).warnings.empty());
@@ -540,6 +543,39 @@ TEST(Blend, BlendedDatasets) {
     from_b += b;
   }
   EXPECT_EQ(from_b, 700);
+}
+
+// "--data-path 1 A" is a weighted blend of one prefix, as in Megatron-LM: A's index maps are
+// built for ceil(n * 1.005) samples (here one more epoch than n needs) and the blend reads
+// their first n in order; "A" alone is A's dataset, built for n.
+TEST(Blend, WeightedSinglePrefixIsABlend) {
+  ScratchDir dir;
+  write_docs(dir / "A", 200, 1, 0);
+  const GptDataset one_epoch(std::make_shared<const IndexedDataset>(dir / "A"), "train", 0, 200, 8, 1234, 0, "");
+  ASSERT_EQ(one_epoch.maps().epochs, 1u);
+  ASSERT_GT(one_epoch.size(), 300u);  // so that 0.5% more samples pass the epoch
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({"1", dir / "A"});
+  cfg.split = "1,0,0";
+  cfg.seq_length = 8;
+  cfg.train_samples = one_epoch.size() - 1;
+  cfg.cache_dir = dir / "cache";
+  auto weighted = build_gpt_datasets(cfg);
+  auto* blend = dynamic_cast<BlendedSource*>(weighted.train.get());
+  ASSERT_TRUE(blend);
+  ASSERT_EQ(blend->size(), cfg.train_samples);
+  const auto* part = dynamic_cast<const GptDataset*>(&blend->dataset(0));
+  ASSERT_TRUE(part);
+  EXPECT_EQ(part->maps().epochs, 2u);
+  for (uint64_t i = 0; i < blend->size(); ++i) {
+    ASSERT_EQ(blend->indices().dataset_index[i], 0);
+    ASSERT_EQ(blend->indices().dataset_sample_index[i], static_cast<int64_t>(i));
+  }
+  cfg.blend = parse_data_path({dir / "A"});
+  auto lone = build_gpt_datasets(cfg);
+  const auto* alone = dynamic_cast<const GptDataset*>(lone.train.get());
+  ASSERT_TRUE(alone);
+  EXPECT_EQ(alone->maps().epochs, 1u);
 }
 
 // The (dataset, sample) pairs a blend reads, counted.

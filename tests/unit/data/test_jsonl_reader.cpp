@@ -43,6 +43,34 @@ TEST(JsonlReader, SplitsLines) {
   EXPECT_EQ(read_all(dir / "b.jsonl"), (std::vector<std::string>{"x"}));
   write_file(dir / "empty.jsonl", "");
   EXPECT_TRUE(read_all(dir / "empty.jsonl").empty());
+  // Lone "\r" line ends (old Mac files), as Python's text mode reads them; "\r\r\n" is an
+  // empty line between two ends.
+  write_file(dir / "cr.jsonl", "a\rb\r\nc\r\r\nd\r");
+  nums.clear();
+  EXPECT_EQ(read_all(dir / "cr.jsonl", &nums), (std::vector<std::string>{"a", "b", "c", "", "d"}));
+  EXPECT_EQ(nums, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
+}
+
+// A "\r\n" split across two chunks of decoded text is one line end, and a "\r" ending a
+// chunk before another line is one too.
+TEST(JsonlReader, CarriageReturnAtAChunkEnd) {
+  ScratchDir dir;
+  for (const char* second_end : {"\n", "x"}) {
+    std::string content(1024 * 1024 - 1, 'q');  // "\r" is the chunk's last byte
+    content += "\r";
+    content += second_end;
+    content += "tail\n";
+    write_file(dir / "split.jsonl", content);
+    const std::vector<std::string> lines = read_all(dir / "split.jsonl");
+    ASSERT_EQ(lines.size(), 2u) << second_end;
+    EXPECT_EQ(lines[0], std::string(1024 * 1024 - 1, 'q'));
+    EXPECT_EQ(lines[1], std::string(second_end[0] == 'x' ? "x" : "") + "tail");
+    JsonlReader r(dir / "split.jsonl");
+    std::string_view line;
+    while (r.next(line)) {
+    }
+    EXPECT_EQ(r.text_bytes(), content.size());
+  }
 }
 
 TEST(JsonlReader, LinesLongerThanAChunk) {

@@ -72,6 +72,21 @@ TEST_F(WordPieceTest, LowerCaseStripsAccentsAndSplitsPunctuation) {
   EXPECT_EQ(t.encode("$5 ¿fox"), (Ids{24, 25, 28, 27}));
 }
 
+// Python's str.lower() gives a capital sigma that ends a word the final form U+03C2, which
+// NFD keeps (expected values from Python 3: BERT's lower-casing, NFD, marks dropped).
+TEST_F(WordPieceTest, LowerCaseFinalSigmaAsPython) {
+  BertWordPieceTokenizer t(vocab_path(), true);
+  EXPECT_EQ(t.basic_tokenize("ΟΔΟΣ ΣΑ Σ 1Σ"), (Words{"οδος", "σα", "σ", "1σ"}));
+  // Case-ignorable characters are skipped on both sides (full stop, apostrophe, a combining
+  // accent, the middle dot); a hyphen is not case-ignorable, so the sigma before it is final.
+  EXPECT_EQ(t.basic_tokenize("ΑΣ."), (Words{"ας", "."}));
+  EXPECT_EQ(t.basic_tokenize("ΑΣ'Β"), (Words{"ασ", "'", "β"}));
+  EXPECT_EQ(t.basic_tokenize("ΑΣ\u0301Β"), (Words{"ασβ"}));
+  EXPECT_EQ(t.basic_tokenize("Α.Σ"), (Words{"α", ".", "ς"}));
+  EXPECT_EQ(t.basic_tokenize("ΑΣ-Β"), (Words{"ας", "-", "β"}));
+  EXPECT_EQ(t.basic_tokenize("ΟΔΟΣ\u00b7"), (Words{"οδος", "\u00b7"}));
+}
+
 TEST_F(WordPieceTest, CaseVariantKeepsCaseAndAccents) {
   BertWordPieceTokenizer t(vocab_path(), false);
   EXPECT_EQ(t.encode("Hello World"), (Ids{21, 22}));
