@@ -504,6 +504,10 @@ void read_precision_flags(const Flags& f, TrainOptions& o) {
   if (f.has("fp16") && f.has("bf16")) throw ConfigError("--fp16 and --bf16 are mutually exclusive");
   o.model.dtype = f.has("fp16") ? DType::F16 : f.has("bf16") ? DType::BF16 : DType::F32;
   f.get("accumulate-allreduce-grads-in-fp32", o.accumulate_allreduce_grads_in_fp32);
+  // Megatron-LM's validate_args: bf16 accumulates and all-reduces the gradients in fp32, flag
+  // or not (bf16 keeps 8 mantissa bits: summed over micro-batches and ranks in bf16, the small
+  // contributions would be lost).
+  if (o.model.dtype == DType::BF16) o.accumulate_allreduce_grads_in_fp32 = true;
   f.get("loss-scale", o.loss_scale);
   f.get("initial-loss-scale", o.initial_loss_scale);
   f.get("min-loss-scale", o.min_loss_scale);

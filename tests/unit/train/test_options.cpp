@@ -62,8 +62,12 @@ TEST(Options, DefaultsFollowMegatron) {
 }
 
 TEST(Options, MixedPrecisionFlags) {
-  TrainOptions o = parse({"--fp16"});
+  TrainOptions o = parse({"--bf16"});  // fp32 gradients with bf16, as Megatron-LM
+  EXPECT_EQ(o.model.dtype, DType::BF16);
+  EXPECT_TRUE(o.accumulate_allreduce_grads_in_fp32);
+  o = parse({"--fp16"});
   EXPECT_EQ(o.model.dtype, DType::F16);
+  EXPECT_FALSE(o.accumulate_allreduce_grads_in_fp32);
   LossScalerConfig c = make_loss_scaler_config(o);
   EXPECT_EQ(c.kind, LossScaleKind::Dynamic);
   EXPECT_EQ(c.initial_scale, 4294967296.0);
