@@ -54,11 +54,13 @@ LossScalerState LossScaler::state() const { return {scale_, growth_tracker_, hys
 void LossScaler::set_state(const LossScalerState& s) {
   if (!(s.scale > 0) || !std::isfinite(s.scale))
     throw IoError("loss scaler state: scale " + std::to_string(s.scale) + " is not positive and finite");
-  if (s.growth_tracker < 0 || (dynamic() && s.growth_tracker >= config_.growth_interval))
-    throw IoError("loss scaler state: growth tracker " + std::to_string(s.growth_tracker) + " out of range");
+  if (s.growth_tracker < 0)
+    throw IoError("loss scaler state: growth tracker " + std::to_string(s.growth_tracker) + " is negative");
   if (config_.kind == LossScaleKind::Dynamic) {
     scale_ = s.scale;
-    growth_tracker_ = s.growth_tracker;
+    // A run resumed with a smaller --loss-scale-window may have passed its window already:
+    // the next clean step grows the scale (Megatron's tracker would never meet its window).
+    growth_tracker_ = std::min<int64_t>(s.growth_tracker, config_.growth_interval - 1);
     hysteresis_tracker_ = s.hysteresis_tracker;
   }
   // None and Constant keep nothing (Megatron's ConstantGradScaler.state_dict is empty):

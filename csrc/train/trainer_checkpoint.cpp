@@ -271,8 +271,12 @@ void Trainer::save_checkpoint() {
       m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
       // Megatron's name: the LR schedule's position in samples of successful updates.
       m.trainer_state["opt_param_scheduler"] = scheduler_state({schedule_, wd_schedule_}, scheduler_samples_);
-      m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
-                                        {"hysteresis_tracker", ls.hysteresis_tracker}};
+      // Only a dynamic scaler has a state (Megatron's ConstantGradScaler saves nothing): a
+      // bf16 or fp32 run's "scale 1" would otherwise replace --initial-loss-scale when an
+      // fp16 run resumes from it.
+      if (scaler_.dynamic())
+        m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
+                                          {"hysteresis_tracker", ls.hysteresis_tracker}};
     }
     if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
     write_metadata((temp / kMetadataFileName).string(), m);
@@ -414,10 +418,17 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
     nan_iterations_ = st.value("nan_iterations", int64_t{0});
     if (load_optimizer) {
       optimizer_->set_steps_taken(st.value("optimizer_steps", int64_t{0}));
-      if (st.contains("loss_scaler") && scaler_.enabled()) {
+      // Checkpoints written before the state was kept to dynamic scalers have one from
+      // every run; only an fp16 run's can be a dynamic scaler's.
+      const bool saved_dynamic = st.contains("loss_scaler") && meta.model.dtype == DType::F16;
+      if (saved_dynamic && scaler_.dynamic()) {
         const nlohmann::json& ls = st["loss_scaler"];
         scaler_.set_state(LossScalerState{ls.value("scale", 1.0), ls.value("growth_tracker", int64_t{0}),
                                           ls.value("hysteresis_tracker", int64_t{0})});
+      } else if (scaler_.dynamic()) {  // as Megatron, which warns and keeps its initial scale
+        *out_ << "trident: " << dir.string() << " has no dynamic loss-scaler state (written by a "
+              << dtype_name(meta.model.dtype) << " run): the loss scale starts at --initial-loss-scale "
+              << scaler_.scale() << std::endl;
       }
     }
   }

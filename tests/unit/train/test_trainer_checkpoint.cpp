@@ -231,6 +231,54 @@ TEST(TrainerCheckpoint, NoSaveOptimAndNoSaveRngLeaveThemOut) {
   fs::remove_all(dir);
 }
 
+// Only a dynamic loss scaler's state is saved and loaded: an fp16 run resumed from a bf16
+// checkpoint starts at --initial-loss-scale and says so, also from a checkpoint written
+// before (which held a "scale 1" from every run); from an fp16 checkpoint it continues.
+TEST(TrainerCheckpoint, LossScalerStateOnlyFromADynamicScaler) {
+  const fs::path dir = fresh_temp_dir("scaler");
+  TrainOptions o = tiny_options();
+  o.model.dtype = DType::BF16;
+  o.train_iters = 2;
+  o.lr_warmup_iters = 0;
+  o.save = dir.string();
+  train(o);
+  const fs::path meta_path = iteration_dir(dir, 2) / kMetadataFileName;
+  nlohmann::json j;
+  std::ifstream(meta_path) >> j;
+  EXPECT_FALSE(j["trainer_state"].contains("loss_scaler"));
+
+  TrainOptions f = o;
+  f.model.dtype = DType::F16;
+  f.initial_loss_scale = 4096;
+  f.save.clear();
+  f.load = dir.string();
+  f.no_load_rng = true;
+  const std::string note = "has no dynamic loss-scaler state (written by a bf16 run): the loss scale starts at "
+                           "--initial-loss-scale 4096";
+  std::string log;
+  EXPECT_EQ(load(f, &log), "2");
+  EXPECT_NE(log.find(note), std::string::npos) << log;
+  j["trainer_state"]["loss_scaler"] = {{"scale", 1.0}, {"growth_tracker", 0}, {"hysteresis_tracker", 0}};
+  std::ofstream(meta_path) << j.dump(2);
+  EXPECT_EQ(load(f, &log), "2");
+  EXPECT_NE(log.find(note), std::string::npos) << log;
+  fs::remove_all(dir);
+
+  TrainOptions h = f;  // an fp16 checkpoint: its state, no note
+  h.load.clear();
+  h.save = dir.string();
+  h.no_load_rng = false;
+  train(h);
+  std::ifstream(iteration_dir(dir, 2) / kMetadataFileName) >> j;
+  ASSERT_TRUE(j["trainer_state"].contains("loss_scaler"));
+  EXPECT_EQ(j["trainer_state"]["loss_scaler"]["scale"], 4096.0);
+  h.save.clear();
+  h.load = dir.string();
+  EXPECT_EQ(load(h, &log), "2");
+  EXPECT_EQ(log.find("loss-scaler state"), std::string::npos) << log;
+  fs::remove_all(dir);
+}
+
 // The rollback of the audit: 30 iterations saved every 5, the pointer edited back to 10, a
 // resumed run with --keep-last 2 up to iteration 20.
 TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
