@@ -203,9 +203,14 @@ int export_hf(const ConvertFlags& f) {
     if (!fs::is_directory(final_dir, ec) || !fs::is_empty(final_dir, ec))
       throw ConfigError("--save: " + final_dir.string() + " already exists and is not an empty directory");
   }
+  // As the trainer loads across dtypes: another dtype than a 16-bit checkpoint's is rounded
+  // from its fp32 master weights when it has them (an fp32 export is then the masters), not
+  // from the rounded model files.
+  const bool from_masters = ckpt.has_optimizer_state() && cfg.dtype != DType::F32 && dtype != to_st_dtype(cfg.dtype);
   TensorMap canonical;
   for (const ParamSpec& s : ckpt.specs())
-    canonical[s.name] = HostTensor{shape_vec(stored_shape(s)), ckpt.model_tensor(s.name)};
+    canonical[s.name] = HostTensor{shape_vec(stored_shape(s)),
+                                   from_masters ? ckpt.optimizer_tensor(s.name, "master") : ckpt.model_tensor(s.name)};
   const fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string() + ": cannot create directory: " + ec.message());

@@ -18,7 +18,8 @@
 #  5. training continues after conversion: the tp1 consolidated checkpoint loaded at tp2
 #     trains the next 4 iterations with the losses of continuing from the original (1e-5);
 #  6. a corrupt file under mpirun (2 ranks): one error line naming the file, exit 2;
-#  7. bf16: tp1 -> tp2 x pp2 -> tp1 conversion gives back every tensor bit for bit;
+#  7. bf16: tp1 -> tp2 x pp2 -> tp1 conversion gives back every tensor bit for bit; its HF
+#     export in fp32 is its fp32 master weights;
 #  8. a ZeRO-1 checkpoint (tp2 x dp2) consolidated to tp1 trains on like the original.
 # Usage: checkpoint_tools.sh TRAIN EVAL CONVERT REPO
 set -euo pipefail
@@ -238,6 +239,11 @@ for f in ("model.safetensors", "optim_dp0000.safetensors"):
     print(f"{f}: {len(a)} tensors bit-identical ({sorted({v[0] for v in a.values()})})")
 EOF
 then ok "bf16 round trip through tp2 x pp2"; else bad "bf16 round trip through tp2 x pp2"; fi
+# --to hf --dtype fp32 of the bf16 checkpoint is its fp32 master weights, not its bf16 copy.
+"$convert" --to hf --dtype fp32 --load "$tmp/b16" --save "$tmp/b16_hf" >/dev/null
+python3 "$check" hf-to-canonical "$tmp/b16_hf" "$tmp/b16_hf.st"
+python3 "$repo/tests/mpi/check_masters.py" "$tmp/b16_hf.st" "$tmp/b16/iter_0000003" "bf16 checkpoint, HF fp32 export" ||
+  bad "the HF fp32 export of a bf16 checkpoint is not its master weights"
 
 # ---- 8. A ZeRO-1 checkpoint (tp2 x dp2, optimizer state sharded over dp) consolidates to
 # tp1 and trains on from there exactly as the original does at its own layout. (The first 3
