@@ -24,15 +24,23 @@ size_t top_p_keep(const std::vector<double>& probs, double top_p) {
 
 int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, std::mt19937_64& rng) {
   TRIDENT_CHECK(n > 0, "sample_token: empty logits");
-  if (o.greedy || o.temperature == 0) return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
-  // Candidates by decreasing logit (ties: lower id first); top-k keeps the first k.
+  // Megatron samples top-k 1 as greedy: the first largest logit.
+  if (o.greedy || o.temperature == 0 || o.top_k == 1)
+    return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+  // Candidates by decreasing logit (ties: lower id first). Top-k keeps the first k and, as
+  // Megatron and Hugging Face (logits below the k-th largest are dropped), every other token
+  // whose logit equals the k-th (likely with 16-bit logits).
   std::vector<int32_t> ids(static_cast<size_t>(n));
   std::iota(ids.begin(), ids.end(), 0);
   const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   size_t keep = ids.size();
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < keep) {
-    keep = static_cast<size_t>(o.top_k);
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(), by_logit);
+    const auto kth = ids.begin() + o.top_k;
+    std::partial_sort(ids.begin(), kth, ids.end(), by_logit);
+    const float kth_logit = logits[*(kth - 1)];
+    const auto ties_end = std::partition(kth, ids.end(), [&](int32_t a) { return logits[a] == kth_logit; });
+    std::sort(kth, ties_end);  // by id
+    keep = static_cast<size_t>(ties_end - ids.begin());
   } else {
     std::sort(ids.begin(), ids.end(), by_logit);
   }

@@ -1,5 +1,5 @@
-// sample_token: greedy and its equivalents, the exact distributions of temperature, top-k
-// and top-p sampling (frequencies of many draws against the probabilities computed by
+// sample_token: greedy and its equivalents (top-k 1 included, as Megatron), the exact
+// distributions of temperature, top-k (ties of the k-th kept) and top-p sampling (frequencies of many draws against the probabilities computed by
 // hand), Megatron's top-p rule at its boundary (top_p_keep, and ties drawn through
 // sample_token), determinism per seed, and the flag checks.
 #include <gtest/gtest.h>
@@ -56,6 +56,19 @@ TEST(Sampler, TopKKeepsTheKMostLikely) {
   EXPECT_EQ(f.count(0), 0u);
   EXPECT_NEAR(f.at(1), 0.4, 0.01);
   EXPECT_NEAR(f.at(2), 0.6, 0.01);
+}
+
+// Megatron's and Hugging Face's top-k drop the logits below the k-th largest, so tokens tied
+// with the k-th are all kept: here k = 2 keeps ids 0, 2, 3 and 4 (equal odds for the ties).
+TEST(Sampler, TopKKeepsTiesOfTheKth) {
+  SamplingOptions o;
+  o.top_k = 2;
+  const std::vector<float> tied = {std::log(3.0f), -0.5f, 0.0f, 0.0f, 0.0f, -1.0f};  // 2, 3, 4 tie at the k-th
+  const auto f = frequencies(tied, o, kDraws);
+  EXPECT_EQ(f.count(1), 0u);
+  EXPECT_EQ(f.count(5), 0u);
+  EXPECT_NEAR(f.at(0), 0.5, 0.01);  // 3 / (3 + 1 + 1 + 1)
+  for (int32_t id : {2, 3, 4}) EXPECT_NEAR(f.at(id), 1.0 / 6, 0.01);
 }
 
 TEST(Sampler, TopPKeepsTheMostLikelyTokens) {
