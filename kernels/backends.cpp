@@ -19,9 +19,12 @@ bool cuda_available() {
 }
 
 #ifdef TRIDENT_HAVE_CUDA
-// The GPU for this process: the MPI local rank (one process per GPU), modulo the count.
+// The GPU for this process: the launcher's local rank (one process per GPU), modulo the
+// count; launch/run-one-node.sh reads the same variables (Open MPI, MPICH and Intel MPI,
+// MVAPICH, Slurm's srun, torchrun-style LOCAL_RANK).
 static int local_gpu_ordinal() {
-  for (const char* var : {"TRIDENT_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"}) {
+  for (const char* var : {"TRIDENT_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                          "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"}) {
     if (const char* v = std::getenv(var)) return std::atoi(v) % cuda_device_count();
   }
   return 0;

@@ -66,6 +66,12 @@ fail() {
   [[ $world_rank != 0 ]] || echo "$me: error: $*" >&2
   exit 2
 }
+# A check of this node's files or GPUs, which another node may pass: one line from each
+# node that fails it (its first local rank), naming the host.
+fail_node() {
+  [[ $local_rank != 0 ]] || echo "$me: error: $(hostname): $*" >&2
+  exit 2
+}
 
 # --- the seed's variables ------------------------------------------------------------
 MODEL_NAME=${MODEL_NAME:-gpt2-345m}
@@ -110,14 +116,10 @@ if [[ $dry_run == 1 && $under_mpi == 0 ]]; then world_size=$N_GPUS; fi
   fail "MPI world size is $world_size but N_GPUS=$N_GPUS (launch with mpirun -np $N_GPUS, or set N_GPUS=$world_size)"
 ((N_GPUS % (TP_SIZE * PP_SIZE) == 0)) ||
   fail "N_GPUS=$N_GPUS is not a multiple of TP_SIZE*PP_SIZE=$TP_SIZE*$PP_SIZE"
-[[ $dry_run == 1 || -x $train ]] || fail "no trident-train at $train (build with tools/build.sh, or set BUILD_DIR)"
+[[ $dry_run == 1 || -x $train ]] || fail_node "no trident-train at $train (build with tools/build.sh, or set BUILD_DIR)"
 
 # --- GPU and threads -------------------------------------------------------------------
 # A node-local problem: said once per node, by its local rank 0.
-fail_node() {
-  [[ $local_rank != 0 ]] || echo "$me: error: $(hostname): $*" >&2
-  exit 2
-}
 if [[ ${DEVICE:-auto} != cpu ]]; then
   gpus=()
   if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then  # a list chosen by the user: take our entry
@@ -129,7 +131,13 @@ if [[ ${DEVICE:-auto} != cpu ]]; then
   if ((${#gpus[@]} > 0)); then
     ((local_size <= ${#gpus[@]})) ||
       fail_node "$local_size ranks on this node but ${#gpus[@]} GPU(s): one rank per GPU (DEVICE=cpu runs on the CPU)"
-    export CUDA_VISIBLE_DEVICES=${gpus[local_rank]}
+    if ((local_rank < ${#gpus[@]})); then
+      export CUDA_VISIBLE_DEVICES=${gpus[local_rank]}
+    elif ((${#gpus[@]} == 1)) && [[ -n ${SLURM_LOCALID:-} ]]; then
+      :  # srun bound this task to its GPU (--gpus-per-task 1): keep it
+    else
+      fail_node "local rank $local_rank but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES lists ${#gpus[@]} GPU(s)"
+    fi
   else
     export CUDA_VISIBLE_DEVICES=$local_rank
   fi
@@ -175,7 +183,7 @@ warmup_below_decay() {  # warmup_below_decay WARMUP_VAR WARMUP DECAY_VARS DECAY
   (($2 < $4)) || fail "$1=$2 must be below the learning-rate decay, $3=$4"
 }
 if [[ -n ${TRAIN_SAMPLES:-} ]]; then  # Megatron-DeepSpeed's sample-based schedule
-  supports train-samples || fail "TRAIN_SAMPLES is set but $train does not list --train-samples (use TRAIN_ITERS)"
+  supports train-samples || fail_node "TRAIN_SAMPLES is set but $train does not list --train-samples (use TRAIN_ITERS)"
   decay_var=LR_DECAY_SAMPLES
   [[ -n ${LR_DECAY_SAMPLES:-} ]] || decay_var="TRAIN_SAMPLES (LR_DECAY_SAMPLES unset)"
   warmup_below_decay LR_WARMUP_SAMPLES "${LR_WARMUP_SAMPLES:-0}" "$decay_var" "${LR_DECAY_SAMPLES:-$TRAIN_SAMPLES}"
@@ -211,12 +219,12 @@ if [[ -n $DATA_PATH ]]; then
     read -r -a data_words <<<"$DATA_PATH"
     for w in "${data_words[@]}"; do
       [[ $dry_run == 1 || -f $w.idx || $w =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$ ]] ||
-        fail "DATA_PATH='$DATA_PATH': '$w' is neither a weight nor a dataset prefix (no $w.idx)"
+        fail_node "DATA_PATH='$DATA_PATH': '$w' is neither a weight nor a dataset prefix (no $w.idx)"
     done
   fi
   args+=(--data-path "${data_words[@]}" --split "${SPLIT:-949,50,1}"
     --tokenizer-type GPT2BPETokenizer --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE")
-  [[ $dry_run == 1 || -f $VOCAB_FILE ]] || fail "VOCAB_FILE not found: $VOCAB_FILE (run tools/get-gpt2-vocab.sh)"
+  [[ $dry_run == 1 || -f $VOCAB_FILE ]] || fail_node "VOCAB_FILE not found: $VOCAB_FILE (run tools/get-gpt2-vocab.sh)"
 else
   note "DATA_PATH is empty: training on synthetic tokens"
   [[ -z ${VOCAB_SIZE:-} ]] || args+=(--vocab-size "$VOCAB_SIZE")
@@ -230,7 +238,7 @@ case $PRECISION in
       args+=("--$PRECISION")
       note "$train does not list --$PRECISION yet: a real run would stop here"
     else
-      fail "PRECISION=$PRECISION but $train does not list --$PRECISION (rebuild a newer trident)"
+      fail_node "PRECISION=$PRECISION but $train does not list --$PRECISION (rebuild a newer trident)"
     fi
     ;;
 esac

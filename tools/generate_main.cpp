@@ -151,13 +151,6 @@ std::string genfile_line(const std::string& text, const Continuation& c) {
 }
 
 int generate_main(int argc, char** argv) {
-  // A launcher that starts processes without MPI (srun --mpi=none, mpirun_rsh) would run N
-  // copies of one generation, all writing the same files: rank 0 says so, the others leave.
-  if (job_world_size() == 1 && launcher_world_size() > 1) {
-    if (launcher_world_rank() != 0) return 2;
-    throw ConfigError("the launcher started " + std::to_string(launcher_world_size()) + " processes without MPI: " +
-                      "trident-generate runs as one process, or one per tensor-parallel rank under mpirun");
-  }
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
       ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <functional>
+#include <string>
 
 #include "launcher_env.h"
 #include "tool_main.h"
@@ -33,6 +34,17 @@ inline int run_mpi_tool(const char* tool, int* argc, char*** argv, const std::fu
   (void)argv;
   const int world_rank = 0, world_size = 1;
 #endif
+  // A launcher that starts processes without MPI (srun --mpi=none, MVAPICH's mpirun_rsh)
+  // would run N copies of a one-process job, all writing the same files: rank 0 says so, the
+  // others leave without a word.
+  const int launched = launcher_world_size();
+  if (world_size == 1 && launched > 1) {
+    if (launcher_world_rank() != 0) return 2;
+    return run_tool(tool, [&]() -> int {
+      throw ConfigError("the launcher started " + std::to_string(launched) + " processes without MPI: run " +
+                        std::string(tool) + " as one process, or as one MPI job (mpirun, or srun with PMI/PMIx)");
+    });
+  }
   const int rc = run_tool(tool, body, world_rank, world_size);
 #ifdef TRIDENT_HAVE_MPI
   // Any failure may have hit this rank alone while the others wait for it in a collective:

@@ -1,9 +1,10 @@
-// Shared main() wrapper: every tool reports a user error as one line,
-// `trident-<tool>: error: <what>`, and exits 2; a bug or a runtime failure exits 3.
-// Under MPI, configuration errors are normally seen identically by every rank, so rank 0
-// alone prints (another rank only after a wait, for an error it saw alone); other failures
-// are printed by the rank that hit them (prefixed with its rank). Either way the caller
-// (run_mpi_tool) then aborts the job.
+// Shared main() wrapper: every tool reports a user error (a bad flag or a bad file) as one
+// line, `trident-<tool>: error: <what>`, and exits 2; a bug or a runtime failure exits 3.
+// Under MPI, user errors are normally seen identically by every rank (the same flags, the
+// same vocabulary file, rank 0's data error passed to all), so rank 0 alone prints (another
+// rank only after a wait, for an error it saw alone); other failures are printed by the
+// rank that hit them (prefixed with its rank). Either way the caller (run_mpi_tool) then
+// aborts the job.
 #pragma once
 
 #include <chrono>
@@ -20,7 +21,11 @@ namespace trident {
 inline int run_tool(const char* tool, const std::function<int()>& body, int rank = 0, int world = 1) {
   try {
     return body();
-  } catch (const ConfigError& e) {
+  } catch (const InternalError& e) {
+    const std::string where = world > 1 ? " on rank " + std::to_string(rank) : "";
+    std::fprintf(stderr, "%s: internal error%s: %s\n", tool, where.c_str(), e.what());
+    return 3;
+  } catch (const Error& e) {  // ConfigError, IoError
     if (rank == 0) {
       std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
     } else {
@@ -30,10 +35,6 @@ inline int run_tool(const char* tool, const std::function<int()>& body, int rank
       std::fprintf(stderr, "%s: error on rank %d: %s\n", tool, rank, e.what());
     }
     return 2;
-  } catch (const InternalError& e) {
-    const std::string where = world > 1 ? " on rank " + std::to_string(rank) : "";
-    std::fprintf(stderr, "%s: internal error%s: %s\n", tool, where.c_str(), e.what());
-    return 3;
   } catch (const std::exception& e) {
     if (world == 1) {
       std::fprintf(stderr, "%s: error: %s\n", tool, e.what());

@@ -68,5 +68,15 @@ expect_run "--train-samples --lr-warmup-samples replace the config's --lr-warmup
   --train-samples 32 --lr-warmup-samples 8
 expect_run "--lr-warmup-fraction replaces the config's --lr-warmup-iters" "${base[@]}" --train-iters 4 \
   --lr-warmup-fraction 0.25
+# One of N > 1 processes that a launcher started without MPI (srun --mpi=none): rank 0 says so
+# in one line, the others exit 2 silently; nothing trains.
+SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 expect_error "the launcher started 2 processes without MPI" "${tiny[@]}"
+env SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=1 "$train" "${tiny[@]}" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [[ $rc -eq 2 && ! -s $tmp/err && ! -s $tmp/out ]]; then
+  echo "ok: rank 1 of 2 started without MPI: exit 2, nothing printed"
+else
+  echo "FAIL: rank 1 of 2 started without MPI: rc=$rc, $(cat "$tmp/err")"; fails=$((fails + 1))
+fi
 echo "bad-flag cases failing: $fails"
 [[ $fails -eq 0 ]]

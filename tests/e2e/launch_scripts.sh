@@ -159,9 +159,19 @@ env N_GPUS=1 TP_SIZE=1 DEVICE=cpu DATA_PATH="$tmp/sp ace/none_text_document" "$r
   >"$tmp/neither.out" 2>"$tmp/neither.err" || rc=$?
 cat "$tmp/neither.err"
 check "DATA_PATH word that is neither: exit 2" [ "$rc" -eq 2 ]
-check "DATA_PATH word that is neither: one line naming DATA_PATH and the word" [ "$(grep -c \
-  "^run-one-node.sh: error: DATA_PATH='$tmp/sp ace/none_text_document': '$tmp/sp' is neither a weight nor a dataset prefix" \
+check "DATA_PATH word that is neither: one line naming the host, DATA_PATH and the word" [ "$(grep -c \
+  "^run-one-node.sh: error: $(hostname): DATA_PATH='$tmp/sp ace/none_text_document': '$tmp/sp' is neither a weight nor a dataset prefix" \
   "$tmp/neither.err")" -eq 1 -a "$(wc -l <"$tmp/neither.err")" -eq 1 ]
+# A check of a node's own files fails on that node alone: its first local rank, here world
+# rank 1 of 2 (another node's first rank, as mpirun would tell it), says so with the host.
+rc=0
+env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1 \
+  N_GPUS=2 TP_SIZE=1 DEVICE=cpu BUILD_DIR="$tmp/no-build" "$repo/launch/run-one-node.sh" >"$tmp/node.out" \
+  2>"$tmp/node.err" || rc=$?
+cat "$tmp/node.err"
+check "no trident-train on another node: exit 2, one line from its first rank naming the host" [ "$rc" -eq 2 -a \
+  "$(grep -c "^run-one-node.sh: error: $(hostname): no trident-train at $tmp/no-build/" "$tmp/node.err")" -eq 1 -a \
+  "$(wc -l <"$tmp/node.err")" -eq 1 ]
 
 # 6. The warm-up: a tenth of the decay, at most 500 (2000 in the 16B scripts); a user's
 # warm-up that does not end before the decay is one line naming the variables.

@@ -4,7 +4,9 @@
 # line naming the flag, exit status 2, and no hang (timeout kills a hung job: status 124).
 #  - rank 1 alone, or rank 0 alone, has a bad flag (two command lines, MPMD) while the other
 #    rank waits in the first collective;
-#  - --tensorboard-dir that rank 0, the only rank writing events, cannot create.
+#  - --tensorboard-dir that rank 0, the only rank writing events, cannot create;
+#  - a bad file rather than a flag: a vocabulary file that no rank can open, a corrupt .idx
+#    that rank 0 reads for all: one line, rank 0's (not one a rank).
 set -u
 train=$1
 repo=$2
@@ -33,4 +35,13 @@ check "bad flag on rank 0 alone" "^trident-train: error: --lr-decay-style: unkno
 "${mpi[@]}" -np 2 "$train" "${args[@]}" --tensorboard-dir /proc/nope/tb >"$tmp/out" 2>"$tmp/err"
 check "--tensorboard-dir rank 0 cannot create" \
   "^trident-train: error: --tensorboard-dir: cannot create directory /proc/nope/tb" $?
+: >"$tmp/bad.idx"
+: >"$tmp/bad.bin"
+vocab=("$repo/data/gpt2/gpt2-vocab.json" "$repo/data/gpt2/gpt2-merges.txt")
+"${mpi[@]}" -np 2 "$train" "${args[@]}" --data-path "$tmp/bad" --vocab-file "$tmp/none/vocab.json" \
+  --merge-file "$tmp/none/merges.txt" >"$tmp/out" 2>"$tmp/err"
+check "a vocabulary file no rank can open" "^trident-train: error: cannot open GPT-2 vocab file $tmp/none/vocab.json" $?
+"${mpi[@]}" -np 2 "$train" "${args[@]}" --data-path "$tmp/bad" --vocab-file "${vocab[0]}" --merge-file "${vocab[1]}" \
+  >"$tmp/out" 2>"$tmp/err"
+check "a corrupt .idx that rank 0 reads for all" "^trident-train: error: $tmp/bad.idx: " $?
 [[ $fails -eq 0 ]]
