@@ -521,6 +521,10 @@ constexpr int kFusedMaxThreads = 512;         // threads per block at most (a ro
 constexpr int kFusedMaxElems = 16;            // kVPT * kV at most: C <= 8192 (registers, no spills)
 constexpr int64_t kFusedMinRows = 16;         // rows per chunk at least (partials: 1/16 of the traffic)
 constexpr int64_t kFusedPartialBytes = 16 << 20;  // partials of both outputs at most (rows per chunk grow)
+// Chunks at most, whatever C: more than the GPU runs at once only adds partials. At C 2048
+// (256 threads, 4 blocks an SM) 512 chunks are one wave on 132 SMs; the 16 MiB rule alone
+// gave 1024 chunks past 16K rows, two waves and 32 MB of partial traffic on 536 MB.
+constexpr int64_t kFusedMaxChunks = 512;
 
 // One block per chunk of rows [blockIdx.x * rows_per_chunk, + rows_per_chunk), clipped to N.
 // Thread t holds the vectors t, t + blockDim.x, ... (kVPT of them; those past the row are
@@ -662,7 +666,7 @@ FusedGeometry fused_geometry(int64_t N, int64_t C, int kv) {
   }
   if (f.vpt == 0) return f;
   int64_t max_chunks = kFusedPartialBytes / (2 * static_cast<int64_t>(sizeof(float)) * C);
-  if (max_chunks < 1) max_chunks = 1;
+  max_chunks = std::clamp<int64_t>(max_chunks, 1, kFusedMaxChunks);
   f.rows_per_chunk = (N + max_chunks - 1) / max_chunks;
   if (f.rows_per_chunk < kFusedMinRows) f.rows_per_chunk = kFusedMinRows;
   f.chunks = (N + f.rows_per_chunk - 1) / f.rows_per_chunk;

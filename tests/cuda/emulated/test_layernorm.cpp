@@ -415,7 +415,7 @@ TEST_P(EmulatedLayerNorm, BackwardFused) {
 }
 
 // The fused geometry depends on the shape only; rows per chunk grow once the partials
-// would pass 16 MiB.
+// would pass 16 MiB or the chunks 512.
 TEST(EmulatedLayerNormGeometry, FusedGeometry) {
   const kl::FusedGeometry a = kl::fused_geometry(8192, 2048, 8);  // gpt2-1.3b, bf16
   EXPECT_EQ(a.vpt, 1);
@@ -432,6 +432,12 @@ TEST(EmulatedLayerNormGeometry, FusedGeometry) {
   EXPECT_EQ(c.threads, 512);
   EXPECT_EQ(c.rows_per_chunk, 391);
   EXPECT_EQ(c.chunks, 256);
+  const kl::FusedGeometry d = kl::fused_geometry(32768, 2048, 8);  // the bench's shape: 512, not 1024
+  EXPECT_EQ(d.rows_per_chunk, 64);
+  EXPECT_EQ(d.chunks, 512);
+  const kl::FusedGeometry e = kl::fused_geometry(100000, 768, 8);  // gpt2-124m, many rows
+  EXPECT_EQ(e.rows_per_chunk, 196);
+  EXPECT_EQ(e.chunks, 511);
   EXPECT_EQ(kl::fused_geometry(10, 8200, 8).vpt, 0);  // too wide: fallback
   EXPECT_EQ(kl::fused_geometry(10, 8200, 4).vpt, 0);
   EXPECT_EQ(kl::fused_geometry(10, 16384, 8).vpt, 0);
