@@ -25,14 +25,28 @@ void* CachingAllocator::allocate(size_t bytes) {
     got = it->first;
     free_.erase(it);
   } else {
-    p = raw_alloc_(size);
-    if (!p) throw Error("out of memory allocating " + std::to_string(size) + " bytes");
+    p = raw_alloc_locked(size);
     ++stats_.raw_allocs;
     stats_.bytes_reserved += size;
   }
   in_use_[p] = got;
   stats_.bytes_in_use += got;
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
+  return p;
+}
+
+void* CachingAllocator::raw_alloc_locked(size_t size) {
+  void* p = nullptr;
+  try {
+    p = raw_alloc_(size);
+  } catch (const std::exception&) {
+    if (free_.empty()) throw;
+  }
+  if (!p && !free_.empty()) {
+    empty_cache_locked();  // cached blocks too small or too large for this request
+    p = raw_alloc_(size);
+  }
+  if (!p) throw Error("out of memory allocating " + std::to_string(size) + " bytes");
   return p;
 }
 
@@ -47,6 +61,10 @@ void CachingAllocator::release(void* p) {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> lock(mu_);
+  empty_cache_locked();
+}
+
+void CachingAllocator::empty_cache_locked() {
   for (auto& [size, p] : free_) {
     raw_free_(p);
     stats_.bytes_reserved -= size;

@@ -26,12 +26,18 @@ class CachingAllocator {
   CachingAllocator(RawAlloc alloc, RawFree free);
   ~CachingAllocator();  // returns every cached block to the device
 
-  void* allocate(size_t bytes);  // rounded up to 256 bytes; reuses the smallest fitting free block
+  // Rounded up to 256 bytes; reuses the smallest fitting free block. When the device has no
+  // room (RawAlloc throws or returns null) while blocks of other sizes sit in the cache, they
+  // are given back and the allocation tried once more.
+  void* allocate(size_t bytes);
   void release(void* p);
   void empty_cache();  // frees cached (unused) blocks
   AllocatorStats stats() const;
 
  private:
+  void* raw_alloc_locked(size_t size);
+  void empty_cache_locked();
+
   RawAlloc raw_alloc_;
   RawFree raw_free_;
   mutable std::mutex mu_;

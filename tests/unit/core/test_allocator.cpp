@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 
 namespace trident {
@@ -46,6 +48,44 @@ TEST(Allocator, SteadyStateHasNoRawAllocations) {
     EXPECT_EQ(s.bytes_reserved, warm.bytes_reserved);
   }
   EXPECT_EQ(c.frees, c.allocs);  // destructor returns every cached block
+}
+
+// A device with room for 1 MiB: a 512 KiB block cached for another size is given back when
+// a 768 KiB request finds no room, and the request is tried again; an allocator that signals
+// no room by a null pointer is retried alike. With nothing cached, the failure stands.
+TEST(Allocator, OutOfMemoryGivesBackTheCacheAndRetries) {
+  for (const bool throws : {true, false}) {
+    std::map<void*, size_t> live;  // the device's blocks
+    size_t used = 0;
+    int attempts = 0;
+    CachingAllocator a(
+        [&](size_t n) -> void* {
+          ++attempts;
+          if (used + n > (1u << 20)) {
+            if (throws) throw Error("device full");
+            return nullptr;
+          }
+          used += n;
+          void* p = std::malloc(n);
+          live[p] = n;
+          return p;
+        },
+        [&](void* p) {
+          used -= live.at(p);
+          live.erase(p);
+          std::free(p);
+        });
+    a.release(a.allocate(512u << 10));
+    EXPECT_EQ(a.stats().bytes_reserved, 512u << 10);
+    void* p = a.allocate(768u << 10);  // the cached 512 KiB is too small: a new block
+    EXPECT_EQ(attempts, 3);             // 512 KiB, 768 KiB refused, 768 KiB after the cache went back
+    EXPECT_EQ(a.stats().bytes_reserved, 768u << 10);
+    EXPECT_EQ(a.stats().raw_allocs, 2u);
+    EXPECT_EQ(used, 768u << 10);
+    EXPECT_THROW(a.allocate(768u << 10), Error) << "nothing cached: no retry, the failure stands";
+    EXPECT_EQ(attempts, 4);
+    a.release(p);
+  }
 }
 
 TEST(Allocator, StatsRoundTo256) {
