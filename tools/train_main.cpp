@@ -58,6 +58,12 @@ int train(int argc, char** argv) {
   if (!opt.has_data() && !opt.mock_data && parallel->world_rank() == 0)
     std::cout << "trident-train: no --data-path: training on synthetic tokens (--mock-data silences this)"
               << std::endl;
+  if (!opt.flags_without_effect.empty() && parallel->world_rank() == 0) {
+    std::string names;
+    for (const std::string& n : opt.flags_without_effect) names += (names.empty() ? "" : " ") + n;
+    std::cout << "trident-train: note: " << names
+              << ": Megatron's implementation switches, accepted and without effect here" << std::endl;
+  }
   if (!opt.load.empty()) load_before_building(opt, *parallel);
   TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());

@@ -13,14 +13,14 @@ std::string format_iteration_log(const IterationLog& l) {
                         static_cast<long long>(l.iteration), static_cast<long long>(l.train_iters),
                         static_cast<unsigned long long>(l.consumed_samples), l.ms_per_iteration, l.learning_rate,
                         static_cast<long long>(l.global_batch_size));
-  if (l.lm_loss > 0)
-    n += std::snprintf(buf + n, sizeof buf - n, " lm loss: %.6E | lm acc: %.4f |", l.lm_loss, l.lm_acc);
+  // Megatron's fields, in its order and formats (parsers of its log read them), then ours.
+  if (l.lm_loss > 0) n += std::snprintf(buf + n, sizeof buf - n, " lm loss: %.6E |", l.lm_loss);
   n += std::snprintf(buf + n, sizeof buf - n, " loss scale: %.1f |", l.loss_scale);
   if (std::isfinite(l.grad_norm)) n += std::snprintf(buf + n, sizeof buf - n, " grad norm: %.3f |", l.grad_norm);
-  n += std::snprintf(buf + n, sizeof buf - n,
-                     " number of skipped iterations: %3lld | number of nan iterations: %3lld |"
-                     " tokens per second: %.1f | TFLOP/s per rank: %.3f |",
-                     static_cast<long long>(l.skipped_iterations), static_cast<long long>(l.nan_iterations),
+  n += std::snprintf(buf + n, sizeof buf - n, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+                     static_cast<long long>(l.skipped_iterations), static_cast<long long>(l.nan_iterations));
+  if (l.lm_loss > 0) n += std::snprintf(buf + n, sizeof buf - n, " lm acc: %.4f |", l.lm_acc);
+  n += std::snprintf(buf + n, sizeof buf - n, " tokens per second: %.1f | TFLOP/s per rank: %.3f |",
                      l.tokens_per_second, l.tflops_per_rank);
   if (l.mfu > 0) std::snprintf(buf + n, sizeof buf - n, " MFU: %.1f%% |", 100.0 * l.mfu);
   return buf;

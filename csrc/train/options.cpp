@@ -24,6 +24,28 @@ struct FlagDef {
   bool is_bool = false;
 };
 
+// Megatron's implementation switches, which its example scripts pass: trident has one way
+// to do each (its own data-parallel reduction, backend, .bin/.idx reader, fused kernels) or
+// always does it (validation perplexity scalars), so they are accepted and change nothing.
+const std::vector<FlagDef>& flags_without_effect_defs() {
+  static const std::vector<FlagDef> defs = {
+      {"DDP-impl", "Megatron's data-parallel implementation (local or torch): no effect"},
+      {"distributed-backend", "Megatron's torch.distributed backend (nccl or gloo): no effect (see --comm)"},
+      {"data-impl", "Megatron's dataset implementation (mmap, ...): no effect (.bin/.idx are memory-mapped)"},
+      {"num-workers", "Megatron's data-loader workers: no effect"},
+      {"tensorboard-queue-size", "Megatron's TensorBoard queue: no effect"},
+      {"no-masked-softmax-fusion", "Megatron's kernel fusion switch: no effect", true},
+      {"no-bias-gelu-fusion", "Megatron's kernel fusion switch: no effect", true},
+      {"no-bias-dropout-fusion", "Megatron's kernel fusion switch: no effect", true},
+      {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},
+      {"no-async-tensor-model-parallel-allreduce", "Megatron's communication overlap switch: no effect", true},
+      {"use-flash-attn", "Megatron's flash attention switch: the fused attention always runs", true},
+      {"log-timers-to-tensorboard", "Megatron's timer scalars: no effect", true},
+      {"log-validation-ppl-to-tensorboard", "validation perplexity scalars: always written", true},
+  };
+  return defs;
+}
+
 const std::vector<FlagDef>& flag_defs() {
   static const std::vector<FlagDef> defs = {
       {"config", "YAML file with flag values (one file; the command line wins)"},
@@ -145,9 +167,15 @@ const std::vector<FlagDef>& flag_defs() {
       {"split", "train, valid, test weights (969, 30, 1)"},
       {"data-cache-path", "where dataset index maps are cached (default: beside the data)"},
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
+      {"log-batch-size-to-tensorboard", "also write the global batch size (batch-size scalars)", true},
       {"help", "print this help", true},
   };
-  return defs;
+  static const std::vector<FlagDef> all = [] {
+    std::vector<FlagDef> v = defs;
+    for (const FlagDef& d : flags_without_effect_defs()) v.push_back(d);
+    return v;
+  }();
+  return all;
 }
 
 // Megatron-LM spells two flags with underscores (--override-opt_param-scheduler,
@@ -295,8 +323,22 @@ std::vector<ConfigValue> read_config_file(const std::string& path) {
   return values;
 }
 
+// Python's int() and float(), which Megatron's argparse uses, take underscores between
+// digits (--train-samples 300_000_000 in the BigScience scripts); anything else stays.
+std::string without_digit_underscores(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool between_digits = text[i] == '_' && i > 0 && i + 1 < text.size() &&
+                                std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+                                std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    if (!between_digits) out += text[i];
+  }
+  return out;
+}
+
 template <typename T>
-T convert(const std::string& flag, const std::string& text) {
+T convert(const std::string& flag, const std::string& raw) {
+  const std::string text = without_digit_underscores(raw);
   try {
     size_t used = 0;
     T v;
@@ -313,8 +355,8 @@ T convert(const std::string& flag, const std::string& text) {
     return v;
   } catch (const std::exception&) {
     if constexpr (std::is_same_v<T, uint64_t>)
-      throw ConfigError("--" + flag + ": cannot parse '" + text + "' as a non-negative integer");
-    throw ConfigError("--" + flag + ": cannot parse '" + text + "' as a number");
+      throw ConfigError("--" + flag + ": cannot parse '" + raw + "' as a non-negative integer");
+    throw ConfigError("--" + flag + ": cannot parse '" + raw + "' as a number");
   }
 }
 
@@ -465,10 +507,16 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   f.get("lr-warmup-fraction", o.lr_warmup_fraction);
   if (f.has("lr-warmup-fraction") && !(o.lr_warmup_fraction >= 0 && o.lr_warmup_fraction <= 1))
     throw ConfigError("--lr-warmup-fraction must be in [0, 1]");
+  // Megatron asserts the other form's warm-up == 0: an explicit 0 is no conflict.
+  const auto given_nonzero = [&](const char* flag) {
+    double v = 0;
+    f.get(flag, v);
+    return f.has(flag) && v != 0;
+  };
   if (f.has("train-samples")) {
     if (f.has("train-iters")) throw ConfigError("--train-samples and --train-iters are mutually exclusive");
     for (const char* it : {"lr-warmup-iters", "lr-decay-iters"})
-      if (f.has(it))
+      if (std::string(it) == "lr-warmup-iters" ? given_nonzero(it) : f.has(it))
         throw ConfigError(std::string("--") + it + " is iteration-based; with --train-samples use --" +
                           (std::string(it) == "lr-warmup-iters" ? "lr-warmup-samples" : "lr-decay-samples"));
     o.sample_based = true;
@@ -477,9 +525,9 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
     f.get("lr-decay-samples", o.lr_decay_samples);
   } else {
     for (const char* s : {"lr-warmup-samples", "lr-decay-samples"})
-      if (f.has(s)) throw ConfigError(std::string("--") + s + " needs sample-based training (--train-samples)");
+      if (std::string(s) == "lr-warmup-samples" ? given_nonzero(s) : f.has(s)) throw ConfigError(std::string("--") + s + " needs sample-based training (--train-samples)");
   }
-  if (f.has("lr-warmup-fraction") && (f.has("lr-warmup-iters") || f.has("lr-warmup-samples")))
+  if (f.has("lr-warmup-fraction") && (given_nonzero("lr-warmup-iters") || given_nonzero("lr-warmup-samples")))
     throw ConfigError(std::string("--lr-warmup-fraction and --") +
                       (f.has("lr-warmup-iters") ? "lr-warmup-iters" : "lr-warmup-samples") +
                       " are mutually exclusive");
@@ -564,6 +612,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("eval-iters", o.eval_iters);
   f.get("tensorboard-dir", o.tensorboard_dir);
   f.get("tensorboard-log-interval", o.tensorboard_log_interval);
+  f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
+  for (const FlagDef& d : flags_without_effect_defs())
+    if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
   f.get("exit-interval", o.exit_interval);

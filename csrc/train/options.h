@@ -93,6 +93,7 @@ struct TrainOptions {
   int64_t eval_iters = 100;      // validation iterations per run (0: no validation)
   std::string tensorboard_dir;   // empty: no TensorBoard
   int64_t tensorboard_log_interval = 1;
+  bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
   double peak_tflops = 0;        // per device, for MFU; 0: peak_tflops_for_device's table
   // Stop after more than this many iterations in a row with a NaN/inf loss or, without a
   // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).
@@ -130,6 +131,10 @@ struct TrainOptions {
   // or synthetic tokens when all are empty: asked for with --mock-data (Megatron's flag),
   // else with a note on rank 0 (the quickstart and tests train that way).
   bool mock_data = false;
+  // Megatron's implementation switches that were given (--DDP-impl, --data-impl, the fusion
+  // switches, ...): accepted so that its scripts run unchanged, without effect here; rank 0
+  // names them in a note.
+  std::vector<std::string> flags_without_effect;
   std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
   bool has_data() const {
     return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();

@@ -503,10 +503,14 @@ void Trainer::train() {
       const Throughput t = throughput(r.ms, r.global_batch);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
       TensorBoardWriter& tb = *tensorboard_;
-      if (!r.skipped) {
+      // As Megatron: the loss of every iteration, a skipped one's too (its forward ran); the
+      // gradient norm only of a step that has one (not skipped, and clipping on).
+      if (std::isfinite(r.loss)) {
         tb.add_scalar("lm loss", r.loss, iteration_);
         tb.add_scalar("lm loss vs samples", r.loss, samples);
         tb.add_scalar("lm acc", r.acc, iteration_);
+      }
+      if (!r.skipped && opt_.clip_grad > 0) {
         tb.add_scalar("grad-norm", r.grad_norm, iteration_);
         tb.add_scalar("grad-norm vs samples", r.grad_norm, samples);
       }
@@ -514,6 +518,11 @@ void Trainer::train() {
       tb.add_scalar("learning-rate", r.logged_lr, iteration_);
       tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
       tb.add_scalar("loss-scale", r.loss_scale, iteration_);  // 1 without a scaler, as Megatron writes it
+      tb.add_scalar("loss-scale vs samples", r.loss_scale, samples);
+      if (opt_.log_batch_size_to_tensorboard) {
+        tb.add_scalar("batch-size", static_cast<double>(r.global_batch), iteration_);
+        tb.add_scalar("batch-size vs samples", static_cast<double>(r.global_batch), samples);
+      }
       tb.add_scalar("tokens-per-second", t.tokens_per_second, iteration_);
       tb.add_scalar("tflops-per-rank", t.tflops_per_rank, iteration_);
       if (t.mfu > 0) tb.add_scalar("mfu", t.mfu, iteration_);
@@ -530,7 +539,8 @@ void Trainer::train() {
       l.lm_loss = loss_sum / std::max(1, updated);
       l.lm_acc = acc_sum / std::max(1, updated);
       l.loss_scale = r.loss_scale;  // 1 without a scaler
-      l.grad_norm = r.grad_norm;
+      // Megatron computes the norm only to clip: without clipping the line has none.
+      l.grad_norm = opt_.clip_grad > 0 ? r.grad_norm : std::nan("");
       l.skipped_iterations = skipped;
       l.nan_iterations = nan;
       const Throughput t = throughput(l.ms_per_iteration, r.global_batch);

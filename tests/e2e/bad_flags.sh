@@ -68,6 +68,11 @@ expect_run "--train-samples --lr-warmup-samples replace the config's --lr-warmup
   --train-samples 32 --lr-warmup-samples 8
 expect_run "--lr-warmup-fraction replaces the config's --lr-warmup-iters" "${base[@]}" --train-iters 4 \
   --lr-warmup-fraction 0.25
+# Megatron's implementation switches from its example scripts: accepted, named in one note.
+expect_run "Megatron's implementation switches accepted" "${base[@]}" --train-iters 12 --DDP-impl local \
+  --no-masked-softmax-fusion --data-impl mmap
+grep -qx "trident-train: note: --DDP-impl --data-impl --no-masked-softmax-fusion: Megatron's implementation switches, accepted and without effect here" \
+  "$tmp/out" && echo "ok: the note names them" || { echo "FAIL: no note naming the switches"; fails=$((fails + 1)); }
 # One of N > 1 processes that a launcher started without MPI (srun --mpi=none): rank 0 says so
 # in one line, the others exit 2 silently; nothing trains.
 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 expect_error "the launcher started 2 processes without MPI" "${tiny[@]}"

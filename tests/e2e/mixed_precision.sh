@@ -106,4 +106,20 @@ PY
 tensorboard_matches_log "$tmp/tb" "lm loss" <(losses "$tmp/fp32.log") 100 || fails=$((fails + 1))
 tensorboard_matches_log "$tmp/tb-absurd" "loss-scale" \
   <(grep '^ iteration ' "$tmp/absurd.log" | sed -E 's/.*loss scale: ([0-9.]+).*/\1/') 60 || fails=$((fails + 1))
+# As Megatron: the loss of every iteration, skipped ones included; the loss scale against
+# samples too; the gradient norm only of the steps that were taken.
+python3 "$repo/tests/unit/train/read_tfevents.py" "$(ls "$tmp"/tb-absurd/events.out.tfevents.*)" >"$tmp/absurd-events.txt"
+python3 - "$tmp/absurd-events.txt" "$skipped" <<'PY' || fails=$((fails + 1))
+import sys
+counts = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if f[0] == "scalar":
+        tag = bytes.fromhex(f[2]).decode()
+        counts[tag] = counts.get(tag, 0) + 1
+want = {"lm loss": 60, "lm loss vs samples": 60, "loss-scale vs samples": 60, "grad-norm": 60 - int(sys.argv[2])}
+got = {tag: counts.get(tag, 0) for tag in want}
+print("tensorboard, absurd scale, scalars per tag:", got)
+sys.exit(0 if got == want else 1)
+PY
 [[ $fails -eq 0 ]]

@@ -5,8 +5,8 @@
 #    never validates;
 #  - --bf16 (fp32 gradients, as Megatron-LM gives bf16 with or without
 #    --accumulate-allreduce-grads-in-fp32) trains within 5e-3 of fp32;
-#  - a diverging run (absurd learning rate) stops after --max-nan-iterations NaN losses
-#    with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
+#  - a diverging run (absurd learning rate, no clipping: no grad norm in its log lines)
+#    stops after --max-nan-iterations NaN losses with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
 #    step skips for an infinite gradient norm while the loss stays finite (huge init);
 #  - --save-interval with --keep-last 2 leaves the newest two checkpoints; after a rollback
 #    (30 iterations saved every 5, the pointer edited back to 10, resumed to 20) it keeps the
@@ -55,6 +55,12 @@ else
   else
     fail "diverging run: rc $rc"; cat "$tmp/nan.err"
   fi
+fi
+# Without clipping Megatron computes no gradient norm: the lines of the steps taken have none.
+if grep -q '^ iteration .*lm loss' "$tmp/nan.log" && ! grep -q '^ iteration .*grad norm' "$tmp/nan.log"; then
+  echo "--clip-grad 0: no grad norm in the log lines"
+else
+  fail "--clip-grad 0: a grad norm in the log lines, or no line of a step taken"; grep '^ iteration ' "$tmp/nan.log"
 fi
 
 # Without a loss scaler nothing recovers from infinite gradients: a finite loss, every step

@@ -627,6 +627,29 @@ TEST(Options, MegatronRunFlags) {
   EXPECT_EQ(must_fail({"--exit-duration-in-mins", "-1"}), "--exit-duration-in-mins must not be negative");
 }
 
+// What Megatron's and Megatron-DeepSpeed's scripts pass that changes nothing here is
+// accepted and listed for the note; numbers with Python's digit underscores; a warm-up of
+// the other form given as an explicit 0 (Megatron asserts == 0); batch-size scalars.
+TEST(Options, MegatronScriptsRunUnchanged) {
+  TrainOptions o = parse({"--DDP-impl", "local", "--distributed-backend", "nccl", "--data-impl", "mmap",
+                          "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--num-workers", "2",
+                          "--log-validation-ppl-to-tensorboard"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--DDP-impl", "--distributed-backend", "--data-impl", "--num-workers",
+                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion",
+                                      "--log-validation-ppl-to-tensorboard"}));
+  EXPECT_TRUE(parse({}).flags_without_effect.empty());
+  EXPECT_EQ(parse({"--train-samples", "300_000", "--global-batch-size", "1_6"}).train_samples, 300000u);
+  EXPECT_EQ(parse({"--lr", "6_0e-5"}).lr, 6e-4);
+  EXPECT_EQ(must_fail({"--train-iters", "1__0"}), "--train-iters: cannot parse '1__0' as a number");
+  EXPECT_EQ(must_fail({"--train-iters", "_10"}), "--train-iters: cannot parse '_10' as a number");
+  EXPECT_EQ(error_of({"--train-samples", "1000", "--lr-warmup-iters", "0"}), "");
+  EXPECT_EQ(error_of({"--train-iters", "100", "--lr-warmup-samples", "0"}), "");
+  EXPECT_EQ(error_of({"--lr-warmup-fraction", "0.1", "--lr-warmup-iters", "0"}), "");
+  EXPECT_FALSE(parse({}).log_batch_size_to_tensorboard);
+  EXPECT_TRUE(parse({"--log-batch-size-to-tensorboard"}).log_batch_size_to_tensorboard);
+}
+
 struct BadCase {
   std::vector<std::string> args;
   std::string flag;  // must appear in the one-line message
