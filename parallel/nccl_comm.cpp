@@ -9,9 +9,12 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
+#include "parallel/comm_watchdog.h"
 #include "parallel/mpi_comm.h"
 #endif
 
@@ -55,6 +58,28 @@ namespace {
       die("CUDA", cudaGetErrorString(trident_ce_), #call, __FILE__, __LINE__);    \
   } while (0)
 
+// The process's watchdog of NCCL's asynchronous errors, one check per communicator, started
+// with the first. A collective stuck on a broken link or a lost peer blocks every host wait
+// behind it; NCCL reports the failure to ncclCommGetAsyncError, which this thread polls
+// every second: one line, then the whole job ends (MPI_Abort from the watchdog's thread:
+// the main thread is the one that is stuck).
+CommWatchdog& nccl_watchdog() {
+  static const int world_rank = mpi_world_rank();  // asked once, from the main thread
+  static CommWatchdog watchdog(std::chrono::milliseconds(1000), [](const std::string& what) {
+    std::fprintf(stderr, "trident: %s (rank %d): ending the job\n", what.c_str(), world_rank);
+    mpi_abort_job(3);
+  });
+  return watchdog;
+}
+
+std::string nccl_async_failure(ncclComm_t comm) {
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm, &async);
+  if (r != ncclSuccess) return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(r);
+  if (async == ncclSuccess || async == ncclInProgress) return "";
+  return std::string("NCCL error ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
+}
+
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::F32: return ncclFloat32;
@@ -81,11 +106,13 @@ class NcclComm final : public Comm {
     NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
+    watchdog_id_ = nccl_watchdog().add([comm = comm_] { return nccl_async_failure(comm); });
   }
 
   ~NcclComm() override {
     // Best effort: at exit the CUDA context may already be gone, so errors are ignored.
     if (cudaSetDevice(device_) == cudaSuccess && stream_) cudaStreamSynchronize(stream_);
+    if (watchdog_id_ >= 0) nccl_watchdog().remove(watchdog_id_);  // before the communicator goes
     if (comm_) ncclCommDestroy(comm_);
     if (compute_ready_) cudaEventDestroy(compute_ready_);
     if (comm_done_) cudaEventDestroy(comm_done_);
@@ -197,6 +224,7 @@ class NcclComm final : public Comm {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr, comm_done_ = nullptr;
   ncclComm_t comm_ = nullptr;
+  int watchdog_id_ = -1;  // its check in nccl_watchdog()
 };
 
 }  // namespace

@@ -15,7 +15,14 @@
 //   pairs the transfers in the order posted (tags are ignored; the pipeline schedules keep
 //   both sides' orders the same). 16-bit sums reduce in NCCL's own
 //   arithmetic (not through fp32 as MpiComm does), so results may differ in the last bit.
-// - Any NCCL or CUDA failure prints the call, file and line and aborts the whole job.
+// - Any NCCL or CUDA failure prints the call, file and line and aborts the whole job; an
+//   asynchronous NCCL error (a broken link, a lost peer: the collective never returns) is
+//   caught by a watchdog thread polling ncclCommGetAsyncError every second (CommWatchdog),
+//   which prints it and aborts the job.
+// - The compute stream waits for each op right after it is queued: the gradient buckets'
+//   reductions do not overlap the rest of the backward pass yet (that needs per-bucket
+//   events and an allocator that holds freed blocks until the communication stream is past
+//   them).
 //
 // Real only when the build has CUDA, NCCL and MPI (TRIDENT_HAVE_NCCL); otherwise the
 // factories throw ConfigError naming --comm.
