@@ -12,8 +12,9 @@
 //           fp32 shard, and layer gradients live in two rotating slots instead of one
 //           buffer per layer (ParamStore), so the full-size gradient buffer is gone.
 // With zero 0 and 1, each layer's bucket is all-reduced or reduce-scattered as soon as the
-// last micro-batch's backward has produced it (Megatron's overlap_grad_reduce), so with an
-// asynchronous communicator (NCCL) it overlaps the rest of the backward pass.
+// last micro-batch's backward has produced it (Megatron's overlap_grad_reduce's order).
+// NcclComm still makes the compute stream wait for each reduction right after queuing it,
+// so the reductions do not overlap the rest of the backward pass yet (nccl_comm.h).
 // Weight decay applies to 2-D weights only; gradient clipping by the global norm and the
 // loss-scale unscaling are folded into the update's gradient factor.
 #pragma once
