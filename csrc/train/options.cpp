@@ -529,7 +529,7 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   }
   if (f.has("lr-warmup-fraction") && (given_nonzero("lr-warmup-iters") || given_nonzero("lr-warmup-samples")))
     throw ConfigError(std::string("--lr-warmup-fraction and --") +
-                      (f.has("lr-warmup-iters") ? "lr-warmup-iters" : "lr-warmup-samples") +
+                      (given_nonzero("lr-warmup-iters") ? "lr-warmup-iters" : "lr-warmup-samples") +
                       " are mutually exclusive");
 }
 
@@ -950,17 +950,26 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
     else
       options.add_options()(d.name, d.help, cxxopts::value<std::string>());
   }
-  // Name an unknown flag exactly as the user typed it.
+  // Name the unknown flags exactly as the user typed them, all in the one line (a script
+  // brought over from Megatron would otherwise take one try per flag).
+  std::string unknown;
+  int unknown_count = 0;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) continue;
     const size_t eq = a.find('=');
     const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     const FlagDef* def = find_flag(name);
-    if (!def) throw ConfigError("unknown flag --" + name + " (see --help)");
+    if (!def) {
+      unknown += (unknown.empty() ? "--" : ", --") + name;
+      ++unknown_count;
+      continue;
+    }
     if (def->is_bool && eq != std::string::npos)
       throw ConfigError("--" + name + " takes no value (write --" + name + " alone)");
   }
+  if (unknown_count > 0)
+    throw ConfigError((unknown_count == 1 ? "unknown flag " : "unknown flags ") + unknown + " (see --help)");
   std::vector<const char*> cargv;
   for (const std::string& s : args) cargv.push_back(s.c_str());
   cxxopts::ParseResult r;

@@ -646,6 +646,8 @@ TEST(Options, MegatronScriptsRunUnchanged) {
   EXPECT_EQ(error_of({"--train-samples", "1000", "--lr-warmup-iters", "0"}), "");
   EXPECT_EQ(error_of({"--train-iters", "100", "--lr-warmup-samples", "0"}), "");
   EXPECT_EQ(error_of({"--lr-warmup-fraction", "0.1", "--lr-warmup-iters", "0"}), "");
+  EXPECT_EQ(must_fail({"--no-such-flag", "1", "--lr", "1e-4", "--other-unknown"}),
+            "unknown flags --no-such-flag, --other-unknown (see --help)");
   EXPECT_FALSE(parse({}).log_batch_size_to_tensorboard);
   EXPECT_TRUE(parse({"--log-batch-size-to-tensorboard"}).log_batch_size_to_tensorboard);
 }
