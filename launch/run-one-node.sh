@@ -136,7 +136,9 @@ if [[ ${DEVICE:-auto} != cpu ]]; then
     elif ((${#gpus[@]} == 1)) && [[ -n ${SLURM_LOCALID:-} ]]; then
       :  # srun bound this task to its GPU (--gpus-per-task 1): keep it
     else
-      fail_node "local rank $local_rank but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES lists ${#gpus[@]} GPU(s)"
+      # Only ranks past the list get here (never local rank 0, which fail_node lets speak).
+      echo "$me: error: $(hostname): local rank $local_rank but CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES lists ${#gpus[@]} GPU(s)" >&2
+      exit 2
     fi
   else
     export CUDA_VISIBLE_DEVICES=$local_rank

@@ -32,13 +32,17 @@ void CommWatchdog::run() {
   while (!stop_) {
     wake_.wait_for(lock, interval_, [this] { return stop_; });
     if (stop_ || failed_) continue;
+    std::string what;
     for (const auto& [id, check] : checks_) {
-      const std::string what = check();
-      if (what.empty()) continue;
-      failed_ = true;  // report once, even if on_failure returns
-      on_failure_(what);
-      break;
+      what = check();
+      if (!what.empty()) break;
     }
+    if (what.empty()) continue;
+    failed_ = true;  // report once, even if on_failure returns
+    // Unlocked: on_failure may end the process, whose exit handlers may destroy this.
+    lock.unlock();
+    on_failure_(what);
+    lock.lock();
   }
 }
 

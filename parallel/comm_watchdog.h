@@ -18,7 +18,7 @@ namespace trident {
 class CommWatchdog {
  public:
   using Check = std::function<std::string()>;              // "" while healthy, else what failed
-  using OnFailure = std::function<void(const std::string&)>;  // called once, from the watchdog's thread
+  using OnFailure = std::function<void(const std::string&)>;  // called once, from the watchdog's thread, unlocked
 
   CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure);
   ~CommWatchdog();  // stops the thread (a check in progress finishes first)

@@ -61,13 +61,18 @@ namespace {
 // The process's watchdog of NCCL's asynchronous errors, one check per communicator, started
 // with the first. A collective stuck on a broken link or a lost peer blocks every host wait
 // behind it; NCCL reports the failure to ncclCommGetAsyncError, which this thread polls
-// every second: one line, then the whole job ends (MPI_Abort from the watchdog's thread:
-// the main thread is the one that is stuck).
+// every second: one line, then the whole job ends: MPI_Abort from the watchdog's thread
+// (the main thread is the one that is stuck; Open MPI's abort goes through its runtime), or
+// without MPI _Exit, never exit(), whose handlers would destroy this watchdog on its own
+// thread.
 CommWatchdog& nccl_watchdog() {
   static const int world_rank = mpi_world_rank();  // asked once, from the main thread
   static CommWatchdog watchdog(std::chrono::milliseconds(1000), [](const std::string& what) {
     std::fprintf(stderr, "trident: %s (rank %d): ending the job\n", what.c_str(), world_rank);
-    mpi_abort_job(3);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    if (mpi_initialized()) mpi_abort_job(3);
+    std::_Exit(3);
   });
   return watchdog;
 }
@@ -77,7 +82,7 @@ std::string nccl_async_failure(ncclComm_t comm) {
   const ncclResult_t r = ncclCommGetAsyncError(comm, &async);
   if (r != ncclSuccess) return std::string("ncclCommGetAsyncError failed: ") + ncclGetErrorString(r);
   if (async == ncclSuccess || async == ncclInProgress) return "";
-  return std::string("NCCL error ") + ncclGetErrorString(async) + ": " + ncclGetLastError(comm);
+  return std::string("NCCL asynchronous error: ") + ncclGetErrorString(async);
 }
 
 ncclDataType_t nccl_type(DType t) {

@@ -18,24 +18,31 @@
 
 namespace trident {
 
+// A user's error (a bad flag or a bad file): rank 0 prints it at once; another rank only
+// after a wait, which rank 0's abort normally cuts short when every rank saw the same
+// error, so that a rank that saw it alone still gets to say what it was. Exit status 2.
+inline int user_error(const char* tool, const std::exception& e, int rank) {
+  if (rank == 0) {
+    std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
+  } else {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::fprintf(stderr, "%s: error on rank %d: %s\n", tool, rank, e.what());
+  }
+  return 2;
+}
+
 inline int run_tool(const char* tool, const std::function<int()>& body, int rank = 0, int world = 1) {
   try {
     return body();
+  } catch (const ConfigError& e) {
+    return user_error(tool, e, rank);
+  } catch (const IoError& e) {
+    return user_error(tool, e, rank);
   } catch (const InternalError& e) {
     const std::string where = world > 1 ? " on rank " + std::to_string(rank) : "";
     std::fprintf(stderr, "%s: internal error%s: %s\n", tool, where.c_str(), e.what());
     return 3;
-  } catch (const Error& e) {  // ConfigError, IoError
-    if (rank == 0) {
-      std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
-    } else {
-      // Normally every rank sees the same error and rank 0's exit ends the job before
-      // this wait is over; a rank that saw it alone still gets to say what it was.
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-      std::fprintf(stderr, "%s: error on rank %d: %s\n", tool, rank, e.what());
-    }
-    return 2;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // a runtime failure (out of memory, ...)
     if (world == 1) {
       std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
       return 2;

@@ -3,6 +3,7 @@
 #include <lzma.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -112,26 +113,25 @@ size_t JsonlReader::fill() {
 }
 
 // Line ends as Python's universal newlines (Megatron reads its input in text mode): "\n",
-// "\r\n", or a lone "\r". A "\r" that ends the decoded text so far waits for the next byte.
+// "\r\n", or a lone "\r". One pass finds the first of either, so each byte is scanned once
+// whichever ends the lines; a "\r" that ends the decoded text so far waits for the next byte.
 bool JsonlReader::next(std::string_view& line) {
   size_t scan = pos_;
   for (;;) {
     const char* base = buf_.data();
     const size_t size = buf_.size();
-    const char* nl = scan < size ? static_cast<const char*>(std::memchr(base + scan, '\n', size - scan)) : nullptr;
-    const size_t limit = nl ? static_cast<size_t>(nl - base) : size;
-    const char* cr = scan < limit ? static_cast<const char*>(std::memchr(base + scan, '\r', limit - scan)) : nullptr;
-    size_t end = 0, next = 0;  // the line is [pos_, end); the next one starts at next
-    if (cr != nullptr && (cr + 1 < base + size || input_done_)) {
-      end = static_cast<size_t>(cr - base);
-      next = end + (end + 1 < size && base[end + 1] == '\n' ? 2 : 1);
-    } else if (cr == nullptr && nl != nullptr) {
-      end = static_cast<size_t>(nl - base);
+    const char* stop = std::find_if(base + scan, base + size, [](char c) { return c == '\n' || c == '\r'; });
+    const size_t end = static_cast<size_t>(stop - base);  // the line is [pos_, end)
+    size_t next = 0;                                      // where the next line starts
+    if (end < size && *stop == '\n') {
       next = end + 1;
-    } else if (cr == nullptr && input_done_ && pos_ < size) {
-      end = next = size;  // the last line, without a line end
-    } else if (input_done_) {
-      return false;
+    } else if (end + 1 < size) {  // "\r" with the byte after it in the buffer
+      next = end + (base[end + 1] == '\n' ? 2 : 1);
+    } else if (end + 1 == size && input_done_) {  // "\r" ending the input
+      next = size;
+    } else if (end == size && input_done_) {
+      if (pos_ == size) return false;
+      next = size;  // the last line, without a line end
     }
     if (next > 0) {
       line = std::string_view(base + pos_, end - pos_);
@@ -140,9 +140,9 @@ bool JsonlReader::next(std::string_view& line) {
       ++line_no_;
       return true;
     }
-    // Keep the unread tail (from a "\r" at its end, or all of it scanned), drop what was
+    // Keep the unread tail (from the "\r" at its end, or all of it scanned), drop what was
     // returned, then read more.
-    scan = (cr != nullptr ? static_cast<size_t>(cr - base) : size) - pos_;
+    scan = end - pos_;
     if (pos_ > 0) {
       buf_.erase(buf_.begin(), buf_.begin() + static_cast<std::ptrdiff_t>(pos_));
       pos_ = 0;

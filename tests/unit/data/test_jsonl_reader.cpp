@@ -51,25 +51,28 @@ TEST(JsonlReader, SplitsLines) {
   EXPECT_EQ(nums, (std::vector<uint64_t>{1, 2, 3, 4, 5}));
 }
 
-// A "\r\n" split across two chunks of decoded text is one line end, and a "\r" ending a
-// chunk before another line is one too.
-TEST(JsonlReader, CarriageReturnAtAChunkEnd) {
+// A "\r\n" split across two reads of decoded text is one line end, and a "\r" ending a read
+// before another line is one too. The reader's buffer holds the file's first 6 bytes (read to
+// tell xz input) and then 1 MiB a read, so the "\r" at offset 1 MiB + 5 ends the first buffer;
+// xz input decodes in other pieces, so both are read.
+TEST(JsonlReader, CarriageReturnAtTheEndOfARead) {
   ScratchDir dir;
   for (const char* second_end : {"\n", "x"}) {
-    std::string content(1024 * 1024 - 1, 'q');  // "\r" is the chunk's last byte
-    content += "\r";
-    content += second_end;
-    content += "tail\n";
+    const std::string first(1024 * 1024 + 5, 'q');
+    const std::string content = first + "\r" + second_end + "tail\n";
     write_file(dir / "split.jsonl", content);
-    const std::vector<std::string> lines = read_all(dir / "split.jsonl");
-    ASSERT_EQ(lines.size(), 2u) << second_end;
-    EXPECT_EQ(lines[0], std::string(1024 * 1024 - 1, 'q'));
-    EXPECT_EQ(lines[1], std::string(second_end[0] == 'x' ? "x" : "") + "tail");
-    JsonlReader r(dir / "split.jsonl");
-    std::string_view line;
-    while (r.next(line)) {
+    xz(dir / "split.jsonl");
+    for (const std::string& path : {dir / "split.jsonl", dir / "split.jsonl.xz"}) {
+      const std::vector<std::string> lines = read_all(path);
+      ASSERT_EQ(lines.size(), 2u) << second_end << " " << path;
+      EXPECT_EQ(lines[0], first);
+      EXPECT_EQ(lines[1], std::string(second_end[0] == 'x' ? "x" : "") + "tail");
+      JsonlReader r(path);
+      std::string_view line;
+      while (r.next(line)) {
+      }
+      EXPECT_EQ(r.text_bytes(), content.size());
     }
-    EXPECT_EQ(r.text_bytes(), content.size());
   }
 }
 

@@ -27,13 +27,13 @@ TEST(CommWatchdog, ReportsTheFirstFailureOnceFromItsThread) {
   std::string what;
   std::thread::id reporter;
   std::atomic<bool> broken{false};
+  std::atomic<int> healthy_polls{0};  // outlives the watchdog that reads it
   {
     CommWatchdog w(5ms, [&](const std::string& s) {
       what = s;
       reporter = std::this_thread::get_id();
       ++reports;
     });
-    std::atomic<int> healthy_polls{0};
     w.add([&] {
       ++healthy_polls;
       return std::string();
