@@ -1,6 +1,8 @@
 #include "core/dtype.h"
 
-#if defined(__x86_64__)
+// F16C (x86-64 with GCC or Clang): the span conversions pick it at run time.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TRIDENT_F16C 1
 #include <immintrin.h>
 #endif
 
@@ -60,7 +62,7 @@ void floats_to_halves_scalar(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = float_to_half(src[i]);
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#ifdef TRIDENT_F16C
 // vcvtps2ph rounds to nearest even with subnormals and overflow to inf, as float_to_half
 // does; only NaN differs (it keeps the payload's top bits), so blocks holding a NaN are
 // converted again by float_to_half (canonical quiet NaN, as on the GPU).
@@ -85,24 +87,25 @@ __attribute__((target("avx,f16c"))) void halves_to_floats_f16c(const uint16_t* s
   for (; i < n; ++i) dst[i] = half_to_float(src[i]);
 }
 bool cpu_has_f16c() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  }();
+  return has;
 }
 #endif
 }  // namespace
 
 void floats_to_halves(const float* src, uint16_t* dst, int64_t n) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool f16c = cpu_has_f16c();
-  if (f16c) return floats_to_halves_f16c(src, dst, n);
+#ifdef TRIDENT_F16C
+  if (cpu_has_f16c()) return floats_to_halves_f16c(src, dst, n);
 #endif
   floats_to_halves_scalar(src, dst, n);
 }
 
 void halves_to_floats(const uint16_t* src, float* dst, int64_t n) {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool f16c = cpu_has_f16c();
-  if (f16c) return halves_to_floats_f16c(src, dst, n);
+#ifdef TRIDENT_F16C
+  if (cpu_has_f16c()) return halves_to_floats_f16c(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
 }

@@ -515,22 +515,26 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   };
   if (f.has("train-samples")) {
     if (f.has("train-iters")) throw ConfigError("--train-samples and --train-iters are mutually exclusive");
-    for (const char* it : {"lr-warmup-iters", "lr-decay-iters"})
-      if (std::string(it) == "lr-warmup-iters" ? given_nonzero(it) : f.has(it))
-        throw ConfigError(std::string("--") + it + " is iteration-based; with --train-samples use --" +
-                          (std::string(it) == "lr-warmup-iters" ? "lr-warmup-samples" : "lr-decay-samples"));
+    if (given_nonzero("lr-warmup-iters"))
+      throw ConfigError("--lr-warmup-iters is iteration-based; with --train-samples use --lr-warmup-samples");
+    if (f.has("lr-decay-iters"))
+      throw ConfigError("--lr-decay-iters is iteration-based; with --train-samples use --lr-decay-samples");
     o.sample_based = true;
     f.get("train-samples", o.train_samples);
     f.get("lr-warmup-samples", o.lr_warmup_samples);
     f.get("lr-decay-samples", o.lr_decay_samples);
   } else {
-    for (const char* s : {"lr-warmup-samples", "lr-decay-samples"})
-      if (std::string(s) == "lr-warmup-samples" ? given_nonzero(s) : f.has(s)) throw ConfigError(std::string("--") + s + " needs sample-based training (--train-samples)");
+    const char* sample_based = given_nonzero("lr-warmup-samples") ? "lr-warmup-samples"
+                               : f.has("lr-decay-samples")         ? "lr-decay-samples"
+                                                                   : nullptr;
+    if (sample_based)
+      throw ConfigError(std::string("--") + sample_based + " needs sample-based training (--train-samples)");
   }
-  if (f.has("lr-warmup-fraction") && (given_nonzero("lr-warmup-iters") || given_nonzero("lr-warmup-samples")))
-    throw ConfigError(std::string("--lr-warmup-fraction and --") +
-                      (given_nonzero("lr-warmup-iters") ? "lr-warmup-iters" : "lr-warmup-samples") +
-                      " are mutually exclusive");
+  const char* warmup = given_nonzero("lr-warmup-iters")     ? "lr-warmup-iters"
+                       : given_nonzero("lr-warmup-samples") ? "lr-warmup-samples"
+                                                            : nullptr;
+  if (f.has("lr-warmup-fraction") && warmup)
+    throw ConfigError(std::string("--lr-warmup-fraction and --") + warmup + " are mutually exclusive");
 }
 
 void read_optimizer_flags(const Flags& f, TrainOptions& o) {
