@@ -12,6 +12,16 @@ namespace trident {
 
 enum class ReduceOp { Sum, Max };
 
+// The completion of an asynchronous op (Comm::allreduce_async, reduce_scatter_async).
+class CommWork {
+ public:
+  virtual ~CommWork() = default;
+  // From here on the caller's later work sees the op's result and may use its buffers
+  // again. On a GPU the compute stream waits for the op and the host does not block. A
+  // CommWork destroyed without wait() is abandoned (only when a step is being unwound).
+  virtual void wait() = 0;
+};
+
 // One point-to-point transfer of an exchange.
 struct P2pTransfer {
   bool send = true;  // else receive into `tensor`
@@ -37,6 +47,15 @@ class Comm {
   // deadlock. Buffers are all on the host or all on the device.
   virtual void exchange(const std::vector<P2pTransfer>& transfers) = 0;
   virtual void barrier() = 0;
+
+  // Asynchronous forms, for the gradient reductions that overlap the backward pass: the op
+  // is queued after the caller's work so far and may run while the caller goes on. Until
+  // the returned work's wait() the caller must neither read nor write the buffers, and they
+  // must outlive the op (persistent buffers: no allocator block is held for it). NcclComm
+  // runs them on its communication stream; the default runs the op at once and returns
+  // finished work (MpiComm, LocalComm).
+  virtual std::unique_ptr<CommWork> allreduce_async(const Tensor& t, ReduceOp op);
+  virtual std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& in, const Tensor& out);
 
   void send(const Tensor& t, int peer) { exchange({{true, t, peer}}); }
   void recv(const Tensor& t, int peer) { exchange({{false, t, peer}}); }

@@ -183,6 +183,26 @@ class NcclComm final : public Comm {
     NCCL_CHECK(ncclGroupEnd());
   }
 
+  // The gradient reductions of the backward pass: queued like the ops above, but the
+  // compute stream waits for them only at the work's wait(), so the backward goes on.
+  std::unique_ptr<CommWork> allreduce_async(const Tensor& t, ReduceOp op) override {
+    if (on_host(t) || t.numel() == 0) return Comm::allreduce_async(t, op);
+    comm_after_compute();
+    NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype),
+                             op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_));
+    return std::make_unique<NcclWork>(compute_, stream_);
+  }
+
+  std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& in, const Tensor& out) override {
+    if (on_host(in, out) || out.numel() == 0) return Comm::reduce_scatter_async(in, out);
+    TRIDENT_CHECK(in.numel() == out.numel() * size() && in.dtype == out.dtype, "NcclComm reduce_scatter: in ",
+                  in.shape.str(), " is not ", size(), " x out ", out.shape.str());
+    comm_after_compute();
+    NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype), ncclSum,
+                                 comm_, stream_));
+    return std::make_unique<NcclWork>(compute_, stream_);
+  }
+
   void barrier() override {
     // Every device op queued so far has finished, then every rank has reached here.
     activate();
@@ -194,14 +214,17 @@ class NcclComm final : public Comm {
   }
 
  private:
+  // The communication stream waits for the compute stream's work queued so far.
+  void comm_after_compute() {
+    activate();
+    NCCL_CUDA_CHECK(cudaEventRecord(compute_ready_, compute_));
+    NCCL_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_ready_, 0));
+  }
+
   // Brackets one device op: the communication stream waits for the compute stream's work
   // so far; on leaving, the compute stream waits for the op.
   struct Ordered {
-    explicit Ordered(NcclComm& c) : c_(c) {
-      c_.activate();
-      NCCL_CUDA_CHECK(cudaEventRecord(c_.compute_ready_, c_.compute_));
-      NCCL_CUDA_CHECK(cudaStreamWaitEvent(c_.stream_, c_.compute_ready_, 0));
-    }
+    explicit Ordered(NcclComm& c) : c_(c) { c_.comm_after_compute(); }
     ~Ordered() {
       NCCL_CUDA_CHECK(cudaEventRecord(c_.comm_done_, c_.stream_));
       NCCL_CUDA_CHECK(cudaStreamWaitEvent(c_.compute_, c_.comm_done_, 0));
@@ -209,6 +232,26 @@ class NcclComm final : public Comm {
     Ordered(const Ordered&) = delete;
     Ordered& operator=(const Ordered&) = delete;
     NcclComm& c_;
+  };
+
+  // An asynchronous op's completion: an event recorded on the communication stream after
+  // the op, which wait() makes the compute stream wait for. One event per op (creating one
+  // allocates no device memory); destroying it while the op runs is allowed, CUDA frees it
+  // when the op is done.
+  class NcclWork final : public CommWork {
+   public:
+    NcclWork(cudaStream_t compute, cudaStream_t comm) : compute_(compute) {
+      NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+      NCCL_CUDA_CHECK(cudaEventRecord(done_, comm));
+    }
+    ~NcclWork() override { cudaEventDestroy(done_); }
+    NcclWork(const NcclWork&) = delete;
+    NcclWork& operator=(const NcclWork&) = delete;
+    void wait() override { NCCL_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0)); }
+
+   private:
+    cudaStream_t compute_;
+    cudaEvent_t done_ = nullptr;
   };
 
   void activate() {

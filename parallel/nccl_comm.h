@@ -19,10 +19,11 @@
 //   asynchronous NCCL error (a broken link, a lost peer: the collective never returns) is
 //   caught by a watchdog thread polling ncclCommGetAsyncError every second (CommWatchdog),
 //   which prints it and aborts the job.
-// - The compute stream waits for each op right after it is queued: the gradient buckets'
-//   reductions do not overlap the rest of the backward pass yet (that needs per-bucket
-//   events and an allocator that holds freed blocks until the communication stream is past
-//   them).
+// - allreduce_async and reduce_scatter_async (the gradient buckets' reductions) are queued
+//   the same way, but the compute stream waits for them only at CommWork::wait(), through
+//   an event of their own, so the backward pass goes on while they run. Their buffers are
+//   persistent (gradients, the optimizer's staging and shard), so no allocator block has
+//   to be held for the communication stream.
 //
 // Real only when the build has CUDA, NCCL and MPI (TRIDENT_HAVE_NCCL); otherwise the
 // factories throw ConfigError naming --comm.

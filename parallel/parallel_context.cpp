@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "parallel/comm_strings.h"
+#include "parallel/deferred_async_comm.h"
 #include "parallel/nccl_comm.h"
 #ifdef TRIDENT_HAVE_MPI
 #include "parallel/mpi_comm.h"
@@ -63,6 +64,8 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_u
       throw ConfigError("--comm nccl: this build has no NCCL (it needs CUDA, NCCL and MPI)");
 #endif
     }
+    // The optimizer's gradient reductions are the asynchronous ops (deferred_async_comm.h).
+    if (check_async_comm_requested()) ctx->dp = make_deferred_async_comm(std::move(ctx->dp));
     return ctx;
   }
 #endif

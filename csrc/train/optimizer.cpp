@@ -37,8 +37,13 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
     shard_grads_ = be_.zeros({n}, DType::F32);
     int64_t largest = 0;
     for (const FlatRange& b : plan_.buckets()) largest = std::max(largest, b.size());
-    if (params_.flat_grads().dtype != DType::F32) staging_ = be_.empty({largest}, DType::F32);
-    chunk_ = be_.empty({largest / plan_.shards()}, DType::F32);
+    const bool staged = params_.flat_grads().dtype != DType::F32;
+    if (staged) staging_ = be_.empty({largest}, DType::F32);
+    if (zero_stage == 2) chunk_ = be_.empty({largest / plan_.shards()}, DType::F32);
+    // One reduction in flight when the next one reuses what it reads or writes (staging_,
+    // chunk_, a gradient slot); zero 1 in fp32 reads the gradients and writes the shard,
+    // which nothing else touches before reduce_gradients().
+    if (staged || zero_stage == 2) max_in_flight_ = 1;
   }
   for (size_t b = 0; b < params_.groups().size(); ++b) {
     const int layer = params_.groups()[b].layer;
@@ -88,42 +93,60 @@ Tensor AdamWOptimizer::state_slice(State k, const ShardPiece& s) const {
 Tensor AdamWOptimizer::shard_grads() const { return sharded() ? shard_grads_.t() : params_.flat_grads(); }
 
 void AdamWOptimizer::zero_grads() {
+  TRIDENT_CHECK(in_flight_.empty(), "zero_grads with gradient reductions in flight");
   params_.zero_grads();
   if (sharded()) be_.fill(shard_grads_, 0.0f);
   reduced_.assign(plan_.buckets().size(), 0);
 }
 
-void AdamWOptimizer::reduce_scatter_bucket(size_t bucket) {
-  const FlatRange b = plan_.buckets()[bucket];
-  const int64_t chunk = b.size() / plan_.shards();
-  const Tensor grads = params_.group_grads(bucket);
-  // Reduce in fp32 whatever the gradient dtype (Megatron's accumulate-in-fp32 path).
-  Tensor in = grads;
-  if (grads.dtype != DType::F32) {
-    in = staging_.t().flat_slice(0, b.size());
-    be_.cast(grads, in);
-  }
-  const Tensor out = chunk_.t().flat_slice(0, chunk);
-  if (plan_.shards() > 1)
-    dp_->reduce_scatter(in, out);
-  else  // one shard: no communication (and no host-only LocalComm on a device buffer)
-    be_.copy(out, in.flat_slice(0, chunk));
-  be_.accumulate(shard_grads_.t().flat_slice(plan_.shard_offset(bucket), chunk), out);
+void AdamWOptimizer::begin_backward(bool last_micro_batch) {
+  last_backward_ = last_micro_batch;
+  // ZeRO-2 reduces every micro-batch: the next backward accumulates into the buckets again.
+  if (zero_stage_ == 2) finish_reductions();
 }
 
-// One bucket's data-parallel reduction: all-reduce in place (zero 0) or reduce-scatter
-// into the shard (zero 1, 2; zero 2 then clears the bucket for the next micro-batch).
+// One bucket's data-parallel reduction, queued: all-reduce in place (zero 0), or
+// reduce-scatter in fp32 (Megatron's accumulate-in-fp32 path, whatever the gradient dtype)
+// into the bucket's shard (zero 1, reduced once an iteration) or into chunk_ (zero 2, added
+// to the shard when done).
 void AdamWOptimizer::reduce_bucket(size_t b) {
   const Tensor grads = params_.group_grads(b);
   reduced_[b] = 1;
   if (sequence_parallel_tp_)  // first the sums over this rank's rows, over the TP ranks
     for (const LocalParam* p : tp_partial_[b]) sequence_parallel_tp_->allreduce(params_.grad(*p), ReduceOp::Sum);
   if (!sharded()) {
-    if (dp_ != nullptr && dp_->size() > 1) dp_->allreduce(grads, ReduceOp::Sum);
+    if (dp_ != nullptr && dp_->size() > 1) in_flight_.push_back({b, dp_->allreduce_async(grads, ReduceOp::Sum)});
     return;
   }
-  reduce_scatter_bucket(b);
-  if (zero_stage_ == 2) be_.fill(grads, 0.0f);
+  // staging_, chunk_ or a ZeRO-2 gradient slot is about to be written again.
+  if (in_flight_.size() >= max_in_flight_) finish_reductions();
+  Tensor in = grads;
+  if (grads.dtype != DType::F32) {
+    in = staging_.t().flat_slice(0, grads.numel());
+    be_.cast(grads, in);
+  }
+  const int64_t chunk = grads.numel() / plan_.shards();
+  const Tensor out = zero_stage_ == 1 ? shard_grads_.t().flat_slice(plan_.shard_offset(b), chunk)
+                                      : chunk_.t().flat_slice(0, chunk);
+  if (plan_.shards() > 1) {
+    in_flight_.push_back({b, dp_->reduce_scatter_async(in, out)});
+  } else {  // one shard: no communication (and no host-only LocalComm on a device buffer)
+    be_.copy(out, in.flat_slice(0, chunk));
+    in_flight_.push_back({b, nullptr});
+  }
+}
+
+void AdamWOptimizer::finish_reductions() {
+  for (InFlight& r : in_flight_) {
+    if (r.work) r.work->wait();
+    if (zero_stage_ == 2) {
+      const int64_t chunk = plan_.buckets()[r.bucket].size() / plan_.shards();
+      be_.accumulate(shard_grads_.t().flat_slice(plan_.shard_offset(r.bucket), chunk),
+                     chunk_.t().flat_slice(0, chunk));
+      be_.fill(params_.group_grads(r.bucket), 0.0f);  // for the next micro-batch or layer
+    }
+  }
+  in_flight_.clear();
 }
 
 void AdamWOptimizer::on_layer_gradients_ready(int layer) {
@@ -133,6 +156,7 @@ void AdamWOptimizer::on_layer_gradients_ready(int layer) {
 void AdamWOptimizer::reduce_gradients() {
   for (size_t b = 0; b < plan_.buckets().size(); ++b)
     if (!reduced_[b]) reduce_bucket(b);
+  finish_reductions();
 }
 
 double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {

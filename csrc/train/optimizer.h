@@ -12,15 +12,23 @@
 //           fp32 shard, and layer gradients live in two rotating slots instead of one
 //           buffer per layer (ParamStore), so the full-size gradient buffer is gone.
 // With zero 0 and 1, each layer's bucket is all-reduced or reduce-scattered as soon as the
-// last micro-batch's backward has produced it (Megatron's overlap_grad_reduce's order).
-// NcclComm still makes the compute stream wait for each reduction right after queuing it,
-// so the reductions do not overlap the rest of the backward pass yet (nccl_comm.h).
+// last micro-batch's backward has produced it (Megatron's overlap_grad_reduce). The
+// reductions are asynchronous (Comm::allreduce_async; on NcclComm they run on its
+// communication stream while backward goes on) and are waited for in reduce_gradients(),
+// before anything reads the reduced gradients. When a reduction's buffers are reused
+// during the iteration (the fp32 staging of 16-bit gradients, ZeRO-2's chunk and gradient
+// slots) at most one is in flight: queuing the next layer's reduction, or starting the
+// next micro-batch's backward (ZeRO-2), first waits for the previous one, so each overlaps
+// one layer's backward. TRIDENT_CHECK_ASYNC_COMM=1 checks these waits on the CPU
+// (parallel/deferred_async_comm.h).
 // Weight decay applies to 2-D weights only; gradient clipping by the global norm and the
 // loss-scale unscaling are folded into the update's gradient factor.
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "core/backend.h"
@@ -45,12 +53,13 @@ class AdamWOptimizer {
   // Zeroes the model's gradients and the shard gradients (start of an iteration).
   void zero_grads();
   // Says whether the backward about to run is the iteration's last micro-batch.
-  void begin_backward(bool last_micro_batch) { last_backward_ = last_micro_batch; }
+  void begin_backward(bool last_micro_batch);
   // The gradients of `layer` for the current micro-batch are complete: reduce its bucket
   // now if this is the last micro-batch (zero 0, 1) or always (zero 2).
   void on_layer_gradients_ready(int layer);
   // After the last micro-batch: reduces the buckets not reduced during backward (the
-  // embeddings and final LayerNorm, after the embedding group's all-reduce).
+  // embeddings and final LayerNorm, after the embedding group's all-reduce) and waits for
+  // every reduction.
   void reduce_gradients();
   // Sum of squares of the reduced gradients this rank owns, over the parameters for which
   // `counted` is true (the caller sums it over the ranks that own the other parts).
@@ -84,7 +93,9 @@ class AdamWOptimizer {
 
  private:
   void reduce_bucket(size_t bucket);
-  void reduce_scatter_bucket(size_t bucket);
+  // Waits for the reductions in flight (ZeRO-2: then adds each chunk to the shard and
+  // zeroes the bucket).
+  void finish_reductions();
   Tensor shard_grads() const;
 
   Backend& be_;
@@ -101,7 +112,14 @@ class AdamWOptimizer {
   // Compact shard state (zero 0: the flat layout). master_ is empty when the fp32 model
   // parameters themselves are the master weights.
   Buffer master_, m_, v_, shard_grads_;
-  Buffer staging_, chunk_;  // zero > 0: one bucket's fp32 gradients and its reduced chunk
+  // zero > 0 with 16-bit gradients: one bucket's fp32 gradients; zero 2: its reduced chunk.
+  Buffer staging_, chunk_;
+  struct InFlight {
+    size_t bucket;
+    std::unique_ptr<CommWork> work;  // null: done (one shard)
+  };
+  std::vector<InFlight> in_flight_;  // queued reductions, oldest first
+  size_t max_in_flight_ = SIZE_MAX;
   struct Update {
     int64_t shard_offset, flat_begin, size;
     const LocalParam* param;

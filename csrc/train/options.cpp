@@ -39,6 +39,7 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-bias-dropout-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-async-tensor-model-parallel-allreduce", "Megatron's communication overlap switch: no effect", true},
+      {"overlap-grad-reduce", "Megatron's gradient-reduction overlap: always on (with NCCL)", true},
       {"use-flash-attn", "Megatron's flash attention switch: the fused attention always runs", true},
       {"log-timers-to-tensorboard", "Megatron's timer scalars: no effect", true},
       {"log-validation-ppl-to-tensorboard", "validation perplexity scalars: always written", true},

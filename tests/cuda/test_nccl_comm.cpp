@@ -175,6 +175,33 @@ TEST_F(GpuComm, NcclOrdersAfterTheComputeStream) {
   }
 }
 
+TEST_F(GpuComm, NcclAsyncOpsOrderAtQueueAndAtWait) {
+  if (!nccl_possible()) GTEST_SKIP() << "NCCL needs one GPU per rank";
+  auto c = nccl_world(ref_);
+  // The async ops take the compute stream's work queued before them and deliver to its
+  // work queued after wait(); compute work in between (another buffer) is not ordered.
+  const int64_t n = (int64_t{1} << 24) / size_ * size_;
+  Buffer grads = be_->empty(Shape{n}, DType::F32), other = be_->empty(Shape{n}, DType::F32);
+  Buffer shard = be_->empty(Shape{n / size_}, DType::F32);
+  const double S = size_ * (size_ + 1) / 2.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    be_->fill(grads, 1.0f);
+    be_->scale(grads, static_cast<float>(rank_ + 1));
+    auto work = c->allreduce_async(grads, ReduceOp::Sum);
+    be_->fill(other, 3.0f);  // overlaps the reduction
+    work->wait();
+    be_->scale(grads, 0.5f);
+    EXPECT_NEAR(be_->sum(grads), 0.5 * S * n, 1e-6 * S * n);
+    EXPECT_NEAR(be_->sum(other), 3.0 * n, 1e-6 * n);
+    be_->fill(other, static_cast<float>(rank_ + 1));
+    auto rs = c->reduce_scatter_async(other, shard);
+    be_->fill(grads, 0.0f);
+    rs->wait();
+    be_->scale(shard, 2.0f);
+    EXPECT_NEAR(be_->sum(shard), 2.0 * S * (n / size_), 1e-6 * S * n);
+  }
+}
+
 TEST_F(GpuComm, ParallelContextWithNccl) {
   if (!nccl_possible()) GTEST_SKIP() << "NCCL needs one GPU per rank";
   if (!mpi_initialized()) GTEST_SKIP() << "groups need MPI: run under mpirun";

@@ -633,10 +633,10 @@ TEST(Options, MegatronRunFlags) {
 TEST(Options, MegatronScriptsRunUnchanged) {
   TrainOptions o = parse({"--DDP-impl", "local", "--distributed-backend", "nccl", "--data-impl", "mmap",
                           "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--num-workers", "2",
-                          "--log-validation-ppl-to-tensorboard"});
+                          "--log-validation-ppl-to-tensorboard", "--overlap-grad-reduce"});
   EXPECT_EQ(o.flags_without_effect,
             (std::vector<std::string>{"--DDP-impl", "--distributed-backend", "--data-impl", "--num-workers",
-                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion",
+                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--overlap-grad-reduce",
                                       "--log-validation-ppl-to-tensorboard"}));
   EXPECT_TRUE(parse({}).flags_without_effect.empty());
   EXPECT_EQ(parse({"--train-samples", "300_000", "--global-batch-size", "1_6"}).train_samples, 300000u);

@@ -1,0 +1,158 @@
+// The optimizer's data-parallel gradient reductions are asynchronous (optimizer.h): the
+// gradients it reduces end up as the sum over the ranks for every ZeRO stage and gradient
+// dtype, also when every asynchronous op only completes at its wait and its buffers read
+// as NaN until then (parallel/deferred_async_comm.h), which is how a missing wait shows.
+// The other rank of the group is a mirror that holds the same gradients, so every reduced
+// gradient is twice this rank's. The backward is simulated: each micro-batch adds a known
+// value to every layer's gradients, last layer first, then says the layer is ready.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "model/param_spec.h"
+#include "parallel/deferred_async_comm.h"
+#include "train/optimizer.h"
+
+namespace trident {
+namespace {
+
+// Rank 0 of two whose peer holds exactly this rank's buffers (host buffers only).
+class MirrorComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void allreduce(const Tensor& t, ReduceOp op) override {
+    if (op == ReduceOp::Sum) scale_into(t, t, 2.0f);
+  }
+  void allgather(const Tensor& in, const Tensor& out) override {
+    const size_t n = in.nbytes();
+    std::memmove(out.data, in.data, n);
+    std::memcpy(static_cast<char*>(out.data) + n, out.data, n);
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    ASSERT_EQ(in.numel(), 2 * out.numel());
+    scale_into(in.flat_slice(0, out.numel()), out, 2.0f);
+  }
+  void broadcast(const Tensor&, int) override {}
+  void exchange(const std::vector<P2pTransfer>&) override { FAIL() << "no point-to-point in these tests"; }
+  void barrier() override {}
+
+ private:
+  static void scale_into(const Tensor& in, const Tensor& out, float k) {
+    for (int64_t i = 0; i < in.numel(); ++i)
+      store_from_float(out.data, out.dtype, i, k * load_as_float(in.data, in.dtype, i));
+  }
+};
+
+ModelConfig three_layers() {
+  ModelConfig c;
+  c.num_layers = 3;  // with two gradient slots, layer 2 reuses layer 0's
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.seq_length = 8;
+  c.max_position_embeddings = 8;
+  c.vocab_size = 64;
+  return c;
+}
+
+// What micro-batch m adds to every gradient of group g: exact in fp16 and in its sums.
+float added(int m, size_t g) { return 0.5f * static_cast<float>(m + 1) + 0.25f * static_cast<float>(g); }
+
+void add_to(const Tensor& t, float v) {
+  for (int64_t i = 0; i < t.numel(); ++i) store_from_float(t.data, t.dtype, i, load_as_float(t.data, t.dtype, i) + v);
+}
+
+struct Case {
+  int zero;
+  DType params, grads;
+  bool slots;
+  std::string name() const {
+    return "zero " + std::to_string(zero) + ", " + dtype_name(params) + " parameters, " + dtype_name(grads) +
+           " gradients" + (slots ? ", gradient slots" : "");
+  }
+};
+
+// Runs one iteration of `micro_batches` simulated backwards and returns the optimizer's
+// owned squared gradient norm; `expected` gets the sum over the ranks' exact value.
+// `late_write`: a buggy backward adds 1 to layer 1's gradients after saying they are ready.
+double reduced_norm_sq(const Case& c, bool deferred, int micro_batches, double* expected, bool late_write = false) {
+  auto be = make_cpu_backend();
+  ModelConfig cfg = three_layers();
+  ParamStore params(*be, gpt2_param_specs(cfg, 1), 1, 0, c.params, c.grads, [](const ParamSpec&) { return true; },
+                    128, c.slots ? 2 : 0);
+  std::unique_ptr<Comm> dp = std::make_unique<MirrorComm>();
+  if (deferred) dp = make_deferred_async_comm(std::move(dp));
+  AdamWOptimizer opt(*be, params, AdamWConfig{}, dp.get(), c.zero);
+  opt.zero_grads();
+  for (int m = 0; m < micro_batches; ++m) {
+    opt.begin_backward(m == micro_batches - 1);
+    for (size_t g = 0; g < params.groups().size(); ++g)  // embeddings, final LayerNorm
+      if (params.groups()[g].layer < 0) add_to(params.group_grads(g), added(m, g));
+    for (int layer = cfg.num_layers - 1; layer >= 0; --layer) {
+      for (size_t g = 0; g < params.groups().size(); ++g)
+        if (params.groups()[g].layer == layer) add_to(params.group_grads(g), added(m, g));
+      opt.on_layer_gradients_ready(layer);
+      if (late_write && layer == 1 && m == micro_batches - 1)
+        for (size_t g = 0; g < params.groups().size(); ++g)
+          if (params.groups()[g].layer == 1) add_to(params.group_grads(g), 1.0f);
+    }
+  }
+  opt.reduce_gradients();
+  *expected = 0;
+  for (const LocalParam& p : params.list()) {
+    double sum = 0;
+    for (int m = 0; m < micro_batches; ++m) sum += added(m, p.group);
+    for (const ShardPiece& s : opt.plan().owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+      *expected += static_cast<double>(s.size()) * (2 * sum) * (2 * sum);
+  }
+  return opt.owned_grad_sum_squares([](const ParamSpec&) { return true; });
+}
+
+const std::vector<Case> kCases = {
+    {0, DType::F32, DType::F32, false}, {0, DType::F16, DType::F16, false}, {1, DType::F32, DType::F32, false},
+    {1, DType::F16, DType::F16, false}, {1, DType::BF16, DType::F32, false}, {2, DType::F32, DType::F32, false},
+    {2, DType::F32, DType::F32, true},  {2, DType::F16, DType::F16, true},  {2, DType::BF16, DType::F32, true},
+};
+
+TEST(OptimizerReductions, EveryStageReducesTheSumOverRanks) {
+  for (const Case& c : kCases)
+    for (int micro_batches : {1, 3}) {
+      double expected = 0;
+      const double got = reduced_norm_sq(c, false, micro_batches, &expected);
+      EXPECT_NEAR(got, expected, 1e-9 * expected) << c.name() << ", " << micro_batches << " micro-batches";
+    }
+}
+
+TEST(OptimizerReductions, NoBufferIsTouchedBeforeItsReductionIsWaitedFor) {
+  for (const Case& c : kCases)
+    for (int micro_batches : {1, 3}) {
+      const std::string what = c.name() + ", " + std::to_string(micro_batches) + " micro-batches";
+      double expected = 0;
+      try {
+        const double got = reduced_norm_sq(c, true, micro_batches, &expected);
+        EXPECT_NEAR(got, expected, 1e-9 * expected) << what;
+      } catch (const InternalError& e) {  // a buffer reused or overwritten before its wait
+        ADD_FAILURE() << what << ": " << e.what();
+      }
+    }
+}
+
+// The check above can fail. A buffer reused or overwritten before its wait throws (the
+// wrapper's own test); a gradient accumulated into after its bucket was queued keeps the
+// poison's NaN bits, and is lost: the norm differs from the synchronous one.
+TEST(OptimizerReductions, TheDeferredCheckSeesAWriteAfterTheReductionWasQueued) {
+  const Case c{0, DType::F32, DType::F32, false};
+  double expected = 0;
+  const double synchronous = reduced_norm_sq(c, false, 1, &expected, true);
+  const double deferred = reduced_norm_sq(c, true, 1, &expected, true);
+  EXPECT_GT(synchronous, expected * (1 + 1e-6));  // the late write counts when ops are immediate
+  EXPECT_NEAR(deferred, expected, 1e-9 * expected);  // and is lost when they are not
+}
+
+}  // namespace
+}  // namespace trident
