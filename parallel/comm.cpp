@@ -21,4 +21,9 @@ std::unique_ptr<CommWork> Comm::reduce_scatter_async(const Tensor& in, const Ten
   return std::make_unique<FinishedWork>();
 }
 
+std::unique_ptr<CommWork> Comm::allgather_async(const Tensor& in, const Tensor& out) {
+  allgather(in, out);
+  return std::make_unique<FinishedWork>();
+}
+
 }  // namespace trident

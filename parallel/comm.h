@@ -48,7 +48,8 @@ class Comm {
   virtual void exchange(const std::vector<P2pTransfer>& transfers) = 0;
   virtual void barrier() = 0;
 
-  // Asynchronous forms, for the gradient reductions that overlap the backward pass: the op
+  // Asynchronous forms, for the gradient reductions that overlap the backward pass and the
+  // parameter gathers that overlap the next forward: the op
   // is queued after the caller's work so far and may run while the caller goes on. Until
   // the returned work's wait() the caller must neither read nor write the buffers, and they
   // must outlive the op (persistent buffers: no allocator block is held for it). NcclComm
@@ -56,6 +57,8 @@ class Comm {
   // finished work (MpiComm, LocalComm).
   virtual std::unique_ptr<CommWork> allreduce_async(const Tensor& t, ReduceOp op);
   virtual std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& in, const Tensor& out);
+  // The updated parameters' gather after a ZeRO step (--overlap-param-gather).
+  virtual std::unique_ptr<CommWork> allgather_async(const Tensor& in, const Tensor& out);
 
   void send(const Tensor& t, int peer) { exchange({{true, t, peer}}); }
   void recv(const Tensor& t, int peer) { exchange({{false, t, peer}}); }

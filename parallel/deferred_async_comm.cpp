@@ -41,6 +41,14 @@ class DeferredAsyncComm final : public Comm {
     return std::make_unique<Work>(*this, t, std::vector<Tensor>{t}, [this, t, op] { inner_->allreduce(t, op); });
   }
 
+  // `in` may be this rank's block of `out` (ZeRO's gather in place): poisoned with the rest.
+  std::unique_ptr<CommWork> allgather_async(const Tensor& in, const Tensor& out) override {
+    if (in.device != Device::Cpu) return inner_->allgather_async(in, out);
+    const bool in_place = overlap(in, out);
+    return std::make_unique<Work>(*this, in, in_place ? std::vector<Tensor>{out} : std::vector<Tensor>{in, out},
+                                  [this, in, out] { inner_->allgather(in, out); });
+  }
+
   std::unique_ptr<CommWork> reduce_scatter_async(const Tensor& in, const Tensor& out) override {
     if (in.device != Device::Cpu) return inner_->reduce_scatter_async(in, out);
     return std::make_unique<Work>(*this, in, std::vector<Tensor>{in, out},
@@ -58,12 +66,12 @@ class DeferredAsyncComm final : public Comm {
           buffers_(std::move(buffers)),
           op_(std::move(op)) {
       for (const Tensor& b : buffers_)
-        for (const Tensor& busy : comm_.busy_)
-          if (overlap(b, busy))
-            throw InternalError("an asynchronous reduction's buffer is used by another one that was not waited for");
+        for (const Busy& busy : comm_.busy_)
+          if (overlap(b, busy.buffer))
+            throw InternalError("an asynchronous op's buffer is used by another one that was not waited for");
       for (const Tensor& b : buffers_) {
         std::memset(b.data, kPoison, b.nbytes());
-        comm_.busy_.push_back(b);
+        comm_.busy_.push_back({this, b});
       }
     }
     ~Work() override { release(); }
@@ -72,7 +80,7 @@ class DeferredAsyncComm final : public Comm {
       release();
       for (const Tensor& b : buffers_)
         if (!still_poisoned(b))
-          throw InternalError("an asynchronous reduction's buffer was written before the reduction was waited for");
+          throw InternalError("an asynchronous op's buffer was written before the op was waited for");
       std::memcpy(input_.data, saved_.data(), saved_.size());
       std::exchange(op_, nullptr)();
     }
@@ -82,9 +90,7 @@ class DeferredAsyncComm final : public Comm {
       if (released_) return;
       released_ = true;
       auto& busy = comm_.busy_;
-      for (const Tensor& b : buffers_)
-        busy.erase(std::remove_if(busy.begin(), busy.end(), [&](const Tensor& x) { return x.data == b.data; }),
-                   busy.end());
+      busy.erase(std::remove_if(busy.begin(), busy.end(), [this](const Busy& x) { return x.op == this; }), busy.end());
     }
     DeferredAsyncComm& comm_;
     Tensor input_;
@@ -95,7 +101,11 @@ class DeferredAsyncComm final : public Comm {
   };
 
   std::unique_ptr<Comm> inner_;
-  std::vector<Tensor> busy_;  // the buffers of the ops not yet waited for
+  struct Busy {
+    const Work* op;
+    Tensor buffer;
+  };
+  std::vector<Busy> busy_;  // the buffers of the ops not yet waited for
 };
 
 }  // namespace

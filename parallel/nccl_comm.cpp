@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "parallel/comm_watchdog.h"
@@ -108,7 +109,11 @@ class NcclComm final : public Comm {
     host_->broadcast(Tensor(&id, Shape{static_cast<int64_t>(sizeof(id) / sizeof(int32_t))}, DType::I32, Device::Cpu),
                      0);
     NCCL_CHECK(ncclCommInitRank(&comm_, host_->size(), id, host_->rank()));
-    NCCL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // The highest priority: a reduction overlapping the backward gets SMs as soon as
+    // blocks of the backward's GEMMs retire, instead of after the whole queue of them.
+    int least = 0, greatest = 0;
+    NCCL_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    NCCL_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
     watchdog_id_ = nccl_watchdog().add([comm = comm_] { return nccl_async_failure(comm); });
@@ -116,9 +121,12 @@ class NcclComm final : public Comm {
 
   ~NcclComm() override {
     // Best effort: at exit the CUDA context may already be gone, so errors are ignored.
-    if (cudaSetDevice(device_) == cudaSuccess && stream_) cudaStreamSynchronize(stream_);
+    // While an exception unwinds (a rank failing mid-step, on its way to ending the job),
+    // ops may be queued whose peers never come: abort them instead of waiting forever.
+    const bool unwinding = std::uncaught_exceptions() > 0;
+    if (cudaSetDevice(device_) == cudaSuccess && stream_ && !unwinding) cudaStreamSynchronize(stream_);
     if (watchdog_id_ >= 0) nccl_watchdog().remove(watchdog_id_);  // before the communicator goes
-    if (comm_) ncclCommDestroy(comm_);
+    if (comm_) unwinding ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
     if (compute_ready_) cudaEventDestroy(compute_ready_);
     if (comm_done_) cudaEventDestroy(comm_done_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -183,8 +191,9 @@ class NcclComm final : public Comm {
     NCCL_CHECK(ncclGroupEnd());
   }
 
-  // The gradient reductions of the backward pass: queued like the ops above, but the
-  // compute stream waits for them only at the work's wait(), so the backward goes on.
+  // The gradient reductions of the backward pass and the parameter gathers of the next
+  // forward: queued like the ops above, but the compute stream waits for them only at the
+  // work's wait(), so the backward (forward) goes on.
   std::unique_ptr<CommWork> allreduce_async(const Tensor& t, ReduceOp op) override {
     if (on_host(t) || t.numel() == 0) return Comm::allreduce_async(t, op);
     comm_after_compute();
@@ -200,6 +209,15 @@ class NcclComm final : public Comm {
     comm_after_compute();
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype), ncclSum,
                                  comm_, stream_));
+    return std::make_unique<NcclWork>(compute_, stream_);
+  }
+
+  std::unique_ptr<CommWork> allgather_async(const Tensor& in, const Tensor& out) override {
+    if (on_host(in, out) || in.nbytes() == 0) return Comm::allgather_async(in, out);
+    TRIDENT_CHECK(out.nbytes() == in.nbytes() * static_cast<size_t>(size()), "NcclComm allgather: out ",
+                  out.shape.str(), " is not ", size(), " x in ", in.shape.str());
+    comm_after_compute();
+    NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
     return std::make_unique<NcclWork>(compute_, stream_);
   }
 
@@ -247,6 +265,7 @@ class NcclComm final : public Comm {
     ~NcclWork() override { cudaEventDestroy(done_); }
     NcclWork(const NcclWork&) = delete;
     NcclWork& operator=(const NcclWork&) = delete;
+    // No cudaSetDevice: a stream wait on an event needs no current device (one per process).
     void wait() override { NCCL_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0)); }
 
    private:

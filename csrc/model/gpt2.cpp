@@ -277,7 +277,15 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   sample_base_ = slot_sample_base_[slot] = mb.sample_base;
   slot_training_[slot] = training;
   training_ = training;
+  const int n = static_cast<int>(s.layers.size());
+  // The parameters of layer i of this stage, or (i == n) the final LayerNorm's on the last stage.
+  auto need_layer = [&](int i) {
+    if (!params_needed_) return;
+    if (i < n) params_needed_(layout_.layer_begin + i);
+    else if (layout_.last_stage) params_needed_(-1);
+  };
   if (layout_.first_stage) {
+    if (params_needed_) params_needed_(-1);
     be_.copy_from_host(s.tokens, mb.tokens);
     const ParamStore& P = *params_;
     // Vocab-parallel lookup; rank 0 adds positions so the all-reduce adds them once.
@@ -292,12 +300,13 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   }
   // Pre-LN: only the stage's first LayerNorm reads the stage input on its own; every later
   // one (the next layer's ln_1, or ln_f) is fused with the residual add that makes its input.
-  const int n = static_cast<int>(s.layers.size());
   const NormOutput first = n > 0 ? ln1_output(layout_.layer_begin, s.layers[0]) : lnf_output(s);
+  need_layer(0);
   if (!first.out.empty()) be_.layernorm_forward(s.input, first.gamma, first.beta, first.out, first.mean, first.rstd);
   Tensor x = s.input;
   for (int i = 0; i < n; ++i) {
     const NormOutput next = i + 1 < n ? ln1_output(layout_.layer_begin + i + 1, s.layers[i + 1]) : lnf_output(s);
+    need_layer(i + 1);  // its ln_1 (or ln_f) is fused into this layer's last residual add
     layer_forward(layout_.layer_begin + i, x, s.layers[i], training, next);
     x = s.layers[i].out;
   }

@@ -113,8 +113,12 @@ class Gpt2Model {
   void backward(int slot);
   LossStats loss_stats() const;  // of the last forward on the last stage
   // Called during backward as soon as a layer's parameter gradients for the micro-batch
-  // are complete (ZeRO-2 reduces them while backward goes on).
+  // are complete (their data-parallel reduction starts while backward goes on).
   void set_layer_gradients_ready(std::function<void(int layer)> f) { layer_grads_ready_ = std::move(f); }
+  // Called during forward before a layer's parameters are first read, with -1 before the
+  // embeddings' or the final LayerNorm's (--overlap-param-gather waits for their gather).
+  // A layer's ln_1 is read by the fused residual LayerNorm of the layer before it.
+  void set_params_needed(std::function<void(int layer)> f) { params_needed_ = std::move(f); }
 
   // Pipeline hooks: the stage's input ([B*T, C], or this TP rank's B*T / tp rows with
   // sequence parallelism; written by the previous stage's output before forward) and output
@@ -196,6 +200,7 @@ class Gpt2Model {
   std::vector<char> slot_training_;
   LossStats last_stats_;
   std::function<void(int)> layer_grads_ready_;
+  std::function<void(int)> params_needed_;
 };
 
 }  // namespace trident

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/error.h"
 #include "model/gpt2.h"
@@ -52,6 +53,11 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
     layer_bucket_[layer] = b;
   }
   reduced_.assign(plan_.buckets().size(), 0);
+  param_gathers_.resize(plan_.buckets().size());
+  for (size_t b = 0; b < params_.groups().size(); ++b)
+    if (params_.groups()[b].layer < 0) gather_order_.push_back(b);
+  for (size_t b : layer_bucket_)
+    if (b != SIZE_MAX) gather_order_.push_back(b);
   for (const LocalParam& p : params_.list())
     for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
       updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), &p});
@@ -105,11 +111,19 @@ void AdamWOptimizer::begin_backward(bool last_micro_batch) {
   if (zero_stage_ == 2) finish_reductions();
 }
 
+// Queues bucket b's reduction; without overlap, waits for it at once.
+void AdamWOptimizer::reduce_bucket(size_t b) {
+  queue_reduction(b);
+  if (!overlap_grad_reduce_) finish_reductions();
+}
+
 // One bucket's data-parallel reduction, queued: all-reduce in place (zero 0), or
 // reduce-scatter in fp32 (Megatron's accumulate-in-fp32 path, whatever the gradient dtype)
 // into the bucket's shard (zero 1, reduced once an iteration) or into chunk_ (zero 2, added
-// to the shard when done).
-void AdamWOptimizer::reduce_bucket(size_t b) {
+// to the shard when done). Its buffers must stay persistent (gradients, staging_, chunk_,
+// the shard): the communication stream may still use them after the compute stream has
+// gone on, so a temporary from the allocator could be handed out again under it.
+void AdamWOptimizer::queue_reduction(size_t b) {
   const Tensor grads = params_.group_grads(b);
   reduced_[b] = 1;
   if (sequence_parallel_tp_)  // first the sums over this rank's rows, over the TP ranks
@@ -180,6 +194,7 @@ double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const Par
 }
 
 void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
+  wait_for_all_params();  // a step without a forward since the last one (benchmarks)
   float scale = grad_scale;
   // Megatron: clip_coeff = max_norm / (norm + 1e-6), applied when below 1.
   if (cfg_.clip_grad > 0) {
@@ -209,11 +224,33 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
   }
   be_.adamw_multi(batch);
   if (plan_.shards() == 1) return;
-  for (size_t b = 0; b < plan_.buckets().size(); ++b) {
+  for (size_t b : gather_order_) {
     const FlatRange r = plan_.buckets()[b], c = plan_.owned_chunk(b);
-    dp_->allgather(params_.flat_params().flat_slice(c.begin, c.size()),
-                   params_.flat_params().flat_slice(r.begin, r.size()));
+    const Tensor mine = params_.flat_params().flat_slice(c.begin, c.size());
+    const Tensor all = params_.flat_params().flat_slice(r.begin, r.size());
+    if (overlap_param_gather_)
+      param_gathers_[b] = dp_->allgather_async(mine, all);
+    else
+      dp_->allgather(mine, all);
   }
+}
+
+void AdamWOptimizer::wait_for_params(int layer) {
+  auto wait = [this](size_t b) {
+    if (param_gathers_[b]) std::exchange(param_gathers_[b], nullptr)->wait();
+  };
+  if (layer >= 0) {
+    if (static_cast<size_t>(layer) < layer_bucket_.size() && layer_bucket_[layer] != SIZE_MAX)
+      wait(layer_bucket_[layer]);
+    return;
+  }
+  for (size_t b = 0; b < params_.groups().size(); ++b)
+    if (params_.groups()[b].layer < 0) wait(b);
+}
+
+void AdamWOptimizer::wait_for_all_params() {
+  for (auto& g : param_gathers_)
+    if (g) std::exchange(g, nullptr)->wait();
 }
 
 }  // namespace trident

@@ -15,12 +15,15 @@
 // last micro-batch's backward has produced it (Megatron's overlap_grad_reduce). The
 // reductions are asynchronous (Comm::allreduce_async; on NcclComm they run on its
 // communication stream while backward goes on) and are waited for in reduce_gradients(),
-// before anything reads the reduced gradients. When a reduction's buffers are reused
-// during the iteration (the fp32 staging of 16-bit gradients, ZeRO-2's chunk and gradient
-// slots) at most one is in flight: queuing the next layer's reduction, or starting the
-// next micro-batch's backward (ZeRO-2), first waits for the previous one, so each overlaps
-// one layer's backward. TRIDENT_CHECK_ASYNC_COMM=1 checks these waits on the CPU
-// (parallel/deferred_async_comm.h).
+// before anything reads the reduced gradients. ZeRO-0 (any dtype) and ZeRO-1 with fp32
+// gradients keep every bucket in flight until then. When a reduction's buffers are reused
+// during the iteration (ZeRO-1's fp32 staging of 16-bit gradients, ZeRO-2's chunk and
+// gradient slots) at most one is in flight: queuing the next layer's reduction, or starting
+// the next micro-batch's backward (ZeRO-2), first waits for the previous one, so a bucket's
+// reduction overlaps the next layer's backward (a micro-batch's last one: the pipeline's
+// forwards and transfers until the next backward). set_overlap_grad_reduce(false) waits
+// for each reduction as soon as it is queued. TRIDENT_CHECK_ASYNC_COMM=1 checks the waits
+// on the CPU (parallel/deferred_async_comm.h).
 // Weight decay applies to 2-D weights only; gradient clipping by the global norm and the
 // loss-scale unscaling are folded into the update's gradient factor.
 #pragma once
@@ -69,6 +72,14 @@ class AdamWOptimizer {
   // (loss-scale unscaling). With zero > 0 the updated parameters are all-gathered.
   void step(double lr, double grad_norm, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
+  // --overlap-param-gather (ZeRO): step() only queues the updated parameters' all-gathers,
+  // embeddings and final LayerNorm first, then the layers in forward order; the forward
+  // waits for each bucket just before reading it (wait_for_params), and anything else that
+  // reads the parameters (a checkpoint, the end of training) calls wait_for_all_params().
+  void set_overlap_param_gather(bool on) { overlap_param_gather_ = on; }
+  void set_overlap_grad_reduce(bool on) { overlap_grad_reduce_ = on; }
+  void wait_for_params(int layer);  // -1: the embeddings and final LayerNorm
+  void wait_for_all_params();
   // The weight decay the next steps apply to the parameters that take it (the trainer's
   // weight-decay schedule sets it before every step).
   void set_weight_decay(float weight_decay) { cfg_.weight_decay = weight_decay; }
@@ -88,11 +99,13 @@ class AdamWOptimizer {
   // sums over the TP ranks of `tp`; each bucket's reduction sums them over `tp` first.
   void set_sequence_parallel(Comm* tp);
   // Device bytes of the optimizer's own state: fp32 master weights (when separate), Adam
-  // moments, and with ZeRO the fp32 gradient shard and one bucket's staging.
+  // moments, and with ZeRO the fp32 gradient shard, one bucket's fp32 staging (16-bit
+  // gradients) and with ZeRO-2 one bucket's reduced chunk.
   size_t state_bytes() const;
 
  private:
   void reduce_bucket(size_t bucket);
+  void queue_reduction(size_t bucket);
   // Waits for the reductions in flight (ZeRO-2: then adds each chunk to the shard and
   // zeroes the bucket).
   void finish_reductions();
@@ -120,6 +133,9 @@ class AdamWOptimizer {
   };
   std::vector<InFlight> in_flight_;  // queued reductions, oldest first
   size_t max_in_flight_ = SIZE_MAX;
+  bool overlap_param_gather_ = false, overlap_grad_reduce_ = true;
+  std::vector<size_t> gather_order_;                    // buckets in the order the forward reads them
+  std::vector<std::unique_ptr<CommWork>> param_gathers_;  // per bucket; null once waited for
   struct Update {
     int64_t shard_offset, flat_begin, size;
     const LocalParam* param;

@@ -39,7 +39,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-bias-dropout-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-async-tensor-model-parallel-allreduce", "Megatron's communication overlap switch: no effect", true},
-      {"overlap-grad-reduce", "Megatron's gradient-reduction overlap: always on (with NCCL)", true},
       {"use-flash-attn", "Megatron's flash attention switch: the fused attention always runs", true},
       {"log-timers-to-tensorboard", "Megatron's timer scalars: no effect", true},
       {"log-validation-ppl-to-tensorboard", "validation perplexity scalars: always written", true},
@@ -83,6 +82,12 @@ const std::vector<FlagDef>& flag_defs() {
       {"end-weight-decay", "weight decay at the end of the run (default --weight-decay)"},
       {"weight-decay-incr-style", "constant, linear or cosine rise from --start- to --end-weight-decay (constant)"},
       {"use-distributed-optimizer", "Megatron's distributed optimizer: --zero-stage 1 unless a stage is given", true},
+      {"overlap-grad-reduce", "each layer's data-parallel gradient reduction runs while backward goes on (NCCL; "
+                              "the default)", true},
+      {"no-overlap-grad-reduce", "wait for each gradient reduction as soon as it is queued (to compare, or to "
+                                 "rule the overlap out)", true},
+      {"overlap-param-gather", "with ZeRO: each layer's updated parameters are gathered while the next forward "
+                               "runs the layers before it (NCCL)", true},
       {"clip-grad", "clip gradients to this global norm (1.0; 0 off)"},
       {"adam-beta1", "0.9"},
       {"adam-beta2", "0.999"},
@@ -587,6 +592,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
     else if (o.zero_stage == 0)
       throw ConfigError("--use-distributed-optimizer shards the optimizer state: --zero-stage 0 contradicts it");
   }
+  if (f.has("overlap-grad-reduce") && f.has("no-overlap-grad-reduce"))
+    throw ConfigError("--overlap-grad-reduce and --no-overlap-grad-reduce contradict each other");
+  if (f.has("no-overlap-grad-reduce")) o.overlap_grad_reduce = false;
+  f.get("overlap-param-gather", o.overlap_param_gather);
+  if (o.overlap_param_gather && o.zero_stage == 0)
+    throw ConfigError("--overlap-param-gather overlaps the gather of the parameters that ZeRO updates in shards: it "
+                      "needs --use-distributed-optimizer or --zero-stage 1|2");
   f.get("comm", o.comm);
   f.get("no-tf32", o.no_tf32);
   f.get("recompute-granularity", o.recompute_granularity);

@@ -71,6 +71,12 @@ struct TrainOptions {
   // ignored without tensor parallelism, as Megatron ignores it.
   bool sequence_parallel = false;
   int zero_stage = 0;  // 1: optimizer state sharded over DP; 2: gradients too
+  // --overlap-grad-reduce (Megatron's, here the default; --no-overlap-grad-reduce turns it
+  // off): the gradient reductions run while backward goes on.
+  bool overlap_grad_reduce = true;
+  // --overlap-param-gather (Megatron): the updated parameters' all-gathers after a ZeRO
+  // step run while the next forward goes on, each layer waited for just before it is read.
+  bool overlap_param_gather = false;
   std::string comm;     // --comm: "nccl" or "mpi"; empty: nccl with the CUDA backend when built, else mpi
   bool no_tf32 = false;  // --no-tf32: fp32 GEMMs in plain fp32 instead of on TF32 tensor cores
   // Activation recomputation, Megatron's flags: granularity "" (none), "full" or

@@ -152,8 +152,12 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   ac.weight_decay = opt_.weight_decay;
   ac.clip_grad = opt_.clip_grad;
   optimizer_ = std::make_unique<AdamWOptimizer>(be_, *params, ac, par_->dp.get(), opt_.zero_stage);
-  for (auto& chunk : chunks_)
+  optimizer_->set_overlap_param_gather(opt_.overlap_param_gather);
+  optimizer_->set_overlap_grad_reduce(opt_.overlap_grad_reduce);
+  for (auto& chunk : chunks_) {
     chunk->set_layer_gradients_ready([this](int layer) { optimizer_->on_layer_gradients_ready(layer); });
+    chunk->set_params_needed([this](int layer) { optimizer_->wait_for_params(layer); });
+  }
   if (layouts.front().sequence_parallel) optimizer_->set_sequence_parallel(par_->tp.get());
   schedule_ = make_lr_schedule(opt_);
   wd_schedule_ = make_weight_decay_schedule(opt_);
@@ -452,7 +456,9 @@ void Trainer::train() {
         << std::endl;
   };
   out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", zero stage "
-      << opt_.zero_stage << ", " << full_micro_batches_ << " micro-batches of " << opt_.micro_batch_size
+      << opt_.zero_stage << (opt_.overlap_param_gather ? " (parameter gather overlapped)" : "")
+      << (opt_.overlap_grad_reduce ? "" : ", gradient reductions not overlapped") << ", "
+      << full_micro_batches_ << " micro-batches of " << opt_.micro_batch_size
       << " per iteration";
   if (rampup_.ramps())
     out << " (ramping up from a global batch of " << rampup_.start << " over " << rampup_.samples << " samples)";
@@ -577,6 +583,7 @@ void Trainer::train() {
       break;
     }
   }
+  optimizer_->wait_for_all_params();  // the parameters are read after train() (exports)
   std::signal(SIGTERM, old_term);
   std::signal(SIGINT, old_int);
   if (saving && last_saved_iteration_ != iteration_) save_checkpoint();

@@ -202,6 +202,7 @@ std::string abandoned_note(const fs::path& root, int64_t latest, const std::vect
 
 void Trainer::save_checkpoint() {
   const auto start = std::chrono::steady_clock::now();
+  optimizer_->wait_for_all_params();  // --overlap-param-gather: the gathers of the last step
   const ProcessGrid& grid = par_->grid;
   Comm& world = *par_->world;
   const fs::path root = opt_.save;

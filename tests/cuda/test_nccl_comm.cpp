@@ -5,10 +5,14 @@
 // tests skip and only MpiComm's staging runs on the shared GPU.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"
@@ -175,30 +179,46 @@ TEST_F(GpuComm, NcclOrdersAfterTheComputeStream) {
   }
 }
 
+// Holds back the work queued after it on a stream.
+void CUDART_CB sleep_50ms(void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }
+
 TEST_F(GpuComm, NcclAsyncOpsOrderAtQueueAndAtWait) {
   if (!nccl_possible()) GTEST_SKIP() << "NCCL needs one GPU per rank";
   auto c = nccl_world(ref_);
-  // The async ops take the compute stream's work queued before them and deliver to its
-  // work queued after wait(); compute work in between (another buffer) is not ordered.
-  const int64_t n = (int64_t{1} << 24) / size_ * size_;
-  Buffer grads = be_->empty(Shape{n}, DType::F32), other = be_->empty(Shape{n}, DType::F32);
-  Buffer shard = be_->empty(Shape{n / size_}, DType::F32);
-  const double S = size_ * (size_ + 1) / 2.0;
-  for (int rep = 0; rep < 3; ++rep) {
-    be_->fill(grads, 1.0f);
-    be_->scale(grads, static_cast<float>(rank_ + 1));
-    auto work = c->allreduce_async(grads, ReduceOp::Sum);
-    be_->fill(other, 3.0f);  // overlaps the reduction
-    work->wait();
-    be_->scale(grads, 0.5f);
-    EXPECT_NEAR(be_->sum(grads), 0.5 * S * n, 1e-6 * S * n);
-    EXPECT_NEAR(be_->sum(other), 3.0 * n, 1e-6 * n);
-    be_->fill(other, static_cast<float>(rank_ + 1));
-    auto rs = c->reduce_scatter_async(other, shard);
-    be_->fill(grads, 0.0f);
+  // Out-of-place ops, so that even a group of one copies. Each is queued behind a write that
+  // the compute stream holds back for 50 ms (an op that did not wait for the compute stream
+  // reads the old values), and moves 1 GiB, read back right after wait() on the compute
+  // stream (a wait that did not hold the compute stream back reads the -1 still there).
+  const int64_t chunk = (int64_t{1} << 28) / size_, n = chunk * size_;  // fp32: 1 GiB
+  Buffer whole = be_->empty(Shape{n}, DType::F32), part = be_->empty(Shape{chunk}, DType::F32);
+  auto last = [&](const Buffer& b) { return download(b.t().flat_slice(b.t().numel() - 1, 1))[0]; };
+  const float S = size_ * (size_ + 1) / 2.0f;
+  for (int rep = 0; rep < 2; ++rep) {
+    be_->fill(whole, 0.0f);
+    be_->fill(part, -1.0f);
+    ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_50ms, nullptr), cudaSuccess);
+    be_->fill(whole, static_cast<float>(rank_ + 1));
+    auto rs = c->reduce_scatter_async(whole, part);
     rs->wait();
-    be_->scale(shard, 2.0f);
-    EXPECT_NEAR(be_->sum(shard), 2.0 * S * (n / size_), 1e-6 * S * n);
+    EXPECT_EQ(last(part), S) << "reduce_scatter_async";
+    EXPECT_NEAR(be_->sum(part), static_cast<double>(S) * chunk, 1e-6 * S * chunk);
+
+    be_->fill(part, 0.0f);
+    be_->fill(whole, -1.0f);
+    ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_50ms, nullptr), cudaSuccess);
+    be_->fill(part, static_cast<float>(rank_ + 1));
+    auto ag = c->allgather_async(part, whole);
+    ag->wait();
+    EXPECT_EQ(last(whole), static_cast<float>(size_)) << "allgather_async";  // the last rank's block
+
+    if (size_ > 1) {  // in place: a group of one leaves the buffer as it is
+      be_->fill(whole, 0.0f);
+      ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_50ms, nullptr), cudaSuccess);
+      be_->fill(whole, static_cast<float>(rank_ + 1));
+      auto ar = c->allreduce_async(whole, ReduceOp::Sum);
+      ar->wait();
+      EXPECT_EQ(last(whole), S) << "allreduce_async";
+    }
   }
 }
 

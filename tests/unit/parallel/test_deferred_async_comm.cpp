@@ -65,6 +65,15 @@ TEST(DeferredAsyncComm, ReduceScatterPoisonsInputAndOutputUntilWait) {
   EXPECT_EQ(in, (std::vector<float>{4.0f, 5.0f}));
 }
 
+TEST(DeferredAsyncComm, AllgatherInPlacePoisonsTheWholeOutputUntilWait) {
+  auto comm = make_deferred_async_comm(make_local_comm());
+  std::vector<float> params = {1.0f, 2.0f, 3.0f};
+  auto work = comm->allgather_async(host_f32(params), host_f32(params));  // a group of one: in is all of out
+  for (float x : params) EXPECT_TRUE(std::isnan(x));
+  work->wait();
+  EXPECT_EQ(params, (std::vector<float>{1.0f, 2.0f, 3.0f}));
+}
+
 TEST(DeferredAsyncComm, SixteenBitBuffersReadAsNan) {
   auto comm = make_deferred_async_comm(make_local_comm());
   std::vector<uint16_t> h = {0x3c00, 0x4000};  // fp16 1.0, 2.0

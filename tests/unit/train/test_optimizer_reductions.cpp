@@ -142,16 +142,144 @@ TEST(OptimizerReductions, NoBufferIsTouchedBeforeItsReductionIsWaitedFor) {
     }
 }
 
+// --no-overlap-grad-reduce: each reduction is waited for as soon as it is queued, so a
+// layer's gradients are reduced (not NaN under the deferred ops) right after it is ready.
+TEST(OptimizerReductions, WithoutOverlapEachReductionIsDoneWhenItsLayerIsReady) {
+  for (bool overlap : {true, false}) {
+    auto be = make_cpu_backend();
+    ParamStore params(*be, gpt2_param_specs(three_layers(), 1), 1, 0, DType::F32, DType::F32,
+                      [](const ParamSpec&) { return true; }, 128);
+    auto dp = make_deferred_async_comm(std::make_unique<MirrorComm>());
+    AdamWOptimizer opt(*be, params, AdamWConfig{}, dp.get(), 0);
+    opt.set_overlap_grad_reduce(overlap);
+    opt.zero_grads();
+    opt.begin_backward(true);
+    size_t g2 = 0;
+    for (size_t g = 0; g < params.groups().size(); ++g)
+      if (params.groups()[g].layer == 2) g2 = g;
+    add_to(params.group_grads(g2), 1.0f);
+    opt.on_layer_gradients_ready(2);
+    const Tensor t = params.group_grads(g2);
+    EXPECT_EQ(std::isnan(load_as_float(t.data, t.dtype, 0)), overlap) << "overlap " << overlap;
+    if (!overlap) {
+      EXPECT_EQ(load_as_float(t.data, t.dtype, 0), 2.0f);  // this rank's 1 + the mirror's
+    }
+    opt.reduce_gradients();
+    EXPECT_EQ(load_as_float(t.data, t.dtype, 0), 2.0f);
+  }
+}
+
 // The check above can fail. A buffer reused or overwritten before its wait throws (the
 // wrapper's own test); a gradient accumulated into after its bucket was queued keeps the
-// poison's NaN bits, and is lost: the norm differs from the synchronous one.
-TEST(OptimizerReductions, TheDeferredCheckSeesAWriteAfterTheReductionWasQueued) {
+// poison's NaN bits, and is lost: the norm differs from the synchronous one (the parity
+// tests' serial run), though no exception says so.
+TEST(OptimizerReductions, UnderTheDeferredCheckAnAccumulationAfterQueuingIsLost) {
   const Case c{0, DType::F32, DType::F32, false};
   double expected = 0;
   const double synchronous = reduced_norm_sq(c, false, 1, &expected, true);
   const double deferred = reduced_norm_sq(c, true, 1, &expected, true);
   EXPECT_GT(synchronous, expected * (1 + 1e-6));  // the late write counts when ops are immediate
   EXPECT_NEAR(deferred, expected, 1e-9 * expected);  // and is lost when they are not
+}
+
+// Records which parameter group each gather fills, in the order the gathers reach it.
+class GatherOrder final : public Comm {
+ public:
+  GatherOrder(std::vector<size_t>& order, const ParamStore& p) : order_(order), params_(p) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  void allreduce(const Tensor& t, ReduceOp op) override { mirror_.allreduce(t, op); }
+  void allgather(const Tensor& in, const Tensor& out) override {
+    for (size_t g = 0; g < params_.groups().size(); ++g)
+      if (out.data == params_.flat_params().flat_slice(params_.groups()[g].begin, 1).data) order_.push_back(g);
+    mirror_.allgather(in, out);
+  }
+  void reduce_scatter(const Tensor& in, const Tensor& out) override { mirror_.reduce_scatter(in, out); }
+  void broadcast(const Tensor&, int) override {}
+  void exchange(const std::vector<P2pTransfer>&) override {}
+  void barrier() override {}
+
+ private:
+  std::vector<size_t>& order_;
+  const ParamStore& params_;
+  MirrorComm mirror_;
+};
+
+// One step with --overlap-param-gather at lr 0 (the owned chunks keep their values); `dp`
+// wraps the GatherOrder comm that records into `order`.
+struct ParamGatherRun {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  ParamStore params;
+  std::vector<size_t> order;
+  std::unique_ptr<Comm> dp;
+  std::unique_ptr<AdamWOptimizer> opt;
+  ParamGatherRun(int zero, bool deferred)
+      : params(*be, gpt2_param_specs(three_layers(), 1), 1, 0, DType::F32, DType::F32,
+               [](const ParamSpec&) { return true; }, 128, zero == 2 ? 2 : 0) {
+    params.init(7);
+    dp = std::make_unique<GatherOrder>(order, params);
+    if (deferred) dp = make_deferred_async_comm(std::move(dp));
+    AdamWConfig ac;
+    ac.weight_decay = 0;
+    opt = std::make_unique<AdamWOptimizer>(*be, params, ac, dp.get(), zero);
+    opt->set_overlap_param_gather(true);
+    opt->zero_grads();
+    opt->reduce_gradients();
+    opt->step(0.0, 0.0);
+  }
+  size_t group_of_layer(int layer) const {
+    for (size_t g = 0; g < params.groups().size(); ++g)
+      if (params.groups()[g].layer == layer) return g;
+    return SIZE_MAX;
+  }
+  Tensor group_params(size_t g) const {
+    return params.flat_params().flat_slice(params.groups()[g].begin, params.groups()[g].size());
+  }
+  bool all_nan(size_t g) const {
+    const Tensor t = group_params(g);
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (!std::isnan(load_as_float(t.data, t.dtype, i))) return false;
+    return true;
+  }
+};
+
+// step() queues the gathers in the order the forward reads the buckets: the embeddings'
+// and final LayerNorm's first, then the layers in order.
+TEST(OptimizerParamGather, QueuedInForwardOrder) {
+  for (int zero : {1, 2}) {
+    ParamGatherRun run(zero, false);  // the default async op runs at once: the queue order
+    std::vector<size_t> expected;
+    for (size_t g = 0; g < run.params.groups().size(); ++g)
+      if (run.params.groups()[g].layer < 0) expected.push_back(g);
+    for (int layer = 0; layer < 3; ++layer) expected.push_back(run.group_of_layer(layer));
+    EXPECT_EQ(run.order, expected) << "zero " << zero;
+  }
+}
+
+// Each bucket's parameters read as NaN (deferred ops) until the forward waits for that
+// bucket; wait_for_all_params() makes all of them whole: rank 0's chunk in both halves,
+// the mirror peer holding the same.
+TEST(OptimizerParamGather, ABucketArrivesWhenTheForwardWaitsForIt) {
+  for (int zero : {1, 2}) {
+    ParamGatherRun run(zero, true);
+    for (size_t g = 0; g < run.params.groups().size(); ++g) EXPECT_TRUE(run.all_nan(g)) << "zero " << zero;
+    run.opt->wait_for_params(1);
+    EXPECT_FALSE(run.all_nan(run.group_of_layer(1)));
+    EXPECT_TRUE(run.all_nan(run.group_of_layer(0)));
+    EXPECT_TRUE(run.all_nan(run.group_of_layer(-1)));
+    run.opt->wait_for_params(-1);
+    EXPECT_FALSE(run.all_nan(run.group_of_layer(-1)));
+    run.opt->wait_for_all_params();
+    for (size_t g = 0; g < run.params.groups().size(); ++g) {
+      const Tensor t = run.group_params(g);
+      const int64_t half = t.numel() / 2;
+      for (int64_t i = 0; i < half; ++i)
+        ASSERT_EQ(load_as_float(t.data, t.dtype, i), load_as_float(t.data, t.dtype, half + i))
+            << "zero " << zero << " group " << g << " element " << i;
+    }
+    run.opt->step(0.0, 0.0);  // the next step after a forward that waited for everything
+    run.opt->wait_for_all_params();
+  }
 }
 
 }  // namespace

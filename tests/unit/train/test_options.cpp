@@ -447,6 +447,19 @@ TEST(Options, DistributedOptimizerOnTheCommandLineReplacesTheConfigsZeroStage) {
   std::filesystem::remove(yaml);
 }
 
+// Megatron's overlap flags: the gradient reductions overlap unless told not to; the
+// parameter gather overlaps on request, only where ZeRO gathers parameters.
+TEST(Options, OverlapFlags) {
+  EXPECT_TRUE(parse({}).overlap_grad_reduce);
+  EXPECT_TRUE(parse({"--overlap-grad-reduce"}).overlap_grad_reduce);
+  EXPECT_FALSE(parse({"--no-overlap-grad-reduce"}).overlap_grad_reduce);
+  EXPECT_NE(error_of({"--overlap-grad-reduce", "--no-overlap-grad-reduce"}).find("contradict"), std::string::npos);
+  EXPECT_FALSE(parse({}).overlap_param_gather);
+  EXPECT_TRUE(parse({"--use-distributed-optimizer", "--overlap-param-gather"}).overlap_param_gather);
+  EXPECT_TRUE(parse({"--zero-stage", "2", "--overlap-param-gather"}).overlap_param_gather);
+  EXPECT_NE(error_of({"--overlap-param-gather"}).find("--overlap-param-gather"), std::string::npos);
+}
+
 TEST(Options, ContradictionsWithinOneSourceStayErrors) {
   EXPECT_NE(must_fail({"--config", kTinyConfig, "--train-iters", "10", "--train-samples", "100"}).find(
                 "mutually exclusive"),
@@ -633,10 +646,10 @@ TEST(Options, MegatronRunFlags) {
 TEST(Options, MegatronScriptsRunUnchanged) {
   TrainOptions o = parse({"--DDP-impl", "local", "--distributed-backend", "nccl", "--data-impl", "mmap",
                           "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--num-workers", "2",
-                          "--log-validation-ppl-to-tensorboard", "--overlap-grad-reduce"});
+                          "--log-validation-ppl-to-tensorboard"});
   EXPECT_EQ(o.flags_without_effect,
             (std::vector<std::string>{"--DDP-impl", "--distributed-backend", "--data-impl", "--num-workers",
-                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--overlap-grad-reduce",
+                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion",
                                       "--log-validation-ppl-to-tensorboard"}));
   EXPECT_TRUE(parse({}).flags_without_effect.empty());
   EXPECT_EQ(parse({"--train-samples", "300_000", "--global-batch-size", "1_6"}).train_samples, 300000u);
