@@ -13,7 +13,7 @@
 //   this wrapper (the parity tests' serial run).
 // Synchronous ops, and asynchronous ones on device buffers, go to the wrapped communicator
 // unchanged. trident-train wraps its data-parallel communicator in it when
-// TRIDENT_CHECK_ASYNC_COMM=1 (every test in tests/mpi sets it).
+// TRIDENT_CHECK_ASYNC_COMM=1 (tests/mpi/CMakeLists.txt sets it for every MPI test).
 #pragma once
 
 #include <memory>

@@ -121,12 +121,14 @@ class NcclComm final : public Comm {
 
   ~NcclComm() override {
     // Best effort: at exit the CUDA context may already be gone, so errors are ignored.
-    // While an exception unwinds (a rank failing mid-step, on its way to ending the job),
-    // ops may be queued whose peers never come: abort them instead of waiting forever.
-    const bool unwinding = std::uncaught_exceptions() > 0;
-    if (cudaSetDevice(device_) == cudaSuccess && stream_ && !unwinding) cudaStreamSynchronize(stream_);
+    // While an exception unwinds (a rank failing mid-step, on its way to MPI_Abort), ops may
+    // be queued whose peers never come, and tearing NCCL down (even ncclCommAbort, on one
+    // rank alone) may wait for them: leave the communicator, stream and events to the
+    // process's end.
     if (watchdog_id_ >= 0) nccl_watchdog().remove(watchdog_id_);  // before the communicator goes
-    if (comm_) unwinding ? ncclCommAbort(comm_) : ncclCommDestroy(comm_);
+    if (std::uncaught_exceptions() > 0) return;
+    if (cudaSetDevice(device_) == cudaSuccess && stream_) cudaStreamSynchronize(stream_);
+    if (comm_) ncclCommDestroy(comm_);
     if (compute_ready_) cudaEventDestroy(compute_ready_);
     if (comm_done_) cudaEventDestroy(comm_done_);
     if (stream_) cudaStreamDestroy(stream_);

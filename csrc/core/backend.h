@@ -232,6 +232,9 @@ class Backend {
   // Every derived destructor calls this first: the cache frees through raw_free, which
   // must still be callable.
   void release_all_memory() { allocator_.reset(); }
+  // Instead, on the way to ending the process after an error: the device memory is left to
+  // the process's end (freeing it may wait for work that never finishes).
+  void abandon_all_memory() { (void)allocator_.release(); }
 
  private:
   Device device_;

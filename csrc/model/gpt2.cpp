@@ -278,15 +278,9 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   slot_training_[slot] = training;
   training_ = training;
   const int n = static_cast<int>(s.layers.size());
-  // The parameters of layer i of this stage, or (i == n) the final LayerNorm's on the last stage.
-  auto need_layer = [&](int i) {
-    if (!params_needed_) return;
-    if (i < n) params_needed_(layout_.layer_begin + i);
-    else if (layout_.last_stage) params_needed_(-1);
-  };
   if (layout_.first_stage) {
-    if (params_needed_) params_needed_(-1);
     be_.copy_from_host(s.tokens, mb.tokens);
+    if (params_needed_) params_needed_(kParamsBeforeLayers);
     const ParamStore& P = *params_;
     // Vocab-parallel lookup; rank 0 adds positions so the all-reduce adds them once.
     const Tensor no_wpe;
@@ -301,12 +295,11 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   // Pre-LN: only the stage's first LayerNorm reads the stage input on its own; every later
   // one (the next layer's ln_1, or ln_f) is fused with the residual add that makes its input.
   const NormOutput first = n > 0 ? ln1_output(layout_.layer_begin, s.layers[0]) : lnf_output(s);
-  need_layer(0);
+  if (params_needed_ && !first.out.empty()) params_needed_(n > 0 ? layout_.layer_begin : kParamsAfterLayers);
   if (!first.out.empty()) be_.layernorm_forward(s.input, first.gamma, first.beta, first.out, first.mean, first.rstd);
   Tensor x = s.input;
   for (int i = 0; i < n; ++i) {
     const NormOutput next = i + 1 < n ? ln1_output(layout_.layer_begin + i + 1, s.layers[i + 1]) : lnf_output(s);
-    need_layer(i + 1);  // its ln_1 (or ln_f) is fused into this layer's last residual add
     layer_forward(layout_.layer_begin + i, x, s.layers[i], training, next);
     x = s.layers[i].out;
   }
@@ -354,6 +347,7 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   const std::string h = "h." + std::to_string(layer) + ".";
   const bool rank0 = layout_.tp_rank == 0;
   const Tensor none;
+  if (params_needed_) params_needed_(layer);  // already, when the layer before read its ln_1
   // Attention: (LN) -> column-parallel QKV -> causal attention -> row-parallel projection.
   be_.matmul(a.qkv, gathered(a.ln1), P.param(h + "attn.qkv.weight"), P.param(h + "attn.qkv.bias"), false, true,
              false);
@@ -373,7 +367,9 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   sum_to_rows(scratch_->proj, scratch_->proj_rows);
   if (!write_output) return;
   // out = resid_mid + dropout(branch), fused with the LayerNorm that reads it when it is on
-  // this stage.
+  // this stage: the next layer's ln_1 (or ln_f), whose parameters must be here by now.
+  if (params_needed_ && !next.out.empty())
+    params_needed_(layer + 1 < layout_.layer_end ? layer + 1 : kParamsAfterLayers);
   dropout_residual(a.resid_mid, dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training), a.out, next);
 }
 

@@ -115,9 +115,12 @@ class Gpt2Model {
   // Called during backward as soon as a layer's parameter gradients for the micro-batch
   // are complete (their data-parallel reduction starts while backward goes on).
   void set_layer_gradients_ready(std::function<void(int layer)> f) { layer_grads_ready_ = std::move(f); }
-  // Called during forward before a layer's parameters are first read, with -1 before the
-  // embeddings' or the final LayerNorm's (--overlap-param-gather waits for their gather).
-  // A layer's ln_1 is read by the fused residual LayerNorm of the layer before it.
+  // Called during forward before parameters are first read (--overlap-param-gather waits
+  // for their gather there): a layer's index, kParamsBeforeLayers before the embeddings
+  // (first stage), kParamsAfterLayers before the final LayerNorm and LM head (last stage).
+  // A layer's ln_1 is first read by the fused residual LayerNorm at the end of the layer
+  // before it, so layer l + 1 is needed there, after layer l's GEMMs.
+  static constexpr int kParamsBeforeLayers = -1, kParamsAfterLayers = -2;
   void set_params_needed(std::function<void(int layer)> f) { params_needed_ = std::move(f); }
 
   // Pipeline hooks: the stage's input ([B*T, C], or this TP rank's B*T / tp rows with

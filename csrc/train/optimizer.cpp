@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <utility>
 
 #include "core/error.h"
@@ -54,10 +55,15 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
   }
   reduced_.assign(plan_.buckets().size(), 0);
   param_gathers_.resize(plan_.buckets().size());
-  for (size_t b = 0; b < params_.groups().size(); ++b)
-    if (params_.groups()[b].layer < 0) gather_order_.push_back(b);
+  // The forward's reading order: the embeddings (the group holding wpe: first stage only),
+  // the layers, then the other non-layer groups (final LayerNorm, the last stage's tied wte).
+  embedding_bucket_ = params_.has("wpe") ? params_.find("wpe").group : SIZE_MAX;
+  if (embedding_bucket_ != SIZE_MAX) gather_order_.push_back(embedding_bucket_);
   for (size_t b : layer_bucket_)
     if (b != SIZE_MAX) gather_order_.push_back(b);
+  for (size_t b = 0; b < params_.groups().size(); ++b)
+    if (params_.groups()[b].layer < 0 && b != embedding_bucket_) gather_order_.push_back(b);
+  TRIDENT_CHECK(gather_order_.size() == plan_.buckets().size(), "a transformer layer split over parameter groups");
   for (const LocalParam& p : params_.list())
     for (const ShardPiece& s : plan_.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
       updates_.push_back(Update{s.shard_offset, s.flat_begin, s.size(), &p});
@@ -76,7 +82,14 @@ size_t AdamWOptimizer::state_bytes() const {
   return n;
 }
 
+AdamWOptimizer::~AdamWOptimizer() {
+  // Gathers may still write the parameters (--overlap-param-gather); not while unwinding,
+  // on the way to ending the job, when the communicators may be gone.
+  if (std::uncaught_exceptions() == 0) wait_for_all_params();
+}
+
 void AdamWOptimizer::master_from_params() {
+  wait_for_all_params();  // the parameters may have been loaded: nothing may land on them
   if (master_.empty()) return;
   const Tensor& flat = params_.flat_params();
   for (size_t b = 0; b < plan_.buckets().size(); ++b) {
@@ -242,10 +255,12 @@ void AdamWOptimizer::wait_for_params(int layer) {
   if (layer >= 0) {
     if (static_cast<size_t>(layer) < layer_bucket_.size() && layer_bucket_[layer] != SIZE_MAX)
       wait(layer_bucket_[layer]);
-    return;
+  } else if (layer == Gpt2Model::kParamsBeforeLayers) {
+    if (embedding_bucket_ != SIZE_MAX) wait(embedding_bucket_);
+  } else {
+    for (size_t b = 0; b < params_.groups().size(); ++b)
+      if (params_.groups()[b].layer < 0) wait(b);
   }
-  for (size_t b = 0; b < params_.groups().size(); ++b)
-    if (params_.groups()[b].layer < 0) wait(b);
 }
 
 void AdamWOptimizer::wait_for_all_params() {

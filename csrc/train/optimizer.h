@@ -52,6 +52,9 @@ class AdamWOptimizer {
   // zero_stage > 0 their sizes must be multiples of dp->size().
   AdamWOptimizer(Backend& backend, ParamStore& params, const AdamWConfig& cfg, Comm* dp = nullptr,
                  int zero_stage = 0);
+  ~AdamWOptimizer();
+  AdamWOptimizer(const AdamWOptimizer&) = delete;
+  AdamWOptimizer& operator=(const AdamWOptimizer&) = delete;
 
   // Zeroes the model's gradients and the shard gradients (start of an iteration).
   void zero_grads();
@@ -73,12 +76,14 @@ class AdamWOptimizer {
   void step(double lr, double grad_norm, float grad_scale = 1.0f);
   int64_t steps_taken() const { return step_; }
   // --overlap-param-gather (ZeRO): step() only queues the updated parameters' all-gathers,
-  // embeddings and final LayerNorm first, then the layers in forward order; the forward
-  // waits for each bucket just before reading it (wait_for_params), and anything else that
-  // reads the parameters (a checkpoint, the end of training) calls wait_for_all_params().
+  // in the order the forward reads them (the embeddings, the layers, the final LayerNorm
+  // and tied LM head); the forward waits for each bucket just before reading it
+  // (wait_for_params with a layer or Gpt2Model::kParamsBeforeLayers / kParamsAfterLayers),
+  // and anything else that reads or writes the parameters (a checkpoint save or load, the
+  // end of training, the next step) calls wait_for_all_params() first.
   void set_overlap_param_gather(bool on) { overlap_param_gather_ = on; }
   void set_overlap_grad_reduce(bool on) { overlap_grad_reduce_ = on; }
-  void wait_for_params(int layer);  // -1: the embeddings and final LayerNorm
+  void wait_for_params(int layer);
   void wait_for_all_params();
   // The weight decay the next steps apply to the parameters that take it (the trainer's
   // weight-decay schedule sets it before every step).
@@ -135,6 +140,7 @@ class AdamWOptimizer {
   size_t max_in_flight_ = SIZE_MAX;
   bool overlap_param_gather_ = false, overlap_grad_reduce_ = true;
   std::vector<size_t> gather_order_;                    // buckets in the order the forward reads them
+  size_t embedding_bucket_ = SIZE_MAX;                  // the group of wpe (first stage)
   std::vector<std::unique_ptr<CommWork>> param_gathers_;  // per bucket; null once waited for
   struct Update {
     int64_t shard_offset, flat_begin, size;

@@ -214,6 +214,7 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"lr-decay-iters", "lr-decay-samples"},
       {"fp16", "bf16"},
       {"zero-stage", "use-distributed-optimizer"},
+      {"overlap-grad-reduce", "no-overlap-grad-reduce"},
       {"recompute-granularity", "recompute-activations", "checkpoint-activations"},
       {"recompute-num-layers", "checkpoint-num-layers"},
       {"override-opt_param-scheduler", "override-lr-scheduler", "use-checkpoint-opt_param-scheduler",

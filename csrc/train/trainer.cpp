@@ -456,8 +456,8 @@ void Trainer::train() {
         << std::endl;
   };
   out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", zero stage "
-      << opt_.zero_stage << (opt_.overlap_param_gather ? " (parameter gather overlapped)" : "")
-      << (opt_.overlap_grad_reduce ? "" : ", gradient reductions not overlapped") << ", "
+      << opt_.zero_stage << (opt_.overlap_param_gather && g.dp > 1 ? " (parameter gather overlapped)" : "")
+      << (opt_.overlap_grad_reduce || g.dp == 1 ? "" : ", gradient reductions not overlapped") << ", "
       << full_micro_batches_ << " micro-batches of " << opt_.micro_batch_size
       << " per iteration";
   if (rampup_.ramps())

@@ -345,6 +345,7 @@ bool Trainer::load_checkpoint() {
 }
 
 void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
+  optimizer_->wait_for_all_params();  // no gather may land on the loaded parameters
   const fs::path& dir = ckpt.dir();
   const CheckpointMetadata& meta = ckpt.metadata();
   check_same_model_shape(meta.model, opt_.model, dir);

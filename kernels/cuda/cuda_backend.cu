@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <exception>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -56,6 +57,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   ~CudaBackend() override {
+    // While an exception unwinds (a rank failing, on its way to ending the job), the stream
+    // may wait for a collective whose peers never come: synchronising would hang the rank
+    // before it can end the job. Leave the stream and memory to the process's end.
+    if (std::uncaught_exceptions() > 0) {
+      abandon_all_memory();
+      return;
+    }
     activate(ordinal_);
     cudaStreamSynchronize(stream_);
     release_all_memory();  // frees through raw_free, which needs the stream gone idle

@@ -191,13 +191,16 @@ TEST_F(GpuComm, NcclAsyncOpsOrderAtQueueAndAtWait) {
   // stream (a wait that did not hold the compute stream back reads the -1 still there).
   const int64_t chunk = (int64_t{1} << 28) / size_, n = chunk * size_;  // fp32: 1 GiB
   Buffer whole = be_->empty(Shape{n}, DType::F32), part = be_->empty(Shape{chunk}, DType::F32);
-  auto last = [&](const Buffer& b) { return download(b.t().flat_slice(b.t().numel() - 1, 1))[0]; };
+  auto last = [&](const Tensor& t) { return download(t.flat_slice(t.numel() - 1, 1))[0]; };
+  auto fill_held_back = [&](const Tensor& b, float value) {
+    ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_50ms, nullptr), cudaSuccess);
+    be_->fill(b, value);
+  };
   const float S = size_ * (size_ + 1) / 2.0f;
   for (int rep = 0; rep < 2; ++rep) {
     be_->fill(whole, 0.0f);
     be_->fill(part, -1.0f);
-    ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_50ms, nullptr), cudaSuccess);
-    be_->fill(whole, static_cast<float>(rank_ + 1));
+    fill_held_back(whole, static_cast<float>(rank_ + 1));
     auto rs = c->reduce_scatter_async(whole, part);
     rs->wait();
     EXPECT_EQ(last(part), S) << "reduce_scatter_async";
@@ -205,19 +208,25 @@ TEST_F(GpuComm, NcclAsyncOpsOrderAtQueueAndAtWait) {
 
     be_->fill(part, 0.0f);
     be_->fill(whole, -1.0f);
-    ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_50ms, nullptr), cudaSuccess);
-    be_->fill(part, static_cast<float>(rank_ + 1));
+    fill_held_back(part, static_cast<float>(rank_ + 1));
     auto ag = c->allgather_async(part, whole);
     ag->wait();
     EXPECT_EQ(last(whole), static_cast<float>(size_)) << "allgather_async";  // the last rank's block
 
     if (size_ > 1) {  // in place: a group of one leaves the buffer as it is
       be_->fill(whole, 0.0f);
-      ASSERT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_50ms, nullptr), cudaSuccess);
-      be_->fill(whole, static_cast<float>(rank_ + 1));
+      fill_held_back(whole, static_cast<float>(rank_ + 1));
       auto ar = c->allreduce_async(whole, ReduceOp::Sum);
       ar->wait();
       EXPECT_EQ(last(whole), S) << "allreduce_async";
+      // ZeRO's gather: in place, this rank's block of the whole.
+      be_->fill(whole, -1.0f);
+      const Tensor mine = whole.t().flat_slice(rank_ * chunk, chunk);
+      fill_held_back(mine, static_cast<float>(rank_ + 1));
+      auto ip = c->allgather_async(mine, whole);
+      ip->wait();
+      EXPECT_EQ(last(whole), static_cast<float>(size_)) << "allgather_async in place";
+      EXPECT_NEAR(be_->sum(whole), static_cast<double>(S) * chunk, 1e-6 * S * n);
     }
   }
 }

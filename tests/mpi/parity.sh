@@ -23,9 +23,6 @@ while [[ $# -gt 0 && $1 == --* ]]; do
   esac
 done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-# The data-parallel reductions complete only at their waits, their buffers NaN until then:
-# a wait the optimizer misses changes the losses or stops the run (parallel/deferred_async_comm.h).
-export TRIDENT_CHECK_ASYNC_COMM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers "$layers" --device cpu --train-iters "$iters"

@@ -14,6 +14,8 @@
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "unit/model/model_test_util.h"
+#include "model/gpt2.h"
 #include "model/param_spec.h"
 #include "parallel/deferred_async_comm.h"
 #include "train/optimizer.h"
@@ -50,13 +52,8 @@ class MirrorComm final : public Comm {
 };
 
 ModelConfig three_layers() {
-  ModelConfig c;
+  ModelConfig c = test::tiny_config();
   c.num_layers = 3;  // with two gradient slots, layer 2 reuses layer 0's
-  c.hidden_size = 16;
-  c.num_attention_heads = 2;
-  c.seq_length = 8;
-  c.max_position_embeddings = 8;
-  c.vocab_size = 64;
   return c;
 }
 
@@ -205,17 +202,19 @@ class GatherOrder final : public Comm {
   MirrorComm mirror_;
 };
 
-// One step with --overlap-param-gather at lr 0 (the owned chunks keep their values); `dp`
-// wraps the GatherOrder comm that records into `order`.
+// One step with --overlap-param-gather at lr 0 (the owned chunks keep their values) on a
+// stage's ParamStore (the whole model by default); `dp` wraps the GatherOrder comm that
+// records into `order`.
 struct ParamGatherRun {
   std::unique_ptr<Backend> be = make_cpu_backend();
   ParamStore params;
   std::vector<size_t> order;
   std::unique_ptr<Comm> dp;
   std::unique_ptr<AdamWOptimizer> opt;
-  ParamGatherRun(int zero, bool deferred)
+  ParamGatherRun(int zero, bool deferred, bool first_stage = true, bool last_stage = true)
       : params(*be, gpt2_param_specs(three_layers(), 1), 1, 0, DType::F32, DType::F32,
-               [](const ParamSpec&) { return true; }, 128, zero == 2 ? 2 : 0) {
+               [&](const ParamSpec& s) { return stage_holds(s, 0, 3, first_stage, last_stage); }, 128,
+               zero == 2 ? 2 : 0) {
     params.init(7);
     dp = std::make_unique<GatherOrder>(order, params);
     if (deferred) dp = make_deferred_async_comm(std::move(dp));
@@ -227,11 +226,7 @@ struct ParamGatherRun {
     opt->reduce_gradients();
     opt->step(0.0, 0.0);
   }
-  size_t group_of_layer(int layer) const {
-    for (size_t g = 0; g < params.groups().size(); ++g)
-      if (params.groups()[g].layer == layer) return g;
-    return SIZE_MAX;
-  }
+  size_t group_of(const std::string& param) const { return params.find(param).group; }
   Tensor group_params(size_t g) const {
     return params.flat_params().flat_slice(params.groups()[g].begin, params.groups()[g].size());
   }
@@ -241,45 +236,67 @@ struct ParamGatherRun {
       if (!std::isnan(load_as_float(t.data, t.dtype, i))) return false;
     return true;
   }
+  // Every group whole: rank 0's chunk in both halves, the mirror peer holding the same.
+  void expect_gathered(const std::string& what) const {
+    for (size_t g = 0; g < params.groups().size(); ++g) {
+      const Tensor t = group_params(g);
+      const int64_t half = t.numel() / 2;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = load_as_float(t.data, t.dtype, i), b = load_as_float(t.data, t.dtype, half + i);
+        ASSERT_FALSE(std::isnan(a)) << what << " group " << g << " element " << i;
+        ASSERT_EQ(a, b) << what << " group " << g << " element " << i;
+      }
+    }
+  }
 };
 
-// step() queues the gathers in the order the forward reads the buckets: the embeddings'
-// and final LayerNorm's first, then the layers in order.
+// step() queues the gathers in the order the forward reads the buckets: on the first stage
+// the embeddings first, the layers, then the final LayerNorm; on a last stage (pp > 1) the
+// layers, then its tied wte copy and the final LayerNorm, which the LM head reads last.
 TEST(OptimizerParamGather, QueuedInForwardOrder) {
   for (int zero : {1, 2}) {
-    ParamGatherRun run(zero, false);  // the default async op runs at once: the queue order
-    std::vector<size_t> expected;
-    for (size_t g = 0; g < run.params.groups().size(); ++g)
-      if (run.params.groups()[g].layer < 0) expected.push_back(g);
-    for (int layer = 0; layer < 3; ++layer) expected.push_back(run.group_of_layer(layer));
-    EXPECT_EQ(run.order, expected) << "zero " << zero;
+    ParamGatherRun whole(zero, false);  // the default async op runs at once: the queue order
+    EXPECT_EQ(whole.order, (std::vector<size_t>{whole.group_of("wte"), whole.group_of("h.0.ln_1.weight"),
+                                                whole.group_of("h.1.ln_1.weight"), whole.group_of("h.2.ln_1.weight"),
+                                                whole.group_of("ln_f.weight")}))
+        << "zero " << zero;
+    ParamGatherRun last(zero, false, false, true);
+    EXPECT_EQ(last.order, (std::vector<size_t>{last.group_of("h.0.ln_1.weight"), last.group_of("h.1.ln_1.weight"),
+                                               last.group_of("h.2.ln_1.weight"), last.group_of("wte"),
+                                               last.group_of("ln_f.weight")}))
+        << "zero " << zero;
   }
 }
 
 // Each bucket's parameters read as NaN (deferred ops) until the forward waits for that
-// bucket; wait_for_all_params() makes all of them whole: rank 0's chunk in both halves,
-// the mirror peer holding the same.
+// bucket; wait_for_all_params() makes all of them whole.
 TEST(OptimizerParamGather, ABucketArrivesWhenTheForwardWaitsForIt) {
   for (int zero : {1, 2}) {
     ParamGatherRun run(zero, true);
     for (size_t g = 0; g < run.params.groups().size(); ++g) EXPECT_TRUE(run.all_nan(g)) << "zero " << zero;
     run.opt->wait_for_params(1);
-    EXPECT_FALSE(run.all_nan(run.group_of_layer(1)));
-    EXPECT_TRUE(run.all_nan(run.group_of_layer(0)));
-    EXPECT_TRUE(run.all_nan(run.group_of_layer(-1)));
-    run.opt->wait_for_params(-1);
-    EXPECT_FALSE(run.all_nan(run.group_of_layer(-1)));
+    EXPECT_FALSE(run.all_nan(run.group_of("h.1.ln_1.weight")));
+    EXPECT_TRUE(run.all_nan(run.group_of("h.0.ln_1.weight")));
+    EXPECT_TRUE(run.all_nan(run.group_of("wte")));
+    run.opt->wait_for_params(Gpt2Model::kParamsBeforeLayers);
+    EXPECT_FALSE(run.all_nan(run.group_of("wte")));
+    EXPECT_TRUE(run.all_nan(run.group_of("ln_f.weight")));
+    run.opt->wait_for_params(Gpt2Model::kParamsAfterLayers);
+    EXPECT_FALSE(run.all_nan(run.group_of("ln_f.weight")));
     run.opt->wait_for_all_params();
-    for (size_t g = 0; g < run.params.groups().size(); ++g) {
-      const Tensor t = run.group_params(g);
-      const int64_t half = t.numel() / 2;
-      for (int64_t i = 0; i < half; ++i)
-        ASSERT_EQ(load_as_float(t.data, t.dtype, i), load_as_float(t.data, t.dtype, half + i))
-            << "zero " << zero << " group " << g << " element " << i;
-    }
-    run.opt->step(0.0, 0.0);  // the next step after a forward that waited for everything
-    run.opt->wait_for_all_params();
+    run.expect_gathered("zero " + std::to_string(zero));
   }
+}
+
+// A step right after another, with no forward in between (a benchmark's loop), waits for
+// the previous step's gathers before it updates the parameters and gathers them again.
+TEST(OptimizerParamGather, ASecondStepWaitsForTheFirstStepsGathers) {
+  ParamGatherRun run(1, true);
+  run.opt->zero_grads();
+  run.opt->reduce_gradients();
+  EXPECT_NO_THROW(run.opt->step(0.0, 0.0));
+  run.opt->wait_for_all_params();
+  run.expect_gathered("second step");
 }
 
 }  // namespace
