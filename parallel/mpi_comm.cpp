@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/collective_timeout.h"
 
 #ifdef TRIDENT_MPI_CUDA_STAGING
 #include <cuda_runtime_api.h>
@@ -80,6 +81,7 @@ class MpiComm final : public Comm {
   // Each op: host buffers take the host path directly; device buffers are staged through
   // pinned host memory around the same host path.
   void allreduce(const Tensor& t, ReduceOp op) override {
+    const CollectiveWait wait("MPI allreduce");
     if (!on_device(t)) return allreduce_host(t, op);
     if (size_ == 1) return;
     const Tensor h = stage(a_, t, true);
@@ -87,6 +89,7 @@ class MpiComm final : public Comm {
     unstage(t, h);
   }
   void allgather(const Tensor& in, const Tensor& out) override {
+    const CollectiveWait wait("MPI allgather");
     if (!on_device(in, out)) return allgather_host(in, out);
     TRIDENT_CHECK(out.nbytes() == in.nbytes() * size_, "allgather sizes");
     const bool in_place = in.data == static_cast<char*>(out.data) + rank_ * in.nbytes();
@@ -99,18 +102,21 @@ class MpiComm final : public Comm {
     unstage(out, ho);
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
+    const CollectiveWait wait("MPI reduce-scatter");
     if (!on_device(in, out)) return reduce_scatter_host(in, out);
     const Tensor hi = stage(a_, in, true), ho = stage(b_, out, false);
     reduce_scatter_host(hi, ho);
     unstage(out, ho);
   }
   void broadcast(const Tensor& t, int root) override {
+    const CollectiveWait wait("MPI broadcast");
     if (!on_device(t)) return broadcast_host(t, root);
     const Tensor h = stage(a_, t, rank_ == root);
     broadcast_host(h, root);
     if (rank_ != root) unstage(t, h);
   }
   void exchange(const std::vector<P2pTransfer>& transfers) override {
+    const CollectiveWait wait("MPI point-to-point transfers");
     const size_t n = transfers.size();
     while (p2p_stages_.size() < n) p2p_stages_.emplace_back();
     std::vector<Tensor> host(n);
@@ -131,7 +137,10 @@ class MpiComm final : public Comm {
     for (size_t i = 0; i < n; ++i)
       if (!transfers[i].send && on_device(transfers[i].tensor)) unstage(transfers[i].tensor, host[i]);
   }
-  void barrier() override { MPI_CHECK(MPI_Barrier(comm_)); }
+  void barrier() override {
+    const CollectiveWait wait("MPI barrier");
+    MPI_CHECK(MPI_Barrier(comm_));
+  }
 
  private:
   // ---- the host path -------------------------------------------------------------------

@@ -12,9 +12,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
+#include <mutex>
 #include <string>
+#include <vector>
 
+#include "parallel/collective_timeout.h"
 #include "parallel/comm_watchdog.h"
 #include "parallel/mpi_comm.h"
 #endif
@@ -116,7 +120,10 @@ class NcclComm final : public Comm {
     NCCL_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
-    watchdog_id_ = nccl_watchdog().add([comm = comm_] { return nccl_async_failure(comm); });
+    watchdog_id_ = nccl_watchdog().add([this] {
+      const std::string failed = nccl_async_failure(comm_);
+      return failed.empty() ? overdue_op() : failed;
+    });
   }
 
   ~NcclComm() override {
@@ -129,6 +136,8 @@ class NcclComm final : public Comm {
     if (std::uncaught_exceptions() > 0) return;
     if (cudaSetDevice(device_) == cudaSuccess && stream_) cudaStreamSynchronize(stream_);
     if (comm_) ncclCommDestroy(comm_);
+    for (const QueuedOp& op : ops_) cudaEventDestroy(op.done);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     if (compute_ready_) cudaEventDestroy(compute_ready_);
     if (comm_done_) cudaEventDestroy(comm_done_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -140,7 +149,7 @@ class NcclComm final : public Comm {
   void allreduce(const Tensor& t, ReduceOp op) override {
     if (on_host(t)) return host_->allreduce(t, op);
     if (t.numel() == 0) return;
-    Ordered o(*this);
+    Ordered o(*this, "NCCL allreduce");
     NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype),
                              op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_));
   }
@@ -152,7 +161,7 @@ class NcclComm final : public Comm {
     if (in.nbytes() == 0) return;
     // In place when `in` is this rank's block of `out`: NCCL detects sendbuff ==
     // recvbuff + rank * sendcount itself, so the same call serves both cases.
-    Ordered o(*this);
+    Ordered o(*this, "NCCL allgather");
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
   }
 
@@ -161,7 +170,7 @@ class NcclComm final : public Comm {
     TRIDENT_CHECK(in.numel() == out.numel() * size() && in.dtype == out.dtype, "NcclComm reduce_scatter: in ",
                   in.shape.str(), " is not ", size(), " x out ", out.shape.str());
     if (out.numel() == 0) return;
-    Ordered o(*this);
+    Ordered o(*this, "NCCL reduce-scatter");
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype), ncclSum,
                                  comm_, stream_));
   }
@@ -169,7 +178,7 @@ class NcclComm final : public Comm {
   void broadcast(const Tensor& t, int root) override {
     if (on_host(t)) return host_->broadcast(t, root);
     if (t.nbytes() == 0) return;
-    Ordered o(*this);
+    Ordered o(*this, "NCCL broadcast");
     NCCL_CHECK(ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, comm_, stream_));
   }
 
@@ -179,7 +188,7 @@ class NcclComm final : public Comm {
     for (const P2pTransfer& x : transfers)
       TRIDENT_CHECK(on_host(x.tensor) == host, "NcclComm: an exchange with buffers on the host and on the GPU");
     if (host) return host_->exchange(transfers);
-    Ordered o(*this);
+    Ordered o(*this, "NCCL point-to-point transfers");
     // One group: NCCL posts every transfer before waiting on any. Between two ranks it pairs
     // sends and receives in the order posted (no tags).
     NCCL_CHECK(ncclGroupStart());
@@ -201,6 +210,7 @@ class NcclComm final : public Comm {
     comm_after_compute();
     NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype),
                              op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_));
+    track("NCCL allreduce");
     return std::make_unique<NcclWork>(compute_, stream_);
   }
 
@@ -211,6 +221,7 @@ class NcclComm final : public Comm {
     comm_after_compute();
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype), ncclSum,
                                  comm_, stream_));
+    track("NCCL reduce-scatter");
     return std::make_unique<NcclWork>(compute_, stream_);
   }
 
@@ -220,6 +231,7 @@ class NcclComm final : public Comm {
                   out.shape.str(), " is not ", size(), " x in ", in.shape.str());
     comm_after_compute();
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
+    track("NCCL allgather");
     return std::make_unique<NcclWork>(compute_, stream_);
   }
 
@@ -244,15 +256,56 @@ class NcclComm final : public Comm {
   // Brackets one device op: the communication stream waits for the compute stream's work
   // so far; on leaving, the compute stream waits for the op.
   struct Ordered {
-    explicit Ordered(NcclComm& c) : c_(c) { c_.comm_after_compute(); }
+    Ordered(NcclComm& c, const char* what) : c_(c), what_(what) { c_.comm_after_compute(); }
     ~Ordered() {
+      c_.track(what_);
       NCCL_CUDA_CHECK(cudaEventRecord(c_.comm_done_, c_.stream_));
       NCCL_CUDA_CHECK(cudaStreamWaitEvent(c_.compute_, c_.comm_done_, 0));
     }
     Ordered(const Ordered&) = delete;
     Ordered& operator=(const Ordered&) = delete;
     NcclComm& c_;
+    const char* what_;
   };
+
+  // --distributed-timeout-minutes: every op queued gets an event after it; the watchdog
+  // drops the finished ones and reports the oldest still running past the limit (a peer
+  // stuck or gone: NCCL itself would spin forever without an error).
+  void track(const char* what) {
+    if (collective_timeout().count() <= 0) return;
+    std::lock_guard<std::mutex> lock(ops_mu_);
+    drop_finished_ops();
+    cudaEvent_t e = nullptr;
+    if (spare_events_.empty()) {
+      NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    } else {
+      e = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    NCCL_CUDA_CHECK(cudaEventRecord(e, stream_));
+    ops_.push_back({e, std::chrono::steady_clock::now(), what});
+  }
+  // Under ops_mu_. The error of a failed query is the watchdog's to report.
+  cudaError_t drop_finished_ops() {
+    while (!ops_.empty()) {
+      const cudaError_t r = cudaEventQuery(ops_.front().done);
+      if (r != cudaSuccess) return r;
+      spare_events_.push_back(ops_.front().done);
+      ops_.pop_front();
+    }
+    return cudaSuccess;
+  }
+  // The watchdog's check (its own thread): "" or what is overdue.
+  std::string overdue_op() {
+    std::lock_guard<std::mutex> lock(ops_mu_);
+    if (cudaSetDevice(device_) != cudaSuccess) return "";
+    const cudaError_t r = drop_finished_ops();
+    if (r != cudaSuccess && r != cudaErrorNotReady) return std::string("CUDA error ") + cudaGetErrorString(r);
+    if (ops_.empty()) return "";
+    const auto waited = std::chrono::steady_clock::now() - ops_.front().queued;
+    if (waited <= collective_timeout()) return "";
+    return collective_timeout_message(ops_.front().what, std::chrono::duration_cast<std::chrono::nanoseconds>(waited));
+  }
 
   // An asynchronous op's completion: an event recorded on the communication stream after
   // the op, which wait() makes the compute stream wait for. One event per op (creating one
@@ -294,6 +347,14 @@ class NcclComm final : public Comm {
   cudaEvent_t compute_ready_ = nullptr, comm_done_ = nullptr;
   ncclComm_t comm_ = nullptr;
   int watchdog_id_ = -1;  // its check in nccl_watchdog()
+  struct QueuedOp {
+    cudaEvent_t done;  // recorded after the op on stream_
+    std::chrono::steady_clock::time_point queued;
+    const char* what;
+  };
+  std::mutex ops_mu_;  // the watchdog's thread reads ops_ too
+  std::deque<QueuedOp> ops_;  // queued, not yet seen finished, oldest first
+  std::vector<cudaEvent_t> spare_events_;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "kernels/backends.h"
 #include "mpi_tool_main.h"
+#include "parallel/collective_timeout.h"
 #include "parallel/parallel_context.h"
 #include "parallel/process_grid.h"
 #include "train/canonical_export.h"
@@ -50,6 +51,7 @@ int train(int argc, char** argv) {
       make_grid_shape(job_world_size(), opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
   resolve_global_batch_size(opt, shape.dp);
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
   if (!opt.save.empty()) check_save_dir(opt.save, *parallel);

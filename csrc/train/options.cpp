@@ -134,6 +134,8 @@ const std::vector<FlagDef>& flag_defs() {
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
       {"exit-duration-in-mins", "stop (after saving with --save) once the run has lasted this many minutes"},
+      {"distributed-timeout-minutes", "end the job when a rank has waited this long in one collective or transfer "
+                                      "(a peer stuck or gone; 10, Megatron's default; 0: never)"},
       {"exit-signal-handler", "accepted for Megatron's scripts: trident always finishes the iteration, saves (with "
                               "--save) and exits 0 on SIGTERM or SIGINT", true},
       {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},
@@ -637,6 +639,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("max-nan-iterations", o.max_nan_iterations);
   f.get("exit-interval", o.exit_interval);
   f.get("exit-duration-in-mins", o.exit_duration_in_mins);
+  f.get("distributed-timeout-minutes", o.distributed_timeout_minutes);
   f.get("save-canonical", o.save_canonical);
   f.get("save", o.save);
   f.get("load", o.load);
@@ -795,6 +798,7 @@ void validate_run(TrainOptions& o) {
   check_non_negative(static_cast<double>(o.max_nan_iterations), "max-nan-iterations");
   check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
   check_non_negative(o.exit_duration_in_mins, "exit-duration-in-mins");
+  check_non_negative(o.distributed_timeout_minutes, "distributed-timeout-minutes");
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
   // With --use-checkpoint-args the shape is complete only once the checkpoint is read.

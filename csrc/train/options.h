@@ -108,6 +108,9 @@ struct TrainOptions {
   // Stop (after saving with --save) once any rank has run this many minutes since its start,
   // checked after every iteration, as Megatron; 0: never.
   double exit_duration_in_mins = 0;
+  // --distributed-timeout-minutes (Megatron's): the longest wait in one collective or
+  // transfer before the job ends (parallel/collective_timeout.h); 0: no limit.
+  double distributed_timeout_minutes = 10;
   std::string save_canonical;       // safetensors file of canonical fp32 parameters, written at the end
 
   // ---- Checkpoints (Megatron's flags).

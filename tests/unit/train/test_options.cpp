@@ -460,6 +460,14 @@ TEST(Options, OverlapFlags) {
   EXPECT_NE(error_of({"--overlap-param-gather"}).find("--overlap-param-gather"), std::string::npos);
 }
 
+TEST(Options, DistributedTimeoutMinutes) {
+  EXPECT_EQ(parse({}).distributed_timeout_minutes, 10.0);  // Megatron's default
+  EXPECT_EQ(parse({"--distributed-timeout-minutes", "0.5"}).distributed_timeout_minutes, 0.5);
+  EXPECT_EQ(parse({"--distributed-timeout-minutes", "0"}).distributed_timeout_minutes, 0.0);
+  EXPECT_NE(error_of({"--distributed-timeout-minutes", "-1"}).find("--distributed-timeout-minutes"),
+            std::string::npos);
+}
+
 TEST(Options, ContradictionsWithinOneSourceStayErrors) {
   EXPECT_NE(must_fail({"--config", kTinyConfig, "--train-iters", "10", "--train-samples", "100"}).find(
                 "mutually exclusive"),

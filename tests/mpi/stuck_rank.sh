@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A rank that stops answering (here: stopped by SIGSTOP in the middle of training, as a
+# deadlocked or hung process would be) ends the whole job after --distributed-timeout-minutes:
+# the rank waiting for it prints one line naming its wait and the limit, and the job exits
+# non-zero within seconds of the limit instead of hanging (timeout's status 124).
+# Usage: stuck_rank.sh TRAIN_BINARY REPO
+set -u
+train=$1
+repo=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+# The tensorboard directory is only the mark that finds this job's processes.
+timeout 120 mpirun --oversubscribe -np 2 --bind-to none "$train" --config "$repo/configs/gpt2-tiny.yaml" \
+  --device cpu --train-iters 1000000 --lr-warmup-iters 0 --eval-iters 0 --log-interval 1 \
+  --tensorboard-dir "$tmp/mark" --distributed-timeout-minutes 0.05 >"$tmp/out" 2>"$tmp/err" &
+job=$!
+for _ in $(seq 600); do grep -q '^ iteration *3/' "$tmp/out" 2>/dev/null && break; sleep 0.1; done
+mapfile -t pids < <(pgrep -f -- "$tmp/mark")
+ranks=()
+for p in "${pids[@]}"; do [[ $(cat /proc/"$p"/comm 2>/dev/null) == trident-train ]] && ranks+=("$p"); done
+if [[ ${#ranks[@]} -ne 2 ]]; then
+  echo "FAIL: expected two training processes, found ${#ranks[@]}"; cat "$tmp/out" "$tmp/err"; exit 1
+fi
+stopped=$(date +%s%N)
+kill -STOP "${ranks[1]}"
+wait "$job"
+rc=$?
+took=$((($(date +%s%N) - stopped) / 1000000000))
+line=$(grep -m1 'longer than --distributed-timeout-minutes 0.05' "$tmp/err")
+if [[ $rc -ne 0 && $rc -ne 124 && -n $line && $took -lt 30 ]]; then
+  echo "ok: the job ended ${took} s after a rank stopped (limit 3 s), exit status $rc: $line"
+else
+  echo "FAIL: exit status $rc (124: the job hung) ${took} s after a rank stopped"; tail -5 "$tmp/out"; cat "$tmp/err"
+  exit 1
+fi
