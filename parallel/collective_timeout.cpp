@@ -18,13 +18,17 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::atomic<int64_t> g_timeout_ns{std::chrono::nanoseconds(std::chrono::minutes(10)).count()};
+std::atomic<int> g_suspended{0};
 // The current wait: its start (0: none) and its op.
 std::atomic<int64_t> g_since_ns{0};
 std::atomic<const char*> g_op{nullptr};
 
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
-// Started by the first wait; polls a quarter of the limit apart, at most every second.
+// Started by the first wait. Polls every quarter of the limit, but no more often than every
+// 10 ms and no less often than every second.
 void start_watchdog() {
   static std::unique_ptr<CommWatchdog> watchdog = [] {
 #ifdef TRIDENT_HAVE_MPI
@@ -32,25 +36,24 @@ void start_watchdog() {
 #else
     const int rank = 0;
 #endif
-    const auto limit = collective_timeout();
-    const auto interval = std::min<std::chrono::milliseconds>(
-        std::chrono::seconds(1), std::max<std::chrono::milliseconds>(
-                                     std::chrono::milliseconds(10),
-                                     std::chrono::duration_cast<std::chrono::milliseconds>(limit / 4)));
+    const auto quarter = std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout() / 4);
+    const auto interval = std::clamp<std::chrono::milliseconds>(quarter, std::chrono::milliseconds(10),
+                                                                std::chrono::seconds(1));
     auto w = std::make_unique<CommWatchdog>(interval, [rank](const std::string& what) {
       std::fprintf(stderr, "trident: %s (rank %d): ending the job\n", what.c_str(), rank);
+#ifdef TRIDENT_HAVE_MPI
+      mpi_abort_job_from_watchdog(3);
+#else
       std::fflush(stdout);
       std::fflush(stderr);
-#ifdef TRIDENT_HAVE_MPI
-      if (mpi_initialized()) mpi_abort_job(3);
-#endif
       std::_Exit(3);
+#endif
     });
     w->add([] {
-      const int64_t since = g_since_ns.load(), limit_ns = g_timeout_ns.load();
+      const int64_t since = g_since_ns.load(), limit_ns = collective_timeout().count();
       if (since == 0 || limit_ns <= 0) return std::string();
       const int64_t waited = now_ns() - since;
-      if (waited <= limit_ns) return std::string();
+      if (waited <= limit_ns || g_since_ns.load() != since) return std::string();  // over in time
       return collective_timeout_message(g_op.load(), std::chrono::nanoseconds(waited));
     });
     return w;
@@ -61,27 +64,45 @@ void start_watchdog() {
 }  // namespace
 
 void set_collective_timeout(double minutes) {
-  g_timeout_ns = minutes > 0 ? static_cast<int64_t>(minutes * 60e9) : 0;
+  // Past a year is no limit (and would overflow the nanoseconds).
+  g_timeout_ns = minutes > 0 && minutes < 525600 ? static_cast<int64_t>(minutes * 60e9) : 0;
 }
 
-std::chrono::nanoseconds collective_timeout() { return std::chrono::nanoseconds(g_timeout_ns.load()); }
+std::chrono::nanoseconds collective_timeout() {
+  return std::chrono::nanoseconds(g_suspended.load() > 0 ? 0 : g_timeout_ns.load());
+}
 
 std::string collective_timeout_message(const char* op, std::chrono::nanoseconds waited) {
+  const double seconds = std::chrono::duration<double>(waited).count();
+  std::ostringstream limit;  // as given: 10, 0.05
+  limit << std::chrono::duration<double>(collective_timeout()).count() / 60;
   std::ostringstream s;
-  s.precision(3);
-  s << "waited " << std::chrono::duration<double>(waited).count() / 60 << " minutes in " << (op ? op : "a collective")
-    << ", longer than --distributed-timeout-minutes " << std::chrono::duration<double>(collective_timeout()).count() / 60
-    << ": another rank is stuck or gone";
+  s.setf(std::ios::fixed);
+  s.precision(2);
+  s << "waited " << seconds / 60 << " minutes (";
+  s.precision(1);
+  s << seconds << " s) in " << (op ? op : "a collective") << ", longer than --distributed-timeout-minutes "
+    << limit.str() << ": another rank, or this rank's GPU, is stuck or gone";
   return s.str();
 }
 
-CollectiveWait::CollectiveWait(const char* op) {
-  if (g_timeout_ns.load() <= 0) return;
+CollectiveWait::CollectiveWait(const char* op) : outer_since_ns_(g_since_ns.load()), outer_op_(g_op.load()) {
+  if (collective_timeout().count() <= 0) {
+    g_since_ns = 0;
+    return;
+  }
   start_watchdog();
   g_op = op;
   g_since_ns = now_ns();
 }
 
-CollectiveWait::~CollectiveWait() { g_since_ns = 0; }
+CollectiveWait::~CollectiveWait() {
+  g_since_ns = 0;  // before the op changes, so the watchdog never pairs a start with another op
+  g_op = outer_op_;
+  g_since_ns = outer_since_ns_;
+}
+
+CollectiveTimeoutSuspended::CollectiveTimeoutSuspended() { ++g_suspended; }
+CollectiveTimeoutSuspended::~CollectiveTimeoutSuspended() { --g_suspended; }
 
 }  // namespace trident

@@ -1,10 +1,17 @@
 // The longest one rank may wait for the others (Megatron's --distributed-timeout-minutes,
 // default 10): a rank whose peer is stuck (a deadlock, a stopped process, a hung GPU) or
 // gone without an error would otherwise wait in its collective forever, and with it the
-// whole job. MpiComm marks every blocking MPI call with a CollectiveWait; a watchdog thread
-// ends the job (one line naming the rank, the op and the limit, then MPI_Abort) when one
-// lasts longer than the limit. NcclComm applies the same limit to each op it queues, from
-// the moment it is queued to the moment it finishes on the GPU (nccl_comm.cpp).
+// whole job.
+// - MpiComm marks each collective and transfer it makes with a CollectiveWait; a watchdog
+//   thread ends the job when one lasts longer than the limit: one line ("trident: waited
+//   M minutes in OP, longer than --distributed-timeout-minutes L: ... (rank R): ending the
+//   job"), then MPI_Abort.
+// - NcclComm applies the same limit to each op it queues, from the moment it is queued to
+//   the moment it finishes on the GPU (nccl_comm.cpp).
+// - Waits while one rank does I/O for all (building the dataset caches, a checkpoint save
+//   or load: CollectiveTimeoutSuspended) have no limit: their length follows the data, the
+//   model and the filesystem, not the peers' health (Megatron's users raise the timeout
+//   for them instead).
 #pragma once
 
 #include <chrono>
@@ -12,21 +19,36 @@
 
 namespace trident {
 
-// minutes <= 0: no limit. Set before the first collective (trident-train's flag).
+// minutes <= 0: no limit. Set before the first collective (trident-train's and
+// trident-eval's flag).
 void set_collective_timeout(double minutes);
-// The limit; zero when there is none.
+// The limit in force: zero when there is none, or while suspended.
 std::chrono::nanoseconds collective_timeout();
-// The line that ends the job: "rank R waited M minutes in OP ...".
+// The line that ends the job.
 std::string collective_timeout_message(const char* op, std::chrono::nanoseconds waited);
 
 // Marks the calling thread (the one that communicates: MPI_THREAD_FUNNELED) as waiting in
-// `op` (a literal) from construction to destruction.
+// `op` (a literal) from construction to destruction. Nests (the inner wait counts).
 class CollectiveWait {
  public:
   explicit CollectiveWait(const char* op);
   ~CollectiveWait();
   CollectiveWait(const CollectiveWait&) = delete;
   CollectiveWait& operator=(const CollectiveWait&) = delete;
+
+ private:
+  int64_t outer_since_ns_;
+  const char* outer_op_;
+};
+
+// No limit for the waits (and NCCL ops queued) while one lives: one rank's I/O for all.
+// Nests.
+class CollectiveTimeoutSuspended {
+ public:
+  CollectiveTimeoutSuspended();
+  ~CollectiveTimeoutSuspended();
+  CollectiveTimeoutSuspended(const CollectiveTimeoutSuspended&) = delete;
+  CollectiveTimeoutSuspended& operator=(const CollectiveTimeoutSuspended&) = delete;
 };
 
 }  // namespace trident

@@ -294,6 +294,13 @@ void mpi_abort_job(int code) {
   std::exit(code);
 }
 
+void mpi_abort_job_from_watchdog(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
 void set_mpi_device_copy_hooks(const DeviceCopyHooks& h) { hooks() = h; }
 DeviceCopyHooks mpi_device_copy_hooks() { return hooks(); }
 

@@ -21,6 +21,9 @@ int mpi_world_size();
 // Ends every rank of the job (MPI_Abort with `code`) after flushing this rank's output;
 // used when one rank fails so the others never hang.
 [[noreturn]] void mpi_abort_job(int code);
+// The same from a watchdog thread: never returns through exit() (whose handlers would
+// destroy the watchdog on its own thread) even if MPI_Abort returns; _Exit instead.
+[[noreturn]] void mpi_abort_job_from_watchdog(int code);
 
 // How MpiComm reaches device buffers. A build with CUDA installs hooks on the CUDA runtime
 // (to_host and to_device wait for all work queued on the device first; alloc_host is

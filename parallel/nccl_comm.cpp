@@ -74,10 +74,7 @@ CommWatchdog& nccl_watchdog() {
   static const int world_rank = mpi_world_rank();  // asked once, from the main thread
   static CommWatchdog watchdog(std::chrono::milliseconds(1000), [](const std::string& what) {
     std::fprintf(stderr, "trident: %s (rank %d): ending the job\n", what.c_str(), world_rank);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    if (mpi_initialized()) mpi_abort_job(3);
-    std::_Exit(3);
+    mpi_abort_job_from_watchdog(3);
   });
   return watchdog;
 }
@@ -271,19 +268,24 @@ class NcclComm final : public Comm {
   // --distributed-timeout-minutes: every op queued gets an event after it; the watchdog
   // drops the finished ones and reports the oldest still running past the limit (a peer
   // stuck or gone: NCCL itself would spin forever without an error).
+  // The event is recorded outside ops_mu_: a record can block when the stream's launch
+  // queue is full (a stuck peer), and the watchdog must still be able to look.
   void track(const char* what) {
     if (collective_timeout().count() <= 0) return;
-    std::lock_guard<std::mutex> lock(ops_mu_);
-    drop_finished_ops();
+    const auto queued = std::chrono::steady_clock::now();
     cudaEvent_t e = nullptr;
-    if (spare_events_.empty()) {
-      NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    } else {
-      e = spare_events_.back();
-      spare_events_.pop_back();
+    {
+      std::lock_guard<std::mutex> lock(ops_mu_);
+      drop_finished_ops();
+      if (!spare_events_.empty()) {
+        e = spare_events_.back();
+        spare_events_.pop_back();
+      }
     }
+    if (e == nullptr) NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventRecord(e, stream_));
-    ops_.push_back({e, std::chrono::steady_clock::now(), what});
+    std::lock_guard<std::mutex> lock(ops_mu_);
+    ops_.push_back({e, queued, what});
   }
   // Under ops_mu_. The error of a failed query is the watchdog's to report.
   cudaError_t drop_finished_ops() {
@@ -297,7 +299,9 @@ class NcclComm final : public Comm {
   }
   // The watchdog's check (its own thread): "" or what is overdue.
   std::string overdue_op() {
-    std::lock_guard<std::mutex> lock(ops_mu_);
+    // Skips this poll while the main thread holds the lock (never waits for it).
+    std::unique_lock<std::mutex> lock(ops_mu_, std::try_to_lock);
+    if (!lock.owns_lock() || collective_timeout().count() <= 0) return "";
     if (cudaSetDevice(device_) != cudaSuccess) return "";
     const cudaError_t r = drop_finished_ops();
     if (r != cudaSuccess && r != cudaErrorNotReady) return std::string("CUDA error ") + cudaGetErrorString(r);

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "core/error.h"
+#include "parallel/collective_timeout.h"
 #include "parallel/comm_strings.h"
 #include "parallel/deferred_async_comm.h"
 #include "parallel/nccl_comm.h"
@@ -99,6 +100,7 @@ bool any_rank(ParallelContext& par, bool local) {
 }
 
 void run_on_rank0_for_all(ParallelContext& par, const std::function<void()>& step) {
+  const CollectiveTimeoutSuspended io;  // the others wait as long as rank 0's step takes
   std::string why;
   std::exception_ptr error;
   if (par.world_rank() == 0) {

@@ -29,7 +29,8 @@ bool any_rank(ParallelContext& par, bool local);
 // Runs `step` on world rank 0 only (what rank 0 alone does, such as creating the directory it
 // writes to) and makes its failure every rank's: rank 0 rethrows its error, the others throw
 // its message as a ConfigError, so the job stops as one instead of leaving them waiting in a
-// later collective. Collective: every rank must call it.
+// later collective. Collective: every rank must call it. The others' wait has no
+// --distributed-timeout-minutes limit (collective_timeout.h).
 void run_on_rank0_for_all(ParallelContext& par, const std::function<void()>& step);
 
 // Which Comm carries the groups under MPI: MpiComm (host buffers; device buffers are

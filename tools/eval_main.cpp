@@ -40,6 +40,7 @@
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/backends.h"
+#include "parallel/collective_timeout.h"
 #include "parallel/parallel_context.h"
 #include "mpi_tool_main.h"
 #include "tools/integer_flag.h"
@@ -179,6 +180,7 @@ int run(int argc, char** argv) {
 
   // As trident-train: the backend first (NcclComm runs on its GPU), TF32 as in training.
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
   resolve_global_batch_size(opt, parallel->grid.shape.dp);

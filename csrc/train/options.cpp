@@ -135,7 +135,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
       {"exit-duration-in-mins", "stop (after saving with --save) once the run has lasted this many minutes"},
       {"distributed-timeout-minutes", "end the job when a rank has waited this long in one collective or transfer "
-                                      "(a peer stuck or gone; 10, Megatron's default; 0: never)"},
+                                      "(a peer stuck or gone; 10, Megatron's default; 0: never; not applied to "
+                                      "dataset building and checkpoint I/O)"},
       {"exit-signal-handler", "accepted for Megatron's scripts: trident always finishes the iteration, saves (with "
                               "--save) and exits 0 on SIGTERM or SIGINT", true},
       {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},

@@ -18,6 +18,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
+#include "parallel/collective_timeout.h"
 #include "parallel/comm_strings.h"
 #include "train/checkpoint_to_load.h"
 #include "train/trainer.h"
@@ -201,6 +202,7 @@ std::string abandoned_note(const fs::path& root, int64_t latest, const std::vect
 }  // namespace
 
 void Trainer::save_checkpoint() {
+  const CollectiveTimeoutSuspended io;  // ranks wait for each other's writes: no time limit
   const auto start = std::chrono::steady_clock::now();
   optimizer_->wait_for_all_params();  // --overlap-param-gather: the gathers of the last step
   const ProcessGrid& grid = par_->grid;
@@ -300,6 +302,7 @@ void Trainer::save_checkpoint() {
 }
 
 bool Trainer::load_checkpoint() {
+  const CollectiveTimeoutSuspended io;  // ranks wait for each other's reads: no time limit
   const auto start = std::chrono::steady_clock::now();
   std::optional<fs::path> dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;

@@ -18,6 +18,7 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "parallel/collective_timeout.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/nccl_comm.h"
 #include "parallel/parallel_context.h"
@@ -229,6 +230,28 @@ TEST_F(GpuComm, NcclAsyncOpsOrderAtQueueAndAtWait) {
       EXPECT_NEAR(be_->sum(whole), static_cast<double>(S) * chunk, 1e-6 * S * n);
     }
   }
+}
+
+void CUDART_CB sleep_10s(void*) { std::this_thread::sleep_for(std::chrono::seconds(10)); }
+
+// --distributed-timeout-minutes on NCCL: an op that has not finished on the GPU long past
+// the limit (here held back behind 10 s of compute-stream work) ends the process with the
+// line naming it; without MPI that is _Exit(3).
+TEST_F(GpuComm, NcclOpUnfinishedPastTheLimitEndsTheJob) {
+  if (mpi_initialized()) GTEST_SKIP() << "a world of one: run without mpirun";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        set_collective_timeout(0.02);  // 1.2 s
+        auto c = nccl_world(ref_);
+        Buffer b = be_->empty(Shape{1024}, DType::F32);
+        be_->fill(b, 1.0f);
+        if (cudaLaunchHostFunc(static_cast<cudaStream_t>(ref_.stream), sleep_10s, nullptr) != cudaSuccess) std::exit(1);
+        c->allreduce_async(b, ReduceOp::Sum)->wait();
+        be_->synchronize();
+        std::exit(0);
+      },
+      testing::ExitedWithCode(3), "in NCCL allreduce, longer than --distributed-timeout-minutes 0\\.02");
 }
 
 TEST_F(GpuComm, ParallelContextWithNccl) {
