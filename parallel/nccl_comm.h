@@ -18,12 +18,16 @@
 // - Any NCCL or CUDA failure prints the call, file and line and aborts the whole job; an
 //   asynchronous NCCL error (a broken link, a lost peer: the collective never returns) is
 //   caught by a watchdog thread polling ncclCommGetAsyncError every second (CommWatchdog),
-//   which prints it and aborts the job.
-// - allreduce_async and reduce_scatter_async (the gradient buckets' reductions) are queued
-//   the same way, but the compute stream waits for them only at CommWork::wait(), through
-//   an event of their own, so the backward pass goes on while they run. Their buffers are
-//   persistent (gradients, the optimizer's staging and shard), so no allocator block has
-//   to be held for the communication stream.
+//   which prints it and aborts the job. The same thread ends the job when an op has not
+//   finished on the GPU --distributed-timeout-minutes after it was queued (a peer stuck
+//   without an error: collective_timeout.h). A rank failing with an exception leaves the
+//   communicator to the process's end rather than wait for ops whose peers never come.
+// - allreduce_async, reduce_scatter_async and allgather_async (the gradient buckets'
+//   reductions, ZeRO's parameter gathers) are queued the same way, but the compute stream
+//   waits for them only at CommWork::wait(), through an event of their own, so the backward
+//   (forward) goes on while they run. Their buffers are persistent (gradients, parameters,
+//   the optimizer's staging and shard), so no allocator block has to be held for the
+//   communication stream. The communication stream has the highest priority.
 //
 // Real only when the build has CUDA, NCCL and MPI (TRIDENT_HAVE_NCCL); otherwise the
 // factories throw ConfigError naming --comm.
