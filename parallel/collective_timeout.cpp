@@ -7,7 +7,6 @@
 #include <memory>
 #include <sstream>
 
-#include "parallel/comm_watchdog.h"
 #ifdef TRIDENT_HAVE_MPI
 #include "parallel/mpi_comm.h"
 #endif
@@ -27,18 +26,21 @@ int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
-// Started by the first wait. Polls every quarter of the limit, but no more often than every
-// 10 ms and no less often than every second.
-void start_watchdog() {
+}  // namespace
+
+CommWatchdog& job_watchdog() {
   static std::unique_ptr<CommWatchdog> watchdog = [] {
 #ifdef TRIDENT_HAVE_MPI
     const int rank = mpi_world_rank();  // asked once, from the communicating thread
 #else
     const int rank = 0;
 #endif
-    const auto quarter = std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout() / 4);
-    const auto interval = std::clamp<std::chrono::milliseconds>(quarter, std::chrono::milliseconds(10),
-                                                                std::chrono::seconds(1));
+    const auto limit = collective_timeout();
+    const auto interval = limit.count() <= 0
+                              ? std::chrono::milliseconds(1000)
+                              : std::clamp<std::chrono::milliseconds>(
+                                    std::chrono::duration_cast<std::chrono::milliseconds>(limit / 4),
+                                    std::chrono::milliseconds(10), std::chrono::seconds(1));
     auto w = std::make_unique<CommWatchdog>(interval, [rank](const std::string& what) {
       std::fprintf(stderr, "trident: %s (rank %d): ending the job\n", what.c_str(), rank);
 #ifdef TRIDENT_HAVE_MPI
@@ -58,10 +60,8 @@ void start_watchdog() {
     });
     return w;
   }();
-  (void)watchdog;
+  return *watchdog;
 }
-
-}  // namespace
 
 void set_collective_timeout(double minutes) {
   // Past a year is no limit (and would overflow the nanoseconds).
@@ -91,7 +91,7 @@ CollectiveWait::CollectiveWait(const char* op) : outer_since_ns_(g_since_ns.load
     g_since_ns = 0;
     return;
   }
-  start_watchdog();
+  job_watchdog();  // started by the first wait
   g_op = op;
   g_since_ns = now_ns();
 }

@@ -17,7 +17,15 @@
 #include <chrono>
 #include <string>
 
+#include "parallel/comm_watchdog.h"
+
 namespace trident {
+
+// The process's watchdog thread, started on first use: it holds this limit's check and
+// NcclComm's (asynchronous errors, ops past the limit), and ends the job on the first
+// failure: one line, then MPI_Abort (or _Exit without MPI), never exit() from its thread.
+// It polls every quarter of the limit in force at its start, between 10 ms and 1 s.
+CommWatchdog& job_watchdog();
 
 // minutes <= 0: no limit. Set before the first collective (trident-train's and
 // trident-eval's flag).

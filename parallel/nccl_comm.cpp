@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "parallel/collective_timeout.h"
-#include "parallel/comm_watchdog.h"
 #include "parallel/mpi_comm.h"
 #endif
 
@@ -63,22 +62,6 @@ namespace {
       die("CUDA", cudaGetErrorString(trident_ce_), #call, __FILE__, __LINE__);    \
   } while (0)
 
-// The process's watchdog of NCCL's asynchronous errors, one check per communicator, started
-// with the first. A collective stuck on a broken link or a lost peer blocks every host wait
-// behind it; NCCL reports the failure to ncclCommGetAsyncError, which this thread polls
-// every second: one line, then the whole job ends: MPI_Abort from the watchdog's thread
-// (the main thread is the one that is stuck; Open MPI's abort goes through its runtime), or
-// without MPI _Exit, never exit(), whose handlers would destroy this watchdog on its own
-// thread.
-CommWatchdog& nccl_watchdog() {
-  static const int world_rank = mpi_world_rank();  // asked once, from the main thread
-  static CommWatchdog watchdog(std::chrono::milliseconds(1000), [](const std::string& what) {
-    std::fprintf(stderr, "trident: %s (rank %d): ending the job\n", what.c_str(), world_rank);
-    mpi_abort_job_from_watchdog(3);
-  });
-  return watchdog;
-}
-
 std::string nccl_async_failure(ncclComm_t comm) {
   ncclResult_t async = ncclSuccess;
   const ncclResult_t r = ncclCommGetAsyncError(comm, &async);
@@ -117,7 +100,7 @@ class NcclComm final : public Comm {
     NCCL_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming));
     NCCL_CUDA_CHECK(cudaEventCreateWithFlags(&comm_done_, cudaEventDisableTiming));
-    watchdog_id_ = nccl_watchdog().add([this] {
+    watchdog_id_ = job_watchdog().add([this] {
       const std::string failed = nccl_async_failure(comm_);
       return failed.empty() ? overdue_op() : failed;
     });
@@ -129,7 +112,7 @@ class NcclComm final : public Comm {
     // be queued whose peers never come, and tearing NCCL down (even ncclCommAbort, on one
     // rank alone) may wait for them: leave the communicator, stream and events to the
     // process's end.
-    if (watchdog_id_ >= 0) nccl_watchdog().remove(watchdog_id_);  // before the communicator goes
+    if (watchdog_id_ >= 0) job_watchdog().remove(watchdog_id_);  // before the communicator goes
     if (std::uncaught_exceptions() > 0) return;
     if (cudaSetDevice(device_) == cudaSuccess && stream_) cudaStreamSynchronize(stream_);
     if (comm_) ncclCommDestroy(comm_);
@@ -350,7 +333,7 @@ class NcclComm final : public Comm {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr, comm_done_ = nullptr;
   ncclComm_t comm_ = nullptr;
-  int watchdog_id_ = -1;  // its check in nccl_watchdog()
+  int watchdog_id_ = -1;  // its check in job_watchdog() (collective_timeout.h)
   struct QueuedOp {
     cudaEvent_t done;  // recorded after the op on stream_
     std::chrono::steady_clock::time_point queued;
