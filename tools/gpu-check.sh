@@ -340,7 +340,8 @@ largest_tuned=""
 # A variant whose GPU test did not pass still times: say so beside its figures. The mma.sync
 # tile variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels (the defaults on
 # this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's, the wgmma
-# backward with dQ by atomics WgmmaAtomicDqMatchesCpu's.
+# backward with dQ by atomics WgmmaAtomicDqMatchesCpu's, its two-warpgroup dK/dV blocks
+# WgmmaTwoWarpgroupsMatchCpu's.
 # did_not_pass <test>: ctest.log names it failed, timed out, crashed or not run, or the
 # tests were cut off by GPU_CHECK_TESTS_S and no line says that it passed.
 did_not_pass() {
@@ -350,7 +351,7 @@ did_not_pass() {
 }
 unverified=""
 variant_notes=()
-for t in TunedVariantsMatchCpu WgmmaMatchesCpu WgmmaAtomicDqMatchesCpu; do
+for t in TunedVariantsMatchCpu WgmmaMatchesCpu WgmmaAtomicDqMatchesCpu WgmmaTwoWarpgroupsMatchCpu; do
   did_not_pass "$t" && variant_notes+=("UNVERIFIED: CudaAttention.$t did not pass (see ctest.log): its variants' rows time kernels that may be wrong")
 done
 did_not_pass TunedVariantsMatchCpu &&
@@ -359,6 +360,8 @@ wgmma_ok=1
 did_not_pass WgmmaMatchesCpu && wgmma_ok=0
 wgmma_atomic_ok=1  # the wgmma backward with dQ by atomics (opt-in) has a test of its own
 did_not_pass WgmmaAtomicDqMatchesCpu && wgmma_atomic_ok=0
+wgmma_2wg_ok=1  # likewise the two-warpgroup dK/dV blocks (opt-in)
+did_not_pass WgmmaTwoWarpgroupsMatchCpu && wgmma_2wg_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
 declare -A opt_in_test=([TRIDENT_LN_FWD_RING=1]=RowsPerWarpSameBits
@@ -390,6 +393,9 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
       tiles=""
     elif ((!wgmma_atomic_ok)) && [[ $tiles == *BWD_WGMMA=1* && $tiles == *BWD_ATOMIC=1* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaAtomicDqMatchesCpu did not pass")
+      tiles=""
+    elif ((!wgmma_2wg_ok)) && [[ $tiles == *BWD_WG=2* ]]; then
+      tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaTwoWarpgroupsMatchCpu did not pass")
       tiles=""
     fi
     [[ $tiles == defaults ]] && tiles=""
@@ -450,11 +456,12 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
   # Head dim 64's wgmma backward kernels with 64-row tiles, in the table's order: the dK/dV
   # and dQ kernels of the default and the wgmma rows, the dQ kernel of the 32-query row, and
   # the dK/dV kernel that adds dQ by atomics (an opt-in; its float atomics into L2 are what
-  # its timing hinges on: see Memory Workload Analysis, L2 hit rate). Up to 8 launches, so a
-  # row added before it does not push it out. Appended to ncu-attention.log (at most 8 files
-  # come back from $OUT).
+  # its timing hinges on: see Memory Workload Analysis, L2 hit rate), then the two-warpgroup
+  # dK/dV kernels (with the dQ pass, and with atomic dQ). Up to 10 launches, so a row added
+  # before them does not push them out. Appended to ncu-attention.log (at most 8 files come
+  # back from $OUT).
   timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
-    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 8 --section SpeedOfLight \
+    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 10 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -552,7 +559,7 @@ cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"
 # at_least <value> <threshold>: "yes" when value >= threshold, else "no".
 at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; }
 target_lines() {
-  local table=$1 name pct tf row mfu long times plain drop bwd atomic
+  local table=$1 name pct tf row mfu long times plain drop bwd atomic fwd two_fwd two_dq two_dkdv two_both two_atomic
   shift
   local bw=() ring fused unfused alone
   # kernel_row <name> <field>: a field of the kernel row with that name ($NF: "of peak", $(NF-3):
@@ -601,6 +608,24 @@ target_lines() {
   if [[ -n $bwd && -n $atomic ]]; then
     echo "  (beside it) head dim 64 backward with dQ added by the dK/dV kernel (TRIDENT_ATTN_BWD_WGMMA=1" \
       "TRIDENT_ATTN_BWD_ATOMIC=1): $atomic ms against the default's $bwd ms"
+  fi
+  # Two warpgroups a block, 128 rows sharing each streamed tile (opt-ins until timed:
+  # PERFORMANCE.md, 2026-12-01): the forward, and the backward's dQ kernel, dK/dV kernel,
+  # both, and the dK/dV kernel with atomic dQ. A row that did not time reads "-".
+  fwd=$(d64 'attention fwd \(causal\)' '$(NF-3)')
+  two_fwd=$(d64 'attn fwd, wgmma, 2-wg' '$(NF-3)')
+  two_dq=$(d64 'attn bwd, wgmma, 2-wg dQ' '$(NF-3)')
+  two_dkdv=$(d64 'attn bwd, wgmma, 2-wg dK\/dV' '$(NF-3)')
+  two_both=$(d64 'attn bwd, wgmma, 2-wg both' '$(NF-3)')
+  two_atomic=$(d64 'attn bwd, wgmma, atomic dQ, 2-wg' '$(NF-3)')
+  if [[ -n $fwd && -n $two_fwd ]]; then
+    echo "  (beside it) head dim 64 forward with two warpgroups a block (TRIDENT_ATTN_FWD_WG=2): $two_fwd ms" \
+      "against the default's $fwd ms"
+  fi
+  if [[ -n $bwd && -n $two_dq$two_dkdv$two_both$two_atomic ]]; then
+    echo "  (beside it) head dim 64 backward with two warpgroups a block (TRIDENT_ATTN_BWD_WGMMA=1 and" \
+      "TRIDENT_ATTN_DQ_WG=2 / TRIDENT_ATTN_BWD_WG=2 / both / BWD_WG=2 with atomic dQ): ${two_dq:--} /" \
+      "${two_dkdv:--} / ${two_both:--} / ${two_atomic:--} ms against the default's $bwd ms"
   fi
   plain=$(d64 'attention fwd\+bwd \(causal\)' '$(NF-3)')
   drop=$(d64 'attn fwd\+bwd, dropout 0\.1' '$(NF-3)')

@@ -798,15 +798,23 @@ constexpr uint32_t kSwizzleSpan = 1024;
 
 // Rows [row0, row0 + ROWS) of a [T, D] head view into a swizzled tile (layout above); rows
 // >= T and columns >= D are zero. Issues cp.async only (the caller commits and waits).
-template <typename T, int ROWS, int DP>
-__device__ __forceinline__ void load_tile_sw128(T* tile, const T* g, int64_t ld, int row0, int T_, int D) {
+// Loaded by THREADS threads, of which the caller is thread `tid` (by default the block's
+// 128 threads; a two-warpgroup block loads shared tiles with all 256 and a warpgroup's
+// own tiles with its 128).
+template <typename T, int ROWS, int DP, int THREADS = kThreads>
+__device__ __forceinline__ void load_tile_sw128(T* tile, const T* g, int64_t ld, int row0, int T_, int D,
+                                                int tid) {
   constexpr int CH = DP / 8;
-  for (int idx = threadIdx.x; idx < ROWS * CH; idx += kThreads) {
+  for (int idx = tid; idx < ROWS * CH; idx += THREADS) {
     const int r = idx / CH, c = idx - r * CH;
     const bool valid = row0 + r < T_ && c * 8 < D;
     const T* src = valid ? g + static_cast<int64_t>(row0 + r) * ld + c * 8 : g;
     cp_async16(tile + (c >> 3) * ROWS * 64 + r * 64 + (((c & 7) ^ (r & 7)) << 3), src, valid);
   }
+}
+template <typename T, int ROWS, int DP>
+__device__ __forceinline__ void load_tile_sw128(T* tile, const T* g, int64_t ld, int row0, int T_, int D) {
+  load_tile_sw128<T, ROWS, DP>(tile, g, ld, row0, T_, D, static_cast<int>(threadIdx.x));
 }
 
 // A wgmma shared-memory descriptor with the 128-byte swizzle: start address, leading and
@@ -836,41 +844,59 @@ __device__ __forceinline__ T* swizzle_aligned(unsigned char* raw) {
   return reinterpret_cast<T*>(raw + ((kSwizzleSpan - (smem_addr(raw) & (kSwizzleSpan - 1))) & (kSwizzleSpan - 1)));
 }
 
-template <int DP, int BK>
+template <int DP, int BK, int WG = 1>
 constexpr int wgmma_fwd_smem_bytes() {
-  return (64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, two K and two V buffers; alignment slack
+  return (64 * WG + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q (a tile a warpgroup), two K and two V buffers; alignment
+}
+// Blocks an SM the two-warpgroup forward asks ptxas to leave registers for (the second
+// argument of its launch bounds): at D 64 with 64-key tiles two (122 registers with one
+// warpgroup, under the 128 that two 256-thread blocks allow; 128-key tiles need 196, and
+// spilled under 128); the others take what they need.
+template <int DP, int BK, int WG>
+constexpr int wgmma_fwd_min_blocks() {
+  return WG == 2 && DP == 64 && BK == 64 ? 2 : 1;
 }
 
-// Forward on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 query rows (warp w
-// rows 16w..16w+15, as in the mma.sync kernel, whose softmax and epilogue it shares). Key
-// tiles of BK rows are double-buffered (the next K and V load during this tile). Per tile:
-// S = Q K^T by DP/16 wgmma from shared memory, the online softmax in registers, then
+// Forward on sm_90a. Grid (B*H, ceil(T/(64 WG))); block: WG warpgroups of 64 query rows
+// each (warp w of warpgroup g: rows 64g + 16w..+15, as in the mma.sync kernel, whose
+// softmax and epilogue it shares). Key tiles of BK rows are double-buffered (the next K and
+// V load during this tile) and, with two warpgroups (TRIDENT_ATTN_FWD_WG=2, while it is
+// measured), shared by both: each K and V tile is loaded once for 128 query rows, as in
+// FlashAttention-2's and -3's 128-row blocks, halving what the forward reads from L2. Per
+// tile: S = Q K^T by DP/16 wgmma from shared memory, the online softmax in registers, then
 // O += P V by BK/16 wgmma with P from registers. Each product is waited for before its
 // result is used: the overlap of tensor-core work with the softmax comes from the other
-// blocks on the SM (2-3 fit).
-template <typename T, int DP, int BK>
-__global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnParams p) {
+// warpgroups on the SM (2-4).
+template <typename T, int DP, int BK, int WG = 1>
+__global__ void __launch_bounds__(kThreads * WG, wgmma_fwd_min_blocks<DP, BK, WG>())
+    attn_fwd_wgmma_kernel(const AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
   static_assert(BK % 16 == 0 && BK <= 256, "wgmma N and k16 steps");
-  constexpr int BQ = 64, NT = BK / 8;
+  static_assert(WG == 1 || WG == 2, "one or two warpgroups a block");
+  constexpr int BQ = 64, NT = BK / 8, kBlockThreads = kThreads * WG;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = swizzle_aligned<T>(smem_raw);
-  T* sK0 = sQ + BQ * DP;  // two K buffers, then two V buffers
+  T* sQ = swizzle_aligned<T>(smem_raw);  // WG Q tiles
+  T* sK0 = sQ + WG * BQ * DP;            // two K buffers, then two V buffers
   T* sV0 = sK0 + 2 * BK * DP;
 
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;  // the longest rows start first
+  const int block_q0 = (gridDim.y - 1 - blockIdx.y) * BQ * WG;  // the longest rows start first
   const HeadView<T> hv = head_view<T>(p, b, h);
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This warpgroup's 64 rows and Q tile; warp: within the warpgroup.
+  const int wg = WG == 1 ? 0 : static_cast<int>(threadIdx.x) / kThreads;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int q0 = block_q0 + wg * BQ;
   const int wrow = q0 + warp * 16;
-  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const int nkb = (min(block_q0 + BQ * WG, T_) + BK - 1) / BK;
   const uint64_t sample = hv.sample, hg = hv.hg;
+  const int tid = static_cast<int>(threadIdx.x);
+  sQ += wg * BQ * DP;
 
-  load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
-  load_tile_sw128<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
-  load_tile_sw128<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
+  load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D, tid & (kThreads - 1));
+  load_tile_sw128<T, BK, DP, kBlockThreads>(sK0, gK, p.qkv_tok, 0, T_, D, tid);
+  load_tile_sw128<T, BK, DP, kBlockThreads>(sV0, gV, p.qkv_tok, 0, T_, D, tid);
   cp_async_commit();
 
   float o[DP / 8][4];
@@ -885,10 +911,14 @@ __global__ void __launch_bounds__(kThreads, 1) attn_fwd_wgmma_kernel(const AttnP
     fence_proxy_async();  // ... where wgmma can see it
     __syncthreads();      // ... for every warp; every wgmma of the previous tile has completed
     if (kb + 1 < nkb) {
-      load_tile_sw128<T, BK, DP>(sK0 + (buf ^ 1) * BK * DP, gK, p.qkv_tok, k0 + BK, T_, D);
-      load_tile_sw128<T, BK, DP>(sV0 + (buf ^ 1) * BK * DP, gV, p.qkv_tok, k0 + BK, T_, D);
+      load_tile_sw128<T, BK, DP, kBlockThreads>(sK0 + (buf ^ 1) * BK * DP, gK, p.qkv_tok, k0 + BK, T_, D, tid);
+      load_tile_sw128<T, BK, DP, kBlockThreads>(sV0 + (buf ^ 1) * BK * DP, gV, p.qkv_tok, k0 + BK, T_, D, tid);
       cp_async_commit();
     }
+    // Tiles past this warpgroup's last row (the second warpgroup's diagonal tiles, with
+    // two): nothing to add. The condition is the same for the whole warpgroup, whose wgmma
+    // are collective.
+    if (WG == 2 && k0 > q0 + BQ - 1) continue;
     // The whole warpgroup computes every tile (wgmma is collective): a warp whose rows see
     // none of its keys gets all -inf scores, P = 0, and adds nothing.
     float s[NT][4];
@@ -1347,38 +1377,47 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
 // product a wgmma on the swizzled tiles of the wgmma forward and the same per-warp
 // elementwise code (dq_tile_ds, dkdv_tile_p_ds). Both double-buffer the streamed tiles.
 
-template <int DP, int BK>
+template <int DP, int BK, int WG = 1>
 constexpr int wgmma_dq_smem_bytes() {
-  return (2 * 64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, dO; two K and two V buffers; alignment
+  return (WG * 2 * 64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, dO (a tile each a warpgroup); two K, two V; alignment
 }
 
-// dQ on sm_90a. Grid (B*H, ceil(T/64)); block: one warpgroup, 64 query rows; key tiles of BK
-// rows up to the diagonal. Per tile: S = Q K^T and dP = dO V^T (one wgmma group), dS in
-// registers, dQ += dS K (K read MN-major from the same tile).
-template <typename T, int DP, int BK>
-__global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const AttnParams p) {
+// dQ on sm_90a. Grid (B*H, ceil(T/(64 WG))); block: WG warpgroups of 64 query rows each;
+// key tiles of BK rows up to the diagonal, shared by the warpgroups (WG 2,
+// TRIDENT_ATTN_DQ_WG=2 while it is measured: each K and V tile loaded once for 128 rows).
+// Per tile: S = Q K^T and dP = dO V^T (one wgmma group), dS in registers, dQ += dS K (K read
+// MN-major from the same tile).
+template <typename T, int DP, int BK, int WG = 1>
+__global__ void __launch_bounds__(kThreads * WG, 1) attn_bwd_dq_wgmma_kernel(const AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
-  constexpr int BQ = 64, NT = BK / 8;
+  static_assert(WG == 1 || WG == 2, "one or two warpgroups a block");
+  constexpr int BQ = 64, NT = BK / 8, kBlockThreads = kThreads * WG;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = swizzle_aligned<T>(smem_raw);
-  T* sO = sQ + BQ * DP;   // dO
-  T* sK0 = sO + BQ * DP;  // two K buffers, then two V buffers
+  T* sQ = swizzle_aligned<T>(smem_raw);  // WG Q tiles, then WG dO tiles
+  T* sO = sQ + WG * BQ * DP;
+  T* sK0 = sO + WG * BQ * DP;  // two K buffers, then two V buffers
   T* sV0 = sK0 + 2 * BK * DP;
 
   const int T_ = p.T, D = p.D;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+  const int block_q0 = (gridDim.y - 1 - blockIdx.y) * BQ * WG;
   const HeadView<T> hv = head_view<T>(p, b, h);
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This warpgroup's 64 rows and tiles; warp: within the warpgroup.
+  const int wg = WG == 1 ? 0 : static_cast<int>(threadIdx.x) / kThreads;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int q0 = block_q0 + wg * BQ;
   const int wrow = q0 + warp * 16;
-  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const int nkb = (min(block_q0 + BQ * WG, T_) + BK - 1) / BK;
   const DqRows rows = dq_rows(p, hv, wrow, lane);
+  const int tid = static_cast<int>(threadIdx.x), wtid = tid & (kThreads - 1);
+  sQ += wg * BQ * DP;
+  sO += wg * BQ * DP;
 
-  load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
-  load_tile_sw128<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D);
-  load_tile_sw128<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
-  load_tile_sw128<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
+  load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D, wtid);
+  load_tile_sw128<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D, wtid);
+  load_tile_sw128<T, BK, DP, kBlockThreads>(sK0, gK, p.qkv_tok, 0, T_, D, tid);
+  load_tile_sw128<T, BK, DP, kBlockThreads>(sV0, gV, p.qkv_tok, 0, T_, D, tid);
   cp_async_commit();
 
   float dq[DP / 8][4];
@@ -1392,10 +1431,11 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
     fence_proxy_async();
     __syncthreads();  // this tile is visible to wgmma; every product of the last one is done
     if (kb + 1 < nkb) {
-      load_tile_sw128<T, BK, DP>(sK0 + (buf ^ 1) * BK * DP, gK, p.qkv_tok, k0 + BK, T_, D);
-      load_tile_sw128<T, BK, DP>(sV0 + (buf ^ 1) * BK * DP, gV, p.qkv_tok, k0 + BK, T_, D);
+      load_tile_sw128<T, BK, DP, kBlockThreads>(sK0 + (buf ^ 1) * BK * DP, gK, p.qkv_tok, k0 + BK, T_, D, tid);
+      load_tile_sw128<T, BK, DP, kBlockThreads>(sV0 + (buf ^ 1) * BK * DP, gV, p.qkv_tok, k0 + BK, T_, D, tid);
       cp_async_commit();
     }
+    if (WG == 2 && k0 > q0 + BQ - 1) continue;  // past this warpgroup's rows (uniform in it)
     // Every warp computes every tile (wgmma is collective); keys a warp's rows do not see
     // get dS = 0.
     float s[NT][4], dp[NT][4];
@@ -1428,11 +1468,13 @@ __global__ void __launch_bounds__(kThreads, 1) attn_bwd_dq_wgmma_kernel(const At
   store_acc<T, DP>(hv.dq, p.qkv_tok, dq, wrow, T_, D, lane, p.scale, p.scale);
 }
 
-template <int DP, int BQ, bool DQ = false>
+template <int DP, int BQ, bool DQ = false, int WG = 1>
 constexpr int wgmma_dkdv_smem_bytes() {
-  // K, V; two buffers of Q and dO; DQ: the dS^T tile [64 keys][BQ queries]; alignment; two
-  // buffers of lse and delta
-  return (2 * 64 + 4 * BQ) * DP * 2 + (DQ ? 64 * BQ * 2 : 0) + kSwizzleSpan + 2 * 2 * BQ * 4;
+  // K, V (a 64-key tile each per warpgroup); two buffers of Q and dO; DQ: the dS^T tiles
+  // [64 keys][BQ queries], one per warpgroup, and with two warpgroups the halves of dQ they
+  // exchange (exchange_add_dq); alignment; two buffers of lse and delta
+  return (WG * 2 * 64 + 4 * BQ) * DP * 2 + (DQ ? WG * 64 * BQ * 2 : 0) +
+         (DQ && WG == 2 ? 2 * 64 * DP / 2 * 4 : 0) + kSwizzleSpan + 2 * 2 * BQ * 4;
 }
 // Blocks an SM that ptxas must leave registers for: D 64 with 32-query tiles fits 3 (at most
 // 168 registers: the S^T and dP^T tiles are half those of 64-query tiles), as the mma.sync
@@ -1460,50 +1502,98 @@ __device__ __forceinline__ void store_frags_sw128(T* tile, const uint32_t (&a)[K
     }
 }
 
-// dK and dV on sm_90a. Grid (B*H, ceil(T/64)), with DQ in head groups (dkdv_block); block:
-// one warpgroup, 64 keys (warp w keys
-// 16w..16w+15); query tiles of BQ rows from the diagonal to the end, double-buffered with
-// their lse and delta. Per tile, transposed (keys are rows): S^T = K Q^T and dP^T = V dO^T
-// (one wgmma group), P z and dS in registers, then dV += (P z)^T dO and dK += dS^T Q (dO and
-// Q read MN-major from the same tiles). dK * scale at the end. BQ: 64, or 32 (fewer registers).
+// With two warpgroups (WG 2), both have computed dQ partials for the same 64 query rows,
+// each over its own 64 keys, in the same C layout (a thread and its twin, 128 threads on,
+// hold the same positions). Warpgroup w keeps columns [w DP/2, (w + 1) DP/2): it hands the
+// other half to its twin through shared memory (sX: [2][DP/16][128] float4, conflict-free),
+// adds the half it receives and adds the sum to dQ by float atomics. Half the atomics of two
+// one-warpgroup blocks, for 16 shared stores and loads a thread and one barrier.
+template <int DP>
+__device__ __forceinline__ void exchange_add_dq(const float (&dq)[DP / 8][4], float4* sX, float* dq_rows, int row0,
+                                                int T_, int D, int lane) {
+  constexpr int H = DP / 16;  // n8 tiles a half
+  const int t = threadIdx.x & (kThreads - 1), wg = threadIdx.x >> 7;
+  // Each choice between two registers is a select of values with compile-time indices (a
+  // runtime index into dq, or a reference chosen at run time, would put dq in local memory).
+  const bool first = wg == 0;
+#pragma unroll
+  for (int j = 0; j < H; ++j) {
+    float4 give;
+    give.x = first ? dq[H + j][0] : dq[j][0];
+    give.y = first ? dq[H + j][1] : dq[j][1];
+    give.z = first ? dq[H + j][2] : dq[j][2];
+    give.w = first ? dq[H + j][3] : dq[j][3];
+    sX[(wg * H + j) * kThreads + t] = give;
+  }
+  __syncthreads();
+  float sum[H][4];
+#pragma unroll
+  for (int j = 0; j < H; ++j) {
+    const float4 v = sX[((wg ^ 1) * H + j) * kThreads + t];
+    sum[j][0] = (first ? dq[j][0] : dq[H + j][0]) + v.x;
+    sum[j][1] = (first ? dq[j][1] : dq[H + j][1]) + v.y;
+    sum[j][2] = (first ? dq[j][2] : dq[H + j][2]) + v.z;
+    sum[j][3] = (first ? dq[j][3] : dq[H + j][3]) + v.w;
+  }
+  add_acc_atomic<H>(dq_rows, sum, row0, wg * DP / 2, T_, D, lane);
+}
+
+// dK and dV on sm_90a. Grid (B*H, ceil(T/(64 WG))), with DQ in head groups (dkdv_block);
+// block: WG warpgroups, 64 keys each (warp w of warpgroup g: keys 64g + 16w..+15), one K
+// and V tile each; query tiles of BQ rows from the diagonal to the end, shared by the
+// warpgroups (WG 2 loads each Q and dO tile once for 128 keys, as FlashAttention-2's and
+// -3's 128-key backward blocks do), double-buffered with their lse and delta. Per tile,
+// transposed (keys are rows): S^T = K Q^T and dP^T = V dO^T (one wgmma group), P z and dS in
+// registers, then dV += (P z)^T dO and dK += dS^T Q (dO and Q read MN-major from the same
+// tiles). dK * scale at the end. BQ: 64, or 32 (fewer registers).
 // DQ (D 64, BQ 64; TRIDENT_ATTN_BWD_ATOMIC=1 with TRIDENT_ATTN_BWD_WGMMA=1): the block also adds
 // this tile's dS K to dQ, the flash-attention-2 way, and the dQ pass does not run. dS^T goes
 // to shared memory before dV and dK are issued; dQ (queries are rows) = dS K reads it and K both
-// MN-major, into the registers S^T and dP^T held; float atomics add it to p.dq_acc.
-template <typename T, int DP, int BQ, bool DQ = false>
-__global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
+// MN-major, into the registers S^T and dP^T held; float atomics add it to p.dq_acc (WG 2:
+// the two warpgroups' sums, exchange_add_dq).
+// WG 2 (TRIDENT_ATTN_BWD_WG=2, while it is measured; D 64): two warpgroups a block, 128 keys.
+template <typename T, int DP, int BQ, bool DQ = false, int WG = 1>
+__global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks<DP, BQ>() : 1)
     attn_bwd_dkdv_wgmma_kernel(const AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
   static_assert(BQ == 32 || BQ == 64, "wgmma N of S^T and dP^T; k16 steps of dV and dK");
   static_assert(!DQ || (BQ == 64 && DP == 64), "dQ = dS K: wgmma M is 64 queries; D 128 has no registers for it");
-  constexpr int BKV = 64, NT = BQ / 8;
+  static_assert(WG == 1 || (WG == 2 && DP == 64), "two warpgroups: D 64 (D 128's kernel spilled at 255 registers)");
+  constexpr int BKV = 64, NT = BQ / 8, kBlockThreads = kThreads * WG;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sK = swizzle_aligned<T>(smem_raw);
-  T* sV = sK + BKV * DP;
-  T* sQ0 = sV + BKV * DP;      // two Q buffers, then two dO buffers
+  T* sK = swizzle_aligned<T>(smem_raw);  // WG K tiles, then WG V tiles
+  T* sV = sK + WG * BKV * DP;
+  T* sQ0 = sV + WG * BKV * DP;  // two Q buffers, then two dO buffers
   T* sO0 = sQ0 + 2 * BQ * DP;
-  T* sdS = sO0 + 2 * BQ * DP;  // DQ: dS^T [64 keys][64 queries] (1024-byte aligned: whole tiles before it)
-  float* sL0 = reinterpret_cast<float*>(sdS + (DQ ? BKV * BQ : 0));  // buffer n: lse, then delta
+  T* sdS = sO0 + 2 * BQ * DP;  // DQ: WG tiles dS^T [64 keys][64 queries] (1024-byte aligned: whole tiles before)
+  float4* sX = reinterpret_cast<float4*>(sdS + (DQ ? WG * BKV * BQ : 0));  // DQ, WG 2: exchange_add_dq
+  float* sL0 = reinterpret_cast<float*>(sX + (DQ && WG == 2 ? 2 * (DP / 16) * kThreads : 0));  // lse, delta
 
   const int T_ = p.T, D = p.D;
-  const BlockKeys kb = dkdv_block<DQ>(p, BKV);
+  const BlockKeys kb = dkdv_block<DQ>(p, BKV * WG);
   if (DQ && kb.bh >= p.B * p.H) return;  // past the last head group's heads (the whole block)
   const int bh = kb.bh, b = bh / p.H, h = bh - b * p.H;
-  const int k0 = kb.k0;
   const int64_t HD = static_cast<int64_t>(p.H) * D;
   const HeadView<T> hv = head_view<T>(p, b, h);
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
   const float *lse = hv.lse, *delta = hv.delta;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  // This warpgroup's 64 keys and tiles; warp: within the warpgroup.
+  const int wg = WG == 1 ? 0 : static_cast<int>(threadIdx.x) / kThreads;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int k0 = kb.k0 + wg * BKV;
   const int wkey = k0 + warp * 16;
+  sK += wg * BKV * DP;
+  sV += wg * BKV * DP;
+  sdS += wg * BKV * BQ;
   const uint64_t sample = hv.sample, hg = hv.hg;
 
   // Query tile qt into buffer n, all by cp.async (the caller commits): Q, dO, and lse and
   // delta (zeros past T). A plain load of lse would hold its warp, and with it the whole
   // warpgroup's next wgmma, for a global-memory latency every tile.
   auto load_query_tile = [&](int qt, int n) {
-    load_tile_sw128<T, BQ, DP>(sQ0 + n * BQ * DP, gQ, p.qkv_tok, qt * BQ, T_, D);
-    load_tile_sw128<T, BQ, DP>(sO0 + n * BQ * DP, gdO, p.out_tok, qt * BQ, T_, D);
+    const int tid = static_cast<int>(threadIdx.x);
+    load_tile_sw128<T, BQ, DP, kBlockThreads>(sQ0 + n * BQ * DP, gQ, p.qkv_tok, qt * BQ, T_, D, tid);
+    load_tile_sw128<T, BQ, DP, kBlockThreads>(sO0 + n * BQ * DP, gdO, p.out_tok, qt * BQ, T_, D, tid);
     const int i = qt * BQ + static_cast<int>(threadIdx.x);
     if (threadIdx.x < BQ) {  // past T: zeros, from the row base (nothing is read)
       const bool valid = i < T_;
@@ -1512,9 +1602,12 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
     }
   };
 
-  const int qt_first = k0 / BQ, nqt = (T_ + BQ - 1) / BQ;
-  load_tile_sw128<T, BKV, DP>(sK, gK, p.qkv_tok, k0, T_, D);
-  load_tile_sw128<T, BKV, DP>(sV, gV, p.qkv_tok, k0, T_, D);
+  // The block's first query tile is its first warpgroup's diagonal one (with WG 2 the second
+  // warpgroup's keys hide all of that tile's queries: its P and dS are zero there).
+  const int qt_first = kb.k0 / BQ, nqt = (T_ + BQ - 1) / BQ;
+  const int wtid = static_cast<int>(threadIdx.x) & (kThreads - 1);
+  load_tile_sw128<T, BKV, DP>(sK, gK, p.qkv_tok, k0, T_, D, wtid);
+  load_tile_sw128<T, BKV, DP>(sV, gV, p.qkv_tok, k0, T_, D, wtid);
   load_query_tile(qt_first, 0);
   cp_async_commit();
 
@@ -1531,6 +1624,9 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
       load_query_tile(qt + 1, n ^ 1);
       cp_async_commit();
     }
+    // With two warpgroups, the second one's keys hide all of the first tile's queries. With
+    // DQ it still takes part (its zero dQ half goes through exchange_add_dq's barrier).
+    if (WG == 2 && !DQ && i0 + BQ - 1 < k0) continue;
     const T* sQ = sQ0 + n * BQ * DP;
     const T* sO = sO0 + n * BQ * DP;
     const float* sL = sL0 + n * 2 * BQ;
@@ -1579,7 +1675,12 @@ __global__ void __launch_bounds__(kThreads, wgmma_dkdv_min_blocks<DP, BQ>())
       wgmma_commit();
       wgmma_wait<0>();
       fence_acc(dq);
-      add_acc_atomic(p.dq_acc + static_cast<int64_t>(bh) * T_ * D, dq, i0 + warp * 16, 0, T_, D, lane);
+      float* dq_rows = p.dq_acc + static_cast<int64_t>(bh) * T_ * D;
+      if constexpr (WG == 1) {
+        add_acc_atomic(dq_rows, dq, i0 + warp * 16, 0, T_, D, lane);
+      } else {
+        exchange_add_dq<DP>(dq, sX, dq_rows, i0 + warp * 16, T_, D, lane);
+      }
     } else {
       wgmma_wait<0>();
     }
@@ -1882,8 +1983,15 @@ void dispatch_dp(int D, F&& f) {
 //            tiles and two buffers of their own; dkdv_bq 64 (default) or, for D 64, 32 (3
 //            blocks an SM), or with dq_atomic: no other backward setting applies. The
 //            default for D > 32 where wgmma_available()
+//   fwd_wg / dkdv_wg / dq_wg  warpgroups a block of the wgmma forward, dK/dV and dQ kernels:
+//            1 (64 rows), or 2 (128 rows, 256 threads: each streamed tile is loaded once for
+//            both; with dq_atomic the dK/dV kernel's two warpgroups sum their dQ partials
+//            before the atomics, half as many); dkdv_wg 2 for D 64 only. With any fwd_wgmma /
+//            bwd_wgmma tiles. (The launches' block size: the plans' launch callbacks take it
+//            as a fifth argument, default kThreads.)
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
+  int fwd_wg = 1, dkdv_wg = 1, dq_wg = 1;
   bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false;
 };
 
@@ -1893,19 +2001,27 @@ constexpr int kDefaultTile = DP == 128 ? 32 : 64;  // key / query rows per tile 
 // The wgmma forward's part of plan_forward_mma (t.fwd_wgmma).
 template <typename T, typename Launch>
 bool plan_forward_wgmma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
-  if (p.D <= 32 || t.fwd_wm != 1 || t.fwd_nb != 1) return false;
-  const unsigned bh = static_cast<unsigned>(p.B * p.H), tiles = static_cast<unsigned>((p.T + 63) / 64);
+  if (p.D <= 32 || t.fwd_wm != 1 || t.fwd_nb != 1 || (t.fwd_wg != 1 && t.fwd_wg != 2)) return false;
+  const unsigned bh = static_cast<unsigned>(p.B * p.H);
   bool ok = false;
+  auto with_warpgroups = [&](auto dp, auto wg) {
+    constexpr int DP = decltype(dp)::value, WG = decltype(wg)::value;
+    const unsigned tiles = static_cast<unsigned>((p.T + 64 * WG - 1) / (64 * WG));
+    const int bk = t.fwd_bk != 0 ? t.fwd_bk : 64;
+    if (bk == 64) {
+      launch(attn_fwd_wgmma_kernel<T, DP, 64, WG>, bh, tiles, wgmma_fwd_smem_bytes<DP, 64, WG>(), kThreads * WG);
+      ok = true;
+    } else if (bk == 128) {
+      launch(attn_fwd_wgmma_kernel<T, DP, 128, WG>, bh, tiles, wgmma_fwd_smem_bytes<DP, 128, WG>(), kThreads * WG);
+      ok = true;
+    }
+  };
   dispatch_dp(p.D, [&](auto dp) {
-    constexpr int DP = decltype(dp)::value;
-    if constexpr (DP >= 64) {
-      const int bk = t.fwd_bk != 0 ? t.fwd_bk : 64;
-      if (bk == 64) {
-        launch(attn_fwd_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_fwd_smem_bytes<DP, 64>());
-        ok = true;
-      } else if (bk == 128) {
-        launch(attn_fwd_wgmma_kernel<T, DP, 128>, bh, tiles, wgmma_fwd_smem_bytes<DP, 128>());
-        ok = true;
+    if constexpr (decltype(dp)::value >= 64) {
+      if (t.fwd_wg == 2) {
+        with_warpgroups(dp, std::integral_constant<int, 2>{});
+      } else {
+        with_warpgroups(dp, std::integral_constant<int, 1>{});
       }
     }
   });
@@ -1918,6 +2034,7 @@ bool plan_forward_wgmma(const AttnParams& p, const AttnTiles& t, Launch&& launch
 template <typename T, typename Launch>
 bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   if (t.fwd_wgmma) return plan_forward_wgmma<T>(p, t, launch);
+  if (t.fwd_wg != 1) return false;  // the mma.sync kernels' 128-row blocks are fwd_wm 2
   const unsigned bh = static_cast<unsigned>(p.B * p.H);
   bool ok = false;
   auto shaped = [&](auto nb) {
@@ -1950,24 +2067,27 @@ bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) 
   return ok;
 }
 
-// The atomic-dQ dK/dV kernels' grid (dkdv_block): (key tiles << g, ceil(B*H / 2^g)).
+// The atomic-dQ dK/dV kernels' grid (dkdv_block) for blocks of key_rows keys:
+// (key tiles << g, ceil(B*H / 2^g)).
 struct GridXY {
   unsigned x, y;
 };
-GridXY atomic_dq_grid(const AttnParams& p) {
+GridXY atomic_dq_grid(const AttnParams& p, int key_rows = 64) {
   const int heads = p.B * p.H, g = atomic_dq_group_log2(heads, p.T, p.D);
-  return {static_cast<unsigned>((p.T + 63) / 64) << g, static_cast<unsigned>(((heads - 1) >> g) + 1)};
+  const unsigned key_tiles = static_cast<unsigned>((p.T + key_rows - 1) / key_rows);
+  return {key_tiles << g, static_cast<unsigned>(((heads - 1) >> g) + 1)};
 }
 
 // The atomic-dQ backward: p.dq_acc zeroed, the dK/dV kernel that adds dQ into it
-// (launch_dkdv(grid), on atomic_dq_grid's grid: dkdv_block), then dQ stored. Grid-stride
-// passes over dq_acc: at most 2048 blocks (~16 an SM on an H100).
+// (launch_dkdv(grid), on atomic_dq_grid's grid for its blocks of key_rows keys:
+// dkdv_block), then dQ stored. Grid-stride passes over dq_acc: at most 2048 blocks (~16 an
+// SM on an H100).
 template <typename T, typename Launch, typename LaunchDkdv>
-void launch_atomic_dq(const AttnParams& p, Launch&& launch, LaunchDkdv&& launch_dkdv) {
+void launch_atomic_dq(const AttnParams& p, Launch&& launch, LaunchDkdv&& launch_dkdv, int key_rows = 64) {
   const int64_t n4 = static_cast<int64_t>(p.B) * p.H * p.T * p.D / 4;
   const unsigned flat = static_cast<unsigned>(std::min<int64_t>((n4 + kThreads - 1) / kThreads, 2048));
   launch(attn_dq_zero_kernel, flat, 1u, 0);
-  launch_dkdv(atomic_dq_grid(p));
+  launch_dkdv(atomic_dq_grid(p, key_rows));
   launch(attn_dq_store_kernel<T>, flat, 1u, 0);
 }
 
@@ -1981,37 +2101,61 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
   if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (D 64, 64 queries)
     if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
     if (t.dq_atomic && t.dkdv_bq != 0 && t.dkdv_bq != 64) return false;
-    dispatch_dp(p.D, [&](auto dp) {
-      constexpr int DP = decltype(dp)::value;
-      if constexpr (DP >= 64) {
-        if (t.dq_atomic) {  // D 64 only: D 128's kernel uses 255 registers without dQ, and spilled with it
-          if constexpr (DP == 64) {
-            launch_atomic_dq<T>(p, launch, [&](GridXY grid) {
-              launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true>, grid.x, grid.y,
-                     wgmma_dkdv_smem_bytes<DP, 64, true>());
-            });
-            ok = true;
-          }
-          return;
+    if ((t.dkdv_wg != 1 && t.dkdv_wg != 2) || (t.dq_wg != 1 && t.dq_wg != 2)) return false;
+    if (t.dq_atomic && t.dq_wg != 1) return false;  // no dQ kernel
+    // The dK/dV kernel of WG warpgroups (64 keys each) a block.
+    auto with_warpgroups = [&](auto dp, auto wg) {
+      constexpr int DP = decltype(dp)::value, WG = decltype(wg)::value, kKeys = 64 * WG;
+      const int threads = kThreads * WG;
+      const unsigned key_tiles = static_cast<unsigned>((p.T + kKeys - 1) / kKeys);
+      if (t.dq_atomic) {  // D 64 only: D 128's kernel uses 255 registers without dQ, and spilled with it
+        if constexpr (DP == 64) {
+          launch_atomic_dq<T>(
+              p, launch,
+              [&](GridXY grid) {
+                launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, true, WG>, grid.x, grid.y,
+                       wgmma_dkdv_smem_bytes<DP, 64, true, WG>(), threads);
+              },
+              kKeys);
+          ok = true;
         }
-        // 64-query dK/dV tiles by default; D 64 also has 32 (3 blocks an SM instead of 2, which
-        // was 21% faster until one branch a tile on the dropout cut the kernels' instruction
-        // fetch stalls; since then 64 is 5% faster on an H200, B16 T1024 H32).
-        const int bq = t.dkdv_bq != 0 ? t.dkdv_bq : 64;
-        if (bq == 64) {
-          launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 64>());
-        } else if constexpr (DP == 64) {
-          if (bq != 32) return;
-          launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 32>, bh, tiles, wgmma_dkdv_smem_bytes<DP, 32>());
-        } else {
-          return;
-        }
+        return;
+      }
+      // 64-query dK/dV tiles by default; D 64 also has 32 (3 blocks an SM instead of 2, which
+      // was 21% faster until one branch a tile on the dropout cut the kernels' instruction
+      // fetch stalls; since then 64 is 5% faster on an H200, B16 T1024 H32).
+      const int bq = t.dkdv_bq != 0 ? t.dkdv_bq : 64;
+      if (bq == 64) {
+        launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 64, false, WG>, bh, key_tiles,
+               wgmma_dkdv_smem_bytes<DP, 64, false, WG>(), threads);
+      } else if constexpr (DP == 64) {
+        if (bq != 32) return;
+        launch(attn_bwd_dkdv_wgmma_kernel<T, DP, 32, false, WG>, bh, key_tiles,
+               wgmma_dkdv_smem_bytes<DP, 32, false, WG>(), threads);
+      } else {
+        return;
+      }
+      if (t.dq_wg == 2) {
+        launch(attn_bwd_dq_wgmma_kernel<T, DP, 64, 2>, bh, static_cast<unsigned>((p.T + 127) / 128),
+               wgmma_dq_smem_bytes<DP, 64, 2>(), 2 * kThreads);
+      } else {
         launch(attn_bwd_dq_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dq_smem_bytes<DP, 64>());
-        ok = true;
+      }
+      ok = true;
+    };
+    dispatch_dp(p.D, [&](auto dp) {
+      if constexpr (decltype(dp)::value >= 64) {
+        if (t.dkdv_wg == 2) {
+          // D 64 only: D 128's kernel (255 registers with one warpgroup) spilled 16 bytes.
+          if constexpr (decltype(dp)::value == 64) with_warpgroups(dp, std::integral_constant<int, 2>{});
+        } else {
+          with_warpgroups(dp, std::integral_constant<int, 1>{});
+        }
       }
     });
     return ok;
   }
+  if (t.dkdv_wg != 1 || t.dq_wg != 1) return false;  // the mma.sync kernels have one block shape
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
     const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;
@@ -2057,9 +2201,9 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
 // =========================================================================================
 
 template <typename Kernel>
-void launch_mma(Kernel kernel, dim3 grid, int smem, const AttnParams& p, cudaStream_t s) {
+void launch_mma(Kernel kernel, dim3 grid, int smem, const AttnParams& p, cudaStream_t s, int threads = kThreads) {
   if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  kernel<<<grid, kThreads, smem, s>>>(p);
+  kernel<<<grid, threads, smem, s>>>(p);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -2133,6 +2277,13 @@ AttnTiles tiles_from_env(int D) {
   t.dq_atomic = env_flag("TRIDENT_ATTN_BWD_ATOMIC");
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
+  auto warpgroups = [](const char* name) {
+    const int wg = env_tile(name);
+    return wg == 0 ? 1 : wg;
+  };
+  t.fwd_wg = warpgroups("TRIDENT_ATTN_FWD_WG");
+  t.dkdv_wg = warpgroups("TRIDENT_ATTN_BWD_WG");
+  t.dq_wg = warpgroups("TRIDENT_ATTN_DQ_WG");
   const int fwd = env_switch("TRIDENT_ATTN_FWD_WGMMA"), bwd = env_switch("TRIDENT_ATTN_BWD_WGMMA");
   const bool mma_fwd_asked = t.fwd_wm != 1 || t.fwd_bk != 0 || t.fwd_nb != 1;  // wgmma's 128 keys: FWD_WGMMA=1
   const bool mma_bwd_asked = t.dkdv_nb != 1 || t.dq_atomic || t.dkdv_bq != 0 || t.dq_bk != 0;
@@ -2151,6 +2302,8 @@ std::string describe(const AttnTiles& t) {
          " TRIDENT_ATTN_BWD_DB=" + std::to_string(t.dkdv_nb == 2) +
          " TRIDENT_ATTN_DKDV_BQ=" + std::to_string(t.dkdv_bq) + " TRIDENT_ATTN_DQ_BK=" + std::to_string(t.dq_bk) +
          " TRIDENT_ATTN_BWD_ATOMIC=" + std::to_string(t.dq_atomic) +
+         " TRIDENT_ATTN_FWD_WG=" + std::to_string(t.fwd_wg) + " TRIDENT_ATTN_BWD_WG=" + std::to_string(t.dkdv_wg) +
+         " TRIDENT_ATTN_DQ_WG=" + std::to_string(t.dq_wg) +
          " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma) +
          " TRIDENT_ATTN_BWD_WGMMA=" + std::to_string(t.bwd_wgmma);
 }
@@ -2159,8 +2312,9 @@ std::string describe(const AttnTiles& t) {
 // has no kernel for are an error.
 template <typename Plan>
 void run_plan(const char* op, const AttnParams& p, const AttnTiles& t, cudaStream_t s, Plan&& plan) {
-  const bool ok =
-      plan(p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, s); });
+  const bool ok = plan(p, t, [&](auto kernel, unsigned gx, unsigned gy, int smem, int threads = kThreads) {
+    launch_mma(kernel, dim3(gx, gy), smem, p, s, threads);
+  });
   TRIDENT_CHECK(ok, op, ": head dim ", p.D, " has no kernels for ", describe(t),
                 " (see AttnTiles in kernels/cuda/cuda_attention.cu)");
 }

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <sstream>
@@ -225,10 +226,12 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
 // The wgmma tests' variables: whatever a check sets, the next tests see the environment as
 // it was (even on a throw).
 constexpr const char* kWgmmaVars[] = {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
-                                      "TRIDENT_ATTN_DKDV_BQ", "TRIDENT_ATTN_BWD_ATOMIC"};
+                                      "TRIDENT_ATTN_DKDV_BQ",   "TRIDENT_ATTN_BWD_ATOMIC", "TRIDENT_ATTN_FWD_WG",
+                                      "TRIDENT_ATTN_BWD_WG",    "TRIDENT_ATTN_DQ_WG"};
 struct RestoreWgmmaVars {
-  const ScopedEnv vars[5] = {{kWgmmaVars[0], nullptr}, {kWgmmaVars[1], nullptr}, {kWgmmaVars[2], nullptr},
-                             {kWgmmaVars[3], nullptr}, {kWgmmaVars[4], nullptr}};
+  const ScopedEnv vars[8] = {{kWgmmaVars[0], nullptr}, {kWgmmaVars[1], nullptr}, {kWgmmaVars[2], nullptr},
+                             {kWgmmaVars[3], nullptr}, {kWgmmaVars[4], nullptr}, {kWgmmaVars[5], nullptr},
+                             {kWgmmaVars[6], nullptr}, {kWgmmaVars[7], nullptr}};
 };
 
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there for
@@ -268,6 +271,40 @@ TEST_P(CudaAttention, WgmmaAtomicDqMatchesCpu) {
     ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
     ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
   });
+}
+
+// The wgmma kernels with two warpgroups a block (128 rows; head dims above 32, the dK/dV
+// kernel's up to 64; the others run the defaults): the forward (TRIDENT_ATTN_FWD_WG=2) with
+// both key tiles, the dQ pass (TRIDENT_ATTN_DQ_WG=2), the dK/dV kernel (TRIDENT_ATTN_BWD_WG=2)
+// with 64- and 32-query tiles and with atomic dQ, whose two warpgroups sum their partials in
+// shared memory first. Apart from WgmmaMatchesCpu so that gpu-check can tell these opt-ins'
+// results from the defaults'.
+TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
+  TRIDENT_SKIP_WITHOUT_SM90();
+  const RestoreWgmmaVars restore;
+  for (const char* variant : {"64", "32", "atomic"}) {
+    const auto two = [variant](const AttnCase& c) {
+      for (const char* v : kWgmmaVars) ::unsetenv(v);
+      if (c.D <= 32) return;
+      const bool atomic = std::strcmp(variant, "atomic") == 0;
+      ::setenv("TRIDENT_ATTN_FWD_WGMMA", "1", 1);
+      ::setenv("TRIDENT_ATTN_BWD_WGMMA", "1", 1);
+      ::setenv("TRIDENT_ATTN_FWD_WG", "2", 1);
+      if (!atomic) ::setenv("TRIDENT_ATTN_DQ_WG", "2", 1);
+      if (std::strcmp(variant, "32") == 0) ::setenv("TRIDENT_ATTN_FWD_BK", "128", 1);
+      if (c.D > 64) return;
+      ::setenv("TRIDENT_ATTN_BWD_WG", "2", 1);
+      if (atomic) {
+        ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
+      } else {
+        ::setenv("TRIDENT_ATTN_DKDV_BQ", variant, 1);
+      }
+    };
+    check_forward(std::string("wgmma, two warpgroups, ") + variant + " ", two);
+    check_backward(std::string("wgmma, two warpgroups, ") + variant + " ", two);
+  }
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

@@ -55,7 +55,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-constexpr int kBlockThreads = 128;
+constexpr int kMaxBlockThreads = 256;  // the kernels' blocks: 128 threads, or 256 (two warpgroups)
 
 // One block's fibers and their per-thread cp.async state.
 struct Pending {
@@ -95,9 +95,9 @@ struct Block {
   int cur = -1;
   ucontext_t main{};
   Barrier block_bar;
-  Barrier warp_bar[kBlockThreads / 32];
-  uint64_t slot[kBlockThreads][8] = {};      // per-thread mailbox for warp collectives
-  const void* addr[kBlockThreads] = {};      // ldmatrix row addresses
+  Barrier warp_bar[kMaxBlockThreads / 32];
+  uint64_t slot[kMaxBlockThreads][8] = {};  // per-thread mailbox for warp collectives
+  const void* addr[kMaxBlockThreads] = {};  // ldmatrix row addresses
   std::vector<unsigned char> smem;
 };
 
@@ -374,13 +374,15 @@ inline void wgmma_commit() {
   f.wgmma_groups.push_back(std::move(f.wgmma_open));
   f.wgmma_open.clear();
 }
-// Runs every committed group but the newest N, oldest first. Warp w owns rows 16w..16w+15
-// of the 64-row product; a thread's accumulators are the C layout of those rows (row g,
-// g + 8; columns 8 nt + 2q, + 1). A from registers is the m16n8k16 A layout, gathered from
-// the warp's lanes, which are all here (wgmma is collective) with their registers intact.
+// Runs every committed group but the newest N, oldest first. Warp w of its warpgroup (w =
+// the block's warp % 4) owns rows 16w..16w+15 of the warpgroup's 64-row product; a thread's
+// accumulators are the C layout of those rows (row g, g + 8; columns 8 nt + 2q, + 1). A from
+// registers is the m16n8k16 A layout, gathered from the warp's lanes, which are all here
+// (wgmma is collective) with their registers intact.
 template <int N>
 inline void wgmma_wait() {
   const int w = emu::warp(), t = emu::lane(), g = t / 4, q = t % 4;
+  const int wr = w % 4;  // the warp's rank in its warpgroup
   auto& me = emu::g_block->fibers[threadIdx.x];
   emu::warp_sync();
   const size_t ready = me.wgmma_groups.size() > N ? me.wgmma_groups.size() - N : 0;
@@ -388,7 +390,7 @@ inline void wgmma_wait() {
     for (size_t oi = 0; oi < me.wgmma_groups[gi].size(); ++oi) {
       const emu::WgmmaOp& op = me.wgmma_groups[gi][oi];
       auto A = [&](int r, int k) {
-        if (op.a == nullptr) return smem_operand(op.desc_a, 16 * w + r, k, op.a_mn_major, op.fp16);
+        if (op.a == nullptr) return smem_operand(op.desc_a, 16 * wr + r, k, op.a_mn_major, op.fp16);
         const emu::WgmmaOp& src = emu::g_block->fibers[w * 32 + (r % 8) * 4 + (k % 8) / 2].wgmma_groups[gi][oi];
         const uint32_t reg = src.a[(r / 8) + 2 * (k / 8)];
         return bits_to_f32(static_cast<uint16_t>(k % 2 ? reg >> 16 : reg), op.fp16);
@@ -420,26 +422,30 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wclobbered"
 #pragma GCC diagnostic ignored "-Wuninitialized"
-// Runs kernel(p) over a (gx, gy) grid of 128-thread blocks with `smem` bytes of shared memory.
+// Runs kernel(p) over a (gx, gy) grid of `threads`-thread blocks (128 or 256) with `smem`
+// bytes of shared memory.
 template <class K>
-void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p) {
+void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p, int threads = 128) {
   static K the_kernel;
   static const AttnParams* the_params;
   the_kernel = kernel;
   the_params = &p;
+  if (threads % 32 != 0 || threads < 32 || threads > emu::kMaxBlockThreads)
+    throw std::invalid_argument("emulated launch: " + std::to_string(threads) + " threads a block");
+  const int warps = threads / 32;
   gridDim = {gx, gy, 1};
-  blockDim = {emu::kBlockThreads, 1, 1};
+  blockDim = {static_cast<unsigned>(threads), 1, 1};
   for (unsigned by = 0; by < gy; ++by) {
     for (unsigned bx = 0; bx < gx; ++bx) {
       auto block = std::make_unique<emu::Block>();
       emu::g_block = block.get();
       block->smem.assign(smem + 16, 0xFF);
       emu_smem = block->smem.data();
-      block->block_bar.n = emu::kBlockThreads;
+      block->block_bar.n = threads;
       for (auto& b : block->warp_bar) b.n = 32;
-      block->fibers.resize(emu::kBlockThreads);
-      static std::vector<std::vector<char>> stacks(emu::kBlockThreads, std::vector<char>(256 * 1024));
-      for (int i = 0; i < emu::kBlockThreads; ++i) {
+      block->fibers.resize(threads);
+      static std::vector<std::vector<char>> stacks(emu::kMaxBlockThreads, std::vector<char>(256 * 1024));
+      for (int i = 0; i < threads; ++i) {
         emu::Fiber& f = block->fibers[i];
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = stacks[i].data();
@@ -465,13 +471,14 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
       // others as the barriers allow, which exposes a missing __syncthreads (together with
       // eager cp.async) as a wrong result.
       static std::mt19937 order_rng(12345);
-      int order[emu::kBlockThreads / 32];
-      for (int w = 0; w < emu::kBlockThreads / 32; ++w) order[w] = w;
+      int order[emu::kMaxBlockThreads / 32];
+      for (int w = 0; w < warps; ++w) order[w] = w;
       for (bool running = true; running;) {
         running = false;
         bool round_progressed = false;
-        std::shuffle(order, order + emu::kBlockThreads / 32, order_rng);
-        for (int w : order) {
+        std::shuffle(order, order + warps, order_rng);
+        for (int oi = 0; oi < warps; ++oi) {
+          const int w = order[oi];
           for (bool progressed = true; progressed;) {
             progressed = false;
             for (int i = w * 32; i < w * 32 + 32; ++i) {
@@ -603,7 +610,8 @@ std::string describe(const AttnTiles& t) {
   return " wm" + std::to_string(t.fwd_wm) + " fwd_bk" + std::to_string(t.fwd_bk) + " fwd_nb" +
          std::to_string(t.fwd_nb) + " dq_atomic" + std::to_string(t.dq_atomic) + " nb" + std::to_string(t.dkdv_nb) +
          " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk) + " fwd_wgmma" +
-         std::to_string(t.fwd_wgmma) + " bwd_wgmma" + std::to_string(t.bwd_wgmma);
+         std::to_string(t.fwd_wgmma) + " bwd_wgmma" + std::to_string(t.bwd_wgmma) + " fwd_wg" +
+         std::to_string(t.fwd_wg) + " dkdv_wg" + std::to_string(t.dkdv_wg) + " dq_wg" + std::to_string(t.dq_wg);
 }
 
 template <typename T>
@@ -649,8 +657,8 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   const unsigned rows = static_cast<unsigned>((nrow + 3) / 4);
   if (tensor_cores) {
     if constexpr (!std::is_same_v<T, float>) {
-      auto emulated = [&](auto kernel, unsigned gx, unsigned gy, int smem) {
-        launch(kernel, gx, gy, static_cast<size_t>(smem), p);
+      auto emulated = [&](auto kernel, unsigned gx, unsigned gy, int smem, int threads = 128) {
+        launch(kernel, gx, gy, static_cast<size_t>(smem), p, threads);
       };
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
       plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)
@@ -767,10 +775,23 @@ TEST_P(EmulatedAttention, Wgmma) {
     wgmma.fwd_bk = 128;  // the other key tile
     if (c.D <= 64) wgmma.dkdv_bq = 32;  // D 64's other dK/dV query tile
     run_case<__half>(c, true, seed++, wgmma);
+    // Two warpgroups a block (128 rows) in every kernel that has them (dK/dV: D 64), with
+    // the other forward key and (D 64) dK/dV query tiles every other case.
+    AttnTiles two;
+    two.fwd_wgmma = two.bwd_wgmma = true;
+    two.fwd_wg = two.dq_wg = 2;
+    two.fwd_bk = seed % 2 ? 128 : 0;
+    if (c.D <= 64) {
+      two.dkdv_wg = 2;
+      two.dkdv_bq = seed % 2 ? 32 : 0;
+    }
+    run_case<__nv_bfloat16>(c, true, seed++, two);
     if (c.D > 64) continue;
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
     atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
     run_case<__nv_bfloat16>(c, true, seed++, atomic);
+    atomic.dkdv_wg = 2;  // with two warpgroups, whose dQ partials are summed in shared memory
+    run_case<__half>(c, true, seed++, atomic);
   }
 }
 
@@ -781,7 +802,11 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   p.H = 1;
   p.T = 64;
   int launches = 0;
-  auto count = [&](auto, unsigned, unsigned, int) { ++launches; };
+  int two_warpgroup_launches = 0;
+  auto count = [&](auto, unsigned, unsigned, int, int threads = 128) {
+    ++launches;
+    two_warpgroup_launches += threads == 256;
+  };
   for (int D : {32, 64, 128}) {
     p.D = D;
     AttnTiles t;
@@ -831,13 +856,46 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
     t.dkdv_bq = 32;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.dkdv_wg = 2;  // two warpgroups a wgmma dK/dV block (256 threads): D 64 only, any of its tiles
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;  // the mma.sync kernels have none
+    t.bwd_wgmma = true;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_bq = 32;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_bq = 0;
+    t.dq_atomic = true;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dq_wg = 2;  // atomic dQ has no dQ kernel
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.dq_wg = 1;
+    t.dkdv_wg = 3;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.dq_wg = 2;  // the wgmma dQ kernel with two warpgroups: D 64 and 128
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.bwd_wgmma = true;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t = AttnTiles{};
+    t.fwd_wg = 2;  // the wgmma forward with two warpgroups: D 64 and 128, both key tiles
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.fwd_wgmma = true;
+    EXPECT_EQ(plan_forward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.fwd_bk = 128;
+    EXPECT_EQ(plan_forward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.fwd_wg = 3;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
   // with the default tiles at D 32 and 64.
   // Plus, for D 64 and 128, one wgmma forward and the two wgmma backward passes, twice more
   // with 64-query dK/dV tiles, and D 64's with 32 asked for; three for D 64's atomic dQ.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3);
+  // Plus D 64's two-warpgroup dK/dV kernels: 2 + 2 + 3 launches, one of each 256 threads;
+  // and for D 64 and 128 the two-warpgroup dQ kernel (2 launches, one of 256 threads) and
+  // forwards (1 + 1, 256 threads).
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4);
+  EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every
@@ -858,26 +916,29 @@ TEST(EmulatedAttentionPlans, AtomicDqGrid) {
     p.H = c.heads;
     p.T = c.T;
     p.D = c.D;
-    const GridXY grid = atomic_dq_grid(p);
-    const int tiles = (c.T + 63) / 64;
-    std::vector<int> seen(static_cast<size_t>(c.heads) * tiles, 0);
-    int64_t last = -1, idle = 0;
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        const KeyBlock k = atomic_dq_block(bx, by, g);
-        if (k.bh >= c.heads) {
-          ++idle;
-          EXPECT_EQ(by, grid.y - 1) << bx;  // only the last group has heads to spare
-          continue;
+    for (int key_rows : {64, 128}) {  // one and two warpgroups a block
+      SCOPED_TRACE("key rows " + std::to_string(key_rows));
+      const GridXY grid = atomic_dq_grid(p, key_rows);
+      const int tiles = (c.T + key_rows - 1) / key_rows;
+      std::vector<int> seen(static_cast<size_t>(c.heads) * tiles, 0);
+      int64_t last = -1, idle = 0;
+      for (unsigned by = 0; by < grid.y; ++by)
+        for (unsigned bx = 0; bx < grid.x; ++bx) {
+          const KeyBlock k = atomic_dq_block(bx, by, g);
+          if (k.bh >= c.heads) {
+            ++idle;
+            EXPECT_EQ(by, grid.y - 1) << bx;  // only the last group has heads to spare
+            continue;
+          }
+          ASSERT_TRUE(k.bh >= 0 && k.kt >= 0 && k.kt < tiles) << bx << "," << by;
+          ++seen[static_cast<size_t>(k.bh) * tiles + k.kt];
+          const int64_t order = ((static_cast<int64_t>(k.bh >> g) * tiles + k.kt) << g) + (k.bh & ((1 << g) - 1));
+          EXPECT_GT(order, last) << bx << "," << by;  // group, then key tile, then head
+          last = order;
         }
-        ASSERT_TRUE(k.bh >= 0 && k.kt >= 0 && k.kt < tiles) << bx << "," << by;
-        ++seen[static_cast<size_t>(k.bh) * tiles + k.kt];
-        const int64_t order = ((static_cast<int64_t>(k.bh >> g) * tiles + k.kt) << g) + (k.bh & ((1 << g) - 1));
-        EXPECT_GT(order, last) << bx << "," << by;  // group, then key tile, then head
-        last = order;
-      }
-    for (int v : seen) ASSERT_EQ(v, 1);
-    EXPECT_LT(idle, static_cast<int64_t>(tiles) << g);
+      for (int v : seen) ASSERT_EQ(v, 1);
+      EXPECT_LT(idle, static_cast<int64_t>(tiles) << g);
+    }
   }
 }
 

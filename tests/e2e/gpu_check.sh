@@ -13,13 +13,13 @@
 #     "fastest attention tiles" lines nothing trains with tiles;
 #   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
 #     not trained with, and the summary says so; likewise the atomic-dQ wgmma backward and
-#     its own test;
+#     the two-warpgroup dK/dV blocks, each with its own test;
 #   - the summary ends with issue 7's targets read off the tables (a kernel's share of the
 #     copy rate, attention TFLOP/s at head dim 64, gpt2-1.3b bf16 MFU), and beside the
 #     attention target its rate at T 4096 and 16384 and the cost of attention dropout (a FAILED row
 #     is left out, whatever its message ends with), beside the memory-bound ones the
 #     opt-in kernels' rows (the LayerNorm ring, the bias-gradient epilogue), and beside the
-#     attention target the atomic-dQ backward's;
+#     attention target the atomic-dQ backward's and the two-warpgroup backward's;
 #   - the kernel table gets 180 s; past the time budget (-1 here) it gets 60 s, and of the
 #     training rows only the first, gpt2-1.3b bf16, runs.
 #   tests/e2e/gpu_check.sh <repo root>
@@ -45,6 +45,11 @@ if [[ $1 == --kernels ]]; then
   echo "attention fwd+bwd (causal)   B16 T1024 H32 D64 bf16                 2.0435  117.7 TF/s     14.8%"
   echo "attention bwd (causal)       B16 T1024 H32 D64 bf16                 1.0690  160.7 TF/s     20.2%"
   echo "attn bwd, wgmma, atomic dQ   B16 T1024 H32 D64 bf16                 0.9000  190.9 TF/s     24.0%"
+  echo "attention fwd (causal)       B16 T1024 H32 D64 bf16                 0.3300  208.2 TF/s     26.1%"
+  echo "attn fwd, wgmma, 2-wg        B16 T1024 H32 D64 bf16                 0.3000  229.1 TF/s     28.7%"
+  echo "attn bwd, wgmma, 2-wg dQ     B16 T1024 H32 D64 bf16                 1.0300  166.8 TF/s     20.9%"
+  echo "attn bwd, wgmma, 2-wg dK/dV   B16 T1024 H32 D64 bf16                 1.0100  170.1 TF/s     21.4%"
+  echo "attn bwd, wgmma, atomic dQ, 2-wg B16 T1024 H32 D64 bf16              0.8500  202.1 TF/s     25.4%"
   echo "attn fwd+bwd, dropout 0.1    B16 T1024 H32 D64 bf16                 3.0653   78.5 TF/s      9.9%"
   echo "attention fwd+bwd, 4x T      B4 T4096 H32 D64 bf16                  6.1000  157.7 TF/s     19.9%"
   echo "attention fwd+bwd, 16x T     B1 T16384 H32 D64 bf16                22.000  174.9 TF/s     22.1%"
@@ -111,6 +116,10 @@ grep -q "^    (beside it) head dim 64 with dropout 0.1: 3.0653 ms, 1.50x the 2.0
   fail "no attention dropout line"
 grep -q "^    (beside it) head dim 64 backward with dQ added by the dK/dV kernel (TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1): 0.9000 ms against the default's 1.0690 ms$" \
   "$work/ok.log" || fail "no line for the atomic-dQ backward"
+grep -q "^    (beside it) head dim 64 forward with two warpgroups a block (TRIDENT_ATTN_FWD_WG=2): 0.3000 ms against the default's 0.3300 ms$" \
+  "$work/ok.log" || fail "no line for the two-warpgroup forward"
+grep -q "^    (beside it) head dim 64 backward with two warpgroups a block (.*): 1.0300 / 1.0100 / - / 0.8500 ms against the default's 1.0690 ms$" \
+  "$work/ok.log" || fail "no line for the two-warpgroup backward"
 n=$(grep -c "^  gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: 40.4% (target 50%: no)$" "$work/ok.log")
 ((n == 1)) || fail "$n MFU target lines, expected 1 (the default-tile gpt2-1.3b bf16 row only)"
 echo "ok: default, tuned and accumulating runs as expected; the targets are read off the tables"
@@ -137,7 +146,9 @@ FAKE_BENCH_ABORT=1 run_check "$work/abort"
 rc=$?
 ((rc == 1)) || fail "an aborted kernel table: gpu-check exited $rc, expected 1"
 grep -q "^result: FAILED: trident-bench --kernels (rc 134)" "$work/abort.log" || fail "no 'result: FAILED' naming the bench"
-sed -n '/summary/,$p' "$work/abort.log" | grep -q "^attention fwd (causal) .* 68.7 TF/s" ||
+# (grep -q on a process substitution: in a pipe under pipefail, grep's early exit could
+# end sed with SIGPIPE once the summary outgrows sed's output buffer.)
+grep -q "^attention fwd (causal) .* 68.7 TF/s" <(sed -n '/summary/,$p' "$work/abort.log") ||
   fail "the rows before the abort are not in the summary"
 n=$(grep -c "TRIDENT_ATTN" "$calls")
 ((n == 0)) || fail "$n runs with attention tiles set after the kernel table died, expected 0"
@@ -166,6 +177,9 @@ echo "ok: a wgmma test that did not pass keeps the wgmma kernels out of training
 kept_out atomic "58/138 Test #58: Dtypes/CudaAttention.WgmmaAtomicDqMatchesCpu/bf16 ...***Failed   0.9 sec" \
   "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1" ATOMIC WgmmaAtomicDqMatchesCpu
 echo "ok: an atomic-dQ test that did not pass keeps that backward out of training"
+kept_out two_wg "59/138 Test #59: Dtypes/CudaAttention.WgmmaTwoWarpgroupsMatchCpu/bf16 ...***Failed   0.9 sec" \
+  "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_WG=2" BWD_WG WgmmaTwoWarpgroupsMatchCpu
+echo "ok: a two-warpgroup test that did not pass keeps those blocks out of training"
 
 : >"$work/calls"
 # Two opt-in kernels beat the rows they would replace, and the bias-gradient epilogue's GPU

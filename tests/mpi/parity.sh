@@ -29,7 +29,9 @@ args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers "$layers" --device cp
       --log-interval 1 --lr-warmup-iters 2 --micro-batch-size "$micro" --global-batch-size 8
       --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 5 --eval-iters 1)
 params=()
-if "$train" --help | grep -q -- --save-canonical; then params=(--save-canonical); fi
+# (Not "--help | grep -q": under pipefail, grep's early exit can end the help's writer with
+# SIGPIPE and make the test quietly run without the flag.)
+if grep -q -- --save-canonical <("$train" --help); then params=(--save-canonical); fi
 # Training losses, then the validation losses (at iteration 5, and validation and test at the end).
 losses() {
   grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'
