@@ -87,7 +87,7 @@ const std::vector<FlagDef>& flag_defs() {
       {"no-overlap-grad-reduce", "wait for each gradient reduction as soon as it is queued (to compare, or to "
                                  "rule the overlap out)", true},
       {"overlap-param-gather", "with ZeRO: each layer's updated parameters are gathered while the next forward "
-                               "runs the layers before it (NCCL)", true},
+                               "runs the layers before it (NCCL; not with --no-overlap-grad-reduce)", true},
       {"clip-grad", "clip gradients to this global norm (1.0; 0 off)"},
       {"adam-beta1", "0.9"},
       {"adam-beta2", "0.999"},
@@ -603,6 +603,11 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   if (o.overlap_param_gather && o.zero_stage == 0)
     throw ConfigError("--overlap-param-gather overlaps the gather of the parameters that ZeRO updates in shards: it "
                       "needs --use-distributed-optimizer or --zero-stage 1|2");
+  // As Megatron: a step whose gathers overlap the next forward but whose reductions are
+  // waited for one by one is not a combination anyone measures; it is refused.
+  if (o.overlap_param_gather && !o.overlap_grad_reduce)
+    throw ConfigError("--overlap-param-gather needs the gradient reductions overlapped too: drop "
+                      "--no-overlap-grad-reduce");
   f.get("comm", o.comm);
   f.get("no-tf32", o.no_tf32);
   f.get("recompute-granularity", o.recompute_granularity);

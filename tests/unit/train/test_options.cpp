@@ -458,6 +458,10 @@ TEST(Options, OverlapFlags) {
   EXPECT_TRUE(parse({"--use-distributed-optimizer", "--overlap-param-gather"}).overlap_param_gather);
   EXPECT_TRUE(parse({"--zero-stage", "2", "--overlap-param-gather"}).overlap_param_gather);
   EXPECT_NE(error_of({"--overlap-param-gather"}).find("--overlap-param-gather"), std::string::npos);
+  // Megatron refuses the parameter gather overlapped with the reductions not.
+  EXPECT_NE(error_of({"--zero-stage", "1", "--overlap-param-gather", "--no-overlap-grad-reduce"})
+                .find("--no-overlap-grad-reduce"),
+            std::string::npos);
 }
 
 TEST(Options, DistributedTimeoutMinutes) {
