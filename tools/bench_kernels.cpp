@@ -607,7 +607,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       timed(&fwd_c, "attn fwd, wgmma, 128 keys", wgmma + " TRIDENT_ATTN_FWD_BK=128", fwd, forward, 20);
       // Two warpgroups a block (128 query rows sharing each K and V tile), both key tiles.
       timed(&fwd_c, "attn fwd, wgmma, 2-wg", wgmma + " TRIDENT_ATTN_FWD_WG=2", fwd, forward, 20);
-      timed(&fwd_c, "attn fwd, wgmma, 128 keys, 2-wg", wgmma + " TRIDENT_ATTN_FWD_BK=128 TRIDENT_ATTN_FWD_WG=2", fwd,
+      timed(&fwd_c, "attn fwd, wgmma, 128k, 2-wg", wgmma + " TRIDENT_ATTN_FWD_BK=128 TRIDENT_ATTN_FWD_WG=2", fwd,
             forward, 20);
       timed(&bwd_c, "attn bwd, wgmma", "TRIDENT_ATTN_BWD_WGMMA=1", 2.5 * fwd, backward, 10);
       if (D == 64)  // the other dK/dV query tiles (32 fits 3 blocks an SM, the default 64 2)
@@ -626,7 +626,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         timed(&bwd_c, "attn bwd, wgmma, 2-wg dK/dV", bwgmma + "TRIDENT_ATTN_BWD_WG=2", 2.5 * fwd, backward, 10);
         timed(&bwd_c, "attn bwd, wgmma, 2-wg both", bwgmma + "TRIDENT_ATTN_BWD_WG=2 TRIDENT_ATTN_DQ_WG=2", 2.5 * fwd,
               backward, 10);
-        timed(&bwd_c, "attn bwd, wgmma, atomic dQ, 2-wg", bwgmma + "TRIDENT_ATTN_BWD_ATOMIC=1 TRIDENT_ATTN_BWD_WG=2",
+        timed(&bwd_c, "attn bwd, wgmma atomic, 2-wg", bwgmma + "TRIDENT_ATTN_BWD_ATOMIC=1 TRIDENT_ATTN_BWD_WG=2",
               2.5 * fwd, backward, 10);
       }
       const std::string wm2 = fmma + "TRIDENT_ATTN_FWD_WM=2",

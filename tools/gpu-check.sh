@@ -340,8 +340,8 @@ largest_tuned=""
 # A variant whose GPU test did not pass still times: say so beside its figures. The mma.sync
 # tile variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels (the defaults on
 # this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's, the wgmma
-# backward with dQ by atomics WgmmaAtomicDqMatchesCpu's, its two-warpgroup dK/dV blocks
-# WgmmaTwoWarpgroupsMatchCpu's.
+# backward with dQ by atomics WgmmaAtomicDqMatchesCpu's, the two-warpgroup blocks (any of
+# the TRIDENT_ATTN_*_WG=2) WgmmaTwoWarpgroupsMatchCpu's.
 # did_not_pass <test>: ctest.log names it failed, timed out, crashed or not run, or the
 # tests were cut off by GPU_CHECK_TESTS_S and no line says that it passed.
 did_not_pass() {
@@ -360,7 +360,7 @@ wgmma_ok=1
 did_not_pass WgmmaMatchesCpu && wgmma_ok=0
 wgmma_atomic_ok=1  # the wgmma backward with dQ by atomics (opt-in) has a test of its own
 did_not_pass WgmmaAtomicDqMatchesCpu && wgmma_atomic_ok=0
-wgmma_2wg_ok=1  # likewise the two-warpgroup dK/dV blocks (opt-in)
+wgmma_2wg_ok=1  # likewise the two-warpgroup blocks of any kernel (opt-in)
 did_not_pass WgmmaTwoWarpgroupsMatchCpu && wgmma_2wg_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
@@ -394,7 +394,7 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
     elif ((!wgmma_atomic_ok)) && [[ $tiles == *BWD_WGMMA=1* && $tiles == *BWD_ATOMIC=1* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaAtomicDqMatchesCpu did not pass")
       tiles=""
-    elif ((!wgmma_2wg_ok)) && [[ $tiles == *BWD_WG=2* ]]; then
+    elif ((!wgmma_2wg_ok)) && [[ $tiles == *_WG=2* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaTwoWarpgroupsMatchCpu did not pass")
       tiles=""
     fi
@@ -457,11 +457,11 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
   # and dQ kernels of the default and the wgmma rows, the dQ kernel of the 32-query row, and
   # the dK/dV kernel that adds dQ by atomics (an opt-in; its float atomics into L2 are what
   # its timing hinges on: see Memory Workload Analysis, L2 hit rate), then the two-warpgroup
-  # dK/dV kernels (with the dQ pass, and with atomic dQ). Up to 10 launches, so a row added
-  # before them does not push them out. Appended to ncu-attention.log (at most 8 files come
-  # back from $OUT).
-  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
-    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 10 --section SpeedOfLight \
+  # rows (dQ; dK/dV; both; dK/dV with atomic dQ: 7 launches): 13 launches in all (count
+  # again when a row that matches is added before them; 90 s for the 13). Appended to
+  # ncu-attention.log (at most 8 files come back from $OUT).
+  timeout 90 "$ncu_bin" --clock-control none --kernel-name-base demangled \
+    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 13 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -487,7 +487,7 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
       "$1" | head -"$2"
   }
   ncu_summary "$logdir/ncu-attention.log" 20
-  ncu_summary "$logdir/ncu-d64.log" 8
+  ncu_summary "$logdir/ncu-d64.log" 13
   { echo; echo "==== head dim 64 backward (B16 T1024 H32) ===="; cat "$logdir/ncu-d64.log"; } >>"$logdir/ncu-attention.log"
   rm -f "$logdir/ncu-d64.log"
 fi
@@ -604,7 +604,7 @@ target_lines() {
   done
   # The wgmma backward with dQ by float atomics (opt-in until timed: PERFORMANCE.md, 2026-12-01).
   bwd=$(d64 'attention bwd \(causal\)' '$(NF-3)')
-  atomic=$(d64 'attn bwd, wgmma, atomic dQ' '$(NF-3)')
+  atomic=$(d64 'attn bwd, wgmma, atomic dQ +B[0-9]' '$(NF-3)')  # not the two-warpgroup row
   if [[ -n $bwd && -n $atomic ]]; then
     echo "  (beside it) head dim 64 backward with dQ added by the dK/dV kernel (TRIDENT_ATTN_BWD_WGMMA=1" \
       "TRIDENT_ATTN_BWD_ATOMIC=1): $atomic ms against the default's $bwd ms"
@@ -617,7 +617,7 @@ target_lines() {
   two_dq=$(d64 'attn bwd, wgmma, 2-wg dQ' '$(NF-3)')
   two_dkdv=$(d64 'attn bwd, wgmma, 2-wg dK\/dV' '$(NF-3)')
   two_both=$(d64 'attn bwd, wgmma, 2-wg both' '$(NF-3)')
-  two_atomic=$(d64 'attn bwd, wgmma, atomic dQ, 2-wg' '$(NF-3)')
+  two_atomic=$(d64 'attn bwd, wgmma atomic, 2-wg' '$(NF-3)')
   if [[ -n $fwd && -n $two_fwd ]]; then
     echo "  (beside it) head dim 64 forward with two warpgroups a block (TRIDENT_ATTN_FWD_WG=2): $two_fwd ms" \
       "against the default's $fwd ms"

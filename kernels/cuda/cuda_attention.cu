@@ -916,9 +916,9 @@ __global__ void __launch_bounds__(kThreads * WG, wgmma_fwd_min_blocks<DP, BK, WG
       cp_async_commit();
     }
     // Tiles past this warpgroup's last row (the second warpgroup's diagonal tiles, with
-    // two): nothing to add. The condition is the same for the whole warpgroup, whose wgmma
-    // are collective.
-    if (WG == 2 && k0 > q0 + BQ - 1) continue;
+    // two), or a warpgroup whose rows are all past T: nothing to add. The condition is the
+    // same for the whole warpgroup, whose wgmma are collective.
+    if (WG == 2 && (k0 > q0 + BQ - 1 || q0 >= T_)) continue;
     // The whole warpgroup computes every tile (wgmma is collective): a warp whose rows see
     // none of its keys gets all -inf scores, P = 0, and adds nothing.
     float s[NT][4];
@@ -1435,7 +1435,7 @@ __global__ void __launch_bounds__(kThreads * WG, 1) attn_bwd_dq_wgmma_kernel(con
       load_tile_sw128<T, BK, DP, kBlockThreads>(sV0 + (buf ^ 1) * BK * DP, gV, p.qkv_tok, k0 + BK, T_, D, tid);
       cp_async_commit();
     }
-    if (WG == 2 && k0 > q0 + BQ - 1) continue;  // past this warpgroup's rows (uniform in it)
+    if (WG == 2 && (k0 > q0 + BQ - 1 || q0 >= T_)) continue;  // past this warpgroup's rows (uniform in it)
     // Every warp computes every tile (wgmma is collective); keys a warp's rows do not see
     // get dS = 0.
     float s[NT][4], dp[NT][4];
@@ -1507,7 +1507,7 @@ __device__ __forceinline__ void store_frags_sw128(T* tile, const uint32_t (&a)[K
 // hold the same positions). Warpgroup w keeps columns [w DP/2, (w + 1) DP/2): it hands the
 // other half to its twin through shared memory (sX: [2][DP/16][128] float4, conflict-free),
 // adds the half it receives and adds the sum to dQ by float atomics. Half the atomics of two
-// one-warpgroup blocks, for 16 shared stores and loads a thread and one barrier.
+// one-warpgroup blocks, for DP/16 float4 shared stores and loads a thread and one barrier.
 template <int DP>
 __device__ __forceinline__ void exchange_add_dq(const float (&dq)[DP / 8][4], float4* sX, float* dq_rows, int row0,
                                                 int T_, int D, int lane) {
@@ -1624,9 +1624,10 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
       load_query_tile(qt + 1, n ^ 1);
       cp_async_commit();
     }
-    // With two warpgroups, the second one's keys hide all of the first tile's queries. With
-    // DQ it still takes part (its zero dQ half goes through exchange_add_dq's barrier).
-    if (WG == 2 && !DQ && i0 + BQ - 1 < k0) continue;
+    // With two warpgroups, the second one's keys hide all of the first tile's queries, and
+    // keys all past T see nothing. With DQ it still takes part (its zero dQ half goes
+    // through exchange_add_dq's barrier).
+    if (WG == 2 && !DQ && (i0 + BQ - 1 < k0 || k0 >= T_)) continue;
     const T* sQ = sQ0 + n * BQ * DP;
     const T* sO = sO0 + n * BQ * DP;
     const float* sL = sL0 + n * 2 * BQ;
@@ -2278,8 +2279,11 @@ AttnTiles tiles_from_env(int D) {
   t.dkdv_bq = env_tile("TRIDENT_ATTN_DKDV_BQ");
   t.dq_bk = env_tile("TRIDENT_ATTN_DQ_BK");
   auto warpgroups = [](const char* name) {
-    const int wg = env_tile(name);
-    return wg == 0 ? 1 : wg;
+    const char* v = std::getenv(name);
+    if (v == nullptr || v[0] == '\0') return 1;
+    TRIDENT_CHECK(std::strcmp(v, "1") == 0 || std::strcmp(v, "2") == 0, "attention: ", name, "=", v,
+                  " is not a warpgroup count (1 or 2)");
+    return v[0] - '0';
   };
   t.fwd_wg = warpgroups("TRIDENT_ATTN_FWD_WG");
   t.dkdv_wg = warpgroups("TRIDENT_ATTN_BWD_WG");

@@ -767,8 +767,10 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
 // its key tiles, the backward's dK/dV (D 64: both query tiles) and dQ passes.
 TEST_P(EmulatedAttention, Wgmma) {
   uint64_t seed = 700;
+  int seen[2] = {0, 0};  // cases so far of D <= 64 and of D > 64
   for (const Case& c : cases()) {
     if (c.D <= 32) continue;  // D <= 32 has no wgmma kernels
+    const bool other_tiles = seen[c.D > 64]++ % 2 == 0;  // alternately, within each head-dim bucket
     AttnTiles wgmma;
     wgmma.fwd_wgmma = wgmma.bwd_wgmma = true;
     run_case<__nv_bfloat16>(c, true, seed++, wgmma);
@@ -776,14 +778,14 @@ TEST_P(EmulatedAttention, Wgmma) {
     if (c.D <= 64) wgmma.dkdv_bq = 32;  // D 64's other dK/dV query tile
     run_case<__half>(c, true, seed++, wgmma);
     // Two warpgroups a block (128 rows) in every kernel that has them (dK/dV: D 64), with
-    // the other forward key and (D 64) dK/dV query tiles every other case.
+    // the other forward key and (D 64) dK/dV query tiles every other case of a head dim.
     AttnTiles two;
     two.fwd_wgmma = two.bwd_wgmma = true;
     two.fwd_wg = two.dq_wg = 2;
-    two.fwd_bk = seed % 2 ? 128 : 0;
+    two.fwd_bk = other_tiles ? 128 : 0;
     if (c.D <= 64) {
       two.dkdv_wg = 2;
-      two.dkdv_bq = seed % 2 ? 32 : 0;
+      two.dkdv_bq = other_tiles ? 32 : 0;
     }
     run_case<__nv_bfloat16>(c, true, seed++, two);
     if (c.D > 64) continue;

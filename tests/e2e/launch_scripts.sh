@@ -74,6 +74,16 @@ env "${tiny[@]}" N_GPUS=4 mpirun --oversubscribe -np 2 "$repo/launch/run-one-nod
 check "N_GPUS=4 under -np 2 fails" [ "$rc" -ne 0 ]
 check "one error line naming N_GPUS" [ "$(grep -c '^run-one-node.sh: error: MPI world size is 2 but N_GPUS=4' "$tmp/bad.err")" -eq 1 ]
 check "no training happened" [ "$(grep -c '^ iteration ' "$tmp/bad.out")" -eq 0 ]
+# A check that fails on one rank only (its node has no build: MPMD gives that rank its own
+# BUILD_DIR) while rank 0 goes on into trident-train's MPI_Init: the failing rank's exit 2
+# must end the job, not leave rank 0 waiting for it (mpirun aborts on a non-zero exit).
+rc=0
+SECONDS=0
+env "${tiny[@]}" timeout 120 mpirun --oversubscribe -np 1 "$repo/launch/run-one-node.sh" : \
+  -np 1 -x BUILD_DIR="$tmp/no-build" "$repo/launch/run-one-node.sh" \
+  >"$tmp/node.out" 2>"$tmp/node.err" || rc=$?
+check "one rank failing before MPI_Init ends the job with its exit 2 (rc $rc, ${SECONDS} s)" [ "$rc" -eq 2 ]
+check "  and no training happened" [ "$(grep -c '^ iteration ' "$tmp/node.out")" -eq 0 ]
 
 # 3. The 16B dry runs: mpirun over the hostfile, then rank 0's trident-train command.
 for i in $(seq -w 1 32); do echo "node$i slots=4"; done >"$tmp/hostfile"
