@@ -1,13 +1,31 @@
 #include "parallel/comm_watchdog.h"
 
+#include <sstream>
 #include <utility>
 
 namespace trident {
+namespace {
 
-CommWatchdog::CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure)
-    : interval_(interval), on_failure_(std::move(on_failure)), thread_([this] { run(); }) {}
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+CommWatchdog::CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure, StallLimit stall_limit)
+    : interval_(interval), on_failure_(std::move(on_failure)), stall_limit_(std::move(stall_limit)) {
+  thread_ = std::thread([this] { run(); });
+  if (stall_limit_) monitor_ = std::thread([this] { monitor(); });
+}
 
 CommWatchdog::~CommWatchdog() {
+  {
+    std::lock_guard<std::mutex> lock(monitor_mu_);
+    monitor_stop_ = true;
+  }
+  monitor_wake_.notify_all();
+  if (monitor_.joinable()) monitor_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -27,21 +45,49 @@ void CommWatchdog::remove(int id) {
   checks_.erase(id);
 }
 
+void CommWatchdog::report(const std::string& what) {
+  if (reported_.exchange(true)) return;  // once, whichever thread sees a failure first
+  on_failure_(what);
+}
+
 void CommWatchdog::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     wake_.wait_for(lock, interval_, [this] { return stop_; });
-    if (stop_ || failed_) continue;
+    if (stop_ || reported_) continue;
     std::string what;
     for (const auto& [id, check] : checks_) {
+      check_since_ns_ = now_ns();
       what = check();
+      check_since_ns_ = 0;
       if (!what.empty()) break;
     }
     if (what.empty()) continue;
-    failed_ = true;  // report once, even if on_failure returns
     // Unlocked: on_failure may end the process, whose exit handlers may destroy this.
     lock.unlock();
-    on_failure_(what);
+    report(what);
+    lock.lock();
+  }
+}
+
+void CommWatchdog::monitor() {
+  std::unique_lock<std::mutex> lock(monitor_mu_);
+  while (!monitor_stop_) {
+    monitor_wake_.wait_for(lock, interval_, [this] { return monitor_stop_; });
+    if (monitor_stop_ || reported_) continue;
+    const int64_t since = check_since_ns_.load();
+    const int64_t limit_ns = since == 0 ? 0 : stall_limit_().count();
+    if (limit_ns <= 0) continue;
+    const int64_t stuck_ns = now_ns() - since;
+    if (stuck_ns <= limit_ns || check_since_ns_.load() != since) continue;  // returned in time
+    std::ostringstream what;
+    what.setf(std::ios::fixed);
+    what.precision(1);
+    what << "a communication watchdog check (CUDA and NCCL queries) has not returned for " << stuck_ns / 1e9
+         << " s, longer than the limit of " << limit_ns / 1e9
+         << " s: the GPU, its driver or NCCL is stuck";
+    lock.unlock();
+    report(what.str());
     lock.lock();
   }
 }

@@ -3,8 +3,14 @@
 // callback that ends the job. A collective stuck on a failed link or a lost peer never
 // returns to the thread that launched it, and every host wait then blocks behind it, so
 // only another thread can notice the error and end the job instead of letting it hang.
+//
+// A check can itself get stuck: NcclComm's queries CUDA events and NCCL's error state, and
+// a call into a wedged driver need not return. With a stall limit, a second thread that
+// makes no such calls (PyTorch's NCCL heartbeat monitor) reports a check that has not
+// returned for longer than the limit, through the same callback, once for both threads.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -18,10 +24,12 @@ namespace trident {
 class CommWatchdog {
  public:
   using Check = std::function<std::string()>;              // "" while healthy, else what failed
-  using OnFailure = std::function<void(const std::string&)>;  // called once, from the watchdog's thread, unlocked
+  using OnFailure = std::function<void(const std::string&)>;  // called once, from a watchdog thread, unlocked
+  using StallLimit = std::function<std::chrono::nanoseconds()>;  // asked at each look; <= 0: no limit now
 
-  CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure);
-  ~CommWatchdog();  // stops the thread (a check in progress finishes first)
+  // Without stall_limit, no second thread: a stuck check goes unnoticed.
+  CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure, StallLimit stall_limit = {});
+  ~CommWatchdog();  // stops the threads (a check in progress finishes first)
   CommWatchdog(const CommWatchdog&) = delete;
   CommWatchdog& operator=(const CommWatchdog&) = delete;
 
@@ -30,15 +38,23 @@ class CommWatchdog {
 
  private:
   void run();
+  void monitor();  // the stall limit's thread: never takes mu_, which a stuck check holds
+  void report(const std::string& what);  // the first report of either thread only
 
   const std::chrono::milliseconds interval_;
   const OnFailure on_failure_;
+  const StallLimit stall_limit_;
   std::mutex mu_;  // held while checks run, so remove() waits for a check in progress
   std::condition_variable wake_;
   std::map<int, Check> checks_;
   int next_id_ = 0;
-  bool stop_ = false, failed_ = false;
-  std::thread thread_;
+  bool stop_ = false;
+  std::atomic<bool> reported_{false};
+  std::atomic<int64_t> check_since_ns_{0};  // steady-clock start of the check running now; 0: none
+  std::mutex monitor_mu_;
+  std::condition_variable monitor_wake_;
+  bool monitor_stop_ = false;
+  std::thread thread_, monitor_;
 };
 
 }  // namespace trident

@@ -1,6 +1,7 @@
 // CommWatchdog: a failing check is reported once, from the watchdog's thread, within a few
 // intervals; healthy checks never are; a removed check never runs again (remove waits for a
-// check in progress); destruction stops the thread.
+// check in progress); destruction stops the thread. With a stall limit, a check that does
+// not return is reported once it has run past the limit (not before), once in all.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -66,6 +67,55 @@ TEST(CommWatchdog, RemovedCheckNeverRunsAgain) {
   removed = true;
   std::this_thread::sleep_for(30ms);
   EXPECT_FALSE(ran_after_removal);
+  EXPECT_EQ(reports, 0);
+}
+
+TEST(CommWatchdog, ReportsACheckStuckPastTheStallLimit) {
+  using Clock = std::chrono::steady_clock;
+  std::atomic<int> reports{0}, polls{0};
+  std::string what;
+  std::atomic<bool> release{false};
+  std::atomic<int64_t> stuck_at_ns{0}, reported_at_ns{0};
+  const auto ns = [] { return Clock::now().time_since_epoch().count(); };
+  {
+    CommWatchdog w(
+        5ms,
+        [&](const std::string& s) {
+          what = s;
+          reported_at_ns = ns();
+          ++reports;
+        },
+        [] { return std::chrono::nanoseconds(100ms); });
+    w.add([&] {
+      if (++polls == 3) {  // the third poll hangs (a call stuck in the driver) until released
+        stuck_at_ns = ns();
+        while (!release) std::this_thread::sleep_for(1ms);
+        return std::string("the stuck check's own failure");
+      }
+      return std::string();
+    });
+    ASSERT_TRUE(eventually([&] { return reports > 0; }));
+    release = true;
+    std::this_thread::sleep_for(30ms);  // the check returns a failure: not reported again
+  }
+  EXPECT_EQ(reports, 1);
+  EXPECT_NE(what.find("has not returned for"), std::string::npos) << what;
+  EXPECT_GE(reported_at_ns - stuck_at_ns, std::chrono::nanoseconds(100ms).count());  // not before the limit
+  EXPECT_EQ(polls, 3);  // no poll while stuck, none after the report
+}
+
+TEST(CommWatchdog, NoStallLimitNoReport) {
+  std::atomic<int> reports{0}, polls{0};
+  {
+    CommWatchdog w(
+        1ms, [&](const std::string&) { ++reports; }, [] { return std::chrono::nanoseconds(0); });
+    w.add([&] {
+      ++polls;
+      std::this_thread::sleep_for(20ms);  // slow, and there is no limit now
+      return std::string();
+    });
+    ASSERT_TRUE(eventually([&] { return polls > 3; }));
+  }
   EXPECT_EQ(reports, 0);
 }
 
