@@ -362,10 +362,13 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   // MLP: LN -> column-parallel fc with GELU (one GEMM with a GELU epilogue) -> row-parallel projection.
   be_.matmul_bias_gelu(a.fc, a.gelu, gathered(a.ln2), P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false,
                        true);
+  // A recomputation that stops here has what the backward reads (fc, gelu): the MLP's
+  // output projection and its tensor-parallel reduction would be thrown away. Every rank
+  // of the TP group stops at the same layer, so none waits in that reduction.
+  if (!write_output) return;
   be_.matmul(scratch_->proj, a.gelu, P.param(h + "mlp.proj.weight"), rank0 ? P.param(h + "mlp.proj.bias") : none,
              false, true, false);
   sum_to_rows(scratch_->proj, scratch_->proj_rows);
-  if (!write_output) return;
   // out = resid_mid + dropout(branch), fused with the LayerNorm that reads it when it is on
   // this stage: the next layer's ln_1 (or ln_f), whose parameters must be here by now.
   if (params_needed_ && !next.out.empty())

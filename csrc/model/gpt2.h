@@ -163,8 +163,9 @@ class Gpt2Model {
   void tp_allreduce(const Tensor& t, ReduceOp op) const;
   DropoutKey dropout_key(int layer, DropoutSite site, float p, bool training) const;
   // `next`: the LayerNorm fed by this layer's output, fused with its residual add.
-  // `write_output` false: stop before the final residual add (a recomputation that only
-  // feeds the backward, which never reads the layer's output).
+  // `write_output` false: stop after the MLP's GELU, before its output projection and the
+  // final residual add (a recomputation that only feeds the backward, which never reads the
+  // layer's output).
   void layer_forward(int layer, const Tensor& x_in, LayerActs& a, bool training, const NormOutput& next,
                      bool write_output = true);
   // Re-runs the forward of local layers [begin, end) of `s` into the recompute workspace.

@@ -128,6 +128,9 @@ void check_piece(const char* op, const AdamWArgs& a) {
   const int64_t n = a.master.numel();
   TRIDENT_CHECK(a.master.dtype == DType::F32 && a.m.dtype == DType::F32 && a.v.dtype == DType::F32, op,
                 ": master, m and v must be f32");
+  // Checked for every piece before the first launch: a bad one later in the list must not
+  // leave the earlier ones updated.
+  TRIDENT_CHECK(is_float(a.grad.dtype), op, ": grad must be a float tensor, got ", dtype_name(a.grad.dtype));
   TRIDENT_CHECK(a.grad.numel() == n && a.m.numel() == n && a.v.numel() == n, op, ": sizes master ", n, " grad ",
                 a.grad.numel(), " m ", a.m.numel(), " v ", a.v.numel());
   if (!a.model_param.empty())

@@ -62,6 +62,9 @@ class CudaBackend final : public Backend {
     // before it can end the job. Leave the stream and memory to the process's end.
     if (std::uncaught_exceptions() > 0) {
       abandon_all_memory();
+      // The GEMM's workspace too: cudaFree may synchronise the device, and so wait for the
+      // stuck collective.
+      (void)gemm_.release();
       return;
     }
     activate(ordinal_);

@@ -865,8 +865,8 @@ BackwardPath backward_typed(const Tensor& dout, const Tensor& x, const Tensor& g
 // The blocks of kRowsPerBlock warps of `kernel` with smem bytes of dynamic shared memory
 // (allowed past the default 48 KB here) that the current GPU holds at once (its SMs times
 // the blocks that fit one; 0 when the kernel's shared memory exceeds what a block may have
-// on this GPU: an A100 allows 163 KB, an H100 227 KB), cached per device and kernel (a
-// kernel always asks for the same smem).
+// on this GPU: an A100 allows 163 KB, an H100 227 KB; or when no block fits an SM), cached
+// per device and kernel (a kernel always asks for the same smem).
 static int64_t resident_blocks(const void* kernel, int smem) {
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -884,7 +884,7 @@ static int64_t resident_blocks(const void* kernel, int smem) {
   if (static_cast<int64_t>(attr.sharedSizeBytes) + smem <= optin) {
     if (smem > 0) CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * kRowsPerBlock, smem));
-    blocks = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+    blocks = static_cast<int64_t>(sms) * per_sm;  // 0 (no block fits): the caller takes another kernel
   }
   cache.emplace(std::make_pair(dev, kernel), blocks);
   return blocks;

@@ -103,6 +103,7 @@ Gemm::Gemm(bool allow_tf32) : allow_tf32_(allow_tf32) {
 
 Gemm::~Gemm() {
   plans_.clear();
+  transient_plan_.reset();
   if (workspace_) cudaFree(workspace_);
   if (handle_) cublasLtDestroy(handle_);
 }
@@ -194,6 +195,15 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr, const void* aux
     plan->algo = result.algo;
     plan->usable = true;
   }
+  // A failure that may pass (no memory for the heuristic's own use, an internal error) makes
+  // this call fall back without deciding the shape for the rest of the run: the plan is
+  // kept aside, unusable, and asked again next time. Only "no algorithm" is remembered.
+  const bool transient = st == CUBLAS_STATUS_ALLOC_FAILED || st == CUBLAS_STATUS_INTERNAL_ERROR ||
+                         st == CUBLAS_STATUS_EXECUTION_FAILED;
+  if (transient) {
+    transient_plan_ = std::move(plan);
+    return transient_plan_.get();
+  }
   Plan* p = plan.get();
   plans_.emplace(key, std::move(plan));
   return p;
@@ -247,10 +257,16 @@ void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor
     TRIDENT_CHECK(is_float(bias.dtype) && bias.numel() == N, op, ": bias ", bias.shape.str(), " for N=", N);
   if (M == 0 || N == 0) return;
 
-  const bool bias_epilogue = with_bias && bias.dtype == out.dtype;
-  if (try_lt(out, a, b, trans_a, trans_b, accumulate, bias_epilogue ? Epilogue::kBias : Epilogue::kNone, bias,
-             Tensor(), M, N, K, s)) {
-    if (with_bias && !bias_epilogue) add_row_bias(out, bias, s);
+  // The bias in cuBLASLt's epilogue: of the output's dtype and 16-byte aligned (a bias that is
+  // a view at an odd offset may have no algorithm, or fail in one: cuBLASLt has no alignment
+  // preference for it). Otherwise, or when the epilogue has no algorithm for the shape, the
+  // plain GEMM and add_row_bias, rather than the fallback kernel.
+  const bool bias_epilogue = with_bias && bias.dtype == out.dtype && alignment(bias.data) >= 16;
+  if (bias_epilogue &&
+      try_lt(out, a, b, trans_a, trans_b, accumulate, Epilogue::kBias, bias, Tensor(), M, N, K, s))
+    return;
+  if (try_lt(out, a, b, trans_a, trans_b, accumulate, Epilogue::kNone, bias, Tensor(), M, N, K, s)) {
+    if (with_bias) add_row_bias(out, bias, s);
     return;
   }
   const dim3 block(kTile, kTile);
@@ -261,13 +277,14 @@ void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor
   CUDA_CHECK_LAUNCH();
 }
 
-// The epilogues need every matrix in one dtype (the 16-bit or the fp32 one) and an aux
-// leading dimension (N) that is a multiple of 8.
+// The epilogues need every matrix in one dtype (the 16-bit or the fp32 one), an aux leading
+// dimension (N) that is a multiple of 8, and 16-byte aligned aux and bias vectors (as the
+// plain bias epilogue, Gemm::run).
 static bool gelu_epilogue_fits(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& aux,
                                const Tensor& bias, int64_t N) {
   if (a.dtype != out.dtype || b.dtype != out.dtype || aux.dtype != out.dtype) return false;
-  if (!bias.empty() && bias.dtype != out.dtype) return false;
-  return N % 8 == 0;
+  if (!bias.empty() && (bias.dtype != out.dtype || alignment(bias.data) < 16)) return false;
+  return N % 8 == 0 && alignment(aux.data) >= 16;
 }
 
 bool Gemm::run_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
@@ -306,6 +323,7 @@ bool Gemm::run_bgrad(const Tensor& dw, const Tensor& dout, const Tensor& x, cons
   // 16-bit only, as DGELU: fp32 (TF32 by default in training) keeps the exact column sums.
   if (dw.dtype == DType::F32) return false;
   if (dout.dtype != dw.dtype || x.dtype != dw.dtype || dbias_sums.dtype != dw.dtype) return false;
+  if (alignment(dbias_sums.data) < 16) return false;
   return try_lt(dw, dout, x, true, false, true, Epilogue::kBGradB, dbias_sums, Tensor(), M, N, K, s);
 }
 

@@ -66,6 +66,7 @@ class Gemm {
   size_t workspace_bytes_ = 0;
   std::mutex mu_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::unique_ptr<Plan> transient_plan_;  // the last plan whose heuristic failed in a way that may pass (plan_for)
 };
 
 }  // namespace trident::cuda

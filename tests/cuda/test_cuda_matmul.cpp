@@ -66,6 +66,22 @@ TEST_P(Matmul, ThreeDimActivationAndRepeatedCallsReuseThePlan) {
   EXPECT_EQ(first, host_gpu(y)) << "repeated GEMM is not bit-identical";
 }
 
+// A bias that is a view one element into its buffer (2-byte aligned in 16-bit, 4 in fp32):
+// cuBLASLt's bias epilogue is kept for 16-byte aligned vectors, so this takes the plain GEMM
+// and the separate bias add (before, the epilogue was planned for any alignment, and a
+// shape without an algorithm fell to the slow fallback kernel). The result is the CPU's.
+TEST_P(Matmul, MisalignedBiasView) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t M = 256, N = 768, K = 768;
+  Pair x = random(Shape{M, K}, dt());
+  Pair w = random(Shape{N, K}, dt());
+  Pair bias_buf = random(Shape{N + 1}, dt());
+  Pair y{cpu().empty(Shape{M, N}, dt()), gpu().empty(Shape{M, N}, dt())};
+  cpu().matmul(y.cpu, x.cpu, w.cpu, bias_buf.cpu.t().flat_slice(1, N), false, true, false);
+  gpu().matmul(y.gpu, x.gpu, w.gpu, bias_buf.gpu.t().flat_slice(1, N), false, true, false);
+  expect_close(y, storage_tol(dt(), 1e-4, 1e-4), "matmul, bias view at +1 element");
+}
+
 TEST_P(Matmul, InnerDimensionMismatchThrows) {
   TRIDENT_SKIP_WITHOUT_GPU();
   Buffer a = gpu().empty(Shape{4, 5}, dt()), b = gpu().empty(Shape{6, 7}, dt()), out = gpu().empty(Shape{4, 7}, dt());

@@ -93,6 +93,16 @@ TEST_P(AdamW, MultiTensorAcrossLaunches) {
   // Pieces of one call must share the step: a mismatch is an error, not a silent mix.
   g[3].step = 8;
   EXPECT_THROW(gpu().adamw_multi(g), InternalError);
+  // A gradient that is not a float tensor, late in the list: refused before any launch,
+  // so the pieces before it keep their values (before, the launches of the earlier dtype
+  // group had updated them when the bad one threw).
+  g[3].step = g[0].step;
+  const std::vector<float> before = host_gpu(master[0]);
+  Buffer ints = gpu().empty(g.back().grad.shape, DType::I32);
+  g.back().grad = ints.t();
+  EXPECT_ANY_THROW(gpu().adamw_multi(g));
+  gpu().synchronize();
+  EXPECT_EQ(host_gpu(master[0]), before) << "the first piece was updated before the bad one was seen";
 }
 
 // sum_squares_multi: more tensors than one launch takes (96), mixed sizes, one of more

@@ -101,6 +101,35 @@ TEST_P(EmulatedAdamW, MultiTensorThreeSteps) {
   }
 }
 
+// eps sits outside the square root (PyTorch, apex, Megatron): with fp32 gradients of 1e-8
+// the first step moves each parameter by lr * 1e-8 / (1e-8 + eps) = lr / 2, where eps inside
+// the root would move it by ~lr * 1e-4. The gradients of ~1 above cannot tell the two apart.
+// The kernel and the CPU backend, each against that number.
+TEST_P(EmulatedAdamW, EpsOutsideTheSquareRoot) {
+  const Shape s{37};
+  Buffer grad = filled(s, DType::F32, 1e-8f);
+  for (const bool on_emulator : {false, true}) {
+    SCOPED_TRACE(on_emulator ? "emulated kernel" : "CPU backend");
+    Buffer master = filled(s, DType::F32, 1.f), m = filled(s, DType::F32, 0.f), v = filled(s, DType::F32, 0.f);
+    Buffer model = filled(s, dt(), NAN);
+    AdamWArgs a;
+    a.master = master.t();
+    a.grad = grad.t();
+    a.m = m.t();
+    a.v = v.t();
+    a.model_param = model.t();
+    a.lr = 1e-3f;
+    a.eps = 1e-8f;
+    a.step = 1;
+    if (on_emulator) {
+      ka::adamw_multi({a});
+    } else {
+      cpu().adamw(a);
+    }
+    for (double p : values(master.t())) EXPECT_NEAR(p, 1.0 - 0.5e-3, 1e-6);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedAdamW, TRIDENT_EMU_DTYPES, dtype_param_name);
 
 }  // namespace

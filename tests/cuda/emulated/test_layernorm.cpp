@@ -151,6 +151,37 @@ class EmulatedLayerNorm : public EmuVsCpuDtype {
   bool is_16bit() const { return dt() != DType::F32; }
 };
 
+// Rows whose variance (~3e-7) is far below LayerNorm's eps (1e-5): rstd = 1/sqrt(var + eps)
+// is ~310 there, where a kernel without eps (or with 1e-12) gives ~1700. The other tests'
+// rows (variance ~1.3) hide eps below their tolerances. The kernel and the CPU backend, each
+// against a double-precision reference from the stored x.
+TEST_P(EmulatedLayerNorm, TinyVarianceRowsTakeEps) {
+  const int64_t N = 9, C = 136;
+  Buffer x = random(Shape{N, C}, dt(), -1e-3f, 1e-3f);
+  Buffer gamma = random(Shape{C}, dt(), 0.5f, 1.5f), beta = random(Shape{C}, dt(), -0.5f, 0.5f);
+  const std::vector<double> xv = values(x.t());
+  for (const bool on_emulator : {false, true}) {
+    SCOPED_TRACE(on_emulator ? "emulated kernel" : "CPU backend");
+    Buffer out = filled(Shape{N, C}, dt(), NAN), mean = filled(Shape{N}, DType::F32, NAN),
+           rstd = filled(Shape{N}, DType::F32, NAN);
+    if (on_emulator) {
+      kl::launch_forward(x.t(), Tensor(), Tensor(), gamma, beta, out, mean, rstd);
+    } else {
+      cpu().layernorm_forward(x, gamma, beta, out, mean, rstd);
+    }
+    const std::vector<double> got = values(rstd.t());
+    for (int64_t r = 0; r < N; ++r) {
+      double mu = 0, var = 0;
+      for (int64_t c = 0; c < C; ++c) mu += xv[static_cast<size_t>(r * C + c)];
+      mu /= static_cast<double>(C);
+      for (int64_t c = 0; c < C; ++c) var += std::pow(xv[static_cast<size_t>(r * C + c)] - mu, 2);
+      var /= static_cast<double>(C);  // biased, as PyTorch
+      const double want = 1.0 / std::sqrt(var + 1e-5);
+      EXPECT_NEAR(got[static_cast<size_t>(r)], want, 1e-4 * want) << "row " << r << " variance " << var;
+    }
+  }
+}
+
 TEST_P(EmulatedLayerNorm, Forward) {
   for (int64_t N : awkward_rows())
     for (int64_t C : awkward_cols()) forward(N, C, dt(), false, false, false);

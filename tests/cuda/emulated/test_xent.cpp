@@ -82,10 +82,11 @@ namespace kx = ::trident::cuda::emu_xent;
 
 class EmulatedXent : public EmuVsCpuDtype {
  protected:
-  void check(int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float grad_scale) {
+  // Logits in [offset - 4, offset + 4].
+  void check(int64_t N, int64_t Vl, int64_t vocab_start, int64_t valid, float grad_scale, float offset = 0.f) {
     SCOPED_TRACE(shape_label(N, Vl, dt()) + " start=" + std::to_string(vocab_start) +
-                 " valid=" + std::to_string(valid));
-    Buffer logits = random(Shape{N, Vl}, dt(), -4.f, 4.f), e_logits = clone(logits);
+                 " valid=" + std::to_string(valid) + " offset=" + std::to_string(offset));
+    Buffer logits = random(Shape{N, Vl}, dt(), offset - 4.f, offset + 4.f), e_logits = clone(logits);
     std::vector<int32_t> tg(static_cast<size_t>(N));
     std::uniform_int_distribution<int64_t> in_shard(vocab_start, vocab_start + valid - 1), other(0, 3 * Vl);
     for (size_t i = 0; i < tg.size(); ++i)
@@ -130,6 +131,13 @@ TEST_P(EmulatedXent, ShardsWithPaddingAndIgnoredTargets) {
       if (Vl > 1) check(N, Vl, 2 * Vl, Vl - Vl / 3, 1.0f / static_cast<float>(N));  // last shard, padding
     }
   }
+}
+
+// Logits around 1000: exp overflows float past ~88.7, so a kernel that skipped subtracting
+// the row maximum would give inf/NaN where the loss is ~log(V) (the CPU's, which subtracts it).
+TEST_P(EmulatedXent, LargeLogitsNeedTheMaximum) {
+  check(5, 300, 0, 300, 1.0f, 1000.f);
+  check(5, 777, 2 * 777, 700, 0.5f, 1000.f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedXent, TRIDENT_EMU_DTYPES, dtype_param_name);
