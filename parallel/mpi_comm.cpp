@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -28,6 +30,22 @@ namespace {
       MPI_Abort(MPI_COMM_WORLD, 3);                                                           \
     }                                                                                         \
   } while (0)
+
+int64_t g_max_count = INT32_MAX;  // set_mpi_max_count
+
+// Calls f(offset, count) for consecutive pieces of at most g_max_count of n items (none
+// when n is 0).
+template <typename F>
+void for_each_piece(int64_t n, F&& f) {
+  for (int64_t at = 0; at < n; at += g_max_count) f(at, static_cast<int>(std::min(g_max_count, n - at)));
+}
+
+// The int count of an op MPI cannot take in pieces: a one-line error past the limit.
+int whole_count(int64_t n, const char* op) {
+  TRIDENT_CHECK(n <= g_max_count, "MpiComm: ", op, " of ", n, " items exceeds MPI's int count (", g_max_count,
+                "): use NCCL, or smaller tensors (fewer layers a stage, a larger tensor-parallel size)");
+  return static_cast<int>(n);
+}
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
@@ -120,20 +138,22 @@ class MpiComm final : public Comm {
     const size_t n = transfers.size();
     while (p2p_stages_.size() < n) p2p_stages_.emplace_back();
     std::vector<Tensor> host(n);
-    std::vector<MPI_Request> requests(n);
-    for (const P2pTransfer& x : transfers)  // before anything is posted
-      TRIDENT_CHECK(x.tensor.nbytes() <= static_cast<size_t>(INT32_MAX), "MpiComm: a transfer of ",
-                    x.tensor.nbytes(), " bytes exceeds MPI's int count");
+    std::vector<MPI_Request> requests;  // a transfer's pieces each
     for (size_t i = 0; i < n; ++i) {
       const P2pTransfer& x = transfers[i];
       host[i] = on_device(x.tensor) ? stage(p2p_stages_[i], x.tensor, x.send) : x.tensor;
-      const int bytes = static_cast<int>(host[i].nbytes());
-      if (x.send)
-        MPI_CHECK(MPI_Isend(host[i].data, bytes, MPI_BYTE, x.peer, x.tag, comm_, &requests[i]));
-      else
-        MPI_CHECK(MPI_Irecv(host[i].data, bytes, MPI_BYTE, x.peer, x.tag, comm_, &requests[i]));
+      // A transfer past MPI's int count goes in pieces under the same tag: MPI delivers the
+      // messages of one sender, tag and communicator in order, and both sides cut alike.
+      char* base = static_cast<char*>(host[i].data);
+      for_each_piece(static_cast<int64_t>(host[i].nbytes()), [&](int64_t at, int count) {
+        MPI_Request& r = requests.emplace_back();
+        if (x.send)
+          MPI_CHECK(MPI_Isend(base + at, count, MPI_BYTE, x.peer, x.tag, comm_, &r));
+        else
+          MPI_CHECK(MPI_Irecv(base + at, count, MPI_BYTE, x.peer, x.tag, comm_, &r));
+      });
     }
-    MPI_CHECK(MPI_Waitall(static_cast<int>(n), requests.data(), MPI_STATUSES_IGNORE));
+    MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
     for (size_t i = 0; i < n; ++i)
       if (!transfers[i].send && on_device(transfers[i].tensor)) unstage(transfers[i].tensor, host[i]);
   }
@@ -147,37 +167,48 @@ class MpiComm final : public Comm {
   void allreduce_host(const Tensor& t, ReduceOp op) {
     if (size_ == 1) return;
     const MPI_Op mop = op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+    // In pieces past MPI's int count (element-wise: the pieces reduce independently).
     if (t.dtype == DType::F32 || t.dtype == DType::I32) {
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data, static_cast<int>(t.numel()), mpi_type(t.dtype), mop, comm_));
+      const size_t size = dtype_size(t.dtype);
+      for_each_piece(t.numel(), [&](int64_t at, int count) {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(t.data) + at * size, count, mpi_type(t.dtype), mop,
+                                comm_));
+      });
       return;
     }
     // 16-bit: reduce in fp32, round once.
     to_f32(t);
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, staging_.data(), static_cast<int>(t.numel()), MPI_FLOAT, mop, comm_));
+    for_each_piece(t.numel(), [&](int64_t at, int count) {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, staging_.data() + at, count, MPI_FLOAT, mop, comm_));
+    });
     from_f32(t);
   }
   void allgather_host(const Tensor& in, const Tensor& out) {
     TRIDENT_CHECK(out.nbytes() == in.nbytes() * size_, "allgather sizes");
     // `in` may already sit at this rank's place in `out` (ZeRO's parameter gather).
     const bool in_place = in.data == static_cast<char*>(out.data) + rank_ * in.nbytes();
-    MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, static_cast<int>(in.nbytes()), MPI_BYTE, out.data,
-                            static_cast<int>(in.nbytes()), MPI_BYTE, comm_));
+    const int bytes = whole_count(static_cast<int64_t>(in.nbytes()), "all-gather (bytes a rank)");
+    MPI_CHECK(MPI_Allgather(in_place ? MPI_IN_PLACE : in.data, bytes, MPI_BYTE, out.data, bytes, MPI_BYTE, comm_));
   }
   void reduce_scatter_host(const Tensor& in, const Tensor& out) {
     TRIDENT_CHECK(in.numel() == out.numel() * size_ && in.dtype == out.dtype, "reduce_scatter sizes");
     if (in.dtype == DType::F32) {
-      MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, static_cast<int>(out.numel()), MPI_FLOAT, MPI_SUM, comm_));
+      MPI_CHECK(MPI_Reduce_scatter_block(in.data, out.data, whole_count(out.numel(), "reduce-scatter"), MPI_FLOAT,
+                                         MPI_SUM, comm_));
       return;
     }
     // 16-bit (sequence parallelism's activations): reduce in fp32, round once, as allreduce.
     TRIDENT_CHECK(in.dtype == DType::F16 || in.dtype == DType::BF16, "reduce_scatter of ", dtype_name(in.dtype));
     to_f32(in);
-    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, staging_.data(), static_cast<int>(out.numel()), MPI_FLOAT,
+    MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, staging_.data(), whole_count(out.numel(), "reduce-scatter"),
+                                       MPI_FLOAT,
                                        MPI_SUM, comm_));
     from_f32(out);  // this rank's block sits at the start of the staging buffer
   }
   void broadcast_host(const Tensor& t, int root) {
-    MPI_CHECK(MPI_Bcast(t.data, static_cast<int>(t.nbytes()), MPI_BYTE, root, comm_));
+    for_each_piece(static_cast<int64_t>(t.nbytes()), [&](int64_t at, int count) {
+      MPI_CHECK(MPI_Bcast(static_cast<char*>(t.data) + at, count, MPI_BYTE, root, comm_));
+    });
   }
   // ---- staging of device buffers --------------------------------------------------------
   static bool on_device(const Tensor& t) { return t.device != Device::Cpu; }
@@ -302,6 +333,11 @@ void mpi_abort_job_from_watchdog(int code) {
 }
 
 void set_mpi_device_copy_hooks(const DeviceCopyHooks& h) { hooks() = h; }
+
+void set_mpi_max_count(int64_t count) {
+  TRIDENT_CHECK(count >= 1 && count <= INT32_MAX, "set_mpi_max_count: ", count, " is not in [1, INT32_MAX]");
+  g_max_count = count;
+}
 DeviceCopyHooks mpi_device_copy_hooks() { return hooks(); }
 
 std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks) {

@@ -5,6 +5,7 @@
 // through a staging buffer, so every dtype reduces identically.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,12 @@ struct DeviceCopyHooks {
 };
 void set_mpi_device_copy_hooks(const DeviceCopyHooks& hooks);
 DeviceCopyHooks mpi_device_copy_hooks();
+
+// MPI counts are ints. MpiComm's all-reduce, broadcast and point-to-point transfers send a
+// larger buffer in pieces of at most this many elements (an all-reduce) or bytes; its
+// all-gather and reduce-scatter refuse one with a one-line error. INT32_MAX by default;
+// tests lower it to exercise the pieces on small buffers (every rank the same).
+void set_mpi_max_count(int64_t count);
 
 // A Comm over the ranks `world_ranks` (in that order) of MPI_COMM_WORLD. Collective: every
 // rank of the world calls it with the same list; ranks outside the list get nullptr.

@@ -82,6 +82,22 @@ TEST_P(Matmul, MisalignedBiasView) {
   expect_close(y, storage_tol(dt(), 1e-4, 1e-4), "matmul, bias view at +1 element");
 }
 
+// Long reductions accumulate in fp32: K = 4096 products of ones sum to 4096 exactly (a
+// power of two, exact in bf16 and fp16), where a 16-bit running sum would stall (bf16 at
+// 256: 256 + 1 rounds to 256; fp16 at 2048). Likewise bias_backward's column sums over 4096
+// rows of ones. Against the exact value, not the CPU.
+TEST_P(Matmul, LongReductionsAccumulateInFp32) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t M = 16, N = 64, K = 4096;
+  Pair a = filled(Shape{M, K}, dt(), 1.f), b = filled(Shape{N, K}, dt(), 1.f);
+  Pair y = filled(Shape{M, N}, dt(), 0.f);
+  gpu().matmul(y.gpu, a.gpu, b.gpu, Tensor(), false, true, false);
+  for (float v : host_gpu(y)) ASSERT_EQ(v, 4096.f) << "matmul over K = 4096";
+  Pair rows = filled(Shape{K, N}, dt(), 1.f), dbias = filled(Shape{N}, dt(), 0.f);
+  gpu().bias_backward(rows.gpu, dbias.gpu);
+  for (float v : host_gpu(dbias)) ASSERT_EQ(v, 4096.f) << "bias_backward over 4096 rows";
+}
+
 TEST_P(Matmul, InnerDimensionMismatchThrows) {
   TRIDENT_SKIP_WITHOUT_GPU();
   Buffer a = gpu().empty(Shape{4, 5}, dt()), b = gpu().empty(Shape{6, 7}, dt()), out = gpu().empty(Shape{4, 7}, dt());

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -141,6 +142,47 @@ TEST_F(MpiStaging, SendRecvAndSendrecvRing) {
     comm_->recv(dev(got), 0);
     for (float x : got) ASSERT_EQ(x, 42.f);
   }
+}
+
+// Buffers past MPI's int count (lowered here to 7 items): the all-reduce (fp32, and bf16
+// through its fp32 staging), the broadcast and the point-to-point transfers go in pieces
+// and arrive whole; the all-gather and the reduce-scatter, which MPI cannot take in pieces,
+// refuse with one line that names the op (on every rank: the sizes are the same).
+TEST_F(MpiStaging, BuffersPastTheIntCountGoInPieces) {
+  set_mpi_max_count(7);
+  struct Restore {
+    ~Restore() { set_mpi_max_count(INT32_MAX); }
+  } restore;
+  const float ranks_sum = size_ * (size_ + 1) / 2.0f;
+  std::vector<float> v(100);  // 15 pieces of at most 7 floats
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((rank_ + 1) * i);
+  comm_->allreduce(dev(v), ReduceOp::Sum);
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], ranks_sum * static_cast<float>(i)) << i;
+  std::vector<uint16_t> bits(50);
+  for (size_t i = 0; i < bits.size(); ++i) store_from_float(bits.data(), DType::BF16, i, 0.5f * (i + 1));
+  comm_->allreduce(Tensor(bits.data(), Shape{50}, DType::BF16, Device::Cuda), ReduceOp::Sum);
+  for (size_t i = 0; i < bits.size(); ++i)
+    ASSERT_EQ(load_as_float(bits.data(), DType::BF16, i), 0.5f * (i + 1) * size_) << i;
+  std::vector<float> b(33);  // 132 bytes: 19 pieces
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(rank_ * 1000 + i);
+  comm_->broadcast(dev(b), size_ - 1);
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], static_cast<float>((size_ - 1) * 1000 + i)) << i;
+  if (size_ >= 2) {
+    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+    std::vector<float> out(25), in(25, -1.f);  // 100 bytes: 15 pieces each way
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(rank_ * 100 + i);
+    comm_->sendrecv(dev(out), next, dev(in), prev);
+    for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], static_cast<float>(prev * 100 + i)) << i;
+  }
+  std::vector<float> in(5), gathered(5 * size_), scattered(5);
+  try {
+    comm_->allgather(dev(in), dev(gathered));
+    ADD_FAILURE() << "an all-gather past the int count did not throw";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("all-gather"), std::string::npos) << e.what();
+  }
+  std::vector<float> whole(8 * size_);
+  EXPECT_ANY_THROW(comm_->reduce_scatter(dev(whole), dev(scattered = std::vector<float>(8))));
 }
 
 TEST_F(MpiStaging, StagingBuffersAreReusedAndFreed) {
