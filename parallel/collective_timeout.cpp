@@ -50,7 +50,10 @@ CommWatchdog& job_watchdog() {
       std::fflush(stderr);
       std::_Exit(3);
 #endif
-    }, [] { return collective_timeout(); });  // a check stuck longer than the limit ends the job too
+    }, [] {  // a check stuck longer than the limit ends the job too, suspended or not: while
+             // one rank does I/O, NcclComm's check makes no CUDA call and returns at once
+      return std::chrono::nanoseconds(g_timeout_ns.load());
+    });
     w->add([] {
       const int64_t since = g_since_ns.load(), limit_ns = collective_timeout().count();
       if (since == 0 || limit_ns <= 0) return std::string();

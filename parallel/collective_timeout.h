@@ -25,8 +25,9 @@ namespace trident {
 // NcclComm's (asynchronous errors, ops past the limit), and ends the job on the first
 // failure: one line, then MPI_Abort (or _Exit without MPI), never exit() from its thread.
 // It polls every quarter of the limit in force at its start, between 10 ms and 1 s. A check
-// that has not returned for longer than the limit in force (a CUDA or NCCL call stuck in
-// the driver) ends the job the same way, from a second thread that makes no such calls.
+// that has not returned for longer than the limit (a CUDA or NCCL call stuck in the
+// driver; even while CollectiveTimeoutSuspended, when the checks make no such calls) ends
+// the job the same way, from a second thread that makes no such calls.
 CommWatchdog& job_watchdog();
 
 // minutes <= 0: no limit. Set before the first collective (trident-train's and

@@ -16,22 +16,27 @@ int64_t now_ns() {
 CommWatchdog::CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure, StallLimit stall_limit)
     : interval_(interval), on_failure_(std::move(on_failure)), stall_limit_(std::move(stall_limit)) {
   thread_ = std::thread([this] { run(); });
-  if (stall_limit_) monitor_ = std::thread([this] { monitor(); });
+  if (!stall_limit_) return;
+  try {
+    monitor_ = std::thread([this] { monitor(); });
+  } catch (...) {  // no second thread: stop the first before the exception leaves
+    stop_ = true;
+    wake_.notify_all();
+    thread_.join();
+    throw;
+  }
 }
 
 CommWatchdog::~CommWatchdog() {
+  stop_ = true;  // without mu_, which a stuck check holds; the thread sees it within an interval
+  wake_.notify_all();
+  thread_.join();
   {
     std::lock_guard<std::mutex> lock(monitor_mu_);
     monitor_stop_ = true;
   }
   monitor_wake_.notify_all();
   if (monitor_.joinable()) monitor_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
 }
 
 int CommWatchdog::add(Check check) {
@@ -53,7 +58,7 @@ void CommWatchdog::report(const std::string& what) {
 void CommWatchdog::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    wake_.wait_for(lock, interval_, [this] { return stop_; });
+    wake_.wait_for(lock, interval_, [this] { return stop_.load(); });
     if (stop_ || reported_) continue;
     std::string what;
     for (const auto& [id, check] : checks_) {

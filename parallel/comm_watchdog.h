@@ -29,7 +29,9 @@ class CommWatchdog {
 
   // Without stall_limit, no second thread: a stuck check goes unnoticed.
   CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure, StallLimit stall_limit = {});
-  ~CommWatchdog();  // stops the threads (a check in progress finishes first)
+  // Stops the checking thread, then the monitor (which goes on watching a check in
+  // progress meanwhile: one stuck past the limit is still reported).
+  ~CommWatchdog();
   CommWatchdog(const CommWatchdog&) = delete;
   CommWatchdog& operator=(const CommWatchdog&) = delete;
 
@@ -48,7 +50,7 @@ class CommWatchdog {
   std::condition_variable wake_;
   std::map<int, Check> checks_;
   int next_id_ = 0;
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};  // set without mu_: a stuck check holds it
   std::atomic<bool> reported_{false};
   std::atomic<int64_t> check_since_ns_{0};  // steady-clock start of the check running now; 0: none
   std::mutex monitor_mu_;

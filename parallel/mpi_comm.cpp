@@ -32,12 +32,16 @@ namespace {
   } while (0)
 
 int64_t g_max_count = INT32_MAX;  // set_mpi_max_count
+// A piece's bytes stay at most 1 GiB whatever its element size: some MPI implementations
+// compute a message's bytes in an int internally.
+constexpr int64_t kMaxPieceBytes = int64_t{1} << 30;
 
-// Calls f(offset, count) for consecutive pieces of at most g_max_count of n items (none
-// when n is 0).
+// Calls f(offset, count) for consecutive pieces of at most g_max_count (and 1 GiB) of n
+// items of item_bytes each (none when n is 0).
 template <typename F>
-void for_each_piece(int64_t n, F&& f) {
-  for (int64_t at = 0; at < n; at += g_max_count) f(at, static_cast<int>(std::min(g_max_count, n - at)));
+void for_each_piece(int64_t n, size_t item_bytes, F&& f) {
+  const int64_t step = std::min(g_max_count, std::max<int64_t>(1, kMaxPieceBytes / static_cast<int64_t>(item_bytes)));
+  for (int64_t at = 0; at < n; at += step) f(at, static_cast<int>(std::min(step, n - at)));
 }
 
 // The int count of an op MPI cannot take in pieces: a one-line error past the limit.
@@ -145,7 +149,7 @@ class MpiComm final : public Comm {
       // A transfer past MPI's int count goes in pieces under the same tag: MPI delivers the
       // messages of one sender, tag and communicator in order, and both sides cut alike.
       char* base = static_cast<char*>(host[i].data);
-      for_each_piece(static_cast<int64_t>(host[i].nbytes()), [&](int64_t at, int count) {
+      for_each_piece(static_cast<int64_t>(host[i].nbytes()), 1, [&](int64_t at, int count) {
         MPI_Request& r = requests.emplace_back();
         if (x.send)
           MPI_CHECK(MPI_Isend(base + at, count, MPI_BYTE, x.peer, x.tag, comm_, &r));
@@ -170,7 +174,7 @@ class MpiComm final : public Comm {
     // In pieces past MPI's int count (element-wise: the pieces reduce independently).
     if (t.dtype == DType::F32 || t.dtype == DType::I32) {
       const size_t size = dtype_size(t.dtype);
-      for_each_piece(t.numel(), [&](int64_t at, int count) {
+      for_each_piece(t.numel(), size, [&](int64_t at, int count) {
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(t.data) + at * size, count, mpi_type(t.dtype), mop,
                                 comm_));
       });
@@ -178,7 +182,7 @@ class MpiComm final : public Comm {
     }
     // 16-bit: reduce in fp32, round once.
     to_f32(t);
-    for_each_piece(t.numel(), [&](int64_t at, int count) {
+    for_each_piece(t.numel(), sizeof(float), [&](int64_t at, int count) {
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, staging_.data() + at, count, MPI_FLOAT, mop, comm_));
     });
     from_f32(t);
@@ -206,7 +210,7 @@ class MpiComm final : public Comm {
     from_f32(out);  // this rank's block sits at the start of the staging buffer
   }
   void broadcast_host(const Tensor& t, int root) {
-    for_each_piece(static_cast<int64_t>(t.nbytes()), [&](int64_t at, int count) {
+    for_each_piece(static_cast<int64_t>(t.nbytes()), 1, [&](int64_t at, int count) {
       MPI_CHECK(MPI_Bcast(static_cast<char*>(t.data) + at, count, MPI_BYTE, root, comm_));
     });
   }

@@ -41,9 +41,10 @@ void set_mpi_device_copy_hooks(const DeviceCopyHooks& hooks);
 DeviceCopyHooks mpi_device_copy_hooks();
 
 // MPI counts are ints. MpiComm's all-reduce, broadcast and point-to-point transfers send a
-// larger buffer in pieces of at most this many elements (an all-reduce) or bytes; its
-// all-gather and reduce-scatter refuse one with a one-line error. INT32_MAX by default;
-// tests lower it to exercise the pieces on small buffers (every rank the same).
+// larger buffer in pieces of at most this many elements (an all-reduce) or bytes, and at
+// most 1 GiB; its all-gather and reduce-scatter refuse more with a one-line error.
+// INT32_MAX by default; tests lower it to exercise the pieces on small buffers (every rank
+// the same).
 void set_mpi_max_count(int64_t count);
 
 // A Comm over the ranks `world_ranks` (in that order) of MPI_COMM_WORLD. Collective: every

@@ -714,8 +714,9 @@ struct ForwardPath {
 // allows it and the pointers are aligned; else element-wise with runtime-typed parameters
 // and outputs), shared by the host launcher and the CPU emulator's test. resident(kernel,
 // smem) lets `kernel` have smem bytes of dynamic shared memory and gives the blocks of
-// kRowsPerBlock warps of it that the GPU holds at once (at least 1), or 0 when that much
-// shared memory does not fit a block (the ring kernel then gives way to the walking one).
+// kRowsPerBlock warps of it that the GPU holds at once, or 0 when that much shared memory
+// does not fit a block or no block fits an SM (the ring kernel then gives way to the
+// walking one, whose grid is at least one block).
 template <typename Resident>
 ForwardPath forward_typed(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                           const Tensor& beta, const Tensor& out, const Tensor& mean, const Tensor& rstd, int T,
