@@ -143,6 +143,7 @@ class MpiComm final : public Comm {
     while (p2p_stages_.size() < n) p2p_stages_.emplace_back();
     std::vector<Tensor> host(n);
     std::vector<MPI_Request> requests;  // a transfer's pieces each
+    std::vector<int> receive_bytes;     // per request: the bytes a receive expects, -1 for a send
     for (size_t i = 0; i < n; ++i) {
       const P2pTransfer& x = transfers[i];
       host[i] = on_device(x.tensor) ? stage(p2p_stages_[i], x.tensor, x.send) : x.tensor;
@@ -151,13 +152,25 @@ class MpiComm final : public Comm {
       char* base = static_cast<char*>(host[i].data);
       for_each_piece(static_cast<int64_t>(host[i].nbytes()), 1, [&](int64_t at, int count) {
         MPI_Request& r = requests.emplace_back();
+        receive_bytes.push_back(x.send ? -1 : count);
         if (x.send)
           MPI_CHECK(MPI_Isend(base + at, count, MPI_BYTE, x.peer, x.tag, comm_, &r));
         else
           MPI_CHECK(MPI_Irecv(base + at, count, MPI_BYTE, x.peer, x.tag, comm_, &r));
       });
     }
-    MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+    std::vector<MPI_Status> statuses(requests.size());
+    MPI_CHECK(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), statuses.data()));
+    // MPI accepts a shorter message into a receive (a longer one is an error): a sender and a
+    // receiver that disagree on a size would otherwise go unnoticed, and with pieces the
+    // next exchange's messages would fill the rest.
+    for (size_t k = 0; k < statuses.size(); ++k) {
+      if (receive_bytes[k] < 0) continue;
+      int got = 0;
+      MPI_CHECK(MPI_Get_count(&statuses[k], MPI_BYTE, &got));
+      TRIDENT_CHECK(got == receive_bytes[k], "MpiComm: a point-to-point receive from rank ", statuses[k].MPI_SOURCE,
+                    " got ", got, " bytes where ", receive_bytes[k], " were expected (the stages disagree on a shape)");
+    }
     for (size_t i = 0; i < n; ++i)
       if (!transfers[i].send && on_device(transfers[i].tensor)) unstage(transfers[i].tensor, host[i]);
   }

@@ -272,6 +272,7 @@ void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor
   const dim3 block(kTile, kTile);
   const dim3 grid(static_cast<unsigned>((M + kTile - 1) / kTile), static_cast<unsigned>((N + kTile - 1) / kTile));
   TRIDENT_CHECK((N + kTile - 1) / kTile <= 65535, op, ": N=", N, " too large for the fallback kernel");
+  ++fallback_launches_;
   gemm_fallback_kernel<<<grid, block, 0, s>>>(any_ptr(out), any_ptr(a), any_ptr(b), any_ptr(bias), with_bias, trans_a,
                                               trans_b, accumulate, M, N, K);
   CUDA_CHECK_LAUNCH();

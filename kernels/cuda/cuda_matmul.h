@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -46,6 +47,8 @@ class Gemm {
   bool run_bgrad(const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& dbias_sums, cudaStream_t s);
 
   size_t cached_plans() const { return plans_.size(); }
+  // GEMMs that ran on the slow fallback kernel (no cuBLASLt algorithm), for tests.
+  size_t fallback_launches() const { return fallback_launches_; }
 
   enum class Epilogue : int64_t { kNone = 0, kBias, kGeluAux, kGeluAuxBias, kDGelu, kBGradB };
   bool allow_tf32() const { return allow_tf32_; }
@@ -66,7 +69,8 @@ class Gemm {
   size_t workspace_bytes_ = 0;
   std::mutex mu_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
-  std::unique_ptr<Plan> transient_plan_;  // the last plan whose heuristic failed in a way that may pass (plan_for)
+  std::unique_ptr<Plan> transient_plan_;
+  std::atomic<size_t> fallback_launches_{0};  // the last plan whose heuristic failed in a way that may pass (plan_for)
 };
 
 }  // namespace trident::cuda

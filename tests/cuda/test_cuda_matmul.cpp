@@ -68,8 +68,9 @@ TEST_P(Matmul, ThreeDimActivationAndRepeatedCallsReuseThePlan) {
 
 // A bias that is a view one element into its buffer (2-byte aligned in 16-bit, 4 in fp32):
 // cuBLASLt's bias epilogue is kept for 16-byte aligned vectors, so this takes the plain GEMM
-// and the separate bias add (before, the epilogue was planned for any alignment, and a
-// shape without an algorithm fell to the slow fallback kernel). The result is the CPU's.
+// and the separate bias add, never the slow fallback kernel (before, the epilogue was
+// planned for any alignment, and a shape without an algorithm for it fell to that kernel).
+// The result is the CPU's.
 TEST_P(Matmul, MisalignedBiasView) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const int64_t M = 256, N = 768, K = 768;
@@ -80,6 +81,12 @@ TEST_P(Matmul, MisalignedBiasView) {
   cpu().matmul(y.cpu, x.cpu, w.cpu, bias_buf.cpu.t().flat_slice(1, N), false, true, false);
   gpu().matmul(y.gpu, x.gpu, w.gpu, bias_buf.gpu.t().flat_slice(1, N), false, true, false);
   expect_close(y, storage_tol(dt(), 1e-4, 1e-4), "matmul, bias view at +1 element");
+  gpu().synchronize();
+  cuda::Gemm gemm(false);
+  gemm.run(y.gpu, x.gpu, w.gpu, bias_buf.gpu.t().flat_slice(1, N), false, true, false, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(gemm.fallback_launches(), 0u) << "a misaligned bias sent the GEMM to the fallback kernel";
+  expect_close(y, storage_tol(dt(), 1e-4, 1e-4), "matmul through cuda::Gemm, bias view at +1 element");
 }
 
 // Long reductions accumulate in fp32: K = 4096 products of ones sum to 4096 exactly (a

@@ -185,6 +185,24 @@ TEST_F(MpiStaging, BuffersPastTheIntCountGoInPieces) {
   EXPECT_ANY_THROW(comm_->reduce_scatter(dev(whole), dev(scattered = std::vector<float>(8))));
 }
 
+// A receive that gets fewer bytes than it expects (the stages disagree on a shape) is an
+// error naming the sender; MPI itself accepts a shorter message. Host buffers.
+TEST_F(MpiStaging, ShortReceiveIsAnError) {
+  if (size_ < 2) GTEST_SKIP() << "needs two ranks (mpirun -np 2)";
+  std::vector<float> sent(5, 1.f), expected(8, 0.f);
+  if (rank_ == 0) {
+    comm_->send(Tensor(sent.data(), Shape{5}, DType::F32, Device::Cpu), 1);
+  } else if (rank_ == 1) {
+    try {
+      comm_->recv(Tensor(expected.data(), Shape{8}, DType::F32, Device::Cpu), 0);
+      ADD_FAILURE() << "a receive of 20 bytes where 32 were expected did not throw";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("got 20 bytes where 32 were expected"), std::string::npos) << e.what();
+    }
+  }
+  comm_->barrier();
+}
+
 TEST_F(MpiStaging, StagingBuffersAreReusedAndFreed) {
   std::vector<float> v(256, 1.f);
   for (int i = 0; i < 5; ++i) comm_->broadcast(dev(v), 0);
