@@ -14,17 +14,11 @@
 namespace trident {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 std::atomic<int64_t> g_timeout_ns{std::chrono::nanoseconds(std::chrono::minutes(10)).count()};
 std::atomic<int> g_suspended{0};
 // The current wait: its start (0: none) and its op.
 std::atomic<int64_t> g_since_ns{0};
 std::atomic<const char*> g_op{nullptr};
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 }  // namespace
 
@@ -57,7 +51,7 @@ CommWatchdog& job_watchdog() {
     w->add([] {
       const int64_t since = g_since_ns.load(), limit_ns = collective_timeout().count();
       if (since == 0 || limit_ns <= 0) return std::string();
-      const int64_t waited = now_ns() - since;
+      const int64_t waited = steady_now_ns() - since;
       if (waited <= limit_ns || g_since_ns.load() != since) return std::string();  // over in time
       return collective_timeout_message(g_op.load(), std::chrono::nanoseconds(waited));
     });
@@ -96,7 +90,7 @@ CollectiveWait::CollectiveWait(const char* op) : outer_since_ns_(g_since_ns.load
   }
   job_watchdog();  // started by the first wait
   g_op = op;
-  g_since_ns = now_ns();
+  g_since_ns = steady_now_ns();
 }
 
 CollectiveWait::~CollectiveWait() {

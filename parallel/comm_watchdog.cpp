@@ -4,14 +4,6 @@
 #include <utility>
 
 namespace trident {
-namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 CommWatchdog::CommWatchdog(std::chrono::milliseconds interval, OnFailure on_failure, StallLimit stall_limit)
     : interval_(interval), on_failure_(std::move(on_failure)), stall_limit_(std::move(stall_limit)) {
@@ -62,7 +54,7 @@ void CommWatchdog::run() {
     if (stop_ || reported_) continue;
     std::string what;
     for (const auto& [id, check] : checks_) {
-      check_since_ns_ = now_ns();
+      check_since_ns_ = steady_now_ns();
       what = check();
       check_since_ns_ = 0;
       if (!what.empty()) break;
@@ -83,7 +75,7 @@ void CommWatchdog::monitor() {
     const int64_t since = check_since_ns_.load();
     const int64_t limit_ns = since == 0 ? 0 : stall_limit_().count();
     if (limit_ns <= 0) continue;
-    const int64_t stuck_ns = now_ns() - since;
+    const int64_t stuck_ns = steady_now_ns() - since;
     if (stuck_ns <= limit_ns || check_since_ns_.load() != since) continue;  // returned in time
     std::ostringstream what;
     what.setf(std::ios::fixed);

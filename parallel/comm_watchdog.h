@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -20,6 +21,12 @@
 #include <thread>
 
 namespace trident {
+
+// The steady clock in nanoseconds: the watchdogs' time stamps, kept in atomics.
+inline int64_t steady_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class CommWatchdog {
  public:

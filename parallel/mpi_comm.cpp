@@ -184,21 +184,17 @@ class MpiComm final : public Comm {
   void allreduce_host(const Tensor& t, ReduceOp op) {
     if (size_ == 1) return;
     const MPI_Op mop = op == ReduceOp::Sum ? MPI_SUM : MPI_MAX;
+    // 16-bit: reduced in fp32 (staging_), rounded once.
+    const bool widened = t.dtype != DType::F32 && t.dtype != DType::I32;
+    if (widened) to_f32(t);
+    char* data = widened ? reinterpret_cast<char*>(staging_.data()) : static_cast<char*>(t.data);
+    const MPI_Datatype type = widened ? MPI_FLOAT : mpi_type(t.dtype);
+    const size_t size = widened ? sizeof(float) : dtype_size(t.dtype);
     // In pieces past MPI's int count (element-wise: the pieces reduce independently).
-    if (t.dtype == DType::F32 || t.dtype == DType::I32) {
-      const size_t size = dtype_size(t.dtype);
-      for_each_piece(t.numel(), size, [&](int64_t at, int count) {
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(t.data) + at * size, count, mpi_type(t.dtype), mop,
-                                comm_));
-      });
-      return;
-    }
-    // 16-bit: reduce in fp32, round once.
-    to_f32(t);
-    for_each_piece(t.numel(), sizeof(float), [&](int64_t at, int count) {
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, staging_.data() + at, count, MPI_FLOAT, mop, comm_));
+    for_each_piece(t.numel(), size, [&](int64_t at, int count) {
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + at * size, count, type, mop, comm_));
     });
-    from_f32(t);
+    if (widened) from_f32(t);
   }
   void allgather_host(const Tensor& in, const Tensor& out) {
     TRIDENT_CHECK(out.nbytes() == in.nbytes() * size_, "allgather sizes");
@@ -218,8 +214,7 @@ class MpiComm final : public Comm {
     TRIDENT_CHECK(in.dtype == DType::F16 || in.dtype == DType::BF16, "reduce_scatter of ", dtype_name(in.dtype));
     to_f32(in);
     MPI_CHECK(MPI_Reduce_scatter_block(MPI_IN_PLACE, staging_.data(), whole_count(out.numel(), "reduce-scatter"),
-                                       MPI_FLOAT,
-                                       MPI_SUM, comm_));
+                                       MPI_FLOAT, MPI_SUM, comm_));
     from_f32(out);  // this rank's block sits at the start of the staging buffer
   }
   void broadcast_host(const Tensor& t, int root) {

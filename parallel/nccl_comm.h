@@ -17,8 +17,9 @@
 //   arithmetic (not through fp32 as MpiComm does), so results may differ in the last bit.
 // - Any NCCL or CUDA failure prints the call, file and line and aborts the whole job; an
 //   asynchronous NCCL error (a broken link, a lost peer: the collective never returns) is
-//   caught by a watchdog thread polling ncclCommGetAsyncError every second (job_watchdog,
-//   collective_timeout.h), which prints it and aborts the job. The same thread ends the
+//   caught by a watchdog thread polling ncclCommGetAsyncError (job_watchdog,
+//   collective_timeout.h: every quarter of the timeout, 10 ms to 1 s), which prints it and
+//   aborts the job. The same thread ends the
 //   job when an op has not finished on the GPU --distributed-timeout-minutes after it was
 //   queued (a peer stuck without an error). A rank failing with an exception leaves the
 //   communicator to the process's end rather than wait for ops whose peers never come.
