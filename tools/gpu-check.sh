@@ -143,6 +143,9 @@ for so in libnccl.so.2 libcublasLt.so.13 libcudart.so.13; do
     extra_ld=$extra_ld:$d
   else
     say "$so: NOT FOUND on this machine"
+    # trident loads libcublasLt on its first GEMM (kernels/cuda/cublaslt_loader.h), so the
+    # ldd check below cannot see it missing.
+    [[ $so == libcublasLt.* ]] && fail "$so not found (every GEMM needs it)"
   fi
 done
 

@@ -25,6 +25,7 @@
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
 // heuristic returns no algorithm for a shape.
+#include "kernels/cuda/cublaslt_loader.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -96,6 +97,7 @@ struct Gemm::Plan {
 };
 
 Gemm::Gemm(bool allow_tf32) : allow_tf32_(allow_tf32) {
+  load_cublaslt();  // a missing library is one error line, not an abort
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_bytes_ = kWorkspaceBytes;
   CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
