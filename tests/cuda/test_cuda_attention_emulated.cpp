@@ -4,7 +4,7 @@
 //
 // How: emulate_attention.cmake copies the device code of the .cu (minus the inline-PTX
 // primitives) into cuda_attention_emulated.inc, compiled here as host C++. A launch runs
-// each block as 128 cooperative fibers (ucontext) on one OS thread; __syncthreads and the
+// each block as 128 or 256 cooperative fibers (emulated/emu_context.h) on one OS thread; __syncthreads and the
 // warp-collective operations are barriers between fibers. The primitives are emulated from
 // the PTX ISA's fragment layouts (m16n8k16 A/B/C, ldmatrix with and without .trans), and
 // cp.async either copies at issue ("eager": catches a buffer overwritten while still read)
@@ -19,7 +19,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
-#include <ucontext.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,6 +34,7 @@
 
 #include "attention_test_inputs.h"
 #include "core/philox.h"
+#include "emulated/emu_context.h"
 
 // ---- CUDA C++ spelled as host C++ (cuda_fp16.h defined some of these for nvcc) ---------
 #undef __global__
@@ -75,7 +75,7 @@ struct WgmmaOp {
 };
 struct Barrier;
 struct Fiber {
-  ucontext_t ctx{};
+  Context ctx;
   bool done = false;
   const Barrier* waiting = nullptr;  // the barrier this fiber is blocked on, if any
   unsigned wait_gen = 0;             // its generation when the fiber arrived
@@ -93,7 +93,7 @@ struct Barrier {
 struct Block {
   std::vector<Fiber> fibers;
   int cur = -1;
-  ucontext_t main{};
+  Context main;
   Barrier block_bar;
   Barrier warp_bar[kMaxBlockThreads / 32];
   uint64_t slot[kMaxBlockThreads][8] = {};  // per-thread mailbox for warp collectives
@@ -105,7 +105,7 @@ inline Block* g_block = nullptr;
 inline bool g_eager = false;
 inline void (*g_entry)() = nullptr;
 
-inline void yield() { swapcontext(&g_block->fibers[g_block->cur].ctx, &g_block->main); }
+inline void yield() { switch_context(g_block->fibers[g_block->cur].ctx, g_block->main); }
 
 inline void wait(Barrier& b) {
   const unsigned gen = b.gen;
@@ -416,12 +416,6 @@ inline void wgmma_wait() {
 namespace trident::cuda {
 namespace {
 
-// getcontext is declared returns_twice, but these contexts are only entered through
-// makecontext's entry point, so nothing here is ever clobbered (nor, as GCC's flow
-// analysis across the second return may conclude, read uninitialised).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wclobbered"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 // Runs kernel(p) over a (gx, gy) grid of `threads`-thread blocks (128 or 256) with `smem`
 // bytes of shared memory.
 template <class K>
@@ -446,12 +440,7 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
       block->fibers.resize(threads);
       static std::vector<std::vector<char>> stacks(emu::kMaxBlockThreads, std::vector<char>(256 * 1024));
       for (int i = 0; i < threads; ++i) {
-        emu::Fiber& f = block->fibers[i];
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stacks[i].data();
-        f.ctx.uc_stack.ss_size = stacks[i].size();
-        f.ctx.uc_link = &block->main;
-        makecontext(&f.ctx, +[] {
+        emu::make_context(block->fibers[i].ctx, stacks[i].data(), stacks[i].size(), +[] {
           the_kernel(*the_params);
           emu::Fiber& me = emu::g_block->fibers[emu::g_block->cur];
           if (!me.groups.empty() || !me.open.empty()) {
@@ -463,7 +452,8 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
             std::abort();
           }
           me.done = true;
-        }, 0);
+          for (;;) emu::switch_context(me.ctx, emu::g_block->main);  // never scheduled again
+        });
       }
       blockIdx = {bx, by, 0};
       // Each round runs the warps one after the other, in a random order, each until all
@@ -489,7 +479,7 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
               progressed = round_progressed = true;
               block->cur = i;
               threadIdx = {static_cast<unsigned>(i), 0, 0};
-              swapcontext(&block->main, &f.ctx);
+              emu::switch_context(block->main, f.ctx);
             }
           }
         }
@@ -502,7 +492,6 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
     }
   }
 }
-#pragma GCC diagnostic pop
 
 struct Case {
   int B, T, H, D, head_offset;
