@@ -683,6 +683,9 @@ const std::vector<Case>& cases() {
       {1, 160, 1, 64, 0, 0.0f, 4.f}, {1, 130, 1, 128, 1, 0.1f, 4.f},
       // Two 16-byte vectors a row (the delta pass's 2-lane groups).
       {1, 40, 2, 16, 0, 0.1f},
+      // Long rows: many key and query tiles (the streamed buffers' parity over several
+      // rounds, the causal skips of 128-row blocks far from the diagonal, a 8-row tail).
+      {1, 520, 1, 64, 1, 0.1f}, {1, 300, 2, 128, 0, 0.0f, 4.f},
   };
   return v;
 }
