@@ -185,7 +185,7 @@ if [[ -z $build ]]; then
   missing=()
   have_hdr() { [[ -n $(find /usr/include /usr/local/include -maxdepth 3 -path "*$1" 2>/dev/null | head -1) ]]; }
   # Every build needs these (top-level CMakeLists and csrc/*): package name, a header it installs.
-  for pair in libopenblas-dev:cblas.h libyaml-cpp-dev:yaml-cpp/yaml.h libcxxopts-dev:cxxopts.hpp \
+  for pair in libopenblas-openmp-dev:cblas.h libyaml-cpp-dev:yaml-cpp/yaml.h libcxxopts-dev:cxxopts.hpp \
               nlohmann-json3-dev:nlohmann/json.hpp libxxhash-dev:xxhash.h libutf8proc-dev:utf8proc.h \
               liblzma-dev:lzma.h libsimdjson-dev:simdjson.h libprotobuf-dev:google/protobuf/message_lite.h; do
     have_hdr "${pair#*:}" || missing+=("${pair%%:*}")

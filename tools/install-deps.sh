@@ -8,7 +8,7 @@ packages=(
   libopenmpi-dev openmpi-bin          # MPI launcher and library
   libyaml-cpp-dev libcxxopts-dev      # --config YAML, command-line flags
   libgtest-dev                        # tests
-  libopenblas-dev                     # CPU GEMM
+  libopenblas-openmp-dev              # CPU GEMM, on the CPU backend's OpenMP threads
   libsimdjson-dev nlohmann-json3-dev  # JSONL corpora, vocab.json
   libutf8proc-dev liblzma-dev         # Unicode classes for BPE, .jsonl.xz input
   libprotobuf-dev protobuf-compiler   # TensorBoard event records

@@ -24,6 +24,15 @@ const float* as_f32(const Tensor& t, std::vector<float>& buf) {
 
 }  // namespace
 
+const char* blas_threading() {
+  switch (openblas_get_parallel()) {
+    case 0: return "sequential";
+    case 1: return "pthreads";
+    case 2: return "openmp";
+  }
+  return "unknown";
+}
+
 void matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a,
             bool trans_b, bool accumulate, MatmulScratch& scratch) {
   const char* op = "matmul";

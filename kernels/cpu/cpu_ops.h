@@ -50,6 +50,10 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma, const Tensor& mean,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
 
+// How the linked OpenBLAS runs its threads: "openmp" (the build CMake asks for: its GEMMs
+// on this backend's OpenMP threads), "pthreads" or "sequential".
+const char* blas_threading();
+
 // Scratch for 16-bit operands of matmul, kept by the backend (grow-only).
 struct MatmulScratch {
   std::vector<float> a, b, c;

@@ -2,6 +2,7 @@
 // against a double reference; and a linear layer's backward (dX, dW, db built from
 // matmul and bias_backward) against finite differences.
 #include "kernel_test_util.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "naive_ref.h"
 
 namespace trident::test {
@@ -70,6 +71,12 @@ TEST_P(Matmul, LinearBackwardMatchesFiniteDifferences) {
   expect_close(download(*be, dW), want_w, 4 * tol, tol, "dW");
   expect_close(download(*be, dB), want_b, 4 * tol, tol, "db");
 }
+
+#ifdef TRIDENT_OPENBLAS_IS_OPENMP
+// CMake found OpenBLAS's OpenMP build; the executables must load it, not the default
+// pthreads alternative by the same soname (their run path names its directory).
+TEST(MatmulBlas, RunsOnOpenMpThreads) { EXPECT_STREQ(trident::cpu::blas_threading(), "openmp"); }
+#endif
 
 TEST(MatmulShapes, MismatchThrows) {
   auto be = make_cpu_backend();
