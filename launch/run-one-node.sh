@@ -151,6 +151,8 @@ cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 threads=$((cores / local_size))
 ((threads >= 1)) || threads=1
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads}
+# OpenBLAS's OpenMP build (the one CMake links) follows OMP_NUM_THREADS; a pthreads build
+# reads this.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$OMP_NUM_THREADS}
 
 # --- which optional flags this trident-train has ---------------------------------------

@@ -7,7 +7,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 "$repo/tools/get-gpt2-vocab.sh" "$repo/data/gpt2" >/dev/null
 export BUILD_DIR=${BUILD_DIR:-$repo/build}
 "$repo/tools/build.sh"
-# Tests run several ranks on two cores: one BLAS/OpenMP thread per rank unless told.
+# Tests run several ranks on two cores: each test sets its ranks' OMP_NUM_THREADS, which
+# OpenBLAS's OpenMP build follows; the pin below holds a fallback pthreads OpenBLAS to one.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 cd "$BUILD_DIR"

@@ -20,8 +20,9 @@
 #      build that TRIDENT_BUILD_DIR names (a no-op when it is up to date: no stale
 #      executables travel), stamps the bundle with `git describe --always --dirty` of the
 #      build's source tree, and writes build-gpu-bundle/trident-gpu.tar.xz: the executables,
-#      the ctest files and every shared library they need except glibc, the driver,
-#      cuBLASLt and NCCL (too large; the machine's CUDA toolkit and PyTorch carry them).
+#      the ctest files and every shared library they need except glibc, the driver and
+#      NCCL (too large; the machine's CUDA toolkit and PyTorch carry it, and cuBLASLt,
+#      which trident loads on its first GEMM).
 #   2. Through the device tool (one call; the script itself stays inside ~8 minutes):
 #        run(command="bash tools/gpu-check.sh", carry=["build-gpu-bundle", "data/gpt2"], timeout_s=600)
 #      It unpacks the bundle into build-gpu/, rewrites the ctest files' paths to this

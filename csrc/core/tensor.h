@@ -55,7 +55,12 @@ struct Tensor {
   int ndim() const { return shape.ndim; }
   int64_t size(int d) const { return shape.dims[d < 0 ? d + shape.ndim : d]; }
   // Product of all dims but the last: the "rows" of a row-major matrix view.
-  int64_t rows() const { return shape.ndim == 0 ? 1 : numel() / shape.dims[shape.ndim - 1]; }
+  // The product of all but the last dimension (not numel() / cols(): a [M, 0] tensor has M rows).
+  int64_t rows() const {
+    int64_t r = 1;
+    for (int i = 0; i + 1 < shape.ndim; ++i) r *= shape.dims[i];
+    return r;
+  }
   int64_t cols() const { return shape.ndim == 0 ? 1 : shape.dims[shape.ndim - 1]; }
 
   template <typename T>

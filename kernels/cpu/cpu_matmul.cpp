@@ -25,11 +25,13 @@ const float* as_f32(const Tensor& t, std::vector<float>& buf) {
 }  // namespace
 
 const char* blas_threading() {
+#ifdef OPENBLAS_VERSION  // OpenBLAS's cblas.h (CMake may fall back to another BLAS)
   switch (openblas_get_parallel()) {
     case 0: return "sequential";
     case 1: return "pthreads";
     case 2: return "openmp";
   }
+#endif
   return "unknown";
 }
 

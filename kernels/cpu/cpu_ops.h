@@ -4,6 +4,8 @@
 // Determinism rule for every op here: a result never depends on the OpenMP thread count.
 // Parallel loops only split independent outputs; every reduction runs over a fixed
 // partition (rows, columns, or fixed-size blocks) and combines partials in a fixed order.
+// The one exception is OpenBLAS's sgemm inside matmul: its sums depend on its thread count
+// (the same from run to run at one count; tests/unit/kernels/test_determinism.cpp).
 #pragma once
 
 #include <cstdint>
@@ -52,7 +54,7 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma
 
 // How the linked OpenBLAS runs its threads: "openmp" (the build CMake asks for: its GEMMs
 // on this backend's OpenMP threads), "pthreads" or "sequential".
-const char* blas_threading();
+const char* blas_threading();  // "unknown" when the BLAS is not OpenBLAS
 
 // Scratch for 16-bit operands of matmul, kept by the backend (grow-only).
 struct MatmulScratch {

@@ -1,9 +1,10 @@
 #include "kernels/cuda/cublaslt_loader.h"
 
 #include <cublasLt.h>
-#include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <link.h>
 
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -16,10 +17,27 @@
 namespace trident::cuda {
 namespace {
 
+// The cuBLASLt entry points trident calls: each is defined at the bottom of this file as a
+// forwarder to the library's own. A function trident starts to call must be added to both
+// (the link fails with an undefined reference until it is defined).
+#define TRIDENT_CUBLASLT_FUNCTIONS(X)                                                               \
+  X(cublasLtCreate) X(cublasLtDestroy) X(cublasLtGetStatusName) X(cublasLtMatmul)                   \
+  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)        \
+  X(cublasLtMatmulDescSetAttribute) X(cublasLtMatmulPreferenceCreate) X(cublasLtMatmulPreferenceDestroy) \
+  X(cublasLtMatmulPreferenceSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)
+
+// The library's definitions, typed as cublasLt.h declares them.
+struct Functions {
+#define TRIDENT_CUBLASLT_POINTER(name) decltype(&::name) name = nullptr;
+  TRIDENT_CUBLASLT_FUNCTIONS(TRIDENT_CUBLASLT_POINTER)
+#undef TRIDENT_CUBLASLT_POINTER
+};
+
 struct Library {
   std::once_flag once;
   void* handle = nullptr;
   std::string path, error;
+  Functions fn;
 };
 
 Library& library() {
@@ -32,22 +50,48 @@ std::string directory_of(const std::string& path) {
   return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
+// The path of the libcudart this process has loaded (empty when it is linked statically).
+std::string loaded_cudart_path() {
+  std::string path;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* out) {
+        const char* name = info->dlpi_name;
+        if (name == nullptr || std::strstr(name, "/libcudart.so") == nullptr) return 0;
+        *static_cast<std::string*>(out) = name;
+        return 1;
+      },
+      &path);
+  return path;
+}
+
 void open_library(Library& lib) {
   const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
   std::vector<std::string> candidates = {soname};
   if (*TRIDENT_CUBLASLT_DIR) candidates.push_back(std::string(TRIDENT_CUBLASLT_DIR) + "/" + soname);
-  Dl_info cudart{};
-  if (dladdr(reinterpret_cast<void*>(&cudaGetDeviceCount), &cudart) != 0 && cudart.dli_fname != nullptr) {
-    const std::string dir = directory_of(cudart.dli_fname);
-    if (!dir.empty()) candidates.push_back(dir + "/" + soname);
-  }
+  const std::string cudart_dir = directory_of(loaded_cudart_path());
+  if (!cudart_dir.empty()) candidates.push_back(cudart_dir + "/" + soname);
   std::string tried, first_error;
   for (const std::string& c : candidates) {
-    // RTLD_LOCAL: its symbols stay out of the global scope, where they would meet the
-    // forwarding definitions below.
+    // The forwarders below do not meet the library's definitions: the executable does not
+    // export them, and libcublasLt binds its own calls inside itself (DF_SYMBOLIC).
     lib.handle = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib.handle != nullptr) {
-      lib.path = c;
+      link_map* map = nullptr;  // where the soname led
+      const bool named = dlinfo(lib.handle, RTLD_DI_LINKMAP, &map) == 0 && map != nullptr && map->l_name != nullptr &&
+                         *map->l_name != '\0';
+      lib.path = named ? map->l_name : c;
+      // Every function now, so that a forwarder never fails later (some are first called
+      // from destructors).
+      std::string missing;
+#define TRIDENT_CUBLASLT_RESOLVE(name)                                          \
+  lib.fn.name = reinterpret_cast<decltype(&::name)>(dlsym(lib.handle, #name)); \
+  if (lib.fn.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + #name;
+      TRIDENT_CUBLASLT_FUNCTIONS(TRIDENT_CUBLASLT_RESOLVE)
+#undef TRIDENT_CUBLASLT_RESOLVE
+      if (missing.empty()) return;
+      dlclose(lib.handle);
+      lib.handle = nullptr;
+      lib.error = "cuBLASLt: " + lib.path + " has no " + missing;
       return;
     }
     const char* e = dlerror();
@@ -58,13 +102,9 @@ void open_library(Library& lib) {
               "; install the CUDA toolkit's cuBLAS or add its directory to LD_LIBRARY_PATH";
 }
 
-// The library's definition of `name`, of type F (the declaration in cublasLt.h).
-template <typename F>
-F* resolve(const char* name) {
+const Functions& functions() {
   load_cublaslt();
-  void* sym = dlsym(library().handle, name);
-  if (sym == nullptr) throw Error("cuBLASLt: " + library().path + " has no " + name);
-  return reinterpret_cast<F*>(sym);
+  return library().fn;
 }
 
 }  // namespace
@@ -79,12 +119,8 @@ std::string cublaslt_path() { return library().path; }
 
 }  // namespace trident::cuda
 
-// The cuBLASLt entry points trident calls, each forwarding to the loaded library's (resolved
-// once, on its first call). A function trident starts to call must be added here: the link
-// fails with an undefined reference until it is.
-#define TRIDENT_CUBLASLT_FORWARD(name) \
-  static auto* const fn = trident::cuda::resolve<decltype(name)>(#name); \
-  return fn
+// The forwarders (the list at the top). Once load_cublaslt has succeeded, none can throw.
+#define TRIDENT_CUBLASLT_FORWARD(name) return trident::cuda::functions().name
 
 extern "C" {
 

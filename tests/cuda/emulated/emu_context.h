@@ -14,16 +14,20 @@ namespace emu {
 // x86-64: a minimal switch of the callee-saved registers, the stack pointer and the FP
 // control words (no system call, unlike swapcontext, which saves the signal mask: ~40x
 // faster, which is what lets 1024-thread blocks and 1000-block grids run in seconds).
-// Elsewhere: ucontext.
+// Elsewhere, and under AddressSanitizer (which follows swapcontext's stack changes, not
+// this switch's): ucontext.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define EMU_REGISTER_SWITCH 1
+#endif
 struct Context {
-#if defined(__x86_64__)
+#if defined(EMU_REGISTER_SWITCH)
   void* sp = nullptr;
 #else
   ucontext_t uc{};
 #endif
 };
 
-#if defined(__x86_64__)
+#if defined(EMU_REGISTER_SWITCH)
 // GCC must treat a call as a full call: with its body visible, -fipa-ra could keep values
 // in caller-saved registers across it (the other fibers run in between and clobber them).
 #if defined(__clang__)
@@ -60,7 +64,7 @@ extern "C" EMU_OPAQUE_CALL inline void emu_switch_x86_64(void** /*save*/, void* 
 #endif
 
 inline void switch_context(Context& from, Context& to) {
-#if defined(__x86_64__)
+#if defined(EMU_REGISTER_SWITCH)
   emu_switch_x86_64(&from.sp, to.sp);
 #else
   swapcontext(&from.uc, &to.uc);
@@ -69,7 +73,7 @@ inline void switch_context(Context& from, Context& to) {
 
 // A context that starts entry() (which must never return) on the given stack.
 inline void make_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
-#if defined(__x86_64__)
+#if defined(EMU_REGISTER_SWITCH)
   auto top = reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15};
   auto* w = reinterpret_cast<uint64_t*>(top);
   *--w = 0;                                    // entry's own "return address" slot (rsp % 16 == 8)

@@ -58,6 +58,13 @@ TEST(Determinism, AllOpsIndependentOfThreadCount) {
     be->gelu_forward(y, gy);
     be->gelu_backward(y, y, gy);
   }, "bias/gelu");
+  // matmul's own loops around the GEMM (the bias rows, a 16-bit output read, summed and
+  // rounded), with k = 0 so that no OpenBLAS call takes part.
+  Buffer a0 = be->empty(Shape{N, 0}, dt), b0 = be->empty(Shape{150, 0}, dt), acc16 = be->empty(Shape{N, 150}, dt);
+  expect_thread_independent(*be, {&acc16.t()}, [&] {
+    be->copy(acc16, y0);
+    be->matmul(acc16, a0, b0, bias, false, true, true);
+  }, "matmul with k = 0");
 
   // Embedding with many repeated tokens.
   const int T = 64;
