@@ -73,8 +73,9 @@ struct Tensor {
   }
   // Rows [start, start+count) along dim 0, still contiguous.
   Tensor rows_slice(int64_t start, int64_t count) const {
-    TRIDENT_CHECK(start >= 0 && start + count <= shape.dims[0], "rows_slice out of range");
-    const int64_t row_elems = numel() / shape.dims[0];
+    TRIDENT_CHECK(start >= 0 && count >= 0 && start + count <= shape.dims[0], "rows_slice out of range");
+    int64_t row_elems = 1;  // not numel() / dims[0], which divides by zero for [0, ...]
+    for (int i = 1; i < shape.ndim; ++i) row_elems *= shape.dims[i];
     Shape s = shape;
     s.dims[0] = count;
     return Tensor(static_cast<char*>(data) + start * row_elems * dtype_size(dtype), s, dtype, device);
