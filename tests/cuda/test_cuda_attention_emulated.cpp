@@ -4,8 +4,8 @@
 //
 // How: emulate_attention.cmake copies the device code of the .cu (minus the inline-PTX
 // primitives) into cuda_attention_emulated.inc, compiled here as host C++. A launch runs
-// each block as 128 or 256 cooperative fibers (emulated/emu_context.h) on one OS thread; __syncthreads and the
-// warp-collective operations are barriers between fibers. The primitives are emulated from
+// each block as 128 or 256 cooperative fibers (emulated/emu_context.h) on one OS thread;
+// __syncthreads and the warp-collective operations are barriers between fibers. The primitives are emulated from
 // the PTX ISA's fragment layouts (m16n8k16 A/B/C, ldmatrix with and without .trans), and
 // cp.async either copies at issue ("eager": catches a buffer overwritten while still read)
 // or at the cp.async.wait_group that covers it ("deferred": catches reads before the wait).
