@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -499,10 +500,28 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
           [&] { be.embedding_forward(tokens, wte, 0, wpe, T, out); }, 20);
     Buffer dout = b.rnd(Shape{N, C}, bf, -1e-3f, 1e-3f);
     Buffer dwte = be.zeros(Shape{V, C}, DType::F32), dwpe = be.zeros(Shape{T, C}, DType::F32);
-    // dout read; touched dwte rows (f32) read and written; dwpe read and written.
-    b.add("embedding bwd", dims({N, C}) + " bf16, f32 grads",
-          act + 2.0 * N * C * 4 + 2.0 * T * C * 4, false,
+    // dout read; the dwte rows of the distinct ids (f32) read and written; dwpe read and written.
+    auto backward_bytes = [&](const std::vector<int32_t>& ids) {
+      const double distinct = static_cast<double>(std::set<int32_t>(ids.begin(), ids.end()).size());
+      return act + 2.0 * distinct * C * 4 + 2.0 * T * C * 4;
+    };
+    std::vector<int32_t> uniform_ids(static_cast<size_t>(N));
+    be.copy_to_host(uniform_ids.data(), tokens);
+    b.add("embedding bwd", dims({N, C}) + " bf16, f32 grads", backward_bytes(uniform_ids), false,
           [&] { be.embedding_backward(dout, tokens, 0, T, dwte, dwpe); }, 10);
+    // Text is skewed ("," "the" "." are several per cent of GPT-2's tokens) and one block sums
+    // each id's rows: Zipf (s = 1) over the vocabulary, whose commonest id is 1/H(V) ~ 9% of
+    // the rows (~2900 of 32768 rows summed by one block).
+    std::vector<int32_t> zipf_ids(static_cast<size_t>(N));
+    std::vector<double> weights(static_cast<size_t>(V - 47));
+    for (size_t r = 0; r < weights.size(); ++r) weights[r] = 1.0 / static_cast<double>(r + 1);
+    std::discrete_distribution<int32_t> zipf(weights.begin(), weights.end());
+    std::mt19937 gen(20261202);
+    for (int32_t& id : zipf_ids) id = zipf(gen);
+    Buffer zipf_tokens = be.empty(Shape{N}, DType::I32);
+    be.copy_from_host(zipf_tokens, zipf_ids.data());
+    b.add("embedding bwd, Zipf tokens", dims({N, C}) + " bf16, f32 grads", backward_bytes(zipf_ids), false,
+          [&] { be.embedding_backward(dout, zipf_tokens, 0, T, dwte, dwpe); }, 10);
   });
 
   // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------

@@ -86,6 +86,13 @@ int preprocess_main(int argc, char** argv) {
       ("dataset-impl", "output format (only mmap)", cxxopts::value<std::string>()->default_value("mmap"))
       ("log-interval", "documents between progress lines", cxxopts::value<std::string>()->default_value("100"))
       ("skip-invalid", "skip and count lines that are not usable JSON instead of stopping")
+      // Megatron's flags for what trident-preprocess does another way or not at all.
+      ("partitions", "Megatron's input partitions: only 1 (--workers sets the threads)",
+       cxxopts::value<std::string>()->default_value("1"))
+      ("keep-sequential-samples", "Megatron's partition order: without effect with one partition")
+      ("split-sentences", "Megatron's NLTK sentence splitting: not supported")
+      ("keep-newlines", "with --split-sentences only: without effect here")
+      ("lang", "NLTK's language for --split-sentences: without effect here", cxxopts::value<std::string>())
       ("h,help", "show this help");
   const cxxopts::ParseResult r = trident::parse_flags(o, static_cast<int>(args.size()), args.data());
   if (r.count("help")) {
@@ -111,6 +118,20 @@ int preprocess_main(int argc, char** argv) {
   opt.log_interval = static_cast<uint64_t>(trident::integer_flag(r, "log-interval", 0, 1ll << 62));
   opt.skip_invalid = r.count("skip-invalid") > 0;
   if (!r.unmatched().empty()) throw ConfigError("unexpected argument: " + r.unmatched().front());
+  // Megatron with N > 1 partitions deals the lines out round-robin to N files and merges
+  // their outputs: another document order, which trident does not reproduce.
+  if (trident::integer_flag(r, "partitions", 1, 1 << 20) != 1)
+    throw ConfigError("--partitions: only 1 is supported (trident-preprocess reads the input once; --workers sets "
+                      "the tokenizer threads)");
+  if (r.count("split-sentences"))
+    throw ConfigError("--split-sentences: not supported (it needs NLTK's punkt); give each document as a string, or "
+                      "as a list of sentences split beforehand");
+  std::string without_effect;
+  for (const char* flag : {"keep-sequential-samples", "keep-newlines", "lang"})
+    if (r.count(flag)) without_effect += std::string(without_effect.empty() ? "" : " ") + "--" + flag;
+  if (!without_effect.empty())
+    std::fprintf(stderr, "trident-preprocess: note: %s: without effect here (one partition, no sentence splitting)\n",
+                 without_effect.c_str());
 
   catch_interrupts();
   opt.interrupt = &interrupt_signal;

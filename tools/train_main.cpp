@@ -66,6 +66,11 @@ int train(int argc, char** argv) {
     std::cout << "trident-train: note: " << names
               << ": Megatron's implementation switches, accepted and without effect here" << std::endl;
   }
+  // Megatron drops --split when the splits come whole (its "Let split = None" warning).
+  if (opt.given_flags.count("split") && opt.data_path.empty() && opt.has_data() && parallel->world_rank() == 0)
+    std::cout << "trident-train: note: --split has no effect with --train-data-path/--valid-data-path/"
+                 "--test-data-path: each split's data is read whole"
+              << std::endl;
   if (!opt.load.empty()) load_before_building(opt, *parallel);
   TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());

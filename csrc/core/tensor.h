@@ -25,11 +25,14 @@ struct Shape {
     TRIDENT_CHECK(d.size() <= kMaxDims, "too many dims");
     for (int64_t v : d) dims[ndim++] = v;
   }
-  int64_t numel() const {
+  // Product of dims [begin, end); 1 for an empty range. Sizes are products over ranges,
+  // never quotients: numel() / dims[i] divides by zero for a shape with a zero dimension.
+  int64_t product(int begin, int end) const {
     int64_t n = 1;
-    for (int i = 0; i < ndim; ++i) n *= dims[i];
+    for (int i = begin; i < end; ++i) n *= dims[i];
     return n;
   }
+  int64_t numel() const { return product(0, ndim); }
   int64_t operator[](int i) const { return dims[i]; }
   bool operator==(const Shape& o) const {
     if (ndim != o.ndim) return false;
@@ -55,12 +58,7 @@ struct Tensor {
   int ndim() const { return shape.ndim; }
   int64_t size(int d) const { return shape.dims[d < 0 ? d + shape.ndim : d]; }
   // Product of all dims but the last: the "rows" of a row-major matrix view.
-  // The product of all but the last dimension (not numel() / cols(): a [M, 0] tensor has M rows).
-  int64_t rows() const {
-    int64_t r = 1;
-    for (int i = 0; i + 1 < shape.ndim; ++i) r *= shape.dims[i];
-    return r;
-  }
+  int64_t rows() const { return shape.product(0, shape.ndim - 1); }
   int64_t cols() const { return shape.ndim == 0 ? 1 : shape.dims[shape.ndim - 1]; }
 
   template <typename T>
@@ -74,8 +72,7 @@ struct Tensor {
   // Rows [start, start+count) along dim 0, still contiguous.
   Tensor rows_slice(int64_t start, int64_t count) const {
     TRIDENT_CHECK(start >= 0 && count >= 0 && start + count <= shape.dims[0], "rows_slice out of range");
-    int64_t row_elems = 1;  // not numel() / dims[0], which divides by zero for [0, ...]
-    for (int i = 1; i < shape.ndim; ++i) row_elems *= shape.dims[i];
+    const int64_t row_elems = shape.product(1, shape.ndim);
     Shape s = shape;
     s.dims[0] = count;
     return Tensor(static_cast<char*>(data) + start * row_elems * dtype_size(dtype), s, dtype, device);

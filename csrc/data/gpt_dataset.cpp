@@ -130,6 +130,9 @@ std::array<uint64_t, 4> split_boundaries(const std::string& split, uint64_t n) {
   std::vector<double> w;
   std::stringstream ss(split);
   std::string part;
+  const auto refuse = [&] {
+    throw ConfigError("--split: expected up to three non-negative weights like 969,30,1, got \"" + split + "\"");
+  };
   while (std::getline(ss, part, sep)) {
     const std::string t = trim(part);
     size_t used = 0;
@@ -139,12 +142,10 @@ std::array<uint64_t, 4> split_boundaries(const std::string& split, uint64_t n) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (t.empty() || used != t.size() || !std::isfinite(v) || v < 0)
-      throw ConfigError("--split: expected up to three non-negative weights like 969,30,1, got \"" + split + "\"");
+    if (t.empty() || used != t.size() || !std::isfinite(v) || v < 0 || w.size() == 3) refuse();
     w.push_back(v);
   }
   while (w.size() < 3) w.push_back(0.0);
-  w.resize(3);
   const double sum = w[0] + w[1] + w[2];
   if (!(sum > 0)) throw ConfigError("--split: weights sum to zero (\"" + split + "\")");
   // Megatron-LM's rule (BlendedMegatronDatasetBuilder): each boundary is the running sum of

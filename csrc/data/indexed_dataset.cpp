@@ -247,7 +247,12 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
   // file on the way: a large corpus's index is gigabytes), every length checked first
   // against the file size
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(ipath.c_str(), "rb"), &std::fclose);
-  if (!f) throw IoError(detail::concat(ipath, ": cannot open: ", errno_text()));
+  if (!f) {
+    const std::string why = errno_text();
+    const bool with_suffix = prefix.ends_with(".bin") || prefix.ends_with(".idx");
+    throw IoError(detail::concat(ipath, ": cannot open: ", why,
+                                 with_suffix ? " (a data path is the prefix, without .bin or .idx)" : ""));
+  }
   struct stat ist {};
   if (::fstat(::fileno(f.get()), &ist) != 0) throw IoError(detail::concat(ipath, ": cannot stat: ", errno_text()));
   const uint64_t idx_len = static_cast<uint64_t>(ist.st_size);

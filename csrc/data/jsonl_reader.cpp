@@ -59,6 +59,13 @@ JsonlReader::JsonlReader(std::string path) : path_(std::move(path)) {
     xz_->s.next_in = reinterpret_cast<const uint8_t*>(raw_.data());
     xz_->s.avail_in = got;
   } else {
+    // Other compressions would read as garbage text and fail as invalid JSON at line 1.
+    const auto starts = [&](std::string_view magic) { return std::string_view(head, got).starts_with(magic); };
+    const char* other = starts("\x1f\x8b") ? "gzip" : starts("BZh") ? "bzip2" : starts("\x28\xb5\x2f\xfd") ? "zstd" : nullptr;
+    if (other) {
+      std::fclose(f_);
+      throw IoError(detail::concat(path_, ": ", other, "-compressed input is not supported: decompress it, or use xz"));
+    }
     buf_.assign(head, head + got);  // the first text
   }
 }
@@ -135,6 +142,7 @@ bool JsonlReader::next(std::string_view& line) {
     }
     if (next > 0) {
       line = std::string_view(base + pos_, end - pos_);
+      if (line_no_ == 0 && line.starts_with("\xEF\xBB\xBF")) line.remove_prefix(3);  // a UTF-8 byte-order mark
       text_bytes_ += next - pos_;
       pos_ = next;
       ++line_no_;

@@ -1,7 +1,8 @@
 // Line reader for JSONL input, plain or xz-compressed (detected by the xz magic bytes,
 // decoded with liblzma, concatenated streams allowed). Lines are returned without the
 // line end ("\n", "\r\n" or a lone "\r", as Python's universal newlines); each view stays
-// valid until the next call.
+// valid until the next call. A UTF-8 byte-order mark before the first line is dropped (as
+// Python's utf-8-sig reads it); gzip, bzip2 and zstd input is refused by name.
 #pragma once
 
 #include <cstdint>

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl_reader.h"
+#include "data/python_json_numbers.h"
 
 namespace trident {
 namespace {
@@ -168,6 +169,10 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
       }
       simdjson::dom::element doc;
       auto err = parser.parse(text.data(), text.size(), false).get(doc);
+      if (err) {  // again with Python's number forms as 0 (python_json_numbers.h); else the first error
+        const std::optional<std::string> zeroed = zero_python_numbers(text);
+        if (zeroed && !parser.parse(*zeroed).get(doc)) err = simdjson::SUCCESS;
+      }
       std::string why;
       simdjson::dom::object obj;
       if (err) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -250,7 +251,8 @@ bool overridden_by_command_line(const std::string& flag, const std::set<std::str
 std::string yaml_scalar_to_string(const YAML::Node& n) { return n.as<std::string>(); }
 
 // The flags that take a list of words (Megatron's nargs='*'): on the command line every word
-// up to the next flag, in the config file a list or one word.
+// up to the next flag, in the config file a list or a string of words split at whitespace
+// (data-path: 0.3 A 0.7 B, as the shell splits a launcher's $DATA_PATH).
 std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "data-path") return &o.data_path;
   if (flag == "train-data-path") return &o.train_data_path;
@@ -284,10 +286,12 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
     return yaml_scalar_to_string(n);
   };
   if (is_word_list(flag)) {
-    if (value.IsSequence())
+    if (value.IsSequence()) {
       for (const auto& item : value) v.words.push_back(scalar(item));
-    else
-      v.words.push_back(scalar(value));
+    } else {
+      std::istringstream words(scalar(value));
+      for (std::string w; words >> w;) v.words.push_back(w);
+    }
   } else if (def.is_bool) {
     bool on = false;
     try {

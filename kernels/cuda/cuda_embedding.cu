@@ -4,10 +4,13 @@
 // The backward must be deterministic without float atomics. Rows are grouped by token id
 // with a stable radix sort of (local id, row) pairs (CUB), so each id's rows form one run
 // in increasing row order; one block per run then sums its rows channel by channel in
-// that order and adds the total to dwte once. dwpe sums over the batch with one thread
-// per (position, channel). Both orders match the CPU twin's. Where the width and the
+// that order and adds the total to dwte once (loading rows a batch ahead of the adds, so a
+// frequent token's long run is not one dependent load after another). dwpe sums over the
+// batch with one thread per (position, channel). Both orders match the CPU twin's. Where the width and the
 // pointers allow, every kernel moves 16-byte vectors of the activations (a thread takes
 // that many channels; the forward a warp per row), with the same sums.
+#include <algorithm>
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -97,19 +100,62 @@ __global__ void embedding_keys_kernel(const int32_t* tokens, int64_t vocab_start
   }
 }
 
-// Block i handles the run that starts at sorted position i (other blocks exit at once).
+// The dwte kernels' blocks: at most this many threads, one run's row indices staged per thread.
+constexpr int kMaxDwteThreads = 256;
+// Rows whose loads are issued before their adds (each thread's adds stay in row order).
+constexpr int kDwteBatch = 8;
+
+// Block i handles the run of sorted positions that starts at i (the other blocks return at
+// once): visit(rows, count) is called by every thread of the block for each blockDim.x
+// positions of the run in turn, with their row indices staged in shared memory; count <
+// blockDim.x ends the run. A token's run can hold thousands of rows (a frequent token in a
+// large batch): staging the indices and batching the loads keeps that one block from
+// serialising on one dependent load per row.
+template <typename Visit>
+__device__ void for_each_run_chunk(const int32_t* keys, const int32_t* rows, int64_t N, int32_t id,
+                                   int32_t* s_rows, Visit visit) {
+  for (int64_t j0 = blockIdx.x;; j0 += blockDim.x) {
+    __syncthreads();  // the last chunk's readers are done with s_rows
+    const int64_t j = j0 + threadIdx.x;
+    const bool in_run = j < N && keys[j] == id;
+    if (in_run) s_rows[threadIdx.x] = rows[j];
+    // The keys are sorted and j0 lies in the run: its positions are a prefix of the chunk.
+    const int count = __syncthreads_count(in_run);
+    visit(s_rows, count);
+    if (count < static_cast<int>(blockDim.x)) return;
+  }
+}
+
+// True for the block whose position starts a run of an id this shard owns.
+__device__ inline bool starts_owned_run(const int32_t* keys, int64_t V, int32_t* id) {
+  const int64_t i = blockIdx.x;
+  *id = keys[i];
+  return *id < V && (i == 0 || keys[i - 1] != *id);
+}
+
 template <typename T>
 __global__ void embedding_dwte_kernel(const T* dout, const int32_t* keys, const int32_t* rows, int64_t N,
                                       int64_t V, int64_t C, AnyPtr dwte) {
-  const int64_t i = blockIdx.x;
-  const int32_t id = keys[i];
-  if (id >= V || (i > 0 && keys[i - 1] == id)) return;
-  int64_t end = i + 1;
-  while (end < N && keys[end] == id) ++end;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = load_any(dwte, id * C + c);
-    for (int64_t j = i; j < end; ++j) acc += to_f32(dout[static_cast<int64_t>(rows[j]) * C + c]);
-    store_any(dwte, id * C + c, acc);
+  __shared__ int32_t s_rows[kMaxDwteThreads];
+  int32_t id;
+  if (!starts_owned_run(keys, V, &id)) return;
+  for (int64_t c0 = 0; c0 < C; c0 += blockDim.x) {  // the same trip count in every thread
+    const int64_t c = c0 + threadIdx.x;
+    const bool active = c < C;
+    float acc = active ? load_any(dwte, id * C + c) : 0.f;
+    for_each_run_chunk(keys, rows, N, id, s_rows, [&](const int32_t* r, int count) {
+      if (!active) return;
+      int j = 0;
+      for (; j + kDwteBatch <= count; j += kDwteBatch) {
+        float d[kDwteBatch];
+#pragma unroll
+        for (int u = 0; u < kDwteBatch; ++u) d[u] = to_f32(dout[static_cast<int64_t>(r[j + u]) * C + c]);
+#pragma unroll
+        for (int u = 0; u < kDwteBatch; ++u) acc += d[u];
+      }
+      for (; j < count; ++j) acc += to_f32(dout[static_cast<int64_t>(r[j]) * C + c]);
+    });
+    if (active) store_any(dwte, id * C + c, acc);
   }
 }
 
@@ -130,22 +176,35 @@ template <typename T, typename G>
 __global__ void embedding_dwte_vec_kernel(const T* dout, const int32_t* keys, const int32_t* rows, int64_t N,
                                           int64_t V, int64_t C, G* dwte) {
   constexpr int kV = kVec16<T>;
-  const int64_t i = blockIdx.x;
-  const int32_t id = keys[i];
-  if (id >= V || (i > 0 && keys[i - 1] == id)) return;
-  int64_t end = i + 1;
-  while (end < N && keys[end] == id) ++end;
+  __shared__ int32_t s_rows[kMaxDwteThreads];
+  int32_t id;
+  if (!starts_owned_run(keys, V, &id)) return;
   G* row = dwte + id * C;
-  for (int64_t c = threadIdx.x * static_cast<int64_t>(kV); c < C; c += blockDim.x * static_cast<int64_t>(kV)) {
-    float acc[kV];
-    load_k<kV>(row + c, acc);
-    for (int64_t j = i; j < end; ++j) {
-      float d[kV];
-      load_k<kV>(dout + static_cast<int64_t>(rows[j]) * C + c, d);
+  for (int64_t c0 = 0; c0 < C; c0 += blockDim.x * static_cast<int64_t>(kV)) {  // uniform trip count
+    const int64_t c = c0 + threadIdx.x * static_cast<int64_t>(kV);
+    const bool active = c < C;
+    float acc[kV] = {};
+    if (active) load_k<kV>(row + c, acc);
+    for_each_run_chunk(keys, rows, N, id, s_rows, [&](const int32_t* r, int count) {
+      if (!active) return;
+      int j = 0;
+      for (; j + kDwteBatch <= count; j += kDwteBatch) {
+        float d[kDwteBatch][kV];
 #pragma unroll
-      for (int k = 0; k < kV; ++k) acc[k] += d[k];
-    }
-    store_k<kV>(row + c, acc);
+        for (int u = 0; u < kDwteBatch; ++u) load_k<kV>(dout + static_cast<int64_t>(r[j + u]) * C + c, d[u]);
+#pragma unroll
+        for (int u = 0; u < kDwteBatch; ++u)
+#pragma unroll
+          for (int k = 0; k < kV; ++k) acc[k] += d[u][k];
+      }
+      for (; j < count; ++j) {
+        float d[kV];
+        load_k<kV>(dout + static_cast<int64_t>(r[j]) * C + c, d);
+#pragma unroll
+        for (int k = 0; k < kV; ++k) acc[k] += d[k];
+      }
+    });
+    if (active) store_k<kV>(row + c, acc);
   }
 }
 
@@ -184,9 +243,8 @@ inline bool backward_sums_typed(const Tensor& dout, const int32_t* keys, const i
       // 16-bit activations).
       if (C % kV != 0 || !aligned_to({dout.data}, 16) || !aligned_to({dwte.data, dwpe.data}, kV * sizeof(G)))
         return false;
-      const int64_t threads = (C / kV + 31) / 32 * 32;
-      embedding_dwte_vec_kernel<Ty, G><<<static_cast<unsigned>(N), static_cast<int>(threads < 256 ? threads : 256), 0,
-                                         s>>>(dout.ptr<Ty>(), keys, rows, N, V, C, dwte.ptr<G>());
+      const int64_t threads = std::min<int64_t>((C / kV + 31) / 32 * 32, kMaxDwteThreads);
+      embedding_dwte_vec_kernel<Ty, G><<<static_cast<unsigned>(N), static_cast<int>(threads), 0, s>>>(dout.ptr<Ty>(), keys, rows, N, V, C, dwte.ptr<G>());
       if (!dwpe.empty())
         embedding_dwpe_vec_kernel<Ty, G><<<grid_for(static_cast<int64_t>(T) * C / kV, 256), 256, 0, s>>>(
             dout.ptr<Ty>(), N / T, T, C, dwpe.ptr<G>());
@@ -198,7 +256,7 @@ inline bool backward_sums_typed(const Tensor& dout, const int32_t* keys, const i
     else if (one_dtype && dwte.dtype == dout.dtype)
       vec = run_vec(Ty{});
     if (vec) return;
-    const int block = C >= 256 ? 256 : static_cast<int>((C + 31) / 32 * 32);
+    const int block = static_cast<int>(std::min<int64_t>((C + 31) / 32 * 32, kMaxDwteThreads));
     embedding_dwte_kernel<Ty><<<static_cast<unsigned>(N), block, 0, s>>>(dout.ptr<Ty>(), keys, rows, N, V, C,
                                                                        any_ptr(dwte));
     if (!dwpe.empty())

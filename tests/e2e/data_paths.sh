@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Megatron's data-path forms end to end, one process on the demo corpus:
 #  - --train-data-path P reads the whole of P: the same samples, so the same losses, as
-#    --data-path P --split 1,0,0;
+#    --data-path P --split 1,0,0 (a --split given with it is noted as without effect);
 #  - --valid-data-path and --test-data-path give the periodic and final evaluations;
 #  - an unweighted --data-path P P trains, and a run that needs more than one epoch of each
 #    prefix stops at start naming --train-iters;
@@ -29,9 +29,13 @@ run() {
 }
 
 run --data-path "$P" --split 1,0,0 --train-iters 6 --eval-iters 0 >"$tmp/split.log" 2>&1 || fail "--data-path --split 1,0,0"
-run --train-data-path "$P" --train-iters 6 --eval-iters 0 >"$tmp/whole.log" 2>&1 || fail "--train-data-path"
+# --split has no effect on whole splits (Megatron drops it too), and a note says so.
+run --train-data-path "$P" --split 98,2,0 --train-iters 6 --eval-iters 0 >"$tmp/whole.log" 2>&1 ||
+  fail "--train-data-path"
+grep -q '^trident-train: note: --split has no effect with --train-data-path' "$tmp/whole.log" ||
+  fail "no note that --split has no effect with --train-data-path"
 if [[ $(losses "$tmp/whole.log" | wc -l) -eq 6 ]] && cmp -s <(losses "$tmp/split.log") <(losses "$tmp/whole.log"); then
-  ok "--train-data-path P: the 6 losses of --data-path P --split 1,0,0"
+  ok "--train-data-path P (and a --split, noted as without effect): the 6 losses of --data-path P --split 1,0,0"
 else
   fail "--train-data-path P and --data-path P --split 1,0,0 differ"; paste <(losses "$tmp/split.log") <(losses "$tmp/whole.log")
 fi

@@ -6,7 +6,8 @@
 // allows, element-wise otherwise), every float dtype and fp32 gradients for 16-bit
 // activations.
 // The backward adds each id's rows in increasing row order, as the CPU twin does, so the
-// gradients must be the same bits.
+// gradients must be the same bits; also for a frequent token whose run spans several of the
+// dwte block's staged chunks, at widths a block covers in more than one pass.
 //
 // What it cannot check: CUB's radix sort (replaced here by a stable sort on the host,
 // which is what cub::DeviceRadixSort::SortPairs computes for these keys) and its scratch.
@@ -57,14 +58,18 @@ namespace kb = ::trident::cuda::emu_embedding;
 
 class EmulatedEmbedding : public EmuVsCpuDtype {
  protected:
-  void check(int B, int T, int64_t C, DType grad_dt, bool with_pos) {
+  // frequent: the share of tokens that are one id of the shard (a frequent token's long run).
+  void check(int B, int T, int64_t C, DType grad_dt, bool with_pos, double frequent = 0) {
     SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) + " " +
-                 dtype_name(dt()) + " grads " + dtype_name(grad_dt) + (with_pos ? " with wpe" : ""));
+                 dtype_name(dt()) + " grads " + dtype_name(grad_dt) + (with_pos ? " with wpe" : "") +
+                 " frequent " + std::to_string(frequent));
     const int64_t V = 50, vocab_start = 50, N = static_cast<int64_t>(B) * T;  // shard 1 of 3
+    const int32_t repeated = static_cast<int32_t>(vocab_start + 7);
     std::uniform_int_distribution<int32_t> id(0, 149);
+    std::bernoulli_distribution is_frequent(frequent);
     std::vector<int32_t> tok(static_cast<size_t>(N));
-    for (auto& t : tok) t = id(rng_);
-    if (N > 2) tok[N - 1] = tok[0] = static_cast<int32_t>(vocab_start + 7);  // a repeated id in the shard
+    for (auto& t : tok) t = is_frequent(rng_) ? repeated : id(rng_);
+    if (N > 2) tok[N - 1] = tok[0] = repeated;  // a repeated id in the shard
     Buffer tokens = ints(Shape{N}, tok);
     Buffer wte = random(Shape{V, C}, dt()), wpe = random(Shape{T + 3, C}, dt());
     Buffer out = filled(Shape{N, C}, dt(), NAN), e_out = clone(out);
@@ -96,6 +101,16 @@ TEST_P(EmulatedEmbedding, ForwardAndBackward) {
     check(3, 11, 65, DType::F32, true);
     check(3, 11, 64, DType::F32, true);  // f32 tables, 16-byte dout vectors
   }
+}
+
+// 600 rows, 70% of them one id: a run of ~420 rows spans two 256-thread chunks and ends
+// inside a load batch. The widths take more than one pass of the widest (256-thread) dwte
+// block: 259 vectors of 16 bytes (the 16-byte kernel), 513 elements (the scalar one).
+TEST_P(EmulatedEmbedding, FrequentTokenAcrossChunks) {
+  const int64_t vec = 16 / static_cast<int64_t>(dtype_size(dt()));
+  check(6, 100, 259 * vec, dt(), true, 0.7);
+  check(6, 100, 513, dt(), false, 0.7);
+  if (dt() != DType::F32) check(6, 100, 259 * vec, DType::F32, true, 0.7);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedEmbedding, TRIDENT_EMU_DTYPES, dtype_param_name);

@@ -359,6 +359,9 @@ TEST(IndexedDataset, RejectsTruncatedAndForeignFiles) {
   write_file(dir / "nobin.idx", idx);
   expect_rejected(dir / "nobin", "nobin.bin", "cannot open");
   expect_rejected(dir / "missing", "missing.idx", "cannot open");
+  // A prefix given with its file's suffix: the error says what a data path is.
+  expect_rejected(good + ".bin", "good.bin.idx", "cannot open: No such file or directory (a data path is the prefix");
+  expect_rejected(good + ".idx", "good.idx.idx", "(a data path is the prefix, without .bin or .idx)");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // JsonlReader: line splitting (CRLF, no final newline, lines longer than a read chunk,
 // empty lines), line numbers, and .xz input through liblzma (single and concatenated
-// streams, corrupt data named); plain and xz input from a pipe, which cannot be rewound.
+// streams, corrupt data named); plain and xz input from a pipe, which cannot be rewound; a
+// leading byte-order mark dropped; gzip, bzip2 and zstd input refused by name.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -182,6 +183,30 @@ TEST(JsonlReader, ReadsFromAPipe) {
   xz(dir / "c.jsonl");
   EXPECT_EQ(read_through_pipe(testing::read_file(dir / "c.jsonl.xz"), &compressed), want);
   EXPECT_TRUE(compressed);
+}
+
+TEST(JsonlReader, ByteOrderMarkDroppedOtherCompressionsNamed) {
+  ScratchDir dir;
+  // A BOM before the first line only (one later is text, for the JSON parser to refuse).
+  write_file(dir / "bom.jsonl", "\xEF\xBB\xBF{\"a\": 1}\n\xEF\xBB\xBFx\n");
+  EXPECT_EQ(read_all(dir / "bom.jsonl"), (std::vector<std::string>{"{\"a\": 1}", "\xEF\xBB\xBFx"}));
+  write_file(dir / "bom_only.jsonl", "\xEF\xBB\xBF");
+  EXPECT_EQ(read_all(dir / "bom_only.jsonl"), (std::vector<std::string>{""}));
+  write_file(dir / "bom.txt", "\xEF\xBB\xBFline\n");
+  xz(dir / "bom.txt");
+  EXPECT_EQ(read_all(dir / "bom.txt.xz"), (std::vector<std::string>{"line"}));
+  const std::pair<const char*, std::string> others[] = {
+      {"gzip", std::string("\x1f\x8b\x08\x00\x00\x00", 6)}, {"bzip2", "BZh91AY&SY"}, {"zstd", "\x28\xb5\x2f\xfd\x04"}};
+  for (const auto& [name, head] : others) {
+    write_file(dir / "c.jsonl.x", head + "payload");
+    try {
+      read_all(dir / "c.jsonl.x");
+      ADD_FAILURE() << name << " accepted";
+    } catch (const IoError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                dir / "c.jsonl.x" + ": " + name + "-compressed input is not supported: decompress it, or use xz");
+    }
+  }
 }
 
 TEST(JsonlReader, MissingFileNamesTheFile) {

@@ -2,7 +2,8 @@
 // token with the documents written directly; order kept with several workers; several
 // --json-keys; --append-eod; empty documents skipped; lists of sentences (bytes written out
 // by hand); .xz input; every bad-input error names file:line and leaves no outputs;
-// --skip-invalid counts. A repeated JSON key takes its last value; a repeated --json-keys
+// --skip-invalid counts. Python's number forms (NaN, Infinity, huge numbers) outside the text
+// are read as Megatron's json.loads reads them. A repeated JSON key takes its last value; a repeated --json-keys
 // entry is refused; the keys' outputs appear together or not at all; stale temporary files
 // of dead runs go; an interrupt leaves nothing. The CLI is run with the real GPT-2 files
 // when both are present (signals included).
@@ -321,6 +322,48 @@ TEST(Preprocess, RepeatedJsonKeyTakesItsLastValue) {
   }
 }
 
+TEST(Preprocess, PythonNumberFormsReadAsMegatronDoes) {
+  // json.loads (Megatron's reader) takes NaN, Infinity, -Infinity, integers of any size and
+  // 1e400 (as inf); simdjson refuses each, so these lines are parsed again with them as 0.
+  ScratchDir dir;
+  write_file(dir / "in.jsonl",
+             "{\"text\": \"nan\", \"score\": NaN}\n"
+             "{\"x\": -Infinity, \"text\": \"inf\", \"y\": [Infinity, 1]}\n"
+             "{\"id\": 123456789012345678901234567890, \"text\": \"big int\"}\n"
+             "{\"text\": \"big float NaN 1e400\", \"v\": 1e400, \"w\": -2.5E-7}\n");
+  auto o = options(dir, dir / "in.jsonl");
+  o.workers = 2;
+  o.batch_lines = 1;
+  ByteTokenizer tok;
+  const auto st = preprocess_jsonl(o, tok);
+  EXPECT_EQ(st.invalid, 0u);
+  EXPECT_EQ(documents_of(st.output_prefixes[0]),
+            (std::vector<std::vector<int32_t>>{bytes_of("nan"), bytes_of("inf"), bytes_of("big int"),
+                                               bytes_of("big float NaN 1e400")}));
+  // Still refused: a text value that is such a number (json.loads reads a float), forms
+  // Python refuses too (nan, +Infinity, 01, 1.), and a broken line with numbers in it,
+  // whose error is the strict parser's.
+  const std::vector<BadCase> cases = {
+      {"{\"text\": NaN}", "key \"text\" is not a string or a list of strings (got number)"},
+      {"{\"text\": \"a\", \"s\": nan}", "invalid JSON"},
+      {"{\"text\": \"a\", \"s\": +Infinity}", "invalid JSON"},
+      {"{\"text\": \"a\", \"s\": 01}", "invalid JSON"},
+      {"{\"text\": \"a\", \"s\": 1.}", "invalid JSON"},
+      {"{\"text\": \"a\", \"s\": NaN,}", "invalid JSON"},
+  };
+  for (const auto& c : cases) {
+    write_file(dir / "bad.jsonl", c.line + "\n");
+    o = options(dir, dir / "bad.jsonl");
+    o.output_prefix = dir / "bad";
+    try {
+      preprocess_jsonl(o, tok);
+      ADD_FAILURE() << "accepted: " << c.line;
+    } catch (const IoError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(dir / "bad.jsonl:1: " + c.reason, 0), 0u) << e.what();
+    }
+  }
+}
+
 TEST(Preprocess, RepeatedJsonKeysEntryRefusedBeforeAnyOutput) {
   ScratchDir dir;
   write_file(dir / "in.jsonl", "{\"text\": \"x\", \"title\": \"y\"}\n");
@@ -497,6 +540,21 @@ TEST(PreprocessTool, Gpt2EndToEnd) {
   for (const std::string& f : dir.files()) EXPECT_EQ(f.find("twice"), std::string::npos) << f;
   EXPECT_EQ(run(base + " --input " + dir / "in.jsonl" + " --dataset-impl lazy", &err), 2);
   EXPECT_NE(err.find("--dataset-impl"), std::string::npos) << err;
+  // Megatron's partition and sentence flags: one partition and the flags that only matter
+  // with more or with sentence splitting are accepted with a note; the rest are one line.
+  ASSERT_EQ(run(base + "p --input " + dir / "in.jsonl" + " --append-eod --partitions 1 --keep-sequential-samples "
+                "--keep-newlines --lang english",
+                &err),
+            0)
+      << err;
+  EXPECT_NE(err.find("trident-preprocess: note: --keep-sequential-samples --keep-newlines --lang: without effect"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(documents_of(dir / "gp_text_document"), documents_of(dir / "g_text_document"));
+  for (const std::string flag : {"--partitions", "--split-sentences"}) {
+    EXPECT_EQ(run(base + "q --input " + dir / "in.jsonl " + flag + (flag == "--partitions" ? " 4" : ""), &err), 2);
+    EXPECT_EQ(err.rfind("trident-preprocess: error: " + flag + ": ", 0), 0u) << err;
+  }
   EXPECT_EQ(run(tool() + " --tokenizer-type GPT2BPETokenizer --vocab-file " + dir / "none.json" +
                     " --merge-file " + merges + " --output-prefix " + dir / "h --input " + dir / "in.jsonl",
                 &err),

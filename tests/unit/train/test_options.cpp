@@ -424,6 +424,11 @@ TEST(Options, DataPathsTakeWordListsAndReplaceEachOther) {
   o = parse(with_vocab({"--config", yaml2, "--data-path", "P"}));
   EXPECT_EQ(o.data_path, (std::vector<std::string>{"P"}));
   EXPECT_TRUE(o.train_data_path.empty());
+  // A string of words splits at whitespace, as the shell splits a launcher's $DATA_PATH.
+  const std::string yaml3 = write_yaml("data_paths3", "data-path: \" 0.3 A\t0.7  B \"\nrampup-batch-size: 4 4 64\n");
+  o = parse(with_vocab({"--config", yaml3, "--train-samples", "1000", "--global-batch-size", "16"}));
+  EXPECT_EQ(o.data_path, (std::vector<std::string>{"0.3", "A", "0.7", "B"}));
+  EXPECT_EQ(o.rampup_batch_size, (std::vector<std::string>{"4", "4", "64"}));
 
   EXPECT_NE(error_of(with_vocab({"--data-path", "A", "--train-data-path", "B"})).find("alternatives"),
             std::string::npos);
