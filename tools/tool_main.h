@@ -42,12 +42,9 @@ inline int run_tool(const char* tool, const std::function<int()>& body, int rank
     const std::string where = world > 1 ? " on rank " + std::to_string(rank) : "";
     std::fprintf(stderr, "%s: internal error%s: %s\n", tool, where.c_str(), e.what());
     return 3;
-  } catch (const std::exception& e) {  // a runtime failure (out of memory, ...)
-    if (world == 1) {
-      std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
-      return 2;
-    }
-    std::fprintf(stderr, "%s: error on rank %d: %s\n", tool, rank, e.what());
+  } catch (const std::exception& e) {  // a runtime failure (out of memory, ...): 3 at any world size
+    const std::string where = world > 1 ? " on rank " + std::to_string(rank) : "";
+    std::fprintf(stderr, "%s: error%s: %s\n", tool, where.c_str(), e.what());
     return 3;
   }
 }

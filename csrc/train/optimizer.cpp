@@ -186,24 +186,36 @@ void AdamWOptimizer::reduce_gradients() {
   finish_reductions();
 }
 
-double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
-  // One multi-tensor reduction (one synchronisation) over the counted pieces, with pieces
-  // that follow each other in the shard merged into one range.
-  const Tensor g = shard_grads();
+// One multi-tensor reduction (one synchronisation) over the counted pieces of `state`, a
+// tensor laid out as the shard (pieces at their shard offsets) or, with `flat`, as the flat
+// parameters (pieces at their flat offsets); pieces that follow each other merge into one range.
+double AdamWOptimizer::owned_sum_squares(const Tensor& state, bool flat,
+                                         const std::function<bool(const ParamSpec&)>& counted) {
   std::vector<Tensor> ranges;
   int64_t begin = 0, end = 0;
   for (const Update& u : updates_) {
     if (!counted(u.param->spec)) continue;
-    if (end > begin && u.shard_offset == end) {
+    const int64_t at = flat ? u.flat_begin : u.shard_offset;
+    if (end > begin && at == end) {
       end += u.size;
       continue;
     }
-    if (end > begin) ranges.push_back(g.flat_slice(begin, end - begin));
-    begin = u.shard_offset;
+    if (end > begin) ranges.push_back(state.flat_slice(begin, end - begin));
+    begin = at;
     end = begin + u.size;
   }
-  if (end > begin) ranges.push_back(g.flat_slice(begin, end - begin));
+  if (end > begin) ranges.push_back(state.flat_slice(begin, end - begin));
   return be_.sum_squares_multi(ranges);
+}
+
+double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
+  return owned_sum_squares(shard_grads(), false, counted);  // zero 0: the flat gradients, at shard offsets
+}
+
+double AdamWOptimizer::owned_param_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
+  if (!master_.empty()) return owned_sum_squares(master_.t(), false, counted);
+  wait_for_all_params();  // the updated parameters themselves, which a gather may still write
+  return owned_sum_squares(params_.flat_params(), true, counted);
 }
 
 void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {

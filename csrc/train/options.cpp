@@ -43,6 +43,10 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"use-flash-attn", "Megatron's flash attention switch: the fused attention always runs", true},
       {"log-timers-to-tensorboard", "Megatron's timer scalars: no effect", true},
       {"log-validation-ppl-to-tensorboard", "validation perplexity scalars: always written", true},
+      {"log-throughput", "Megatron's throughput field: tokens/s and TFLOP/s are always logged", true},
+      {"timing-log-level", "Megatron's timers: no effect"},
+      {"attention-softmax-in-fp32", "the fused attention's softmax always runs in fp32", true},
+      {"no-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway", true},
   };
   return defs;
 }
@@ -59,6 +63,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"vocab-size", "vocabulary size for synthetic data (default 50257)"},
       {"make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this x tp (128)"},
       {"init-method-std", "std of the normal init (0.02)"},
+      {"ffn-hidden-size", "MLP width: GPT-2's 4 x --hidden-size (another value is refused)"},
+      {"kv-channels", "attention head width: --hidden-size / --num-attention-heads (another value is refused)"},
+      {"untie-embeddings-and-output-weights", "refused: GPT-2's LM head is the word embedding", true},
       {"hidden-dropout", "dropout on hidden states (0.1, Megatron's default)"},
       {"attention-dropout", "dropout on attention probabilities (0.1, Megatron's default)"},
       // Batch, length of training, schedule.
@@ -178,6 +185,7 @@ const std::vector<FlagDef>& flag_defs() {
       {"data-cache-path", "where dataset index maps are cached (default: beside the data)"},
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"log-batch-size-to-tensorboard", "also write the global batch size (batch-size scalars)", true},
+      {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
       {"help", "print this help", true},
   };
   static const std::vector<FlagDef> all = [] {
@@ -312,7 +320,12 @@ std::vector<ConfigValue> read_config_file(const std::string& path) {
   if (!std::filesystem::exists(path)) throw ConfigError("--config: file not found: " + path);
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    // All of the file's documents: a second one ("---") would otherwise be ignored silently.
+    const std::vector<YAML::Node> documents = YAML::LoadAllFromFile(path);
+    if (documents.size() > 1)
+      throw ConfigError("--config: " + path + ":" + std::to_string(documents[1].Mark().line + 1) +
+                        ": a second YAML document; put every key in one mapping");
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::Exception& e) {
     throw ConfigError("--config: " + path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
@@ -643,6 +656,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensorboard-dir", o.tensorboard_dir);
   f.get("tensorboard-log-interval", o.tensorboard_log_interval);
   f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
+  f.get("log-params-norm", o.log_params_norm);
   for (const FlagDef& d : flags_without_effect_defs())
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   f.get("peak-tflops", o.peak_tflops);
@@ -727,7 +741,8 @@ void read_batch_rampup(TrainOptions& o) {
 
 void validate_batch_and_schedule(TrainOptions& o) {
   check_positive(o.micro_batch_size, "micro-batch-size");
-  if (o.global_batch_size == 0) {  // one data-parallel rank until resolve_global_batch_size knows
+  // Not given: the micro batch x the data-parallel size (Megatron's); a given 0 is an error.
+  if (o.global_batch_size == 0 && !o.given_flags.count("global-batch-size")) {  // until resolve_global_batch_size
     o.global_batch_size = o.micro_batch_size;
     o.global_batch_size_is_default = true;
   }
@@ -758,6 +773,17 @@ void validate_weight_decay(const TrainOptions& o) {
     throw ConfigError("--weight-decay-incr-style constant needs --start-weight-decay == --end-weight-decay (" +
                       detail::concat(wd.start_wd) + " and " + detail::concat(wd.end_wd) +
                       "); give --weight-decay-incr-style linear or cosine to change it over the run");
+}
+
+// torch.optim.AdamW's checks (Megatron hands these flags to it): betas in [0, 1), eps >= 0.
+// Outside them the moments do not decay, or grow, or the update flips its sign: NaN
+// parameters after one step, reported later as NaN losses.
+void validate_adam(const TrainOptions& o) {
+  for (const auto& [flag, beta] : {std::pair{"adam-beta1", o.adam_beta1}, std::pair{"adam-beta2", o.adam_beta2}})
+    if (!(beta >= 0 && beta < 1))
+      throw ConfigError(std::string("--") + flag + " must be in [0, 1), got " + detail::concat(beta));
+  if (!(o.adam_eps >= 0 && std::isfinite(o.adam_eps)))
+    throw ConfigError("--adam-eps must be a finite number >= 0, got " + detail::concat(o.adam_eps));
 }
 
 void validate_precision(const TrainOptions& o) {
@@ -819,6 +845,13 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   for (const FlagDef& d : flag_defs())
     if (f.has(d.name)) o.given_flags.insert(d.name);
   read_model_flags(f, o.model);
+  // Megatron's model flags that GPT-2 fixes: checked against the shape once it is complete.
+  f.get("ffn-hidden-size", o.ffn_hidden_size);
+  f.get("kv-channels", o.kv_channels);
+  bool untie = false;
+  f.get("untie-embeddings-and-output-weights", untie);
+  if (untie)
+    throw ConfigError("--untie-embeddings-and-output-weights: not supported: GPT-2's LM head is its word embedding");
   read_schedule_flags(f, o);
   read_optimizer_flags(f, o);
   read_precision_flags(f, o);
@@ -826,6 +859,7 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   // Consistency, each error naming the flags involved.
   validate_batch_and_schedule(o);
   validate_weight_decay(o);
+  validate_adam(o);
   validate_precision(o);
   validate_run(o);
 }
@@ -864,11 +898,14 @@ void validate_model_options(const TrainOptions& o) {
     throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(P) + ") must not exceed --num-layers (" +
                       std::to_string(L) + ")");
   const int per_chunk = o.num_layers_per_virtual_pipeline_stage, chunks = o.num_virtual_stages_per_pipeline_rank;
-  if (per_chunk != 0 || chunks != 0) {
-    const std::string flag = per_chunk != 0 ? "--num-layers-per-virtual-pipeline-stage"
-                                            : "--num-virtual-stages-per-pipeline-rank";
-    const int value = per_chunk != 0 ? per_chunk : chunks;
-    if (per_chunk != 0 && chunks != 0)
+  const bool per_chunk_given = o.given_flags.count("num-layers-per-virtual-pipeline-stage") > 0;
+  const bool chunks_given = o.given_flags.count("num-virtual-stages-per-pipeline-rank") > 0;
+  if (per_chunk != 0 || chunks != 0 || per_chunk_given || chunks_given) {
+    const std::string flag = per_chunk != 0 || (per_chunk_given && chunks == 0)
+                                 ? "--num-layers-per-virtual-pipeline-stage"
+                                 : "--num-virtual-stages-per-pipeline-rank";
+    const int value = flag == "--num-layers-per-virtual-pipeline-stage" ? per_chunk : chunks;
+    if (per_chunk_given && chunks_given)
       throw ConfigError("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
                         "alternatives: give one");
     if (value < 1) throw ConfigError(flag + " must be positive");
@@ -889,6 +926,14 @@ void validate_model_options(const TrainOptions& o) {
       throw ConfigError("--sequence-parallel: --hidden-size (" + std::to_string(o.model.hidden_size) +
                         ") must be a multiple of 4");
   }
+  const int64_t H = o.model.hidden_size, heads = o.model.num_attention_heads;
+  if (o.ffn_hidden_size != 0 && o.ffn_hidden_size != 4 * H)
+    throw ConfigError("--ffn-hidden-size (" + std::to_string(o.ffn_hidden_size) + ") must be 4 x --hidden-size (" +
+                      std::to_string(4 * H) + "): GPT-2's MLP");
+  if (o.kv_channels != 0 && (heads <= 0 || o.kv_channels * heads != H))
+    throw ConfigError("--kv-channels (" + std::to_string(o.kv_channels) + ") must be --hidden-size / " +
+                      "--num-attention-heads (" + (heads > 0 ? std::to_string(H / heads) : std::string("?")) +
+                      "): GPT-2's head width");
   o.model.validate(o.tensor_model_parallel_size);
 }
 

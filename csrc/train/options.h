@@ -100,6 +100,10 @@ struct TrainOptions {
   std::string tensorboard_dir;   // empty: no TensorBoard
   int64_t tensorboard_log_interval = 1;
   bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
+  bool log_params_norm = false;                // Megatron's "params norm" field and scalar
+  // Megatron's --ffn-hidden-size and --kv-channels (0: not given); GPT-2 fixes both, so a
+  // given value must be 4 x hidden and hidden / heads.
+  int64_t ffn_hidden_size = 0, kv_channels = 0;
   double peak_tflops = 0;        // per device, for MFU; 0: peak_tflops_for_device's table
   // Stop after more than this many iterations in a row with a NaN/inf loss or, without a
   // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <optional>
 #include <cmath>
 #include <exception>
 #include <iostream>
@@ -21,6 +22,25 @@ namespace {
 // Set by SIGTERM/SIGINT: finish the iteration, save a checkpoint and stop.
 volatile std::sig_atomic_t stop_requested = 0;
 extern "C" void request_stop(int) { stop_requested = 1; }
+
+// SIGTERM and SIGINT ask for a stop (the iteration finishes, a checkpoint is saved) while an
+// object lives; the handlers it replaced come back when it goes.
+class StopSignals {
+ public:
+  StopSignals() : term_(std::signal(SIGTERM, request_stop)), int_(std::signal(SIGINT, request_stop)) {
+    stop_requested = 0;
+  }
+  ~StopSignals() {
+    std::signal(SIGTERM, term_);
+    std::signal(SIGINT, int_);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  void (*term_)(int);
+  void (*int_)(int);
+};
 
 // --exit-duration-in-mins counts from the start of the process, as Megatron counts from the
 // start of its program: setting up, loading a checkpoint and building the data count too.
@@ -192,15 +212,18 @@ void Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sample) 
   }
 }
 
-// Squared gradient norm over the whole model, each parameter counted once: TP-sharded
-// tensors by every TP rank (their slices), TP-replicated ones by TP rank 0 only, the tied
-// word embedding by the first stage only, and with ZeRO each DP rank its shard.
-double Trainer::global_grad_norm_sq() {
+// Squared norm over the whole model of the gradients (or the parameters), each parameter
+// counted once: TP-sharded tensors by every TP rank (their slices), TP-replicated ones by
+// TP rank 0 only, the tied word embedding by the first stage only, and with ZeRO each DP
+// rank its shard.
+double Trainer::global_norm_sq(bool of_params) {
   const ProcessGrid& grid = par_->grid;
   const bool tp0 = grid.tp_rank == 0, first = grid.first_stage();
-  std::vector<float> v = {static_cast<float>(optimizer_->owned_grad_sum_squares([&](const ParamSpec& s) {
+  const auto counted = [&](const ParamSpec& s) {
     return (s.shard != ShardRule::Replicated || tp0) && (s.name != "wte" || first);
-  }))};
+  };
+  std::vector<float> v = {static_cast<float>(of_params ? optimizer_->owned_param_sum_squares(counted)
+                                                       : optimizer_->owned_grad_sum_squares(counted))};
   const Tensor t(v.data(), Shape{1}, DType::F32, Device::Cpu);
   if (optimizer_->sharded()) par_->dp->allreduce(t, ReduceOp::Sum);
   par_->tp->allreduce(t, ReduceOp::Sum);
@@ -360,7 +383,7 @@ IterationResult Trainer::train_iteration() {
   // finite otherwise, so it is also the loss scaler's overflow check: Megatron's separate
   // check reads every gradient once more. An inf/NaN skips the step on every rank; a norm
   // that overflows on its own (huge bf16 gradients) skips it too, as before.
-  const double norm_sq = global_grad_norm_sq();
+  const double norm_sq = global_norm_sq(false);
   const bool found_inf = scaler_.enabled() && !std::isfinite(norm_sq);
   r.grad_norm = std::nan("");
   if (!found_inf && !r.nan_loss) {
@@ -393,9 +416,20 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
   const bool unusable = r.nan_loss || (r.skipped && !scaler_.dynamic());
   consecutive_unusable_ = unusable ? consecutive_unusable_ + 1 : 0;
   if (consecutive_unusable_ <= opt_.max_nan_iterations) return;
+  const std::string limit = " iterations in a row (--max-nan-iterations " + std::to_string(opt_.max_nan_iterations) +
+                            "); stopped at iteration " + std::to_string(iteration_);
+  // A finite loss with a constant scale: the fp16 gradients overflow at that scale.
+  if (!r.nan_loss && scaler_.enabled()) {
+    const double scale = scaler_.scale();  // as given: 4294967296, not 4.29497e+09
+    const std::string given = scale == std::floor(scale) && scale < 1e18
+                                  ? std::to_string(static_cast<long long>(scale))
+                                  : detail::concat(scale);
+    throw ConfigError("the fp16 gradients overflowed at the constant --loss-scale " + given +
+                      " (steps skipped) for " + std::to_string(consecutive_unusable_) + limit +
+                      ": lower --loss-scale, or leave it out for dynamic loss scaling");
+  }
   throw ConfigError("the loss or the gradient norm was NaN or infinite for " + std::to_string(consecutive_unusable_) +
-                    " iterations in a row (--max-nan-iterations " + std::to_string(opt_.max_nan_iterations) +
-                    "); stopped at iteration " + std::to_string(iteration_) + " instead of training on garbage");
+                    limit + " instead of training on garbage");
 }
 
 // Every sample the rest of the run reads from `iteration` on must exist: training reads
@@ -490,9 +524,7 @@ void Trainer::train() {
   };
   const bool evaluating = valid_ && opt_.eval_iters > 0;
   const bool saving = !opt_.save.empty();
-  stop_requested = 0;
-  auto old_term = std::signal(SIGTERM, request_stop);
-  auto old_int = std::signal(SIGINT, request_stop);
+  std::optional<StopSignals> stop_signals(std::in_place);
   while (iteration_ < opt_.train_iters) {
     const IterationResult r = train_iteration();
     if (iteration_ == 1) report_peak_memory();
@@ -505,7 +537,12 @@ void Trainer::train() {
     ++n;
     skipped += r.skipped;
     nan += r.nan_loss;
-    if (tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0) {
+    const bool logging = iteration_ % opt_.log_interval == 0 || iteration_ == opt_.train_iters;
+    const bool tensorboard_logging = tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0;
+    // --log-params-norm: collective, on every rank at the same iterations.
+    const double params_norm =
+        opt_.log_params_norm && (logging || tensorboard_logging) ? std::sqrt(global_norm_sq(true)) : std::nan("");
+    if (tensorboard_logging) {
       const Throughput t = throughput(r.ms, r.global_batch);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
       TensorBoardWriter& tb = *tensorboard_;
@@ -523,6 +560,10 @@ void Trainer::train() {
       // Megatron writes the rate its log line shows: the scheduler's, after the step.
       tb.add_scalar("learning-rate", r.logged_lr, iteration_);
       tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
+      if (std::isfinite(params_norm)) {
+        tb.add_scalar("params-norm", params_norm, iteration_);
+        tb.add_scalar("params-norm vs samples", params_norm, samples);
+      }
       tb.add_scalar("loss-scale", r.loss_scale, iteration_);  // 1 without a scaler, as Megatron writes it
       tb.add_scalar("loss-scale vs samples", r.loss_scale, samples);
       if (opt_.log_batch_size_to_tensorboard) {
@@ -533,7 +574,7 @@ void Trainer::train() {
       tb.add_scalar("tflops-per-rank", t.tflops_per_rank, iteration_);
       if (t.mfu > 0) tb.add_scalar("mfu", t.mfu, iteration_);
     }
-    if (iteration_ % opt_.log_interval == 0 || iteration_ == opt_.train_iters) {
+    if (logging) {
       IterationLog l;
       l.iteration = iteration_;
       l.train_iters = opt_.train_iters;
@@ -547,6 +588,7 @@ void Trainer::train() {
       l.loss_scale = r.loss_scale;  // 1 without a scaler
       // Megatron computes the norm only to clip: without clipping the line has none.
       l.grad_norm = opt_.clip_grad > 0 ? r.grad_norm : std::nan("");
+      l.params_norm = params_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nan;
       const Throughput t = throughput(l.ms_per_iteration, r.global_batch);
@@ -584,9 +626,15 @@ void Trainer::train() {
     }
   }
   optimizer_->wait_for_all_params();  // the parameters are read after train() (exports)
-  std::signal(SIGTERM, old_term);
-  std::signal(SIGINT, old_int);
+  // The handlers stay through the last save: a second signal (a scheduler sending again, a
+  // second Ctrl-C) must not kill the save that the first one asked for. One that came
+  // during it still stops the run there, without the final evaluations.
   if (saving && last_saved_iteration_ != iteration_) save_checkpoint();
+  if (iteration_ == opt_.train_iters && any_rank(*par_, stop_requested != 0)) {
+    out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
+    return;
+  }
+  stop_signals.reset();  // from here a signal ends the process: the last checkpoint is saved
   if (iteration_ < opt_.train_iters) return;  // stopped early: no final evaluation
   // The final evaluations; one that runs out of time ends the run without its line.
   const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {

@@ -97,7 +97,7 @@ class Trainer {
                       uint64_t first_sample, bool training, float grad_scale);
   void set_dropout_seed(uint64_t seed);
   void report_peak_memory();  // collective over the pipeline
-  double global_grad_norm_sq();
+  double global_norm_sq(bool of_params);  // of the gradients, or of the parameters; collective
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
   void count_unusable_iteration(const IterationResult& r);

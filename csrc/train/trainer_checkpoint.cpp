@@ -4,6 +4,7 @@
 // the previous checkpoint as the latest. Loading rebuilds canonical tensors from the files
 // of whatever layout wrote them and takes this rank's slice and shard.
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -42,11 +43,13 @@ StTensorRef tensor_ref(Backend& be, std::string name, StDType dtype, std::vector
   return r;
 }
 
-// Test hook: TRIDENT_TEST_CRASH_IN_SAVE=<world rank> kills that rank right after it has
-// written its files, before the checkpoint is committed (tests/e2e/checkpoint_crash.sh).
-void maybe_crash_for_test(int rank) {
+// Test hooks, right after a rank has written its files, before the checkpoint is committed:
+// TRIDENT_TEST_CRASH_IN_SAVE=<world rank> kills that rank; TRIDENT_TEST_SIGNAL_IN_SAVE=<signal>
+// sends every rank that signal (a second SIGTERM while the stop's save is written).
+void save_test_hooks(int rank) {
   const char* v = std::getenv("TRIDENT_TEST_CRASH_IN_SAVE");
   if (v != nullptr && std::atoi(v) == rank) std::_Exit(9);
+  if (const char* sig = std::getenv("TRIDENT_TEST_SIGNAL_IN_SAVE")) std::raise(std::atoi(sig));
 }
 
 // The LR schedule's position (samples of the successful updates). A checkpoint written
@@ -249,7 +252,7 @@ void Trainer::save_checkpoint() {
     const std::string rel = rank_dir + "/" + optimizer_file_name(grid.dp_rank);
     note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
   }
-  maybe_crash_for_test(grid.rank);
+  save_test_hooks(grid.rank);
   // Rank 0 collects every file's record, writes the metadata and commits.
   if (grid.rank != 0) {
     send_string(world, records.str(), 0);

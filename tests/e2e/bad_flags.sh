@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Each bad configuration must exit 2 and print exactly one line that names the flag (and the
-# config file's line where the value is from), before training starts. A command-line flag
+# config file's line where the value is from), before training starts; a runtime failure
+# (out of memory) exits 3, also on one process. A command-line flag
 # replaces the config file's alternatives to it (the file sets --lr-warmup-iters).
 set -u
 train=$1
@@ -82,6 +83,16 @@ if [[ $rc -eq 2 && ! -s $tmp/err && ! -s $tmp/out ]]; then
   echo "ok: rank 1 of 2 started without MPI: exit 2, nothing printed"
 else
   echo "FAIL: rank 1 of 2 started without MPI: rc=$rc, $(cat "$tmp/err")"; fails=$((fails + 1))
+fi
+# A runtime failure (here a model that cannot be allocated) exits 3, one line, as under MPI.
+"$train" --device cpu --mock-data --eval-iters 0 --num-layers 1 --hidden-size 4000000 --num-attention-heads 1 \
+  --seq-length 16 --max-position-embeddings 16 --vocab-size 256 --micro-batch-size 2 --train-iters 2 \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [[ $rc -eq 3 && $(wc -l <"$tmp/err") -eq 1 ]] && grep -q '^trident-train: error: out of memory' "$tmp/err"; then
+  echo "ok: a runtime failure -> exit 3: $(cat "$tmp/err")"
+else
+  echo "FAIL: a runtime failure: rc=$rc, $(cat "$tmp/err")"; fails=$((fails + 1))
 fi
 echo "bad-flag cases failing: $fails"
 [[ $fails -eq 0 ]]

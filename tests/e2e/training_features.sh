@@ -7,13 +7,15 @@
 #    --accumulate-allreduce-grads-in-fp32) trains within 5e-3 of fp32;
 #  - a diverging run (absurd learning rate, no clipping: no grad norm in its log lines)
 #    stops after --max-nan-iterations NaN losses with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
-#    step skips for an infinite gradient norm while the loss stays finite (huge init);
+#    step skips for an infinite gradient norm while the loss stays finite (huge init), and an
+#    fp16 run whose constant --loss-scale overflows every step (named as such);
 #  - --save-interval with --keep-last 2 leaves the newest two checkpoints; after a rollback
 #    (30 iterations saved every 5, the pointer edited back to 10, resumed to 20) it keeps the
 #    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once;
 #  - a save that dies leaves its temporary directory, which the next save removes;
 #  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0 (with
-#    Megatron's --exit-signal-handler, which trident accepts and needs not).
+#    Megatron's --exit-signal-handler, which trident accepts and needs not); a second signal
+#    while that save is written (test hook) does not kill it.
 # Usage: training_features.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -79,6 +81,15 @@ for precision in fp32 bf16; do
     fail "$precision, infinite gradients: rc $rc"; cat "$tmp/inf.err"
   fi
 done
+# fp16 at a constant scale too large for its gradients: the same stop, named as an overflow.
+rc=0
+"$train" "${args[@]}" --fp16 --loss-scale 4294967296 --train-iters 50 --eval-iters 0 --max-nan-iterations 2 \
+  >"$tmp/ovf.log" 2>"$tmp/ovf.err" || rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- 'the fp16 gradients overflowed at the constant --loss-scale 4294967296 (steps skipped) for 3 iterations in a row (--max-nan-iterations 2); stopped at iteration 3: lower --loss-scale' "$tmp/ovf.err"; then
+  echo "fp16, constant scale that overflows: $(cat "$tmp/ovf.err")"
+else
+  fail "fp16, constant scale that overflows: rc $rc: $(cat "$tmp/ovf.err")"
+fi
 
 "$train" "${args[@]}" --train-iters 12 --eval-iters 0 --save "$tmp/keep" --save-interval 3 --keep-last 2 >/dev/null
 kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')
@@ -127,5 +138,25 @@ if wait "$pid"; then
     echo "SIGTERM: saved iteration $it and exited 0" || fail "SIGTERM: no checkpoint at the stop"
 else
   fail "SIGTERM: exit status $?"
+fi
+# A second signal while the stop's save is written (a scheduler sending SIGTERM again, a
+# second Ctrl-C) must not kill the save: the test hook sends it right after the files are
+# written. In the final save it ends the run there, without the final evaluations.
+TRIDENT_TEST_SIGNAL_IN_SAVE=15 "$train" "${args[@]}" --train-iters 3 --eval-iters 1 --save "$tmp/sig2" \
+  >"$tmp/sig2.log" 2>&1 && rc=0 || rc=$?
+if [[ $rc -eq 0 && $(cat "$tmp/sig2/latest_checkpointed_iteration.txt") == 3 ]] &&
+    grep -q "stop requested by a signal at the end of training: no final evaluation" "$tmp/sig2.log" &&
+    ! grep -q "on validation set" "$tmp/sig2.log"; then
+  echo "SIGTERM during the final save: saved iteration 3, no final evaluation, exit 0"
+else
+  fail "SIGTERM during the final save: exit $rc: $(tail -2 "$tmp/sig2.log")"
+fi
+TRIDENT_TEST_SIGNAL_IN_SAVE=2 "$train" "${args[@]}" --train-iters 6 --save-interval 2 --eval-iters 0 \
+  --save "$tmp/sig3" >"$tmp/sig3.log" 2>&1 && rc=0 || rc=$?
+if [[ $rc -eq 0 && $(cat "$tmp/sig3/latest_checkpointed_iteration.txt") == 2 ]] &&
+    grep -q "stop requested by a signal at iteration 2" "$tmp/sig3.log"; then
+  echo "SIGINT during a periodic save: saved iteration 2, stopped there, exit 0"
+else
+  fail "SIGINT during a periodic save: exit $rc: $(tail -2 "$tmp/sig3.log")"
 fi
 [[ $fails -eq 0 ]]

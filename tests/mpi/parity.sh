@@ -2,8 +2,9 @@
 # Parallel layouts train the same model as one process: per-iteration losses of gpt2-tiny
 # (4 layers unless --layers says otherwise) with dropout on, 10 iterations, and the
 # validation losses at iterations 5 and 10 and at the end, must match the single-process run to
-# 1e-5 relative; with --params, the final parameters too, to 1e-4
-# (canonical full tensors written by --save-canonical and compared by compare_params.py).
+# 1e-5 relative, and so must the parameters' norm after each step (--log-params-norm); with
+# --params, the final parameters too, to 1e-4 (canonical full tensors written by
+# --save-canonical and compared by compare_params.py).
 # Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] [--vocab N] [--parallel-flag F]...
 #                  LAYOUT...
 #   LAYOUT is tp:pp:dp[:zero[:layers per virtual stage]], e.g. 2:2:2:1 is tp2 x pp2 x dp2 with
@@ -32,7 +33,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers "$layers" --device cpu --train-iters "$iters"
       --log-interval 1 --lr-warmup-iters 2 --micro-batch-size "$micro" --global-batch-size 8
-      --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 5 --eval-iters 1)
+      --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 5 --eval-iters 1 --log-params-norm)
 [[ -z $vocab ]] || args+=(--vocab-size "$vocab")
 params=()
 # (Not "--help | grep -q": under pipefail, grep's early exit can end the help's writer with
@@ -43,8 +44,21 @@ losses() {
   grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'
   grep '^ validation loss at ' "$1" | sed -E 's/.*lm loss value: ([0-9.E+-]+).*/\1/'
 }
+params_norms() { grep '^ iteration ' "$1" | sed -nE 's/.* params norm: ([0-9.]+) .*/\1/p'; }
 "$train" "${args[@]}" ${params:+"${params[@]}" "$tmp/serial.safetensors"} >"$tmp/serial.log"
 losses "$tmp/serial.log" >"$tmp/serial.txt"
+# The serial run's last params norm is the norm of the parameters it saved.
+if ((${#params[@]})); then
+  python3 -c '
+import math, sys
+sys.path.insert(0, sys.argv[1])
+from compare_params import read
+norm = math.sqrt(sum(x * x for _, values in read(sys.argv[2]).values() for x in values))
+logged = float(sys.argv[3])
+print(f"serial: last params norm {logged}, norm of the saved parameters {norm:.4f}")
+sys.exit(abs(norm - logged) > 1.5e-3)' "$repo/tests/mpi" "$tmp/serial.safetensors" "$(params_norms "$tmp/serial.log" | tail -1)" ||
+    { echo "FAIL serial: the logged params norm is not the norm of the saved parameters"; exit 1; }
+fi
 n_losses=$((iters + iters / 5 + 2))  # training, validation every 5 (the last iteration too, as Megatron), final valid + test
 [[ $(wc -l <"$tmp/serial.txt") -eq $n_losses ]]
 fails=0
@@ -65,6 +79,14 @@ for layout in "$@"; do
     echo "FAIL $tag: run failed"; cat "$tmp/par.err"; fails=$((fails + 1)); continue
   fi
   losses "$tmp/par.log" >"$tmp/par.txt"
+  # --log-params-norm: each parameter counted once whatever the layout (printed to 3 decimals,
+  # so within 1.5e-3; a LayerNorm gain counted twice moves gpt2-tiny's ~19 by more than 1).
+  if ! paste <(params_norms "$tmp/serial.log") <(params_norms "$tmp/par.log") | awk -v tag="$tag" -v n_expect="$iters" '
+      { d = $1 - $2; if (d < 0) d = -d; if (d > max || $2 == "") max = 1e9 + d; n++ }
+      END { printf "%s: %d params norms, max difference %.4f\n", tag, n, max; exit !(n == n_expect && max <= 1.5e-3) }'; then
+    echo "FAIL $tag: params norms differ"; paste <(params_norms "$tmp/serial.log") <(params_norms "$tmp/par.log")
+    fails=$((fails + 1)); continue
+  fi
   if ! paste "$tmp/serial.txt" "$tmp/par.txt" | awk -v tag="$tag" -v n_expect="$n_losses" '
       { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > max) max = d; n++ }
       END { printf "%s: %d training and validation losses, max relative difference %.2e\n", tag, n, max;

@@ -177,6 +177,13 @@ TEST(LogLine, IntervalOfSkippedIterationsHasNoLossOrGradNorm) {
             std::string::npos);
   EXPECT_NE(format_iteration_log(l).find(" number of nan iterations:   1 | lm acc: 0.5000 | tokens per second"),
             std::string::npos);
+  // --log-params-norm: Megatron's field after the grad norm (or in its place when there is none).
+  l.params_norm = 123.4567;
+  EXPECT_NE(format_iteration_log(l).find(" loss scale: 268435456.0 | params norm: 123.457 | number of skipped"),
+            std::string::npos);
+  l.grad_norm = 1.5;
+  EXPECT_NE(format_iteration_log(l).find(" grad norm: 1.500 | params norm: 123.457 | number of skipped"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -539,6 +539,10 @@ TEST(Options, ConfigValueErrorsNameFileAndLine) {
   const std::string list = write_yaml("list_value", "num-layers: 2\nsplit: [98, 2]\n");
   EXPECT_EQ(must_fail({"--config", list}), "--config: " + list + ":2: key 'split' expects a single value, not a list");
   std::filesystem::remove(list);
+  // A second YAML document would be ignored by a reader of the first: refused, naming it.
+  const std::string two = write_yaml("two_documents", "num-layers: 2\n---\nlr: 0.5\n");
+  EXPECT_EQ(must_fail({"--config", two}), "--config: " + two + ":3: a second YAML document; put every key in one mapping");
+  std::filesystem::remove(two);
   const std::string lr = write_yaml("negative_lr", "lr: -1\n");
   EXPECT_EQ(must_fail({"--config", lr}), "--lr must be a finite number >= 0, got -1 (from " + lr + ":1)");
   std::filesystem::remove(lr);
@@ -680,6 +684,20 @@ TEST(Options, MegatronScriptsRunUnchanged) {
             "unknown flags --no-such-flag, --other-unknown (see --help)");
   EXPECT_FALSE(parse({}).log_batch_size_to_tensorboard);
   EXPECT_TRUE(parse({"--log-batch-size-to-tensorboard"}).log_batch_size_to_tensorboard);
+  EXPECT_TRUE(parse({"--log-params-norm"}).log_params_norm);
+  // Switches of newer Megatron scripts; the model widths GPT-2 fixes, when they agree with it.
+  o = parse({"--log-throughput", "--timing-log-level", "2", "--attention-softmax-in-fp32",
+             "--no-query-key-layer-scaling", "--hidden-size", "64", "--num-attention-heads", "4",
+             "--ffn-hidden-size", "256", "--kv-channels", "16"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--log-throughput", "--timing-log-level", "--attention-softmax-in-fp32",
+                                      "--no-query-key-layer-scaling"}));
+  EXPECT_EQ(must_fail({"--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128"}),
+            "--ffn-hidden-size (128) must be 4 x --hidden-size (256): GPT-2's MLP");
+  EXPECT_EQ(must_fail({"--hidden-size", "64", "--num-attention-heads", "4", "--kv-channels", "32"}),
+            "--kv-channels (32) must be --hidden-size / --num-attention-heads (16): GPT-2's head width");
+  EXPECT_EQ(must_fail({"--untie-embeddings-and-output-weights"}),
+            "--untie-embeddings-and-output-weights: not supported: GPT-2's LM head is its word embedding");
 }
 
 struct BadCase {
@@ -735,6 +753,19 @@ TEST(Options, EveryBadValueNamesItsFlag) {
       {{"--save="}, "--save"},
       {{"--load="}, "--load"},
       {{"--config", bad_bool_yaml}, "fp16"},
+      // torch.optim.AdamW's ranges; a given batch or virtual-stage count of 0 is not "unset".
+      {{"--adam-beta1", "1.5"}, "--adam-beta1 must be in [0, 1)"},
+      {{"--adam-beta2", "1.0"}, "--adam-beta2 must be in [0, 1)"},
+      {{"--adam-beta2", "-0.5"}, "--adam-beta2"},
+      {{"--adam-eps", "-1"}, "--adam-eps must be"},
+      {{"--global-batch-size", "0"}, "--global-batch-size must be positive"},
+      {{"--pipeline-model-parallel-size", "2", "--num-layers", "4", "--num-layers-per-virtual-pipeline-stage", "0"},
+       "--num-layers-per-virtual-pipeline-stage must be positive"},
+      {{"--pipeline-model-parallel-size", "2", "--num-layers", "4", "--num-virtual-stages-per-pipeline-rank", "0"},
+       "--num-virtual-stages-per-pipeline-rank must be positive"},
+      {{"--pipeline-model-parallel-size", "2", "--num-layers", "4", "--num-virtual-stages-per-pipeline-rank", "0",
+        "--num-layers-per-virtual-pipeline-stage", "1"},
+       "alternatives"},
   };
   for (const BadCase& c : cases) {
     const std::string msg = error_of(c.args);
