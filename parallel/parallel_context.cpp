@@ -1,6 +1,7 @@
 #include "parallel/parallel_context.h"
 
 #include <exception>
+#include <optional>
 
 #include "core/error.h"
 #include "parallel/collective_timeout.h"
@@ -100,7 +101,11 @@ bool any_rank(ParallelContext& par, bool local) {
 }
 
 void run_on_rank0_for_all(ParallelContext& par, const std::function<void()>& step) {
-  const CollectiveTimeoutSuspended io;  // the others wait as long as rank 0's step takes
+  // The others wait for rank 0 as long as its step takes. Rank 0 then waits for them under the
+  // limit: they are normally there already, and one that is not (stuck in its own I/O before
+  // this point) ends the job after --distributed-timeout-minutes instead of hanging it.
+  std::optional<CollectiveTimeoutSuspended> waiting_for_rank0;
+  if (par.world_rank() != 0) waiting_for_rank0.emplace();
   std::string why;
   std::exception_ptr error;
   if (par.world_rank() == 0) {

@@ -30,7 +30,8 @@ bool any_rank(ParallelContext& par, bool local);
 // writes to) and makes its failure every rank's: rank 0 rethrows its error, the others throw
 // its message as a ConfigError, so the job stops as one instead of leaving them waiting in a
 // later collective. Collective: every rank must call it. The others' wait has no
-// --distributed-timeout-minutes limit (collective_timeout.h).
+// --distributed-timeout-minutes limit (collective_timeout.h); rank 0's wait for them, after
+// its step, has.
 void run_on_rank0_for_all(ParallelContext& par, const std::function<void()>& step);
 
 // Which Comm carries the groups under MPI: MpiComm (host buffers; device buffers are

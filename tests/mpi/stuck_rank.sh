@@ -2,11 +2,15 @@
 # A rank that stops answering (here: stopped by SIGSTOP in the middle of training, as a
 # deadlocked or hung process would be) ends the whole job after --distributed-timeout-minutes:
 # the rank waiting for it prints one line naming its wait and the limit, and the job exits
-# non-zero within seconds of the limit instead of hanging (timeout's status 124).
-# Usage: stuck_rank.sh TRAIN_BINARY REPO
+# non-zero within seconds of the limit instead of hanging (timeout's status 124). So does a
+# rank stuck in its own I/O at start while rank 0, done building the dataset caches for all,
+# waits for it.
+# Usage: stuck_rank.sh TRAIN_BINARY REPO [PREPROCESS_BINARY GPT2_VOCAB_DIR]
 set -u
 train=$1
 repo=$2
+preprocess=${3:-}
+vocab=${4:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 pids=()
@@ -38,4 +42,29 @@ if [[ $rc -ne 0 && $rc -ne 124 && -n $line && $took -lt 30 ]]; then
 else
   echo "FAIL: exit status $rc (124: the job hung) ${took} s after a rank stopped"; tail -5 "$tmp/out"; cat "$tmp/err"
   exit 1
+fi
+
+[[ -n $vocab && -f $vocab/gpt2-vocab.json ]] || { echo "skipped the start-up case: no GPT-2 vocabulary given"; exit 0; }
+"$repo/tools/make-demo-data.sh" "$tmp/demo.jsonl" >/dev/null
+"$preprocess" --input "$tmp/demo.jsonl" --output-prefix "$tmp/demo" --tokenizer-type GPT2BPETokenizer \
+  --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" --append-eod >/dev/null 2>&1 ||
+  { echo "FAIL: preprocessing the demo corpus"; exit 1; }
+# Rank 1's vocabulary is a FIFO that nobody writes (a hung file system's stand-in): it never
+# reaches the data build, whose caches rank 0 writes first and then waits for the others.
+mkfifo "$tmp/vocab.fifo"
+common=(--device cpu --eval-iters 0 --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16
+        --max-position-embeddings 16 --micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr-warmup-iters 0
+        --distributed-timeout-minutes 0.05 --data-path "$tmp/demo_text_document"
+        --merge-file "$vocab/gpt2-merges.txt" --data-cache-path "$tmp/cache")
+started=$(date +%s%N)
+timeout 60 mpirun --oversubscribe --bind-to none -np 1 "$train" "${common[@]}" --vocab-file "$vocab/gpt2-vocab.json" \
+  : -np 1 "$train" "${common[@]}" --vocab-file "$tmp/vocab.fifo" >"$tmp/out2" 2>"$tmp/err2"
+rc=$?
+took=$((($(date +%s%N) - started) / 1000000000))
+line=$(grep -m1 'longer than --distributed-timeout-minutes 0.05' "$tmp/err2")
+if [[ $rc -ne 0 && $rc -ne 124 && -n $line && $took -lt 40 ]]; then
+  echo "ok: a rank stuck before the data build ended the job in ${took} s, exit status $rc: $line"
+else
+  echo "FAIL: a rank stuck before the data build: exit status $rc (124: the job hung) after ${took} s"
+  tail -5 "$tmp/out2"; cat "$tmp/err2"; exit 1
 fi
