@@ -10,10 +10,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "ckpt/atomic_file.h"
+#include "ckpt/metadata.h"
 #include "core/error.h"
 #include "core/process_id.h"
 
@@ -381,14 +384,28 @@ PruneResult prune(const fs::path& root, int keep_last) {
   }
 
   if (!latest) return res;  // without a pointer we cannot tell which one is good: keep all
-  // iters is ascending and holds *latest (find_latest_iteration checked it exists).
-  const auto above = std::upper_bound(iters.begin(), iters.end(), *latest);
-  res.abandoned_iterations.assign(above, iters.end());
-  const size_t counted = static_cast<size_t>(above - iters.begin());
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < counted; ++i) {
-    delete_dir(root, iteration_dir(root, iters[i]), iteration_dir_name(iters[i]));
-    res.removed_iterations.push_back(iters[i]);
+  // The latest checkpoint's history, newest first: each checkpoint's previous one as its
+  // metadata records it, or, where it does not say (older checkpoints, conversions), the
+  // next lower committed iteration. Ends at a checkpoint without one or no longer there.
+  std::vector<int64_t> history;
+  std::set<int64_t> in_history;
+  for (std::optional<int64_t> at = latest; at && committed.count(*at) && in_history.insert(*at).second;) {
+    history.push_back(*at);
+    const PreviousCheckpoint previous = read_previous_checkpoint(iteration_dir(root, *at));
+    if (previous.known) {
+      at = previous.iteration;
+    } else {
+      const auto lower = committed.lower_bound(*at);
+      at = lower == committed.begin() ? std::nullopt : std::optional<int64_t>(*std::prev(lower));
+    }
   }
+  for (int64_t it : iters)
+    if (!in_history.count(it)) res.abandoned_iterations.push_back(it);
+  for (size_t i = static_cast<size_t>(keep_last); i < history.size(); ++i) {
+    delete_dir(root, iteration_dir(root, history[i]), iteration_dir_name(history[i]));
+    res.removed_iterations.push_back(history[i]);
+  }
+  std::sort(res.removed_iterations.begin(), res.removed_iterations.end());
   if (!res.removed_iterations.empty()) fsync_dir(root.string());
   return res;
 }

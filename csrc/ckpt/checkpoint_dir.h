@@ -112,22 +112,25 @@ std::optional<int64_t> find_latest_iteration(const std::filesystem::path& root);
 std::vector<int64_t> list_iterations(const std::filesystem::path& root);
 
 struct PruneResult {
-  std::vector<int64_t> removed_iterations;
+  std::vector<int64_t> removed_iterations;  // ascending
   std::vector<std::filesystem::path> removed_temporaries;
-  // Committed iterations above the pointer's, left alone (see prune).
-  std::vector<int64_t> abandoned_iterations;
+  // Committed iterations outside the latest checkpoint's history, left alone (see prune).
+  std::vector<int64_t> abandoned_iterations;  // ascending
 };
-// Keeps the newest `keep_last` (>= 1, else ConfigError) committed iterations up to the one
-// the pointer names (that one included) and deletes the older ones; removes stale
-// temporaries (*.tmp-* whose writer does not hold its lock, *.del-*, and *.old-* whose
-// iteration is committed). Call it only when no save of this job is in progress.
+// Keeps the newest `keep_last` (>= 1, else ConfigError) checkpoints of the history of the one
+// the pointer names (that one, the one its run continued from, and so on: metadata.h's
+// PreviousCheckpoint, or the next lower iteration where a checkpoint does not say) and
+// deletes the older ones of that history; removes stale temporaries (*.tmp-* whose writer
+// does not hold its lock, *.del-*, and *.old-* whose iteration is committed). Call it only
+// when no save of this job is in progress.
 //
-// Iterations above the pointer's belong to an abandoned continuation: the pointer was moved
-// back (a rollback) and a run resumed from there. They are neither counted nor deleted (a
-// rollback may be undone, and only a person can tell), but listed in abandoned_iterations
-// for the caller to report; a later save of the same iteration number replaces such a
-// directory (commit), as the resumed run overtakes the abandoned one. A missing pointer
-// keeps every committed iteration; a garbled pointer throws before anything is deleted.
+// Other iterations belong to an abandoned continuation: the pointer was moved back (a
+// rollback) and a run resumed from there, so the abandoned run's checkpoints lie above the
+// pointer and, once the resumed run has saved past them, between its own. They are neither
+// counted nor deleted (a rollback may be undone, and only a person can tell), but listed in
+// abandoned_iterations for the caller to report; a later save of the same iteration number
+// replaces such a directory (commit). A missing pointer keeps every committed iteration; a
+// garbled pointer throws before anything is deleted.
 PruneResult prune(const std::filesystem::path& root, int keep_last);
 
 }  // namespace trident

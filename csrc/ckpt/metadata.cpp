@@ -202,6 +202,22 @@ CheckpointMetadata read_metadata(const std::string& path) {
   return metadata_from_json(j, path);
 }
 
+PreviousCheckpoint read_previous_checkpoint(const std::filesystem::path& iteration_dir) {
+  std::error_code ec;
+  const std::filesystem::path path = iteration_dir / kMetadataFileName;
+  if (!std::filesystem::is_regular_file(path, ec)) return {};
+  try {
+    const json j = json::parse(read_file(path.string()));
+    const json& state = j.at("trainer_state");
+    if (!state.contains(kPreviousCheckpointKey)) return {};
+    const json& v = state.at(kPreviousCheckpointKey);
+    if (v.is_null()) return {true, std::nullopt};
+    if (v.is_number_integer() && v.get<int64_t>() >= 0) return {true, v.get<int64_t>()};
+  } catch (const std::exception&) {  // unreadable: the caller falls back as for "does not say"
+  }
+  return {};
+}
+
 FileRecord make_file_record(const std::filesystem::path& dir, const std::string& rel) {
   const std::filesystem::path p = dir / rel;
   std::error_code ec;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,17 @@ CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string
 void write_metadata(const std::string& path, const CheckpointMetadata& m);
 // Reads and validates; IoError names the file and the field.
 CheckpointMetadata read_metadata(const std::string& path);
+
+// The checkpoint a checkpoint's run continued from, in the same directory: the run's previous
+// save, or the checkpoint it resumed from; none for a run from scratch (or a fine-tune, one
+// resumed from another directory, a conversion). trainer_state["previous_checkpoint_iteration"]
+// holds it (an iteration, or null for none); checkpoints of older trident builds do not say.
+inline constexpr const char* kPreviousCheckpointKey = "previous_checkpoint_iteration";
+struct PreviousCheckpoint {
+  bool known = false;                // false: the checkpoint does not say, or cannot be read
+  std::optional<int64_t> iteration;  // when known: nullopt for none
+};
+PreviousCheckpoint read_previous_checkpoint(const std::filesystem::path& iteration_dir);
 
 // A FileRecord for `dir/rel` (size and checksum read from disk).
 FileRecord make_file_record(const std::filesystem::path& dir, const std::string& rel);

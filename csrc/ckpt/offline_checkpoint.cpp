@@ -58,6 +58,9 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   const fs::path temp = guard.dir;
   meta.layout = ParallelLayout{L.tp, L.pp, 1, 0};
   meta.files.clear();
+  // A conversion starts a history of its own in `root` (metadata.h, PreviousCheckpoint).
+  if (!meta.trainer_state.is_object()) meta.trainer_state = nlohmann::json::object();
+  meta.trainer_state[kPreviousCheckpointKey] = nullptr;
   for (int stage = 0; stage < L.pp; ++stage) {
     for (int tp_rank = 0; tp_rank < L.tp; ++tp_rank) {
       const std::string rank_dir = rank_dir_name(tp_rank, stage, L.pp);

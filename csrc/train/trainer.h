@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/backend.h"
@@ -138,7 +139,10 @@ class Trainer {
   int64_t skipped_iterations_ = 0, nan_iterations_ = 0;
   int64_t consecutive_unusable_ = 0;  // for --max-nan-iterations (count_unusable_iteration)
   int64_t last_saved_iteration_ = -1;
-  bool abandoned_reported_ = false;  // --keep-last found iterations above the pointer (said once)
+  bool abandoned_reported_ = false;  // --keep-last found an abandoned continuation's iterations (said once)
+  // The checkpoint in --save this run continues from (the one it loaded, then its last
+  // save), recorded in each save for prune(); none for a run from scratch.
+  std::optional<int64_t> previous_checkpoint_;
   std::vector<IterationResult> history_;
 };
 

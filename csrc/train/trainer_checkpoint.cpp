@@ -193,13 +193,21 @@ bool loads_optimizer_state(const TrainOptions& o) { return !o.no_load_optim && !
 // The trainer_state key of the RNG state: the dropout seed (Philox, so the seed is all of it).
 constexpr const char* kRngStateKey = "dropout_seed";
 
-// What prune() left above the pointer, said once per run: which directories, and why they stay.
+// What prune() left outside the latest checkpoint's history, said once per run: which
+// directories, and why they stay.
 std::string abandoned_note(const fs::path& root, int64_t latest, const std::vector<int64_t>& abandoned) {
   std::string names;
   for (int64_t it : abandoned) names += (names.empty() ? "" : ", ") + iteration_dir_name(it);
-  return "trident: --keep-last: " + names + " in " + root.string() + " lie above the latest checkpoint (iteration " +
-         std::to_string(latest) + "), left by an abandoned continuation: kept and not counted (a save of the same "
-         "iteration replaces one); delete them by hand if they are not wanted";
+  return "trident: --keep-last: " + names + " in " + root.string() + " are not in the history of the latest " +
+         "checkpoint (iteration " + std::to_string(latest) + "), left by an abandoned continuation: kept and not " +
+         "counted (a save of the same iteration replaces one); delete them by hand if they are not wanted";
+}
+
+// Whether two paths name the same directory (--load and --save given differently).
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code ec1, ec2;
+  const fs::path ca = fs::weakly_canonical(a, ec1), cb = fs::weakly_canonical(b, ec2);
+  return !ec1 && !ec2 && ca == cb;
 }
 
 }  // namespace
@@ -285,6 +293,8 @@ void Trainer::save_checkpoint() {
                                           {"hysteresis_tracker", ls.hysteresis_tracker}};
     }
     if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
+    m.trainer_state[kPreviousCheckpointKey] =
+        previous_checkpoint_ ? nlohmann::json(*previous_checkpoint_) : nlohmann::json(nullptr);
     write_metadata((temp / kMetadataFileName).string(), m);
   }
   float megabytes = static_cast<float>(bytes / 1e6);  // also the barrier before the commit
@@ -299,6 +309,7 @@ void Trainer::save_checkpoint() {
   }
   world.barrier();
   last_saved_iteration_ = iteration_;
+  previous_checkpoint_ = iteration_;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   *out_ << "trident: saved checkpoint at iteration " << iteration_ << " to " << iteration_dir(root, iteration_).string()
         << ": " << megabytes / 1e3 << " GB in " << s << " s (" << megabytes / 1e3 / s << " GB/s)" << std::endl;
@@ -337,6 +348,10 @@ bool Trainer::load_checkpoint() {
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const CheckpointMetadata& m = ckpt->metadata();
+  // The saves continue this checkpoint's history when they go to its directory and go on
+  // from its iteration (a fine-tune starts a history of its own).
+  if (!opt_.save.empty() && !opt_.finetune && same_directory(dir->parent_path(), opt_.save))
+    previous_checkpoint_ = m.iteration;
   const ParallelLayout& L = m.layout;
   double gigabytes = 0;
   for (const FileRecord& f : m.files) gigabytes += static_cast<double>(f.size) / 1e9;

@@ -11,7 +11,8 @@
 #    fp16 run whose constant --loss-scale overflows every step (named as such);
 #  - --save-interval with --keep-last 2 leaves the newest two checkpoints; after a rollback
 #    (30 iterations saved every 5, the pointer edited back to 10, resumed to 20) it keeps the
-#    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once;
+#    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once; resumed saving
+#    every 7 instead, the abandoned 15 and 20 between its 14 and 21 do not count;
 #  - a save that dies leaves its temporary directory, which the next save removes;
 #  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0 (with
 #    Megatron's --exit-signal-handler, which trident accepts and needs not); a second signal
@@ -104,11 +105,23 @@ kept=$(cd "$tmp/rollback" && ls -d iter_* | tr '\n' ' ')
 if [[ $kept == "iter_0000015 iter_0000020 iter_0000025 iter_0000030 " &&
       $(cat "$tmp/rollback/latest_checkpointed_iteration.txt") == 20 &&
       $(grep -c -- '--keep-last' "$tmp/rollback.log") -eq 1 ]] &&
-    grep -q -- "--keep-last: iter_0000020, iter_0000025, iter_0000030 in $tmp/rollback lie above the latest" \
+    grep -q -- "--keep-last: iter_0000020, iter_0000025, iter_0000030 in $tmp/rollback are not in the history" \
       "$tmp/rollback.log"; then
   echo "--keep-last 2 after a rollback to 10: $kept; $(grep -- '--keep-last' "$tmp/rollback.log")"
 else
   fail "--keep-last 2 after a rollback kept: $kept"; grep -- '--keep-last' "$tmp/rollback.log"
+fi
+# The same rollback with the resumed run saving every 7: its 14 and 21 fall between the
+# abandoned 15, 20, 25, 30, which must not push them out of --keep-last 3 (10 stays too).
+"$train" "${args[@]}" --train-iters 30 --eval-iters 0 --save "$tmp/rollback7" --save-interval 5 >/dev/null
+echo 10 >"$tmp/rollback7/latest_checkpointed_iteration.txt"
+"$train" "${args[@]}" --train-iters 30 --eval-iters 0 --load "$tmp/rollback7" --save "$tmp/rollback7" --save-interval 7 \
+  --keep-last 3 --exit-interval 21 >"$tmp/rollback7.log"
+kept=$(cd "$tmp/rollback7" && ls -d iter_* | tr '\n' ' ')
+if [[ $kept == "iter_0000010 iter_0000014 iter_0000015 iter_0000020 iter_0000021 iter_0000025 iter_0000030 " ]]; then
+  echo "--keep-last 3 after a rollback to 10, saving every 7: $kept"
+else
+  fail "--keep-last 3 after a rollback, saving every 7, kept: $kept"
 fi
 
 if TRIDENT_TEST_CRASH_IN_SAVE=0 "$train" "${args[@]}" --train-iters 3 --eval-iters 0 --save "$tmp/crash" \

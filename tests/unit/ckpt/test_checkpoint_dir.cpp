@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "ckpt/checksum.h"
 #include "ckpt/metadata.h"
@@ -23,8 +24,17 @@ using testing::ScratchDir;
 using testing::slurp;
 using testing::spit;
 
+// What a save records of the checkpoint its run continued from: nothing (older checkpoints,
+// conversions), null (a run from scratch), or an iteration.
+struct Previous {
+  bool recorded = false;
+  std::optional<int64_t> iteration;
+};
+const Previous kUnrecorded{}, kFromScratch{true, std::nullopt};
+Previous after(int64_t iteration) { return {true, iteration}; }
+
 // Saves one small checkpoint of `iteration` whose tensor holds `value`.
-void save(const fs::path& root, int64_t iteration, float value) {
+void save(const fs::path& root, int64_t iteration, float value, const Previous& previous = kUnrecorded) {
   TempIterationDir temp_dir(root, iteration, make_save_token());
   const fs::path tmp = temp_dir.path();
   fs::create_directories(tmp / rank_dir_name(0, 0, 1));
@@ -34,6 +44,9 @@ void save(const fs::path& root, int64_t iteration, float value) {
   CheckpointMetadata m;
   m.iteration = iteration;
   m.files = {make_file_record(tmp, "mp_rank_00/model.safetensors")};
+  if (previous.recorded)
+    m.trainer_state[kPreviousCheckpointKey] =
+        previous.iteration ? nlohmann::json(*previous.iteration) : nlohmann::json(nullptr);
   write_metadata((tmp / kMetadataFileName).string(), m);
   temp_dir.commit();
 }
@@ -218,6 +231,51 @@ TEST(CheckpointDir, PruneAfterARollbackLeavesTheAbandonedContinuation) {
   EXPECT_EQ(load_value(root), 200.0f);
   write_latest_iteration(root, 15);
   EXPECT_EQ(load_value(root), 150.0f);  // the new iteration 15, not the abandoned one
+}
+
+// A rollback whose resumed run saves at other iterations than the abandoned one did (the
+// black-box case: 5 .. 20 every 5, back to 10, then every 7): each save records the one its
+// run continued from, so the abandoned 15 and 20, now between the resumed run's 14 and 21,
+// are neither counted nor deleted, and the resumed run's own checkpoints are what --keep-last
+// keeps. Before, every iteration up to the pointer counted: 15 and 20 pushed out 10 and 14.
+TEST(CheckpointDir, PruneFollowsTheRecordedHistory) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 5, 5.0f, kFromScratch);
+  for (int64_t it : {10, 15, 20}) save(root, it, static_cast<float>(it), after(it - 5));
+  write_latest_iteration(root, 10);  // the rollback
+  save(root, 14, 14.0f, after(10));
+  PruneResult r = prune(root, 3);
+  EXPECT_TRUE(r.removed_iterations.empty());
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{15, 20}));
+  save(root, 21, 21.0f, after(14));
+  r = prune(root, 3);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{5}));
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{15, 20}));
+  save(root, 28, 28.0f, after(21));  // a third run, resumed from 21
+  r = prune(root, 3);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{10}));
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{14, 15, 20, 21, 28}));
+
+  // A history that ends (a run from scratch in a directory of older checkpoints): the older
+  // ones are not counted or deleted. One whose record cannot be followed (a loop, a missing
+  // iteration) ends there too.
+  const fs::path fresh = d / "fresh";
+  for (int64_t it : {10, 20}) save(fresh, it, 1.0f, kUnrecorded);
+  save(fresh, 5, 5.0f, kFromScratch);
+  save(fresh, 8, 8.0f, after(5));
+  r = prune(fresh, 1);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{5}));
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{10, 20}));
+  const fs::path loop = d / "loop";
+  save(loop, 3, 3.0f, after(4));
+  save(loop, 4, 4.0f, after(3));
+  r = prune(loop, 1);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{3}));
+  save(loop, 9, 9.0f, after(7));  // 7 is not there
+  r = prune(loop, 5);
+  EXPECT_TRUE(r.removed_iterations.empty());
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{4}));
 }
 
 // The pid of a process that has exited (and been reaped).
