@@ -29,13 +29,15 @@ std::vector<char> encode(const std::vector<float>& v, StDType dtype) {
   return out;
 }
 
-// Removes the temporary directory unless released (the checkpoint was committed).
+// Removes the temporary directory unless released (the checkpoint was committed), and then
+// `created_root`, the output directory, when this write created it and it is left empty.
 struct TempDirGuard {
-  fs::path dir;
+  fs::path dir, created_root;
   ~TempDirGuard() {
     if (dir.empty()) return;
     std::error_code ec;
     fs::remove_all(dir, ec);
+    if (!created_root.empty()) fs::remove(created_root, ec);  // only an empty directory goes
   }
 };
 
@@ -52,9 +54,12 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, L.tp);
   const StDType model_dtype = to_st_dtype(cfg.dtype);
 
+  std::error_code ec;
+  const bool root_existed = fs::exists(root, ec);
   TempIterationDir temp_dir(root, meta.iteration, make_save_token());
   TempDirGuard guard;
   guard.dir = temp_dir.path();
+  if (!root_existed) guard.created_root = root;
   const fs::path temp = guard.dir;
   meta.layout = ParallelLayout{L.tp, L.pp, 1, 0};
   meta.files.clear();

@@ -45,6 +45,14 @@ nothing_under() {  # nothing_under DIR WHAT: a failed conversion left no file th
     echo "ok: $2 left nothing under $1"
   fi
 }
+nothing_at() {  # nothing_at DIR WHAT: a failed conversion did not even create DIR
+  if [[ -e $1 ]]; then
+    echo "FAIL: $2 left $1 behind: $(ls -A "$1")"
+    fails=$((fails + 1))
+  else
+    echo "ok: $2 did not create $1"
+  fi
+}
 ckdir=$tmp/ck/iter_0000002
 model=$ckdir/mp_rank_00/model.safetensors
 optim=$ckdir/mp_rank_00/optim_dp0000.safetensors
@@ -122,7 +130,7 @@ open(p, "wb").write(b)
 EOF
 expect_error trident-eval "$model: checksum mismatch" "$eval_bin" "${args[@]}" --load "$tmp/ck"
 expect_error trident-convert "$model: checksum mismatch" "$convert" --load "$tmp/ck" --save "$tmp/out2"
-nothing_under "$tmp/out2" "a corrupt model file"
+nothing_at "$tmp/out2" "a corrupt model file"
 expect_error trident-convert "$model: checksum mismatch" "$convert" --to hf --load "$tmp/ck" --save "$tmp/hf_out"
 [[ -e $tmp/hf_out ]] && { echo "FAIL: a failed HF export left $tmp/hf_out"; fails=$((fails + 1)); }
 ls "$tmp" | grep -q '\.tmp-' && { echo "FAIL: temporaries left in $tmp: $(ls "$tmp")"; fails=$((fails + 1)); }
