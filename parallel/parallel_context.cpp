@@ -1,7 +1,9 @@
 #include "parallel/parallel_context.h"
 
+#include <algorithm>
 #include <exception>
 #include <optional>
+#include <sstream>
 
 #include "core/error.h"
 #include "parallel/collective_timeout.h"
@@ -27,8 +29,38 @@ CommKind resolve_comm_kind(const std::string& flag, const Backend& backend) {
   return CommKind::Nccl;
 }
 
+namespace {
+
+// The first of `mine`'s lines that differs from rank 0's `theirs`, as "--flag mine (rank 0:
+// theirs)"; "" when all agree.
+std::string first_difference(const std::string& mine, const std::string& theirs) {
+  std::istringstream a(mine), b(theirs);
+  std::string la, lb;
+  while (true) {
+    const bool more_a = static_cast<bool>(std::getline(a, la)), more_b = static_cast<bool>(std::getline(b, lb));
+    if (!more_a && !more_b) return "";
+    if (more_a && more_b && la == lb) continue;
+    const std::string flag_a = la.substr(0, la.find(' ')), flag_b = lb.substr(0, lb.find(' '));
+    if (more_a && more_b && flag_a == flag_b)
+      return la + " (rank 0: " + lb.substr(std::min(lb.size(), flag_b.size() + 1)) + ")";
+    return (more_a ? la : "(nothing)") + " (rank 0: " + (more_b ? lb : "(nothing)") + ")";
+  }
+}
+
+void check_every_rank_shares(Comm& world, const std::string& shared_flags) {
+  std::string rank0 = shared_flags;
+  broadcast_string(world, rank0, 0);
+  const std::string diff = first_difference(shared_flags, rank0);
+  const std::string mine = diff.empty() ? "" : "rank " + std::to_string(world.rank()) +
+                                                   " was started with other flags than rank 0: " + diff;
+  if (const std::string failure = first_failure(world, mine); !failure.empty()) throw ConfigError(failure);
+}
+
+}  // namespace
+
 std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_unused]] CommKind kind,
-                                                       [[maybe_unused]] Backend* backend) {
+                                                       [[maybe_unused]] Backend* backend,
+                                                       [[maybe_unused]] const std::string& shared_flags) {
   auto ctx = std::make_unique<ParallelContext>();
 #ifdef TRIDENT_HAVE_MPI
   if (mpi_initialized()) {
@@ -49,6 +81,7 @@ std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, [[maybe_u
     std::vector<int> everyone(shape.world);
     for (int r = 0; r < shape.world; ++r) everyone[r] = r;
     ctx->world = make_mpi_comm(everyone);
+    if (!shared_flags.empty()) check_every_rank_shares(*ctx->world, shared_flags);
     ctx->tp = split(&ProcessGrid::tp_group);
     ctx->dp = split(&ProcessGrid::dp_group);
     ctx->pp = split(&ProcessGrid::pp_group);

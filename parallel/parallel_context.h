@@ -48,8 +48,15 @@ CommKind resolve_comm_kind(const std::string& flag, const Backend& backend);
 // kind Nccl each group is an NcclComm on `backend`'s GPU and compute stream (backend
 // must then be the CUDA backend itself, not a wrapper). Without MPI: a world of one (tp
 // and pp must be 1) of LocalComms, whatever `kind` says.
+//
+// `shared_flags` ("--flag value" lines): what every rank must have been started with. Ranks
+// started with other flags (an MPMD launch, a node's environment) would split the world
+// into groups that do not match, and crash or hang in MPI; before any split, every rank
+// compares its lines with rank 0's and the job stops with one ConfigError naming the first
+// rank and flag that differ.
 std::unique_ptr<ParallelContext> make_parallel_context(int tp, int pp, CommKind kind = CommKind::Mpi,
-                                                       Backend* backend = nullptr);
+                                                       Backend* backend = nullptr,
+                                                       const std::string& shared_flags = "");
 
 // This process as world rank `rank` of a grid of `shape` on its own, its groups null comms
 // (make_null_comm): a dry run of that rank (trident-plan). No MPI.

@@ -53,7 +53,8 @@ int train(int argc, char** argv) {
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
-                                        resolve_comm_kind(opt.comm, *backend), backend.get());
+                                        resolve_comm_kind(opt.comm, *backend), backend.get(),
+                                        flags_every_rank_shares(opt));
   if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
   // Megatron trains on mock data only when asked (--mock-data); trident keeps its synthetic
   // default for the quickstart, but says so.

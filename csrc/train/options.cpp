@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cxxopts.hpp>
 #include <filesystem>
@@ -12,6 +13,8 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
+#include <type_traits>
 
 #include "core/error.h"
 
@@ -1015,6 +1018,73 @@ LossScalerConfig make_loss_scaler_config(const TrainOptions& o) {
     c.hysteresis = o.hysteresis;
   }
   return c;
+}
+
+std::string flags_every_rank_shares(const TrainOptions& o) {
+  std::ostringstream s;
+  s << std::boolalpha;
+  const ModelConfig& m = o.model;
+  const auto line = [&](const char* flag, const auto& value) {
+    s << "--" << flag << ' ';
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>) {
+      char buf[64];  // the shortest text that reads back as the same value: values that differ print differently
+      s << std::string_view(buf, std::to_chars(buf, buf + sizeof buf, value).ptr - buf);
+    } else {
+      s << value;
+    }
+    s << '\n';
+  };
+  line("tensor-model-parallel-size", o.tensor_model_parallel_size);
+  line("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
+  line("num-virtual-stages-per-pipeline-rank", o.virtual_pipeline_chunks());
+  line("sequence-parallel", o.sequence_parallel);
+  line("zero-stage", o.zero_stage);
+  line("overlap-grad-reduce", o.overlap_grad_reduce);
+  line("overlap-param-gather", o.overlap_param_gather);
+  line("comm", o.comm);
+  line("device", o.device);
+  line("num-layers", m.num_layers);
+  line("hidden-size", m.hidden_size);
+  line("num-attention-heads", m.num_attention_heads);
+  line("seq-length", m.seq_length);
+  line("max-position-embeddings", m.max_position_embeddings);
+  line("vocab-size", m.vocab_size);
+  line("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
+  line("hidden-dropout", m.hidden_dropout);
+  line("attention-dropout", m.attention_dropout);
+  line("precision", dtype_name(m.dtype));
+  line("micro-batch-size", o.micro_batch_size);
+  line("global-batch-size", o.global_batch_size);
+  line("train-iters", o.train_iters);
+  line("train-samples", o.train_samples);
+  std::string rampup;
+  for (const std::string& w : o.rampup_batch_size) rampup += (rampup.empty() ? "" : " ") + w;
+  line("rampup-batch-size", rampup);
+  line("recompute-granularity", o.recompute_granularity);
+  line("recompute-method", o.recompute_method);
+  line("recompute-num-layers", o.recompute_num_layers);
+  line("seed", o.seed);
+  line("lr", o.lr);
+  line("min-lr", o.min_lr);
+  line("clip-grad", o.clip_grad);
+  line("weight-decay", o.weight_decay);
+  line("adam-beta1", o.adam_beta1);
+  line("adam-beta2", o.adam_beta2);
+  line("adam-eps", o.adam_eps);
+  line("accumulate-allreduce-grads-in-fp32", o.accumulate_allreduce_grads_in_fp32);
+  line("loss-scale", o.loss_scale);
+  line("initial-loss-scale", o.initial_loss_scale);
+  line("eval-interval", o.eval_interval);
+  line("eval-iters", o.eval_iters);
+  line("log-interval", o.log_interval);
+  line("log-params-norm", o.log_params_norm);
+  line("tensorboard-dir given", !o.tensorboard_dir.empty());
+  line("save given", !o.save.empty());
+  line("save-interval", o.save_interval);
+  line("load given", !o.load.empty());
+  line("exit-interval", o.exit_interval);
+  line("exit-duration-in-mins given", o.exit_duration_in_mins > 0);  // each rank may have its own limit
+  return s.str();
 }
 
 bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {

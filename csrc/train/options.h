@@ -189,6 +189,13 @@ void resolve_schedule(TrainOptions& o);
 // once the data-parallel size is known, before anything reads the global batch.
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 
+// What every rank of a job must have been given, as "--flag value" lines for
+// make_parallel_context's check: the layout, the model's shape, the batch and schedule, the
+// precision and optimizer settings, and the switches that add collectives (saving, loading,
+// evaluation, TensorBoard, logging). Not the paths of data or files, which nodes may mount
+// at different places.
+std::string flags_every_rank_shares(const TrainOptions& o);
+
 // The schedule in samples from the resolved fields.
 LrSchedule make_lr_schedule(const TrainOptions& o);
 // The global batch's ramp-up (--rampup-batch-size); none (start == global) without one.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Impossible layouts (the interleaved schedule's too), and an unusable --save (checked by rank 0 alone at startup): rank 0
-# prints one line naming the flags, every rank exits 2, no hang.
+# Impossible layouts (the interleaved schedule's too), an unusable --save (checked by rank 0
+# alone at startup), and ranks started with different flags: rank 0 prints one line naming
+# the flags, every rank exits 2, no hang.
 set -u
 train=$1
 repo=$2
@@ -44,4 +45,26 @@ check 2 "micro-batches of every iteration to be a multiple of --pipeline-model-p
 : >"$tmp/afile"
 check 2 "--save: cannot create $tmp/afile/ck: $tmp/afile is not a directory" --save "$tmp/afile/ck"
 check 4 "--save: cannot create" --tensor-model-parallel-size 2 --save "$tmp/afile/ck/deeper"
+# Ranks started with different flags (an MPMD launch, a node's own environment) would split
+# the world into groups that do not match: one line naming the rank and the flag, before.
+mpmd() {  # mpmd <what must be named> <rank 0's args> -- <rank 1's args>
+  local want=$1 a=() b=()
+  shift
+  while [[ $1 != -- ]]; do a+=("$1"); shift; done
+  shift
+  b=("$@")
+  local common=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-iters 20)
+  timeout 60 mpirun --oversubscribe --bind-to none -np 1 "$train" "${common[@]}" "${a[@]}" \
+    : -np 1 "$train" "${common[@]}" "${b[@]}" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -ne 2 || $(grep -c '^trident-train: error: ' "$tmp/err") -ne 1 ]] || ! grep -qF -- "$want" "$tmp/err"; then
+    echo "FAIL different flags ($want): rc=$rc"; cat "$tmp/err"; fails=$((fails + 1))
+  else
+    echo "ok different flags: $(grep '^trident-train: error: ' "$tmp/err")"
+  fi
+}
+mpmd "rank 1 was started with other flags than rank 0: --tensor-model-parallel-size 2 (rank 0: 1)" \
+  --num-attention-heads 4 -- --num-attention-heads 4 --tensor-model-parallel-size 2
+mpmd "rank 1 was started with other flags than rank 0: --precision bf16 (rank 0: fp32)" -- --bf16
+mpmd "--lr 0.001 (rank 0: 5e-04)" --lr 5e-4 -- --lr 1e-3
 [[ $fails -eq 0 ]]
