@@ -385,18 +385,21 @@ PruneResult prune(const fs::path& root, int keep_last) {
 
   if (!latest) return res;  // without a pointer we cannot tell which one is good: keep all
   // The latest checkpoint's history, newest first: each checkpoint's previous one as its
-  // metadata records it, or, where it does not say (older checkpoints, conversions), the
-  // next lower committed iteration. Ends at a checkpoint without one or no longer there.
+  // metadata records it, or, where it does not say (checkpoints of older builds), the next
+  // lower committed iteration. Ends at a checkpoint without one, one no longer there, or
+  // one whose metadata cannot be read (everything older is then kept: never a guess).
   std::vector<int64_t> history;
   std::set<int64_t> in_history;
   for (std::optional<int64_t> at = latest; at && committed.count(*at) && in_history.insert(*at).second;) {
     history.push_back(*at);
     const PreviousCheckpoint previous = read_previous_checkpoint(iteration_dir(root, *at));
-    if (previous.known) {
+    if (previous.kind == PreviousCheckpoint::kRecorded) {
       at = previous.iteration;
-    } else {
+    } else if (previous.kind == PreviousCheckpoint::kNotRecorded) {
       const auto lower = committed.lower_bound(*at);
       at = lower == committed.begin() ? std::nullopt : std::optional<int64_t>(*std::prev(lower));
+    } else {
+      at = std::nullopt;
     }
   }
   for (int64_t it : iters)

@@ -203,19 +203,17 @@ CheckpointMetadata read_metadata(const std::string& path) {
 }
 
 PreviousCheckpoint read_previous_checkpoint(const std::filesystem::path& iteration_dir) {
-  std::error_code ec;
-  const std::filesystem::path path = iteration_dir / kMetadataFileName;
-  if (!std::filesystem::is_regular_file(path, ec)) return {};
+  using P = PreviousCheckpoint;
   try {
-    const json j = json::parse(read_file(path.string()));
+    const json j = json::parse(read_file((iteration_dir / kMetadataFileName).string()));
     const json& state = j.at("trainer_state");
-    if (!state.contains(kPreviousCheckpointKey)) return {};
+    if (!state.contains(kPreviousCheckpointKey)) return {P::kNotRecorded, std::nullopt};
     const json& v = state.at(kPreviousCheckpointKey);
-    if (v.is_null()) return {true, std::nullopt};
-    if (v.is_number_integer() && v.get<int64_t>() >= 0) return {true, v.get<int64_t>()};
-  } catch (const std::exception&) {  // unreadable: the caller falls back as for "does not say"
+    if (v.is_null()) return {P::kRecorded, std::nullopt};
+    if (v.is_number_integer() && v.get<int64_t>() >= 0) return {P::kRecorded, v.get<int64_t>()};
+  } catch (const std::exception&) {  // missing, unreadable, not JSON, no trainer_state
   }
-  return {};
+  return {P::kUnreadable, std::nullopt};
 }
 
 FileRecord make_file_record(const std::filesystem::path& dir, const std::string& rel) {

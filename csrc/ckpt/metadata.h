@@ -71,8 +71,8 @@ CheckpointMetadata read_metadata(const std::string& path);
 // holds it (an iteration, or null for none); checkpoints of older trident builds do not say.
 inline constexpr const char* kPreviousCheckpointKey = "previous_checkpoint_iteration";
 struct PreviousCheckpoint {
-  bool known = false;                // false: the checkpoint does not say, or cannot be read
-  std::optional<int64_t> iteration;  // when known: nullopt for none
+  enum Kind { kNotRecorded, kRecorded, kUnreadable } kind = kNotRecorded;  // unreadable: metadata.json
+  std::optional<int64_t> iteration;  // when recorded: nullopt for none
 };
 PreviousCheckpoint read_previous_checkpoint(const std::filesystem::path& iteration_dir);
 

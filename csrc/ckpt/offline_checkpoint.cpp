@@ -1,6 +1,9 @@
 #include "ckpt/offline_checkpoint.h"
 
+#include <filesystem>
 #include <map>
+#include <system_error>
+#include <vector>
 
 #include "ckpt/canonical_slices.h"
 #include "ckpt/checkpoint_dir.h"
@@ -29,17 +32,33 @@ std::vector<char> encode(const std::vector<float>& v, StDType dtype) {
   return out;
 }
 
-// Removes the temporary directory unless released (the checkpoint was committed), and then
-// `created_root`, the output directory, when this write created it and it is left empty.
-struct TempDirGuard {
-  fs::path dir, created_root;
-  ~TempDirGuard() {
-    if (dir.empty()) return;
+// Until released (the checkpoint committed): removes the temporary directory, then the
+// directories of the output path that this write created, innermost first, while empty.
+struct WriteGuard {
+  fs::path temp;                  // once created
+  std::vector<fs::path> created;  // innermost first
+  bool released = false;
+  ~WriteGuard() {
+    if (released) return;
     std::error_code ec;
-    fs::remove_all(dir, ec);
-    if (!created_root.empty()) fs::remove(created_root, ec);  // only an empty directory goes
+    if (!temp.empty()) fs::remove_all(temp, ec);
+    for (const fs::path& d : created)
+      if (!fs::remove(d, ec)) break;  // not empty (or gone): the rest is not ours alone
   }
 };
+
+// The directories of `root`'s path that do not exist yet, innermost first.
+std::vector<fs::path> missing_directories(const fs::path& root) {
+  std::vector<fs::path> missing;
+  std::error_code ec;
+  fs::path p = root.lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  for (; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  return missing;
+}
 
 }  // namespace
 
@@ -54,13 +73,11 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, L.tp);
   const StDType model_dtype = to_st_dtype(cfg.dtype);
 
-  std::error_code ec;
-  const bool root_existed = fs::exists(root, ec);
+  WriteGuard guard;
+  guard.created = missing_directories(root);
   TempIterationDir temp_dir(root, meta.iteration, make_save_token());
-  TempDirGuard guard;
-  guard.dir = temp_dir.path();
-  if (!root_existed) guard.created_root = root;
-  const fs::path temp = guard.dir;
+  guard.temp = temp_dir.path();
+  const fs::path temp = guard.temp;
   meta.layout = ParallelLayout{L.tp, L.pp, 1, 0};
   meta.files.clear();
   // A conversion starts a history of its own in `root` (metadata.h, PreviousCheckpoint).
@@ -102,7 +119,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   }
   write_metadata((temp / kMetadataFileName).string(), meta);
   temp_dir.commit();
-  guard.dir.clear();
+  guard.released = true;
   return iteration_dir(root, meta.iteration);
 }
 

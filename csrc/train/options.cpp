@@ -262,8 +262,9 @@ bool overridden_by_command_line(const std::string& flag, const std::set<std::str
 std::string yaml_scalar_to_string(const YAML::Node& n) { return n.as<std::string>(); }
 
 // The flags that take a list of words (Megatron's nargs='*'): on the command line every word
-// up to the next flag, in the config file a list or a string of words split at whitespace
-// (data-path: 0.3 A 0.7 B, as the shell splits a launcher's $DATA_PATH).
+// up to the next flag, in the config file a list, a plain string of words split at
+// whitespace (data-path: 0.3 A 0.7 B, as the shell splits a launcher's $DATA_PATH), or a
+// quoted string, one word.
 std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "data-path") return &o.data_path;
   if (flag == "train-data-path") return &o.train_data_path;
@@ -299,6 +300,8 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
   if (is_word_list(flag)) {
     if (value.IsSequence()) {
       for (const auto& item : value) v.words.push_back(scalar(item));
+    } else if (value.Tag() == "!") {  // quoted: one word, spaces and all (a path with a space)
+      v.words.push_back(scalar(value));
     } else {
       std::istringstream words(scalar(value));
       for (std::string w; words >> w;) v.words.push_back(w);
@@ -930,10 +933,10 @@ void validate_model_options(const TrainOptions& o) {
                         ") must be a multiple of 4");
   }
   const int64_t H = o.model.hidden_size, heads = o.model.num_attention_heads;
-  if (o.ffn_hidden_size != 0 && o.ffn_hidden_size != 4 * H)
+  if ((o.ffn_hidden_size != 0 || o.given_flags.count("ffn-hidden-size")) && o.ffn_hidden_size != 4 * H)
     throw ConfigError("--ffn-hidden-size (" + std::to_string(o.ffn_hidden_size) + ") must be 4 x --hidden-size (" +
                       std::to_string(4 * H) + "): GPT-2's MLP");
-  if (o.kv_channels != 0 && (heads <= 0 || o.kv_channels * heads != H))
+  if ((o.kv_channels != 0 || o.given_flags.count("kv-channels")) && (heads <= 0 || o.kv_channels * heads != H))
     throw ConfigError("--kv-channels (" + std::to_string(o.kv_channels) + ") must be --hidden-size / " +
                       "--num-attention-heads (" + (heads > 0 ? std::to_string(H / heads) : std::string("?")) +
                       "): GPT-2's head width");
@@ -1078,7 +1081,14 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("eval-iters", o.eval_iters);
   line("log-interval", o.log_interval);
   line("log-params-norm", o.log_params_norm);
+  line("max-nan-iterations", o.max_nan_iterations);
   line("tensorboard-dir given", !o.tensorboard_dir.empty());
+  line("tensorboard-log-interval", o.tensorboard_log_interval);
+  line("data-path given", !o.data_path.empty());
+  line("train-data-path given", !o.train_data_path.empty());
+  line("valid-data-path given", !o.valid_data_path.empty());
+  line("test-data-path given", !o.test_data_path.empty());
+  line("split", o.split);
   line("save given", !o.save.empty());
   line("save-interval", o.save_interval);
   line("load given", !o.load.empty());

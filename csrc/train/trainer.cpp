@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <csignal>
-#include <optional>
 #include <cmath>
+#include <csignal>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <ostream>
 
 #include "core/error.h"
@@ -27,8 +27,10 @@ extern "C" void request_stop(int) { stop_requested = 1; }
 // object lives; the handlers it replaced come back when it goes.
 class StopSignals {
  public:
-  StopSignals() : term_(std::signal(SIGTERM, request_stop)), int_(std::signal(SIGINT, request_stop)) {
-    stop_requested = 0;
+  StopSignals() {
+    stop_requested = 0;  // first: a signal that comes as the handlers go in is not lost
+    term_ = std::signal(SIGTERM, request_stop);
+    int_ = std::signal(SIGINT, request_stop);
   }
   ~StopSignals() {
     std::signal(SIGTERM, term_);
@@ -38,8 +40,8 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  void (*term_)(int);
-  void (*int_)(int);
+  void (*term_)(int) = SIG_DFL;
+  void (*int_)(int) = SIG_DFL;
 };
 
 // --exit-duration-in-mins counts from the start of the process, as Megatron counts from the
@@ -415,11 +417,14 @@ IterationResult Trainer::train_iteration() {
 void Trainer::count_unusable_iteration(const IterationResult& r) {
   const bool unusable = r.nan_loss || (r.skipped && !scaler_.dynamic());
   consecutive_unusable_ = unusable ? consecutive_unusable_ + 1 : 0;
+  // Of those, the ones skipped for overflowing gradients with a finite loss (constant scale).
+  const bool overflow = unusable && !r.nan_loss && scaler_.enabled();
+  consecutive_overflows_ = overflow ? consecutive_overflows_ + 1 : 0;
   if (consecutive_unusable_ <= opt_.max_nan_iterations) return;
   const std::string limit = " iterations in a row (--max-nan-iterations " + std::to_string(opt_.max_nan_iterations) +
                             "); stopped at iteration " + std::to_string(iteration_);
-  // A finite loss with a constant scale: the fp16 gradients overflow at that scale.
-  if (!r.nan_loss && scaler_.enabled()) {
+  // Every one a finite loss at a constant scale: the fp16 gradients overflow at that scale.
+  if (consecutive_overflows_ == consecutive_unusable_) {
     const double scale = scaler_.scale();  // as given: 4294967296, not 4.29497e+09
     const std::string given = scale == std::floor(scale) && scale < 1e18
                                   ? std::to_string(static_cast<long long>(scale))
@@ -525,6 +530,7 @@ void Trainer::train() {
   const bool evaluating = valid_ && opt_.eval_iters > 0;
   const bool saving = !opt_.save.empty();
   std::optional<StopSignals> stop_signals(std::in_place);
+  bool stopped_by_signal = false;  // the same on every rank (any_rank)
   while (iteration_ < opt_.train_iters) {
     const IterationResult r = train_iteration();
     if (iteration_ == 1) report_peak_memory();
@@ -538,11 +544,11 @@ void Trainer::train() {
     skipped += r.skipped;
     nan += r.nan_loss;
     const bool logging = iteration_ % opt_.log_interval == 0 || iteration_ == opt_.train_iters;
-    const bool tensorboard_logging = tensorboard_ && iteration_ % opt_.tensorboard_log_interval == 0;
-    // --log-params-norm: collective, on every rank at the same iterations.
+    // Known on every rank (only rank 0 holds the writer): --log-params-norm's norm is collective.
+    const bool tensorboard_due = !opt_.tensorboard_dir.empty() && iteration_ % opt_.tensorboard_log_interval == 0;
     const double params_norm =
-        opt_.log_params_norm && (logging || tensorboard_logging) ? std::sqrt(global_norm_sq(true)) : std::nan("");
-    if (tensorboard_logging) {
+        opt_.log_params_norm && (logging || tensorboard_due) ? std::sqrt(global_norm_sq(true)) : std::nan("");
+    if (tensorboard_ && tensorboard_due) {
       const Throughput t = throughput(r.ms, r.global_batch);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
       TensorBoardWriter& tb = *tensorboard_;
@@ -614,6 +620,7 @@ void Trainer::train() {
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
     if (any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
+      stopped_by_signal = true;
       break;
     }
     if (out_of_time()) {
@@ -630,6 +637,7 @@ void Trainer::train() {
   // second Ctrl-C) must not kill the save that the first one asked for. One that came
   // during it still stops the run there, without the final evaluations.
   if (saving && last_saved_iteration_ != iteration_) save_checkpoint();
+  if (stopped_by_signal) return;  // said in the loop; no final evaluation
   if (iteration_ == opt_.train_iters && any_rank(*par_, stop_requested != 0)) {
     out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
     return;

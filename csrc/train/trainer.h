@@ -137,7 +137,8 @@ class Trainer {
   // while consumed_samples_ counts every iteration.
   uint64_t scheduler_samples_ = 0;
   int64_t skipped_iterations_ = 0, nan_iterations_ = 0;
-  int64_t consecutive_unusable_ = 0;  // for --max-nan-iterations (count_unusable_iteration)
+  int64_t consecutive_unusable_ = 0;   // for --max-nan-iterations (count_unusable_iteration)
+  int64_t consecutive_overflows_ = 0;  // of those, fp16 overflows at a constant loss scale
   int64_t last_saved_iteration_ = -1;
   bool abandoned_reported_ = false;  // --keep-last found an abandoned continuation's iterations (said once)
   // The checkpoint in --save this run continues from (the one it loaded, then its last

@@ -203,6 +203,13 @@ std::string abandoned_note(const fs::path& root, int64_t latest, const std::vect
          "counted (a save of the same iteration replaces one); delete them by hand if they are not wanted";
 }
 
+// The directory holding `dir` ("X" for "X/iter_0000010" and "X/iter_0000010/").
+fs::path containing_directory(const fs::path& dir) {
+  fs::path d = dir.lexically_normal();
+  if (!d.has_filename()) d = d.parent_path();
+  return d.has_parent_path() ? d.parent_path() : fs::path(".");
+}
+
 // Whether two paths name the same directory (--load and --save given differently).
 bool same_directory(const fs::path& a, const fs::path& b) {
   std::error_code ec1, ec2;
@@ -350,7 +357,7 @@ bool Trainer::load_checkpoint() {
   const CheckpointMetadata& m = ckpt->metadata();
   // The saves continue this checkpoint's history when they go to its directory and go on
   // from its iteration (a fine-tune starts a history of its own).
-  if (!opt_.save.empty() && !opt_.finetune && same_directory(dir->parent_path(), opt_.save))
+  if (!opt_.save.empty() && !opt_.finetune && same_directory(containing_directory(*dir), opt_.save))
     previous_checkpoint_ = m.iteration;
   const ParallelLayout& L = m.layout;
   double gigabytes = 0;

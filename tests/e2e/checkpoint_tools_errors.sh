@@ -129,7 +129,7 @@ b[len(b) - 100] ^= 0x01
 open(p, "wb").write(b)
 EOF
 expect_error trident-eval "$model: checksum mismatch" "$eval_bin" "${args[@]}" --load "$tmp/ck"
-expect_error trident-convert "$model: checksum mismatch" "$convert" --load "$tmp/ck" --save "$tmp/out2"
+expect_error trident-convert "$model: checksum mismatch" "$convert" --load "$tmp/ck" --save "$tmp/out2/deeper"
 nothing_at "$tmp/out2" "a corrupt model file"
 expect_error trident-convert "$model: checksum mismatch" "$convert" --to hf --load "$tmp/ck" --save "$tmp/hf_out"
 [[ -e $tmp/hf_out ]] && { echo "FAIL: a failed HF export left $tmp/hf_out"; fails=$((fails + 1)); }

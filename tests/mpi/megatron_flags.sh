@@ -5,6 +5,7 @@
 #  - without a data path rank 0 alone says once that training runs on synthetic tokens, and
 #    --mock-data asks for them without the note;
 #  - --use-distributed-optimizer is ZeRO stage 1;
+#  - --log-params-norm with TensorBoard at tp 2 (the norm is collective; rank 0 alone writes);
 #  - --exit-duration-in-mins: when one rank's time is up every rank stops after the same
 #    iteration (an all-reduce MAX; the ranks are given different limits), saves there and
 #    exits 0;
@@ -43,6 +44,17 @@ if [[ $rc -eq 0 ]] && ! grep -q 'synthetic tokens' "$tmp/mock.log" && grep -q ',
   echo "ok: --mock-data without the note; --use-distributed-optimizer is zero stage 1"
 else
   fail "--mock-data --use-distributed-optimizer: rc $rc"; cat "$tmp/mock.err"
+fi
+
+# --log-params-norm with TensorBoard, whose writer only rank 0 holds: the norm (collective)
+# is computed on every rank at the TensorBoard iterations between the log lines too.
+"${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-iters 4 --log-interval 4 --tensorboard-dir "$tmp/tb" \
+  --tensorboard-log-interval 1 --log-params-norm --tensor-model-parallel-size 2 >"$tmp/pn.log" 2>"$tmp/pn.err"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q '^ iteration        4/       4 | .* params norm: [0-9]*\.[0-9]* |' "$tmp/pn.log"; then
+  echo "ok: --log-params-norm with TensorBoard every iteration at tp 2"
+else
+  fail "--log-params-norm with TensorBoard: rc $rc (124: hung)"; cat "$tmp/pn.err"
 fi
 
 # Rank 1 runs out of time after its first iteration, rank 0 would run for days.

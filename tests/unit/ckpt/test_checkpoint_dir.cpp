@@ -276,6 +276,16 @@ TEST(CheckpointDir, PruneFollowsTheRecordedHistory) {
   r = prune(loop, 5);
   EXPECT_TRUE(r.removed_iterations.empty());
   EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{4}));
+  // A metadata file that cannot be read (a file system's hiccup) ends the history there: no
+  // guess from the next lower iteration, which may be an abandoned run's.
+  const fs::path broken = d / "broken";
+  save(broken, 10, 10.0f, kFromScratch);
+  save(broken, 20, 20.0f, kUnrecorded);  // would fall back to 10
+  save(broken, 30, 30.0f, after(20));
+  spit((broken / "iter_0000020" / kMetadataFileName).string(), "{");
+  r = prune(broken, 1);
+  EXPECT_EQ(r.removed_iterations, (std::vector<int64_t>{20}));
+  EXPECT_EQ(r.abandoned_iterations, (std::vector<int64_t>{10}));
 }
 
 // The pid of a process that has exited (and been reaped).

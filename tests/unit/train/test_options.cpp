@@ -424,11 +424,14 @@ TEST(Options, DataPathsTakeWordListsAndReplaceEachOther) {
   o = parse(with_vocab({"--config", yaml2, "--data-path", "P"}));
   EXPECT_EQ(o.data_path, (std::vector<std::string>{"P"}));
   EXPECT_TRUE(o.train_data_path.empty());
-  // A string of words splits at whitespace, as the shell splits a launcher's $DATA_PATH.
-  const std::string yaml3 = write_yaml("data_paths3", "data-path: \" 0.3 A\t0.7  B \"\nrampup-batch-size: 4 4 64\n");
+  // A plain string of words splits at whitespace, as the shell splits a launcher's $DATA_PATH;
+  // a quoted one is one word (a path with a space).
+  const std::string yaml3 = write_yaml("data_paths3", "data-path: 0.3 A  0.7 B\nrampup-batch-size: 4 4 64\n");
   o = parse(with_vocab({"--config", yaml3, "--train-samples", "1000", "--global-batch-size", "16"}));
   EXPECT_EQ(o.data_path, (std::vector<std::string>{"0.3", "A", "0.7", "B"}));
   EXPECT_EQ(o.rampup_batch_size, (std::vector<std::string>{"4", "4", "64"}));
+  const std::string yaml4 = write_yaml("data_paths4", "data-path: \"/data/my corpus/text_document\"\n");
+  EXPECT_EQ(parse(with_vocab({"--config", yaml4})).data_path, (std::vector<std::string>{"/data/my corpus/text_document"}));
 
   EXPECT_NE(error_of(with_vocab({"--data-path", "A", "--train-data-path", "B"})).find("alternatives"),
             std::string::npos);
@@ -766,6 +769,8 @@ TEST(Options, EveryBadValueNamesItsFlag) {
       {{"--pipeline-model-parallel-size", "2", "--num-layers", "4", "--num-virtual-stages-per-pipeline-rank", "0",
         "--num-layers-per-virtual-pipeline-stage", "1"},
        "alternatives"},
+      {{"--ffn-hidden-size", "0"}, "--ffn-hidden-size (0) must be 4 x --hidden-size"},
+      {{"--kv-channels", "0"}, "--kv-channels (0) must be"},
   };
   for (const BadCase& c : cases) {
     const std::string msg = error_of(c.args);

@@ -299,7 +299,8 @@ TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
   EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{15, 20, 25, 30}));
   EXPECT_EQ(latest_iteration(dir), 20);
   const std::string note = "trident: --keep-last: iter_0000020, iter_0000025, iter_0000030 in " + dir.string() +
-                           " lie above the latest checkpoint (iteration 15), left by an abandoned continuation";
+                           " are not in the history of the latest checkpoint (iteration 15), left by an abandoned "
+                           "continuation";
   const std::string text = log.str();
   EXPECT_TRUE(has(text, note)) << text;
   EXPECT_EQ(text.find("--keep-last:"), text.rfind("--keep-last:")) << "said once";
