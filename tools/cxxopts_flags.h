@@ -7,9 +7,11 @@
 #include <cxxopts.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/decimal.h"
 #include "core/error.h"
 #include "tools/integer_flag.h"
 
@@ -46,18 +48,12 @@ inline long long integer_flag(const cxxopts::ParseResult& r, const std::string& 
   return parse_integer_flag(flag, r[flag].as<std::string>(), lo, hi);
 }
 
-// The whole text of --flag as a number.
+// The whole text of --flag as a number (core/decimal.h).
 inline double number_flag(const cxxopts::ParseResult& r, const std::string& flag) {
   const std::string text = r[flag].as<std::string>();
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size()) throw ConfigError("--" + flag + ": expected a number, got \"" + text + "\"");
-  return v;
+  const std::optional<double> v = parse_decimal(text);
+  if (!v) throw ConfigError("--" + flag + ": expected a number, got \"" + text + "\"");
+  return *v;
 }
 
 }  // namespace trident

@@ -70,9 +70,19 @@ struct Prompt {
   std::string where;  // for errors: "--prompt (#2)" or "--sample-input-file F line 3"
 };
 
+// `bytes` with every invalid UTF-8 sequence replaced by U+FFFD, exactly as the JSON outputs
+// write it (nlohmann's replace handler), so stdout and the files carry the same text.
+std::string valid_utf8(const std::string& bytes) {
+  return nlohmann::json::parse(nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 // One prompt per line; as in the JSONL reader, a line loses one trailing '\r' (a file with
 // Windows line ends) and then an empty line is skipped.
 std::vector<Prompt> read_prompts(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("--sample-input-file: " + path + " is a directory, not a file of prompts");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw ConfigError("--sample-input-file: cannot read " + path);
   std::vector<Prompt> prompts;
@@ -282,10 +292,12 @@ int generate_main(int argc, char** argv) {
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
     const std::vector<int32_t>& generated = s.continuation.tokens;
-    const std::string text = tokenizer->decode(generated);
+    // A sample can end inside a multi-byte character: its bytes, and the prompt's, become
+    // U+FFFD on stdout as in the JSON files (Megatron and HF decode with errors="replace").
+    const std::string text = valid_utf8(tokenizer->decode(generated));
     tokens += static_cast<int64_t>(generated.size());
     std::cout << "=== sample " << i + 1 << (s.prompt.empty() ? " (unconditional)" : "") << " ===\n"
-              << s.prompt << text << "\n";
+              << valid_utf8(s.prompt) << text << "\n";
     jsonl += json_line({{"prompt", s.prompt}, {"text", text}, {"tokens", generated.size()}});
     genfile += genfile_line(text, s.continuation);
   }

@@ -4,11 +4,14 @@
 // on a backend that allocates nothing and running one iteration (train/memory_plan.h): the
 // figures are trident-train's own "peak memory" line, for a 16B model on a laptop.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/decimal.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "parallel/pipeline_schedule.h"
@@ -54,14 +57,10 @@ std::vector<std::string> take_plan_flags(int argc, char** argv, PlanFlags& f) {
       f.world = static_cast<int>(parse_integer_flag("world-size", t.value(), 1, 1 << 20));
     } else if (t.name == "--gpu-memory-gib") {
       const std::string v = t.value();
-      size_t used = 0;
-      try {
-        f.gpu_gib = std::stod(v, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != v.size() || !(f.gpu_gib > 0))
+      const std::optional<double> gib = parse_decimal(v);
+      if (!gib || !(*gib > 0) || !std::isfinite(*gib))
         throw ConfigError("--gpu-memory-gib: expected a positive number, got \"" + v + "\"");
+      f.gpu_gib = *gib;
     } else {
       return false;
     }

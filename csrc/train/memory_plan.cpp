@@ -26,7 +26,7 @@ StageMemory plan_stage_memory(const TrainOptions& opt, int world, int stage) {
                     quiet, par.get());
     const ParamStore& params = trainer.model().params();
     m.layers = trainer.chunk_layers();
-    m.parameters = params.numel();
+    for (const LocalParam& p : params.list()) m.parameters += p.numel();  // not the buffer's alignment padding
     m.weights = params.flat_params().nbytes();
     m.gradients = params.flat_grads().nbytes();
     m.optimizer = trainer.optimizer().state_bytes();

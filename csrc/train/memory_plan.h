@@ -20,7 +20,8 @@ namespace trident {
 struct StageMemory {
   int stage = 0;
   std::vector<LayerRange> layers;  // of each model chunk
-  int64_t parameters = 0;          // elements of the rank's parameter slices (padding included)
+  int64_t parameters = 0;          // elements of the rank's parameter slices (the padded vocabulary's
+                                   // rows included, the flat buffer's alignment not)
   size_t weights = 0, gradients = 0, optimizer = 0;  // bytes: flat parameters, flat gradients, optimizer state
   size_t after_setup = 0;  // bytes in use once the trainer is built
   size_t peak = 0;         // the most bytes in use at once, over setup and one training iteration

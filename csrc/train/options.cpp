@@ -16,6 +16,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "core/decimal.h"
 #include "core/error.h"
 
 namespace trident {
@@ -380,8 +381,12 @@ T convert(const std::string& flag, const std::string& raw) {
     else if constexpr (std::is_same_v<T, uint64_t>) {
       if (text.find('-') != std::string::npos) throw std::invalid_argument("negative");
       v = std::stoull(text, &used);
-    } else if constexpr (std::is_same_v<T, float>) v = std::stof(text, &used);
-    else v = std::stod(text, &used);
+    } else {  // Python's float(): decimal only (core/decimal.h)
+      const std::optional<double> d = parse_decimal(text);
+      if (!d) throw std::invalid_argument("not a decimal number");
+      v = static_cast<T>(*d);
+      used = text.size();
+    }
     if (used != text.size()) throw std::invalid_argument("trailing characters");
     if constexpr (std::is_floating_point_v<T>)
       if (!std::isfinite(v)) throw std::invalid_argument("not finite");

@@ -60,6 +60,18 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r["prompt"] for r in rows] == ["Hello world, this is", "a, b, c", "last"], rows
 PY
 then ok "--prompt with commas: three prompts, each whole, in order"; else fail "comma prompts: $(cat "$tmp/comma.jsonl")"; fi
+# Bytes that are not UTF-8 (here half a character in the prompt; a sample can end inside one):
+# U+FFFD on stdout, as in the JSON lines, so both carry the same valid text.
+gen --load "$tmp/ckpt" --prompt $'Half \xe4\xb8 a character' --greedy --out-seq-length 3 \
+  --sample-output-file "$tmp/half.jsonl" >"$tmp/half.out" 2>/dev/null || fail "a prompt with half a character"
+if python3 - "$tmp/half.out" "$tmp/half.jsonl" <<'PY'
+import json, sys
+out = open(sys.argv[1], "rb").read().decode("utf-8")  # raises on invalid UTF-8
+row = json.loads(open(sys.argv[2]).read())
+assert row["prompt"] == "Half \ufffd a character", row
+assert row["prompt"] + row["text"] in out, (out, row)
+PY
+then ok "half a character: U+FFFD on stdout and in the JSON line"; else fail "invalid UTF-8 on stdout: $(od -c "$tmp/half.out" | head -3)"; fi
 
 printf 'First prompt\n\nSecond one\n' >"$tmp/prompts.txt"
 gen --load "$tmp/ckpt" --sample-input-file "$tmp/prompts.txt" --out-seq-length 8 --sample-output-file "$tmp/out.jsonl" \

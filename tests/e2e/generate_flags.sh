@@ -38,6 +38,9 @@ expect_error "--num-samples (unconditional samples) cannot be combined with --pr
 expect_error "--num-samples (unconditional samples) cannot be combined with --sample-input-file" \
   --sample-input-file "$tmp/prompts.txt" --num-samples 2
 expect_error "--load" --num-samples 2
+# A directory is not a file of prompts; numbers are Python's float(), not C's hex floats.
+expect_error "--sample-input-file: $tmp is a directory, not a file of prompts" --sample-input-file "$tmp"
+expect_error "--top-p: expected a number, got \"0x1p-1\"" --prompt hi --top-p 0x1p-1
 # 0 is Megatron's prompt mode: fine with prompts, an error without.
 expect_error "--load" --sample-input-file "$tmp/prompts.txt" --num-samples 0
 expect_error "--num-samples 0 (prompt mode) needs --prompt or --sample-input-file" --num-samples 0

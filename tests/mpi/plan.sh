@@ -45,6 +45,14 @@ same 4 --num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2 --fp16 --r
 same 2 --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
 same 4 --num-layers 4 --tensor-model-parallel-size 4 --sequence-parallel --bf16
 
+# The parameters column counts the rank's parameters, not the ZeRO buffer's padding to a
+# multiple of the data-parallel size (gpt2-tiny's 136960 at dp 2 and dp 3).
+params() { "$plan" --config "$repo/configs/gpt2-tiny.yaml" --micro-batch-size 2 --global-batch-size 12 --train-iters 10 \
+  --lr-warmup-iters 0 "$@" 2>&1 | awk '$1 == "0" { print $3 }'; }
+counts="$(params --world-size 1) $(params --world-size 2 --zero-stage 1) $(params --world-size 3 --zero-stage 2)"
+[[ $counts == "136960 136960 136960" ]] && echo "parameters with and without ZeRO: $counts" ||
+  fail "parameters column with ZeRO: $counts"
+
 # Verdicts for the seed's 16B layout on 16 GiB cards.
 seed16b=(--config "$repo/configs/gpt2-16b.yaml" --tensor-model-parallel-size 4 --pipeline-model-parallel-size 8
          --world-size 128 --gpu-memory-gib 16)
@@ -75,5 +83,6 @@ bad() {  # bad <text> <flags...>
 }
 bad "--world-size (3) must be a multiple of --tensor-model-parallel-size (2)" --tensor-model-parallel-size 2 --world-size 3
 bad "--gpu-memory-gib: expected a positive number" --gpu-memory-gib lots
+bad "--gpu-memory-gib: expected a positive number" --gpu-memory-gib inf
 bad "--global-batch-size" --world-size 2 --micro-batch-size 4 --global-batch-size 4
 [[ $fails -eq 0 ]]

@@ -770,6 +770,7 @@ TEST(Options, EveryBadValueNamesItsFlag) {
         "--num-layers-per-virtual-pipeline-stage", "1"},
        "alternatives"},
       {{"--ffn-hidden-size", "0"}, "--ffn-hidden-size (0) must be 4 x --hidden-size"},
+      {{"--lr", "0x1p-10"}, "--lr: cannot parse '0x1p-10' as a number"},  // Python's float() refuses hex
       {{"--kv-channels", "0"}, "--kv-channels (0) must be"},
   };
   for (const BadCase& c : cases) {
