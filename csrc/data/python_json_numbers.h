@@ -1,9 +1,10 @@
-#pragma once
 // Megatron's tools/preprocess_data.py reads each JSONL line with Python's json.loads, which
 // takes number forms that strict JSON parsers (simdjson) refuse: NaN, Infinity and -Infinity
 // (what json.dumps writes for a float NaN or inf, as exports from pandas do), integers of any
 // size, and numbers beyond a double's range (read as inf). Megatron then reads only the
 // --json-keys fields, so such a value elsewhere in a document does not stop it.
+#pragma once
+
 #include <optional>
 #include <string>
 #include <string_view>
