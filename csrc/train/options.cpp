@@ -909,14 +909,15 @@ void validate_model_options(const TrainOptions& o) {
     throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(P) + ") must not exceed --num-layers (" +
                       std::to_string(L) + ")");
   const int per_chunk = o.num_layers_per_virtual_pipeline_stage, chunks = o.num_virtual_stages_per_pipeline_rank;
-  const bool per_chunk_given = o.given_flags.count("num-layers-per-virtual-pipeline-stage") > 0;
-  const bool chunks_given = o.given_flags.count("num-virtual-stages-per-pipeline-rank") > 0;
-  if (per_chunk != 0 || chunks != 0 || per_chunk_given || chunks_given) {
-    const std::string flag = per_chunk != 0 || (per_chunk_given && chunks == 0)
-                                 ? "--num-layers-per-virtual-pipeline-stage"
-                                 : "--num-virtual-stages-per-pipeline-rank";
-    const int value = flag == "--num-layers-per-virtual-pipeline-stage" ? per_chunk : chunks;
-    if (per_chunk_given && chunks_given)
+  // Set on the command line or in the file (a given 0 included), or by hand in the options.
+  const auto set = [&](const char* flag, int64_t value) { return value != 0 || o.given_flags.count(flag) > 0; };
+  const bool by_layers = set("num-layers-per-virtual-pipeline-stage", per_chunk);
+  const bool by_chunks = set("num-virtual-stages-per-pipeline-rank", chunks);
+  if (by_layers || by_chunks) {
+    const std::string flag =
+        by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank";
+    const int value = by_layers ? per_chunk : chunks;
+    if (by_layers && by_chunks)
       throw ConfigError("--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank are "
                         "alternatives: give one");
     if (value < 1) throw ConfigError(flag + " must be positive");
@@ -938,10 +939,10 @@ void validate_model_options(const TrainOptions& o) {
                         ") must be a multiple of 4");
   }
   const int64_t H = o.model.hidden_size, heads = o.model.num_attention_heads;
-  if ((o.ffn_hidden_size != 0 || o.given_flags.count("ffn-hidden-size")) && o.ffn_hidden_size != 4 * H)
+  if (set("ffn-hidden-size", o.ffn_hidden_size) && o.ffn_hidden_size != 4 * H)
     throw ConfigError("--ffn-hidden-size (" + std::to_string(o.ffn_hidden_size) + ") must be 4 x --hidden-size (" +
                       std::to_string(4 * H) + "): GPT-2's MLP");
-  if ((o.kv_channels != 0 || o.given_flags.count("kv-channels")) && (heads <= 0 || o.kv_channels * heads != H))
+  if (set("kv-channels", o.kv_channels) && (heads <= 0 || o.kv_channels * heads != H))
     throw ConfigError("--kv-channels (" + std::to_string(o.kv_channels) + ") must be --hidden-size / " +
                       "--num-attention-heads (" + (heads > 0 ? std::to_string(H / heads) : std::string("?")) +
                       "): GPT-2's head width");

@@ -19,6 +19,18 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# ended <rc> <ns at the start> <stderr> <seconds allowed> <what>: the job ended on its own (not
+# timeout's 124) within the seconds allowed, with the timeout's line.
+ended() {
+  local rc=$1 took=$((($(date +%s%N) - $2) / 1000000000)) err=$3 allowed=$4 what=$5
+  local line
+  line=$(grep -m1 'longer than --distributed-timeout-minutes 0.05' "$err")
+  if [[ $rc -ne 0 && $rc -ne 124 && -n $line && $took -lt $allowed ]]; then
+    echo "ok: $what: the job ended in ${took} s, exit status $rc: $line"
+  else
+    echo "FAIL: $what: exit status $rc (124: the job hung) after ${took} s"; cat "$err"; exit 1
+  fi
+}
 # The tensorboard directory is only the mark that finds this job's processes.
 timeout 120 mpirun --oversubscribe -np 2 --bind-to none "$train" --config "$repo/configs/gpt2-tiny.yaml" \
   --device cpu --train-iters 1000000 --lr-warmup-iters 0 --eval-iters 0 --log-interval 1 \
@@ -34,15 +46,7 @@ fi
 stopped=$(date +%s%N)
 kill -STOP "${ranks[1]}"
 wait "$job"
-rc=$?
-took=$((($(date +%s%N) - stopped) / 1000000000))
-line=$(grep -m1 'longer than --distributed-timeout-minutes 0.05' "$tmp/err")
-if [[ $rc -ne 0 && $rc -ne 124 && -n $line && $took -lt 30 ]]; then
-  echo "ok: the job ended ${took} s after a rank stopped (limit 3 s), exit status $rc: $line"
-else
-  echo "FAIL: exit status $rc (124: the job hung) ${took} s after a rank stopped"; tail -5 "$tmp/out"; cat "$tmp/err"
-  exit 1
-fi
+ended $? "$stopped" "$tmp/err" 30 "a rank stopped in training (limit 3 s)"
 
 [[ -n $vocab && -f $vocab/gpt2-vocab.json ]] || { echo "skipped the start-up case: no GPT-2 vocabulary given"; exit 0; }
 "$repo/tools/make-demo-data.sh" "$tmp/demo.jsonl" >/dev/null
@@ -59,12 +63,4 @@ common=(--device cpu --eval-iters 0 --num-layers 1 --hidden-size 32 --num-attent
 started=$(date +%s%N)
 timeout 60 mpirun --oversubscribe --bind-to none -np 1 "$train" "${common[@]}" --vocab-file "$vocab/gpt2-vocab.json" \
   : -np 1 "$train" "${common[@]}" --vocab-file "$tmp/vocab.fifo" >"$tmp/out2" 2>"$tmp/err2"
-rc=$?
-took=$((($(date +%s%N) - started) / 1000000000))
-line=$(grep -m1 'longer than --distributed-timeout-minutes 0.05' "$tmp/err2")
-if [[ $rc -ne 0 && $rc -ne 124 && -n $line && $took -lt 40 ]]; then
-  echo "ok: a rank stuck before the data build ended the job in ${took} s, exit status $rc: $line"
-else
-  echo "FAIL: a rank stuck before the data build: exit status $rc (124: the job hung) after ${took} s"
-  tail -5 "$tmp/out2"; cat "$tmp/err2"; exit 1
-fi
+ended $? "$started" "$tmp/err2" 40 "a rank stuck before the data build"
