@@ -145,5 +145,8 @@ double ProfilingBackend::sum_squares_multi(const std::vector<Tensor>& list) {
 double ProfilingBackend::sum_squares(const Tensor& t) { return timed("reduce", [&] { return inner_->sum_squares(t); }); }
 double ProfilingBackend::sum(const Tensor& t) { return timed("reduce", [&] { return inner_->sum(t); }); }
 bool ProfilingBackend::has_inf_or_nan(const Tensor& t) { return timed("reduce", [&] { return inner_->has_inf_or_nan(t); }); }
+int64_t ProfilingBackend::count_zeros_multi(const std::vector<Tensor>& list) {
+  return timed("reduce", [&] { return inner_->count_zeros_multi(list); });
+}
 
 }  // namespace trident

@@ -7,7 +7,7 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 # GPU machine the same command trains on the GPU (--device auto). Then the same corpus
 # again through the launcher, as on a GPU node: mpirun -np 4 launch/run-one-node.sh at
 # tp2 x pp2 (on the CPU unless the machine has 4 GPUs; skipped without mpirun).
-# Variables: BUILD_DIR [./build], TRAIN_ITERS [200], DEVICE [auto], MPI_TRAIN_ITERS [50],
+# Variables: BUILD_DIR [<repo>/build], TRAIN_ITERS [200], DEVICE [auto], MPI_TRAIN_ITERS [50],
 # MPI_DEVICE [auto with 4+ GPUs, else cpu]; extra arguments go to the single-process run.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -3,7 +3,10 @@
 if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRECT bash "$0" "$@"; fi
 # Per-rank wrapper around trident-train, run once per GPU by an MPI launcher:
 #   N_GPUS=4 TP_SIZE=2 PP_SIZE=2 DATA_PATH=data/my-gpt2_text_document mpirun -np 4 launch/run-one-node.sh
-# Extra arguments ("$@") go to trident-train last, so they win over everything below.
+# Extra arguments ("$@") go to trident-train last, so they win over the same flag below. Set
+# the schedule through the variables (TRAIN_ITERS or TRAIN_SAMPLES, LR_WARMUP_ITERS, ...):
+# the script always passes one of each of Megatron's alternative flags, which an added
+# --train-samples or --lr-warmup-samples would meet rather than replace.
 #
 # Each rank: picks its GPU from the MPI local rank (CUDA_VISIBLE_DEVICES; an existing list
 # is indexed by the local rank), sizes OMP/BLAS threads to the cores shared by the ranks on

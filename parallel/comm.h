@@ -37,6 +37,8 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The world rank of each of the group's ranks, where known (MPI); empty otherwise.
+  virtual std::vector<int> world_ranks() const { return {}; }
   virtual void allreduce(const Tensor& t, ReduceOp op) = 0;                // in place
   // out = size x in; `in` may be this rank's own block of `out` (gather in place).
   virtual void allgather(const Tensor& in, const Tensor& out) = 0;

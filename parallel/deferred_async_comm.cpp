@@ -29,6 +29,7 @@ class DeferredAsyncComm final : public Comm {
   explicit DeferredAsyncComm(std::unique_ptr<Comm> inner) : inner_(std::move(inner)) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
+  std::vector<int> world_ranks() const override { return inner_->world_ranks(); }
   void allreduce(const Tensor& t, ReduceOp op) override { inner_->allreduce(t, op); }
   void allgather(const Tensor& in, const Tensor& out) override { inner_->allgather(in, out); }
   void reduce_scatter(const Tensor& in, const Tensor& out) override { inner_->reduce_scatter(in, out); }

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "parallel/collective_timeout.h"
+#include "parallel/wait_names.h"
 
 #ifdef TRIDENT_MPI_CUDA_STAGING
 #include <cuda_runtime_api.h>
@@ -84,11 +86,26 @@ class HostStage {
   void (*free_)(void*) = nullptr;
 };
 
+// The world rank of each rank of `comm`.
+std::vector<int> world_ranks_of(MPI_Comm comm, int size) {
+  MPI_Group group, world;
+  MPI_Comm_group(comm, &group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> local(static_cast<size_t>(size)), global(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) local[i] = i;
+  MPI_Group_translate_ranks(group, size, local.data(), world, global.data());
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return global;
+}
+
 class MpiComm final : public Comm {
  public:
   explicit MpiComm(MPI_Comm comm) : comm_(comm) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
+    world_ranks_ = world_ranks_of(comm_, size_);
+    names_ = WaitNames("MPI", world_ranks_);
   }
   ~MpiComm() override {
     if (comm_ != MPI_COMM_NULL && comm_ != MPI_COMM_WORLD) {
@@ -99,11 +116,12 @@ class MpiComm final : public Comm {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::vector<int> world_ranks() const override { return world_ranks_; }
 
   // Each op: host buffers take the host path directly; device buffers are staged through
   // pinned host memory around the same host path.
   void allreduce(const Tensor& t, ReduceOp op) override {
-    const CollectiveWait wait("MPI allreduce");
+    const CollectiveWait wait(names_.op("allreduce"));
     if (!on_device(t)) return allreduce_host(t, op);
     if (size_ == 1) return;
     const Tensor h = stage(a_, t, true);
@@ -111,7 +129,7 @@ class MpiComm final : public Comm {
     unstage(t, h);
   }
   void allgather(const Tensor& in, const Tensor& out) override {
-    const CollectiveWait wait("MPI allgather");
+    const CollectiveWait wait(names_.op("allgather"));
     if (!on_device(in, out)) return allgather_host(in, out);
     TRIDENT_CHECK(out.nbytes() == in.nbytes() * size_, "allgather sizes");
     const bool in_place = in.data == static_cast<char*>(out.data) + rank_ * in.nbytes();
@@ -124,21 +142,21 @@ class MpiComm final : public Comm {
     unstage(out, ho);
   }
   void reduce_scatter(const Tensor& in, const Tensor& out) override {
-    const CollectiveWait wait("MPI reduce-scatter");
+    const CollectiveWait wait(names_.op("reduce-scatter"));
     if (!on_device(in, out)) return reduce_scatter_host(in, out);
     const Tensor hi = stage(a_, in, true), ho = stage(b_, out, false);
     reduce_scatter_host(hi, ho);
     unstage(out, ho);
   }
   void broadcast(const Tensor& t, int root) override {
-    const CollectiveWait wait("MPI broadcast");
+    const CollectiveWait wait(names_.op("broadcast"));
     if (!on_device(t)) return broadcast_host(t, root);
     const Tensor h = stage(a_, t, rank_ == root);
     broadcast_host(h, root);
     if (rank_ != root) unstage(t, h);
   }
   void exchange(const std::vector<P2pTransfer>& transfers) override {
-    const CollectiveWait wait("MPI point-to-point transfers");
+    const CollectiveWait wait(names_.exchange(transfers));
     const size_t n = transfers.size();
     while (p2p_stages_.size() < n) p2p_stages_.emplace_back();
     std::vector<Tensor> host(n);
@@ -175,7 +193,7 @@ class MpiComm final : public Comm {
       if (!transfers[i].send && on_device(transfers[i].tensor)) unstage(transfers[i].tensor, host[i]);
   }
   void barrier() override {
-    const CollectiveWait wait("MPI barrier");
+    const CollectiveWait wait(names_.op("barrier"));
     MPI_CHECK(MPI_Barrier(comm_));
   }
 
@@ -252,6 +270,8 @@ class MpiComm final : public Comm {
   }
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  std::vector<int> world_ranks_;  // of this comm's ranks
+  WaitNames names_{"MPI", {}};    // set once world_ranks_ is known
   std::vector<float> staging_;  // grow-only
   HostStage a_, b_;             // pinned copies of device buffers (first and second operand)
   std::deque<HostStage> p2p_stages_;  // one per transfer of an exchange

@@ -20,6 +20,7 @@
 
 #include "parallel/collective_timeout.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/wait_names.h"
 #endif
 
 namespace trident {
@@ -83,7 +84,7 @@ ncclDataType_t nccl_type(DType t) {
 class NcclComm final : public Comm {
  public:
   NcclComm(std::unique_ptr<Comm> host, int device, cudaStream_t compute)
-      : host_(std::move(host)), device_(device), compute_(compute) {
+      : host_(std::move(host)), device_(device), compute_(compute), names_("NCCL", host_->world_ranks()) {
     activate();
     // Group rank 0 makes the id; the group's MPI communicator carries it to the others.
     ncclUniqueId id;
@@ -125,11 +126,12 @@ class NcclComm final : public Comm {
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
+  std::vector<int> world_ranks() const override { return host_->world_ranks(); }
 
   void allreduce(const Tensor& t, ReduceOp op) override {
     if (on_host(t)) return host_->allreduce(t, op);
     if (t.numel() == 0) return;
-    Ordered o(*this, "NCCL allreduce");
+    Ordered o(*this, names_.op("allreduce"));
     NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype),
                              op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_));
   }
@@ -141,7 +143,7 @@ class NcclComm final : public Comm {
     if (in.nbytes() == 0) return;
     // In place when `in` is this rank's block of `out`: NCCL detects sendbuff ==
     // recvbuff + rank * sendcount itself, so the same call serves both cases.
-    Ordered o(*this, "NCCL allgather");
+    Ordered o(*this, names_.op("allgather"));
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
   }
 
@@ -150,7 +152,7 @@ class NcclComm final : public Comm {
     TRIDENT_CHECK(in.numel() == out.numel() * size() && in.dtype == out.dtype, "NcclComm reduce_scatter: in ",
                   in.shape.str(), " is not ", size(), " x out ", out.shape.str());
     if (out.numel() == 0) return;
-    Ordered o(*this, "NCCL reduce-scatter");
+    Ordered o(*this, names_.op("reduce-scatter"));
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype), ncclSum,
                                  comm_, stream_));
   }
@@ -158,7 +160,7 @@ class NcclComm final : public Comm {
   void broadcast(const Tensor& t, int root) override {
     if (on_host(t)) return host_->broadcast(t, root);
     if (t.nbytes() == 0) return;
-    Ordered o(*this, "NCCL broadcast");
+    Ordered o(*this, names_.op("broadcast"));
     NCCL_CHECK(ncclBroadcast(t.data, t.data, t.nbytes(), ncclUint8, root, comm_, stream_));
   }
 
@@ -168,7 +170,7 @@ class NcclComm final : public Comm {
     for (const P2pTransfer& x : transfers)
       TRIDENT_CHECK(on_host(x.tensor) == host, "NcclComm: an exchange with buffers on the host and on the GPU");
     if (host) return host_->exchange(transfers);
-    Ordered o(*this, "NCCL point-to-point transfers");
+    Ordered o(*this, names_.exchange(transfers));
     // One group: NCCL posts every transfer before waiting on any. Between two ranks it pairs
     // sends and receives in the order posted (no tags).
     NCCL_CHECK(ncclGroupStart());
@@ -190,7 +192,7 @@ class NcclComm final : public Comm {
     comm_after_compute();
     NCCL_CHECK(ncclAllReduce(t.data, t.data, static_cast<size_t>(t.numel()), nccl_type(t.dtype),
                              op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_));
-    track("NCCL allreduce");
+    track(names_.op("allreduce"));
     return std::make_unique<NcclWork>(compute_, stream_);
   }
 
@@ -201,7 +203,7 @@ class NcclComm final : public Comm {
     comm_after_compute();
     NCCL_CHECK(ncclReduceScatter(in.data, out.data, static_cast<size_t>(out.numel()), nccl_type(out.dtype), ncclSum,
                                  comm_, stream_));
-    track("NCCL reduce-scatter");
+    track(names_.op("reduce-scatter"));
     return std::make_unique<NcclWork>(compute_, stream_);
   }
 
@@ -211,7 +213,7 @@ class NcclComm final : public Comm {
                   out.shape.str(), " is not ", size(), " x in ", in.shape.str());
     comm_after_compute();
     NCCL_CHECK(ncclAllGather(in.data, out.data, in.nbytes(), ncclUint8, comm_, stream_));
-    track("NCCL allgather");
+    track(names_.op("allgather"));
     return std::make_unique<NcclWork>(compute_, stream_);
   }
 
@@ -330,6 +332,7 @@ class NcclComm final : public Comm {
   std::unique_ptr<Comm> host_;  // the group's host communicator (MpiComm or LocalComm)
   int device_;
   cudaStream_t compute_;
+  WaitNames names_;  // what a timeout calls each op (after host_: made from its world ranks)
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr, comm_done_ = nullptr;
   ncclComm_t comm_ = nullptr;

@@ -49,7 +49,8 @@ constexpr const char* kUsage =
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
-    "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N.\n"
+    "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N\n"
+    "(or Megatron's --ckpt-step N).\n"
     "A checkpoint OUT must hold no checkpoint yet (no latest_checkpointed_iteration.txt, no iter_* folder)\n"
     "unless --overwrite: then OUT's iteration of the same number is replaced and its latest pointer moves\n"
     "to the converted checkpoint.\n";
@@ -64,10 +65,16 @@ struct ConvertFlags {
 
 constexpr long long kMaxInt = std::numeric_limits<int>::max();
 
+// The flag that chose the iteration, for errors about it.
+const char* iteration_flag(const ConvertFlags& f) {
+  const auto it = f.given.find("ckpt-step");
+  return it != f.given.end() && it->second ? "--ckpt-step" : "--iteration";
+}
+
 ConvertFlags parse_flags(int argc, char** argv) {
   ConvertFlags f;
   const std::map<std::string, bool> known = {  // name -> takes a value
-      {"load", true},      {"save", true},         {"iteration", true}, {"target-tp", true},
+      {"load", true},      {"save", true},         {"iteration", true}, {"ckpt-step", true}, {"target-tp", true},
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
       {"help", false}};
@@ -102,7 +109,10 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "to") f.to = value;
     else if (name == "from") f.from = value;
     else if (name == "dtype") f.dtype = value;
-    else if (name == "iteration") f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
+    else if (name == "iteration" || name == "ckpt-step") {  // --ckpt-step: Megatron's name, as trident-train's
+      if (f.iteration) throw ConfigError("--ckpt-step and --iteration name one thing: give one");
+      f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
+    }
     else if (name == "target-tp") f.target_tp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "target-pp") f.target_pp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "make-vocab-size-divisible-by")
@@ -120,7 +130,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf only");
   if (f.given["make-vocab-size-divisible-by"] && f.from.empty())
     throw ConfigError("--make-vocab-size-divisible-by applies to --from hf only (a checkpoint keeps its own)");
-  if (!f.from.empty() && f.iteration) throw ConfigError("--iteration does not apply to --from hf");
+  if (!f.from.empty() && f.iteration) throw ConfigError(std::string(iteration_flag(f)) + " does not apply to --from hf");
   std::error_code ec;
   if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
     throw ConfigError("--save: must not be the --load directory (" + f.save + ")");
@@ -168,7 +178,7 @@ std::string layout_str(const ParallelLayout& L) {
 // A trident checkpoint -> a trident checkpoint at another layout.
 int convert_checkpoint(const ConvertFlags& f) {
   check_save_holds_no_checkpoint(f);
-  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration);
+  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration, iteration_flag(f));
   ShardedCheckpointReader ckpt(dir);
   const CheckpointMetadata& m = ckpt.metadata();
   const bool with_optimizer = !f.no_optimizer;
@@ -186,7 +196,7 @@ int convert_checkpoint(const ConvertFlags& f) {
 
 // A trident checkpoint -> a Hugging Face folder, written as OUT.tmp-* and renamed.
 int export_hf(const ConvertFlags& f) {
-  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration);
+  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration, iteration_flag(f));
   ShardedCheckpointReader ckpt(dir);
   const ModelConfig& cfg = ckpt.metadata().model;
   StDType dtype = to_st_dtype(cfg.dtype);
@@ -212,20 +222,21 @@ int export_hf(const ConvertFlags& f) {
     canonical[s.name] = HostTensor{shape_vec(stored_shape(s)),
                                    from_masters ? ckpt.optimizer_tensor(s.name, "master") : ckpt.model_tensor(s.name)};
   const fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
+  OutputWriteGuard guard;  // a failed export leaves neither its temporary nor the folders it made
+  guard.created = missing_directories(parent);
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string() + ": cannot create directory: " + ec.message());
-  const fs::path temp = parent / (final_dir.filename().string() + ".tmp-" + make_save_token());
-  try {
-    export_hf_gpt2(temp.string(), cfg, canonical, dtype);
-    fsync_dir(temp.string());
-    if (fs::exists(final_dir, ec)) fs::remove(final_dir, ec);  // the empty directory checked above
-    if (::rename(temp.c_str(), final_dir.c_str()) != 0)
-      throw IoError(final_dir.string() + ": cannot rename " + temp.string() + " to it: " + std::strerror(errno));
-    fsync_dir(parent.string());
-  } catch (...) {
-    fs::remove_all(temp, ec);
-    throw;
-  }
+  for (const fs::path& stale : remove_dead_writers_output_temporaries(final_dir))
+    std::cout << "trident-convert: removed " << stale.string() << ", left by an export whose process is gone"
+              << std::endl;
+  guard.temp = parent / (final_dir.filename().string() + ".tmp-" + make_save_token());
+  export_hf_gpt2(guard.temp.string(), cfg, canonical, dtype);
+  fsync_dir(guard.temp.string());
+  if (fs::exists(final_dir, ec)) fs::remove(final_dir, ec);  // the empty directory checked above
+  if (::rename(guard.temp.c_str(), final_dir.c_str()) != 0)
+    throw IoError(final_dir.string() + ": cannot rename " + guard.temp.string() + " to it: " + std::strerror(errno));
+  guard.released = true;
+  fsync_dir(parent.string());
   std::cout << "trident-convert: " << dir.string() << " (iteration " << ckpt.metadata().iteration
             << ") -> Hugging Face GPT2LMHeadModel " << final_dir.string() << " (" << st_dtype_name(dtype) << ")"
             << std::endl;

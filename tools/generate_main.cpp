@@ -165,6 +165,7 @@ int generate_main(int argc, char** argv) {
   o.add_options()
       ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
       ("iteration", "use DIR/iter_N instead of the latest", cxxopts::value<std::string>())
+      ("ckpt-step", "the same as --iteration (Megatron's name)", cxxopts::value<std::string>())
       ("vocab-file", "gpt2-vocab.json", cxxopts::value<std::string>())
       ("merge-file", "gpt2-merges.txt", cxxopts::value<std::string>())
       ("prompt", "text to continue (repeatable; commas are part of the text)", cxxopts::value<std::string>())
@@ -232,13 +233,16 @@ int generate_main(int argc, char** argv) {
     prompts.insert(prompts.end(), more.begin(), more.end());
   }
   std::optional<int64_t> iteration;
+  if (r.count("iteration") && r.count("ckpt-step"))
+    throw ConfigError("--ckpt-step and --iteration name one thing: give one");
   if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
+  if (r.count("ckpt-step")) iteration = integer_flag(r, "ckpt-step", 0, kMaxIterationFlag);
 
   auto tokenizer = make_tokenizer("GPT2BPETokenizer", vocab, merges);
   fs::path dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {
-    dir = resolve_checkpoint_dir(load, iteration);
+    dir = resolve_checkpoint_dir(load, iteration, r.count("ckpt-step") ? "--ckpt-step" : "--iteration");
     ckpt = std::make_unique<ShardedCheckpointReader>(dir);
   } catch (const IoError& e) {
     throw ConfigError(e.what());

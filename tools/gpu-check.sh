@@ -45,7 +45,7 @@
 # ("bf16 fp16"), GPU_CHECK_NCU=0 (no Nsight Compute profile of the attention kernels),
 # GPU_CHECK_GENERATE=0 (no generation run).
 # Exit status: 0 when every step ran and every test passed, 1 otherwise (the summary
-# says which step failed).
+# says which step failed), 3 at once on a machine where nvidia-smi lists no GPU.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 bundle_dir=$repo/build-gpu-bundle
@@ -109,6 +109,13 @@ if [[ ${1:-} == --make-bundle ]]; then
 fi
 
 # ---- on the GPU machine -----------------------------------------------------------------
+# Without a GPU nothing here can pass: say so before building or leaving logs (exit 3).
+# (GPU_CHECK_WITHOUT_GPU=1: tests/e2e/gpu_check.sh runs the logic with a stand-in bench.)
+if [[ -z ${GPU_CHECK_WITHOUT_GPU:-} ]] && ! compgen -G "/dev/nvidia[0-9]*" >/dev/null &&
+   [[ -z $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) ]]; then
+  echo "gpu-check: no GPU visible (no /dev/nvidia*, nvidia-smi lists none): nothing to check on this machine" >&2
+  exit 3
+fi
 logdir=${OUT:-$repo/build-gpu-logs}  # build*/ is ignored: logs never travel
 mkdir -p "$logdir"
 main_log=$logdir/gpu-check.log

@@ -14,6 +14,7 @@ packages=(
   libprotobuf-dev protobuf-compiler   # TensorBoard event records
   libxxhash-dev                       # checkpoint checksums
   fortunes fortunes-zh                # the demo corpus
+  curl ca-certificates                # get-gpt2-vocab.sh's download (minimal images have neither)
 )
 if [[ ${1:-} == --tests ]]; then
   packages+=(python3-torch python3-numpy)  # the PyTorch GPT-2 of tests/e2e/pytorch_reference.sh
@@ -28,7 +29,13 @@ done
 if ((${#missing[@]})); then
   echo "install-deps: installing ${missing[*]}"
   sudo=""
-  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  if [[ $(id -u) -ne 0 ]]; then
+    if ! command -v sudo >/dev/null; then
+      echo "install-deps: error: missing packages (${missing[*]}) and not root, without sudo: run as root" >&2
+      exit 2
+    fi
+    sudo="sudo"
+  fi
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -66,6 +66,7 @@ perl -e '
   }
   print STDERR "make-demo-data.sh: $n documents\n";
 ' "${en[@]}" "${zh_paths[@]}" > "$tmp"
+chmod "$(printf '%o' $((0666 & ~0$(umask))))" "$tmp"  # mktemp makes it 0600: an ordinary file's mode
 mv -f "$tmp" "$out"
 trap - EXIT
 echo "make-demo-data.sh: wrote $out ($(wc -c < "$out") bytes)" >&2

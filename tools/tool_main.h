@@ -31,9 +31,19 @@ inline int user_error(const char* tool, const std::exception& e, int rank) {
   return 2;
 }
 
+// A tool that succeeded but whose output did not all reach standard output (a full disk
+// under a redirection) fails: exit 2 with one line on stderr.
+inline int check_stdout_written(const char* tool) {
+  std::fflush(stdout);
+  if (!std::ferror(stdout)) return 0;
+  std::fprintf(stderr, "%s: error: standard output: a write failed (a full disk?)\n", tool);
+  return 2;
+}
+
 inline int run_tool(const char* tool, const std::function<int()>& body, int rank = 0, int world = 1) {
   try {
-    return body();
+    const int rc = body();
+    return rc == 0 ? check_stdout_written(tool) : rc;
   } catch (const ConfigError& e) {
     return user_error(tool, e, rank);
   } catch (const IoError& e) {

@@ -1,5 +1,9 @@
 // trident-train: train GPT-2 with Megatron-compatible flags, on one process or under
 // mpirun (one process per GPU; tensor x pipeline x data parallel).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -33,6 +37,23 @@ void check_save_dir(const std::string& save, ParallelContext& par) {
   });
 }
 
+// --save-canonical is written by rank 0 after training, into an existing directory: one
+// that is missing or not writable fails now, not after the run (whose weights are then
+// only in --save, if given).
+void check_save_canonical(const std::string& path, ParallelContext& par) {
+  run_on_rank0_for_all(par, [&] {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path file(path), dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+    if (fs::is_directory(file, ec)) throw ConfigError("--save-canonical: " + path + " is a directory");
+    if (!fs::is_directory(dir, ec))
+      throw ConfigError("--save-canonical: " + path + ": the directory " + dir.string() + " does not exist");
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      throw ConfigError("--save-canonical: " + path + ": the directory " + dir.string() +
+                        " is not writable: " + std::strerror(errno));
+  });
+}
+
 // --load is resolved before the data and the model are built: a --load naming no usable
 // checkpoint (train/checkpoint_to_load.h) fails in seconds, and --use-checkpoint-args shapes
 // the model as Megatron does, reading its arguments first. Every rank reads the same files,
@@ -40,6 +61,7 @@ void check_save_dir(const std::string& save, ParallelContext& par) {
 void load_before_building(TrainOptions& opt, ParallelContext& par) {
   const std::string taken = resolve_load(opt);
   if (!taken.empty() && par.world_rank() == 0) std::cout << "trident: --use-checkpoint-args: " << taken << std::endl;
+  check_checkpoint_fits_run(opt);
 }
 
 int train(int argc, char** argv) {
@@ -56,6 +78,7 @@ int train(int argc, char** argv) {
                                         resolve_comm_kind(opt.comm, *backend), backend.get(),
                                         flags_every_rank_shares(opt));
   if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
+  if (!opt.save_canonical.empty()) check_save_canonical(opt.save_canonical, *parallel);
   // Megatron trains on mock data only when asked (--mock-data); trident keeps its synthetic
   // default for the quickstart, but says so.
   if (!opt.has_data() && !opt.mock_data && parallel->world_rank() == 0)
@@ -72,6 +95,15 @@ int train(int argc, char** argv) {
     std::cout << "trident-train: note: --split has no effect with --train-data-path/--valid-data-path/"
                  "--test-data-path: each split's data is read whole"
               << std::endl;
+  // Saving flags without --save (Megatron is silent): a run stopped by --exit-interval or a
+  // signal would otherwise end without the checkpoint its flags seem to ask for.
+  if (opt.save.empty() && parallel->world_rank() == 0) {
+    std::string names;
+    for (const char* f : {"save-interval", "keep-last", "no-save-optim", "no-save-rng"})
+      if (opt.given_flags.count(f)) names += (names.empty() ? "--" : " --") + std::string(f);
+    if (!names.empty())
+      std::cout << "trident-train: note: " << names << " without --save: no checkpoint is saved" << std::endl;
+  }
   if (!opt.load.empty()) load_before_building(opt, *parallel);
   TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());

@@ -101,10 +101,14 @@ std::optional<TokenWriter> token_writer(const std::string& token) {
 }
 
 // Whether the writer a save token names ran on this host and no longer runs. (A pid seen
-// alive may be another process that reused it: then the directory is kept.)
-bool named_writer_is_gone(const std::string& token) {
+// alive may be another process that reused it: then the directory is kept.) With
+// `own_pid_gone`, this process's pid counts as gone too: for a locked temporary, whose lock
+// a save of this process still holds, so that an unlocked one in this pid's name was left
+// by an earlier process with the same pid (a container restarted with the same host name
+// starts its ranks at the same pids).
+bool named_writer_is_gone(const std::string& token, bool own_pid_gone = false) {
   const std::optional<TokenWriter> w = token_writer(token);
-  return w && w->host == host_token() && process_is_gone(w->pid);
+  return w && w->host == host_token() && ((own_pid_gone && w->pid == ::getpid()) || process_is_gone(w->pid));
 }
 
 // Locks the writer's lock file of temporary `dir` if nobody holds it. The lock file must
@@ -210,6 +214,20 @@ void TempIterationDir::commit() {
   if (lock_fd_ >= 0) ::close(std::exchange(lock_fd_, -1));
 }
 
+std::vector<fs::path> temporaries_of_other_writers(const fs::path& root, const std::string& own_token) {
+  std::vector<fs::path> kept;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::optional<SuffixedName> s = parse_suffixed(name, "tmp");
+    if (!s) s = parse_suffixed(name, "del");
+    std::error_code ec2;
+    if (s && s->token != own_token && it->is_directory(ec2)) kept.push_back(it->path());
+  }
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
 std::vector<fs::path> remove_dead_writers_temporaries(const fs::path& root) {
   std::vector<fs::path> temporaries, deletions, removed;
   std::error_code ec;
@@ -219,7 +237,7 @@ std::vector<fs::path> remove_dead_writers_temporaries(const fs::path& root) {
     const bool temporary = s.has_value();
     if (!temporary) s = parse_suffixed(name, "del");
     std::error_code ec2;
-    if (s && named_writer_is_gone(s->token) && it->is_directory(ec2))
+    if (s && named_writer_is_gone(s->token, temporary) && it->is_directory(ec2))
       (temporary ? temporaries : deletions).push_back(it->path());
   }
   auto remove = [&removed](const fs::path& dir) {
@@ -236,6 +254,47 @@ std::vector<fs::path> remove_dead_writers_temporaries(const fs::path& root) {
   // A *.del-* directory has no lock: it is only ever renamed into being to be deleted, so
   // once its writer is gone nobody else touches it.
   for (const fs::path& dir : deletions) remove(dir);
+  return removed;
+}
+
+OutputWriteGuard::~OutputWriteGuard() {
+  if (released) return;
+  std::error_code ec;
+  if (!temp.empty()) fs::remove_all(temp, ec);
+  for (const fs::path& d : created)
+    if (!fs::remove(d, ec)) break;  // not empty (or gone): the rest is not ours alone
+}
+
+std::vector<fs::path> missing_directories(const fs::path& path) {
+  std::vector<fs::path> missing;
+  std::error_code ec;
+  fs::path p = path.lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  for (; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.parent_path()) break;
+  }
+  return missing;
+}
+
+std::vector<fs::path> remove_dead_writers_output_temporaries(const fs::path& output) {
+  std::vector<fs::path> removed;
+  const fs::path dir = output.parent_path().empty() ? fs::path(".") : output.parent_path();
+  const std::string head = output.filename().string() + ".tmp-";
+  std::error_code ec;
+  std::vector<fs::path> stale;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code ec2;
+    if (name.size() > head.size() && name.compare(0, head.size(), head) == 0 &&
+        named_writer_is_gone(name.substr(head.size())) && it->is_directory(ec2))
+      stale.push_back(it->path());
+  }
+  for (const fs::path& d : stale) {
+    std::error_code rm;
+    fs::remove_all(d, rm);
+    if (!rm) removed.push_back(d);
+  }
   return removed;
 }
 

@@ -89,6 +89,31 @@ inline constexpr const char* kWriterLockFileName = ".writer.lock";
 // left. Returns those removed.
 std::vector<std::filesystem::path> remove_dead_writers_temporaries(const std::filesystem::path& root);
 
+// The iter_*.tmp-* and iter_*.del-* folders in `root` other than the one of save token
+// `own_token`: after remove_dead_writers_temporaries, those it keeps (another host's, where a
+// run may still write; a live or locked writer's here; one without a usable lock file).
+// Sorted.
+std::vector<std::filesystem::path> temporaries_of_other_writers(const std::filesystem::path& root,
+                                                                const std::string& own_token);
+
+// An offline writer's output (trident-convert): until released (the output committed), the
+// destructor removes the temporary directory, then the directories of the output's path that
+// this write created, innermost first, while empty.
+struct OutputWriteGuard {
+  std::filesystem::path temp;                  // once created
+  std::vector<std::filesystem::path> created;  // innermost first (missing_directories)
+  bool released = false;
+  ~OutputWriteGuard();
+};
+
+// The directories of `path` that do not exist yet, innermost first.
+std::vector<std::filesystem::path> missing_directories(const std::filesystem::path& path);
+
+// Removes the folders `<output>.tmp-<save token>` beside `output` whose writer is gone (as
+// remove_dead_writers_temporaries judges; trident-convert's Hugging Face export). Returns
+// those removed.
+std::vector<std::filesystem::path> remove_dead_writers_output_temporaries(const std::filesystem::path& output);
+
 // Checks at startup that checkpoints can later be saved under `root`, creating nothing:
 // `root` is a writable directory, or does not exist and its nearest existing ancestor is
 // one. Throws IoError naming the path in the way.

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "ckpt/atomic_file.h"
+#include "ckpt/checkpoint_dir.h"
 #include "ckpt/checksum.h"
 #include "core/error.h"
 
@@ -199,7 +200,14 @@ CheckpointMetadata read_metadata(const std::string& path) {
   } catch (const json::exception& e) {
     throw IoError(path + ": bad JSON: " + e.what());
   }
-  return metadata_from_json(j, path);
+  CheckpointMetadata m = metadata_from_json(j, path);
+  // The file has no checksum of its own; its iteration must at least be its folder's (a
+  // hand edit would otherwise resume at another iteration and overwrite that folder later).
+  const std::string folder = std::filesystem::path(path).parent_path().filename().string();
+  const std::string digits = folder.rfind("iter_", 0) == 0 ? folder.substr(5) : "";
+  if (all_digits(digits) && digits.size() <= 18 && std::stoll(digits) != m.iteration)
+    throw IoError(path + ": says iteration " + std::to_string(m.iteration) + ", but its folder is " + folder);
+  return m;
 }
 
 PreviousCheckpoint read_previous_checkpoint(const std::filesystem::path& iteration_dir) {

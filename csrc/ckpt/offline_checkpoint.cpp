@@ -32,34 +32,6 @@ std::vector<char> encode(const std::vector<float>& v, StDType dtype) {
   return out;
 }
 
-// Until released (the checkpoint committed): removes the temporary directory, then the
-// directories of the output path that this write created, innermost first, while empty.
-struct WriteGuard {
-  fs::path temp;                  // once created
-  std::vector<fs::path> created;  // innermost first
-  bool released = false;
-  ~WriteGuard() {
-    if (released) return;
-    std::error_code ec;
-    if (!temp.empty()) fs::remove_all(temp, ec);
-    for (const fs::path& d : created)
-      if (!fs::remove(d, ec)) break;  // not empty (or gone): the rest is not ours alone
-  }
-};
-
-// The directories of `root`'s path that do not exist yet, innermost first.
-std::vector<fs::path> missing_directories(const fs::path& root) {
-  std::vector<fs::path> missing;
-  std::error_code ec;
-  fs::path p = root.lexically_normal();
-  if (!p.has_filename()) p = p.parent_path();
-  for (; !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
-    missing.push_back(p);
-    if (p == p.parent_path()) break;
-  }
-  return missing;
-}
-
 }  // namespace
 
 fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta, const OfflineLayout& L,
@@ -73,7 +45,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, L.tp);
   const StDType model_dtype = to_st_dtype(cfg.dtype);
 
-  WriteGuard guard;
+  OutputWriteGuard guard;
   guard.created = missing_directories(root);
   TempIterationDir temp_dir(root, meta.iteration, make_save_token());
   guard.temp = temp_dir.path();

@@ -9,7 +9,7 @@
 //   accumulate, so gradient accumulation over micro-batches needs no extra pass).
 // - Shapes are checked; a mismatch throws InternalError naming the op.
 // - Ops are asynchronous on devices that have streams; functions returning host values
-//   (sum_squares, sum, has_inf_or_nan) synchronise.
+//   (sum_squares, sum, has_inf_or_nan, count_zeros_multi) synchronise.
 #pragma once
 
 #include <cstddef>
@@ -174,6 +174,9 @@ class Backend {
   virtual double sum_squares(const Tensor& t) = 0;  // sum of x^2 in double, to the host
   virtual double sum(const Tensor& t) = 0;          // sum of x in double, to the host
   virtual bool has_inf_or_nan(const Tensor& t) = 0;
+  // The elements equal to zero (-0 included, NaN not) over all the tensors, to the host
+  // (Megatron's --log-num-zeros-in-grad).
+  virtual int64_t count_zeros_multi(const std::vector<Tensor>& list) = 0;
 
   // ---- fused ops ------------------------------------------------------------------------
   // Each has a default made of the ops above: that composition is its meaning, and the CPU

@@ -5,7 +5,9 @@
 
 #include <sys/types.h>
 
+#include <filesystem>
 #include <string>
+#include <vector>
 
 namespace trident {
 
@@ -15,5 +17,17 @@ std::string host_token();
 // Whether no process `pid` exists on this host (kill(pid, 0) fails with ESRCH). A pid that
 // exists may be another process that reused it, so "not gone" proves nothing.
 bool process_is_gone(pid_t pid);
+
+// ".tmp.<host_token()>.": what a writer puts between a file's name and its pid to name a
+// temporary `<file>.tmp.<host>.<pid>[.<anything>]`.
+std::string host_temp_tag();
+
+// Removes, for each name in `files` (paths in one directory), the temporaries
+// `<name>.tmp.<this host>.<pid>` (with `then_suffix`: `<name>.tmp.<this host>.<pid>.<anything>`)
+// whose process is gone (not this process, not a running one, not another host's: on a
+// shared file system a run there may still write them; regular files only). Returns the
+// paths removed.
+std::vector<std::string> remove_dead_writers_files(const std::vector<std::filesystem::path>& files,
+                                                   bool then_suffix = false);
 
 }  // namespace trident

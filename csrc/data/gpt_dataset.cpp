@@ -267,6 +267,9 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   }
   owned_ = build_index_maps(data_->sizes(), begin, end, seq_length, seed, samples);
   fs::create_directories(dir, ec);
+  // A build killed while writing this cache left its temporary (gigabytes for long runs).
+  for (const std::string& stale : remove_dead_writers_files({cache_file_}, /*then_suffix=*/true))
+    std::fprintf(stderr, "trident: removed %s, left by an index-map build whose process is gone\n", stale.c_str());
   if (save_cache(cache_file_, hash, owned_) && (map_ = map_cache(cache_file_, hash, map_len_, view_))) {
     owned_ = GptIndexMaps();  // serve from the shared mapping
     return;

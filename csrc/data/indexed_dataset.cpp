@@ -10,8 +10,6 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
-#include <optional>
-#include <string_view>
 
 #include "core/error.h"
 #include "core/process_id.h"
@@ -22,10 +20,6 @@ namespace {
 constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr uint64_t kVersion = 1;
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
-// A builder's temporaries are {prefix}.bin.tmp.<host>.<pid> and {prefix}.idx.tmp.<host>.<pid>;
-// this is the part before the pid.
-std::string host_temp_tag() { return ".tmp." + host_token() + "."; }
-
 std::string errno_text() { return std::strerror(errno); }
 
 void write_all(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
@@ -55,18 +49,6 @@ void store_as(const int32_t* in, size_t n, char* out, const std::string& prefix)
     T v = static_cast<T>(in[i]);
     std::memcpy(out + i * sizeof(T), &v, sizeof(T));
   }
-}
-
-// The pid of a temporary file's name: decimal digits without a leading zero, 1 .. INT_MAX.
-std::optional<pid_t> parse_pid(std::string_view s) {
-  if (s.empty() || s.size() > 10 || s[0] == '0') return std::nullopt;
-  int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  if (v > std::numeric_limits<int32_t>::max()) return std::nullopt;
-  return static_cast<pid_t>(v);
 }
 
 // Converts n tokens of type T to int32; returns the position of the first that int32 cannot
@@ -108,6 +90,8 @@ IndexedDatasetBuilder::IndexedDatasetBuilder(std::string prefix, IndexDType dtyp
   if (dtype != IndexDType::kUInt16 && dtype != IndexDType::kInt32 && dtype != IndexDType::kInt64 &&
       dtype != IndexDType::kUInt8 && dtype != IndexDType::kInt16 && dtype != IndexDType::kInt8)
     throw IoError(detail::concat(prefix_, ": unsupported token dtype code ", int(dtype)));
+  // The temporaries {prefix}.bin.tmp.<host>.<pid> and {prefix}.idx.tmp.<host>.<pid>, which
+  // remove_stale_builder_temps recognises.
   const std::string tag = detail::concat(host_temp_tag(), ::getpid());
   bin_tmp_ = bin_path(prefix_) + tag;
   idx_tmp_ = idx_path(prefix_) + tag;
@@ -212,30 +196,8 @@ void IndexedDatasetBuilder::abort() {
 }
 
 std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
-  namespace fs = std::filesystem;
-  const fs::path p(prefix);
-  const std::string base = p.filename().string();
-  std::vector<std::string> removed;
-  if (base.empty()) return removed;
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  // Only this host's pids can be checked: the heads name this host, the pid follows.
-  const std::string heads[] = {bin_path(base) + host_temp_tag(), idx_path(base) + host_temp_tag()};
-  std::vector<fs::path> stale;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    for (const std::string& head : heads) {
-      if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) continue;
-      const std::optional<pid_t> pid = parse_pid(std::string_view(name).substr(head.size()));
-      if (!pid || *pid == ::getpid() || !process_is_gone(*pid)) continue;
-      std::error_code type_ec;
-      if (!fs::is_regular_file(it->symlink_status(type_ec))) continue;
-      stale.push_back(p.parent_path() / name);  // just `name` when the prefix has no folder
-    }
-  }
-  for (const fs::path& f : stale)
-    if (::unlink(f.c_str()) == 0) removed.push_back(f.string());
-  return removed;
+  if (std::filesystem::path(prefix).filename().empty()) return {};
+  return remove_dead_writers_files({bin_path(prefix), idx_path(prefix)});
 }
 
 // ---------------------------------------------------------------- reader

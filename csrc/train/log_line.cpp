@@ -17,6 +17,7 @@ std::string format_iteration_log(const IterationLog& l) {
   if (l.lm_loss > 0) n += std::snprintf(buf + n, sizeof buf - n, " lm loss: %.6E |", l.lm_loss);
   n += std::snprintf(buf + n, sizeof buf - n, " loss scale: %.1f |", l.loss_scale);
   if (std::isfinite(l.grad_norm)) n += std::snprintf(buf + n, sizeof buf - n, " grad norm: %.3f |", l.grad_norm);
+  if (std::isfinite(l.num_zeros)) n += std::snprintf(buf + n, sizeof buf - n, " num zeros: %.1f |", l.num_zeros);
   if (std::isfinite(l.params_norm)) n += std::snprintf(buf + n, sizeof buf - n, " params norm: %.3f |", l.params_norm);
   n += std::snprintf(buf + n, sizeof buf - n, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
                      static_cast<long long>(l.skipped_iterations), static_cast<long long>(l.nan_iterations));

@@ -25,7 +25,8 @@ struct IterationLog {
   // The last iteration's; printed only when finite: a skipped iteration has none (Megatron's
   // optimizer returns no norm when it skips the step).
   double grad_norm = 0;
-  double params_norm = NAN;  // --log-params-norm: printed after the grad norm when finite
+  double num_zeros = NAN;    // --log-num-zeros-in-grad: printed after the grad norm when finite
+  double params_norm = NAN;  // --log-params-norm: printed after the grad norm (and num zeros) when finite
   // In this log interval (Megatron resets both after every line); the run's totals are in
   // the checkpoint.
   int64_t skipped_iterations = 0, nan_iterations = 0;

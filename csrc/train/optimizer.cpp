@@ -186,11 +186,12 @@ void AdamWOptimizer::reduce_gradients() {
   finish_reductions();
 }
 
-// One multi-tensor reduction (one synchronisation) over the counted pieces of `state`, a
-// tensor laid out as the shard (pieces at their shard offsets) or, with `flat`, as the flat
-// parameters (pieces at their flat offsets); pieces that follow each other merge into one range.
-double AdamWOptimizer::owned_sum_squares(const Tensor& state, bool flat,
-                                         const std::function<bool(const ParamSpec&)>& counted) {
+// The counted pieces of `state`, a tensor laid out as the shard (pieces at their shard
+// offsets) or, with `flat`, as the flat parameters (pieces at their flat offsets), for one
+// multi-tensor reduction (one synchronisation); pieces that follow each other merge into
+// one range.
+std::vector<Tensor> AdamWOptimizer::owned_ranges(const Tensor& state, bool flat,
+                                                 const std::function<bool(const ParamSpec&)>& counted) const {
   std::vector<Tensor> ranges;
   int64_t begin = 0, end = 0;
   for (const Update& u : updates_) {
@@ -205,17 +206,21 @@ double AdamWOptimizer::owned_sum_squares(const Tensor& state, bool flat,
     end = begin + u.size;
   }
   if (end > begin) ranges.push_back(state.flat_slice(begin, end - begin));
-  return be_.sum_squares_multi(ranges);
+  return ranges;
 }
 
 double AdamWOptimizer::owned_grad_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
-  return owned_sum_squares(shard_grads(), false, counted);  // zero 0: the flat gradients, at shard offsets
+  return be_.sum_squares_multi(owned_ranges(shard_grads(), false, counted));  // zero 0: the flat gradients, at shard offsets
+}
+
+int64_t AdamWOptimizer::owned_grad_zeros(const std::function<bool(const ParamSpec&)>& counted) {
+  return be_.count_zeros_multi(owned_ranges(shard_grads(), false, counted));
 }
 
 double AdamWOptimizer::owned_param_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
-  if (!master_.empty()) return owned_sum_squares(master_.t(), false, counted);
+  if (!master_.empty()) return be_.sum_squares_multi(owned_ranges(master_.t(), false, counted));
   wait_for_all_params();  // the updated parameters themselves, which a gather may still write
-  return owned_sum_squares(params_.flat_params(), true, counted);
+  return be_.sum_squares_multi(owned_ranges(params_.flat_params(), true, counted));
 }
 
 void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {

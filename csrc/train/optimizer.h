@@ -73,6 +73,8 @@ class AdamWOptimizer {
   // The same over the parameters this rank updates: the fp32 master weights of its pieces (the
   // parameters themselves in fp32 runs; Megatron's --log-params-norm reads the same).
   double owned_param_sum_squares(const std::function<bool(const ParamSpec&)>& counted);
+  // The zeros among the same reduced gradients (Megatron's --log-num-zeros-in-grad).
+  int64_t owned_grad_zeros(const std::function<bool(const ParamSpec&)>& counted);
   // One update with learning rate `lr`. `grad_norm` is the global norm of the (unscaled)
   // gradients; it sets the clipping factor. `grad_scale` multiplies the gradients first
   // (loss-scale unscaling). With zero > 0 the updated parameters are all-gathered.
@@ -112,7 +114,8 @@ class AdamWOptimizer {
   size_t state_bytes() const;
 
  private:
-  double owned_sum_squares(const Tensor& state, bool flat, const std::function<bool(const ParamSpec&)>& counted);
+  std::vector<Tensor> owned_ranges(const Tensor& state, bool flat,
+                                   const std::function<bool(const ParamSpec&)>& counted) const;
   void reduce_bucket(size_t bucket);
   void queue_reduction(size_t bucket);
   // Waits for the reductions in flight (ZeRO-2: then adds each chunk to the shard and

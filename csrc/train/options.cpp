@@ -77,7 +77,7 @@ const std::vector<FlagDef>& flag_defs() {
       {"global-batch-size", "samples per iteration (a multiple of the micro batch)"},
       {"train-iters", "iterations (iteration-based training; default 100)"},
       {"train-samples", "samples (sample-based training, instead of --train-iters)"},
-      {"lr", "peak learning rate"},
+      {"lr", "peak learning rate (1.5e-4 when not given; Megatron has no default)"},
       {"min-lr", "learning rate after decay"},
       {"lr-decay-style", "constant, linear or cosine"},
       {"lr-warmup-iters", "warm-up iterations"},
@@ -190,6 +190,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"log-batch-size-to-tensorboard", "also write the global batch size (batch-size scalars)", true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
+      {"log-num-zeros-in-grad", "the gradient elements equal to zero in the log line and TensorBoard (num zeros)",
+       true},
       {"help", "print this help", true},
   };
   static const std::vector<FlagDef> all = [] {
@@ -668,6 +670,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensorboard-log-interval", o.tensorboard_log_interval);
   f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
   f.get("log-params-norm", o.log_params_norm);
+  f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
   for (const FlagDef& d : flags_without_effect_defs())
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   f.get("peak-tflops", o.peak_tflops);
@@ -940,8 +943,8 @@ void validate_model_options(const TrainOptions& o) {
   }
   const int64_t H = o.model.hidden_size, heads = o.model.num_attention_heads;
   if (set("ffn-hidden-size", o.ffn_hidden_size) && o.ffn_hidden_size != 4 * H)
-    throw ConfigError("--ffn-hidden-size (" + std::to_string(o.ffn_hidden_size) + ") must be 4 x --hidden-size (" +
-                      std::to_string(4 * H) + "): GPT-2's MLP");
+    throw ConfigError("--ffn-hidden-size (" + std::to_string(o.ffn_hidden_size) + ") must be 4 x --hidden-size " +
+                      std::to_string(H) + " (" + std::to_string(4 * H) + "): GPT-2's MLP");
   if (set("kv-channels", o.kv_channels) && (heads <= 0 || o.kv_channels * heads != H))
     throw ConfigError("--kv-channels (" + std::to_string(o.kv_channels) + ") must be --hidden-size / " +
                       "--num-attention-heads (" + (heads > 0 ? std::to_string(H / heads) : std::string("?")) +
@@ -1087,6 +1090,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("eval-iters", o.eval_iters);
   line("log-interval", o.log_interval);
   line("log-params-norm", o.log_params_norm);
+  line("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
   line("max-nan-iterations", o.max_nan_iterations);
   line("tensorboard-dir given", !o.tensorboard_dir.empty());
   line("tensorboard-log-interval", o.tensorboard_log_interval);

@@ -101,6 +101,7 @@ struct TrainOptions {
   int64_t tensorboard_log_interval = 1;
   bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
   bool log_params_norm = false;                // Megatron's "params norm" field and scalar
+  bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar
   // Megatron's --ffn-hidden-size and --kv-channels (0: not given); GPT-2 fixes both, so a
   // given value must be 4 x hidden and hidden / heads.
   int64_t ffn_hidden_size = 0, kv_channels = 0;

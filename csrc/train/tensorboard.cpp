@@ -84,13 +84,11 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) :
   first.set_wall_time(now_seconds());
   first.set_file_version("brain.Event:2");
   write_record(first.SerializeAsString());
-  std::fflush(file_);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.empty()) {
-      std::fclose(file_);
-      throw ConfigError("--tensorboard-dir: " + error_);
-    }
+  if (std::fflush(file_) != 0 && error_.empty()) error_ = std::string("flush failed: ") + std::strerror(errno);
+  if (!error_.empty()) {  // a full disk: no event file left behind
+    std::fclose(file_);
+    std::remove(path_.c_str());
+    throw ConfigError("--tensorboard-dir: " + path_ + ": " + error_);
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -112,6 +110,9 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
 void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step, double wall_time) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // A write that failed (a full disk) stops the run at the next scalar, as Megatron's
+    // writer raises its thread's error, rather than after the last iteration.
+    if (!error_.empty()) throw IoError(path_ + ": " + error_);
     if (queue_.size() >= max_queue_) {
       ++dropped_;
       return;

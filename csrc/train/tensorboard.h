@@ -42,7 +42,8 @@ class TensorBoardWriter {
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   // Queues tag = value at `step`, stamped with the current time (or `wall_time`,
-  // seconds since the epoch). Never blocks on I/O.
+  // seconds since the epoch). Never blocks on I/O. Throws IoError naming the file when an
+  // earlier write failed.
   void add_scalar(const std::string& tag, double value, int64_t step);
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time);
   // Blocks until every scalar queued before the call is written and fflush()ed.

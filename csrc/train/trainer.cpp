@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <optional>
@@ -214,23 +216,40 @@ void Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sample) 
   }
 }
 
-// Squared norm over the whole model of the gradients (or the parameters), each parameter
-// counted once: TP-sharded tensors by every TP rank (their slices), TP-replicated ones by
-// TP rank 0 only, the tied word embedding by the first stage only, and with ZeRO each DP
-// rank its shard.
-double Trainer::global_norm_sq(bool of_params) {
+// Whole-model statistics count each parameter once: TP-sharded tensors on every TP rank
+// (their slices), TP-replicated ones on TP rank 0 only, the tied word embedding on the
+// first stage only, and with ZeRO each DP rank its shard. `counted` picks this rank's
+// parameters; sum_over_model adds the ranks' parts (on every rank).
+bool Trainer::counted_here(const ParamSpec& s) const {
   const ProcessGrid& grid = par_->grid;
-  const bool tp0 = grid.tp_rank == 0, first = grid.first_stage();
-  const auto counted = [&](const ParamSpec& s) {
-    return (s.shard != ShardRule::Replicated || tp0) && (s.name != "wte" || first);
-  };
+  return (s.shard != ShardRule::Replicated || grid.tp_rank == 0) && (s.name != "wte" || grid.first_stage());
+}
+
+void Trainer::sum_over_model(const Tensor& host_values) {
+  if (optimizer_->sharded()) par_->dp->allreduce(host_values, ReduceOp::Sum);
+  par_->tp->allreduce(host_values, ReduceOp::Sum);
+  par_->pp->allreduce(host_values, ReduceOp::Sum);
+}
+
+// Squared norm over the whole model of the gradients (or the parameters).
+double Trainer::global_norm_sq(bool of_params) {
+  const auto counted = [&](const ParamSpec& s) { return counted_here(s); };
   std::vector<float> v = {static_cast<float>(of_params ? optimizer_->owned_param_sum_squares(counted)
                                                        : optimizer_->owned_grad_sum_squares(counted))};
-  const Tensor t(v.data(), Shape{1}, DType::F32, Device::Cpu);
-  if (optimizer_->sharded()) par_->dp->allreduce(t, ReduceOp::Sum);
-  par_->tp->allreduce(t, ReduceOp::Sum);
-  par_->pp->allreduce(t, ReduceOp::Sum);
+  sum_over_model(Tensor(v.data(), Shape{1}, DType::F32, Device::Cpu));
   return v[0];
+}
+
+// Zeros among the whole model's reduced gradients, exactly: a float sum (Megatron's) rounds
+// counts above 2^24, so each rank's count travels as two int32 parts, count / 2^16 and
+// count % 2^16. The first parts sum to at most the model's elements / 2^16, the second to
+// less than the ranks x 2^16: both fit int32 up to 2^47 elements and 2^15 ranks.
+int64_t Trainer::global_grad_zeros() {
+  const int64_t zeros = optimizer_->owned_grad_zeros([&](const ParamSpec& s) { return counted_here(s); });
+  constexpr int64_t kLow = int64_t{1} << 16;
+  std::vector<int32_t> v = {static_cast<int32_t>(zeros / kLow), static_cast<int32_t>(zeros % kLow)};
+  sum_over_model(Tensor(v.data(), Shape{2}, DType::I32, Device::Cpu));
+  return static_cast<int64_t>(v[0]) * kLow + v[1];
 }
 
 // The loss statistics live on the last stage: sum them over DP there, then give every
@@ -390,7 +409,10 @@ IterationResult Trainer::train_iteration() {
   r.grad_norm = std::nan("");
   if (!found_inf && !r.nan_loss) {
     r.grad_norm = std::sqrt(norm_sq) * scaler_.inv_scale();
-    if (std::isfinite(r.grad_norm)) optimizer_->step(r.lr, r.grad_norm, static_cast<float>(scaler_.inv_scale()));
+    if (std::isfinite(r.grad_norm)) {
+      if (opt_.log_num_zeros_in_grad) r.num_zeros = static_cast<double>(global_grad_zeros());
+      optimizer_->step(r.lr, r.grad_norm, static_cast<float>(scaler_.inv_scale()));
+    }
   }
   r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
   scaler_.update(found_inf);
@@ -531,9 +553,13 @@ void Trainer::train() {
   const bool saving = !opt_.save.empty();
   std::optional<StopSignals> stop_signals(std::in_place);
   bool stopped_by_signal = false;  // the same on every rank (any_rank)
+  bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   while (iteration_ < opt_.train_iters) {
     const IterationResult r = train_iteration();
-    if (iteration_ == 1) report_peak_memory();
+    if (!memory_reported) {
+      report_peak_memory();
+      memory_reported = true;
+    }
     if (!r.skipped) {  // Megatron leaves skipped iterations out of the loss averages entirely
       ++updated;
       loss_sum += r.loss;
@@ -566,6 +592,10 @@ void Trainer::train() {
       // Megatron writes the rate its log line shows: the scheduler's, after the step.
       tb.add_scalar("learning-rate", r.logged_lr, iteration_);
       tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
+      if (std::isfinite(r.num_zeros)) {
+        tb.add_scalar("num-zeros", r.num_zeros, iteration_);
+        tb.add_scalar("num-zeros vs samples", r.num_zeros, samples);
+      }
       if (std::isfinite(params_norm)) {
         tb.add_scalar("params-norm", params_norm, iteration_);
         tb.add_scalar("params-norm vs samples", params_norm, samples);
@@ -594,6 +624,7 @@ void Trainer::train() {
       l.loss_scale = r.loss_scale;  // 1 without a scaler
       // Megatron computes the norm only to clip: without clipping the line has none.
       l.grad_norm = opt_.clip_grad > 0 ? r.grad_norm : std::nan("");
+      l.num_zeros = r.num_zeros;  // of the line's iteration, as Megatron's
       l.params_norm = params_norm;
       l.skipped_iterations = skipped;
       l.nan_iterations = nan;
@@ -601,7 +632,16 @@ void Trainer::train() {
       l.tokens_per_second = t.tokens_per_second;
       l.tflops_per_rank = t.tflops_per_rank;
       l.mfu = t.mfu;
+      const bool log_was_good = out.good();
+      errno = 0;
       out << format_iteration_log(l) << std::endl;
+      const int write_errno = errno;
+      // A log that can no longer be written (a full disk under a redirected stdout) stops
+      // the run now, as Python's print raises in Megatron, not silently at exit 0. (Not on
+      // the other ranks' null stream, which is never good.)
+      if (out_ == &log_ && log_was_good && !log_)
+        throw IoError("the training log (standard output): a write failed" +
+                      (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()));
       loss_sum = acc_sum = ms_sum = 0;
       n = updated = 0;
       skipped = nan = 0;
@@ -637,25 +677,35 @@ void Trainer::train() {
   // second Ctrl-C) must not kill the save that the first one asked for. One that came
   // during it still stops the run there, without the final evaluations.
   if (saving && last_saved_iteration_ != iteration_) save_checkpoint();
-  if (stopped_by_signal) return;  // said in the loop; no final evaluation
-  if (iteration_ == opt_.train_iters && any_rank(*par_, stop_requested != 0)) {
-    out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
-    return;
+  // Whether the run ends complete: false when it stops early (no final evaluation then).
+  const bool completed = [&] {
+    if (stopped_by_signal) return false;  // said in the loop
+    if (iteration_ == opt_.train_iters && any_rank(*par_, stop_requested != 0)) {
+      out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
+      return false;
+    }
+    stop_signals.reset();  // from here a signal ends the process: the last checkpoint is saved
+    if (iteration_ < opt_.train_iters) return false;
+    // The final evaluations; one that runs out of time ends the run without its line.
+    const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
+      const EvalResult e = evaluate(data, first, opt_.eval_iters);
+      if (e.timed_out)
+        say_out_of_time("during the evaluation " + where);
+      else
+        log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e);
+      return !e.timed_out;
+    };
+    if (evaluating && !final_evaluation("on validation set", *valid_, consumed_valid_samples_)) return false;
+    return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0));
+  }();
+  // Every way out writes the event file to the end (a failed write is an error here too).
+  if (tensorboard_) {
+    tensorboard_->flush();
+    if (const uint64_t lost = tensorboard_->dropped())
+      out << "trident: warning: " << lost << " TensorBoard scalars were dropped: " << tensorboard_->path()
+          << " was written slower than training produced them" << std::endl;
   }
-  stop_signals.reset();  // from here a signal ends the process: the last checkpoint is saved
-  if (iteration_ < opt_.train_iters) return;  // stopped early: no final evaluation
-  // The final evaluations; one that runs out of time ends the run without its line.
-  const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
-    const EvalResult e = evaluate(data, first, opt_.eval_iters);
-    if (e.timed_out)
-      say_out_of_time("during the evaluation " + where);
-    else
-      log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e);
-    return !e.timed_out;
-  };
-  if (evaluating && !final_evaluation("on validation set", *valid_, consumed_valid_samples_)) return;
-  if (test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0)) return;
-  if (tensorboard_) tensorboard_->flush();
+  if (!completed) return;
   const AllocatorStats st = be_.allocator().stats();
   out << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "
       << st.peak_bytes_in_use / (1024.0 * 1024.0) << " MiB peak, " << st.raw_allocs << " device allocations"

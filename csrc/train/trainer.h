@@ -5,6 +5,7 @@
 // log line and TensorBoard scalars. One process is the layout tp = pp = dp = 1.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -37,6 +38,9 @@ struct IterationResult {
   // The scheduler's rate after this iteration, which Megatron's log line and TensorBoard show:
   // the scheduler steps only after a successful update, so on a skipped iteration it is lr.
   double logged_lr = 0;
+  // --log-num-zeros-in-grad: the zeros among the (reduced) gradients of the update; NaN
+  // without the flag or without an update (Megatron's None).
+  double num_zeros = NAN;
   bool skipped = false;   // inf/NaN gradients or a NaN loss: no update
   bool nan_loss = false;  // the loss was inf/NaN (Megatron's "nan iteration")
 };
@@ -45,6 +49,15 @@ struct EvalResult {
   double loss = 0, acc = 0, tokens = 0;
   bool timed_out = false;  // stopped part-way for --exit-duration-in-mins (no loss then)
 };
+
+// The checks of a resume that need only the checkpoint's metadata.json and the flags (the
+// model's shape but for the tokenizer's vocabulary, the optimizer and RNG states the flags
+// load, an iteration before --train-iters, the learning-rate schedule), for the checkpoint
+// --load names: run before the datasets are built, whose index maps take minutes on a large
+// corpus, so that a mistaken resume fails in seconds (Megatron loads its checkpoint first).
+// Throws ConfigError or IoError as Trainer::load_checkpoint does; nothing to check without
+// a checkpoint.
+void check_checkpoint_fits_run(const TrainOptions& o);
 
 class Trainer {
  public:
@@ -99,6 +112,9 @@ class Trainer {
   void set_dropout_seed(uint64_t seed);
   void report_peak_memory();  // collective over the pipeline
   double global_norm_sq(bool of_params);  // of the gradients, or of the parameters; collective
+  int64_t global_grad_zeros();            // --log-num-zeros-in-grad; collective
+  bool counted_here(const ParamSpec& s) const;
+  void sum_over_model(const Tensor& host_values);
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r);
   void count_unusable_iteration(const IterationResult& r);
@@ -140,6 +156,7 @@ class Trainer {
   int64_t consecutive_unusable_ = 0;   // for --max-nan-iterations (count_unusable_iteration)
   int64_t consecutive_overflows_ = 0;  // of those, fp16 overflows at a constant loss scale
   int64_t last_saved_iteration_ = -1;
+  bool noted_other_writers_ = false;  // the other writers' checkpoint temporaries, named at the first save
   bool abandoned_reported_ = false;  // --keep-last found an abandoned continuation's iterations (said once)
   // The checkpoint in --save this run continues from (the one it loaded, then its last
   // save), recorded in each save for prune(); none for a run from scratch.

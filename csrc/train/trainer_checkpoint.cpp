@@ -182,7 +182,14 @@ ParamSchedules schedules_after_load(const ParamSchedules& cli, const nlohmann::j
         << ", not the command line's: " << differences << std::endl;
     return ckpt;
   }
+  // A changed global batch alone changes an iteration-based schedule's lengths in samples.
+  const int64_t saved_batch = trainer_state.value("global_batch_size", int64_t{0});
+  const std::string batch = saved_batch > 0 && saved_batch != o.global_batch_size && !o.sample_based
+                                ? "; the checkpoint was written at --global-batch-size " + std::to_string(saved_batch) +
+                                      ": an iteration-based schedule's lengths are iterations x the global batch"
+                                : "";
   throw ConfigError("--load: " + dir.string() + ": the " + what + " differs from the checkpoint's: " + differences +
+                    batch +
                     " (give --override-opt_param-scheduler to train with the command line's, or "
                     "--use-checkpoint-opt_param-scheduler to train with the checkpoint's)");
 }
@@ -192,6 +199,36 @@ bool loads_optimizer_state(const TrainOptions& o) { return !o.no_load_optim && !
 
 // The trainer_state key of the RNG state: the dropout seed (Philox, so the seed is all of it).
 constexpr const char* kRngStateKey = "dropout_seed";
+
+// What a resume needs of checkpoint `dir` that its metadata alone tells: the model's shape
+// (`run` is this run's), the states the flags load, an iteration this run can still train
+// from, and the schedule (returned: the one to train with; `out` takes the notes of
+// --override-opt_param-scheduler / --use-checkpoint-opt_param-scheduler). `o` has its
+// schedule resolved (resolve_schedule).
+ParamSchedules check_resume(const CheckpointMetadata& meta, bool has_optimizer_state, const ModelConfig& run,
+                            const TrainOptions& o, const fs::path& dir, std::ostream& out) {
+  check_same_model_shape(meta.model, run, dir);
+  const nlohmann::json& st = meta.trainer_state;
+  // As Megatron (its legacy checkpoints): a state asked for but not saved (--no-save-optim,
+  // --no-save-rng, a conversion without it) is an error naming the flags that skip it.
+  const bool load_optimizer = loads_optimizer_state(o), load_rng = !o.no_load_rng && !o.finetune;
+  if (load_optimizer && !has_optimizer_state)
+    throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
+  if (load_rng && !st.contains(kRngStateKey))
+    throw ConfigError("--load: " + dir.string() + " has no RNG state (use --no-load-rng or --finetune)");
+  // Megatron would train nothing and only evaluate; a run that ends before its checkpoint
+  // is a mistyped --train-iters (or --train-samples) rather than a request.
+  if (!o.finetune && meta.iteration > o.train_iters)
+    throw ConfigError("--load: " + dir.string() + " is at iteration " + std::to_string(meta.iteration) +
+                      ", past this run's last iteration " + std::to_string(o.train_iters) + " (" +
+                      (o.sample_based ? "--train-samples " + std::to_string(o.train_samples)
+                                      : "--train-iters " + std::to_string(o.train_iters)) +
+                      "): nothing to train; a larger value continues the run");
+  // As Megatron, the scheduler's state (its position and its parameters) loads with the
+  // optimizer's: with --no-load-optim or --finetune the command line's schedule starts at 0.
+  const ParamSchedules cli{make_lr_schedule(o), make_weight_decay_schedule(o)};
+  return load_optimizer ? schedules_after_load(cli, st, o, dir, out) : cli;
+}
 
 // What prune() left outside the latest checkpoint's history, said once per run: which
 // directories, and why they stay.
@@ -219,6 +256,19 @@ bool same_directory(const fs::path& a, const fs::path& b) {
 
 }  // namespace
 
+void check_checkpoint_fits_run(const TrainOptions& given) {
+  const std::optional<fs::path> dir = checkpoint_to_load(given);
+  if (!dir) return;
+  const ShardedCheckpointReader ckpt(*dir);  // reads metadata.json only
+  TrainOptions o = given;
+  resolve_schedule(o);
+  // With a data path the tokenizer sets the vocabulary later; the load checks it then.
+  ModelConfig run = o.model;
+  if (o.has_data()) run.vocab_size = ckpt.metadata().model.vocab_size;
+  std::ostringstream notes;  // said at the load itself
+  check_resume(ckpt.metadata(), ckpt.has_optimizer_state(), run, o, *dir, notes);
+}
+
 void Trainer::save_checkpoint() {
   const CollectiveTimeoutSuspended io;  // ranks wait for each other's writes: no time limit
   const auto start = std::chrono::steady_clock::now();
@@ -234,10 +284,20 @@ void Trainer::save_checkpoint() {
     temp_dir.emplace(root, iteration_, token);
     for (const fs::path& stale : temp_dir->removed_stale())
       *out_ << "trident: removed " << stale.string() << ", left by a save whose process is gone" << std::endl;
+    // Said once a run: only this host's dead writers can be told apart from live ones.
+    if (!noted_other_writers_) {
+      noted_other_writers_ = true;
+      for (const fs::path& other : temporaries_of_other_writers(root, token))
+        *out_ << "trident: note: " << other.string() << " is kept: a save or deletion that may still run (on "
+              << "another host, or here in another process) left it; delete it when no job writes to "
+              << root.string() << std::endl;
+    }
   }
   world.barrier();
   const std::string rank_dir = rank_dir_name(grid.tp_rank, grid.pp_rank, grid.shape.pp);
-  fs::create_directories(temp / rank_dir);
+  std::error_code mkdir_error;  // a full disk or inode table: one line, as a failed write
+  fs::create_directories(temp / rank_dir, mkdir_error);
+  if (mkdir_error) throw IoError((temp / rank_dir).string() + ": cannot create the directory: " + mkdir_error.message());
   const auto file_meta = rank_file_metadata(grid.shape.tp, grid.tp_rank, grid.pp_rank, grid.dp_rank);
   const ParamStore& P = model().params();
   std::ostringstream records;  // "path size xxh3" lines
@@ -376,15 +436,14 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   optimizer_->wait_for_all_params();  // no gather may land on the loaded parameters
   const fs::path& dir = ckpt.dir();
   const CheckpointMetadata& meta = ckpt.metadata();
-  check_same_model_shape(meta.model, opt_.model, dir);
   const nlohmann::json& st = meta.trainer_state;
-  // As Megatron (its legacy checkpoints): a state asked for but not saved (--no-save-optim,
-  // --no-save-rng, a conversion without it) is an error naming the flags that skip it.
   const bool load_optimizer = loads_optimizer_state(opt_), load_rng = !opt_.no_load_rng && !opt_.finetune;
-  if (load_optimizer && !ckpt.has_optimizer_state())
-    throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
-  if (load_rng && !st.contains(kRngStateKey))
-    throw ConfigError("--load: " + dir.string() + " has no RNG state (use --no-load-rng or --finetune)");
+  // Checked before any tensor is read; every rank reads the same metadata and options, so
+  // every rank fails alike. (check_checkpoint_fits_run ran the same checks before the data
+  // was built, but with the vocabulary the tokenizer has since given.)
+  const ParamSchedules schedules = check_resume(meta, ckpt.has_optimizer_state(), opt_.model, opt_, dir, *out_);
+  schedule_ = schedules.lr;
+  wd_schedule_ = schedules.wd;
   if (!opt_.finetune) {
     try {
       check_data_covers_run(meta.iteration, static_cast<uint64_t>(meta.consumed_samples),
@@ -395,15 +454,6 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
       throw ConfigError(std::string(e.what()) + "; the checkpoint was written at --global-batch-size " +
                         std::to_string(saved_batch));
     }
-  }
-  // As Megatron, the scheduler's state (its position and its parameters) loads with the
-  // optimizer's: with --no-load-optim or --finetune the command line's schedule starts at 0.
-  // Checked before any tensor is read; every rank reads the same metadata and options, so
-  // every rank fails alike.
-  if (load_optimizer) {
-    const ParamSchedules s = schedules_after_load({schedule_, wd_schedule_}, st, opt_, dir, *out_);
-    schedule_ = s.lr;
-    wd_schedule_ = s.wd;
   }
 
   const ProcessGrid& grid = par_->grid;

@@ -52,4 +52,20 @@ bool has_inf_or_nan(const Tensor& t) {
   return found;
 }
 
+int64_t count_zeros_multi(const std::vector<Tensor>& list) {
+  int64_t zeros = 0;
+  for (const Tensor& t : list) {
+    check_float("count_zeros", t);
+    const int64_t n = t.numel(), blocks = (n + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) reduction(+ : zeros)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t off = bi * kBlock, w = std::min(kBlock, n - off);
+      float buf[kBlock];
+      load_f32(t, off, w, buf);
+      for (int64_t i = 0; i < w; ++i) zeros += buf[i] == 0.0f;
+    }
+  }
+  return zeros;
+}
+
 }  // namespace trident::cpu

@@ -2213,13 +2213,13 @@ unsigned simt_grid(const AttnParams& p) {
   return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
 }
 
-// An integer tile setting from the environment (0 when unset or empty).
+// An integer tile setting from the environment (0, the default, when unset, empty or 0).
 int env_tile(const char* name) {
   const char* v = std::getenv(name);
   if (v == nullptr || v[0] == '\0') return 0;
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
-  TRIDENT_CHECK(*end == '\0' && x > 0 && x <= 1024, "attention: ", name, "=", v, " is not a tile size");
+  TRIDENT_CHECK(*end == '\0' && x >= 0 && x <= 1024, "attention: ", name, "=", v, " is not a tile size");
   return static_cast<int>(x);
 }
 
@@ -2363,8 +2363,7 @@ Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   p.scale_log2 = p.scale * kLog2e;
   set_attn_dropout(p, drop);
-  const char* force_simt = std::getenv("TRIDENT_ATTN_SIMT");
-  const bool simt_forced = force_simt != nullptr && force_simt[0] != '\0' && std::strcmp(force_simt, "0") != 0;
+  const bool simt_forced = env_flag("TRIDENT_ATTN_SIMT");
   c.mma = qkv.dtype != DType::F32 && s.D % 8 == 0 && aligned16(qkv.data) && aligned16(out.data) && !simt_forced;
   return c;
 }
@@ -2407,7 +2406,9 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   p.dqkv = dqkv.data;
   p.delta = delta.as<float>();
   c.mma = c.mma && aligned16(dout.data) && aligned16(dqkv.data);
-  const AttnTiles tiles = tiles_from_env(s.D);
+  // As the forward: the tile settings only where the tensor-core kernels run (the SIMT path
+  // on any GPU ignores them).
+  const AttnTiles tiles = c.mma ? tiles_from_env(s.D) : AttnTiles{};
   // The atomic-dQ variant's f32 accumulator (B*H*T*D floats), only when it runs.
   std::optional<Scratch> dq_acc;
   if (c.mma && tiles.dq_atomic) {

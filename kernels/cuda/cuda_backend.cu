@@ -343,6 +343,11 @@ class CudaBackend final : public Backend {
     for (const Tensor& t : list) require_device("sum_squares", {&t});
     return cuda::sum_squares_multi(list, allocator(), stream_);
   }
+  int64_t count_zeros_multi(const std::vector<Tensor>& list) override {
+    on_device();
+    for (const Tensor& t : list) require_device("count_zeros", {&t});
+    return cuda::count_zeros_multi(list, allocator(), stream_);
+  }
   double sum_squares(const Tensor& t) override {
     on_device();
     require_device("sum_squares", {&t});

@@ -2,8 +2,9 @@
 // hundred parameter pieces costs a handful of launches instead of one (or two) per piece.
 // Each tensor is cut into chunks of `chunk` elements; one block handles one chunk. A launch
 // holds at most kMaxTensors tensors and kMaxBlocks chunks, described by a table passed by
-// value as a kernel parameter (under the 4 KB parameter limit of every architecture). A
-// tensor larger than what fits is continued in the next launch.
+// value as a kernel parameter (each user sizes its table against the parameter limit:
+// 4 KB before CUDA 12.1, 32 KB since; see cuda_adamw.cu). A tensor larger than what fits is
+// continued in the next launch.
 #pragma once
 
 #include <cstdint>

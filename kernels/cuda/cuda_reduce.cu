@@ -1,6 +1,7 @@
 // Reductions: bias gradient (column sums), sum / sum of squares to the host (also over a
 // list of tensors in one multi-tensor pass, for the global gradient norm, which is also
-// the loss scaler's overflow check), and an inf/NaN check.
+// the loss scaler's overflow check), a count of zeros over such a list (for
+// --log-num-zeros-in-grad), and an inf/NaN check.
 // Every float reduction is deterministic: a fixed partition that depends only on the
 // shape (never on the GPU model or on scheduling), partials combined in a fixed order,
 // no float atomics. sum and sum_squares accumulate in double, as their CPU twins do.
@@ -134,13 +135,22 @@ __device__ __forceinline__ void for_each_strided(const T* x, int64_t begin, int6
   for (int64_t i = tail + tid; i < end; i += threads) f(to_f32(x[i]));
 }
 
-// This thread's double sum of x (kSquares: of x^2) over its elements of [begin, end).
-template <typename T, bool kSquares>
+// What a sum adds for each element v: v, v^2, or 1 when v is zero (-0 too; NaN is not).
+enum class Summand { kValue, kSquare, kIsZero };
+
+// This thread's double sum over its elements of x[begin, end) (a count of zeros is exact
+// below 2^53).
+template <typename T, Summand kWhat>
 __device__ __forceinline__ double strided_sum(const T* x, int64_t begin, int64_t end, int64_t tid, int64_t threads) {
   double acc = 0.0;
   for_each_strided(x, begin, end, tid, threads, [&](float v) {
     const double d = v;
-    acc += kSquares ? d * d : d;
+    if constexpr (kWhat == Summand::kSquare)
+      acc += d * d;
+    else if constexpr (kWhat == Summand::kIsZero)
+      acc += v == 0.f ? 1.0 : 0.0;
+    else
+      acc += d;
   });
   return acc;
 }
@@ -149,12 +159,13 @@ template <typename T, bool kSquares>
 __global__ void sum_partials_kernel(const T* x, int64_t n, double* partials) {
   __shared__ double shared[32];
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  double acc = strided_sum<T, kSquares>(x, 0, n, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, threads);
+  double acc = strided_sum<T, kSquares ? Summand::kSquare : Summand::kValue>(
+      x, 0, n, blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, threads);
   acc = block_sum(acc, shared);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// Multi-tensor sum of squares. The tensors of one launch are numbered in chunks of
+// Multi-tensor sum of squares (or count of zeros). The tensors of one launch are numbered in chunks of
 // kSquaresChunk elements, tensor after tensor; block b of a grid of at most
 // kSquaresBlocks adds chunks b, b + gridDim.x, ... in that order and writes its double
 // sum to partials[b]. The numbering and the grid depend only on the sizes, so the total is
@@ -170,8 +181,8 @@ struct SquaresTable {                     // ~2.3 KB: within the kernel paramete
   int count;
 };
 
-template <typename T>
-__global__ void sum_squares_multi_kernel(SquaresTable tab, double* partials) {
+template <typename T, Summand kWhat>
+__global__ void multi_sum_kernel(SquaresTable tab, double* partials) {
   __shared__ double shared[32];
   const int64_t chunks = tab.first_chunk[tab.count];
   double acc = 0.0;
@@ -180,13 +191,13 @@ __global__ void sum_squares_multi_kernel(SquaresTable tab, double* partials) {
     while (tab.first_chunk[t + 1] <= c) ++t;  // chunks come in increasing order
     const int64_t begin = (c - tab.first_chunk[t]) * kSquaresChunk;
     const int64_t end = begin + kSquaresChunk < tab.n[t] ? begin + kSquaresChunk : tab.n[t];
-    acc += strided_sum<T, true>(static_cast<const T*>(tab.p[t]), begin, end, threadIdx.x, blockDim.x);
+    acc += strided_sum<T, kWhat>(static_cast<const T*>(tab.p[t]), begin, end, threadIdx.x, blockDim.x);
   }
   acc = block_sum(acc, shared);
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-// The launches of one sum_squares_multi call: non-empty tensors in list order, one dtype
+// The launches of one multi-tensor sum (sum_squares_multi, count_zeros_multi): non-empty tensors in list order, one dtype
 // and at most kSquaresMaxTensors a launch, each launch(tab, blocks, dtype) with at most
 // max_blocks blocks. Shared by the host launcher and the CPU emulator's test (which passes
 // a small max_blocks to make blocks take several chunks).
@@ -349,8 +360,9 @@ double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_
   return to_host(result, s);
 }
 
-double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
-  const char* op = "sum_squares";
+// The sum over the tensors of every element's summand, in double, to the host.
+template <Summand kWhat>
+static double multi_sum(const char* op, const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
   int64_t total_blocks = 0;
   for (const Tensor& t : list) TRIDENT_CHECK(is_float(t.dtype), op, ": float tensors expected, got ", dtype_name(t.dtype));
   plan_squares_launches(list, kSquaresBlocks, [&](const SquaresTable&, int blocks, DType) { total_blocks += blocks; });
@@ -361,7 +373,7 @@ double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scra
   plan_squares_launches(list, kSquaresBlocks, [&](const SquaresTable& tab, int blocks, DType dtype) {
     dispatch_float(dtype, op, [&](auto tag) {
       using T = decltype(tag);
-      sum_squares_multi_kernel<T><<<blocks, kSumBlock, 0, s>>>(tab, partials.as<double>() + written);
+      multi_sum_kernel<T, kWhat><<<blocks, kSumBlock, 0, s>>>(tab, partials.as<double>() + written);
     });
     CUDA_CHECK_LAUNCH();
     written += blocks;
@@ -369,6 +381,14 @@ double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scra
   sum_many_partials_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials.as<double>(), written, result);
   CUDA_CHECK_LAUNCH();
   return to_host(result, s);
+}
+
+double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
+  return multi_sum<Summand::kSquare>("sum_squares", list, scratch, s);
+}
+
+int64_t count_zeros_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
+  return static_cast<int64_t>(multi_sum<Summand::kIsZero>("count_zeros", list, scratch, s));
 }
 
 bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s) {

@@ -138,6 +138,30 @@ TEST_P(Reduce, SumSquaresMulti) {
   EXPECT_EQ(gpu().sum_squares_multi({}), 0.0);
 }
 
+// count_zeros_multi: the same layout of pieces with zeros (and -0) planted every few
+// elements, against the CPU's count.
+TEST_P(Reduce, CountZerosMulti) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 110; ++i) sizes.push_back(i == 5 ? 0 : i == 9 ? (int64_t{1} << 24) + 3 : 1 + 97 * i);
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  std::vector<float> v(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) v[i] = i % 5 == 0 ? 0.f : i % 5 == 1 ? -0.f : 0.25f + static_cast<float>(i % 3);
+  Pair all = upload(Shape{total}, dt(), v);
+  std::vector<Tensor> c, g;
+  int64_t off = 0;
+  for (int64_t n : sizes) {
+    c.push_back(all.cpu.t().flat_slice(off, n));
+    g.push_back(all.gpu.t().flat_slice(off, n));
+    off += n;
+  }
+  const int64_t want = cpu().count_zeros_multi(c);
+  EXPECT_EQ(want, (total + 4) / 5 + (total + 3) / 5);
+  EXPECT_EQ(gpu().count_zeros_multi(g), want);
+  EXPECT_EQ(gpu().count_zeros_multi({}), 0);
+}
+
 TEST_P(Reduce, SumAndSumSquares) {
   TRIDENT_SKIP_WITHOUT_GPU();
   for (int64_t n : {int64_t{1}, int64_t{37 * 129}, int64_t{1} << 20}) {

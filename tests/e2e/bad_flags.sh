@@ -74,6 +74,10 @@ expect_run "Megatron's implementation switches accepted" "${base[@]}" --train-it
   --no-masked-softmax-fusion --data-impl mmap
 grep -qx "trident-train: note: --DDP-impl --data-impl --no-masked-softmax-fusion: Megatron's implementation switches, accepted and without effect here" \
   "$tmp/out" && echo "ok: the note names them" || { echo "FAIL: no note naming the switches"; fails=$((fails + 1)); }
+# Saving flags without --save: one note naming them (nothing is saved).
+expect_run "saving flags without --save" "${base[@]}" --train-iters 12 --save-interval 2 --keep-last 1
+grep -qx "trident-train: note: --save-interval --keep-last without --save: no checkpoint is saved" "$tmp/out" &&
+  echo "ok: the note names them" || { echo "FAIL: no note naming --save-interval --keep-last"; fails=$((fails + 1)); }
 # One of N > 1 processes that a launcher started without MPI (srun --mpi=none): rank 0 says so
 # in one line, the others exit 2 silently; nothing trains.
 SLURM_STEP_NUM_TASKS=2 SLURM_PROCID=0 expect_error "the launcher started 2 processes without MPI" "${tiny[@]}"
@@ -93,6 +97,31 @@ if [[ $rc -eq 3 && $(wc -l <"$tmp/err") -eq 1 ]] && grep -q '^trident-train: err
   echo "ok: a runtime failure -> exit 3: $(cat "$tmp/err")"
 else
   echo "FAIL: a runtime failure: rc=$rc, $(cat "$tmp/err")"; fails=$((fails + 1))
+fi
+# --save-canonical into a directory that does not exist: refused at start, not after training.
+expect_error --save-canonical "${tiny[@]}" --mock-data --save-canonical "$tmp/no/such/dir/params.safetensors"
+# Outputs that stop being writable during the run (a full disk; here a file-size limit,
+# SIGXFSZ ignored so that writes fail with EFBIG): the run stops there, exit 2, one line
+# naming the file, instead of training on (the TensorBoard events) or ending with exit 0.
+run=("$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --mock-data --eval-iters 0 --log-interval 1
+     --train-iters 200)
+(ulimit -f 4; trap '' XFSZ; exec "${run[@]}" --tensorboard-dir "$tmp/tb") > >(cat >"$tmp/tb.out") 2>"$tmp/tb.err"
+rc=$?
+sleep 0.2  # the log's reader
+last=$(grep '^ iteration ' "$tmp/tb.out" | tail -1 | sed -E 's/^ iteration +([0-9]+)\/.*/\1/')
+if [[ $rc -eq 2 && $(wc -l <"$tmp/tb.err") -eq 1 && ${last:-200} -lt 50 ]] &&
+    grep -q '^trident-train: error: .*/tb/events.out.tfevents.*: \(write\|flush\) failed: File too large$' "$tmp/tb.err"; then
+  echo "ok: an event file that cannot grow stops the run at iteration $last: $(cat "$tmp/tb.err")"
+else
+  echo "FAIL: an event file that cannot grow: rc=$rc, last iteration ${last:-none}, $(cat "$tmp/tb.err")"
+  fails=$((fails + 1))
+fi
+(ulimit -f 4; trap '' XFSZ; exec "${run[@]}" >"$tmp/log.out") 2>"$tmp/log.err"
+rc=$?
+if [[ $rc -eq 2 && $(cat "$tmp/log.err") == "trident-train: error: the training log (standard output): a write failed: File too large" ]]; then
+  echo "ok: a log that cannot grow stops the run: $(cat "$tmp/log.err")"
+else
+  echo "FAIL: a log that cannot grow: rc=$rc, $(cat "$tmp/log.err")"; fails=$((fails + 1))
 fi
 echo "bad-flag cases failing: $fails"
 [[ $fails -eq 0 ]]

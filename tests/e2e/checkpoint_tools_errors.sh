@@ -232,12 +232,18 @@ else
 fi
 
 # A resumed run with a smaller global batch reads past the data built for it (Megatron keeps
-# --train-iters): one line at the start instead of a crash mid-run.
+# --train-iters): one line at the start instead of a crash mid-run. (Without
+# --override-opt_param-scheduler the schedule, in samples, differs first: checked below.)
 corpus=(--data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" --tokenizer-type BertWordPieceLowerCase
         --split 70,20,10 --data-cache-path "$tmp/cache" --train-iters 20)
 "$train" "${args[@]}" "${corpus[@]}" --global-batch-size 16 --exit-interval 10 --save "$tmp/g16" >/dev/null
-expect_error trident-train "--train-iters, --global-batch-size 8: the training data has" \
+expect_error trident-train "the learning-rate and weight-decay schedule differs" \
   "$train" "${args[@]}" "${corpus[@]}" --global-batch-size 8 --load "$tmp/g16"
+if ! grep -q "; the checkpoint was written at --global-batch-size 16: an iteration-based schedule's lengths are iterations x the global batch" "$tmp/err"; then
+  echo "FAIL: the schedule error does not name the batch size change: $(cat "$tmp/err")"; fails=$((fails + 1))
+fi
+expect_error trident-train "--train-iters, --global-batch-size 8: the training data has" \
+  "$train" "${args[@]}" "${corpus[@]}" --global-batch-size 8 --load "$tmp/g16" --override-opt_param-scheduler
 why="the run reads 240 (resumed at iteration 10 with 160 training samples consumed.*"
 why+="the checkpoint was written at --global-batch-size 16$"
 if ! grep -q "$why" "$tmp/err"; then

@@ -73,7 +73,7 @@ chmod +x "$fake"
 fail() { echo "FAIL: $*"; exit 1; }
 run_check() {  # run_check <out dir>: gpu-check with the stand-in, no tests, ncu or generation
   OUT=$1 TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_NCU=0 GPU_CHECK_GENERATE=0 \
-    FAKE_BENCH_CALLS=$work/calls bash "$repo/tools/gpu-check.sh" >"$1.log" 2>&1
+    FAKE_BENCH_CALLS=$work/calls GPU_CHECK_WITHOUT_GPU=1 bash "$repo/tools/gpu-check.sh" >"$1.log" 2>&1
 }
 
 : >"$work/calls"
@@ -220,3 +220,16 @@ grep -q "^gpt2-1.3b          bf16     8      100.0" "$work/late.log" || fail "pa
 grep -q "^gpt2-1.3b          fp16     8   skipped: past the time budget" "$work/late.log" ||
   fail "past the budget: gpt2-1.3b fp16 not skipped"
 echo "ok: past the time budget, the largest model still trains once in bf16"
+# Without a GPU (where nvidia-smi lists none) the script stops at once: one line, exit 3,
+# no build and no logs left in the repository.
+if ! compgen -G "/dev/nvidia[0-9]*" >/dev/null && [[ -z $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) ]]; then
+  mkdir -p "$work/nogpu"
+  OUT=$work/nogpu TRIDENT_BUILD_DIR=$work/build bash "$repo/tools/gpu-check.sh" >"$work/nogpu.out" 2>"$work/nogpu.err"
+  rc=$?
+  if [[ $rc -eq 3 && ! -s $work/nogpu.out && $(cat "$work/nogpu.err") == "gpu-check: no GPU visible (no /dev/nvidia*, nvidia-smi lists none): nothing to check on this machine" &&
+        -z $(ls -A "$work/nogpu") ]]; then
+    echo "ok: without a GPU: one line, exit 3, nothing written"
+  else
+    fail "without a GPU: rc $rc, stdout '$(head -c 200 "$work/nogpu.out")', stderr '$(cat "$work/nogpu.err")'"
+  fi
+fi

@@ -10,7 +10,10 @@
 #    iteration (an all-reduce MAX; the ranks are given different limits), saves there and
 #    exits 0;
 #  - --rampup-batch-size at pp2 x dp2 (the micro-batches of each rank's pipeline change with
-#    the batch) gives the global batches and losses of one process.
+#    the batch) gives the global batches and losses of one process;
+#  - --log-num-zeros-in-grad counts each gradient element once in every layout: the zeros
+#    are the rows no gradient reaches (the vocabulary's padding, the unused positions),
+#    whose number follows from the shapes; a skipped fp16 step has no count, as Megatron's.
 set -u
 train=$1
 repo=$2
@@ -87,5 +90,35 @@ if [[ $rc -eq 0 && $(batches "$tmp/ramp1.log") == "4 4 4 4 8 8 8 8 8 8 " &&
 else
   fail "--rampup-batch-size: rc $rc, batches $(batches "$tmp/ramp1.log")/ $(batches "$tmp/ramp4.log")"
   cat "$tmp/ramp1.err" "$tmp/ramp4.err"
+fi
+
+# Vocabulary 500 padded to 512 (at tp 1 and 2): 12 rows of 64 never used; positions 32..47
+# never used: 16 rows. Every other gradient element is nonzero.
+zeros_model=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 48
+             --vocab-size 500 --device cpu --eval-iters 0 --log-interval 1 --micro-batch-size 2
+             --global-batch-size 4 --train-iters 2 --mock-data --log-num-zeros-in-grad)
+want_zeros=$(((12 + 16) * 64))
+zero_counts() { grep '^ iteration ' "$1" | sed -nE 's/.* grad norm: [0-9.]+ \| num zeros: ([0-9.]+) \| number of skipped.*/\1/p' | tr '\n' ' '; }
+for layout in "1" "4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2" "2" "2 --zero-stage 2"; do
+  read -r -a l <<<"$layout"
+  timeout 120 mpirun --oversubscribe --bind-to none -np "${l[0]}" "$train" "${zeros_model[@]}" "${l[@]:1}" \
+    >"$tmp/zeros.log" 2>"$tmp/zeros.err"
+  rc=$?
+  if [[ $rc -eq 0 && $(zero_counts "$tmp/zeros.log") == "$want_zeros.0 $want_zeros.0 " ]]; then
+    echo "ok: --log-num-zeros-in-grad at -np $layout: num zeros $want_zeros each iteration"
+  else
+    fail "--log-num-zeros-in-grad at -np $layout: rc $rc, counts '$(zero_counts "$tmp/zeros.log")', want $want_zeros"
+    cat "$tmp/zeros.err"
+  fi
+done
+# fp16 at its initial scale 2^32 skips the first step: that line has no count, the next one has.
+"$train" "${zeros_model[@]}" --fp16 --train-iters 40 >"$tmp/zeros16.log" 2>"$tmp/zeros16.err"
+rc=$?
+first=$(grep '^ iteration        1/' "$tmp/zeros16.log")
+if [[ $rc -eq 0 && $first == *"number of skipped iterations:   1 |"* && $first != *"num zeros"* ]] &&
+    grep -q '^ iteration .* num zeros: [0-9.]* | .*number of skipped iterations:   0 |' "$tmp/zeros16.log"; then
+  echo "ok: --log-num-zeros-in-grad: no count on a skipped fp16 step, a count on the steps that update"
+else
+  fail "--log-num-zeros-in-grad with fp16: rc $rc"; head -3 "$tmp/zeros16.log"; cat "$tmp/zeros16.err"
 fi
 [[ $fails -eq 0 ]]

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A rank that stops answering (here: stopped by SIGSTOP in the middle of training, as a
 # deadlocked or hung process would be) ends the whole job after --distributed-timeout-minutes:
-# the rank waiting for it prints one line naming its wait and the limit, and the job exits
+# the rank waiting for it prints one line naming its wait, the ranks it waits for and the
+# limit, and the job exits
 # non-zero within seconds of the limit instead of hanging (timeout's status 124). So does a
 # rank stuck in its own I/O at start while rank 0, done building the dataset caches for all,
 # waits for it.
@@ -47,6 +48,11 @@ stopped=$(date +%s%N)
 kill -STOP "${ranks[1]}"
 wait "$job"
 ended $? "$stopped" "$tmp/err" 30 "a rank stopped in training (limit 3 s)"
+# The waiting rank's line names the ranks it waited for (both ranks form every group here).
+grep -q 'longer than --distributed-timeout-minutes 0.05' "$tmp/err" &&
+  ! grep 'longer than --distributed-timeout-minutes 0.05' "$tmp/err" | grep -qv ' among world ranks 0 1, \| with world rank [01] (' &&
+  echo "ok: the line names the ranks waited for" ||
+  { echo "FAIL: the timeout line names no ranks: $(grep -m1 longer "$tmp/err")"; exit 1; }
 
 [[ -n $vocab && -f $vocab/gpt2-vocab.json ]] || { echo "skipped the start-up case: no GPT-2 vocabulary given"; exit 0; }
 "$repo/tools/make-demo-data.sh" "$tmp/demo.jsonl" >/dev/null

@@ -1,6 +1,6 @@
 // The kernels of kernels/cuda/cuda_reduce.cu on the CPU emulator, with mirrors of its host
 // launchers (column_partials_accumulate, sum, has_inf_or_nan; bias_backward, its dropout
-// form and sum_squares_multi run the launchers' own code): the same kernels, template arguments and launch
+// form, sum_squares_multi and count_zeros_multi run the launchers' own code): the same kernels, template arguments and launch
 // geometry, host vectors for the scratch memory (filled with NaN, as device scratch holds
 // garbage). Shared by test_reduce.cpp and test_layernorm.cpp (LayerNorm's dgamma/dbeta
 // go through column_partials_accumulate).
@@ -74,14 +74,15 @@ double sum(const Tensor& t, bool squares) {
 
 // The launcher's plan (plan_squares_launches, extracted with the kernels); max_blocks
 // below the launcher's kSquaresBlocks makes each block add several chunks.
-double sum_squares_multi(const std::vector<Tensor>& list, int max_blocks = kSquaresBlocks) {
+template <Summand kWhat>
+double multi_sum(const std::vector<Tensor>& list, int max_blocks) {
   std::vector<double> partials;
   plan_squares_launches(list, max_blocks, [&](const SquaresTable& tab, int blocks, DType dtype) {
     const size_t base = partials.size();
     partials.resize(base + static_cast<size_t>(blocks), std::numeric_limits<double>::quiet_NaN());
-    dispatch_float(dtype, "sum_squares", [&](auto tag) {
+    dispatch_float(dtype, "multi_sum", [&](auto tag) {
       using T = decltype(tag);
-      emu::launch(dim3(blocks), dim3(kSumBlock), 0, sum_squares_multi_kernel<T>, tab, partials.data() + base);
+      emu::launch(dim3(blocks), dim3(kSumBlock), 0, multi_sum_kernel<T, kWhat>, tab, partials.data() + base);
     });
   });
   if (partials.empty()) return 0.0;
@@ -90,6 +91,14 @@ double sum_squares_multi(const std::vector<Tensor>& list, int max_blocks = kSqua
   emu::launch(dim3(1), dim3(kSumMaxBlocks), 0, sum_many_partials_kernel, partials.data(), written,
               partials.data() + written);
   return partials[written];
+}
+
+double sum_squares_multi(const std::vector<Tensor>& list, int max_blocks = kSquaresBlocks) {
+  return multi_sum<Summand::kSquare>(list, max_blocks);
+}
+
+int64_t count_zeros_multi(const std::vector<Tensor>& list, int max_blocks = kSquaresBlocks) {
+  return static_cast<int64_t>(multi_sum<Summand::kIsZero>(list, max_blocks));
 }
 
 bool has_inf_or_nan(const Tensor& t) {

@@ -140,6 +140,30 @@ TEST_P(EmulatedReduce, SumSquaresMulti) {
   EXPECT_EQ(kr::sum_squares_multi({}), 0.0);
 }
 
+// count_zeros_multi: the kernel of sum_squares_multi counting zeros (-0 too, NaN not), over
+// pieces that start off the 16-byte alignment, several launches and 3 blocks a launch.
+TEST_P(EmulatedReduce, CountZerosMulti) {
+  std::vector<Buffer> bufs;
+  std::vector<Tensor> list;
+  int64_t planted = 0;
+  for (int i = 0; i < 110; ++i) {
+    const int64_t n = i == 5 ? 70000 : i == 60 ? 16384 * 2 + 9 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
+    const int64_t skip = i % 4 == 1 ? 1 : 0;  // starts one element into its buffer: misaligned
+    std::vector<float> v(static_cast<size_t>(n + skip));
+    for (int64_t j = 0; j < n + skip; ++j) {
+      const bool zero = (j + i) % 6 == 0;
+      v[j] = zero ? (j % 2 ? -0.f : 0.f) : (j % 11 == 3 ? std::nanf("") : 0.5f + static_cast<float>(j % 7));
+      planted += zero && j >= skip;
+    }
+    bufs.push_back(from_floats(Shape{n + skip}, dt(), v));
+    list.push_back(bufs.back().t().flat_slice(skip, n));
+  }
+  ASSERT_EQ(cpu().count_zeros_multi(list), planted);
+  EXPECT_EQ(kr::count_zeros_multi(list), planted);
+  EXPECT_EQ(kr::count_zeros_multi(list, 3), planted);
+  EXPECT_EQ(kr::count_zeros_multi({}), 0);
+}
+
 // The elements before the first 16-byte boundary of a misaligned start (also a whole
 // tensor shorter than them), the vector path and its tail, for sum and sum_squares
 // (grid-stride over one tensor).

@@ -150,9 +150,11 @@ TEST(CheckpointDir, CrashBeforeCommitKeepsOldCheckpoint) {
   save(root, 300, 3.0f);
   write_latest_iteration(root, 100);
   EXPECT_EQ(load_value(root), 1.0f);
-  // prune cleans the temporaries and keeps the pointer's target, and 300 above it.
+  // The save of 300 removed the dead save's temporary (its lock free, in this pid's name);
+  // prune cleans the torn pointer's and keeps the pointer's target, and 300 above it.
+  EXPECT_FALSE(fs::exists(tmp));
   const PruneResult pr = prune(root, 1);
-  EXPECT_EQ(pr.removed_temporaries.size(), 2u);
+  EXPECT_EQ(pr.removed_temporaries.size(), 1u);
   EXPECT_TRUE(pr.removed_iterations.empty());
   EXPECT_EQ(pr.abandoned_iterations, (std::vector<int64_t>{300}));
   EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", "iter_0000300", kLatestFileName}));
@@ -342,8 +344,15 @@ TEST(CheckpointDir, SaveRemovesOnlyTemporariesOfDeadWriters) {
   spit((root / ("iter_0000700.tmp-" + host + "-" + gone + "-1-0-0") / kWriterLockFileName).string(), "");
   TempIterationDir(root, 800, "x");
   const std::vector<std::string> kept = entries(root);
-  // Removed: what a crashed process left, of any iteration.
-  const std::vector<fs::path> crashed = crashed_saves(root, {200, 100});
+  // Removed: what a crashed process left, of any iteration; and a temporary in this
+  // process's name that it never made (an earlier process with the same pid: a container
+  // restarted with the same host name), its lock file written and not held.
+  std::vector<fs::path> crashed = crashed_saves(root, {200, 100});
+  const fs::path same_pid = root / ("iter_0001000.tmp-" + host + "-" + std::to_string(::getpid()) + "-0-0-0");
+  fs::create_directories(same_pid);
+  spit((same_pid / kWriterLockFileName).string(), std::to_string(::getpid()));
+  crashed.push_back(same_pid);
+  std::sort(crashed.begin(), crashed.end());
 
   TempIterationDir next(root, 900, make_save_token());
   std::vector<fs::path> removed = next.removed_stale();

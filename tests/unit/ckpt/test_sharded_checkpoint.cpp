@@ -196,7 +196,7 @@ fs::path write_zero_checkpoint(const fs::path& dir, const std::vector<std::strin
 
 TEST(ShardedCheckpoint, ZeroRankReadsItsPiecesFromItsOwnFile) {
   ScratchDir d;
-  const fs::path dir = write_zero_checkpoint(d / "iter_0000001", {"wpe", "h.0.mlp.fc.weight"});
+  const fs::path dir = write_zero_checkpoint(d / "iter_0000000", {"wpe", "h.0.mlp.fc.weight"});  // metadata iteration 0
   const ParamSpec fc = spec_at(1, "h.0.mlp.fc.weight");
   const std::vector<float> all = source_tensor(fc.name, "exp_avg");
   const int64_t n = static_cast<int64_t>(all.size());

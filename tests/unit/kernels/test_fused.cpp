@@ -244,6 +244,31 @@ TEST_P(Fused, SumSquaresMultiAddsEveryTensor) {
   EXPECT_EQ(be->sum_squares_multi({}), 0.0);
 }
 
+// Zeros of every tensor counted, -0 among them; NaN, inf and small values (1e-3, nonzero in
+// every dtype) not.
+TEST_P(Fused, CountZerosMultiCountsEveryTensor) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  std::vector<Buffer> keep;
+  std::vector<Tensor> list;
+  int64_t want = 0;
+  for (int64_t n : {int64_t{3}, int64_t{0}, int64_t{10000}, int64_t{17}}) {
+    std::vector<float> v = randn(n, 70 + n);
+    for (int64_t i = 0; i < n; ++i) {
+      if (i % 7 == 1) v[i] = 0.0f;
+      if (i % 7 == 2) v[i] = -0.0f;
+      if (i % 7 == 3) v[i] = std::nanf("");
+      if (i % 7 == 4) v[i] = i % 2 ? INFINITY : 1e-3f;
+    }
+    for (float r : rounded(v, dt)) want += r == 0.0f;
+    keep.push_back(upload(*be, v, Shape{n}, dt));
+    list.push_back(keep.back());
+  }
+  EXPECT_EQ(want, 2 + 2858 + 6);  // what was planted (i % 7 in {1, 2}): the naive count checks itself
+  EXPECT_EQ(be->count_zeros_multi(list), want);
+  EXPECT_EQ(be->count_zeros_multi({}), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Fused, kFloatTypes, DTypeName());
 
 }  // namespace

@@ -184,6 +184,10 @@ TEST(LogLine, IntervalOfSkippedIterationsHasNoLossOrGradNorm) {
   l.grad_norm = 1.5;
   EXPECT_NE(format_iteration_log(l).find(" grad norm: 1.500 | params norm: 123.457 | number of skipped"),
             std::string::npos);
+  // --log-num-zeros-in-grad: Megatron's field and format, between the two norms.
+  l.num_zeros = 1234;
+  EXPECT_NE(format_iteration_log(l).find(" grad norm: 1.500 | num zeros: 1234.0 | params norm: 123.457 |"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -688,6 +688,8 @@ TEST(Options, MegatronScriptsRunUnchanged) {
   EXPECT_FALSE(parse({}).log_batch_size_to_tensorboard);
   EXPECT_TRUE(parse({"--log-batch-size-to-tensorboard"}).log_batch_size_to_tensorboard);
   EXPECT_TRUE(parse({"--log-params-norm"}).log_params_norm);
+  EXPECT_FALSE(parse({}).log_num_zeros_in_grad);
+  EXPECT_TRUE(parse({"--log-num-zeros-in-grad"}).log_num_zeros_in_grad);
   // Switches of newer Megatron scripts; the model widths GPT-2 fixes, when they agree with it.
   o = parse({"--log-throughput", "--timing-log-level", "2", "--attention-softmax-in-fp32",
              "--no-query-key-layer-scaling", "--hidden-size", "64", "--num-attention-heads", "4",
@@ -696,7 +698,7 @@ TEST(Options, MegatronScriptsRunUnchanged) {
             (std::vector<std::string>{"--log-throughput", "--timing-log-level", "--attention-softmax-in-fp32",
                                       "--no-query-key-layer-scaling"}));
   EXPECT_EQ(must_fail({"--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128"}),
-            "--ffn-hidden-size (128) must be 4 x --hidden-size (256): GPT-2's MLP");
+            "--ffn-hidden-size (128) must be 4 x --hidden-size 64 (256): GPT-2's MLP");
   EXPECT_EQ(must_fail({"--hidden-size", "64", "--num-attention-heads", "4", "--kv-channels", "32"}),
             "--kv-channels (32) must be --hidden-size / --num-attention-heads (16): GPT-2's head width");
   EXPECT_EQ(must_fail({"--untie-embeddings-and-output-weights"}),

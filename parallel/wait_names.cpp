@@ -1,0 +1,38 @@
+#include "parallel/wait_names.h"
+
+#include <utility>
+
+namespace trident {
+
+WaitNames::WaitNames(std::string transport, std::vector<int> world_ranks)
+    : transport_(std::move(transport)), world_ranks_(std::move(world_ranks)) {}
+
+std::string WaitNames::world_rank(int group_rank) const {
+  if (group_rank >= 0 && group_rank < static_cast<int>(world_ranks_.size()))
+    return std::to_string(world_ranks_[group_rank]);
+  return "?";
+}
+
+const char* WaitNames::op(const std::string& op) {
+  auto it = ops_.find(op);
+  if (it != ops_.end()) return it->second.c_str();
+  std::string name = transport_ + " " + op;
+  if (!world_ranks_.empty()) {  // at most 16 named, then how many more
+    name += world_ranks_.size() == 1 ? " among world rank" : " among world ranks";
+    for (size_t i = 0; i < world_ranks_.size() && i < 16; ++i) name.append(" ").append(std::to_string(world_ranks_[i]));
+    if (world_ranks_.size() > 16) name.append(" and ").append(std::to_string(world_ranks_.size() - 16)).append(" more");
+  }
+  return ops_.emplace(op, std::move(name)).first->second.c_str();
+}
+
+const char* WaitNames::exchange(const std::vector<P2pTransfer>& transfers) {
+  std::string name = transport_ + " point-to-point transfers";
+  if (!world_ranks_.empty() && !transfers.empty()) {
+    name += " with world rank";
+    for (size_t i = 0; i < transfers.size(); ++i)
+      name.append(i ? ", " : " ").append(world_rank(transfers[i].peer)).append(transfers[i].send ? " (send)" : " (receive)");
+  }
+  return exchanges_.insert(std::move(name)).first->c_str();
+}
+
+}  // namespace trident

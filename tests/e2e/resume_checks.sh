@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Resuming, and what a resume finds left in the directories (tiny model, CPU, .bin/.idx data):
+#  - a resume the checkpoint cannot serve (a schedule that differs, --train-iters before the
+#    checkpoint's iteration) fails with one line before the datasets' index maps are built
+#    (no new cache file);
+#  - a resumed run reports its peak memory after its first iteration, as a fresh one does;
+#  - a checkpoint temporary of another host is kept and named once; an index-map temporary
+#    of a dead build on this host is removed and named;
+#  - a metadata.json whose iteration is not its folder's is refused, naming both;
+#  - trident-convert takes Megatron's --ckpt-step; its Hugging Face export removes a dead
+#    export's temporary, and one that fails (a file-size limit) leaves no folder it made.
+# Usage: resume_checks.sh TRAIN CONVERT REPO
+set -uo pipefail
+train=$1
+convert=$2
+repo=$3
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+ok() { echo "ok $*"; }
+host=$(hostname | tr -cd '[:alnum:]' | cut -c1-32)
+dead_pid() { sleep 0 & local p=$!; wait "$p"; echo "$p"; }
+
+# 60 documents of 30 tokens of a 512-id WordPiece vocabulary (Megatron's .bin/.idx, int32).
+python3 - "$tmp/data" <<'EOF'
+import struct, sys
+prefix, docs, n = sys.argv[1], 60, 30
+tokens = [(7 * d + t) % 500 for d in range(docs) for t in range(n)]
+open(prefix + ".bin", "wb").write(struct.pack(f"<{len(tokens)}i", *tokens))
+idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 4, docs, docs + 1)
+idx += struct.pack(f"<{docs}i", *[n] * docs) + struct.pack(f"<{docs}q", *[d * n * 4 for d in range(docs)])
+idx += struct.pack(f"<{docs + 1}q", *range(docs + 1))
+open(prefix + ".idx", "wb").write(idx)
+EOF
+python3 -c 'print("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(507)]))' \
+  >"$tmp/vocab.txt"
+args=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --seq-length 16 --max-position-embeddings 16
+      --micro-batch-size 2 --global-batch-size 4 --lr-warmup-iters 1 --log-interval 1 --eval-interval 4
+      --eval-iters 1 --vocab-file "$tmp/vocab.txt" --tokenizer-type BertWordPieceLowerCase --data-path "$tmp/data"
+      --data-cache-path "$tmp/cache" --save "$tmp/ck" --load "$tmp/ck")
+"$train" "${args[@]}" --train-iters 4 >"$tmp/first.log" 2>&1 || { cat "$tmp/first.log"; fail "the first run"; }
+
+# ---- resumes that cannot go on: one line, before the index maps
+cache_before=$(ls "$tmp/cache")
+"$train" "${args[@]}" --train-iters 40 >"$tmp/longer.log" 2>&1
+rc=$?
+if [[ $rc -eq 2 && $(ls "$tmp/cache") == "$cache_before" ]] && ! grep -q '^ iteration ' "$tmp/longer.log" &&
+    grep -q "^trident-train: error: --load: .*iter_0000004: the learning-rate and weight-decay schedule differs" "$tmp/longer.log"; then
+  ok "a schedule that differs fails before any index map is built"
+else
+  fail "a schedule that differs: rc $rc, cache $(ls "$tmp/cache" | wc -l) files (was $(wc -l <<<"$cache_before"))"
+  cat "$tmp/longer.log"
+fi
+"$train" "${args[@]}" --train-iters 2 --lr-decay-iters 4 >"$tmp/shorter.log" 2>&1
+rc=$?
+want="is at iteration 4, past this run's last iteration 2 (--train-iters 2): nothing to train; a larger value continues the run"
+if [[ $rc -eq 2 && $(ls "$tmp/cache") == "$cache_before" ]] && grep -qF "$want" "$tmp/shorter.log"; then
+  ok "--train-iters before the checkpoint's iteration: $(grep error "$tmp/shorter.log")"
+else
+  fail "--train-iters before the checkpoint's iteration: rc $rc"; cat "$tmp/shorter.log"
+fi
+
+# ---- a resumed run, with another host's checkpoint temporary
+other=$tmp/ck/iter_0000002.tmp-otherhost-4242-0-1-2
+mkdir -p "$other/mp_rank_00"
+"$train" "${args[@]}" --train-iters 8 --override-opt_param-scheduler --save-interval 2 >"$tmp/resumed.log" 2>&1
+rc=$?
+notes=$(grep -c "^trident: note: $other is kept: a save or deletion that may still run" "$tmp/resumed.log")
+if [[ $rc -eq 0 && $notes -eq 1 && -d $other && $(grep -c '^trident: saved checkpoint' "$tmp/resumed.log") -eq 2 ]]; then
+  ok "another host's temporary is kept and named once over two saves"
+else
+  fail "another host's temporary: rc $rc, $notes notes, $([[ -d $other ]] && echo kept || echo removed)"
+  cat "$tmp/resumed.log"
+fi
+if grep -q '^trident: after the first iteration: [0-9.]* MiB peak memory on rank 0' "$tmp/resumed.log"; then
+  ok "the resumed run reports its peak memory"
+else
+  fail "the resumed run does not report its peak memory"
+fi
+# The same run again (it loads iteration 8 and only evaluates) after a build of its training
+# index map died on this host, leaving a temporary in place of the map.
+map=$(ls -t "$tmp/cache"/*_train_indexmap_*.tidx | head -1)  # the resumed run's
+rm "$map"
+stale_map=$map.tmp.$host.$(dead_pid).abc123
+echo partial >"$stale_map"
+"$train" "${args[@]}" --train-iters 8 >"$tmp/again.log" 2>&1
+rc=$?
+if [[ $rc -eq 0 && ! -e $stale_map && -e $map ]] &&
+    grep -qF "trident: removed $stale_map, left by an index-map build whose process is gone" "$tmp/again.log"; then
+  ok "a dead build's index-map temporary is removed and named"
+else
+  fail "the index-map temporary: rc $rc, $(ls "$tmp/cache")"; cat "$tmp/again.log"
+fi
+
+# ---- metadata.json edited to another iteration than its folder's
+mkdir -p "$tmp/edited"
+cp -r "$tmp/ck/iter_0000004" "$tmp/edited/"
+echo 4 >"$tmp/edited/latest_checkpointed_iteration.txt"
+python3 - "$tmp/edited/iter_0000004/metadata.json" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["iteration"] = 2
+json.dump(m, open(sys.argv[1], "w"))
+EOF
+"$train" "${args[@]}" --train-iters 8 --load "$tmp/edited" --save "$tmp/edited" >"$tmp/edited.log" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -qF "iter_0000004/metadata.json: says iteration 2, but its folder is iter_0000004" "$tmp/edited.log"; then
+  ok "metadata.json of another iteration than its folder: $(grep error "$tmp/edited.log")"
+else
+  fail "metadata.json of another iteration: rc $rc"; cat "$tmp/edited.log"
+fi
+
+# ---- trident-convert: --ckpt-step, and the Hugging Face export's temporaries and failures
+if "$convert" --load "$tmp/ck" --ckpt-step 4 --save "$tmp/c4" --no-optimizer >"$tmp/c4.log" 2>&1 &&
+    grep -q "iter_0000004 (iteration 4" "$tmp/c4.log"; then
+  ok "trident-convert --ckpt-step 4"
+else
+  fail "trident-convert --ckpt-step"; cat "$tmp/c4.log"
+fi
+stale_hf=$tmp/hf.tmp-$host-$(dead_pid)-0-1-2
+mkdir -p "$stale_hf"
+if "$convert" --to hf --load "$tmp/ck" --save "$tmp/hf" >"$tmp/hf.log" 2>&1 && [[ ! -e $stale_hf && -d $tmp/hf ]] &&
+    grep -qF "removed $stale_hf, left by an export whose process is gone" "$tmp/hf.log"; then
+  ok "the export removes a dead export's temporary"
+else
+  fail "the dead export's temporary: $(ls "$tmp")"; cat "$tmp/hf.log"
+fi
+(ulimit -f 64; trap '' XFSZ; exec "$convert" --to hf --load "$tmp/ck" --save "$tmp/made/here/hf") >"$tmp/hf2.log" 2>&1
+rc=$?
+if [[ $rc -eq 2 && ! -e $tmp/made ]]; then
+  ok "a failed export leaves no folder it made: $(cat "$tmp/hf2.log")"
+else
+  fail "a failed export: rc $rc, $(ls -R "$tmp/made" 2>&1 | head -5)"; cat "$tmp/hf2.log"
+fi
+echo "resume checks failing: $fails"
+[[ $fails -eq 0 ]]
