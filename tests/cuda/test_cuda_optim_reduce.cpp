@@ -109,12 +109,19 @@ TEST_P(AdamW, MultiTensorAcrossLaunches) {
 // chunks than a launch has blocks (1024 of 16384 elements), pieces that are consecutive
 // slices of one buffer (so most start off the 16-byte alignment: the scalar path) and
 // aligned ones, against the CPU, and bit-identical when repeated.
-TEST_P(Reduce, SumSquaresMulti) {
-  TRIDENT_SKIP_WITHOUT_GPU();
+// The pieces of the multi-tensor reductions' tests, and their total.
+std::vector<int64_t> multi_piece_sizes(int64_t* total) {
   std::vector<int64_t> sizes;
   for (int i = 0; i < 110; ++i) sizes.push_back(i == 5 ? 0 : i == 9 ? (int64_t{1} << 24) + 3 : 1 + 97 * i);
+  *total = 0;
+  for (int64_t n : sizes) *total += n;
+  return sizes;
+}
+
+TEST_P(Reduce, SumSquaresMulti) {
+  TRIDENT_SKIP_WITHOUT_GPU();
   int64_t total = 0;
-  for (int64_t n : sizes) total += n;
+  const std::vector<int64_t> sizes = multi_piece_sizes(&total);
   Pair all = random(Shape{total}, dt(), -1.f, 1.5f);
   std::vector<Pair> aligned;  // separate allocations: 16-byte aligned starts (the vector path)
   aligned.reserve(sizes.size());
@@ -142,10 +149,8 @@ TEST_P(Reduce, SumSquaresMulti) {
 // elements, against the CPU's count.
 TEST_P(Reduce, CountZerosMulti) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  std::vector<int64_t> sizes;
-  for (int i = 0; i < 110; ++i) sizes.push_back(i == 5 ? 0 : i == 9 ? (int64_t{1} << 24) + 3 : 1 + 97 * i);
   int64_t total = 0;
-  for (int64_t n : sizes) total += n;
+  const std::vector<int64_t> sizes = multi_piece_sizes(&total);
   std::vector<float> v(static_cast<size_t>(total));
   for (int64_t i = 0; i < total; ++i) v[i] = i % 5 == 0 ? 0.f : i % 5 == 1 ? -0.f : 0.25f + static_cast<float>(i % 3);
   Pair all = upload(Shape{total}, dt(), v);
