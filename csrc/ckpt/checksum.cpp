@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/mapped_files.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14; older C library headers lack the name
@@ -82,8 +83,12 @@ std::string hash_file(const std::string& path, uint64_t* size) {
       struct Unmapper {
         void* m;
         size_t n;
-        ~Unmapper() { ::munmap(m, n); }
+        ~Unmapper() {
+          forget_mapped_file(m);
+          ::munmap(m, n);
+        }
       } unmapper{m, n};
+      note_mapped_file(m, n, path);
       *size = n;
       return checksum_mapped(path, m, n);
     }

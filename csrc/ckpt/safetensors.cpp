@@ -15,6 +15,7 @@
 #include "ckpt/atomic_file.h"
 #include "ckpt/checksum.h"
 #include "core/error.h"
+#include "core/mapped_files.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
@@ -231,6 +232,7 @@ SafetensorsReader::SafetensorsReader(const std::string& path, const std::optiona
   ::close(fd);
   if (m == MAP_FAILED) throw fail(std::string("mmap failed: ") + std::strerror(mmap_errno));
   map_ = static_cast<const unsigned char*>(m);
+  note_mapped_file(map_, file_size_, path_);
 
   try {
     if (expect) check_file_checksum(path_, checksum_mapped(path_, map_, file_size_), expect->xxh3);
@@ -342,7 +344,10 @@ SafetensorsReader::SafetensorsReader(const std::string& path, const std::optiona
 }
 
 void SafetensorsReader::close() {
-  if (map_) ::munmap(const_cast<unsigned char*>(map_), file_size_);
+  if (map_) {
+    forget_mapped_file(map_);
+    ::munmap(const_cast<unsigned char*>(map_), file_size_);
+  }
   map_ = nullptr;
 }
 

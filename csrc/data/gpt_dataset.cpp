@@ -15,6 +15,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/mapped_files.h"
 #include "core/process_id.h"
 #include "data/blend.h"
 #include "data/indexed_dataset.h"
@@ -80,6 +81,7 @@ void* map_cache(const std::string& path, uint64_t hash, size_t& len, GptIndexVie
   q += padded_doc_bytes(ndoc);
   v.sample_idx = {reinterpret_cast<const int64_t*>(q), 2 * (n + 1)};
   v.shuffle_idx = {reinterpret_cast<const int64_t*>(q + 16 * (n + 1)), n};
+  note_mapped_file(m, len, path);
   return m;
 }
 
@@ -278,7 +280,10 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
 }
 
 GptDataset::~GptDataset() {
-  if (map_) ::munmap(map_, map_len_);
+  if (map_) {
+    forget_mapped_file(map_);
+    ::munmap(map_, map_len_);
+  }
 }
 
 void GptDataset::get(uint64_t i, int32_t* tokens) const {

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/mapped_files.h"
 #include "core/process_id.h"
 
 namespace trident {
@@ -278,12 +279,15 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
       throw IoError(detail::concat(bpath, ": mmap failed: ", errno_text()));
     }
     bin_data_ = static_cast<const char*>(bin_map_);
+    note_mapped_file(bin_map_, bin_len_, bpath);
   }
   ::close(fd);
 }
 
 IndexedDataset::~IndexedDataset() {
-  if (bin_map_) ::munmap(bin_map_, bin_len_);
+  if (!bin_map_) return;
+  forget_mapped_file(bin_map_);
+  ::munmap(bin_map_, bin_len_);
 }
 
 void IndexedDataset::read(uint64_t i, uint64_t offset, uint64_t length, int32_t* out) const {

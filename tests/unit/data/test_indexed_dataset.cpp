@@ -117,6 +117,27 @@ TEST(IndexedDataset, ReaderRoundTripUInt16) {
   EXPECT_EQ(r.item(3), (std::vector<int32_t>{65535}));  // read back unsigned
 }
 
+// A .bin truncated by another process while mapped: reading it ends the process with one line
+// naming the file and exit status 2 (not "Bus error" and a core dump).
+TEST(IndexedDatasetDeathTest, BinTruncatedWhileMappedIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ScratchDir dir;
+  const std::string prefix = dir / "shrunk";
+  write_known(prefix, IndexDType::kUInt16);
+  IndexedDataset before(prefix);
+  EXPECT_EQ(before.item(2), (std::vector<int32_t>{5, 6}));
+  EXPECT_EXIT(
+      {
+        IndexedDataset r(prefix);
+        if (::truncate((prefix + ".bin").c_str(), 0) != 0) std::_Exit(9);
+        r.item(2);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(2),
+      "trident: error: .*shrunk\\.bin: the file shrank while it was read \\(truncated or rewritten by another "
+      "process\\?\\): a read past its new end \\(SIGBUS\\)");
+}
+
 TEST(IndexedDataset, DtypeRule) {
   EXPECT_EQ(best_fitting_dtype(50257), IndexDType::kUInt16);
   EXPECT_EQ(best_fitting_dtype(65499), IndexDType::kUInt16);

@@ -1,0 +1,19 @@
+// Memory-mapped files that can shrink under the process: another process truncating or
+// rewriting a dataset's .bin, an index-map cache or a checkpoint file while it is mapped
+// makes a read past the new end raise SIGBUS, which would end the process with "Bus error"
+// and a core dump, naming nothing. The mappings noted here turn it into one line naming the
+// file and exit status 2, the status of a bad file (a SIGBUS anywhere else stays a crash).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace trident {
+
+// Notes that [addr, addr + len) maps `path` (the first use installs the SIGBUS handler);
+// forget_mapped_file before unmapping it. Thread-safe; at most 1024 at once (more are not
+// noted: their SIGBUS stays a crash).
+void note_mapped_file(const void* addr, size_t len, const std::string& path);
+void forget_mapped_file(const void* addr);
+
+}  // namespace trident
