@@ -131,8 +131,8 @@ void AdamWOptimizer::reduce_bucket(size_t b) {
 }
 
 // One bucket's data-parallel reduction, queued: all-reduce in place (zero 0), or
-// reduce-scatter in fp32 (Megatron's accumulate-in-fp32 path, whatever the gradient dtype)
-// into the bucket's shard (zero 1, reduced once an iteration) or into chunk_ (zero 2, added
+// reduce-scatter in fp32 (Megatron's accumulate-in-fp32 path, whatever the gradient dtype;
+// fp16 gradients are rounded back to fp16 once reduced: round_shard_to_fp16) into the bucket's shard (zero 1, reduced once an iteration) or into chunk_ (zero 2, added
 // to the shard when done). Its buffers must stay persistent (gradients, staging_, chunk_,
 // the shard): the communication stream may still use them after the compute stream has
 // gone on, so a temporary from the allocator could be handed out again under it.
@@ -184,6 +184,21 @@ void AdamWOptimizer::reduce_gradients() {
   for (size_t b = 0; b < plan_.buckets().size(); ++b)
     if (!reduced_[b]) reduce_bucket(b);
   finish_reductions();
+  if (sharded() && params_.flat_grads().dtype == DType::F16) round_shard_to_fp16();
+}
+
+// fp16 gradients without --accumulate-allreduce-grads-in-fp32: zero 0 (as one process)
+// all-reduces them as fp16 numbers, so a sum past 65504 is inf and the step is skipped;
+// ZeRO reduces them in fp32 (staging_), where it stays finite. Rounding the reduced shard to
+// fp16 once gives it zero 0's overflows (and precision): the same steps skip in every layout
+// (Megatron's distributed optimizer reduce-scatters such gradients in fp16). The model's
+// fp16 gradients, reduced and not read again until the next zero_grads, hold the fp16 copy.
+void AdamWOptimizer::round_shard_to_fp16() {
+  const Tensor shard = shard_grads_.t(), scratch = params_.flat_grads();
+  TRIDENT_CHECK(scratch.numel() >= shard.numel(), "the fp16 gradients are smaller than their shard");
+  const Tensor half = scratch.flat_slice(0, shard.numel());
+  be_.cast(shard, half);
+  be_.cast(half, shard);
 }
 
 // The counted pieces of `state`, a tensor laid out as the shard (pieces at their shard

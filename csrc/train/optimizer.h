@@ -121,6 +121,7 @@ class AdamWOptimizer {
   // Waits for the reductions in flight (ZeRO-2: then adds each chunk to the shard and
   // zeroes the bucket).
   void finish_reductions();
+  void round_shard_to_fp16();
   Tensor shard_grads() const;
 
   Backend& be_;

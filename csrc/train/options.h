@@ -50,10 +50,13 @@ struct TrainOptions {
   double warmup_samples = 0;   // fractional with --lr-warmup-fraction, as in Megatron
   uint64_t decay_samples = 0;
 
-  float weight_decay = 0.01f, clip_grad = 1.0f;
+  // Double, as Megatron's: the checkpoint's scheduler state and its messages show 0.1, not
+  // 0.10000000149011612 (the optimizer applies it in fp32).
+  double weight_decay = 0.01;
+  float clip_grad = 1.0f;
   // Megatron's weight-decay schedule (weight_decay_schedule.h): from --start-weight-decay to
   // --end-weight-decay over the run; < 0: --weight-decay. Constant needs start == end.
-  float start_weight_decay = -1, end_weight_decay = -1;
+  double start_weight_decay = -1, end_weight_decay = -1;
   std::string weight_decay_incr_style = "constant";
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   uint64_t seed = 1234;

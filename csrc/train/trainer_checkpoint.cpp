@@ -78,6 +78,9 @@ struct SchedulerField {
   nlohmann::json (*get)(const ParamSchedules&);
   void (*set)(ParamSchedules&, const nlohmann::json&);
   bool (*matters)(const ParamSchedules& cli, const ParamSchedules& ckpt) = nullptr;
+  // Builds before 2026-12-02 saved it rounded to fp32 (0.009999999776482582 for 0.01): a
+  // value equal at fp32 is the same.
+  bool fp32_in_older_checkpoints = false;
 };
 
 template <auto Part, auto Member>
@@ -113,8 +116,18 @@ const std::vector<SchedulerField>& scheduler_fields() {
       {"lr_decay_style", "--lr-decay-style",
        [](const P& s) { return nlohmann::json(lr_decay_style_name(s.lr.style)); },
        [](P& s, const nlohmann::json& v) { s.lr.style = parse_lr_decay_style(v.get<std::string>()); }},
-      number_field<&P::wd, &WeightDecaySchedule::start_wd>("start_wd", "--start-weight-decay (default --weight-decay)"),
-      number_field<&P::wd, &WeightDecaySchedule::end_wd>("end_wd", "--end-weight-decay (default --weight-decay)"),
+      [] {
+        SchedulerField f = number_field<&P::wd, &WeightDecaySchedule::start_wd>(
+            "start_wd", "--start-weight-decay (default --weight-decay)");
+        f.fp32_in_older_checkpoints = true;
+        return f;
+      }(),
+      [] {
+        SchedulerField f = number_field<&P::wd, &WeightDecaySchedule::end_wd>(
+            "end_wd", "--end-weight-decay (default --weight-decay)");
+        f.fp32_in_older_checkpoints = true;
+        return f;
+      }(),
       [] {
         SchedulerField f = number_field<&P::wd, &WeightDecaySchedule::incr_samples>(
             "wd_incr_steps", "weight-decay samples: --train-iters x --global-batch-size, or --train-samples");
@@ -165,6 +178,9 @@ ParamSchedules schedules_after_load(const ParamSchedules& cli, const nlohmann::j
     if (v == saved.end() || (f.matters && !f.matters(cli, ckpt))) continue;
     const nlohmann::json cli_value = f.get(cli);
     if (cli_value == *v) continue;
+    if (f.fp32_in_older_checkpoints && cli_value.is_number() && v->is_number() &&
+        static_cast<float>(cli_value.get<double>()) == static_cast<float>(v->get<double>()))
+      continue;
     const auto text = [](const nlohmann::json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); };
     if (!differences.empty()) differences += "; ";
     differences += std::string(f.key) + " (" + f.flags + ") is " + text(cli_value) + " on the command line but " +

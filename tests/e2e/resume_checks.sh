@@ -42,6 +42,26 @@ args=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --seq-length 16 --max
       --data-cache-path "$tmp/cache" --save "$tmp/ck" --load "$tmp/ck")
 "$train" "${args[@]}" --train-iters 4 >"$tmp/first.log" 2>&1 || { cat "$tmp/first.log"; fail "the first run"; }
 
+# ---- the weight decay is saved as given (0.01); a checkpoint of an older build holds it
+# rounded to fp32, which resumes all the same
+sched() { python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["trainer_state"]["opt_param_scheduler"]; print(s["start_wd"], s["end_wd"])' "$1"; }
+[[ $(sched "$tmp/ck/iter_0000004/metadata.json") == "0.01 0.01" ]] && ok "start_wd and end_wd saved as 0.01" ||
+  fail "start_wd, end_wd saved as $(sched "$tmp/ck/iter_0000004/metadata.json")"
+mkdir -p "$tmp/older"
+cp -r "$tmp/ck/iter_0000004" "$tmp/older/"
+echo 4 >"$tmp/older/latest_checkpointed_iteration.txt"
+python3 - "$tmp/older/iter_0000004/metadata.json" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["trainer_state"]["opt_param_scheduler"].update(start_wd=0.009999999776482582, end_wd=0.009999999776482582)
+json.dump(m, open(sys.argv[1], "w"))
+EOF
+if "$train" "${args[@]}" --train-iters 4 --load "$tmp/older" --save "$tmp/older" >"$tmp/older.log" 2>&1; then
+  ok "a checkpoint with the weight decay rounded to fp32 resumes"
+else
+  fail "a checkpoint with the weight decay rounded to fp32"; cat "$tmp/older.log"
+fi
+
 # ---- resumes that cannot go on: one line, before the index maps
 cache_before=$(ls "$tmp/cache")
 "$train" "${args[@]}" --train-iters 40 >"$tmp/longer.log" 2>&1

@@ -11,6 +11,7 @@
 #    exits 0;
 #  - --rampup-batch-size at pp2 x dp2 (the micro-batches of each rank's pipeline change with
 #    the batch) gives the global batches and losses of one process;
+#  - fp16 with ZeRO 1 and 2 skips the steps one process skips;
 #  - --log-num-zeros-in-grad counts each gradient element once in every layout: the zeros
 #    are the rows no gradient reaches (the vocabulary's padding, the unused positions),
 #    whose number follows from the shapes; a skipped fp16 step has no count, as Megatron's.
@@ -93,7 +94,9 @@ else
 fi
 
 # Vocabulary 500 padded to 512 (at tp 1 and 2): 12 rows of 64 never used; positions 32..47
-# never used: 16 rows. Every other gradient element is nonzero.
+# never used: 16 rows. Of the other gradient elements only the attention key biases' (2
+# layers x 64: zero in exact arithmetic, rounding noise here) may come out exactly 0,
+# depending on the order of the sums; a parameter counted twice would add hundreds.
 zeros_model=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 48
              --vocab-size 500 --device cpu --eval-iters 0 --log-interval 1 --micro-batch-size 2
              --global-batch-size 4 --train-iters 2 --mock-data --log-num-zeros-in-grad)
@@ -104,10 +107,11 @@ for layout in "1" "4 --tensor-model-parallel-size 2 --pipeline-model-parallel-si
   timeout 120 mpirun --oversubscribe --bind-to none -np "${l[0]}" "$train" "${zeros_model[@]}" "${l[@]:1}" \
     >"$tmp/zeros.log" 2>"$tmp/zeros.err"
   rc=$?
-  if [[ $rc -eq 0 && $(zero_counts "$tmp/zeros.log") == "$want_zeros.0 $want_zeros.0 " ]]; then
-    echo "ok: --log-num-zeros-in-grad at -np $layout: num zeros $want_zeros each iteration"
+  counts=$(zero_counts "$tmp/zeros.log")
+  if [[ $rc -eq 0 ]] && awk -v w="$want_zeros" '{ for (i = 1; i <= NF; i++) if ($i < w || $i > w + 128) exit 1; exit NF != 2 }' <<<"$counts"; then
+    echo "ok: --log-num-zeros-in-grad at -np $layout: num zeros $counts(the structural $want_zeros and at most 128 key-bias zeros)"
   else
-    fail "--log-num-zeros-in-grad at -np $layout: rc $rc, counts '$(zero_counts "$tmp/zeros.log")', want $want_zeros"
+    fail "--log-num-zeros-in-grad at -np $layout: rc $rc, counts '$counts', want $want_zeros to $((want_zeros + 128))"
     cat "$tmp/zeros.err"
   fi
 done
@@ -121,4 +125,27 @@ if [[ $rc -eq 0 && $first == *"number of skipped iterations:   1 |"* && $first !
 else
   fail "--log-num-zeros-in-grad with fp16: rc $rc"; head -3 "$tmp/zeros16.log"; cat "$tmp/zeros16.err"
 fi
+# fp16 without --accumulate-allreduce-grads-in-fp32, at a scale that overflows the first
+# steps: ZeRO 1 and 2 reduce in fp32 but round the reduced gradients to fp16, so the same
+# steps are skipped as on one process (they trained through overflows zero 0 skipped).
+fp16=(--device cpu --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+      --max-position-embeddings 64 --vocab-size 500 --micro-batch-size 1 --global-batch-size 4 --train-iters 8
+      --eval-iters 0 --log-interval 1 --lr 1e-3 --lr-warmup-iters 1 --fp16 --initial-loss-scale 1048576
+      --loss-scale-window 2 --hysteresis 1)
+skips() { grep '^ iteration ' "$1" | sed -E 's/.*number of skipped iterations: +([0-9]+) .*/\1/' | tr -d '\n'; }
+trained() { sed -nE 's/^ iteration .* lm loss: ([0-9.E+-]+) .*/\1/p' "$1"; }  # skipped steps have no loss
+"$train" "${fp16[@]}" >"$tmp/fp16.log" 2>"$tmp/fp16.err"
+for z in 1 2; do
+  timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$train" "${fp16[@]}" --zero-stage $z \
+    >"$tmp/fp16z.log" 2>"$tmp/fp16z.err"
+  rc=$?
+  if [[ $rc -eq 0 && $(skips "$tmp/fp16.log") == 11110000 && $(skips "$tmp/fp16z.log") == "$(skips "$tmp/fp16.log")" ]] &&
+      paste <(trained "$tmp/fp16.log") <(trained "$tmp/fp16z.log") | awk '
+        { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ } END { exit !(n == 4 && m < 1e-5) }'; then
+    echo "ok: fp16 at dp 2, zero $z: steps 1-4 skipped as on one process, the same losses"
+  else
+    fail "fp16 at dp 2, zero $z: rc $rc, skipped $(skips "$tmp/fp16z.log") vs $(skips "$tmp/fp16.log")"
+    cat "$tmp/fp16.err" "$tmp/fp16z.err"
+  fi
+done
 [[ $fails -eq 0 ]]
