@@ -107,6 +107,7 @@ int train(int argc, char** argv) {
   if (!opt.load.empty()) load_before_building(opt, *parallel);
   TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
+  trainer.set_record_history(false);
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
   if (!opt.load.empty()) trainer.load_checkpoint();
   trainer.train();

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <optional>
@@ -207,6 +208,12 @@ TempIterationDir::TempIterationDir(TempIterationDir&& other) noexcept
       removed_stale_(std::move(other.removed_stale_)) {}
 
 void TempIterationDir::commit() {
+  // The files reach the disk first, the slow part (minutes for a large model), while the
+  // lock file still marks the directory as a writer's: killed then, the directory is a dead
+  // writer's that the next save removes. (Unlinked before, a kill left a directory without a
+  // lock file, which nothing removes.) commit() syncs again: quick, the data is on disk.
+  fsync_tree(path_);
+  if (std::getenv("TRIDENT_TEST_CRASH_IN_COMMIT") != nullptr) std::_Exit(9);  // a test's kill at this point
   // Unlinking the lock file does not release the lock: a remover that opened it before
   // still cannot lock it, and one that opens it now finds no lock file and keeps out.
   if (lock_fd_ >= 0) ::unlink((path_ / kWriterLockFileName).c_str());

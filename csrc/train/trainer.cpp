@@ -426,7 +426,7 @@ IterationResult Trainer::train_iteration() {
   consumed_samples_ += G;
   ++iteration_;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  history_.push_back(r);
+  if (record_history_) history_.push_back(r);
   count_unusable_iteration(r);
   return r;
 }

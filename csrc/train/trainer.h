@@ -76,6 +76,9 @@ class Trainer {
   // no dropout and no effect on training state. Collective over all ranks.
   EvalResult evaluate(const SampleSource& data, uint64_t first_sample, int64_t iterations);
   const std::vector<IterationResult>& history() const { return history_; }
+  // Whether train_iteration keeps every result in history() (on by default, for the tests;
+  // trident-train turns it off: a million iterations would hold ~90 MB a rank).
+  void set_record_history(bool on) { record_history_ = on; }
   // The stage's model; with an interleaved pipeline its first chunk. Its params() hold
   // every chunk's parameters.
   Gpt2Model& model() { return *chunks_.front(); }
@@ -162,6 +165,7 @@ class Trainer {
   // save), recorded in each save for prune(); none for a run from scratch.
   std::optional<int64_t> previous_checkpoint_;
   std::vector<IterationResult> history_;
+  bool record_history_ = true;
 };
 
 struct TrainData {

@@ -304,9 +304,9 @@ void Trainer::save_checkpoint() {
     if (!noted_other_writers_) {
       noted_other_writers_ = true;
       for (const fs::path& other : temporaries_of_other_writers(root, token))
-        *out_ << "trident: note: " << other.string() << " is kept: a save or deletion that may still run (on "
-              << "another host, or here in another process) left it; delete it when no job writes to "
-              << root.string() << std::endl;
+        *out_ << "trident: note: " << other.string() << " is kept: its save or deletion may still run (on "
+              << "another host, or here in another process), or died without the lock file that proves it "
+              << "gone; delete it when no job writes to " << root.string() << std::endl;
     }
   }
   world.barrier();

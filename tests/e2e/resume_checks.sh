@@ -87,7 +87,7 @@ other=$tmp/ck/iter_0000002.tmp-otherhost-4242-0-1-2
 mkdir -p "$other/mp_rank_00"
 "$train" "${args[@]}" --train-iters 8 --override-opt_param-scheduler --save-interval 2 >"$tmp/resumed.log" 2>&1
 rc=$?
-notes=$(grep -c "^trident: note: $other is kept: a save or deletion that may still run" "$tmp/resumed.log")
+notes=$(grep -c "^trident: note: $other is kept: its save or deletion may still run" "$tmp/resumed.log")
 if [[ $rc -eq 0 && $notes -eq 1 && -d $other && $(grep -c '^trident: saved checkpoint' "$tmp/resumed.log") -eq 2 ]]; then
   ok "another host's temporary is kept and named once over two saves"
 else

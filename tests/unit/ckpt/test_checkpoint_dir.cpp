@@ -374,6 +374,34 @@ TEST(CheckpointDir, SaveRemovesOnlyTemporariesOfDeadWriters) {
   EXPECT_EQ(latest_iteration(root), 900);
 }
 
+// A save killed in its commit, after the slow sync of its files (a scheduler's kill during
+// the final save): its directory still holds the lock file, so the next save removes it.
+TEST(CheckpointDir, SaveKilledInItsCommitIsRemovedByTheNext) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setenv("TRIDENT_TEST_CRASH_IN_COMMIT", "1", 1);
+    TempIterationDir t(root, 200, make_save_token());
+    fs::create_directories(t.path() / "mp_rank_00");
+    spit((t.path() / "mp_rank_00" / "model.safetensors").string(), "x");
+    t.commit();
+    std::_Exit(0);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 9) << "the hook did not stop the commit";
+  std::vector<fs::path> left;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind("iter_0000200.tmp-", 0) == 0) left.push_back(e.path());
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_TRUE(fs::exists(left[0] / kWriterLockFileName));
+  TempIterationDir next(root, 300, make_save_token());
+  EXPECT_EQ(next.removed_stale(), left);
+  EXPECT_EQ(latest_iteration(root), 100);
+}
+
 // A deletion interrupted in a child process (killed after the rename, before or during the
 // removal): its iter_NNNNNNN.del-<token> directory, with a file in it, stays.
 fs::path interrupted_deletion(const fs::path& root, int64_t iteration) {
