@@ -110,7 +110,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "from") f.from = value;
     else if (name == "dtype") f.dtype = value;
     else if (name == "iteration" || name == "ckpt-step") {  // --ckpt-step: Megatron's name, as trident-train's
-      if (f.iteration) throw ConfigError("--ckpt-step and --iteration name one thing: give one");
+      check_one_iteration_flag(true, f.iteration.has_value());
       f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
     }
     else if (name == "target-tp") f.target_tp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));

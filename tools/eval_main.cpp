@@ -175,7 +175,7 @@ int run(int argc, char** argv) {
   if (!opt.save_canonical.empty()) throw ConfigError("--save-canonical: not a trident-eval flag");
   if (opt.eval_iters <= 0 && !ef.sequential) throw ConfigError("--eval-iters must be positive");
   // Megatron's --ckpt-step is trident-eval's --iteration.
-  if (opt.ckpt_step >= 0 && ef.iteration) throw ConfigError("--ckpt-step and --iteration name one thing: give one");
+  check_one_iteration_flag(opt.ckpt_step >= 0, ef.iteration.has_value());
   if (opt.ckpt_step >= 0) ef.iteration = opt.ckpt_step;
 
   // As trident-train: the backend first (NcclComm runs on its GPU), TF32 as in training.

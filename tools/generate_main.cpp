@@ -233,8 +233,7 @@ int generate_main(int argc, char** argv) {
     prompts.insert(prompts.end(), more.begin(), more.end());
   }
   std::optional<int64_t> iteration;
-  if (r.count("iteration") && r.count("ckpt-step"))
-    throw ConfigError("--ckpt-step and --iteration name one thing: give one");
+  check_one_iteration_flag(r.count("ckpt-step") > 0, r.count("iteration") > 0);
   if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
   if (r.count("ckpt-step")) iteration = integer_flag(r, "ckpt-step", 0, kMaxIterationFlag);
 

@@ -15,6 +15,11 @@ namespace trident {
 // The largest --iteration a tool accepts (iter_NNNNNNN names have 7 digits; this is far past).
 constexpr long long kMaxIterationFlag = 1ll << 40;
 
+// Megatron's --ckpt-step and the tools' --iteration choose one checkpoint: one of them.
+inline void check_one_iteration_flag(bool ckpt_step_given, bool iteration_given) {
+  if (ckpt_step_given && iteration_given) throw ConfigError("--ckpt-step and --iteration name one thing: give one");
+}
+
 inline long long parse_integer_flag(const std::string& flag, const std::string& text, long long lo, long long hi) {
   size_t used = 0;
   long long v = 0;

@@ -112,6 +112,13 @@ bool named_writer_is_gone(const std::string& token, bool own_pid_gone = false) {
   return w && w->host == host_token() && ((own_pid_gone && w->pid == ::getpid()) || process_is_gone(w->pid));
 }
 
+// Removes `dir` and everything in it; whether that worked (best effort, no error).
+bool remove_tree(const fs::path& dir) {
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return !ec;
+}
+
 // Locks the writer's lock file of temporary `dir` if nobody holds it. The lock file must
 // exist, hold the writer's pid (an empty one may be a writer between creating and locking
 // it) and still be the one at its path (not one the writer unlinked to commit). Returns the
@@ -247,20 +254,16 @@ std::vector<fs::path> remove_dead_writers_temporaries(const fs::path& root) {
     if (s && named_writer_is_gone(s->token, temporary) && it->is_directory(ec2))
       (temporary ? temporaries : deletions).push_back(it->path());
   }
-  auto remove = [&removed](const fs::path& dir) {
-    std::error_code rm;
-    fs::remove_all(dir, rm);
-    if (!rm) removed.push_back(dir);
-  };
   for (const fs::path& dir : temporaries) {
     const int lock = lock_abandoned_writer_lock(dir);
     if (lock < 0) continue;
-    remove(dir);
+    if (remove_tree(dir)) removed.push_back(dir);
     ::close(lock);
   }
   // A *.del-* directory has no lock: it is only ever renamed into being to be deleted, so
   // once its writer is gone nobody else touches it.
-  for (const fs::path& dir : deletions) remove(dir);
+  for (const fs::path& dir : deletions)
+    if (remove_tree(dir)) removed.push_back(dir);
   return removed;
 }
 
@@ -297,11 +300,8 @@ std::vector<fs::path> remove_dead_writers_output_temporaries(const fs::path& out
         named_writer_is_gone(name.substr(head.size())) && it->is_directory(ec2))
       stale.push_back(it->path());
   }
-  for (const fs::path& d : stale) {
-    std::error_code rm;
-    fs::remove_all(d, rm);
-    if (!rm) removed.push_back(d);
-  }
+  for (const fs::path& d : stale)
+    if (remove_tree(d)) removed.push_back(d);
   return removed;
 }
 

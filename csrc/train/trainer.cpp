@@ -233,7 +233,7 @@ void Trainer::sum_over_model(const Tensor& host_values) {
 
 // Squared norm over the whole model of the gradients (or the parameters).
 double Trainer::global_norm_sq(bool of_params) {
-  const auto counted = [&](const ParamSpec& s) { return counted_here(s); };
+  const auto counted = [this](const ParamSpec& s) { return counted_here(s); };
   std::vector<float> v = {static_cast<float>(of_params ? optimizer_->owned_param_sum_squares(counted)
                                                        : optimizer_->owned_grad_sum_squares(counted))};
   sum_over_model(Tensor(v.data(), Shape{1}, DType::F32, Device::Cpu));
@@ -245,7 +245,7 @@ double Trainer::global_norm_sq(bool of_params) {
 // count % 2^16. The first parts sum to at most the model's elements / 2^16, the second to
 // less than the ranks x 2^16: both fit int32 up to 2^47 elements and 2^15 ranks.
 int64_t Trainer::global_grad_zeros() {
-  const int64_t zeros = optimizer_->owned_grad_zeros([&](const ParamSpec& s) { return counted_here(s); });
+  const int64_t zeros = optimizer_->owned_grad_zeros([this](const ParamSpec& s) { return counted_here(s); });
   constexpr int64_t kLow = int64_t{1} << 16;
   std::vector<int32_t> v = {static_cast<int32_t>(zeros / kLow), static_cast<int32_t>(zeros % kLow)};
   sum_over_model(Tensor(v.data(), Shape{2}, DType::I32, Device::Cpu));
