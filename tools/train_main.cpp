@@ -11,6 +11,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/metadata.h"
+#include "ckpt/save_dir_lock.h"
 #include "core/error.h"
 #include "kernels/backends.h"
 #include "mpi_tool_main.h"
@@ -26,11 +27,17 @@ namespace trident {
 namespace {
 
 // --save is checked before training rather than at the first save, hours later, by rank 0
-// (which creates the directory when saving), and every rank learns the verdict.
+// (which creates the directory when saving), and every rank learns the verdict. An existing
+// directory is locked now (ckpt/save_dir_lock.h): a second run saving into it stops here.
 void check_save_dir(const std::string& save, ParallelContext& par) {
   run_on_rank0_for_all(par, [&] {
     try {
       check_checkpoint_root_usable(save);
+      std::error_code ec;
+      if (std::filesystem::is_directory(save, ec)) {
+        const std::string note = hold_save_dir_lock(save);
+        if (!note.empty()) std::cout << "trident-train: note: " << note << std::endl;
+      }
     } catch (const IoError& e) {
       throw ConfigError("--save: " + std::string(e.what()));
     }

@@ -18,6 +18,7 @@
 
 #include "ckpt/atomic_file.h"
 #include "ckpt/metadata.h"
+#include "ckpt/save_dir_lock.h"
 #include "core/error.h"
 #include "core/process_id.h"
 
@@ -194,10 +195,11 @@ fs::path temp_iteration_dir(const fs::path& root, int64_t iteration, const std::
 
 TempIterationDir::TempIterationDir(const fs::path& root, int64_t iteration, const std::string& token)
     : root_(root), path_(temp_iteration_dir(root, iteration, token)), iteration_(iteration) {
-  removed_stale_ = remove_dead_writers_temporaries(root);
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) throw IoError(root.string() + ": cannot create checkpoint directory: " + ec.message());
+  save_lock_note_ = hold_save_dir_lock(root);
+  removed_stale_ = remove_dead_writers_temporaries(root);
   if (::mkdir(path_.c_str(), 0755) != 0)
     throw IoError(path_.string() + ": cannot create temporary checkpoint directory: " + errno_str(errno));
   lock_fd_ = create_writer_lock(path_);
@@ -212,7 +214,8 @@ TempIterationDir::TempIterationDir(TempIterationDir&& other) noexcept
       path_(std::move(other.path_)),
       iteration_(other.iteration_),
       lock_fd_(std::exchange(other.lock_fd_, -1)),
-      removed_stale_(std::move(other.removed_stale_)) {}
+      removed_stale_(std::move(other.removed_stale_)),
+      save_lock_note_(std::move(other.save_lock_note_)) {}
 
 void TempIterationDir::commit() {
   // The files reach the disk first, the slow part (minutes for a large model), while the
@@ -271,6 +274,7 @@ OutputWriteGuard::~OutputWriteGuard() {
   if (released) return;
   std::error_code ec;
   if (!temp.empty()) fs::remove_all(temp, ec);
+  if (!created.empty()) release_save_dir_lock(created.front());  // the output directory, made here
   for (const fs::path& d : created)
     if (!fs::remove(d, ec)) break;  // not empty (or gone): the rest is not ours alone
 }

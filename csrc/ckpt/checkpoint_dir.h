@@ -55,10 +55,12 @@ std::filesystem::path temp_iteration_dir(const std::filesystem::path& root, int6
                                          const std::string& token);
 
 // The temporary directory of one save, held by the process that writes it (with many
-// ranks: rank 0, which commits). Creating it first removes the temporaries in DIR left by
-// dead writers (remove_dead_writers_temporaries), then creates DIR (if needed), the
-// directory (which must not exist yet) and its locked .writer.lock. Throws IoError naming
-// the directory. Destroying it releases the lock and leaves the directory as it is.
+// ranks: rank 0, which commits). Creating it creates DIR (if needed), takes DIR's lock for
+// the rest of the process (save_dir_lock.h: another process saving into DIR is an IoError
+// naming it), removes the temporaries in DIR left by dead writers
+// (remove_dead_writers_temporaries), then creates the directory (which must not exist yet)
+// and its locked .writer.lock. Throws IoError naming the directory. Destroying it releases
+// the .writer.lock and leaves the directory as it is.
 class TempIterationDir {
  public:
   TempIterationDir(const std::filesystem::path& root, int64_t iteration, const std::string& token);
@@ -71,6 +73,8 @@ class TempIterationDir {
   const std::filesystem::path& path() const { return path_; }
   // Temporaries of dead writers that the constructor removed.
   const std::vector<std::filesystem::path>& removed_stale() const { return removed_stale_; }
+  // hold_save_dir_lock's note (the file system cannot lock), the first time for DIR; else "".
+  const std::string& save_lock_note() const { return save_lock_note_; }
   // Removes the lock file (it is no part of the checkpoint), then commit()s the directory.
   void commit();
 
@@ -79,6 +83,7 @@ class TempIterationDir {
   int64_t iteration_ = 0;
   int lock_fd_ = -1;
   std::vector<std::filesystem::path> removed_stale_;
+  std::string save_lock_note_;
 };
 
 // The name of the lock file a TempIterationDir's writer holds.
@@ -98,7 +103,8 @@ std::vector<std::filesystem::path> temporaries_of_other_writers(const std::files
 
 // An offline writer's output (trident-convert): until released (the output committed), the
 // destructor removes the temporary directory, then the directories of the output's path that
-// this write created, innermost first, while empty.
+// this write created, innermost first, while empty (the output directory's lock file,
+// save_dir_lock.h, included).
 struct OutputWriteGuard {
   std::filesystem::path temp;                  // once created
   std::vector<std::filesystem::path> created;  // innermost first (missing_directories)

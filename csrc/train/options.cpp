@@ -38,7 +38,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"distributed-backend", "Megatron's torch.distributed backend (nccl or gloo): no effect (see --comm)"},
       {"data-impl", "Megatron's dataset implementation (mmap, ...): no effect (.bin/.idx are memory-mapped)"},
       {"num-workers", "Megatron's data-loader workers: no effect"},
-      {"tensorboard-queue-size", "Megatron's TensorBoard queue: no effect"},
       {"no-masked-softmax-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-bias-gelu-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-bias-dropout-fusion", "Megatron's kernel fusion switch: no effect", true},
@@ -141,6 +140,7 @@ const std::vector<FlagDef>& flag_defs() {
       {"eval-iters", "validation iterations per run (100; 0: none)"},
       {"tensorboard-dir", "write TensorBoard event files here"},
       {"tensorboard-log-interval", "iterations between TensorBoard scalars (1)"},
+      {"tensorboard-queue-size", "TensorBoard scalars queued for the writer thread before adding one waits (1000)"},
       {"peak-tflops", "device peak TFLOP/s for MFU (0: built-in table)"},
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
@@ -668,6 +668,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("eval-iters", o.eval_iters);
   f.get("tensorboard-dir", o.tensorboard_dir);
   f.get("tensorboard-log-interval", o.tensorboard_log_interval);
+  f.get("tensorboard-queue-size", o.tensorboard_queue_size);
   f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
   f.get("log-params-norm", o.log_params_norm);
   f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
@@ -844,6 +845,7 @@ void validate_run(TrainOptions& o) {
   check_positive(o.eval_interval, "eval-interval");
   check_non_negative(static_cast<double>(o.eval_iters), "eval-iters");
   check_positive(o.tensorboard_log_interval, "tensorboard-log-interval");
+  check_positive(o.tensorboard_queue_size, "tensorboard-queue-size");
   check_non_negative(o.peak_tflops, "peak-tflops");
   check_non_negative(static_cast<double>(o.max_nan_iterations), "max-nan-iterations");
   check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
@@ -1094,6 +1096,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("max-nan-iterations", o.max_nan_iterations);
   line("tensorboard-dir given", !o.tensorboard_dir.empty());
   line("tensorboard-log-interval", o.tensorboard_log_interval);
+  line("tensorboard-queue-size", o.tensorboard_queue_size);
   line("data-path given", !o.data_path.empty());
   line("train-data-path given", !o.train_data_path.empty());
   line("valid-data-path given", !o.valid_data_path.empty());

@@ -102,6 +102,7 @@ struct TrainOptions {
   int64_t eval_iters = 100;      // validation iterations per run (0: no validation)
   std::string tensorboard_dir;   // empty: no TensorBoard
   int64_t tensorboard_log_interval = 1;
+  int64_t tensorboard_queue_size = 1000;  // Megatron's default; add_scalar waits when it is full
   bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
   bool log_params_norm = false;                // Megatron's "params norm" field and scalar
   bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar

@@ -109,14 +109,11 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
 
 void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step, double wall_time) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_room_.wait(lock, [&] { return queue_.size() < max_queue_ || !error_.empty(); });
     // A write that failed (a full disk) stops the run at the next scalar, as Megatron's
     // writer raises its thread's error, rather than after the last iteration.
     if (!error_.empty()) throw IoError(path_ + ": " + error_);
-    if (queue_.size() >= max_queue_) {
-      ++dropped_;
-      return;
-    }
     queue_.push_back(Item{tag, static_cast<float>(value), step, wall_time});
     ++queued_;
   }
@@ -129,11 +126,6 @@ void TensorBoardWriter::flush() {
   cv_work_.notify_one();
   cv_done_.wait(lock, [&] { return flushed_ >= target; });
   if (!error_.empty()) throw IoError(path_ + ": " + error_);
-}
-
-uint64_t TensorBoardWriter::dropped() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return dropped_;
 }
 
 // Called by the constructor (before the thread starts) and by the thread only.
@@ -155,6 +147,7 @@ void TensorBoardWriter::run() {
     if (queue_.empty() && stop_) break;
     batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
     queue_.clear();
+    cv_room_.notify_all();  // room for add_scalar's waiters
     lock.unlock();
     for (const Item& it : batch) {
       tensorflow::Event ev;

@@ -9,9 +9,11 @@
 // simple_value}}} per add_scalar.
 //
 // add_scalar() only queues the value: a background thread encodes and writes, so the
-// training loop never waits for the disk. The queue is bounded; when it is full the
-// value is dropped and counted (dropped()). flush() waits until everything queued so far
-// is written and flushed to the OS; the destructor flushes and joins.
+// training loop does not wait for the disk. The queue is bounded; when it is full,
+// add_scalar() waits for room (as the queue of TensorBoard's own writer, which Megatron
+// uses, does): no scalar is lost, and a disk that stops answering stops the run where it
+// can be seen. flush() waits until everything queued so far is written and flushed to the
+// OS; the destructor flushes and joins.
 #pragma once
 
 #include <condition_variable>
@@ -36,14 +38,14 @@ class TensorBoardWriter {
  public:
   // Creates `dir` when needed and the event file with its file_version record.
   // Throws ConfigError naming --tensorboard-dir when it cannot.
-  explicit TensorBoardWriter(const std::string& dir, size_t max_queue = 4096);
+  explicit TensorBoardWriter(const std::string& dir, size_t max_queue = 1000);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   // Queues tag = value at `step`, stamped with the current time (or `wall_time`,
-  // seconds since the epoch). Never blocks on I/O. Throws IoError naming the file when an
-  // earlier write failed.
+  // seconds since the epoch). Waits only while the queue is full. Throws IoError naming the
+  // file when an earlier write failed.
   void add_scalar(const std::string& tag, double value, int64_t step);
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time);
   // Blocks until every scalar queued before the call is written and fflush()ed.
@@ -51,7 +53,6 @@ class TensorBoardWriter {
   void flush();
 
   const std::string& path() const { return path_; }
-  uint64_t dropped() const;  // scalars lost to a full queue
 
  private:
   struct Item {
@@ -67,9 +68,9 @@ class TensorBoardWriter {
   std::FILE* file_ = nullptr;
   size_t max_queue_;
   mutable std::mutex mu_;
-  std::condition_variable cv_work_, cv_done_;
+  std::condition_variable cv_work_, cv_done_, cv_room_;
   std::deque<Item> queue_;
-  uint64_t queued_ = 0, written_ = 0, flushed_ = 0, dropped_ = 0;  // guarded by mu_
+  uint64_t queued_ = 0, written_ = 0, flushed_ = 0;  // guarded by mu_
   bool stop_ = false;
   std::string error_;  // first write error, guarded by mu_
   std::thread thread_;

@@ -188,7 +188,10 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
   // Rank 0 writes the events; a directory it cannot create stops every rank.
   if (!opt_.tensorboard_dir.empty())
-    run_on_rank0_for_all(*par_, [&] { tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir); });
+    run_on_rank0_for_all(*par_, [&] {
+      tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir,
+                                                         static_cast<size_t>(opt_.tensorboard_queue_size));
+    });
   const int T = opt_.model.seq_length;
   sample_.resize(T + 1);
   tokens_.resize(static_cast<size_t>(opt_.micro_batch_size) * T);
@@ -699,12 +702,7 @@ void Trainer::train() {
     return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0));
   }();
   // Every way out writes the event file to the end (a failed write is an error here too).
-  if (tensorboard_) {
-    tensorboard_->flush();
-    if (const uint64_t lost = tensorboard_->dropped())
-      out << "trident: warning: " << lost << " TensorBoard scalars were dropped: " << tensorboard_->path()
-          << " was written slower than training produced them" << std::endl;
-  }
+  if (tensorboard_) tensorboard_->flush();
   if (!completed) return;
   const AllocatorStats st = be_.allocator().stats();
   out << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "

@@ -298,6 +298,7 @@ void Trainer::save_checkpoint() {
   std::optional<TempIterationDir> temp_dir;  // rank 0 holds it until the commit
   if (grid.rank == 0) {
     temp_dir.emplace(root, iteration_, token);
+    if (!temp_dir->save_lock_note().empty()) *out_ << "trident: note: " << temp_dir->save_lock_note() << std::endl;
     for (const fs::path& stale : temp_dir->removed_stale())
       *out_ << "trident: removed " << stale.string() << ", left by a save whose process is gone" << std::endl;
     // Said once a run: only this host's dead writers can be told apart from live ones.

@@ -8,7 +8,10 @@
 #    of a dead build on this host is removed and named;
 #  - a metadata.json whose iteration is not its folder's is refused, naming both;
 #  - trident-convert takes Megatron's --ckpt-step; its Hugging Face export removes a dead
-#    export's temporary, and one that fails (a file-size limit) leaves no folder it made.
+#    export's temporary, and one that fails (a file-size limit) leaves no folder it made;
+#  - one run saves into a directory at a time: a second trident-train or a trident-convert
+#    --overwrite into the directory of a running run stops at start naming it; the lock goes
+#    with the run.
 # Usage: resume_checks.sh TRAIN CONVERT REPO
 set -uo pipefail
 train=$1
@@ -153,6 +156,35 @@ if [[ $rc -eq 2 && ! -e $tmp/made ]]; then
   ok "a failed export leaves no folder it made: $(cat "$tmp/hf2.log")"
 else
   fail "a failed export: rc $rc, $(ls -R "$tmp/made" 2>&1 | head -5)"; cat "$tmp/hf2.log"
+fi
+# ---- one run saves into a directory at a time
+mkdir -p "$tmp/busy"
+"$train" "${args[@]}" --train-iters 100000 --save "$tmp/busy" --load "$tmp/busy" >"$tmp/busy_a.log" 2>&1 &
+first=$!
+for _ in $(seq 600); do grep -q '^ iteration ' "$tmp/busy_a.log" && break; sleep 0.1; done
+"$train" "${args[@]}" --train-iters 100000 --save "$tmp/busy" --load "$tmp/busy" >"$tmp/busy_b.log" 2>&1
+rc=$?
+holder="is being saved into by another run (trident-train pid $first on host $host since "
+if [[ $rc -eq 2 ]] && grep -qF "trident-train: error: --save: $tmp/busy $holder" "$tmp/busy_b.log" &&
+    ! grep -q '^ iteration ' "$tmp/busy_b.log"; then
+  ok "a second run saving into a running run's directory stops at start: $(cat "$tmp/busy_b.log")"
+else
+  fail "a second run into a running run's directory: rc $rc"; cat "$tmp/busy_b.log"
+fi
+"$convert" --load "$tmp/ck" --save "$tmp/busy" --overwrite --no-optimizer >"$tmp/busy_c.log" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -qF "$tmp/busy $holder" "$tmp/busy_c.log" && ! ls "$tmp/busy" | grep -q '^iter_0000008'; then
+  ok "trident-convert --overwrite into a running run's directory is refused"
+else
+  fail "trident-convert --overwrite into a running run's directory: rc $rc"; cat "$tmp/busy_c.log"
+fi
+kill -TERM "$first"
+wait "$first"
+rc=$?
+if [[ $rc -eq 0 ]] && "$convert" --load "$tmp/ck" --save "$tmp/busy" --overwrite --no-optimizer >"$tmp/busy_d.log" 2>&1; then
+  ok "the lock goes with its run: a conversion into the directory works after it"
+else
+  fail "after the run that held the lock: rc $rc"; cat "$tmp/busy_a.log" "$tmp/busy_d.log"
 fi
 echo "resume checks failing: $fails"
 [[ $fails -eq 0 ]]

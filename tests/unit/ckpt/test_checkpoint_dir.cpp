@@ -9,9 +9,11 @@
 
 #include <filesystem>
 #include <optional>
+#include <string>
 
 #include "ckpt/checksum.h"
 #include "ckpt/metadata.h"
+#include "ckpt/save_dir_lock.h"
 #include "ckpt/safetensors.h"
 #include "ckpt_test_util.h"
 
@@ -61,9 +63,11 @@ float load_value(const fs::path& root) {
   return r.read_f32("w")[0];
 }
 
+// The names in `dir` but the lock file every save leaves (SaveDirLock tests it).
 std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> out;
-  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != kSaveLockFileName) out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -465,6 +469,75 @@ TEST(CheckpointDir, CheckpointRootUsableCreatesNothing) {
     expect_io_error([&] { check_checkpoint_root_usable(d / "ro/ck"); }, {d / "ro is not writable"});
     ::chmod((d / "ro").c_str(), 0755);
   }
+}
+
+// A process holding `root`'s save lock in a child, until release() lets it end.
+class LockHolder {
+ public:
+  explicit LockHolder(const fs::path& root) {
+    if (::pipe(ready_) != 0 || ::pipe(go_) != 0) throw std::runtime_error("pipe");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      hold_save_dir_lock(root);
+      char c = 1;
+      (void)!::write(ready_[1], &c, 1);
+      (void)!::read(go_[0], &c, 1);
+      std::_Exit(0);
+    }
+    char c = 0;
+    if (::read(ready_[0], &c, 1) != 1) ADD_FAILURE() << "the child did not take the lock";
+  }
+  pid_t pid() const { return pid_; }
+  void release() {
+    char c = 1;
+    (void)!::write(go_[1], &c, 1);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    for (int fd : {ready_[0], ready_[1], go_[0], go_[1]}) ::close(fd);
+  }
+
+ private:
+  int ready_[2] = {-1, -1}, go_[2] = {-1, -1};
+  pid_t pid_ = -1;
+};
+
+// Another process saving into a directory: a save here is refused naming it (program, pid,
+// host) and creates nothing; once it has ended, the save goes on. The same process takes the
+// lock any number of times; the lock file stays.
+TEST(SaveDirLock, AnotherProcessSavingIntoTheDirectoryIsNamed) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  fs::create_directories(root);
+  LockHolder other(root);
+  const std::string host = make_save_token().substr(0, make_save_token().find('-'));
+  const std::string holder = "pid " + std::to_string(other.pid()) + " on host " + host + " since ";
+  expect_io_error([&] { hold_save_dir_lock(root); },
+                  {root.string() + " is being saved into by another run (", holder,
+                   (root / kSaveLockFileName).string()});
+  expect_io_error([&] { TempIterationDir(root, 200, make_save_token()); }, {holder});
+  EXPECT_EQ(entries(root), std::vector<std::string>{});
+  other.release();
+  EXPECT_EQ(hold_save_dir_lock(root), "");
+  EXPECT_EQ(hold_save_dir_lock(root), "");
+  save(root, 200, 2.0f);
+  EXPECT_EQ(load_value(root), 2.0f);
+  EXPECT_TRUE(fs::exists(root / kSaveLockFileName));
+  const std::string content = slurp(root / kSaveLockFileName);
+  EXPECT_NE(content.find("pid " + std::to_string(::getpid()) + " on host " + host), std::string::npos) << content;
+}
+
+// A failed write into an output directory it made removes the lock file with the directory.
+TEST(SaveDirLock, OutputWriteGuardRemovesTheDirectoryItMadeWithItsLock) {
+  ScratchDir d;
+  const fs::path out = fs::path(d / "made") / "ck";
+  {
+    OutputWriteGuard guard;
+    guard.created = missing_directories(out);
+    TempIterationDir temp(out, 5, make_save_token());
+    guard.temp = temp.path();
+    ASSERT_TRUE(fs::exists(out / kSaveLockFileName));
+  }
+  EXPECT_FALSE(fs::exists(d / "made"));
 }
 
 }  // namespace

@@ -37,6 +37,7 @@ TEST(Options, DefaultsFollowMegatron) {
   EXPECT_EQ(o.eval_iters, 100);
   EXPECT_EQ(o.tensorboard_dir, "");
   EXPECT_EQ(o.tensorboard_log_interval, 1);
+  EXPECT_EQ(o.tensorboard_queue_size, 1000);
   EXPECT_EQ(o.peak_tflops, 0.0);
   EXPECT_EQ(o.max_nan_iterations, 10);
   EXPECT_EQ(o.save, "");
@@ -105,12 +106,13 @@ TEST(Options, MixedPrecisionFlags) {
 
 TEST(Options, EvaluationTensorBoardAndHealthFlags) {
   const TrainOptions o = parse({"--eval-interval", "250", "--eval-iters", "0", "--tensorboard-dir", "/tmp/tb",
-                                "--tensorboard-log-interval", "5", "--peak-tflops", "989.5",
+                                "--tensorboard-log-interval", "5", "--tensorboard-queue-size", "7", "--peak-tflops", "989.5",
                                 "--max-nan-iterations", "0"});
   EXPECT_EQ(o.eval_interval, 250);
   EXPECT_EQ(o.eval_iters, 0);
   EXPECT_EQ(o.tensorboard_dir, "/tmp/tb");
   EXPECT_EQ(o.tensorboard_log_interval, 5);
+  EXPECT_EQ(o.tensorboard_queue_size, 7);
   EXPECT_EQ(o.peak_tflops, 989.5);
   EXPECT_EQ(o.max_nan_iterations, 0);
 }
@@ -764,6 +766,7 @@ TEST(Options, EveryBadValueNamesItsFlag) {
       {{"--adam-beta2", "-0.5"}, "--adam-beta2"},
       {{"--adam-eps", "-1"}, "--adam-eps must be"},
       {{"--global-batch-size", "0"}, "--global-batch-size must be positive"},
+      {{"--tensorboard-queue-size", "0"}, "--tensorboard-queue-size must be positive"},
       {{"--pipeline-model-parallel-size", "2", "--num-layers", "4", "--num-layers-per-virtual-pipeline-stage", "0"},
        "--num-layers-per-virtual-pipeline-stage must be positive"},
       {{"--pipeline-model-parallel-size", "2", "--num-layers", "4", "--num-virtual-stages-per-pipeline-rank", "0"},

@@ -2,11 +2,14 @@
 // CRC32C, TFRecord framing and hand-decoded protobuf wire format with TensorFlow's field
 // numbers), comparing tags, steps, values and wall times bit for bit.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -158,7 +161,6 @@ TEST_F(TensorBoardTest, DefaultWallTimeIsNowAndFlushWritesEverything) {
   for (int i = 0; i < 500; ++i) w.add_scalar("train/loss", 10.0 / (i + 1), i);
   w.flush();  // no destructor yet: the file must already be complete
   const double after = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  EXPECT_EQ(w.dropped(), 0u);
   const ReaderResult r = read_events(w.path());
   ASSERT_EQ(r.status, 0) << (r.lines.empty() ? "" : r.lines[0]);
   ASSERT_EQ(r.lines.size(), 501u);
@@ -260,8 +262,9 @@ TEST_F(TensorBoardTest, TwoWritersInOneDirectoryGetTwoFiles) {
   EXPECT_EQ(read_events(b.path()).lines.back(), expected_line({"x", 2, 1, 5.0}));
 }
 
-TEST_F(TensorBoardTest, BoundedQueueDropsInsteadOfBlocking) {
-  uint64_t dropped = 0;
+// A full queue makes add_scalar wait for room: every scalar arrives, in order (an
+// 8-entry queue against 20000 scalars fills many times over).
+TEST_F(TensorBoardTest, BoundedQueueWaitsForRoomAndLosesNothing) {
   std::string path;
   const int n = 20000;
   {
@@ -269,21 +272,38 @@ TEST_F(TensorBoardTest, BoundedQueueDropsInsteadOfBlocking) {
     path = w.path();
     for (int i = 0; i < n; ++i) w.add_scalar("q", i, i, 1.0);
     w.flush();
-    dropped = w.dropped();
   }
   const ReaderResult r = read_events(path);
   ASSERT_EQ(r.status, 0);
-  // Everything not dropped is written, in order.
-  EXPECT_EQ(r.lines.size() - 1 + dropped, static_cast<size_t>(n));
-  int64_t last = -1;
-  for (size_t i = 1; i < r.lines.size(); ++i) {
-    std::istringstream is(r.lines[i]);
-    std::string kind;
-    int64_t step;
-    is >> kind >> step;
-    ASSERT_GT(step, last);
-    last = step;
+  ASSERT_EQ(r.lines.size(), static_cast<size_t>(n) + 1);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(r.lines[i + 1], expected_line({"q", static_cast<double>(i), i, 1.0})) << i;
+}
+
+// Writes scalars through a 2-entry queue into a file that cannot grow past 4 KiB
+// (RLIMIT_FSIZE, as a full disk) and exits 0 when add_scalar threw IoError naming the
+// event file (the run stops at a scalar, not at the end); alarm() ends a hang.
+[[noreturn]] void write_until_the_file_cannot_grow(const fs::path& dir) {
+  alarm(60);
+  std::signal(SIGXFSZ, SIG_IGN);
+  const rlimit small{4096, 4096};
+  setrlimit(RLIMIT_FSIZE, &small);
+  int code = 1;
+  try {
+    TensorBoardWriter w(dir.string(), 2);
+    for (int i = 0; i < 1000000; ++i) w.add_scalar("train/lm-loss-long-tag-name", i, i);
+    code = 3;
+    w.flush();
+  } catch (const IoError& e) {
+    if (code == 1) code = std::string(e.what()).find("events.out.tfevents.") != std::string::npos ? 0 : 2;
   }
+  std::_Exit(code);
+}
+
+// A failed write stops add_scalar also while it waits for room in a full queue: it never
+// hangs and never goes on silently.
+TEST_F(TensorBoardTest, FailedWriteStopsAddScalarWhileTheQueueIsFull) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(write_until_the_file_cannot_grow(dir_), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(TensorBoardTest, UncreatableDirectoryNamesTheFlag) {

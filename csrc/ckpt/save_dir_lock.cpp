@@ -1,0 +1,104 @@
+#include "ckpt/save_dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "core/error.h"
+#include "core/process_id.h"
+
+namespace trident {
+namespace fs = std::filesystem;
+namespace {
+
+using DirId = std::pair<dev_t, ino_t>;
+
+// This process's locks, by directory (a second open and flock of the same file in one process
+// would conflict with the first); -1 for a directory whose file system cannot lock.
+std::mutex held_mu;
+std::map<DirId, int>& held_locks() {
+  static std::map<DirId, int> held;
+  return held;
+}
+
+DirId dir_id(const fs::path& root) {
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw IoError(root.string() + ": cannot lock the checkpoint directory: not a directory");
+  return {st.st_dev, st.st_ino};
+}
+
+// "trident-train pid 1234 on host node7 since 2026-12-02 08:30:00 UTC"
+std::string holder_line() {
+  char when[64] = "";
+  const std::time_t now = std::time(nullptr);
+  std::tm utc {};
+  gmtime_r(&now, &utc);
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return std::string(program_invocation_short_name) + " pid " + std::to_string(::getpid()) + " on host " +
+         host_token() + " since " + when;
+}
+
+std::string read_holder(int fd) {
+  char buf[256] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
+  return s.empty() ? "a process that has not written its name yet" : s;
+}
+
+bool cannot_lock_here(int e) { return e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL; }
+
+}  // namespace
+
+std::string hold_save_dir_lock(const fs::path& root) {
+  std::lock_guard<std::mutex> guard(held_mu);
+  const DirId id = dir_id(root);
+  if (held_locks().count(id)) return "";
+  const fs::path file = root / kSaveLockFileName;
+  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw IoError(file.string() + ": cannot create the checkpoint directory's lock file: " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    if (cannot_lock_here(e)) {
+      ::close(fd);
+      held_locks()[id] = -1;
+      return root.string() + ": the file system cannot lock " + file.filename().string() + " (" +
+             std::strerror(e) + "): a second run saving into this directory at the same time is not refused";
+    }
+    const std::string holder = e == EWOULDBLOCK ? read_holder(fd) : std::string();
+    ::close(fd);
+    if (e != EWOULDBLOCK) throw IoError(file.string() + ": cannot lock: " + std::strerror(e));
+    throw IoError(root.string() + " is being saved into by another run (" + holder + "; lock file " +
+                  file.string() + "): two runs saving into one directory overwrite each other's checkpoints; "
+                  "stop that run first, or save elsewhere");
+  }
+  // Best effort: without the name, the lock still holds and a refused run says less.
+  const std::string line = holder_line() + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, line.data(), line.size(), 0);
+  held_locks()[id] = fd;
+  return "";
+}
+
+void release_save_dir_lock(const fs::path& root) {
+  std::lock_guard<std::mutex> guard(held_mu);
+  struct stat st {};
+  if (::stat(root.c_str(), &st) != 0) return;
+  const auto it = held_locks().find({st.st_dev, st.st_ino});
+  if (it == held_locks().end()) return;
+  if (it->second >= 0) {
+    ::unlink((root / kSaveLockFileName).c_str());
+    ::close(it->second);
+  }
+  held_locks().erase(it);
+}
+
+}  // namespace trident
