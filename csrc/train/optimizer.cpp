@@ -267,8 +267,12 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
     a.step = step_;
     batch.push_back(a);
   }
-  be_.adamw_multi(batch);
+  {
+    const Timers::Scope timed(timers_, TimerId::OptimizerInnerStep);
+    be_.adamw_multi(batch);
+  }
   if (plan_.shards() == 1) return;
+  const Timers::Scope timed(timers_, TimerId::ParamsAllGather);  // with the overlap: the queueing
   for (size_t b : gather_order_) {
     const FlatRange r = plan_.buckets()[b], c = plan_.owned_chunk(b);
     const Tensor mine = params_.flat_params().flat_slice(c.begin, c.size());

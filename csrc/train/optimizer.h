@@ -38,6 +38,7 @@
 #include "model/param_store.h"
 #include "parallel/comm.h"
 #include "parallel/zero_shard.h"
+#include "train/timers.h"
 
 namespace trident {
 
@@ -87,6 +88,8 @@ class AdamWOptimizer {
   // and anything else that reads or writes the parameters (a checkpoint save or load, the
   // end of training, the next step) calls wait_for_all_params() first.
   void set_overlap_param_gather(bool on) { overlap_param_gather_ = on; }
+  // --timing-log-level: step() times optimizer-inner-step and params-all-gather.
+  void set_timers(Timers* timers) { timers_ = timers; }
   void set_overlap_grad_reduce(bool on) { overlap_grad_reduce_ = on; }
   void wait_for_params(int layer);
   void wait_for_all_params();
@@ -147,6 +150,7 @@ class AdamWOptimizer {
   std::vector<InFlight> in_flight_;  // queued reductions, oldest first
   size_t max_in_flight_ = SIZE_MAX;
   bool overlap_param_gather_ = false, overlap_grad_reduce_ = true;
+  Timers* timers_ = nullptr;
   std::vector<size_t> gather_order_;                    // buckets in the order the forward reads them
   size_t embedding_bucket_ = SIZE_MAX;                  // the group of wpe (first stage)
   std::vector<std::unique_ptr<CommWork>> param_gathers_;  // per bucket; null once waited for

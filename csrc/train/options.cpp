@@ -18,6 +18,7 @@
 
 #include "core/decimal.h"
 #include "core/error.h"
+#include "train/timers.h"
 
 namespace trident {
 namespace {
@@ -44,10 +45,8 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-async-tensor-model-parallel-allreduce", "Megatron's communication overlap switch: no effect", true},
       {"use-flash-attn", "Megatron's flash attention switch: the fused attention always runs", true},
-      {"log-timers-to-tensorboard", "Megatron's timer scalars: no effect", true},
       {"log-validation-ppl-to-tensorboard", "validation perplexity scalars: always written", true},
       {"log-throughput", "Megatron's throughput field: tokens/s and TFLOP/s are always logged", true},
-      {"timing-log-level", "Megatron's timers: no effect"},
       {"attention-softmax-in-fp32", "the fused attention's softmax always runs in fp32", true},
       {"no-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway", true},
   };
@@ -192,6 +191,10 @@ const std::vector<FlagDef>& flag_defs() {
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
       {"log-num-zeros-in-grad", "the gradient elements equal to zero in the log line and TensorBoard (num zeros)",
        true},
+      {"timing-log-level", "Megatron's timers after each log line: 0 none, 1 forward-backward and optimizer, 2 also "
+                           "compute, data and pipeline transfers (0)"},
+      {"timing-log-option", "the timers over the ranks: minmax, max or all (minmax)"},
+      {"log-timers-to-tensorboard", "write the timers (maximum over the ranks) as <name>-time scalars", true},
       {"help", "print this help", true},
   };
   static const std::vector<FlagDef> all = [] {
@@ -672,6 +675,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
   f.get("log-params-norm", o.log_params_norm);
   f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
+  f.get("timing-log-level", o.timing_log_level);
+  f.get("timing-log-option", o.timing_log_option);
+  f.get("log-timers-to-tensorboard", o.log_timers_to_tensorboard);
   for (const FlagDef& d : flags_without_effect_defs())
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   f.get("peak-tflops", o.peak_tflops);
@@ -846,6 +852,9 @@ void validate_run(TrainOptions& o) {
   check_non_negative(static_cast<double>(o.eval_iters), "eval-iters");
   check_positive(o.tensorboard_log_interval, "tensorboard-log-interval");
   check_positive(o.tensorboard_queue_size, "tensorboard-queue-size");
+  if (o.timing_log_level < 0 || o.timing_log_level > 2)
+    throw ConfigError("--timing-log-level must be 0, 1 or 2, got " + std::to_string(o.timing_log_level));
+  parse_timing_log_option(o.timing_log_option);  // throws naming --timing-log-option
   check_non_negative(o.peak_tflops, "peak-tflops");
   check_non_negative(static_cast<double>(o.max_nan_iterations), "max-nan-iterations");
   check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
@@ -1093,6 +1102,9 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("log-interval", o.log_interval);
   line("log-params-norm", o.log_params_norm);
   line("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
+  line("timing-log-level", o.timing_log_level);
+  line("timing-log-option", o.timing_log_option);
+  line("log-timers-to-tensorboard", o.log_timers_to_tensorboard);
   line("max-nan-iterations", o.max_nan_iterations);
   line("tensorboard-dir given", !o.tensorboard_dir.empty());
   line("tensorboard-log-interval", o.tensorboard_log_interval);

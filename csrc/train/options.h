@@ -106,6 +106,9 @@ struct TrainOptions {
   bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
   bool log_params_norm = false;                // Megatron's "params norm" field and scalar
   bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar
+  int64_t timing_log_level = 0;                // Megatron's timers (train/timers.h): 0, 1 or 2
+  std::string timing_log_option = "minmax";    // minmax, max or all
+  bool log_timers_to_tensorboard = false;      // the timers as <name>-time scalars
   // Megatron's --ffn-hidden-size and --kv-channels (0: not given); GPT-2 fixes both, so a
   // given value must be 4 x hidden and hidden / heads.
   int64_t ffn_hidden_size = 0, kv_channels = 0;

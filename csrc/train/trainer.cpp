@@ -21,6 +21,28 @@
 namespace trident {
 namespace {
 
+// Megatron's timer of a pipeline exchange, by the transfers it makes.
+TimerId exchange_timer(const std::vector<PipeTransfer>& transfers) {
+  bool send_forward = false, recv_forward = false, send_backward = false, recv_backward = false;
+  for (const PipeTransfer& t : transfers) {
+    send_forward |= t.kind == TransferKind::SendForward;
+    recv_forward |= t.kind == TransferKind::RecvForward;
+    send_backward |= t.kind == TransferKind::SendBackward;
+    recv_backward |= t.kind == TransferKind::RecvBackward;
+  }
+  const int kinds = send_forward + recv_forward + send_backward + recv_backward;
+  if (kinds == 1)
+    return send_forward ? TimerId::ForwardSend
+           : recv_forward ? TimerId::ForwardRecv
+           : send_backward ? TimerId::BackwardSend
+                           : TimerId::BackwardRecv;
+  if (kinds == 2 && send_forward && recv_forward) return TimerId::ForwardSendForwardRecv;
+  if (kinds == 2 && send_forward && recv_backward) return TimerId::ForwardSendBackwardRecv;
+  if (kinds == 2 && send_backward && recv_forward) return TimerId::BackwardSendForwardRecv;
+  if (kinds == 2 && send_backward && recv_backward) return TimerId::BackwardSendBackwardRecv;
+  return TimerId::ForwardBackwardSendForwardBackwardRecv;
+}
+
 // Set by SIGTERM/SIGINT: finish the iteration, save a checkpoint and stop.
 volatile std::sig_atomic_t stop_requested = 0;
 extern "C" void request_stop(int) { stop_requested = 1; }
@@ -111,7 +133,12 @@ std::vector<StageLayout> stage_chunk_layouts(const TrainOptions& opt, ParallelCo
 
 Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<SampleSource> train_data,
                  std::ostream& log, ParallelContext* parallel)
-    : opt_(opt), be_(backend), data_(std::move(train_data)), log_(log), par_(parallel) {
+    : opt_(opt),
+      be_(backend),
+      data_(std::move(train_data)),
+      log_(log),
+      par_(parallel),
+      timers_(static_cast<int>(opt.timing_log_level), &backend) {
   if (!par_) {
     own_parallel_ = make_parallel_context(1, 1);
     par_ = own_parallel_.get();
@@ -176,6 +203,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   ac.weight_decay = opt_.weight_decay;
   ac.clip_grad = opt_.clip_grad;
   optimizer_ = std::make_unique<AdamWOptimizer>(be_, *params, ac, par_->dp.get(), opt_.zero_stage);
+  optimizer_->set_timers(&timers_);
   optimizer_->set_overlap_param_gather(opt_.overlap_param_gather);
   optimizer_->set_overlap_grad_reduce(opt_.overlap_grad_reduce);
   for (auto& chunk : chunks_) {
@@ -281,24 +309,32 @@ LossStats Trainer::run_steps(const std::vector<PipeStep>& steps, int micro_batch
   auto slot = [&](int chunk, int mb) { return mb % activation_slots_[chunk]; };
   LossStats total;
   std::vector<P2pTransfer> transfers;
+  Timers* timers = training ? &timers_ : nullptr;  // an evaluation's steps are not timed
   for (const PipeStep& st : steps) {
     Gpt2Model& m = *chunks_[st.chunk];
     switch (st.op) {
       case PipeOp::Forward: {
+        const Timers::Scope timed(timers, TimerId::ForwardCompute);
         // Megatron's sampler: DP rank r takes slice [r B, (r + 1) B) of each B x dp block.
         const uint64_t first = first_sample + (static_cast<uint64_t>(st.micro_batch) * dp + dp_rank) * B;
-        if (m.layout().first_stage || m.layout().last_stage) load_micro_batch(data, first);
+        if (m.layout().first_stage || m.layout().last_stage) {
+          const Timers::Scope batch(timers, TimerId::BatchGenerator);
+          load_micro_batch(data, first);
+        }
         m.forward(slot(st.chunk, st.micro_batch), MicroBatch{tokens_.data(), targets_.data(), first}, training,
                   grad_scale);
         if (m.layout().last_stage) add(total, m.loss_stats());
         break;
       }
-      case PipeOp::Backward:
+      case PipeOp::Backward: {
+        const Timers::Scope timed(timers, TimerId::BackwardCompute);
         // A chunk's backwards run in micro-batch order: its last one completes its gradients.
         optimizer_->begin_backward(st.micro_batch == micro_batches - 1);
         m.backward(slot(st.chunk, st.micro_batch));
         break;
-      case PipeOp::Exchange:
+      }
+      case PipeOp::Exchange: {
+        const Timers::Scope timed(timers, exchange_timer(st.transfers));
         transfers.clear();
         for (const PipeTransfer& t : st.transfers) {
           const Gpt2Model& c = *chunks_[t.chunk];
@@ -312,6 +348,7 @@ LossStats Trainer::run_steps(const std::vector<PipeStep>& steps, int micro_batch
         }
         par_->pp->exchange(transfers);
         break;
+      }
     }
   }
   return total;
@@ -392,12 +429,20 @@ IterationResult Trainer::train_iteration() {
   // The loss is the mean over every target token of the global batch, times the scale.
   const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
   optimizer_->zero_grads();
-  LossStats total = run_steps(schedule_steps_, micro_batches_, *data_, consumed_samples_, true, grad_scale);
-  // The tied word embedding's two copies (first and last stage) get the sum of both
-  // gradients, so they stay equal.
-  if (par_->grid.shape.pp > 1 && par_->embedding)
-    par_->embedding->allreduce(model().params().grad("wte"), ReduceOp::Sum);
-  optimizer_->reduce_gradients();
+  LossStats total;
+  {
+    // Megatron's forward-backward ends with the gradients' reductions (finalize_model_grads).
+    const Timers::Scope timed(&timers_, TimerId::ForwardBackward);
+    total = run_steps(schedule_steps_, micro_batches_, *data_, consumed_samples_, true, grad_scale);
+    // The tied word embedding's two copies (first and last stage) get the sum of both
+    // gradients, so they stay equal.
+    if (par_->grid.shape.pp > 1 && par_->embedding) {
+      const Timers::Scope embedding(&timers_, TimerId::EmbeddingGradsAllReduce);
+      par_->embedding->allreduce(model().params().grad("wte"), ReduceOp::Sum);
+    }
+    const Timers::Scope sync(&timers_, TimerId::AllGradsSync);
+    optimizer_->reduce_gradients();
+  }
   reduce_loss_stats(total);
   r.loss = total.loss_sum / total.tokens;
   r.acc = total.correct / total.tokens;
@@ -407,16 +452,25 @@ IterationResult Trainer::train_iteration() {
   // finite otherwise, so it is also the loss scaler's overflow check: Megatron's separate
   // check reads every gradient once more. An inf/NaN skips the step on every rank; a norm
   // that overflows on its own (huge bf16 gradients) skips it too, as before.
-  const double norm_sq = global_norm_sq(false);
+  std::optional<Timers::Scope> optimizer_timed(std::in_place, &timers_, TimerId::Optimizer);
+  double norm_sq = 0;
+  {
+    const Timers::Scope timed(&timers_, TimerId::OptimizerClipMainGrad);
+    norm_sq = global_norm_sq(false);
+  }
   const bool found_inf = scaler_.enabled() && !std::isfinite(norm_sq);
   r.grad_norm = std::nan("");
   if (!found_inf && !r.nan_loss) {
     r.grad_norm = std::sqrt(norm_sq) * scaler_.inv_scale();
     if (std::isfinite(r.grad_norm)) {
-      if (opt_.log_num_zeros_in_grad) r.num_zeros = static_cast<double>(global_grad_zeros());
+      if (opt_.log_num_zeros_in_grad) {
+        const Timers::Scope timed(&timers_, TimerId::OptimizerCountZeros);
+        r.num_zeros = static_cast<double>(global_grad_zeros());
+      }
       optimizer_->step(r.lr, r.grad_norm, static_cast<float>(scaler_.inv_scale()));
     }
   }
+  optimizer_timed.reset();
   r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
   scaler_.update(found_inf);
   r.loss_scale = scaler_.scale();  // after the update, as Megatron's log line and TensorBoard show it
@@ -554,6 +608,7 @@ void Trainer::train() {
   };
   const bool evaluating = valid_ && opt_.eval_iters > 0;
   const bool saving = !opt_.save.empty();
+  const TimingLogOption timing_log_option = parse_timing_log_option(opt_.timing_log_option);
   std::optional<StopSignals> stop_signals(std::in_place);
   bool stopped_by_signal = false;  // the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
@@ -577,6 +632,15 @@ void Trainer::train() {
     const bool tensorboard_due = !opt_.tensorboard_dir.empty() && iteration_ % opt_.tensorboard_log_interval == 0;
     const double params_norm =
         opt_.log_params_norm && (logging || tensorboard_due) ? std::sqrt(global_norm_sq(true)) : std::nan("");
+    ++timed_since_tensorboard_;
+    if (tensorboard_due && opt_.log_timers_to_tensorboard && timers_.any()) {
+      // Megatron's "<name>-time" scalars: the maximum over the ranks, in seconds an iteration.
+      const auto per_rank = timers_.take(par_->world.get(), 1, timed_since_tensorboard_ * 1000.0);
+      timed_since_tensorboard_ = 0;
+      if (tensorboard_)
+        for (const auto& [name, seconds] : timer_maxima(per_rank))
+          tensorboard_->add_scalar(std::string(name) + "-time", seconds, iteration_);
+    }
     if (tensorboard_ && tensorboard_due) {
       const Throughput t = throughput(r.ms, r.global_batch);
       const int64_t samples = static_cast<int64_t>(consumed_samples_);
@@ -645,6 +709,10 @@ void Trainer::train() {
       if (out_ == &log_ && log_was_good && !log_)
         throw IoError("the training log (standard output): a write failed" +
                       (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()));
+      if (timers_.any()) {
+        const std::string block = format_timers(timers_.take(par_->world.get(), 0, n), timing_log_option);
+        if (!block.empty()) out << block << std::endl;
+      }
       loss_sum = acc_sum = ms_sum = 0;
       n = updated = 0;
       skipped = nan = 0;

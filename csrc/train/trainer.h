@@ -22,6 +22,7 @@
 #include "train/weight_decay_schedule.h"
 #include "train/optimizer.h"
 #include "train/options.h"
+#include "train/timers.h"
 
 namespace trident {
 
@@ -148,6 +149,8 @@ class Trainer {
   WeightDecaySchedule wd_schedule_;
   LossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
+  Timers timers_;                      // --timing-log-level
+  int timed_since_tensorboard_ = 0;    // iterations in timers_' TensorBoard sums
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging, sized once
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;

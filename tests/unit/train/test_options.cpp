@@ -697,8 +697,11 @@ TEST(Options, MegatronScriptsRunUnchanged) {
              "--no-query-key-layer-scaling", "--hidden-size", "64", "--num-attention-heads", "4",
              "--ffn-hidden-size", "256", "--kv-channels", "16"});
   EXPECT_EQ(o.flags_without_effect,
-            (std::vector<std::string>{"--log-throughput", "--timing-log-level", "--attention-softmax-in-fp32",
-                                      "--no-query-key-layer-scaling"}));
+            (std::vector<std::string>{"--log-throughput", "--attention-softmax-in-fp32", "--no-query-key-layer-scaling"}));
+  EXPECT_EQ(o.timing_log_level, 2);  // Megatron's timers (timers.h)
+  EXPECT_EQ(o.timing_log_option, "minmax");
+  EXPECT_TRUE(parse({"--log-timers-to-tensorboard"}).log_timers_to_tensorboard);
+  EXPECT_EQ(must_fail({"--timing-log-level", "3"}), "--timing-log-level must be 0, 1 or 2, got 3");
   EXPECT_EQ(must_fail({"--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128"}),
             "--ffn-hidden-size (128) must be 4 x --hidden-size 64 (256): GPT-2's MLP");
   EXPECT_EQ(must_fail({"--hidden-size", "64", "--num-attention-heads", "4", "--kv-channels", "32"}),
