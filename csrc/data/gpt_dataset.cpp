@@ -177,7 +177,7 @@ uint64_t num_epochs(uint64_t tokens_per_epoch, int seq_length, uint64_t samples)
 GptIndexMaps build_index_maps(std::span<const int32_t> sizes, uint64_t begin, uint64_t end, int seq_length,
                               uint64_t seed, uint64_t samples) {
   TRIDENT_CHECK(begin < end && end <= sizes.size() && seq_length > 0, "range ", begin, "..", end);
-  TRIDENT_CHECK(end - begin < (1ull << 31), "too many documents for int32 doc_idx");
+  TRIDENT_CHECK(end <= kMaxIndexedDocuments, "document ids past int32 in doc_idx: ", end);
   const uint64_t seq = static_cast<uint64_t>(seq_length);
   uint64_t tokens = 0;
   for (uint64_t d = begin; d < end; ++d) tokens += static_cast<uint64_t>(sizes[d]);
@@ -244,6 +244,13 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   if (tokens == 0)
     throw IoError(detail::concat(idx_path(prefix), ": the ", name, " split (documents ", begin, "..", end,
                                  ") holds no tokens"));
+  // doc_idx holds document ids as int32, as Megatron's: a split reaching past id 2^31 - 1
+  // (a later split of a corpus of more documents) cannot be indexed.
+  if (end > kMaxIndexedDocuments)
+    throw ConfigError(detail::concat(idx_path(prefix), ": the ", name, " split (documents ", begin, "..", end,
+                                     ") reaches past document ", kMaxIndexedDocuments - 1,
+                                     ", the last the index maps can hold (int32 ids, as Megatron's); split the "
+                                     "corpus into prefixes of fewer documents and blend them"));
   // Everything the maps depend on goes into the hash, the data file's size and mtime included.
   struct stat st {};
   ::stat(idx_path(prefix).c_str(), &st);

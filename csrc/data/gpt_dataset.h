@@ -99,6 +99,9 @@ struct GptIndexMaps {
   uint64_t num_samples() const { return shuffle_idx.size(); }
 };
 
+// Document ids in doc_idx are int32 (Megatron's dtype): ids below this.
+inline constexpr uint64_t kMaxIndexedDocuments = uint64_t{1} << 31;
+
 // Builds the maps for documents [begin, end) with the given item sizes (no caching).
 GptIndexMaps build_index_maps(std::span<const int32_t> sizes, uint64_t begin, uint64_t end,
                               int seq_length, uint64_t seed, uint64_t samples);

@@ -4,12 +4,14 @@
 // cache reuse, rebuild on change, concurrent builds; blending proportions and contents;
 // warnings for empty evaluation splits and int32 data; ids checked against the vocabulary.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <span>
 #include <thread>
 
 #include "core/error.h"
@@ -160,6 +162,24 @@ TEST(GptDataset, EpochFormula) {
   EXPECT_EQ(num_epochs(100, 10, 19), 2u);
   EXPECT_EQ(num_epochs(100, 10, 20), 3u);
   EXPECT_EQ(num_epochs(1000, 1024, 1), 2u);  // 999 // 1024 = 0, 1999 // 1024 = 1
+}
+
+// A split whose document ids pass int32 (a later split of a corpus of more than 2^31
+// documents) is refused: doc_idx stores the ids as int32, and a wrapped id read sizes[] at
+// -2^31 (a crash). The sizes are a 8 GiB reserved mapping of which only the split is touched.
+TEST(GptDataset, DocumentIdsPastInt32AreRefused) {
+  const size_t n = (size_t{1} << 31) + 64;
+  void* p = ::mmap(nullptr, n * sizeof(int32_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  const std::span<int32_t> sizes(static_cast<int32_t*>(p), n);
+  const uint64_t begin = (uint64_t{1} << 31) - 32, end = n;
+  for (uint64_t d = begin; d < end; ++d) sizes[d] = 100;
+  EXPECT_THROW(build_index_maps(sizes, begin, end, 64, 1234, 10), InternalError);
+  // The same split below the limit builds.
+  const GptIndexMaps m = build_index_maps(sizes.subspan(begin - 1000), 1000, 1096, 64, 1234, 10);
+  EXPECT_EQ(*std::min_element(m.doc_idx.begin(), m.doc_idx.end()), 1000);
+  ::munmap(p, n * sizeof(int32_t));
 }
 
 TEST(GptDataset, SplitBoundariesMatchMegatron) {
