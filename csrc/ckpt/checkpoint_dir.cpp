@@ -274,7 +274,7 @@ OutputWriteGuard::~OutputWriteGuard() {
   if (released) return;
   std::error_code ec;
   if (!temp.empty()) fs::remove_all(temp, ec);
-  if (!created.empty()) release_save_dir_lock(created.front());  // the output directory, made here
+  if (!temp.empty()) release_save_dir_lock(temp.parent_path());  // the output directory's lock file
   for (const fs::path& d : created)
     if (!fs::remove(d, ec)) break;  // not empty (or gone): the rest is not ours alone
 }

@@ -103,8 +103,8 @@ std::vector<std::filesystem::path> temporaries_of_other_writers(const std::files
 
 // An offline writer's output (trident-convert): until released (the output committed), the
 // destructor removes the temporary directory, then the directories of the output's path that
-// this write created, innermost first, while empty (the output directory's lock file,
-// save_dir_lock.h, included).
+// this write created, innermost first, while empty; the output directory's lock file
+// (save_dir_lock.h) goes when this write created it.
 struct OutputWriteGuard {
   std::filesystem::path temp;                  // once created
   std::vector<std::filesystem::path> created;  // innermost first (missing_directories)

@@ -150,12 +150,15 @@ CheckpointMetadata metadata_from_json(const json& j, const std::string& source) 
   {
     Fields l{f.object("layout"), "layout.", source};
     l.no_unknown({"tp", "pp", "dp", "zero_stage", "virtual_pipeline_chunks"});
-    m.layout.tp = static_cast<int>(l.integer("tp", 1, kIntMax));
-    m.layout.pp = static_cast<int>(l.integer("pp", 1, kIntMax));
-    m.layout.dp = static_cast<int>(l.integer("dp", 1, kIntMax));
+    // A stage holds a layer at least, a tensor-parallel rank a head: bounds that also keep the
+    // products of the layout's numbers inside int.
+    m.layout.tp = static_cast<int>(l.integer("tp", 1, m.model.num_attention_heads));
+    m.layout.pp = static_cast<int>(l.integer("pp", 1, m.model.num_layers));
+    m.layout.dp = static_cast<int>(l.integer("dp", 1, kIntMax / (int64_t{m.layout.tp} * m.layout.pp)));
     m.layout.zero_stage = static_cast<int>(l.integer("zero_stage", 0, 3));
     if (l.j.contains("virtual_pipeline_chunks")) {
-      m.layout.virtual_pipeline_chunks = static_cast<int>(l.integer("virtual_pipeline_chunks", 1, kIntMax));
+      m.layout.virtual_pipeline_chunks =
+          static_cast<int>(l.integer("virtual_pipeline_chunks", 1, m.model.num_layers / m.layout.pp));
       if (m.model.num_layers % (m.layout.pp * m.layout.virtual_pipeline_chunks) != 0)
         l.fail("virtual_pipeline_chunks", "pp x " + std::to_string(m.layout.virtual_pipeline_chunks) +
                                               " does not divide model.num_layers (" +

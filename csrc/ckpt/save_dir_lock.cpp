@@ -22,10 +22,15 @@ namespace {
 using DirId = std::pair<dev_t, ino_t>;
 
 // This process's locks, by directory (a second open and flock of the same file in one process
-// would conflict with the first); -1 for a directory whose file system cannot lock.
+// would conflict with the first): the descriptor (-1 where the file system cannot lock) and
+// whether this process created the file.
+struct HeldLock {
+  int fd = -1;
+  bool created = false;
+};
 std::mutex held_mu;
-std::map<DirId, int>& held_locks() {
-  static std::map<DirId, int> held;
+std::map<DirId, HeldLock>& held_locks() {
+  static std::map<DirId, HeldLock> held;
   return held;
 }
 
@@ -64,18 +69,22 @@ std::string hold_save_dir_lock(const fs::path& root) {
   const DirId id = dir_id(root);
   if (held_locks().count(id)) return "";
   const fs::path file = root / kSaveLockFileName;
-  const int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const bool created = fd >= 0;
+  if (!created && errno == EEXIST) fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) throw IoError(file.string() + ": cannot create the checkpoint directory's lock file: " + std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     if (cannot_lock_here(e)) {
       ::close(fd);
-      held_locks()[id] = -1;
+      if (created) ::unlink(file.c_str());
+      held_locks()[id] = HeldLock{};
       return root.string() + ": the file system cannot lock " + file.filename().string() + " (" +
              std::strerror(e) + "): a second run saving into this directory at the same time is not refused";
     }
     const std::string holder = e == EWOULDBLOCK ? read_holder(fd) : std::string();
     ::close(fd);
+    if (created && e != EWOULDBLOCK) ::unlink(file.c_str());
     if (e != EWOULDBLOCK) throw IoError(file.string() + ": cannot lock: " + std::strerror(e));
     throw IoError(root.string() + " is being saved into by another run (" + holder + "; lock file " +
                   file.string() + "): two runs saving into one directory overwrite each other's checkpoints; "
@@ -84,7 +93,7 @@ std::string hold_save_dir_lock(const fs::path& root) {
   // Best effort: without the name, the lock still holds and a refused run says less.
   const std::string line = holder_line() + "\n";
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, line.data(), line.size(), 0);
-  held_locks()[id] = fd;
+  held_locks()[id] = HeldLock{fd, created};
   return "";
 }
 
@@ -94,9 +103,9 @@ void release_save_dir_lock(const fs::path& root) {
   if (::stat(root.c_str(), &st) != 0) return;
   const auto it = held_locks().find({st.st_dev, st.st_ino});
   if (it == held_locks().end()) return;
-  if (it->second >= 0) {
-    ::unlink((root / kSaveLockFileName).c_str());
-    ::close(it->second);
+  if (it->second.fd >= 0) {
+    if (it->second.created) ::unlink((root / kSaveLockFileName).c_str());
+    ::close(it->second.fd);
   }
   held_locks().erase(it);
 }

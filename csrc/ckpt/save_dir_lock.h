@@ -29,8 +29,8 @@ inline constexpr const char* kSaveLockFileName = ".trident-save.lock";
 // for `root`), else "".
 std::string hold_save_dir_lock(const std::filesystem::path& root);
 
-// For an output that a failed write removes (OutputWriteGuard): drops this process's lock of
-// `root` and removes the lock file, so that `root` can be removed when it is otherwise empty.
+// For an output that a failed write leaves as it found it (OutputWriteGuard): drops this
+// process's lock of `root` and removes the lock file if this process created it.
 void release_save_dir_lock(const std::filesystem::path& root);
 
 }  // namespace trident

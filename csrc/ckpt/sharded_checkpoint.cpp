@@ -131,9 +131,24 @@ std::map<std::string, std::vector<ShardedCheckpointReader::Entry>> ShardedCheckp
   if (tp_rank < 0 || tp_rank >= meta_.layout.tp)
     throw IoError(r.path() + ": __metadata__ tp_rank " + std::to_string(tp_rank) + " is outside tp " +
                   std::to_string(meta_.layout.tp));
+  // The model metadata.json describes sizes every piece: a piece that does not fit it is a
+  // bad input here, before anything is sized from the metadata's numbers.
+  auto local_numel = [&](const std::string& name) -> std::optional<int64_t> {
+    const auto it = spec_index_.find(name);
+    if (it == spec_index_.end()) return std::nullopt;
+    return local_shape(specs_[it->second], meta_.layout.tp).numel();
+  };
   for (const StTensorInfo& t : r.tensors()) {
     const size_t bar = t.name.find('|');
     if (bar == std::string::npos) {
+      const auto it = spec_index_.find(t.name);
+      if (it != spec_index_.end()) {
+        const std::vector<int64_t> want = shape_vec(local_shape(specs_[it->second], meta_.layout.tp));
+        if (t.shape != want)
+          throw IoError(r.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) + ", but " +
+                        kMetadataFileName + "'s model at tp " + std::to_string(meta_.layout.tp) + " makes it " +
+                        shape_str(want));
+      }
       entries[t.name].push_back(Entry{file, t.name, tp_rank, 0});
       continue;
     }
@@ -141,7 +156,13 @@ std::map<std::string, std::vector<ShardedCheckpointReader::Entry>> ShardedCheckp
     const std::string first = bar2 == std::string::npos ? "" : t.name.substr(bar2 + 1);
     if (!all_digits(first) || first.size() > 18)
       throw IoError(r.path() + ": malformed optimizer tensor name '" + t.name + "'");
-    entries[t.name.substr(0, bar2)].push_back(Entry{file, t.name, tp_rank, std::stoll(first)});
+    const int64_t begin = std::stoll(first);
+    const std::optional<int64_t> n = local_numel(t.name.substr(0, bar));
+    if (n && (t.shape.size() != 1 || begin > *n || t.numel() > *n - begin))
+      throw IoError(r.path() + ": optimizer tensor '" + t.name + "' of shape " + shape_str(t.shape) +
+                    " does not fit the parameter's " + std::to_string(*n) + " elements at tp " +
+                    std::to_string(meta_.layout.tp) + " (" + kMetadataFileName + ")");
+    entries[t.name.substr(0, bar2)].push_back(Entry{file, t.name, tp_rank, begin});
   }
   return entries;
 }

@@ -28,6 +28,20 @@ void ModelConfig::validate(int tp) const {
   };
   need(num_layers > 0, "--num-layers must be positive");
   need(hidden_size > 0, "--hidden-size must be positive");
+  // Bounds far above any GPT (GPT-3 175B: 96 layers, hidden 12288) that keep every size
+  // derived from them (parameter counts, padded vocabulary, embedding tables) inside int64.
+  need(num_layers <= kMaxLayers, "--num-layers (" + std::to_string(num_layers) + ") must be at most " +
+                                     std::to_string(kMaxLayers));
+  need(hidden_size <= kMaxHiddenSize, "--hidden-size (" + std::to_string(hidden_size) + ") must be at most " +
+                                          std::to_string(kMaxHiddenSize));
+  need(max_position_embeddings <= kMaxPositions, "--max-position-embeddings (" +
+                                                     std::to_string(max_position_embeddings) +
+                                                     ") must be at most " + std::to_string(kMaxPositions));
+  need(vocab_size <= kMaxVocabSize, "vocabulary size (" + std::to_string(vocab_size) + ") must be at most " +
+                                        std::to_string(kMaxVocabSize) + " (token ids are int32)");
+  need(make_vocab_size_divisible_by <= kMaxVocabDivisor, "--make-vocab-size-divisible-by (" +
+                                                             std::to_string(make_vocab_size_divisible_by) +
+                                                             ") must be at most " + std::to_string(kMaxVocabDivisor));
   need(num_attention_heads > 0, "--num-attention-heads must be positive");
   need(hidden_size % num_attention_heads == 0,
        "--num-attention-heads (" + std::to_string(num_attention_heads) + ") must divide --hidden-size (" +

@@ -8,6 +8,11 @@
 
 namespace trident {
 
+// ModelConfig::validate's upper bounds (see there).
+inline constexpr int kMaxLayers = 1 << 16, kMaxHiddenSize = 1 << 20, kMaxPositions = 1 << 24,
+                     kMaxVocabDivisor = 1 << 16;
+inline constexpr int64_t kMaxVocabSize = 2147483647;
+
 struct ModelConfig {
   int num_layers = 12;
   int hidden_size = 768;

@@ -132,7 +132,7 @@ left=$(cd "$tmp/crash" && echo iter_0000003.tmp-*)
 [[ -d $tmp/crash/$left ]] || fail "a save that dies left no temporary directory"
 "$train" "${args[@]}" --train-iters 3 --eval-iters 0 --save "$tmp/crash" >"$tmp/crash.log"
 if [[ ! -e $tmp/crash/$left &&
-      $(ls -A "$tmp/crash" | tr '\n' ' ') == "iter_0000003 latest_checkpointed_iteration.txt " ]] &&
+      $(ls -A "$tmp/crash" | tr '\n' ' ') == ".trident-save.lock iter_0000003 latest_checkpointed_iteration.txt " ]] &&
     grep -q "removed $tmp/crash/$left, left by a save whose process is gone" "$tmp/crash.log"; then
   echo "a save that died left $left; the next save removed it"
 else

@@ -526,7 +526,8 @@ TEST(SaveDirLock, AnotherProcessSavingIntoTheDirectoryIsNamed) {
   EXPECT_NE(content.find("pid " + std::to_string(::getpid()) + " on host " + host), std::string::npos) << content;
 }
 
-// A failed write into an output directory it made removes the lock file with the directory.
+// A failed write into an output directory removes the lock file it made, and the directory
+// when it made that too.
 TEST(SaveDirLock, OutputWriteGuardRemovesTheDirectoryItMadeWithItsLock) {
   ScratchDir d;
   const fs::path out = fs::path(d / "made") / "ck";
@@ -538,6 +539,16 @@ TEST(SaveDirLock, OutputWriteGuardRemovesTheDirectoryItMadeWithItsLock) {
     ASSERT_TRUE(fs::exists(out / kSaveLockFileName));
   }
   EXPECT_FALSE(fs::exists(d / "made"));
+  // An existing empty directory is left empty.
+  const fs::path existing = d / "existing";
+  fs::create_directories(existing);
+  {
+    OutputWriteGuard guard;
+    guard.created = missing_directories(existing);
+    TempIterationDir temp(existing, 5, make_save_token());
+    guard.temp = temp.path();
+  }
+  EXPECT_TRUE(fs::is_empty(existing));
 }
 
 }  // namespace

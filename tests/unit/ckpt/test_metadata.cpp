@@ -20,7 +20,7 @@ using testing::spit;
 
 CheckpointMetadata sample() {
   CheckpointMetadata m;
-  m.model.num_layers = 3;
+  m.model.num_layers = 4;
   m.model.hidden_size = 48;
   m.model.num_attention_heads = 6;
   m.model.seq_length = 64;
@@ -50,7 +50,7 @@ TEST(Metadata, RoundTripEveryField) {
   write_metadata(path, m);
   const CheckpointMetadata r = read_metadata(path);
   EXPECT_EQ(r.format_version, 1);
-  EXPECT_EQ(r.model.num_layers, 3);
+  EXPECT_EQ(r.model.num_layers, 4);
   EXPECT_EQ(r.model.hidden_size, 48);
   EXPECT_EQ(r.model.num_attention_heads, 6);
   EXPECT_EQ(r.model.seq_length, 64);
@@ -106,6 +106,16 @@ TEST(Metadata, ErrorsNameFileAndField) {
       {"negative samples", [](json& j) { j["consumed_samples"] = -1; }, {"field 'consumed_samples'", "out of range"}},
       {"zero stage", [](json& j) { j["layout"]["zero_stage"] = 5; }, {"field 'layout.zero_stage'"}},
       {"tp vs heads", [](json& j) { j["layout"]["tp"] = 4; }, {"field 'layout.tp'", "num_attention_heads"}},
+      // Sizes whose products overflowed int (a SIGFPE from pp x chunks = 2^32 = 0) or int64.
+      {"pp past the layers", [](json& j) { j["layout"]["pp"] = 65536; }, {"field 'layout.pp'", "out of range"}},
+      {"chunks past the layers",
+       [](json& j) { j["layout"]["virtual_pipeline_chunks"] = 65536; },
+       {"field 'layout.virtual_pipeline_chunks'", "out of range"}},
+      {"dp past int", [](json& j) { j["layout"]["dp"] = 2147483647; }, {"field 'layout.dp'", "out of range"}},
+      {"huge hidden", [](json& j) { j["model"]["hidden_size"] = 1073741824; }, {"field 'model'", "--hidden-size"}},
+      {"huge vocab",
+       [](json& j) { j["model"]["vocab_size"] = 9223372036854775807LL; },
+       {"field 'model'", "vocabulary size", "int32"}},
       {"checksum", [](json& j) { j["files"][1]["xxh3"] = "XYZ"; }, {"field 'files[1].xxh3'"}},
       {"file path", [](json& j) { j["files"][0]["path"] = "../x"; }, {"field 'files[0].path'"}},
       {"version", [](json& j) { j["format_version"] = 99; }, {"field 'format_version'", "newer"}},

@@ -165,6 +165,25 @@ TEST(ShardedCheckpoint, CorruptFileFailsOnlyTheRanksThatReadIt) {
   expect_io_error([&] { ShardedCheckpointReader r(dir); }, {(dir / kMetadataFileName).string()});
 }
 
+// A metadata.json whose model disagrees with the files (edited, or of another checkpoint) is
+// a bad input naming the tensor, not an allocation of the metadata's size.
+TEST(ShardedCheckpoint, PiecesThatDoNotFitTheMetadatasModelAreNamed) {
+  ScratchDir d;
+  const fs::path dir = write_checkpoint(d / "ck", 1, 1);
+  const std::string meta = (dir / kMetadataFileName).string();
+  const std::string original = slurp(meta);
+  CheckpointMetadata m = read_metadata(meta);
+  m.model.hidden_size *= 2;
+  write_metadata(meta, m);
+  // A run of the files' shape says so (the run's check); a reader sizing from the metadata
+  // (trident-convert, trident-eval) names the file's tensor instead of allocating.
+  expect_io_error([&] { load_as(dir, 1, 0, 1, 0); }, {"parameter 'wpe' has shape [12, 32], the run's has [12, 16]"});
+  expect_io_error([&] { ShardedCheckpointReader(dir).model_tensor("wpe"); },
+                  {kModelFileName, "tensor 'wte' has shape [304, 16], but metadata.json's model at tp 1 makes it [304, 32]"});
+  spit(meta, original);
+  EXPECT_EQ(ShardedCheckpointReader(dir).model_tensor("wpe"), source_tensor("wpe", nullptr));
+}
+
 // A tp 1 checkpoint with ZeRO over dp 2 (written by hand: the offline writer has dp 1): each
 // DP rank's file holds one half of each state of two parameters.
 fs::path write_zero_checkpoint(const fs::path& dir, const std::vector<std::string>& names) {

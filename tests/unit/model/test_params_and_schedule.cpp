@@ -96,6 +96,45 @@ TEST(Params, CountsMatchGpt2Small) {
   EXPECT_EQ(c.num_parameters(1), 124475904);
 }
 
+// The bounds that keep every derived size inside int64 (parameter counts at the largest
+// shape, the padded vocabulary): each refused with the flag named.
+TEST(Params, ShapeBoundsKeepDerivedSizesInRange) {
+  ModelConfig c;
+  c.num_layers = kMaxLayers;
+  c.hidden_size = kMaxHiddenSize;
+  c.num_attention_heads = 1;
+  c.max_position_embeddings = kMaxPositions;
+  c.vocab_size = kMaxVocabSize;
+  c.make_vocab_size_divisible_by = kMaxVocabDivisor;
+  EXPECT_NO_THROW(c.validate(1));
+  // 12 h^2 + 13 h per layer, the word and position tables and the final LayerNorm, exactly.
+  const long double h = kMaxHiddenSize, want = static_cast<long double>(kMaxLayers) * (12 * h * h + 13 * h) +
+                                                static_cast<long double>(c.padded_vocab_size(1)) * h +
+                                                static_cast<long double>(kMaxPositions) * h + 2 * h;
+  EXPECT_EQ(static_cast<long double>(c.num_parameters(1)), want);
+  EXPECT_GT(c.padded_vocab_size(1), kMaxVocabSize);
+  struct Bad {
+    void (*edit)(ModelConfig&);
+    const char* message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {[](ModelConfig& m) { m.num_layers = kMaxLayers + 1; }, "--num-layers (65537) must be at most 65536"},
+           {[](ModelConfig& m) { m.hidden_size = 2 * kMaxHiddenSize; }, "--hidden-size (2097152) must be at most"},
+           {[](ModelConfig& m) { m.max_position_embeddings = kMaxPositions + 1; }, "--max-position-embeddings"},
+           {[](ModelConfig& m) { m.vocab_size = kMaxVocabSize + 1; }, "(token ids are int32)"},
+           {[](ModelConfig& m) { m.make_vocab_size_divisible_by = kMaxVocabDivisor + 1; },
+            "--make-vocab-size-divisible-by (65537)"}}) {
+    ModelConfig m = c;
+    b.edit(m);
+    try {
+      m.validate(1);
+      ADD_FAILURE() << b.message << ": accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Schedule, MatchesClosedForms) {
   LrSchedule s;
   s.max_lr = 1e-3;
