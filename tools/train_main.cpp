@@ -8,6 +8,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/metadata.h"
@@ -26,18 +27,37 @@
 namespace trident {
 namespace {
 
-// --save is checked before training rather than at the first save, hours later, by rank 0
-// (which creates the directory when saving), and every rank learns the verdict. An existing
-// directory is locked now (ckpt/save_dir_lock.h): a second run saving into it stops here.
-void check_save_dir(const std::string& save, ParallelContext& par) {
+// The --save directory as rank 0 holds it for the run: created (when missing) and locked at
+// the start (ckpt/save_dir_lock.h), so that a second run saving into it stops at its start,
+// not hours later at its first save. A directory this run created is removed again, with
+// the directories above it that it created, when the run ends having saved nothing there
+// (a failed start leaves nothing behind).
+struct SaveDirHeld {
+  std::vector<std::filesystem::path> created;  // innermost first
+  ~SaveDirHeld() {
+    namespace fs = std::filesystem;
+    if (created.empty()) return;
+    std::error_code ec;
+    for (fs::directory_iterator it(created.front(), ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().filename() != kSaveLockFileName) return;  // a checkpoint or a temporary: kept
+    release_save_dir_lock(created.front());
+    for (const fs::path& d : created)
+      if (!fs::remove(d, ec)) break;
+  }
+};
+
+// --save is checked before training rather than at the first save, hours later, by rank 0,
+// and every rank learns the verdict.
+void hold_save_dir(const std::string& save, ParallelContext& par, SaveDirHeld& held) {
   run_on_rank0_for_all(par, [&] {
     try {
       check_checkpoint_root_usable(save);
+      held.created = missing_directories(save);
       std::error_code ec;
-      if (std::filesystem::is_directory(save, ec)) {
-        const std::string note = hold_save_dir_lock(save);
-        if (!note.empty()) std::cout << "trident-train: note: " << note << std::endl;
-      }
+      std::filesystem::create_directories(save, ec);
+      if (ec) throw IoError(save + ": cannot create the directory: " + ec.message());
+      const std::string note = hold_save_dir_lock(save);
+      if (!note.empty()) std::cout << "trident-train: note: " << note << std::endl;
     } catch (const IoError& e) {
       throw ConfigError("--save: " + std::string(e.what()));
     }
@@ -84,7 +104,6 @@ int train(int argc, char** argv) {
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get(),
                                         flags_every_rank_shares(opt));
-  if (!opt.save.empty()) check_save_dir(opt.save, *parallel);
   if (!opt.save_canonical.empty()) check_save_canonical(opt.save_canonical, *parallel);
   // Megatron trains on mock data only when asked (--mock-data); trident keeps its synthetic
   // default for the quickstart, but says so.
@@ -112,6 +131,12 @@ int train(int argc, char** argv) {
       std::cout << "trident-train: note: " << names << " without --save: no checkpoint is saved" << std::endl;
   }
   if (!opt.load.empty()) load_before_building(opt, *parallel);
+  // After --load is resolved (which reads a missing --save/--load directory as missing), before
+  // the data is built.
+  std::error_code missing;
+  opt.load_missing_at_start = !opt.load.empty() && !std::filesystem::exists(opt.load, missing);
+  SaveDirHeld save_dir;
+  if (!opt.save.empty()) hold_save_dir(opt.save, *parallel, save_dir);
   TrainData data = make_train_data(opt, parallel.get());
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_record_history(false);

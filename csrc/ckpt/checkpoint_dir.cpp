@@ -274,7 +274,10 @@ OutputWriteGuard::~OutputWriteGuard() {
   if (released) return;
   std::error_code ec;
   if (!temp.empty()) fs::remove_all(temp, ec);
-  if (!temp.empty()) release_save_dir_lock(temp.parent_path());  // the output directory's lock file
+  // The output directory's lock file, when this write created it (also when the temporary
+  // directory was never made: the lock is taken first).
+  const fs::path root = !temp.empty() ? temp.parent_path() : !created.empty() ? created.front() : fs::path();
+  if (!root.empty()) release_save_dir_lock(root);
   for (const fs::path& d : created)
     if (!fs::remove(d, ec)) break;  // not empty (or gone): the rest is not ours alone
 }

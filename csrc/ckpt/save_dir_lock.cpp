@@ -69,9 +69,17 @@ std::string hold_save_dir_lock(const fs::path& root) {
   const DirId id = dir_id(root);
   if (held_locks().count(id)) return "";
   const fs::path file = root / kSaveLockFileName;
-  int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // 0666 less the umask: in a directory a team shares, the next member's run can lock the
+  // file the first one created; one that can only read it still locks it (flock needs no
+  // write access) but cannot leave its name.
+  int fd = ::open(file.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   const bool created = fd >= 0;
-  if (!created && errno == EEXIST) fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+  bool writable = created;
+  if (!created && errno == EEXIST) {
+    fd = ::open(file.c_str(), O_RDWR | O_CLOEXEC);
+    writable = fd >= 0;
+    if (fd < 0 && (errno == EACCES || errno == EPERM)) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  }
   if (fd < 0) throw IoError(file.string() + ": cannot create the checkpoint directory's lock file: " + std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
@@ -92,7 +100,7 @@ std::string hold_save_dir_lock(const fs::path& root) {
   }
   // Best effort: without the name, the lock still holds and a refused run says less.
   const std::string line = holder_line() + "\n";
-  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, line.data(), line.size(), 0);
+  if (writable && ::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, line.data(), line.size(), 0);
   held_locks()[id] = HeldLock{fd, created};
   return "";
 }

@@ -4,8 +4,8 @@
 // still runs, a conversion --overwrite into a directory a run is training into) overwrite
 // each other's checkpoints and latest pointer, and each one's --keep-last deletes the
 // other's. A process that saves into DIR therefore holds an exclusive lock (flock) on
-// DIR/.trident-save.lock until it exits: trident-train from its start when DIR exists, else
-// from its first save; trident-convert while it writes. The kernel drops the lock however
+// DIR/.trident-save.lock until it exits: trident-train's rank 0 from its start (creating DIR
+// when missing, tools/train_main.cpp), trident-convert while it writes. The kernel drops the lock however
 // the process ends, so a killed run never blocks the next one. The file holds the holder's
 // program, pid, host and start for the refused run's message, and stays (removing it would
 // let a run that opened it before the removal and one that creates it anew both lock).

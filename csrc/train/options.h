@@ -166,6 +166,9 @@ struct TrainOptions {
 
   // Every flag the command line or the --config file gave, by name ("num-layers").
   std::set<std::string> given_flags;
+  // Set by trident-train before it creates --save (the same directory as --load, usually):
+  // --load did not exist at the start, for the trainer's "does not exist" warning.
+  bool load_missing_at_start = false;
 };
 
 // Parses argv (and the YAML file named by --config). A flag on the command line replaces the

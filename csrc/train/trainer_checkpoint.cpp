@@ -422,7 +422,7 @@ bool Trainer::load_checkpoint() {
   // is bad input: one line from rank 0, exit 2).
   if (const std::string failure = first_failure(*par_->world, error); !failure.empty()) throw ConfigError(failure);
   if (!dir) {  // as Megatron: no checkpoint to load, so train from the initial weights
-    if (fs::exists(opt_.load))
+    if (!opt_.load_missing_at_start && fs::exists(opt_.load))
       *out_ << "trident: no checkpoint in " << opt_.load << " yet (no " << kLatestFileName
             << "); starting from scratch" << std::endl;
     else

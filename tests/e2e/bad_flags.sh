@@ -89,7 +89,7 @@ else
   echo "FAIL: rank 1 of 2 started without MPI: rc=$rc, $(cat "$tmp/err")"; fails=$((fails + 1))
 fi
 # A runtime failure (here a model that cannot be allocated) exits 3, one line, as under MPI.
-"$train" --device cpu --mock-data --eval-iters 0 --num-layers 1 --hidden-size 4000000 --num-attention-heads 1 \
+"$train" --device cpu --mock-data --eval-iters 0 --num-layers 1 --hidden-size 1048576 --num-attention-heads 1 \
   --seq-length 16 --max-position-embeddings 16 --vocab-size 256 --micro-batch-size 2 --train-iters 2 \
   >"$tmp/out" 2>"$tmp/err"
 rc=$?

@@ -11,7 +11,7 @@
 #    export's temporary, and one that fails (a file-size limit) leaves no folder it made;
 #  - one run saves into a directory at a time: a second trident-train or a trident-convert
 #    --overwrite into the directory of a running run stops at start naming it; the lock goes
-#    with the run.
+#    with the run; a run that fails at its start leaves no --save directory it created.
 # Usage: resume_checks.sh TRAIN CONVERT REPO
 set -uo pipefail
 train=$1
@@ -157,8 +157,8 @@ if [[ $rc -eq 2 && ! -e $tmp/made ]]; then
 else
   fail "a failed export: rc $rc, $(ls -R "$tmp/made" 2>&1 | head -5)"; cat "$tmp/hf2.log"
 fi
-# ---- one run saves into a directory at a time
-mkdir -p "$tmp/busy"
+# ---- one run saves into a directory at a time (a new one: the first run creates and locks
+# it at its start, long before its first save)
 "$train" "${args[@]}" --train-iters 100000 --save "$tmp/busy" --load "$tmp/busy" >"$tmp/busy_a.log" 2>&1 &
 first=$!
 for _ in $(seq 600); do grep -q '^ iteration ' "$tmp/busy_a.log" && break; sleep 0.1; done
@@ -186,5 +186,11 @@ if [[ $rc -eq 0 ]] && "$convert" --load "$tmp/ck" --save "$tmp/busy" --overwrite
 else
   fail "after the run that held the lock: rc $rc"; cat "$tmp/busy_a.log" "$tmp/busy_d.log"
 fi
+# A run that fails at its start leaves no --save directory it created.
+"$train" "${args[@]}" --train-iters 8 --save "$tmp/made_for/ck" --load "$tmp/no_such" --exit-on-missing-checkpoint \
+  >"$tmp/nosave.log" 2>&1
+rc=$?
+[[ $rc -eq 2 && ! -e $tmp/made_for ]] && ok "a failed start leaves no --save directory: $(cat "$tmp/nosave.log")" ||
+  { fail "a failed start: rc $rc, $(ls -aR "$tmp/made_for" 2>&1 | head -5)"; cat "$tmp/nosave.log"; }
 echo "resume checks failing: $fails"
 [[ $fails -eq 0 ]]

@@ -526,6 +526,45 @@ TEST(SaveDirLock, AnotherProcessSavingIntoTheDirectoryIsNamed) {
   EXPECT_NE(content.find("pid " + std::to_string(::getpid()) + " on host " + host), std::string::npos) << content;
 }
 
+// A team's shared directory: the lock file another user's run left (mode 0644 under the
+// usual umask) is still locked by the next user, read-only, and holds against a third run.
+TEST(SaveDirLock, AnotherUsersLockFileIsLockedReadOnly) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  ScratchDir d;
+  const fs::path root = d / "shared";
+  fs::create_directories(root);
+  fs::permissions(d.path(), fs::perms::all);
+  fs::permissions(root, fs::perms::all);
+  spit(root / kSaveLockFileName, "trident-train pid 1 on host earlier since then\n");
+  fs::permissions(root / kSaveLockFileName, fs::perms::owner_read | fs::perms::owner_write |
+                                                fs::perms::group_read | fs::perms::others_read);
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(go), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    char c = 0;
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) std::_Exit(4);
+    try {
+      c = hold_save_dir_lock(root).empty() ? 1 : 2;
+    } catch (const std::exception&) {
+      c = 3;
+    }
+    (void)!::write(ready[1], &c, 1);
+    (void)!::read(go[0], &c, 1);
+    std::_Exit(0);
+  }
+  char got = 0;
+  ASSERT_EQ(::read(ready[0], &got, 1), 1);
+  EXPECT_EQ(got, 1) << "the other user's run could not take the lock (2: a note, 3: an error)";
+  expect_io_error([&] { hold_save_dir_lock(root); }, {root.string() + " is being saved into by another run"});
+  char c = 1;
+  (void)!::write(go[1], &c, 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+}
+
 // A failed write into an output directory removes the lock file it made, and the directory
 // when it made that too.
 TEST(SaveDirLock, OutputWriteGuardRemovesTheDirectoryItMadeWithItsLock) {
