@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -52,12 +53,22 @@ std::string holder_line() {
          host_token() + " since " + when;
 }
 
+// Who holds the lock, as the lock file names it. A holder that could only read the file (a
+// shared directory's file of another user) left the previous holder's line: one naming a
+// process of this host that is gone is not the holder.
 std::string read_holder(int fd) {
   char buf[256] = {};
   const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
   std::string s(buf, n > 0 ? static_cast<size_t>(n) : 0);
   while (!s.empty() && (s.back() == '\n' || s.back() == '\0')) s.pop_back();
-  return s.empty() ? "a process that has not written its name yet" : s;
+  if (s.empty()) return "a process that has not written its name yet";
+  int pid = 0;
+  char host[64] = {};
+  const size_t at = s.find(" pid ");
+  if (at != std::string::npos && std::sscanf(s.c_str() + at, " pid %d on host %63s", &pid, host) == 2 &&
+      host == host_token() && process_is_gone(pid))
+    return "a run that could not write its name into the lock file";
+  return s;
 }
 
 bool cannot_lock_here(int e) { return e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL; }

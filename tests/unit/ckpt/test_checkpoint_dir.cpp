@@ -535,7 +535,9 @@ TEST(SaveDirLock, AnotherUsersLockFileIsLockedReadOnly) {
   fs::create_directories(root);
   fs::permissions(d.path(), fs::perms::all);
   fs::permissions(root, fs::perms::all);
-  spit(root / kSaveLockFileName, "trident-train pid 1 on host earlier since then\n");
+  // The line of an earlier run of this host that is gone: not the holder's name.
+  const std::string host = make_save_token().substr(0, make_save_token().find('-'));
+  spit(root / kSaveLockFileName, "trident-train pid " + std::to_string(dead_pid()) + " on host " + host + " since then\n");
   fs::permissions(root / kSaveLockFileName, fs::perms::owner_read | fs::perms::owner_write |
                                                 fs::perms::group_read | fs::perms::others_read);
   int ready[2], go[2];
@@ -557,7 +559,8 @@ TEST(SaveDirLock, AnotherUsersLockFileIsLockedReadOnly) {
   char got = 0;
   ASSERT_EQ(::read(ready[0], &got, 1), 1);
   EXPECT_EQ(got, 1) << "the other user's run could not take the lock (2: a note, 3: an error)";
-  expect_io_error([&] { hold_save_dir_lock(root); }, {root.string() + " is being saved into by another run"});
+  expect_io_error([&] { hold_save_dir_lock(root); },
+                  {root.string() + " is being saved into by another run (a run that could not write its name"});
   char c = 1;
   (void)!::write(go[1], &c, 1);
   int status = 0;
