@@ -40,9 +40,8 @@ struct SaveDirHeld {
     std::error_code ec;
     for (fs::directory_iterator it(created.front(), ec), end; !ec && it != end; it.increment(ec))
       if (it->path().filename() != kSaveLockFileName) return;  // a checkpoint or a temporary: kept
-    release_save_dir_lock(created.front());
-    for (const fs::path& d : created)
-      if (!fs::remove(d, ec)) break;
+    OutputWriteGuard unmade;  // its destructor removes our lock file, then the directories made
+    unmade.created = created;
   }
 };
 

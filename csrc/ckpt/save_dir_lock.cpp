@@ -101,10 +101,13 @@ std::string hold_save_dir_lock(const fs::path& root) {
       return root.string() + ": the file system cannot lock " + file.filename().string() + " (" +
              std::strerror(e) + "): a second run saving into this directory at the same time is not refused";
     }
-    const std::string holder = e == EWOULDBLOCK ? read_holder(fd) : std::string();
+    if (e != EWOULDBLOCK) {
+      ::close(fd);
+      if (created) ::unlink(file.c_str());
+      throw IoError(file.string() + ": cannot lock: " + std::strerror(e));
+    }
+    const std::string holder = read_holder(fd);
     ::close(fd);
-    if (created && e != EWOULDBLOCK) ::unlink(file.c_str());
-    if (e != EWOULDBLOCK) throw IoError(file.string() + ": cannot lock: " + std::strerror(e));
     throw IoError(root.string() + " is being saved into by another run (" + holder + "; lock file " +
                   file.string() + "): two runs saving into one directory overwrite each other's checkpoints; "
                   "stop that run first, or save elsewhere");

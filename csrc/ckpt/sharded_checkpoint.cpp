@@ -133,22 +133,16 @@ std::map<std::string, std::vector<ShardedCheckpointReader::Entry>> ShardedCheckp
                   std::to_string(meta_.layout.tp));
   // The model metadata.json describes sizes every piece: a piece that does not fit it is a
   // bad input here, before anything is sized from the metadata's numbers.
-  auto local_numel = [&](const std::string& name) -> std::optional<int64_t> {
-    const auto it = spec_index_.find(name);
-    if (it == spec_index_.end()) return std::nullopt;
-    return local_shape(specs_[it->second], meta_.layout.tp).numel();
-  };
   for (const StTensorInfo& t : r.tensors()) {
     const size_t bar = t.name.find('|');
+    const auto spec = spec_index_.find(t.name.substr(0, bar));  // the parameter's
+    const std::optional<Shape> local =
+        spec == spec_index_.end() ? std::nullopt : std::optional(local_shape(specs_[spec->second], meta_.layout.tp));
     if (bar == std::string::npos) {
-      const auto it = spec_index_.find(t.name);
-      if (it != spec_index_.end()) {
-        const std::vector<int64_t> want = shape_vec(local_shape(specs_[it->second], meta_.layout.tp));
-        if (t.shape != want)
-          throw IoError(r.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) + ", but " +
-                        kMetadataFileName + "'s model at tp " + std::to_string(meta_.layout.tp) + " makes it " +
-                        shape_str(want));
-      }
+      if (local && t.shape != shape_vec(*local))
+        throw IoError(r.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) + ", but " +
+                      kMetadataFileName + "'s model at tp " + std::to_string(meta_.layout.tp) + " makes it " +
+                      shape_str(shape_vec(*local)));
       entries[t.name].push_back(Entry{file, t.name, tp_rank, 0});
       continue;
     }
@@ -157,10 +151,10 @@ std::map<std::string, std::vector<ShardedCheckpointReader::Entry>> ShardedCheckp
     if (!all_digits(first) || first.size() > 18)
       throw IoError(r.path() + ": malformed optimizer tensor name '" + t.name + "'");
     const int64_t begin = std::stoll(first);
-    const std::optional<int64_t> n = local_numel(t.name.substr(0, bar));
-    if (n && (t.shape.size() != 1 || begin > *n || t.numel() > *n - begin))
+    const int64_t n = local ? local->numel() : 0;
+    if (local && (t.shape.size() != 1 || begin > n || t.numel() > n - begin))
       throw IoError(r.path() + ": optimizer tensor '" + t.name + "' of shape " + shape_str(t.shape) +
-                    " does not fit the parameter's " + std::to_string(*n) + " elements at tp " +
+                    " does not fit the parameter's " + std::to_string(n) + " elements at tp " +
                     std::to_string(meta_.layout.tp) + " (" + kMetadataFileName + ")");
     entries[t.name.substr(0, bar2)].push_back(Entry{file, t.name, tp_rank, begin});
   }
