@@ -1,12 +1,16 @@
 #include "core/mapped_files.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
+
+#include "core/error.h"
 
 namespace trident {
 namespace {
@@ -89,6 +93,32 @@ void forget_mapped_file(const void* addr) {
     s.begin.store(0);
     return;
   }
+}
+
+ReadOnlyMapping::ReadOnlyMapping(int fd, size_t len, const std::string& path) {
+  if (len == 0) return;
+  void* m = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) throw IoError(detail::concat(path, ": mmap failed: ", std::strerror(errno)));
+  data_ = static_cast<const char*>(m);
+  size_ = len;
+  note_mapped_file(data_, size_, path);
+}
+
+ReadOnlyMapping& ReadOnlyMapping::operator=(ReadOnlyMapping&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = std::exchange(o.data_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+void ReadOnlyMapping::reset() {
+  if (!data_) return;
+  forget_mapped_file(data_);
+  ::munmap(const_cast<char*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
 }
 
 }  // namespace trident

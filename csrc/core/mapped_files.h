@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 namespace trident {
 
@@ -15,5 +16,29 @@ namespace trident {
 // noted: their SIGBUS stays a crash).
 void note_mapped_file(const void* addr, size_t len, const std::string& path);
 void forget_mapped_file(const void* addr);
+
+// A whole file mapped read-only, noted as above, unmapped when destroyed. MAP_SHARED: the
+// processes of a node that map one file share its pages in the page cache (eight ranks
+// reading one corpus's index hold it once).
+class ReadOnlyMapping {
+ public:
+  ReadOnlyMapping() = default;
+  // Maps the first len bytes of the open file fd (len 0 maps nothing); throws IoError naming
+  // path when the mapping fails.
+  ReadOnlyMapping(int fd, size_t len, const std::string& path);
+  ~ReadOnlyMapping() { reset(); }
+  ReadOnlyMapping(ReadOnlyMapping&& o) noexcept { *this = std::move(o); }
+  ReadOnlyMapping& operator=(ReadOnlyMapping&& o) noexcept;
+  ReadOnlyMapping(const ReadOnlyMapping&) = delete;
+  ReadOnlyMapping& operator=(const ReadOnlyMapping&) = delete;
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  void reset();
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 }  // namespace trident

@@ -1,7 +1,6 @@
 #include "data/gpt_dataset.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,18 +22,10 @@
 namespace trident {
 namespace {
 
-constexpr char kCacheMagic[8] = {'T', 'R', 'I', 'D', 'X', 'M', 'A', 'P'};
-constexpr uint64_t kCacheVersion = 1;
-constexpr size_t kCacheHeader = 8 + 6 * 8;
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+// The index maps' cache key and file: kIndexMapVersion changes when the maps or the file's
+// arrays change meaning.
+constexpr uint64_t kIndexMapVersion = 2;
+constexpr uint32_t kIndexMapArrayBytes[3] = {4, 8, 8};  // doc_idx, sample_idx, shuffle_idx
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t");
@@ -42,75 +33,27 @@ std::string trim(const std::string& s) {
   return s.substr(a, s.find_last_not_of(" \t") - a + 1);
 }
 
-template <typename T>
-bool write_array(std::FILE* f, const T* p, size_t n) {
-  return n == 0 || std::fwrite(p, sizeof(T), n, f) == n;
+// Where index caches go: --data-cache-path, else the folder of the (first) prefix, as Megatron.
+std::string index_cache_dir(const std::string& prefix, const std::string& cache_dir) {
+  if (!cache_dir.empty()) return cache_dir;
+  std::error_code ec;
+  return std::filesystem::absolute(prefix, ec).parent_path().string();
 }
 
-// Cache file: magic, u64 {version, hash, epochs, separate, doc_idx length, samples}, int32
-// doc_idx padded to 8 bytes, int64 sample_idx[2 * (samples + 1)], int64 shuffle_idx[samples].
-uint64_t padded_doc_bytes(uint64_t ndoc) { return (ndoc * 4 + 7) / 8 * 8; }
-
-// Maps a cache file; nullptr when it is absent or its header and length do not match.
-void* map_cache(const std::string& path, uint64_t hash, size_t& len, GptIndexView& v) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return nullptr;
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < kCacheHeader) {
-    ::close(fd);
-    return nullptr;
-  }
-  len = static_cast<size_t>(st.st_size);
-  void* m = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (m == MAP_FAILED) return nullptr;
-  const char* p = static_cast<const char*>(m);
-  uint64_t h[6];
-  std::memcpy(h, p + 8, sizeof h);
-  const uint64_t version = h[0], file_hash = h[1], epochs = h[2], separate = h[3], ndoc = h[4], n = h[5];
-  const uint64_t body = len - kCacheHeader;
-  if (std::memcmp(p, kCacheMagic, 8) != 0 || version != kCacheVersion || file_hash != hash || separate > 1 ||
-      ndoc > body / 4 || n > body / 24 || padded_doc_bytes(ndoc) + (2 * (n + 1)) * 8 + n * 8 != body) {
-    ::munmap(m, len);
-    return nullptr;
-  }
-  v.epochs = epochs;
-  v.separate_last_epoch = separate == 1;
-  const char* q = p + kCacheHeader;
-  v.doc_idx = {reinterpret_cast<const int32_t*>(q), ndoc};
-  q += padded_doc_bytes(ndoc);
-  v.sample_idx = {reinterpret_cast<const int64_t*>(q), 2 * (n + 1)};
-  v.shuffle_idx = {reinterpret_cast<const int64_t*>(q + 16 * (n + 1)), n};
-  note_mapped_file(m, len, path);
-  return m;
+// The maps of a cache file, when it holds them for `hash` (its scalars epochs and the
+// separate-last-epoch flag, its arrays doc_idx, sample_idx and shuffle_idx, shaped alike).
+std::optional<MappedArrayCache> open_index_maps(const std::string& path, uint64_t hash, GptIndexView& v) {
+  auto c = MappedArrayCache::open(path, hash, 2, kIndexMapArrayBytes);
+  if (!c || c->scalar(1) > 1 || c->array<int64_t>(1).size() != 2 * (c->array<int64_t>(2).size() + 1))
+    return std::nullopt;
+  v = {c->scalar(0), c->scalar(1) == 1, c->array<int32_t>(0), c->array<int64_t>(1), c->array<int64_t>(2)};
+  return c;
 }
 
-// Writes the maps under a unique temporary name and renames it into place; false if the
-// folder cannot be written. Each array goes straight to the file: a copy of the maps in one
-// buffer would double the memory of the largest step of a run's start.
-bool save_cache(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
-  std::ostringstream tmp;
-  // Unique across threads, processes and hosts sharing the folder (containers reuse pids).
-  std::random_device rd;
-  tmp << path << ".tmp." << host_token() << "." << ::getpid() << "." << std::hex << ((uint64_t{rd()} << 32) ^ rd());
-  const std::string tmp_path = tmp.str();
-  const uint64_t h[6] = {kCacheVersion, hash, m.epochs, m.separate_last_epoch ? 1u : 0u, m.doc_idx.size(),
-                         m.shuffle_idx.size()};
-  const char padding[8] = {};
-  std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
-  bool ok = f && write_array(f, kCacheMagic, 8) && write_array(f, h, 6) &&
-            write_array(f, m.doc_idx.data(), m.doc_idx.size()) &&
-            write_array(f, padding, padded_doc_bytes(m.doc_idx.size()) - m.doc_idx.size() * 4) &&
-            write_array(f, m.sample_idx.data(), m.sample_idx.size()) &&
-            write_array(f, m.shuffle_idx.data(), m.shuffle_idx.size());
-  if (f) ok = std::fclose(f) == 0 && ok;
-  if (ok) ok = std::rename(tmp_path.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    std::fprintf(stderr, "trident: warning: cannot write the index cache %s (%s); keeping it in memory\n",
-                 path.c_str(), std::strerror(errno));
-    std::remove(tmp_path.c_str());
-  }
-  return ok;
+bool save_index_maps(const std::string& path, uint64_t hash, const GptIndexMaps& m) {
+  const uint64_t scalars[2] = {m.epochs, m.separate_last_epoch ? 1u : 0u};
+  const CacheArray arrays[3] = {cache_array(m.doc_idx), cache_array(m.sample_idx), cache_array(m.shuffle_idx)};
+  return save_array_cache(path, hash, scalars, arrays, "an index-map build");
 }
 
 }  // namespace
@@ -174,7 +117,7 @@ uint64_t num_epochs(uint64_t tokens_per_epoch, int seq_length, uint64_t samples)
   return epochs;
 }
 
-GptIndexMaps build_index_maps(std::span<const int32_t> sizes, uint64_t begin, uint64_t end, int seq_length,
+GptIndexMaps build_index_maps(UnalignedArray<int32_t> sizes, uint64_t begin, uint64_t end, int seq_length,
                               uint64_t seed, uint64_t samples) {
   TRIDENT_CHECK(begin < end && end <= sizes.size() && seq_length > 0, "range ", begin, "..", end);
   TRIDENT_CHECK(end <= kMaxIndexedDocuments, "document ids past int32 in doc_idx: ", end);
@@ -257,40 +200,30 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
   std::error_code ec;
   const fs::path abs = fs::absolute(prefix, ec);
   const std::string key = detail::concat(
-      "trident-gpt-index-v", kCacheVersion, "|", abs.string(), "|", name, "|", begin, "|", end, "|", seq_length,
+      "trident-gpt-index-v", kIndexMapVersion, "|", abs.string(), "|", name, "|", begin, "|", end, "|", seq_length,
       "|", seed, "|", samples, "|", kSeparateLastEpochCutoff, "|", st.st_size, "|", st.st_mtim.tv_sec, ".",
       st.st_mtim.tv_nsec);
-  const uint64_t hash = fnv1a(key);
+  const uint64_t hash = cache_key_hash(key);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-  const fs::path dir = cache_dir.empty() ? abs.parent_path() : fs::path(cache_dir);
+  const fs::path dir = index_cache_dir(prefix, cache_dir);
   cache_file_ = (dir / detail::concat(fs::path(prefix).filename().string(), "_", name, "_indexmap_", samples, "ns_",
                                       seq_length, "sl_", seed, "s_", hex, ".tidx"))
                     .string();
   begin_ = begin;
   end_ = end;
-  map_ = map_cache(cache_file_, hash, map_len_, view_);
-  if (map_) {
+  cache_ = open_index_maps(cache_file_, hash, view_);
+  if (cache_) {
     from_cache_ = true;
     return;
   }
   owned_ = build_index_maps(data_->sizes(), begin, end, seq_length, seed, samples);
   fs::create_directories(dir, ec);
-  // A build killed while writing this cache left its temporary (gigabytes for long runs).
-  for (const std::string& stale : remove_dead_writers_files({cache_file_}, /*then_suffix=*/true))
-    std::fprintf(stderr, "trident: removed %s, left by an index-map build whose process is gone\n", stale.c_str());
-  if (save_cache(cache_file_, hash, owned_) && (map_ = map_cache(cache_file_, hash, map_len_, view_))) {
+  if (save_index_maps(cache_file_, hash, owned_) && (cache_ = open_index_maps(cache_file_, hash, view_))) {
     owned_ = GptIndexMaps();  // serve from the shared mapping
     return;
   }
   view_ = {owned_.epochs, owned_.separate_last_epoch, owned_.doc_idx, owned_.sample_idx, owned_.shuffle_idx};
-}
-
-GptDataset::~GptDataset() {
-  if (map_) {
-    forget_mapped_file(map_);
-    ::munmap(map_, map_len_);
-  }
 }
 
 void GptDataset::get(uint64_t i, int32_t* tokens) const {
@@ -389,7 +322,8 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
   } else if (std::none_of(parts.begin(), parts.end(), [](const auto& p) { return p != nullptr; })) {
     return nullptr;
   }
-  return std::make_unique<BlendedSource>(std::move(parts), weights, size, names, sb.flag);
+  return std::make_unique<BlendedSource>(std::move(parts), weights, size, names, sb.flag,
+                                         index_cache_dir(sb.blend.prefixes[0], cfg.cache_dir));
 }
 
 // "--split 949,50,1 leaves no validation documents in P (10 documents): no validation"

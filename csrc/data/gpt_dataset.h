@@ -23,11 +23,15 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "data/array_cache.h"
+#include "data/unaligned_array.h"
 
 namespace trident {
 
@@ -103,7 +107,7 @@ struct GptIndexMaps {
 inline constexpr uint64_t kMaxIndexedDocuments = uint64_t{1} << 31;
 
 // Builds the maps for documents [begin, end) with the given item sizes (no caching).
-GptIndexMaps build_index_maps(std::span<const int32_t> sizes, uint64_t begin, uint64_t end,
+GptIndexMaps build_index_maps(UnalignedArray<int32_t> sizes, uint64_t begin, uint64_t end,
                               int seq_length, uint64_t seed, uint64_t samples);
 
 // The shuffles' primitive: Fisher-Yates from the back, j uniform in [0, i] drawn from a
@@ -137,7 +141,6 @@ class GptDataset : public SampleSource {
   // name: "train", "valid" or "test" (part of the cache file name).
   GptDataset(std::shared_ptr<const IndexedDataset> data, const std::string& name, uint64_t begin,
              uint64_t end, int seq_length, uint64_t seed, uint64_t samples, const std::string& cache_dir);
-  ~GptDataset() override;
   GptDataset(const GptDataset&) = delete;
   GptDataset& operator=(const GptDataset&) = delete;
   uint64_t size() const override { return view_.shuffle_idx.size(); }
@@ -151,8 +154,7 @@ class GptDataset : public SampleSource {
   int seq_length_;
   uint64_t begin_ = 0, end_ = 0;
   GptIndexMaps owned_;        // used when the cache cannot be written
-  void* map_ = nullptr;       // the mapped cache file
-  size_t map_len_ = 0;
+  std::optional<MappedArrayCache> cache_;  // the mapped cache file
   GptIndexView view_;
   std::string cache_file_;
   bool from_cache_ = false;

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <memory>
 
 #include "core/error.h"
 #include "core/mapped_files.h"
@@ -203,27 +202,37 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
 
 // ---------------------------------------------------------------- reader
 
+namespace {
+
+// Maps the whole file at path read-only; len is its length.
+ReadOnlyMapping map_whole_file(const std::string& path, uint64_t& len, const std::string& open_hint = "") {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw IoError(detail::concat(path, ": cannot open: ", errno_text(), open_hint));
+  try {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw IoError(detail::concat(path, ": cannot stat: ", errno_text()));
+    if (!S_ISREG(st.st_mode)) throw IoError(detail::concat(path, ": not a regular file"));
+    len = static_cast<uint64_t>(st.st_size);
+    ReadOnlyMapping m(fd, static_cast<size_t>(len), path);
+    ::close(fd);
+    return m;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+}  // namespace
+
 IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
     : prefix_(prefix), vocab_size_(vocab_size) {
   const std::string ipath = idx_path(prefix), bpath = bin_path(prefix);
-  // ---- index: the header, then each array read straight into place (no copy of the whole
-  // file on the way: a large corpus's index is gigabytes), every length checked first
-  // against the file size
-  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(ipath.c_str(), "rb"), &std::fclose);
-  if (!f) {
-    const std::string why = errno_text();
-    const bool with_suffix = prefix.ends_with(".bin") || prefix.ends_with(".idx");
-    throw IoError(detail::concat(ipath, ": cannot open: ", why,
-                                 with_suffix ? " (a data path is the prefix, without .bin or .idx)" : ""));
-  }
-  struct stat ist {};
-  if (::fstat(::fileno(f.get()), &ist) != 0) throw IoError(detail::concat(ipath, ": cannot stat: ", errno_text()));
-  const uint64_t idx_len = static_cast<uint64_t>(ist.st_size);
-  auto read_exactly = [&](void* out, size_t bytes) {
-    if (bytes > 0 && std::fread(out, 1, bytes, f.get()) != bytes) throw IoError(detail::concat(ipath, ": read failed"));
-  };
-  char header[kHeaderBytes] = {};
-  if (idx_len >= kHeaderBytes) read_exactly(header, kHeaderBytes);
+  // ---- index: mapped, never copied (a large corpus's index is gigabytes on every rank);
+  // every length checked first against the file size
+  const bool with_suffix = prefix.ends_with(".bin") || prefix.ends_with(".idx");
+  uint64_t idx_len = 0;
+  idx_map_ = map_whole_file(ipath, idx_len, with_suffix ? " (a data path is the prefix, without .bin or .idx)" : "");
+  const char* header = idx_map_.data();
   if (idx_len < kHeaderBytes || std::memcmp(header, kMagic, 9) != 0)
     throw IoError(detail::concat(ipath, ": not a Megatron MMapIndexedDataset index (bad magic)"));
   const uint64_t version = get<uint64_t>(header + 9);
@@ -242,59 +251,32 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
     throw IoError(detail::concat(ipath, ": truncated or corrupt index (", n_, " items, ", d,
                                  " doc_idx entries do not fit ", idx_len, " bytes)"));
   if (d < 1) throw IoError(detail::concat(ipath, ": corrupt index (empty doc_idx)"));
-  sizes_.resize(n_);
-  pointers_.resize(n_);
-  doc_idx_.resize(d);
-  read_exactly(sizes_.data(), n_ * 4);
-  read_exactly(pointers_.data(), n_ * 8);
-  read_exactly(doc_idx_.data(), d * 8);
+  const char* arrays = header + kHeaderBytes;
+  sizes_ = UnalignedArray<int32_t>(arrays, n_);
+  pointers_ = UnalignedArray<int64_t>(arrays + n_ * 4, n_);
+  doc_idx_ = UnalignedArray<int64_t>(arrays + n_ * 12, d);
   if (doc_idx_[0] != 0 || static_cast<uint64_t>(doc_idx_.back()) > n_)
     throw IoError(detail::concat(ipath, ": corrupt index (doc_idx out of range)"));
   for (uint64_t i = 1; i < d; ++i)
     if (doc_idx_[i] < doc_idx_[i - 1]) throw IoError(detail::concat(ipath, ": corrupt index (doc_idx not sorted)"));
   // ---- data: map it, check that every item lies inside
-  int fd = ::open(bpath.c_str(), O_RDONLY);
-  if (fd < 0) throw IoError(detail::concat(bpath, ": cannot open: ", errno_text()));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw IoError(detail::concat(bpath, ": cannot stat: ", errno_text()));
-  }
-  bin_len_ = static_cast<size_t>(st.st_size);
-  const uint64_t capacity = bin_len_ / isz;
+  uint64_t bin_len = 0;
+  bin_map_ = map_whole_file(bpath, bin_len);
+  const uint64_t capacity = bin_len / isz;
   for (uint64_t i = 0; i < n_; ++i) {
     const int64_t ptr = pointers_[i], sz = sizes_[i];
     if (sz < 0 || ptr < 0 || ptr % static_cast<int64_t>(isz) != 0 ||
-        static_cast<uint64_t>(ptr) / isz + static_cast<uint64_t>(sz) > capacity) {
-      ::close(fd);
-      throw IoError(detail::concat(bpath, ": truncated or does not match ", ipath, " (item ", i, " of ",
-                                   sz, " tokens at byte ", ptr, " past the end of ", bin_len_, " bytes)"));
-    }
+        static_cast<uint64_t>(ptr) / isz + static_cast<uint64_t>(sz) > capacity)
+      throw IoError(detail::concat(bpath, ": truncated or does not match ", ipath, " (item ", i, " of ", sz,
+                                   " tokens at byte ", ptr, " past the end of ", bin_len, " bytes)"));
   }
-  if (bin_len_ > 0) {
-    bin_map_ = ::mmap(nullptr, bin_len_, PROT_READ, MAP_SHARED, fd, 0);
-    if (bin_map_ == MAP_FAILED) {
-      bin_map_ = nullptr;
-      ::close(fd);
-      throw IoError(detail::concat(bpath, ": mmap failed: ", errno_text()));
-    }
-    bin_data_ = static_cast<const char*>(bin_map_);
-    note_mapped_file(bin_map_, bin_len_, bpath);
-  }
-  ::close(fd);
-}
-
-IndexedDataset::~IndexedDataset() {
-  if (!bin_map_) return;
-  forget_mapped_file(bin_map_);
-  ::munmap(bin_map_, bin_len_);
 }
 
 void IndexedDataset::read(uint64_t i, uint64_t offset, uint64_t length, int32_t* out) const {
   TRIDENT_CHECK(i < n_ && offset + length <= static_cast<uint64_t>(sizes_[i]), "item ", i, " offset ",
                 offset, " length ", length);
   const size_t isz = index_dtype_size(dtype_);
-  const char* src = bin_data_ + pointers_[i] + offset * isz;
+  const char* src = bin_map_.data() + pointers_[i] + offset * isz;
   size_t loaded = 0;
   switch (dtype_) {
     case IndexDType::kUInt8: loaded = load_from<uint8_t>(src, length, out); break;

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "core/mapped_files.h"
+#include "data/unaligned_array.h"
+
 namespace trident {
 
 // Megatron's dtype codes.
@@ -68,8 +71,9 @@ class IndexedDatasetBuilder {
 // kept. Returns the paths removed.
 std::vector<std::string> remove_stale_builder_temps(const std::string& prefix);
 
-// Reads a .bin/.idx pair: the index is copied into memory (its arrays are not aligned in
-// the file), the .bin is memory-mapped. Every field is checked against the file lengths
+// Reads a .bin/.idx pair, both memory-mapped as Megatron's reader does (the ranks of a node
+// share one copy of a corpus's index in the page cache; its arrays, unaligned in the file,
+// are read through UnalignedArray). Every field is checked against the file lengths
 // when opened; a foreign or truncated file throws IoError naming it. Tokens are checked as
 // they are read: an int64 token that int32 cannot hold, or with vocab_size > 0 an id outside
 // [0, vocab_size) (data made with another tokenizer), throws IoError naming the .bin, the
@@ -78,7 +82,6 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix);
 class IndexedDataset {
  public:
   explicit IndexedDataset(const std::string& prefix, int64_t vocab_size = 0);
-  ~IndexedDataset();
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
 
@@ -86,9 +89,9 @@ class IndexedDataset {
   IndexDType dtype() const { return dtype_; }
   int64_t vocab_size() const { return vocab_size_; }  // 0: ids not checked
   uint64_t size() const { return n_; }  // number of items (sequences)
-  std::span<const int32_t> sizes() const { return sizes_; }
-  std::span<const int64_t> pointers() const { return pointers_; }
-  std::span<const int64_t> doc_idx() const { return doc_idx_; }
+  UnalignedArray<int32_t> sizes() const { return sizes_; }
+  UnalignedArray<int64_t> pointers() const { return pointers_; }
+  UnalignedArray<int64_t> doc_idx() const { return doc_idx_; }
   uint64_t num_documents() const { return doc_idx_.size() - 1; }
   // Copies tokens [offset, offset + length) of item i into out as int32.
   void read(uint64_t i, uint64_t offset, uint64_t length, int32_t* out) const;
@@ -99,12 +102,10 @@ class IndexedDataset {
   IndexDType dtype_{};
   int64_t vocab_size_ = 0;
   uint64_t n_ = 0;
-  std::vector<int32_t> sizes_;
-  std::vector<int64_t> pointers_;
-  std::vector<int64_t> doc_idx_;
-  const char* bin_data_ = nullptr;
-  void* bin_map_ = nullptr;
-  size_t bin_len_ = 0;
+  ReadOnlyMapping idx_map_, bin_map_;
+  UnalignedArray<int32_t> sizes_;
+  UnalignedArray<int64_t> pointers_;
+  UnalignedArray<int64_t> doc_idx_;
 };
 
 }  // namespace trident

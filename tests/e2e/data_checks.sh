@@ -121,8 +121,8 @@ if [[ $with_mpi == ON ]]; then
   fi
   # Rank 0 builds the index maps before the others, and its failure stops them all with its
   # message. Isolated by giving each rank its own --data-path (mpirun's MPMD form), both .idx
-  # files FIFOs: rank 0's is held open until the test lets it go, then reads as corrupt
-  # (size 0: bad magic); rank 1's is a trip wire, which fires if rank 1 opens it. Rank 0 is
+  # files FIFOs: rank 0's is held open until the test lets it go, then fails (a FIFO is not
+  # a regular file, which an index must be to be mapped); rank 1's is a trip wire, which fires if rank 1 opens it. Rank 0 is
   # let go once the wire fires or after 8 s, so a rank 1 that built at once (without waiting
   # for rank 0) trips the wire before rank 0 fails. Wanted: the job fails with one error line,
   # rank 0's, naming its .idx, and rank 1 never opened its own.
@@ -150,7 +150,7 @@ if [[ $with_mpi == ON ]]; then
     fail "np2: rank 1 opened its own .idx before rank 0 had built (or after rank 0 failed)"; cat "$tmp/np2_held.log"
   else
     expect_error "np2: a corrupt .idx on rank 0 alone, rank 1 waiting" "$tmp/np2_held.log" "$rc" failed \
-      "$tmp/held.idx" "bad magic"
+      "$tmp/held.idx" "not a regular file"
     grep -q "error on rank 1" "$tmp/np2_held.log" && fail "np2: rank 1 reported an error of its own"
   fi
 fi

@@ -102,21 +102,26 @@ class IndexedDataset:
 
 
 class IndexMaps:
-    """trident's cache of the split's maps: magic TRIDXMAP, u64 version, hash, epochs,
-    separate-last-epoch, doc_idx length, samples; int32 doc_idx padded to 8 bytes; int64
-    sample_idx [2 (samples + 1)]; int64 shuffle_idx [samples]."""
+    """trident's cache of the split's maps (csrc/data/array_cache.h): magic TRIDARRS, u64
+    format version, key hash, scalar count S, array count A; u64 scalars [S] (epochs,
+    separate-last-epoch); A x u64 (element bytes, length); the arrays, each padded to 8
+    bytes: int32 doc_idx, int64 sample_idx [2 (samples + 1)], int64 shuffle_idx [samples]."""
 
     def __init__(self, path):
         raw = np.fromfile(path, dtype=np.uint8)
-        assert raw[:8].tobytes() == b"TRIDXMAP", path + ": not a trident index map"
-        _version, _hash, _epochs, _separate, ndoc, n = np.frombuffer(raw[8:56].tobytes(), dtype="<u8")
-        ndoc, n = int(ndoc), int(n)
-        pos = 56
-        self.doc_idx = np.frombuffer(raw[pos:pos + 4 * ndoc].tobytes(), dtype="<i4")
-        pos += (4 * ndoc + 7) // 8 * 8
-        self.sample_idx = np.frombuffer(raw[pos:pos + 16 * (n + 1)].tobytes(), dtype="<i8").reshape(n + 1, 2)
-        pos += 16 * (n + 1)
-        self.shuffle_idx = np.frombuffer(raw[pos:pos + 8 * n].tobytes(), dtype="<i8")
+        assert raw[:8].tobytes() == b"TRIDARRS", path + ": not a trident array cache"
+        _version, _hash, nscalars, narrays = (int(v) for v in np.frombuffer(raw[8:40].tobytes(), dtype="<u8"))
+        assert (nscalars, narrays) == (2, 3), path + ": not a trident index map"
+        pos = 40 + 8 * nscalars
+        shapes = np.frombuffer(raw[pos:pos + 16 * narrays].tobytes(), dtype="<u8").reshape(narrays, 2)
+        pos += 16 * narrays
+        arrays = []
+        for (width, length), dtype in zip(shapes, ("<i4", "<i8", "<i8")):
+            nbytes = int(width) * int(length)
+            arrays.append(np.frombuffer(raw[pos:pos + nbytes].tobytes(), dtype=dtype))
+            pos += (nbytes + 7) // 8 * 8
+        self.doc_idx, sample_idx, self.shuffle_idx = arrays
+        self.sample_idx = sample_idx.reshape(-1, 2)
 
     def sample(self, data, i, seq_length):
         j = int(self.shuffle_idx[i])

@@ -565,6 +565,82 @@ TEST(Blend, BlendedDatasets) {
   EXPECT_EQ(from_b, 700);
 }
 
+// A blend's indices are cached as the index maps are: the first build writes them, the next
+// maps them (what a fresh build computes); another size or other weights get a file of their
+// own; a torn file is rebuilt and a corrupt entry named; a cache folder that cannot be
+// written keeps them in memory.
+TEST(Blend, IndicesCachedAndReused) {
+  ScratchDir dir;
+  write_docs(dir / "A", 50, 1, 0);
+  write_docs(dir / "B", 50, 2, 100000);
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({"3", dir / "A", "7", dir / "B"});
+  cfg.split = "1,0,0";
+  cfg.seq_length = 8;
+  cfg.train_samples = 1000;
+  cfg.cache_dir = dir / "cache";
+  const BlendingIndices fresh = build_blending_indices({0.3, 0.7}, 1000);
+  auto build = [&] {
+    auto tvt = build_gpt_datasets(cfg);
+    EXPECT_TRUE(dynamic_cast<BlendedSource*>(tvt.train.get()));
+    return std::unique_ptr<BlendedSource>(dynamic_cast<BlendedSource*>(tvt.train.release()));
+  };
+  std::string file;
+  {
+    const auto first = build();
+    EXPECT_FALSE(first->loaded_from_cache());
+    file = first->cache_file();
+    EXPECT_EQ(std::filesystem::path(file).parent_path(), std::filesystem::path(cfg.cache_dir));
+    EXPECT_TRUE(std::filesystem::exists(file));
+    const auto again = build();
+    EXPECT_TRUE(again->loaded_from_cache());
+    EXPECT_EQ(again->cache_file(), file);
+    EXPECT_EQ(vec(again->indices().dataset_index), fresh.dataset_index);
+    EXPECT_EQ(vec(again->indices().dataset_sample_index), fresh.dataset_sample_index);
+    std::vector<int32_t> a(9), b(9);
+    for (uint64_t i = 0; i < 1000; i += 37) {
+      first->get(i, a.data());
+      again->get(i, b.data());
+      ASSERT_EQ(a, b) << "sample " << i;
+    }
+  }
+  cfg.train_samples = 999;
+  const auto other_size = build();
+  EXPECT_FALSE(other_size->loaded_from_cache());
+  EXPECT_NE(other_size->cache_file(), file);
+  cfg.train_samples = 1000;
+  cfg.blend = parse_data_path({"4", dir / "A", "6", dir / "B"});
+  const auto other_weights = build();
+  EXPECT_FALSE(other_weights->loaded_from_cache());
+  EXPECT_NE(other_weights->cache_file(), file);
+  cfg.blend = parse_data_path({"3", dir / "A", "7", dir / "B"});
+  std::filesystem::resize_file(file, std::filesystem::file_size(file) - 8);
+  {
+    const auto rebuilt = build();
+    EXPECT_FALSE(rebuilt->loaded_from_cache());
+    EXPECT_EQ(vec(rebuilt->indices().dataset_sample_index), fresh.dataset_sample_index);
+  }
+  // The first dataset_index entry (after the 72-byte header) names a dataset the blend lacks.
+  std::string bytes = testing::read_file(file);
+  bytes[72] = 9;
+  testing::write_file(file, bytes);
+  try {
+    build();
+    FAIL() << "a corrupt blend cache was followed";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(file + ": corrupt blend cache (sample 0); delete it"), std::string::npos)
+        << e.what();
+  }
+  testing::write_file(dir / "not_a_folder", "");
+  cfg.cache_dir = dir / "not_a_folder";
+  ::testing::internal::CaptureStderr();
+  const auto in_memory = build();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(in_memory->loaded_from_cache());
+  EXPECT_EQ(vec(in_memory->indices().dataset_index), fresh.dataset_index);
+  EXPECT_NE(err.find("cannot write the index cache " + in_memory->cache_file()), std::string::npos) << err;
+}
+
 // "--data-path 1 A" is a weighted blend of one prefix, as in Megatron-LM: A's index maps are
 // built for ceil(n * 1.005) samples (here one more epoch than n needs) and the blend reads
 // their first n in order; "A" alone is A's dataset, built for n.

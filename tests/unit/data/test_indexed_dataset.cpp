@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -136,6 +137,61 @@ TEST(IndexedDatasetDeathTest, BinTruncatedWhileMappedIsNamed) {
       ::testing::ExitedWithCode(2),
       "trident: error: .*shrunk\\.bin: the file shrank while it was read \\(truncated or rewritten by another "
       "process\\?\\): a read past its new end \\(SIGBUS\\)");
+}
+
+// An .idx truncated while mapped: the same one line, naming the index.
+TEST(IndexedDatasetDeathTest, IdxTruncatedWhileMappedIsNamed) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  ScratchDir dir;
+  const std::string prefix = dir / "shrunk";
+  write_known(prefix, IndexDType::kUInt16);
+  EXPECT_EXIT(
+      {
+        IndexedDataset r(prefix);
+        if (::truncate((prefix + ".idx").c_str(), 0) != 0) std::_Exit(9);
+        std::printf("%d\n", r.sizes()[3]);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(2), "trident: error: .*shrunk\\.idx: the file shrank while it was read");
+}
+
+// Resident anonymous memory of this process in KiB (/proc/self/status RssAnon).
+long rss_anon_kib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "RssAnon: %ld kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib;
+}
+
+// The index is mapped, not copied: opening a 768 MiB index (2^26 empty items, a sparse
+// file) and reading all of it leaves this process's private memory where it was. A copy, as
+// the reader made before, costs every rank of a node the whole index.
+TEST(IndexedDataset, IndexIsMappedNotCopied) {
+  if (rss_anon_kib() < 0) GTEST_SKIP() << "no RssAnon in /proc/self/status";
+  ScratchDir dir;
+  const std::string prefix = dir / "wide";
+  const uint64_t n = uint64_t{1} << 26, d = 1;
+  std::string header("MMIDIDX\0\0", 9);
+  auto put = [&](auto v) { header.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(uint64_t{1});
+  put(uint8_t{8});
+  put(n);
+  put(d);
+  write_file(prefix + ".idx", header);  // sizes, pointers and doc_idx: all zero (holes)
+  ASSERT_EQ(::truncate((prefix + ".idx").c_str(), static_cast<off_t>(header.size() + n * 12 + d * 8)), 0);
+  write_file(prefix + ".bin", "");
+  const long before = rss_anon_kib();
+  IndexedDataset r(prefix);
+  EXPECT_EQ(r.size(), n);
+  EXPECT_EQ(r.num_documents(), 0u);
+  EXPECT_EQ(r.sizes()[n - 1], 0);
+  EXPECT_EQ(r.pointers()[n - 1], 0);
+  EXPECT_LT(rss_anon_kib() - before, 64 * 1024) << "KiB of private memory for a "
+                                               << (n * 12 + d * 8) / (1024 * 1024) << " MiB index";
 }
 
 TEST(IndexedDataset, DtypeRule) {
@@ -380,6 +436,9 @@ TEST(IndexedDataset, RejectsTruncatedAndForeignFiles) {
   write_file(dir / "nobin.idx", idx);
   expect_rejected(dir / "nobin", "nobin.bin", "cannot open");
   expect_rejected(dir / "missing", "missing.idx", "cannot open");
+  std::filesystem::create_directory(dir / "folder.idx");
+  write_file(dir / "folder.bin", bin);
+  expect_rejected(dir / "folder", "folder.idx", "not a regular file");
   // A prefix given with its file's suffix: the error says what a data path is.
   expect_rejected(good + ".bin", "good.bin.idx", "cannot open: No such file or directory (a data path is the prefix");
   expect_rejected(good + ".idx", "good.idx.idx", "(a data path is the prefix, without .bin or .idx)");
