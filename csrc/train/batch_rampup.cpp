@@ -10,9 +10,12 @@ int64_t BatchRampup::global_batch(uint64_t consumed) const {
 }
 
 uint64_t BatchRampup::samples_in(int64_t iterations) const {
+  // The ramp-up's iterations one by one (at most SAMPLES / START + 1 of them), then whole
+  // batches of G: a run of 10^11 iterations is not counted one by one at its start.
   uint64_t consumed = 0;
-  for (int64_t i = 0; i < iterations; ++i) consumed += static_cast<uint64_t>(global_batch(consumed));
-  return consumed;
+  int64_t i = 0;
+  for (; i < iterations && ramps() && consumed <= samples; ++i) consumed += static_cast<uint64_t>(global_batch(consumed));
+  return consumed + static_cast<uint64_t>(iterations - i) * static_cast<uint64_t>(global);
 }
 
 // Megatron's loop: ramp-up iterations while the consumed samples are within SAMPLES and the

@@ -77,7 +77,18 @@ TEST(BatchRampup, MatchesTheReferenceEverywhere) {
     for (uint64_t train : {uint64_t{1}, c.samples / 2, c.samples, c.samples + 1, 3 * c.samples + 17, uint64_t{100000}})
       EXPECT_EQ(train_iters_with_rampup(r, train), reference_iters(c.start, c.incr, c.samples, c.global, train))
           << c.start << " " << c.incr << " " << c.samples << " " << c.global << " over " << train;
+    // samples_in against the batches summed one iteration at a time
+    uint64_t consumed = 0;
+    for (int64_t it = 0; it <= 3000; ++it) {
+      ASSERT_EQ(r.samples_in(it), consumed) << c.start << " " << c.incr << " " << c.samples << " after " << it;
+      consumed += static_cast<uint64_t>(reference_batch(c.start, c.incr, c.samples, c.global, consumed));
+    }
   }
+  // Without a ramp-up, and a run too long to count one iteration at a time.
+  const BatchRampup flat = make(64, 16, 1000, 64);
+  EXPECT_EQ(flat.samples_in(75'000'000'000), 75'000'000'000ull * 64);
+  const BatchRampup r = make(16, 16, 1000, 64);
+  EXPECT_EQ(r.samples_in(75'000'000'000), 1024 + (75'000'000'000ull - 39) * 64);
 }
 
 TEST(BatchRampup, FromTheFlags) {
