@@ -39,7 +39,8 @@ std::chrono::nanoseconds collective_timeout();
 std::string collective_timeout_message(const char* op, std::chrono::nanoseconds waited);
 
 // Marks the calling thread (the one that communicates: MPI_THREAD_FUNNELED) as waiting in
-// `op` (a literal) from construction to destruction. Nests (the inner wait counts).
+// `op` (a string that lives as long as the process: a literal, or a WaitNames name) from
+// construction to destruction. Nests (the inner wait counts).
 class CollectiveWait {
  public:
   explicit CollectiveWait(const char* op);

@@ -3,12 +3,11 @@
 // "NCCL point-to-point transfers with world rank 3 (receive), 5 (send)", so that the line
 // of the rank that timed out points at the ranks to look at.
 //
-// The names are kept for the communicator's life: the watchdog reads a wait's name from
-// its own thread, possibly while the next op runs.
+// The names are kept for the process's life: the watchdog reads a wait's name from its own
+// thread, possibly while the next op runs or the communicator is being destroyed.
 #pragma once
 
 #include <map>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -30,8 +29,7 @@ class WaitNames {
   std::string world_rank(int group_rank) const;
   std::string transport_;
   std::vector<int> world_ranks_;
-  std::map<std::string, std::string> ops_;
-  std::set<std::string> exchanges_;  // one per set of peers, which a pipeline repeats
+  std::map<std::string, const char*> ops_;  // op -> its interned name
 };
 
 }  // namespace trident

@@ -166,7 +166,9 @@ std::string checksum_mapped(const std::string& path, const void* data, size_t n)
       owner.ready.wait(r, std::memory_order_acquire);
       r = owner.ready.load(std::memory_order_acquire);
     }
-    if (owner.error != 0 && owner.error_at <= off) {
+    // The error fields are the helper's until its last store (ready = n) publishes them: a
+    // helper still at work on later windows may be writing them now.
+    if (r == n && owner.error != 0 && owner.error_at <= off) {
       error = owner.error;
       error_at = owner.error_at;
       break;

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cerrno>
@@ -43,8 +44,11 @@ TimerId exchange_timer(const std::vector<PipeTransfer>& transfers) {
   return TimerId::ForwardBackwardSendForwardBackwardRecv;
 }
 
-// Set by SIGTERM/SIGINT: finish the iteration, save a checkpoint and stop.
-volatile std::sig_atomic_t stop_requested = 0;
+// Set by SIGTERM/SIGINT: finish the iteration, save a checkpoint and stop. Atomic, not a
+// volatile sig_atomic_t: the signal may be taken by another thread (Open MPI's progress
+// thread), which volatile does not order against the main thread's reads.
+std::atomic<int> stop_requested{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
 extern "C" void request_stop(int) { stop_requested = 1; }
 
 // SIGTERM and SIGINT ask for a stop (the iteration finishes, a checkpoint is saved) while an
