@@ -187,6 +187,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"split", "train, valid, test weights (969, 30, 1)"},
       {"data-cache-path", "where dataset index maps are cached (default: beside the data)"},
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
+      {"eod-mask-loss", "no loss on the token after each end-of-document token (<|endoftext|>); each "
+                        "micro-batch's loss is the mean over the tokens it keeps, as Megatron's", true},
       {"log-batch-size-to-tensorboard", "also write the global batch size (batch-size scalars)", true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
       {"log-num-zeros-in-grad", "the gradient elements equal to zero in the log line and TensorBoard (num zeros)",
@@ -721,6 +723,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("split", o.split);
   f.get("data-cache-path", o.data_cache_path);
   f.get("mock-data", o.mock_data);
+  f.get("eod-mask-loss", o.eod_mask_loss);
   if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
   if (f.has("load") && o.load.empty()) throw ConfigError("--load: expected a directory");
   if (f.has("tensorboard-dir") && o.tensorboard_dir.empty()) throw ConfigError("--tensorboard-dir: expected a directory");
@@ -837,6 +840,9 @@ void validate_run(TrainOptions& o) {
   if (o.has_data() && o.mock_data)
     throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
                       "alternatives: give one");
+  if (o.eod_mask_loss && !o.has_data())
+    throw ConfigError("--eod-mask-loss masks the loss after the end-of-document tokens of --data-path (its "
+                      "tokenizer's <|endoftext|>); synthetic data has no documents");
   if (o.has_data() && o.vocab_file.empty())
     throw ConfigError(std::string("--vocab-file is required with --") +
                       (o.data_path.empty() ? "train-data-path/--valid-data-path/--test-data-path" : "data-path"));
@@ -1114,6 +1120,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("valid-data-path given", !o.valid_data_path.empty());
   line("test-data-path given", !o.test_data_path.empty());
   line("split", o.split);
+  line("eod-mask-loss", o.eod_mask_loss);
   line("save given", !o.save.empty());
   line("save-interval", o.save_interval);
   line("load given", !o.load.empty());

@@ -152,6 +152,10 @@ struct TrainOptions {
   // or synthetic tokens when all are empty: asked for with --mock-data (Megatron's flag),
   // else with a note on rank 0 (the quickstart and tests train that way).
   bool mock_data = false;
+  // --eod-mask-loss: targets whose input token is the end-of-document id (eod_token, the
+  // tokenizer's, set with the data) are not trained on nor counted, as Megatron's loss_mask.
+  bool eod_mask_loss = false;
+  int32_t eod_token = -1;
   // Megatron's implementation switches that were given (--DDP-impl, --data-impl, the fusion
   // switches, ...): accepted so that its scripts run unchanged, without effect here; rank 0
   // names them in a note.

@@ -240,15 +240,21 @@ void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::uniq
   check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_);
 }
 
-void Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sample) {
+int64_t Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sample) {
   const int T = opt_.model.seq_length;
+  // Megatron's loss_mask with --eod-mask-loss: no loss where the input token ends a document
+  // (the first token of the next one is not predicted from the last).
+  const int32_t masked_after = opt_.eod_mask_loss ? opt_.eod_token : -1;
+  int64_t kept = 0;
   for (int b = 0; b < opt_.micro_batch_size; ++b) {
     data.get(first_sample + b, sample_.data());
     for (int t = 0; t < T; ++t) {
       tokens_[b * T + t] = sample_[t];
-      targets_[b * T + t] = sample_[t + 1];
+      targets_[b * T + t] = sample_[t] == masked_after ? -1 : sample_[t + 1];
+      kept += targets_[b * T + t] >= 0;
     }
   }
+  return kept;
 }
 
 // Whole-model statistics count each parameter once: TP-sharded tensors on every TP rank
@@ -321,12 +327,18 @@ LossStats Trainer::run_steps(const std::vector<PipeStep>& steps, int micro_batch
         const Timers::Scope timed(timers, TimerId::ForwardCompute);
         // Megatron's sampler: DP rank r takes slice [r B, (r + 1) B) of each B x dp block.
         const uint64_t first = first_sample + (static_cast<uint64_t>(st.micro_batch) * dp + dp_rank) * B;
+        float scale = grad_scale;
         if (m.layout().first_stage || m.layout().last_stage) {
           const Timers::Scope batch(timers, TimerId::BatchGenerator);
-          load_micro_batch(data, first);
+          const int64_t kept = load_micro_batch(data, first);
+          // With masked targets each micro-batch's loss is the mean over those it keeps, as
+          // Megatron's (grad_scale is for the mean over all B T); one that keeps none adds nothing.
+          const int64_t all = static_cast<int64_t>(B) * opt_.model.seq_length;
+          if (opt_.eod_mask_loss && kept != all)
+            scale = kept > 0 ? static_cast<float>(static_cast<double>(grad_scale) * all / kept) : 0.0f;
         }
         m.forward(slot(st.chunk, st.micro_batch), MicroBatch{tokens_.data(), targets_.data(), first}, training,
-                  grad_scale);
+                  scale);
         if (m.layout().last_stage) add(total, m.loss_stats());
         break;
       }
@@ -802,6 +814,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   }
   auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
   opt.model.vocab_size = tokenizer->vocab_size();
+  opt.eod_token = tokenizer->eod();
   GptDatasetConfig dc;
   if (!opt.data_path.empty()) dc.blend = parse_data_path(opt.data_path);
   const std::vector<std::string>* per_split[3] = {&opt.train_data_path, &opt.valid_data_path, &opt.test_data_path};

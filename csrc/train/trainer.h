@@ -110,7 +110,9 @@ class Trainer {
   bool load_checkpoint();
 
  private:
-  void load_micro_batch(const SampleSource& data, uint64_t first_sample);
+  // Fills tokens_ and targets_ with the micro-batch's samples; returns the targets it keeps
+  // (all B T but those --eod-mask-loss masks).
+  int64_t load_micro_batch(const SampleSource& data, uint64_t first_sample);
   LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
                       uint64_t first_sample, bool training, float grad_scale);
   void set_dropout_seed(uint64_t seed);

@@ -243,13 +243,27 @@ def cmd_train(a):
                             lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
     data, maps = IndexedDataset(a.data), IndexMaps(a.index_map)
     g = a.global_batch
+    masked = 0
     for it in range(1, a.iters + 1):
         batch = np.stack([maps.sample(data, i, a.seq_length) for i in range((it - 1) * g, it * g)])
         tokens = torch.from_numpy(batch)
         logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+        if a.eod_mask_loss:
+            # Megatron's loss_mask: no loss where the input token is <|endoftext|>; each
+            # micro-batch's loss the mean over the tokens it keeps, the micro-batches' mean
+            # trained on; the logged loss the mean over the batch's kept tokens.
+            losses = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1),
+                                     reduction="none").view(g, -1)
+            mask = (tokens[:, :-1] != VOCAB - 1).to(losses.dtype)
+            masked += int((mask == 0).sum())
+            mb = a.micro_batch
+            trained = sum((losses[m:m + mb] * mask[m:m + mb]).sum() / mask[m:m + mb].sum()
+                          for m in range(0, g, mb)) / (g // mb)
+            loss = ((losses * mask).sum() / mask.sum()).detach()
+        else:
+            trained = loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        trained.backward()
         params = [p for p in model.p.values()]
         norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)).item()
         coeff = a.clip_grad / (norm + 1e-6)
@@ -261,6 +275,8 @@ def cmd_train(a):
             group["lr"] = rate
         opt.step()
         print(f"{it} {loss.item():.9e} {norm:.9e}", flush=True)
+    if a.eod_mask_loss:
+        print(f"masked {masked} of {a.iters * g * a.seq_length} targets", file=sys.stderr)
 
 
 def gpt2_byte_decoder():
@@ -309,6 +325,8 @@ def main():
     for name, typ in [("iters", int), ("global-batch", int), ("seq-length", int), ("lr", float), ("min-lr", float),
                       ("warmup-iters", int), ("weight-decay", float), ("clip-grad", float)]:
         t.add_argument("--" + name, type=typ, required=True)
+    t.add_argument("--eod-mask-loss", action="store_true")
+    t.add_argument("--micro-batch", type=int, help="with --eod-mask-loss: the samples each loss mean covers")
     gen = sub.add_parser("generate")
     gen.add_argument("hf")
     gen.add_argument("vocab")

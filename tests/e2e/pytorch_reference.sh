@@ -3,7 +3,8 @@
 # the same way from the same initial weights on the same samples: the demo corpus (GPT-2
 # BPE), 2 layers x 64 wide x 4 heads, sequence 64, global batch 8 in micro-batches of 4,
 # 60 iterations of AdamW with warm-up, cosine decay, weight decay and clipping, fp32, no
-# dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun. Then greedy text from
+# dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun; then with
+# --eod-mask-loss in one process and at pp2 x dp2. Then greedy text from
 # trident-generate and from PyTorch (of trident's Hugging Face export).
 #
 # The weights start in PyTorch (a Hugging Face folder that trident-convert --from hf imports),
@@ -60,11 +61,11 @@ maps=("$tmp"/cache/*_train_indexmap_*.tidx)
   --weight-decay "$wd" --clip-grad "$clip" >"$tmp/torch.txt"
 
 fails=0
-# compare <TensorBoard dir> <tag>: every iteration's loss and gradient norm (float32, as
-# trident computed them: the log line rounds to 7 and 4 digits) against PyTorch's.
+# compare <TensorBoard dir> <tag> [PyTorch's curve]: every iteration's loss and gradient norm
+# (float32, as trident computed them: the log line rounds to 7 and 4 digits) against PyTorch's.
 compare() {
   python3 "$repo/tests/unit/train/read_tfevents.py" "$1"/* >"$tmp/events.txt"
-  python3 - "$tmp/events.txt" "$tmp/torch.txt" "$iters" "$2" <<'PY' || { echo "FAIL $2"; fails=$((fails + 1)); }
+  python3 - "$tmp/events.txt" "${3:-$tmp/torch.txt}" "$iters" "$2" <<'PY' || { echo "FAIL $2"; fails=$((fails + 1)); }
 import struct, sys
 events, reference, iters, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 got = {}
@@ -88,6 +89,20 @@ compare "$tmp/tb1" "one process"
 mpirun --oversubscribe -np 8 --bind-to none "$train" "${args[@]}" --tensor-model-parallel-size 2 \
   --pipeline-model-parallel-size 2 --zero-stage 1 --tensorboard-dir "$tmp/tb8" >"$tmp/trident8.log"
 compare "$tmp/tb8" "tp2 x pp2 x dp2, ZeRO 1"
+# --eod-mask-loss: no loss after each <|endoftext|> (330 of the 30720 targets of the 60
+# iterations), each micro-batch's loss the mean over the targets it keeps (so the gradient is
+# not the batch's plain mean), in one process (two micro-batches) and at pp2 x dp2 (one each,
+# averaged over data parallelism).
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" --iters "$iters" \
+  --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
+  --weight-decay "$wd" --clip-grad "$clip" --eod-mask-loss --micro-batch 4 >"$tmp/torch-eod.txt" 2>"$tmp/torch-masked.txt"
+cat "$tmp/torch-masked.txt"
+OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 "$train" "${args[@]}" --eod-mask-loss --tensorboard-dir "$tmp/tb-eod1" \
+  >"$tmp/trident-eod1.log"
+compare "$tmp/tb-eod1" "--eod-mask-loss, one process" "$tmp/torch-eod.txt"
+mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --pipeline-model-parallel-size 2 \
+  --tensorboard-dir "$tmp/tb-eod4" >"$tmp/trident-eod4.log"
+compare "$tmp/tb-eod4" "--eod-mask-loss, pp2 x dp2" "$tmp/torch-eod.txt"
 # Text: trident-generate (greedy, key/value cache) against PyTorch's greedy decoding of the
 # same checkpoint exported by trident-convert --to hf: 40 tokens from <|endoftext|>,
 # end-of-text tokens kept. The imported initial weights, not the trained ones: after 60

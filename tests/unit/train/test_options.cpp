@@ -643,6 +643,17 @@ TEST(Options, MockDataIsAnAlternativeToTheDataPaths) {
   std::filesystem::remove(mock_yaml);
 }
 
+// --eod-mask-loss needs documents (the tokenizer's end-of-document id comes with the data).
+TEST(Options, EodMaskLossNeedsData) {
+  EXPECT_FALSE(parse({}).eod_mask_loss);
+  EXPECT_TRUE(parse({"--eod-mask-loss", "--data-path", "A", "--vocab-file", "v.json", "--merge-file", "m.txt"})
+                  .eod_mask_loss);
+  EXPECT_EQ(must_fail({"--eod-mask-loss"}),
+            "--eod-mask-loss masks the loss after the end-of-document tokens of --data-path (its tokenizer's "
+            "<|endoftext|>); synthetic data has no documents");
+  EXPECT_EQ(must_fail({"--eod-mask-loss", "--mock-data"}), must_fail({"--eod-mask-loss"}));
+}
+
 // Megatron flags that scripts pass: --exit-signal-handler (trident always saves on SIGTERM
 // and SIGINT), --use-distributed-optimizer (ZeRO 1 unless a stage is given),
 // --lr-warmup-init, --exit-duration-in-mins (--rampup-batch-size: test_batch_rampup.cpp).
