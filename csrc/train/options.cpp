@@ -156,6 +156,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"load", "directory to load a checkpoint from (missing or empty: start from scratch)"},
       {"save-interval", "iterations between checkpoints (0: only at the end)"},
       {"keep-last", "checkpoints kept under --save (0: all)"},
+      {"async-save", "write checkpoints in the background: training waits only for a copy of the state in host "
+                     "memory (as large as the rank's checkpoint files), the checkpoint is committed at the first "
+                     "iteration after every rank has written, and the run's end waits for it", true},
       {"no-load-optim", "do not load the optimizer state nor the learning-rate schedule (it restarts at step 0, "
                          "warm-up included; the iteration and consumed samples still load)", true},
       {"no-load-rng", "do not load the RNG state", true},
@@ -724,6 +727,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("data-cache-path", o.data_cache_path);
   f.get("mock-data", o.mock_data);
   f.get("eod-mask-loss", o.eod_mask_loss);
+  f.get("async-save", o.async_save);
   if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
   if (f.has("load") && o.load.empty()) throw ConfigError("--load: expected a directory");
   if (f.has("tensorboard-dir") && o.tensorboard_dir.empty()) throw ConfigError("--tensorboard-dir: expected a directory");
@@ -1123,6 +1127,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("eod-mask-loss", o.eod_mask_loss);
   line("save given", !o.save.empty());
   line("save-interval", o.save_interval);
+  line("async-save", o.async_save);
   line("load given", !o.load.empty());
   line("exit-interval", o.exit_interval);
   line("exit-duration-in-mins given", o.exit_duration_in_mins > 0);  // each rank may have its own limit

@@ -128,6 +128,7 @@ struct TrainOptions {
   // ---- Checkpoints (Megatron's flags).
   std::string save, load;       // directories; empty: none
   int64_t save_interval = 0;    // iterations between saves; 0: only at the end (with --save)
+  bool async_save = false;  // --async-save: write checkpoints from a host copy in the background
   int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   // Megatron's: --no-save-optim leaves the optimizer state (with the learning-rate schedule

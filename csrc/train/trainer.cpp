@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "train/log_line.h"
+#include "train/pending_save.h"
 #include "train/synthetic_data.h"
 #include "train/tensorboard.h"
 #include "train/throughput.h"
@@ -744,6 +745,7 @@ void Trainer::train() {
       log_evaluation("iteration " + std::to_string(iteration_), e);
       consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;
     }
+    if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
     if (any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
@@ -764,6 +766,7 @@ void Trainer::train() {
   // second Ctrl-C) must not kill the save that the first one asked for. One that came
   // during it still stops the run there, without the final evaluations.
   if (saving && last_saved_iteration_ != iteration_) save_checkpoint();
+  finish_save(/*wait=*/true);
   // Whether the run ends complete: false when it stops early (no final evaluation then).
   const bool completed = [&] {
     if (stopped_by_signal) return false;  // said in the loop

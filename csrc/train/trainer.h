@@ -28,6 +28,9 @@ namespace trident {
 
 class ShardedCheckpointReader;
 class TensorBoardWriter;
+struct CheckpointMetadata;
+struct PendingSave;
+class SnapshotArena;
 
 struct IterationResult {
   double loss = 0, acc = 0, grad_norm = 0, ms = 0;
@@ -93,8 +96,13 @@ class Trainer {
   std::vector<LayerRange> chunk_layers() const;
 
   // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
-  // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last.
+  // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last. With
+  // --async-save the files are written in the background and the commit waits for
+  // finish_save.
   void save_checkpoint();
+  // Commits a save whose files are written: with wait, once they are (waiting); without,
+  // only when every rank's are already (a collective: all ranks call it together).
+  void finish_save(bool wait);
   // Restores the checkpoint opt.load names (train/checkpoint_to_load.h: the latest, an
   // iteration folder, or --ckpt-step's), written under any layout (parameters; optimizer
   // state, loss scale and LR schedule position unless --no-load-optim/--finetune; counters
@@ -113,6 +121,8 @@ class Trainer {
   // Fills tokens_ and targets_ with the micro-batch's samples; returns the targets it keeps
   // (all B T but those --eod-mask-loss masks).
   int64_t load_micro_batch(const SampleSource& data, uint64_t first_sample);
+  CheckpointMetadata checkpoint_metadata();
+  void commit_save();
   LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
                       uint64_t first_sample, bool training, float grad_scale);
   void set_dropout_seed(uint64_t seed);
@@ -164,6 +174,10 @@ class Trainer {
   int64_t consecutive_unusable_ = 0;   // for --max-nan-iterations (count_unusable_iteration)
   int64_t consecutive_overflows_ = 0;  // of those, fp16 overflows at a constant loss scale
   int64_t last_saved_iteration_ = -1;
+  // --async-save: the host memory of the state's copies (before pending_save_, which is
+  // destroyed first: its writer reads them), and a save not committed yet.
+  std::unique_ptr<SnapshotArena> snapshot_arena_;
+  std::unique_ptr<PendingSave> pending_save_;
   bool noted_other_writers_ = false;  // the other writers' checkpoint temporaries, named at the first save
   bool abandoned_reported_ = false;  // --keep-last found an abandoned continuation's iterations (said once)
   // The checkpoint in --save this run continues from (the one it loaded, then its last

@@ -3,6 +3,9 @@
 // checksum and commits (rename, then the latest pointer), so a crash at any point leaves
 // the previous checkpoint as the latest. Loading rebuilds canonical tensors from the files
 // of whatever layout wrote them and takes this rank's slice and shard.
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include <optional>
 #include <ostream>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +25,7 @@
 #include "core/error.h"
 #include "parallel/collective_timeout.h"
 #include "parallel/comm_strings.h"
+#include "train/pending_save.h"
 #include "train/checkpoint_to_load.h"
 #include "train/trainer.h"
 
@@ -285,21 +290,79 @@ void check_checkpoint_fits_run(const TrainOptions& given) {
   check_resume(ckpt.metadata(), ckpt.has_optimizer_state(), run, o, *dir, notes);
 }
 
+SnapshotArena::~SnapshotArena() {
+  if (base_) ::munmap(base_, capacity_);
+}
+
+char* SnapshotArena::reserve(size_t bytes) {
+  if (bytes <= capacity_) return base_;
+  if (base_) ::munmap(base_, capacity_);
+  base_ = nullptr;
+  capacity_ = 0;
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED)
+    throw IoError("--async-save: cannot map " + std::to_string(len) + " bytes of host memory for a copy of the state: " +
+                  std::strerror(errno));
+  ::madvise(m, len, MADV_HUGEPAGE);  // advice: without transparent huge pages, plain pages
+  base_ = static_cast<char*>(m);
+  capacity_ = len;
+  return base_;
+}
+
+void PendingSave::take_snapshot(SnapshotArena& arena) {
+  auto bytes_of = [](const StTensorRef& t) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    return (static_cast<size_t>(numel) * st_dtype_size(t.dtype) + 63) / 64 * 64;  // each copy 64-byte aligned
+  };
+  size_t total = 0;
+  for (const File& f : files)
+    for (const StTensorRef& t : f.tensors) total += bytes_of(t);
+  char* copy = arena.reserve(total);
+  for (File& f : files)
+    for (StTensorRef& t : f.tensors) {
+      int64_t numel = 1;
+      for (int64_t d : t.shape) numel *= d;
+      const size_t bytes = static_cast<size_t>(numel) * st_dtype_size(t.dtype);
+      if (t.fill) t.fill(copy, 0, bytes);  // a device tensor: one copy of the whole
+      else std::memcpy(copy, t.data, bytes);
+      t.data = copy;
+      t.fill = nullptr;
+      copy += bytes_of(t);
+    }
+}
+
+void PendingSave::write_files() {
+  std::ostringstream lines;
+  for (const File& f : files) {
+    const WrittenFile w = write_safetensors((temp / f.rel).string(), f.tensors, file_metadata);
+    lines << f.rel << ' ' << w.size << ' ' << w.xxh3 << '\n';
+    bytes += w.size;
+  }
+  records = lines.str();
+  save_test_hooks(rank);
+}
+
 void Trainer::save_checkpoint() {
+  finish_save(/*wait=*/true);  // one save at a time: the previous one is committed first
   const CollectiveTimeoutSuspended io;  // ranks wait for each other's writes: no time limit
-  const auto start = std::chrono::steady_clock::now();
+  auto save = std::make_unique<PendingSave>();
+  save->start = std::chrono::steady_clock::now();
+  save->iteration = iteration_;
   optimizer_->wait_for_all_params();  // --overlap-param-gather: the gathers of the last step
   const ProcessGrid& grid = par_->grid;
   Comm& world = *par_->world;
   const fs::path root = opt_.save;
   std::string token = grid.rank == 0 ? make_save_token() : "";
   broadcast_string(world, token, 0);
-  const fs::path temp = temp_iteration_dir(root, iteration_, token);
-  std::optional<TempIterationDir> temp_dir;  // rank 0 holds it until the commit
-  if (grid.rank == 0) {
-    temp_dir.emplace(root, iteration_, token);
-    if (!temp_dir->save_lock_note().empty()) *out_ << "trident: note: " << temp_dir->save_lock_note() << std::endl;
-    for (const fs::path& stale : temp_dir->removed_stale())
+  save->temp = temp_iteration_dir(root, iteration_, token);
+  save->rank = grid.rank;
+  if (grid.rank == 0) {  // rank 0 holds the temporary directory until the commit
+    const TempIterationDir& temp_dir = save->temp_dir.emplace(root, iteration_, token);
+    if (!temp_dir.save_lock_note().empty()) *out_ << "trident: note: " << temp_dir.save_lock_note() << std::endl;
+    for (const fs::path& stale : temp_dir.removed_stale())
       *out_ << "trident: removed " << stale.string() << ", left by a save whose process is gone" << std::endl;
     // Said once a run: only this host's dead writers can be told apart from live ones.
     if (!noted_other_writers_) {
@@ -313,90 +376,132 @@ void Trainer::save_checkpoint() {
   world.barrier();
   const std::string rank_dir = rank_dir_name(grid.tp_rank, grid.pp_rank, grid.shape.pp);
   std::error_code mkdir_error;  // a full disk or inode table: one line, as a failed write
-  fs::create_directories(temp / rank_dir, mkdir_error);
-  if (mkdir_error) throw IoError((temp / rank_dir).string() + ": cannot create the directory: " + mkdir_error.message());
-  const auto file_meta = rank_file_metadata(grid.shape.tp, grid.tp_rank, grid.pp_rank, grid.dp_rank);
+  fs::create_directories(save->temp / rank_dir, mkdir_error);
+  if (mkdir_error)
+    throw IoError((save->temp / rank_dir).string() + ": cannot create the directory: " + mkdir_error.message());
+  save->file_metadata = rank_file_metadata(grid.shape.tp, grid.tp_rank, grid.pp_rank, grid.dp_rank);
   const ParamStore& P = model().params();
-  std::ostringstream records;  // "path size xxh3" lines
-  uint64_t bytes = 0;
-  auto note = [&](const WrittenFile& w, const std::string& rel) {
-    records << rel << ' ' << w.size << ' ' << w.xxh3 << '\n';
-    bytes += w.size;
-  };
   if (grid.dp_rank == 0) {  // parameters are identical across DP
-    std::vector<StTensorRef> refs;
+    PendingSave::File& f = save->files.emplace_back(PendingSave::File{rank_dir + "/" + kModelFileName, {}});
     for (const LocalParam& p : P.list())
-      refs.push_back(tensor_ref(be_, p.spec.name, to_st_dtype(P.param(p).dtype), shape_vec(p.shape), P.param(p)));
-    const std::string rel = rank_dir + "/" + kModelFileName;
-    note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
+      f.tensors.push_back(tensor_ref(be_, p.spec.name, to_st_dtype(P.param(p).dtype), shape_vec(p.shape), P.param(p)));
   }
   // Without ZeRO every DP rank has it all.
   if (!opt_.no_save_optim && (optimizer_->sharded() || grid.dp_rank == 0)) {
     const ShardPlan& plan = optimizer_->plan();
-    std::vector<StTensorRef> refs;
+    PendingSave::File& f = save->files.emplace_back(PendingSave::File{rank_dir + "/" + optimizer_file_name(grid.dp_rank), {}});
     for (const LocalParam& p : P.list())
       for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
         for (int k = 0; k < 3; ++k) {
           const Tensor src = optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s);
-          refs.push_back(tensor_ref(be_, optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
-                                    StDType::F32, {s.size()}, src));
+          f.tensors.push_back(tensor_ref(be_, optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
+                                         StDType::F32, {s.size()}, src));
         }
-    const std::string rel = rank_dir + "/" + optimizer_file_name(grid.dp_rank);
-    note(write_safetensors((temp / rel).string(), refs, file_meta), rel);
   }
-  save_test_hooks(grid.rank);
-  // Rank 0 collects every file's record, writes the metadata and commits.
+  if (grid.rank == 0) save->metadata = checkpoint_metadata();
+  last_saved_iteration_ = iteration_;
+  if (!opt_.async_save) {
+    save->write_files();
+    pending_save_ = std::move(save);
+    commit_save();
+    return;
+  }
+  if (!snapshot_arena_) snapshot_arena_ = std::make_unique<SnapshotArena>();
+  save->take_snapshot(*snapshot_arena_);
+  save->waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - save->start).count();
+  PendingSave& s = *save;
+  s.writer = std::thread([&s] {
+    try {
+      s.write_files();
+    } catch (const std::exception& e) {
+      s.error = e.what();
+    }
+    s.written.store(true, std::memory_order_release);
+  });
+  pending_save_ = std::move(save);
+  *out_ << "trident: saving checkpoint at iteration " << iteration_ << " in the background (training waited "
+        << pending_save_->waited_s << " s for a copy of the state)" << std::endl;
+}
+
+// Rank 0's metadata of a checkpoint of the present state, its files to come.
+CheckpointMetadata Trainer::checkpoint_metadata() {
+  const ProcessGrid& grid = par_->grid;
+  CheckpointMetadata m;
+  m.model = opt_.model;
+  m.iteration = iteration_;
+  m.consumed_samples = static_cast<int64_t>(consumed_samples_);
+  m.layout = ParallelLayout{grid.shape.tp, grid.shape.pp, grid.shape.dp, opt_.zero_stage,
+                            opt_.virtual_pipeline_chunks()};
+  m.trainer_state = {{"consumed_valid_samples", consumed_valid_samples_},
+                     {"skipped_iterations", skipped_iterations_},
+                     {"nan_iterations", nan_iterations_},
+                     {"global_batch_size", opt_.global_batch_size}};
+  if (!opt_.no_save_optim) {  // Megatron's --no-save-optim also leaves out the scheduler
+    const LossScalerState ls = scaler_.state();
+    m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
+    // Megatron's name: the LR schedule's position in samples of successful updates.
+    m.trainer_state["opt_param_scheduler"] = scheduler_state({schedule_, wd_schedule_}, scheduler_samples_);
+    // Only a dynamic scaler has a state (Megatron's ConstantGradScaler saves nothing): a
+    // bf16 or fp32 run's "scale 1" would otherwise replace --initial-loss-scale when an
+    // fp16 run resumes from it.
+    if (scaler_.dynamic())
+      m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
+                                        {"hysteresis_tracker", ls.hysteresis_tracker}};
+  }
+  if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
+  m.trainer_state[kPreviousCheckpointKey] =
+      previous_checkpoint_ ? nlohmann::json(*previous_checkpoint_) : nlohmann::json(nullptr);
+  return m;
+}
+
+void Trainer::finish_save(bool wait) {
+  if (!pending_save_) return;
+  if (!wait) {  // Megatron's maybe_finalize_async_save: commit once every rank's writer is done
+    if (any_rank(*par_, !pending_save_->written.load(std::memory_order_acquire))) return;
+  }
+  const CollectiveTimeoutSuspended io;  // ranks wait for each other's writes: no time limit
+  if (pending_save_->writer.joinable()) pending_save_->writer.join();
+  // A rank whose write failed ends the job (the others wait for it below).
+  if (!pending_save_->error.empty()) throw IoError(pending_save_->error);
+  commit_save();
+}
+
+// Rank 0 collects every file's record, writes the metadata and commits.
+void Trainer::commit_save() {
+  PendingSave& save = *pending_save_;
+  const ProcessGrid& grid = par_->grid;
+  Comm& world = *par_->world;
+  const fs::path root = opt_.save;
   if (grid.rank != 0) {
-    send_string(world, records.str(), 0);
+    send_string(world, save.records, 0);
   } else {
-    std::string all = records.str();
+    std::string all = save.records;
     for (int r = 1; r < grid.shape.world; ++r) all += recv_string(world, r);
-    CheckpointMetadata m;
-    m.model = opt_.model;
-    m.iteration = iteration_;
-    m.consumed_samples = static_cast<int64_t>(consumed_samples_);
-    m.layout = ParallelLayout{grid.shape.tp, grid.shape.pp, grid.shape.dp, opt_.zero_stage,
-                              opt_.virtual_pipeline_chunks()};
+    CheckpointMetadata& m = *save.metadata;
     std::istringstream in(all);
     FileRecord f;
     while (in >> f.path >> f.size >> f.xxh3) m.files.push_back(f);
-    m.trainer_state = {{"consumed_valid_samples", consumed_valid_samples_},
-                       {"skipped_iterations", skipped_iterations_},
-                       {"nan_iterations", nan_iterations_},
-                       {"global_batch_size", opt_.global_batch_size}};
-    if (!opt_.no_save_optim) {  // Megatron's --no-save-optim also leaves out the scheduler
-      const LossScalerState ls = scaler_.state();
-      m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
-      // Megatron's name: the LR schedule's position in samples of successful updates.
-      m.trainer_state["opt_param_scheduler"] = scheduler_state({schedule_, wd_schedule_}, scheduler_samples_);
-      // Only a dynamic scaler has a state (Megatron's ConstantGradScaler saves nothing): a
-      // bf16 or fp32 run's "scale 1" would otherwise replace --initial-loss-scale when an
-      // fp16 run resumes from it.
-      if (scaler_.dynamic())
-        m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
-                                          {"hysteresis_tracker", ls.hysteresis_tracker}};
-    }
-    if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
-    m.trainer_state[kPreviousCheckpointKey] =
-        previous_checkpoint_ ? nlohmann::json(*previous_checkpoint_) : nlohmann::json(nullptr);
-    write_metadata((temp / kMetadataFileName).string(), m);
+    write_metadata((save.temp / kMetadataFileName).string(), m);
   }
-  float megabytes = static_cast<float>(bytes / 1e6);  // also the barrier before the commit
+  float megabytes = static_cast<float>(save.bytes / 1e6);  // also the barrier before the commit
   world.allreduce(Tensor(&megabytes, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
   if (grid.rank == 0) {
-    temp_dir->commit();
+    save.temp_dir->commit();
     if (opt_.keep_last > 0) {
       const PruneResult pruned = prune(root, static_cast<int>(opt_.keep_last));
       if (!pruned.abandoned_iterations.empty() && !std::exchange(abandoned_reported_, true))
-        *out_ << abandoned_note(root, iteration_, pruned.abandoned_iterations) << std::endl;
+        *out_ << abandoned_note(root, save.iteration, pruned.abandoned_iterations) << std::endl;
     }
   }
   world.barrier();
-  last_saved_iteration_ = iteration_;
-  previous_checkpoint_ = iteration_;
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  *out_ << "trident: saved checkpoint at iteration " << iteration_ << " to " << iteration_dir(root, iteration_).string()
-        << ": " << megabytes / 1e3 << " GB in " << s << " s (" << megabytes / 1e3 / s << " GB/s)" << std::endl;
+  previous_checkpoint_ = save.iteration;
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count();
+  *out_ << "trident: saved checkpoint at iteration " << save.iteration << " to "
+        << iteration_dir(root, save.iteration).string() << ": " << megabytes / 1e3 << " GB in " << s << " s ("
+        << megabytes / 1e3 / s << " GB/s)";
+  if (opt_.async_save) *out_ << "; training waited " << save.waited_s << " s";
+  *out_ << std::endl;
+  pending_save_.reset();
 }
 
 bool Trainer::load_checkpoint() {

@@ -11,7 +11,8 @@
 # truncated files are named (under mpirun by rank 0 when another rank read the file, and no
 # rank reports the checkpoint loaded); a resumed run with another learning rate fails on every rank
 # with one line unless told which schedule wins; a missing --load directory starts from
-# scratch.
+# scratch; --async-save writes the synchronous save's files, commits each save while training
+# goes on, and a rank dying in its writer thread leaves the previous checkpoint the latest.
 # Usage: checkpoint_resume.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -135,6 +136,42 @@ cp -r "$d/ckpt" "$d/resave"
 launch 2 --tensor-model-parallel-size 2 --load "$d/resave" --train-iters 12 --save "$d/resave" >"$d/resave.log" &&
   [[ -n $left && ! -e $d/resave/$left ]] && grep -q "removed $d/resave/$left, left by a save whose process is gone" \
   "$d/resave.log" && echo "crash during save: the next save removed $left" || fail "crash: $left left behind"
+
+# ---- --async-save ------------------------------------------------------------------------
+# Checkpoints written in the background are the synchronous ones, file for file (each file's
+# size and XXH3 in metadata.json, and the trainer state): at tp2 x dp2 with ZeRO 1, saves at
+# 3 and 6 committed while training goes on (each before the next save starts) and the one
+# at 7 by the run's end. A rank killed by the writer thread after its files (rank 3) fails
+# the job and leaves iteration 10 the latest.
+ad="$tmp/async"
+mkdir -p "$ad"
+for mode in sync async; do
+  launch 4 --tensor-model-parallel-size 2 --zero-stage 1 --train-iters 7 --save "$ad/$mode" --save-interval 3 \
+    $([[ $mode == async ]] && echo --async-save) >"$ad/$mode.log"
+done
+python3 - "$ad/sync" "$ad/async" <<'PY' || fail "--async-save: checkpoints differ from the synchronous ones"
+import json, sys
+for it in (3, 6, 7):
+    a, b = (json.load(open(f"{root}/iter_{it:07d}/metadata.json")) for root in sys.argv[1:])
+    if (a["files"], a["trainer_state"]) != (b["files"], b["trainer_state"]) or len(a["files"]) != 6:
+        sys.exit(f"iteration {it}: {a['files']} {b['files']}")
+print("--async-save at tp2 dp2 zero 1: checkpoints 3, 6 and 7 equal the synchronous ones (6 files each)")
+PY
+order=$(grep -oE "^trident: sav(ing|ed) checkpoint at iteration [0-9]+" "$ad/async.log" | awk '{print $2 $NF}' | tr '\n' ' ')
+[[ $order == "saving3 saved3 saving6 saved6 saving7 saved7 " ]] && grep -q "^ iteration  *4/" "$ad/async.log" &&
+  [[ $(grep -n "saved checkpoint at iteration 3" "$ad/async.log" | cut -d: -f1) -gt \
+     $(grep -n "^ iteration  *4/" "$ad/async.log" | cut -d: -f1) ]] &&
+  echo "--async-save: each save committed after training went on, before the next: $order" ||
+  fail "--async-save: saves in the order '$order'"
+cp -r "$tmp/crash/ckpt" "$ad/crash"
+rm -rf "$ad"/crash/iter_0000020.tmp-*
+if TRIDENT_TEST_CRASH_IN_SAVE=3 launch 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --load "$ad/crash" --save "$ad/crash" --save-interval 10 --async-save >"$ad/crash.log" 2>&1; then
+  fail "--async-save crash: the job did not fail"
+fi
+latest=$(cat "$ad/crash/latest_checkpointed_iteration.txt")
+[[ $latest == 10 && ! -e $ad/crash/iter_0000020 ]] && echo "--async-save: a rank killed while writing in the background leaves iteration 10 the latest" ||
+  fail "--async-save crash: latest is '$latest'"
 
 # ---- a learning-rate schedule other than the checkpoint's ----------------------------------
 # Under mpirun (tp2 x pp2 checkpoint loaded on 2 ranks): one error line naming the field, both

@@ -1,0 +1,78 @@
+// A checkpoint whose files are being written: what its commit needs. With --async-save the
+// files are written by a thread of their own from a copy of the state in host memory (the
+// snapshot) while training goes on, and the checkpoint is committed once every rank's writer
+// is done (Trainer::finish_save); without it the files are written in place and committed at
+// once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/metadata.h"
+#include "ckpt/safetensors.h"
+
+namespace trident {
+
+// Host memory for --async-save's copies of the state, kept from one save to the next: fresh
+// memory costs a page fault a page (in a VM often a host fault: 2 GB took 5-10 s on a 2-vCPU
+// VM), so it is mapped once, in huge pages where the kernel gives them, and reused while the
+// state fits.
+class SnapshotArena {
+ public:
+  SnapshotArena() = default;
+  ~SnapshotArena();
+  SnapshotArena(const SnapshotArena&) = delete;
+  SnapshotArena& operator=(const SnapshotArena&) = delete;
+  // At least `bytes` bytes (contents undefined); throws IoError when they cannot be mapped.
+  char* reserve(size_t bytes);
+
+ private:
+  char* base_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+struct PendingSave {
+  struct File {
+    std::string rel;  // path in the checkpoint directory
+    std::vector<StTensorRef> tensors;
+  };
+  int64_t iteration = 0;
+  std::filesystem::path temp;                 // the temporary directory the files go to
+  std::optional<TempIterationDir> temp_dir;   // rank 0: held until the commit
+  std::optional<CheckpointMetadata> metadata; // rank 0: the state at the save (files to come)
+  std::chrono::steady_clock::time_point start;
+  double waited_s = 0;                        // what training waited for (the snapshot, with --async-save)
+  std::vector<File> files;                    // this rank's
+  std::map<std::string, std::string> file_metadata;
+  int rank = 0;
+  // The writer's results: "path size xxh3" lines and their bytes, or the error that stopped it.
+  std::string records;
+  uint64_t bytes = 0;
+  std::string error;
+  std::atomic<bool> written{false};
+  std::thread writer;
+
+  PendingSave() = default;
+  PendingSave(const PendingSave&) = delete;
+  PendingSave& operator=(const PendingSave&) = delete;
+  // A run that stops (an error) with a save in flight waits for its writer: the temporary
+  // directory goes (rank 0's TempIterationDir) only once nothing writes into it.
+  ~PendingSave() {
+    if (writer.joinable()) writer.join();
+  }
+  // Copies every tensor into `arena` and points the files at the copies.
+  void take_snapshot(SnapshotArena& arena);
+  // Writes the files (throws IoError naming a file that cannot be written).
+  void write_files();
+};
+
+}  // namespace trident
