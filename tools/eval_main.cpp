@@ -139,6 +139,7 @@ class SequentialWindows final : public SampleSource {
     padded_ = (windows_ + global_batch - 1) / global_batch * global_batch;
   }
   uint64_t size() const override { return padded_; }
+  const std::string& prefix() const { return data_.prefix(); }
   uint64_t windows() const { return windows_; }
   uint64_t tokens() const { return tokens_; }
   void get(uint64_t i, int32_t* out) const override {
@@ -251,6 +252,10 @@ int run(int argc, char** argv) {
                         ") runs past its end");
   }
   const EvalResult r = trainer.evaluate(*eval_data, first, iterations);
+  // An evaluation cut short has no loss (Trainer::evaluate returns none): not a perfect score.
+  if (r.timed_out)
+    throw ConfigError("--exit-duration-in-mins: the time ran out before the evaluation's end (the minutes count "
+                      "from the start, loading included): no result");
 
   if (parallel->world_rank() == 0) {
     const GridShape& g = parallel->grid.shape;
@@ -260,7 +265,7 @@ int run(int argc, char** argv) {
               << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", backend " << backend->name() << ", dtype "
               << dtype_name(opt.model.dtype) << std::endl;
     if (seq)
-      std::cout << "trident-eval: sequential " << opt.data_path[0] << ": " << seq->tokens() << " tokens in "
+      std::cout << "trident-eval: sequential " << seq->prefix() << ": " << seq->tokens() << " tokens in "
                 << seq->windows() << " windows of " << opt.model.seq_length + 1 << " (" << iterations
                 << " global batches of " << opt.global_batch_size << ")" << std::endl;
     else

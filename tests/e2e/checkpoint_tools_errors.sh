@@ -5,8 +5,10 @@
 # name; a file a tool does not need (trident-eval: the optimizer's) is not read; a
 # conversion into a run's directory is refused unless --overwrite; what --load names
 # (iteration folder, --ckpt-step, --exit-on-missing-checkpoint, --use-checkpoint-args); a
-# resumed run whose data is too short for its new global batch stops at the start. The
-# checkpoint: gpt2-tiny with 4 layers, 2 iterations, one process.
+# resumed run whose data is too short for its new global batch stops at the start; an
+# evaluation cut short by the time limit is an error; the sequential pass's line names the
+# prefix; token counts past 2^24 are exact. The checkpoint: gpt2-tiny with 4 layers, 2
+# iterations, one process.
 # Usage: checkpoint_tools_errors.sh TRAIN EVAL CONVERT REPO
 set -u
 train=$1
@@ -102,6 +104,23 @@ expect_error trident-eval "--first-sample: the valid split has" \
   "$eval_bin" "${args[@]}" --load "$tmp/ck" --data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" \
   --tokenizer-type BertWordPieceLowerCase --split 80,10,10 --data-cache-path "$tmp/cache" --first-sample 100000
 nothing_under "$tmp/out0" "a bad integer"
+# An evaluation the time limit cuts short has no result (it printed loss 0, perplexity 1).
+expect_error trident-eval "--exit-duration-in-mins: the time ran out before the evaluation's end" \
+  "$eval_bin" "${args[@]}" --load "$tmp/ck" --exit-duration-in-mins 0.00001
+# The sequential pass names the prefix of a weighted --data-path, not its weight.
+"$eval_bin" "${args[@]}" --load "$tmp/ck" --data-path 1.0 "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" \
+  --tokenizer-type BertWordPieceLowerCase --sequential >"$tmp/seq.log" 2>&1
+grep -q "^trident-eval: sequential $tmp/corpus: " "$tmp/seq.log" && echo "ok sequential pass names the prefix" ||
+  { echo "FAIL sequential pass of '1.0 corpus': $(grep sequential "$tmp/seq.log")"; fails=$((fails + 1)); }
+# Token counts past 2^24 are exact (the statistics were reduced in float: 16843008 for
+# 16843009): 257 batches of 65537 one-token samples of a one-layer model of width 8.
+tiny=(--num-layers 1 --hidden-size 8 --num-attention-heads 1 --seq-length 1 --max-position-embeddings 1
+      --vocab-size 16 --make-vocab-size-divisible-by 16 --device cpu --train-iters 1 --lr-warmup-iters 0)
+"$train" "${tiny[@]}" --micro-batch-size 1 --global-batch-size 1 --eval-iters 0 --save "$tmp/ck1" >/dev/null 2>&1
+"$eval_bin" "${tiny[@]}" --load "$tmp/ck1" --micro-batch-size 65537 --global-batch-size 65537 --eval-iters 257 \
+  --split-name test >"$tmp/count.log" 2>&1
+grep -q "| tokens: 16843009 |" "$tmp/count.log" && echo "ok 16843009 tokens counted exactly" ||
+  { echo "FAIL token count past 2^24: $(tail -1 "$tmp/count.log")"; fails=$((fails + 1)); }
 mkdir -p "$tmp/full" && touch "$tmp/full/keep"
 expect_error trident-convert "--save: $tmp/full already exists" "$convert" --to hf --load "$tmp/ck" --save "$tmp/full"
 
