@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,7 +25,8 @@ inline void add_model_flags(cxxopts::Options& o) {
       ("num-layers", "transformer layers", cxxopts::value<std::string>())
       ("hidden-size", "hidden size", cxxopts::value<std::string>())
       ("num-attention-heads", "attention heads", cxxopts::value<std::string>())
-      ("seq-length", "sequence length", cxxopts::value<std::string>())
+      ("seq-length", "the longest sample, prompt and generated tokens (the checkpoint's sequence length; any "
+                     "value up to its learned positions)", cxxopts::value<std::string>())
       ("max-position-embeddings", "learned positions", cxxopts::value<std::string>())
       ("make-vocab-size-divisible-by", "vocabulary padding", cxxopts::value<std::string>())
       ("fp16", "the checkpoint holds fp16 weights")
@@ -38,6 +40,10 @@ inline void add_model_flags(cxxopts::Options& o) {
 // What the model flags say, read before the checkpoint is (so a bad value is named first).
 struct ModelFlags {
   std::vector<std::pair<std::string, int64_t>> shape;  // flag (no dashes), value
+  // --seq-length: the longest sample (prompt and generated tokens), as Megatron-DeepSpeed's
+  // generation reads it; any value up to the checkpoint's learned positions (default: the
+  // sequence length the checkpoint was trained at).
+  std::optional<int64_t> seq_length;
   const char* dtype = nullptr;                         // "fp16", "bf16" or none
   int tp = 1;                                          // --tensor-model-parallel-size
 };
@@ -60,15 +66,23 @@ inline ModelFlags read_model_flags(const cxxopts::ParseResult& r) {
   // are the ones add_model_flags declares (not --vocab-size: the tokenizer's vocabulary is
   // checked against the checkpoint's by itself).
   for (const ModelShapeField& field : model_shape_fields())
-    if (r.count(field.flag)) f.shape.emplace_back(field.flag, integer_flag(r, field.flag, 1, INT32_MAX));
+    if (r.count(field.flag) && std::string(field.flag) != "seq-length")
+      f.shape.emplace_back(field.flag, integer_flag(r, field.flag, 1, INT32_MAX));
+  if (r.count("seq-length")) f.seq_length = integer_flag(r, "seq-length", 1, INT32_MAX);
   for (const char* flag : {"fp16", "bf16"})
     if (r.count(flag)) f.dtype = flag;
   return f;
 }
 
-// Each flag given against the checkpoint's model (`where`: its metadata.json).
-inline void check_model_flags(const ModelFlags& f, const ModelConfig& m, const std::string& where) {
+// Each flag given against the checkpoint's model (`where`: its metadata.json); --seq-length
+// becomes the model's sequence length.
+inline void check_model_flags(const ModelFlags& f, ModelConfig& m, const std::string& where) {
   check_model_shape_flags(f.shape, m, where);
+  if (f.seq_length && *f.seq_length > m.max_position_embeddings)
+    throw ConfigError("--seq-length " + std::to_string(*f.seq_length) + ": the checkpoint's model has " +
+                      std::to_string(m.max_position_embeddings) + " learned positions (" + where +
+                      "): a sample of prompt and generated tokens must fit in them");
+  if (f.seq_length) m.seq_length = static_cast<int>(*f.seq_length);
   if (f.dtype && std::string(f.dtype) != dtype_name(m.dtype))
     throw ConfigError("--" + std::string(f.dtype) + " differs from the checkpoint's " + dtype_name(m.dtype) +
                       " weights (" + where + "); generation runs in the checkpoint's precision");

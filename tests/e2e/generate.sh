@@ -145,7 +145,8 @@ assert [(r["length"], r["finished"]) for r in rows] == [(31, False)] * 2, rows' 
   fail "full-length unconditional samples: $(cat "$tmp/full.json")"
 
 # The model-shape flags of the training run are accepted (and change nothing); another
-# value is one line naming the flag and both values (below).
+# value is one line naming the flag and both values (below); --seq-length sets the longest
+# sample, up to the learned positions.
 shape=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
   --tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --tokenizer-type GPT2BPETokenizer)
 gen --load "$tmp/ckpt" --prompt "$prompt" --greedy --out-seq-length 12 "${shape[@]}" >"$tmp/shape.out" 2>/dev/null
@@ -221,7 +222,14 @@ expect_error "^trident-generate: error: --sample-input-file $tmp/long_prompts.tx
 expect_error "--load" --load "$tmp/nothing" "${words[@]}"
 expect_error "^trident-generate: error: --hidden-size 128 differs from the checkpoint's 64 ($tmp/ckpt/iter_0000040/metadata.json)$" \
   --load "$tmp/ckpt" "${words[@]}" --num-layers 2 --hidden-size 128
-expect_error "--seq-length 64 differs from the checkpoint's 32" --load "$tmp/ckpt" "${words[@]}" --seq-length 64
+# --seq-length bounds a sample (Megatron-DeepSpeed's generation): up to the learned positions.
+expect_error "--seq-length 64: the checkpoint's model has 32 learned positions" --load "$tmp/ckpt" "${words[@]}" \
+  --seq-length 64
+gen --load "$tmp/ckpt" --prompt "Hello world" --ignore-eos --out-seq-length 100 --seq-length 16 \
+  --sample-output-file "$tmp/short.jsonl" >/dev/null 2>&1 || fail "--seq-length 16"
+n=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["tokens"])' "$tmp/short.jsonl")
+[[ $n -eq 14 ]] && ok "--seq-length 16: prompt + generated = 16 (14 new tokens)" ||
+  fail "$n new tokens after a 2-token prompt with --seq-length 16"
 expect_error "--fp16 differs from the checkpoint's fp32 weights" --load "$tmp/ckpt" "${words[@]}" --fp16
 expect_error "--sample-output-file" --load "$tmp/ckpt" "${words[@]}" --out-seq-length 2 \
   --sample-output-file "$tmp/no/such/dir/out.jsonl"
