@@ -210,7 +210,9 @@ int run(int argc, char** argv) {
     if (opt.data_path.empty()) throw ConfigError("--sequential needs --data-path PREFIX");
     const auto blend = parse_data_path(opt.data_path);
     if (blend.prefixes.size() != 1) throw ConfigError("--data-path: --sequential reads one prefix, not a blend");
-    opt.model.vocab_size = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file)->vocab_size();
+    const auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
+    opt.model.vocab_size = tokenizer->vocab_size();
+    opt.eod_token = tokenizer->eod();  // --eod-mask-loss (make_train_data sets it for the splits)
     try {
       auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.vocab_size, opt.model.seq_length,
                                                    ef.max_tokens, static_cast<uint64_t>(opt.global_batch_size));

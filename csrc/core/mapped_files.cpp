@@ -17,7 +17,7 @@ namespace {
 
 // A fixed table the handler can read without locks or allocation: a slot is claimed by its
 // `begin` (0: free), written, then published by `len` (0: not ready).
-constexpr int kSlots = 1024;
+constexpr int kSlots = 8192;  // a blend of a thousand prefixes maps up to five files each
 constexpr size_t kPathBytes = 480;
 struct Slot {
   std::atomic<uintptr_t> begin{0};

@@ -12,7 +12,7 @@
 namespace trident {
 
 // Notes that [addr, addr + len) maps `path` (the first use installs the SIGBUS handler);
-// forget_mapped_file before unmapping it. Thread-safe; at most 1024 at once (more are not
+// forget_mapped_file before unmapping it. Thread-safe; at most 8192 at once (more are not
 // noted: their SIGBUS stays a crash).
 void note_mapped_file(const void* addr, size_t len, const std::string& path);
 void forget_mapped_file(const void* addr);

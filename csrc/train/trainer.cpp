@@ -305,6 +305,8 @@ void Trainer::reduce_loss_stats(LossStats& s) {
   if (par_->grid.last_stage()) {
     const int dp = par_->grid.shape.dp;
     std::vector<double> all(3 * static_cast<size_t>(dp));
+    // This rank's slot holds its own part already: trident-plan's dry run gathers nothing.
+    std::copy(v, v + 3, all.begin() + 3 * static_cast<ptrdiff_t>(par_->grid.dp_rank));
     par_->dp->allgather(words(v, kWords), words(all.data(), kWords * dp));
     for (int k = 0; k < 3; ++k) {
       v[k] = 0;

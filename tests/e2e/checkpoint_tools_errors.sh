@@ -7,7 +7,7 @@
 # (iteration folder, --ckpt-step, --exit-on-missing-checkpoint, --use-checkpoint-args); a
 # resumed run whose data is too short for its new global batch stops at the start; an
 # evaluation cut short by the time limit is an error; the sequential pass's line names the
-# prefix; token counts past 2^24 are exact. The checkpoint: gpt2-tiny with 4 layers, 2
+# prefix and it masks with --eod-mask-loss; token counts past 2^24 are exact. The checkpoint: gpt2-tiny with 4 layers, 2
 # iterations, one process.
 # Usage: checkpoint_tools_errors.sh TRAIN EVAL CONVERT REPO
 set -u
@@ -112,6 +112,29 @@ expect_error trident-eval "--exit-duration-in-mins: the time ran out before the 
   --tokenizer-type BertWordPieceLowerCase --sequential >"$tmp/seq.log" 2>&1
 grep -q "^trident-eval: sequential $tmp/corpus: " "$tmp/seq.log" && echo "ok sequential pass names the prefix" ||
   { echo "FAIL sequential pass of '1.0 corpus': $(grep sequential "$tmp/seq.log")"; fails=$((fails + 1)); }
+# --eod-mask-loss in the sequential pass: no target after an end-of-document token ([SEP],
+# id 3, for this vocabulary). 20 documents of 29 tokens and a [SEP]: 599 targets, 19 of them
+# after a [SEP] (the last [SEP] ends the corpus).
+python3 - "$tmp/sep" <<'PY'
+import random, struct, sys
+from array import array
+rng, docs = random.Random(5), []
+for _ in range(20):
+    docs.append([rng.randrange(5, 512) for _ in range(29)] + [3])
+tokens = [t for d in docs for t in d]
+open(sys.argv[1] + ".bin", "wb").write(array("H", tokens).tobytes())
+n = len(docs)
+idx = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, n, n + 1) + struct.pack(f"<{n}i", *[30] * n)
+idx += struct.pack(f"<{n}q", *[60 * i for i in range(n)]) + struct.pack(f"<{n + 1}q", *range(n + 1))
+open(sys.argv[1] + ".idx", "wb").write(idx)
+PY
+for mask in "" --eod-mask-loss; do
+  "$eval_bin" "${args[@]}" --load "$tmp/ck" --data-path "$tmp/sep" --vocab-file "$tmp/corpus_vocab.txt" \
+    --tokenizer-type BertWordPieceLowerCase --sequential $mask >"$tmp/sep$mask.log" 2>&1
+done
+grep -q "| tokens: 599 |" "$tmp/sep.log" && grep -q "| tokens: 580 |" "$tmp/sep--eod-mask-loss.log" &&
+  echo "ok --eod-mask-loss in the sequential pass: 580 of 599 targets" ||
+  { echo "FAIL --eod-mask-loss --sequential: $(tail -qn1 "$tmp/sep.log" "$tmp/sep--eod-mask-loss.log")"; fails=$((fails + 1)); }
 # Token counts past 2^24 are exact (the statistics were reduced in float: 16843008 for
 # 16843009): 257 batches of 65537 one-token samples of a one-layer model of width 8.
 tiny=(--num-layers 1 --hidden-size 8 --num-attention-heads 1 --seq-length 1 --max-position-embeddings 1

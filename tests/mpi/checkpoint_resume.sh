@@ -170,7 +170,9 @@ if TRIDENT_TEST_CRASH_IN_SAVE=3 launch 4 --tensor-model-parallel-size 2 --pipeli
   fail "--async-save crash: the job did not fail"
 fi
 latest=$(cat "$ad/crash/latest_checkpointed_iteration.txt")
-[[ $latest == 10 && ! -e $ad/crash/iter_0000020 ]] && echo "--async-save: a rank killed while writing in the background leaves iteration 10 the latest" ||
+[[ $latest == 10 && ! -e $ad/crash/iter_0000020 ]] &&
+  grep -q "^trident: saving checkpoint at iteration 20 in the background" "$ad/crash.log" &&
+  ! grep -q "saved checkpoint at iteration 20" "$ad/crash.log" && echo "--async-save: a rank killed while writing in the background leaves iteration 10 the latest" ||
   fail "--async-save crash: latest is '$latest'"
 
 # ---- a learning-rate schedule other than the checkpoint's ----------------------------------

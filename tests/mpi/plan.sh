@@ -44,6 +44,9 @@ same 4 --num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2 --fp16 --r
   --recompute-method uniform --recompute-num-layers 2
 same 2 --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
 same 4 --num-layers 4 --tensor-model-parallel-size 4 --sequence-parallel --bf16
+# The dry run's loss is finite (its communicators move nothing; the loss statistics' gather
+# once left it 0/0): --max-nan-iterations 0 stops a run at its first NaN loss.
+same 2 --num-layers 4 --zero-stage 1 --max-nan-iterations 0
 
 # The parameters column counts the rank's parameters, not the ZeRO buffer's padding to a
 # multiple of the data-parallel size (gpt2-tiny's 136960 at dp 2 and dp 3).

@@ -530,17 +530,24 @@ TEST(Blend, GreedyIndices) {
   EXPECT_EQ(blended_dataset_samples(0.5, 200), 101u);   // ceil(100.5)
 }
 
-TEST(Blend, BlendedDatasets) {
-  ScratchDir dir;
+// Prefixes A (ids below 100000) and B (ids from 100000) of 50 documents each in `dir`,
+// blended 3:7 for 1000 training samples of 8 tokens, split `split`, cached in dir/cache.
+GptDatasetConfig blend_of_a_and_b(const ScratchDir& dir, const std::string& split) {
   write_docs(dir / "A", 50, 1, 0);
   write_docs(dir / "B", 50, 2, 100000);
   GptDatasetConfig cfg;
   cfg.blend = parse_data_path({"3", dir / "A", "7", dir / "B"});
-  cfg.split = "9,1,0";
+  cfg.split = split;
   cfg.seq_length = 8;
   cfg.train_samples = 1000;
-  cfg.valid_samples = 40;
   cfg.cache_dir = dir / "cache";
+  return cfg;
+}
+
+TEST(Blend, BlendedDatasets) {
+  ScratchDir dir;
+  GptDatasetConfig cfg = blend_of_a_and_b(dir, "9,1,0");
+  cfg.valid_samples = 40;
   auto tvt = build_gpt_datasets(cfg);
   ASSERT_TRUE(tvt.train && tvt.valid);
   EXPECT_FALSE(tvt.test);
@@ -571,14 +578,7 @@ TEST(Blend, BlendedDatasets) {
 // written keeps them in memory.
 TEST(Blend, IndicesCachedAndReused) {
   ScratchDir dir;
-  write_docs(dir / "A", 50, 1, 0);
-  write_docs(dir / "B", 50, 2, 100000);
-  GptDatasetConfig cfg;
-  cfg.blend = parse_data_path({"3", dir / "A", "7", dir / "B"});
-  cfg.split = "1,0,0";
-  cfg.seq_length = 8;
-  cfg.train_samples = 1000;
-  cfg.cache_dir = dir / "cache";
+  GptDatasetConfig cfg = blend_of_a_and_b(dir, "1,0,0");
   const BlendingIndices fresh = build_blending_indices({0.3, 0.7}, 1000);
   auto build = [&] {
     auto tvt = build_gpt_datasets(cfg);
