@@ -276,7 +276,13 @@ void IndexedDataset::read(uint64_t i, uint64_t offset, uint64_t length, int32_t*
   TRIDENT_CHECK(i < n_ && offset + length <= static_cast<uint64_t>(sizes_[i]), "item ", i, " offset ",
                 offset, " length ", length);
   const size_t isz = index_dtype_size(dtype_);
-  const char* src = bin_map_.data() + pointers_[i] + offset * isz;
+  // The pointers were checked at open; an index rewritten in place since (it is mapped) must
+  // not send a read past the data.
+  const uint64_t at = static_cast<uint64_t>(pointers_[i]) + offset * isz;
+  if (pointers_[i] < 0 || at > bin_map_.size() || length > (bin_map_.size() - at) / isz)
+    throw IoError(detail::concat(idx_path(prefix_), ": item ", i, " now points past the end of ", bin_path(prefix_),
+                                 " (the index was rewritten while it was read?)"));
+  const char* src = bin_map_.data() + at;
   size_t loaded = 0;
   switch (dtype_) {
     case IndexDType::kUInt8: loaded = load_from<uint8_t>(src, length, out); break;
