@@ -14,7 +14,8 @@ uint64_t BatchRampup::samples_in(int64_t iterations) const {
   // batches of G: a run of 10^11 iterations is not counted one by one at its start.
   uint64_t consumed = 0;
   int64_t i = 0;
-  for (; i < iterations && ramps() && consumed <= samples; ++i) consumed += static_cast<uint64_t>(global_batch(consumed));
+  for (; i < iterations && ramps() && consumed <= samples; ++i)
+    consumed += static_cast<uint64_t>(global_batch(consumed));
   return consumed + static_cast<uint64_t>(iterations - i) * static_cast<uint64_t>(global);
 }
 

@@ -25,8 +25,8 @@
 #include "core/error.h"
 #include "parallel/collective_timeout.h"
 #include "parallel/comm_strings.h"
-#include "train/pending_save.h"
 #include "train/checkpoint_to_load.h"
+#include "train/pending_save.h"
 #include "train/trainer.h"
 
 namespace trident {
@@ -303,8 +303,8 @@ char* SnapshotArena::reserve(size_t bytes) {
   const size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED)
-    throw IoError("--async-save: cannot map " + std::to_string(len) + " bytes of host memory for a copy of the state: " +
-                  std::strerror(errno));
+    throw IoError("--async-save: cannot map " + std::to_string(len) +
+                  " bytes of host memory for a copy of the state: " + std::strerror(errno));
   ::madvise(m, len, MADV_HUGEPAGE);  // advice: without transparent huge pages, plain pages
   base_ = static_cast<char*>(m);
   capacity_ = len;
@@ -315,22 +315,21 @@ void PendingSave::take_snapshot(SnapshotArena& arena) {
   auto bytes_of = [](const StTensorRef& t) {
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    return (static_cast<size_t>(numel) * st_dtype_size(t.dtype) + 63) / 64 * 64;  // each copy 64-byte aligned
+    return static_cast<size_t>(numel) * st_dtype_size(t.dtype);
   };
+  auto aligned = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // each copy 64-byte aligned
   size_t total = 0;
   for (const File& f : files)
-    for (const StTensorRef& t : f.tensors) total += bytes_of(t);
+    for (const StTensorRef& t : f.tensors) total += aligned(bytes_of(t));
   char* copy = arena.reserve(total);
   for (File& f : files)
     for (StTensorRef& t : f.tensors) {
-      int64_t numel = 1;
-      for (int64_t d : t.shape) numel *= d;
-      const size_t bytes = static_cast<size_t>(numel) * st_dtype_size(t.dtype);
+      const size_t bytes = bytes_of(t);
       if (t.fill) t.fill(copy, 0, bytes);  // a device tensor: one copy of the whole
       else std::memcpy(copy, t.data, bytes);
       t.data = copy;
       t.fill = nullptr;
-      copy += bytes_of(t);
+      copy += aligned(bytes);
     }
 }
 
@@ -389,12 +388,14 @@ void Trainer::save_checkpoint() {
   // Without ZeRO every DP rank has it all.
   if (!opt_.no_save_optim && (optimizer_->sharded() || grid.dp_rank == 0)) {
     const ShardPlan& plan = optimizer_->plan();
-    PendingSave::File& f = save->files.emplace_back(PendingSave::File{rank_dir + "/" + optimizer_file_name(grid.dp_rank), {}});
+    PendingSave::File& f =
+        save->files.emplace_back(PendingSave::File{rank_dir + "/" + optimizer_file_name(grid.dp_rank), {}});
     for (const LocalParam& p : P.list())
       for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
         for (int k = 0; k < 3; ++k) {
           const Tensor src = optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s);
-          f.tensors.push_back(tensor_ref(be_, optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
+          f.tensors.push_back(tensor_ref(be_,
+                                         optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
                                          StDType::F32, {s.size()}, src));
         }
   }
