@@ -105,7 +105,7 @@ BlendedSource::BlendedSource(std::vector<std::unique_ptr<SampleSource>> datasets
                                        names.empty() ? detail::concat("dataset ", d) : names[d], ", which has ",
                                        datasets_[d] ? datasets_[d]->size() : 0,
                                        datasets_[d]          ? ""
-                                       : flag == "--data-path" ? " (no documents in that split: see --split)"
+                                       : flag.starts_with("--data") ? " (no documents in that split: see --split)"
                                                                : " (no documents)"));
 }
 

@@ -346,6 +346,7 @@ std::string empty_split_warning(const std::string& split, const std::string& wha
 DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag) {
   if (words.empty()) throw ConfigError(flag + ": expected PREFIX, WEIGHT PREFIX pairs, or prefixes");
   DataBlend out;
+  out.flag = flag;
   // Megatron-LM's get_blend_from_list (megatron/core/datasets/utils.py): weights only when the
   // number of words is even and every other word from the first is a number; when none of
   // those is, the words are prefixes, as are an odd number of words, whatever they hold.
@@ -423,7 +424,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
     for (const auto& d : data) bounds.push_back(split_boundaries(cfg.split, d->size()));
     const char* evaluation[3] = {"", "validation", "test"};
     for (int s = 0; s < 3; ++s) {
-      SplitOfBlend sb{cfg.blend, data, {}, names[s], detail::concat(" (", names[s], " split)"), "--data-path"};
+      SplitOfBlend sb{cfg.blend, data, {}, names[s], detail::concat(" (", names[s], " split)"), cfg.blend.flag};
       for (const auto& b : bounds) sb.ranges.emplace_back(b[s], b[s + 1]);
       *split_out[s] = build_split(sb, wanted[s], cfg);
       // An empty training split is the caller's error; an empty evaluation split would
@@ -437,7 +438,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
       const DataBlend& blend = cfg.per_split[s];
       if (blend.empty()) continue;
       const auto data = open(blend);
-      const std::string flag = detail::concat("--", names[s], "-data-path");
+      const std::string& flag = blend.flag;
       SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag};
       for (const auto& d : data) sb.ranges.emplace_back(0, d->size());
       *split_out[s] = build_split(sb, wanted[s], cfg);

@@ -41,6 +41,7 @@ namespace trident {
 struct DataBlend {
   std::vector<std::string> prefixes;
   std::vector<double> weights;  // empty: unweighted
+  std::string flag;             // what gave it, as errors name it ("--data-path")
   bool empty() const { return prefixes.empty(); }
 };
 

@@ -18,6 +18,7 @@
 
 #include "core/decimal.h"
 #include "core/error.h"
+#include "train/data_args_file.h"
 #include "train/timers.h"
 
 namespace trident {
@@ -188,6 +189,10 @@ const std::vector<FlagDef>& flag_defs() {
       {"merge-file", "gpt2-merges.txt"},
       {"tokenizer-type", "GPT2BPETokenizer"},
       {"split", "train, valid, test weights (969, 30, 1)"},
+      {"data-args-path", "a file of --data-path's words (instead of --data-path: a blend too long for a command "
+                         "line)"},
+      {"per-split-data-args-path", "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...}, each "
+                                   "--train-data-path's words as a string or a list (instead of the per-split paths)"},
       {"data-cache-path", "where dataset index maps are cached (default: beside the data)"},
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"eod-mask-loss", "no loss on the token after each end-of-document token (<|endoftext|>); each "
@@ -249,7 +254,19 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"data-path", "train-data-path"},
       {"data-path", "valid-data-path"},
       {"data-path", "test-data-path"},
+      // The files of words against the words they stand for.
+      {"data-args-path", "data-path"},
+      {"data-args-path", "train-data-path"},
+      {"data-args-path", "valid-data-path"},
+      {"data-args-path", "test-data-path"},
+      {"per-split-data-args-path", "data-path"},
+      {"per-split-data-args-path", "train-data-path"},
+      {"per-split-data-args-path", "valid-data-path"},
+      {"per-split-data-args-path", "test-data-path"},
+      {"data-args-path", "per-split-data-args-path"},
       // --mock-data against each real source.
+      {"mock-data", "data-args-path"},
+      {"mock-data", "per-split-data-args-path"},
       {"mock-data", "data-path"},
       {"mock-data", "train-data-path"},
       {"mock-data", "valid-data-path"},
@@ -617,6 +634,33 @@ void read_precision_flags(const Flags& f, TrainOptions& o) {
     throw ConfigError("--loss-scale needs --fp16 or --bf16");
 }
 
+// --data-args-path and --per-split-data-args-path (Megatron-core's): their words become
+// --data-path's, or the per-split paths', and errors name the file.
+void read_data_args_files(const Flags& f, TrainOptions& o) {
+  if (f.has("data-args-path")) {
+    if (!o.data_path.empty() || !o.train_data_path.empty() || !o.valid_data_path.empty() || !o.test_data_path.empty())
+      throw ConfigError("--data-args-path stands for --data-path's words: give one of them (and not the per-split "
+                        "paths with it)");
+    const std::string path = f.str("data-args-path");
+    o.data_path = read_data_args_file(path);
+    o.data_path_flag = "--data-args-path " + path;
+  }
+  if (f.has("per-split-data-args-path")) {
+    if (f.has("data-args-path") || !o.data_path.empty() || !o.train_data_path.empty() || !o.valid_data_path.empty() ||
+        !o.test_data_path.empty())
+      throw ConfigError("--per-split-data-args-path stands for --train-data-path, --valid-data-path and "
+                        "--test-data-path: give it alone");
+    const std::string path = f.str("per-split-data-args-path");
+    const auto words = read_per_split_data_args_file(path);
+    std::vector<std::string>* splits[3] = {&o.train_data_path, &o.valid_data_path, &o.test_data_path};
+    const char* names[3] = {"train", "valid", "test"};
+    for (int s = 0; s < 3; ++s) {
+      *splits[s] = words[s];
+      o.split_data_path_flags[s] = "--per-split-data-args-path " + path + " (" + names[s] + ")";
+    }
+  }
+}
+
 void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("seed", o.seed);
   f.get("log-interval", o.log_interval);
@@ -727,6 +771,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("data-cache-path", o.data_cache_path);
   f.get("mock-data", o.mock_data);
   f.get("eod-mask-loss", o.eod_mask_loss);
+  read_data_args_files(f, o);
   f.get("async-save", o.async_save);
   if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
   if (f.has("load") && o.load.empty()) throw ConfigError("--load: expected a directory");

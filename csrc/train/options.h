@@ -2,6 +2,7 @@
 // --config (one file; same keys, without the dashes; the command line wins over the file).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -162,6 +163,9 @@ struct TrainOptions {
   // names them in a note.
   std::vector<std::string> flags_without_effect;
   std::vector<std::string> data_path, train_data_path, valid_data_path, test_data_path;
+  // How errors name them: the flags, or --data-args-path / --per-split-data-args-path's file.
+  std::string data_path_flag = "--data-path";
+  std::array<std::string, 3> split_data_path_flags = {"--train-data-path", "--valid-data-path", "--test-data-path"};
   bool has_data() const {
     return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();
   }

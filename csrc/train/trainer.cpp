@@ -832,11 +832,10 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   opt.model.vocab_size = tokenizer->vocab_size();
   opt.eod_token = tokenizer->eod();
   GptDatasetConfig dc;
-  if (!opt.data_path.empty()) dc.blend = parse_data_path(opt.data_path);
+  if (!opt.data_path.empty()) dc.blend = parse_data_path(opt.data_path, opt.data_path_flag);
   const std::vector<std::string>* per_split[3] = {&opt.train_data_path, &opt.valid_data_path, &opt.test_data_path};
-  const char* per_split_flags[3] = {"--train-data-path", "--valid-data-path", "--test-data-path"};
   for (int s = 0; s < 3; ++s)
-    if (!per_split[s]->empty()) dc.per_split[s] = parse_data_path(*per_split[s], per_split_flags[s]);
+    if (!per_split[s]->empty()) dc.per_split[s] = parse_data_path(*per_split[s], opt.split_data_path_flags[s]);
   dc.split = opt.split;
   dc.seq_length = opt.model.seq_length;
   dc.seed = opt.seed;

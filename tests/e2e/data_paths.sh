@@ -5,7 +5,9 @@
 #  - --valid-data-path and --test-data-path give the periodic and final evaluations;
 #  - an unweighted --data-path P P trains, and a run that needs more than one epoch of each
 #    prefix stops at start naming --train-iters;
-#  - --data-path with a per-split path is one error line and exit 2.
+#  - --data-path with a per-split path is one error line and exit 2;
+#  - --data-args-path and --per-split-data-args-path (files of those words) train as the
+#    words would, and their errors name the file.
 #   tests/e2e/data_paths.sh <trident-train> <trident-preprocess> <repo> <gpt2 dir>
 set -uo pipefail
 train=$1 preprocess=$2 repo=$3 vocab=$4
@@ -66,6 +68,31 @@ run --valid-data-path "$P" --train-iters 2 >/dev/null 2>"$tmp/novalid.err"
 rc=$?
 [[ $rc -eq 2 && $(wc -l <"$tmp/novalid.err") -eq 1 ]] && grep -q -- '--train-data-path is required' "$tmp/novalid.err" &&
   ok "$(cat "$tmp/novalid.err")" || fail "--valid-data-path alone: rc $rc: $(cat "$tmp/novalid.err")"
+
+# Megatron-core's files of words: --data-args-path FILE is --data-path's words (a weighted
+# blend "1 P" here: the same losses), --per-split-data-args-path FILE.json the per-split
+# paths' (the losses of --train-data-path P); errors name the file.
+echo "  1.0
+$P " >"$tmp/args.txt"
+run --data-path 1 "$P" --split 1,0,0 --train-iters 3 --eval-iters 0 >"$tmp/blend1.log" 2>&1
+run --data-args-path "$tmp/args.txt" --split 1,0,0 --train-iters 3 --eval-iters 0 >"$tmp/args.log" 2>&1
+[[ $(losses "$tmp/args.log" | wc -l) -eq 3 ]] && cmp -s <(losses "$tmp/blend1.log") <(losses "$tmp/args.log") &&
+  ok "--data-args-path: the losses of --data-path 1 P" || fail "--data-args-path: $(tail -1 "$tmp/args.log")"
+printf '{"train": ["%s"], "valid": "%s", "test": null}\n' "$P" "$P" >"$tmp/split.json"
+run --per-split-data-args-path "$tmp/split.json" --train-iters 6 --eval-iters 0 >"$tmp/json.log" 2>&1
+cmp -s <(losses "$tmp/whole.log") <(losses "$tmp/json.log") && [[ $(losses "$tmp/json.log" | wc -l) -eq 6 ]] &&
+  ok "--per-split-data-args-path: the losses of --train-data-path P" ||
+  fail "--per-split-data-args-path: $(tail -1 "$tmp/json.log")"
+echo "-1 $P" >"$tmp/neg.txt"
+run --data-args-path "$tmp/neg.txt" --train-iters 2 >/dev/null 2>"$tmp/neg.err"
+rc=$?
+[[ $rc -eq 2 && $(wc -l <"$tmp/neg.err") -eq 1 ]] && grep -qF -- "--data-args-path $tmp/neg.txt: \"-1\" is not" \
+  "$tmp/neg.err" && ok "$(cat "$tmp/neg.err")" || fail "a bad weight in --data-args-path: rc $rc: $(cat "$tmp/neg.err")"
+echo '{"train": ["x"], "valid": 3, "test": null}' >"$tmp/bad.json"
+run --per-split-data-args-path "$tmp/bad.json" --train-iters 2 >/dev/null 2>"$tmp/badjson.err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -qF -- "--per-split-data-args-path $tmp/bad.json: \"valid\": expected a string of words or a list" \
+  "$tmp/badjson.err" && ok "$(cat "$tmp/badjson.err")" || fail "a bad JSON value: rc $rc: $(cat "$tmp/badjson.err")"
 
 # A fresh run whose evaluation split is shorter than its evaluations read stops at start:
 # an unweighted blend's validation split holds one epoch of each prefix.

@@ -643,6 +643,40 @@ TEST(Options, MockDataIsAnAlternativeToTheDataPaths) {
   std::filesystem::remove(mock_yaml);
 }
 
+// --data-args-path and --per-split-data-args-path (Megatron-core's): the files' words become
+// the data paths (errors then name the file); each stands for its words, so giving both is
+// an error; the command line's replaces a config file's data-path.
+TEST(Options, DataArgsFilesAreTheirWords) {
+  const std::vector<std::string> vocab = {"--vocab-file", "v.json", "--merge-file", "m.txt"};
+  auto with_vocab = [&](std::vector<std::string> a) {
+    a.insert(a.end(), vocab.begin(), vocab.end());
+    return a;
+  };
+  const std::string words = write_yaml("data_args", "0.3 A\n 0.7\tB\n");  // any file: not read as YAML
+  TrainOptions o = parse(with_vocab({"--data-args-path", words}));
+  EXPECT_EQ(o.data_path, (std::vector<std::string>{"0.3", "A", "0.7", "B"}));
+  EXPECT_EQ(o.data_path_flag, "--data-args-path " + words);
+  const std::string json = write_yaml("per_split", R"({"train": "0.5 A 0.5 B", "valid": ["V"], "test": null})");
+  o = parse(with_vocab({"--per-split-data-args-path", json}));
+  EXPECT_EQ(o.train_data_path, (std::vector<std::string>{"0.5", "A", "0.5", "B"}));
+  EXPECT_EQ(o.valid_data_path, (std::vector<std::string>{"V"}));
+  EXPECT_TRUE(o.test_data_path.empty());
+  EXPECT_EQ(o.split_data_path_flags[1], "--per-split-data-args-path " + json + " (valid)");
+  EXPECT_NE(must_fail(with_vocab({"--data-args-path", words, "--data-path", "A"})).find("give one of them"),
+            std::string::npos);
+  EXPECT_NE(must_fail(with_vocab({"--data-args-path", words, "--per-split-data-args-path", json})).find("alone"),
+            std::string::npos);
+  EXPECT_EQ(must_fail(with_vocab({"--data-args-path", "/nonexistent/words"})),
+            "--data-args-path /nonexistent/words: cannot open: No such file or directory");
+  const std::string missing = write_yaml("per_split_missing", R"({"train": "A", "valid": "V"})");
+  EXPECT_EQ(must_fail(with_vocab({"--per-split-data-args-path", missing})),
+            "--per-split-data-args-path " + missing + ": no \"test\" (Megatron's file has train, valid and test)");
+  const std::string config = write_yaml("data_path_config", "data-path: C\nvocab-file: v.json\n");
+  o = parse({"--config", config, "--data-args-path", words});
+  EXPECT_EQ(o.data_path, (std::vector<std::string>{"0.3", "A", "0.7", "B"}));
+  for (const std::string& f : {words, json, missing, config}) std::filesystem::remove(f);
+}
+
 // --eod-mask-loss needs documents (the tokenizer's end-of-document id comes with the data).
 TEST(Options, EodMaskLossNeedsData) {
   EXPECT_FALSE(parse({}).eod_mask_loss);
