@@ -208,8 +208,9 @@ int run(int argc, char** argv) {
   int64_t iterations = opt.eval_iters;
   if (ef.sequential) {
     if (opt.data_path.empty()) throw ConfigError("--sequential needs --data-path PREFIX");
-    const auto blend = parse_data_path(opt.data_path);
-    if (blend.prefixes.size() != 1) throw ConfigError("--data-path: --sequential reads one prefix, not a blend");
+    const auto blend = parse_data_path(opt.data_path, opt.data_path_flag);
+    if (blend.prefixes.size() != 1)
+      throw ConfigError(opt.data_path_flag + ": --sequential reads one prefix, not a blend");
     const auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
     opt.model.vocab_size = tokenizer->vocab_size();
     opt.eod_token = tokenizer->eod();  // --eod-mask-loss (make_train_data sets it for the splits)
