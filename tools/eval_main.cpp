@@ -211,9 +211,7 @@ int run(int argc, char** argv) {
     const auto blend = parse_data_path(opt.data_path, opt.data_path_flag);
     if (blend.prefixes.size() != 1)
       throw ConfigError(opt.data_path_flag + ": --sequential reads one prefix, not a blend");
-    const auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
-    opt.model.vocab_size = tokenizer->vocab_size();
-    opt.eod_token = tokenizer->eod();  // --eod-mask-loss (make_train_data sets it for the splits)
+    make_run_tokenizer(opt);
     try {
       auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.vocab_size, opt.model.seq_length,
                                                    ef.max_tokens, static_cast<uint64_t>(opt.global_batch_size));

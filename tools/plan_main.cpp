@@ -21,6 +21,7 @@
 #include "train/checkpoint_args.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
+#include "train/trainer.h"
 
 namespace trident {
 namespace {
@@ -91,8 +92,7 @@ int run(int argc, char** argv) {
   // The model trident-train would build: --use-checkpoint-args takes the shape from
   // --load's checkpoint, the tokenizer gives the vocabulary.
   if (!opt.load.empty()) resolve_load(opt);
-  if (opt.has_data())
-    opt.model.vocab_size = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file)->vocab_size();
+  if (opt.has_data()) make_run_tokenizer(opt);
   const int tp = opt.tensor_model_parallel_size, pp = opt.pipeline_model_parallel_size;
   const int world = pf.world > 0 ? pf.world : tp * pp;
   if (world % (tp * pp) != 0)

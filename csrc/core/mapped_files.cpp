@@ -1,7 +1,9 @@
 #include "core/mapped_files.h"
 
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -92,6 +94,23 @@ void forget_mapped_file(const void* addr) {
     s.len.store(0, std::memory_order_release);
     s.begin.store(0);
     return;
+  }
+}
+
+ReadOnlyMapping map_file_read_only(const std::string& path, uint64_t& len, const std::string& open_hint) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(detail::concat(path, ": cannot open: ", std::strerror(errno), open_hint));
+  try {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) throw IoError(detail::concat(path, ": cannot stat: ", std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) throw IoError(path + ": not a regular file");
+    len = static_cast<uint64_t>(st.st_size);
+    ReadOnlyMapping m(fd, static_cast<size_t>(len), path);
+    ::close(fd);
+    return m;
+  } catch (...) {
+    ::close(fd);
+    throw;
   }
 }
 

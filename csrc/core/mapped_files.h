@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -20,6 +21,12 @@ void forget_mapped_file(const void* addr);
 // A whole file mapped read-only, noted as above, unmapped when destroyed. MAP_SHARED: the
 // processes of a node that map one file share its pages in the page cache (eight ranks
 // reading one corpus's index hold it once).
+class ReadOnlyMapping;
+// Maps the whole regular file at `path` (len: its length); throws IoError naming it when it
+// cannot be opened (`open_hint` appended to that message), is not a regular file or cannot
+// be mapped.
+ReadOnlyMapping map_file_read_only(const std::string& path, uint64_t& len, const std::string& open_hint = "");
+
 class ReadOnlyMapping {
  public:
   ReadOnlyMapping() = default;

@@ -1,7 +1,5 @@
 #include "data/array_cache.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -79,19 +77,15 @@ bool save_array_cache(const std::string& path, uint64_t key_hash, std::span<cons
 
 std::optional<MappedArrayCache> MappedArrayCache::open(const std::string& path, uint64_t key_hash, size_t scalars,
                                                        std::span<const uint32_t> element_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return std::nullopt;
   MappedArrayCache c;
-  struct stat st {};
-  const uint64_t header_bytes = kFixedHeader + 8 * scalars + 16 * element_bytes.size();
-  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  const uint64_t len = regular ? static_cast<uint64_t>(st.st_size) : 0;
+  uint64_t len = 0;
   try {
-    if (len >= header_bytes) c.map_ = ReadOnlyMapping(fd, static_cast<size_t>(len), path);
-  } catch (const IoError&) {  // unmappable: rebuilt as if absent
+    c.map_ = map_file_read_only(path, len);
+  } catch (const IoError&) {  // absent, not a file, unmappable: rebuilt
+    return std::nullopt;
   }
-  ::close(fd);
-  if (c.map_.size() == 0) return std::nullopt;
+  const uint64_t header_bytes = kFixedHeader + 8 * scalars + 16 * element_bytes.size();
+  if (len < header_bytes) return std::nullopt;
   const char* p = c.map_.data();
   auto u64 = [&](uint64_t at) {
     uint64_t v;

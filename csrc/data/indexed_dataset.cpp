@@ -202,28 +202,6 @@ std::vector<std::string> remove_stale_builder_temps(const std::string& prefix) {
 
 // ---------------------------------------------------------------- reader
 
-namespace {
-
-// Maps the whole file at path read-only; len is its length.
-ReadOnlyMapping map_whole_file(const std::string& path, uint64_t& len, const std::string& open_hint = "") {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw IoError(detail::concat(path, ": cannot open: ", errno_text(), open_hint));
-  try {
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) throw IoError(detail::concat(path, ": cannot stat: ", errno_text()));
-    if (!S_ISREG(st.st_mode)) throw IoError(detail::concat(path, ": not a regular file"));
-    len = static_cast<uint64_t>(st.st_size);
-    ReadOnlyMapping m(fd, static_cast<size_t>(len), path);
-    ::close(fd);
-    return m;
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-}
-
-}  // namespace
-
 IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
     : prefix_(prefix), vocab_size_(vocab_size) {
   const std::string ipath = idx_path(prefix), bpath = bin_path(prefix);
@@ -231,7 +209,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
   // every length checked first against the file size
   const bool with_suffix = prefix.ends_with(".bin") || prefix.ends_with(".idx");
   uint64_t idx_len = 0;
-  idx_map_ = map_whole_file(ipath, idx_len, with_suffix ? " (a data path is the prefix, without .bin or .idx)" : "");
+  idx_map_ = map_file_read_only(ipath, idx_len, with_suffix ? " (a data path is the prefix, without .bin or .idx)" : "");
   const char* header = idx_map_.data();
   if (idx_len < kHeaderBytes || std::memcmp(header, kMagic, 9) != 0)
     throw IoError(detail::concat(ipath, ": not a Megatron MMapIndexedDataset index (bad magic)"));
@@ -261,7 +239,7 @@ IndexedDataset::IndexedDataset(const std::string& prefix, int64_t vocab_size)
     if (doc_idx_[i] < doc_idx_[i - 1]) throw IoError(detail::concat(ipath, ": corrupt index (doc_idx not sorted)"));
   // ---- data: map it, check that every item lies inside
   uint64_t bin_len = 0;
-  bin_map_ = map_whole_file(bpath, bin_len);
+  bin_map_ = map_file_read_only(bpath, bin_len);
   const uint64_t capacity = bin_len / isz;
   for (uint64_t i = 0; i < n_; ++i) {
     const int64_t ptr = pointers_[i], sz = sizes_[i];

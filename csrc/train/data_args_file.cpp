@@ -1,24 +1,21 @@
 #include "train/data_args_file.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ckpt/atomic_file.h"
 #include "core/error.h"
 
 namespace trident {
 namespace {
 
 std::string read_whole(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(flag + " " + path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw ConfigError(flag + " " + path + ": read failed");
-  return text.str();
+  try {
+    return read_file(path);
+  } catch (const IoError& e) {
+    throw ConfigError(flag + " " + e.what());
+  }
 }
 
 std::vector<std::string> words_of(const std::string& text) {

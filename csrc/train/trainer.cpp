@@ -810,6 +810,13 @@ void Trainer::train() {
       << std::endl;
 }
 
+std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt) {
+  auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
+  opt.model.vocab_size = tokenizer->vocab_size();
+  opt.eod_token = tokenizer->eod();
+  return tokenizer;
+}
+
 TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse use) {
   resolve_schedule(opt);
   const uint64_t G = opt.global_batch_size;
@@ -828,9 +835,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
     d.test = std::make_unique<SyntheticSource>(V, T, opt.seed + 2);
     return d;
   }
-  auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
-  opt.model.vocab_size = tokenizer->vocab_size();
-  opt.eod_token = tokenizer->eod();
+  make_run_tokenizer(opt);
   GptDatasetConfig dc;
   if (!opt.data_path.empty()) dc.blend = parse_data_path(opt.data_path, opt.data_path_flag);
   const std::vector<std::string>* per_split[3] = {&opt.train_data_path, &opt.valid_data_path, &opt.test_data_path};

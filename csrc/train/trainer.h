@@ -27,6 +27,7 @@
 namespace trident {
 
 class ShardedCheckpointReader;
+class Tokenizer;
 class TensorBoardWriter;
 struct CheckpointMetadata;
 struct PendingSave;
@@ -186,6 +187,10 @@ class Trainer {
   std::vector<IterationResult> history_;
   bool record_history_ = true;
 };
+
+// The run's tokenizer (--tokenizer-type, --vocab-file, --merge-file); sets the model's
+// vocabulary and the end-of-document id (--eod-mask-loss) from it.
+std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt);
 
 struct TrainData {
   std::unique_ptr<SampleSource> train, valid, test;
