@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/backend.h"
 
@@ -33,6 +34,24 @@ class ProfilingBackend final : public Backend {
   void copy(const Tensor& dst, const Tensor& src) override;
   void fill(const Tensor& t, float value) override;
   void synchronize() override { inner_->synchronize(); }
+  // --profile's calls are forwarded and noted in order: "start", "stop", "push NAME", "pop".
+  bool profiler_start() override {
+    profiler_events_.emplace_back("start");
+    return inner_->profiler_start();
+  }
+  void profiler_stop() override {
+    profiler_events_.emplace_back("stop");
+    inner_->profiler_stop();
+  }
+  void range_push(const char* name) override {
+    profiler_events_.push_back(std::string("push ") + name);
+    inner_->range_push(name);
+  }
+  void range_pop() override {
+    profiler_events_.emplace_back("pop");
+    inner_->range_pop();
+  }
+  const std::vector<std::string>& profiler_events() const { return profiler_events_; }
   void cast(const Tensor& src, const Tensor& dst) override;
   void scale(const Tensor& t, float alpha) override;
   void add(const Tensor& a, const Tensor& b, const Tensor& out) override;
@@ -93,6 +112,7 @@ class ProfilingBackend final : public Backend {
   auto timed(const char* op, F&& f);
   std::unique_ptr<Backend> inner_;
   std::map<std::string, OpTime> times_;
+  std::vector<std::string> profiler_events_;
 };
 
 }  // namespace trident

@@ -25,44 +25,87 @@
 #include "tool_main.h"
 #include "tools/bench_kernels.h"
 #include "tools/integer_flag.h"
+#include "tools/tool_flags.h"
 #include "train/throughput.h"
 #include "train/trainer.h"
 
+namespace {
+
+const char* const kUsage =
+    "Usage: trident-bench [--bench-warmup N] [--bench-no-profile] [trident-train flags]\n"
+    "       trident-bench --kernels | --kernels-quick | --kernels-only S | --kernels-once\n"
+    "  --bench-warmup N     untimed steps first (1)\n"
+    "  --bench-no-profile   no per-op timing (tokens/s and MFU as a GPU runs them)\n"
+    "  --kernels            every CUDA op on GPU-sized inputs against the copy and GEMM ceilings\n"
+    "  --kernels-quick      the same on small inputs\n"
+    "  --kernels-only S     only the kernel sections whose name contains S (\"attention D128\")\n"
+    "  --kernels-once       each kernel op launched once (for ncu)\n"
+    "Model, batch and layout flags are trident-train's (trident-train --help); --train-iters is the\n"
+    "number of timed steps.\n";
+
+struct BenchFlags {
+  int warmup = 1;
+  bool profile = true, kernels = false, help = false;
+  trident::KernelBenchOptions kernel_options;
+};
+
+// Takes trident-bench's own flags out of argv; the rest is trident-train's.
+std::vector<std::string> take_bench_flags(int argc, char** argv, BenchFlags& f) {
+  using trident::ConfigError;
+  const auto no_value = [](const trident::ToolFlag& t) {
+    if (t.has_value) throw ConfigError(t.name + " takes no value");
+  };
+  return trident::take_tool_flags(argc, argv, "trident-bench", [&](const trident::ToolFlag& t) {
+    if (t.name == "--help") {
+      f.help = true;
+    } else if (t.name == "--bench-warmup") {
+      f.warmup = static_cast<int>(trident::parse_integer_flag("bench-warmup", t.value(), 0, 1 << 20));
+    } else if (t.name == "--bench-no-profile") {
+      no_value(t);
+      f.profile = false;
+    } else if (t.name == "--kernels-only") {  // e.g. "attention D128"
+      f.kernels = true;
+      f.kernel_options.only = t.value();
+    } else if (t.name == "--kernels-once") {
+      no_value(t);
+      f.kernels = true;
+      f.kernel_options.once = true;
+    } else if (t.name == "--kernels" || t.name == "--kernels-quick") {
+      no_value(t);
+      f.kernels = true;
+      f.kernel_options.quick = f.kernel_options.quick || t.name == "--kernels-quick";
+    } else {
+      return false;
+    }
+    return true;
+  });
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   return trident::run_tool("trident-bench", [&] {
-    int warmup = 1;
-    bool profile = true, kernels = false;
-    trident::KernelBenchOptions kopt;
-    std::vector<const char*> args;
-    for (int i = 0; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--bench-warmup") == 0 && i + 1 < argc) {
-        warmup = static_cast<int>(trident::parse_integer_flag("bench-warmup", argv[++i], 0, 1 << 20));
-        continue;
-      }
-      if (std::strcmp(argv[i], "--bench-no-profile") == 0) {
-        profile = false;
-        continue;
-      }
-      if (std::strcmp(argv[i], "--kernels-only") == 0 && i + 1 < argc) {  // e.g. "attention D128"
-        kernels = true;
-        kopt.only = argv[++i];
-        continue;
-      }
-      if (std::strcmp(argv[i], "--kernels-once") == 0) {
-        kernels = true;
-        kopt.once = true;
-        continue;
-      }
-      if (std::strcmp(argv[i], "--kernels") == 0 || std::strcmp(argv[i], "--kernels-quick") == 0) {
-        kernels = true;
-        kopt.quick = kopt.quick || std::strcmp(argv[i], "--kernels-quick") == 0;
-        continue;
-      }
-      args.push_back(argv[i]);
+    BenchFlags bf;
+    const std::vector<std::string> args = take_bench_flags(argc, argv, bf);
+    if (bf.help) {
+      std::cout << kUsage;
+      return 0;
     }
-    if (kernels) return trident::run_kernel_bench(kopt);
+    const int warmup = bf.warmup;
+    const bool profile = bf.profile;
+    if (bf.kernels) {
+      // The kernel benchmark sizes its own inputs: training flags would be ignored.
+      if (args.size() > 1)
+        throw trident::ConfigError("--kernels benchmarks the CUDA ops on their own sizes: it takes no "
+                                   "trident-train flags (got " + args[1] + ")");
+      return trident::run_kernel_bench(bf.kernel_options);
+    }
     trident::TrainOptions opt;
-    if (!trident::parse_train_options(static_cast<int>(args.size()), args.data(), opt)) return 0;
+    if (!trident::parse_train_options(args, opt)) return 0;
+    // Steps are counted in int, the warm-up added: 2^30 at most.
+    if (opt.train_iters > (int64_t{1} << 30))
+      throw trident::ConfigError("--train-iters (" + std::to_string(opt.train_iters) +
+                                 "): trident-bench times at most 2^30 steps");
     auto data = std::move(trident::make_train_data(opt).train);
     opt.train_iters += warmup;
     auto inner = trident::make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
@@ -81,7 +124,7 @@ int main(int argc, char** argv) {
     backend->synchronize();
     if (prof) prof->reset_times();
     double ms = 0;
-    const int steps = static_cast<int>(opt.train_iters) - warmup;
+    const int steps = static_cast<int>(opt.train_iters - warmup);
     for (int i = 0; i < steps; ++i) ms += trainer.train_iteration().ms;
     const auto& m = opt.model;
     const double tokens = static_cast<double>(opt.global_batch_size) * m.seq_length * steps;

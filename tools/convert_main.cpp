@@ -31,6 +31,7 @@
 #include "ckpt/offline_checkpoint.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
+#include "core/flag_value.h"
 #include "parallel/pipeline_schedule.h"
 #include "tool_main.h"
 #include "tools/integer_flag.h"
@@ -71,6 +72,19 @@ const char* iteration_flag(const ConvertFlags& f) {
   return it != f.given.end() && it->second ? "--ckpt-step" : "--iteration";
 }
 
+// Whether `inner` is `outer` or lies inside it, links resolved as far as the paths exist.
+bool nested(const std::string& inner, const std::string& outer) {
+  std::error_code ec;
+  const fs::path in = fs::weakly_canonical(fs::absolute(inner), ec), out = fs::weakly_canonical(fs::absolute(outer), ec);
+  if (ec) return false;
+  auto i = in.begin();
+  for (auto o = out.begin(); o != out.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing slash
+    if (i == in.end() || *i != *o) return false;
+  }
+  return true;
+}
+
 ConvertFlags parse_flags(int argc, char** argv) {
   ConvertFlags f;
   const std::map<std::string, bool> known = {  // name -> takes a value
@@ -100,7 +114,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       continue;
     }
     if (!has_value) {
-      if (i + 1 >= argc) throw ConfigError("--" + name + ": expected a value");
+      check_separate_value("--" + name, i + 1 < argc ? argv[i + 1] : nullptr);
       value = argv[++i];
     }
     if (value.empty()) throw ConfigError("--" + name + ": expected a value");
@@ -134,6 +148,10 @@ ConvertFlags parse_flags(int argc, char** argv) {
   std::error_code ec;
   if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
     throw ConfigError("--save: must not be the --load directory (" + f.save + ")");
+  // Nor inside it or around it: the conversion would write into its own source (an
+  // iteration folder replaced while read, or a checkpoint nested in one).
+  if (nested(f.save, f.load) || nested(f.load, f.save))
+    throw ConfigError("--save (" + f.save + ") and --load (" + f.load + ") must not be inside one another");
   return f;
 }
 

@@ -7,24 +7,50 @@
 #include <cxxopts.hpp>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/decimal.h"
 #include "core/error.h"
+#include "core/flag_value.h"
 #include "tools/integer_flag.h"
 
 namespace trident {
 
+// cxxopts reads "--greedy=false" as the switch on and takes the word after a value flag even
+// when it is another flag (core/flag_value.h): both are errors here, before cxxopts runs.
+inline void check_flag_words(const cxxopts::Options& options, int argc, const char* const* argv) {
+  std::map<std::string, bool> is_switch;  // long name -> takes no value
+  for (const std::string& group : options.groups())
+    for (const cxxopts::HelpOptionDetails& d : options.group_help(group).options)
+      for (const std::string& name : d.l) is_switch[name] = d.is_boolean;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (!looks_like_flag(a)) continue;
+    const size_t eq = a.find('=');
+    const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const auto it = is_switch.find(name);
+    if (it == is_switch.end()) continue;  // cxxopts names unknown flags
+    if (it->second && eq != std::string::npos)
+      throw ConfigError("--" + name + " takes no value (write --" + name + " alone)");
+    if (!it->second && eq == std::string::npos) check_separate_value("--" + name, i + 1 < argc ? argv[i + 1] : nullptr);
+  }
+}
+
 inline cxxopts::ParseResult parse_flags(cxxopts::Options& options, int argc, const char* const* argv) {
+  check_flag_words(options, argc, argv);
+  cxxopts::ParseResult r;
   try {
-    return options.parse(argc, argv);
+    r = options.parse(argc, argv);
   } catch (const cxxopts::exceptions::no_such_option& e) {
     throw ConfigError(std::string("unknown flag (") + e.what() + ")");
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
+  if (!r.unmatched().empty()) throw ConfigError("unexpected argument '" + r.unmatched().front() + "' (see --help)");
+  return r;
 }
 
 // Every value of a flag that may be repeated, in command-line order, each whole. (Declare

@@ -117,7 +117,6 @@ int preprocess_main(int argc, char** argv) {
     throw ConfigError("--dataset-impl: only mmap is supported (got " + r["dataset-impl"].as<std::string>() + ")");
   opt.log_interval = static_cast<uint64_t>(trident::integer_flag(r, "log-interval", 0, 1ll << 62));
   opt.skip_invalid = r.count("skip-invalid") > 0;
-  if (!r.unmatched().empty()) throw ConfigError("unexpected argument: " + r.unmatched().front());
   // Megatron with N > 1 partitions deals the lines out round-robin to N files and merges
   // their outputs: another document order, which trident does not reproduce.
   if (trident::integer_flag(r, "partitions", 1, 1 << 20) != 1)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/flag_value.h"
 #include "train/options.h"
 
 namespace trident {
@@ -36,7 +37,7 @@ inline std::vector<std::string> take_tool_flags(int argc, char** argv, const cha
     }
     f.value = [&]() -> std::string {
       if (f.has_value) return attached;
-      if (i + 1 >= argc) throw ConfigError(f.name + ": expected a value");
+      check_separate_value(f.name, i + 1 < argc ? argv[i + 1] : nullptr);
       return argv[++i];
     };
     if (!own(f)) rest.push_back(a);

@@ -44,8 +44,25 @@ void fsync_dir(const std::string& dir) {
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path, std::optional<AlignedWriterOptions> streaming)
-    : path_(std::move(path)) {
-  tmp_ = path_ + ".tmp-" + unique_token();
+    : path_(std::move(path)), target_(path_) {
+  struct stat st;
+  if (::stat(path_.c_str(), &st) == 0) {  // follows symbolic links
+    if (!S_ISREG(st.st_mode)) {
+      // A FIFO, a terminal, /dev/stdout: written in place, as a shell's redirection would (a
+      // rename would replace the node with a file). Not a directory, nor a streaming file
+      // (large binary files meant for a file system).
+      if (S_ISDIR(st.st_mode)) throw IoError(path_ + ": is a directory");
+      if (streaming) throw IoError(path_ + ": not a regular file");
+      fd_ = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+      if (fd_ < 0) throw IoError(path_ + ": cannot open: " + errno_str());
+      return;
+    }
+    // A link to a file: its target is replaced, in the target's directory; the link stays.
+    std::error_code ec;
+    const std::filesystem::path real = std::filesystem::canonical(path_, ec);
+    if (!ec) target_ = real.string();
+  }
+  tmp_ = target_ + ".tmp-" + unique_token();
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError(path_ + ": cannot create temporary file " + tmp_ + ": " + errno_str());
   if (streaming) {
@@ -123,6 +140,13 @@ void AtomicFileWriter::commit() {
     direct_ = stream_->direct();
     stream_.reset();
   }
+  if (tmp_.empty()) {  // written in place (not a regular file): nothing to sync or rename
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) throw IoError(path_ + ": close failed: " + errno_str());
+    committed_ = true;
+    return;
+  }
   if (::fsync(fd_) != 0) {
     const std::string e = errno_str();
     abort_quietly();
@@ -135,13 +159,13 @@ void AtomicFileWriter::commit() {
     throw IoError(path_ + ": close failed: " + e);
   }
   fd_ = -1;
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
     const std::string e = errno_str();
     abort_quietly();
     throw IoError(path_ + ": rename from " + tmp_ + " failed: " + e);
   }
   committed_ = true;
-  fsync_dir(parent_dir(path_));
+  fsync_dir(parent_dir(target_));
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

@@ -8,6 +8,10 @@
 // stages the bytes in big aligned buffers, writes them with O_DIRECT where the file system
 // allows it from a second thread, and computes the file's XXH3 checksum on the way).
 // Either way the file holds exactly the bytes given, fsynced once before the rename.
+//
+// A symbolic link is followed: its target is replaced and the link stays. A path that names
+// something other than a regular file (a FIFO, a terminal, /dev/stdout) is written in place,
+// as a shell's redirection would, in plain mode only.
 #pragma once
 
 #include <cstddef>
@@ -49,7 +53,7 @@ class AtomicFileWriter {
 
  private:
   void abort_quietly();
-  std::string path_, tmp_;
+  std::string path_, target_, tmp_;  // as given, the file replaced (links followed), the temporary ("": in place)
   int fd_ = -1;
   std::unique_ptr<AlignedWriter> stream_;
   uint64_t written_ = 0;

@@ -83,6 +83,16 @@ class Backend {
   virtual void fill(const Tensor& t, float value) = 0;
   virtual void synchronize() = 0;
 
+  // ---- an external profiler (--profile) ---------------------------------------------------
+  // The device profiler's capture (CUDA: cudaProfilerStart/Stop, which Nsight Systems'
+  // --capture-range=cudaProfilerApi waits for) and named ranges on its timeline (NVTX).
+  // Returns false where the backend has no profiler (the CPU backend); the ranges are then
+  // no-ops.
+  virtual bool profiler_start() { return false; }
+  virtual void profiler_stop() {}
+  virtual void range_push(const char* /*name*/) {}
+  virtual void range_pop() {}
+
   // ---- element-wise -------------------------------------------------------------------
   virtual void cast(const Tensor& src, const Tensor& dst) = 0;                   // dst = src
   virtual void scale(const Tensor& t, float alpha) = 0;                          // t *= alpha

@@ -18,6 +18,7 @@
 
 #include "core/decimal.h"
 #include "core/error.h"
+#include "core/flag_value.h"
 #include "train/data_args_file.h"
 #include "train/timers.h"
 
@@ -78,11 +79,14 @@ const std::vector<FlagDef>& flag_defs() {
       {"train-samples", "samples (sample-based training, instead of --train-iters)"},
       {"lr", "peak learning rate (1.5e-4 when not given; Megatron has no default)"},
       {"min-lr", "learning rate after decay"},
-      {"lr-decay-style", "constant, linear or cosine"},
+      {"lr-decay-style", "constant, linear, cosine, inverse-square-root or WSD (warmup-stable-decay)"},
       {"lr-warmup-iters", "warm-up iterations"},
       {"lr-decay-iters", "decay iterations (default: train-iters)"},
       {"lr-warmup-samples", "warm-up samples (sample-based)"},
       {"lr-decay-samples", "decay samples (sample-based; default: train-samples)"},
+      {"lr-wsd-decay-iters", "WSD: iterations of the final anneal, which ends with the decay"},
+      {"lr-wsd-decay-samples", "WSD: samples of the final anneal (sample-based)"},
+      {"lr-wsd-decay-style", "WSD: the anneal's shape: exponential (default), linear, cosine or minus_sqrt"},
       {"lr-warmup-fraction", "warm-up as a fraction of the decay (instead of the warm-up count)"},
       {"lr-warmup-init", "the warm-up's first learning rate, rising linearly to --lr (0)"},
       {"rampup-batch-size", "START INCR SAMPLES: the global batch grows from START by INCR in equal steps over "
@@ -197,6 +201,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"eod-mask-loss", "no loss on the token after each end-of-document token (<|endoftext|>); each "
                         "micro-batch's loss is the mean over the tokens it keeps, as Megatron's", true},
+      {"calculate-per-token-loss", "each global batch's loss is the mean over all the tokens it keeps "
+                                   "(Megatron-core's), not the mean of its micro-batches' means: documents weigh "
+                                   "by their tokens whatever micro-batch they fall in (with --eod-mask-loss)", true},
       {"log-batch-size-to-tensorboard", "also write the global batch size (batch-size scalars)", true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
       {"log-num-zeros-in-grad", "the gradient elements equal to zero in the log line and TensorBoard (num zeros)",
@@ -205,6 +212,12 @@ const std::vector<FlagDef>& flag_defs() {
                            "compute, data and pipeline transfers (0)"},
       {"timing-log-option", "the timers over the ranks: minmax, max or all (minmax)"},
       {"log-timers-to-tensorboard", "write the timers (maximum over the ranks) as <name>-time scalars", true},
+      {"profile", "start the device profiler's capture (CUDA: cudaProfilerStart, for nsys profile "
+                  "--capture-range=cudaProfilerApi) after --profile-step-start iterations and stop it after "
+                  "--profile-step-end, with NVTX ranges for the iterations and the timers' phases", true},
+      {"profile-step-start", "--profile: iterations completed before the capture starts (10)"},
+      {"profile-step-end", "--profile: iterations completed when it stops (12)"},
+      {"profile-ranks", "--profile: the global ranks that capture (0)"},
       {"help", "print this help", true},
   };
   static const std::vector<FlagDef> all = [] {
@@ -243,6 +256,7 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"train-iters", "train-samples"},
       {"lr-warmup-iters", "lr-warmup-samples", "lr-warmup-fraction"},
       {"lr-decay-iters", "lr-decay-samples"},
+      {"lr-wsd-decay-iters", "lr-wsd-decay-samples"},
       {"fp16", "bf16"},
       {"zero-stage", "use-distributed-optimizer"},
       {"overlap-grad-reduce", "no-overlap-grad-reduce"},
@@ -299,6 +313,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "valid-data-path") return &o.valid_data_path;
   if (flag == "test-data-path") return &o.test_data_path;
   if (flag == "rampup-batch-size") return &o.rampup_batch_size;
+  if (flag == "profile-ranks") return &o.profile_ranks;
   return nullptr;
 }
 
@@ -352,6 +367,7 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
 // num-layers) is an error naming both lines, rather than a silent last-one-wins.
 std::vector<ConfigValue> read_config_file(const std::string& path) {
   if (!std::filesystem::exists(path)) throw ConfigError("--config: file not found: " + path);
+  if (!std::filesystem::is_regular_file(path)) throw ConfigError("--config: " + path + " is not a regular file");
   YAML::Node root;
   try {
     // All of the file's documents: a second one ("---") would otherwise be ignored silently.
@@ -367,6 +383,9 @@ std::vector<ConfigValue> read_config_file(const std::string& path) {
   std::vector<ConfigValue> values;
   std::map<std::string, int> first_line;
   for (const auto& kv : root) {
+    if (!kv.first.IsScalar())
+      throw ConfigError("--config: " + path + ":" + std::to_string(kv.first.Mark().line + 1) +
+                        ": a key must be a flag's name");
     std::string key = kv.first.as<std::string>();
     for (char& c : key)
       if (c == '_') c = '-';
@@ -569,6 +588,8 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   f.get("lr-decay-style", o.lr_decay_style);
   f.get("lr-warmup-iters", o.lr_warmup_iters);
   f.get("lr-decay-iters", o.lr_decay_iters);
+  f.get("lr-wsd-decay-style", o.lr_wsd_decay_style);
+  f.get("lr-wsd-decay-iters", o.lr_wsd_decay_iters);
   f.get("lr-warmup-fraction", o.lr_warmup_fraction);
   if (f.has("lr-warmup-fraction") && !(o.lr_warmup_fraction >= 0 && o.lr_warmup_fraction <= 1))
     throw ConfigError("--lr-warmup-fraction must be in [0, 1]");
@@ -584,13 +605,17 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
       throw ConfigError("--lr-warmup-iters is iteration-based; with --train-samples use --lr-warmup-samples");
     if (f.has("lr-decay-iters"))
       throw ConfigError("--lr-decay-iters is iteration-based; with --train-samples use --lr-decay-samples");
+    if (f.has("lr-wsd-decay-iters"))
+      throw ConfigError("--lr-wsd-decay-iters is iteration-based; with --train-samples use --lr-wsd-decay-samples");
     o.sample_based = true;
     f.get("train-samples", o.train_samples);
     f.get("lr-warmup-samples", o.lr_warmup_samples);
     f.get("lr-decay-samples", o.lr_decay_samples);
+    f.get("lr-wsd-decay-samples", o.lr_wsd_decay_samples);
   } else {
     const char* sample_based = given_nonzero("lr-warmup-samples") ? "lr-warmup-samples"
                                : f.has("lr-decay-samples")         ? "lr-decay-samples"
+                               : f.has("lr-wsd-decay-samples")     ? "lr-wsd-decay-samples"
                                                                    : nullptr;
     if (sample_based)
       throw ConfigError(std::string("--") + sample_based + " needs sample-based training (--train-samples)");
@@ -727,6 +752,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("timing-log-level", o.timing_log_level);
   f.get("timing-log-option", o.timing_log_option);
   f.get("log-timers-to-tensorboard", o.log_timers_to_tensorboard);
+  f.get("profile", o.profile);
+  f.get("profile-step-start", o.profile_step_start);
+  f.get("profile-step-end", o.profile_step_end);
   for (const FlagDef& d : flags_without_effect_defs())
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   f.get("peak-tflops", o.peak_tflops);
@@ -771,6 +799,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("data-cache-path", o.data_cache_path);
   f.get("mock-data", o.mock_data);
   f.get("eod-mask-loss", o.eod_mask_loss);
+  f.get("calculate-per-token-loss", o.calculate_per_token_loss);
   read_data_args_files(f, o);
   f.get("async-save", o.async_save);
   if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
@@ -827,6 +856,7 @@ void validate_batch_and_schedule(TrainOptions& o) {
     throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr)) throw ConfigError("--min-lr must be in [0, --lr]");
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
+  parse_wsd_decay_style(o.lr_wsd_decay_style);
   read_batch_rampup(o);
   if (!(o.lr_warmup_init >= 0 && o.lr_warmup_init <= o.lr))
     throw ConfigError("--lr-warmup-init must be in [0, --lr], got " + detail::concat(o.lr_warmup_init));
@@ -883,6 +913,27 @@ void validate_recompute(const TrainOptions& o) {
   check_positive(o.recompute_num_layers, "recompute-num-layers");
 }
 
+// --profile's window and ranks (whether the ranks exist is known once the job runs).
+void validate_profile(TrainOptions& o) {
+  const bool given = !o.profile_ranks.empty() || o.given_flags.count("profile-step-start") ||
+                     o.given_flags.count("profile-step-end");
+  if (!o.profile) {
+    if (given) throw ConfigError("--profile-step-start, --profile-step-end and --profile-ranks need --profile");
+    return;
+  }
+  check_non_negative(static_cast<double>(o.profile_step_start), "profile-step-start");
+  if (o.profile_step_end <= o.profile_step_start)
+    throw ConfigError("--profile-step-end (" + std::to_string(o.profile_step_end) +
+                      ") must exceed --profile-step-start (" + std::to_string(o.profile_step_start) + ")");
+  o.profile_rank_ids.clear();
+  for (const std::string& w : o.profile_ranks) {
+    const int64_t r = convert<int64_t>("profile-ranks", w);
+    if (r < 0) throw ConfigError("--profile-ranks: rank " + w + " must not be negative");
+    o.profile_rank_ids.insert(static_cast<int>(r));
+  }
+  if (o.profile_rank_ids.empty()) o.profile_rank_ids.insert(0);
+}
+
 void validate_run(TrainOptions& o) {
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
@@ -910,6 +961,7 @@ void validate_run(TrainOptions& o) {
   if (o.timing_log_level < 0 || o.timing_log_level > 2)
     throw ConfigError("--timing-log-level must be 0, 1 or 2, got " + std::to_string(o.timing_log_level));
   parse_timing_log_option(o.timing_log_option);  // throws naming --timing-log-option
+  validate_profile(o);
   check_non_negative(o.peak_tflops, "peak-tflops");
   check_non_negative(static_cast<double>(o.max_nan_iterations), "max-nan-iterations");
   check_non_negative(static_cast<double>(o.exit_interval), "exit-interval");
@@ -961,6 +1013,37 @@ std::string warmup_outlasts_decay(const TrainOptions& o) {
   return run + " must exceed " + warmup + ": the learning-rate decay ends with the run unless " +
          (s ? "--lr-decay-samples" : "--lr-decay-iters") + " says otherwise; set " +
          (s ? "--train-samples or --lr-decay-samples" : "--train-iters or --lr-decay-iters");
+}
+
+// An iteration count in samples (x the global batch), which must fit 64 bits.
+uint64_t samples_of(int64_t iterations, uint64_t global_batch, const char* flag) {
+  uint64_t samples = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(iterations), global_batch, &samples))
+    throw ConfigError(std::string("--") + flag + " (" + std::to_string(iterations) + ") x --global-batch-size (" +
+                      std::to_string(global_batch) + ") does not fit 64 bits");
+  return samples;
+}
+
+// WSD's anneal (Megatron requires its length with the style) must fit between the warm-up's
+// end and the decay's: one that reached into the warm-up would make the rate jump down when the
+// warm-up ends. Megatron checks neither; the anneal's flags without WSD would do nothing.
+void check_wsd_anneal(const TrainOptions& o) {
+  const bool s = o.sample_based;
+  const std::string flag = s ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters";
+  const bool given = s ? o.lr_wsd_decay_samples != 0 : o.lr_wsd_decay_iters != 0;
+  if (o.lr_decay_style != "WSD") {
+    if (given) throw ConfigError(flag + " needs --lr-decay-style WSD");
+    return;
+  }
+  if (!given) throw ConfigError("--lr-decay-style WSD needs " + flag + " (the final anneal's length)");
+  const double after_warmup = static_cast<double>(o.decay_samples) - o.warmup_samples;
+  if (static_cast<double>(o.wsd_decay_samples) > after_warmup) {
+    const double room = s ? after_warmup : after_warmup / static_cast<double>(o.global_batch_size);
+    std::ostringstream m;
+    m << flag << " (" << (s ? o.lr_wsd_decay_samples : static_cast<uint64_t>(o.lr_wsd_decay_iters))
+      << ") must not exceed the decay after the warm-up (" << room << (s ? " samples)" : " iterations)");
+    throw ConfigError(m.str());
+  }
 }
 
 }  // namespace
@@ -1030,20 +1113,24 @@ void resolve_schedule(TrainOptions& o) {
                                        : static_cast<int64_t>(o.train_samples / gbs);
     o.decay_samples = o.lr_decay_samples != 0 ? o.lr_decay_samples : o.train_samples;
     o.warmup_samples = static_cast<double>(o.lr_warmup_samples);
+    o.wsd_decay_samples = o.lr_wsd_decay_samples;
   } else {
     if (o.train_iters <= 0) throw ConfigError("--train-iters must be positive");
     if (o.lr_warmup_iters < 0) throw ConfigError("--lr-warmup-iters must not be negative");
     if (o.lr_decay_iters < 0) throw ConfigError("--lr-decay-iters must not be negative");
     const int64_t decay_iters = o.lr_decay_iters != 0 ? o.lr_decay_iters : o.train_iters;
-    o.train_samples = static_cast<uint64_t>(o.train_iters) * gbs;
-    o.decay_samples = static_cast<uint64_t>(decay_iters) * gbs;
+    o.train_samples = samples_of(o.train_iters, gbs, "train-iters");
+    o.decay_samples = samples_of(decay_iters, gbs, o.lr_decay_iters != 0 ? "lr-decay-iters" : "train-iters");
     o.warmup_samples = static_cast<double>(o.lr_warmup_iters) * static_cast<double>(gbs);
+    if (o.lr_wsd_decay_iters < 0) throw ConfigError("--lr-wsd-decay-iters must not be negative");
+    o.wsd_decay_samples = samples_of(o.lr_wsd_decay_iters, gbs, "lr-wsd-decay-iters");
   }
   if (o.lr_warmup_fraction >= 0) o.warmup_samples = o.lr_warmup_fraction * static_cast<double>(o.decay_samples);
   // Megatron asserts warm-up < decay; a constant schedule never decays, so only the
   // decaying styles need it here.
   if (o.lr_decay_style != "constant" && !(o.warmup_samples < static_cast<double>(o.decay_samples)))
     throw ConfigError(warmup_outlasts_decay(o));
+  check_wsd_anneal(o);
 }
 
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
@@ -1060,6 +1147,8 @@ LrSchedule make_lr_schedule(const TrainOptions& o) {
   s.style = parse_lr_decay_style(o.lr_decay_style);
   s.warmup_samples = o.warmup_samples;
   s.decay_samples = static_cast<double>(o.decay_samples);
+  s.wsd_decay_samples = static_cast<double>(o.wsd_decay_samples);
+  s.wsd_style = parse_wsd_decay_style(o.lr_wsd_decay_style);
   return s;
 }
 
@@ -1170,6 +1259,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("test-data-path given", !o.test_data_path.empty());
   line("split", o.split);
   line("eod-mask-loss", o.eod_mask_loss);
+  line("calculate-per-token-loss", o.calculate_per_token_loss);
   line("save given", !o.save.empty());
   line("save-interval", o.save_interval);
   line("async-save", o.async_save);
@@ -1206,6 +1296,8 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
     }
     if (def->is_bool && eq != std::string::npos)
       throw ConfigError("--" + name + " takes no value (write --" + name + " alone)");
+    if (!def->is_bool && eq == std::string::npos)
+      check_separate_value("--" + name, i + 1 < args.size() ? args[i + 1].c_str() : nullptr);
   }
   if (unknown_count > 0)
     throw ConfigError((unknown_count == 1 ? "unknown flag " : "unknown flags ") + unknown + " (see --help)");

@@ -45,11 +45,16 @@ struct TrainOptions {
   int64_t lr_decay_iters = 0;  // 0: train_iters (iteration-based)
   uint64_t lr_warmup_samples = 0;
   uint64_t lr_decay_samples = 0;  // 0: train_samples (sample-based)
+  // --lr-decay-style WSD: the final anneal's length (one of the two, as the run counts) and shape.
+  int64_t lr_wsd_decay_iters = 0;
+  uint64_t lr_wsd_decay_samples = 0;
+  std::string lr_wsd_decay_style = "exponential";
   double lr_warmup_fraction = -1;  // < 0: not given
   // Resolved by resolve_schedule() (parse_train_options calls it): the schedule in
   // samples, which is all the trainer reads.
   double warmup_samples = 0;   // fractional with --lr-warmup-fraction, as in Megatron
   uint64_t decay_samples = 0;
+  uint64_t wsd_decay_samples = 0;
 
   // Double, as Megatron's: the checkpoint's scheduler state and its messages show 0.1, not
   // 0.10000000149011612 (the optimizer applies it in fp32).
@@ -110,6 +115,13 @@ struct TrainOptions {
   int64_t timing_log_level = 0;                // Megatron's timers (train/timers.h): 0, 1 or 2
   std::string timing_log_option = "minmax";    // minmax, max or all
   bool log_timers_to_tensorboard = false;      // the timers as <name>-time scalars
+  // Megatron's --profile: the device profiler captures iterations profile_step_start + 1 to
+  // profile_step_end (1-based) on the global ranks listed (--profile-ranks' words; resolved:
+  // profile_rank_ids, {0} when none are given).
+  bool profile = false;
+  int64_t profile_step_start = 10, profile_step_end = 12;
+  std::vector<std::string> profile_ranks;
+  std::set<int> profile_rank_ids;
   // Megatron's --ffn-hidden-size and --kv-channels (0: not given); GPT-2 fixes both, so a
   // given value must be 4 x hidden and hidden / heads.
   int64_t ffn_hidden_size = 0, kv_channels = 0;
@@ -158,6 +170,10 @@ struct TrainOptions {
   // tokenizer's, set with the data) are not trained on nor counted, as Megatron's loss_mask.
   bool eod_mask_loss = false;
   int32_t eod_token = -1;
+  // --calculate-per-token-loss: the gradient is the global batch's summed loss over its kept
+  // targets divided by their count (Megatron-core's), instead of the mean of the micro-batches'
+  // means; the same unless --eod-mask-loss leaves micro-batches with different counts.
+  bool calculate_per_token_loss = false;
   // Megatron's implementation switches that were given (--DDP-impl, --data-impl, the fusion
   // switches, ...): accepted so that its scripts run unchanged, without effect here; rank 0
   // names them in a note.

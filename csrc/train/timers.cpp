@@ -114,16 +114,22 @@ std::vector<std::pair<const char*, double>> timer_maxima(const std::vector<std::
 
 Timers::Timers(int level, Backend* backend) : level_(level), backend_(backend) {}
 
-Timers::Scope::Scope(Timers* timers, TimerId id) : timers_(timers && timers->enabled(id) ? timers : nullptr), id_(id) {
+Timers::Scope::Scope(Timers* timers, TimerId id)
+    : timers_(timers && timers->enabled(id) ? timers : nullptr),
+      ranged_(timers && timers->ranges_ ? timers->backend_ : nullptr),
+      id_(id) {
+  if (ranged_) ranged_->range_push(timer_name(id));
   if (!timers_) return;
   if (timers_->backend_) timers_->backend_->synchronize();
   start_ = std::chrono::steady_clock::now();
 }
 
 Timers::Scope::~Scope() {
-  if (!timers_) return;
-  if (timers_->backend_) timers_->backend_->synchronize();
-  timers_->add(id_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
+  if (timers_) {
+    if (timers_->backend_) timers_->backend_->synchronize();
+    timers_->add(id_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count());
+  }
+  if (ranged_) ranged_->range_pop();
 }
 
 void Timers::add(TimerId id, double ms) {

@@ -16,6 +16,9 @@
 //      Megatron's names for their combinations).
 // A timer waits for the device at its start and stop (as Megatron's synchronize), so level 2
 // costs time on a GPU and takes the overlap of communication with computation away.
+//
+// While a --profile capture runs (set_ranges), every scope is also a named range on the
+// profiler's timeline (NVTX), whatever the level: the ranges wait for nothing.
 #pragma once
 
 #include <array>
@@ -76,7 +79,8 @@ class Timers {
   // `level` 0 times nothing. `backend` is synchronized at each start and stop.
   Timers(int level, Backend* backend);
 
-  // Times `id` from construction to destruction when its level is enabled; else nothing.
+  // Times `id` from construction to destruction when its level is enabled, and marks it as
+  // a range while ranges are on; else nothing.
   class Scope {
    public:
     Scope(Timers* timers, TimerId id);
@@ -86,11 +90,14 @@ class Timers {
 
    private:
     Timers* timers_;
+    Backend* ranged_;  // the backend the range was pushed on, or null
     TimerId id_;
     std::chrono::steady_clock::time_point start_;
   };
   bool enabled(TimerId id) const { return timer_level(id) <= level_; }
   bool any() const { return level_ > 0; }
+  // Whether scopes push ranges on the backend (--profile's capture; off at first).
+  void set_ranges(bool on) { ranges_ = on; }
 
   // Every rank's milliseconds per timer since the last take of `which` (0: the log line's,
   // 1: TensorBoard's; each has its own sums), divided by `iterations`; resets those sums.
@@ -101,6 +108,7 @@ class Timers {
   void add(TimerId id, double ms);
   int level_;
   Backend* backend_;
+  bool ranges_ = false;
   std::array<std::array<double, kTimerCount>, 2> ms_{};
 };
 

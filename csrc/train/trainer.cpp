@@ -162,6 +162,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
                       std::to_string(rampup_.increment) + ") must be multiples of --micro-batch-size (" +
                       std::to_string(opt_.micro_batch_size) + ") x data-parallel size (" + std::to_string(g.dp) + ")");
   check_data_covers_run(0, 0, 0);
+  check_profile_ranks();
   const ProcessGrid& grid = par_->grid;
   const int chunks = opt_.virtual_pipeline_chunks();
   full_micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
@@ -241,19 +242,32 @@ void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::uniq
   check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_);
 }
 
+// Megatron's loss_mask with --eod-mask-loss: no loss where the input token ends a document
+// (the first token of the next one is not predicted from the last).
+int32_t Trainer::masked_after() const { return opt_.eod_mask_loss ? opt_.eod_token : -1; }
+
 int64_t Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sample) {
   const int T = opt_.model.seq_length;
-  // Megatron's loss_mask with --eod-mask-loss: no loss where the input token ends a document
-  // (the first token of the next one is not predicted from the last).
-  const int32_t masked_after = opt_.eod_mask_loss ? opt_.eod_token : -1;
+  const int32_t masked = masked_after();
   int64_t kept = 0;
   for (int b = 0; b < opt_.micro_batch_size; ++b) {
     data.get(first_sample + b, sample_.data());
     for (int t = 0; t < T; ++t) {
       tokens_[b * T + t] = sample_[t];
-      targets_[b * T + t] = sample_[t] == masked_after ? -1 : sample_[t + 1];
+      targets_[b * T + t] = sample_[t] == masked ? -1 : sample_[t + 1];
       kept += targets_[b * T + t] >= 0;
     }
+  }
+  return kept;
+}
+
+int64_t Trainer::kept_targets(const SampleSource& data, uint64_t first_sample, uint64_t samples) {
+  const int T = opt_.model.seq_length;
+  const int32_t masked = masked_after();
+  int64_t kept = 0;
+  for (uint64_t i = 0; i < samples; ++i) {
+    data.get(first_sample + i, sample_.data());
+    kept += T - std::count(sample_.begin(), sample_.begin() + T, masked);
   }
   return kept;
 }
@@ -347,8 +361,9 @@ LossStats Trainer::run_steps(const std::vector<PipeStep>& steps, int micro_batch
           const int64_t kept = load_micro_batch(data, first);
           // With masked targets each micro-batch's loss is the mean over those it keeps, as
           // Megatron's (grad_scale is for the mean over all B T); one that keeps none adds nothing.
+          // --calculate-per-token-loss's grad_scale is for the global batch's kept targets already.
           const int64_t all = static_cast<int64_t>(B) * opt_.model.seq_length;
-          if (opt_.eod_mask_loss && kept != all)
+          if (opt_.eod_mask_loss && !opt_.calculate_per_token_loss && kept != all)
             scale = kept > 0 ? static_cast<float>(static_cast<double>(grad_scale) * all / kept) : 0.0f;
         }
         m.forward(slot(st.chunk, st.micro_batch), MicroBatch{tokens_.data(), targets_.data(), first}, training,
@@ -447,8 +462,50 @@ void Trainer::set_micro_batches(int micro_batches) {
       interleaved_schedule(par_->grid.shape.pp, par_->grid.pp_rank, opt_.virtual_pipeline_chunks(), micro_batches_);
 }
 
+// --profile-ranks names global ranks: each must be one of the job's.
+void Trainer::check_profile_ranks() {
+  if (!opt_.profile) return;
+  const int world = par_->grid.shape.world;
+  for (int r : opt_.profile_rank_ids)
+    if (r >= world)
+      throw ConfigError("--profile-ranks: rank " + std::to_string(r) + " is not one of this job's " +
+                        std::to_string(world) + " ranks");
+  std::string ranks;
+  for (int r : opt_.profile_rank_ids) {
+    if (!ranks.empty()) ranks += ' ';
+    ranks += std::to_string(r);
+  }
+  *out_ << "trident: --profile: the device profiler captures iterations " << opt_.profile_step_start + 1 << " to "
+        << opt_.profile_step_end << " on rank" << (opt_.profile_rank_ids.size() > 1 ? "s " : " ") << ranks
+        << " (run under nsys profile --capture-range=cudaProfilerApi)" << std::endl;
+}
+
+// Megatron's --profile: the capture starts before the iteration that follows
+// --profile-step-start completed ones and stops after the one that completes
+// --profile-step-end, on --profile-ranks; in between each iteration and each timer's phase is
+// a named range.
+void Trainer::profile_before_iteration() {
+  if (!opt_.profile || iteration_ != opt_.profile_step_start || !opt_.profile_rank_ids.count(par_->grid.rank))
+    return;
+  profiling_ = true;
+  timers_.set_ranges(true);
+  if (!be_.profiler_start())
+    log_ << "trident: rank " << par_->grid.rank << ": --profile: the " << be_.name()
+         << " backend has no device profiler to start; only the ranges' calls are made" << std::endl;
+}
+
+void Trainer::profile_after_iteration() {
+  if (!profiling_ || iteration_ != opt_.profile_step_end) return;
+  be_.profiler_stop();
+  timers_.set_ranges(false);
+  profiling_ = false;
+}
+
 IterationResult Trainer::train_iteration() {
   const auto start = std::chrono::steady_clock::now();
+  profile_before_iteration();
+  const std::string range = profiling_ ? "iteration " + std::to_string(iteration_ + 1) : "";
+  if (profiling_) be_.range_push(range.c_str());
   const int G = static_cast<int>(rampup_.global_batch(consumed_samples_)), T = opt_.model.seq_length;
   set_micro_batches(G / (opt_.micro_batch_size * par_->grid.shape.dp));
   IterationResult r;
@@ -456,8 +513,14 @@ IterationResult Trainer::train_iteration() {
   r.lr = schedule_.lr(scheduler_samples_);
   r.weight_decay = wd_schedule_.weight_decay(scheduler_samples_);
   optimizer_->set_weight_decay(static_cast<float>(r.weight_decay));
-  // The loss is the mean over every target token of the global batch, times the scale.
-  const float grad_scale = static_cast<float>(scaler_.scale() / (static_cast<double>(G) * T));
+  // The loss is the mean over every target token of the global batch, times the scale; with
+  // --calculate-per-token-loss over every kept one. The last stage, which seeds the backward
+  // with this scale, counts them itself (Megatron all-reduces each rank's count instead): it
+  // reads the global batch's samples once more, which costs no collective.
+  double targets = static_cast<double>(G) * T;
+  if (opt_.calculate_per_token_loss && par_->grid.last_stage())
+    targets = static_cast<double>(kept_targets(*data_, consumed_samples_, static_cast<uint64_t>(G)));
+  const float grad_scale = targets > 0 ? static_cast<float>(scaler_.scale() / targets) : 0.0f;
   optimizer_->zero_grads();
   LossStats total;
   {
@@ -513,6 +576,8 @@ IterationResult Trainer::train_iteration() {
   consumed_samples_ += G;
   ++iteration_;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (profiling_) be_.range_pop();
+  profile_after_iteration();
   if (record_history_) history_.push_back(r);
   count_unusable_iteration(r);
   return r;

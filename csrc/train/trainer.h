@@ -122,6 +122,12 @@ class Trainer {
   // Fills tokens_ and targets_ with the micro-batch's samples; returns the targets it keeps
   // (all B T but those --eod-mask-loss masks).
   int64_t load_micro_batch(const SampleSource& data, uint64_t first_sample);
+  // The targets of `samples` samples from `first_sample` that load_micro_batch would keep.
+  int64_t kept_targets(const SampleSource& data, uint64_t first_sample, uint64_t samples);
+  int32_t masked_after() const;  // the input token whose target is masked (-1: none)
+  void check_profile_ranks();
+  void profile_before_iteration();  // --profile: starts the capture at its first iteration
+  void profile_after_iteration();   // and stops it after its last
   CheckpointMetadata checkpoint_metadata();
   void commit_save();
   LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
@@ -163,6 +169,7 @@ class Trainer {
   LossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   Timers timers_;                      // --timing-log-level
+  bool profiling_ = false;             // this rank's --profile capture is on
   int timed_since_tensorboard_ = 0;    // iterations in timers_' TensorBoard sums
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging, sized once
   int64_t iteration_ = 0;

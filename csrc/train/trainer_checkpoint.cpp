@@ -101,10 +101,15 @@ bool weight_decay_rises(const ParamSchedules& cli, const ParamSchedules& ckpt) {
   return cli.wd.style != WdIncrStyle::Constant || ckpt.wd.style != WdIncrStyle::Constant;
 }
 
+// WSD's anneal matters only where a schedule has one (its length is 0 otherwise).
+bool either_anneals(const ParamSchedules& cli, const ParamSchedules& ckpt) {
+  return cli.lr.style == LrDecayStyle::WarmupStableDecay || ckpt.lr.style == LrDecayStyle::WarmupStableDecay;
+}
+
 // Megatron's OptimizerParamScheduler.state_dict fields, in trident's units: the warm-up,
 // decay and weight-decay lengths in samples (Megatron's "steps" are samples too:
-// iteration-based runs multiply by the global batch). init_lr is trident's addition: Megatron
-// does not save --lr-warmup-init.
+// iteration-based runs multiply by the global batch). init_lr and WSD's anneal are trident's
+// additions: Megatron saves neither --lr-warmup-init nor the --lr-wsd-decay flags.
 const std::vector<SchedulerField>& scheduler_fields() {
   using P = ParamSchedules;
   static const std::vector<SchedulerField> fields = {
@@ -121,6 +126,21 @@ const std::vector<SchedulerField>& scheduler_fields() {
       {"lr_decay_style", "--lr-decay-style",
        [](const P& s) { return nlohmann::json(lr_decay_style_name(s.lr.style)); },
        [](P& s, const nlohmann::json& v) { s.lr.style = parse_lr_decay_style(v.get<std::string>()); }},
+      [] {
+        SchedulerField f = number_field<&P::lr, &LrSchedule::wsd_decay_samples>(
+            "wsd_decay_steps", "anneal samples: --lr-wsd-decay-iters x --global-batch-size, or --lr-wsd-decay-samples");
+        f.matters = either_anneals;
+        return f;
+      }(),
+      [] {
+        SchedulerField f = {"lr_wsd_decay_style", "--lr-wsd-decay-style",
+                            [](const P& s) { return nlohmann::json(wsd_decay_style_name(s.lr.wsd_style)); },
+                            [](P& s, const nlohmann::json& v) {
+                              s.lr.wsd_style = parse_wsd_decay_style(v.get<std::string>());
+                            }};
+        f.matters = either_anneals;
+        return f;
+      }(),
       [] {
         SchedulerField f = number_field<&P::wd, &WeightDecaySchedule::start_wd>(
             "start_wd", "--start-weight-decay (default --weight-decay)");

@@ -6,7 +6,9 @@
 // host buffer may be reused as soon as the call returns.
 #include "kernels/cuda/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <exception>
 #include <initializer_list>
@@ -127,7 +129,18 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     activate(ordinal_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }  bool profiler_start() override {
+    activate(ordinal_);
+    CUDA_CHECK(cudaProfilerStart());
+    return true;
   }
+  void profiler_stop() override {
+    activate(ordinal_);
+    CUDA_CHECK(cudaProfilerStop());
+  }
+  void range_push(const char* name) override { nvtxRangePushA(name); }
+  void range_pop() override { nvtxRangePop(); }
+
 
   // ---- element-wise ----
   void cast(const Tensor& src, const Tensor& dst) override {

@@ -72,9 +72,16 @@ expect_error trident-eval "--split-name: 'train'" "$eval_bin" "${args[@]}" --loa
 expect_error trident-eval "--max-tokens needs --sequential" "$eval_bin" "${args[@]}" --load "$tmp/ck" --max-tokens 9
 expect_error trident-convert "--load: directory not found: $tmp/nope" "$convert" --load "$tmp/nope" --save "$tmp/out0"
 nothing_under "$tmp/out0" "a missing --load"
-expect_error trident-convert "latest_checkpointed_iteration.txt: missing" "$convert" --load "$tmp" --save "$tmp/out0"
+mkdir -p "$tmp/not-a-checkpoint"
+expect_error trident-convert "latest_checkpointed_iteration.txt: missing" "$convert" --load "$tmp/not-a-checkpoint" \
+  --save "$tmp/out0"
 expect_error trident-convert "unknown flag --target-dp" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-dp 2
 expect_error trident-convert "--save: required" "$convert" --load "$tmp/ck"
+expect_error trident-convert "--save: expected a value, got the flag --overwrite" "$convert" --load "$tmp/ck" --save \
+  --overwrite
+expect_error trident-convert "must not be inside one another" "$convert" --load "$ckdir" --save "$tmp/ck" --overwrite
+expect_error trident-convert "must not be inside one another" "$convert" --load "$tmp/ck" --save "$ckdir/nested"
+nothing_at "$ckdir/nested" "a conversion into its own source"
 expect_error trident-convert "--to: 'onnx'" "$convert" --to onnx --load "$tmp/ck" --save "$tmp/out0"
 expect_error trident-convert "--target-tp 3" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-tp 3
 expect_error trident-convert "--target-pp (8)" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 8

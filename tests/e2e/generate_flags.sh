@@ -26,6 +26,11 @@ expect_error() {  # expect_error <text in the one error line> <args...>
   fi
 }
 
+# A switch with a value, a value flag followed by a flag, a stray word: each named (cxxopts
+# would turn --greedy=false on, write ./--greedy, and ignore the word).
+expect_error "--greedy takes no value (write --greedy alone)" --prompt hi --greedy=false
+expect_error "--sample-output-file: expected a value, got the flag --greedy" --prompt hi --sample-output-file --greedy
+expect_error "unexpected argument 'stray'" --prompt hi stray
 # Both spellings of one flag.
 expect_error "--top-k and --top_k" --prompt hi --top-k 5 --top_k 7
 expect_error "--top-p and --top_p" --prompt hi --top_p 0.9 --top-p 0.5

@@ -256,10 +256,15 @@ def cmd_train(a):
                                      reduction="none").view(g, -1)
             mask = (tokens[:, :-1] != VOCAB - 1).to(losses.dtype)
             masked += int((mask == 0).sum())
-            mb = a.micro_batch
-            trained = sum((losses[m:m + mb] * mask[m:m + mb]).sum() / mask[m:m + mb].sum()
-                          for m in range(0, g, mb)) / (g // mb)
             loss = ((losses * mask).sum() / mask.sum()).detach()
+            if a.per_token_loss:
+                # Megatron-core's --calculate-per-token-loss: the batch's kept losses summed,
+                # divided by their count, whatever micro-batch holds them.
+                trained = (losses * mask).sum() / mask.sum()
+            else:
+                mb = a.micro_batch
+                trained = sum((losses[m:m + mb] * mask[m:m + mb]).sum() / mask[m:m + mb].sum()
+                              for m in range(0, g, mb)) / (g // mb)
         else:
             trained = loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -327,6 +332,9 @@ def main():
         t.add_argument("--" + name, type=typ, required=True)
     t.add_argument("--eod-mask-loss", action="store_true")
     t.add_argument("--micro-batch", type=int, help="with --eod-mask-loss: the samples each loss mean covers")
+    t.add_argument("--per-token-loss", action="store_true",
+                   help="with --eod-mask-loss: one mean over the batch's kept targets (Megatron-core's "
+                        "--calculate-per-token-loss) instead of the micro-batches' means")
     gen = sub.add_parser("generate")
     gen.add_argument("hf")
     gen.add_argument("vocab")

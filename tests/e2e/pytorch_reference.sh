@@ -4,8 +4,9 @@
 # BPE), 2 layers x 64 wide x 4 heads, sequence 64, global batch 8 in micro-batches of 4,
 # 60 iterations of AdamW with warm-up, cosine decay, weight decay and clipping, fp32, no
 # dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun; then with
-# --eod-mask-loss in one process and at pp2 x dp2. Then greedy text from
-# trident-generate and from PyTorch (of trident's Hugging Face export).
+# --eod-mask-loss in one process and at pp2 x dp2, and with --calculate-per-token-loss at
+# pp2 x dp2. Then greedy text from trident-generate and from PyTorch (of trident's Hugging
+# Face export).
 #
 # The weights start in PyTorch (a Hugging Face folder that trident-convert --from hf imports),
 # and the PyTorch side assembles its batches from the .bin/.idx files and trident's cached
@@ -103,6 +104,24 @@ compare "$tmp/tb-eod1" "--eod-mask-loss, one process" "$tmp/torch-eod.txt"
 mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --pipeline-model-parallel-size 2 \
   --tensorboard-dir "$tmp/tb-eod4" >"$tmp/trident-eod4.log"
 compare "$tmp/tb-eod4" "--eod-mask-loss, pp2 x dp2" "$tmp/torch-eod.txt"
+# --calculate-per-token-loss: one mean over the global batch's kept targets, whatever
+# micro-batch and data-parallel rank holds them (pp2 x dp2: the last stages count them).
+# Its curve must differ from the micro-batches' means by more than compare's tolerance, or
+# the check could not tell the two apart.
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" --iters "$iters" \
+  --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
+  --weight-decay "$wd" --clip-grad "$clip" --eod-mask-loss --per-token-loss >"$tmp/torch-token.txt" 2>/dev/null
+python3 - "$tmp/torch-eod.txt" "$tmp/torch-token.txt" <<'PY' || { echo "FAIL per-token curve"; fails=$((fails + 1)); }
+import sys
+a, b = ([tuple(map(float, l.split()[1:])) for l in open(f)] for f in sys.argv[1:])
+dl = max(abs(x[0] - y[0]) / x[0] for x, y in zip(a, b))
+dn = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b))
+print(f"PyTorch, per-token loss against the micro-batches' means: loss {dl:.1e}, grad norm {dn:.1e} apart")
+sys.exit(0 if dl > 2e-5 or dn > 1e-4 else "too close to tell apart")
+PY
+mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --calculate-per-token-loss \
+  --pipeline-model-parallel-size 2 --tensorboard-dir "$tmp/tb-token4" >"$tmp/trident-token4.log"
+compare "$tmp/tb-token4" "--calculate-per-token-loss, pp2 x dp2" "$tmp/torch-token.txt"
 # Text: trident-generate (greedy, key/value cache) against PyTorch's greedy decoding of the
 # same checkpoint exported by trident-convert --to hf: 40 tokens from <|endoftext|>,
 # end-of-text tokens kept. The imported initial weights, not the trained ones: after 60

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -256,6 +257,43 @@ TEST(AtomicFileWriterStreaming, MatchesPlainWriter) {
   EXPECT_EQ(w.xxh3(), checksum_bytes(data.data(), data.size()));
   EXPECT_TRUE(slurp(dir / "plain") == slurp(dir / "streamed"));
   EXPECT_EQ(w.wrote_direct(), supports_direct(dir.path()));
+}
+
+// What a path names decides how it is written: a link's target is replaced (the link stays),
+// a FIFO is written in place (it stays a FIFO), a directory or a streaming FIFO is an error
+// naming the path; nothing else appears next to them.
+TEST(AtomicFileWriter, FollowsLinksAndWritesFifosInPlace) {
+  ScratchDir dir;
+  const std::string target = dir / "target.txt", link = dir / "link.txt";
+  write_file_atomic(target, "old");
+  std::filesystem::create_symlink("target.txt", link);
+  write_file_atomic(link, "new through the link");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(slurp(target), "new through the link");
+
+  const std::string fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so the writer's open does not wait
+  ASSERT_GE(reader, 0);
+  write_file_atomic(fifo, "through the pipe");
+  char buf[64] = {};
+  const ssize_t got = ::read(reader, buf, sizeof buf);
+  ::close(reader);
+  EXPECT_EQ(std::string(buf, got > 0 ? static_cast<size_t>(got) : 0), "through the pipe");
+  struct stat st;
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "the FIFO was replaced";
+  expect_io_error([&] { AtomicFileWriter w(fifo, AlignedWriterOptions{65536, 2, true}); },
+                  {fifo + ": not a regular file"});
+  const std::string sub = dir / "sub";
+  std::filesystem::create_directory(sub);
+  expect_io_error([&] { write_file_atomic(sub, "x"); }, {sub + ": is a directory"});
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 4) << "target, link, fifo and sub only: no temporary left";
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // the same schedule reached from iteration-based and sample-based flags.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -170,6 +171,95 @@ TEST(LrSchedule, SamplesAndIterationsGiveTheSameSchedule) {
     EXPECT_EQ(per_iteration(fi), per_iteration(fs));
     EXPECT_NEAR(per_iteration(fi)[10], a[10], 1e-18);
   }
+}
+
+// inverse-square-root and WSD, against Megatron's get_lr written out here: the warm-up
+// first, then min_lr past the decay, then the style (WSD: stable at max_lr until the
+// anneal's last wsd samples of the decay).
+double reference_megatron_lr(const std::string& style, const std::string& wsd_style, double warmup, double decay,
+                             double wsd, double x) {
+  const double max_lr = 6e-4, min_lr = 6e-5;
+  if (warmup > 0 && x <= warmup) return max_lr * x / warmup;
+  if (x > decay) return min_lr;
+  if (style == "inverse-square-root") {
+    const double lr = max_lr * std::pow(std::max(warmup, 1.0), 0.5) / std::pow(std::max(x, 1.0), 0.5);
+    return lr < min_lr ? min_lr : lr;
+  }
+  double coeff = 1.0;
+  const double start = decay - wsd;
+  if (x > start) {
+    const double a = (x - start) / wsd;
+    if (wsd_style == "linear") coeff = 1.0 - a;
+    if (wsd_style == "cosine") coeff = 0.5 * (std::cos(kPi * a) + 1.0);
+    if (wsd_style == "exponential") coeff = 2.0 * std::pow(0.5, a) - 1.0;
+    if (wsd_style == "minus_sqrt") coeff = 1.0 - std::sqrt(a);
+  }
+  return min_lr + coeff * (max_lr - min_lr);
+}
+
+TEST(LrSchedule, InverseSquareRootAndWsdMatchMegatronsFormulas) {
+  const std::vector<std::pair<double, double>> shapes = {{0, 640}, {80, 640}, {12.5, 100}, {1000, 11000}};
+  for (const auto& [w, d] : shapes) {
+    std::vector<uint64_t> points = {0, 1, 2, 3};
+    for (int k = 0; k <= 200; ++k) points.push_back(static_cast<uint64_t>(1.1 * d * k / 200));
+    LrSchedule isr = make(LrDecayStyle::InverseSquareRoot, w, d);
+    for (uint64_t x : points)
+      ASSERT_NEAR(isr.lr(x), reference_megatron_lr("inverse-square-root", "", w, d, 0, static_cast<double>(x)),
+                  1e-18)
+          << "inverse-square-root warmup " << w << " decay " << d << " at " << x;
+    for (const auto& [ws, name] :
+         std::vector<std::pair<WsdDecayStyle, std::string>>{{WsdDecayStyle::Exponential, "exponential"},
+                                                             {WsdDecayStyle::Linear, "linear"},
+                                                             {WsdDecayStyle::Cosine, "cosine"},
+                                                             {WsdDecayStyle::MinusSqrt, "minus_sqrt"}})
+      for (double anneal : {1.0, std::floor((d - w) / 5), d - w}) {
+        LrSchedule s = make(LrDecayStyle::WarmupStableDecay, w, d);
+        s.wsd_decay_samples = anneal;
+        s.wsd_style = ws;
+        for (uint64_t x : points)
+          ASSERT_NEAR(s.lr(x), reference_megatron_lr("WSD", name, w, d, anneal, static_cast<double>(x)), 1e-18)
+              << "WSD " << name << " anneal " << anneal << " warmup " << w << " decay " << d << " at " << x;
+      }
+  }
+}
+
+TEST(LrSchedule, HandPickedPointsOfInverseSquareRootAndWsd) {
+  LrSchedule isr = make(LrDecayStyle::InverseSquareRoot, 1000, 11000);
+  EXPECT_DOUBLE_EQ(isr.lr(1000), 6e-4);
+  EXPECT_DOUBLE_EQ(isr.lr(4000), 3e-4);    // sqrt(1000 / 4000) = 1/2
+  EXPECT_DOUBLE_EQ(isr.lr(9000), 2e-4);    // 1/3
+  EXPECT_EQ(isr.lr(11001), 6e-5);          // past the decay: min_lr
+  isr.min_lr = 2.5e-4;
+  EXPECT_EQ(isr.lr(9000), 2.5e-4);         // never below min_lr
+  LrSchedule wsd = make(LrDecayStyle::WarmupStableDecay, 1000, 11000);
+  wsd.wsd_decay_samples = 2000;            // stable until sample 9000
+  for (uint64_t x : {1000u, 1001u, 5000u, 9000u}) EXPECT_EQ(wsd.lr(x), 6e-4) << x;
+  EXPECT_DOUBLE_EQ(wsd.lr(10000), 6e-5 + (2 * std::sqrt(0.5) - 1) * 5.4e-4);  // exponential, half-way
+  EXPECT_NEAR(wsd.lr(11000), 6e-5, 1e-18);  // 2 x 0.5 - 1 = 0 at the end
+  wsd.wsd_style = WsdDecayStyle::Linear;
+  EXPECT_DOUBLE_EQ(wsd.lr(9500), 6e-5 + 0.75 * 5.4e-4);
+  wsd.wsd_style = WsdDecayStyle::MinusSqrt;
+  EXPECT_DOUBLE_EQ(wsd.lr(9500), 6e-5 + 0.5 * 5.4e-4);  // 1 - sqrt(1/4)
+}
+
+TEST(LrSchedule, WsdFromIterationAndSampleFlags) {
+  const std::vector<std::string> common = {"--micro-batch-size", "4", "--global-batch-size", "16", "--lr", "6e-4",
+                                           "--min-lr", "6e-5", "--lr-decay-style", "WSD", "--lr-wsd-decay-style",
+                                           "cosine"};
+  std::vector<std::string> it = common, sa = common;
+  for (const char* a : {"--train-iters", "120", "--lr-warmup-iters", "10", "--lr-wsd-decay-iters", "20"})
+    it.push_back(a);
+  for (const char* a : {"--train-samples", "1920", "--lr-warmup-samples", "160", "--lr-wsd-decay-samples", "320"})
+    sa.push_back(a);
+  const TrainOptions oi = parse(it), os = parse(sa);
+  EXPECT_EQ(oi.wsd_decay_samples, 320u);
+  EXPECT_EQ(os.wsd_decay_samples, 320u);
+  const std::vector<double> a = per_iteration(oi);
+  EXPECT_EQ(a, per_iteration(os));
+  EXPECT_EQ(a[99], 6e-4);  // iteration 100 starts at sample 1584: stable through sample 1600
+  EXPECT_DOUBLE_EQ(a[110], 6e-5 + 0.5 * (std::cos(kPi * 160.0 / 320.0) + 1) * 5.4e-4);
+  EXPECT_EQ(make_lr_schedule(oi).wsd_style, WsdDecayStyle::Cosine);
+  EXPECT_EQ(parse({"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "5"}).lr_wsd_decay_style, "exponential");
 }
 
 }  // namespace

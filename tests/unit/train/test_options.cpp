@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,19 @@ TEST(Options, EvaluationTensorBoardAndHealthFlags) {
   EXPECT_EQ(o.tensorboard_queue_size, 7);
   EXPECT_EQ(o.peak_tflops, 989.5);
   EXPECT_EQ(o.max_nan_iterations, 0);
+}
+
+TEST(Options, ProfileFlagsFollowMegatron) {
+  TrainOptions o = parse({"--profile"});
+  EXPECT_TRUE(o.profile);
+  EXPECT_EQ(o.profile_step_start, 10);  // Megatron's defaults
+  EXPECT_EQ(o.profile_step_end, 12);
+  EXPECT_EQ(o.profile_rank_ids, (std::set<int>{0}));
+  o = parse({"--profile", "--profile-step-start", "0", "--profile-step-end", "3", "--profile-ranks", "2", "0", "2"});
+  EXPECT_EQ(o.profile_step_start, 0);
+  EXPECT_EQ(o.profile_step_end, 3);
+  EXPECT_EQ(o.profile_rank_ids, (std::set<int>{0, 2}));
+  EXPECT_FALSE(parse({}).profile);
 }
 
 TEST(Options, CheckpointFlagsParse) {
@@ -551,6 +565,12 @@ TEST(Options, ConfigValueErrorsNameFileAndLine) {
   const std::string lr = write_yaml("negative_lr", "lr: -1\n");
   EXPECT_EQ(must_fail({"--config", lr}), "--lr must be a finite number >= 0, got -1 (from " + lr + ":1)");
   std::filesystem::remove(lr);
+  // A key that is not a name, and a folder for a file.
+  const std::string complex = write_yaml("complex_key", "num-layers: 2\n? [a, b]\n: 1\n");
+  EXPECT_EQ(must_fail({"--config", complex}), "--config: " + complex + ":2: a key must be a flag's name");
+  std::filesystem::remove(complex);
+  const std::string folder = std::filesystem::path(complex).parent_path().string();
+  EXPECT_EQ(must_fail({"--config", folder}), "--config: " + folder + " is not a regular file");
 }
 
 // Megatron's default global batch is micro batch x data-parallel size, known only once the
@@ -792,6 +812,30 @@ TEST(Options, EveryBadValueNamesItsFlag) {
       {{"--train-iters", "0"}, "--train-iters"},
       {{"--lr-warmup-iters", "-1"}, "--lr-warmup-iters"},
       {{"--lr-decay-style", "exponential"}, "--lr-decay-style"},
+      {{"--global-batch-size", "4", "--train-iters", "4611686018427387904"},
+       "--train-iters (4611686018427387904) x --global-batch-size (4) does not fit 64 bits"},
+      {{"--global-batch-size", "4", "--train-iters", "2", "--lr-decay-iters", "4611686018427387905"},
+       "--lr-decay-iters (4611686018427387905) x --global-batch-size (4) does not fit 64 bits"},
+      {{"--save", "--mock-data"}, "--save: expected a value, got the flag --mock-data (write --save=--mock-data"},
+      {{"--lr", "--seed", "3"}, "--lr: expected a value, got the flag --seed"},
+      {{"--train-iters", "5", "--load"}, "--load: expected a value"},
+      {{"--profile-step-start", "3"}, "--profile-step-start, --profile-step-end and --profile-ranks need --profile"},
+      {{"--profile", "--profile-step-start", "5", "--profile-step-end", "5"},
+       "--profile-step-end (5) must exceed --profile-step-start (5)"},
+      {{"--profile", "--profile-step-start", "-1"}, "--profile-step-start"},
+      {{"--profile", "--profile-ranks", "0", "-2"}, "--profile-ranks: rank -2 must not be negative"},
+      {{"--profile", "--profile-ranks", "0", "one"}, "--profile-ranks"},
+      {{"--lr-decay-style", "WSD"}, "--lr-decay-style WSD needs --lr-wsd-decay-iters"},
+      {{"--train-samples", "400", "--lr-decay-style", "WSD"}, "needs --lr-wsd-decay-samples"},
+      {{"--lr-wsd-decay-iters", "5"}, "--lr-wsd-decay-iters needs --lr-decay-style WSD"},
+      {{"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "-5"}, "--lr-wsd-decay-iters"},
+      {{"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "5", "--lr-wsd-decay-style", "step"},
+       "--lr-wsd-decay-style: unknown style 'step'"},
+      {{"--lr-decay-style", "WSD", "--train-iters", "100", "--lr-warmup-iters", "10", "--lr-wsd-decay-iters", "91"},
+       "--lr-wsd-decay-iters (91) must not exceed the decay after the warm-up (90 iterations)"},
+      {{"--train-samples", "400", "--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "5"},
+       "--lr-wsd-decay-iters is iteration-based"},
+      {{"--lr-decay-style", "WSD", "--lr-wsd-decay-samples", "5"}, "--lr-wsd-decay-samples needs sample-based"},
       {{"--lr", "-1"}, "--lr must"},  // not "--min-lr must be in [0, --lr]"
       {{"--lr", "inf"}, "--lr:"},
       {{"--lr", "0.1", "--min-lr", "0.2"}, "--min-lr"},

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -36,6 +37,7 @@
 #include "ckpt/metadata.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/profiling_backend.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #include "trainer_test_util.h"
@@ -465,6 +467,65 @@ TEST(TrainerCheckpoint, SchedulerPositionIsSavedAndRestored) {
   fs::remove_all(dir);
 }
 
+// --profile: the capture starts before iteration profile_step_start + 1 and stops after
+// iteration profile_step_end; in between every iteration and every timer's phase (whatever
+// --timing-log-level) is a balanced range, and before and after nothing is.
+TEST(Trainer, ProfileCapturesItsIterationsWithRanges) {
+  TrainOptions o = tiny_options();
+  o.train_iters = 6;
+  o.profile = true;
+  o.profile_step_start = 2;
+  o.profile_step_end = 4;
+  o.profile_rank_ids = {0};
+  ProfilingBackend be(make_cpu_backend());
+  std::ostringstream log;
+  Trainer tr(o, be, synthetic_tokens(o), log);
+  EXPECT_TRUE(has(log.str(), "trident: --profile: the device profiler captures iterations 3 to 4 on rank 0"))
+      << log.str();
+  tr.train();
+  EXPECT_TRUE(has(log.str(), "trident: rank 0: --profile: the cpu+profiling backend has no device profiler to start"))
+      << log.str();
+  const std::vector<std::string>& ev = be.profiler_events();
+  ASSERT_GE(ev.size(), 4u);
+  EXPECT_EQ(ev.front(), "start");
+  EXPECT_EQ(ev.back(), "stop");
+  std::vector<std::string> iterations, open;
+  int ranges = 0;
+  for (size_t i = 1; i + 1 < ev.size(); ++i) {
+    ASSERT_NE(ev[i], "start");
+    ASSERT_NE(ev[i], "stop");
+    if (ev[i] == "pop") {
+      ASSERT_FALSE(open.empty()) << "pop without a range at event " << i;
+      open.pop_back();
+      continue;
+    }
+    ASSERT_EQ(ev[i].rfind("push ", 0), 0u) << ev[i];
+    const std::string name = ev[i].substr(5);
+    if (name.rfind("iteration ", 0) == 0) {
+      EXPECT_TRUE(open.empty()) << name << " inside " << open.back();
+      iterations.push_back(name);
+    } else {
+      EXPECT_FALSE(open.empty()) << name << " outside an iteration";
+    }
+    open.push_back(name);
+    ++ranges;
+  }
+  EXPECT_TRUE(open.empty()) << open.size() << " ranges left open, the first " << open.front();
+  EXPECT_EQ(iterations, (std::vector<std::string>{"iteration 3", "iteration 4"}));
+  for (const char* phase : {"push forward-backward", "push forward-compute", "push backward-compute",
+                            "push optimizer", "push all-grads-sync"})
+    EXPECT_EQ(std::count(ev.begin(), ev.end(), std::string(phase)), 2) << phase;
+  EXPECT_GT(ranges, 10);
+  // A rank the job does not have is named.
+  o.profile_rank_ids = {0, 3};
+  try {
+    Trainer bad(o, be, synthetic_tokens(o), log);
+    FAIL() << "rank 3 of a one-rank job was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "--profile-ranks: rank 3 is not one of this job's 1 ranks");
+  }
+}
+
 TrainedRun resume(const TrainOptions& o) {
   auto be = make_cpu_backend();
   std::ostringstream log;
@@ -580,6 +641,16 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   TrainOptions style = o;
   style.lr_decay_style = "linear";
   EXPECT_TRUE(has(load_error(style), "lr_decay_style (--lr-decay-style) is linear on the command line but cosine in the checkpoint"));
+  // WSD's anneal is compared only where a schedule anneals: here the command line's.
+  style.lr_decay_style = "WSD";
+  style.lr_wsd_decay_iters = 5;
+  resolve_schedule(style);
+  msg = load_error(style);
+  EXPECT_TRUE(has(msg, "lr_decay_style (--lr-decay-style) is WSD on the command line but cosine")) << msg;
+  EXPECT_TRUE(has(msg, "wsd_decay_steps (anneal samples: --lr-wsd-decay-iters x --global-batch-size, or "
+                       "--lr-wsd-decay-samples) is 20.0 on the command line but 0.0 in the checkpoint"))
+      << msg;
+  EXPECT_FALSE(has(msg, "lr_wsd_decay_style")) << "the default shape on both sides: " << msg;
   // The warm-up's start and the weight-decay schedule are checked like the rates.
   TrainOptions init = o;
   init.lr_warmup_init = 1e-4;
