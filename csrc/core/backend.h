@@ -83,6 +83,13 @@ class Backend {
   virtual void fill(const Tensor& t, float value) = 0;
   virtual void synchronize() = 0;
 
+  // Page-locks host memory [p, p + bytes) so that copies between it and the device run at the
+  // bus's speed without a staging copy (CUDA: cudaHostRegister). False where the backend has
+  // nothing to lock for or locking failed: copies still work, slower. unpin_host_memory(p)
+  // before the memory is unmapped.
+  virtual bool pin_host_memory(void* /*p*/, size_t /*bytes*/) { return false; }
+  virtual void unpin_host_memory(void* /*p*/) {}
+
   // ---- an external profiler (--profile) ---------------------------------------------------
   // The device profiler's capture (CUDA: cudaProfilerStart/Stop, which Nsight Systems'
   // --capture-range=cudaProfilerApi waits for) and named ranges on its timeline (NVTX).

@@ -1057,6 +1057,7 @@ int TrainOptions::virtual_pipeline_chunks() const {
 
 void validate_model_options(const TrainOptions& o) {
   const int P = o.pipeline_model_parallel_size, L = o.model.num_layers;
+  if (L < 1) throw ConfigError("--num-layers must be positive, got " + std::to_string(L));
   if (P > L)
     throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(P) + ") must not exceed --num-layers (" +
                       std::to_string(L) + ")");

@@ -24,20 +24,26 @@ namespace trident {
 
 // Host memory for --async-save's copies of the state, kept from one save to the next: fresh
 // memory costs a page fault a page (in a VM often a host fault: 2 GB took 5-10 s on a 2-vCPU
-// VM), so it is mapped once, in huge pages where the kernel gives them, and reused while the
-// state fits.
+// VM), so it is mapped once, in huge pages where the kernel gives them, page-locked for the
+// device's copies where the backend can (Backend::pin_host_memory: pageable memory would go
+// through the driver's staging buffer), and reused while the state fits.
+class Backend;
 class SnapshotArena {
  public:
-  SnapshotArena() = default;
+  explicit SnapshotArena(Backend* device = nullptr) : device_(device) {}
   ~SnapshotArena();
   SnapshotArena(const SnapshotArena&) = delete;
   SnapshotArena& operator=(const SnapshotArena&) = delete;
   // At least `bytes` bytes (contents undefined); throws IoError when they cannot be mapped.
   char* reserve(size_t bytes);
+  bool pinned() const { return pinned_; }
 
  private:
+  void release();
+  Backend* device_;
   char* base_ = nullptr;
   size_t capacity_ = 0;
+  bool pinned_ = false;
 };
 
 struct PendingSave {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <exception>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -311,14 +312,23 @@ void check_checkpoint_fits_run(const TrainOptions& given) {
 }
 
 SnapshotArena::~SnapshotArena() {
-  if (base_) ::munmap(base_, capacity_);
+  // On the way out of an error the process ends: unlocking could wait for a device that
+  // never finishes (as Backend::abandon_all_memory leaves its memory).
+  if (std::uncaught_exceptions() == 0) release();
+}
+
+void SnapshotArena::release() {
+  if (!base_) return;
+  if (pinned_) device_->unpin_host_memory(base_);
+  ::munmap(base_, capacity_);
+  base_ = nullptr;
+  capacity_ = 0;
+  pinned_ = false;
 }
 
 char* SnapshotArena::reserve(size_t bytes) {
   if (bytes <= capacity_) return base_;
-  if (base_) ::munmap(base_, capacity_);
-  base_ = nullptr;
-  capacity_ = 0;
+  release();
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t len = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -328,6 +338,7 @@ char* SnapshotArena::reserve(size_t bytes) {
   ::madvise(m, len, MADV_HUGEPAGE);  // advice: without transparent huge pages, plain pages
   base_ = static_cast<char*>(m);
   capacity_ = len;
+  pinned_ = device_ && device_->pin_host_memory(base_, len);
   return base_;
 }
 
@@ -427,7 +438,7 @@ void Trainer::save_checkpoint() {
     commit_save();
     return;
   }
-  if (!snapshot_arena_) snapshot_arena_ = std::make_unique<SnapshotArena>();
+  if (!snapshot_arena_) snapshot_arena_ = std::make_unique<SnapshotArena>(&be_);
   save->take_snapshot(*snapshot_arena_);
   save->waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - save->start).count();
   PendingSave& s = *save;
@@ -441,7 +452,8 @@ void Trainer::save_checkpoint() {
   });
   pending_save_ = std::move(save);
   *out_ << "trident: saving checkpoint at iteration " << iteration_ << " in the background (training waited "
-        << pending_save_->waited_s << " s for a copy of the state)" << std::endl;
+        << pending_save_->waited_s << " s for a copy of the state"
+        << (snapshot_arena_->pinned() ? " in page-locked host memory" : "") << ")" << std::endl;
 }
 
 // Rank 0's metadata of a checkpoint of the present state, its files to come.

@@ -129,7 +129,17 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     activate(ordinal_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }  bool profiler_start() override {
+  }  bool pin_host_memory(void* p, size_t bytes) override {
+    activate(ordinal_);
+    if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
+    (void)cudaGetLastError();  // pageable copies still work: leave no error for the next call
+    return false;
+  }
+  void unpin_host_memory(void* p) override {
+    activate(ordinal_);
+    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+  }
+  bool profiler_start() override {
     activate(ordinal_);
     CUDA_CHECK(cudaProfilerStart());
     return true;

@@ -819,6 +819,7 @@ TEST(Options, EveryBadValueNamesItsFlag) {
       {{"--save", "--mock-data"}, "--save: expected a value, got the flag --mock-data (write --save=--mock-data"},
       {{"--lr", "--seed", "3"}, "--lr: expected a value, got the flag --seed"},
       {{"--train-iters", "5", "--load"}, "--load: expected a value"},
+      {{"--num-layers", "0"}, "--num-layers must be positive, got 0"},
       {{"--profile-step-start", "3"}, "--profile-step-start, --profile-step-end and --profile-ranks need --profile"},
       {{"--profile", "--profile-step-start", "5", "--profile-step-end", "5"},
        "--profile-step-end (5) must exceed --profile-step-start (5)"},
