@@ -35,7 +35,7 @@ class ProfilingBackend final : public Backend {
   void fill(const Tensor& t, float value) override;
   void synchronize() override { inner_->synchronize(); }
   bool pin_host_memory(void* p, size_t bytes) override { return inner_->pin_host_memory(p, bytes); }
-  void unpin_host_memory(void* p) override { inner_->unpin_host_memory(p); }
+  void unpin_host_memory(void* p) noexcept override { inner_->unpin_host_memory(p); }
   // --profile's calls are forwarded and noted in order: "start", "stop", "push NAME", "pop".
   bool profiler_start() override {
     profiler_events_.emplace_back("start");

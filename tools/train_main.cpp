@@ -113,7 +113,7 @@ int train(int argc, char** argv) {
     std::string names;
     for (const std::string& n : opt.flags_without_effect) names += (names.empty() ? "" : " ") + n;
     std::cout << "trident-train: note: " << names
-              << ": Megatron's implementation switches, accepted and without effect here" << std::endl;
+              << ": accepted as Megatron accepts them, without effect here" << std::endl;
   }
   // Megatron drops --split when the splits come whole (its "Let split = None" warning).
   if (opt.given_flags.count("split") && opt.data_path.empty() && opt.has_data() && parallel->world_rank() == 0)

@@ -43,26 +43,39 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
+namespace {
+
+// The standard output or error stream (1 or 2) when `st` is the file it writes to (the path
+// was /dev/stdout, /dev/fd/2, /proc/self/fd/1, ...); -1 otherwise.
+int standard_stream_of(const struct stat& st) {
+  for (int fd : {1, 2}) {
+    struct stat s;
+    if (::fstat(fd, &s) == 0 && s.st_dev == st.st_dev && s.st_ino == st.st_ino) return fd;
+  }
+  return -1;
+}
+
+}  // namespace
+
 AtomicFileWriter::AtomicFileWriter(std::string path, std::optional<AlignedWriterOptions> streaming)
-    : path_(std::move(path)), target_(path_) {
+    : path_(std::move(path)) {
   struct stat st;
-  if (::stat(path_.c_str(), &st) == 0) {  // follows symbolic links
-    if (!S_ISREG(st.st_mode)) {
-      // A FIFO, a terminal, /dev/stdout: written in place, as a shell's redirection would (a
-      // rename would replace the node with a file). Not a directory, nor a streaming file
-      // (large binary files meant for a file system).
-      if (S_ISDIR(st.st_mode)) throw IoError(path_ + ": is a directory");
+  if (::stat(path_.c_str(), &st) == 0) {  // what the path ends at, links followed
+    if (S_ISDIR(st.st_mode)) throw IoError(path_ + ": is a directory");
+    standard_stream_ = standard_stream_of(st);
+    // The process's own output, a FIFO, a terminal, a device: written in place, as a shell's
+    // redirection would (a rename would replace /dev/stdout or the node with a file), and
+    // opened only at the first write (a reader of a FIFO would take a probe's open and close
+    // for the end of the data). Not a streaming file (large files meant for a file system).
+    if (standard_stream_ >= 0 || !S_ISREG(st.st_mode)) {
       if (streaming) throw IoError(path_ + ": not a regular file");
-      fd_ = ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-      if (fd_ < 0) throw IoError(path_ + ": cannot open: " + errno_str());
+      if (standard_stream_ < 0 && ::access(path_.c_str(), W_OK) != 0)
+        throw IoError(path_ + ": cannot open: " + errno_str());
+      in_place_ = true;
       return;
     }
-    // A link to a file: its target is replaced, in the target's directory; the link stays.
-    std::error_code ec;
-    const std::filesystem::path real = std::filesystem::canonical(path_, ec);
-    if (!ec) target_ = real.string();
   }
-  tmp_ = target_ + ".tmp-" + unique_token();
+  tmp_ = path_ + ".tmp-" + unique_token();
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError(path_ + ": cannot create temporary file " + tmp_ + ": " + errno_str());
   if (streaming) {
@@ -98,7 +111,20 @@ void AtomicFileWriter::write_with(size_t n, const AlignedWriter::FillFn& fill) {
   written_ = stream_->size();
 }
 
+void AtomicFileWriter::open_in_place() {
+  if (!in_place_ || fd_ >= 0 || committed_) return;
+  // The standard stream is written where it stands (a log redirected with >> keeps its lines).
+  fd_ = standard_stream_ >= 0 ? ::fcntl(standard_stream_, F_DUPFD_CLOEXEC, 3)
+                              : ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd_ < 0) {
+    in_place_ = false;  // failed: later calls see "after failure"
+    throw IoError(path_ + ": cannot open: " + errno_str());
+  }
+  in_place_ = false;
+}
+
 void AtomicFileWriter::write(const void* data, size_t n) {
+  open_in_place();
   if (fd_ < 0) throw IoError(path_ + ": write after commit or failure");
   if (stream_) {
     try {
@@ -127,6 +153,7 @@ void AtomicFileWriter::write(const void* data, size_t n) {
 }
 
 void AtomicFileWriter::commit() {
+  open_in_place();
   if (fd_ < 0) throw IoError(path_ + ": commit after failure");
   if (stream_) {
     try {
@@ -159,13 +186,13 @@ void AtomicFileWriter::commit() {
     throw IoError(path_ + ": close failed: " + e);
   }
   fd_ = -1;
-  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const std::string e = errno_str();
     abort_quietly();
     throw IoError(path_ + ": rename from " + tmp_ + " failed: " + e);
   }
   committed_ = true;
-  fsync_dir(parent_dir(target_));
+  fsync_dir(parent_dir(path_));
 }
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

@@ -9,9 +9,11 @@
 // allows it from a second thread, and computes the file's XXH3 checksum on the way).
 // Either way the file holds exactly the bytes given, fsynced once before the rename.
 //
-// A symbolic link is followed: its target is replaced and the link stays. A path that names
-// something other than a regular file (a FIFO, a terminal, /dev/stdout) is written in place,
-// as a shell's redirection would, in plain mode only.
+// A symbolic link to a file is replaced by the new file, never written through (a checkpoint
+// folder's tracker linked to another run's leaves that run alone). A path that ends at
+// something other than a regular file (a FIFO, a terminal, a device), or at the process's own
+// standard output or error (/dev/stdout redirected to a log), is written in place, as a
+// shell's redirection would, in plain mode only, and opened at the first write or commit.
 #pragma once
 
 #include <cstddef>
@@ -53,7 +55,10 @@ class AtomicFileWriter {
 
  private:
   void abort_quietly();
-  std::string path_, target_, tmp_;  // as given, the file replaced (links followed), the temporary ("": in place)
+  void open_in_place();  // the in-place file's descriptor, at the first write or commit
+  std::string path_, tmp_;  // tmp_ "": written in place
+  bool in_place_ = false;   // in place and not opened yet
+  int standard_stream_ = -1;  // 1 or 2 when the path is this process's standard output or error
   int fd_ = -1;
   std::unique_ptr<AlignedWriter> stream_;
   uint64_t written_ = 0;

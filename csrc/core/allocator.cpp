@@ -31,6 +31,7 @@ void* CachingAllocator::allocate(size_t bytes) {
   }
   in_use_[p] = got;
   stats_.bytes_in_use += got;
+  ++stats_.blocks_in_use;
   if (stats_.bytes_in_use > stats_.peak_bytes_in_use) stats_.peak_bytes_in_use = stats_.bytes_in_use;
   return p;
 }
@@ -55,6 +56,7 @@ void CachingAllocator::release(void* p) {
   auto it = in_use_.find(p);
   TRIDENT_CHECK(it != in_use_.end(), "release of a block this allocator does not own");
   stats_.bytes_in_use -= it->second;
+  --stats_.blocks_in_use;
   free_.emplace(it->second, p);
   in_use_.erase(it);
 }

@@ -88,7 +88,7 @@ class Backend {
   // nothing to lock for or locking failed: copies still work, slower. unpin_host_memory(p)
   // before the memory is unmapped.
   virtual bool pin_host_memory(void* /*p*/, size_t /*bytes*/) { return false; }
-  virtual void unpin_host_memory(void* /*p*/) {}
+  virtual void unpin_host_memory(void* /*p*/) noexcept {}
 
   // ---- an external profiler (--profile) ---------------------------------------------------
   // The device profiler's capture (CUDA: cudaProfilerStart/Stop, which Nsight Systems'

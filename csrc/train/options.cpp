@@ -9,6 +9,7 @@
 #include <cxxopts.hpp>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -205,6 +206,9 @@ const std::vector<FlagDef>& flag_defs() {
                                    "(Megatron-core's), not the mean of its micro-batches' means: documents weigh "
                                    "by their tokens whatever micro-batch they fall in (with --eod-mask-loss)", true},
       {"log-batch-size-to-tensorboard", "also write the global batch size (batch-size scalars)", true},
+      {"log-world-size-to-tensorboard", "also write the number of ranks (world-size scalars)", true},
+      {"log-memory-to-tensorboard", "also write rank 0's device memory: mem-reserved-bytes, mem-allocated-bytes, "
+                                    "mem-max-allocated-bytes, mem-allocated-count", true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
       {"log-num-zeros-in-grad", "the gradient elements equal to zero in the log line and TensorBoard (num zeros)",
        true},
@@ -349,6 +353,9 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
       std::istringstream words(scalar(value));
       for (std::string w; words >> w;) v.words.push_back(w);
     }
+    // As on the command line, where the flag without words is an error ("" or [] would
+    // otherwise leave the run on synthetic tokens).
+    if (v.words.empty()) throw ConfigError("--config: " + where + ": key '" + flag + "' has no words");
   } else if (def.is_bool) {
     bool on = false;
     try {
@@ -367,7 +374,7 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
 // num-layers) is an error naming both lines, rather than a silent last-one-wins.
 std::vector<ConfigValue> read_config_file(const std::string& path) {
   if (!std::filesystem::exists(path)) throw ConfigError("--config: file not found: " + path);
-  if (!std::filesystem::is_regular_file(path)) throw ConfigError("--config: " + path + " is not a regular file");
+  if (std::filesystem::is_directory(path)) throw ConfigError("--config: " + path + " is a directory");
   YAML::Node root;
   try {
     // All of the file's documents: a second one ("---") would otherwise be ignored silently.
@@ -492,8 +499,12 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       if (value) words.push_back(*value);
       else
         while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) words.push_back(argv[++i]);
-      if (words.empty()) throw ConfigError("--" + name + ": expected a prefix");
-    } else if (name == "config" && (value || i + 1 < argc)) {
+      if (words.empty())
+        throw ConfigError("--" + name + (name == "profile-ranks"       ? ": expected one or more global ranks"
+                                         : name == "rampup-batch-size" ? ": expected START INCR SAMPLES"
+                                                                       : ": expected a prefix"));
+    } else if (name == "config") {
+      if (!value) check_separate_value("--config", i + 1 < argc ? argv[i + 1] : nullptr);
       take_config_path(config_path, value ? *value : argv[++i]);
     } else {  // Megatron-LM's other spellings of a flag become the flag list's
       rest.push_back("--" + name + (value ? "=" + *value : ""));
@@ -590,6 +601,10 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   f.get("lr-decay-iters", o.lr_decay_iters);
   f.get("lr-wsd-decay-style", o.lr_wsd_decay_style);
   f.get("lr-wsd-decay-iters", o.lr_wsd_decay_iters);
+  // As in Megatron, WSD's flags with another style do nothing: said in the note of such flags.
+  if (o.lr_decay_style != "WSD")
+    for (const char* flag : {"lr-wsd-decay-iters", "lr-wsd-decay-samples", "lr-wsd-decay-style"})
+      if (f.has(flag)) o.flags_without_effect.push_back(std::string("--") + flag + " (without --lr-decay-style WSD)");
   f.get("lr-warmup-fraction", o.lr_warmup_fraction);
   if (f.has("lr-warmup-fraction") && !(o.lr_warmup_fraction >= 0 && o.lr_warmup_fraction <= 1))
     throw ConfigError("--lr-warmup-fraction must be in [0, 1]");
@@ -747,6 +762,8 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensorboard-log-interval", o.tensorboard_log_interval);
   f.get("tensorboard-queue-size", o.tensorboard_queue_size);
   f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
+  f.get("log-world-size-to-tensorboard", o.log_world_size_to_tensorboard);
+  f.get("log-memory-to-tensorboard", o.log_memory_to_tensorboard);
   f.get("log-params-norm", o.log_params_norm);
   f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
   f.get("timing-log-level", o.timing_log_level);
@@ -929,6 +946,7 @@ void validate_profile(TrainOptions& o) {
   for (const std::string& w : o.profile_ranks) {
     const int64_t r = convert<int64_t>("profile-ranks", w);
     if (r < 0) throw ConfigError("--profile-ranks: rank " + w + " must not be negative");
+    if (r > std::numeric_limits<int>::max()) throw ConfigError("--profile-ranks: rank " + w + " is too large");
     o.profile_rank_ids.insert(static_cast<int>(r));
   }
   if (o.profile_rank_ids.empty()) o.profile_rank_ids.insert(0);
@@ -1026,15 +1044,12 @@ uint64_t samples_of(int64_t iterations, uint64_t global_batch, const char* flag)
 
 // WSD's anneal (Megatron requires its length with the style) must fit between the warm-up's
 // end and the decay's: one that reached into the warm-up would make the rate jump down when the
-// warm-up ends. Megatron checks neither; the anneal's flags without WSD would do nothing.
+// warm-up ends (Megatron does not check it).
 void check_wsd_anneal(const TrainOptions& o) {
   const bool s = o.sample_based;
   const std::string flag = s ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters";
   const bool given = s ? o.lr_wsd_decay_samples != 0 : o.lr_wsd_decay_iters != 0;
-  if (o.lr_decay_style != "WSD") {
-    if (given) throw ConfigError(flag + " needs --lr-decay-style WSD");
-    return;
-  }
+  if (o.lr_decay_style != "WSD") return;  // the anneal's flags then do nothing (read_schedule_flags notes them)
   if (!given) throw ConfigError("--lr-decay-style WSD needs " + flag + " (the final anneal's length)");
   const double after_warmup = static_cast<double>(o.decay_samples) - o.warmup_samples;
   if (static_cast<double>(o.wsd_decay_samples) > after_warmup) {
@@ -1132,6 +1147,12 @@ void resolve_schedule(TrainOptions& o) {
   if (o.lr_decay_style != "constant" && !(o.warmup_samples < static_cast<double>(o.decay_samples)))
     throw ConfigError(warmup_outlasts_decay(o));
   check_wsd_anneal(o);
+  // The validation samples the run reads: every periodic evaluation and the final one.
+  const uint64_t evaluations = o.eval_interval > 0 ? static_cast<uint64_t>(o.train_iters / o.eval_interval) + 1 : 1;
+  uint64_t valid_samples = 0;
+  if (o.eval_iters > 0 && __builtin_mul_overflow(samples_of(o.eval_iters, gbs, "eval-iters"), evaluations, &valid_samples))
+    throw ConfigError("--eval-iters (" + std::to_string(o.eval_iters) + ") x --global-batch-size x the " +
+                      std::to_string(evaluations) + " evaluations does not fit 64 bits");
 }
 
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
@@ -1234,6 +1255,9 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("seed", o.seed);
   line("lr", o.lr);
   line("min-lr", o.min_lr);
+  line("lr-decay-style", o.lr_decay_style);
+  line("lr-wsd-decay-style", o.lr_wsd_decay_style);
+  line("lr-wsd-decay-samples", o.wsd_decay_samples);
   line("clip-grad", o.clip_grad);
   line("weight-decay", o.weight_decay);
   line("adam-beta1", o.adam_beta1);

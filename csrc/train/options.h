@@ -110,6 +110,8 @@ struct TrainOptions {
   int64_t tensorboard_log_interval = 1;
   int64_t tensorboard_queue_size = 1000;  // Megatron's default; add_scalar waits when it is full
   bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
+  bool log_world_size_to_tensorboard = false;  // Megatron's "world-size" scalars
+  bool log_memory_to_tensorboard = false;      // Megatron's "mem-*" scalars (rank 0's allocator)
   bool log_params_norm = false;                // Megatron's "params norm" field and scalar
   bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar
   int64_t timing_log_level = 0;                // Megatron's timers (train/timers.h): 0, 1 or 2

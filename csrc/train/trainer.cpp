@@ -409,9 +409,14 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
   for (int64_t i = 0; i < iterations; ++i) {
     add(total, run_steps(evaluation_steps_, full_micro_batches_, data,
                          first_sample + static_cast<uint64_t>(i) * opt_.global_batch_size, false, 0.0f));
-    // As Megatron, a long evaluation checks the time limit after every batch too.
+    // As Megatron, a long evaluation checks the time limit after every batch too; and the
+    // stop signals (a scheduler's SIGTERM must not wait for an evaluation of any length).
     if (out_of_time()) {
       r.timed_out = true;
+      return r;
+    }
+    if (any_rank(*par_, stop_requested != 0)) {
+      r.stopped = true;
       return r;
     }
   }
@@ -764,6 +769,17 @@ void Trainer::train() {
       }
       tb.add_scalar("loss-scale", r.loss_scale, iteration_);  // 1 without a scaler, as Megatron writes it
       tb.add_scalar("loss-scale vs samples", r.loss_scale, samples);
+      if (opt_.log_world_size_to_tensorboard) {
+        tb.add_scalar("world-size", par_->grid.shape.world, iteration_);
+        tb.add_scalar("world-size vs samples", par_->grid.shape.world, samples);
+      }
+      if (opt_.log_memory_to_tensorboard) {  // Megatron's names; this rank's (rank 0's) allocator
+        const AllocatorStats m = be_.allocator().stats();
+        tb.add_scalar("mem-reserved-bytes", static_cast<double>(m.bytes_reserved), iteration_);
+        tb.add_scalar("mem-allocated-bytes", static_cast<double>(m.bytes_in_use), iteration_);
+        tb.add_scalar("mem-max-allocated-bytes", static_cast<double>(m.peak_bytes_in_use), iteration_);
+        tb.add_scalar("mem-allocated-count", static_cast<double>(m.blocks_in_use), iteration_);
+      }
       if (opt_.log_batch_size_to_tensorboard) {
         tb.add_scalar("batch-size", static_cast<double>(r.global_batch), iteration_);
         tb.add_scalar("batch-size vs samples", static_cast<double>(r.global_batch), samples);
@@ -818,6 +834,11 @@ void Trainer::train() {
       const EvalResult e = evaluate(*valid_, consumed_valid_samples_, opt_.eval_iters);
       if (e.timed_out) {
         say_out_of_time("during the evaluation at iteration " + std::to_string(iteration_));
+        break;
+      }
+      if (e.stopped) {  // the iteration's training is done: its checkpoint follows below
+        out << "trident: stop requested by a signal during the evaluation at iteration " << iteration_ << std::endl;
+        stopped_by_signal = true;
         break;
       }
       log_evaluation("iteration " + std::to_string(iteration_), e);

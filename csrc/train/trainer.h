@@ -53,6 +53,7 @@ struct IterationResult {
 struct EvalResult {
   double loss = 0, acc = 0, tokens = 0;
   bool timed_out = false;  // stopped part-way for --exit-duration-in-mins (no loss then)
+  bool stopped = false;    // stopped part-way by SIGTERM/SIGINT during training (no loss then)
 };
 
 // The checks of a resume that need only the checkpoint's metadata.json and the flags (the

@@ -314,6 +314,7 @@ void check_checkpoint_fits_run(const TrainOptions& given) {
 SnapshotArena::~SnapshotArena() {
   // On the way out of an error the process ends: unlocking could wait for a device that
   // never finishes (as Backend::abandon_all_memory leaves its memory).
+  // release() cannot throw: munmap and Backend::unpin_host_memory report nothing.
   if (std::uncaught_exceptions() == 0) release();
 }
 

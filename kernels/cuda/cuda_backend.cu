@@ -129,15 +129,16 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     activate(ordinal_);
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }  bool pin_host_memory(void* p, size_t bytes) override {
+  }
+  bool pin_host_memory(void* p, size_t bytes) override {
     activate(ordinal_);
     if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) == cudaSuccess) return true;
     (void)cudaGetLastError();  // pageable copies still work: leave no error for the next call
     return false;
   }
-  void unpin_host_memory(void* p) override {
-    activate(ordinal_);
-    if (cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
+  // Called from destructors: errors (a device already failed) are cleared, never thrown.
+  void unpin_host_memory(void* p) noexcept override {
+    if (cudaSetDevice(ordinal_) != cudaSuccess || cudaHostUnregister(p) != cudaSuccess) (void)cudaGetLastError();
   }
   bool profiler_start() override {
     activate(ordinal_);
@@ -150,7 +151,6 @@ class CudaBackend final : public Backend {
   }
   void range_push(const char* name) override { nvtxRangePushA(name); }
   void range_pop() override { nvtxRangePop(); }
-
 
   // ---- element-wise ----
   void cast(const Tensor& src, const Tensor& dst) override {

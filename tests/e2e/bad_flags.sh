@@ -72,7 +72,7 @@ expect_run "--lr-warmup-fraction replaces the config's --lr-warmup-iters" "${bas
 # Megatron's implementation switches from its example scripts: accepted, named in one note.
 expect_run "Megatron's implementation switches accepted" "${base[@]}" --train-iters 12 --DDP-impl local \
   --no-masked-softmax-fusion --data-impl mmap
-grep -qx "trident-train: note: --DDP-impl --data-impl --no-masked-softmax-fusion: Megatron's implementation switches, accepted and without effect here" \
+grep -qx "trident-train: note: --DDP-impl --data-impl --no-masked-softmax-fusion: accepted as Megatron accepts them, without effect here" \
   "$tmp/out" && echo "ok: the note names them" || { echo "FAIL: no note naming the switches"; fails=$((fails + 1)); }
 # Saving flags without --save: one note naming them (nothing is saved).
 expect_run "saving flags without --save" "${base[@]}" --train-iters 12 --save-interval 2 --keep-last 1

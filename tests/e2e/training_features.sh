@@ -14,7 +14,7 @@
 #    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once; resumed saving
 #    every 7 instead, the abandoned 15 and 20 between its 14 and 21 do not count;
 #  - a save that dies leaves its temporary directory, which the next save removes;
-#  - SIGTERM finishes the current iteration, saves a checkpoint there and exits 0 (with
+#  - SIGTERM finishes the current iteration (or evaluation batch), saves a checkpoint there and exits 0 (with
 #    Megatron's --exit-signal-handler, which trident accepts and needs not); a second signal
 #    while that save is written (test hook) does not kill it.
 # Usage: training_features.sh TRAIN_BINARY REPO
@@ -151,6 +151,25 @@ if wait "$pid"; then
     echo "SIGTERM: saved iteration $it and exited 0" || fail "SIGTERM: no checkpoint at the stop"
 else
   fail "SIGTERM: exit status $?"
+fi
+# A signal during an evaluation (here one of 10^6 batches) stops it after the batch in
+# flight: the iteration's checkpoint is saved, and the run exits 0 without waiting for the
+# evaluation to end.
+"$train" "${args[@]}" --train-iters 100 --eval-interval 2 --eval-iters 1000000 --save "$tmp/sig-eval" \
+  >"$tmp/sig-eval.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q '^ iteration  *2/' "$tmp/sig-eval.log" && break; sleep 0.1; done
+sleep 1
+kill -TERM "$pid"
+for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  kill -KILL "$pid"
+  fail "SIGTERM during an evaluation: still running 30 s later"
+elif wait "$pid" && grep -q "stop requested by a signal during the evaluation at iteration 2" "$tmp/sig-eval.log" &&
+    [[ $(cat "$tmp/sig-eval/latest_checkpointed_iteration.txt") == 2 ]]; then
+  echo "SIGTERM during an evaluation: stopped it, saved iteration 2, exit 0"
+else
+  fail "SIGTERM during an evaluation: $(tail -2 "$tmp/sig-eval.log")"
 fi
 # A second signal while the stop's save is written (a scheduler sending SIGTERM again, a
 # second Ctrl-C) must not kill the save: the test hook sends it right after the files are

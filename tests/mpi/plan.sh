@@ -88,4 +88,5 @@ bad "--world-size (3) must be a multiple of --tensor-model-parallel-size (2)" --
 bad "--gpu-memory-gib: expected a positive number" --gpu-memory-gib lots
 bad "--gpu-memory-gib: expected a positive number" --gpu-memory-gib inf
 bad "--global-batch-size" --world-size 2 --micro-batch-size 4 --global-batch-size 4
+bad "--world-size: expected a value, got the flag --gpu-memory-gib" --world-size --gpu-memory-gib 3
 [[ $fails -eq 0 ]]

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -259,20 +260,24 @@ TEST(AtomicFileWriterStreaming, MatchesPlainWriter) {
   EXPECT_EQ(w.wrote_direct(), supports_direct(dir.path()));
 }
 
-// What a path names decides how it is written: a link's target is replaced (the link stays),
-// a FIFO is written in place (it stays a FIFO), a directory or a streaming FIFO is an error
-// naming the path; nothing else appears next to them.
-TEST(AtomicFileWriter, FollowsLinksAndWritesFifosInPlace) {
+// What a path names decides how it is written: a link is replaced by the file (its target
+// untouched), a FIFO is written in place (it stays a FIFO) and not even opened by a writer
+// that writes nothing (a probe), the process's own standard output is written where it
+// stands; a directory, or a FIFO for a streaming file, is an error naming the path; nothing
+// else appears next to them.
+TEST(AtomicFileWriter, ReplacesLinksAndWritesFifosAndStdoutInPlace) {
   ScratchDir dir;
   const std::string target = dir / "target.txt", link = dir / "link.txt";
   write_file_atomic(target, "old");
   std::filesystem::create_symlink("target.txt", link);
-  write_file_atomic(link, "new through the link");
-  EXPECT_TRUE(std::filesystem::is_symlink(link));
-  EXPECT_EQ(slurp(target), "new through the link");
+  write_file_atomic(link, "new");
+  EXPECT_FALSE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(slurp(link), "new");
+  EXPECT_EQ(slurp(target), "old");
 
   const std::string fifo = dir / "fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  { AtomicFileWriter probe(fifo); }  // no reader: opening for writing would wait forever
   const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so the writer's open does not wait
   ASSERT_GE(reader, 0);
   write_file_atomic(fifo, "through the pipe");
@@ -288,12 +293,26 @@ TEST(AtomicFileWriter, FollowsLinksAndWritesFifosInPlace) {
   const std::string sub = dir / "sub";
   std::filesystem::create_directory(sub);
   expect_io_error([&] { write_file_atomic(sub, "x"); }, {sub + ": is a directory"});
+
+  // Standard output redirected to a log (>>): the log keeps its earlier lines.
+  const std::string log = dir / "log.txt";
+  const int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_GE(file, 0);
+  ASSERT_EQ(::write(file, "earlier\n", 8), 8);
+  std::fflush(stdout);
+  const int saved = ::dup(1);
+  ASSERT_GE(::dup2(file, 1), 0);
+  write_file_atomic("/proc/self/fd/1", "generated\n");
+  ::dup2(saved, 1);
+  ::close(saved);
+  ::close(file);
+  EXPECT_EQ(slurp(log), "earlier\ngenerated\n");
   int entries = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
     (void)e;
     ++entries;
   }
-  EXPECT_EQ(entries, 4) << "target, link, fifo and sub only: no temporary left";
+  EXPECT_EQ(entries, 5) << "target, link, fifo, sub and log only: no temporary left";
 }
 
 }  // namespace

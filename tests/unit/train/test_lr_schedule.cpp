@@ -260,6 +260,11 @@ TEST(LrSchedule, WsdFromIterationAndSampleFlags) {
   EXPECT_DOUBLE_EQ(a[110], 6e-5 + 0.5 * (std::cos(kPi * 160.0 / 320.0) + 1) * 5.4e-4);
   EXPECT_EQ(make_lr_schedule(oi).wsd_style, WsdDecayStyle::Cosine);
   EXPECT_EQ(parse({"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "5"}).lr_wsd_decay_style, "exponential");
+  // With another style, as in Megatron, the anneal's flags do nothing; the note names them.
+  const TrainOptions cosine = parse({"--lr-decay-style", "cosine", "--lr-wsd-decay-iters", "5"});
+  EXPECT_EQ(cosine.flags_without_effect,
+            (std::vector<std::string>{"--lr-wsd-decay-iters (without --lr-decay-style WSD)"}));
+  EXPECT_EQ(make_lr_schedule(cosine).lr(800), make_lr_schedule(parse({"--lr-decay-style", "cosine"})).lr(800));
 }
 
 }  // namespace

@@ -565,12 +565,15 @@ TEST(Options, ConfigValueErrorsNameFileAndLine) {
   const std::string lr = write_yaml("negative_lr", "lr: -1\n");
   EXPECT_EQ(must_fail({"--config", lr}), "--lr must be a finite number >= 0, got -1 (from " + lr + ":1)");
   std::filesystem::remove(lr);
+  const std::string empty = write_yaml("empty_words", "num-layers: 2\ndata-path: []\n");
+  EXPECT_EQ(must_fail({"--config", empty}), "--config: " + empty + ":2: key 'data-path' has no words");
+  std::filesystem::remove(empty);
   // A key that is not a name, and a folder for a file.
   const std::string complex = write_yaml("complex_key", "num-layers: 2\n? [a, b]\n: 1\n");
   EXPECT_EQ(must_fail({"--config", complex}), "--config: " + complex + ":2: a key must be a flag's name");
   std::filesystem::remove(complex);
   const std::string folder = std::filesystem::path(complex).parent_path().string();
-  EXPECT_EQ(must_fail({"--config", folder}), "--config: " + folder + " is not a regular file");
+  EXPECT_EQ(must_fail({"--config", folder}), "--config: " + folder + " is a directory");
 }
 
 // Megatron's default global batch is micro batch x data-parallel size, known only once the
@@ -816,6 +819,11 @@ TEST(Options, EveryBadValueNamesItsFlag) {
        "--train-iters (4611686018427387904) x --global-batch-size (4) does not fit 64 bits"},
       {{"--global-batch-size", "4", "--train-iters", "2", "--lr-decay-iters", "4611686018427387905"},
        "--lr-decay-iters (4611686018427387905) x --global-batch-size (4) does not fit 64 bits"},
+      {{"--global-batch-size", "4", "--eval-iters", "4611686018427387904"},
+       "--eval-iters (4611686018427387904) x --global-batch-size (4) does not fit 64 bits"},
+      {{"--global-batch-size", "4", "--train-iters", "10", "--eval-interval", "1", "--eval-iters",
+        "1152921504606846976"},
+       "--eval-iters (1152921504606846976) x --global-batch-size x the 11 evaluations does not fit 64 bits"},
       {{"--save", "--mock-data"}, "--save: expected a value, got the flag --mock-data (write --save=--mock-data"},
       {{"--lr", "--seed", "3"}, "--lr: expected a value, got the flag --seed"},
       {{"--train-iters", "5", "--load"}, "--load: expected a value"},
@@ -826,9 +834,11 @@ TEST(Options, EveryBadValueNamesItsFlag) {
       {{"--profile", "--profile-step-start", "-1"}, "--profile-step-start"},
       {{"--profile", "--profile-ranks", "0", "-2"}, "--profile-ranks: rank -2 must not be negative"},
       {{"--profile", "--profile-ranks", "0", "one"}, "--profile-ranks"},
+      {{"--profile", "--profile-ranks", "4294967296"}, "--profile-ranks: rank 4294967296 is too large"},
+      {{"--profile", "--profile-ranks", "--profile-step-start", "0"}, "--profile-ranks: expected one or more global ranks"},
+      {{"--config", "--device", "cpu"}, "--config: expected a value, got the flag --device"},
       {{"--lr-decay-style", "WSD"}, "--lr-decay-style WSD needs --lr-wsd-decay-iters"},
       {{"--train-samples", "400", "--lr-decay-style", "WSD"}, "needs --lr-wsd-decay-samples"},
-      {{"--lr-wsd-decay-iters", "5"}, "--lr-wsd-decay-iters needs --lr-decay-style WSD"},
       {{"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "-5"}, "--lr-wsd-decay-iters"},
       {{"--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "5", "--lr-wsd-decay-style", "step"},
        "--lr-wsd-decay-style: unknown style 'step'"},

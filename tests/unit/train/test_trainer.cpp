@@ -35,6 +35,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/metadata.h"
+#include "core/allocator.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/profiling_backend.h"
@@ -230,6 +231,49 @@ TEST(TrainerLog, TensorBoardLearningRateIsTheLoggedRate) {
   for (size_t i = 0; i < rates.size(); ++i) {
     EXPECT_EQ(rates[i].first, static_cast<int64_t>(i + 1));
     EXPECT_EQ(rates[i].second, float_bits(run.history[i].logged_lr)) << "iteration " << i + 1;
+  }
+  fs::remove_all(dir);
+}
+
+// --log-world-size-to-tensorboard and --log-memory-to-tensorboard: Megatron's tags, every
+// iteration; the memory is the allocator's (the last peak is the run's: nothing runs after).
+TEST(TrainerLog, TensorBoardWorldSizeAndMemory) {
+  const fs::path dir = fresh_temp_dir("tensorboard_memory");
+  TrainOptions o = tiny_options();
+  o.train_iters = 5;
+  o.tensorboard_dir = dir.string();
+  o.log_world_size_to_tensorboard = true;
+  o.log_memory_to_tensorboard = true;
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  {
+    Trainer tr(o, *be, synthetic_tokens(o), log);
+    tr.train();
+  }
+  const AllocatorStats end = be->allocator().stats();
+  const auto world = tensorboard_scalars(dir, "world-size");
+  ASSERT_EQ(world.size(), 5u);
+  for (const auto& [step, bits] : world) EXPECT_EQ(bits, float_bits(1.0)) << step;
+  EXPECT_EQ(tensorboard_scalars(dir, "world-size vs samples").back().first, 5 * kGlobalBatch);
+  const auto peak = tensorboard_scalars(dir, "mem-max-allocated-bytes");
+  const auto in_use = tensorboard_scalars(dir, "mem-allocated-bytes");
+  const auto reserved = tensorboard_scalars(dir, "mem-reserved-bytes");
+  const auto count = tensorboard_scalars(dir, "mem-allocated-count");
+  ASSERT_EQ(peak.size(), 5u);
+  ASSERT_EQ(in_use.size(), 5u);
+  ASSERT_EQ(reserved.size(), 5u);
+  ASSERT_EQ(count.size(), 5u);
+  EXPECT_EQ(peak.back().second, float_bits(static_cast<double>(end.peak_bytes_in_use)));
+  auto value = [](uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  };
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_GT(value(in_use[i].second), 0.0f);
+    EXPECT_LE(value(in_use[i].second), value(peak[i].second));
+    EXPECT_LE(value(in_use[i].second), value(reserved[i].second));
+    EXPECT_GT(value(count[i].second), 10.0f) << "parameters, gradients and optimizer states at least";
   }
   fs::remove_all(dir);
 }
