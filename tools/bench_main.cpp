@@ -51,27 +51,23 @@ struct BenchFlags {
 
 // Takes trident-bench's own flags out of argv; the rest is trident-train's.
 std::vector<std::string> take_bench_flags(int argc, char** argv, BenchFlags& f) {
-  using trident::ConfigError;
-  const auto no_value = [](const trident::ToolFlag& t) {
-    if (t.has_value) throw ConfigError(t.name + " takes no value");
-  };
   return trident::take_tool_flags(argc, argv, "trident-bench", [&](const trident::ToolFlag& t) {
     if (t.name == "--help") {
       f.help = true;
     } else if (t.name == "--bench-warmup") {
       f.warmup = static_cast<int>(trident::parse_integer_flag("bench-warmup", t.value(), 0, 1 << 20));
     } else if (t.name == "--bench-no-profile") {
-      no_value(t);
+      t.no_value();
       f.profile = false;
     } else if (t.name == "--kernels-only") {  // e.g. "attention D128"
       f.kernels = true;
       f.kernel_options.only = t.value();
     } else if (t.name == "--kernels-once") {
-      no_value(t);
+      t.no_value();
       f.kernels = true;
       f.kernel_options.once = true;
     } else if (t.name == "--kernels" || t.name == "--kernels-quick") {
-      no_value(t);
+      t.no_value();
       f.kernels = true;
       f.kernel_options.quick = f.kernel_options.quick || t.name == "--kernels-quick";
     } else {

@@ -106,17 +106,14 @@ ConvertFlags parse_flags(int argc, char** argv) {
     if (it == known.end()) throw ConfigError("unknown flag --" + name + " (see --help)");
     if (f.given[name]) throw ConfigError("--" + name + " given twice");
     f.given[name] = true;
+    check_flag_word("--" + name, !it->second, has_value, i + 1 < argc ? argv[i + 1] : nullptr);
     if (!it->second) {
-      if (has_value) throw ConfigError("--" + name + " takes no value");
       if (name == "help") f.help = true;
       if (name == "no-optimizer") f.no_optimizer = true;
       if (name == "overwrite") f.overwrite = true;
       continue;
     }
-    if (!has_value) {
-      check_separate_value("--" + name, i + 1 < argc ? argv[i + 1] : nullptr);
-      value = argv[++i];
-    }
+    if (!has_value) value = argv[++i];
     if (value.empty()) throw ConfigError("--" + name + ": expected a value");
     if (name == "load") f.load = value;
     else if (name == "save") f.save = value;

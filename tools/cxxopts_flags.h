@@ -33,9 +33,7 @@ inline void check_flag_words(const cxxopts::Options& options, int argc, const ch
     const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     const auto it = is_switch.find(name);
     if (it == is_switch.end()) continue;  // cxxopts names unknown flags
-    if (it->second && eq != std::string::npos)
-      throw ConfigError("--" + name + " takes no value (write --" + name + " alone)");
-    if (!it->second && eq == std::string::npos) check_separate_value("--" + name, i + 1 < argc ? argv[i + 1] : nullptr);
+    check_flag_word("--" + name, it->second, eq != std::string::npos, i + 1 < argc ? argv[i + 1] : nullptr);
   }
 }
 

@@ -89,7 +89,7 @@ std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
     if (t.name == "--help") {
       f.help = true;
     } else if (t.name == "--sequential") {
-      if (t.has_value) throw ConfigError("--sequential takes no value");
+      t.no_value();
       f.sequential = true;
     } else if (t.name == "--iteration") {
       f.iteration = parse_integer_flag("iteration", t.value(), 0, kMaxIterationFlag);

@@ -19,6 +19,10 @@ struct ToolFlag {
   std::string name;
   bool has_value = false;
   std::function<std::string()> value;
+  // For a switch: "--name=..." is an error.
+  void no_value() const {
+    if (has_value) throw ConfigError(name + " takes no value (write " + name + " alone)");
+  }
 };
 
 // Hands every argument to `own`, which returns false for one that is not the tool's; those

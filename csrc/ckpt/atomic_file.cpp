@@ -112,15 +112,12 @@ void AtomicFileWriter::write_with(size_t n, const AlignedWriter::FillFn& fill) {
 }
 
 void AtomicFileWriter::open_in_place() {
-  if (!in_place_ || fd_ >= 0 || committed_) return;
+  if (!in_place_) return;
+  in_place_ = false;  // once: after a failure later calls see "after failure"
   // The standard stream is written where it stands (a log redirected with >> keeps its lines).
   fd_ = standard_stream_ >= 0 ? ::fcntl(standard_stream_, F_DUPFD_CLOEXEC, 3)
                               : ::open(path_.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  if (fd_ < 0) {
-    in_place_ = false;  // failed: later calls see "after failure"
-    throw IoError(path_ + ": cannot open: " + errno_str());
-  }
-  in_place_ = false;
+  if (fd_ < 0) throw IoError(path_ + ": cannot open: " + errno_str());
 }
 
 void AtomicFileWriter::write(const void* data, size_t n) {

@@ -22,4 +22,12 @@ inline void check_separate_value(const std::string& flag, const char* next) {
                       " for a value that begins with --)");
 }
 
+// The checks of one known flag as written: a switch takes no "=value" (parsers would read
+// "--greedy=false" as on); a flag that takes a value and has none attached takes the next word
+// (check_separate_value).
+inline void check_flag_word(const std::string& flag, bool is_switch, bool value_attached, const char* next) {
+  if (is_switch && value_attached) throw ConfigError(flag + " takes no value (write " + flag + " alone)");
+  if (!is_switch && !value_attached) check_separate_value(flag, next);
+}
+
 }  // namespace trident

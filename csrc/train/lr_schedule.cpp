@@ -2,50 +2,58 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 
 namespace trident {
 
-LrDecayStyle parse_lr_decay_style(const std::string& s) {
-  if (s == "constant") return LrDecayStyle::Constant;
-  if (s == "linear") return LrDecayStyle::Linear;
-  if (s == "cosine") return LrDecayStyle::Cosine;
-  if (s == "inverse-square-root") return LrDecayStyle::InverseSquareRoot;
-  if (s == "WSD") return LrDecayStyle::WarmupStableDecay;
-  throw ConfigError("--lr-decay-style: unknown style '" + s +
-                    "' (expected constant, linear, cosine, inverse-square-root or WSD)");
-}
+namespace {
 
-const char* lr_decay_style_name(LrDecayStyle s) {
-  switch (s) {
-    case LrDecayStyle::Constant: return "constant";
-    case LrDecayStyle::Linear: return "linear";
-    case LrDecayStyle::Cosine: return "cosine";
-    case LrDecayStyle::InverseSquareRoot: return "inverse-square-root";
-    case LrDecayStyle::WarmupStableDecay: return "WSD";
+// Each style's name (Megatron's), in the order the errors list them.
+template <typename Style>
+using StyleNames = std::vector<std::pair<Style, const char*>>;
+
+const StyleNames<LrDecayStyle> kLrDecayStyles = {{LrDecayStyle::Constant, "constant"},
+                                                 {LrDecayStyle::Linear, "linear"},
+                                                 {LrDecayStyle::Cosine, "cosine"},
+                                                 {LrDecayStyle::InverseSquareRoot, "inverse-square-root"},
+                                                 {LrDecayStyle::WarmupStableDecay, "WSD"}};
+const StyleNames<WsdDecayStyle> kWsdDecayStyles = {{WsdDecayStyle::Exponential, "exponential"},
+                                                   {WsdDecayStyle::Linear, "linear"},
+                                                   {WsdDecayStyle::Cosine, "cosine"},
+                                                   {WsdDecayStyle::MinusSqrt, "minus_sqrt"}};
+
+// The style named `s`, or a ConfigError naming `flag` and listing the names ("a, b or c").
+template <typename Style>
+Style parse_style(const StyleNames<Style>& names, const std::string& s, const char* flag) {
+  std::string expected;
+  size_t k = 0;
+  for (const auto& [style, name] : names) {
+    if (s == name) return style;
+    expected += k == 0 ? "" : k + 1 == names.size() ? " or " : ", ";
+    expected += name;
+    ++k;
   }
-  return "linear";
+  throw ConfigError(std::string(flag) + ": unknown style '" + s + "' (expected " + expected + ")");
 }
 
+template <typename Style>
+const char* style_name(const StyleNames<Style>& names, Style s) {
+  for (const auto& [style, name] : names)
+    if (style == s) return name;
+  return names.front().second;
+}
+
+}  // namespace
+
+LrDecayStyle parse_lr_decay_style(const std::string& s) { return parse_style(kLrDecayStyles, s, "--lr-decay-style"); }
+const char* lr_decay_style_name(LrDecayStyle s) { return style_name(kLrDecayStyles, s); }
 WsdDecayStyle parse_wsd_decay_style(const std::string& s) {
-  if (s == "exponential") return WsdDecayStyle::Exponential;
-  if (s == "linear") return WsdDecayStyle::Linear;
-  if (s == "cosine") return WsdDecayStyle::Cosine;
-  if (s == "minus_sqrt") return WsdDecayStyle::MinusSqrt;
-  throw ConfigError("--lr-wsd-decay-style: unknown style '" + s +
-                    "' (expected exponential, linear, cosine or minus_sqrt)");
+  return parse_style(kWsdDecayStyles, s, "--lr-wsd-decay-style");
 }
-
-const char* wsd_decay_style_name(WsdDecayStyle s) {
-  switch (s) {
-    case WsdDecayStyle::Exponential: return "exponential";
-    case WsdDecayStyle::Linear: return "linear";
-    case WsdDecayStyle::Cosine: return "cosine";
-    case WsdDecayStyle::MinusSqrt: return "minus_sqrt";
-  }
-  return "exponential";
-}
+const char* wsd_decay_style_name(WsdDecayStyle s) { return style_name(kWsdDecayStyles, s); }
 
 namespace {
 

@@ -1046,10 +1046,10 @@ uint64_t samples_of(int64_t iterations, uint64_t global_batch, const char* flag)
 // end and the decay's: one that reached into the warm-up would make the rate jump down when the
 // warm-up ends (Megatron does not check it).
 void check_wsd_anneal(const TrainOptions& o) {
+  if (o.lr_decay_style != "WSD") return;  // the anneal's flags then do nothing (read_schedule_flags notes them)
   const bool s = o.sample_based;
   const std::string flag = s ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters";
   const bool given = s ? o.lr_wsd_decay_samples != 0 : o.lr_wsd_decay_iters != 0;
-  if (o.lr_decay_style != "WSD") return;  // the anneal's flags then do nothing (read_schedule_flags notes them)
   if (!given) throw ConfigError("--lr-decay-style WSD needs " + flag + " (the final anneal's length)");
   const double after_warmup = static_cast<double>(o.decay_samples) - o.warmup_samples;
   if (static_cast<double>(o.wsd_decay_samples) > after_warmup) {
@@ -1319,10 +1319,8 @@ bool parse_train_options(int argc, const char* const* argv, TrainOptions& o) {
       ++unknown_count;
       continue;
     }
-    if (def->is_bool && eq != std::string::npos)
-      throw ConfigError("--" + name + " takes no value (write --" + name + " alone)");
-    if (!def->is_bool && eq == std::string::npos)
-      check_separate_value("--" + name, i + 1 < args.size() ? args[i + 1].c_str() : nullptr);
+    check_flag_word("--" + name, def->is_bool, eq != std::string::npos,
+                    i + 1 < args.size() ? args[i + 1].c_str() : nullptr);
   }
   if (unknown_count > 0)
     throw ConfigError((unknown_count == 1 ? "unknown flag " : "unknown flags ") + unknown + " (see --help)");
