@@ -27,10 +27,15 @@ namespace trident {
 // Shape of a fused causal self-attention: batch, sequence, local heads, head dim.
 // `head_offset` and `heads_total` place the local heads among all heads (tensor
 // parallelism), so dropout masks index heads globally.
+// `document_starts` (I32 [B*T] on the backend's device, or empty) restricts each query to
+// its own document (Megatron's --reset-attention-mask): query i of sample b sees the keys j
+// with document_starts[b*T + i] <= j <= i. Its values are at most their position i and do
+// not decrease along a sample (documents are contiguous runs of positions).
 struct AttentionShape {
   int B = 0, T = 0, H = 0, D = 0;
   int head_offset = 0;
   int heads_total = 0;  // 0 means H
+  Tensor document_starts{};
 };
 
 // AdamW on one flat fp32 shard (decoupled weight decay, bias correction).
@@ -142,7 +147,8 @@ class Backend {
   // ---- fused causal multi-head attention ----------------------------------------------
   // qkv: [B, T, 3, H, D] (Q, K, V blocks, heads contiguous); out: [B, T, H, D] =;
   // lse: f32 [B, H, T] = log-sum-exp of each row of scaled scores (saved for backward).
-  // Scores scaled by 1/sqrt(D); position j > i masked. Attention-probability dropout uses
+  // Scores scaled by 1/sqrt(D); position j > i masked (and j < the document's start, with
+  // s.document_starts). Attention-probability dropout uses
   // key `drop`: philox.h's attn_dropout_keep(drop, drop.sample_base + b, h_global, T, i, j)
   // (h_global = head_offset + h), kept values scaled by attn_drop_scale(drop.p).
   virtual void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse,

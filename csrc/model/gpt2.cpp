@@ -22,6 +22,7 @@ struct Gpt2Model::LayerActs {
 // Everything one in-flight micro-batch needs.
 struct Gpt2Model::SlotActs {
   Buffer tokens, targets;  // I32 [BT]
+  Buffer positions, document_starts;  // I32 [BT] where the layout resets them (MicroBatch)
   Buffer input;            // [R, C] stage input (embedding output on the first stage)
   std::vector<LayerActs> layers;
   std::vector<Buffer> storage;  // the memory of `layers`' own tensors
@@ -49,6 +50,9 @@ struct Gpt2Model::Scratch {
   // that reads it, forward and again in backward (Megatron's trade: activations keep only
   // this rank's rows).
   Buffer ln_full;  // [BT, C]
+  // reset_position_ids: the position embeddings of the micro-batch's positions, added to the
+  // word embeddings (a lookup of its own, so the backward scatters by position).
+  Buffer position_rows;  // [BT, C]
 };
 
 std::shared_ptr<ParamStore> make_stage_params(const ModelConfig& cfg, Backend& backend,
@@ -139,6 +143,8 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
     auto s = std::make_unique<SlotActs>();
     s->tokens = be_.empty({BT}, DType::I32);
     s->targets = be_.empty({BT}, DType::I32);
+    if (L.first_stage && L.reset_position_ids) s->positions = be_.empty({BT}, DType::I32);
+    if (L.reset_attention_mask) s->document_starts = be_.empty({BT}, DType::I32);
     s->input = act({R, C_});
     for (int l = 0; l < n_layers; ++l) {
       LayerActs a = group_begin_[l] >= 0 ? workspace_[l - group_begin_[l]] : inner_acts(s->storage);
@@ -179,6 +185,7 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
     x.d_tmp_full = sp ? x.sp_d_tmp.t() : x.d_tmp.t();
   }
   Scratch& x = *scratch_;
+  if (L.first_stage && L.reset_position_ids && x.position_rows.empty()) x.position_rows = act({BT, C_});
   if (L.last_stage && x.logits.empty()) {
     x.logits = act({BT, Vl_});
     x.row_max = f32({BT});
@@ -277,15 +284,34 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   sample_base_ = slot_sample_base_[slot] = mb.sample_base;
   slot_training_[slot] = training;
   training_ = training;
+  if (layout_.reset_attention_mask) {
+    TRIDENT_CHECK(mb.document_starts != nullptr, "Gpt2Model::forward: the layout resets the attention mask, "
+                                                 "the micro-batch has no document starts");
+    be_.copy_from_host(s.document_starts, mb.document_starts);
+  }
+  document_starts_ = s.document_starts.t();
   const int n = static_cast<int>(s.layers.size());
   if (layout_.first_stage) {
     be_.copy_from_host(s.tokens, mb.tokens);
     if (params_needed_) params_needed_(kParamsBeforeLayers);
     const ParamStore& P = *params_;
     // Vocab-parallel lookup; rank 0 adds positions so the all-reduce adds them once.
+    // Positions restarted in each document are a lookup of their own, added after: the
+    // same single rounding of word + position as the fused lookup's.
     const Tensor no_wpe;
+    const bool add_positions = layout_.tp_rank == 0;
+    const bool reset_positions = layout_.reset_position_ids;
     be_.embedding_forward(s.tokens, P.param("wte"), vocab_start_,
-                          layout_.tp_rank == 0 ? P.param("wpe") : no_wpe, T_, scratch_->proj);
+                          add_positions && !reset_positions ? P.param("wpe") : no_wpe, T_, scratch_->proj);
+    if (reset_positions) {
+      TRIDENT_CHECK(mb.positions != nullptr, "Gpt2Model::forward: the layout resets position ids, the "
+                                             "micro-batch has none");
+      be_.copy_from_host(s.positions, mb.positions);
+      if (add_positions) {
+        be_.embedding_forward(s.positions, P.param("wpe"), 0, no_wpe, T_, scratch_->position_rows);
+        be_.accumulate(scratch_->proj, scratch_->position_rows);
+      }
+    }
     sum_to_rows(scratch_->proj, scratch_->proj_rows);
     const DropoutKey key = dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training);
     for (const RowPiece& p : row_pieces_)
@@ -351,7 +377,8 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   // Attention: (LN) -> column-parallel QKV -> causal attention -> row-parallel projection.
   be_.matmul(a.qkv, gathered(a.ln1), P.param(h + "attn.qkv.weight"), P.param(h + "attn.qkv.bias"), false, true,
              false);
-  AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
+  AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads,
+                    document_starts_};
   be_.attention_forward(a.qkv, a.att, a.lse, as, dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training));
   be_.matmul(scratch_->proj, a.att, P.param(h + "attn.proj.weight"), rank0 ? P.param(h + "attn.proj.bias") : none,
              false, true, false);
@@ -402,6 +429,7 @@ void Gpt2Model::head_forward(SlotActs& s, float grad_scale) {
 void Gpt2Model::backward(int slot) {
   SlotActs& s = *slots_[slot];
   sample_base_ = slot_sample_base_[slot];
+  document_starts_ = s.document_starts.t();
   training_ = slot_training_[slot] != 0;
   const ParamStore& P = *params_;
   Scratch& k = *scratch_;
@@ -418,7 +446,12 @@ void Gpt2Model::backward(int slot) {
       be_.dropout_backward(row_range(d_resid_, p.begin, p.end), row_range(k.d_tmp, p.begin, p.end),
                            p.rows_per_sample, p.key(key));
     gather_d_tmp();
-    be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
+    if (layout_.reset_position_ids) {  // positions scattered as tokens are (in row order: deterministic)
+      be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), Tensor());
+      be_.embedding_backward(k.d_tmp_full, s.positions, 0, T_, P.grad("wpe"), Tensor());
+    } else {
+      be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
+    }
   } else {
     be_.copy(d_input_, d_resid_);
   }
@@ -469,7 +502,8 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   dropout_bias_backward(dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_), P.grad(h + "attn.proj.bias"));
   be_.matmul(P.grad(h + "attn.proj.weight"), k.d_tmp_full, a.att, Tensor(), true, false, true);
   be_.matmul(k.d_att, k.d_tmp_full, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
-  AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads};
+  AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads,
+                    document_starts_};
   be_.attention_backward(k.d_att, a.qkv, a.att, a.lse, k.d_qkv, as,
                          dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training_));
   be_.linear_param_grads(k.d_qkv, gathered(a.ln1), P.grad(h + "attn.qkv.weight"), P.grad(h + "attn.qkv.bias"));

@@ -56,6 +56,10 @@ struct StageLayout {
   // all-reduces. LayerNorm and row-parallel bias gradients are then partial sums over TP
   // ranks (the optimizer sums them: sequence_parallel_partial).
   bool sequence_parallel = false;
+  // Megatron's --reset-position-ids (the first stage embeds MicroBatch::positions) and
+  // --reset-attention-mask (every stage's attention keeps to MicroBatch::document_starts).
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
 };
 
 // Whether `spec`'s gradient is a partial sum over TP ranks under sequence parallelism: the
@@ -76,6 +80,11 @@ struct MicroBatch {
   const int32_t* tokens = nullptr;
   const int32_t* targets = nullptr;
   uint64_t sample_base = 0;  // global sample number of row 0 (keys dropout masks)
+  // [B, T] host (data/documents.h): each token's position in its document, required on the
+  // first stage with StageLayout::reset_position_ids; its document's first position, required
+  // on every stage with StageLayout::reset_attention_mask.
+  const int32_t* positions = nullptr;
+  const int32_t* document_starts = nullptr;
 };
 
 // Per-micro-batch results on the last stage.
@@ -200,6 +209,7 @@ class Gpt2Model {
   uint64_t dropout_seed_ = 1234;
   uint64_t sample_base_ = 0;
   bool training_ = false;
+  Tensor document_starts_;  // the slot's (reset_attention_mask), else empty: AttentionShape's
   std::vector<uint64_t> slot_sample_base_;
   std::vector<char> slot_training_;
   LossStats last_stats_;

@@ -202,6 +202,10 @@ const std::vector<FlagDef>& flag_defs() {
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"eod-mask-loss", "no loss on the token after each end-of-document token (<|endoftext|>); each "
                         "micro-batch's loss is the mean over the tokens it keeps, as Megatron's", true},
+      {"reset-position-ids", "position ids restart at 0 after each end-of-document token (<|endoftext|>), "
+                             "as Megatron's: every document of a sample is embedded from its own first position", true},
+      {"reset-attention-mask", "tokens attend only to the tokens of their own document (the documents of a sample "
+                               "end after each <|endoftext|>), as Megatron's", true},
       {"calculate-per-token-loss", "each global batch's loss is the mean over all the tokens it keeps "
                                    "(Megatron-core's), not the mean of its micro-batches' means: documents weigh "
                                    "by their tokens whatever micro-batch they fall in (with --eod-mask-loss)", true},
@@ -816,6 +820,8 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("data-cache-path", o.data_cache_path);
   f.get("mock-data", o.mock_data);
   f.get("eod-mask-loss", o.eod_mask_loss);
+  f.get("reset-position-ids", o.reset_position_ids);
+  f.get("reset-attention-mask", o.reset_attention_mask);
   f.get("calculate-per-token-loss", o.calculate_per_token_loss);
   read_data_args_files(f, o);
   f.get("async-save", o.async_save);
@@ -958,9 +964,12 @@ void validate_run(TrainOptions& o) {
   if (o.has_data() && o.mock_data)
     throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
                       "alternatives: give one");
-  if (o.eod_mask_loss && !o.has_data())
-    throw ConfigError("--eod-mask-loss masks the loss after the end-of-document tokens of --data-path (its "
-                      "tokenizer's <|endoftext|>); synthetic data has no documents");
+  for (const auto& [flag, given] : {std::pair{"eod-mask-loss", o.eod_mask_loss},
+                                    {"reset-position-ids", o.reset_position_ids},
+                                    {"reset-attention-mask", o.reset_attention_mask}})
+    if (given && !o.has_data())
+      throw ConfigError(std::string("--") + flag + " works on the documents of --data-path (ended by its "
+                        "tokenizer's <|endoftext|>); synthetic data has no documents");
   if (o.has_data() && o.vocab_file.empty())
     throw ConfigError(std::string("--vocab-file is required with --") +
                       (o.data_path.empty() ? "train-data-path/--valid-data-path/--test-data-path" : "data-path"));
@@ -1284,6 +1293,8 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("test-data-path given", !o.test_data_path.empty());
   line("split", o.split);
   line("eod-mask-loss", o.eod_mask_loss);
+  line("reset-position-ids", o.reset_position_ids);
+  line("reset-attention-mask", o.reset_attention_mask);
   line("calculate-per-token-loss", o.calculate_per_token_loss);
   line("save given", !o.save.empty());
   line("save-interval", o.save_interval);

@@ -172,6 +172,11 @@ struct TrainOptions {
   // tokenizer's, set with the data) are not trained on nor counted, as Megatron's loss_mask.
   bool eod_mask_loss = false;
   int32_t eod_token = -1;
+  // --reset-position-ids, --reset-attention-mask (Megatron's): a sample's documents end after
+  // each eod_token of its input; positions restart at 0 in each, and attention stays inside
+  // each (data/documents.h).
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
   // --calculate-per-token-loss: the gradient is the global batch's summed loss over its kept
   // targets divided by their count (Megatron-core's), instead of the mean of the micro-batches'
   // means; the same unless --eod-mask-loss leaves micro-batches with different counts.

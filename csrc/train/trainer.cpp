@@ -13,6 +13,7 @@
 #include <ostream>
 
 #include "core/error.h"
+#include "data/documents.h"
 #include "data/tokenizer.h"
 #include "train/log_line.h"
 #include "train/pending_save.h"
@@ -117,6 +118,8 @@ std::vector<StageLayout> stage_chunk_layouts(const TrainOptions& opt, ParallelCo
   base.fp32_grads = opt.accumulate_allreduce_grads_in_fp32;
   base.layer_grads_in_slots = opt.zero_stage == 2;
   base.sequence_parallel = opt.sequence_parallel && g.tp > 1;
+  base.reset_position_ids = opt.reset_position_ids;
+  base.reset_attention_mask = opt.reset_attention_mask;
   if (opt.recompute_granularity == "full") {
     base.recompute.method = opt.recompute_method == "block" ? RecomputePlan::Method::kBlock
                                                             : RecomputePlan::Method::kUniform;
@@ -230,6 +233,8 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   sample_.resize(T + 1);
   tokens_.resize(static_cast<size_t>(opt_.micro_batch_size) * T);
   targets_.resize(tokens_.size());
+  if (opt_.reset_position_ids) positions_.resize(tokens_.size());
+  if (opt_.reset_position_ids || opt_.reset_attention_mask) document_starts_.resize(tokens_.size());
 }
 
 Trainer::~Trainer() = default;
@@ -257,6 +262,11 @@ int64_t Trainer::load_micro_batch(const SampleSource& data, uint64_t first_sampl
       targets_[b * T + t] = sample_[t] == masked ? -1 : sample_[t + 1];
       kept += targets_[b * T + t] >= 0;
     }
+    if (document_starts_.empty()) continue;
+    int32_t* starts = document_starts_.data() + static_cast<ptrdiff_t>(b) * T;
+    document_starts(sample_.data(), T, opt_.eod_token, starts);
+    if (!positions_.empty())
+      for (int t = 0; t < T; ++t) positions_[b * T + t] = t - starts[t];
   }
   return kept;
 }
@@ -356,7 +366,8 @@ LossStats Trainer::run_steps(const std::vector<PipeStep>& steps, int micro_batch
         // Megatron's sampler: DP rank r takes slice [r B, (r + 1) B) of each B x dp block.
         const uint64_t first = first_sample + (static_cast<uint64_t>(st.micro_batch) * dp + dp_rank) * B;
         float scale = grad_scale;
-        if (m.layout().first_stage || m.layout().last_stage) {
+        // Every stage's attention needs the documents with --reset-attention-mask.
+        if (m.layout().first_stage || m.layout().last_stage || opt_.reset_attention_mask) {
           const Timers::Scope batch(timers, TimerId::BatchGenerator);
           const int64_t kept = load_micro_batch(data, first);
           // With masked targets each micro-batch's loss is the mean over those it keeps, as
@@ -366,8 +377,10 @@ LossStats Trainer::run_steps(const std::vector<PipeStep>& steps, int micro_batch
           if (opt_.eod_mask_loss && !opt_.calculate_per_token_loss && kept != all)
             scale = kept > 0 ? static_cast<float>(static_cast<double>(grad_scale) * all / kept) : 0.0f;
         }
-        m.forward(slot(st.chunk, st.micro_batch), MicroBatch{tokens_.data(), targets_.data(), first}, training,
-                  scale);
+        MicroBatch mb{tokens_.data(), targets_.data(), first};
+        if (opt_.reset_position_ids) mb.positions = positions_.data();
+        if (opt_.reset_attention_mask) mb.document_starts = document_starts_.data();
+        m.forward(slot(st.chunk, st.micro_batch), mb, training, scale);
         if (m.layout().last_stage) add(total, m.loss_stats());
         break;
       }

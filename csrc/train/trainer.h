@@ -120,7 +120,8 @@ class Trainer {
   bool load_checkpoint();
 
  private:
-  // Fills tokens_ and targets_ with the micro-batch's samples; returns the targets it keeps
+  // Fills tokens_ and targets_ (and positions_, document_starts_ where the run resets them)
+  // with the micro-batch's samples; returns the targets it keeps
   // (all B T but those --eod-mask-loss masks).
   int64_t load_micro_batch(const SampleSource& data, uint64_t first_sample);
   // The targets of `samples` samples from `first_sample` that load_micro_batch would keep.
@@ -173,6 +174,9 @@ class Trainer {
   bool profiling_ = false;             // this rank's --profile capture is on
   int timed_since_tensorboard_ = 0;    // iterations in timers_' TensorBoard sums
   std::vector<int32_t> sample_, tokens_, targets_;  // host staging, sized once
+  // --reset-position-ids / --reset-attention-mask: each token's position in its document and
+  // its document's first position ([B, T], sized once; empty without the flags).
+  std::vector<int32_t> positions_, document_starts_;
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
   // The LR schedule's position: the samples of the iterations that updated the model

@@ -1,8 +1,9 @@
 // Fused causal multi-head attention, the exact reference: one task per (batch, head),
 // rows processed one at a time (no tiling), softmax from the row's log-sum-exp.
 //   qkv [B, T, 3, H, D]; out [B, T, H, D]; lse f32 [B, H, T]
-//   s_ij = q_i . k_j / sqrt(D) (j <= i);  p_ij = exp(s_ij - lse_i);  out_i = sum_j p_ij z_ij v_j
-// where z_ij = keep x attn_drop_scale(p_drop) is the attention-probability dropout (philox.h's
+//   s_ij = q_i . k_j / sqrt(D) (f_i <= j <= i);  p_ij = exp(s_ij - lse_i);  out_i = sum_j p_ij z_ij v_j
+// where f_i is the first key of query i's document (s.document_starts; 0 without documents)
+// and z_ij = keep x attn_drop_scale(p_drop) is the attention-probability dropout (philox.h's
 // attn_dropout_keep; 1 without dropout).
 // The backward recomputes p from lse, so nothing but lse is saved; with dp_ij = z_ij do_i.v_j:
 //   dv_j += p_ij z_ij do_i;  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik);
@@ -33,7 +34,24 @@ Layout check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor&
   CPU_CHECK(op, qkv.numel() == B * T * 3 * H * D, "qkv ", qkv.shape.str(), " for B,T,H,D=", B, ",", T, ",", H, ",", D);
   CPU_CHECK(op, out.numel() == B * T * H * D, "out ", out.shape.str(), " for B,T,H,D=", B, ",", T, ",", H, ",", D);
   CPU_CHECK(op, lse.numel() == B * H * T, "lse ", lse.shape.str(), " expected B*H*T=", B * H * T);
+  const Tensor& docs = s.document_starts;
+  if (!docs.empty()) {
+    check_cpu(op, docs);
+    CPU_CHECK(op, docs.dtype == DType::I32 && docs.numel() == B * T, "document_starts must be int32 [B*T]=", B * T,
+              ", got ", dtype_name(docs.dtype), " ", docs.shape.str());
+    const int32_t* f = docs.ptr<const int32_t>();
+    for (int64_t n = 0; n < B * T; ++n) {
+      const int64_t t = n % T;
+      CPU_CHECK(op, f[n] >= 0 && f[n] <= t && (t == 0 || f[n] >= f[n - 1]), "document_starts[", n, "] = ", f[n],
+                " at position ", t, ": starts must lie in [0, position] and not decrease along a sample");
+    }
+  }
   return Layout{B, T, H, D};
+}
+
+// First key query t of sample b sees: its document's start, 0 without documents.
+inline int64_t first_key(const AttentionShape& s, int64_t b, int64_t t) {
+  return s.document_starts.empty() ? 0 : s.document_starts.ptr<const int32_t>()[b * s.T + t];
 }
 
 // Loads head h of batch b of Q, K, V (which = 0, 1, 2) as a dense [T, D] fp32 matrix.
@@ -85,18 +103,19 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
     const uint64_t sample = drop.sample_base + static_cast<uint64_t>(b);
     const uint64_t h_global = static_cast<uint64_t>(s.head_offset + h);
     for (int64_t i = 0; i < T; ++i) {
+      const int64_t j0 = first_key(s, b, i);
       float mx = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = j0; j <= i; ++j) {
         p[j] = scale * dot(Q + i * D, K + j * D, D);
         mx = std::max(mx, p[j]);
       }
       double se = 0;
-      for (int64_t j = 0; j <= i; ++j) se += std::exp(static_cast<double>(p[j] - mx));
+      for (int64_t j = j0; j <= i; ++j) se += std::exp(static_cast<double>(p[j] - mx));
       const float l = mx + static_cast<float>(std::log(se));
       lse_p[(b * L.H + h) * T + i] = l;
       std::fill(o, o + D, 0.f);
       RowDropFactors z(drop, inv_keep, sample, h_global, T, i);
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = j0; j <= i; ++j) {
         const float w = std::exp(p[j] - l) * z(j);
         const float* v = V + j * D;
         for (int64_t d = 0; d < D; ++d) o[d] += w * v[d];
@@ -141,9 +160,10 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
       const float l = lse_p[(b * L.H + h) * T + i];
       const float* q = Q + i * D;
       const float* g = dO + i * D;
+      const int64_t j0 = first_key(s, b, i);
       double delta = 0;
       RowDropFactors zr(drop, inv_keep, sample, h_global, T, i);
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = j0; j <= i; ++j) {
         p[j] = std::exp(scale * dot(q, K + j * D, D) - l);
         const float z = zr(j);
         dp[j] = z * dot(g, V + j * D, D);
@@ -154,7 +174,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
       }
       const float dl = static_cast<float>(delta);
       float* dq = dQ + i * D;
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = j0; j <= i; ++j) {
         const float ds = scale * p[j] * (dp[j] - dl);
         const float* k = K + j * D;
         float* dk = dK + j * D;

@@ -18,6 +18,12 @@
 // key, head (h_global), query and key of sample drop.sample_base + b as the CPU twin
 // (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
 //
+// Documents (AttentionShape::document_starts, Megatron's --reset-attention-mask): a query sees
+// the keys of its own document only. The forward and dQ tiles hide the keys before the row's
+// document (mask_row_tile), the dK/dV tiles the queries past the key's document, from the
+// documents' ends (p.doc_end, derived once a backward: mask_key_tile). Tiles are skipped only
+// where causal attention skips them, so documents cost the time of one sequence.
+//
 // The forward's online softmax moves a row's reference maximum only when a score passes it
 // by more than kMaxSlack, so that most key tiles skip rescaling the output (exact: the output
 // and the row sum share the reference); exponentials are single ex2.approx.ftz instructions
@@ -73,6 +79,8 @@ struct AttnParams {
   void* dqkv = nullptr;        // [B, T, 3, H, D]
   float* delta = nullptr;      // [B, H, T] scratch: rowsum(dO * O)
   float* dq_acc = nullptr;     // [B, H, T, D] f32 scratch of the atomic-dQ backward (else unused)
+  const int32_t* doc = nullptr;  // [B, T] first key of each query's document, or null (AttentionShape)
+  int32_t* doc_end = nullptr;    // [B, T] backward scratch with doc: one past each key's document (plan_document_ends)
   int B = 0, T = 0, H = 0, D = 0;
   int head_offset = 0;
   int64_t qkv_tok = 0;  // elements between consecutive tokens of qkv: 3 * H * D
@@ -572,31 +580,89 @@ __device__ __forceinline__ HeadView<T> head_view(const AttnParams& p, int b, int
   return v;
 }
 
+// Sample b's first keys (AttnParams::doc), or null. Read from the kernel's parameters where
+// it is used, so that no register holds the pointer through the tile loops (attention without
+// documents keeps the registers it had without them).
+__device__ __forceinline__ const int32_t* sample_docs(const AttnParams& p, int b) {
+  return p.doc != nullptr ? p.doc + static_cast<int64_t>(b) * p.T : nullptr;
+}
+
+// Hides the keys a warp's 16 query rows [wrow, wrow + 16) of sample b do not see in s, their
+// raw scores against keys [k0, k0 + 8 NT) in the C layout of m16n8 tiles: keys past the row
+// (causal), past T, and with documents before the row's document (its first key `first`:
+// hidden when col - first > row - first as unsigned, one test for both ends). Warp-uniform
+// test first: only tiles on the diagonal, past T or (documents being contiguous) starting
+// before the document of the warp's last row hide keys. Hidden scores become -inf (scale > 0:
+// raw and scaled scores have the same order).
+template <int NT>
+__device__ __forceinline__ void mask_row_tile(const AttnParams& p, float (&s)[NT][4], int b, int wrow, int k0,
+                                              int lane) {
+  constexpr int BK = 8 * NT;
+  const int T_ = p.T;
+  const int32_t* doc = sample_docs(p, b);
+  const bool before_doc = doc != nullptr && k0 < doc[min(wrow + 15, T_ - 1)];
+  if (k0 + BK - 1 > wrow || k0 + BK > T_ || before_doc) {
+    const int tq = lane & 3, row0 = wrow + (lane >> 2), row1 = row0 + 8;
+    const int first0 = before_doc ? doc[min(row0, T_ - 1)] : 0;
+    const int first1 = before_doc ? doc[min(row1, T_ - 1)] : 0;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1, first = e < 2 ? first0 : first1;
+        if (static_cast<unsigned>(col - first) > static_cast<unsigned>(row - first) || col >= T_)
+          s[nt][e] = -INFINITY;
+      }
+  }
+}
+
+// The same for the transposed tiles of the dK/dV pass: st holds the scores of a warp's 16
+// keys [wkey, wkey + 16) (rows) against queries [i0, i0 + 8 NT) (columns). With documents
+// a key is hidden from the queries past its document's end (p.doc_end), which the tile's
+// queries pass only when its last one passes the end of the warp's first key's document. The
+// documents' test is a second pass holding one register (both keys' cuts in 16-bit halves):
+// the D 128 dK/dV kernel has none to spare.
+template <int NT>
+__device__ __forceinline__ void mask_key_tile(const AttnParams& p, float (&st)[NT][4], int b, int wkey, int i0,
+                                              int lane) {
+  constexpr int BQ = 8 * NT;
+  const int T_ = p.T, tq = lane & 3, key0 = wkey + (lane >> 2);
+  if (wkey + 15 > i0 || i0 + BQ > T_) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = i0 + nt * 8 + tq * 2 + (e & 1), j = e < 2 ? key0 : key0 + 8;
+        if (i < j || i >= T_) st[nt][e] = -INFINITY;
+      }
+  }
+  if (p.doc_end == nullptr) return;
+  const int32_t* end = p.doc_end + static_cast<int64_t>(b) * T_;
+  if (i0 + BQ - 1 < end[min(wkey, T_ - 1)]) return;  // warp-uniform: ends do not decrease along the keys
+  // Query i0 + c sees the thread's key only if c < its cut (clamped to [0, BQ]).
+  const uint32_t cuts = static_cast<uint32_t>(min(max(end[min(key0, T_ - 1)] - i0, 0), BQ)) |
+                        static_cast<uint32_t>(min(max(end[min(key0 + 8, T_ - 1)] - i0, 0), BQ)) << 16;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = nt * 8 + tq * 2 + (e & 1);
+      if (c >= static_cast<int>(e < 2 ? cuts & 0xffffu : cuts >> 16)) st[nt][e] = -INFINITY;
+    }
+}
+
 // One key tile of the forward's online softmax for a warp's 16 query rows [wrow, wrow + 16):
 // s holds their raw scores against keys [k0, k0 + 8 NT) in the C layout of m16n8 tiles.
 // Masks hidden keys, moves the rows' reference maxima m when a score passes them by more
 // than kMaxSlack (rescaling the output o and the partial sums l), turns s into P (times the
 // dropout factors of keep, attn_keep_rows' bits) and adds P's row sums to l. The caller
-// turns s into the A operand of P V. Shared by the mma.sync and the wgmma kernels: a warp's
-// accumulator fragments have the same layout in both.
+// turns s into the A operand of P V. b: the sample (its documents' first keys). Shared by the mma.sync and the wgmma kernels: a warp's accumulator fragments have the
+// same layout in both.
 template <typename T, int NT, int DP>
 __device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)[NT][4], float (&o)[DP / 8][4],
                                                  float (&m)[2], float (&l)[2], int wrow, int k0, int lane,
-                                                 const KeepBits<NT>& keep) {
-  constexpr int BK = 8 * NT;
-  const int T_ = p.T, tq = lane & 3;
-  const int row0 = wrow + (lane >> 2), row1 = row0 + 8;
-  // Warp-uniform: only tiles on the diagonal or past T hide keys. The raw scores are
-  // masked and compared (scale > 0: raw and scaled scores have the same order).
-  if (k0 + BK - 1 > wrow || k0 + BK > T_) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
-        if (col > row || col >= T_) s[nt][e] = -INFINITY;
-      }
-  }
+                                                 const KeepBits<NT>& keep, int b) {
+  mask_row_tile<NT>(p, s, b, wrow, k0, lane);
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -659,7 +725,7 @@ __device__ __forceinline__ void fwd_store_rows(const AttnParams& p, const float 
   l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  // Every row sees key 0, so l > 0 for rows < T.
+  // Every row sees its own key, so l > 0 for rows < T.
   T* gO = static_cast<T*>(p.out) + static_cast<int64_t>(b) * T_ * p.out_tok + static_cast<int64_t>(h) * p.D;
   store_acc<T, DP>(gO, p.out_tok, o, wrow, T_, p.D, lane, 1.f / l0, 1.f / l1);
   if ((lane & 3) == 0) {
@@ -755,7 +821,7 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
         const int wrow = q0 + mt * 64 + warp * 16;
         KeepBits<NT> keep;
         if (p.dropout) keep = attn_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
-        fwd_softmax_tile<T, NT, DP>(p, s[mt], o[mt], m[mt], l[mt], wrow, k0, lane, keep);
+        fwd_softmax_tile<T, NT, DP>(p, s[mt], o[mt], m[mt], l[mt], wrow, k0, lane, keep, b);
         c_to_a<T, NT>(s[mt], pa[mt]);
       }
     }
@@ -931,7 +997,7 @@ __global__ void __launch_bounds__(kThreads * WG, wgmma_fwd_min_blocks<DP, BK, WG
     if (p.dropout) keep = attn_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
     wgmma_wait<0>();
     fence_acc(s);
-    fwd_softmax_tile<T, NT, DP>(p, s, o, m, l, wrow, k0, lane, keep);
+    fwd_softmax_tile<T, NT, DP>(p, s, o, m, l, wrow, k0, lane, keep, b);
     uint32_t pa[NT / 2][4];
     c_to_a<T, NT>(s, pa);
     fence_acc(o);  // the softmax's rescale of o happens before the products that add to it
@@ -982,20 +1048,9 @@ __device__ __forceinline__ void branch_on_dropout(bool dropout, F&& f) {
 // for hidden keys). Shared by the mma.sync and wgmma dQ kernels.
 template <typename T, int NT>
 __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4], const float (&dp)[NT][4], int wrow,
-                                           int k0, int lane, const DqRows& r, const KeepBits<NT>& keep) {
-  constexpr int BK = 8 * NT;
-  const int T_ = p.T, tq = lane & 3;
-  const int row0 = r.row0, row1 = r.row1;
+                                           int k0, int lane, const DqRows& r, const KeepBits<NT>& keep, int b) {
   const float ls0 = r.ls0, ls1 = r.ls1, dl0 = r.dl0, dl1 = r.dl1;
-  if (k0 + BK - 1 > wrow || k0 + BK > T_) {  // warp-uniform: hidden keys get score -inf, P 0
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = k0 + nt * 8 + tq * 2 + (e & 1), row = e < 2 ? row0 : row1;
-        if (col > row || col >= T_) s[nt][e] = -INFINITY;
-      }
-  }
+  mask_row_tile<NT>(p, s, b, wrow, k0, lane);  // hidden keys get score -inf, P 0
   branch_on_dropout(p.dropout, [&](auto with_dropout) {
     constexpr bool kDrop = decltype(with_dropout)::value;
 #pragma unroll
@@ -1073,7 +1128,7 @@ __global__ void __launch_bounds__(kThreads, dq_mma_min_blocks<DP>()) attn_bwd_dq
       if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);
       mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
       mma_abt<T, DP, NT>(dp, sO, sV, warp, lane);
-      dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, keep);
+      dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, keep, b);
       uint32_t da[NT / 2][4];
       c_to_a<T, NT>(s, da);
       mma_ab_regs<T, DP, NT / 2>(dq, da, sK, lane);
@@ -1093,19 +1148,9 @@ __global__ void __launch_bounds__(kThreads, dq_mma_min_blocks<DP>()) attn_bwd_dq
 template <typename T, int NT>
 __device__ __forceinline__ void dkdv_tile_p_ds(const AttnParams& p, float (&st)[NT][4], float (&dpt)[NT][4], int wkey,
                                                int i0, int lane, const float* sL, const float* sDl,
-                                               const KeepBits<NT>& keep) {
-  constexpr int BQ = 8 * NT;
-  const int T_ = p.T, tq = lane & 3;
-  const int key0 = wkey + (lane >> 2), key1 = key0 + 8;
-  if (wkey + 15 > i0 || i0 + BQ > T_) {  // warp-uniform: hidden pairs get score -inf, P 0
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = i0 + nt * 8 + tq * 2 + (e & 1), j = e < 2 ? key0 : key1;
-        if (i < j || i >= T_) st[nt][e] = -INFINITY;
-      }
-  }
+                                               const KeepBits<NT>& keep, int b) {
+  const int tq = lane & 3;
+  mask_key_tile<NT>(p, st, b, wkey, i0, lane);  // hidden pairs get score -inf, P 0
   // One branch a tile on the dropout. Its draws inlined into every 8-query step, each behind
   // its own branch, made the executed code of a tile sparse in a large loop: ncu counted ~2
   // cycles per issued instruction of the D 128 wgmma dK/dV kernel stalled on instruction
@@ -1333,7 +1378,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
       if (p.dropout) keep = attn_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
       mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
       mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
-      dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sDl, keep);
+      dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sDl, keep, b);
       uint32_t pa[NT / 2][4];
       c_to_a<T, NT>(st, pa);
       mma_ab_regs<T, DP, NT / 2>(dv, pa, sO, lane);
@@ -1451,7 +1496,7 @@ __global__ void __launch_bounds__(kThreads * WG, 1) attn_bwd_dq_wgmma_kernel(con
     wgmma_wait<0>();
     fence_acc(s);
     fence_acc(dp);
-    dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, keep);
+    dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, keep, b);
     uint32_t da[NT / 2][4];
     c_to_a<T, NT>(s, da);
     fence_acc(dq);
@@ -1644,7 +1689,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
     wgmma_wait<0>();
     fence_acc(st);
     fence_acc(dpt);
-    dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sL + BQ, keep);
+    dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sL + BQ, keep, b);
     uint32_t pa[NT / 2][4], da[NT / 2][4];
     c_to_a<T, NT>(st, pa);
     c_to_a<T, NT>(dpt, da);
@@ -1727,7 +1772,12 @@ __device__ __forceinline__ void store_row(T* row, const float (&x)[kSimtDims], f
   }
 }
 
-// Forward: warp w handles row i of head (b, h); online softmax over keys 0..i.
+// The first key query i of sample b sees: its document's start, 0 without documents.
+__device__ __forceinline__ int simt_first_key(const AttnParams& p, int b, int i) {
+  return p.doc != nullptr ? p.doc[static_cast<int64_t>(b) * p.T + i] : 0;
+}
+
+// Forward: warp w handles row i of head (b, h); online softmax over keys first..i.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParams p) {
   const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
@@ -1743,7 +1793,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
   float q[kSimtDims], acc[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
   load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
   float m = -INFINITY, l = 0.f;
-  for (int j = 0; j <= i; ++j) {
+  for (int j = simt_first_key(p, b, i); j <= i; ++j) {
     const T* kj = base + static_cast<int64_t>(j) * p.qkv_tok + HD;
     float k[kSimtDims], v[kSimtDims];
     load_row(k, kj, D, lane);
@@ -1811,6 +1861,27 @@ __global__ void __launch_bounds__(kThreads) attn_delta_vec_kernel(const AttnPara
   if (gl == 0 && w < rows) p.delta[w] = s;
 }
 
+// p.doc_end from p.doc: one thread a sample walks it from the end (T steps, once a backward).
+__global__ void __launch_bounds__(kThreads) attn_doc_ends_kernel(const AttnParams p) {
+  const int b = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  if (b >= p.B) return;
+  const int32_t* start = p.doc + static_cast<int64_t>(b) * p.T;
+  int32_t* end = p.doc_end + static_cast<int64_t>(b) * p.T;
+  int32_t e = p.T;
+  for (int t = p.T - 1; t >= 0; --t) {
+    end[t] = e;
+    if (start[t] == t) e = t;
+  }
+}
+
+// The backward's document ends (the tensor-core dK/dV kernels' mask_key_tile reads them):
+// launch(kernel, grid_x, 1, 0) once when there are documents. Shared by the host launcher
+// and the CPU emulator's test.
+template <typename Launch>
+void plan_document_ends(const AttnParams& p, Launch&& launch) {
+  if (p.doc != nullptr) launch(attn_doc_ends_kernel, static_cast<unsigned>((p.B + kThreads - 1) / kThreads), 1u, 0);
+}
+
 // The delta pass: launch(kernel, grid_x, 1, 0) once, the vector kernel when `vectors` (the
 // tensor-core paths: D % 8 == 0, aligned rows), else the scalar one. Shared by the host
 // launcher and the CPU emulator's test.
@@ -1870,7 +1941,7 @@ __global__ void __launch_bounds__(kThreads) attn_dq_store_kernel(const AttnParam
   }
 }
 
-// dQ: warp per query row i, keys 0..i.
+// dQ: warp per query row i, keys first..i.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dq_simt_kernel(const AttnParams p) {
   const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
@@ -1889,7 +1960,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_simt_kernel(const AttnPa
   float q[kSimtDims], g[kSimtDims], dq[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
   load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
   load_row(g, gdo, D, lane);
-  for (int j = 0; j <= i; ++j) {
+  for (int j = simt_first_key(p, b, i); j <= i; ++j) {
     const T* kj = base + static_cast<int64_t>(j) * p.qkv_tok + HD;
     float k[kSimtDims], v[kSimtDims];
     load_row(k, kj, D, lane);
@@ -1904,7 +1975,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_simt_kernel(const AttnPa
   store_row(dst, dq, p.scale, D, lane);
 }
 
-// dK, dV: warp per key row j, queries j..T-1.
+// dK, dV: warp per key row j, queries j.. up to the end of its document (T - 1 without).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_simt_kernel(const AttnParams p) {
   const int64_t w = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
@@ -1923,7 +1994,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_simt_kernel(const Attn
   float k[kSimtDims], v[kSimtDims], dk[kSimtDims] = {0.f, 0.f, 0.f, 0.f}, dv[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
   load_row(k, base + static_cast<int64_t>(j) * p.qkv_tok + HD, D, lane);
   load_row(v, base + static_cast<int64_t>(j) * p.qkv_tok + 2 * HD, D, lane);
-  for (int i = j; i < T_; ++i) {
+  for (int i = j; i < T_ && simt_first_key(p, b, i) <= j; ++i) {  // documents are contiguous
     float q[kSimtDims], g[kSimtDims];
     load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
     load_row(g, gdo + static_cast<int64_t>(i) * p.out_tok, D, lane);
@@ -2360,6 +2431,12 @@ Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor
   p.head_offset = s.head_offset;
   p.qkv_tok = 3 * H * D;
   p.out_tok = H * D;
+  if (!s.document_starts.empty()) {
+    const Tensor& docs = s.document_starts;
+    TRIDENT_CHECK(docs.dtype == DType::I32 && docs.numel() == B * T, op, ": document_starts must be int32 [B*T]=",
+                  B * T, ", got ", dtype_name(docs.dtype), " ", docs.shape.str());
+    p.doc = docs.ptr<int32_t>();
+  }
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   p.scale_log2 = p.scale * kLog2e;
   set_attn_dropout(p, drop);
@@ -2402,6 +2479,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   TRIDENT_CHECK(dqkv.data != qkv.data, op, ": dqkv must not alias qkv");
   Scratch delta(scratch, static_cast<size_t>(lse.numel()) * sizeof(float));
   AttnParams& p = c.p;
+  std::optional<Scratch> doc_end;  // the documents' ends (B*T int32), only with documents
+  if (p.doc != nullptr) p.doc_end = doc_end.emplace(scratch, static_cast<size_t>(s.B) * s.T * sizeof(int32_t)).as<int32_t>();
   p.dout = dout.data;
   p.dqkv = dqkv.data;
   p.delta = delta.as<float>();
@@ -2418,9 +2497,9 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   }
   dispatch_float(qkv.dtype, op, [&](auto tag) {
     using Ty = decltype(tag);
-    plan_delta<Ty>(p, c.mma, [&](auto kernel, unsigned gx, unsigned gy, int smem) {
-      launch_mma(kernel, dim3(gx, gy), smem, p, st);
-    });
+    auto launch = [&](auto kernel, unsigned gx, unsigned gy, int smem) { launch_mma(kernel, dim3(gx, gy), smem, p, st); };
+    plan_document_ends(p, launch);
+    plan_delta<Ty>(p, c.mma, launch);
     bool done = false;
     if constexpr (!std::is_same_v<Ty, float>) {
       if (c.mma) {

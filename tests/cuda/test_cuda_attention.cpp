@@ -35,12 +35,13 @@ struct AttnCase {
   int head_offset = 0, heads_total = 0;
   float p = 0.f;
   float sharp = 0.f;  // > 0: large, growing scores (sharp_input_factor)
+  float eod = 0.f;    // > 0: random documents (random_document_starts, --reset-attention-mask)
 };
 
 std::string describe(const AttnCase& c) {
   std::ostringstream os;
   os << "B=" << c.B << " T=" << c.T << " H=" << c.H << " D=" << c.D << " head_offset=" << c.head_offset
-     << " p=" << c.p << " sharp=" << c.sharp;
+     << " p=" << c.p << " sharp=" << c.sharp << " eod=" << c.eod;
   return os.str();
 }
 
@@ -61,6 +62,9 @@ const std::vector<AttnCase>& cases() {
       {1, 257, 1, 128, 0, 0, 0.f},    // many 32-key tiles, one row past a tile
       {2, 300, 2, 64, 0, 0, 0.f, 4.f},     // large, growing scores (forward rescaling)
       {1, 257, 2, 128, 0, 0, 0.1f, 4.f},   //   with dropout
+      // Documents: boundaries inside tiles, several in one tile, long ones across tiles.
+      {2, 300, 2, 64, 0, 0, 0.1f, 0.f, 0.02f}, {1, 257, 2, 128, 1, 3, 0.f, 4.f, 0.05f},
+      {2, 100, 1, 40, 0, 0, 0.f, 0.f, 0.2f},
   };
   return v;
 }
@@ -74,7 +78,8 @@ DropoutKey drop_key(float p) {
   return k;
 }
 
-AttentionShape shape_of(const AttnCase& c) {
+// docs: the case's document starts on the backend that runs it (empty without documents).
+AttentionShape shape_of(const AttnCase& c, const Tensor& docs = Tensor()) {
   AttentionShape s;
   s.B = c.B;
   s.T = c.T;
@@ -82,6 +87,7 @@ AttentionShape shape_of(const AttnCase& c) {
   s.D = c.D;
   s.head_offset = c.head_offset;
   s.heads_total = c.heads_total;
+  s.document_starts = docs;
   return s;
 }
 
@@ -102,6 +108,8 @@ class CudaAttention : public CudaVsCpuDtype {
 
   struct Run {
     Pair qkv, out, lse;
+    Pair docs;  // the case's document starts (random_document_starts), or empty
+    AttentionShape cpu_shape, gpu_shape;
   };
   // Uniform [-1, 1) inputs, scaled as c.sharp asks.
   Pair qkv_of(const AttnCase& c) {
@@ -119,9 +127,12 @@ class CudaAttention : public CudaVsCpuDtype {
     Run r{qkv_of(c), upload(Shape{c.B, c.T, c.H, c.D}, t,
                                                           std::vector<float>(static_cast<size_t>(c.B) * c.T * c.H * c.D, 7.f)),
           filled(Shape{c.B, c.H, c.T}, DType::F32, 7.f)};
-    const AttentionShape s = shape_of(c);
-    cpu().attention_forward(r.qkv.cpu, r.out.cpu, r.lse.cpu, s, drop_key(c.p));
-    gpu().attention_forward(r.qkv.gpu, r.out.gpu, r.lse.gpu, s, drop_key(c.p));
+    const std::vector<int32_t> docs = random_document_starts(c.B, c.T, c.eod, static_cast<uint64_t>(c.T));
+    if (!docs.empty()) r.docs = ints(Shape{c.B * c.T}, docs);
+    r.cpu_shape = shape_of(c, docs.empty() ? Tensor() : r.docs.cpu.t());
+    r.gpu_shape = shape_of(c, docs.empty() ? Tensor() : r.docs.gpu.t());
+    cpu().attention_forward(r.qkv.cpu, r.out.cpu, r.lse.cpu, r.cpu_shape, drop_key(c.p));
+    gpu().attention_forward(r.qkv.gpu, r.out.gpu, r.lse.gpu, r.gpu_shape, drop_key(c.p));
     gpu().synchronize();
     return r;
   }
@@ -145,10 +156,9 @@ class CudaAttention : public CudaVsCpuDtype {
       const DType t = dt();
       Pair dout = random(Shape{c.B, c.T, c.H, c.D}, t);
       Pair dqkv = filled(Shape{c.B, c.T, 3 * c.H, c.D}, t, 7.f);  // "=": the 7s must all go
-      const AttentionShape s = shape_of(c);
       // Each backend's own forward results, as in training (out and lse are close, above).
-      cpu().attention_backward(dout.cpu, r.qkv.cpu, r.out.cpu, r.lse.cpu, dqkv.cpu, s, drop_key(c.p));
-      gpu().attention_backward(dout.gpu, r.qkv.gpu, r.out.gpu, r.lse.gpu, dqkv.gpu, s, drop_key(c.p));
+      cpu().attention_backward(dout.cpu, r.qkv.cpu, r.out.cpu, r.lse.cpu, dqkv.cpu, r.cpu_shape, drop_key(c.p));
+      gpu().attention_backward(dout.gpu, r.qkv.gpu, r.out.gpu, r.lse.gpu, dqkv.gpu, r.gpu_shape, drop_key(c.p));
       gpu().synchronize();
       expect_out_close(dqkv, "dqkv");
     }

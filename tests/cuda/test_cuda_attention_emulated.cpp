@@ -47,6 +47,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+using std::max;
 using std::min;
 
 namespace emu {
@@ -497,12 +498,13 @@ struct Case {
   int B, T, H, D, head_offset;
   float p;
   float sharp = 0.f;  // > 0: large, growing scores (sharp_input_factor)
+  float eod = 0.f;    // > 0: random documents (random_document_starts), AttnParams::doc
 };
 
 std::string describe(const Case& c) {
   char buf[128];
-  std::snprintf(buf, sizeof buf, "B=%d T=%d H=%d D=%d head_offset=%d p=%.2f sharp=%.1f", c.B, c.T, c.H, c.D,
-                c.head_offset, c.p, c.sharp);
+  std::snprintf(buf, sizeof buf, "B=%d T=%d H=%d D=%d head_offset=%d p=%.2f sharp=%.1f eod=%.2f", c.B, c.T, c.H,
+                c.D, c.head_offset, c.p, c.sharp, c.eod);
   return buf;
 }
 
@@ -511,8 +513,9 @@ struct Reference {
   std::vector<double> out, lse, dqkv;
 };
 Reference reference(const std::vector<float>& qkv, const std::vector<float>& dout, const Case& c,
-                    const DropoutKey& drop) {
+                    const DropoutKey& drop, const std::vector<int32_t>& first_keys) {
   const int B = c.B, T = c.T, H = c.H, D = c.D;
+  auto first = [&](int b, int i) { return first_keys.empty() ? 0 : first_keys[static_cast<size_t>(b) * T + i]; };
   auto x = [&](int b, int t, int w, int h, int d) {
     return static_cast<double>(qkv[((static_cast<size_t>(b * T + t) * 3 + w) * H + h) * D + d]);
   };
@@ -533,17 +536,17 @@ Reference reference(const std::vector<float>& qkv, const std::vector<float>& dou
       for (int i = 0; i < T; ++i) {
         std::vector<double> s(i + 1);
         double mx = -1e300;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = first(b, i); j <= i; ++j) {
           double a = 0;
           for (int d = 0; d < D; ++d) a += x(b, i, 0, h, d) * x(b, j, 1, h, d);
           s[j] = a * scale;
           mx = std::max(mx, s[j]);
         }
         double se = 0;
-        for (int j = 0; j <= i; ++j) se += std::exp(s[j] - mx);
+        for (int j = first(b, i); j <= i; ++j) se += std::exp(s[j] - mx);
         const double l = mx + std::log(se);
         r.lse[(static_cast<size_t>(b) * H + h) * T + i] = l;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = first(b, i); j <= i; ++j) {
           const size_t ij = static_cast<size_t>(i) * T + j;
           P[ij] = std::exp(s[j] - l);
           Z[ij] = drop.enabled() ? (attn_dropout_keep(drop, sample, hg, T, i, j) ? inv_keep : 0.0) : 1.0;
@@ -552,14 +555,14 @@ Reference reference(const std::vector<float>& qkv, const std::vector<float>& dou
       }
       for (int i = 0; i < T; ++i) {
         double delta = 0;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = first(b, i); j <= i; ++j) {
           const size_t ij = static_cast<size_t>(i) * T + j;
           double a = 0;
           for (int d = 0; d < D; ++d) a += static_cast<double>(dout[oi(b, i, h, d)]) * x(b, j, 2, h, d);
           dP[ij] = Z[ij] * a;
           delta += P[ij] * dP[ij];
         }
-        for (int j = 0; j <= i; ++j) {
+        for (int j = first(b, i); j <= i; ++j) {
           const size_t ij = static_cast<size_t>(i) * T + j;
           const double ds = scale * P[ij] * (dP[ij] - delta);
           for (int d = 0; d < D; ++d) {
@@ -642,6 +645,10 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   p.scale_log2 = p.scale * kLog2e;
   set_attn_dropout(p, drop);
+  const std::vector<int32_t> docs = random_document_starts(c.B, c.T, c.eod, seed);
+  std::vector<int32_t> doc_end(docs.size(), -7);  // the backward's scratch (plan_document_ends fills it)
+  p.doc = docs.empty() ? nullptr : docs.data();
+  p.doc_end = docs.empty() ? nullptr : doc_end.data();
 
   const unsigned rows = static_cast<unsigned>((nrow + 3) / 4);
   if (tensor_cores) {
@@ -650,6 +657,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
         launch(kernel, gx, gy, static_cast<size_t>(smem), p, threads);
       };
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
+      plan_document_ends(p, emulated);
       plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)
       ASSERT_TRUE(plan_backward_mma<T>(p, tiles, emulated)) << "no backward instances";
     }
@@ -660,7 +668,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
     launch(attn_bwd_dq_simt_kernel<T>, rows, 1, 0, p);
   }
 
-  const Reference ref = reference(qkv_f, dout_f, c, drop);
+  const Reference ref = reference(qkv_f, dout_f, c, drop, docs);
   std::vector<float> out_f(nout), dqkv_f(nqkv);
   for (size_t i = 0; i < nout; ++i) out_f[i] = to_f32(out[i]);
   for (size_t i = 0; i < nqkv; ++i) dqkv_f[i] = to_f32(dqkv[i]);
@@ -686,6 +694,9 @@ const std::vector<Case>& cases() {
       // Long rows: many key and query tiles (the streamed buffers' parity over several
       // rounds, the causal skips of 128-row blocks far from the diagonal, a 8-row tail).
       {1, 520, 1, 64, 1, 0.1f}, {1, 300, 2, 128, 0, 0.0f, 4.f},
+      // Documents (--reset-attention-mask): boundaries inside tiles, several in a tile, long
+      // documents across tiles; with dropout, with growing maxima, in the 32-dim bucket.
+      {2, 150, 2, 64, 1, 0.1f, 0.f, 0.03f}, {1, 140, 1, 128, 0, 0.0f, 4.f, 0.05f}, {1, 90, 1, 32, 0, 0.2f, 0.f, 0.25f},
   };
   return v;
 }
@@ -696,6 +707,7 @@ const std::vector<Case>& small_cases() {
   static const std::vector<Case> v = {
       {1, 37, 2, 64, 1, 0.0f}, {2, 37, 1, 64, 2, 0.5f}, {1, 45, 1, 8, 0, 0.0f},
       {1, 40, 1, 128, 1, 0.1f}, {1, 33, 1, 21, 3, 0.3f}, {2, 1, 1, 64, 0, 0.5f},
+      {1, 50, 1, 64, 0, 0.2f, 0.f, 0.1f}, {2, 33, 1, 21, 1, 0.0f, 0.f, 0.2f},  // documents
   };
   return v;
 }

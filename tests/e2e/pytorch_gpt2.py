@@ -7,9 +7,11 @@
       the same bits.
   pytorch_gpt2.py train HF_DIR DATA_PREFIX INDEX_MAP --iters N --global-batch G
                   --seq-length S --lr LR --min-lr MIN --warmup-iters W --weight-decay WD
-                  --clip-grad CLIP
+                  --clip-grad CLIP [--eod-mask-loss --micro-batch M [--per-token-loss]]
+                  [--reset-position-ids] [--reset-attention-mask]
       trains that model on the samples trident trains on and prints one line per iteration:
-      "<iteration> <lm loss> <grad norm>".
+      "<iteration> <lm loss> <grad norm>". The switches are Megatron's (the documents of a
+      sample end after each <|endoftext|>).
   pytorch_gpt2.py generate HF_DIR VOCAB_JSON --tokens N
       greedy decoding from <|endoftext|> of a Hugging Face folder (trident-convert --to hf
       writes one): N tokens, end-of-text included, printed as one JSON string of the
@@ -186,12 +188,14 @@ class GPT2(torch.nn.Module):
     def w(self, name):
         return self.p["transformer__" + name.replace(".", "__")]
 
-    def forward(self, idx):
+    def forward(self, idx, allowed=None, position_ids=None):
+        """allowed: [b, 1, t, t] True where a query may attend (causal when None);
+        position_ids: [b, t] (0..t-1 when None)."""
         b, t = idx.shape
         c = self.w("wte.weight").shape[1]
         d = c // self.heads
-        x = self.w("wte.weight")[idx] + self.w("wpe.weight")[:t]
-        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        x = self.w("wte.weight")[idx] + self.w("wpe.weight")[torch.arange(t) if position_ids is None else position_ids]
+        causal = torch.ones(t, t, dtype=torch.bool).tril() if allowed is None else allowed
         for i in range(self.layers):
             w = lambda n: self.w(f"h.{i}.{n}")
             h = F.layer_norm(x, (c,), w("ln_1.weight"), w("ln_1.bias"), 1e-5)
@@ -206,6 +210,26 @@ class GPT2(torch.nn.Module):
             x = x + h @ w("mlp.c_proj.weight") + w("mlp.c_proj.bias")
         x = F.layer_norm(x, (c,), self.w("ln_f.weight"), self.w("ln_f.bias"), 1e-5)
         return x @ self.w("wte.weight").t()
+
+
+def ltor_masks_and_position_ids(data, reset_position_ids, reset_attention_mask):
+    """Megatron's get_ltor_masks_and_position_ids with <|endoftext|> as its eod token: a causal
+    mask with, for --reset-attention-mask, the keys up to each eod hidden from the queries after
+    it, and position ids that, for --reset-position-ids, drop after each eod by the length of
+    the document it ends. Returns (allowed [b, 1, t, t], True where a query may attend;
+    position_ids [b, t])."""
+    b, t = data.shape
+    allowed = torch.ones(b, 1, t, t, dtype=torch.bool).tril()
+    position_ids = torch.arange(t).unsqueeze(0).repeat(b, 1)
+    for s in range(b):
+        prev_index = 0
+        for i in (data[s] == VOCAB - 1).nonzero().flatten().tolist():
+            if reset_attention_mask:
+                allowed[s, 0, i + 1:, :i + 1] = False
+            if reset_position_ids:
+                position_ids[s, i + 1:] -= i + 1 - prev_index
+                prev_index = i + 1
+    return allowed, position_ids
 
 
 def megatron_lr(step, warmup, decay, lr, min_lr):
@@ -247,7 +271,11 @@ def cmd_train(a):
     for it in range(1, a.iters + 1):
         batch = np.stack([maps.sample(data, i, a.seq_length) for i in range((it - 1) * g, it * g)])
         tokens = torch.from_numpy(batch)
-        logits = model(tokens[:, :-1])
+        if a.reset_position_ids or a.reset_attention_mask:
+            logits = model(tokens[:, :-1], *ltor_masks_and_position_ids(tokens[:, :-1], a.reset_position_ids,
+                                                                        a.reset_attention_mask))
+        else:
+            logits = model(tokens[:, :-1])
         if a.eod_mask_loss:
             # Megatron's loss_mask: no loss where the input token is <|endoftext|>; each
             # micro-batch's loss the mean over the tokens it keeps, the micro-batches' mean
@@ -331,6 +359,8 @@ def main():
                       ("warmup-iters", int), ("weight-decay", float), ("clip-grad", float)]:
         t.add_argument("--" + name, type=typ, required=True)
     t.add_argument("--eod-mask-loss", action="store_true")
+    t.add_argument("--reset-position-ids", action="store_true")
+    t.add_argument("--reset-attention-mask", action="store_true")
     t.add_argument("--micro-batch", type=int, help="with --eod-mask-loss: the samples each loss mean covers")
     t.add_argument("--per-token-loss", action="store_true",
                    help="with --eod-mask-loss: one mean over the batch's kept targets (Megatron-core's "

@@ -4,8 +4,8 @@
 # BPE), 2 layers x 64 wide x 4 heads, sequence 64, global batch 8 in micro-batches of 4,
 # 60 iterations of AdamW with warm-up, cosine decay, weight decay and clipping, fp32, no
 # dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun; then with
-# --eod-mask-loss in one process and at pp2 x dp2, and with --calculate-per-token-loss at
-# pp2 x dp2. Then greedy text from trident-generate and from PyTorch (of trident's Hugging
+# --eod-mask-loss in one process and at pp2 x dp2, with --calculate-per-token-loss at
+# pp2 x dp2, and with --reset-position-ids --reset-attention-mask at tp2 x pp2. Then greedy text from trident-generate and from PyTorch (of trident's Hugging
 # Face export).
 #
 # The weights start in PyTorch (a Hugging Face folder that trident-convert --from hf imports),
@@ -122,6 +122,26 @@ PY
 mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --calculate-per-token-loss \
   --pipeline-model-parallel-size 2 --tensorboard-dir "$tmp/tb-token4" >"$tmp/trident-token4.log"
 compare "$tmp/tb-token4" "--calculate-per-token-loss, pp2 x dp2" "$tmp/torch-token.txt"
+# --reset-position-ids --reset-attention-mask with --eod-mask-loss (Megatron's scripts use
+# the three together): positions restart and attention stays inside each document of a
+# sample. PyTorch builds Megatron's mask and position ids (get_ltor_masks_and_position_ids);
+# trident at tp2 x pp2: position embeddings from TP rank 0, the documents on both stages.
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" --iters "$iters" \
+  --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
+  --weight-decay "$wd" --clip-grad "$clip" --eod-mask-loss --micro-batch 4 --reset-position-ids \
+  --reset-attention-mask >"$tmp/torch-docs.txt" 2>/dev/null
+python3 - "$tmp/torch-eod.txt" "$tmp/torch-docs.txt" <<'PY' || { echo "FAIL documents curve"; fails=$((fails + 1)); }
+import sys
+a, b = ([tuple(map(float, l.split()[1:])) for l in open(f)] for f in sys.argv[1:3])
+dl = max(abs(x[0] - y[0]) / x[0] for x, y in zip(a, b))
+dn = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b))
+print(f"PyTorch, documents reset against one sequence a sample: loss {dl:.1e}, grad norm {dn:.1e} apart")
+sys.exit(0 if dl > 1e-4 else "the documents changed too little to test them")
+PY
+mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --reset-position-ids \
+  --reset-attention-mask --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+  --tensorboard-dir "$tmp/tb-docs4" >"$tmp/trident-docs4.log"
+compare "$tmp/tb-docs4" "--reset-position-ids --reset-attention-mask, tp2 x pp2" "$tmp/torch-docs.txt"
 # Text: trident-generate (greedy, key/value cache) against PyTorch's greedy decoding of the
 # same checkpoint exported by trident-convert --to hf: 40 tokens from <|endoftext|>,
 # end-of-text tokens kept. The imported initial weights, not the trained ones: after 60

@@ -5,10 +5,11 @@
 # 1e-5 relative, and so must the parameters' norm after each step (--log-params-norm); with
 # --params, the final parameters too, to 1e-4 (canonical full tensors written by
 # --save-canonical and compared by compare_params.py).
-# Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] [--vocab N] [--parallel-flag F]...
-#                  LAYOUT...
+# Usage: parity.sh TRAIN_BINARY REPO [--layers N] [--iters N] [--micro-batch N] [--vocab N] [--flag F]...
+#                  [--parallel-flag F]... LAYOUT...
 #   LAYOUT is tp:pp:dp[:zero[:layers per virtual stage]], e.g. 2:2:2:1 is tp2 x pp2 x dp2 with
 #   ZeRO-1 on 8 ranks, and 1:2:1:0:2 pp2 with the interleaved schedule, chunks of 2 layers.
+#   --flag F adds trident-train word F to every run (e.g. --flag --data-path --flag PREFIX).
 #   --parallel-flag F adds trident-train flag F to the parallel runs (not to the serial one).
 #   --vocab N: synthetic tokens of a vocabulary of N (gpt2-tiny's 512 otherwise), for every run;
 #   it is padded to a multiple of 128 x tp, so N = 500 leaves the last shard part padding and
@@ -17,13 +18,14 @@ set -euo pipefail
 train=$1
 repo=$2
 shift 2
-layers=4 iters=10 micro=2 vocab="" parallel_flags=()
+layers=4 iters=10 micro=2 vocab="" flags=() parallel_flags=()
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --layers) layers=$2; shift 2 ;;
     --iters) iters=$2; shift 2 ;;
     --micro-batch) micro=$2; shift 2 ;;
     --vocab) vocab=$2; shift 2 ;;
+    --flag) flags+=("$2"); shift 2 ;;
     --parallel-flag) parallel_flags+=("$2"); shift 2 ;;
     *) echo "parity.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -35,6 +37,7 @@ args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers "$layers" --device cp
       --log-interval 1 --lr-warmup-iters 2 --micro-batch-size "$micro" --global-batch-size 8
       --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 5 --eval-iters 1 --log-params-norm)
 [[ -z $vocab ]] || args+=(--vocab-size "$vocab")
+args+=(${flags:+"${flags[@]}"})
 params=()
 # (Not "--help | grep -q": under pipefail, grep's early exit can end the help's writer with
 # SIGPIPE and make the test quietly run without the flag.)

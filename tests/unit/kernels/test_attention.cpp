@@ -2,6 +2,8 @@
 // the probabilities (p = 0.1), with a head offset as under tensor parallelism:
 // forward (out, lse) per dtype against a double reference; backward (dqkv, "=") against
 // central differences of L = sum(out * R) on the double reference (same dropout mask).
+// With documents (--reset-attention-mask): forward against the double reference of each
+// document alone; backward against each document's own causal backward.
 #include "kernel_test_util.h"
 #include "naive_ref.h"
 
@@ -79,6 +81,77 @@ TEST(AttentionCausal, FirstRowIsItsOwnValue) {
   const Vec o = download(*be, out);
   for (int h = 0; h < kH; ++h)
     for (int d = 0; d < kD; ++d) EXPECT_NEAR(o[h * kD + d], qkv[(2 * kH + h) * kD + d], 1e-6);
+}
+
+// Documents of the two samples: [0, 3) [3, 4) [4, 7) and [0, 1) [1, 7) (first keys per position).
+const std::vector<int32_t> kDocStarts = {0, 0, 0, 3, 4, 4, 4, /**/ 0, 1, 1, 1, 1, 1, 1};
+
+// Rows [t0, t0 + len) of sample b of a [B, T, row] tensor, as one sample [1, len, row].
+std::vector<float> rows_of(const std::vector<float>& v, int b, int t0, int len, int64_t row) {
+  const auto first = v.begin() + (int64_t{b} * kT + t0) * row;
+  return std::vector<float>(first, first + len * row);
+}
+
+// Attention with documents is each document's causal attention on its own: the forward
+// against the double reference of every document as a sample of its own, the backward
+// against the backend's backward of every document alone (itself checked above).
+TEST(AttentionDocuments, EachDocumentIsItsOwnSequence) {
+  auto be = make_cpu_backend();
+  const int64_t row = 3 * kH * kD, orow = kH * kD, n = int64_t{kB} * kT * row, no = int64_t{kB} * kT * orow;
+  const auto qkv = randn(n, 7), r = randn(no, 8);
+  Buffer docs = upload_i32(*be, kDocStarts, Shape{kB * kT});
+  AttentionShape s{kB, kT, kH, kD, 1, 0};
+  s.document_starts = docs;
+  Buffer QKV = upload(*be, qkv, Shape{n}, DType::F32), R = upload(*be, r, Shape{no}, DType::F32);
+  Buffer out = be->empty(Shape{no}, DType::F32), lse = be->empty(Shape{kB * kH * kT}, DType::F32);
+  Buffer dqkv = be->empty(Shape{n}, DType::F32);
+  be->attention_forward(QKV, out, lse, s, DropoutKey{});
+  be->attention_backward(R, QKV, out, lse, dqkv, s, DropoutKey{});
+  const Vec got_out = download(*be, out), got_lse = download(*be, lse), got_dqkv = download(*be, dqkv);
+  int documents = 0;
+  for (int b = 0; b < kB; ++b)
+    for (int t0 = 0; t0 < kT;) {
+      int len = 1;
+      while (t0 + len < kT && kDocStarts[b * kT + t0 + len] == t0) ++len;
+      SCOPED_TRACE("sample " + std::to_string(b) + " document [" + std::to_string(t0) + ", " +
+                   std::to_string(t0 + len) + ")");
+      const std::vector<float> doc_qkv = rows_of(qkv, b, t0, len, row), doc_r = rows_of(r, b, t0, len, orow);
+      Vec want_lse;
+      const Vec want = ref::attention(Vec(doc_qkv.begin(), doc_qkv.end()), 1, len, kH, kD, 1, DropoutKey{}, &want_lse);
+      const auto at = [&](const Vec& v, int64_t first, int64_t count) {
+        return Vec(v.begin() + first, v.begin() + first + count);
+      };
+      expect_close(at(got_out, (int64_t{b} * kT + t0) * orow, len * orow), want, 1e-5, 1e-6, "out");
+      for (int h = 0; h < kH; ++h)
+        expect_close(at(got_lse, (int64_t{b} * kH + h) * kT + t0, len), at(want_lse, int64_t{h} * len, len), 1e-5,
+                     1e-6, "lse");
+      AttentionShape alone{1, len, kH, kD, 1, 0};
+      Buffer q1 = upload(*be, doc_qkv, Shape{len * row}, DType::F32), r1 = upload(*be, doc_r, Shape{len * orow}, DType::F32);
+      Buffer o1 = be->empty(Shape{len * orow}, DType::F32), l1 = be->empty(Shape{kH * len}, DType::F32);
+      Buffer d1 = be->empty(Shape{len * row}, DType::F32);
+      be->attention_forward(q1, o1, l1, alone, DropoutKey{});
+      be->attention_backward(r1, q1, o1, l1, d1, alone, DropoutKey{});
+      expect_close(at(got_dqkv, (int64_t{b} * kT + t0) * row, len * row), download(*be, d1), 1e-5, 1e-6, "dqkv");
+      ++documents;
+      t0 += len;
+    }
+  EXPECT_EQ(documents, 5);
+}
+
+// Document starts past their position, or going back along a sample, are refused.
+TEST(AttentionDocuments, BadStartsAreRefused) {
+  auto be = make_cpu_backend();
+  const int64_t n = int64_t{kB} * kT * 3 * kH * kD, no = int64_t{kB} * kT * kH * kD;
+  Buffer QKV = upload(*be, randn(n, 9), Shape{n}, DType::F32);
+  Buffer out = be->empty(Shape{no}, DType::F32), lse = be->empty(Shape{kB * kH * kT}, DType::F32);
+  for (int bad : {1, 9}) {  // position 1 of sample 0 starting at 2 (after it); sample 1 going back to 0
+    std::vector<int32_t> starts = kDocStarts;
+    starts[bad] = bad == 1 ? 2 : 0;
+    Buffer docs = upload_i32(*be, starts, Shape{kB * kT});
+    AttentionShape s{kB, kT, kH, kD, 0, 0};
+    s.document_starts = docs;
+    EXPECT_THROW(be->attention_forward(QKV, out, lse, s, DropoutKey{}), InternalError) << "position " << bad;
+  }
 }
 
 std::vector<Case> cases() {

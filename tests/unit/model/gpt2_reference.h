@@ -18,7 +18,19 @@ struct RefConfig {
   int V;  // real vocabulary (rows of wte used for logits)
   float hidden_dropout = 0, attention_dropout = 0;
   uint64_t dropout_seed = 0, sample_base = 0;
+  // Megatron's --reset-position-ids / --reset-attention-mask: a document ends with each `eod`
+  // token; positions restart after it, and the tokens after it do not attend to it or before.
+  int eod = -1;
+  bool reset_position_ids = false, reset_attention_mask = false;
 };
+
+// The position just after the last `eod` among tokens [0, t) of a sample (0 when none).
+inline int document_begin(const RefConfig& c, const std::vector<int>& tokens, int b, int t) {
+  int begin = 0;
+  for (int u = 0; u < t; ++u)
+    if (tokens[b * c.T + u] == c.eod) begin = u + 1;
+  return begin;
+}
 
 using Params = std::map<std::string, std::vector<double>>;  // canonical tensors, row-major
 
@@ -76,7 +88,8 @@ inline std::vector<double> gpt2_logits(const RefConfig& c, const Params& P, cons
     std::vector<double> x(static_cast<size_t>(T) * C);
     for (int t = 0; t < T; ++t)
       for (int i = 0; i < C; ++i) {
-        const double e = P.at("wte")[static_cast<size_t>(tokens[b * T + t]) * C + i] + P.at("wpe")[t * C + i];
+        const int pos = c.reset_position_ids ? t - document_begin(c, tokens, b, t) : t;
+        const double e = P.at("wte")[static_cast<size_t>(tokens[b * T + t]) * C + i] + P.at("wpe")[pos * C + i];
         x[t * C + i] = drop(c, c.hidden_dropout, kDropEmbedding, b, static_cast<uint64_t>(t) * C + i, e);
       }
     for (int l = 0; l < c.L; ++l) {
@@ -88,17 +101,18 @@ inline std::vector<double> gpt2_logits(const RefConfig& c, const Params& P, cons
       }
       for (int hd = 0; hd < H; ++hd)
         for (int i = 0; i < T; ++i) {
+          const int first = c.reset_attention_mask ? document_begin(c, tokens, b, i) : 0;
           std::vector<double> s(i + 1);
           double mx = -1e300;
-          for (int j = 0; j <= i; ++j) {
+          for (int j = first; j <= i; ++j) {
             double d = 0;
             for (int k = 0; k < D; ++k) d += qkv[i * 3 * C + hd * D + k] * qkv[j * 3 * C + C + hd * D + k];
             s[j] = d / std::sqrt(static_cast<double>(D));
             mx = std::max(mx, s[j]);
           }
           double z = 0;
-          for (int j = 0; j <= i; ++j) z += std::exp(s[j] - mx);
-          for (int j = 0; j <= i; ++j) {
+          for (int j = first; j <= i; ++j) z += std::exp(s[j] - mx);
+          for (int j = first; j <= i; ++j) {
             const double p = std::exp(s[j] - mx) / z;
             const double pd = attn_drop(c, l * kSitesPerLayer + kDropAttnProbs, b, hd, T, i, j, p);
             for (int k = 0; k < D; ++k) att[i * C + hd * D + k] += pd * qkv[j * 3 * C + 2 * C + hd * D + k];

@@ -1,11 +1,14 @@
 // The model's loss against an independent double-precision GPT-2, and every parameter
-// tensor's gradient against central finite differences of that reference.
+// tensor's gradient against central finite differences of that reference; with dropout, and
+// with Megatron's --reset-position-ids and --reset-attention-mask on samples of several
+// documents.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
 #include "gpt2_reference.h"
+#include "data/documents.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "model/gpt2.h"
 #include "model_test_util.h"
@@ -15,6 +18,7 @@ namespace {
 
 struct Case {
   float hidden_dropout, attention_dropout;
+  bool documents = false;  // end-of-document tokens in the samples, positions and attention reset
 };
 
 class Gpt2GradientTest : public ::testing::TestWithParam<Case> {};
@@ -29,7 +33,9 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   cfg.init_method_std = 0.3f;
   const int B = 2, T = cfg.seq_length;
   auto be = make_cpu_backend();
-  Gpt2Model model(cfg, *be, StageLayout{}, B);
+  StageLayout layout;
+  layout.reset_position_ids = layout.reset_attention_mask = tc.documents;
+  Gpt2Model model(cfg, *be, layout, B);
   model.set_dropout_seed(77);
   model.params().init(1234);
 
@@ -37,15 +43,32 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   std::vector<int32_t> tokens(B * T), targets(B * T);
   for (auto& t : tokens) t = static_cast<int32_t>(rng() % cfg.vocab_size);
   for (auto& t : targets) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+  const int32_t eod = static_cast<int32_t>(cfg.vocab_size) - 1;
+  std::vector<int32_t> starts(B * T), positions(B * T);
   const uint64_t sample_base = 40;
+  MicroBatch mb{tokens.data(), targets.data(), sample_base};
+  if (tc.documents) {
+    // Sample 0: documents [0, 3) [3, 4) [4, 8); sample 1: [0, 1) [1, 7) [7, 8).
+    for (auto& t : tokens)
+      if (t == eod) t = 0;  // end-of-document tokens only where placed
+    for (int t : {2, 3, T + 0, T + 6}) tokens[t] = eod;
+    for (int b = 0; b < B; ++b) document_starts(tokens.data() + b * T, T, eod, starts.data() + b * T);
+    for (int n = 0; n < B * T; ++n) positions[n] = n % T - starts[n];
+    mb.positions = positions.data();
+    mb.document_starts = starts.data();
+  }
   model.params().zero_grads();
-  model.forward(0, MicroBatch{tokens.data(), targets.data(), sample_base}, true, 1.0f / (B * T));
+  model.forward(0, mb, true, 1.0f / (B * T));
   model.backward(0);
   const LossStats st = model.loss_stats();
   ASSERT_EQ(st.tokens, B * T);
 
   ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, T, B, static_cast<int>(cfg.vocab_size),
                     cfg.hidden_dropout, cfg.attention_dropout, 77, sample_base};
+  if (tc.documents) {
+    rc.eod = eod;
+    rc.reset_position_ids = rc.reset_attention_mask = true;
+  }
   ref::Params P;
   for (const LocalParam& p : model.params().list()) {
     std::vector<float> h = test::to_host(*be, model.params().param(p));
@@ -86,8 +109,12 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
 }
 
 INSTANTIATE_TEST_SUITE_P(Dropout, Gpt2GradientTest,
-                         ::testing::Values(Case{0.0f, 0.0f}, Case{0.1f, 0.1f}),
-                         [](const auto& info) { return info.param.hidden_dropout > 0 ? "with_dropout" : "no_dropout"; });
+                         ::testing::Values(Case{0.0f, 0.0f}, Case{0.1f, 0.1f}, Case{0.0f, 0.0f, true},
+                                           Case{0.1f, 0.1f, true}),
+                         [](const auto& info) {
+                           return std::string(info.param.hidden_dropout > 0 ? "with_dropout" : "no_dropout") +
+                                  (info.param.documents ? "_documents" : "");
+                         });
 
 }  // namespace
 }  // namespace trident

@@ -700,15 +700,21 @@ TEST(Options, DataArgsFilesAreTheirWords) {
   for (const std::string& f : {words, json, missing, config}) std::filesystem::remove(f);
 }
 
-// --eod-mask-loss needs documents (the tokenizer's end-of-document id comes with the data).
-TEST(Options, EodMaskLossNeedsData) {
+// --eod-mask-loss, --reset-position-ids and --reset-attention-mask need documents (the
+// tokenizer's end-of-document id comes with the data).
+TEST(Options, DocumentFlagsNeedData) {
   EXPECT_FALSE(parse({}).eod_mask_loss);
-  EXPECT_TRUE(parse({"--eod-mask-loss", "--data-path", "A", "--vocab-file", "v.json", "--merge-file", "m.txt"})
-                  .eod_mask_loss);
-  EXPECT_EQ(must_fail({"--eod-mask-loss"}),
-            "--eod-mask-loss masks the loss after the end-of-document tokens of --data-path (its tokenizer's "
-            "<|endoftext|>); synthetic data has no documents");
-  EXPECT_EQ(must_fail({"--eod-mask-loss", "--mock-data"}), must_fail({"--eod-mask-loss"}));
+  EXPECT_FALSE(parse({}).reset_position_ids);
+  EXPECT_FALSE(parse({}).reset_attention_mask);
+  const TrainOptions o = parse({"--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--data-path",
+                                "A", "--vocab-file", "v.json", "--merge-file", "m.txt"});
+  EXPECT_TRUE(o.eod_mask_loss && o.reset_position_ids && o.reset_attention_mask);
+  for (const std::string flag : {"eod-mask-loss", "reset-position-ids", "reset-attention-mask"}) {
+    EXPECT_EQ(must_fail({"--" + flag}), "--" + flag +
+                                            " works on the documents of --data-path (ended by its tokenizer's "
+                                            "<|endoftext|>); synthetic data has no documents");
+    EXPECT_EQ(must_fail({"--" + flag, "--mock-data"}), must_fail({"--" + flag}));
+  }
 }
 
 // Megatron flags that scripts pass: --exit-signal-handler (trident always saves on SIGTERM
