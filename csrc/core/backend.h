@@ -29,8 +29,9 @@ namespace trident {
 // parallelism), so dropout masks index heads globally.
 // `document_starts` (I32 [B*T] on the backend's device, or empty) restricts each query to
 // its own document (Megatron's --reset-attention-mask): query i of sample b sees the keys j
-// with document_starts[b*T + i] <= j <= i. Its values are at most their position i and do
-// not decrease along a sample (documents are contiguous runs of positions).
+// with document_starts[b*T + i] <= j <= i. Documents are contiguous runs of positions: each
+// value is its own position (a document starts) or its predecessor's value. The CPU backend
+// checks this; the CUDA kernels trust it (data/documents.h makes such starts).
 struct AttentionShape {
   int B = 0, T = 0, H = 0, D = 0;
   int head_offset = 0;

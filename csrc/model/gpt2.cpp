@@ -293,6 +293,11 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
   const int n = static_cast<int>(s.layers.size());
   if (layout_.first_stage) {
     be_.copy_from_host(s.tokens, mb.tokens);
+    if (layout_.reset_position_ids) {  // every TP rank: the backward scatters wpe's gradient by them
+      TRIDENT_CHECK(mb.positions != nullptr, "Gpt2Model::forward: the layout resets position ids, the "
+                                             "micro-batch has none");
+      be_.copy_from_host(s.positions, mb.positions);
+    }
     if (params_needed_) params_needed_(kParamsBeforeLayers);
     const ParamStore& P = *params_;
     // Vocab-parallel lookup; rank 0 adds positions so the all-reduce adds them once.
@@ -303,14 +308,9 @@ void Gpt2Model::forward(int slot, const MicroBatch& mb, bool training, float gra
     const bool reset_positions = layout_.reset_position_ids;
     be_.embedding_forward(s.tokens, P.param("wte"), vocab_start_,
                           add_positions && !reset_positions ? P.param("wpe") : no_wpe, T_, scratch_->proj);
-    if (reset_positions) {
-      TRIDENT_CHECK(mb.positions != nullptr, "Gpt2Model::forward: the layout resets position ids, the "
-                                             "micro-batch has none");
-      be_.copy_from_host(s.positions, mb.positions);
-      if (add_positions) {
-        be_.embedding_forward(s.positions, P.param("wpe"), 0, no_wpe, T_, scratch_->position_rows);
-        be_.accumulate(scratch_->proj, scratch_->position_rows);
-      }
+    if (reset_positions && add_positions) {
+      be_.embedding_forward(s.positions, P.param("wpe"), 0, no_wpe, T_, scratch_->position_rows);
+      be_.accumulate(scratch_->proj, scratch_->position_rows);
     }
     sum_to_rows(scratch_->proj, scratch_->proj_rows);
     const DropoutKey key = dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training);

@@ -39,11 +39,12 @@ Layout check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor&
     check_cpu(op, docs);
     CPU_CHECK(op, docs.dtype == DType::I32 && docs.numel() == B * T, "document_starts must be int32 [B*T]=", B * T,
               ", got ", dtype_name(docs.dtype), " ", docs.shape.str());
+    // Contiguous documents: each position starts a new one or continues its predecessor's.
     const int32_t* f = docs.ptr<const int32_t>();
     for (int64_t n = 0; n < B * T; ++n) {
       const int64_t t = n % T;
-      CPU_CHECK(op, f[n] >= 0 && f[n] <= t && (t == 0 || f[n] >= f[n - 1]), "document_starts[", n, "] = ", f[n],
-                " at position ", t, ": starts must lie in [0, position] and not decrease along a sample");
+      CPU_CHECK(op, f[n] == t || (t > 0 && f[n] == f[n - 1]), "document_starts[", n, "] = ", f[n], " at position ",
+                t, ": a position starts its document (", t, ") or continues its predecessor's");
     }
   }
   return Layout{B, T, H, D};

@@ -1861,17 +1861,25 @@ __global__ void __launch_bounds__(kThreads) attn_delta_vec_kernel(const AttnPara
   if (gl == 0 && w < rows) p.delta[w] = s;
 }
 
-// p.doc_end from p.doc: one thread a sample walks it from the end (T steps, once a backward).
+// p.doc_end from p.doc, a thread a position: the end of position t's document is the first
+// later position whose document starts after t (starts do not decrease: a binary search of
+// log2 T loads), or T.
 __global__ void __launch_bounds__(kThreads) attn_doc_ends_kernel(const AttnParams p) {
-  const int b = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  if (b >= p.B) return;
-  const int32_t* start = p.doc + static_cast<int64_t>(b) * p.T;
-  int32_t* end = p.doc_end + static_cast<int64_t>(b) * p.T;
-  int32_t e = p.T;
-  for (int t = p.T - 1; t >= 0; --t) {
-    end[t] = e;
-    if (start[t] == t) e = t;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (n >= static_cast<int64_t>(p.B) * p.T) return;
+  const int64_t b = n / p.T;
+  const int t = static_cast<int>(n - b * p.T);
+  const int32_t* start = p.doc + b * p.T;
+  int lo = t + 1, hi = p.T;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (start[mid] > t) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
   }
+  p.doc_end[n] = lo;
 }
 
 // The backward's document ends (the tensor-core dK/dV kernels' mask_key_tile reads them):
@@ -1879,7 +1887,8 @@ __global__ void __launch_bounds__(kThreads) attn_doc_ends_kernel(const AttnParam
 // and the CPU emulator's test.
 template <typename Launch>
 void plan_document_ends(const AttnParams& p, Launch&& launch) {
-  if (p.doc != nullptr) launch(attn_doc_ends_kernel, static_cast<unsigned>((p.B + kThreads - 1) / kThreads), 1u, 0);
+  const int64_t n = static_cast<int64_t>(p.B) * p.T;
+  if (p.doc != nullptr) launch(attn_doc_ends_kernel, static_cast<unsigned>((n + kThreads - 1) / kThreads), 1u, 0);
 }
 
 // The delta pass: launch(kernel, grid_x, 1, 0) once, the vector kernel when `vectors` (the

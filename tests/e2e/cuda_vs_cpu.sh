@@ -2,7 +2,8 @@
 # trident-train on the GPU against trident-train on the CPU, end to end: 20 iterations of
 # gpt2-tiny (dropout 0.1), per-iteration "lm loss" and "grad norm" of the CUDA run compared
 # with those of the one-process CPU run, in fp32 (--no-tf32) and in bf16.
-#   single: one process, --device cuda against --device cpu.
+#   single: one process, --device cuda against --device cpu; on the demo corpus also bf16
+#           with --reset-position-ids --reset-attention-mask (documents).
 #   np2:    mpirun -np 2 --oversubscribe, --comm mpi (MpiComm staging device buffers), both
 #           ranks on the one GPU, at --tensor-model-parallel-size 2 and at data-parallel 2,
 #           each against the one-process CPU run (invariant 2: layout independence), and
@@ -124,6 +125,12 @@ run "$tmp/cpu-bf16.log" cpu --bf16 || { echo "FAIL: no CPU reference"; exit 1; }
 if [[ $mode == single ]]; then
   run "$tmp/gpu-fp32.log" "$gpu" --no-tf32 && compare "$tmp/cpu-fp32.log" "$tmp/gpu-fp32.log" 1e-4 1e-3 "$gpu fp32 (no TF32)"
   run "$tmp/gpu-bf16.log" "$gpu" --bf16 && compare "$tmp/cpu-bf16.log" "$tmp/gpu-bf16.log" 1e-3 1e-2 "$gpu bf16"
+  # Megatron's documents (the demo corpus has them): restarted positions, attention per document.
+  if ((${#data_args[@]})); then
+    docs=(--bf16 --reset-position-ids --reset-attention-mask)
+    run "$tmp/cpu-docs.log" cpu "${docs[@]}" && run "$tmp/gpu-docs.log" "$gpu" "${docs[@]}" &&
+      compare "$tmp/cpu-docs.log" "$tmp/gpu-docs.log" 1e-3 1e-2 "$gpu bf16 --reset-position-ids --reset-attention-mask"
+  fi
 else
   mpi2 "$tmp/tp2-fp32.log" "$gpu" --no-tf32 --tensor-model-parallel-size 2 &&
     compare "$tmp/cpu-fp32.log" "$tmp/tp2-fp32.log" 1e-4 1e-3 "$gpu fp32 (no TF32), tp2 (2 ranks, --comm mpi)"

@@ -138,13 +138,16 @@ TEST(AttentionDocuments, EachDocumentIsItsOwnSequence) {
   EXPECT_EQ(documents, 5);
 }
 
-// Document starts past their position, or going back along a sample, are refused.
+// Starts that are not contiguous documents are refused: past their position, going back
+// along a sample, or a window that slides.
 TEST(AttentionDocuments, BadStartsAreRefused) {
   auto be = make_cpu_backend();
   const int64_t n = int64_t{kB} * kT * 3 * kH * kD, no = int64_t{kB} * kT * kH * kD;
   Buffer QKV = upload(*be, randn(n, 9), Shape{n}, DType::F32);
   Buffer out = be->empty(Shape{no}, DType::F32), lse = be->empty(Shape{kB * kH * kT}, DType::F32);
-  for (int bad : {1, 9}) {  // position 1 of sample 0 starting at 2 (after it); sample 1 going back to 0
+  // 1: sample 0's position 1 starting at 2; 9: sample 1's position 2 going back to 0; 8: sample
+  // 1's position 1 at 0, which leaves position 2 (start 1) neither a start nor a continuation.
+  for (int bad : {1, 9, 8}) {
     std::vector<int32_t> starts = kDocStarts;
     starts[bad] = bad == 1 ? 2 : 0;
     Buffer docs = upload_i32(*be, starts, Shape{kB * kT});

@@ -18,7 +18,9 @@ namespace {
 
 struct Case {
   float hidden_dropout, attention_dropout;
-  bool documents = false;  // end-of-document tokens in the samples, positions and attention reset
+  // End-of-document tokens in the samples, with positions and/or attention reset.
+  bool reset_positions = false, reset_attention = false;
+  bool documents() const { return reset_positions || reset_attention; }
 };
 
 class Gpt2GradientTest : public ::testing::TestWithParam<Case> {};
@@ -34,7 +36,8 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   const int B = 2, T = cfg.seq_length;
   auto be = make_cpu_backend();
   StageLayout layout;
-  layout.reset_position_ids = layout.reset_attention_mask = tc.documents;
+  layout.reset_position_ids = tc.reset_positions;
+  layout.reset_attention_mask = tc.reset_attention;
   Gpt2Model model(cfg, *be, layout, B);
   model.set_dropout_seed(77);
   model.params().init(1234);
@@ -47,15 +50,15 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   std::vector<int32_t> starts(B * T), positions(B * T);
   const uint64_t sample_base = 40;
   MicroBatch mb{tokens.data(), targets.data(), sample_base};
-  if (tc.documents) {
+  if (tc.documents()) {
     // Sample 0: documents [0, 3) [3, 4) [4, 8); sample 1: [0, 1) [1, 7) [7, 8).
     for (auto& t : tokens)
       if (t == eod) t = 0;  // end-of-document tokens only where placed
     for (int t : {2, 3, T + 0, T + 6}) tokens[t] = eod;
     for (int b = 0; b < B; ++b) document_starts(tokens.data() + b * T, T, eod, starts.data() + b * T);
     for (int n = 0; n < B * T; ++n) positions[n] = n % T - starts[n];
-    mb.positions = positions.data();
-    mb.document_starts = starts.data();
+    if (tc.reset_positions) mb.positions = positions.data();
+    if (tc.reset_attention) mb.document_starts = starts.data();
   }
   model.params().zero_grads();
   model.forward(0, mb, true, 1.0f / (B * T));
@@ -65,10 +68,9 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
 
   ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, T, B, static_cast<int>(cfg.vocab_size),
                     cfg.hidden_dropout, cfg.attention_dropout, 77, sample_base};
-  if (tc.documents) {
-    rc.eod = eod;
-    rc.reset_position_ids = rc.reset_attention_mask = true;
-  }
+  rc.eod = eod;
+  rc.reset_position_ids = tc.reset_positions;
+  rc.reset_attention_mask = tc.reset_attention;
   ref::Params P;
   for (const LocalParam& p : model.params().list()) {
     std::vector<float> h = test::to_host(*be, model.params().param(p));
@@ -109,11 +111,13 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
 }
 
 INSTANTIATE_TEST_SUITE_P(Dropout, Gpt2GradientTest,
-                         ::testing::Values(Case{0.0f, 0.0f}, Case{0.1f, 0.1f}, Case{0.0f, 0.0f, true},
-                                           Case{0.1f, 0.1f, true}),
+                         ::testing::Values(Case{0.0f, 0.0f}, Case{0.1f, 0.1f}, Case{0.0f, 0.0f, true, true},
+                                           Case{0.1f, 0.1f, true, true}, Case{0.1f, 0.1f, true, false},
+                                           Case{0.1f, 0.1f, false, true}),
                          [](const auto& info) {
-                           return std::string(info.param.hidden_dropout > 0 ? "with_dropout" : "no_dropout") +
-                                  (info.param.documents ? "_documents" : "");
+                           const Case& c = info.param;
+                           return std::string(c.hidden_dropout > 0 ? "with_dropout" : "no_dropout") +
+                                  (c.reset_positions ? "_positions" : "") + (c.reset_attention ? "_attention" : "");
                          });
 
 }  // namespace
