@@ -22,7 +22,7 @@
 // the keys of its own document only. The forward and dQ tiles hide the keys before the row's
 // document (mask_row_tile), the dK/dV tiles the queries past the key's document, from the
 // documents' ends (p.doc_end, derived once a backward: mask_key_tile). Tiles are skipped only
-// where causal attention skips them, so documents cost the time of one sequence.
+// where causal attention skips them: short documents save no time.
 //
 // The forward's online softmax moves a row's reference maximum only when a score passes it
 // by more than kMaxSlack, so that most key tiles skip rescaling the output (exact: the output
@@ -80,7 +80,7 @@ struct AttnParams {
   float* delta = nullptr;      // [B, H, T] scratch: rowsum(dO * O)
   float* dq_acc = nullptr;     // [B, H, T, D] f32 scratch of the atomic-dQ backward (else unused)
   const int32_t* doc = nullptr;  // [B, T] first key of each query's document, or null (AttentionShape)
-  int32_t* doc_end = nullptr;    // [B, T] backward scratch with doc: one past each key's document (plan_document_ends)
+  int32_t* doc_end = nullptr;    // [B, T] tensor-core backward scratch with doc: one past each key's document
   int B = 0, T = 0, H = 0, D = 0;
   int head_offset = 0;
   int64_t qkv_tok = 0;  // elements between consecutive tokens of qkv: 3 * H * D
@@ -656,8 +656,9 @@ __device__ __forceinline__ void mask_key_tile(const AttnParams& p, float (&st)[N
 // Masks hidden keys, moves the rows' reference maxima m when a score passes them by more
 // than kMaxSlack (rescaling the output o and the partial sums l), turns s into P (times the
 // dropout factors of keep, attn_keep_rows' bits) and adds P's row sums to l. The caller
-// turns s into the A operand of P V. b: the sample (its documents' first keys). Shared by the mma.sync and the wgmma kernels: a warp's accumulator fragments have the
-// same layout in both.
+// turns s into the A operand of P V. b: the sample (its documents' first keys). Shared by
+// the mma.sync and the wgmma kernels: a warp's accumulator fragments have the same layout in
+// both.
 template <typename T, int NT, int DP>
 __device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)[NT][4], float (&o)[DP / 8][4],
                                                  float (&m)[2], float (&l)[2], int wrow, int k0, int lane,
@@ -1774,7 +1775,8 @@ __device__ __forceinline__ void store_row(T* row, const float (&x)[kSimtDims], f
 
 // The first key query i of sample b sees: its document's start, 0 without documents.
 __device__ __forceinline__ int simt_first_key(const AttnParams& p, int b, int i) {
-  return p.doc != nullptr ? p.doc[static_cast<int64_t>(b) * p.T + i] : 0;
+  const int32_t* doc = sample_docs(p, b);
+  return doc != nullptr ? doc[i] : 0;
 }
 
 // Forward: warp w handles row i of head (b, h); online softmax over keys first..i.
@@ -1883,12 +1885,12 @@ __global__ void __launch_bounds__(kThreads) attn_doc_ends_kernel(const AttnParam
 }
 
 // The backward's document ends (the tensor-core dK/dV kernels' mask_key_tile reads them):
-// launch(kernel, grid_x, 1, 0) once when there are documents. Shared by the host launcher
-// and the CPU emulator's test.
+// launch(kernel, grid_x, 1, 0) once when they have a buffer (documents, tensor-core path).
+// Shared by the host launcher and the CPU emulator's test.
 template <typename Launch>
 void plan_document_ends(const AttnParams& p, Launch&& launch) {
   const int64_t n = static_cast<int64_t>(p.B) * p.T;
-  if (p.doc != nullptr) launch(attn_doc_ends_kernel, static_cast<unsigned>((n + kThreads - 1) / kThreads), 1u, 0);
+  if (p.doc_end != nullptr) launch(attn_doc_ends_kernel, static_cast<unsigned>((n + kThreads - 1) / kThreads), 1u, 0);
 }
 
 // The delta pass: launch(kernel, grid_x, 1, 0) once, the vector kernel when `vectors` (the
@@ -2488,12 +2490,14 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
   TRIDENT_CHECK(dqkv.data != qkv.data, op, ": dqkv must not alias qkv");
   Scratch delta(scratch, static_cast<size_t>(lse.numel()) * sizeof(float));
   AttnParams& p = c.p;
-  std::optional<Scratch> doc_end;  // the documents' ends (B*T int32), only with documents
-  if (p.doc != nullptr) p.doc_end = doc_end.emplace(scratch, static_cast<size_t>(s.B) * s.T * sizeof(int32_t)).as<int32_t>();
   p.dout = dout.data;
   p.dqkv = dqkv.data;
   p.delta = delta.as<float>();
   c.mma = c.mma && aligned16(dout.data) && aligned16(dqkv.data);
+  // The documents' ends (B*T int32) for the tensor-core dK/dV kernels (the CUDA-core one reads the starts).
+  std::optional<Scratch> doc_end;
+  if (p.doc != nullptr && c.mma)
+    p.doc_end = doc_end.emplace(scratch, static_cast<size_t>(s.B) * s.T * sizeof(int32_t)).as<int32_t>();
   // As the forward: the tile settings only where the tensor-core kernels run (the SIMT path
   // on any GPU ignores them).
   const AttnTiles tiles = c.mma ? tiles_from_env(s.D) : AttnTiles{};
