@@ -13,6 +13,7 @@
 #include "tools/bench_kernels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -680,6 +681,31 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
               be.attention_backward(dout, qkv, out, lse, dqkv, s, drop);
             },
             10);
+      // Megatron's --reset-attention-mask: documents of 200 tokens (boundaries inside tiles).
+      // The work counted is what the documents see (each a causal sequence of its own), so
+      // the figure is comparable with the causal rows when the kernels skip other
+      // documents' tiles, and a fraction of it when they do not.
+      {
+        constexpr int kDocument = 200;
+        std::vector<int32_t> starts(static_cast<size_t>(s.B) * s.T);
+        for (size_t n = 0; n < starts.size(); ++n) starts[n] = static_cast<int>(n % s.T) / kDocument * kDocument;
+        double pairs = 0;  // sum of L^2 / 2 over a sample's documents, as the causal rows count T^2 / 2
+        for (int first = 0; first < s.T; first += kDocument) {
+          const double length = std::min(kDocument, s.T - first);
+          pairs += 0.5 * length * length;
+        }
+        Buffer starts_dev = be.empty(Shape{s.B * s.T}, DType::I32);
+        be.copy_from_host(starts_dev, starts.data());
+        AttentionShape d = s;
+        d.document_starts = starts_dev.t();
+        const double doc_fwd = 4.0 * s.B * s.H * s.D * pairs;
+        b.add("attn fwd+bwd, documents of " + std::to_string(kDocument), shp, 3.5 * doc_fwd, true,
+              [&] {
+                be.attention_forward(qkv, out, lse, d, nodrop);
+                be.attention_backward(dout, qkv, out, lse, dqkv, d, nodrop);
+              },
+              10);
+      }
       // FlashAttention-2's published curves keep B * T at 16K tokens and vary T: the same
       // tokens as 4x longer sequences (4x the work; more of it in full, unmasked tiles), and
       // at head dim 64 as 16x (T 16384, the curves' longest point).

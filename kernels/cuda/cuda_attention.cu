@@ -21,8 +21,9 @@
 // Documents (AttentionShape::document_starts, Megatron's --reset-attention-mask): a query sees
 // the keys of its own document only. The forward and dQ tiles hide the keys before the row's
 // document (mask_row_tile), the dK/dV tiles the queries past the key's document, from the
-// documents' ends (p.doc_end, derived once a backward: mask_key_tile). Tiles are skipped only
-// where causal attention skips them: short documents save no time.
+// documents' ends (p.doc_end, derived once a backward: mask_key_tile). Tiles wholly in other
+// documents are skipped (first_key_tile, query_tiles_end): a block's work is that of its
+// documents, so short documents cost less than one causal sequence.
 //
 // The forward's online softmax moves a row's reference maximum only when a score passes it
 // by more than kMaxSlack, so that most key tiles skip rescaling the output (exact: the output
@@ -587,6 +588,21 @@ __device__ __forceinline__ const int32_t* sample_docs(const AttnParams& p, int b
   return p.doc != nullptr ? p.doc + static_cast<int64_t>(b) * p.T : nullptr;
 }
 
+// Whole tiles of other documents are skipped, FlashAttention's varlen way: a block of rows
+// from q0 on starts at the key tile (BK keys) of row q0's document start, as no later row of
+// a sample sees an earlier key (starts do not decrease along it); without documents, tile 0.
+__device__ __forceinline__ int first_key_tile(const AttnParams& p, int b, int q0, int BK) {
+  const int32_t* doc = sample_docs(p, b);
+  return doc != nullptr ? doc[min(q0, p.T - 1)] / BK : 0;
+}
+// ... and a block of keys up to last_key ends at the query tile (BQ queries) holding the end
+// of last_key's document (ends do not decrease along the keys; p.doc_end is set with
+// documents wherever the tensor-core dK/dV kernels run); without documents, past T.
+__device__ __forceinline__ int query_tiles_end(const AttnParams& p, int b, int last_key, int BQ) {
+  const int end = p.doc_end != nullptr ? p.doc_end[static_cast<int64_t>(b) * p.T + min(last_key, p.T - 1)] : p.T;
+  return (end + BQ - 1) / BQ;
+}
+
 // Hides the keys a warp's 16 query rows [wrow, wrow + 16) of sample b do not see in s, their
 // raw scores against keys [k0, k0 + 8 NT) in the C layout of m16n8 tiles: keys past the row
 // (causal), past T, and with documents before the row's document (its first key `first`:
@@ -775,14 +791,17 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int last_wrow = q0 + (WM - 1) * 64 + warp * 16;  // the warp's last row tile
-  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK, kb_first = first_key_tile(p, b, q0, BK);
   const uint64_t sample = hv.sample, hg = hv.hg;
 
-  load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
-  load_tile<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
-  if constexpr (NB == 1) cp_async_commit();  // NB = 1 waits for K before V
-  load_tile<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
-  cp_async_commit();
+  {  // the first key tile into its buffer (NB = 2: the tile's parity)
+    const int first = NB == 2 ? (kb_first & 1) * BK * LDS : 0;
+    load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
+    load_tile<T, BK, DP>(sK0 + first, gK, p.qkv_tok, kb_first * BK, T_, D);
+    if constexpr (NB == 1) cp_async_commit();  // NB = 1 waits for K before V
+    load_tile<T, BK, DP>(sV0 + first, gV, p.qkv_tok, kb_first * BK, T_, D);
+    cp_async_commit();
+  }
 
   float o[WM][DP / 8][4];
   float m[WM][2], l[WM][2];  // per row tile, rows g and g + 8: exp2-domain max, partial sums
@@ -793,7 +812,7 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
     l[mt][0] = l[mt][1] = 0.f;
   }
 
-  for (int kb = 0; kb < nkb; ++kb) {
+  for (int kb = kb_first; kb < nkb; ++kb) {
     const int k0 = kb * BK;
     const int buf = NB == 2 ? kb & 1 : 0;
     T* sK = sK0 + buf * BK * LDS;
@@ -956,21 +975,24 @@ __global__ void __launch_bounds__(kThreads * WG, wgmma_fwd_min_blocks<DP, BK, WG
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int q0 = block_q0 + wg * BQ;
   const int wrow = q0 + warp * 16;
-  const int nkb = (min(block_q0 + BQ * WG, T_) + BK - 1) / BK;
+  const int nkb = (min(block_q0 + BQ * WG, T_) + BK - 1) / BK, kb_first = first_key_tile(p, b, block_q0, BK);
   const uint64_t sample = hv.sample, hg = hv.hg;
   const int tid = static_cast<int>(threadIdx.x);
   sQ += wg * BQ * DP;
 
   load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D, tid & (kThreads - 1));
-  load_tile_sw128<T, BK, DP, kBlockThreads>(sK0, gK, p.qkv_tok, 0, T_, D, tid);
-  load_tile_sw128<T, BK, DP, kBlockThreads>(sV0, gV, p.qkv_tok, 0, T_, D, tid);
+  {  // the first key tile into the buffer of its parity
+    const int first = (kb_first & 1) * BK * DP;
+    load_tile_sw128<T, BK, DP, kBlockThreads>(sK0 + first, gK, p.qkv_tok, kb_first * BK, T_, D, tid);
+    load_tile_sw128<T, BK, DP, kBlockThreads>(sV0 + first, gV, p.qkv_tok, kb_first * BK, T_, D, tid);
+  }
   cp_async_commit();
 
   float o[DP / 8][4];
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   zero_frags(o);
 
-  for (int kb = 0; kb < nkb; ++kb) {
+  for (int kb = kb_first; kb < nkb; ++kb) {
     const int k0 = kb * BK, buf = kb & 1;
     const T* sK = sK0 + buf * BK * DP;
     const T* sV = sV0 + buf * BK * DP;
@@ -1097,19 +1119,19 @@ __global__ void __launch_bounds__(kThreads, dq_mma_min_blocks<DP>()) attn_bwd_dq
   const T *gQ = hv.q, *gK = hv.k, *gV = hv.v, *gdO = hv.dout;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int wrow = q0 + warp * 16;
-  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK;
+  const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK, kb_first = first_key_tile(p, b, q0, BK);
   const DqRows rows = dq_rows(p, hv, wrow, lane);
 
   load_tile<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D);
   load_tile<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D);
-  load_tile<T, BK, DP>(sK0, gK, p.qkv_tok, 0, T_, D);
-  load_tile<T, BK, DP>(sV0, gV, p.qkv_tok, 0, T_, D);
+  load_tile<T, BK, DP>(kb_first & 1 ? sK1 : sK0, gK, p.qkv_tok, kb_first * BK, T_, D);  // the buffer of its parity
+  load_tile<T, BK, DP>(kb_first & 1 ? sV1 : sV0, gV, p.qkv_tok, kb_first * BK, T_, D);
   cp_async_commit();
 
   float dq[DP / 8][4];
   zero_frags(dq);
 
-  for (int kb = 0; kb < nkb; ++kb) {
+  for (int kb = kb_first; kb < nkb; ++kb) {
     const int k0 = kb * BK;
     const bool odd = kb & 1;
     if (kb + 1 < nkb) {  // the other buffer was released by the barrier ending the last tile
@@ -1340,7 +1362,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
     }
   };
 
-  const int qt_first = k0 / BQ, nqt = (T_ + BQ - 1) / BQ;
+  const int qt_first = k0 / BQ, nqt = query_tiles_end(p, b, k0 + BKV - 1, BQ);
   if constexpr (NB == 2) {
     float l, d;
     load_query_tile(qt_first, 0, l, d);
@@ -1454,7 +1476,7 @@ __global__ void __launch_bounds__(kThreads * WG, 1) attn_bwd_dq_wgmma_kernel(con
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   const int q0 = block_q0 + wg * BQ;
   const int wrow = q0 + warp * 16;
-  const int nkb = (min(block_q0 + BQ * WG, T_) + BK - 1) / BK;
+  const int nkb = (min(block_q0 + BQ * WG, T_) + BK - 1) / BK, kb_first = first_key_tile(p, b, block_q0, BK);
   const DqRows rows = dq_rows(p, hv, wrow, lane);
   const int tid = static_cast<int>(threadIdx.x), wtid = tid & (kThreads - 1);
   sQ += wg * BQ * DP;
@@ -1462,14 +1484,17 @@ __global__ void __launch_bounds__(kThreads * WG, 1) attn_bwd_dq_wgmma_kernel(con
 
   load_tile_sw128<T, BQ, DP>(sQ, gQ, p.qkv_tok, q0, T_, D, wtid);
   load_tile_sw128<T, BQ, DP>(sO, gdO, p.out_tok, q0, T_, D, wtid);
-  load_tile_sw128<T, BK, DP, kBlockThreads>(sK0, gK, p.qkv_tok, 0, T_, D, tid);
-  load_tile_sw128<T, BK, DP, kBlockThreads>(sV0, gV, p.qkv_tok, 0, T_, D, tid);
+  {  // the first key tile into the buffer of its parity
+    const int first = (kb_first & 1) * BK * DP;
+    load_tile_sw128<T, BK, DP, kBlockThreads>(sK0 + first, gK, p.qkv_tok, kb_first * BK, T_, D, tid);
+    load_tile_sw128<T, BK, DP, kBlockThreads>(sV0 + first, gV, p.qkv_tok, kb_first * BK, T_, D, tid);
+  }
   cp_async_commit();
 
   float dq[DP / 8][4];
   zero_frags(dq);
 
-  for (int kb = 0; kb < nkb; ++kb) {
+  for (int kb = kb_first; kb < nkb; ++kb) {
     const int k0 = kb * BK, buf = kb & 1;
     const T* sK = sK0 + buf * BK * DP;
     const T* sV = sV0 + buf * BK * DP;
@@ -1650,7 +1675,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
 
   // The block's first query tile is its first warpgroup's diagonal one (with WG 2 the second
   // warpgroup's keys hide all of that tile's queries: its P and dS are zero there).
-  const int qt_first = kb.k0 / BQ, nqt = (T_ + BQ - 1) / BQ;
+  const int qt_first = kb.k0 / BQ, nqt = query_tiles_end(p, b, kb.k0 + BKV * WG - 1, BQ);
   const int wtid = static_cast<int>(threadIdx.x) & (kThreads - 1);
   load_tile_sw128<T, BKV, DP>(sK, gK, p.qkv_tok, k0, T_, D, wtid);
   load_tile_sw128<T, BKV, DP>(sV, gV, p.qkv_tok, k0, T_, D, wtid);

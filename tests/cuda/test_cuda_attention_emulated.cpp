@@ -499,12 +499,39 @@ struct Case {
   float p;
   float sharp = 0.f;  // > 0: large, growing scores (sharp_input_factor)
   float eod = 0.f;    // > 0: random documents (random_document_starts), AttnParams::doc
+  // > 0: two documents, [0, split) and [split, T), and one of them (`poison`, 0 or 1) all
+  // NaN (its Q, K, V and dO): the kernels must skip the tiles wholly in the other document
+  // (a skipped tile's NaN would reach the results through P V, dS or dP even where P is 0).
+  // Only the clean document's results are checked. A split that is a multiple of every
+  // tile (128) leaves no tile with keys or queries of both documents.
+  int split = 0, poison = 0;
 };
 
+// The first key of every query of c: random documents or c.split's two (empty: causal).
+std::vector<int32_t> case_document_starts(const Case& c, uint64_t seed) {
+  if (c.split <= 0) return random_document_starts(c.B, c.T, c.eod, seed);
+  std::vector<int32_t> first(static_cast<size_t>(c.B) * c.T);
+  for (size_t n = 0; n < first.size(); ++n) first[n] = static_cast<int>(n % c.T) < c.split ? 0 : c.split;
+  return first;
+}
+
+// The elements of `got` and `ref` whose position (element / per_position % T) passes `keep`.
+template <class Keep>
+void keep_positions(std::vector<float>& got, std::vector<double>& ref, size_t per_position, int T, Keep keep) {
+  size_t n = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!keep(static_cast<int>(i / per_position % T))) continue;
+    got[n] = got[i];
+    ref[n++] = ref[i];
+  }
+  got.resize(n);
+  ref.resize(n);
+}
+
 std::string describe(const Case& c) {
-  char buf[128];
-  std::snprintf(buf, sizeof buf, "B=%d T=%d H=%d D=%d head_offset=%d p=%.2f sharp=%.1f eod=%.2f", c.B, c.T, c.H,
-                c.D, c.head_offset, c.p, c.sharp, c.eod);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "B=%d T=%d H=%d D=%d head_offset=%d p=%.2f sharp=%.1f eod=%.2f split=%d poison=%d",
+                c.B, c.T, c.H, c.D, c.head_offset, c.p, c.sharp, c.eod, c.split, c.poison);
   return buf;
 }
 
@@ -621,6 +648,13 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
     qkv_f[i] = to_f32(qkv[i] = from_f32<T>(v));
   }
   for (size_t i = 0; i < nout; ++i) dout_f[i] = to_f32(dout[i] = from_f32<T>(dist(rng)));
+  // c.split: the poisoned document's inputs are NaN (position t of element i: i / per_position % T).
+  auto poisoned = [&](int t) { return c.split > 0 && (t < c.split) == (c.poison == 0); };
+  const size_t qkv_tok = 3 * static_cast<size_t>(c.H) * c.D, out_tok = nout / (static_cast<size_t>(c.B) * c.T);
+  for (size_t i = 0; i < nqkv; ++i)
+    if (poisoned(static_cast<int>(i / qkv_tok % c.T))) qkv_f[i] = to_f32(qkv[i] = from_f32<T>(NAN));
+  for (size_t i = 0; i < nout; ++i)
+    if (poisoned(static_cast<int>(i / out_tok % c.T))) dout_f[i] = to_f32(dout[i] = from_f32<T>(NAN));
   DropoutKey drop;
   drop.p = c.p;
   drop.seed = 0x5EED1234ABCDull;
@@ -645,7 +679,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   p.scale_log2 = p.scale * kLog2e;
   set_attn_dropout(p, drop);
-  const std::vector<int32_t> docs = random_document_starts(c.B, c.T, c.eod, seed);
+  const std::vector<int32_t> docs = case_document_starts(c, seed);
   std::vector<int32_t> doc_end(docs.size(), -7);  // the backward's scratch (plan_document_ends fills it)
   p.doc = docs.empty() ? nullptr : docs.data();
   p.doc_end = docs.empty() ? nullptr : doc_end.data();
@@ -668,10 +702,16 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
     launch(attn_bwd_dq_simt_kernel<T>, rows, 1, 0, p);
   }
 
-  const Reference ref = reference(qkv_f, dout_f, c, drop, docs);
+  Reference ref = reference(qkv_f, dout_f, c, drop, docs);
   std::vector<float> out_f(nout), dqkv_f(nqkv);
   for (size_t i = 0; i < nout; ++i) out_f[i] = to_f32(out[i]);
   for (size_t i = 0; i < nqkv; ++i) dqkv_f[i] = to_f32(dqkv[i]);
+  if (c.split > 0) {  // the clean document's results only (lse: [B, H, T])
+    auto clean = [&](int t) { return !poisoned(t); };
+    keep_positions(out_f, ref.out, out_tok, c.T, clean);
+    keep_positions(lse, ref.lse, 1, c.T, clean);
+    keep_positions(dqkv_f, ref.dqkv, qkv_tok, c.T, clean);
+  }
   const bool f32 = std::is_same_v<T, float>, bf16 = std::is_same_v<T, __nv_bfloat16>;
   const double rtol = f32 ? 1e-4 : bf16 ? 1.6e-2 : 2e-3, frac = f32 ? 1e-5 : bf16 ? 1e-2 : 2e-3;
   expect_close("out", out_f, ref.out, rtol, frac, frac);
@@ -697,6 +737,11 @@ const std::vector<Case>& cases() {
       // Documents (--reset-attention-mask): boundaries inside tiles, several in a tile, long
       // documents across tiles; with dropout, with growing maxima, in the 32-dim bucket.
       {2, 150, 2, 64, 1, 0.1f, 0.f, 0.03f}, {1, 140, 1, 128, 0, 0.0f, 4.f, 0.05f}, {1, 90, 1, 32, 0, 0.2f, 0.f, 0.25f},
+      // Tiles of other documents skipped: the forward and dQ of the second document never
+      // read the first (poison 0), the dK/dV of the first never read the second (poison 1).
+      {1, 160, 2, 64, 1, 0.1f, 0.f, 0.f, 128, 0}, {1, 160, 1, 64, 0, 0.0f, 0.f, 0.f, 128, 1},
+      {1, 160, 1, 128, 0, 0.1f, 0.f, 0.f, 128, 0}, {1, 150, 1, 128, 0, 0.0f, 4.f, 0.f, 128, 1},
+      {2, 160, 1, 32, 0, 0.0f, 0.f, 0.f, 128, 0}, {1, 140, 1, 32, 0, 0.1f, 0.f, 0.f, 128, 1},
   };
   return v;
 }
@@ -708,6 +753,7 @@ const std::vector<Case>& small_cases() {
       {1, 37, 2, 64, 1, 0.0f}, {2, 37, 1, 64, 2, 0.5f}, {1, 45, 1, 8, 0, 0.0f},
       {1, 40, 1, 128, 1, 0.1f}, {1, 33, 1, 21, 3, 0.3f}, {2, 1, 1, 64, 0, 0.5f},
       {1, 50, 1, 64, 0, 0.2f, 0.f, 0.1f}, {2, 33, 1, 21, 1, 0.0f, 0.f, 0.2f},  // documents
+      {1, 30, 1, 64, 0, 0.2f, 0.f, 0.f, 17, 0}, {1, 30, 1, 21, 0, 0.0f, 0.f, 0.f, 17, 1},  // one NaN
   };
   return v;
 }
