@@ -61,8 +61,9 @@ CommWatchdog& job_watchdog() {
 }
 
 void set_collective_timeout(double minutes) {
-  // Past a year is no limit (and would overflow the nanoseconds).
-  g_timeout_ns = minutes > 0 && minutes < 525600 ? static_cast<int64_t>(minutes * 60e9) : 0;
+  // Past a year is no limit (and would overflow the nanoseconds); a positive limit below a
+  // nanosecond is one, not none (0 means no limit).
+  g_timeout_ns = minutes > 0 && minutes < 525600 ? std::max<int64_t>(1, static_cast<int64_t>(minutes * 60e9)) : 0;
 }
 
 std::chrono::nanoseconds collective_timeout() {

@@ -18,6 +18,8 @@
 #include <cstring>
 #include <iostream>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/backends.h"
@@ -98,6 +100,15 @@ int main(int argc, char** argv) {
     }
     trident::TrainOptions opt;
     if (!trident::parse_train_options(args, opt)) return 0;
+    // trident-bench runs training steps and nothing around them: what would read or write
+    // files is refused rather than ignored.
+    for (const auto& [flag, given] : {std::pair{"--save", !opt.save.empty()}, std::pair{"--load", !opt.load.empty()},
+                                      std::pair{"--save-canonical", !opt.save_canonical.empty()},
+                                      std::pair{"--tensorboard-dir", !opt.tensorboard_dir.empty()}})
+      if (given)
+        throw trident::ConfigError(std::string(flag) +
+                                   ": trident-bench only times training steps (no checkpoints or TensorBoard): "
+                                   "use trident-train");
     // Steps are counted in int, the warm-up added: 2^30 at most.
     if (opt.train_iters > (int64_t{1} << 30))
       throw trident::ConfigError("--train-iters (" + std::to_string(opt.train_iters) +

@@ -32,11 +32,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ckpt/atomic_file.h"
@@ -138,6 +140,22 @@ void check_output_file(const std::string& flag, const std::string& path) {
   }
 }
 
+// Two of these flags naming one file would have one output overwrite the other, or the
+// output the prompts it was read from: refused before anything runs.
+void check_distinct_files(const cxxopts::ParseResult& r, std::initializer_list<const char*> flags) {
+  std::vector<std::pair<const char*, fs::path>> seen;
+  for (const char* flag : flags) {
+    if (!r.count(flag)) continue;
+    std::error_code ec;
+    const fs::path path = fs::weakly_canonical(r[flag].as<std::string>(), ec);
+    for (const auto& [other, other_path] : seen)
+      if (!ec && path == other_path)
+        throw ConfigError("--" + std::string(other) + " and --" + flag + " name the same file " +
+                          r[flag].as<std::string>() + ": give each its own");
+    if (!ec) seen.emplace_back(flag, path);
+  }
+}
+
 void write_output_file(const std::string& flag, const std::string& path, const std::string& text) {
   try {
     write_file_atomic(path, text);
@@ -220,6 +238,7 @@ int generate_main(int argc, char** argv) {
         "--genfile holds unconditional samples (Megatron's format): with prompts use --sample-output-file");
   for (const char* flag : {"sample-output-file", "genfile"})
     if (r.count(flag)) check_output_file(flag, r[flag].as<std::string>());
+  check_distinct_files(r, {"sample-input-file", "sample-output-file", "genfile"});
   go.max_new_tokens = integer_flag(r, "out-seq-length", 1, kMaxCount);
   const std::string batch_flag = one_spelling(r, "batch-size", "micro-batch-size");
   const int batch = static_cast<int>(integer_flag(r, batch_flag, 1, 4096));

@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 
+#include "core/decimal.h"
 #include "core/error.h"
 
 namespace trident {
@@ -21,14 +22,15 @@ inline void check_one_iteration_flag(bool ckpt_step_given, bool iteration_given)
 }
 
 inline long long parse_integer_flag(const std::string& flag, const std::string& text, long long lo, long long hi) {
+  const std::string number = strip_surrounding_space(text);  // as Python's int()
   size_t used = 0;
   long long v = 0;
   try {
-    v = std::stoll(text, &used);
+    v = std::stoll(number, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size() || v < lo || v > hi)
+  if (used == 0 || used != number.size() || v < lo || v > hi)
     throw ConfigError("--" + flag + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
                       ", got \"" + text + "\"");
   return v;

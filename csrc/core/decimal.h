@@ -8,7 +8,17 @@
 
 namespace trident {
 
-inline std::optional<double> parse_decimal(const std::string& text) {
+// Python's int() and float() ignore whitespace around the number (" 5" and "5 "); C's
+// std::sto* skip only the leading kind. The text without it.
+inline std::string strip_surrounding_space(const std::string& text) {
+  constexpr const char* kSpace = " \t\n\v\f\r";
+  const size_t first = text.find_first_not_of(kSpace);
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(kSpace) - first + 1);
+}
+
+inline std::optional<double> parse_decimal(const std::string& raw) {
+  const std::string text = strip_surrounding_space(raw);
   if (text.empty() || text.find_first_of("xX") != std::string::npos) return std::nullopt;
   try {
     size_t used = 0;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <random>
 
+#include "core/decimal.h"
 #include "core/error.h"
 #include "core/mapped_files.h"
 #include "core/process_id.h"
@@ -26,12 +27,6 @@ namespace {
 // arrays change meaning.
 constexpr uint64_t kIndexMapVersion = 2;
 constexpr uint32_t kIndexMapArrayBytes[3] = {4, 8, 8};  // doc_idx, sample_idx, shuffle_idx
-
-std::string trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t");
-  if (a == std::string::npos) return "";
-  return s.substr(a, s.find_last_not_of(" \t") - a + 1);
-}
 
 // Where index caches go: --data-cache-path, else the folder of the (first) prefix, as Megatron.
 std::string index_cache_dir(const std::string& prefix, const std::string& cache_dir) {
@@ -79,7 +74,7 @@ std::array<uint64_t, 4> split_boundaries(const std::string& split, uint64_t n) {
     throw ConfigError("--split: expected up to three non-negative weights like 969,30,1, got \"" + split + "\"");
   };
   while (std::getline(ss, part, sep)) {
-    const std::string t = trim(part);
+    const std::string t = strip_surrounding_space(part);
     size_t used = 0;
     double v = 0;
     try {

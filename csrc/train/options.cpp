@@ -429,7 +429,7 @@ std::string without_digit_underscores(const std::string& text) {
 
 template <typename T>
 T convert(const std::string& flag, const std::string& raw) {
-  const std::string text = without_digit_underscores(raw);
+  const std::string text = without_digit_underscores(strip_surrounding_space(raw));
   try {
     size_t used = 0;
     T v;

@@ -495,7 +495,15 @@ void Trainer::check_profile_ranks() {
   }
   *out_ << "trident: --profile: the device profiler captures iterations " << opt_.profile_step_start + 1 << " to "
         << opt_.profile_step_end << " on rank" << (opt_.profile_rank_ids.size() > 1 ? "s " : " ") << ranks
-        << " (run under nsys profile --capture-range=cudaProfilerApi)" << std::endl;
+        << " (run under nsys profile --capture-range=cudaProfilerApi)";
+  // Megatron says nothing when the window lies past the run's end; a note saves a user the
+  // wait for a capture that never comes.
+  if (opt_.profile_step_start >= opt_.train_iters)
+    *out_ << "; the run ends after iteration " << opt_.train_iters << ": nothing will be captured";
+  else if (opt_.profile_step_end > opt_.train_iters)
+    *out_ << "; the run ends after iteration " << opt_.train_iters << ", before --profile-step-end: the capture "
+          << "ends with the process";
+  *out_ << std::endl;
 }
 
 // Megatron's --profile: the capture starts before the iteration that follows

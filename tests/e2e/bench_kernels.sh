@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
-# trident-bench --kernels-quick: exits 0 everywhere. Without a GPU (or without the CUDA
+# trident-bench refuses --save, --load and --tensorboard-dir (it writes and reads nothing), and
+# --kernels-quick exits 0 everywhere. Without a GPU (or without the CUDA
 # backend) it prints one "no GPU" line and measures nothing; with one it prints the kernel
 # table ending with the peaks it measured.
 #   tests/e2e/bench_kernels.sh <trident-bench>
 set -uo pipefail
 bench=$1
+# Flags whose effect lies outside the timed steps are refused, one line naming the flag,
+# exit 2, nothing written (with or without a GPU).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for flag in --save --load --tensorboard-dir; do
+  err=$("$bench" --device cpu --mock-data --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+    --max-position-embeddings 16 --micro-batch-size 1 --train-iters 1 "$flag" "$tmp/out" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 2 || $(wc -l <<<"$err") -ne 1 || $err != *"$flag: trident-bench only times training steps"* ||
+        -e $tmp/out ]]; then
+    echo "FAIL: trident-bench $flag: rc=$rc, stderr: $err"
+    exit 1
+  fi
+  echo "ok: $err"
+done
 out=$("$bench" --kernels-quick 2>&1)
 rc=$?
 echo "$out"

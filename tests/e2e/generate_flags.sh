@@ -75,6 +75,11 @@ expect_error "--load" --num-samples 2 --micro-batch-size 2 --recompute --num-lay
 expect_error "--genfile holds unconditional samples (Megatron's format): with prompts use --sample-output-file" \
   --prompt hi --genfile "$tmp/outdir/g.json"
 expect_error "--genfile: $tmp/no/dir/g.json: no directory $tmp/no/dir" --genfile "$tmp/no/dir/g.json"
+# Two outputs in one file, or an output over its prompts (also spelled differently).
+expect_error "--sample-output-file and --genfile name the same file $tmp/outdir/../outdir/s.json: give each its own" \
+  --num-samples 2 --sample-output-file "$tmp/outdir/s.json" --genfile "$tmp/outdir/../outdir/s.json"
+expect_error "--sample-input-file and --sample-output-file name the same file $tmp/prompts.txt: give each its own" \
+  --sample-input-file "$tmp/prompts.txt" --sample-output-file "$tmp/prompts.txt"
 expect_error "--num-layers: expected" --prompt hi --num-layers two
 # One process per tensor-parallel rank: a lone process with --tensor-model-parallel-size 4
 # is one line saying so (e2e_generate runs tp 2 under mpirun); no pipeline parallelism.

@@ -74,6 +74,8 @@ TEST(CollectiveTimeout, DefaultIsMegatronsTenMinutes) {
   EXPECT_EQ(collective_timeout().count(), 0);
   set_collective_timeout(1e12);  // past a year: no limit (nor an overflow)
   EXPECT_EQ(collective_timeout().count(), 0);
+  set_collective_timeout(1e-30);  // positive: the shortest limit, not none
+  EXPECT_EQ(collective_timeout().count(), 1);
   set_collective_timeout(10);
   {
     const CollectiveTimeoutSuspended io;

@@ -756,6 +756,13 @@ TEST(Options, MegatronScriptsRunUnchanged) {
   EXPECT_EQ(parse({"--lr", "6_0e-5"}).lr, 6e-4);
   EXPECT_EQ(must_fail({"--train-iters", "1__0"}), "--train-iters: cannot parse '1__0' as a number");
   EXPECT_EQ(must_fail({"--train-iters", "_10"}), "--train-iters: cannot parse '_10' as a number");
+  // Python's int() and float() ignore whitespace around the number, on either side.
+  EXPECT_EQ(parse({"--micro-batch-size", " 5"}).micro_batch_size, 5);
+  EXPECT_EQ(parse({"--micro-batch-size", "5 "}).micro_batch_size, 5);
+  EXPECT_EQ(parse({"--train-samples", "\t1_000\n"}).train_samples, 1000u);
+  EXPECT_EQ(parse({"--lr", " 1e-3 "}).lr, 1e-3);
+  EXPECT_EQ(must_fail({"--train-iters", "1 0"}), "--train-iters: cannot parse '1 0' as a number");
+  EXPECT_EQ(must_fail({"--train-iters", " "}), "--train-iters: cannot parse ' ' as a number");
   EXPECT_EQ(error_of({"--train-samples", "1000", "--lr-warmup-iters", "0"}), "");
   EXPECT_EQ(error_of({"--train-iters", "100", "--lr-warmup-samples", "0"}), "");
   EXPECT_EQ(error_of({"--lr-warmup-fraction", "0.1", "--lr-warmup-iters", "0"}), "");

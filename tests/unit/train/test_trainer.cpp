@@ -524,8 +524,20 @@ TEST(Trainer, ProfileCapturesItsIterationsWithRanges) {
   ProfilingBackend be(make_cpu_backend());
   std::ostringstream log;
   Trainer tr(o, be, synthetic_tokens(o), log);
-  EXPECT_TRUE(has(log.str(), "trident: --profile: the device profiler captures iterations 3 to 4 on rank 0"))
+  EXPECT_TRUE(has(log.str(), "trident: --profile: the device profiler captures iterations 3 to 4 on rank 0 "
+                             "(run under nsys profile --capture-range=cudaProfilerApi)\n"))
       << log.str();
+  // A window past the run's end is named in the same line.
+  for (const auto& [end, note] : {std::pair{7, ", before --profile-step-end: the capture ends with the process"},
+                                  std::pair{0, ": nothing will be captured"}}) {
+    TrainOptions late = o;
+    late.profile_step_start = end == 0 ? 6 : 5;
+    late.profile_step_end = end == 0 ? 8 : end;
+    std::ostringstream late_log;
+    const Trainer probe(late, be, synthetic_tokens(late), late_log);
+    EXPECT_TRUE(has(late_log.str(), std::string("cudaProfilerApi); the run ends after iteration 6") + note))
+        << late_log.str();
+  }
   tr.train();
   EXPECT_TRUE(has(log.str(), "trident: rank 0: --profile: the cpu+profiling backend has no device profiler to start"))
       << log.str();
