@@ -52,6 +52,96 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"log-throughput", "Megatron's throughput field: tokens/s and TFLOP/s are always logged", true},
       {"attention-softmax-in-fp32", "the fused attention's softmax always runs in fp32", true},
       {"no-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway", true},
+      {"apply-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway",
+       true},
+      {"openai-gelu", "OpenAI's tanh GELU: the GELU trident computes", true},
+      {"fp16-lm-cross-entropy", "Megatron's 16-bit cross entropy: the fused one reads 16-bit logits, sums in fp32",
+       true},
+      {"use-cpu-initialization", "Megatron's layout-independent init: trident's init is the same under every layout",
+       true},
+      {"no-persist-layer-norm", "Megatron's LayerNorm kernel switch: no effect", true},
+      {"no-bias-swiglu-fusion", "Megatron's kernel fusion switch: no effect", true},
+      {"no-rope-fusion", "Megatron's kernel fusion switch: no effect", true},
+      {"no-clone-scatter-output-in-embedding", "Megatron's embedding memory switch: no effect", true},
+      {"use-flash-attn-v2", "Megatron-DeepSpeed's flash attention switch: the fused attention always runs", true},
+      {"attention-backend", "Megatron-core's attention implementation: the fused attention always runs"},
+      {"use-mcore-models", "Megatron's model implementation switch: no effect", true},
+      {"use-legacy-models", "Megatron's model implementation switch: no effect", true},
+      {"transformer-impl", "Megatron's transformer implementation (local, transformer_engine): no effect"},
+      {"manual-gc", "Megatron's Python garbage-collection switch: no effect", true},
+      {"manual-gc-interval", "Megatron's Python garbage-collection interval: no effect"},
+      {"no-manual-gc-eval", "Megatron's Python garbage-collection switch: no effect", true},
+      {"empty-unused-memory-level", "Megatron's torch cache release: no effect (trident's allocator keeps its blocks)"},
+      {"tp-comm-overlap", "Megatron's Transformer Engine TP overlap: no effect", true},
+      {"no-overlap-p2p-communication", "Megatron's pipeline transfer overlap switch: no effect", true},
+      {"no-scatter-gather-tensors-in-pipeline", "Megatron's pipeline transfer layout switch: no effect", true},
+      {"no-delay-grad-reduce", "Megatron's reduction scheduling switch: no effect", true},
+      {"delay-param-gather", "Megatron's gather scheduling switch: no effect", true},
+      {"ddp-bucket-size", "Megatron's gradient bucket size: no effect (trident reduces each layer's gradients)"},
+      {"defer-embedding-wgrad-compute", "Megatron's embedding gradient scheduling switch: no effect", true},
+      {"distribute-saved-activations", "Megatron's recomputation memory switch: no effect", true},
+      {"no-barrier-with-level-1-timing", "Megatron's timer barrier switch: no effect", true},
+      {"ckpt-fully-parallel-save", "Megatron's distributed-checkpoint switch: no effect", true},
+      {"ckpt-fully-parallel-load", "Megatron's distributed-checkpoint switch: no effect", true},
+      {"ckpt-assume-constant-structure", "Megatron's distributed-checkpoint switch: no effect", true},
+      {"num-dataset-builder-threads", "Megatron's dataset-building threads: no effect"},
+      {"no-mmap-bin-files", "Megatron's .bin reading switch: no effect (.bin/.idx are memory-mapped)", true},
+      {"enable-one-logger", "NVIDIA's internal metrics logger: no effect", true},
+      {"local_rank", "torch.distributed.launch's rank: no effect (MPI gives the rank)"},
+  };
+  return defs;
+}
+
+// Megatron's flags for what GPT-2 (or trident) does one way. A value flag that names that
+// way is accepted (and listed with the flags without effect); another value, or a switch
+// (value nullptr) asking for something else, is refused with `why`.
+struct FixedSetting {
+  FlagDef def;
+  const char* value;  // the accepted value, or nullptr: refused whenever given
+  const char* why;
+};
+
+const std::vector<FixedSetting>& fixed_setting_defs() {
+  static const char* const kPositions = "GPT-2's positions are learned absolute embeddings";
+  static const char* const kGelu = "GPT-2's MLP is GELU";
+  static const char* const kBiases = "GPT-2's linear layers all have biases";
+  static const char* const kWandb = "Weights & Biases is not supported; --tensorboard-dir writes Megatron's scalars";
+  static const std::vector<FixedSetting> defs = {
+      {{"position-embedding-type", "learned_absolute only (GPT-2's)"}, "learned_absolute", kPositions},
+      {{"use-rotary-position-embeddings", "refused: GPT-2's positions are learned", true}, nullptr, kPositions},
+      {{"no-position-embedding", "refused: GPT-2's positions are learned", true}, nullptr, kPositions},
+      {{"normalization", "LayerNorm only (GPT-2's)"}, "LayerNorm", "GPT-2 normalises with LayerNorm"},
+      {{"norm-epsilon", "1e-5 only (GPT-2's LayerNorm epsilon)"}, "1e-5", "GPT-2's LayerNorm epsilon is 1e-5"},
+      {{"apply-layernorm-1p", "refused: GPT-2's LayerNorm weights are stored as they are", true}, nullptr,
+       "GPT-2's LayerNorm weights are stored as they are, not as an offset from 1"},
+      {{"swiglu", "refused: GPT-2's MLP is GELU", true}, nullptr, kGelu},
+      {{"squared-relu", "refused: GPT-2's MLP is GELU", true}, nullptr, kGelu},
+      {{"disable-bias-linear", "refused: GPT-2's linear layers have biases", true}, nullptr, kBiases},
+      {{"add-qkv-bias", "refused: GPT-2's linear layers have biases", true}, nullptr, kBiases},
+      {{"group-query-attention", "refused: GPT-2's attention has a key and a value head per query head", true},
+       nullptr, "GPT-2's attention has a key and a value head per query head"},
+      {{"qk-layernorm", "refused: GPT-2 normalises neither queries nor keys", true}, nullptr,
+       "GPT-2 normalises neither queries nor keys"},
+      {{"apply-residual-connection-post-layernorm", "refused: GPT-2 adds each layer's input to the residual", true},
+       nullptr, "GPT-2 adds each layer's input, not its LayerNorm's output, to the residual"},
+      {{"fp32-residual-connection", "refused: the residual stream is kept in the run's dtype", true}, nullptr,
+       "the residual stream is kept in the run's dtype"},
+      {{"untie-embeddings-and-output-weights", "refused: GPT-2's LM head is the word embedding", true}, nullptr,
+       "GPT-2's LM head is its word embedding"},
+      {{"init-method-xavier-uniform", "refused: GPT-2's weights are drawn from N(0, --init-method-std)", true},
+       nullptr, "GPT-2's weights are drawn from N(0, --init-method-std)"},
+      {{"data-parallel-random-init", "refused: every data-parallel replica starts from the same weights", true},
+       nullptr, "every data-parallel replica starts from the same weights"},
+      {{"optimizer", "adam only (AdamW, Megatron's adam)"}, "adam", "trident trains with AdamW (Megatron's adam)"},
+      {{"dataloader-type", "single only (Megatron's default order of samples)"}, "single",
+       "samples are read in Megatron's single order"},
+      {{"context-parallel-size", "1 only (no context parallelism)"}, "1",
+       "no context parallelism: a sequence stays on its tensor-parallel ranks"},
+      {{"standalone-embedding-stage", "refused: the embedding shares the first pipeline stage", true}, nullptr,
+       "the embedding shares the first pipeline stage with its layers"},
+      {{"wandb-project", "refused: Weights & Biases is not supported"}, nullptr, kWandb},
+      {{"wandb-exp-name", "refused: Weights & Biases is not supported"}, nullptr, kWandb},
+      {{"wandb-save-dir", "refused: Weights & Biases is not supported"}, nullptr, kWandb},
   };
   return defs;
 }
@@ -70,7 +160,6 @@ const std::vector<FlagDef>& flag_defs() {
       {"init-method-std", "std of the normal init (0.02)"},
       {"ffn-hidden-size", "MLP width: GPT-2's 4 x --hidden-size (another value is refused)"},
       {"kv-channels", "attention head width: --hidden-size / --num-attention-heads (another value is refused)"},
-      {"untie-embeddings-and-output-weights", "refused: GPT-2's LM head is the word embedding", true},
       {"hidden-dropout", "dropout on hidden states (0.1, Megatron's default)"},
       {"attention-dropout", "dropout on attention probabilities (0.1, Megatron's default)"},
       // Batch, length of training, schedule.
@@ -211,6 +300,8 @@ const std::vector<FlagDef>& flag_defs() {
                                    "by their tokens whatever micro-batch they fall in (with --eod-mask-loss)", true},
       {"log-batch-size-to-tensorboard", "also write the global batch size (batch-size scalars)", true},
       {"log-world-size-to-tensorboard", "also write the number of ranks (world-size scalars)", true},
+      {"no-log-learnig-rate-to-tensorboard", "write no learning-rate scalars (Megatron's spelling)", true},
+      {"no-log-loss-scale-to-tensorboard", "write no loss-scale scalars", true},
       {"log-memory-to-tensorboard", "also write rank 0's device memory: mem-reserved-bytes, mem-allocated-bytes, "
                                     "mem-max-allocated-bytes, mem-allocated-count", true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
@@ -231,6 +322,7 @@ const std::vector<FlagDef>& flag_defs() {
   static const std::vector<FlagDef> all = [] {
     std::vector<FlagDef> v = defs;
     for (const FlagDef& d : flags_without_effect_defs()) v.push_back(d);
+    for (const FixedSetting& s : fixed_setting_defs()) v.push_back(s.def);
     return v;
   }();
   return all;
@@ -767,6 +859,8 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensorboard-queue-size", o.tensorboard_queue_size);
   f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
   f.get("log-world-size-to-tensorboard", o.log_world_size_to_tensorboard);
+  o.log_learning_rate_to_tensorboard = !f.has("no-log-learnig-rate-to-tensorboard");
+  o.log_loss_scale_to_tensorboard = !f.has("no-log-loss-scale-to-tensorboard");
   f.get("log-memory-to-tensorboard", o.log_memory_to_tensorboard);
   f.get("log-params-norm", o.log_params_norm);
   f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
@@ -1000,6 +1094,23 @@ void validate_run(TrainOptions& o) {
   if (!o.use_checkpoint_args) validate_model_options(o);
 }
 
+// fixed_setting_defs: one line for a setting trident does not have; GPT-2's named ones join
+// the flags without effect.
+void check_fixed_settings(const Flags& f, TrainOptions& o) {
+  for (const FixedSetting& s : fixed_setting_defs()) {
+    if (!f.has(s.def.name)) continue;
+    const std::string flag = std::string("--") + s.def.name;
+    if (s.value == nullptr) throw ConfigError(flag + ": not supported: " + s.why);
+    const std::string given = f.str(s.def.name);
+    const std::optional<double> number = parse_decimal(given), wanted = parse_decimal(s.value);
+    if (number && wanted ? *number == *wanted : given == s.value) {
+      o.flags_without_effect.push_back(flag);
+      continue;
+    }
+    throw ConfigError(flag + " " + given + ": not supported: " + s.why + " (--" + s.def.name + " " + s.value + ")");
+  }
+}
+
 void read_and_validate(const Flags& f, TrainOptions& o) {
   for (const FlagDef& d : flag_defs())
     if (f.has(d.name)) o.given_flags.insert(d.name);
@@ -1007,10 +1118,7 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   // Megatron's model flags that GPT-2 fixes: checked against the shape once it is complete.
   f.get("ffn-hidden-size", o.ffn_hidden_size);
   f.get("kv-channels", o.kv_channels);
-  bool untie = false;
-  f.get("untie-embeddings-and-output-weights", untie);
-  if (untie)
-    throw ConfigError("--untie-embeddings-and-output-weights: not supported: GPT-2's LM head is its word embedding");
+  check_fixed_settings(f, o);
   read_schedule_flags(f, o);
   read_optimizer_flags(f, o);
   read_precision_flags(f, o);

@@ -111,6 +111,8 @@ struct TrainOptions {
   int64_t tensorboard_queue_size = 1000;  // Megatron's default; add_scalar waits when it is full
   bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
   bool log_world_size_to_tensorboard = false;  // Megatron's "world-size" scalars
+  bool log_learning_rate_to_tensorboard = true;  // off: --no-log-learnig-rate-to-tensorboard (sic)
+  bool log_loss_scale_to_tensorboard = true;     // off: --no-log-loss-scale-to-tensorboard
   bool log_memory_to_tensorboard = false;      // Megatron's "mem-*" scalars (rank 0's allocator)
   bool log_params_norm = false;                // Megatron's "params norm" field and scalar
   bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar

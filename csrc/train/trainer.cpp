@@ -778,8 +778,10 @@ void Trainer::train() {
         tb.add_scalar("grad-norm vs samples", r.grad_norm, samples);
       }
       // Megatron writes the rate its log line shows: the scheduler's, after the step.
-      tb.add_scalar("learning-rate", r.logged_lr, iteration_);
-      tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
+      if (opt_.log_learning_rate_to_tensorboard) {
+        tb.add_scalar("learning-rate", r.logged_lr, iteration_);
+        tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
+      }
       if (std::isfinite(r.num_zeros)) {
         tb.add_scalar("num-zeros", r.num_zeros, iteration_);
         tb.add_scalar("num-zeros vs samples", r.num_zeros, samples);
@@ -788,8 +790,10 @@ void Trainer::train() {
         tb.add_scalar("params-norm", params_norm, iteration_);
         tb.add_scalar("params-norm vs samples", params_norm, samples);
       }
-      tb.add_scalar("loss-scale", r.loss_scale, iteration_);  // 1 without a scaler, as Megatron writes it
-      tb.add_scalar("loss-scale vs samples", r.loss_scale, samples);
+      if (opt_.log_loss_scale_to_tensorboard) {
+        tb.add_scalar("loss-scale", r.loss_scale, iteration_);  // 1 without a scaler, as Megatron writes it
+        tb.add_scalar("loss-scale vs samples", r.loss_scale, samples);
+      }
       if (opt_.log_world_size_to_tensorboard) {
         tb.add_scalar("world-size", par_->grid.shape.world, iteration_);
         tb.add_scalar("world-size vs samples", par_->grid.shape.world, samples);

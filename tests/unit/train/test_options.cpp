@@ -791,6 +791,45 @@ TEST(Options, MegatronScriptsRunUnchanged) {
             "--untie-embeddings-and-output-weights: not supported: GPT-2's LM head is its word embedding");
 }
 
+// Newer Megatron-LM and Megatron-DeepSpeed scripts: implementation switches are accepted and
+// named in the note; architecture flags are accepted when they name GPT-2's choice (numbers
+// compared as numbers) and refused in one line otherwise; TensorBoard's two opt-outs work.
+TEST(Options, NewerMegatronFlags) {
+  TrainOptions o = parse({"--use-mcore-models", "--transformer-impl", "local", "--no-persist-layer-norm",
+                          "--overlap-grad-reduce", "--ddp-bucket-size", "40000000", "--manual-gc",
+                          "--position-embedding-type", "learned_absolute", "--normalization", "LayerNorm",
+                          "--norm-epsilon", "0.00001", "--optimizer", "adam", "--dataloader-type", "single",
+                          "--context-parallel-size", "1", "--openai-gelu", "--use-cpu-initialization",
+                          "--local_rank", "3", "--no-log-loss-scale-to-tensorboard"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--position-embedding-type", "--normalization", "--norm-epsilon", "--optimizer",
+                                      "--dataloader-type", "--context-parallel-size", "--openai-gelu",
+                                      "--use-cpu-initialization", "--no-persist-layer-norm", "--use-mcore-models",
+                                      "--transformer-impl", "--manual-gc", "--ddp-bucket-size", "--local_rank"}));
+  EXPECT_FALSE(o.log_loss_scale_to_tensorboard);
+  EXPECT_TRUE(o.log_learning_rate_to_tensorboard);
+  EXPECT_FALSE(parse({"--no-log-learnig-rate-to-tensorboard"}).log_learning_rate_to_tensorboard);
+  EXPECT_EQ(must_fail({"--position-embedding-type", "rope"}),
+            "--position-embedding-type rope: not supported: GPT-2's positions are learned absolute embeddings "
+            "(--position-embedding-type learned_absolute)");
+  EXPECT_EQ(must_fail({"--norm-epsilon", "1e-6"}),
+            "--norm-epsilon 1e-6: not supported: GPT-2's LayerNorm epsilon is 1e-5 (--norm-epsilon 1e-5)");
+  EXPECT_EQ(must_fail({"--swiglu"}), "--swiglu: not supported: GPT-2's MLP is GELU");
+  EXPECT_EQ(must_fail({"--optimizer", "sgd"}),
+            "--optimizer sgd: not supported: trident trains with AdamW (Megatron's adam) (--optimizer adam)");
+  EXPECT_EQ(must_fail({"--context-parallel-size", "2"}),
+            "--context-parallel-size 2: not supported: no context parallelism: a sequence stays on its "
+            "tensor-parallel ranks (--context-parallel-size 1)");
+  EXPECT_EQ(must_fail({"--wandb-project", "gpt2"}),
+            "--wandb-project: not supported: Weights & Biases is not supported; --tensorboard-dir writes "
+            "Megatron's scalars");
+  for (const char* refused : {"--use-rotary-position-embeddings", "--disable-bias-linear", "--group-query-attention",
+                              "--qk-layernorm", "--fp32-residual-connection",
+                              "--apply-residual-connection-post-layernorm", "--init-method-xavier-uniform",
+                              "--data-parallel-random-init", "--standalone-embedding-stage", "--apply-layernorm-1p"})
+    EXPECT_NE(must_fail({refused}).find(std::string(refused) + ": not supported: "), std::string::npos) << refused;
+}
+
 struct BadCase {
   std::vector<std::string> args;
   std::string flag;  // must appear in the one-line message

@@ -235,6 +235,21 @@ TEST(TrainerLog, TensorBoardLearningRateIsTheLoggedRate) {
   fs::remove_all(dir);
 }
 
+// Megatron's --no-log-learnig-rate-to-tensorboard (its spelling) and
+// --no-log-loss-scale-to-tensorboard leave those scalars out, and only those.
+TEST(TrainerLog, TensorBoardWithoutLearningRateOrLossScale) {
+  const fs::path dir = fresh_temp_dir("tensorboard_without");
+  TrainOptions o = fp16_options();
+  o.tensorboard_dir = dir.string();
+  o.log_learning_rate_to_tensorboard = false;
+  o.log_loss_scale_to_tensorboard = false;
+  const TrainedRun run = train(o);
+  for (const char* tag : {"learning-rate", "learning-rate vs samples", "loss-scale", "loss-scale vs samples"})
+    EXPECT_TRUE(tensorboard_scalars(dir, tag).empty()) << tag;
+  EXPECT_FALSE(tensorboard_scalars(dir, "lm loss").empty()) << run.log;
+  fs::remove_all(dir);
+}
+
 // --log-world-size-to-tensorboard and --log-memory-to-tensorboard: Megatron's tags, every
 // iteration; the memory is the allocator's (the last peak is the run's: nothing runs after).
 TEST(TrainerLog, TensorBoardWorldSizeAndMemory) {
