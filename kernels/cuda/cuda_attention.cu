@@ -22,8 +22,8 @@
 // the keys of its own document only. The forward and dQ tiles hide the keys before the row's
 // document (mask_row_tile), the dK/dV tiles the queries past the key's document, from the
 // documents' ends (p.doc_end, derived once a backward: mask_key_tile). Tiles wholly in other
-// documents are skipped (first_key_tile, query_tiles_end): a block's work is that of its
-// documents, so short documents cost less than one causal sequence.
+// documents are skipped (first_key_tile, query_tiles_end), so short documents cost less than
+// one causal sequence (blocks that straddle a boundary still walk their first document).
 //
 // The forward's online softmax moves a row's reference maximum only when a score passes it
 // by more than kMaxSlack, so that most key tiles skip rescaling the output (exact: the output
@@ -588,16 +588,21 @@ __device__ __forceinline__ const int32_t* sample_docs(const AttnParams& p, int b
   return p.doc != nullptr ? p.doc + static_cast<int64_t>(b) * p.T : nullptr;
 }
 
-// Whole tiles of other documents are skipped, FlashAttention's varlen way: a block of rows
-// from q0 on starts at the key tile (BK keys) of row q0's document start, as no later row of
-// a sample sees an earlier key (starts do not decrease along it); without documents, tile 0.
+// Whole tiles of other documents are skipped: a block of rows from q0 on starts at the key
+// tile (BK keys) of row q0's document start, as no later row of a sample sees an earlier key
+// (starts do not decrease along it); without documents, tile 0. (A block that straddles a
+// document boundary still walks the tiles of its first row's document for all its rows:
+// FlashAttention's varlen kernels, whose blocks never straddle, skip more.) The start is
+// clamped to [0, q0], so that starts breaking the contract cannot send a load before the
+// tensor or skip the diagonal tile.
 __device__ __forceinline__ int first_key_tile(const AttnParams& p, int b, int q0, int BK) {
   const int32_t* doc = sample_docs(p, b);
-  return doc != nullptr ? doc[min(q0, p.T - 1)] / BK : 0;
+  q0 = min(q0, p.T - 1);
+  return doc != nullptr ? min(max(doc[q0], 0), q0) / BK : 0;
 }
-// ... and a block of keys up to last_key ends at the query tile (BQ queries) holding the end
-// of last_key's document (ends do not decrease along the keys; p.doc_end is set with
-// documents wherever the tensor-core dK/dV kernels run); without documents, past T.
+// ... and a block of keys up to last_key ends at the query tile (BQ queries) holding the last
+// query of last_key's document, p.doc_end - 1 (ends do not decrease along the keys; p.doc_end
+// is set with documents wherever the tensor-core dK/dV kernels run); without documents, T.
 __device__ __forceinline__ int query_tiles_end(const AttnParams& p, int b, int last_key, int BQ) {
   const int end = p.doc_end != nullptr ? p.doc_end[static_cast<int64_t>(b) * p.T + min(last_key, p.T - 1)] : p.T;
   return (end + BQ - 1) / BQ;

@@ -503,7 +503,8 @@ struct Case {
   // NaN (its Q, K, V and dO): the kernels must skip the tiles wholly in the other document
   // (a skipped tile's NaN would reach the results through P V, dS or dP even where P is 0).
   // Only the clean document's results are checked. A split that is a multiple of every
-  // tile (128) leaves no tile with keys or queries of both documents.
+  // tile (128) leaves no tile with keys or queries of both documents. poison -1: no NaN,
+  // for splits inside 128-row blocks (which tile a block starts from).
   int split = 0, poison = 0;
 };
 
@@ -649,7 +650,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   }
   for (size_t i = 0; i < nout; ++i) dout_f[i] = to_f32(dout[i] = from_f32<T>(dist(rng)));
   // c.split: the poisoned document's inputs are NaN (position t of element i: i / per_position % T).
-  auto poisoned = [&](int t) { return c.split > 0 && (t < c.split) == (c.poison == 0); };
+  auto poisoned = [&](int t) { return c.split > 0 && c.poison >= 0 && (t < c.split) == (c.poison == 0); };
   const size_t qkv_tok = 3 * static_cast<size_t>(c.H) * c.D, out_tok = nout / (static_cast<size_t>(c.B) * c.T);
   for (size_t i = 0; i < nqkv; ++i)
     if (poisoned(static_cast<int>(i / qkv_tok % c.T))) qkv_f[i] = to_f32(qkv[i] = from_f32<T>(NAN));
@@ -742,6 +743,10 @@ const std::vector<Case>& cases() {
       {1, 160, 2, 64, 1, 0.1f, 0.f, 0.f, 128, 0}, {1, 160, 1, 64, 0, 0.0f, 0.f, 0.f, 128, 1},
       {1, 160, 1, 128, 0, 0.1f, 0.f, 0.f, 128, 0}, {1, 150, 1, 128, 0, 0.0f, 4.f, 0.f, 128, 1},
       {2, 160, 1, 32, 0, 0.0f, 0.f, 0.f, 128, 0}, {1, 140, 1, 32, 0, 0.1f, 0.f, 0.f, 128, 1},
+      // A document starting inside a 128-row block, on an odd 64-key tile: a two-warpgroup or
+      // 128-row block starts from its first row's document, whose first tile has the odd
+      // buffer.
+      {1, 256, 1, 64, 0, 0.0f, 0.f, 0.f, 192, -1}, {1, 256, 1, 128, 0, 0.1f, 0.f, 0.f, 192, -1},
   };
   return v;
 }
