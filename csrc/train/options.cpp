@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cxxopts.hpp>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <limits>
@@ -93,10 +94,12 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
 }
 
 // Megatron's flags for what GPT-2 (or trident) does one way. A value flag that names that
-// way is accepted (and listed with the flags without effect); another value, or a switch
-// (value nullptr) asking for something else, is refused with `why`.
+// way is accepted (and listed with the flags without effect); another value, or any flag
+// whose value is nullptr (a switch asking for something else), is refused with `why`. The
+// --help text is derived from value and why.
 struct FixedSetting {
-  FlagDef def;
+  const char* name;
+  bool is_bool;
   const char* value;  // the accepted value, or nullptr: refused whenever given
   const char* why;
 };
@@ -107,41 +110,31 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
   static const char* const kBiases = "GPT-2's linear layers all have biases";
   static const char* const kWandb = "Weights & Biases is not supported; --tensorboard-dir writes Megatron's scalars";
   static const std::vector<FixedSetting> defs = {
-      {{"position-embedding-type", "learned_absolute only (GPT-2's)"}, "learned_absolute", kPositions},
-      {{"use-rotary-position-embeddings", "refused: GPT-2's positions are learned", true}, nullptr, kPositions},
-      {{"no-position-embedding", "refused: GPT-2's positions are learned", true}, nullptr, kPositions},
-      {{"normalization", "LayerNorm only (GPT-2's)"}, "LayerNorm", "GPT-2 normalises with LayerNorm"},
-      {{"norm-epsilon", "1e-5 only (GPT-2's LayerNorm epsilon)"}, "1e-5", "GPT-2's LayerNorm epsilon is 1e-5"},
-      {{"apply-layernorm-1p", "refused: GPT-2's LayerNorm weights are stored as they are", true}, nullptr,
-       "GPT-2's LayerNorm weights are stored as they are, not as an offset from 1"},
-      {{"swiglu", "refused: GPT-2's MLP is GELU", true}, nullptr, kGelu},
-      {{"squared-relu", "refused: GPT-2's MLP is GELU", true}, nullptr, kGelu},
-      {{"disable-bias-linear", "refused: GPT-2's linear layers have biases", true}, nullptr, kBiases},
-      {{"add-qkv-bias", "refused: GPT-2's linear layers have biases", true}, nullptr, kBiases},
-      {{"group-query-attention", "refused: GPT-2's attention has a key and a value head per query head", true},
-       nullptr, "GPT-2's attention has a key and a value head per query head"},
-      {{"qk-layernorm", "refused: GPT-2 normalises neither queries nor keys", true}, nullptr,
-       "GPT-2 normalises neither queries nor keys"},
-      {{"apply-residual-connection-post-layernorm", "refused: GPT-2 adds each layer's input to the residual", true},
-       nullptr, "GPT-2 adds each layer's input, not its LayerNorm's output, to the residual"},
-      {{"fp32-residual-connection", "refused: the residual stream is kept in the run's dtype", true}, nullptr,
-       "the residual stream is kept in the run's dtype"},
-      {{"untie-embeddings-and-output-weights", "refused: GPT-2's LM head is the word embedding", true}, nullptr,
-       "GPT-2's LM head is its word embedding"},
-      {{"init-method-xavier-uniform", "refused: GPT-2's weights are drawn from N(0, --init-method-std)", true},
-       nullptr, "GPT-2's weights are drawn from N(0, --init-method-std)"},
-      {{"data-parallel-random-init", "refused: every data-parallel replica starts from the same weights", true},
-       nullptr, "every data-parallel replica starts from the same weights"},
-      {{"optimizer", "adam only (AdamW, Megatron's adam)"}, "adam", "trident trains with AdamW (Megatron's adam)"},
-      {{"dataloader-type", "single only (Megatron's default order of samples)"}, "single",
-       "samples are read in Megatron's single order"},
-      {{"context-parallel-size", "1 only (no context parallelism)"}, "1",
-       "no context parallelism: a sequence stays on its tensor-parallel ranks"},
-      {{"standalone-embedding-stage", "refused: the embedding shares the first pipeline stage", true}, nullptr,
-       "the embedding shares the first pipeline stage with its layers"},
-      {{"wandb-project", "refused: Weights & Biases is not supported"}, nullptr, kWandb},
-      {{"wandb-exp-name", "refused: Weights & Biases is not supported"}, nullptr, kWandb},
-      {{"wandb-save-dir", "refused: Weights & Biases is not supported"}, nullptr, kWandb},
+      {"position-embedding-type", false, "learned_absolute", kPositions},
+      {"use-rotary-position-embeddings", true, nullptr, kPositions},
+      {"no-position-embedding", true, nullptr, kPositions},
+      {"normalization", false, "LayerNorm", "GPT-2 normalises with LayerNorm"},
+      {"norm-epsilon", false, "1e-5", "GPT-2's LayerNorm epsilon is 1e-5"},
+      {"apply-layernorm-1p", true, nullptr, "GPT-2's LayerNorm weights are stored as they are, not as an offset from 1"},
+      {"swiglu", true, nullptr, kGelu},
+      {"squared-relu", true, nullptr, kGelu},
+      {"disable-bias-linear", true, nullptr, kBiases},
+      {"add-qkv-bias", true, nullptr, kBiases},
+      {"group-query-attention", true, nullptr, "GPT-2's attention has a key and a value head per query head"},
+      {"qk-layernorm", true, nullptr, "GPT-2 normalises neither queries nor keys"},
+      {"apply-residual-connection-post-layernorm", true, nullptr,
+       "GPT-2 adds each layer's input, not its LayerNorm's output, to the residual"},
+      {"fp32-residual-connection", true, nullptr, "the residual stream is kept in the run's dtype"},
+      {"untie-embeddings-and-output-weights", true, nullptr, "GPT-2's LM head is its word embedding"},
+      {"init-method-xavier-uniform", true, nullptr, "GPT-2's weights are drawn from N(0, --init-method-std)"},
+      {"data-parallel-random-init", true, nullptr, "every data-parallel replica starts from the same weights"},
+      {"optimizer", false, "adam", "trident trains with AdamW (Megatron's adam)"},
+      {"dataloader-type", false, "single", "samples are read in Megatron's single order"},
+      {"context-parallel-size", false, "1", "no context parallelism: a sequence stays on its tensor-parallel ranks"},
+      {"standalone-embedding-stage", true, nullptr, "the embedding shares the first pipeline stage with its layers"},
+      {"wandb-project", false, nullptr, kWandb},
+      {"wandb-exp-name", false, nullptr, kWandb},
+      {"wandb-save-dir", false, nullptr, kWandb},
   };
   return defs;
 }
@@ -322,7 +315,12 @@ const std::vector<FlagDef>& flag_defs() {
   static const std::vector<FlagDef> all = [] {
     std::vector<FlagDef> v = defs;
     for (const FlagDef& d : flags_without_effect_defs()) v.push_back(d);
-    for (const FixedSetting& s : fixed_setting_defs()) v.push_back(s.def);
+    static std::deque<std::string> fixed_help;  // stable addresses for the FlagDefs' help
+    for (const FixedSetting& s : fixed_setting_defs()) {
+      fixed_help.push_back(s.value != nullptr ? std::string(s.value) + " only: " + s.why
+                                              : std::string("refused: ") + s.why);
+      v.push_back({s.name, fixed_help.back().c_str(), s.is_bool});
+    }
     return v;
   }();
   return all;
@@ -1098,16 +1096,16 @@ void validate_run(TrainOptions& o) {
 // the flags without effect.
 void check_fixed_settings(const Flags& f, TrainOptions& o) {
   for (const FixedSetting& s : fixed_setting_defs()) {
-    if (!f.has(s.def.name)) continue;
-    const std::string flag = std::string("--") + s.def.name;
+    if (!f.has(s.name)) continue;
+    const std::string flag = std::string("--") + s.name;
     if (s.value == nullptr) throw ConfigError(flag + ": not supported: " + s.why);
-    const std::string given = f.str(s.def.name);
+    const std::string given = f.str(s.name);
     const std::optional<double> number = parse_decimal(given), wanted = parse_decimal(s.value);
     if (number && wanted ? *number == *wanted : given == s.value) {
       o.flags_without_effect.push_back(flag);
       continue;
     }
-    throw ConfigError(flag + " " + given + ": not supported: " + s.why + " (--" + s.def.name + " " + s.value + ")");
+    throw ConfigError(flag + " " + given + ": not supported: " + s.why + " (" + flag + " " + s.value + ")");
   }
 }
 
