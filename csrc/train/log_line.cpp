@@ -7,12 +7,15 @@ namespace trident {
 
 std::string format_iteration_log(const IterationLog& l) {
   char buf[1024];
-  int n = std::snprintf(buf, sizeof buf,
-                        " iteration %8lld/%8lld | consumed samples: %12llu | elapsed time per iteration (ms): %.1f |"
-                        " learning rate: %.3E | global batch size: %5lld |",
+  int n = std::snprintf(buf, sizeof buf, " iteration %8lld/%8lld | consumed samples: %12llu |",
                         static_cast<long long>(l.iteration), static_cast<long long>(l.train_iters),
-                        static_cast<unsigned long long>(l.consumed_samples), l.ms_per_iteration, l.learning_rate,
-                        static_cast<long long>(l.global_batch_size));
+                        static_cast<unsigned long long>(l.consumed_samples));
+  if (l.consumed_tokens)  // Megatron-DeepSpeed's field
+    n += std::snprintf(buf + n, sizeof buf - n, " consumed tokens: %12llu |",
+                       static_cast<unsigned long long>(*l.consumed_tokens));
+  n += std::snprintf(buf + n, sizeof buf - n,
+                     " elapsed time per iteration (ms): %.1f | learning rate: %.3E | global batch size: %5lld |",
+                     l.ms_per_iteration, l.learning_rate, static_cast<long long>(l.global_batch_size));
   // Megatron's fields, in its order and formats (parsers of its log read them), then ours.
   if (l.lm_loss > 0) n += std::snprintf(buf + n, sizeof buf - n, " lm loss: %.6E |", l.lm_loss);
   n += std::snprintf(buf + n, sizeof buf - n, " loss scale: %.1f |", l.loss_scale);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace trident {
@@ -14,6 +15,9 @@ namespace trident {
 struct IterationLog {
   int64_t iteration = 0, train_iters = 0;
   uint64_t consumed_samples = 0;
+  // Megatron-DeepSpeed's "consumed tokens" field, after consumed samples; runs that count
+  // tokens (--train-tokens, --lr-warmup-tokens, --lr-decay-tokens) print it.
+  std::optional<uint64_t> consumed_tokens;
   double ms_per_iteration = 0;
   double learning_rate = 0;  // the scheduler's rate after this iteration's step
   int64_t global_batch_size = 0;

@@ -73,15 +73,37 @@ double wsd_coefficient(double step, double decay, double wsd_decay, WsdDecayStyl
 
 }  // namespace
 
-// Same branch order as Megatron's get_lr: warm-up, constant, past the end, decay.
-double LrSchedule::lr(uint64_t samples) const {
-  const double step = static_cast<double>(samples);
-  if (warmup_samples > 0 && step <= warmup_samples) return init_lr + (max_lr - init_lr) * step / warmup_samples;
+// Same branch order as Megatron's get_lr (Megatron-DeepSpeed's with tokens): warm-up,
+// constant, past the end, decay.
+double LrSchedule::lr(const LrPosition& p) const {
+  const double step = static_cast<double>(p.samples), tokens = static_cast<double>(p.tokens);
+  const auto warmup = [&](double fraction) { return init_lr + (max_lr - init_lr) * fraction; };
+  if (warmup_tokens) {
+    const double w = static_cast<double>(*warmup_tokens);
+    if (w > 0 && tokens <= w) return warmup(tokens / w);
+  } else if (warmup_samples > 0 && step <= warmup_samples) {
+    return warmup(step / warmup_samples);
+  }
   if (style == LrDecayStyle::Constant) return max_lr;
-  if (step > decay_samples) return min_lr;
-  if (style == LrDecayStyle::InverseSquareRoot)
-    return std::max(min_lr, max_lr * std::sqrt(std::max(warmup_samples, 1.0)) / std::sqrt(std::max(step, 1.0)));
-  const double ratio = (step - warmup_samples) / (decay_samples - warmup_samples);
+  if (decay_tokens ? tokens > static_cast<double>(*decay_tokens) : step > decay_samples) return min_lr;
+  // The warm-up's end in tokens: given, or recorded when a warm-up in samples ended under a
+  // decay in tokens (Megatron-DeepSpeed's lr_warmup_tokens, which its step sets then).
+  const std::optional<uint64_t> warmup_end = warmup_tokens ? warmup_tokens : p.warmup_end_tokens;
+  if (style == LrDecayStyle::InverseSquareRoot) {
+    const double w = warmup_end ? static_cast<double>(*warmup_end) : warmup_samples, x = warmup_end ? tokens : step;
+    return std::max(min_lr, max_lr * std::sqrt(std::max(w, 1.0)) / std::sqrt(std::max(x, 1.0)));
+  }
+  double ratio = 0;
+  if (decay_tokens) {
+    // Without a recorded end the warm-up had no samples: the decay counts from token 0
+    // (where Megatron-DeepSpeed fails on its None).
+    const double start = static_cast<double>(warmup_end.value_or(0));
+    const double span = static_cast<double>(*decay_tokens) - start;
+    if (span <= 0) return min_lr;  // the warm-up ended at or past the decay's end: nothing to decay
+    ratio = (tokens - start) / span;
+  } else {
+    ratio = (step - warmup_samples) / (decay_samples - warmup_samples);
+  }
   double coeff = 0;
   switch (style) {
     case LrDecayStyle::Linear: coeff = 1.0 - ratio; break;
@@ -93,6 +115,17 @@ double LrSchedule::lr(uint64_t samples) const {
     case LrDecayStyle::InverseSquareRoot: break;  // returned above
   }
   return min_lr + coeff * (max_lr - min_lr);
+}
+
+LrPosition LrSchedule::step(LrPosition p, uint64_t samples, uint64_t tokens) const {
+  p.samples += samples;
+  p.tokens = tokens;
+  // Megatron-DeepSpeed records it at the step that lands on the warm-up's end exactly (and
+  // fails later when none does): here at the first step at or past it.
+  if (decay_tokens && !warmup_tokens && warmup_samples > 0 && !p.warmup_end_tokens &&
+      static_cast<double>(p.samples) >= warmup_samples)
+    p.warmup_end_tokens = p.tokens;
+  return p;
 }
 
 }  // namespace trident

@@ -19,9 +19,22 @@
 // iterations by the global batch; sample-based runs pass samples directly), and
 // --lr-warmup-fraction gives warmup = fraction x decay, which need not be whole: hence
 // the double warm-up and decay lengths here.
+//
+// Megatron-DeepSpeed counts the warm-up (--lr-warmup-tokens), the decay (--lr-decay-tokens)
+// or both in tokens instead (its optimizer_param_scheduler.py): the same formulas with the
+// scheduler's token count in place of its step, where
+//   - the token count is the run's consumed tokens when the scheduler steps, which is before
+//     the iteration just run is added (so it lags the samples by one global batch);
+//   - a warm-up counted in samples under a decay counted in tokens starts the decay at the
+//     token count of the step that ends the warm-up (recorded then; Megatron-DeepSpeed
+//     records it only when the step lands on the warm-up's end exactly and fails later
+//     otherwise: here the first step at or past it);
+//   - inverse-square-root uses the warm-up's tokens and the token count once the warm-up
+//     is counted (or recorded) in tokens.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace trident {
@@ -35,6 +48,15 @@ enum class WsdDecayStyle { Exponential, Linear, Cosine, MinusSqrt };
 WsdDecayStyle parse_wsd_decay_style(const std::string& s);  // ConfigError naming --lr-wsd-decay-style
 const char* wsd_decay_style_name(WsdDecayStyle s);          // "exponential", "linear", "cosine", "minus_sqrt"
 
+// Where the schedule stands (Megatron's OptimizerParamScheduler state): the samples of the
+// successful updates (num_steps), the token count of its last step (num_tokens) and, for a
+// warm-up in samples under a decay in tokens, the token count when the warm-up ended.
+struct LrPosition {
+  uint64_t samples = 0;
+  uint64_t tokens = 0;
+  std::optional<uint64_t> warmup_end_tokens;
+};
+
 struct LrSchedule {
   double max_lr = 0, min_lr = 0;
   double init_lr = 0;  // the warm-up's first rate
@@ -44,10 +66,20 @@ struct LrSchedule {
   // WSD only: the anneal's length (it ends at decay_samples) and shape.
   double wsd_decay_samples = 0;
   WsdDecayStyle wsd_style = WsdDecayStyle::Exponential;
-  // Learning rate after `samples` consumed samples (Megatron's OptimizerParamScheduler:
-  // the step that starts at `samples` uses this rate, so iteration 1 of a warm-up uses
-  // init_lr).
-  double lr(uint64_t samples) const;
+  // Megatron-DeepSpeed's token counts (not WSD): the warm-up's and the decay's end, counted
+  // from token 0; either replaces its count in samples.
+  std::optional<uint64_t> warmup_tokens, decay_tokens;
+  // Learning rate at position `p` (Megatron's OptimizerParamScheduler: the step that starts
+  // there uses this rate, so iteration 1 of a warm-up uses init_lr).
+  double lr(const LrPosition& p) const;
+  // A schedule counted in samples only: the rate after `samples` samples.
+  double lr(uint64_t samples) const { return lr(LrPosition{samples, 0, std::nullopt}); }
+  // Megatron's step(increment, token_num): `samples` more samples updated, `tokens` the token
+  // count now; records the warm-up's end where the decay counts tokens from it. The
+  // scheduler's start is step(0, 0) from LrPosition{}, a checkpoint's position step(its
+  // samples, its tokens) from its recorded warm-up end, as Megatron's load_state_dict.
+  LrPosition step(LrPosition p, uint64_t samples, uint64_t tokens) const;
+  bool counts_tokens() const { return warmup_tokens.has_value() || decay_tokens.has_value(); }
 };
 
 }  // namespace trident

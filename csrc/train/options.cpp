@@ -172,6 +172,11 @@ const std::vector<FlagDef>& flag_defs() {
       {"lr-wsd-decay-style", "WSD: the anneal's shape: exponential (default), linear, cosine or minus_sqrt"},
       {"lr-warmup-fraction", "warm-up as a fraction of the decay (instead of the warm-up count)"},
       {"lr-warmup-init", "the warm-up's first learning rate, rising linearly to --lr (0)"},
+      {"lr-warmup-tokens", "warm-up tokens (Megatron-DeepSpeed's; instead of the warm-up in iterations or samples)"},
+      {"lr-decay-tokens", "the decay's end in tokens (Megatron-DeepSpeed's; overrides --lr-decay-iters and "
+                          "--lr-decay-samples)"},
+      {"train-tokens", "stop once the run has consumed this many tokens (Megatron-DeepSpeed's; --train-iters or "
+                       "--train-samples still bound the run and size the data)"},
       {"rampup-batch-size", "START INCR SAMPLES: the global batch grows from START by INCR in equal steps over "
                             "the first SAMPLES samples up to --global-batch-size (with --train-samples)"},
       // Optimizer.
@@ -232,6 +237,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
+      {"skip-train", "no training: evaluate the loaded (or initial) model on the validation and test sets "
+                     "(Megatron's)", true},
       {"exit-duration-in-mins", "stop (after saving with --save) once the run has lasted this many minutes"},
       {"distributed-timeout-minutes", "end the job when a rank has waited this long in one collective or transfer "
                                       "(a peer stuck or gone; 10, Megatron's default; 0: never; not applied to "
@@ -352,8 +359,8 @@ const FlagDef* find_flag(const std::string& name) {
 const std::vector<std::vector<std::string>>& alternative_groups() {
   static const std::vector<std::vector<std::string>> groups = {
       {"train-iters", "train-samples"},
-      {"lr-warmup-iters", "lr-warmup-samples", "lr-warmup-fraction"},
-      {"lr-decay-iters", "lr-decay-samples"},
+      {"lr-warmup-iters", "lr-warmup-samples", "lr-warmup-fraction", "lr-warmup-tokens"},
+      {"lr-decay-iters", "lr-decay-samples", "lr-decay-tokens"},
       {"lr-wsd-decay-iters", "lr-wsd-decay-samples"},
       {"fp16", "bf16"},
       {"zero-stage", "use-distributed-optimizer"},
@@ -682,6 +689,38 @@ void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("attention-dropout", m.attention_dropout);
 }
 
+// Megatron-DeepSpeed's token counts. `sample_warmup`: the warm-up flag in iterations or
+// samples given non-zero (nullptr: none).
+void read_token_flags(const Flags& f, TrainOptions& o, const char* sample_warmup) {
+  const auto read = [&](const char* flag, std::optional<uint64_t>& dst) {
+    if (!f.has(flag)) return;
+    uint64_t v = 0;
+    f.get(flag, v);
+    dst = v;
+  };
+  read("lr-warmup-tokens", o.lr_warmup_tokens);
+  read("lr-decay-tokens", o.lr_decay_tokens);
+  read("train-tokens", o.train_tokens);
+  if (o.lr_decay_tokens == 0u) throw ConfigError("--lr-decay-tokens must be positive");
+  if (o.train_tokens == 0u) throw ConfigError("--train-tokens must be positive");
+  for (const char* flag : {"lr-warmup-tokens", "lr-decay-tokens"})
+    if (f.has(flag) && o.lr_decay_style == "WSD")
+      throw ConfigError(std::string("--") + flag +
+                        ": --lr-decay-style WSD counts in iterations or samples (Megatron-DeepSpeed's token "
+                        "counts go with constant, linear, cosine and inverse-square-root)");
+  if (o.lr_warmup_tokens) {
+    if (sample_warmup) throw ConfigError(std::string("--lr-warmup-tokens and --") + sample_warmup + " are mutually exclusive");
+    if (f.has("lr-warmup-fraction")) throw ConfigError("--lr-warmup-tokens and --lr-warmup-fraction are mutually exclusive");
+    if (o.lr_decay_tokens && o.lr_decay_style != "constant" && *o.lr_warmup_tokens >= *o.lr_decay_tokens)
+      throw ConfigError("--lr-decay-tokens (" + std::to_string(*o.lr_decay_tokens) + ") must exceed --lr-warmup-tokens (" +
+                        std::to_string(*o.lr_warmup_tokens) + ")");
+  }
+  // As Megatron-DeepSpeed, the decay in tokens wins: the other still has to exceed the warm-up.
+  if (o.lr_decay_tokens)
+    for (const char* flag : {"lr-decay-iters", "lr-decay-samples"})
+      if (f.has(flag)) o.flags_without_effect.push_back(std::string("--") + flag + " (with --lr-decay-tokens)");
+}
+
 // Megatron's rule: iteration-based and sample-based flags never mix.
 void read_schedule_flags(const Flags& f, TrainOptions& o) {
   f.get("micro-batch-size", o.micro_batch_size);
@@ -734,6 +773,7 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
                                                             : nullptr;
   if (f.has("lr-warmup-fraction") && warmup)
     throw ConfigError(std::string("--lr-warmup-fraction and --") + warmup + " are mutually exclusive");
+  read_token_flags(f, o, warmup);
 }
 
 void read_optimizer_flags(const Flags& f, TrainOptions& o) {
@@ -873,6 +913,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
   f.get("exit-interval", o.exit_interval);
+  o.skip_train = f.has("skip-train");
   f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("distributed-timeout-minutes", o.distributed_timeout_minutes);
   f.get("save-canonical", o.save_canonical);
@@ -1286,6 +1327,8 @@ LrSchedule make_lr_schedule(const TrainOptions& o) {
   s.decay_samples = static_cast<double>(o.decay_samples);
   s.wsd_decay_samples = static_cast<double>(o.wsd_decay_samples);
   s.wsd_style = parse_wsd_decay_style(o.lr_wsd_decay_style);
+  s.warmup_tokens = o.lr_warmup_tokens;
+  s.decay_tokens = o.lr_decay_tokens;
   return s;
 }
 
@@ -1407,6 +1450,11 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("async-save", o.async_save);
   line("load given", !o.load.empty());
   line("exit-interval", o.exit_interval);
+  line("skip-train", o.skip_train);
+  const auto tokens = [](const std::optional<uint64_t>& v) { return v ? std::to_string(*v) : std::string("none"); };
+  line("lr-warmup-tokens", tokens(o.lr_warmup_tokens));
+  line("lr-decay-tokens", tokens(o.lr_decay_tokens));
+  line("train-tokens", tokens(o.train_tokens));
   line("exit-duration-in-mins given", o.exit_duration_in_mins > 0);  // each rank may have its own limit
   return s.str();
 }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,13 @@ struct TrainOptions {
   uint64_t lr_wsd_decay_samples = 0;
   std::string lr_wsd_decay_style = "exponential";
   double lr_warmup_fraction = -1;  // < 0: not given
+  // Megatron-DeepSpeed's token counts (lr_schedule.h): the warm-up (--lr-warmup-tokens,
+  // instead of the warm-up in samples or iterations) and the decay (--lr-decay-tokens, which
+  // overrides the decay in samples or iterations) counted in tokens, and --train-tokens, a
+  // stop once the run has consumed that many tokens (before --train-iters, which still
+  // sizes the data). Not given: none.
+  std::optional<uint64_t> lr_warmup_tokens, lr_decay_tokens, train_tokens;
+  bool counts_tokens() const { return lr_warmup_tokens || lr_decay_tokens || train_tokens; }
   // Resolved by resolve_schedule() (parse_train_options calls it): the schedule in
   // samples, which is all the trainer reads.
   double warmup_samples = 0;   // fractional with --lr-warmup-fraction, as in Megatron
@@ -134,6 +142,9 @@ struct TrainOptions {
   // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).
   int64_t max_nan_iterations = 10;
   int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
+  // --skip-train (Megatron's): no training; the validation and test evaluations of the
+  // loaded (or initial) model, without TensorBoard scalars, and no checkpoint.
+  bool skip_train = false;
   // Stop (after saving with --save) once any rank has run this many minutes since its start,
   // checked after every iteration, as Megatron; 0: never.
   double exit_duration_in_mins = 0;
@@ -241,7 +252,7 @@ void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 // at different places.
 std::string flags_every_rank_shares(const TrainOptions& o);
 
-// The schedule in samples from the resolved fields.
+// The schedule from the resolved fields (in samples, with the token counts given).
 LrSchedule make_lr_schedule(const TrainOptions& o);
 // The global batch's ramp-up (--rampup-batch-size); none (start == global) without one.
 BatchRampup make_batch_rampup(const TrainOptions& o);

@@ -221,6 +221,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   }
   if (layouts.front().sequence_parallel) optimizer_->set_sequence_parallel(par_->tp.get());
   schedule_ = make_lr_schedule(opt_);
+  scheduler_ = schedule_.step(LrPosition{}, 0, 0);  // Megatron's step(0) when the scheduler is made
   wd_schedule_ = make_weight_decay_schedule(opt_);
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
   // Rank 0 writes the events; a directory it cannot create stops every rank.
@@ -536,8 +537,8 @@ IterationResult Trainer::train_iteration() {
   set_micro_batches(G / (opt_.micro_batch_size * par_->grid.shape.dp));
   IterationResult r;
   r.global_batch = G;
-  r.lr = schedule_.lr(scheduler_samples_);
-  r.weight_decay = wd_schedule_.weight_decay(scheduler_samples_);
+  r.lr = schedule_.lr(scheduler_);
+  r.weight_decay = wd_schedule_.weight_decay(scheduler_.samples);
   optimizer_->set_weight_decay(static_cast<float>(r.weight_decay));
   // The loss is the mean over every target token of the global batch, times the scale; with
   // --calculate-per-token-loss over every kept one. The last stage, which seeds the backward
@@ -593,13 +594,15 @@ IterationResult Trainer::train_iteration() {
   r.skipped = !std::isfinite(r.grad_norm);  // never train on a NaN
   scaler_.update(found_inf);
   r.loss_scale = scaler_.scale();  // after the update, as Megatron's log line and TensorBoard show it
-  // Megatron steps its LR scheduler by the global batch only after a successful update.
-  if (!r.skipped) scheduler_samples_ += G;
-  r.logged_lr = schedule_.lr(scheduler_samples_);
+  // Megatron steps its LR scheduler by the global batch only after a successful update;
+  // Megatron-DeepSpeed's token count then is the consumed tokens before this iteration's.
+  if (!r.skipped) scheduler_ = schedule_.step(scheduler_, static_cast<uint64_t>(G), consumed_tokens_);
+  r.logged_lr = schedule_.lr(scheduler_);
   skipped_iterations_ += r.skipped;
   nan_iterations_ += r.nan_loss;  // Megatron's nan iterations: a NaN loss, which always skips
   be_.synchronize();
   consumed_samples_ += G;
+  consumed_tokens_ += static_cast<uint64_t>(G) * static_cast<uint64_t>(T);
   ++iteration_;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (profiling_) be_.range_pop();
@@ -657,7 +660,8 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
              " samples consumed; the data is sized for a run from iteration 0 at this global batch size)";
     throw ConfigError(msg);
   };
-  const int64_t T = opt_.train_iters, E = opt_.eval_interval;
+  // --skip-train reads no training data and evaluates once.
+  const int64_t T = opt_.skip_train ? iteration : opt_.train_iters, E = opt_.eval_interval;
   // Training batches follow the ramp-up (G after it); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
@@ -670,7 +674,7 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   if (test_ && opt_.eval_iters > 0) check("test", "--eval-iters", *test_, 0, static_cast<uint64_t>(opt_.eval_iters) * G);
 }
 
-void Trainer::log_evaluation(const std::string& where, const EvalResult& r) {
+void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard) {
   // Megatron's block; PPL = exp(min(20, loss)).
   const double ppl = std::exp(std::min(20.0, r.loss));
   char buf[256];
@@ -678,12 +682,31 @@ void Trainer::log_evaluation(const std::string& where, const EvalResult& r) {
                 r.loss, ppl);
   const std::string line = buf, dashes(line.size() + 1, '-');
   *out_ << dashes << "\n" << line << "\n" << dashes << std::endl;
-  if (tensorboard_ && where.find("test") == std::string::npos) {
+  if (tensorboard_ && to_tensorboard && where.find("test") == std::string::npos) {
     tensorboard_->add_scalar("lm loss validation", r.loss, iteration_);
     tensorboard_->add_scalar("lm loss validation vs samples", r.loss, static_cast<int64_t>(consumed_samples_));
     tensorboard_->add_scalar("lm loss validation ppl", ppl, iteration_);
     tensorboard_->add_scalar("lm loss validation ppl vs samples", ppl, static_cast<int64_t>(consumed_samples_));
   }
+}
+
+bool Trainer::training_done() const {
+  return iteration_ >= opt_.train_iters || (opt_.train_tokens && consumed_tokens_ >= *opt_.train_tokens);
+}
+
+bool Trainer::final_evaluations(bool to_tensorboard) {
+  const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
+    const EvalResult e = evaluate(data, first, opt_.eval_iters);
+    if (e.timed_out)
+      *out_ << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
+            << " minutes (--exit-duration-in-mins)" << std::endl;
+    else
+      log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e, to_tensorboard);
+    return !e.timed_out;
+  };
+  if (valid_ && opt_.eval_iters > 0 && !final_evaluation("on validation set", *valid_, consumed_valid_samples_))
+    return false;
+  return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0));
 }
 
 void Trainer::train() {
@@ -733,7 +756,13 @@ void Trainer::train() {
   std::optional<StopSignals> stop_signals(std::in_place);
   bool stopped_by_signal = false;  // the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
-  while (iteration_ < opt_.train_iters) {
+  if (opt_.skip_train) {  // Megatron's: the evaluations alone, without TensorBoard scalars
+    out << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;
+    final_evaluations(/*to_tensorboard=*/false);
+    if (tensorboard_) tensorboard_->flush();
+    return;
+  }
+  while (!training_done()) {
     const IterationResult r = train_iteration();
     if (!memory_reported) {
       report_peak_memory();
@@ -748,7 +777,7 @@ void Trainer::train() {
     ++n;
     skipped += r.skipped;
     nan += r.nan_loss;
-    const bool logging = iteration_ % opt_.log_interval == 0 || iteration_ == opt_.train_iters;
+    const bool logging = iteration_ % opt_.log_interval == 0 || training_done();
     // Known on every rank (only rank 0 holds the writer): --log-params-norm's norm is collective.
     const bool tensorboard_due = !opt_.tensorboard_dir.empty() && iteration_ % opt_.tensorboard_log_interval == 0;
     const double params_norm =
@@ -818,6 +847,7 @@ void Trainer::train() {
       l.iteration = iteration_;
       l.train_iters = opt_.train_iters;
       l.consumed_samples = consumed_samples_;
+      if (opt_.counts_tokens()) l.consumed_tokens = consumed_tokens_;
       l.ms_per_iteration = ms_sum / n;
       l.learning_rate = r.logged_lr;
       l.global_batch_size = r.global_batch;
@@ -880,7 +910,7 @@ void Trainer::train() {
       say_out_of_time("at iteration " + std::to_string(iteration_));
       break;
     }
-    if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && iteration_ < opt_.train_iters) {
+    if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && !training_done()) {
       out << "trident: exiting at iteration " << iteration_ << " (--exit-interval)" << std::endl;
       break;
     }
@@ -894,23 +924,16 @@ void Trainer::train() {
   // Whether the run ends complete: false when it stops early (no final evaluation then).
   const bool completed = [&] {
     if (stopped_by_signal) return false;  // said in the loop
-    if (iteration_ == opt_.train_iters && any_rank(*par_, stop_requested != 0)) {
+    if (training_done() && any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
       return false;
     }
     stop_signals.reset();  // from here a signal ends the process: the last checkpoint is saved
-    if (iteration_ < opt_.train_iters) return false;
-    // The final evaluations; one that runs out of time ends the run without its line.
-    const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
-      const EvalResult e = evaluate(data, first, opt_.eval_iters);
-      if (e.timed_out)
-        say_out_of_time("during the evaluation " + where);
-      else
-        log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e);
-      return !e.timed_out;
-    };
-    if (evaluating && !final_evaluation("on validation set", *valid_, consumed_valid_samples_)) return false;
-    return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0));
+    if (!training_done()) return false;
+    if (iteration_ < opt_.train_iters)  // Megatron-DeepSpeed ends the run there as it would at --train-iters
+      out << "trident: --train-tokens " << *opt_.train_tokens << " reached at iteration " << iteration_ << " ("
+          << consumed_tokens_ << " tokens)" << std::endl;
+    return final_evaluations(/*to_tensorboard=*/true);
   }();
   // Every way out writes the event file to the end (a failed write is an error here too).
   if (tensorboard_) tensorboard_->flush();

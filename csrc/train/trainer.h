@@ -91,7 +91,10 @@ class Trainer {
   ParallelContext& parallel() { return *par_; }
   int64_t iteration() const { return iteration_; }
   uint64_t consumed_samples() const { return consumed_samples_; }
-  uint64_t scheduler_samples() const { return scheduler_samples_; }
+  uint64_t consumed_tokens() const { return consumed_tokens_; }
+  // The LR schedule's position (samples of the successful updates, its token count).
+  const LrPosition& scheduler_position() const { return scheduler_; }
+  uint64_t scheduler_samples() const { return scheduler_.samples; }
   const LossScaler& loss_scaler() const { return scaler_; }
   const AdamWOptimizer& optimizer() const { return *optimizer_; }
   // The layers of each of this stage's model chunks (one without an interleaved pipeline).
@@ -141,7 +144,12 @@ class Trainer {
   bool counted_here(const ParamSpec& s) const;
   void sum_over_model(const Tensor& host_values);
   void reduce_loss_stats(LossStats& s);
-  void log_evaluation(const std::string& where, const EvalResult& r);
+  void log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard = true);
+  // The validation and test evaluations at the end of the run (or of --skip-train); false
+  // when one ran out of time (--exit-duration-in-mins), which ends the run without its line.
+  bool final_evaluations(bool to_tensorboard);
+  // Whether training is over: --train-iters reached, or --train-tokens consumed.
+  bool training_done() const;
   void count_unusable_iteration(const IterationResult& r);
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
   bool out_of_time() const;
@@ -179,10 +187,13 @@ class Trainer {
   std::vector<int32_t> positions_, document_starts_;
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
+  // Megatron-DeepSpeed's consumed_train_tokens: every iteration's samples x the sequence
+  // length it trained with (a resume may change --seq-length).
+  uint64_t consumed_tokens_ = 0;
   // The LR schedule's position: the samples of the iterations that updated the model
   // (Megatron's OptimizerParamScheduler.num_steps; it steps only after a successful update),
-  // while consumed_samples_ counts every iteration.
-  uint64_t scheduler_samples_ = 0;
+  // while consumed_samples_ counts every iteration; and its token count (lr_schedule.h).
+  LrPosition scheduler_;
   int64_t skipped_iterations_ = 0, nan_iterations_ = 0;
   int64_t consecutive_unusable_ = 0;   // for --max-nan-iterations (count_unusable_iteration)
   int64_t consecutive_overflows_ = 0;  // of those, fp16 overflows at a constant loss scale

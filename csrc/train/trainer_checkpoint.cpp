@@ -58,13 +58,19 @@ void save_test_hooks(int rank) {
   if (const char* sig = std::getenv("TRIDENT_TEST_SIGNAL_IN_SAVE")) std::raise(std::atoi(sig));
 }
 
-// The LR schedule's position (samples of the successful updates). A checkpoint written
-// before it was saved has none: there the schedule ran on consumed samples (skipped
-// iterations advanced it too), so continuing from them keeps that run's rate.
-uint64_t saved_scheduler_samples(const nlohmann::json& trainer_state, uint64_t consumed_samples) {
+// The LR schedule's position: the samples of the successful updates, the token count and
+// the recorded warm-up end (lr_schedule.h), as Megatron's load_state_dict steps to it. A
+// checkpoint written before the samples were saved has none: there the schedule ran on
+// consumed samples (skipped iterations advanced it too), so continuing from them keeps that
+// run's rate; one written before the tokens were saved takes the consumed tokens.
+LrPosition saved_scheduler_position(const LrSchedule& schedule, const nlohmann::json& trainer_state,
+                                    uint64_t consumed_samples, uint64_t consumed_tokens) {
   const auto it = trainer_state.find("opt_param_scheduler");
-  if (it == trainer_state.end() || !it->contains("num_steps")) return consumed_samples;
-  return (*it)["num_steps"].get<uint64_t>();
+  if (it == trainer_state.end() || !it->contains("num_steps")) return schedule.step(LrPosition{}, consumed_samples, consumed_tokens);
+  LrPosition start;
+  const auto end = it->find("warmup_end_tokens");
+  if (end != it->end() && !end->is_null()) start.warmup_end_tokens = end->get<uint64_t>();
+  return schedule.step(start, (*it)["num_steps"].get<uint64_t>(), it->value("num_tokens", consumed_tokens));
 }
 
 // The schedules of Megatron's OptimizerParamScheduler: the learning rate's and the weight
@@ -93,6 +99,16 @@ template <auto Part, auto Member>
 SchedulerField number_field(const char* key, const char* flags) {
   return {key, flags, [](const ParamSchedules& s) { return nlohmann::json((s.*Part).*Member); },
           [](ParamSchedules& s, const nlohmann::json& v) { (s.*Part).*Member = v.get<double>(); }};
+}
+
+// A token count of the LR schedule: null when not counted in tokens.
+template <auto Member>
+SchedulerField tokens_field(const char* key, const char* flags) {
+  return {key, flags,
+          [](const ParamSchedules& s) { return (s.lr.*Member) ? nlohmann::json(*(s.lr.*Member)) : nlohmann::json(); },
+          [](ParamSchedules& s, const nlohmann::json& v) {
+            s.lr.*Member = v.is_null() ? std::nullopt : std::optional<uint64_t>(v.get<uint64_t>());
+          }};
 }
 
 // The length of the weight decay's rise is the run's length, so a constant decay (the
@@ -124,6 +140,8 @@ const std::vector<SchedulerField>& scheduler_fields() {
           "lr_decay_steps",
           "decay samples: --lr-decay-iters (default --train-iters) x --global-batch-size, or --lr-decay-samples "
           "(default --train-samples)"),
+      tokens_field<&LrSchedule::warmup_tokens>("lr_warmup_tokens", "--lr-warmup-tokens"),
+      tokens_field<&LrSchedule::decay_tokens>("lr_decay_tokens", "--lr-decay-tokens"),
       {"lr_decay_style", "--lr-decay-style",
        [](const P& s) { return nlohmann::json(lr_decay_style_name(s.lr.style)); },
        [](P& s, const nlohmann::json& v) { s.lr.style = parse_lr_decay_style(v.get<std::string>()); }},
@@ -167,8 +185,10 @@ const std::vector<SchedulerField>& scheduler_fields() {
   return fields;
 }
 
-nlohmann::json scheduler_state(const ParamSchedules& s, uint64_t num_steps) {
-  nlohmann::json j = {{"num_steps", num_steps}};
+nlohmann::json scheduler_state(const ParamSchedules& s, const LrPosition& p) {
+  nlohmann::json j = {{"num_steps", p.samples}, {"num_tokens", p.tokens}};
+  // trident's name: Megatron-DeepSpeed keeps it in lr_warmup_tokens, the flag's field.
+  j["warmup_end_tokens"] = p.warmup_end_tokens ? nlohmann::json(*p.warmup_end_tokens) : nlohmann::json();
   for (const SchedulerField& f : scheduler_fields()) j[f.key] = f.get(s);
   return j;
 }
@@ -260,7 +280,7 @@ ParamSchedules check_resume(const CheckpointMetadata& meta, bool has_optimizer_s
     throw ConfigError("--load: " + dir.string() + " has no RNG state (use --no-load-rng or --finetune)");
   // Megatron would train nothing and only evaluate; a run that ends before its checkpoint
   // is a mistyped --train-iters (or --train-samples) rather than a request.
-  if (!o.finetune && meta.iteration > o.train_iters)
+  if (!o.finetune && !o.skip_train && meta.iteration > o.train_iters)
     throw ConfigError("--load: " + dir.string() + " is at iteration " + std::to_string(meta.iteration) +
                       ", past this run's last iteration " + std::to_string(o.train_iters) + " (" +
                       (o.sample_based ? "--train-samples " + std::to_string(o.train_samples)
@@ -467,6 +487,7 @@ CheckpointMetadata Trainer::checkpoint_metadata() {
   m.layout = ParallelLayout{grid.shape.tp, grid.shape.pp, grid.shape.dp, opt_.zero_stage,
                             opt_.virtual_pipeline_chunks()};
   m.trainer_state = {{"consumed_valid_samples", consumed_valid_samples_},
+                     {"consumed_train_tokens", consumed_tokens_},
                      {"skipped_iterations", skipped_iterations_},
                      {"nan_iterations", nan_iterations_},
                      {"global_batch_size", opt_.global_batch_size}};
@@ -474,7 +495,7 @@ CheckpointMetadata Trainer::checkpoint_metadata() {
     const LossScalerState ls = scaler_.state();
     m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
     // Megatron's name: the LR schedule's position in samples of successful updates.
-    m.trainer_state["opt_param_scheduler"] = scheduler_state({schedule_, wd_schedule_}, scheduler_samples_);
+    m.trainer_state["opt_param_scheduler"] = scheduler_state({schedule_, wd_schedule_}, scheduler_);
     // Only a dynamic scaler has a state (Megatron's ConstantGradScaler saves nothing): a
     // bf16 or fp32 run's "scale 1" would otherwise replace --initial-loss-scale when an
     // fp16 run resumes from it.
@@ -648,7 +669,11 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
     consumed_samples_ = static_cast<uint64_t>(meta.consumed_samples);
     // As Megatron: the LR schedule's state belongs to the optimizer's, so without it the
     // schedule starts again at step 0 (warm-up included) while the iteration carries on.
-    scheduler_samples_ = load_optimizer ? saved_scheduler_samples(st, consumed_samples_) : 0;
+    // Megatron-DeepSpeed's consumed_train_tokens; before it was saved, every sample had the
+    // checkpoint's sequence length.
+    consumed_tokens_ = st.value("consumed_train_tokens", consumed_samples_ * static_cast<uint64_t>(meta.model.seq_length));
+    scheduler_ = load_optimizer ? saved_scheduler_position(schedule_, st, consumed_samples_, consumed_tokens_)
+                                : schedule_.step(LrPosition{}, 0, 0);
     consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
     nan_iterations_ = st.value("nan_iterations", int64_t{0});

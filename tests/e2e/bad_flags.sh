@@ -69,6 +69,16 @@ expect_run "--train-samples --lr-warmup-samples replace the config's --lr-warmup
   --train-samples 32 --lr-warmup-samples 8
 expect_run "--lr-warmup-fraction replaces the config's --lr-warmup-iters" "${base[@]}" --train-iters 4 \
   --lr-warmup-fraction 0.25
+# Megatron-DeepSpeed's token counts: --lr-warmup-tokens replaces the config's warm-up in
+# iterations; --train-tokens ends the run (512 tokens an iteration), the line counting tokens.
+expect_run "--lr-warmup-tokens replaces the config's --lr-warmup-iters; --train-tokens stops" "${base[@]}" \
+  --train-iters 20 --lr-warmup-tokens 1024 --lr-decay-tokens 8192 --train-tokens 2000
+grep -qx "trident: --train-tokens 2000 reached at iteration 4 (2048 tokens)" "$tmp/out" &&
+  grep -q "^ iteration        4/      20 | consumed samples:           32 | consumed tokens:         2048 |" \
+    "$tmp/out" && ! grep -q "^ iteration        5/" "$tmp/out" && echo "ok: --train-tokens stops at iteration 4" ||
+  { echo "FAIL: --train-tokens 2000:"; cat "$tmp/out"; fails=$((fails + 1)); }
+expect_error "--lr-decay-tokens: --lr-decay-style WSD counts in iterations or samples" "${tiny[@]}" \
+  --lr-decay-style WSD --lr-wsd-decay-iters 5 --lr-decay-tokens 9000
 # Megatron's implementation switches from its example scripts: accepted, named in one note.
 expect_run "Megatron's implementation switches accepted" "${base[@]}" --train-iters 12 --DDP-impl local \
   --no-masked-softmax-fusion --data-impl mmap

@@ -835,6 +835,52 @@ struct BadCase {
   std::string flag;  // must appear in the one-line message
 };
 
+// Megatron-DeepSpeed's token counts: read as given (0 included for the warm-up), the decay
+// in tokens overriding the one in iterations or samples (noted), and refused with WSD, beside
+// a warm-up of another form, or with nothing to decay; --skip-train is a switch.
+TEST(Options, TokenScheduleFlags) {
+  TrainOptions o = parse({"--lr-warmup-tokens", "375_000_000", "--lr-decay-tokens", "300000000000", "--train-tokens",
+                          "300000000000", "--lr-decay-style", "cosine"});
+  EXPECT_EQ(o.lr_warmup_tokens, 375000000u);
+  EXPECT_EQ(o.lr_decay_tokens, 300000000000u);
+  EXPECT_EQ(o.train_tokens, 300000000000u);
+  EXPECT_TRUE(o.counts_tokens());
+  EXPECT_TRUE(o.flags_without_effect.empty());
+  const LrSchedule s = make_lr_schedule(o);
+  EXPECT_EQ(s.warmup_tokens, 375000000u);
+  EXPECT_EQ(s.decay_tokens, 300000000000u);
+  EXPECT_FALSE(parse({}).counts_tokens());
+  EXPECT_FALSE(make_lr_schedule(parse({})).counts_tokens());
+  EXPECT_EQ(parse({"--lr-warmup-tokens", "0"}).lr_warmup_tokens, 0u);
+  EXPECT_EQ(parse({"--lr-decay-tokens", "900", "--lr-decay-iters", "50"}).flags_without_effect,
+            std::vector<std::string>{"--lr-decay-iters (with --lr-decay-tokens)"});
+  EXPECT_EQ(parse({"--train-samples", "800", "--lr-decay-tokens", "900", "--lr-decay-samples", "500"})
+                .flags_without_effect,
+            std::vector<std::string>{"--lr-decay-samples (with --lr-decay-tokens)"});
+  // A warm-up in iterations or as a fraction under a decay in tokens is Megatron-DeepSpeed's too.
+  EXPECT_EQ(parse({"--lr-warmup-iters", "10", "--lr-decay-tokens", "900"}).lr_warmup_iters, 10);
+  EXPECT_EQ(error_of({"--lr-warmup-fraction", "0.1", "--lr-decay-tokens", "900"}), "");
+  EXPECT_TRUE(parse({"--skip-train"}).skip_train);
+  EXPECT_FALSE(parse({}).skip_train);
+
+  EXPECT_EQ(must_fail({"--lr-decay-tokens", "0"}), "--lr-decay-tokens must be positive");
+  EXPECT_EQ(must_fail({"--train-tokens", "0"}), "--train-tokens must be positive");
+  EXPECT_EQ(must_fail({"--train-tokens", "-5"}), "--train-tokens: cannot parse '-5' as a non-negative integer");
+  EXPECT_EQ(must_fail({"--lr-decay-tokens", "900", "--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "5"}),
+            "--lr-decay-tokens: --lr-decay-style WSD counts in iterations or samples (Megatron-DeepSpeed's token "
+            "counts go with constant, linear, cosine and inverse-square-root)");
+  EXPECT_EQ(must_fail({"--lr-warmup-tokens", "100", "--lr-warmup-iters", "5"}),
+            "--lr-warmup-tokens and --lr-warmup-iters are mutually exclusive");
+  EXPECT_EQ(must_fail({"--train-samples", "800", "--lr-warmup-tokens", "100", "--lr-warmup-samples", "5"}),
+            "--lr-warmup-tokens and --lr-warmup-samples are mutually exclusive");
+  EXPECT_EQ(must_fail({"--lr-warmup-tokens", "100", "--lr-warmup-fraction", "0.1"}),
+            "--lr-warmup-tokens and --lr-warmup-fraction are mutually exclusive");
+  EXPECT_EQ(error_of({"--lr-warmup-tokens", "100", "--lr-warmup-iters", "0"}), "");  // an explicit 0 is no warm-up
+  EXPECT_EQ(must_fail({"--lr-warmup-tokens", "900", "--lr-decay-tokens", "900"}),
+            "--lr-decay-tokens (900) must exceed --lr-warmup-tokens (900)");
+  EXPECT_EQ(error_of({"--lr-warmup-tokens", "900", "--lr-decay-tokens", "900", "--lr-decay-style", "constant"}), "");
+}
+
 TEST(Options, EveryBadValueNamesItsFlag) {
   const std::string bad_bool_yaml = write_yaml("bad_bool", "fp16: maybe\n");
   const std::vector<BadCase> cases = {
