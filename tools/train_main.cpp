@@ -136,7 +136,7 @@ int train(int argc, char** argv) {
   opt.load_missing_at_start = !opt.load.empty() && !std::filesystem::exists(opt.load, missing);
   SaveDirHeld save_dir;
   if (!opt.save.empty()) hold_save_dir(opt.save, *parallel, save_dir);
-  TrainData data = make_train_data(opt, parallel.get());
+  TrainData data = make_train_data(opt, parallel.get(), opt.skip_train ? DataUse::kEvaluationOnly : DataUse::kTraining);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_record_history(false);
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));

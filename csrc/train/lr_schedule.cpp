@@ -117,13 +117,21 @@ double LrSchedule::lr(const LrPosition& p) const {
   return min_lr + coeff * (max_lr - min_lr);
 }
 
+double LrSchedule::lr(uint64_t samples) const {
+  TRIDENT_CHECK(!counts_tokens(), "a schedule that counts tokens needs its position's tokens");
+  return lr(LrPosition{samples, 0, std::nullopt});
+}
+
 LrPosition LrSchedule::step(LrPosition p, uint64_t samples, uint64_t tokens) const {
   p.samples += samples;
   p.tokens = tokens;
-  // Megatron-DeepSpeed records it at the step that lands on the warm-up's end exactly (and
-  // fails later when none does): here at the first step at or past it.
+  // Megatron-DeepSpeed records it at the step that lands on the warm-up's end exactly. When
+  // none does, its linear and cosine decays fail on the missing start: they start at the
+  // first step past it here. Its inverse-square-root and constant styles run on without it.
+  const double s = static_cast<double>(p.samples);
+  const bool needs_start = style == LrDecayStyle::Linear || style == LrDecayStyle::Cosine;
   if (decay_tokens && !warmup_tokens && warmup_samples > 0 && !p.warmup_end_tokens &&
-      static_cast<double>(p.samples) >= warmup_samples)
+      (s == warmup_samples || (needs_start && s > warmup_samples)))
     p.warmup_end_tokens = p.tokens;
   return p;
 }

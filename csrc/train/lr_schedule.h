@@ -26,11 +26,13 @@
 //   - the token count is the run's consumed tokens when the scheduler steps, which is before
 //     the iteration just run is added (so it lags the samples by one global batch);
 //   - a warm-up counted in samples under a decay counted in tokens starts the decay at the
-//     token count of the step that ends the warm-up (recorded then; Megatron-DeepSpeed
-//     records it only when the step lands on the warm-up's end exactly and fails later
-//     otherwise: here the first step at or past it);
+//     token count of the step that lands on the warm-up's end (recorded then). When no step
+//     lands on it exactly, Megatron-DeepSpeed's linear and cosine decays fail on the missing
+//     start; here they start at the first step past it. Without a warm-up they start at
+//     token 0 (Megatron-DeepSpeed fails there too);
 //   - inverse-square-root uses the warm-up's tokens and the token count once the warm-up
-//     is counted (or recorded) in tokens.
+//     is counted (or recorded) in tokens, the samples otherwise;
+//   - the warm-up in tokens rises from init_lr (--lr-warmup-init; Megatron-DeepSpeed has 0).
 #pragma once
 
 #include <cstdint>
@@ -72,8 +74,8 @@ struct LrSchedule {
   // Learning rate at position `p` (Megatron's OptimizerParamScheduler: the step that starts
   // there uses this rate, so iteration 1 of a warm-up uses init_lr).
   double lr(const LrPosition& p) const;
-  // A schedule counted in samples only: the rate after `samples` samples.
-  double lr(uint64_t samples) const { return lr(LrPosition{samples, 0, std::nullopt}); }
+  // A schedule counted in samples only (an internal error otherwise): the rate after `samples`.
+  double lr(uint64_t samples) const;
   // Megatron's step(increment, token_num): `samples` more samples updated, `tokens` the token
   // count now; records the warm-up's end where the decay counts tokens from it. The
   // scheduler's start is step(0, 0) from LrPosition{}, a checkpoint's position step(its

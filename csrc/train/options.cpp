@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "core/error.h"
 #include "core/flag_value.h"
 #include "train/data_args_file.h"
+#include "train/deepspeed_config.h"
 #include "train/timers.h"
 
 namespace trident {
@@ -89,6 +91,37 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-mmap-bin-files", "Megatron's .bin reading switch: no effect (.bin/.idx are memory-mapped)", true},
       {"enable-one-logger", "NVIDIA's internal metrics logger: no effect", true},
       {"local_rank", "torch.distributed.launch's rank: no effect (MPI gives the rank)"},
+      // Megatron-DeepSpeed's and BigScience's DeepSpeed switches (the config is --deepspeed_config's).
+      {"deepspeed-activation-checkpointing", "DeepSpeed's activation checkpointing: recomputation follows "
+                                             "--recompute-granularity / --checkpoint-activations", true},
+      {"partition-activations", "DeepSpeed's activation partitioning: no effect", true},
+      {"contigious-checkpointing", "DeepSpeed's activation memory layout (sic): no effect", true},
+      {"checkpoint-in-cpu", "DeepSpeed's activation offload: no effect", true},
+      {"synchronize-each-layer", "DeepSpeed's per-layer synchronisation: no effect", true},
+      {"profile-backward", "DeepSpeed's backward profiling: no effect", true},
+      {"zero-reduce-scatter", "DeepSpeed's ZeRO reduction switch: no effect (the stage is --zero-stage's)", true},
+      {"zero-contigious-gradients", "DeepSpeed's ZeRO gradient layout (sic): no effect", true},
+      {"zero-reduce-bucket-size", "DeepSpeed's ZeRO bucket size: no effect"},
+      {"zero-allgather-bucket-size", "DeepSpeed's ZeRO bucket size: no effect"},
+      {"remote-device", "DeepSpeed's ZeRO offload device: no effect (the state stays on the device)"},
+      {"use-pin-memory", "DeepSpeed's ZeRO offload switch: no effect", true},
+      {"scattered-embeddings", "DeepSpeed's memory switch: no effect", true},
+      {"split-transformers", "DeepSpeed's memory switch: no effect", true},
+      {"memory-centric-tiled-linear", "DeepSpeed's tiled linear layers: no effect", true},
+      {"tile-factor", "DeepSpeed's tiled linear layers: no effect"},
+      {"no-pipeline-parallel", "Megatron-DeepSpeed without DeepSpeed's pipeline engine: trident's pipeline is its "
+                               "own", true},
+      {"deepspeed_mpi", "DeepSpeed's MPI discovery: no effect (MPI gives the ranks)", true},
+      {"cpu-optimizer", "DeepSpeed's CPU Adam: no effect (the optimizer runs on the device)", true},
+      {"cpu_torch_adam", "DeepSpeed's CPU Adam: no effect (the optimizer runs on the device)", true},
+      {"use-flash-attn-triton", "Megatron-DeepSpeed's flash attention switch: the fused attention always runs", true},
+      {"universal-checkpoint", "DeepSpeed's universal checkpoints: trident's checkpoints load at any layout", true},
+      {"abort-on-unmet-fused-kernel-constraints", "BigScience's fused-kernel check: no effect", true},
+      {"sync-tp-duplicated-parameters", "BigScience's tensor-parallel copies sync: trident's copies stay equal",
+       true},
+      {"codecarbon-dir", "BigScience's CodeCarbon emissions log: not written"},
+      {"log-level", "BigScience's Python log level: no effect"},
+      {"log-level-replica", "BigScience's Python log level: no effect"},
   };
   return defs;
 }
@@ -132,6 +165,9 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"dataloader-type", false, "single", "samples are read in Megatron's single order"},
       {"context-parallel-size", false, "1", "no context parallelism: a sequence stays on its tensor-parallel ranks"},
       {"standalone-embedding-stage", true, nullptr, "the embedding shares the first pipeline stage with its layers"},
+      {"embed-layernorm", true, nullptr, "GPT-2 has no LayerNorm after its embeddings"},
+      {"ds-sequence-parallel-size", false, "1", "no DeepSpeed-Ulysses sequence parallelism (Megatron's "
+                                                "--sequence-parallel is supported)"},
       {"wandb-project", false, nullptr, kWandb},
       {"wandb-exp-name", false, nullptr, kWandb},
       {"wandb-save-dir", false, nullptr, kWandb},
@@ -173,8 +209,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"lr-warmup-fraction", "warm-up as a fraction of the decay (instead of the warm-up count)"},
       {"lr-warmup-init", "the warm-up's first learning rate, rising linearly to --lr (0)"},
       {"lr-warmup-tokens", "warm-up tokens (Megatron-DeepSpeed's; instead of the warm-up in iterations or samples)"},
-      {"lr-decay-tokens", "the decay's end in tokens (Megatron-DeepSpeed's; overrides --lr-decay-iters and "
-                          "--lr-decay-samples)"},
+      {"lr-decay-tokens", "the decay's end in tokens (Megatron-DeepSpeed's; instead of the decay in iterations or "
+                          "samples, which still bound the warm-up)"},
       {"train-tokens", "stop once the run has consumed this many tokens (Megatron-DeepSpeed's; --train-iters or "
                        "--train-samples still bound the run and size the data)"},
       {"rampup-batch-size", "START INCR SAMPLES: the global batch grows from START by INCR in equal steps over "
@@ -239,6 +275,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
       {"skip-train", "no training: evaluate the loaded (or initial) model on the validation and test sets "
                      "(Megatron's)", true},
+      {"deepspeed", "Megatron-DeepSpeed's switch: the --deepspeed_config file sets the batch sizes, precision, "
+                    "fp16 loss scaling, gradient clipping and ZeRO stage, as DeepSpeed's engine does", true},
+      {"deepspeed_config", "DeepSpeed's JSON config (read with --deepspeed)"},
       {"exit-duration-in-mins", "stop (after saving with --save) once the run has lasted this many minutes"},
       {"distributed-timeout-minutes", "end the job when a rank has waited this long in one collective or transfer "
                                       "(a peer stuck or gone; 10, Megatron's default; 0: never; not applied to "
@@ -360,7 +399,7 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
   static const std::vector<std::vector<std::string>> groups = {
       {"train-iters", "train-samples"},
       {"lr-warmup-iters", "lr-warmup-samples", "lr-warmup-fraction", "lr-warmup-tokens"},
-      {"lr-decay-iters", "lr-decay-samples", "lr-decay-tokens"},
+      {"lr-decay-iters", "lr-decay-samples"},
       {"lr-wsd-decay-iters", "lr-wsd-decay-samples"},
       {"fp16", "bf16"},
       {"zero-stage", "use-distributed-optimizer"},
@@ -715,10 +754,10 @@ void read_token_flags(const Flags& f, TrainOptions& o, const char* sample_warmup
       throw ConfigError("--lr-decay-tokens (" + std::to_string(*o.lr_decay_tokens) + ") must exceed --lr-warmup-tokens (" +
                         std::to_string(*o.lr_warmup_tokens) + ")");
   }
-  // As Megatron-DeepSpeed, the decay in tokens wins: the other still has to exceed the warm-up.
-  if (o.lr_decay_tokens)
-    for (const char* flag : {"lr-decay-iters", "lr-decay-samples"})
-      if (f.has(flag)) o.flags_without_effect.push_back(std::string("--") + flag + " (with --lr-decay-tokens)");
+  // As Megatron-DeepSpeed, --train-tokens is a second bound: the run's length in iterations or
+  // samples (which also sizes the data) is still needed.
+  if (o.train_tokens && !f.has("train-iters") && !f.has("train-samples"))
+    throw ConfigError("--train-tokens needs --train-iters or --train-samples (the run ends at whichever comes first)");
 }
 
 // Megatron's rule: iteration-based and sample-based flags never mix.
@@ -832,6 +871,83 @@ void read_data_args_files(const Flags& f, TrainOptions& o) {
       *splits[s] = words[s];
       o.split_data_path_flags[s] = "--per-split-data-args-path " + path + " (" + names[s] + ")";
     }
+  }
+}
+
+// Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE: DeepSpeed's engine takes the batch
+// sizes, the precision, the fp16 loss scaler, the clipping and the ZeRO stage from the file,
+// over Megatron's flags for them. Here a flag that is given must agree with the file (one line
+// naming both otherwise); the file fills the rest. Call after the batch and precision flags
+// are read, before read_run_flags.
+void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
+  if (!f.has("deepspeed")) {
+    // Megatron-DeepSpeed reads the file only with --deepspeed.
+    if (f.has("deepspeed_config")) o.flags_without_effect.push_back("--deepspeed_config (without --deepspeed)");
+    return;
+  }
+  if (!f.has("deepspeed_config")) throw ConfigError("--deepspeed needs --deepspeed_config FILE (DeepSpeed's JSON config)");
+  o.deepspeed_config = f.str("deepspeed_config");
+  const DeepSpeedConfig c = read_deepspeed_config(o.deepspeed_config);
+  const std::string file = "--deepspeed_config " + o.deepspeed_config;
+  // A flag given with another value than the file's key.
+  const auto agree = [&](const char* flag, const std::string& key, auto given, auto in_file) {
+    if (f.has(flag) && given != in_file)
+      throw ConfigError("--" + std::string(flag) + " " + detail::concat(given) + " differs from " + file + "'s \"" +
+                        key + "\": " + detail::concat(in_file));
+  };
+  if (c.train_micro_batch_size_per_gpu) {
+    agree("micro-batch-size", "train_micro_batch_size_per_gpu", int64_t{o.micro_batch_size}, *c.train_micro_batch_size_per_gpu);
+    o.micro_batch_size = static_cast<int>(*c.train_micro_batch_size_per_gpu);
+  }
+  if (c.train_batch_size) {
+    agree("global-batch-size", "train_batch_size", int64_t{o.global_batch_size}, *c.train_batch_size);
+    o.global_batch_size = static_cast<int>(*c.train_batch_size);
+    o.given_flags.insert("global-batch-size");  // set: not micro batch x data-parallel size
+  }
+  o.deepspeed_gradient_accumulation_steps = c.gradient_accumulation_steps.value_or(0);
+  // The engine casts the model to its precision: a precision flag must name the same one.
+  const DType dtype = c.fp16 ? DType::F16 : c.bf16 ? DType::BF16 : DType::F32;
+  for (const auto& [flag, flag_dtype] : {std::pair{"fp16", DType::F16}, std::pair{"bf16", DType::BF16}})
+    if (f.has(flag) && dtype != flag_dtype)
+      throw ConfigError("--" + std::string(flag) + " needs " + file + "'s \"" + flag + "\": {\"enabled\": true}" +
+                        (dtype == DType::F32 ? "" : std::string(" (it enables ") + (c.fp16 ? "fp16" : "bf16") + ")"));
+  o.model.dtype = dtype;
+  if (dtype == DType::BF16) o.accumulate_allreduce_grads_in_fp32 = true;  // as read_precision_flags
+  if (dtype == DType::F16) {
+    agree("loss-scale", "fp16.loss_scale", o.loss_scale, c.loss_scale);
+    o.loss_scale = c.loss_scale;
+    if (c.loss_scale == 0) {  // dynamic: DeepSpeed's scaler, whose rules are Megatron's
+      agree("initial-loss-scale", "fp16.initial_scale_power", o.initial_loss_scale,
+            std::ldexp(1.0, static_cast<int>(c.initial_scale_power)));
+      agree("loss-scale-window", "fp16.loss_scale_window", o.loss_scale_window, c.loss_scale_window);
+      agree("hysteresis", "fp16.hysteresis", o.hysteresis, c.hysteresis);
+      agree("min-loss-scale", "fp16.min_loss_scale", o.min_loss_scale, c.min_loss_scale);
+      o.initial_loss_scale = std::ldexp(1.0, static_cast<int>(c.initial_scale_power));
+      o.loss_scale_window = c.loss_scale_window;
+      o.hysteresis = c.hysteresis;
+      o.min_loss_scale = c.min_loss_scale;
+    }
+  }
+  // DeepSpeed clips by the file's value, 0 (none) when it has none, whatever --clip-grad says.
+  if (c.gradient_clipping)
+    agree("clip-grad", "gradient_clipping", static_cast<double>(o.clip_grad), *c.gradient_clipping);
+  else if (f.has("clip-grad"))
+    o.flags_without_effect.push_back("--clip-grad (" + file + " has no \"gradient_clipping\": DeepSpeed's default 0, "
+                                     "no clipping)");
+  o.clip_grad = static_cast<float>(c.gradient_clipping.value_or(0.0));
+  if (c.zero_stage) {
+    if (f.has("use-distributed-optimizer"))
+      throw ConfigError("--use-distributed-optimizer is Megatron's optimizer sharding; with --deepspeed, " + file +
+                        "'s \"zero_optimization\" shards");
+    int given = o.zero_stage;  // read_run_flags reads it next
+    f.get("zero-stage", given);
+    agree("zero-stage", "zero_optimization.stage", int64_t{given}, *c.zero_stage);
+    o.zero_stage = static_cast<int>(*c.zero_stage);
+  }
+  if (!c.without_effect.empty()) {
+    std::string keys;
+    for (const std::string& k : c.without_effect) keys += (keys.empty() ? "" : ", ") + k;
+    o.flags_without_effect.push_back(file + "'s " + keys);
   }
 }
 
@@ -1161,6 +1277,7 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   read_schedule_flags(f, o);
   read_optimizer_flags(f, o);
   read_precision_flags(f, o);
+  apply_deepspeed_config(f, o);
   read_run_flags(f, o);
   // Consistency, each error naming the flags involved.
   validate_batch_and_schedule(o);
@@ -1312,9 +1429,21 @@ void resolve_schedule(TrainOptions& o) {
 }
 
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
-  if (!o.global_batch_size_is_default) return;
-  o.global_batch_size = o.micro_batch_size * data_parallel_size;
-  resolve_schedule(o);
+  // DeepSpeed's rule: the global batch is the micro batch x the accumulation steps x the
+  // data-parallel size (Megatron's default without the steps).
+  const int64_t steps = o.deepspeed_gradient_accumulation_steps;
+  const int64_t product = int64_t{o.micro_batch_size} * std::max<int64_t>(steps, 1) * data_parallel_size;
+  if (o.global_batch_size_is_default) {
+    if (product > INT32_MAX) throw ConfigError("the global batch " + std::to_string(product) + " does not fit 32 bits");
+    o.global_batch_size = static_cast<int>(product);
+    resolve_schedule(o);
+  }
+  if (steps > 0 && o.global_batch_size != product)
+    throw ConfigError("--deepspeed_config " + o.deepspeed_config + ": the global batch " +
+                      std::to_string(o.global_batch_size) + " (train_batch_size or --global-batch-size) must be the micro "
+                      "batch " + std::to_string(o.micro_batch_size) + " x gradient_accumulation_steps " +
+                      std::to_string(steps) + " x the data-parallel size " + std::to_string(data_parallel_size) + " = " +
+                      std::to_string(product));
 }
 
 LrSchedule make_lr_schedule(const TrainOptions& o) {

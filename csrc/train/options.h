@@ -53,9 +53,10 @@ struct TrainOptions {
   double lr_warmup_fraction = -1;  // < 0: not given
   // Megatron-DeepSpeed's token counts (lr_schedule.h): the warm-up (--lr-warmup-tokens,
   // instead of the warm-up in samples or iterations) and the decay (--lr-decay-tokens, which
-  // overrides the decay in samples or iterations) counted in tokens, and --train-tokens, a
-  // stop once the run has consumed that many tokens (before --train-iters, which still
-  // sizes the data). Not given: none.
+  // ends the decay instead of the decay in samples or iterations; that one still has to
+  // exceed the warm-up and sets a --lr-warmup-fraction) counted in tokens, and
+  // --train-tokens, a stop once the run has consumed that many tokens (or at --train-iters,
+  // which it needs, whichever comes first). Not given: none.
   std::optional<uint64_t> lr_warmup_tokens, lr_decay_tokens, train_tokens;
   bool counts_tokens() const { return lr_warmup_tokens || lr_decay_tokens || train_tokens; }
   // Resolved by resolve_schedule() (parse_train_options calls it): the schedule in
@@ -208,6 +209,13 @@ struct TrainOptions {
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
   std::string split = "969, 30, 1";
   std::string data_cache_path;
+
+  // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE (train/deepspeed_config.h): the
+  // file, whose batch sizes, precision, loss scaling, clipping and ZeRO stage parsing has put
+  // in the fields above, and its gradient_accumulation_steps (0: none), which
+  // resolve_global_batch_size checks against the data-parallel size.
+  std::string deepspeed_config;
+  int64_t deepspeed_gradient_accumulation_steps = 0;
 
   // Every flag the command line or the --config file gave, by name ("num-layers").
   std::set<std::string> given_flags;

@@ -700,9 +700,11 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
     if (e.timed_out)
       *out_ << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
             << " minutes (--exit-duration-in-mins)" << std::endl;
+    else if (e.stopped)  // only while stop handlers are installed, which the final evaluations run without
+      *out_ << "trident: stop requested by a signal during the evaluation " << where << std::endl;
     else
       log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e, to_tensorboard);
-    return !e.timed_out;
+    return !e.timed_out && !e.stopped;
   };
   if (valid_ && opt_.eval_iters > 0 && !final_evaluation("on validation set", *valid_, consumed_valid_samples_))
     return false;
@@ -753,15 +755,17 @@ void Trainer::train() {
   const bool evaluating = valid_ && opt_.eval_iters > 0;
   const bool saving = !opt_.save.empty();
   const TimingLogOption timing_log_option = parse_timing_log_option(opt_.timing_log_option);
-  std::optional<StopSignals> stop_signals(std::in_place);
-  bool stopped_by_signal = false;  // the same on every rank (any_rank)
-  bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
-  if (opt_.skip_train) {  // Megatron's: the evaluations alone, without TensorBoard scalars
+  // Megatron's --skip-train: the evaluations alone, without TensorBoard scalars (and without
+  // the stop handlers: there is nothing to save, so a signal ends the process).
+  if (opt_.skip_train) {
     out << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;
     final_evaluations(/*to_tensorboard=*/false);
     if (tensorboard_) tensorboard_->flush();
     return;
   }
+  std::optional<StopSignals> stop_signals(std::in_place);
+  bool stopped_by_signal = false;  // the same on every rank (any_rank)
+  bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   while (!training_done()) {
     const IterationResult r = train_iteration();
     if (!memory_reported) {

@@ -77,7 +77,9 @@ class Trainer {
   void set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test);
 
   IterationResult train_iteration();  // one iteration over the global batch
-  void train();                        // up to train_iters iterations, logging every log_interval
+  // Up to train_iters iterations (fewer when --train-tokens is reached first), logging every
+  // log_interval; with --skip-train only the final evaluations.
+  void train();
   // Mean loss over `iterations` global batches of `data` from sample `first_sample`, with
   // no dropout and no effect on training state. Collective over all ranks.
   EvalResult evaluate(const SampleSource& data, uint64_t first_sample, int64_t iterations);
@@ -146,7 +148,8 @@ class Trainer {
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard = true);
   // The validation and test evaluations at the end of the run (or of --skip-train); false
-  // when one ran out of time (--exit-duration-in-mins), which ends the run without its line.
+  // when one ran out of time (--exit-duration-in-mins) or was stopped by a signal, which
+  // ends the run without its line.
   bool final_evaluations(bool to_tensorboard);
   // Whether training is over: --train-iters reached, or --train-tokens consumed.
   bool training_done() const;

@@ -73,6 +73,23 @@ LrPosition saved_scheduler_position(const LrSchedule& schedule, const nlohmann::
   return schedule.step(start, (*it)["num_steps"].get<uint64_t>(), it->value("num_tokens", consumed_tokens));
 }
 
+// A linear or cosine decay in tokens after a warm-up in samples starts from the token count
+// where the warm-up ended: a checkpoint past its warm-up that did not record it (its run
+// counted no tokens, and --override-opt_param-scheduler or --use-checkpoint-opt_param-scheduler
+// brings the decay in tokens) cannot say where the decay starts. ConfigError then.
+void check_decay_start_known(const LrSchedule& schedule, const nlohmann::json& trainer_state, const fs::path& dir) {
+  const bool needs_start = schedule.style == LrDecayStyle::Linear || schedule.style == LrDecayStyle::Cosine;
+  if (!needs_start || !schedule.decay_tokens || schedule.warmup_tokens || schedule.warmup_samples <= 0) return;
+  const auto it = trainer_state.find("opt_param_scheduler");
+  if (it == trainer_state.end() || !it->contains("num_steps")) return;  // older still: the consumed samples
+  const auto end = it->find("warmup_end_tokens");
+  if ((end != it->end() && !end->is_null()) || (*it)["num_steps"].get<double>() <= schedule.warmup_samples) return;
+  throw ConfigError("--load: " + dir.string() + " is past its warm-up of " + detail::concat(schedule.warmup_samples) +
+                    " samples without the token count where it ended (its run counted no tokens): a decay in tokens "
+                    "(--lr-decay-tokens) cannot start from it; resume without --lr-decay-tokens, or give the warm-up "
+                    "in tokens (--lr-warmup-tokens)");
+}
+
 // The schedules of Megatron's OptimizerParamScheduler: the learning rate's and the weight
 // decay's.
 struct ParamSchedules {
@@ -93,6 +110,9 @@ struct SchedulerField {
   // Builds before 2026-12-02 saved it rounded to fp32 (0.009999999776482582 for 0.01): a
   // value equal at fp32 is the same.
   bool fp32_in_older_checkpoints = false;
+  // Absent from a checkpoint: null (a token count that checkpoints written before it was
+  // saved never had), not "keep the command line's".
+  bool absent_is_null = false;
 };
 
 template <auto Part, auto Member>
@@ -104,11 +124,14 @@ SchedulerField number_field(const char* key, const char* flags) {
 // A token count of the LR schedule: null when not counted in tokens.
 template <auto Member>
 SchedulerField tokens_field(const char* key, const char* flags) {
-  return {key, flags,
-          [](const ParamSchedules& s) { return (s.lr.*Member) ? nlohmann::json(*(s.lr.*Member)) : nlohmann::json(); },
-          [](ParamSchedules& s, const nlohmann::json& v) {
-            s.lr.*Member = v.is_null() ? std::nullopt : std::optional<uint64_t>(v.get<uint64_t>());
-          }};
+  SchedulerField f = {
+      key, flags,
+      [](const ParamSchedules& s) { return (s.lr.*Member) ? nlohmann::json(*(s.lr.*Member)) : nlohmann::json(); },
+      [](ParamSchedules& s, const nlohmann::json& v) {
+        s.lr.*Member = v.is_null() ? std::nullopt : std::optional<uint64_t>(v.get<uint64_t>());
+      }};
+  f.absent_is_null = true;
+  return f;
 }
 
 // The length of the weight decay's rise is the run's length, so a constant decay (the
@@ -205,7 +228,9 @@ ParamSchedules schedules_after_load(const ParamSchedules& cli, const nlohmann::j
                                     const TrainOptions& o, const fs::path& dir, std::ostream& out) {
   const auto it = trainer_state.find("opt_param_scheduler");
   if (it == trainer_state.end() || !it->is_object()) return cli;
-  const nlohmann::json& saved = *it;
+  nlohmann::json saved = *it;
+  for (const SchedulerField& f : scheduler_fields())
+    if (f.absent_is_null && !saved.contains(f.key)) saved[f.key] = nullptr;
   const std::string metadata = (dir / kMetadataFileName).string();
   ParamSchedules ckpt = cli;
   for (const SchedulerField& f : scheduler_fields()) {
@@ -289,7 +314,10 @@ ParamSchedules check_resume(const CheckpointMetadata& meta, bool has_optimizer_s
   // As Megatron, the scheduler's state (its position and its parameters) loads with the
   // optimizer's: with --no-load-optim or --finetune the command line's schedule starts at 0.
   const ParamSchedules cli{make_lr_schedule(o), make_weight_decay_schedule(o)};
-  return load_optimizer ? schedules_after_load(cli, st, o, dir, out) : cli;
+  if (!load_optimizer) return cli;
+  const ParamSchedules schedules = schedules_after_load(cli, st, o, dir, out);
+  check_decay_start_known(schedules.lr, st, dir);
+  return schedules;
 }
 
 // What prune() left outside the latest checkpoint's history, said once per run: which
@@ -603,7 +631,11 @@ bool Trainer::load_checkpoint() {
         << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage
         << (L.virtual_pipeline_chunks > 1 ? ", " + std::to_string(L.virtual_pipeline_chunks) + " model chunks a stage" : "")
         << ")"
-        << (loads_optimizer_state(opt_) ? "" : " without optimizer state (learning-rate schedule from step 0)")
+        << (loads_optimizer_state(opt_) ? ""
+            : schedule_.counts_tokens()
+                ? " without optimizer state (learning-rate schedule from step 0, its token count from the consumed "
+                  "tokens after the first iteration)"
+                : " without optimizer state (learning-rate schedule from step 0)")
         << (opt_.finetune ? " to fine-tune" : "") << " in " << s << " s (" << gigabytes / s << " GB/s on rank 0)"
         << std::endl;
   return true;

@@ -79,6 +79,20 @@ grep -qx "trident: --train-tokens 2000 reached at iteration 4 (2048 tokens)" "$t
   { echo "FAIL: --train-tokens 2000:"; cat "$tmp/out"; fails=$((fails + 1)); }
 expect_error "--lr-decay-tokens: --lr-decay-style WSD counts in iterations or samples" "${tiny[@]}" \
   --lr-decay-style WSD --lr-wsd-decay-iters 5 --lr-decay-tokens 9000
+# Megatron-DeepSpeed's DeepSpeed config: the run takes its precision and scaler from the file
+# (fp16 from 2^12), and the implementation keys are named in the note.
+printf '{"train_micro_batch_size_per_gpu": 4, "train_batch_size": 8, "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 0, "overlap_comm": true},
+  "fp16": {"enabled": true, "initial_scale_power": 12}, "steps_per_print": 10}\n' >"$tmp/ds.json"
+expect_run "--deepspeed --deepspeed_config" "${base[@]}" --train-iters 12 --deepspeed --deepspeed_config "$tmp/ds.json" \
+  --deepspeed-activation-checkpointing
+grep -q "dtype fp16" "$tmp/out" && grep -q "^ iteration        1/      12 .* loss scale: 4096.0 |" "$tmp/out" &&
+  grep -qx "trident-train: note: --deepspeed_config $tmp/ds.json's steps_per_print, zero_optimization.overlap_comm --deepspeed-activation-checkpointing: accepted as Megatron accepts them, without effect here" \
+    "$tmp/out" && echo "ok: the DeepSpeed config sets fp16 and its scale" ||
+  { echo "FAIL: --deepspeed_config:"; cat "$tmp/out"; fails=$((fails + 1)); }
+printf '{"zero_optimization": {"stage": 3}}\n' >"$tmp/ds3.json"
+expect_error "--deepspeed_config $tmp/ds3.json: \"zero_optimization.stage\": ZeRO stage 3" "${tiny[@]}" --deepspeed \
+  --deepspeed_config "$tmp/ds3.json"
 # Megatron's implementation switches from its example scripts: accepted, named in one note.
 expect_run "Megatron's implementation switches accepted" "${base[@]}" --train-iters 12 --DDP-impl local \
   --no-masked-softmax-fusion --data-impl mmap

@@ -840,7 +840,7 @@ struct BadCase {
 // a warm-up of another form, or with nothing to decay; --skip-train is a switch.
 TEST(Options, TokenScheduleFlags) {
   TrainOptions o = parse({"--lr-warmup-tokens", "375_000_000", "--lr-decay-tokens", "300000000000", "--train-tokens",
-                          "300000000000", "--lr-decay-style", "cosine"});
+                          "300000000000", "--lr-decay-style", "cosine", "--train-iters", "1000"});
   EXPECT_EQ(o.lr_warmup_tokens, 375000000u);
   EXPECT_EQ(o.lr_decay_tokens, 300000000000u);
   EXPECT_EQ(o.train_tokens, 300000000000u);
@@ -852,11 +852,10 @@ TEST(Options, TokenScheduleFlags) {
   EXPECT_FALSE(parse({}).counts_tokens());
   EXPECT_FALSE(make_lr_schedule(parse({})).counts_tokens());
   EXPECT_EQ(parse({"--lr-warmup-tokens", "0"}).lr_warmup_tokens, 0u);
-  EXPECT_EQ(parse({"--lr-decay-tokens", "900", "--lr-decay-iters", "50"}).flags_without_effect,
-            std::vector<std::string>{"--lr-decay-iters (with --lr-decay-tokens)"});
-  EXPECT_EQ(parse({"--train-samples", "800", "--lr-decay-tokens", "900", "--lr-decay-samples", "500"})
-                .flags_without_effect,
-            std::vector<std::string>{"--lr-decay-samples (with --lr-decay-tokens)"});
+  // The decay in iterations or samples stays (Megatron-DeepSpeed checks and saves it too).
+  o = parse({"--lr-decay-tokens", "900", "--lr-decay-iters", "50", "--lr-warmup-fraction", "0.1"});
+  EXPECT_TRUE(o.flags_without_effect.empty());
+  EXPECT_EQ(o.warmup_samples, 0.1 * 50 * o.global_batch_size);
   // A warm-up in iterations or as a fraction under a decay in tokens is Megatron-DeepSpeed's too.
   EXPECT_EQ(parse({"--lr-warmup-iters", "10", "--lr-decay-tokens", "900"}).lr_warmup_iters, 10);
   EXPECT_EQ(error_of({"--lr-warmup-fraction", "0.1", "--lr-decay-tokens", "900"}), "");
@@ -865,6 +864,9 @@ TEST(Options, TokenScheduleFlags) {
 
   EXPECT_EQ(must_fail({"--lr-decay-tokens", "0"}), "--lr-decay-tokens must be positive");
   EXPECT_EQ(must_fail({"--train-tokens", "0"}), "--train-tokens must be positive");
+  EXPECT_EQ(must_fail({"--train-tokens", "5000"}),
+            "--train-tokens needs --train-iters or --train-samples (the run ends at whichever comes first)");
+  EXPECT_EQ(error_of({"--train-tokens", "5000", "--train-samples", "800"}), "");
   EXPECT_EQ(must_fail({"--train-tokens", "-5"}), "--train-tokens: cannot parse '-5' as a non-negative integer");
   EXPECT_EQ(must_fail({"--lr-decay-tokens", "900", "--lr-decay-style", "WSD", "--lr-wsd-decay-iters", "5"}),
             "--lr-decay-tokens: --lr-decay-style WSD counts in iterations or samples (Megatron-DeepSpeed's token "

@@ -204,6 +204,35 @@ TEST(TokenSchedule, CornersMegatronDeepSpeedLeavesUndefined) {
   EXPECT_EQ(s.lr(s.step(p, 4, 1000)), kMinLr);
 }
 
+// Megatron-DeepSpeed's inverse-square-root with a warm-up in samples that no step lands on
+// (6 samples, steps of 4) records no warm-up end and keeps its step formula; one that lands
+// (8) switches to tokens.
+TEST(TokenSchedule, InverseSquareRootRecordsOnlyAnExactWarmupEnd) {
+  for (const double warmup : {6.0, 8.0}) {
+    LrSchedule s;
+    s.max_lr = kMaxLr;
+    s.min_lr = kMinLr;
+    s.style = LrDecayStyle::InverseSquareRoot;
+    s.warmup_samples = warmup;
+    s.decay_samples = 1000;
+    s.decay_tokens = 100000;
+    MegatronDsScheduler ref;
+    ref.style = "inverse-square-root";
+    ref.warmup_steps = warmup;
+    ref.decay_steps = 1000;
+    ref.decay_tokens = 100000.0;
+    ref.step(0, 0);
+    LrPosition p = s.step(LrPosition{}, 0, 0);
+    for (int k = 1; k <= 20; ++k) {
+      const uint64_t tokens = static_cast<uint64_t>(k - 1) * 64;
+      p = s.step(p, 4, tokens);
+      ref.step(4, static_cast<double>(tokens));
+      EXPECT_NEAR(s.lr(p), ref.lr, 1e-15) << "warm-up " << warmup << ", step " << k;
+    }
+    EXPECT_EQ(p.warmup_end_tokens.has_value(), warmup == 8.0);
+  }
+}
+
 TEST(TrainTokens, StopsOnceConsumedAndLogsTheTokens) {
   TrainOptions o = tiny_options();
   o.train_tokens = 10 * kTokensPerIteration + 1;  // reached after iteration 11
@@ -217,6 +246,9 @@ TEST(TrainTokens, StopsOnceConsumedAndLogsTheTokens) {
       << log;
   EXPECT_TRUE(has(log, "trident: --train-tokens 641 reached at iteration 11 (704 tokens)\n")) << log;
   EXPECT_TRUE(has(log, "trident: done, 11 iterations, 44 samples;")) << log;
+  o.train_tokens = 10 * kTokensPerIteration;  // reached exactly by iteration 10
+  EXPECT_EQ(train(o, &log).size(), 10u);
+  EXPECT_TRUE(has(log, "trident: --train-tokens 640 reached at iteration 10 (640 tokens)\n")) << log;
   // A run that counts no tokens has Megatron-LM's line, without the field.
   o = tiny_options();
   o.train_iters = 2;
@@ -238,6 +270,20 @@ Loaded resume(const TrainOptions& o) {
   EXPECT_TRUE(tr.load_checkpoint()) << log.str();
   tr.train();
   return Loaded{tr.history(), log.str()};
+}
+
+// The ConfigError of loading `o`'s checkpoint ("" when it loads).
+std::string load_error(const TrainOptions& o) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, synthetic_tokens(o), log);
+  try {
+    tr.load_checkpoint();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "loaded";
+  return "";
 }
 
 nlohmann::json read_json(const fs::path& p) {
@@ -275,27 +321,25 @@ TEST(TokenSchedule, CheckpointKeepsTheTokenStateAndResumesTheSameRates) {
   for (size_t i = 0; i < resumed.history.size(); ++i)
     EXPECT_EQ(resumed.history[i].lr, whole[12 + i].lr) << "iteration " << 13 + i;
 
-  // Without the recorded warm-up end the decay would restart from the checkpoint's tokens:
-  // the rates differ, so the test above needs it saved.
+  // Another decay length is refused, as Megatron-DeepSpeed's _check_and_set.
+  TrainOptions longer = second;
+  longer.lr_decay_tokens = 1600;
+  EXPECT_TRUE(has(load_error(longer), "lr_decay_tokens (--lr-decay-tokens) is 1600 on the command line but 1500 in "
+                                      "the checkpoint"));
+
+  // A checkpoint without the token fields (written before they were saved) counted no tokens:
+  // a decay in tokens added on resume is a difference; forced in with
+  // --override-opt_param-scheduler, the decay's start (the warm-up's end in tokens) is
+  // unknown, which is an error too rather than a decay restarting from the resume.
   const fs::path meta = iteration_dir(dir, 12) / kMetadataFileName;
   nlohmann::json j = read_json(meta);
-  j["trainer_state"]["opt_param_scheduler"].erase("warmup_end_tokens");
+  for (const char* key : {"warmup_end_tokens", "num_tokens", "lr_decay_tokens", "lr_warmup_tokens"})
+    EXPECT_EQ(j["trainer_state"]["opt_param_scheduler"].erase(key), 1u) << key;
   std::ofstream(meta) << j.dump(1);
-  EXPECT_NE(resume(second).history[0].lr, whole[12].lr);
-
-  // Another decay length is refused, as Megatron-DeepSpeed's _check_and_set.
-  second.lr_decay_tokens = 1600;
-  auto be = make_cpu_backend();
-  std::ostringstream log;
-  Trainer tr(second, *be, synthetic_tokens(second), log);
-  try {
-    tr.load_checkpoint();
-    ADD_FAILURE() << "a changed --lr-decay-tokens loaded";
-  } catch (const ConfigError& e) {
-    EXPECT_TRUE(has(e.what(), "lr_decay_tokens (--lr-decay-tokens) is 1600 on the command line but 1500 in the "
-                              "checkpoint"))
-        << e.what();
-  }
+  EXPECT_TRUE(has(load_error(second), "lr_decay_tokens (--lr-decay-tokens) is 1500 on the command line but null in "
+                                      "the checkpoint"));
+  second.override_opt_param_scheduler = true;
+  EXPECT_TRUE(has(load_error(second), "is past its warm-up of 16 samples without the token count where it ended"));
   fs::remove_all(dir);
 }
 
@@ -308,11 +352,11 @@ TEST(SkipTrain, EvaluatesTheLoadedModelOnly) {
 
   o.load = dir.string();
   o.skip_train = true;
-  // Below the checkpoint's iteration (nothing is trained anyway); without the optimizer
-  // state, whose schedule would differ.
-  o.train_iters = 3;
-  o.lr_warmup_iters = 0;
+  // Past the checkpoint's iteration, so that a loop that ran would train; without the
+  // optimizer state, whose schedule would differ. TensorBoard gets no evaluation scalars.
+  o.train_iters = 9;
   o.no_load_optim = true;
+  o.tensorboard_dir = (dir / "tb").string();
   o.eval_iters = 2;
   auto be = make_cpu_backend();
   std::ostringstream log;
@@ -331,8 +375,18 @@ TEST(SkipTrain, EvaluatesTheLoadedModelOnly) {
   EXPECT_TRUE(has(s, line)) << s;
   EXPECT_TRUE(has(s, " validation loss at iteration 6 on test set | lm loss value: ")) << s;
   EXPECT_FALSE(has(s, "\n iteration ")) << s;  // no iteration's line
+  EXPECT_FALSE(has(s, "trident: done")) << s;
   EXPECT_EQ(latest_iteration(dir), 6);  // nothing saved
-  EXPECT_FALSE(fs::exists(iteration_dir(dir, 3)));
+  EXPECT_FALSE(fs::exists(iteration_dir(dir, 9)));
+  // The event file holds no scalar named like the validation's (tags are plain bytes in it).
+  size_t event_files = 0;
+  for (const auto& e : fs::directory_iterator(dir / "tb")) {
+    ++event_files;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(bytes.find("lm loss validation"), std::string::npos);
+  }
+  EXPECT_EQ(event_files, 1u);
   fs::remove_all(dir);
 }
 

@@ -1,0 +1,217 @@
+// Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE: the settings DeepSpeed's engine
+// takes from the file (batch sizes, precision, fp16 loss scaler, clipping, ZeRO stage) against
+// the same run written in Megatron's flags (flags_every_rank_shares lists them all), DeepSpeed's
+// defaults where the file is silent, and a one-line error naming the flag and the key for every
+// contradiction, unsupported setting, typo and unreadable file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "parse_options.h"
+#include "train/options.h"
+
+namespace trident {
+namespace {
+
+std::string write_config(const std::string& name, const std::string& json) {
+  const auto path = std::filesystem::temp_directory_path() / ("trident_ds_" + name + ".json");
+  std::ofstream(path) << json;
+  return path.string();
+}
+
+// BigScience's ds_config.json, as its training scripts write it.
+const char* const kBigScience = R"({
+  "train_micro_batch_size_per_gpu": 2,
+  "train_batch_size": 16,
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 1},
+  "fp16": {"enabled": true, "loss_scale": 0, "loss_scale_window": 500, "hysteresis": 2, "min_loss_scale": 1,
+           "initial_scale_power": 12},
+  "steps_per_print": 2000,
+  "wall_clock_breakdown": false
+})";
+
+std::string must_fail(std::vector<std::string> args) {
+  const std::string msg = error_of(args);
+  EXPECT_NE(msg, "") << "should fail";
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "more than one line: " << msg;
+  return msg;
+}
+
+TEST(DeepSpeedConfig, BigScienceConfigEqualsMegatronFlags) {
+  const std::string path = write_config("bigscience", kBigScience);
+  // The script's own flags agree with the file; the file alone gives the same run.
+  const TrainOptions with_flags = parse({"--deepspeed", "--deepspeed_config", path, "--micro-batch-size", "2",
+                                         "--global-batch-size", "16", "--fp16", "--zero-stage", "1"});
+  const TrainOptions file_only = parse({"--deepspeed", "--deepspeed_config", path});
+  const TrainOptions megatron = parse({"--micro-batch-size", "2", "--global-batch-size", "16", "--fp16", "--zero-stage",
+                                       "1", "--initial-loss-scale", "4096", "--loss-scale-window", "500",
+                                       "--hysteresis", "2", "--min-loss-scale", "1", "--clip-grad", "1.0"});
+  EXPECT_EQ(flags_every_rank_shares(with_flags), flags_every_rank_shares(megatron));
+  EXPECT_EQ(flags_every_rank_shares(file_only), flags_every_rank_shares(megatron));
+  EXPECT_EQ(file_only.micro_batch_size, 2);
+  EXPECT_EQ(file_only.global_batch_size, 16);
+  EXPECT_FALSE(file_only.global_batch_size_is_default);
+  EXPECT_EQ(file_only.model.dtype, DType::F16);
+  EXPECT_EQ(file_only.zero_stage, 1);
+  EXPECT_EQ(file_only.clip_grad, 1.0f);
+  const LossScalerConfig ls = make_loss_scaler_config(file_only);
+  EXPECT_EQ(ls.kind, LossScaleKind::Dynamic);
+  EXPECT_EQ(ls.initial_scale, 4096.0);
+  EXPECT_EQ(ls.growth_interval, 500);
+  EXPECT_EQ(ls.hysteresis, 2);
+  EXPECT_EQ(file_only.flags_without_effect,
+            std::vector<std::string>{"--deepspeed_config " + path + "'s steps_per_print, wall_clock_breakdown"});
+}
+
+// What DeepSpeed does where the file is silent: fp32, no clipping (its default 0, whatever
+// --clip-grad says, which the note names), fp16 scaling from 2^16, Megatron's batch flags.
+TEST(DeepSpeedConfig, DeepSpeedsDefaults) {
+  const std::string path = write_config("defaults", R"({"fp16": {"enabled": true}})");
+  TrainOptions o = parse({"--deepspeed", "--deepspeed_config", path, "--clip-grad", "1.0", "--micro-batch-size", "4"});
+  EXPECT_EQ(o.clip_grad, 0.0f);
+  EXPECT_EQ(o.flags_without_effect, std::vector<std::string>{"--clip-grad (--deepspeed_config " + path +
+                                                             " has no \"gradient_clipping\": DeepSpeed's default 0, "
+                                                             "no clipping)"});
+  EXPECT_EQ(o.initial_loss_scale, 65536.0);
+  EXPECT_EQ(o.loss_scale_window, 1000);
+  EXPECT_EQ(o.hysteresis, 2);
+  EXPECT_EQ(o.min_loss_scale, 1.0);
+  EXPECT_EQ(o.zero_stage, 0);
+  EXPECT_EQ(o.micro_batch_size, 4);
+  EXPECT_TRUE(o.global_batch_size_is_default);
+  resolve_global_batch_size(o, 2);
+  EXPECT_EQ(o.global_batch_size, 8);
+  // A static scale; bf16 (gradients accumulated in fp32, as Megatron's bf16).
+  EXPECT_EQ(parse({"--deepspeed", "--deepspeed_config",
+                   write_config("static", R"({"fp16": {"enabled": true, "loss_scale": 128}})")})
+                .loss_scale,
+            128.0);
+  const TrainOptions bf16 =
+      parse({"--deepspeed", "--deepspeed_config", write_config("bf16", R"({"bf16": {"enabled": true}})")});
+  EXPECT_EQ(bf16.model.dtype, DType::BF16);
+  EXPECT_TRUE(bf16.accumulate_allreduce_grads_in_fp32);
+  EXPECT_EQ(parse({"--deepspeed", "--deepspeed_config", write_config("empty", "{}")}).model.dtype, DType::F32);
+}
+
+// gradient_accumulation_steps: the global batch is the micro batch x the steps x the
+// data-parallel size, as DeepSpeed checks it.
+TEST(DeepSpeedConfig, GradientAccumulationSteps) {
+  const std::string steps = write_config("gas", R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4})");
+  TrainOptions o = parse({"--deepspeed", "--deepspeed_config", steps});
+  resolve_global_batch_size(o, 2);
+  EXPECT_EQ(o.global_batch_size, 16);
+  const std::string all = write_config(
+      "gas_all", R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4})");
+  o = parse({"--deepspeed", "--deepspeed_config", all});
+  resolve_global_batch_size(o, 2);
+  EXPECT_EQ(o.global_batch_size, 16);
+  o = parse({"--deepspeed", "--deepspeed_config", all});
+  try {
+    resolve_global_batch_size(o, 4);
+    ADD_FAILURE() << "16 != 2 x 4 x 4 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--deepspeed_config " + all + ": the global batch 16 (train_batch_size or --global-batch-size) must be "
+              "the micro batch 2 x gradient_accumulation_steps 4 x the data-parallel size 4 = 32");
+  }
+}
+
+TEST(DeepSpeedConfig, ContradictionsAndUnsupportedSettingsAreOneLine) {
+  const std::string big = write_config("bigscience2", kBigScience);
+  const std::vector<std::string> ds = {"--deepspeed", "--deepspeed_config", big};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = ds;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const std::string of = "differs from --deepspeed_config " + big + "'s ";
+  EXPECT_EQ(must_fail(with({"--micro-batch-size", "4"})),
+            "--micro-batch-size 4 " + of + "\"train_micro_batch_size_per_gpu\": 2");
+  EXPECT_EQ(must_fail(with({"--global-batch-size", "32"})), "--global-batch-size 32 " + of + "\"train_batch_size\": 16");
+  EXPECT_EQ(must_fail(with({"--zero-stage", "2"})), "--zero-stage 2 " + of + "\"zero_optimization.stage\": 1");
+  EXPECT_EQ(must_fail(with({"--clip-grad", "0.5"})), "--clip-grad 0.5 " + of + "\"gradient_clipping\": 1");
+  EXPECT_EQ(must_fail(with({"--loss-scale-window", "1000"})),
+            "--loss-scale-window 1000 " + of + "\"fp16.loss_scale_window\": 500");
+  EXPECT_EQ(must_fail(with({"--bf16"})),
+            "--bf16 needs --deepspeed_config " + big + "'s \"bf16\": {\"enabled\": true} (it enables fp16)");
+  EXPECT_EQ(must_fail(with({"--use-distributed-optimizer"})),
+            "--use-distributed-optimizer is Megatron's optimizer sharding; with --deepspeed, --deepspeed_config " + big +
+                "'s \"zero_optimization\" shards");
+  const std::string fp32 = write_config("fp32", "{}");
+  EXPECT_EQ(must_fail({"--deepspeed", "--deepspeed_config", fp32, "--fp16"}),
+            "--fp16 needs --deepspeed_config " + fp32 + "'s \"fp16\": {\"enabled\": true}");
+  EXPECT_EQ(must_fail({"--deepspeed"}), "--deepspeed needs --deepspeed_config FILE (DeepSpeed's JSON config)");
+  // Without --deepspeed Megatron-DeepSpeed never reads the file: noted, nothing applied.
+  const TrainOptions unread = parse({"--deepspeed_config", big});
+  EXPECT_EQ(unread.model.dtype, DType::F32);
+  EXPECT_EQ(unread.flags_without_effect, std::vector<std::string>{"--deepspeed_config (without --deepspeed)"});
+
+  const auto file_error = [&](const std::string& name, const std::string& json) {
+    const std::string path = write_config(name, json);
+    const std::string msg = must_fail({"--deepspeed", "--deepspeed_config", path});
+    const std::string prefix = "--deepspeed_config " + path + ": ";
+    EXPECT_EQ(msg.rfind(prefix, 0), 0u) << msg;
+    return msg.substr(prefix.size());
+  };
+  EXPECT_EQ(file_error("stage3", R"({"zero_optimization": {"stage": 3}})"),
+            "\"zero_optimization.stage\": ZeRO stage 3 (parameters sharded) is not supported; stages 0, 1 "
+            "(--zero-stage 1: optimizer state sharded) and 2 (gradients too) are");
+  EXPECT_EQ(file_error("optimizer", R"({"optimizer": {"type": "Adam", "params": {"lr": 0.001}}})"),
+            "\"optimizer\": trident's optimizer is Megatron's Adam (AdamW), set by --lr, --adam-beta1, --adam-beta2, "
+            "--adam-eps and --weight-decay; remove the section");
+  EXPECT_EQ(file_error("scheduler", R"({"scheduler": {"type": "WarmupLR"}})").substr(0, 50),
+            "\"scheduler\": DeepSpeed's learning-rate schedulers ");
+  EXPECT_EQ(file_error("typo", R"({"train_batch_sise": 16})"),
+            "\"train_batch_sise\": not a DeepSpeed setting trident knows");
+  EXPECT_EQ(file_error("fp16_typo", R"({"fp16": {"enabeld": true}})"), "\"fp16.enabeld\": not a DeepSpeed fp16 setting");
+  EXPECT_EQ(file_error("auto", R"({"train_batch_size": "auto"})"),
+            "\"train_batch_size\": \"auto\" is filled in by the Hugging Face Trainer; give the value");
+  EXPECT_EQ(file_error("fraction", R"({"train_batch_size": 2.5})"), "\"train_batch_size\": expected an integer, got 2.5");
+  EXPECT_EQ(file_error("zero_batch", R"({"train_batch_size": 0})"),
+            "\"train_batch_size\": expected an integer >= 1, got 0");
+  EXPECT_EQ(file_error("string_bool", R"({"fp16": {"enabled": "true"}})"),
+            "\"fp16.enabled\": expected true or false, got \"true\"");
+  EXPECT_EQ(file_error("both", R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"),
+            "\"bf16.enabled\": fp16 and bf16 are both enabled");
+  EXPECT_EQ(file_error("curriculum", R"({"curriculum_learning": {"enabled": true, "max_difficulty": 1024}})"),
+            "\"curriculum_learning.enabled\": DeepSpeed's curriculum learning (a growing sequence length) is not "
+            "supported");
+  EXPECT_EQ(file_error("not_json", "{\"fp16\": ").rfind("not JSON (", 0), 0u);
+  EXPECT_EQ(file_error("array", "[1]"), "expected a JSON object of DeepSpeed's settings");
+  const std::string missing = "/nonexistent/ds.json";
+  EXPECT_EQ(must_fail({"--deepspeed", "--deepspeed_config", missing}).rfind("--deepspeed_config " + missing, 0), 0u);
+  // A disabled feature section and the implementation keys are noted.
+  const TrainOptions noted = parse(
+      {"--deepspeed", "--deepspeed_config",
+       write_config("noted", R"({"curriculum_learning": {"enabled": false}, "zero_optimization": {"stage": 2,
+         "overlap_comm": true, "offload_optimizer": {"device": "cpu"}}, "fp16": {"enabled": true, "auto_cast": false}})")});
+  EXPECT_EQ(noted.zero_stage, 2);
+  ASSERT_EQ(noted.flags_without_effect.size(), 1u);
+  // (in the keys' order, as the JSON parser keeps them)
+  EXPECT_NE(noted.flags_without_effect[0].find("'s curriculum_learning, fp16.auto_cast, "
+                                               "zero_optimization.offload_optimizer, zero_optimization.overlap_comm"),
+            std::string::npos)
+      << noted.flags_without_effect[0];
+}
+
+// Megatron-DeepSpeed's and BigScience's DeepSpeed switches are accepted and noted; the
+// architecture switch among them is refused.
+TEST(DeepSpeedConfig, DeepSpeedSwitches) {
+  const TrainOptions o = parse({"--deepspeed-activation-checkpointing", "--partition-activations",
+                                "--zero-reduce-bucket-size", "50000000", "--no-pipeline-parallel", "--deepspeed_mpi",
+                                "--codecarbon-dir", "cc", "--ds-sequence-parallel-size", "1"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--ds-sequence-parallel-size", "--deepspeed-activation-checkpointing",
+                                      "--partition-activations", "--zero-reduce-bucket-size", "--no-pipeline-parallel",
+                                      "--deepspeed_mpi", "--codecarbon-dir"}));
+  EXPECT_EQ(must_fail({"--embed-layernorm"}), "--embed-layernorm: not supported: GPT-2 has no LayerNorm after its "
+                                              "embeddings");
+  EXPECT_NE(must_fail({"--ds-sequence-parallel-size", "2"}).find("DeepSpeed-Ulysses"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trident
