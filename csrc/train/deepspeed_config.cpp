@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/atomic_file.h"
@@ -13,12 +14,14 @@ namespace {
 using nlohmann::json;
 
 // DeepSpeed's keys that tune only how it runs (logging, profiling, communication, I/O).
+// "optimizer": Megatron-DeepSpeed passes its own optimizer, which DeepSpeed uses instead.
 const char* const kImplementationKeys[] = {
     "steps_per_print", "wall_clock_breakdown", "dump_state", "memory_breakdown", "prescale_gradients",
     "gradient_predivide_factor", "communication_data_type", "seq_parallel_communication_data_type",
     "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "activation_checkpointing", "flops_profiler",
     "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "aio", "checkpoint", "pipeline", "data_types",
-    "autotuning", "nebula", "sparse_gradients", "timers", "graph_harvesting", "disable_allgather"};
+    "autotuning", "nebula", "sparse_gradients", "timers", "graph_harvesting", "disable_allgather", "optimizer",
+    "fp32_allreduce", "vocabulary_size", "dataloader_drop_last", "compile"};
 
 // Sections that change the training when their "enabled" is true.
 const std::pair<const char*, const char*> kFeatureSections[] = {
@@ -26,6 +29,11 @@ const std::pair<const char*, const char*> kFeatureSections[] = {
     {"curriculum_learning", "DeepSpeed's curriculum learning (a growing sequence length) is not supported"},
     {"data_efficiency", "DeepSpeed's data efficiency (curriculum, random layer-token drop) is not supported"},
     {"elasticity", "DeepSpeed's elastic batch sizes are not supported"},
+    {"progressive_layer_drop", "DeepSpeed's progressive layer drop is not supported"},
+    {"eigenvalue", "DeepSpeed's eigenvalue computation (for quantization) is not supported"},
+    {"quantize_training", "DeepSpeed's quantized training is not supported"},
+    {"hybrid_engine", "DeepSpeed's hybrid engine (RLHF) is not supported"},
+    {"torch_autocast", "torch autocast; precision comes from the \"fp16\" or \"bf16\" section"},
 };
 
 class Reader {
@@ -42,13 +50,15 @@ class Reader {
       fail(key, "\"auto\" is filled in by the Hugging Face Trainer; give the value");
   }
 
-  int64_t integer(const json& v, const std::string& key, int64_t min) const {
+  // An integer in [min, max] (a float with an integral value too, as Python's int() takes it).
+  int64_t integer(const json& v, const std::string& key, int64_t min, int64_t max = INT32_MAX) const {
     no_auto(v, key);
     const bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
                                                     v.get<double>() == std::floor(v.get<double>()));
     if (!integral) fail(key, "expected an integer, got " + v.dump());
     const double d = v.get<double>();
-    if (d < static_cast<double>(min) || d > 9.0e15) fail(key, "expected an integer >= " + std::to_string(min) + ", got " + v.dump());
+    if (d < static_cast<double>(min) || d > static_cast<double>(max))
+      fail(key, "expected an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " + v.dump());
     return static_cast<int64_t>(d);
   }
 
@@ -75,14 +85,20 @@ class Reader {
 };
 
 void read_fp16(const Reader& r, const json& section, DeepSpeedConfig& c) {
+  bool scaler_keys = false;  // DeepSpeed's get_dynamic_loss_scale_args: any of these, or none at all
   for (const auto& [key, v] : r.object(section, "fp16").items()) {
+    scaler_keys |= key == "initial_scale_power" || key == "loss_scale_window" || key == "hysteresis" ||
+                   key == "min_loss_scale" || key == "consecutive_hysteresis";
     const std::string name = "fp16." + key;
     if (key == "enabled") c.fp16 = r.boolean(v, name);
     else if (key == "loss_scale") c.loss_scale = r.number(v, name, 0);
     else if (key == "initial_scale_power") c.initial_scale_power = r.integer(v, name, 0);
     else if (key == "loss_scale_window") c.loss_scale_window = r.integer(v, name, 1);
     else if (key == "hysteresis") c.hysteresis = r.integer(v, name, 1);
-    else if (key == "min_loss_scale") c.min_loss_scale = r.number(v, name, 0);
+    else if (key == "min_loss_scale") {
+      c.min_loss_scale = r.number(v, name, 0);
+      if (c.min_loss_scale <= 0) r.fail(name, "must be positive (the scale halves down to it)");
+    }
     else if (key == "consecutive_hysteresis" && r.boolean(v, name))
       r.fail(name, "not supported: the hysteresis restarts when the scale grows, as Megatron's and DeepSpeed's default");
     else if (key == "fp16_master_weights_and_grads" && r.boolean(v, name))
@@ -94,6 +110,10 @@ void read_fp16(const Reader& r, const json& section, DeepSpeedConfig& c) {
       r.fail(name, "not a DeepSpeed fp16 setting");
   }
   if (c.initial_scale_power > 126) r.fail("fp16.initial_scale_power", "must be at most 126 (2^127 overflows fp32)");
+  if (!scaler_keys) {  // DynamicLossScaler's own defaults
+    c.initial_scale_power = 32;
+    c.hysteresis = 1;
+  }
 }
 
 void read_bf16(const Reader& r, const json& section, const std::string& name, DeepSpeedConfig& c) {
@@ -107,6 +127,10 @@ void read_bf16(const Reader& r, const json& section, const std::string& name, De
 }
 
 void read_zero(const Reader& r, const json& section, DeepSpeedConfig& c) {
+  if (section.is_boolean()) {  // DeepSpeed's old form: true is stage 1
+    c.zero_stage = section.get<bool>() ? 1 : 0;
+    return;
+  }
   for (const auto& [key, v] : r.object(section, "zero_optimization").items()) {
     const std::string name = "zero_optimization." + key;
     if (key == "stage") {
@@ -123,6 +147,33 @@ void read_zero(const Reader& r, const json& section, DeepSpeedConfig& c) {
 
 }  // namespace
 
+void check_deepspeed_batch(const DeepSpeedBatch& b, int64_t micro_batch_size, int64_t data_parallel_size,
+                           const std::string& file) {
+  const std::string prefix = "--deepspeed_config " + file + ": ";
+  const int64_t dp = data_parallel_size;
+  int64_t train = b.train_batch_size.value_or(0), micro = b.train_micro_batch_size_per_gpu.value_or(0),
+          steps = b.gradient_accumulation_steps.value_or(0);
+  // DeepSpeed's derivation, case by case, then its assertion.
+  if (train && micro && !steps) steps = train / micro / dp;
+  else if (train && steps && !micro) micro = train / steps / dp;
+  else if (micro && steps && !train) train = micro * steps * dp;
+  else if (train && !micro && !steps) steps = 1, micro = train / dp;
+  else if (micro && !train && !steps) steps = 1, train = micro * dp;
+  else if (!train && !micro)
+    throw ConfigError(prefix + "DeepSpeed needs \"train_batch_size\" or \"train_micro_batch_size_per_gpu\"");
+  if (micro <= 0 || steps <= 0 || train != micro * steps * dp)
+    throw ConfigError(prefix + "\"train_batch_size\" " + std::to_string(train) +
+                      " must be \"train_micro_batch_size_per_gpu\" " + std::to_string(micro) +
+                      " x \"gradient_accumulation_steps\" " + std::to_string(steps) + " x the data-parallel size " +
+                      std::to_string(dp) + " (DeepSpeed's check)");
+  if (micro != micro_batch_size)
+    throw ConfigError(prefix + "DeepSpeed's micro batch " + std::to_string(micro) +
+                      (b.train_micro_batch_size_per_gpu ? " (\"train_micro_batch_size_per_gpu\")"
+                                                         : " (\"train_batch_size\" / \"gradient_accumulation_steps\" / "
+                                                           "the data-parallel size)") +
+                      " differs from --micro-batch-size " + std::to_string(micro_batch_size));
+}
+
 DeepSpeedConfig read_deepspeed_config(const std::string& path) {
   const std::string prefix = "--deepspeed_config " + path + ": ";
   json j;
@@ -135,14 +186,15 @@ DeepSpeedConfig read_deepspeed_config(const std::string& path) {
   }
   if (!j.is_object()) throw ConfigError(prefix + "expected a JSON object of DeepSpeed's settings");
   const Reader r(path);
+  if (j.contains("bf16") && j.contains("bfloat16")) r.fail("bfloat16", "give one of \"bf16\" and \"bfloat16\" (the same section)");
   DeepSpeedConfig c;
   for (const auto& [key, v] : j.items()) {
     if (key == "train_batch_size") {
-      c.train_batch_size = r.integer(v, key, 1);
+      c.batch.train_batch_size = r.integer(v, key, 1);
     } else if (key == "train_micro_batch_size_per_gpu") {
-      c.train_micro_batch_size_per_gpu = r.integer(v, key, 1);
+      c.batch.train_micro_batch_size_per_gpu = r.integer(v, key, 1);
     } else if (key == "gradient_accumulation_steps") {
-      c.gradient_accumulation_steps = r.integer(v, key, 1);
+      c.batch.gradient_accumulation_steps = r.integer(v, key, 1);
     } else if (key == "gradient_clipping") {
       c.gradient_clipping = r.number(v, key, 0);
     } else if (key == "fp16") {
@@ -151,12 +203,10 @@ DeepSpeedConfig read_deepspeed_config(const std::string& path) {
       read_bf16(r, v, key, c);
     } else if (key == "zero_optimization") {
       read_zero(r, v, c);
-    } else if (key == "optimizer") {
-      r.fail(key, "trident's optimizer is Megatron's Adam (AdamW), set by --lr, --adam-beta1, --adam-beta2, "
-                  "--adam-eps and --weight-decay; remove the section");
     } else if (key == "scheduler") {
-      r.fail(key, "DeepSpeed's learning-rate schedulers are not supported; the schedule is Megatron's "
-                  "(--lr-decay-style, --lr-warmup-iters, ...); remove the section");
+      r.fail(key, "DeepSpeed's learning-rate schedulers are not supported (some DeepSpeed versions run the "
+                  "section's instead of Megatron's); the schedule is Megatron's (--lr-decay-style, "
+                  "--lr-warmup-iters, ...): remove the section");
     } else if (key == "sparse_attention" || key == "compression_training") {
       r.fail(key, "not supported (it changes the model)");
     } else if (std::find(std::begin(kImplementationKeys), std::end(kImplementationKeys), key) !=

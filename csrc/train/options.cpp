@@ -275,6 +275,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
       {"skip-train", "no training: evaluate the loaded (or initial) model on the validation and test sets "
                      "(Megatron's)", true},
+      {"kill-switch-path", "stop when this file exists: at the start without training, after an iteration saving "
+                           "first with --save (BigScience's)"},
       {"deepspeed", "Megatron-DeepSpeed's switch: the --deepspeed_config file sets the batch sizes, precision, "
                     "fp16 loss scaling, gradient clipping and ZeRO stage, as DeepSpeed's engine does", true},
       {"deepspeed_config", "DeepSpeed's JSON config (read with --deepspeed)"},
@@ -843,7 +845,7 @@ void read_precision_flags(const Flags& f, TrainOptions& o) {
   f.get("min-loss-scale", o.min_loss_scale);
   f.get("loss-scale-window", o.loss_scale_window);
   f.get("hysteresis", o.hysteresis);
-  if (f.has("loss-scale") && o.model.dtype == DType::F32)
+  if (f.has("loss-scale") && o.model.dtype == DType::F32 && !f.has("deepspeed"))  // there: the file's precision
     throw ConfigError("--loss-scale needs --fp16 or --bf16");
 }
 
@@ -874,11 +876,12 @@ void read_data_args_files(const Flags& f, TrainOptions& o) {
   }
 }
 
-// Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE: DeepSpeed's engine takes the batch
-// sizes, the precision, the fp16 loss scaler, the clipping and the ZeRO stage from the file,
-// over Megatron's flags for them. Here a flag that is given must agree with the file (one line
-// naming both otherwise); the file fills the rest. Call after the batch and precision flags
-// are read, before read_run_flags.
+// Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE: DeepSpeed's engine takes the
+// precision, the fp16 loss scaler, the clipping and the ZeRO stage from the file, over
+// Megatron's flags for them. Here a flag that is given must agree with the file (one line
+// naming both otherwise); the file fills the rest. The batch stays Megatron's
+// (resolve_global_batch_size runs DeepSpeed's check of the file's batch keys). Call after the
+// batch and precision flags are read, before read_run_flags.
 void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
   if (!f.has("deepspeed")) {
     // Megatron-DeepSpeed reads the file only with --deepspeed.
@@ -895,55 +898,58 @@ void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
       throw ConfigError("--" + std::string(flag) + " " + detail::concat(given) + " differs from " + file + "'s \"" +
                         key + "\": " + detail::concat(in_file));
   };
-  if (c.train_micro_batch_size_per_gpu) {
-    agree("micro-batch-size", "train_micro_batch_size_per_gpu", int64_t{o.micro_batch_size}, *c.train_micro_batch_size_per_gpu);
-    o.micro_batch_size = static_cast<int>(*c.train_micro_batch_size_per_gpu);
-  }
-  if (c.train_batch_size) {
-    agree("global-batch-size", "train_batch_size", int64_t{o.global_batch_size}, *c.train_batch_size);
-    o.global_batch_size = static_cast<int>(*c.train_batch_size);
-    o.given_flags.insert("global-batch-size");  // set: not micro batch x data-parallel size
-  }
-  o.deepspeed_gradient_accumulation_steps = c.gradient_accumulation_steps.value_or(0);
+  o.deepspeed_batch = c.batch;
+  if (c.batch.train_micro_batch_size_per_gpu && !f.has("micro-batch-size"))
+    o.micro_batch_size = static_cast<int>(*c.batch.train_micro_batch_size_per_gpu);
   // The engine casts the model to its precision: a precision flag must name the same one.
   const DType dtype = c.fp16 ? DType::F16 : c.bf16 ? DType::BF16 : DType::F32;
   for (const auto& [flag, flag_dtype] : {std::pair{"fp16", DType::F16}, std::pair{"bf16", DType::BF16}})
     if (f.has(flag) && dtype != flag_dtype)
       throw ConfigError("--" + std::string(flag) + " needs " + file + "'s \"" + flag + "\": {\"enabled\": true}" +
                         (dtype == DType::F32 ? "" : std::string(" (it enables ") + (c.fp16 ? "fp16" : "bf16") + ")"));
+  if (f.has("loss-scale") && dtype == DType::F32) throw ConfigError("--loss-scale needs --fp16 or --bf16");
   o.model.dtype = dtype;
   if (dtype == DType::BF16) o.accumulate_allreduce_grads_in_fp32 = true;  // as read_precision_flags
+  const int64_t stage = c.zero_stage.value_or(0);  // DeepSpeed's, whatever --zero-stage says
   if (dtype == DType::F16) {
     agree("loss-scale", "fp16.loss_scale", o.loss_scale, c.loss_scale);
     o.loss_scale = c.loss_scale;
-    if (c.loss_scale == 0) {  // dynamic: DeepSpeed's scaler, whose rules are Megatron's
-      agree("initial-loss-scale", "fp16.initial_scale_power", o.initial_loss_scale,
-            std::ldexp(1.0, static_cast<int>(c.initial_scale_power)));
+    if (c.loss_scale == 0) {  // dynamic: at stages 1 and 2 DeepSpeed's scaler follows Megatron's rules
+      if (stage == 0)
+        throw ConfigError(file + ": fp16 with dynamic loss scaling at ZeRO stage 0 is DeepSpeed's FP16_Optimizer, "
+                                 "whose scaler has no hysteresis and grows a step later than Megatron's: set "
+                                 "\"zero_optimization\": {\"stage\": 1} (or 2), a static \"loss_scale\", or train "
+                                 "without --deepspeed");
+      const double initial = std::ldexp(1.0, static_cast<int>(c.initial_scale_power));
+      agree("initial-loss-scale", "fp16.initial_scale_power", o.initial_loss_scale, initial);
       agree("loss-scale-window", "fp16.loss_scale_window", o.loss_scale_window, c.loss_scale_window);
       agree("hysteresis", "fp16.hysteresis", o.hysteresis, c.hysteresis);
       agree("min-loss-scale", "fp16.min_loss_scale", o.min_loss_scale, c.min_loss_scale);
-      o.initial_loss_scale = std::ldexp(1.0, static_cast<int>(c.initial_scale_power));
+      o.initial_loss_scale = initial;
       o.loss_scale_window = c.loss_scale_window;
       o.hysteresis = c.hysteresis;
       o.min_loss_scale = c.min_loss_scale;
     }
   }
   // DeepSpeed clips by the file's value, 0 (none) when it has none, whatever --clip-grad says.
+  const float clip = static_cast<float>(c.gradient_clipping.value_or(0.0));  // compared as trident keeps it
   if (c.gradient_clipping)
-    agree("clip-grad", "gradient_clipping", static_cast<double>(o.clip_grad), *c.gradient_clipping);
+    agree("clip-grad", "gradient_clipping", o.clip_grad, clip);
   else if (f.has("clip-grad"))
     o.flags_without_effect.push_back("--clip-grad (" + file + " has no \"gradient_clipping\": DeepSpeed's default 0, "
                                      "no clipping)");
-  o.clip_grad = static_cast<float>(c.gradient_clipping.value_or(0.0));
-  if (c.zero_stage) {
-    if (f.has("use-distributed-optimizer"))
-      throw ConfigError("--use-distributed-optimizer is Megatron's optimizer sharding; with --deepspeed, " + file +
-                        "'s \"zero_optimization\" shards");
-    int given = o.zero_stage;  // read_run_flags reads it next
-    f.get("zero-stage", given);
-    agree("zero-stage", "zero_optimization.stage", int64_t{given}, *c.zero_stage);
-    o.zero_stage = static_cast<int>(*c.zero_stage);
-  }
+  o.clip_grad = clip;
+  if (f.has("use-distributed-optimizer"))
+    throw ConfigError("--use-distributed-optimizer is Megatron's optimizer sharding; with --deepspeed, " + file +
+                      "'s \"zero_optimization\" shards");
+  int given_stage = o.zero_stage;  // read_run_flags reads it next
+  f.get("zero-stage", given_stage);
+  if (c.zero_stage)
+    agree("zero-stage", "zero_optimization.stage", int64_t{given_stage}, stage);
+  else if (f.has("zero-stage") && given_stage != 0)  // Megatron-DeepSpeed only records the flag
+    o.flags_without_effect.push_back("--zero-stage (" + file + " has no \"zero_optimization\": DeepSpeed's stage 0)");
+  o.zero_stage = static_cast<int>(stage);
+  o.deepspeed_zero_stage_decided = true;
   if (!c.without_effect.empty()) {
     std::string keys;
     for (const std::string& k : c.without_effect) keys += (keys.empty() ? "" : ", ") + k;
@@ -960,7 +966,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage);
   f.get("num-virtual-stages-per-pipeline-rank", o.num_virtual_stages_per_pipeline_rank);
   f.get("sequence-parallel", o.sequence_parallel);
-  f.get("zero-stage", o.zero_stage);
+  if (!o.deepspeed_zero_stage_decided) f.get("zero-stage", o.zero_stage);
   // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
   // over data parallel and reduce-scatters the gradients: ZeRO stage 1.
   if (f.has("use-distributed-optimizer")) {
@@ -1030,6 +1036,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("max-nan-iterations", o.max_nan_iterations);
   f.get("exit-interval", o.exit_interval);
   o.skip_train = f.has("skip-train");
+  f.get("kill-switch-path", o.kill_switch_path);
   f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("distributed-timeout-minutes", o.distributed_timeout_minutes);
   f.get("save-canonical", o.save_canonical);
@@ -1429,21 +1436,11 @@ void resolve_schedule(TrainOptions& o) {
 }
 
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
-  // DeepSpeed's rule: the global batch is the micro batch x the accumulation steps x the
-  // data-parallel size (Megatron's default without the steps).
-  const int64_t steps = o.deepspeed_gradient_accumulation_steps;
-  const int64_t product = int64_t{o.micro_batch_size} * std::max<int64_t>(steps, 1) * data_parallel_size;
-  if (o.global_batch_size_is_default) {
-    if (product > INT32_MAX) throw ConfigError("the global batch " + std::to_string(product) + " does not fit 32 bits");
-    o.global_batch_size = static_cast<int>(product);
-    resolve_schedule(o);
-  }
-  if (steps > 0 && o.global_batch_size != product)
-    throw ConfigError("--deepspeed_config " + o.deepspeed_config + ": the global batch " +
-                      std::to_string(o.global_batch_size) + " (train_batch_size or --global-batch-size) must be the micro "
-                      "batch " + std::to_string(o.micro_batch_size) + " x gradient_accumulation_steps " +
-                      std::to_string(steps) + " x the data-parallel size " + std::to_string(data_parallel_size) + " = " +
-                      std::to_string(product));
+  if (!o.deepspeed_config.empty())
+    check_deepspeed_batch(o.deepspeed_batch, o.micro_batch_size, data_parallel_size, o.deepspeed_config);
+  if (!o.global_batch_size_is_default) return;
+  o.global_batch_size = o.micro_batch_size * data_parallel_size;
+  resolve_schedule(o);
 }
 
 LrSchedule make_lr_schedule(const TrainOptions& o) {
@@ -1580,6 +1577,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("load given", !o.load.empty());
   line("exit-interval", o.exit_interval);
   line("skip-train", o.skip_train);
+  line("kill-switch-path given", !o.kill_switch_path.empty());  // a collective after every iteration
   const auto tokens = [](const std::optional<uint64_t>& v) { return v ? std::to_string(*v) : std::string("none"); };
   line("lr-warmup-tokens", tokens(o.lr_warmup_tokens));
   line("lr-decay-tokens", tokens(o.lr_decay_tokens));

@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "train/batch_rampup.h"
+#include "train/deepspeed_config.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/weight_decay_schedule.h"
@@ -143,6 +144,10 @@ struct TrainOptions {
   // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).
   int64_t max_nan_iterations = 10;
   int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
+  // BigScience's --kill-switch-path FILE: a run that finds the file at its start ends without
+  // training; one that finds it after an iteration saves (with --save) and ends there, as a
+  // stop signal does (empty: none). Every rank looks; any rank that sees it stops them all.
+  std::string kill_switch_path;
   // --skip-train (Megatron's): no training; the validation and test evaluations of the
   // loaded (or initial) model, without TensorBoard scalars, and no checkpoint.
   bool skip_train = false;
@@ -211,11 +216,12 @@ struct TrainOptions {
   std::string data_cache_path;
 
   // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE (train/deepspeed_config.h): the
-  // file, whose batch sizes, precision, loss scaling, clipping and ZeRO stage parsing has put
-  // in the fields above, and its gradient_accumulation_steps (0: none), which
-  // resolve_global_batch_size checks against the data-parallel size.
+  // file, whose precision, loss scaling, clipping and ZeRO stage parsing has put in the fields
+  // above (and its micro batch where --micro-batch-size is not given), and its batch keys,
+  // which resolve_global_batch_size checks as DeepSpeed does at the data-parallel size.
   std::string deepspeed_config;
-  int64_t deepspeed_gradient_accumulation_steps = 0;
+  DeepSpeedBatch deepspeed_batch;
+  bool deepspeed_zero_stage_decided = false;  // the file's stage, not --zero-stage's
 
   // Every flag the command line or the --config file gave, by name ("num-layers").
   std::set<std::string> given_flags;
@@ -249,8 +255,9 @@ void validate_model_options(const TrainOptions& o);
 void resolve_schedule(TrainOptions& o);
 
 // Megatron's default global batch, micro batch x data-parallel size, when --global-batch-size
-// was not given (global_batch_size_is_default); then the schedule is resolved again. Call it
-// once the data-parallel size is known, before anything reads the global batch.
+// was not given (global_batch_size_is_default); then the schedule is resolved again. With
+// --deepspeed, DeepSpeed's check of the file's batch keys (check_deepspeed_batch) first. Call
+// it once the data-parallel size is known, before anything reads the global batch.
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 
 // What every rank of a job must have been given, as "--flag value" lines for

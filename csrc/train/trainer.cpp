@@ -8,9 +8,11 @@
 #include <csignal>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <ostream>
+#include <system_error>
 
 #include "core/error.h"
 #include "data/documents.h"
@@ -694,6 +696,12 @@ bool Trainer::training_done() const {
   return iteration_ >= opt_.train_iters || (opt_.train_tokens && consumed_tokens_ >= *opt_.train_tokens);
 }
 
+bool Trainer::kill_switch_found() const {
+  if (opt_.kill_switch_path.empty()) return false;
+  std::error_code ec;  // unreadable counts as absent: the switch is a file someone creates
+  return any_rank(*par_, std::filesystem::exists(opt_.kill_switch_path, ec));
+}
+
 bool Trainer::final_evaluations(bool to_tensorboard) {
   const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
     const EvalResult e = evaluate(data, first, opt_.eval_iters);
@@ -763,8 +771,14 @@ void Trainer::train() {
     if (tensorboard_) tensorboard_->flush();
     return;
   }
+  // BigScience's kill switch at the start: no training, no checkpoint.
+  if (kill_switch_found()) {
+    out << "trident: kill switch " << opt_.kill_switch_path << " found before iteration " << iteration_ + 1
+        << ": exiting without training" << std::endl;
+    return;
+  }
   std::optional<StopSignals> stop_signals(std::in_place);
-  bool stopped_by_signal = false;  // the same on every rank (any_rank)
+  bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   while (!training_done()) {
     const IterationResult r = train_iteration();
@@ -907,6 +921,12 @@ void Trainer::train() {
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
     if (any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
+      stopped_by_signal = true;
+      break;
+    }
+    // BigScience looks before each iteration: after the last one the run ends as usual.
+    if (!training_done() && kill_switch_found()) {  // the iteration is saved below, as for a signal
+      out << "trident: kill switch " << opt_.kill_switch_path << " found at iteration " << iteration_ << std::endl;
       stopped_by_signal = true;
       break;
     }

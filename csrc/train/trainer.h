@@ -153,6 +153,8 @@ class Trainer {
   bool final_evaluations(bool to_tensorboard);
   // Whether training is over: --train-iters reached, or --train-tokens consumed.
   bool training_done() const;
+  // --kill-switch-path: whether any rank sees the file (collective when set).
+  bool kill_switch_found() const;
   void count_unusable_iteration(const IterationResult& r);
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
   bool out_of_time() const;

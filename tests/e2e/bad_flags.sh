@@ -82,7 +82,7 @@ expect_error "--lr-decay-tokens: --lr-decay-style WSD counts in iterations or sa
 # Megatron-DeepSpeed's DeepSpeed config: the run takes its precision and scaler from the file
 # (fp16 from 2^12), and the implementation keys are named in the note.
 printf '{"train_micro_batch_size_per_gpu": 4, "train_batch_size": 8, "gradient_clipping": 1.0,
-  "zero_optimization": {"stage": 0, "overlap_comm": true},
+  "zero_optimization": {"stage": 1, "overlap_comm": true},
   "fp16": {"enabled": true, "initial_scale_power": 12}, "steps_per_print": 10}\n' >"$tmp/ds.json"
 expect_run "--deepspeed --deepspeed_config" "${base[@]}" --train-iters 12 --deepspeed --deepspeed_config "$tmp/ds.json" \
   --deepspeed-activation-checkpointing

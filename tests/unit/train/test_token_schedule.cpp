@@ -126,7 +126,9 @@ void expect_megatron_deepspeed_rates(const TrainOptions& o, const std::string& w
     consumed_tokens += kTokensPerIteration;  // after the scheduler's step, as in its train()
     EXPECT_NEAR(r.logged_lr, ref.lr, 1e-15) << what << ": rate logged at iteration " << i + 1;
   }
-  if (o.model.dtype == DType::F16) EXPECT_GE(skipped, 10) << what;
+  if (o.model.dtype == DType::F16) {
+    EXPECT_GE(skipped, 10) << what;
+  }
 }
 
 TEST(TokenSchedule, RatesMatchMegatronDeepSpeedsScheduler) {

@@ -445,6 +445,73 @@ TEST(TrainerExit, ExitDurationStopsAfterTheIterationAndSaves) {
   fs::remove_all(dir);
 }
 
+// Synthetic tokens that create a file when the trainer reads sample `trigger`: the kill
+// switch appearing during a given iteration.
+class CreatesFileAtSample : public SampleSource {
+ public:
+  CreatesFileAtSample(std::unique_ptr<SampleSource> inner, uint64_t trigger, fs::path file)
+      : inner_(std::move(inner)), trigger_(trigger), file_(std::move(file)) {}
+  uint64_t size() const override { return inner_->size(); }
+  void get(uint64_t i, int32_t* tokens) const override {
+    if (i == trigger_) std::ofstream(file_) << "stop";
+    inner_->get(i, tokens);
+  }
+
+ private:
+  std::unique_ptr<SampleSource> inner_;
+  uint64_t trigger_;
+  fs::path file_;
+};
+
+// BigScience's --kill-switch-path: found after an iteration, the run saves it and ends without
+// the final evaluation; found at the start, it ends without training or saving; after the
+// last iteration it changes nothing.
+TEST(TrainerExit, KillSwitchStopsAfterTheIterationAndSaves) {
+  const fs::path dir = fresh_temp_dir("kill_switch");
+  const fs::path kill = dir / "kill-switch";
+  TrainOptions o = tiny_options();
+  o.save = (dir / "ckpt").string();
+  o.kill_switch_path = kill.string();
+  o.eval_iters = 1;
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  // Iteration 3 reads samples 8 to 11.
+  Trainer tr(o, *be, std::make_unique<CreatesFileAtSample>(synthetic_tokens(o), 9, kill), log);
+  tr.set_evaluation_data(synthetic_tokens(o, 1), synthetic_tokens(o, 2));
+  tr.train();
+  EXPECT_EQ(tr.iteration(), 3);
+  EXPECT_TRUE(has(log.str(), "trident: kill switch " + kill.string() + " found at iteration 3\n")) << log.str();
+  EXPECT_TRUE(fs::is_directory(iteration_dir(dir / "ckpt", 3))) << "the stop saves a checkpoint";
+  EXPECT_FALSE(has(log.str(), "validation loss at iteration 3 on validation set")) << log.str();
+
+  // Still there at the next start: nothing trains, nothing is saved.
+  o.load = o.save;
+  std::ostringstream again;
+  Trainer second(o, *be, synthetic_tokens(o), again);
+  ASSERT_TRUE(second.load_checkpoint());
+  second.train();
+  EXPECT_EQ(second.iteration(), 3);
+  EXPECT_TRUE(has(again.str(), "trident: kill switch " + kill.string() + " found before iteration 4: exiting "
+                               "without training\n"))
+      << again.str();
+  EXPECT_EQ(latest_iteration(dir / "ckpt"), 3);
+
+  // Appearing during the last iteration: the run ends as usual, final evaluation included.
+  fs::remove(kill);
+  o.load.clear();
+  o.save.clear();
+  o.train_iters = 5;
+  o.lr_warmup_iters = 0;
+  std::ostringstream last;
+  Trainer third(o, *be, std::make_unique<CreatesFileAtSample>(synthetic_tokens(o), 17, kill), last);
+  third.set_evaluation_data(synthetic_tokens(o, 1), synthetic_tokens(o, 2));
+  third.train();
+  EXPECT_EQ(third.iteration(), 5);
+  EXPECT_TRUE(fs::exists(kill));
+  EXPECT_TRUE(has(last.str(), "validation loss at iteration 5 on validation set")) << last.str();
+  fs::remove_all(dir);
+}
+
 // As Megatron, an evaluation checks the time after every batch: out of time, the run stops
 // there (and saves) without the evaluation's line.
 TEST(TrainerExit, ExitDurationStopsDuringTheEvaluation) {
