@@ -91,6 +91,10 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-mmap-bin-files", "Megatron's .bin reading switch: no effect (.bin/.idx are memory-mapped)", true},
       {"enable-one-logger", "NVIDIA's internal metrics logger: no effect", true},
       {"local_rank", "torch.distributed.launch's rank: no effect (MPI gives the rank)"},
+      {"check-for-nan-in-loss-and-grad", "Megatron's NaN check: trident always skips a step whose loss or gradient "
+                                         "norm is NaN and stops after --max-nan-iterations", true},
+      {"no-check-for-nan-in-loss-and-grad", "Megatron's NaN check off: trident still skips a step whose loss or "
+                                            "gradient norm is NaN (and stops after --max-nan-iterations)", true},
       // Megatron-DeepSpeed's and BigScience's DeepSpeed switches (the config is --deepspeed_config's).
       {"deepspeed-activation-checkpointing", "DeepSpeed's activation checkpointing: recomputation follows "
                                              "--recompute-granularity / --checkpoint-activations", true},
@@ -166,6 +170,13 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"context-parallel-size", false, "1", "no context parallelism: a sequence stays on its tensor-parallel ranks"},
       {"standalone-embedding-stage", true, nullptr, "the embedding shares the first pipeline stage with its layers"},
       {"embed-layernorm", true, nullptr, "GPT-2 has no LayerNorm after its embeddings"},
+      // Megatron's removed flags, refused as Megatron refuses them.
+      {"batch-size", false, nullptr, "Megatron's old flag, no longer valid: use --micro-batch-size"},
+      {"warmup", false, nullptr, "Megatron's old flag, no longer valid: use --lr-warmup-fraction (or --lr-warmup-iters, "
+                                 "--lr-warmup-samples)"},
+      {"model-parallel-size", false, nullptr, "Megatron's old flag, no longer valid: use --tensor-model-parallel-size"},
+      {"decoupled-lr", false, nullptr, "the input and output layers train at --lr like the others"},
+      {"decoupled-min-lr", false, nullptr, "the input and output layers train at --lr like the others"},
       {"ds-sequence-parallel-size", false, "1", "no DeepSpeed-Ulysses sequence parallelism (Megatron's "
                                                 "--sequence-parallel is supported)"},
       {"wandb-project", false, nullptr, kWandb},

@@ -835,6 +835,20 @@ struct BadCase {
   std::string flag;  // must appear in the one-line message
 };
 
+// Megatron's removed flags are refused with its advice; its NaN-check switches are noted.
+TEST(Options, OldAndRemovedMegatronFlags) {
+  EXPECT_EQ(must_fail({"--batch-size", "8"}),
+            "--batch-size: not supported: Megatron's old flag, no longer valid: use --micro-batch-size");
+  EXPECT_EQ(must_fail({"--model-parallel-size", "2"}),
+            "--model-parallel-size: not supported: Megatron's old flag, no longer valid: use "
+            "--tensor-model-parallel-size");
+  EXPECT_NE(must_fail({"--warmup", "0.01"}).find("use --lr-warmup-fraction"), std::string::npos);
+  EXPECT_EQ(must_fail({"--decoupled-lr", "1e-4"}),
+            "--decoupled-lr: not supported: the input and output layers train at --lr like the others");
+  EXPECT_EQ(parse({"--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad"}).flags_without_effect,
+            (std::vector<std::string>{"--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad"}));
+}
+
 // Megatron-DeepSpeed's token counts: read as given (0 included for the warm-up), the decay
 // in tokens overriding the one in iterations or samples (noted), and refused with WSD, beside
 // a warm-up of another form, or with nothing to decay; --skip-train is a switch.
