@@ -31,4 +31,12 @@ inline std::string error_of(std::vector<std::string> args) {
   return "";
 }
 
+// The ConfigError message of `args`, which must fail with one line.
+inline std::string must_fail(std::vector<std::string> args) {
+  const std::string msg = error_of(std::move(args));
+  EXPECT_NE(msg, "") << "should fail";
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << "more than one line: " << msg;
+  return msg;
+}
+
 }  // namespace trident

@@ -36,13 +36,6 @@ const char* const kBigScience = R"({
   "wall_clock_breakdown": false
 })";
 
-std::string must_fail(std::vector<std::string> args) {
-  const std::string msg = error_of(args);
-  EXPECT_NE(msg, "") << "should fail";
-  EXPECT_EQ(msg.find('\n'), std::string::npos) << "more than one line: " << msg;
-  return msg;
-}
-
 // The ConfigError of resolving `o` at `dp` data-parallel ranks ("" when it resolves).
 std::string resolve_error(TrainOptions o, int dp) {
   try {

@@ -355,13 +355,6 @@ TEST(Options, YamlKeysSetTheNewFlags) {
   std::filesystem::remove(path);
 }
 
-// The ConfigError message of `args`, which must fail.
-std::string must_fail(std::vector<std::string> args) {
-  const std::string msg = error_of(args);
-  EXPECT_NE(msg, "") << "should fail";
-  EXPECT_EQ(msg.find('\n'), std::string::npos) << "more than one line: " << msg;
-  return msg;
-}
 
 const std::string kTinyConfig = std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt2-tiny.yaml";
 

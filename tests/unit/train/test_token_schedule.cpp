@@ -274,20 +274,6 @@ Loaded resume(const TrainOptions& o) {
   return Loaded{tr.history(), log.str()};
 }
 
-// The ConfigError of loading `o`'s checkpoint ("" when it loads).
-std::string load_error(const TrainOptions& o) {
-  auto be = make_cpu_backend();
-  std::ostringstream log;
-  Trainer tr(o, *be, synthetic_tokens(o), log);
-  try {
-    tr.load_checkpoint();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "loaded";
-  return "";
-}
-
 nlohmann::json read_json(const fs::path& p) {
   nlohmann::json j;
   std::ifstream(p) >> j;

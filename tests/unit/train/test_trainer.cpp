@@ -714,19 +714,6 @@ nlohmann::json saved_scheduler(const fs::path& dir, int64_t iteration) {
   return j["trainer_state"]["opt_param_scheduler"];
 }
 
-// The ConfigError load_checkpoint throws for `o`, or "" when it loads.
-std::string load_error(const TrainOptions& o) {
-  auto be = make_cpu_backend();
-  std::ostringstream log;
-  Trainer tr(o, *be, synthetic_tokens(o), log);
-  try {
-    tr.load_checkpoint();
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // Megatron's OptimizerParamScheduler.load_state_dict: the checkpoint holds the schedule's
 // parameters (in samples) and a resumed run's must match them, unless
 // --override-opt_param-scheduler (the command line's) or --use-checkpoint-opt_param-scheduler

@@ -9,8 +9,13 @@
 #include <memory>
 #include <string>
 
+#include <sstream>
+
+#include "core/error.h"
+#include "kernels/cpu/cpu_backend.h"
 #include "train/options.h"
 #include "train/synthetic_data.h"
+#include "train/trainer.h"
 
 namespace trident {
 namespace testing {
@@ -48,6 +53,19 @@ inline std::unique_ptr<SampleSource> synthetic_tokens(const TrainOptions& o, uin
 }
 
 inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The ConfigError load_checkpoint throws for `o` on the CPU, or "" when it loads.
+inline std::string load_error(const TrainOptions& o) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, synthetic_tokens(o), log);
+  try {
+    tr.load_checkpoint();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
 
 inline std::filesystem::path fresh_temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
