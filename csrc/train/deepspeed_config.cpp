@@ -161,7 +161,9 @@ void check_deepspeed_batch(const DeepSpeedBatch& b, int64_t micro_batch_size, in
   else if (micro && !train && !steps) steps = 1, train = micro * dp;
   else if (!train && !micro)
     throw ConfigError(prefix + "DeepSpeed needs \"train_batch_size\" or \"train_micro_batch_size_per_gpu\"");
-  if (micro <= 0 || steps <= 0 || train != micro * steps * dp)
+  int64_t product = 0;  // each factor is below 2^31: the product fits when it is checked step by step
+  const bool overflow = __builtin_mul_overflow(micro, steps, &product) || __builtin_mul_overflow(product, dp, &product);
+  if (micro <= 0 || steps <= 0 || overflow || train != product)
     throw ConfigError(prefix + "\"train_batch_size\" " + std::to_string(train) +
                       " must be \"train_micro_batch_size_per_gpu\" " + std::to_string(micro) +
                       " x \"gradient_accumulation_steps\" " + std::to_string(steps) + " x the data-parallel size " +

@@ -23,7 +23,6 @@ namespace trident {
 // The batch keys: DeepSpeed derives the missing ones (its _set_batch_related_parameters).
 struct DeepSpeedBatch {
   std::optional<int64_t> train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps;
-  bool any() const { return train_batch_size || train_micro_batch_size_per_gpu || gradient_accumulation_steps; }
 };
 
 // DeepSpeed's start-up check of the batch keys at `data_parallel_size` ranks, with the micro

@@ -3,10 +3,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cxxopts.hpp>
 #include <deque>
 #include <filesystem>
@@ -23,7 +23,6 @@
 #include "core/error.h"
 #include "core/flag_value.h"
 #include "train/data_args_file.h"
-#include "train/deepspeed_config.h"
 #include "train/timers.h"
 
 namespace trident {
@@ -103,7 +102,8 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"checkpoint-in-cpu", "DeepSpeed's activation offload: no effect", true},
       {"synchronize-each-layer", "DeepSpeed's per-layer synchronisation: no effect", true},
       {"profile-backward", "DeepSpeed's backward profiling: no effect", true},
-      {"zero-reduce-scatter", "DeepSpeed's ZeRO reduction switch: no effect (the stage is --zero-stage's)", true},
+      {"zero-reduce-scatter", "DeepSpeed's ZeRO reduction switch: no effect (the stage is --zero-stage's, or "
+                              "the --deepspeed_config file's)", true},
       {"zero-contigious-gradients", "DeepSpeed's ZeRO gradient layout (sic): no effect", true},
       {"zero-reduce-bucket-size", "DeepSpeed's ZeRO bucket size: no effect"},
       {"zero-allgather-bucket-size", "DeepSpeed's ZeRO bucket size: no effect"},
@@ -288,8 +288,9 @@ const std::vector<FlagDef>& flag_defs() {
                      "(Megatron's)", true},
       {"kill-switch-path", "stop when this file exists: at the start without training, after an iteration saving "
                            "first with --save (BigScience's)"},
-      {"deepspeed", "Megatron-DeepSpeed's switch: the --deepspeed_config file sets the batch sizes, precision, "
-                    "fp16 loss scaling, gradient clipping and ZeRO stage, as DeepSpeed's engine does", true},
+      {"deepspeed", "Megatron-DeepSpeed's switch: the --deepspeed_config file sets the precision, fp16 loss "
+                    "scaling, gradient clipping and ZeRO stage, as DeepSpeed's engine does (its batch keys are "
+                    "checked; the batch stays the flags')", true},
       {"deepspeed_config", "DeepSpeed's JSON config (read with --deepspeed)"},
       {"exit-duration-in-mins", "stop (after saving with --save) once the run has lasted this many minutes"},
       {"distributed-timeout-minutes", "end the job when a rank has waited this long in one collective or transfer "
@@ -385,15 +386,18 @@ const std::vector<FlagDef>& flag_defs() {
   return all;
 }
 
-// Megatron-LM spells two flags with underscores (--override-opt_param-scheduler,
-// --use-checkpoint-opt_param-scheduler); its newer releases also take them all in dashes,
-// and a YAML key's underscores become dashes. Every spelling maps to the one the flag list
-// holds.
+// Some flags are spelled with underscores (Megatron-LM's --override-opt_param-scheduler and
+// --use-checkpoint-opt_param-scheduler, DeepSpeed's --deepspeed_config, torch's --local_rank);
+// Megatron's newer releases also take them in dashes, and a YAML key's underscores become
+// dashes. Every spelling maps to the one the flag list holds.
 std::string megatron_spelling(const std::string& name) {
-  std::string dashed = name;
-  std::replace(dashed.begin(), dashed.end(), '_', '-');
-  if (dashed == "override-opt-param-scheduler") return "override-opt_param-scheduler";
-  if (dashed == "use-checkpoint-opt-param-scheduler") return "use-checkpoint-opt_param-scheduler";
+  const auto dashed = [](std::string s) {
+    std::replace(s.begin(), s.end(), '_', '-');
+    return s;
+  };
+  const std::string wanted = dashed(name);
+  for (const FlagDef& d : flag_defs())
+    if (dashed(d.name) == wanted) return d.name;
   return name;
 }
 
@@ -918,7 +922,9 @@ void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
     if (f.has(flag) && dtype != flag_dtype)
       throw ConfigError("--" + std::string(flag) + " needs " + file + "'s \"" + flag + "\": {\"enabled\": true}" +
                         (dtype == DType::F32 ? "" : std::string(" (it enables ") + (c.fp16 ? "fp16" : "bf16") + ")"));
-  if (f.has("loss-scale") && dtype == DType::F32) throw ConfigError("--loss-scale needs --fp16 or --bf16");
+  if (f.has("loss-scale") && dtype != DType::F16)
+    throw ConfigError("--loss-scale needs " + file + "'s \"fp16\": {\"enabled\": true} (DeepSpeed scales only fp16 "
+                      "losses)");
   o.model.dtype = dtype;
   if (dtype == DType::BF16) o.accumulate_allreduce_grads_in_fp32 = true;  // as read_precision_flags
   const int64_t stage = c.zero_stage.value_or(0);  // DeepSpeed's, whatever --zero-stage says
@@ -991,7 +997,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("overlap-param-gather", o.overlap_param_gather);
   if (o.overlap_param_gather && o.zero_stage == 0)
     throw ConfigError("--overlap-param-gather overlaps the gather of the parameters that ZeRO updates in shards: it "
-                      "needs --use-distributed-optimizer or --zero-stage 1|2");
+                      "needs " + std::string(o.deepspeed_config.empty()
+                                                 ? "--use-distributed-optimizer or --zero-stage 1|2"
+                                                 : "the --deepspeed_config file's \"zero_optimization\" stage 1 or 2"));
   // As Megatron: a step whose gathers overlap the next forward but whose reductions are
   // waited for one by one is not a combination anyone measures; it is refused.
   if (o.overlap_param_gather && !o.overlap_grad_reduce)
@@ -1553,6 +1561,9 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("lr-decay-style", o.lr_decay_style);
   line("lr-wsd-decay-style", o.lr_wsd_decay_style);
   line("lr-wsd-decay-samples", o.wsd_decay_samples);
+  line("lr-warmup-init", o.lr_warmup_init);
+  line("warm-up samples", o.warmup_samples);
+  line("decay samples", o.decay_samples);
   line("clip-grad", o.clip_grad);
   line("weight-decay", o.weight_decay);
   line("adam-beta1", o.adam_beta1);
@@ -1561,6 +1572,9 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("accumulate-allreduce-grads-in-fp32", o.accumulate_allreduce_grads_in_fp32);
   line("loss-scale", o.loss_scale);
   line("initial-loss-scale", o.initial_loss_scale);
+  line("min-loss-scale", o.min_loss_scale);
+  line("loss-scale-window", o.loss_scale_window);
+  line("hysteresis", o.hysteresis);
   line("eval-interval", o.eval_interval);
   line("eval-iters", o.eval_iters);
   line("log-interval", o.log_interval);

@@ -775,6 +775,7 @@ void Trainer::train() {
   if (kill_switch_found()) {
     out << "trident: kill switch " << opt_.kill_switch_path << " found before iteration " << iteration_ + 1
         << ": exiting without training" << std::endl;
+    if (tensorboard_) tensorboard_->flush();
     return;
   }
   std::optional<StopSignals> stop_signals(std::in_place);

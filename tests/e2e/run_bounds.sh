@@ -39,6 +39,7 @@ check_layout() {  # check_layout NAME LAUNCHER...
   local pid=$!
   for _ in $(seq 600); do
     grep -q '^ iteration        2/' "$d/kill.log" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || break  # ended already: reported below
     sleep 0.1
   done
   touch "$d/stop"

@@ -1,11 +1,13 @@
 // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE: the settings DeepSpeed's engine
 // takes from the file (precision, fp16 loss scaler, clipping, ZeRO stage) against the same run
-// written in Megatron's flags (flags_every_rank_shares lists them), DeepSpeed's defaults where
+// written in Megatron's flags (flags_every_rank_shares lists them, the scaler's window,
+// hysteresis and minimum included), DeepSpeed's defaults where
 // the file is silent (DynamicLossScaler's own when the fp16 section sets no scaler key), the
 // batch staying Megatron's while the file's batch keys pass DeepSpeed's derivation and check,
 // and a one-line error naming the flag and the key for every contradiction, unsupported
 // setting, typo and unreadable file.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -18,8 +20,10 @@
 namespace trident {
 namespace {
 
+// A file under the temporary directory, named by the test and this process.
 std::string write_config(const std::string& name, const std::string& json) {
-  const auto path = std::filesystem::temp_directory_path() / ("trident_ds_" + name + ".json");
+  const auto path =
+      std::filesystem::temp_directory_path() / ("trident_ds_" + name + "_" + std::to_string(getpid()) + ".json");
   std::ofstream(path) << json;
   return path.string();
 }
@@ -178,7 +182,8 @@ TEST(DeepSpeedConfig, ContradictionsAndUnsupportedSettingsAreOneLine) {
   EXPECT_EQ(must_fail({"--deepspeed", "--deepspeed_config", fp32, "--fp16"}),
             "--fp16 needs --deepspeed_config " + fp32 + "'s \"fp16\": {\"enabled\": true}");
   EXPECT_EQ(must_fail({"--deepspeed", "--deepspeed_config", fp32, "--loss-scale", "8"}),
-            "--loss-scale needs --fp16 or --bf16");
+            "--loss-scale needs --deepspeed_config " + fp32 + "'s \"fp16\": {\"enabled\": true} (DeepSpeed scales "
+            "only fp16 losses)");
   EXPECT_EQ(must_fail({"--deepspeed"}), "--deepspeed needs --deepspeed_config FILE (DeepSpeed's JSON config)");
   const std::string stage0 = write_config("stage0", R"({"fp16": {"enabled": true}})");
   EXPECT_EQ(must_fail({"--deepspeed", "--deepspeed_config", stage0}).rfind(
@@ -186,6 +191,10 @@ TEST(DeepSpeedConfig, ContradictionsAndUnsupportedSettingsAreOneLine) {
                 "FP16_Optimizer",
                 0),
             0u);
+  // In a --config file, as YAML keys (underscores and all), the same as on the command line.
+  const std::string yaml = write_config("yaml", "deepspeed: true\ndeepspeed_config: " + big + "\n");
+  EXPECT_EQ(flags_every_rank_shares(parse({"--config", yaml})), flags_every_rank_shares(parse(ds)));
+  EXPECT_EQ(parse({"--config", yaml}).zero_stage, 1);
   // Without --deepspeed Megatron-DeepSpeed never reads the file: noted, nothing applied.
   const TrainOptions unread = parse({"--deepspeed_config", big});
   EXPECT_EQ(unread.model.dtype, DType::F32);

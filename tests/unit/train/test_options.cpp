@@ -355,7 +355,6 @@ TEST(Options, YamlKeysSetTheNewFlags) {
   std::filesystem::remove(path);
 }
 
-
 const std::string kTinyConfig = std::string(TRIDENT_SOURCE_DIR) + "/configs/gpt2-tiny.yaml";
 
 // Line `key` is on in `path` (1-based), to check messages against the real file.

@@ -7,9 +7,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <string>
-
 #include <sstream>
+#include <string>
 
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
