@@ -966,7 +966,6 @@ void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
   else if (f.has("zero-stage") && given_stage != 0)  // Megatron-DeepSpeed only records the flag
     o.flags_without_effect.push_back("--zero-stage (" + file + " has no \"zero_optimization\": DeepSpeed's stage 0)");
   o.zero_stage = static_cast<int>(stage);
-  o.deepspeed_zero_stage_decided = true;
   if (!c.without_effect.empty()) {
     std::string keys;
     for (const std::string& k : c.without_effect) keys += (keys.empty() ? "" : ", ") + k;
@@ -983,7 +982,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage);
   f.get("num-virtual-stages-per-pipeline-rank", o.num_virtual_stages_per_pipeline_rank);
   f.get("sequence-parallel", o.sequence_parallel);
-  if (!o.deepspeed_zero_stage_decided) f.get("zero-stage", o.zero_stage);
+  if (o.deepspeed_config.empty()) f.get("zero-stage", o.zero_stage);  // else the --deepspeed_config file's
   // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
   // over data parallel and reduce-scatters the gradients: ZeRO stage 1.
   if (f.has("use-distributed-optimizer")) {

@@ -221,7 +221,6 @@ struct TrainOptions {
   // which resolve_global_batch_size checks as DeepSpeed does at the data-parallel size.
   std::string deepspeed_config;
   DeepSpeedBatch deepspeed_batch;
-  bool deepspeed_zero_stage_decided = false;  // the file's stage, not --zero-stage's
 
   // Every flag the command line or the --config file gave, by name ("num-layers").
   std::set<std::string> given_flags;

@@ -708,11 +708,9 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
     if (e.timed_out)
       *out_ << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
             << " minutes (--exit-duration-in-mins)" << std::endl;
-    else if (e.stopped)  // only while stop handlers are installed, which the final evaluations run without
-      *out_ << "trident: stop requested by a signal during the evaluation " << where << std::endl;
-    else
+    else  // never stopped by a signal: the final evaluations run without the stop handlers
       log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e, to_tensorboard);
-    return !e.timed_out && !e.stopped;
+    return !e.timed_out;
   };
   if (valid_ && opt_.eval_iters > 0 && !final_evaluation("on validation set", *valid_, consumed_valid_samples_))
     return false;

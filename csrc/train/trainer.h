@@ -148,8 +148,7 @@ class Trainer {
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard = true);
   // The validation and test evaluations at the end of the run (or of --skip-train); false
-  // when one ran out of time (--exit-duration-in-mins) or was stopped by a signal, which
-  // ends the run without its line.
+  // when one ran out of time (--exit-duration-in-mins), which ends the run without its line.
   bool final_evaluations(bool to_tensorboard);
   // Whether training is over: --train-iters reached, or --train-tokens consumed.
   bool training_done() const;
