@@ -8,7 +8,11 @@
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
 //   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P] [--overwrite]
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
-//       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng).
+//       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng);
+//   trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]
+//                   [--target-pp P] [--overwrite]
+//       a Megatron-LM or Megatron-DeepSpeed GPT checkpoint (any tp x pp, ckpt/megatron_gpt2.h)
+//       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf.
 // Every output appears atomically under its final name (a checkpoint through the
 // iter_NNNNNNN.tmp-* protocol, an HF folder renamed from OUT.tmp-*); an error prints one line
 // naming the file or flag and exits 2, leaving nothing under the final name. A checkpoint is
@@ -28,6 +32,7 @@
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/hf_gpt2.h"
+#include "ckpt/megatron_gpt2.h"
 #include "ckpt/offline_checkpoint.h"
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
@@ -50,6 +55,11 @@ constexpr const char* kUsage =
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
+    "  trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]\n"
+    "                  [--target-pp P] [--overwrite]\n"
+    "      import the weights of a Megatron-LM (mp_rank_*/model_optim_rng.pt) or Megatron-DeepSpeed (global_stepN/)\n"
+    "      GPT checkpoint of any layout as OUT/iter_0000000 without optimizer state; --vocab-size is the real\n"
+    "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer)\n"
     "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N\n"
     "(or Megatron's --ckpt-step N).\n"
     "A checkpoint OUT must hold no checkpoint yet (no latest_checkpointed_iteration.txt, no iter_* folder)\n"
@@ -58,7 +68,7 @@ constexpr const char* kUsage =
 
 struct ConvertFlags {
   std::string load, save, to, from, dtype;
-  std::optional<int64_t> iteration;
+  std::optional<int64_t> iteration, vocab_size;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
   bool no_optimizer = false, overwrite = false, help = false;
   std::map<std::string, bool> given;
@@ -91,7 +101,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"load", true},      {"save", true},         {"iteration", true}, {"ckpt-step", true}, {"target-tp", true},
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
-      {"help", false}};
+      {"vocab-size", true}, {"help", false}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -126,6 +136,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     }
     else if (name == "target-tp") f.target_tp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "target-pp") f.target_pp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
+    else if (name == "vocab-size") f.vocab_size = parse_integer_flag(name, value, 1, kMaxInt);
     else if (name == "make-vocab-size-divisible-by")
       f.vocab_divisible_by = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
   }
@@ -133,15 +144,18 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (f.load.empty()) throw ConfigError("--load: required (the checkpoint to convert)");
   if (f.save.empty()) throw ConfigError("--save: required (where to write)");
   if (!f.to.empty() && f.to != "hf") throw ConfigError("--to: '" + f.to + "' is not a known format (hf)");
-  if (!f.from.empty() && f.from != "hf") throw ConfigError("--from: '" + f.from + "' is not a known format (hf)");
+  if (!f.from.empty() && f.from != "hf" && f.from != "megatron")
+    throw ConfigError("--from: '" + f.from + "' is not a known format (hf, megatron)");
   if (!f.to.empty() && !f.from.empty()) throw ConfigError("--to and --from are mutually exclusive");
   if (!f.to.empty())
     for (const char* g : {"target-tp", "target-pp", "no-optimizer", "overwrite"})
       if (f.given[g]) throw ConfigError(std::string("--") + g + " does not apply to --to hf");
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf only");
-  if (f.given["make-vocab-size-divisible-by"] && f.from.empty())
+  if (f.given["make-vocab-size-divisible-by"] && f.from != "hf")
     throw ConfigError("--make-vocab-size-divisible-by applies to --from hf only (a checkpoint keeps its own)");
-  if (!f.from.empty() && f.iteration) throw ConfigError(std::string(iteration_flag(f)) + " does not apply to --from hf");
+  if (f.given["vocab-size"] && f.from != "megatron")
+    throw ConfigError("--vocab-size applies to --from megatron only (other sources record their vocabulary)");
+  if (f.from == "hf" && f.iteration) throw ConfigError(std::string(iteration_flag(f)) + " does not apply to --from hf");
   std::error_code ec;
   if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
     throw ConfigError("--save: must not be the --load directory (" + f.save + ")");
@@ -280,6 +294,30 @@ int import_hf(const ConvertFlags& f) {
   return 0;
 }
 
+// A Megatron-LM or Megatron-DeepSpeed checkpoint -> a trident checkpoint at iteration 0 without
+// optimizer state.
+int import_megatron(const ConvertFlags& f) {
+  check_save_holds_no_checkpoint(f);
+  MegatronGpt2Model mg = import_megatron_gpt2(f.load, f.iteration, f.vocab_size, iteration_flag(f));
+  CheckpointMetadata m;
+  m.model = mg.config;
+  m.iteration = 0;
+  m.consumed_samples = 0;
+  m.trainer_state = {{"imported_from", "megatron"}, {"source_format", mg.flavour}, {"source_iteration", mg.iteration}};
+  const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
+  const fs::path out = write_offline_checkpoint(f.save, m, L, false, [&](const std::string& name, const char* state) {
+    if (state) throw InternalError("import has no optimizer state");
+    return mg.tensors.at(name).data;
+  });
+  std::cout << "trident-convert: " << mg.flavour << " " << mg.dir.string() << " (iteration " << mg.iteration << ", tp "
+            << mg.tp << " x pp " << mg.pp << (mg.virtual_chunks > 1 ? " x " + std::to_string(mg.virtual_chunks) + " virtual" : "")
+            << "; " << m.model.num_layers << " layers, hidden " << m.model.hidden_size << ", heads "
+            << m.model.num_attention_heads << ", vocab " << m.model.vocab_size << ", " << dtype_name(m.model.dtype) << ") -> "
+            << out.string() << " (" << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", without optimizer state)"
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 }  // namespace trident
 
@@ -292,6 +330,7 @@ int main(int argc, char** argv) {
     }
     if (f.to == "hf") return trident::export_hf(f);
     if (f.from == "hf") return trident::import_hf(f);
+    if (f.from == "megatron") return trident::import_megatron(f);
     return trident::convert_checkpoint(f);
   });
 }

@@ -13,6 +13,7 @@ packages=(
   libutf8proc-dev liblzma-dev         # Unicode classes for BPE, .jsonl.xz input
   libprotobuf-dev protobuf-compiler   # TensorBoard event records
   libxxhash-dev                       # checkpoint checksums
+  libzip-dev                          # Megatron checkpoints (torch.save's zip archives)
   fortunes fortunes-zh                # the demo corpus
   curl ca-certificates                # get-gpt2-vocab.sh's download (minimal images have neither)
 )

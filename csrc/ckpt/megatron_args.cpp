@@ -1,0 +1,154 @@
+// model_config_from_megatron_args (megatron_gpt2.h): the model shape from the argparse
+// Namespace Megatron-LM and Megatron-DeepSpeed save as 'args', with Megatron's defaults for
+// the fields older versions did not have.
+#include <cmath>
+
+#include "ckpt/megatron_gpt2.h"
+#include "core/error.h"
+
+namespace trident {
+
+namespace {
+
+using pickle::Kind;
+using pickle::Value;
+
+constexpr int64_t kGpt2VocabSize = 50257;  // GPT-2's BPE vocabulary, Megatron's GPT2BPETokenizer
+
+class Args {
+ public:
+  Args(const Value& args, const std::string& source) : args_(args), source_(source) {
+    if (args.kind != Kind::Dict && !(args.kind == Kind::Object && args.get("num_layers")))
+      throw IoError(source + ": 'args' is " + args.describe() + ", not Megatron's argparse.Namespace");
+  }
+
+  std::optional<int64_t> integer(const char* key) const {
+    const Value* v = present(key);
+    if (!v) return std::nullopt;
+    if (v->kind == Kind::Bool) return v->boolean ? 1 : 0;
+    if (v->kind != Kind::Int) throw bad(key, v);
+    return v->integer;
+  }
+  int64_t required_integer(const char* key) const {
+    const std::optional<int64_t> v = integer(key);
+    if (!v) throw IoError(source_ + ": args." + key + " missing");
+    if (*v <= 0 || *v > (int64_t{1} << 31)) throw IoError(source_ + ": args." + key + " = " + std::to_string(*v) + " out of range");
+    return *v;
+  }
+  std::optional<bool> boolean(const char* key) const {
+    const Value* v = present(key);
+    if (!v) return std::nullopt;
+    if (v->kind == Kind::Bool) return v->boolean;
+    if (v->kind == Kind::Int) return v->integer != 0;
+    throw bad(key, v);
+  }
+  bool flag(const char* key, bool dflt) const { return boolean(key).value_or(dflt); }
+  std::optional<double> number(const char* key) const {
+    const Value* v = present(key);
+    if (!v) return std::nullopt;
+    if (v->kind == Kind::Float) return v->real;
+    if (v->kind == Kind::Int) return static_cast<double>(v->integer);
+    throw bad(key, v);
+  }
+  // A string setting; nullopt when absent, None or not a string (some forks store enums).
+  std::optional<std::string> text(const char* key) const {
+    const Value* v = present(key);
+    if (!v || v->kind != Kind::Str) return std::nullopt;
+    return v->text;
+  }
+
+  [[noreturn]] void unsupported(const std::string& key, const std::string& what) const {
+    throw ConfigError(source_ + ": args." + key + ": " + what);
+  }
+
+ private:
+  const Value* present(const char* key) const {
+    const Value* v = args_.get(key);
+    return v && v->kind != Kind::None ? v : nullptr;
+  }
+  IoError bad(const char* key, const Value* v) const {
+    return IoError(source_ + ": args." + key + " is " + v->describe());
+  }
+
+  const Value& args_;
+  const std::string& source_;
+};
+
+void check_architecture(const Args& a, int64_t hidden, int64_t heads) {
+  if (a.flag("untie_embeddings_and_output_weights", false))
+    a.unsupported("untie_embeddings_and_output_weights", "true: trident ties the LM head to the word embedding");
+  if (const auto n = a.text("normalization"); n && *n != "LayerNorm")
+    a.unsupported("normalization", "'" + *n + "' (trident's GPT-2 uses LayerNorm)");
+  if (a.flag("apply_layernorm_1p", false)) a.unsupported("apply_layernorm_1p", "true is not supported");
+  for (const char* k : {"swiglu", "squared_relu", "apply_residual_connection_post_layernorm",
+                        "use_rotary_position_embeddings", "onnx_safe"})
+    if (a.flag(k, false)) a.unsupported(k, "true is not supported by trident's GPT-2");
+  if (!a.flag("add_bias_linear", true)) a.unsupported("add_bias_linear", "false: trident's linear layers have biases");
+  if (!a.flag("add_position_embedding", true))
+    a.unsupported("add_position_embedding", "false: trident's GPT-2 has learned positions");
+  if (const auto p = a.text("position_embedding_type"); p && *p != "learned_absolute")
+    a.unsupported("position_embedding_type", "'" + *p + "' (trident's GPT-2 has learned absolute positions)");
+  if (const auto e = a.integer("num_experts"); e && *e > 1) a.unsupported("num_experts", "mixture of experts is not supported");
+  if (const auto g = a.integer("num_query_groups"); g && a.flag("group_query_attention", false) && *g != heads)
+    a.unsupported("num_query_groups", std::to_string(*g) + " groups: grouped-query attention is not supported");
+  if (const auto f = a.integer("ffn_hidden_size"); f && *f != 4 * hidden)
+    a.unsupported("ffn_hidden_size", std::to_string(*f) + " is not 4 x hidden_size (" + std::to_string(4 * hidden) + ")");
+  if (const auto kv = a.integer("kv_channels"); kv && *kv * heads != hidden)
+    a.unsupported("kv_channels", std::to_string(*kv) + " is not hidden_size / num_attention_heads");
+  const std::optional<double> eps = a.number("layernorm_epsilon") ? a.number("layernorm_epsilon") : a.number("norm_epsilon");
+  if (eps && std::fabs(*eps - 1e-5) > 1e-12)
+    a.unsupported(a.number("layernorm_epsilon") ? "layernorm_epsilon" : "norm_epsilon",
+                  std::to_string(*eps) + " (trident's LayerNorm uses 1e-5)");
+  // Megatron's MLP: openai_gelu, else the fused bias-GELU (tanh approximation, the default),
+  // else torch's exact erf GELU, which trident does not have.
+  if (!a.flag("openai_gelu", false) && !a.flag("bias_gelu_fusion", true))
+    a.unsupported("bias_gelu_fusion", "false without openai_gelu trains with the exact (erf) GELU; trident's GELU is "
+                                      "the tanh approximation");
+}
+
+}  // namespace
+
+ModelConfig model_config_from_megatron_args(const Value& args, const std::string& source,
+                                            std::optional<int64_t> vocab_size) {
+  const Args a(args, source);
+  ModelConfig c;
+  c.num_layers = static_cast<int>(a.required_integer("num_layers"));
+  c.hidden_size = static_cast<int>(a.required_integer("hidden_size"));
+  c.num_attention_heads = static_cast<int>(a.required_integer("num_attention_heads"));
+  c.max_position_embeddings = static_cast<int>(a.required_integer("max_position_embeddings"));
+  c.seq_length = a.integer("seq_length") ? static_cast<int>(a.required_integer("seq_length")) : c.max_position_embeddings;
+  check_architecture(a, c.hidden_size, c.num_attention_heads);
+  const int64_t padded = a.required_integer("padded_vocab_size");
+  const int64_t divisor = a.integer("make_vocab_size_divisible_by") ? a.required_integer("make_vocab_size_divisible_by") : 128;
+  const int64_t tp = a.integer("tensor_model_parallel_size") ? a.required_integer("tensor_model_parallel_size")
+                     : a.integer("model_parallel_size")      ? a.required_integer("model_parallel_size")
+                                                             : 1;
+  if (!vocab_size) {
+    const std::optional<std::string> tok = a.text("tokenizer_type");
+    if (tok != "GPT2BPETokenizer")
+      throw ConfigError("--vocab-size: required: " + source + " holds only the padded vocabulary (" +
+                        std::to_string(padded) + ") and its tokenizer_type is " + (tok ? "'" + *tok + "'" : "not given") +
+                        ", not GPT2BPETokenizer (50257)");
+    vocab_size = kGpt2VocabSize;
+  }
+  const int64_t multiple = divisor * tp;
+  const int64_t pads_to = (*vocab_size + multiple - 1) / multiple * multiple;
+  if (pads_to != padded)
+    throw ConfigError("--vocab-size " + std::to_string(*vocab_size) + " pads to " + std::to_string(pads_to) +
+                      " (make_vocab_size_divisible_by " + std::to_string(divisor) + " x tp " + std::to_string(tp) +
+                      "), not " + source + "'s padded_vocab_size " + std::to_string(padded));
+  c.vocab_size = *vocab_size;
+  c.make_vocab_size_divisible_by = static_cast<int>(divisor);
+  c.dtype = a.flag("bf16", false) ? DType::BF16 : a.flag("fp16", false) ? DType::F16 : DType::F32;
+  c.init_method_std = static_cast<float>(a.number("init_method_std").value_or(0.02));
+  c.hidden_dropout = static_cast<float>(a.number("hidden_dropout").value_or(0.1));
+  c.attention_dropout = static_cast<float>(a.number("attention_dropout").value_or(0.1));
+  try {
+    c.validate(1);
+  } catch (const ConfigError& e) {
+    throw ConfigError(source + ": unsupported GPT model in args: " + e.what());
+  }
+  return c;
+}
+
+}  // namespace trident

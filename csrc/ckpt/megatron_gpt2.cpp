@@ -1,0 +1,534 @@
+#include "ckpt/megatron_gpt2.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <tuple>
+
+#include "ckpt/atomic_file.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/torch_file.h"
+#include "core/error.h"
+#include "model/param_spec.h"
+
+namespace trident {
+
+namespace {
+
+namespace fs = std::filesystem;
+using pickle::Kind;
+using pickle::Value;
+
+// ---------------------------------------------------------------------------------------
+// Module names -> canonical names.
+
+// Megatron's module paths inside a transformer layer (legacy, legacy Transformer Engine,
+// Megatron-core local and TE specs) of each canonical module; "weight"/"bias" follow.
+struct LayerModule {
+  const char* canonical;
+  std::vector<const char*> megatron;
+};
+const std::vector<LayerModule>& layer_modules() {
+  static const std::vector<LayerModule> m = {
+      {"ln_1.", {"input_layernorm.", "input_norm.", "self_attention.linear_qkv.layer_norm_",
+                 "self_attention.layernorm_qkv.layer_norm_"}},
+      {"attn.qkv.", {"self_attention.query_key_value.", "attention.query_key_value.", "self_attention.linear_qkv.",
+                     "self_attention.layernorm_qkv."}},
+      {"attn.proj.", {"self_attention.dense.", "attention.dense.", "self_attention.linear_proj.", "self_attention.proj."}},
+      {"ln_2.", {"post_attention_layernorm.", "post_attention_norm.", "pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_",
+                 "layernorm_mlp.layer_norm_"}},
+      {"mlp.fc.", {"mlp.dense_h_to_4h.", "mlp.linear_fc1.", "layernorm_mlp.fc1_"}},
+      {"mlp.proj.", {"mlp.dense_4h_to_h.", "mlp.linear_fc2.", "layernorm_mlp.fc2_"}},
+  };
+  return m;
+}
+
+// What a flattened state-dict key is.
+struct KeyMeaning {
+  enum What { kSkip, kWte, kWpe, kHead, kFinalNorm, kLayer } what = kSkip;
+  int local_layer = -1;
+  std::string suffix;  // kLayer: canonical suffix ("attn.qkv.weight"); kFinalNorm: "weight"/"bias"
+};
+
+bool strip(std::string& s, const char* prefix) {
+  const size_t n = std::strlen(prefix);
+  if (s.compare(0, n, prefix) != 0) return false;
+  s.erase(0, n);
+  return true;
+}
+
+bool weight_or_bias(const std::string& s) { return s == "weight" || s == "bias"; }
+
+// nullopt: not a key of a GPT model.
+std::optional<KeyMeaning> classify(std::string key) {
+  KeyMeaning m;
+  if (key.size() >= 12 && key.compare(key.size() - 12, 12, "_extra_state") == 0) return m;  // TE's fp8 metadata
+  strip(key, "module.");
+  strip(key, "language_model.");
+  if (key == "embedding.word_embeddings.weight") m.what = KeyMeaning::kWte;
+  else if (key == "embedding.position_embeddings.weight") m.what = KeyMeaning::kWpe;
+  else if (key == "word_embeddings_for_head.weight" || key == "output_layer.weight") m.what = KeyMeaning::kHead;
+  if (m.what != KeyMeaning::kSkip) return m;
+  if (!strip(key, "encoder.") && !strip(key, "transformer.") && !strip(key, "decoder.")) return std::nullopt;
+  if (strip(key, "final_layernorm.") || strip(key, "final_norm.")) {
+    if (!weight_or_bias(key)) return std::nullopt;
+    m.what = KeyMeaning::kFinalNorm;
+    m.suffix = key;
+    return m;
+  }
+  if (!strip(key, "layers.")) return std::nullopt;
+  const size_t dot = key.find('.');
+  const std::string num = key.substr(0, dot);
+  if (dot == std::string::npos || num.empty() || num.size() > 6 || !all_digits(num)) return std::nullopt;
+  const std::string rest = key.substr(dot + 1);
+  for (const LayerModule& lm : layer_modules())
+    for (const char* path : lm.megatron) {
+      std::string r = rest;
+      if (strip(r, path) && weight_or_bias(r)) {
+        m.what = KeyMeaning::kLayer;
+        m.local_layer = std::stoi(num);
+        m.suffix = std::string(lm.canonical) + r;
+        return m;
+      }
+    }
+  return std::nullopt;
+}
+
+// ---------------------------------------------------------------------------------------
+// Files.
+
+// One model chunk of one tensor-parallel rank: its parameters by flattened key.
+struct Shard {
+  int tp_rank = 0, stage = 0, chunk = 0;
+  const TorchFile* file = nullptr;
+  std::string where;  // "<file>" or "<file> 'model1'" for errors
+  std::vector<std::pair<std::string, const Value*>> params;
+};
+
+void flatten(const Value& v, const std::string& prefix, std::vector<std::pair<std::string, const Value*>>* out) {
+  for (const auto& [k, child] : v.entries) {
+    const std::string name = prefix + (k->is_str() ? k->text : k->describe());
+    if (child->kind == Kind::Dict) flatten(*child, name + ".", out);
+    else if (child->kind != Kind::None) out->emplace_back(name, child.get());
+  }
+}
+
+struct Checkpoint {
+  fs::path dir;
+  std::string flavour;
+  std::vector<std::unique_ptr<TorchFile>> files;
+  const Value* args = nullptr;
+  std::string args_source;
+  double checkpoint_version = 0;
+  std::optional<int64_t> iteration;
+  int tp = 0, pp = 1, chunks = 1;
+  std::vector<Shard> shards;
+};
+
+const TorchFile& open_file(Checkpoint& c, const fs::path& p) {
+  c.files.push_back(std::make_unique<TorchFile>(p.string()));
+  return *c.files.back();
+}
+
+// The saved 'args', 'checkpoint_version' and 'iteration' of a file's root dict.
+void read_common(Checkpoint& c, const TorchFile& f) {
+  const Value& root = f.root();
+  if (root.kind != Kind::Dict) throw IoError(f.path() + ": holds " + root.describe() + ", not a checkpoint dict");
+  const Value* args = root.get("args");
+  if (!args || args->kind == Kind::None)
+    throw IoError(f.path() + ": no 'args' (Megatron saves its arguments with every checkpoint; the model shape comes from them)");
+  c.args = args;
+  c.args_source = f.path();
+  if (const Value* v = root.get("checkpoint_version")) {
+    if (v->kind == Kind::Float) c.checkpoint_version = v->real;
+    else if (v->kind == Kind::Int) c.checkpoint_version = static_cast<double>(v->integer);
+  }
+  if (const Value* it = root.get("iteration"); it && it->kind == Kind::Int) c.iteration = it->integer;
+}
+
+// Megatron-LM: mp_rank_TT[_PPP]/model_optim_rng.pt.
+void read_megatron_lm(Checkpoint& c, const std::vector<std::pair<int, int>>& ranks, bool with_stage) {
+  c.flavour = "Megatron-LM";
+  for (const auto& [t, p] : ranks) {
+    c.tp = std::max(c.tp, t + 1);
+    c.pp = std::max(c.pp, p + 1);
+  }
+  if (static_cast<int>(ranks.size()) != c.tp * c.pp)
+    throw IoError(c.dir.string() + ": the mp_rank_* folders do not form a tp x pp grid (" + std::to_string(ranks.size()) +
+                  " folders for tp " + std::to_string(c.tp) + " x pp " + std::to_string(c.pp) + ")");
+  for (const auto& [t, p] : ranks) {
+    const fs::path file = c.dir / rank_dir_name(t, p, with_stage ? 2 : 1) / "model_optim_rng.pt";
+    std::error_code ec;
+    if (!fs::exists(file, ec)) throw IoError(file.string() + ": missing (a Megatron-LM rank folder holds model_optim_rng.pt)");
+    const TorchFile& f = open_file(c, file);
+    if (t == 0 && p == 0) read_common(c, f);
+    // 'model', or one 'model<v>' per virtual-pipeline chunk.
+    std::vector<std::pair<std::string, const Value*>> models;
+    if (const Value* m = f.root().get("model")) models.emplace_back("model", m);
+    else
+      for (int v = 0; const Value* m = f.root().get("model" + std::to_string(v)); ++v)
+        models.emplace_back("model" + std::to_string(v), m);
+    const int chunks = static_cast<int>(models.size());
+    for (int v = 0; v < chunks; ++v) {
+      const auto& [key, m] = models[v];
+      if (m->kind != Kind::Dict) throw IoError(f.path() + ": '" + key + "' is " + m->describe() + ", not a state dict");
+      Shard s{t, p, v, &f, f.path() + (key == "model" ? "" : " '" + key + "'"), {}};
+      flatten(*m, "", &s.params);
+      c.shards.push_back(std::move(s));
+    }
+    if (chunks == 0) throw IoError(f.path() + ": no 'model' state dict (saved with --no-save-model?)");
+    if (t == 0 && p == 0) c.chunks = chunks;
+    else if (chunks != c.chunks)
+      throw IoError(f.path() + ": " + std::to_string(chunks) + " model chunks, but the first rank has " + std::to_string(c.chunks));
+  }
+}
+
+// Megatron-DeepSpeed: mp_rank_TT_model_states.pt, and with DeepSpeed's pipeline
+// layer_XX-model_TT-model_states.pt.
+void read_megatron_deepspeed(Checkpoint& c, const std::vector<int>& mp_ranks,
+                             const std::map<int, std::map<int, fs::path>>& layer_files) {
+  c.flavour = "Megatron-DeepSpeed";
+  const fs::path first = c.dir / "mp_rank_00_model_states.pt";
+  std::error_code ec;
+  if (!fs::exists(first, ec)) throw IoError(first.string() + ": missing (DeepSpeed writes it with the args)");
+  if (layer_files.empty()) {
+    for (int t : mp_ranks) {
+      char name[64];
+      std::snprintf(name, sizeof name, "mp_rank_%02d_model_states.pt", t);
+      const TorchFile& f = open_file(c, c.dir / name);
+      if (t == 0) read_common(c, f);
+      const Value* m = f.root().get("module");
+      if (!m || m->kind != Kind::Dict)
+        throw IoError(f.path() + ": 'module' is " + (m ? m->describe() : std::string("missing")) + ", not a state dict");
+      Shard s{t, 0, 0, &f, f.path(), {}};
+      flatten(*m, "", &s.params);
+      c.shards.push_back(std::move(s));
+      c.tp = std::max(c.tp, t + 1);
+    }
+    if (static_cast<int>(mp_ranks.size()) != c.tp)
+      throw IoError(c.dir.string() + ": mp_rank_*_model_states.pt files are not numbered 00 to " + std::to_string(c.tp - 1));
+    return;
+  }
+  read_common(c, open_file(c, first));
+  c.tp = static_cast<int>(layer_files.size());
+  if (layer_files.rbegin()->first != c.tp - 1)
+    throw IoError(c.dir.string() + ": layer_*-model_TT files are not numbered 00 to " + std::to_string(c.tp - 1));
+  // The layer files in index order: the embedding, the transformer layers, the final norm.
+  for (const auto& [t, files] : layer_files) {
+    int layer = 0;
+    for (const auto& [index, path] : files) {
+      const TorchFile& f = open_file(c, path);
+      if (f.root().kind != Kind::Dict) throw IoError(f.path() + ": holds " + f.root().describe() + ", not a state dict");
+      std::vector<std::pair<std::string, const Value*>> keys;
+      flatten(f.root(), "", &keys);
+      const auto has = [&](const char* k) { return f.root().get(k) != nullptr; };
+      std::string prefix;
+      if (has("word_embeddings.weight")) prefix = "embedding.";
+      else if (keys.size() == 2 && has("weight") && has("bias")) prefix = "encoder.final_layernorm.";
+      else prefix = "encoder.layers." + std::to_string(layer++) + ".";
+      Shard s{t, 0, 0, &f, f.path(), {}};
+      for (auto& [k, v] : keys) s.params.emplace_back(prefix + k, v);
+      c.shards.push_back(std::move(s));
+    }
+  }
+}
+
+// The iteration folder `load` names: itself, iter_NNNNNNN / global_stepN for `iteration`, or
+// the one the pointer file (Megatron's latest_checkpointed_iteration.txt, DeepSpeed's latest)
+// names.
+fs::path resolve_dir(const fs::path& load, std::optional<int64_t> iteration, const std::string& iteration_flag) {
+  std::error_code ec;
+  if (!fs::is_directory(load, ec)) throw ConfigError("--load: directory not found: " + load.string());
+  const auto is_iteration_folder = [](const fs::path& d) {
+    std::error_code e;
+    for (const auto& entry : fs::directory_iterator(d, e)) {
+      const std::string n = entry.path().filename().string();
+      if (n.rfind("mp_rank_", 0) == 0 || n.rfind("layer_", 0) == 0) return true;
+    }
+    return false;
+  };
+  if (is_iteration_folder(load)) {
+    if (iteration) throw ConfigError(iteration_flag + ": --load names one iteration folder already (" + load.string() + ")");
+    return load;
+  }
+  const auto global_step = [&](int64_t n) { return load / ("global_step" + std::to_string(n)); };
+  if (iteration) {
+    for (const fs::path& d : {iteration_dir(load, *iteration), global_step(*iteration)})
+      if (fs::is_directory(d, ec)) return d;
+    throw ConfigError(iteration_flag + " " + std::to_string(*iteration) + ": neither " +
+                      iteration_dir(load, *iteration).string() + " nor " + global_step(*iteration).string() + " exists");
+  }
+  const fs::path megatron_pointer = latest_file(load), deepspeed_pointer = load / "latest";
+  fs::path dir;
+  if (fs::exists(megatron_pointer, ec)) {
+    std::string s = read_file(megatron_pointer.string());
+    s.erase(s.find_last_not_of(" \t\r\n") + 1);
+    if (s == "release") dir = load / "release";
+    else if (all_digits(s) && s.size() <= 10) {
+      dir = iteration_dir(load, std::stoll(s));
+      if (!fs::is_directory(dir, ec) && fs::is_directory(global_step(std::stoll(s)), ec)) dir = global_step(std::stoll(s));
+    } else {
+      throw IoError(megatron_pointer.string() + ": '" + s + "' is neither an iteration number nor 'release'");
+    }
+  } else if (fs::exists(deepspeed_pointer, ec)) {
+    std::string s = read_file(deepspeed_pointer.string());
+    s.erase(s.find_last_not_of(" \t\r\n") + 1);
+    if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..")
+      throw IoError(deepspeed_pointer.string() + ": '" + s + "' is not a checkpoint tag");
+    dir = load / s;
+  } else {
+    throw ConfigError("--load: " + load.string() + " holds no Megatron checkpoint (no " + kLatestFileName +
+                      ", no DeepSpeed 'latest', no mp_rank_* files)");
+  }
+  if (!fs::is_directory(dir, ec)) throw IoError(dir.string() + ": missing (named by the latest-checkpoint file)");
+  return dir;
+}
+
+Checkpoint read_checkpoint_files(const fs::path& dir) {
+  Checkpoint c;
+  c.dir = dir;
+  static const std::regex lm_rank(R"(mp_rank_(\d\d)(_(\d\d\d))?)"), lm_expert(R"(mp_rank_\d\d_\d\d\d_\d\d\d)"),
+      ds_rank(R"(mp_rank_(\d\d)_model_states\.pt)"), ds_layer(R"(layer_(\d+)-model_(\d\d)-model_states\.pt)"),
+      ds_layer_no_tp(R"(layer_(\d+)-model_states\.pt)");
+  std::vector<std::pair<int, int>> lm_ranks;
+  int with_stage = -1;
+  std::vector<int> ds_ranks;
+  std::map<int, std::map<int, fs::path>> layer_files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    std::smatch m;
+    if (std::regex_match(n, lm_expert))
+      throw ConfigError(entry.path().string() + ": expert-parallel checkpoints (mixture of experts) are not supported");
+    if (entry.is_directory(ec) && std::regex_match(n, m, lm_rank)) {
+      const int stage = m[3].matched ? std::stoi(m[3].str()) : 0;
+      if (with_stage >= 0 && with_stage != static_cast<int>(m[3].matched))
+        throw IoError(dir.string() + ": mp_rank_TT and mp_rank_TT_PPP folders mixed");
+      with_stage = m[3].matched;
+      lm_ranks.emplace_back(std::stoi(m[1].str()), stage);
+    } else if (std::regex_match(n, m, ds_rank)) {
+      ds_ranks.push_back(std::stoi(m[1].str()));
+    } else if (std::regex_match(n, m, ds_layer)) {
+      layer_files[std::stoi(m[2].str())][std::stoi(m[1].str())] = entry.path();
+    } else if (std::regex_match(n, m, ds_layer_no_tp)) {
+      layer_files[0][std::stoi(m[1].str())] = entry.path();
+    }
+  }
+  if (ec) throw IoError(dir.string() + ": cannot list: " + ec.message());
+  if (!lm_ranks.empty()) {
+    std::sort(lm_ranks.begin(), lm_ranks.end());
+    read_megatron_lm(c, lm_ranks, with_stage == 1);
+  } else if (!ds_ranks.empty()) {
+    std::sort(ds_ranks.begin(), ds_ranks.end());
+    read_megatron_deepspeed(c, ds_ranks, layer_files);
+  } else {
+    throw IoError(dir.string() + ": no mp_rank_TT[_PPP]/model_optim_rng.pt (Megatron-LM) and no "
+                                 "mp_rank_TT_model_states.pt (Megatron-DeepSpeed)");
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------
+// Joining the shards.
+
+struct Piece {
+  const Shard* shard = nullptr;
+  std::string key;
+  const Value* value = nullptr;
+};
+
+// How a canonical parameter is split over tensor-parallel ranks.
+enum class Split { kReplicated, kRows, kColumns, kQkv };
+Split split_of(const std::string& canonical) {
+  if (canonical == "wte" || canonical == "head") return Split::kRows;
+  const size_t dot = canonical.find('.', 2);
+  const std::string s = canonical.rfind("h.", 0) == 0 && dot != std::string::npos ? canonical.substr(dot + 1) : canonical;
+  if (s == "attn.qkv.weight" || s == "attn.qkv.bias") return Split::kQkv;
+  if (s == "mlp.fc.weight" || s == "mlp.fc.bias") return Split::kRows;
+  if (s == "attn.proj.weight" || s == "mlp.proj.weight") return Split::kColumns;
+  return Split::kReplicated;
+}
+
+class Joiner {
+ public:
+  Joiner(const Checkpoint& c, const ModelConfig& cfg) : c_(c), cfg_(cfg) {}
+
+  void add(const std::string& canonical, int tp_rank, Piece p) {
+    auto& v = pieces_[canonical];
+    v.resize(c_.tp);
+    if (v[tp_rank].value)
+      throw IoError(p.shard->where + ": '" + p.key + "' is parameter " + canonical + ", which " + v[tp_rank].shard->where +
+                    " '" + v[tp_rank].key + "' holds already");
+    v[tp_rank] = std::move(p);
+  }
+  bool has(const std::string& canonical) const { return pieces_.count(canonical) != 0; }
+
+  // The full tensor of `shape` (the whole model's [rows, cols] or [n]).
+  std::vector<float> join(const std::string& canonical, const std::vector<int64_t>& shape) const {
+    const auto it = pieces_.find(canonical);
+    if (it == pieces_.end() || !it->second[0].value)
+      throw IoError(c_.dir.string() + ": no tensor for " + describe(canonical) + " on tensor-parallel rank 0");
+    const Split split = split_of(canonical);
+    if (split == Split::kReplicated) return read(it->second[0], shape);
+    const int tp = c_.tp;
+    const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
+    std::vector<int64_t> local_shape = shape;
+    local_shape[split == Split::kColumns ? 1 : 0] /= tp;
+    const int64_t lrows = local_shape[0], lcols = local_shape.size() > 1 ? local_shape[1] : 1;
+    std::vector<float> full(static_cast<size_t>(rows * cols));
+    for (int t = 0; t < tp; ++t) {
+      if (!it->second[t].value)
+        throw IoError(c_.dir.string() + ": no tensor for " + describe(canonical) + " on tensor-parallel rank " +
+                      std::to_string(t));
+      const std::vector<float> local = read(it->second[t], local_shape);
+      for (int64_t r = 0; r < lrows; ++r) {
+        const int64_t row = split == Split::kColumns ? r : split == Split::kQkv ? qkv_row(r, t) : t * lrows + r;
+        const int64_t col0 = split == Split::kColumns ? t * lcols : 0;
+        std::memcpy(&full[static_cast<size_t>(row * cols + col0)], &local[static_cast<size_t>(r * lcols)],
+                    static_cast<size_t>(lcols) * sizeof(float));
+      }
+    }
+    return full;
+  }
+
+ private:
+  std::string describe(const std::string& canonical) const {
+    return canonical == "head" ? "the LM head" : "'" + canonical + "'";
+  }
+  // Trident's global QKV row ([q,k,v][heads][head_dim]) of row r of rank t's shard, whose
+  // order depends on the checkpoint version (Megatron's fix_query_key_value_ordering).
+  int64_t qkv_row(int64_t r, int t) const {
+    const int64_t hd = cfg_.head_dim(), heads = cfg_.num_attention_heads / c_.tp;
+    const double v = c_.checkpoint_version;
+    int64_t which, head, d;
+    if (v >= 2.0) {  // [heads][3][head_dim]
+      d = r % hd, which = (r / hd) % 3, head = r / (3 * hd);
+    } else if (v >= 1.0) {  // [heads][head_dim][3]
+      which = r % 3, d = (r / 3) % hd, head = r / (3 * hd);
+    } else {  // [3][heads][head_dim]
+      d = r % hd, head = (r / hd) % heads, which = r / (hd * heads);
+    }
+    return which * cfg_.hidden_size + (t * heads + head) * hd + d;
+  }
+  std::vector<float> read(const Piece& p, const std::vector<int64_t>& shape) const {
+    const TorchTensor* t = TorchFile::tensor(*p.value);
+    if (!t) throw IoError(p.shard->where + ": '" + p.key + "' is " + p.value->describe() + ", not a tensor");
+    if (t->shape != shape)
+      throw IoError(p.shard->where + ": '" + p.key + "' has shape " + shape_str(t->shape) + ", expected " +
+                    shape_str(shape) + " (tp " + std::to_string(c_.tp) + ")");
+    return p.shard->file->read_f32(*t, "'" + p.key + "'");
+  }
+
+  const Checkpoint& c_;
+  const ModelConfig& cfg_;
+  std::map<std::string, std::vector<Piece>> pieces_;
+};
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+MegatronGpt2Model import_megatron_gpt2(const fs::path& load, std::optional<int64_t> iteration,
+                                       std::optional<int64_t> vocab_size, const std::string& iteration_flag) {
+  Checkpoint c = read_checkpoint_files(resolve_dir(load, iteration, iteration_flag));
+  MegatronGpt2Model out;
+  out.config = model_config_from_megatron_args(*c.args, c.args_source, vocab_size);
+  const ModelConfig& cfg = out.config;
+  const Value& args = *c.args;
+  const auto arg_int = [&](const char* k, int64_t dflt) {
+    const Value* v = args.get(k);
+    return v && v->kind == Kind::Int ? v->integer : dflt;
+  };
+  if (c.flavour == "Megatron-LM") {
+    const int64_t tp_arg = arg_int("tensor_model_parallel_size", arg_int("model_parallel_size", 1));
+    const int64_t pp_arg = arg_int("pipeline_model_parallel_size", 1);
+    if (tp_arg != c.tp || pp_arg != c.pp)
+      throw IoError(c.dir.string() + ": rank folders for tp " + std::to_string(c.tp) + " x pp " + std::to_string(c.pp) +
+                    ", but " + c.args_source + "'s args say tp " + std::to_string(tp_arg) + " x pp " + std::to_string(pp_arg));
+  } else if (const int64_t tp_arg = arg_int("tensor_model_parallel_size", c.tp); tp_arg != c.tp) {
+    throw IoError(c.dir.string() + ": files for tp " + std::to_string(c.tp) + ", but " + c.args_source +
+                  "'s args say tp " + std::to_string(tp_arg));
+  }
+  if (cfg.num_attention_heads % c.tp || cfg.hidden_size % c.tp)
+    throw IoError(c.args_source + ": " + std::to_string(cfg.num_attention_heads) + " heads do not split over tp " +
+                  std::to_string(c.tp));
+
+  // Local layer numbers -> global: chunk-major, then stage (Megatron's virtual pipeline order).
+  std::map<std::tuple<int, int, int>, std::set<int>> local_layers;  // (tp, chunk, stage) -> local indices
+  std::vector<std::tuple<const Shard*, std::string, KeyMeaning, const Value*>> keys;
+  for (const Shard& s : c.shards)
+    for (const auto& [key, value] : s.params) {
+      const std::optional<KeyMeaning> m = classify(key);
+      if (!m) throw IoError(s.where + ": '" + key + "' is not a parameter of Megatron's GPT model");
+      if (m->what == KeyMeaning::kSkip) continue;
+      if (m->what == KeyMeaning::kLayer) local_layers[{s.tp_rank, s.chunk, s.stage}].insert(m->local_layer);
+      keys.emplace_back(&s, key, *m, value);
+    }
+  std::map<std::pair<int, int>, int> offset;  // (chunk, stage) -> first global layer
+  int total = 0;
+  for (int v = 0; v < c.chunks; ++v)
+    for (int p = 0; p < c.pp; ++p) {
+      const std::set<int>& l0 = local_layers[{0, v, p}];
+      for (int t = 1; t < c.tp; ++t)
+        if (local_layers[{t, v, p}] != l0)
+          throw IoError(c.dir.string() + ": tensor-parallel rank " + std::to_string(t) + " holds other layers than rank 0 "
+                        "(stage " + std::to_string(p) + ", chunk " + std::to_string(v) + ")");
+      if (!l0.empty() && (*l0.begin() != 0 || *l0.rbegin() != static_cast<int>(l0.size()) - 1))
+        throw IoError(c.dir.string() + ": stage " + std::to_string(p) + " (chunk " + std::to_string(v) +
+                      ") numbers its layers other than 0 to n-1");
+      offset[{v, p}] = total;
+      total += static_cast<int>(l0.size());
+    }
+  if (total != cfg.num_layers)
+    throw IoError(c.dir.string() + ": " + std::to_string(total) + " transformer layers found, args.num_layers is " +
+                  std::to_string(cfg.num_layers));
+
+  Joiner joiner(c, cfg);
+  for (const auto& [shard, key, m, value] : keys) {
+    std::string canonical;
+    switch (m.what) {
+      case KeyMeaning::kWte: canonical = "wte"; break;
+      case KeyMeaning::kWpe: canonical = "wpe"; break;
+      case KeyMeaning::kHead: canonical = "head"; break;
+      case KeyMeaning::kFinalNorm: canonical = "ln_f." + m.suffix; break;
+      case KeyMeaning::kLayer:
+        canonical = "h." + std::to_string(offset.at({shard->chunk, shard->stage}) + m.local_layer) + "." + m.suffix;
+        break;
+      case KeyMeaning::kSkip: continue;
+    }
+    joiner.add(canonical, shard->tp_rank, Piece{shard, key, value});
+  }
+
+  const int64_t C = cfg.hidden_size, padded = cfg.padded_vocab_size(c.tp);
+  for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
+    const std::vector<int64_t> shape = shape_vec(stored_shape(spec));
+    HostTensor t;
+    t.shape = shape;
+    if (spec.name == "wte") {
+      const std::vector<float> full = joiner.join("wte", {padded, C});
+      t.data.assign(full.begin(), full.begin() + cfg.vocab_size * C);
+      if (joiner.has("head") && !bit_equal(joiner.join("head", {padded, C}), full))
+        throw ConfigError(c.dir.string() + ": the LM head stored on the last stage differs from the word embedding; "
+                          "trident ties them and cannot load an untied head");
+    } else {
+      t.data = joiner.join(spec.name, shape);
+    }
+    out.tensors[spec.name] = std::move(t);
+  }
+  out.dir = c.dir;
+  out.flavour = c.flavour;
+  out.iteration = c.iteration.value_or(0);
+  out.tp = c.tp;
+  out.pp = c.pp;
+  out.virtual_chunks = c.chunks;
+  return out;
+}
+
+}  // namespace trident

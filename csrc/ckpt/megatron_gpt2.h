@@ -1,0 +1,70 @@
+// GPT checkpoints written by Megatron-LM and Megatron-DeepSpeed (torch.save files, read with
+// torch_file.h) -> trident canonical tensors and ModelConfig. Weights only: the optimizer
+// state, RNG state and scheduler are not read.
+//
+// Layouts read (DIR is the --save directory, or one iteration folder in it):
+//  * Megatron-LM: DIR/latest_checkpointed_iteration.txt ("N" or "release") ->
+//    DIR/iter_NNNNNNN (or DIR/release)/mp_rank_TT[_PPP]/model_optim_rng.pt, one per tensor-
+//    parallel rank TT and, with a pipeline, stage PPP. The model is under 'model' (with a
+//    virtual pipeline 'model0', 'model1', ...: chunk v of stage p holds the layers after
+//    those of all chunks < v and of the earlier stages' chunk v). Module names of the legacy
+//    model (language_model.embedding/encoder, older 'transformer' and 'attention.', newer
+//    '*_norm') and of Megatron-core's GPTModel (embedding, decoder.layers.N with the local or
+//    Transformer Engine layer spec, output_layer); '_extra_state' entries are skipped.
+//  * Megatron-DeepSpeed: DIR/latest ("global_stepN") -> DIR/global_stepN: without a pipeline
+//    mp_rank_TT_model_states.pt whose 'module' holds the Megatron-LM model above; with
+//    DeepSpeed's pipeline layer_XX-model_TT-model_states.pt, one file per layer with
+//    parameters (the embedding, the transformer layers in index order, the final LayerNorm;
+//    the tied head is not saved again), and the args in mp_rank_00_model_states.pt.
+//
+// Tensor-parallel shards are joined as Megatron splits them: word embedding, QKV and
+// dense_h_to_4h by rows; attention dense and dense_4h_to_h weights by columns; LayerNorms and
+// the row-parallel biases are replicated (rank 0's is taken). QKV rows are per rank
+// [heads][q,k,v][head_dim] (checkpoint_version >= 2; version 1.0 [heads][head_dim][q,k,v],
+// version 0 [q,k,v][heads][head_dim]) and become trident's [q,k,v][heads][head_dim]. The
+// padded vocabulary rows are dropped (trident leaves them out of the softmax; Megatron
+// trained them as never-seen tokens). A tied head stored on the last stage must equal the
+// word embedding bit for bit.
+//
+// The model shape comes from the saved args (argparse.Namespace): num_layers, hidden_size,
+// num_attention_heads, max_position_embeddings, seq_length, padded_vocab_size,
+// make_vocab_size_divisible_by, fp16/bf16, init_method_std, hidden/attention_dropout; what
+// trident's GPT-2 cannot represent (untied head, RMSNorm, SwiGLU, grouped-query attention,
+// rotary positions, no linear biases, ffn_hidden_size != 4 x hidden, eps != 1e-5, exact-erf
+// GELU, post-LayerNorm residuals, ...) is refused in one line naming the arg. Megatron's
+// args do not hold the real vocabulary size: it is `vocab_size` when given, else GPT-2's
+// 50257 for tokenizer_type GPT2BPETokenizer; it must pad to padded_vocab_size.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "ckpt/canonical_slices.h"
+#include "ckpt/pickle_reader.h"
+#include "model/config.h"
+
+namespace trident {
+
+struct MegatronGpt2Model {
+  ModelConfig config;
+  TensorMap tensors;  // canonical names, fp32, wte unpadded
+  std::filesystem::path dir;  // the iteration folder read
+  std::string flavour;        // "Megatron-LM" or "Megatron-DeepSpeed"
+  int64_t iteration = 0;      // the checkpoint's own (0 for a release folder)
+  int tp = 1, pp = 1, virtual_chunks = 1;
+};
+
+// Reads the checkpoint (the latest, or `iteration`). Throws ConfigError naming --load,
+// `iteration_flag` or --vocab-size for a missing directory or an unsupported model, IoError
+// naming the file for a malformed one.
+MegatronGpt2Model import_megatron_gpt2(const std::filesystem::path& load, std::optional<int64_t> iteration,
+                                       std::optional<int64_t> vocab_size,
+                                       const std::string& iteration_flag = "--iteration");
+
+// The model shape from Megatron's saved args; `source` names the file in errors.
+ModelConfig model_config_from_megatron_args(const pickle::Value& args, const std::string& source,
+                                            std::optional<int64_t> vocab_size);
+
+}  // namespace trident

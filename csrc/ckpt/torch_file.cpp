@@ -1,0 +1,414 @@
+#include "ckpt/torch_file.h"
+
+#include <zip.h>
+
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/mapped_files.h"
+
+namespace trident {
+
+namespace {
+
+using pickle::Kind;
+using pickle::Ref;
+using pickle::Value;
+
+// A storage as its persistent id names it.
+struct TorchStorage {
+  TorchDType dtype = TorchDType::U8;
+  std::string key;
+  int64_t numel = 0;
+};
+
+struct StorageType {
+  const char* name;
+  TorchDType dtype;
+};
+constexpr StorageType kStorageTypes[] = {
+    {"FloatStorage", TorchDType::F32},   {"HalfStorage", TorchDType::F16},  {"BFloat16Storage", TorchDType::BF16},
+    {"DoubleStorage", TorchDType::F64},  {"LongStorage", TorchDType::I64},  {"IntStorage", TorchDType::I32},
+    {"ShortStorage", TorchDType::I16},   {"CharStorage", TorchDType::I8},   {"ByteStorage", TorchDType::U8},
+    {"BoolStorage", TorchDType::Bool},   {"UntypedStorage", TorchDType::U8},
+};
+// _rebuild_tensor_v3's dtype argument: torch.<name>.
+constexpr StorageType kDTypeNames[] = {
+    {"float32", TorchDType::F32}, {"float16", TorchDType::F16}, {"bfloat16", TorchDType::BF16},
+    {"float64", TorchDType::F64}, {"int64", TorchDType::I64},   {"int32", TorchDType::I32},
+    {"int16", TorchDType::I16},   {"int8", TorchDType::I8},     {"uint8", TorchDType::U8},
+    {"bool", TorchDType::Bool},
+};
+
+// The 10-byte little-endian magic number of the legacy format, as LONG1 stores it.
+constexpr unsigned char kLegacyMagic[] = {0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+constexpr int64_t kLegacyProtocol = 1001;
+
+int64_t as_int(const Value& v, const std::string& source, const char* what) {
+  if (v.kind != Kind::Int) throw IoError(source + ": " + what + " is " + v.describe() + ", not an int");
+  return v.integer;
+}
+
+std::vector<int64_t> int_tuple(const Value& v, const std::string& source, const char* what) {
+  if (v.kind != Kind::Tuple && v.kind != Kind::List) throw IoError(source + ": " + what + " is " + v.describe());
+  std::vector<int64_t> out;
+  for (const Ref& x : v.items) out.push_back(as_int(*x, source, what));
+  return out;
+}
+
+Ref external_tensor(TorchTensor t) {
+  Ref v = pickle::make(Kind::External);
+  v->external = std::move(t);
+  return v;
+}
+
+// The pickle hooks every torch file shares: storages from persistent ids, tensors from the
+// rebuild functions. `storages` collects every storage seen (the legacy format sizes its
+// records by them).
+pickle::Hooks torch_hooks(const std::string& source, std::map<std::string, TorchStorage>* storages) {
+  pickle::Hooks h;
+  h.persistent_load = [source, storages](const Ref& pid) -> Ref {
+    const auto& it = pid->items;
+    if (pid->kind != Kind::Tuple || it.size() < 5 || !it[0]->is_str() || it[0]->text != "storage")
+      throw IoError(source + ": persistent id " + pid->describe() + " is not a torch storage");
+    if (it.size() > 5 && it[5]->kind != Kind::None)
+      throw IoError(source + ": storage views (torch < 0.4 files) are not supported");
+    TorchStorage s;
+    const Value& type = *it[1];
+    bool known = false;
+    for (const auto& st : kStorageTypes)
+      if (type.is_global("torch", st.name)) {
+        s.dtype = st.dtype;
+        known = true;
+      }
+    if (!known) throw IoError(source + ": storage type " + type.describe() + " is not supported");
+    if (!it[2]->is_str()) throw IoError(source + ": storage key is " + it[2]->describe());
+    s.key = it[2]->text;
+    s.numel = as_int(*it[4], source, "storage size");
+    if (s.numel < 0) throw IoError(source + ": storage '" + s.key + "' has a negative size");
+    auto [pos, fresh] = storages->emplace(s.key, s);
+    if (!fresh && (pos->second.dtype != s.dtype || pos->second.numel != s.numel))
+      throw IoError(source + ": storage '" + s.key + "' is named twice with different types or sizes");
+    Ref v = pickle::make(Kind::External);
+    v->external = s;
+    return v;
+  };
+  h.reduce = [source](const Value& callable, const Ref& args) -> Ref {
+    if (callable.kind != Kind::Global || callable.module != "torch._utils") return nullptr;
+    const auto& a = args->items;
+    if (callable.name == "_rebuild_parameter" || callable.name == "_rebuild_parameter_with_state") {
+      if (a.empty() || !TorchFile::tensor(*a[0])) throw IoError(source + ": " + callable.name + " of a non-tensor");
+      return a[0];
+    }
+    const bool v3 = callable.name == "_rebuild_tensor_v3";
+    if (callable.name != "_rebuild_tensor_v2" && callable.name != "_rebuild_tensor" && !v3) return nullptr;
+    if (a.size() < 4 || a[0]->kind != Kind::External || !std::any_cast<TorchStorage>(&a[0]->external))
+      throw IoError(source + ": torch._utils." + callable.name + " without a storage");
+    const TorchStorage& s = std::any_cast<const TorchStorage&>(a[0]->external);
+    TorchTensor t;
+    t.dtype = s.dtype;
+    t.storage_key = s.key;
+    t.storage_numel = s.numel;
+    t.offset = as_int(*a[1], source, "tensor storage offset");
+    t.shape = int_tuple(*a[2], source, "tensor size");
+    t.stride = int_tuple(*a[3], source, "tensor stride");
+    if (v3) {  // an untyped (byte) storage viewed as the dtype argument
+      if (a.size() < 7) throw IoError(source + ": _rebuild_tensor_v3 without a dtype");
+      bool known = false;
+      for (const auto& d : kDTypeNames)
+        if (a[6]->is_global("torch", d.name)) {
+          t.dtype = d.dtype;
+          known = true;
+        }
+      if (!known) throw IoError(source + ": tensor dtype " + a[6]->describe() + " is not supported");
+      const int64_t bytes = s.numel * static_cast<int64_t>(torch_dtype_size(s.dtype));
+      t.storage_numel = bytes / static_cast<int64_t>(torch_dtype_size(t.dtype));
+    }
+    if (t.shape.size() != t.stride.size()) throw IoError(source + ": tensor size and stride differ in length");
+    return external_tensor(std::move(t));
+  };
+  return h;
+}
+
+void convert_to_f32(TorchDType dt, const char* src, int64_t n, float* dst) {
+  switch (dt) {
+    case TorchDType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
+    case TorchDType::F16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = half_to_float(h);
+      }
+      return;
+    case TorchDType::BF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = bf16_to_float(h);
+      }
+      return;
+    case TorchDType::F64:
+      for (int64_t i = 0; i < n; ++i) {
+        double d;
+        std::memcpy(&d, src + 8 * i, 8);
+        dst[i] = static_cast<float>(d);
+      }
+      return;
+    default: break;
+  }
+  throw InternalError("convert_to_f32 of a non-float dtype");
+}
+
+}  // namespace
+
+size_t torch_dtype_size(TorchDType t) {
+  switch (t) {
+    case TorchDType::F64: case TorchDType::I64: return 8;
+    case TorchDType::F32: case TorchDType::I32: return 4;
+    case TorchDType::F16: case TorchDType::BF16: case TorchDType::I16: return 2;
+    case TorchDType::I8: case TorchDType::U8: case TorchDType::Bool: return 1;
+  }
+  return 1;
+}
+
+const char* torch_dtype_str(TorchDType t) {
+  switch (t) {
+    case TorchDType::F64: return "torch.float64";
+    case TorchDType::F32: return "torch.float32";
+    case TorchDType::F16: return "torch.float16";
+    case TorchDType::BF16: return "torch.bfloat16";
+    case TorchDType::I64: return "torch.int64";
+    case TorchDType::I32: return "torch.int32";
+    case TorchDType::I16: return "torch.int16";
+    case TorchDType::I8: return "torch.int8";
+    case TorchDType::U8: return "torch.uint8";
+    case TorchDType::Bool: return "torch.bool";
+  }
+  return "?";
+}
+
+int64_t TorchTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+struct TorchFile::Impl {
+  std::string path;
+  pickle::Ref root;
+  std::map<std::string, TorchStorage> storages;
+  // Zip format.
+  zip_t* zip = nullptr;
+  std::string prefix;  // "<prefix>/"
+  // Legacy format: the file mapped, each storage's first data byte.
+  ReadOnlyMapping mapping;
+  std::map<std::string, uint64_t> legacy_offsets;
+
+  ~Impl() {
+    if (zip) zip_discard(zip);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const { throw IoError(path + ": " + what); }
+
+  std::string zip_error_text(int code) const {
+    zip_error_t e;
+    zip_error_init_with_code(&e, code);
+    std::string s = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    return s;
+  }
+
+  // Reads a whole zip entry; nullopt-like empty string plus false when absent.
+  bool read_entry(const std::string& name, std::string* out) const {
+    const zip_int64_t idx = zip_name_locate(zip, name.c_str(), 0);
+    if (idx < 0) return false;
+    zip_stat_t st;
+    if (zip_stat_index(zip, static_cast<zip_uint64_t>(idx), 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+      fail("cannot stat zip entry " + name + ": " + zip_strerror(zip));
+    out->resize(st.size);
+    read_entry_range(static_cast<zip_uint64_t>(idx), name, 0, st.size, out->data());
+    return true;
+  }
+
+  void read_entry_range(zip_uint64_t idx, const std::string& name, uint64_t offset, uint64_t len, char* dst) const {
+    zip_file_t* f = zip_fopen_index(zip, idx, 0);
+    if (!f) fail("cannot open zip entry " + name + ": " + zip_strerror(zip));
+    bool ok = offset == 0 || zip_fseek(f, static_cast<zip_int64_t>(offset), SEEK_SET) == 0;
+    uint64_t done = 0;
+    while (ok && done < len) {
+      const zip_int64_t got = zip_fread(f, dst + done, len - done);
+      if (got <= 0) ok = false;
+      else done += static_cast<uint64_t>(got);
+    }
+    const std::string err = ok ? "" : zip_file_strerror(f);
+    zip_fclose(f);
+    if (!ok) fail("zip entry " + name + ": cannot read " + std::to_string(len) + " bytes at " + std::to_string(offset) +
+                  (err.empty() || err == "No error" ? " (truncated)" : ": " + err));
+  }
+
+  void open_zip() {
+    int code = 0;
+    zip = zip_open(path.c_str(), ZIP_RDONLY, &code);
+    if (!zip) fail("not a readable zip archive: " + zip_error_text(code));
+    const zip_int64_t n = zip_get_num_entries(zip, 0);
+    for (zip_int64_t i = 0; i < n; ++i) {
+      const char* nm = zip_get_name(zip, static_cast<zip_uint64_t>(i), 0);
+      if (!nm) continue;
+      const std::string s = nm;
+      const size_t slash = s.find('/');
+      if (slash != std::string::npos && s.compare(slash, std::string::npos, "/data.pkl") == 0) {
+        prefix = s.substr(0, slash + 1);
+        break;
+      }
+    }
+    if (prefix.empty()) fail("zip archive without <name>/data.pkl: not a file torch.save wrote");
+    std::string order;
+    if (read_entry(prefix + "byteorder", &order) && order != "little")
+      fail("byte order '" + order + "': only little-endian files are read");
+    std::string pkl;
+    read_entry(prefix + "data.pkl", &pkl);
+    root = pickle::unpickle(pkl, path + " (data.pkl)", torch_hooks(path, &storages));
+  }
+
+  void open_legacy(uint64_t file_size) {
+    mapping = map_file_read_only(path, file_size);
+    const std::string_view all(mapping.data(), mapping.size());
+    size_t pos = 0;
+    auto next = [&](const pickle::Hooks& hooks = {}) {
+      size_t used = 0;
+      Ref v = pickle::unpickle(all.substr(pos), path, hooks, &used);
+      pos += used;
+      return v;
+    };
+    const Ref magic = next();
+    if (magic->kind != Kind::BigInt || magic->text != std::string(reinterpret_cast<const char*>(kLegacyMagic), 10))
+      fail("not a torch.save file (no zip archive, no legacy magic number)");
+    const Ref proto = next();
+    if (proto->kind != Kind::Int || proto->integer != kLegacyProtocol)
+      fail("legacy torch format protocol " + proto->describe() + " (1001 is read)");
+    const Ref sys = next();
+    const Value* little = sys->get("little_endian");
+    if (!little || little->kind != Kind::Bool || !little->boolean) fail("written big-endian: only little-endian files are read");
+    root = next(torch_hooks(path, &storages));
+    const Ref keys = next();
+    if (keys->kind != Kind::List) fail("legacy torch format: no storage key list after the object");
+    for (const Ref& k : keys->items) {
+      if (!k->is_str()) fail("legacy torch format: storage key " + k->describe());
+      auto it = storages.find(k->text);
+      if (it == storages.end()) fail("legacy torch format: storage '" + k->text + "' is listed but never used");
+      if (all.size() - pos < 8) fail("truncated in the header of storage '" + k->text + "'");
+      int64_t count = 0;
+      std::memcpy(&count, all.data() + pos, 8);
+      pos += 8;
+      const uint64_t bytes = static_cast<uint64_t>(count) * torch_dtype_size(it->second.dtype);
+      if (count < it->second.numel || bytes / torch_dtype_size(it->second.dtype) != static_cast<uint64_t>(count))
+        fail("storage '" + k->text + "' holds " + std::to_string(count) + " elements, fewer than its " +
+             std::to_string(it->second.numel));
+      if (all.size() - pos < bytes) fail("truncated in the data of storage '" + k->text + "'");
+      legacy_offsets[k->text] = pos;
+      pos += bytes;
+    }
+  }
+
+  // Bytes [begin, begin + len) of a storage's data.
+  void read_storage(const TorchStorage& s, uint64_t begin, uint64_t len, char* dst) const {
+    if (zip) {
+      const std::string name = prefix + "data/" + s.key;
+      const zip_int64_t idx = zip_name_locate(zip, name.c_str(), 0);
+      if (idx < 0) fail("zip entry " + name + " missing (storage '" + s.key + "')");
+      zip_stat_t st;
+      if (zip_stat_index(zip, static_cast<zip_uint64_t>(idx), 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
+        fail("cannot stat zip entry " + name);
+      const uint64_t need = static_cast<uint64_t>(s.numel) * torch_dtype_size(s.dtype);
+      if (st.size < need)
+        fail("zip entry " + name + " holds " + std::to_string(st.size) + " bytes, fewer than its storage's " +
+             std::to_string(need));
+      read_entry_range(static_cast<zip_uint64_t>(idx), name, begin, len, dst);
+      return;
+    }
+    auto it = legacy_offsets.find(s.key);
+    if (it == legacy_offsets.end()) fail("storage '" + s.key + "' has no data record");
+    std::memcpy(dst, mapping.data() + it->second + begin, len);
+  }
+};
+
+TorchFile::TorchFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path;
+  uint64_t size = 0;
+  {
+    // Zip archives start with a local file header "PK\3\4".
+    ReadOnlyMapping head = map_file_read_only(path, size);
+    const bool zip = size >= 4 && std::memcmp(head.data(), "PK\x03\x04", 4) == 0;
+    if (!zip) {
+      impl_->open_legacy(size);
+      return;
+    }
+  }
+  impl_->open_zip();
+}
+
+TorchFile::~TorchFile() = default;
+TorchFile::TorchFile(TorchFile&&) noexcept = default;
+TorchFile& TorchFile::operator=(TorchFile&&) noexcept = default;
+
+const std::string& TorchFile::path() const { return impl_->path; }
+const pickle::Value& TorchFile::root() const { return *impl_->root; }
+bool TorchFile::is_zip() const { return impl_->zip != nullptr; }
+
+const TorchTensor* TorchFile::tensor(const pickle::Value& v) {
+  return v.kind == Kind::External ? std::any_cast<TorchTensor>(&v.external) : nullptr;
+}
+
+std::vector<float> TorchFile::read_f32(const TorchTensor& t, const std::string& what) const {
+  const std::string where = impl_->path + ": " + what;
+  if (t.dtype != TorchDType::F32 && t.dtype != TorchDType::F16 && t.dtype != TorchDType::BF16 &&
+      t.dtype != TorchDType::F64)
+    throw IoError(where + ": dtype " + torch_dtype_str(t.dtype) + " is not a floating-point type");
+  // The elements span storage [offset, offset + extent); strides are non-negative in torch.
+  int64_t extent = 1, numel = 1;
+  bool contiguous = true;
+  int64_t expect_stride = 1;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    if (t.shape[d] < 0 || t.stride[d] < 0) throw IoError(where + ": negative size or stride");
+    if (t.shape[d] == 0) extent = numel = 0;
+    if (numel == 0) break;
+    if (t.shape[d] != 1 && t.stride[d] != expect_stride) contiguous = false;
+    expect_stride *= t.shape[d];
+    extent += (t.shape[d] - 1) * t.stride[d];
+    numel *= t.shape[d];
+    if (numel > (int64_t{1} << 40) || extent > (int64_t{1} << 40)) throw IoError(where + ": implausibly large");
+  }
+  std::vector<float> out(static_cast<size_t>(numel));
+  if (numel == 0) return out;
+  if (t.offset < 0 || t.offset + extent > t.storage_numel)
+    throw IoError(where + ": elements [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + extent) +
+                  ") lie outside its storage of " + std::to_string(t.storage_numel));
+  const size_t es = torch_dtype_size(t.dtype);
+  TorchStorage s{t.dtype, t.storage_key, t.storage_numel};
+  std::vector<char> raw(static_cast<size_t>(extent) * es);
+  impl_->read_storage(s, static_cast<uint64_t>(t.offset) * es, raw.size(), raw.data());
+  if (contiguous) {
+    convert_to_f32(t.dtype, raw.data(), numel, out.data());
+    return out;
+  }
+  // Gather along the strides, one innermost row at a time.
+  const size_t nd = t.shape.size();
+  std::vector<int64_t> idx(nd, 0);
+  const int64_t inner = t.shape[nd - 1], inner_stride = t.stride[nd - 1];
+  for (int64_t o = 0; o < numel; o += inner) {
+    int64_t src = 0;
+    for (size_t d = 0; d + 1 < nd; ++d) src += idx[d] * t.stride[d];
+    for (int64_t j = 0; j < inner; ++j)
+      convert_to_f32(t.dtype, raw.data() + static_cast<size_t>((src + j * inner_stride)) * es, 1, &out[o + j]);
+    for (size_t d = nd - 1; d-- > 0;) {
+      if (++idx[d] < t.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+}  // namespace trident

@@ -1,0 +1,65 @@
+// Files written by torch.save (PyTorch's serialization; the format only, read without Python):
+//  * the zip format (torch >= 1.6, the default): a zip archive, entries stored uncompressed,
+//    "<prefix>/data.pkl" the pickled object and "<prefix>/data/<key>" each storage's raw
+//    bytes (<prefix> is the file's stem, or "archive"); "<prefix>/byteorder", when present,
+//    must say "little";
+//  * the legacy format (_use_new_zipfile_serialization=False, torch < 1.6): pickles of the
+//    magic number 0x1950a86a20f9469cfc6c, the protocol version 1001 and a sys_info dict
+//    (little_endian must be true), then the object's pickle, then a pickled list of storage
+//    keys, then for each key in that order an int64 element count and the raw bytes.
+// In both, a storage is the persistent id ('storage', torch.<Type>Storage, key, location,
+// numel[, view_metadata]) and a tensor is torch._utils._rebuild_tensor_v2(storage, offset,
+// size, stride, requires_grad, backward_hooks[, metadata]) (also _rebuild_tensor,
+// _rebuild_tensor_v3 with its dtype, and _rebuild_parameter around one). Tensors become
+// pickle::Kind::External values; their data is read only when asked for, so a file's
+// metadata costs no more than its pickle.
+//
+// Zip archives are read with libzip. Errors throw IoError "<file>: <what is wrong>".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ckpt/pickle_reader.h"
+
+namespace trident {
+
+enum class TorchDType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, Bool };
+size_t torch_dtype_size(TorchDType t);
+const char* torch_dtype_str(TorchDType t);  // "torch.float32", ...
+
+struct TorchTensor {
+  TorchDType dtype = TorchDType::F32;
+  std::string storage_key;
+  int64_t storage_numel = 0;  // elements of the storage (in this dtype)
+  int64_t offset = 0;         // in elements
+  std::vector<int64_t> shape, stride;
+  int64_t numel() const;
+};
+
+class TorchFile {
+ public:
+  // Opens and unpickles `path` (either format); throws IoError naming it.
+  explicit TorchFile(const std::string& path);
+  ~TorchFile();
+  TorchFile(TorchFile&&) noexcept;
+  TorchFile& operator=(TorchFile&&) noexcept;
+
+  const std::string& path() const;
+  const pickle::Value& root() const;
+  bool is_zip() const;
+
+  // The tensor `v` stands for; nullptr when it is not a tensor.
+  static const TorchTensor* tensor(const pickle::Value& v);
+  // The tensor's elements in row-major order as fp32 (from float32, float16, bfloat16 or
+  // float64 storages). `what` names it in errors ("<file>: <what>: ...").
+  std::vector<float> read_f32(const TorchTensor& t, const std::string& what) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trident

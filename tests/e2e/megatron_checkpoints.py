@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Writes GPT checkpoints as Megatron-LM and Megatron-DeepSpeed save them (torch.save), from
+one set of random GPT-2 weights that is also written as a Hugging Face folder, for
+tests/e2e/megatron_import.sh. Written from Megatron's documented layouts, not from trident:
+
+  * legacy model: {'language_model': {'embedding': {'word_embeddings': {'weight'},
+    'position_embeddings': {'weight'}}, 'encoder' (older: 'transformer'): {'layers.N.<module>.*',
+    'final_layernorm.*'}}, 'word_embeddings_for_head': {'weight'}} (last stage of a pipeline);
+  * Megatron-core: flat 'embedding.*', 'decoder.layers.N.*', 'decoder.final_layernorm.*',
+    'output_layer.weight' (the tied copy on a last stage that is not the first), '_extra_state';
+  * tensor parallelism: word embedding (padded vocabulary), QKV and dense_h_to_4h split by rows;
+    attention dense and dense_4h_to_h weights by columns; the rest replicated;
+  * QKV rows per rank: [heads][q,k,v][head_dim] (checkpoint_version >= 2), [heads][head_dim][q,k,v]
+    (1.0), [q,k,v][heads][head_dim] (0, the key absent);
+  * pipelines: local layer numbers on every stage; with virtual chunks 'model0', 'model1', chunk v
+    of stage p holding layers v * L / vp + p * L / (pp * vp) onwards;
+  * Megatron-DeepSpeed: global_stepN/ with layer_XX-model_TT-model_states.pt per layer (DeepSpeed's
+    pipeline) or mp_rank_TT_model_states.pt with the model under 'module'.
+
+Usage: megatron_checkpoints.py OUT   (prints one line per case: NAME DTYPE VOCAB EXTRA-FLAGS)
+"""
+import argparse
+import collections
+import io
+import json
+import os
+import struct
+import sys
+
+import torch
+
+L, C, HEADS, P = 4, 32, 4, 32
+HD = C // HEADS
+
+
+def gpt2_weights(vocab, seed):
+    """GPT2LMHeadModel tensors (Conv1D weights [in, out]) and extra padding rows of wte."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=g) * 0.5
+    w = {"wte": r(vocab, C), "wpe": r(P, C), "ln_f.weight": r(C), "ln_f.bias": r(C)}
+    for i in range(L):
+        for n, s in [("ln_1.weight", (C,)), ("ln_1.bias", (C,)), ("attn.c_attn.weight", (C, 3 * C)),
+                     ("attn.c_attn.bias", (3 * C,)), ("attn.c_proj.weight", (C, C)), ("attn.c_proj.bias", (C,)),
+                     ("ln_2.weight", (C,)), ("ln_2.bias", (C,)), ("mlp.c_fc.weight", (C, 4 * C)),
+                     ("mlp.c_fc.bias", (4 * C,)), ("mlp.c_proj.weight", (4 * C, C)), ("mlp.c_proj.bias", (C,))]:
+            w[f"h.{i}.{n}"] = r(*s)
+    return w, r(2048, C)
+
+
+def write_hf(path, w, vocab):
+    os.makedirs(path, exist_ok=True)
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in w.items():
+        raw = t.float().contiguous().numpy().tobytes()
+        hf_name = "transformer." + (name + ".weight" if name in ("wte", "wpe") else name)
+        header[hf_name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(os.path.join(path, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    json.dump({"model_type": "gpt2", "n_layer": L, "n_embd": C, "n_head": HEADS, "n_positions": P, "vocab_size": vocab,
+               "activation_function": "gelu_new"}, open(os.path.join(path, "config.json"), "w"))
+
+
+def megatron_args(vocab_padded, tp, pp, dtype, tokenizer, vp=None, **extra):
+    a = argparse.Namespace(
+        num_layers=L, hidden_size=C, ffn_hidden_size=4 * C, num_attention_heads=HEADS, kv_channels=HD,
+        max_position_embeddings=P, seq_length=P, padded_vocab_size=vocab_padded, make_vocab_size_divisible_by=128,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, virtual_pipeline_model_parallel_size=vp,
+        fp16=dtype == torch.float16, bf16=dtype == torch.bfloat16, params_dtype=dtype, tokenizer_type=tokenizer,
+        layernorm_epsilon=1e-5, bias_gelu_fusion=True, openai_gelu=False, untie_embeddings_and_output_weights=False,
+        position_embedding_type="learned_absolute", normalization="LayerNorm", swiglu=False, add_bias_linear=True,
+        hidden_dropout=0.1, attention_dropout=0.1, init_method_std=0.02, consumed_train_samples=640)
+    for k, v in extra.items():
+        setattr(a, k, v)
+    return a
+
+
+def qkv_shard(t, tp, rank, version):
+    """Rank `rank`'s rows of a [3C(, C)] QKV tensor in trident/HF order, in Megatron's order."""
+    rest = t.shape[1:]
+    heads = HEADS // tp
+    x = t.reshape(3, HEADS, HD, *rest)[:, rank * heads:(rank + 1) * heads]  # [3][heads][hd]
+    if version >= 2.0:
+        x = x.transpose(0, 1)  # [heads][3][hd]
+    elif version >= 1.0:
+        x = x.permute(1, 2, 0, *range(3, x.dim()))  # [heads][hd][3]
+    y = x.reshape(3 * heads * HD, *rest).contiguous()
+    # Megatron's forward views the rank's QKV output as [heads][3 * hd] (>= 2.0): check the
+    # layout against that view once, so the fixture says what Megatron computes.
+    if version >= 2.0:
+        q = y.reshape(heads, 3, HD, *rest)[:, 0]
+        assert torch.equal(q.reshape(heads * HD, *rest), t[rank * heads * HD:(rank + 1) * heads * HD])
+    return y
+
+
+def megatron_layer(w, i, tp, rank, version, dtype):
+    """One transformer layer's tensors of TP rank `rank` under canonical module names."""
+    rows = lambda t: t.chunk(tp, 0)[rank]
+    cols = lambda t: t.chunk(tp, 1)[rank]
+    p = lambda n: w[f"h.{i}.{n}"]
+    out = {
+        "ln_1.weight": p("ln_1.weight"), "ln_1.bias": p("ln_1.bias"),
+        "qkv.weight": qkv_shard(p("attn.c_attn.weight").t(), tp, rank, version),
+        "qkv.bias": qkv_shard(p("attn.c_attn.bias"), tp, rank, version),
+        "dense.weight": cols(p("attn.c_proj.weight").t()), "dense.bias": p("attn.c_proj.bias"),
+        "ln_2.weight": p("ln_2.weight"), "ln_2.bias": p("ln_2.bias"),
+        "fc1.weight": rows(p("mlp.c_fc.weight").t()), "fc1.bias": rows(p("mlp.c_fc.bias")),
+        "fc2.weight": cols(p("mlp.c_proj.weight").t()), "fc2.bias": p("mlp.c_proj.bias"),
+    }
+    return {k: v.to(dtype).clone() for k, v in out.items()}
+
+
+LEGACY_NAMES = {"ln_1": "input_layernorm", "qkv": "self_attention.query_key_value", "dense": "self_attention.dense",
+                "ln_2": "post_attention_layernorm", "fc1": "mlp.dense_h_to_4h", "fc2": "mlp.dense_4h_to_h"}
+OLD_NAMES = dict(LEGACY_NAMES, qkv="attention.query_key_value", dense="attention.dense")
+NORM_NAMES = dict(LEGACY_NAMES, ln_1="input_norm", ln_2="post_attention_norm")
+MCORE_LOCAL = {"ln_1": "input_layernorm", "qkv": "self_attention.linear_qkv", "dense": "self_attention.linear_proj",
+               "ln_2": "pre_mlp_layernorm", "fc1": "mlp.linear_fc1", "fc2": "mlp.linear_fc2"}
+
+
+def rename(layer, names, te=False):
+    out = collections.OrderedDict()
+    for k, v in layer.items():
+        mod, wb = k.split(".")
+        if te and mod in ("ln_1", "ln_2"):  # Transformer Engine fuses the norms into the next linear
+            out[("self_attention.linear_qkv" if mod == "ln_1" else "mlp.linear_fc1") + ".layer_norm_" + wb] = v
+        else:
+            out[names[mod] + "." + wb] = v
+    return out
+
+
+def embedding_rows(wte, pad, vocab_padded, tp, rank, dtype):
+    full = torch.cat([wte, pad[:vocab_padded - wte.shape[0]]])
+    return full.chunk(tp, 0)[rank].to(dtype).clone()
+
+
+def layer_ranges(pp, vp):
+    """(chunk, stage) -> global layer numbers, Megatron's interleaved order."""
+    per = L // (pp * vp)
+    return {(v, s): list(range(v * L // vp + s * per, v * L // vp + (s + 1) * per)) for v in range(vp) for s in range(pp)}
+
+
+def save(obj, path, legacy_format=False):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(obj, path, _use_new_zipfile_serialization=not legacy_format)
+
+
+def megatron_lm(out, w, pad, vocab, tp, pp, dtype, version, names, folder="iter_0000007", tracker="7",
+                mcore=False, te=False, vp=1, legacy_format=False, tokenizer="NullTokenizer", head_noise=False,
+                outer="encoder", args_extra=None):
+    vocab_padded = -(-vocab // (128 * tp)) * 128 * tp
+    args = megatron_args(vocab_padded, tp, pp, dtype, tokenizer, vp if vp > 1 else None, **(args_extra or {}))
+    ranges = layer_ranges(pp, vp)
+    for t in range(tp):
+        for s in range(pp):
+            models = []
+            for v in range(vp):
+                first, last = s == 0 and v == 0, s == pp - 1 and v == vp - 1
+                emb = embedding_rows(w["wte"], pad, vocab_padded, tp, t, dtype)
+                if mcore:
+                    m = collections.OrderedDict()
+                    if first:
+                        m["embedding.word_embeddings.weight"] = emb
+                        m["embedding.position_embeddings.weight"] = w["wpe"].to(dtype)
+                    for j, g in enumerate(ranges[(v, s)]):
+                        for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names, te).items():
+                            m[f"decoder.layers.{j}.{k}"] = x
+                        if te:
+                            m[f"decoder.layers.{j}.self_attention.linear_qkv._extra_state"] = io.BytesIO(b"fp8")
+                            m[f"decoder.layers.{j}.mlp.linear_fc2._extra_state"] = None
+                    if last:
+                        m["decoder.final_layernorm.weight"] = w["ln_f.weight"].to(dtype)
+                        m["decoder.final_layernorm.bias"] = w["ln_f.bias"].to(dtype)
+                        if not first:
+                            m["output_layer.weight"] = emb.clone()
+                        m["output_layer._extra_state"] = None
+                else:
+                    enc = collections.OrderedDict()
+                    for j, g in enumerate(ranges[(v, s)]):
+                        for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names).items():
+                            enc[f"layers.{j}.{k}"] = x
+                    lm = {}
+                    if first:
+                        lm["embedding"] = {"word_embeddings": {"weight": emb},
+                                           "position_embeddings": {"weight": w["wpe"].to(dtype)}}
+                    if last:
+                        enc["final_layernorm.weight"] = w["ln_f.weight"].to(dtype)
+                        enc["final_layernorm.bias"] = w["ln_f.bias"].to(dtype)
+                    lm[outer] = enc
+                    m = {"language_model": lm}
+                    if last and not first:
+                        head = emb.clone()
+                        if head_noise:
+                            head[0, 0] += 1
+                        m["word_embeddings_for_head"] = {"weight": head}
+                models.append(m)
+            state = {"args": args, "iteration": 7, "optimizer": {"state": {}}, "rng_state": [{"x": 1}]}
+            if version:
+                state["checkpoint_version"] = version
+            if vp == 1:
+                state["model"] = models[0]
+            else:
+                for v, m in enumerate(models):
+                    state[f"model{v}"] = m
+            rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
+            save(state, os.path.join(out, folder, rank, "model_optim_rng.pt"), legacy_format)
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(tracker)
+
+
+def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline):
+    vocab_padded = -(-vocab // (128 * tp)) * 128 * tp
+    args = megatron_args(vocab_padded, tp, 1, dtype, "NullTokenizer")
+    step = os.path.join(out, "global_step5")
+    for t in range(tp):
+        emb = embedding_rows(w["wte"], pad, vocab_padded, tp, t, dtype)
+        layers = [rename(megatron_layer(w, i, tp, t, 3.0, dtype), LEGACY_NAMES) for i in range(L)]
+        ln_f = collections.OrderedDict(weight=w["ln_f.weight"].to(dtype), bias=w["ln_f.bias"].to(dtype))
+        client = {"args": args, "iteration": 5, "checkpoint_version": 3.0, "tokens": 12345}
+        if pipeline:  # BigScience's GPTModelPipe numbering: embedding 1, layers 3.., final norm L + 4
+            save(collections.OrderedDict([("word_embeddings.weight", emb), ("position_embeddings.weight", w["wpe"].to(dtype))]),
+                 os.path.join(step, f"layer_01-model_{t:02d}-model_states.pt"))
+            for i, layer in enumerate(layers):
+                save(layer, os.path.join(step, f"layer_{i + 3:02d}-model_{t:02d}-model_states.pt"))
+            save(ln_f, os.path.join(step, f"layer_{L + 4:02d}-model_{t:02d}-model_states.pt"))
+            for s in range(2):  # DeepSpeed's model-states files of a 2-stage pipeline: rank s * tp + t
+                save(dict(client, module=None, dp_world_size=1, mp_world_size=tp, ds_version="0.9.0"),
+                     os.path.join(step, f"mp_rank_{s * tp + t:02d}_model_states.pt"))
+        else:
+            enc = collections.OrderedDict()
+            for i, layer in enumerate(layers):
+                for k, x in layer.items():
+                    enc[f"layers.{i}.{k}"] = x
+            enc.update({"final_layernorm." + k: v for k, v in ln_f.items()})
+            module = {"language_model": {"embedding": {"word_embeddings": {"weight": emb},
+                                                       "position_embeddings": {"weight": w["wpe"].to(dtype)}},
+                                         "encoder": enc}}
+            save(dict(client, module=module, dp_world_size=1, mp_world_size=tp, ds_version="0.9.0"),
+                 os.path.join(step, f"mp_rank_{t:02d}_model_states.pt"))
+    with open(os.path.join(out, "latest"), "w") as f:
+        f.write("global_step5")
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("5")
+
+
+def main():
+    out = sys.argv[1]
+    cases = []
+    refs = {}
+
+    def weights(dtype, vocab):
+        """The weights rounded to `dtype` (as the checkpoint holds them) and their HF folder."""
+        w, pad = gpt2_weights(vocab, seed=vocab)
+        w = {k: v.to(dtype).float() for k, v in w.items()}
+        name = f"hf-{str(dtype).split('.')[1]}-{vocab}"
+        if name not in refs:
+            write_hf(os.path.join(out, name), w, vocab)
+            refs[name] = True
+        return w, pad, name
+
+    def case(name, dtype, vocab, flags, fn, **kw):
+        w, pad, ref = weights(dtype, vocab)
+        fn(os.path.join(out, name), w, pad, vocab, dtype=dtype, **kw)
+        cases.append(f"{name} {ref} {vocab} {flags}")
+
+    f16, bf16, f32 = torch.float16, torch.bfloat16, torch.float32
+    case("lm-tp2-pp2", f16, 1000, "--vocab-size 1000", megatron_lm, tp=2, pp=2, version=3.0, names=LEGACY_NAMES)
+    case("lm-release-old", f32, 50257, "", megatron_lm, tp=2, pp=1, version=0, names=OLD_NAMES, folder="release",
+         tracker="release", legacy_format=True, tokenizer="GPT2BPETokenizer", outer="transformer")
+    case("lm-v1-norm", f32, 1000, "--vocab-size 1000", megatron_lm, tp=2, pp=1, version=1.0, names=NORM_NAMES)
+    case("mcore-te-vpp", bf16, 1000, "--vocab-size 1000", megatron_lm, tp=2, pp=2, version=3.0, names=MCORE_LOCAL,
+         mcore=True, te=True, vp=2)
+    case("mcore-local", f32, 1000, "--vocab-size 1000", megatron_lm, tp=1, pp=1, version=3.0, names=MCORE_LOCAL,
+         mcore=True)
+    case("ds-pipeline", bf16, 1000, "--vocab-size 1000", megatron_deepspeed, tp=2, pipeline=True)
+    case("ds-module", f16, 1000, "--vocab-size 1000", megatron_deepspeed, tp=2, pipeline=False)
+    # Models trident cannot represent, and a tied head that differs.
+    w, pad, _ = weights(f32, 1000)
+    megatron_lm(os.path.join(out, "bad-untied"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
+                args_extra={"untie_embeddings_and_output_weights": True})
+    megatron_lm(os.path.join(out, "bad-swiglu"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES, args_extra={"swiglu": True})
+    megatron_lm(os.path.join(out, "bad-erf-gelu"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
+                args_extra={"bias_gelu_fusion": False})
+    megatron_lm(os.path.join(out, "bad-head"), w, pad, 1000, 1, 2, f32, 3.0, LEGACY_NAMES, head_noise=True)
+    print("\n".join(cases))
+
+
+if __name__ == "__main__":
+    main()

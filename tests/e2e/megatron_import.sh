@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# trident-convert --from megatron against checkpoints that PyTorch writes the way Megatron-LM
+# and Megatron-DeepSpeed save them (tests/e2e/megatron_checkpoints.py, from one set of random
+# GPT-2 weights also written as a Hugging Face folder): legacy model names at tp2 x pp2 (fp16,
+# tied head on the last stage); torch's legacy file format with checkpoint_version 0 and the
+# old 'transformer'/'attention.' names in a release folder (GPT-2's vocabulary by default);
+# version 1.0's QKV order with the '*_norm' names; Megatron-core with Transformer Engine names,
+# '_extra_state' entries and a virtual pipeline (tp2 x pp2 x 2 chunks, bf16); Megatron-core's
+# local names; Megatron-DeepSpeed's pipeline layer files and its 'module' files. Each import,
+# exported again as fp32, must equal the Hugging Face folder's import bit for bit, also after
+# an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
+# PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
+# differs, a wrong vocabulary, a truncated file and a missing rank folder fail with one line
+# naming the arg, flag or file, and leave no output. SKIP without Debian's python3-torch.
+# Usage: megatron_import.sh CONVERT GENERATE REPO VOCABDIR
+set -u
+convert=$1 generate=$2 repo=$3 vocab=$4
+py=/usr/bin/python3
+if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
+  echo "SKIP: $py cannot import torch and numpy (tools/install-deps.sh --tests installs them)"
+  exit 0
+fi
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+ok() { echo "ok $*"; }
+src=$tmp/megatron
+"$py" "$repo/tests/e2e/megatron_checkpoints.py" "$src" >"$tmp/cases" || { echo "FAIL: writing the checkpoints"; exit 1; }
+
+# The reference: each Hugging Face folder imported and exported again as fp32.
+reference() {  # reference HFNAME -> prints the exported model.safetensors
+  local out=$tmp/ref-$1
+  if [[ ! -d $out-hf ]]; then
+    "$convert" --from hf --load "$src/$1" --save "$out" >/dev/null &&
+      "$convert" --to hf --dtype fp32 --load "$out" --save "$out-hf" >/dev/null || return 1
+  fi
+  echo "$out-hf/model.safetensors"
+}
+same_as_reference() {  # same_as_reference CKPT HFNAME WHAT
+  rm -rf "$1-hf"
+  local ref
+  ref=$(reference "$2") || { fail "$3: importing the Hugging Face reference"; return; }
+  if "$convert" --to hf --dtype fp32 --load "$1" --save "$1-hf" >/dev/null && cmp -s "$1-hf/model.safetensors" "$ref"; then
+    ok "$3: equals the Hugging Face import bit for bit"
+  else
+    fail "$3: differs from the Hugging Face import"
+  fi
+}
+
+while read -r name ref _ flags; do
+  # shellcheck disable=SC2086  # flags are words
+  if "$convert" --from megatron --load "$src/$name" --save "$tmp/out-$name" $flags >"$tmp/$name.log" 2>&1; then
+    same_as_reference "$tmp/out-$name" "$ref" "$name"
+  else
+    fail "$name: import"; cat "$tmp/$name.log"
+  fi
+done <"$tmp/cases"
+grep -q "Megatron-LM $src/mcore-te-vpp/iter_0000007 (iteration 7, tp 2 x pp 2 x 2 virtual; 4 layers, hidden 32, heads 4, vocab 1000, bf16)" \
+  "$tmp/mcore-te-vpp.log" && ok "the import's line names the source layout" || { fail "import line"; cat "$tmp/mcore-te-vpp.log"; }
+python3 - "$tmp/out-ds-pipeline/iter_0000000/metadata.json" <<'EOF' && ok "metadata: iteration 0, bf16, the source" || fail "metadata"
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["iteration"] == 0 and m["model"]["dtype"] == "bf16", m
+want = {"imported_from": "megatron", "source_format": "Megatron-DeepSpeed", "source_iteration": 5}
+assert {k: m["trainer_state"].get(k) for k in want} == want, m
+EOF
+
+# Straight to another layout, and a chosen iteration.
+if "$convert" --from megatron --load "$src/lm-tp2-pp2" --iteration 7 --vocab-size 1000 --save "$tmp/tp2pp2" \
+    --target-tp 2 --target-pp 2 >/dev/null; then
+  same_as_reference "$tmp/tp2pp2" hf-float16-1000 "--target-tp 2 --target-pp 2"
+else
+  fail "import to tp2 x pp2"
+fi
+
+# Greedy text from the import of the GPT-2-vocabulary checkpoint against PyTorch's GPT-2 reading
+# the Hugging Face folder.
+"$generate" --device cpu --load "$tmp/out-lm-release-old" --vocab-file "$vocab/gpt2-vocab.json" \
+  --merge-file "$vocab/gpt2-merges.txt" --greedy --ignore-eos --out-seq-length 24 \
+  --sample-output-file "$tmp/generated.jsonl" >/dev/null 2>&1
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" generate "$src/hf-float32-50257" "$vocab/gpt2-vocab.json" --tokens 24 \
+  >"$tmp/torch-text.json"
+python3 - "$tmp/generated.jsonl" "$tmp/torch-text.json" <<'EOF' && ok "greedy text equals PyTorch's" || fail "greedy text"
+import json, sys
+ours = json.loads(open(sys.argv[1]).readline())["text"]
+theirs = json.load(open(sys.argv[2]))
+assert ours == theirs and len(ours) > 24, (ours, theirs)
+EOF
+
+# ---- errors: one line naming the arg, flag or file; nothing written
+expect_error() {  # expect_error TEXT COMMAND...
+  local text=$1 save=$tmp/failed
+  shift
+  rm -rf "$save"
+  "$@" --save "$save" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $save ]] && grep -qF -- "$text" "$tmp/err" &&
+      grep -q "^trident-convert: error: " "$tmp/err"; then
+    ok "$(cat "$tmp/err")"
+  else
+    fail "expected '$text': rc=$rc, $(ls "$save" 2>/dev/null | wc -l) files written, stderr:"
+    cat "$tmp/err"
+  fi
+}
+m=(--from megatron --vocab-size 1000)
+expect_error "mp_rank_00/model_optim_rng.pt: args.untie_embeddings_and_output_weights: true" \
+  "$convert" "${m[@]}" --load "$src/bad-untied"
+expect_error "args.swiglu: true is not supported" "$convert" "${m[@]}" --load "$src/bad-swiglu"
+expect_error "args.bias_gelu_fusion: false without openai_gelu trains with the exact (erf) GELU" \
+  "$convert" "${m[@]}" --load "$src/bad-erf-gelu"
+expect_error "the LM head stored on the last stage differs from the word embedding" \
+  "$convert" "${m[@]}" --load "$src/bad-head"
+expect_error "--vocab-size: required: $src/lm-tp2-pp2/iter_0000007/mp_rank_00_000/model_optim_rng.pt holds only the padded vocabulary (1024) and its tokenizer_type is 'NullTokenizer'" \
+  "$convert" --from megatron --load "$src/lm-tp2-pp2"
+expect_error "--vocab-size 2000 pads to 2048 (make_vocab_size_divisible_by 128 x tp 2), not" \
+  "$convert" --from megatron --vocab-size 2000 --load "$src/lm-tp2-pp2"
+expect_error "--iteration 9: neither $src/lm-tp2-pp2/iter_0000009 nor $src/lm-tp2-pp2/global_step9 exists" \
+  "$convert" "${m[@]}" --load "$src/lm-tp2-pp2" --iteration 9
+expect_error "--load: $src/hf-float32-1000 holds no Megatron checkpoint" "$convert" "${m[@]}" --load "$src/hf-float32-1000"
+expect_error "--vocab-size applies to --from megatron only" "$convert" --from hf --vocab-size 10 --load "$src/hf-float32-1000"
+cp -r "$src/lm-tp2-pp2" "$tmp/truncated"
+file=$tmp/truncated/iter_0000007/mp_rank_01_001/model_optim_rng.pt
+truncate -s 3000 "$file"
+expect_error "$file: not a readable zip archive" "$convert" "${m[@]}" --load "$tmp/truncated"
+cp -r "$src/lm-tp2-pp2" "$tmp/missing"
+rm -r "$tmp/missing/iter_0000007/mp_rank_01_001"
+expect_error "$tmp/missing/iter_0000007: the mp_rank_* folders do not form a tp x pp grid (3 folders for tp 2 x pp 2)" \
+  "$convert" "${m[@]}" --load "$tmp/missing"
+
+echo "megatron_import: $fails failure(s)"
+[[ $fails -eq 0 ]]

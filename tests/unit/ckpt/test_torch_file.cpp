@@ -1,0 +1,169 @@
+// torch.save files assembled here from the format's description (a zip archive written with
+// libzip, entries stored; the legacy format's pickles and raw records byte by byte): tensors
+// with storage offsets and strides in fp16, bf16 and fp32, shared storages, and one-line
+// errors for what cannot be read.
+#include "ckpt/torch_file.h"
+
+#include <gtest/gtest.h>
+#include <zip.h>
+
+#include <map>
+
+#include "ckpt_test_util.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "pickle_bytes.h"
+
+namespace trident {
+namespace {
+
+using testing::PickleBytes;
+using testing::ScratchDir;
+using testing::spit;
+
+// Writes a zip archive with the given entries, stored uncompressed (as torch.save does).
+void write_zip(const std::string& path, const std::map<std::string, std::string>& entries) {
+  int err = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_TRUNCATE, &err);
+  ASSERT_NE(z, nullptr);
+  for (const auto& [name, data] : entries) {
+    zip_source_t* s = zip_source_buffer(z, data.data(), data.size(), 0);
+    const zip_int64_t idx = zip_file_add(z, name.c_str(), s, ZIP_FL_OVERWRITE);
+    ASSERT_GE(idx, 0);
+    zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0);
+  }
+  ASSERT_EQ(zip_close(z), 0);
+}
+
+std::string halves(const std::vector<float>& v, bool bf16) {
+  std::string out;
+  for (float x : v) {
+    const uint16_t h = bf16 ? float_to_bf16(x) : float_to_half(x);
+    out.append(reinterpret_cast<const char*>(&h), 2);
+  }
+  return out;
+}
+
+// {'w': a [2, 3] fp16 tensor at offset 1 of a 7-element storage, stride (1, 2) (a transposed
+//  view: w[i][j] = storage[1 + i + 2 j]), 'b': a [2, 2] bf16 tensor, 'v': a second view of the
+//  fp16 storage, [1, 2] at offset 5}
+PickleBytes sample_pickle() {
+  PickleBytes p;
+  p.op('}').mark();
+  p.str("w").tensor2d("HalfStorage", "0", 7, 1, 2, 3, 1, 2);
+  p.str("b").tensor2d("BFloat16Storage", "1", 4, 0, 2, 2, 2, 1);
+  p.str("v").tensor2d("HalfStorage", "0", 7, 5, 1, 2, 2, 1);
+  return p.op('u');
+}
+const std::vector<float> kHalfStorage = {9, 0, 1, 2, 3, 4, 5}, kBf16Storage = {1.5f, -2, 0.25f, 8};
+
+void expect_sample(const TorchFile& f) {
+  const auto* w = TorchFile::tensor(*f.root().get("w"));
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->dtype, TorchDType::F16);
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{2, 3}));
+  // Naive strided indexing of the storage.
+  std::vector<float> want;
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 3; ++j) want.push_back(kHalfStorage[1 + i * 1 + j * 2]);
+  EXPECT_EQ(f.read_f32(*w, "w"), want);
+  EXPECT_EQ(f.read_f32(*TorchFile::tensor(*f.root().get("b")), "b"), kBf16Storage);
+  EXPECT_EQ(f.read_f32(*TorchFile::tensor(*f.root().get("v")), "v"), (std::vector<float>{4, 5}));
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const IoError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TorchFile, ZipFormat) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/model_optim_rng.pt";
+  write_zip(path, {{"model_optim_rng/data.pkl", sample_pickle().stop().bytes()},
+                   {"model_optim_rng/data/0", halves(kHalfStorage, false)},
+                   {"model_optim_rng/data/1", halves(kBf16Storage, true)},
+                   {"model_optim_rng/version", "3\n"},
+                   {"model_optim_rng/byteorder", "little"}});
+  const TorchFile f(path);
+  EXPECT_TRUE(f.is_zip());
+  expect_sample(f);
+}
+
+TEST(TorchFile, LegacyFormat) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/old.pt";
+  std::string bytes = PickleBytes().long1("\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19").stop().bytes();
+  bytes += PickleBytes().int2(1001).stop().bytes();
+  bytes += PickleBytes().op('}').str("little_endian").op('\x88').op('s').stop().bytes();
+  bytes += sample_pickle().stop().bytes();
+  bytes += PickleBytes().op(']').mark().str("0").str("1").op('e').stop().bytes();
+  const auto record = [&](int64_t n, const std::string& data) {
+    bytes.append(reinterpret_cast<const char*>(&n), 8);
+    bytes += data;
+  };
+  record(7, halves(kHalfStorage, false));
+  record(4, halves(kBf16Storage, true));
+  spit(path, bytes);
+  const TorchFile f(path);
+  EXPECT_FALSE(f.is_zip());
+  expect_sample(f);
+
+  spit(path, bytes.substr(0, bytes.size() - 3));
+  EXPECT_EQ(error_of([&] { TorchFile g(path); }), path + ": truncated in the data of storage '1'");
+  spit(path, "not a checkpoint");
+  EXPECT_NE(error_of([&] { TorchFile g(path); }).find(path + ": pickle: "), std::string::npos);
+}
+
+TEST(TorchFile, OneLineErrors) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/x.pt";
+  // A tensor reaching past its storage.
+  PickleBytes past;
+  past.op('}').str("w").tensor2d("FloatStorage", "0", 4, 2, 1, 3, 3, 1).op('s').stop();
+  write_zip(path, {{"x/data.pkl", past.bytes()}, {"x/data/0", std::string(16, '\0')}});
+  {
+    const TorchFile f(path);
+    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+              path + ": 'w': elements [2, 5) lie outside its storage of 4");
+  }
+  // A storage whose entry is missing or short.
+  PickleBytes ok;
+  ok.op('}').str("w").tensor2d("FloatStorage", "0", 4, 0, 2, 2, 2, 1).op('s').stop();
+  write_zip(path, {{"x/data.pkl", ok.bytes()}});
+  {
+    const TorchFile f(path);
+    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+              path + ": zip entry x/data/0 missing (storage '0')");
+  }
+  write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/data/0", std::string(12, '\0')}});
+  {
+    const TorchFile f(path);
+    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+              path + ": zip entry x/data/0 holds 12 bytes, fewer than its storage's 16");
+  }
+  // Integer tensors are not weights.
+  PickleBytes ints;
+  ints.op('}').str("w").tensor2d("LongStorage", "0", 1, 0, 1, 1, 1, 1).op('s').stop();
+  write_zip(path, {{"x/data.pkl", ints.bytes()}, {"x/data/0", std::string(8, '\0')}});
+  {
+    const TorchFile f(path);
+    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+              path + ": 'w': dtype torch.int64 is not a floating-point type");
+  }
+  write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/byteorder", "big"}});
+  EXPECT_EQ(error_of([&] { TorchFile f(path); }), path + ": byte order 'big': only little-endian files are read");
+  write_zip(path, {{"other.txt", "hello"}});
+  EXPECT_EQ(error_of([&] { TorchFile f(path); }),
+            path + ": zip archive without <name>/data.pkl: not a file torch.save wrote");
+  PickleBytes unknown;
+  unknown.op('}').str("w").tensor2d("ComplexFloatStorage", "0", 1, 0, 1, 1, 1, 1).op('s').stop();
+  write_zip(path, {{"x/data.pkl", unknown.bytes()}});
+  EXPECT_EQ(error_of([&] { TorchFile f(path); }), path + ": storage type torch.ComplexFloatStorage is not supported");
+}
+
+}  // namespace
+}  // namespace trident
