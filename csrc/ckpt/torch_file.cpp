@@ -133,23 +133,21 @@ pickle::Hooks torch_hooks(const std::string& source, std::map<std::string, Torch
   return h;
 }
 
+// n 16-bit values -> fp32 through `decode` (half_to_float or bf16_to_float).
+template <typename Decode>
+void convert_16bit(const char* src, int64_t n, float* dst, Decode decode) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = decode(h);
+  }
+}
+
 void convert_to_f32(TorchDType dt, const char* src, int64_t n, float* dst) {
   switch (dt) {
     case TorchDType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
-    case TorchDType::F16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = half_to_float(h);
-      }
-      return;
-    case TorchDType::BF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = bf16_to_float(h);
-      }
-      return;
+    case TorchDType::F16: convert_16bit(src, n, dst, half_to_float); return;
+    case TorchDType::BF16: convert_16bit(src, n, dst, bf16_to_float); return;
     case TorchDType::F64:
       for (int64_t i = 0; i < n; ++i) {
         double d;
