@@ -6,6 +6,8 @@
 //       dp 1, zero 0, with its optimizer state (unless --no-optimizer: a release checkpoint);
 //   trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
+//   trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype ...] [--target-tp T] [--target-pp P]
+//       -> a Megatron-LM release checkpoint of the weights (ckpt/megatron_gpt2.h), tp T x pp P;
 //   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P] [--overwrite]
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
 //       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng);
@@ -23,6 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -52,6 +55,9 @@ constexpr const char* kUsage =
     "      consolidate or reshard a trident checkpoint (any layout) to tp T x pp P (default 1 x 1), dp 1\n"
     "  trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]\n"
     "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
+    "  trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16] [--target-tp T]\n"
+    "                  [--target-pp P]\n"
+    "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt)\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
@@ -143,14 +149,16 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (f.help) return f;
   if (f.load.empty()) throw ConfigError("--load: required (the checkpoint to convert)");
   if (f.save.empty()) throw ConfigError("--save: required (where to write)");
-  if (!f.to.empty() && f.to != "hf") throw ConfigError("--to: '" + f.to + "' is not a known format (hf)");
+  if (!f.to.empty() && f.to != "hf" && f.to != "megatron")
+    throw ConfigError("--to: '" + f.to + "' is not a known format (hf, megatron)");
   if (!f.from.empty() && f.from != "hf" && f.from != "megatron")
     throw ConfigError("--from: '" + f.from + "' is not a known format (hf, megatron)");
   if (!f.to.empty() && !f.from.empty()) throw ConfigError("--to and --from are mutually exclusive");
   if (!f.to.empty())
     for (const char* g : {"target-tp", "target-pp", "no-optimizer", "overwrite"})
-      if (f.given[g]) throw ConfigError(std::string("--") + g + " does not apply to --to hf");
-  if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf only");
+      if (f.given[g] && (f.to == "hf" || std::string(g) == "no-optimizer" || std::string(g) == "overwrite"))
+        throw ConfigError(std::string("--") + g + " does not apply to --to " + f.to);
+  if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
   if (f.given["make-vocab-size-divisible-by"] && f.from != "hf")
     throw ConfigError("--make-vocab-size-divisible-by applies to --from hf only (a checkpoint keeps its own)");
   if (f.given["vocab-size"] && f.from != "megatron")
@@ -223,18 +231,32 @@ int convert_checkpoint(const ConvertFlags& f) {
   return 0;
 }
 
-// A trident checkpoint -> a Hugging Face folder, written as OUT.tmp-* and renamed.
-int export_hf(const ConvertFlags& f) {
-  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration, iteration_flag(f));
-  ShardedCheckpointReader ckpt(dir);
-  const ModelConfig& cfg = ckpt.metadata().model;
-  StDType dtype = to_st_dtype(cfg.dtype);
-  if (!f.dtype.empty()) {
-    if (f.dtype == "fp32") dtype = StDType::F32;
-    else if (f.dtype == "fp16") dtype = StDType::F16;
-    else if (f.dtype == "bf16") dtype = StDType::BF16;
-    else throw ConfigError("--dtype: '" + f.dtype + "' is not fp32, fp16 or bf16");
-  }
+// The export's dtype: --dtype, else the checkpoint's.
+DType export_dtype(const ConvertFlags& f, DType checkpoint_dtype) {
+  if (f.dtype.empty()) return checkpoint_dtype;
+  if (f.dtype == "fp32") return DType::F32;
+  if (f.dtype == "fp16") return DType::F16;
+  if (f.dtype == "bf16") return DType::BF16;
+  throw ConfigError("--dtype: '" + f.dtype + "' is not fp32, fp16 or bf16");
+}
+
+// Every parameter of the checkpoint in the stored form, to be exported as `dtype`. As the
+// trainer loads across dtypes: another dtype than a 16-bit checkpoint's is rounded from its
+// fp32 master weights when it has them (an fp32 export is then the masters), not from the
+// rounded model files.
+TensorMap export_tensors(ShardedCheckpointReader& ckpt, DType dtype) {
+  const DType own = ckpt.metadata().model.dtype;
+  const bool from_masters = ckpt.has_optimizer_state() && own != DType::F32 && dtype != own;
+  TensorMap canonical;
+  for (const ParamSpec& s : ckpt.specs())
+    canonical[s.name] = HostTensor{shape_vec(stored_shape(s)),
+                                   from_masters ? ckpt.optimizer_tensor(s.name, "master") : ckpt.model_tensor(s.name)};
+  return canonical;
+}
+
+// Makes the folder --save (absent or empty) atomically: `write` fills OUT.tmp-*, which is then
+// renamed to OUT (`write` makes its files durable; the folder is synced here); a failure leaves neither the temporary nor the folders made for it.
+fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const fs::path& temp)>& write) {
   const fs::path out = fs::path(f.save).lexically_normal();
   const fs::path final_dir = out.filename().empty() ? out.parent_path() : out;
   std::error_code ec;
@@ -242,16 +264,8 @@ int export_hf(const ConvertFlags& f) {
     if (!fs::is_directory(final_dir, ec) || !fs::is_empty(final_dir, ec))
       throw ConfigError("--save: " + final_dir.string() + " already exists and is not an empty directory");
   }
-  // As the trainer loads across dtypes: another dtype than a 16-bit checkpoint's is rounded
-  // from its fp32 master weights when it has them (an fp32 export is then the masters), not
-  // from the rounded model files.
-  const bool from_masters = ckpt.has_optimizer_state() && cfg.dtype != DType::F32 && dtype != to_st_dtype(cfg.dtype);
-  TensorMap canonical;
-  for (const ParamSpec& s : ckpt.specs())
-    canonical[s.name] = HostTensor{shape_vec(stored_shape(s)),
-                                   from_masters ? ckpt.optimizer_tensor(s.name, "master") : ckpt.model_tensor(s.name)};
   const fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
-  OutputWriteGuard guard;  // a failed export leaves neither its temporary nor the folders it made
+  OutputWriteGuard guard;
   guard.created = missing_directories(parent);
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string() + ": cannot create directory: " + ec.message());
@@ -259,16 +273,50 @@ int export_hf(const ConvertFlags& f) {
     std::cout << "trident-convert: removed " << stale.string() << ", left by an export whose process is gone"
               << std::endl;
   guard.temp = parent / (final_dir.filename().string() + ".tmp-" + make_save_token());
-  export_hf_gpt2(guard.temp.string(), cfg, canonical, dtype);
+  write(guard.temp);
   fsync_dir(guard.temp.string());
   if (fs::exists(final_dir, ec)) fs::remove(final_dir, ec);  // the empty directory checked above
   if (::rename(guard.temp.c_str(), final_dir.c_str()) != 0)
     throw IoError(final_dir.string() + ": cannot rename " + guard.temp.string() + " to it: " + std::strerror(errno));
   guard.released = true;
   fsync_dir(parent.string());
+  return final_dir;
+}
+
+// A trident checkpoint -> a Hugging Face folder.
+int export_hf(const ConvertFlags& f) {
+  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration, iteration_flag(f));
+  ShardedCheckpointReader ckpt(dir);
+  const ModelConfig& cfg = ckpt.metadata().model;
+  const DType dtype = export_dtype(f, cfg.dtype);
+  const TensorMap canonical = export_tensors(ckpt, dtype);
+  const fs::path out = write_new_folder(f, [&](const fs::path& temp) {
+    export_hf_gpt2(temp.string(), cfg, canonical, to_st_dtype(dtype));
+  });
   std::cout << "trident-convert: " << dir.string() << " (iteration " << ckpt.metadata().iteration
-            << ") -> Hugging Face GPT2LMHeadModel " << final_dir.string() << " (" << st_dtype_name(dtype) << ")"
+            << ") -> Hugging Face GPT2LMHeadModel " << out.string() << " (" << st_dtype_name(to_st_dtype(dtype)) << ")"
             << std::endl;
+  return 0;
+}
+
+// A trident checkpoint -> a Megatron-LM release checkpoint (weights) at --target-tp x --target-pp.
+int export_megatron(const ConvertFlags& f) {
+  const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration, iteration_flag(f));
+  ShardedCheckpointReader ckpt(dir);
+  const CheckpointMetadata& m = ckpt.metadata();
+  const DType dtype = export_dtype(f, m.model.dtype);
+  try {
+    m.model.validate(f.target_tp);
+  } catch (const ConfigError& e) {
+    throw ConfigError("--target-tp " + std::to_string(f.target_tp) + ": " + e.what());
+  }
+  const TensorMap canonical = export_tensors(ckpt, dtype);
+  const fs::path out = write_new_folder(f, [&](const fs::path& temp) {
+    export_megatron_gpt2(temp, m.model, canonical, f.target_tp, f.target_pp, dtype, m.iteration, m.consumed_samples);
+  });
+  std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ") -> Megatron-LM "
+            << (out / "release").string() << " (tp " << f.target_tp << " x pp " << f.target_pp << ", "
+            << dtype_name(dtype) << ", weights only)" << std::endl;
   return 0;
 }
 
@@ -329,6 +377,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (f.to == "hf") return trident::export_hf(f);
+    if (f.to == "megatron") return trident::export_megatron(f);
     if (f.from == "hf") return trident::import_hf(f);
     if (f.from == "megatron") return trident::import_megatron(f);
     return trident::convert_checkpoint(f);

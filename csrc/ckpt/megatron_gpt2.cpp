@@ -342,18 +342,6 @@ struct Piece {
   const Value* value = nullptr;
 };
 
-// How a canonical parameter is split over tensor-parallel ranks.
-enum class Split { kReplicated, kRows, kColumns, kQkv };
-Split split_of(const std::string& canonical) {
-  if (canonical == "wte" || canonical == "head") return Split::kRows;
-  const size_t dot = canonical.find('.', 2);
-  const std::string s = canonical.rfind("h.", 0) == 0 && dot != std::string::npos ? canonical.substr(dot + 1) : canonical;
-  if (s == "attn.qkv.weight" || s == "attn.qkv.bias") return Split::kQkv;
-  if (s == "mlp.fc.weight" || s == "mlp.fc.bias") return Split::kRows;
-  if (s == "attn.proj.weight" || s == "mlp.proj.weight") return Split::kColumns;
-  return Split::kReplicated;
-}
-
 class Joiner {
  public:
   Joiner(const Checkpoint& c, const ModelConfig& cfg) : c_(c), cfg_(cfg) {}
@@ -373,12 +361,12 @@ class Joiner {
     const auto it = pieces_.find(canonical);
     if (it == pieces_.end() || !it->second[0].value)
       throw IoError(c_.dir.string() + ": no tensor for " + describe(canonical) + " on tensor-parallel rank 0");
-    const Split split = split_of(canonical);
-    if (split == Split::kReplicated) return read(it->second[0], shape);
+    const MegatronSplit split = megatron_split(canonical);
+    if (split == MegatronSplit::kReplicated) return read(it->second[0], shape);
     const int tp = c_.tp;
     const int64_t rows = shape[0], cols = shape.size() > 1 ? shape[1] : 1;
     std::vector<int64_t> local_shape = shape;
-    local_shape[split == Split::kColumns ? 1 : 0] /= tp;
+    local_shape[split == MegatronSplit::kColumns ? 1 : 0] /= tp;
     const int64_t lrows = local_shape[0], lcols = local_shape.size() > 1 ? local_shape[1] : 1;
     std::vector<float> full(static_cast<size_t>(rows * cols));
     for (int t = 0; t < tp; ++t) {
@@ -387,8 +375,8 @@ class Joiner {
                       std::to_string(t));
       const std::vector<float> local = read(it->second[t], local_shape);
       for (int64_t r = 0; r < lrows; ++r) {
-        const int64_t row = split == Split::kColumns ? r : split == Split::kQkv ? qkv_row(r, t) : t * lrows + r;
-        const int64_t col0 = split == Split::kColumns ? t * lcols : 0;
+        const int64_t row = split == MegatronSplit::kColumns ? r : split == MegatronSplit::kQkv ? megatron_qkv_row(r, t, tp, cfg_, c_.checkpoint_version) : t * lrows + r;
+        const int64_t col0 = split == MegatronSplit::kColumns ? t * lcols : 0;
         std::memcpy(&full[static_cast<size_t>(row * cols + col0)], &local[static_cast<size_t>(r * lcols)],
                     static_cast<size_t>(lcols) * sizeof(float));
       }
@@ -399,21 +387,6 @@ class Joiner {
  private:
   std::string describe(const std::string& canonical) const {
     return canonical == "head" ? "the LM head" : "'" + canonical + "'";
-  }
-  // Trident's global QKV row ([q,k,v][heads][head_dim]) of row r of rank t's shard, whose
-  // order depends on the checkpoint version (Megatron's fix_query_key_value_ordering).
-  int64_t qkv_row(int64_t r, int t) const {
-    const int64_t hd = cfg_.head_dim(), heads = cfg_.num_attention_heads / c_.tp;
-    const double v = c_.checkpoint_version;
-    int64_t which, head, d;
-    if (v >= 2.0) {  // [heads][3][head_dim]
-      d = r % hd, which = (r / hd) % 3, head = r / (3 * hd);
-    } else if (v >= 1.0) {  // [heads][head_dim][3]
-      which = r % 3, d = (r / 3) % hd, head = r / (3 * hd);
-    } else {  // [3][heads][head_dim]
-      d = r % hd, head = (r / hd) % heads, which = r / (hd * heads);
-    }
-    return which * cfg_.hidden_size + (t * heads + head) * hd + d;
   }
   std::vector<float> read(const Piece& p, const std::vector<int64_t>& shape) const {
     const TorchTensor* t = TorchFile::tensor(*p.value);
@@ -434,6 +407,37 @@ bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 }  // namespace
+
+MegatronSplit megatron_split(const std::string& canonical) {
+  if (canonical == "wte" || canonical == "head") return MegatronSplit::kRows;
+  const size_t dot = canonical.find('.', 2);
+  const std::string s = canonical.rfind("h.", 0) == 0 && dot != std::string::npos ? canonical.substr(dot + 1) : canonical;
+  if (s == "attn.qkv.weight" || s == "attn.qkv.bias") return MegatronSplit::kQkv;
+  if (s == "mlp.fc.weight" || s == "mlp.fc.bias") return MegatronSplit::kRows;
+  if (s == "attn.proj.weight" || s == "mlp.proj.weight") return MegatronSplit::kColumns;
+  return MegatronSplit::kReplicated;
+}
+
+int64_t megatron_qkv_row(int64_t r, int t, int tp, const ModelConfig& cfg, double checkpoint_version) {
+  const int64_t hd = cfg.head_dim(), heads = cfg.num_attention_heads / tp;
+  int64_t which, head, d;
+  if (checkpoint_version >= 2.0) {  // [heads][3][head_dim]
+    d = r % hd, which = (r / hd) % 3, head = r / (3 * hd);
+  } else if (checkpoint_version >= 1.0) {  // [heads][head_dim][3]
+    which = r % 3, d = (r / 3) % hd, head = r / (3 * hd);
+  } else {  // [3][heads][head_dim]
+    d = r % hd, head = (r / hd) % heads, which = r / (hd * heads);
+  }
+  return which * cfg.hidden_size + (t * heads + head) * hd + d;
+}
+
+std::string megatron_layer_key(const std::string& canonical_suffix) {
+  for (const LayerModule& lm : layer_modules()) {
+    std::string rest = canonical_suffix;
+    if (strip(rest, lm.canonical)) return lm.megatron.front() + rest;
+  }
+  throw InternalError("'" + canonical_suffix + "' is not a layer parameter");
+}
 
 MegatronGpt2Model import_megatron_gpt2(const fs::path& load, std::optional<int64_t> iteration,
                                        std::optional<int64_t> vocab_size, const std::string& iteration_flag) {

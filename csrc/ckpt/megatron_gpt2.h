@@ -67,4 +67,28 @@ MegatronGpt2Model import_megatron_gpt2(const std::filesystem::path& load, std::o
 ModelConfig model_config_from_megatron_args(const pickle::Value& args, const std::string& source,
                                             std::optional<int64_t> vocab_size);
 
+// Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM
+// release checkpoint of the legacy GPT model: DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt
+// at tp x pp (pp must divide the layers, Megatron's split) and DIR/latest_checkpointed_iteration.txt
+// "release", which Megatron-LM (and Megatron-DeepSpeed without --deepspeed) loads without
+// optimizer or RNG state, at iteration 0. Each file holds 'model' (legacy names, vocabulary
+// padded for tp with zero rows, QKV in checkpoint_version 3.0's order), 'args' (the model's
+// shape and tp/pp as Megatron's argparse.Namespace; tokenizer_type GPT2BPETokenizer for
+// GPT-2's 50257 tokens, else None), 'checkpoint_version' 3.0 and 'iteration'. Tensors are
+// stored as `dtype`. DIR must exist. Throws ConfigError for a layout Megatron cannot hold,
+// IoError naming the file.
+void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical, int tp,
+                          int pp, DType dtype, int64_t iteration, int64_t consumed_samples);
+
+// Megatron's tensor-parallel split of a canonical parameter (the word embedding and the LM
+// head by rows, ...; see above).
+enum class MegatronSplit { kReplicated, kRows, kColumns, kQkv };
+MegatronSplit megatron_split(const std::string& canonical);
+// Trident's QKV row ([q,k,v][heads][head_dim]) of row r of tensor-parallel rank t's shard,
+// whose rows are in the order of `checkpoint_version`.
+int64_t megatron_qkv_row(int64_t r, int t, int tp, const ModelConfig& cfg, double checkpoint_version);
+// The legacy model's key inside a layer for a canonical suffix: "attn.qkv.weight" ->
+// "self_attention.query_key_value.weight".
+std::string megatron_layer_key(const std::string& canonical_suffix);
+
 }  // namespace trident

@@ -1,8 +1,12 @@
 #include "ckpt/torch_file.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <zip.h>
 
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <map>
 
@@ -407,6 +411,50 @@ std::vector<float> TorchFile::read_f32(const TorchTensor& t, const std::string& 
     }
   }
   return out;
+}
+
+void write_torch_file(const std::string& path, const std::string& pickle, const std::vector<TorchStorageBytes>& storages) {
+  int code = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_EXCL, &code);
+  if (!z) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, code);
+    const std::string what = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    throw IoError(path + ": cannot create: " + what);
+  }
+  const std::string stem = std::filesystem::path(path).stem().string();
+  static const std::string kVersion = "3\n", kByteOrder = "little";
+  const auto add = [&](const std::string& name, const std::string& data) {
+    zip_source_t* src = zip_source_buffer(z, data.data(), data.size(), 0);
+    const zip_int64_t idx = src ? zip_file_add(z, (stem + "/" + name).c_str(), src, ZIP_FL_ENC_UTF_8) : -1;
+    if (idx < 0) {
+      if (src) zip_source_free(src);
+      return false;
+    }
+    return zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0) == 0;
+  };
+  bool ok = add("data.pkl", pickle);
+  for (const TorchStorageBytes& s : storages) ok = ok && add("data/" + s.key, s.bytes);
+  ok = ok && add("version", kVersion) && add("byteorder", kByteOrder);
+  std::string what;
+  if (!ok) {
+    what = zip_strerror(z);
+    zip_discard(z);
+  } else if (zip_close(z) != 0) {
+    what = zip_strerror(z);
+    zip_discard(z);
+  }
+  if (what.empty()) {  // durable before a caller renames or points at it
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) what = std::string("fsync: ") + std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+  }
+  if (!what.empty()) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    throw IoError(path + ": cannot write: " + what);
+  }
 }
 
 }  // namespace trident

@@ -14,7 +14,9 @@
 // pickle::Kind::External values; their data is read only when asked for, so a file's
 // metadata costs no more than its pickle.
 //
-// Zip archives are read with libzip. Errors throw IoError "<file>: <what is wrong>".
+// write_torch_file writes the zip format (what torch.load and TorchFile read).
+//
+// Zip archives are read and written with libzip. Errors throw IoError "<file>: <what is wrong>".
 #pragma once
 
 #include <cstdint>
@@ -61,5 +63,16 @@ class TorchFile {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// One storage for write_torch_file: its key and raw little-endian bytes.
+struct TorchStorageBytes {
+  std::string key;
+  std::string bytes;
+};
+// Writes a torch.save zip file at `path` (which must not exist): "<stem>/data.pkl" holding
+// `pickle` (pickle::Writer's), "<stem>/data/<key>" per storage, "<stem>/version" ("3") and
+// "<stem>/byteorder" ("little"), entries stored uncompressed. On error nothing is left at
+// `path`; throws IoError naming it.
+void write_torch_file(const std::string& path, const std::string& pickle, const std::vector<TorchStorageBytes>& storages);
 
 }  // namespace trident

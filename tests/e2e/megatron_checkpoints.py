@@ -17,7 +17,9 @@ tests/e2e/megatron_import.sh. Written from Megatron's documented layouts, not fr
   * Megatron-DeepSpeed: global_stepN/ with layer_XX-model_TT-model_states.pt per layer (DeepSpeed's
     pipeline) or mp_rank_TT_model_states.pt with the model under 'module'.
 
-Usage: megatron_checkpoints.py OUT   (prints one line per case: NAME DTYPE VOCAB EXTRA-FLAGS)
+Usage: megatron_checkpoints.py OUT   (prints one line per case: NAME HF-REFERENCE VOCAB EXTRA-FLAGS)
+       megatron_checkpoints.py check-export MEGATRON-DIR HF-DIR TP PP DTYPE
+           torch.load's view of trident's --to megatron export against the state dicts built here
 """
 import argparse
 import collections
@@ -148,55 +150,64 @@ def save(obj, path, legacy_format=False):
     torch.save(obj, path, _use_new_zipfile_serialization=not legacy_format)
 
 
-def megatron_lm(out, w, pad, vocab, tp, pp, dtype, version, names, folder="iter_0000007", tracker="7",
-                mcore=False, te=False, vp=1, legacy_format=False, tokenizer="NullTokenizer", head_noise=False,
-                outer="encoder", args_extra=None):
-    vocab_padded = -(-vocab // (128 * tp)) * 128 * tp
-    args = megatron_args(vocab_padded, tp, pp, dtype, tokenizer, vp if vp > 1 else None, **(args_extra or {}))
+def rank_models(w, pad, vocab_padded, tp, pp, t, s, dtype, version, names, mcore=False, te=False, vp=1,
+                head_noise=False, outer="encoder"):
+    """The model state dicts (one per virtual chunk) of TP rank t on pipeline stage s."""
     ranges = layer_ranges(pp, vp)
+    models = []
+    for v in range(vp):
+        first, last = s == 0 and v == 0, s == pp - 1 and v == vp - 1
+        emb = embedding_rows(w["wte"], pad, vocab_padded, tp, t, dtype)
+        if mcore:
+            m = collections.OrderedDict()
+            if first:
+                m["embedding.word_embeddings.weight"] = emb
+                m["embedding.position_embeddings.weight"] = w["wpe"].to(dtype)
+            for j, g in enumerate(ranges[(v, s)]):
+                for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names, te).items():
+                    m[f"decoder.layers.{j}.{k}"] = x
+                if te:
+                    m[f"decoder.layers.{j}.self_attention.linear_qkv._extra_state"] = io.BytesIO(b"fp8")
+                    m[f"decoder.layers.{j}.mlp.linear_fc2._extra_state"] = None
+            if last:
+                m["decoder.final_layernorm.weight"] = w["ln_f.weight"].to(dtype)
+                m["decoder.final_layernorm.bias"] = w["ln_f.bias"].to(dtype)
+                if not first:
+                    m["output_layer.weight"] = emb.clone()
+                m["output_layer._extra_state"] = None
+        else:
+            enc = collections.OrderedDict()
+            for j, g in enumerate(ranges[(v, s)]):
+                for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names).items():
+                    enc[f"layers.{j}.{k}"] = x
+            lm = {}
+            if first:
+                lm["embedding"] = {"word_embeddings": {"weight": emb},
+                                   "position_embeddings": {"weight": w["wpe"].to(dtype)}}
+            if last:
+                enc["final_layernorm.weight"] = w["ln_f.weight"].to(dtype)
+                enc["final_layernorm.bias"] = w["ln_f.bias"].to(dtype)
+            lm[outer] = enc
+            m = {"language_model": lm}
+            if last and not first:
+                head = emb.clone()
+                if head_noise:
+                    head[0, 0] += 1
+                m["word_embeddings_for_head"] = {"weight": head}
+        models.append(m)
+    return models
+
+
+def padded_size(vocab, tp):
+    return -(-vocab // (128 * tp)) * 128 * tp
+
+
+def megatron_lm(out, w, pad, vocab, tp, pp, dtype, version, names, folder="iter_0000007", tracker="7",
+                legacy_format=False, tokenizer="NullTokenizer", args_extra=None, vp=1, **model_kw):
+    args = megatron_args(padded_size(vocab, tp), tp, pp, dtype, tokenizer, vp if vp > 1 else None, **(args_extra or {}))
     for t in range(tp):
         for s in range(pp):
-            models = []
-            for v in range(vp):
-                first, last = s == 0 and v == 0, s == pp - 1 and v == vp - 1
-                emb = embedding_rows(w["wte"], pad, vocab_padded, tp, t, dtype)
-                if mcore:
-                    m = collections.OrderedDict()
-                    if first:
-                        m["embedding.word_embeddings.weight"] = emb
-                        m["embedding.position_embeddings.weight"] = w["wpe"].to(dtype)
-                    for j, g in enumerate(ranges[(v, s)]):
-                        for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names, te).items():
-                            m[f"decoder.layers.{j}.{k}"] = x
-                        if te:
-                            m[f"decoder.layers.{j}.self_attention.linear_qkv._extra_state"] = io.BytesIO(b"fp8")
-                            m[f"decoder.layers.{j}.mlp.linear_fc2._extra_state"] = None
-                    if last:
-                        m["decoder.final_layernorm.weight"] = w["ln_f.weight"].to(dtype)
-                        m["decoder.final_layernorm.bias"] = w["ln_f.bias"].to(dtype)
-                        if not first:
-                            m["output_layer.weight"] = emb.clone()
-                        m["output_layer._extra_state"] = None
-                else:
-                    enc = collections.OrderedDict()
-                    for j, g in enumerate(ranges[(v, s)]):
-                        for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names).items():
-                            enc[f"layers.{j}.{k}"] = x
-                    lm = {}
-                    if first:
-                        lm["embedding"] = {"word_embeddings": {"weight": emb},
-                                           "position_embeddings": {"weight": w["wpe"].to(dtype)}}
-                    if last:
-                        enc["final_layernorm.weight"] = w["ln_f.weight"].to(dtype)
-                        enc["final_layernorm.bias"] = w["ln_f.bias"].to(dtype)
-                    lm[outer] = enc
-                    m = {"language_model": lm}
-                    if last and not first:
-                        head = emb.clone()
-                        if head_noise:
-                            head[0, 0] += 1
-                        m["word_embeddings_for_head"] = {"weight": head}
-                models.append(m)
+            models = rank_models(w, pad, padded_size(vocab, tp), tp, pp, t, s, dtype, version, names, vp=vp, **model_kw)
             state = {"args": args, "iteration": 7, "optimizer": {"state": {}}, "rng_state": [{"x": 1}]}
             if version:
                 state["checkpoint_version"] = version
@@ -212,7 +223,7 @@ def megatron_lm(out, w, pad, vocab, tp, pp, dtype, version, names, folder="iter_
 
 
 def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline):
-    vocab_padded = -(-vocab // (128 * tp)) * 128 * tp
+    vocab_padded = padded_size(vocab, tp)
     args = megatron_args(vocab_padded, tp, 1, dtype, "NullTokenizer")
     step = os.path.join(out, "global_step5")
     for t in range(tp):
@@ -246,7 +257,57 @@ def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline):
         f.write("5")
 
 
+def read_hf(path):
+    """A Hugging Face folder's F32 tensors under the names gpt2_weights uses."""
+    import numpy
+    blob = open(os.path.join(path, "model.safetensors"), "rb").read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    w = {}
+    for name, info in header.items():
+        assert info["dtype"] == "F32", info
+        b, e = info["data_offsets"]
+        t = torch.from_numpy(numpy.frombuffer(blob[8 + n + b:8 + n + e], dtype=numpy.float32).copy())
+        name = name[len("transformer."):] if name.startswith("transformer.") else name
+        w[name[:-len(".weight")] if name in ("wte.weight", "wpe.weight") else name] = t.reshape(info["shape"])
+    return w
+
+
+def expect_same(got, want, where):
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (where, list(got), list(want))
+        for k in want:
+            expect_same(got[k], want[k], f"{where}.{k}")
+    else:
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), where
+
+
+def check_export(out, hf, tp, pp, dtype_name):
+    """torch.load every file of trident's Megatron export and compare it with the legacy model's
+    state dict built here from the Hugging Face folder (padding rows zero, version 3.0)."""
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    w = read_hf(hf)
+    vocab = w["wte"].shape[0]
+    assert open(os.path.join(out, "latest_checkpointed_iteration.txt")).read() == "release"
+    for t in range(tp):
+        for s in range(pp):
+            rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
+            state = torch.load(os.path.join(out, "release", rank, "model_optim_rng.pt"))
+            want = rank_models(w, torch.zeros(2048, C), padded_size(vocab, tp), tp, pp, t, s, dtype, 3.0, LEGACY_NAMES)
+            expect_same(state["model"], want[0], rank)
+            a = state["args"]
+            assert (a.num_layers, a.hidden_size, a.num_attention_heads, a.padded_vocab_size, a.tensor_model_parallel_size,
+                    a.pipeline_model_parallel_size, a.params_dtype, a.max_position_embeddings) == \
+                (L, C, HEADS, padded_size(vocab, tp), tp, pp, dtype, P), vars(a)
+            assert state["checkpoint_version"] == 3.0
+    print(f"check-export: {tp * pp} files as Megatron's legacy GPT model")
+
+
 def main():
+    if sys.argv[1] == "check-export":
+        check_export(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+        return
     out = sys.argv[1]
     cases = []
     refs = {}

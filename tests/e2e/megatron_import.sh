@@ -11,7 +11,10 @@
 # an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
 # PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
 # differs, a wrong vocabulary, a truncated file and a missing rank folder fail with one line
-# naming the arg, flag or file, and leave no output. SKIP without Debian's python3-torch.
+# naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
+# reads each file of an export (tp1 x pp1 fp32, tp2 x pp2 bf16) as the legacy model's state dict
+# built from the Hugging Face folder, and an export imports back bit for bit. SKIP without
+# Debian's python3-torch.
 # Usage: megatron_import.sh CONVERT GENERATE REPO VOCABDIR
 set -u
 convert=$1 generate=$2 repo=$3 vocab=$4
@@ -89,6 +92,26 @@ theirs = json.load(open(sys.argv[2]))
 assert ours == theirs and len(ours) > 24, (ours, theirs)
 EOF
 
+# ---- trident-convert --to megatron: torch.load reads each file as the legacy model's state dict
+# built from the Hugging Face folder; the export imports back bit for bit.
+"$convert" --from hf --load "$src/hf-float32-1000" --save "$tmp/trident" >/dev/null
+for layout in "1 1 fp32" "2 2 bf16"; do
+  read -r tp pp dtype <<<"$layout"
+  rm -rf "$tmp/exported"
+  if "$convert" --to megatron --load "$tmp/trident" --save "$tmp/exported" --target-tp "$tp" --target-pp "$pp" \
+      --dtype "$dtype" >/dev/null &&
+      "$py" "$repo/tests/e2e/megatron_checkpoints.py" check-export "$tmp/exported" "$src/hf-float32-1000" "$tp" "$pp" \
+        "$dtype" >"$tmp/check.log" 2>&1; then
+    ok "--to megatron at tp $tp x pp $pp, $dtype: $(cat "$tmp/check.log")"
+  else
+    fail "--to megatron at tp $tp x pp $pp, $dtype"; cat "$tmp/check.log"
+  fi
+done
+rm -rf "$tmp/exported"
+"$convert" --to megatron --load "$tmp/trident" --save "$tmp/exported" --target-tp 2 >/dev/null &&
+  "$convert" --from megatron --vocab-size 1000 --load "$tmp/exported" --save "$tmp/roundtrip" >/dev/null &&
+  same_as_reference "$tmp/roundtrip" hf-float32-1000 "--to megatron, then --from megatron" || fail "export round trip"
+
 # ---- errors: one line naming the arg, flag or file; nothing written
 expect_error() {  # expect_error TEXT COMMAND...
   local text=$1 save=$tmp/failed
@@ -120,6 +143,10 @@ expect_error "--iteration 9: neither $src/lm-tp2-pp2/iter_0000009 nor $src/lm-tp
   "$convert" "${m[@]}" --load "$src/lm-tp2-pp2" --iteration 9
 expect_error "--load: $src/hf-float32-1000 holds no Megatron checkpoint" "$convert" "${m[@]}" --load "$src/hf-float32-1000"
 expect_error "--vocab-size applies to --from megatron only" "$convert" --from hf --vocab-size 10 --load "$src/hf-float32-1000"
+expect_error "--target-pp 3: Megatron's pipeline splits the 4 layers evenly; it must divide them" \
+  "$convert" --to megatron --load "$tmp/trident" --target-pp 3
+expect_error "--target-tp 3: " "$convert" --to megatron --load "$tmp/trident" --target-tp 3
+expect_error "--no-optimizer does not apply to --to megatron" "$convert" --to megatron --load "$tmp/trident" --no-optimizer
 cp -r "$src/lm-tp2-pp2" "$tmp/truncated"
 file=$tmp/truncated/iter_0000007/mp_rank_01_001/model_optim_rng.pt
 truncate -s 3000 "$file"

@@ -1,0 +1,219 @@
+// export_megatron_gpt2 (megatron_gpt2.h): canonical tensors -> a Megatron-LM release
+// checkpoint of the legacy GPT model, one torch.save file per tensor-parallel rank and stage.
+#include <cstring>
+
+#include "ckpt/atomic_file.h"
+#include "ckpt/checkpoint_dir.h"
+#include "ckpt/megatron_gpt2.h"
+#include "ckpt/pickle_writer.h"
+#include "ckpt/torch_file.h"
+#include "core/error.h"
+#include "model/param_spec.h"
+
+namespace trident {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kCheckpointVersion = 3.0;
+constexpr int64_t kGpt2VocabSize = 50257;
+
+const char* storage_type(DType t) {
+  switch (t) {
+    case DType::F32: return "FloatStorage";
+    case DType::F16: return "HalfStorage";
+    case DType::BF16: return "BFloat16Storage";
+    default: break;
+  }
+  throw ConfigError(std::string("Megatron export dtype must be fp32, fp16 or bf16, not ") + dtype_name(t));
+}
+
+std::string encode(const std::vector<float>& v, DType t) {
+  std::string out(v.size() * dtype_size(t), '\0');
+  if (t == DType::F32) {
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t h = t == DType::F16 ? float_to_half(v[i]) : float_to_bf16(v[i]);
+    std::memcpy(&out[2 * i], &h, 2);
+  }
+  return out;
+}
+
+// Megatron's argparse.Namespace for the model: what its load_checkpoint compares
+// (check_checkpoint_args) and --use-checkpoint-args takes.
+void write_args(pickle::Writer& w, const ModelConfig& cfg, int tp, int pp, DType dtype, int64_t iteration,
+                int64_t consumed_samples) {
+  const auto i = [&](const char* k, int64_t v) { w.str(k); w.integer(v); };
+  const auto b = [&](const char* k, bool v) { w.str(k); w.boolean(v); };
+  const auto f = [&](const char* k, double v) { w.str(k); w.real(v); };
+  const auto s = [&](const char* k, const char* v) { w.str(k); v ? w.str(v) : w.none(); };
+  w.begin_namespace();
+  i("num_layers", cfg.num_layers);
+  i("hidden_size", cfg.hidden_size);
+  i("ffn_hidden_size", cfg.ffn_hidden_size());
+  i("num_attention_heads", cfg.num_attention_heads);
+  i("kv_channels", cfg.head_dim());
+  i("max_position_embeddings", cfg.max_position_embeddings);
+  i("seq_length", cfg.seq_length);
+  i("padded_vocab_size", cfg.padded_vocab_size(tp));
+  i("make_vocab_size_divisible_by", cfg.make_vocab_size_divisible_by);
+  s("tokenizer_type", cfg.vocab_size == kGpt2VocabSize ? "GPT2BPETokenizer" : nullptr);
+  i("tensor_model_parallel_size", tp);
+  i("pipeline_model_parallel_size", pp);
+  w.str("virtual_pipeline_model_parallel_size");
+  w.none();
+  b("fp16", dtype == DType::F16);
+  b("bf16", dtype == DType::BF16);
+  w.str("params_dtype");
+  w.global("torch", dtype == DType::F16 ? "float16" : dtype == DType::BF16 ? "bfloat16" : "float32");
+  f("layernorm_epsilon", 1e-5);
+  f("norm_epsilon", 1e-5);
+  s("normalization", "LayerNorm");
+  s("position_embedding_type", "learned_absolute");
+  b("add_position_embedding", true);
+  b("add_bias_linear", true);
+  b("bias_gelu_fusion", true);  // the tanh GELU, trident's
+  b("openai_gelu", false);
+  b("swiglu", false);
+  b("untie_embeddings_and_output_weights", false);
+  b("apply_residual_connection_post_layernorm", false);
+  b("group_query_attention", false);
+  b("data_parallel_random_init", false);
+  f("hidden_dropout", cfg.hidden_dropout);
+  f("attention_dropout", cfg.attention_dropout);
+  f("init_method_std", cfg.init_method_std);
+  i("iteration", iteration);
+  i("consumed_train_samples", consumed_samples);
+  i("consumed_valid_samples", 0);
+  w.end();
+}
+
+// Rank t's shard of a full tensor [rows, cols] (cols 1 for a vector), as Megatron splits it.
+std::vector<float> shard(const std::string& canonical, const std::vector<float>& full, int64_t rows, int64_t cols,
+                         int t, int tp, const ModelConfig& cfg) {
+  const MegatronSplit split = megatron_split(canonical);
+  if (split == MegatronSplit::kReplicated) return full;
+  const int64_t lrows = split == MegatronSplit::kColumns ? rows : rows / tp;
+  const int64_t lcols = split == MegatronSplit::kColumns ? cols / tp : cols;
+  std::vector<float> out(static_cast<size_t>(lrows * lcols));
+  for (int64_t r = 0; r < lrows; ++r) {
+    const int64_t row = split == MegatronSplit::kColumns ? r
+                        : split == MegatronSplit::kQkv   ? megatron_qkv_row(r, t, tp, cfg, kCheckpointVersion)
+                                                         : t * lrows + r;
+    const int64_t col0 = split == MegatronSplit::kColumns ? t * lcols : 0;
+    std::memcpy(&out[static_cast<size_t>(r * lcols)], &full[static_cast<size_t>(row * cols + col0)],
+                static_cast<size_t>(lcols) * sizeof(float));
+  }
+  return out;
+}
+
+class RankFile {
+ public:
+  RankFile(DType dtype) : dtype_(dtype) {}
+  // Writes key: tensor (its storage added to the file).
+  void tensor(pickle::Writer& w, const std::string& key, std::vector<float> data, std::vector<int64_t> shape) {
+    const std::string storage_key = std::to_string(storages_.size());
+    w.str(key);
+    w.tensor(storage_type(dtype_), storage_key, shape);
+    storages_.push_back({storage_key, encode(data, dtype_)});
+  }
+  const std::vector<TorchStorageBytes>& storages() const { return storages_; }
+
+ private:
+  DType dtype_;
+  std::vector<TorchStorageBytes> storages_;
+};
+
+}  // namespace
+
+void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const TensorMap& canonical, int tp, int pp,
+                          DType dtype, int64_t iteration, int64_t consumed_samples) {
+  (void)storage_type(dtype);  // validates it
+  cfg.validate(tp);
+  if (pp < 1 || cfg.num_layers % pp)
+    throw ConfigError("--target-pp " + std::to_string(pp) + ": Megatron's pipeline splits the " +
+                      std::to_string(cfg.num_layers) + " layers evenly; it must divide them");
+  const int64_t C = cfg.hidden_size, padded = cfg.padded_vocab_size(tp);
+  const auto full = [&](const std::string& name) -> const HostTensor& {
+    auto it = canonical.find(name);
+    if (it == canonical.end()) throw InternalError("Megatron export: no tensor " + name);
+    return it->second;
+  };
+  const HostTensor& wte = full("wte");
+  const std::vector<float> wte_padded = pad_rows(wte.data.data(), wte.shape[0], C, padded);
+  const int per_stage = cfg.num_layers / pp;
+  const fs::path release = dir / "release";
+  std::error_code ec;
+  fs::create_directories(release, ec);
+  if (ec) throw IoError(release.string() + ": cannot create: " + ec.message());
+  for (int p = 0; p < pp; ++p)
+    for (int t = 0; t < tp; ++t) {
+      pickle::Writer w;
+      RankFile file(dtype);
+      const auto param = [&](const std::string& key, const std::string& name) {
+        const HostTensor& h = full(name);
+        const int64_t rows = h.shape[0], cols = h.shape.size() > 1 ? h.shape[1] : 1;
+        std::vector<int64_t> shape = h.shape;
+        const MegatronSplit split = megatron_split(name);
+        if (split == MegatronSplit::kColumns) shape[1] /= tp;
+        else if (split != MegatronSplit::kReplicated) shape[0] /= tp;
+        file.tensor(w, key, shard(name, h.data, rows, cols, t, tp, cfg), shape);
+      };
+      const auto word_embeddings = [&](const char* outer) {
+        w.str(outer);
+        w.begin_dict();
+        file.tensor(w, "weight", shard("wte", wte_padded, padded, C, t, tp, cfg), {padded / tp, C});
+        w.end();
+      };
+      w.begin_dict();
+      w.str("args");
+      write_args(w, cfg, tp, pp, dtype, iteration, consumed_samples);
+      w.str("checkpoint_version");
+      w.real(kCheckpointVersion);
+      w.str("iteration");
+      w.integer(iteration);
+      w.str("model");
+      w.begin_dict();
+      w.str("language_model");
+      w.begin_dict();
+      if (p == 0) {
+        w.str("embedding");
+        w.begin_dict();
+        word_embeddings("word_embeddings");
+        w.str("position_embeddings");
+        w.begin_dict();
+        param("weight", "wpe");
+        w.end();
+        w.end();
+      }
+      w.str("encoder");
+      w.begin_ordered_dict();
+      for (int l = 0; l < per_stage; ++l)
+        for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
+          const std::string prefix = "h." + std::to_string(p * per_stage + l) + ".";
+          if (spec.name.rfind(prefix, 0) != 0) continue;
+          param("layers." + std::to_string(l) + "." + megatron_layer_key(spec.name.substr(prefix.size())), spec.name);
+        }
+      if (p == pp - 1) {
+        param("final_layernorm.weight", "ln_f.weight");
+        param("final_layernorm.bias", "ln_f.bias");
+      }
+      w.end();  // encoder
+      w.end();  // language_model
+      if (p == pp - 1 && pp > 1) word_embeddings("word_embeddings_for_head");
+      w.end();  // model
+      w.end();
+      const fs::path rank_dir = release / rank_dir_name(t, p, pp);
+      fs::create_directories(rank_dir, ec);
+      if (ec) throw IoError(rank_dir.string() + ": cannot create: " + ec.message());
+      write_torch_file((rank_dir / "model_optim_rng.pt").string(), w.finish(), file.storages());
+      fsync_dir(rank_dir.string());
+    }
+  fsync_dir(release.string());
+  write_file_atomic(latest_file(dir).string(), "release");
+}
+
+}  // namespace trident
