@@ -62,10 +62,11 @@ constexpr const char* kUsage =
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
     "  trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]\n"
-    "                  [--target-pp P] [--overwrite]\n"
+    "                  [--target-pp P] [--num-attention-heads H] [--overwrite]\n"
     "      import the weights of a Megatron-LM (mp_rank_*/model_optim_rng.pt) or Megatron-DeepSpeed (global_stepN/)\n"
     "      GPT checkpoint of any layout as OUT/iter_0000000 without optimizer state; --vocab-size is the real\n"
-    "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer)\n"
+    "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer); --num-attention-heads for a\n"
+    "      checkpoint saved without args (default 16 for NVIDIA's released 24-layer, 1024-wide GPT-2 345M)\n"
     "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N\n"
     "(or Megatron's --ckpt-step N).\n"
     "A checkpoint OUT must hold no checkpoint yet (no latest_checkpointed_iteration.txt, no iter_* folder)\n"
@@ -75,6 +76,7 @@ constexpr const char* kUsage =
 struct ConvertFlags {
   std::string load, save, to, from, dtype;
   std::optional<int64_t> iteration, vocab_size;
+  std::optional<int> num_attention_heads;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
   bool no_optimizer = false, overwrite = false, help = false;
   std::map<std::string, bool> given;
@@ -107,7 +109,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"load", true},      {"save", true},         {"iteration", true}, {"ckpt-step", true}, {"target-tp", true},
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
-      {"vocab-size", true}, {"help", false}};
+      {"vocab-size", true}, {"num-attention-heads", true}, {"help", false}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -143,6 +145,8 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "target-tp") f.target_tp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "target-pp") f.target_pp = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "vocab-size") f.vocab_size = parse_integer_flag(name, value, 1, kMaxInt);
+    else if (name == "num-attention-heads")
+      f.num_attention_heads = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "make-vocab-size-divisible-by")
       f.vocab_divisible_by = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
   }
@@ -161,8 +165,9 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
   if (f.given["make-vocab-size-divisible-by"] && f.from != "hf")
     throw ConfigError("--make-vocab-size-divisible-by applies to --from hf only (a checkpoint keeps its own)");
-  if (f.given["vocab-size"] && f.from != "megatron")
-    throw ConfigError("--vocab-size applies to --from megatron only (other sources record their vocabulary)");
+  for (const char* g : {"vocab-size", "num-attention-heads"})
+    if (f.given[g] && f.from != "megatron")
+      throw ConfigError(std::string("--") + g + " applies to --from megatron only (other sources record it)");
   if (f.from == "hf" && f.iteration) throw ConfigError(std::string(iteration_flag(f)) + " does not apply to --from hf");
   std::error_code ec;
   if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
@@ -346,7 +351,12 @@ int import_hf(const ConvertFlags& f) {
 // optimizer state.
 int import_megatron(const ConvertFlags& f) {
   check_save_holds_no_checkpoint(f);
-  MegatronGpt2Model mg = import_megatron_gpt2(f.load, f.iteration, f.vocab_size, iteration_flag(f));
+  MegatronImportOptions o;
+  o.iteration = f.iteration;
+  o.vocab_size = f.vocab_size;
+  o.num_attention_heads = f.num_attention_heads;
+  o.iteration_flag = iteration_flag(f);
+  MegatronGpt2Model mg = import_megatron_gpt2(f.load, o);
   CheckpointMetadata m;
   m.model = mg.config;
   m.iteration = 0;

@@ -1,7 +1,10 @@
 // model_config_from_megatron_args (megatron_gpt2.h): the model shape from the argparse
 // Namespace Megatron-LM and Megatron-DeepSpeed save as 'args', with Megatron's defaults for
 // the fields older versions did not have.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <map>
 
 #include "ckpt/megatron_gpt2.h"
 #include "core/error.h"
@@ -50,11 +53,37 @@ class Args {
     if (v->kind == Kind::Int) return static_cast<double>(v->integer);
     throw bad(key, v);
   }
-  // A string setting; nullopt when absent, None or not a string (some forks store enums).
+  // A string setting; nullopt when absent or None.
   std::optional<std::string> text(const char* key) const {
     const Value* v = present(key);
-    if (!v || v->kind != Kind::Str) return std::nullopt;
+    if (!v) return std::nullopt;
+    if (v->kind != Kind::Str) throw bad(key, v);
     return v->text;
+  }
+  // An enum member's name, or a string: Megatron-DeepSpeed pickles PositionEmbeddingType
+  // members, as Enum(value) before Python 3.11 and as getattr(Enum, name) after.
+  std::optional<std::string> enum_name(const char* key, const std::map<int64_t, std::string>& int_values) const {
+    const Value* v = present(key);
+    if (!v || v->kind == Kind::Str) return text(key);
+    const auto& a = v->args ? v->args->items : std::vector<pickle::Ref>{};
+    if (v->kind == Kind::Object && v->callable && a.size() == 2 && a[1]->is_str() &&
+        (v->callable->is_global("builtins", "getattr") || v->callable->is_global("__builtin__", "getattr")))
+      return a[1]->text;
+    if (v->kind == Kind::Object && a.size() == 1 && a[0]->is_str()) return a[0]->text;
+    if (v->kind == Kind::Object && a.size() == 1 && a[0]->kind == Kind::Int && int_values.count(a[0]->integer))
+      return int_values.at(a[0]->integer);
+    throw bad(key, v);
+  }
+  // The largest of an int or a list of ints (Megatron-DeepSpeed's --num-experts takes a list).
+  std::optional<int64_t> largest(const char* key) const {
+    const Value* v = present(key);
+    if (!v || v->kind != Kind::List) return integer(key);
+    int64_t m = 0;
+    for (const pickle::Ref& x : v->items) {
+      if (x->kind != Kind::Int) throw bad(key, v);
+      m = std::max(m, x->integer);
+    }
+    return m;
   }
 
   [[noreturn]] void unsupported(const std::string& key, const std::string& what) const {
@@ -74,11 +103,17 @@ class Args {
   const std::string& source_;
 };
 
+std::string lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 void check_architecture(const Args& a, int64_t hidden, int64_t heads) {
   if (a.flag("untie_embeddings_and_output_weights", false))
     a.unsupported("untie_embeddings_and_output_weights", "true: trident ties the LM head to the word embedding");
-  if (const auto n = a.text("normalization"); n && *n != "LayerNorm")
+  if (const auto n = a.text("normalization"); n && lowercase(*n) != "layernorm")  // Megatron-DeepSpeed: 'layernorm'
     a.unsupported("normalization", "'" + *n + "' (trident's GPT-2 uses LayerNorm)");
+  if (const auto g = a.text("glu_activation")) a.unsupported("glu_activation", "'" + *g + "' is not supported");
   if (a.flag("apply_layernorm_1p", false)) a.unsupported("apply_layernorm_1p", "true is not supported");
   for (const char* k : {"swiglu", "squared_relu", "apply_residual_connection_post_layernorm",
                         "use_rotary_position_embeddings", "onnx_safe"})
@@ -86,9 +121,13 @@ void check_architecture(const Args& a, int64_t hidden, int64_t heads) {
   if (!a.flag("add_bias_linear", true)) a.unsupported("add_bias_linear", "false: trident's linear layers have biases");
   if (!a.flag("add_position_embedding", true))
     a.unsupported("add_position_embedding", "false: trident's GPT-2 has learned positions");
-  if (const auto p = a.text("position_embedding_type"); p && *p != "learned_absolute")
+  // Megatron-DeepSpeed's PositionEmbeddingType: rotary 1, absolute 2, alibi 3.
+  if (const auto p = a.enum_name("position_embedding_type", {{1, "rotary"}, {2, "absolute"}, {3, "alibi"}});
+      p && *p != "learned_absolute" && *p != "absolute")
     a.unsupported("position_embedding_type", "'" + *p + "' (trident's GPT-2 has learned absolute positions)");
-  if (const auto e = a.integer("num_experts"); e && *e > 1) a.unsupported("num_experts", "mixture of experts is not supported");
+  if (const auto e = a.largest("num_experts"); e && *e > 1) a.unsupported("num_experts", "mixture of experts is not supported");
+  if (const auto kv = a.integer("num_key_value_heads"); kv && *kv != heads)  // Megatron-DeepSpeed's grouped-query attention
+    a.unsupported("num_key_value_heads", std::to_string(*kv) + " key/value heads: grouped-query attention is not supported");
   if (const auto g = a.integer("num_query_groups"); g && a.flag("group_query_attention", false) && *g != heads)
     a.unsupported("num_query_groups", std::to_string(*g) + " groups: grouped-query attention is not supported");
   if (const auto f = a.integer("ffn_hidden_size"); f && *f != 4 * hidden)
@@ -124,7 +163,7 @@ ModelConfig model_config_from_megatron_args(const Value& args, const std::string
                      : a.integer("model_parallel_size")      ? a.required_integer("model_parallel_size")
                                                              : 1;
   if (!vocab_size) {
-    const std::optional<std::string> tok = a.text("tokenizer_type");
+    const std::optional<std::string> tok = a.enum_name("tokenizer_type", {});
     if (tok != "GPT2BPETokenizer")
       throw ConfigError("--vocab-size: required: " + source + " holds only the padded vocabulary (" +
                         std::to_string(padded) + ") and its tokenizer_type is " + (tok ? "'" + *tok + "'" : "not given") +

@@ -24,6 +24,8 @@ namespace fs = std::filesystem;
 using pickle::Kind;
 using pickle::Value;
 
+constexpr int64_t kGpt2VocabSize = 50257;  // GPT-2's BPE vocabulary
+
 // ---------------------------------------------------------------------------------------
 // Module names -> canonical names.
 
@@ -110,10 +112,16 @@ struct Shard {
   std::vector<std::pair<std::string, const Value*>> params;
 };
 
-void flatten(const Value& v, const std::string& prefix, std::vector<std::pair<std::string, const Value*>>* out) {
+// Nested state dicts -> dotted keys. A state dict is a few levels deep; a deeper (or cyclic:
+// the pickle memo can make a dict hold itself) one is malformed.
+void flatten(const Value& v, const std::string& prefix, std::vector<std::pair<std::string, const Value*>>* out,
+             const std::string& where, int depth = 0) {
+  constexpr int kMaxDepth = 16;
+  if (depth > kMaxDepth) throw IoError(where + ": state dict nested deeper than " + std::to_string(kMaxDepth) + " at '" +
+                                       prefix.substr(0, 200) + "'");
   for (const auto& [k, child] : v.entries) {
     const std::string name = prefix + (k->is_str() ? k->text : k->describe());
-    if (child->kind == Kind::Dict) flatten(*child, name + ".", out);
+    if (child->kind == Kind::Dict) flatten(*child, name + ".", out, where, depth + 1);
     else if (child->kind != Kind::None) out->emplace_back(name, child.get());
   }
 }
@@ -140,9 +148,7 @@ void read_common(Checkpoint& c, const TorchFile& f) {
   const Value& root = f.root();
   if (root.kind != Kind::Dict) throw IoError(f.path() + ": holds " + root.describe() + ", not a checkpoint dict");
   const Value* args = root.get("args");
-  if (!args || args->kind == Kind::None)
-    throw IoError(f.path() + ": no 'args' (Megatron saves its arguments with every checkpoint; the model shape comes from them)");
-  c.args = args;
+  c.args = args && args->kind != Kind::None ? args : nullptr;  // absent in NVIDIA's released GPT-2 345M
   c.args_source = f.path();
   if (const Value* v = root.get("checkpoint_version")) {
     if (v->kind == Kind::Float) c.checkpoint_version = v->real;
@@ -162,8 +168,10 @@ void read_megatron_lm(Checkpoint& c, const std::vector<std::pair<int, int>>& ran
     throw IoError(c.dir.string() + ": the mp_rank_* folders do not form a tp x pp grid (" + std::to_string(ranks.size()) +
                   " folders for tp " + std::to_string(c.tp) + " x pp " + std::to_string(c.pp) + ")");
   for (const auto& [t, p] : ranks) {
-    const fs::path file = c.dir / rank_dir_name(t, p, with_stage ? 2 : 1) / "model_optim_rng.pt";
+    const fs::path rank_dir = c.dir / rank_dir_name(t, p, with_stage ? 2 : 1);
+    fs::path file = rank_dir / "model_optim_rng.pt";
     std::error_code ec;
+    if (!fs::exists(file, ec) && fs::exists(rank_dir / "model_rng.pt", ec)) file = rank_dir / "model_rng.pt";
     if (!fs::exists(file, ec)) throw IoError(file.string() + ": missing (a Megatron-LM rank folder holds model_optim_rng.pt)");
     const TorchFile& f = open_file(c, file);
     if (t == 0 && p == 0) read_common(c, f);
@@ -178,7 +186,7 @@ void read_megatron_lm(Checkpoint& c, const std::vector<std::pair<int, int>>& ran
       const auto& [key, m] = models[v];
       if (m->kind != Kind::Dict) throw IoError(f.path() + ": '" + key + "' is " + m->describe() + ", not a state dict");
       Shard s{t, p, v, &f, f.path() + (key == "model" ? "" : " '" + key + "'"), {}};
-      flatten(*m, "", &s.params);
+      flatten(*m, "", &s.params, s.where);
       c.shards.push_back(std::move(s));
     }
     if (chunks == 0) throw IoError(f.path() + ": no 'model' state dict (saved with --no-save-model?)");
@@ -206,7 +214,7 @@ void read_megatron_deepspeed(Checkpoint& c, const std::vector<int>& mp_ranks,
       if (!m || m->kind != Kind::Dict)
         throw IoError(f.path() + ": 'module' is " + (m ? m->describe() : std::string("missing")) + ", not a state dict");
       Shard s{t, 0, 0, &f, f.path(), {}};
-      flatten(*m, "", &s.params);
+      flatten(*m, "", &s.params, s.where);
       c.shards.push_back(std::move(s));
       c.tp = std::max(c.tp, t + 1);
     }
@@ -225,7 +233,7 @@ void read_megatron_deepspeed(Checkpoint& c, const std::vector<int>& mp_ranks,
       const TorchFile& f = open_file(c, path);
       if (f.root().kind != Kind::Dict) throw IoError(f.path() + ": holds " + f.root().describe() + ", not a state dict");
       std::vector<std::pair<std::string, const Value*>> keys;
-      flatten(f.root(), "", &keys);
+      flatten(f.root(), "", &keys, f.path());
       const auto has = [&](const char* k) { return f.root().get(k) != nullptr; };
       std::string prefix;
       if (has("word_embeddings.weight")) prefix = "embedding.";
@@ -299,6 +307,7 @@ Checkpoint read_checkpoint_files(const fs::path& dir) {
   int with_stage = -1;
   std::vector<int> ds_ranks;
   std::map<int, std::map<int, fs::path>> layer_files;
+  bool torch_dist = false;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string n = entry.path().filename().string();
@@ -317,6 +326,8 @@ Checkpoint read_checkpoint_files(const fs::path& dir) {
       layer_files[std::stoi(m[2].str())][std::stoi(m[1].str())] = entry.path();
     } else if (std::regex_match(n, m, ds_layer_no_tp)) {
       layer_files[0][std::stoi(m[1].str())] = entry.path();
+    } else if (entry.path().extension() == ".distcp") {
+      torch_dist = true;
     }
   }
   if (ec) throw IoError(dir.string() + ": cannot list: " + ec.message());
@@ -326,6 +337,10 @@ Checkpoint read_checkpoint_files(const fs::path& dir) {
   } else if (!ds_ranks.empty()) {
     std::sort(ds_ranks.begin(), ds_ranks.end());
     read_megatron_deepspeed(c, ds_ranks, layer_files);
+  } else if (torch_dist) {
+    throw ConfigError(dir.string() + ": a Megatron-core distributed checkpoint (torch_dist, *.distcp files), which "
+                      "trident does not read; save it in the torch format (Megatron's --ckpt-format torch, or "
+                      "--ckpt-convert-format torch to convert one)");
   } else {
     throw IoError(dir.string() + ": no mp_rank_TT[_PPP]/model_optim_rng.pt (Megatron-LM) and no "
                                  "mp_rank_TT_model_states.pt (Megatron-DeepSpeed)");
@@ -386,6 +401,8 @@ class Joiner {
 
  private:
   std::string describe(const std::string& canonical) const {
+    if (canonical == "wpe") return "the position embedding (trident's GPT-2 has learned absolute positions: rotary or ALiBi "
+                                   "models cannot be imported)";
     return canonical == "head" ? "the LM head" : "'" + canonical + "'";
   }
   std::vector<float> read(const Piece& p, const std::vector<int64_t>& shape) const {
@@ -404,6 +421,69 @@ class Joiner {
 
 bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The saved args against the files: the rank grid, the layer count, --num-attention-heads.
+void check_args_layout(const Checkpoint& c, const ModelConfig& cfg, int layers_found, std::optional<int> heads_flag) {
+  const auto arg_int = [&](const char* k, int64_t dflt) {
+    const Value* v = c.args->get(k);
+    return v && v->kind == Kind::Int ? v->integer : dflt;
+  };
+  const int64_t tp_arg = arg_int("tensor_model_parallel_size", arg_int("model_parallel_size", 1));
+  const int64_t pp_arg = c.flavour == "Megatron-LM" ? arg_int("pipeline_model_parallel_size", 1) : c.pp;
+  if (tp_arg != c.tp || pp_arg != c.pp)
+    throw IoError(c.dir.string() + ": files for tp " + std::to_string(c.tp) + " x pp " + std::to_string(c.pp) + ", but " +
+                  c.args_source + "'s args say tp " + std::to_string(tp_arg) + " x pp " + std::to_string(pp_arg));
+  if (layers_found != cfg.num_layers)
+    throw IoError(c.dir.string() + ": " + std::to_string(layers_found) + " transformer layers found, args.num_layers is " +
+                  std::to_string(cfg.num_layers));
+  if (heads_flag && *heads_flag != cfg.num_attention_heads)
+    throw ConfigError("--num-attention-heads " + std::to_string(*heads_flag) + ": " + c.args_source + "'s args say " +
+                      std::to_string(cfg.num_attention_heads));
+}
+
+// The model shape of a checkpoint saved without args (NVIDIA's released GPT-2 345M): layers
+// counted, hidden size and positions from the position embedding, the padded vocabulary from
+// the word embedding's shards, the dtype of the weights; the heads from --num-attention-heads
+// (16 for the released 24 x 1024 model, as Hugging Face's converter assumes); GPT-2's
+// vocabulary unless --vocab-size; Megatron's padding to 128 x tp; the tanh GELU of Megatron's
+// gelu_impl of that time.
+ModelConfig config_from_tensors(const Checkpoint& c,
+                                const std::vector<std::tuple<const Shard*, std::string, KeyMeaning, const Value*>>& keys,
+                                int layers, const MegatronImportOptions& o) {
+  const TorchTensor *wte = nullptr, *wpe = nullptr;
+  for (const auto& [shard, key, m, value] : keys) {
+    if (shard->tp_rank != 0) continue;
+    const TorchTensor* t = TorchFile::tensor(*value);
+    if (m.what == KeyMeaning::kWte && t) wte = t;
+    if (m.what == KeyMeaning::kWpe && t) wpe = t;
+  }
+  if (!wte || !wpe || wte->shape.size() != 2 || wpe->shape.size() != 2 || wte->shape[1] != wpe->shape[1])
+    throw IoError(c.args_source + ": no 'args', and no word and position embeddings to read the model's shape from");
+  ModelConfig cfg;
+  cfg.num_layers = layers;
+  cfg.hidden_size = static_cast<int>(wpe->shape[1]);
+  cfg.max_position_embeddings = cfg.seq_length = static_cast<int>(wpe->shape[0]);
+  const bool released_345m = layers == 24 && cfg.hidden_size == 1024;
+  if (!o.num_attention_heads && !released_345m)
+    throw ConfigError("--num-attention-heads: required: " + c.args_source +
+                      " has no 'args' to read the number of attention heads from");
+  cfg.num_attention_heads = o.num_attention_heads.value_or(16);
+  cfg.vocab_size = o.vocab_size.value_or(kGpt2VocabSize);
+  cfg.make_vocab_size_divisible_by = 128;
+  const int64_t padded = wte->shape[0] * c.tp;
+  if (cfg.padded_vocab_size(c.tp) != padded)
+    throw ConfigError("--vocab-size " + std::to_string(cfg.vocab_size) + " pads to " +
+                      std::to_string(cfg.padded_vocab_size(c.tp)) + " (128 x tp " + std::to_string(c.tp) + "), not " +
+                      c.args_source + "'s " + std::to_string(padded) + " word-embedding rows");
+  cfg.dtype = wte->dtype == TorchDType::F16 ? DType::F16 : wte->dtype == TorchDType::BF16 ? DType::BF16 : DType::F32;
+  cfg.hidden_dropout = cfg.attention_dropout = 0.1f;
+  try {
+    cfg.validate(c.tp);
+  } catch (const ConfigError& e) {
+    throw ConfigError(c.args_source + ": the model read from its tensors: " + e.what());
+  }
+  return cfg;
 }
 
 }  // namespace
@@ -439,30 +519,8 @@ std::string megatron_layer_key(const std::string& canonical_suffix) {
   throw InternalError("'" + canonical_suffix + "' is not a layer parameter");
 }
 
-MegatronGpt2Model import_megatron_gpt2(const fs::path& load, std::optional<int64_t> iteration,
-                                       std::optional<int64_t> vocab_size, const std::string& iteration_flag) {
-  Checkpoint c = read_checkpoint_files(resolve_dir(load, iteration, iteration_flag));
-  MegatronGpt2Model out;
-  out.config = model_config_from_megatron_args(*c.args, c.args_source, vocab_size);
-  const ModelConfig& cfg = out.config;
-  const Value& args = *c.args;
-  const auto arg_int = [&](const char* k, int64_t dflt) {
-    const Value* v = args.get(k);
-    return v && v->kind == Kind::Int ? v->integer : dflt;
-  };
-  if (c.flavour == "Megatron-LM") {
-    const int64_t tp_arg = arg_int("tensor_model_parallel_size", arg_int("model_parallel_size", 1));
-    const int64_t pp_arg = arg_int("pipeline_model_parallel_size", 1);
-    if (tp_arg != c.tp || pp_arg != c.pp)
-      throw IoError(c.dir.string() + ": rank folders for tp " + std::to_string(c.tp) + " x pp " + std::to_string(c.pp) +
-                    ", but " + c.args_source + "'s args say tp " + std::to_string(tp_arg) + " x pp " + std::to_string(pp_arg));
-  } else if (const int64_t tp_arg = arg_int("tensor_model_parallel_size", c.tp); tp_arg != c.tp) {
-    throw IoError(c.dir.string() + ": files for tp " + std::to_string(c.tp) + ", but " + c.args_source +
-                  "'s args say tp " + std::to_string(tp_arg));
-  }
-  if (cfg.num_attention_heads % c.tp || cfg.hidden_size % c.tp)
-    throw IoError(c.args_source + ": " + std::to_string(cfg.num_attention_heads) + " heads do not split over tp " +
-                  std::to_string(c.tp));
+MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImportOptions& o) {
+  Checkpoint c = read_checkpoint_files(resolve_dir(load, o.iteration, o.iteration_flag));
 
   // Local layer numbers -> global: chunk-major, then stage (Megatron's virtual pipeline order).
   std::map<std::tuple<int, int, int>, std::set<int>> local_layers;  // (tp, chunk, stage) -> local indices
@@ -490,9 +548,18 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, std::optional<int64
       offset[{v, p}] = total;
       total += static_cast<int>(l0.size());
     }
-  if (total != cfg.num_layers)
-    throw IoError(c.dir.string() + ": " + std::to_string(total) + " transformer layers found, args.num_layers is " +
-                  std::to_string(cfg.num_layers));
+
+  MegatronGpt2Model out;
+  if (c.args) {
+    out.config = model_config_from_megatron_args(*c.args, c.args_source, o.vocab_size);
+    check_args_layout(c, out.config, total, o.num_attention_heads);
+  } else {
+    out.config = config_from_tensors(c, keys, total, o);
+  }
+  const ModelConfig& cfg = out.config;
+  if (cfg.num_attention_heads % c.tp || cfg.hidden_size % c.tp)
+    throw IoError(c.args_source + ": " + std::to_string(cfg.num_attention_heads) + " heads do not split over tp " +
+                  std::to_string(c.tp));
 
   Joiner joiner(c, cfg);
   for (const auto& [shard, key, m, value] : keys) {

@@ -26,7 +26,9 @@
 // trained them as never-seen tokens). A tied head stored on the last stage must equal the
 // word embedding bit for bit.
 //
-// The model shape comes from the saved args (argparse.Namespace): num_layers, hidden_size,
+// A checkpoint saved without args (NVIDIA's released GPT-2 345M) takes its shape from the
+// tensors (config_from_tensors in the .cpp). Otherwise the shape comes from the saved args
+// (argparse.Namespace): num_layers, hidden_size,
 // num_attention_heads, max_position_embeddings, seq_length, padded_vocab_size,
 // make_vocab_size_divisible_by, fp16/bf16, init_method_std, hidden/attention_dropout; what
 // trident's GPT-2 cannot represent (untied head, RMSNorm, SwiGLU, grouped-query attention,
@@ -56,12 +58,19 @@ struct MegatronGpt2Model {
   int tp = 1, pp = 1, virtual_chunks = 1;
 };
 
-// Reads the checkpoint (the latest, or `iteration`). Throws ConfigError naming --load,
-// `iteration_flag` or --vocab-size for a missing directory or an unsupported model, IoError
-// naming the file for a malformed one.
-MegatronGpt2Model import_megatron_gpt2(const std::filesystem::path& load, std::optional<int64_t> iteration,
-                                       std::optional<int64_t> vocab_size,
-                                       const std::string& iteration_flag = "--iteration");
+struct MegatronImportOptions {
+  std::optional<int64_t> iteration;   // else the latest
+  std::optional<int64_t> vocab_size;  // the real vocabulary (see above)
+  // Checkpoints saved without args (NVIDIA's released GPT-2 345M) do not record the heads;
+  // with args it must agree.
+  std::optional<int> num_attention_heads;
+  std::string iteration_flag = "--iteration";  // the tool's flag that gave `iteration`, for errors
+};
+
+// Reads the checkpoint. Throws ConfigError naming --load, the iteration flag, --vocab-size or
+// --num-attention-heads for a missing directory or an unsupported model, IoError naming the
+// file for a malformed one.
+MegatronGpt2Model import_megatron_gpt2(const std::filesystem::path& load, const MegatronImportOptions& options);
 
 // The model shape from Megatron's saved args; `source` names the file in errors.
 ModelConfig model_config_from_megatron_args(const pickle::Value& args, const std::string& source,

@@ -14,6 +14,26 @@ Ref make(Kind k) {
   return v;
 }
 
+Value::~Value() {
+  std::vector<Ref> pending;
+  const auto take = [&pending](Value& v) {
+    for (Ref& r : v.items) pending.push_back(std::move(r));
+    for (auto& [k, x] : v.entries) {
+      pending.push_back(std::move(k));
+      pending.push_back(std::move(x));
+    }
+    for (Ref* r : {&v.callable, &v.args, &v.state}) pending.push_back(std::move(*r));
+    v.items.clear();
+    v.entries.clear();
+  };
+  take(*this);
+  while (!pending.empty()) {
+    Ref r = std::move(pending.back());
+    pending.pop_back();
+    if (r && r.use_count() == 1) take(*r);  // its children now wait here; r itself is freed flat
+  }
+}
+
 const Value* Value::get(std::string_view key) const {
   const std::vector<std::pair<Ref, Ref>>* e = nullptr;
   if (kind == Kind::Dict) e = &entries;
@@ -173,9 +193,12 @@ class Unpickler {
         }
       return d;
     }
-    if (callable->is_global("torch", "Size") || callable->is_global("builtins", "tuple") ||
-        callable->is_global("__builtin__", "tuple"))
-      return sequence(Kind::Tuple, arg(0)->items);
+    const auto builtin = [&](const char* name) {
+      return callable->is_global("builtins", name) || callable->is_global("__builtin__", name);
+    };
+    if (callable->is_global("torch", "Size") || builtin("tuple")) return sequence(Kind::Tuple, arg(0)->items);
+    if (builtin("set") || builtin("frozenset")) return sequence(Kind::Set, arg(0)->items);  // protocol 2's sets
+    if (builtin("list")) return sequence(Kind::List, arg(0)->items);
     if (callable->is_global("_codecs", "encode")) {
       if (!arg(0)->is_str()) fail("_codecs.encode of " + arg(0)->describe());
       return text(Kind::Bytes, latin1(arg(0)->text));

@@ -4,6 +4,7 @@
 // and its state. A few constructors whose result is plain data are evaluated:
 //   collections.OrderedDict(...)        -> a Dict
 //   torch.Size(t), builtins.tuple(t)    -> a Tuple
+//   builtins.set(l), frozenset(l)       -> a Set (how protocol 2 pickles sets); builtins.list(l)
 //   _codecs.encode(s, "latin1")         -> Bytes (how protocol 2 pickles bytes)
 // and the caller may evaluate others (torch's tensor rebuilds) through Hooks::reduce.
 // Persistent ids (BINPERSID: torch's storages) are handed to Hooks::persistent_load.
@@ -40,6 +41,12 @@ struct Value {
   std::vector<std::pair<Ref, Ref>> entries; // Dict (insertion order); an Object's SETITEMs
   Ref callable, args, state;                // Object: callable(*args), then BUILD's state
   std::any external;                        // External: what a hook returned
+
+  Value() = default;
+  Value(const Value&) = delete;
+  Value& operator=(const Value&) = delete;
+  // Frees nested values iteratively: a deeply nested pickle must not overflow the stack.
+  ~Value();
 
   // Dict lookup by string key; nullptr when absent or not a Dict. An Object's BUILD state
   // that is a dict (argparse.Namespace, most classes) is searched too.

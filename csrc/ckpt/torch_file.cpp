@@ -370,24 +370,28 @@ std::vector<float> TorchFile::read_f32(const TorchTensor& t, const std::string& 
       t.dtype != TorchDType::F64)
     throw IoError(where + ": dtype " + torch_dtype_str(t.dtype) + " is not a floating-point type");
   // The elements span storage [offset, offset + extent); strides are non-negative in torch.
+  // Every product and sum is checked: a malformed file must not wrap them around.
   int64_t extent = 1, numel = 1;
-  bool contiguous = true;
+  bool contiguous = true, overflow = false;
   int64_t expect_stride = 1;
   for (size_t d = t.shape.size(); d-- > 0;) {
     if (t.shape[d] < 0 || t.stride[d] < 0) throw IoError(where + ": negative size or stride");
     if (t.shape[d] == 0) extent = numel = 0;
-    if (numel == 0) break;
+  }
+  for (size_t d = t.shape.size(); numel > 0 && d-- > 0;) {
+    int64_t span = 0;
     if (t.shape[d] != 1 && t.stride[d] != expect_stride) contiguous = false;
-    expect_stride *= t.shape[d];
-    extent += (t.shape[d] - 1) * t.stride[d];
-    numel *= t.shape[d];
-    if (numel > (int64_t{1} << 40) || extent > (int64_t{1} << 40)) throw IoError(where + ": implausibly large");
+    overflow |= __builtin_mul_overflow(expect_stride, t.shape[d], &expect_stride);
+    overflow |= __builtin_mul_overflow(t.shape[d] - 1, t.stride[d], &span);
+    overflow |= __builtin_add_overflow(extent, span, &extent);
+    overflow |= __builtin_mul_overflow(numel, t.shape[d], &numel);
+    if (overflow || numel > (int64_t{1} << 40) || extent > (int64_t{1} << 40)) throw IoError(where + ": implausibly large");
   }
   std::vector<float> out(static_cast<size_t>(numel));
   if (numel == 0) return out;
-  if (t.offset < 0 || t.offset + extent > t.storage_numel)
-    throw IoError(where + ": elements [" + std::to_string(t.offset) + ", " + std::to_string(t.offset + extent) +
-                  ") lie outside its storage of " + std::to_string(t.storage_numel));
+  if (t.offset < 0 || t.storage_numel < extent || t.offset > t.storage_numel - extent)
+    throw IoError(where + ": a span of " + std::to_string(extent) + " elements from offset " + std::to_string(t.offset) +
+                  " lies outside its storage of " + std::to_string(t.storage_numel));
   const size_t es = torch_dtype_size(t.dtype);
   TorchStorage s{t.dtype, t.storage_key, t.storage_numel};
   std::vector<char> raw(static_cast<size_t>(extent) * es);

@@ -23,6 +23,7 @@ Usage: megatron_checkpoints.py OUT   (prints one line per case: NAME HF-REFERENC
 """
 import argparse
 import collections
+import enum
 import io
 import json
 import os
@@ -33,6 +34,17 @@ import torch
 
 L, C, HEADS, P = 4, 32, 4, 32
 HD = C // HEADS
+
+
+class PositionEmbeddingType(enum.Enum):  # Megatron-DeepSpeed's, pickled as an enum member
+    rotary = 1
+    absolute = 2
+    alibi = 3
+
+
+# Args as microsoft/Megatron-DeepSpeed saves them: a list of experts, its own spellings.
+MICROSOFT_ARGS = {"num_experts": [1], "normalization": "layernorm",
+                  "position_embedding_type": PositionEmbeddingType.absolute}
 
 
 def gpt2_weights(vocab, seed):
@@ -203,12 +215,14 @@ def padded_size(vocab, tp):
 
 
 def megatron_lm(out, w, pad, vocab, tp, pp, dtype, version, names, folder="iter_0000007", tracker="7",
-                legacy_format=False, tokenizer="NullTokenizer", args_extra=None, vp=1, **model_kw):
+                legacy_format=False, tokenizer="NullTokenizer", args_extra=None, vp=1, no_args=False, **model_kw):
     args = megatron_args(padded_size(vocab, tp), tp, pp, dtype, tokenizer, vp if vp > 1 else None, **(args_extra or {}))
     for t in range(tp):
         for s in range(pp):
             models = rank_models(w, pad, padded_size(vocab, tp), tp, pp, t, s, dtype, version, names, vp=vp, **model_kw)
             state = {"args": args, "iteration": 7, "optimizer": {"state": {}}, "rng_state": [{"x": 1}]}
+            if no_args:  # NVIDIA's released GPT-2 345M holds only the model
+                state = {}
             if version:
                 state["checkpoint_version"] = version
             if vp == 1:
@@ -222,21 +236,22 @@ def megatron_lm(out, w, pad, vocab, tp, pp, dtype, version, names, folder="iter_
         f.write(tracker)
 
 
-def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline):
+def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline, microsoft=False):
     vocab_padded = padded_size(vocab, tp)
-    args = megatron_args(vocab_padded, tp, 1, dtype, "NullTokenizer")
+    args = megatron_args(vocab_padded, tp, 1, dtype, "NullTokenizer", **(MICROSOFT_ARGS if microsoft else {}))
     step = os.path.join(out, "global_step5")
     for t in range(tp):
         emb = embedding_rows(w["wte"], pad, vocab_padded, tp, t, dtype)
         layers = [rename(megatron_layer(w, i, tp, t, 3.0, dtype), LEGACY_NAMES) for i in range(L)]
         ln_f = collections.OrderedDict(weight=w["ln_f.weight"].to(dtype), bias=w["ln_f.bias"].to(dtype))
         client = {"args": args, "iteration": 5, "checkpoint_version": 3.0, "tokens": 12345}
-        if pipeline:  # BigScience's GPTModelPipe numbering: embedding 1, layers 3.., final norm L + 4
+        if pipeline:  # GPTModelPipe's numbering: embedding 1, layers 3.. (microsoft: 2..), final norm L + 4 (L + 2)
+            first_layer, final_norm = (2, L + 2) if microsoft else (3, L + 4)
             save(collections.OrderedDict([("word_embeddings.weight", emb), ("position_embeddings.weight", w["wpe"].to(dtype))]),
                  os.path.join(step, f"layer_01-model_{t:02d}-model_states.pt"))
             for i, layer in enumerate(layers):
-                save(layer, os.path.join(step, f"layer_{i + 3:02d}-model_{t:02d}-model_states.pt"))
-            save(ln_f, os.path.join(step, f"layer_{L + 4:02d}-model_{t:02d}-model_states.pt"))
+                save(layer, os.path.join(step, f"layer_{i + first_layer:02d}-model_{t:02d}-model_states.pt"))
+            save(ln_f, os.path.join(step, f"layer_{final_norm:02d}-model_{t:02d}-model_states.pt"))
             for s in range(2):  # DeepSpeed's model-states files of a 2-stage pipeline: rank s * tp + t
                 save(dict(client, module=None, dp_world_size=1, mp_world_size=tp, ds_version="0.9.0"),
                      os.path.join(step, f"mp_rank_{s * tp + t:02d}_model_states.pt"))
@@ -338,6 +353,9 @@ def main():
          mcore=True)
     case("ds-pipeline", bf16, 1000, "--vocab-size 1000", megatron_deepspeed, tp=2, pipeline=True)
     case("ds-module", f16, 1000, "--vocab-size 1000", megatron_deepspeed, tp=2, pipeline=False)
+    case("ds-microsoft", f32, 1000, "--vocab-size 1000", megatron_deepspeed, tp=1, pipeline=True, microsoft=True)
+    case("lm-no-args", f16, 50257, "--num-attention-heads 4", megatron_lm, tp=1, pp=1, version=0, names=OLD_NAMES,
+         folder="release", tracker="release", legacy_format=True, outer="transformer", no_args=True)
     # Models trident cannot represent, and a tied head that differs.
     w, pad, _ = weights(f32, 1000)
     megatron_lm(os.path.join(out, "bad-untied"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
@@ -346,6 +364,8 @@ def main():
     megatron_lm(os.path.join(out, "bad-erf-gelu"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
                 args_extra={"bias_gelu_fusion": False})
     megatron_lm(os.path.join(out, "bad-head"), w, pad, 1000, 1, 2, f32, 3.0, LEGACY_NAMES, head_noise=True)
+    megatron_lm(os.path.join(out, "bad-rotary"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
+                args_extra=dict(MICROSOFT_ARGS, position_embedding_type=PositionEmbeddingType.rotary))
     print("\n".join(cases))
 
 

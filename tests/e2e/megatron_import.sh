@@ -6,7 +6,9 @@
 # old 'transformer'/'attention.' names in a release folder (GPT-2's vocabulary by default);
 # version 1.0's QKV order with the '*_norm' names; Megatron-core with Transformer Engine names,
 # '_extra_state' entries and a virtual pipeline (tp2 x pp2 x 2 chunks, bf16); Megatron-core's
-# local names; Megatron-DeepSpeed's pipeline layer files and its 'module' files. Each import,
+# local names; Megatron-DeepSpeed's pipeline layer files (BigScience's and microsoft's numbering,
+# microsoft's args: a list of experts, 'layernorm', an enum position type) and its 'module'
+# files; a file saved without args (as NVIDIA's released GPT-2 345M). Each import,
 # exported again as fp32, must equal the Hugging Face folder's import bit for bit, also after
 # an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
 # PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
@@ -131,6 +133,12 @@ m=(--from megatron --vocab-size 1000)
 expect_error "mp_rank_00/model_optim_rng.pt: args.untie_embeddings_and_output_weights: true" \
   "$convert" "${m[@]}" --load "$src/bad-untied"
 expect_error "args.swiglu: true is not supported" "$convert" "${m[@]}" --load "$src/bad-swiglu"
+expect_error "args.position_embedding_type: 'rotary' (trident's GPT-2 has learned absolute positions)" \
+  "$convert" "${m[@]}" --load "$src/bad-rotary"
+expect_error "--num-attention-heads: required: $src/lm-no-args/release/mp_rank_00/model_optim_rng.pt has no 'args'" \
+  "$convert" --from megatron --load "$src/lm-no-args"
+expect_error "--num-attention-heads 8: $src/lm-tp2-pp2/iter_0000007/mp_rank_00_000/model_optim_rng.pt's args say 4" \
+  "$convert" "${m[@]}" --num-attention-heads 8 --load "$src/lm-tp2-pp2"
 expect_error "args.bias_gelu_fusion: false without openai_gelu trains with the exact (erf) GELU" \
   "$convert" "${m[@]}" --load "$src/bad-erf-gelu"
 expect_error "the LM head stored on the last stage differs from the word embedding" \
@@ -143,6 +151,11 @@ expect_error "--iteration 9: neither $src/lm-tp2-pp2/iter_0000009 nor $src/lm-tp
   "$convert" "${m[@]}" --load "$src/lm-tp2-pp2" --iteration 9
 expect_error "--load: $src/hf-float32-1000 holds no Megatron checkpoint" "$convert" "${m[@]}" --load "$src/hf-float32-1000"
 expect_error "--vocab-size applies to --from megatron only" "$convert" --from hf --vocab-size 10 --load "$src/hf-float32-1000"
+mkdir -p "$tmp/dist/iter_0000001"
+touch "$tmp/dist/iter_0000001/__0_0.distcp" "$tmp/dist/iter_0000001/common.pt"
+echo 1 >"$tmp/dist/latest_checkpointed_iteration.txt"
+expect_error "$tmp/dist/iter_0000001: a Megatron-core distributed checkpoint (torch_dist, *.distcp files)" \
+  "$convert" "${m[@]}" --load "$tmp/dist"
 expect_error "--target-pp 3: Megatron's pipeline splits the 4 layers evenly; it must divide them" \
   "$convert" --to megatron --load "$tmp/trident" --target-pp 3
 expect_error "--target-tp 3: " "$convert" --to megatron --load "$tmp/trident" --target-tp 3

@@ -26,6 +26,62 @@ std::string error_of(const std::string& bytes) {
   return "no error";
 }
 
+// Written by CPython 3.11's pickle.dumps (protocols 2 and 4) of
+//   class E(enum.Enum): a = 1; b = 2
+//   sd = OrderedDict(w=1, v=2); sd._metadata = OrderedDict({"": {"version": 1}})  # as torch state dicts
+//   {"args": argparse.Namespace(num_layers=2, kind=E.b, l=[1, 2], t=(1.5, None), s="x"), "sd": sd,
+//    "b": b"\x00\xff", "big": 2**70, "neg": -2**40, "set": {3}}
+const char* const kCPythonProtocol2 =
+      "80027d71002858040000006172677371016361726770617273650a4e616d6573706163650a7102298171037d71042858"
+      "0a0000006e756d5f6c617965727371054b0258040000006b696e647106635f5f6d61696e5f5f0a450a71074b02857108"
+      "52710958010000006c710a5d710b284b014b0265580100000074710c473ff80000000000004e86710d58010000007371"
+      "0e580100000078710f756258020000007364711063636f6c6c656374696f6e730a4f726465726564446963740a711129"
+      "5271122858010000007771134b0158010000007671144b02757d711558090000005f6d65746164617461711668112952"
+      "7117580000000071187d7119580700000076657273696f6e711a4b0173737362580100000062711b635f636f64656373"
+      "0a656e636f64650a711c580300000000c3bf711d58060000006c6174696e31711e86711f527120580300000062696771"
+      "218a0900000000000000004058030000006e656771228a060000000000ff58030000007365747123635f5f6275696c74"
+      "696e5f5f0a7365740a71245d71254b0361857126527127752e";
+const char* const kCPythonProtocol4 =
+      "8004950e010000000000007d94288c0461726773948c086172677061727365948c094e616d6573706163659493942981"
+      "947d94288c0a6e756d5f6c6179657273944b028c046b696e64948c085f5f6d61696e5f5f948c01459493944b02859452"
+      "948c016c945d94284b014b02658c017494473ff80000000000004e86948c0173948c01789475628c027364948c0b636f"
+      "6c6c656374696f6e73948c0b4f72646572656444696374949394295294288c0177944b018c0176944b02757d948c095f"
+      "6d657461646174619468172952948c00947d948c0776657273696f6e944b01737373628c016294430200ff948c036269"
+      "67948a090000000000000000408c036e6567948a060000000000ff8c03736574948f94284b0390752e";
+
+std::string from_hex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
+}
+
+TEST(PickleReader, WhatCPythonWrites) {
+  for (const char* hex : {kCPythonProtocol2, kCPythonProtocol4}) {
+    const Ref v = pickle::unpickle(from_hex(hex), "cpython.pkl");
+    const pickle::Value* args = v->get("args");
+    ASSERT_TRUE(args && args->kind == Kind::Object);
+    EXPECT_TRUE(args->callable->is_global("argparse", "Namespace"));
+    EXPECT_EQ(args->get("num_layers")->integer, 2);
+    const pickle::Value* kind = args->get("kind");  // E(2)
+    ASSERT_EQ(kind->kind, Kind::Object);
+    EXPECT_TRUE(kind->callable->is_global("__main__", "E"));
+    EXPECT_EQ(kind->args->items.at(0)->integer, 2);
+    EXPECT_EQ(args->get("l")->items.size(), 2u);
+    EXPECT_EQ(args->get("t")->items.at(0)->real, 1.5);
+    EXPECT_EQ(args->get("t")->items.at(1)->kind, Kind::None);
+    EXPECT_EQ(args->get("s")->text, "x");
+    const pickle::Value* sd = v->get("sd");  // the OrderedDict, its _metadata BUILD ignored
+    ASSERT_EQ(sd->kind, Kind::Dict);
+    ASSERT_EQ(sd->entries.size(), 2u);
+    EXPECT_EQ(sd->get("v")->integer, 2);
+    EXPECT_EQ(v->get("b")->kind, Kind::Bytes);
+    EXPECT_EQ(v->get("b")->text, std::string("\x00\xff", 2));
+    EXPECT_EQ(v->get("big")->kind, Kind::BigInt);
+    EXPECT_EQ(v->get("neg")->integer, -(int64_t{1} << 40));
+    EXPECT_EQ(v->get("set")->items.at(0)->integer, 3);
+  }
+}
+
 TEST(PickleReader, ScalarsStringsAndContainers) {
   PickleBytes p;
   p.op('}').mark().str("xs").op(']').mark();
@@ -122,6 +178,17 @@ TEST(PickleReader, Hooks) {
   EXPECT_EQ(reduced, 1);
   ASSERT_EQ(v->kind, Kind::External);
   EXPECT_EQ(std::any_cast<int64_t>(v->external), 42);
+}
+
+TEST(PickleReader, DeepNestingIsFreedWithoutRecursion) {
+  // [[[...]]] 200000 deep: MARK x n, then LIST x n. Freed recursively, this overflows an 8 MiB stack.
+  constexpr int n = 200000;
+  std::string bytes = "\x80\x02" + std::string(n, '(') + std::string(n, 'l') + ".";
+  Ref v = pickle::unpickle(bytes, "deep.pkl");
+  int depth = 0;
+  for (const pickle::Value* x = v.get(); !x->items.empty(); x = x->items[0].get()) ++depth;
+  EXPECT_EQ(depth, n - 1);
+  v.reset();
 }
 
 TEST(PickleReader, MalformedInputIsOneLine) {

@@ -128,7 +128,18 @@ TEST(TorchFile, OneLineErrors) {
   {
     const TorchFile f(path);
     EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
-              path + ": 'w': elements [2, 5) lie outside its storage of 4");
+              path + ": 'w': a span of 3 elements from offset 2 lies outside its storage of 4");
+  }
+  // Strides whose span overflows int64 (it must not wrap around into a small extent).
+  PickleBytes huge;
+  huge.op('}').str("w").global("torch._utils", "_rebuild_tensor_v2").mark();
+  huge.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int1(4).op('t').op('Q');
+  huge.int1(0).int1(32).int1(32).op('\x86').long1(std::string("\xf8\xff\xff\xff\xff\xff\xde\x7b", 8)).int1(1).op('\x86');
+  huge.op('\x89').global("collections", "OrderedDict").op(')').op('R').op('t').op('R').op('s').stop();
+  write_zip(path, {{"x/data.pkl", huge.bytes()}, {"x/data/0", std::string(16, '\0')}});
+  {
+    const TorchFile f(path);
+    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }), path + ": 'w': implausibly large");
   }
   // A storage whose entry is missing or short.
   PickleBytes ok;
