@@ -7,6 +7,7 @@
 //   trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
 //   trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype ...] [--target-tp T] [--target-pp P]
+//                   [--tokenizer-type NAME] [--megatron-norm-names]
 //       -> a Megatron-LM release checkpoint of the weights (ckpt/megatron_gpt2.h), tp T x pp P;
 //   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P] [--overwrite]
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
@@ -56,8 +57,11 @@ constexpr const char* kUsage =
     "  trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]\n"
     "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
     "  trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16] [--target-tp T]\n"
-    "                  [--target-pp P]\n"
-    "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt)\n"
+    "                  [--target-pp P] [--tokenizer-type NAME] [--megatron-norm-names]\n"
+    "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt) of its\n"
+    "      legacy GPT model; --megatron-norm-names for Megatron-LM's input_norm/post_attention_norm/final_norm (its\n"
+    "      legacy model since RMSNorm support) instead of *_layernorm (Megatron-DeepSpeed, older Megatron-LM);\n"
+    "      --tokenizer-type (args.tokenizer_type) is required unless the vocabulary is GPT-2's\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
@@ -74,11 +78,11 @@ constexpr const char* kUsage =
     "to the converted checkpoint.\n";
 
 struct ConvertFlags {
-  std::string load, save, to, from, dtype;
+  std::string load, save, to, from, dtype, tokenizer_type;
   std::optional<int64_t> iteration, vocab_size;
   std::optional<int> num_attention_heads;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
-  bool no_optimizer = false, overwrite = false, help = false;
+  bool no_optimizer = false, overwrite = false, norm_names = false, help = false;
   std::map<std::string, bool> given;
 };
 
@@ -109,7 +113,8 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"load", true},      {"save", true},         {"iteration", true}, {"ckpt-step", true}, {"target-tp", true},
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
-      {"vocab-size", true}, {"num-attention-heads", true}, {"help", false}};
+      {"vocab-size", true}, {"num-attention-heads", true}, {"tokenizer-type", true},
+      {"megatron-norm-names", false}, {"help", false}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -129,6 +134,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       if (name == "help") f.help = true;
       if (name == "no-optimizer") f.no_optimizer = true;
       if (name == "overwrite") f.overwrite = true;
+      if (name == "megatron-norm-names") f.norm_names = true;
       continue;
     }
     if (!has_value) value = argv[++i];
@@ -138,6 +144,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "to") f.to = value;
     else if (name == "from") f.from = value;
     else if (name == "dtype") f.dtype = value;
+    else if (name == "tokenizer-type") f.tokenizer_type = value;
     else if (name == "iteration" || name == "ckpt-step") {  // --ckpt-step: Megatron's name, as trident-train's
       check_one_iteration_flag(true, f.iteration.has_value());
       f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
@@ -163,6 +170,8 @@ ConvertFlags parse_flags(int argc, char** argv) {
       if (f.given[g] && (f.to == "hf" || std::string(g) == "no-optimizer" || std::string(g) == "overwrite"))
         throw ConfigError(std::string("--") + g + " does not apply to --to " + f.to);
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
+  for (const char* g : {"tokenizer-type", "megatron-norm-names"})
+    if (f.given[g] && f.to != "megatron") throw ConfigError(std::string("--") + g + " applies to --to megatron only");
   if (f.given["make-vocab-size-divisible-by"] && f.from != "hf")
     throw ConfigError("--make-vocab-size-divisible-by applies to --from hf only (a checkpoint keeps its own)");
   for (const char* g : {"vocab-size", "num-attention-heads"})
@@ -317,7 +326,14 @@ int export_megatron(const ConvertFlags& f) {
   }
   const TensorMap canonical = export_tensors(ckpt, dtype);
   const fs::path out = write_new_folder(f, [&](const fs::path& temp) {
-    export_megatron_gpt2(temp, m.model, canonical, f.target_tp, f.target_pp, dtype, m.iteration, m.consumed_samples);
+    MegatronExportOptions o;
+    o.tp = f.target_tp;
+    o.pp = f.target_pp;
+    o.dtype = dtype;
+    o.norm_names = f.norm_names;
+    o.tokenizer_type = f.tokenizer_type;
+    o.iteration = m.iteration;
+    export_megatron_gpt2(temp, m.model, canonical, o);
   });
   std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ") -> Megatron-LM "
             << (out / "release").string() << " (tp " << f.target_tp << " x pp " << f.target_pp << ", "

@@ -1,5 +1,7 @@
 // export_megatron_gpt2 (megatron_gpt2.h): canonical tensors -> a Megatron-LM release
 // checkpoint of the legacy GPT model, one torch.save file per tensor-parallel rank and stage.
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 
 #include "ckpt/atomic_file.h"
@@ -26,7 +28,7 @@ const char* storage_type(DType t) {
     case DType::BF16: return "BFloat16Storage";
     default: break;
   }
-  throw ConfigError(std::string("Megatron export dtype must be fp32, fp16 or bf16, not ") + dtype_name(t));
+  throw ConfigError(std::string("--dtype: the Megatron export stores fp32, fp16 or bf16, not ") + dtype_name(t));
 }
 
 std::string encode(const std::vector<float>& v, DType t) {
@@ -42,10 +44,22 @@ std::string encode(const std::vector<float>& v, DType t) {
   return out;
 }
 
+// A float setting as the double of its shortest decimal (0.1f -> 0.1, not 0.10000000149011612):
+// Megatron takes the dropouts from the checkpoint's args.
+double shortest_decimal(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
 // Megatron's argparse.Namespace for the model: what its load_checkpoint compares
-// (check_checkpoint_args) and --use-checkpoint-args takes.
-void write_args(pickle::Writer& w, const ModelConfig& cfg, int tp, int pp, DType dtype, int64_t iteration,
-                int64_t consumed_samples) {
+// (check_checkpoint_args, Megatron-DeepSpeed's num_key_value_heads included) and
+// --use-checkpoint-args takes. consumed_train_samples is 0: Megatron resumes its data
+// position from it even for a release checkpoint.
+void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o) {
+  const int tp = o.tp, pp = o.pp;
+  const DType dtype = o.dtype;
+  const int64_t iteration = o.iteration;
   const auto i = [&](const char* k, int64_t v) { w.str(k); w.integer(v); };
   const auto b = [&](const char* k, bool v) { w.str(k); w.boolean(v); };
   const auto f = [&](const char* k, double v) { w.str(k); w.real(v); };
@@ -55,12 +69,13 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, int tp, int pp, DType
   i("hidden_size", cfg.hidden_size);
   i("ffn_hidden_size", cfg.ffn_hidden_size());
   i("num_attention_heads", cfg.num_attention_heads);
+  i("num_key_value_heads", cfg.num_attention_heads);
   i("kv_channels", cfg.head_dim());
   i("max_position_embeddings", cfg.max_position_embeddings);
   i("seq_length", cfg.seq_length);
   i("padded_vocab_size", cfg.padded_vocab_size(tp));
   i("make_vocab_size_divisible_by", cfg.make_vocab_size_divisible_by);
-  s("tokenizer_type", cfg.vocab_size == kGpt2VocabSize ? "GPT2BPETokenizer" : nullptr);
+  s("tokenizer_type", o.tokenizer_type.c_str());
   i("tensor_model_parallel_size", tp);
   i("pipeline_model_parallel_size", pp);
   w.str("virtual_pipeline_model_parallel_size");
@@ -82,11 +97,11 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, int tp, int pp, DType
   b("apply_residual_connection_post_layernorm", false);
   b("group_query_attention", false);
   b("data_parallel_random_init", false);
-  f("hidden_dropout", cfg.hidden_dropout);
-  f("attention_dropout", cfg.attention_dropout);
-  f("init_method_std", cfg.init_method_std);
+  f("hidden_dropout", shortest_decimal(cfg.hidden_dropout));
+  f("attention_dropout", shortest_decimal(cfg.attention_dropout));
+  f("init_method_std", shortest_decimal(cfg.init_method_std));
   i("iteration", iteration);
-  i("consumed_train_samples", consumed_samples);
+  i("consumed_train_samples", 0);
   i("consumed_valid_samples", 0);
   w.end();
 }
@@ -129,9 +144,18 @@ class RankFile {
 
 }  // namespace
 
-void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const TensorMap& canonical, int tp, int pp,
-                          DType dtype, int64_t iteration, int64_t consumed_samples) {
+void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const TensorMap& canonical,
+                          const MegatronExportOptions& options) {
+  MegatronExportOptions o = options;
+  const int tp = o.tp, pp = o.pp;
+  const DType dtype = o.dtype;
   (void)storage_type(dtype);  // validates it
+  if (o.tokenizer_type.empty()) {
+    if (cfg.vocab_size != kGpt2VocabSize)
+      throw ConfigError("--tokenizer-type: required: Megatron checks args.tokenizer_type on load, and a vocabulary of " +
+                        std::to_string(cfg.vocab_size) + " tokens is not GPT-2's (GPT2BPETokenizer)");
+    o.tokenizer_type = "GPT2BPETokenizer";
+  }
   cfg.validate(tp);
   if (pp < 1 || cfg.num_layers % pp)
     throw ConfigError("--target-pp " + std::to_string(pp) + ": Megatron's pipeline splits the " +
@@ -170,11 +194,11 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       };
       w.begin_dict();
       w.str("args");
-      write_args(w, cfg, tp, pp, dtype, iteration, consumed_samples);
+      write_args(w, cfg, o);
       w.str("checkpoint_version");
       w.real(kCheckpointVersion);
       w.str("iteration");
-      w.integer(iteration);
+      w.integer(o.iteration);
       w.str("model");
       w.begin_dict();
       w.str("language_model");
@@ -195,11 +219,13 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
         for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
           const std::string prefix = "h." + std::to_string(p * per_stage + l) + ".";
           if (spec.name.rfind(prefix, 0) != 0) continue;
-          param("layers." + std::to_string(l) + "." + megatron_layer_key(spec.name.substr(prefix.size())), spec.name);
+          param("layers." + std::to_string(l) + "." + megatron_layer_key(spec.name.substr(prefix.size()), o.norm_names),
+                spec.name);
         }
       if (p == pp - 1) {
-        param("final_layernorm.weight", "ln_f.weight");
-        param("final_layernorm.bias", "ln_f.bias");
+        const std::string final_norm = o.norm_names ? "final_norm." : "final_layernorm.";
+        param(final_norm + "weight", "ln_f.weight");
+        param(final_norm + "bias", "ln_f.bias");
       }
       w.end();  // encoder
       w.end();  // language_model

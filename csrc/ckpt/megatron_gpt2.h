@@ -76,18 +76,33 @@ MegatronGpt2Model import_megatron_gpt2(const std::filesystem::path& load, const 
 ModelConfig model_config_from_megatron_args(const pickle::Value& args, const std::string& source,
                                             std::optional<int64_t> vocab_size);
 
+struct MegatronExportOptions {
+  int tp = 1, pp = 1;
+  DType dtype = DType::F32;
+  // The LayerNorms' module names: false "input_layernorm", "post_attention_layernorm",
+  // "final_layernorm" (Megatron-DeepSpeed, Megatron-LM before its RMSNorm support); true
+  // "input_norm", "post_attention_norm", "final_norm" (Megatron-LM's legacy model since).
+  // Megatron-LM loads a mismatch non-strictly, leaving its LayerNorms initial: choose right.
+  bool norm_names = false;
+  // args.tokenizer_type, which Megatron compares on load: default GPT2BPETokenizer for GPT-2's
+  // 50257 tokens; required for other vocabularies.
+  std::string tokenizer_type;
+  int64_t iteration = 0;  // the source's, recorded as 'iteration' (a release loads at 0)
+};
+
 // Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM
 // release checkpoint of the legacy GPT model: DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt
 // at tp x pp (pp must divide the layers, Megatron's split) and DIR/latest_checkpointed_iteration.txt
-// "release", which Megatron-LM (and Megatron-DeepSpeed without --deepspeed) loads without
-// optimizer or RNG state, at iteration 0. Each file holds 'model' (legacy names, vocabulary
-// padded for tp with zero rows, QKV in checkpoint_version 3.0's order), 'args' (the model's
-// shape and tp/pp as Megatron's argparse.Namespace; tokenizer_type GPT2BPETokenizer for
-// GPT-2's 50257 tokens, else None), 'checkpoint_version' 3.0 and 'iteration'. Tensors are
-// stored as `dtype`. DIR must exist. Throws ConfigError for a layout Megatron cannot hold,
-// IoError naming the file.
-void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical, int tp,
-                          int pp, DType dtype, int64_t iteration, int64_t consumed_samples);
+// "release", which Megatron-LM (--use-legacy-models --transformer-impl local) and
+// Megatron-DeepSpeed (without --deepspeed) load without optimizer or RNG state, at iteration
+// 0. Each file holds 'model' (legacy names, vocabulary padded for tp with zero rows, QKV in
+// checkpoint_version 3.0's order), 'args' (the model's shape, tp/pp, num_key_value_heads,
+// tokenizer_type and consumed_train_samples 0 as Megatron's argparse.Namespace, fractions as
+// their shortest decimals), 'checkpoint_version' 3.0 and 'iteration'. Tensors are stored as
+// options.dtype. DIR must exist. Throws ConfigError naming --target-pp, --dtype or
+// --tokenizer-type for what Megatron cannot hold, IoError naming the file.
+void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical,
+                          const MegatronExportOptions& options);
 
 // Megatron's tensor-parallel split of a canonical parameter (the word embedding and the LM
 // head by rows, ...; see above).
@@ -97,7 +112,7 @@ MegatronSplit megatron_split(const std::string& canonical);
 // whose rows are in the order of `checkpoint_version`.
 int64_t megatron_qkv_row(int64_t r, int t, int tp, const ModelConfig& cfg, double checkpoint_version);
 // The legacy model's key inside a layer for a canonical suffix: "attn.qkv.weight" ->
-// "self_attention.query_key_value.weight".
-std::string megatron_layer_key(const std::string& canonical_suffix);
+// "self_attention.query_key_value.weight"; LayerNorms per MegatronExportOptions::norm_names.
+std::string megatron_layer_key(const std::string& canonical_suffix, bool norm_names);
 
 }  // namespace trident

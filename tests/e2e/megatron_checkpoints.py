@@ -18,7 +18,7 @@ tests/e2e/megatron_import.sh. Written from Megatron's documented layouts, not fr
     pipeline) or mp_rank_TT_model_states.pt with the model under 'module'.
 
 Usage: megatron_checkpoints.py OUT   (prints one line per case: NAME HF-REFERENCE VOCAB EXTRA-FLAGS)
-       megatron_checkpoints.py check-export MEGATRON-DIR HF-DIR TP PP DTYPE
+       megatron_checkpoints.py check-export MEGATRON-DIR HF-DIR TP PP DTYPE layernorm|norm TOKENIZER
            torch.load's view of trident's --to megatron export against the state dicts built here
 """
 import argparse
@@ -197,8 +197,9 @@ def rank_models(w, pad, vocab_padded, tp, pp, t, s, dtype, version, names, mcore
                 lm["embedding"] = {"word_embeddings": {"weight": emb},
                                    "position_embeddings": {"weight": w["wpe"].to(dtype)}}
             if last:
-                enc["final_layernorm.weight"] = w["ln_f.weight"].to(dtype)
-                enc["final_layernorm.bias"] = w["ln_f.bias"].to(dtype)
+                final = "final_norm" if names is NORM_NAMES else "final_layernorm"  # renamed with the layers' norms
+                enc[final + ".weight"] = w["ln_f.weight"].to(dtype)
+                enc[final + ".bias"] = w["ln_f.bias"].to(dtype)
             lm[outer] = enc
             m = {"language_model": lm}
             if last and not first:
@@ -298,10 +299,13 @@ def expect_same(got, want, where):
         assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), where
 
 
-def check_export(out, hf, tp, pp, dtype_name):
+def check_export(out, hf, tp, pp, dtype_name, norm, tokenizer):
     """torch.load every file of trident's Megatron export and compare it with the legacy model's
-    state dict built here from the Hugging Face folder (padding rows zero, version 3.0)."""
+    state dict built here from the Hugging Face folder (padding rows zero, version 3.0, the
+    LayerNorms named '*_layernorm' or, with norm == 'norm', '*_norm'), and its args with what
+    Megatron's load_checkpoint reads."""
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    names = NORM_NAMES if norm == "norm" else LEGACY_NAMES
     w = read_hf(hf)
     vocab = w["wte"].shape[0]
     assert open(os.path.join(out, "latest_checkpointed_iteration.txt")).read() == "release"
@@ -309,19 +313,23 @@ def check_export(out, hf, tp, pp, dtype_name):
         for s in range(pp):
             rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
             state = torch.load(os.path.join(out, "release", rank, "model_optim_rng.pt"))
-            want = rank_models(w, torch.zeros(2048, C), padded_size(vocab, tp), tp, pp, t, s, dtype, 3.0, LEGACY_NAMES)
+            want = rank_models(w, torch.zeros(2048, C), padded_size(vocab, tp), tp, pp, t, s, dtype, 3.0, names)
             expect_same(state["model"], want[0], rank)
             a = state["args"]
-            assert (a.num_layers, a.hidden_size, a.num_attention_heads, a.padded_vocab_size, a.tensor_model_parallel_size,
-                    a.pipeline_model_parallel_size, a.params_dtype, a.max_position_embeddings) == \
-                (L, C, HEADS, padded_size(vocab, tp), tp, pp, dtype, P), vars(a)
+            got = (a.num_layers, a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.kv_channels,
+                   a.ffn_hidden_size, a.padded_vocab_size, a.make_vocab_size_divisible_by, a.tensor_model_parallel_size,
+                   a.pipeline_model_parallel_size, a.params_dtype, a.max_position_embeddings, a.tokenizer_type,
+                   a.consumed_train_samples, a.hidden_dropout, a.attention_dropout, a.init_method_std,
+                   a.untie_embeddings_and_output_weights, a.position_embedding_type, a.add_position_embedding)
+            assert got == (L, C, HEADS, HEADS, HD, 4 * C, padded_size(vocab, tp), 128, tp, pp, dtype, P, tokenizer, 0,
+                           0.1, 0.1, 0.02, False, "learned_absolute", True), got
             assert state["checkpoint_version"] == 3.0
     print(f"check-export: {tp * pp} files as Megatron's legacy GPT model")
 
 
 def main():
     if sys.argv[1] == "check-export":
-        check_export(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+        check_export(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:9])
         return
     out = sys.argv[1]
     cases = []

@@ -14,8 +14,9 @@
 # PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
 # differs, a wrong vocabulary, a truncated file and a missing rank folder fail with one line
 # naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
-# reads each file of an export (tp1 x pp1 fp32, tp2 x pp2 bf16) as the legacy model's state dict
-# built from the Hugging Face folder, and an export imports back bit for bit. SKIP without
+# reads each file of an export (tp1 x pp1 fp32 with *_layernorm names, tp2 x pp2 bf16 with
+# *_norm names) as the legacy model's state dict built from the Hugging Face folder, with the
+# args Megatron's loader reads, and an export imports back bit for bit. SKIP without
 # Debian's python3-torch.
 # Usage: megatron_import.sh CONVERT GENERATE REPO VOCABDIR
 set -u
@@ -97,20 +98,23 @@ EOF
 # ---- trident-convert --to megatron: torch.load reads each file as the legacy model's state dict
 # built from the Hugging Face folder; the export imports back bit for bit.
 "$convert" --from hf --load "$src/hf-float32-1000" --save "$tmp/trident" >/dev/null
-for layout in "1 1 fp32" "2 2 bf16"; do
-  read -r tp pp dtype <<<"$layout"
+for layout in "1 1 fp32 layernorm" "2 2 bf16 norm"; do
+  read -r tp pp dtype norm <<<"$layout"
+  names=()
+  [[ $norm == norm ]] && names=(--megatron-norm-names)
   rm -rf "$tmp/exported"
   if "$convert" --to megatron --load "$tmp/trident" --save "$tmp/exported" --target-tp "$tp" --target-pp "$pp" \
-      --dtype "$dtype" >/dev/null &&
+      --dtype "$dtype" --tokenizer-type NullTokenizer "${names[@]}" >/dev/null &&
       "$py" "$repo/tests/e2e/megatron_checkpoints.py" check-export "$tmp/exported" "$src/hf-float32-1000" "$tp" "$pp" \
-        "$dtype" >"$tmp/check.log" 2>&1; then
-    ok "--to megatron at tp $tp x pp $pp, $dtype: $(cat "$tmp/check.log")"
+        "$dtype" "$norm" NullTokenizer >"$tmp/check.log" 2>&1; then
+    ok "--to megatron at tp $tp x pp $pp, $dtype, *_$norm names: $(cat "$tmp/check.log")"
   else
-    fail "--to megatron at tp $tp x pp $pp, $dtype"; cat "$tmp/check.log"
+    fail "--to megatron at tp $tp x pp $pp, $dtype, *_$norm names"; cat "$tmp/check.log"
   fi
 done
 rm -rf "$tmp/exported"
-"$convert" --to megatron --load "$tmp/trident" --save "$tmp/exported" --target-tp 2 >/dev/null &&
+"$convert" --to megatron --load "$tmp/trident" --save "$tmp/exported" --target-tp 2 --tokenizer-type NullTokenizer \
+    --megatron-norm-names >/dev/null &&
   "$convert" --from megatron --vocab-size 1000 --load "$tmp/exported" --save "$tmp/roundtrip" >/dev/null &&
   same_as_reference "$tmp/roundtrip" hf-float32-1000 "--to megatron, then --from megatron" || fail "export round trip"
 
@@ -157,9 +161,15 @@ echo 1 >"$tmp/dist/latest_checkpointed_iteration.txt"
 expect_error "$tmp/dist/iter_0000001: a Megatron-core distributed checkpoint (torch_dist, *.distcp files)" \
   "$convert" "${m[@]}" --load "$tmp/dist"
 expect_error "--target-pp 3: Megatron's pipeline splits the 4 layers evenly; it must divide them" \
-  "$convert" --to megatron --load "$tmp/trident" --target-pp 3
-expect_error "--target-tp 3: " "$convert" --to megatron --load "$tmp/trident" --target-tp 3
-expect_error "--no-optimizer does not apply to --to megatron" "$convert" --to megatron --load "$tmp/trident" --no-optimizer
+  "$convert" --to megatron --load "$tmp/trident" --target-pp 3 --tokenizer-type NullTokenizer
+expect_error "--target-tp 3: --num-attention-heads (4) must be divisible by --tensor-model-parallel-size (3)" \
+  "$convert" --to megatron --load "$tmp/trident" --target-tp 3
+expect_error "--tokenizer-type: required: Megatron checks args.tokenizer_type on load, and a vocabulary of 1000 tokens" \
+  "$convert" --to megatron --load "$tmp/trident"
+expect_error "--megatron-norm-names applies to --to megatron only" \
+  "$convert" --from megatron --megatron-norm-names --load "$src/lm-tp2-pp2"
+expect_error "--no-optimizer does not apply to --to megatron" \
+  "$convert" --to megatron --load "$tmp/trident" --no-optimizer --tokenizer-type NullTokenizer
 cp -r "$src/lm-tp2-pp2" "$tmp/truncated"
 file=$tmp/truncated/iter_0000007/mp_rank_01_001/model_optim_rng.pt
 truncate -s 3000 "$file"

@@ -189,6 +189,13 @@ TEST(PickleReader, DeepNestingIsFreedWithoutRecursion) {
   for (const pickle::Value* x = v.get(); !x->items.empty(); x = x->items[0].get()) ++depth;
   EXPECT_EQ(depth, n - 1);
   v.reset();
+  // The innermost list memoized and handed out again next to the chain: it outlives the chain.
+  bytes = "\x80\x02" + std::string(n, '(') + std::string("]q\x00", 3) + std::string(n, 'l') + std::string("h\x00\x86.", 4);
+  v = pickle::unpickle(bytes, "deep.pkl");
+  Ref innermost = v->items.at(1);
+  v.reset();
+  EXPECT_EQ(innermost.use_count(), 1);
+  EXPECT_EQ(innermost->kind, Kind::List);
 }
 
 TEST(PickleReader, MalformedInputIsOneLine) {

@@ -1,0 +1,47 @@
+// Finding and opening the torch.save files of a Megatron-LM or Megatron-DeepSpeed GPT
+// checkpoint (the layouts megatron_gpt2.h lists): the iteration folder, which file holds which
+// tensor-parallel rank, pipeline stage and virtual-pipeline chunk, the saved args, and each
+// chunk's state dict flattened to dotted keys. Internal to the Megatron import.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ckpt/pickle_reader.h"
+#include "ckpt/torch_file.h"
+
+namespace trident::megatron {
+
+// One model chunk of one tensor-parallel rank: its parameters by flattened key.
+struct Shard {
+  int tp_rank = 0, stage = 0, chunk = 0;
+  const TorchFile* file = nullptr;
+  std::string where;  // "<file>" or "<file> 'model1'" for errors
+  std::vector<std::pair<std::string, const pickle::Value*>> params;
+};
+
+// One checkpoint's open files and what they say.
+struct Checkpoint {
+  std::filesystem::path dir;  // the iteration folder
+  std::string flavour;        // "Megatron-LM" or "Megatron-DeepSpeed"
+  std::vector<std::unique_ptr<TorchFile>> files;
+  const pickle::Value* args = nullptr;  // the first file's; nullptr when saved without (NVIDIA's 345M)
+  std::string args_source;              // the file the args (would) come from
+  double checkpoint_version = 0;        // absent: 0, as Megatron reads it
+  std::optional<int64_t> iteration;
+  int tp = 0, pp = 1, chunks = 1;  // chunks: virtual-pipeline model chunks per stage
+  std::vector<Shard> shards;
+};
+
+// The checkpoint `load` names (the --save directory, whose latest pointer or `iteration`
+// chooses the folder, or one iteration folder), its files open and unpickled. Throws
+// ConfigError naming --load or `iteration_flag`, IoError naming a malformed file.
+Checkpoint open_checkpoint(const std::filesystem::path& load, std::optional<int64_t> iteration,
+                           const std::string& iteration_flag);
+
+}  // namespace trident::megatron
