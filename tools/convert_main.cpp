@@ -13,7 +13,7 @@
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
 //       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng);
 //   trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]
-//                   [--target-pp P] [--overwrite]
+//                   [--target-pp P] [--num-attention-heads H] [--overwrite]
 //       a Megatron-LM or Megatron-DeepSpeed GPT checkpoint (any tp x pp, ckpt/megatron_gpt2.h)
 //       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf.
 // Every output appears atomically under its final name (a checkpoint through the
@@ -268,8 +268,9 @@ TensorMap export_tensors(ShardedCheckpointReader& ckpt, DType dtype) {
   return canonical;
 }
 
-// Makes the folder --save (absent or empty) atomically: `write` fills OUT.tmp-*, which is then
-// renamed to OUT (`write` makes its files durable; the folder is synced here); a failure leaves neither the temporary nor the folders made for it.
+// Makes the folder --save (absent or empty) atomically: `write` fills OUT.tmp-* (its files
+// made durable), which is synced and renamed to OUT; a failure leaves neither the temporary
+// nor the folders made for it.
 fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const fs::path& temp)>& write) {
   const fs::path out = fs::path(f.save).lexically_normal();
   const fs::path final_dir = out.filename().empty() ? out.parent_path() : out;

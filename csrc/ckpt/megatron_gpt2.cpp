@@ -143,7 +143,9 @@ class Joiner {
                       std::to_string(t));
       const std::vector<float> local = read(it->second[t], local_shape);
       for (int64_t r = 0; r < lrows; ++r) {
-        const int64_t row = split == MegatronSplit::kColumns ? r : split == MegatronSplit::kQkv ? megatron_qkv_row(r, t, tp, cfg_, c_.checkpoint_version) : t * lrows + r;
+        const int64_t row = split == MegatronSplit::kColumns ? r
+                            : split == MegatronSplit::kQkv   ? megatron_qkv_row(r, t, tp, cfg_, c_.checkpoint_version)
+                                                             : t * lrows + r;
         const int64_t col0 = split == MegatronSplit::kColumns ? t * lcols : 0;
         std::memcpy(&full[static_cast<size_t>(row * cols + col0)], &local[static_cast<size_t>(r * lcols)],
                     static_cast<size_t>(lcols) * sizeof(float));
