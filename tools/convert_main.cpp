@@ -17,7 +17,7 @@
 //       a Megatron-LM or Megatron-DeepSpeed GPT checkpoint (any tp x pp, ckpt/megatron_gpt2.h)
 //       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf.
 // Every output appears atomically under its final name (a checkpoint through the
-// iter_NNNNNNN.tmp-* protocol, an HF folder renamed from OUT.tmp-*); an error prints one line
+// iter_NNNNNNN.tmp-* protocol, an exported folder renamed from OUT.tmp-*); an error prints one line
 // naming the file or flag and exits 2, leaving nothing under the final name. A checkpoint is
 // written only into an OUT that holds none yet: committing into a training run's directory
 // would move its latest pointer (and replace its iter_NNNNNNN of the same number), so that
@@ -27,6 +27,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -71,7 +72,8 @@ constexpr const char* kUsage =
     "      GPT checkpoint of any layout as OUT/iter_0000000 without optimizer state; --vocab-size is the real\n"
     "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer); --num-attention-heads for a\n"
     "      checkpoint saved without args (default 16 for NVIDIA's released 24-layer, 1024-wide GPT-2 345M)\n"
-    "--load DIR may also name one iter_NNNNNNN folder. The latest iteration is read unless --iteration N\n"
+    "--load DIR may also name one iter_NNNNNNN folder (with --from megatron also release/ or global_stepN/).\n"
+    "The latest iteration is read unless --iteration N\n"
     "(or Megatron's --ckpt-step N).\n"
     "A checkpoint OUT must hold no checkpoint yet (no latest_checkpointed_iteration.txt, no iter_* folder)\n"
     "unless --overwrite: then OUT's iteration of the same number is replaced and its latest pointer moves\n"
@@ -165,10 +167,13 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (!f.from.empty() && f.from != "hf" && f.from != "megatron")
     throw ConfigError("--from: '" + f.from + "' is not a known format (hf, megatron)");
   if (!f.to.empty() && !f.from.empty()) throw ConfigError("--to and --from are mutually exclusive");
-  if (!f.to.empty())
-    for (const char* g : {"target-tp", "target-pp", "no-optimizer", "overwrite"})
-      if (f.given[g] && (f.to == "hf" || std::string(g) == "no-optimizer" || std::string(g) == "overwrite"))
-        throw ConfigError(std::string("--") + g + " does not apply to --to " + f.to);
+  const auto refuse = [&](std::initializer_list<const char*> flags, const std::string& where, const char* why = "") {
+    for (const char* g : flags)
+      if (f.given[g]) throw ConfigError(std::string("--") + g + " does not apply to " + where + why);
+  };
+  if (!f.to.empty()) refuse({"no-optimizer", "overwrite"}, "--to " + f.to);
+  if (f.to == "hf") refuse({"target-tp", "target-pp"}, "--to hf");
+  if (!f.from.empty()) refuse({"no-optimizer"}, "--from " + f.from, " (an import has no optimizer state)");
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
   for (const char* g : {"tokenizer-type", "megatron-norm-names"})
     if (f.given[g] && f.to != "megatron") throw ConfigError(std::string("--") + g + " applies to --to megatron only");
@@ -271,7 +276,9 @@ TensorMap export_tensors(ShardedCheckpointReader& ckpt, DType dtype) {
 // Makes the folder --save (absent or empty) atomically: `write` fills OUT.tmp-* (its files
 // made durable), which is synced and renamed to OUT; a failure leaves neither the temporary
 // nor the folders made for it.
-fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const fs::path& temp)>& write) {
+// The folder --save names; ConfigError unless it is absent or an empty directory. The exports
+// call it before reading the checkpoint too, so that a wrong --save fails at once.
+fs::path check_new_folder(const ConvertFlags& f) {
   const fs::path out = fs::path(f.save).lexically_normal();
   const fs::path final_dir = out.filename().empty() ? out.parent_path() : out;
   std::error_code ec;
@@ -279,6 +286,12 @@ fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const 
     if (!fs::is_directory(final_dir, ec) || !fs::is_empty(final_dir, ec))
       throw ConfigError("--save: " + final_dir.string() + " already exists and is not an empty directory");
   }
+  return final_dir;
+}
+
+fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const fs::path& temp)>& write) {
+  const fs::path final_dir = check_new_folder(f);
+  std::error_code ec;
   const fs::path parent = final_dir.parent_path().empty() ? fs::path(".") : final_dir.parent_path();
   OutputWriteGuard guard;
   guard.created = missing_directories(parent);
@@ -300,6 +313,7 @@ fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const 
 
 // A trident checkpoint -> a Hugging Face folder.
 int export_hf(const ConvertFlags& f) {
+  check_new_folder(f);
   const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration, iteration_flag(f));
   ShardedCheckpointReader ckpt(dir);
   const ModelConfig& cfg = ckpt.metadata().model;
@@ -316,30 +330,41 @@ int export_hf(const ConvertFlags& f) {
 
 // A trident checkpoint -> a Megatron-LM release checkpoint (weights) at --target-tp x --target-pp.
 int export_megatron(const ConvertFlags& f) {
+  check_new_folder(f);
   const fs::path dir = resolve_checkpoint_dir(f.load, f.iteration, iteration_flag(f));
   ShardedCheckpointReader ckpt(dir);
   const CheckpointMetadata& m = ckpt.metadata();
-  const DType dtype = export_dtype(f, m.model.dtype);
-  try {
-    m.model.validate(f.target_tp);
-  } catch (const ConfigError& e) {
-    throw ConfigError("--target-tp " + std::to_string(f.target_tp) + ": " + e.what());
-  }
-  const TensorMap canonical = export_tensors(ckpt, dtype);
-  const fs::path out = write_new_folder(f, [&](const fs::path& temp) {
-    MegatronExportOptions o;
-    o.tp = f.target_tp;
-    o.pp = f.target_pp;
-    o.dtype = dtype;
-    o.norm_names = f.norm_names;
-    o.tokenizer_type = f.tokenizer_type;
-    o.iteration = m.iteration;
-    export_megatron_gpt2(temp, m.model, canonical, o);
-  });
+  MegatronExportOptions o;
+  o.tp = f.target_tp;
+  o.pp = f.target_pp;
+  o.dtype = export_dtype(f, m.model.dtype);
+  o.norm_names = f.norm_names;
+  o.tokenizer_type = f.tokenizer_type;
+  o.iteration = m.iteration;
+  o = check_megatron_export(m.model, o);  // before reading the tensors
+  const TensorMap canonical = export_tensors(ckpt, o.dtype);
+  const fs::path out = write_new_folder(f, [&](const fs::path& temp) { export_megatron_gpt2(temp, m.model, canonical, o); });
   std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ") -> Megatron-LM "
-            << (out / "release").string() << " (tp " << f.target_tp << " x pp " << f.target_pp << ", "
-            << dtype_name(dtype) << ", weights only)" << std::endl;
+            << (out / "release").string() << " (tp " << o.tp << " x pp " << o.pp << ", " << dtype_name(o.dtype)
+            << ", weights only)" << std::endl;
   return 0;
+}
+
+// Writes an import (iteration 0, no optimizer state) at --target-tp x --target-pp; returns its
+// folder and layout.
+std::pair<fs::path, OfflineLayout> write_import(const ConvertFlags& f, const ModelConfig& model, const TensorMap& tensors,
+                                                nlohmann::json source) {
+  CheckpointMetadata m;
+  m.model = model;
+  m.iteration = 0;
+  m.consumed_samples = 0;
+  m.trainer_state = std::move(source);
+  const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
+  const fs::path out = write_offline_checkpoint(f.save, m, L, false, [&](const std::string& name, const char* state) {
+    if (state) throw InternalError("import has no optimizer state");
+    return tensors.at(name).data;
+  });
+  return {out, L};
 }
 
 // A Hugging Face folder -> a trident checkpoint at iteration 0 without optimizer state.
@@ -347,19 +372,10 @@ int import_hf(const ConvertFlags& f) {
   std::error_code ec;
   if (!fs::is_directory(f.load, ec)) throw ConfigError("--load: directory not found: " + f.load);
   check_save_holds_no_checkpoint(f);
-  HfGpt2Model hf = import_hf_gpt2(f.load, f.vocab_divisible_by);
-  CheckpointMetadata m;
-  m.model = hf.config;
-  m.iteration = 0;
-  m.consumed_samples = 0;
-  m.trainer_state = {{"imported_from", "hf"}};
-  const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
-  const fs::path out = write_offline_checkpoint(f.save, m, L, false, [&](const std::string& name, const char* state) {
-    if (state) throw InternalError("import has no optimizer state");
-    return hf.tensors.at(name).data;
-  });
-  std::cout << "trident-convert: Hugging Face " << f.load << " (" << m.model.num_layers << " layers, hidden "
-            << m.model.hidden_size << ", vocab " << m.model.vocab_size << ") -> " << out.string() << " ("
+  const HfGpt2Model hf = import_hf_gpt2(f.load, f.vocab_divisible_by);
+  const auto [out, L] = write_import(f, hf.config, hf.tensors, {{"imported_from", "hf"}});
+  std::cout << "trident-convert: Hugging Face " << f.load << " (" << hf.config.num_layers << " layers, hidden "
+            << hf.config.hidden_size << ", vocab " << hf.config.vocab_size << ") -> " << out.string() << " ("
             << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", without optimizer state)" << std::endl;
   return 0;
 }
@@ -373,21 +389,15 @@ int import_megatron(const ConvertFlags& f) {
   o.vocab_size = f.vocab_size;
   o.num_attention_heads = f.num_attention_heads;
   o.iteration_flag = iteration_flag(f);
-  MegatronGpt2Model mg = import_megatron_gpt2(f.load, o);
-  CheckpointMetadata m;
-  m.model = mg.config;
-  m.iteration = 0;
-  m.consumed_samples = 0;
-  m.trainer_state = {{"imported_from", "megatron"}, {"source_format", mg.flavour}, {"source_iteration", mg.iteration}};
-  const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
-  const fs::path out = write_offline_checkpoint(f.save, m, L, false, [&](const std::string& name, const char* state) {
-    if (state) throw InternalError("import has no optimizer state");
-    return mg.tensors.at(name).data;
-  });
+  const MegatronGpt2Model mg = import_megatron_gpt2(f.load, o);
+  const ModelConfig& cfg = mg.config;
+  const auto [out, L] = write_import(
+      f, cfg, mg.tensors,
+      {{"imported_from", "megatron"}, {"source_format", mg.flavour}, {"source_iteration", mg.iteration}});
   std::cout << "trident-convert: " << mg.flavour << " " << mg.dir.string() << " (iteration " << mg.iteration << ", tp "
             << mg.tp << " x pp " << mg.pp << (mg.virtual_chunks > 1 ? " x " + std::to_string(mg.virtual_chunks) + " virtual" : "")
-            << "; " << m.model.num_layers << " layers, hidden " << m.model.hidden_size << ", heads "
-            << m.model.num_attention_heads << ", vocab " << m.model.vocab_size << ", " << dtype_name(m.model.dtype) << ") -> "
+            << "; " << cfg.num_layers << " layers, hidden " << cfg.hidden_size << ", heads " << cfg.num_attention_heads
+            << ", vocab " << cfg.vocab_size << ", " << dtype_name(cfg.dtype) << ") -> "
             << out.string() << " (" << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", without optimizer state)"
             << std::endl;
   return 0;

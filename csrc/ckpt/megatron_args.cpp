@@ -16,7 +16,6 @@ namespace {
 using pickle::Kind;
 using pickle::Value;
 
-constexpr int64_t kGpt2VocabSize = 50257;  // GPT-2's BPE vocabulary, Megatron's GPT2BPETokenizer
 
 class Args {
  public:

@@ -1,5 +1,6 @@
 // export_megatron_gpt2 (megatron_gpt2.h): canonical tensors -> a Megatron-LM release
 // checkpoint of the legacy GPT model, one torch.save file per tensor-parallel rank and stage.
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +20,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr double kCheckpointVersion = 3.0;
-constexpr int64_t kGpt2VocabSize = 50257;
 
 const char* storage_type(DType t) {
   switch (t) {
@@ -115,11 +115,8 @@ std::vector<float> shard(const std::string& canonical, const std::vector<float>&
   const int64_t lcols = split == MegatronSplit::kColumns ? cols / tp : cols;
   std::vector<float> out(static_cast<size_t>(lrows * lcols));
   for (int64_t r = 0; r < lrows; ++r) {
-    const int64_t row = split == MegatronSplit::kColumns ? r
-                        : split == MegatronSplit::kQkv   ? megatron_qkv_row(r, t, tp, cfg, kCheckpointVersion)
-                                                         : t * lrows + r;
-    const int64_t col0 = split == MegatronSplit::kColumns ? t * lcols : 0;
-    std::memcpy(&out[static_cast<size_t>(r * lcols)], &full[static_cast<size_t>(row * cols + col0)],
+    const MegatronShardRow at = megatron_shard_row(split, r, t, tp, lrows, lcols, cfg, kCheckpointVersion);
+    std::memcpy(&out[static_cast<size_t>(r * lcols)], &full[static_cast<size_t>(at.row * cols + at.col0)],
                 static_cast<size_t>(lcols) * sizeof(float));
   }
   return out;
@@ -144,22 +141,34 @@ class RankFile {
 
 }  // namespace
 
-void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const TensorMap& canonical,
-                          const MegatronExportOptions& options) {
+MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const MegatronExportOptions& options) {
   MegatronExportOptions o = options;
-  const int tp = o.tp, pp = o.pp;
-  const DType dtype = o.dtype;
-  (void)storage_type(dtype);  // validates it
+  (void)storage_type(o.dtype);  // validates it
+  try {
+    cfg.validate(o.tp);
+  } catch (const ConfigError& e) {
+    throw ConfigError("--target-tp " + std::to_string(o.tp) + ": " + e.what());
+  }
+  if (o.pp < 1 || cfg.num_layers % o.pp)
+    throw ConfigError("--target-pp " + std::to_string(o.pp) + ": Megatron's pipeline splits the " +
+                      std::to_string(cfg.num_layers) + " layers evenly; it must divide them");
   if (o.tokenizer_type.empty()) {
     if (cfg.vocab_size != kGpt2VocabSize)
       throw ConfigError("--tokenizer-type: required: Megatron checks args.tokenizer_type on load, and a vocabulary of " +
                         std::to_string(cfg.vocab_size) + " tokens is not GPT-2's (GPT2BPETokenizer)");
     o.tokenizer_type = "GPT2BPETokenizer";
   }
-  cfg.validate(tp);
-  if (pp < 1 || cfg.num_layers % pp)
-    throw ConfigError("--target-pp " + std::to_string(pp) + ": Megatron's pipeline splits the " +
-                      std::to_string(cfg.num_layers) + " layers evenly; it must divide them");
+  for (char ch : o.tokenizer_type)  // Megatron's tokenizer names are identifiers
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_')
+      throw ConfigError("--tokenizer-type: '" + o.tokenizer_type + "' is not a Megatron tokenizer name (letters, digits, _)");
+  return o;
+}
+
+void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const TensorMap& canonical,
+                          const MegatronExportOptions& options) {
+  const MegatronExportOptions o = check_megatron_export(cfg, options);
+  const int tp = o.tp, pp = o.pp;
+  const DType dtype = o.dtype;
   const int64_t C = cfg.hidden_size, padded = cfg.padded_vocab_size(tp);
   const auto full = [&](const std::string& name) -> const HostTensor& {
     auto it = canonical.find(name);
@@ -169,6 +178,7 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
   const HostTensor& wte = full("wte");
   const std::vector<float> wte_padded = pad_rows(wte.data.data(), wte.shape[0], C, padded);
   const int per_stage = cfg.num_layers / pp;
+  const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, 1);
   const fs::path release = dir / "release";
   std::error_code ec;
   fs::create_directories(release, ec);
@@ -215,13 +225,13 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       }
       w.str("encoder");
       w.begin_ordered_dict();
-      for (int l = 0; l < per_stage; ++l)
-        for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
-          const std::string prefix = "h." + std::to_string(p * per_stage + l) + ".";
-          if (spec.name.rfind(prefix, 0) != 0) continue;
-          param("layers." + std::to_string(l) + "." + megatron_layer_key(spec.name.substr(prefix.size()), o.norm_names),
-                spec.name);
-        }
+      for (int l = 0; l < per_stage; ++l) {
+        const std::string prefix = "h." + std::to_string(p * per_stage + l) + ".";
+        for (const ParamSpec& spec : specs)
+          if (spec.name.rfind(prefix, 0) == 0)
+            param("layers." + std::to_string(l) + "." + megatron_layer_key(spec.name.substr(prefix.size()), o.norm_names),
+                  spec.name);
+      }
       if (p == pp - 1) {
         const std::string final_norm = o.norm_names ? "final_norm." : "final_layernorm.";
         param(final_norm + "weight", "ln_f.weight");

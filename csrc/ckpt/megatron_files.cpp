@@ -31,7 +31,6 @@ void flatten(const Value& v, const std::string& prefix, std::vector<std::pair<st
   }
 }
 
-
 const TorchFile& open_file(Checkpoint& c, const fs::path& p) {
   c.files.push_back(std::make_unique<TorchFile>(p.string()));
   return *c.files.back();
@@ -167,9 +166,13 @@ fs::path resolve_dir(const fs::path& load, std::optional<int64_t> iteration, con
   }
   const fs::path megatron_pointer = latest_file(load), deepspeed_pointer = load / "latest";
   fs::path dir;
-  if (fs::exists(megatron_pointer, ec)) {
-    std::string s = read_file(megatron_pointer.string());
+  const auto read_pointer = [](const fs::path& p) {
+    std::string s = read_file(p.string());
     s.erase(s.find_last_not_of(" \t\r\n") + 1);
+    return s;
+  };
+  if (fs::exists(megatron_pointer, ec)) {
+    const std::string s = read_pointer(megatron_pointer);
     if (s == "release") dir = load / "release";
     else if (all_digits(s) && s.size() <= 10) {
       dir = iteration_dir(load, std::stoll(s));
@@ -178,8 +181,7 @@ fs::path resolve_dir(const fs::path& load, std::optional<int64_t> iteration, con
       throw IoError(megatron_pointer.string() + ": '" + s + "' is neither an iteration number nor 'release'");
     }
   } else if (fs::exists(deepspeed_pointer, ec)) {
-    std::string s = read_file(deepspeed_pointer.string());
-    s.erase(s.find_last_not_of(" \t\r\n") + 1);
+    const std::string s = read_pointer(deepspeed_pointer);
     if (s.empty() || s.find('/') != std::string::npos || s == "." || s == "..")
       throw IoError(deepspeed_pointer.string() + ": '" + s + "' is not a checkpoint tag");
     dir = load / s;

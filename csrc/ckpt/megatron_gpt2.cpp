@@ -24,7 +24,6 @@ using megatron::Shard;
 using pickle::Kind;
 using pickle::Value;
 
-constexpr int64_t kGpt2VocabSize = 50257;  // GPT-2's BPE vocabulary
 
 // ---------------------------------------------------------------------------------------
 // Module names -> canonical names.
@@ -143,11 +142,8 @@ class Joiner {
                       std::to_string(t));
       const std::vector<float> local = read(it->second[t], local_shape);
       for (int64_t r = 0; r < lrows; ++r) {
-        const int64_t row = split == MegatronSplit::kColumns ? r
-                            : split == MegatronSplit::kQkv   ? megatron_qkv_row(r, t, tp, cfg_, c_.checkpoint_version)
-                                                             : t * lrows + r;
-        const int64_t col0 = split == MegatronSplit::kColumns ? t * lcols : 0;
-        std::memcpy(&full[static_cast<size_t>(row * cols + col0)], &local[static_cast<size_t>(r * lcols)],
+        const MegatronShardRow at = megatron_shard_row(split, r, t, tp, lrows, lcols, cfg_, c_.checkpoint_version);
+        std::memcpy(&full[static_cast<size_t>(at.row * cols + at.col0)], &local[static_cast<size_t>(r * lcols)],
                     static_cast<size_t>(lcols) * sizeof(float));
       }
     }
@@ -264,6 +260,17 @@ int64_t megatron_qkv_row(int64_t r, int t, int tp, const ModelConfig& cfg, doubl
     d = r % hd, head = (r / hd) % heads, which = r / (hd * heads);
   }
   return which * cfg.hidden_size + (t * heads + head) * hd + d;
+}
+
+MegatronShardRow megatron_shard_row(MegatronSplit split, int64_t r, int t, int tp, int64_t lrows, int64_t lcols,
+                                    const ModelConfig& cfg, double checkpoint_version) {
+  switch (split) {
+    case MegatronSplit::kColumns: return {r, t * lcols};
+    case MegatronSplit::kQkv: return {megatron_qkv_row(r, t, tp, cfg, checkpoint_version), 0};
+    case MegatronSplit::kRows: return {t * lrows + r, 0};
+    case MegatronSplit::kReplicated: break;
+  }
+  return {r, 0};
 }
 
 std::string megatron_layer_key(const std::string& canonical_suffix, bool norm_names) {

@@ -1,6 +1,7 @@
 // GPT checkpoints written by Megatron-LM and Megatron-DeepSpeed (torch.save files, read with
-// torch_file.h) -> trident canonical tensors and ModelConfig. Weights only: the optimizer
-// state, RNG state and scheduler are not read.
+// torch_file.h) -> trident canonical tensors and ModelConfig, and trident's weights -> a
+// Megatron-LM release checkpoint (export_megatron_gpt2 below). Weights only: the optimizer
+// state, RNG state and scheduler are neither read nor written.
 //
 // Layouts read (DIR is the --save directory, or one iteration folder in it):
 //  * Megatron-LM: DIR/latest_checkpointed_iteration.txt ("N" or "release") ->
@@ -48,6 +49,8 @@
 #include "model/config.h"
 
 namespace trident {
+
+inline constexpr int64_t kGpt2VocabSize = 50257;  // GPT-2's BPE vocabulary, Megatron's GPT2BPETokenizer
 
 struct MegatronGpt2Model {
   ModelConfig config;
@@ -103,6 +106,9 @@ struct MegatronExportOptions {
 // --tokenizer-type for what Megatron cannot hold, IoError naming the file.
 void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical,
                           const MegatronExportOptions& options);
+// export_megatron_gpt2's checks of the model and options, without writing anything (a tool
+// calls it before reading the tensors). Returns the options with tokenizer_type filled in.
+MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const MegatronExportOptions& options);
 
 // Megatron's tensor-parallel split of a canonical parameter (the word embedding and the LM
 // head by rows, ...; see above).
@@ -111,6 +117,13 @@ MegatronSplit megatron_split(const std::string& canonical);
 // Trident's QKV row ([q,k,v][heads][head_dim]) of row r of tensor-parallel rank t's shard,
 // whose rows are in the order of `checkpoint_version`.
 int64_t megatron_qkv_row(int64_t r, int t, int tp, const ModelConfig& cfg, double checkpoint_version);
+// Where row r of rank t's shard ([lrows, lcols] of a [rows, cols] tensor split as `split`)
+// lies in the full tensor: its row and first column.
+struct MegatronShardRow {
+  int64_t row, col0;
+};
+MegatronShardRow megatron_shard_row(MegatronSplit split, int64_t r, int t, int tp, int64_t lrows, int64_t lcols,
+                                    const ModelConfig& cfg, double checkpoint_version);
 // The legacy model's key inside a layer for a canonical suffix: "attn.qkv.weight" ->
 // "self_attention.query_key_value.weight"; LayerNorms per MegatronExportOptions::norm_names.
 std::string megatron_layer_key(const std::string& canonical_suffix, bool norm_names);

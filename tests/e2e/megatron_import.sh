@@ -65,7 +65,7 @@ while read -r name ref _ flags; do
 done <"$tmp/cases"
 grep -q "Megatron-LM $src/mcore-te-vpp/iter_0000007 (iteration 7, tp 2 x pp 2 x 2 virtual; 4 layers, hidden 32, heads 4, vocab 1000, bf16)" \
   "$tmp/mcore-te-vpp.log" && ok "the import's line names the source layout" || { fail "import line"; cat "$tmp/mcore-te-vpp.log"; }
-python3 - "$tmp/out-ds-pipeline/iter_0000000/metadata.json" <<'EOF' && ok "metadata: iteration 0, bf16, the source" || fail "metadata"
+"$py" - "$tmp/out-ds-pipeline/iter_0000000/metadata.json" <<'EOF' && ok "metadata: iteration 0, bf16, the source" || fail "metadata"
 import json, sys
 m = json.load(open(sys.argv[1]))
 assert m["iteration"] == 0 and m["model"]["dtype"] == "bf16", m
@@ -88,7 +88,7 @@ fi
   --sample-output-file "$tmp/generated.jsonl" >/dev/null 2>&1
 "$py" "$repo/tests/e2e/pytorch_gpt2.py" generate "$src/hf-float32-50257" "$vocab/gpt2-vocab.json" --tokens 24 \
   >"$tmp/torch-text.json"
-python3 - "$tmp/generated.jsonl" "$tmp/torch-text.json" <<'EOF' && ok "greedy text equals PyTorch's" || fail "greedy text"
+"$py" - "$tmp/generated.jsonl" "$tmp/torch-text.json" <<'EOF' && ok "greedy text equals PyTorch's" || fail "greedy text"
 import json, sys
 ours = json.loads(open(sys.argv[1]).readline())["text"]
 theirs = json.load(open(sys.argv[2]))
@@ -125,7 +125,8 @@ expect_error() {  # expect_error TEXT COMMAND...
   rm -rf "$save"
   "$@" --save "$save" >"$tmp/out" 2>"$tmp/err"
   local rc=$?
-  if [[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $save ]] && grep -qF -- "$text" "$tmp/err" &&
+  if [[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $save ]] && ! compgen -G "$save.tmp-*" >/dev/null &&
+      grep -qF -- "$text" "$tmp/err" &&
       grep -q "^trident-convert: error: " "$tmp/err"; then
     ok "$(cat "$tmp/err")"
   else
@@ -166,6 +167,19 @@ expect_error "--target-tp 3: --num-attention-heads (4) must be divisible by --te
   "$convert" --to megatron --load "$tmp/trident" --target-tp 3
 expect_error "--tokenizer-type: required: Megatron checks args.tokenizer_type on load, and a vocabulary of 1000 tokens" \
   "$convert" --to megatron --load "$tmp/trident"
+expect_error "--tokenizer-type: 'GPT2 BPE' is not a Megatron tokenizer name" \
+  "$convert" --to megatron --load "$tmp/trident" --tokenizer-type "GPT2 BPE"
+expect_error "--no-optimizer does not apply to --from megatron (an import has no optimizer state)" \
+  "$convert" "${m[@]}" --no-optimizer --load "$src/lm-tp2-pp2"
+expect_error "--dtype applies to --to hf and --to megatron only" "$convert" "${m[@]}" --dtype bf16 --load "$src/lm-tp2-pp2"
+expect_error "--overwrite does not apply to --to megatron" \
+  "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --overwrite
+expect_error "--tokenizer-type applies to --to megatron only" \
+  "$convert" --to hf --load "$tmp/trident" --tokenizer-type NullTokenizer
+mkdir -p "$tmp/full" && touch "$tmp/full/x"
+"$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --save "$tmp/full" >"$tmp/out" 2>"$tmp/err"
+[[ $? -eq 2 && $(cat "$tmp/err") == "trident-convert: error: --save: $tmp/full already exists and is not an empty directory" ]] &&
+  ok "--to megatron into a non-empty --save" || { fail "--to megatron into a non-empty --save"; cat "$tmp/err"; }
 expect_error "--megatron-norm-names applies to --to megatron only" \
   "$convert" --from megatron --megatron-norm-names --load "$src/lm-tp2-pp2"
 expect_error "--no-optimizer does not apply to --to megatron" \

@@ -143,6 +143,9 @@ TEST(MegatronArgs, RefusesWhatTridentCannotRepresent) {
   EXPECT_EQ(config_error(gqa, "num_query_groups", int64_t{4}),
             "ck.pt: args.num_query_groups: 4 groups: grouped-query attention is not supported");
   EXPECT_NO_THROW(config(gqa));  // the flag without groups
+  EXPECT_EQ(config_error(a, "num_key_value_heads", int64_t{2}),
+            "ck.pt: args.num_key_value_heads: 2 key/value heads: grouped-query attention is not supported");
+  EXPECT_EQ(config_error(a, "num_key_value_heads", int64_t{16}), "no error");  // as many as the heads
   auto no_groups_flag = a;
   no_groups_flag["num_query_groups"] = int64_t{4};  // ignored by Megatron without group_query_attention
   EXPECT_NO_THROW(config(no_groups_flag));

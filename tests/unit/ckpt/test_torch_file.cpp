@@ -83,11 +83,11 @@ std::string error_of(const std::function<void()>& fn) {
 TEST(TorchFile, ZipFormat) {
   ScratchDir dir;
   const std::string path = dir.path() + "/model_optim_rng.pt";
-  write_zip(path, {{"model_optim_rng/data.pkl", sample_pickle().stop().bytes()},
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"model_optim_rng/data.pkl", sample_pickle().stop().bytes()},
                    {"model_optim_rng/data/0", halves(kHalfStorage, false)},
                    {"model_optim_rng/data/1", halves(kBf16Storage, true)},
                    {"model_optim_rng/version", "3\n"},
-                   {"model_optim_rng/byteorder", "little"}});
+                   {"model_optim_rng/byteorder", "little"}}));
   const TorchFile f(path);
   EXPECT_TRUE(f.is_zip());
   expect_sample(f);
@@ -124,7 +124,7 @@ TEST(TorchFile, OneLineErrors) {
   // A tensor reaching past its storage.
   PickleBytes past;
   past.op('}').str("w").tensor2d("FloatStorage", "0", 4, 2, 1, 3, 3, 1).op('s').stop();
-  write_zip(path, {{"x/data.pkl", past.bytes()}, {"x/data/0", std::string(16, '\0')}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", past.bytes()}, {"x/data/0", std::string(16, '\0')}}));
   {
     const TorchFile f(path);
     EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
@@ -136,7 +136,7 @@ TEST(TorchFile, OneLineErrors) {
   huge.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").int1(4).op('t').op('Q');
   huge.int1(0).int1(32).int1(32).op('\x86').long1(std::string("\xf8\xff\xff\xff\xff\xff\xde\x7b", 8)).int1(1).op('\x86');
   huge.op('\x89').global("collections", "OrderedDict").op(')').op('R').op('t').op('R').op('s').stop();
-  write_zip(path, {{"x/data.pkl", huge.bytes()}, {"x/data/0", std::string(16, '\0')}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", huge.bytes()}, {"x/data/0", std::string(16, '\0')}}));
   {
     const TorchFile f(path);
     EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }), path + ": 'w': implausibly large");
@@ -144,13 +144,13 @@ TEST(TorchFile, OneLineErrors) {
   // A storage whose entry is missing or short.
   PickleBytes ok;
   ok.op('}').str("w").tensor2d("FloatStorage", "0", 4, 0, 2, 2, 2, 1).op('s').stop();
-  write_zip(path, {{"x/data.pkl", ok.bytes()}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ok.bytes()}}));
   {
     const TorchFile f(path);
     EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
               path + ": zip entry x/data/0 missing (storage '0')");
   }
-  write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/data/0", std::string(12, '\0')}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/data/0", std::string(12, '\0')}}));
   {
     const TorchFile f(path);
     EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
@@ -159,20 +159,20 @@ TEST(TorchFile, OneLineErrors) {
   // Integer tensors are not weights.
   PickleBytes ints;
   ints.op('}').str("w").tensor2d("LongStorage", "0", 1, 0, 1, 1, 1, 1).op('s').stop();
-  write_zip(path, {{"x/data.pkl", ints.bytes()}, {"x/data/0", std::string(8, '\0')}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ints.bytes()}, {"x/data/0", std::string(8, '\0')}}));
   {
     const TorchFile f(path);
     EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
               path + ": 'w': dtype torch.int64 is not a floating-point type");
   }
-  write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/byteorder", "big"}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/byteorder", "big"}}));
   EXPECT_EQ(error_of([&] { TorchFile f(path); }), path + ": byte order 'big': only little-endian files are read");
-  write_zip(path, {{"other.txt", "hello"}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"other.txt", "hello"}}));
   EXPECT_EQ(error_of([&] { TorchFile f(path); }),
             path + ": zip archive without <name>/data.pkl: not a file torch.save wrote");
   PickleBytes unknown;
   unknown.op('}').str("w").tensor2d("ComplexFloatStorage", "0", 1, 0, 1, 1, 1, 1).op('s').stop();
-  write_zip(path, {{"x/data.pkl", unknown.bytes()}});
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", unknown.bytes()}}));
   EXPECT_EQ(error_of([&] { TorchFile f(path); }), path + ": storage type torch.ComplexFloatStorage is not supported");
 }
 
