@@ -152,4 +152,18 @@ std::vector<float> unpad_rows(const float* data, int64_t padded_rows, int64_t co
   return std::vector<float>(data, data + rows * cols);
 }
 
+std::vector<char> encode_as(const std::vector<float>& v, DType dtype) {
+  TRIDENT_CHECK(dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16, "encode_as: ", dtype_name(dtype));
+  std::vector<char> out(v.size() * dtype_size(dtype));
+  if (dtype == DType::F32) {
+    std::memcpy(out.data(), v.data(), out.size());
+    return out;
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    const uint16_t h = dtype == DType::F16 ? float_to_half(v[i]) : float_to_bf16(v[i]);
+    std::memcpy(&out[2 * i], &h, 2);
+  }
+  return out;
+}
+
 }  // namespace trident

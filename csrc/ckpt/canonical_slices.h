@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/param_spec.h"
 
 namespace trident {
@@ -57,6 +58,10 @@ std::vector<float> extract_local_stored(const ParamSpec& spec, int tp, int tp_ra
                                         const std::vector<float>& stored);
 // Same, taking the stored tensor over: at tp 1 its buffer becomes the result (no copy).
 std::vector<float> extract_local_stored(const ParamSpec& spec, int tp, int tp_rank, std::vector<float>&& stored);
+
+// fp32 values -> their little-endian bytes as `dtype` (F32, F16 or BF16; rounding to nearest
+// even), for files that store a tensor in the model's dtype.
+std::vector<char> encode_as(const std::vector<float>& v, DType dtype);
 
 // Row padding: [rows, cols] -> [padded_rows, cols] (new rows zero), and back (drops rows).
 std::vector<float> pad_rows(const float* data, int64_t rows, int64_t cols, int64_t padded_rows);

@@ -31,19 +31,6 @@ const char* storage_type(DType t) {
   throw ConfigError(std::string("--dtype: the Megatron export stores fp32, fp16 or bf16, not ") + dtype_name(t));
 }
 
-std::string encode(const std::vector<float>& v, DType t) {
-  std::string out(v.size() * dtype_size(t), '\0');
-  if (t == DType::F32) {
-    std::memcpy(out.data(), v.data(), out.size());
-    return out;
-  }
-  for (size_t i = 0; i < v.size(); ++i) {
-    const uint16_t h = t == DType::F16 ? float_to_half(v[i]) : float_to_bf16(v[i]);
-    std::memcpy(&out[2 * i], &h, 2);
-  }
-  return out;
-}
-
 // A float setting as the double of its shortest decimal (0.1f -> 0.1, not 0.10000000149011612):
 // Megatron takes the dropouts from the checkpoint's args.
 double shortest_decimal(float v) {
@@ -57,9 +44,6 @@ double shortest_decimal(float v) {
 // --use-checkpoint-args takes. consumed_train_samples is 0: Megatron resumes its data
 // position from it even for a release checkpoint.
 void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o) {
-  const int tp = o.tp, pp = o.pp;
-  const DType dtype = o.dtype;
-  const int64_t iteration = o.iteration;
   const auto i = [&](const char* k, int64_t v) { w.str(k); w.integer(v); };
   const auto b = [&](const char* k, bool v) { w.str(k); w.boolean(v); };
   const auto f = [&](const char* k, double v) { w.str(k); w.real(v); };
@@ -73,17 +57,17 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   i("kv_channels", cfg.head_dim());
   i("max_position_embeddings", cfg.max_position_embeddings);
   i("seq_length", cfg.seq_length);
-  i("padded_vocab_size", cfg.padded_vocab_size(tp));
+  i("padded_vocab_size", cfg.padded_vocab_size(o.tp));
   i("make_vocab_size_divisible_by", cfg.make_vocab_size_divisible_by);
   s("tokenizer_type", o.tokenizer_type.c_str());
-  i("tensor_model_parallel_size", tp);
-  i("pipeline_model_parallel_size", pp);
+  i("tensor_model_parallel_size", o.tp);
+  i("pipeline_model_parallel_size", o.pp);
   w.str("virtual_pipeline_model_parallel_size");
   w.none();
-  b("fp16", dtype == DType::F16);
-  b("bf16", dtype == DType::BF16);
+  b("fp16", o.dtype == DType::F16);
+  b("bf16", o.dtype == DType::BF16);
   w.str("params_dtype");
-  w.global("torch", dtype == DType::F16 ? "float16" : dtype == DType::BF16 ? "bfloat16" : "float32");
+  w.global("torch", o.dtype == DType::F16 ? "float16" : o.dtype == DType::BF16 ? "bfloat16" : "float32");
   f("layernorm_epsilon", 1e-5);
   f("norm_epsilon", 1e-5);
   s("normalization", "LayerNorm");
@@ -100,7 +84,7 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   f("hidden_dropout", shortest_decimal(cfg.hidden_dropout));
   f("attention_dropout", shortest_decimal(cfg.attention_dropout));
   f("init_method_std", shortest_decimal(cfg.init_method_std));
-  i("iteration", iteration);
+  i("iteration", o.iteration);
   i("consumed_train_samples", 0);
   i("consumed_valid_samples", 0);
   w.end();
@@ -130,7 +114,7 @@ class RankFile {
     const std::string storage_key = std::to_string(storages_.size());
     w.str(key);
     w.tensor(storage_type(dtype_), storage_key, shape);
-    storages_.push_back({storage_key, encode(data, dtype_)});
+    storages_.push_back({storage_key, encode_as(data, dtype_)});
   }
   const std::vector<TorchStorageBytes>& storages() const { return storages_; }
 

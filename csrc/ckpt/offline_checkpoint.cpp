@@ -20,18 +20,6 @@ bool stage_holds(const ParamSpec& s, int stage, const OfflineLayout& L) {
   return stage_holds(s, L.stage_layers[stage].first, L.stage_layers[stage].second, stage == 0, stage == L.pp - 1);
 }
 
-// fp32 values -> bytes of `dtype` (F32, F16 or BF16).
-std::vector<char> encode(const std::vector<float>& v, StDType dtype) {
-  std::vector<char> out(v.size() * st_dtype_size(dtype));
-  if (dtype == StDType::F32) {
-    std::copy(reinterpret_cast<const char*>(v.data()), reinterpret_cast<const char*>(v.data() + v.size()), out.data());
-    return out;
-  }
-  uint16_t* h = reinterpret_cast<uint16_t*>(out.data());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = dtype == StDType::F16 ? float_to_half(v[i]) : float_to_bf16(v[i]);
-  return out;
-}
-
 }  // namespace
 
 fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta, const OfflineLayout& L,
@@ -69,12 +57,12 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
       for (const ParamSpec& s : specs) {
         if (!stage_holds(s, stage, L)) continue;
         const std::vector<int64_t> local = shape_vec(local_shape(s, L.tp));
-        model_bytes.push_back(encode(extract_local_stored(s, L.tp, tp_rank, source(s.name, nullptr)), model_dtype));
+        model_bytes.push_back(encode_as(extract_local_stored(s, L.tp, tp_rank, source(s.name, nullptr)), cfg.dtype));
         model_refs.push_back(StTensorRef{s.name, model_dtype, local, model_bytes.back().data()});
         if (!with_optimizer) continue;
         const int64_t n = local_shape(s, L.tp).numel();
         for (const char* state : kOptimizerStates) {
-          optim_bytes.push_back(encode(extract_local_stored(s, L.tp, tp_rank, source(s.name, state)), StDType::F32));
+          optim_bytes.push_back(encode_as(extract_local_stored(s, L.tp, tp_rank, source(s.name, state)), DType::F32));
           optim_refs.push_back(StTensorRef{optimizer_piece_key(s.name, state, 0), StDType::F32, {n},
                                            optim_bytes.back().data()});
         }

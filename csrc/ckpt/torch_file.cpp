@@ -429,7 +429,7 @@ void write_torch_file(const std::string& path, const std::string& pickle, const 
   }
   const std::string stem = std::filesystem::path(path).stem().string();
   static const std::string kVersion = "3\n", kByteOrder = "little";
-  const auto add = [&](const std::string& name, const std::string& data) {
+  const auto add = [&](const std::string& name, const auto& data) {  // a std::string or std::vector<char>
     zip_source_t* src = zip_source_buffer(z, data.data(), data.size(), 0);
     const zip_int64_t idx = src ? zip_file_add(z, (stem + "/" + name).c_str(), src, ZIP_FL_ENC_UTF_8) : -1;
     if (idx < 0) {

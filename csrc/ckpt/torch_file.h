@@ -67,7 +67,7 @@ class TorchFile {
 // One storage for write_torch_file: its key and raw little-endian bytes.
 struct TorchStorageBytes {
   std::string key;
-  std::string bytes;
+  std::vector<char> bytes;
 };
 // Writes a torch.save zip file at `path` (which must not exist): "<stem>/data.pkl" holding
 // `pickle` (pickle::Writer's), "<stem>/data/<key>" per storage, "<stem>/version" ("3") and

@@ -62,7 +62,7 @@ TEST(PickleWriter, ReadBackThroughATorchFile) {
     const uint16_t h = float_to_bf16(v);
     bytes.append(reinterpret_cast<const char*>(&h), 2);
   }
-  write_torch_file(path, w.finish(), {{"0", bytes}});
+  write_torch_file(path, w.finish(), {{"0", std::vector<char>(bytes.begin(), bytes.end())}});
   const TorchFile f(path);
   ASSERT_TRUE(f.is_zip());
   const pickle::Value* args = f.root().get("args");
