@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Configures and builds trident (Release) into ${BUILD_DIR:-build}. Extra arguments go to
+# Configures and builds trident (Release) into ${BUILD_DIR:-<repo>/build}. Extra arguments go to
 # CMake's configure step (e.g. -DTRIDENT_CUDA=OFF). The CUDA backend is built when nvcc
-# exists (/usr/local/cuda/bin/nvcc), for sm_80 and sm_90.
+# exists (/usr/local/cuda/bin/nvcc), for sm_80 and sm_90a.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$repo/build}

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/flag_value.h"
 #include "train/data_args_file.h"
+#include "train/tensorboard_tags.h"
 #include "train/timers.h"
 
 namespace trident {
@@ -280,6 +281,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"tensorboard-dir", "write TensorBoard event files here"},
       {"tensorboard-log-interval", "iterations between TensorBoard scalars (1)"},
       {"tensorboard-queue-size", "TensorBoard scalars queued for the writer thread before adding one waits (1000)"},
+      {"tensorboard-tags", "the scalars' names: megatron (Megatron-LM's: 'lm loss', 'lm loss vs samples') or "
+                           "megatron-deepspeed (Megatron-DeepSpeed's: 'lm-loss-training/lm loss', ... ' vs tokens'); "
+                           "megatron-deepspeed with --deepspeed, megatron otherwise"},
       {"peak-tflops", "device peak TFLOP/s for MFU (0: built-in table)"},
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
@@ -325,15 +329,15 @@ const std::vector<FlagDef>& flag_defs() {
       {"exit-on-missing-checkpoint", "stop with an error when --load holds no checkpoint (default: train from "
                                      "scratch)", true},
       {"use-checkpoint-args", "take the model-shape flags not given (layers, hidden size, heads, sequence length, "
-                              "positions, vocabulary padding) and the dropout from the --load checkpoint", true},
+                              "positions, vocabulary size and padding) and the dropout from the --load checkpoint", true},
       // Data.
       {"data-path", "dataset prefix, weights and prefixes (0.3 A 0.7 B), or prefixes mixed by size (A B); "
                     "cut into train/valid/test by --split"},
       {"train-data-path", "training data read whole, in --data-path's forms (instead of --data-path and --split)"},
       {"valid-data-path", "validation data read whole, in --data-path's forms"},
       {"test-data-path", "test data read whole, in --data-path's forms"},
-      {"vocab-file", "gpt2-vocab.json"},
-      {"merge-file", "gpt2-merges.txt"},
+      {"vocab-file", "GPT-2's vocabulary (gpt2-vocab.json; needed with data)"},
+      {"merge-file", "GPT-2's merges (gpt2-merges.txt; needed with data)"},
       {"tokenizer-type", "GPT2BPETokenizer"},
       {"split", "train, valid, test weights (969, 30, 1)"},
       {"data-args-path", "a file of --data-path's words (instead of --data-path: a blend too long for a command "
@@ -1035,6 +1039,10 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("tensorboard-dir", o.tensorboard_dir);
   f.get("tensorboard-log-interval", o.tensorboard_log_interval);
   f.get("tensorboard-queue-size", o.tensorboard_queue_size);
+  // Megatron-DeepSpeed's scripts pass --deepspeed: their dashboards read its tags.
+  if (f.has("deepspeed")) o.tensorboard_tags = "megatron-deepspeed";
+  f.get("tensorboard-tags", o.tensorboard_tags);
+  parse_tensorboard_tags(o.tensorboard_tags, "--tensorboard-tags");
   f.get("log-batch-size-to-tensorboard", o.log_batch_size_to_tensorboard);
   f.get("log-world-size-to-tensorboard", o.log_world_size_to_tensorboard);
   o.log_learning_rate_to_tensorboard = !f.has("no-log-learnig-rate-to-tensorboard");
@@ -1586,6 +1594,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("tensorboard-dir given", !o.tensorboard_dir.empty());
   line("tensorboard-log-interval", o.tensorboard_log_interval);
   line("tensorboard-queue-size", o.tensorboard_queue_size);
+  line("tensorboard-tags", o.tensorboard_tags);
   line("data-path given", !o.data_path.empty());
   line("train-data-path given", !o.train_data_path.empty());
   line("valid-data-path given", !o.valid_data_path.empty());

@@ -119,6 +119,9 @@ struct TrainOptions {
   std::string tensorboard_dir;   // empty: no TensorBoard
   int64_t tensorboard_log_interval = 1;
   int64_t tensorboard_queue_size = 1000;  // Megatron's default; add_scalar waits when it is full
+  // Whose scalar names: "megatron" (Megatron-LM's "lm loss", "lm loss vs samples") or
+  // "megatron-deepspeed" ("lm-loss-training/lm loss", ... " vs tokens"; default with --deepspeed).
+  std::string tensorboard_tags = "megatron";
   bool log_batch_size_to_tensorboard = false;  // Megatron's "batch-size" scalars
   bool log_world_size_to_tensorboard = false;  // Megatron's "world-size" scalars
   bool log_learning_rate_to_tensorboard = true;  // off: --no-log-learnig-rate-to-tensorboard (sic)

@@ -685,11 +685,18 @@ void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool
   const std::string line = buf, dashes(line.size() + 1, '-');
   *out_ << dashes << "\n" << line << "\n" << dashes << std::endl;
   if (tensorboard_ && to_tensorboard && where.find("test") == std::string::npos) {
-    tensorboard_->add_scalar("lm loss validation", r.loss, iteration_);
-    tensorboard_->add_scalar("lm loss validation vs samples", r.loss, static_cast<int64_t>(consumed_samples_));
-    tensorboard_->add_scalar("lm loss validation ppl", ppl, iteration_);
-    tensorboard_->add_scalar("lm loss validation ppl vs samples", ppl, static_cast<int64_t>(consumed_samples_));
+    MegatronScalars tb = scalars();
+    tb.metric("lm loss validation", r.loss, run_position());
+    tb.metric("lm loss validation ppl", ppl, run_position());
   }
+}
+
+MegatronScalars Trainer::scalars() {
+  return MegatronScalars(*tensorboard_, parse_tensorboard_tags(opt_.tensorboard_tags, "--tensorboard-tags"));
+}
+
+RunPosition Trainer::run_position() const {
+  return {iteration_, static_cast<int64_t>(consumed_samples_), static_cast<int64_t>(consumed_tokens_)};
 }
 
 bool Trainer::training_done() const {
@@ -806,59 +813,44 @@ void Trainer::train() {
       timed_since_tensorboard_ = 0;
       if (tensorboard_)
         for (const auto& [name, seconds] : timer_maxima(per_rank))
-          tensorboard_->add_scalar(std::string(name) + "-time", seconds, iteration_);
+          scalars().at_iteration(std::string(name) + "-time", seconds, iteration_);
     }
     if (tensorboard_ && tensorboard_due) {
       const Throughput t = throughput(r.ms, r.global_batch);
-      const int64_t samples = static_cast<int64_t>(consumed_samples_);
-      TensorBoardWriter& tb = *tensorboard_;
+      const RunPosition at = run_position();
+      MegatronScalars tb = scalars();
+      tb.position(at);
       // As Megatron: the loss of every iteration, a skipped one's too (its forward ran); the
       // gradient norm only of a step that has one (not skipped, and clipping on).
       if (std::isfinite(r.loss)) {
-        tb.add_scalar("lm loss", r.loss, iteration_);
-        tb.add_scalar("lm loss vs samples", r.loss, samples);
-        tb.add_scalar("lm acc", r.acc, iteration_);
+        tb.metric("lm loss", r.loss, at);
+        tb.at_iteration("lm acc", r.acc, iteration_);
       }
-      if (!r.skipped && opt_.clip_grad > 0) {
-        tb.add_scalar("grad-norm", r.grad_norm, iteration_);
-        tb.add_scalar("grad-norm vs samples", r.grad_norm, samples);
-      }
+      if (!r.skipped && opt_.clip_grad > 0) tb.metric("grad-norm", r.grad_norm, at);
       // Megatron writes the rate its log line shows: the scheduler's, after the step.
-      if (opt_.log_learning_rate_to_tensorboard) {
-        tb.add_scalar("learning-rate", r.logged_lr, iteration_);
-        tb.add_scalar("learning-rate vs samples", r.logged_lr, samples);
-      }
-      if (std::isfinite(r.num_zeros)) {
-        tb.add_scalar("num-zeros", r.num_zeros, iteration_);
-        tb.add_scalar("num-zeros vs samples", r.num_zeros, samples);
-      }
-      if (std::isfinite(params_norm)) {
-        tb.add_scalar("params-norm", params_norm, iteration_);
-        tb.add_scalar("params-norm vs samples", params_norm, samples);
-      }
-      if (opt_.log_loss_scale_to_tensorboard) {
-        tb.add_scalar("loss-scale", r.loss_scale, iteration_);  // 1 without a scaler, as Megatron writes it
-        tb.add_scalar("loss-scale vs samples", r.loss_scale, samples);
-      }
-      if (opt_.log_world_size_to_tensorboard) {
-        tb.add_scalar("world-size", par_->grid.shape.world, iteration_);
-        tb.add_scalar("world-size vs samples", par_->grid.shape.world, samples);
-      }
+      if (opt_.log_learning_rate_to_tensorboard) tb.metric("learning-rate", r.logged_lr, at);
+      if (std::isfinite(r.num_zeros)) tb.metric("num-zeros", r.num_zeros, at);
+      if (std::isfinite(params_norm)) tb.metric("params-norm", params_norm, at);
+      // 1 without a scaler, as Megatron writes it.
+      if (opt_.log_loss_scale_to_tensorboard) tb.metric("loss-scale", r.loss_scale, at);
+      if (opt_.log_world_size_to_tensorboard) tb.metric("world-size", par_->grid.shape.world, at);
       if (opt_.log_memory_to_tensorboard) {  // Megatron's names; this rank's (rank 0's) allocator
         const AllocatorStats m = be_.allocator().stats();
-        tb.add_scalar("mem-reserved-bytes", static_cast<double>(m.bytes_reserved), iteration_);
-        tb.add_scalar("mem-allocated-bytes", static_cast<double>(m.bytes_in_use), iteration_);
-        tb.add_scalar("mem-max-allocated-bytes", static_cast<double>(m.peak_bytes_in_use), iteration_);
-        tb.add_scalar("mem-allocated-count", static_cast<double>(m.blocks_in_use), iteration_);
+        tb.at_iteration("mem-reserved-bytes", static_cast<double>(m.bytes_reserved), iteration_);
+        tb.at_iteration("mem-allocated-bytes", static_cast<double>(m.bytes_in_use), iteration_);
+        tb.at_iteration("mem-max-allocated-bytes", static_cast<double>(m.peak_bytes_in_use), iteration_);
+        tb.at_iteration("mem-allocated-count", static_cast<double>(m.blocks_in_use), iteration_);
       }
-      if (opt_.log_batch_size_to_tensorboard) {
-        tb.add_scalar("batch-size", static_cast<double>(r.global_batch), iteration_);
-        tb.add_scalar("batch-size vs samples", static_cast<double>(r.global_batch), samples);
-      }
-      tb.add_scalar("tokens-per-second", t.tokens_per_second, iteration_);
-      tb.add_scalar("tflops-per-rank", t.tflops_per_rank, iteration_);
-      if (t.mfu > 0) tb.add_scalar("mfu", t.mfu, iteration_);
+      if (opt_.log_batch_size_to_tensorboard)
+        tb.metric("batch-size", static_cast<double>(r.global_batch), at, {.deepspeed_tokens = false});
+      tb.at_iteration("tokens-per-second", t.tokens_per_second, iteration_);
+      tb.at_iteration("tflops-per-rank", t.tflops_per_rank, iteration_);
+      if (t.mfu > 0) tb.at_iteration("mfu", t.mfu, iteration_);
     }
+    // Megatron's "iteration-time" (with --log-timers-to-tensorboard): seconds an iteration,
+    // averaged over the log line's iterations, written with the line.
+    if (tensorboard_ && logging && opt_.log_timers_to_tensorboard)
+      scalars().metric("iteration-time", ms_sum / n / 1000.0, run_position(), {.megatron_samples = false});
     if (logging) {
       IterationLog l;
       l.iteration = iteration_;

@@ -22,6 +22,7 @@
 #include "train/weight_decay_schedule.h"
 #include "train/optimizer.h"
 #include "train/options.h"
+#include "train/tensorboard_tags.h"
 #include "train/timers.h"
 
 namespace trident {
@@ -154,6 +155,10 @@ class Trainer {
   bool training_done() const;
   // --kill-switch-path: whether any rank sees the file (collective when set).
   bool kill_switch_found() const;
+  // Rank 0's TensorBoard scalars under --tensorboard-tags' names (needs tensorboard_), and
+  // the run's position for them.
+  MegatronScalars scalars();
+  RunPosition run_position() const;
   void count_unusable_iteration(const IterationResult& r);
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
   bool out_of_time() const;

@@ -58,9 +58,14 @@ TEST(DeepSpeedConfig, BigScienceConfigEqualsMegatronFlags) {
   const TrainOptions file_only = parse({"--deepspeed", "--deepspeed_config", path, "--global-batch-size", "16"});
   const TrainOptions megatron = parse({"--micro-batch-size", "2", "--global-batch-size", "16", "--fp16", "--zero-stage",
                                        "1", "--initial-loss-scale", "4096", "--loss-scale-window", "500",
-                                       "--hysteresis", "2", "--min-loss-scale", "1", "--clip-grad", "1.0"});
+                                       "--hysteresis", "2", "--min-loss-scale", "1", "--clip-grad", "1.0",
+                                       "--tensorboard-tags", "megatron-deepspeed"});
   EXPECT_EQ(flags_every_rank_shares(with_flags), flags_every_rank_shares(megatron));
   EXPECT_EQ(flags_every_rank_shares(file_only), flags_every_rank_shares(megatron));
+  // Megatron-DeepSpeed's TensorBoard names, unless the command line names the others.
+  EXPECT_EQ(file_only.tensorboard_tags, "megatron-deepspeed");
+  EXPECT_EQ(parse({"--deepspeed", "--deepspeed_config", path, "--tensorboard-tags", "megatron"}).tensorboard_tags,
+            "megatron");
   EXPECT_EQ(file_only.micro_batch_size, 2);
   EXPECT_EQ(file_only.model.dtype, DType::F16);
   EXPECT_EQ(file_only.zero_stage, 1);

@@ -116,6 +116,10 @@ TEST(Options, EvaluationTensorBoardAndHealthFlags) {
   EXPECT_EQ(o.tensorboard_queue_size, 7);
   EXPECT_EQ(o.peak_tflops, 989.5);
   EXPECT_EQ(o.max_nan_iterations, 0);
+  EXPECT_EQ(o.tensorboard_tags, "megatron");
+  EXPECT_EQ(parse({"--tensorboard-tags", "megatron-deepspeed"}).tensorboard_tags, "megatron-deepspeed");
+  EXPECT_EQ(error_of({"--tensorboard-tags", "deepspeed"}),
+            "--tensorboard-tags deepspeed: expected megatron or megatron-deepspeed");
 }
 
 TEST(Options, ProfileFlagsFollowMegatron) {

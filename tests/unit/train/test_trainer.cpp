@@ -293,6 +293,60 @@ TEST(TrainerLog, TensorBoardWorldSizeAndMemory) {
   fs::remove_all(dir);
 }
 
+// --tensorboard-tags megatron-deepspeed: Megatron-DeepSpeed's panels and token axis, the
+// run's position, and none of Megatron-LM's tags; its batch size has no token axis. The
+// iteration time (--log-timers-to-tensorboard) in both layouts: Megatron-LM's has no
+// samples axis.
+TEST(TrainerLog, TensorBoardMegatronDeepSpeedTags) {
+  const fs::path dir = fresh_temp_dir("tensorboard_deepspeed");
+  TrainOptions o = tiny_options();
+  o.train_iters = 5;
+  o.tensorboard_dir = dir.string();
+  o.tensorboard_tags = "megatron-deepspeed";
+  o.log_batch_size_to_tensorboard = true;
+  o.log_timers_to_tensorboard = true;
+  o.log_interval = 2;
+  const TrainedRun run = train(o);
+  const int64_t tokens_per_iteration = int64_t{kGlobalBatch} * o.model.seq_length;
+  const auto loss = tensorboard_scalars(dir, "lm-loss-training/lm loss");
+  const auto loss_vs_samples = tensorboard_scalars(dir, "lm-loss-training/lm loss vs samples");
+  const auto loss_vs_tokens = tensorboard_scalars(dir, "lm-loss-training/lm loss vs tokens");
+  ASSERT_EQ(loss.size(), 5u);
+  ASSERT_EQ(loss_vs_samples.size(), 5u);
+  ASSERT_EQ(loss_vs_tokens.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const int64_t it = static_cast<int64_t>(i) + 1;
+    EXPECT_EQ(loss[i].first, it);
+    EXPECT_EQ(loss_vs_samples[i].first, it * kGlobalBatch);
+    EXPECT_EQ(loss_vs_tokens[i].first, it * tokens_per_iteration);
+    EXPECT_EQ(loss[i].second, float_bits(run.history[i].loss)) << it;
+    EXPECT_EQ(loss_vs_tokens[i].second, loss[i].second) << it;
+  }
+  const auto tokens = tensorboard_scalars(dir, "steps-vs-tokens/y=tokens,x=steps");
+  ASSERT_EQ(tokens.size(), 5u);
+  EXPECT_EQ(tokens.back().first, 5);
+  EXPECT_EQ(tokens.back().second, float_bits(static_cast<double>(5 * tokens_per_iteration)));
+  const auto steps = tensorboard_scalars(dir, "steps-vs-samples/y=steps,x=samples");
+  ASSERT_EQ(steps.size(), 5u);
+  EXPECT_EQ(steps.back().first, 5 * kGlobalBatch);
+  EXPECT_EQ(steps.back().second, float_bits(5.0));
+  for (const char* tag : {"grad-norm/grad-norm vs tokens", "learning-rate/learning-rate vs tokens",
+                          "loss-scale/loss-scale vs samples", "batch-size/batch-size vs samples"})
+    EXPECT_EQ(tensorboard_scalars(dir, tag).size(), 5u) << tag;
+  EXPECT_EQ(tensorboard_scalars(dir, "iteration-time/iteration-time vs tokens").size(), 3u);  // iterations 2, 4, 5
+  for (const char* tag : {"lm loss", "lm loss vs samples", "grad-norm", "learning-rate", "batch-size/batch-size vs tokens"})
+    EXPECT_TRUE(tensorboard_scalars(dir, tag).empty()) << tag;
+  fs::remove_all(dir);
+
+  o.tensorboard_tags = "megatron";
+  train(o);
+  EXPECT_EQ(tensorboard_scalars(dir, "iteration-time").size(), 3u);
+  EXPECT_TRUE(tensorboard_scalars(dir, "iteration-time vs samples").empty());
+  EXPECT_TRUE(tensorboard_scalars(dir, "steps-vs-tokens/y=tokens,x=steps").empty());
+  EXPECT_EQ(tensorboard_scalars(dir, "lm loss").size(), 5u);
+  fs::remove_all(dir);
+}
+
 // Megatron writes the scale after the scaler's update to both: the TensorBoard scalar of an
 // iteration is the scale its log line prints (fp16's back-off changes it, so a scalar that
 // lagged by an iteration would differ).
