@@ -136,6 +136,14 @@ int train(int argc, char** argv) {
   opt.load_missing_at_start = !opt.load.empty() && !std::filesystem::exists(opt.load, missing);
   SaveDirHeld save_dir;
   if (!opt.save.empty()) hold_save_dir(opt.save, *parallel, save_dir);
+  if (opt.non_persistent_save_interval > 0)  // its folder may lie elsewhere (--non-persistent-global-ckpt-dir)
+    run_on_rank0_for_all(*parallel, [&] {
+      try {
+        check_checkpoint_root_usable(opt.non_persistent_dir(opt.save));
+      } catch (const IoError& e) {
+        throw ConfigError("--non-persistent-global-ckpt-dir: " + std::string(e.what()));
+      }
+    });
   TrainData data = make_train_data(opt, parallel.get(), opt.skip_train ? DataUse::kEvaluationOnly : DataUse::kTraining);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_record_history(false);

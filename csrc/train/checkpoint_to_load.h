@@ -8,7 +8,10 @@
 //   DIR missing, or holding no     no checkpoint: training starts from scratch (Megatron's
 //   checkpoint at all              warning), or with --exit-on-missing-checkpoint an error;
 //   DIR holding iter_* folders     an error: a run whose pointer is lost is not silently
-//   but no pointer                 restarted from scratch, nor resumed from a guess.
+//   but no pointer                 restarted from scratch, nor resumed from a guess;
+//   --non-persistent-ckpt-type     (without --ckpt-step or an iteration folder) the latest
+//     global                       non-persistent checkpoint (o.non_persistent_dir(load)) when
+//                                  it is as new as DIR's or newer, as Megatron.
 #pragma once
 
 #include <filesystem>

@@ -308,6 +308,12 @@ const std::vector<FlagDef>& flag_defs() {
       {"load", "directory to load a checkpoint from (missing or empty: start from scratch)"},
       {"save-interval", "iterations between checkpoints (0: only at the end)"},
       {"keep-last", "checkpoints kept under --save (0: all)"},
+      {"non-persistent-save-interval", "iterations between non-persistent checkpoints (Megatron's; with "
+                                       "--non-persistent-ckpt-type global): each replaces the previous one"},
+      {"non-persistent-ckpt-type", "global: non-persistent checkpoints in --non-persistent-global-ckpt-dir, "
+                                   "and --load resumes from the newer of its last one and --load's"},
+      {"non-persistent-global-ckpt-dir", "folder of the non-persistent checkpoints (default: <--save or "
+                                         "--load>/non_persistent)"},
       {"async-save", "write checkpoints in the background: training waits only for a copy of the state in host "
                      "memory (as large as the rank's checkpoint files), the checkpoint is committed at the first "
                      "iteration after every rank has written, and the run's end waits for it", true},
@@ -1070,6 +1076,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("load", o.load);
   f.get("save-interval", o.save_interval);
   f.get("keep-last", o.keep_last);
+  f.get("non-persistent-save-interval", o.non_persistent_save_interval);
+  f.get("non-persistent-ckpt-type", o.non_persistent_ckpt_type);
+  f.get("non-persistent-global-ckpt-dir", o.non_persistent_global_ckpt_dir);
   f.get("no-load-optim", o.no_load_optim);
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
@@ -1240,6 +1249,24 @@ void validate_profile(TrainOptions& o) {
   if (o.profile_rank_ids.empty()) o.profile_rank_ids.insert(0);
 }
 
+// Megatron's non-persistent checkpoint flags.
+void validate_non_persistent(const TrainOptions& o) {
+  const std::string& type = o.non_persistent_ckpt_type;
+  if (type == "local" || type == "in_memory")
+    throw ConfigError("--non-persistent-ckpt-type " + type + ": not supported (Megatron's node-local and in-memory "
+                      "copies need NVIDIA's resiliency extension); global keeps them in one shared folder");
+  if (!type.empty() && type != "global")
+    throw ConfigError("--non-persistent-ckpt-type " + type + ": expected global (or local, in_memory)");
+  check_non_negative(static_cast<double>(o.non_persistent_save_interval), "non-persistent-save-interval");
+  if (o.non_persistent_save_interval > 0 && type.empty())
+    throw ConfigError("--non-persistent-save-interval needs --non-persistent-ckpt-type global (without it --load "
+                      "would not look for them)");
+  if (o.non_persistent_save_interval > 0 && o.save.empty())
+    throw ConfigError("--non-persistent-save-interval needs --save");
+  if (!o.non_persistent_global_ckpt_dir.empty() && type.empty())
+    throw ConfigError("--non-persistent-global-ckpt-dir needs --non-persistent-ckpt-type global");
+}
+
 void validate_run(TrainOptions& o) {
   check_positive(o.log_interval, "log-interval");
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
@@ -1278,6 +1305,7 @@ void validate_run(TrainOptions& o) {
   check_non_negative(o.distributed_timeout_minutes, "distributed-timeout-minutes");
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
+  validate_non_persistent(o);
   // With --use-checkpoint-args the shape is complete only once the checkpoint is read.
   if (!o.use_checkpoint_args) validate_model_options(o);
 }
@@ -1368,6 +1396,11 @@ void check_wsd_anneal(const TrainOptions& o) {
 }
 
 }  // namespace
+
+std::string TrainOptions::non_persistent_dir(const std::string& base) const {
+  if (!non_persistent_global_ckpt_dir.empty()) return non_persistent_global_ckpt_dir;
+  return (std::filesystem::path(base) / "non_persistent").string();  // Megatron's subfolder
+}
 
 int TrainOptions::virtual_pipeline_chunks() const {
   if (num_virtual_stages_per_pipeline_rank > 0) return num_virtual_stages_per_pipeline_rank;
@@ -1606,6 +1639,8 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("calculate-per-token-loss", o.calculate_per_token_loss);
   line("save given", !o.save.empty());
   line("save-interval", o.save_interval);
+  line("non-persistent-save-interval", o.non_persistent_save_interval);
+  line("non-persistent-ckpt-type", o.non_persistent_ckpt_type);
   line("async-save", o.async_save);
   line("load given", !o.load.empty());
   line("exit-interval", o.exit_interval);

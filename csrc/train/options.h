@@ -167,6 +167,15 @@ struct TrainOptions {
   int64_t save_interval = 0;    // iterations between saves; 0: only at the end (with --save)
   bool async_save = false;  // --async-save: write checkpoints from a host copy in the background
   int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all
+  // Megatron's non-persistent checkpoints: every --non-persistent-save-interval iterations
+  // (not a --save-interval one) a checkpoint replaces the previous one in their own folder,
+  // and --load resumes from the newer of it and --load's own. Only the "global" type
+  // (a shared folder); "" without them.
+  int64_t non_persistent_save_interval = 0;
+  std::string non_persistent_ckpt_type;
+  std::string non_persistent_global_ckpt_dir;  // empty: <--save or --load>/non_persistent
+  // Their folder for checkpoints under `base` (--save or --load).
+  std::string non_persistent_dir(const std::string& base) const;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   // Megatron's: --no-save-optim leaves the optimizer state (with the learning-rate schedule
   // and the loss scale) out of the checkpoints, --no-save-rng the RNG state (the dropout

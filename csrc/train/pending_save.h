@@ -52,6 +52,8 @@ struct PendingSave {
     std::vector<StTensorRef> tensors;
   };
   int64_t iteration = 0;
+  bool persistent = true;                     // false: a non-persistent save (Megatron's)
+  std::filesystem::path root;                 // the folder of its iter_NNNNNNN
   std::filesystem::path temp;                 // the temporary directory the files go to
   std::optional<TempIterationDir> temp_dir;   // rank 0: held until the commit
   std::optional<CheckpointMetadata> metadata; // rank 0: the state at the save (files to come)

@@ -909,7 +909,12 @@ void Trainer::train() {
       consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;
     }
     if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
-    if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) save_checkpoint();
+    if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) {
+      save_checkpoint();
+    } else if (saving && opt_.non_persistent_save_interval > 0 &&
+               iteration_ % opt_.non_persistent_save_interval == 0 && !training_done()) {
+      save_checkpoint(SaveKind::kNonPersistent);  // not at the end: the final save follows
+    }
     if (any_rank(*par_, stop_requested != 0)) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
       stopped_by_signal = true;

@@ -106,8 +106,10 @@ class Trainer {
   // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
   // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last. With
   // --async-save the files are written in the background and the commit waits for
-  // finish_save.
-  void save_checkpoint();
+  // finish_save. A non-persistent save goes to opt.non_persistent_dir(opt.save) and, once
+  // committed, deletes the one before it there.
+  enum class SaveKind { kPersistent, kNonPersistent };
+  void save_checkpoint(SaveKind kind = SaveKind::kPersistent);
   // Commits a save whose files are written: with wait, once they are (waiting); without,
   // only when every rank's are already (a collective: all ranks call it together).
   void finish_save(bool wait);
@@ -136,7 +138,7 @@ class Trainer {
   void check_profile_ranks();
   void profile_before_iteration();  // --profile: starts the capture at its first iteration
   void profile_after_iteration();   // and stops it after its last
-  CheckpointMetadata checkpoint_metadata();
+  CheckpointMetadata checkpoint_metadata(SaveKind kind);
   void commit_save();
   LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
                       uint64_t first_sample, bool training, float grad_scale);
@@ -206,7 +208,7 @@ class Trainer {
   int64_t skipped_iterations_ = 0, nan_iterations_ = 0;
   int64_t consecutive_unusable_ = 0;   // for --max-nan-iterations (count_unusable_iteration)
   int64_t consecutive_overflows_ = 0;  // of those, fp16 overflows at a constant loss scale
-  int64_t last_saved_iteration_ = -1;
+  int64_t last_saved_iteration_ = -1;  // of a persistent save
   // --async-save: the host memory of the state's copies (before pending_save_, which is
   // destroyed first: its writer reads them), and a save not committed yet.
   std::unique_ptr<SnapshotArena> snapshot_arena_;

@@ -286,6 +286,8 @@ bool loads_optimizer_state(const TrainOptions& o) { return !o.no_load_optim && !
 
 // The trainer_state key of the RNG state: the dropout seed (Philox, so the seed is all of it).
 constexpr const char* kRngStateKey = "dropout_seed";
+// A non-persistent checkpoint's record of the --save checkpoint its run continued from.
+constexpr const char* kPreviousPersistentKey = "previous_persistent_checkpoint_iteration";
 
 // What a resume needs of checkpoint `dir` that its metadata alone tells: the model's shape
 // (`run` is this run's), the states the flags load, an iteration this run can still train
@@ -424,16 +426,18 @@ void PendingSave::write_files() {
   save_test_hooks(rank);
 }
 
-void Trainer::save_checkpoint() {
+void Trainer::save_checkpoint(SaveKind kind) {
   finish_save(/*wait=*/true);  // one save at a time: the previous one is committed first
   const CollectiveTimeoutSuspended io;  // ranks wait for each other's writes: no time limit
   auto save = std::make_unique<PendingSave>();
   save->start = std::chrono::steady_clock::now();
   save->iteration = iteration_;
+  save->persistent = kind == SaveKind::kPersistent;
+  save->root = save->persistent ? fs::path(opt_.save) : fs::path(opt_.non_persistent_dir(opt_.save));
   optimizer_->wait_for_all_params();  // --overlap-param-gather: the gathers of the last step
   const ProcessGrid& grid = par_->grid;
   Comm& world = *par_->world;
-  const fs::path root = opt_.save;
+  const fs::path root = save->root;
   std::string token = grid.rank == 0 ? make_save_token() : "";
   broadcast_string(world, token, 0);
   save->temp = temp_iteration_dir(root, iteration_, token);
@@ -479,8 +483,8 @@ void Trainer::save_checkpoint() {
                                          StDType::F32, {s.size()}, src));
         }
   }
-  if (grid.rank == 0) save->metadata = checkpoint_metadata();
-  last_saved_iteration_ = iteration_;
+  if (grid.rank == 0) save->metadata = checkpoint_metadata(kind);
+  if (save->persistent) last_saved_iteration_ = iteration_;
   if (!opt_.async_save) {
     save->write_files();
     pending_save_ = std::move(save);
@@ -500,13 +504,14 @@ void Trainer::save_checkpoint() {
     s.written.store(true, std::memory_order_release);
   });
   pending_save_ = std::move(save);
-  *out_ << "trident: saving checkpoint at iteration " << iteration_ << " in the background (training waited "
+  *out_ << "trident: saving " << (pending_save_->persistent ? "" : "non-persistent ") << "checkpoint at iteration "
+        << iteration_ << " in the background (training waited "
         << pending_save_->waited_s << " s for a copy of the state"
         << (snapshot_arena_->pinned() ? " in page-locked host memory" : "") << ")" << std::endl;
 }
 
 // Rank 0's metadata of a checkpoint of the present state, its files to come.
-CheckpointMetadata Trainer::checkpoint_metadata() {
+CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind) {
   const ProcessGrid& grid = par_->grid;
   CheckpointMetadata m;
   m.model = opt_.model;
@@ -532,8 +537,16 @@ CheckpointMetadata Trainer::checkpoint_metadata() {
                                         {"hysteresis_tracker", ls.hysteresis_tracker}};
   }
   if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
-  m.trainer_state[kPreviousCheckpointKey] =
-      previous_checkpoint_ ? nlohmann::json(*previous_checkpoint_) : nlohmann::json(nullptr);
+  const auto iteration_or_null = [](std::optional<int64_t> it) { return it ? nlohmann::json(*it) : nlohmann::json(nullptr); };
+  if (kind == SaveKind::kPersistent) {
+    m.trainer_state[kPreviousCheckpointKey] = iteration_or_null(previous_checkpoint_);
+  } else {
+    // Its folder's history is simply the order of the saves, whichever run made them, so
+    // that the commit's prune deletes the one before. The persistent history it continues
+    // goes on record for a resume from it.
+    m.trainer_state[kPreviousCheckpointKey] = iteration_or_null(find_latest_iteration(opt_.non_persistent_dir(opt_.save)));
+    m.trainer_state[kPreviousPersistentKey] = iteration_or_null(previous_checkpoint_);
+  }
   return m;
 }
 
@@ -554,7 +567,7 @@ void Trainer::commit_save() {
   PendingSave& save = *pending_save_;
   const ProcessGrid& grid = par_->grid;
   Comm& world = *par_->world;
-  const fs::path root = opt_.save;
+  const fs::path root = save.root;
   if (grid.rank != 0) {
     send_string(world, save.records, 0);
   } else {
@@ -570,16 +583,19 @@ void Trainer::commit_save() {
   world.allreduce(Tensor(&megabytes, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
   if (grid.rank == 0) {
     save.temp_dir->commit();
-    if (opt_.keep_last > 0) {
+    if (!save.persistent) {
+      prune(root, 1);  // Megatron keeps one non-persistent checkpoint
+    } else if (opt_.keep_last > 0) {
       const PruneResult pruned = prune(root, static_cast<int>(opt_.keep_last));
       if (!pruned.abandoned_iterations.empty() && !std::exchange(abandoned_reported_, true))
         *out_ << abandoned_note(root, save.iteration, pruned.abandoned_iterations) << std::endl;
     }
   }
   world.barrier();
-  previous_checkpoint_ = save.iteration;
+  if (save.persistent) previous_checkpoint_ = save.iteration;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count();
-  *out_ << "trident: saved checkpoint at iteration " << save.iteration << " to "
+  *out_ << "trident: saved " << (save.persistent ? "" : "non-persistent ") << "checkpoint at iteration "
+        << save.iteration << " to "
         << iteration_dir(root, save.iteration).string() << ": " << megabytes / 1e3 << " GB in " << s << " s ("
         << megabytes / 1e3 / s << " GB/s)";
   if (opt_.async_save) *out_ << "; training waited " << save.waited_s << " s";
@@ -622,12 +638,20 @@ bool Trainer::load_checkpoint() {
   const CheckpointMetadata& m = ckpt->metadata();
   // The saves continue this checkpoint's history when they go to its directory and go on
   // from its iteration (a fine-tune starts a history of its own).
+  const bool non_persistent = !opt_.non_persistent_ckpt_type.empty() &&
+                              same_directory(containing_directory(*dir), opt_.non_persistent_dir(opt_.load));
   if (!opt_.save.empty() && !opt_.finetune && same_directory(containing_directory(*dir), opt_.save))
     previous_checkpoint_ = m.iteration;
+  // Resumed from a non-persistent checkpoint of the same run: the saves to --save continue
+  // the --save checkpoint that run had continued from.
+  if (non_persistent && !opt_.save.empty() && !opt_.finetune && same_directory(opt_.load, opt_.save)) {
+    const auto it = m.trainer_state.find(kPreviousPersistentKey);
+    if (it != m.trainer_state.end() && it->is_number_integer()) previous_checkpoint_ = it->get<int64_t>();
+  }
   const ParallelLayout& L = m.layout;
   double gigabytes = 0;
   for (const FileRecord& f : m.files) gigabytes += static_cast<double>(f.size) / 1e9;
-  *out_ << "trident: loaded checkpoint " << dir->string() << " (" << gigabytes << " GB, iteration " << m.iteration
+  *out_ << "trident: loaded " << (non_persistent ? "non-persistent " : "") << "checkpoint " << dir->string() << " (" << gigabytes << " GB, iteration " << m.iteration
         << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage
         << (L.virtual_pipeline_chunks > 1 ? ", " + std::to_string(L.virtual_pipeline_chunks) + " model chunks a stage" : "")
         << ")"

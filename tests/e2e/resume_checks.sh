@@ -11,7 +11,8 @@
 #    export's temporary, and one that fails (a file-size limit) leaves no folder it made;
 #  - one run saves into a directory at a time: a second trident-train or a trident-convert
 #    --overwrite into the directory of a running run stops at start naming it; the lock goes
-#    with the run; a run that fails at its start leaves no --save directory it created.
+#    with the run; a run that fails at its start leaves no --save directory it created;
+#  - Megatron's non-persistent checkpoints replace each other, and a resume takes the newer.
 # Usage: resume_checks.sh TRAIN CONVERT REPO
 set -uo pipefail
 train=$1
@@ -192,5 +193,20 @@ fi
 rc=$?
 [[ $rc -eq 2 && ! -e $tmp/made_for ]] && ok "a failed start leaves no --save directory: $(cat "$tmp/nosave.log")" ||
   { fail "a failed start: rc $rc, $(ls -aR "$tmp/made_for" 2>&1 | head -5)"; cat "$tmp/nosave.log"; }
+# Megatron's non-persistent checkpoints: every 2 iterations into np/non_persistent, each
+# replacing the one before (4 replaces 2; 5 is --save's, and the run exits there). With
+# --save's checkpoint gone (as if the run had died in iteration 5), the resume takes the
+# non-persistent one.
+np_args=(--save-interval 5 --non-persistent-save-interval 2 --non-persistent-ckpt-type global --save "$tmp/np"
+         --load "$tmp/np")
+"$train" "${args[@]}" "${np_args[@]}" --train-iters 8 --exit-interval 5 >"$tmp/np1.log" 2>&1 || { cat "$tmp/np1.log"; fail "non-persistent run"; }
+listed=$(cd "$tmp/np" && ls -d iter_* non_persistent/iter_* | tr '\n' ' ')
+[[ $listed == "iter_0000005 non_persistent/iter_0000004 " ]] && ok "non-persistent saves: $listed" ||
+  fail "non-persistent saves: $listed"
+rm -rf "$tmp/np"/iter_* "$tmp/np/latest_checkpointed_iteration.txt"
+"$train" "${args[@]}" "${np_args[@]}" --train-iters 8 >"$tmp/np2.log" 2>&1
+grep -qF "trident: loaded non-persistent checkpoint $tmp/np/non_persistent/iter_0000004" "$tmp/np2.log" &&
+  grep -q '^ iteration        5/' "$tmp/np2.log" && ok "resumed from the non-persistent checkpoint at iteration 4" ||
+  { fail "resume from the non-persistent checkpoint"; cat "$tmp/np2.log"; }
 echo "resume checks failing: $fails"
 [[ $fails -eq 0 ]]

@@ -122,6 +122,26 @@ TEST(Options, EvaluationTensorBoardAndHealthFlags) {
             "--tensorboard-tags deepspeed: expected megatron or megatron-deepspeed");
 }
 
+TEST(Options, NonPersistentCheckpointFlags) {
+  const TrainOptions o = parse({"--save", "ck", "--non-persistent-save-interval", "50", "--non-persistent-ckpt-type",
+                                "global"});
+  EXPECT_EQ(o.non_persistent_save_interval, 50);
+  EXPECT_EQ(o.non_persistent_dir(o.save), "ck/non_persistent");  // Megatron's subfolder
+  EXPECT_EQ(parse({"--non-persistent-ckpt-type", "global", "--non-persistent-global-ckpt-dir", "/fast/np"})
+                .non_persistent_dir("ck"),
+            "/fast/np");
+  EXPECT_EQ(error_of({"--save", "ck", "--non-persistent-save-interval", "50"}),
+            "--non-persistent-save-interval needs --non-persistent-ckpt-type global (without it --load would not "
+            "look for them)");
+  EXPECT_EQ(error_of({"--non-persistent-save-interval", "50", "--non-persistent-ckpt-type", "global"}),
+            "--non-persistent-save-interval needs --save");
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local"}).rfind("--non-persistent-ckpt-type local: not supported", 0), 0u);
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "disk"}),
+            "--non-persistent-ckpt-type disk: expected global (or local, in_memory)");
+  EXPECT_EQ(error_of({"--non-persistent-global-ckpt-dir", "/fast/np"}),
+            "--non-persistent-global-ckpt-dir needs --non-persistent-ckpt-type global");
+}
+
 TEST(Options, ProfileFlagsFollowMegatron) {
   TrainOptions o = parse({"--profile"});
   EXPECT_TRUE(o.profile);

@@ -8,7 +8,8 @@
 //  - --no-save-optim / --no-save-rng leave those states out, and loading asks for
 //    --no-load-optim / --no-load-rng;
 //  - --keep-last after a rollback keeps the resumed run's checkpoints and leaves the
-//    abandoned continuation above the pointer, named once in the log.
+//    abandoned continuation above the pointer, named once in the log;
+//  - Megatron's non-persistent checkpoints: saved, replaced, and resumed from when newer.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -304,6 +305,70 @@ TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
   const std::string text = log.str();
   EXPECT_TRUE(has(text, note)) << text;
   EXPECT_EQ(text.find("--keep-last:"), text.rfind("--keep-last:")) << "said once";
+  fs::remove_all(dir);
+}
+
+// Megatron's non-persistent checkpoints (--non-persistent-ckpt-type global): every
+// --non-persistent-save-interval iterations that is not a --save-interval one, into
+// <save>/non_persistent, each replacing the one before; none at the end, where the final
+// save follows. --load takes the newer of the two folders' latest (the non-persistent one
+// when as new), and a run resumed from it continues --save's history where its run left it.
+TEST(TrainerCheckpoint, NonPersistentCheckpointsReplaceEachOtherAndResumeWhenNewer) {
+  const fs::path dir = fresh_temp_dir("non_persistent");
+  const fs::path np = dir / "non_persistent";
+  TrainOptions o = tiny_options();
+  o.train_iters = 12;
+  o.exit_interval = 7;
+  o.save = dir.string();
+  o.save_interval = 4;
+  o.non_persistent_save_interval = 3;
+  o.non_persistent_ckpt_type = "global";
+  train(o);  // persistent 4 and 7 (the exit); non-persistent 3, then 6 in its place
+  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 7}));
+  EXPECT_EQ(list_iterations(np), (std::vector<int64_t>{6}));
+  EXPECT_EQ(latest_iteration(np), 6);
+  EXPECT_EQ(read_previous_checkpoint(iteration_dir(np, 6)).iteration, std::optional<int64_t>(3));
+  const CheckpointMetadata m6 = read_metadata((iteration_dir(np, 6) / kMetadataFileName).string());
+  EXPECT_EQ(m6.trainer_state.at("previous_persistent_checkpoint_iteration"), 4);
+
+  // Had the run died in iteration 7: --save's pointer names 4, the non-persistent one 6.
+  fs::remove_all(iteration_dir(dir, 7));
+  write_latest_iteration(dir, 4);
+  o.load = dir.string();
+  std::string log;
+  EXPECT_EQ(load(o, &log), "6");
+  EXPECT_TRUE(has(log, "trident: loaded non-persistent checkpoint " + iteration_dir(np, 6).string())) << log;
+  TrainOptions without = o;  // the type not given: --load's own
+  without.non_persistent_ckpt_type.clear();
+  without.non_persistent_save_interval = 0;
+  EXPECT_EQ(load(without), "4");
+  TrainOptions step = o;  // --ckpt-step names one of --load's
+  step.ckpt_step = 4;
+  EXPECT_EQ(load(step), "4");
+
+  // Resumed to 12 with --keep-last 2: saves 8 (continuing 4), non-persistent 9, 12 at the end.
+  o.exit_interval = 0;
+  o.keep_last = 2;
+  {
+    auto be = make_cpu_backend();
+    std::ostringstream out;
+    Trainer tr(o, *be, synthetic_tokens(o), out);
+    ASSERT_TRUE(tr.load_checkpoint());
+    tr.train();
+    EXPECT_FALSE(has(out.str(), "abandoned")) << out.str();
+  }
+  EXPECT_EQ(read_previous_checkpoint(iteration_dir(dir, 8)).iteration, std::optional<int64_t>(4));
+  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{8, 12}));
+  EXPECT_EQ(list_iterations(np), (std::vector<int64_t>{9}));
+  EXPECT_EQ(load(o), "12");  // --save's is newer now
+
+  // As new as --load's: the non-persistent one (Megatron's >=), from its own folder.
+  write_latest_iteration(dir, 8);
+  fs::remove_all(iteration_dir(dir, 12));
+  o.non_persistent_global_ckpt_dir = (dir / "elsewhere").string();
+  fs::rename(np, o.non_persistent_global_ckpt_dir);
+  write_latest_iteration(o.non_persistent_global_ckpt_dir, 9);
+  EXPECT_EQ(load(o), "9");
   fs::remove_all(dir);
 }
 
