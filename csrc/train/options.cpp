@@ -38,7 +38,7 @@ struct FlagDef {
 
 // Megatron's implementation switches, which its example scripts pass: trident has one way
 // to do each (its own data-parallel reduction, backend, .bin/.idx reader, fused kernels) or
-// always does it (validation perplexity scalars), so they are accepted and change nothing.
+// always does it, so they are accepted and change nothing.
 const std::vector<FlagDef>& flags_without_effect_defs() {
   static const std::vector<FlagDef> defs = {
       {"DDP-impl", "Megatron's data-parallel implementation (local or torch): no effect"},
@@ -51,7 +51,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-async-tensor-model-parallel-allreduce", "Megatron's communication overlap switch: no effect", true},
       {"use-flash-attn", "Megatron's flash attention switch: the fused attention always runs", true},
-      {"log-validation-ppl-to-tensorboard", "validation perplexity scalars: always written", true},
       {"log-throughput", "Megatron's throughput field: tokens/s and TFLOP/s are always logged", true},
       {"attention-softmax-in-fp32", "the fused attention's softmax always runs in fp32", true},
       {"no-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway", true},
@@ -335,7 +334,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"exit-on-missing-checkpoint", "stop with an error when --load holds no checkpoint (default: train from "
                                      "scratch)", true},
       {"use-checkpoint-args", "take the model-shape flags not given (layers, hidden size, heads, sequence length, "
-                              "positions, vocabulary size and padding) and the dropout from the --load checkpoint", true},
+                              "positions, vocabulary size and padding) and the dropout from the --load checkpoint",
+       true},
       // Data.
       {"data-path", "dataset prefix, weights and prefixes (0.3 A 0.7 B), or prefixes mixed by size (A B); "
                     "cut into train/valid/test by --split"},
@@ -373,7 +373,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"timing-log-level", "Megatron's timers after each log line: 0 none, 1 forward-backward and optimizer, 2 also "
                            "compute, data and pipeline transfers (0)"},
       {"timing-log-option", "the timers over the ranks: minmax, max or all (minmax)"},
-      {"log-timers-to-tensorboard", "write the timers (maximum over the ranks) as <name>-time scalars", true},
+      {"log-timers-to-tensorboard", "write the timers (maximum over the ranks) as <name>-time scalars, and the "
+                                    "iteration time", true},
+      {"log-validation-ppl-to-tensorboard", "also write the validation perplexity (lm loss validation ppl)", true},
       {"profile", "start the device profiler's capture (CUDA: cudaProfilerStart, for nsys profile "
                   "--capture-range=cudaProfilerApi) after --profile-step-start iterations and stop it after "
                   "--profile-step-end, with NVTX ranges for the iterations and the timers' phases", true},
@@ -1059,6 +1061,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("timing-log-level", o.timing_log_level);
   f.get("timing-log-option", o.timing_log_option);
   f.get("log-timers-to-tensorboard", o.log_timers_to_tensorboard);
+  f.get("log-validation-ppl-to-tensorboard", o.log_validation_ppl_to_tensorboard);
   f.get("profile", o.profile);
   f.get("profile-step-start", o.profile_step_start);
   f.get("profile-step-end", o.profile_step_end);

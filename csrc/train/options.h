@@ -131,6 +131,7 @@ struct TrainOptions {
   bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar
   int64_t timing_log_level = 0;                // Megatron's timers (train/timers.h): 0, 1 or 2
   std::string timing_log_option = "minmax";    // minmax, max or all
+  bool log_validation_ppl_to_tensorboard = false;  // Megatron's "lm loss validation ppl" scalars
   bool log_timers_to_tensorboard = false;      // the timers as <name>-time scalars
   // Megatron's --profile: the device profiler captures iterations profile_step_start + 1 to
   // profile_step_end (1-based) on the global ranks listed (--profile-ranks' words; resolved:

@@ -15,7 +15,7 @@ namespace {
 // Megatron-DeepSpeed's panel of a metric: the losses have their own, the rest their name.
 std::string deepspeed_panel(const std::string& name) {
   if (name == "lm loss") return "lm-loss-training";
-  if (name.rfind("lm loss validation", 0) == 0) return "lm-loss-validation";
+  if (name.rfind("lm loss validation", 0) == 0 || name.rfind("lm loss test", 0) == 0) return "lm-loss-validation";
   return name;
 }
 

@@ -5,9 +5,11 @@
 // Megatron-DeepSpeed (and with it BigScience's runs and DeepSpeed's own plotting scripts)
 // groups each metric into a panel and adds a token axis: "<panel>/<name>",
 // "<panel>/<name> vs samples", "<panel>/<name> vs tokens", where the panel is the name,
-// except the losses: "lm-loss-training/lm loss", "lm-loss-validation/lm loss validation";
-// it also writes the run's position, "steps-vs-samples/y=steps,x=samples" and the three
-// others like it.
+// except the losses: "lm-loss-training/lm loss", "lm-loss-validation/lm loss validation"
+// (and "... lm loss test"); it also writes the run's position,
+// "steps-vs-samples/y=steps,x=samples" and the three others like it. The tags and axes are
+// those of BigScience's fork, whose logs are the public reference (microsoft's later
+// versions add a token axis to the batch size, and write the loss scale only for fp16).
 //
 // Scalars of one iteration only (the timers, memory, trident's throughput) keep their
 // Megatron-LM tag in both layouts, as Megatron-DeepSpeed writes its timers.

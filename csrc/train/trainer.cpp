@@ -684,10 +684,15 @@ void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool
                 r.loss, ppl);
   const std::string line = buf, dashes(line.size() + 1, '-');
   *out_ << dashes << "\n" << line << "\n" << dashes << std::endl;
-  if (tensorboard_ && to_tensorboard && where.find("test") == std::string::npos) {
+  // Megatron-LM writes the validation's; Megatron-DeepSpeed also the test set's, in the
+  // same panel. Both at the training's position, the perplexity only when asked for.
+  const bool test = where.find("test") != std::string::npos;
+  const TensorBoardTags tags = parse_tensorboard_tags(opt_.tensorboard_tags, "--tensorboard-tags");
+  if (tensorboard_ && to_tensorboard && (!test || tags == TensorBoardTags::kMegatronDeepSpeed)) {
     MegatronScalars tb = scalars();
-    tb.metric("lm loss validation", r.loss, run_position());
-    tb.metric("lm loss validation ppl", ppl, run_position());
+    const std::string name = test ? "lm loss test" : "lm loss validation";
+    tb.metric(name, r.loss, run_position());
+    if (opt_.log_validation_ppl_to_tensorboard) tb.metric(name + " ppl", ppl, run_position());
   }
 }
 
@@ -820,12 +825,10 @@ void Trainer::train() {
       const RunPosition at = run_position();
       MegatronScalars tb = scalars();
       tb.position(at);
-      // As Megatron: the loss of every iteration, a skipped one's too (its forward ran); the
-      // gradient norm only of a step that has one (not skipped, and clipping on).
-      if (std::isfinite(r.loss)) {
-        tb.metric("lm loss", r.loss, at);
-        tb.at_iteration("lm acc", r.acc, iteration_);
-      }
+      // As Megatron: the loss of every iteration, a skipped one's too (its forward ran), a
+      // NaN too; the gradient norm only of a step that has one (not skipped, and clipping on).
+      tb.metric("lm loss", r.loss, at);
+      tb.at_iteration("lm acc", r.acc, iteration_);
       if (!r.skipped && opt_.clip_grad > 0) tb.metric("grad-norm", r.grad_norm, at);
       // Megatron writes the rate its log line shows: the scheduler's, after the step.
       if (opt_.log_learning_rate_to_tensorboard) tb.metric("learning-rate", r.logged_lr, at);
@@ -848,8 +851,9 @@ void Trainer::train() {
       if (t.mfu > 0) tb.at_iteration("mfu", t.mfu, iteration_);
     }
     // Megatron's "iteration-time" (with --log-timers-to-tensorboard): seconds an iteration,
-    // averaged over the log line's iterations, written with the line.
-    if (tensorboard_ && logging && opt_.log_timers_to_tensorboard)
+    // averaged over the log line's iterations (their training steps: Megatron's interval
+    // timer also holds the logging between them), at multiples of --log-interval only.
+    if (tensorboard_ && iteration_ % opt_.log_interval == 0 && opt_.log_timers_to_tensorboard)
       scalars().metric("iteration-time", ms_sum / n / 1000.0, run_position(), {.megatron_samples = false});
     if (logging) {
       IterationLog l;

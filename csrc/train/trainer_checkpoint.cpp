@@ -537,14 +537,17 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind) {
                                         {"hysteresis_tracker", ls.hysteresis_tracker}};
   }
   if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
-  const auto iteration_or_null = [](std::optional<int64_t> it) { return it ? nlohmann::json(*it) : nlohmann::json(nullptr); };
+  const auto iteration_or_null = [](std::optional<int64_t> it) {
+    return it ? nlohmann::json(*it) : nlohmann::json(nullptr);
+  };
   if (kind == SaveKind::kPersistent) {
     m.trainer_state[kPreviousCheckpointKey] = iteration_or_null(previous_checkpoint_);
   } else {
     // Its folder's history is simply the order of the saves, whichever run made them, so
     // that the commit's prune deletes the one before. The persistent history it continues
     // goes on record for a resume from it.
-    m.trainer_state[kPreviousCheckpointKey] = iteration_or_null(find_latest_iteration(opt_.non_persistent_dir(opt_.save)));
+    m.trainer_state[kPreviousCheckpointKey] =
+        iteration_or_null(find_latest_iteration(opt_.non_persistent_dir(opt_.save)));
     m.trainer_state[kPreviousPersistentKey] = iteration_or_null(previous_checkpoint_);
   }
   return m;
@@ -651,7 +654,8 @@ bool Trainer::load_checkpoint() {
   const ParallelLayout& L = m.layout;
   double gigabytes = 0;
   for (const FileRecord& f : m.files) gigabytes += static_cast<double>(f.size) / 1e9;
-  *out_ << "trident: loaded " << (non_persistent ? "non-persistent " : "") << "checkpoint " << dir->string() << " (" << gigabytes << " GB, iteration " << m.iteration
+  *out_ << "trident: loaded " << (non_persistent ? "non-persistent " : "") << "checkpoint " << dir->string() << " ("
+        << gigabytes << " GB, iteration " << m.iteration
         << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage
         << (L.virtual_pipeline_chunks > 1 ? ", " + std::to_string(L.virtual_pipeline_chunks) + " model chunks a stage" : "")
         << ")"

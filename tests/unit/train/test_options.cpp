@@ -135,7 +135,8 @@ TEST(Options, NonPersistentCheckpointFlags) {
             "look for them)");
   EXPECT_EQ(error_of({"--non-persistent-save-interval", "50", "--non-persistent-ckpt-type", "global"}),
             "--non-persistent-save-interval needs --save");
-  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local"}).rfind("--non-persistent-ckpt-type local: not supported", 0), 0u);
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local"}).rfind("--non-persistent-ckpt-type local: not supported", 0),
+            0u);
   EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "disk"}),
             "--non-persistent-ckpt-type disk: expected global (or local, in_memory)");
   EXPECT_EQ(error_of({"--non-persistent-global-ckpt-dir", "/fast/np"}),
@@ -761,12 +762,10 @@ TEST(Options, MegatronRunFlags) {
 // the other form given as an explicit 0 (Megatron asserts == 0); batch-size scalars.
 TEST(Options, MegatronScriptsRunUnchanged) {
   TrainOptions o = parse({"--DDP-impl", "local", "--distributed-backend", "nccl", "--data-impl", "mmap",
-                          "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--num-workers", "2",
-                          "--log-validation-ppl-to-tensorboard"});
+                          "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--num-workers", "2"});
   EXPECT_EQ(o.flags_without_effect,
             (std::vector<std::string>{"--DDP-impl", "--distributed-backend", "--data-impl", "--num-workers",
-                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion",
-                                      "--log-validation-ppl-to-tensorboard"}));
+                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion"}));
   EXPECT_TRUE(parse({}).flags_without_effect.empty());
   EXPECT_EQ(parse({"--train-samples", "300_000", "--global-batch-size", "1_6"}).train_samples, 300000u);
   EXPECT_EQ(parse({"--lr", "6_0e-5"}).lr, 6e-4);

@@ -294,9 +294,10 @@ TEST(TrainerLog, TensorBoardWorldSizeAndMemory) {
 }
 
 // --tensorboard-tags megatron-deepspeed: Megatron-DeepSpeed's panels and token axis, the
-// run's position, and none of Megatron-LM's tags; its batch size has no token axis. The
-// iteration time (--log-timers-to-tensorboard) in both layouts: Megatron-LM's has no
-// samples axis.
+// run's position, the validation's and the test set's losses at the training's position, and
+// none of Megatron-LM's tags; its batch size has no token axis. The iteration time
+// (--log-timers-to-tensorboard) in both layouts at multiples of --log-interval: Megatron-LM's
+// without a samples axis. The perplexity only with --log-validation-ppl-to-tensorboard.
 TEST(TrainerLog, TensorBoardMegatronDeepSpeedTags) {
   const fs::path dir = fresh_temp_dir("tensorboard_deepspeed");
   TrainOptions o = tiny_options();
@@ -306,7 +307,17 @@ TEST(TrainerLog, TensorBoardMegatronDeepSpeedTags) {
   o.log_batch_size_to_tensorboard = true;
   o.log_timers_to_tensorboard = true;
   o.log_interval = 2;
-  const TrainedRun run = train(o);
+  o.eval_interval = 4;
+  o.eval_iters = 1;
+  const auto run = [&] {
+    auto be = make_cpu_backend();
+    std::ostringstream log;
+    Trainer tr(o, *be, synthetic_tokens(o), log);
+    tr.set_evaluation_data(synthetic_tokens(o, 1), synthetic_tokens(o, 2));
+    tr.train();
+    return tr.history();
+  };
+  const std::vector<IterationResult> history = run();
   const int64_t tokens_per_iteration = int64_t{kGlobalBatch} * o.model.seq_length;
   const auto loss = tensorboard_scalars(dir, "lm-loss-training/lm loss");
   const auto loss_vs_samples = tensorboard_scalars(dir, "lm-loss-training/lm loss vs samples");
@@ -319,7 +330,7 @@ TEST(TrainerLog, TensorBoardMegatronDeepSpeedTags) {
     EXPECT_EQ(loss[i].first, it);
     EXPECT_EQ(loss_vs_samples[i].first, it * kGlobalBatch);
     EXPECT_EQ(loss_vs_tokens[i].first, it * tokens_per_iteration);
-    EXPECT_EQ(loss[i].second, float_bits(run.history[i].loss)) << it;
+    EXPECT_EQ(loss[i].second, float_bits(history[i].loss)) << it;
     EXPECT_EQ(loss_vs_tokens[i].second, loss[i].second) << it;
   }
   const auto tokens = tensorboard_scalars(dir, "steps-vs-tokens/y=tokens,x=steps");
@@ -333,17 +344,35 @@ TEST(TrainerLog, TensorBoardMegatronDeepSpeedTags) {
   for (const char* tag : {"grad-norm/grad-norm vs tokens", "learning-rate/learning-rate vs tokens",
                           "loss-scale/loss-scale vs samples", "batch-size/batch-size vs samples"})
     EXPECT_EQ(tensorboard_scalars(dir, tag).size(), 5u) << tag;
-  EXPECT_EQ(tensorboard_scalars(dir, "iteration-time/iteration-time vs tokens").size(), 3u);  // iterations 2, 4, 5
-  for (const char* tag : {"lm loss", "lm loss vs samples", "grad-norm", "learning-rate", "batch-size/batch-size vs tokens"})
+  // The evaluation at iteration 4, then the final validation and test at 5.
+  const auto valid = tensorboard_scalars(dir, "lm-loss-validation/lm loss validation vs tokens");
+  ASSERT_EQ(valid.size(), 2u);
+  EXPECT_EQ(valid[0].first, 4 * tokens_per_iteration);
+  EXPECT_EQ(valid[1].first, 5 * tokens_per_iteration);
+  const auto test = tensorboard_scalars(dir, "lm-loss-validation/lm loss test");
+  ASSERT_EQ(test.size(), 1u);
+  EXPECT_EQ(test[0].first, 5);
+  const auto time = tensorboard_scalars(dir, "iteration-time/iteration-time vs tokens");
+  ASSERT_EQ(time.size(), 2u);
+  EXPECT_EQ(time[0].first, 2 * tokens_per_iteration);
+  EXPECT_EQ(time[1].first, 4 * tokens_per_iteration);
+  for (const char* tag : {"lm loss", "lm loss vs samples", "grad-norm", "learning-rate", "lm loss validation",
+                          "batch-size/batch-size vs tokens", "lm-loss-validation/lm loss validation ppl"})
     EXPECT_TRUE(tensorboard_scalars(dir, tag).empty()) << tag;
   fs::remove_all(dir);
 
   o.tensorboard_tags = "megatron";
-  train(o);
-  EXPECT_EQ(tensorboard_scalars(dir, "iteration-time").size(), 3u);
+  o.log_validation_ppl_to_tensorboard = true;
+  run();
+  const auto megatron_time = tensorboard_scalars(dir, "iteration-time");
+  ASSERT_EQ(megatron_time.size(), 2u);
+  EXPECT_EQ(megatron_time[1].first, 4);
   EXPECT_TRUE(tensorboard_scalars(dir, "iteration-time vs samples").empty());
   EXPECT_TRUE(tensorboard_scalars(dir, "steps-vs-tokens/y=tokens,x=steps").empty());
   EXPECT_EQ(tensorboard_scalars(dir, "lm loss").size(), 5u);
+  EXPECT_EQ(tensorboard_scalars(dir, "lm loss validation").size(), 2u);  // not the test set's
+  EXPECT_EQ(tensorboard_scalars(dir, "lm loss validation ppl vs samples").size(), 2u);
+  EXPECT_TRUE(tensorboard_scalars(dir, "lm loss test").empty());
   fs::remove_all(dir);
 }
 
