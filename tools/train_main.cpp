@@ -45,9 +45,10 @@ struct SaveDirHeld {
   }
 };
 
-// --save is checked before training rather than at the first save, hours later, by rank 0,
-// and every rank learns the verdict.
-void hold_save_dir(const std::string& save, ParallelContext& par, SaveDirHeld& held) {
+// --save (and the non-persistent checkpoints' folder) is checked before training rather than
+// at the first save, hours later, by rank 0, and every rank learns the verdict. `flag` names
+// the folder in errors.
+void hold_save_dir(const std::string& save, const std::string& flag, ParallelContext& par, SaveDirHeld& held) {
   run_on_rank0_for_all(par, [&] {
     try {
       check_checkpoint_root_usable(save);
@@ -58,7 +59,7 @@ void hold_save_dir(const std::string& save, ParallelContext& par, SaveDirHeld& h
       const std::string note = hold_save_dir_lock(save);
       if (!note.empty()) std::cout << "trident-train: note: " << note << std::endl;
     } catch (const IoError& e) {
-      throw ConfigError("--save: " + std::string(e.what()));
+      throw ConfigError(flag + ": " + std::string(e.what()));
     }
   });
 }
@@ -134,16 +135,12 @@ int train(int argc, char** argv) {
   // the data is built.
   std::error_code missing;
   opt.load_missing_at_start = !opt.load.empty() && !std::filesystem::exists(opt.load, missing);
-  SaveDirHeld save_dir;
-  if (!opt.save.empty()) hold_save_dir(opt.save, *parallel, save_dir);
-  if (opt.non_persistent_save_interval > 0)  // its folder may lie elsewhere (--non-persistent-global-ckpt-dir)
-    run_on_rank0_for_all(*parallel, [&] {
-      try {
-        check_checkpoint_root_usable(opt.non_persistent_dir(opt.save));
-      } catch (const IoError& e) {
-        throw ConfigError("--non-persistent-global-ckpt-dir: " + std::string(e.what()));
-      }
-    });
+  SaveDirHeld save_dir, non_persistent_dir;  // the second goes first: it may lie in the first
+  if (!opt.save.empty()) hold_save_dir(opt.save, "--save", *parallel, save_dir);
+  if (opt.non_persistent_save_interval > 0) {
+    run_on_rank0_for_all(*parallel, [&] { check_non_persistent_dir(opt); });
+    hold_save_dir(opt.non_persistent_dir(opt.save), non_persistent_dir_flag(opt), *parallel, non_persistent_dir);
+  }
   TrainData data = make_train_data(opt, parallel.get(), opt.skip_train ? DataUse::kEvaluationOnly : DataUse::kTraining);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_record_history(false);

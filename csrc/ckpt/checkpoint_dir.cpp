@@ -412,6 +412,12 @@ int64_t latest_iteration(const fs::path& root) {
   return *it;
 }
 
+bool same_directory(const fs::path& a, const fs::path& b) {
+  std::error_code ec1, ec2;
+  const fs::path ca = fs::weakly_canonical(a, ec1), cb = fs::weakly_canonical(b, ec2);
+  return !ec1 && !ec2 && ca == cb;
+}
+
 std::vector<int64_t> list_iterations(const fs::path& root) {
   std::vector<int64_t> out;
   std::error_code ec;

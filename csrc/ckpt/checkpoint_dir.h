@@ -139,6 +139,9 @@ int64_t latest_iteration(const std::filesystem::path& root);
 // Same, but nullopt when there is no pointer file at all (a fresh run).
 std::optional<int64_t> find_latest_iteration(const std::filesystem::path& root);
 
+// Whether two paths name the same directory (however spelled: resolved through symlinks).
+bool same_directory(const std::filesystem::path& a, const std::filesystem::path& b);
+
 // Committed iterations (directories named iter_ and 7+ digits), ascending.
 std::vector<int64_t> list_iterations(const std::filesystem::path& root);
 

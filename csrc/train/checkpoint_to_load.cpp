@@ -1,5 +1,7 @@
 #include "train/checkpoint_to_load.h"
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -11,7 +13,55 @@
 namespace trident {
 namespace fs = std::filesystem;
 
-std::optional<fs::path> checkpoint_to_load(const TrainOptions& o) {
+namespace {
+
+nlohmann::json trainer_state_of(const fs::path& iteration_dir) {
+  return read_metadata((iteration_dir / kMetadataFileName).string()).trainer_state;
+}
+
+// Why the latest non-persistent checkpoint `it` of `np` is not --load's to resume from ("" if
+// it is): another run's (its --save is not --load), or one continuing a checkpoint newer than
+// --load's latest `persistent` (its pointer was moved back).
+std::string foreign_non_persistent(const TrainOptions& o, const fs::path& np, int64_t it,
+                                   std::optional<int64_t> persistent) {
+  const nlohmann::json st = trainer_state_of(iteration_dir(np, it));
+  const std::string where = iteration_dir(np, it).string();
+  if (!st.value(kNonPersistentKey, false)) return where + " is not a non-persistent checkpoint";
+  if (const auto s = st.find(kNonPersistentSaveKey); s != st.end() && s->is_string() &&
+                                                      !same_directory(s->get<std::string>(), o.load))
+    return where + " was saved by a run saving into " + s->get<std::string>() + ", not --load " + o.load;
+  if (const auto p = st.find(kPreviousPersistentKey); p != st.end() && p->is_number_integer() &&
+                                                      (!persistent || p->get<int64_t>() > *persistent))
+    return where + " continues iteration " + std::to_string(p->get<int64_t>()) + " of " + o.load + ", past its " +
+           (persistent ? "latest, " + std::to_string(*persistent) : std::string("pointer")) + " (a rollback)";
+  return "";
+}
+
+}  // namespace
+
+std::string non_persistent_dir_flag(const TrainOptions& o) {
+  return o.non_persistent_global_ckpt_dir.empty() ? "--save (its folder " + o.non_persistent_dir(o.save) + ")"
+                                                  : "--non-persistent-global-ckpt-dir";
+}
+
+void check_non_persistent_dir(const TrainOptions& o) {
+  const fs::path np = o.non_persistent_dir(o.save);
+  const std::string flag = non_persistent_dir_flag(o);
+  for (const auto& [other, name] : {std::pair{o.save, "--save"}, std::pair{o.load, "--load"}})
+    if (!other.empty() && same_directory(np, other))
+      throw ConfigError(flag + ": " + np.string() + " is " + name + "'s folder: its checkpoints would be replaced");
+  try {
+    if (const std::optional<int64_t> it = find_latest_iteration(np);
+        it && !trainer_state_of(iteration_dir(np, *it)).value(kNonPersistentKey, false))
+      throw ConfigError(flag + ": " + iteration_dir(np, *it).string() +
+                        " is not a non-persistent checkpoint; the non-persistent saves would replace it");
+  } catch (const IoError& e) {
+    throw ConfigError(flag + ": " + e.what());
+  }
+}
+
+std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* note) {
+  if (note) note->clear();
   const fs::path load = o.load;
   if (o.ckpt_step >= 0) return resolve_checkpoint_dir(load, o.ckpt_step, "--ckpt-step");
   std::error_code ec;
@@ -27,8 +77,11 @@ std::optional<fs::path> checkpoint_to_load(const TrainOptions& o) {
                       kLatestFileName + ": give --ckpt-step N to load one of them");
   if (!o.non_persistent_ckpt_type.empty()) {
     const fs::path np = o.non_persistent_dir(o.load);
-    if (const std::optional<int64_t> it = find_latest_iteration(np); it && (!persistent || *it >= *persistent))
-      return resolve_checkpoint_dir(np, std::nullopt);
+    if (const std::optional<int64_t> it = find_latest_iteration(np); it && (!persistent || *it > *persistent)) {
+      const std::string foreign = foreign_non_persistent(o, np, *it, persistent);
+      if (foreign.empty()) return resolve_checkpoint_dir(np, std::nullopt);
+      if (note) *note = foreign + ": not resumed from";
+    }
   }
   if (persistent) return resolve_checkpoint_dir(load, std::nullopt);
   if (o.exit_on_missing_checkpoint)

@@ -11,7 +11,11 @@
 //   but no pointer                 restarted from scratch, nor resumed from a guess;
 //   --non-persistent-ckpt-type     (without --ckpt-step or an iteration folder) the latest
 //     global                       non-persistent checkpoint (o.non_persistent_dir(load)) when
-//                                  it is as new as DIR's or newer, as Megatron.
+//                                  it is newer than DIR's (Megatron also takes it at the same
+//                                  iteration, the same state: --save's keeps the history whole)
+//                                  and it belongs to DIR: saved by a run saving into DIR, which
+//                                  had continued from DIR's latest or an earlier checkpoint
+//                                  (not from one that a rollback of DIR's pointer abandoned).
 #pragma once
 
 #include <filesystem>
@@ -24,6 +28,21 @@ namespace trident {
 // The iteration folder to load for o.load (non-empty), or nullopt for none (see above).
 // Throws ConfigError naming --load, --ckpt-step or --exit-on-missing-checkpoint, IoError
 // naming a garbled pointer file.
-std::optional<std::filesystem::path> checkpoint_to_load(const TrainOptions& o);
+// `note`, when given, gets why a non-persistent checkpoint was passed over ("" if none was).
+std::optional<std::filesystem::path> checkpoint_to_load(const TrainOptions& o, std::string* note = nullptr);
+
+// What a non-persistent checkpoint records in its trainer_state (metadata.h), besides its
+// folder's previous one: that it is one, the --save of its run, and the --save checkpoint
+// its run had continued from (null: none).
+inline constexpr const char* kNonPersistentKey = "non_persistent";
+inline constexpr const char* kNonPersistentSaveKey = "non_persistent_save_dir";
+inline constexpr const char* kPreviousPersistentKey = "previous_persistent_checkpoint_iteration";
+
+// Rank 0's check before a run saves non-persistent checkpoints: their folder is neither
+// --save nor --load, and holds non-persistent checkpoints only (the saves replace its
+// checkpoints and move its pointer). ConfigError names the flag that set the folder.
+void check_non_persistent_dir(const TrainOptions& o);
+// The flag that names o.non_persistent_dir(o.save), for messages.
+std::string non_persistent_dir_flag(const TrainOptions& o);
 
 }  // namespace trident

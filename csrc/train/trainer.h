@@ -10,6 +10,8 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "core/backend.h"
@@ -213,7 +215,8 @@ class Trainer {
   // destroyed first: its writer reads them), and a save not committed yet.
   std::unique_ptr<SnapshotArena> snapshot_arena_;
   std::unique_ptr<PendingSave> pending_save_;
-  bool noted_other_writers_ = false;  // the other writers' checkpoint temporaries, named at the first save
+  // The folders whose other writers' checkpoint temporaries were named (at their first save).
+  std::set<std::string> noted_other_writers_;
   bool abandoned_reported_ = false;  // --keep-last found an abandoned continuation's iterations (said once)
   // The checkpoint in --save this run continues from (the one it loaded, then its last
   // save), recorded in each save for prune(); none for a run from scratch.

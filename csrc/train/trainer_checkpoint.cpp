@@ -286,8 +286,6 @@ bool loads_optimizer_state(const TrainOptions& o) { return !o.no_load_optim && !
 
 // The trainer_state key of the RNG state: the dropout seed (Philox, so the seed is all of it).
 constexpr const char* kRngStateKey = "dropout_seed";
-// A non-persistent checkpoint's record of the --save checkpoint its run continued from.
-constexpr const char* kPreviousPersistentKey = "previous_persistent_checkpoint_iteration";
 
 // What a resume needs of checkpoint `dir` that its metadata alone tells: the model's shape
 // (`run` is this run's), the states the flags load, an iteration this run can still train
@@ -337,13 +335,6 @@ fs::path containing_directory(const fs::path& dir) {
   fs::path d = dir.lexically_normal();
   if (!d.has_filename()) d = d.parent_path();
   return d.has_parent_path() ? d.parent_path() : fs::path(".");
-}
-
-// Whether two paths name the same directory (--load and --save given differently).
-bool same_directory(const fs::path& a, const fs::path& b) {
-  std::error_code ec1, ec2;
-  const fs::path ca = fs::weakly_canonical(a, ec1), cb = fs::weakly_canonical(b, ec2);
-  return !ec1 && !ec2 && ca == cb;
 }
 
 }  // namespace
@@ -448,8 +439,7 @@ void Trainer::save_checkpoint(SaveKind kind) {
     for (const fs::path& stale : temp_dir.removed_stale())
       *out_ << "trident: removed " << stale.string() << ", left by a save whose process is gone" << std::endl;
     // Said once a run: only this host's dead writers can be told apart from live ones.
-    if (!noted_other_writers_) {
-      noted_other_writers_ = true;
+    if (noted_other_writers_.insert(root.string()).second) {
       for (const fs::path& other : temporaries_of_other_writers(root, token))
         *out_ << "trident: note: " << other.string() << " is kept: its save or deletion may still run (on "
               << "another host, or here in another process), or died without the lock file that proves it "
@@ -548,6 +538,10 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind) {
     // goes on record for a resume from it.
     m.trainer_state[kPreviousCheckpointKey] =
         iteration_or_null(find_latest_iteration(opt_.non_persistent_dir(opt_.save)));
+    m.trainer_state[kNonPersistentKey] = true;
+    std::error_code ec;
+    const fs::path save = fs::weakly_canonical(opt_.save, ec);
+    m.trainer_state[kNonPersistentSaveKey] = (ec ? fs::absolute(opt_.save) : save).string();
     m.trainer_state[kPreviousPersistentKey] = iteration_or_null(previous_checkpoint_);
   }
   return m;
@@ -611,23 +605,40 @@ bool Trainer::load_checkpoint() {
   const auto start = std::chrono::steady_clock::now();
   std::optional<fs::path> dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;
-  std::string error;
+  std::string error, passed_over;
   try {
-    dir = checkpoint_to_load(opt_);
-    if (dir) {
-      ckpt = std::make_unique<ShardedCheckpointReader>(*dir);
-      restore_checkpoint(*ckpt);
-    }
+    dir = checkpoint_to_load(opt_, &passed_over);
   } catch (const InternalError&) {
     throw;
   } catch (const Error& e) {
     error = e.what();
+  }
+  // Every rank must take rank 0's checkpoint: a non-persistent folder that is not shared by
+  // every node would show each node another one.
+  const std::string chosen = dir ? dir->string() : "";
+  std::string rank0_chosen = chosen;
+  broadcast_string(*par_->world, rank0_chosen, 0);
+  if (error.empty() && chosen != rank0_chosen)
+    error = "--load: rank " + std::to_string(par_->grid.rank) + " finds " +
+            (chosen.empty() ? std::string("no checkpoint") : chosen) + ", rank 0 " +
+            (rank0_chosen.empty() ? std::string("none") : rank0_chosen) +
+            " (is the non-persistent folder on storage that every node shares?)";
+  if (error.empty() && dir) {
+    try {
+      ckpt = std::make_unique<ShardedCheckpointReader>(*dir);
+      restore_checkpoint(*ckpt);
+    } catch (const InternalError&) {
+      throw;
+    } catch (const Error& e) {
+      error = e.what();
+    }
   }
   // Each rank reads only the files holding its slices, so a corrupt file fails the ranks
   // that read it alone. Agree first: no rank reports a checkpoint loaded, or trains on,
   // while another failed; all fail with the first failing rank's message (a bad checkpoint
   // is bad input: one line from rank 0, exit 2).
   if (const std::string failure = first_failure(*par_->world, error); !failure.empty()) throw ConfigError(failure);
+  if (!passed_over.empty()) *out_ << "trident: note: " << passed_over << std::endl;
   if (!dir) {  // as Megatron: no checkpoint to load, so train from the initial weights
     if (!opt_.load_missing_at_start && fs::exists(opt_.load))
       *out_ << "trident: no checkpoint in " << opt_.load << " yet (no " << kLatestFileName
@@ -651,6 +662,8 @@ bool Trainer::load_checkpoint() {
     const auto it = m.trainer_state.find(kPreviousPersistentKey);
     if (it != m.trainer_state.end() && it->is_number_integer()) previous_checkpoint_ = it->get<int64_t>();
   }
+  // Its state is not in --save yet: the run's end saves it there even without training.
+  if (non_persistent) last_saved_iteration_ = -1;
   const ParallelLayout& L = m.layout;
   double gigabytes = 0;
   for (const FileRecord& f : m.files) gigabytes += static_cast<double>(f.size) / 1e9;

@@ -27,6 +27,7 @@
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "train/checkpoint_to_load.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #include "trainer_test_util.h"
@@ -41,6 +42,15 @@ void train(const TrainOptions& o) {
   auto be = make_cpu_backend();
   std::ostringstream log;
   Trainer tr(o, *be, synthetic_tokens(o), log);
+  tr.train();
+}
+
+// The same after loading o.load's checkpoint.
+void train_from_checkpoint(const TrainOptions& o) {
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  Trainer tr(o, *be, synthetic_tokens(o), log);
+  ASSERT_TRUE(tr.load_checkpoint()) << log.str();
   tr.train();
 }
 
@@ -311,8 +321,9 @@ TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
 // Megatron's non-persistent checkpoints (--non-persistent-ckpt-type global): every
 // --non-persistent-save-interval iterations that is not a --save-interval one, into
 // <save>/non_persistent, each replacing the one before; none at the end, where the final
-// save follows. --load takes the newer of the two folders' latest (the non-persistent one
-// when as new), and a run resumed from it continues --save's history where its run left it.
+// save follows. --load takes the newer of the two folders' latest, and a run resumed from a
+// non-persistent one continues --save's history where its run left it. Passed over: one
+// continuing a checkpoint that a rollback of --load's pointer abandoned, and another run's.
 TEST(TrainerCheckpoint, NonPersistentCheckpointsReplaceEachOtherAndResumeWhenNewer) {
   const fs::path dir = fresh_temp_dir("non_persistent");
   const fs::path np = dir / "non_persistent";
@@ -329,7 +340,8 @@ TEST(TrainerCheckpoint, NonPersistentCheckpointsReplaceEachOtherAndResumeWhenNew
   EXPECT_EQ(latest_iteration(np), 6);
   EXPECT_EQ(read_previous_checkpoint(iteration_dir(np, 6)).iteration, std::optional<int64_t>(3));
   const CheckpointMetadata m6 = read_metadata((iteration_dir(np, 6) / kMetadataFileName).string());
-  EXPECT_EQ(m6.trainer_state.at("previous_persistent_checkpoint_iteration"), 4);
+  EXPECT_EQ(m6.trainer_state.at(kPreviousPersistentKey), 4);
+  EXPECT_EQ(m6.trainer_state.at(kNonPersistentKey), true);
 
   // Had the run died in iteration 7: --save's pointer names 4, the non-persistent one 6.
   fs::remove_all(iteration_dir(dir, 7));
@@ -346,9 +358,9 @@ TEST(TrainerCheckpoint, NonPersistentCheckpointsReplaceEachOtherAndResumeWhenNew
   step.ckpt_step = 4;
   EXPECT_EQ(load(step), "4");
 
-  // Resumed to 12 with --keep-last 2: saves 8 (continuing 4), non-persistent 9, 12 at the end.
+  // Resumed to 12 with --keep-last 3: saves 8 (continuing 4), non-persistent 9, 12 at the end.
   o.exit_interval = 0;
-  o.keep_last = 2;
+  o.keep_last = 3;
   {
     auto be = make_cpu_backend();
     std::ostringstream out;
@@ -358,17 +370,77 @@ TEST(TrainerCheckpoint, NonPersistentCheckpointsReplaceEachOtherAndResumeWhenNew
     EXPECT_FALSE(has(out.str(), "abandoned")) << out.str();
   }
   EXPECT_EQ(read_previous_checkpoint(iteration_dir(dir, 8)).iteration, std::optional<int64_t>(4));
-  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{8, 12}));
+  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 8, 12}));
   EXPECT_EQ(list_iterations(np), (std::vector<int64_t>{9}));
   EXPECT_EQ(load(o), "12");  // --save's is newer now
 
-  // As new as --load's: the non-persistent one (Megatron's >=), from its own folder.
+  // Rolled back to 4: the non-persistent 9 continues 8, which the rollback abandoned.
+  write_latest_iteration(dir, 4);
+  EXPECT_EQ(load(o, &log), "4");
+  EXPECT_TRUE(has(log, "trident: note: " + iteration_dir(np, 9).string() + " continues iteration 8 of " + o.load +
+                           ", past its latest, 4 (a rollback): not resumed from")) << log;
+  // Another run's --load: not its non-persistent checkpoint.
   write_latest_iteration(dir, 8);
-  fs::remove_all(iteration_dir(dir, 12));
+  TrainOptions other = o;
+  other.load = other.save = (dir / "other").string();
+  other.non_persistent_global_ckpt_dir = np.string();
+  EXPECT_EQ(load(other, &log), "-1");
+  EXPECT_TRUE(has(log, " was saved by a run saving into ")) << log;
+  // Its folder elsewhere (--non-persistent-global-ckpt-dir).
   o.non_persistent_global_ckpt_dir = (dir / "elsewhere").string();
   fs::rename(np, o.non_persistent_global_ckpt_dir);
-  write_latest_iteration(o.non_persistent_global_ckpt_dir, 9);
   EXPECT_EQ(load(o), "9");
+
+  // The saves' folder may not be --save's or --load's, nor hold a persistent checkpoint.
+  o.non_persistent_global_ckpt_dir = dir.string();
+  EXPECT_THROW(check_non_persistent_dir(o), ConfigError);
+  o.non_persistent_global_ckpt_dir = (dir / "elsewhere").string();
+  EXPECT_NO_THROW(check_non_persistent_dir(o));
+  fs::copy(iteration_dir(dir, 8), iteration_dir(o.non_persistent_global_ckpt_dir, 8), fs::copy_options::recursive);
+  write_latest_iteration(o.non_persistent_global_ckpt_dir, 8);
+  try {
+    check_non_persistent_dir(o);
+    ADD_FAILURE() << "a persistent checkpoint in the non-persistent folder";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "--non-persistent-global-ckpt-dir: " +
+                                         iteration_dir(o.non_persistent_global_ckpt_dir, 8).string() +
+                                         " is not a non-persistent checkpoint; the non-persistent saves would "
+                                         "replace it");
+  }
+  fs::remove_all(dir);
+}
+
+// A stop at a non-persistent iteration saves it twice (there, then to --save at the end):
+// the resume takes --save's, the same state, so that --save's history stays whole; a run
+// resumed from a non-persistent checkpoint that trains no further still saves to --save.
+// With --async-save the non-persistent saves commit later, and replace each other all the same.
+TEST(TrainerCheckpoint, NonPersistentTieStopAndAsyncSave) {
+  const fs::path dir = fresh_temp_dir("non_persistent_tie");
+  const fs::path np = dir / "non_persistent";
+  TrainOptions o = tiny_options();
+  o.train_iters = 12;
+  o.exit_interval = 6;
+  o.save = o.load = dir.string();
+  o.save_interval = 4;
+  o.non_persistent_save_interval = 3;
+  o.non_persistent_ckpt_type = "global";
+  o.async_save = true;
+  train(o);  // non-persistent 3, then 6; persistent 4, and 6 at the exit
+  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(list_iterations(np), (std::vector<int64_t>{6}));
+  std::string log;
+  EXPECT_EQ(load(o, &log), "6");
+  EXPECT_FALSE(has(log, "non-persistent")) << log;
+
+  // Resumed from the non-persistent 6 (--save's 6 gone) with nothing left to train: saved to --save.
+  fs::remove_all(iteration_dir(dir, 6));
+  write_latest_iteration(dir, 4);
+  o.train_iters = 6;
+  o.use_checkpoint_opt_param_scheduler = true;  // the schedule of 12 iterations
+  o.exit_interval = 0;
+  train_from_checkpoint(o);
+  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 6}));
+  EXPECT_EQ(latest_iteration(dir), 6);
   fs::remove_all(dir);
 }
 
