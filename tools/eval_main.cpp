@@ -46,6 +46,7 @@
 #include "tools/integer_flag.h"
 #include "tools/tool_flags.h"
 #include "train/checkpoint_args.h"
+#include "train/checkpoint_to_load.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #ifdef TRIDENT_HAVE_MPI
@@ -59,7 +60,8 @@ namespace fs = std::filesystem;
 constexpr const char* kUsage =
     "Usage: trident-eval --load DIR [--iteration N] [--split-name valid|test] [--first-sample N]\n"
     "                    [--sequential [--max-tokens N]] [trident-train flags]\n"
-    "  --load DIR          checkpoint directory (its latest iteration) or one iter_NNNNNNN folder\n"
+    "  --load DIR          checkpoint directory (its latest iteration) or one iter_NNNNNNN folder;\n"
+    "                      with --non-persistent-ckpt-type global the one trident-train resumes from\n"
     "  --iteration N       evaluate DIR/iter_N instead of the latest (Megatron's --ckpt-step N)\n"
     "  --split-name S      valid (default) or test: --eval-iters global batches of the split built as\n"
     "                      trident-train builds it (pass the training run's data and length flags)\n"
@@ -191,7 +193,13 @@ int run(int argc, char** argv) {
   fs::path dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {
-    dir = resolve_checkpoint_dir(opt.load, ef.iteration, opt.ckpt_step >= 0 ? "--ckpt-step" : "--iteration");
+    if (!ef.iteration && !opt.non_persistent_ckpt_type.empty()) {  // the checkpoint trident-train resumes from
+      const std::optional<fs::path> resumed = checkpoint_to_load(opt);
+      if (!resumed) throw ConfigError("--load: no checkpoint in " + opt.load);
+      dir = *resumed;
+    } else {
+      dir = resolve_checkpoint_dir(opt.load, ef.iteration, opt.ckpt_step >= 0 ? "--ckpt-step" : "--iteration");
+    }
     ckpt = std::make_unique<ShardedCheckpointReader>(dir);
   } catch (const IoError& e) {
     throw ConfigError(e.what());

@@ -12,12 +12,14 @@
 #  - one run saves into a directory at a time: a second trident-train or a trident-convert
 #    --overwrite into the directory of a running run stops at start naming it; the lock goes
 #    with the run; a run that fails at its start leaves no --save directory it created;
-#  - Megatron's non-persistent checkpoints replace each other, and a resume takes the newer.
-# Usage: resume_checks.sh TRAIN CONVERT REPO
+#  - Megatron's non-persistent checkpoints replace each other, and a resume (and trident-eval
+#    given --non-persistent-ckpt-type) takes the newer.
+# Usage: resume_checks.sh TRAIN CONVERT REPO EVAL
 set -uo pipefail
 train=$1
 convert=$2
 repo=$3
+eval_tool=$4
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -204,6 +206,9 @@ listed=$(cd "$tmp/np" && ls -d iter_* non_persistent/iter_* | tr '\n' ' ')
 [[ $listed == "iter_0000005 non_persistent/iter_0000004 " ]] && ok "non-persistent saves: $listed" ||
   fail "non-persistent saves: $listed"
 rm -rf "$tmp/np"/iter_* "$tmp/np/latest_checkpointed_iteration.txt"
+"$eval_tool" "${args[@]:0:${#args[@]}-4}" --load "$tmp/np" --non-persistent-ckpt-type global >"$tmp/np_eval.log" 2>&1
+grep -qF "$tmp/np/non_persistent/iter_0000004" "$tmp/np_eval.log" && ok "trident-eval takes the non-persistent checkpoint" ||
+  { fail "trident-eval with --non-persistent-ckpt-type global"; cat "$tmp/np_eval.log"; }
 "$train" "${args[@]}" "${np_args[@]}" --train-iters 8 >"$tmp/np2.log" 2>&1
 grep -qF "trident: loaded non-persistent checkpoint $tmp/np/non_persistent/iter_0000004" "$tmp/np2.log" &&
   grep -q '^ iteration        5/' "$tmp/np2.log" && ok "resumed from the non-persistent checkpoint at iteration 4" ||
