@@ -194,7 +194,12 @@ int run(int argc, char** argv) {
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {
     if (!ef.iteration && !opt.non_persistent_ckpt_type.empty()) {  // the checkpoint trident-train resumes from
-      const std::optional<fs::path> resumed = checkpoint_to_load(opt);
+      std::string passed_over;
+      const std::optional<fs::path> resumed = checkpoint_to_load(opt, &passed_over);
+      if (const std::string mismatch = checkpoint_choice_mismatch(*parallel->world, opt, resumed); !mismatch.empty())
+        throw ConfigError(mismatch);
+      if (!passed_over.empty() && parallel->world_rank() == 0)
+        std::cout << "trident-eval: note: " << passed_over << std::endl;
       if (!resumed) throw ConfigError("--load: no checkpoint in " + opt.load);
       dir = *resumed;
     } else {

@@ -9,6 +9,7 @@
 #include "ckpt/metadata.h"
 #include "ckpt/offline_checkpoint.h"
 #include "core/error.h"
+#include "parallel/comm_strings.h"
 
 namespace trident {
 namespace fs = std::filesystem;
@@ -19,6 +20,11 @@ nlohmann::json trainer_state_of(const fs::path& iteration_dir) {
   return read_metadata((iteration_dir / kMetadataFileName).string()).trainer_state;
 }
 
+bool marked_non_persistent(const nlohmann::json& trainer_state) {
+  const auto it = trainer_state.find(kNonPersistentKey);
+  return it != trainer_state.end() && it->is_boolean() && it->get<bool>();
+}
+
 // Why the latest non-persistent checkpoint `it` of `np` is not --load's to resume from ("" if
 // it is): another run's (its --save is not --load), or one continuing a checkpoint newer than
 // --load's latest `persistent` (its pointer was moved back).
@@ -26,7 +32,7 @@ std::string foreign_non_persistent(const TrainOptions& o, const fs::path& np, in
                                    std::optional<int64_t> persistent) {
   const nlohmann::json st = trainer_state_of(iteration_dir(np, it));
   const std::string where = iteration_dir(np, it).string();
-  if (!st.value(kNonPersistentKey, false)) return where + " is not a non-persistent checkpoint";
+  if (!marked_non_persistent(st)) return where + " is not a non-persistent checkpoint";
   if (const auto s = st.find(kNonPersistentSaveKey); s != st.end() && s->is_string() &&
                                                       !same_directory(s->get<std::string>(), o.load))
     return where + " was saved by a run saving into " + s->get<std::string>() + ", not --load " + o.load;
@@ -52,12 +58,29 @@ void check_non_persistent_dir(const TrainOptions& o) {
       throw ConfigError(flag + ": " + np.string() + " is " + name + "'s folder: its checkpoints would be replaced");
   try {
     if (const std::optional<int64_t> it = find_latest_iteration(np);
-        it && !trainer_state_of(iteration_dir(np, *it)).value(kNonPersistentKey, false))
+        it && !marked_non_persistent(trainer_state_of(iteration_dir(np, *it))))
       throw ConfigError(flag + ": " + iteration_dir(np, *it).string() +
                         " is not a non-persistent checkpoint; the non-persistent saves would replace it");
   } catch (const IoError& e) {
     throw ConfigError(flag + ": " + e.what());
   }
+}
+
+std::string checkpoint_choice_mismatch(Comm& world, const TrainOptions& o, const std::optional<fs::path>& dir) {
+  if (o.non_persistent_ckpt_type.empty()) return "";
+  // Paths may be spelled differently on each node: the folder kind and the iteration agree.
+  std::string chosen = "none";
+  if (dir) {
+    fs::path d = dir->lexically_normal();
+    if (!d.has_filename()) d = d.parent_path();
+    const bool np = same_directory(d.parent_path(), o.non_persistent_dir(o.load));
+    chosen = (np ? "the non-persistent " : "--load's ") + d.filename().string();
+  }
+  std::string rank0 = chosen;
+  broadcast_string(world, rank0, 0);
+  if (chosen == rank0) return "";
+  return "--load: rank " + std::to_string(world.rank()) + " finds " + chosen + ", rank 0 " + rank0 +
+         " (is the non-persistent folder on storage that every node shares?)";
 }
 
 std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* note) {
@@ -68,7 +91,8 @@ std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* n
   const bool exists = fs::exists(fs::status(load, ec));
   if (exists && !fs::is_directory(load, ec)) throw ConfigError("--load: not a directory: " + load.string());
   if (exists && fs::exists(load / kMetadataFileName, ec)) return resolve_checkpoint_dir(load, std::nullopt);
-  // Megatron's rule: the non-persistent checkpoint when it is as new as --load's or newer.
+  // Megatron's rule, but for ties: the non-persistent checkpoint when it is newer than
+  // --load's (Megatron takes it on a tie too; --load's holds the same state).
   const std::optional<int64_t> persistent = exists ? find_latest_iteration(load) : std::nullopt;
   const std::vector<int64_t> iterations = persistent ? std::vector<int64_t>{} : list_iterations(load);
   if (!iterations.empty())

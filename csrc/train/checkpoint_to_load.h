@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "parallel/comm.h"
 #include "train/options.h"
 
 namespace trident {
@@ -37,6 +38,12 @@ std::optional<std::filesystem::path> checkpoint_to_load(const TrainOptions& o, s
 inline constexpr const char* kNonPersistentKey = "non_persistent";
 inline constexpr const char* kNonPersistentSaveKey = "non_persistent_save_dir";
 inline constexpr const char* kPreviousPersistentKey = "previous_persistent_checkpoint_iteration";
+
+// With --non-persistent-ckpt-type: "" when every rank of `world` chose what rank 0 chose
+// (`dir`, from checkpoint_to_load: the same folder kind and iteration), else this rank's
+// one-line error. A non-persistent folder that every node does not share would show each
+// node another checkpoint. Collective over `world`.
+std::string checkpoint_choice_mismatch(Comm& world, const TrainOptions& o, const std::optional<std::filesystem::path>& dir);
 
 // Rank 0's check before a run saves non-persistent checkpoints: their folder is neither
 // --save nor --load, and holds non-persistent checkpoints only (the saves replace its

@@ -309,8 +309,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"keep-last", "checkpoints kept under --save (0: all)"},
       {"non-persistent-save-interval", "iterations between non-persistent checkpoints (Megatron's; with "
                                        "--non-persistent-ckpt-type global): each replaces the previous one"},
-      {"non-persistent-ckpt-type", "global: non-persistent checkpoints in --non-persistent-global-ckpt-dir, "
-                                   "and --load resumes from the newer of its last one and --load's"},
+      {"non-persistent-ckpt-type", "global: non-persistent checkpoints in one folder that every node shares, and "
+                                   "--load resumes from the newer of its last one and --load's"},
       {"non-persistent-global-ckpt-dir", "folder of the non-persistent checkpoints (default: <--save or "
                                          "--load>/non_persistent)"},
       {"async-save", "write checkpoints in the background: training waits only for a copy of the state in host "
@@ -342,9 +342,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"train-data-path", "training data read whole, in --data-path's forms (instead of --data-path and --split)"},
       {"valid-data-path", "validation data read whole, in --data-path's forms"},
       {"test-data-path", "test data read whole, in --data-path's forms"},
-      {"vocab-file", "GPT-2's vocabulary (gpt2-vocab.json; needed with data)"},
-      {"merge-file", "GPT-2's merges (gpt2-merges.txt; needed with data)"},
-      {"tokenizer-type", "GPT2BPETokenizer"},
+      {"vocab-file", "the tokenizer's vocabulary (gpt2-vocab.json, or a WordPiece vocab.txt; needed with data)"},
+      {"merge-file", "GPT2BPETokenizer's merges (gpt2-merges.txt; needed with its data)"},
+      {"tokenizer-type", "GPT2BPETokenizer, BertWordPieceLowerCase or BertWordPieceCase"},
       {"split", "train, valid, test weights (969, 30, 1)"},
       {"data-args-path", "a file of --data-path's words (instead of --data-path: a blend too long for a command "
                          "line)"},

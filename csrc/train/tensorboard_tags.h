@@ -51,6 +51,7 @@ class MegatronScalars {
   void at_iteration(const std::string& tag, double value, int64_t iteration);
   // Megatron-DeepSpeed's steps-vs-samples and steps-vs-tokens panels; nothing for Megatron-LM.
   void position(const RunPosition& at);
+  TensorBoardTags tags() const { return tags_; }
 
  private:
   TensorBoardWriter& writer_;

@@ -687,9 +687,9 @@ void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool
   // Megatron-LM writes the validation's; Megatron-DeepSpeed also the test set's, in the
   // same panel. Both at the training's position, the perplexity only when asked for.
   const bool test = where.find("test") != std::string::npos;
-  const TensorBoardTags tags = parse_tensorboard_tags(opt_.tensorboard_tags, "--tensorboard-tags");
-  if (tensorboard_ && to_tensorboard && (!test || tags == TensorBoardTags::kMegatronDeepSpeed)) {
-    MegatronScalars tb = scalars();
+  if (!tensorboard_ || !to_tensorboard) return;
+  MegatronScalars tb = scalars();
+  if (!test || tb.tags() == TensorBoardTags::kMegatronDeepSpeed) {
     const std::string name = test ? "lm loss test" : "lm loss validation";
     tb.metric(name, r.loss, run_position());
     if (opt_.log_validation_ppl_to_tensorboard) tb.metric(name + " ppl", ppl, run_position());

@@ -116,7 +116,7 @@ class Trainer {
   // only when every rank's are already (a collective: all ranks call it together).
   void finish_save(bool wait);
   // Restores the checkpoint opt.load names (train/checkpoint_to_load.h: the latest, an
-  // iteration folder, or --ckpt-step's), written under any layout (parameters; optimizer
+  // iteration folder, --ckpt-step's, or a newer non-persistent one), written under any layout (parameters; optimizer
   // state, loss scale and LR schedule position unless --no-load-optim/--finetune; counters
   // unless --finetune; dropout seed unless --no-load-rng/--finetune: a checkpoint without
   // one of these is a ConfigError naming the flags). With the optimizer state, the
@@ -218,8 +218,9 @@ class Trainer {
   // The folders whose other writers' checkpoint temporaries were named (at their first save).
   std::set<std::string> noted_other_writers_;
   bool abandoned_reported_ = false;  // --keep-last found an abandoned continuation's iterations (said once)
-  // The checkpoint in --save this run continues from (the one it loaded, then its last
-  // save), recorded in each save for prune(); none for a run from scratch.
+  // The checkpoint in --save this run continues from (the one it loaded, or after a resume
+  // from a non-persistent checkpoint the one that run had continued from; then its last
+  // persistent save), recorded in each save for prune(); none for a run from scratch.
   std::optional<int64_t> previous_checkpoint_;
   std::vector<IterationResult> history_;
   bool record_history_ = true;

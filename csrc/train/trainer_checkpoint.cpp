@@ -613,16 +613,8 @@ bool Trainer::load_checkpoint() {
   } catch (const Error& e) {
     error = e.what();
   }
-  // Every rank must take rank 0's checkpoint: a non-persistent folder that is not shared by
-  // every node would show each node another one.
-  const std::string chosen = dir ? dir->string() : "";
-  std::string rank0_chosen = chosen;
-  broadcast_string(*par_->world, rank0_chosen, 0);
-  if (error.empty() && chosen != rank0_chosen)
-    error = "--load: rank " + std::to_string(par_->grid.rank) + " finds " +
-            (chosen.empty() ? std::string("no checkpoint") : chosen) + ", rank 0 " +
-            (rank0_chosen.empty() ? std::string("none") : rank0_chosen) +
-            " (is the non-persistent folder on storage that every node shares?)";
+  const std::string mismatch = checkpoint_choice_mismatch(*par_->world, opt_, dir);
+  if (error.empty()) error = mismatch;
   if (error.empty() && dir) {
     try {
       ckpt = std::make_unique<ShardedCheckpointReader>(*dir);

@@ -45,13 +45,14 @@ void train(const TrainOptions& o) {
   tr.train();
 }
 
-// The same after loading o.load's checkpoint.
-void train_from_checkpoint(const TrainOptions& o) {
+// The same after loading o.load's checkpoint; returns the log.
+std::string train_from_checkpoint(const TrainOptions& o) {
   auto be = make_cpu_backend();
   std::ostringstream log;
   Trainer tr(o, *be, synthetic_tokens(o), log);
-  ASSERT_TRUE(tr.load_checkpoint()) << log.str();
+  EXPECT_TRUE(tr.load_checkpoint()) << log.str();
   tr.train();
+  return log.str();
 }
 
 // The iteration a Trainer for `o` resumes at after load_checkpoint (-1: nothing loaded),
@@ -438,9 +439,11 @@ TEST(TrainerCheckpoint, NonPersistentTieStopAndAsyncSave) {
   o.train_iters = 6;
   o.use_checkpoint_opt_param_scheduler = true;  // the schedule of 12 iterations
   o.exit_interval = 0;
-  train_from_checkpoint(o);
+  EXPECT_TRUE(has(train_from_checkpoint(o), "trident: loaded non-persistent checkpoint " +
+                                                iteration_dir(np, 6).string()));
   EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 6}));
   EXPECT_EQ(latest_iteration(dir), 6);
+  EXPECT_EQ(read_previous_checkpoint(iteration_dir(dir, 6)).iteration, std::optional<int64_t>(4));
   fs::remove_all(dir);
 }
 
