@@ -412,6 +412,12 @@ int64_t latest_iteration(const fs::path& root) {
   return *it;
 }
 
+fs::path containing_directory(const fs::path& dir) {
+  fs::path d = dir.lexically_normal();
+  if (!d.has_filename()) d = d.parent_path();
+  return d.has_parent_path() ? d.parent_path() : fs::path(".");
+}
+
 bool same_directory(const fs::path& a, const fs::path& b) {
   std::error_code ec1, ec2;
   const fs::path ca = fs::weakly_canonical(a, ec1), cb = fs::weakly_canonical(b, ec2);

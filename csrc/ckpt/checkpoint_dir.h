@@ -139,6 +139,9 @@ int64_t latest_iteration(const std::filesystem::path& root);
 // Same, but nullopt when there is no pointer file at all (a fresh run).
 std::optional<int64_t> find_latest_iteration(const std::filesystem::path& root);
 
+// The directory holding `dir` ("X" for "X/iter_0000010" and "X/iter_0000010/").
+std::filesystem::path containing_directory(const std::filesystem::path& dir);
+
 // Whether two paths name the same directory (however spelled: resolved through symlinks).
 bool same_directory(const std::filesystem::path& a, const std::filesystem::path& b);
 

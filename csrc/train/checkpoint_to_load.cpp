@@ -71,9 +71,9 @@ std::string checkpoint_choice_mismatch(Comm& world, const TrainOptions& o, const
   // Paths may be spelled differently on each node: the folder kind and the iteration agree.
   std::string chosen = "none";
   if (dir) {
-    fs::path d = dir->lexically_normal();
+    fs::path d = dir->lexically_normal();  // its iter_NNNNNNN, also spelled with a final '/'
     if (!d.has_filename()) d = d.parent_path();
-    const bool np = same_directory(d.parent_path(), o.non_persistent_dir(o.load));
+    const bool np = same_directory(containing_directory(d), o.non_persistent_dir(o.load));
     chosen = (np ? "the non-persistent " : "--load's ") + d.filename().string();
   }
   std::string rank0 = chosen;

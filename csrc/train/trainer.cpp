@@ -227,6 +227,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   wd_schedule_ = make_weight_decay_schedule(opt_);
   scaler_ = LossScaler(make_loss_scaler_config(opt_));
   // Rank 0 writes the events; a directory it cannot create stops every rank.
+  tensorboard_tags_ = parse_tensorboard_tags(opt_.tensorboard_tags, "--tensorboard-tags");
   if (!opt_.tensorboard_dir.empty())
     run_on_rank0_for_all(*par_, [&] {
       tensorboard_ = std::make_unique<TensorBoardWriter>(opt_.tensorboard_dir,
@@ -697,7 +698,7 @@ void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool
 }
 
 MegatronScalars Trainer::scalars() {
-  return MegatronScalars(*tensorboard_, parse_tensorboard_tags(opt_.tensorboard_tags, "--tensorboard-tags"));
+  return MegatronScalars(*tensorboard_, tensorboard_tags_);
 }
 
 RunPosition Trainer::run_position() const {

@@ -191,6 +191,7 @@ class Trainer {
   WeightDecaySchedule wd_schedule_;
   LossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
+  TensorBoardTags tensorboard_tags_ = TensorBoardTags::kMegatron;  // --tensorboard-tags, parsed once
   Timers timers_;                      // --timing-log-level
   bool profiling_ = false;             // this rank's --profile capture is on
   int timed_since_tensorboard_ = 0;    // iterations in timers_' TensorBoard sums

@@ -330,13 +330,6 @@ std::string abandoned_note(const fs::path& root, int64_t latest, const std::vect
          "counted (a save of the same iteration replaces one); delete them by hand if they are not wanted";
 }
 
-// The directory holding `dir` ("X" for "X/iter_0000010" and "X/iter_0000010/").
-fs::path containing_directory(const fs::path& dir) {
-  fs::path d = dir.lexically_normal();
-  if (!d.has_filename()) d = d.parent_path();
-  return d.has_parent_path() ? d.parent_path() : fs::path(".");
-}
-
 }  // namespace
 
 void check_checkpoint_fits_run(const TrainOptions& given) {

@@ -362,14 +362,8 @@ TEST(TrainerCheckpoint, NonPersistentCheckpointsReplaceEachOtherAndResumeWhenNew
   // Resumed to 12 with --keep-last 3: saves 8 (continuing 4), non-persistent 9, 12 at the end.
   o.exit_interval = 0;
   o.keep_last = 3;
-  {
-    auto be = make_cpu_backend();
-    std::ostringstream out;
-    Trainer tr(o, *be, synthetic_tokens(o), out);
-    ASSERT_TRUE(tr.load_checkpoint());
-    tr.train();
-    EXPECT_FALSE(has(out.str(), "abandoned")) << out.str();
-  }
+  const std::string resumed = train_from_checkpoint(o);
+  EXPECT_FALSE(has(resumed, "abandoned")) << resumed;
   EXPECT_EQ(read_previous_checkpoint(iteration_dir(dir, 8)).iteration, std::optional<int64_t>(4));
   EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 8, 12}));
   EXPECT_EQ(list_iterations(np), (std::vector<int64_t>{9}));
