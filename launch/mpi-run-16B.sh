@@ -14,6 +14,7 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 # is exported to all ranks with -x. N_GPUS is NNODES * GPUS_PER_NODE.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$here/common.sh"
 me=$(basename "$0")
 die() { echo "$me: error: $*" >&2; exit 2; }
 dry_run=${TRIDENT_DRY_RUN:-0}
@@ -65,10 +66,7 @@ cmd=("${MPIRUN:-mpirun}" -np "$world" --hostfile "$HOSTFILE" --map-by "ppr:$GPUS
   --bind-to none "${xargs_[@]}" "${extra[@]}" "$here/single-16B.sh" "$@")
 if [[ $dry_run == 1 ]]; then
   printf '%s: dry run:' "$me"
-  for a in "${cmd[@]}"; do  # quote only the words that need it
-    if [[ $a =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
-  done
-  printf '\n'
+  print_command "${cmd[@]}"
   exec "$here/single-16B.sh" "$@"  # prints rank 0's trident-train command
 fi
 exec "${cmd[@]}"

@@ -26,6 +26,7 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 #   BUILD_DIR [<repo>/build]   TRIDENT_DRY_RUN [0; 1 prints the command instead of running it]
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$repo/launch/common.sh"
 me=run-inf.sh
 fail() {
   echo "$me: error: $*" >&2
@@ -43,11 +44,6 @@ dry_run=${TRIDENT_DRY_RUN:-0}
 
 args=(--load "$CHECKPOINT_PATH" --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE"
   --out-seq-length "${OUT_SEQ_LENGTH:-1024}" --device "${DEVICE:-auto}")
-pass_if_set() {  # pass_if_set VAR FLAG...: FLAG... $VAR when VAR is set
-  local v=$1
-  shift
-  [[ -z ${!v:-} ]] || for f in "$@"; do args+=("$f" "${!v}"); done
-}
 pass_if_set TP_SIZE --tensor-model-parallel-size
 pass_if_set MICRO_BATCH_SIZE --micro-batch-size
 pass_if_set TEMPERATURE --temperature
@@ -69,10 +65,7 @@ fi
 
 if [[ $dry_run == 1 ]]; then
   printf '%s: dry run, would run:' "$me"
-  for a in "$generate" "${args[@]}" "$@"; do  # quote only the words that need it
-    if [[ $a =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
-  done
-  printf '\n'
+  print_command "$generate" "${args[@]}" "$@"
   exit 0
 fi
 mkdir -p "$(dirname "$out")"

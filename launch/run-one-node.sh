@@ -45,6 +45,7 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 # from the node's local rank 0), exit 2.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$repo/launch/common.sh"
 me=run-one-node.sh
 
 # --- where this rank sits ------------------------------------------------------------
@@ -282,10 +283,7 @@ if [[ $dry_run == 1 ]]; then
     printf '%s: dry run, rank 0 of %s would run:' "$me" "$world_size"
     [[ ${DEVICE:-auto} == cpu ]] || printf ' CUDA_VISIBLE_DEVICES=%s' "$CUDA_VISIBLE_DEVICES"
     printf ' OMP_NUM_THREADS=%s' "$OMP_NUM_THREADS"
-    for a in "$train" "${args[@]}" "$@"; do  # quote only the words that need it
-      if [[ $a =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
-    done
-    printf '\n'
+    print_command "$train" "${args[@]}" "$@"
   }
   exit 0
 fi

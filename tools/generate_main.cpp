@@ -42,18 +42,12 @@
 #include <vector>
 
 #include "ckpt/atomic_file.h"
-#include "ckpt/offline_checkpoint.h"
-#include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
 #include "infer/sampler.h"
-#include "kernels/backends.h"
-#include "model/param_spec.h"
-#include "model/param_store.h"
 #include "tools/cxxopts_flags.h"
-#include "tools/generate_model_flags.h"
-#include "parallel/parallel_context.h"
+#include "tools/generation_model.h"
 #include "tools/mpi_tool_main.h"
 
 namespace trident {
@@ -181,11 +175,6 @@ std::string genfile_line(const std::string& text, const Continuation& c) {
 int generate_main(int argc, char** argv) {
   cxxopts::Options o("trident-generate", "Generate text from a trident checkpoint");
   o.add_options()
-      ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
-      ("iteration", "use DIR/iter_N instead of the latest", cxxopts::value<std::string>())
-      ("ckpt-step", "the same as --iteration (Megatron's name)", cxxopts::value<std::string>())
-      ("vocab-file", "GPT-2's vocabulary (gpt2-vocab.json; required)", cxxopts::value<std::string>())
-      ("merge-file", "GPT-2's merges (gpt2-merges.txt; required)", cxxopts::value<std::string>())
       ("prompt", "text to continue (repeatable; commas are part of the text)", cxxopts::value<std::string>())
       ("sample-input-file", "prompts, one per line", cxxopts::value<std::string>())
       ("sample-output-file", "also write the samples here as JSON lines", cxxopts::value<std::string>())
@@ -206,25 +195,14 @@ int generate_main(int argc, char** argv) {
       ("greedy", "always the most likely token")
       ("ignore-eos", "keep generating after <|endoftext|>")
       ("recompute", "Megatron's: recompute instead of a key/value cache; accepted and ignored (the same tokens)")
-      ("seed", "random seed (1234)", cxxopts::value<std::string>()->default_value("1234"))
-      ("device", "auto, cpu or cuda", cxxopts::value<std::string>()->default_value("auto"))
       ("h,help", "show this help");
-  add_model_flags(o);
+  add_generation_model_flags(o, "the checkpoint's sequence length");
   const cxxopts::ParseResult r = parse_flags(o, argc, argv);
   if (r.count("help")) {
     std::printf("%s\n", o.help().c_str());
     return 0;
   }
-  const ModelFlags model_flags = read_model_flags(r);
-  // One process per tensor-parallel rank, or a lone process: never N copies of one run.
-  const int tp = model_flags.tp;
-  if (job_world_size() != tp)
-    throw ConfigError("--tensor-model-parallel-size " + std::to_string(tp) + ": the job has " +
-                      std::to_string(job_world_size()) + (job_world_size() == 1 ? " process" : " processes") +
-                      "; trident-generate runs one per tensor-parallel rank (mpirun -np N ... "
-                      "--tensor-model-parallel-size N)");
-  const std::string load = required_flag(r, "load");
-  const std::string vocab = required_flag(r, "vocab-file"), merges = required_flag(r, "merge-file");
+  const ModelFlags model_flags = read_generation_model_flags(r, "trident-generate");
   GenerationOptions go;
   SamplingOptions& so = go.sampling;
   so.greedy = r.count("greedy") > 0;
@@ -251,33 +229,9 @@ int generate_main(int argc, char** argv) {
     const auto more = read_prompts(r["sample-input-file"].as<std::string>());
     prompts.insert(prompts.end(), more.begin(), more.end());
   }
-  std::optional<int64_t> iteration;
-  check_one_iteration_flag(r.count("ckpt-step") > 0, r.count("iteration") > 0);
-  if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
-  if (r.count("ckpt-step")) iteration = integer_flag(r, "ckpt-step", 0, kMaxIterationFlag);
-
-  auto tokenizer = make_tokenizer("GPT2BPETokenizer", vocab, merges);
-  fs::path dir;
-  std::unique_ptr<ShardedCheckpointReader> ckpt;
-  try {
-    dir = resolve_checkpoint_dir(load, iteration, r.count("ckpt-step") ? "--ckpt-step" : "--iteration");
-    ckpt = std::make_unique<ShardedCheckpointReader>(dir);
-  } catch (const IoError& e) {
-    throw ConfigError(e.what());
-  }
-  ModelConfig cfg = ckpt->metadata().model;
-  check_model_flags(model_flags, cfg, (dir / "metadata.json").string());
-  if (cfg.vocab_size != tokenizer->vocab_size())
-    throw ConfigError("--vocab-file: the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
-                      " tokens but the checkpoint's model " + std::to_string(cfg.vocab_size) + " (" + dir.string() + ")");
-  cfg.validate(tp);
-  auto backend = make_backend(r["device"].as<std::string>());
-  auto parallel = make_parallel_context(tp, 1, resolve_comm_kind("", *backend), backend.get());
-  const bool rank0 = parallel->world_rank() == 0;
-  ParamStore params(*backend, gpt2_param_specs(cfg, tp), tp, parallel->grid.tp_rank, cfg.dtype, cfg.dtype,
-                    [](const ParamSpec&) { return true; });
-  load_model_parameters(*ckpt, params, *backend);
-  Comm* tp_comm = tp > 1 ? parallel->tp.get() : nullptr;
+  const GenerationModel m = load_generation_model(r, model_flags);
+  const ModelConfig& cfg = m.cfg;
+  const Tokenizer* tokenizer = m.tokenizer.get();
   go.eod = tokenizer->eod();
   std::mt19937_64 rng(static_cast<uint64_t>(integer_flag(r, "seed", 0, kMaxCount)));
 
@@ -297,17 +251,18 @@ int generate_main(int argc, char** argv) {
   std::vector<Sample> samples;
   if (!prompts.empty()) {
     for (size_t i = 0; i < prompts.size(); ++i)
-      samples.push_back({prompts[i].text, continue_sequences(cfg, *backend, params, {prompt_ids[i]}, go, rng, tp_comm)[0]});
+      samples.push_back(
+          {prompts[i].text, continue_sequences(cfg, *m.backend, *m.params, {prompt_ids[i]}, go, rng, m.tp_comm)[0]});
   } else {
     for (int64_t done = 0; done < num_samples; done += batch) {
       const int64_t b = std::min<int64_t>(batch, num_samples - done);
       const std::vector<std::vector<int32_t>> contexts(static_cast<size_t>(b), {go.eod});
-      for (Continuation& c : continue_sequences(cfg, *backend, params, contexts, go, rng, tp_comm))
+      for (Continuation& c : continue_sequences(cfg, *m.backend, *m.params, contexts, go, rng, m.tp_comm))
         samples.push_back({"", std::move(c)});
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!rank0) return 0;  // every rank drew the same samples; rank 0 reports them
+  if (!m.rank0()) return 0;  // every rank drew the same samples; rank 0 reports them
 
   std::string jsonl, genfile;
   int64_t tokens = 0;
@@ -328,7 +283,7 @@ int generate_main(int argc, char** argv) {
     if (r.count(flag)) write_output_file(flag, r[flag].as<std::string>(), *text);
   std::fprintf(stderr, "trident-generate: %zu samples, %lld tokens in %.2f s (%.1f tokens/s) from %s on %s\n",
                samples.size(), static_cast<long long>(tokens), seconds, seconds > 0 ? tokens / seconds : 0.0,
-               dir.string().c_str(), backend->name().c_str());
+               m.dir.string().c_str(), m.backend->name().c_str());
   return 0;
 }
 

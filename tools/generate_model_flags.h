@@ -20,13 +20,14 @@
 
 namespace trident {
 
-inline void add_model_flags(cxxopts::Options& o) {
+// `seq_length_default`: what the longest sample is without --seq-length.
+inline void add_model_flags(cxxopts::Options& o, const std::string& seq_length_default) {
   o.add_options("model (Megatron's; checked against the checkpoint)")
       ("num-layers", "transformer layers", cxxopts::value<std::string>())
       ("hidden-size", "hidden size", cxxopts::value<std::string>())
       ("num-attention-heads", "attention heads", cxxopts::value<std::string>())
-      ("seq-length", "the longest sample, prompt and generated tokens (the checkpoint's sequence length; any "
-                     "value up to its learned positions)", cxxopts::value<std::string>())
+      ("seq-length", "the longest sample, prompt and generated tokens (" + seq_length_default +
+                     "; any value up to its learned positions)", cxxopts::value<std::string>())
       ("max-position-embeddings", "learned positions", cxxopts::value<std::string>())
       ("make-vocab-size-divisible-by", "vocabulary padding", cxxopts::value<std::string>())
       ("fp16", "the checkpoint holds fp16 weights")

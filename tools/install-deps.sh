@@ -14,6 +14,7 @@ packages=(
   libprotobuf-dev protobuf-compiler   # TensorBoard event records
   libxxhash-dev                       # checkpoint checksums
   libzip-dev                          # Megatron checkpoints (torch.save's zip archives)
+  libcpp-httplib-dev                  # trident-text-generation-server's HTTP
   fortunes fortunes-zh                # the demo corpus
   curl ca-certificates                # get-gpt2-vocab.sh's download (minimal images have neither)
 )

@@ -77,6 +77,21 @@ void Gpt2Decoder::gather_logits() {
       logits_host_[b * V + v] = logits_all_[((v / Vl) * B_ + b) * Vl + v % Vl];
 }
 
+void Gpt2Decoder::reorder(const std::vector<int>& rows) {
+  TRIDENT_CHECK(static_cast<int>(rows.size()) == B_, "Gpt2Decoder::reorder: ", rows.size(), " rows for ", B_,
+                " sequences");
+  for (int r : rows) TRIDENT_CHECK(r >= 0 && r < B_, "Gpt2Decoder::reorder: row ", r, " of ", B_);
+  if (reorder_scratch_.empty()) reorder_scratch_ = be_.empty(k_cache_[0].t().shape, cfg_.dtype);
+  const Tensor scratch = reorder_scratch_.t();
+  const int64_t row = scratch.numel() / B_;
+  for (std::vector<Buffer>* caches : {&k_cache_, &v_cache_})
+    for (const Buffer& cache : *caches) {
+      be_.copy(scratch, cache.t());
+      for (int b = 0; b < B_; ++b)
+        if (rows[b] != b) be_.copy(cache.t().flat_slice(b * row, row), scratch.flat_slice(rows[b] * row, row));
+    }
+}
+
 void Gpt2Decoder::residual_norm(const Tensor& branch, const std::string& ln) {
   be_.residual_layernorm_forward(x_, branch, x_, p(ln + ".weight"), p(ln + ".bias"), ln_, ln_mean_, ln_rstd_);
 }

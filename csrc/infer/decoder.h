@@ -40,6 +40,9 @@ class Gpt2Decoder {
   int max_positions() const { return max_pos_; }
   int batch() const { return B_; }
   void reset() { pos_ = 0; }  // start new sequences (the caches are overwritten as they go)
+  // Sequence b continues what sequence rows[b] held (beam search keeps the best beams):
+  // row b of every layer's cache becomes row rows[b]'s.
+  void reorder(const std::vector<int>& rows);
 
  private:
   Tensor p(const std::string& name) const { return params_.param(name); }
@@ -60,6 +63,7 @@ class Gpt2Decoder {
   int64_t vocab_local_, vocab_start_;  // this rank's rows of the padded vocabulary
   int pos_ = 0;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer [B, max_pos, H, D]
+  Buffer reorder_scratch_;                 // one layer's cache, made by the first reorder()
   Buffer tokens_, x_, ln_, ln_mean_, ln_rstd_, qkv_, att_, proj_, fc_, gelu_, logits_;
   std::vector<unsigned char> logits_bytes_;
   std::vector<float> logits_local_, logits_all_;  // [B, vocab_local]; every rank's, rank-major

@@ -1,14 +1,108 @@
 #include "infer/generate.h"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
+#include <numeric>
 
 #include "core/error.h"
 #include "infer/decoder.h"
 
 namespace trident {
+namespace {
+
+// log(sum(exp(row))) over n logits, in double: row[v] minus it is v's log-probability.
+double log_sum_exp(const float* row, int64_t n) {
+  const double top = *std::max_element(row, row + n);
+  double sum = 0;
+  for (int64_t v = 0; v < n; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
+  return top + std::log(sum);
+}
+
+// Records the log-probability of `token` (and the k most likely tokens) under `row`.
+void record_logprobs(const float* row, int64_t n, int32_t token, int k, std::vector<int32_t>& order, Generation& g) {
+  const double lse = log_sum_exp(row, n);
+  g.logprobs.push_back(static_cast<double>(row[token]) - lse);
+  if (k == 0) return;
+  const auto more_likely = [&](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; };
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), more_likely);
+  std::vector<std::pair<int32_t, double>> top;
+  for (int i = 0; i < k; ++i) top.emplace_back(order[i], static_cast<double>(row[order[i]]) - lse);
+  g.top_logprobs.push_back(std::move(top));
+}
+
+}  // namespace
 
 int64_t room_after(const ModelConfig& cfg, int64_t context_length) {
   return std::max<int64_t>(0, cfg.seq_length - context_length);
+}
+
+std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                                        const std::vector<std::vector<int32_t>>& prompts, const DecodeOptions& o,
+                                        std::mt19937_64& rng, Comm* tp_comm) {
+  TRIDENT_CHECK(!prompts.empty(), "generate_tokens: no prompt");
+  TRIDENT_CHECK(o.max_new_tokens >= 0, "generate_tokens: max_new_tokens ", o.max_new_tokens);
+  TRIDENT_CHECK(o.top_logprobs >= 0 && o.top_logprobs <= cfg.vocab_size, "generate_tokens: top_logprobs ",
+                o.top_logprobs);
+  const int top_k_logprobs = o.logprobs ? o.top_logprobs : 0;
+  const int B = static_cast<int>(prompts.size());
+  std::vector<Generation> out(B);
+  std::vector<int64_t> total(B);  // each sequence's length limit
+  int64_t longest = 0, shortest = INT64_MAX;
+  for (int b = 0; b < B; ++b) {
+    const int64_t n = static_cast<int64_t>(prompts[b].size());
+    TRIDENT_CHECK(n >= 1 && n <= cfg.seq_length && (o.max_new_tokens == 0 || n < cfg.seq_length),
+                  "generate_tokens: a prompt of ", n, " tokens for a sequence length of ", cfg.seq_length);
+    out[b].tokens = prompts[b];
+    out[b].prompt_length = n;
+    total[b] = n + std::min(o.max_new_tokens, room_after(cfg, n));
+    longest = std::max(longest, total[b]);
+    shortest = std::min(shortest, n);
+  }
+  // The last token of a sequence is never fed: the cache holds one position less.
+  const int64_t steps = longest - 1;
+  if (steps == 0) return out;  // single-token prompts, nothing to draw or score
+  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm);
+  // Whether sequence b draws no more: ended, or at its length limit.
+  const auto drawn_all = [&](int b) {
+    return out[b].finished || static_cast<int64_t>(out[b].tokens.size()) == total[b];
+  };
+
+  SamplingOptions sampling = o.sampling;
+  const int64_t V = cfg.vocab_size;
+  std::vector<int32_t> feed(B);
+  std::vector<float> row(static_cast<size_t>(V));
+  std::vector<int32_t> order(top_k_logprobs > 0 ? static_cast<size_t>(V) : 0);
+  for (int64_t pos = 0; pos < steps; ++pos) {
+    // A sequence that draws no more keeps step() fed with its last token (logits unused).
+    for (int b = 0; b < B; ++b)
+      feed[b] = out[b].tokens[std::min(static_cast<size_t>(pos), out[b].tokens.size() - 1)];
+    const std::vector<float>& logits = dec.step(feed);
+    for (int b = 0; b < B; ++b) {
+      Generation& g = out[b];
+      const bool in_prompt = pos + 1 < g.prompt_length;  // the next token is the prompt's
+      if (in_prompt ? !o.logprobs : drawn_all(b)) continue;
+      std::copy_n(logits.data() + b * V, V, row.data());
+      if (o.adjust_logits && pos + 1 >= shortest) o.adjust_logits(g.tokens[pos], row.data());
+      if (in_prompt) {
+        record_logprobs(row.data(), V, g.tokens[pos + 1], top_k_logprobs, order, g);
+        continue;
+      }
+      const int32_t token = sample_token(row.data(), V, sampling, rng);
+      if (o.logprobs) record_logprobs(row.data(), V, token, top_k_logprobs, order, g);
+      g.tokens.push_back(token);
+      g.finished = o.ends && o.ends(g.tokens, g.prompt_length);
+    }
+    if (pos + 1 >= shortest && sampling.top_p > 0 && o.top_p_decay > 0) {
+      sampling.top_p *= o.top_p_decay;
+      if (o.top_p_bound > 0) sampling.top_p = std::max(sampling.top_p, o.top_p_bound);
+    }
+    bool more = false;  // a draw, or a prompt token to score, at the next position
+    for (int b = 0; b < B; ++b) more = more || !drawn_all(b) || (o.logprobs && pos + 2 < out[b].prompt_length);
+    if (!more) break;
+  }
+  return out;
 }
 
 std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
@@ -16,39 +110,22 @@ std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& ba
                                              const GenerationOptions& o, std::mt19937_64& rng, Comm* tp_comm) {
   TRIDENT_CHECK(!contexts.empty(), "continue_sequences: no context");
   TRIDENT_CHECK(o.max_new_tokens >= 1, "continue_sequences: max_new_tokens ", o.max_new_tokens);
-  const int B = static_cast<int>(contexts.size());
   const int64_t ctx = static_cast<int64_t>(contexts[0].size());
   for (const auto& c : contexts)
     TRIDENT_CHECK(static_cast<int64_t>(c.size()) == ctx, "continue_sequences: contexts of different lengths");
-  const int64_t room = room_after(cfg, ctx);
-  TRIDENT_CHECK(ctx >= 1 && room >= 1, "continue_sequences: a context of ", ctx, " tokens for a sequence length of ",
-                cfg.seq_length);
-  const int64_t new_tokens = std::min(o.max_new_tokens, room);
-  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(ctx + new_tokens - 1), tp_comm);
-
-  std::vector<int32_t> feed(B);
-  const std::vector<float>* logits = nullptr;
-  for (int64_t t = 0; t < ctx; ++t) {
-    for (int b = 0; b < B; ++b) feed[b] = contexts[b][t];
-    logits = &dec.step(feed);
-  }
-  std::vector<Continuation> out(B);
-  for (int64_t n = 0; n < new_tokens; ++n) {
-    for (int b = 0; b < B; ++b) {
-      if (out[b].finished) {
-        feed[b] = o.eod;  // a finished sequence keeps step() fed; its tokens are dropped
-        continue;
-      }
-      feed[b] = sample_token(logits->data() + static_cast<int64_t>(b) * cfg.vocab_size, cfg.vocab_size, o.sampling,
-                             rng);
-      if (feed[b] == o.eod && o.stop_at_eod)
-        out[b].finished = true;
-      else
-        out[b].tokens.push_back(feed[b]);
-    }
-    const bool all_finished = std::all_of(out.begin(), out.end(), [](const Continuation& c) { return c.finished; });
-    if (all_finished || n + 1 == new_tokens) break;
-    logits = &dec.step(feed);
+  TRIDENT_CHECK(ctx >= 1 && room_after(cfg, ctx) >= 1, "continue_sequences: a context of ", ctx,
+                " tokens for a sequence length of ", cfg.seq_length);
+  DecodeOptions d;
+  d.sampling = o.sampling;
+  d.max_new_tokens = o.max_new_tokens;
+  const int32_t eod = o.eod;
+  if (o.stop_at_eod) d.ends = [eod](const std::vector<int32_t>& seq, int64_t) { return seq.back() == eod; };
+  std::vector<Continuation> out;
+  for (Generation& g : generate_tokens(cfg, backend, params, contexts, d, rng, tp_comm)) {
+    Continuation c;
+    c.finished = g.finished;
+    c.tokens.assign(g.tokens.begin() + g.prompt_length, g.tokens.end() - (g.finished ? 1 : 0));
+    out.push_back(std::move(c));
   }
   return out;
 }

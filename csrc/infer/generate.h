@@ -13,7 +13,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/backend.h"
@@ -50,5 +52,52 @@ std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& ba
                                              const std::vector<std::vector<int32_t>>& contexts,
                                              const GenerationOptions& o, std::mt19937_64& rng,
                                              Comm* tp_comm = nullptr);
+
+// The general loop, behind continue_sequences and the text-generation server's requests
+// (Megatron's generate_tokens_probs_and_return_on_first_stage): prompts of any lengths
+// decoded together, each fed its own tokens until they run out and then its draws (Megatron's
+// `started` mask), so each continues as it would alone; optional log-probabilities of every
+// token after the first, prompt tokens included (scoring).
+struct DecodeOptions {
+  SamplingOptions sampling;
+  // Tokens drawn per prompt at most, and at most room_after(prompt length). 0 draws none:
+  // the prompts are only scored (with `logprobs`).
+  int64_t max_new_tokens = 0;
+  // Megatron's top_p_decay and top_p_bound: after each step from the shortest prompt's end
+  // on, a top-p above 0 becomes top_p * decay (when decay > 0), and no less than the bound
+  // (when bound > 0).
+  double top_p_decay = 0, top_p_bound = 0;
+  bool logprobs = false;
+  // With `logprobs`: also the k most likely tokens at each position (OpenAI's logprobs k).
+  int top_logprobs = 0;
+  // Whether a sequence ends with the token just drawn (it is its last token): the sequence
+  // so far, that token included, and its prompt's length. Null: only the length limits end
+  // a sequence.
+  std::function<bool(const std::vector<int32_t>&, int64_t)> ends;
+  // Called on the logits after each token fed from the shortest prompt's last on (that
+  // token, and its row of cfg.vocab_size logits) before they are scored or drawn from:
+  // Megatron's prevent_newline_after_colon, which changes the logits of its generation
+  // loop, not those of its first forward over the shortest prompt. Null: the logits as
+  // they are.
+  std::function<void(int32_t, float*)> adjust_logits;
+};
+
+struct Generation {
+  std::vector<int32_t> tokens;  // the prompt's, then those drawn (the one that ended it included)
+  int64_t prompt_length = 0;
+  bool finished = false;          // `ends` said so, rather than a length limit
+  std::vector<double> logprobs;   // with `logprobs`: of tokens[i + 1] under the (adjusted)
+                                  // logits after tokens[i], natural log, temperature 1
+  // With top_logprobs k: after tokens[i], the k most likely tokens and their log-probabilities
+  // (computed as `logprobs`, so a greedy token's equals the first), most likely first.
+  std::vector<std::vector<std::pair<int32_t, double>>> top_logprobs;
+};
+
+// Every prompt at least 1 token and at most cfg.seq_length (below it when tokens are to be
+// drawn). Draws as continue_sequences, among the sequences drawing at each step, in order.
+// Collective over `tp_comm` as continue_sequences.
+std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                                        const std::vector<std::vector<int32_t>>& prompts, const DecodeOptions& o,
+                                        std::mt19937_64& rng, Comm* tp_comm = nullptr);
 
 }  // namespace trident

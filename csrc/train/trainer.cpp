@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <cerrno>
-#include <csignal>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/stop_signals.h"
 #include "data/documents.h"
 #include "data/tokenizer.h"
 #include "train/log_line.h"
@@ -47,34 +47,6 @@ TimerId exchange_timer(const std::vector<PipeTransfer>& transfers) {
   if (kinds == 2 && send_backward && recv_backward) return TimerId::BackwardSendBackwardRecv;
   return TimerId::ForwardBackwardSendForwardBackwardRecv;
 }
-
-// Set by SIGTERM/SIGINT: finish the iteration, save a checkpoint and stop. Atomic, not a
-// volatile sig_atomic_t: the signal may be taken by another thread (Open MPI's progress
-// thread), which volatile does not order against the main thread's reads.
-std::atomic<int> stop_requested{0};
-static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
-extern "C" void request_stop(int) { stop_requested = 1; }
-
-// SIGTERM and SIGINT ask for a stop (the iteration finishes, a checkpoint is saved) while an
-// object lives; the handlers it replaced come back when it goes.
-class StopSignals {
- public:
-  StopSignals() {
-    stop_requested = 0;  // first: a signal that comes as the handlers go in is not lost
-    term_ = std::signal(SIGTERM, request_stop);
-    int_ = std::signal(SIGINT, request_stop);
-  }
-  ~StopSignals() {
-    std::signal(SIGTERM, term_);
-    std::signal(SIGINT, int_);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  void (*term_)(int) = SIG_DFL;
-  void (*int_)(int) = SIG_DFL;
-};
 
 // --exit-duration-in-mins counts from the start of the process, as Megatron counts from the
 // start of its program: setting up, loading a checkpoint and building the data count too.
@@ -432,7 +404,7 @@ EvalResult Trainer::evaluate(const SampleSource& data, uint64_t first_sample, in
       r.timed_out = true;
       return r;
     }
-    if (any_rank(*par_, stop_requested != 0)) {
+    if (any_rank(*par_, stop_signal_received())) {
       r.stopped = true;
       return r;
     }
@@ -920,7 +892,7 @@ void Trainer::train() {
                iteration_ % opt_.non_persistent_save_interval == 0 && !training_done()) {
       save_checkpoint(SaveKind::kNonPersistent);  // not at the end: the final save follows
     }
-    if (any_rank(*par_, stop_requested != 0)) {
+    if (any_rank(*par_, stop_signal_received())) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
       stopped_by_signal = true;
       break;
@@ -949,7 +921,7 @@ void Trainer::train() {
   // Whether the run ends complete: false when it stops early (no final evaluation then).
   const bool completed = [&] {
     if (stopped_by_signal) return false;  // said in the loop
-    if (training_done() && any_rank(*par_, stop_requested != 0)) {
+    if (training_done() && any_rank(*par_, stop_signal_received())) {
       out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
       return false;
     }

@@ -2,11 +2,15 @@
 // of tests/unit/model/gpt2_reference.h: the tokens it draws are those the sampler draws from
 // the reference's logits of each sequence so far; a sequence stops at the model's sequence
 // length (context + generated = seq_length, Megatron's rule), at max_new_tokens, or at
-// <|endoftext|>.
+// <|endoftext|>. generate_tokens (the loop under it, and the text-generation server's) the
+// same way: prompts of different lengths together, log-probabilities, ends, adjusted logits
+// and top-p decay.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <numeric>
 
 #include "infer/generate.h"
 #include "tiny_model.h"
@@ -104,6 +108,204 @@ TEST(ContinueSequences, RoomAndBadContexts) {
   EXPECT_THROW(run({std::vector<int32_t>(8, 1)}), InternalError);  // no room left
   EXPECT_THROW(run({{1, 2}, {3}}), InternalError);                 // different lengths
   EXPECT_THROW(run({}), InternalError);
+}
+
+}  // namespace
+}  // namespace trident
+
+namespace trident {
+namespace {
+
+// The reference's log-softmax of the logits after each token of `seq`: [T][V].
+std::vector<std::vector<double>> reference_log_softmax(const test::TinyModel& m, const std::vector<int32_t>& seq) {
+  const int T = static_cast<int>(seq.size()), V = static_cast<int>(m.cfg.vocab_size);
+  const std::vector<double> logits = m.reference_logits(std::vector<int>(seq.begin(), seq.end()), 1, T);
+  std::vector<std::vector<double>> out(T, std::vector<double>(V));
+  for (int t = 0; t < T; ++t) {
+    const double* row = logits.data() + static_cast<size_t>(t) * V;
+    double top = row[0], sum = 0;
+    for (int v = 0; v < V; ++v) top = std::max(top, row[v]);
+    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - top);
+    for (int v = 0; v < V; ++v) out[t][v] = row[v] - top - std::log(sum);
+  }
+  return out;
+}
+
+// The reference's greedy continuation of `prompt` to `length` tokens.
+std::vector<int32_t> reference_greedy(const test::TinyModel& m, std::vector<int32_t> seq, size_t length) {
+  while (seq.size() < length) {
+    const std::vector<double> last = reference_log_softmax(m, seq).back();
+    seq.push_back(static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin()));
+  }
+  return seq;
+}
+
+DecodeOptions greedy_decode(int64_t max_new) {
+  DecodeOptions o;
+  o.sampling.greedy = true;
+  o.max_new_tokens = max_new;
+  return o;
+}
+
+// Prompts of 1, 2, 4 and 6 tokens decoded together (Megatron's `started` mask): each gets the
+// reference's greedy continuation of itself alone, up to its own limit (3 new tokens, or
+// the 8 positions), and its prompt unchanged.
+TEST(GenerateTokens, PromptsOfDifferentLengthsContinueAsAlone) {
+  test::TinyModel m(DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{4}, {3, 7}, {11, 2, 5, 9}, {1, 2, 3, 4, 5, 6}};
+  std::mt19937_64 rng(1);
+  const auto out = generate_tokens(m.cfg, *m.be, *m.params, prompts, greedy_decode(3), rng);
+  ASSERT_EQ(out.size(), prompts.size());
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const size_t want_length = std::min<size_t>(prompts[b].size() + 3, 8);
+    EXPECT_EQ(out[b].tokens, reference_greedy(m, prompts[b], want_length)) << "prompt " << b;
+    EXPECT_EQ(out[b].prompt_length, static_cast<int64_t>(prompts[b].size()));
+    EXPECT_FALSE(out[b].finished);
+    EXPECT_TRUE(out[b].logprobs.empty());
+  }
+}
+
+// Log-probabilities of every token after the first, prompt tokens and drawn ones, against
+// the reference's log-softmax of the whole sequence: when scoring (nothing drawn) and when
+// sampling at temperature 2 (the log-probabilities stay at temperature 1).
+TEST(GenerateTokens, LogprobsMatchTheReferenceForPromptAndDrawnTokens) {
+  test::TinyModel m(DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{3, 7, 1}, {11}, {5, 6, 7, 8, 9}};
+  for (const int64_t max_new : {0, 3}) {
+    DecodeOptions o;
+    o.max_new_tokens = max_new;
+    o.sampling.temperature = 2.0;
+    o.logprobs = true;
+    std::mt19937_64 rng(3);
+    const auto out = generate_tokens(m.cfg, *m.be, *m.params, prompts, o, rng);
+    double worst = 0;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const Generation& g = out[b];
+      ASSERT_EQ(g.tokens.size(), std::min<size_t>(prompts[b].size() + max_new, 8)) << "prompt " << b;
+      ASSERT_EQ(g.logprobs.size(), g.tokens.size() - 1) << "prompt " << b;
+      const auto want = reference_log_softmax(m, g.tokens);
+      for (size_t i = 0; i + 1 < g.tokens.size(); ++i)
+        worst = std::max(worst, std::fabs(g.logprobs[i] - want[i][g.tokens[i + 1]]));
+    }
+    EXPECT_LE(worst, 1e-5) << "max_new_tokens " << max_new;
+    std::printf("max_new_tokens %lld: worst |logprob - reference| %.3g\n", static_cast<long long>(max_new), worst);
+  }
+}
+
+// top_logprobs 3: at every position, the reference's three most likely tokens with their
+// log-probabilities; a greedy token's log-probability is exactly its list's first (what
+// lm-evaluation-harness's is_greedy compares).
+TEST(GenerateTokens, TopLogprobsAreTheReferencesMostLikely) {
+  test::TinyModel m(DType::F32);
+  DecodeOptions o = greedy_decode(3);
+  o.logprobs = true;
+  o.top_logprobs = 3;
+  std::mt19937_64 rng(1);
+  const Generation g = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7, 1}}, o, rng)[0];
+  ASSERT_EQ(g.tokens.size(), 6u);
+  ASSERT_EQ(g.top_logprobs.size(), 5u);
+  const auto want = reference_log_softmax(m, g.tokens);
+  for (size_t i = 0; i < 5; ++i) {
+    std::vector<int32_t> ids(want[i].size());
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return want[i][a] > want[i][b]; });
+    ASSERT_EQ(g.top_logprobs[i].size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(g.top_logprobs[i][k].first, ids[k]) << "position " << i << ", rank " << k;
+      EXPECT_NEAR(g.top_logprobs[i][k].second, want[i][ids[k]], 1e-5);
+    }
+    if (i >= 2) {  // a greedy token: exactly its list's first
+      EXPECT_EQ(g.logprobs[i], g.top_logprobs[i][0].second) << "greedy token " << i;
+    }
+  }
+}
+
+// `ends` stops one sequence at the token it names (kept, finished) while the other goes on;
+// `adjust_logits` bans a token: the draw becomes the reference's next best.
+TEST(GenerateTokens, EndsAndAdjustedLogits) {
+  test::TinyModel m(DType::F32);
+  const std::vector<int32_t> a = reference_greedy(m, {3, 7}, 6), b = reference_greedy(m, {9}, 5);
+  DecodeOptions o = greedy_decode(4);
+  const int32_t stop = a[2];  // the first token drawn
+  ASSERT_EQ(std::find(b.begin() + 1, b.end(), stop), b.end()) << "pick other prompts";
+  o.ends = [stop](const std::vector<int32_t>& s, int64_t) { return s.back() == stop; };
+  std::mt19937_64 rng(1);
+  auto out = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7}, {9}}, o, rng);
+  EXPECT_TRUE(out[0].finished);
+  EXPECT_EQ(out[0].tokens, std::vector<int32_t>(a.begin(), a.begin() + 3));
+  EXPECT_FALSE(out[1].finished);
+  EXPECT_EQ(out[1].tokens, b);
+
+  DecodeOptions banned = greedy_decode(1);
+  const int32_t first = a[2];
+  banned.adjust_logits = [first](int32_t last, float* row) {
+    if (last == 7) row[first] = -1e10f;
+  };
+  out = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7}}, banned, rng);
+  std::vector<double> last = reference_log_softmax(m, {3, 7}).back();
+  last[first] = -1e300;
+  EXPECT_EQ(out[0].tokens.back(), std::max_element(last.begin(), last.end()) - last.begin());
+}
+
+// Megatron's top_p_decay: the first draw at top-p 0.9 (the sampler's draw from the
+// reference's logits, not the greedy token), then top-p decayed by 1e-3 leaves one token to
+// draw from: every later draw is the reference's greedy one.
+TEST(GenerateTokens, TopPDecayNarrowsLaterDraws) {
+  test::TinyModel m(DType::F32);
+  DecodeOptions o;
+  o.max_new_tokens = 5;
+  o.sampling.top_p = 0.9;
+  o.top_p_decay = 1e-3;
+  const std::vector<double> logits = m.reference_logits({3, 7}, 1, 2);
+  const std::vector<float> first(logits.end() - m.cfg.vocab_size, logits.end());
+  const int32_t greedy_first = static_cast<int32_t>(std::max_element(first.begin(), first.end()) - first.begin());
+  // The first seed whose draw at top-p 0.9 is not the greedy token.
+  uint64_t seed = 1;
+  int32_t drawn = greedy_first;
+  for (; seed < 100 && drawn == greedy_first; ++seed) {
+    std::mt19937_64 ref_rng(seed);
+    drawn = sample_token(first.data(), m.cfg.vocab_size, o.sampling, ref_rng);
+  }
+  ASSERT_NE(drawn, greedy_first) << "no seed below 100 draws another token";
+  std::mt19937_64 rng(seed - 1);
+  const Generation g = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7}}, o, rng)[0];
+  ASSERT_EQ(g.tokens.size(), 7u);
+  EXPECT_EQ(g.tokens[2], drawn);
+  EXPECT_EQ(g.tokens, reference_greedy(m, {3, 7, drawn}, 7));
+}
+
+// Megatron's prevent_newline_after_colon changes the logits of its generation loop, from the
+// shortest prompt's last token on: a prompt alone is scored as it is; batched with a shorter
+// prompt, its later tokens are scored with the changed logits.
+TEST(GenerateTokens, AdjustedLogitsFromTheShortestPromptsEnd) {
+  test::TinyModel m(DType::F32);
+  DecodeOptions o;
+  o.logprobs = true;
+  o.adjust_logits = [](int32_t last, float* row) {
+    if (last == 7) row[1] = -1e10f;
+  };
+  std::mt19937_64 rng(1);
+  const double want = reference_log_softmax(m, {3, 7, 1})[1][1];
+  const Generation alone = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7, 1}}, o, rng)[0];
+  ASSERT_EQ(alone.logprobs.size(), 2u);
+  EXPECT_NEAR(alone.logprobs[1], want, 1e-5);
+  const Generation batched = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7, 1}, {5}}, o, rng)[0];
+  ASSERT_EQ(batched.logprobs.size(), 2u);
+  EXPECT_NEAR(batched.logprobs[0], alone.logprobs[0], 1e-6);
+  EXPECT_LT(batched.logprobs[1], -1e9);
+}
+
+TEST(GenerateTokens, BadPrompts) {
+  test::TinyModel m(DType::F32);
+  std::mt19937_64 rng(1);
+  const auto run = [&](const std::vector<std::vector<int32_t>>& p, int64_t max_new) {
+    return generate_tokens(m.cfg, *m.be, *m.params, p, greedy_decode(max_new), rng);
+  };
+  EXPECT_THROW(run({{1}, std::vector<int32_t>(8, 1)}, 1), InternalError);  // no room to draw
+  EXPECT_NO_THROW(run({std::vector<int32_t>(8, 1)}, 0));                   // but room to score
+  EXPECT_THROW(run({{1}, {}}, 1), InternalError);
+  EXPECT_THROW(run({}, 1), InternalError);
+  EXPECT_EQ(run({{5}}, 0)[0].tokens, std::vector<int32_t>{5});  // one token: nothing to do
 }
 
 }  // namespace

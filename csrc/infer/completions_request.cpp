@@ -1,0 +1,103 @@
+#include "infer/completions_request.h"
+
+#include <nlohmann/json.hpp>
+
+#include "infer/json_fields.h"
+
+namespace trident {
+using namespace json_fields;  // NOLINT: the field readers
+
+namespace {
+
+// OpenAI's prompt forms: "text", ["text", ...], [id, ...] (one prompt), [[id, ...], ...].
+void read_prompts(const json& prompt, CompletionsRequest& r) {
+  const std::string bad = "prompt must be a string, a list of strings, a list of token ids or a list of lists of "
+                          "token ids";
+  const auto ids_of = [&](const json& list) {
+    std::vector<int32_t> ids;
+    for (const json& id : list) {
+      if (!is_int64(id) || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) throw ApiError(bad);
+      ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    if (ids.empty()) throw ApiError("prompt: a list of token ids is empty");
+    return ids;
+  };
+  if (prompt.is_string()) {
+    r.prompts.push_back(prompt.get<std::string>());
+    return;
+  }
+  if (!prompt.is_array() || prompt.empty()) throw ApiError(prompt.is_array() ? "prompt is empty" : bad);
+  if (prompt[0].is_number()) {
+    r.token_ids.push_back(ids_of(prompt));
+    return;
+  }
+  for (const json& p : prompt) {
+    if (p.is_string() && r.token_ids.empty())
+      r.prompts.push_back(p.get<std::string>());
+    else if (p.is_array() && r.prompts.empty())
+      r.token_ids.push_back(ids_of(p));
+    else
+      throw ApiError(bad);
+  }
+}
+
+}  // namespace
+
+CompletionsRequest parse_completions_request(const std::string& text) {
+  const json body = parse_object(text);
+  CompletionsRequest r;
+  const json* prompt = field(body, "prompt");
+  if (!prompt) throw ApiError("prompt is required");
+  read_prompts(*prompt, r);
+  if (r.prompts.size() + r.token_ids.size() > static_cast<size_t>(kMaxPrompts))
+    throw ApiError("at most " + std::to_string(kMaxPrompts) + " prompts in one request");
+
+  const json* max_tokens = field(body, "max_tokens");
+  if (max_tokens && !max_tokens->is_null()) {  // null: OpenAI's "as many as fit"; here the default
+    if (!is_int64(*max_tokens) || max_tokens->get<int64_t>() < 0)
+      throw ApiError("max_tokens must be an integer greater than or equal to 0");
+    r.max_tokens = max_tokens->get<int64_t>();
+  }
+  r.temperature = number(body, "temperature", r.temperature, "temperature must be a number from 0 to 100");
+  if (!(r.temperature >= 0.0 && r.temperature <= 100.0)) throw ApiError("temperature must be a number from 0 to 100");
+  r.top_p = number(body, "top_p", r.top_p, "top_p must be a number above 0 and at most 1");
+  if (!(r.top_p > 0.0 && r.top_p <= 1.0)) throw ApiError("top_p must be a number above 0 and at most 1");
+  const std::optional<int64_t> top_k = integer(body, "top_k", "top_k must be an integer from 0 to 1000");
+  if (top_k && (*top_k < 0 || *top_k > 1000)) throw ApiError("top_k must be an integer from 0 to 1000");
+  r.top_k = static_cast<int>(top_k.value_or(0));
+  const json* logprobs = field(body, "logprobs");
+  if (logprobs && !logprobs->is_null()) {
+    const std::string range = "logprobs must be an integer from 0 to " + std::to_string(kMaxCompletionLogprobs);
+    if (!is_int64(*logprobs) || logprobs->get<int64_t>() < 0 || logprobs->get<int64_t>() > kMaxCompletionLogprobs)
+      throw ApiError(range);
+    r.logprobs = static_cast<int>(logprobs->get<int64_t>());
+    r.wants_logprobs = true;
+  }
+  r.echo = boolean(body, "echo", r.echo, "echo must be a boolean value");
+  if (r.max_tokens == 0 && !r.echo) throw ApiError("max_tokens 0 returns nothing without echo: set echo to true");
+  if (const json* stop = field(body, "stop"); stop && !stop->is_null()) {
+    const std::string bad = "stop must be a string or a list of at most 4 strings";
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else {
+      if (!stop->is_array() || stop->size() > 4) throw ApiError(bad);
+      for (const json& s : *stop) {
+        if (!s.is_string()) throw ApiError(bad);
+        r.stop.push_back(s.get<std::string>());
+      }
+    }
+    for (const std::string& s : r.stop)
+      if (s.empty()) throw ApiError("stop: an empty string would end every completion at once");
+  }
+  r.seed = integer(body, "seed", "seed must be an integer");
+  for (const char* key : {"n", "best_of"}) {
+    const std::optional<int64_t> v = integer(body, key, std::string(key) + " must be 1");
+    if (v && *v != 1) throw ApiError(std::string(key) + " must be 1: one completion per prompt");
+  }
+  if (boolean(body, "stream", false, "stream must be a boolean value"))
+    throw ApiError("stream is not supported: the whole completion comes in one response");
+  if (const json* model = field(body, "model"); model && model->is_string()) r.model = model->get<std::string>();
+  return r;
+}
+
+}  // namespace trident

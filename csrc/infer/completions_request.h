@@ -1,0 +1,48 @@
+// The body of a request to the OpenAI-style completions endpoint (POST /completions or
+// /v1/completions), which Megatron's newer server has (megatron/inference/endpoints/
+// completions.py) and which evaluation tools call: lm-evaluation-harness's
+// local-completions model scores continuations with {"prompt": [[token ids]...],
+// "max_tokens": 1, "logprobs": 1, "echo": true, "temperature": 0} and generates with
+// {"prompt", "max_tokens", "stop", "temperature"}.
+//
+// Fields: prompt (a string, a list of strings, a list of token ids, or a list of lists of
+// token ids; up to kMaxPrompts), max_tokens (16, OpenAI's default; Megatron requires it),
+// temperature (1; 0 is greedy), top_p (1), top_k (0: off), logprobs (0: none; k up to 10:
+// each token's log-probability and the k most likely tokens at each position), echo (false:
+// the prompt's text and tokens come back too), stop (a string or up to 4 strings that end
+// the text, not included), seed (the server's generator continues without it), n and
+// best_of (1 only), model (echoed back). Other fields (user, presence_penalty, ...) are
+// ignored, as OpenAI-compatible servers commonly do; a bad value of a known field is an
+// ApiError.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "infer/text_generation_request.h"
+
+namespace trident {
+
+struct CompletionsRequest {
+  std::vector<std::string> prompts;             // text prompts, or
+  std::vector<std::vector<int32_t>> token_ids;  // prompts given as token ids (one of the two is empty)
+  int64_t max_tokens = 16;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  int logprobs = 0;  // how many most likely tokens per position; 0: no logprobs
+  bool wants_logprobs = false;  // "logprobs" given (0 included: each token's own)
+  bool echo = false;
+  std::vector<std::string> stop;
+  std::optional<int64_t> seed;
+  std::string model;
+};
+
+inline constexpr int kMaxCompletionLogprobs = 10;
+
+// Throws ApiError naming the field for the first bad one.
+CompletionsRequest parse_completions_request(const std::string& body);
+
+}  // namespace trident

@@ -1,0 +1,296 @@
+#include "infer/text_generation_service.h"
+
+#include <algorithm>
+#include <ctime>
+
+#include "infer/beam_search.h"
+#include "infer/generate.h"
+
+namespace trident {
+namespace {
+
+using nlohmann::json;
+
+// The id of `text` when the tokenizer makes it one token, else -1.
+int32_t single_token(const Tokenizer& tokenizer, const char* text) {
+  const std::vector<int32_t> ids = tokenizer.encode(text);
+  return ids.size() == 1 ? ids[0] : -1;
+}
+
+// The tokens' texts one by one and together: GPT-2's byte-level pieces concatenate to the
+// text of the whole sequence.
+struct TokenTexts {
+  std::vector<std::string> pieces;
+  std::vector<size_t> start;  // where each piece starts in `bytes`; one past the last: its size
+  std::string bytes;
+};
+
+TokenTexts token_texts(const Tokenizer& tokenizer, const std::vector<int32_t>& tokens) {
+  TokenTexts t;
+  for (int32_t id : tokens) {
+    t.start.push_back(t.bytes.size());
+    t.pieces.push_back(tokenizer.decode({id}));
+    t.bytes += t.pieces.back();
+  }
+  t.start.push_back(t.bytes.size());
+  return t;
+}
+
+// Characters (Unicode code points, as Python's len counts them) in the first `end` bytes
+// of UTF-8 text: the bytes that do not continue a character.
+int64_t characters(const std::string& bytes, size_t end) {
+  int64_t n = 0;
+  for (size_t i = 0; i < end; ++i) n += (static_cast<unsigned char>(bytes[i]) & 0xC0) != 0x80;
+  return n;
+}
+
+}  // namespace
+
+SpecialTokens special_tokens(const Tokenizer& tokenizer) {
+  return {tokenizer.eod(), single_token(tokenizer, "\n"), single_token(tokenizer, "\n\n"),
+          single_token(tokenizer, ":")};
+}
+
+std::function<bool(const std::vector<int32_t>&, int64_t)> request_stop_rule(const TextGenerationRequest& r,
+                                                                            const SpecialTokens& t) {
+  const int32_t nl = t.newline, nlnl = t.double_newline, eod = t.eod;
+  if (r.stop_on_double_eol)
+    return [nl, nlnl](const std::vector<int32_t>& s, int64_t) {
+      return s.back() == nlnl || (s.back() == nl && s.size() >= 2 && s[s.size() - 2] == nl);
+    };
+  if (r.stop_on_eol)
+    return [nl, nlnl](const std::vector<int32_t>& s, int64_t) { return s.back() == nl || s.back() == nlnl; };
+  return [eod](const std::vector<int32_t>& s, int64_t) { return s.back() == eod; };
+}
+
+std::function<void(int32_t, float*)> request_logit_rule(const TextGenerationRequest& r, const SpecialTokens& t) {
+  if (!r.prevent_newline_after_colon) return nullptr;
+  const int32_t colon = t.colon, nl = t.newline;
+  return [colon, nl](int32_t last, float* row) {
+    if (last == colon) row[nl] = -1e10f;
+  };
+}
+
+TextGenerationService::TextGenerationService(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                                             const Tokenizer& tokenizer, Comm* tp_comm, uint64_t seed,
+                                             int64_t max_tokens_to_oom)
+    : cfg_(cfg),
+      backend_(backend),
+      params_(params),
+      tokenizer_(tokenizer),
+      tp_comm_(tp_comm),
+      max_tokens_to_oom_(max_tokens_to_oom),
+      special_(special_tokens(tokenizer)),
+      rng_(seed) {}
+
+PreparedRequest TextGenerationService::prepare(Endpoint endpoint, const std::string& body) const {
+  return endpoint == Endpoint::kApi ? prepare_api(body) : prepare_completions(body);
+}
+
+void TextGenerationService::check_batch_tokens(int64_t batch, int64_t length) const {
+  if (batch > max_tokens_to_oom_ / std::max<int64_t>(length, 1))
+    throw ApiError("Too many tokens.  " + std::to_string(batch * length) + " is greater than " +
+                   std::to_string(max_tokens_to_oom_));
+}
+
+PreparedRequest TextGenerationService::prepare_api(const std::string& body) const {
+  PreparedRequest p;
+  p.request = parse_text_generation_request(body);
+  const TextGenerationRequest& r = p.request;
+  int64_t longest = 0;
+  for (const std::string& text : r.prompts) {
+    std::vector<int32_t> ids;
+    if (r.add_BOS) ids.push_back(tokenizer_.eod());
+    const std::vector<int32_t> more = tokenizer_.encode(text);
+    ids.insert(ids.end(), more.begin(), more.end());
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+    p.prompts.push_back(std::move(ids));
+  }
+  // Prompt + generation, counted without overflow: past the limit is past it. Beam search
+  // stops at the limit instead (Megatron's), refusing only a prompt that leaves no room.
+  const int64_t asked = longest + std::min<int64_t>(r.tokens_to_generate, cfg_.seq_length + 1);
+  const std::string lengths = ": " + std::to_string(longest) + " + " + std::to_string(r.tokens_to_generate) +
+                              " tokens, " + std::to_string(cfg_.seq_length) + " at most";
+  if (r.beam_width) {
+    if (r.tokens_to_generate == 0 || longest >= cfg_.seq_length)
+      throw ApiError("context length + tokens_to_generate too large" + lengths);
+    if (r.stop_token < 0 || r.stop_token >= cfg_.vocab_size)
+      throw ApiError("stop_token " + std::to_string(r.stop_token) + " is outside the vocabulary (0 to " +
+                     std::to_string(cfg_.vocab_size - 1) + ")");
+    if (*r.beam_width > cfg_.vocab_size / 2)
+      throw ApiError("beam_width " + std::to_string(*r.beam_width) + " is over half the vocabulary");
+  } else if (asked > cfg_.seq_length) {
+    throw ApiError("Length of prompt + tokens_to_generate longer than allowed" + lengths);
+  }
+  const int64_t length = std::min<int64_t>(asked, cfg_.seq_length);
+  check_batch_tokens(r.beam_width ? *r.beam_width : static_cast<int64_t>(r.prompts.size()), length);
+  if (r.prevent_newline_after_colon && (special_.newline < 0 || special_.colon < 0))
+    throw ApiError("prevent_newline_after_colon: the tokenizer has no single token for \"\\n\" or \":\"");
+  if ((r.stop_on_eol || r.stop_on_double_eol) && (special_.newline < 0 || special_.double_newline < 0))
+    throw ApiError("stop_on_eol: the tokenizer has no single token for \"\\n\" or \"\\n\\n\"");
+  return p;
+}
+
+PreparedRequest TextGenerationService::prepare_completions(const std::string& body) const {
+  PreparedRequest p;
+  p.endpoint = Endpoint::kCompletions;
+  p.completions = parse_completions_request(body);
+  const CompletionsRequest& r = p.completions;
+  p.prompts = r.token_ids;
+  for (const std::string& text : r.prompts) p.prompts.push_back(tokenizer_.encode(text));
+  int64_t longest = 0;
+  for (size_t i = 0; i < p.prompts.size(); ++i) {
+    const std::vector<int32_t>& ids = p.prompts[i];
+    const std::string which = p.prompts.size() > 1 ? "prompt " + std::to_string(i) : std::string("prompt");
+    if (ids.empty()) throw ApiError(which + " is empty (no tokens)");
+    for (int32_t id : ids)
+      if (id >= cfg_.vocab_size)
+        throw ApiError(which + ": token id " + std::to_string(id) + " is outside the vocabulary (0 to " +
+                       std::to_string(cfg_.vocab_size - 1) + ")");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+  }
+  if (r.max_tokens > cfg_.seq_length - longest)
+    throw ApiError("This model's maximum context length is " + std::to_string(cfg_.seq_length) +
+                   " tokens, however you requested " + std::to_string(longest) + " + " +
+                   std::to_string(r.max_tokens) + " tokens (prompt + max_tokens)");
+  check_batch_tokens(static_cast<int64_t>(p.prompts.size()), longest + r.max_tokens);
+  return p;
+}
+
+json TextGenerationService::run(const PreparedRequest& r) {
+  if (r.endpoint == Endpoint::kCompletions) {
+    if (r.completions.seed) rng_.seed(static_cast<uint64_t>(*r.completions.seed));
+    return complete(r);
+  }
+  if (r.request.random_seed) rng_.seed(static_cast<uint64_t>(*r.request.random_seed));
+  return r.request.beam_width ? beam_search(r) : sample(r);
+}
+
+std::vector<std::string> TextGenerationService::segments(const std::vector<int32_t>& tokens) const {
+  std::vector<std::string> out;
+  for (int32_t t : tokens) out.push_back(tokenizer_.decode({t}));
+  return out;
+}
+
+json TextGenerationService::sample(const PreparedRequest& p) {
+  const TextGenerationRequest& r = p.request;
+  DecodeOptions o;
+  o.sampling.temperature = r.temperature;
+  o.sampling.greedy = r.top_k == 1;  // Megatron: top_k 1 is argmax, whatever the temperature
+  o.sampling.top_k = r.top_k;
+  o.sampling.top_p = r.top_p;
+  o.max_new_tokens = r.tokens_to_generate;
+  o.top_p_decay = r.top_p_decay;
+  o.top_p_bound = r.top_p_bound;
+  o.logprobs = r.logprobs;
+  o.ends = request_stop_rule(r, special_);
+  if (r.tokens_to_generate > 0) o.adjust_logits = request_logit_rule(r, special_);  // Megatron scores without it
+  json text = json::array(), segs = json::array(), logprobs = json::array();
+  for (const Generation& g : generate_tokens(cfg_, backend_, params_, p.prompts, o, rng_, tp_comm_)) {
+    text.push_back(tokenizer_.decode(g.tokens));
+    segs.push_back(segments(g.tokens));
+    logprobs.push_back(g.logprobs);
+  }
+  return {{"text", text}, {"segments", segs}, {"logprobs", r.logprobs ? logprobs : json(nullptr)}};
+}
+
+json TextGenerationService::beam_search(const PreparedRequest& p) {
+  const TextGenerationRequest& r = p.request;
+  BeamSearchOptions o;
+  o.beam_width = static_cast<int>(*r.beam_width);
+  o.max_new_tokens = std::min(r.tokens_to_generate, room_after(cfg_, static_cast<int64_t>(p.prompts[0].size())));
+  o.stop_token = static_cast<int32_t>(r.stop_token);
+  o.length_penalty = r.length_penalty;
+  o.adjust_logits = request_logit_rule(r, special_);
+  json text = json::array(), segs = json::array(), scores = json::array();
+  for (const BeamHypothesis& h : trident::beam_search(cfg_, backend_, params_, p.prompts[0], o, tp_comm_)) {
+    text.push_back(tokenizer_.decode(h.tokens));
+    segs.push_back(segments(h.tokens));
+    scores.push_back(h.score);
+  }
+  return {{"text", text}, {"segments", segs}, {"scores", scores}};
+}
+
+json TextGenerationService::complete(const PreparedRequest& p) {
+  const CompletionsRequest& r = p.completions;
+  DecodeOptions o;
+  o.sampling.greedy = r.temperature == 0.0;  // OpenAI's temperature 0
+  o.sampling.temperature = r.temperature;
+  o.sampling.top_k = r.top_k;
+  o.sampling.top_p = r.top_p;
+  o.max_new_tokens = r.max_tokens;
+  o.logprobs = r.wants_logprobs;
+  o.top_logprobs = r.logprobs;
+  // A completion ends at <|endoftext|> or once its text holds a stop string.
+  const int32_t eod = tokenizer_.eod();
+  const std::vector<std::string>& stops = r.stop;
+  o.ends = [this, eod, &stops](const std::vector<int32_t>& s, int64_t prompt_length) {
+    if (s.back() == eod) return true;
+    if (stops.empty()) return false;
+    const std::string text = tokenizer_.decode(std::vector<int32_t>(s.begin() + prompt_length, s.end()));
+    return std::any_of(stops.begin(), stops.end(), [&](const std::string& x) { return text.find(x) != std::string::npos; });
+  };
+  json choices = json::array();
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+  const std::vector<Generation> gens = generate_tokens(cfg_, backend_, params_, p.prompts, o, rng_, tp_comm_);
+  for (size_t b = 0; b < gens.size(); ++b) {
+    const Generation& g = gens[b];
+    const TokenTexts t = token_texts(tokenizer_, g.tokens);
+    const size_t prompt_end = t.start[g.prompt_length];
+    // The completion's text ends before its <|endoftext|>, or before the first stop string.
+    size_t kept = g.tokens.size(), cut = t.bytes.size();
+    bool stopped = false;
+    if (g.finished && g.tokens.back() == eod) {
+      --kept;
+      cut = t.start[kept];
+      stopped = true;
+    }
+    for (const std::string& stop : stops)
+      if (const size_t at = t.bytes.find(stop, prompt_end); at != std::string::npos && at < cut) {
+        cut = at;
+        stopped = true;
+      }
+    while (kept > static_cast<size_t>(g.prompt_length) && t.start[kept - 1] >= cut) --kept;  // tokens past the cut
+    prompt_tokens += g.prompt_length;
+    completion_tokens += static_cast<int64_t>(kept) - g.prompt_length;
+    json logprobs = nullptr;
+    if (r.wants_logprobs) {
+      json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+      for (size_t i = r.echo ? 0 : static_cast<size_t>(g.prompt_length); i < kept; ++i) {
+        tokens.push_back(t.pieces[i]);
+        offsets.push_back(characters(t.bytes, t.start[i]));
+        if (i == 0) {  // the first token has no log-probability
+          token_logprobs.push_back(nullptr);
+          top.push_back(nullptr);
+          continue;
+        }
+        token_logprobs.push_back(g.logprobs[i - 1]);
+        json best = json::object();
+        if (r.logprobs > 0)
+          for (const auto& [id, lp] : g.top_logprobs[i - 1]) best.emplace(tokenizer_.decode({id}), lp);
+        top.push_back(best);
+      }
+      logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top},
+                  {"text_offset", offsets}};
+    }
+    choices.push_back({{"index", b},
+                       {"text", t.bytes.substr(r.echo ? 0 : prompt_end, cut - (r.echo ? 0 : prompt_end))},
+                       {"logprobs", logprobs},
+                       {"finish_reason", stopped ? "stop" : "length"}});
+  }
+  return {{"id", "cmpl-" + std::to_string(++completions_)},
+          {"object", "text_completion"},
+          {"created", static_cast<int64_t>(std::time(nullptr))},
+          {"model", r.model.empty() ? std::string("trident") : r.model},
+          {"choices", choices},
+          {"usage",
+           {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+std::string response_body(const json& response) {
+  return response.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+}  // namespace trident

@@ -1,0 +1,193 @@
+"""HTTP checks of trident-text-generation-server (tests/e2e/text_generation_server.sh).
+
+  text_generation_server_check.py PORT GENERATE_JSONL   the checks; prints ok/FAIL lines
+  text_generation_server_check.py PORT --dump FILE      a fixed set of responses, as JSON
+
+GENERATE_JSONL: trident-generate's --sample-output-file for the greedy prompts below, 10
+tokens each, the reference the server's greedy text must match.
+"""
+import json
+import sys
+import threading
+import urllib.error
+import urllib.request
+
+PORT = int(sys.argv[1])
+PROMPTS = ["The history of the", "Hello world, this is a longer prompt about"]
+fails = 0
+
+
+def put(body, method="PUT", raw=None, path="/api"):
+    data = raw if raw is not None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        text = e.read()
+        try:
+            return e.code, json.loads(text)
+        except ValueError:
+            return e.code, text
+
+
+def complete(body, path="/v1/completions"):
+    return put(body, method="POST", path=path)
+
+
+def check(cond, what):
+    global fails
+    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        fails += 1
+
+
+def greedy(prompts, n=10, **extra):
+    return put(dict(prompts=prompts, tokens_to_generate=n, top_k=1, **extra))
+
+
+if sys.argv[2] == "--dump":
+    out = {"greedy": greedy(PROMPTS, logprobs=True)[1],
+           "beam": put(dict(prompts=PROMPTS[:1], tokens_to_generate=6, beam_width=3))[1],
+           "sampled": put(dict(prompts=PROMPTS, tokens_to_generate=8, top_p=0.9, random_seed=5))[1],
+           "completions": complete(dict(prompt=PROMPTS, max_tokens=4, temperature=0, logprobs=2, echo=True))[1]}
+    json.dump(out, open(sys.argv[3], "w"))
+    sys.exit(0)
+
+reference = [json.loads(line) for line in open(sys.argv[2])]
+EOD = "<|endoftext|>"
+
+# Greedy (Megatron's top_k 1) against trident-generate --greedy: the same tokens, the
+# prompt in front, <|endoftext|> kept where generation ended at it.
+singles = []
+for p, ref in zip(PROMPTS, reference):
+    status, r = greedy([p])
+    singles.append(r)
+    ok = status == 200 and r["text"][0] in (p + ref["text"], p + ref["text"] + EOD)
+    check(ok, f"greedy {p!r}: the same text as trident-generate ({r['text'][0][len(p):]!r})" if ok else
+          f"greedy {p!r}: {status} {r} vs {ref}")
+    check(r["logprobs"] is None and "".join(r["segments"][0]) == r["text"][0],
+          "no logprobs unless asked; the segments make up the text")
+
+# Both prompts in one request (different lengths): each as when alone.
+status, both = greedy(PROMPTS)
+check(status == 200 and both["text"] == [s["text"][0] for s in singles],
+      "two prompts of different lengths together: each as alone")
+
+# Scoring (tokens_to_generate 0) gives the logprobs the generation gave, token by token: for
+# the prompt always, for the whole text when it tokenizes back to the tokens generated.
+status, gen = greedy(PROMPTS[:1], logprobs=True)
+lp_gen = gen["logprobs"][0] if status == 200 else []
+check(status == 200 and len(lp_gen) == len(gen["segments"][0]) - 1 and all(x <= 0 for x in lp_gen),
+      f"logprobs: one per token after the first ({len(lp_gen)}), all <= 0")
+for texts, what in [(PROMPTS[:1], "the prompt"), (gen["text"], "the generated text")]:
+    status, scored = put(dict(prompts=texts, tokens_to_generate=0, logprobs=True))
+    if status != 200 or scored["text"] != texts:
+        check(False, f"scoring {what}: {status} {scored}")
+        continue
+    n = len(scored["segments"][0])
+    if scored["segments"][0] != gen["segments"][0][:n]:
+        print(f"skip: {what} tokenizes to other tokens than those generated")
+        continue
+    worst = max(abs(a - b) for a, b in zip(lp_gen[:n - 1], scored["logprobs"][0]))
+    check(len(scored["logprobs"][0]) == n - 1 and worst < 1e-4,
+          f"scoring {what} ({n} tokens) gives the generation's logprobs (worst difference {worst:.2g})")
+
+# Seeds: the same random_seed repeats, another differs.
+sample = lambda seed: put(dict(prompts=PROMPTS, tokens_to_generate=16, temperature=1.0, random_seed=seed))[1]["text"]
+a, b, c = sample(5), sample(5), sample(6)
+check(a == b, "random_seed 5 twice: the same text")
+check(a != c, "random_seed 6 differs")
+
+# Several clients at once are answered one at a time, each as alone.
+results = [None] * 4
+def client(i):
+    results[i] = greedy([PROMPTS[i % 2]])
+threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+check(all(s == 200 and r["text"] == singles[i % 2]["text"] for i, (s, r) in enumerate(results)),
+      "four concurrent requests: each answered as alone")
+
+# stop_on_eol: nothing generated after a newline.
+status, r = put(dict(prompts=["Lines:\n"], tokens_to_generate=30, stop_on_eol=True, random_seed=1, temperature=2.0))
+gen_text = r["text"][0][len("Lines:\n"):] if status == 200 else "?"
+check(status == 200 and "\n" not in gen_text.rstrip("\n"), f"stop_on_eol: {gen_text!r}")
+
+# Beam search: at most beam_width hypotheses, best first, each the prompt continued.
+status, r = put(dict(prompts=PROMPTS[:1], tokens_to_generate=6, beam_width=3))
+check(status == 200 and 1 <= len(r["text"]) <= 3 and r["scores"] == sorted(r["scores"], reverse=True) and
+      all(t.startswith(PROMPTS[0]) for t in r["text"]), f"beam search: {len(r.get('text', []))} hypotheses")
+
+# Beam search stops at the learned positions (Megatron's) rather than refusing the request.
+status, r = put(dict(prompts=PROMPTS[:1], tokens_to_generate=100, beam_width=2))
+check(status == 200 and all(len(seg) <= 48 for seg in r["segments"]),
+      f"beam search asked past the 48 positions: {status}, {[len(seg) for seg in r.get('segments', [])]} tokens")
+
+# The OpenAI-style /completions: greedy (temperature 0) continues as /api's top_k 1 does,
+# without the prompt and without <|endoftext|>.
+api_text = singles[0]["text"][0]
+status, r = complete(dict(prompt=PROMPTS[0], max_tokens=10, temperature=0))
+want = api_text[len(PROMPTS[0]):].split(EOD)[0]
+check(status == 200 and r["choices"][0]["text"] == want and r["object"] == "text_completion" and
+      r["choices"][0]["finish_reason"] == ("stop" if api_text.endswith(EOD) else "length"),
+      f"/v1/completions greedy: /api's continuation ({r['choices'][0]['text']!r})" if status == 200 else f"{status} {r}")
+# A stop string cuts the text before it; finish_reason "stop"; echo puts the prompt in front.
+words = want.split(" ")
+if len(words) >= 3 and words[2]:
+    stop = " " + words[2]
+    status, r = complete(dict(prompt=[PROMPTS[0]], max_tokens=10, temperature=0, stop=[stop], echo=True))
+    c = r["choices"][0] if status == 200 else {}
+    check(c.get("text") == PROMPTS[0] + want[:want.index(stop)] and c.get("finish_reason") == "stop",
+          f"stop {stop!r}: {c.get('text')!r}, {c.get('finish_reason')}")
+# lm-evaluation-harness's loglikelihood request (token ids, max_tokens 1, logprobs 1, echo):
+# the prompt's log-probabilities equal /api's scoring of the same text, the first is None,
+# and the token drawn at temperature 0 is the top one (its logprob equals the top entry).
+status, scored = put(dict(prompts=[PROMPTS[1]], tokens_to_generate=0, logprobs=True))
+ids_text = scored["segments"][0]
+status, tok = complete(dict(prompt=PROMPTS[1], max_tokens=0, echo=True, logprobs=0))
+n = len(tok["choices"][0]["logprobs"]["tokens"]) if status == 200 else 0
+status, r = put(dict(prompts=[PROMPTS[1]], tokens_to_generate=1, top_k=1))
+status, lm = complete(dict(model="gpt2", prompt=[PROMPTS[1]], temperature=0, max_tokens=1, logprobs=1, seed=1234,
+                           echo=True))
+lp = lm["choices"][0]["logprobs"] if status == 200 else {}
+ok = (status == 200 and lp["tokens"][:n] == ids_text and lp["token_logprobs"][0] is None and
+      len(lp["token_logprobs"]) == n + 1 and
+      max(abs(a - b) for a, b in zip(lp["token_logprobs"][1:n], scored["logprobs"][0])) < 1e-6 and
+      all(t == max(top.values()) for t, top in zip(lp["token_logprobs"][-1:], lp["top_logprobs"][-1:])) and
+      lm["usage"] == {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1} and
+      lp["text_offset"][1] == len(ids_text[0]))
+check(ok, f"lm-eval's loglikelihood request: {n} prompt tokens scored as /api scores them, the greedy token on top"
+      if ok else f"lm-eval's request: {status} {lm}")
+# Token-id prompts (lm-eval's default: GPT-2's ids of "Hello world") answer as the text does;
+# /completions is /v1/completions.
+status, by_ids = complete(dict(prompt=[[15496, 995]], max_tokens=5, temperature=0, echo=True), path="/completions")
+status2, by_text = complete(dict(prompt="Hello world", max_tokens=5, temperature=0, echo=True))
+check(status == 200 and status2 == 200 and by_ids["choices"] == by_text["choices"] and
+      by_ids["choices"][0]["text"].startswith("Hello world"), "token-id prompts: as their text")
+status, r = complete(dict(prompt="x", n=2))
+check(status == 400 and r["message"] == "n must be 1: one completion per prompt", f"n 2: {status} {r}")
+status, r = complete(dict(prompt="x", max_tokens=48))
+check(status == 400 and r["message"].startswith("This model's maximum context length is 48 tokens"),
+      f"past the context: {status} {r}")
+
+# Refusals: 400 with Megatron's message; POST is PUT; another method is not found.
+for body, message in [({}, "prompts argument required"),
+                      (dict(prompts=["x"], temperature=0), "temperature must be a positive number less than or equal to 100.0"),
+                      (dict(prompts=["x"], tokens_to_generate=48), "Length of prompt + tokens_to_generate longer than allowed: 1 + 48 tokens, 48 at most"),
+                      (dict(prompts=["x"] * 5, tokens_to_generate=40), "Too many tokens.  205 is greater than 200"),
+                      (dict(prompts=["x"] * 4, tokens_to_generate=40), None)]:
+    status, r = put(body)
+    if message is None:
+        check(status == 200, "4 x (1 + 40) tokens: past the training's 32, within the 48 learned positions and "
+              "--max-tokens-to-oom 200")
+    else:
+        check(status == 400 and r == {"message": message}, f"400 {message!r}" if status == 400 else f"{status} {r}")
+status, r = put(None, raw=b"{not json")
+check(status == 400 and r["message"].startswith("the request body is not JSON"), "a body that is not JSON: 400")
+status, r = put(dict(prompts=["x"], tokens_to_generate=2), method="POST")
+check(status == 200 and len(r["text"]) == 1, "POST /api as PUT")
+status, _ = put(None, method="GET", raw=b"")
+check(status in (404, 405), f"GET /api: {status}")
+sys.exit(1 if fails else 0)

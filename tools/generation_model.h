@@ -1,0 +1,100 @@
+// The model trident-generate and trident-text-generation-server decode with: the
+// checkpoint (--load, --iteration or Megatron's --ckpt-step), GPT-2's tokenizer
+// (--vocab-file, --merge-file), the device (--device) and the tensor-parallel layout (one
+// process per TP rank, generate_model_flags.h), loaded the same way for both.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ckpt/offline_checkpoint.h"
+#include "ckpt/sharded_checkpoint.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "kernels/backends.h"
+#include "model/param_spec.h"
+#include "model/param_store.h"
+#include "parallel/parallel_context.h"
+#include "tools/cxxopts_flags.h"
+#include "tools/generate_model_flags.h"
+#include "tools/integer_flag.h"
+#include "tools/mpi_tool_main.h"
+
+namespace trident {
+
+// `seq_length_default`: --seq-length's default, in words.
+inline void add_generation_model_flags(cxxopts::Options& o, const std::string& seq_length_default) {
+  o.add_options()
+      ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
+      ("iteration", "use DIR/iter_N instead of the latest", cxxopts::value<std::string>())
+      ("ckpt-step", "the same as --iteration (Megatron's name)", cxxopts::value<std::string>())
+      ("vocab-file", "GPT-2's vocabulary (gpt2-vocab.json; required)", cxxopts::value<std::string>())
+      ("merge-file", "GPT-2's merges (gpt2-merges.txt; required)", cxxopts::value<std::string>())
+      ("seed", "random seed (1234)", cxxopts::value<std::string>()->default_value("1234"))
+      ("device", "auto, cpu or cuda", cxxopts::value<std::string>()->default_value("auto"));
+  add_model_flags(o, seq_length_default);
+}
+
+// The model flags, checked against the job before anything is read: one process per
+// tensor-parallel rank, or a lone process, never N copies of one run (`tool` names the
+// command in the error).
+inline ModelFlags read_generation_model_flags(const cxxopts::ParseResult& r, const char* tool) {
+  ModelFlags f = read_model_flags(r);
+  required_flag(r, "load");
+  required_flag(r, "vocab-file");
+  required_flag(r, "merge-file");
+  check_one_iteration_flag(r.count("ckpt-step") > 0, r.count("iteration") > 0);
+  if (job_world_size() != f.tp)
+    throw ConfigError("--tensor-model-parallel-size " + std::to_string(f.tp) + ": the job has " +
+                      std::to_string(job_world_size()) + (job_world_size() == 1 ? " process" : " processes") +
+                      "; " + tool + " runs one per tensor-parallel rank (mpirun -np N ... "
+                      "--tensor-model-parallel-size N)");
+  return f;
+}
+
+struct GenerationModel {
+  std::filesystem::path dir;  // the iter_N folder read
+  ModelConfig cfg;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<ParallelContext> parallel;
+  std::unique_ptr<ParamStore> params;  // this rank's share; declared after what it uses
+  Comm* tp_comm = nullptr;             // the TP group at tp > 1
+  bool rank0() const { return parallel->world_rank() == 0; }
+};
+
+// The checkpoint's model at the flags' tensor-parallel size, on --device; its sequence
+// length --seq-length's, else the checkpoint's.
+inline GenerationModel load_generation_model(const cxxopts::ParseResult& r, const ModelFlags& f) {
+  std::optional<int64_t> iteration;
+  if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
+  if (r.count("ckpt-step")) iteration = integer_flag(r, "ckpt-step", 0, kMaxIterationFlag);
+  GenerationModel m;
+  m.tokenizer = make_tokenizer("GPT2BPETokenizer", r["vocab-file"].as<std::string>(), r["merge-file"].as<std::string>());
+  std::unique_ptr<ShardedCheckpointReader> ckpt;
+  try {
+    m.dir = resolve_checkpoint_dir(r["load"].as<std::string>(), iteration,
+                                   r.count("ckpt-step") ? "--ckpt-step" : "--iteration");
+    ckpt = std::make_unique<ShardedCheckpointReader>(m.dir);
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  m.cfg = ckpt->metadata().model;
+  check_model_flags(f, m.cfg, (m.dir / "metadata.json").string());
+  if (m.cfg.vocab_size != m.tokenizer->vocab_size())
+    throw ConfigError("--vocab-file: the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                      " tokens but the checkpoint's model " + std::to_string(m.cfg.vocab_size) + " (" +
+                      m.dir.string() + ")");
+  m.cfg.validate(f.tp);
+  m.backend = make_backend(r["device"].as<std::string>());
+  m.parallel = make_parallel_context(f.tp, 1, resolve_comm_kind("", *m.backend), m.backend.get());
+  m.params = std::make_unique<ParamStore>(*m.backend, gpt2_param_specs(m.cfg, f.tp), f.tp, m.parallel->grid.tp_rank,
+                                          m.cfg.dtype, m.cfg.dtype, [](const ParamSpec&) { return true; });
+  load_model_parameters(*ckpt, *m.params, *m.backend);
+  m.tp_comm = f.tp > 1 ? m.parallel->tp.get() : nullptr;
+  return m;
+}
+
+}  // namespace trident

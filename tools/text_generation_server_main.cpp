@@ -1,0 +1,214 @@
+// trident-text-generation-server: Megatron's text-generation server
+// (tools/run_text_generation_server.py) over a trident checkpoint of any layout: PUT /api
+// with {"prompts": [...], "tokens_to_generate": N, "temperature", "top_k", "top_p",
+// "logprobs", "add_BOS", "stop_on_eol", "random_seed", "beam_width", ...} answers
+// {"text": [...], "segments": [...], "logprobs": [...]} (csrc/infer/text_generation_service.h
+// says what each holds and where trident differs). POST /api is the same. POST /completions
+// and /v1/completions answer OpenAI's legacy completions requests (prompt, max_tokens,
+// temperature, logprobs, echo, stop, ...), what lm-evaluation-harness's local-completions
+// model sends.
+//
+//   trident-text-generation-server --load DIR --vocab-file V --merge-file M [--port 5000]
+//       [--host 0.0.0.0] [--max-tokens-to-oom 12000] [--seed S] [--device D]
+//   mpirun -np N trident-text-generation-server ... --tensor-model-parallel-size N
+//
+// Rank 0 serves HTTP; requests are answered one at a time, in the order they came (Megatron
+// holds a lock). A request that fails its checks is answered 400 {"message": "..."} and goes
+// no further; a good one is sent to every rank (they wait for it with no collective time
+// limit) and decoded by the tensor-parallel group together. SIGTERM or SIGINT (Ctrl-C) on rank
+// 0 closes the server after the request in progress: requests still waiting get 503, the other
+// ranks are told to stop, and the job exits 0. A prompt + tokens_to_generate may reach the
+// model's learned positions (Megatron's limit), or --seq-length when given.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "core/stop_signals.h"
+#include "infer/text_generation_service.h"
+#include "parallel/collective_timeout.h"
+#include "parallel/comm_strings.h"
+#include "tools/cxxopts_flags.h"
+#include "tools/generation_model.h"
+#include "tools/mpi_tool_main.h"
+#include "tools/pending_requests.h"
+
+namespace trident {
+namespace {
+
+const char* const kTool = "trident-text-generation-server";
+
+Reply json_reply(int status, const std::string& message) {
+  return {status, nlohmann::json{{"message", message}}.dump()};
+}
+
+// What the ranks are sent: the endpoint's letter, then the body; "" to stop.
+std::string order_for(Endpoint e, const std::string& body) { return (e == Endpoint::kApi ? "A" : "C") + body; }
+Endpoint endpoint_of(const std::string& order) { return order[0] == 'A' ? Endpoint::kApi : Endpoint::kCompletions; }
+Endpoint endpoint_of_path(const std::string& path) { return path == "/api" ? Endpoint::kApi : Endpoint::kCompletions; }
+
+// The HTTP server on its own thread while an object lives; its destructor closes it (the
+// requests still waiting are answered 503) whichever way the main loop ends.
+class HttpThread {
+ public:
+  HttpThread(httplib::Server& server, PendingRequests& pending) : server_(server), pending_(pending) {
+    thread_ = std::thread([this] {
+      server_.listen_after_bind();
+      listening_done_ = true;
+    });
+    // stop() before the server runs would be lost: wait for it to run (or to have failed).
+    while (!server_.is_running() && !listening_done_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~HttpThread() {
+    pending_.close(json_reply(503, "the server is shutting down"));
+    server_.stop();
+    thread_.join();
+  }
+  HttpThread(const HttpThread&) = delete;
+  HttpThread& operator=(const HttpThread&) = delete;
+
+ private:
+  httplib::Server& server_;
+  PendingRequests& pending_;
+  std::atomic<bool> listening_done_{false};
+  std::thread thread_;
+};
+
+// Rank 0: answers requests until a stop signal, then tells the other ranks to stop (an empty
+// body).
+void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& server, PendingRequests& pending) {
+  HttpThread http(server, pending);
+  while (!stop_signal_received()) {
+    std::optional<PendingRequests::Request> request = pending.next(std::chrono::milliseconds(100));
+    if (!request) continue;
+    const Endpoint endpoint = endpoint_of_path(request->path);
+    PreparedRequest prepared;
+    try {
+      prepared = service.prepare(endpoint, request->body);
+    } catch (const ApiError& e) {
+      request->reply.set_value(json_reply(400, e.what()));
+      continue;
+    } catch (const std::exception& e) {  // out of memory, say: no other rank has seen it
+      request->reply.set_value(json_reply(500, e.what()));
+      std::fprintf(stderr, "%s: %s: %s\n", kTool, request->client.c_str(), e.what());
+      continue;
+    }
+    if (m.parallel->world_size() > 1) {
+      std::string order = order_for(endpoint, request->body);
+      broadcast_string(*m.parallel->world, order, 0);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json response;
+    try {
+      response = service.run(prepared);
+    } catch (const std::exception& e) {  // the job ends (the other ranks may be mid-collective)
+      request->reply.set_value(json_reply(500, e.what()));
+      throw;
+    }
+    request->reply.set_value({200, response_body(response)});
+    if (!prepared.no_log()) {
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const bool api = endpoint == Endpoint::kApi;
+      std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s: %.3f s\n", kTool, request->client.c_str(),
+                   request->path.c_str(), prepared.prompts.size(), api ? "tokens_to_generate" : "max_tokens",
+                   static_cast<long long>(api ? prepared.request.tokens_to_generate : prepared.completions.max_tokens),
+                   api && prepared.request.beam_width ? " (beam search)" : "", seconds);
+    }
+  }
+  std::fprintf(stderr, "%s: stop signal: closing\n", kTool);
+  if (m.parallel->world_size() > 1) {
+    std::string stop;
+    broadcast_string(*m.parallel->world, stop, 0);
+  }
+}
+
+// Other ranks: the requests rank 0 accepted, until an empty one.
+void follow(GenerationModel& m, TextGenerationService& service) {
+  for (;;) {
+    std::string order;
+    {
+      CollectiveTimeoutSuspended idle;  // waiting for clients, not for a peer
+      broadcast_string(*m.parallel->world, order, 0);
+    }
+    if (order.empty()) return;
+    service.run(service.prepare(endpoint_of(order), order.substr(1)));
+  }
+}
+
+int server_main(int argc, char** argv) {
+  cxxopts::Options o(kTool, "Megatron's text-generation REST API (PUT /api) over a trident checkpoint");
+  o.add_options()
+      ("port", "TCP port (5000; 0: any free one, printed at the start)", cxxopts::value<std::string>()->default_value("5000"))
+      ("host", "address to listen on (0.0.0.0: every interface, as Megatron's)",
+       cxxopts::value<std::string>()->default_value("0.0.0.0"))
+      ("max-tokens-to-oom", "most prompts x (longest prompt + tokens_to_generate) in one request (12000)",
+       cxxopts::value<std::string>()->default_value("12000"))
+      ("micro-batch-size", "accepted for Megatron's scripts; a request's prompts are its batch",
+       cxxopts::value<std::string>())
+      ("h,help", "show this help");
+  add_generation_model_flags(o, "the checkpoint's learned positions, Megatron's limit");
+  const cxxopts::ParseResult r = parse_flags(o, argc, argv);
+  if (r.count("help")) {
+    std::printf("%s\n", o.help().c_str());
+    return 0;
+  }
+  const ModelFlags flags = read_generation_model_flags(r, kTool);
+  const int port = static_cast<int>(integer_flag(r, "port", 0, 65535));
+  const std::string host = r["host"].as<std::string>();
+  const int64_t max_tokens = integer_flag(r, "max-tokens-to-oom", 1, 1ll << 40);
+  if (r.count("micro-batch-size")) integer_flag(r, "micro-batch-size", 1, INT32_MAX);
+  const uint64_t seed = static_cast<uint64_t>(integer_flag(r, "seed", 0, 1ll << 40));
+
+  // Megatron's limit is the learned positions; --seq-length may set a lower one.
+  GenerationModel m = load_generation_model(r, flags);
+  if (!flags.seq_length) m.cfg.seq_length = m.cfg.max_position_embeddings;
+  TextGenerationService service(m.cfg, *m.backend, *m.params, *m.tokenizer, m.tp_comm, seed, max_tokens);
+  StopSignals stop_signals;
+
+  httplib::Server server;
+  PendingRequests pending;
+  const auto handle = [&](const httplib::Request& req, httplib::Response& res) {
+    const Reply reply =
+        pending.submit(req.path, req.body, req.remote_addr, json_reply(503, "the server is shutting down"));
+    res.status = reply.status;
+    res.set_content(reply.body, "application/json");
+  };
+  server.Put("/api", handle);
+  server.Post("/api", handle);
+  server.Post("/completions", handle);
+  server.Post("/v1/completions", handle);
+  server.set_payload_max_length(64u << 20);
+  // SO_REUSEADDR (a restart may bind while the last run's connections linger) without
+  // cpp-httplib's default SO_REUSEPORT, under which a second server on the same port would
+  // start and share its clients instead of failing.
+  server.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  int bound = port;
+  run_on_rank0_for_all(*m.parallel, [&] {
+    bound = port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
+    if (bound < 0)
+      throw ConfigError("--port " + std::to_string(port) + " --host " + host + ": cannot listen there (the port " +
+                        "is in use, or the address is not this machine's)");
+  });
+  if (!m.rank0()) {
+    follow(m, service);
+    return 0;
+  }
+  std::fprintf(stderr, "%s: serving %s (%s, tensor-parallel %d) at http://%s:%d/api (PUT)\n", kTool,
+               m.dir.string().c_str(), m.backend->name().c_str(), flags.tp, host.c_str(), bound);
+  serve(m, service, server, pending);
+  return 0;
+}
+
+}  // namespace
+}  // namespace trident
+
+int main(int argc, char** argv) {
+  return trident::run_mpi_tool(trident::kTool, &argc, &argv, [&] { return trident::server_main(argc, argv); });
+}
