@@ -46,6 +46,7 @@
 #include "data/tokenizer.h"
 #include "infer/generate.h"
 #include "infer/sampler.h"
+#include "infer/text_generation_service.h"
 #include "tools/cxxopts_flags.h"
 #include "tools/generation_model.h"
 #include "tools/mpi_tool_main.h"
@@ -65,13 +66,6 @@ struct Prompt {
   std::string text;
   std::string where;  // for errors: "--prompt (#2)" or "--sample-input-file F line 3"
 };
-
-// `bytes` with every invalid UTF-8 sequence replaced by U+FFFD, exactly as the JSON outputs
-// write it (nlohmann's replace handler), so stdout and the files carry the same text.
-std::string valid_utf8(const std::string& bytes) {
-  return nlohmann::json::parse(nlohmann::json(bytes).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
-      .get<std::string>();
-}
 
 // One prompt per line; as in the JSONL reader, a line loses one trailing '\r' (a file with
 // Windows line ends) and then an empty line is skipped.
@@ -158,9 +152,7 @@ void write_output_file(const std::string& flag, const std::string& path, const s
   }
 }
 
-std::string json_line(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
+std::string json_line(const nlohmann::json& j) { return response_body(j) + "\n"; }
 
 // One line of Megatron's --genfile (megatron/text_generation_utils.py,
 // generate_samples_unconditional): {"text", "length", "finished"}. Here "length" counts the

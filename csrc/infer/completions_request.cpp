@@ -1,5 +1,6 @@
 #include "infer/completions_request.h"
 
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "infer/json_fields.h"
@@ -44,7 +45,8 @@ void read_prompts(const json& prompt, CompletionsRequest& r) {
 }  // namespace
 
 CompletionsRequest parse_completions_request(const std::string& text) {
-  const json body = parse_object(text);
+  json body = parse_object(text);
+  for (auto it = body.begin(); it != body.end();) it = it->is_null() ? body.erase(it) : std::next(it);  // null: absent
   CompletionsRequest r;
   const json* prompt = field(body, "prompt");
   if (!prompt) throw ApiError("prompt is required");
@@ -52,8 +54,8 @@ CompletionsRequest parse_completions_request(const std::string& text) {
   if (r.prompts.size() + r.token_ids.size() > static_cast<size_t>(kMaxPrompts))
     throw ApiError("at most " + std::to_string(kMaxPrompts) + " prompts in one request");
 
-  const json* max_tokens = field(body, "max_tokens");
-  if (max_tokens && !max_tokens->is_null()) {  // null: OpenAI's "as many as fit"; here the default
+  const json* max_tokens = field(body, "max_tokens");  // (null, OpenAI's "as many as fit": the default)
+  if (max_tokens) {
     if (!is_int64(*max_tokens) || max_tokens->get<int64_t>() < 0)
       throw ApiError("max_tokens must be an integer greater than or equal to 0");
     r.max_tokens = max_tokens->get<int64_t>();
@@ -66,7 +68,7 @@ CompletionsRequest parse_completions_request(const std::string& text) {
   if (top_k && (*top_k < 0 || *top_k > 1000)) throw ApiError("top_k must be an integer from 0 to 1000");
   r.top_k = static_cast<int>(top_k.value_or(0));
   const json* logprobs = field(body, "logprobs");
-  if (logprobs && !logprobs->is_null()) {
+  if (logprobs) {
     const std::string range = "logprobs must be an integer from 0 to " + std::to_string(kMaxCompletionLogprobs);
     if (!is_int64(*logprobs) || logprobs->get<int64_t>() < 0 || logprobs->get<int64_t>() > kMaxCompletionLogprobs)
       throw ApiError(range);
@@ -75,7 +77,7 @@ CompletionsRequest parse_completions_request(const std::string& text) {
   }
   r.echo = boolean(body, "echo", r.echo, "echo must be a boolean value");
   if (r.max_tokens == 0 && !r.echo) throw ApiError("max_tokens 0 returns nothing without echo: set echo to true");
-  if (const json* stop = field(body, "stop"); stop && !stop->is_null()) {
+  if (const json* stop = field(body, "stop")) {
     const std::string bad = "stop must be a string or a list of at most 4 strings";
     if (stop->is_string()) {
       r.stop.push_back(stop->get<std::string>());

@@ -7,13 +7,13 @@
 //
 // Fields: prompt (a string, a list of strings, a list of token ids, or a list of lists of
 // token ids; up to kMaxPrompts), max_tokens (16, OpenAI's default; Megatron requires it),
-// temperature (1; 0 is greedy), top_p (1), top_k (0: off), logprobs (0: none; k up to 10:
-// each token's log-probability and the k most likely tokens at each position), echo (false:
-// the prompt's text and tokens come back too), stop (a string or up to 4 strings that end
-// the text, not included), seed (the server's generator continues without it), n and
-// best_of (1 only), model (echoed back). Other fields (user, presence_penalty, ...) are
-// ignored, as OpenAI-compatible servers commonly do; a bad value of a known field is an
-// ApiError.
+// temperature (1; 0 is greedy), top_p (1), top_k (0: off), logprobs (absent: none; k from 0
+// to 10: each token's log-probability and the k most likely tokens at each position), echo
+// (false; true: the prompt's text and tokens come back too), stop (a string or up to 4
+// strings that end the text, not included), seed (the server's generator continues without
+// it), n and best_of (1 only), model (echoed back). A field set to null is absent. Other
+// fields (user, presence_penalty, ...) are ignored, as OpenAI-compatible servers commonly
+// do; a bad value of a known field is an ApiError.
 #pragma once
 
 #include <cstdint>

@@ -36,13 +36,8 @@ TokenTexts token_texts(const Tokenizer& tokenizer, const std::vector<int32_t>& t
   return t;
 }
 
-// Characters (Unicode code points, as Python's len counts them) in the first `end` bytes
-// of UTF-8 text: the bytes that do not continue a character.
-int64_t characters(const std::string& bytes, size_t end) {
-  int64_t n = 0;
-  for (size_t i = 0; i < end; ++i) n += (static_cast<unsigned char>(bytes[i]) & 0xC0) != 0x80;
-  return n;
-}
+// Whether a byte starts a character of UTF-8 text (is not a continuation byte).
+bool starts_character(char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }
 
 }  // namespace
 
@@ -211,6 +206,61 @@ json TextGenerationService::beam_search(const PreparedRequest& p) {
   return {{"text", text}, {"segments", segs}, {"scores", scores}};
 }
 
+CompletionChoice completion_choice(const Generation& g, const Tokenizer& tokenizer, const CompletionsRequest& r,
+                                   size_t index) {
+  const TokenTexts t = token_texts(tokenizer, g.tokens);
+  const size_t prompt_end = t.start[g.prompt_length];
+  // The text ends before the <|endoftext|> that ended the completion, or before its first
+  // stop string; <|endoftext|> stays among the tokens (lm-evaluation-harness's echoed
+  // scoring reads the drawn token's slot, the last, whatever it is), the tokens after a stop
+  // string's start do not.
+  size_t cut = t.bytes.size(), kept = g.tokens.size();
+  bool stopped = false;
+  if (g.finished && g.tokens.back() == tokenizer.eod()) {
+    cut = t.start[kept - 1];
+    stopped = true;
+  }
+  for (const std::string& stop : r.stop)
+    if (const size_t at = t.bytes.find(stop, prompt_end); at != std::string::npos && at < cut) {
+      cut = at;
+      stopped = true;
+      while (kept > static_cast<size_t>(g.prompt_length) && t.start[kept - 1] >= cut) --kept;
+    }
+  CompletionChoice c;
+  c.completion_tokens = static_cast<int64_t>(kept) - g.prompt_length;
+  json logprobs = nullptr;
+  if (r.wants_logprobs) {
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+    int64_t characters = 0;  // before t.start[i]: OpenAI's text_offset, as Python's len counts
+    size_t counted = 0;
+    for (size_t i = r.echo ? 0 : static_cast<size_t>(g.prompt_length); i < kept; ++i) {
+      for (; counted < t.start[i]; ++counted) characters += starts_character(t.bytes[counted]);
+      tokens.push_back(t.pieces[i]);
+      offsets.push_back(characters);
+      if (i == 0) {  // nothing predicts the first token
+        token_logprobs.push_back(nullptr);
+        top.push_back(nullptr);
+        continue;
+      }
+      token_logprobs.push_back(g.logprobs[i - 1]);
+      // Keys as the response writes them (a piece that is not whole UTF-8 becomes U+FFFD), so
+      // two that look alike keep the more likely one's value.
+      json best = json::object();
+      if (r.logprobs > 0)
+        for (const auto& [id, lp] : g.top_logprobs[i - 1]) best.emplace(valid_utf8(tokenizer.decode({id})), lp);
+      top.push_back(best);
+    }
+    logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top},
+                {"text_offset", offsets}};
+  }
+  const size_t from = r.echo ? 0 : prompt_end;
+  c.choice = {{"index", index},
+              {"text", t.bytes.substr(from, cut - from)},
+              {"logprobs", logprobs},
+              {"finish_reason", stopped ? "stop" : "length"}};
+  return c;
+}
+
 json TextGenerationService::complete(const PreparedRequest& p) {
   const CompletionsRequest& r = p.completions;
   DecodeOptions o;
@@ -234,49 +284,10 @@ json TextGenerationService::complete(const PreparedRequest& p) {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   const std::vector<Generation> gens = generate_tokens(cfg_, backend_, params_, p.prompts, o, rng_, tp_comm_);
   for (size_t b = 0; b < gens.size(); ++b) {
-    const Generation& g = gens[b];
-    const TokenTexts t = token_texts(tokenizer_, g.tokens);
-    const size_t prompt_end = t.start[g.prompt_length];
-    // The completion's text ends before its <|endoftext|>, or before the first stop string.
-    size_t kept = g.tokens.size(), cut = t.bytes.size();
-    bool stopped = false;
-    if (g.finished && g.tokens.back() == eod) {
-      --kept;
-      cut = t.start[kept];
-      stopped = true;
-    }
-    for (const std::string& stop : stops)
-      if (const size_t at = t.bytes.find(stop, prompt_end); at != std::string::npos && at < cut) {
-        cut = at;
-        stopped = true;
-      }
-    while (kept > static_cast<size_t>(g.prompt_length) && t.start[kept - 1] >= cut) --kept;  // tokens past the cut
-    prompt_tokens += g.prompt_length;
-    completion_tokens += static_cast<int64_t>(kept) - g.prompt_length;
-    json logprobs = nullptr;
-    if (r.wants_logprobs) {
-      json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
-      for (size_t i = r.echo ? 0 : static_cast<size_t>(g.prompt_length); i < kept; ++i) {
-        tokens.push_back(t.pieces[i]);
-        offsets.push_back(characters(t.bytes, t.start[i]));
-        if (i == 0) {  // the first token has no log-probability
-          token_logprobs.push_back(nullptr);
-          top.push_back(nullptr);
-          continue;
-        }
-        token_logprobs.push_back(g.logprobs[i - 1]);
-        json best = json::object();
-        if (r.logprobs > 0)
-          for (const auto& [id, lp] : g.top_logprobs[i - 1]) best.emplace(tokenizer_.decode({id}), lp);
-        top.push_back(best);
-      }
-      logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top},
-                  {"text_offset", offsets}};
-    }
-    choices.push_back({{"index", b},
-                       {"text", t.bytes.substr(r.echo ? 0 : prompt_end, cut - (r.echo ? 0 : prompt_end))},
-                       {"logprobs", logprobs},
-                       {"finish_reason", stopped ? "stop" : "length"}});
+    CompletionChoice c = completion_choice(gens[b], tokenizer_, r, b);
+    choices.push_back(std::move(c.choice));
+    prompt_tokens += gens[b].prompt_length;
+    completion_tokens += c.completion_tokens;
   }
   return {{"id", "cmpl-" + std::to_string(++completions_)},
           {"object", "text_completion"},
@@ -287,6 +298,10 @@ json TextGenerationService::complete(const PreparedRequest& p) {
            {{"prompt_tokens", prompt_tokens},
             {"completion_tokens", completion_tokens},
             {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+std::string valid_utf8(const std::string& bytes) {
+  return json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
 }
 
 std::string response_body(const json& response) {

@@ -42,6 +42,7 @@
 #include "core/backend.h"
 #include "data/tokenizer.h"
 #include "infer/completions_request.h"
+#include "infer/generate.h"
 #include "infer/text_generation_request.h"
 #include "model/config.h"
 #include "model/param_store.h"
@@ -111,7 +112,17 @@ class TextGenerationService {
   int64_t completions_ = 0;  // completions answered: their ids
 };
 
+// One choice of a /completions answer, from the generation of its prompt (`index`: which).
+struct CompletionChoice {
+  nlohmann::json choice;
+  int64_t completion_tokens = 0;  // the tokens of its completion (usage)
+};
+CompletionChoice completion_choice(const Generation& g, const Tokenizer& tokenizer, const CompletionsRequest& r,
+                                   size_t index);
+
 // The JSON text of a response, invalid UTF-8 (a token that ends inside a character) as U+FFFD.
 std::string response_body(const nlohmann::json& response);
+// `bytes` with every invalid UTF-8 sequence replaced by U+FFFD, as response_body writes it.
+std::string valid_utf8(const std::string& bytes);
 
 }  // namespace trident

@@ -135,31 +135,40 @@ check(status == 200 and r["choices"][0]["text"] == want and r["object"] == "text
       f"/v1/completions greedy: /api's continuation ({r['choices'][0]['text']!r})" if status == 200 else f"{status} {r}")
 # A stop string cuts the text before it; finish_reason "stop"; echo puts the prompt in front.
 words = want.split(" ")
-if len(words) >= 3 and words[2]:
+if len(words) < 3 or not words[2]:
+    print(f"skip: no third word in {want!r} to stop at")
+else:
     stop = " " + words[2]
     status, r = complete(dict(prompt=[PROMPTS[0]], max_tokens=10, temperature=0, stop=[stop], echo=True))
     c = r["choices"][0] if status == 200 else {}
     check(c.get("text") == PROMPTS[0] + want[:want.index(stop)] and c.get("finish_reason") == "stop",
           f"stop {stop!r}: {c.get('text')!r}, {c.get('finish_reason')}")
-# lm-evaluation-harness's loglikelihood request (token ids, max_tokens 1, logprobs 1, echo):
-# the prompt's log-probabilities equal /api's scoring of the same text, the first is None,
-# and the token drawn at temperature 0 is the top one (its logprob equals the top entry).
-status, scored = put(dict(prompts=[PROMPTS[1]], tokens_to_generate=0, logprobs=True))
-ids_text = scored["segments"][0]
-status, tok = complete(dict(prompt=PROMPTS[1], max_tokens=0, echo=True, logprobs=0))
-n = len(tok["choices"][0]["logprobs"]["tokens"]) if status == 200 else 0
-status, r = put(dict(prompts=[PROMPTS[1]], tokens_to_generate=1, top_k=1))
-status, lm = complete(dict(model="gpt2", prompt=[PROMPTS[1]], temperature=0, max_tokens=1, logprobs=1, seed=1234,
-                           echo=True))
-lp = lm["choices"][0]["logprobs"] if status == 200 else {}
-ok = (status == 200 and lp["tokens"][:n] == ids_text and lp["token_logprobs"][0] is None and
-      len(lp["token_logprobs"]) == n + 1 and
-      max(abs(a - b) for a, b in zip(lp["token_logprobs"][1:n], scored["logprobs"][0])) < 1e-6 and
-      all(t == max(top.values()) for t, top in zip(lp["token_logprobs"][-1:], lp["top_logprobs"][-1:])) and
-      lm["usage"] == {"prompt_tokens": n, "completion_tokens": 1, "total_tokens": n + 1} and
-      lp["text_offset"][1] == len(ids_text[0]))
-check(ok, f"lm-eval's loglikelihood request: {n} prompt tokens scored as /api scores them, the greedy token on top"
-      if ok else f"lm-eval's request: {status} {lm}")
+# lm-evaluation-harness's loglikelihood request (max_tokens 1, logprobs 1, echo) for a
+# context and continuation, read as its parse_logprobs reads it: the continuation's summed
+# log-probabilities equal /api's scoring of the same text, and is_greedy agrees with /api's
+# greedy continuation of the context.
+context = PROMPTS[1]
+ctx_segments = lambda text: put(dict(prompts=[text], tokens_to_generate=0, logprobs=True))[1]["segments"][0]
+greedy_pieces = singles[1]["segments"][0][len(ctx_segments(context)):]
+for continuation in ["".join(greedy_pieces[:5]), api_text[len(PROMPTS[0]):][:12]]:
+    status, ctx = put(dict(prompts=[context], tokens_to_generate=0, logprobs=True))
+    status2, whole = put(dict(prompts=[context + continuation], tokens_to_generate=0, logprobs=True))
+    ctxlen = len(ctx["segments"][0])
+    status3, lm = complete(dict(model="gpt2", prompt=[context + continuation], temperature=0, max_tokens=1, logprobs=1,
+                                seed=1234, echo=True))
+    if status == status2 == status3 == 200 and whole["segments"][0][:ctxlen] == ctx["segments"][0]:
+        lp = lm["choices"][0]["logprobs"]
+        n = len(whole["segments"][0])
+        logprob = sum(lp["token_logprobs"][ctxlen:-1])
+        is_greedy = all(t == max(top.values()) for t, top in zip(lp["token_logprobs"][ctxlen:-1], lp["top_logprobs"][ctxlen:-1]))
+        want = sum(whole["logprobs"][0][ctxlen - 1:])
+        status, g = put(dict(prompts=[context], tokens_to_generate=n - ctxlen, top_k=1))
+        want_greedy = g["segments"][0][ctxlen:] == whole["segments"][0][ctxlen:]
+        check(len(lp["token_logprobs"]) == n + 1 and lp["token_logprobs"][0] is None and abs(logprob - want) < 1e-6 and
+              is_greedy == want_greedy and lm["usage"]["prompt_tokens"] == n and lm["usage"]["completion_tokens"] == 1,
+              f"lm-eval's loglikelihood of {continuation!r}: {logprob:.4f} (/api: {want:.4f}), is_greedy {is_greedy}")
+    else:
+        check(False, f"lm-eval's request: {status} {status2} {status3}, or the context tokenizes apart")
 # Token-id prompts (lm-eval's default: GPT-2's ids of "Hello world") answer as the text does;
 # /completions is /v1/completions.
 status, by_ids = complete(dict(prompt=[[15496, 995]], max_tokens=5, temperature=0, echo=True), path="/completions")
