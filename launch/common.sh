@@ -1,5 +1,21 @@
 # Sourced by the launch scripts (bash): the pieces they share.
 
+# fail MESSAGE...: one line naming the script ($me), exit 2.
+fail() {
+  echo "$me: error: $*" >&2
+  exit 2
+}
+
+# The generation launchers' variables, defaulted: MODEL_NAME, CHECKPOINT_PATH, VOCAB_FILE,
+# MERGE_FILE, BUILD_DIR (under the checkout, $repo).
+checkpoint_defaults() {
+  MODEL_NAME=${MODEL_NAME:-gpt2-345m}
+  CHECKPOINT_PATH=${CHECKPOINT_PATH:-$repo/checkpoints/$MODEL_NAME}
+  VOCAB_FILE=${VOCAB_FILE:-$repo/data/gpt2/gpt2-vocab.json}
+  MERGE_FILE=${MERGE_FILE:-$repo/data/gpt2/gpt2-merges.txt}
+  BUILD_DIR=${BUILD_DIR:-$repo/build}
+}
+
 # print_command WORD...: the words as one shell command line on stdout, quoting only those
 # that need it (TRIDENT_DRY_RUN's output).
 print_command() {

@@ -19,16 +19,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$repo/launch/common.sh"
 me=run-text-generation-server.sh
-fail() {
-  echo "$me: error: $*" >&2
-  exit 2
-}
-
-MODEL_NAME=${MODEL_NAME:-gpt2-345m}
-CHECKPOINT_PATH=${CHECKPOINT_PATH:-$repo/checkpoints/$MODEL_NAME}
-VOCAB_FILE=${VOCAB_FILE:-$repo/data/gpt2/gpt2-vocab.json}
-MERGE_FILE=${MERGE_FILE:-$repo/data/gpt2/gpt2-merges.txt}
-BUILD_DIR=${BUILD_DIR:-$repo/build}
+checkpoint_defaults
 server=$BUILD_DIR/tools/trident-text-generation-server
 dry_run=${TRIDENT_DRY_RUN:-0}
 [[ $dry_run == 1 || -x $server ]] ||
