@@ -18,7 +18,8 @@
 // limit) and decoded by the tensor-parallel group together. SIGTERM or SIGINT (Ctrl-C) on rank
 // 0 closes the server after the request in progress: requests still waiting get 503, the other
 // ranks are told to stop, and the job exits 0. A prompt + tokens_to_generate may reach the
-// model's learned positions (Megatron's limit), or --seq-length when given.
+// model's learned positions (Megatron's limit), or --seq-length when given. GET / is a page
+// to try it from a browser (Megatron's index.html).
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -36,6 +37,7 @@
 #include "tools/generation_model.h"
 #include "tools/mpi_tool_main.h"
 #include "tools/pending_requests.h"
+#include "tools/text_generation_page.h"
 
 namespace trident {
 namespace {
@@ -177,6 +179,9 @@ int server_main(int argc, char** argv) {
     res.status = reply.status;
     res.set_content(reply.body, "application/json");
   };
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kTextGenerationPage, "text/html; charset=utf-8");
+  });
   server.Put("/api", handle);
   server.Post("/api", handle);
   server.Post("/completions", handle);

@@ -199,4 +199,8 @@ status, r = put(dict(prompts=["x"], tokens_to_generate=2), method="POST")
 check(status == 200 and len(r["text"]) == 1, "POST /api as PUT")
 status, _ = put(None, method="GET", raw=b"")
 check(status in (404, 405), f"GET /api: {status}")
+with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/", timeout=30) as page:
+    html = page.read().decode()
+    check(page.status == 200 and page.headers["Content-Type"].startswith("text/html") and 'fetch("/api"' in html,
+          "GET /: the page that PUTs to /api")
 sys.exit(1 if fails else 0)
