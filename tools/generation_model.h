@@ -35,6 +35,10 @@ inline void add_generation_model_flags(cxxopts::Options& o, const std::string& s
       ("seed", "random seed (1234)", cxxopts::value<std::string>()->default_value("1234"))
       ("device", "auto, cpu or cuda", cxxopts::value<std::string>()->default_value("auto"));
   add_model_flags(o, seq_length_default);
+  o.add_options("Megatron's, accepted (the model's shape and only its weights come from the checkpoint)")
+      ("use-checkpoint-args", "the shape from the checkpoint (always)")
+      ("no-load-optim", "no optimizer state (never loaded)")
+      ("no-load-rng", "no RNG state (never loaded)");
 }
 
 // The model flags, checked against the job before anything is read: one process per

@@ -149,9 +149,14 @@ int server_main(int argc, char** argv) {
        cxxopts::value<std::string>()->default_value("0.0.0.0"))
       ("max-tokens-to-oom", "most prompts x (longest prompt + tokens_to_generate) in one request (12000)",
        cxxopts::value<std::string>()->default_value("12000"))
-      ("micro-batch-size", "accepted for Megatron's scripts; a request's prompts are its batch",
-       cxxopts::value<std::string>())
       ("h,help", "show this help");
+  // Megatron's server scripts pass its generation flags too; a request sets its own.
+  o.add_options("Megatron's, checked and not used (each request sets its own)")
+      ("micro-batch-size", "a request's prompts are its batch", cxxopts::value<std::string>())
+      ("out-seq-length", "a request's tokens_to_generate", cxxopts::value<std::string>())
+      ("temperature", "a request's temperature", cxxopts::value<std::string>())
+      ("top_k", "a request's top_k", cxxopts::value<std::string>())
+      ("top_p", "a request's top_p", cxxopts::value<std::string>());
   add_generation_model_flags(o, "the checkpoint's learned positions, Megatron's limit");
   const cxxopts::ParseResult r = parse_flags(o, argc, argv);
   if (r.count("help")) {
@@ -162,7 +167,10 @@ int server_main(int argc, char** argv) {
   const int port = static_cast<int>(integer_flag(r, "port", 0, 65535));
   const std::string host = r["host"].as<std::string>();
   const int64_t max_tokens = integer_flag(r, "max-tokens-to-oom", 1, 1ll << 40);
-  if (r.count("micro-batch-size")) integer_flag(r, "micro-batch-size", 1, INT32_MAX);
+  for (const char* flag : {"micro-batch-size", "out-seq-length", "top_k"})
+    if (r.count(flag)) integer_flag(r, flag, flag == std::string("top_k") ? 0 : 1, INT32_MAX);
+  for (const char* flag : {"temperature", "top_p"})
+    if (r.count(flag)) number_flag(r, flag);
   const uint64_t seed = static_cast<uint64_t>(integer_flag(r, "seed", 0, 1ll << 40));
 
   // Megatron's limit is the learned positions; --seq-length may set a lower one.
