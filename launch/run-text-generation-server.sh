@@ -6,6 +6,8 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 #   CHECKPOINT_PATH=checkpoints/gpt2-345m launch/run-text-generation-server.sh
 #   TP_SIZE=4 CHECKPOINT_PATH=checkpoints/gpt2-16b mpirun -np 4 launch/run-text-generation-server.sh
 # then: curl -X PUT localhost:5000/api -H 'Content-Type: application/json' -d '{"prompts": ["Hi"]}'
+# Stop it with SIGTERM to the server (under mpirun: to rank 0's process, whose pid its start
+# line names; mpirun's own SIGTERM or Ctrl-C ends the job at once).
 # Extra arguments ("$@") go to trident-text-generation-server last, so they win.
 #
 # Variables (default in brackets):

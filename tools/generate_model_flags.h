@@ -1,11 +1,12 @@
 // The model and layout flags Megatron's generation scripts pass (they build the model
-// before loading it), accepted by trident-generate, which reads the model from the
-// checkpoint's metadata.json instead: a shape flag that says what the checkpoint holds is
-// accepted, one that does not is an error naming the flag and both values (ckpt/
-// sharded_checkpoint.h's check_model_shape_flags, over the table of shape fields that
-// check_same_model_shape reads too). The layout flags say how trident-generate runs, whatever
-// the checkpoint's layout: one process per tensor-parallel rank
-// (--tensor-model-parallel-size), no pipeline parallelism.
+// before loading it), accepted by trident-generate and trident-text-generation-server, which
+// read the model from the checkpoint's metadata.json instead: a shape flag that says what the
+// checkpoint holds is accepted, one that does not is an error naming the flag and both
+// values (ckpt/sharded_checkpoint.h's check_model_shape_flags, over the table of shape
+// fields that check_same_model_shape reads too); --fp16/--bf16 must be the checkpoint's
+// precision (generation runs in it). The layout flags say how the tool runs, whatever the
+// checkpoint's layout: one process per tensor-parallel rank (--tensor-model-parallel-size),
+// no pipeline parallelism.
 #pragma once
 
 #include <cstdint>
@@ -43,22 +44,22 @@ struct ModelFlags {
   std::vector<std::pair<std::string, int64_t>> shape;  // flag (no dashes), value
   // --seq-length: the longest sample (prompt and generated tokens), as Megatron-DeepSpeed's
   // generation reads it; any value up to the checkpoint's learned positions (default: the
-  // sequence length the checkpoint was trained at).
+  // tool's, add_model_flags' seq_length_default).
   std::optional<int64_t> seq_length;
   const char* dtype = nullptr;                         // "fp16", "bf16" or none
   int tp = 1;                                          // --tensor-model-parallel-size
 };
 
 // Reads the shape and layout flags and checks the rest: pipeline parallelism only 1, the
-// tokenizer only GPT-2's.
-inline ModelFlags read_model_flags(const cxxopts::ParseResult& r) {
+// tokenizer only GPT-2's (`tool` names the command in the errors).
+inline ModelFlags read_model_flags(const cxxopts::ParseResult& r, const std::string& tool) {
   if (r.count("pipeline-model-parallel-size") && integer_flag(r, "pipeline-model-parallel-size", 1, INT32_MAX) != 1)
     throw ConfigError("--pipeline-model-parallel-size " + r["pipeline-model-parallel-size"].as<std::string>() +
-                      ": trident-generate splits a model by tensor parallelism only (it reads a checkpoint of "
+                      ": " + tool + " splits a model by tensor parallelism only (it reads a checkpoint of "
                       "any layout); give 1 or leave the flag out");
   if (r.count("tokenizer-type") && r["tokenizer-type"].as<std::string>() != "GPT2BPETokenizer")
     throw ConfigError("--tokenizer-type " + r["tokenizer-type"].as<std::string>() +
-                      ": trident-generate reads GPT2BPETokenizer's --vocab-file and --merge-file");
+                      ": " + tool + " reads GPT2BPETokenizer's --vocab-file and --merge-file");
   if (r.count("fp16") && r.count("bf16")) throw ConfigError("--fp16 and --bf16 are mutually exclusive");
   ModelFlags f;
   if (r.count("tensor-model-parallel-size"))

@@ -45,16 +45,16 @@ inline void add_generation_model_flags(cxxopts::Options& o, const std::string& s
 // tensor-parallel rank, or a lone process, never N copies of one run (`tool` names the
 // command in the error).
 inline ModelFlags read_generation_model_flags(const cxxopts::ParseResult& r, const char* tool) {
-  ModelFlags f = read_model_flags(r);
-  required_flag(r, "load");
-  required_flag(r, "vocab-file");
-  required_flag(r, "merge-file");
-  check_one_iteration_flag(r.count("ckpt-step") > 0, r.count("iteration") > 0);
+  ModelFlags f = read_model_flags(r, tool);
   if (job_world_size() != f.tp)
     throw ConfigError("--tensor-model-parallel-size " + std::to_string(f.tp) + ": the job has " +
                       std::to_string(job_world_size()) + (job_world_size() == 1 ? " process" : " processes") +
                       "; " + tool + " runs one per tensor-parallel rank (mpirun -np N ... "
                       "--tensor-model-parallel-size N)");
+  required_flag(r, "load");
+  required_flag(r, "vocab-file");
+  required_flag(r, "merge-file");
+  check_one_iteration_flag(r.count("ckpt-step") > 0, r.count("iteration") > 0);
   return f;
 }
 

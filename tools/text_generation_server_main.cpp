@@ -15,18 +15,26 @@
 // Rank 0 serves HTTP; requests are answered one at a time, in the order they came (Megatron
 // holds a lock). A request that fails its checks is answered 400 {"message": "..."} and goes
 // no further; a good one is sent to every rank (they wait for it with no collective time
-// limit) and decoded by the tensor-parallel group together. SIGTERM or SIGINT (Ctrl-C) on rank
-// 0 closes the server after the request in progress: requests still waiting get 503, the other
-// ranks are told to stop, and the job exits 0. A prompt + tokens_to_generate may reach the
+// limit) and decoded by the tensor-parallel group together. A request that fails while it
+// runs (out of memory) is answered 500; a lone process goes on serving, a tensor-parallel
+// job ends (its ranks may be out of step). SIGTERM or SIGINT (Ctrl-C) to the process (under
+// mpirun: rank 0's, whose pid the start line names; mpirun's own SIGTERM or Ctrl-C ends the
+// job at once) closes the server after the request in progress: requests still waiting get
+// 503, the other ranks are told to stop, and the job exits 0. A prompt + tokens_to_generate may reach the
 // model's learned positions (Megatron's limit), or --seq-length when given. GET / is a page
 // to try it from a browser (Megatron's index.html).
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 
 #include "core/error.h"
 #include "core/stop_signals.h"
@@ -64,6 +72,10 @@ class HttpThread {
     });
     // stop() before the server runs would be lost: wait for it to run (or to have failed).
     while (!server_.is_running() && !listening_done_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!server_.is_running()) {
+      thread_.join();
+      throw std::runtime_error("the HTTP server did not start on its socket");
+    }
   }
   ~HttpThread() {
     pending_.close(json_reply(503, "the server is shutting down"));
@@ -107,9 +119,11 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
     nlohmann::json response;
     try {
       response = service.run(prepared);
-    } catch (const std::exception& e) {  // the job ends (the other ranks may be mid-collective)
+    } catch (const std::exception& e) {
       request->reply.set_value(json_reply(500, e.what()));
-      throw;
+      std::fprintf(stderr, "%s: %s %s: %s\n", kTool, request->client.c_str(), request->path.c_str(), e.what());
+      if (m.parallel->world_size() > 1) throw;  // the job ends: the other ranks may be mid-collective
+      continue;                                 // alone: the next request starts afresh
     }
     request->reply.set_value({200, response_body(response)});
     if (!prepared.no_log()) {
@@ -213,8 +227,9 @@ int server_main(int argc, char** argv) {
     follow(m, service);
     return 0;
   }
-  std::fprintf(stderr, "%s: serving %s (%s, tensor-parallel %d) at http://%s:%d/api (PUT)\n", kTool,
-               m.dir.string().c_str(), m.backend->name().c_str(), flags.tp, host.c_str(), bound);
+  std::fprintf(stderr, "%s: serving %s (%s, tensor-parallel %d, pid %d) at http://%s:%d/api (PUT)\n", kTool,
+               m.dir.string().c_str(), m.backend->name().c_str(), flags.tp, static_cast<int>(getpid()), host.c_str(),
+               bound);
   serve(m, service, server, pending);
   return 0;
 }

@@ -81,14 +81,22 @@ void Gpt2Decoder::reorder(const std::vector<int>& rows) {
   TRIDENT_CHECK(static_cast<int>(rows.size()) == B_, "Gpt2Decoder::reorder: ", rows.size(), " rows for ", B_,
                 " sequences");
   for (int r : rows) TRIDENT_CHECK(r >= 0 && r < B_, "Gpt2Decoder::reorder: row ", r, " of ", B_);
+  std::vector<bool> source(B_, false);  // rows another row takes
+  bool moves = false;
+  for (int b = 0; b < B_; ++b)
+    if (rows[b] != b) source[rows[b]] = moves = true;
+  if (!moves) return;
   if (reorder_scratch_.empty()) reorder_scratch_ = be_.empty(k_cache_[0].t().shape, cfg_.dtype);
   const Tensor scratch = reorder_scratch_.t();
-  const int64_t row = scratch.numel() / B_;
+  // Each row holds max_pos_ positions; only the first pos_ are written so far.
+  const int64_t row = scratch.numel() / B_, used = static_cast<int64_t>(pos_) * Hl_ * D_;
+  const auto part = [&](const Tensor& t, int b) { return t.flat_slice(b * row, used); };
   for (std::vector<Buffer>* caches : {&k_cache_, &v_cache_})
     for (const Buffer& cache : *caches) {
-      be_.copy(scratch, cache.t());
       for (int b = 0; b < B_; ++b)
-        if (rows[b] != b) be_.copy(cache.t().flat_slice(b * row, row), scratch.flat_slice(rows[b] * row, row));
+        if (source[b]) be_.copy(part(scratch, b), part(cache.t(), b));
+      for (int b = 0; b < B_; ++b)
+        if (rows[b] != b) be_.copy(part(cache.t(), b), part(scratch, rows[b]));
     }
 }
 

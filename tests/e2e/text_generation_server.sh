@@ -13,7 +13,8 @@ train=$1 generate=$2 server=$3 repo=$4 vocab=$5
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 pids=()
-trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+# `timeout` leads a process group: the server, or mpirun and its ranks, go with it.
+trap 'for p in "${pids[@]}"; do kill -9 -- "-$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 fails=0
 ok() { echo "ok: $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
@@ -58,7 +59,7 @@ stop_server() {
   for _ in $(seq 300); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$server_pid" 2>/dev/null; then
     fail "$1: still running 30 s after SIGTERM"
-    kill -9 "$server_pid"
+    kill -9 -- "-$server_pid"
   fi
   wait "$server_pid"
   stopped_rc=$?
@@ -74,7 +75,7 @@ if start_server "$tmp/tp1.log" "$server" --device cpu --load "$tmp/ckpt" "${word
   python3 "$check" "$port" "$tmp/greedy.jsonl" || fail "HTTP checks (above)"
   python3 "$check" "$port" --dump "$tmp/tp1.json" || fail "tp1 responses"
   # A second server on the same port: one line, exit 2.
-  "$server" --device cpu --load "$tmp/ckpt" "${words[@]}" --port "$port" --host 0.0.0.0 >"$tmp/busy.out" 2>&1
+  timeout 60 "$server" --device cpu --load "$tmp/ckpt" "${words[@]}" --port "$port" --host 0.0.0.0 >"$tmp/busy.out" 2>&1
   rc=$?
   [[ $rc == 2 && $(wc -l <"$tmp/busy.out") == 1 ]] && grep -q "cannot listen there" "$tmp/busy.out" &&
     ok "port $port in use: $(cat "$tmp/busy.out")" || fail "port in use: exit $rc, $(cat "$tmp/busy.out")"
@@ -106,26 +107,22 @@ assert worst < 1e-4, worst
 print(f"ok: tensor-parallel 2: the same greedy, sampled, beam and completions texts as tp1, logprobs within {worst:.2g}")
 PY
   then :; else fail "tp2 responses differ from tp1's"; fi
-  # SIGTERM to rank 0 (mpirun's own SIGTERM kills the job, and its output with it): rank 0
-  # closes, tells rank 1, and the job exits 0.
-  rank0=
-  for d in /proc/[0-9]*; do  # (no pgrep: procps is not in every image)
-    tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -q "^$server " &&
-      tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && rank0=${d#/proc/}
-  done
+  # SIGTERM to rank 0, the pid its start line names (mpirun's own SIGTERM kills the job, and
+  # its output with it): rank 0 closes, tells rank 1, and the job exits 0.
+  rank0=$(sed -n 's|.*, pid \([0-9]*\)) at http://.*|\1|p' "$tmp/tp2.log")
   if [[ -n $rank0 ]]; then
     stop_server "mpirun -np 2" "$rank0"
     [[ $stopped_rc == 0 ]] && grep -q "stop signal: closing" "$tmp/tp2.log" &&
       ok "tp2: SIGTERM to rank 0 closes the job, exit 0" || fail "tp2 after SIGTERM: exit $stopped_rc, $(tail -5 "$tmp/tp2.log")"
   else
-    fail "tp2: no rank 0 process found"
+    fail "tp2: no pid in the start line: $(head -3 "$tmp/tp2.log")"
   fi
 fi
 
 expect_error() {  # expect_error WHAT PATTERN FLAGS...
   local what=$1 pattern=$2
   shift 2
-  "$server" --device cpu "${words[@]}" "$@" >"$tmp/err.out" 2>&1
+  timeout 60 "$server" --device cpu "${words[@]}" "$@" >"$tmp/err.out" 2>&1
   local rc=$?
   [[ $rc == 2 && $(wc -l <"$tmp/err.out") == 1 ]] && grep -q -- "$pattern" "$tmp/err.out" &&
     ok "$what: $(cat "$tmp/err.out")" || fail "$what: exit $rc, $(cat "$tmp/err.out")"

@@ -110,10 +110,10 @@ threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
 check(all(s == 200 and r["text"] == singles[i % 2]["text"] for i, (s, r) in enumerate(results)),
       "four concurrent requests: each answered as alone")
 
-# stop_on_eol: nothing generated after a newline.
+# stop_on_eol: no "\n" or "\n\n" token generated before the last.
 status, r = put(dict(prompts=["Lines:\n"], tokens_to_generate=30, stop_on_eol=True, random_seed=1, temperature=2.0))
-gen_text = r["text"][0][len("Lines:\n"):] if status == 200 else "?"
-check(status == 200 and "\n" not in gen_text.rstrip("\n"), f"stop_on_eol: {gen_text!r}")
+generated = r["segments"][0][len(put(dict(prompts=["Lines:\n"], tokens_to_generate=0, logprobs=True))[1]["segments"][0]):]
+check(status == 200 and not any(t in ("\n", "\n\n") for t in generated[:-1]), f"stop_on_eol: {generated}")
 
 # Beam search: at most beam_width hypotheses, best first, each the prompt continued.
 status, r = put(dict(prompts=PROMPTS[:1], tokens_to_generate=6, beam_width=3))
