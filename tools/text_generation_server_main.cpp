@@ -12,8 +12,9 @@
 //       [--host 0.0.0.0] [--max-tokens-to-oom 12000] [--seed S] [--device D]
 //   mpirun -np N trident-text-generation-server ... --tensor-model-parallel-size N
 //
-// Rank 0 serves HTTP; requests are answered one at a time, in the order they came (Megatron
-// holds a lock). A request that fails its checks is answered 400 {"message": "..."} and goes
+// Rank 0 serves HTTP; requests are answered in the order they came, one at a time (Megatron
+// holds a lock), except that greedy /completions requests waiting together are decoded as
+// one batch (TextGenerationService::batches: lm-evaluation-harness's concurrent requests). A request that fails its checks is answered 400 {"message": "..."} and goes
 // no further; a good one is sent to every rank (they wait for it with no collective time
 // limit) and decoded by the tensor-parallel group together. A request that fails while it
 // runs (out of memory) is answered 500; a lone process goes on serving, a tensor-parallel
@@ -33,6 +34,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -56,10 +59,17 @@ Reply json_reply(int status, const std::string& message) {
   return {status, nlohmann::json{{"message", message}}.dump()};
 }
 
-// What the ranks are sent: the endpoint's letter, then the body; "" to stop.
-std::string order_for(Endpoint e, const std::string& body) { return (e == Endpoint::kApi ? "A" : "C") + body; }
-Endpoint endpoint_of(const std::string& order) { return order[0] == 'A' ? Endpoint::kApi : Endpoint::kCompletions; }
+// What the other ranks are sent for a batch: a JSON list of its requests, each the endpoint's
+// letter and then the body; "" to stop.
+std::string order_for(const std::vector<std::pair<Endpoint, const std::string*>>& batch) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [endpoint, body] : batch) list.push_back((endpoint == Endpoint::kApi ? "A" : "C") + *body);
+  return list.dump();
+}
 Endpoint endpoint_of_path(const std::string& path) { return path == "/api" ? Endpoint::kApi : Endpoint::kCompletions; }
+
+// The most requests taken from the queue at once (to batch the greedy completions among them).
+constexpr size_t kMostRequestsAtOnce = 64;
 
 // The HTTP server on its own thread while an object lives; its destructor closes it (the
 // requests still waiting are answered 503) whichever way the main loop ends.
@@ -93,56 +103,78 @@ class HttpThread {
 };
 
 // Rank 0: answers requests until a stop signal, then tells the other ranks to stop (an empty
-// body).
+// order). The requests waiting are taken together, checked (a refused one is answered at
+// once), and run in batches (TextGenerationService::batches), each sent to the other ranks
+// first.
 void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& server, PendingRequests& pending) {
   HttpThread http(server, pending);
+  const bool alone = m.parallel->world_size() == 1;
   while (!stop_signal_received()) {
-    std::optional<PendingRequests::Request> request = pending.next(std::chrono::milliseconds(100));
-    if (!request) continue;
-    const Endpoint endpoint = endpoint_of_path(request->path);
-    PreparedRequest prepared;
-    try {
-      prepared = service.prepare(endpoint, request->body);
-    } catch (const ApiError& e) {
-      request->reply.set_value(json_reply(400, e.what()));
-      continue;
-    } catch (const std::exception& e) {  // out of memory, say: no other rank has seen it
-      request->reply.set_value(json_reply(500, e.what()));
-      std::fprintf(stderr, "%s: %s: %s\n", kTool, request->client.c_str(), e.what());
-      continue;
+    std::vector<PendingRequests::Request> taken;
+    for (auto wait = std::chrono::milliseconds(100); taken.size() < kMostRequestsAtOnce;
+         wait = std::chrono::milliseconds(0)) {
+      std::optional<PendingRequests::Request> request = pending.next(wait);
+      if (!request) break;
+      taken.push_back(std::move(*request));
     }
-    if (m.parallel->world_size() > 1) {
-      std::string order = order_for(endpoint, request->body);
-      broadcast_string(*m.parallel->world, order, 0);
+    std::vector<PendingRequests::Request*> accepted;
+    std::vector<PreparedRequest> prepared;
+    for (PendingRequests::Request& request : taken) {
+      try {
+        prepared.push_back(service.prepare(endpoint_of_path(request.path), request.body));
+        accepted.push_back(&request);
+      } catch (const ApiError& e) {
+        request.reply.set_value(json_reply(400, e.what()));
+      } catch (const std::exception& e) {  // out of memory, say: no other rank has seen it
+        request.reply.set_value(json_reply(500, e.what()));
+        std::fprintf(stderr, "%s: %s: %s\n", kTool, request.client.c_str(), e.what());
+      }
     }
-    const auto t0 = std::chrono::steady_clock::now();
-    nlohmann::json response;
-    try {
-      response = service.run(prepared);
-    } catch (const std::exception& e) {
-      request->reply.set_value(json_reply(500, e.what()));
-      std::fprintf(stderr, "%s: %s %s: %s\n", kTool, request->client.c_str(), request->path.c_str(), e.what());
-      if (m.parallel->world_size() > 1) throw;  // the job ends: the other ranks may be mid-collective
-      continue;                                 // alone: the next request starts afresh
-    }
-    request->reply.set_value({200, response_body(response)});
-    if (!prepared.no_log()) {
+    for (const std::vector<size_t>& batch : service.batches(prepared)) {
+      std::vector<const PreparedRequest*> requests;
+      std::vector<std::pair<Endpoint, const std::string*>> order;
+      for (size_t i : batch) {
+        requests.push_back(&prepared[i]);
+        order.emplace_back(prepared[i].endpoint, &accepted[i]->body);
+      }
+      if (!alone) {
+        std::string text = order_for(order);
+        broadcast_string(*m.parallel->world, text, 0);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      std::vector<nlohmann::json> responses;
+      try {
+        responses = service.run_batch(requests);
+      } catch (const std::exception& e) {
+        for (size_t i : batch) accepted[i]->reply.set_value(json_reply(500, e.what()));
+        std::fprintf(stderr, "%s: %s: %s\n", kTool, accepted[batch[0]]->path.c_str(), e.what());
+        if (!alone) throw;  // the job ends: the other ranks may be mid-collective
+        continue;           // alone: the next batch starts afresh
+      }
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      const bool api = endpoint == Endpoint::kApi;
-      std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s: %.3f s\n", kTool, request->client.c_str(),
-                   request->path.c_str(), prepared.prompts.size(), api ? "tokens_to_generate" : "max_tokens",
-                   static_cast<long long>(api ? prepared.request.tokens_to_generate : prepared.completions.max_tokens),
-                   api && prepared.request.beam_width ? " (beam search)" : "", seconds);
+      for (size_t k = 0; k < batch.size(); ++k) {
+        PendingRequests::Request& request = *accepted[batch[k]];
+        const PreparedRequest& p = prepared[batch[k]];
+        request.reply.set_value({200, response_body(responses[k])});
+        if (p.no_log()) continue;
+        const bool api = p.endpoint == Endpoint::kApi;
+        const std::string together =
+            batch.size() > 1 ? " (one of " + std::to_string(batch.size()) + " requests decoded together)" : "";
+        std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s%s: %.3f s\n", kTool, request.client.c_str(),
+                     request.path.c_str(), p.prompts.size(), api ? "tokens_to_generate" : "max_tokens",
+                     static_cast<long long>(api ? p.request.tokens_to_generate : p.completions.max_tokens),
+                     api && p.request.beam_width ? " (beam search)" : "", together.c_str(), seconds);
+      }
     }
   }
   std::fprintf(stderr, "%s: stop signal: closing\n", kTool);
-  if (m.parallel->world_size() > 1) {
+  if (!alone) {
     std::string stop;
     broadcast_string(*m.parallel->world, stop, 0);
   }
 }
 
-// Other ranks: the requests rank 0 accepted, until an empty one.
+// Other ranks: the batches rank 0 accepted, until an empty order.
 void follow(GenerationModel& m, TextGenerationService& service) {
   for (;;) {
     std::string order;
@@ -151,7 +183,14 @@ void follow(GenerationModel& m, TextGenerationService& service) {
       broadcast_string(*m.parallel->world, order, 0);
     }
     if (order.empty()) return;
-    service.run(service.prepare(endpoint_of(order), order.substr(1)));
+    std::vector<PreparedRequest> batch;
+    for (const nlohmann::json& item : nlohmann::json::parse(order)) {
+      const std::string text = item.get<std::string>();
+      batch.push_back(service.prepare(text[0] == 'A' ? Endpoint::kApi : Endpoint::kCompletions, text.substr(1)));
+    }
+    std::vector<const PreparedRequest*> requests;
+    for (const PreparedRequest& r : batch) requests.push_back(&r);
+    service.run_batch(requests);
   }
 }
 

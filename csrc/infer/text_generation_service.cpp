@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <ctime>
 
+#include "core/error.h"
 #include "infer/beam_search.h"
 #include "infer/generate.h"
 
@@ -152,13 +153,51 @@ PreparedRequest TextGenerationService::prepare_completions(const std::string& bo
   return p;
 }
 
-json TextGenerationService::run(const PreparedRequest& r) {
-  if (r.endpoint == Endpoint::kCompletions) {
-    if (r.completions.seed) rng_.seed(static_cast<uint64_t>(*r.completions.seed));
-    return complete(r);
+json TextGenerationService::run(const PreparedRequest& r) { return run_batch({&r})[0]; }
+
+std::vector<json> TextGenerationService::run_batch(const std::vector<const PreparedRequest*>& batch) {
+  TRIDENT_CHECK(!batch.empty(), "run_batch: no request");
+  const PreparedRequest& first = *batch[0];
+  if (first.endpoint == Endpoint::kCompletions) {
+    for (const PreparedRequest* r : batch)  // in order, as if run one by one (greedy: no draws)
+      if (r->completions.seed) rng_.seed(static_cast<uint64_t>(*r->completions.seed));
+    return complete(batch);
   }
-  if (r.request.random_seed) rng_.seed(static_cast<uint64_t>(*r.request.random_seed));
-  return r.request.beam_width ? beam_search(r) : sample(r);
+  TRIDENT_CHECK(batch.size() == 1, "run_batch: /api requests run alone");
+  if (first.request.random_seed) rng_.seed(static_cast<uint64_t>(*first.request.random_seed));
+  return {first.request.beam_width ? beam_search(first) : sample(first)};
+}
+
+std::vector<std::vector<size_t>> TextGenerationService::batches(const std::vector<PreparedRequest>& requests) const {
+  const auto greedy_completion = [](const PreparedRequest& r) {
+    return r.endpoint == Endpoint::kCompletions && (r.completions.temperature == 0.0 || r.completions.top_k == 1);
+  };
+  const auto alike = [](const CompletionsRequest& a, const CompletionsRequest& b) {
+    return a.max_tokens == b.max_tokens && a.wants_logprobs == b.wants_logprobs && a.logprobs == b.logprobs &&
+           a.stop == b.stop;
+  };
+  std::vector<std::vector<size_t>> out;
+  int64_t prompts = 0, longest = 0;  // the open batch's
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const PreparedRequest& r = requests[i];
+    int64_t its_longest = 0;
+    for (const auto& p : r.prompts) its_longest = std::max<int64_t>(its_longest, static_cast<int64_t>(p.size()));
+    const int64_t more = static_cast<int64_t>(r.prompts.size());
+    bool joins = !out.empty() && greedy_completion(r);
+    if (joins) {
+      const PreparedRequest& open = requests[out.back().front()];
+      joins = greedy_completion(open) && alike(open.completions, r.completions) &&
+              (prompts + more) * (std::max(longest, its_longest) + r.completions.max_tokens) <= max_tokens_to_oom_;
+    }
+    if (!joins) {
+      out.emplace_back();
+      prompts = longest = 0;
+    }
+    out.back().push_back(i);
+    prompts += more;
+    longest = std::max(longest, its_longest);
+  }
+  return out;
 }
 
 std::vector<std::string> TextGenerationService::segments(const std::vector<int32_t>& tokens) const {
@@ -261,8 +300,8 @@ CompletionChoice completion_choice(const Generation& g, const Tokenizer& tokeniz
   return c;
 }
 
-json TextGenerationService::complete(const PreparedRequest& p) {
-  const CompletionsRequest& r = p.completions;
+std::vector<json> TextGenerationService::complete(const std::vector<const PreparedRequest*>& batch) {
+  const CompletionsRequest& r = batch[0]->completions;  // the batch decodes alike (batches())
   DecodeOptions o;
   o.sampling.greedy = r.temperature == 0.0;  // OpenAI's temperature 0
   o.sampling.temperature = r.temperature;
@@ -280,24 +319,34 @@ json TextGenerationService::complete(const PreparedRequest& p) {
     const std::string text = tokenizer_.decode(std::vector<int32_t>(s.begin() + prompt_length, s.end()));
     return std::any_of(stops.begin(), stops.end(), [&](const std::string& x) { return text.find(x) != std::string::npos; });
   };
-  json choices = json::array();
-  int64_t prompt_tokens = 0, completion_tokens = 0;
-  const std::vector<Generation> gens = generate_tokens(cfg_, backend_, params_, p.prompts, o, rng_, tp_comm_);
-  for (size_t b = 0; b < gens.size(); ++b) {
-    CompletionChoice c = completion_choice(gens[b], tokenizer_, r, b);
-    choices.push_back(std::move(c.choice));
-    prompt_tokens += gens[b].prompt_length;
-    completion_tokens += c.completion_tokens;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const PreparedRequest* p : batch) prompts.insert(prompts.end(), p->prompts.begin(), p->prompts.end());
+  const std::vector<Generation> gens = generate_tokens(cfg_, backend_, params_, prompts, o, rng_, tp_comm_);
+  std::vector<json> responses;
+  size_t next = 0;  // the first generation of the request answered next
+  for (const PreparedRequest* p : batch) {
+    const CompletionsRequest& its = p->completions;
+    json choices = json::array();
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    for (size_t b = 0; b < p->prompts.size(); ++b) {
+      const Generation& g = gens[next + b];
+      CompletionChoice c = completion_choice(g, tokenizer_, its, b);
+      choices.push_back(std::move(c.choice));
+      prompt_tokens += g.prompt_length;
+      completion_tokens += c.completion_tokens;
+    }
+    next += p->prompts.size();
+    responses.push_back({{"id", "cmpl-" + std::to_string(++completions_)},
+                         {"object", "text_completion"},
+                         {"created", static_cast<int64_t>(std::time(nullptr))},
+                         {"model", its.model.empty() ? std::string("trident") : its.model},
+                         {"choices", choices},
+                         {"usage",
+                          {{"prompt_tokens", prompt_tokens},
+                           {"completion_tokens", completion_tokens},
+                           {"total_tokens", prompt_tokens + completion_tokens}}}});
   }
-  return {{"id", "cmpl-" + std::to_string(++completions_)},
-          {"object", "text_completion"},
-          {"created", static_cast<int64_t>(std::time(nullptr))},
-          {"model", r.model.empty() ? std::string("trident") : r.model},
-          {"choices", choices},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+  return responses;
 }
 
 std::string valid_utf8(const std::string& bytes) {

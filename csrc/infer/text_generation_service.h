@@ -91,6 +91,17 @@ class TextGenerationService {
   // The response to a prepared request. Collective over the TP group.
   nlohmann::json run(const PreparedRequest& r);
 
+  // Requests waiting together, in order, split into batches decoded as one (run_batch):
+  // consecutive /completions requests that are greedy (temperature 0 or top_k 1: no draws,
+  // so no answer depends on the others) and decode alike (max_tokens, logprobs, stop
+  // strings), up to --max-tokens-to-oom tokens in all; every other request alone. Each batch
+  // is a list of indices into `requests`.
+  std::vector<std::vector<size_t>> batches(const std::vector<PreparedRequest>& requests) const;
+
+  // The responses to one of batches()' batches, in order: the same as run() on each alone,
+  // decoded together. Collective over the TP group.
+  std::vector<nlohmann::json> run_batch(const std::vector<const PreparedRequest*>& batch);
+
  private:
   PreparedRequest prepare_api(const std::string& body) const;
   PreparedRequest prepare_completions(const std::string& body) const;
@@ -98,7 +109,7 @@ class TextGenerationService {
   void check_batch_tokens(int64_t batch, int64_t length) const;
   nlohmann::json sample(const PreparedRequest& r);
   nlohmann::json beam_search(const PreparedRequest& r);
-  nlohmann::json complete(const PreparedRequest& r);
+  std::vector<nlohmann::json> complete(const std::vector<const PreparedRequest*>& batch);
   std::vector<std::string> segments(const std::vector<int32_t>& tokens) const;
 
   ModelConfig cfg_;

@@ -84,6 +84,8 @@ if start_server "$tmp/tp1.log" "$server" --device cpu --load "$tmp/ckpt" "${word
     fail "SIGTERM: exit $stopped_rc, $(tail -3 "$tmp/tp1.log")"
   grep -q "1 prompts, tokens_to_generate 10: " "$tmp/tp1.log" && ok "requests logged" ||
     fail "no request log line: $(head -5 "$tmp/tp1.log")"
+  # How many answers came from batches of several requests (timing decides; not checked).
+  echo "note: $(grep -c "requests decoded together" "$tmp/tp1.log") answers decoded in batches of requests"
 fi
 
 # Tensor-parallel 2 through launch/run-text-generation-server.sh (run by sh), with the seed's

@@ -36,6 +36,21 @@ def complete(body, path="/v1/completions"):
     return put(body, method="POST", path=path)
 
 
+def concurrently(bodies, path="/v1/completions"):
+    """The answers to the bodies, sent at once from one thread each, in order."""
+    results = [None] * len(bodies)
+    def send(i):
+        results[i] = complete(bodies[i], path=path)
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    return results
+
+
+LM_EVAL_PROMPTS = [f"Question {i}: what is {i} plus {i}? Answer:" + " the" * (i % 4) for i in range(8)]
+lm_eval_body = lambda p: dict(model="gpt2", prompt=[p], temperature=0, max_tokens=1, logprobs=1, seed=1234, echo=True)
+
+
 def check(cond, what):
     global fails
     print(("ok: " if cond else "FAIL: ") + what, flush=True)
@@ -48,7 +63,8 @@ def greedy(prompts, n=10, **extra):
 
 
 if sys.argv[2] == "--dump":
-    out = {"greedy": greedy(PROMPTS, logprobs=True)[1],
+    out = {"concurrent": {"choices": [r[1]["choices"][0] for r in concurrently([lm_eval_body(p) for p in LM_EVAL_PROMPTS])]},
+           "greedy": greedy(PROMPTS, logprobs=True)[1],
            "beam": put(dict(prompts=PROMPTS[:1], tokens_to_generate=6, beam_width=3))[1],
            "sampled": put(dict(prompts=PROMPTS, tokens_to_generate=8, top_p=0.9, random_seed=5))[1],
            "completions": complete(dict(prompt=PROMPTS, max_tokens=4, temperature=0, logprobs=2, echo=True))[1]}
@@ -169,6 +185,25 @@ for continuation in ["".join(greedy_pieces[:5]), api_text[len(PROMPTS[0]):][:12]
               f"lm-eval's loglikelihood of {continuation!r}: {logprob:.4f} (/api: {want:.4f}), is_greedy {is_greedy}")
     else:
         check(False, f"lm-eval's request: {status} {status2} {status3}, or the context tokenizes apart")
+# lm-eval's requests from 8 clients at once: the server decodes the greedy ones waiting
+# together; each answer is the one it gets alone (log-probabilities within 1e-4: a batch
+# sums in another order).
+import time
+t0 = time.time()
+alone = [complete(lm_eval_body(p)) for p in LM_EVAL_PROMPTS]
+t_alone = time.time() - t0
+t0 = time.time()
+together = concurrently([lm_eval_body(p) for p in LM_EVAL_PROMPTS])
+t_together = time.time() - t0
+worst = 0.0
+same = all(s1 == s2 == 200 for (s1, _), (s2, _) in zip(alone, together))
+for (_, a), (_, b) in zip(alone, together):
+    ca, cb = a["choices"][0], b["choices"][0]
+    same = same and ca["text"] == cb["text"] and ca["logprobs"]["tokens"] == cb["logprobs"]["tokens"]
+    worst = max([worst] + [abs(x - y) for x, y in zip(ca["logprobs"]["token_logprobs"][1:], cb["logprobs"]["token_logprobs"][1:])])
+check(same and worst < 1e-4, f"8 concurrent lm-eval requests: each as alone (logprobs within {worst:.2g}); "
+      f"{t_alone:.3f} s one by one, {t_together:.3f} s at once")
+
 # Token-id prompts (lm-eval's default: GPT-2's ids of "Hello world") answer as the text does;
 # /completions is /v1/completions.
 status, by_ids = complete(dict(prompt=[[15496, 995]], max_tokens=5, temperature=0, echo=True), path="/completions")

@@ -1,0 +1,89 @@
+// TextGenerationService::batches (which waiting requests the server decodes together) and
+// run_batch (a batch answers as its requests alone): consecutive greedy /completions
+// requests that decode alike share a batch, up to --max-tokens-to-oom; sampled ones, /api
+// ones and ones that decode differently run alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "infer/text_generation_service.h"
+#include "tiny_model.h"
+
+namespace trident {
+namespace {
+
+PreparedRequest completion(int64_t max_tokens, double temperature, std::vector<std::vector<int32_t>> prompts) {
+  PreparedRequest p;
+  p.endpoint = Endpoint::kCompletions;
+  p.completions.max_tokens = max_tokens;
+  p.completions.temperature = temperature;
+  p.completions.wants_logprobs = true;
+  p.completions.logprobs = 1;
+  p.completions.echo = true;
+  p.prompts = std::move(prompts);
+  return p;
+}
+
+struct Service {
+  test::TinyModel m{DType::F32};
+  std::unique_ptr<Tokenizer> gpt2 =
+      make_tokenizer("GPT2BPETokenizer", std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-vocab.json",
+                     std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-merges.txt");
+  TextGenerationService make(int64_t max_tokens_to_oom) {
+    return TextGenerationService(m.cfg, *m.be, *m.params, *gpt2, nullptr, 1, max_tokens_to_oom);
+  }
+};
+
+TEST(RequestBatches, GreedyCompletionsThatDecodeAlikeShareABatch) {
+  Service s;
+  std::vector<PreparedRequest> r = {completion(1, 0.0, {{1, 2}}), completion(1, 0.0, {{3}, {4, 5, 6}}),
+                                    completion(1, 1.0, {{7}}),     completion(2, 0.0, {{8}}),
+                                    PreparedRequest{},             completion(1, 0.0, {{9}}),
+                                    completion(1, 0.0, {{9, 9}})};
+  r[4].prompts = {{1}};  // an /api request
+  r[6].completions.top_k = 1;  // greedy too (temperature 1, top_k 1)
+  r[6].completions.temperature = 1.0;
+  using B = std::vector<std::vector<size_t>>;
+  EXPECT_EQ(s.make(12000).batches(r), (B{{0, 1}, {2}, {3}, {4}, {5, 6}}));
+  // 3 prompts x (3 + 1) tokens = 12: a limit of 11 splits the first batch.
+  EXPECT_EQ(s.make(11).batches(r), (B{{0}, {1}, {2}, {3}, {4}, {5, 6}}));
+  r[1].completions.stop = {"x"};  // decodes differently
+  EXPECT_EQ(s.make(12000).batches(r), (B{{0}, {1}, {2}, {3}, {4}, {5, 6}}));
+  EXPECT_TRUE(s.make(12000).batches({}).empty());
+}
+
+// Three greedy requests decoded as one batch answer as each decoded alone (texts, tokens,
+// usage; log-probabilities within 1e-5), and the ids go on counting.
+TEST(RequestBatches, ABatchAnswersAsItsRequestsAlone) {
+  Service s;
+  const std::vector<PreparedRequest> r = {completion(3, 0.0, {{1, 2}}), completion(3, 0.0, {{3}, {4, 5, 6}}),
+                                          completion(3, 0.0, {{7, 8, 9, 10}})};
+  TextGenerationService together = s.make(12000), alone = s.make(12000);
+  const std::vector<nlohmann::json> batched = together.run_batch({&r[0], &r[1], &r[2]});
+  ASSERT_EQ(batched.size(), 3u);
+  double worst = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    const nlohmann::json one = alone.run(r[i]);
+    ASSERT_EQ(batched[i]["choices"].size(), one["choices"].size());
+    for (size_t c = 0; c < one["choices"].size(); ++c) {
+      const nlohmann::json &a = batched[i]["choices"][c], &b = one["choices"][c];
+      EXPECT_EQ(a["text"], b["text"]) << "request " << i;
+      EXPECT_EQ(a["logprobs"]["tokens"], b["logprobs"]["tokens"]) << "request " << i;
+      EXPECT_EQ(a["finish_reason"], b["finish_reason"]) << "request " << i;
+      // The logits of a batch of 4 and of 1 differ in the order of their sums.
+      for (size_t t = 1; t < b["logprobs"]["token_logprobs"].size(); ++t)
+        worst = std::max(worst, std::fabs(a["logprobs"]["token_logprobs"][t].get<double>() -
+                                          b["logprobs"]["token_logprobs"][t].get<double>()));
+    }
+    EXPECT_EQ(batched[i]["usage"], one["usage"]) << "request " << i;
+    EXPECT_EQ(batched[i]["id"], one["id"]) << "request " << i;
+  }
+  EXPECT_LE(worst, 1e-5);
+  EXPECT_EQ(batched[1]["choices"].size(), 2u);
+}
+
+}  // namespace
+}  // namespace trident
