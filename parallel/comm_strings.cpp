@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor.h"
 
 namespace trident {
@@ -14,6 +15,8 @@ Tensor host_i32(int32_t* data, int64_t n) { return Tensor(data, Shape{n}, DType:
 }  // namespace
 
 void broadcast_string(Comm& c, std::string& s, int root) {
+  TRIDENT_CHECK(c.rank() != root || s.size() <= static_cast<size_t>(INT32_MAX - 3), "broadcast_string: ", s.size(),
+                " bytes, over the 2 GiB a message holds");
   int32_t n = static_cast<int32_t>(s.size());
   c.broadcast(host_i32(&n, 1), root);
   std::vector<int32_t> buf((n + 3) / 4, 0);

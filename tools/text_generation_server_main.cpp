@@ -68,8 +68,11 @@ std::string order_for(const std::vector<std::pair<Endpoint, const std::string*>>
 }
 Endpoint endpoint_of_path(const std::string& path) { return path == "/api" ? Endpoint::kApi : Endpoint::kCompletions; }
 
-// The most requests taken from the queue at once (to batch the greedy completions among them).
+// The most requests taken from the queue at once (to batch the greedy completions among them),
+// and the body bytes after which no more are taken (a body is at most 64 MiB; an order holds
+// them JSON-escaped, at most 6 bytes a byte, under broadcast_string's 2 GiB).
 constexpr size_t kMostRequestsAtOnce = 64;
+constexpr size_t kMostBytesAtOnce = size_t{128} << 20;
 
 // The HTTP server on its own thread while an object lives; its destructor closes it (the
 // requests still waiting are answered 503) whichever way the main loop ends.
@@ -111,10 +114,12 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
   const bool alone = m.parallel->world_size() == 1;
   while (!stop_signal_received()) {
     std::vector<PendingRequests::Request> taken;
-    for (auto wait = std::chrono::milliseconds(100); taken.size() < kMostRequestsAtOnce;
+    size_t bytes = 0;  // of the bodies taken: an order to the other ranks stays well under 2 GiB
+    for (auto wait = std::chrono::milliseconds(100); taken.size() < kMostRequestsAtOnce && bytes < kMostBytesAtOnce;
          wait = std::chrono::milliseconds(0)) {
       std::optional<PendingRequests::Request> request = pending.next(wait);
       if (!request) break;
+      bytes += request->body.size();
       taken.push_back(std::move(*request));
     }
     std::vector<PendingRequests::Request*> accepted;
@@ -130,42 +135,57 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
         std::fprintf(stderr, "%s: %s: %s\n", kTool, request.client.c_str(), e.what());
       }
     }
-    for (const std::vector<size_t>& batch : service.batches(prepared)) {
-      std::vector<const PreparedRequest*> requests;
-      std::vector<std::pair<Endpoint, const std::string*>> order;
-      for (size_t i : batch) {
-        requests.push_back(&prepared[i]);
-        order.emplace_back(prepared[i].endpoint, &accepted[i]->body);
+    std::vector<bool> answered(accepted.size(), false);
+    const auto answer = [&](size_t i, const Reply& reply) {
+      accepted[i]->reply.set_value(reply);
+      answered[i] = true;
+    };
+    try {
+      for (const std::vector<size_t>& batch : service.batches(prepared)) {
+        if (stop_signal_received()) break;  // the requests not run yet get 503 below
+        std::vector<const PreparedRequest*> requests;
+        std::vector<std::pair<Endpoint, const std::string*>> order;
+        for (size_t i : batch) {
+          requests.push_back(&prepared[i]);
+          order.emplace_back(prepared[i].endpoint, &accepted[i]->body);
+        }
+        if (!alone) {
+          std::string text = order_for(order);
+          broadcast_string(*m.parallel->world, text, 0);
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<nlohmann::json> responses;
+        try {
+          responses = service.run_batch(requests);
+        } catch (const std::exception& e) {
+          for (size_t i : batch) answer(i, json_reply(500, e.what()));
+          std::fprintf(stderr, "%s: %s %s: %s\n", kTool, accepted[batch[0]]->client.c_str(),
+                       accepted[batch[0]]->path.c_str(), e.what());
+          if (!alone) throw;  // the job ends: the other ranks may be mid-collective
+          continue;           // alone: the next batch starts afresh
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (size_t k = 0; k < batch.size(); ++k) {
+          const size_t i = batch[k];
+          answer(i, {200, response_body(responses[k])});
+          const PreparedRequest& p = prepared[i];
+          if (p.no_log()) continue;
+          const bool api = p.endpoint == Endpoint::kApi;
+          const std::string together =
+              batch.size() > 1 ? " (one of " + std::to_string(batch.size()) + " requests decoded together)" : "";
+          std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s%s: %.3f s\n", kTool, accepted[i]->client.c_str(),
+                       accepted[i]->path.c_str(), p.prompts.size(), api ? "tokens_to_generate" : "max_tokens",
+                       static_cast<long long>(api ? p.request.tokens_to_generate : p.completions.max_tokens),
+                       api && p.request.beam_width ? " (beam search)" : "", together.c_str(), seconds);
+        }
       }
-      if (!alone) {
-        std::string text = order_for(order);
-        broadcast_string(*m.parallel->world, text, 0);
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      std::vector<nlohmann::json> responses;
-      try {
-        responses = service.run_batch(requests);
-      } catch (const std::exception& e) {
-        for (size_t i : batch) accepted[i]->reply.set_value(json_reply(500, e.what()));
-        std::fprintf(stderr, "%s: %s: %s\n", kTool, accepted[batch[0]]->path.c_str(), e.what());
-        if (!alone) throw;  // the job ends: the other ranks may be mid-collective
-        continue;           // alone: the next batch starts afresh
-      }
-      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (size_t k = 0; k < batch.size(); ++k) {
-        PendingRequests::Request& request = *accepted[batch[k]];
-        const PreparedRequest& p = prepared[batch[k]];
-        request.reply.set_value({200, response_body(responses[k])});
-        if (p.no_log()) continue;
-        const bool api = p.endpoint == Endpoint::kApi;
-        const std::string together =
-            batch.size() > 1 ? " (one of " + std::to_string(batch.size()) + " requests decoded together)" : "";
-        std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s%s: %.3f s\n", kTool, request.client.c_str(),
-                     request.path.c_str(), p.prompts.size(), api ? "tokens_to_generate" : "max_tokens",
-                     static_cast<long long>(api ? p.request.tokens_to_generate : p.completions.max_tokens),
-                     api && p.request.beam_width ? " (beam search)" : "", together.c_str(), seconds);
-      }
+    } catch (const std::exception& e) {  // the job ends: every request taken gets its answer first
+      for (size_t i = 0; i < accepted.size(); ++i)
+        if (!answered[i]) answer(i, json_reply(500, std::string("the server failed: ") + e.what()));
+      throw;
     }
+    for (size_t i = 0; i < accepted.size(); ++i)
+      if (!answered[i]) answer(i, json_reply(503, "the server is shutting down"));
   }
   std::fprintf(stderr, "%s: stop signal: closing\n", kTool);
   if (!alone) {

@@ -87,3 +87,41 @@ TEST(RequestBatches, ABatchAnswersAsItsRequestsAlone) {
 
 }  // namespace
 }  // namespace trident
+
+namespace trident {
+namespace {
+
+// Seeds in a batch apply in order (greedy requests draw nothing): a sampled request after a
+// batch whose requests carry seeds 5 then 7 draws as after them one by one, and as after
+// seed 7 alone; after the batch in the other order, as after seed 5.
+TEST(RequestBatches, SeedsApplyInOrder) {
+  Service s;
+  std::vector<PreparedRequest> r = {completion(2, 0.0, {{1, 2}}), completion(2, 0.0, {{3}})};
+  r[0].completions.seed = 5;
+  r[1].completions.seed = 7;
+  r[1].completions.top_k = 1;  // greedy by top_k 1 first in no batch, and
+  r[1].completions.temperature = 1.0;
+  r[1].completions.echo = false;  // echo differs within the batch: read per request
+  PreparedRequest sampled = completion(4, 1.0, {{4, 5}});
+  TextGenerationService together = s.make(12000), one_by_one = s.make(12000), seven = s.make(12000);
+  ASSERT_EQ(together.batches(r), (std::vector<std::vector<size_t>>{{0, 1}}));
+  const auto batched = together.run_batch({&r[0], &r[1]});
+  one_by_one.run(r[0]);
+  const nlohmann::json second = one_by_one.run(r[1]);
+  EXPECT_EQ(batched[1]["choices"][0]["text"], second["choices"][0]["text"]);
+  EXPECT_FALSE(batched[1]["choices"][0]["text"].get<std::string>().empty());
+  PreparedRequest seven_only = r[1];
+  seven.run(seven_only);
+  const auto a = together.run(sampled)["choices"], b = one_by_one.run(sampled)["choices"],
+             c = seven.run(sampled)["choices"];
+  EXPECT_EQ(a[0]["text"], b[0]["text"]);
+  EXPECT_EQ(a[0]["text"], c[0]["text"]);
+  // The other order leaves seed 5 in force: the draws after it are seed 5's.
+  TextGenerationService reversed = s.make(12000), five = s.make(12000);
+  reversed.run_batch({&r[1], &r[0]});
+  five.run(r[0]);
+  EXPECT_EQ(reversed.run(sampled)["choices"], five.run(sampled)["choices"]);
+}
+
+}  // namespace
+}  // namespace trident
