@@ -28,8 +28,8 @@
 // padding to the longest).
 //
 // Tensor parallelism: every rank of the TP group holds a service over its share of the
-// model; rank 0 prepares each request first (a refused one goes no further) and the ranks
-// then run the same requests in the same order.
+// model; rank 0 prepares each request first (a refused one goes no further) and forms the
+// batches, and the ranks then run the same batches in the same order.
 #pragma once
 
 #include <cstdint>
