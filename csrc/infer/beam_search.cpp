@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "infer/decoder.h"
 #include "infer/generate.h"
+#include "infer/sampler.h"
 
 namespace trident {
 namespace {
@@ -46,16 +47,6 @@ struct Candidate {
   int32_t token;
 };
 
-// log softmax of a row of n logits, in double.
-void log_softmax(const float* row, int64_t n, std::vector<double>& out) {
-  const double top = *std::max_element(row, row + n);
-  double sum = 0;
-  for (int64_t v = 0; v < n; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
-  const double lse = top + std::log(sum);
-  out.resize(static_cast<size_t>(n));
-  for (int64_t v = 0; v < n; ++v) out[v] = static_cast<double>(row[v]) - lse;
-}
-
 }  // namespace
 
 std::vector<BeamHypothesis> beam_search(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
@@ -78,8 +69,6 @@ std::vector<BeamHypothesis> beam_search(const ModelConfig& cfg, Backend& backend
   std::vector<double> sums(W, 0.0);
   FinishedHypotheses finished(W, o.length_penalty);
   std::vector<float> row(static_cast<size_t>(V));
-  std::vector<double> logprobs;
-  std::vector<int32_t> order(static_cast<size_t>(V));
   std::vector<Candidate> candidates;
   for (int64_t generated = 1;; ++generated) {
     // Every beam's continuations; at the first step the beams are the same: the first's. The
@@ -91,11 +80,9 @@ std::vector<BeamHypothesis> beam_search(const ModelConfig& cfg, Backend& backend
     for (int b = 0; b < searched; ++b) {
       std::copy_n(logits->data() + b * V, V, row.data());
       if (o.adjust_logits) o.adjust_logits(beams[b].back(), row.data());
-      log_softmax(row.data(), V, logprobs);
-      std::iota(order.begin(), order.end(), 0);
-      std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(best) - 1, order.end(),
-                       [&](int32_t x, int32_t y) { return logprobs[x] != logprobs[y] ? logprobs[x] > logprobs[y] : x < y; });
-      for (size_t i = 0; i < best; ++i) candidates.push_back({sums[b] + logprobs[order[i]], b, order[i]});
+      const double lse = log_sum_exp(row.data(), V);
+      for (int32_t v : most_likely(row.data(), V, static_cast<int>(best)))
+        candidates.push_back({sums[b] + (static_cast<double>(row[v]) - lse), b, v});
     }
     // Best first; ties by beam, then token (a deterministic order on every rank).
     std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {

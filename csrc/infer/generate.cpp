@@ -1,9 +1,7 @@
 #include "infer/generate.h"
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
-#include <numeric>
 
 #include "core/error.h"
 #include "infer/decoder.h"
@@ -11,24 +9,13 @@
 namespace trident {
 namespace {
 
-// log(sum(exp(row))) over n logits, in double: row[v] minus it is v's log-probability.
-double log_sum_exp(const float* row, int64_t n) {
-  const double top = *std::max_element(row, row + n);
-  double sum = 0;
-  for (int64_t v = 0; v < n; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
-  return top + std::log(sum);
-}
-
 // Records the log-probability of `token` (and the k most likely tokens) under `row`.
-void record_logprobs(const float* row, int64_t n, int32_t token, int k, std::vector<int32_t>& order, Generation& g) {
+void record_logprobs(const float* row, int64_t n, int32_t token, int k, Generation& g) {
   const double lse = log_sum_exp(row, n);
   g.logprobs.push_back(static_cast<double>(row[token]) - lse);
   if (k == 0) return;
-  const auto more_likely = [&](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; };
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), more_likely);
   std::vector<std::pair<int32_t, double>> top;
-  for (int i = 0; i < k; ++i) top.emplace_back(order[i], static_cast<double>(row[order[i]]) - lse);
+  for (int32_t id : most_likely(row, n, k)) top.emplace_back(id, static_cast<double>(row[id]) - lse);
   g.top_logprobs.push_back(std::move(top));
 }
 
@@ -73,7 +60,6 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   const int64_t V = cfg.vocab_size;
   std::vector<int32_t> feed(B);
   std::vector<float> row(static_cast<size_t>(V));
-  std::vector<int32_t> order(top_k_logprobs > 0 ? static_cast<size_t>(V) : 0);
   for (int64_t pos = 0; pos < steps; ++pos) {
     // A sequence that draws no more keeps step() fed with its last token (logits unused).
     for (int b = 0; b < B; ++b)
@@ -86,11 +72,11 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
       std::copy_n(logits.data() + b * V, V, row.data());
       if (o.adjust_logits && pos + 1 >= shortest) o.adjust_logits(g.tokens[pos], row.data());
       if (in_prompt) {
-        record_logprobs(row.data(), V, g.tokens[pos + 1], top_k_logprobs, order, g);
+        record_logprobs(row.data(), V, g.tokens[pos + 1], top_k_logprobs, g);
         continue;
       }
       const int32_t token = sample_token(row.data(), V, sampling, rng);
-      if (o.logprobs) record_logprobs(row.data(), V, token, top_k_logprobs, order, g);
+      if (o.logprobs) record_logprobs(row.data(), V, token, top_k_logprobs, g);
       g.tokens.push_back(token);
       g.finished = o.ends && o.ends(g.tokens, g.prompt_length);
     }

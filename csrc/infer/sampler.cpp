@@ -22,6 +22,32 @@ size_t top_p_keep(const std::vector<double>& probs, double top_p) {
   return keep;
 }
 
+namespace {
+
+// Larger logit first; ties by the lower id.
+struct MoreLikely {
+  const float* logits;
+  bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
+};
+
+}  // namespace
+
+double log_sum_exp(const float* logits, int64_t n) {
+  const double top = *std::max_element(logits, logits + n);
+  double sum = 0;
+  for (int64_t v = 0; v < n; ++v) sum += std::exp(static_cast<double>(logits[v]) - top);
+  return top + std::log(sum);
+}
+
+std::vector<int32_t> most_likely(const float* logits, int64_t n, int k) {
+  TRIDENT_CHECK(k >= 0 && k <= n, "most_likely: ", k, " of ", n, " logits");
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), MoreLikely{logits});
+  ids.resize(static_cast<size_t>(k));
+  return ids;
+}
+
 int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, std::mt19937_64& rng) {
   TRIDENT_CHECK(n > 0, "sample_token: empty logits");
   // Megatron samples top-k 1 as greedy: the first largest logit.
@@ -32,7 +58,7 @@ int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, s
   // whose logit equals the k-th (likely with 16-bit logits).
   std::vector<int32_t> ids(static_cast<size_t>(n));
   std::iota(ids.begin(), ids.end(), 0);
-  const auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const MoreLikely by_logit{logits};
   size_t keep = ids.size();
   if (o.top_k > 0 && static_cast<size_t>(o.top_k) < keep) {
     const auto kth = ids.begin() + o.top_k;

@@ -35,4 +35,12 @@ size_t top_p_keep(const std::vector<double>& probs, double top_p);
 // are never passed in).
 int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, std::mt19937_64& rng);
 
+// log(sum(exp(logits))) over n logits, in double: logits[v] minus it is v's log-probability
+// at temperature 1.
+double log_sum_exp(const float* logits, int64_t n);
+
+// The k most likely of n logits (k <= n), most likely first, ties by the lower id (the order
+// sample_token draws in).
+std::vector<int32_t> most_likely(const float* logits, int64_t n, int k);
+
 }  // namespace trident

@@ -200,12 +200,6 @@ std::vector<std::vector<size_t>> TextGenerationService::batches(const std::vecto
   return out;
 }
 
-std::vector<std::string> TextGenerationService::segments(const std::vector<int32_t>& tokens) const {
-  std::vector<std::string> out;
-  for (int32_t t : tokens) out.push_back(tokenizer_.decode({t}));
-  return out;
-}
-
 json TextGenerationService::sample(const PreparedRequest& p) {
   const TextGenerationRequest& r = p.request;
   DecodeOptions o;
@@ -221,8 +215,9 @@ json TextGenerationService::sample(const PreparedRequest& p) {
   if (r.tokens_to_generate > 0) o.adjust_logits = request_logit_rule(r, special_);  // Megatron scores without it
   json text = json::array(), segs = json::array(), logprobs = json::array();
   for (const Generation& g : generate_tokens(cfg_, backend_, params_, p.prompts, o, rng_, tp_comm_)) {
-    text.push_back(tokenizer_.decode(g.tokens));
-    segs.push_back(segments(g.tokens));
+    TokenTexts t = token_texts(tokenizer_, g.tokens);
+    text.push_back(std::move(t.bytes));
+    segs.push_back(std::move(t.pieces));
     logprobs.push_back(g.logprobs);
   }
   return {{"text", text}, {"segments", segs}, {"logprobs", r.logprobs ? logprobs : json(nullptr)}};
@@ -238,8 +233,9 @@ json TextGenerationService::beam_search(const PreparedRequest& p) {
   o.adjust_logits = request_logit_rule(r, special_);
   json text = json::array(), segs = json::array(), scores = json::array();
   for (const BeamHypothesis& h : trident::beam_search(cfg_, backend_, params_, p.prompts[0], o, tp_comm_)) {
-    text.push_back(tokenizer_.decode(h.tokens));
-    segs.push_back(segments(h.tokens));
+    TokenTexts t = token_texts(tokenizer_, h.tokens);
+    text.push_back(std::move(t.bytes));
+    segs.push_back(std::move(t.pieces));
     scores.push_back(h.score);
   }
   return {{"text", text}, {"segments", segs}, {"scores", scores}};

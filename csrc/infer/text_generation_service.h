@@ -110,7 +110,6 @@ class TextGenerationService {
   nlohmann::json sample(const PreparedRequest& r);
   nlohmann::json beam_search(const PreparedRequest& r);
   std::vector<nlohmann::json> complete(const std::vector<const PreparedRequest*>& batch);
-  std::vector<std::string> segments(const std::vector<int32_t>& tokens) const;
 
   ModelConfig cfg_;
   Backend& backend_;

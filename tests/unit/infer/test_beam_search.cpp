@@ -16,15 +16,7 @@ namespace trident {
 namespace {
 
 std::vector<double> reference_last_log_softmax(const test::TinyModel& m, const std::vector<int32_t>& seq) {
-  const int T = static_cast<int>(seq.size()), V = static_cast<int>(m.cfg.vocab_size);
-  const std::vector<double> logits = m.reference_logits(std::vector<int>(seq.begin(), seq.end()), 1, T);
-  const double* row = logits.data() + static_cast<size_t>(T - 1) * V;
-  const double top = *std::max_element(row, row + V);
-  double sum = 0;
-  for (int v = 0; v < V; ++v) sum += std::exp(row[v] - top);
-  std::vector<double> out(V);
-  for (int v = 0; v < V; ++v) out[v] = row[v] - top - std::log(sum);
-  return out;
+  return m.reference_log_softmax(seq).back();
 }
 
 // Megatron's beam search written directly over the reference: candidates sorted by score

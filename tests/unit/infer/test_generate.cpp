@@ -116,25 +116,10 @@ TEST(ContinueSequences, RoomAndBadContexts) {
 namespace trident {
 namespace {
 
-// The reference's log-softmax of the logits after each token of `seq`: [T][V].
-std::vector<std::vector<double>> reference_log_softmax(const test::TinyModel& m, const std::vector<int32_t>& seq) {
-  const int T = static_cast<int>(seq.size()), V = static_cast<int>(m.cfg.vocab_size);
-  const std::vector<double> logits = m.reference_logits(std::vector<int>(seq.begin(), seq.end()), 1, T);
-  std::vector<std::vector<double>> out(T, std::vector<double>(V));
-  for (int t = 0; t < T; ++t) {
-    const double* row = logits.data() + static_cast<size_t>(t) * V;
-    double top = row[0], sum = 0;
-    for (int v = 0; v < V; ++v) top = std::max(top, row[v]);
-    for (int v = 0; v < V; ++v) sum += std::exp(row[v] - top);
-    for (int v = 0; v < V; ++v) out[t][v] = row[v] - top - std::log(sum);
-  }
-  return out;
-}
-
 // The reference's greedy continuation of `prompt` to `length` tokens.
 std::vector<int32_t> reference_greedy(const test::TinyModel& m, std::vector<int32_t> seq, size_t length) {
   while (seq.size() < length) {
-    const std::vector<double> last = reference_log_softmax(m, seq).back();
+    const std::vector<double> last = m.reference_log_softmax(seq).back();
     seq.push_back(static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin()));
   }
   return seq;
@@ -183,7 +168,7 @@ TEST(GenerateTokens, LogprobsMatchTheReferenceForPromptAndDrawnTokens) {
       const Generation& g = out[b];
       ASSERT_EQ(g.tokens.size(), std::min<size_t>(prompts[b].size() + max_new, 8)) << "prompt " << b;
       ASSERT_EQ(g.logprobs.size(), g.tokens.size() - 1) << "prompt " << b;
-      const auto want = reference_log_softmax(m, g.tokens);
+      const auto want = m.reference_log_softmax(g.tokens);
       for (size_t i = 0; i + 1 < g.tokens.size(); ++i)
         worst = std::max(worst, std::fabs(g.logprobs[i] - want[i][g.tokens[i + 1]]));
     }
@@ -204,7 +189,7 @@ TEST(GenerateTokens, TopLogprobsAreTheReferencesMostLikely) {
   const Generation g = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7, 1}}, o, rng)[0];
   ASSERT_EQ(g.tokens.size(), 6u);
   ASSERT_EQ(g.top_logprobs.size(), 5u);
-  const auto want = reference_log_softmax(m, g.tokens);
+  const auto want = m.reference_log_softmax(g.tokens);
   for (size_t i = 0; i < 5; ++i) {
     std::vector<int32_t> ids(want[i].size());
     std::iota(ids.begin(), ids.end(), 0);
@@ -242,7 +227,7 @@ TEST(GenerateTokens, EndsAndAdjustedLogits) {
     if (last == 7) row[first] = -1e10f;
   };
   out = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7}}, banned, rng);
-  std::vector<double> last = reference_log_softmax(m, {3, 7}).back();
+  std::vector<double> last = m.reference_log_softmax({3, 7}).back();
   last[first] = -1e300;
   EXPECT_EQ(out[0].tokens.back(), std::max_element(last.begin(), last.end()) - last.begin());
 }
@@ -285,7 +270,7 @@ TEST(GenerateTokens, AdjustedLogitsFromTheShortestPromptsEnd) {
     if (last == 7) row[1] = -1e10f;
   };
   std::mt19937_64 rng(1);
-  const double want = reference_log_softmax(m, {3, 7, 1})[1][1];
+  const double want = m.reference_log_softmax({3, 7, 1})[1][1];
   const Generation alone = generate_tokens(m.cfg, *m.be, *m.params, {{3, 7, 1}}, o, rng)[0];
   ASSERT_EQ(alone.logprobs.size(), 2u);
   EXPECT_NEAR(alone.logprobs[1], want, 1e-5);

@@ -3,6 +3,9 @@
 // stored (rounded) values in double on the host.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -35,6 +38,20 @@ struct TinyModel {
     const ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, T, B,
                             static_cast<int>(cfg.vocab_size), 0.0f, 0.0f, 0, 0};
     return ref::gpt2_logits(rc, host, tokens);
+  }
+  // The reference's log-softmax of the logits after each token of `seq`: [T][V].
+  std::vector<std::vector<double>> reference_log_softmax(const std::vector<int32_t>& seq) const {
+    const int T = static_cast<int>(seq.size()), V = static_cast<int>(cfg.vocab_size);
+    const std::vector<double> logits = reference_logits(std::vector<int>(seq.begin(), seq.end()), 1, T);
+    std::vector<std::vector<double>> out(T, std::vector<double>(V));
+    for (int t = 0; t < T; ++t) {
+      const double* row = logits.data() + static_cast<size_t>(t) * V;
+      const double top = *std::max_element(row, row + V);
+      double sum = 0;
+      for (int v = 0; v < V; ++v) sum += std::exp(row[v] - top);
+      for (int v = 0; v < V; ++v) out[t][v] = row[v] - top - std::log(sum);
+    }
+    return out;
   }
 };
 
