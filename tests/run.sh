@@ -11,5 +11,10 @@ export BUILD_DIR=${BUILD_DIR:-$repo/build}
 # OpenBLAS's OpenMP build follows; the pin below holds a fallback pthreads OpenBLAS to one.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
+# Two tests run at once on two cores: OpenMP threads that spin at their barriers (libgomp's
+# default) then wait for a thread the other test holds the core from, every parallel region
+# (measured: a 0.4 s test took 9 s beside its twin, 100 s in CI; passive: 1 s). Alone, a
+# sleeping barrier costs a test ~1%.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 cd "$BUILD_DIR"
 ctest --output-on-failure --timeout 600 -j "${CTEST_JOBS:-2}" "$@"

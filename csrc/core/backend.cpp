@@ -18,6 +18,32 @@ Buffer Backend::empty(Shape shape, DType dtype) {
   return Buffer(allocator_.get(), Tensor(allocator_->allocate(bytes), shape, dtype, device_));
 }
 
+DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                                int pos, const Tensor& out) {
+  for (const Tensor* t : {&qkv, &k_cache, &v_cache, &out})
+    TRIDENT_CHECK(is_float(t->dtype), op, ": float tensors expected, got ", dtype_name(t->dtype));
+  TRIDENT_CHECK(k_cache.dtype == qkv.dtype && v_cache.dtype == qkv.dtype, op, ": the caches must have qkv's dtype ",
+                dtype_name(qkv.dtype));
+  const bool one = qkv.ndim() == 4;  // [B, 3, H, D]: one token per sequence
+  TRIDENT_CHECK((one || qkv.ndim() == 5) && qkv.shape[one ? 1 : 2] == 3, op,
+                ": qkv must be [B, T, 3, H, D] or [B, 3, H, D], got ", qkv.shape.str());
+  DecodeShape s;
+  s.B = qkv.shape[0];
+  s.T = one ? 1 : qkv.shape[1];
+  s.H = qkv.shape[qkv.ndim() - 2];
+  s.D = qkv.shape[qkv.ndim() - 1];
+  TRIDENT_CHECK(k_cache.ndim() == 4 && k_cache.shape[0] == s.B && k_cache.shape[2] == s.H &&
+                    k_cache.shape[3] == s.D && v_cache.shape == k_cache.shape,
+                op, ": caches must be [B, Tmax, H, D] = [", s.B, ", Tmax, ", s.H, ", ", s.D, "], got ",
+                k_cache.shape.str(), " and ", v_cache.shape.str());
+  s.Tmax = k_cache.shape[1];
+  TRIDENT_CHECK(s.T >= 1 && pos >= 0 && pos + s.T <= s.Tmax, op, ": positions ", pos, " to ", pos + s.T - 1,
+                " outside the cache of ", s.Tmax);
+  TRIDENT_CHECK(out.numel() == s.B * s.T * s.H * s.D, op, ": out ", out.shape.str(), " for [", s.B, ", ", s.T, ", ",
+                s.H, ", ", s.D, "]");
+  return s;
+}
+
 // ---- default compositions of the fused ops (their meaning) -------------------------------
 
 void Backend::residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid,

@@ -39,6 +39,15 @@ struct AttentionShape {
   Tensor document_starts{};
 };
 
+// The sizes of an attention_decode call: B sequences, T new tokens each, H heads of D, caches
+// of Tmax positions. check_decode_shapes validates the call (shapes, dtypes, T new positions
+// from `pos` inside the cache) and throws InternalError naming `op` when it is wrong.
+struct DecodeShape {
+  int64_t B = 0, T = 0, H = 0, D = 0, Tmax = 0;
+};
+DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                                int pos, const Tensor& out);
+
 // AdamW on one flat fp32 shard (decoupled weight decay, bias correction).
 //   g  = grad * grad_scale                       (unscale and clip folded into one factor)
 //   m  = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
@@ -159,11 +168,14 @@ class Backend {
                                   const Tensor& lse, const Tensor& dqkv, const AttentionShape& s,
                                   const DropoutKey& drop) = 0;
 
-  // ---- attention over a KV cache (generation: one new token per sequence) --------------
-  // qkv: [B, 3, H, D] of the token at position `pos` of every sequence (Q, K, V blocks).
-  // Its K and V are first written to k_cache and v_cache [B, Tmax, H, D] (qkv's dtype) at `pos`; then
-  // out [B, H, D] = softmax(q . K[0..pos]^T / sqrt(D)) V[0..pos]  (=). No dropout. The
-  // softmax of each row is in fp32 from its maximum; the caches hold positions [0, pos).
+  // ---- attention over a KV cache (generation: new tokens of every sequence) -------------
+  // qkv: [B, T, 3, H, D] of the T tokens at positions pos .. pos + T - 1 of every sequence
+  // (Q, K, V blocks; [B, 3, H, D] is T = 1). Their K and V are written to k_cache and
+  // v_cache [B, Tmax, H, D] (qkv's dtype) at those positions, and the query at pos + t
+  // attends causally: out [B, T, H, D] (or [B, H, D] at T = 1) =
+  // softmax(q . K[0..pos+t]^T / sqrt(D)) V[0..pos+t]  (=). No dropout. The softmax of each
+  // row is in fp32 from its maximum; the caches hold positions [0, pos) before the call.
+  // T = 1 is a decoding step, T > 1 feeds a prompt in one pass (prefill).
   virtual void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
                                 const Tensor& out) = 0;
 

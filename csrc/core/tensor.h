@@ -14,7 +14,8 @@ namespace trident {
 
 enum class Device : uint8_t { Cpu, Cuda };
 
-inline constexpr int kMaxDims = 4;
+// Five: the query, key and value of new tokens over a KV cache are [B, T, 3, H, D].
+inline constexpr int kMaxDims = 5;
 
 struct Shape {
   std::array<int64_t, kMaxDims> dims{};

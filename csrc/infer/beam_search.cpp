@@ -61,9 +61,18 @@ std::vector<BeamHypothesis> beam_search(const ModelConfig& cfg, Backend& backend
   TRIDENT_CHECK(o.stop_token >= 0 && o.stop_token < V, "beam_search: stop token ", o.stop_token);
   // 2 x W candidates hold at most W stop tokens (one per beam): W beams always go on.
   TRIDENT_CHECK(2 * static_cast<int64_t>(W) <= V, "beam_search: ", W, " beams over ", V, " tokens");
-  Gpt2Decoder dec(cfg, backend, params, W, static_cast<int>(P + o.max_new_tokens - 1), tp_comm);
+  // The prompt goes through in chunks of up to `chunk` positions (W x chunk rows a pass),
+  // only the last position's logits computed.
+  const int chunk = prefill_chunk(W, P, false);
+  Gpt2Decoder dec(cfg, backend, params, W, static_cast<int>(P + o.max_new_tokens - 1), tp_comm, chunk);
   const std::vector<float>* logits = nullptr;
-  for (int64_t t = 0; t < P; ++t) logits = &dec.step(std::vector<int32_t>(W, prompt[t]));
+  std::vector<int32_t> feed;
+  for (int64_t pos = 0; pos < P; pos += chunk) {
+    const int n = static_cast<int>(std::min<int64_t>(chunk, P - pos));
+    feed.clear();
+    for (int w = 0; w < W; ++w) feed.insert(feed.end(), prompt.begin() + pos, prompt.begin() + pos + n);
+    logits = &dec.forward(feed, n, pos + n == P ? 1 : 0);
+  }
 
   std::vector<std::vector<int32_t>> beams(W, prompt);
   std::vector<double> sums(W, 0.0);

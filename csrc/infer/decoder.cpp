@@ -1,10 +1,18 @@
 #include "infer/decoder.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace trident {
+
+int prefill_chunk(int batch, int64_t length, bool all_logits) {
+  const int64_t rows = all_logits ? 256 : 2048;
+  return static_cast<int>(std::clamp<int64_t>(rows / batch, 1, std::max<int64_t>(length, 1)));
+}
+
 Gpt2Decoder::Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamStore& params, int batch,
-                         int max_positions, Comm* tp_comm)
+                         int max_positions, Comm* tp_comm, int max_chunk)
     : cfg_(cfg),
       be_(backend),
       params_(params),
@@ -12,11 +20,13 @@ Gpt2Decoder::Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamSt
       tp_(params.tp()),
       tp_rank_(params.tp_rank()),
       B_(batch),
-      max_pos_(max_positions) {
+      max_pos_(max_positions),
+      max_chunk_(max_chunk) {
   cfg_.validate(tp_);
   TRIDENT_CHECK(tp_ == 1 || (tp_comm_ && tp_comm_->size() == tp_ && tp_comm_->rank() == tp_rank_),
                 "Gpt2Decoder: parameters of TP rank ", tp_rank_, " of ", tp_, " need that TP group's Comm");
   TRIDENT_CHECK(batch > 0, "Gpt2Decoder: batch must be positive");
+  TRIDENT_CHECK(max_chunk > 0, "Gpt2Decoder: max_chunk must be positive");
   TRIDENT_CHECK(max_positions > 0 && max_positions <= cfg_.max_position_embeddings, "Gpt2Decoder: ",
                 max_positions, " positions for a model of ", cfg_.max_position_embeddings);
   C_ = cfg_.hidden_size;
@@ -31,37 +41,48 @@ Gpt2Decoder::Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamSt
     k_cache_.push_back(be_.empty({B, max_pos_, Hl_, D_}, dt));
     v_cache_.push_back(be_.empty({B, max_pos_, Hl_, D_}, dt));
   }
-  tokens_ = be_.empty({B}, DType::I32);
-  x_ = be_.empty({B, C_}, dt);
-  ln_ = be_.empty({B, C_}, dt);
-  ln_mean_ = be_.empty({B}, DType::F32);
-  ln_rstd_ = be_.empty({B}, DType::F32);
-  qkv_ = be_.empty({B, 3, Hl_, D_}, dt);
-  att_ = be_.empty({B, Hl_, D_}, dt);
-  proj_ = be_.empty({B, C_}, dt);
-  fc_ = be_.empty({B, Fl_}, dt);
-  gelu_ = be_.empty({B, Fl_}, dt);
-  logits_ = be_.empty({B, vocab_local_}, dt);
-  logits_bytes_.resize(logits_.t().nbytes());
-  logits_local_.resize(static_cast<size_t>(B * vocab_local_));
-  logits_all_.resize(logits_local_.size() * static_cast<size_t>(tp_));
-  logits_host_.resize(static_cast<size_t>(B * cfg_.vocab_size));
+  const int64_t rows = B * max_chunk_;
+  tokens_ = be_.empty({rows}, DType::I32);
+  x_ = be_.empty({rows, C_}, dt);
+  ln_ = be_.empty({rows, C_}, dt);
+  ln_mean_ = be_.empty({rows}, DType::F32);
+  ln_rstd_ = be_.empty({rows}, DType::F32);
+  qkv_ = be_.empty({rows, 3 * Hl_ * D_}, dt);
+  att_ = be_.empty({rows, Hl_ * D_}, dt);
+  proj_ = be_.empty({rows, C_}, dt);
+  fc_ = be_.empty({rows, Fl_}, dt);
+  gelu_ = be_.empty({rows, Fl_}, dt);
 }
 
-void Gpt2Decoder::tp_sum(const Buffer& b) const {
-  if (tp_ > 1) tp_comm_->allreduce(b.t(), ReduceOp::Sum);
+Tensor Gpt2Decoder::rows_of(const Buffer& b, int64_t rows, int64_t width) {
+  return b.t().flat_slice(0, rows * width).view({rows, width});
 }
 
-void Gpt2Decoder::row_parallel(const Buffer& out, const Tensor& in, const std::string& weight,
+void Gpt2Decoder::tp_sum(const Tensor& t) const {
+  if (tp_ > 1) tp_comm_->allreduce(t, ReduceOp::Sum);
+}
+
+void Gpt2Decoder::row_parallel(const Tensor& out, const Tensor& in, const std::string& weight,
                                const std::string& bias) {
   be_.matmul(out, in, p(weight), tp_rank_ == 0 ? p(bias) : Tensor(), false, true, false);
   tp_sum(out);
 }
 
-void Gpt2Decoder::gather_logits() {
-  be_.copy_to_host(logits_bytes_.data(), logits_);
-  for (size_t i = 0; i < logits_local_.size(); ++i)
-    logits_local_[i] = load_as_float(logits_bytes_.data(), logits_.t().dtype, static_cast<int64_t>(i));
+void Gpt2Decoder::lm_head(const Tensor& in, int64_t rows) {
+  const int64_t V = cfg_.vocab_size, Vl = vocab_local_;
+  if (logits_.empty() || logits_.t().shape[0] < rows) {  // grows to the most rows kept
+    logits_ = be_.empty({rows, Vl}, cfg_.dtype);
+    logits_bytes_.resize(logits_.t().nbytes());
+  }
+  const Tensor logits = rows_of(logits_, rows, Vl);
+  be_.matmul(logits, in, p("wte"), Tensor(), false, true, false);  // tied LM head, this rank's rows
+  be_.copy_to_host(logits_bytes_.data(), logits);
+  const size_t n = static_cast<size_t>(rows * Vl);
+  logits_local_.resize(n);
+  logits_all_.resize(n * static_cast<size_t>(tp_));
+  logits_host_.resize(static_cast<size_t>(rows * V));
+  for (size_t i = 0; i < n; ++i)
+    logits_local_[i] = load_as_float(logits_bytes_.data(), logits.dtype, static_cast<int64_t>(i));
   if (tp_ > 1) {
     const auto host = [](std::vector<float>& v) {
       return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::Cpu);
@@ -70,11 +91,10 @@ void Gpt2Decoder::gather_logits() {
   } else {
     logits_all_ = logits_local_;
   }
-  // logits_all_ is [tp][B][vocab_local]: vocabulary id v sits on rank v / vocab_local.
-  const int64_t V = cfg_.vocab_size, Vl = vocab_local_;
-  for (int64_t b = 0; b < B_; ++b)
+  // logits_all_ is [tp][rows][vocab_local]: vocabulary id v sits on rank v / vocab_local.
+  for (int64_t r = 0; r < rows; ++r)
     for (int64_t v = 0; v < V; ++v)
-      logits_host_[b * V + v] = logits_all_[((v / Vl) * B_ + b) * Vl + v % Vl];
+      logits_host_[r * V + v] = logits_all_[((v / Vl) * rows + r) * Vl + v % Vl];
 }
 
 void Gpt2Decoder::reorder(const std::vector<int>& rows) {
@@ -100,40 +120,65 @@ void Gpt2Decoder::reorder(const std::vector<int>& rows) {
     }
 }
 
-void Gpt2Decoder::residual_norm(const Tensor& branch, const std::string& ln) {
-  be_.residual_layernorm_forward(x_, branch, x_, p(ln + ".weight"), p(ln + ".bias"), ln_, ln_mean_, ln_rstd_);
+void Gpt2Decoder::residual_norm(const Tensor& branch, const std::string& ln, int64_t rows) {
+  const Tensor x = rows_of(x_, rows, C_);
+  be_.residual_layernorm_forward(x, branch, x, p(ln + ".weight"), p(ln + ".bias"), rows_of(ln_, rows, C_),
+                                 rows_of(ln_mean_, rows, 1).view({rows}), rows_of(ln_rstd_, rows, 1).view({rows}));
 }
 
-const std::vector<float>& Gpt2Decoder::step(const std::vector<int32_t>& tokens) {
-  TRIDENT_CHECK(static_cast<int>(tokens.size()) == B_, "Gpt2Decoder::step: ", tokens.size(), " tokens for ", B_,
-                " sequences");
-  if (pos_ >= max_pos_)
+const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& tokens, int T, int keep) {
+  TRIDENT_CHECK(T >= 1 && T <= max_chunk_ && keep >= 0 && keep <= T, "Gpt2Decoder::forward: ", T,
+                " tokens (at most ", max_chunk_, "), keeping ", keep);
+  TRIDENT_CHECK(static_cast<int64_t>(tokens.size()) == static_cast<int64_t>(B_) * T, "Gpt2Decoder::forward: ",
+                tokens.size(), " tokens for ", B_, " sequences of ", T);
+  if (pos_ + T > max_pos_)
     throw ConfigError("generation reached " + std::to_string(max_pos_) + " positions, the most this model takes");
   for (int32_t t : tokens)
-    TRIDENT_CHECK(t >= 0 && t < cfg_.vocab_size, "Gpt2Decoder::step: token ", t, " outside the vocabulary");
-  be_.copy_from_host(tokens_, tokens.data());
-  // x = wte[token] + wpe[pos]: this rank's vocabulary rows (other ids give 0), the position
-  // table's row `pos` as a one-row table (T = 1) added by rank 0 only, summed over TP.
-  const Tensor wpe_row =
-      tp_rank_ == 0 ? p("wpe").flat_slice(static_cast<int64_t>(pos_) * C_, C_).view({1, C_}) : Tensor();
-  be_.embedding_forward(tokens_, p("wte"), vocab_start_, wpe_row, 1, x_);
-  tp_sum(x_);
-  be_.layernorm_forward(x_, p("h.0.ln_1.weight"), p("h.0.ln_1.bias"), ln_, ln_mean_, ln_rstd_);
-  const Tensor none;
+    TRIDENT_CHECK(t >= 0 && t < cfg_.vocab_size, "Gpt2Decoder::forward: token ", t, " outside the vocabulary");
+  const int64_t N = static_cast<int64_t>(B_) * T;  // rows, batch-major: row b * T + t
+  const Tensor tok = tokens_.t().flat_slice(0, N), x = rows_of(x_, N, C_), ln = rows_of(ln_, N, C_);
+  const Tensor mean = rows_of(ln_mean_, N, 1).view({N});
+  const Tensor rstd = rows_of(ln_rstd_, N, 1).view({N});
+  const Tensor qkv = rows_of(qkv_, N, 3 * Hl_ * D_), att = rows_of(att_, N, Hl_ * D_), proj = rows_of(proj_, N, C_);
+  const Tensor fc = rows_of(fc_, N, Fl_), gelu = rows_of(gelu_, N, Fl_);
+  be_.copy_from_host(tok, tokens.data());
+  // x = wte[token] + wpe[position]: this rank's vocabulary rows (other ids give 0), the
+  // position table's rows pos .. pos + T - 1 as a T-row table added by rank 0 only, summed
+  // over TP.
+  const Tensor wpe_rows =
+      tp_rank_ == 0 ? p("wpe").flat_slice(static_cast<int64_t>(pos_) * C_, static_cast<int64_t>(T) * C_).view({T, C_})
+                    : Tensor();
+  be_.embedding_forward(tok, p("wte"), vocab_start_, wpe_rows, T, x);
+  tp_sum(x);
+  be_.layernorm_forward(x, p("h.0.ln_1.weight"), p("h.0.ln_1.bias"), ln, mean, rstd);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    be_.matmul(qkv_.t().view({B_, 3 * Hl_ * D_}), ln_, p(h + "attn.qkv.weight"), p(h + "attn.qkv.bias"), false, true,
-               false);
-    be_.attention_decode(qkv_, k_cache_[l], v_cache_[l], pos_, att_);
-    row_parallel(proj_, att_.t().view({B_, Hl_ * D_}), h + "attn.proj.weight", h + "attn.proj.bias");
-    residual_norm(proj_, h + "ln_2");
-    be_.matmul_bias_gelu(fc_, gelu_, ln_, p(h + "mlp.fc.weight"), p(h + "mlp.fc.bias"), false, true);
-    row_parallel(proj_, gelu_, h + "mlp.proj.weight", h + "mlp.proj.bias");
-    residual_norm(proj_, l + 1 < cfg_.num_layers ? "h." + std::to_string(l + 1) + ".ln_1" : std::string("ln_f"));
+    be_.matmul(qkv, ln, p(h + "attn.qkv.weight"), p(h + "attn.qkv.bias"), false, true, false);
+    be_.attention_decode(qkv.view({B_, T, 3, Hl_, D_}), k_cache_[l], v_cache_[l], pos_, att.view({B_, T, Hl_, D_}));
+    row_parallel(proj, att, h + "attn.proj.weight", h + "attn.proj.bias");
+    residual_norm(proj, h + "ln_2", N);
+    be_.matmul_bias_gelu(fc, gelu, ln, p(h + "mlp.fc.weight"), p(h + "mlp.fc.bias"), false, true);
+    row_parallel(proj, gelu, h + "mlp.proj.weight", h + "mlp.proj.bias");
+    residual_norm(proj, l + 1 < cfg_.num_layers ? "h." + std::to_string(l + 1) + ".ln_1" : std::string("ln_f"), N);
   }
-  be_.matmul(logits_, ln_, p("wte"), none, false, true, false);  // tied LM head, this rank's rows
-  gather_logits();
-  ++pos_;
+  pos_ += T;
+  if (keep == 0) {
+    logits_host_.clear();
+    return logits_host_;
+  }
+  // The LM head's input: the last `keep` rows of each sequence (contiguous when all are kept
+  // or there is one sequence).
+  Tensor head_in = ln.flat_slice(static_cast<int64_t>(T - keep) * C_, (N - (T - keep)) * C_);
+  if (keep < T && B_ > 1) {
+    const int64_t kept = static_cast<int64_t>(B_) * keep;
+    if (head_in_.empty() || head_in_.t().shape[0] < kept) head_in_ = be_.empty({kept, C_}, cfg_.dtype);
+    head_in = rows_of(head_in_, kept, C_);
+    for (int b = 0; b < B_; ++b)
+      be_.copy(head_in.flat_slice(static_cast<int64_t>(b) * keep * C_, static_cast<int64_t>(keep) * C_),
+               ln.flat_slice((static_cast<int64_t>(b) * T + T - keep) * C_, static_cast<int64_t>(keep) * C_));
+  }
+  const int64_t kept_rows = static_cast<int64_t>(B_) * keep;
+  lm_head(head_in.flat_slice(0, kept_rows * C_).view({kept_rows, C_}), kept_rows);
   return logits_host_;
 }
 

@@ -10,8 +10,10 @@
 // logits are gathered, so every rank returns the same logits, bit for bit.
 //
 // step() feeds the next token of each of the B sequences (all at the same position) and
-// returns the logits of the token after it. The same numbers as the training forward on
-// the whole sequence, up to the order of floating-point sums (tests/unit/infer).
+// returns the logits of the token after it; forward() feeds several tokens of each sequence
+// in one pass (a prompt: the GEMMs see B x T rows instead of B, and the LM head only the
+// rows whose logits are wanted). The same numbers as the training forward on the whole
+// sequence, up to the order of floating-point sums (tests/unit/infer).
 #pragma once
 
 #include <cstdint>
@@ -29,16 +31,22 @@ class Gpt2Decoder {
  public:
   // `params`: this rank's parameters (all of them at tp 1), in cfg.dtype. `max_positions`:
   // cache length (at most cfg.max_position_embeddings). `tp_comm`: the TP group, needed
-  // when params.tp() > 1 (collective then: every rank of it steps together).
+  // when params.tp() > 1 (collective then: every rank of it steps together). `max_chunk`:
+  // the most tokens per sequence one forward() feeds (activations are sized for it).
   Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamStore& params, int batch, int max_positions,
-              Comm* tp_comm = nullptr);
+              Comm* tp_comm = nullptr, int max_chunk = 1);
 
   // Feeds tokens[b] at position position() of sequence b and returns the next-token
   // logits, [batch, vocab_size] row-major on the host (padding columns left out).
-  const std::vector<float>& step(const std::vector<int32_t>& tokens);
+  const std::vector<float>& step(const std::vector<int32_t>& tokens) { return forward(tokens, 1, 1); }
+  // Feeds T tokens (1 <= T <= max_chunk) of each sequence, tokens[b * T + t] at position
+  // position() + t, and returns the next-token logits after the last `keep` (0 <= keep <= T)
+  // of them: [batch, keep, vocab_size] row-major on the host.
+  const std::vector<float>& forward(const std::vector<int32_t>& tokens, int T, int keep);
   int position() const { return pos_; }
   int max_positions() const { return max_pos_; }
   int batch() const { return B_; }
+  int max_chunk() const { return max_chunk_; }
   void reset() { pos_ = 0; }  // start new sequences (the caches are overwritten as they go)
   // Sequence b continues what sequence rows[b] held (beam search keeps the best beams):
   // row b of every layer's cache becomes row rows[b]'s.
@@ -46,28 +54,43 @@ class Gpt2Decoder {
 
  private:
   Tensor p(const std::string& name) const { return params_.param(name); }
-  // residual += branch, then the LayerNorm named `ln` (its .weight/.bias) of the result.
-  void residual_norm(const Tensor& branch, const std::string& ln);
-  void tp_sum(const Buffer& b) const;  // over the TP group
+  // residual += branch, then the LayerNorm named `ln` (its .weight/.bias) of the result; the
+  // first `rows` rows of the buffers.
+  void residual_norm(const Tensor& branch, const std::string& ln, int64_t rows);
+  void tp_sum(const Tensor& t) const;  // over the TP group
   // Row-parallel projection: out = in W^T (+ bias, added once by TP rank 0), summed over TP.
-  void row_parallel(const Buffer& out, const Tensor& in, const std::string& weight, const std::string& bias);
-  void gather_logits();  // logits_ of every TP rank -> logits_host_
+  void row_parallel(const Tensor& out, const Tensor& in, const std::string& weight, const std::string& bias);
+  // The LM head on `rows` rows of ln_f's output (tied to wte, this rank's vocabulary rows),
+  // then every TP rank's logits -> logits_host_ [rows, vocab_size].
+  void lm_head(const Tensor& in, int64_t rows);
+  // The first `rows` rows of a [B * max_chunk, width] activation buffer.
+  static Tensor rows_of(const Buffer& b, int64_t rows, int64_t width);
 
   ModelConfig cfg_;
   Backend& be_;
   const ParamStore& params_;
   Comm* tp_comm_;
   int tp_, tp_rank_;
-  int B_, max_pos_, C_, D_;
+  int B_, max_pos_, max_chunk_, C_, D_;
   int Hl_, Fl_;                    // this rank's heads and MLP columns
   int64_t vocab_local_, vocab_start_;  // this rank's rows of the padded vocabulary
   int pos_ = 0;
   std::vector<Buffer> k_cache_, v_cache_;  // per layer [B, max_pos, H, D]
   Buffer reorder_scratch_;                 // one layer's cache, made by the first reorder()
-  Buffer tokens_, x_, ln_, ln_mean_, ln_rstd_, qkv_, att_, proj_, fc_, gelu_, logits_;
+  // Activations of B * max_chunk rows.
+  Buffer tokens_, x_, ln_, ln_mean_, ln_rstd_, qkv_, att_, proj_, fc_, gelu_;
+  // The LM head's rows: its input gathered from the kept positions, and its logits; both
+  // (and the host copies) grow to the most rows a call keeps.
+  Buffer head_in_, logits_;
   std::vector<unsigned char> logits_bytes_;
-  std::vector<float> logits_local_, logits_all_;  // [B, vocab_local]; every rank's, rank-major
+  std::vector<float> logits_local_, logits_all_;  // [rows, vocab_local]; every rank's, rank-major
   std::vector<float> logits_host_;
 };
+
+// Tokens per sequence that one forward() over `length` prompt positions of `batch` sequences
+// should feed: at most 2048 rows (batch x chunk) a pass, and 256 rows when every position's
+// logits are kept (they come to the host as floats: at V = 50257, 200 KB a row, several
+// copies); at least 1, at most `length`.
+int prefill_chunk(int batch, int64_t length, bool all_logits);
 
 }  // namespace trident

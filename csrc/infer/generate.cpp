@@ -49,8 +49,15 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   }
   // The last token of a sequence is never fed: the cache holds one position less.
   const int64_t steps = longest - 1;
-  if (steps == 0) return out;  // single-token prompts, nothing to draw or score
-  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm);
+  bool any = o.logprobs;  // anything to score or draw
+  for (int b = 0; b < B; ++b) any = any || total[b] > out[b].prompt_length;
+  if (steps == 0 || !any) return out;
+  // Positions [0, prefill_end) feed every sequence a prompt token: they go through the model
+  // in chunks of `chunk` positions (B x chunk rows a pass), the logits of only those positions
+  // whose logits are used (all with `logprobs`, else the last: the shortest prompt's end).
+  const int64_t prefill_end = std::min(shortest, steps);
+  const int chunk = prefill_chunk(B, prefill_end, o.logprobs);
+  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm, chunk);
   // Whether sequence b draws no more: ended, or at its length limit.
   const auto drawn_all = [&](int b) {
     return out[b].finished || static_cast<int64_t>(out[b].tokens.size()) == total[b];
@@ -58,18 +65,15 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
 
   SamplingOptions sampling = o.sampling;
   const int64_t V = cfg.vocab_size;
-  std::vector<int32_t> feed(B);
   std::vector<float> row(static_cast<size_t>(V));
-  for (int64_t pos = 0; pos < steps; ++pos) {
-    // A sequence that draws no more keeps step() fed with its last token (logits unused).
-    for (int b = 0; b < B; ++b)
-      feed[b] = out[b].tokens[std::min(static_cast<size_t>(pos), out[b].tokens.size() - 1)];
-    const std::vector<float>& logits = dec.step(feed);
+  // Scores or draws from the logits after the token at `pos` (logits_of(b): sequence b's
+  // row); returns whether a draw, or a prompt token to score, remains at the next position.
+  const auto after = [&](int64_t pos, const auto& logits_of) {
     for (int b = 0; b < B; ++b) {
       Generation& g = out[b];
       const bool in_prompt = pos + 1 < g.prompt_length;  // the next token is the prompt's
       if (in_prompt ? !o.logprobs : drawn_all(b)) continue;
-      std::copy_n(logits.data() + b * V, V, row.data());
+      std::copy_n(logits_of(b), V, row.data());
       if (o.adjust_logits && pos + 1 >= shortest) o.adjust_logits(g.tokens[pos], row.data());
       if (in_prompt) {
         record_logprobs(row.data(), V, g.tokens[pos + 1], top_k_logprobs, g);
@@ -84,9 +88,31 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
       sampling.top_p *= o.top_p_decay;
       if (o.top_p_bound > 0) sampling.top_p = std::max(sampling.top_p, o.top_p_bound);
     }
-    bool more = false;  // a draw, or a prompt token to score, at the next position
+    bool more = false;
     for (int b = 0; b < B; ++b) more = more || !drawn_all(b) || (o.logprobs && pos + 2 < out[b].prompt_length);
-    if (!more) break;
+    return more;
+  };
+
+  std::vector<int32_t> feed;
+  for (int64_t pos = 0; pos < prefill_end;) {
+    const int n = static_cast<int>(std::min<int64_t>(chunk, prefill_end - pos));
+    const int keep = o.logprobs ? n : (pos + n == prefill_end ? 1 : 0);
+    feed.clear();
+    for (int b = 0; b < B; ++b) feed.insert(feed.end(), prompts[b].begin() + pos, prompts[b].begin() + pos + n);
+    const std::vector<float>& logits = dec.forward(feed, n, keep);
+    bool more = true;
+    for (int k = 0; k < keep; ++k)  // position pos + n - keep + k
+      more = after(pos + n - keep + k, [&](int b) { return logits.data() + (static_cast<int64_t>(b) * keep + k) * V; });
+    pos += n;
+    if (!more) return out;
+  }
+  feed.resize(B);
+  for (int64_t pos = prefill_end; pos < steps; ++pos) {
+    // A sequence that draws no more keeps step() fed with its last token (logits unused).
+    for (int b = 0; b < B; ++b)
+      feed[b] = out[b].tokens[std::min(static_cast<size_t>(pos), out[b].tokens.size() - 1)];
+    const std::vector<float>& logits = dec.step(feed);
+    if (!after(pos, [&](int b) { return logits.data() + b * V; })) break;
   }
   return out;
 }

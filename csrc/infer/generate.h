@@ -1,8 +1,8 @@
 // Continuing token sequences with Gpt2Decoder: the loop behind trident-generate's prompts
-// and unconditional samples. A batch of contexts of one length is fed one position at a
-// time; then each sequence draws its next tokens until it draws <|endoftext|> (unless told
-// to ignore it), has `max_new_tokens`, or context + generated fills the model's sequence
-// length.
+// and unconditional samples. A batch of contexts of one length is fed in passes of many
+// positions (prefill); then each sequence draws its next tokens, one position a step, until
+// it draws <|endoftext|> (unless told to ignore it), has `max_new_tokens`, or context +
+// generated fills the model's sequence length.
 //
 // The length rule: a sequence never holds more than cfg.seq_length tokens, context
 // included, so every token of a sample has a position the model was trained at and the
@@ -57,7 +57,8 @@ std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& ba
 // (Megatron's generate_tokens_probs_and_return_on_first_stage): prompts of any lengths
 // decoded together, each fed its own tokens until they run out and then its draws (Megatron's
 // `started` mask), so each continues as it would alone; optional log-probabilities of every
-// token after the first, prompt tokens included (scoring).
+// token after the first, prompt tokens included (scoring). The positions every prompt holds
+// (up to the shortest's length) go through the model in passes of many positions.
 struct DecodeOptions {
   SamplingOptions sampling;
   // Tokens drawn per prompt at most, and at most room_after(prompt length). 0 draws none:

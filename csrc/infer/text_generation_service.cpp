@@ -1,6 +1,7 @@
 #include "infer/text_generation_service.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <ctime>
 
 #include "core/error.h"
@@ -176,26 +177,35 @@ std::vector<std::vector<size_t>> TextGenerationService::batches(const std::vecto
     return a.max_tokens == b.max_tokens && a.wants_logprobs == b.wants_logprobs && a.logprobs == b.logprobs &&
            a.stop == b.stop;
   };
+  constexpr int64_t kLengthSpread = 16;  // prompt positions a batch may decode one step each
   std::vector<std::vector<size_t>> out;
-  int64_t prompts = 0, longest = 0;  // the open batch's
+  int64_t prompts = 0, longest = 0, shortest = 0;  // the open batch's
   for (size_t i = 0; i < requests.size(); ++i) {
     const PreparedRequest& r = requests[i];
-    int64_t its_longest = 0;
-    for (const auto& p : r.prompts) its_longest = std::max<int64_t>(its_longest, static_cast<int64_t>(p.size()));
+    int64_t its_longest = 0, its_shortest = INT64_MAX;
+    for (const auto& p : r.prompts) {
+      its_longest = std::max<int64_t>(its_longest, static_cast<int64_t>(p.size()));
+      its_shortest = std::min<int64_t>(its_shortest, static_cast<int64_t>(p.size()));
+    }
     const int64_t more = static_cast<int64_t>(r.prompts.size());
     bool joins = !out.empty() && greedy_completion(r);
     if (joins) {
       const PreparedRequest& open = requests[out.back().front()];
+      const int64_t max_tokens = r.completions.max_tokens;
       joins = greedy_completion(open) && alike(open.completions, r.completions) &&
-              (prompts + more) * (std::max(longest, its_longest) + r.completions.max_tokens) <= max_tokens_to_oom_;
+              (prompts + more) * (std::max(longest, its_longest) + max_tokens) <= max_tokens_to_oom_ &&
+              std::max(longest, its_longest) - std::min(shortest, its_shortest) <=
+                  std::max(kLengthSpread, max_tokens);
     }
     if (!joins) {
       out.emplace_back();
       prompts = longest = 0;
+      shortest = INT64_MAX;
     }
     out.back().push_back(i);
     prompts += more;
     longest = std::max(longest, its_longest);
+    shortest = std::min(shortest, its_shortest);
   }
   return out;
 }

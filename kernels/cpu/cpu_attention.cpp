@@ -8,7 +8,7 @@
 // The backward recomputes p from lse, so nothing but lse is saved; with dp_ij = z_ij do_i.v_j:
 //   dv_j += p_ij z_ij do_i;  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik);
 //   dq_i = sum_j ds_ij k_j / sqrt(D);  dk_j += ds_ij q_i / sqrt(D).
-// attention_decode (generation) attends one new query per sequence over a KV cache.
+// attention_decode (generation) attends the new queries of each sequence over a KV cache.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -197,53 +197,46 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
 
 namespace trident::cpu {
 
-// Generation: the new token's K and V go into the caches at `pos`, then each (batch, head)
-// row attends over positions [0, pos] with an fp32 softmax from the row maximum.
+// Generation: the new tokens' K and V go into the caches at positions pos .. pos + T - 1,
+// then the query at pos + t of each (batch, head) attends over [0, pos + t] with an fp32
+// softmax from the row maximum.
 void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out) {
   const char* op = "attention_decode";
-  for (const Tensor* t : {&qkv, &k_cache, &v_cache, &out}) check_float(op, *t);
-  CPU_CHECK(op, k_cache.dtype == qkv.dtype && v_cache.dtype == qkv.dtype, "the caches must have qkv's dtype ",
-            dtype_name(qkv.dtype));
-  CPU_CHECK(op, qkv.ndim() == 4 && qkv.shape[1] == 3, "qkv must be [B, 3, H, D], got ", qkv.shape.str());
-  const int64_t B = qkv.shape[0], H = qkv.shape[2], D = qkv.shape[3];
-  CPU_CHECK(op, k_cache.ndim() == 4 && k_cache.shape[0] == B && k_cache.shape[2] == H && k_cache.shape[3] == D &&
-                    v_cache.shape == k_cache.shape,
-            "caches must be [B, Tmax, H, D] = [", B, ", Tmax, ", H, ", ", D, "], got ", k_cache.shape.str(), " and ",
-            v_cache.shape.str());
-  const int64_t Tmax = k_cache.shape[1];
-  CPU_CHECK(op, pos >= 0 && pos < Tmax, "position ", pos, " outside the cache of ", Tmax);
-  CPU_CHECK(op, out.numel() == B * H * D, "out ", out.shape.str(), " for [", B, ", ", H, ", ", D, "]");
-  const int64_t C = H * D;
+  for (const Tensor* t : {&qkv, &k_cache, &v_cache, &out}) check_cpu(op, *t);
+  const DecodeShape s = check_decode_shapes(op, qkv, k_cache, v_cache, pos, out);
+  const int64_t B = s.B, T = s.T, H = s.H, D = s.D, Tmax = s.Tmax, C = H * D;
   std::vector<float> row(static_cast<size_t>(C));
-  for (int64_t b = 0; b < B; ++b) {  // the new K and V first (rounded to the cache dtype)
-    const int64_t at = (b * Tmax + pos) * C;
-    load_f32(qkv, (b * 3 + 1) * C, C, row.data());
-    store_f32(k_cache, at, C, row.data());
-    load_f32(qkv, (b * 3 + 2) * C, C, row.data());
-    store_f32(v_cache, at, C, row.data());
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int64_t n = pos + 1;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      std::vector<float> q(D), kv(D), p(n), acc(D, 0.f);
-      load_f32(qkv, b * 3 * C + h * D, D, q.data());
-      float mx = -INFINITY;
-      for (int64_t t = 0; t < n; ++t) {
-        load_f32(k_cache, (b * Tmax + t) * C + h * D, D, kv.data());
-        p[t] = dot(q.data(), kv.data(), D) * scale;
-        mx = std::max(mx, p[t]);
-      }
-      float sum = 0.f;
-      for (int64_t t = 0; t < n; ++t) sum += p[t] = std::exp(p[t] - mx);
-      for (int64_t t = 0; t < n; ++t) {
-        load_f32(v_cache, (b * Tmax + t) * C + h * D, D, kv.data());
-        for (int64_t d = 0; d < D; ++d) acc[d] += p[t] * kv[d];
-      }
-      for (int64_t d = 0; d < D; ++d) acc[d] /= sum;
-      store_f32(out, (b * H + h) * D, D, acc.data());
+  for (int64_t b = 0; b < B; ++b)  // the new K and V first (rounded to the cache dtype)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t at = (b * Tmax + pos + t) * C, token = (b * T + t) * 3 * C;
+      load_f32(qkv, token + C, C, row.data());
+      store_f32(k_cache, at, C, row.data());
+      load_f32(qkv, token + 2 * C, C, row.data());
+      store_f32(v_cache, at, C, row.data());
     }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t n = pos + t + 1;  // keys this query sees
+        std::vector<float> q(D), kv(D), p(n), acc(D, 0.f);
+        load_f32(qkv, (b * T + t) * 3 * C + h * D, D, q.data());
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; ++j) {
+          load_f32(k_cache, (b * Tmax + j) * C + h * D, D, kv.data());
+          p[j] = dot(q.data(), kv.data(), D) * scale;
+          mx = std::max(mx, p[j]);
+        }
+        float sum = 0.f;
+        for (int64_t j = 0; j < n; ++j) sum += p[j] = std::exp(p[j] - mx);
+        for (int64_t j = 0; j < n; ++j) {
+          load_f32(v_cache, (b * Tmax + j) * C + h * D, D, kv.data());
+          for (int64_t d = 0; d < D; ++d) acc[d] += p[j] * kv[d];
+        }
+        for (int64_t d = 0; d < D; ++d) acc[d] /= sum;
+        store_f32(out, ((b * T + t) * H + h) * D, D, acc.data());
+      }
 }
 
 }  // namespace trident::cpu

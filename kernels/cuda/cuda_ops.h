@@ -53,7 +53,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
                         const Tensor& dqkv, const AttentionShape& shape, const DropoutKey& drop,
                         CachingAllocator& scratch, cudaStream_t s);
 
-// cuda_attention_decode.cu (generation: one query per sequence over a KV cache)
+// cuda_attention_decode.cu (generation: new queries of each sequence over a KV cache)
 void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
                       cudaStream_t s);
 

@@ -6,6 +6,7 @@
 // context is 2048), B*H from 1 to 48 blocks. Cache rows after `pos` hold NaN on both
 // sides: reading one would poison the output.
 //
+// The same for several new tokens a sequence (prefill, qkv [B, T, 3, H, D]).
 // Checked: out within tolerance of the CPU; both caches byte-identical to the CPU's (row
 // pos is the token's K / V copied, nothing else written); the caches also equal the
 // expected bytes computed here (old bytes, row pos replaced); two identical GPU calls give
@@ -37,11 +38,12 @@ namespace {
 struct DecodeCase {
   int B, Tmax, H, D;
   std::vector<int> positions;
+  int T = 1;  // new tokens a sequence (T > 1: prefill)
 };
 
 std::string describe(const DecodeCase& c, int pos) {
   std::ostringstream os;
-  os << "B=" << c.B << " Tmax=" << c.Tmax << " H=" << c.H << " D=" << c.D << " pos=" << pos;
+  os << "B=" << c.B << " Tmax=" << c.Tmax << " H=" << c.H << " D=" << c.D << " pos=" << pos << " T=" << c.T;
   return os.str();
 }
 
@@ -94,16 +96,17 @@ class CudaAttentionDecode : public CudaVsCpuDtype {
   void run(const DecodeCase& c, int pos) {
     SCOPED_TRACE(describe(c, pos));
     const DType t = dt();
+    const int T = c.T;
     const size_t C = static_cast<size_t>(c.H) * c.D, rows = static_cast<size_t>(c.B) * c.Tmax;
     std::vector<float> k = uniform(rows * C), v = uniform(rows * C);
-    for (int b = 0; b < c.B; ++b)  // rows after pos: NaN (never read, never written)
-      for (size_t i = (static_cast<size_t>(b) * c.Tmax + pos + 1) * C; i < (static_cast<size_t>(b) + 1) * c.Tmax * C;
+    for (int b = 0; b < c.B; ++b)  // rows after the new ones: NaN (never read, never written)
+      for (size_t i = (static_cast<size_t>(b) * c.Tmax + pos + T) * C; i < (static_cast<size_t>(b) + 1) * c.Tmax * C;
            ++i)
         k[i] = v[i] = std::numeric_limits<float>::quiet_NaN();
-    const std::vector<float> q = uniform(static_cast<size_t>(c.B) * 3 * C);
-    Pair qkv = upload(Shape{c.B, 3, c.H, c.D}, t, q);
+    const std::vector<float> q = uniform(static_cast<size_t>(c.B) * T * 3 * C);
+    Pair qkv = upload(T == 1 ? Shape{c.B, 3, c.H, c.D} : Shape{c.B, T, 3, c.H, c.D}, t, q);
     Pair kc = upload(Shape{c.B, c.Tmax, c.H, c.D}, t, k), vc = upload(Shape{c.B, c.Tmax, c.H, c.D}, t, v);
-    Pair out = filled(Shape{c.B, c.H, c.D}, t, 7.f);  // "=": the 7s must all go
+    Pair out = filled(T == 1 ? Shape{c.B, c.H, c.D} : Shape{c.B, T, c.H, c.D}, t, 7.f);  // "=": the 7s must all go
     cpu().attention_decode(qkv.cpu, kc.cpu, vc.cpu, pos, out.cpu);
     gpu().attention_decode(qkv.gpu, kc.gpu, vc.gpu, pos, out.gpu);
     gpu().synchronize();
@@ -112,17 +115,20 @@ class CudaAttentionDecode : public CudaVsCpuDtype {
     note(host_gpu(out), host_cpu(out));
     expect_identical(kc, "k_cache");
     expect_identical(vc, "v_cache");
-    // Independently of the CPU: the old bytes with row pos replaced by the token's K / V.
+    // Independently of the CPU: the old bytes with rows pos .. pos + T - 1 replaced by the
+    // tokens' K / V.
     const size_t es = dtype_size(t);
     std::vector<unsigned char> want_k = to_bytes(k, t), want_v = to_bytes(v, t);
     const std::vector<unsigned char> qb = to_bytes(q, t);
-    for (int b = 0; b < c.B; ++b) {
-      const size_t at = (static_cast<size_t>(b) * c.Tmax + pos) * C * es;
-      std::memcpy(want_k.data() + at, qb.data() + (static_cast<size_t>(b) * 3 + 1) * C * es, C * es);
-      std::memcpy(want_v.data() + at, qb.data() + (static_cast<size_t>(b) * 3 + 2) * C * es, C * es);
-    }
-    EXPECT_TRUE(raw(gpu(), kc.gpu) == want_k) << "gpu k_cache is not the old cache with row pos replaced";
-    EXPECT_TRUE(raw(gpu(), vc.gpu) == want_v) << "gpu v_cache is not the old cache with row pos replaced";
+    for (int b = 0; b < c.B; ++b)
+      for (int j = 0; j < T; ++j) {
+        const size_t at = (static_cast<size_t>(b) * c.Tmax + pos + j) * C * es;
+        const size_t token = (static_cast<size_t>(b) * T + j) * 3 * C * es;
+        std::memcpy(want_k.data() + at, qb.data() + token + C * es, C * es);
+        std::memcpy(want_v.data() + at, qb.data() + token + 2 * C * es, C * es);
+      }
+    EXPECT_TRUE(raw(gpu(), kc.gpu) == want_k) << "gpu k_cache is not the old cache with the new rows replaced";
+    EXPECT_TRUE(raw(gpu(), vc.gpu) == want_v) << "gpu v_cache is not the old cache with the new rows replaced";
   }
 
   double worst_abs_ = 0, worst_rel_ = 0;
@@ -133,6 +139,22 @@ TEST_P(CudaAttentionDecode, MatchesCpu) {
   for (const DecodeCase& c : cases())
     for (int pos : c.positions) run(c, pos);
   print_worst("decode out");
+}
+
+// Several new tokens a sequence (prefill): a prompt from position 0, chunks after cached
+// positions (keys from the cache and from the chunk), a chunk that fills the cache, the
+// longest context in one pass.
+TEST_P(CudaAttentionDecode, PrefillMatchesCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const std::vector<DecodeCase> prefill = {
+      {2, 64, 3, 64, {0}, 64},        // a whole prompt
+      {3, 300, 2, 120, {100}, 150},   // after 100 cached positions, across the 128-thread stride
+      {1, 40, 5, 8, {33}, 7},         // fills the cache
+      {1, 2048, 2, 128, {0}, 2048},   // the longest GPT-2 context at D = 128
+  };
+  for (const DecodeCase& c : prefill)
+    for (int pos : c.positions) run(c, pos);
+  print_worst("prefill out");
 }
 
 // Same inputs twice: the same bytes (fixed-order block reductions, no atomics).

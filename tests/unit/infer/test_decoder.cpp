@@ -1,6 +1,7 @@
 // Gpt2Decoder (KV-cache generation) against the independent double-precision GPT-2 of
 // tests/unit/model/gpt2_reference.h: the logits after every token of several sequences,
-// decoded together, equal the reference's logits of the whole sequences at every position.
+// decoded together one token a step or several a pass (prefill), equal the reference's
+// logits of the whole sequences at every position.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,7 +13,10 @@
 namespace trident {
 namespace {
 
-void check_against_reference(DType dt, double tol) {
+// Feeds B random sequences of the model's length in passes of chunks[i].first tokens,
+// keeping the logits of the last chunks[i].second of each (the chunks cover the sequence),
+// and compares every kept logit with the reference's at its position.
+void check_against_reference(DType dt, double tol, const std::vector<std::pair<int, int>>& chunks) {
   test::TinyModel f(dt);
   const int B = 3, T = f.cfg.seq_length;
   std::mt19937 rng(9);
@@ -20,33 +24,62 @@ void check_against_reference(DType dt, double tol) {
   for (int& t : tokens) t = static_cast<int>(rng() % f.cfg.vocab_size);
   const std::vector<double> want = f.reference_logits(tokens, B, T);
   const int64_t V = f.cfg.vocab_size;
-  Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T);
+  int max_chunk = 1;
+  for (const auto& c : chunks) max_chunk = std::max(max_chunk, c.first);
+  Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T, nullptr, max_chunk);
   double worst = 0, scale = 0;
-  for (int t = 0; t < T; ++t) {
-    std::vector<int32_t> feed(B);
-    for (int b = 0; b < B; ++b) feed[b] = tokens[b * T + t];
-    const std::vector<float>& got = dec.step(feed);
-    ASSERT_EQ(static_cast<int64_t>(got.size()), B * V);
+  int compared = 0;
+  for (const auto& [n, keep] : chunks) {
+    const int pos = dec.position();
+    std::vector<int32_t> feed;
+    for (int b = 0; b < B; ++b) feed.insert(feed.end(), tokens.begin() + b * T + pos, tokens.begin() + b * T + pos + n);
+    const std::vector<float>& got = n == 1 && keep == 1 ? dec.step(feed) : dec.forward(feed, n, keep);
+    ASSERT_EQ(static_cast<int64_t>(got.size()), B * keep * V);
     for (int b = 0; b < B; ++b)
-      for (int64_t v = 0; v < V; ++v) {
-        const double w = want[(static_cast<size_t>(b) * T + t) * V + v];
-        worst = std::max(worst, std::fabs(got[b * V + v] - w));
-        scale = std::max(scale, std::fabs(w));
-      }
+      for (int k = 0; k < keep; ++k, ++compared)
+        for (int64_t v = 0; v < V; ++v) {
+          const double w = want[(static_cast<size_t>(b) * T + pos + n - keep + k) * V + v];
+          worst = std::max(worst, std::fabs(got[(b * keep + k) * V + v] - w));
+          scale = std::max(scale, std::fabs(w));
+        }
   }
-  EXPECT_EQ(dec.position(), T);
+  ASSERT_EQ(dec.position(), T) << "the chunks must cover the sequence";
+  EXPECT_GT(compared, 0);
   EXPECT_LE(worst, tol * scale) << "worst |logit - reference| " << worst << " of logits up to " << scale;
-  std::printf("%s: worst |logit - reference| %.3g of logits up to %.3g\n", dtype_name(dt), worst, scale);
+  std::printf("%s, %zu passes: worst |logit - reference| %.3g of logits up to %.3g (%d rows)\n", dtype_name(dt),
+              chunks.size(), worst, scale, compared);
   // A full cache: one more token is a clear error, not a write past the end.
   EXPECT_THROW(dec.step(std::vector<int32_t>(B, 0)), ConfigError);
   dec.reset();
   EXPECT_EQ(dec.position(), 0);
 }
 
+// One token a step, every position kept.
+std::vector<std::pair<int, int>> single_steps(int T) { return std::vector<std::pair<int, int>>(T, {1, 1}); }
+
 // fp32: the decoder's fp32 sums against double, logits of order 10.
-TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionFp32) { check_against_reference(DType::F32, 1e-5); }
+TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionFp32) {
+  check_against_reference(DType::F32, 1e-5, single_steps(test::TinyModel(DType::F32).cfg.seq_length));
+}
 // bf16 activations (8-bit mantissa) through 2 layers: a few roundings of 0.4%.
-TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionBf16) { check_against_reference(DType::BF16, 2e-2); }
+TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionBf16) {
+  check_against_reference(DType::BF16, 2e-2, single_steps(test::TinyModel(DType::BF16).cfg.seq_length));
+}
+
+// Prefill: several tokens a pass (a prompt from position 0, then chunks after cached
+// positions), all logits kept, some, or none; then single steps.
+TEST(Gpt2Decoder, ChunkedPassesMatchTheReference) {
+  const int T = test::TinyModel(DType::F32).cfg.seq_length;
+  ASSERT_GE(T, 8);
+  const std::vector<std::pair<int, int>> whole = {{T, T}};
+  const std::vector<std::pair<int, int>> mixed = {{3, 3}, {2, 1}, {1, 0}, {1, 1}, {T - 7, T - 7}};
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const double tol = dt == DType::F32 ? 1e-5 : 2e-2;
+    check_against_reference(dt, tol, whole);
+    check_against_reference(dt, tol, mixed);
+  }
+}
 
 TEST(Gpt2Decoder, RejectsBadTokensAndSizes) {
   test::TinyModel f(DType::F32);
@@ -54,6 +87,15 @@ TEST(Gpt2Decoder, RejectsBadTokensAndSizes) {
   EXPECT_THROW(dec.step({1}), InternalError);                      // one token for two sequences
   EXPECT_THROW(dec.step({1, static_cast<int32_t>(f.cfg.vocab_size)}), InternalError);  // outside the vocabulary
   EXPECT_THROW(Gpt2Decoder(f.cfg, *f.be, *f.params, 1, f.cfg.max_position_embeddings + 1), InternalError);
+  Gpt2Decoder chunked(f.cfg, *f.be, *f.params, 2, 4, nullptr, 3);
+  EXPECT_THROW(chunked.forward(std::vector<int32_t>(8, 1), 4, 1), InternalError);  // above max_chunk
+  EXPECT_THROW(chunked.forward(std::vector<int32_t>(6, 1), 3, 4), InternalError);  // keeps more than it feeds
+  EXPECT_THROW(chunked.forward(std::vector<int32_t>(5, 1), 3, 1), InternalError);  // 5 tokens for 2 x 3
+  EXPECT_THROW(chunked.forward({}, 0, 0), InternalError);
+  EXPECT_EQ(chunked.position(), 0) << "a rejected pass moved the position";
+  chunked.forward(std::vector<int32_t>(6, 1), 3, 0);
+  EXPECT_THROW(chunked.forward(std::vector<int32_t>(4, 1), 2, 1), ConfigError);  // positions 3 and 4 of 4
+  EXPECT_THROW(Gpt2Decoder(f.cfg, *f.be, *f.params, 1, 4, nullptr, 0), InternalError);
 }
 
 }  // namespace

@@ -53,6 +53,17 @@ TEST(RequestBatches, GreedyCompletionsThatDecodeAlikeShareABatch) {
   r[1].completions.stop = {"x"};  // decodes differently
   EXPECT_EQ(s.make(12000).batches(r), (B{{0}, {1}, {2}, {3}, {4}, {5, 6}}));
   EXPECT_TRUE(s.make(12000).batches({}).empty());
+  // Prompt lengths 1 and 18 (a spread of 17) share a batch only when 17 or more tokens are
+  // drawn: below that, the 17 one-token steps would outweigh feeding each prompt alone.
+  const std::vector<int32_t> long_prompt(18, 2);
+  for (int64_t max_tokens : {0, 16, 17}) {
+    const std::vector<PreparedRequest> spread = {completion(max_tokens, 0.0, {{1}}),
+                                                 completion(max_tokens, 0.0, {long_prompt})};
+    EXPECT_EQ(s.make(12000).batches(spread), max_tokens == 17 ? (B{{0, 1}}) : (B{{0}, {1}})) << max_tokens;
+  }
+  // Within the spread of 16, scored prompts batch.
+  EXPECT_EQ(s.make(12000).batches({completion(0, 0.0, {{1}}), completion(0, 0.0, {std::vector<int32_t>(17, 2)})}),
+            (B{{0, 1}}));
 }
 
 // Three greedy requests decoded as one batch answer as each decoded alone (texts, tokens,

@@ -1,4 +1,4 @@
-// attention_decode (generation: one new token per sequence over a KV cache) on the CPU
+// attention_decode (generation: new tokens of each sequence over a KV cache) on the CPU
 // backend, against the double-precision reference ref::attention_decode (naive_ref.h):
 //  - the output, for every (b, h), is softmax(q . K[0..pos]^T / sqrt(D)) V[0..pos] over the
 //    rounded cache contents, for fp32/fp16/bf16 at awkward sizes (B 1 and 3, H 1 and 5,
@@ -9,6 +9,9 @@
 //    one would also poison the output);
 //  - decoding a sequence step by step gives, row by row, the output of the full causal
 //    attention_forward (no dropout) on the whole [B, T, 3, H, D] sequence;
+//  - several new tokens at once (prefill, qkv [B, T, 3, H, D]): each query against the
+//    reference over the cache up to its own position, the caches written at the chunk's
+//    rows only; a sequence fed in chunks of any sizes gives the bytes of single steps;
 //  - bad shapes, dtypes and positions outside [0, Tmax) throw InternalError and write
 //    nothing.
 // Tolerances (|got - want| <= atol + rtol |want|); the measured maxima are printed:
@@ -81,62 +84,77 @@ void expect_same_cache(const std::vector<char>& got, const std::vector<char>& wa
 
 struct Dims {
   int B, Tmax, H, D, pos;
+  int T = 1;  // new tokens a sequence (T > 1: prefill, qkv [B, T, 3, H, D])
   std::string str() const {
     return "B=" + std::to_string(B) + " Tmax=" + std::to_string(Tmax) + " H=" + std::to_string(H) +
-           " D=" + std::to_string(D) + " pos=" + std::to_string(pos);
+           " D=" + std::to_string(D) + " pos=" + std::to_string(pos) + " T=" + std::to_string(T);
   }
 };
 
 // One call of the op on fresh data: checks the output against the reference and the caches
-// against the expected bytes (the old bytes with row pos replaced); adds the output's
-// errors to `worst`.
+// against the expected bytes (the old bytes with rows pos .. pos + T - 1 replaced); adds the
+// output's errors to `worst`.
 void run_case(Backend& be, const Dims& c, DType qkv_dt, DType cache_dt, DType out_dt, uint32_t seed, Worst& worst) {
   SCOPED_TRACE(c.str() + " qkv " + dtype_name(qkv_dt) + " cache " + dtype_name(cache_dt) + " out " +
                dtype_name(out_dt));
-  const int B = c.B, Tmax = c.Tmax, H = c.H, D = c.D, pos = c.pos;
+  const int B = c.B, Tmax = c.Tmax, H = c.H, D = c.D, pos = c.pos, T = c.T;
   const size_t C = size_t(H) * D;
-  const auto qkv = randn(B * 3 * C, seed);
-  // The history (rows < pos) random, row pos stale random (must be overwritten), rows after
-  // pos NaN (must be neither read nor written).
+  const auto qkv = randn(size_t(B) * T * 3 * C, seed);
+  // The history (rows < pos) random, rows pos .. pos + T - 1 stale random (must be
+  // overwritten), rows after them NaN (must be neither read nor written).
   auto kc = randn(B * Tmax * C, seed + 1), vc = randn(B * Tmax * C, seed + 2);
   for (int b = 0; b < B; ++b)
-    for (size_t i = (size_t(b) * Tmax + pos + 1) * C; i < (size_t(b) + 1) * Tmax * C; ++i)
+    for (size_t i = (size_t(b) * Tmax + pos + T) * C; i < (size_t(b) + 1) * Tmax * C; ++i)
       kc[i] = vc[i] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<char> qkv_b = to_bytes(qkv, qkv_dt), kc_b = to_bytes(kc, cache_dt), vc_b = to_bytes(vc, cache_dt);
-  Buffer QKV = upload_bytes(be, qkv_b, Shape{B, 3, H, D}, qkv_dt);
+  Buffer QKV = upload_bytes(be, qkv_b, T == 1 ? Shape{B, 3, H, D} : Shape{B, T, 3, H, D}, qkv_dt);
   Buffer KC = upload_bytes(be, kc_b, Shape{B, Tmax, H, D}, cache_dt);
   Buffer VC = upload_bytes(be, vc_b, Shape{B, Tmax, H, D}, cache_dt);
-  Buffer OUT = upload(be, std::vector<float>(B * C, 7.f), Shape{B, H, D}, out_dt);  // "=": the 7s must go
+  // "=": the 7s must go.
+  Buffer OUT = upload(be, std::vector<float>(size_t(B) * T * C, 7.f), T == 1 ? Shape{B, H, D} : Shape{B, T, H, D},
+                      out_dt);
   be.attention_decode(QKV, KC, VC, pos, OUT);
 
-  // Expected caches: row pos of every sequence = the token's K / V (as stored in qkv's
+  // Expected caches: row pos + t of every sequence = token t's K / V (as stored in qkv's
   // dtype) rounded to the cache dtype; every other byte as before.
   std::vector<char> want_k = kc_b, want_v = vc_b;
-  Vec q(B * C);
+  const auto qkv_at = [&](int b, int t, int which, size_t i) {
+    return load_as_float(qkv_b.data(), qkv_dt, ((size_t(b) * T + t) * 3 + which) * C + i);
+  };
   for (int b = 0; b < B; ++b)
-    for (size_t i = 0; i < C; ++i) {
-      q[b * C + i] = load_as_float(qkv_b.data(), qkv_dt, (size_t(b) * 3 + 0) * C + i);
-      const size_t at = (size_t(b) * Tmax + pos) * C + i;
-      store_from_float(want_k.data(), cache_dt, at, load_as_float(qkv_b.data(), qkv_dt, (size_t(b) * 3 + 1) * C + i));
-      store_from_float(want_v.data(), cache_dt, at, load_as_float(qkv_b.data(), qkv_dt, (size_t(b) * 3 + 2) * C + i));
-    }
+    for (int t = 0; t < T; ++t)
+      for (size_t i = 0; i < C; ++i) {
+        const size_t at = (size_t(b) * Tmax + pos + t) * C + i;
+        store_from_float(want_k.data(), cache_dt, at, qkv_at(b, t, 1, i));
+        store_from_float(want_v.data(), cache_dt, at, qkv_at(b, t, 2, i));
+      }
   expect_same_cache(bytes(be, KC), want_k, cache_dt, Tmax, H, D, "k_cache");
   expect_same_cache(bytes(be, VC), want_v, cache_dt, Tmax, H, D, "v_cache");
 
-  const Vec want = ref::attention_decode(q, values(want_k, cache_dt), values(want_v, cache_dt), B, Tmax, H, D, pos);
   const Vec got = download(be, OUT);
   const double tol = dtype_tol(out_dt);
-  expect_close(got, want, tol, tol, "out");
-  worst.add(got, want);
-  if (pos == 0) {  // one position: weight exp(0) / 1 = 1, so out is the token's V exactly
-    Vec v0(B * C);
+  for (int t = 0; t < T; ++t) {  // query t sees the cache up to pos + t
+    SCOPED_TRACE("token " + std::to_string(t));
+    Vec q(B * C), got_t(B * C);
     for (int b = 0; b < B; ++b)
       for (size_t i = 0; i < C; ++i) {
-        uint32_t slot = 0;
-        store_from_float(&slot, out_dt, 0, load_as_float(want_v.data(), cache_dt, size_t(b) * Tmax * C + i));
-        v0[b * C + i] = load_as_float(&slot, out_dt, 0);
+        q[b * C + i] = qkv_at(b, t, 0, i);
+        got_t[b * C + i] = got[(size_t(b) * T + t) * C + i];
       }
-    expect_close(got, v0, 0, 0, "out at pos 0 (= V)");
+    const Vec want =
+        ref::attention_decode(q, values(want_k, cache_dt), values(want_v, cache_dt), B, Tmax, H, D, pos + t);
+    expect_close(got_t, want, tol, tol, "out");
+    worst.add(got_t, want);
+    if (pos + t == 0) {  // one position: weight exp(0) / 1 = 1, so out is the token's V exactly
+      Vec v0(B * C);
+      for (int b = 0; b < B; ++b)
+        for (size_t i = 0; i < C; ++i) {
+          uint32_t slot = 0;
+          store_from_float(&slot, out_dt, 0, load_as_float(want_v.data(), cache_dt, size_t(b) * Tmax * C + i));
+          v0[b * C + i] = load_as_float(&slot, out_dt, 0);
+        }
+      expect_close(got_t, v0, 0, 0, "out at pos 0 (= V)");
+    }
   }
 }
 
@@ -163,6 +181,59 @@ TEST_P(AttentionDecode, MatchesReferenceAndWritesOnlyRowPos) {
           }
         }
   worst.print(std::string("decode vs reference ") + dtype_name(dt) + " (" + std::to_string(n) + " cases)");
+}
+
+// (e) Several new tokens a sequence (prefill): a prompt from position 0, chunks after
+// cached positions, a chunk that fills the cache; each query against the reference over
+// the cache up to its own position, the caches written at the chunk's rows only.
+TEST_P(AttentionDecode, PrefillMatchesReferenceAndWritesOnlyItsRows) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  Worst worst;
+  uint32_t seed = 500;
+  for (const Dims& c : {Dims{1, 8, 1, 8, 0, 8}, Dims{3, 17, 5, 64, 0, 9}, Dims{2, 40, 3, 120, 13, 11},
+                        Dims{3, 20, 2, 8, 15, 5}, Dims{1, 33, 4, 64, 1, 2}})
+    run_case(*be, c, dt, dt, dt, seed += 7, worst);
+  worst.print(std::string("prefill vs reference ") + dtype_name(dt));
+}
+
+// (f) A sequence fed in chunks of any sizes gives the bytes of feeding it one token at a
+// time: the output of every token and both caches (the CPU op computes each query alike).
+TEST_P(AttentionDecode, ChunksGiveTheBytesOfSingleSteps) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const int B = 2, T = 13, H = 3, D = 8, Tmax = 16;
+  const size_t C = size_t(H) * D, es = dtype_size(dt);
+  const std::vector<char> seq = to_bytes(randn(size_t(B) * T * 3 * C, 77, 1.5f), dt);
+  const std::vector<char> nan_cache = to_bytes(std::vector<float>(size_t(B) * Tmax * C, NAN), dt);
+  // Feeds the sequence in chunks of the given sizes; returns the outputs [B, T, H, D] and caches.
+  const auto feed = [&](const std::vector<int>& chunks) {
+    Buffer KC = upload_bytes(*be, nan_cache, Shape{B, Tmax, H, D}, dt);
+    Buffer VC = upload_bytes(*be, nan_cache, Shape{B, Tmax, H, D}, dt);
+    std::vector<char> outs(size_t(B) * T * C * es);
+    int pos = 0;
+    for (int n : chunks) {
+      std::vector<char> part(size_t(B) * n * 3 * C * es);
+      for (int b = 0; b < B; ++b)
+        std::memcpy(part.data() + size_t(b) * n * 3 * C * es, seq.data() + (size_t(b) * T + pos) * 3 * C * es,
+                    size_t(n) * 3 * C * es);
+      Buffer QKV = upload_bytes(*be, part, Shape{B, n, 3, H, D}, dt);
+      Buffer out = be->empty(Shape{B, n, H, D}, dt);
+      be->attention_decode(QKV, KC, VC, pos, out);
+      const std::vector<char> o = bytes(*be, out);
+      for (int b = 0; b < B; ++b)
+        std::memcpy(outs.data() + (size_t(b) * T + pos) * C * es, o.data() + size_t(b) * n * C * es,
+                    size_t(n) * C * es);
+      pos += n;
+    }
+    return std::vector<std::vector<char>>{outs, bytes(*be, KC), bytes(*be, VC)};
+  };
+  const auto steps = feed(std::vector<int>(T, 1));
+  for (const std::vector<int>& chunks : {std::vector<int>{T}, std::vector<int>{4, 1, 8}, std::vector<int>{2, 11}}) {
+    const auto got = feed(chunks);
+    EXPECT_TRUE(got[0] == steps[0]) << "outputs differ from single steps, chunks of " << chunks[0] << "...";
+    EXPECT_TRUE(got[1] == steps[1] && got[2] == steps[2]) << "caches differ from single steps";
+  }
 }
 
 // The output may have another dtype than qkv (fp32 output of 16-bit inputs); caches of
@@ -266,6 +337,13 @@ TEST_P(AttentionDecode, RejectsBadArguments) {
   // out not B*H*D elements.
   EXPECT_THROW(be->attention_decode(qkv, kc, vc, 0, view(big, Shape{B, H, D - 1})), InternalError);
   EXPECT_THROW(be->attention_decode(qkv, kc, vc, 0, view(big, Shape{B, H + 1, D})), InternalError);
+  // Several tokens: positions past the cache's end, out not [B, T, H, D], qkv [B, T, 2, H, D].
+  const Tensor qkv3 = view(big, Shape{B, 3, 3, H, D}), out3 = view(big, Shape{B, 3, H, D});
+  EXPECT_THROW(be->attention_decode(qkv3, kc, vc, Tmax - 2, out3), InternalError);
+  EXPECT_THROW(be->attention_decode(qkv3, kc, vc, 0, out), InternalError);
+  EXPECT_THROW(be->attention_decode(view(big, Shape{B, 3, 2, H, D}), kc, vc, 0, out3), InternalError);
+  EXPECT_THROW(be->attention_decode(view(big, Shape{B, 0, 3, H, D}), kc, vc, 0, view(big, Shape{B, 0, H, D})),
+               InternalError);
   // Integer tensors.
   EXPECT_THROW(be->attention_decode(view(ints, Shape{B, 3, H, D}), kc, vc, 0, out), InternalError);
   EXPECT_THROW(be->attention_decode(qkv, view(ints, Shape{B, Tmax, H, D}), vc, 0, out), InternalError);
