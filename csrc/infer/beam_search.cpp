@@ -63,7 +63,8 @@ std::vector<BeamHypothesis> beam_search(const ModelConfig& cfg, Backend& backend
   TRIDENT_CHECK(2 * static_cast<int64_t>(W) <= V, "beam_search: ", W, " beams over ", V, " tokens");
   // The prompt goes through in chunks of up to `chunk` positions (W x chunk rows a pass),
   // only the last position's logits computed.
-  const int chunk = prefill_chunk(W, P, false);
+  const int chunk = o.prefill_chunk > 0 ? static_cast<int>(std::min<int64_t>(o.prefill_chunk, P))
+                                        : prefill_chunk(W, P, false);
   Gpt2Decoder dec(cfg, backend, params, W, static_cast<int>(P + o.max_new_tokens - 1), tp_comm, chunk);
   const std::vector<float>* logits = nullptr;
   std::vector<int32_t> feed;

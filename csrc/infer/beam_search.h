@@ -32,6 +32,7 @@ struct BeamSearchOptions {
   int32_t stop_token = 50256;
   double length_penalty = 1.0;
   std::function<void(int32_t, float*)> adjust_logits;  // as DecodeOptions'
+  int64_t prefill_chunk = 0;                            // as DecodeOptions'
 };
 
 struct BeamHypothesis {

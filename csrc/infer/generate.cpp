@@ -56,7 +56,8 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   // in chunks of `chunk` positions (B x chunk rows a pass), the logits of only those positions
   // whose logits are used (all with `logprobs`, else the last: the shortest prompt's end).
   const int64_t prefill_end = std::min(shortest, steps);
-  const int chunk = prefill_chunk(B, prefill_end, o.logprobs);
+  const int chunk = o.prefill_chunk > 0 ? static_cast<int>(std::min<int64_t>(o.prefill_chunk, prefill_end))
+                                        : prefill_chunk(B, prefill_end, o.logprobs);
   Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm, chunk);
   // Whether sequence b draws no more: ended, or at its length limit.
   const auto drawn_all = [&](int b) {
@@ -100,11 +101,10 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
     feed.clear();
     for (int b = 0; b < B; ++b) feed.insert(feed.end(), prompts[b].begin() + pos, prompts[b].begin() + pos + n);
     const std::vector<float>& logits = dec.forward(feed, n, keep);
-    bool more = true;
     for (int k = 0; k < keep; ++k)  // position pos + n - keep + k
-      more = after(pos + n - keep + k, [&](int b) { return logits.data() + (static_cast<int64_t>(b) * keep + k) * V; });
+      if (!after(pos + n - keep + k, [&](int b) { return logits.data() + (static_cast<int64_t>(b) * keep + k) * V; }))
+        return out;
     pos += n;
-    if (!more) return out;
   }
   feed.resize(B);
   for (int64_t pos = prefill_end; pos < steps; ++pos) {

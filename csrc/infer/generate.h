@@ -81,6 +81,9 @@ struct DecodeOptions {
   // loop, not those of its first forward over the shortest prompt. Null: the logits as
   // they are.
   std::function<void(int32_t, float*)> adjust_logits;
+  // Positions a prefill pass feeds at most; 0: prefill_chunk()'s choice (decoder.h). 1 feeds
+  // one position a step, as decoding does.
+  int64_t prefill_chunk = 0;
 };
 
 struct Generation {

@@ -215,7 +215,9 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
       store_f32(v_cache, at, C, row.data());
     }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-#pragma omp parallel for collapse(3) schedule(static)
+  // Dynamic: a query's work grows with its position, so static blocks would leave the last
+  // thread the longest rows of a prefill.
+#pragma omp parallel for collapse(3) schedule(dynamic)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < H; ++h) {

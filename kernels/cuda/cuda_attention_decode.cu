@@ -8,10 +8,10 @@
 // d of the first D threads accumulates out[d] over the positions. Keys and values before
 // `pos` come from the caches, those of the new tokens from qkv itself: another block of the
 // same launch writes them into the cache, with no ordering between blocks (the values are
-// the same, qkv and the caches share the dtype). Decoding is bound by reading the cache
-// once; one block per head is enough parallelism for the batch sizes of generation. A long
-// prefill reads each key once per later query of its head (T^2 / 2 reads, from L2 mostly):
-// simple rather than flash-tiled, as prompts are fed once per request.
+// the same, qkv and the caches share the dtype). A decoding step is bound by reading the
+// cache once, one block per (batch, head). A long prefill reads each key once per later
+// query of its head (T^2 / 2 reads, from L2 mostly): simple rather than flash-tiled, as a
+// prompt is fed once per request.
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"

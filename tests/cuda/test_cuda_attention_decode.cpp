@@ -3,13 +3,14 @@
 // dtype, on: one position (pos 0, Tmax 1), the 16B config's head dim (D = 120) and the
 // largest one (D = 128 = the block's thread count), positions on both sides of the
 // block's 128-thread stride (127, 128, 255, 256) and up to 2099 (the longest GPT-2
-// context is 2048), B*H from 1 to 48 blocks. Cache rows after `pos` hold NaN on both
-// sides: reading one would poison the output.
+// context is 2048), B*H from 1 to 48 blocks; and T > 1 new tokens a sequence (prefill, qkv
+// [B, T, 3, H, D]) from position 0 and after cached positions, up to 2048 in one pass.
+// Cache rows after the new ones hold NaN on both sides: reading one would poison the
+// output.
 //
-// The same for several new tokens a sequence (prefill, qkv [B, T, 3, H, D]).
-// Checked: out within tolerance of the CPU; both caches byte-identical to the CPU's (row
-// pos is the token's K / V copied, nothing else written); the caches also equal the
-// expected bytes computed here (old bytes, row pos replaced); two identical GPU calls give
+// Checked: out within tolerance of the CPU; both caches byte-identical to the CPU's (rows
+// pos .. pos + T - 1 are the tokens' K / V copied, nothing else written); the caches also
+// equal the expected bytes computed here (old bytes, those rows replaced); two identical GPU calls give
 // identical bytes; decoding a sequence step by step on the GPU matches the GPU's own full
 // causal attention_forward row by row; bad arguments throw InternalError.
 //

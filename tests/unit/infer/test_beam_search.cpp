@@ -101,6 +101,18 @@ TEST(BeamSearch, MatchesAReferenceSearchWithoutACache) {
   }
 }
 
+// A 5-token prompt fed in passes of 2 positions (2, 2, 1): the reference search's hypotheses.
+TEST(BeamSearch, ChunkedPrefillMatchesAReferenceSearch) {
+  test::TinyModel m(DType::F32);
+  BeamSearchOptions o;
+  o.beam_width = 3;
+  o.max_new_tokens = 3;
+  o.stop_token = 0;
+  o.prefill_chunk = 2;
+  const std::vector<int32_t> prompt = {3, 7, 1, 4, 2};
+  expect_same(beam_search(m.cfg, *m.be, *m.params, prompt, o), reference_beam_search(m, prompt, o));
+}
+
 // One beam, no stop token met: the greedy continuation, scored by its summed log-probability
 // over its length.
 TEST(BeamSearch, OneBeamIsGreedy) {

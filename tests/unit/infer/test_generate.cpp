@@ -3,8 +3,8 @@
 // the reference's logits of each sequence so far; a sequence stops at the model's sequence
 // length (context + generated = seq_length, Megatron's rule), at max_new_tokens, or at
 // <|endoftext|>. generate_tokens (the loop under it, and the text-generation server's) the
-// same way: prompts of different lengths together, log-probabilities, ends, adjusted logits
-// and top-p decay.
+// same way: prompts of different lengths together, log-probabilities, ends, adjusted logits,
+// top-p decay, and prompts fed in passes of several positions (prefill) against one a step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -175,6 +175,46 @@ TEST(GenerateTokens, LogprobsMatchTheReferenceForPromptAndDrawnTokens) {
     EXPECT_LE(worst, 1e-5) << "max_new_tokens " << max_new;
     std::printf("max_new_tokens %lld: worst |logprob - reference| %.3g\n", static_cast<long long>(max_new), worst);
   }
+}
+
+// Prefill in chunks of 2 positions (passes of 2, 2 and 1 over the shortest prompt's 5, the
+// logits of none, or of all with logprobs) against one position a step (prefill_chunk 1, the
+// decoding path): the same greedy and sampled tokens, log-probabilities within 1e-6, the
+// same top-2 ids; and against the reference.
+TEST(GenerateTokens, ChunkedPrefillMatchesSingleSteps) {
+  test::TinyModel m(DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{3, 7, 1, 4, 2}, {9, 8, 7, 6, 5, 4, 3}, {1, 2, 3, 4, 5, 6}};
+  for (const bool logprobs : {false, true})
+    for (const bool sampled : {false, true}) {
+      SCOPED_TRACE(std::string(logprobs ? "logprobs" : "no logprobs") + (sampled ? ", sampled" : ", greedy"));
+      DecodeOptions o = greedy_decode(2);
+      o.sampling.greedy = !sampled;
+      o.logprobs = logprobs;
+      o.top_logprobs = logprobs ? 2 : 0;
+      std::vector<std::vector<Generation>> runs;
+      for (const int64_t chunk : {1, 2}) {
+        o.prefill_chunk = chunk;
+        std::mt19937_64 rng(7);
+        runs.push_back(generate_tokens(m.cfg, *m.be, *m.params, prompts, o, rng));
+      }
+      double worst = 0, worst_ref = 0;
+      for (size_t b = 0; b < prompts.size(); ++b) {
+        const Generation &steps = runs[0][b], &chunked = runs[1][b];
+        EXPECT_EQ(chunked.tokens, steps.tokens) << "prompt " << b;
+        ASSERT_EQ(chunked.logprobs.size(), steps.logprobs.size()) << "prompt " << b;
+        ASSERT_EQ(chunked.top_logprobs.size(), steps.top_logprobs.size()) << "prompt " << b;
+        const auto want = m.reference_log_softmax(chunked.tokens);
+        for (size_t i = 0; i < steps.logprobs.size(); ++i) {
+          worst = std::max(worst, std::fabs(chunked.logprobs[i] - steps.logprobs[i]));
+          worst_ref = std::max(worst_ref, std::fabs(chunked.logprobs[i] - want[i][chunked.tokens[i + 1]]));
+          for (size_t k = 0; k < 2; ++k)
+            EXPECT_EQ(chunked.top_logprobs[i][k].first, steps.top_logprobs[i][k].first) << "position " << i;
+        }
+        if (logprobs) EXPECT_EQ(chunked.logprobs.size(), chunked.tokens.size() - 1);
+      }
+      EXPECT_LE(worst, 1e-6);
+      EXPECT_LE(worst_ref, 1e-5);
+    }
 }
 
 // top_logprobs 3: at every position, the reference's three most likely tokens with their
