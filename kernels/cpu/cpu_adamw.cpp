@@ -33,6 +33,9 @@ void adamw(const AdamWArgs& a) {
     const int64_t off = ci * kChunk, w = std::min(kChunk, n - off);
     float g[kChunk];
     load_f32(a.grad, off, w, g);
+    // Vectorised (the sqrt and divisions stay correctly rounded, so the same bits as one
+    // element at a time); p, m, v and g do not overlap.
+#pragma omp simd
     for (int64_t i = 0; i < w; ++i) {
       const int64_t k = off + i;
       const float gi = g[i] * a.grad_scale;

@@ -8,10 +8,11 @@
   pytorch_gpt2.py train HF_DIR DATA_PREFIX INDEX_MAP --iters N --global-batch G
                   --seq-length S --lr LR --min-lr MIN --warmup-iters W --weight-decay WD
                   --clip-grad CLIP [--eod-mask-loss --micro-batch M [--per-token-loss]]
-                  [--reset-position-ids] [--reset-attention-mask]
+                  [--reset-position-ids] [--reset-attention-mask] [--decay-iters D]
       trains that model on the samples trident trains on and prints one line per iteration:
       "<iteration> <lm loss> <grad norm>". The switches are Megatron's (the documents of a
-      sample end after each <|endoftext|>).
+      sample end after each <|endoftext|>). --decay-iters: the first N iterations of a
+      D-iteration schedule.
   pytorch_gpt2.py generate HF_DIR VOCAB_JSON --tokens N
       greedy decoding from <|endoftext|> of a Hugging Face folder (trident-convert --to hf
       writes one): N tokens, end-of-text included, printed as one JSON string of the
@@ -303,7 +304,7 @@ def cmd_train(a):
         if a.clip_grad > 0 and coeff < 1.0:
             for p in params:
                 p.grad.mul_(coeff)
-        rate = megatron_lr((it - 1) * g, a.warmup_iters * g, a.iters * g, a.lr, a.min_lr)
+        rate = megatron_lr((it - 1) * g, a.warmup_iters * g, (a.decay_iters or a.iters) * g, a.lr, a.min_lr)
         for group in opt.param_groups:
             group["lr"] = rate
         opt.step()
@@ -358,6 +359,7 @@ def main():
     for name, typ in [("iters", int), ("global-batch", int), ("seq-length", int), ("lr", float), ("min-lr", float),
                       ("warmup-iters", int), ("weight-decay", float), ("clip-grad", float)]:
         t.add_argument("--" + name, type=typ, required=True)
+    t.add_argument("--decay-iters", type=int, help="the schedule's length when it is not --iters (a run cut short)")
     t.add_argument("--eod-mask-loss", action="store_true")
     t.add_argument("--reset-position-ids", action="store_true")
     t.add_argument("--reset-attention-mask", action="store_true")

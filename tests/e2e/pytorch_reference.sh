@@ -3,10 +3,11 @@
 # the same way from the same initial weights on the same samples: the demo corpus (GPT-2
 # BPE), 2 layers x 64 wide x 4 heads, sequence 64, global batch 8 in micro-batches of 4,
 # 60 iterations of AdamW with warm-up, cosine decay, weight decay and clipping, fp32, no
-# dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun; then with
-# --eod-mask-loss in one process and at pp2 x dp2, with --calculate-per-token-loss at
-# pp2 x dp2, and with --reset-position-ids --reset-attention-mask at tp2 x pp2. Then greedy text from trident-generate and from PyTorch (of trident's Hugging
-# Face export).
+# dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun; then, for the first
+# 30 iterations of the same schedule (the loss rules, not the optimizer, are under test),
+# with --eod-mask-loss in one process and at pp2 x dp2, with --calculate-per-token-loss at
+# pp2 x dp2, and with --reset-position-ids --reset-attention-mask at tp2 x pp2. Then greedy
+# text from trident-generate and from PyTorch (of trident's Hugging Face export).
 #
 # The weights start in PyTorch (a Hugging Face folder that trident-convert --from hf imports),
 # and the PyTorch side assembles its batches from the .bin/.idx files and trident's cached
@@ -46,6 +47,11 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 iters=60 gb=8 seq=64 lr=1e-3 min_lr=1e-4 warmup=10 wd=0.1 clip=1.0
+# The loss-rule variants run the first `short` iterations of the 60-iteration schedule (the
+# same samples and learning rates): trident stops there (--exit-interval), PyTorch is told.
+short=30
+variant=(--exit-interval "$short")
+torch_variant=(--iters "$short" --decay-iters "$iters")
 "$repo/tools/make-demo-data.sh" "$tmp/demo.jsonl" >/dev/null
 "$preprocess" --input "$tmp/demo.jsonl" --json-keys text --output-prefix "$tmp/demo" \
   --tokenizer-type GPT2BPETokenizer --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" \
@@ -67,11 +73,12 @@ maps=("$tmp"/cache/*_train_indexmap_*.tidx)
   --weight-decay "$wd" --clip-grad "$clip" >"$tmp/torch.txt"
 
 fails=0
-# compare <TensorBoard dir> <tag> [PyTorch's curve]: every iteration's loss and gradient norm
-# (float32, as trident computed them: the log line rounds to 7 and 4 digits) against PyTorch's.
+# compare <TensorBoard dir> <tag> [PyTorch's curve [iterations]]: every iteration's loss and
+# gradient norm (float32, as trident computed them: the log line rounds to 7 and 4 digits)
+# against PyTorch's.
 compare() {
   python3 "$repo/tests/unit/train/read_tfevents.py" "$1"/* >"$tmp/events.txt"
-  python3 - "$tmp/events.txt" "${3:-$tmp/torch.txt}" "$iters" "$2" <<'PY' || { echo "FAIL $2"; fails=$((fails + 1)); }
+  python3 - "$tmp/events.txt" "${3:-$tmp/torch.txt}" "${4:-$iters}" "$2" <<'PY' || { echo "FAIL $2"; fails=$((fails + 1)); }
 import struct, sys
 events, reference, iters, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 got = {}
@@ -95,25 +102,25 @@ compare "$tmp/tb1" "one process"
 mpirun --oversubscribe -np 8 --bind-to none "$train" "${args[@]}" --tensor-model-parallel-size 2 \
   --pipeline-model-parallel-size 2 --zero-stage 1 --tensorboard-dir "$tmp/tb8" >"$tmp/trident8.log"
 compare "$tmp/tb8" "tp2 x pp2 x dp2, ZeRO 1"
-# --eod-mask-loss: no loss after each <|endoftext|> (330 of the 30720 targets of the 60
+# --eod-mask-loss: no loss after each <|endoftext|> (164 of the 15360 targets of the 30
 # iterations), each micro-batch's loss the mean over the targets it keeps (so the gradient is
 # not the batch's plain mean), in one process (two micro-batches) and at pp2 x dp2 (one each,
 # averaged over data parallelism).
-"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" --iters "$iters" \
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" "${torch_variant[@]}" \
   --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
   --weight-decay "$wd" --clip-grad "$clip" --eod-mask-loss --micro-batch 4 >"$tmp/torch-eod.txt" 2>"$tmp/torch-masked.txt"
 cat "$tmp/torch-masked.txt"
-OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 "$train" "${args[@]}" --eod-mask-loss --tensorboard-dir "$tmp/tb-eod1" \
+OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 "$train" "${args[@]}" "${variant[@]}" --eod-mask-loss --tensorboard-dir "$tmp/tb-eod1" \
   >"$tmp/trident-eod1.log"
-compare "$tmp/tb-eod1" "--eod-mask-loss, one process" "$tmp/torch-eod.txt"
-mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --pipeline-model-parallel-size 2 \
+compare "$tmp/tb-eod1" "--eod-mask-loss, one process" "$tmp/torch-eod.txt" "$short"
+mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" "${variant[@]}" --eod-mask-loss --pipeline-model-parallel-size 2 \
   --tensorboard-dir "$tmp/tb-eod4" >"$tmp/trident-eod4.log"
-compare "$tmp/tb-eod4" "--eod-mask-loss, pp2 x dp2" "$tmp/torch-eod.txt"
+compare "$tmp/tb-eod4" "--eod-mask-loss, pp2 x dp2" "$tmp/torch-eod.txt" "$short"
 # --calculate-per-token-loss: one mean over the global batch's kept targets, whatever
 # micro-batch and data-parallel rank holds them (pp2 x dp2: the last stages count them).
 # Its curve must differ from the micro-batches' means by more than compare's tolerance, or
 # the check could not tell the two apart.
-"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" --iters "$iters" \
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" "${torch_variant[@]}" \
   --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
   --weight-decay "$wd" --clip-grad "$clip" --eod-mask-loss --per-token-loss >"$tmp/torch-token.txt" 2>/dev/null
 python3 - "$tmp/torch-eod.txt" "$tmp/torch-token.txt" <<'PY' || { echo "FAIL per-token curve"; fails=$((fails + 1)); }
@@ -124,14 +131,14 @@ dn = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b))
 print(f"PyTorch, per-token loss against the micro-batches' means: loss {dl:.1e}, grad norm {dn:.1e} apart")
 sys.exit(0 if dl > 2e-5 or dn > 1e-4 else "too close to tell apart")
 PY
-mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --calculate-per-token-loss \
+mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" "${variant[@]}" --eod-mask-loss --calculate-per-token-loss \
   --pipeline-model-parallel-size 2 --tensorboard-dir "$tmp/tb-token4" >"$tmp/trident-token4.log"
-compare "$tmp/tb-token4" "--calculate-per-token-loss, pp2 x dp2" "$tmp/torch-token.txt"
+compare "$tmp/tb-token4" "--calculate-per-token-loss, pp2 x dp2" "$tmp/torch-token.txt" "$short"
 # --reset-position-ids --reset-attention-mask with --eod-mask-loss (Megatron's scripts use
 # the three together): positions restart and attention stays inside each document of a
 # sample. PyTorch builds Megatron's mask and position ids (get_ltor_masks_and_position_ids);
 # trident at tp2 x pp2: position embeddings from TP rank 0, the documents on both stages.
-"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" --iters "$iters" \
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" "${torch_variant[@]}" \
   --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
   --weight-decay "$wd" --clip-grad "$clip" --eod-mask-loss --micro-batch 4 --reset-position-ids \
   --reset-attention-mask >"$tmp/torch-docs.txt" 2>/dev/null
@@ -143,10 +150,11 @@ dn = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b))
 print(f"PyTorch, documents reset against one sequence a sample: loss {dl:.1e}, grad norm {dn:.1e} apart")
 sys.exit(0 if dl > 1e-4 else "the documents changed too little to test them")
 PY
-mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" --eod-mask-loss --reset-position-ids \
+mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" "${variant[@]}" --eod-mask-loss --reset-position-ids \
   --reset-attention-mask --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   --tensorboard-dir "$tmp/tb-docs4" >"$tmp/trident-docs4.log"
-compare "$tmp/tb-docs4" "--reset-position-ids --reset-attention-mask, tp2 x pp2" "$tmp/torch-docs.txt"
+compare "$tmp/tb-docs4" "--reset-position-ids --reset-attention-mask, tp2 x pp2" "$tmp/torch-docs.txt" \
+  "$short"
 # Text: trident-generate (greedy, key/value cache) against PyTorch's greedy decoding of the
 # same checkpoint exported by trident-convert --to hf: 40 tokens from <|endoftext|>,
 # end-of-text tokens kept. The imported initial weights, not the trained ones: after 60
