@@ -11,6 +11,11 @@
 //   --kernels-only S     only the kernel sections whose name contains S ("attention D128")
 //   --kernels-once       each kernel op launched once, no warm-up: a run for
 //                        a profiler (ncu), which replays each launch itself
+//   --generate           instead of training: generation with the KV-cache decoder on the
+//                        model of the flags (random weights), --micro-batch-size sequences:
+//                        prefill tokens/s and decoding tokens/s (tools/bench_generation.h)
+//   --generate-prompt N  prompt tokens a sequence (half the sequence length)
+//   --generate-tokens N  tokens decoded a sequence (128)
 // MFU is Megatron's model FLOPs (model_flops_per_iteration) over step time and the
 // device's dense peak for the run's dtype (--peak-tflops, else throughput.h's table).
 #include <algorithm>
@@ -25,6 +30,7 @@
 #include "kernels/backends.h"
 #include "kernels/profiling_backend.h"
 #include "tool_main.h"
+#include "tools/bench_generation.h"
 #include "tools/bench_kernels.h"
 #include "tools/integer_flag.h"
 #include "tools/tool_flags.h"
@@ -36,19 +42,25 @@ namespace {
 const char* const kUsage =
     "Usage: trident-bench [--bench-warmup N] [--bench-no-profile] [trident-train flags]\n"
     "       trident-bench --kernels | --kernels-quick | --kernels-only S | --kernels-once\n"
+    "       trident-bench --generate [--generate-prompt N] [--generate-tokens N] [trident-train flags]\n"
     "  --bench-warmup N     untimed steps first (1)\n"
     "  --bench-no-profile   no per-op timing (tokens/s and MFU as a GPU runs them)\n"
     "  --kernels            every CUDA op on GPU-sized inputs against the copy and GEMM ceilings\n"
     "  --kernels-quick      the same on small inputs\n"
     "  --kernels-only S     only the kernel sections whose name contains S (\"attention D128\")\n"
     "  --kernels-once       each kernel op launched once (for ncu)\n"
+    "  --generate           generation instead of training: prefill and decoding tokens/s of\n"
+    "                       --micro-batch-size sequences (random weights, one process)\n"
+    "  --generate-prompt N  prompt tokens a sequence (half the sequence length)\n"
+    "  --generate-tokens N  tokens decoded a sequence (128)\n"
     "Model, batch and layout flags are trident-train's (trident-train --help); --train-iters is the\n"
     "number of timed steps.\n";
 
 struct BenchFlags {
   int warmup = 1;
-  bool profile = true, kernels = false, help = false;
+  bool profile = true, kernels = false, help = false, generate = false;
   trident::KernelBenchOptions kernel_options;
+  trident::GenerationBenchOptions generation;
 };
 
 // Takes trident-bench's own flags out of argv; the rest is trident-train's.
@@ -58,6 +70,15 @@ std::vector<std::string> take_bench_flags(int argc, char** argv, BenchFlags& f) 
       f.help = true;
     } else if (t.name == "--bench-warmup") {
       f.warmup = static_cast<int>(trident::parse_integer_flag("bench-warmup", t.value(), 0, 1 << 20));
+    } else if (t.name == "--generate") {
+      t.no_value();
+      f.generate = true;
+    } else if (t.name == "--generate-prompt") {
+      f.generate = true;
+      f.generation.prompt = trident::parse_integer_flag("generate-prompt", t.value(), 1, 1 << 20);
+    } else if (t.name == "--generate-tokens") {
+      f.generate = true;
+      f.generation.new_tokens = trident::parse_integer_flag("generate-tokens", t.value(), 1, 1 << 20);
     } else if (t.name == "--bench-no-profile") {
       t.no_value();
       f.profile = false;
@@ -91,6 +112,8 @@ int main(int argc, char** argv) {
     }
     const int warmup = bf.warmup;
     const bool profile = bf.profile;
+    if (bf.kernels && bf.generate)
+      throw trident::ConfigError("--kernels and --generate are two different benchmarks: give one");
     if (bf.kernels) {
       // The kernel benchmark sizes its own inputs: training flags would be ignored.
       if (args.size() > 1)
@@ -109,6 +132,7 @@ int main(int argc, char** argv) {
         throw trident::ConfigError(std::string(flag) +
                                    ": trident-bench only times training steps (no checkpoints or TensorBoard): "
                                    "use trident-train");
+    if (bf.generate) return trident::run_generation_bench(opt, bf.generation);
     // Steps are counted in int, the warm-up added: 2^30 at most.
     if (opt.train_iters > (int64_t{1} << 30))
       throw trident::ConfigError("--train-iters (" + std::to_string(opt.train_iters) +

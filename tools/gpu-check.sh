@@ -43,7 +43,7 @@
 # less than 60 s), GPU_CHECK_TESTS_S (240: the CUDA tests' time limit), GPU_CHECK_CONFIGS
 # ("gpt2-124m:16 ..." model:micro-batch pairs to train, or "none"), GPU_CHECK_DTYPES
 # ("bf16 fp16"), GPU_CHECK_NCU=0 (no Nsight Compute profile of the attention kernels),
-# GPU_CHECK_GENERATE=0 (no generation run).
+# GPU_CHECK_GENERATE=0 (no generation runs).
 # Exit status: 0 when every step ran and every test passed, 1 otherwise (the summary
 # says which step failed), 3 at once on a machine where nvidia-smi lists no GPU.
 set -uo pipefail
@@ -88,7 +88,7 @@ if [[ ${1:-} == --make-bundle ]]; then
     while read -r f; do mkdir -p "$stage/build-gpu/$(dirname "$f")"; cp "$build/$f" "$stage/build-gpu/$f"; done
   find "$stage/build-gpu" -name '*.cmake' -exec touch {} +
   # Shared libraries, except glibc's, the driver's, and the CUDA libraries the machine has.
-  skip='^(libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libcuda|libnvidia|libcublasLt|libcublas|libnccl|linux-vdso)\.'
+  skip='^(libc|libm|libmvec|libdl|libpthread|librt|ld-linux-x86-64|libcuda|libnvidia|libcublasLt|libcublas|libnccl|linux-vdso)\.'
   for e in "${exes[@]}"; do ldd "$build/$e"; done | awk '/=> \//{print $1, $3}' | sort -u |
     while read -r name path; do
       [[ $name =~ $skip ]] && continue
@@ -560,6 +560,24 @@ if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $build/tool
     rm -rf "$gen_dir"
   fi
 fi
+# trident-bench --generate: prefill and decoding rates of gpt2-124m bf16 with random weights,
+# 8 prompts of 512 tokens, 128 new tokens each (no checkpoint or vocabulary needed).
+gen_bench_line="not run"
+if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; then
+  if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
+    gen_bench_line="skipped: past the time budget"
+  else
+    say "trident-bench --generate: gpt2-124m bf16, 8 x (512 + 128) tokens"
+    log=$logdir/train-generate-bench.log
+    if timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" --device cuda --bf16 \
+         --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 >"$log" 2>&1; then
+      gen_bench_line=$(grep -E '^(prefill|decode): ' "$log" | paste -sd ';' -)
+    else
+      fail "trident-bench --generate"
+      gen_bench_line="FAILED: $(tail -1 "$log")"
+    fi
+  fi
+fi
 # At most 8 files come back from $OUT: fold the per-run training logs into one.
 cat "$logdir"/train-*.log >"$logdir/training.log" 2>/dev/null && rm -f "$logdir"/train-*.log
 
@@ -670,6 +688,7 @@ for r in ${tuned_lines[@]+"${tuned_lines[@]}"}; do echo "  $r"; done
 echo
 echo "ncu (attention kernels): $ncu_line"
 echo "generation (KV cache, one process): $gen_line"
+echo "generation bench (gpt2-124m bf16, 8 prompts of 512 tokens, 128 new): $gen_bench_line"
 echo
 echo "where the step time goes (profiled: synchronised after every op):"
 ((${#profile_tables[@]} > 0)) || echo "not run"

@@ -1,0 +1,95 @@
+#include "tools/bench_generation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "infer/decoder.h"
+#include "infer/sampler.h"
+#include "kernels/backends.h"
+#include "model/param_spec.h"
+#include "model/param_store.h"
+
+namespace trident {
+namespace {
+
+struct Timings {
+  double prefill_s = 0, decode_s = 0;
+  int chunk = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One generation: the prompts in prefill passes (only the last position's logits), then
+// `new_tokens` - 1 greedy steps (the last token drawn is never fed back, as in
+// generate_tokens), each sequence fed its most likely token.
+Timings generate_once(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                      const std::vector<int32_t>& prompts, int B, int64_t P, int64_t new_tokens) {
+  Timings t;
+  t.chunk = prefill_chunk(B, P, false);
+  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(P + new_tokens - 1), nullptr, t.chunk);
+  const int64_t V = cfg.vocab_size;
+  auto t0 = std::chrono::steady_clock::now();
+  const std::vector<float>* logits = nullptr;
+  std::vector<int32_t> feed;
+  for (int64_t pos = 0; pos < P; pos += t.chunk) {
+    const int n = static_cast<int>(std::min<int64_t>(t.chunk, P - pos));
+    feed.clear();
+    for (int b = 0; b < B; ++b)
+      feed.insert(feed.end(), prompts.begin() + b * P + pos, prompts.begin() + b * P + pos + n);
+    logits = &dec.forward(feed, n, pos + n == P ? 1 : 0);  // the logits come to the host: synchronous
+  }
+  t.prefill_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  feed.resize(B);
+  for (int64_t step = 0; step + 1 < new_tokens; ++step) {
+    for (int b = 0; b < B; ++b) feed[b] = most_likely(logits->data() + b * V, V, 1)[0];
+    logits = &dec.step(feed);
+  }
+  t.decode_s = seconds_since(t0);
+  return t;
+}
+
+}  // namespace
+
+int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& g) {
+  const ModelConfig& cfg = opt.model;
+  if (opt.tensor_model_parallel_size != 1 || opt.pipeline_model_parallel_size != 1)
+    throw ConfigError("--generate times one process: no --tensor-model-parallel-size or "
+                      "--pipeline-model-parallel-size");
+  const int64_t P = g.prompt > 0 ? g.prompt : std::max<int64_t>(1, cfg.seq_length / 2);
+  if (g.new_tokens < 1 || P + g.new_tokens > cfg.max_position_embeddings)
+    throw ConfigError("--generate-prompt " + std::to_string(P) + " + --generate-tokens " +
+                      std::to_string(g.new_tokens) + ": at least 1 new token, and at most " +
+                      std::to_string(cfg.max_position_embeddings) + " positions (--max-position-embeddings)");
+  const int B = opt.micro_batch_size;
+  auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  ParamStore params(*backend, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype,
+                    [](const ParamSpec&) { return true; });
+  params.init(opt.seed);
+  std::mt19937 rng(static_cast<uint32_t>(opt.seed));
+  std::vector<int32_t> prompts(static_cast<size_t>(B * P));
+  for (int32_t& t : prompts) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.vocab_size));
+  generate_once(cfg, *backend, params, prompts, B, P, g.new_tokens);  // warm-up: caches, cuBLASLt plans
+  const Timings t = generate_once(cfg, *backend, params, prompts, B, P, g.new_tokens);
+  const int64_t steps = g.new_tokens - 1;
+  std::printf("trident-bench --generate: %s, %s, %d layers, hidden %d, heads %d, %d sequence%s, prompt %lld, "
+              "%lld new tokens\n",
+              backend->name().c_str(), dtype_name(cfg.dtype), cfg.num_layers, cfg.hidden_size,
+              cfg.num_attention_heads, B, B == 1 ? "" : "s", static_cast<long long>(P),
+              static_cast<long long>(g.new_tokens));
+  std::printf("prefill: %lld tokens in %.1f ms | %.1f tokens/s (passes of %d positions)\n",
+              static_cast<long long>(B * P), t.prefill_s * 1e3, B * P / t.prefill_s, t.chunk);
+  if (steps > 0)
+    std::printf("decode: %lld steps in %.1f ms | %.2f ms a step | %.1f tokens/s\n", static_cast<long long>(steps),
+                t.decode_s * 1e3, t.decode_s * 1e3 / steps, B * steps / t.decode_s);
+  return 0;
+}
+
+}  // namespace trident

@@ -1,0 +1,24 @@
+// trident-bench --generate: the speed of text generation with the KV-cache decoder, on a
+// model of trident-train's flags with random weights (speed does not depend on them), one
+// process. A batch of --micro-batch-size prompts of random tokens goes through the model in
+// prefill passes (Gpt2Decoder::forward, as generate_tokens feeds prompts), then decodes
+// --generate-tokens steps of one greedy token a sequence. Prints the prefill rate in prompt
+// tokens per second and the decoding rate in generated tokens per second (and per step).
+#pragma once
+
+#include <cstdint>
+
+#include "train/options.h"
+
+namespace trident {
+
+struct GenerationBenchOptions {
+  int64_t prompt = 0;        // prompt tokens a sequence; 0: half the sequence length
+  int64_t new_tokens = 128;  // tokens decoded a sequence after the prompt
+};
+
+// Runs the benchmark once untimed and once timed; returns the exit status (0). Throws
+// ConfigError for prompt + new tokens beyond the model's positions.
+int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& g);
+
+}  // namespace trident
