@@ -64,9 +64,11 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
     throw ConfigError("--generate times one process: no --tensor-model-parallel-size or "
                       "--pipeline-model-parallel-size");
   const int64_t P = g.prompt > 0 ? g.prompt : std::max<int64_t>(1, cfg.seq_length / 2);
-  if (g.new_tokens < 1 || P + g.new_tokens > cfg.max_position_embeddings)
+  const int64_t new_tokens =
+      g.new_tokens > 0 ? g.new_tokens : std::min<int64_t>(128, cfg.max_position_embeddings - P);
+  if (new_tokens < 1 || P + new_tokens > cfg.max_position_embeddings)
     throw ConfigError("--generate-prompt " + std::to_string(P) + " + --generate-tokens " +
-                      std::to_string(g.new_tokens) + ": at least 1 new token, and at most " +
+                      std::to_string(new_tokens) + ": at least 1 new token, and at most " +
                       std::to_string(cfg.max_position_embeddings) + " positions (--max-position-embeddings)");
   const int B = opt.micro_batch_size;
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
@@ -76,14 +78,14 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
   std::mt19937 rng(static_cast<uint32_t>(opt.seed));
   std::vector<int32_t> prompts(static_cast<size_t>(B * P));
   for (int32_t& t : prompts) t = static_cast<int32_t>(rng() % static_cast<uint32_t>(cfg.vocab_size));
-  generate_once(cfg, *backend, params, prompts, B, P, g.new_tokens);  // warm-up: caches, cuBLASLt plans
-  const Timings t = generate_once(cfg, *backend, params, prompts, B, P, g.new_tokens);
-  const int64_t steps = g.new_tokens - 1;
+  generate_once(cfg, *backend, params, prompts, B, P, new_tokens);  // warm-up: caches, cuBLASLt plans
+  const Timings t = generate_once(cfg, *backend, params, prompts, B, P, new_tokens);
+  const int64_t steps = new_tokens - 1;
   std::printf("trident-bench --generate: %s, %s, %d layers, hidden %d, heads %d, %d sequence%s, prompt %lld, "
               "%lld new tokens\n",
               backend->name().c_str(), dtype_name(cfg.dtype), cfg.num_layers, cfg.hidden_size,
               cfg.num_attention_heads, B, B == 1 ? "" : "s", static_cast<long long>(P),
-              static_cast<long long>(g.new_tokens));
+              static_cast<long long>(new_tokens));
   std::printf("prefill: %lld tokens in %.1f ms | %.1f tokens/s (passes of %d positions)\n",
               static_cast<long long>(B * P), t.prefill_s * 1e3, B * P / t.prefill_s, t.chunk);
   if (steps > 0)

@@ -1,8 +1,9 @@
 // trident-bench --generate: the speed of text generation with the KV-cache decoder, on a
 // model of trident-train's flags with random weights (speed does not depend on them), one
 // process. A batch of --micro-batch-size prompts of random tokens goes through the model in
-// prefill passes (Gpt2Decoder::forward, as generate_tokens feeds prompts), then decodes
-// --generate-tokens steps of one greedy token a sequence. Prints the prefill rate in prompt
+// prefill passes (Gpt2Decoder::forward, as generate_tokens feeds prompts), then draws
+// --generate-tokens greedy tokens a sequence (the first from the prefill's logits, each other
+// one decoding step). Prints the prefill rate in prompt
 // tokens per second and the decoding rate in generated tokens per second (and per step).
 #pragma once
 
@@ -14,7 +15,7 @@ namespace trident {
 
 struct GenerationBenchOptions {
   int64_t prompt = 0;        // prompt tokens a sequence; 0: half the sequence length
-  int64_t new_tokens = 128;  // tokens decoded a sequence after the prompt
+  int64_t new_tokens = 0;    // tokens drawn a sequence; 0: 128, or fewer to fit the positions
 };
 
 // Runs the benchmark once untimed and once timed; returns the exit status (0). Throws

@@ -15,7 +15,7 @@
 //                        model of the flags (random weights), --micro-batch-size sequences:
 //                        prefill tokens/s and decoding tokens/s (tools/bench_generation.h)
 //   --generate-prompt N  prompt tokens a sequence (half the sequence length)
-//   --generate-tokens N  tokens decoded a sequence (128)
+//   --generate-tokens N  tokens drawn a sequence (128, or fewer to fit the positions)
 // MFU is Megatron's model FLOPs (model_flops_per_iteration) over step time and the
 // device's dense peak for the run's dtype (--peak-tflops, else throughput.h's table).
 #include <algorithm>
@@ -52,7 +52,7 @@ const char* const kUsage =
     "  --generate           generation instead of training: prefill and decoding tokens/s of\n"
     "                       --micro-batch-size sequences (random weights, one process)\n"
     "  --generate-prompt N  prompt tokens a sequence (half the sequence length)\n"
-    "  --generate-tokens N  tokens decoded a sequence (128)\n"
+    "  --generate-tokens N  tokens drawn a sequence (128, or fewer to fit the positions)\n"
     "Model, batch and layout flags are trident-train's (trident-train --help); --train-iters is the\n"
     "number of timed steps.\n";
 
