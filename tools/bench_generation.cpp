@@ -36,18 +36,10 @@ Timings generate_once(const ModelConfig& cfg, Backend& backend, const ParamStore
   Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(P + new_tokens - 1), nullptr, t.chunk);
   const int64_t V = cfg.vocab_size;
   auto t0 = std::chrono::steady_clock::now();
-  const std::vector<float>* logits = nullptr;
-  std::vector<int32_t> feed;
-  for (int64_t pos = 0; pos < P; pos += t.chunk) {
-    const int n = static_cast<int>(std::min<int64_t>(t.chunk, P - pos));
-    feed.clear();
-    for (int b = 0; b < B; ++b)
-      feed.insert(feed.end(), prompts.begin() + b * P + pos, prompts.begin() + b * P + pos + n);
-    logits = &dec.forward(feed, n, pos + n == P ? 1 : 0);  // the logits come to the host: synchronous
-  }
+  const std::vector<float>* logits = &dec.prefill(prompts, P);  // the logits come to the host: synchronous
   t.prefill_s = seconds_since(t0);
   t0 = std::chrono::steady_clock::now();
-  feed.resize(B);
+  std::vector<int32_t> feed(B);
   for (int64_t step = 0; step + 1 < new_tokens; ++step) {
     for (int b = 0; b < B; ++b) feed[b] = most_likely(logits->data() + b * V, V, 1)[0];
     logits = &dec.step(feed);

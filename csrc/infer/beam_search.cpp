@@ -63,17 +63,11 @@ std::vector<BeamHypothesis> beam_search(const ModelConfig& cfg, Backend& backend
   TRIDENT_CHECK(2 * static_cast<int64_t>(W) <= V, "beam_search: ", W, " beams over ", V, " tokens");
   // The prompt goes through in chunks of up to `chunk` positions (W x chunk rows a pass),
   // only the last position's logits computed.
-  const int chunk = o.prefill_chunk > 0 ? static_cast<int>(std::min<int64_t>(o.prefill_chunk, P))
-                                        : prefill_chunk(W, P, false);
-  Gpt2Decoder dec(cfg, backend, params, W, static_cast<int>(P + o.max_new_tokens - 1), tp_comm, chunk);
-  const std::vector<float>* logits = nullptr;
-  std::vector<int32_t> feed;
-  for (int64_t pos = 0; pos < P; pos += chunk) {
-    const int n = static_cast<int>(std::min<int64_t>(chunk, P - pos));
-    feed.clear();
-    for (int w = 0; w < W; ++w) feed.insert(feed.end(), prompt.begin() + pos, prompt.begin() + pos + n);
-    logits = &dec.forward(feed, n, pos + n == P ? 1 : 0);
-  }
+  Gpt2Decoder dec(cfg, backend, params, W, static_cast<int>(P + o.max_new_tokens - 1), tp_comm,
+                  prefill_chunk(W, P, false, o.prefill_chunk));
+  std::vector<int32_t> prompts;
+  for (int w = 0; w < W; ++w) prompts.insert(prompts.end(), prompt.begin(), prompt.end());
+  const std::vector<float>* logits = &dec.prefill(prompts, P);
 
   std::vector<std::vector<int32_t>> beams(W, prompt);
   std::vector<double> sums(W, 0.0);

@@ -6,9 +6,10 @@
 
 namespace trident {
 
-int prefill_chunk(int batch, int64_t length, bool all_logits) {
+int prefill_chunk(int batch, int64_t length, bool all_logits, int64_t requested) {
   const int64_t rows = all_logits ? 256 : 2048;
-  return static_cast<int>(std::clamp<int64_t>(rows / batch, 1, std::max<int64_t>(length, 1)));
+  return static_cast<int>(
+      std::clamp<int64_t>(requested > 0 ? requested : rows / batch, 1, std::max<int64_t>(length, 1)));
 }
 
 Gpt2Decoder::Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamStore& params, int batch,
@@ -79,22 +80,25 @@ void Gpt2Decoder::lm_head(const Tensor& in, int64_t rows) {
   be_.copy_to_host(logits_bytes_.data(), logits);
   const size_t n = static_cast<size_t>(rows * Vl);
   logits_local_.resize(n);
-  logits_all_.resize(n * static_cast<size_t>(tp_));
   logits_host_.resize(static_cast<size_t>(rows * V));
   for (size_t i = 0; i < n; ++i)
     logits_local_[i] = load_as_float(logits_bytes_.data(), logits.dtype, static_cast<int64_t>(i));
+  const float* all = logits_local_.data();  // [tp][rows][vocab_local]: id v on rank v / vocab_local
   if (tp_ > 1) {
+    logits_all_.resize(n * static_cast<size_t>(tp_));
     const auto host = [](std::vector<float>& v) {
       return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::Cpu);
     };
     tp_comm_->allgather(host(logits_local_), host(logits_all_));
-  } else {
-    logits_all_ = logits_local_;
+    all = logits_all_.data();
   }
-  // logits_all_ is [tp][rows][vocab_local]: vocabulary id v sits on rank v / vocab_local.
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t v = 0; v < V; ++v)
-      logits_host_[r * V + v] = logits_all_[((v / Vl) * rows + r) * Vl + v % Vl];
+  // Each rank's columns of each row, padding columns left out.
+  for (int k = 0; k < tp_; ++k) {
+    const int64_t first = k * Vl, count = std::min(Vl, V - first);
+    if (count <= 0) break;
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(all + (k * rows + r) * Vl, count, logits_host_.data() + r * V + first);
+  }
 }
 
 void Gpt2Decoder::reorder(const std::vector<int>& rows) {
@@ -180,6 +184,23 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
   const int64_t kept_rows = static_cast<int64_t>(B_) * keep;
   lm_head(head_in.flat_slice(0, kept_rows * C_).view({kept_rows, C_}), kept_rows);
   return logits_host_;
+}
+
+const std::vector<float>& Gpt2Decoder::prefill(const std::vector<int32_t>& prompts, int64_t length) {
+  TRIDENT_CHECK(length > pos_ && static_cast<int64_t>(prompts.size()) == static_cast<int64_t>(B_) * length,
+                "Gpt2Decoder::prefill: ", prompts.size(), " tokens for ", B_, " prompts of ", length,
+                " from position ", pos_);
+  const std::vector<float>* logits = nullptr;
+  std::vector<int32_t> feed;
+  while (pos_ < length) {
+    const int64_t at = pos_;
+    const int n = static_cast<int>(std::min<int64_t>(max_chunk_, length - at));
+    feed.clear();
+    for (int b = 0; b < B_; ++b)
+      feed.insert(feed.end(), prompts.begin() + b * length + at, prompts.begin() + b * length + at + n);
+    logits = &forward(feed, n, at + n == length ? 1 : 0);
+  }
+  return *logits;
 }
 
 }  // namespace trident

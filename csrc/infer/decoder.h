@@ -43,6 +43,10 @@ class Gpt2Decoder {
   // position() + t, and returns the next-token logits after the last `keep` (0 <= keep <= T)
   // of them: [batch, keep, vocab_size] row-major on the host.
   const std::vector<float>& forward(const std::vector<int32_t>& tokens, int T, int keep);
+  // Feeds positions position() .. length - 1 of each sequence's prompt (prompts[b * length +
+  // t]: the prompts batch-major, `length` tokens each) in passes of max_chunk positions, and
+  // returns the next-token logits after the last: [batch, vocab_size].
+  const std::vector<float>& prefill(const std::vector<int32_t>& prompts, int64_t length);
   int position() const { return pos_; }
   int max_positions() const { return max_pos_; }
   int batch() const { return B_; }
@@ -90,7 +94,8 @@ class Gpt2Decoder {
 // Tokens per sequence that one forward() over `length` prompt positions of `batch` sequences
 // should feed: at most 2048 rows (batch x chunk) a pass, and 256 rows when every position's
 // logits are kept (they come to the host as floats: at V = 50257, 200 KB a row, several
-// copies); at least 1, at most `length`.
-int prefill_chunk(int batch, int64_t length, bool all_logits);
+// copies); at least 1, at most `length`. `requested` above 0 is the caller's pass length
+// (DecodeOptions::prefill_chunk), capped at `length`.
+int prefill_chunk(int batch, int64_t length, bool all_logits, int64_t requested = 0);
 
 }  // namespace trident

@@ -56,8 +56,7 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   // in chunks of `chunk` positions (B x chunk rows a pass), the logits of only those positions
   // whose logits are used (all with `logprobs`, else the last: the shortest prompt's end).
   const int64_t prefill_end = std::min(shortest, steps);
-  const int chunk = o.prefill_chunk > 0 ? static_cast<int>(std::min<int64_t>(o.prefill_chunk, prefill_end))
-                                        : prefill_chunk(B, prefill_end, o.logprobs);
+  const int chunk = prefill_chunk(B, prefill_end, o.logprobs, o.prefill_chunk);
   Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm, chunk);
   // Whether sequence b draws no more: ended, or at its length limit.
   const auto drawn_all = [&](int b) {

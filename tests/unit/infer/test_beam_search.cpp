@@ -19,6 +19,14 @@ std::vector<double> reference_last_log_softmax(const test::TinyModel& m, const s
   return m.reference_log_softmax(seq).back();
 }
 
+BeamSearchOptions beam_options(int width, int64_t max_new_tokens, int32_t stop_token) {
+  BeamSearchOptions o;
+  o.beam_width = width;
+  o.max_new_tokens = max_new_tokens;
+  o.stop_token = stop_token;
+  return o;
+}
+
 // Megatron's beam search written directly over the reference: candidates sorted by score
 // (ties by beam, then token), stop tokens among the first W finish, W others go on.
 std::vector<BeamHypothesis> reference_beam_search(const test::TinyModel& m, const std::vector<int32_t>& prompt,
@@ -83,9 +91,7 @@ TEST(BeamSearch, MatchesAReferenceSearchWithoutACache) {
   test::TinyModel m(DType::F32);
   for (const int width : {2, 4}) {
     for (const double penalty : {1.0, 0.5}) {
-      BeamSearchOptions o;
-      o.beam_width = width;
-      o.max_new_tokens = 5;
+      BeamSearchOptions o = beam_options(width, 5, 0);  // the stop token is chosen below
       o.length_penalty = penalty;
       // A stop token the search meets: the reference's second-best first token.
       std::vector<double> first = reference_last_log_softmax(m, {3, 7});
@@ -104,10 +110,7 @@ TEST(BeamSearch, MatchesAReferenceSearchWithoutACache) {
 // A 5-token prompt fed in passes of 2 positions (2, 2, 1): the reference search's hypotheses.
 TEST(BeamSearch, ChunkedPrefillMatchesAReferenceSearch) {
   test::TinyModel m(DType::F32);
-  BeamSearchOptions o;
-  o.beam_width = 3;
-  o.max_new_tokens = 3;
-  o.stop_token = 0;
+  BeamSearchOptions o = beam_options(3, 3, 0);
   o.prefill_chunk = 2;
   const std::vector<int32_t> prompt = {3, 7, 1, 4, 2};
   expect_same(beam_search(m.cfg, *m.be, *m.params, prompt, o), reference_beam_search(m, prompt, o));
@@ -117,10 +120,7 @@ TEST(BeamSearch, ChunkedPrefillMatchesAReferenceSearch) {
 // over its length.
 TEST(BeamSearch, OneBeamIsGreedy) {
   test::TinyModel m(DType::F32);
-  BeamSearchOptions o;
-  o.beam_width = 1;
-  o.max_new_tokens = 4;
-  o.stop_token = 49;
+  const BeamSearchOptions o = beam_options(1, 4, 49);
   std::vector<int32_t> seq = {5};
   double sum = 0;
   while (seq.size() < 5) {
@@ -138,10 +138,7 @@ TEST(BeamSearch, OneBeamIsGreedy) {
 
 TEST(BeamSearch, BadArguments) {
   test::TinyModel m(DType::F32);
-  BeamSearchOptions o;
-  o.beam_width = 2;
-  o.stop_token = 0;
-  o.max_new_tokens = 6;
+  BeamSearchOptions o = beam_options(2, 6, 0);
   EXPECT_NO_THROW(beam_search(m.cfg, *m.be, *m.params, {1, 2}, o));
   o.max_new_tokens = 7;
   EXPECT_THROW(beam_search(m.cfg, *m.be, *m.params, {1, 2}, o), InternalError);  // past 8 positions
