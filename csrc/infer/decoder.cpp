@@ -131,15 +131,42 @@ void Gpt2Decoder::residual_norm(const Tensor& branch, const std::string& ln, int
 }
 
 const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& tokens, int T, int keep) {
-  TRIDENT_CHECK(T >= 1 && T <= max_chunk_ && keep >= 0 && keep <= T, "Gpt2Decoder::forward: ", T,
-                " tokens (at most ", max_chunk_, "), keeping ", keep);
-  TRIDENT_CHECK(static_cast<int64_t>(tokens.size()) == static_cast<int64_t>(B_) * T, "Gpt2Decoder::forward: ",
-                tokens.size(), " tokens for ", B_, " sequences of ", T);
+  TRIDENT_CHECK(T >= 1 && keep >= 0 && keep <= T, "Gpt2Decoder::forward: ", T, " tokens, keeping ", keep);
+  std::vector<int64_t>& kept = kept_scratch_;  // the last `keep` rows of each sequence
+  kept.clear();
+  for (int64_t b = 0; b < B_; ++b)
+    for (int t = T - keep; t < T; ++t) kept.push_back(b * T + t);
+  return forward(tokens, T, kept);
+}
+
+Tensor Gpt2Decoder::gather_rows(const Tensor& ln, const std::vector<int64_t>& kept) {
+  const int64_t n = static_cast<int64_t>(kept.size());
+  if (kept.back() - kept.front() + 1 == n)  // one run: ln's rows as they are
+    return ln.flat_slice(kept.front() * C_, n * C_).view({n, C_});
+  if (head_in_.empty() || head_in_.t().shape[0] < n) head_in_ = be_.empty({n, C_}, cfg_.dtype);
+  const Tensor head_in = rows_of(head_in_, n, C_);
+  for (int64_t i = 0; i < n;) {
+    int64_t run = 1;
+    while (i + run < n && kept[i + run] == kept[i] + run) ++run;
+    be_.copy(head_in.flat_slice(i * C_, run * C_), ln.flat_slice(kept[i] * C_, run * C_));
+    i += run;
+  }
+  return head_in;
+}
+
+const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& tokens, int T,
+                                               const std::vector<int64_t>& kept) {
+  const int64_t N = static_cast<int64_t>(B_) * T;  // rows, batch-major: row b * T + t
+  TRIDENT_CHECK(T >= 1 && T <= max_chunk_, "Gpt2Decoder::forward: ", T, " tokens (at most ", max_chunk_, ")");
+  TRIDENT_CHECK(static_cast<int64_t>(tokens.size()) == N, "Gpt2Decoder::forward: ", tokens.size(), " tokens for ",
+                B_, " sequences of ", T);
+  for (size_t i = 0; i < kept.size(); ++i)
+    TRIDENT_CHECK(kept[i] >= 0 && kept[i] < N && (i == 0 || kept[i] > kept[i - 1]), "Gpt2Decoder::forward: kept row ",
+                  kept[i], " of ", N, " (rows increasing)");
   if (pos_ + T > max_pos_)
     throw ConfigError("generation reached " + std::to_string(max_pos_) + " positions, the most this model takes");
   for (int32_t t : tokens)
     TRIDENT_CHECK(t >= 0 && t < cfg_.vocab_size, "Gpt2Decoder::forward: token ", t, " outside the vocabulary");
-  const int64_t N = static_cast<int64_t>(B_) * T;  // rows, batch-major: row b * T + t
   const Tensor tok = tokens_.t().flat_slice(0, N), x = rows_of(x_, N, C_), ln = rows_of(ln_, N, C_);
   const Tensor mean = rows_of(ln_mean_, N, 1).view({N});
   const Tensor rstd = rows_of(ln_rstd_, N, 1).view({N});
@@ -166,23 +193,12 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
     residual_norm(proj, l + 1 < cfg_.num_layers ? "h." + std::to_string(l + 1) + ".ln_1" : std::string("ln_f"), N);
   }
   pos_ += T;
-  if (keep == 0) {
+  if (kept.empty()) {
     logits_host_.clear();
     return logits_host_;
   }
-  // The LM head's input: the last `keep` rows of each sequence (contiguous when all are kept
-  // or there is one sequence).
-  Tensor head_in = ln.flat_slice(static_cast<int64_t>(T - keep) * C_, (N - (T - keep)) * C_);
-  if (keep < T && B_ > 1) {
-    const int64_t kept = static_cast<int64_t>(B_) * keep;
-    if (head_in_.empty() || head_in_.t().shape[0] < kept) head_in_ = be_.empty({kept, C_}, cfg_.dtype);
-    head_in = rows_of(head_in_, kept, C_);
-    for (int b = 0; b < B_; ++b)
-      be_.copy(head_in.flat_slice(static_cast<int64_t>(b) * keep * C_, static_cast<int64_t>(keep) * C_),
-               ln.flat_slice((static_cast<int64_t>(b) * T + T - keep) * C_, static_cast<int64_t>(keep) * C_));
-  }
-  const int64_t kept_rows = static_cast<int64_t>(B_) * keep;
-  lm_head(head_in.flat_slice(0, kept_rows * C_).view({kept_rows, C_}), kept_rows);
+  const int64_t rows = static_cast<int64_t>(kept.size());
+  lm_head(gather_rows(ln, kept), rows);
   return logits_host_;
 }
 

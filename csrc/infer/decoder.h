@@ -43,6 +43,10 @@ class Gpt2Decoder {
   // position() + t, and returns the next-token logits after the last `keep` (0 <= keep <= T)
   // of them: [batch, keep, vocab_size] row-major on the host.
   const std::vector<float>& forward(const std::vector<int32_t>& tokens, int T, int keep);
+  // The same, returning the logits after the fed tokens `kept` lists (rows b * T + t of the
+  // pass, increasing): [kept.size(), vocab_size]. Prompts of different lengths keep each
+  // sequence's own positions.
+  const std::vector<float>& forward(const std::vector<int32_t>& tokens, int T, const std::vector<int64_t>& kept);
   // Feeds positions position() .. length - 1 of each sequence's prompt (prompts[b * length +
   // t]: the prompts batch-major, `length` tokens each) in passes of max_chunk positions, and
   // returns the next-token logits after the last: [batch, vocab_size].
@@ -67,6 +71,9 @@ class Gpt2Decoder {
   // The LM head on `rows` rows of ln_f's output (tied to wte, this rank's vocabulary rows),
   // then every TP rank's logits -> logits_host_ [rows, vocab_size].
   void lm_head(const Tensor& in, int64_t rows);
+  // The rows `kept` of the pass's ln_f output `ln` [N, C], gathered (runs of consecutive rows
+  // copied at once; one run is used in place).
+  Tensor gather_rows(const Tensor& ln, const std::vector<int64_t>& kept);
   // The first `rows` rows of a [B * max_chunk, width] activation buffer.
   static Tensor rows_of(const Buffer& b, int64_t rows, int64_t width);
 
@@ -89,6 +96,7 @@ class Gpt2Decoder {
   std::vector<unsigned char> logits_bytes_;
   std::vector<float> logits_local_, logits_all_;  // [rows, vocab_local]; every rank's, rank-major
   std::vector<float> logits_host_;
+  std::vector<int64_t> kept_scratch_;  // forward(tokens, T, keep)'s rows
 };
 
 // Tokens per sequence that one forward() over `length` prompt positions of `batch` sequences

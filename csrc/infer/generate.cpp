@@ -52,10 +52,17 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   bool any = o.logprobs;  // anything to score or draw
   for (int b = 0; b < B; ++b) any = any || total[b] > out[b].prompt_length;
   if (steps == 0 || !any) return out;
-  // Positions [0, prefill_end) feed every sequence a prompt token: they go through the model
-  // in chunks of `chunk` positions (B x chunk rows a pass), the logits of only those positions
-  // whose logits are used (all with `logprobs`, else the last: the shortest prompt's end).
-  const int64_t prefill_end = std::min(shortest, steps);
+  // Positions [0, prefill_end) go through the model in passes of up to `chunk` positions (B x
+  // chunk rows a pass). They run to the first position where a draw must be fed back: the
+  // shortest prompt's end among sequences that draw two tokens or more. A sequence that draws
+  // at most one token needs nothing fed after its prompt, so a batch of prompts of different
+  // lengths that are scored (lm-evaluation-harness: echo, one token drawn) goes through in
+  // passes only; such a sequence is fed its last prompt token again past its end (logits
+  // unused). The LM head sees the positions whose logits are used: each prompt's end (its
+  // first draw) and, with `logprobs`, every prompt position.
+  int64_t prefill_end = steps;
+  for (int b = 0; b < B; ++b)
+    if (total[b] >= out[b].prompt_length + 2) prefill_end = std::min(prefill_end, out[b].prompt_length);
   const int chunk = prefill_chunk(B, prefill_end, o.logprobs, o.prefill_chunk);
   Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm, chunk);
   // Whether sequence b draws no more: ended, or at its length limit.
@@ -94,14 +101,32 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   };
 
   std::vector<int32_t> feed;
+  std::vector<int64_t> kept;      // rows of a pass whose logits are used
+  std::vector<int64_t> kept_row;  // [B x n]: row b * n + t's index among them, or -1
   for (int64_t pos = 0; pos < prefill_end;) {
     const int n = static_cast<int>(std::min<int64_t>(chunk, prefill_end - pos));
-    const int keep = o.logprobs ? n : (pos + n == prefill_end ? 1 : 0);
     feed.clear();
-    for (int b = 0; b < B; ++b) feed.insert(feed.end(), prompts[b].begin() + pos, prompts[b].begin() + pos + n);
-    const std::vector<float>& logits = dec.forward(feed, n, keep);
-    for (int k = 0; k < keep; ++k)  // position pos + n - keep + k
-      if (!after(pos + n - keep + k, [&](int b) { return logits.data() + (static_cast<int64_t>(b) * keep + k) * V; }))
+    kept.clear();
+    kept_row.assign(static_cast<size_t>(B) * n, -1);
+    for (int b = 0; b < B; ++b) {
+      const std::vector<int32_t>& prompt = prompts[b];
+      const int64_t length = out[b].prompt_length;
+      for (int t = 0; t < n; ++t) {
+        const int64_t at = pos + t;
+        feed.push_back(prompt[static_cast<size_t>(std::min(at, length - 1))]);
+        const bool scored = o.logprobs && at + 1 < length, drawn = at + 1 == length && total[b] > length;
+        if (!scored && !drawn) continue;
+        kept_row[static_cast<size_t>(b) * n + t] = static_cast<int64_t>(kept.size());
+        kept.push_back(static_cast<int64_t>(b) * n + t);
+      }
+    }
+    const std::vector<float>& logits = dec.forward(feed, n, kept);
+    for (int t = 0; t < n; ++t)
+      if (!after(pos + t, [&](int b) {
+            const int64_t k = kept_row[static_cast<size_t>(b) * n + t];
+            TRIDENT_CHECK(k >= 0, "generate_tokens: no logits kept for sequence ", b, " at position ", pos + t);
+            return logits.data() + k * V;
+          }))
         return out;
     pos += n;
   }

@@ -57,8 +57,10 @@ std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& ba
 // (Megatron's generate_tokens_probs_and_return_on_first_stage): prompts of any lengths
 // decoded together, each fed its own tokens until they run out and then its draws (Megatron's
 // `started` mask), so each continues as it would alone; optional log-probabilities of every
-// token after the first, prompt tokens included (scoring). The positions every prompt holds
-// (up to the shortest's length) go through the model in passes of many positions.
+// token after the first, prompt tokens included (scoring). The positions up to the first
+// draw that must be fed back (the shortest prompt's end among those drawing two tokens or
+// more; the longest prompt when none does) go through the model in passes of many positions,
+// shorter prompts padded; the rest one position a step.
 struct DecodeOptions {
   SamplingOptions sampling;
   // Tokens drawn per prompt at most, and at most room_after(prompt length). 0 draws none:

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "infer/decoder.h"
@@ -79,6 +80,35 @@ TEST(Gpt2Decoder, ChunkedPassesMatchTheReference) {
     check_against_reference(dt, tol, whole);
     check_against_reference(dt, tol, mixed);
   }
+}
+
+// A pass that keeps scattered rows (runs of one and two, one across a sequence boundary, and
+// all of them in one run): each kept row's logits are the reference's at its position.
+TEST(Gpt2Decoder, KeptRowsMatchTheReference) {
+  test::TinyModel f(DType::F32);
+  const int B = 3, T = f.cfg.seq_length;
+  const int64_t V = f.cfg.vocab_size;
+  std::mt19937 rng(5);
+  std::vector<int> tokens(B * T);
+  for (int& t : tokens) t = static_cast<int>(rng() % f.cfg.vocab_size);
+  const std::vector<double> want = f.reference_logits(tokens, B, T);
+  const std::vector<int32_t> feed(tokens.begin(), tokens.end());
+  std::vector<int64_t> all(B * T);
+  std::iota(all.begin(), all.end(), 0);
+  for (const std::vector<int64_t>& kept : {std::vector<int64_t>{0, 2, 3, T - 1, T, 2 * T + 5}, all}) {
+    Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T, nullptr, T);
+    const std::vector<float>& got = dec.forward(feed, T, kept);
+    ASSERT_EQ(got.size(), kept.size() * V);
+    double worst = 0;
+    for (size_t i = 0; i < kept.size(); ++i)
+      for (int64_t v = 0; v < V; ++v)
+        worst = std::max(worst, std::fabs(got[i * V + v] - want[kept[i] * V + v]));
+    EXPECT_LE(worst, 1e-5) << kept.size() << " rows kept";
+  }
+  Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T, nullptr, T);
+  EXPECT_THROW(dec.forward(feed, T, std::vector<int64_t>{3, 2}), InternalError);  // not increasing
+  EXPECT_THROW(dec.forward(feed, T, std::vector<int64_t>{B * T}), InternalError);  // past the pass
+  EXPECT_EQ(dec.position(), 0);
 }
 
 TEST(Gpt2Decoder, RejectsBadTokensAndSizes) {

@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "infer/generate.h"
+#include "kernels/profiling_backend.h"
 #include "tiny_model.h"
 
 namespace trident {
@@ -210,11 +211,55 @@ TEST(GenerateTokens, ChunkedPrefillMatchesSingleSteps) {
           for (size_t k = 0; k < 2; ++k)
             EXPECT_EQ(chunked.top_logprobs[i][k].first, steps.top_logprobs[i][k].first) << "position " << i;
         }
-        if (logprobs) EXPECT_EQ(chunked.logprobs.size(), chunked.tokens.size() - 1);
+        if (logprobs) {
+          EXPECT_EQ(chunked.logprobs.size(), chunked.tokens.size() - 1);
+        }
       }
       EXPECT_LE(worst, 1e-6);
       EXPECT_LE(worst_ref, 1e-5);
     }
+}
+
+// Prompts of 1, 3 and 7 tokens scored (nothing drawn) or scored and given one token each
+// (lm-evaluation-harness's loglikelihood requests: echo, max_tokens 1): no draw is fed back,
+// so the whole batch goes through in one pass (shorter prompts padded), where stepping from
+// the shortest prompt's end took 7 passes. Each prompt's log-probabilities, top-2 ids and
+// draw are the reference's of it alone. With 3 tokens drawn, the prompts that draw more than
+// one decide where the passes end: 1 pass, then 6 single steps.
+TEST(GenerateTokens, RaggedPromptsDrawingAtMostOneGoThroughInPasses) {
+  test::TinyModel m(DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{4}, {3, 7, 1}, {11, 2, 5, 9, 6, 1, 8}};
+  struct Case {
+    int64_t max_new;
+    bool logprobs;
+    int64_t passes;  // forward passes through the model
+  };
+  for (const Case c : {Case{0, true, 1}, Case{1, true, 1}, Case{1, false, 1}, Case{3, true, 1 + 6}}) {
+    SCOPED_TRACE("max_new_tokens " + std::to_string(c.max_new) + (c.logprobs ? ", logprobs" : ""));
+    ProfilingBackend counting(make_cpu_backend());  // the parameters live in host memory
+    DecodeOptions o = greedy_decode(c.max_new);
+    o.logprobs = c.logprobs;
+    o.top_logprobs = c.logprobs ? 2 : 0;
+    std::mt19937_64 rng(1);
+    const auto out = generate_tokens(m.cfg, counting, *m.params, prompts, o, rng);
+    EXPECT_EQ(counting.times().at("attention").calls, c.passes * m.cfg.num_layers);
+    double worst = 0;
+    for (size_t b = 0; b < prompts.size(); ++b) {
+      const size_t length = std::min<size_t>(prompts[b].size() + c.max_new, 8);
+      EXPECT_EQ(out[b].tokens, reference_greedy(m, prompts[b], length)) << "prompt " << b;
+      if (!c.logprobs) continue;
+      const Generation& g = out[b];
+      ASSERT_EQ(g.logprobs.size(), g.tokens.size() - 1) << "prompt " << b;
+      ASSERT_EQ(g.top_logprobs.size(), g.logprobs.size()) << "prompt " << b;
+      const auto want = m.reference_log_softmax(g.tokens);
+      for (size_t i = 0; i < g.logprobs.size(); ++i) {
+        worst = std::max(worst, std::fabs(g.logprobs[i] - want[i][g.tokens[i + 1]]));
+        const auto best = std::max_element(want[i].begin(), want[i].end());
+        EXPECT_EQ(g.top_logprobs[i][0].first, best - want[i].begin()) << "prompt " << b << ", position " << i;
+      }
+    }
+    EXPECT_LE(worst, 1e-5);
+  }
 }
 
 // top_logprobs 3: at every position, the reference's three most likely tokens with their

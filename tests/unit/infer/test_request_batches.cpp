@@ -64,6 +64,16 @@ TEST(RequestBatches, GreedyCompletionsThatDecodeAlikeShareABatch) {
   // Within the spread of 16, scored prompts batch.
   EXPECT_EQ(s.make(12000).batches({completion(0, 0.0, {{1}}), completion(0, 0.0, {std::vector<int32_t>(17, 2)})}),
             (B{{0, 1}}));
+  // Drawing at most one token (scoring), a batch goes through in passes, shorter prompts
+  // padded: lengths may spread by the shortest's (20 and 40 batch, 20 and 41 do not); drawing
+  // two, by 16.
+  for (int64_t max_tokens : {0, 1, 2})
+    for (size_t longest : {40, 41}) {
+      const std::vector<PreparedRequest> scored = {completion(max_tokens, 0.0, {std::vector<int32_t>(20, 1)}),
+                                                   completion(max_tokens, 0.0, {std::vector<int32_t>(longest, 2)})};
+      EXPECT_EQ(s.make(12000).batches(scored), max_tokens <= 1 && longest == 40 ? (B{{0, 1}}) : (B{{0}, {1}}))
+          << max_tokens << " tokens, prompts of 20 and " << longest;
+    }
 }
 
 // Three greedy requests decoded as one batch answer as each decoded alone (texts, tokens,
