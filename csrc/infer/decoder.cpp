@@ -140,6 +140,7 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
 }
 
 Tensor Gpt2Decoder::gather_rows(const Tensor& ln, const std::vector<int64_t>& kept) {
+  TRIDENT_CHECK(!kept.empty(), "Gpt2Decoder::gather_rows: no row kept");
   const int64_t n = static_cast<int64_t>(kept.size());
   if (kept.back() - kept.front() + 1 == n)  // one run: ln's rows as they are
     return ln.flat_slice(kept.front() * C_, n * C_).view({n, C_});

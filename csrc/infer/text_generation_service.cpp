@@ -180,7 +180,7 @@ std::vector<std::vector<size_t>> TextGenerationService::batches(const std::vecto
   // How far a batch's prompt lengths may spread. Drawing two tokens or more, the positions
   // past the shortest prompt are decoded one step each for all (kLengthSpread, or the steps
   // the draws take anyway); drawing at most one (scoring), the batch goes through in passes
-  // with shorter prompts padded to the longest, which at most doubles a prompt's positions.
+  // with shorter prompts padded to the longest: at most max(16, shortest) padded positions.
   static constexpr int64_t kLengthSpread = 16;
   const auto spread_allowed = [](int64_t max_tokens, int64_t shortest) {
     return std::max(kLengthSpread, max_tokens <= 1 ? shortest : max_tokens);

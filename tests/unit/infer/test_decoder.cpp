@@ -82,8 +82,8 @@ TEST(Gpt2Decoder, ChunkedPassesMatchTheReference) {
   }
 }
 
-// A pass that keeps scattered rows (runs of one and two, one across a sequence boundary, and
-// all of them in one run): each kept row's logits are the reference's at its position.
+// A pass that keeps scattered rows (runs of one and two, one across a sequence boundary), one
+// run inside the pass, and all of them: each kept row's logits are the reference's at its position.
 TEST(Gpt2Decoder, KeptRowsMatchTheReference) {
   test::TinyModel f(DType::F32);
   const int B = 3, T = f.cfg.seq_length;
@@ -95,7 +95,8 @@ TEST(Gpt2Decoder, KeptRowsMatchTheReference) {
   const std::vector<int32_t> feed(tokens.begin(), tokens.end());
   std::vector<int64_t> all(B * T);
   std::iota(all.begin(), all.end(), 0);
-  for (const std::vector<int64_t>& kept : {std::vector<int64_t>{0, 2, 3, T - 1, T, 2 * T + 5}, all}) {
+  for (const std::vector<int64_t>& kept :
+       {std::vector<int64_t>{0, 2, 3, T - 1, T, 2 * T + 5}, std::vector<int64_t>{T + 1, T + 2, T + 3}, all}) {
     Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T, nullptr, T);
     const std::vector<float>& got = dec.forward(feed, T, kept);
     ASSERT_EQ(got.size(), kept.size() * V);
@@ -108,6 +109,7 @@ TEST(Gpt2Decoder, KeptRowsMatchTheReference) {
   Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T, nullptr, T);
   EXPECT_THROW(dec.forward(feed, T, std::vector<int64_t>{3, 2}), InternalError);  // not increasing
   EXPECT_THROW(dec.forward(feed, T, std::vector<int64_t>{B * T}), InternalError);  // past the pass
+  EXPECT_THROW(dec.forward(feed, T, std::vector<int64_t>{-1, 0}), InternalError);
   EXPECT_EQ(dec.position(), 0);
 }
 

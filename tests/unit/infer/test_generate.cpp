@@ -179,7 +179,7 @@ TEST(GenerateTokens, LogprobsMatchTheReferenceForPromptAndDrawnTokens) {
 }
 
 // Prefill in chunks of 2 positions (passes of 2, 2 and 1 over the shortest prompt's 5, the
-// logits of none, or of all with logprobs) against one position a step (prefill_chunk 1, the
+// logits of its last position only, or of all with logprobs) against one position a step (prefill_chunk 1, the
 // decoding path): the same greedy and sampled tokens, log-probabilities within 1e-6, the
 // same top-2 ids; and against the reference.
 TEST(GenerateTokens, ChunkedPrefillMatchesSingleSteps) {
@@ -223,9 +223,10 @@ TEST(GenerateTokens, ChunkedPrefillMatchesSingleSteps) {
 // Prompts of 1, 3 and 7 tokens scored (nothing drawn) or scored and given one token each
 // (lm-evaluation-harness's loglikelihood requests: echo, max_tokens 1): no draw is fed back,
 // so the whole batch goes through in one pass (shorter prompts padded), where stepping from
-// the shortest prompt's end took 7 passes. Each prompt's log-probabilities, top-2 ids and
-// draw are the reference's of it alone. With 3 tokens drawn, the prompts that draw more than
-// one decide where the passes end: 1 pass, then 6 single steps.
+// the shortest prompt's end took 6 or 7 passes. Each prompt's log-probabilities, top-2 ids
+// and draw are the reference's of it alone. With 3 tokens drawn (the shortest prompt draws
+// them: one max_new_tokens for all, and it has the most room), draws are fed back from its
+// end on, as before: 1 pass, then 6 single steps.
 TEST(GenerateTokens, RaggedPromptsDrawingAtMostOneGoThroughInPasses) {
   test::TinyModel m(DType::F32);
   const std::vector<std::vector<int32_t>> prompts = {{4}, {3, 7, 1}, {11, 2, 5, 9, 6, 1, 8}};

@@ -54,7 +54,8 @@ TEST(RequestBatches, GreedyCompletionsThatDecodeAlikeShareABatch) {
   EXPECT_EQ(s.make(12000).batches(r), (B{{0}, {1}, {2}, {3}, {4}, {5, 6}}));
   EXPECT_TRUE(s.make(12000).batches({}).empty());
   // Prompt lengths 1 and 18 (a spread of 17) share a batch only when 17 or more tokens are
-  // drawn: below that, the 17 one-token steps would outweigh feeding each prompt alone.
+  // drawn: below that, the 17 one-token steps would outweigh feeding each prompt alone (and
+  // scoring, max_tokens 0, padding the 1-token prompt by 17 passes max(16, 1)).
   const std::vector<int32_t> long_prompt(18, 2);
   for (int64_t max_tokens : {0, 16, 17}) {
     const std::vector<PreparedRequest> spread = {completion(max_tokens, 0.0, {{1}}),
