@@ -78,33 +78,40 @@ TEST(RequestBatches, GreedyCompletionsThatDecodeAlikeShareABatch) {
 }
 
 // Three greedy requests decoded as one batch answer as each decoded alone (texts, tokens,
-// usage; log-probabilities within 1e-5), and the ids go on counting.
+// usage; log-probabilities within 1e-5), and the ids go on counting: drawing 3 tokens (passes
+// to the shortest prompt's end, then steps) and 1 (lm-evaluation-harness's loglikelihood
+// requests: all in passes, shorter prompts padded).
 TEST(RequestBatches, ABatchAnswersAsItsRequestsAlone) {
   Service s;
-  const std::vector<PreparedRequest> r = {completion(3, 0.0, {{1, 2}}), completion(3, 0.0, {{3}, {4, 5, 6}}),
-                                          completion(3, 0.0, {{7, 8, 9, 10}})};
-  TextGenerationService together = s.make(12000), alone = s.make(12000);
-  const std::vector<nlohmann::json> batched = together.run_batch({&r[0], &r[1], &r[2]});
-  ASSERT_EQ(batched.size(), 3u);
-  double worst = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    const nlohmann::json one = alone.run(r[i]);
-    ASSERT_EQ(batched[i]["choices"].size(), one["choices"].size());
-    for (size_t c = 0; c < one["choices"].size(); ++c) {
-      const nlohmann::json &a = batched[i]["choices"][c], &b = one["choices"][c];
-      EXPECT_EQ(a["text"], b["text"]) << "request " << i;
-      EXPECT_EQ(a["logprobs"]["tokens"], b["logprobs"]["tokens"]) << "request " << i;
-      EXPECT_EQ(a["finish_reason"], b["finish_reason"]) << "request " << i;
-      // The logits of a batch of 4 and of 1 differ in the order of their sums.
-      for (size_t t = 1; t < b["logprobs"]["token_logprobs"].size(); ++t)
-        worst = std::max(worst, std::fabs(a["logprobs"]["token_logprobs"][t].get<double>() -
-                                          b["logprobs"]["token_logprobs"][t].get<double>()));
+  for (const int64_t max_tokens : {3, 1}) {
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    const std::vector<PreparedRequest> r = {completion(max_tokens, 0.0, {{1, 2}}),
+                                            completion(max_tokens, 0.0, {{3}, {4, 5, 6}}),
+                                            completion(max_tokens, 0.0, {{7, 8, 9, 10}})};
+    TextGenerationService together = s.make(12000), alone = s.make(12000);
+    const std::vector<nlohmann::json> batched = together.run_batch({&r[0], &r[1], &r[2]});
+    ASSERT_EQ(batched.size(), 3u);
+    double worst = 0;
+    for (size_t i = 0; i < r.size(); ++i) {
+      const nlohmann::json one = alone.run(r[i]);
+      ASSERT_EQ(batched[i]["choices"].size(), one["choices"].size());
+      for (size_t c = 0; c < one["choices"].size(); ++c) {
+        const nlohmann::json &a = batched[i]["choices"][c], &b = one["choices"][c];
+        EXPECT_EQ(a["text"], b["text"]) << "request " << i;
+        EXPECT_EQ(a["logprobs"]["tokens"], b["logprobs"]["tokens"]) << "request " << i;
+        EXPECT_EQ(a["logprobs"]["tokens"].size(), r[i].prompts[c].size() + max_tokens) << "request " << i;
+        EXPECT_EQ(a["finish_reason"], b["finish_reason"]) << "request " << i;
+        // The logits of a batch of 4 and of 1 differ in the order of their sums.
+        for (size_t t = 1; t < b["logprobs"]["token_logprobs"].size(); ++t)
+          worst = std::max(worst, std::fabs(a["logprobs"]["token_logprobs"][t].get<double>() -
+                                            b["logprobs"]["token_logprobs"][t].get<double>()));
+      }
+      EXPECT_EQ(batched[i]["usage"], one["usage"]) << "request " << i;
+      EXPECT_EQ(batched[i]["id"], one["id"]) << "request " << i;
     }
-    EXPECT_EQ(batched[i]["usage"], one["usage"]) << "request " << i;
-    EXPECT_EQ(batched[i]["id"], one["id"]) << "request " << i;
+    EXPECT_LE(worst, 1e-5);
+    EXPECT_EQ(batched[1]["choices"].size(), 2u);
   }
-  EXPECT_LE(worst, 1e-5);
-  EXPECT_EQ(batched[1]["choices"].size(), 2u);
 }
 
 }  // namespace
