@@ -527,7 +527,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
 
   // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
   // The defaults (the wgmma kernels on an H100/H200), then the other kernels and tile shapes
-  // (AttnTiles in cuda_attention.cu; the launchers read their environment variables at each
+  // (AttnTiles in kernels/cuda/attention/attn_plans.cuh; the launchers read their environment variables at each
   // call): the wgmma forward's 128-key tiles and the wgmma backward for D 64, the mma.sync
   // kernels' defaults, 128-row forward blocks, doubled forward key tiles, double-buffered
   // forward K/V, a double-buffered dK/dV kernel, the other dK/dV query tiles, (D 128) doubled

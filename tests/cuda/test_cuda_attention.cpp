@@ -175,7 +175,7 @@ TEST_P(CudaAttention, BackwardMatchesCpu) {
   check_backward("");
 }
 
-// The mma.sync kernels' tile shapes (AttnTiles in cuda_attention.cu, chosen by environment
+// The mma.sync kernels' tile shapes (AttnTiles in attention/attn_plans.cuh, chosen by environment
 // variables; on an H100/H200 the defaults are the wgmma kernels, turned off here): their
 // defaults; the forward with two K/V buffers, alone and with two 16-row tiles per warp
 // (128-row blocks); the backward with dQ added by atomics, with one and two dK/dV buffers,

@@ -1,9 +1,10 @@
-// The attention kernels of kernels/cuda/cuda_attention.cu run on the CPU, so that a machine
+// The attention kernels of kernels/cuda/attention/ run on the CPU, so that a machine
 // without a GPU (CI) still checks their tiling, causal masking, online softmax, dropout
 // indexing, shared-memory bookkeeping and mma/ldmatrix fragment arithmetic.
 //
-// How: emulate_attention.cmake copies the device code of the .cu (minus the inline-PTX
-// primitives) into cuda_attention_emulated.inc, compiled here as host C++. A launch runs
+// How: emulate_attention.cmake copies the device code and launch plans of those headers
+// (minus attn_ptx.cuh, the inline-PTX primitives) into cuda_attention_emulated.inc, compiled
+// here as host C++. A launch runs
 // each block as 128 or 256 cooperative fibers (emulated/emu_context.h) on one OS thread;
 // __syncthreads and the warp-collective operations are barriers between fibers. The primitives are emulated from
 // the PTX ISA's fragment layouts (m16n8k16 A/B/C, ldmatrix with and without .trans), and

@@ -84,7 +84,7 @@ if(NOT out MATCHES "__global__")
 endif()
 if(out MATCHES "(^|[^A-Za-z_0-9])(asm|__asm__)[ \t]*(volatile[ \t]*|__volatile__[ \t]*)?\\(")
   message(FATAL_ERROR "extract_device_code.cmake: inline asm in the device code of ${SRC}; the CPU emulator "
-                      "cannot run PTX: move it into a helper with an emulated twin (as cuda_attention.cu does)")
+                      "cannot run PTX: move it into a helper with an emulated twin (as kernels/cuda/attention/attn_ptx.cuh has)")
 endif()
 
 # Dynamic shared memory.

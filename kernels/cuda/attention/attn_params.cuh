@@ -1,0 +1,178 @@
+// The attention kernels' parameters (AttnParams) and their dropout draws: the Philox blocks
+// of philox.h's attn_dropout_keep, drawn once a block and shared between lanes.
+//
+// Part of the fused attention of kernels/cuda/cuda_attention.cu (its header says what is fused
+// and why; the files of kernels/cuda/attention/ are included by it alone, and, as host code,
+// by the CPU emulator's test through tests/cuda/emulate_attention.cmake).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/philox.h"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace trident::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // one warpgroup: the block of every attention kernel (two-warpgroup blocks: 2x)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+// How far (log2 units) a forward row's score may pass the row's reference maximum before
+// the output is rescaled: P <= 2^8 = 256, well inside fp32 and fp16 (and 16-bit P rounds
+// relative to its size).
+constexpr float kMaxSlack = 8.f;
+
+struct AttnParams {
+  const void* qkv = nullptr;   // [B, T, 3, H, D]
+  void* out = nullptr;         // [B, T, H, D] (forward output; backward input)
+  float* lse = nullptr;        // [B, H, T]
+  const void* dout = nullptr;  // [B, T, H, D]
+  void* dqkv = nullptr;        // [B, T, 3, H, D]
+  float* delta = nullptr;      // [B, H, T] scratch: rowsum(dO * O)
+  float* dq_acc = nullptr;     // [B, H, T, D] f32 scratch of the atomic-dQ backward (else unused)
+  const int32_t* doc = nullptr;  // [B, T] first key of each query's document, or null (AttentionShape)
+  int32_t* doc_end = nullptr;    // [B, T] tensor-core backward scratch with doc: one past each key's document
+  int B = 0, T = 0, H = 0, D = 0;
+  int head_offset = 0;
+  int64_t qkv_tok = 0;  // elements between consecutive tokens of qkv: 3 * H * D
+  int64_t out_tok = 0;  // elements between consecutive tokens of out/dout: H * D
+  float scale = 1.f;       // 1 / sqrt(D)
+  float scale_log2 = 1.f;  // scale * log2(e): scores in the exp2 domain
+  float inv_keep = 1.f;    // attn_drop_scale(p): a kept probability's factor
+  uint32_t drop_thr = 0;   // attn_drop_threshold(p), at most 65535 (set_attn_dropout)
+  bool dropout = false;
+  DropoutKey drop{};
+};
+
+// ---- dropout -----------------------------------------------------------------------------
+// philox.h's attn_dropout_keep: element (query i, key j) of head hg is the 16-bit half
+// i & 1 of word j & 3 of the Philox block with counter attn_drop_counter(hg, T, i, j),
+// kept when the half reaches the threshold. Restated here with the word selected without
+// a dynamically indexed array (which would live in local memory); tests/cuda checks the
+// masks against the CPU twin, which calls attn_dropout_keep.
+__host__ __device__ __forceinline__ uint32_t philox_word(const Philox4& r, uint32_t w) {
+  return w == 0 ? r.v[0] : w == 1 ? r.v[1] : w == 2 ? r.v[2] : r.v[3];
+}
+__host__ __device__ __forceinline__ Philox4 attn_block(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
+                                                       int j) {
+  return dropout_philox(p.drop, sample,
+                        attn_drop_counter(hg, static_cast<uint64_t>(p.T), static_cast<uint64_t>(i),
+                                          static_cast<uint64_t>(j)));
+}
+// Whether a 16-bit uniform u keeps its element.
+__host__ __device__ __forceinline__ bool attn_kept(const AttnParams& p, uint32_t u) { return u >= p.drop_thr; }
+
+// Dropout factor of one element (a whole Philox block for it: the SIMT kernels).
+__host__ __device__ __forceinline__ float attn_drop_one(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
+                                                        int j) {
+  const uint32_t w = philox_word(attn_block(p, sample, hg, i, j), static_cast<uint32_t>(j & 3));
+  return attn_kept(p, attn_drop_uniform(w, static_cast<uint64_t>(i))) ? p.inv_keep : 0.f;
+}
+
+// The dropout fields of the kernels' parameters (check() and the emulated tests). A
+// threshold of 65536 keeps nothing: the device compares with 65535 and scales by 0.
+inline void set_attn_dropout(AttnParams& p, const DropoutKey& drop) {
+  p.drop = drop;
+  p.dropout = drop.enabled();
+  p.inv_keep = p.dropout ? attn_drop_scale(drop.p) : 1.0f;
+  p.drop_thr = std::min(attn_drop_threshold(drop.p), 65535u);
+}
+
+// The tensor-core kernels draw each block once: the four lanes that hold parts of the same
+// four blocks draw one block each and pass each other the words by three shuffles (a 4 x 4
+// transpose). A block costs ~60 integer operations, about as much as an element's share of
+// the tensor-core products, so these draws are most of what dropout adds to the kernels.
+// Every lane of the warp must call them. Both take two n8 tiles of the m16n8 C layout
+// (columns c and c + 8) and return the thread's 8 keep bits: bit 4 t + e for tile t and
+// the layout's element e (rows r and r + 8 for e < 2 and e >= 2, columns c + (e & 1)).
+// Bits, not factors: 8 live floats pushed the D 128 dK/dV kernel into spills.
+
+// The keep bits of the two uniforms packed in w (low half: bit 0), placed at bit `at`.
+__device__ __forceinline__ uint32_t attn_keep_bits2(const AttnParams& p, uint32_t w, int at) {
+  const uint32_t bits = static_cast<uint32_t>(attn_kept(p, w & 0xffffu)) |
+                        (static_cast<uint32_t>(attn_kept(p, w >> 16)) << 1);
+  return bits << at;
+}
+// The bit offset 4 t + e of block b's first element (b = 2 x element pair + tile).
+__device__ __forceinline__ int attn_block_bit(int b) { return 4 * (b & 1) + 2 * (b >> 1); }
+
+// Forward and dQ (rows = queries): the thread's rows are row0 = wrow + lane / 4 and row0 + 8,
+// its columns col and col + 1 (col = c0 + 2 (lane & 3), c0 a multiple of 8) and 8 further.
+// The lanes lane ^ {0, 1, 4, 5} hold both queries of row0's and row1's pairs and both column
+// pairs of the key quads col & ~3 and col & ~3 + 8: four blocks. Lane m = (lane & 1) |
+// ((lane >> 1) & 2) draws block m (row pair m >> 1, tile m & 1); lane n needs half
+// (n >> 1) (its row's parity) of words 2 (n & 1) and 2 (n & 1) + 1 (its columns) of each.
+__device__ __forceinline__ uint32_t attn_drop_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
+                                                   int col, int lane) {
+  const int m = (lane & 1) | ((lane >> 1) & 2);
+  const Philox4 r = attn_block(p, sample, hg, (m & 2) ? row0 + 8 : row0, (col & ~3) + (m & 1) * 8);
+  const auto part = [&](int n) {  // lane n's 32 bits of this block: its two columns, its row
+    const uint32_t lo = (n & 1) ? r.v[2] : r.v[0], hi = (n & 1) ? r.v[3] : r.v[1];
+    return (n & 2) ? (lo >> 16) | (hi & 0xffff0000u) : (lo & 0xffffu) | (hi << 16);
+  };
+  uint32_t keep = attn_keep_bits2(p, part(m), attn_block_bit(m));
+#pragma unroll
+  for (int k = 1; k < 4; ++k) {  // this lane's part of block m ^ k, from lane position m ^ k
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, part(m ^ k), (k & 1) | ((k & 2) << 1));
+    keep |= attn_keep_bits2(p, got, attn_block_bit(m ^ k));
+  }
+  return keep;
+}
+
+// dK/dV (rows = keys): the thread's keys are key0 = wkey + lane / 4 and key0 + 8, its
+// queries i and i + 1 (i = i0 + 2 (lane & 3), i0 a multiple of 8) and 8 further: word
+// key0 & 3 of each of the four blocks (key quad of key0 or key1) x (tile), whose two
+// halves are its queries i, i + 1. The lanes with the same lane & 3 and lane >> 4 share the
+// blocks; lane m = (lane >> 2) & 3 draws block m (key quad m >> 1, tile m & 1).
+__device__ __forceinline__ uint32_t attn_drop_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0, int i,
+                                                   int lane) {
+  const int m = (lane >> 2) & 3;
+  const Philox4 r = attn_block(p, sample, hg, i + (m & 1) * 8, key0 - m + (m >> 1) * 8);
+  uint32_t keep = attn_keep_bits2(p, philox_word(r, static_cast<uint32_t>(m)), attn_block_bit(m));
+#pragma unroll
+  for (int k = 1; k < 4; ++k) {  // word m of block m ^ k, from lane position m ^ k
+    const uint32_t got = __shfl_xor_sync(0xffffffffu, philox_word(r, static_cast<uint32_t>(m ^ k)), k << 2);
+    keep |= attn_keep_bits2(p, got, attn_block_bit(m ^ k));
+  }
+  return keep;
+}
+
+// The keep bits of a warp tile's NT n8 tiles (all lanes draw them together): element e of
+// n8 tile nt at bit 4 (nt % 8) + e of word nt / 8 (attn_drop_rows/keys' bits, pair by
+// pair). The wgmma kernels draw them while the tile's score products run on the tensor
+// cores, and the elementwise step reads one bit an element.
+template <int NT>
+struct KeepBits {
+  static_assert(NT % 2 == 0, "dropout draws take n8 tiles in pairs");
+  uint32_t w[(NT + 7) / 8] = {};
+  __device__ __forceinline__ float factor(const AttnParams& p, int nt, int e) const {
+    return (w[nt / 8] >> (4 * (nt % 8) + e)) & 1u ? p.inv_keep : 0.f;
+  }
+  // Pair by pair from draw(c), the 8 bits of the n8 tiles at columns c and c + 8 (c: this
+  // lane's first column of the pair; the tile's columns start at c0).
+  template <typename Draw>
+  __device__ __forceinline__ static KeepBits drawn(int c0, int lane, Draw&& draw) {
+    KeepBits keep;
+#pragma unroll
+    for (int q = 0; q < NT / 2; ++q) keep.w[q / 4] |= draw(c0 + q * 16 + (lane & 3) * 2) << (8 * (q % 4));
+    return keep;
+  }
+};
+// Rows = queries (forward, dQ): the warp's rows row0 = wrow + lane / 4 and row0 + 8 against
+// keys k0 .. k0 + 8 NT - 1.
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> attn_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
+                                                       int k0, int lane) {
+  return KeepBits<NT>::drawn(k0, lane, [&](int col) { return attn_drop_rows(p, sample, hg, row0, col, lane); });
+}
+// Rows = keys (dK/dV): the warp's keys key0 = wkey + lane / 4 and key0 + 8 against queries
+// i0 .. i0 + 8 NT - 1.
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> attn_keep_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0,
+                                                       int i0, int lane) {
+  return KeepBits<NT>::drawn(i0, lane, [&](int i) { return attn_drop_keys(p, sample, hg, key0, i, lane); });
+}
+
+}  // namespace
+}  // namespace trident::cuda
