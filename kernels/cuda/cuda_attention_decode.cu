@@ -2,17 +2,31 @@
 // each sequence at positions pos .. pos + T - 1 write their K and V into the caches, and the
 // query at pos + t attends over [0, pos + t]. T = 1 is a decoding step; T > 1 feeds a prompt
 // in one pass.
-// One block per (batch, token, head): its threads write the token's K/V slice, compute the
-// pos + t + 1 scaled scores into shared memory, take the block maximum and the sum of
-// exponentials (a fixed-order block reduction, so the result is deterministic), then thread
-// d of the first D threads accumulates out[d] over the positions. Keys and values before
-// `pos` come from the caches, those of the new tokens from qkv itself: another block of the
-// same launch writes them into the cache, with no ordering between blocks (the values are
-// the same, qkv and the caches share the dtype). A decoding step is bound by reading the
-// cache once, one block per (batch, head). A long prefill reads each key once per later
-// query of its head (T^2 / 2 reads, from L2 mostly): simple rather than flash-tiled, as a
-// prompt is fed once per request.
+//
+// Keys and values before `pos` come from the caches, those of the new tokens from qkv itself:
+// another block of the same launch writes them into the cache, with no ordering between
+// blocks (the values are the same: qkv and the caches share the dtype). Every sum is in a
+// fixed order (the result does not depend on the schedule). Two kernels:
+// - the vector kernel (16-byte aligned rows, D a multiple of a vector: every GPT-2 shape).
+//   One block per (query, head) and, when those are too few to fill the GPU, per range of
+//   keys as well ("split-K", the flash-decoding way): a decoding step of one sequence has
+//   only H (batch, head) rows, and one block can keep only a few kilobytes of loads in
+//   flight, so each row's keys are cut into up to 2 x SMs / rows ranges of at least
+//   kMinSplitKeys keys, each block writes its range's maximum, sum of exponentials and
+//   unnormalised output, and a second kernel combines them. In a block, each key is read by
+//   a group of G lanes, one 16-byte vector a lane (coalesced: a key row is G x 16 bytes),
+//   4 keys a lane in flight; the group's lanes sum the dot product by shuffles, the scores
+//   go to shared memory, and the weighted values are summed per group in registers, then
+//   over the groups in shared memory.
+// - the scalar kernel (any other view): one block per (query, head), each thread a key at a
+//   time, element by element. The reference path of the vector kernel's tests.
+// A long prefill reads each key once per later query of its head (T^2 / 2 reads, from L2
+// mostly): simple rather than flash-tiled, as a prompt is fed once per request.
+// tests/cuda/emulated/test_attention_decode.cpp runs both kernels and the plans below on the
+// CPU emulator (extract_device_code.cmake copies the anonymous namespace).
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -21,7 +35,29 @@ namespace trident::cuda {
 namespace {
 
 constexpr int kThreads = 128;  // >= the largest head dim (128)
+// A split's keys at least: with fewer, writing and combining the partials costs more than
+// the added blocks buy.
+constexpr int kMinSplitKeys = 256;
+// Keys a lane has in flight in the vector kernel's loops.
+constexpr int kUnroll = 4;
+constexpr size_t kSmemLimit = 48 * 1024;  // dynamic shared memory without an opt-in
 
+struct DecodeArgs {
+  const void* qkv = nullptr;  // [B, T, 3, H, D]
+  void* k_cache = nullptr;    // [B, Tmax, H, D]
+  void* v_cache = nullptr;
+  AnyPtr out{};               // [B, T, H, D]
+  float* part_o = nullptr;    // splits > 1: [B T H, splits, D] each range's unnormalised output
+  float* part_ml = nullptr;   // splits > 1: [B T H, splits, 2] its maximum score, sum of exponentials
+  int pos = 0, Tnew = 1, H = 0, D = 0;
+  int64_t Tmax = 0;
+  int splits = 1, chunk = 0;  // split s takes keys [s chunk, (s + 1) chunk) (those the query sees)
+  float scale = 1.f;
+};
+
+// The scalar kernel: its threads write the token's K/V slice, compute the pos + t + 1 scaled
+// scores into shared memory, take the block maximum and the sum of exponentials, then thread
+// d of the first D threads accumulates out[d] over the positions.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     attention_decode_kernel(const T* qkv, T* k_cache, T* v_cache, AnyPtr out, int pos, int Tnew, int64_t Tmax,
@@ -70,27 +106,260 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The vector kernel: block (row, split) with row = (b, t, h) = blockIdx.x; G lanes a key
+// (a power of two, G vectors >= D), kV = 16 / sizeof(T) elements a vector. Lanes past D (D
+// 120 at 16 lanes of 8) hold zeros.
+template <typename T, int G>
+__global__ void __launch_bounds__(kThreads) attention_decode_vec_kernel(const DecodeArgs a) {
+  constexpr int kV = static_cast<int>(16 / sizeof(T)), kGroups = kThreads / G, kStep = kGroups * kUnroll;
+  static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "a key's lanes: a power of two within a warp");
+  extern __shared__ float smem[];  // [kGroups][D] the groups' outputs, then the split's scores
+  __shared__ float red[32];
+  const int H = a.H, D = a.D, pos = a.pos;
+  const int row = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y);
+  const int h = row % H, t = row / H % a.Tnew, b = row / (H * a.Tnew);
+  const int64_t C = static_cast<int64_t>(H) * D;
+  const T* new_tokens = static_cast<const T*>(a.qkv) + static_cast<int64_t>(b) * a.Tnew * 3 * C + h * D;
+  const T* q = new_tokens + t * 3 * C;
+  T* k_cache = static_cast<T*>(a.k_cache);
+  T* v_cache = static_cast<T*>(a.v_cache);
+  const int64_t head0 = b * a.Tmax * C + h * D;  // (b, position 0, h, 0) in a cache
+  const int last = pos + t;
+  const int begin = split * a.chunk, end = min(begin + a.chunk, last + 1);  // this block's keys
+  const int g = static_cast<int>(threadIdx.x) / G, gl = static_cast<int>(threadIdx.x) % G;
+  const int col = gl * kV;     // the lane's first element of a row
+  const bool lane_has = col < D;
+  // Key (which = 1) or value (2) of position j: the cache's before pos, qkv's from pos on.
+  const auto row_of = [&](int which, int j) -> const T* {
+    return j < pos ? (which == 1 ? k_cache : v_cache) + head0 + static_cast<int64_t>(j) * C
+                   : new_tokens + static_cast<int64_t>(j - pos) * 3 * C + which * C;
+  };
+  if (split == 0 && static_cast<int>(threadIdx.x) * kV < D) {  // the token's K and V into the caches
+    const int d = static_cast<int>(threadIdx.x) * kV;
+    store_vec<T, kV>(k_cache + head0 + static_cast<int64_t>(last) * C + d, load_vec<T, kV>(q + C + d));
+    store_vec<T, kV>(v_cache + head0 + static_cast<int64_t>(last) * C + d, load_vec<T, kV>(q + 2 * C + d));
+  }
+  float qf[kV] = {};
+  if (lane_has) load_k<kV>(q + col, qf);
+  float* outs = smem;
+  float* scores = smem + kGroups * D;
+
+  // Scores: group g takes keys begin + g, + kGroups, ... The loop bounds are the same for
+  // every lane (the group sums shuffle across the warp); keys past `end` are not read.
+  float mx = -INFINITY;
+  for (int base = begin; base < end; base += kStep) {
+    float kf[kUnroll][kV];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = base + u * kGroups + g;
+      if (lane_has && j < end) {
+        load_k<kV>(row_of(1, j) + col, kf[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) kf[u][e] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      float s = 0.f;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) s += qf[e] * kf[u][e];
+#pragma unroll
+      for (int m = G / 2; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);  // the same sum in every lane
+      const int j = base + u * kGroups + g;
+      if (j < end) {
+        s *= a.scale;
+        mx = fmaxf(mx, s);
+        if (gl == 0) scores[j - begin] = s;
+      }
+    }
+  }
+  mx = block_max(mx, red);  // its barriers also publish the scores
+  float sum = 0.f;
+  for (int i = static_cast<int>(threadIdx.x); i < end - begin; i += kThreads) {
+    const float p = expf(scores[i] - mx);
+    scores[i] = p;
+    sum += p;
+  }
+  sum = block_sum(sum, red);  // ends with a barrier: every weight is written
+
+  // Weighted values: each group sums its keys' in registers, in key order.
+  float acc[kV] = {};
+  for (int base = begin; base < end; base += kStep) {
+    float vf[kUnroll][kV], w[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = base + u * kGroups + g;
+      w[u] = 0.f;
+#pragma unroll
+      for (int e = 0; e < kV; ++e) vf[u][e] = 0.f;
+      if (lane_has && j < end) {
+        load_k<kV>(row_of(2, j) + col, vf[u]);
+        w[u] = scores[j - begin];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int e = 0; e < kV; ++e) acc[e] += w[u] * vf[u][e];
+  }
+  if (lane_has)
+#pragma unroll
+    for (int e = 0; e < kV; ++e) outs[g * D + col + e] = acc[e];
+  __syncthreads();
+  const int d = static_cast<int>(threadIdx.x);
+  if (d < D) {
+    float o = 0.f;
+    for (int k = 0; k < kGroups; ++k) o += outs[k * D + d];
+    const int64_t at = static_cast<int64_t>(row) * a.splits + split;
+    if (a.splits == 1) {
+      store_any(a.out, static_cast<int64_t>(row) * D + d, o / sum);
+    } else {
+      a.part_o[at * D + d] = o;
+      if (d == 0) {
+        a.part_ml[2 * at] = mx;  // -inf for a range past the query's keys (sum 0)
+        a.part_ml[2 * at + 1] = sum;
+      }
+    }
+  }
+}
+
+// The splits' partials of each row combined (split order): out = sum_s e^(m_s - M) o_s /
+// sum_s e^(m_s - M) l_s, M the largest m_s. Thread d of block `row` writes out[row, d].
+__global__ void __launch_bounds__(kThreads) attention_decode_combine_kernel(const DecodeArgs a) {
+  const int64_t row = blockIdx.x;
+  const int d = static_cast<int>(threadIdx.x);
+  if (d >= a.D) return;
+  const float* ml = a.part_ml + row * a.splits * 2;
+  float M = -INFINITY;
+  for (int s = 0; s < a.splits; ++s) M = fmaxf(M, ml[2 * s]);
+  float l = 0.f, o = 0.f;
+  for (int s = 0; s < a.splits; ++s) {
+    if (ml[2 * s] == -INFINITY) continue;  // a range past the query's keys
+    const float w = expf(ml[2 * s] - M);
+    l += w * ml[2 * s + 1];
+    o += w * a.part_o[(row * a.splits + s) * a.D + d];
+  }
+  store_any(a.out, row * a.D + d, o / l);
+}
+
+// What one call launches. vector: the vector kernel with `lanes` lanes a key and `splits`
+// ranges of `chunk` keys (splits > 1: then the combine kernel, with partials of
+// partial_floats() floats); else the scalar kernel. smem: the first kernel's dynamic shared
+// memory.
+struct DecodePlan {
+  bool vector = false;
+  int lanes = 0, splits = 1, chunk = 0;
+  size_t smem = 0;
+  int64_t rows = 0;  // B T H: the blocks of one split
+  int64_t partial_floats() const { return splits > 1 ? rows * splits : 0; }  // times D + 2 (part_o, part_ml)
+};
+
+// The plan of a call of shape d from position pos: `vectors` when the vector kernel can run
+// (16-byte aligned tensors, D a multiple of 16 / elem_bytes), `sms` the GPU's
+// multiprocessors (the split's target: two blocks each). Throws when the scalar kernel's
+// scores do not fit in shared memory.
+DecodePlan plan_decode(const DecodeShape& d, int pos, bool vectors, int elem_bytes, int sms) {
+  DecodePlan plan;
+  plan.rows = d.B * d.T * d.H;
+  const int64_t keys = pos + d.T;  // the last query's
+  if (!vectors) {
+    plan.smem = sizeof(float) * static_cast<size_t>(keys + d.D);
+    TRIDENT_CHECK(plan.smem <= kSmemLimit, "attention_decode: position ", keys - 1,
+                  " needs more shared memory than 48 KiB");
+    return plan;
+  }
+  plan.vector = true;
+  const int kV = 16 / elem_bytes;
+  plan.lanes = 1;
+  while (plan.lanes * kV < d.D) plan.lanes *= 2;
+  const size_t outs = sizeof(float) * static_cast<size_t>(kThreads / plan.lanes * d.D);
+  int64_t splits = 1;
+  if (plan.rows < 2 * static_cast<int64_t>(sms))
+    splits = std::min((2 * static_cast<int64_t>(sms) + plan.rows - 1) / plan.rows,
+                      (keys + kMinSplitKeys - 1) / kMinSplitKeys);
+  const int64_t max_keys = static_cast<int64_t>((kSmemLimit - outs) / sizeof(float));
+  splits = std::max({splits, (keys + max_keys - 1) / max_keys, int64_t{1}});
+  plan.chunk = static_cast<int>((keys + splits - 1) / splits);
+  plan.splits = static_cast<int>((keys + plan.chunk - 1) / plan.chunk);
+  plan.smem = outs + sizeof(float) * static_cast<size_t>(plan.chunk);
+  return plan;
+}
+
+// Launches `plan` on stream s. a.part_o and a.part_ml: partial_floats() x D and x 2 floats
+// when the plan splits.
+template <typename T>
+void launch_decode(const DecodePlan& plan, DecodeArgs a, cudaStream_t s) {
+  const unsigned rows = static_cast<unsigned>(plan.rows);
+  if (!plan.vector) {
+    attention_decode_kernel<T><<<rows, kThreads, plan.smem, s>>>(
+        static_cast<const T*>(a.qkv), static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), a.out, a.pos, a.Tnew,
+        a.Tmax, a.H, a.D, a.scale);
+    return;
+  }
+  a.splits = plan.splits;
+  a.chunk = plan.chunk;
+  const dim3 grid(rows, static_cast<unsigned>(plan.splits));
+  const auto go = [&](auto lanes) {
+    constexpr int G = decltype(lanes)::value;
+    attention_decode_vec_kernel<T, G><<<grid, kThreads, plan.smem, s>>>(a);
+  };
+  switch (plan.lanes) {
+    case 1: go(std::integral_constant<int, 1>{}); break;
+    case 2: go(std::integral_constant<int, 2>{}); break;
+    case 4: go(std::integral_constant<int, 4>{}); break;
+    case 8: go(std::integral_constant<int, 8>{}); break;
+    case 16: go(std::integral_constant<int, 16>{}); break;
+    default:  // 32: D above 64 in fp32 (16-bit rows of D <= 128 take at most 16 lanes)
+      if constexpr (sizeof(T) == 4) go(std::integral_constant<int, 32>{});
+      break;
+  }
+  if (plan.splits > 1) attention_decode_combine_kernel<<<rows, kThreads, 0, s>>>(a);
+}
+
 }  // namespace
 
 // Host launchers.
 
+// The current GPU's multiprocessors (the split's target), asked once a device and thread.
+static int multiprocessors() {
+  thread_local int cached_dev = -1, cached_sms = 0;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev != cached_dev) {
+    CUDA_CHECK(cudaDeviceGetAttribute(&cached_sms, cudaDevAttrMultiProcessorCount, dev));
+    cached_dev = dev;
+  }
+  return cached_sms;
+}
+
 void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
-                      cudaStream_t s) {
+                      CachingAllocator& scratch, cudaStream_t s) {
   const char* op = "attention_decode";
   const DecodeShape d = check_decode_shapes(op, qkv, k_cache, v_cache, pos, out);
   TRIDENT_CHECK(d.D <= kThreads, op, ": head dim ", d.D, " above ", kThreads);
   if (d.B == 0 || d.H == 0) return;
-  const size_t smem = sizeof(float) * static_cast<size_t>(pos + d.T + d.D);
-  TRIDENT_CHECK(smem <= 48 * 1024, op, ": position ", pos + d.T - 1, " needs more shared memory than 48 KiB");
-  const int64_t blocks = d.B * d.T * d.H;
-  TRIDENT_CHECK(blocks <= INT32_MAX, op, ": ", blocks, " blocks");
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  dispatch_float(qkv.dtype, op, [&](auto tag) {
-    using T = decltype(tag);
-    attention_decode_kernel<T><<<static_cast<unsigned>(blocks), kThreads, smem, s>>>(
-        qkv.ptr<T>(), k_cache.ptr<T>(), v_cache.ptr<T>(), any_ptr(out), pos, static_cast<int>(d.T), d.Tmax,
-        static_cast<int>(d.H), static_cast<int>(d.D), scale);
-  });
+  TRIDENT_CHECK(d.B * d.T * d.H <= INT32_MAX, op, ": ", d.B * d.T * d.H, " blocks");
+  const size_t elem = dtype_size(qkv.dtype);
+  const bool vectors = d.D * static_cast<int64_t>(elem) % 16 == 0 && aligned_to({qkv.data, k_cache.data, v_cache.data}, 16);
+  const DecodePlan plan = plan_decode(d, pos, vectors, static_cast<int>(elem), multiprocessors());
+  DecodeArgs a;
+  a.qkv = qkv.data;
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.out = any_ptr(out);
+  a.pos = pos;
+  a.Tnew = static_cast<int>(d.T);
+  a.H = static_cast<int>(d.H);
+  a.D = static_cast<int>(d.D);
+  a.Tmax = d.Tmax;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  std::optional<Scratch> part;  // the splits' partials
+  if (const int64_t partials = plan.partial_floats(); partials > 0) {
+    a.part_o = part.emplace(scratch, static_cast<size_t>(partials * (d.D + 2)) * sizeof(float)).as<float>();
+    a.part_ml = a.part_o + partials * d.D;
+  }
+  dispatch_float(qkv.dtype, op, [&](auto tag) { launch_decode<decltype(tag)>(plan, a, s); });
   CUDA_CHECK_LAUNCH();
 }
 

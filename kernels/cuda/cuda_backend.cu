@@ -313,7 +313,7 @@ class CudaBackend final : public Backend {
                         const Tensor& out) override {
     on_device();
     require_device("attention_decode", {&qkv, &k_cache, &v_cache, &out});
-    cuda::attention_decode(qkv, k_cache, v_cache, pos, out, stream_);
+    cuda::attention_decode(qkv, k_cache, v_cache, pos, out, allocator(), stream_);
   }
   // ---- dropout ----
   void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) override {

@@ -1,10 +1,13 @@
-// Attention over a KV cache (generation): the CUDA kernel (kernels/cuda/cuda_attention_decode.cu)
+// Attention over a KV cache (generation): the CUDA kernels (kernels/cuda/cuda_attention_decode.cu)
 // against the CPU reference (cpu::attention_decode in kernels/cpu/cpu_attention.cpp), per
 // dtype, on: one position (pos 0, Tmax 1), the 16B config's head dim (D = 120) and the
 // largest one (D = 128 = the block's thread count), positions on both sides of the
-// block's 128-thread stride (127, 128, 255, 256) and up to 2099 (the longest GPT-2
-// context is 2048), B*H from 1 to 48 blocks; and T > 1 new tokens a sequence (prefill, qkv
-// [B, T, 3, H, D]) from position 0 and after cached positions, up to 2048 in one pass.
+// scalar kernel's 128-thread stride (127, 128, 255, 256) and up to 2099 (the longest GPT-2
+// context is 2048), B*H from 1 to 48 rows (few rows: the vector kernel splits their keys
+// into ranges, combined after), D = 12 (the scalar kernel in 16-bit types); and T > 1 new
+// tokens a sequence (prefill, qkv [B, T, 3, H, D]) from position 0 and after cached
+// positions, up to 2048 in one pass, and one split into ranges that hold none of the first
+// queries' keys.
 // Cache rows after the new ones hold NaN on both sides: reading one would poison the
 // output.
 //
@@ -56,6 +59,7 @@ const std::vector<DecodeCase>& cases() {
       {2, 2048, 4, 128, {1000, 2047}},        // D = 128 (every thread accumulates), 2048 context
       {1, 2100, 2, 120, {1999, 2099}},        // positions up to ~2000 at D = 120
       {2, 40, 24, 8, {39}},                   // 48 blocks, most threads idle in the output loop
+      {2, 40, 3, 12, {0, 39}},                // 16-bit rows of 24 bytes: the scalar kernel
   };
   return v;
 }
@@ -152,6 +156,7 @@ TEST_P(CudaAttentionDecode, PrefillMatchesCpu) {
       {3, 300, 2, 120, {100}, 150},   // after 100 cached positions, across the 128-thread stride
       {1, 40, 5, 8, {33}, 7},         // fills the cache
       {1, 2048, 2, 128, {0}, 2048},   // the longest GPT-2 context at D = 128
+      {1, 400, 1, 64, {100}, 200},    // 200 rows (2 key ranges on 100+ SMs): queries 0..49 see none of the second
   };
   for (const DecodeCase& c : prefill)
     for (int pos : c.positions) run(c, pos);

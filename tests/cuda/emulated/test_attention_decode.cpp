@@ -1,19 +1,27 @@
 // kernels/cuda/cuda_attention_decode.cu on the CPU emulator vs the CPU backend: attention of
 // new tokens over a KV cache, every float dtype, one position (pos 0, Tmax 1), positions on
-// both sides of the 128-thread stride of the score loop (127, 128, 299) and up to 2099, the
-// 16B config's head dim (120) and the largest (128, every thread accumulates an output),
-// D = 8 (most threads idle in the output loop), several (batch, head) blocks; and T > 1 new
-// tokens a sequence (prefill): a whole prompt from position 0, a chunk after cached
-// positions, a chunk that fills the cache, chunks across the 128-thread stride.
-// Cache rows from `pos` on hold NaN and the dynamic shared memory is poisoned (NaN) by the
-// emulator, so reading a row or a score no thread wrote shows up in the output. Checked:
-// out within tolerance, both caches byte-identical to the CPU's, the same bytes under two
-// thread schedules.
+// both sides of the scalar kernel's 128-thread stride (127, 128, 299) and up to 2099, the
+// 16B config's head dim (120: the vector kernel's last lane idle) and the largest (128, every
+// thread accumulates an output), D = 8 (one lane a key in 16-bit types, most threads idle in
+// the scalar kernel's output loop), several (batch, head) blocks; and T > 1 new tokens a
+// sequence (prefill): a whole prompt from position 0, a chunk after cached positions, a chunk
+// that fills the cache, chunks across the 128-thread stride. Each case runs the scalar kernel
+// and the vector kernel, the latter unsplit (no multiprocessors to fill) and as on an H200
+// (132: rows of up to ~2000 keys cut into 2-9 ranges, then combined); and ranges past some
+// queries' keys (a prefill split as for a 1000-multiprocessor GPU), ranges forced by shared
+// memory (12000 keys), both kernels under two thread schedules.
+// Cache rows from `pos` on hold NaN, the dynamic shared memory is poisoned (NaN) by the
+// emulator and so are the splits' partials, so reading a row, a score or a partial no thread
+// wrote shows up in the output. Checked: out within tolerance, both caches byte-identical to
+// the CPU's, the same bytes under two thread schedules.
 //
-// Tolerances (|emu - cpu| <= atol + rtol |cpu|): fp32 rtol 1e-5, atol 1e-6 (the same fp32
-// algorithm with host expf; only the order of the sum of exponentials differs: the block's
-// tree vs the CPU's loop); fp16 / bf16 storage_tol (two ulps of the output format). The
-// worst errors are printed per test.
+// Tolerances (|emu - cpu| <= atol + rtol |cpu|): fp32 rtol 1e-5, atol 5e-6 (the same fp32
+// algorithm with host expf; only the order of the sums differs: the block's tree, the vector
+// kernel's per-group sums and the splits' rescaled partials vs the CPU's loop. An output is
+// a sum of up to ~2000 weighted values of |v| <= 2 whose weights add up to 1; near
+// cancellation two orders differ by ~1e-6, e.g. 1.2e-6 on an output of 4.7e-4 after 260
+// keys); fp16 / bf16 storage_tol (two ulps of the output format). The worst errors are
+// printed per test.
 //
 // What it cannot check: device expf precision and nvcc's fused multiply-adds (the GPU test
 // test_cuda_attention_decode.cpp covers those), the 48 KiB shared-memory limit.
@@ -23,20 +31,29 @@
 namespace trident::cuda::emu_attention_decode {
 namespace {
 
-// Mirror of the host launcher attention_decode in kernels/cuda/cuda_attention_decode.cu: one
-// block of kThreads per (batch, token, head), dynamic shared memory for pos + T scores and
-// the D query values, the same kernel arguments. KEEP IN SYNC with cuda_attention_decode.cu.
-void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out) {
+// The host launcher attention_decode of kernels/cuda/cuda_attention_decode.cu, with the GPU's
+// multiprocessor count `sms` and the kernel choice `vectors` given: the same plan and launches
+// (plan_decode, launch_decode), the partials in host memory.
+void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
+                      int sms, bool vectors) {
   const DecodeShape d = check_decode_shapes("attention_decode", qkv, k_cache, v_cache, pos, out);
   if (d.B == 0 || d.H == 0) return;
-  const size_t smem = sizeof(float) * static_cast<size_t>(pos + d.T + d.D);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
-  dispatch_float(qkv.dtype, "attention_decode", [&](auto tag) {
-    using T = decltype(tag);
-    emu::launch(dim3(static_cast<unsigned>(d.B * d.T * d.H)), dim3(kThreads), smem, attention_decode_kernel<T>,
-                qkv.ptr<T>(), k_cache.ptr<T>(), v_cache.ptr<T>(), any_ptr(out), pos, static_cast<int>(d.T), d.Tmax,
-                static_cast<int>(d.H), static_cast<int>(d.D), scale);
-  });
+  const DecodePlan plan = plan_decode(d, pos, vectors, static_cast<int>(dtype_size(qkv.dtype)), sms);
+  std::vector<float> partials(static_cast<size_t>(plan.partial_floats() * (d.D + 2)), NAN);  // unwritten: NaN
+  DecodeArgs a;
+  a.qkv = qkv.data;
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.out = any_ptr(out);
+  a.pos = pos;
+  a.Tnew = static_cast<int>(d.T);
+  a.H = static_cast<int>(d.H);
+  a.D = static_cast<int>(d.D);
+  a.Tmax = d.Tmax;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  a.part_o = partials.data();
+  a.part_ml = a.part_o + plan.partial_floats() * d.D;
+  dispatch_float(qkv.dtype, "attention_decode", [&](auto tag) { launch_decode<decltype(tag)>(plan, a, nullptr); });
 }
 
 }  // namespace
@@ -55,7 +72,7 @@ struct DecodeCase {
 
 class EmulatedAttentionDecode : public EmuVsCpuDtype {
  protected:
-  Tol out_tol() const { return storage_tol(dt(), 1e-5, 1e-6); }
+  Tol out_tol() const { return storage_tol(dt(), 1e-5, 5e-6); }
 
   struct Inputs {
     Buffer qkv, kc, vc, out;
@@ -78,17 +95,33 @@ class EmulatedAttentionDecode : public EmuVsCpuDtype {
                   from_floats(Shape{B, Tmax, H, D}, dt(), v), filled(out, dt(), 7.f)};
   }
 
-  void check(const DecodeCase& c, int pos) {
+  // Whether the launcher would take the vector kernel (the emulator's buffers are aligned).
+  bool vectors_fit(int D) const { return D * static_cast<int64_t>(dtype_size(dt())) % 16 == 0; }
+
+  void check(const DecodeCase& c, int pos, int sms, bool vectors) {
     SCOPED_TRACE("B=" + std::to_string(c.B) + " Tmax=" + std::to_string(c.Tmax) + " H=" + std::to_string(c.H) +
                  " D=" + std::to_string(c.D) + " pos=" + std::to_string(pos) + " T=" + std::to_string(c.T) + " " +
-                 dtype_name(dt()));
+                 dtype_name(dt()) + (vectors ? " vector kernel, sms=" + std::to_string(sms) : " scalar kernel"));
     Inputs in = make(c.B, c.Tmax, c.H, c.D, pos, c.T);
     Buffer e_kc = clone(in.kc), e_vc = clone(in.vc), e_out = clone(in.out);
     cpu().attention_decode(in.qkv, in.kc, in.vc, pos, in.out);
-    kd::attention_decode(in.qkv, e_kc, e_vc, pos, e_out);
+    kd::attention_decode(in.qkv, e_kc, e_vc, pos, e_out, sms, vectors);
     expect_close(e_out, in.out, out_tol(), "attention_decode out");
     EXPECT_TRUE(same_bytes(e_kc, in.kc)) << "k_cache";
     EXPECT_TRUE(same_bytes(e_vc, in.vc)) << "v_cache";
+  }
+  // Both kernels; the vector one unsplit and with an H200's 132 multiprocessors.
+  void check_all(const DecodeCase& c) {
+    for (int pos : c.positions) {
+      check(c, pos, 0, false);
+      if (!vectors_fit(c.D)) continue;
+      for (int sms : {0, 132}) check(c, pos, sms, true);
+    }
+  }
+  // The splits the vector kernel's plan makes for case c at pos on `sms` multiprocessors.
+  int splits(const DecodeCase& c, int pos, int sms) const {
+    const DecodeShape d{c.B, c.T, c.H, c.D, c.Tmax};
+    return kd::plan_decode(d, pos, true, static_cast<int>(dtype_size(dt())), sms).splits;
   }
 };
 
@@ -106,22 +139,49 @@ TEST_P(EmulatedAttentionDecode, MatchesCpu) {
       {1, 20, 1, 8, {13}, 7},         // a chunk that fills the cache
       {1, 300, 2, 128, {100}, 160},   // queries on both sides of the 128-thread stride
   };
-  for (const DecodeCase& c : cases)
-    for (int pos : c.positions) check(c, pos);
+  for (const DecodeCase& c : cases) check_all(c);
+  // The H200 plan splits the long rows (else the cases above would not test the combine).
+  EXPECT_EQ(splits({1, 2100, 2, 120, {}}, 2099, 132), 9);
+  EXPECT_EQ(splits({2, 2048, 2, 128, {}}, 2047, 132), 8);
+  EXPECT_EQ(splits({1, 300, 2, 128, {}}, 299, 132), 2);
+  EXPECT_EQ(splits({1, 300, 2, 128, {}, 160}, 100, 132), 1);  // 320 rows fill 132 multiprocessors
 }
 
-// Two thread schedules, the same bytes (fixed-order block reductions).
+// Ranges that hold none of some queries' keys: a prefill of 300 positions split in two (as on
+// a GPU of 1000 multiprocessors): queries 0..149 see nothing of the second range, whose
+// partials for them must not count (-inf maximum, zero sum).
+TEST_P(EmulatedAttentionDecode, EmptyRangesAddNothing) {
+  const DecodeCase c{1, 300, 1, 64, {0}, 300};
+  ASSERT_EQ(splits(c, 0, 1000), 2);
+  check(c, 0, 1000, true);
+}
+
+// More keys than the shared memory holds scores for: ranges even where the GPU is full.
+TEST_P(EmulatedAttentionDecode, SharedMemoryForcesRanges) {
+  const DecodeCase c{1, 12000, 1, 64, {11999}};
+  ASSERT_GT(splits(c, 11999, 0), 1);
+  check(c, 11999, 0, true);
+}
+
+// Two thread schedules, the same bytes (fixed-order block reductions), for both kernels and
+// the vector kernel's ranges.
 TEST_P(EmulatedAttentionDecode, IsDeterministicAcrossSchedules) {
-  const int B = 2, Tmax = 260, H = 2, D = 120, pos = 259;
+  const int B = 2, Tmax = 600, H = 2, D = 120, pos = 599;
   Inputs in = make(B, Tmax, H, D, pos);
-  std::vector<Buffer> outs;
-  for (uint32_t seed : {7u, 8u}) {
-    emu::set_schedule_seed(seed);
-    Buffer kc = clone(in.kc), vc = clone(in.vc), out = clone(in.out);
-    kd::attention_decode(in.qkv, kc, vc, pos, out);
-    outs.push_back(std::move(out));
+  for (const auto& [sms, vectors] : {std::pair{0, false}, std::pair{132, true}}) {
+    SCOPED_TRACE(vectors ? "vector kernel, 3 ranges" : "scalar kernel");
+    if (vectors) {
+      ASSERT_EQ(splits({B, Tmax, H, D, {}}, pos, sms), 3);
+    }
+    std::vector<Buffer> outs;
+    for (uint32_t seed : {7u, 8u}) {
+      emu::set_schedule_seed(seed);
+      Buffer kc = clone(in.kc), vc = clone(in.vc), out = clone(in.out);
+      kd::attention_decode(in.qkv, kc, vc, pos, out, sms, vectors);
+      outs.push_back(std::move(out));
+    }
+    EXPECT_TRUE(same_bytes(outs[0], outs[1])) << "out differs between two thread schedules";
   }
-  EXPECT_TRUE(same_bytes(outs[0], outs[1])) << "out differs between two thread schedules";
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedAttentionDecode, TRIDENT_EMU_DTYPES, dtype_param_name);
