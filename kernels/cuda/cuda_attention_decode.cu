@@ -20,8 +20,11 @@
 //   over the groups in shared memory.
 // - the scalar kernel (any other view): one block per (query, head), each thread a key at a
 //   time, element by element. The reference path of the vector kernel's tests.
-// A long prefill reads each key once per later query of its head (T^2 / 2 reads, from L2
-// mostly): simple rather than flash-tiled, as a prompt is fed once per request.
+// A prompt from position 0 in 16-bit types goes through the training forward's flash kernels
+// (cuda_attention.cu: each key read once a tile of 64 queries) and a copy of its K and V rows
+// into the caches. Other prefill passes (after cached positions, or in fp32) take the kernels
+// above, which read each key once per later query of its head (T^2 / 2 reads, from L2
+// mostly).
 // tests/cuda/emulated/test_attention_decode.cpp runs both kernels and the plans below on the
 // CPU emulator (extract_device_code.cmake copies the anonymous namespace).
 #include <algorithm>
@@ -49,7 +52,7 @@ struct DecodeArgs {
   AnyPtr out{};               // [B, T, H, D]
   float* part_o = nullptr;    // splits > 1: [B T H, splits, D] each range's unnormalised output
   float* part_ml = nullptr;   // splits > 1: [B T H, splits, 2] its maximum score, sum of exponentials
-  int pos = 0, Tnew = 1, H = 0, D = 0;
+  int B = 0, pos = 0, Tnew = 1, H = 0, D = 0;
   int64_t Tmax = 0;
   int splits = 1, chunk = 0;  // split s takes keys [s chunk, (s + 1) chunk) (those the query sees)
   float scale = 1.f;
@@ -243,6 +246,30 @@ __global__ void __launch_bounds__(kThreads) attention_decode_combine_kernel(cons
   store_any(a.out, row * a.D + d, o / l);
 }
 
+// The T new tokens' K and V rows into the caches at positions pos .. pos + T - 1, a 16-byte
+// vector a thread (the flash prefill's share of a call: the attention kernels write them
+// otherwise).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) attention_decode_cache_kernel(const DecodeArgs a) {
+  constexpr int kV = static_cast<int>(16 / sizeof(T));
+  const int64_t C = static_cast<int64_t>(a.H) * a.D, vectors = C / kV;
+  const int64_t n = static_cast<int64_t>(a.B) * a.Tnew * vectors;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t token = i / vectors, c = (i - token * vectors) * kV;  // token: b T + t
+    const int64_t b = token / a.Tnew, t = token - b * a.Tnew;
+    const T* k = static_cast<const T*>(a.qkv) + token * 3 * C + C + c;
+    const int64_t at = (b * a.Tmax + a.pos + t) * C + c;
+    store_vec<T, kV>(static_cast<T*>(a.k_cache) + at, load_vec<T, kV>(k));
+    store_vec<T, kV>(static_cast<T*>(a.v_cache) + at, load_vec<T, kV>(k + C));
+  }
+}
+template <typename T>
+void launch_cache_rows(const DecodeArgs& a, cudaStream_t s) {
+  const int64_t n = static_cast<int64_t>(a.B) * a.Tnew * a.H * a.D / static_cast<int64_t>(16 / sizeof(T));
+  attention_decode_cache_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(a);
+}
+
 // What one call launches. vector: the vector kernel with `lanes` lanes a key and `splits`
 // ranges of `chunk` keys (splits > 1: then the combine kernel, with partials of
 // partial_floats() floats); else the scalar kernel. smem: the first kernel's dynamic shared
@@ -284,6 +311,24 @@ DecodePlan plan_decode(const DecodeShape& d, int pos, bool vectors, int elem_byt
   plan.splits = static_cast<int>((keys + plan.chunk - 1) / plan.chunk);
   plan.smem = outs + sizeof(float) * static_cast<size_t>(plan.chunk);
   return plan;
+}
+
+// The kernels' arguments of a call (check_decode_shapes' d); no partials yet.
+DecodeArgs decode_args(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
+                       const DecodeShape& d) {
+  DecodeArgs a;
+  a.qkv = qkv.data;
+  a.k_cache = k_cache.data;
+  a.v_cache = v_cache.data;
+  a.out = any_ptr(out);
+  a.B = static_cast<int>(d.B);
+  a.pos = pos;
+  a.Tnew = static_cast<int>(d.T);
+  a.H = static_cast<int>(d.H);
+  a.D = static_cast<int>(d.D);
+  a.Tmax = d.Tmax;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  return a;
 }
 
 // Launches `plan` on stream s. a.part_o and a.part_ml: partial_floats() x D and x 2 floats
@@ -342,18 +387,24 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
   TRIDENT_CHECK(d.B * d.T * d.H <= INT32_MAX, op, ": ", d.B * d.T * d.H, " blocks");
   const size_t elem = dtype_size(qkv.dtype);
   const bool vectors = d.D * static_cast<int64_t>(elem) % 16 == 0 && aligned_to({qkv.data, k_cache.data, v_cache.data}, 16);
+  DecodeArgs a = decode_args(qkv, k_cache, v_cache, pos, out, d);
+  // A prompt from position 0 in 16-bit types: the training forward's flash kernels (a key
+  // read once a tile of 64 queries, not once a query; the scalar and vector kernels read
+  // T^2 / 2 keys), then the tokens' K and V into the caches.
+  if (pos == 0 && d.T > 1 && vectors && qkv.dtype != DType::F32 && out.dtype == qkv.dtype) {
+    AttentionShape shape;
+    shape.B = static_cast<int>(d.B);
+    shape.T = static_cast<int>(d.T);
+    shape.H = static_cast<int>(d.H);
+    shape.D = static_cast<int>(d.D);
+    Scratch lse(scratch, static_cast<size_t>(d.B * d.H * d.T) * sizeof(float));
+    attention_forward(qkv, out, Tensor(lse.as<float>(), Shape{d.B * d.H * d.T}, DType::F32, qkv.device), shape,
+                      DropoutKey{}, s);
+    dispatch_float(qkv.dtype, op, [&](auto tag) { launch_cache_rows<decltype(tag)>(a, s); });
+    CUDA_CHECK_LAUNCH();
+    return;
+  }
   const DecodePlan plan = plan_decode(d, pos, vectors, static_cast<int>(elem), multiprocessors());
-  DecodeArgs a;
-  a.qkv = qkv.data;
-  a.k_cache = k_cache.data;
-  a.v_cache = v_cache.data;
-  a.out = any_ptr(out);
-  a.pos = pos;
-  a.Tnew = static_cast<int>(d.T);
-  a.H = static_cast<int>(d.H);
-  a.D = static_cast<int>(d.D);
-  a.Tmax = d.Tmax;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   std::optional<Scratch> part;  // the splits' partials
   if (const int64_t partials = plan.partial_floats(); partials > 0) {
     a.part_o = part.emplace(scratch, static_cast<size_t>(partials * (d.D + 2)) * sizeof(float)).as<float>();

@@ -40,20 +40,17 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
   if (d.B == 0 || d.H == 0) return;
   const DecodePlan plan = plan_decode(d, pos, vectors, static_cast<int>(dtype_size(qkv.dtype)), sms);
   std::vector<float> partials(static_cast<size_t>(plan.partial_floats() * (d.D + 2)), NAN);  // unwritten: NaN
-  DecodeArgs a;
-  a.qkv = qkv.data;
-  a.k_cache = k_cache.data;
-  a.v_cache = v_cache.data;
-  a.out = any_ptr(out);
-  a.pos = pos;
-  a.Tnew = static_cast<int>(d.T);
-  a.H = static_cast<int>(d.H);
-  a.D = static_cast<int>(d.D);
-  a.Tmax = d.Tmax;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  DecodeArgs a = decode_args(qkv, k_cache, v_cache, pos, out, d);
   a.part_o = partials.data();
   a.part_ml = a.part_o + plan.partial_floats() * d.D;
   dispatch_float(qkv.dtype, "attention_decode", [&](auto tag) { launch_decode<decltype(tag)>(plan, a, nullptr); });
+}
+
+// The flash prefill's cache writes (launch_cache_rows): the new tokens' K and V rows only.
+void write_cache_rows(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out) {
+  const DecodeShape d = check_decode_shapes("attention_decode", qkv, k_cache, v_cache, pos, out);
+  const DecodeArgs a = decode_args(qkv, k_cache, v_cache, pos, out, d);
+  dispatch_float(qkv.dtype, "attention_decode", [&](auto tag) { launch_cache_rows<decltype(tag)>(a, nullptr); });
 }
 
 }  // namespace
@@ -161,6 +158,23 @@ TEST_P(EmulatedAttentionDecode, SharedMemoryForcesRanges) {
   const DecodeCase c{1, 12000, 1, 64, {11999}};
   ASSERT_GT(splits(c, 11999, 0), 1);
   check(c, 11999, 0, true);
+}
+
+// The flash prefill's cache writes (the GPU launcher's path for a 16-bit prompt from
+// position 0; the attention itself is the training forward's, emulated in
+// test_cuda_attention_emulated.cpp): the new rows as the CPU writes them, nothing else.
+TEST_P(EmulatedAttentionDecode, CacheRowsMatchCpu) {
+  for (const DecodeCase& c : {DecodeCase{2, 30, 3, 64, {0}, 30}, DecodeCase{3, 40, 2, 120, {17}, 9}}) {
+    const int pos = c.positions[0];
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " D=" + std::to_string(c.D) +
+                 " pos=" + std::to_string(pos) + " T=" + std::to_string(c.T));
+    Inputs in = make(c.B, c.Tmax, c.H, c.D, pos, c.T);
+    Buffer e_kc = clone(in.kc), e_vc = clone(in.vc);
+    cpu().attention_decode(in.qkv, in.kc, in.vc, pos, in.out);
+    kd::write_cache_rows(in.qkv, e_kc, e_vc, pos, in.out);
+    EXPECT_TRUE(same_bytes(e_kc, in.kc)) << "k_cache";
+    EXPECT_TRUE(same_bytes(e_vc, in.vc)) << "v_cache";
+  }
 }
 
 // Two thread schedules, the same bytes (fixed-order block reductions), for both kernels and
