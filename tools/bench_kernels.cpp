@@ -731,6 +731,23 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   attention(16, 1024, 32, 64);
   attention(8, 1024, 16, 128);
 
+  // ---- attention over a KV cache: one decoding step (generation) ----------------------
+  // Memory-bound: the bytes are the caches' keys and values up to the position, read once
+  // (the query, the new rows and the output are 1/keys of it). Few (sequence, head) rows: the
+  // vector kernel splits each row's keys into ranges (cuda_attention_decode.cu).
+  b.section("attn decode", [&] {
+    auto step = [&](int B, int keys, int H, int D, const char* what) {
+      Buffer qkv = b.rnd(Shape{B, 3, H, D}, bf), out = be.empty(Shape{B, H, D}, bf);
+      Buffer kc = b.rnd(Shape{B, keys, H, D}, bf), vc = b.rnd(Shape{B, keys, H, D}, bf);
+      b.add(std::string("attn decode, ") + what, "B" + std::to_string(B) + " pos " + std::to_string(keys - 1) +
+                " H" + std::to_string(H) + " D" + std::to_string(D) + " bf16",
+            2.0 * B * keys * H * D * 2, false, [&] { be.attention_decode(qkv, kc, vc, keys - 1, out); }, 20);
+    };
+    step(1, 1024, 12, 64, "124m x1");   // one sequence of gpt2-124m: 12 rows
+    step(8, 640, 12, 64, "124m x8");    // trident-bench --generate's last step: 8 sequences at 512 + 128
+    step(1, 2048, 16, 128, "1.3b x1");  // gpt2-1.3b at its longest context
+  });
+
   // ---- the summary: the rows are out already ------------------------------------------
   // (--kernels-only leaves the peaks out: "of peak" then reads 0).
   std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n",

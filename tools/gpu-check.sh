@@ -605,6 +605,14 @@ target_lines() {
     bw+=("$name $pct ($(at_least "${pct%\%}" 80))")
   done
   ((${#bw[@]} > 0)) && echo "memory-bound kernels >= 80% of the copy rate: $(IFS=';'; echo "${bw[*]}" | sed 's/;/; /g')"
+  # Beside them, not a target of issue 7: one decoding step's attention over the KV cache
+  # (kernels/cuda/PERFORMANCE.md, 2026-12-04).
+  dec=()
+  for name in "attn decode, 124m x1" "attn decode, 124m x8" "attn decode, 1.3b x1"; do
+    pct=$(kernel_row "$name" '$NF')
+    [[ -n $pct ]] && dec+=("${name#attn decode, } $pct")
+  done
+  ((${#dec[@]} > 0)) && echo "  (beside them) decode attention step, of the copy rate: $(IFS=';'; echo "${dec[*]}" | sed 's/;/; /g')"
   # Beside them, not targets: the opt-in kernels whose rows decide whether they become the
   # defaults (kernels/cuda/PERFORMANCE.md, 2026-12-01).
   ring=$(kernel_row "layernorm fwd, smem ring" '$NF')
