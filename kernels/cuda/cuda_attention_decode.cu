@@ -11,7 +11,7 @@
 //   One block per (query, head) and, when those are too few to fill the GPU, per range of
 //   keys as well ("split-K", the flash-decoding way): a decoding step of one sequence has
 //   only H (batch, head) rows, and one block can keep only a few kilobytes of loads in
-//   flight, so each row's keys are cut into up to 2 x SMs / rows ranges of at least
+//   flight, so each row's keys are cut into up to 4 x SMs / rows ranges of at least
 //   kMinSplitKeys keys, each block writes its range's maximum, sum of exponentials and
 //   unnormalised output, and a second kernel combines them. In a block, each key is read by
 //   a group of G lanes, one 16-byte vector a lane (coalesced: a key row is G x 16 bytes),
@@ -38,9 +38,12 @@ namespace trident::cuda {
 namespace {
 
 constexpr int kThreads = 128;  // >= the largest head dim (128)
-// A split's keys at least: with fewer, writing and combining the partials costs more than
-// the added blocks buy.
-constexpr int kMinSplitKeys = 256;
+// Blocks an SM the splits aim at (4 warps each: 16 warps an SM, each with 4 x 512 bytes of
+// loads in flight), and a split's keys at least (one pass of the block's 16 groups x 4 keys
+// at D 64 in 16 bits: with fewer, the block's fixed costs, its three block reductions and
+// the partials, would outweigh its loads).
+constexpr int kSplitBlocksPerSm = 4;
+constexpr int kMinSplitKeys = 64;
 // Keys a lane has in flight in the vector kernel's loops.
 constexpr int kUnroll = 4;
 constexpr size_t kSmemLimit = 48 * 1024;  // dynamic shared memory without an opt-in
@@ -284,7 +287,7 @@ struct DecodePlan {
 
 // The plan of a call of shape d from position pos: `vectors` when the vector kernel can run
 // (16-byte aligned tensors, D a multiple of 16 / elem_bytes), `sms` the GPU's
-// multiprocessors (the split's target: two blocks each). Throws when the scalar kernel's
+// multiprocessors (the splits' target: kSplitBlocksPerSm blocks each). Throws when the scalar kernel's
 // scores do not fit in shared memory.
 DecodePlan plan_decode(const DecodeShape& d, int pos, bool vectors, int elem_bytes, int sms) {
   DecodePlan plan;
@@ -302,9 +305,9 @@ DecodePlan plan_decode(const DecodeShape& d, int pos, bool vectors, int elem_byt
   while (plan.lanes * kV < d.D) plan.lanes *= 2;
   const size_t outs = sizeof(float) * static_cast<size_t>(kThreads / plan.lanes * d.D);
   int64_t splits = 1;
-  if (plan.rows < 2 * static_cast<int64_t>(sms))
-    splits = std::min((2 * static_cast<int64_t>(sms) + plan.rows - 1) / plan.rows,
-                      (keys + kMinSplitKeys - 1) / kMinSplitKeys);
+  const int64_t target = static_cast<int64_t>(kSplitBlocksPerSm) * sms;
+  if (plan.rows < target)
+    splits = std::min((target + plan.rows - 1) / plan.rows, (keys + kMinSplitKeys - 1) / kMinSplitKeys);
   const int64_t max_keys = static_cast<int64_t>((kSmemLimit - outs) / sizeof(float));
   splits = std::max({splits, (keys + max_keys - 1) / max_keys, int64_t{1}});
   plan.chunk = static_cast<int>((keys + splits - 1) / splits);

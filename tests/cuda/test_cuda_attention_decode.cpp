@@ -164,7 +164,7 @@ TEST_P(CudaAttentionDecode, PrefillMatchesCpu) {
       {3, 300, 2, 120, {100}, 150},   // after 100 cached positions, across the 128-thread stride
       {1, 40, 5, 8, {33}, 7},         // fills the cache
       {1, 2048, 2, 128, {0}, 2048},   // the longest GPT-2 context at D = 128
-      {1, 400, 1, 64, {100}, 200},    // 200 rows (2 key ranges on 100+ SMs): queries 0..49 see none of the second
+      {1, 400, 1, 64, {100}, 200},    // 200 rows, key ranges on GPUs of 50+ SMs: the first queries see none of the last
   };
   for (const DecodeCase& c : prefill)
     for (int pos : c.positions) run(c, pos);

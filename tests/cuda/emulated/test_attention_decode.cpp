@@ -7,7 +7,7 @@
 // sequence (prefill): a whole prompt from position 0, a chunk after cached positions, a chunk
 // that fills the cache, chunks across the 128-thread stride. Each case runs the scalar kernel
 // and the vector kernel, the latter unsplit (no multiprocessors to fill) and as on an H200
-// (132: rows of up to ~2000 keys cut into 2-9 ranges, then combined); and ranges past some
+// (132: rows of up to ~2000 keys cut into 2-33 ranges of at least 64 keys, then combined); and ranges past some
 // queries' keys (a prefill split as for a 1000-multiprocessor GPU), ranges forced by shared
 // memory (12000 keys), both kernels under two thread schedules.
 // Cache rows from `pos` on hold NaN, the dynamic shared memory is poisoned (NaN) by the
@@ -138,18 +138,19 @@ TEST_P(EmulatedAttentionDecode, MatchesCpu) {
   };
   for (const DecodeCase& c : cases) check_all(c);
   // The H200 plan splits the long rows (else the cases above would not test the combine).
-  EXPECT_EQ(splits({1, 2100, 2, 120, {}}, 2099, 132), 9);
-  EXPECT_EQ(splits({2, 2048, 2, 128, {}}, 2047, 132), 8);
-  EXPECT_EQ(splits({1, 300, 2, 128, {}}, 299, 132), 2);
-  EXPECT_EQ(splits({1, 300, 2, 128, {}, 160}, 100, 132), 1);  // 320 rows fill 132 multiprocessors
+  EXPECT_EQ(splits({1, 2100, 2, 120, {}}, 2099, 132), 33);  // ranges of 64 keys (the last 52)
+  EXPECT_EQ(splits({2, 2048, 2, 128, {}}, 2047, 132), 32);
+  EXPECT_EQ(splits({1, 300, 2, 128, {}}, 299, 132), 5);
+  EXPECT_EQ(splits({1, 300, 2, 128, {}, 160}, 100, 132), 2);  // 320 rows: 2 blocks a row fill 4 an SM
+  EXPECT_EQ(splits({3, 40, 5, 64, {}}, 39, 132), 1);          // 40 keys: fewer than a range holds
 }
 
-// Ranges that hold none of some queries' keys: a prefill of 300 positions split in two (as on
-// a GPU of 1000 multiprocessors): queries 0..149 see nothing of the second range, whose
-// partials for them must not count (-inf maximum, zero sum).
+// Ranges that hold none of some queries' keys: a prefill of 300 positions split in five
+// ranges of 60 (as on a GPU of 1000 multiprocessors): query t sees nothing of the ranges
+// past it, whose partials for it must not count (-inf maximum, zero sum).
 TEST_P(EmulatedAttentionDecode, EmptyRangesAddNothing) {
   const DecodeCase c{1, 300, 1, 64, {0}, 300};
-  ASSERT_EQ(splits(c, 0, 1000), 2);
+  ASSERT_EQ(splits(c, 0, 1000), 5);
   check(c, 0, 1000, true);
 }
 
@@ -183,9 +184,9 @@ TEST_P(EmulatedAttentionDecode, IsDeterministicAcrossSchedules) {
   const int B = 2, Tmax = 600, H = 2, D = 120, pos = 599;
   Inputs in = make(B, Tmax, H, D, pos);
   for (const auto& [sms, vectors] : {std::pair{0, false}, std::pair{132, true}}) {
-    SCOPED_TRACE(vectors ? "vector kernel, 3 ranges" : "scalar kernel");
+    SCOPED_TRACE(vectors ? "vector kernel, 10 ranges" : "scalar kernel");
     if (vectors) {
-      ASSERT_EQ(splits({B, Tmax, H, D, {}}, pos, sms), 3);
+      ASSERT_EQ(splits({B, Tmax, H, D, {}}, pos, sms), 10);
     }
     std::vector<Buffer> outs;
     for (uint32_t seed : {7u, 8u}) {
