@@ -761,6 +761,11 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     step(1, 1024, 12, 64, "124m x1");   // one sequence of gpt2-124m: 12 rows
     step(8, 640, 12, 64, "124m x8");    // trident-bench --generate's last step: 8 sequences at 512 + 128
     step(1, 2048, 16, 128, "1.3b x1");  // gpt2-1.3b at its longest context
+    // The scalar kernel, which decoded every step before the vector kernel (2026-12-04).
+    with_env("TRIDENT_ATTN_DECODE_SCALAR=1", [&] {
+      step(1, 1024, 12, 64, "124m x1, scalar");
+      step(8, 640, 12, 64, "124m x8, scalar");
+    });
   });
 
   // ---- the summary: the rows are out already ------------------------------------------

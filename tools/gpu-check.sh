@@ -572,6 +572,12 @@ if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; 
     if timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" --device cuda --bf16 \
          --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 >"$log" 2>&1; then
       gen_bench_line=$(grep -E '^(prefill|decode): ' "$log" | paste -sd ';' -)
+      # The same with the attention kernel generation had before 2026-12-04 (the scalar one
+      # for prefill and decoding steps alike): the new kernels' end-to-end gain.
+      if TRIDENT_ATTN_DECODE_SCALAR=1 timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" \
+           --device cuda --bf16 --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 >>"$log" 2>&1; then
+        gen_bench_line+="; with TRIDENT_ATTN_DECODE_SCALAR=1: $(grep -E '^(prefill|decode): ' "$log" | tail -2 | paste -sd ';' -)"
+      fi
     else
       fail "trident-bench --generate"
       gen_bench_line="FAILED: $(tail -1 "$log")"
@@ -608,7 +614,8 @@ target_lines() {
   # Beside them, not a target of issue 7: one decoding step's attention over the KV cache
   # (kernels/cuda/PERFORMANCE.md, 2026-12-04).
   dec=()
-  for name in "attn decode, 124m x1" "attn decode, 124m x8" "attn decode, 1.3b x1"; do
+  for name in "attn decode, 124m x1" "attn decode, 124m x8" "attn decode, 1.3b x1" "attn decode, 124m x1, scalar" \
+    "attn decode, 124m x8, scalar"; do
     pct=$(kernel_row "$name" '$NF')
     [[ -n $pct ]] && dec+=("${name#attn decode, } $pct")
   done

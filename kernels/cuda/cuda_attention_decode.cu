@@ -33,6 +33,7 @@
 
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/env_switch.h"
 
 namespace trident::cuda {
 namespace {
@@ -389,7 +390,11 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
   if (d.B == 0 || d.H == 0) return;
   TRIDENT_CHECK(d.B * d.T * d.H <= INT32_MAX, op, ": ", d.B * d.T * d.H, " blocks");
   const size_t elem = dtype_size(qkv.dtype);
-  const bool vectors = d.D * static_cast<int64_t>(elem) % 16 == 0 && aligned_to({qkv.data, k_cache.data, v_cache.data}, 16);
+  // TRIDENT_ATTN_DECODE_SCALAR=1: the scalar kernel for every call, prefill included (the
+  // kernel before the vector one and the flash prefill: the benchmark's "before").
+  const bool vectors = d.D * static_cast<int64_t>(elem) % 16 == 0 &&
+                       aligned_to({qkv.data, k_cache.data, v_cache.data}, 16) &&
+                       env_switch("TRIDENT_ATTN_DECODE_SCALAR", op) != 1;
   DecodeArgs a = decode_args(qkv, k_cache, v_cache, pos, out, d);
   // A prompt from position 0 in 16-bit types: the training forward's flash kernels (a key
   // read once a tile of 64 queries, not once a query; the scalar and vector kernels read
