@@ -577,6 +577,8 @@ if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; 
       if TRIDENT_ATTN_DECODE_SCALAR=1 timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" \
            --device cuda --bf16 --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 >>"$log" 2>&1; then
         gen_bench_line+="; with TRIDENT_ATTN_DECODE_SCALAR=1: $(grep -E '^(prefill|decode): ' "$log" | tail -2 | paste -sd ';' -)"
+      else
+        gen_bench_line+="; with TRIDENT_ATTN_DECODE_SCALAR=1: FAILED: $(tail -1 "$log")"
       fi
     else
       fail "trident-bench --generate"

@@ -175,7 +175,9 @@ class Backend {
   // attends causally: out [B, T, H, D] (or [B, H, D] at T = 1) =
   // softmax(q . K[0..pos+t]^T / sqrt(D)) V[0..pos+t]  (=). No dropout. The softmax of each
   // row is in fp32 from its maximum; the caches hold positions [0, pos) before the call.
-  // T = 1 is a decoding step, T > 1 feeds a prompt in one pass (prefill).
+  // T = 1 is a decoding step, T > 1 feeds a prompt in one pass (prefill). A backend may feed
+  // a prompt from position 0 through its attention_forward (CUDA in 16-bit types, whose P V
+  // takes 16-bit probabilities): equal to the other passes up to that rounding.
   virtual void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
                                 const Tensor& out) = 0;
 

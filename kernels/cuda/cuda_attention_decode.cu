@@ -12,8 +12,11 @@
 //   keys as well ("split-K", the flash-decoding way): a decoding step of one sequence has
 //   only H (batch, head) rows, and one block can keep only a few kilobytes of loads in
 //   flight, so each row's keys are cut into up to 4 x SMs / rows ranges of at least
-//   kMinSplitKeys keys, each block writes its range's maximum, sum of exponentials and
-//   unnormalised output, and a second kernel combines them. In a block, each key is read by
+//   kMinSplitKeys keys (and into as many as the scores' shared memory needs, GPU full or
+//   not), each block writes its range's maximum, sum of exponentials and unnormalised
+//   output, and a second kernel combines them. The ranges depend on the SM count and on B T H,
+//   so a sequence's last bits can differ between GPUs and between batches (as the GEMMs'
+//   can), never between runs. In a block, each key is read by
 //   a group of G lanes, one 16-byte vector a lane (coalesced: a key row is G x 16 bytes),
 //   4 keys a lane in flight; the group's lanes sum the dot product by shuffles, the scores
 //   go to shared memory, and the weighted values are summed per group in registers, then
@@ -21,8 +24,9 @@
 // - the scalar kernel (any other view): one block per (query, head), each thread a key at a
 //   time, element by element. The reference path of the vector kernel's tests.
 // A prompt from position 0 in 16-bit types goes through the training forward's flash kernels
-// (cuda_attention.cu: each key read once a tile of 64 queries) and a copy of its K and V rows
-// into the caches. Other prefill passes (after cached positions, or in fp32) take the kernels
+// (cuda_attention.cu: each key read once a tile of 64 queries; their probabilities are
+// rounded to 16 bits before P V, and their TRIDENT_ATTN_* settings apply) and a copy of its
+// K and V rows into the caches. Other prefill passes (after cached positions, or in fp32) take the kernels
 // above, which read each key once per later query of its head (T^2 / 2 reads, from L2
 // mostly).
 // tests/cuda/emulated/test_attention_decode.cpp runs both kernels and the plans below on the
@@ -47,7 +51,8 @@ constexpr int kSplitBlocksPerSm = 4;
 constexpr int kMinSplitKeys = 64;
 // Keys a lane has in flight in the vector kernel's loops.
 constexpr int kUnroll = 4;
-constexpr size_t kSmemLimit = 48 * 1024;  // dynamic shared memory without an opt-in
+// Dynamic shared memory without an opt-in: 48 KiB a block, less the kernels' static red[32].
+constexpr size_t kSmemLimit = 48 * 1024 - 32 * sizeof(float);
 
 struct DecodeArgs {
   const void* qkv = nullptr;  // [B, T, 3, H, D]
@@ -313,6 +318,7 @@ DecodePlan plan_decode(const DecodeShape& d, int pos, bool vectors, int elem_byt
   splits = std::max({splits, (keys + max_keys - 1) / max_keys, int64_t{1}});
   plan.chunk = static_cast<int>((keys + splits - 1) / splits);
   plan.splits = static_cast<int>((keys + plan.chunk - 1) / plan.chunk);
+  TRIDENT_CHECK(plan.splits <= 65535, "attention_decode: ", keys, " keys need more than 65535 ranges");
   plan.smem = outs + sizeof(float) * static_cast<size_t>(plan.chunk);
   return plan;
 }
@@ -360,7 +366,11 @@ void launch_decode(const DecodePlan& plan, DecodeArgs a, cudaStream_t s) {
     case 8: go(std::integral_constant<int, 8>{}); break;
     case 16: go(std::integral_constant<int, 16>{}); break;
     default:  // 32: D above 64 in fp32 (16-bit rows of D <= 128 take at most 16 lanes)
-      if constexpr (sizeof(T) == 4) go(std::integral_constant<int, 32>{});
+      if constexpr (sizeof(T) == 4) {
+        go(std::integral_constant<int, 32>{});
+      } else {
+        TRIDENT_CHECK(false, "attention_decode: ", plan.lanes, " lanes a key for a 16-bit head dim of ", a.D);
+      }
       break;
   }
   if (plan.splits > 1) attention_decode_combine_kernel<<<rows, kThreads, 0, s>>>(a);
@@ -387,7 +397,7 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
   const char* op = "attention_decode";
   const DecodeShape d = check_decode_shapes(op, qkv, k_cache, v_cache, pos, out);
   TRIDENT_CHECK(d.D <= kThreads, op, ": head dim ", d.D, " above ", kThreads);
-  if (d.B == 0 || d.H == 0) return;
+  if (d.B == 0 || d.H == 0 || d.D == 0) return;
   TRIDENT_CHECK(d.B * d.T * d.H <= INT32_MAX, op, ": ", d.B * d.T * d.H, " blocks");
   const size_t elem = dtype_size(qkv.dtype);
   // TRIDENT_ATTN_DECODE_SCALAR=1: the scalar kernel for every call, prefill included (the

@@ -124,9 +124,9 @@ class CudaAttention : public CudaVsCpuDtype {
   // Forward on both backends with identical inputs.
   Run forward(const AttnCase& c) {
     const DType t = dt();
-    Run r{qkv_of(c), upload(Shape{c.B, c.T, c.H, c.D}, t,
-                                                          std::vector<float>(static_cast<size_t>(c.B) * c.T * c.H * c.D, 7.f)),
-          filled(Shape{c.B, c.H, c.T}, DType::F32, 7.f)};
+    Run r{qkv_of(c),
+          upload(Shape{c.B, c.T, c.H, c.D}, t, std::vector<float>(static_cast<size_t>(c.B) * c.T * c.H * c.D, 7.f)),
+          filled(Shape{c.B, c.H, c.T}, DType::F32, 7.f), Pair{}, AttentionShape{}, AttentionShape{}};
     const std::vector<int32_t> docs = random_document_starts(c.B, c.T, c.eod, static_cast<uint64_t>(c.T));
     if (!docs.empty()) r.docs = ints(Shape{c.B * c.T}, docs);
     r.cpu_shape = shape_of(c, docs.empty() ? Tensor() : r.docs.cpu.t());

@@ -15,14 +15,20 @@
 // pos .. pos + T - 1 are the tokens' K / V copied, nothing else written); the caches also
 // equal the expected bytes computed here (old bytes, those rows replaced); two identical GPU calls give
 // identical bytes; decoding a sequence step by step on the GPU matches the GPU's own full
-// causal attention_forward row by row; bad arguments throw InternalError.
+// causal attention_forward row by row; a 16-bit prompt from position 0 equals that forward bit
+// for bit (the launcher's flash prefill); the cases again under TRIDENT_ATTN_DECODE_SCALAR=1
+// (the scalar kernel everywhere); bad arguments throw InternalError.
 //
 // Tolerances (|gpu - cpu| <= atol + rtol |cpu|), inputs uniform in [-2, 2]:
 //   fp32 rtol 1e-5, atol 2e-5     the same fp32 algorithm; only nvcc's fused multiply-adds in
 //                                 the q.k dots, the device expf (2 ulp) and the order of the
-//                                 block sum of exponentials differ (a few 1e-7 relative in
-//                                 each weight, times |v| <= 2)
-//   fp16 / bf16: storage_tol (two ulps of the output format + the fp32 terms above).
+//                                 sums differ: the block sum of exponentials, the vector
+//                                 kernel's lane-group shuffles and per-group value sums, the
+//                                 key ranges' rescaled partials (a few 1e-7 relative in each
+//                                 weight, times |v| <= 2)
+//   fp16 / bf16: storage_tol (two ulps of the output format + the fp32 terms above); a 16-bit
+//                prompt from position 0 (the flash prefill, 16-bit probabilities) the
+//                forward's tolerances as below.
 // The measured worst differences are printed per dtype.
 // Step by step vs the GPU's attention_forward: the forward's tolerances against the CPU in
 // test_cuda_attention.cpp, doubled (fp32 2e-5 + 2e-5 max|ref|, fp16 4e-3 + 4e-3 max|ref|,
@@ -31,6 +37,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -119,7 +126,7 @@ class CudaAttentionDecode : public CudaVsCpuDtype {
     // A 16-bit prompt from position 0 takes the training forward's flash kernels, whose
     // probabilities are rounded to 16 bits before P V: the forward's tolerances of
     // test_cuda_attention.cpp, doubled as in StepByStepMatchesGpuAttentionForward.
-    const bool flash = pos == 0 && T > 1 && t != DType::F32 && c.D % 8 == 0;
+    const bool flash = pos == 0 && T > 1 && t != DType::F32 && c.D % 8 == 0 && !scalar_;
     const std::vector<float> want = host_cpu(out);
     double mx = 0;
     for (float x : want) mx = std::max(mx, static_cast<double>(std::fabs(x)));
@@ -145,6 +152,7 @@ class CudaAttentionDecode : public CudaVsCpuDtype {
   }
 
   double worst_abs_ = 0, worst_rel_ = 0;
+  bool scalar_ = false;  // TRIDENT_ATTN_DECODE_SCALAR=1 is set: no flash prefill
 };
 
 TEST_P(CudaAttentionDecode, MatchesCpu) {
@@ -164,11 +172,57 @@ TEST_P(CudaAttentionDecode, PrefillMatchesCpu) {
       {3, 300, 2, 120, {100}, 150},   // after 100 cached positions, across the 128-thread stride
       {1, 40, 5, 8, {33}, 7},         // fills the cache
       {1, 2048, 2, 128, {0}, 2048},   // the longest GPT-2 context at D = 128
-      {1, 400, 1, 64, {100}, 200},    // 200 rows, key ranges on GPUs of 50+ SMs: the first queries see none of the last
+      {1, 400, 1, 64, {100}, 200},    // 200 rows, key ranges on GPUs of 51+ SMs: the first queries see none of the last
   };
   for (const DecodeCase& c : prefill)
     for (int pos : c.positions) run(c, pos);
   print_worst("prefill out");
+}
+
+// TRIDENT_ATTN_DECODE_SCALAR=1 (gpu-check's "before"): the scalar kernel for every call, on
+// the decoding cases and a prompt from position 0.
+TEST_P(CudaAttentionDecode, ScalarKernelMatchesCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  ScopedEnv scalar("TRIDENT_ATTN_DECODE_SCALAR", "1");
+  scalar_ = true;
+  for (const DecodeCase& c : cases())
+    for (int pos : c.positions) run(c, pos);
+  run({2, 64, 3, 64, {0}, 64}, 0);
+  print_worst("scalar kernel out");
+}
+
+// A 16-bit prompt from position 0 is the training forward's attention, bit for bit (the
+// launcher takes the flash kernels), and its K and V rows land in the caches.
+TEST_P(CudaAttentionDecode, PromptFromPositionZeroIsTheForward) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 prompts take the decode kernels";
+  for (const auto [B, T, H, D] : {std::array<int, 4>{2, 200, 3, 64}, std::array<int, 4>{1, 130, 2, 120}}) {
+    SCOPED_TRACE("B=" + std::to_string(B) + " T=" + std::to_string(T) + " H=" + std::to_string(H) +
+                 " D=" + std::to_string(D));
+    Pair qkv = random(Shape{B, T, 3, H, D}, dt(), -2.f, 2.f);
+    Buffer kc = gpu().empty(Shape{B, T + 5, H, D}, dt()), vc = gpu().empty(Shape{B, T + 5, H, D}, dt());
+    Buffer decoded = gpu().empty(Shape{B, T, H, D}, dt()), forward = gpu().empty(Shape{B, T, H, D}, dt());
+    Buffer lse = gpu().empty(Shape{B, H, T}, DType::F32);
+    gpu().attention_decode(qkv.gpu, kc, vc, 0, decoded);
+    AttentionShape s;
+    s.B = B;
+    s.T = T;
+    s.H = H;
+    s.D = D;
+    gpu().attention_forward(qkv.gpu, forward, lse, s, DropoutKey{});
+    EXPECT_TRUE(raw(gpu(), decoded) == raw(gpu(), forward)) << "the prompt's attention is not the forward's";
+    // The caches' first T rows of each sequence: the tokens' K and V.
+    const std::vector<unsigned char> q = raw(gpu(), qkv.gpu), k = raw(gpu(), kc), v = raw(gpu(), vc);
+    const size_t C = static_cast<size_t>(H) * D * dtype_size(dt());
+    int wrong = 0;
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < T; ++j) {
+        const size_t at = (static_cast<size_t>(b) * (T + 5) + j) * C, token = (static_cast<size_t>(b) * T + j) * 3 * C;
+        wrong += std::memcmp(k.data() + at, q.data() + token + C, C) != 0;
+        wrong += std::memcmp(v.data() + at, q.data() + token + 2 * C, C) != 0;
+      }
+    EXPECT_EQ(wrong, 0) << "cache rows that are not the tokens' K / V";
+  }
 }
 
 // Same inputs twice: the same bytes (fixed-order block reductions, no atomics).

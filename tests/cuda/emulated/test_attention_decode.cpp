@@ -135,6 +135,8 @@ TEST_P(EmulatedAttentionDecode, MatchesCpu) {
       {3, 40, 2, 120, {17}, 9},       // a chunk after cached positions
       {1, 20, 1, 8, {13}, 7},         // a chunk that fills the cache
       {1, 300, 2, 128, {100}, 160},   // queries on both sides of the 128-thread stride
+      {2, 50, 3, 32, {49}},           // 4 lanes a key (bf16, fp16; 8 in fp32)
+      {1, 70, 2, 16, {69}},           // 4 lanes a key in fp32 (2 in 16 bits)
   };
   for (const DecodeCase& c : cases) check_all(c);
   // The H200 plan splits the long rows (else the cases above would not test the combine).
