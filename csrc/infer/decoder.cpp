@@ -7,7 +7,7 @@
 namespace trident {
 
 int prefill_chunk(int batch, int64_t length, bool all_logits, int64_t requested) {
-  const int64_t rows = all_logits ? 256 : 2048;
+  const int64_t rows = all_logits ? 256 : 8192;
   return static_cast<int>(
       std::clamp<int64_t>(requested > 0 ? requested : rows / batch, 1, std::max<int64_t>(length, 1)));
 }

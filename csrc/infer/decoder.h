@@ -100,10 +100,13 @@ class Gpt2Decoder {
 };
 
 // Tokens per sequence that one forward() over `length` prompt positions of `batch` sequences
-// should feed: at most 2048 rows (batch x chunk) a pass, and 256 rows when every position's
-// logits are kept (they come to the host as floats: at V = 50257, 200 KB a row, several
-// copies); at least 1, at most `length`. `requested` above 0 is the caller's pass length
-// (DecodeOptions::prefill_chunk), capped at `length`.
+// should feed: at most 8192 rows (batch x chunk) a pass, so that a batch's prompts go in one
+// pass from position 0 where they fit (the CUDA backend's flash kernels take such a pass;
+// later passes read each cached key once per query), at the price of activations for 8192
+// rows (~15 hidden-size values a row: 1.5 GB at gpt2-16b's 6144 in bf16); and 256 rows when
+// every position's logits are kept (they come to the host as floats: at V = 50257, 200 KB a
+// row, several copies); at least 1, at most `length`. `requested` above 0 is the caller's
+// pass length (DecodeOptions::prefill_chunk), capped at `length`.
 int prefill_chunk(int batch, int64_t length, bool all_logits, int64_t requested = 0);
 
 }  // namespace trident

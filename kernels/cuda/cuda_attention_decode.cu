@@ -8,27 +8,26 @@
 // blocks (the values are the same: qkv and the caches share the dtype). Every sum is in a
 // fixed order (the result does not depend on the schedule). Two kernels:
 // - the vector kernel (16-byte aligned rows, D a multiple of a vector: every GPT-2 shape).
-//   One block per (query, head) and, when those are too few to fill the GPU, per range of
-//   keys as well ("split-K", the flash-decoding way): a decoding step of one sequence has
-//   only H (batch, head) rows, and one block can keep only a few kilobytes of loads in
-//   flight, so each row's keys are cut into up to 4 x SMs / rows ranges of at least
-//   kMinSplitKeys keys (and into as many as the scores' shared memory needs, GPU full or
-//   not), each block writes its range's maximum, sum of exponentials and unnormalised
-//   output, and a second kernel combines them. The ranges depend on the SM count and on B T H,
-//   so a sequence's last bits can differ between GPUs and between batches (as the GEMMs'
-//   can), never between runs. In a block, each key is read by
-//   a group of G lanes, one 16-byte vector a lane (coalesced: a key row is G x 16 bytes),
-//   4 keys a lane in flight; the group's lanes sum the dot product by shuffles, the scores
-//   go to shared memory, and the weighted values are summed per group in registers, then
-//   over the groups in shared memory.
-// - the scalar kernel (any other view): one block per (query, head), each thread a key at a
-//   time, element by element. The reference path of the vector kernel's tests.
+//   In a block, each key is read by a group of G lanes, one 16-byte vector a lane (a key row
+//   is one coalesced read of G x 16 bytes), 4 keys a lane in flight; the group's lanes sum
+//   the dot product by shuffles, the scores go to shared memory, and the weighted values are
+//   summed per group in registers, then over the groups in shared memory. One block per
+//   (query, head) and, when those are too few to fill the GPU, per range of keys as well
+//   ("split-K", the flash-decoding way): a decoding step of one sequence has only H rows, and
+//   one block keeps only a few kilobytes of loads in flight, so each row's keys are cut into
+//   up to 4 x SMs / rows ranges of at least kMinSplitKeys keys (and into as many as the
+//   scores' shared memory needs, GPU full or not); each block writes its range's maximum, sum
+//   of exponentials and unnormalised output, and a second kernel combines them. The ranges
+//   depend on the SM count and on B T H, so a sequence's last bits can differ between GPUs
+//   and between batches (as the GEMMs' can), never between runs.
+// - the scalar kernel (any other view, or TRIDENT_ATTN_DECODE_SCALAR=1): one block per
+//   (query, head), each thread a key at a time, element by element.
 // A prompt from position 0 in 16-bit types goes through the training forward's flash kernels
 // (cuda_attention.cu: each key read once a tile of 64 queries; their probabilities are
 // rounded to 16 bits before P V, and their TRIDENT_ATTN_* settings apply) and a copy of its
-// K and V rows into the caches. Other prefill passes (after cached positions, or in fp32) take the kernels
-// above, which read each key once per later query of its head (T^2 / 2 reads, from L2
-// mostly).
+// K and V rows into the caches. Other prefill passes (after cached positions, or in fp32)
+// take the kernels above, which read each key once per later query of its head (T^2 / 2
+// reads, from L2 mostly).
 // tests/cuda/emulated/test_attention_decode.cpp runs both kernels and the plans below on the
 // CPU emulator (extract_device_code.cmake copies the anonymous namespace).
 #include <algorithm>
