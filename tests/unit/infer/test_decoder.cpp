@@ -130,5 +130,21 @@ TEST(Gpt2Decoder, RejectsBadTokensAndSizes) {
   EXPECT_THROW(Gpt2Decoder(f.cfg, *f.be, *f.params, 1, 4, nullptr, 0), InternalError);
 }
 
+// The pass length of a prefill: a batch's prompts in one pass from position 0 where B x length
+// fits 8192 rows (the CUDA backend's flash prefill takes only passes from position 0), 256
+// rows when every position's logits come to the host, at least 1, at most the length; the
+// caller's request wins, capped at the length.
+TEST(PrefillChunk, FeedsABatchsPromptsInOnePassWhereTheyFit) {
+  EXPECT_EQ(prefill_chunk(8, 512, false), 512);    // trident-bench --generate's 8 x 512: one pass
+  EXPECT_EQ(prefill_chunk(16, 512, false), 512);   // 8192 rows
+  EXPECT_EQ(prefill_chunk(32, 512, false), 256);   // 16384 rows: two passes
+  EXPECT_EQ(prefill_chunk(1, 20000, false), 8192);
+  EXPECT_EQ(prefill_chunk(10000, 5, false), 1);    // never below one position
+  EXPECT_EQ(prefill_chunk(4, 512, true), 64);      // every position's logits: 256 rows
+  EXPECT_EQ(prefill_chunk(8, 512, false, 100), 100);
+  EXPECT_EQ(prefill_chunk(8, 50, false, 100), 50);
+  EXPECT_EQ(prefill_chunk(8, 0, false), 1);
+}
+
 }  // namespace
 }  // namespace trident
