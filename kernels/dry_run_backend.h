@@ -46,7 +46,7 @@ class DryRunBackend final : public Backend {
                          const DropoutKey&) override {}
   void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                           const AttentionShape&, const DropoutKey&) override {}
-  void attention_decode(const Tensor&, const Tensor&, const Tensor&, int, const Tensor&) override {}
+  void attention_decode(const Tensor&, const Tensor&, const Tensor&, const DecodePositions&, const Tensor&) override {}
   void dropout_forward(const Tensor&, const Tensor&, int, const DropoutKey&) override {}
   void dropout_backward(const Tensor&, const Tensor&, int, const DropoutKey&) override {}
   void xent_stats(const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&, const Tensor&) override {}

@@ -75,9 +75,9 @@ void ProfilingBackend::attention_backward(const Tensor& dout, const Tensor& qkv,
                                           const Tensor& dqkv, const AttentionShape& s, const DropoutKey& d) {
   timed("attention", [&] { inner_->attention_backward(dout, qkv, out, lse, dqkv, s, d); });
 }
-void ProfilingBackend::attention_decode(const Tensor& qkv, const Tensor& kc, const Tensor& vc, int pos,
-                                        const Tensor& out) {
-  timed("attention", [&] { inner_->attention_decode(qkv, kc, vc, pos, out); });
+void ProfilingBackend::attention_decode(const Tensor& qkv, const Tensor& kc, const Tensor& vc,
+                                        const DecodePositions& at, const Tensor& out) {
+  timed("attention", [&] { inner_->attention_decode(qkv, kc, vc, at, out); });
 }
 void ProfilingBackend::dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& d) {
   timed("dropout", [&] { inner_->dropout_forward(x, out, T, d); });

@@ -75,7 +75,7 @@ class ProfilingBackend final : public Backend {
                          const DropoutKey& drop) override;
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dqkv, const AttentionShape& s, const DropoutKey& drop) override;
-  void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
+  void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
                         const Tensor& out) override;
   void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) override;
   void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop) override;

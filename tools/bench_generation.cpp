@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "infer/decoder.h"
+#include "infer/generate.h"
 #include "infer/sampler.h"
 #include "kernels/backends.h"
 #include "model/param_spec.h"
@@ -48,6 +49,77 @@ Timings generate_once(const ModelConfig& cfg, Backend& backend, const ParamStore
   return t;
 }
 
+// Ragged prompts (prompts[b] of its own length), `new_tokens` greedy draws each, through
+// generate_tokens: every prompt in padded passes, then each sequence at its own length.
+double ragged_per_row(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                      const std::vector<std::vector<int32_t>>& prompts, int64_t new_tokens) {
+  DecodeOptions o;
+  o.sampling.greedy = true;
+  o.max_new_tokens = new_tokens;
+  std::mt19937_64 rng(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  generate_tokens(cfg, backend, params, prompts, o, rng);
+  return seconds_since(t0);
+}
+
+// The same through the schedule generate_tokens had before 2026-12-04: passes up to the
+// shortest prompt's end, then every sequence one position a step (its prompt's tokens while
+// it has them, then its greedy draws), up to the longest prompt's end + new_tokens - 1.
+// Returns the time and counts the steps.
+double ragged_lockstep(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                       const std::vector<std::vector<int32_t>>& prompts, int64_t new_tokens, int64_t& steps) {
+  const int B = static_cast<int>(prompts.size());
+  int64_t shortest = INT64_MAX, longest = 0;
+  for (const auto& p : prompts) {
+    shortest = std::min<int64_t>(shortest, static_cast<int64_t>(p.size()));
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  }
+  const int64_t end = longest + new_tokens - 1;  // positions fed
+  const auto t0 = std::chrono::steady_clock::now();  // as generate_tokens, the decoder's set-up included
+  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(end), nullptr, prefill_chunk(B, shortest, false));
+  std::vector<std::vector<int32_t>> seqs = prompts;
+  std::vector<int32_t> heads;
+  for (const auto& p : prompts) heads.insert(heads.end(), p.begin(), p.begin() + shortest);
+  const int64_t V = cfg.vocab_size;
+  const std::vector<float>* logits = &dec.prefill(heads, shortest);
+  std::vector<int32_t> feed(B);
+  steps = 0;
+  for (int64_t pos = shortest; pos < end; ++pos, ++steps) {
+    for (int b = 0; b < B; ++b) {
+      std::vector<int32_t>& s = seqs[b];
+      const int64_t total = static_cast<int64_t>(prompts[b].size()) + new_tokens;
+      if (static_cast<int64_t>(s.size()) == pos && pos < total)  // past its prompt: its draw
+        s.push_back(most_likely(logits->data() + b * V, V, 1)[0]);
+      feed[b] = s[static_cast<size_t>(std::min<int64_t>(pos, static_cast<int64_t>(s.size()) - 1))];
+    }
+    logits = &dec.step(feed);
+  }
+  return seconds_since(t0);
+}
+
+// The "ragged:" line: B prompts of P (b + 1) / B tokens (the first tokens of each random
+// prompt), both schedules after an untimed run of each.
+void ragged_bench(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                  const std::vector<int32_t>& tokens, int B, int64_t P, int64_t new_tokens) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int b = 0; b < B; ++b) {
+    const int64_t n = std::max<int64_t>(1, P * (b + 1) / B);
+    prompts.emplace_back(tokens.begin() + b * P, tokens.begin() + b * P + n);
+  }
+  int64_t steps = 0;
+  ragged_per_row(cfg, backend, params, prompts, new_tokens);
+  ragged_lockstep(cfg, backend, params, prompts, new_tokens, steps);
+  const double per_row = ragged_per_row(cfg, backend, params, prompts, new_tokens);
+  const double lockstep = ragged_lockstep(cfg, backend, params, prompts, new_tokens, steps);
+  const int chunk = prefill_chunk(B, P, false);
+  const int64_t passes = (P + chunk - 1) / chunk;
+  std::printf("ragged: prompts of %zu..%zu tokens, %lld new: each at its own length %.1f ms (%lld pass%s + %lld "
+              "steps) | every sequence a step from the shortest prompt %.1f ms (%lld steps) | %.2fx\n",
+              prompts.front().size(), prompts.back().size(), static_cast<long long>(new_tokens), per_row * 1e3,
+              static_cast<long long>(passes), passes == 1 ? "" : "es", static_cast<long long>(new_tokens - 1),
+              lockstep * 1e3, static_cast<long long>(steps), lockstep / per_row);
+}
+
 }  // namespace
 
 int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& g) {
@@ -62,6 +134,9 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
     throw ConfigError("--generate-prompt " + std::to_string(P) + " + --generate-tokens " +
                       std::to_string(new_tokens) + ": at least 1 new token, and at most " +
                       std::to_string(cfg.max_position_embeddings) + " positions (--max-position-embeddings)");
+  if (g.ragged && P + new_tokens > cfg.seq_length)  // generate_tokens' length rule: all new tokens drawn
+    throw ConfigError("--generate-ragged: --generate-prompt " + std::to_string(P) + " + --generate-tokens " +
+                      std::to_string(new_tokens) + " past --seq-length " + std::to_string(cfg.seq_length));
   const int B = opt.micro_batch_size;
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   ParamStore params(*backend, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype,
@@ -83,6 +158,7 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
   if (steps > 0)
     std::printf("decode: %lld steps in %.1f ms | %.2f ms a step | %.1f tokens/s\n", static_cast<long long>(steps),
                 t.decode_s * 1e3, t.decode_s * 1e3 / steps, B * steps / t.decode_s);
+  if (g.ragged) ragged_bench(cfg, *backend, params, prompts, B, P, new_tokens);
   return 0;
 }
 

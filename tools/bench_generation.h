@@ -5,6 +5,10 @@
 // --generate-tokens greedy tokens a sequence (the first from the prefill's logits, each other
 // one decoding step). Prints the prefill rate in prompt
 // tokens per second and the decoding rate in generated tokens per second (and per step).
+// With `ragged`, also prompts of different lengths (sequence b's P (b + 1) / B tokens, the
+// same new tokens): generate_tokens' time (the prompts in padded passes, then each sequence
+// at its own length) against the schedule it replaced (passes to the shortest prompt's end,
+// then every sequence one position a step, its own prompt tokens and then its draws).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,7 @@ namespace trident {
 struct GenerationBenchOptions {
   int64_t prompt = 0;        // prompt tokens a sequence; 0: half the sequence length
   int64_t new_tokens = 0;    // tokens drawn a sequence; 0: 128, or fewer to fit the positions
+  bool ragged = false;       // also time prompts of different lengths (the "ragged:" line)
 };
 
 // Runs the benchmark once untimed and once timed; returns the exit status (0). Throws

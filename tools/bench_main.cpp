@@ -16,6 +16,9 @@
 //                        prefill tokens/s and decoding tokens/s (tools/bench_generation.h)
 //   --generate-prompt N  prompt tokens a sequence (half the sequence length)
 //   --generate-tokens N  tokens drawn a sequence (128, or fewer to fit the positions)
+//   --generate-ragged    also prompts of different lengths (sequence b's: prompt (b + 1) / B):
+//                        each sequence at its own length vs every sequence a step from the
+//                        shortest prompt's end (the "ragged:" line)
 // MFU is Megatron's model FLOPs (model_flops_per_iteration) over step time and the
 // device's dense peak for the run's dtype (--peak-tflops, else throughput.h's table).
 #include <algorithm>
@@ -42,7 +45,8 @@ namespace {
 const char* const kUsage =
     "Usage: trident-bench [--bench-warmup N] [--bench-no-profile] [trident-train flags]\n"
     "       trident-bench --kernels | --kernels-quick | --kernels-only S | --kernels-once\n"
-    "       trident-bench --generate [--generate-prompt N] [--generate-tokens N] [trident-train flags]\n"
+    "       trident-bench --generate [--generate-prompt N] [--generate-tokens N] [--generate-ragged]\n"
+    "                     [trident-train flags]\n"
     "  --bench-warmup N     untimed steps first (1)\n"
     "  --bench-no-profile   no per-op timing (tokens/s and MFU as a GPU runs them)\n"
     "  --kernels            every CUDA op on GPU-sized inputs against the copy and GEMM ceilings\n"
@@ -53,6 +57,8 @@ const char* const kUsage =
     "                       --micro-batch-size sequences (random weights, one process)\n"
     "  --generate-prompt N  prompt tokens a sequence (half the sequence length)\n"
     "  --generate-tokens N  tokens drawn a sequence (128, or fewer to fit the positions)\n"
+    "  --generate-ragged    also prompts of 1/B .. B/B of the prompt length: each sequence at its own\n"
+    "                       length vs every sequence a step from the shortest prompt's end\n"
     "Model, batch and layout flags are trident-train's (trident-train --help); --train-iters is the\n"
     "number of timed steps.\n";
 
@@ -76,6 +82,10 @@ std::vector<std::string> take_bench_flags(int argc, char** argv, BenchFlags& f) 
     } else if (t.name == "--generate-prompt") {
       f.generate = true;
       f.generation.prompt = trident::parse_integer_flag("generate-prompt", t.value(), 1, 1 << 20);
+    } else if (t.name == "--generate-ragged") {
+      t.no_value();
+      f.generate = true;
+      f.generation.ragged = true;
     } else if (t.name == "--generate-tokens") {
       f.generate = true;
       f.generation.new_tokens = trident::parse_integer_flag("generate-tokens", t.value(), 1, 1 << 20);

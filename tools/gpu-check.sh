@@ -561,17 +561,19 @@ if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $build/tool
   fi
 fi
 # trident-bench --generate: prefill and decoding rates of gpt2-124m bf16 with random weights,
-# 8 prompts of 512 tokens, 128 new tokens each (no checkpoint or vocabulary needed).
+# 8 prompts of 512 tokens, 128 new tokens each (no checkpoint or vocabulary needed), and
+# prompts of 64, 128, ..., 512 tokens decoded each at its own length vs every sequence a step
+# from the shortest prompt's end (the schedule before 2026-12-04).
 gen_bench_line="not run"
 if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; then
   if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
     gen_bench_line="skipped: past the time budget"
   else
-    say "trident-bench --generate: gpt2-124m bf16, 8 x (512 + 128) tokens"
+    say "trident-bench --generate: gpt2-124m bf16, 8 x (512 + 128) tokens, and prompts of 64..512"
     log=$logdir/train-generate-bench.log
-    if timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" --device cuda --bf16 \
-         --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 >"$log" 2>&1; then
-      gen_bench_line=$(grep -E '^(prefill|decode): ' "$log" | paste -sd ';' -)
+    if timeout 90 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" --device cuda --bf16 \
+         --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 --generate-ragged >"$log" 2>&1; then
+      gen_bench_line=$(grep -E '^(prefill|decode|ragged): ' "$log" | paste -sd ';' -)
       # The same with the attention kernel generation had before 2026-12-04 (the scalar one
       # for prefill and decoding steps alike): the new kernels' end-to-end gain.
       if TRIDENT_ATTN_DECODE_SCALAR=1 timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" \
@@ -705,7 +707,7 @@ for r in ${tuned_lines[@]+"${tuned_lines[@]}"}; do echo "  $r"; done
 echo
 echo "ncu (attention kernels): $ncu_line"
 echo "generation (KV cache, one process): $gen_line"
-echo "generation bench (gpt2-124m bf16, 8 prompts of 512 tokens, 128 new): $gen_bench_line"
+echo "generation bench (gpt2-124m bf16, 8 prompts of 512 tokens, 128 new; ragged: prompts of 64..512): $gen_bench_line"
 echo
 echo "where the step time goes (profiled: synchronised after every op):"
 ((${#profile_tables[@]} > 0)) || echo "not run"

@@ -19,7 +19,8 @@ Buffer Backend::empty(Shape shape, DType dtype) {
 }
 
 DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                                int pos, const Tensor& out) {
+                                const DecodePositions& at, const Tensor& out) {
+  const int pos = at.pos;
   for (const Tensor* t : {&qkv, &k_cache, &v_cache, &out})
     TRIDENT_CHECK(is_float(t->dtype), op, ": float tensors expected, got ", dtype_name(t->dtype));
   TRIDENT_CHECK(k_cache.dtype == qkv.dtype && v_cache.dtype == qkv.dtype, op, ": the caches must have qkv's dtype ",
@@ -41,6 +42,10 @@ DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor&
                 " outside the cache of ", s.Tmax);
   TRIDENT_CHECK(out.numel() == s.B * s.T * s.H * s.D, op, ": out ", out.shape.str(), " for [", s.B, ", ", s.T, ", ",
                 s.H, ", ", s.D, "]");
+  TRIDENT_CHECK(at.rows.empty() || (at.rows.dtype == DType::I32 && at.rows.numel() == s.B &&
+                                    at.rows.device == qkv.device),
+                op, ": per-row positions must be I32 [", s.B, "] on qkv's device, got ", dtype_name(at.rows.dtype), " ",
+                at.rows.shape.str());
   return s;
 }
 

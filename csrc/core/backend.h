@@ -39,14 +39,29 @@ struct AttentionShape {
   Tensor document_starts{};
 };
 
+// Where the new tokens of an attention_decode call go: every sequence's at positions pos ..
+// pos + T - 1 (an int converts to this), or, with `rows` (I32 [B] on the backend's device),
+// sequence b's at rows[b] .. rows[b] + T - 1, with 0 <= rows[b] <= pos: `pos` is then their
+// largest, from which the CUDA backend plans its launch without reading the device tensor
+// (the CPU backend checks the values; the CUDA kernels trust them, as document_starts).
+// Per-row positions let a batch of prompts of different lengths decode each sequence at its
+// own length.
+struct DecodePositions {
+  DecodePositions(int every = 0) : pos(every) {}  // NOLINT(google-explicit-constructor): every sequence at `every`
+  DecodePositions(int largest, Tensor per_row) : pos(largest), rows(per_row) {}
+  int pos = 0;
+  Tensor rows{};
+};
+
 // The sizes of an attention_decode call: B sequences, T new tokens each, H heads of D, caches
 // of Tmax positions. check_decode_shapes validates the call (shapes, dtypes, T new positions
-// from `pos` inside the cache) and throws InternalError naming `op` when it is wrong.
+// from `at.pos` inside the cache, at.rows' shape, dtype and device; not its values) and
+// throws InternalError naming `op` when it is wrong.
 struct DecodeShape {
   int64_t B = 0, T = 0, H = 0, D = 0, Tmax = 0;
 };
 DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
-                                int pos, const Tensor& out);
+                                const DecodePositions& at, const Tensor& out);
 
 // AdamW on one flat fp32 shard (decoupled weight decay, bias correction).
 //   g  = grad * grad_scale                       (unscale and clip folded into one factor)
@@ -169,17 +184,17 @@ class Backend {
                                   const DropoutKey& drop) = 0;
 
   // ---- attention over a KV cache (generation: new tokens of every sequence) -------------
-  // qkv: [B, T, 3, H, D] of the T tokens at positions pos .. pos + T - 1 of every sequence
-  // (Q, K, V blocks; [B, 3, H, D] is T = 1). Their K and V are written to k_cache and
-  // v_cache [B, Tmax, H, D] (qkv's dtype) at those positions, and the query at pos + t
-  // attends causally: out [B, T, H, D] (or [B, H, D] at T = 1) =
-  // softmax(q . K[0..pos+t]^T / sqrt(D)) V[0..pos+t]  (=). No dropout. The softmax of each
-  // row is in fp32 from its maximum; the caches hold positions [0, pos) before the call.
+  // qkv: [B, T, 3, H, D] of the T tokens of each sequence b at positions p_b .. p_b + T - 1
+  // (p_b: at.pos, or at.rows[b]; Q, K, V blocks; [B, 3, H, D] is T = 1). Their K and V are
+  // written to k_cache and v_cache [B, Tmax, H, D] (qkv's dtype) at those positions, and the
+  // query at p_b + t attends causally: out [B, T, H, D] (or [B, H, D] at T = 1) =
+  // softmax(q . K[0..p_b+t]^T / sqrt(D)) V[0..p_b+t]  (=). No dropout. The softmax of each
+  // row is in fp32 from its maximum; the caches hold positions [0, p_b) before the call.
   // T = 1 is a decoding step, T > 1 feeds a prompt in one pass (prefill). A backend may feed
-  // a prompt from position 0 through its attention_forward (CUDA in 16-bit types, whose P V
-  // takes 16-bit probabilities): equal to the other passes up to that rounding.
-  virtual void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
-                                const Tensor& out) = 0;
+  // a prompt from position 0 (every sequence) through its attention_forward (CUDA in 16-bit
+  // types, whose P V takes 16-bit probabilities): equal to the other passes up to that rounding.
+  virtual void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
+                                const DecodePositions& at, const Tensor& out) = 0;
 
   // ---- dropout on [B*T, row] activations (row = hidden size) ----------------------------
   // out = x * keep / (1 - p); element index within a sample is drop.index_base + (n % T) *

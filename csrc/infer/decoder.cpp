@@ -38,6 +38,8 @@ Gpt2Decoder::Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamSt
   vocab_start_ = vocab_local_ * tp_rank_;
   const DType dt = cfg_.dtype;
   const int64_t B = B_;
+  pos_.assign(static_cast<size_t>(B_), 0);
+  row_pos_ = be_.empty({B}, DType::I32);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     k_cache_.push_back(be_.empty({B, max_pos_, Hl_, D_}, dt));
     v_cache_.push_back(be_.empty({B, max_pos_, Hl_, D_}, dt));
@@ -57,6 +59,22 @@ Gpt2Decoder::Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamSt
 
 Tensor Gpt2Decoder::rows_of(const Buffer& b, int64_t rows, int64_t width) {
   return b.t().flat_slice(0, rows * width).view({rows, width});
+}
+
+Tensor Gpt2Decoder::position_rows(int T) {
+  if (tp_rank_ != 0) return Tensor();
+  const Tensor wpe = p("wpe");
+  const auto rows_from = [&](int first) { return wpe.flat_slice(static_cast<int64_t>(first) * C_, int64_t{T} * C_); };
+  if (positions_agree()) return rows_from(pos_[0]).view({T, C_});
+  // A table of B T rows, row b T + t = wpe[pos_b + t]: embedding_forward adds row n % (B T) = n.
+  if (wpe_rows_.empty()) wpe_rows_ = be_.empty({static_cast<int64_t>(B_) * max_chunk_, C_}, wpe.dtype);
+  const int64_t n = static_cast<int64_t>(B_) * T;
+  const Tensor table = rows_of(wpe_rows_, n, C_);
+  if (T == 1)  // a decoding step: one gather launch, wpe's rows at the positions on the device
+    be_.embedding_forward(row_pos_.t(), wpe, 0, Tensor(), 1, table);
+  else
+    for (int b = 0; b < B_; ++b) be_.copy(table.flat_slice(int64_t{b} * T * C_, int64_t{T} * C_), rows_from(pos_[b]));
+  return table;
 }
 
 void Gpt2Decoder::tp_sum(const Tensor& t) const {
@@ -101,6 +119,24 @@ void Gpt2Decoder::lm_head(const Tensor& in, int64_t rows) {
   }
 }
 
+bool Gpt2Decoder::positions_agree() const {
+  return std::all_of(pos_.begin(), pos_.end(), [&](int q) { return q == pos_[0]; });
+}
+
+int Gpt2Decoder::position() const {
+  TRIDENT_CHECK(positions_agree(), "Gpt2Decoder::position: the sequences are at different positions");
+  return pos_[0];
+}
+
+void Gpt2Decoder::set_position(int b, int position) {
+  TRIDENT_CHECK(b >= 0 && b < B_, "Gpt2Decoder::set_position: sequence ", b, " of ", B_);
+  TRIDENT_CHECK(position >= 0 && position <= max_pos_, "Gpt2Decoder::set_position: position ", position,
+                " outside [0, ", max_pos_, "]");
+  pos_[static_cast<size_t>(b)] = position;
+}
+
+void Gpt2Decoder::reset() { std::fill(pos_.begin(), pos_.end(), 0); }
+
 void Gpt2Decoder::reorder(const std::vector<int>& rows) {
   TRIDENT_CHECK(static_cast<int>(rows.size()) == B_, "Gpt2Decoder::reorder: ", rows.size(), " rows for ", B_,
                 " sequences");
@@ -112,16 +148,21 @@ void Gpt2Decoder::reorder(const std::vector<int>& rows) {
   if (!moves) return;
   if (reorder_scratch_.empty()) reorder_scratch_ = be_.empty(k_cache_[0].t().shape, cfg_.dtype);
   const Tensor scratch = reorder_scratch_.t();
-  // Each row holds max_pos_ positions; only the first pos_ are written so far.
-  const int64_t row = scratch.numel() / B_, used = static_cast<int64_t>(pos_) * Hl_ * D_;
-  const auto part = [&](const Tensor& t, int b) { return t.flat_slice(b * row, used); };
+  // Each row holds max_pos_ positions; only the first pos_[b] of row b are written so far.
+  const int64_t row = scratch.numel() / B_;
+  const auto part = [&](const Tensor& t, int b, int positions) {
+    return t.flat_slice(b * row, static_cast<int64_t>(positions) * Hl_ * D_);
+  };
   for (std::vector<Buffer>* caches : {&k_cache_, &v_cache_})
     for (const Buffer& cache : *caches) {
       for (int b = 0; b < B_; ++b)
-        if (source[b]) be_.copy(part(scratch, b), part(cache.t(), b));
+        if (source[b]) be_.copy(part(scratch, b, pos_[b]), part(cache.t(), b, pos_[b]));
       for (int b = 0; b < B_; ++b)
-        if (rows[b] != b) be_.copy(part(cache.t(), b), part(scratch, rows[b]));
+        if (rows[b] != b) be_.copy(part(cache.t(), b, pos_[rows[b]]), part(scratch, rows[b], pos_[rows[b]]));
     }
+  std::vector<int> moved(pos_.size());
+  for (int b = 0; b < B_; ++b) moved[b] = pos_[rows[b]];
+  pos_ = std::move(moved);
 }
 
 void Gpt2Decoder::residual_norm(const Tensor& branch, const std::string& ln, int64_t rows) {
@@ -164,7 +205,8 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
   for (size_t i = 0; i < kept.size(); ++i)
     TRIDENT_CHECK(kept[i] >= 0 && kept[i] < N && (i == 0 || kept[i] > kept[i - 1]), "Gpt2Decoder::forward: kept row ",
                   kept[i], " of ", N, " (rows increasing)");
-  if (pos_ + T > max_pos_)
+  const int largest = *std::max_element(pos_.begin(), pos_.end());
+  if (largest + T > max_pos_)
     throw ConfigError("generation reached " + std::to_string(max_pos_) + " positions, the most this model takes");
   for (int32_t t : tokens)
     TRIDENT_CHECK(t >= 0 && t < cfg_.vocab_size, "Gpt2Decoder::forward: token ", t, " outside the vocabulary");
@@ -175,25 +217,28 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
   const Tensor fc = rows_of(fc_, N, Fl_), gelu = rows_of(gelu_, N, Fl_);
   be_.copy_from_host(tok, tokens.data());
   // x = wte[token] + wpe[position]: this rank's vocabulary rows (other ids give 0), the
-  // position table's rows pos .. pos + T - 1 as a T-row table added by rank 0 only, summed
-  // over TP.
-  const Tensor wpe_rows =
-      tp_rank_ == 0 ? p("wpe").flat_slice(static_cast<int64_t>(pos_) * C_, static_cast<int64_t>(T) * C_).view({T, C_})
-                    : Tensor();
-  be_.embedding_forward(tok, p("wte"), vocab_start_, wpe_rows, T, x);
+  // position rows added by rank 0 only, summed over TP.
+  // The positions of sequences at positions of their own go to the device first: the
+  // attention kernels and the position rows' gather read them.
+  const bool uniform = positions_agree();
+  if (!uniform) be_.copy_from_host(row_pos_, pos_.data());
+  const DecodePositions at = uniform ? DecodePositions(pos_[0]) : DecodePositions(largest, row_pos_.t());
+  const Tensor wpe_rows = position_rows(T);
+  be_.embedding_forward(tok, p("wte"), vocab_start_, wpe_rows,
+                        wpe_rows.empty() ? T : static_cast<int>(wpe_rows.shape[0]), x);
   tp_sum(x);
   be_.layernorm_forward(x, p("h.0.ln_1.weight"), p("h.0.ln_1.bias"), ln, mean, rstd);
   for (int l = 0; l < cfg_.num_layers; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     be_.matmul(qkv, ln, p(h + "attn.qkv.weight"), p(h + "attn.qkv.bias"), false, true, false);
-    be_.attention_decode(qkv.view({B_, T, 3, Hl_, D_}), k_cache_[l], v_cache_[l], pos_, att.view({B_, T, Hl_, D_}));
+    be_.attention_decode(qkv.view({B_, T, 3, Hl_, D_}), k_cache_[l], v_cache_[l], at, att.view({B_, T, Hl_, D_}));
     row_parallel(proj, att, h + "attn.proj.weight", h + "attn.proj.bias");
     residual_norm(proj, h + "ln_2", N);
     be_.matmul_bias_gelu(fc, gelu, ln, p(h + "mlp.fc.weight"), p(h + "mlp.fc.bias"), false, true);
     row_parallel(proj, gelu, h + "mlp.proj.weight", h + "mlp.proj.bias");
     residual_norm(proj, l + 1 < cfg_.num_layers ? "h." + std::to_string(l + 1) + ".ln_1" : std::string("ln_f"), N);
   }
-  pos_ += T;
+  for (int& q : pos_) q += T;
   if (kept.empty()) {
     logits_host_.clear();
     return logits_host_;
@@ -204,13 +249,14 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
 }
 
 const std::vector<float>& Gpt2Decoder::prefill(const std::vector<int32_t>& prompts, int64_t length) {
-  TRIDENT_CHECK(length > pos_ && static_cast<int64_t>(prompts.size()) == static_cast<int64_t>(B_) * length,
+  const int from = position();
+  TRIDENT_CHECK(length > from && static_cast<int64_t>(prompts.size()) == static_cast<int64_t>(B_) * length,
                 "Gpt2Decoder::prefill: ", prompts.size(), " tokens for ", B_, " prompts of ", length,
-                " from position ", pos_);
+                " from position ", from);
   const std::vector<float>* logits = nullptr;
   std::vector<int32_t> feed;
-  while (pos_ < length) {
-    const int64_t at = pos_;
+  while (pos_[0] < length) {
+    const int64_t at = pos_[0];
     const int n = static_cast<int>(std::min<int64_t>(max_chunk_, length - at));
     feed.clear();
     for (int b = 0; b < B_; ++b)

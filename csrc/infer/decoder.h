@@ -9,10 +9,13 @@
 // projections are summed over the group (rank 0 adds the positions and the biases), and the
 // logits are gathered, so every rank returns the same logits, bit for bit.
 //
-// step() feeds the next token of each of the B sequences (all at the same position) and
-// returns the logits of the token after it; forward() feeds several tokens of each sequence
-// in one pass (a prompt: the GEMMs see B x T rows instead of B, and the LM head only the
-// rows whose logits are wanted). The same numbers as the training forward on the whole
+// step() feeds the next token of each of the B sequences and returns the logits of the token
+// after it; forward() feeds several tokens of each sequence in one pass (a prompt: the GEMMs
+// see B x T rows instead of B, and the LM head only the rows whose logits are wanted). Each
+// sequence has its own next position: the same for all after a reset, then moved by
+// set_position (prompts of different lengths fed in one padded pass, each then decoding at
+// its own length: the attention takes per-row positions, the position embedding rows are
+// gathered per sequence). The same numbers as the training forward on the whole
 // sequence, up to the order of floating-point sums (tests/unit/infer).
 #pragma once
 
@@ -36,11 +39,11 @@ class Gpt2Decoder {
   Gpt2Decoder(const ModelConfig& cfg, Backend& backend, const ParamStore& params, int batch, int max_positions,
               Comm* tp_comm = nullptr, int max_chunk = 1);
 
-  // Feeds tokens[b] at position position() of sequence b and returns the next-token
+  // Feeds tokens[b] at position position(b) of sequence b and returns the next-token
   // logits, [batch, vocab_size] row-major on the host (padding columns left out).
   const std::vector<float>& step(const std::vector<int32_t>& tokens) { return forward(tokens, 1, 1); }
   // Feeds T tokens (1 <= T <= max_chunk) of each sequence, tokens[b * T + t] at position
-  // position() + t, and returns the next-token logits after the last `keep` (0 <= keep <= T)
+  // position(b) + t, and returns the next-token logits after the last `keep` (0 <= keep <= T)
   // of them: [batch, keep, vocab_size] row-major on the host.
   const std::vector<float>& forward(const std::vector<int32_t>& tokens, int T, int keep);
   // The same, returning the logits after the fed tokens `kept` lists (rows b * T + t of the
@@ -48,16 +51,23 @@ class Gpt2Decoder {
   // sequence's own positions.
   const std::vector<float>& forward(const std::vector<int32_t>& tokens, int T, const std::vector<int64_t>& kept);
   // Feeds positions position() .. length - 1 of each sequence's prompt (prompts[b * length +
-  // t]: the prompts batch-major, `length` tokens each) in passes of max_chunk positions, and
-  // returns the next-token logits after the last: [batch, vocab_size].
+  // t]: the prompts batch-major, `length` tokens each; every sequence at position()) in
+  // passes of max_chunk positions, and returns the next-token logits after the last:
+  // [batch, vocab_size].
   const std::vector<float>& prefill(const std::vector<int32_t>& prompts, int64_t length);
-  int position() const { return pos_; }
+  // The next position of every sequence; an InternalError when they differ.
+  int position() const;
+  int position(int b) const { return pos_.at(static_cast<size_t>(b)); }
+  // Sequence b's next token goes at `position` (0 <= position <= max_positions()): what its
+  // cache holds from there on is overwritten as it goes (a padded prompt's tail, or tokens
+  // to feed again).
+  void set_position(int b, int position);
   int max_positions() const { return max_pos_; }
   int batch() const { return B_; }
   int max_chunk() const { return max_chunk_; }
-  void reset() { pos_ = 0; }  // start new sequences (the caches are overwritten as they go)
+  void reset();  // start new sequences at position 0 (the caches are overwritten as they go)
   // Sequence b continues what sequence rows[b] held (beam search keeps the best beams):
-  // row b of every layer's cache becomes row rows[b]'s.
+  // row b of every layer's cache, and its position, become row rows[b]'s.
   void reorder(const std::vector<int>& rows);
 
  private:
@@ -76,6 +86,12 @@ class Gpt2Decoder {
   Tensor gather_rows(const Tensor& ln, const std::vector<int64_t>& kept);
   // The first `rows` rows of a [B * max_chunk, width] activation buffer.
   static Tensor rows_of(const Buffer& b, int64_t rows, int64_t width);
+  // The position embedding rows of a pass of T tokens a sequence, for embedding_forward:
+  // wpe's rows pos .. pos + T - 1 as they are when every sequence is at pos, else gathered
+  // per sequence into wpe_rows_ (B T rows; a decoding step's by one gather from row_pos_,
+  // which must hold the positions). Empty on TP ranks other than 0 (rank 0 adds them).
+  Tensor position_rows(int T);
+  bool positions_agree() const;  // every sequence at the same next position
 
   ModelConfig cfg_;
   Backend& be_;
@@ -85,11 +101,13 @@ class Gpt2Decoder {
   int B_, max_pos_, max_chunk_, C_, D_;
   int Hl_, Fl_;                    // this rank's heads and MLP columns
   int64_t vocab_local_, vocab_start_;  // this rank's rows of the padded vocabulary
-  int pos_ = 0;
+  std::vector<int> pos_;                   // each sequence's next position
+  Buffer row_pos_;                         // I32 [B]: pos_ on the device, for per-row attention
   std::vector<Buffer> k_cache_, v_cache_;  // per layer [B, max_pos, H, D]
   Buffer reorder_scratch_;                 // one layer's cache, made by the first reorder()
   // Activations of B * max_chunk rows.
   Buffer tokens_, x_, ln_, ln_mean_, ln_rstd_, qkv_, att_, proj_, fc_, gelu_;
+  Buffer wpe_rows_;  // position_rows' gathered rows, made when sequences first differ
   // The LM head's rows: its input gathered from the kept positions, and its logits; both
   // (and the host copies) grow to the most rows a call keeps.
   Buffer head_in_, logits_;

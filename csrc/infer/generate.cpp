@@ -52,91 +52,106 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   bool any = o.logprobs;  // anything to score or draw
   for (int b = 0; b < B; ++b) any = any || total[b] > out[b].prompt_length;
   if (steps == 0 || !any) return out;
-  // Positions [0, prefill_end) go through the model in passes of up to `chunk` positions (B x
-  // chunk rows a pass). They run to the first position where a draw must be fed back: the
-  // shortest prompt's end among sequences that draw two tokens or more. A sequence that draws
-  // at most one token needs nothing fed after its prompt, so a batch of prompts of different
-  // lengths that are scored (lm-evaluation-harness: echo, one token drawn) goes through in
-  // passes only; such a sequence is fed its last prompt token again past its end (logits
-  // unused). The LM head sees the positions whose logits are used: each prompt's end (its
-  // first draw) and, with `logprobs`, every prompt position.
-  int64_t prefill_end = steps;
-  for (int b = 0; b < B; ++b)
-    if (total[b] >= out[b].prompt_length + 2) prefill_end = std::min(prefill_end, out[b].prompt_length);
+  // Every prompt goes through the model in passes of up to `chunk` positions (B x chunk rows
+  // a pass), the shorter ones padded with their last token up to the longest (those rows'
+  // logits are not used, and their cache rows are overwritten by the sequence's draws). The
+  // LM head sees the positions whose logits are used: each prompt's end (its first draw)
+  // and, with `logprobs`, every prompt position. Then each sequence feeds its draws one
+  // position a step at its own length (the decoder's per-row positions).
+  int64_t prefill_end = 0;  // one past the last prompt position whose logits are used
+  for (int b = 0; b < B; ++b) {
+    const int64_t length = out[b].prompt_length;
+    if (total[b] > length) prefill_end = std::max(prefill_end, length);
+    else if (o.logprobs) prefill_end = std::max(prefill_end, length - 1);
+  }
   const int chunk = prefill_chunk(B, prefill_end, o.logprobs, o.prefill_chunk);
   Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm, chunk);
   // Whether sequence b draws no more: ended, or at its length limit.
   const auto drawn_all = [&](int b) {
     return out[b].finished || static_cast<int64_t>(out[b].tokens.size()) == total[b];
   };
+  // Megatron's top-p decay: the top-p of a draw after position pos, decayed once for each
+  // position from the shortest prompt's last to pos - 1 (its generation loop decays after
+  // every step from the shortest prompt's end on).
+  std::vector<double> top_p_after(static_cast<size_t>(steps), o.sampling.top_p);
+  for (int64_t pos = 1; pos < steps; ++pos) {
+    double p = top_p_after[pos - 1];
+    if (pos >= shortest && p > 0 && o.top_p_decay > 0) {
+      p *= o.top_p_decay;
+      if (o.top_p_bound > 0) p = std::max(p, o.top_p_bound);
+    }
+    top_p_after[pos] = p;
+  }
 
-  SamplingOptions sampling = o.sampling;
   const int64_t V = cfg.vocab_size;
   std::vector<float> row(static_cast<size_t>(V));
-  // Scores or draws from the logits after the token at `pos` (logits_of(b): sequence b's
-  // row); returns whether a draw, or a prompt token to score, remains at the next position.
-  const auto after = [&](int64_t pos, const auto& logits_of) {
-    for (int b = 0; b < B; ++b) {
-      Generation& g = out[b];
-      const bool in_prompt = pos + 1 < g.prompt_length;  // the next token is the prompt's
-      if (in_prompt ? !o.logprobs : drawn_all(b)) continue;
-      std::copy_n(logits_of(b), V, row.data());
-      if (o.adjust_logits && pos + 1 >= shortest) o.adjust_logits(g.tokens[pos], row.data());
-      if (in_prompt) {
-        record_logprobs(row.data(), V, g.tokens[pos + 1], top_k_logprobs, g);
-        continue;
-      }
-      const int32_t token = sample_token(row.data(), V, sampling, rng);
-      if (o.logprobs) record_logprobs(row.data(), V, token, top_k_logprobs, g);
-      g.tokens.push_back(token);
-      g.finished = o.ends && o.ends(g.tokens, g.prompt_length);
+  SamplingOptions sampling = o.sampling;
+  // Scores the prompt token after position pos of sequence b, or draws the token after it,
+  // from its logits.
+  const auto score_or_draw = [&](int b, int64_t pos, const float* logits) {
+    Generation& g = out[b];
+    std::copy_n(logits, V, row.data());
+    if (o.adjust_logits && pos + 1 >= shortest) o.adjust_logits(g.tokens[pos], row.data());
+    if (pos + 1 < g.prompt_length) {
+      record_logprobs(row.data(), V, g.tokens[pos + 1], top_k_logprobs, g);
+      return;
     }
-    if (pos + 1 >= shortest && sampling.top_p > 0 && o.top_p_decay > 0) {
-      sampling.top_p *= o.top_p_decay;
-      if (o.top_p_bound > 0) sampling.top_p = std::max(sampling.top_p, o.top_p_bound);
-    }
-    bool more = false;
-    for (int b = 0; b < B; ++b) more = more || !drawn_all(b) || (o.logprobs && pos + 2 < out[b].prompt_length);
-    return more;
+    sampling.top_p = top_p_after[pos];
+    const int32_t token = sample_token(row.data(), V, sampling, rng);
+    if (o.logprobs) record_logprobs(row.data(), V, token, top_k_logprobs, g);
+    g.tokens.push_back(token);
+    g.finished = o.ends && o.ends(g.tokens, g.prompt_length);
   };
 
   std::vector<int32_t> feed;
   std::vector<int64_t> kept;      // rows of a pass whose logits are used
-  std::vector<int64_t> kept_row;  // [B x n]: row b * n + t's index among them, or -1
+  std::vector<int> kept_seq;      // their sequences
+  std::vector<int64_t> kept_pos;  // and positions
   for (int64_t pos = 0; pos < prefill_end;) {
     const int n = static_cast<int>(std::min<int64_t>(chunk, prefill_end - pos));
     feed.clear();
     kept.clear();
-    kept_row.assign(static_cast<size_t>(B) * n, -1);
+    kept_seq.clear();
+    kept_pos.clear();
     for (int b = 0; b < B; ++b) {
-      const std::vector<int32_t>& prompt = prompts[b];
       const int64_t length = out[b].prompt_length;
       for (int t = 0; t < n; ++t) {
         const int64_t at = pos + t;
-        feed.push_back(prompt[static_cast<size_t>(std::min(at, length - 1))]);
+        feed.push_back(prompts[b][static_cast<size_t>(std::min(at, length - 1))]);
         const bool scored = o.logprobs && at + 1 < length, drawn = at + 1 == length && total[b] > length;
         if (!scored && !drawn) continue;
-        kept_row[static_cast<size_t>(b) * n + t] = static_cast<int64_t>(kept.size());
         kept.push_back(static_cast<int64_t>(b) * n + t);
+        kept_seq.push_back(b);
+        kept_pos.push_back(at);
       }
     }
     const std::vector<float>& logits = dec.forward(feed, n, kept);
-    for (int t = 0; t < n; ++t)
-      if (!after(pos + t, [&](int b) {
-            const int64_t k = kept_row[static_cast<size_t>(b) * n + t];
-            TRIDENT_CHECK(k >= 0, "generate_tokens: no logits kept for sequence ", b, " at position ", pos + t);
-            return logits.data() + k * V;
-          }))
-        return out;
+    // Position by position, sequences in order at each (the draws' order).
+    std::vector<size_t> order(kept.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return kept_pos[a] < kept_pos[c]; });
+    for (size_t i : order) score_or_draw(kept_seq[i], kept_pos[i], logits.data() + static_cast<int64_t>(i) * V);
     pos += n;
   }
+  // Decoding: every sequence feeds its last token at its own position. One that draws no
+  // more feeds it at the furthest drawing sequence's (its logits and cache unused from then
+  // on), so that a batch of one prompt length stays at one position when some sequences end
+  // early.
   feed.resize(B);
-  for (int64_t pos = prefill_end; pos < steps; ++pos) {
-    // A sequence that draws no more keeps step() fed with its last token (logits unused).
+  for (;;) {
+    int64_t lead = -1;  // the furthest position a drawing sequence feeds
     for (int b = 0; b < B; ++b)
-      feed[b] = out[b].tokens[std::min(static_cast<size_t>(pos), out[b].tokens.size() - 1)];
+      if (!drawn_all(b)) lead = std::max(lead, static_cast<int64_t>(out[b].tokens.size()) - 1);
+    if (lead < 0) break;
+    for (int b = 0; b < B; ++b) {
+      const int64_t at = drawn_all(b) ? lead : static_cast<int64_t>(out[b].tokens.size()) - 1;
+      dec.set_position(b, static_cast<int>(at));
+      feed[b] = out[b].tokens.back();
+    }
     const std::vector<float>& logits = dec.step(feed);
-    if (!after(pos, [&](int b) { return logits.data() + b * V; })) break;
+    for (int b = 0; b < B; ++b)
+      if (!drawn_all(b))
+        score_or_draw(b, static_cast<int64_t>(out[b].tokens.size()) - 1, logits.data() + static_cast<int64_t>(b) * V);
   }
   return out;
 }

@@ -55,20 +55,21 @@ std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& ba
 
 // The general loop, behind continue_sequences and the text-generation server's requests
 // (Megatron's generate_tokens_probs_and_return_on_first_stage): prompts of any lengths
-// decoded together, each fed its own tokens until they run out and then its draws (Megatron's
-// `started` mask), so each continues as it would alone; optional log-probabilities of every
-// token after the first, prompt tokens included (scoring). The positions up to the first
-// draw that must be fed back (the shortest prompt's end among those drawing two tokens or
-// more; the longest prompt when none does) go through the model in passes of many positions,
-// shorter prompts padded; the rest one position a step.
+// decoded together, each fed its own tokens and then its draws, so each continues as it
+// would alone (what Megatron's `started` mask gives); optional log-probabilities of every
+// token after the first, prompt tokens included (scoring). The prompts go through the model
+// in passes of many positions, the shorter ones padded to the longest; then each sequence
+// feeds its draws one position a step at its own length (Megatron instead walks every
+// sequence one position a step from the shortest prompt's end).
 struct DecodeOptions {
   SamplingOptions sampling;
   // Tokens drawn per prompt at most, and at most room_after(prompt length). 0 draws none:
   // the prompts are only scored (with `logprobs`).
   int64_t max_new_tokens = 0;
-  // Megatron's top_p_decay and top_p_bound: after each step from the shortest prompt's end
-  // on, a top-p above 0 becomes top_p * decay (when decay > 0), and no less than the bound
-  // (when bound > 0).
+  // Megatron's top_p_decay and top_p_bound: a top-p above 0 becomes top_p * decay (when
+  // decay > 0), and no less than the bound (when bound > 0), once for each position from
+  // the shortest prompt's end on: the draw after position p uses the top-p decayed for the
+  // positions shortest .. p, as in Megatron's loop, whatever the sequence's own length.
   double top_p_decay = 0, top_p_bound = 0;
   bool logprobs = false;
   // With `logprobs`: also the k most likely tokens at each position (OpenAI's logprobs k).
@@ -100,8 +101,11 @@ struct Generation {
 };
 
 // Every prompt at least 1 token and at most cfg.seq_length (below it when tokens are to be
-// drawn). Draws as continue_sequences, among the sequences drawing at each step, in order.
-// Collective over `tp_comm` as continue_sequences.
+// drawn). Draws come from `rng` in position order in the prompts' passes (each sequence's
+// first draw, sequences in order at a position), then a step at a time, sequences in order:
+// with prompts of different lengths that is not Megatron's order (position by position), so
+// a seed gives other samples than it does there. Collective over `tp_comm` as
+// continue_sequences.
 std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
                                         const std::vector<std::vector<int32_t>>& prompts, const DecodeOptions& o,
                                         std::mt19937_64& rng, Comm* tp_comm = nullptr);

@@ -177,14 +177,11 @@ std::vector<std::vector<size_t>> TextGenerationService::batches(const std::vecto
     return a.max_tokens == b.max_tokens && a.wants_logprobs == b.wants_logprobs && a.logprobs == b.logprobs &&
            a.stop == b.stop;
   };
-  // How far a batch's prompt lengths may spread. Drawing two tokens or more, the positions
-  // past the shortest prompt are decoded one step each for all (kLengthSpread, or the steps
-  // the draws take anyway); drawing at most one (scoring), the batch goes through in passes
-  // with shorter prompts padded to the longest: at most max(16, shortest) padded positions.
+  // How far a batch's prompt lengths may spread: its prompts go through in passes, shorter
+  // ones padded to the longest (then each decodes at its own length), so at most max(16,
+  // shortest) padded positions: padding at most doubles a prompt of 16 tokens or more.
   static constexpr int64_t kLengthSpread = 16;
-  const auto spread_allowed = [](int64_t max_tokens, int64_t shortest) {
-    return std::max(kLengthSpread, max_tokens <= 1 ? shortest : max_tokens);
-  };
+  const auto spread_allowed = [](int64_t shortest) { return std::max(kLengthSpread, shortest); };
   std::vector<std::vector<size_t>> out;
   int64_t prompts = 0, longest = 0, shortest = 0;  // the open batch's
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -202,7 +199,7 @@ std::vector<std::vector<size_t>> TextGenerationService::batches(const std::vecto
       joins = greedy_completion(open) && alike(open.completions, r.completions) &&
               (prompts + more) * (std::max(longest, its_longest) + max_tokens) <= max_tokens_to_oom_ &&
               std::max(longest, its_longest) - std::min(shortest, its_shortest) <=
-                  spread_allowed(max_tokens, std::min(shortest, its_shortest));
+                  spread_allowed(std::min(shortest, its_shortest));
     }
     if (!joins) {
       out.emplace_back();

@@ -95,11 +95,9 @@ class TextGenerationService {
   // consecutive /completions requests that are greedy (temperature 0 or top_k 1: no draws,
   // so no answer depends on the others) and decode alike (max_tokens, logprobs, stop
   // strings), up to --max-tokens-to-oom tokens in all, whose prompt lengths differ by at
-  // most max(16, max_tokens), or with max_tokens 0 or 1 by at most max(16, the shortest
-  // prompt's length); every other request alone. Each batch is a list of indices into
-  // `requests`. (Drawing two tokens or more, a batch feeds the positions all its prompts
-  // hold in passes and the others one decoding step each; drawing at most one, it feeds
-  // everything in passes, shorter prompts padded to the longest.)
+  // most max(16, the shortest prompt's length); every other request alone. Each batch is a
+  // list of indices into `requests`. (A batch feeds its prompts in passes, shorter ones
+  // padded to the longest, then each sequence's draws one step each at its own length.)
   std::vector<std::vector<size_t>> batches(const std::vector<PreparedRequest>& requests) const;
 
   // The responses to one of batches()' batches, in order: the same as run() on each alone,

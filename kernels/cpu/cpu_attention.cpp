@@ -197,22 +197,32 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
 
 namespace trident::cpu {
 
-// Generation: the new tokens' K and V go into the caches at positions pos .. pos + T - 1,
-// then the query at pos + t of each (batch, head) attends over [0, pos + t] with an fp32
-// softmax from the row maximum.
-void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out) {
+// Generation: the new tokens' K and V go into the caches at positions p_b .. p_b + T - 1
+// (p_b: at.pos, or sequence b's own at.rows[b]), then the query at p_b + t of each (batch,
+// head) attends over [0, p_b + t] with an fp32 softmax from the row maximum.
+void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
+                      const Tensor& out) {
   const char* op = "attention_decode";
   for (const Tensor* t : {&qkv, &k_cache, &v_cache, &out}) check_cpu(op, *t);
-  const DecodeShape s = check_decode_shapes(op, qkv, k_cache, v_cache, pos, out);
+  const DecodeShape s = check_decode_shapes(op, qkv, k_cache, v_cache, at, out);
   const int64_t B = s.B, T = s.T, H = s.H, D = s.D, Tmax = s.Tmax, C = H * D;
+  std::vector<int64_t> first(static_cast<size_t>(B), at.pos);  // each sequence's first new position
+  if (!at.rows.empty()) {
+    check_cpu(op, at.rows);
+    for (int64_t b = 0; b < B; ++b) {
+      first[b] = static_cast<const int32_t*>(at.rows.data)[b];
+      TRIDENT_CHECK(first[b] >= 0 && first[b] <= at.pos, op, ": sequence ", b, " at position ", first[b],
+                    ", outside [0, ", at.pos, "]");
+    }
+  }
   std::vector<float> row(static_cast<size_t>(C));
   for (int64_t b = 0; b < B; ++b)  // the new K and V first (rounded to the cache dtype)
     for (int64_t t = 0; t < T; ++t) {
-      const int64_t at = (b * Tmax + pos + t) * C, token = (b * T + t) * 3 * C;
+      const int64_t where = (b * Tmax + first[b] + t) * C, token = (b * T + t) * 3 * C;
       load_f32(qkv, token + C, C, row.data());
-      store_f32(k_cache, at, C, row.data());
+      store_f32(k_cache, where, C, row.data());
       load_f32(qkv, token + 2 * C, C, row.data());
-      store_f32(v_cache, at, C, row.data());
+      store_f32(v_cache, where, C, row.data());
     }
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Dynamic: a query's work grows with its position, so static blocks would leave the last
@@ -221,7 +231,7 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t n = pos + t + 1;  // keys this query sees
+        const int64_t n = first[b] + t + 1;  // keys this query sees
         std::vector<float> q(D), kv(D), p(n), acc(D, 0.f);
         load_f32(qkv, (b * T + t) * 3 * C + h * D, D, q.data());
         float mx = -INFINITY;

@@ -138,9 +138,9 @@ class CpuBackend final : public Backend {
     cpu::attention_forward(qkv, out, lse, s, drop);
   }
   // `out` is not needed: the backward recomputes every row's softmax from lse exactly.
-  void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
+  void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
                         const Tensor& out) override {
-    cpu::attention_decode(qkv, k_cache, v_cache, pos, out);
+    cpu::attention_decode(qkv, k_cache, v_cache, at, out);
   }
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& /*out*/,
                           const Tensor& lse, const Tensor& dqkv, const AttentionShape& s,

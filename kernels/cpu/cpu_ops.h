@@ -71,7 +71,8 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                        const AttentionShape& s, const DropoutKey& drop);
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse, const Tensor& dqkv,
                         const AttentionShape& s, const DropoutKey& drop);
-void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out);
+void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
+                      const Tensor& out);
 
 void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop);
 void dropout_backward(const Tensor& dout, const Tensor& dx, int T, const DropoutKey& drop);

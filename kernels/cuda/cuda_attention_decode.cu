@@ -1,7 +1,9 @@
 // Attention of new tokens over a KV cache (generation), the CPU op's twin: the T tokens of
-// each sequence at positions pos .. pos + T - 1 write their K and V into the caches, and the
-// query at pos + t attends over [0, pos + t]. T = 1 is a decoding step; T > 1 feeds a prompt
-// in one pass.
+// each sequence at positions pos .. pos + T - 1 (pos: the call's, or the sequence's own from
+// the per-row positions on the device) write their K and V into the caches, and the query at
+// pos + t attends over [0, pos + t]. T = 1 is a decoding step; T > 1 feeds a prompt in one
+// pass. The launch is planned from the call's largest position (the host does not read the
+// per-row ones): a sequence behind it leaves some key ranges empty.
 //
 // Keys and values before `pos` come from the caches, those of the new tokens from qkv itself:
 // another block of the same launch writes them into the cache, with no ordering between
@@ -22,7 +24,7 @@
 //   and between batches (as the GEMMs' can), never between runs.
 // - the scalar kernel (any other view, or TRIDENT_ATTN_DECODE_SCALAR=1): one block per
 //   (query, head), each thread a key at a time, element by element.
-// A prompt from position 0 in 16-bit types goes through the training forward's flash kernels
+// A prompt from position 0 (every sequence) in 16-bit types goes through the training forward's flash kernels
 // (cuda_attention.cu: each key read once a tile of 64 queries; their probabilities are
 // rounded to 16 bits before P V, and their TRIDENT_ATTN_* settings apply) and a copy of its
 // K and V rows into the caches. Other prefill passes (after cached positions, or in fp32)
@@ -60,22 +62,29 @@ struct DecodeArgs {
   AnyPtr out{};               // [B, T, H, D]
   float* part_o = nullptr;    // splits > 1: [B T H, splits, D] each range's unnormalised output
   float* part_ml = nullptr;   // splits > 1: [B T H, splits, 2] its maximum score, sum of exponentials
+  const int* row_pos = nullptr;  // [B] sequence b's first new position, or null: every sequence's is pos
   int B = 0, pos = 0, Tnew = 1, H = 0, D = 0;
   int64_t Tmax = 0;
   int splits = 1, chunk = 0;  // split s takes keys [s chunk, (s + 1) chunk) (those the query sees)
   float scale = 1.f;
 };
 
+// Sequence b's first new position.
+__device__ __forceinline__ int first_position(const int* row_pos, int pos, int b) {
+  return row_pos ? row_pos[b] : pos;
+}
+
 // The scalar kernel: its threads write the token's K/V slice, compute the pos + t + 1 scaled
 // scores into shared memory, take the block maximum and the sum of exponentials, then thread
 // d of the first D threads accumulates out[d] over the positions.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    attention_decode_kernel(const T* qkv, T* k_cache, T* v_cache, AnyPtr out, int pos, int Tnew, int64_t Tmax,
-                            int H, int D, float scale) {
+    attention_decode_kernel(const T* qkv, T* k_cache, T* v_cache, AnyPtr out, const int* row_pos, int call_pos,
+                            int Tnew, int64_t Tmax, int H, int D, float scale) {
   extern __shared__ float smem[];  // [pos + t + 1] scores, then [D] query
   __shared__ float red[32];
   const int h = blockIdx.x % H, t = blockIdx.x / H % Tnew, b = blockIdx.x / (H * Tnew);
+  const int pos = first_position(row_pos, call_pos, b);
   const int64_t C = static_cast<int64_t>(H) * D;
   const T* new_tokens = qkv + static_cast<int64_t>(b) * Tnew * 3 * C + h * D;  // (b, 0, Q, h, 0)
   const T* q = new_tokens + t * 3 * C;
@@ -126,9 +135,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_vec_kernel(const De
   static_assert(G >= 1 && G <= 32 && (G & (G - 1)) == 0, "a key's lanes: a power of two within a warp");
   extern __shared__ float smem[];  // [kGroups][D] the groups' outputs, then the split's scores
   __shared__ float red[32];
-  const int H = a.H, D = a.D, pos = a.pos;
+  const int H = a.H, D = a.D;
   const int row = static_cast<int>(blockIdx.x), split = static_cast<int>(blockIdx.y);
   const int h = row % H, t = row / H % a.Tnew, b = row / (H * a.Tnew);
+  const int pos = first_position(a.row_pos, a.pos, b);
   const int64_t C = static_cast<int64_t>(H) * D;
   const T* new_tokens = static_cast<const T*>(a.qkv) + static_cast<int64_t>(b) * a.Tnew * 3 * C + h * D;
   const T* q = new_tokens + t * 3 * C;
@@ -255,8 +265,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_combine_kernel(cons
 }
 
 // The T new tokens' K and V rows into the caches at positions pos .. pos + T - 1, a 16-byte
-// vector a thread (the flash prefill's share of a call: the attention kernels write them
-// otherwise).
+// vector a thread (the flash prefill's share of a call, every sequence at pos: the attention
+// kernels write them otherwise).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_decode_cache_kernel(const DecodeArgs a) {
   constexpr int kV = static_cast<int>(16 / sizeof(T));
@@ -290,10 +300,10 @@ struct DecodePlan {
   int64_t partial_floats() const { return splits > 1 ? rows * splits : 0; }  // times D + 2 (part_o, part_ml)
 };
 
-// The plan of a call of shape d from position pos: `vectors` when the vector kernel can run
-// (16-byte aligned tensors, D a multiple of 16 / elem_bytes), `sms` the GPU's
-// multiprocessors (the splits' target: kSplitBlocksPerSm blocks each). Throws when the scalar kernel's
-// scores do not fit in shared memory.
+// The plan of a call of shape d from position pos (the largest, with per-row positions):
+// `vectors` when the vector kernel can run (16-byte aligned tensors, D a multiple of 16 /
+// elem_bytes), `sms` the GPU's multiprocessors (the splits' target: kSplitBlocksPerSm blocks
+// each). Throws when the scalar kernel's scores do not fit in shared memory.
 DecodePlan plan_decode(const DecodeShape& d, int pos, bool vectors, int elem_bytes, int sms) {
   DecodePlan plan;
   plan.rows = d.B * d.T * d.H;
@@ -323,15 +333,16 @@ DecodePlan plan_decode(const DecodeShape& d, int pos, bool vectors, int elem_byt
 }
 
 // The kernels' arguments of a call (check_decode_shapes' d); no partials yet.
-DecodeArgs decode_args(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
-                       const DecodeShape& d) {
+DecodeArgs decode_args(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
+                       const Tensor& out, const DecodeShape& d) {
   DecodeArgs a;
   a.qkv = qkv.data;
   a.k_cache = k_cache.data;
   a.v_cache = v_cache.data;
   a.out = any_ptr(out);
   a.B = static_cast<int>(d.B);
-  a.pos = pos;
+  a.pos = at.pos;
+  a.row_pos = static_cast<const int*>(at.rows.data);
   a.Tnew = static_cast<int>(d.T);
   a.H = static_cast<int>(d.H);
   a.D = static_cast<int>(d.D);
@@ -347,8 +358,8 @@ void launch_decode(const DecodePlan& plan, DecodeArgs a, cudaStream_t s) {
   const unsigned rows = static_cast<unsigned>(plan.rows);
   if (!plan.vector) {
     attention_decode_kernel<T><<<rows, kThreads, plan.smem, s>>>(
-        static_cast<const T*>(a.qkv), static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), a.out, a.pos, a.Tnew,
-        a.Tmax, a.H, a.D, a.scale);
+        static_cast<const T*>(a.qkv), static_cast<T*>(a.k_cache), static_cast<T*>(a.v_cache), a.out, a.row_pos, a.pos,
+        a.Tnew, a.Tmax, a.H, a.D, a.scale);
     return;
   }
   a.splits = plan.splits;
@@ -391,10 +402,10 @@ static int multiprocessors() {
   return cached_sms;
 }
 
-void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
-                      CachingAllocator& scratch, cudaStream_t s) {
+void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
+                      const Tensor& out, CachingAllocator& scratch, cudaStream_t s) {
   const char* op = "attention_decode";
-  const DecodeShape d = check_decode_shapes(op, qkv, k_cache, v_cache, pos, out);
+  const DecodeShape d = check_decode_shapes(op, qkv, k_cache, v_cache, at, out);
   TRIDENT_CHECK(d.D <= kThreads, op, ": head dim ", d.D, " above ", kThreads);
   if (d.B == 0 || d.H == 0 || d.D == 0) return;
   TRIDENT_CHECK(d.B * d.T * d.H <= INT32_MAX, op, ": ", d.B * d.T * d.H, " blocks");
@@ -404,11 +415,11 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
   const bool vectors = d.D * static_cast<int64_t>(elem) % 16 == 0 &&
                        aligned_to({qkv.data, k_cache.data, v_cache.data}, 16) &&
                        env_switch("TRIDENT_ATTN_DECODE_SCALAR", op) != 1;
-  DecodeArgs a = decode_args(qkv, k_cache, v_cache, pos, out, d);
-  // A prompt from position 0 in 16-bit types: the training forward's flash kernels (a key
+  DecodeArgs a = decode_args(qkv, k_cache, v_cache, at, out, d);
+  // A prompt from position 0 (every sequence's) in 16-bit types: the training forward's flash kernels (a key
   // read once a tile of 64 queries, not once a query; the scalar and vector kernels read
   // T^2 / 2 keys), then the tokens' K and V into the caches.
-  if (pos == 0 && d.T > 1 && vectors && qkv.dtype != DType::F32 && out.dtype == qkv.dtype) {
+  if (at.pos == 0 && at.rows.empty() && d.T > 1 && vectors && qkv.dtype != DType::F32 && out.dtype == qkv.dtype) {
     AttentionShape shape;
     shape.B = static_cast<int>(d.B);
     shape.T = static_cast<int>(d.T);
@@ -421,7 +432,7 @@ void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_
     CUDA_CHECK_LAUNCH();
     return;
   }
-  const DecodePlan plan = plan_decode(d, pos, vectors, static_cast<int>(elem), multiprocessors());
+  const DecodePlan plan = plan_decode(d, at.pos, vectors, static_cast<int>(elem), multiprocessors());
   std::optional<Scratch> part;  // the splits' partials
   if (const int64_t partials = plan.partial_floats(); partials > 0) {
     a.part_o = part.emplace(scratch, static_cast<size_t>(partials * (d.D + 2)) * sizeof(float)).as<float>();

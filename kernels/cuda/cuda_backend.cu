@@ -309,11 +309,11 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(dout, qkv, out, lse, dqkv, s, drop, allocator(), stream_);
   }
 
-  void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos,
+  void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
                         const Tensor& out) override {
     on_device();
     require_device("attention_decode", {&qkv, &k_cache, &v_cache, &out});
-    cuda::attention_decode(qkv, k_cache, v_cache, pos, out, allocator(), stream_);
+    cuda::attention_decode(qkv, k_cache, v_cache, at, out, allocator(), stream_);
   }
   // ---- dropout ----
   void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop) override {

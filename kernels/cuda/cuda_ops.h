@@ -54,8 +54,8 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
                         CachingAllocator& scratch, cudaStream_t s);
 
 // cuda_attention_decode.cu (generation: new queries of each sequence over a KV cache)
-void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
-                      CachingAllocator& scratch, cudaStream_t s);
+void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
+                      const Tensor& out, CachingAllocator& scratch, cudaStream_t s);
 
 // cuda_dropout.cu
 void dropout_forward(const Tensor& x, const Tensor& out, int T, const DropoutKey& drop, cudaStream_t s);

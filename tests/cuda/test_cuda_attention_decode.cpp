@@ -16,8 +16,9 @@
 // equal the expected bytes computed here (old bytes, those rows replaced); two identical GPU calls give
 // identical bytes; decoding a sequence step by step on the GPU matches the GPU's own full
 // causal attention_forward row by row; a 16-bit prompt from position 0 equals that forward bit
-// for bit (the launcher's flash prefill); the cases again under TRIDENT_ATTN_DECODE_SCALAR=1
-// (the scalar kernel everywhere); bad arguments throw InternalError.
+// for bit (the launcher's flash prefill); sequences at positions of their own; the cases
+// again under TRIDENT_ATTN_DECODE_SCALAR=1 (the scalar kernel everywhere); bad arguments
+// throw InternalError.
 //
 // Tolerances (|gpu - cpu| <= atol + rtol |cpu|), inputs uniform in [-2, 2]:
 //   fp32 rtol 1e-5, atol 2e-5     the same fp32 algorithm; only nvcc's fused multiply-adds in
@@ -104,29 +105,33 @@ class CudaAttentionDecode : public CudaVsCpuDtype {
                 worst_abs_, worst_rel_);
   }
 
-  // One call on both backends with identical inputs; checks out and the caches.
-  void run(const DecodeCase& c, int pos) {
-    SCOPED_TRACE(describe(c, pos));
+  // One call on both backends with identical inputs; checks out and the caches. `first`:
+  // per-row positions (sequence b's new tokens at first[b], pos their largest), or empty.
+  void run(const DecodeCase& c, int pos, const std::vector<int32_t>& first = {}) {
+    SCOPED_TRACE(describe(c, pos) + (first.empty() ? "" : " per-row positions"));
     const DType t = dt();
     const int T = c.T;
     const size_t C = static_cast<size_t>(c.H) * c.D, rows = static_cast<size_t>(c.B) * c.Tmax;
+    const auto first_of = [&](int b) { return static_cast<size_t>(first.empty() ? pos : first[b]); };
     std::vector<float> k = uniform(rows * C), v = uniform(rows * C);
     for (int b = 0; b < c.B; ++b)  // rows after the new ones: NaN (never read, never written)
-      for (size_t i = (static_cast<size_t>(b) * c.Tmax + pos + T) * C; i < (static_cast<size_t>(b) + 1) * c.Tmax * C;
-           ++i)
+      for (size_t i = (static_cast<size_t>(b) * c.Tmax + first_of(b) + T) * C;
+           i < (static_cast<size_t>(b) + 1) * c.Tmax * C; ++i)
         k[i] = v[i] = std::numeric_limits<float>::quiet_NaN();
     const std::vector<float> q = uniform(static_cast<size_t>(c.B) * T * 3 * C);
     Pair qkv = upload(T == 1 ? Shape{c.B, 3, c.H, c.D} : Shape{c.B, T, 3, c.H, c.D}, t, q);
     Pair kc = upload(Shape{c.B, c.Tmax, c.H, c.D}, t, k), vc = upload(Shape{c.B, c.Tmax, c.H, c.D}, t, v);
     Pair out = filled(T == 1 ? Shape{c.B, c.H, c.D} : Shape{c.B, T, c.H, c.D}, t, 7.f);  // "=": the 7s must all go
-    cpu().attention_decode(qkv.cpu, kc.cpu, vc.cpu, pos, out.cpu);
-    gpu().attention_decode(qkv.gpu, kc.gpu, vc.gpu, pos, out.gpu);
+    Pair per_row = ints(Shape{static_cast<int64_t>(first.size())}, first);
+    const auto at = [&](const Buffer& r) { return first.empty() ? DecodePositions(pos) : DecodePositions(pos, r.t()); };
+    cpu().attention_decode(qkv.cpu, kc.cpu, vc.cpu, at(per_row.cpu), out.cpu);
+    gpu().attention_decode(qkv.gpu, kc.gpu, vc.gpu, at(per_row.gpu), out.gpu);
     gpu().synchronize();
 
     // A 16-bit prompt from position 0 takes the training forward's flash kernels, whose
     // probabilities are rounded to 16 bits before P V: the forward's tolerances of
     // test_cuda_attention.cpp, doubled as in StepByStepMatchesGpuAttentionForward.
-    const bool flash = pos == 0 && T > 1 && t != DType::F32 && c.D % 8 == 0 && !scalar_;
+    const bool flash = pos == 0 && first.empty() && T > 1 && t != DType::F32 && c.D % 8 == 0 && !scalar_;
     const std::vector<float> want = host_cpu(out);
     double mx = 0;
     for (float x : want) mx = std::max(mx, static_cast<double>(std::fabs(x)));
@@ -142,10 +147,10 @@ class CudaAttentionDecode : public CudaVsCpuDtype {
     const std::vector<unsigned char> qb = to_bytes(q, t);
     for (int b = 0; b < c.B; ++b)
       for (int j = 0; j < T; ++j) {
-        const size_t at = (static_cast<size_t>(b) * c.Tmax + pos + j) * C * es;
+        const size_t row = (static_cast<size_t>(b) * c.Tmax + first_of(b) + j) * C * es;
         const size_t token = (static_cast<size_t>(b) * T + j) * 3 * C * es;
-        std::memcpy(want_k.data() + at, qb.data() + token + C * es, C * es);
-        std::memcpy(want_v.data() + at, qb.data() + token + 2 * C * es, C * es);
+        std::memcpy(want_k.data() + row, qb.data() + token + C * es, C * es);
+        std::memcpy(want_v.data() + row, qb.data() + token + 2 * C * es, C * es);
       }
     EXPECT_TRUE(raw(gpu(), kc.gpu) == want_k) << "gpu k_cache is not the old cache with the new rows replaced";
     EXPECT_TRUE(raw(gpu(), vc.gpu) == want_v) << "gpu v_cache is not the old cache with the new rows replaced";
@@ -177,6 +182,22 @@ TEST_P(CudaAttentionDecode, PrefillMatchesCpu) {
   for (const DecodeCase& c : prefill)
     for (int pos : c.positions) run(c, pos);
   print_worst("prefill out");
+}
+
+// Sequences at positions of their own (prompts of different lengths, each decoding at its
+// length; the launch planned from the largest, so the shorter rows leave key ranges empty):
+// steps and chunks, a 16-bit chunk from position 0 for every sequence (per-row positions
+// take the decode kernels, not the flash prefill), both kernels.
+TEST_P(CudaAttentionDecode, PerRowPositionsMatchCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  run({4, 2048, 2, 64, {}}, 1500, {3, 1500, 0, 700});
+  run({3, 400, 3, 120, {}, 5}, 390, {390, 17, 0});
+  run({2, 64, 3, 64, {}, 16}, 0, {0, 0});
+  {
+    ScopedEnv scalar("TRIDENT_ATTN_DECODE_SCALAR", "1");
+    run({4, 2048, 2, 64, {}}, 1500, {3, 1500, 0, 700});
+  }
+  print_worst("per-row positions out");
 }
 
 // TRIDENT_ATTN_DECODE_SCALAR=1 (gpu-check's "before"): the scalar kernel for every call, on

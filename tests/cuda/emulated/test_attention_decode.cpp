@@ -9,7 +9,8 @@
 // and the vector kernel, the latter unsplit (no multiprocessors to fill) and as on an H200
 // (132: rows of up to ~2000 keys cut into 2-33 ranges of at least 64 keys, then combined); and ranges past some
 // queries' keys (a prefill split as for a 1000-multiprocessor GPU), ranges forced by shared
-// memory (12000 keys), both kernels under two thread schedules.
+// memory (12000 keys), both kernels under two thread schedules, and sequences at positions
+// of their own (per-row positions: the plan made for the largest).
 // Cache rows from `pos` on hold NaN, the dynamic shared memory is poisoned (NaN) by the
 // emulator and so are the splits' partials, so reading a row, a score or a partial no thread
 // wrote shows up in the output. Checked: out within tolerance, both caches byte-identical to
@@ -34,13 +35,13 @@ namespace {
 // The host launcher attention_decode of kernels/cuda/cuda_attention_decode.cu, with the GPU's
 // multiprocessor count `sms` and the kernel choice `vectors` given: the same plan and launches
 // (plan_decode, launch_decode), the partials in host memory.
-void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, int pos, const Tensor& out,
-                      int sms, bool vectors) {
-  const DecodeShape d = check_decode_shapes("attention_decode", qkv, k_cache, v_cache, pos, out);
+void attention_decode(const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache, const DecodePositions& at,
+                      const Tensor& out, int sms, bool vectors) {
+  const DecodeShape d = check_decode_shapes("attention_decode", qkv, k_cache, v_cache, at, out);
   if (d.B == 0 || d.H == 0) return;
-  const DecodePlan plan = plan_decode(d, pos, vectors, static_cast<int>(dtype_size(qkv.dtype)), sms);
+  const DecodePlan plan = plan_decode(d, at.pos, vectors, static_cast<int>(dtype_size(qkv.dtype)), sms);
   std::vector<float> partials(static_cast<size_t>(plan.partial_floats() * (d.D + 2)), NAN);  // unwritten: NaN
-  DecodeArgs a = decode_args(qkv, k_cache, v_cache, pos, out, d);
+  DecodeArgs a = decode_args(qkv, k_cache, v_cache, at, out, d);
   a.part_o = partials.data();
   a.part_ml = a.part_o + plan.partial_floats() * d.D;
   dispatch_float(qkv.dtype, "attention_decode", [&](auto tag) { launch_decode<decltype(tag)>(plan, a, nullptr); });
@@ -74,15 +75,17 @@ class EmulatedAttentionDecode : public EmuVsCpuDtype {
   struct Inputs {
     Buffer qkv, kc, vc, out;
   };
-  // Random qkv of T tokens and history (uniform in [-2, 2]), NaN cache rows from pos on,
-  // out full of 7s. T = 1 has the decoding step's shapes ([B, 3, H, D], [B, H, D]).
-  Inputs make(int B, int Tmax, int H, int D, int pos, int T = 1) {
+  // Random qkv of T tokens and history (uniform in [-2, 2]), NaN cache rows from pos on
+  // (sequence b's from first[b] on, when given), out full of 7s. T = 1 has the decoding
+  // step's shapes ([B, 3, H, D], [B, H, D]).
+  Inputs make(int B, int Tmax, int H, int D, int pos, int T = 1, const std::vector<int32_t>& first = {}) {
     std::uniform_real_distribution<float> dist(-2.f, 2.f);
     const size_t C = static_cast<size_t>(H) * D;
     std::vector<float> q(static_cast<size_t>(B) * T * 3 * C), k(static_cast<size_t>(B) * Tmax * C), v(k.size());
     for (float& x : q) x = dist(rng_);
     for (size_t i = 0; i < k.size(); ++i) {
-      const bool unwritten = static_cast<int>(i / C % Tmax) >= pos;
+      const int b = static_cast<int>(i / C / Tmax);
+      const bool unwritten = static_cast<int>(i / C % Tmax) >= (first.empty() ? pos : first[b]);
       k[i] = unwritten ? NAN : dist(rng_);
       v[i] = unwritten ? NAN : dist(rng_);
     }
@@ -100,9 +103,14 @@ class EmulatedAttentionDecode : public EmuVsCpuDtype {
                  " D=" + std::to_string(c.D) + " pos=" + std::to_string(pos) + " T=" + std::to_string(c.T) + " " +
                  dtype_name(dt()) + (vectors ? " vector kernel, sms=" + std::to_string(sms) : " scalar kernel"));
     Inputs in = make(c.B, c.Tmax, c.H, c.D, pos, c.T);
+    compare(in, pos, sms, vectors);
+  }
+  // One call on the CPU and on the emulator, each on its own copy of `in`: out within
+  // tolerance, both caches byte-identical.
+  void compare(Inputs& in, const DecodePositions& at, int sms, bool vectors) {
     Buffer e_kc = clone(in.kc), e_vc = clone(in.vc), e_out = clone(in.out);
-    cpu().attention_decode(in.qkv, in.kc, in.vc, pos, in.out);
-    kd::attention_decode(in.qkv, e_kc, e_vc, pos, e_out, sms, vectors);
+    cpu().attention_decode(in.qkv, in.kc, in.vc, at, in.out);
+    kd::attention_decode(in.qkv, e_kc, e_vc, at, e_out, sms, vectors);
     expect_close(e_out, in.out, out_tol(), "attention_decode out");
     EXPECT_TRUE(same_bytes(e_kc, in.kc)) << "k_cache";
     EXPECT_TRUE(same_bytes(e_vc, in.vc)) << "v_cache";
@@ -161,6 +169,26 @@ TEST_P(EmulatedAttentionDecode, SharedMemoryForcesRanges) {
   const DecodeCase c{1, 12000, 1, 64, {11999}};
   ASSERT_GT(splits(c, 11999, 0), 1);
   check(c, 11999, 0, true);
+}
+
+// Sequences at positions of their own (a batch of prompts of different lengths, each
+// decoding at its length): the plan is the largest position's, so on an H200 the shorter
+// rows leave ranges empty; every other sequence's cache rows stay as they were (NaN past its
+// position). Steps and 3-token chunks, both kernels, unsplit and as on an H200.
+TEST_P(EmulatedAttentionDecode, PerRowPositionsMatchCpu) {
+  const int Tmax = 700, H = 2, D = 64;
+  const std::vector<int32_t> first = {3, 696, 0, 250};
+  const int largest = 696, B = static_cast<int>(first.size());
+  for (int T : {1, 3}) {
+    for (const auto& [sms, vectors] : {std::pair{0, false}, std::pair{0, true}, std::pair{132, true}}) {
+      SCOPED_TRACE("T=" + std::to_string(T) + " " + dtype_name(dt()) +
+                   (vectors ? " vector kernel, sms=" + std::to_string(sms) : " scalar kernel"));
+      Inputs in = make(B, Tmax, H, D, largest, T, first);
+      Buffer rows = ints(Shape{B}, first);
+      compare(in, DecodePositions(largest, rows.t()), sms, vectors);
+    }
+  }
+  EXPECT_EQ(splits({B, 1, H, D, {}}, largest, 132), 11);  // the short rows' later ranges are empty
 }
 
 // The flash prefill's cache writes (the GPU launcher's path for a 16-bit prompt from

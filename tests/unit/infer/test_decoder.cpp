@@ -1,7 +1,8 @@
 // Gpt2Decoder (KV-cache generation) against the independent double-precision GPT-2 of
 // tests/unit/model/gpt2_reference.h: the logits after every token of several sequences,
 // decoded together one token a step or several a pass (prefill), equal the reference's
-// logits of the whole sequences at every position.
+// logits of the whole sequences at every position, also with each sequence at a position
+// of its own.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -111,6 +112,73 @@ TEST(Gpt2Decoder, KeptRowsMatchTheReference) {
   EXPECT_THROW(dec.forward(feed, T, std::vector<int64_t>{B * T}), InternalError);  // past the pass
   EXPECT_THROW(dec.forward(feed, T, std::vector<int64_t>{-1, 0}), InternalError);
   EXPECT_EQ(dec.position(), 0);
+}
+
+// Sequences at positions of their own: prompts of 2, 5 and 3 tokens in one pass padded to
+// 5 (junk tokens past each prompt, kept rows at each prompt's end), then each sequence fed
+// on from its own length, a step and a pass of 2 (per-row attention positions and position
+// embedding rows), then rows reordered (each takes another's cache and position) and stepped once
+// more: every logit is the reference's at the sequence's position.
+TEST(Gpt2Decoder, SequencesAtTheirOwnPositionsMatchTheReference) {
+  test::TinyModel f(DType::F32);
+  const int B = 3, T = f.cfg.seq_length, padded = 5;
+  ASSERT_GE(T, padded + 2);
+  const std::vector<int> length = {2, 5, 3};
+  const int64_t V = f.cfg.vocab_size;
+  std::mt19937 rng(13);
+  std::vector<int> tokens(B * T);
+  for (int& t : tokens) t = static_cast<int>(rng() % f.cfg.vocab_size);
+  const std::vector<double> want = f.reference_logits(tokens, B, T);
+  const auto token = [&](int b, int pos) { return tokens[static_cast<size_t>(b) * T + pos]; };
+  double worst = 0, scale = 0;
+  // Compares logits row `row` with the reference's of sequence b after position pos.
+  const auto check = [&](const std::vector<float>& got, int row, int b, int pos) {
+    for (int64_t v = 0; v < V; ++v) {
+      const double w = want[(static_cast<size_t>(b) * T + pos) * V + v];
+      worst = std::max(worst, std::fabs(got[row * V + v] - w));
+      scale = std::max(scale, std::fabs(w));
+    }
+  };
+  Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T, nullptr, padded);
+  std::vector<int32_t> feed;
+  std::vector<int64_t> kept;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < padded; ++t) {
+      feed.push_back(t < length[b] ? token(b, t) : 7);  // padding: any token
+      if (t == length[b] - 1) kept.push_back(static_cast<int64_t>(b) * padded + t);
+    }
+  const std::vector<float>& first = dec.forward(feed, padded, kept);
+  for (int b = 0; b < B; ++b) check(first, b, b, length[b] - 1);
+  for (int b = 0; b < B; ++b) dec.set_position(b, length[b]);
+  EXPECT_THROW(dec.position(), InternalError) << "the sequences are at different positions";
+  // A step, then passes of 2 tokens a sequence (the position rows gathered both ways).
+  for (int k = 0; k < T - padded;) {
+    const int n = k == 0 ? 1 : std::min(2, T - padded - k);
+    feed.clear();
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < n; ++t) feed.push_back(token(b, length[b] + k + t));
+    const std::vector<float>& got = n == 1 ? dec.step(feed) : dec.forward(feed, n, n);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < n; ++t) check(got, b * n + t, b, length[b] + k + t);
+    k += n;
+  }
+  for (int b = 0; b < B; ++b) EXPECT_EQ(dec.position(b), length[b] + T - padded);
+  // Row 0 continues sequence 2, rows 1 and 2 sequence 0.
+  dec.reorder({2, 0, 0});
+  const int p0 = length[0] + T - padded, p2 = length[2] + T - padded;
+  EXPECT_EQ(dec.position(0), p2);
+  EXPECT_EQ(dec.position(1), p0);
+  const std::vector<float>& after = dec.step({token(2, p2), token(0, p0), token(0, p0)});
+  check(after, 0, 2, p2);
+  check(after, 1, 0, p0);
+  check(after, 2, 0, p0);
+  EXPECT_LE(worst, 1e-5 * scale) << "worst |logit - reference| " << worst << " of logits up to " << scale;
+  std::printf("per-row positions: worst |logit - reference| %.3g of logits up to %.3g\n", worst, scale);
+  // A position past the cache is refused; one sequence at the cache's end stops the pass.
+  EXPECT_THROW(dec.set_position(0, T + 1), InternalError);
+  EXPECT_THROW(dec.set_position(3, 0), InternalError);
+  dec.set_position(1, T);
+  EXPECT_THROW(dec.step({1, 1, 1}), ConfigError);
 }
 
 TEST(Gpt2Decoder, RejectsBadTokensAndSizes) {

@@ -133,7 +133,7 @@ DecodeOptions greedy_decode(int64_t max_new) {
   return o;
 }
 
-// Prompts of 1, 2, 4 and 6 tokens decoded together (Megatron's `started` mask): each gets the
+// Prompts of 1, 2, 4 and 6 tokens decoded together, each at its own positions: each gets the
 // reference's greedy continuation of itself alone, up to its own limit (3 new tokens, or
 // the 8 positions), and its prompt unchanged.
 TEST(GenerateTokens, PromptsOfDifferentLengthsContinueAsAlone) {
@@ -178,10 +178,10 @@ TEST(GenerateTokens, LogprobsMatchTheReferenceForPromptAndDrawnTokens) {
   }
 }
 
-// Prefill in chunks of 2 positions (passes of 2, 2 and 1 over the shortest prompt's 5, the
-// logits of its last position only, or of all with logprobs) against one position a step (prefill_chunk 1, the
-// decoding path): the same greedy and sampled tokens, log-probabilities within 1e-6, the
-// same top-2 ids; and against the reference.
+// Prefill in chunks of 2 positions (passes of 2, 2, 2 and 1 over the longest prompt's 7, the
+// logits of each prompt's last position only, or of all with logprobs) against one position
+// a pass (prefill_chunk 1): the same greedy and sampled tokens, log-probabilities within
+// 1e-6, the same top-2 ids; and against the reference.
 TEST(GenerateTokens, ChunkedPrefillMatchesSingleSteps) {
   test::TinyModel m(DType::F32);
   const std::vector<std::vector<int32_t>> prompts = {{3, 7, 1, 4, 2}, {9, 8, 7, 6, 5, 4, 3}, {1, 2, 3, 4, 5, 6}};
@@ -220,14 +220,13 @@ TEST(GenerateTokens, ChunkedPrefillMatchesSingleSteps) {
     }
 }
 
-// Prompts of 1, 3 and 7 tokens scored (nothing drawn) or scored and given one token each
-// (lm-evaluation-harness's loglikelihood requests: echo, max_tokens 1): no draw is fed back,
-// so the whole batch goes through in one pass (shorter prompts padded), where stepping from
-// the shortest prompt's end took 6 or 7 passes. Each prompt's log-probabilities, top-2 ids
-// and draw are the reference's of it alone. With 3 tokens drawn (the shortest prompt draws
-// them: one max_new_tokens for all, and it has the most room), draws are fed back from its
-// end on, as before: 1 pass, then 6 single steps.
-TEST(GenerateTokens, RaggedPromptsDrawingAtMostOneGoThroughInPasses) {
+// Prompts of 1, 3 and 7 tokens go through in one pass (shorter prompts padded), then each
+// feeds its draws back at its own length: scored (nothing drawn) or scored and given one
+// token each (lm-evaluation-harness's loglikelihood requests: echo, max_tokens 1), one pass
+// in all; with 3 tokens drawn (3, 3 and 1: the 7-token prompt has room for one), one pass
+// and 2 steps, where stepping every sequence from the shortest prompt's end took 1 + 6.
+// Each prompt's log-probabilities, top-2 ids and draws are the reference's of it alone.
+TEST(GenerateTokens, RaggedPromptsGoThroughInOnePassThenDecodeAtTheirLengths) {
   test::TinyModel m(DType::F32);
   const std::vector<std::vector<int32_t>> prompts = {{4}, {3, 7, 1}, {11, 2, 5, 9, 6, 1, 8}};
   struct Case {
@@ -235,7 +234,8 @@ TEST(GenerateTokens, RaggedPromptsDrawingAtMostOneGoThroughInPasses) {
     bool logprobs;
     int64_t passes;  // forward passes through the model
   };
-  for (const Case c : {Case{0, true, 1}, Case{1, true, 1}, Case{1, false, 1}, Case{3, true, 1 + 6}}) {
+  for (const Case c : {Case{0, true, 1}, Case{1, true, 1}, Case{1, false, 1}, Case{3, true, 1 + 2},
+                       Case{3, false, 1 + 2}}) {
     SCOPED_TRACE("max_new_tokens " + std::to_string(c.max_new) + (c.logprobs ? ", logprobs" : ""));
     ProfilingBackend counting(make_cpu_backend());  // the parameters live in host memory
     DecodeOptions o = greedy_decode(c.max_new);
@@ -291,6 +291,34 @@ TEST(GenerateTokens, TopLogprobsAreTheReferencesMostLikely) {
   }
 }
 
+// Sampled prompts of 1, 4 and 2 tokens: the draws come from the rng in the documented
+// order, each from the reference's logits of its sequence so far: the first draws in the
+// prompts' pass by position (sequence 0 after position 0, 2 after 1, 1 after 3), then a step
+// at a time, sequences in order, each at its own length, until each has 3.
+TEST(GenerateTokens, SampledRaggedPromptsDrawInPositionThenStepOrder) {
+  test::TinyModel m(DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{4}, {3, 7, 1, 9}, {11, 2}};
+  DecodeOptions o;
+  o.max_new_tokens = 3;
+  std::mt19937_64 rng(11);
+  const auto out = generate_tokens(m.cfg, *m.be, *m.params, prompts, o, rng);
+
+  std::vector<std::vector<int32_t>> want = prompts;
+  std::mt19937_64 ref_rng(11);
+  const int V = static_cast<int>(m.cfg.vocab_size);
+  const auto draw = [&](int b) {
+    std::vector<int32_t>& seq = want[b];
+    const int T = static_cast<int>(seq.size());
+    const std::vector<double> logits = m.reference_logits(std::vector<int>(seq.begin(), seq.end()), 1, T);
+    const std::vector<float> last(logits.end() - V, logits.end());
+    seq.push_back(sample_token(last.data(), V, o.sampling, ref_rng));
+  };
+  for (int b : {0, 2, 1}) draw(b);
+  for (int step = 0; step < 2; ++step)
+    for (int b = 0; b < 3; ++b) draw(b);
+  for (size_t b = 0; b < prompts.size(); ++b) EXPECT_EQ(out[b].tokens, want[b]) << "prompt " << b;
+}
+
 // `ends` stops one sequence at the token it names (kept, finished) while the other goes on;
 // `adjust_logits` bans a token: the draw becomes the reference's next best.
 TEST(GenerateTokens, EndsAndAdjustedLogits) {
@@ -343,6 +371,19 @@ TEST(GenerateTokens, TopPDecayNarrowsLaterDraws) {
   ASSERT_EQ(g.tokens.size(), 7u);
   EXPECT_EQ(g.tokens[2], drawn);
   EXPECT_EQ(g.tokens, reference_greedy(m, {3, 7, drawn}, 7));
+  // Behind a prompt of one token, Megatron's loop has decayed top-p once by position 1: the
+  // first draw of {3, 7} is already the greedy one, with a seed whose draw for it without
+  // the decay is not.
+  DecodeOptions undecayed = o;
+  undecayed.top_p_decay = 0;
+  const auto first_draw = [&](const DecodeOptions& d, uint64_t s) {
+    std::mt19937_64 r(s);
+    return generate_tokens(m.cfg, *m.be, *m.params, {{3, 7}, {9}}, d, r)[0].tokens;
+  };
+  uint64_t batch_seed = 1;
+  while (batch_seed < 100 && first_draw(undecayed, batch_seed)[2] == greedy_first) ++batch_seed;
+  ASSERT_LT(batch_seed, 100u) << "no seed below 100 draws another token without the decay";
+  EXPECT_EQ(first_draw(o, batch_seed), reference_greedy(m, {3, 7}, 7));
 }
 
 // Megatron's prevent_newline_after_colon changes the logits of its generation loop, from the

@@ -53,34 +53,27 @@ TEST(RequestBatches, GreedyCompletionsThatDecodeAlikeShareABatch) {
   r[1].completions.stop = {"x"};  // decodes differently
   EXPECT_EQ(s.make(12000).batches(r), (B{{0}, {1}, {2}, {3}, {4}, {5, 6}}));
   EXPECT_TRUE(s.make(12000).batches({}).empty());
-  // Prompt lengths 1 and 18 (a spread of 17) share a batch only when 17 or more tokens are
-  // drawn: below that, the 17 one-token steps would outweigh feeding each prompt alone (and
-  // scoring, max_tokens 0, padding the 1-token prompt by 17 passes max(16, 1)).
-  const std::vector<int32_t> long_prompt(18, 2);
-  for (int64_t max_tokens : {0, 16, 17}) {
-    const std::vector<PreparedRequest> spread = {completion(max_tokens, 0.0, {{1}}),
-                                                 completion(max_tokens, 0.0, {long_prompt})};
-    EXPECT_EQ(s.make(12000).batches(spread), max_tokens == 17 ? (B{{0, 1}}) : (B{{0}, {1}})) << max_tokens;
-  }
-  // Within the spread of 16, scored prompts batch.
-  EXPECT_EQ(s.make(12000).batches({completion(0, 0.0, {{1}}), completion(0, 0.0, {std::vector<int32_t>(17, 2)})}),
-            (B{{0, 1}}));
-  // Drawing at most one token (scoring), a batch goes through in passes, shorter prompts
-  // padded: lengths may spread by the shortest's (20 and 40 batch, 20 and 41 do not); drawing
-  // two, by 16.
-  for (int64_t max_tokens : {0, 1, 2})
-    for (size_t longest : {40, 41}) {
-      const std::vector<PreparedRequest> scored = {completion(max_tokens, 0.0, {std::vector<int32_t>(20, 1)}),
+  // A batch goes through in passes, shorter prompts padded to the longest, then each
+  // sequence decodes at its own length: lengths may spread by max(16, the shortest's),
+  // whatever is drawn. 1 and 17 batch, 1 and 18 do not; 20 and 40 batch, 20 and 41 do not.
+  struct Spread {
+    size_t shortest, longest;
+    bool together;
+  };
+  for (int64_t max_tokens : {0, 1, 2, 30})
+    for (const auto& [shortest, longest, together] : {Spread{1, 17, true}, Spread{1, 18, false},
+                                                      Spread{20, 40, true}, Spread{20, 41, false}}) {
+      const std::vector<PreparedRequest> spread = {completion(max_tokens, 0.0, {std::vector<int32_t>(shortest, 1)}),
                                                    completion(max_tokens, 0.0, {std::vector<int32_t>(longest, 2)})};
-      EXPECT_EQ(s.make(12000).batches(scored), max_tokens <= 1 && longest == 40 ? (B{{0, 1}}) : (B{{0}, {1}}))
-          << max_tokens << " tokens, prompts of 20 and " << longest;
+      EXPECT_EQ(s.make(12000).batches(spread), together ? (B{{0, 1}}) : (B{{0}, {1}}))
+          << max_tokens << " tokens, prompts of " << shortest << " and " << longest;
     }
 }
 
 // Three greedy requests decoded as one batch answer as each decoded alone (texts, tokens,
-// usage; log-probabilities within 1e-5), and the ids go on counting: drawing 3 tokens (passes
-// to the shortest prompt's end, then steps) and 1 (lm-evaluation-harness's loglikelihood
-// requests: all in passes, shorter prompts padded).
+// usage; log-probabilities within 1e-5), and the ids go on counting: drawing 3 tokens (the
+// prompts in passes, shorter ones padded, then steps at each sequence's own length) and 1
+// (lm-evaluation-harness's loglikelihood requests: all in passes).
 TEST(RequestBatches, ABatchAnswersAsItsRequestsAlone) {
   Service s;
   for (const int64_t max_tokens : {3, 1}) {

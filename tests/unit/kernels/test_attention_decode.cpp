@@ -12,6 +12,8 @@
 //  - several new tokens at once (prefill, qkv [B, T, 3, H, D]): each query against the
 //    reference over the cache up to its own position, the caches written at the chunk's
 //    rows only; a sequence fed in chunks of any sizes gives the bytes of single steps;
+//  - per-row positions (each sequence at its own): each sequence's bytes are those of the
+//    call on it alone;
 //  - bad shapes, dtypes and positions outside [0, Tmax) throw InternalError and write
 //    nothing.
 // Tolerances (|got - want| <= atol + rtol |want|); the measured maxima are printed:
@@ -234,6 +236,68 @@ TEST_P(AttentionDecode, ChunksGiveTheBytesOfSingleSteps) {
     EXPECT_TRUE(got[0] == steps[0]) << "outputs differ from single steps, chunks of " << chunks[0] << "...";
     EXPECT_TRUE(got[1] == steps[1] && got[2] == steps[2]) << "caches differ from single steps";
   }
+}
+
+// (g) Per-row positions (a batch of prompts of different lengths, each decoding at its own
+// length): each sequence gets the bytes of the call on that sequence alone at its position
+// (itself checked against the reference above): outputs and both caches, steps and chunks.
+// Positions outside [0, at.pos] and per-row tensors of the wrong dtype or count are
+// refused before anything is written.
+TEST_P(AttentionDecode, PerRowPositionsGiveEachSequenceItsCallAlone) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  const int H = 3, D = 8, Tmax = 24;
+  const std::vector<int32_t> first = {5, 0, 19, 12};
+  const int B = static_cast<int>(first.size()), largest = 19;
+  const size_t C = size_t(H) * D, es = dtype_size(dt);
+  for (int T : {1, 4}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const std::vector<char> qkv_b = to_bytes(randn(size_t(B) * T * 3 * C, 31 + T, 1.5f), dt);
+    const std::vector<char> kc_b = to_bytes(randn(size_t(B) * Tmax * C, 32), dt);
+    const std::vector<char> vc_b = to_bytes(randn(size_t(B) * Tmax * C, 33), dt);
+    const Shape qkv_shape = T == 1 ? Shape{B, 3, H, D} : Shape{B, T, 3, H, D};
+    Buffer QKV = upload_bytes(*be, qkv_b, qkv_shape, dt);
+    Buffer KC = upload_bytes(*be, kc_b, Shape{B, Tmax, H, D}, dt);
+    Buffer VC = upload_bytes(*be, vc_b, Shape{B, Tmax, H, D}, dt);
+    Buffer OUT = be->empty(Shape{B, T, H, D}, dt);
+    Buffer rows = be->empty(Shape{B}, DType::I32);
+    be->copy_from_host(rows, first.data());
+    be->attention_decode(QKV, KC, VC, DecodePositions(largest, rows.t()), OUT);
+    const std::vector<char> out = bytes(*be, OUT), kc = bytes(*be, KC), vc = bytes(*be, VC);
+    for (int b = 0; b < B; ++b) {
+      SCOPED_TRACE("sequence " + std::to_string(b) + " at " + std::to_string(first[b]));
+      const auto part = [&](const std::vector<char>& v, size_t n) {
+        return std::vector<char>(v.begin() + b * n * es, v.begin() + (b + 1) * n * es);
+      };
+      Buffer q1 = upload_bytes(*be, part(qkv_b, T * 3 * C), T == 1 ? Shape{1, 3, H, D} : Shape{1, T, 3, H, D}, dt);
+      Buffer k1 = upload_bytes(*be, part(kc_b, Tmax * C), Shape{1, Tmax, H, D}, dt);
+      Buffer v1 = upload_bytes(*be, part(vc_b, Tmax * C), Shape{1, Tmax, H, D}, dt);
+      Buffer o1 = be->empty(Shape{1, T, H, D}, dt);
+      be->attention_decode(q1, k1, v1, first[b], o1);
+      EXPECT_TRUE(bytes(*be, o1) == part(out, T * C)) << "out";
+      EXPECT_TRUE(bytes(*be, k1) == part(kc, Tmax * C)) << "k_cache";
+      EXPECT_TRUE(bytes(*be, v1) == part(vc, Tmax * C)) << "v_cache";
+    }
+  }
+  // Refused: a position past at.pos or below 0, positions of another dtype or count.
+  Buffer QKV = upload(*be, randn(size_t(B) * 3 * C, 5), Shape{B, 3, H, D}, dt);
+  Buffer KC = be->zeros(Shape{B, Tmax, H, D}, dt), VC = be->zeros(Shape{B, Tmax, H, D}, dt);
+  Buffer OUT = be->zeros(Shape{B, H, D}, dt);
+  const auto rows_of = [&](const std::vector<int32_t>& v) {
+    Buffer r = be->empty(Shape{static_cast<int64_t>(v.size())}, DType::I32);
+    be->copy_from_host(r, v.data());
+    return r;
+  };
+  Buffer past = rows_of({5, 0, 20, 12}), negative = rows_of({5, -1, 19, 12}), three = rows_of({5, 0, 19});
+  Buffer floats = be->zeros(Shape{B}, DType::F32);
+  for (const auto& [rows, what] : {std::pair{past.t(), "a position past at.pos"},
+                                   std::pair{negative.t(), "a negative position"},
+                                   std::pair{three.t(), "3 positions for 4 sequences"},
+                                   std::pair{floats.t(), "F32 positions"}})
+    EXPECT_THROW(be->attention_decode(QKV, KC, VC, DecodePositions(largest, rows), OUT), InternalError) << what;
+  const std::vector<char> zeros_cache(size_t(B) * Tmax * C * es, 0), zeros_out(size_t(B) * C * es, 0);
+  EXPECT_TRUE(bytes(*be, KC) == zeros_cache && bytes(*be, VC) == zeros_cache) << "a refused call wrote a cache";
+  EXPECT_TRUE(bytes(*be, OUT) == zeros_out) << "a refused call wrote out";
 }
 
 // The output may have another dtype than qkv (fp32 output of 16-bit inputs); caches of
