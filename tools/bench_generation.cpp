@@ -65,9 +65,9 @@ double ragged_per_row(const ModelConfig& cfg, Backend& backend, const ParamStore
 // The same through the schedule generate_tokens had before 2026-12-04: passes up to the
 // shortest prompt's end, then every sequence one position a step (its prompt's tokens while
 // it has them, then its greedy draws), up to the longest prompt's end + new_tokens - 1.
-// Returns the time and counts the steps.
+// Returns the time; it takes longest + new_tokens - 1 - shortest steps.
 double ragged_lockstep(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
-                       const std::vector<std::vector<int32_t>>& prompts, int64_t new_tokens, int64_t& steps) {
+                       const std::vector<std::vector<int32_t>>& prompts, int64_t new_tokens) {
   const int B = static_cast<int>(prompts.size());
   int64_t shortest = INT64_MAX, longest = 0;
   for (const auto& p : prompts) {
@@ -83,8 +83,7 @@ double ragged_lockstep(const ModelConfig& cfg, Backend& backend, const ParamStor
   const int64_t V = cfg.vocab_size;
   const std::vector<float>* logits = &dec.prefill(heads, shortest);
   std::vector<int32_t> feed(B);
-  steps = 0;
-  for (int64_t pos = shortest; pos < end; ++pos, ++steps) {
+  for (int64_t pos = shortest; pos < end; ++pos) {
     for (int b = 0; b < B; ++b) {
       std::vector<int32_t>& s = seqs[b];
       const int64_t total = static_cast<int64_t>(prompts[b].size()) + new_tokens;
@@ -106,11 +105,11 @@ void ragged_bench(const ModelConfig& cfg, Backend& backend, const ParamStore& pa
     const int64_t n = std::max<int64_t>(1, P * (b + 1) / B);
     prompts.emplace_back(tokens.begin() + b * P, tokens.begin() + b * P + n);
   }
-  int64_t steps = 0;
   ragged_per_row(cfg, backend, params, prompts, new_tokens);
-  ragged_lockstep(cfg, backend, params, prompts, new_tokens, steps);
+  ragged_lockstep(cfg, backend, params, prompts, new_tokens);
   const double per_row = ragged_per_row(cfg, backend, params, prompts, new_tokens);
-  const double lockstep = ragged_lockstep(cfg, backend, params, prompts, new_tokens, steps);
+  const double lockstep = ragged_lockstep(cfg, backend, params, prompts, new_tokens);
+  const int64_t steps = static_cast<int64_t>(prompts.back().size() + new_tokens - 1 - prompts.front().size());
   const int chunk = prefill_chunk(B, P, false);
   const int64_t passes = (P + chunk - 1) / chunk;
   std::printf("ragged: prompts of %zu..%zu tokens, %lld new: each at its own length %.1f ms (%lld pass%s + %lld "

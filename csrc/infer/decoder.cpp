@@ -61,11 +61,11 @@ Tensor Gpt2Decoder::rows_of(const Buffer& b, int64_t rows, int64_t width) {
   return b.t().flat_slice(0, rows * width).view({rows, width});
 }
 
-Tensor Gpt2Decoder::position_rows(int T) {
+Tensor Gpt2Decoder::position_rows(int T, bool uniform) {
   if (tp_rank_ != 0) return Tensor();
   const Tensor wpe = p("wpe");
   const auto rows_from = [&](int first) { return wpe.flat_slice(static_cast<int64_t>(first) * C_, int64_t{T} * C_); };
-  if (positions_agree()) return rows_from(pos_[0]).view({T, C_});
+  if (uniform) return rows_from(pos_[0]).view({T, C_});
   // A table of B T rows, row b T + t = wpe[pos_b + t]: embedding_forward adds row n % (B T) = n.
   if (wpe_rows_.empty()) wpe_rows_ = be_.empty({static_cast<int64_t>(B_) * max_chunk_, C_}, wpe.dtype);
   const int64_t n = static_cast<int64_t>(B_) * T;
@@ -216,14 +216,14 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
   const Tensor qkv = rows_of(qkv_, N, 3 * Hl_ * D_), att = rows_of(att_, N, Hl_ * D_), proj = rows_of(proj_, N, C_);
   const Tensor fc = rows_of(fc_, N, Fl_), gelu = rows_of(gelu_, N, Fl_);
   be_.copy_from_host(tok, tokens.data());
-  // x = wte[token] + wpe[position]: this rank's vocabulary rows (other ids give 0), the
-  // position rows added by rank 0 only, summed over TP.
-  // The positions of sequences at positions of their own go to the device first: the
-  // attention kernels and the position rows' gather read them.
+  // Sequences at positions of their own: the positions go to the device first (the
+  // attention kernels and the position rows' gather read them).
   const bool uniform = positions_agree();
   if (!uniform) be_.copy_from_host(row_pos_, pos_.data());
   const DecodePositions at = uniform ? DecodePositions(pos_[0]) : DecodePositions(largest, row_pos_.t());
-  const Tensor wpe_rows = position_rows(T);
+  // x = wte[token] + wpe[position]: this rank's vocabulary rows (other ids give 0), the
+  // position rows added by rank 0 only, summed over TP.
+  const Tensor wpe_rows = position_rows(T, uniform);
   be_.embedding_forward(tok, p("wte"), vocab_start_, wpe_rows,
                         wpe_rows.empty() ? T : static_cast<int>(wpe_rows.shape[0]), x);
   tp_sum(x);

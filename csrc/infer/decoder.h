@@ -87,10 +87,10 @@ class Gpt2Decoder {
   // The first `rows` rows of a [B * max_chunk, width] activation buffer.
   static Tensor rows_of(const Buffer& b, int64_t rows, int64_t width);
   // The position embedding rows of a pass of T tokens a sequence, for embedding_forward:
-  // wpe's rows pos .. pos + T - 1 as they are when every sequence is at pos, else gathered
+  // wpe's rows pos .. pos + T - 1 as they are when every sequence is at pos (`uniform`), else gathered
   // per sequence into wpe_rows_ (B T rows; a decoding step's by one gather from row_pos_,
   // which must hold the positions). Empty on TP ranks other than 0 (rank 0 adds them).
-  Tensor position_rows(int T);
+  Tensor position_rows(int T, bool uniform);
   bool positions_agree() const;  // every sequence at the same next position
 
   ModelConfig cfg_;

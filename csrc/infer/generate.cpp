@@ -105,14 +105,12 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
 
   std::vector<int32_t> feed;
   std::vector<int64_t> kept;      // rows of a pass whose logits are used
-  std::vector<int> kept_seq;      // their sequences
-  std::vector<int64_t> kept_pos;  // and positions
+  std::vector<int64_t> kept_row;  // [B x n]: row b * n + t's index among them, or -1
   for (int64_t pos = 0; pos < prefill_end;) {
     const int n = static_cast<int>(std::min<int64_t>(chunk, prefill_end - pos));
     feed.clear();
     kept.clear();
-    kept_seq.clear();
-    kept_pos.clear();
+    kept_row.assign(static_cast<size_t>(B) * n, -1);
     for (int b = 0; b < B; ++b) {
       const int64_t length = out[b].prompt_length;
       for (int t = 0; t < n; ++t) {
@@ -120,17 +118,16 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
         feed.push_back(prompts[b][static_cast<size_t>(std::min(at, length - 1))]);
         const bool scored = o.logprobs && at + 1 < length, drawn = at + 1 == length && total[b] > length;
         if (!scored && !drawn) continue;
+        kept_row[static_cast<size_t>(b) * n + t] = static_cast<int64_t>(kept.size());
         kept.push_back(static_cast<int64_t>(b) * n + t);
-        kept_seq.push_back(b);
-        kept_pos.push_back(at);
       }
     }
     const std::vector<float>& logits = dec.forward(feed, n, kept);
     // Position by position, sequences in order at each (the draws' order).
-    std::vector<size_t> order(kept.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t c) { return kept_pos[a] < kept_pos[c]; });
-    for (size_t i : order) score_or_draw(kept_seq[i], kept_pos[i], logits.data() + static_cast<int64_t>(i) * V);
+    for (int t = 0; t < n; ++t)
+      for (int b = 0; b < B; ++b)
+        if (const int64_t k = kept_row[static_cast<size_t>(b) * n + t]; k >= 0)
+          score_or_draw(b, pos + t, logits.data() + k * V);
     pos += n;
   }
   // Decoding: every sequence feeds its last token at its own position. One that draws no
