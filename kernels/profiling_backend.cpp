@@ -11,6 +11,7 @@ ProfilingBackend::~ProfilingBackend() { release_all_memory(); }
 
 template <typename F>
 auto ProfilingBackend::timed(const char* op, F&& f) {
+  if (!timing_) return f();
   const auto start = std::chrono::steady_clock::now();
   auto finish = [&] {
     inner_->synchronize();
@@ -97,6 +98,9 @@ void ProfilingBackend::xent_loss_grad(const Tensor& logits, const Tensor& target
                                       const Tensor& losses, const Tensor& correct, float gs) {
   timed("cross_entropy", [&] { inner_->xent_loss_grad(logits, targets, vs, vv, row_max, sumexp, tl, losses, correct, gs); });
 }
+void ProfilingBackend::logits_argmax(const Tensor& logits, int64_t vv, const Tensor& values, const Tensor& ids) {
+  timed("argmax", [&] { inner_->logits_argmax(logits, vv, values, ids); });
+}
 void ProfilingBackend::adamw(const AdamWArgs& a) { timed("adamw", [&] { inner_->adamw(a); }); }
 void ProfilingBackend::residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid,
                                                   const Tensor& g, const Tensor& b, const Tensor& out,
@@ -125,16 +129,6 @@ void ProfilingBackend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, co
 void ProfilingBackend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
                                             bool ta, bool tb) {
   timed("matmul_gelu", [&] { inner_->matmul_gelu_backward(dpre, a, b, pre, ta, tb); });
-}
-// A bias gradient summed inside the GEMM has no time of its own: the call is one op,
-// "matmul_bgrad". Otherwise the GEMM and bias_backward are timed as what they are.
-void ProfilingBackend::linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) {
-  if (!dbias.empty() && inner_->fuses_linear_bias_grad(dw)) {
-    timed("matmul_bgrad", [&] { inner_->linear_param_grads(dout, x, dw, dbias); });
-    return;
-  }
-  timed("matmul", [&] { inner_->matmul(dw, dout, x, Tensor(), true, false, true); });
-  if (!dbias.empty()) timed("bias_backward", [&] { inner_->bias_backward(dout, dbias); });
 }
 void ProfilingBackend::adamw_multi(const std::vector<AdamWArgs>& list) {
   timed("adamw", [&] { inner_->adamw_multi(list); });

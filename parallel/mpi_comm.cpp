@@ -261,8 +261,7 @@ class MpiComm final : public Comm {
 
   void to_f32(const Tensor& t) {
     staging_.resize(static_cast<size_t>(t.numel()));
-    if (t.dtype == DType::F16) return halves_to_floats(static_cast<const uint16_t*>(t.data), staging_.data(), t.numel());
-    for (int64_t i = 0; i < t.numel(); ++i) staging_[i] = load_as_float(t.data, t.dtype, i);
+    to_floats(t.data, t.dtype, staging_.data(), t.numel());
   }
   void from_f32(const Tensor& t) {
     if (t.dtype == DType::F16) return floats_to_halves(staging_.data(), static_cast<uint16_t*>(t.data), t.numel());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "infer/generate.h"
 #include "infer/sampler.h"
 #include "kernels/backends.h"
+#include "kernels/profiling_backend.h"
 #include "model/param_spec.h"
 #include "model/param_store.h"
 
@@ -29,24 +31,53 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // One generation: the prompts in prefill passes (only the last position's logits), then
 // `new_tokens` - 1 greedy steps (the last token drawn is never fed back, as in
-// generate_tokens), each sequence fed its most likely token.
+// generate_tokens), each sequence fed its most likely token, drawn on the device as
+// generate_tokens draws greedy tokens (step_greedy). With `profile`, its timing is on for
+// the steps alone.
 Timings generate_once(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
-                      const std::vector<int32_t>& prompts, int B, int64_t P, int64_t new_tokens) {
+                      const std::vector<int32_t>& prompts, int B, int64_t P, int64_t new_tokens,
+                      ProfilingBackend* profile = nullptr) {
   Timings t;
   t.chunk = prefill_chunk(B, P, false);
   Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(P + new_tokens - 1), nullptr, t.chunk);
   const int64_t V = cfg.vocab_size;
   auto t0 = std::chrono::steady_clock::now();
-  const std::vector<float>* logits = &dec.prefill(prompts, P);  // the logits come to the host: synchronous
+  const std::vector<float>& logits = dec.prefill(prompts, P);  // the logits come to the host: synchronous
   t.prefill_s = seconds_since(t0);
+  if (profile) {
+    profile->reset_times();
+    profile->set_timing(true);
+  }
   t0 = std::chrono::steady_clock::now();
   std::vector<int32_t> feed(B);
-  for (int64_t step = 0; step + 1 < new_tokens; ++step) {
-    for (int b = 0; b < B; ++b) feed[b] = most_likely(logits->data() + b * V, V, 1)[0];
-    logits = &dec.step(feed);
-  }
+  for (int b = 0; b < B; ++b) feed[b] = most_likely(logits.data() + b * V, V, 1)[0];
+  for (int64_t step = 0; step + 1 < new_tokens; ++step) feed = dec.step_greedy(feed);
   t.decode_s = seconds_since(t0);
+  if (profile) profile->set_timing(false);
   return t;
+}
+
+// The "decode profile:" line: the steps of one more generation with every op synchronised
+// and timed, by op family (ms and calls a step, largest first), and the rest of the step's
+// wall time ("outside the ops": the host's own work, e.g. the decoder's bookkeeping).
+void decode_profile(const ModelConfig& cfg, ProfilingBackend& profile, const ParamStore& params,
+                    const std::vector<int32_t>& prompts, int B, int64_t P, int64_t new_tokens) {
+  const int64_t steps = new_tokens - 1;
+  if (steps < 1) return;
+  const Timings t = generate_once(cfg, profile, params, prompts, B, P, new_tokens, &profile);
+  std::vector<std::pair<std::string, OpTime>> ops(profile.times().begin(), profile.times().end());
+  std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  double in_ops = 0;
+  std::string line;
+  for (const auto& [name, op] : ops) {
+    in_ops += op.seconds;
+    char part[96];
+    std::snprintf(part, sizeof part, "%s%s %.3f ms x%lld", line.empty() ? "" : ", ", name.c_str(),
+                  op.seconds * 1e3 / steps, static_cast<long long>(op.calls / steps));
+    line += part;
+  }
+  std::printf("decode profile (every op synchronised): %.2f ms a step: %s; outside the ops %.3f ms\n",
+              t.decode_s * 1e3 / steps, line.c_str(), (t.decode_s - in_ops) * 1e3 / steps);
 }
 
 // Ragged prompts (prompts[b] of its own length), `new_tokens` greedy draws each, through
@@ -64,7 +95,8 @@ double ragged_per_row(const ModelConfig& cfg, Backend& backend, const ParamStore
 
 // The same through the schedule generate_tokens had before 2026-12-04: passes up to the
 // shortest prompt's end, then every sequence one position a step (its prompt's tokens while
-// it has them, then its greedy draws), up to the longest prompt's end + new_tokens - 1.
+// it has them, then its greedy draws, taken on the device as generate_tokens takes them),
+// up to the longest prompt's end + new_tokens - 1.
 // Returns the time; it takes longest + new_tokens - 1 - shortest steps.
 double ragged_lockstep(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
                        const std::vector<std::vector<int32_t>>& prompts, int64_t new_tokens) {
@@ -81,17 +113,17 @@ double ragged_lockstep(const ModelConfig& cfg, Backend& backend, const ParamStor
   std::vector<int32_t> heads;
   for (const auto& p : prompts) heads.insert(heads.end(), p.begin(), p.begin() + shortest);
   const int64_t V = cfg.vocab_size;
-  const std::vector<float>* logits = &dec.prefill(heads, shortest);
-  std::vector<int32_t> feed(B);
+  const std::vector<float>& logits = dec.prefill(heads, shortest);
+  std::vector<int32_t> drawn(B), feed(B);  // each sequence's most likely next token
+  for (int b = 0; b < B; ++b) drawn[b] = most_likely(logits.data() + b * V, V, 1)[0];
   for (int64_t pos = shortest; pos < end; ++pos) {
     for (int b = 0; b < B; ++b) {
       std::vector<int32_t>& s = seqs[b];
       const int64_t total = static_cast<int64_t>(prompts[b].size()) + new_tokens;
-      if (static_cast<int64_t>(s.size()) == pos && pos < total)  // past its prompt: its draw
-        s.push_back(most_likely(logits->data() + b * V, V, 1)[0]);
+      if (static_cast<int64_t>(s.size()) == pos && pos < total) s.push_back(drawn[b]);  // past its prompt
       feed[b] = s[static_cast<size_t>(std::min<int64_t>(pos, static_cast<int64_t>(s.size()) - 1))];
     }
-    logits = &dec.step(feed);
+    drawn = dec.step_greedy(feed);
   }
   return seconds_since(t0);
 }
@@ -137,7 +169,11 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
     throw ConfigError("--generate-ragged: --generate-prompt " + std::to_string(P) + " + --generate-tokens " +
                       std::to_string(new_tokens) + " past --seq-length " + std::to_string(cfg.seq_length));
   const int B = opt.micro_batch_size;
-  auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  // Through a profiling wrapper whose timing is off but for decode_profile's steps.
+  auto inner = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  const std::string backend_name = inner->name();
+  auto backend = std::make_unique<ProfilingBackend>(std::move(inner));
+  backend->set_timing(false);
   ParamStore params(*backend, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype,
                     [](const ParamSpec&) { return true; });
   params.init(opt.seed);
@@ -149,7 +185,7 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
   const int64_t steps = new_tokens - 1;
   std::printf("trident-bench --generate: %s, %s, %d layers, hidden %d, heads %d, %d sequence%s, prompt %lld, "
               "%lld new tokens\n",
-              backend->name().c_str(), dtype_name(cfg.dtype), cfg.num_layers, cfg.hidden_size,
+              backend_name.c_str(), dtype_name(cfg.dtype), cfg.num_layers, cfg.hidden_size,
               cfg.num_attention_heads, B, B == 1 ? "" : "s", static_cast<long long>(P),
               static_cast<long long>(new_tokens));
   std::printf("prefill: %lld tokens in %.1f ms | %.1f tokens/s (passes of %d positions)\n",
@@ -158,6 +194,7 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
     std::printf("decode: %lld steps in %.1f ms | %.2f ms a step | %.1f tokens/s\n", static_cast<long long>(steps),
                 t.decode_s * 1e3, t.decode_s * 1e3 / steps, B * steps / t.decode_s);
   if (g.ragged) ragged_bench(cfg, *backend, params, prompts, B, P, new_tokens);
+  decode_profile(cfg, *backend, params, prompts, B, P, new_tokens);
   return 0;
 }
 

@@ -318,22 +318,6 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("GEMM mlp dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
           [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false); }, 20);
   });
-  b.section("GEMM dW + bias gradient", [&] {
-    // The up-projection's weight gradient dw += dout^T x with its bias gradient: the GEMM
-    // and bias_backward (TRIDENT_GEMM_BGRAD=0, the default), and the bias gradient summed
-    // in cuBLASLt's BGRADB epilogue (=1); compare both with the GEMM alone.
-    Buffer dout = b.rnd(Shape{tok, 4 * C}, bf), x = b.rnd(Shape{tok, C}, bf);
-    Buffer dw = be.zeros(Shape{4 * C, C}, bf), db = be.zeros(Shape{4 * C}, bf);
-    const double flop = 2.0 * tok * 4 * C * C;
-    const std::string shape = dims({4 * C, C, tok}) + " bf16";
-    b.add("GEMM dW (mlp up)", shape, flop, true, [&] { be.matmul(dw, dout, x, Tensor(), true, false, true); }, 20);
-    with_env("TRIDENT_GEMM_BGRAD=0", [&] {
-      b.add("GEMM dW + bias_backward", shape, flop, true, [&] { be.linear_param_grads(dout, x, dw, db); }, 20);
-    });
-    with_env("TRIDENT_GEMM_BGRAD=1", [&] {
-      b.add("GEMM dW, BGRADB epilogue", shape, flop, true, [&] { be.linear_param_grads(dout, x, dw, db); }, 20);
-    });
-  });
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
 
   // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
@@ -373,10 +357,11 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     one_row("dropout+res+LN, row/warp", 4 * act + 8.0 * rows, [&] {
       be.dropout_residual_layernorm_forward(x, branch, 1024, drop, resid, g, beta, out, mean, rstd);
     });
-    // The plain forward with each warp's next rows in flight to shared memory
-    // (TRIDENT_LN_FWD_RING=1, opt-in): compare with "layernorm fwd".
-    with_env("TRIDENT_LN_FWD_RING=1", [&] {
-      b.add("layernorm fwd, smem ring", dims({rows, C}) + " bf16", 2 * act + 8.0 * rows, false,
+    // The plain forward's walking warps with their next rows in registers, not in flight to
+    // shared memory (TRIDENT_LN_FWD_RING=0; the default before 2026-12-04): compare with
+    // "layernorm fwd".
+    with_env("TRIDENT_LN_FWD_RING=0", [&] {
+      b.add("layernorm fwd, walking warps", dims({rows, C}) + " bf16", 2 * act + 8.0 * rows, false,
             [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); }, 20);
     });
   });
@@ -773,16 +758,15 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n",
               b.peak_bw(), b.peak_fl());
   for (const auto& c : candidates) std::printf("fastest attention tiles, %s\n", choice(c.first).c_str());
-  // The opt-in kernels (environment switches, off until a GPU has timed them) against the
-  // rows they would replace, by fastest_tiles' rule; gpu-check trains with the faster ones
-  // too, so that one run says what making them the defaults gives.
+  // The opt-in kernels (environment switches away from the defaults) against the rows they
+  // would replace, by fastest_tiles' rule; gpu-check trains with the faster ones too, so
+  // that one run says what making them the defaults gives.
   struct OptIn {
     const char* env;
     const char* row;
     const char* replaces;
   };
-  const OptIn opt_ins[] = {{"TRIDENT_LN_FWD_RING=1", "layernorm fwd, smem ring", "layernorm fwd"},
-                           {"TRIDENT_GEMM_BGRAD=1", "GEMM dW, BGRADB epilogue", "GEMM dW + bias_backward"}};
+  const OptIn opt_ins[] = {{"TRIDENT_LN_FWD_RING=0", "layernorm fwd, walking warps", "layernorm fwd"}};
   auto timed_ms = [&](const char* name) {
     for (const Row& r : b.rows())
       if (r.name == name && r.error.empty() && r.ms > 0) return r.ms;

@@ -194,8 +194,8 @@ int main(int argc, char** argv) {
     for (const auto& [name, t] : rows)
       std::printf("%-16s %10.2f %8lld %7.1f%%\n", name.c_str(), t.seconds * 1e3 / steps,
                   static_cast<long long>(t.calls / steps), 100.0 * t.seconds * 1e3 / total_ms);
-    double gemm_s = 0;  // plain GEMMs and the GEMMs with a GELU or bias-gradient epilogue
-    for (const char* family : {"matmul", "matmul_gelu", "matmul_bgrad"})
+    double gemm_s = 0;  // plain GEMMs and the GEMMs with a GELU epilogue
+    for (const char* family : {"matmul", "matmul_gelu"})
       if (auto it = prof->times().find(family); it != prof->times().end()) gemm_s += it->second.seconds;
     std::printf("GEMM share of step time: %.1f%%\n", 100.0 * gemm_s * 1e3 / total_ms);
     return 0;

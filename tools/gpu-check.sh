@@ -375,8 +375,7 @@ wgmma_2wg_ok=1  # likewise the two-warpgroup blocks of any kernel (opt-in)
 did_not_pass WgmmaTwoWarpgroupsMatchCpu && wgmma_2wg_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
-declare -A opt_in_test=([TRIDENT_LN_FWD_RING=1]=RowsPerWarpSameBits
-  [TRIDENT_GEMM_BGRAD=1]="(BiasGradientEpilogue|bgrad_epilogue)")
+declare -A opt_in_test=([TRIDENT_LN_FWD_RING=0]=RowsPerWarpSameBits)
 opt_ins=""
 if [[ -f $logdir/kernels.log ]]; then
   for kv in $(sed -nE 's/^faster opt-in kernels: (.*)/\1/p' "$logdir/kernels.log" | tail -1); do
@@ -565,6 +564,7 @@ fi
 # prompts of 64, 128, ..., 512 tokens decoded each at its own length vs every sequence a step
 # from the shortest prompt's end (the schedule before 2026-12-04).
 gen_bench_line="not run"
+gen_profile_line=""  # the default kernels' steps with every op timed (trident-bench's "decode profile:")
 if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; then
   if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
     gen_bench_line="skipped: past the time budget"
@@ -574,6 +574,7 @@ if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; 
     if timeout 90 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" --device cuda --bf16 \
          --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 --generate-ragged >"$log" 2>&1; then
       gen_bench_line=$(grep -E '^(prefill|decode|ragged): ' "$log" | paste -sd ';' -)
+      gen_profile_line=$(grep -E '^decode profile' "$log" | head -1)
       # The same with the attention kernel generation had before 2026-12-04 (the scalar one
       # for prefill and decoding steps alike): the new kernels' end-to-end gain.
       if TRIDENT_ATTN_DECODE_SCALAR=1 timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" \
@@ -600,7 +601,7 @@ at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; 
 target_lines() {
   local table=$1 name pct tf row mfu long times plain drop bwd atomic fwd two_fwd two_dq two_dkdv two_both two_atomic
   shift
-  local bw=() ring fused unfused alone
+  local bw=() walking
   # kernel_row <name> <field>: a field of the kernel row with that name ($NF: "of peak", $(NF-3):
   # ms). A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last;
   # or the name, the shape and "FAILED: <why>" (left out).
@@ -624,18 +625,11 @@ target_lines() {
     [[ -n $pct ]] && dec+=("${name#attn decode, } $pct")
   done
   ((${#dec[@]} > 0)) && echo "  (beside them) decode attention step, of the copy rate: $(IFS=';'; echo "${dec[*]}" | sed 's/;/; /g')"
-  # Beside them, not targets: the opt-in kernels whose rows decide whether they become the
-  # defaults (kernels/cuda/PERFORMANCE.md, 2026-12-01).
-  ring=$(kernel_row "layernorm fwd, smem ring" '$NF')
-  [[ -n $ring ]] &&
-    echo "  (beside it) layernorm fwd with its next rows in shared memory (TRIDENT_LN_FWD_RING=1): $ring"
-  fused=$(kernel_row "GEMM dW, BGRADB epilogue" '$(NF-3)')
-  unfused=$(kernel_row "GEMM dW + bias_backward" '$(NF-3)')
-  alone=$(kernel_row "GEMM dW (mlp up)" '$(NF-3)')
-  if [[ -n $fused && -n $unfused ]]; then
-    echo "  (beside it) MLP weight gradient with its bias gradient: $fused ms in cuBLASLt's epilogue" \
-      "(TRIDENT_GEMM_BGRAD=1), $unfused ms with bias_backward${alone:+, $alone ms the GEMM alone}"
-  fi
+  # Beside them, not targets: the kernels that opt-in switches give, whose rows say whether
+  # the defaults still hold (kernels/cuda/PERFORMANCE.md).
+  walking=$(kernel_row "layernorm fwd, walking warps" '$NF')
+  [[ -n $walking ]] &&
+    echo "  (beside it) layernorm fwd with its next rows in registers (TRIDENT_LN_FWD_RING=0): $walking"
   # d64 <row name regex> <awk expression>: the expression on that row's head-dim-64 timing
   # (a row that timed: "ms  rate TF/s  share", not FAILED).
   d64() { awk "/^$1/ && / D64 / && !/ FAILED: / { print $2; exit }" <<<"$table"; }
@@ -708,6 +702,7 @@ echo
 echo "ncu (attention kernels): $ncu_line"
 echo "generation (KV cache, one process): $gen_line"
 echo "generation bench (gpt2-124m bf16, 8 prompts of 512 tokens, 128 new; ragged: prompts of 64..512): $gen_bench_line"
+[[ -n $gen_profile_line ]] && echo "  $gen_profile_line"
 echo
 echo "where the step time goes (profiled: synchronised after every op):"
 ((${#profile_tables[@]} > 0)) || echo "not run"

@@ -221,6 +221,14 @@ class Backend {
                               int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp,
                               const Tensor& target_logit, const Tensor& losses,
                               const Tensor& correct, float grad_scale) = 0;
+  // The greedy draw of each row with the logits left on the device (a decoding step then
+  // brings B ids to the host, not B x Vl logits): ids[r] (I32 [R]) = the first column of
+  // the largest logit among columns [0, vocab_valid) of row r of logits [R, Vl] (the rest is
+  // padding; 1 <= vocab_valid), values[r] (f32 [R]) = that logit. Ties go to the lower
+  // column, as most_likely's and sample_token's greedy draw on the host; NaN never wins (a
+  // row of NaN gives column 0).
+  virtual void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values,
+                             const Tensor& ids) = 0;
 
   // ---- optimizer and reductions -------------------------------------------------------
   virtual void adamw(const AdamWArgs& a) = 0;
@@ -272,12 +280,9 @@ class Backend {
   // A linear layer's parameter gradients from its output gradient dout [M, out] and input
   // x [M, in]: dw [out, in] += dout^T x, and dbias [out] += the column sums of dout (no bias
   // gradient when dbias is empty). matmul then bias_backward; a fused GEMM may sum dbias
-  // from the tiles of dout it loads for dw.
+  // from the tiles of dout it loads for dw (cuBLASLt's BGRADB epilogue lost to the two
+  // ops on an H200: kernels/cuda/PERFORMANCE.md, 2026-12-04).
   virtual void linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias);
-  // Whether linear_param_grads sums the bias gradient inside the GEMM for a weight gradient
-  // like dw (a profiler then times the call as one op; otherwise as its GEMM and its
-  // bias_backward).
-  virtual bool fuses_linear_bias_grad(const Tensor& /*dw*/) const { return false; }
   // adamw() on every element of `list`, in few launches on a device (multi-tensor apply).
   // Every element must share lr, betas, eps, grad_scale and step; weight_decay may differ.
   virtual void adamw_multi(const std::vector<AdamWArgs>& list);

@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+
 // F16C (x86-64 with GCC or Clang): the span conversions pick it at run time.
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define TRIDENT_F16C 1
@@ -108,6 +110,23 @@ void halves_to_floats(const uint16_t* src, float* dst, int64_t n) {
   if (cpu_has_f16c()) return halves_to_floats_f16c(src, dst, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i]);
+}
+
+void to_floats(const void* src, DType t, float* dst, int64_t n) {
+  switch (t) {
+    case DType::F32: std::copy_n(static_cast<const float*>(src), n, dst); return;
+    case DType::F16: halves_to_floats(static_cast<const uint16_t*>(src), dst, n); return;
+    case DType::BF16: {
+      const auto* h = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(h[i]);
+      return;
+    }
+    case DType::I32: {
+      const auto* v = static_cast<const int32_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(v[i]);
+      return;
+    }
+  }
 }
 
 }  // namespace trident

@@ -1,6 +1,7 @@
 #include "infer/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -87,20 +88,25 @@ void Gpt2Decoder::row_parallel(const Tensor& out, const Tensor& in, const std::s
   tp_sum(out);
 }
 
-void Gpt2Decoder::lm_head(const Tensor& in, int64_t rows) {
-  const int64_t V = cfg_.vocab_size, Vl = vocab_local_;
+Tensor Gpt2Decoder::head_logits(const Tensor& in, int64_t rows) {
+  const int64_t Vl = vocab_local_;
   if (logits_.empty() || logits_.t().shape[0] < rows) {  // grows to the most rows kept
     logits_ = be_.empty({rows, Vl}, cfg_.dtype);
     logits_bytes_.resize(logits_.t().nbytes());
   }
   const Tensor logits = rows_of(logits_, rows, Vl);
   be_.matmul(logits, in, p("wte"), Tensor(), false, true, false);  // tied LM head, this rank's rows
+  return logits;
+}
+
+void Gpt2Decoder::lm_head(const Tensor& in, int64_t rows) {
+  const int64_t V = cfg_.vocab_size, Vl = vocab_local_;
+  const Tensor logits = head_logits(in, rows);
   be_.copy_to_host(logits_bytes_.data(), logits);
   const size_t n = static_cast<size_t>(rows * Vl);
   logits_local_.resize(n);
   logits_host_.resize(static_cast<size_t>(rows * V));
-  for (size_t i = 0; i < n; ++i)
-    logits_local_[i] = load_as_float(logits_bytes_.data(), logits.dtype, static_cast<int64_t>(i));
+  to_floats(logits_bytes_.data(), logits.dtype, logits_local_.data(), static_cast<int64_t>(n));
   const float* all = logits_local_.data();  // [tp][rows][vocab_local]: id v on rank v / vocab_local
   if (tp_ > 1) {
     logits_all_.resize(n * static_cast<size_t>(tp_));
@@ -199,12 +205,57 @@ Tensor Gpt2Decoder::gather_rows(const Tensor& ln, const std::vector<int64_t>& ke
 const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& tokens, int T,
                                                const std::vector<int64_t>& kept) {
   const int64_t N = static_cast<int64_t>(B_) * T;  // rows, batch-major: row b * T + t
-  TRIDENT_CHECK(T >= 1 && T <= max_chunk_, "Gpt2Decoder::forward: ", T, " tokens (at most ", max_chunk_, ")");
-  TRIDENT_CHECK(static_cast<int64_t>(tokens.size()) == N, "Gpt2Decoder::forward: ", tokens.size(), " tokens for ",
-                B_, " sequences of ", T);
   for (size_t i = 0; i < kept.size(); ++i)
     TRIDENT_CHECK(kept[i] >= 0 && kept[i] < N && (i == 0 || kept[i] > kept[i - 1]), "Gpt2Decoder::forward: kept row ",
                   kept[i], " of ", N, " (rows increasing)");
+  const Tensor ln = run_layers(tokens, T);
+  if (kept.empty()) {
+    logits_host_.clear();
+    return logits_host_;
+  }
+  lm_head(gather_rows(ln, kept), static_cast<int64_t>(kept.size()));
+  return logits_host_;
+}
+
+const std::vector<int32_t>& Gpt2Decoder::step_greedy(const std::vector<int32_t>& tokens) {
+  const Tensor logits = head_logits(run_layers(tokens, 1), B_);
+  const int64_t first = static_cast<int64_t>(tp_rank_) * vocab_local_;
+  const int64_t valid = std::min<int64_t>(vocab_local_, cfg_.vocab_size - first);
+  TRIDENT_CHECK(valid >= 1, "Gpt2Decoder::step_greedy: TP rank ", tp_rank_, " holds only padding of the vocabulary");
+  if (best_ids_.empty()) {
+    best_values_ = be_.empty({B_}, DType::F32);
+    best_ids_ = be_.empty({B_}, DType::I32);
+  }
+  be_.logits_argmax(logits, valid, best_values_, best_ids_);
+  greedy_ids_.resize(static_cast<size_t>(B_));
+  be_.copy_to_host(greedy_ids_.data(), best_ids_);
+  if (tp_ == 1) return greedy_ids_;
+  // Each rank's candidate (its value, and its id as a float: exact below 2^24), gathered;
+  // the largest value wins, of equal ones the lower rank's (the lower id). NaN never wins.
+  best_local_.resize(2 * static_cast<size_t>(B_));
+  be_.copy_to_host(best_local_.data(), best_values_);
+  for (int b = 0; b < B_; ++b) best_local_[B_ + b] = static_cast<float>(greedy_ids_[b] + first);
+  best_all_.resize(best_local_.size() * static_cast<size_t>(tp_));
+  const auto host = [](std::vector<float>& v) {
+    return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::Cpu);
+  };
+  tp_comm_->allgather(host(best_local_), host(best_all_));
+  for (int b = 0; b < B_; ++b) {
+    int best = -1;
+    for (int k = 0; k < tp_; ++k) {
+      const float v = best_all_[static_cast<size_t>(k) * 2 * B_ + b];
+      if (!std::isnan(v) && (best < 0 || v > best_all_[static_cast<size_t>(best) * 2 * B_ + b])) best = k;
+    }
+    greedy_ids_[b] = best < 0 ? 0 : static_cast<int32_t>(best_all_[static_cast<size_t>(best) * 2 * B_ + B_ + b]);
+  }
+  return greedy_ids_;
+}
+
+Tensor Gpt2Decoder::run_layers(const std::vector<int32_t>& tokens, int T) {
+  const int64_t N = static_cast<int64_t>(B_) * T;  // rows, batch-major: row b * T + t
+  TRIDENT_CHECK(T >= 1 && T <= max_chunk_, "Gpt2Decoder::forward: ", T, " tokens (at most ", max_chunk_, ")");
+  TRIDENT_CHECK(static_cast<int64_t>(tokens.size()) == N, "Gpt2Decoder::forward: ", tokens.size(), " tokens for ",
+                B_, " sequences of ", T);
   const int largest = *std::max_element(pos_.begin(), pos_.end());
   if (largest + T > max_pos_)
     throw ConfigError("generation reached " + std::to_string(max_pos_) + " positions, the most this model takes");
@@ -239,13 +290,7 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
     residual_norm(proj, l + 1 < cfg_.num_layers ? "h." + std::to_string(l + 1) + ".ln_1" : std::string("ln_f"), N);
   }
   for (int& q : pos_) q += T;
-  if (kept.empty()) {
-    logits_host_.clear();
-    return logits_host_;
-  }
-  const int64_t rows = static_cast<int64_t>(kept.size());
-  lm_head(gather_rows(ln, kept), rows);
-  return logits_host_;
+  return ln;
 }
 
 const std::vector<float>& Gpt2Decoder::prefill(const std::vector<int32_t>& prompts, int64_t length) {

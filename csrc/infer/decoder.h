@@ -16,7 +16,9 @@
 // set_position (prompts of different lengths fed in one padded pass, each then decoding at
 // its own length: the attention takes per-row positions, the position embedding rows are
 // gathered per sequence). The same numbers as the training forward on the whole
-// sequence, up to the order of floating-point sums (tests/unit/infer).
+// sequence, up to the order of floating-point sums (tests/unit/infer). step_greedy() is a
+// step whose logits stay on the device: it returns each sequence's most likely next token
+// (the backend's logits_argmax; with TP the ranks' candidates are compared on the host).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,10 @@ class Gpt2Decoder {
   // Feeds tokens[b] at position position(b) of sequence b and returns the next-token
   // logits, [batch, vocab_size] row-major on the host (padding columns left out).
   const std::vector<float>& step(const std::vector<int32_t>& tokens) { return forward(tokens, 1, 1); }
+  // The same step, returning each sequence's most likely next token (the first of equal
+  // logits, as most_likely(row, V, 1) on step()'s logits) instead of its logits: B ids
+  // leave the device, not B rows of logits.
+  const std::vector<int32_t>& step_greedy(const std::vector<int32_t>& tokens);
   // Feeds T tokens (1 <= T <= max_chunk) of each sequence, tokens[b * T + t] at position
   // position(b) + t, and returns the next-token logits after the last `keep` (0 <= keep <= T)
   // of them: [batch, keep, vocab_size] row-major on the host.
@@ -78,8 +84,13 @@ class Gpt2Decoder {
   void tp_sum(const Tensor& t) const;  // over the TP group
   // Row-parallel projection: out = in W^T (+ bias, added once by TP rank 0), summed over TP.
   void row_parallel(const Tensor& out, const Tensor& in, const std::string& weight, const std::string& bias);
-  // The LM head on `rows` rows of ln_f's output (tied to wte, this rank's vocabulary rows),
-  // then every TP rank's logits -> logits_host_ [rows, vocab_size].
+  // Feeds T tokens of each sequence (forward's checks and embedding, the layers, ln_f) and
+  // moves the positions on; returns ln_f's output [B T, C].
+  Tensor run_layers(const std::vector<int32_t>& tokens, int T);
+  // The LM head on `rows` rows of ln_f's output (tied to wte): this rank's logits
+  // [rows, vocab_local] on the device.
+  Tensor head_logits(const Tensor& in, int64_t rows);
+  // head_logits, then every TP rank's logits -> logits_host_ [rows, vocab_size].
   void lm_head(const Tensor& in, int64_t rows);
   // The rows `kept` of the pass's ln_f output `ln` [N, C], gathered (runs of consecutive rows
   // copied at once; one run is used in place).
@@ -114,6 +125,9 @@ class Gpt2Decoder {
   std::vector<unsigned char> logits_bytes_;
   std::vector<float> logits_local_, logits_all_;  // [rows, vocab_local]; every rank's, rank-major
   std::vector<float> logits_host_;
+  Buffer best_values_, best_ids_;  // step_greedy's logits_argmax of this rank's logits, [B]
+  std::vector<float> best_local_, best_all_;  // [values B | ids B] of this rank; every rank's
+  std::vector<int32_t> greedy_ids_;           // step_greedy's result
   std::vector<int64_t> kept_scratch_;  // forward(tokens, T, keep)'s rows
 };
 

@@ -86,6 +86,10 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   const int64_t V = cfg.vocab_size;
   std::vector<float> row(static_cast<size_t>(V));
   SamplingOptions sampling = o.sampling;
+  const auto append = [&](Generation& g, int32_t token) {  // a drawn token; `ends` may finish g
+    g.tokens.push_back(token);
+    g.finished = o.ends && o.ends(g.tokens, g.prompt_length);
+  };
   // Scores the prompt token after position pos of sequence b, or draws the token after it,
   // from its logits.
   const auto score_or_draw = [&](int b, int64_t pos, const float* logits) {
@@ -99,8 +103,7 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
     sampling.top_p = top_p_after[pos];
     const int32_t token = sample_token(row.data(), V, sampling, rng);
     if (o.logprobs) record_logprobs(row.data(), V, token, top_k_logprobs, g);
-    g.tokens.push_back(token);
-    g.finished = o.ends && o.ends(g.tokens, g.prompt_length);
+    append(g, token);
   };
 
   std::vector<int32_t> feed;
@@ -133,7 +136,9 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   // Decoding: every sequence feeds its last token at its own position. One that draws no
   // more feeds it at the furthest drawing sequence's (its logits and cache unused from then
   // on), so that a batch of one prompt length stays at one position when some sequences end
-  // early.
+  // early. Greedy draws that need nothing else of the logits are taken on the device
+  // (step_greedy: B ids to the host instead of B rows of logits), the same tokens.
+  const bool greedy_on_device = draws_greedily(o.sampling) && !o.logprobs && !o.adjust_logits;
   feed.resize(B);
   for (;;) {
     int64_t lead = -1;  // the furthest position a drawing sequence feeds
@@ -144,6 +149,12 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
       const int64_t at = drawn_all(b) ? lead : static_cast<int64_t>(out[b].tokens.size()) - 1;
       dec.set_position(b, static_cast<int>(at));
       feed[b] = out[b].tokens.back();
+    }
+    if (greedy_on_device) {
+      const std::vector<int32_t>& ids = dec.step_greedy(feed);
+      for (int b = 0; b < B; ++b)
+        if (!drawn_all(b)) append(out[b], ids[b]);
+      continue;
     }
     const std::vector<float>& logits = dec.step(feed);
     for (int b = 0; b < B; ++b)

@@ -31,6 +31,10 @@ void validate_sampling(const SamplingOptions& o);
 // and top_p 0.5 both stay (Hugging Face's TopPLogitsWarper keeps only the first).
 size_t top_p_keep(const std::vector<double>& probs, double top_p);
 
+// Whether `o` draws the most likely token whatever the logits (greedy, temperature 0, or
+// top-k 1, which Megatron samples as greedy): sample_token then takes no random number.
+inline bool draws_greedily(const SamplingOptions& o) { return o.greedy || o.temperature == 0 || o.top_k == 1; }
+
 // The next token among ids [0, n) of `logits` (n = the real vocabulary: padding columns
 // are never passed in).
 int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, std::mt19937_64& rng);

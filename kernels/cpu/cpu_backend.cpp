@@ -170,6 +170,9 @@ class CpuBackend final : public Backend {
     cpu::xent_loss_grad(logits, targets, vocab_start, vocab_valid, row_max, sumexp, target_logit,
                         losses, correct, grad_scale);
   }
+  void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids) override {
+    cpu::logits_argmax(logits, vocab_valid, values, ids);
+  }
 
   void adamw(const AdamWArgs& a) override { cpu::adamw(a); }
   double sum_squares(const Tensor& t) override { return cpu::sum_squares(t); }

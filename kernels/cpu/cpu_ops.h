@@ -83,6 +83,7 @@ void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_ma
 void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                     const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit,
                     const Tensor& losses, const Tensor& correct, float grad_scale);
+void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids);
 
 void adamw(const AdamWArgs& a);
 

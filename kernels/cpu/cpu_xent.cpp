@@ -129,4 +129,23 @@ void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_s
   }
 }
 
+void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids) {
+  const char* op = "logits_argmax";
+  check_logits(op, logits, vocab_valid);
+  CPU_CHECK(op, vocab_valid >= 1, "vocab_valid ", vocab_valid, ": no column to draw");
+  const int64_t N = logits.rows();
+  check_rows(op, values, N);
+  check_cpu(op, ids);
+  CPU_CHECK(op, ids.dtype == DType::I32 && ids.numel() == N, "ids must be int32 [", N, "], got ", ids.shape.str());
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = logits_row(logits, n, vocab_valid, thread_scratch(0, vocab_valid));
+    int64_t best = -1;  // the first column of the largest so far; NaN is never larger
+    for (int64_t c = 0; c < vocab_valid; ++c)
+      if (best < 0 ? !std::isnan(row[c]) : row[c] > row[best]) best = c;
+    if (best < 0) best = 0;  // every logit NaN
+    ids.ptr<int32_t>()[n] = static_cast<int32_t>(best);
+    values.ptr<float>()[n] = row[best];
+  }
+}
+
 }  // namespace trident::cpu

@@ -247,26 +247,6 @@ class CudaBackend final : public Backend {
     if (!gemm_->run_dgelu(dpre, a, b, pre, trans_a, trans_b, stream_))
       Backend::matmul_gelu_backward(dpre, a, b, pre, trans_a, trans_b);
   }
-  // TRIDENT_GEMM_BGRAD=1: 16-bit bias gradients from the weight-gradient GEMM's BGRADB epilogue
-  // (summed into a scratch vector of dw's dtype, then added onto dbias), else the GEMM and
-  // bias_backward (the default until a GPU run shows the epilogue faster: bench rows
-  // "GEMM dW + bias_backward" and "GEMM dW, BGRADB epilogue").
-  bool fuses_linear_bias_grad(const Tensor& dw) const override {
-    return dw.dtype != DType::F32 && cuda::env_switch("TRIDENT_GEMM_BGRAD", "linear_param_grads") == 1;
-  }
-  void linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) override {
-    on_device();
-    require_device("linear_param_grads", {&dout, &x, &dw, &dbias});
-    if (!dbias.empty() && fuses_linear_bias_grad(dw)) {
-      cuda::Scratch sums_memory(allocator(), static_cast<size_t>(dbias.numel()) * dtype_size(dw.dtype));
-      const Tensor sums(sums_memory.as<void>(), Shape{dbias.numel()}, dw.dtype, Device::Cuda);
-      if (gemm_->run_bgrad(dw, dout, x, sums, stream_)) {
-        cuda::accumulate(dbias, sums, stream_);
-        return;
-      }
-    }
-    Backend::linear_param_grads(dout, x, dw, dbias);
-  }
   void bias_backward(const Tensor& dout, const Tensor& dbias) override {
     on_device();
     require_device("bias_backward", {&dout, &dbias});
@@ -352,6 +332,11 @@ class CudaBackend final : public Backend {
     require_device("xent_loss_grad", {&logits, &targets, &row_max, &sumexp, &target_logit, &losses, &correct});
     cuda::xent_loss_grad(logits, targets, vocab_start, vocab_valid, row_max, sumexp, target_logit, losses, correct,
                          grad_scale, stream_);
+  }
+  void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids) override {
+    on_device();
+    require_device("logits_argmax", {&logits, &values, &ids});
+    cuda::logits_argmax(logits, vocab_valid, values, ids, stream_);
   }
 
   // ---- optimizer and reductions ----

@@ -8,9 +8,10 @@
 // values) are held in registers, read once with all their loads in flight, and warps walk
 // several rows, loading the next row while they work on the current one
 // (layernorm_forward_walk_kernel; TRIDENT_LN_FWD_ROWS_PER_WARP=1 gives the older one row per
-// warp, which an H200 ran at 71% of the copy rate against 79-88%; TRIDENT_LN_FWD_RING=1 gives
-// the plain forward's walking warps their next rows in shared memory instead of registers,
-// layernorm_forward_ring_kernel, opt-in until timed). Wider rows, mixed dtypes and
+// warp, which an H200 ran at 71% of the copy rate against 79-88%). The plain forward's walking
+// warps keep their next rows in shared memory instead of registers
+// (layernorm_forward_ring_kernel: 81% of the copy rate against 78% on an H200, 2026-12-04;
+// TRIDENT_LN_FWD_RING=0 gives the register-walking kernel). Wider rows, mixed dtypes and
 // unaligned ones re-read the row (from L1 by then) in each pass. All forward kernels sum
 // in the same order. mean and rstd are saved in f32 for the backward.
 // Backward (dx +=, which is also the residual's gradient path; dgamma/dbeta +=), two paths:
@@ -403,9 +404,9 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock, kVPT <= 4 ? 3 : kVPT <= 8 
   }
 }
 
-// The plain forward with each warp's next rows in flight to shared memory
-// (TRIDENT_LN_FWD_RING=1, opt-in until a GPU run times it against the walking kernel). The
-// walking kernel holds its next row in registers: two rows of registers a lane (110 at C
+// The plain forward with each warp's next rows in flight to shared memory (the default;
+// TRIDENT_LN_FWD_RING=0 gives the walking kernel, which an H200 ran at 78% of the copy rate
+// against this kernel's 81%, 2026-12-04). The walking kernel holds its next row in registers: two rows of registers a lane (110 at C
 // 2048 bf16) allow two blocks of 8 warps an SM, with one row each (64 KB an SM) in flight,
 // and it ran at 76-79% of the copy rate against 88% with a residual (two rows' loads in
 // flight). Here lane l copies its own vectors of the warp's next kStages - 1 rows into the
@@ -696,11 +697,11 @@ int env_rows_per_warp() {
   return static_cast<int>(k);
 }
 
-// TRIDENT_LN_FWD_RING=1 (read on every call): the plain forward's walking warps keep their
-// next rows in shared memory (layernorm_forward_ring_kernel) instead of registers. Opt-in
-// until a GPU run shows it faster ("layernorm fwd, smem ring" beside "layernorm fwd" in
-// trident-bench --kernels); the same bits either way.
-bool env_ring() { return env_switch("TRIDENT_LN_FWD_RING", "layernorm_forward") == 1; }
+// TRIDENT_LN_FWD_RING (read on every call): unset or 1, the plain forward's walking warps
+// keep their next rows in shared memory (layernorm_forward_ring_kernel); 0, in registers
+// (layernorm_forward_walk_kernel: "layernorm fwd, walking warps" beside "layernorm fwd" in
+// trident-bench --kernels). The same bits either way.
+bool env_ring() { return env_switch("TRIDENT_LN_FWD_RING", "layernorm_forward") != 0; }
 
 // Which forward kernel a call took (the emulator's tests check it).
 struct ForwardPath {

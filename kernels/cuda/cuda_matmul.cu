@@ -17,10 +17,9 @@
 // need one dtype for every matrix and an aux leading dimension that is a multiple of 8;
 // otherwise run_gelu/run_dgelu return false and the backend runs the GEMM and the GELU
 // kernel instead.
-// A linear layer's weight gradient dw += dout^T x can sum the bias gradient from the same
-// loads of dout through BGRADB (run_bgrad, 16-bit only): dout is cuBLASLt's B, transposed,
-// and the epilogue reduces B over the GEMM's k (the rows), one sum per column of D (dw's
-// rows). The sums overwrite their vector, so the backend adds them onto the gradient after.
+// (The BGRADB epilogue, the bias gradient summed in the weight-gradient GEMM, was tried and
+// removed: on an H200 it was slower than the GEMM and bias_backward, and its fp16 sums missed
+// the CPU's by up to 0.03: kernels/cuda/PERFORMANCE.md, 2026-12-04.)
 //
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
@@ -112,9 +111,9 @@ Gemm::~Gemm() {
 
 namespace {
 
-// Epilogues that read (BIAS) or write (BGRADB) the vector at CUBLASLT_MATMUL_DESC_BIAS_POINTER.
+// Epilogues that read the vector at CUBLASLT_MATMUL_DESC_BIAS_POINTER.
 bool has_bias(Gemm::Epilogue e) {
-  return e == Gemm::Epilogue::kBias || e == Gemm::Epilogue::kGeluAuxBias || e == Gemm::Epilogue::kBGradB;
+  return e == Gemm::Epilogue::kBias || e == Gemm::Epilogue::kGeluAuxBias;
 }
 bool has_aux(Gemm::Epilogue e) {
   return e == Gemm::Epilogue::kGeluAux || e == Gemm::Epilogue::kGeluAuxBias || e == Gemm::Epilogue::kDGelu;
@@ -126,7 +125,6 @@ cublasLtEpilogue_t lt_epilogue(Gemm::Epilogue e) {
     case Gemm::Epilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
     case Gemm::Epilogue::kGeluAuxBias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
     case Gemm::Epilogue::kDGelu: return CUBLASLT_EPILOGUE_DGELU;
-    case Gemm::Epilogue::kBGradB: return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -315,19 +313,6 @@ bool Gemm::run_dgelu(const Tensor& dpre, const Tensor& a, const Tensor& b, const
   if (dpre.dtype == DType::F32) return false;
   if (!gelu_epilogue_fits(dpre, a, b, pre, Tensor(), N)) return false;
   return try_lt(dpre, a, b, trans_a, trans_b, false, Epilogue::kDGelu, Tensor(), pre, M, N, K, s);
-}
-
-bool Gemm::run_bgrad(const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& dbias_sums,
-                     cudaStream_t s) {
-  const char* op = "linear_param_grads";
-  const auto [M, N, K] = gemm_dims(op, dw, dout, x, true, false);
-  TRIDENT_CHECK(dbias_sums.numel() == M, op, ": bias gradient ", dbias_sums.shape.str(), " for ", M, " outputs");
-  if (M == 0 || N == 0 || K == 0) return false;  // the unfused ops handle empty operands
-  // 16-bit only, as DGELU: fp32 (TF32 by default in training) keeps the exact column sums.
-  if (dw.dtype == DType::F32) return false;
-  if (dout.dtype != dw.dtype || x.dtype != dw.dtype || dbias_sums.dtype != dw.dtype) return false;
-  if (alignment(dbias_sums.data) < 16) return false;
-  return try_lt(dw, dout, x, true, false, true, Epilogue::kBGradB, dbias_sums, Tensor(), M, N, K, s);
 }
 
 }  // namespace trident::cuda

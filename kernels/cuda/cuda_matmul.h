@@ -38,19 +38,11 @@ class Gemm {
   bool run_dgelu(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
                  bool trans_b, cudaStream_t s);
 
-  // A linear layer's weight gradient with its bias gradient from cuBLASLt's BGRADB
-  // epilogue: dw [out, in] += dout^T x, and dbias_sums [out] = the column sums of dout (=,
-  // not +=: the epilogue overwrites). dbias_sums has dw's dtype (cuBLASLt's rule for a
-  // bias gradient). false (nothing done) for fp32, when the dtypes differ, for an empty
-  // operand or when the heuristic finds no algorithm: the caller then runs the GEMM and
-  // bias_backward.
-  bool run_bgrad(const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& dbias_sums, cudaStream_t s);
-
   size_t cached_plans() const { return plans_.size(); }
   // GEMMs that ran on the slow fallback kernel (no cuBLASLt algorithm), for tests.
   size_t fallback_launches() const { return fallback_launches_; }
 
-  enum class Epilogue : int64_t { kNone = 0, kBias, kGeluAux, kGeluAuxBias, kDGelu, kBGradB };
+  enum class Epilogue : int64_t { kNone = 0, kBias, kGeluAux, kGeluAuxBias, kDGelu };
   bool allow_tf32() const { return allow_tf32_; }
 
  private:

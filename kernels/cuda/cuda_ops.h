@@ -71,6 +71,8 @@ void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t voca
 void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                     const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit,
                     const Tensor& losses, const Tensor& correct, float grad_scale, cudaStream_t s);
+void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids,
+                   cudaStream_t s);
 
 // cuda_adamw.cu (multi-tensor: few launches for the whole list)
 void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s);

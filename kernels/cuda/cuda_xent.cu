@@ -5,6 +5,8 @@
 //   2. xent_sumexp:    sum of exp(logit - row max) over the valid columns;
 //   3. xent_loss_grad: loss, top-1 hit, and the logits overwritten by the gradient
 //                      grad_scale * (softmax - onehot), 0 in the padding columns.
+// And a decoding step's greedy draw (logits_argmax): each row's first column of its largest
+// logit, so that B ids leave the device rather than B rows of logits.
 // Without tensor parallelism phases 1 and 2 run as one pass (xent_stats_sumexp, a running
 // max), so the logits are read twice and written once.
 // One block per row; block reductions in a fixed order, so the results are deterministic.
@@ -166,6 +168,55 @@ void check_targets(const char* op, const Tensor& targets, int64_t N) {
 
 unsigned rows_grid(int64_t N) { return static_cast<unsigned>(N); }
 
+// A candidate of logits_argmax: a logit and its column; `column` = the row's valid count
+// stands for none yet.
+struct Candidate {
+  float value;
+  int64_t column;
+};
+
+// The larger, or of equal logits the lower column: the order-free form of "the first column
+// of the largest", so that the threads' and warps' candidates combine in any order. NaN is
+// never larger, nor equal.
+__device__ __forceinline__ Candidate better(Candidate a, Candidate b) {
+  return (b.value > a.value || (b.value == a.value && b.column < a.column)) ? b : a;
+}
+
+// The best of a warp's candidates, in lane 0.
+__device__ __forceinline__ Candidate warp_best(Candidate c) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    c = better(c, Candidate{__shfl_down_sync(0xffffffffu, c.value, offset),
+                            __shfl_down_sync(0xffffffffu, c.column, offset)});
+  return c;
+}
+
+// A row a block (kArgmaxBlock threads): each thread's candidate over its columns, then the
+// warps' by shuffles, then the block's through shared memory. A row whose logits are all
+// NaN gives column 0.
+constexpr int kArgmaxBlock = 1024;
+
+template <typename T, int kV>
+__global__ void __launch_bounds__(kArgmaxBlock)
+    logits_argmax_kernel(const T* logits, int64_t Vl, int64_t valid, float* values, int32_t* ids) {
+  __shared__ Candidate warps[kArgmaxBlock / 32];
+  const int64_t n = blockIdx.x;
+  const T* row = logits + n * Vl;
+  Candidate best{-INFINITY, valid};
+  for_row<T, kV>(row, valid, [&](int64_t j, float x) { best = better(best, Candidate{x, j}); });
+  best = warp_best(best);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warps[warp] = best;
+  __syncthreads();
+  if (warp == 0) {
+    best = warp_best(lane < static_cast<int>(blockDim.x >> 5) ? warps[lane] : Candidate{-INFINITY, valid});
+    if (lane == 0) {
+      const int64_t column = best.column < valid ? best.column : 0;
+      ids[n] = static_cast<int32_t>(column);
+      values[n] = to_f32(row[column]);
+    }
+  }
+}
+
 }  // namespace
 
 void xent_stats(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
@@ -222,6 +273,25 @@ void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t voca
       xent_stats_sumexp_kernel<T, kv.value><<<rows_grid(N), kBlock, 0, s>>>(
           logits.ptr<T>(), targets.ptr<int32_t>(), vocab_start, Vl, vocab_valid, row_max.ptr<float>(),
           target_logit.ptr<float>(), sumexp.ptr<float>());
+    });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids,
+                   cudaStream_t s) {
+  const char* op = "logits_argmax";
+  check_logits(op, logits, vocab_valid);
+  TRIDENT_CHECK(vocab_valid >= 1, op, ": vocab_valid ", vocab_valid, ": no column to draw");
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  check_rows(op, values, N, "values");
+  TRIDENT_CHECK(ids.dtype == DType::I32 && ids.numel() == N, op, ": ids must be int32 [", N, "]");
+  if (N == 0) return;
+  dispatch_float(logits.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    with_vector_width<T>(logits, [&](auto kv) {
+      logits_argmax_kernel<T, kv.value><<<rows_grid(N), kArgmaxBlock, 0, s>>>(logits.ptr<T>(), Vl, vocab_valid,
+                                                                              values.ptr<float>(), ids.ptr<int32_t>());
     });
   });
   CUDA_CHECK_LAUNCH();

@@ -1,5 +1,5 @@
 // On/off settings of the CUDA kernels from the environment (TRIDENT_ATTN_*_WGMMA,
-// TRIDENT_GEMM_BGRAD, ...), read on every call so that one process can time each setting.
+// TRIDENT_LN_FWD_RING, ...), read on every call so that one process can time each setting.
 #pragma once
 
 #include <cstdlib>

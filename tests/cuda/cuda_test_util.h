@@ -34,7 +34,7 @@ namespace trident::cuda_test {
   if (::trident::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible"
 
 // An environment variable set to `value` (nullptr: unset) for one scope, then restored to
-// what it was; a null name does nothing. The kernels' settings (TRIDENT_GEMM_BGRAD,
+// what it was; a null name does nothing. The kernels' settings (TRIDENT_ATTN_*,
 // TRIDENT_LN_FWD_*) are read on every call, so a test can switch them per scope.
 class ScopedEnv {
  public:

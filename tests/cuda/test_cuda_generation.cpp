@@ -2,7 +2,8 @@
 // different lengths together (generate_tokens, the server's and trident-generate's loop)
 // gives the same tokens and log-probabilities within 1e-4, and beam search (whose KV-cache
 // rows move between beams, Gpt2Decoder::reorder) the same hypotheses with scores within
-// 1e-4. fp32 weights (init std 0.3, far from ties); skips without a GPU.
+// 1e-4. fp32 weights (init std 0.3, far from ties) and fp32 GEMMs (no TF32: with it, an
+// H200 gave log-probabilities 7.8e-3 apart); skips without a GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -36,7 +37,7 @@ TEST(CudaGeneration, GreedyAndBeamSearchMatchTheCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const ModelConfig cfg = generation_config();
   auto cpu = make_cpu_backend();
-  auto gpu = make_cuda_backend(0);
+  auto gpu = make_cuda_backend(0, {.allow_tf32 = false});  // TF32 GEMMs would move the logits by ~1e-2
   const auto all = [](const ParamSpec&) { return true; };
   ParamStore on_cpu(*cpu, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype, all);
   ParamStore on_gpu(*gpu, gpt2_param_specs(cfg, 1), 1, 0, cfg.dtype, cfg.dtype, all);

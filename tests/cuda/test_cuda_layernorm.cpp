@@ -167,8 +167,8 @@ TEST_P(ResidualLayerNorm, DropoutOnTheBranch) {
 // The row-in-registers forward has warps walk several rows on the warps that fit the GPU by
 // default (TRIDENT_LN_FWD_ROWS_PER_WARP unset or 0); 1 is one row per warp, k > 1 k rows per
 // warp. Every setting must give the same bits (nvcc compiles the two kernels' sums alike),
-// also with TRIDENT_LN_FWD_RING=1 (the plain forward's next rows in flight to shared memory
-// through cp.async; the residual forwards ignore it). 5003 rows: with 0, 2 or 3 rows per
+// with the plain forward's next rows in flight to shared memory through cp.async (the
+// default) and in registers (TRIDENT_LN_FWD_RING=0; the residual forwards ignore it). 5003 rows: with 0, 2 or 3 rows per
 // warp on an H200 (132 SMs of 2 blocks of 8 warps at C = 2048), more on smaller GPUs; 3 and
 // 40 rows per warp when set.
 TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
@@ -187,8 +187,8 @@ TEST_P(ResidualLayerNorm, RowsPerWarpSameBits) {
       std::vector<std::vector<float>> first;
       for (const auto& [setting, ring] : {std::pair<const char*, bool>{"1", false}, {"0", false}, {"3", false},
                                           {"40", false}, {"0", true}, {"3", true}}) {
-        SCOPED_TRACE(std::string(env) + "=" + setting + (ring ? " TRIDENT_LN_FWD_RING=1" : ""));
-        const ScopedEnv rows_per_warp(env, setting), ring_env("TRIDENT_LN_FWD_RING", ring ? "1" : nullptr);
+        SCOPED_TRACE(std::string(env) + "=" + setting + (ring ? "" : " TRIDENT_LN_FWD_RING=0"));
+        const ScopedEnv rows_per_warp(env, setting), ring_env("TRIDENT_LN_FWD_RING", ring ? nullptr : "0");
         Buffer out = gpu().empty(Shape{N, C}, dt()), resid = gpu().empty(Shape{N, C}, dt()),
                mean = gpu().empty(Shape{N}, DType::F32), rstd = gpu().empty(Shape{N}, DType::F32);
         if (mode == 0)

@@ -1,7 +1,7 @@
 // GPU vs CPU: matmul (cuBLASLt, every transpose combination, bias, accumulate, mixed
 // output/bias dtypes, awkward and aligned shapes), bias_backward (also behind the hidden
 // dropout), the GEMMs with the GELU epilogue (matmul_bias_gelu, matmul_gelu_backward), and a
-// linear layer's weight and bias gradients (linear_param_grads, the BGRADB epilogue).
+// linear layer's weight and bias gradients (linear_param_grads).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -148,63 +148,18 @@ TEST_P(Matmul, DropoutBiasBackward) {
   }
 }
 
-// A linear layer's weight and bias gradients (dw += dout^T x, dbias += column sums of dout)
-// with the GEMM and bias_backward (TRIDENT_GEMM_BGRAD=0, the default) and, for 16-bit
-// gradients, through cuBLASLt's BGRADB epilogue (=1; the next test checks that the aligned
-// shape has an algorithm; the awkward one may fall back), on an aligned and an awkward shape.
-// The epilogue rounds its sums to dw's dtype before they are added onto dbias: one more
-// rounding of a 16-bit sum of `rows` values in [-1, 1] (|sum| ~ sqrt(rows / 3)), within
-// eps16 sqrt(rows). The variable is restored after.
-TEST_P(Matmul, LinearParamGradsWithAndWithoutTheBiasGradientEpilogue) {
+// A linear layer's weight and bias gradients (dw += dout^T x, dbias += column sums of dout:
+// the GEMM and bias_backward) on an aligned and an awkward shape.
+TEST_P(Matmul, LinearParamGrads) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  for (const char* bgrad : {"0", "1"}) {
-    const ScopedEnv env("TRIDENT_GEMM_BGRAD", bgrad);
-    for (const auto& [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{256, 192, 128}, {37, 129, 67}}) {
-      SCOPED_TRACE(::testing::Message() << "TRIDENT_GEMM_BGRAD=" << bgrad << " rows=" << rows << " out=" << out
-                                        << " in=" << in);
-      Pair dout = random(Shape{rows, out}, dt()), x = random(Shape{rows, in}, dt());
-      Pair dw = random(Shape{out, in}, dt()), dbias = random(Shape{out}, dt());  // the gradients so far
-      cpu().linear_param_grads(dout.cpu, x.cpu, dw.cpu, dbias.cpu);
-      gpu().linear_param_grads(dout.gpu, x.gpu, dw.gpu, dbias.gpu);
-      expect_close(dw, storage_tol(dt(), 1e-4, 1e-4), "dw");
-      Tol tol = storage_tol(dt(), 1e-5, 1e-4);
-      if (dt() != DType::F32) tol.atol += tol.rtol / 2 * std::sqrt(static_cast<double>(rows));
-      expect_close(dbias, tol, "dbias");
-    }
-  }
-}
-
-// The epilogue itself (cuda::Gemm::run_bgrad): its sums overwrite the vector they are
-// given, and cuBLASLt has a BGRADB algorithm for the 16-bit weight gradients of the shapes
-// that the tests and the bench run through it: the aligned shape of the test above, gpt2-tiny's
-// qkv and MLP up-projection (the training step's "_bgrad_epilogue" cases) and gpt2-1.3b's
-// (the bench rows). fp32 is refused (it keeps bias_backward's exact sums).
-TEST_P(Matmul, BiasGradientEpilogueOverwritesColumnSums) {
-  TRIDENT_SKIP_WITHOUT_GPU();
-  const int64_t rows = 512, out = 256, in = 64;
-  Pair dout = random(Shape{rows, out}, dt()), x = random(Shape{rows, in}, dt());
-  Pair dw = random(Shape{out, in}, dt()), sums = random(Shape{out}, dt());  // garbage for "="
-  cpu().matmul(dw.cpu, dout.cpu, x.cpu, Tensor(), true, false, true);
-  cpu().fill(sums.cpu, 0.0f);
-  cpu().bias_backward(dout.cpu, sums.cpu);
-  gpu().synchronize();
-  cuda::Gemm gemm(false);
-  const bool fused = gemm.run_bgrad(dw.gpu, dout.gpu, x.gpu, sums.gpu, nullptr);
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  if (dt() == DType::F32) {
-    EXPECT_FALSE(fused) << "fp32 weight gradients must keep bias_backward";
-    return;
-  }
-  ASSERT_TRUE(fused) << "cuBLASLt found no BGRADB algorithm for a " << dtype_name(dt()) << " weight gradient";
-  expect_close(dw, storage_tol(dt(), 1e-4, 1e-4), "dw");
-  expect_close(sums, storage_tol(dt(), 1e-5, 1e-4), "column sums");
-  for (const auto& [r, o, i] : {std::tuple<int64_t, int64_t, int64_t>{256, 192, 128}, {256, 192, 64}, {256, 256, 64},
-                                {8192, 6144, 2048}, {8192, 8192, 2048}}) {
-    Buffer g_dout = gpu().zeros(Shape{r, o}, dt()), g_x = gpu().zeros(Shape{r, i}, dt());
-    Buffer g_dw = gpu().zeros(Shape{o, i}, dt()), g_sums = gpu().zeros(Shape{o}, dt());
-    EXPECT_TRUE(gemm.run_bgrad(g_dw, g_dout, g_x, g_sums, nullptr))
-        << "no BGRADB algorithm for rows " << r << ", out " << o << ", in " << i;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (const auto& [rows, out, in] : {std::tuple<int64_t, int64_t, int64_t>{256, 192, 128}, {37, 129, 67}}) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << rows << " out=" << out << " in=" << in);
+    Pair dout = random(Shape{rows, out}, dt()), x = random(Shape{rows, in}, dt());
+    Pair dw = random(Shape{out, in}, dt()), dbias = random(Shape{out}, dt());  // the gradients so far
+    cpu().linear_param_grads(dout.cpu, x.cpu, dw.cpu, dbias.cpu);
+    gpu().linear_param_grads(dout.gpu, x.gpu, dw.gpu, dbias.gpu);
+    expect_close(dw, storage_tol(dt(), 1e-4, 1e-4), "dw");
+    expect_close(dbias, storage_tol(dt(), 1e-5, 1e-4), "dbias");
   }
 }
 

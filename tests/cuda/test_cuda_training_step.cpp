@@ -17,8 +17,6 @@
 // and then copies the CPU's bytes to the GPU anyway, so every later difference comes from
 // the step. Dropout 0.1 (attention and hidden) where the case says so: the CUDA masks
 // are drawn from the same Philox stream as the CPU's, so they must be the same elements.
-// The "_bgrad_epilogue" cases take the qkv and MLP bias gradients from the weight-gradient
-// GEMMs' cuBLASLt epilogue (TRIDENT_GEMM_BGRAD=1) instead of bias_backward.
 //
 // Tolerances (per case below; loss relative, gradients per tensor as max|diff| / max|ref|,
 // gradient norm relative; AdamW per element as explained in expect_steps_match):
@@ -77,7 +75,6 @@ struct StepCase {
   float loss_scale;  // static loss scale (fp16)
   bool tf32;         // fp32 GEMMs on TF32 tensor cores (trident-train's default)
   Tolerances tol;    // loss, grad, norm, update (see the header comment)
-  const char* env_switch = nullptr;  // a kernel setting turned on ("=1") for this case
 };
 
 void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
@@ -92,7 +89,6 @@ class CudaTrainingStep : public ::testing::TestWithParam<StepCase> {};
 TEST_P(CudaTrainingStep, MatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const StepCase& c = GetParam();
-  const cuda_test::ScopedEnv env(c.env_switch, "1");
   const StepSetup setup = step_test::tiny_step_setup(c.dtype, c.dropout, c.fp32_grads, c.loss_scale);
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0, {.allow_tf32 = c.tf32});
@@ -123,12 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{"bf16", DType::BF16, 0.0f, false, 1.0f, false, kBf16},
                       StepCase{"bf16_dropout", DType::BF16, 0.1f, false, 1.0f, false, kBf16},
                       StepCase{"bf16_fp32grads_dropout", DType::BF16, 0.1f, true, 1.0f, false, kBf16},
-                      StepCase{"fp16_scaled_dropout", DType::F16, 0.1f, false, 1024.0f, false, kFp16},
-                      // The qkv and MLP bias gradients from the weight-gradient GEMMs' epilogue.
-                      StepCase{"bf16_dropout_bgrad_epilogue", DType::BF16, 0.1f, false, 1.0f, false, kBf16,
-                               "TRIDENT_GEMM_BGRAD"},
-                      StepCase{"fp16_scaled_bgrad_epilogue", DType::F16, 0.0f, false, 1024.0f, false, kFp16,
-                               "TRIDENT_GEMM_BGRAD"}),
+                      StepCase{"fp16_scaled_dropout", DType::F16, 0.1f, false, 1024.0f, false, kFp16}),
     [](const ::testing::TestParamInfo<StepCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,6 +1,8 @@
 // GPU vs CPU: the three phases of the vocab-parallel softmax cross-entropy (and the first
 // two in one pass), on a shard with padding columns, targets owned by other shards, and
-// ignored (negative) targets.
+// ignored (negative) targets; logits_argmax on logits with many ties and NaN.
+#include <tuple>
+
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -58,6 +60,28 @@ TEST_P(Xent, ShardWithPaddingAndIgnoredTargets) {
 TEST_P(Xent, WideRows) {
   TRIDENT_SKIP_WITHOUT_GPU();
   check(9, 8192, 8192, 8000, 0.5f);
+}
+
+// Integer logits in [-3, 3] (exact in every dtype: many ties of the largest), a NaN every
+// 13 elements, the padding columns at 9 (never counted): the GPU's ids and values are the
+// CPU's, at GPT-2's vocabulary (8 sequences of a decoding step) and an awkward width.
+TEST_P(Xent, ArgmaxMatchesCpuOnTies) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  for (const auto& [N, Vl, valid] : {std::tuple<int64_t, int64_t, int64_t>{8, 50304, 50257}, {37, 129, 100}}) {
+    SCOPED_TRACE(::testing::Message() << "N=" << N << " Vl=" << Vl << " valid=" << valid);
+    std::uniform_int_distribution<int> level(-3, 3);
+    std::vector<float> v(static_cast<size_t>(N * Vl));
+    for (size_t i = 0; i < v.size(); ++i) {
+      const int64_t c = static_cast<int64_t>(i) % Vl;
+      v[i] = c >= valid ? 9.f : i % 13 == 5 ? NAN : static_cast<float>(level(rng_));
+    }
+    Pair logits = upload(Shape{N, Vl}, dt(), v), values = filled(Shape{N}, DType::F32, 7.f);
+    Pair ids = ints(Shape{N}, std::vector<int32_t>(static_cast<size_t>(N), -7));
+    cpu().logits_argmax(logits.cpu, valid, values.cpu, ids.cpu);
+    gpu().logits_argmax(logits.gpu, valid, values.gpu, ids.gpu);
+    expect_identical(ids, "ids");
+    expect_identical(values, "values");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, Xent, TRIDENT_FLOAT_DTYPES, dtype_param_name);

@@ -2,7 +2,8 @@
 // mean, rstd), its fusion with the residual add (resid, also in place over x; also with
 // the branch's dropout, which must draw dropout_forward's mask; the row-in-registers
 // forward both as the walking kernel, several rows per warp on an emulated GPU of 3 blocks,
-// with the plain forward's next rows in shared memory (TRIDENT_LN_FWD_RING=1) and one row
+// with the plain forward's next rows in shared memory (the default) or in registers
+// (TRIDENT_LN_FWD_RING=0), and one row
 // per warp (TRIDENT_LN_FWD_ROWS_PER_WARP=1), which must all give the same bits), and
 // the backward (dx, dgamma, dbeta, all +=), for awkward row counts and widths, every float
 // dtype, 16-byte vectorised and scalar paths (aligned widths with matching dtypes vs odd
@@ -282,9 +283,9 @@ struct ScopedRing : ScopedEnv {
 
 // The walking forward (several rows per warp) against the one-row-per-warp kernel
 // (TRIDENT_LN_FWD_ROWS_PER_WARP=1): the same bits of out, mean, rstd and resid for every
-// setting, and the grid each setting asks for; each setting also with TRIDENT_LN_FWD_RING=1,
-// which takes the ring kernel for the plain forward (not "1" rows per warp) and changes
-// nothing with a residual. drop_T > 0: the branch's dropout.
+// setting, and the grid each setting asks for; each setting with TRIDENT_LN_FWD_RING unset,
+// which takes the ring kernel for the plain forward (not "1" rows per warp), and 0, which
+// takes the register-walking kernel; neither changes anything with a residual. drop_T > 0: the branch's dropout.
 struct RowsPerWarpCase {
   const char* setting;  // nullptr: unset
   int64_t resident;     // blocks the emulated GPU holds
@@ -333,16 +334,16 @@ class EmulatedLayerNormWalk : public EmulatedLayerNorm {
     const std::vector<RowsPerWarpCase> cases = {
         {nullptr, 3}, {"", 1}, {"0", 2}, {"0", 0}, {"0", 1000}, {"2", 3}, {"5", 3}, {"65536", 3}};
     for (const RowsPerWarpCase& c : cases)
-      for (const char* ring : {static_cast<const char*>(nullptr), "1"}) {
+      for (const char* ring : {static_cast<const char*>(nullptr), "0"}) {
         SCOPED_TRACE(std::string(kl::kRowsPerWarpEnv) + "=" + (c.setting ? c.setting : "(unset)") + ", " +
-                     std::to_string(c.resident) + " resident blocks" + (ring ? ", TRIDENT_LN_FWD_RING=1" : ""));
+                     std::to_string(c.resident) + " resident blocks" + (ring ? ", TRIDENT_LN_FWD_RING=0" : ""));
         const Result got = run(c.setting, c.resident, ring);
         EXPECT_EQ(got.path.in_registers, in_registers);
         if (in_registers) {  // unset or empty: walking on the warps that fit (the default)
           const int per_warp = c.setting == nullptr || c.setting[0] == '\0' ? 0 : std::atoi(c.setting);
           EXPECT_EQ(got.path.walk, per_warp != 1);
           // Resident 0 stands for a GPU whose blocks cannot hold the ring: the walking kernel.
-          EXPECT_EQ(got.path.ring, ring != nullptr && !residual && per_warp != 1 && c.resident > 0);
+          EXPECT_EQ(got.path.ring, ring == nullptr && !residual && per_warp != 1 && c.resident > 0);
           const int64_t want_grid = per_warp == 0 ? std::max<int64_t>(1, std::min(blocks, c.resident))
                                                   : (N + 8 * per_warp - 1) / (8 * per_warp);
           EXPECT_EQ(got.path.grid, static_cast<unsigned>(want_grid));
@@ -384,11 +385,12 @@ TEST_P(EmulatedLayerNormWalk, AgainstCpu) {
     forward(41, 2048, dt(), false, true, false);
     forward(42, 1600, dt(), false, true, false, 6);
   }
+  forward(300, 768, dt(), false, false, false);  // the ring: 12 or 13 rows a warp through its 3 buffers
   {
-    ScopedRing ring("1");
-    SCOPED_TRACE("TRIDENT_LN_FWD_RING=1");
+    ScopedRing ring("0");  // the register-walking kernel
+    SCOPED_TRACE("TRIDENT_LN_FWD_RING=0");
     forward(41, 2048, dt(), false, false, false);
-    forward(300, 768, dt(), false, false, false);  // 12 or 13 rows a warp through the 3 buffers
+    forward(300, 768, dt(), false, false, false);
   }
   const int64_t keep = kl::resident_blocks;
   kl::resident_blocks = 1;

@@ -6,11 +6,15 @@
 // counts and widths (narrower and wider than the 256-thread block; multiples of 8 take the
 // vector path, over more than one 2048-element stride at 4104) and every float dtype.
 // Each phase starts from the CPU's results of the previous one, so each is checked alone.
+// logits_argmax (a row a 1024-thread block) against the CPU op on logits with many ties, NaN
+// and padding columns holding larger logits: the same ids and values.
 //
 // What it cannot check: the device's expf/logf precision (host libm here), fused
 // multiply-adds.
 #include "emu_cuda_xent.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
 #include "emu_test_util.h"
+
+#include <tuple>
 
 namespace trident::cuda::emu_xent {
 namespace {
@@ -68,6 +72,18 @@ void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_s
       emu::launch(dim3(rows_grid(N)), dim3(kBlock), 0, xent_loss_grad_kernel<T, kv.value>, logits.ptr<T>(),
                   targets.ptr<int32_t>(), vocab_start, Vl, valid, row_max.ptr<float>(), sumexp.ptr<float>(),
                   target_logit.ptr<float>(), losses.ptr<float>(), correct.ptr<float>(), grad_scale);
+    });
+  });
+}
+
+void logits_argmax(const Tensor& logits, int64_t valid, const Tensor& values, const Tensor& ids) {
+  const int64_t N = logits.rows(), Vl = logits.cols();
+  if (N == 0) return;
+  dispatch_float(logits.dtype, "logits_argmax", [&](auto tag) {
+    using T = decltype(tag);
+    with_vector_width<T>(logits, [&](auto kv) {
+      emu::launch(dim3(rows_grid(N)), dim3(kArgmaxBlock), 0, logits_argmax_kernel<T, kv.value>, logits.ptr<T>(), Vl,
+                  valid, values.ptr<float>(), ids.ptr<int32_t>());
     });
   });
 }
@@ -138,6 +154,29 @@ TEST_P(EmulatedXent, ShardsWithPaddingAndIgnoredTargets) {
 TEST_P(EmulatedXent, LargeLogitsNeedTheMaximum) {
   check(5, 300, 0, 300, 1.0f, 1000.f);
   check(5, 777, 2 * 777, 700, 0.5f, 1000.f);
+}
+
+// Integer logits in [-3, 3] (exact in every dtype: many ties of the largest), a NaN every
+// 13 elements, the padding columns at 9 (never counted); rows as wide as the vocabulary
+// with GPT-2's padding (50257 of 50304) and awkward ones, both vector paths.
+TEST_P(EmulatedXent, ArgmaxMatchesCpuOnTies) {
+  for (const auto& [N, Vl, valid] : {std::tuple<int64_t, int64_t, int64_t>{7, 17, 17}, {33, 136, 130},
+                                     {5, 4104, 4100}, {3, 50304, 50257}, {2, 3, 1}}) {
+    SCOPED_TRACE(shape_label(N, Vl, dt()) + " valid=" + std::to_string(valid));
+    std::uniform_int_distribution<int> level(-3, 3);
+    std::vector<float> v(static_cast<size_t>(N * Vl));
+    for (size_t i = 0; i < v.size(); ++i) {
+      const int64_t c = static_cast<int64_t>(i) % Vl;
+      v[i] = c >= valid ? 9.f : i % 13 == 5 ? NAN : static_cast<float>(level(rng_));
+    }
+    Buffer logits = from_floats(Shape{N, Vl}, dt(), v);
+    Buffer values = filled(Shape{N}, DType::F32, 7.f), e_values = filled(Shape{N}, DType::F32, 7.f);
+    Buffer ids = ints(Shape{N}, std::vector<int32_t>(N, -7)), e_ids = ints(Shape{N}, std::vector<int32_t>(N, -7));
+    cpu().logits_argmax(logits, valid, values, ids);
+    kx::logits_argmax(logits, valid, e_values, e_ids);
+    expect_close(e_ids, ids, Tol{0, 0}, "argmax ids (exact)");
+    expect_close(e_values, values, Tol{0, 0}, "argmax values (exact)");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, EmulatedXent, TRIDENT_EMU_DTYPES, dtype_param_name);

@@ -2,14 +2,16 @@
 // tests/unit/model/gpt2_reference.h: the logits after every token of several sequences,
 // decoded together one token a step or several a pass (prefill), equal the reference's
 // logits of the whole sequences at every position, also with each sequence at a position
-// of its own.
+// of its own. step_greedy's ids against most_likely on step()'s logits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
 #include "infer/decoder.h"
+#include "infer/sampler.h"
 #include "tiny_model.h"
 
 namespace trident {
@@ -179,6 +181,38 @@ TEST(Gpt2Decoder, SequencesAtTheirOwnPositionsMatchTheReference) {
   EXPECT_THROW(dec.set_position(3, 0), InternalError);
   dec.set_position(1, T);
   EXPECT_THROW(dec.step({1, 1, 1}), ConfigError);
+}
+
+// step_greedy (the draw on the device: logits_argmax) against a twin decoder's step()
+// logits and most_likely on the host, step after step with sequences at their own
+// positions, each fed its draw; bf16 too, whose rounded logits tie.
+TEST(Gpt2Decoder, GreedyStepsDrawTheMostLikelyOfTheStepsLogits) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    test::TinyModel f(dt);
+    const int B = 3, T = f.cfg.seq_length;
+    const int64_t V = f.cfg.vocab_size;
+    Gpt2Decoder on_device(f.cfg, *f.be, *f.params, B, T), on_host(f.cfg, *f.be, *f.params, B, T);
+    std::vector<int32_t> feed = {3, 1, 4};
+    for (Gpt2Decoder* dec : {&on_device, &on_host}) {  // positions 0 and 1 written, then 2, 0 and 1 next
+      dec->forward({3, 1, 4}, 1, 0);
+      dec->forward({1, 5, 9}, 1, 0);
+      for (int b = 0; b < B; ++b) dec->set_position(b, (2 + b) % 3);
+    }
+    int ties = 0;
+    for (int step = 0; step + 3 <= T; ++step) {
+      const std::vector<float>& logits = on_host.step(feed);
+      const std::vector<int32_t> got = on_device.step_greedy(feed);
+      ASSERT_EQ(got.size(), static_cast<size_t>(B));
+      for (int b = 0; b < B; ++b) {
+        const float* row = logits.data() + b * V;
+        EXPECT_EQ(got[b], most_likely(row, V, 1)[0]) << "step " << step << ", sequence " << b;
+        ties += std::count(row, row + V, row[got[b]]) > 1;
+      }
+      feed = got;
+    }
+    std::printf("%s: %d greedy draws among tied logits\n", dtype_name(dt), ties);
+  }
 }
 
 TEST(Gpt2Decoder, RejectsBadTokensAndSizes) {

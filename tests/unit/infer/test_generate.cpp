@@ -225,17 +225,19 @@ TEST(GenerateTokens, ChunkedPrefillMatchesSingleSteps) {
 // token each (lm-evaluation-harness's loglikelihood requests: echo, max_tokens 1), one pass
 // in all; with 3 tokens drawn (3, 3 and 1: the 7-token prompt has room for one), one pass
 // and 2 steps, where stepping every sequence from the shortest prompt's end took 1 + 6.
-// Each prompt's log-probabilities, top-2 ids and draws are the reference's of it alone.
+// Each prompt's log-probabilities, top-2 ids and draws are the reference's of it alone; the
+// steps' greedy draws are taken on the device (logits_argmax) when no log-probability is asked.
 TEST(GenerateTokens, RaggedPromptsGoThroughInOnePassThenDecodeAtTheirLengths) {
   test::TinyModel m(DType::F32);
   const std::vector<std::vector<int32_t>> prompts = {{4}, {3, 7, 1}, {11, 2, 5, 9, 6, 1, 8}};
   struct Case {
     int64_t max_new;
     bool logprobs;
-    int64_t passes;  // forward passes through the model
+    int64_t passes;        // forward passes through the model
+    int64_t device_draws;  // steps whose greedy draws stay on the device (logits_argmax)
   };
-  for (const Case c : {Case{0, true, 1}, Case{1, true, 1}, Case{1, false, 1}, Case{3, true, 1 + 2},
-                       Case{3, false, 1 + 2}}) {
+  for (const Case c : {Case{0, true, 1, 0}, Case{1, true, 1, 0}, Case{1, false, 1, 0}, Case{3, true, 1 + 2, 0},
+                       Case{3, false, 1 + 2, 2}}) {
     SCOPED_TRACE("max_new_tokens " + std::to_string(c.max_new) + (c.logprobs ? ", logprobs" : ""));
     ProfilingBackend counting(make_cpu_backend());  // the parameters live in host memory
     DecodeOptions o = greedy_decode(c.max_new);
@@ -244,6 +246,8 @@ TEST(GenerateTokens, RaggedPromptsGoThroughInOnePassThenDecodeAtTheirLengths) {
     std::mt19937_64 rng(1);
     const auto out = generate_tokens(m.cfg, counting, *m.params, prompts, o, rng);
     EXPECT_EQ(counting.times().at("attention").calls, c.passes * m.cfg.num_layers);
+    const auto argmax = counting.times().find("argmax");
+    EXPECT_EQ(argmax == counting.times().end() ? 0 : argmax->second.calls, c.device_draws);
     double worst = 0;
     for (size_t b = 0; b < prompts.size(); ++b) {
       const size_t length = std::min<size_t>(prompts[b].size() + c.max_new, 8);

@@ -1,4 +1,5 @@
-// sample_token: greedy and its equivalents (top-k 1 included, as Megatron), the exact
+// most_likely (ties by the lower id, with k 1 through its scan and larger k through its
+// sort); sample_token: greedy and its equivalents (top-k 1 included, as Megatron), the exact
 // distributions of temperature, top-k (ties of the k-th kept) and top-p sampling (frequencies of many draws against the probabilities computed by
 // hand), Megatron's top-p rule at its boundary (top_p_keep, and ties drawn through
 // sample_token), determinism per seed, and the flag checks.
@@ -32,6 +33,14 @@ TEST(Sampler, GreedyAndItsEquivalentsTakeTheArgmax) {
   for (SamplingOptions o : {SamplingOptions{true, 1.0, 0, 0.0}, SamplingOptions{false, 0.0, 0, 0.0},
                             SamplingOptions{false, 1.0, 1, 0.0}, SamplingOptions{false, 1.0, 0, 1e-9}})
     for (int i = 0; i < 20; ++i) EXPECT_EQ(sample_token(l.data(), 4, o, rng), 1);
+}
+
+TEST(Sampler, MostLikelyTakesTheLowerIdOfTies) {
+  const std::vector<float> l = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  EXPECT_EQ(most_likely(l.data(), 5, 1), std::vector<int32_t>({1}));
+  EXPECT_EQ(most_likely(l.data(), 5, 3), std::vector<int32_t>({1, 3, 4}));
+  EXPECT_EQ(most_likely(l.data(), 5, 0), std::vector<int32_t>());
+  EXPECT_EQ(most_likely(l.data() + 2, 3, 1), std::vector<int32_t>({1}));  // the row's own ids
 }
 
 TEST(Sampler, TemperatureOneDrawsTheSoftmax) {

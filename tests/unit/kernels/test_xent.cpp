@@ -3,6 +3,8 @@
 // grad_scale * (softmax - onehot) against the analytic double reference and against
 // central differences of grad_scale * sum(losses); and vocab-parallel use: two shards
 // whose phase results are combined by hand (MAX, SUM, SUM) reproduce the unsharded run.
+// logits_argmax (a decoding step's greedy draw) against a loop written here: ties, padding
+// columns holding larger logits, NaN logits, a row of NaN.
 #include "kernel_test_util.h"
 #include "naive_ref.h"
 
@@ -129,6 +131,39 @@ TEST_P(Xent, VocabParallelShardsMatchUnsharded) {
     }
   const double tol = dtype_tol(dt);
   expect_close(joined, g, tol * 0.1, tol, "sharded grad");
+}
+
+TEST_P(Xent, ArgmaxTakesTheFirstLargestOfTheValidColumns) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  std::vector<float> l = make_logits(3);  // padding columns hold 100
+  const auto row = [&](int64_t n) { return l.begin() + n * kPadded; };
+  std::fill(row(1), row(1) + kValid, 1.0f);  // all equal: column 0
+  row(2)[4] = row(2)[9] = 50.0f;             // a tie of the largest: the lower column
+  row(3)[0] = row(3)[5] = NAN;               // NaN never wins, also first
+  row(3)[8] = 60.0f;
+  std::fill(row(4), row(4) + kValid, NAN);  // all NaN: column 0
+  Buffer logits = upload(*be, l, Shape{kN, kPadded}, dt);
+  Buffer values = be->empty(Shape{kN}, DType::F32), ids = be->empty(Shape{kN}, DType::I32);
+  be->logits_argmax(logits, kValid, values, ids);
+  const Vec got_values = download(*be, values), got_ids = download(*be, ids);
+  const Vec held = rounded(l, dt);
+  for (int64_t n = 0; n < kN; ++n) {
+    int64_t want = 0;  // the first column of the largest non-NaN value, by a plain scan
+    bool found = false;
+    for (int64_t c = 0; c < kValid; ++c) {
+      const double x = held[n * kPadded + c];
+      if (std::isnan(x)) continue;
+      if (!found || x > held[n * kPadded + want]) want = c;
+      found = true;
+    }
+    EXPECT_EQ(got_ids[n], static_cast<double>(want)) << "row " << n;
+    const double v = held[n * kPadded + want];
+    EXPECT_TRUE(got_values[n] == v || (std::isnan(v) && std::isnan(got_values[n]))) << "row " << n;
+  }
+  EXPECT_EQ(got_ids[2], 4.0);
+  EXPECT_EQ(got_ids[3], 8.0);
+  EXPECT_THROW(be->logits_argmax(logits, 0, values, ids), std::exception);  // nothing to draw from
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, Xent, kFloatTypes, DTypeName());
