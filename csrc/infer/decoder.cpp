@@ -6,6 +6,15 @@
 #include "core/error.h"
 
 namespace trident {
+namespace {
+
+// A host vector as a CPU tensor of dtype t (the TP group's collectives on the host).
+template <typename T>
+Tensor host_tensor(std::vector<T>& v, DType t) {
+  return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, t, Device::Cpu);
+}
+
+}  // namespace
 
 int prefill_chunk(int batch, int64_t length, bool all_logits, int64_t requested) {
   const int64_t rows = all_logits ? 256 : 8192;
@@ -110,10 +119,7 @@ void Gpt2Decoder::lm_head(const Tensor& in, int64_t rows) {
   const float* all = logits_local_.data();  // [tp][rows][vocab_local]: id v on rank v / vocab_local
   if (tp_ > 1) {
     logits_all_.resize(n * static_cast<size_t>(tp_));
-    const auto host = [](std::vector<float>& v) {
-      return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::Cpu);
-    };
-    tp_comm_->allgather(host(logits_local_), host(logits_all_));
+    tp_comm_->allgather(host_tensor(logits_local_, DType::F32), host_tensor(logits_all_, DType::F32));
     all = logits_all_.data();
   }
   // Each rank's columns of each row, padding columns left out.
@@ -220,33 +226,33 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
 const std::vector<int32_t>& Gpt2Decoder::step_greedy(const std::vector<int32_t>& tokens) {
   const Tensor logits = head_logits(run_layers(tokens, 1), B_);
   const int64_t first = static_cast<int64_t>(tp_rank_) * vocab_local_;
-  const int64_t valid = std::min<int64_t>(vocab_local_, cfg_.vocab_size - first);
-  TRIDENT_CHECK(valid >= 1, "Gpt2Decoder::step_greedy: TP rank ", tp_rank_, " holds only padding of the vocabulary");
-  if (best_ids_.empty()) {
-    best_values_ = be_.empty({B_}, DType::F32);
-    best_ids_ = be_.empty({B_}, DType::I32);
+  const int64_t valid = std::min<int64_t>(vocab_local_, cfg_.vocab_size - first);  // < 1: a TP rank of padding
+  greedy_ids_.assign(static_cast<size_t>(B_), 0);
+  candidate_values_.assign(static_cast<size_t>(B_), NAN);  // a rank of padding offers no candidate
+  if (valid >= 1) {
+    if (best_ids_.empty()) {
+      best_values_ = be_.empty({B_}, DType::F32);
+      best_ids_ = be_.empty({B_}, DType::I32);
+    }
+    be_.logits_argmax(logits, valid, best_values_, best_ids_);
+    be_.copy_to_host(greedy_ids_.data(), best_ids_);
+    if (tp_ == 1) return greedy_ids_;
+    be_.copy_to_host(candidate_values_.data(), best_values_);
+    for (int32_t& id : greedy_ids_) id += static_cast<int32_t>(first);
   }
-  be_.logits_argmax(logits, valid, best_values_, best_ids_);
-  greedy_ids_.resize(static_cast<size_t>(B_));
-  be_.copy_to_host(greedy_ids_.data(), best_ids_);
-  if (tp_ == 1) return greedy_ids_;
-  // Each rank's candidate (its value, and its id as a float: exact below 2^24), gathered;
-  // the largest value wins, of equal ones the lower rank's (the lower id). NaN never wins.
-  best_local_.resize(2 * static_cast<size_t>(B_));
-  be_.copy_to_host(best_local_.data(), best_values_);
-  for (int b = 0; b < B_; ++b) best_local_[B_ + b] = static_cast<float>(greedy_ids_[b] + first);
-  best_all_.resize(best_local_.size() * static_cast<size_t>(tp_));
-  const auto host = [](std::vector<float>& v) {
-    return Tensor(v.data(), Shape{static_cast<int64_t>(v.size())}, DType::F32, Device::Cpu);
-  };
-  tp_comm_->allgather(host(best_local_), host(best_all_));
+  // Every rank's candidates; the largest value wins, of equal ones the lower rank's (the
+  // lower id). NaN never wins.
+  all_values_.resize(static_cast<size_t>(B_) * tp_);
+  all_ids_.resize(static_cast<size_t>(B_) * tp_);
+  tp_comm_->allgather(host_tensor(candidate_values_, DType::F32), host_tensor(all_values_, DType::F32));
+  tp_comm_->allgather(host_tensor(greedy_ids_, DType::I32), host_tensor(all_ids_, DType::I32));
   for (int b = 0; b < B_; ++b) {
     int best = -1;
     for (int k = 0; k < tp_; ++k) {
-      const float v = best_all_[static_cast<size_t>(k) * 2 * B_ + b];
-      if (!std::isnan(v) && (best < 0 || v > best_all_[static_cast<size_t>(best) * 2 * B_ + b])) best = k;
+      const float v = all_values_[static_cast<size_t>(k) * B_ + b];
+      if (!std::isnan(v) && (best < 0 || v > all_values_[static_cast<size_t>(best) * B_ + b])) best = k;
     }
-    greedy_ids_[b] = best < 0 ? 0 : static_cast<int32_t>(best_all_[static_cast<size_t>(best) * 2 * B_ + B_ + b]);
+    greedy_ids_[b] = best < 0 ? 0 : all_ids_[static_cast<size_t>(best) * B_ + b];
   }
   return greedy_ids_;
 }

@@ -126,8 +126,10 @@ class Gpt2Decoder {
   std::vector<float> logits_local_, logits_all_;  // [rows, vocab_local]; every rank's, rank-major
   std::vector<float> logits_host_;
   Buffer best_values_, best_ids_;  // step_greedy's logits_argmax of this rank's logits, [B]
-  std::vector<float> best_local_, best_all_;  // [values B | ids B] of this rank; every rank's
-  std::vector<int32_t> greedy_ids_;           // step_greedy's result
+  // step_greedy's candidates on the host: this rank's values and ids (the result at tp 1),
+  // every rank's, rank-major.
+  std::vector<float> candidate_values_, all_values_;
+  std::vector<int32_t> greedy_ids_, all_ids_;
   std::vector<int64_t> kept_scratch_;  // forward(tokens, T, keep)'s rows
 };
 

@@ -30,6 +30,15 @@ struct MoreLikely {
   bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
 };
 
+// The first id of the largest logit, NaN never the largest (every logit NaN: id 0), as the
+// backends' logits_argmax draws on the device.
+int32_t first_largest(const float* logits, int64_t n) {
+  int64_t best = -1;
+  for (int64_t v = 0; v < n; ++v)
+    if (best < 0 ? !std::isnan(logits[v]) : logits[v] > logits[best]) best = v;
+  return static_cast<int32_t>(best < 0 ? 0 : best);
+}
+
 }  // namespace
 
 double log_sum_exp(const float* logits, int64_t n) {
@@ -41,9 +50,8 @@ double log_sum_exp(const float* logits, int64_t n) {
 
 std::vector<int32_t> most_likely(const float* logits, int64_t n, int k) {
   TRIDENT_CHECK(k >= 0 && k <= n, "most_likely: ", k, " of ", n, " logits");
-  // One id, the greedy draw of every decoding step: a scan (max_element keeps the first of
-  // equal logits, the lower id), not a sort of 50K ids (~50 us a sequence on a CPU core).
-  if (k == 1) return {static_cast<int32_t>(std::max_element(logits, logits + n) - logits)};
+  // One id, a greedy draw: a scan, not a sort of 50K ids (~50 us a sequence on a CPU core).
+  if (k == 1) return {first_largest(logits, n)};
   std::vector<int32_t> ids(static_cast<size_t>(n));
   std::iota(ids.begin(), ids.end(), 0);
   std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), MoreLikely{logits});
@@ -54,8 +62,7 @@ std::vector<int32_t> most_likely(const float* logits, int64_t n, int k) {
 int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, std::mt19937_64& rng) {
   TRIDENT_CHECK(n > 0, "sample_token: empty logits");
   // Megatron samples top-k 1 as greedy: the first largest logit.
-  if (draws_greedily(o))
-    return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+  if (draws_greedily(o)) return first_largest(logits, n);
   // Candidates by decreasing logit (ties: lower id first). Top-k keeps the first k and, as
   // Megatron and Hugging Face (logits below the k-th largest are dropped), every other token
   // whose logit equals the k-th (likely with 16-bit logits).

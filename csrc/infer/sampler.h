@@ -44,7 +44,8 @@ int32_t sample_token(const float* logits, int64_t n, const SamplingOptions& o, s
 double log_sum_exp(const float* logits, int64_t n);
 
 // The k most likely of n logits (k <= n), most likely first, ties by the lower id (the order
-// sample_token draws in).
+// sample_token draws in). One (k 1, the greedy draw, also sample_token's) is never a NaN
+// logit unless every logit is NaN (then id 0), as the backends' logits_argmax.
 std::vector<int32_t> most_likely(const float* logits, int64_t n, int k);
 
 }  // namespace trident

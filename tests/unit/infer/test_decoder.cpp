@@ -185,7 +185,7 @@ TEST(Gpt2Decoder, SequencesAtTheirOwnPositionsMatchTheReference) {
 
 // step_greedy (the draw on the device: logits_argmax) against a twin decoder's step()
 // logits and most_likely on the host, step after step with sequences at their own
-// positions, each fed its draw; bf16 too, whose rounded logits tie.
+// positions, each fed its draw, in fp32 and bf16 (ties are the kernel tests' part).
 TEST(Gpt2Decoder, GreedyStepsDrawTheMostLikelyOfTheStepsLogits) {
   for (DType dt : {DType::F32, DType::BF16}) {
     SCOPED_TRACE(dtype_name(dt));
@@ -199,7 +199,6 @@ TEST(Gpt2Decoder, GreedyStepsDrawTheMostLikelyOfTheStepsLogits) {
       dec->forward({1, 5, 9}, 1, 0);
       for (int b = 0; b < B; ++b) dec->set_position(b, (2 + b) % 3);
     }
-    int ties = 0;
     for (int step = 0; step + 3 <= T; ++step) {
       const std::vector<float>& logits = on_host.step(feed);
       const std::vector<int32_t> got = on_device.step_greedy(feed);
@@ -207,11 +206,9 @@ TEST(Gpt2Decoder, GreedyStepsDrawTheMostLikelyOfTheStepsLogits) {
       for (int b = 0; b < B; ++b) {
         const float* row = logits.data() + b * V;
         EXPECT_EQ(got[b], most_likely(row, V, 1)[0]) << "step " << step << ", sequence " << b;
-        ties += std::count(row, row + V, row[got[b]]) > 1;
       }
       feed = got;
     }
-    std::printf("%s: %d greedy draws among tied logits\n", dtype_name(dt), ties);
   }
 }
 

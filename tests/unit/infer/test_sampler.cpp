@@ -41,6 +41,14 @@ TEST(Sampler, MostLikelyTakesTheLowerIdOfTies) {
   EXPECT_EQ(most_likely(l.data(), 5, 3), std::vector<int32_t>({1, 3, 4}));
   EXPECT_EQ(most_likely(l.data(), 5, 0), std::vector<int32_t>());
   EXPECT_EQ(most_likely(l.data() + 2, 3, 1), std::vector<int32_t>({1}));  // the row's own ids
+  // A NaN logit is never the greedy draw (as logits_argmax on a device), also when first.
+  const std::vector<float> nan_first = {NAN, 2.0f, NAN, 2.0f}, all_nan = {NAN, NAN};
+  EXPECT_EQ(most_likely(nan_first.data(), 4, 1), std::vector<int32_t>({1}));
+  EXPECT_EQ(most_likely(all_nan.data(), 2, 1), std::vector<int32_t>({0}));
+  std::mt19937_64 rng(1);
+  SamplingOptions greedy;
+  greedy.greedy = true;
+  EXPECT_EQ(sample_token(nan_first.data(), 4, greedy, rng), 1);
 }
 
 TEST(Sampler, TemperatureOneDrawsTheSoftmax) {
