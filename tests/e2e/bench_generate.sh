@@ -3,7 +3,8 @@
 # tokens each: the prefill line counts 40 prompt tokens, the decode line 7 steps (the last
 # token drawn is not fed back), both rates positive; with --generate-ragged, prompts of 10 and
 # 20 tokens: one pass + 7 steps each at its own length, 17 steps from the shortest prompt's
-# end. Refused, one line and exit 2: prompt + new tokens past the learned positions, ragged
+# end; the decode profile line: per step the 2 layers' attention calls and one greedy draw on
+# the device (logits_argmax), and the time outside the ops. Refused, one line and exit 2: prompt + new tokens past the learned positions, ragged
 # prompts + new tokens past the sequence length, --generate with --kernels, with tensor
 # parallelism.
 #   tests/e2e/bench_generate.sh <trident-bench> <repo>
@@ -20,6 +21,9 @@ awk '/^prefill: 40 tokens in / { p = ($8 > 0) } /^decode: 7 steps in / { d = ($8
      END { exit !(p && d) }' <<<"$out" || { echo "FAIL: the prefill and decode lines"; exit 1; }
 grep -qE "^ragged: prompts of 10\.\.20 tokens, 8 new: each at its own length [0-9.]+ ms \(1 pass \+ 7 steps\) \| every \
 sequence a step from the shortest prompt [0-9.]+ ms \(17 steps\) \| [0-9.]+x$" <<<"$out" || { echo "FAIL: the ragged line"; exit 1; }
+profile=$(grep -E "^decode profile \(every op synchronised\): [0-9.]+ ms a step: .*; outside the ops -?[0-9.]+ ms$" <<<"$out")
+grep -qE "(: |, )attention [0-9.]+ ms x2(,|;)" <<<"$profile" && grep -qE "(: |, )argmax [0-9.]+ ms x1(,|;)" <<<"$profile" ||
+  { echo "FAIL: the decode profile line"; exit 1; }
 refused() {  # refused <what the message names> <flags...>
   local want=$1 err rc
   shift
