@@ -2,7 +2,9 @@
 // and unconditional samples. A batch of contexts of one length is fed in passes of many
 // positions (prefill); then each sequence draws its next tokens, one position a step, until
 // it draws <|endoftext|> (unless told to ignore it), has `max_new_tokens`, or context +
-// generated fills the model's sequence length.
+// generated fills the model's sequence length. A greedy step whose logits are wanted for
+// nothing else (no log-probabilities, no adjust_logits) draws on the device
+// (Gpt2Decoder::step_greedy): the same tokens, B ids to the host instead of B rows of logits.
 //
 // The length rule: a sequence never holds more than cfg.seq_length tokens, context
 // included, so every token of a sample has a position the model was trained at and the
