@@ -99,10 +99,7 @@ void Gpt2Decoder::row_parallel(const Tensor& out, const Tensor& in, const std::s
 
 Tensor Gpt2Decoder::head_logits(const Tensor& in, int64_t rows) {
   const int64_t Vl = vocab_local_;
-  if (logits_.empty() || logits_.t().shape[0] < rows) {  // grows to the most rows kept
-    logits_ = be_.empty({rows, Vl}, cfg_.dtype);
-    logits_bytes_.resize(logits_.t().nbytes());
-  }
+  if (logits_.empty() || logits_.t().shape[0] < rows) logits_ = be_.empty({rows, Vl}, cfg_.dtype);  // grows
   const Tensor logits = rows_of(logits_, rows, Vl);
   be_.matmul(logits, in, p("wte"), Tensor(), false, true, false);  // tied LM head, this rank's rows
   return logits;
@@ -111,6 +108,7 @@ Tensor Gpt2Decoder::head_logits(const Tensor& in, int64_t rows) {
 void Gpt2Decoder::lm_head(const Tensor& in, int64_t rows) {
   const int64_t V = cfg_.vocab_size, Vl = vocab_local_;
   const Tensor logits = head_logits(in, rows);
+  logits_bytes_.resize(logits.nbytes());  // the host copy: lm_head's alone (step_greedy keeps logits on the device)
   be_.copy_to_host(logits_bytes_.data(), logits);
   const size_t n = static_cast<size_t>(rows * Vl);
   logits_local_.resize(n);
