@@ -352,7 +352,8 @@ largest_tuned=""
 # tile variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels (the defaults on
 # this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's, the wgmma
 # backward with dQ by atomics WgmmaAtomicDqMatchesCpu's, the two-warpgroup blocks (any of
-# the TRIDENT_ATTN_*_WG=2) WgmmaTwoWarpgroupsMatchCpu's.
+# the TRIDENT_ATTN_*_WG=2) WgmmaTwoWarpgroupsMatchCpu's, the warp-specialized forward
+# (TRIDENT_ATTN_FWD_WS=1) WgmmaWarpSpecializedMatchesCpu's.
 # did_not_pass <test>: ctest.log names it failed, timed out, crashed or not run, or the
 # tests were cut off by GPU_CHECK_TESTS_S and no line says that it passed.
 did_not_pass() {
@@ -362,7 +363,8 @@ did_not_pass() {
 }
 unverified=""
 variant_notes=()
-for t in TunedVariantsMatchCpu WgmmaMatchesCpu WgmmaAtomicDqMatchesCpu WgmmaTwoWarpgroupsMatchCpu; do
+for t in TunedVariantsMatchCpu WgmmaMatchesCpu WgmmaAtomicDqMatchesCpu WgmmaTwoWarpgroupsMatchCpu \
+  WgmmaWarpSpecializedMatchesCpu; do
   did_not_pass "$t" && variant_notes+=("UNVERIFIED: CudaAttention.$t did not pass (see ctest.log): its variants' rows time kernels that may be wrong")
 done
 did_not_pass TunedVariantsMatchCpu &&
@@ -373,6 +375,8 @@ wgmma_atomic_ok=1  # the wgmma backward with dQ by atomics (opt-in) has a test o
 did_not_pass WgmmaAtomicDqMatchesCpu && wgmma_atomic_ok=0
 wgmma_2wg_ok=1  # likewise the two-warpgroup blocks of any kernel (opt-in)
 did_not_pass WgmmaTwoWarpgroupsMatchCpu && wgmma_2wg_ok=0
+wgmma_ws_ok=1  # and the warp-specialized forward (opt-in)
+did_not_pass WgmmaWarpSpecializedMatchesCpu && wgmma_ws_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
 declare -A opt_in_test=([TRIDENT_LN_FWD_RING=0]=RowsPerWarpSameBits)
@@ -406,6 +410,9 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
       tiles=""
     elif ((!wgmma_2wg_ok)) && [[ $tiles == *_WG=2* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaTwoWarpgroupsMatchCpu did not pass")
+      tiles=""
+    elif ((!wgmma_ws_ok)) && [[ $tiles == *FWD_WS=1* ]]; then
+      tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaWarpSpecializedMatchesCpu did not pass")
       tiles=""
     fi
     [[ $tiles == defaults ]] && tiles=""
@@ -463,6 +470,14 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-stalls.log" 2>&1
   stall_rc=$?
+  # ... and head dim 64's default forward beside the warp-specialized one (an opt-in): the
+  # default's rows ("attention fwd", "attn fwd, wgmma") come first, then the opt-in's. (ncu
+  # demangles template arguments as "(int)64".)
+  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
+    -k 'regex:attn_fwd_(wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64, (\(int\))?1>|ws_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64>)' \
+    -c 3 \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # Head dim 64's wgmma backward kernels with 64-row tiles, in the table's order: the dK/dV
   # and dQ kernels of the default and the wgmma rows, the dQ kernel of the 32-query row, and
   # the dK/dV kernel that adds dQ by atomics (an opt-in; its float atomics into L2 are what
@@ -471,7 +486,7 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
   # again when a row that matches is added before them; 90 s for the 13). Appended to
   # ncu-attention.log (at most 8 files come back from $OUT).
   timeout 90 "$ncu_bin" --clock-control none --kernel-name-base demangled \
-    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, 64, 64' -c 13 --section SpeedOfLight \
+    -k 'regex:attn_bwd_(dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64' -c 13 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -663,6 +678,20 @@ target_lines() {
   if [[ -n $fwd && -n $two_fwd ]]; then
     echo "  (beside it) head dim 64 forward with two warpgroups a block (TRIDENT_ATTN_FWD_WG=2): $two_fwd ms" \
       "against the default's $fwd ms"
+  fi
+  # The warp-specialized forward (opt-in until timed: PERFORMANCE.md, 2026-12-04 fourth task),
+  # 64- and 128-key tiles.
+  ws_fwd=$(d64 'attn fwd, warp-specialized' '$(NF-3)')
+  ws_fwd128=$(d64 'attn fwd, warp-spec, 128 keys' '$(NF-3)')
+  if [[ -n $fwd && -n $ws_fwd$ws_fwd128 ]]; then
+    echo "  (beside it) head dim 64 warp-specialized forward (TRIDENT_ATTN_FWD_WS=1, 64 / 128 keys):" \
+      "${ws_fwd:--} / ${ws_fwd128:--} ms against the default's $fwd ms"
+  fi
+  long_fwd=$(d64 'attention fwd, 16x T' '$(NF-2)')
+  long_ws=$(d64 'attn fwd, warp-spec, 16x T' '$(NF-2)')
+  if [[ -n $long_fwd && -n $long_ws ]]; then
+    echo "  (beside it) head dim 64 forward at T 16384: warp-specialized $long_ws TFLOP/s against the default's" \
+      "$long_fwd TFLOP/s"
   fi
   if [[ -n $bwd && -n $two_dq$two_dkdv$two_both$two_atomic ]]; then
     echo "  (beside it) head dim 64 backward with two warpgroups a block (TRIDENT_ATTN_BWD_WGMMA=1 and" \

@@ -46,9 +46,10 @@
 //
 // Where it is (kernels/cuda/attention/, in the order they build on each other):
 //   attn_params.cuh           AttnParams, the dropout draws
-//   attn_ptx.cuh              inline-PTX primitives (cp.async, ldmatrix, mma.sync, wgmma)
+//   attn_ptx.cuh              inline-PTX primitives (cp.async, ldmatrix, mma.sync, wgmma, mbarriers)
 //   attn_tiles.cuh            tile helpers shared by the tensor-core kernels, masks, swizzle
 //   attn_forward.cuh          forward: mma.sync and wgmma kernels
+//   attn_forward_ws.cuh       forward: the warp-specialized wgmma kernel (producer warp, K/V ring)
 //   attn_backward_dkdv.cuh    pass 2: mma.sync and wgmma kernels, atomic dQ
 //   attn_backward_dq.cuh      pass 3: mma.sync and wgmma kernels
 //   attn_backward_passes.cuh  pass 1 (delta), documents' ends, the atomic dQ's zero and store
@@ -165,11 +166,12 @@ AttnTiles tiles_from_env(int D) {
   const int fwd = env_switch("TRIDENT_ATTN_FWD_WGMMA"), bwd = env_switch("TRIDENT_ATTN_BWD_WGMMA");
   const bool mma_fwd_asked = t.fwd_wm != 1 || t.fwd_bk != 0 || t.fwd_nb != 1;  // wgmma's 128 keys: FWD_WGMMA=1
   const bool mma_bwd_asked = t.dkdv_nb != 1 || t.dq_atomic || t.dkdv_bq != 0 || t.dq_bk != 0;
-  t.fwd_wgmma = fwd == 1 || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
+  t.fwd_ws = env_flag("TRIDENT_ATTN_FWD_WS");  // a wgmma kernel: implies FWD_WGMMA=1
+  t.fwd_wgmma = fwd == 1 || t.fwd_ws || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
   t.bwd_wgmma = bwd == 1 || (bwd < 0 && D > 32 && !mma_bwd_asked && wgmma_available());
-  TRIDENT_CHECK((fwd != 1 && bwd != 1) || wgmma_available(),
-                "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA need a compute capability 9.0 GPU "
-                "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
+  TRIDENT_CHECK((fwd != 1 && bwd != 1 && !t.fwd_ws) || wgmma_available(),
+                "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA / TRIDENT_ATTN_FWD_WS need a compute "
+                "capability 9.0 GPU and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
   return t;
 }
 
@@ -182,7 +184,7 @@ std::string describe(const AttnTiles& t) {
          " TRIDENT_ATTN_BWD_ATOMIC=" + std::to_string(t.dq_atomic) +
          " TRIDENT_ATTN_FWD_WG=" + std::to_string(t.fwd_wg) + " TRIDENT_ATTN_BWD_WG=" + std::to_string(t.dkdv_wg) +
          " TRIDENT_ATTN_DQ_WG=" + std::to_string(t.dq_wg) +
-         " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma) +
+         " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma) + " TRIDENT_ATTN_FWD_WS=" + std::to_string(t.fwd_ws) +
          " TRIDENT_ATTN_BWD_WGMMA=" + std::to_string(t.bwd_wgmma);
 }
 

@@ -237,11 +237,11 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
 // it was (even on a throw).
 constexpr const char* kWgmmaVars[] = {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
                                       "TRIDENT_ATTN_DKDV_BQ",   "TRIDENT_ATTN_BWD_ATOMIC", "TRIDENT_ATTN_FWD_WG",
-                                      "TRIDENT_ATTN_BWD_WG",    "TRIDENT_ATTN_DQ_WG"};
+                                      "TRIDENT_ATTN_BWD_WG",    "TRIDENT_ATTN_DQ_WG",      "TRIDENT_ATTN_FWD_WS"};
 struct RestoreWgmmaVars {
-  const ScopedEnv vars[8] = {{kWgmmaVars[0], nullptr}, {kWgmmaVars[1], nullptr}, {kWgmmaVars[2], nullptr},
+  const ScopedEnv vars[9] = {{kWgmmaVars[0], nullptr}, {kWgmmaVars[1], nullptr}, {kWgmmaVars[2], nullptr},
                              {kWgmmaVars[3], nullptr}, {kWgmmaVars[4], nullptr}, {kWgmmaVars[5], nullptr},
-                             {kWgmmaVars[6], nullptr}, {kWgmmaVars[7], nullptr}};
+                             {kWgmmaVars[6], nullptr}, {kWgmmaVars[7], nullptr}, {kWgmmaVars[8], nullptr}};
 };
 
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there for
@@ -314,6 +314,26 @@ TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
     };
     check_forward(std::string("wgmma, two warpgroups, ") + variant + " ", two);
     check_backward(std::string("wgmma, two warpgroups, ") + variant + " ", two);
+  }
+}
+
+// The warp-specialized wgmma forward (TRIDENT_ATTN_FWD_WS=1: a producer warp, a ring of K/V
+// stages, P V under the next tile's softmax; head dims above 32, 64-key tiles and at D 64
+// also 128; the others run the defaults), apart from WgmmaMatchesCpu so that gpu-check can
+// tell this opt-in's result from the defaults'.
+TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
+  TRIDENT_SKIP_WITHOUT_SM90();
+  const RestoreWgmmaVars restore;
+  for (const bool other_tile : {false, true}) {
+    const auto ws = [other_tile](const AttnCase& c) {
+      for (const char* v : kWgmmaVars) ::unsetenv(v);
+      if (c.D <= 32) return;
+      ::setenv("TRIDENT_ATTN_FWD_WS", "1", 1);
+      if (other_tile && c.D <= 64) ::setenv("TRIDENT_ATTN_FWD_BK", "128", 1);
+    };
+    check_forward(other_tile ? "warp-specialized, 128 keys " : "warp-specialized ", ws);
   }
 }
 

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -92,6 +93,16 @@ struct Barrier {
   unsigned gen = 0;
 };
 
+// An mbarrier (the warp-specialized forward's pipeline), kept beside the block by the address
+// of its 8 bytes of shared memory: `pending` arrivals complete the phase; `phases` counts the
+// completed ones, and `done.gen` moves with it, so that a fiber waiting for a phase is blocked
+// for the scheduler as at a __syncthreads.
+struct Mbarrier {
+  int count = 0, pending = 0;
+  unsigned phases = 0;
+  Barrier done;
+};
+
 struct Block {
   std::vector<Fiber> fibers;
   int cur = -1;
@@ -101,6 +112,8 @@ struct Block {
   uint64_t slot[kMaxBlockThreads][8] = {};  // per-thread mailbox for warp collectives
   const void* addr[kMaxBlockThreads] = {};  // ldmatrix row addresses
   std::vector<unsigned char> smem;
+  std::map<const void*, Mbarrier> mbarriers;
+  Barrier round;  // its gen moves at each scheduling round: a fiber waiting on it sits the round out
 };
 
 inline Block* g_block = nullptr;
@@ -143,6 +156,16 @@ V __shfl_xor_sync(unsigned, V v, int o) {
   emu::warp_sync();
   V r;
   std::memcpy(&r, emu::lane_slot(emu::lane() ^ o), sizeof(V));
+  emu::warp_sync();
+  return r;
+}
+
+template <class V>
+V __shfl_sync(unsigned, V v, int src) {
+  std::memcpy(emu::my_slot(), &v, sizeof(V));
+  emu::warp_sync();
+  V r;
+  std::memcpy(&r, emu::lane_slot(src & 31), sizeof(V));
   emu::warp_sync();
   return r;
 }
@@ -224,6 +247,69 @@ inline void cp_async_wait() {
     f.groups.erase(f.groups.begin());
   }
 }
+// ---- mbarriers ------------------------------------------------------------------------------
+inline emu::Mbarrier& mbarrier(uint64_t* bar) {
+  check_smem(bar, 8);
+  auto it = emu::g_block->mbarriers.find(bar);
+  if (it == emu::g_block->mbarriers.end()) {
+    std::fprintf(stderr, "emulated kernel: an mbarrier used before mbar_init\n");
+    std::abort();
+  }
+  return it->second;
+}
+inline void mbar_init(uint64_t* bar, int count) {
+  check_smem(bar, 8);
+  emu::Mbarrier& m = emu::g_block->mbarriers[bar];
+  m.count = m.pending = count;
+  m.phases = 0;
+}
+inline void fence_mbar_init() {}
+inline void arrive_on(uint64_t* bar) {
+  emu::Mbarrier& m = mbarrier(bar);
+  if (--m.pending == 0) {
+    m.pending = m.count;
+    ++m.phases;
+    ++m.done.gen;
+  }
+}
+// A thread's arrival ends its turn until the next scheduling round, so that the other warps
+// run between it and its next steps: a producer can refill a released stage (both of its
+// tiles: its cp.async arrivals do not yield) before the releasing consumer's in-flight
+// products complete, so releasing a stage early shows up as a wrong result.
+inline void mbar_arrive(uint64_t* bar) {
+  arrive_on(bar);
+  emu::Fiber& me = emu::g_block->fibers[threadIdx.x];
+  me.waiting = &emu::g_block->round;
+  me.wait_gen = emu::g_block->round.gen;
+  emu::yield();
+  me.waiting = nullptr;
+}
+// Blocks while the phase of this parity is the one in progress.
+inline void mbar_wait(uint64_t* bar, uint32_t parity) {
+  emu::Mbarrier& m = mbarrier(bar);
+  emu::Fiber& me = emu::g_block->fibers[threadIdx.x];
+  while ((m.phases & 1u) == parity) {
+    me.waiting = &m.done;
+    me.wait_gen = m.done.gen;
+    emu::yield();
+  }
+  me.waiting = nullptr;
+}
+// Every copy this thread issued lands (committed or not), then one arrival: the latest moment
+// the hardware may deliver them, so a consumer reading before its wait sees the poison.
+inline void cp_async_wait_all() {
+  auto& f = emu::g_block->fibers[threadIdx.x];
+  for (const auto& g : f.groups)
+    for (const auto& c : g) do_copy(c);
+  for (const auto& c : f.open) do_copy(c);
+  f.groups.clear();
+  f.open.clear();
+}
+inline void cp_async_mbar_arrive_noinc(uint64_t* bar) {
+  cp_async_wait_all();
+  arrive_on(bar);
+}
+
 inline uint32_t ld16(const void* row, int i) {
   const char* p = static_cast<const char*>(row) + 2 * i;
   check_smem(p, 2);
@@ -467,6 +553,7 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
       for (int w = 0; w < warps; ++w) order[w] = w;
       for (bool running = true; running;) {
         running = false;
+        ++block->round.gen;  // fibers that sat out the last round (mbar_arrive) run again
         bool round_progressed = false;
         std::shuffle(order, order + warps, order_rng);
         for (int oi = 0; oi < warps; ++oi) {
@@ -844,6 +931,12 @@ TEST_P(EmulatedAttention, Wgmma) {
       two.dkdv_bq = other_tiles ? 32 : 0;
     }
     run_case<__nv_bfloat16>(c, true, seed++, two);
+    // The warp-specialized forward (a producer warp, mbarriers, P V under the next tile's
+    // softmax), with D 64's two key tiles alternately.
+    AttnTiles ws;
+    ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = true;
+    ws.fwd_bk = other_tiles && c.D <= 64 ? 128 : 0;
+    run_case<__half>(c, true, seed++, ws);
     if (c.D > 64) continue;
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
     atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
@@ -860,10 +953,11 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   p.H = 1;
   p.T = 64;
   int launches = 0;
-  int two_warpgroup_launches = 0;
+  int two_warpgroup_launches = 0, warp_specialized_launches = 0;
   auto count = [&](auto, unsigned, unsigned, int, int threads = 128) {
     ++launches;
     two_warpgroup_launches += threads == 256;
+    warp_specialized_launches += threads == kWsThreads;
   };
   for (int D : {32, 64, 128}) {
     p.D = D;
@@ -943,6 +1037,18 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     EXPECT_EQ(plan_forward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
     t.fwd_wg = 3;
     EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.fwd_ws = true;  // the warp-specialized forward: a wgmma kernel, D 64 and 128, both key tiles, one warpgroup
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.fwd_wgmma = true;
+    EXPECT_EQ(plan_forward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.fwd_bk = 128;  // D 64 only
+    EXPECT_EQ(plan_forward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.fwd_bk = 32;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.fwd_bk = 0;
+    t.fwd_wg = 2;
+    EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
@@ -951,9 +1057,11 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // with 64-query dK/dV tiles, and D 64's with 32 asked for; three for D 64's atomic dQ.
   // Plus D 64's two-warpgroup dK/dV kernels: 2 + 2 + 3 launches, one of each 256 threads;
   // and for D 64 and 128 the two-warpgroup dQ kernel (2 launches, one of 256 threads) and
-  // forwards (1 + 1, 256 threads).
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4);
+  // forwards (1 + 1, 256 threads); and the warp-specialized forwards (2 for D 64, 1 for D
+  // 128; 160 threads).
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3);
   EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3);
+  EXPECT_EQ(warp_specialized_launches, 3);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every

@@ -50,6 +50,9 @@ if [[ $1 == --kernels ]]; then
   echo "attn fwd+bwd, dropout 0.1    B16 T1024 H32 D64 bf16                 3.0653   78.5 TF/s      9.9%"
   echo "attention fwd+bwd, 4x T      B4 T4096 H32 D64 bf16                  6.1000  157.7 TF/s     19.9%"
   echo "attention fwd+bwd, 16x T     B1 T16384 H32 D64 bf16                22.000  174.9 TF/s     22.1%"
+  echo "attn fwd, warp-specialized   B16 T1024 H32 D64 bf16                 0.3600  190.8 TF/s     23.9%"
+  echo "attention fwd, 16x T         B1 T16384 H32 D64 bf16                 4.2000  261.8 TF/s     32.8%"
+  echo "attn fwd, warp-spec, 16x T   B1 T16384 H32 D64 bf16                 4.4000  249.9 TF/s     31.3%"
   if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
     echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
     exit 134
@@ -114,6 +117,10 @@ grep -q "^    (beside it) head dim 64 forward with two warpgroups a block (TRIDE
   "$work/ok.log" || fail "no line for the two-warpgroup forward"
 grep -q "^    (beside it) head dim 64 backward with two warpgroups a block (.*): 1.0300 / 1.0100 / - / 0.8500 ms against the default's 1.0690 ms$" \
   "$work/ok.log" || fail "no line for the two-warpgroup backward"
+grep -q "^    (beside it) head dim 64 warp-specialized forward (TRIDENT_ATTN_FWD_WS=1, 64 / 128 keys): 0.3600 / - ms against the default's 0.3300 ms$" \
+  "$work/ok.log" || fail "no line for the warp-specialized forward"
+grep -q "^    (beside it) head dim 64 forward at T 16384: warp-specialized 249.9 TFLOP/s against the default's 261.8 TFLOP/s$" \
+  "$work/ok.log" || fail "no line for the warp-specialized forward at T 16384"
 n=$(grep -c "^  gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: 40.4% (target 50%: no)$" "$work/ok.log")
 ((n == 1)) || fail "$n MFU target lines, expected 1 (the default-tile gpt2-1.3b bf16 row only)"
 echo "ok: default, tuned and accumulating runs as expected; the targets are read off the tables"
@@ -176,6 +183,9 @@ kept_out two_wg "59/138 Test #59: Dtypes/CudaAttention.WgmmaTwoWarpgroupsMatchCp
 kept_out two_wg_fwd "59/138 Test #59: Dtypes/CudaAttention.WgmmaTwoWarpgroupsMatchCpu/bf16 ...***Failed   0.9 sec" \
   "TRIDENT_ATTN_FWD_WGMMA=1 TRIDENT_ATTN_FWD_WG=2" FWD_WG= WgmmaTwoWarpgroupsMatchCpu
 echo "ok: a two-warpgroup test that did not pass keeps those blocks (forward or backward) out of training"
+kept_out warp_specialized "60/138 Test #60: Dtypes/CudaAttention.WgmmaWarpSpecializedMatchesCpu/bf16 ...***Failed   0.9 sec" \
+  "TRIDENT_ATTN_FWD_WS=1" FWD_WS= WgmmaWarpSpecializedMatchesCpu
+echo "ok: a warp-specialized forward test that did not pass keeps that forward out of training"
 
 : >"$work/calls"
 # Two opt-in kernels beat the rows they would replace (the register-walking LayerNorm and a

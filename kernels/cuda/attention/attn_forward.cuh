@@ -11,18 +11,17 @@
 namespace trident::cuda {
 namespace {
 
-// One key tile of the forward's online softmax for a warp's 16 query rows [wrow, wrow + 16):
-// s holds their raw scores against keys [k0, k0 + 8 NT) in the C layout of m16n8 tiles.
-// Masks hidden keys, moves the rows' reference maxima m when a score passes them by more
-// than kMaxSlack (rescaling the output o and the partial sums l), turns s into P (times the
-// dropout factors of keep, attn_keep_rows' bits) and adds P's row sums to l. The caller
-// turns s into the A operand of P V. b: the sample (its documents' first keys). Shared by
-// the mma.sync and the wgmma kernels: a warp's accumulator fragments have the same layout in
-// both.
-template <typename T, int NT, int DP>
-__device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)[NT][4], float (&o)[DP / 8][4],
-                                                 float (&m)[2], float (&l)[2], int wrow, int k0, int lane,
-                                                 const KeepBits<NT>& keep, int b) {
+// One key tile of the forward's online softmax for a warp's 16 query rows [wrow, wrow + 16),
+// all but the output: s holds their raw scores against keys [k0, k0 + 8 NT) in the C layout
+// of m16n8 tiles. Masks hidden keys, moves the rows' reference maxima m when a score passes
+// them by more than kMaxSlack (rescaling the partial sums l), turns s into P (times the
+// dropout factors of keep, attn_keep_rows' bits) and adds P's row sums to l. Returns whether
+// m moved (warp-uniform); then the output rows must be multiplied by al (rescale_rows)
+// before P V is added to them. b: the sample (its documents' first keys).
+template <typename T, int NT>
+__device__ __forceinline__ bool fwd_softmax_scores(const AttnParams& p, float (&s)[NT][4], float (&m)[2],
+                                                   float (&l)[2], float (&al)[2], int wrow, int k0, int lane,
+                                                   const KeepBits<NT>& keep, int b) {
   mask_row_tile<NT>(p, s, b, wrow, k0, lane);
   float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
@@ -39,22 +38,17 @@ __device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)
   // The warp rescales its output and sums only when some row's maximum passes the
   // reference m by more than kMaxSlack (the FlashAttention-4 way); otherwise m stays,
   // and P = 2^(s - m) <= 2^kMaxSlack. O and l share m, so the result is the same.
-  if (__any_sync(0xffffffffu, mx0 > m[0] + kMaxSlack || mx1 > m[1] + kMaxSlack)) {
+  const bool moved = __any_sync(0xffffffffu, mx0 > m[0] + kMaxSlack || mx1 > m[1] + kMaxSlack);
+  al[0] = al[1] = 1.f;
+  if (moved) {
     const float mn0 = fmaxf(m[0], mx0), mn1 = fmaxf(m[1], mx1);
     // A row with nothing visible yet keeps m = -inf (and O = l = 0).
-    const float al0 = mn0 == -INFINITY ? 1.f : exp2_ftz(m[0] - mn0);
-    const float al1 = mn1 == -INFINITY ? 1.f : exp2_ftz(m[1] - mn1);
+    al[0] = mn0 == -INFINITY ? 1.f : exp2_ftz(m[0] - mn0);
+    al[1] = mn1 == -INFINITY ? 1.f : exp2_ftz(m[1] - mn1);
     m[0] = mn0;
     m[1] = mn1;
-    l[0] *= al0;
-    l[1] *= al1;
-#pragma unroll
-    for (int nt = 0; nt < DP / 8; ++nt) {
-      o[nt][0] *= al0;
-      o[nt][1] *= al0;
-      o[nt][2] *= al1;
-      o[nt][3] *= al1;
-    }
+    l[0] *= al[0];
+    l[1] *= al[1];
   }
   // P = 2^(s scale_log2 - m): one FFMA and one MUFU an element. m = -inf: subtract 0.
   const float ms0 = m[0] == -INFINITY ? 0.f : m[0], ms1 = m[1] == -INFINITY ? 0.f : m[1];
@@ -73,6 +67,31 @@ __device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[nt][e] *= keep.factor(p, nt, e);
   }
+  return moved;
+}
+
+// A warp's output rows g (times al[0]) and g + 8 (times al[1]).
+template <int DP>
+__device__ __forceinline__ void rescale_rows(float (&o)[DP / 8][4], const float (&al)[2]) {
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) {
+    o[nt][0] *= al[0];
+    o[nt][1] *= al[0];
+    o[nt][2] *= al[1];
+    o[nt][3] *= al[1];
+  }
+}
+
+// fwd_softmax_scores with the output rescaled at once: for kernels whose P V of the previous
+// tile has completed (the caller turns s into the A operand of this tile's P V). Shared by
+// the mma.sync and the wgmma kernels: a warp's accumulator fragments have the same layout in
+// both.
+template <typename T, int NT, int DP>
+__device__ __forceinline__ void fwd_softmax_tile(const AttnParams& p, float (&s)[NT][4], float (&o)[DP / 8][4],
+                                                 float (&m)[2], float (&l)[2], int wrow, int k0, int lane,
+                                                 const KeepBits<NT>& keep, int b) {
+  float al[2];
+  if (fwd_softmax_scores<T, NT>(p, s, m, l, al, wrow, k0, lane, keep, b)) rescale_rows<DP>(o, al);
 }
 
 // The forward's end for a warp's 16 rows [wrow, wrow + 16) of head h of sample b: O / l to

@@ -15,6 +15,7 @@
 #include "kernels/cuda/attention/attn_backward_dq.cuh"
 #include "kernels/cuda/attention/attn_backward_passes.cuh"
 #include "kernels/cuda/attention/attn_forward.cuh"
+#include "kernels/cuda/attention/attn_forward_ws.cuh"
 #include "kernels/cuda/attention/attn_simt.cuh"
 
 namespace trident::cuda {
@@ -63,10 +64,13 @@ void dispatch_dp(int D, F&& f) {
 //            before the atomics, half as many); dkdv_wg 2 for D 64 only. With any fwd_wgmma /
 //            bwd_wgmma tiles. (The launches' block size: the plans' launch callbacks take it
 //            as a fifth argument, default kThreads.)
+//   fwd_ws   the warp-specialized wgmma forward (attn_fwd_ws_kernel: a producer warp, a ring
+//            of K/V stages, P V under the next tile's softmax), with fwd_wgmma, fwd_wg 1 and
+//            64-key tiles, or for D 64 also 128 (fwd_bk)
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   int fwd_wg = 1, dkdv_wg = 1, dq_wg = 1;
-  bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false;
+  bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false, fwd_ws = false;
 };
 
 template <int DP>
@@ -82,6 +86,19 @@ bool plan_forward_wgmma(const AttnParams& p, const AttnTiles& t, Launch&& launch
     constexpr int DP = decltype(dp)::value, WG = decltype(wg)::value;
     const unsigned tiles = static_cast<unsigned>((p.T + 64 * WG - 1) / (64 * WG));
     const int bk = t.fwd_bk != 0 ? t.fwd_bk : 64;
+    if (t.fwd_ws) {
+      if (WG != 1) return;
+      if (bk == 64) {
+        launch(attn_fwd_ws_kernel<T, DP, 64>, bh, tiles, ws_fwd_smem_bytes<DP, 64>(), kWsThreads);
+        ok = true;
+      } else if constexpr (DP == 64) {
+        if (bk == 128) {
+          launch(attn_fwd_ws_kernel<T, DP, 128>, bh, tiles, ws_fwd_smem_bytes<DP, 128>(), kWsThreads);
+          ok = true;
+        }
+      }
+      return;
+    }
     if (bk == 64) {
       launch(attn_fwd_wgmma_kernel<T, DP, 64, WG>, bh, tiles, wgmma_fwd_smem_bytes<DP, 64, WG>(), kThreads * WG);
       ok = true;
@@ -108,6 +125,7 @@ bool plan_forward_wgmma(const AttnParams& p, const AttnTiles& t, Launch&& launch
 template <typename T, typename Launch>
 bool plan_forward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch) {
   if (t.fwd_wgmma) return plan_forward_wgmma<T>(p, t, launch);
+  if (t.fwd_ws) return false;  // a wgmma kernel
   if (t.fwd_wg != 1) return false;  // the mma.sync kernels' 128-row blocks are fwd_wm 2
   const unsigned bh = static_cast<unsigned>(p.B * p.H);
   bool ok = false;

@@ -107,6 +107,40 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 #define TRIDENT_SM90A_ASM(...) __trap()
 #endif
 
+// ---- mbarriers: the warp-specialized forward's pipeline (sm_90a) ----------------------------
+// A 64-bit barrier object in shared memory that completes a phase when its pending count
+// (set by mbar_init) reaches zero, then starts the next phase with the same count. Arrivals
+// release this thread's earlier shared-memory writes; a wait on a phase acquires them.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  TRIDENT_SM90A_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (cp.async's arrivals); a
+// __syncthreads then publishes them to the block.
+__device__ __forceinline__ void fence_mbar_init() {
+  TRIDENT_SM90A_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  TRIDENT_SM90A_ASM("{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [%0];\n}\n" ::"r"(smem_addr(bar))
+                    : "memory");
+}
+// Spins until the phase of parity `parity` (0 for the barrier's first phase, then 1, 0, ...)
+// has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  TRIDENT_SM90A_ASM(
+      "{\n.reg .pred done;\nWAIT_PHASE:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_PHASE;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued before has landed (counted in
+// the barrier's mbar_init count: .noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {
+  TRIDENT_SM90A_ASM("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Waits for every cp.async this thread issued (committed or not).
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 // Makes this thread's generic-proxy shared-memory writes (stores, cp.async) visible to the
 // async proxy that wgmma reads shared memory through; a barrier then publishes them.
 __device__ __forceinline__ void fence_proxy_async() {
