@@ -614,8 +614,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       timed(&fwd_c, "attn fwd, wgmma, 2-wg", wgmma + " TRIDENT_ATTN_FWD_WG=2", fwd, forward, 20);
       timed(&fwd_c, "attn fwd, wgmma, 128k, 2-wg", wgmma + " TRIDENT_ATTN_FWD_BK=128 TRIDENT_ATTN_FWD_WG=2", fwd,
             forward, 20);
-      // Warp-specialized: a producer warp streams K and V into a ring, P V runs under the next
-      // tile's softmax (64-key tiles; D 64 also 128).
+      // Warp-specialized (the default where wgmma runs): one thread streams K and V by TMA
+      // into a ring, P V runs under the next tile's softmax (64-key tiles; D 64 also 128).
       timed(&fwd_c, "attn fwd, warp-specialized", "TRIDENT_ATTN_FWD_WS=1", fwd, forward, 20);
       if (D == 64)
         timed(&fwd_c, "attn fwd, warp-spec, 128 keys", "TRIDENT_ATTN_FWD_WS=1 TRIDENT_ATTN_FWD_BK=128", fwd, forward,
@@ -715,12 +715,12 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
               },
               calls);
         if (times != 16) return;
-        // The forward alone at the curves' longest point, by default and warp-specialized
-        // (the opt-in's rows at T 1024 leave out where its pipeline runs longest).
+        // The forward alone at the curves' longest point, by default (warp-specialized where
+        // wgmma runs) and by the one-warpgroup wgmma kernel it replaced there.
         const auto forward_l = [&] { be.attention_forward(qkv, out, lse_l, l, nodrop); };
         b.add("attention fwd, 16x T", shp_buf, times * fwd, true, forward_l, calls);
-        with_env("TRIDENT_ATTN_FWD_WS=1",
-                 [&] { b.add("attn fwd, warp-spec, 16x T", shp_buf, times * fwd, true, forward_l, calls); });
+        with_env("TRIDENT_ATTN_FWD_WS=0",
+                 [&] { b.add("attn fwd, 1-wg wgmma, 16x T", shp_buf, times * fwd, true, forward_l, calls); });
       };
       longer(4, 5);
       if (D == 64) longer(16, 3);

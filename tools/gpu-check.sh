@@ -352,8 +352,8 @@ largest_tuned=""
 # tile variants are CudaAttention.TunedVariantsMatchCpu's, the wgmma kernels (the defaults on
 # this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's, the wgmma
 # backward with dQ by atomics WgmmaAtomicDqMatchesCpu's, the two-warpgroup blocks (any of
-# the TRIDENT_ATTN_*_WG=2) WgmmaTwoWarpgroupsMatchCpu's, the warp-specialized forward
-# (TRIDENT_ATTN_FWD_WS=1) WgmmaWarpSpecializedMatchesCpu's.
+# the TRIDENT_ATTN_*_WG=2) WgmmaTwoWarpgroupsMatchCpu's, the warp-specialized forward's
+# 128-key ring (TRIDENT_ATTN_FWD_WS=1 with a key tile) WgmmaWarpSpecializedMatchesCpu's.
 # did_not_pass <test>: ctest.log names it failed, timed out, crashed or not run, or the
 # tests were cut off by GPU_CHECK_TESTS_S and no line says that it passed.
 did_not_pass() {
@@ -375,7 +375,7 @@ wgmma_atomic_ok=1  # the wgmma backward with dQ by atomics (opt-in) has a test o
 did_not_pass WgmmaAtomicDqMatchesCpu && wgmma_atomic_ok=0
 wgmma_2wg_ok=1  # likewise the two-warpgroup blocks of any kernel (opt-in)
 did_not_pass WgmmaTwoWarpgroupsMatchCpu && wgmma_2wg_ok=0
-wgmma_ws_ok=1  # and the warp-specialized forward (opt-in)
+wgmma_ws_ok=1  # and the warp-specialized forward asked for (its 128-key ring is an opt-in)
 did_not_pass WgmmaWarpSpecializedMatchesCpu && wgmma_ws_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
@@ -466,13 +466,14 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
   rc=$?
   # The default wgmma kernels' warp stall reasons (average warps stalled per issued
   # instruction, by reason), which the sections above leave out of their text: ncu-stalls.log.
-  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled -k 'regex:attn_(fwd|bwd_dkdv|bwd_dq)_wgmma' -c 3 \
+  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
+    -k 'regex:attn_(fwd_ws|(fwd|bwd_dkdv|bwd_dq)_wgmma)_kernel' -c 3 \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D128" --kernels-once >"$logdir/ncu-stalls.log" 2>&1
   stall_rc=$?
-  # ... and head dim 64's default forward beside the warp-specialized one (an opt-in): the
-  # default's rows ("attention fwd", "attn fwd, wgmma") come first, then the opt-in's. (ncu
-  # demangles template arguments as "(int)64".)
+  # ... and head dim 64's warp-specialized forward (the default) beside the one-warpgroup
+  # wgmma kernel it replaced: the rows "attention fwd", "attn fwd, wgmma" and "attn fwd,
+  # warp-specialized". (ncu demangles template arguments as "(int)64".)
   timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_fwd_(wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64, (\(int\))?1>|ws_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64>)' \
     -c 3 \
@@ -679,19 +680,20 @@ target_lines() {
     echo "  (beside it) head dim 64 forward with two warpgroups a block (TRIDENT_ATTN_FWD_WG=2): $two_fwd ms" \
       "against the default's $fwd ms"
   fi
-  # The warp-specialized forward (opt-in until timed: PERFORMANCE.md, 2026-12-04 fourth task),
-  # 64- and 128-key tiles.
-  ws_fwd=$(d64 'attn fwd, warp-specialized' '$(NF-3)')
+  # The warp-specialized forward (TMA producer; the default where wgmma runs since
+  # PERFORMANCE.md, 2026-12-04 fourth task) against the one-warpgroup wgmma kernel it
+  # replaced (TRIDENT_ATTN_FWD_WGMMA=1), and its 128-key ring.
+  one_wg=$(d64 'attn fwd, wgmma +B[0-9]' '$(NF-3)')
   ws_fwd128=$(d64 'attn fwd, warp-spec, 128 keys' '$(NF-3)')
-  if [[ -n $fwd && -n $ws_fwd$ws_fwd128 ]]; then
-    echo "  (beside it) head dim 64 warp-specialized forward (TRIDENT_ATTN_FWD_WS=1, 64 / 128 keys):" \
-      "${ws_fwd:--} / ${ws_fwd128:--} ms against the default's $fwd ms"
+  if [[ -n $fwd && -n $one_wg$ws_fwd128 ]]; then
+    echo "  (beside it) head dim 64 forward: the one-warpgroup wgmma kernel (TRIDENT_ATTN_FWD_WS=0) ${one_wg:--} ms," \
+      "the warp-specialized one with 128 keys a stage ${ws_fwd128:--} ms, against the default's $fwd ms"
   fi
   long_fwd=$(d64 'attention fwd, 16x T' '$(NF-2)')
-  long_ws=$(d64 'attn fwd, warp-spec, 16x T' '$(NF-2)')
-  if [[ -n $long_fwd && -n $long_ws ]]; then
-    echo "  (beside it) head dim 64 forward at T 16384: warp-specialized $long_ws TFLOP/s against the default's" \
-      "$long_fwd TFLOP/s"
+  long_one=$(d64 'attn fwd, 1-wg wgmma, 16x T' '$(NF-2)')
+  if [[ -n $long_fwd && -n $long_one ]]; then
+    echo "  (beside it) head dim 64 forward at T 16384: $long_fwd TFLOP/s (the one-warpgroup wgmma kernel:" \
+      "$long_one TFLOP/s)"
   fi
   if [[ -n $bwd && -n $two_dq$two_dkdv$two_both$two_atomic ]]; then
     echo "  (beside it) head dim 64 backward with two warpgroups a block (TRIDENT_ATTN_BWD_WGMMA=1 and" \

@@ -37,7 +37,9 @@
 //   owns 16 rows of a 64-row tile; fully masked key tiles are skipped (causal). On sm_90a
 //   (H100/H200) the default kernels use warpgroup MMA (wgmma) reading Q, K, V and dO from
 //   128-byte swizzled shared memory, with the same softmax, backward arithmetic and
-//   epilogues (the forward and the backward for D > 32: measured fastest). The
+//   epilogues (the forward and the backward for D > 32: measured fastest); the forward's
+//   warpgroup there is fed by one producer thread's TMA loads through a ring of mbarrier
+//   stages, and runs each tile's P V under the next tile's softmax. The
 //   tile shapes have alternatives (AttnTiles, chosen by environment variables), all run
 //   through the same launch plans as the defaults.
 // - fp32 (and any other case: D % 8 != 0, unaligned views, TRIDENT_ATTN_SIMT=1 in the
@@ -49,7 +51,7 @@
 //   attn_ptx.cuh              inline-PTX primitives (cp.async, ldmatrix, mma.sync, wgmma, mbarriers)
 //   attn_tiles.cuh            tile helpers shared by the tensor-core kernels, masks, swizzle
 //   attn_forward.cuh          forward: mma.sync and wgmma kernels
-//   attn_forward_ws.cuh       forward: the warp-specialized wgmma kernel (producer warp, K/V ring)
+//   attn_forward_ws.cuh       forward: the warp-specialized wgmma kernel (TMA producer, K/V ring)
 //   attn_backward_dkdv.cuh    pass 2: mma.sync and wgmma kernels, atomic dQ
 //   attn_backward_dq.cuh      pass 3: mma.sync and wgmma kernels
 //   attn_backward_passes.cuh  pass 1 (delta), documents' ends, the atomic dQ's zero and store
@@ -136,11 +138,14 @@ bool wgmma_available() {
 
 // The tile shapes asked for in the environment (AttnTiles) for head dim D, read per call so
 // that a benchmark or a test can time and check several in one process. Unset variables
-// take the defaults measured fastest on an H200 (kernels/cuda/PERFORMANCE.md, 2026-11-30):
-// where wgmma_available(), the wgmma forward and backward for D > 32, unless a tile variable
-// of that direction is set (a forward key tile counts: the mma.sync kernels' 32 does not
-// exist in wgmma; its 128 takes FWD_WGMMA=1; likewise the wgmma backward's other dK/dV tiles
-// take BWD_WGMMA=1 DKDV_BQ=...); elsewhere the mma.sync kernels. TRIDENT_ATTN_FWD_WGMMA /
+// take the defaults measured fastest on an H200 (kernels/cuda/PERFORMANCE.md, 2026-11-30 and
+// 2026-12-04 fourth task): where wgmma_available(), the wgmma forward and backward for D > 32,
+// unless a tile variable of that direction is set (a forward key tile counts: the mma.sync
+// kernels' 32 does not exist in wgmma; its 128 takes FWD_WGMMA=1; likewise the wgmma
+// backward's other dK/dV tiles take BWD_WGMMA=1 DKDV_BQ=...); elsewhere the mma.sync
+// kernels. The wgmma forward by default is the warp-specialized one (TMA loads); asking for
+// it (TRIDENT_ATTN_FWD_WGMMA=1) or any of its tiles gives the one-warpgroup kernel unless
+// TRIDENT_ATTN_FWD_WS=1, and TRIDENT_ATTN_FWD_WS=0 gives it too. TRIDENT_ATTN_FWD_WGMMA /
 // TRIDENT_ATTN_BWD_WGMMA = 0 or 1 override the default; 1 where wgmma is not available is an
 // error.
 AttnTiles tiles_from_env(int D) {
@@ -166,10 +171,11 @@ AttnTiles tiles_from_env(int D) {
   const int fwd = env_switch("TRIDENT_ATTN_FWD_WGMMA"), bwd = env_switch("TRIDENT_ATTN_BWD_WGMMA");
   const bool mma_fwd_asked = t.fwd_wm != 1 || t.fwd_bk != 0 || t.fwd_nb != 1;  // wgmma's 128 keys: FWD_WGMMA=1
   const bool mma_bwd_asked = t.dkdv_nb != 1 || t.dq_atomic || t.dkdv_bq != 0 || t.dq_bk != 0;
-  t.fwd_ws = env_flag("TRIDENT_ATTN_FWD_WS");  // a wgmma kernel: implies FWD_WGMMA=1
-  t.fwd_wgmma = fwd == 1 || t.fwd_ws || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
+  const int ws = env_switch("TRIDENT_ATTN_FWD_WS");  // a wgmma kernel: 1 implies FWD_WGMMA=1
+  t.fwd_wgmma = fwd == 1 || ws == 1 || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
+  t.fwd_ws = ws == 1 || (ws < 0 && fwd < 0 && t.fwd_wgmma && t.fwd_wg == 1);
   t.bwd_wgmma = bwd == 1 || (bwd < 0 && D > 32 && !mma_bwd_asked && wgmma_available());
-  TRIDENT_CHECK((fwd != 1 && bwd != 1 && !t.fwd_ws) || wgmma_available(),
+  TRIDENT_CHECK((fwd != 1 && bwd != 1 && ws != 1) || wgmma_available(),
                 "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA / TRIDENT_ATTN_FWD_WS need a compute "
                 "capability 9.0 GPU and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
   return t;
@@ -186,6 +192,31 @@ std::string describe(const AttnTiles& t) {
          " TRIDENT_ATTN_DQ_WG=" + std::to_string(t.dq_wg) +
          " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma) + " TRIDENT_ATTN_FWD_WS=" + std::to_string(t.fwd_ws) +
          " TRIDENT_ATTN_BWD_WGMMA=" + std::to_string(t.bwd_wgmma);
+}
+
+// p.qkv_map for the warp-specialized forward: qkv_tma_view encoded by the driver's
+// cuTensorMapEncodeTiled (looked up through the runtime, so that nothing links libcuda), with
+// the 128-byte swizzle of the wgmma tiles and zeros past D and T.
+void encode_qkv_map(AttnParams& p, bool bf16) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    TRIDENT_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
+                  "attention: TRIDENT_ATTN_FWD_WS=1 needs cuTensorMapEncodeTiled, which this CUDA driver lacks");
+    return reinterpret_cast<Encode>(fn);
+  }();
+  const QkvTmaView v = qkv_tma_view(p, 2);
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  const CUresult r =
+      encode(&p.qkv_map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+             const_cast<void*>(v.base), v.dims, v.strides, v.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  TRIDENT_CHECK(r == CUDA_SUCCESS, "attention: cuTensorMapEncodeTiled refused qkv (error ", static_cast<int>(r),
+                ") for B ", p.B, " T ", p.T, " H ", p.H, " D ", p.D, " (TRIDENT_ATTN_FWD_WS=1)");
 }
 
 // Runs plan(p, t, launch) (plan_forward_mma or plan_backward_mma); tiles that this head dim
@@ -262,8 +293,14 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
       CUDA_CHECK_LAUNCH();
     } else {
       if (c.mma) {
-        run_plan("attention_forward", c.p, tiles_from_env(s.D), st,
-                 [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
+        const AttnTiles t = tiles_from_env(s.D);
+        if (!t.fwd_ws) {
+          run_plan("attention_forward", c.p, t, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
+        } else {  // the warp-specialized kernel loads qkv by TMA
+          AttnParams p = c.p;
+          encode_qkv_map(p, std::is_same_v<Ty, __nv_bfloat16>);
+          run_plan("attention_forward", p, t, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
+        }
       } else {
         attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
         CUDA_CHECK_LAUNCH();

@@ -17,6 +17,7 @@
 // (compiled by nvcc in the library build) and register allocation (tools/check-cuda-spills.sh).
 // Reference: double-precision attention on the same rounded inputs, with philox.h's
 // attn_dropout_keep; tolerances as in test_cuda_attention.cpp.
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <gtest/gtest.h>
@@ -49,6 +50,8 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#undef __grid_constant__
+#define __grid_constant__
 using std::max;
 using std::min;
 
@@ -94,11 +97,12 @@ struct Barrier {
 };
 
 // An mbarrier (the warp-specialized forward's pipeline), kept beside the block by the address
-// of its 8 bytes of shared memory: `pending` arrivals complete the phase; `phases` counts the
-// completed ones, and `done.gen` moves with it, so that a fiber waiting for a phase is blocked
-// for the scheduler as at a __syncthreads.
+// of its 8 bytes of shared memory: `pending` arrivals and `tx` expected bytes complete the
+// phase; `phases` counts the completed ones, and `done.gen` moves with it, so that a fiber
+// waiting for a phase is blocked for the scheduler as at a __syncthreads.
 struct Mbarrier {
   int count = 0, pending = 0;
+  int64_t tx = 0;
   unsigned phases = 0;
   Barrier done;
 };
@@ -264,18 +268,26 @@ inline void mbar_init(uint64_t* bar, int count) {
   m.phases = 0;
 }
 inline void fence_mbar_init() {}
-inline void arrive_on(uint64_t* bar) {
-  emu::Mbarrier& m = mbarrier(bar);
-  if (--m.pending == 0) {
+inline void complete_if_done(emu::Mbarrier& m) {
+  if (m.pending == 0 && m.tx == 0) {
     m.pending = m.count;
     ++m.phases;
     ++m.done.gen;
   }
 }
+inline void arrive_on(uint64_t* bar) {
+  emu::Mbarrier& m = mbarrier(bar);
+  if (m.pending <= 0) {
+    std::fprintf(stderr, "emulated kernel: more arrivals on an mbarrier than its count\n");
+    std::abort();
+  }
+  --m.pending;
+  complete_if_done(m);
+}
 // A thread's arrival ends its turn until the next scheduling round, so that the other warps
-// run between it and its next steps: a producer can refill a released stage (both of its
-// tiles: its cp.async arrivals do not yield) before the releasing consumer's in-flight
-// products complete, so releasing a stage early shows up as a wrong result.
+// run between it and its next steps: the producer can refill a released stage before the
+// releasing consumer's in-flight products complete, so releasing a stage early shows up as a
+// wrong result.
 inline void mbar_arrive(uint64_t* bar) {
   arrive_on(bar);
   emu::Fiber& me = emu::g_block->fibers[threadIdx.x];
@@ -295,20 +307,13 @@ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
   }
   me.waiting = nullptr;
 }
-// Every copy this thread issued lands (committed or not), then one arrival: the latest moment
-// the hardware may deliver them, so a consumer reading before its wait sees the poison.
-inline void cp_async_wait_all() {
-  auto& f = emu::g_block->fibers[threadIdx.x];
-  for (const auto& g : f.groups)
-    for (const auto& c : g) do_copy(c);
-  for (const auto& c : f.open) do_copy(c);
-  f.groups.clear();
-  f.open.clear();
-}
-inline void cp_async_mbar_arrive_noinc(uint64_t* bar) {
-  cp_async_wait_all();
+inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  mbarrier(bar).tx += bytes;
   arrive_on(bar);
 }
+
+// A TMA load (defined after the kernels' code, which holds QkvTmaView).
+inline void tma_load_box(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3, uint64_t* bar);
 
 inline uint32_t ld16(const void* row, int i) {
   const char* p = static_cast<const char*>(row) + 2 * i;
@@ -502,6 +507,49 @@ inline void wgmma_wait() {
 #include "cuda_attention_emulated.inc"
 
 namespace trident::cuda {
+
+// ---- TMA: the copy engine, on the QkvTmaView that emulated_qkv_map stores in a map --------
+inline void emulated_qkv_map(AttnParams& p, int elem_bytes) {
+  const QkvTmaView v = qkv_tma_view(p, elem_bytes);
+  static_assert(sizeof(QkvTmaView) <= sizeof(CUtensorMap), "the view fits the map's bytes");
+  std::memset(&p.qkv_map, 0, sizeof(p.qkv_map));
+  std::memcpy(&p.qkv_map, &v, sizeof(v));
+}
+// The box at (c0, c1, c2, c3) lands at once (one order the hardware may take), in the 128-byte
+// swizzle of the destination's address bits 4-6 XOR 7-9; elements past the view's dims are
+// zeros; its bytes are counted on bar.
+inline void tma_load_box(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3, uint64_t* bar) {
+  QkvTmaView v;
+  std::memcpy(static_cast<void*>(&v), map, sizeof(v));
+  if (v.base == nullptr || smem_addr(smem) % 1024 != 0) {
+    std::fprintf(stderr, "emulated kernel: a TMA load without a map or to a destination not 1024-byte aligned\n");
+    std::abort();
+  }
+  const int eb = v.elem_bytes, cols = static_cast<int>(v.box[0]), rows = static_cast<int>(v.box[2]);
+  check_smem(smem, static_cast<size_t>(rows) * cols * eb);
+  unsigned char* dst = static_cast<unsigned char*>(smem);
+  for (int r = 0; r < rows; ++r)
+    for (int col = 0; col < cols; ++col) {
+      const int64_t d = c0 + col, t = c2 + r;
+      const bool inside = d >= 0 && d < static_cast<int64_t>(v.dims[0]) && c1 >= 0 &&
+                          c1 < static_cast<int64_t>(v.dims[1]) && t >= 0 && t < static_cast<int64_t>(v.dims[2]) &&
+                          c3 >= 0 && c3 < static_cast<int64_t>(v.dims[3]);
+      const size_t at = static_cast<size_t>(r) * cols * eb + static_cast<size_t>(((col * eb / 16) ^ (r & 7)) * 16) +
+                        static_cast<size_t>(col * eb % 16);
+      if (inside) {
+        std::memcpy(dst + at,
+                    static_cast<const unsigned char*>(v.base) + d * eb + c1 * static_cast<int64_t>(v.strides[0]) +
+                        t * static_cast<int64_t>(v.strides[1]) + c3 * static_cast<int64_t>(v.strides[2]),
+                    eb);
+      } else {
+        std::memset(dst + at, 0, eb);
+      }
+    }
+  emu::Mbarrier& m = mbarrier(bar);
+  m.tx -= static_cast<int64_t>(rows) * cols * eb;
+  complete_if_done(m);
+}
+
 namespace {
 
 // Runs kernel(p) over a (gx, gy) grid of `threads`-thread blocks (128 or 256) with `smem`
@@ -779,6 +827,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
       auto emulated = [&](auto kernel, unsigned gx, unsigned gy, int smem, int threads = 128) {
         launch(kernel, gx, gy, static_cast<size_t>(smem), p, threads);
       };
+      if (tiles.fwd_ws) emulated_qkv_map(p, 2);  // what the host launcher encodes for the driver
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
       plan_document_ends(p, emulated);
       plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)

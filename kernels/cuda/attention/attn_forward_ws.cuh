@@ -1,6 +1,6 @@
-// The warp-specialized forward (sm_90a): a producer warp streams the key tiles into a ring of
-// shared-memory stages, and a consumer warpgroup overlaps each tile's softmax with the
-// previous tile's P V product, FlashAttention-3's pipeline (its intra-warpgroup overlap).
+// The warp-specialized forward (sm_90a): one producer thread streams the key tiles by TMA into
+// a ring of shared-memory stages, and a consumer warpgroup overlaps each tile's softmax with
+// the previous tile's P V product, FlashAttention-3's pipeline (its intra-warpgroup overlap).
 //
 // Part of the fused attention of kernels/cuda/cuda_attention.cu (its header says what is fused
 // and why; the files of kernels/cuda/attention/ are included by it alone, and, as host code,
@@ -39,12 +39,28 @@ constexpr int ws_fwd_min_blocks() {
   return DP == 64 && BK == 64 ? 3 : 2;
 }
 
+// Rows [row0, row0 + ROWS) of head slot `slot` (qkv_tma_view) of sample b into a swizzled
+// tile (load_tile_sw128's layout) by TMA: DP / 64 column blocks of ROWS / 64 boxes, their
+// bytes counted on bar. Issued by one thread.
+template <typename T, int ROWS, int DP>
+__device__ __forceinline__ void tma_load_tile(T* tile, const AttnParams& p, int slot, int row0, int b, uint64_t* bar) {
+  static_assert(ROWS % kTmaBoxRows == 0 && DP % kTmaBoxCols == 0, "whole boxes");
+#pragma unroll
+  for (int cb = 0; cb < DP / kTmaBoxCols; ++cb)
+#pragma unroll
+    for (int rb = 0; rb < ROWS / kTmaBoxRows; ++rb)
+      tma_load_box(tile + (cb * ROWS + rb * kTmaBoxRows) * kTmaBoxCols, &p.qkv_map, cb * kTmaBoxCols, slot,
+                   row0 + rb * kTmaBoxRows, b, bar);
+}
+
 // Forward on sm_90a, warp-specialized. Grid (B*H, ceil(T/64)); block: warps 0-3 are the
 // consumer warpgroup (warp w: rows q0 + 16w..+15, as in attn_fwd_wgmma_kernel, whose
-// softmax and epilogue it shares), warp 4 the producer. The producer loads Q, then key tile
-// after key tile K and V into stage i % S of the ring, each by cp.async with an mbarrier
-// arrival when its copies land (no block barrier after the set-up); a stage is reused once
-// the consumers have released it. The consumers, for key tile i:
+// softmax and epilogue it shares), warp 4 the producer, of which one thread works. It loads
+// Q, then key tile after key tile K and V into stage i % S of the ring, each by TMA boxes
+// (tma_load_tile) whose bytes land on an mbarrier (no block barrier after the set-up; a
+// first version loaded by the warp's 32 lanes with cp.async, and its consumers waited on the
+// ring: PERFORMANCE.md, 2026-12-04 fourth task); a stage is reused once the consumers have
+// released it. The consumers, for key tile i:
 //   issue S_i = Q K_i^T;  issue O += P_{i-1} V_{i-1};  wait for S_i;
 //   softmax of S_i (P_i, the new maxima) while P V runs;  wait for P V, release stage i-1;
 //   rescale O if the maxima moved.
@@ -52,7 +68,8 @@ constexpr int ws_fwd_min_blocks() {
 // registers of two tiles' P and S at once, which the one-warpgroup kernel could not afford
 // at 2-4 blocks an SM (PERFORMANCE.md, 2026-11-30) and this block's 160 threads can.
 template <typename T, int DP, int BK>
-__global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>()) attn_fwd_ws_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>())
+    attn_fwd_ws_kernel(const __grid_constant__ AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
   static_assert(BK == 64 || (BK == 128 && DP == 64), "wgmma N of S; D 128's 128-key ring would hold one block an SM");
   constexpr int BQ = 64, NT = BK / 8, S = kWsStages<DP>;
@@ -65,16 +82,16 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>()) attn_
   uint64_t* v_full = k_full + S;
   uint64_t* released = v_full + S;
 
-  const int T_ = p.T, D = p.D;
+  const int T_ = p.T;
   const int bh = blockIdx.x, b = bh / p.H, h = bh - b * p.H;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;  // the longest rows start first
   const int nkb = (min(q0 + BQ, T_) + BK - 1) / BK, kb_first = first_key_tile(p, b, q0, BK);
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
-    mbar_init(q_full, 32);  // the producer's 32 lanes arrive when their copies land
+    mbar_init(q_full, 1);  // one arrival (the producer's) with the bytes its TMA loads bring
     for (int s = 0; s < S; ++s) {
-      mbar_init(k_full + s, 32);
-      mbar_init(v_full + s, 32);
+      mbar_init(k_full + s, 1);
+      mbar_init(v_full + s, 1);
       mbar_init(released + s, kThreads / 32);  // the consumer warps
     }
     fence_mbar_init();
@@ -83,22 +100,22 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>()) attn_
   const HeadView<T> hv = head_view<T>(p, b, h);
 
   // The role by warp, through a shuffle so that ptxas sees it warp-uniform (as CUTLASS does).
-  if (__shfl_sync(0xffffffffu, tid / 32, 0) == kThreads / 32) {  // the producer warp
-    const int lane = tid - kThreads;
-    load_tile_sw128<T, BQ, DP, 32>(sQ, hv.q, p.qkv_tok, q0, T_, D, lane);
-    cp_async_mbar_arrive_noinc(q_full);
+  if (__shfl_sync(0xffffffffu, tid / 32, 0) == kThreads / 32) {  // the producer warp: one thread
+    if (tid != kThreads) return;
+    constexpr uint32_t kQBytes = BQ * DP * 2, kTileBytes = BK * DP * 2;  // whole boxes, zeros included
+    mbar_arrive_expect_tx(q_full, kQBytes);
+    tma_load_tile<T, BQ, DP>(sQ, p, h, q0, b, q_full);
     for (int kb = kb_first, s = 0, use = 0; kb < nkb; ++kb) {
       if (use > 0) mbar_wait(released + s, (use - 1) & 1);  // the consumers are done with its last tile
-      load_tile_sw128<T, BK, DP, 32>(sK0 + s * BK * DP, hv.k, p.qkv_tok, kb * BK, T_, D, lane);
-      cp_async_mbar_arrive_noinc(k_full + s);
-      load_tile_sw128<T, BK, DP, 32>(sV0 + s * BK * DP, hv.v, p.qkv_tok, kb * BK, T_, D, lane);
-      cp_async_mbar_arrive_noinc(v_full + s);
+      mbar_arrive_expect_tx(k_full + s, kTileBytes);
+      tma_load_tile<T, BK, DP>(sK0 + s * BK * DP, p, p.H + h, kb * BK, b, k_full + s);
+      mbar_arrive_expect_tx(v_full + s, kTileBytes);
+      tma_load_tile<T, BK, DP>(sV0 + s * BK * DP, p, 2 * p.H + h, kb * BK, b, v_full + s);
       if (++s == S) {
         s = 0;
         ++use;
       }
     }
-    cp_async_wait_all();  // nothing in flight when the warp exits
     return;
   }
 
@@ -137,7 +154,9 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>()) attn_
   mbar_wait(q_full, 0);
   {  // the first key tile: its scores alone
     mbar_wait(k_full + s, parity);
-    fence_proxy_async();  // the landed Q and K where wgmma can see them
+    // TMA writes and wgmma reads shared memory through the same (async) proxy; the fence
+    // (one instruction a tile, from the cp.async producer) was in every measured version.
+    fence_proxy_async();
     float sc[NT][4];
     wgmma_fence();
     issue_scores(sc);
@@ -154,7 +173,7 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>()) attn_
     const int k0 = kb * BK;
     mbar_wait(k_full + s, parity);
     mbar_wait(v_full + prev_s, prev_parity);
-    fence_proxy_async();  // the landed K and V where wgmma can see them
+    fence_proxy_async();
     float sc[NT][4];
     fence_acc(o);  // the last rescale of o and packing of pa happen before the products
     fence_frag(pa);

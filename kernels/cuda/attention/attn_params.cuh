@@ -6,6 +6,8 @@
 // by the CPU emulator's test through tests/cuda/emulate_attention.cmake).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (the type only: trident does not link the driver)
+
 #include <algorithm>
 #include <cstdint>
 
@@ -43,7 +45,38 @@ struct AttnParams {
   uint32_t drop_thr = 0;   // attn_drop_threshold(p), at most 65535 (set_attn_dropout)
   bool dropout = false;
   DropoutKey drop{};
+  // The warp-specialized forward's TMA view of qkv (qkv_tma_view), encoded by the host
+  // launcher for that kernel only (zero otherwise); the kernel takes its parameters as
+  // __grid_constant__, so that the copy engine can read the map where it lies.
+  CUtensorMap qkv_map{};
 };
+
+// qkv as the tensor memory accelerator sees it: elements (column d < D, head slot j < 3H: the
+// H query heads, then the key heads, then the value heads; token t < T; sample b < B), strides
+// in bytes, boxes of 64 columns x 64 tokens of one slot and sample. Coordinates past D or T
+// read zeros, as load_tile_sw128's rows past T do. Shared by the host's cuTensorMapEncodeTiled
+// call and the CPU emulator's copy engine.
+constexpr int kTmaBoxCols = 64, kTmaBoxRows = 64;
+struct QkvTmaView {
+  const void* base = nullptr;
+  uint64_t dims[4] = {};     // D, 3H, T, B
+  uint64_t strides[3] = {};  // bytes between slots, tokens, samples
+  uint32_t box[4] = {kTmaBoxCols, 1, kTmaBoxRows, 1};
+  int elem_bytes = 2;
+};
+inline QkvTmaView qkv_tma_view(const AttnParams& p, int elem_bytes) {
+  QkvTmaView v;
+  v.base = p.qkv;
+  v.dims[0] = static_cast<uint64_t>(p.D);
+  v.dims[1] = 3 * static_cast<uint64_t>(p.H);
+  v.dims[2] = static_cast<uint64_t>(p.T);
+  v.dims[3] = static_cast<uint64_t>(p.B);
+  v.strides[0] = static_cast<uint64_t>(p.D) * elem_bytes;
+  v.strides[1] = static_cast<uint64_t>(p.qkv_tok) * elem_bytes;
+  v.strides[2] = static_cast<uint64_t>(p.T) * p.qkv_tok * elem_bytes;
+  v.elem_bytes = elem_bytes;
+  return v;
+}
 
 // ---- dropout -----------------------------------------------------------------------------
 // philox.h's attn_dropout_keep: element (query i, key j) of head hg is the 16-bit half

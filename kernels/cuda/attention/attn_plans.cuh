@@ -64,9 +64,10 @@ void dispatch_dp(int D, F&& f) {
 //            before the atomics, half as many); dkdv_wg 2 for D 64 only. With any fwd_wgmma /
 //            bwd_wgmma tiles. (The launches' block size: the plans' launch callbacks take it
 //            as a fifth argument, default kThreads.)
-//   fwd_ws   the warp-specialized wgmma forward (attn_fwd_ws_kernel: a producer warp, a ring
-//            of K/V stages, P V under the next tile's softmax), with fwd_wgmma, fwd_wg 1 and
-//            64-key tiles, or for D 64 also 128 (fwd_bk)
+//   fwd_ws   the warp-specialized wgmma forward (attn_fwd_ws_kernel: one thread loads by TMA
+//            into a ring of K/V stages, P V runs under the next tile's softmax), with fwd_wgmma,
+//            fwd_wg 1 and 64-key tiles, or for D 64 also 128 (fwd_bk). The default where
+//            wgmma_available() (tiles_from_env); its AttnParams carry the TMA map of qkv
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   int fwd_wg = 1, dkdv_wg = 1, dq_wg = 1;

@@ -1,12 +1,14 @@
 // The inline-PTX primitives of the tensor-core kernels: cp.async, ldmatrix, mma.sync,
-// ex2.approx, float-pair atomics and sm_90a warpgroup MMA (wgmma). The CPU emulator's test
-// (tests/cuda/test_cuda_attention_emulated.cpp) defines emulated twins with the same
-// signatures in place of this file.
+// ex2.approx, float-pair atomics, sm_90a warpgroup MMA (wgmma), mbarriers and TMA loads. The
+// CPU emulator's test (tests/cuda/test_cuda_attention_emulated.cpp) defines emulated twins
+// with the same signatures in place of this file.
 //
 // Part of the fused attention of kernels/cuda/cuda_attention.cu (its header says what is fused
 // and why; the files of kernels/cuda/attention/ are included by it alone, and, as host code,
 // by the CPU emulator's test through tests/cuda/emulate_attention.cmake).
 #pragma once
+
+#include <cuda.h>  // CUtensorMap
 
 #include <cstdint>
 
@@ -133,13 +135,25 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// One arrival on `bar` once every cp.async this thread issued before has landed (counted in
-// the barrier's mbar_init count: .noinc).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(uint64_t* bar) {
-  TRIDENT_SM90A_ASM("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+// One arrival on `bar` that also expects `bytes` more to land on it (a TMA load's): the phase
+// completes when every arrival is in and every expected byte has landed.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  TRIDENT_SM90A_ASM("{\n.reg .b64 state;\nmbarrier.arrive.expect_tx.shared::cta.b64 state, [%0], %1;\n}\n" ::"r"(
+                        smem_addr(bar)),
+                    "r"(bytes)
+                    : "memory");
 }
-// Waits for every cp.async this thread issued (committed or not).
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// A TMA load: the box of `map` at coordinates (c0, c1, c2, c3) into shared memory at `smem`
+// (1024-byte aligned for the 128-byte swizzle), its bytes counted on `bar`. `map` lies in a
+// __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tma_load_box(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                             uint64_t* bar) {
+  TRIDENT_SM90A_ASM(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(smem_addr(smem)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+      : "memory");
+}
 
 // Makes this thread's generic-proxy shared-memory writes (stores, cp.async) visible to the
 // async proxy that wgmma reads shared memory through; a barrier then publishes them.
