@@ -206,7 +206,8 @@ void encode_qkv_map(AttnParams& p, bool bf16) {
     cudaDriverEntryPointQueryResult found{};
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
     TRIDENT_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
-                  "attention: TRIDENT_ATTN_FWD_WS=1 needs cuTensorMapEncodeTiled, which this CUDA driver lacks");
+                  "attention: the warp-specialized forward needs cuTensorMapEncodeTiled, which this CUDA driver "
+                  "lacks (TRIDENT_ATTN_FWD_WS=0 takes the one-warpgroup kernel)");
     return reinterpret_cast<Encode>(fn);
   }();
   const QkvTmaView v = qkv_tma_view(p, 2);
@@ -216,7 +217,8 @@ void encode_qkv_map(AttnParams& p, bool bf16) {
              const_cast<void*>(v.base), v.dims, v.strides, v.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   TRIDENT_CHECK(r == CUDA_SUCCESS, "attention: cuTensorMapEncodeTiled refused qkv (error ", static_cast<int>(r),
-                ") for B ", p.B, " T ", p.T, " H ", p.H, " D ", p.D, " (TRIDENT_ATTN_FWD_WS=1)");
+                ") for B ", p.B, " T ", p.T, " H ", p.H, " D ", p.D,
+                " (TRIDENT_ATTN_FWD_WS=0 takes the one-warpgroup kernel)");
 }
 
 // Runs plan(p, t, launch) (plan_forward_mma or plan_backward_mma); tiles that this head dim

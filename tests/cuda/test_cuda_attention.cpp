@@ -317,10 +317,11 @@ TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
   }
 }
 
-// The warp-specialized wgmma forward (TRIDENT_ATTN_FWD_WS=1: a producer warp, a ring of K/V
-// stages, P V under the next tile's softmax; head dims above 32, 64-key tiles and at D 64
-// also 128; the others run the defaults), apart from WgmmaMatchesCpu so that gpu-check can
-// tell this opt-in's result from the defaults'.
+// The warp-specialized wgmma forward (TRIDENT_ATTN_FWD_WS=1: one thread loads a ring of K/V
+// stages by TMA, P V runs under the next tile's softmax; head dims above 32, 64-key tiles and
+// at D 64 also 128, an opt-in; the others run the defaults). It is the default forward on
+// sm_90a, which ForwardMatchesCpu checks too; asked for here by name, so that gpu-check can
+// tell its result (and its 128-key ring's) from the one-warpgroup kernel's in WgmmaMatchesCpu.
 TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";

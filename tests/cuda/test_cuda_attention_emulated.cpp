@@ -265,6 +265,7 @@ inline void mbar_init(uint64_t* bar, int count) {
   check_smem(bar, 8);
   emu::Mbarrier& m = emu::g_block->mbarriers[bar];
   m.count = m.pending = count;
+  m.tx = 0;
   m.phases = 0;
 }
 inline void fence_mbar_init() {}
@@ -980,7 +981,7 @@ TEST_P(EmulatedAttention, Wgmma) {
       two.dkdv_bq = other_tiles ? 32 : 0;
     }
     run_case<__nv_bfloat16>(c, true, seed++, two);
-    // The warp-specialized forward (a producer warp, mbarriers, P V under the next tile's
+    // The warp-specialized forward (a TMA producer, mbarriers, P V under the next tile's
     // softmax), with D 64's two key tiles alternately.
     AttnTiles ws;
     ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = true;
@@ -1087,7 +1088,7 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.fwd_wg = 3;
     EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
     t = AttnTiles{};
-    t.fwd_ws = true;  // the warp-specialized forward: a wgmma kernel, D 64 and 128, both key tiles, one warpgroup
+    t.fwd_ws = true;  // the warp-specialized forward: a wgmma kernel, D 64 and 128, 64 keys (D 64 also 128), one warpgroup
     EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
     t.fwd_wgmma = true;
     EXPECT_EQ(plan_forward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
