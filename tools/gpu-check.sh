@@ -353,7 +353,8 @@ largest_tuned=""
 # this GPU) WgmmaMatchesCpu's and ForwardMatchesCpu's / BackwardMatchesCpu's, the wgmma
 # backward with dQ by atomics WgmmaAtomicDqMatchesCpu's, the two-warpgroup blocks (any of
 # the TRIDENT_ATTN_*_WG=2) WgmmaTwoWarpgroupsMatchCpu's, the warp-specialized forward's
-# 128-key ring (TRIDENT_ATTN_FWD_WS=1 with a key tile) WgmmaWarpSpecializedMatchesCpu's.
+# 128-key ring (TRIDENT_ATTN_FWD_WS=1 with a key tile) and dK/dV kernel (TRIDENT_ATTN_BWD_WS=1)
+# WgmmaWarpSpecializedMatchesCpu's.
 # did_not_pass <test>: ctest.log names it failed, timed out, crashed or not run, or the
 # tests were cut off by GPU_CHECK_TESTS_S and no line says that it passed.
 did_not_pass() {
@@ -375,7 +376,7 @@ wgmma_atomic_ok=1  # the wgmma backward with dQ by atomics (opt-in) has a test o
 did_not_pass WgmmaAtomicDqMatchesCpu && wgmma_atomic_ok=0
 wgmma_2wg_ok=1  # likewise the two-warpgroup blocks of any kernel (opt-in)
 did_not_pass WgmmaTwoWarpgroupsMatchCpu && wgmma_2wg_ok=0
-wgmma_ws_ok=1  # and the warp-specialized forward asked for (its 128-key ring is an opt-in)
+wgmma_ws_ok=1  # and the warp-specialized kernels asked for (the opt-ins among them)
 did_not_pass WgmmaWarpSpecializedMatchesCpu && wgmma_ws_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
@@ -411,7 +412,7 @@ if [[ -x $bench && -f $logdir/kernels.log ]]; then
     elif ((!wgmma_2wg_ok)) && [[ $tiles == *_WG=2* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaTwoWarpgroupsMatchCpu did not pass")
       tiles=""
-    elif ((!wgmma_ws_ok)) && [[ $tiles == *FWD_WS=1* ]]; then
+    elif ((!wgmma_ws_ok)) && [[ $tiles == *_WS=1* ]]; then
       tuned_lines+=("$model: not trained with $tiles: CudaAttention.WgmmaWarpSpecializedMatchesCpu did not pass")
       tiles=""
     fi
@@ -688,6 +689,11 @@ target_lines() {
   if [[ -n $fwd && -n $one_wg$ws_fwd128 ]]; then
     echo "  (beside it) head dim 64 forward: the one-warpgroup wgmma kernel (TRIDENT_ATTN_FWD_WS=0) ${one_wg:--} ms," \
       "the warp-specialized one with 128 keys a stage ${ws_fwd128:--} ms, against the default's $fwd ms"
+  fi
+  ws_bwd=$(d64 'attn bwd, warp-spec dK\/dV' '$(NF-3)')
+  if [[ -n $bwd && -n $ws_bwd ]]; then
+    echo "  (beside it) head dim 64 backward with the warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1):" \
+      "$ws_bwd ms against the default's $bwd ms"
   fi
   long_fwd=$(d64 'attention fwd, 16x T' '$(NF-2)')
   long_one=$(d64 'attn fwd, 1-wg wgmma, 16x T' '$(NF-2)')

@@ -53,6 +53,7 @@
 //   attn_forward.cuh          forward: mma.sync and wgmma kernels
 //   attn_forward_ws.cuh       forward: the warp-specialized wgmma kernel (TMA producer, K/V ring)
 //   attn_backward_dkdv.cuh    pass 2: mma.sync and wgmma kernels, atomic dQ
+//   attn_backward_dkdv_ws.cuh pass 2: the warp-specialized wgmma kernel (TMA producer, Q/dO ring)
 //   attn_backward_dq.cuh      pass 3: mma.sync and wgmma kernels
 //   attn_backward_passes.cuh  pass 1 (delta), documents' ends, the atomic dQ's zero and store
 //   attn_simt.cuh             the CUDA-core kernels
@@ -174,10 +175,12 @@ AttnTiles tiles_from_env(int D) {
   const int ws = env_switch("TRIDENT_ATTN_FWD_WS");  // a wgmma kernel: 1 implies FWD_WGMMA=1
   t.fwd_wgmma = fwd == 1 || ws == 1 || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
   t.fwd_ws = ws == 1 || (ws < 0 && fwd < 0 && t.fwd_wgmma && t.fwd_wg == 1);
-  t.bwd_wgmma = bwd == 1 || (bwd < 0 && D > 32 && !mma_bwd_asked && wgmma_available());
-  TRIDENT_CHECK((fwd != 1 && bwd != 1 && ws != 1) || wgmma_available(),
-                "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA / TRIDENT_ATTN_FWD_WS need a compute "
-                "capability 9.0 GPU and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
+  t.dkdv_ws = env_flag("TRIDENT_ATTN_BWD_WS");  // a wgmma kernel: implies BWD_WGMMA=1
+  t.bwd_wgmma = bwd == 1 || t.dkdv_ws || (bwd < 0 && D > 32 && !mma_bwd_asked && wgmma_available());
+  TRIDENT_CHECK((fwd != 1 && bwd != 1 && ws != 1 && !t.dkdv_ws) || wgmma_available(),
+                "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA / TRIDENT_ATTN_FWD_WS / "
+                "TRIDENT_ATTN_BWD_WS need a compute capability 9.0 GPU and a build for sm_90a "
+                "(CMAKE_CUDA_ARCHITECTURES with 90a)");
   return t;
 }
 
@@ -191,13 +194,15 @@ std::string describe(const AttnTiles& t) {
          " TRIDENT_ATTN_FWD_WG=" + std::to_string(t.fwd_wg) + " TRIDENT_ATTN_BWD_WG=" + std::to_string(t.dkdv_wg) +
          " TRIDENT_ATTN_DQ_WG=" + std::to_string(t.dq_wg) +
          " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma) + " TRIDENT_ATTN_FWD_WS=" + std::to_string(t.fwd_ws) +
+         " TRIDENT_ATTN_BWD_WS=" + std::to_string(t.dkdv_ws) +
          " TRIDENT_ATTN_BWD_WGMMA=" + std::to_string(t.bwd_wgmma);
 }
 
-// p.qkv_map for the warp-specialized forward: qkv_tma_view encoded by the driver's
-// cuTensorMapEncodeTiled (looked up through the runtime, so that nothing links libcuda), with
-// the 128-byte swizzle of the wgmma tiles and zeros past D and T.
-void encode_qkv_map(AttnParams& p, bool bf16) {
+// A TMA map of `view` (qkv_tma_view, dout_tma_view) for the warp-specialized kernels, encoded by
+// the driver's cuTensorMapEncodeTiled (looked up through the runtime, so that nothing links
+// libcuda), with the 128-byte swizzle of the wgmma tiles and zeros past D and T. `off`: the
+// variable that takes the one-warpgroup kernels instead.
+void encode_heads_map(CUtensorMap& map, const HeadsTmaView& v, bool bf16, const AttnParams& p, const char* off) {
   using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                               const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
                               CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
@@ -206,19 +211,17 @@ void encode_qkv_map(AttnParams& p, bool bf16) {
     cudaDriverEntryPointQueryResult found{};
     CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
     TRIDENT_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
-                  "attention: the warp-specialized forward needs cuTensorMapEncodeTiled, which this CUDA driver "
-                  "lacks (TRIDENT_ATTN_FWD_WS=0 takes the one-warpgroup kernel)");
+                  "attention: the warp-specialized kernels need cuTensorMapEncodeTiled, which this CUDA driver "
+                  "lacks (TRIDENT_ATTN_FWD_WS=0 takes the one-warpgroup forward)");
     return reinterpret_cast<Encode>(fn);
   }();
-  const QkvTmaView v = qkv_tma_view(p, 2);
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult r =
-      encode(&p.qkv_map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+      encode(&map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
              const_cast<void*>(v.base), v.dims, v.strides, v.box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  TRIDENT_CHECK(r == CUDA_SUCCESS, "attention: cuTensorMapEncodeTiled refused qkv (error ", static_cast<int>(r),
-                ") for B ", p.B, " T ", p.T, " H ", p.H, " D ", p.D,
-                " (TRIDENT_ATTN_FWD_WS=0 takes the one-warpgroup kernel)");
+  TRIDENT_CHECK(r == CUDA_SUCCESS, "attention: cuTensorMapEncodeTiled refused a view (error ", static_cast<int>(r),
+                ") for B ", p.B, " T ", p.T, " H ", p.H, " D ", p.D, " (", off, " takes the one-warpgroup kernel)");
 }
 
 // Runs plan(p, t, launch) (plan_forward_mma or plan_backward_mma); tiles that this head dim
@@ -300,7 +303,8 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
           run_plan("attention_forward", c.p, t, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
         } else {  // the warp-specialized kernel loads qkv by TMA
           AttnParams p = c.p;
-          encode_qkv_map(p, std::is_same_v<Ty, __nv_bfloat16>);
+          encode_heads_map(p.qkv_map, qkv_tma_view(p, 2), std::is_same_v<Ty, __nv_bfloat16>, p,
+                           "TRIDENT_ATTN_FWD_WS=0");
           run_plan("attention_forward", p, t, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
         }
       } else {
@@ -349,6 +353,11 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
     bool done = false;
     if constexpr (!std::is_same_v<Ty, float>) {
       if (c.mma) {
+        if (tiles.dkdv_ws) {  // the warp-specialized dK/dV kernel loads Q and dO by TMA
+          const bool bf16 = std::is_same_v<Ty, __nv_bfloat16>;
+          encode_heads_map(p.qkv_map, qkv_tma_view(p, 2), bf16, p, "unsetting TRIDENT_ATTN_BWD_WS");
+          encode_heads_map(p.dout_map, dout_tma_view(p, 2), bf16, p, "unsetting TRIDENT_ATTN_BWD_WS");
+        }
         run_plan(op, p, tiles, st, [](auto&&... a) { return plan_backward_mma<Ty>(a...); });
         done = true;
       }

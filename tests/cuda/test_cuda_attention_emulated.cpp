@@ -313,7 +313,7 @@ inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
   arrive_on(bar);
 }
 
-// A TMA load (defined after the kernels' code, which holds QkvTmaView).
+// A TMA load (defined after the kernels' code, which holds HeadsTmaView).
 inline void tma_load_box(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3, uint64_t* bar);
 
 inline uint32_t ld16(const void* row, int i) {
@@ -509,18 +509,22 @@ inline void wgmma_wait() {
 
 namespace trident::cuda {
 
-// ---- TMA: the copy engine, on the QkvTmaView that emulated_qkv_map stores in a map --------
-inline void emulated_qkv_map(AttnParams& p, int elem_bytes) {
-  const QkvTmaView v = qkv_tma_view(p, elem_bytes);
-  static_assert(sizeof(QkvTmaView) <= sizeof(CUtensorMap), "the view fits the map's bytes");
-  std::memset(&p.qkv_map, 0, sizeof(p.qkv_map));
-  std::memcpy(&p.qkv_map, &v, sizeof(v));
+// ---- TMA: the copy engine, on the HeadsTmaView that emulated_maps stores in a map --------
+// What the host launchers encode for the driver: p's qkv map, and with dout its dout map.
+inline void emulated_maps(AttnParams& p, int elem_bytes) {
+  static_assert(sizeof(HeadsTmaView) <= sizeof(CUtensorMap), "a view fits a map's bytes");
+  auto store = [](CUtensorMap& map, const HeadsTmaView& v) {
+    std::memset(&map, 0, sizeof(map));
+    std::memcpy(&map, &v, sizeof(v));
+  };
+  store(p.qkv_map, qkv_tma_view(p, elem_bytes));
+  if (p.dout != nullptr) store(p.dout_map, dout_tma_view(p, elem_bytes));
 }
 // The box at (c0, c1, c2, c3) lands at once (one order the hardware may take), in the 128-byte
 // swizzle of the destination's address bits 4-6 XOR 7-9; elements past the view's dims are
 // zeros; its bytes are counted on bar.
 inline void tma_load_box(void* smem, const CUtensorMap* map, int c0, int c1, int c2, int c3, uint64_t* bar) {
-  QkvTmaView v;
+  HeadsTmaView v;
   std::memcpy(static_cast<void*>(&v), map, sizeof(v));
   if (v.base == nullptr || smem_addr(smem) % 1024 != 0) {
     std::fprintf(stderr, "emulated kernel: a TMA load without a map or to a destination not 1024-byte aligned\n");
@@ -828,7 +832,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
       auto emulated = [&](auto kernel, unsigned gx, unsigned gy, int smem, int threads = 128) {
         launch(kernel, gx, gy, static_cast<size_t>(smem), p, threads);
       };
-      if (tiles.fwd_ws) emulated_qkv_map(p, 2);  // what the host launcher encodes for the driver
+      if (tiles.fwd_ws || tiles.dkdv_ws) emulated_maps(p, 2);  // what the host launchers encode for the driver
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
       plan_document_ends(p, emulated);
       plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)
@@ -988,6 +992,11 @@ TEST_P(EmulatedAttention, Wgmma) {
     ws.fwd_bk = other_tiles && c.D <= 64 ? 128 : 0;
     run_case<__half>(c, true, seed++, ws);
     if (c.D > 64) continue;
+    AttnTiles ws_dkdv = ws;  // and the warp-specialized dK/dV kernel (D 64), with either dQ kernel
+    ws_dkdv.fwd_bk = 0;
+    ws_dkdv.dkdv_ws = true;
+    ws_dkdv.dq_wg = other_tiles ? 2 : 1;
+    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv);
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
     atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
     run_case<__nv_bfloat16>(c, true, seed++, atomic);
@@ -1099,6 +1108,21 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.fwd_bk = 0;
     t.fwd_wg = 2;
     EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.dkdv_ws = true;  // the warp-specialized dK/dV kernel: a wgmma kernel, D 64, 64-query tiles, one warpgroup
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.bwd_wgmma = true;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dq_wg = 2;  // then the two-warpgroup dQ kernel
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dq_wg = 1;
+    for (auto other : {&AttnTiles::dkdv_bq, &AttnTiles::dkdv_wg}) {
+      AttnTiles u = t;
+      u.*other = other == &AttnTiles::dkdv_bq ? 32 : 2;
+      EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
+    }
+    t.dq_atomic = true;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
@@ -1107,11 +1131,12 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // with 64-query dK/dV tiles, and D 64's with 32 asked for; three for D 64's atomic dQ.
   // Plus D 64's two-warpgroup dK/dV kernels: 2 + 2 + 3 launches, one of each 256 threads;
   // and for D 64 and 128 the two-warpgroup dQ kernel (2 launches, one of 256 threads) and
-  // forwards (1 + 1, 256 threads); and the warp-specialized forwards (2 for D 64, 1 for D
-  // 128; 160 threads).
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3);
-  EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3);
-  EXPECT_EQ(warp_specialized_launches, 3);
+  // forwards (1 + 1, 256 threads); the warp-specialized forwards (2 for D 64, 1 for D 128;
+  // 160 threads); and D 64's warp-specialized dK/dV kernel (160 threads) with either dQ
+  // kernel (the second of 256): 2 + 2.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4);
+  EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3 + 1);
+  EXPECT_EQ(warp_specialized_launches, 3 + 2);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every

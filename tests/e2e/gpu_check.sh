@@ -51,6 +51,7 @@ if [[ $1 == --kernels ]]; then
   echo "attention fwd+bwd, 4x T      B4 T4096 H32 D64 bf16                  6.1000  157.7 TF/s     19.9%"
   echo "attention fwd+bwd, 16x T     B1 T16384 H32 D64 bf16                22.000  174.9 TF/s     22.1%"
   echo "attn fwd, wgmma              B16 T1024 H32 D64 bf16                 0.3600  190.8 TF/s     23.9%"
+  echo "attn bwd, warp-spec dK/dV    B16 T1024 H32 D64 bf16                 0.9500  180.8 TF/s     22.6%"
   echo "attention fwd, 16x T         B1 T16384 H32 D64 bf16                 2.6000  422.9 TF/s     52.8%"
   echo "attn fwd, 1-wg wgmma, 16x T  B1 T16384 H32 D64 bf16                 4.4000  249.9 TF/s     31.3%"
   if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
@@ -121,6 +122,8 @@ grep -q "^    (beside it) head dim 64 forward: the one-warpgroup wgmma kernel (T
   "$work/ok.log" || fail "no line for the forward kernel the warp-specialized default replaced"
 grep -q "^    (beside it) head dim 64 forward at T 16384: 422.9 TFLOP/s (the one-warpgroup wgmma kernel: 249.9 TFLOP/s)$" \
   "$work/ok.log" || fail "no line for the forward at T 16384"
+grep -q "^    (beside it) head dim 64 backward with the warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1): 0.9500 ms against the default's 1.0690 ms$" \
+  "$work/ok.log" || fail "no line for the warp-specialized dK/dV kernel"
 n=$(grep -c "^  gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: 40.4% (target 50%: no)$" "$work/ok.log")
 ((n == 1)) || fail "$n MFU target lines, expected 1 (the default-tile gpt2-1.3b bf16 row only)"
 echo "ok: default, tuned and accumulating runs as expected; the targets are read off the tables"
@@ -185,7 +188,9 @@ kept_out two_wg_fwd "59/138 Test #59: Dtypes/CudaAttention.WgmmaTwoWarpgroupsMat
 echo "ok: a two-warpgroup test that did not pass keeps those blocks (forward or backward) out of training"
 kept_out warp_specialized "60/138 Test #60: Dtypes/CudaAttention.WgmmaWarpSpecializedMatchesCpu/bf16 ...***Failed   0.9 sec" \
   "TRIDENT_ATTN_FWD_WS=1" FWD_WS= WgmmaWarpSpecializedMatchesCpu
-echo "ok: a warp-specialized forward test that did not pass keeps that forward out of training"
+kept_out warp_specialized_dkdv "60/138 Test #60: Dtypes/CudaAttention.WgmmaWarpSpecializedMatchesCpu/bf16 ...***Failed   0.9 sec" \
+  "TRIDENT_ATTN_BWD_WS=1" BWD_WS= WgmmaWarpSpecializedMatchesCpu
+echo "ok: a warp-specialized kernels' test that did not pass keeps them out of training"
 
 : >"$work/calls"
 # Two opt-in kernels beat the rows they would replace (the register-walking LayerNorm and a

@@ -14,9 +14,6 @@
 namespace trident::cuda {
 namespace {
 
-// A block: one consumer warpgroup (64 query rows) and one producer warp.
-constexpr int kWsThreads = kThreads + 32;
-
 // Ring stages of K and V tiles: three at D 64 (57 KB a block with 64-key tiles, three blocks
 // an SM; 105 KB with 128-key tiles, two), two at D 128 (81 KB, two blocks).
 template <int DP>
@@ -37,20 +34,6 @@ constexpr int ws_fwd_smem_bytes() {
 template <int DP, int BK>
 constexpr int ws_fwd_min_blocks() {
   return DP == 64 && BK == 64 ? 3 : 2;
-}
-
-// Rows [row0, row0 + ROWS) of head slot `slot` (qkv_tma_view) of sample b into a swizzled
-// tile (load_tile_sw128's layout) by TMA: DP / 64 column blocks of ROWS / 64 boxes, their
-// bytes counted on bar. Issued by one thread.
-template <typename T, int ROWS, int DP>
-__device__ __forceinline__ void tma_load_tile(T* tile, const AttnParams& p, int slot, int row0, int b, uint64_t* bar) {
-  static_assert(ROWS % kTmaBoxRows == 0 && DP % kTmaBoxCols == 0, "whole boxes");
-#pragma unroll
-  for (int cb = 0; cb < DP / kTmaBoxCols; ++cb)
-#pragma unroll
-    for (int rb = 0; rb < ROWS / kTmaBoxRows; ++rb)
-      tma_load_box(tile + (cb * ROWS + rb * kTmaBoxRows) * kTmaBoxCols, &p.qkv_map, cb * kTmaBoxCols, slot,
-                   row0 + rb * kTmaBoxRows, b, bar);
 }
 
 // Forward on sm_90a, warp-specialized. Grid (B*H, ceil(T/64)); block: warps 0-3 are the
@@ -104,13 +87,13 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>())
     if (tid != kThreads) return;
     constexpr uint32_t kQBytes = BQ * DP * 2, kTileBytes = BK * DP * 2;  // whole boxes, zeros included
     mbar_arrive_expect_tx(q_full, kQBytes);
-    tma_load_tile<T, BQ, DP>(sQ, p, h, q0, b, q_full);
+    tma_load_tile<T, BQ, DP>(sQ, &p.qkv_map, h, q0, b, q_full);
     for (int kb = kb_first, s = 0, use = 0; kb < nkb; ++kb) {
       if (use > 0) mbar_wait(released + s, (use - 1) & 1);  // the consumers are done with its last tile
       mbar_arrive_expect_tx(k_full + s, kTileBytes);
-      tma_load_tile<T, BK, DP>(sK0 + s * BK * DP, p, p.H + h, kb * BK, b, k_full + s);
+      tma_load_tile<T, BK, DP>(sK0 + s * BK * DP, &p.qkv_map, p.H + h, kb * BK, b, k_full + s);
       mbar_arrive_expect_tx(v_full + s, kTileBytes);
-      tma_load_tile<T, BK, DP>(sV0 + s * BK * DP, p, 2 * p.H + h, kb * BK, b, v_full + s);
+      tma_load_tile<T, BK, DP>(sV0 + s * BK * DP, &p.qkv_map, 2 * p.H + h, kb * BK, b, v_full + s);
       if (++s == S) {
         s = 0;
         ++use;

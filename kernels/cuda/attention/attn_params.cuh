@@ -45,37 +45,45 @@ struct AttnParams {
   uint32_t drop_thr = 0;   // attn_drop_threshold(p), at most 65535 (set_attn_dropout)
   bool dropout = false;
   DropoutKey drop{};
-  // The warp-specialized forward's TMA view of qkv (qkv_tma_view), encoded by the host
-  // launcher for that kernel only (zero otherwise); the kernel takes its parameters as
-  // __grid_constant__, so that the copy engine can read the map where it lies.
-  CUtensorMap qkv_map{};
+  // The TMA views of qkv and dout (qkv_tma_view, dout_tma_view) for the warp-specialized
+  // kernels, encoded by the host launcher for those only (zero otherwise); the kernels take
+  // their parameters as __grid_constant__, so that the copy engine reads the maps where they lie.
+  CUtensorMap qkv_map{}, dout_map{};
 };
 
-// qkv as the tensor memory accelerator sees it: elements (column d < D, head slot j < 3H: the
-// H query heads, then the key heads, then the value heads; token t < T; sample b < B), strides
-// in bytes, boxes of 64 columns x 64 tokens of one slot and sample. Coordinates past D or T
-// read zeros, as load_tile_sw128's rows past T do. Shared by the host's cuTensorMapEncodeTiled
-// call and the CPU emulator's copy engine.
+// A [B, T, slots, D] tensor of heads as the tensor memory accelerator sees it: elements
+// (column d < D, head slot j, token t < T, sample b < B), strides in bytes, boxes of 64 columns
+// x 64 tokens of one slot and sample. Coordinates past D or T read zeros, as
+// load_tile_sw128's rows past T do. Shared by the host's cuTensorMapEncodeTiled call and the
+// CPU emulator's copy engine.
 constexpr int kTmaBoxCols = 64, kTmaBoxRows = 64;
-struct QkvTmaView {
+struct HeadsTmaView {
   const void* base = nullptr;
-  uint64_t dims[4] = {};     // D, 3H, T, B
+  uint64_t dims[4] = {};     // D, slots, T, B
   uint64_t strides[3] = {};  // bytes between slots, tokens, samples
   uint32_t box[4] = {kTmaBoxCols, 1, kTmaBoxRows, 1};
   int elem_bytes = 2;
 };
-inline QkvTmaView qkv_tma_view(const AttnParams& p, int elem_bytes) {
-  QkvTmaView v;
-  v.base = p.qkv;
+inline HeadsTmaView heads_tma_view(const void* base, const AttnParams& p, int slots, int64_t tok, int elem_bytes) {
+  HeadsTmaView v;
+  v.base = base;
   v.dims[0] = static_cast<uint64_t>(p.D);
-  v.dims[1] = 3 * static_cast<uint64_t>(p.H);
+  v.dims[1] = static_cast<uint64_t>(slots);
   v.dims[2] = static_cast<uint64_t>(p.T);
   v.dims[3] = static_cast<uint64_t>(p.B);
   v.strides[0] = static_cast<uint64_t>(p.D) * elem_bytes;
-  v.strides[1] = static_cast<uint64_t>(p.qkv_tok) * elem_bytes;
-  v.strides[2] = static_cast<uint64_t>(p.T) * p.qkv_tok * elem_bytes;
+  v.strides[1] = static_cast<uint64_t>(tok) * elem_bytes;
+  v.strides[2] = static_cast<uint64_t>(p.T) * tok * elem_bytes;
   v.elem_bytes = elem_bytes;
   return v;
+}
+// qkv: slots are the H query heads, then the key heads, then the value heads.
+inline HeadsTmaView qkv_tma_view(const AttnParams& p, int elem_bytes) {
+  return heads_tma_view(p.qkv, p, 3 * p.H, p.qkv_tok, elem_bytes);
+}
+// dout (the backward's): the H heads.
+inline HeadsTmaView dout_tma_view(const AttnParams& p, int elem_bytes) {
+  return heads_tma_view(p.dout, p, p.H, p.out_tok, elem_bytes);
 }
 
 // ---- dropout -----------------------------------------------------------------------------

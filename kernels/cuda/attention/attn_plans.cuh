@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/attention/attn_backward_dkdv.cuh"
+#include "kernels/cuda/attention/attn_backward_dkdv_ws.cuh"
 #include "kernels/cuda/attention/attn_backward_dq.cuh"
 #include "kernels/cuda/attention/attn_backward_passes.cuh"
 #include "kernels/cuda/attention/attn_forward.cuh"
@@ -68,10 +69,14 @@ void dispatch_dp(int D, F&& f) {
 //            into a ring of K/V stages, P V runs under the next tile's softmax), with fwd_wgmma,
 //            fwd_wg 1 and 64-key tiles, or for D 64 also 128 (fwd_bk). The default where
 //            wgmma_available() (tiles_from_env); its AttnParams carry the TMA map of qkv
+//   dkdv_ws  the warp-specialized wgmma dK/dV kernel (attn_bwd_dkdv_ws_kernel: Q and dO by TMA
+//            into a ring), with bwd_wgmma, D 64, 64-query tiles, one warpgroup, no atomic dQ;
+//            the dQ kernel as bwd_wgmma's (dq_wg 1 or 2). Its AttnParams carry the TMA maps
+//            of qkv and dout
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   int fwd_wg = 1, dkdv_wg = 1, dq_wg = 1;
-  bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false, fwd_ws = false;
+  bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false, fwd_ws = false, dkdv_ws = false;
 };
 
 template <int DP>
@@ -193,6 +198,18 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
   bool ok = false;
   if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (D 64, 64 queries)
     if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
+    if (t.dkdv_ws) {  // D 64, 64-query tiles, one warpgroup, then the wgmma dQ kernel
+      if (p.D > 64 || t.dq_atomic || (t.dkdv_bq != 0 && t.dkdv_bq != 64) || t.dkdv_wg != 1) return false;
+      if (t.dq_wg != 1 && t.dq_wg != 2) return false;
+      launch(attn_bwd_dkdv_ws_kernel<T>, bh, tiles, ws_dkdv_smem_bytes(), kWsThreads);
+      if (t.dq_wg == 2) {
+        launch(attn_bwd_dq_wgmma_kernel<T, 64, 64, 2>, bh, static_cast<unsigned>((p.T + 127) / 128),
+               wgmma_dq_smem_bytes<64, 64, 2>(), 2 * kThreads);
+      } else {
+        launch(attn_bwd_dq_wgmma_kernel<T, 64, 64>, bh, tiles, wgmma_dq_smem_bytes<64, 64>());
+      }
+      return true;
+    }
     if (t.dq_atomic && t.dkdv_bq != 0 && t.dkdv_bq != 64) return false;
     if ((t.dkdv_wg != 1 && t.dkdv_wg != 2) || (t.dq_wg != 1 && t.dq_wg != 2)) return false;
     if (t.dq_atomic && t.dq_wg != 1) return false;  // no dQ kernel
@@ -248,7 +265,7 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     });
     return ok;
   }
-  if (t.dkdv_wg != 1 || t.dq_wg != 1) return false;  // the mma.sync kernels have one block shape
+  if (t.dkdv_wg != 1 || t.dq_wg != 1 || t.dkdv_ws) return false;  // the mma.sync kernels have one block shape
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
     const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;

@@ -309,6 +309,26 @@ __device__ __forceinline__ void load_tile_sw128(T* tile, const T* g, int64_t ld,
   load_tile_sw128<T, ROWS, DP>(tile, g, ld, row0, T_, D, static_cast<int>(threadIdx.x));
 }
 
+// ---- The warp-specialized kernels (sm_90a): TMA loads into the same tiles ------------------
+// A block: one consumer warpgroup and one producer warp (of which one thread issues the TMA
+// loads).
+constexpr int kWsThreads = kThreads + 32;
+
+// Rows [row0, row0 + ROWS) of head slot `slot` of sample b of a heads map (AttnParams'
+// qkv_map or dout_map: heads_tma_view) into a swizzled tile (load_tile_sw128's layout) by TMA:
+// DP / 64 column blocks of ROWS / 64 boxes, their bytes counted on bar. Issued by one thread.
+template <typename T, int ROWS, int DP>
+__device__ __forceinline__ void tma_load_tile(T* tile, const CUtensorMap* map, int slot, int row0, int b,
+                                              uint64_t* bar) {
+  static_assert(ROWS % kTmaBoxRows == 0 && DP % kTmaBoxCols == 0, "whole boxes");
+#pragma unroll
+  for (int cb = 0; cb < DP / kTmaBoxCols; ++cb)
+#pragma unroll
+    for (int rb = 0; rb < ROWS / kTmaBoxRows; ++rb)
+      tma_load_box(tile + (cb * ROWS + rb * kTmaBoxRows) * kTmaBoxCols, map, cb * kTmaBoxCols, slot,
+                   row0 + rb * kTmaBoxRows, b, bar);
+}
+
 // A wgmma shared-memory descriptor with the 128-byte swizzle: start address, leading and
 // stride byte offsets (all in 16-byte units, 14 bits each), layout type 1 in bits 62-63.
 __device__ __forceinline__ uint64_t sw128_desc(const void* start, uint32_t lbo_bytes, uint32_t sbo_bytes) {
