@@ -313,6 +313,30 @@ constexpr int wgmma_dkdv_min_blocks() {
   return DP == 64 && BQ == 32 ? 3 : 1;
 }
 
+// The wgmma dK/dV kernels' two product groups of a query tile (64 keys; BQ queries): S^T = K
+// Q^T and dP^T = V dO^T, then dV += (P z)^T dO and dK += dS^T Q (A fragments pa and da, dO and
+// Q read MN-major from the same tiles), the two products of each step issued side by side.
+// Issued only: the caller fences before and commits after.
+template <typename T, int DP, int BQ>
+__device__ __forceinline__ void dkdv_issue_scores(float (&st)[BQ / 8][4], float (&dpt)[BQ / 8][4], const T* sK,
+                                                  const T* sV, const T* sQ, const T* sO) {
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    wgmma_ss<T, BQ>(st, kmajor_desc<T, 64>(sK, ks), kmajor_desc<T, BQ>(sQ, ks), ks > 0);
+    wgmma_ss<T, BQ>(dpt, kmajor_desc<T, 64>(sV, ks), kmajor_desc<T, BQ>(sO, ks), ks > 0);
+  }
+}
+template <typename T, int DP, int BQ>
+__device__ __forceinline__ void dkdv_issue_grads(float (&dv)[DP / 8][4], float (&dk)[DP / 8][4],
+                                                 const uint32_t (&pa)[BQ / 16][4], const uint32_t (&da)[BQ / 16][4],
+                                                 const T* sQ, const T* sO) {
+#pragma unroll
+  for (int kk = 0; kk < BQ / 16; ++kk) {
+    wgmma_rs<T, DP>(dv, pa[kk], mnmajor_desc<T, BQ>(sO, kk));
+    wgmma_rs<T, DP>(dk, da[kk], mnmajor_desc<T, BQ>(sQ, kk));
+  }
+}
+
 // dS^T, the A fragments of dK += dS^T Q (warp w: keys 16w + g and + 8; k: 16 queries a
 // step), into the swizzled tile [64 keys][64 queries] (the layout of load_tile_sw128), from
 // which dQ = dS K reads dS MN-major. Each 32-bit pair of queries stays in one 16-byte chunk;
@@ -462,11 +486,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
     const float* sL = sL0 + n * 2 * BQ;
     float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < DP / 16; ++ks) {
-      wgmma_ss<T, BQ>(st, kmajor_desc<T, BKV>(sK, ks), kmajor_desc<T, BQ>(sQ, ks), ks > 0);
-      wgmma_ss<T, BQ>(dpt, kmajor_desc<T, BKV>(sV, ks), kmajor_desc<T, BQ>(sO, ks), ks > 0);
-    }
+    dkdv_issue_scores<T, DP, BQ>(st, dpt, sK, sV, sQ, sO);
     wgmma_commit();
     KeepBits<NT> keep;  // drawn while the products run
     if (p.dropout) keep = attn_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
@@ -489,11 +509,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
     fence_frag(pa);
     fence_frag(da);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; ++kk) {
-      wgmma_rs<T, DP>(dv, pa[kk], mnmajor_desc<T, BQ>(sO, kk));
-      wgmma_rs<T, DP>(dk, da[kk], mnmajor_desc<T, BQ>(sQ, kk));
-    }
+    dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, sQ, sO);
     wgmma_commit();
     if constexpr (DQ) {
       __syncthreads();  // every warp's dS^T rows are visible to wgmma (while dV and dK run)

@@ -115,11 +115,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
     const float* sL = sL0 + s * 2 * BQ;
     float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < DP / 16; ++ks) {
-      wgmma_ss<T, BQ>(st, kmajor_desc<T, BKV>(sK, ks), kmajor_desc<T, BQ>(sQ, ks), ks > 0);
-      wgmma_ss<T, BQ>(dpt, kmajor_desc<T, BKV>(sV, ks), kmajor_desc<T, BQ>(sO, ks), ks > 0);
-    }
+    dkdv_issue_scores<T, DP, BQ>(st, dpt, sK, sV, sQ, sO);
     wgmma_commit();
     KeepBits<NT> keep;  // drawn while the products run
     if (p.dropout) keep = attn_keep_keys<NT>(p, hv.sample, hv.hg, wkey + (lane >> 2), i0, lane);
@@ -135,11 +131,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
     fence_frag(pa);
     fence_frag(da);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; ++kk) {
-      wgmma_rs<T, DP>(dv, pa[kk], mnmajor_desc<T, BQ>(sO, kk));
-      wgmma_rs<T, DP>(dk, da[kk], mnmajor_desc<T, BQ>(sQ, kk));
-    }
+    dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, sQ, sO);
     wgmma_commit();
     wgmma_wait<0>();
     fence_acc(dv);

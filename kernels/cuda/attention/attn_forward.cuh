@@ -315,9 +315,7 @@ __global__ void __launch_bounds__(kThreads * WG, wgmma_fwd_min_blocks<DP, BK, WG
     // none of its keys gets all -inf scores, P = 0, and adds nothing.
     float s[NT][4];
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < DP / 16; ++ks)
-      wgmma_ss<T, BK>(s, kmajor_desc<T, BQ>(sQ, ks), kmajor_desc<T, BK>(sK, ks), ks > 0);
+    wgmma_abt<T, DP, BQ, BK>(s, sQ, sK);
     wgmma_commit();
     KeepBits<NT> keep;  // drawn while the products run
     if (p.dropout) keep = attn_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
@@ -329,8 +327,7 @@ __global__ void __launch_bounds__(kThreads * WG, wgmma_fwd_min_blocks<DP, BK, WG
     fence_acc(o);  // the softmax's rescale of o happens before the products that add to it
     fence_frag(pa);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<T, DP>(o, pa[kk], mnmajor_desc<T, BK>(sV, kk));
+    wgmma_ab_regs<T, DP, NT / 2>(o, pa, sV);
     wgmma_commit();
     wgmma_wait<0>();
     fence_acc(o);

@@ -121,15 +121,12 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>())
   };
   // S = Q K^T for the key tile in stage s, issued as one wgmma group.
   auto issue_scores = [&](float (&sc)[NT][4]) {
-#pragma unroll
-    for (int ks = 0; ks < DP / 16; ++ks)
-      wgmma_ss<T, BK>(sc, kmajor_desc<T, BQ>(sQ, ks), kmajor_desc<T, BK>(sK0 + s * BK * DP, ks), ks > 0);
+    wgmma_abt<T, DP, BQ, BK>(sc, sQ, sK0 + s * BK * DP);
     wgmma_commit();
   };
   // O += P V for the previous key tile (P in pa, V in stage prev_s), one wgmma group.
   auto issue_pv = [&] {
-#pragma unroll
-    for (int kk = 0; kk < NT / 2; ++kk) wgmma_rs<T, DP>(o, pa[kk], mnmajor_desc<T, BK>(sV0 + prev_s * BK * DP, kk));
+    wgmma_ab_regs<T, DP, NT / 2>(o, pa, sV0 + prev_s * BK * DP);
     wgmma_commit();
   };
   // Every wait comes before the warpgroup's wgmma_fence and its products: a wgmma after a

@@ -350,6 +350,23 @@ __device__ __forceinline__ uint64_t mnmajor_desc(const T* tile, int kk) {
   return sw128_desc(tile, ROWS * 128, 8 * 128) + static_cast<uint64_t>(kk * 16 * 128 >> 4);
 }
 
+// acc (64 x N) = A B^T over the head dim: DP / 16 k16 steps of wgmma from two K-major tiles,
+// A's 64 rows at sA (in a tile of A_ROWS rows), B's N rows at sB. Issued only: the caller
+// fences before and commits after.
+template <typename T, int DP, int A_ROWS, int N>
+__device__ __forceinline__ void wgmma_abt(float (&acc)[N / 8][4], const T* sA, const T* sB) {
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks)
+    wgmma_ss<T, N>(acc, kmajor_desc<T, A_ROWS>(sA, ks), kmajor_desc<T, N>(sB, ks), ks > 0);
+}
+// acc (64 x DP) += A B: KK k16 steps, A from registers (the C-to-A packed fragments), B
+// MN-major in a tile of KK * 16 rows (rows = k). Issued only, as wgmma_abt.
+template <typename T, int DP, int KK>
+__device__ __forceinline__ void wgmma_ab_regs(float (&acc)[DP / 8][4], const uint32_t (&a)[KK][4], const T* sB) {
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) wgmma_rs<T, DP>(acc, a[kk], mnmajor_desc<T, KK * 16>(sB, kk));
+}
+
 // The swizzled tiles of a kernel, from the first 1024-byte boundary of dynamic shared memory.
 template <typename T>
 __device__ __forceinline__ T* swizzle_aligned(unsigned char* raw) {
