@@ -624,9 +624,14 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       if (D == 64)  // the other dK/dV query tiles (32 fits 3 blocks an SM, the default 64 2)
         timed(&bwd_c, "attn bwd, wgmma, 32-q dK/dV", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_DKDV_BQ=32", 2.5 * fwd,
               backward, 10);
-      // The warp-specialized dK/dV kernel: Q and dO by TMA into a ring (D 64; opt-in).
-      if (D == 64)
+      // D 64's warp-specialized backward kernels (opt-ins): dK/dV (Q and dO by TMA into a
+      // ring), dQ (K and V by TMA into a ring, each tile's dS K under the next tile's dS), both.
+      if (D == 64) {
         timed(&bwd_c, "attn bwd, warp-spec dK/dV", "TRIDENT_ATTN_BWD_WS=1", 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec dQ", "TRIDENT_ATTN_DQ_WS=1", 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec both", "TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_DQ_WS=1", 2.5 * fwd, backward,
+              10);
+      }
       // dQ added by the wgmma dK/dV kernel with float atomics: 5 tile products instead of 7 (D 64).
       if (D == 64)
         timed(&bwd_c, "attn bwd, wgmma, atomic dQ", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1", 2.5 * fwd,

@@ -55,6 +55,7 @@
 //   attn_backward_dkdv.cuh    pass 2: mma.sync and wgmma kernels, atomic dQ
 //   attn_backward_dkdv_ws.cuh pass 2: the warp-specialized wgmma kernel (TMA producer, Q/dO ring)
 //   attn_backward_dq.cuh      pass 3: mma.sync and wgmma kernels
+//   attn_backward_dq_ws.cuh   pass 3: the warp-specialized wgmma kernel (TMA producer, K/V ring)
 //   attn_backward_passes.cuh  pass 1 (delta), documents' ends, the atomic dQ's zero and store
 //   attn_simt.cuh             the CUDA-core kernels
 //   attn_plans.cuh            launch plans and the tile shapes beside the defaults (AttnTiles)
@@ -175,12 +176,13 @@ AttnTiles tiles_from_env(int D) {
   const int ws = env_switch("TRIDENT_ATTN_FWD_WS");  // a wgmma kernel: 1 implies FWD_WGMMA=1
   t.fwd_wgmma = fwd == 1 || ws == 1 || (fwd < 0 && D > 32 && !mma_fwd_asked && wgmma_available());
   t.fwd_ws = ws == 1 || (ws < 0 && fwd < 0 && t.fwd_wgmma && t.fwd_wg == 1);
-  t.dkdv_ws = env_flag("TRIDENT_ATTN_BWD_WS");  // a wgmma kernel: implies BWD_WGMMA=1
-  t.bwd_wgmma = bwd == 1 || t.dkdv_ws || (bwd < 0 && D > 32 && !mma_bwd_asked && wgmma_available());
-  TRIDENT_CHECK((fwd != 1 && bwd != 1 && ws != 1 && !t.dkdv_ws) || wgmma_available(),
+  t.dkdv_ws = env_flag("TRIDENT_ATTN_BWD_WS");  // wgmma kernels: each implies BWD_WGMMA=1
+  t.dq_ws = env_flag("TRIDENT_ATTN_DQ_WS");
+  t.bwd_wgmma = bwd == 1 || t.dkdv_ws || t.dq_ws || (bwd < 0 && D > 32 && !mma_bwd_asked && wgmma_available());
+  TRIDENT_CHECK((fwd != 1 && bwd != 1 && ws != 1 && !t.dkdv_ws && !t.dq_ws) || wgmma_available(),
                 "attention: TRIDENT_ATTN_FWD_WGMMA / TRIDENT_ATTN_BWD_WGMMA / TRIDENT_ATTN_FWD_WS / "
-                "TRIDENT_ATTN_BWD_WS need a compute capability 9.0 GPU and a build for sm_90a "
-                "(CMAKE_CUDA_ARCHITECTURES with 90a)");
+                "TRIDENT_ATTN_BWD_WS / TRIDENT_ATTN_DQ_WS need a compute capability 9.0 GPU and a build for "
+                "sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a)");
   return t;
 }
 
@@ -194,7 +196,7 @@ std::string describe(const AttnTiles& t) {
          " TRIDENT_ATTN_FWD_WG=" + std::to_string(t.fwd_wg) + " TRIDENT_ATTN_BWD_WG=" + std::to_string(t.dkdv_wg) +
          " TRIDENT_ATTN_DQ_WG=" + std::to_string(t.dq_wg) +
          " TRIDENT_ATTN_FWD_WGMMA=" + std::to_string(t.fwd_wgmma) + " TRIDENT_ATTN_FWD_WS=" + std::to_string(t.fwd_ws) +
-         " TRIDENT_ATTN_BWD_WS=" + std::to_string(t.dkdv_ws) +
+         " TRIDENT_ATTN_BWD_WS=" + std::to_string(t.dkdv_ws) + " TRIDENT_ATTN_DQ_WS=" + std::to_string(t.dq_ws) +
          " TRIDENT_ATTN_BWD_WGMMA=" + std::to_string(t.bwd_wgmma);
 }
 
@@ -353,10 +355,11 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out
     bool done = false;
     if constexpr (!std::is_same_v<Ty, float>) {
       if (c.mma) {
-        if (tiles.dkdv_ws) {  // the warp-specialized dK/dV kernel loads Q and dO by TMA
+        if (tiles.dkdv_ws || tiles.dq_ws) {  // the warp-specialized kernels load by TMA
           const bool bf16 = std::is_same_v<Ty, __nv_bfloat16>;
-          encode_heads_map(p.qkv_map, qkv_tma_view(p, 2), bf16, p, "unsetting TRIDENT_ATTN_BWD_WS");
-          encode_heads_map(p.dout_map, dout_tma_view(p, 2), bf16, p, "unsetting TRIDENT_ATTN_BWD_WS");
+          const char* off = "unsetting TRIDENT_ATTN_BWD_WS and TRIDENT_ATTN_DQ_WS";
+          encode_heads_map(p.qkv_map, qkv_tma_view(p, 2), bf16, p, off);
+          encode_heads_map(p.dout_map, dout_tma_view(p, 2), bf16, p, off);
         }
         run_plan(op, p, tiles, st, [](auto&&... a) { return plan_backward_mma<Ty>(a...); });
         done = true;

@@ -238,12 +238,12 @@ TEST_P(CudaAttention, TunedVariantsMatchCpu) {
 constexpr const char* kWgmmaVars[] = {"TRIDENT_ATTN_FWD_WGMMA", "TRIDENT_ATTN_BWD_WGMMA", "TRIDENT_ATTN_FWD_BK",
                                       "TRIDENT_ATTN_DKDV_BQ",   "TRIDENT_ATTN_BWD_ATOMIC", "TRIDENT_ATTN_FWD_WG",
                                       "TRIDENT_ATTN_BWD_WG",    "TRIDENT_ATTN_DQ_WG",      "TRIDENT_ATTN_FWD_WS",
-                                      "TRIDENT_ATTN_BWD_WS"};
+                                      "TRIDENT_ATTN_BWD_WS",    "TRIDENT_ATTN_DQ_WS"};
 struct RestoreWgmmaVars {
-  const ScopedEnv vars[10] = {{kWgmmaVars[0], nullptr}, {kWgmmaVars[1], nullptr}, {kWgmmaVars[2], nullptr},
+  const ScopedEnv vars[11] = {{kWgmmaVars[0], nullptr}, {kWgmmaVars[1], nullptr}, {kWgmmaVars[2], nullptr},
                               {kWgmmaVars[3], nullptr}, {kWgmmaVars[4], nullptr}, {kWgmmaVars[5], nullptr},
                               {kWgmmaVars[6], nullptr}, {kWgmmaVars[7], nullptr}, {kWgmmaVars[8], nullptr},
-                              {kWgmmaVars[9], nullptr}};
+                              {kWgmmaVars[9], nullptr}, {kWgmmaVars[10], nullptr}};
 };
 
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory; the defaults there for
@@ -322,7 +322,8 @@ TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
 // The warp-specialized wgmma forward (TRIDENT_ATTN_FWD_WS=1: one thread loads a ring of K/V
 // stages by TMA, P V runs under the next tile's softmax; head dims above 32, 64-key tiles and
 // at D 64 also 128, an opt-in; the others run the defaults), and at D <= 64 the
-// warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1, an opt-in). The forward is the default
+// warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1), dQ kernel (TRIDENT_ATTN_DQ_WS=1) and
+// both (opt-ins). The forward is the default
 // on sm_90a, which ForwardMatchesCpu checks too; asked for here by name, so that gpu-check can
 // tell these kernels' results from the one-warpgroup kernels' in WgmmaMatchesCpu.
 TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
@@ -339,9 +340,16 @@ TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
     };
     check_forward(other_tile ? "warp-specialized, 128 keys " : "warp-specialized ", ws);
   }
-  check_backward("warp-specialized dK/dV ", [](const AttnCase& c) {
+  check_backward("warp-specialized dQ ", [](const AttnCase& c) {
     for (const char* v : kWgmmaVars) ::unsetenv(v);
-    if (c.D > 32 && c.D <= 64) ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
+    if (c.D > 32 && c.D <= 64) ::setenv("TRIDENT_ATTN_DQ_WS", "1", 1);
+  });
+  check_backward("warp-specialized dK/dV and dQ ", [](const AttnCase& c) {
+    for (const char* v : kWgmmaVars) ::unsetenv(v);
+    if (c.D > 32 && c.D <= 64) {
+      ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
+      ::setenv("TRIDENT_ATTN_DQ_WS", "1", 1);
+    }
   });
 }
 

@@ -772,7 +772,9 @@ std::string describe(const AttnTiles& t) {
          std::to_string(t.fwd_nb) + " dq_atomic" + std::to_string(t.dq_atomic) + " nb" + std::to_string(t.dkdv_nb) +
          " dkdv_bq" + std::to_string(t.dkdv_bq) + " dq_bk" + std::to_string(t.dq_bk) + " fwd_wgmma" +
          std::to_string(t.fwd_wgmma) + " bwd_wgmma" + std::to_string(t.bwd_wgmma) + " fwd_wg" +
-         std::to_string(t.fwd_wg) + " dkdv_wg" + std::to_string(t.dkdv_wg) + " dq_wg" + std::to_string(t.dq_wg);
+         std::to_string(t.fwd_wg) + " dkdv_wg" + std::to_string(t.dkdv_wg) + " dq_wg" + std::to_string(t.dq_wg) +
+         " fwd_ws" + std::to_string(t.fwd_ws) + " dkdv_ws" + std::to_string(t.dkdv_ws) + " dq_ws" +
+         std::to_string(t.dq_ws);
 }
 
 template <typename T>
@@ -832,7 +834,7 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
       auto emulated = [&](auto kernel, unsigned gx, unsigned gy, int smem, int threads = 128) {
         launch(kernel, gx, gy, static_cast<size_t>(smem), p, threads);
       };
-      if (tiles.fwd_ws || tiles.dkdv_ws) emulated_maps(p, 2);  // what the host launchers encode for the driver
+      if (tiles.fwd_ws || tiles.dkdv_ws || tiles.dq_ws) emulated_maps(p, 2);  // what the host launchers encode for the driver
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
       plan_document_ends(p, emulated);
       plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)
@@ -987,14 +989,18 @@ TEST_P(EmulatedAttention, Wgmma) {
     run_case<__nv_bfloat16>(c, true, seed++, two);
     // The warp-specialized forward (a TMA producer, mbarriers, P V under the next tile's
     // softmax), with D 64's two key tiles alternately.
+    // And at D 64 the warp-specialized dQ kernel (dS K under the next tile's dS).
     AttnTiles ws;
     ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = true;
+    ws.dq_ws = c.D <= 64;
     ws.fwd_bk = other_tiles && c.D <= 64 ? 128 : 0;
     run_case<__half>(c, true, seed++, ws);
     if (c.D > 64) continue;
-    AttnTiles ws_dkdv = ws;  // and the warp-specialized dK/dV kernel (D 64), with either dQ kernel
+    // The warp-specialized dK/dV kernel (D 64), with each dQ kernel in turn.
+    AttnTiles ws_dkdv = ws;
     ws_dkdv.fwd_bk = 0;
     ws_dkdv.dkdv_ws = true;
+    ws_dkdv.dq_ws = !other_tiles;
     ws_dkdv.dq_wg = other_tiles ? 2 : 1;
     run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv);
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
@@ -1123,6 +1129,19 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     }
     t.dq_atomic = true;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.dq_ws = true;  // the warp-specialized dQ kernel: a wgmma kernel, D 64, one warpgroup
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.bwd_wgmma = true;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_ws = true;  // after the warp-specialized dK/dV kernel (D 64)
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_ws = false;
+    t.dq_wg = 2;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t.dq_wg = 1;
+    t.dq_atomic = true;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
   }
   // Per D: one forward and two backward launches for the defaults, two more for D 128's BQ
   // 16, three (zero, dK/dV + dQ, store) for D 128's atomic dQ with BQ 16 and for atomic dQ
@@ -1133,10 +1152,11 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // and for D 64 and 128 the two-warpgroup dQ kernel (2 launches, one of 256 threads) and
   // forwards (1 + 1, 256 threads); the warp-specialized forwards (2 for D 64, 1 for D 128;
   // 160 threads); and D 64's warp-specialized dK/dV kernel (160 threads) with either dQ
-  // kernel (the second of 256): 2 + 2.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4);
+  // kernel (the second of 256): 2 + 2; D 64's warp-specialized dQ kernel after the wgmma dK/dV
+  // kernel and after the warp-specialized one: 2 + 2, three of them of 160 threads.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 4);
   EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3 + 1);
-  EXPECT_EQ(warp_specialized_launches, 3 + 2);
+  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 3);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every

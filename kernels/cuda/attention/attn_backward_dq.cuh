@@ -132,6 +132,19 @@ __global__ void __launch_bounds__(kThreads, dq_mma_min_blocks<DP>()) attn_bwd_dq
 // swizzled tiles of the wgmma forward and the same per-warp elementwise code (dq_tile_ds).
 // The streamed key tiles are double-buffered.
 
+// The wgmma dQ kernels' score products of a key tile (64 query rows; BK keys): S = Q K^T and
+// dP = dO V^T, the two products of each k16 step issued side by side. Issued only: the caller
+// fences before and commits after.
+template <typename T, int DP, int BK>
+__device__ __forceinline__ void dq_issue_scores(float (&s)[BK / 8][4], float (&dp)[BK / 8][4], const T* sQ,
+                                                const T* sO, const T* sK, const T* sV) {
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    wgmma_ss<T, BK>(s, kmajor_desc<T, 64>(sQ, ks), kmajor_desc<T, BK>(sK, ks), ks > 0);
+    wgmma_ss<T, BK>(dp, kmajor_desc<T, 64>(sO, ks), kmajor_desc<T, BK>(sV, ks), ks > 0);
+  }
+}
+
 template <int DP, int BK, int WG = 1>
 constexpr int wgmma_dq_smem_bytes() {
   return (WG * 2 * 64 + 4 * BK) * DP * 2 + kSwizzleSpan;  // Q, dO (a tile each a warpgroup); two K, two V; alignment
@@ -198,11 +211,7 @@ __global__ void __launch_bounds__(kThreads * WG, 1) attn_bwd_dq_wgmma_kernel(con
     // get dS = 0.
     float s[NT][4], dp[NT][4];
     wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < DP / 16; ++ks) {
-      wgmma_ss<T, BK>(s, kmajor_desc<T, BQ>(sQ, ks), kmajor_desc<T, BK>(sK, ks), ks > 0);
-      wgmma_ss<T, BK>(dp, kmajor_desc<T, BQ>(sO, ks), kmajor_desc<T, BK>(sV, ks), ks > 0);
-    }
+    dq_issue_scores<T, DP, BK>(s, dp, sQ, sO, sK, sV);
     wgmma_commit();
     KeepBits<NT> keep;  // drawn while the products run
     if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);

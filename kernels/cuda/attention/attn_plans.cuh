@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention/attn_backward_dkdv.cuh"
 #include "kernels/cuda/attention/attn_backward_dkdv_ws.cuh"
 #include "kernels/cuda/attention/attn_backward_dq.cuh"
+#include "kernels/cuda/attention/attn_backward_dq_ws.cuh"
 #include "kernels/cuda/attention/attn_backward_passes.cuh"
 #include "kernels/cuda/attention/attn_forward.cuh"
 #include "kernels/cuda/attention/attn_forward_ws.cuh"
@@ -73,10 +74,14 @@ void dispatch_dp(int D, F&& f) {
 //            into a ring), with bwd_wgmma, D 64, 64-query tiles, one warpgroup, no atomic dQ;
 //            the dQ kernel as bwd_wgmma's (dq_wg 1 or 2). Its AttnParams carry the TMA maps
 //            of qkv and dout
+//   dq_ws    the warp-specialized wgmma dQ kernel (attn_bwd_dq_ws_kernel: K and V by TMA into a
+//            ring, each tile's dS K under the next tile's elementwise step), with bwd_wgmma, D
+//            64, dq_wg 1, no atomic dQ; after any wgmma dK/dV kernel (dkdv_ws included).
+//            Its AttnParams carry the TMA maps of qkv and dout
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
   int fwd_wg = 1, dkdv_wg = 1, dq_wg = 1;
-  bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false, fwd_ws = false, dkdv_ws = false;
+  bool dq_atomic = false, fwd_wgmma = false, bwd_wgmma = false, fwd_ws = false, dkdv_ws = false, dq_ws = false;
 };
 
 template <int DP>
@@ -198,21 +203,29 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
   bool ok = false;
   if (t.bwd_wgmma) {  // 64-query dK/dV tiles (D 64: or 32) and 64-key dQ tiles, or atomic dQ (D 64, 64 queries)
     if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
-    if (t.dkdv_ws) {  // D 64, 64-query tiles, one warpgroup, then the wgmma dQ kernel
-      if (p.D > 64 || t.dq_atomic || (t.dkdv_bq != 0 && t.dkdv_bq != 64) || t.dkdv_wg != 1) return false;
-      if (t.dq_wg != 1 && t.dq_wg != 2) return false;
-      launch(attn_bwd_dkdv_ws_kernel<T>, bh, tiles, ws_dkdv_smem_bytes(), kWsThreads);
-      if (t.dq_wg == 2) {
-        launch(attn_bwd_dq_wgmma_kernel<T, 64, 64, 2>, bh, static_cast<unsigned>((p.T + 127) / 128),
-               wgmma_dq_smem_bytes<64, 64, 2>(), 2 * kThreads);
+    if (t.dq_wg != 1 && t.dq_wg != 2) return false;
+    if (t.dq_atomic && (t.dq_wg != 1 || t.dq_ws)) return false;  // no dQ kernel
+    if (t.dq_ws && (p.D > 64 || t.dq_wg != 1)) return false;  // the warp-specialized dQ kernel: D 64, one warpgroup
+    // The dQ pass of a head dim: warp-specialized (D 64), or of t.dq_wg warpgroups.
+    auto launch_dq = [&](auto dp) {
+      constexpr int DP = decltype(dp)::value;
+      if (t.dq_ws) {
+        if constexpr (DP == 64) launch(attn_bwd_dq_ws_kernel<T>, bh, tiles, ws_dq_smem_bytes(), kWsThreads);
+      } else if (t.dq_wg == 2) {
+        launch(attn_bwd_dq_wgmma_kernel<T, DP, 64, 2>, bh, static_cast<unsigned>((p.T + 127) / 128),
+               wgmma_dq_smem_bytes<DP, 64, 2>(), 2 * kThreads);
       } else {
-        launch(attn_bwd_dq_wgmma_kernel<T, 64, 64>, bh, tiles, wgmma_dq_smem_bytes<64, 64>());
+        launch(attn_bwd_dq_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dq_smem_bytes<DP, 64>());
       }
+    };
+    if (t.dkdv_ws) {  // D 64, 64-query tiles, one warpgroup, then a wgmma dQ kernel
+      if (p.D > 64 || t.dq_atomic || (t.dkdv_bq != 0 && t.dkdv_bq != 64) || t.dkdv_wg != 1) return false;
+      launch(attn_bwd_dkdv_ws_kernel<T>, bh, tiles, ws_dkdv_smem_bytes(), kWsThreads);
+      launch_dq(std::integral_constant<int, 64>{});
       return true;
     }
     if (t.dq_atomic && t.dkdv_bq != 0 && t.dkdv_bq != 64) return false;
-    if ((t.dkdv_wg != 1 && t.dkdv_wg != 2) || (t.dq_wg != 1 && t.dq_wg != 2)) return false;
-    if (t.dq_atomic && t.dq_wg != 1) return false;  // no dQ kernel
+    if (t.dkdv_wg != 1 && t.dkdv_wg != 2) return false;
     // The dK/dV kernel of WG warpgroups (64 keys each) a block.
     auto with_warpgroups = [&](auto dp, auto wg) {
       constexpr int DP = decltype(dp)::value, WG = decltype(wg)::value, kKeys = 64 * WG;
@@ -245,12 +258,7 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
       } else {
         return;
       }
-      if (t.dq_wg == 2) {
-        launch(attn_bwd_dq_wgmma_kernel<T, DP, 64, 2>, bh, static_cast<unsigned>((p.T + 127) / 128),
-               wgmma_dq_smem_bytes<DP, 64, 2>(), 2 * kThreads);
-      } else {
-        launch(attn_bwd_dq_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dq_smem_bytes<DP, 64>());
-      }
+      launch_dq(dp);
       ok = true;
     };
     dispatch_dp(p.D, [&](auto dp) {
@@ -265,7 +273,7 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     });
     return ok;
   }
-  if (t.dkdv_wg != 1 || t.dq_wg != 1 || t.dkdv_ws) return false;  // the mma.sync kernels have one block shape
+  if (t.dkdv_wg != 1 || t.dq_wg != 1 || t.dkdv_ws || t.dq_ws) return false;  // the mma.sync kernels have one block shape
   dispatch_dp(p.D, [&](auto dp) {
     constexpr int DP = decltype(dp)::value, BK = kDefaultTile<DP>;
     const bool two_buffers = t.dkdv_nb == 2 && DP >= 64;
