@@ -625,12 +625,17 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         timed(&bwd_c, "attn bwd, wgmma, 32-q dK/dV", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_DKDV_BQ=32", 2.5 * fwd,
               backward, 10);
       // D 64's warp-specialized backward kernels (opt-ins): dK/dV (Q and dO by TMA into a
-      // ring), dQ (K and V by TMA into a ring, each tile's dS K under the next tile's dS), both.
+      // ring), dQ (K and V by TMA into a ring, each tile's dS K under the next tile's dS),
+      // both; then the dK/dV kernel by 32-query half stages, each half's products under the
+      // next half's elementwise step, alone and with the dQ kernel.
       if (D == 64) {
-        timed(&bwd_c, "attn bwd, warp-spec dK/dV", "TRIDENT_ATTN_BWD_WS=1", 2.5 * fwd, backward, 10);
-        timed(&bwd_c, "attn bwd, warp-spec dQ", "TRIDENT_ATTN_DQ_WS=1", 2.5 * fwd, backward, 10);
-        timed(&bwd_c, "attn bwd, warp-spec both", "TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_DQ_WS=1", 2.5 * fwd, backward,
-              10);
+        const std::string ws = "TRIDENT_ATTN_BWD_WS=1", ws_dq = "TRIDENT_ATTN_DQ_WS=1",
+                          halves = " TRIDENT_ATTN_DKDV_BQ=32";
+        timed(&bwd_c, "attn bwd, warp-spec dK/dV", ws, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec dQ", ws_dq, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec both", ws + " " + ws_dq, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec dK/dV 32q", ws + halves, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec both 32q", ws + halves + " " + ws_dq, 2.5 * fwd, backward, 10);
       }
       // dQ added by the wgmma dK/dV kernel with float atomics: 5 tile products instead of 7 (D 64).
       if (D == 64)

@@ -481,22 +481,22 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # ... and head dim 64's backward kernels, the defaults beside the warp-specialized ones: the
-  # table's first 11 launches of ncu-d64.log's filter, through the row "attn bwd, warp-spec both".
+  # table's first 15 launches of ncu-d64.log's filter, through "attn bwd, warp-spec both 32q".
   timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws_kernel<__nv_bfloat16)' \
-    -c 11 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    -c 15 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # Head dim 64's wgmma backward kernels with 64-row tiles and the warp-specialized ones, in
   # the table's order: the dK/dV and dQ kernels of the default and the wgmma rows (4), the dQ
-  # kernel of the 32-query row (1), the warp-specialized rows (dK/dV, dQ, both: 6), the dK/dV
-  # kernel that adds dQ by atomics (1; an opt-in whose float atomics into L2 are what its
-  # timing hinges on: see Memory Workload Analysis, L2 hit rate), then the two-warpgroup rows
-  # (dQ; dK/dV; both; dK/dV with atomic dQ: 7): 19 launches in all (count again when a row
-  # that matches is added before them; 90 s for 13). In ncu-d64.log (at most 8 files come
-  # back from $OUT).
-  timeout 140 "$ncu_bin" --clock-control none --kernel-name-base demangled \
+  # kernel of the 32-query row (1), the warp-specialized rows (dK/dV, dQ, both, dK/dV by
+  # halves, both by halves: 10), the dK/dV kernel that adds dQ by atomics (1; an opt-in whose
+  # float atomics into L2 are what its timing hinges on: see Memory Workload Analysis, L2 hit
+  # rate), then the two-warpgroup rows (dQ; dK/dV; both; dK/dV with atomic dQ: 7): 23
+  # launches in all (count again when a row that matches is added before them; 90 s for 13).
+  # In ncu-d64.log (at most 8 files come back from $OUT).
+  timeout 160 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws_kernel<__nv_bfloat16)' \
-    -c 19 --section SpeedOfLight \
+    -c 23 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -699,14 +699,18 @@ target_lines() {
       "the warp-specialized one with 128 keys a stage ${ws_fwd128:--} ms, against the default's $fwd ms"
   fi
   # The warp-specialized backward kernels (opt-ins until timed: PERFORMANCE.md, 2026-12-04
-  # fourth and fifth tasks): dK/dV, dQ, both.
-  ws_bwd=$(d64 'attn bwd, warp-spec dK\/dV' '$(NF-3)')
+  # fourth and fifth tasks): dK/dV, dQ, both; the dK/dV kernel by pipelined 32-query halves,
+  # alone and with the dQ kernel.
+  ws_bwd=$(d64 'attn bwd, warp-spec dK\/dV +B[0-9]' '$(NF-3)')
   ws_dq=$(d64 'attn bwd, warp-spec dQ' '$(NF-3)')
-  ws_both=$(d64 'attn bwd, warp-spec both' '$(NF-3)')
-  if [[ -n $bwd && -n $ws_bwd$ws_dq$ws_both ]]; then
+  ws_both=$(d64 'attn bwd, warp-spec both +B[0-9]' '$(NF-3)')
+  ws_bwd32=$(d64 'attn bwd, warp-spec dK\/dV 32q' '$(NF-3)')
+  ws_both32=$(d64 'attn bwd, warp-spec both 32q' '$(NF-3)')
+  if [[ -n $bwd && -n $ws_bwd$ws_dq$ws_both$ws_bwd32$ws_both32 ]]; then
     echo "  (beside it) head dim 64 backward with the warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1) /" \
-      "dQ kernel (TRIDENT_ATTN_DQ_WS=1) / both: ${ws_bwd:--} / ${ws_dq:--} / ${ws_both:--} ms against the" \
-      "default's $bwd ms"
+      "dQ kernel (TRIDENT_ATTN_DQ_WS=1) / both: ${ws_bwd:--} / ${ws_dq:--} / ${ws_both:--} ms; the dK/dV" \
+      "kernel by 32-query halves (TRIDENT_ATTN_DKDV_BQ=32) alone / with the dQ kernel: ${ws_bwd32:--} /" \
+      "${ws_both32:--} ms; against the default's $bwd ms"
   fi
   long_fwd=$(d64 'attention fwd, 16x T' '$(NF-2)')
   long_one=$(d64 'attn fwd, 1-wg wgmma, 16x T' '$(NF-2)')

@@ -322,8 +322,8 @@ TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
 // The warp-specialized wgmma forward (TRIDENT_ATTN_FWD_WS=1: one thread loads a ring of K/V
 // stages by TMA, P V runs under the next tile's softmax; head dims above 32, 64-key tiles and
 // at D 64 also 128, an opt-in; the others run the defaults), and at D <= 64 the
-// warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1), dQ kernel (TRIDENT_ATTN_DQ_WS=1) and
-// both (opt-ins). The forward is the default
+// warp-specialized dQ kernel (TRIDENT_ATTN_DQ_WS=1) and dK/dV kernel (TRIDENT_ATTN_BWD_WS=1,
+// with 64- and 32-query steps) with it (opt-ins). The forward is the default
 // on sm_90a, which ForwardMatchesCpu checks too; asked for here by name, so that gpu-check can
 // tell these kernels' results from the one-warpgroup kernels' in WgmmaMatchesCpu.
 TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
@@ -344,13 +344,17 @@ TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
     for (const char* v : kWgmmaVars) ::unsetenv(v);
     if (c.D > 32 && c.D <= 64) ::setenv("TRIDENT_ATTN_DQ_WS", "1", 1);
   });
-  check_backward("warp-specialized dK/dV and dQ ", [](const AttnCase& c) {
-    for (const char* v : kWgmmaVars) ::unsetenv(v);
-    if (c.D > 32 && c.D <= 64) {
-      ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
-      ::setenv("TRIDENT_ATTN_DQ_WS", "1", 1);
-    }
-  });
+  for (const bool halves : {false, true}) {  // the dK/dV kernel a stage a step, or by pipelined halves
+    check_backward(halves ? "warp-specialized dK/dV by halves, and dQ " : "warp-specialized dK/dV and dQ ",
+                   [halves](const AttnCase& c) {
+                     for (const char* v : kWgmmaVars) ::unsetenv(v);
+                     if (c.D > 32 && c.D <= 64) {
+                       ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
+                       ::setenv("TRIDENT_ATTN_DQ_WS", "1", 1);
+                       if (halves) ::setenv("TRIDENT_ATTN_DKDV_BQ", "32", 1);
+                     }
+                   });
+  }
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

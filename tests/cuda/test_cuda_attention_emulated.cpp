@@ -285,12 +285,16 @@ inline void arrive_on(uint64_t* bar) {
   --m.pending;
   complete_if_done(m);
 }
-// A thread's arrival ends its turn until the next scheduling round, so that the other warps
-// run between it and its next steps: the producer can refill a released stage before the
-// releasing consumer's in-flight products complete, so releasing a stage early shows up as a
-// wrong result.
+// A thread's arrival ends its turn until the next scheduling round at random, one arrival in
+// two (a fixed seed), so that the other warps sometimes run between it and its next steps: a
+// producer can refill a released stage before the releasing consumer's in-flight products
+// complete, so releasing a stage early shows up as a wrong result. (Always ending the turn
+// held every producer to one stage a round, never ahead of its consumers: a stage released a
+// step early then went unnoticed.)
 inline void mbar_arrive(uint64_t* bar) {
   arrive_on(bar);
+  static std::mt19937 turn_rng(4321);
+  if (turn_rng() & 1u) return;
   emu::Fiber& me = emu::g_block->fibers[threadIdx.x];
   me.waiting = &emu::g_block->round;
   me.wait_gen = emu::g_block->round.gen;
@@ -1003,6 +1007,10 @@ TEST_P(EmulatedAttention, Wgmma) {
     ws_dkdv.dq_ws = !other_tiles;
     ws_dkdv.dq_wg = other_tiles ? 2 : 1;
     run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv);
+    ws_dkdv.dkdv_bq = 32;  // each stage by halves, the next half's scores under this one's products
+    ws_dkdv.dq_ws = other_tiles;
+    ws_dkdv.dq_wg = 1;
+    run_case<__half>(c, true, seed++, ws_dkdv);
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
     atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
     run_case<__nv_bfloat16>(c, true, seed++, atomic);
@@ -1115,16 +1123,19 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.fwd_wg = 2;
     EXPECT_FALSE(plan_forward_mma<__nv_bfloat16>(p, t, count)) << D;
     t = AttnTiles{};
-    t.dkdv_ws = true;  // the warp-specialized dK/dV kernel: a wgmma kernel, D 64, 64-query tiles, one warpgroup
+    t.dkdv_ws = true;  // the warp-specialized dK/dV kernel: a wgmma kernel, D 64, 64 or 32 queries a step, one warpgroup
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
     t.bwd_wgmma = true;
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_bq = 32;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_bq = 0;
     t.dq_wg = 2;  // then the two-warpgroup dQ kernel
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
     t.dq_wg = 1;
     for (auto other : {&AttnTiles::dkdv_bq, &AttnTiles::dkdv_wg}) {
       AttnTiles u = t;
-      u.*other = other == &AttnTiles::dkdv_bq ? 32 : 2;
+      u.*other = other == &AttnTiles::dkdv_bq ? 16 : 2;
       EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
     }
     t.dq_atomic = true;
@@ -1152,11 +1163,12 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // and for D 64 and 128 the two-warpgroup dQ kernel (2 launches, one of 256 threads) and
   // forwards (1 + 1, 256 threads); the warp-specialized forwards (2 for D 64, 1 for D 128;
   // 160 threads); and D 64's warp-specialized dK/dV kernel (160 threads) with either dQ
-  // kernel (the second of 256): 2 + 2; D 64's warp-specialized dQ kernel after the wgmma dK/dV
-  // kernel and after the warp-specialized one: 2 + 2, three of them of 160 threads.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 4);
+  // kernel (the second of 256): 2 + 2, and with 32-query steps 2; D 64's warp-specialized dQ
+  // kernel after the wgmma dK/dV kernel and after the warp-specialized one: 2 + 2, three of
+  // them of 160 threads.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 4);
   EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3 + 1);
-  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 3);
+  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 3);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every
