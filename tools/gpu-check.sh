@@ -481,22 +481,22 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # ... and head dim 64's backward kernels, the defaults beside the warp-specialized ones: the
-  # table's first 15 launches of ncu-d64.log's filter, through "attn bwd, warp-spec both 32q".
+  # table's first 16 launches of ncu-d64.log's filter, through "attn bwd, warp-spec bulk dQ".
   timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws_kernel<__nv_bfloat16)' \
-    -c 15 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    -c 16 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # Head dim 64's wgmma backward kernels with 64-row tiles and the warp-specialized ones, in
   # the table's order: the dK/dV and dQ kernels of the default and the wgmma rows (4), the dQ
   # kernel of the 32-query row (1), the warp-specialized rows (dK/dV, dQ, both, dK/dV by
-  # halves, both by halves: 10), the dK/dV kernel that adds dQ by atomics (1; an opt-in whose
-  # float atomics into L2 are what its timing hinges on: see Memory Workload Analysis, L2 hit
-  # rate): 16 launches (count again when a row that matches is added before them; 90 s for
-  # 13). The two-warpgroup rows after them (timed and not kept on 2026-12-04) are left out.
+  # halves, both by halves: 10; dK/dV with dQ by bulk adds: 1), the wgmma dK/dV kernel that
+  # adds dQ by atomics (1; an opt-in whose float atomics into L2 are what its timing hinges
+  # on: see Memory Workload Analysis, L2 hit rate): 17 launches (count again when a row that
+  # matches is added before them; 90 s for 13). The two-warpgroup rows after them (timed and not kept on 2026-12-04) are left out.
   # In ncu-d64.log (at most 8 files come back from $OUT).
   timeout 130 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws_kernel<__nv_bfloat16)' \
-    -c 16 --section SpeedOfLight \
+    -c 17 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -522,7 +522,7 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
       "$1" | head -"$2"
   }
   ncu_summary "$logdir/ncu-attention.log" 20
-  ncu_summary "$logdir/ncu-d64.log" 16
+  ncu_summary "$logdir/ncu-d64.log" 17
   { echo; echo "==== head dim 64 backward (B16 T1024 H32) ===="; cat "$logdir/ncu-d64.log"; } >>"$logdir/ncu-attention.log"
   rm -f "$logdir/ncu-d64.log"
 fi
@@ -706,11 +706,13 @@ target_lines() {
   ws_both=$(d64 'attn bwd, warp-spec both +B[0-9]' '$(NF-3)')
   ws_bwd32=$(d64 'attn bwd, warp-spec dK\/dV 32q' '$(NF-3)')
   ws_both32=$(d64 'attn bwd, warp-spec both 32q' '$(NF-3)')
-  if [[ -n $bwd && -n $ws_bwd$ws_dq$ws_both$ws_bwd32$ws_both32 ]]; then
+  ws_bulk=$(d64 'attn bwd, warp-spec bulk dQ' '$(NF-3)')
+  if [[ -n $bwd && -n $ws_bwd$ws_dq$ws_both$ws_bwd32$ws_both32$ws_bulk ]]; then
     echo "  (beside it) head dim 64 backward with the warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1) /" \
       "dQ kernel (TRIDENT_ATTN_DQ_WS=1) / both: ${ws_bwd:--} / ${ws_dq:--} / ${ws_both:--} ms; the dK/dV" \
       "kernel by 32-query halves (TRIDENT_ATTN_DKDV_BQ=32) alone / with the dQ kernel: ${ws_bwd32:--} /" \
-      "${ws_both32:--} ms; against the default's $bwd ms"
+      "${ws_both32:--} ms; with dQ by bulk adds (TRIDENT_ATTN_BWD_ATOMIC=1): ${ws_bulk:--} ms; against the" \
+      "default's $bwd ms"
   fi
   long_fwd=$(d64 'attention fwd, 16x T' '$(NF-2)')
   long_one=$(d64 'attn fwd, 1-wg wgmma, 16x T' '$(NF-2)')

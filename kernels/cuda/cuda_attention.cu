@@ -13,7 +13,8 @@
 // in pass 3). A variant under measurement (TRIDENT_ATTN_BWD_ATOMIC=1) drops pass 3 the
 // flash-attention-2 way: pass 2 also adds dS K into an f32 dQ with float atomics, and dQ's
 // last bits then vary from run to run (mma.sync, and with TRIDENT_ATTN_BWD_WGMMA=1 the wgmma
-// dK/dV kernel: 5 tile products instead of 7). Dropout masks are drawn in the kernels from philox.h's
+// dK/dV kernel: 5 tile products instead of 7; with TRIDENT_ATTN_BWD_WS=1 the warp-specialized
+// one, whose dQ tiles the copy engine adds by bulk f32 reduces). Dropout masks are drawn in the kernels from philox.h's
 // attn_dropout_keep (16-bit uniforms, a Philox block per 2 queries x 4 keys) with the same
 // key, head (h_global), query and key of sample drop.sample_base + b as the CPU twin
 // (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.

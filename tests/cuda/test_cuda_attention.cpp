@@ -323,7 +323,8 @@ TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
 // stages by TMA, P V runs under the next tile's softmax; head dims above 32, 64-key tiles and
 // at D 64 also 128, an opt-in; the others run the defaults), and at D <= 64 the
 // warp-specialized dQ kernel (TRIDENT_ATTN_DQ_WS=1) and dK/dV kernel (TRIDENT_ATTN_BWD_WS=1,
-// with 64- and 32-query steps) with it (opt-ins). The forward is the default
+// with 64- and 32-query steps) with it, and the dK/dV kernel with dQ by bulk adds
+// (TRIDENT_ATTN_BWD_ATOMIC=1 with it) (opt-ins). The forward is the default
 // on sm_90a, which ForwardMatchesCpu checks too; asked for here by name, so that gpu-check can
 // tell these kernels' results from the one-warpgroup kernels' in WgmmaMatchesCpu.
 TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
@@ -355,6 +356,15 @@ TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
                      }
                    });
   }
+  // dQ by the dK/dV kernel, added to an f32 dQ by the copy engine's bulk reduces (not bitwise
+  // reproducible: the CPU comparison's tolerances cover the order of the adds).
+  check_backward("warp-specialized dK/dV with dQ by bulk adds ", [](const AttnCase& c) {
+    for (const char* v : kWgmmaVars) ::unsetenv(v);
+    if (c.D > 32 && c.D <= 64) {
+      ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
+      ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
+    }
+  });
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

@@ -79,6 +79,13 @@ struct WgmmaOp {
   uint64_t desc_b;         // B in shared memory
   bool a_mn_major, b_mn_major, accumulate, fp16;  // ss: both K-major or (ss_mn) both MN-major; rs: B MN-major
 };
+// One issued bulk f32 reduce (cp.reduce.async.bulk ... add.f32), done at the bulk wait that
+// covers it: its source is read then, as late as the hardware may read it.
+struct BulkAdd {
+  float* dst;
+  const float* src;
+  size_t floats;
+};
 struct Barrier;
 struct Fiber {
   Context ctx;
@@ -89,6 +96,8 @@ struct Fiber {
   std::vector<Pending> open;                 // issued, not yet committed
   std::vector<std::vector<WgmmaOp>> wgmma_groups;  // committed wgmma groups, oldest first
   std::vector<WgmmaOp> wgmma_open;
+  std::vector<std::vector<BulkAdd>> bulk_groups;  // committed bulk groups, oldest first
+  std::vector<BulkAdd> bulk_open;
 };
 
 struct Barrier {
@@ -118,6 +127,7 @@ struct Block {
   std::vector<unsigned char> smem;
   std::map<const void*, Mbarrier> mbarriers;
   Barrier round;  // its gen moves at each scheduling round: a fiber waiting on it sits the round out
+  Barrier consumers;  // named barrier 1: the consumer warpgroup of a warp-specialized block (128 threads)
 };
 
 inline Block* g_block = nullptr;
@@ -407,6 +417,35 @@ inline uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - emu_smem) + kSmemBase;
 }
 inline void fence_proxy_async() {}
+inline void consumer_sync() { emu::wait(emu::g_block->consumers); }
+// Bulk f32 adds, performed at the wait that covers them (the latest the hardware may read
+// the source: a source written again too early shows up as a wrong dQ).
+inline void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  check_smem(src, bytes);
+  if (bytes % 16 != 0 || reinterpret_cast<uintptr_t>(dst) % 16 != 0 || smem_addr(src) % 16 != 0) {
+    std::fprintf(stderr, "emulated kernel: a bulk copy not in whole, aligned 16-byte units\n");
+    std::abort();
+  }
+  emu::g_block->fibers[threadIdx.x].bulk_open.push_back({dst, src, bytes / 4});
+}
+inline void bulk_commit() {
+  auto& f = emu::g_block->fibers[threadIdx.x];
+  f.bulk_groups.push_back(std::move(f.bulk_open));
+  f.bulk_open.clear();
+}
+template <int N>
+inline void bulk_wait_read() {
+  auto& f = emu::g_block->fibers[threadIdx.x];
+  const size_t ready = f.bulk_groups.size() > N ? f.bulk_groups.size() - N : 0;
+  for (size_t g = 0; g < ready; ++g)
+    for (const emu::BulkAdd& op : f.bulk_groups[g])
+      for (size_t i = 0; i < op.floats; ++i) op.dst[i] += op.src[i];
+  f.bulk_groups.erase(f.bulk_groups.begin(), f.bulk_groups.begin() + static_cast<std::ptrdiff_t>(ready));
+}
+template <int N>
+inline void bulk_wait() {
+  bulk_wait_read<N>();
+}
 inline void wgmma_fence() {}
 template <int NT>
 inline void fence_acc(float (&)[NT][4]) {}
@@ -581,6 +620,7 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
       block->smem.assign(smem + 16, 0xFF);
       emu_smem = block->smem.data();
       block->block_bar.n = threads;
+      block->consumers.n = 128;
       for (auto& b : block->warp_bar) b.n = 32;
       block->fibers.resize(threads);
       static std::vector<std::vector<char>> stacks(emu::kMaxBlockThreads, std::vector<char>(256 * 1024));
@@ -594,6 +634,10 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
           }
           if (!me.wgmma_groups.empty() || !me.wgmma_open.empty()) {
             std::fprintf(stderr, "emulated kernel: wgmma groups never waited for\n");
+            std::abort();
+          }
+          if (!me.bulk_groups.empty() || !me.bulk_open.empty()) {
+            std::fprintf(stderr, "emulated kernel: bulk copy groups never waited for\n");
             std::abort();
           }
           me.done = true;
@@ -1011,6 +1055,10 @@ TEST_P(EmulatedAttention, Wgmma) {
     ws_dkdv.dq_ws = other_tiles;
     ws_dkdv.dq_wg = 1;
     run_case<__half>(c, true, seed++, ws_dkdv);
+    ws_dkdv.dkdv_bq = 0;  // dQ by the dK/dV kernel, added by bulk f32 reduces
+    ws_dkdv.dq_ws = false;
+    ws_dkdv.dq_atomic = true;
+    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv);
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
     atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
     run_case<__nv_bfloat16>(c, true, seed++, atomic);
@@ -1138,7 +1186,9 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
       u.*other = other == &AttnTiles::dkdv_bq ? 16 : 2;
       EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
     }
-    t.dq_atomic = true;
+    t.dq_atomic = true;  // zero, dK/dV + dQ by bulk adds (64-query steps), store
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_bq = 32;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
     t = AttnTiles{};
     t.dq_ws = true;  // the warp-specialized dQ kernel: a wgmma kernel, D 64, one warpgroup
@@ -1163,12 +1213,12 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // and for D 64 and 128 the two-warpgroup dQ kernel (2 launches, one of 256 threads) and
   // forwards (1 + 1, 256 threads); the warp-specialized forwards (2 for D 64, 1 for D 128;
   // 160 threads); and D 64's warp-specialized dK/dV kernel (160 threads) with either dQ
-  // kernel (the second of 256): 2 + 2, and with 32-query steps 2; D 64's warp-specialized dQ
-  // kernel after the wgmma dK/dV kernel and after the warp-specialized one: 2 + 2, three of
-  // them of 160 threads.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 4);
+  // kernel (the second of 256): 2 + 2, with 32-query steps 2, with atomic dQ 3 (one of 160);
+  // D 64's warp-specialized dQ kernel after the wgmma dK/dV kernel and after the
+  // warp-specialized one: 2 + 2, three of them of 160 threads.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 3 + 4);
   EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3 + 1);
-  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 3);
+  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 1 + 3);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every

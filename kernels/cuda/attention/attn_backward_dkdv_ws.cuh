@@ -20,11 +20,41 @@ constexpr int kWsDkdvStages = 3;
 // and the stage released by the consumers.
 constexpr int kWsDkdvBarriers = 1 + 2 * kWsDkdvStages;
 
-// K and V (64 keys each), then per stage Q and dO (64 queries each, D 64) and the 64 queries'
-// lse and delta; alignment; barriers. 67 KB: two blocks an SM, as the one-warpgroup kernel.
+// K and V (64 keys each), then per stage Q and dO (64 queries each, D 64), with DQ a dS^T
+// tile [64 keys][64 queries]; the stages' lse and delta, with DQ two f32 dQ tiles [64][64];
+// alignment; barriers. 67 KB, with DQ 107 KB: two blocks an SM either way (a second dS^T
+// tile would make it 115 KB, two of which an SM's 228 KB do not hold).
+template <bool DQ = false>
 constexpr int ws_dkdv_smem_bytes() {
-  return (2 * 64 + kWsDkdvStages * 2 * 64) * 64 * 2 + kWsDkdvStages * 2 * 64 * 4 + kSwizzleSpan +
-         kWsDkdvBarriers * 8;
+  return (2 * 64 + kWsDkdvStages * 2 * 64 + (DQ ? 64 : 0)) * 64 * 2 + kWsDkdvStages * 2 * 64 * 4 +
+         (DQ ? 2 * 64 * 64 * 4 : 0) + kSwizzleSpan + kWsDkdvBarriers * 8;
+}
+
+// The dK/dV kernel's dQ = dS K of a 64-query step (DQ), as FlashAttention-3 adds it: each
+// warp's rows of the f32 product (C layout: queries row0 + g and + 8, columns 8 nt + 2q and
+// + 1) into `tile` ([64 queries][D], row-major, columns >= D left out), then once the
+// consumers' barrier has the whole tile there, one thread hands its first `rows` rows to
+// the copy engine, which adds them to dq_rows + i0 D (the head's f32 dQ rows) in L2: one
+// bulk op a step instead of 2048 float-pair atomics. The order of the adds, so dQ's last
+// bits, varies from run to run. The caller alternates two tiles: the op of the step before
+// last has been read (bulk_wait_read<1>) before the barrier after which a tile is written.
+template <int DP>
+__device__ __forceinline__ void add_dq_tile_bulk(float* tile, const float (&dq)[DP / 8][4], float* dq_rows, int i0,
+                                                 int rows, int D, int warp, int lane) {
+  const int r0 = warp * 16 + (lane >> 2), c = (lane & 3) * 2;
+#pragma unroll
+  for (int nt = 0; nt < DP / 8; ++nt) {
+    if (nt * 8 + c >= D) continue;
+    *reinterpret_cast<float2*>(tile + r0 * D + nt * 8 + c) = make_float2(dq[nt][0], dq[nt][1]);
+    *reinterpret_cast<float2*>(tile + (r0 + 8) * D + nt * 8 + c) = make_float2(dq[nt][2], dq[nt][3]);
+  }
+  fence_proxy_async();  // the stores, to the copy engine's reads
+  consumer_sync();
+  if (warp == 0 && lane == 0) {  // rows > 0: a step's first query is below T
+    bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(i0) * D, tile, static_cast<uint32_t>(rows * D * 4));
+    bulk_commit();
+    bulk_wait_read<1>();  // the other tile (the step before's op) may be written again
+  }
 }
 
 // dK and dV on sm_90a, warp-specialized; D 64 (D 128's one-warpgroup kernel needs 255
@@ -43,23 +73,33 @@ constexpr int ws_dkdv_smem_bytes() {
 //     halves' products are done. Two 64-query steps' tiles at once would need 160
 //     accumulator registers of the 168 that two 160-thread blocks an SM get; two 32-query
 //     steps' need 112.
-template <typename T, int BQ>
+// DQ (TRIDENT_ATTN_BWD_ATOMIC=1 with it; 64-query steps): dQ by the dK/dV kernel, as
+// FlashAttention-2 and -3 do (5 tile products instead of 7, pass 3 not run): each step's dS^T
+// also goes to shared memory (one tile), and once the dV and dK products are
+// issued, dQ = dS K (queries are rows) runs from it and K, into an f32 tile that the copy
+// engine adds to p.dq_acc (add_dq_tile_bulk). The grid is the atomic-dQ one (dkdv_block).
+template <typename T, int BQ, bool DQ = false>
 __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const __grid_constant__ AttnParams p) {
   static_assert(BQ == 64 || BQ == 32, "a stage's 64 queries whole or by halves");
+  static_assert(!DQ || BQ == 64, "dQ = dS K: wgmma M is 64 queries");
   constexpr int DP = 64, BS = 64, BKV = 64, NT = BQ / 8, S = kWsDkdvStages;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = swizzle_aligned<T>(smem_raw);
   T* sV = sK + BKV * DP;
   T* sQ0 = sV + BKV * DP;       // S stages of Q (BS queries)
   T* sO0 = sQ0 + S * BS * DP;   // S stages of dO
-  float* sL0 = reinterpret_cast<float*>(sO0 + S * BS * DP);  // per stage: lse [BS], then delta [BS]
-  uint64_t* kv_full = reinterpret_cast<uint64_t*>(sL0 + S * 2 * BS);
+  T* sdS = sO0 + S * BS * DP;  // DQ: the dS^T tile [BKV keys][BS queries] (1024-byte aligned: whole tiles before)
+  float* sL0 = reinterpret_cast<float*>(sdS + (DQ ? BKV * BS : 0));  // per stage: lse [BS], then delta [BS]
+  float* sdQ0 = sL0 + S * 2 * BS;  // DQ: two f32 dQ tiles [BS][D]
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(sdQ0 + (DQ ? 2 * BS * DP : 0));
   uint64_t* q_full = kv_full + 1;
   uint64_t* released = q_full + S;
 
   const int T_ = p.T;
-  const int bh = static_cast<int>(blockIdx.x), b = bh / p.H, h = bh - b * p.H;
-  const int k0 = static_cast<int>(blockIdx.y) * BKV;
+  const BlockKeys kb = dkdv_block<DQ>(p, BKV);
+  if (DQ && kb.bh >= p.B * p.H) return;  // past the last head group's heads (the whole block)
+  const int bh = kb.bh, b = bh / p.H, h = bh - b * p.H;
+  const int k0 = kb.k0;
   const int qt_first = k0 / BS, nqt = query_tiles_end(p, b, k0 + BKV - 1, BS);
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
@@ -131,6 +171,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
   if constexpr (BQ == 64) {
     int s = 0;
     uint32_t parity = 0;
+    [[maybe_unused]] float* dq_rows = DQ ? p.dq_acc + static_cast<int64_t>(bh) * T_ * p.D : nullptr;
     for (int qt = qt_first; qt < nqt; ++qt) {
       mbar_wait(q_full + s, parity);
       fence_proxy_async();
@@ -147,6 +188,13 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       uint32_t pa[NT / 2][4], da[NT / 2][4];
       c_to_a<T, NT>(st, pa);
       c_to_a<T, NT>(dpt, da);
+      if constexpr (DQ) {
+        // dS^T into the tile before the dK product takes da (reading a wgmma's A registers
+        // before its wait is undefined). The last step's dQ product, which read the tile, was
+        // waited for by every warp before the consumer_sync in its add_dq_tile_bulk.
+        store_frags_sw128<T, NT / 2>(sdS, da, warp, lane);
+        fence_proxy_async();
+      }
       fence_acc(dv);
       fence_acc(dk);
       fence_frag(pa);
@@ -154,7 +202,21 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       wgmma_fence();
       dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, t.q, t.o);
       wgmma_commit();
-      wgmma_wait<0>();
+      if constexpr (DQ) {
+        consumer_sync();  // every warp's dS^T rows are visible to wgmma (while dV and dK run)
+        float dq[DP / 8][4];  // queries t.i0 + 16 warp + g and + 8 (the C layout)
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BKV / 16; ++kk)
+          wgmma_ss_mn<T, DP>(dq, mnmajor_desc<T, BKV>(sdS, kk), mnmajor_desc<T, BKV>(sK, kk), kk > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(dq);
+        add_dq_tile_bulk<DP>(sdQ0 + ((qt - qt_first) & 1) * BS * DP, dq, dq_rows, t.i0, min(BS, T_ - t.i0), p.D,
+                             warp, lane);
+      } else {
+        wgmma_wait<0>();
+      }
       fence_acc(dv);
       fence_acc(dk);
       fence_frag(pa);
@@ -239,6 +301,9 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
     fence_frag(da);
   }
 
+  if constexpr (DQ) {
+    if (warp == 0 && lane == 0) bulk_wait<0>();  // the last adds are done before the block's memory goes
+  }
   T* gdK = hv.dq + static_cast<int64_t>(p.H) * p.D;
   store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, p.D, lane, p.scale, p.scale);
   store_acc<T, DP>(gdK + static_cast<int64_t>(p.H) * p.D, p.qkv_tok, dv, wkey, T_, p.D, lane, 1.f, 1.f);

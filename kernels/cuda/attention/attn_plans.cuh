@@ -74,7 +74,9 @@ void dispatch_dp(int D, F&& f) {
 //            into a ring), with bwd_wgmma, D 64, one warpgroup, no atomic dQ; dkdv_bq 64
 //            (default: a stage a step) or 32 (each stage by halves, the next half's S^T and
 //            dP^T issued with this one's dV and dK products); the dQ kernel as bwd_wgmma's
-//            (dq_wg 1 or 2, or dq_ws). Its AttnParams carry the TMA maps of qkv and dout
+//            (dq_wg 1 or 2, or dq_ws), or with dq_atomic and 64-query steps none: the kernel
+//            computes dQ = dS K too and the copy engine adds it to p.dq_acc (bulk f32
+//            reduces, FlashAttention-3's way). Its AttnParams carry the TMA maps of qkv and dout
 //   dq_ws    the warp-specialized wgmma dQ kernel (attn_bwd_dq_ws_kernel: K and V by TMA into a
 //            ring, each tile's dS K under the next tile's elementwise step), with bwd_wgmma, D
 //            64, dq_wg 1, no atomic dQ; after any wgmma dK/dV kernel (dkdv_ws included).
@@ -219,9 +221,15 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
         launch(attn_bwd_dq_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dq_smem_bytes<DP, 64>());
       }
     };
-    if (t.dkdv_ws) {  // D 64, 64- or 32-query steps, one warpgroup, then a wgmma dQ kernel
-      if (p.D > 64 || t.dq_atomic || (t.dkdv_bq != 0 && t.dkdv_bq != 64 && t.dkdv_bq != 32) || t.dkdv_wg != 1)
-        return false;
+    if (t.dkdv_ws) {  // D 64, 64- or 32-query steps, one warpgroup, then a wgmma dQ kernel or atomic dQ
+      if (p.D > 64 || (t.dkdv_bq != 0 && t.dkdv_bq != 64 && t.dkdv_bq != 32) || t.dkdv_wg != 1) return false;
+      if (t.dq_atomic) {  // 64-query steps, dQ added by the copy engine
+        if (t.dkdv_bq == 32) return false;
+        launch_atomic_dq<T>(p, launch, [&](GridXY grid) {
+          launch(attn_bwd_dkdv_ws_kernel<T, 64, true>, grid.x, grid.y, ws_dkdv_smem_bytes<true>(), kWsThreads);
+        });
+        return true;
+      }
       if (t.dkdv_bq == 32) {
         launch(attn_bwd_dkdv_ws_kernel<T, 32>, bh, tiles, ws_dkdv_smem_bytes(), kWsThreads);
       } else {

@@ -156,9 +156,36 @@ __device__ __forceinline__ void tma_load_box(void* smem, const CUtensorMap* map,
 }
 
 // Makes this thread's generic-proxy shared-memory writes (stores, cp.async) visible to the
-// async proxy that wgmma reads shared memory through; a barrier then publishes them.
+// async proxy that wgmma and the bulk copies read shared memory through; a barrier then
+// publishes them.
 __device__ __forceinline__ void fence_proxy_async() {
   TRIDENT_SM90A_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// The consumer warpgroup of a warp-specialized block (threads 0-127) meets at named barrier
+// 1, without the producer warp (__syncthreads is barrier 0, the whole block).
+__device__ __forceinline__ void consumer_sync() { TRIDENT_SM90A_ASM("bar.sync 1, 128;\n" ::: "memory"); }
+
+// ---- bulk copies: f32 adds from shared to global memory by the copy engine (sm_90a) -------
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) of f32 at `src` added to those at
+// `dst` in global memory (element by element, each add atomic), asynchronously; the op joins
+// this thread's open bulk group.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
+  TRIDENT_SM90A_ASM("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                    "r"(smem_addr(src)), "r"(bytes)
+                    : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { TRIDENT_SM90A_ASM("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups have not finished reading their
+// shared-memory sources (which may then be written again).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  TRIDENT_SM90A_ASM("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's bulk groups are not complete (their writes done).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+  TRIDENT_SM90A_ASM("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void wgmma_fence() { TRIDENT_SM90A_ASM("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { TRIDENT_SM90A_ASM("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
