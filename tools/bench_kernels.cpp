@@ -634,8 +634,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         timed(&bwd_c, "attn bwd, warp-spec dK/dV", ws, 2.5 * fwd, backward, 10);
         timed(&bwd_c, "attn bwd, warp-spec dQ", ws_dq, 2.5 * fwd, backward, 10);
         timed(&bwd_c, "attn bwd, warp-spec both", ws + " " + ws_dq, 2.5 * fwd, backward, 10);
-        timed(&bwd_c, "attn bwd, warp-spec dK/dV 32q", ws + halves, 2.5 * fwd, backward, 10);
-        timed(&bwd_c, "attn bwd, warp-spec both 32q", ws + halves + " " + ws_dq, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec 32q", ws + halves, 2.5 * fwd, backward, 10);
+        timed(&bwd_c, "attn bwd, warp-spec 32q both", ws + halves + " " + ws_dq, 2.5 * fwd, backward, 10);
         // ... and the dK/dV kernel computing dQ too, added by the copy engine's bulk f32 reduces
         // (FlashAttention-3's way; 5 tile products instead of 7, dQ not bitwise reproducible).
         timed(&bwd_c, "attn bwd, warp-spec bulk dQ", ws + " TRIDENT_ATTN_BWD_ATOMIC=1", 2.5 * fwd, backward, 10);

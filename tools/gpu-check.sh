@@ -704,8 +704,8 @@ target_lines() {
   ws_bwd=$(d64 'attn bwd, warp-spec dK\/dV +B[0-9]' '$(NF-3)')
   ws_dq=$(d64 'attn bwd, warp-spec dQ' '$(NF-3)')
   ws_both=$(d64 'attn bwd, warp-spec both +B[0-9]' '$(NF-3)')
-  ws_bwd32=$(d64 'attn bwd, warp-spec dK\/dV 32q' '$(NF-3)')
-  ws_both32=$(d64 'attn bwd, warp-spec both 32q' '$(NF-3)')
+  ws_bwd32=$(d64 'attn bwd, warp-spec 32q +B[0-9]' '$(NF-3)')
+  ws_both32=$(d64 'attn bwd, warp-spec 32q both' '$(NF-3)')
   ws_bulk=$(d64 'attn bwd, warp-spec bulk dQ' '$(NF-3)')
   if [[ -n $bwd && -n $ws_bwd$ws_dq$ws_both$ws_bwd32$ws_both32$ws_bulk ]]; then
     echo "  (beside it) head dim 64 backward with the warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1) /" \

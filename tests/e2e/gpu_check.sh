@@ -53,7 +53,7 @@ if [[ $1 == --kernels ]]; then
   echo "attn fwd, wgmma              B16 T1024 H32 D64 bf16                 0.3600  190.8 TF/s     23.9%"
   echo "attn bwd, warp-spec dK/dV    B16 T1024 H32 D64 bf16                 0.9500  180.8 TF/s     22.6%"
   echo "attn bwd, warp-spec dQ       B16 T1024 H32 D64 bf16                 0.9200  186.7 TF/s     23.4%"
-  echo "attn bwd, warp-spec both 32q B16 T1024 H32 D64 bf16                 0.8800  195.2 TF/s     24.4%"
+  echo "attn bwd, warp-spec 32q both B16 T1024 H32 D64 bf16                 0.8800  195.2 TF/s     24.4%"
   echo "attn bwd, warp-spec bulk dQ  B16 T1024 H32 D64 bf16                 0.8100  212.1 TF/s     26.5%"
   echo "attention fwd, 16x T         B1 T16384 H32 D64 bf16                 2.6000  422.9 TF/s     52.8%"
   echo "attn fwd, 1-wg wgmma, 16x T  B1 T16384 H32 D64 bf16                 4.4000  249.9 TF/s     31.3%"
