@@ -624,15 +624,15 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       if (D == 64)  // the other dK/dV query tiles (32 fits 3 blocks an SM, the default 64 2)
         timed(&bwd_c, "attn bwd, wgmma, 32-q dK/dV", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_DKDV_BQ=32", 2.5 * fwd,
               backward, 10);
-      // D 64's warp-specialized backward kernels (opt-ins): dK/dV (Q and dO by TMA into a
-      // ring), dQ (K and V by TMA into a ring, each tile's dS K under the next tile's dS),
-      // both; then the dK/dV kernel by 32-query half stages, each half's products under the
-      // next half's elementwise step, alone and with the dQ kernel.
+      // The warp-specialized backward kernels (opt-ins): dQ (K and V by TMA into a ring, each
+      // step's dS K under the next step's dS; D 128 by half tiles); at D 64 also dK/dV (Q and
+      // dO by TMA into a ring), both, the dK/dV kernel by 32-query half stages (each half's
+      // products under the next half's elementwise step) alone and with the dQ kernel.
+      const std::string ws = "TRIDENT_ATTN_BWD_WS=1", ws_dq = "TRIDENT_ATTN_DQ_WS=1";
+      if (D == 64) timed(&bwd_c, "attn bwd, warp-spec dK/dV", ws, 2.5 * fwd, backward, 10);
+      timed(&bwd_c, "attn bwd, warp-spec dQ", ws_dq, 2.5 * fwd, backward, 10);
       if (D == 64) {
-        const std::string ws = "TRIDENT_ATTN_BWD_WS=1", ws_dq = "TRIDENT_ATTN_DQ_WS=1",
-                          halves = " TRIDENT_ATTN_DKDV_BQ=32";
-        timed(&bwd_c, "attn bwd, warp-spec dK/dV", ws, 2.5 * fwd, backward, 10);
-        timed(&bwd_c, "attn bwd, warp-spec dQ", ws_dq, 2.5 * fwd, backward, 10);
+        const std::string halves = " TRIDENT_ATTN_DKDV_BQ=32";
         timed(&bwd_c, "attn bwd, warp-spec both", ws + " " + ws_dq, 2.5 * fwd, backward, 10);
         timed(&bwd_c, "attn bwd, warp-spec 32q", ws + halves, 2.5 * fwd, backward, 10);
         timed(&bwd_c, "attn bwd, warp-spec 32q both", ws + halves + " " + ws_dq, 2.5 * fwd, backward, 10);

@@ -1037,10 +1037,9 @@ TEST_P(EmulatedAttention, Wgmma) {
     run_case<__nv_bfloat16>(c, true, seed++, two);
     // The warp-specialized forward (a TMA producer, mbarriers, P V under the next tile's
     // softmax), with D 64's two key tiles alternately.
-    // And at D 64 the warp-specialized dQ kernel (dS K under the next tile's dS).
+    // And the warp-specialized dQ kernel (dS K under the next step's dS; D 128 by half tiles).
     AttnTiles ws;
-    ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = true;
-    ws.dq_ws = c.D <= 64;
+    ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = ws.dq_ws = true;
     ws.fwd_bk = other_tiles && c.D <= 64 ? 128 : 0;
     run_case<__half>(c, true, seed++, ws);
     if (c.D > 64) continue;
@@ -1191,10 +1190,10 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.dkdv_bq = 32;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
     t = AttnTiles{};
-    t.dq_ws = true;  // the warp-specialized dQ kernel: a wgmma kernel, D 64, one warpgroup
+    t.dq_ws = true;  // the warp-specialized dQ kernel: a wgmma kernel, D 64 and 128, one warpgroup
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
     t.bwd_wgmma = true;
-    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
     t.dkdv_ws = true;  // after the warp-specialized dK/dV kernel (D 64)
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
     t.dkdv_ws = false;
@@ -1214,11 +1213,11 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // forwards (1 + 1, 256 threads); the warp-specialized forwards (2 for D 64, 1 for D 128;
   // 160 threads); and D 64's warp-specialized dK/dV kernel (160 threads) with either dQ
   // kernel (the second of 256): 2 + 2, with 32-query steps 2, with atomic dQ 3 (one of 160);
-  // D 64's warp-specialized dQ kernel after the wgmma dK/dV kernel and after the
-  // warp-specialized one: 2 + 2, three of them of 160 threads.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 3 + 4);
+  // the warp-specialized dQ kernel after the wgmma dK/dV kernel (D 64 and 128) and after the
+  // warp-specialized one (D 64): 2 + 2 + 2, four of them of 160 threads.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 3 + 6);
   EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3 + 1);
-  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 1 + 3);
+  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 1 + 4);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every

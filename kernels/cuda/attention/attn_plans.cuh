@@ -78,8 +78,9 @@ void dispatch_dp(int D, F&& f) {
 //            computes dQ = dS K too and the copy engine adds it to p.dq_acc (bulk f32
 //            reduces, FlashAttention-3's way). Its AttnParams carry the TMA maps of qkv and dout
 //   dq_ws    the warp-specialized wgmma dQ kernel (attn_bwd_dq_ws_kernel: K and V by TMA into a
-//            ring, each tile's dS K under the next tile's elementwise step), with bwd_wgmma, D
-//            64, dq_wg 1, no atomic dQ; after any wgmma dK/dV kernel (dkdv_ws included).
+//            ring, each step's dS K under the next step's elementwise step; D 128 by half
+//            tiles), with bwd_wgmma, D 64 and 128, dq_wg 1, no atomic dQ; after any wgmma dK/dV
+//            kernel (dkdv_ws included).
 //            Its AttnParams carry the TMA maps of qkv and dout
 struct AttnTiles {
   int fwd_wm = 1, fwd_bk = 0, fwd_nb = 1, dkdv_nb = 1, dkdv_bq = 0, dq_bk = 0;
@@ -208,12 +209,12 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
     if (p.D <= 32 || t.dkdv_nb != 1 || t.dq_bk != 0) return false;
     if (t.dq_wg != 1 && t.dq_wg != 2) return false;
     if (t.dq_atomic && (t.dq_wg != 1 || t.dq_ws)) return false;  // no dQ kernel
-    if (t.dq_ws && (p.D > 64 || t.dq_wg != 1)) return false;  // the warp-specialized dQ kernel: D 64, one warpgroup
-    // The dQ pass of a head dim: warp-specialized (D 64), or of t.dq_wg warpgroups.
+    if (t.dq_ws && t.dq_wg != 1) return false;  // the warp-specialized dQ kernel has one warpgroup
+    // The dQ pass of a head dim: warp-specialized, or of t.dq_wg warpgroups.
     auto launch_dq = [&](auto dp) {
       constexpr int DP = decltype(dp)::value;
       if (t.dq_ws) {
-        if constexpr (DP == 64) launch(attn_bwd_dq_ws_kernel<T>, bh, tiles, ws_dq_smem_bytes(), kWsThreads);
+        launch(attn_bwd_dq_ws_kernel<T, DP>, bh, tiles, ws_dq_smem_bytes<DP>(), kWsThreads);
       } else if (t.dq_wg == 2) {
         launch(attn_bwd_dq_wgmma_kernel<T, DP, 64, 2>, bh, static_cast<unsigned>((p.T + 127) / 128),
                wgmma_dq_smem_bytes<DP, 64, 2>(), 2 * kThreads);

@@ -360,11 +360,12 @@ __device__ __forceinline__ void wgmma_abt(float (&acc)[N / 8][4], const T* sA, c
     wgmma_ss<T, N>(acc, kmajor_desc<T, A_ROWS>(sA, ks), kmajor_desc<T, N>(sB, ks), ks > 0);
 }
 // acc (64 x DP) += A B: KK k16 steps, A from registers (the C-to-A packed fragments), B
-// MN-major in a tile of KK * 16 rows (rows = k). Issued only, as wgmma_abt.
-template <typename T, int DP, int KK>
+// MN-major: KK * 16 rows (rows = k) at sB in a tile of B_ROWS rows (a part of a taller tile:
+// its 64-column blocks lie B_ROWS rows apart). Issued only, as wgmma_abt.
+template <typename T, int DP, int KK, int B_ROWS = KK * 16>
 __device__ __forceinline__ void wgmma_ab_regs(float (&acc)[DP / 8][4], const uint32_t (&a)[KK][4], const T* sB) {
 #pragma unroll
-  for (int kk = 0; kk < KK; ++kk) wgmma_rs<T, DP>(acc, a[kk], mnmajor_desc<T, KK * 16>(sB, kk));
+  for (int kk = 0; kk < KK; ++kk) wgmma_rs<T, DP>(acc, a[kk], mnmajor_desc<T, B_ROWS>(sB, kk));
 }
 
 // The swizzled tiles of a kernel, from the first 1024-byte boundary of dynamic shared memory.
