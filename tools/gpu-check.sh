@@ -492,8 +492,8 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
   # halves, both by halves: 10; dK/dV with dQ by bulk adds: 1), the wgmma dK/dV kernel that
   # adds dQ by atomics (1; an opt-in whose float atomics into L2 are what its timing hinges
   # on: see Memory Workload Analysis, L2 hit rate): 17 launches (count again when a row that
-  # matches is added before them; 90 s for 13). The two-warpgroup rows after them (timed and not kept on 2026-12-04) are left out.
-  # In ncu-d64.log (at most 8 files come back from $OUT).
+  # matches is added before them; 90 s for 13). The two-warpgroup rows after them (timed and
+  # not kept on 2026-12-04) are left out. In ncu-d64.log (at most 8 files come back from $OUT).
   timeout 130 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws_kernel<__nv_bfloat16)' \
     -c 17 --section SpeedOfLight \

@@ -48,7 +48,7 @@ constexpr int kWsDqStepKeys = DP == 64 ? 64 : 32;
 //   dS_j = P_j (z dP_j - delta) while the dQ product runs;  wait for it, and release the stage
 //   of step j-1 once no later step reads it.
 // Live at once: dQ, S_j, dP_j and dS_{j-1}'s A fragments: 112 accumulator registers at D 64
-// (159 registers), 104 at D 128.
+// (157 registers), 104 at D 128 (163).
 template <typename T, int DP>
 __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dq_ws_kernel(const __grid_constant__ AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
