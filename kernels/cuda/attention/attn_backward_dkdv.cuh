@@ -320,11 +320,7 @@ constexpr int wgmma_dkdv_min_blocks() {
 template <typename T, int DP, int BQ>
 __device__ __forceinline__ void dkdv_issue_scores(float (&st)[BQ / 8][4], float (&dpt)[BQ / 8][4], const T* sK,
                                                   const T* sV, const T* sQ, const T* sO) {
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    wgmma_ss<T, BQ>(st, kmajor_desc<T, 64>(sK, ks), kmajor_desc<T, BQ>(sQ, ks), ks > 0);
-    wgmma_ss<T, BQ>(dpt, kmajor_desc<T, 64>(sV, ks), kmajor_desc<T, BQ>(sO, ks), ks > 0);
-  }
+  wgmma_abt_pair<T, DP, BQ>(st, dpt, sK, sQ, sV, sO);
 }
 template <typename T, int DP, int BQ>
 __device__ __forceinline__ void dkdv_issue_grads(float (&dv)[DP / 8][4], float (&dk)[DP / 8][4],
@@ -335,6 +331,26 @@ __device__ __forceinline__ void dkdv_issue_grads(float (&dv)[DP / 8][4], float (
     wgmma_rs<T, DP>(dv, pa[kk], mnmajor_desc<T, BQ>(sO, kk));
     wgmma_rs<T, DP>(dk, da[kk], mnmajor_desc<T, BQ>(sQ, kk));
   }
+}
+
+// dQ (64 queries x DP) = dS K over the block's 64 keys: dS from the dS^T tile sdS and K from
+// sK, both read MN-major (store_frags_sw128's layout). Issued only, as dkdv_issue_scores.
+template <typename T, int DP>
+__device__ __forceinline__ void dkdv_issue_dq(float (&dq)[DP / 8][4], const T* sdS, const T* sK) {
+#pragma unroll
+  for (int kk = 0; kk < 64 / 16; ++kk)
+    wgmma_ss_mn<T, DP>(dq, mnmajor_desc<T, 64>(sdS, kk), mnmajor_desc<T, 64>(sK, kk), kk > 0);
+}
+
+// The dV and dK accumulators and their A fragments pinned around a group of products (see
+// fence_acc).
+template <int NC, int KK>
+__device__ __forceinline__ void fence_grads(float (&dv)[NC][4], float (&dk)[NC][4], uint32_t (&pa)[KK][4],
+                                            uint32_t (&da)[KK][4]) {
+  fence_acc(dv);
+  fence_acc(dk);
+  fence_frag(pa);
+  fence_frag(da);
 }
 
 // dS^T, the A fragments of dK += dS^T Q (warp w: keys 16w + g and + 8; k: 16 queries a
@@ -504,10 +520,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
       store_frags_sw128<T, NT / 2>(sdS, da, warp, lane);
       fence_proxy_async();
     }
-    fence_acc(dv);
-    fence_acc(dk);
-    fence_frag(pa);
-    fence_frag(da);
+    fence_grads(dv, dk, pa, da);
     wgmma_fence();
     dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, sQ, sO);
     wgmma_commit();
@@ -515,9 +528,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
       __syncthreads();  // every warp's dS^T rows are visible to wgmma (while dV and dK run)
       float dq[DP / 8][4];  // queries i0 + 16w + g and + 8 (the C layout)
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BKV / 16; ++kk)
-        wgmma_ss_mn<T, DP>(dq, mnmajor_desc<T, BKV>(sdS, kk), mnmajor_desc<T, BKV>(sK, kk), kk > 0);
+      dkdv_issue_dq<T, DP>(dq, sdS, sK);
       wgmma_commit();
       wgmma_wait<0>();
       fence_acc(dq);
@@ -530,10 +541,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
     } else {
       wgmma_wait<0>();
     }
-    fence_acc(dv);
-    fence_acc(dk);
-    fence_frag(pa);
-    fence_frag(da);
+    fence_grads(dv, dk, pa, da);
   }
 
   T* gdK = hv.dq + HD;

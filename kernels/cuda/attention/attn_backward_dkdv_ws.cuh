@@ -195,10 +195,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
         store_frags_sw128<T, NT / 2>(sdS, da, warp, lane);
         fence_proxy_async();
       }
-      fence_acc(dv);
-      fence_acc(dk);
-      fence_frag(pa);
-      fence_frag(da);
+      fence_grads(dv, dk, pa, da);
       wgmma_fence();
       dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, t.q, t.o);
       wgmma_commit();
@@ -206,9 +203,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
         consumer_sync();  // every warp's dS^T rows are visible to wgmma (while dV and dK run)
         float dq[DP / 8][4];  // queries t.i0 + 16 warp + g and + 8 (the C layout)
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BKV / 16; ++kk)
-          wgmma_ss_mn<T, DP>(dq, mnmajor_desc<T, BKV>(sdS, kk), mnmajor_desc<T, BKV>(sK, kk), kk > 0);
+        dkdv_issue_dq<T, DP>(dq, sdS, sK);
         wgmma_commit();
         wgmma_wait<0>();
         fence_acc(dq);
@@ -217,10 +212,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       } else {
         wgmma_wait<0>();
       }
-      fence_acc(dv);
-      fence_acc(dk);
-      fence_frag(pa);
-      fence_frag(da);
+      fence_grads(dv, dk, pa, da);
       if (lane == 0) mbar_arrive(released + s);  // the warp's products no longer read the stage
       if (++s == S) {
         s = 0;
@@ -261,10 +253,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       }
       const Step t = step_at(s, half * BQ, qt_first * BS + j * BQ);
       float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
-      fence_acc(dv);  // the last packing of pa and da happens before the products
-      fence_acc(dk);
-      fence_frag(pa);
-      fence_frag(da);
+      fence_grads(dv, dk, pa, da);  // the last packing of pa and da happens before the products
       wgmma_fence();
       dkdv_issue_scores<T, DP, BQ>(st, dpt, sK, sV, t.q, t.o);
       wgmma_commit();
@@ -276,10 +265,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       fence_acc(dpt);
       dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, t.i0, lane, t.l, t.l + BS, keep, b);
       wgmma_wait<0>();  // the previous step's dV and dK products are done
-      fence_acc(dv);
-      fence_acc(dk);
-      fence_frag(pa);
-      fence_frag(da);
+      fence_grads(dv, dk, pa, da);
       // The previous step was its stage's second half: no product reads that stage any more.
       if (half == 0 && lane == 0) mbar_arrive(released + prev_s);
       c_to_a<T, NT>(st, pa);
@@ -287,18 +273,12 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       prev = t;
     }
     // The last step's products (its stage is never reused: no release).
-    fence_acc(dv);
-    fence_acc(dk);
-    fence_frag(pa);
-    fence_frag(da);
+    fence_grads(dv, dk, pa, da);
     wgmma_fence();
     dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, prev.q, prev.o);
     wgmma_commit();
     wgmma_wait<0>();
-    fence_acc(dv);
-    fence_acc(dk);
-    fence_frag(pa);
-    fence_frag(da);
+    fence_grads(dv, dk, pa, da);
   }
 
   if constexpr (DQ) {

@@ -133,17 +133,12 @@ __global__ void __launch_bounds__(kThreads, dq_mma_min_blocks<DP>()) attn_bwd_dq
 // The streamed key tiles are double-buffered.
 
 // The wgmma dQ kernels' score products of a key tile (64 query rows; BK keys): S = Q K^T and
-// dP = dO V^T, the two products of each k16 step issued side by side; K and V: BK rows at sK
-// and sV in tiles of KV_ROWS rows (a part of taller tiles). Issued only: the caller fences
-// before and commits after.
+// dP = dO V^T; K and V: BK rows at sK and sV in tiles of KV_ROWS rows (a part of taller
+// tiles). Issued only: the caller fences before and commits after.
 template <typename T, int DP, int BK, int KV_ROWS = BK>
 __device__ __forceinline__ void dq_issue_scores(float (&s)[BK / 8][4], float (&dp)[BK / 8][4], const T* sQ,
                                                 const T* sO, const T* sK, const T* sV) {
-#pragma unroll
-  for (int ks = 0; ks < DP / 16; ++ks) {
-    wgmma_ss<T, BK>(s, kmajor_desc<T, 64>(sQ, ks), kmajor_desc<T, KV_ROWS>(sK, ks), ks > 0);
-    wgmma_ss<T, BK>(dp, kmajor_desc<T, 64>(sO, ks), kmajor_desc<T, KV_ROWS>(sV, ks), ks > 0);
-  }
+  wgmma_abt_pair<T, DP, BK, KV_ROWS>(s, dp, sQ, sK, sO, sV);
 }
 
 template <int DP, int BK, int WG = 1>

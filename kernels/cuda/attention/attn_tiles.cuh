@@ -359,6 +359,18 @@ __device__ __forceinline__ void wgmma_abt(float (&acc)[N / 8][4], const T* sA, c
   for (int ks = 0; ks < DP / 16; ++ks)
     wgmma_ss<T, N>(acc, kmajor_desc<T, A_ROWS>(sA, ks), kmajor_desc<T, N>(sB, ks), ks > 0);
 }
+// The backward's score pairs: acc0 = A0 B0^T and acc1 = A1 B1^T over the head dim (A: 64
+// rows of K-major tiles of 64 rows; B: N rows at sB0 / sB1 in K-major tiles of B_ROWS rows),
+// the two products of each k16 step issued side by side. Issued only, as wgmma_abt.
+template <typename T, int DP, int N, int B_ROWS = N>
+__device__ __forceinline__ void wgmma_abt_pair(float (&acc0)[N / 8][4], float (&acc1)[N / 8][4], const T* sA0,
+                                               const T* sB0, const T* sA1, const T* sB1) {
+#pragma unroll
+  for (int ks = 0; ks < DP / 16; ++ks) {
+    wgmma_ss<T, N>(acc0, kmajor_desc<T, 64>(sA0, ks), kmajor_desc<T, B_ROWS>(sB0, ks), ks > 0);
+    wgmma_ss<T, N>(acc1, kmajor_desc<T, 64>(sA1, ks), kmajor_desc<T, B_ROWS>(sB1, ks), ks > 0);
+  }
+}
 // acc (64 x DP) += A B: KK k16 steps, A from registers (the C-to-A packed fragments), B
 // MN-major: KK * 16 rows (rows = k) at sB in a tile of B_ROWS rows (a part of a taller tile:
 // its 64-column blocks lie B_ROWS rows apart). Issued only, as wgmma_abt.
