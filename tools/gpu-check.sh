@@ -481,22 +481,23 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # ... and head dim 64's backward kernels, the defaults beside the warp-specialized ones: the
-  # table's first 16 launches of ncu-d64.log's filter, through "attn bwd, warp-spec bulk dQ".
-  timeout 60 "$ncu_bin" --clock-control none --kernel-name-base demangled \
-    -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws_kernel<__nv_bfloat16)' \
-    -c 16 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+  # table's first 18 launches of ncu-d64.log's filter, through "attn bwd, 2-consumer ws".
+  timeout 80 "$ncu_bin" --clock-control none --kernel-name-base demangled \
+    -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws2?_kernel<__nv_bfloat16)' \
+    -c 18 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # Head dim 64's wgmma backward kernels with 64-row tiles and the warp-specialized ones, in
   # the table's order: the dK/dV and dQ kernels of the default and the wgmma rows (4), the dQ
   # kernel of the 32-query row (1), the warp-specialized rows (dK/dV, dQ, both, dK/dV by
-  # halves, both by halves: 10; dK/dV with dQ by bulk adds: 1), the wgmma dK/dV kernel that
-  # adds dQ by atomics (1; an opt-in whose float atomics into L2 are what its timing hinges
-  # on: see Memory Workload Analysis, L2 hit rate): 17 launches (count again when a row that
-  # matches is added before them; 90 s for 13). The two-warpgroup rows after them (timed and
-  # not kept on 2026-12-04) are left out. In ncu-d64.log (at most 8 files come back from $OUT).
-  timeout 130 "$ncu_bin" --clock-control none --kernel-name-base demangled \
-    -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws_kernel<__nv_bfloat16)' \
-    -c 17 --section SpeedOfLight \
+  # halves, both by halves: 10; dK/dV with dQ by bulk adds: 1; the two-consumer dK/dV kernel
+  # with the warp-specialized dQ kernel: 2), the wgmma dK/dV kernel that adds dQ by atomics
+  # (1; an opt-in whose float atomics into L2 are what its timing hinges on: see Memory
+  # Workload Analysis, L2 hit rate): 19 launches (count again when a row that matches is added
+  # before them; 90 s for 13). The two-warpgroup rows after them (timed and not kept on
+  # 2026-12-04) are left out. In ncu-d64.log (at most 8 files come back from $OUT).
+  timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled \
+    -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws2?_kernel<__nv_bfloat16)' \
+    -c 19 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -522,7 +523,7 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
       "$1" | head -"$2"
   }
   ncu_summary "$logdir/ncu-attention.log" 20
-  ncu_summary "$logdir/ncu-d64.log" 17
+  ncu_summary "$logdir/ncu-d64.log" 19
   { echo; echo "==== head dim 64 backward (B16 T1024 H32) ===="; cat "$logdir/ncu-d64.log"; } >>"$logdir/ncu-attention.log"
   rm -f "$logdir/ncu-d64.log"
 fi
@@ -657,7 +658,9 @@ target_lines() {
     echo "  (beside it) layernorm fwd with its next rows in registers (TRIDENT_LN_FWD_RING=0): $walking"
   # d64 <row name regex> <awk expression>: the expression on that row's head-dim-64 timing
   # (a row that timed: "ms  rate TF/s  share", not FAILED).
-  d64() { awk "/^$1/ && / D64 / && !/ FAILED: / { print $2; exit }" <<<"$table"; }
+  # dim_row <head dim> <row name regex> <awk expression>: the same at any head dim.
+  dim_row() { awk "/^$2/ && / D$1 / && !/ FAILED: / { print $3; exit }" <<<"$table"; }
+  d64() { dim_row 64 "$@"; }
   tf=$(d64 'attention fwd\+bwd \(causal\)' '$(NF-2)')
   if [[ -n $tf ]]; then
     echo "causal attention fwd+bwd, head dim 64, T 1024: $tf TFLOP/s (target ~280: $(at_least "$tf" 280))"
@@ -713,6 +716,17 @@ target_lines() {
       "kernel by 32-query halves (TRIDENT_ATTN_DKDV_BQ=32) alone / with the dQ kernel: ${ws_bwd32:--} /" \
       "${ws_both32:--} ms; with dQ by bulk adds (TRIDENT_ATTN_BWD_ATOMIC=1): ${ws_bulk:--} ms; against the" \
       "default's $bwd ms"
+  fi
+  # FlashAttention-3's dK/dV block (two consumer warpgroups, setmaxnreg; opt-in until timed:
+  # PERFORMANCE.md, 2026-12-04 sixth task) with the warp-specialized dQ kernel, at D 64 and
+  # 128, each against its head dim's default.
+  fa3=$(d64 'attn bwd, 2-consumer ws' '$(NF-3)')
+  bwd128=$(dim_row 128 'attention bwd \(causal\)' '$(NF-3)')
+  fa3_128=$(dim_row 128 'attn bwd, 2-consumer ws' '$(NF-3)')
+  if [[ -n $bwd && -n $fa3$fa3_128 ]]; then
+    echo "  (beside it) backward with the two-consumer dK/dV kernel (TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_BWD_WG=2" \
+      "TRIDENT_ATTN_DQ_WS=1): head dim 64 ${fa3:--} ms against the default's $bwd ms; head dim 128" \
+      "${fa3_128:--} ms against ${bwd128:--} ms"
   fi
   long_fwd=$(d64 'attention fwd, 16x T' '$(NF-2)')
   long_one=$(d64 'attn fwd, 1-wg wgmma, 16x T' '$(NF-2)')

@@ -55,6 +55,7 @@
 //   attn_forward_ws.cuh       forward: the warp-specialized wgmma kernel (TMA producer, K/V ring)
 //   attn_backward_dkdv.cuh    pass 2: mma.sync and wgmma kernels, atomic dQ
 //   attn_backward_dkdv_ws.cuh pass 2: the warp-specialized wgmma kernel (TMA producer, Q/dO ring)
+//   attn_backward_dkdv_ws2.cuh pass 2: FlashAttention-3's block (two consumer warpgroups, setmaxnreg)
 //   attn_backward_dq.cuh      pass 3: mma.sync and wgmma kernels
 //   attn_backward_dq_ws.cuh   pass 3: the warp-specialized wgmma kernel (TMA producer, K/V ring)
 //   attn_backward_passes.cuh  pass 1 (delta), documents' ends, the atomic dQ's zero and store

@@ -323,8 +323,9 @@ TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
 // stages by TMA, P V runs under the next tile's softmax; head dims above 32, 64-key tiles and
 // at D 64 also 128, an opt-in; the others run the defaults), the warp-specialized dQ kernel
 // (TRIDENT_ATTN_DQ_WS=1), and at D <= 64 the warp-specialized dK/dV kernel
-// (TRIDENT_ATTN_BWD_WS=1, with 64- and 32-query steps) with it, and the dK/dV kernel with dQ
-// by bulk adds (TRIDENT_ATTN_BWD_ATOMIC=1 with it) (opt-ins). The forward is the default
+// (TRIDENT_ATTN_BWD_WS=1, with 64- and 32-query steps) with it, the dK/dV kernel with dQ
+// by bulk adds (TRIDENT_ATTN_BWD_ATOMIC=1 with it), and at D 64 and 128 the two-consumer dK/dV
+// kernel (TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_BWD_WG=2) (opt-ins). The forward is the default
 // on sm_90a, which ForwardMatchesCpu checks too; asked for here by name, so that gpu-check can
 // tell these kernels' results from the one-warpgroup kernels' in WgmmaMatchesCpu.
 TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
@@ -356,6 +357,16 @@ TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
                      }
                    });
   }
+  // FlashAttention-3's dK/dV block (two consumer warpgroups with 240 registers, setmaxnreg;
+  // D 64 pipelined), D 64 and 128; the warp-specialized dQ kernel after it.
+  check_backward("two-consumer dK/dV and dQ ", [](const AttnCase& c) {
+    for (const char* v : kWgmmaVars) ::unsetenv(v);
+    if (c.D > 32) {
+      ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
+      ::setenv("TRIDENT_ATTN_BWD_WG", "2", 1);
+      ::setenv("TRIDENT_ATTN_DQ_WS", "1", 1);
+    }
+  });
   // dQ by the dK/dV kernel, added to an f32 dQ by the copy engine's bulk reduces (not bitwise
   // reproducible: the CPU comparison's tolerances cover the order of the adds).
   check_backward("warp-specialized dK/dV with dQ by bulk adds ", [](const AttnCase& c) {

@@ -5,7 +5,7 @@
 // How: emulate_attention.cmake copies the device code and launch plans of those headers
 // (minus attn_ptx.cuh, the inline-PTX primitives) into cuda_attention_emulated.inc, compiled
 // here as host C++. A launch runs
-// each block as 128 or 256 cooperative fibers (emulated/emu_context.h) on one OS thread;
+// each block as 128 to 384 cooperative fibers (emulated/emu_context.h) on one OS thread;
 // __syncthreads and the warp-collective operations are barriers between fibers. The primitives are emulated from
 // the PTX ISA's fragment layouts (m16n8k16 A/B/C, ldmatrix with and without .trans), and
 // cp.async either copies at issue ("eager": catches a buffer overwritten while still read)
@@ -61,7 +61,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 
-constexpr int kMaxBlockThreads = 256;  // the kernels' blocks: 128 threads, or 256 (two warpgroups)
+constexpr int kMaxBlockThreads = 384;  // the kernels' blocks: 128 threads, 256 (two warpgroups), 384 (three)
 
 // One block's fibers and their per-thread cp.async state.
 struct Pending {
@@ -418,6 +418,15 @@ inline uint32_t smem_addr(const void* p) {
 }
 inline void fence_proxy_async() {}
 inline void consumer_sync() { emu::wait(emu::g_block->consumers); }
+// setmaxnreg: registers are not emulated (ptxas's report checks them); its range is.
+template <int N>
+inline void regs_release_to() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg's range");
+}
+template <int N>
+inline void regs_claim_to() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg's range");
+}
 // Bulk f32 adds, performed at the wait that covers them (the latest the hardware may read
 // the source: a source written again too early shows up as a wrong dQ).
 inline void bulk_reduce_add_f32(float* dst, const float* src, uint32_t bytes) {
@@ -600,7 +609,7 @@ inline void tma_load_box(void* smem, const CUtensorMap* map, int c0, int c1, int
 
 namespace {
 
-// Runs kernel(p) over a (gx, gy) grid of `threads`-thread blocks (128 or 256) with `smem`
+// Runs kernel(p) over a (gx, gy) grid of `threads`-thread blocks (128 to 384) with `smem`
 // bytes of shared memory.
 template <class K>
 void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p, int threads = 128) {
@@ -1042,6 +1051,14 @@ TEST_P(EmulatedAttention, Wgmma) {
     ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = ws.dq_ws = true;
     ws.fwd_bk = other_tiles && c.D <= 64 ? 128 : 0;
     run_case<__half>(c, true, seed++, ws);
+    // FlashAttention-3's dK/dV block (two consumer warpgroups of 64 keys, a producer
+    // warpgroup; D 64 pipelined), with each dQ kernel in turn.
+    AttnTiles ws2 = ws;
+    ws2.fwd_bk = 0;
+    ws2.dkdv_ws = true;
+    ws2.dkdv_wg = 2;
+    ws2.dq_ws = !other_tiles;
+    run_case<__nv_bfloat16>(c, true, seed++, ws2);
     if (c.D > 64) continue;
     // The warp-specialized dK/dV kernel (D 64), with each dQ kernel in turn.
     AttnTiles ws_dkdv = ws;
@@ -1073,11 +1090,12 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   p.H = 1;
   p.T = 64;
   int launches = 0;
-  int two_warpgroup_launches = 0, warp_specialized_launches = 0;
+  int two_warpgroup_launches = 0, warp_specialized_launches = 0, three_warpgroup_launches = 0;
   auto count = [&](auto, unsigned, unsigned, int, int threads = 128) {
     ++launches;
     two_warpgroup_launches += threads == 256;
     warp_specialized_launches += threads == kWsThreads;
+    three_warpgroup_launches += threads == kWs2Threads;
   };
   for (int D : {32, 64, 128}) {
     p.D = D;
@@ -1180,14 +1198,28 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.dq_wg = 2;  // then the two-warpgroup dQ kernel
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
     t.dq_wg = 1;
-    for (auto other : {&AttnTiles::dkdv_bq, &AttnTiles::dkdv_wg}) {
-      AttnTiles u = t;
-      u.*other = other == &AttnTiles::dkdv_bq ? 16 : 2;
-      EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
-    }
+    AttnTiles u = t;
+    u.dkdv_bq = 16;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, u, count)) << D;
     t.dq_atomic = true;  // zero, dK/dV + dQ by bulk adds (64-query steps), store
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
     t.dkdv_bq = 32;
+    EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    t = AttnTiles{};
+    t.bwd_wgmma = t.dkdv_ws = true;
+    t.dkdv_wg = 2;  // FlashAttention-3's dK/dV block (384 threads): D 64 and 128, 64 queries a step
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.dkdv_bq = 64;
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    for (int bq : {32, 128}) {
+      t.dkdv_bq = bq;
+      EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
+    }
+    t.dkdv_bq = 0;
+    t.dq_ws = true;  // then the warp-specialized dQ kernel
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
+    t.dq_ws = false;
+    t.dq_atomic = true;  // no dQ = dS K in this kernel
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
     t = AttnTiles{};
     t.dq_ws = true;  // the warp-specialized dQ kernel: a wgmma kernel, D 64 and 128, one warpgroup
@@ -1214,10 +1246,13 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // 160 threads); and D 64's warp-specialized dK/dV kernel (160 threads) with either dQ
   // kernel (the second of 256): 2 + 2, with 32-query steps 2, with atomic dQ 3 (one of 160);
   // the warp-specialized dQ kernel after the wgmma dK/dV kernel (D 64 and 128) and after the
-  // warp-specialized one (D 64): 2 + 2 + 2, four of them of 160 threads.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 3 + 6);
+  // warp-specialized one (D 64): 2 + 2 + 2, four of them of 160 threads; FlashAttention-3's
+  // dK/dV block (384 threads) and a dQ kernel: 3 x 2 for D 64 and 128, one dQ kernel of each
+  // D warp-specialized.
+  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 3 + 6 + 2 * 3 * 2);
   EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3 + 1);
-  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 1 + 4);
+  EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 1 + 4 + 2);
+  EXPECT_EQ(three_warpgroup_launches, 2 * 3);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every

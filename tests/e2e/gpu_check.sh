@@ -55,6 +55,7 @@ if [[ $1 == --kernels ]]; then
   echo "attn bwd, warp-spec dQ       B16 T1024 H32 D64 bf16                 0.9200  186.7 TF/s     23.4%"
   echo "attn bwd, warp-spec 32q both B16 T1024 H32 D64 bf16                 0.8800  195.2 TF/s     24.4%"
   echo "attn bwd, warp-spec bulk dQ  B16 T1024 H32 D64 bf16                 0.8100  212.1 TF/s     26.5%"
+  echo "attn bwd, 2-consumer ws      B16 T1024 H32 D64 bf16                 0.8300  207.0 TF/s     25.9%"
   echo "attention fwd, 16x T         B1 T16384 H32 D64 bf16                 2.6000  422.9 TF/s     52.8%"
   echo "attn fwd, 1-wg wgmma, 16x T  B1 T16384 H32 D64 bf16                 4.4000  249.9 TF/s     31.3%"
   if [[ -n ${FAKE_BENCH_ABORT:-} ]]; then
@@ -62,6 +63,8 @@ if [[ $1 == --kernels ]]; then
     exit 134
   fi
   echo "attn fwd, wgmma              B8 T1024 H16 D128 bf16                 0.2500  137.4 TF/s     18.0%"
+  echo "attention bwd (causal)       B8 T1024 H16 D128 bf16                 0.4000  214.7 TF/s     27.5%"
+  echo "attn bwd, 2-consumer ws      B8 T1024 H16 D128 bf16                 0.3500  245.4 TF/s     31.5%"
   echo "peaks measured in this run: device copy 3900 GB/s (read + write), bf16 GEMM 780.0 TFLOP/s"
   echo "fastest attention tiles, D64: defaults"
   echo "fastest attention tiles, D128: ${FAKE_BENCH_D128:-TRIDENT_ATTN_FWD_DB=1 TRIDENT_ATTN_BWD_DB=1}"
@@ -127,6 +130,8 @@ grep -q "^    (beside it) head dim 64 forward at T 16384: 422.9 TFLOP/s (the one
   "$work/ok.log" || fail "no line for the forward at T 16384"
 grep -q "^    (beside it) head dim 64 backward with the warp-specialized dK/dV kernel (TRIDENT_ATTN_BWD_WS=1) / dQ kernel (TRIDENT_ATTN_DQ_WS=1) / both: 0.9500 / 0.9200 / - ms; the dK/dV kernel by 32-query halves (TRIDENT_ATTN_DKDV_BQ=32) alone / with the dQ kernel: - / 0.8800 ms; with dQ by bulk adds (TRIDENT_ATTN_BWD_ATOMIC=1): 0.8100 ms; against the default's 1.0690 ms$" \
   "$work/ok.log" || fail "no line for the warp-specialized backward kernels"
+grep -q "^    (beside it) backward with the two-consumer dK/dV kernel (TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_BWD_WG=2 TRIDENT_ATTN_DQ_WS=1): head dim 64 0.8300 ms against the default's 1.0690 ms; head dim 128 0.3500 ms against 0.4000 ms$" \
+  "$work/ok.log" || fail "no line for the two-consumer dK/dV kernel"
 n=$(grep -c "^  gpt2-1.3b bf16 MFU, one GPU, one micro-batch a step: 40.4% (target 50%: no)$" "$work/ok.log")
 ((n == 1)) || fail "$n MFU target lines, expected 1 (the default-tile gpt2-1.3b bf16 row only)"
 echo "ok: default, tuned and accumulating runs as expected; the targets are read off the tables"

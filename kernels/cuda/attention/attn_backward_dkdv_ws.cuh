@@ -30,6 +30,40 @@ constexpr int ws_dkdv_smem_bytes() {
          (DQ ? 2 * 64 * 64 * 4 : 0) + kSwizzleSpan + kWsDkdvBarriers * 8;
 }
 
+// The warp-specialized dK/dV kernels' producer warp (attn_bwd_dkdv_ws_kernel and
+// attn_bwd_dkdv_ws2_kernel): query tiles qt_first..nqt-1 of BQ queries into a ring of S
+// stages (Q and dO at sQ0 and sO0, lse then delta at sL0, each stage after the other). A
+// stage is refilled once its consumers have released it; lane 0 loads the tile's Q and dO by
+// TMA, their bytes counted on the stage's q_full barrier, and every lane stores its share of
+// the tile's lse and delta (zeros past T) and arrives on it.
+template <typename T, int BQ, int DP, int S>
+__device__ __forceinline__ void produce_query_tiles(const AttnParams& p, const HeadView<T>& hv, int h, int b,
+                                                    int qt_first, int nqt, T* sQ0, T* sO0, float* sL0,
+                                                    uint64_t* q_full, uint64_t* released, int lane) {
+  constexpr uint32_t kTileBytes = BQ * DP * 2;  // whole boxes, zeros included
+  for (int qt = qt_first, s = 0, use = 0; qt < nqt; ++qt) {
+    if (use > 0) mbar_wait(released + s, (use - 1) & 1);  // the consumers are done with its last tile
+    const int i0 = qt * BQ;
+    if (lane == 0) {
+      mbar_arrive_expect_tx(q_full + s, 2 * kTileBytes);
+      tma_load_tile<T, BQ, DP>(sQ0 + s * BQ * DP, &p.qkv_map, h, i0, b, q_full + s);
+      tma_load_tile<T, BQ, DP>(sO0 + s * BQ * DP, &p.dout_map, h, i0, b, q_full + s);
+    }
+    float* sL = sL0 + s * 2 * BQ;
+#pragma unroll
+    for (int r = lane; r < BQ; r += 32) {
+      const int i = i0 + r;
+      sL[r] = i < p.T ? hv.lse[i] : 0.f;
+      sL[BQ + r] = i < p.T ? hv.delta[i] : 0.f;
+    }
+    mbar_arrive(q_full + s);  // releases the stores above to the consumers' wait
+    if (++s == S) {
+      s = 0;
+      ++use;
+    }
+  }
+}
+
 // The dK/dV kernel's dQ = dS K of a 64-query step (DQ), as FlashAttention-3 adds it: each
 // warp's rows of the f32 product (C layout: queries row0 + g and + 8, columns 8 nt + 2q and
 // + 1) into `tile` ([64 queries][D], row-major, columns >= D left out), then once the
@@ -116,33 +150,12 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
   // The role by warp, through a shuffle so that ptxas sees it warp-uniform (as CUTLASS does).
   if (__shfl_sync(0xffffffffu, tid / 32, 0) == kThreads / 32) {  // the producer warp
     const int lane = tid - kThreads;
-    constexpr uint32_t kTileBytes = 64 * DP * 2;  // whole boxes, zeros included
     if (lane == 0) {
-      mbar_arrive_expect_tx(kv_full, 2 * kTileBytes);
+      mbar_arrive_expect_tx(kv_full, 2 * BKV * DP * 2);
       tma_load_tile<T, BKV, DP>(sK, &p.qkv_map, p.H + h, k0, b, kv_full);
       tma_load_tile<T, BKV, DP>(sV, &p.qkv_map, 2 * p.H + h, k0, b, kv_full);
     }
-    for (int qt = qt_first, s = 0, use = 0; qt < nqt; ++qt) {
-      if (use > 0) mbar_wait(released + s, (use - 1) & 1);  // the consumers are done with its last tile
-      const int i0 = qt * BS;
-      if (lane == 0) {
-        mbar_arrive_expect_tx(q_full + s, 2 * kTileBytes);
-        tma_load_tile<T, BS, DP>(sQ0 + s * BS * DP, &p.qkv_map, h, i0, b, q_full + s);
-        tma_load_tile<T, BS, DP>(sO0 + s * BS * DP, &p.dout_map, h, i0, b, q_full + s);
-      }
-      float* sL = sL0 + s * 2 * BS;
-#pragma unroll
-      for (int r = lane; r < BS; r += 32) {
-        const int i = i0 + r;
-        sL[r] = i < T_ ? hv.lse[i] : 0.f;
-        sL[BS + r] = i < T_ ? hv.delta[i] : 0.f;
-      }
-      mbar_arrive(q_full + s);  // releases the stores above to the consumers' wait
-      if (++s == S) {
-        s = 0;
-        ++use;
-      }
-    }
+    produce_query_tiles<T, BS, DP, S>(p, hv, h, b, qt_first, nqt, sQ0, sO0, sL0, q_full, released, lane);
     return;
   }
 

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/attention/attn_backward_dkdv.cuh"
 #include "kernels/cuda/attention/attn_backward_dkdv_ws.cuh"
+#include "kernels/cuda/attention/attn_backward_dkdv_ws2.cuh"
 #include "kernels/cuda/attention/attn_backward_dq.cuh"
 #include "kernels/cuda/attention/attn_backward_dq_ws.cuh"
 #include "kernels/cuda/attention/attn_backward_passes.cuh"
@@ -63,9 +64,9 @@ void dispatch_dp(int D, F&& f) {
 //   fwd_wg / dkdv_wg / dq_wg  warpgroups a block of the wgmma forward, dK/dV and dQ kernels:
 //            1 (64 rows), or 2 (128 rows, 256 threads: each streamed tile is loaded once for
 //            both; with dq_atomic the dK/dV kernel's two warpgroups sum their dQ partials
-//            before the atomics, half as many); dkdv_wg 2 for D 64 only. With any fwd_wgmma /
-//            bwd_wgmma tiles. (The launches' block size: the plans' launch callbacks take it
-//            as a fifth argument, default kThreads.)
+//            before the atomics, half as many); dkdv_wg 2 for D 64 only (with dkdv_ws: D 64
+//            and 128, see there). With any fwd_wgmma / bwd_wgmma tiles. (The launches' block
+//            size: the plans' launch callbacks take it as a fifth argument, default kThreads.)
 //   fwd_ws   the warp-specialized wgmma forward (attn_fwd_ws_kernel: one thread loads by TMA
 //            into a ring of K/V stages, P V runs under the next tile's softmax), with fwd_wgmma,
 //            fwd_wg 1 and 64-key tiles, or for D 64 also 128 (fwd_bk). The default where
@@ -76,7 +77,11 @@ void dispatch_dp(int D, F&& f) {
 //            dP^T issued with this one's dV and dK products); the dQ kernel as bwd_wgmma's
 //            (dq_wg 1 or 2, or dq_ws), or with dq_atomic and 64-query steps none: the kernel
 //            computes dQ = dS K too and the copy engine adds it to p.dq_acc (bulk f32
-//            reduces, FlashAttention-3's way). Its AttnParams carry the TMA maps of qkv and dout
+//            reduces, FlashAttention-3's way). Its AttnParams carry the TMA maps of qkv and dout.
+//            With dkdv_wg 2: FlashAttention-3's block (attn_bwd_dkdv_ws2_kernel: 128 keys, two
+//            consumer warpgroups with 240 registers a thread, a producer warpgroup), D 64 (the
+//            next step's S^T and dP^T under this one's products) and 128, 64-query steps
+//            (dkdv_bq 0 or 64); no atomic dQ; then the dQ kernel as above
 //   dq_ws    the warp-specialized wgmma dQ kernel (attn_bwd_dq_ws_kernel: K and V by TMA into a
 //            ring, each step's dS K under the next step's elementwise step; D 128 by half
 //            tiles), with bwd_wgmma, D 64 and 128, dq_wg 1, no atomic dQ; after any wgmma dK/dV
@@ -222,6 +227,20 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
         launch(attn_bwd_dq_wgmma_kernel<T, DP, 64>, bh, tiles, wgmma_dq_smem_bytes<DP, 64>());
       }
     };
+    if (t.dkdv_ws && t.dkdv_wg == 2) {  // two consumer warpgroups: D 64 and 128, then a wgmma dQ kernel
+      if (t.dq_atomic) return false;
+      const unsigned key_blocks = static_cast<unsigned>((p.T + 127) / 128);
+      dispatch_dp(p.D, [&](auto dp) {
+        constexpr int DP = decltype(dp)::value;
+        if constexpr (DP >= 64) {
+          if (t.dkdv_bq != 0 && t.dkdv_bq != 64) return;
+          launch(attn_bwd_dkdv_ws2_kernel<T, DP>, bh, key_blocks, ws2_dkdv_smem_bytes<DP>(), kWs2Threads);
+          launch_dq(dp);
+          ok = true;
+        }
+      });
+      return ok;
+    }
     if (t.dkdv_ws) {  // D 64, 64- or 32-query steps, one warpgroup, then a wgmma dQ kernel or atomic dQ
       if (p.D > 64 || (t.dkdv_bq != 0 && t.dkdv_bq != 64 && t.dkdv_bq != 32) || t.dkdv_wg != 1) return false;
       if (t.dq_atomic) {  // 64-query steps, dQ added by the copy engine

@@ -166,6 +166,22 @@ __device__ __forceinline__ void fence_proxy_async() {
 // 1, without the producer warp (__syncthreads is barrier 0, the whole block).
 __device__ __forceinline__ void consumer_sync() { TRIDENT_SM90A_ASM("bar.sync 1, 128;\n" ::: "memory"); }
 
+// ---- register reallocation between warpgroups (sm_90a setmaxnreg) ---------------------------
+// Executed by every thread of a warpgroup together: a producer warpgroup gives its registers
+// back to the block's pool down to N a thread, consumer warpgroups take up to N a thread from
+// it (waiting until the pool has them). N: a multiple of 8 in [24, 256]; the kernel's
+// __launch_bounds__ fix the count every thread starts with.
+template <int N>
+__device__ __forceinline__ void regs_release_to() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg's range");
+  TRIDENT_SM90A_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void regs_claim_to() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg's range");
+  TRIDENT_SM90A_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 // ---- bulk copies: f32 adds from shared to global memory by the copy engine (sm_90a) -------
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) of f32 at `src` added to those at
 // `dst` in global memory (element by element, each add atomic), asynchronously; the op joins
