@@ -644,6 +644,9 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       // thread by setmaxnreg) and a producer warpgroup; at D 64 the next step's scores under
       // this one's products. With the warp-specialized dQ kernel.
       timed(&bwd_c, "attn bwd, 2-consumer ws", ws + " TRIDENT_ATTN_BWD_WG=2 " + ws_dq, 2.5 * fwd, backward, 10);
+      if (D == 64)  // ... computing dQ too, added by bulk f32 reduces: FlashAttention-3's backward
+        timed(&bwd_c, "attn bwd, 2-consumer bulk dQ", ws + " TRIDENT_ATTN_BWD_WG=2 TRIDENT_ATTN_BWD_ATOMIC=1",
+              2.5 * fwd, backward, 10);
       // dQ added by the wgmma dK/dV kernel with float atomics: 5 tile products instead of 7 (D 64).
       if (D == 64)
         timed(&bwd_c, "attn bwd, wgmma, atomic dQ", "TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1", 2.5 * fwd,

@@ -481,23 +481,23 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # ... and head dim 64's backward kernels, the defaults beside the warp-specialized ones: the
-  # table's first 18 launches of ncu-d64.log's filter, through "attn bwd, 2-consumer ws".
+  # table's first 19 launches of ncu-d64.log's filter, through "attn bwd, 2-consumer bulk dQ".
   timeout 80 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws2?_kernel<__nv_bfloat16)' \
-    -c 18 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    -c 19 --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$bench" --kernels-only "attention D64" --kernels-once >>"$logdir/ncu-stalls.log" 2>&1 || stall_rc=$?
   # Head dim 64's wgmma backward kernels with 64-row tiles and the warp-specialized ones, in
   # the table's order: the dK/dV and dQ kernels of the default and the wgmma rows (4), the dQ
   # kernel of the 32-query row (1), the warp-specialized rows (dK/dV, dQ, both, dK/dV by
   # halves, both by halves: 10; dK/dV with dQ by bulk adds: 1; the two-consumer dK/dV kernel
-  # with the warp-specialized dQ kernel: 2), the wgmma dK/dV kernel that adds dQ by atomics
-  # (1; an opt-in whose float atomics into L2 are what its timing hinges on: see Memory
-  # Workload Analysis, L2 hit rate): 19 launches (count again when a row that matches is added
+  # with the warp-specialized dQ kernel: 2, and with dQ by bulk adds: 1), the wgmma dK/dV
+  # kernel that adds dQ by atomics (1; an opt-in whose float atomics into L2 are what its
+  # timing hinges on: see Memory Workload Analysis, L2 hit rate): 20 launches (count again when a row that matches is added
   # before them; 90 s for 13). The two-warpgroup rows after them (timed and not kept on
   # 2026-12-04) are left out. In ncu-d64.log (at most 8 files come back from $OUT).
   timeout 150 "$ncu_bin" --clock-control none --kernel-name-base demangled \
     -k 'regex:attn_bwd_((dkdv|dq)_wgmma_kernel<__nv_bfloat16, (\(int\))?64, (\(int\))?64|(dkdv|dq)_ws2?_kernel<__nv_bfloat16)' \
-    -c 19 --section SpeedOfLight \
+    -c 20 --section SpeedOfLight \
     --section Occupancy --section MemoryWorkloadAnalysis \
     "$bench" --kernels-only "attention D64" --kernels-once >"$logdir/ncu-d64.log" 2>&1
   d64_rc=$?
@@ -523,7 +523,7 @@ elif [[ -x $bench && ${GPU_CHECK_NCU:-1} != 0 && -n $ncu_bin && -z ${GPU_CHECK_Q
       "$1" | head -"$2"
   }
   ncu_summary "$logdir/ncu-attention.log" 20
-  ncu_summary "$logdir/ncu-d64.log" 19
+  ncu_summary "$logdir/ncu-d64.log" 20
   { echo; echo "==== head dim 64 backward (B16 T1024 H32) ===="; cat "$logdir/ncu-d64.log"; } >>"$logdir/ncu-attention.log"
   rm -f "$logdir/ncu-d64.log"
 fi
@@ -719,14 +719,16 @@ target_lines() {
   fi
   # FlashAttention-3's dK/dV block (two consumer warpgroups, setmaxnreg; opt-in until timed:
   # PERFORMANCE.md, 2026-12-04 sixth task) with the warp-specialized dQ kernel, at D 64 and
-  # 128, each against its head dim's default.
+  # 128, each against its head dim's default; at D 64 also computing dQ (bulk adds).
   fa3=$(d64 'attn bwd, 2-consumer ws' '$(NF-3)')
+  fa3_bulk=$(d64 'attn bwd, 2-consumer bulk dQ' '$(NF-3)')
   bwd128=$(dim_row 128 'attention bwd \(causal\)' '$(NF-3)')
   fa3_128=$(dim_row 128 'attn bwd, 2-consumer ws' '$(NF-3)')
-  if [[ -n $bwd && -n $fa3$fa3_128 ]]; then
+  if [[ -n $bwd && -n $fa3$fa3_bulk$fa3_128 ]]; then
     echo "  (beside it) backward with the two-consumer dK/dV kernel (TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_BWD_WG=2" \
-      "TRIDENT_ATTN_DQ_WS=1): head dim 64 ${fa3:--} ms against the default's $bwd ms; head dim 128" \
-      "${fa3_128:--} ms against ${bwd128:--} ms"
+      "TRIDENT_ATTN_DQ_WS=1): head dim 64 ${fa3:--} ms, with dQ by bulk adds instead (TRIDENT_ATTN_BWD_ATOMIC=1," \
+      "no DQ_WS) ${fa3_bulk:--} ms, against the default's $bwd ms; head dim 128 ${fa3_128:--} ms against" \
+      "${bwd128:--} ms"
   fi
   long_fwd=$(d64 'attention fwd, 16x T' '$(NF-2)')
   long_one=$(d64 'attn fwd, 1-wg wgmma, 16x T' '$(NF-2)')

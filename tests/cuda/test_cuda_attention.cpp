@@ -325,7 +325,8 @@ TEST_P(CudaAttention, WgmmaTwoWarpgroupsMatchCpu) {
 // (TRIDENT_ATTN_DQ_WS=1), and at D <= 64 the warp-specialized dK/dV kernel
 // (TRIDENT_ATTN_BWD_WS=1, with 64- and 32-query steps) with it, the dK/dV kernel with dQ
 // by bulk adds (TRIDENT_ATTN_BWD_ATOMIC=1 with it), and at D 64 and 128 the two-consumer dK/dV
-// kernel (TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_BWD_WG=2) (opt-ins). The forward is the default
+// kernel (TRIDENT_ATTN_BWD_WS=1 TRIDENT_ATTN_BWD_WG=2; at D 64 also with dQ by bulk adds)
+// (opt-ins). The forward is the default
 // on sm_90a, which ForwardMatchesCpu checks too; asked for here by name, so that gpu-check can
 // tell these kernels' results from the one-warpgroup kernels' in WgmmaMatchesCpu.
 TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
@@ -368,14 +369,19 @@ TEST_P(CudaAttention, WgmmaWarpSpecializedMatchesCpu) {
     }
   });
   // dQ by the dK/dV kernel, added to an f32 dQ by the copy engine's bulk reduces (not bitwise
-  // reproducible: the CPU comparison's tolerances cover the order of the adds).
-  check_backward("warp-specialized dK/dV with dQ by bulk adds ", [](const AttnCase& c) {
-    for (const char* v : kWgmmaVars) ::unsetenv(v);
-    if (c.D > 32 && c.D <= 64) {
-      ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
-      ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
-    }
-  });
+  // reproducible: the CPU comparison's tolerances cover the order of the adds), with one
+  // consumer warpgroup and with two.
+  for (const bool two : {false, true}) {
+    check_backward(two ? "two-consumer dK/dV with dQ by bulk adds " : "warp-specialized dK/dV with dQ by bulk adds ",
+                   [two](const AttnCase& c) {
+                     for (const char* v : kWgmmaVars) ::unsetenv(v);
+                     if (c.D > 32 && c.D <= 64) {
+                       ::setenv("TRIDENT_ATTN_BWD_WS", "1", 1);
+                       ::setenv("TRIDENT_ATTN_BWD_ATOMIC", "1", 1);
+                       if (two) ::setenv("TRIDENT_ATTN_BWD_WG", "2", 1);
+                     }
+                   });
+  }
 }
 
 // A tile size that the head dim has no kernel for is a clear error, not a silent default.

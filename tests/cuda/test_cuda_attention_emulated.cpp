@@ -127,7 +127,7 @@ struct Block {
   std::vector<unsigned char> smem;
   std::map<const void*, Mbarrier> mbarriers;
   Barrier round;  // its gen moves at each scheduling round: a fiber waiting on it sits the round out
-  Barrier consumers;  // named barrier 1: the consumer warpgroup of a warp-specialized block (128 threads)
+  Barrier named[3];  // named barriers 1 and 2: a consumer warpgroup of a warp-specialized block (128 threads)
 };
 
 inline Block* g_block = nullptr;
@@ -417,7 +417,13 @@ inline uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(static_cast<const unsigned char*>(p) - emu_smem) + kSmemBase;
 }
 inline void fence_proxy_async() {}
-inline void consumer_sync() { emu::wait(emu::g_block->consumers); }
+inline void consumer_sync(int id = 1) {
+  if (id < 1 || id > 2) {
+    std::fprintf(stderr, "emulated kernel: named barrier %d is not emulated\n", id);
+    std::abort();
+  }
+  emu::wait(emu::g_block->named[id]);
+}
 // setmaxnreg: registers are not emulated (ptxas's report checks them); its range is.
 template <int N>
 inline void regs_release_to() {
@@ -629,7 +635,7 @@ void launch(K kernel, unsigned gx, unsigned gy, size_t smem, const AttnParams& p
       block->smem.assign(smem + 16, 0xFF);
       emu_smem = block->smem.data();
       block->block_bar.n = threads;
-      block->consumers.n = 128;
+      for (auto& b : block->named) b.n = 128;
       for (auto& b : block->warp_bar) b.n = 32;
       block->fibers.resize(threads);
       static std::vector<std::vector<char>> stacks(emu::kMaxBlockThreads, std::vector<char>(256 * 1024));
@@ -1060,6 +1066,9 @@ TEST_P(EmulatedAttention, Wgmma) {
     ws2.dq_ws = !other_tiles;
     run_case<__nv_bfloat16>(c, true, seed++, ws2);
     if (c.D > 64) continue;
+    ws2.dq_ws = false;  // ... with dQ added by bulk f32 reduces (D 64)
+    ws2.dq_atomic = true;
+    run_case<__half>(c, true, seed++, ws2);
     // The warp-specialized dK/dV kernel (D 64), with each dQ kernel in turn.
     AttnTiles ws_dkdv = ws;
     ws_dkdv.fwd_bk = 0;
@@ -1219,7 +1228,9 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
     t.dq_ws = true;  // then the warp-specialized dQ kernel
     EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D != 32) << D;
     t.dq_ws = false;
-    t.dq_atomic = true;  // no dQ = dS K in this kernel
+    t.dq_atomic = true;  // zero, dK/dV + dQ by bulk adds (D 64), store
+    EXPECT_EQ(plan_backward_mma<__nv_bfloat16>(p, t, count), D == 64) << D;
+    t.dkdv_bq = 32;
     EXPECT_FALSE(plan_backward_mma<__nv_bfloat16>(p, t, count)) << D;
     t = AttnTiles{};
     t.dq_ws = true;  // the warp-specialized dQ kernel: a wgmma kernel, D 64 and 128, one warpgroup
@@ -1248,11 +1259,12 @@ TEST(EmulatedAttentionPlans, RefuseMissingTiles) {
   // the warp-specialized dQ kernel after the wgmma dK/dV kernel (D 64 and 128) and after the
   // warp-specialized one (D 64): 2 + 2 + 2, four of them of 160 threads; FlashAttention-3's
   // dK/dV block (384 threads) and a dQ kernel: 3 x 2 for D 64 and 128, one dQ kernel of each
-  // D warp-specialized.
-  EXPECT_EQ(launches, 3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 3 + 6 + 2 * 3 * 2);
+  // D warp-specialized; and at D 64 with dQ by bulk adds 3 (one of 384 threads).
+  EXPECT_EQ(launches,
+            3 * 3 + 2 + 3 + 2 * 3 + 2 * 3 + 2 * 2 + 2 + 3 + 7 + 2 * 4 + 3 + 4 + 2 + 3 + 6 + 2 * 3 * 2 + 3);
   EXPECT_EQ(two_warpgroup_launches, 3 + 2 * 3 + 1);
   EXPECT_EQ(warp_specialized_launches, 3 + 2 + 1 + 1 + 4 + 2);
-  EXPECT_EQ(three_warpgroup_launches, 2 * 3);
+  EXPECT_EQ(three_warpgroup_launches, 2 * 3 + 1);
 }
 
 // The atomic-dQ dK/dV grid (atomic_dq_grid, dkdv_block): in launch order (x fastest) every

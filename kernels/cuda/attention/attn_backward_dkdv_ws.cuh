@@ -72,9 +72,10 @@ __device__ __forceinline__ void produce_query_tiles(const AttnParams& p, const H
 // bulk op a step instead of 2048 float-pair atomics. The order of the adds, so dQ's last
 // bits, varies from run to run. The caller alternates two tiles: the op of the step before
 // last has been read (bulk_wait_read<1>) before the barrier after which a tile is written.
+// `barrier`: the warpgroup's named barrier (consumer_sync); warp: within the warpgroup.
 template <int DP>
 __device__ __forceinline__ void add_dq_tile_bulk(float* tile, const float (&dq)[DP / 8][4], float* dq_rows, int i0,
-                                                 int rows, int D, int warp, int lane) {
+                                                 int rows, int D, int warp, int lane, int barrier = 1) {
   const int r0 = warp * 16 + (lane >> 2), c = (lane & 3) * 2;
 #pragma unroll
   for (int nt = 0; nt < DP / 8; ++nt) {
@@ -83,7 +84,7 @@ __device__ __forceinline__ void add_dq_tile_bulk(float* tile, const float (&dq)[
     *reinterpret_cast<float2*>(tile + (r0 + 8) * D + nt * 8 + c) = make_float2(dq[nt][2], dq[nt][3]);
   }
   fence_proxy_async();  // the stores, to the copy engine's reads
-  consumer_sync();
+  consumer_sync(barrier);
   if (warp == 0 && lane == 0) {  // rows > 0: a step's first query is below T
     bulk_reduce_add_f32(dq_rows + static_cast<int64_t>(i0) * D, tile, static_cast<uint32_t>(rows * D * 4));
     bulk_commit();

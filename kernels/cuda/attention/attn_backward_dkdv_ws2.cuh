@@ -30,17 +30,20 @@ constexpr int kWs2ProducerRegs = 24, kWs2ConsumerRegs = 240;
 static_assert(kThreads * kWs2ProducerRegs + kWs2Consumers * kThreads * kWs2ConsumerRegs <= kWs2Threads * 168,
               "the hand-over stays inside the block's registers");
 
-// K and V per consumer warpgroup (64 keys each); per stage Q and dO (64 queries), then its lse
-// and delta; alignment; barriers. D 64: 68 KB; D 128: 133 KB.
-template <int DP>
+// K and V per consumer warpgroup (64 keys each); per stage Q and dO (64 queries); with DQ per
+// consumer warpgroup a dS^T tile [64 keys][64 queries]; per stage lse and delta; with DQ per
+// consumer warpgroup two f32 dQ tiles [64][D]; alignment; barriers. D 64: 68 KB, with DQ 148
+// KB; D 128: 133 KB (its f32 dQ tiles would not fit beside it).
+template <int DP, bool DQ = false>
 constexpr int ws2_dkdv_smem_bytes() {
   constexpr int BQ = 64;
-  return (kWs2Consumers * 2 * 64 + kWs2Stages * 2 * BQ) * DP * 2 + kWs2Stages * 2 * BQ * 4 + kSwizzleSpan +
+  return (kWs2Consumers * 2 * 64 + kWs2Stages * 2 * BQ + (DQ ? kWs2Consumers * 64 : 0)) * DP * 2 +
+         kWs2Stages * 2 * BQ * 4 + (DQ ? kWs2Consumers * 2 * BQ * DP * 4 : 0) + kSwizzleSpan +
          (1 + 2 * kWs2Stages) * 8;
 }
 
-// dK and dV on sm_90a, warp-specialized with two consumer warpgroups. Grid (B*H, ceil(T/128));
-// block: warpgroups 0 and 1 consumers (warpgroup c, warp w: keys k0 + 64c + 16w..+15), warpgroup
+// dK and dV on sm_90a, warp-specialized with two consumer warpgroups. Grid (B*H, ceil(T/128)),
+// with DQ in head groups (dkdv_block); block: warpgroups 0 and 1 consumers (warpgroup c, warp w: keys k0 + 64c + 16w..+15), warpgroup
 // 2 the producer. The producer's first warp keeps 24 registers a thread and the other three
 // exit; its first thread loads both consumers' K and V, then query tile after query tile (64
 // queries) Q and dO into stage i % 2 of the ring by TMA; its 32 lanes load the tile's lse and
@@ -54,26 +57,40 @@ constexpr int ws2_dkdv_smem_bytes() {
 //   D 64, pipelined as the one-consumer kernel's 32-query halves, with whole stages: step j
 //     issues S^T_j and dP^T_j with step j-1's dV and dK products and computes P_j and dS_j
 //     under the latter, then releases step j-1's stage;
-//   D 128, plain: S^T = K Q^T and dP^T = V dO^T, P z and dS in registers, dV += (P z)^T dO and
-//     dK += dS^T Q, then release the stage.
-template <typename T, int DP>
+//   D 128, and D 64 with DQ, plain: S^T = K Q^T and dP^T = V dO^T, P z and dS in registers,
+//     dV += (P z)^T dO and dK += dS^T Q, then release the stage.
+// DQ (D 64; TRIDENT_ATTN_BWD_ATOMIC=1 with it): FlashAttention-3's whole backward pass, dQ
+// too, as the one-consumer kernel's DQ: each warpgroup stores its dS^T to its tile, meets at
+// its named barrier (1 + c) while the dV and dK products run, computes dQ = dS K over its 64
+// keys, and hands the f32 product to the copy engine (add_dq_tile_bulk: one bulk add a
+// warpgroup and step into p.dq_acc, whose order varies from run to run). The grid is the
+// atomic-dQ one (dkdv_block). (A barrier id in a register makes ptxas reserve all 16 named
+// barriers: no matter at one block an SM.)
+template <typename T, int DP, bool DQ = false>
 __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const __grid_constant__ AttnParams p) {
   static_assert(DP == 64 || DP == 128, "the 128-byte swizzle needs 64-column blocks");
-  constexpr bool kPipelined = DP == 64;  // D 128's two steps would need 256 accumulator registers
+  static_assert(!DQ || DP == 64, "D 128's f32 dQ tiles do not fit beside its ring");
+  // D 128's two steps would need 256 accumulator registers; with DQ, dQ = dS K takes the place
+  // of the next step's scores.
+  constexpr bool kPipelined = DP == 64 && !DQ;
   constexpr int BQ = 64, BKV = 64, NT = BQ / 8, S = kWs2Stages, KEYS = kWs2Consumers * BKV;
   constexpr int kConsumerWarps = kWs2Consumers * kThreads / 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sKV = swizzle_aligned<T>(smem_raw);       // per consumer warpgroup: K [64 keys][DP], then V
   T* sQ0 = sKV + kWs2Consumers * 2 * BKV * DP;  // S stages of Q (BQ queries)
   T* sO0 = sQ0 + S * BQ * DP;                   // S stages of dO
-  float* sL0 = reinterpret_cast<float*>(sO0 + S * BQ * DP);  // per stage: lse [BQ], then delta [BQ]
-  uint64_t* kv_full = reinterpret_cast<uint64_t*>(sL0 + S * 2 * BQ);
+  T* sdS0 = sO0 + S * BQ * DP;                  // DQ: per consumer warpgroup dS^T [64 keys][BQ queries]
+  float* sL0 = reinterpret_cast<float*>(sdS0 + (DQ ? kWs2Consumers * BKV * BQ : 0));  // per stage: lse, delta
+  float* sdQ0 = sL0 + S * 2 * BQ;  // DQ: per consumer warpgroup two f32 dQ tiles [BQ][DP]
+  uint64_t* kv_full = reinterpret_cast<uint64_t*>(sdQ0 + (DQ ? kWs2Consumers * 2 * BQ * DP : 0));
   uint64_t* q_full = kv_full + 1;
   uint64_t* released = q_full + S;
 
   const int T_ = p.T;
-  const int bh = static_cast<int>(blockIdx.x), b = bh / p.H, h = bh - b * p.H;
-  const int k0 = static_cast<int>(blockIdx.y) * KEYS;
+  const BlockKeys kb = dkdv_block<DQ>(p, KEYS);
+  if (DQ && kb.bh >= p.B * p.H) return;  // past the last head group's heads (the whole block)
+  const int bh = kb.bh, b = bh / p.H, h = bh - b * p.H;
+  const int k0 = kb.k0;
   const int qt_first = k0 / BQ, nqt = query_tiles_end(p, b, k0 + KEYS - 1, BQ);
   const int tid = static_cast<int>(threadIdx.x);
   if (tid == 0) {
@@ -108,6 +125,9 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
   const int kc = k0 + wg * BKV, wkey = kc + warp * 16;  // the warpgroup's and the warp's first keys
   const T* sK = sKV + 2 * wg * BKV * DP;
   const T* sV = sK + BKV * DP;
+  [[maybe_unused]] T* sdS = sdS0 + wg * BKV * BQ;
+  [[maybe_unused]] float* sdQ = sdQ0 + wg * 2 * BQ * DP;
+  [[maybe_unused]] float* dq_rows = DQ ? p.dq_acc + static_cast<int64_t>(bh) * T_ * p.D : nullptr;
   float dk[DP / 8][4], dv[DP / 8][4];
   zero_frags(dk);
   zero_frags(dv);
@@ -157,13 +177,32 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
     for (; qt < nqt; ++qt) {
       mbar_wait(q_full + s, parity);
       fence_proxy_async();
+      const int i0 = qt * BQ;
       uint32_t pa[NT / 2][4], da[NT / 2][4];
-      scores_to_frags(s, qt * BQ, pa, da);
+      scores_to_frags(s, i0, pa, da);
+      if constexpr (DQ) {
+        // dS^T into the tile before the dK product takes da (as the one-consumer kernel: the
+        // last step's dQ product was waited for before the barrier in its add_dq_tile_bulk).
+        store_frags_sw128<T, NT / 2>(sdS, da, warp, lane);
+        fence_proxy_async();
+      }
       fence_grads(dv, dk, pa, da);
       wgmma_fence();
       dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, stage_q(s), stage_o(s));
       wgmma_commit();
-      wgmma_wait<0>();
+      if constexpr (DQ) {
+        consumer_sync(1 + wg);  // the warpgroup's dS^T rows are visible to wgmma (while dV and dK run)
+        float dq[DP / 8][4];  // queries i0 + 16 warp + g and + 8 (the C layout)
+        wgmma_fence();
+        dkdv_issue_dq<T, DP>(dq, sdS, sK);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_acc(dq);
+        add_dq_tile_bulk<DP>(sdQ + ((qt - qt_own) & 1) * BQ * DP, dq, dq_rows, i0, min(BQ, T_ - i0), p.D, warp,
+                             lane, 1 + wg);
+      } else {
+        wgmma_wait<0>();
+      }
       fence_grads(dv, dk, pa, da);
       if (lane == 0) mbar_arrive(released + s);  // the warp's products no longer read the stage
       next_stage();
@@ -207,6 +246,9 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
     fence_grads(dv, dk, pa, da);
   }
 
+  if constexpr (DQ) {
+    if (warp == 0 && lane == 0) bulk_wait<0>();  // the last adds are done before the block's memory goes
+  }
   T* gdK = hv.dq + static_cast<int64_t>(p.H) * p.D;
   store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, p.D, lane, p.scale, p.scale);
   store_acc<T, DP>(gdK + static_cast<int64_t>(p.H) * p.D, p.qkv_tok, dv, wkey, T_, p.D, lane, 1.f, 1.f);

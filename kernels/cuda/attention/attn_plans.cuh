@@ -81,7 +81,8 @@ void dispatch_dp(int D, F&& f) {
 //            With dkdv_wg 2: FlashAttention-3's block (attn_bwd_dkdv_ws2_kernel: 128 keys, two
 //            consumer warpgroups with 240 registers a thread, a producer warpgroup), D 64 (the
 //            next step's S^T and dP^T under this one's products) and 128, 64-query steps
-//            (dkdv_bq 0 or 64); no atomic dQ; then the dQ kernel as above
+//            (dkdv_bq 0 or 64); then the dQ kernel as above, or at D 64 with dq_atomic none
+//            (dQ by bulk f32 reduces, as with one warpgroup)
 //   dq_ws    the warp-specialized wgmma dQ kernel (attn_bwd_dq_ws_kernel: K and V by TMA into a
 //            ring, each step's dS K under the next step's elementwise step; D 128 by half
 //            tiles), with bwd_wgmma, D 64 and 128, dq_wg 1, no atomic dQ; after any wgmma dK/dV
@@ -228,7 +229,17 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
       }
     };
     if (t.dkdv_ws && t.dkdv_wg == 2) {  // two consumer warpgroups: D 64 and 128, then a wgmma dQ kernel
-      if (t.dq_atomic) return false;
+      if (t.dq_atomic) {  // D 64, dQ added by the copy engine
+        if (p.D > 64 || (t.dkdv_bq != 0 && t.dkdv_bq != 64)) return false;
+        launch_atomic_dq<T>(
+            p, launch,
+            [&](GridXY grid) {
+              launch(attn_bwd_dkdv_ws2_kernel<T, 64, true>, grid.x, grid.y, ws2_dkdv_smem_bytes<64, true>(),
+                     kWs2Threads);
+            },
+            kWs2Consumers * 64);
+        return true;
+      }
       const unsigned key_blocks = static_cast<unsigned>((p.T + 127) / 128);
       dispatch_dp(p.D, [&](auto dp) {
         constexpr int DP = decltype(dp)::value;

@@ -162,9 +162,12 @@ __device__ __forceinline__ void fence_proxy_async() {
   TRIDENT_SM90A_ASM("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The consumer warpgroup of a warp-specialized block (threads 0-127) meets at named barrier
-// 1, without the producer warp (__syncthreads is barrier 0, the whole block).
-__device__ __forceinline__ void consumer_sync() { TRIDENT_SM90A_ASM("bar.sync 1, 128;\n" ::: "memory"); }
+// A consumer warpgroup of a warp-specialized block meets at named barrier `id`, without the
+// producer (__syncthreads is barrier 0, the whole block): 1 for the one-consumer kernels'
+// threads 0-127, 1 + c for consumer warpgroup c of a two-consumer block.
+__device__ __forceinline__ void consumer_sync(int id = 1) {
+  TRIDENT_SM90A_ASM("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
 
 // ---- register reallocation between warpgroups (sm_90a setmaxnreg) ---------------------------
 // Executed by every thread of a warpgroup together: a producer warpgroup gives its registers
