@@ -334,12 +334,17 @@ __device__ __forceinline__ void dkdv_issue_grads(float (&dv)[DP / 8][4], float (
 }
 
 // dQ (64 queries x DP) = dS K over the block's 64 keys: dS from the dS^T tile sdS and K from
-// sK, both read MN-major (store_frags_sw128's layout). Issued only, as dkdv_issue_scores.
+// sK, both read MN-major (store_frags_sw128's layout). Issued and waited for (with every
+// product issued before it): dq is ready on return.
 template <typename T, int DP>
-__device__ __forceinline__ void dkdv_issue_dq(float (&dq)[DP / 8][4], const T* sdS, const T* sK) {
+__device__ __forceinline__ void dkdv_dq_product(float (&dq)[DP / 8][4], const T* sdS, const T* sK) {
+  wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 64 / 16; ++kk)
     wgmma_ss_mn<T, DP>(dq, mnmajor_desc<T, 64>(sdS, kk), mnmajor_desc<T, 64>(sK, kk), kk > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_acc(dq);
 }
 
 // The dV and dK accumulators and their A fragments pinned around a group of products (see
@@ -527,11 +532,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
     if constexpr (DQ) {
       __syncthreads();  // every warp's dS^T rows are visible to wgmma (while dV and dK run)
       float dq[DP / 8][4];  // queries i0 + 16w + g and + 8 (the C layout)
-      wgmma_fence();
-      dkdv_issue_dq<T, DP>(dq, sdS, sK);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_acc(dq);
+      dkdv_dq_product<T, DP>(dq, sdS, sK);
       float* dq_rows = p.dq_acc + static_cast<int64_t>(bh) * T_ * D;
       if constexpr (WG == 1) {
         add_acc_atomic(dq_rows, dq, i0 + warp * 16, 0, T_, D, lane);

@@ -64,6 +64,34 @@ __device__ __forceinline__ void produce_query_tiles(const AttnParams& p, const H
   }
 }
 
+// A step's dV and dK products alone, waited for (the warp-specialized dK/dV kernels' last
+// step, whose stage is never reused: no release).
+template <typename T, int DP, int BQ>
+__device__ __forceinline__ void dkdv_last_grads(float (&dv)[DP / 8][4], float (&dk)[DP / 8][4],
+                                                uint32_t (&pa)[BQ / 16][4], uint32_t (&da)[BQ / 16][4], const T* sQ,
+                                                const T* sO) {
+  fence_grads(dv, dk, pa, da);
+  wgmma_fence();
+  dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, sQ, sO);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_grads(dv, dk, pa, da);
+}
+
+// The end of a warp-specialized dK/dV kernel's consumer warp: with DQ its warpgroup's last
+// bulk adds done (by the thread that issued them) before the block's shared memory goes,
+// then its 16 keys' dK (times the scale) and dV stored.
+template <typename T, int DP, bool DQ>
+__device__ __forceinline__ void finish_dkdv(const AttnParams& p, const HeadView<T>& hv, const float (&dk)[DP / 8][4],
+                                            const float (&dv)[DP / 8][4], int wkey, int warp, int lane) {
+  if constexpr (DQ) {
+    if (warp == 0 && lane == 0) bulk_wait<0>();
+  }
+  T* gdK = hv.dq + static_cast<int64_t>(p.H) * p.D;
+  store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, p.T, p.D, lane, p.scale, p.scale);
+  store_acc<T, DP>(gdK + static_cast<int64_t>(p.H) * p.D, p.qkv_tok, dv, wkey, p.T, p.D, lane, 1.f, 1.f);
+}
+
 // The dK/dV kernel's dQ = dS K of a 64-query step (DQ), as FlashAttention-3 adds it: each
 // warp's rows of the f32 product (C layout: queries row0 + g and + 8, columns 8 nt + 2q and
 // + 1) into `tile` ([64 queries][D], row-major, columns >= D left out), then once the
@@ -216,11 +244,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       if constexpr (DQ) {
         consumer_sync();  // every warp's dS^T rows are visible to wgmma (while dV and dK run)
         float dq[DP / 8][4];  // queries t.i0 + 16 warp + g and + 8 (the C layout)
-        wgmma_fence();
-        dkdv_issue_dq<T, DP>(dq, sdS, sK);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(dq);
+        dkdv_dq_product<T, DP>(dq, sdS, sK);
         add_dq_tile_bulk<DP>(sdQ0 + ((qt - qt_first) & 1) * BS * DP, dq, dq_rows, t.i0, min(BS, T_ - t.i0), p.D,
                              warp, lane);
       } else {
@@ -286,21 +310,9 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
       c_to_a<T, NT>(dpt, da);
       prev = t;
     }
-    // The last step's products (its stage is never reused: no release).
-    fence_grads(dv, dk, pa, da);
-    wgmma_fence();
-    dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, prev.q, prev.o);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_grads(dv, dk, pa, da);
+    dkdv_last_grads<T, DP, BQ>(dv, dk, pa, da, prev.q, prev.o);
   }
-
-  if constexpr (DQ) {
-    if (warp == 0 && lane == 0) bulk_wait<0>();  // the last adds are done before the block's memory goes
-  }
-  T* gdK = hv.dq + static_cast<int64_t>(p.H) * p.D;
-  store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, p.D, lane, p.scale, p.scale);
-  store_acc<T, DP>(gdK + static_cast<int64_t>(p.H) * p.D, p.qkv_tok, dv, wkey, T_, p.D, lane, 1.f, 1.f);
+  finish_dkdv<T, DP, DQ>(p, hv, dk, dv, wkey, warp, lane);
 }
 
 }  // namespace

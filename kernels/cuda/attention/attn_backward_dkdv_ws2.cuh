@@ -193,11 +193,7 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
       if constexpr (DQ) {
         consumer_sync(1 + wg);  // the warpgroup's dS^T rows are visible to wgmma (while dV and dK run)
         float dq[DP / 8][4];  // queries i0 + 16 warp + g and + 8 (the C layout)
-        wgmma_fence();
-        dkdv_issue_dq<T, DP>(dq, sdS, sK);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_acc(dq);
+        dkdv_dq_product<T, DP>(dq, sdS, sK);
         add_dq_tile_bulk<DP>(sdQ + ((qt - qt_own) & 1) * BQ * DP, dq, dq_rows, i0, min(BQ, T_ - i0), p.D, warp,
                              lane, 1 + wg);
       } else {
@@ -237,21 +233,9 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
       c_to_a<T, NT>(dpt, da);
       prev_s = s;
     }
-    // The last step's products (its stage is never reused: no release).
-    fence_grads(dv, dk, pa, da);
-    wgmma_fence();
-    dkdv_issue_grads<T, DP, BQ>(dv, dk, pa, da, stage_q(prev_s), stage_o(prev_s));
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_grads(dv, dk, pa, da);
+    dkdv_last_grads<T, DP, BQ>(dv, dk, pa, da, stage_q(prev_s), stage_o(prev_s));
   }
-
-  if constexpr (DQ) {
-    if (warp == 0 && lane == 0) bulk_wait<0>();  // the last adds are done before the block's memory goes
-  }
-  T* gdK = hv.dq + static_cast<int64_t>(p.H) * p.D;
-  store_acc<T, DP>(gdK, p.qkv_tok, dk, wkey, T_, p.D, lane, p.scale, p.scale);
-  store_acc<T, DP>(gdK + static_cast<int64_t>(p.H) * p.D, p.qkv_tok, dv, wkey, T_, p.D, lane, 1.f, 1.f);
+  finish_dkdv<T, DP, DQ>(p, hv, dk, dv, wkey, warp, lane);
 }
 
 }  // namespace
