@@ -429,14 +429,34 @@ void write_torch_file(const std::string& path, const std::string& pickle, const 
   }
   const std::string stem = std::filesystem::path(path).stem().string();
   static const std::string kVersion = "3\n", kByteOrder = "little";
+  // torch.save starts every record's data on a 64-byte boundary (PyTorch's zip writer pads
+  // each local header with an extra field "FB"), which torch.load(mmap=True) relies on to map
+  // the tensors in place; the same here. libzip writes the entries in the order they are
+  // added, each a local header (30 bytes, the name, the extra fields) and the stored bytes.
+  uint64_t offset = 0;  // where the next local header goes
   const auto add = [&](const std::string& name, const auto& data) {  // a std::string or std::vector<char>
+    const std::string entry = stem + "/" + name;
     zip_source_t* src = zip_source_buffer(z, data.data(), data.size(), 0);
-    const zip_int64_t idx = src ? zip_file_add(z, (stem + "/" + name).c_str(), src, ZIP_FL_ENC_UTF_8) : -1;
+    const zip_int64_t idx = src ? zip_file_add(z, entry.c_str(), src, ZIP_FL_ENC_UTF_8) : -1;
     if (idx < 0) {
       if (src) zip_source_free(src);
       return false;
     }
-    return zip_set_file_compression(z, static_cast<zip_uint64_t>(idx), ZIP_CM_STORE, 0) == 0;
+    const auto at = static_cast<zip_uint64_t>(idx);
+    if (zip_set_file_compression(z, at, ZIP_CM_STORE, 0) != 0) return false;
+    // An entry of 4 GiB or more also carries a Zip64 field (4 + 16 bytes) in its local header.
+    const uint64_t start = offset + 30 + entry.size() + (data.size() >= 0xFFFFFFFFu ? 20 : 0);
+    uint64_t pad = (kTorchRecordAlignment - start % kTorchRecordAlignment) % kTorchRecordAlignment;
+    if (pad > 0 && pad < 4) pad += kTorchRecordAlignment;  // a field's own header takes 4 bytes
+    if (pad > 0) {
+      const std::string fill(pad - 4, 'Z');
+      if (zip_file_extra_field_set(z, at, 0x4246 /* "FB" */, ZIP_EXTRA_FIELD_NEW,
+                                   reinterpret_cast<const zip_uint8_t*>(fill.data()),
+                                   static_cast<zip_uint16_t>(fill.size()), ZIP_FL_LOCAL) != 0)
+        return false;
+    }
+    offset = start + pad + data.size();
+    return true;
   };
   bool ok = add("data.pkl", pickle);
   for (const TorchStorageBytes& s : storages) ok = ok && add("data/" + s.key, s.bytes);

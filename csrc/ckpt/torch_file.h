@@ -69,10 +69,13 @@ struct TorchStorageBytes {
   std::string key;
   std::vector<char> bytes;
 };
+// Where write_torch_file starts each record's data: at a multiple of this many bytes from the
+// file's start, as torch.save does (torch.load(mmap=True) maps the tensors in place).
+constexpr uint64_t kTorchRecordAlignment = 64;
 // Writes a torch.save zip file at `path` (which must not exist): "<stem>/data.pkl" holding
 // `pickle` (pickle::Writer's), "<stem>/data/<key>" per storage, "<stem>/version" ("3") and
-// "<stem>/byteorder" ("little"), entries stored uncompressed. On error nothing is left at
-// `path`; throws IoError naming it.
+// "<stem>/byteorder" ("little"), entries stored uncompressed, their data aligned to
+// kTorchRecordAlignment. On error nothing is left at `path`; throws IoError naming it.
 void write_torch_file(const std::string& path, const std::string& pickle, const std::vector<TorchStorageBytes>& storages);
 
 }  // namespace trident
