@@ -30,6 +30,22 @@ constexpr int ws_dkdv_smem_bytes() {
          (DQ ? 2 * 64 * 64 * 4 : 0) + kSwizzleSpan + kWsDkdvBarriers * 8;
 }
 
+// The warp-specialized dK/dV kernels' barriers, set up by the block's first thread before the
+// block's only __syncthreads: K and V landed (the producer thread's arrival with its TMA
+// bytes), and per stage of the ring the query tile landed (that arrival and the producer
+// warp's 32, their lse and delta stored) and the stage released (`consumer_warps` arrivals).
+template <int S>
+__device__ __forceinline__ void init_query_ring(uint64_t* kv_full, uint64_t* q_full, uint64_t* released,
+                                                int consumer_warps) {
+  if (threadIdx.x != 0) return;
+  mbar_init(kv_full, 1);
+  for (int s = 0; s < S; ++s) {
+    mbar_init(q_full + s, 1 + 32);
+    mbar_init(released + s, consumer_warps);
+  }
+  fence_mbar_init();
+}
+
 // The warp-specialized dK/dV kernels' producer warp (attn_bwd_dkdv_ws_kernel and
 // attn_bwd_dkdv_ws2_kernel): query tiles qt_first..nqt-1 of BQ queries into a ring of S
 // stages (Q and dO at sQ0 and sO0, lse then delta at sL0, each stage after the other). A
@@ -165,14 +181,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
   const int k0 = kb.k0;
   const int qt_first = k0 / BS, nqt = query_tiles_end(p, b, k0 + BKV - 1, BS);
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid == 0) {
-    mbar_init(kv_full, 1);  // the producer thread's arrival with its TMA bytes
-    for (int s = 0; s < S; ++s) {
-      mbar_init(q_full + s, 1 + 32);  // ... and the producer warp's lanes, their lse and delta stored
-      mbar_init(released + s, kThreads / 32);  // the consumer warps
-    }
-    fence_mbar_init();
-  }
+  init_query_ring<S>(kv_full, q_full, released, kThreads / 32);
   __syncthreads();  // the only block-wide barrier
   const HeadView<T> hv = head_view<T>(p, b, h);
 

@@ -93,14 +93,7 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
   const int k0 = kb.k0;
   const int qt_first = k0 / BQ, nqt = query_tiles_end(p, b, k0 + KEYS - 1, BQ);
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid == 0) {
-    mbar_init(kv_full, 1);  // the producer thread's arrival with its TMA bytes
-    for (int s = 0; s < S; ++s) {
-      mbar_init(q_full + s, 1 + 32);  // ... and the producer warp's lanes, their lse and delta stored
-      mbar_init(released + s, kConsumerWarps);
-    }
-    fence_mbar_init();
-  }
+  init_query_ring<S>(kv_full, q_full, released, kConsumerWarps);
   __syncthreads();  // the only block-wide barrier
   const HeadView<T> hv = head_view<T>(p, b, h);
   const int warp_id = __shfl_sync(0xffffffffu, tid / 32, 0);  // warp-uniform to ptxas (as CUTLASS does)
