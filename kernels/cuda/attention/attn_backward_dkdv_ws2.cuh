@@ -21,6 +21,7 @@ namespace trident::cuda {
 namespace {
 
 constexpr int kWs2Consumers = 2;  // consumer warpgroups a block, 64 keys each
+constexpr int kWs2Keys = kWs2Consumers * 64;  // keys a block
 constexpr int kWs2Threads = (kWs2Consumers + 1) * kThreads;  // and the producer warpgroup: 384
 constexpr int kWs2Stages = 2;  // query tiles in flight (as FlashAttention-3's backward)
 // Registers a thread after the hand-over. __launch_bounds__(384, 1) gives every thread 168
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
   // D 128's two steps would need 256 accumulator registers; with DQ, dQ = dS K takes the place
   // of the next step's scores.
   constexpr bool kPipelined = DP == 64 && !DQ;
-  constexpr int BQ = 64, BKV = 64, NT = BQ / 8, S = kWs2Stages, KEYS = kWs2Consumers * BKV;
+  constexpr int BQ = 64, BKV = 64, NT = BQ / 8, S = kWs2Stages;
   constexpr int kConsumerWarps = kWs2Consumers * kThreads / 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sKV = swizzle_aligned<T>(smem_raw);       // per consumer warpgroup: K [64 keys][DP], then V
@@ -87,11 +88,11 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
   uint64_t* released = q_full + S;
 
   const int T_ = p.T;
-  const BlockKeys kb = dkdv_block<DQ>(p, KEYS);
+  const BlockKeys kb = dkdv_block<DQ>(p, kWs2Keys);
   if (DQ && kb.bh >= p.B * p.H) return;  // past the last head group's heads (the whole block)
   const int bh = kb.bh, b = bh / p.H, h = bh - b * p.H;
   const int k0 = kb.k0;
-  const int qt_first = k0 / BQ, nqt = query_tiles_end(p, b, k0 + KEYS - 1, BQ);
+  const int qt_first = k0 / BQ, nqt = query_tiles_end(p, b, k0 + kWs2Keys - 1, BQ);
   const int tid = static_cast<int>(threadIdx.x);
   init_query_ring<S>(kv_full, q_full, released, kConsumerWarps);
   __syncthreads();  // the only block-wide barrier

@@ -237,10 +237,10 @@ bool plan_backward_mma(const AttnParams& p, const AttnTiles& t, Launch&& launch)
               launch(attn_bwd_dkdv_ws2_kernel<T, 64, true>, grid.x, grid.y, ws2_dkdv_smem_bytes<64, true>(),
                      kWs2Threads);
             },
-            kWs2Consumers * 64);
+            kWs2Keys);
         return true;
       }
-      const unsigned key_blocks = static_cast<unsigned>((p.T + 127) / 128);
+      const unsigned key_blocks = static_cast<unsigned>((p.T + kWs2Keys - 1) / kWs2Keys);
       dispatch_dp(p.D, [&](auto dp) {
         constexpr int DP = decltype(dp)::value;
         if constexpr (DP >= 64) {
