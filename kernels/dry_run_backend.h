@@ -54,6 +54,7 @@ class DryRunBackend final : public Backend {
   void xent_loss_grad(const Tensor&, const Tensor&, int64_t, int64_t, const Tensor&, const Tensor&, const Tensor&,
                       const Tensor&, const Tensor&, float) override {}
   void logits_argmax(const Tensor&, int64_t, const Tensor&, const Tensor&) override {}
+  void sample_logits(const Tensor&, int64_t, double, int, const std::vector<RowDraw>&, const Tensor&) override {}
   void adamw(const AdamWArgs&) override {}
   double sum_squares(const Tensor&) override { return 0; }
   double sum(const Tensor&) override { return 0; }

@@ -101,6 +101,10 @@ void ProfilingBackend::xent_loss_grad(const Tensor& logits, const Tensor& target
 void ProfilingBackend::logits_argmax(const Tensor& logits, int64_t vv, const Tensor& values, const Tensor& ids) {
   timed("argmax", [&] { inner_->logits_argmax(logits, vv, values, ids); });
 }
+void ProfilingBackend::sample_logits(const Tensor& logits, int64_t vv, double temperature, int top_k,
+                                     const std::vector<RowDraw>& draws, const Tensor& ids) {
+  timed("sample", [&] { inner_->sample_logits(logits, vv, temperature, top_k, draws, ids); });
+}
 void ProfilingBackend::adamw(const AdamWArgs& a) { timed("adamw", [&] { inner_->adamw(a); }); }
 void ProfilingBackend::residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid,
                                                   const Tensor& g, const Tensor& b, const Tensor& out,

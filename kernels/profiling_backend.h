@@ -86,6 +86,8 @@ class ProfilingBackend final : public Backend {
                   const Tensor& row_max, const Tensor& target_logit) override;
   void xent_sumexp(const Tensor& logits, int64_t vocab_valid, const Tensor& row_max, const Tensor& sumexp) override;
   void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids) override;
+  void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
+                     const std::vector<RowDraw>& draws, const Tensor& ids) override;
   void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                       const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit, const Tensor& losses,
                       const Tensor& correct, float grad_scale) override;

@@ -151,6 +151,55 @@ void ragged_bench(const ModelConfig& cfg, Backend& backend, const ParamStore& pa
               lockstep * 1e3, static_cast<long long>(steps), lockstep / per_row);
 }
 
+// Seconds a step of `steps` sampled decoding steps after the prompts' prefill, each sequence
+// fed its draw: on the device (step_sampled, B ids to the host) or, as generate_tokens draws
+// when it needs the logits, on the host (step()'s B rows of logits, sample_token per row).
+double sampled_step_seconds(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                            const std::vector<int32_t>& prompts, int B, int64_t P, int64_t steps,
+                            const SamplingOptions& sampling, bool on_device) {
+  Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(P + steps), nullptr, prefill_chunk(B, P, false));
+  const int64_t V = cfg.vocab_size;
+  const std::vector<float>& first = dec.prefill(prompts, P);
+  std::vector<int32_t> feed(B);
+  for (int b = 0; b < B; ++b) feed[b] = most_likely(first.data() + b * V, V, 1)[0];
+  std::mt19937_64 rng(7);
+  std::vector<RowDraw> draws(static_cast<size_t>(B));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 0; step < steps; ++step) {
+    if (on_device) {
+      for (RowDraw& d : draws) d = RowDraw{uniform_draw(rng), sampling.top_p};
+      feed = dec.step_sampled(feed, draw_rule(sampling), draws);
+    } else {
+      const std::vector<float>& logits = dec.step(feed);
+      for (int b = 0; b < B; ++b) feed[b] = sample_token(logits.data() + b * V, V, sampling, rng);
+    }
+  }
+  return seconds_since(t0) / static_cast<double>(steps);
+}
+
+// The "sampled decode:" line: 16 steps (fewer when the positions end sooner) drawn on the
+// device and on the host, under top-k 50 (a few candidates) and top-p 0.9 alone (the whole
+// vocabulary is a candidate: the host sorts it), each after an untimed run.
+void sampled_bench(const ModelConfig& cfg, Backend& backend, const ParamStore& params,
+                   const std::vector<int32_t>& prompts, int B, int64_t P, int64_t new_tokens) {
+  const int64_t steps = std::min<int64_t>(16, new_tokens - 1);
+  if (steps < 1) return;
+  std::string line;
+  for (const SamplingOptions& sampling : {SamplingOptions{false, 1.0, 50, 0.0}, SamplingOptions{false, 1.0, 0, 0.9}}) {
+    double ms[2];
+    for (bool on_device : {true, false}) {
+      sampled_step_seconds(cfg, backend, params, prompts, B, P, steps, sampling, on_device);
+      ms[on_device] = 1e3 * sampled_step_seconds(cfg, backend, params, prompts, B, P, steps, sampling, on_device);
+    }
+    char part[160];
+    std::snprintf(part, sizeof part, "%s%s: drawn on the device %.2f ms a step | on the host %.2f ms | %.2fx",
+                  line.empty() ? "" : "; ", sampling.top_k > 0 ? "top-k 50" : "top-p 0.9", ms[1], ms[0],
+                  ms[0] / ms[1]);
+    line += part;
+  }
+  std::printf("sampled decode (temperature 1, %lld steps): %s\n", static_cast<long long>(steps), line.c_str());
+}
+
 }  // namespace
 
 int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& g) {
@@ -194,6 +243,7 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
     std::printf("decode: %lld steps in %.1f ms | %.2f ms a step | %.1f tokens/s\n", static_cast<long long>(steps),
                 t.decode_s * 1e3, t.decode_s * 1e3 / steps, B * steps / t.decode_s);
   if (g.ragged) ragged_bench(cfg, *backend, params, prompts, B, P, new_tokens);
+  sampled_bench(cfg, *backend, params, prompts, B, P, new_tokens);
   decode_profile(cfg, *backend, params, prompts, B, P, new_tokens);
   return 0;
 }

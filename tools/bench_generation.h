@@ -9,6 +9,8 @@
 // same new tokens): generate_tokens' time (the prompts in padded passes, then each sequence
 // at its own length) against the schedule it replaced (passes to the shortest prompt's end,
 // then every sequence one position a step, its own prompt tokens and then its draws).
+// Then sampled steps (top-k 50; top-p 0.9) drawn on the device against drawn on the host
+// from the step's logits ("sampled decode:").
 // Last, the decoding steps once more with every op synchronised and timed ("decode profile:"):
 // each op family's time a step, and the time outside the ops (the host's own work).
 #pragma once

@@ -591,6 +591,7 @@ fi
 # from the shortest prompt's end (the schedule before 2026-12-04).
 gen_bench_line="not run"
 gen_profile_line=""  # the default kernels' steps with every op timed (trident-bench's "decode profile:")
+gen_sampled_line=""  # sampled steps drawn on the device vs on the host (trident-bench's "sampled decode:")
 if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; then
   if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
     gen_bench_line="skipped: past the time budget"
@@ -601,6 +602,7 @@ if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; 
          --micro-batch-size 8 --generate-prompt 512 --generate-tokens 128 --generate-ragged >"$log" 2>&1; then
       gen_bench_line=$(grep -E '^(prefill|decode|ragged): ' "$log" | paste -sd ';' -)
       gen_profile_line=$(grep -E '^decode profile' "$log" | head -1)
+      gen_sampled_line=$(grep -E '^sampled decode' "$log" | head -1)
       # The same with the attention kernel generation had before 2026-12-04 (the scalar one
       # for prefill and decoding steps alike): the new kernels' end-to-end gain.
       if TRIDENT_ATTN_DECODE_SCALAR=1 timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" \
@@ -775,6 +777,7 @@ echo "ncu (attention kernels): $ncu_line"
 echo "generation (KV cache, one process): $gen_line"
 echo "generation bench (gpt2-124m bf16, 8 prompts of 512 tokens, 128 new; ragged: prompts of 64..512): $gen_bench_line"
 [[ -n $gen_profile_line ]] && echo "  $gen_profile_line"
+[[ -n $gen_sampled_line ]] && echo "  $gen_sampled_line"
 echo
 echo "where the step time goes (profiled: synchronised after every op):"
 ((${#profile_tables[@]} > 0)) || echo "not run"

@@ -21,6 +21,7 @@
 #include "core/allocator.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "core/token_draw.h"
 
 namespace trident {
 
@@ -229,6 +230,13 @@ class Backend {
   // row of NaN gives column 0).
   virtual void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values,
                              const Tensor& ids) = 0;
+  // A decoding step's sampled draw with the logits left on the device: ids[r] (I32 [R]) =
+  // the token that draws[r].uniform draws from columns [0, vocab_valid) of row r of logits
+  // [R, Vl] under core/token_draw.h's rule (temperature > 0, top_k, draws[r].top_p; 1 <=
+  // vocab_valid). The CPU backend runs draw_token itself; a GPU sums the weights in float,
+  // so its token may differ where the uniform lies within ~1e-6 of a boundary between two.
+  virtual void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
+                             const std::vector<RowDraw>& draws, const Tensor& ids) = 0;
 
   // ---- optimizer and reductions -------------------------------------------------------
   virtual void adamw(const AdamWArgs& a) = 0;

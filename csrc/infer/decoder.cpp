@@ -225,7 +225,7 @@ const std::vector<int32_t>& Gpt2Decoder::step_greedy(const std::vector<int32_t>&
   const Tensor logits = head_logits(run_layers(tokens, 1), B_);
   const int64_t first = static_cast<int64_t>(tp_rank_) * vocab_local_;
   const int64_t valid = std::min<int64_t>(vocab_local_, cfg_.vocab_size - first);  // < 1: a TP rank of padding
-  greedy_ids_.assign(static_cast<size_t>(B_), 0);
+  drawn_ids_.assign(static_cast<size_t>(B_), 0);
   candidate_values_.assign(static_cast<size_t>(B_), NAN);  // a rank of padding offers no candidate
   if (valid >= 1) {
     if (best_ids_.empty()) {
@@ -233,26 +233,43 @@ const std::vector<int32_t>& Gpt2Decoder::step_greedy(const std::vector<int32_t>&
       best_ids_ = be_.empty({B_}, DType::I32);
     }
     be_.logits_argmax(logits, valid, best_values_, best_ids_);
-    be_.copy_to_host(greedy_ids_.data(), best_ids_);
-    if (tp_ == 1) return greedy_ids_;
+    be_.copy_to_host(drawn_ids_.data(), best_ids_);
+    if (tp_ == 1) return drawn_ids_;
     be_.copy_to_host(candidate_values_.data(), best_values_);
-    for (int32_t& id : greedy_ids_) id += static_cast<int32_t>(first);
+    for (int32_t& id : drawn_ids_) id += static_cast<int32_t>(first);
   }
   // Every rank's candidates; the largest value wins, of equal ones the lower rank's (the
   // lower id). NaN never wins.
   all_values_.resize(static_cast<size_t>(B_) * tp_);
   all_ids_.resize(static_cast<size_t>(B_) * tp_);
   tp_comm_->allgather(host_tensor(candidate_values_, DType::F32), host_tensor(all_values_, DType::F32));
-  tp_comm_->allgather(host_tensor(greedy_ids_, DType::I32), host_tensor(all_ids_, DType::I32));
+  tp_comm_->allgather(host_tensor(drawn_ids_, DType::I32), host_tensor(all_ids_, DType::I32));
   for (int b = 0; b < B_; ++b) {
     int best = -1;
     for (int k = 0; k < tp_; ++k) {
       const float v = all_values_[static_cast<size_t>(k) * B_ + b];
       if (!std::isnan(v) && (best < 0 || v > all_values_[static_cast<size_t>(best) * B_ + b])) best = k;
     }
-    greedy_ids_[b] = best < 0 ? 0 : all_ids_[static_cast<size_t>(best) * B_ + b];
+    drawn_ids_[b] = best < 0 ? 0 : all_ids_[static_cast<size_t>(best) * B_ + b];
   }
-  return greedy_ids_;
+  return drawn_ids_;
+}
+
+const std::vector<int32_t>& Gpt2Decoder::step_sampled(const std::vector<int32_t>& tokens, const DrawRule& rule,
+                                                      const std::vector<RowDraw>& draws) {
+  TRIDENT_CHECK(tp_ == 1, "Gpt2Decoder::step_sampled: tensor parallelism splits a row's vocabulary over ", tp_,
+                " ranks (draw from step()'s logits instead)");
+  TRIDENT_CHECK(static_cast<int>(draws.size()) == B_, "Gpt2Decoder::step_sampled: ", draws.size(), " draws for ", B_,
+                " sequences");
+  const Tensor logits = head_logits(run_layers(tokens, 1), B_);
+  if (best_ids_.empty()) {
+    best_values_ = be_.empty({B_}, DType::F32);
+    best_ids_ = be_.empty({B_}, DType::I32);
+  }
+  be_.sample_logits(logits, cfg_.vocab_size, rule.temperature, rule.top_k, draws, best_ids_);
+  drawn_ids_.resize(static_cast<size_t>(B_));
+  be_.copy_to_host(drawn_ids_.data(), best_ids_);
+  return drawn_ids_;
 }
 
 Tensor Gpt2Decoder::run_layers(const std::vector<int32_t>& tokens, int T) {

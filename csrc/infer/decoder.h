@@ -18,7 +18,8 @@
 // gathered per sequence). The same numbers as the training forward on the whole
 // sequence, up to the order of floating-point sums (tests/unit/infer). step_greedy() is a
 // step whose logits stay on the device: it returns each sequence's most likely next token
-// (the backend's logits_argmax; with TP the ranks' candidates are compared on the host).
+// (the backend's logits_argmax; with TP the ranks' candidates are compared on the host);
+// step_sampled() likewise returns sampled tokens (the backend's sample_logits; tp 1).
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,14 @@ class Gpt2Decoder {
   // logits, as most_likely(row, V, 1) on step()'s logits) instead of its logits: B ids
   // leave the device, not B rows of logits.
   const std::vector<int32_t>& step_greedy(const std::vector<int32_t>& tokens);
+  // The same step, each sequence's next token drawn on the device (Backend::sample_logits)
+  // by the rule's temperature and top-k and draws[b]'s uniform and top-p: the token that
+  // draw_token(step()'s row b, V, rule with draws[b].top_p, draws[b].uniform) gives (on a GPU
+  // up to float rounding at a boundary between two tokens). rule.temperature > 0; rule.top_p
+  // is not read (each row's is in draws). At tp 1 only: TP ranks each hold a part of a row's
+  // vocabulary.
+  const std::vector<int32_t>& step_sampled(const std::vector<int32_t>& tokens, const DrawRule& rule,
+                                           const std::vector<RowDraw>& draws);
   // Feeds T tokens (1 <= T <= max_chunk) of each sequence, tokens[b * T + t] at position
   // position(b) + t, and returns the next-token logits after the last `keep` (0 <= keep <= T)
   // of them: [batch, keep, vocab_size] row-major on the host.
@@ -125,11 +134,11 @@ class Gpt2Decoder {
   std::vector<unsigned char> logits_bytes_;
   std::vector<float> logits_local_, logits_all_;  // [rows, vocab_local]; every rank's, rank-major
   std::vector<float> logits_host_;
-  Buffer best_values_, best_ids_;  // step_greedy's logits_argmax of this rank's logits, [B]
-  // step_greedy's candidates on the host: this rank's values and ids (the result at tp 1),
-  // every rank's, rank-major.
+  Buffer best_values_, best_ids_;  // step_greedy's logits_argmax of this rank's logits (step_sampled's ids), [B]
+  // step_greedy's candidates on the host: this rank's values and ids (the result at tp 1, and
+  // step_sampled's), every rank's, rank-major.
   std::vector<float> candidate_values_, all_values_;
-  std::vector<int32_t> greedy_ids_, all_ids_;
+  std::vector<int32_t> drawn_ids_, all_ids_;
   std::vector<int64_t> kept_scratch_;  // forward(tokens, T, keep)'s rows
 };
 

@@ -136,9 +136,14 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   // Decoding: every sequence feeds its last token at its own position. One that draws no
   // more feeds it at the furthest drawing sequence's (its logits and cache unused from then
   // on), so that a batch of one prompt length stays at one position when some sequences end
-  // early. Greedy draws that need nothing else of the logits are taken on the device
-  // (step_greedy: B ids to the host instead of B rows of logits), the same tokens.
-  const bool greedy_on_device = draws_greedily(o.sampling) && !o.logprobs && !o.adjust_logits;
+  // early. Draws that need nothing else of the logits are taken on the device (step_greedy,
+  // step_sampled: B ids to the host instead of B rows of logits), the same tokens: the
+  // sampled ones from the same uniforms, drawn here in the same order (on a GPU up to float
+  // rounding at a boundary between two tokens). With TP the sampled ones draw on the host.
+  const bool on_device = !o.logprobs && !o.adjust_logits;
+  const bool greedy_on_device = on_device && draws_greedily(o.sampling);
+  const bool sampled_on_device = on_device && !greedy_on_device && params.tp() == 1;
+  std::vector<RowDraw> draws(static_cast<size_t>(B));
   feed.resize(B);
   for (;;) {
     int64_t lead = -1;  // the furthest position a drawing sequence feeds
@@ -150,8 +155,12 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
       dec.set_position(b, static_cast<int>(at));
       feed[b] = out[b].tokens.back();
     }
-    if (greedy_on_device) {
-      const std::vector<int32_t>& ids = dec.step_greedy(feed);
+    if (greedy_on_device || sampled_on_device) {
+      for (int b = 0; b < B; ++b)  // one uniform a drawing sequence, in order, as sample_token takes them
+        if (sampled_on_device && !drawn_all(b))
+          draws[b] = RowDraw{uniform_draw(rng), top_p_after[out[b].tokens.size() - 1]};
+      const std::vector<int32_t>& ids =
+          greedy_on_device ? dec.step_greedy(feed) : dec.step_sampled(feed, draw_rule(o.sampling), draws);
       for (int b = 0; b < B; ++b)
         if (!drawn_all(b)) append(out[b], ids[b]);
       continue;

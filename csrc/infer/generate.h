@@ -2,9 +2,10 @@
 // and unconditional samples. A batch of contexts of one length is fed in passes of many
 // positions (prefill); then each sequence draws its next tokens, one position a step, until
 // it draws <|endoftext|> (unless told to ignore it), has `max_new_tokens`, or context +
-// generated fills the model's sequence length. A greedy step whose logits are wanted for
-// nothing else (no log-probabilities, no adjust_logits) draws on the device
-// (Gpt2Decoder::step_greedy): the same tokens, B ids to the host instead of B rows of logits.
+// generated fills the model's sequence length. A step whose logits are wanted for nothing
+// else (no log-probabilities, no adjust_logits) draws on the device (Gpt2Decoder::step_greedy,
+// and at tp 1 step_sampled with the uniforms drawn here): the same tokens, B ids to the
+// host instead of B rows of logits.
 //
 // The length rule: a sequence never holds more than cfg.seq_length tokens, context
 // included, so every token of a sample has a position the model was trained at and the

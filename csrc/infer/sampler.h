@@ -1,15 +1,18 @@
 // Picking the next token from a row of logits: greedy (argmax), or a draw from the softmax
 // at a temperature, restricted to the k most likely tokens (top-k) and/or to the most
 // likely tokens by Megatron's top-p ("nucleus") rule (top_p_keep), top-p applying to the
-// top-k tokens' renormalised probabilities. Arithmetic in double on the host; the draw
-// uses the 53 high bits of one mt19937_64 output, so a seed gives the same tokens on every
-// platform.
+// top-k tokens' renormalised probabilities (core/token_draw.h does the drawing). The draw
+// takes the 53 high bits of one mt19937_64 output (uniform_draw), so a seed gives the same
+// tokens on every platform, and the same whether the host draws (sample_token) or the
+// backend (Gpt2Decoder::step_sampled, given the same uniforms).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "core/token_draw.h"
 
 namespace trident {
 
@@ -24,16 +27,15 @@ struct SamplingOptions {
 // their ranges.
 void validate_sampling(const SamplingOptions& o);
 
-// Top-p over `probs`, sorted by decreasing probability (ties in the caller's order): how
-// many of the first tokens stay. As Megatron's sampler (megatron/text_generation/sampling.py),
-// a token stays while the probability of the tokens before it is at most top_p, so the first
-// token that takes the total past top_p stays too, and always the first one: with 0.5, 0.5
-// and top_p 0.5 both stay (Hugging Face's TopPLogitsWarper keeps only the first).
-size_t top_p_keep(const std::vector<double>& probs, double top_p);
-
 // Whether `o` draws the most likely token whatever the logits (greedy, temperature 0, or
 // top-k 1, which Megatron samples as greedy): sample_token then takes no random number.
 inline bool draws_greedily(const SamplingOptions& o) { return o.greedy || o.temperature == 0 || o.top_k == 1; }
+
+// The rule of a draw that is not greedy.
+inline DrawRule draw_rule(const SamplingOptions& o) { return DrawRule{o.temperature, o.top_k, o.top_p}; }
+
+// One uniform number in [0, 1) from the 53 high bits of one output of `rng`.
+inline double uniform_draw(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * 0x1.0p-53; }
 
 // The next token among ids [0, n) of `logits` (n = the real vocabulary: padding columns
 // are never passed in).

@@ -173,6 +173,10 @@ class CpuBackend final : public Backend {
   void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids) override {
     cpu::logits_argmax(logits, vocab_valid, values, ids);
   }
+  void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
+                     const std::vector<RowDraw>& draws, const Tensor& ids) override {
+    cpu::sample_logits(logits, vocab_valid, temperature, top_k, draws, ids);
+  }
 
   void adamw(const AdamWArgs& a) override { cpu::adamw(a); }
   double sum_squares(const Tensor& t) override { return cpu::sum_squares(t); }

@@ -84,6 +84,8 @@ void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_s
                     const Tensor& row_max, const Tensor& sumexp, const Tensor& target_logit,
                     const Tensor& losses, const Tensor& correct, float grad_scale);
 void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids);
+void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
+                   const std::vector<RowDraw>& draws, const Tensor& ids);
 
 void adamw(const AdamWArgs& a);
 

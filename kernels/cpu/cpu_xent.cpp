@@ -2,6 +2,8 @@
 // tensor parallelism all-reduces between (MAX, SUM, SUM); see backend.h. Columns at or
 // beyond vocab_valid are padding: they never enter the max or the sum and get gradient 0.
 // Rows whose target is negative are ignored: loss 0, correct 0, gradient 0.
+// Also a decoding step's draws from rows of logits: the greedy one (logits_argmax) and the
+// sampled one (sample_logits: core/token_draw.h's draw_token on each row).
 #include <algorithm>
 #include <cmath>
 
@@ -145,6 +147,26 @@ void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& valu
     if (best < 0) best = 0;  // every logit NaN
     ids.ptr<int32_t>()[n] = static_cast<int32_t>(best);
     values.ptr<float>()[n] = row[best];
+  }
+}
+
+void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
+                   const std::vector<RowDraw>& draws, const Tensor& ids) {
+  const char* op = "sample_logits";
+  check_logits(op, logits, vocab_valid);
+  CPU_CHECK(op, vocab_valid >= 1, "vocab_valid ", vocab_valid, ": no column to draw");
+  CPU_CHECK(op, temperature > 0 && std::isfinite(temperature), "temperature ", temperature, " (greedy draws take logits_argmax)");
+  CPU_CHECK(op, top_k >= 0, "top_k ", top_k);
+  const int64_t N = logits.rows();
+  CPU_CHECK(op, static_cast<int64_t>(draws.size()) == N, draws.size(), " draws for ", N, " rows");
+  check_cpu(op, ids);
+  CPU_CHECK(op, ids.dtype == DType::I32 && ids.numel() == N, "ids must be int32 [", N, "], got ", ids.shape.str());
+  for (int64_t n = 0; n < N; ++n) {
+    const RowDraw& d = draws[static_cast<size_t>(n)];
+    CPU_CHECK(op, d.uniform >= 0 && d.uniform < 1 && d.top_p >= 0 && d.top_p <= 1, "row ", n, ": uniform ", d.uniform,
+              ", top_p ", d.top_p);
+    const float* row = logits_row(logits, n, vocab_valid, thread_scratch(0, vocab_valid));
+    ids.ptr<int32_t>()[n] = draw_token(row, vocab_valid, DrawRule{temperature, top_k, d.top_p}, d.uniform);
   }
 }
 

@@ -338,6 +338,12 @@ class CudaBackend final : public Backend {
     require_device("logits_argmax", {&logits, &values, &ids});
     cuda::logits_argmax(logits, vocab_valid, values, ids, stream_);
   }
+  void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
+                     const std::vector<RowDraw>& draws, const Tensor& ids) override {
+    on_device();
+    require_device("sample_logits", {&logits, &ids});
+    cuda::sample_logits(logits, vocab_valid, temperature, top_k, draws, ids, allocator(), stream_);
+  }
 
   // ---- optimizer and reductions ----
   void adamw(const AdamWArgs& a) override { adamw_multi({a}); }

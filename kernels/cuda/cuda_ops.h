@@ -74,6 +74,10 @@ void xent_loss_grad(const Tensor& logits, const Tensor& targets, int64_t vocab_s
 void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values, const Tensor& ids,
                    cudaStream_t s);
 
+// cuda_sample.cu (the draws go up through `scratch`)
+void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
+                   const std::vector<RowDraw>& draws, const Tensor& ids, CachingAllocator& scratch, cudaStream_t s);
+
 // cuda_adamw.cu (multi-tensor: few launches for the whole list)
 void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s);
 

@@ -4,7 +4,9 @@
 # token drawn is not fed back), both rates positive; with --generate-ragged, prompts of 10 and
 # 20 tokens: one pass + 7 steps each at its own length, 17 steps from the shortest prompt's
 # end; the decode profile line: per step the 2 layers' attention calls and one greedy draw on
-# the device (logits_argmax), and the time outside the ops. Refused, one line and exit 2: prompt + new tokens past the learned positions, ragged
+# the device (logits_argmax), and the time outside the ops; the sampled decode line: 7 steps
+# under top-k 50 and top-p 0.9, drawn on the device and on the host. Refused, one line and
+# exit 2: prompt + new tokens past the learned positions, ragged
 # prompts + new tokens past the sequence length, --generate with --kernels, with tensor
 # parallelism.
 #   tests/e2e/bench_generate.sh <trident-bench> <repo>
@@ -24,6 +26,9 @@ sequence a step from the shortest prompt [0-9.]+ ms \(17 steps\) \| [0-9.]+x$" <
 profile=$(grep -E "^decode profile \(every op synchronised\): [0-9.]+ ms a step: .*; outside the ops -?[0-9.]+ ms$" <<<"$out")
 grep -qE "(: |, )attention [0-9.]+ ms x2(,|;)" <<<"$profile" && grep -qE "(: |, )argmax [0-9.]+ ms x1(,|;)" <<<"$profile" ||
   { echo "FAIL: the decode profile line"; exit 1; }
+grep -qE "^sampled decode \(temperature 1, 7 steps\): top-k 50: drawn on the device [0-9.]+ ms a step \| on the host \
+[0-9.]+ ms \| [0-9.]+x; top-p 0\.9: drawn on the device [0-9.]+ ms a step \| on the host [0-9.]+ ms \| [0-9.]+x$" \
+  <<<"$out" || { echo "FAIL: the sampled decode line"; exit 1; }
 refused() {  # refused <what the message names> <flags...>
   local want=$1 err rc
   shift

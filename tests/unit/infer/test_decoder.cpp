@@ -2,7 +2,8 @@
 // tests/unit/model/gpt2_reference.h: the logits after every token of several sequences,
 // decoded together one token a step or several a pass (prefill), equal the reference's
 // logits of the whole sequences at every position, also with each sequence at a position
-// of its own. step_greedy's ids against most_likely on step()'s logits.
+// of its own. step_greedy's ids against most_likely on step()'s logits, step_sampled's
+// against draw_token on them.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -209,6 +210,41 @@ TEST(Gpt2Decoder, GreedyStepsDrawTheMostLikelyOfTheStepsLogits) {
       }
       feed = got;
     }
+  }
+}
+
+// step_sampled (the sampled draw on the device: sample_logits) against a twin decoder's
+// step() logits and draw_token on the host with the same uniforms, under rules with and
+// without top-k and top-p (each sequence its own top-p), step after step, each sequence fed
+// its draw.
+TEST(Gpt2Decoder, SampledStepsDrawWhatTheHostDrawsFromTheStepsLogits) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    test::TinyModel f(dt);
+    const int B = 3, T = f.cfg.seq_length;
+    const int64_t V = f.cfg.vocab_size;
+    std::mt19937_64 rng(5);
+    std::uniform_real_distribution<double> uniform(0.0, 1.0);
+    for (const DrawRule& rule : {DrawRule{1.0, 0, 0.0}, DrawRule{0.8, 5, 0.0}, DrawRule{1.5, 0, 0.0}}) {
+      Gpt2Decoder on_device(f.cfg, *f.be, *f.params, B, T), on_host(f.cfg, *f.be, *f.params, B, T);
+      std::vector<int32_t> feed = {3, 1, 4};
+      for (int step = 0; step < T; ++step) {
+        std::vector<RowDraw> draws;
+        for (int b = 0; b < B; ++b) draws.push_back(RowDraw{uniform(rng), b == 0 ? 0.0 : b == 1 ? 0.9 : 0.3});
+        const std::vector<float>& logits = on_host.step(feed);
+        const std::vector<int32_t> got = on_device.step_sampled(feed, rule, draws);
+        ASSERT_EQ(got.size(), static_cast<size_t>(B));
+        for (int b = 0; b < B; ++b) {
+          DrawRule row_rule = rule;
+          row_rule.top_p = draws[b].top_p;
+          EXPECT_EQ(got[b], draw_token(logits.data() + b * V, V, row_rule, draws[b].uniform))
+              << "step " << step << ", sequence " << b << ", top_k " << rule.top_k;
+        }
+        feed = got;
+      }
+    }
+    Gpt2Decoder dec(f.cfg, *f.be, *f.params, B, T);
+    EXPECT_THROW(dec.step_sampled({1, 2, 3}, DrawRule{}, std::vector<RowDraw>(2)), InternalError);
   }
 }
 

@@ -390,6 +390,36 @@ TEST(GenerateTokens, TopPDecayNarrowsLaterDraws) {
   EXPECT_EQ(first_draw(o, batch_seed), reference_greedy(m, {3, 7}, 7));
 }
 
+// Sampled decoding steps draw on the device (step_sampled) unless something else needs the
+// logits on the host: an adjust_logits that changes nothing sends them there, and the
+// tokens are the same, for ragged prompts, top-k, top-p and its decay, some sequences ending
+// early.
+TEST(GenerateTokens, SampledDrawsOnTheDeviceAreTheHostsDraws) {
+  test::TinyModel m(DType::F32);
+  const std::vector<std::vector<int32_t>> prompts = {{4}, {3, 7, 1, 9}, {11, 2}};
+  for (const SamplingOptions& sampling :
+       {SamplingOptions{false, 1.0, 0, 0.0}, SamplingOptions{false, 0.7, 6, 0.0}, SamplingOptions{false, 1.2, 0, 0.8}}) {
+    DecodeOptions o;
+    o.max_new_tokens = 4;
+    o.sampling = sampling;
+    o.top_p_decay = 0.9;
+    o.ends = [](const std::vector<int32_t>& seq, int64_t) { return seq.back() % 7 == 0; };
+    DecodeOptions on_host = o;
+    on_host.adjust_logits = [](int32_t, float*) {};
+    for (uint64_t seed : {1, 2, 3}) {
+      std::mt19937_64 a(seed), b(seed);
+      const auto device = generate_tokens(m.cfg, *m.be, *m.params, prompts, o, a);
+      const auto host = generate_tokens(m.cfg, *m.be, *m.params, prompts, on_host, b);
+      for (size_t p = 0; p < prompts.size(); ++p) {
+        EXPECT_EQ(device[p].tokens, host[p].tokens) << "prompt " << p << ", seed " << seed << ", top_k "
+                                                    << sampling.top_k << ", top_p " << sampling.top_p;
+        EXPECT_EQ(device[p].finished, host[p].finished);
+      }
+      EXPECT_EQ(a(), b()) << "the same uniforms taken";
+    }
+  }
+}
+
 // Megatron's prevent_newline_after_colon changes the logits of its generation loop, from the
 // shortest prompt's last token on: a prompt alone is scored as it is; batched with a shorter
 // prompt, its later tokens are scored with the changed logits.
