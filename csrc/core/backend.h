@@ -230,11 +230,14 @@ class Backend {
   // row of NaN gives column 0).
   virtual void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& values,
                              const Tensor& ids) = 0;
-  // A decoding step's sampled draw with the logits left on the device: ids[r] (I32 [R]) =
-  // the token that draws[r].uniform draws from columns [0, vocab_valid) of row r of logits
-  // [R, Vl] under core/token_draw.h's rule (temperature > 0, top_k, draws[r].top_p; 1 <=
-  // vocab_valid). The CPU backend runs draw_token itself; a GPU sums the weights in float,
-  // so its token may differ where the uniform lies within ~1e-6 of a boundary between two.
+  // A decoding step's sampled draw with the logits left on the device: ids[r] (I32 [R], R =
+  // draws.size()) = the token that draws[r].uniform draws from the first vocab_valid
+  // columns of row r under core/token_draw.h's rule (temperature > 0, top_k, draws[r].top_p).
+  // logits is [S R, Vl]: S segments of R rows, row r's columns k Vl .. k Vl + Vl - 1 in row
+  // k R + r (S = 1: plain rows; S = tp: a vocab-parallel TP group's logits gathered
+  // rank-major); 1 <= vocab_valid <= S Vl. The CPU backend runs draw_token itself; a GPU
+  // sums the weights in float, so its token may differ where the uniform lies within ~1e-6
+  // of a boundary between two.
   virtual void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
                              const std::vector<RowDraw>& draws, const Tensor& ids) = 0;
 

@@ -257,11 +257,14 @@ const std::vector<int32_t>& Gpt2Decoder::step_greedy(const std::vector<int32_t>&
 
 const std::vector<int32_t>& Gpt2Decoder::step_sampled(const std::vector<int32_t>& tokens, const DrawRule& rule,
                                                       const std::vector<RowDraw>& draws) {
-  TRIDENT_CHECK(tp_ == 1, "Gpt2Decoder::step_sampled: tensor parallelism splits a row's vocabulary over ", tp_,
-                " ranks (draw from step()'s logits instead)");
   TRIDENT_CHECK(static_cast<int>(draws.size()) == B_, "Gpt2Decoder::step_sampled: ", draws.size(), " draws for ", B_,
                 " sequences");
-  const Tensor logits = head_logits(run_layers(tokens, 1), B_);
+  Tensor logits = head_logits(run_layers(tokens, 1), B_);
+  if (tp_ > 1) {  // every rank's rows of the vocabulary, rank-major: sample_logits's segments
+    if (gathered_logits_.empty()) gathered_logits_ = be_.empty({tp_ * B_, vocab_local_}, cfg_.dtype);
+    tp_comm_->allgather(logits, gathered_logits_);
+    logits = gathered_logits_;
+  }
   if (best_ids_.empty()) {
     best_values_ = be_.empty({B_}, DType::F32);
     best_ids_ = be_.empty({B_}, DType::I32);

@@ -19,7 +19,8 @@
 // sequence, up to the order of floating-point sums (tests/unit/infer). step_greedy() is a
 // step whose logits stay on the device: it returns each sequence's most likely next token
 // (the backend's logits_argmax; with TP the ranks' candidates are compared on the host);
-// step_sampled() likewise returns sampled tokens (the backend's sample_logits; tp 1).
+// step_sampled() likewise returns sampled tokens (the backend's sample_logits; with TP on
+// every rank's logits, gathered on the device).
 #pragma once
 
 #include <cstdint>
@@ -53,8 +54,8 @@ class Gpt2Decoder {
   // by the rule's temperature and top-k and draws[b]'s uniform and top-p: the token that
   // draw_token(step()'s row b, V, rule with draws[b].top_p, draws[b].uniform) gives (on a GPU
   // up to float rounding at a boundary between two tokens). rule.temperature > 0; rule.top_p
-  // is not read (each row's is in draws). At tp 1 only: TP ranks each hold a part of a row's
-  // vocabulary.
+  // is not read (each row's is in draws). With TP the ranks' logits are gathered on the
+  // device and every rank draws the same tokens from the same uniforms.
   const std::vector<int32_t>& step_sampled(const std::vector<int32_t>& tokens, const DrawRule& rule,
                                            const std::vector<RowDraw>& draws);
   // Feeds T tokens (1 <= T <= max_chunk) of each sequence, tokens[b * T + t] at position
@@ -134,6 +135,7 @@ class Gpt2Decoder {
   std::vector<unsigned char> logits_bytes_;
   std::vector<float> logits_local_, logits_all_;  // [rows, vocab_local]; every rank's, rank-major
   std::vector<float> logits_host_;
+  Buffer gathered_logits_;  // step_sampled's with TP: every rank's [B, vocab_local] logits, rank-major
   Buffer best_values_, best_ids_;  // step_greedy's logits_argmax of this rank's logits (step_sampled's ids), [B]
   // step_greedy's candidates on the host: this rank's values and ids (the result at tp 1, and
   // step_sampled's), every rank's, rank-major.

@@ -139,10 +139,10 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   // early. Draws that need nothing else of the logits are taken on the device (step_greedy,
   // step_sampled: B ids to the host instead of B rows of logits), the same tokens: the
   // sampled ones from the same uniforms, drawn here in the same order (on a GPU up to float
-  // rounding at a boundary between two tokens). With TP the sampled ones draw on the host.
+  // rounding at a boundary between two tokens).
   const bool on_device = !o.logprobs && !o.adjust_logits;
   const bool greedy_on_device = on_device && draws_greedily(o.sampling);
-  const bool sampled_on_device = on_device && !greedy_on_device && params.tp() == 1;
+  const bool sampled_on_device = on_device && !greedy_on_device;
   std::vector<RowDraw> draws(static_cast<size_t>(B));
   feed.resize(B);
   for (;;) {

@@ -4,8 +4,8 @@
 // it draws <|endoftext|> (unless told to ignore it), has `max_new_tokens`, or context +
 // generated fills the model's sequence length. A step whose logits are wanted for nothing
 // else (no log-probabilities, no adjust_logits) draws on the device (Gpt2Decoder::step_greedy,
-// and at tp 1 step_sampled with the uniforms drawn here): the same tokens, B ids to the
-// host instead of B rows of logits.
+// or step_sampled with the uniforms drawn here): the same tokens, B ids to the host instead
+// of B rows of logits.
 //
 // The length rule: a sequence never holds more than cfg.seq_length tokens, context
 // included, so every token of a sample has a position the model was trained at and the

@@ -153,19 +153,24 @@ void logits_argmax(const Tensor& logits, int64_t vocab_valid, const Tensor& valu
 void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature, int top_k,
                    const std::vector<RowDraw>& draws, const Tensor& ids) {
   const char* op = "sample_logits";
-  check_logits(op, logits, vocab_valid);
-  CPU_CHECK(op, vocab_valid >= 1, "vocab_valid ", vocab_valid, ": no column to draw");
-  CPU_CHECK(op, temperature > 0 && std::isfinite(temperature), "temperature ", temperature, " (greedy draws take logits_argmax)");
+  check_float(op, logits);
+  const int64_t N = static_cast<int64_t>(draws.size()), Vl = logits.cols();
+  CPU_CHECK(op, N >= 1 && logits.rows() % N == 0, "logits ", logits.shape.str(), " are not segments of ", N, " rows");
+  const int64_t segments = logits.rows() / N;
+  CPU_CHECK(op, vocab_valid >= 1 && vocab_valid <= segments * Vl, "vocab_valid ", vocab_valid, " for logits ",
+            logits.shape.str(), " in ", segments, " segment(s)");
+  CPU_CHECK(op, temperature > 0 && std::isfinite(temperature), "temperature ", temperature,
+            " (greedy draws take logits_argmax)");
   CPU_CHECK(op, top_k >= 0, "top_k ", top_k);
-  const int64_t N = logits.rows();
-  CPU_CHECK(op, static_cast<int64_t>(draws.size()) == N, draws.size(), " draws for ", N, " rows");
   check_cpu(op, ids);
   CPU_CHECK(op, ids.dtype == DType::I32 && ids.numel() == N, "ids must be int32 [", N, "], got ", ids.shape.str());
+  float* row = thread_scratch(0, vocab_valid);
   for (int64_t n = 0; n < N; ++n) {
     const RowDraw& d = draws[static_cast<size_t>(n)];
     CPU_CHECK(op, d.uniform >= 0 && d.uniform < 1 && d.top_p >= 0 && d.top_p <= 1, "row ", n, ": uniform ", d.uniform,
               ", top_p ", d.top_p);
-    const float* row = logits_row(logits, n, vocab_valid, thread_scratch(0, vocab_valid));
+    for (int64_t k = 0; k * Vl < vocab_valid; ++k)  // the row's segments, side by side
+      load_f32(logits, (k * N + n) * Vl, std::min(Vl, vocab_valid - k * Vl), row + k * Vl);
     ids.ptr<int32_t>()[n] = draw_token(row, vocab_valid, DrawRule{temperature, top_k, d.top_p}, d.uniform);
   }
 }

@@ -15,13 +15,14 @@
 // match the digits chosen so far, then the digit where the sum from the top passes the
 // target. Ties (equal keys) are then ordered by id (`tie_at`).
 //
-// A row a block of 1024 threads. Each pass reads the row from L2 (a vocabulary of 50257
-// bf16 logits is 100 KB); once the candidates number at most kListCap (top-k's, or top-p's
-// kept tokens), they are copied in id order to shared memory and the later passes read
-// that list instead. Sums are fixed-order (thread, then warp, then the warps in order), so
-// a row draws the same token on every run. They are float sums, where draw_token's are
-// double: the two can differ where a target lies within ~1e-6 of a boundary between two
-// tokens.
+// A row a block of 1024 threads (64 registers: the passes keep 16 digit sums a thread). A
+// row may come in segments (a TP group's logits gathered rank-major; backend.h). Each pass
+// reads the row from L2 (a vocabulary of 50257 bf16 logits is 100 KB); once the candidates
+// number at most kListCap (top-k's, or top-p's kept tokens), they are copied in id order
+// to shared memory and the later passes read that list instead. Sums are fixed-order
+// (thread, then warp, then the warps in order), so a row draws the same token on every
+// run. They are float sums, where draw_token's are double: the two can differ where a
+// target lies within ~1e-6 of a boundary between two tokens.
 #include <cmath>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -62,11 +63,13 @@ struct SampleShared {
 };
 
 // The candidates of a row: the tokens whose key is at least `lo` (lo >= 1 leaves NaN out),
-// in the row (the logits in global memory) or, once `listed`, in the shared list.
+// in the row (the logits in global memory: `valid` columns in segments of Vl, `stride`
+// elements apart) or, once `listed`, in the shared list.
 template <typename T>
 struct Candidates {
   const T* row;
-  int64_t valid;
+  int valid, Vl;  // the launcher checks that ids fit an int
+  int64_t stride;
   uint32_t lo;
   bool listed;
   const SampleShared* sh;
@@ -76,11 +79,15 @@ struct Candidates {
   __device__ __forceinline__ void each(F f) const {
     if (listed) {
       for (int i = threadIdx.x; i < sh->list_size; i += blockDim.x)
-        if (sh->list_key[i] >= lo) f(sh->list_key[i], static_cast<int64_t>(sh->list_id[i]));
+        if (sh->list_key[i] >= lo) f(sh->list_key[i], sh->list_id[i]);
     } else {  // one logit a thread at a time: the passes are bound by the work on each, not by loads
-      for (int64_t j = threadIdx.x; j < valid; j += blockDim.x) {
-        const uint32_t key = order_key(to_f32(row[j]));
-        if (key >= lo) f(key, j);
+      const T* segment = row;
+      for (int first = 0; first < valid; first += Vl, segment += stride) {
+        const int count = valid - first < Vl ? valid - first : Vl;
+        for (int j = threadIdx.x; j < count; j += blockDim.x) {
+          const uint32_t key = order_key(to_f32(segment[j]));
+          if (key >= lo) f(key, first + j);
+        }
       }
     }
   }
@@ -88,12 +95,23 @@ struct Candidates {
   // slice precedes thread t + 1's), for the scans.
   template <typename F>
   __device__ __forceinline__ void each_in_order(F f) const {
-    const int64_t n = listed ? sh->list_size : valid;
-    const int64_t per = (n + blockDim.x - 1) / blockDim.x, begin = threadIdx.x * per;
-    const int64_t end = begin + per < n ? begin + per : n;
-    for (int64_t i = begin; i < end; ++i) {
-      const uint32_t key = listed ? sh->list_key[i] : order_key(to_f32(row[i]));
-      if (key >= lo) f(key, listed ? static_cast<int64_t>(sh->list_id[i]) : i);
+    const int n = listed ? sh->list_size : valid;
+    const int per = (n + blockDim.x - 1) / blockDim.x, begin = threadIdx.x * per;
+    const int end = begin + per < n ? begin + per : n;
+    if (listed) {
+      for (int i = begin; i < end; ++i)
+        if (sh->list_key[i] >= lo) f(sh->list_key[i], sh->list_id[i]);
+      return;
+    }
+    int column = begin % Vl;  // of segment begin / Vl
+    const T* segment = row + (begin / Vl) * stride;
+    for (int i = begin; i < end; ++i) {
+      const uint32_t key = order_key(to_f32(segment[column]));
+      if (key >= lo) f(key, i);
+      if (++column == Vl) {
+        column = 0;
+        segment += stride;
+      }
     }
   }
 };
@@ -270,14 +288,16 @@ __device__ __forceinline__ int64_t tie_index(float target, float before, float w
   return j > 0.f ? static_cast<int64_t>(j) : 0;
 }
 
-// One row a block: see the file's comment. `log2e_over_t` = log2(e) / temperature.
+// One row a block: see the file's comment. Row n's columns are segments of Vl, the k-th at
+// logits + (k gridDim.x + n) Vl. `log2e_over_t` = log2(e) / temperature.
 template <typename T>
 __global__ void __launch_bounds__(kSampleBlock)
-    sample_logits_kernel(const T* logits, int64_t Vl, int64_t valid, float log2e_over_t, int top_k,
-                         const RowDraw* draws, int32_t* ids) {
+    sample_logits_kernel(const T* logits, int Vl, int valid, float log2e_over_t, int top_k, const RowDraw* draws,
+                         int32_t* ids) {
   __shared__ SampleShared sh;
-  const int64_t n = blockIdx.x;
-  Candidates<T> c{logits + n * Vl, valid, 1u, false, &sh};
+  const int n = blockIdx.x;
+  Candidates<T> c{logits + static_cast<int64_t>(n) * Vl, valid, Vl, static_cast<int64_t>(gridDim.x) * Vl, 1u, false,
+                  &sh};
 
   uint32_t top = 0;
   c.each([&](uint32_t key, int64_t) { top = key > top ? key : top; });
@@ -310,12 +330,12 @@ __global__ void __launch_bounds__(kSampleBlock)
 
   // Top-p: the last kept token (its key and tie index) and the kept weight. Keys below
   // it leave the candidates; its tie group's later ids are cut at the draw.
-  const RowDraw draw = draws[n];
+  const double top_p = draws[n].top_p;
   float kept = total;
   uint32_t last_key = 0;
   int64_t last_tie = INT64_MAX;
-  if (draw.top_p > 0 && draw.top_p < 1) {
-    const float target = static_cast<float>(draw.top_p * total);
+  if (top_p > 0 && top_p < 1) {
+    const float target = static_cast<float>(top_p * total);
     const Crossing p = crossing(c, weight, target, sh);
     if (p.found) {
       const float w = weight(p.key);
@@ -330,7 +350,7 @@ __global__ void __launch_bounds__(kSampleBlock)
   }
 
   // The draw.
-  const float target = static_cast<float>(draw.uniform * kept);
+  const float target = static_cast<float>(draws[n].uniform * kept);
   const Crossing d = crossing(c, weight, target, sh);
   uint32_t key;
   int64_t j;
@@ -357,19 +377,19 @@ void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature
                    const std::vector<RowDraw>& draws, const Tensor& ids, CachingAllocator& scratch, cudaStream_t s) {
   const char* op = "sample_logits";
   TRIDENT_CHECK(is_float(logits.dtype), op, ": logits must be a float tensor");
-  TRIDENT_CHECK(vocab_valid >= 1 && vocab_valid <= logits.cols(), op, ": vocab_valid ", vocab_valid,
-                " for logits ", logits.shape.str());
-  TRIDENT_CHECK(vocab_valid <= INT32_MAX, op, ": ", vocab_valid, " columns");
+  const int64_t N = static_cast<int64_t>(draws.size()), Vl = logits.cols();
+  TRIDENT_CHECK(N >= 1 && logits.rows() % N == 0, op, ": logits ", logits.shape.str(), " are not segments of ", N,
+                " rows");
+  TRIDENT_CHECK(vocab_valid >= 1 && vocab_valid <= logits.rows() / N * Vl, op, ": vocab_valid ", vocab_valid,
+                " for logits ", logits.shape.str(), " in ", logits.rows() / N, " segment(s)");
+  TRIDENT_CHECK(logits.numel() <= INT32_MAX, op, ": logits ", logits.shape.str(), " (ids and columns are ints)");
   TRIDENT_CHECK(temperature > 0 && std::isfinite(temperature), op, ": temperature ", temperature,
                 " (greedy draws take logits_argmax)");
   TRIDENT_CHECK(top_k >= 0, op, ": top_k ", top_k);
-  const int64_t N = logits.rows(), Vl = logits.cols();
-  TRIDENT_CHECK(static_cast<int64_t>(draws.size()) == N, op, ": ", draws.size(), " draws for ", N, " rows");
   for (const RowDraw& d : draws)
     TRIDENT_CHECK(d.uniform >= 0 && d.uniform < 1 && d.top_p >= 0 && d.top_p <= 1, op, ": uniform ", d.uniform,
                   ", top_p ", d.top_p);
   TRIDENT_CHECK(ids.dtype == DType::I32 && ids.numel() == N, op, ": ids must be int32 [", N, "]");
-  if (N == 0) return;
   // The draws go up with the launch (a few bytes a row; pageable memory, so the copy has
   // read them when it returns).
   Scratch on_device(scratch, draws.size() * sizeof(RowDraw));
@@ -379,7 +399,8 @@ void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature
   dispatch_float(logits.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     sample_logits_kernel<T><<<static_cast<unsigned>(N), kSampleBlock, 0, s>>>(
-        logits.ptr<T>(), Vl, vocab_valid, log2e_over_t, top_k, on_device.as<RowDraw>(), ids.ptr<int32_t>());
+        logits.ptr<T>(), static_cast<int>(Vl), static_cast<int>(vocab_valid), log2e_over_t, top_k,
+        on_device.as<RowDraw>(), ids.ptr<int32_t>());
   });
   CUDA_CHECK_LAUNCH();
 }

@@ -2,8 +2,8 @@
 // rows with ties, -inf and NaN logits, and padding columns holding larger logits, under
 // temperatures, top-k (with the k-th's ties) and per-row top-p, against the draw written
 // out in draw_ref.h (a full sort and running sums); a grid of uniforms over a small row
-// draws each token in proportion to its probability worked out by hand; and the argument
-// checks.
+// draws each token in proportion to its probability worked out by hand; rows in segments (a
+// TP group's logits gathered rank-major) as the whole rows; and the argument checks.
 #include "kernel_test_util.h"
 #include "unit/kernels/draw_ref.h"
 
@@ -87,6 +87,34 @@ TEST_P(Sample, UniformsDrawTheProbabilities) {
   }
 }
 
+// Rows in segments, as a TP group's logits gathered rank-major ([S R, Vl], row r's k-th
+// columns in row k R + r), draw what the same rows side by side draw: 3 segments of 40
+// columns, 110 real.
+TEST_P(Sample, SegmentedRowsDrawAsTheWholeRows) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  constexpr int64_t kRows = 4, kSegments = 3, kVl = 40, kValid = 110;
+  const std::vector<float> whole = randn(kRows * kSegments * kVl, 9, 2.0f);
+  std::vector<float> segmented(whole.size());
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t c = 0; c < kSegments * kVl; ++c)
+      segmented[((c / kVl) * kRows + r) * kVl + c % kVl] = whole[r * kSegments * kVl + c];
+  Buffer plain = upload(*be, whole, Shape{kRows, kSegments * kVl}, dt);
+  Buffer parts = upload(*be, segmented, Shape{kSegments * kRows, kVl}, dt);
+  Buffer want = be->empty(Shape{kRows}, DType::I32), got = be->empty(Shape{kRows}, DType::I32);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int top_k : {0, 5}) {
+    std::vector<RowDraw> draws;
+    for (int64_t r = 0; r < kRows; ++r) draws.push_back(RowDraw{uniform(rng), r % 2 ? 0.8 : 0.0});
+    be->sample_logits(plain, kValid, 1.0, top_k, draws, want);
+    be->sample_logits(parts, kValid, 1.0, top_k, draws, got);
+    EXPECT_EQ(ids_of(*be, got), ids_of(*be, want)) << "top_k " << top_k;
+  }
+  // Past the segments' columns: refused.
+  EXPECT_THROW(be->sample_logits(parts, kSegments * kVl + 1, 1.0, 0, std::vector<RowDraw>(kRows), got), std::exception);
+}
+
 TEST_P(Sample, RefusesWhatItCannotDraw) {
   auto be = make_cpu_backend();
   Buffer logits = upload(*be, randn(2 * 8, 3), Shape{2, 8}, GetParam());
@@ -96,7 +124,7 @@ TEST_P(Sample, RefusesWhatItCannotDraw) {
   EXPECT_THROW(be->sample_logits(logits, 8, 0.0, 0, two, ids), std::exception);   // greedy: logits_argmax
   EXPECT_THROW(be->sample_logits(logits, 0, 1.0, 0, two, ids), std::exception);   // no column
   EXPECT_THROW(be->sample_logits(logits, 8, 1.0, -1, two, ids), std::exception);  // top_k
-  EXPECT_THROW(be->sample_logits(logits, 8, 1.0, 0, {RowDraw{0.5, 0.0}}, ids), std::exception);  // one draw, two rows
+  EXPECT_THROW(be->sample_logits(logits, 8, 1.0, 0, std::vector<RowDraw>(3), ids), std::exception);  // 2 rows, 3 draws
   EXPECT_THROW(be->sample_logits(logits, 8, 1.0, 0, {RowDraw{1.0, 0.0}, RowDraw{0.5, 0.0}}, ids), std::exception);
   EXPECT_THROW(be->sample_logits(logits, 8, 1.0, 0, {RowDraw{0.5, 1.5}, RowDraw{0.5, 0.0}}, ids), std::exception);
 }
