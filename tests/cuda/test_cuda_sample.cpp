@@ -32,14 +32,8 @@ TEST_P(Sample, DrawsTheCpusTokens) {
       const int64_t c = static_cast<int64_t>(i) % W;
       v[i] = c >= valid ? 30.f : i % 97 == 5 ? NAN : i % 89 == 7 ? -INFINITY : ties ? static_cast<float>(level(rng_)) : normal(rng_);
     }
-    std::vector<float> laid_out(v.size());
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < W; ++c) laid_out[((c / Vl) * N + r) * Vl + c % Vl] = v[r * W + c];
-    Pair logits = upload(Shape{S * N, Vl}, dt(), laid_out);
-    const std::vector<float> held_laid_out = host_cpu(logits);  // as the dtype holds them
-    std::vector<float> held(v.size());
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < W; ++c) held[r * W + c] = held_laid_out[((c / Vl) * N + r) * Vl + c % Vl];
+    Pair logits = upload(Shape{S * N, Vl}, dt(), test::to_segments(v, N, S, Vl));
+    const std::vector<float> held = test::from_segments(host_cpu(logits), N, S, Vl);  // as the dtype holds them
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     const double top_ps[] = {0.0, 0.3, 0.9, 1.0};
     for (double temperature : {0.7, 1.3})

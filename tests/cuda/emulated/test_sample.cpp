@@ -51,7 +51,7 @@ class EmulatedSample : public EmuVsCpuDtype {
     std::normal_distribution<float> normal(0.f, 3.f);
     std::uniform_int_distribution<int> level(-4, 4);
     const int64_t W = S * Vl;  // a row's columns
-    std::vector<float> v(static_cast<size_t>(N * W)), laid_out(v.size());
+    std::vector<float> v(static_cast<size_t>(N * W));
     for (size_t i = 0; i < v.size(); ++i) {
       const int64_t c = static_cast<int64_t>(i) % W;
       v[i] = c >= valid              ? 30.f
@@ -60,15 +60,12 @@ class EmulatedSample : public EmuVsCpuDtype {
              : kind == Kind::kTies ? static_cast<float>(level(rng_))
                                      : normal(rng_);
     }
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < W; ++c) laid_out[((c / Vl) * N + r) * Vl + c % Vl] = v[r * W + c];
-    Buffer logits = from_floats(Shape{S * N, Vl}, dt(), laid_out);
-    std::vector<float> held(v.size());  // the rows as the dtype holds them
+    Buffer logits = from_floats(Shape{S * N, Vl}, dt(), test::to_segments(v, N, S, Vl));
+    std::vector<float> laid_out(v.size());  // the rows as the dtype holds them
     Buffer f32 = cpu().empty(Shape{S * N, Vl}, DType::F32);
     cpu().cast(logits, f32);
     cpu().copy_to_host(laid_out.data(), f32);
-    for (int64_t r = 0; r < N; ++r)
-      for (int64_t c = 0; c < W; ++c) held[r * W + c] = laid_out[((c / Vl) * N + r) * Vl + c % Vl];
+    const std::vector<float> held = test::from_segments(laid_out, N, S, Vl);
     std::uniform_real_distribution<double> uniform(0.0, 1.0);
     const double top_ps[] = {0.0, 0.3, 0.9, 1.0};
     for (double temperature : {0.7, 1.3})

@@ -3,7 +3,8 @@
 // ties, softmax weights in double at the temperature, Megatron's top-p, and the running
 // sums that a uniform is compared with. Besides the drawn id it says how near a uniform
 // lies to a boundary between two tokens (or the top-p sum to its cut), so a test of a
-// device's float sums can accept another id only where the boundary is that near.
+// device's float sums can accept another id only where the boundary is that near. And the
+// layout of rows in segments (a TP group's logits gathered rank-major).
 #pragma once
 
 #include <algorithm>
@@ -62,6 +63,22 @@ inline DrawRef draw_ref(const float* logits, int64_t n, double temperature, int 
   double sum = 0;
   for (size_t i = 0; i < keep; ++i) r.ends.push_back(sum += w[i]);
   return r;
+}
+
+// N rows of S Vl columns laid out as sample_logits's segments: S blocks of N rows of Vl (a
+// TP group's logits gathered rank-major), row r's columns k Vl .. k Vl + Vl - 1 in row k N + r.
+inline std::vector<float> to_segments(const std::vector<float>& rows, int64_t N, int64_t S, int64_t Vl) {
+  std::vector<float> out(rows.size());
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < S * Vl; ++c) out[((c / Vl) * N + r) * Vl + c % Vl] = rows[r * S * Vl + c];
+  return out;
+}
+// The rows back from their segments.
+inline std::vector<float> from_segments(const std::vector<float>& segments, int64_t N, int64_t S, int64_t Vl) {
+  std::vector<float> out(segments.size());
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < S * Vl; ++c) out[r * S * Vl + c] = segments[((c / Vl) * N + r) * Vl + c % Vl];
+  return out;
 }
 
 }  // namespace trident::test

@@ -95,12 +95,8 @@ TEST_P(Sample, SegmentedRowsDrawAsTheWholeRows) {
   auto be = make_cpu_backend();
   constexpr int64_t kRows = 4, kSegments = 3, kVl = 40, kValid = 110;
   const std::vector<float> whole = randn(kRows * kSegments * kVl, 9, 2.0f);
-  std::vector<float> segmented(whole.size());
-  for (int64_t r = 0; r < kRows; ++r)
-    for (int64_t c = 0; c < kSegments * kVl; ++c)
-      segmented[((c / kVl) * kRows + r) * kVl + c % kVl] = whole[r * kSegments * kVl + c];
   Buffer plain = upload(*be, whole, Shape{kRows, kSegments * kVl}, dt);
-  Buffer parts = upload(*be, segmented, Shape{kSegments * kRows, kVl}, dt);
+  Buffer parts = upload(*be, to_segments(whole, kRows, kSegments, kVl), Shape{kSegments * kRows, kVl}, dt);
   Buffer want = be->empty(Shape{kRows}, DType::I32), got = be->empty(Shape{kRows}, DType::I32);
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
