@@ -92,10 +92,15 @@ CompletionsRequest parse_completions_request(const std::string& text) {
       if (s.empty()) throw ApiError("stop: an empty string would end every completion at once");
   }
   r.seed = integer(body, "seed", "seed must be an integer");
-  for (const char* key : {"n", "best_of"}) {
-    const std::optional<int64_t> v = integer(body, key, std::string(key) + " must be 1");
-    if (v && *v != 1) throw ApiError(std::string(key) + " must be 1: one completion per prompt");
-  }
+  const std::string n_range = "n must be an integer from 1 to " + std::to_string(kMaxCompletionChoices);
+  const std::optional<int64_t> n = integer(body, "n", n_range);
+  if (n && (*n < 1 || *n > kMaxCompletionChoices)) throw ApiError(n_range);
+  r.n = static_cast<int>(n.value_or(1));
+  const std::string best_of_range = "best_of must be an integer from n (" + std::to_string(r.n) + ") to " +
+                                    std::to_string(kMaxCompletionChoices);
+  const std::optional<int64_t> best_of = integer(body, "best_of", best_of_range);
+  if (best_of && (*best_of < r.n || *best_of > kMaxCompletionChoices)) throw ApiError(best_of_range);
+  r.best_of = static_cast<int>(best_of.value_or(r.n));
   if (boolean(body, "stream", false, "stream must be a boolean value"))
     throw ApiError("stream is not supported: the whole completion comes in one response");
   if (const json* model = field(body, "model"); model && model->is_string()) r.model = model->get<std::string>();

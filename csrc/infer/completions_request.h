@@ -11,7 +11,9 @@
 // to 10: each token's log-probability and the k most likely tokens at each position), echo
 // (false; true: the prompt's text and tokens come back too), stop (a string or up to 4
 // strings that end the text, not included), seed (the server's generator continues without
-// it), n and best_of (1 only), model (echoed back). A field set to null is absent. Other
+// it), n (1: completions per prompt, up to kMaxCompletionChoices), best_of (n: completions
+// drawn per prompt, of which the n with the highest mean log-probability of their tokens
+// come back), model (echoed back). A field set to null is absent. Other
 // fields (user, presence_penalty, ...) are ignored, as OpenAI-compatible servers commonly
 // do; a bad value of a known field is an ApiError.
 #pragma once
@@ -37,10 +39,12 @@ struct CompletionsRequest {
   bool echo = false;
   std::vector<std::string> stop;
   std::optional<int64_t> seed;
+  int n = 1, best_of = 1;
   std::string model;
 };
 
 inline constexpr int kMaxCompletionLogprobs = 10;
+inline constexpr int kMaxCompletionChoices = 20;  // n and best_of (OpenAI's best_of limit)
 
 // Throws ApiError naming the field for the first bad one.
 CompletionsRequest parse_completions_request(const std::string& body);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <ctime>
+#include <numeric>
 
 #include "core/error.h"
 #include "infer/beam_search.h"
@@ -150,6 +151,12 @@ PreparedRequest TextGenerationService::prepare_completions(const std::string& bo
     throw ApiError("This model's maximum context length is " + std::to_string(cfg_.seq_length) +
                    " tokens, however you requested " + std::to_string(longest) + " + " +
                    std::to_string(r.max_tokens) + " tokens (prompt + max_tokens)");
+  // Each prompt best_of times in a row: the completions drawn for it (complete() keeps n).
+  if (r.best_of > 1) {
+    std::vector<std::vector<int32_t>> copies;
+    for (const std::vector<int32_t>& ids : p.prompts) copies.insert(copies.end(), r.best_of, ids);
+    p.prompts = std::move(copies);
+  }
   check_batch_tokens(static_cast<int64_t>(p.prompts.size()), longest + r.max_tokens);
   return p;
 }
@@ -175,7 +182,7 @@ std::vector<std::vector<size_t>> TextGenerationService::batches(const std::vecto
   };
   const auto alike = [](const CompletionsRequest& a, const CompletionsRequest& b) {
     return a.max_tokens == b.max_tokens && a.wants_logprobs == b.wants_logprobs && a.logprobs == b.logprobs &&
-           a.stop == b.stop;
+           a.stop == b.stop && (a.best_of > a.n) == (b.best_of > b.n);
   };
   // How far a batch's prompt lengths may spread: its prompts go through in passes, shorter
   // ones padded to the longest (then each decodes at its own length), so at most max(16,
@@ -310,6 +317,22 @@ CompletionChoice completion_choice(const Generation& g, const Tokenizer& tokeniz
   return c;
 }
 
+std::vector<size_t> best_completions(const Generation* drawn, size_t count, size_t n) {
+  std::vector<size_t> order(count);
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (n == count) return order;
+  std::vector<double> mean(count, 0.0);  // of the drawn tokens' log-probabilities
+  for (size_t j = 0; j < count; ++j) {
+    const Generation& g = drawn[j];
+    const size_t first = static_cast<size_t>(g.prompt_length) - 1;  // logprobs[i - 1] is token i's
+    if (g.logprobs.size() > first)
+      mean[j] = std::accumulate(g.logprobs.begin() + first, g.logprobs.end(), 0.0) / (g.logprobs.size() - first);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mean[a] > mean[b]; });
+  order.resize(n);
+  return order;
+}
+
 std::vector<json> TextGenerationService::complete(const std::vector<const PreparedRequest*>& batch) {
   const CompletionsRequest& r = batch[0]->completions;  // the batch decodes alike (batches())
   DecodeOptions o;
@@ -318,7 +341,7 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
   o.sampling.top_k = r.top_k;
   o.sampling.top_p = r.top_p;
   o.max_new_tokens = r.max_tokens;
-  o.logprobs = r.wants_logprobs;
+  o.logprobs = r.wants_logprobs || r.best_of > r.n;  // best_of ranks the completions by them
   o.top_logprobs = r.logprobs;
   // A completion ends at <|endoftext|> or once its text holds a stop string.
   const int32_t eod = tokenizer_.eod();
@@ -337,13 +360,21 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
   for (const PreparedRequest* p : batch) {
     const CompletionsRequest& its = p->completions;
     json choices = json::array();
+    // As OpenAI's: a prompt's tokens count once, every completion drawn (best_of) counts.
     int64_t prompt_tokens = 0, completion_tokens = 0;
-    for (size_t b = 0; b < p->prompts.size(); ++b) {
-      const Generation& g = gens[next + b];
-      CompletionChoice c = completion_choice(g, tokenizer_, its, b);
-      choices.push_back(std::move(c.choice));
-      prompt_tokens += g.prompt_length;
-      completion_tokens += c.completion_tokens;
+    const size_t drawn = static_cast<size_t>(its.best_of);
+    for (size_t prompt = 0; prompt * drawn < p->prompts.size(); ++prompt) {
+      const Generation* first = &gens[next + prompt * drawn];
+      prompt_tokens += first->prompt_length;
+      std::vector<CompletionChoice> all;
+      for (size_t j = 0; j < drawn; ++j) {
+        all.push_back(completion_choice(first[j], tokenizer_, its, 0));
+        completion_tokens += all.back().completion_tokens;
+      }
+      for (size_t j : best_completions(first, drawn, static_cast<size_t>(its.n))) {
+        all[j].choice["index"] = choices.size();
+        choices.push_back(std::move(all[j].choice));
+      }
     }
     next += p->prompts.size();
     responses.push_back({{"id", "cmpl-" + std::to_string(++completions_)},

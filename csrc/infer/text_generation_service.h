@@ -13,6 +13,8 @@
 //   {"id", "object": "text_completion", "created", "model", "usage": {...},
 //    "choices": [{"index", "text", "finish_reason": "stop" or "length",
 //                 "logprobs": {"tokens", "token_logprobs", "top_logprobs", "text_offset"} or null}]}
+// With n, each prompt's n choices come in a row (index: prompt i's j-th is i n + j); with
+// best_of, best_of are drawn and the n of the highest mean log-probability kept.
 // "text" is the completion (after the prompt with echo), without the <|endoftext|> or stop
 // string that ended it; with echo the log-probabilities start at the prompt's first token
 // (None: nothing predicts it); "text_offset" counts characters from the prompt's start;
@@ -123,6 +125,11 @@ class TextGenerationService {
   std::mt19937_64 rng_;
   int64_t completions_ = 0;  // completions answered: their ids
 };
+
+// Of `count` completions drawn for one prompt (with log-probabilities when n < count), the
+// n to answer with (best_of): the highest mean log-probability of the drawn tokens first,
+// equal ones in drawing order; all of them, in drawing order, when n == count.
+std::vector<size_t> best_completions(const Generation* drawn, size_t count, size_t n);
 
 // One choice of a /completions answer, from the generation of its prompt (`index`: which).
 struct CompletionChoice {

@@ -224,8 +224,11 @@ status, by_ids = complete(dict(prompt=[[15496, 995]], max_tokens=5, temperature=
 status2, by_text = complete(dict(prompt="Hello world", max_tokens=5, temperature=0, echo=True))
 check(status == 200 and status2 == 200 and by_ids["choices"] == by_text["choices"] and
       by_ids["choices"][0]["text"].startswith("Hello world"), "token-id prompts: as their text")
-status, r = complete(dict(prompt="x", n=2))
-check(status == 400 and r["message"] == "n must be 1: one completion per prompt", f"n 2: {status} {r}")
+status, r = complete(dict(prompt=["Hello", "The"], n=2, best_of=3, max_tokens=3, seed=4))
+check(status == 200 and [c["index"] for c in r["choices"]] == [0, 1, 2, 3] and r["usage"]["completion_tokens"] >= 6,
+      f"n 2, best_of 3: two choices a prompt: {status} {r}")
+status, r = complete(dict(prompt="x", n=21))
+check(status == 400 and r["message"] == "n must be an integer from 1 to 20", f"n 21: {status} {r}")
 status, r = complete(dict(prompt="x", max_tokens=48))
 check(status == 400 and r["message"].startswith("This model's maximum context length is 48 tokens"),
       f"past the context: {status} {r}")

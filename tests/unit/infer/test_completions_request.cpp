@@ -30,6 +30,12 @@ TEST(CompletionsRequest, PromptFormsAndDefaults) {
   EXPECT_FALSE(r.echo);
   EXPECT_TRUE(r.stop.empty());
   EXPECT_FALSE(r.seed.has_value());
+  EXPECT_EQ(r.n, 1);
+  EXPECT_EQ(r.best_of, 1);
+  r = parse_completions_request(R"({"prompt": "Hello", "n": 3})");
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.best_of, 3);  // best_of defaults to n
+  EXPECT_EQ(parse_completions_request(R"({"prompt": "x", "n": 2, "best_of": 20})").best_of, 20);
   EXPECT_EQ(parse_completions_request(R"({"prompt": ["a", "b"]})").prompts, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(parse_completions_request(R"({"prompt": [1, 2, 3]})").token_ids,
             (std::vector<std::vector<int32_t>>{{1, 2, 3}}));
@@ -78,8 +84,11 @@ TEST(CompletionsRequest, Refusals) {
       {R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})", "stop must be a string or a list of at most 4 strings"},
       {R"({"prompt": "x", "stop": [""]})", "stop: an empty string would end every completion at once"},
       {R"({"prompt": "x", "seed": "s"})", "seed must be an integer"},
-      {R"({"prompt": "x", "n": 2})", "n must be 1: one completion per prompt"},
-      {R"({"prompt": "x", "best_of": 3})", "best_of must be 1: one completion per prompt"},
+      {R"({"prompt": "x", "n": 0})", "n must be an integer from 1 to 20"},
+      {R"({"prompt": "x", "n": 21})", "n must be an integer from 1 to 20"},
+      {R"({"prompt": "x", "n": 1.5})", "n must be an integer from 1 to 20"},
+      {R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of must be an integer from n (3) to 20"},
+      {R"({"prompt": "x", "best_of": 21})", "best_of must be an integer from n (1) to 20"},
       {R"({"prompt": "x", "stream": true})", "stream is not supported: the whole completion comes in one response"},
   };
   for (const auto& [body, message] : cases) EXPECT_EQ(error_of(body), message) << body;

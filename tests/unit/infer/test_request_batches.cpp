@@ -1,7 +1,9 @@
 // TextGenerationService::batches (which waiting requests the server decodes together) and
 // run_batch (a batch answers as its requests alone): consecutive greedy /completions
 // requests that decode alike share a batch, up to --max-tokens-to-oom; sampled ones, /api
-// ones and ones that decode differently run alone.
+// ones and ones that decode differently run alone. And /completions' n and best_of: n
+// choices a prompt are the draws of the prompt repeated n times; best_of keeps the n of the
+// highest mean log-probability.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -143,6 +145,63 @@ TEST(RequestBatches, SeedsApplyInOrder) {
   reversed.run_batch({&r[1], &r[0]});
   five.run(r[0]);
   EXPECT_EQ(reversed.run(sampled)["choices"], five.run(sampled)["choices"]);
+}
+
+}  // namespace
+}  // namespace trident
+
+namespace trident {
+namespace {
+
+// n 3 over two prompts answers as the six prompts a, a, a, b, b, b with the same seed: the
+// same texts in that order, indices 0..5, the same completion tokens, the prompts' tokens
+// counted once each.
+TEST(CompletionsChoices, NChoicesAreThePromptRepeatedNTimes) {
+  Service s;
+  TextGenerationService with_n = s.make(12000), repeated = s.make(12000);
+  const nlohmann::json a = with_n.run(with_n.prepare(
+      Endpoint::kCompletions, R"({"prompt": [[1, 2], [3]], "n": 3, "max_tokens": 4, "temperature": 1, "seed": 5})"));
+  const nlohmann::json b = repeated.run(repeated.prepare(
+      Endpoint::kCompletions,
+      R"({"prompt": [[1, 2], [1, 2], [1, 2], [3], [3], [3]], "max_tokens": 4, "temperature": 1, "seed": 5})"));
+  ASSERT_EQ(a["choices"].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(a["choices"][i]["index"], i);
+    EXPECT_EQ(a["choices"][i]["text"], b["choices"][i]["text"]) << "choice " << i;
+  }
+  EXPECT_NE(a["choices"][0]["text"], a["choices"][1]["text"]);  // three draws, not one
+  EXPECT_EQ(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"]);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(b["usage"]["prompt_tokens"], 9);
+}
+
+// best_of 4, n 2 draws what n 4 draws (the same seed) and keeps the two of the highest mean
+// log-probability of their tokens (computed here from n 4's token_logprobs), most likely
+// first, re-indexed; its usage counts all four; without logprobs asked, none come back.
+TEST(CompletionsChoices, BestOfKeepsTheMostLikely) {
+  Service s;
+  TextGenerationService all = s.make(12000), best = s.make(12000);
+  const nlohmann::json four = all.run(all.prepare(
+      Endpoint::kCompletions,
+      R"({"prompt": [[5, 6, 7]], "n": 4, "max_tokens": 5, "temperature": 1.5, "seed": 9, "logprobs": 0})"));
+  const nlohmann::json two = best.run(best.prepare(
+      Endpoint::kCompletions, R"({"prompt": [[5, 6, 7]], "n": 2, "best_of": 4, "max_tokens": 5, "temperature": 1.5, "seed": 9})"));
+  ASSERT_EQ(four["choices"].size(), 4u);
+  std::vector<std::pair<double, size_t>> means;
+  for (size_t j = 0; j < 4; ++j) {
+    const nlohmann::json& lp = four["choices"][j]["logprobs"]["token_logprobs"];
+    double sum = 0;
+    for (const auto& x : lp) sum += x.get<double>();
+    means.emplace_back(-sum / static_cast<double>(lp.size()), j);  // ascending: most likely first
+  }
+  std::stable_sort(means.begin(), means.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  ASSERT_EQ(two["choices"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(two["choices"][i]["index"], i);
+    EXPECT_EQ(two["choices"][i]["text"], four["choices"][means[i].second]["text"]) << "choice " << i;
+    EXPECT_TRUE(two["choices"][i]["logprobs"].is_null());
+  }
+  EXPECT_EQ(two["usage"], four["usage"]);
 }
 
 }  // namespace
