@@ -32,9 +32,7 @@ int32_t draw_token(const float* logits, int64_t n, const DrawRule& r, double u) 
   for (int64_t v = 0; v < n; ++v)
     if (!std::isnan(logits[v])) ids.push_back(static_cast<int32_t>(v));
   if (ids.empty()) return 0;
-  const auto more_likely = [logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
+  const MoreLikely more_likely{logits};
   // Top-k keeps the first k and, as Megatron and Hugging Face (logits below the k-th largest
   // are dropped), every other token whose logit equals the k-th (likely with 16-bit logits).
   size_t keep = ids.size();

@@ -28,6 +28,12 @@ struct RowDraw {
   double top_p = 0.0;
 };
 
+// The order of the draws: the larger logit first, of equal ones the lower id (no NaN).
+struct MoreLikely {
+  const float* logits;
+  bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
+};
+
 // Whether `r` draws the most likely token whatever the logits and the uniform.
 inline bool draws_most_likely(const DrawRule& r) { return r.temperature == 0 || r.top_k == 1; }
 

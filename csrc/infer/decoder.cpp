@@ -221,6 +221,12 @@ const std::vector<float>& Gpt2Decoder::forward(const std::vector<int32_t>& token
   return logits_host_;
 }
 
+void Gpt2Decoder::make_draw_buffers() {
+  if (!best_ids_.empty()) return;
+  best_values_ = be_.empty({B_}, DType::F32);
+  best_ids_ = be_.empty({B_}, DType::I32);
+}
+
 const std::vector<int32_t>& Gpt2Decoder::step_greedy(const std::vector<int32_t>& tokens) {
   const Tensor logits = head_logits(run_layers(tokens, 1), B_);
   const int64_t first = static_cast<int64_t>(tp_rank_) * vocab_local_;
@@ -228,10 +234,7 @@ const std::vector<int32_t>& Gpt2Decoder::step_greedy(const std::vector<int32_t>&
   drawn_ids_.assign(static_cast<size_t>(B_), 0);
   candidate_values_.assign(static_cast<size_t>(B_), NAN);  // a rank of padding offers no candidate
   if (valid >= 1) {
-    if (best_ids_.empty()) {
-      best_values_ = be_.empty({B_}, DType::F32);
-      best_ids_ = be_.empty({B_}, DType::I32);
-    }
+    make_draw_buffers();
     be_.logits_argmax(logits, valid, best_values_, best_ids_);
     be_.copy_to_host(drawn_ids_.data(), best_ids_);
     if (tp_ == 1) return drawn_ids_;
@@ -265,10 +268,7 @@ const std::vector<int32_t>& Gpt2Decoder::step_sampled(const std::vector<int32_t>
     tp_comm_->allgather(logits, gathered_logits_);
     logits = gathered_logits_;
   }
-  if (best_ids_.empty()) {
-    best_values_ = be_.empty({B_}, DType::F32);
-    best_ids_ = be_.empty({B_}, DType::I32);
-  }
+  make_draw_buffers();
   be_.sample_logits(logits, cfg_.vocab_size, rule.temperature, rule.top_k, draws, best_ids_);
   drawn_ids_.resize(static_cast<size_t>(B_));
   be_.copy_to_host(drawn_ids_.data(), best_ids_);

@@ -113,6 +113,7 @@ class Gpt2Decoder {
   // which must hold the positions). Empty on TP ranks other than 0 (rank 0 adds them).
   Tensor position_rows(int T, bool uniform);
   bool positions_agree() const;  // every sequence at the same next position
+  void make_draw_buffers();  // best_values_ and best_ids_, on the first step that draws on the device
 
   ModelConfig cfg_;
   Backend& be_;

@@ -15,16 +15,6 @@ void validate_sampling(const SamplingOptions& o) {
   if (!(o.top_p >= 0 && o.top_p <= 1)) throw ConfigError("--top-p must be in [0, 1]");
 }
 
-namespace {
-
-// Larger logit first; ties by the lower id.
-struct MoreLikely {
-  const float* logits;
-  bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
-};
-
-}  // namespace
-
 double log_sum_exp(const float* logits, int64_t n) {
   const double top = *std::max_element(logits, logits + n);
   double sum = 0;
