@@ -8,16 +8,21 @@
 #include <condition_variable>
 #include <deque>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
+
+#include "tools/event_stream.h"
 
 namespace trident {
 
 struct Reply {
   int status = 200;
   std::string body;  // JSON
+  // A streamed answer (status 200): its events instead of `body`, pushed as they come.
+  std::shared_ptr<EventStream> events;
 };
 
 class PendingRequests {

@@ -6,7 +6,8 @@
 // says what each holds and where trident differs). POST /api is the same. POST /completions
 // and /v1/completions answer OpenAI's legacy completions requests (prompt, max_tokens,
 // temperature, logprobs, echo, stop, ...), what lm-evaluation-harness's local-completions
-// model sends.
+// model sends; with "stream": true its answer comes as server-sent events, a chunk as the
+// tokens come (csrc/infer/completion_stream.h), then "data: [DONE]".
 //
 //   trident-text-generation-server --load DIR --vocab-file V --merge-file M [--port 5000]
 //       [--host 0.0.0.0] [--max-tokens-to-oom 12000] [--seed S] [--device D]
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <httplib.h>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
@@ -67,6 +69,34 @@ std::string order_for(const std::vector<std::pair<Endpoint, const std::string*>>
   return list.dump();
 }
 Endpoint endpoint_of_path(const std::string& path) { return path == "/api" ? Endpoint::kApi : Endpoint::kCompletions; }
+
+// A streamed answer's last event when it failed after its 200 went out: OpenAI's error object.
+std::string error_event(const Reply& reply) {
+  nlohmann::json error = nlohmann::json::parse(reply.body);
+  error["code"] = reply.status;
+  return nlohmann::json{{"error", error}}.dump();
+}
+
+// For a /completions request with stream, as its batch starts: answers 200 with `events`
+// (made here), and returns the sink that writes its chunks there as server-sent events. Else
+// no sink.
+CompletionStream::Sink start_stream(const PreparedRequest& p, PendingRequests::Request& request,
+                                    std::shared_ptr<EventStream>& events) {
+  if (p.endpoint != Endpoint::kCompletions || !p.completions.stream) return nullptr;
+  events = std::make_shared<EventStream>();
+  request.reply.set_value(Reply{200, "", events});
+  return [events](const nlohmann::json& chunk) { events->push("data: " + response_body(chunk) + "\n\n"); };
+}
+
+// Closes every stream of a round of requests whichever way the round ends, so that no HTTP
+// thread waits on one for ever (the server's stop joins them).
+struct StreamsClosed {
+  const std::vector<std::shared_ptr<EventStream>>& streams;
+  ~StreamsClosed() {
+    for (const auto& s : streams)
+      if (s) s->close();
+  }
+};
 
 // The most requests taken from the queue at once (to batch the greedy completions among them),
 // and the body bytes after which no more are taken (a body is at most 64 MiB; an order holds
@@ -124,10 +154,14 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
     }
     std::vector<PendingRequests::Request*> accepted;
     std::vector<PreparedRequest> prepared;
+    // accepted[i]'s events once its batch has started, when it streams (answered 200 then).
+    std::vector<std::shared_ptr<EventStream>> streams;
+    const StreamsClosed closed_at_the_end{streams};
     for (PendingRequests::Request& request : taken) {
       try {
         prepared.push_back(service.prepare(endpoint_of_path(request.path), request.body));
         accepted.push_back(&request);
+        streams.emplace_back();
       } catch (const ApiError& e) {
         request.reply.set_value(json_reply(400, e.what()));
       } catch (const std::exception& e) {  // out of memory, say: no other rank has seen it
@@ -137,7 +171,12 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
     }
     std::vector<bool> answered(accepted.size(), false);
     const auto answer = [&](size_t i, const Reply& reply) {
-      accepted[i]->reply.set_value(reply);
+      if (streams[i]) {  // its 200 went out as its batch started: the events end it
+        streams[i]->push("data: " + (reply.status == 200 ? std::string("[DONE]") : error_event(reply)) + "\n\n");
+        streams[i]->close();
+      } else {
+        accepted[i]->reply.set_value(reply);
+      }
       answered[i] = true;
     };
     try {
@@ -145,9 +184,11 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
         if (stop_signal_received()) break;  // the requests not run yet get 503 below
         std::vector<const PreparedRequest*> requests;
         std::vector<std::pair<Endpoint, const std::string*>> order;
+        std::vector<CompletionStream::Sink> sinks;
         for (size_t i : batch) {
           requests.push_back(&prepared[i]);
           order.emplace_back(prepared[i].endpoint, &accepted[i]->body);
+          sinks.push_back(start_stream(prepared[i], *accepted[i], streams[i]));
         }
         if (!alone) {
           std::string text = order_for(order);
@@ -156,7 +197,7 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<nlohmann::json> responses;
         try {
-          responses = service.run_batch(requests);
+          responses = service.run_batch(requests, sinks);
         } catch (const std::exception& e) {
           for (size_t i : batch) answer(i, json_reply(500, e.what()));
           std::fprintf(stderr, "%s: %s %s: %s\n", kTool, accepted[batch[0]]->client.c_str(),
@@ -173,10 +214,11 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
           const bool api = p.endpoint == Endpoint::kApi;
           const std::string together =
               batch.size() > 1 ? " (one of " + std::to_string(batch.size()) + " requests decoded together)" : "";
-          std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s%s: %.3f s\n", kTool, accepted[i]->client.c_str(),
+          std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s%s%s: %.3f s\n", kTool, accepted[i]->client.c_str(),
                        accepted[i]->path.c_str(), p.prompts.size(), api ? "tokens_to_generate" : "max_tokens",
                        static_cast<long long>(api ? p.request.tokens_to_generate : p.completions.max_tokens),
-                       api && p.request.beam_width ? " (beam search)" : "", together.c_str(), seconds);
+                       api && p.request.beam_width ? " (beam search)" : "", streams[i] ? " (streamed)" : "",
+                       together.c_str(), seconds);
         }
       }
     } catch (const std::exception& e) {  // the job ends: every request taken gets its answer first
@@ -258,7 +300,16 @@ int server_main(int argc, char** argv) {
     const Reply reply =
         pending.submit(req.path, req.body, req.remote_addr, json_reply(503, "the server is shutting down"));
     res.status = reply.status;
-    res.set_content(reply.body, "application/json");
+    if (!reply.events) {
+      res.set_content(reply.body, "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [events = reply.events](size_t, httplib::DataSink& sink) {
+      if (std::optional<std::string> event = events->next()) return sink.write(event->data(), event->size());
+      sink.done();
+      return true;
+    });
   };
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kTextGenerationPage, "text/html; charset=utf-8");

@@ -101,8 +101,14 @@ CompletionsRequest parse_completions_request(const std::string& text) {
   const std::optional<int64_t> best_of = integer(body, "best_of", best_of_range);
   if (best_of && (*best_of < r.n || *best_of > kMaxCompletionChoices)) throw ApiError(best_of_range);
   r.best_of = static_cast<int>(best_of.value_or(r.n));
-  if (boolean(body, "stream", false, "stream must be a boolean value"))
-    throw ApiError("stream is not supported: the whole completion comes in one response");
+  r.stream = boolean(body, "stream", false, "stream must be a boolean value");
+  if (const json* options = field(body, "stream_options")) {
+    if (!r.stream) throw ApiError("stream_options is only allowed with stream true");
+    if (!options->is_object()) throw ApiError("stream_options must be an object");
+    r.stream_usage = boolean(*options, "include_usage", false, "stream_options.include_usage must be a boolean value");
+  }
+  if (r.stream && r.best_of > r.n)
+    throw ApiError("best_of above n cannot be streamed: the best completions are known only once all are drawn");
   if (const json* model = field(body, "model"); model && model->is_string()) r.model = model->get<std::string>();
   return r;
 }

@@ -13,7 +13,10 @@
 // strings that end the text, not included), seed (the server's generator continues without
 // it), n (1: completions per prompt, up to kMaxCompletionChoices), best_of (n: completions
 // drawn per prompt, of which the n with the highest mean log-probability of their tokens
-// come back), model (echoed back). A field set to null is absent. Other
+// come back), stream (false; true: the answer comes as server-sent events as the tokens are
+// drawn, completion_stream.h; not with best_of above n), stream_options {"include_usage"}
+// (only with stream: a last event with the usage), model (echoed back). A field set to null
+// is absent. Other
 // fields (user, presence_penalty, ...) are ignored, as OpenAI-compatible servers commonly
 // do; a bad value of a known field is an ApiError.
 #pragma once
@@ -40,6 +43,8 @@ struct CompletionsRequest {
   std::vector<std::string> stop;
   std::optional<int64_t> seed;
   int n = 1, best_of = 1;
+  bool stream = false;
+  bool stream_usage = false;  // stream_options.include_usage
   std::string model;
 };
 

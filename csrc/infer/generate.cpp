@@ -86,9 +86,11 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   const int64_t V = cfg.vocab_size;
   std::vector<float> row(static_cast<size_t>(V));
   SamplingOptions sampling = o.sampling;
-  const auto append = [&](Generation& g, int32_t token) {  // a drawn token; `ends` may finish g
+  const auto append = [&](int b, int32_t token) {  // a drawn token; `ends` may finish the sequence
+    Generation& g = out[b];
     g.tokens.push_back(token);
     g.finished = o.ends && o.ends(g.tokens, g.prompt_length);
+    if (o.on_token) o.on_token(static_cast<size_t>(b), g, drawn_all(b));
   };
   // Scores the prompt token after position pos of sequence b, or draws the token after it,
   // from its logits.
@@ -103,7 +105,7 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
     sampling.top_p = top_p_after[pos];
     const int32_t token = sample_token(row.data(), V, sampling, rng);
     if (o.logprobs) record_logprobs(row.data(), V, token, top_k_logprobs, g);
-    append(g, token);
+    append(b, token);
   };
 
   std::vector<int32_t> feed;
@@ -162,7 +164,7 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
       const std::vector<int32_t>& ids =
           greedy_on_device ? dec.step_greedy(feed) : dec.step_sampled(feed, draw_rule(o.sampling), draws);
       for (int b = 0; b < B; ++b)
-        if (!drawn_all(b)) append(out[b], ids[b]);
+        if (!drawn_all(b)) append(b, ids[b]);
       continue;
     }
     const std::vector<float>& logits = dec.step(feed);

@@ -64,6 +64,8 @@ std::vector<Continuation> continue_sequences(const ModelConfig& cfg, Backend& ba
 // in passes of many positions, the shorter ones padded to the longest; then each sequence
 // feeds its draws one position a step at its own length (Megatron instead walks every
 // sequence one position a step from the shortest prompt's end).
+struct Generation;
+
 struct DecodeOptions {
   SamplingOptions sampling;
   // Tokens drawn per prompt at most, and at most room_after(prompt length). 0 draws none:
@@ -87,6 +89,11 @@ struct DecodeOptions {
   // loop, not those of its first forward over the shortest prompt. Null: the logits as
   // they are.
   std::function<void(int32_t, float*)> adjust_logits;
+  // Called after each token drawn for sequence b (appended to its Generation, `finished` set,
+  // its log-probabilities recorded), in drawing order; `last`: b draws no more (it ended, or
+  // reached its length limit). Not called for a sequence that draws nothing. It only watches:
+  // what it does changes no draw (a streamed answer, completion_stream.h). Null: none.
+  std::function<void(size_t b, const Generation& g, bool last)> on_token;
   // Positions a prefill pass feeds at most; 0: prefill_chunk()'s choice (decoder.h). 1 feeds
   // one position a step, as decoding does.
   int64_t prefill_chunk = 0;

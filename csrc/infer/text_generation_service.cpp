@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <ctime>
+#include <memory>
 #include <numeric>
+#include <utility>
 
 #include "core/error.h"
 #include "infer/beam_search.h"
@@ -19,28 +21,6 @@ int32_t single_token(const Tokenizer& tokenizer, const char* text) {
   const std::vector<int32_t> ids = tokenizer.encode(text);
   return ids.size() == 1 ? ids[0] : -1;
 }
-
-// The tokens' texts one by one and together: GPT-2's byte-level pieces concatenate to the
-// text of the whole sequence.
-struct TokenTexts {
-  std::vector<std::string> pieces;
-  std::vector<size_t> start;  // where each piece starts in `bytes`; one past the last: its size
-  std::string bytes;
-};
-
-TokenTexts token_texts(const Tokenizer& tokenizer, const std::vector<int32_t>& tokens) {
-  TokenTexts t;
-  for (int32_t id : tokens) {
-    t.start.push_back(t.bytes.size());
-    t.pieces.push_back(tokenizer.decode({id}));
-    t.bytes += t.pieces.back();
-  }
-  t.start.push_back(t.bytes.size());
-  return t;
-}
-
-// Whether a byte starts a character of UTF-8 text (is not a continuation byte).
-bool starts_character(char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }
 
 }  // namespace
 
@@ -163,13 +143,16 @@ PreparedRequest TextGenerationService::prepare_completions(const std::string& bo
 
 json TextGenerationService::run(const PreparedRequest& r) { return run_batch({&r})[0]; }
 
-std::vector<json> TextGenerationService::run_batch(const std::vector<const PreparedRequest*>& batch) {
+std::vector<json> TextGenerationService::run_batch(const std::vector<const PreparedRequest*>& batch,
+                                                   const std::vector<CompletionStream::Sink>& sinks) {
   TRIDENT_CHECK(!batch.empty(), "run_batch: no request");
+  TRIDENT_CHECK(sinks.empty() || sinks.size() == batch.size(), "run_batch: ", sinks.size(), " sinks for ",
+                batch.size(), " requests");
   const PreparedRequest& first = *batch[0];
   if (first.endpoint == Endpoint::kCompletions) {
     for (const PreparedRequest* r : batch)  // in order, as if run one by one (greedy: no draws)
       if (r->completions.seed) rng_.seed(static_cast<uint64_t>(*r->completions.seed));
-    return complete(batch);
+    return complete(batch, sinks);
   }
   TRIDENT_CHECK(batch.size() == 1, "run_batch: /api requests run alone");
   if (first.request.random_seed) rng_.seed(static_cast<uint64_t>(*first.request.random_seed));
@@ -262,61 +245,6 @@ json TextGenerationService::beam_search(const PreparedRequest& p) {
   return {{"text", text}, {"segments", segs}, {"scores", scores}};
 }
 
-CompletionChoice completion_choice(const Generation& g, const Tokenizer& tokenizer, const CompletionsRequest& r,
-                                   size_t index) {
-  const TokenTexts t = token_texts(tokenizer, g.tokens);
-  const size_t prompt_end = t.start[g.prompt_length];
-  // The text ends before the <|endoftext|> that ended the completion, or before its first
-  // stop string; <|endoftext|> stays among the tokens (lm-evaluation-harness's echoed
-  // scoring reads the drawn token's slot, the last, whatever it is), the tokens after a stop
-  // string's start do not.
-  size_t cut = t.bytes.size(), kept = g.tokens.size();
-  bool stopped = false;
-  if (g.finished && g.tokens.back() == tokenizer.eod()) {
-    cut = t.start[kept - 1];
-    stopped = true;
-  }
-  for (const std::string& stop : r.stop)
-    if (const size_t at = t.bytes.find(stop, prompt_end); at != std::string::npos && at < cut) {
-      cut = at;
-      stopped = true;
-      while (kept > static_cast<size_t>(g.prompt_length) && t.start[kept - 1] >= cut) --kept;
-    }
-  CompletionChoice c;
-  c.completion_tokens = static_cast<int64_t>(kept) - g.prompt_length;
-  json logprobs = nullptr;
-  if (r.wants_logprobs) {
-    json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
-    int64_t characters = 0;  // before t.start[i]: OpenAI's text_offset, as Python's len counts
-    size_t counted = 0;
-    for (size_t i = r.echo ? 0 : static_cast<size_t>(g.prompt_length); i < kept; ++i) {
-      for (; counted < t.start[i]; ++counted) characters += starts_character(t.bytes[counted]);
-      tokens.push_back(t.pieces[i]);
-      offsets.push_back(characters);
-      if (i == 0) {  // nothing predicts the first token
-        token_logprobs.push_back(nullptr);
-        top.push_back(nullptr);
-        continue;
-      }
-      token_logprobs.push_back(g.logprobs[i - 1]);
-      // Keys as the response writes them (a piece that is not whole UTF-8 becomes U+FFFD), so
-      // two that look alike keep the more likely one's value.
-      json best = json::object();
-      if (r.logprobs > 0)
-        for (const auto& [id, lp] : g.top_logprobs[i - 1]) best.emplace(valid_utf8(tokenizer.decode({id})), lp);
-      top.push_back(best);
-    }
-    logprobs = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top},
-                {"text_offset", offsets}};
-  }
-  const size_t from = r.echo ? 0 : prompt_end;
-  c.choice = {{"index", index},
-              {"text", t.bytes.substr(from, cut - from)},
-              {"logprobs", logprobs},
-              {"finish_reason", stopped ? "stop" : "length"}};
-  return c;
-}
-
 std::vector<size_t> best_completions(const Generation* drawn, size_t count, size_t n) {
   std::vector<size_t> order(count);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -333,7 +261,8 @@ std::vector<size_t> best_completions(const Generation* drawn, size_t count, size
   return order;
 }
 
-std::vector<json> TextGenerationService::complete(const std::vector<const PreparedRequest*>& batch) {
+std::vector<json> TextGenerationService::complete(const std::vector<const PreparedRequest*>& batch,
+                                                  const std::vector<CompletionStream::Sink>& sinks) {
   const CompletionsRequest& r = batch[0]->completions;  // the batch decodes alike (batches())
   DecodeOptions o;
   o.sampling.greedy = r.temperature == 0.0;  // OpenAI's temperature 0
@@ -353,11 +282,29 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
     return std::any_of(stops.begin(), stops.end(), [&](const std::string& x) { return text.find(x) != std::string::npos; });
   };
   std::vector<std::vector<int32_t>> prompts;
-  for (const PreparedRequest* p : batch) prompts.insert(prompts.end(), p->prompts.begin(), p->prompts.end());
+  std::vector<json> heads;  // each answer's fields that its chunks repeat
+  std::vector<std::unique_ptr<CompletionStream>> streams(batch.size());
+  std::vector<std::pair<CompletionStream*, size_t>> stream_of;  // a generation's stream and choice
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const PreparedRequest& p = *batch[k];
+    heads.push_back({{"id", "cmpl-" + std::to_string(++completions_)},
+                     {"object", "text_completion"},
+                     {"created", static_cast<int64_t>(std::time(nullptr))},
+                     {"model", p.completions.model.empty() ? std::string("trident") : p.completions.model}});
+    if (p.completions.stream && k < sinks.size() && sinks[k])  // (streamed: best_of is n)
+      streams[k] = std::make_unique<CompletionStream>(tokenizer_, p.completions, heads.back(), p.prompts.size(),
+                                                      sinks[k]);
+    for (size_t i = 0; i < p.prompts.size(); ++i) stream_of.emplace_back(streams[k].get(), i);
+    prompts.insert(prompts.end(), p.prompts.begin(), p.prompts.end());
+  }
+  o.on_token = [&stream_of](size_t b, const Generation& g, bool last) {
+    if (const auto& [stream, choice] = stream_of[b]; stream) stream->update(choice, g, last);
+  };
   const std::vector<Generation> gens = generate_tokens(cfg_, backend_, params_, prompts, o, rng_, tp_comm_);
   std::vector<json> responses;
   size_t next = 0;  // the first generation of the request answered next
-  for (const PreparedRequest* p : batch) {
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const PreparedRequest* p = batch[k];
     const CompletionsRequest& its = p->completions;
     json choices = json::array();
     // As OpenAI's: a prompt's tokens count once, every completion drawn (best_of) counts.
@@ -376,26 +323,16 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
         choices.push_back(std::move(all[j].choice));
       }
     }
+    json response = std::move(heads[k]);
+    response["choices"] = std::move(choices);
+    response["usage"] = {{"prompt_tokens", prompt_tokens},
+                         {"completion_tokens", completion_tokens},
+                         {"total_tokens", prompt_tokens + completion_tokens}};
+    if (streams[k]) streams[k]->finish(&gens[next], response["usage"]);
     next += p->prompts.size();
-    responses.push_back({{"id", "cmpl-" + std::to_string(++completions_)},
-                         {"object", "text_completion"},
-                         {"created", static_cast<int64_t>(std::time(nullptr))},
-                         {"model", its.model.empty() ? std::string("trident") : its.model},
-                         {"choices", choices},
-                         {"usage",
-                          {{"prompt_tokens", prompt_tokens},
-                           {"completion_tokens", completion_tokens},
-                           {"total_tokens", prompt_tokens + completion_tokens}}}});
+    responses.push_back(std::move(response));
   }
   return responses;
-}
-
-std::string valid_utf8(const std::string& bytes) {
-  return json::parse(json(bytes).dump(-1, ' ', false, json::error_handler_t::replace)).get<std::string>();
-}
-
-std::string response_body(const json& response) {
-  return response.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace trident

@@ -13,6 +13,7 @@
 //   {"id", "object": "text_completion", "created", "model", "usage": {...},
 //    "choices": [{"index", "text", "finish_reason": "stop" or "length",
 //                 "logprobs": {"tokens", "token_logprobs", "top_logprobs", "text_offset"} or null}]}
+// or, with stream, as the chunks of completion_stream.h.
 // With n, each prompt's n choices come in a row (index: prompt i's j-th is i n + j); with
 // best_of, best_of are drawn and the n of the highest mean log-probability kept.
 // "text" is the completion (after the prompt with echo), without the <|endoftext|> or stop
@@ -43,6 +44,8 @@
 
 #include "core/backend.h"
 #include "data/tokenizer.h"
+#include "infer/completion_choice.h"
+#include "infer/completion_stream.h"
 #include "infer/completions_request.h"
 #include "infer/generate.h"
 #include "infer/text_generation_request.h"
@@ -103,8 +106,11 @@ class TextGenerationService {
   std::vector<std::vector<size_t>> batches(const std::vector<PreparedRequest>& requests) const;
 
   // The responses to one of batches()' batches, in order: the same as run() on each alone,
-  // decoded together. Collective over the TP group.
-  std::vector<nlohmann::json> run_batch(const std::vector<const PreparedRequest*>& batch);
+  // decoded together. Collective over the TP group. A /completions request with stream and a
+  // sink (sinks[i], for batch[i]; only rank 0 has them) also sends its chunks there as its
+  // tokens are drawn (completion_stream.h); its response then is the whole answer, unsent.
+  std::vector<nlohmann::json> run_batch(const std::vector<const PreparedRequest*>& batch,
+                                        const std::vector<CompletionStream::Sink>& sinks = {});
 
  private:
   PreparedRequest prepare_api(const std::string& body) const;
@@ -113,7 +119,8 @@ class TextGenerationService {
   void check_batch_tokens(int64_t batch, int64_t length) const;
   nlohmann::json sample(const PreparedRequest& r);
   nlohmann::json beam_search(const PreparedRequest& r);
-  std::vector<nlohmann::json> complete(const std::vector<const PreparedRequest*>& batch);
+  std::vector<nlohmann::json> complete(const std::vector<const PreparedRequest*>& batch,
+                                       const std::vector<CompletionStream::Sink>& sinks);
 
   ModelConfig cfg_;
   Backend& backend_;
@@ -130,18 +137,5 @@ class TextGenerationService {
 // n to answer with (best_of): the highest mean log-probability of the drawn tokens first,
 // equal ones in drawing order; all of them, in drawing order, when n == count.
 std::vector<size_t> best_completions(const Generation* drawn, size_t count, size_t n);
-
-// One choice of a /completions answer, from the generation of its prompt (`index`: which).
-struct CompletionChoice {
-  nlohmann::json choice;
-  int64_t completion_tokens = 0;  // the tokens of its completion (usage)
-};
-CompletionChoice completion_choice(const Generation& g, const Tokenizer& tokenizer, const CompletionsRequest& r,
-                                   size_t index);
-
-// The JSON text of a response, invalid UTF-8 (a token that ends inside a character) as U+FFFD.
-std::string response_body(const nlohmann::json& response);
-// `bytes` with every invalid UTF-8 sequence replaced by U+FFFD, as response_body writes it.
-std::string valid_utf8(const std::string& bytes);
 
 }  // namespace trident

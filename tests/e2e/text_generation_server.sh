@@ -3,6 +3,8 @@
 # (2 layers, 48 learned positions, trained 32) saved by trident-train; the server's greedy
 # text equals trident-generate's, prompts of different lengths together equal them alone,
 # logprobs agree with scoring, seeds repeat, concurrent clients, stop_on_eol, beam search,
+# /completions streamed as server-sent events (joined, the unstreamed answer; a client that
+# leaves mid-stream),
 # Megatron's 400 messages, the learned-positions and --max-tokens-to-oom limits
 # (text_generation_server_check.py); SIGTERM closes it with exit 0; under mpirun -np 2 at
 # tensor-parallel 2 (launch/run-text-generation-server.sh) the same responses (sampled and
@@ -110,7 +112,7 @@ for ca, cb in zip(a["completions"]["choices"], b["completions"]["choices"]):
     pairs += list(zip(ca["logprobs"]["token_logprobs"][1:], cb["logprobs"]["token_logprobs"][1:]))
 worst = max(abs(x - y) for x, y in pairs)
 assert worst < 1e-4, worst
-print(f"ok: tensor-parallel 2: the same greedy, sampled, beam and completions texts as tp1, logprobs within {worst:.2g}")
+print(f"ok: tensor-parallel 2: the same greedy, sampled, beam, completions and streamed texts as tp1, logprobs within {worst:.2g}")
 PY
   then :; else fail "tp2 responses differ from tp1's"; fi
   # SIGTERM to rank 0, the pid its start line names (mpirun's own SIGTERM kills the job, and

@@ -6,6 +6,7 @@
 GENERATE_JSONL: trident-generate's --sample-output-file for the greedy prompts below, 10
 tokens each, the reference the server's greedy text must match.
 """
+import http.client
 import json
 import sys
 import threading
@@ -64,6 +65,48 @@ LM_EVAL_PROMPTS = [f"Question {i}: what is {i} plus {i}? Answer:" + " the" * (i 
 lm_eval_body = lambda p: dict(model="gpt2", prompt=[p], temperature=0, max_tokens=1, logprobs=1, seed=1234, echo=True)
 
 
+def streamed(body, path="/v1/completions"):
+    """POSTs body with "stream": true: (status, the events' data in order, Content-Type), or
+    (status, the JSON error, None) when refused."""
+    conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+    conn.request("POST", path, body=json.dumps(dict(body, stream=True)), headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    if r.status != 200:
+        return r.status, json.loads(r.read()), None
+    events = [line.decode()[len("data: "):].rstrip("\n") for line in r if line.startswith(b"data: ")]
+    conn.close()
+    return r.status, events, r.getheader("Content-Type")
+
+
+def joined(events):
+    """The answer a stream's chunks make (as the server's unstreamed answer: choices by index,
+    each chunk's text and logprobs lists appended), or None if a chunk follows its choice's
+    last or the stream does not end with [DONE]."""
+    if not events or events[-1] != "[DONE]":
+        return None
+    out = {"choices": [], "usage": None}
+    for e in map(json.loads, events[:-1]):
+        out["id"] = e["id"]
+        if not e["choices"]:
+            out["usage"] = e["usage"]
+            continue
+        part = e["choices"][0]
+        while len(out["choices"]) <= part["index"]:
+            out["choices"].append(dict(index=len(out["choices"]), text="", logprobs=None, finish_reason=None))
+        c = out["choices"][part["index"]]
+        if c["finish_reason"] is not None:
+            return None
+        c["text"] += part["text"]
+        c["finish_reason"] = part["finish_reason"]
+        if part["logprobs"] is not None:
+            if c["logprobs"] is None:
+                c["logprobs"] = part["logprobs"]
+            else:
+                for k, v in part["logprobs"].items():
+                    c["logprobs"][k] += v
+    return out
+
+
 def check(cond, what):
     global fails
     print(("ok: " if cond else "FAIL: ") + what, flush=True)
@@ -81,7 +124,8 @@ if sys.argv[2] == "--dump":
            "greedy": greedy(PROMPTS, logprobs=True)[1],
            "beam": put(dict(prompts=PROMPTS[:1], tokens_to_generate=6, beam_width=3))[1],
            "sampled": put(dict(prompts=PROMPTS, tokens_to_generate=8, top_p=0.9, random_seed=5))[1],
-           "completions": complete(dict(prompt=PROMPTS, max_tokens=4, temperature=0, logprobs=2, echo=True))[1]}
+           "completions": complete(dict(prompt=PROMPTS, max_tokens=4, temperature=0, logprobs=2, echo=True))[1],
+           "streamed": joined(streamed(dict(prompt=PROMPTS, n=2, max_tokens=6, temperature=1.0, seed=3))[1])}
     json.dump(out, open(sys.argv[3], "w"))
     sys.exit(0)
 
@@ -160,6 +204,7 @@ check(status == 200 and all(len(seg) <= 48 for seg in r["segments"]),
 api_text = singles[0]["text"][0]
 status, r = complete(dict(prompt=PROMPTS[0], max_tokens=10, temperature=0))
 want = api_text[len(PROMPTS[0]):].split(EOD)[0]
+want_greedy_text = want
 check(status == 200 and r["choices"][0]["text"] == want and r["object"] == "text_completion" and
       r["choices"][0]["finish_reason"] == ("stop" if api_text.endswith(EOD) else "length"),
       f"/v1/completions greedy: /api's continuation ({r['choices'][0]['text']!r})" if status == 200 else f"{status} {r}")
@@ -232,6 +277,28 @@ check(status == 400 and r["message"] == "n must be an integer from 1 to 20", f"n
 status, r = complete(dict(prompt="x", max_tokens=48))
 check(status == 400 and r["message"].startswith("This model's maximum context length is 48 tokens"),
       f"past the context: {status} {r}")
+
+# "stream": true: server-sent events whose chunks join to the unstreamed answer (greedy with
+# echo, logprobs and two choices a prompt; sampled with a seed and a stop string), the usage
+# last with include_usage, then [DONE].
+for body in [dict(prompt=PROMPTS, n=2, max_tokens=8, temperature=0, echo=True, logprobs=2),
+             dict(prompt=PROMPTS[0], max_tokens=12, temperature=1.0, seed=7, stop=[" the", "."])]:
+    status, whole = complete(body)
+    status2, events, content_type = streamed(dict(body, stream_options=dict(include_usage=True)))
+    got = joined(events) if status2 == 200 else None
+    check(status == status2 == 200 and content_type.startswith("text/event-stream") and got is not None and
+          got["choices"] == whole["choices"] and got["usage"] == whole["usage"] and len(events) > len(whole["choices"]) + 2,
+          f"stream {sorted(body)}: {len(events) if status2 == 200 else events} events join to the unstreamed answer")
+status, r, _ = streamed(dict(prompt="x", n=1, best_of=2))
+check(status == 400 and r["message"].startswith("best_of above n cannot be streamed"), f"stream with best_of: {status} {r}")
+# A client that leaves mid-stream: the server finishes that request and answers the next.
+conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+conn.request("POST", "/v1/completions", body=json.dumps(dict(prompt="x", max_tokens=40, stream=True)))
+first = conn.getresponse().readline()
+conn.close()
+status, r = complete(dict(prompt=PROMPTS[0], max_tokens=10, temperature=0))
+check(first.startswith(b"data: ") and status == 200 and r["choices"][0]["text"] == want_greedy_text,
+      "a client gone mid-stream: the next request is answered")
 
 # Refusals: 400 with Megatron's message; POST is PUT; another method is not found.
 for body, message in [({}, "prompts argument required"),

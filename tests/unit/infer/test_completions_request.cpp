@@ -32,6 +32,13 @@ TEST(CompletionsRequest, PromptFormsAndDefaults) {
   EXPECT_FALSE(r.seed.has_value());
   EXPECT_EQ(r.n, 1);
   EXPECT_EQ(r.best_of, 1);
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.stream_usage);
+  r = parse_completions_request(R"({"prompt": "x", "stream": true, "n": 2, "stream_options": {"include_usage": true}})");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.stream_usage);
+  EXPECT_FALSE(parse_completions_request(R"({"prompt": "x", "stream": true, "stream_options": {}})").stream_usage);
+  EXPECT_FALSE(parse_completions_request(R"({"prompt": "x", "stream": false, "stream_options": null})").stream);
   r = parse_completions_request(R"({"prompt": "Hello", "n": 3})");
   EXPECT_EQ(r.n, 3);
   EXPECT_EQ(r.best_of, 3);  // best_of defaults to n
@@ -89,7 +96,13 @@ TEST(CompletionsRequest, Refusals) {
       {R"({"prompt": "x", "n": 1.5})", "n must be an integer from 1 to 20"},
       {R"({"prompt": "x", "n": 3, "best_of": 2})", "best_of must be an integer from n (3) to 20"},
       {R"({"prompt": "x", "best_of": 21})", "best_of must be an integer from n (1) to 20"},
-      {R"({"prompt": "x", "stream": true})", "stream is not supported: the whole completion comes in one response"},
+      {R"({"prompt": "x", "stream": 1})", "stream must be a boolean value"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})", "stream_options is only allowed with stream true"},
+      {R"({"prompt": "x", "stream": true, "stream_options": true})", "stream_options must be an object"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": 1}})",
+       "stream_options.include_usage must be a boolean value"},
+      {R"({"prompt": "x", "stream": true, "n": 2, "best_of": 3})",
+       "best_of above n cannot be streamed: the best completions are known only once all are drawn"},
   };
   for (const auto& [body, message] : cases) EXPECT_EQ(error_of(body), message) << body;
   EXPECT_EQ(error_of(R"({"prompt": "x", "max_tokens": 0, "echo": true})"), "(accepted)");

@@ -204,5 +204,89 @@ TEST(CompletionsChoices, BestOfKeepsTheMostLikely) {
   EXPECT_EQ(two["usage"], four["usage"]);
 }
 
+// The chunks each request's sink received, written and read again as a client reads them.
+struct Sinks {
+  std::vector<std::vector<nlohmann::json>> chunks;
+  std::vector<CompletionStream::Sink> sinks;
+  explicit Sinks(size_t requests) : chunks(requests) {
+    for (size_t i = 0; i < requests; ++i)
+      sinks.push_back([this, i](const nlohmann::json& c) { chunks[i].push_back(nlohmann::json::parse(response_body(c))); });
+  }
+};
+
+// A streamed answer's chunks, joined as a client joins them: each choice's text, logprobs
+// lists and finish_reason (in order of index), and the usage chunk's usage (null without).
+nlohmann::json joined(const std::vector<nlohmann::json>& chunks) {
+  nlohmann::json choices = nlohmann::json::array(), usage = nullptr;
+  for (const nlohmann::json& c : chunks) {
+    if (c["choices"].empty()) {
+      usage = c["usage"];
+      continue;
+    }
+    const nlohmann::json& part = c["choices"][0];
+    const size_t i = part["index"];
+    while (choices.size() <= i) choices.push_back({{"index", choices.size()}, {"text", ""}, {"logprobs", nullptr},
+                                                   {"finish_reason", nullptr}});
+    nlohmann::json& choice = choices[i];
+    EXPECT_TRUE(choice["finish_reason"].is_null()) << "a chunk after choice " << i << "'s last";
+    choice["text"] = choice["text"].get<std::string>() + part["text"].get<std::string>();
+    choice["finish_reason"] = part["finish_reason"];
+    if (part["logprobs"].is_null()) continue;
+    if (choice["logprobs"].is_null()) choice["logprobs"] = part["logprobs"];
+    else
+      for (auto& [list, values] : part["logprobs"].items())
+        for (const nlohmann::json& v : values) choice["logprobs"][list].push_back(v);
+  }
+  return {{"choices", choices}, {"usage", usage}};
+}
+
+// Streamed, a request's chunks join to the answer it gets unstreamed with the same seed, for
+// sampled choices (n 2) with stop strings, echo and logprobs, and greedy requests decoded
+// together with one that is not streamed (each sink gets its own request's chunks).
+TEST(CompletionsStream, ChunksJoinToTheWholeAnswer) {
+  Service s;
+  const std::vector<std::string> bodies = {
+      R"({"prompt": [[5, 6, 7], [8]], "n": 2, "max_tokens": 5, "temperature": 1.5, "seed": 4,
+          "stop": ["A", "B", "C", "12"]})",
+      R"({"prompt": [[9, 10]], "max_tokens": 5, "temperature": 1, "seed": 2, "echo": true, "logprobs": 2})",
+      R"({"prompt": [[17]], "max_tokens": 7, "temperature": 2, "seed": 3, "top_k": 40})",
+  };
+  for (const std::string& body : bodies) {
+    TextGenerationService whole = s.make(12000), streamed = s.make(12000);
+    const nlohmann::json expected = nlohmann::json::parse(response_body(whole.run(whole.prepare(Endpoint::kCompletions, body))));
+    std::string with_stream = body;
+    with_stream.insert(1, R"("stream": true, "stream_options": {"include_usage": true}, )");
+    const PreparedRequest p = streamed.prepare(Endpoint::kCompletions, with_stream);
+    Sinks sinks(1);
+    const nlohmann::json response = streamed.run_batch({&p}, sinks.sinks)[0];
+    const nlohmann::json got = joined(sinks.chunks[0]);
+    EXPECT_EQ(got["choices"], expected["choices"]) << body;
+    if (body == bodies[0]) {  // (the seed makes two of its choices end at a stop string)
+      EXPECT_EQ(std::count_if(got["choices"].begin(), got["choices"].end(),
+                              [](const nlohmann::json& c) { return c["finish_reason"] == "stop"; }), 2);
+    }
+    EXPECT_EQ(got["usage"], expected["usage"]) << body;
+    EXPECT_EQ(sinks.chunks[0].front()["id"], response["id"]);
+    EXPECT_EQ(sinks.chunks[0].back()["choices"], nlohmann::json::array());  // the usage chunk last
+  }
+  // Three greedy requests decoded as one batch, the first and last streamed.
+  TextGenerationService service = s.make(12000);
+  std::vector<PreparedRequest> r;
+  for (const char* stream : {"true", "false", "true"})
+    r.push_back(service.prepare(Endpoint::kCompletions, std::string(R"({"prompt": [[1, 2], [3]], "max_tokens": 3, )") +
+                                                            R"("temperature": 0, "stream": )" + stream + "}"));
+  ASSERT_EQ(service.batches(r), (std::vector<std::vector<size_t>>{{0, 1, 2}}));
+  Sinks sinks(3);
+  sinks.sinks[1] = nullptr;
+  const std::vector<nlohmann::json> answers = service.run_batch({&r[0], &r[1], &r[2]}, sinks.sinks);
+  EXPECT_TRUE(sinks.chunks[1].empty());
+  for (size_t i : {0, 2}) {
+    const nlohmann::json got = joined(sinks.chunks[i]);
+    EXPECT_EQ(got["choices"], nlohmann::json::parse(response_body(answers[i]))["choices"]) << "request " << i;
+    EXPECT_TRUE(got["usage"].is_null());
+    for (const nlohmann::json& c : sinks.chunks[i]) EXPECT_FALSE(c.contains("usage"));
+  }
+}
+
 }  // namespace
 }  // namespace trident

@@ -1,0 +1,58 @@
+// One streamed HTTP answer (server-sent events) of trident-text-generation-server: the main
+// thread, which decodes, pushes events; the HTTP thread that holds the client's connection
+// takes them in order and writes them. Closing ends the answer once the events pushed before
+// are taken. Events pushed after the client left are kept until the stream is dropped (a
+// request's chunks: small), so decoding never waits for a client.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+namespace trident {
+
+class EventStream {
+ public:
+  void push(std::string event) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      events_.push_back(std::move(event));
+    }
+    ready_.notify_one();
+  }
+
+  // Idempotent.
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+    }
+    ready_.notify_one();
+  }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+
+  // The next event, waiting for it; none once the stream is closed and every event taken.
+  std::optional<std::string> next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ready_.wait(lock, [&] { return closed_ || !events_.empty(); });
+    if (events_.empty()) return std::nullopt;
+    std::string e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable ready_;
+  std::deque<std::string> events_;
+  bool closed_ = false;
+};
+
+}  // namespace trident
