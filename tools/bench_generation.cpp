@@ -16,6 +16,7 @@
 #include "kernels/profiling_backend.h"
 #include "model/param_spec.h"
 #include "model/param_store.h"
+#include "tools/with_env.h"
 
 namespace trident {
 namespace {
@@ -242,6 +243,15 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
   if (steps > 0)
     std::printf("decode: %lld steps in %.1f ms | %.2f ms a step | %.1f tokens/s\n", static_cast<long long>(steps),
                 t.decode_s * 1e3, t.decode_s * 1e3 / steps, B * steps / t.decode_s);
+  if (steps > 0 && backend_name.find("cuda") != std::string::npos)
+    with_env("TRIDENT_GEMM_AUTOTUNE=1", [&] {  // the small-M GEMMs are where the heuristic may be off
+      generate_once(cfg, *backend, params, prompts, B, P, new_tokens);  // times the candidates
+      const Timings tuned = generate_once(cfg, *backend, params, prompts, B, P, new_tokens);
+      std::printf("decode, GEMMs autotuned (TRIDENT_GEMM_AUTOTUNE=1): %.2f ms a step | %.1f tokens/s | %.2fx; "
+                  "prefill %.1f ms\n",
+                  tuned.decode_s * 1e3 / steps, B * steps / tuned.decode_s, t.decode_s / tuned.decode_s,
+                  tuned.prefill_s * 1e3);
+    });
   if (g.ragged) ragged_bench(cfg, *backend, params, prompts, B, P, new_tokens);
   sampled_bench(cfg, *backend, params, prompts, B, P, new_tokens);
   decode_profile(cfg, *backend, params, prompts, B, P, new_tokens);

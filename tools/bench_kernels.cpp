@@ -31,6 +31,7 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "kernels/backends.h"
+#include "tools/with_env.h"
 
 #ifdef TRIDENT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -230,27 +231,6 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-// Runs f with the environment assignments `env` ("VAR=value ...", read by the kernels on
-// every call), then puts each variable back as it was.
-void with_env(const std::string& env, const std::function<void()>& f) {
-  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
-  std::istringstream words(env);
-  for (std::string w; words >> w;) {
-    const size_t eq = w.find('=');
-    const std::string name = w.substr(0, eq);
-    const char* old = std::getenv(name.c_str());
-    saved.emplace_back(name, old != nullptr ? std::optional<std::string>(old) : std::nullopt);
-    ::setenv(name.c_str(), w.substr(eq + 1).c_str(), 1);
-  }
-  f();
-  for (const auto& [name, old] : saved) {
-    if (old)
-      ::setenv(name.c_str(), old->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-}
-
 }  // namespace
 
 int run_kernel_bench(const KernelBenchOptions& opt) {
@@ -319,6 +299,37 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
           [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false); }, 20);
   });
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
+  b.section("GEMMs of a layer", [&] {
+    // A gpt2-1.3b layer's twelve GEMMs as training runs them (forward; the activations'
+    // gradients, the MLP's through DGELU; the weights' gradients accumulated in fp32), with the
+    // heuristic's algorithms and with TRIDENT_GEMM_AUTOTUNE=1's (timed once a shape, on the
+    // first call: the warm-up).
+    Buffer x = b.rnd(Shape{tok, C}, bf), qkv = be.empty(Shape{tok, 3 * C}, bf), h = be.empty(Shape{tok, 4 * C}, bf);
+    Buffer pre = be.empty(Shape{tok, 4 * C}, bf), y = be.empty(Shape{tok, C}, bf);
+    Buffer w_qkv = b.rnd(Shape{3 * C, C}, bf, -0.02f, 0.02f), w_proj = b.rnd(Shape{C, C}, bf, -0.02f, 0.02f);
+    Buffer w_fc = b.rnd(Shape{4 * C, C}, bf, -0.02f, 0.02f), w_fc2 = b.rnd(Shape{C, 4 * C}, bf, -0.02f, 0.02f);
+    Buffer b_fc = b.rnd(Shape{4 * C}, bf, -0.02f, 0.02f);
+    Buffer dw_qkv = be.zeros(Shape{3 * C, C}, DType::F32), dw_proj = be.zeros(Shape{C, C}, DType::F32);
+    Buffer dw_fc = be.zeros(Shape{4 * C, C}, DType::F32), dw_fc2 = be.zeros(Shape{C, 4 * C}, DType::F32);
+    const auto layer = [&] {
+      be.matmul(qkv, x, w_qkv, Tensor(), false, true, false);
+      be.matmul(y, x, w_proj, Tensor(), false, true, false);
+      be.matmul_bias_gelu(pre, h, x, w_fc, b_fc, false, true);
+      be.matmul(y, h, w_fc2, Tensor(), false, true, false);
+      be.matmul(x, qkv, w_qkv, Tensor(), false, false, false);
+      be.matmul(x, y, w_proj, Tensor(), false, false, false);
+      be.matmul_gelu_backward(h, y, w_fc2, pre, false, false);
+      be.matmul(x, h, w_fc, Tensor(), false, false, false);
+      be.matmul(dw_qkv, qkv, x, Tensor(), true, false, true);
+      be.matmul(dw_proj, y, x, Tensor(), true, false, true);
+      be.matmul(dw_fc, h, x, Tensor(), true, false, true);
+      be.matmul(dw_fc2, y, h, Tensor(), true, false, true);
+    };
+    const double flops = 3 * 2.0 * tok * C * C * (3 + 1 + 4 + 4);
+    b.add("GEMMs of a layer (1.3b)", dims({tok, C}) + " bf16 x12", flops, true, layer, 5);
+    with_env("TRIDENT_GEMM_AUTOTUNE=1",
+             [&] { b.add("GEMMs of a layer, autotuned", dims({tok, C}) + " bf16 x12", flops, true, layer, 5); });
+  });
 
   // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
   const int64_t rows = q ? 4096 : 32768;
@@ -802,7 +813,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     const char* row;
     const char* replaces;
   };
-  const OptIn opt_ins[] = {{"TRIDENT_LN_FWD_RING=0", "layernorm fwd, walking warps", "layernorm fwd"}};
+  const OptIn opt_ins[] = {{"TRIDENT_LN_FWD_RING=0", "layernorm fwd, walking warps", "layernorm fwd"},
+                           {"TRIDENT_GEMM_AUTOTUNE=1", "GEMMs of a layer, autotuned", "GEMMs of a layer (1.3b)"}};
   auto timed_ms = [&](const char* name) {
     for (const Row& r : b.rows())
       if (r.name == name && r.error.empty() && r.ms > 0) return r.ms;

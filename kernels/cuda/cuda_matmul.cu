@@ -21,19 +21,35 @@
 // removed: on an H200 it was slower than the GEMM and bias_backward, and its fp16 sums missed
 // the CPU's by up to 0.03: kernels/cuda/PERFORMANCE.md, 2026-12-04.)
 //
+// TRIDENT_GEMM_AUTOTUNE=1 (opt-in): a plan made while it is set asks the heuristic for up to
+// kTuneCandidates algorithms and, on its first call, times each on that call's operands
+// (a warm-up and kTuneRuns runs; an accumulating call's output is saved before and restored
+// after, so the call itself is unchanged) and keeps the fastest when it beats the
+// heuristic's first choice by 3% or more (the noise of one timing; the first choice
+// otherwise, so that runs agree unless the gain is real). The heuristic ranks by an estimate
+// per shape; timing finds where it is off (FasterTransformer's and TensorRT-LLM's GEMM
+// profilers do the same offline). Which algorithm wins may differ between runs and
+// processes, and with it the summation order: results then differ by rounding.
+//
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
 // heuristic returns no algorithm for a shape.
+#include <vector>
+
 #include "kernels/cuda/cublaslt_loader.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/env_switch.h"
 
 namespace trident::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what Hopper's kernels like best
 constexpr int kTile = 16;
+constexpr int kTuneCandidates = 8;  // algorithms timed per shape (TRIDENT_GEMM_AUTOTUNE=1)
+constexpr int kTuneRuns = 5;
+constexpr double kTuneMargin = 0.97;  // another algorithm must take at most 97% of the first's time
 
 __global__ void gemm_fallback_kernel(AnyPtr out, AnyPtr a, AnyPtr b, AnyPtr bias, bool has_bias, bool ta, bool tb,
                                      bool acc, int64_t M, int64_t N, int64_t K) {
@@ -86,6 +102,9 @@ struct Gemm::Plan {
   cublasLtMatmulAlgo_t algo{};
   bool usable = false;  // false: the heuristic found nothing, use the fallback kernel
   Gemm::Epilogue epilogue = Gemm::Epilogue::kNone;
+  // With autotuning: the heuristic's algorithms, its first choice first, until the first call
+  // has timed them (then empty).
+  std::vector<cublasLtMatmulAlgo_t> candidates;
 
   ~Plan() {
     if (a) cublasLtMatrixLayoutDestroy(a);
@@ -131,7 +150,8 @@ cublasLtEpilogue_t lt_epilogue(Gemm::Epilogue e) {
 
 }  // namespace
 
-// key: M, N, K, trans_a, trans_b, a/b dtype, out dtype, epilogue, align a, b, out, bias, aux
+// key: M, N, K, trans_a, trans_b, a/b dtype, out dtype, epilogue, align a, b, out, bias, aux,
+// autotune
 Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr, const void* aux_ptr) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
@@ -186,15 +206,20 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr, const void* aux
                                                     sizeof(align_c)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                     sizeof(align_c)));
-  cublasLtMatmulHeuristicResult_t result{};
+  const bool autotune = key[13] != 0;
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->a, plan->b, plan->c, plan->c,
-                                                           pref, 1, &result, &found);
+                                                           pref, autotune ? kTuneCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    plan->algo = result.algo;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    for (int i = 0; i < found; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->candidates.push_back(results[i].algo);
+  if (!plan->candidates.empty()) {
+    plan->algo = plan->candidates[0];
     plan->usable = true;
   }
+  if (plan->candidates.size() < 2) plan->candidates.clear();  // nothing to choose from
   // A failure that may pass (no memory for the heuristic's own use, an internal error) makes
   // this call fall back without deciding the shape for the rest of the run: the plan is
   // kept aside, unusable, and asked again next time. Only "no algorithm" is remembered.
@@ -227,9 +252,10 @@ bool Gemm::try_lt(const Tensor& out, const Tensor& a, const Tensor& b, bool tran
                   cudaStream_t s) {
   const bool lt_types = a.dtype == b.dtype && (out.dtype == a.dtype || out.dtype == DType::F32);
   if (!lt_types || K == 0) return false;
+  const bool autotune = env_switch("TRIDENT_GEMM_AUTOTUNE", "matmul") == 1;
   const Key key{M, N, K, trans_a, trans_b, static_cast<int64_t>(a.dtype), static_cast<int64_t>(out.dtype),
                 static_cast<int64_t>(epi), alignment(a.data), alignment(b.data), alignment(out.data),
-                has_bias(epi) ? alignment(bias.data) : 0, has_aux(epi) ? alignment(aux.data) : 0};
+                has_bias(epi) ? alignment(bias.data) : 0, has_aux(epi) ? alignment(aux.data) : 0, autotune};
   std::lock_guard<std::mutex> lock(mu_);
   Plan* plan = plan_for(key, has_bias(epi) ? bias.data : nullptr, has_aux(epi) ? aux.data : nullptr);
   if (!plan->usable) return false;
@@ -243,9 +269,65 @@ bool Gemm::try_lt(const Tensor& out, const Tensor& a, const Tensor& b, bool tran
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &ap, sizeof(ap)));
   }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, b.data, plan->a, a.data, plan->b, &beta, out.data,
-                              plan->c, out.data, plan->c, &plan->algo, workspace_, workspace_bytes_, s));
+  const auto matmul = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle_, plan->desc, &alpha, b.data, plan->a, a.data, plan->b, &beta, out.data, plan->c,
+                          out.data, plan->c, &algo, workspace_, workspace_bytes_, s);
+  };
+  if (!plan->candidates.empty())
+    choose_algorithm(*plan, matmul, accumulate ? out.data : nullptr, static_cast<size_t>(M * N) * dtype_size(out.dtype),
+                     s);
+  CUBLAS_CHECK(matmul(plan->algo));
   return true;
+}
+
+// TRIDENT_GEMM_AUTOTUNE's timing (the comment at the top), on the plan's first call.
+void Gemm::choose_algorithm(Plan& plan, const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& matmul,
+                            void* accumulated, size_t out_bytes, cudaStream_t s) {
+  const std::vector<cublasLtMatmulAlgo_t> candidates = std::move(plan.candidates);
+  plan.candidates.clear();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;  // no timing inside a graph: the first choice
+  // The output the call accumulates onto, kept aside while the candidates add to it.
+  void* saved = nullptr;
+  if (accumulated != nullptr) {
+    if (cudaMalloc(&saved, out_bytes) != cudaSuccess) {
+      (void)cudaGetLastError();  // no memory to spare: keep the first choice
+      return;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(saved, accumulated, out_bytes, cudaMemcpyDeviceToDevice, s));
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(candidates.size(), -1.0f);  // -1: the algorithm failed
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (matmul(candidates[i]) != CUBLAS_STATUS_SUCCESS) continue;  // (the warm-up)
+    CUDA_CHECK(cudaEventRecord(start, s));
+    bool ok = true;
+    for (int r = 0; r < kTuneRuns && ok; ++r) ok = matmul(candidates[i]) == CUBLAS_STATUS_SUCCESS;
+    CUDA_CHECK(cudaEventRecord(stop, s));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    if (ok) CUDA_CHECK(cudaEventElapsedTime(&ms[i], start, stop));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (saved != nullptr) {
+    CUDA_CHECK(cudaMemcpyAsync(accumulated, saved, out_bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaFree(saved));
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < candidates.size(); ++i)
+    if (ms[i] >= 0 && (ms[best] < 0 || ms[i] < ms[best])) best = i;
+  if (best != 0 && ms[0] >= 0 && ms[best] > kTuneMargin * ms[0]) best = 0;
+  if (ms[best] < 0) return;  // none ran: the first choice, whose own call reports the error
+  plan.algo = candidates[best];
+  ++tuned_plans_;
+  if (best != 0) {
+    ++retuned_plans_;
+    tuned_ms_saved_ += (ms[0] >= 0 ? ms[0] - ms[best] : 0.0) / kTuneRuns;
+  }
 }
 
 void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,

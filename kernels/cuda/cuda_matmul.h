@@ -1,7 +1,8 @@
 // GEMM for the CUDA backend through cuBLASLt (see cuda_matmul.cu). One Gemm per backend:
 // it owns the cuBLASLt handle, a workspace allocated once, and a cache of matmul plans
 // (descriptors, layouts and the heuristic's algorithm) keyed by shape, dtypes and
-// pointer alignment, so the steady-state training loop never asks the heuristic again.
+// pointer alignment, so the steady-state training loop never asks the heuristic again
+// (with TRIDENT_GEMM_AUTOTUNE=1 it also times the heuristic's candidates once a shape).
 #pragma once
 
 #include <cublasLt.h>
@@ -10,6 +11,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,11 @@ class Gemm {
                  bool trans_b, cudaStream_t s);
 
   size_t cached_plans() const { return plans_.size(); }
+  // TRIDENT_GEMM_AUTOTUNE: plans whose candidates were timed, those that left the
+  // heuristic's first choice, and the milliseconds a call that this saves (summed over them).
+  size_t tuned_plans() const { return tuned_plans_; }
+  size_t retuned_plans() const { return retuned_plans_; }
+  double tuned_ms_saved() const { return tuned_ms_saved_; }
   // GEMMs that ran on the slow fallback kernel (no cuBLASLt algorithm), for tests.
   size_t fallback_launches() const { return fallback_launches_; }
 
@@ -47,13 +54,17 @@ class Gemm {
 
  private:
   struct Plan;
-  using Key = std::array<int64_t, 13>;
+  using Key = std::array<int64_t, 14>;
 
   Plan* plan_for(const Key& key, const void* bias_ptr, const void* aux_ptr);
   // One cuBLASLt matmul with epilogue `epi`; false when cuBLASLt does not take this dtype
   // mix or K = 0, or its heuristic found no algorithm.
   bool try_lt(const Tensor& out, const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, bool accumulate,
               Epilogue epi, const Tensor& bias, const Tensor& aux, int64_t M, int64_t N, int64_t K, cudaStream_t s);
+  // Times the plan's candidates through `matmul` and keeps the fastest in plan.algo;
+  // `accumulated`: the output when the call adds to it (restored after the timing).
+  void choose_algorithm(Plan& plan, const std::function<cublasStatus_t(const cublasLtMatmulAlgo_t&)>& matmul,
+                        void* accumulated, size_t out_bytes, cudaStream_t s);
 
   bool allow_tf32_ = false;
   cublasLtHandle_t handle_ = nullptr;
@@ -62,7 +73,9 @@ class Gemm {
   std::mutex mu_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   std::unique_ptr<Plan> transient_plan_;
-  std::atomic<size_t> fallback_launches_{0};  // the last plan whose heuristic failed in a way that may pass (plan_for)
+  std::atomic<size_t> fallback_launches_{0};
+  size_t tuned_plans_ = 0, retuned_plans_ = 0;
+  double tuned_ms_saved_ = 0;  // the last plan whose heuristic failed in a way that may pass (plan_for)
 };
 
 }  // namespace trident::cuda

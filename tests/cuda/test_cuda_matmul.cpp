@@ -1,7 +1,8 @@
 // GPU vs CPU: matmul (cuBLASLt, every transpose combination, bias, accumulate, mixed
 // output/bias dtypes, awkward and aligned shapes), bias_backward (also behind the hidden
 // dropout), the GEMMs with the GELU epilogue (matmul_bias_gelu, matmul_gelu_backward), and a
-// linear layer's weight and bias gradients (linear_param_grads).
+// linear layer's weight and bias gradients (linear_param_grads); all of it also with the
+// algorithms TRIDENT_GEMM_AUTOTUNE=1 times.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -105,6 +106,32 @@ TEST_P(Matmul, LongReductionsAccumulateInFp32) {
   for (float v : host_gpu(dbias)) ASSERT_EQ(v, 4096.f) << "bias_backward over 4096 rows";
 }
 
+// TRIDENT_GEMM_AUTOTUNE=1: each shape's first call times the heuristic's candidates on its
+// operands, then runs the fastest; the results are the CPU's, an accumulating call's too (its
+// output is restored after the timing), through the backend and through a Gemm of the test's
+// own, which says it timed its one shape.
+TEST_P(Matmul, AutotunedAlgorithmsMatchCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  ScopedEnv tune("TRIDENT_GEMM_AUTOTUNE", "1");
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool acc : {false, true}) check(256, 512, 384, ta, tb, !acc, acc, dt(), dt());
+  check(37, 129, 67, false, true, true, true, dt(), dt());
+  check(256, 512, 384, true, false, false, true, DType::F32, DType::F32);  // dW += dy^T x in fp32
+  cuda::Gemm gemm(false);
+  Pair a = random(Shape{128, 256}, dt()), b = random(Shape{192, 256}, dt()), out = random(Shape{128, 192}, dt());
+  cpu().matmul(out.cpu, a.cpu, b.cpu, Tensor(), false, true, true);
+  gpu().synchronize();
+  for (int call = 0; call < 2; ++call) {  // the first call times; both add once
+    gemm.run(out.gpu, a.gpu, b.gpu, Tensor(), false, true, true, nullptr);
+    if (call == 0) cpu().matmul(out.cpu, a.cpu, b.cpu, Tensor(), false, true, true);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_close(out, storage_tol(dt(), 1e-4, 1e-4), "autotuned matmul, accumulated twice");
+  EXPECT_EQ(gemm.tuned_plans(), 1u);
+  EXPECT_LE(gemm.retuned_plans(), 1u);
+}
+
 TEST_P(Matmul, InnerDimensionMismatchThrows) {
   TRIDENT_SKIP_WITHOUT_GPU();
   Buffer a = gpu().empty(Shape{4, 5}, dt()), b = gpu().empty(Shape{6, 7}, dt()), out = gpu().empty(Shape{4, 7}, dt());
@@ -205,6 +232,13 @@ TEST_P(MatmulGelu, EpilogueAndFallbackShapes) {
   check(37, 64, 96, false);
   check(37, 60, 96, true);
   check(128, 256, 64, true);
+}
+
+TEST_P(MatmulGelu, AutotunedAlgorithmsMatchCpuWithEpilogues) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  ScopedEnv tune("TRIDENT_GEMM_AUTOTUNE", "1");
+  check(128, 256, 64, true);
+  check(256, 512, 128, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, MatmulGelu, TRIDENT_FLOAT_DTYPES, dtype_param_name);
