@@ -15,28 +15,37 @@
 namespace trident::cuda {
 namespace {
 
-constexpr int kColBlock = 256;      // columns per block in the column partial kernels
+constexpr int kColBlock = 256;      // column_chunks' columns per block (LayerNorm's partial kernels)
+constexpr int kBiasRowWarps = 8;    // warps of a bias partials block, each on its own rows
 constexpr int kSumBlock = 256;      // threads per block of the first sum pass
 constexpr int kSumMaxBlocks = 1024; // partials of the first sum pass (second pass: one block)
 
-// Thread = kV consecutive columns (one 16-byte vector per row when kV > 1), looping over
-// the rows of chunk blockIdx.y in order; partials[chunk, c .. c + kV). kDrop: each row's
-// values first go through dropout_backward (as cuda_dropout.cu draws it with T =
+// Block = 32 lanes x kBiasRowWarps warps over 32 kV columns (lane: kV consecutive ones, one
+// 16-byte vector per row when kV > 1) and the rows of chunk blockIdx.y: warp w takes rows w,
+// w + kBiasRowWarps, ... of it, in order; then the warps' sums are added in warp order in
+// shared memory, and partials[chunk, c .. c + kV) holds the chunk's sum. (One row a block, as
+// before 2026-12-05, left a partial row per 16-32 rows: 8 MB of partials for the finishing
+// pass to read at a 32768 x 2048 shape, ~a quarter of bias_backward's time.) kDrop: each
+// row's values first go through dropout_backward (as cuda_dropout.cu draws it with T =
 // rows_per_sample: row n is index (n % T) C + c of sample sample_base + n / T) and are
 // written to dx, rounded, and the rounded values are summed.
 template <typename T, int kV, bool kDrop>
-__global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t rows_per_chunk, float* partials,
-                                       T* dx, DropoutParams drop, int64_t rows_per_sample) {
-  const int64_t c = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * kV;
-  if (c >= C) return;
+__global__ void __launch_bounds__(32 * kBiasRowWarps)
+    column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t rows_per_chunk, float* partials, T* dx,
+                           DropoutParams drop, int64_t rows_per_sample) {
+  __shared__ float warp_sums[kBiasRowWarps - 1][32 * kV];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  const int64_t c = (blockIdx.x * 32 + static_cast<int64_t>(lane)) * kV;
+  const bool in_cols = c < C;
   const int64_t r0 = blockIdx.y * rows_per_chunk;
   const int64_t r1 = r0 + rows_per_chunk < N ? r0 + rows_per_chunk : N;
-  int64_t in_sample = r0 % rows_per_sample;  // row r0's place in its sample, then stepped
-  uint64_t sample = drop.sample_base + static_cast<uint64_t>(r0 / rows_per_sample);
+  const int64_t first = r0 + w;
+  int64_t in_sample = first % rows_per_sample;  // row n's place in its sample, then stepped
+  uint64_t sample = drop.sample_base + static_cast<uint64_t>(first / rows_per_sample);
   float acc[kV];
 #pragma unroll
   for (int j = 0; j < kV; ++j) acc[j] = 0.f;
-  for (int64_t n = r0; n < r1; ++n) {
+  for (int64_t n = first; in_cols && n < r1; n += kBiasRowWarps) {
     Vec<T, kV> v = load_vec<T, kV>(x + n * C + c);
     if constexpr (kDrop) {
       const uint64_t index = static_cast<uint64_t>(in_sample) * static_cast<uint64_t>(C) + static_cast<uint64_t>(c);
@@ -49,13 +58,20 @@ __global__ void column_partials_kernel(const T* x, int64_t N, int64_t C, int64_t
         for (int j = 0; j < kV; ++j) v.v[j] = from_f32<T>(dropout_one(to_f32(v.v[j]), drop, sample, index + j));
       }
       store_vec<T, kV>(dx + n * C + c, v);
-      if (++in_sample == rows_per_sample) {
-        in_sample = 0;
-        ++sample;
-      }
+      for (in_sample += kBiasRowWarps; in_sample >= rows_per_sample; in_sample -= rows_per_sample) ++sample;
     }
 #pragma unroll
     for (int j = 0; j < kV; ++j) acc[j] += to_f32(v.v[j]);
+  }
+  if (w > 0) {
+#pragma unroll
+    for (int j = 0; j < kV; ++j) warp_sums[w - 1][lane * kV + j] = acc[j];
+  }
+  __syncthreads();
+  if (w != 0 || !in_cols) return;
+  for (int i = 0; i < kBiasRowWarps - 1; ++i) {
+#pragma unroll
+    for (int j = 0; j < kV; ++j) acc[j] += warp_sums[i][lane * kV + j];
   }
 #pragma unroll
   for (int j = 0; j < kV; ++j) partials[blockIdx.y * C + c + j] = acc[j];
@@ -253,6 +269,19 @@ int column_chunk_count(int64_t rows, int64_t cols, int vector) {
   return static_cast<int>(chunks);
 }
 
+// Chunks of rows for bias_backward's partials: ~1024 blocks in all (as many threads as a
+// GPU holds at once) with at least 16 rows for each of a block's warps; a function of the shape.
+int bias_chunk_count(int64_t rows, int64_t cols, int vector) {
+  const int64_t cols_per_block = int64_t{32} * vector;
+  const int64_t col_blocks = (cols + cols_per_block - 1) / cols_per_block;
+  int64_t chunks = 1024 / (col_blocks > 0 ? col_blocks : 1);
+  const int64_t min_rows = int64_t{16} * kBiasRowWarps;
+  const int64_t max_by_rows = (rows + min_rows - 1) / min_rows;
+  if (chunks > max_by_rows) chunks = max_by_rows;
+  if (chunks < 1) chunks = 1;
+  return static_cast<int>(chunks);
+}
+
 // bias_backward's two passes, shared by the host launchers and the CPU emulator's test:
 // the column partials (16-byte vectors when C and the pointers allow) into
 // partials_of(bytes), then the chunks added onto dbias in a fixed order. With dx given, the
@@ -267,14 +296,15 @@ void bias_backward_typed(const Tensor& dout, const Tensor& dbias, const Tensor& 
   dispatch_float(dout.dtype, "bias_backward", [&](auto tag) {
     using T_ = decltype(tag);
     const int kv = vector_width<T_>(C, {dout.data, dx.data});
-    const int chunks = column_chunk_count(N, C, kv);
+    const int chunks = bias_chunk_count(N, C, kv);
     const int64_t rows_per_chunk = (N + chunks - 1) / chunks;
     float* partials = partials_of(sizeof(float) * chunks * C);
-    const int64_t cols_per_block = static_cast<int64_t>(kColBlock) * kv;
+    const int64_t cols_per_block = int64_t{32} * kv;
     const dim3 grid(static_cast<unsigned>((C + cols_per_block - 1) / cols_per_block), static_cast<unsigned>(chunks));
     T_* dxp = with_dx ? dx.ptr<T_>() : nullptr;
     auto launch = [&](auto kernel) {
-      kernel<<<grid, kColBlock, 0, s>>>(dout.ptr<T_>(), N, C, rows_per_chunk, partials, dxp, d, rows_per_sample);
+      kernel<<<grid, 32 * kBiasRowWarps, 0, s>>>(dout.ptr<T_>(), N, C, rows_per_chunk, partials, dxp, d,
+                                                 rows_per_sample);
     };
     if (kv > 1)
       with_dx ? launch(column_partials_kernel<T_, kVec16<T_>, true>) : launch(column_partials_kernel<T_, kVec16<T_>, false>);

@@ -35,8 +35,8 @@ TEST_P(EmulatedReduce, BiasBackwardAccumulates) {
   }
 }
 
-// Rows wider than one block of 16-byte vectors (256 threads x 8 or 4 columns): two column
-// blocks, the second partly used, on the vector path.
+// Rows wider than one block of 16-byte vectors (32 lanes x 8 or 4 columns): nine column
+// blocks, the last with one vector, on the vector path.
 TEST_P(EmulatedReduce, BiasBackwardWideRowsOnTheVectorPath) {
   for (int64_t N : {int64_t{7}, int64_t{40}}) {
     const int64_t C = 2056;
