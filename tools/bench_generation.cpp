@@ -243,15 +243,22 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
   if (steps > 0)
     std::printf("decode: %lld steps in %.1f ms | %.2f ms a step | %.1f tokens/s\n", static_cast<long long>(steps),
                 t.decode_s * 1e3, t.decode_s * 1e3 / steps, B * steps / t.decode_s);
+  // The opt-ins for decoding's small-M GEMMs, each after an untimed run (which times
+  // TRIDENT_GEMM_AUTOTUNE's candidates), against the decode line above.
+  struct Variant {
+    const char* label;
+    const char* env;
+  };
   if (steps > 0 && backend_name.find("cuda") != std::string::npos)
-    with_env("TRIDENT_GEMM_AUTOTUNE=1", [&] {  // the small-M GEMMs are where the heuristic may be off
-      generate_once(cfg, *backend, params, prompts, B, P, new_tokens);  // times the candidates
-      const Timings tuned = generate_once(cfg, *backend, params, prompts, B, P, new_tokens);
-      std::printf("decode, GEMMs autotuned (TRIDENT_GEMM_AUTOTUNE=1): %.2f ms a step | %.1f tokens/s | %.2fx; "
-                  "prefill %.1f ms\n",
-                  tuned.decode_s * 1e3 / steps, B * steps / tuned.decode_s, t.decode_s / tuned.decode_s,
-                  tuned.prefill_s * 1e3);
-    });
+    for (const Variant& v : {Variant{"GEMMs autotuned", "TRIDENT_GEMM_AUTOTUNE=1"},
+                             Variant{"small-M GEMV", "TRIDENT_GEMM_GEMV=1"}})
+      with_env(v.env, [&] {
+        generate_once(cfg, *backend, params, prompts, B, P, new_tokens);
+        const Timings other = generate_once(cfg, *backend, params, prompts, B, P, new_tokens);
+        std::printf("decode, %s (%s): %.2f ms a step | %.1f tokens/s | %.2fx; prefill %.1f ms\n", v.label, v.env,
+                    other.decode_s * 1e3 / steps, B * steps / other.decode_s, t.decode_s / other.decode_s,
+                    other.prefill_s * 1e3);
+      });
   if (g.ragged) ragged_bench(cfg, *backend, params, prompts, B, P, new_tokens);
   sampled_bench(cfg, *backend, params, prompts, B, P, new_tokens);
   decode_profile(cfg, *backend, params, prompts, B, P, new_tokens);

@@ -299,6 +299,25 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
           [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false); }, 20);
   });
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
+  b.section("GEMM decode", [&] {
+    // Decoding's products, 8 rows (sequences) by a weight: cuBLASLt's, and the small-M GEMV
+    // (TRIDENT_GEMM_GEMV=1). Bytes: the weight read once (what bounds them).
+    struct Shape3 {
+      const char* name;
+      int64_t N, K;
+    };
+    for (const Shape3& g : {Shape3{"GEMM decode qkv (124m)", 2304, 768}, Shape3{"GEMM decode mlp down (124m)", 768, 3072},
+                            Shape3{"GEMM decode mlp up (1.3b)", q ? 2048 : 8192, q ? 512 : 2048}}) {
+      const int64_t M = 8;
+      Buffer x = b.rnd(Shape{M, g.K}, bf), w = b.rnd(Shape{g.N, g.K}, bf, -0.02f, 0.02f);
+      Buffer out = be.empty(Shape{M, g.N}, bf);
+      const double bytes = 2.0 * g.N * g.K;
+      const auto f = [&] { be.matmul(out, x, w, Tensor(), false, true, false); };
+      b.add(g.name, dims({M, g.N, g.K}) + " bf16", bytes, false, f, 50);
+      with_env("TRIDENT_GEMM_GEMV=1",
+               [&] { b.add(std::string(g.name) + ", GEMV", dims({M, g.N, g.K}) + " bf16", bytes, false, f, 50); });
+    }
+  });
   b.section("GEMMs of a layer", [&] {
     // A gpt2-1.3b layer's twelve GEMMs as training runs them (forward; the activations'
     // gradients, the MLP's through DGELU; the weights' gradients accumulated in fp32), with the
@@ -814,7 +833,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     const char* replaces;
   };
   const OptIn opt_ins[] = {{"TRIDENT_LN_FWD_RING=0", "layernorm fwd, walking warps", "layernorm fwd"},
-                           {"TRIDENT_GEMM_AUTOTUNE=1", "GEMMs of a layer, autotuned", "GEMMs of a layer (1.3b)"}};
+                           {"TRIDENT_GEMM_AUTOTUNE=1", "GEMMs of a layer, autotuned", "GEMMs of a layer (1.3b)"},
+                           {"TRIDENT_GEMM_GEMV=1", "GEMM decode qkv (124m), GEMV", "GEMM decode qkv (124m)"}};
   auto timed_ms = [&](const char* name) {
     for (const Row& r : b.rows())
       if (r.name == name && r.error.empty() && r.ms > 0) return r.ms;

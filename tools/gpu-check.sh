@@ -380,7 +380,8 @@ wgmma_ws_ok=1  # and the warp-specialized kernels asked for (the opt-ins among t
 did_not_pass WgmmaWarpSpecializedMatchesCpu && wgmma_ws_ok=0
 # The faster opt-in kernels, less those whose GPU test did not pass (opt_in_test: the tests
 # that compare each with the CPU or with the kernel it would replace).
-declare -A opt_in_test=([TRIDENT_LN_FWD_RING=0]=RowsPerWarpSameBits [TRIDENT_GEMM_AUTOTUNE=1]=AutotunedAlgorithmsMatchCpu)
+declare -A opt_in_test=([TRIDENT_LN_FWD_RING=0]=RowsPerWarpSameBits [TRIDENT_GEMM_AUTOTUNE=1]=AutotunedAlgorithmsMatchCpu
+  [TRIDENT_GEMM_GEMV=1]=SmallRowsGemvMatchesCpu)
 opt_ins=""
 if [[ -f $logdir/kernels.log ]]; then
   for kv in $(sed -nE 's/^faster opt-in kernels: (.*)/\1/p' "$logdir/kernels.log" | tail -1); do
@@ -592,7 +593,7 @@ fi
 gen_bench_line="not run"
 gen_profile_line=""  # the default kernels' steps with every op timed (trident-bench's "decode profile:")
 gen_sampled_line=""  # sampled steps drawn on the device vs on the host (trident-bench's "sampled decode:")
-gen_tuned_line=""    # decoding with TRIDENT_GEMM_AUTOTUNE=1 ("decode, GEMMs autotuned ...")
+gen_tuned_line=""    # decoding with the small-M GEMM opt-ins ("decode, GEMMs autotuned ...", "decode, small-M GEMV ...")
 if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; then
   if (($(elapsed) > ${GPU_CHECK_BUDGET_S:-400})); then
     gen_bench_line="skipped: past the time budget"
@@ -604,7 +605,7 @@ if [[ -z ${GPU_CHECK_QUICK:-} && ${GPU_CHECK_GENERATE:-1} != 0 && -x $bench ]]; 
       gen_bench_line=$(grep -E '^(prefill|decode|ragged): ' "$log" | paste -sd ';' -)
       gen_profile_line=$(grep -E '^decode profile' "$log" | head -1)
       gen_sampled_line=$(grep -E '^sampled decode' "$log" | head -1)
-      gen_tuned_line=$(grep -E '^decode, GEMMs autotuned' "$log" | head -1)
+      gen_tuned_line=$(grep -E '^decode, ' "$log" | head -2)
       # The same with the attention kernel generation had before 2026-12-04 (the scalar one
       # for prefill and decoding steps alike): the new kernels' end-to-end gain.
       if TRIDENT_ATTN_DECODE_SCALAR=1 timeout 60 "$bench" --generate --config "$repo/configs/gpt2-124m.yaml" \
@@ -780,7 +781,7 @@ echo "generation (KV cache, one process): $gen_line"
 echo "generation bench (gpt2-124m bf16, 8 prompts of 512 tokens, 128 new; ragged: prompts of 64..512): $gen_bench_line"
 [[ -n $gen_profile_line ]] && echo "  $gen_profile_line"
 [[ -n $gen_sampled_line ]] && echo "  $gen_sampled_line"
-[[ -n $gen_tuned_line ]] && echo "  $gen_tuned_line"
+[[ -n $gen_tuned_line ]] && echo "$gen_tuned_line" | sed 's/^/  /'
 echo
 echo "where the step time goes (profiled: synchronised after every op):"
 ((${#profile_tables[@]} > 0)) || echo "not run"

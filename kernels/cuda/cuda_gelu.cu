@@ -1,29 +1,16 @@
-// GELU with the tanh approximation ("gelu_fast" / "gelu_new"), forward and backward:
-//   gelu(x)  = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)
-//   gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-// Element-wise, memory bound: grid-stride loops with fp32 math and full-precision tanhf
-// (the results stay within a few ulp of the CPU twin). When the output (and dout) have
+// GELU with the tanh approximation ("gelu_fast" / "gelu_new", cuda_gelu.cuh), forward and
+// backward. Element-wise, memory bound: grid-stride loops with fp32 math and full-precision
+// tanhf (the results stay within a few ulp of the CPU twin). When the output (and dout) have
 // x's dtype and every pointer is 16-byte aligned, a thread moves 16-byte vectors; other
 // dtype mixes take the runtime-typed scalar path. Both outputs are "=".
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_gelu.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace trident::cuda {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCoeff = 0.044715f;
-
-__device__ __forceinline__ float gelu(float v) {
-  return 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v)));
-}
-// dout * gelu'(v)
-__device__ __forceinline__ float gelu_grad(float dout, float v) {
-  const float t = tanhf(kSqrt2OverPi * (v + kCoeff * v * v * v));
-  const float du = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v);
-  return dout * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-}
 
 template <typename T, int kV>
 __global__ void gelu_forward_kernel(const T* x, T* out, int64_t n) {

@@ -31,6 +31,9 @@
 // profilers do the same offline). Which algorithm wins may differ between runs and
 // processes, and with it the summation order: results then differ by rounding.
 //
+// TRIDENT_GEMM_GEMV=1 (opt-in): products x W^T of at most kGemvMaxRows rows (decoding's) go
+// to the GEMV kernel of cuda_gemv.cu instead, with their bias and GELU.
+//
 // The fallback kernel (16x16 shared-memory tiles, fp32 accumulation, any dtype mix) is
 // used for combinations cuBLASLt does not take (mixed a/b dtypes, K = 0) or when its
 // heuristic returns no algorithm for a shape.
@@ -234,6 +237,12 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr, const void* aux
   return p;
 }
 
+// Whether a product goes to the small-M GEMV (cuda_gemv.cu) when it fits: x W^T with few
+// rows, not accumulated, and TRIDENT_GEMM_GEMV=1 (opt-in until timed).
+static bool small_m_gemv(int64_t M, bool trans_a, bool trans_b, bool accumulate, const char* op) {
+  return !trans_a && trans_b && !accumulate && M <= kGemvMaxRows && env_switch("TRIDENT_GEMM_GEMV", op) == 1;
+}
+
 // M, N, K of out[M, N] = op(a)[M, K] op(b)[K, N], after checking the shapes.
 static std::array<int64_t, 3> gemm_dims(const char* op, const Tensor& out, const Tensor& a, const Tensor& b,
                                         bool trans_a, bool trans_b) {
@@ -343,6 +352,7 @@ void Gemm::run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor
   // a view at an odd offset may have no algorithm, or fail in one: cuBLASLt has no alignment
   // preference for it). Otherwise, or when the epilogue has no algorithm for the shape, the
   // plain GEMM and add_row_bias, rather than the fallback kernel.
+  if (small_m_gemv(M, trans_a, trans_b, accumulate, op) && gemv_small_m(out, Tensor(), a, b, bias, s)) return;
   const bool bias_epilogue = with_bias && bias.dtype == out.dtype && alignment(bias.data) >= 16;
   if (bias_epilogue &&
       try_lt(out, a, b, trans_a, trans_b, accumulate, Epilogue::kBias, bias, Tensor(), M, N, K, s))
@@ -378,6 +388,7 @@ bool Gemm::run_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const
   if (!bias.empty())
     TRIDENT_CHECK(is_float(bias.dtype) && bias.numel() == N, op, ": bias ", bias.shape.str(), " for N=", N);
   if (M == 0 || N == 0) return true;
+  if (small_m_gemv(M, trans_a, trans_b, false, op) && gemv_small_m(out, pre, a, b, bias, s)) return true;
   if (!gelu_epilogue_fits(out, a, b, pre, bias, N)) return false;
   return try_lt(out, a, b, trans_a, trans_b, false, bias.empty() ? Epilogue::kGeluAux : Epilogue::kGeluAuxBias, bias,
                 pre, M, N, K, s);

@@ -1,8 +1,8 @@
 // GPU vs CPU: matmul (cuBLASLt, every transpose combination, bias, accumulate, mixed
 // output/bias dtypes, awkward and aligned shapes), bias_backward (also behind the hidden
 // dropout), the GEMMs with the GELU epilogue (matmul_bias_gelu, matmul_gelu_backward), and a
-// linear layer's weight and bias gradients (linear_param_grads); all of it also with the
-// algorithms TRIDENT_GEMM_AUTOTUNE=1 times.
+// linear layer's weight and bias gradients (linear_param_grads); the algorithms
+// TRIDENT_GEMM_AUTOTUNE=1 times and the small-M GEMV of TRIDENT_GEMM_GEMV=1.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -132,6 +132,19 @@ TEST_P(Matmul, AutotunedAlgorithmsMatchCpu) {
   EXPECT_LE(gemm.retuned_plans(), 1u);
 }
 
+// TRIDENT_GEMM_GEMV=1: x W^T of 1 to 16 rows (decoding's) through the GEMV kernel, with and
+// without a bias, against the CPU; 17 rows, an accumulating call and an odd K still take
+// cuBLASLt or the fallback (the same results).
+TEST_P(Matmul, SmallRowsGemvMatchesCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  ScopedEnv gemv("TRIDENT_GEMM_GEMV", "1");
+  for (int64_t M : {1, 3, 8, 16, 17})
+    for (int64_t N : {37, 2304})
+      for (bool bias : {false, true}) check(M, N, 776, false, true, bias, false, dt(), dt());
+  check(8, 64, 776, false, true, true, true, dt(), dt());  // accumulate: not the GEMV
+  check(8, 64, 77, false, true, false, false, dt(), dt());  // K not whole vectors: not the GEMV
+}
+
 TEST_P(Matmul, InnerDimensionMismatchThrows) {
   TRIDENT_SKIP_WITHOUT_GPU();
   Buffer a = gpu().empty(Shape{4, 5}, dt()), b = gpu().empty(Shape{6, 7}, dt()), out = gpu().empty(Shape{4, 7}, dt());
@@ -232,6 +245,14 @@ TEST_P(MatmulGelu, EpilogueAndFallbackShapes) {
   check(37, 64, 96, false);
   check(37, 60, 96, true);
   check(128, 256, 64, true);
+}
+
+TEST_P(MatmulGelu, SmallRowsGemvMatchesCpu) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  ScopedEnv gemv("TRIDENT_GEMM_GEMV", "1");
+  check(1, 3072, 768, true);
+  check(8, 3072, 768, true);
+  check(16, 64, 96, false);
 }
 
 TEST_P(MatmulGelu, AutotunedAlgorithmsMatchCpuWithEpilogues) {
