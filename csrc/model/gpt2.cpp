@@ -432,7 +432,6 @@ void Gpt2Model::backward(int slot) {
   document_starts_ = s.document_starts.t();
   training_ = slot_training_[slot] != 0;
   const ParamStore& P = *params_;
-  Scratch& k = *scratch_;
   // d_resid holds d(stage output): from the head on the last stage, else received.
   if (layout_.last_stage) head_backward(s, stage_output(slot));
   for (int i = static_cast<int>(s.layers.size()) - 1; i >= 0; --i) {
@@ -441,16 +440,13 @@ void Gpt2Model::backward(int slot) {
     if (layer_grads_ready_) layer_grads_ready_(layout_.layer_begin + i);
   }
   if (layout_.first_stage) {
-    const DropoutKey key = dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_);
-    for (const RowPiece& p : row_pieces_)
-      be_.dropout_backward(row_range(d_resid_, p.begin, p.end), row_range(k.d_tmp, p.begin, p.end),
-                           p.rows_per_sample, p.key(key));
-    gather_d_tmp();
+    const Tensor& d_embed =
+        dropout_bias_backward(dropout_key(0, kDropEmbedding, cfg_.hidden_dropout, training_), Tensor());
     if (layout_.reset_position_ids) {  // positions scattered as tokens are (in row order: deterministic)
-      be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), Tensor());
-      be_.embedding_backward(k.d_tmp_full, s.positions, 0, T_, P.grad("wpe"), Tensor());
+      be_.embedding_backward(d_embed, s.tokens, vocab_start_, T_, P.grad("wte"), Tensor());
+      be_.embedding_backward(d_embed, s.positions, 0, T_, P.grad("wpe"), Tensor());
     } else {
-      be_.embedding_backward(k.d_tmp_full, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
+      be_.embedding_backward(d_embed, s.tokens, vocab_start_, T_, P.grad("wte"), P.grad("wpe"));
     }
   } else {
     be_.copy(d_input_, d_resid_);
@@ -488,20 +484,22 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   const std::string h = "h." + std::to_string(layer) + ".";
   // d_resid = d(layer output) = d(resid_mid) through the skip connection.
   // MLP branch.
-  // d_tmp = the projection output's gradient through the dropout, with its bias gradient
-  // (over this rank's rows), then gathered from every rank's rows.
-  dropout_bias_backward(dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_), P.grad(h + "mlp.proj.bias"));
-  be_.matmul(P.grad(h + "mlp.proj.weight"), k.d_tmp_full, a.gelu, Tensor(), true, false, true);
-  be_.matmul_gelu_backward(k.d_fc, k.d_tmp_full, P.param(h + "mlp.proj.weight"), a.fc, false, false);
+  // The projection output's gradient through the dropout, with its bias gradient (over this
+  // rank's rows), from every rank's rows.
+  const Tensor& d_mlp_out =
+      dropout_bias_backward(dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_), P.grad(h + "mlp.proj.bias"));
+  be_.matmul(P.grad(h + "mlp.proj.weight"), d_mlp_out, a.gelu, Tensor(), true, false, true);
+  be_.matmul_gelu_backward(k.d_fc, d_mlp_out, P.param(h + "mlp.proj.weight"), a.fc, false, false);
   be_.linear_param_grads(k.d_fc, gathered(a.ln2), P.grad(h + "mlp.fc.weight"), P.grad(h + "mlp.fc.bias"));
   be_.matmul(k.d_ln, k.d_fc, P.param(h + "mlp.fc.weight"), Tensor(), false, false, false);
   sum_to_rows(k.d_ln, k.d_ln_rows);
   be_.layernorm_backward(k.d_ln_rows, a.resid_mid, P.param(h + "ln_2.weight"), a.ln2_mean, a.ln2_rstd, d_resid_,
                          P.grad(h + "ln_2.weight"), P.grad(h + "ln_2.bias"));
   // Attention branch.
-  dropout_bias_backward(dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_), P.grad(h + "attn.proj.bias"));
-  be_.matmul(P.grad(h + "attn.proj.weight"), k.d_tmp_full, a.att, Tensor(), true, false, true);
-  be_.matmul(k.d_att, k.d_tmp_full, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
+  const Tensor& d_attn_out = dropout_bias_backward(dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training_),
+                                                   P.grad(h + "attn.proj.bias"));
+  be_.matmul(P.grad(h + "attn.proj.weight"), d_attn_out, a.att, Tensor(), true, false, true);
+  be_.matmul(k.d_att, d_attn_out, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads,
                     document_starts_};
   be_.attention_backward(k.d_att, a.qkv, a.att, a.lse, k.d_qkv, as,
@@ -513,18 +511,27 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
                          P.grad(h + "ln_1.weight"), P.grad(h + "ln_1.bias"));
 }
 
-// d_tmp = d_resid through the hidden dropout `key`, dbias += its column sums; then d_tmp
-// gathered from every rank's rows (d_tmp_full).
-void Gpt2Model::dropout_bias_backward(const DropoutKey& key, const Tensor& dbias) {
+// d_resid through the hidden dropout `key` (d_tmp), dbias (unless empty) += its column sums
+// over this rank's rows; returned from every rank's rows (d_tmp_full). With the dropout off
+// (p = 0: not training, or --hidden-dropout 0) d_tmp would be a copy of d_resid: d_resid
+// itself is summed and returned (gathered into d_tmp_full with sequence parallelism), the
+// same values without writing them again. The callers read it before the next LayerNorm
+// backward adds onto d_resid.
+const Tensor& Gpt2Model::dropout_bias_backward(const DropoutKey& key, const Tensor& dbias) {
   Scratch& k = *scratch_;
-  for (const RowPiece& p : row_pieces_)
-    be_.dropout_bias_backward(row_range(d_resid_, p.begin, p.end), p.rows_per_sample, p.key(key),
-                              row_range(k.d_tmp, p.begin, p.end), dbias);
-  gather_d_tmp();
-}
-
-void Gpt2Model::gather_d_tmp() {
-  if (layout_.sequence_parallel) layout_.tp_comm->allgather(scratch_->d_tmp, scratch_->d_tmp_full);
+  const bool copy = !key.enabled();
+  for (const RowPiece& p : row_pieces_) {
+    const Tensor rows = row_range(d_resid_, p.begin, p.end);
+    if (copy && !dbias.empty())
+      be_.bias_backward(rows, dbias);
+    else if (!copy && !dbias.empty())
+      be_.dropout_bias_backward(rows, p.rows_per_sample, p.key(key), row_range(k.d_tmp, p.begin, p.end), dbias);
+    else if (!copy)
+      be_.dropout_backward(rows, row_range(k.d_tmp, p.begin, p.end), p.rows_per_sample, p.key(key));
+  }
+  if (!layout_.sequence_parallel) return copy ? d_resid_.t() : k.d_tmp_full;
+  layout_.tp_comm->allgather(copy ? d_resid_.t() : k.d_tmp.t(), k.d_tmp_full);
+  return k.d_tmp_full;
 }
 
 }  // namespace trident

@@ -183,8 +183,7 @@ class Gpt2Model {
   void layer_backward(int layer, const Tensor& x_in, LayerActs& a);
   void head_forward(SlotActs& s, float grad_scale);
   void dropout_residual(const Tensor& x, const DropoutKey& key, const Tensor& out, const NormOutput& next);
-  void dropout_bias_backward(const DropoutKey& key, const Tensor& dbias);
-  void gather_d_tmp();
+  const Tensor& dropout_bias_backward(const DropoutKey& key, const Tensor& dbias);
   void head_backward(SlotActs& s, const Tensor& x);
 
   ModelConfig cfg_;

@@ -7,34 +7,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "data/tokenizer.h"
 #include "infer/text_generation_service.h"
+#include "made_up_generation.h"
 
 namespace trident {
 namespace {
 
 using nlohmann::json;
 
-const Tokenizer& gpt2() {
-  static const auto t = make_tokenizer("GPT2BPETokenizer", std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-vocab.json",
-                                       std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-merges.txt");
-  return *t;
-}
-
-// A generation of `prompt` then `drawn`, each token's log-probability -(its index + 1) and
-// itself as the one most likely token.
-Generation made_up(const std::vector<int32_t>& prompt, const std::vector<int32_t>& drawn, bool finished) {
-  Generation g;
-  g.tokens = prompt;
-  g.tokens.insert(g.tokens.end(), drawn.begin(), drawn.end());
-  g.prompt_length = static_cast<int64_t>(prompt.size());
-  g.finished = finished;
-  for (size_t i = 1; i < g.tokens.size(); ++i) {
-    g.logprobs.push_back(-static_cast<double>(i));
-    g.top_logprobs.push_back({{g.tokens[i], -static_cast<double>(i)}});
-  }
-  return g;
-}
+using test::gpt2;
+using test::made_up;
 
 // The choice as a client reads it (written and parsed again).
 json as_read(const CompletionChoice& c) { return json::parse(response_body(c.choice)); }

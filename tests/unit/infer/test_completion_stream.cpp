@@ -10,19 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "data/tokenizer.h"
 #include "infer/completion_stream.h"
+#include "made_up_generation.h"
 
 namespace trident {
 namespace {
 
 using nlohmann::json;
 
-const Tokenizer& gpt2() {
-  static const auto t = make_tokenizer("GPT2BPETokenizer", std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-vocab.json",
-                                       std::string(TRIDENT_SHARED_GPT2_DIR) + "/gpt2-merges.txt");
-  return *t;
-}
+using test::gpt2;
+
 constexpr int32_t kEod = 50256;
 
 // The one token of `text` (-1, which no test expects, when it is more).
@@ -32,20 +29,11 @@ int32_t one(const std::string& text) {
   return ids.size() == 1 ? ids[0] : -1;
 }
 
-// The first `k` drawn tokens of a generation of `prompt` then `drawn`, each token's
-// log-probability -(its index) and itself the one most likely token.
+// The first `k` drawn tokens of made_up(prompt, drawn, finished).
 Generation drawn_so_far(const std::vector<int32_t>& prompt, const std::vector<int32_t>& drawn, size_t k,
                         bool finished) {
-  Generation g;
-  g.tokens = prompt;
-  g.tokens.insert(g.tokens.end(), drawn.begin(), drawn.begin() + static_cast<std::ptrdiff_t>(k));
-  g.prompt_length = static_cast<int64_t>(prompt.size());
-  g.finished = finished;
-  for (size_t i = 1; i < g.tokens.size(); ++i) {
-    g.logprobs.push_back(-static_cast<double>(i));
-    g.top_logprobs.push_back({{g.tokens[i], -static_cast<double>(i)}});
-  }
-  return g;
+  return test::made_up(prompt, std::vector<int32_t>(drawn.begin(), drawn.begin() + static_cast<std::ptrdiff_t>(k)),
+                       finished);
 }
 
 // The chunks of one choice streamed a drawn token at a time (the last ends it, `finished` or
