@@ -33,10 +33,6 @@ class EventStream {
     }
     ready_.notify_one();
   }
-  bool closed() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return closed_;
-  }
 
   // The next event, waiting for it; none once the stream is closed and every event taken.
   std::optional<std::string> next() {
@@ -49,7 +45,7 @@ class EventStream {
   }
 
  private:
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable ready_;
   std::deque<std::string> events_;
   bool closed_ = false;
