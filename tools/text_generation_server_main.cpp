@@ -58,7 +58,7 @@ namespace {
 const char* const kTool = "trident-text-generation-server";
 
 Reply json_reply(int status, const std::string& message) {
-  return {status, nlohmann::json{{"message", message}}.dump()};
+  return {status, nlohmann::json{{"message", message}}.dump(), nullptr};
 }
 
 // What the other ranks are sent for a batch: a JSON list of its requests, each the endpoint's
@@ -103,6 +103,10 @@ struct StreamsClosed {
 // them JSON-escaped, at most 6 bytes a byte, under broadcast_string's 2 GiB).
 constexpr size_t kMostRequestsAtOnce = 64;
 constexpr size_t kMostBytesAtOnce = size_t{128} << 20;
+// HTTP threads: each client's request (or stream) holds one while it waits for its answer, so
+// enough for a full batch of waiting requests and a few more connections (cpp-httplib's
+// default, max(8, cores - 1), would let only 8 requests wait at once on a small machine).
+constexpr size_t kHttpThreads = kMostRequestsAtOnce + 8;
 
 // The HTTP server on its own thread while an object lives; its destructor closes it (the
 // requests still waiting are answered 503) whichever way the main loop ends.
@@ -208,7 +212,7 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         for (size_t k = 0; k < batch.size(); ++k) {
           const size_t i = batch[k];
-          answer(i, {200, response_body(responses[k])});
+          answer(i, {200, response_body(responses[k]), nullptr});
           const PreparedRequest& p = prepared[i];
           if (p.no_log()) continue;
           const bool api = p.endpoint == Endpoint::kApi;
@@ -319,6 +323,7 @@ int server_main(int argc, char** argv) {
   server.Post("/completions", handle);
   server.Post("/v1/completions", handle);
   server.set_payload_max_length(64u << 20);
+  server.new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
   // SO_REUSEADDR (a restart may bind while the last run's connections linger) without
   // cpp-httplib's default SO_REUSEPORT, under which a second server on the same port would
   // start and share its clients instead of failing.

@@ -291,6 +291,16 @@ for body in [dict(prompt=PROMPTS, n=2, max_tokens=8, temperature=0, echo=True, l
           f"stream {sorted(body)}: {len(events) if status2 == 200 else events} events join to the unstreamed answer")
 status, r, _ = streamed(dict(prompt="x", n=1, best_of=2))
 check(status == 400 and r["message"].startswith("best_of above n cannot be streamed"), f"stream with best_of: {status} {r}")
+# More clients at once than cpp-httplib's default 8 threads: 20 streams, each answered whole.
+results = [None] * 20
+def stream_client(i):
+    status, events, _ = streamed(dict(prompt=PROMPTS[i % 2], max_tokens=3, temperature=0))
+    results[i] = joined(events) if status == 200 else None
+threads = [threading.Thread(target=stream_client, args=(i,)) for i in range(20)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+texts = [r["choices"][0]["text"] if r else None for r in results]
+check(all(t is not None and t == texts[i % 2] for i, t in enumerate(texts)), f"20 concurrent streams: {texts[:2]}")
 # A client that leaves mid-stream: the server finishes that request and answers the next.
 conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
 conn.request("POST", "/v1/completions", body=json.dumps(dict(prompt="x", max_tokens=40, stream=True)))
