@@ -9,6 +9,13 @@
 //     reset there, so every further overflow halves again); after growth_interval
 //     (--loss-scale-window) consecutive clean steps multiply the scale by the growth
 //     factor 2 and reset both trackers.
+//   - DeepSpeedFused: fp16 with dynamic scaling under --deepspeed at ZeRO stage 0, where
+//     DeepSpeed's engine wraps Megatron-DeepSpeed's FusedAdam in its FP16_Optimizer, whose
+//     _update_scale has other rules: an overflow halves the scale at once (no hysteresis;
+//     never below the minimum), and a clean step grows it by 2 when the clean steps before
+//     it since the last overflow (or the start) are a positive multiple of the window: one
+//     step later than Megatron's (window + 1 clean steps, then every window). Its tracker
+//     (growth_tracker) counts those clean steps and is not reset by a growth.
 // The trainer multiplies the loss (or its gradient seed) by scale(), unscales the
 // gradients by 1 / scale(), checks them for inf/NaN, skips the optimizer step when any
 // rank found one (Constant and Dynamic alike, as Megatron), then calls update(found_inf)
@@ -19,7 +26,7 @@
 
 namespace trident {
 
-enum class LossScaleKind { None, Constant, Dynamic };
+enum class LossScaleKind { None, Constant, Dynamic, DeepSpeedFused };
 
 struct LossScalerConfig {
   LossScaleKind kind = LossScaleKind::None;
@@ -29,11 +36,12 @@ struct LossScalerConfig {
   double growth_factor = 2.0;         // Megatron hard-codes 2 and 0.5
   double backoff_factor = 0.5;
   int64_t growth_interval = 1000;     // --loss-scale-window
-  int64_t hysteresis = 2;             // --hysteresis
+  int64_t hysteresis = 2;             // --hysteresis (not DeepSpeedFused's)
 };
 
 // What a checkpoint keeps (Megatron's DynamicGradScaler.state_dict: scale,
-// growth_tracker, hysteresis_tracker).
+// growth_tracker, hysteresis_tracker; DeepSpeedFused: its clean steps since the last
+// overflow as growth_tracker, DeepSpeed's cur_iter - last_overflow_iter - 1).
 struct LossScalerState {
   double scale = 1.0;
   int64_t growth_tracker = 0;
@@ -48,7 +56,7 @@ class LossScaler {
 
   LossScaleKind kind() const { return config_.kind; }
   bool enabled() const { return config_.kind != LossScaleKind::None; }  // check for inf and skip
-  bool dynamic() const { return config_.kind == LossScaleKind::Dynamic; }
+  bool dynamic() const { return config_.kind == LossScaleKind::Dynamic || config_.kind == LossScaleKind::DeepSpeedFused; }
   double scale() const { return scale_; }
   double inv_scale() const { return 1.0 / scale_; }
   // Once per iteration, after the gradients were checked (found_inf: any rank saw inf/NaN).

@@ -944,20 +944,21 @@ void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
     agree("loss-scale", "fp16.loss_scale", o.loss_scale, c.loss_scale);
     o.loss_scale = c.loss_scale;
     if (c.loss_scale == 0) {  // dynamic: at stages 1 and 2 DeepSpeed's scaler follows Megatron's rules
-      if (stage == 0)
-        throw ConfigError(file + ": fp16 with dynamic loss scaling at ZeRO stage 0 is DeepSpeed's FP16_Optimizer, "
-                                 "whose scaler has no hysteresis and grows a step later than Megatron's: set "
-                                 "\"zero_optimization\": {\"stage\": 1} (or 2), a static \"loss_scale\", or train "
-                                 "without --deepspeed");
       const double initial = std::ldexp(1.0, static_cast<int>(c.initial_scale_power));
       agree("initial-loss-scale", "fp16.initial_scale_power", o.initial_loss_scale, initial);
       agree("loss-scale-window", "fp16.loss_scale_window", o.loss_scale_window, c.loss_scale_window);
-      agree("hysteresis", "fp16.hysteresis", o.hysteresis, c.hysteresis);
       agree("min-loss-scale", "fp16.min_loss_scale", o.min_loss_scale, c.min_loss_scale);
       o.initial_loss_scale = initial;
       o.loss_scale_window = c.loss_scale_window;
-      o.hysteresis = c.hysteresis;
       o.min_loss_scale = c.min_loss_scale;
+      // At stage 0 the engine's FP16_Optimizer scales by its own rules, with no hysteresis.
+      o.deepspeed_fp16_optimizer = stage == 0;
+      if (stage == 0 && f.has("hysteresis"))
+        o.flags_without_effect.push_back("--hysteresis (DeepSpeed's FP16_Optimizer, at ZeRO stage 0, has none)");
+      if (stage != 0) {
+        agree("hysteresis", "fp16.hysteresis", o.hysteresis, c.hysteresis);
+        o.hysteresis = c.hysteresis;
+      }
     }
   }
   // DeepSpeed clips by the file's value, 0 (none) when it has none, whatever --clip-grad says.
@@ -1546,7 +1547,7 @@ LossScalerConfig make_loss_scaler_config(const TrainOptions& o) {
     c.kind = LossScaleKind::Constant;
     c.constant_scale = o.loss_scale;
   } else if (t == DType::F16) {
-    c.kind = LossScaleKind::Dynamic;
+    c.kind = o.deepspeed_fp16_optimizer ? LossScaleKind::DeepSpeedFused : LossScaleKind::Dynamic;
     c.initial_scale = o.initial_loss_scale;
     c.min_scale = o.min_loss_scale;
     c.growth_interval = o.loss_scale_window;

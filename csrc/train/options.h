@@ -112,6 +112,9 @@ struct TrainOptions {
   double min_loss_scale = 1.0;
   int64_t loss_scale_window = 1000;
   int64_t hysteresis = 2;
+  // fp16 with dynamic scaling under --deepspeed at ZeRO stage 0: DeepSpeed's FP16_Optimizer's
+  // scaler rules (LossScaleKind::DeepSpeedFused) instead of Megatron's.
+  bool deepspeed_fp16_optimizer = false;
 
   // ---- Evaluation, logging, health.
   int64_t eval_interval = 1000;  // iterations between validation runs
@@ -288,7 +291,8 @@ WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o);
 
 // Megatron's choice of scaler: --loss-scale S > 0 with fp16 or bf16: Constant(S); fp16
 // otherwise: Dynamic(--initial-loss-scale, --min-loss-scale, --loss-scale-window,
-// --hysteresis, growth 2, backoff 0.5); bf16 and fp32: None.
+// --hysteresis, growth 2, backoff 0.5), or DeepSpeedFused with the same but the hysteresis
+// under --deepspeed at ZeRO stage 0; bf16 and fp32: None.
 LossScalerConfig make_loss_scaler_config(const TrainOptions& o);
 
 }  // namespace trident

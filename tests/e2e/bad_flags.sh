@@ -90,6 +90,17 @@ grep -q "dtype fp16" "$tmp/out" && grep -q "^ iteration        1/      12 .* los
   grep -qx "trident-train: note: --deepspeed_config $tmp/ds.json's steps_per_print, zero_optimization.overlap_comm --deepspeed-activation-checkpointing: accepted as Megatron accepts them, without effect here" \
     "$tmp/out" && echo "ok: the DeepSpeed config sets fp16 and its scale" ||
   { echo "FAIL: --deepspeed_config:"; cat "$tmp/out"; fails=$((fails + 1)); }
+# At ZeRO stage 0 (no "zero_optimization") DeepSpeed's FP16_Optimizer scales: with a window
+# of 2 the scale grows after the 3rd clean iteration, then every 2nd (Megatron's rule: after
+# the 2nd).
+printf '{"train_micro_batch_size_per_gpu": 4, "train_batch_size": 8,
+  "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 2}}\n' >"$tmp/ds0.json"
+expect_run "--deepspeed_config at ZeRO stage 0, fp16" "${base[@]}" --train-iters 12 --deepspeed \
+  --deepspeed_config "$tmp/ds0.json"
+scales=$(sed -nE 's/^ iteration +([0-9]+)\/.* loss scale: ([0-9.]+) .*/\1:\2/p' "$tmp/out" | head -5 | tr '\n' ' ')
+[[ $scales == "1:4096.0 2:4096.0 3:8192.0 4:8192.0 5:16384.0 " ]] &&
+  echo "ok: ZeRO stage 0's fp16 scale grows as DeepSpeed's FP16_Optimizer's ($scales)" ||
+  { echo "FAIL: ZeRO stage 0's fp16 scale: $scales"; cat "$tmp/out"; fails=$((fails + 1)); }
 printf '{"zero_optimization": {"stage": 3}}\n' >"$tmp/ds3.json"
 expect_error "--deepspeed_config $tmp/ds3.json: \"zero_optimization.stage\": ZeRO stage 3" "${tiny[@]}" --deepspeed \
   --deepspeed_config "$tmp/ds3.json"

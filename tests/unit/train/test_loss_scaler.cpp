@@ -1,7 +1,10 @@
 // LossScaler against Megatron's ConstantGradScaler / DynamicGradScaler semantics, as
-// sequences of clean and overflowing iterations with the scale expected after each.
+// sequences of clean and overflowing iterations with the scale expected after each, and
+// against DeepSpeed's FP16_Optimizer (ZeRO stage 0) transcribed as it counts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -78,6 +81,70 @@ TEST(LossScaler, NeverBelowMinScale) {
 TEST(LossScaler, HysteresisOneHalvesAtOnceAndGrowthDoubles) {
   LossScaler s(dynamic(65536, 1, 2, 1));
   expect_sequence(s, "x..x..x.", {32768, 32768, 65536, 32768, 32768, 65536, 32768, 32768});
+}
+
+// DeepSpeed's FP16_Optimizer._update_scale (deepspeed/runtime/fp16/fused_optimizer.py), as
+// written there: cur_iter and last_overflow_iter, not trident's tracker.
+struct Fp16OptimizerScale {
+  double cur_scale, min_loss_scale;
+  int64_t scale_window, cur_iter = 0, last_overflow_iter = -1;
+  void update(bool skip) {
+    if (skip) {
+      cur_scale = std::max(cur_scale / 2, min_loss_scale);
+      last_overflow_iter = cur_iter;
+    } else {
+      const int64_t stable_interval = (cur_iter - last_overflow_iter) - 1;
+      if (stable_interval > 0 && stable_interval % scale_window == 0) cur_scale *= 2;
+    }
+    ++cur_iter;
+  }
+};
+
+LossScalerConfig deepspeed_fused(double initial, double min_scale, int64_t window) {
+  LossScalerConfig c = dynamic(initial, min_scale, window, 1);
+  c.kind = LossScaleKind::DeepSpeedFused;
+  c.hysteresis = 0;  // not read
+  return c;
+}
+
+TEST(LossScaler, DeepSpeedFusedGrowsAStepLaterAndHasNoHysteresis) {
+  LossScaler s(deepspeed_fused(1024, 1, 3));
+  EXPECT_TRUE(s.dynamic());
+  // window + 1 clean steps to the first growth (Megatron's: window), then every window.
+  expect_sequence(s, "........", {1024, 1024, 1024, 2048, 2048, 2048, 4096, 4096});
+  // An overflow halves at once; the count starts over.
+  expect_sequence(s, "x...x", {2048, 2048, 2048, 2048, 1024});
+  expect_sequence(s, "xx", {512, 256});
+  LossScaler floor(deepspeed_fused(8, 3, 100));
+  expect_sequence(floor, "xxx", {4, 3, 3});
+}
+
+TEST(LossScaler, DeepSpeedFusedMatchesFp16OptimizerOnRandomSequences) {
+  std::mt19937 rng(11);
+  for (int64_t window : {1, 2, 5, 16}) {
+    for (int run = 0; run < 20; ++run) {
+      LossScaler s(deepspeed_fused(65536, 4, window));
+      Fp16OptimizerScale ref{65536, 4, window};
+      // Overflows at a rate that lets some windows complete and others not.
+      std::bernoulli_distribution overflow(run % 2 ? 0.05 : 0.3);
+      for (int step = 0; step < 200; ++step) {
+        const bool x = overflow(rng);
+        s.update(x);
+        ref.update(x);
+        ASSERT_EQ(s.scale(), ref.cur_scale) << "window " << window << " run " << run << " step " << step;
+        ASSERT_EQ(s.state().growth_tracker, ref.cur_iter - ref.last_overflow_iter - 1);
+      }
+      // A resumed scaler continues as the one that kept running.
+      LossScaler resumed(deepspeed_fused(65536, 4, window));
+      resumed.set_state(s.state());
+      for (int step = 0; step < 50; ++step) {
+        const bool x = overflow(rng);
+        resumed.update(x);
+        ref.update(x);
+        ASSERT_EQ(resumed.scale(), ref.cur_scale) << "resumed, step " << step;
+      }
+    }
+  }
 }
 
 TEST(LossScaler, ConstantAndNone) {
