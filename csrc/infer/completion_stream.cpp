@@ -31,7 +31,8 @@ void CompletionStream::update(size_t index, const Generation& g, bool last) {
     c.listed = request_.echo ? 0 : static_cast<size_t>(g.prompt_length);
     c.started = true;
   } else {
-    for (size_t i = c.texts.pieces.size(); i < g.tokens.size(); ++i) append_token_text(c.texts, tokenizer_, g.tokens[i]);
+    for (size_t i = c.texts.pieces.size(); i < g.tokens.size(); ++i)
+      append_token_text(c.texts, tokenizer_, g.tokens[i]);
   }
   if (last) {
     const CompletionEnd end = completion_end(g, c.texts, tokenizer_.eod(), request_.stop);

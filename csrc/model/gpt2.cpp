@@ -486,8 +486,8 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   // MLP branch.
   // The projection output's gradient through the dropout, with its bias gradient (over this
   // rank's rows), from every rank's rows.
-  const Tensor& d_mlp_out =
-      dropout_bias_backward(dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_), P.grad(h + "mlp.proj.bias"));
+  const Tensor& d_mlp_out = dropout_bias_backward(dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_),
+                                                  P.grad(h + "mlp.proj.bias"));
   be_.matmul(P.grad(h + "mlp.proj.weight"), d_mlp_out, a.gelu, Tensor(), true, false, true);
   be_.matmul_gelu_backward(k.d_fc, d_mlp_out, P.param(h + "mlp.proj.weight"), a.fc, false, false);
   be_.linear_param_grads(k.d_fc, gathered(a.ln2), P.grad(h + "mlp.fc.weight"), P.grad(h + "mlp.fc.bias"));

@@ -56,7 +56,9 @@ class LossScaler {
 
   LossScaleKind kind() const { return config_.kind; }
   bool enabled() const { return config_.kind != LossScaleKind::None; }  // check for inf and skip
-  bool dynamic() const { return config_.kind == LossScaleKind::Dynamic || config_.kind == LossScaleKind::DeepSpeedFused; }
+  bool dynamic() const {
+    return config_.kind == LossScaleKind::Dynamic || config_.kind == LossScaleKind::DeepSpeedFused;
+  }
   double scale() const { return scale_; }
   double inv_scale() const { return 1.0 / scale_; }
   // Once per iteration, after the gradients were checked (found_inf: any rank saw inf/NaN).
