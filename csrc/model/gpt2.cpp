@@ -521,13 +521,14 @@ const Tensor& Gpt2Model::dropout_bias_backward(const DropoutKey& key, const Tens
   Scratch& k = *scratch_;
   const bool copy = !key.enabled();
   for (const RowPiece& p : row_pieces_) {
-    const Tensor rows = row_range(d_resid_, p.begin, p.end);
-    if (copy && !dbias.empty())
-      be_.bias_backward(rows, dbias);
-    else if (!copy && !dbias.empty())
-      be_.dropout_bias_backward(rows, p.rows_per_sample, p.key(key), row_range(k.d_tmp, p.begin, p.end), dbias);
-    else if (!copy)
-      be_.dropout_backward(rows, row_range(k.d_tmp, p.begin, p.end), p.rows_per_sample, p.key(key));
+    const Tensor rows = row_range(d_resid_, p.begin, p.end), tmp = row_range(k.d_tmp, p.begin, p.end);
+    if (copy) {
+      if (!dbias.empty()) be_.bias_backward(rows, dbias);
+    } else if (!dbias.empty()) {
+      be_.dropout_bias_backward(rows, p.rows_per_sample, p.key(key), tmp, dbias);
+    } else {
+      be_.dropout_backward(rows, tmp, p.rows_per_sample, p.key(key));
+    }
   }
   if (!layout_.sequence_parallel) return copy ? d_resid_.t() : k.d_tmp_full;
   layout_.tp_comm->allgather(copy ? d_resid_.t() : k.d_tmp.t(), k.d_tmp_full);

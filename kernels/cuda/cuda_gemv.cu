@@ -105,7 +105,7 @@ void launch_gemv(const T* a, const T* w, const T* bias, T* out, T* pre, int M, i
   }
 }
 
-// What the kernel takes (gemv_fits; here for the CPU emulator's test too).
+// What the kernel takes (here for the CPU emulator's test too).
 inline bool gemv_shape_fits(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w,
                             const Tensor& bias) {
   const DType t = out.dtype;
@@ -137,13 +137,9 @@ inline void gemv_typed(const Tensor& out, const Tensor& pre, const Tensor& a, co
 
 }  // namespace
 
-bool gemv_fits(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w, const Tensor& bias) {
-  return gemv_shape_fits(out, pre, a, w, bias);
-}
-
 bool gemv_small_m(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w, const Tensor& bias,
                   cudaStream_t s) {
-  if (!gemv_fits(out, pre, a, w, bias)) return false;
+  if (!gemv_shape_fits(out, pre, a, w, bias)) return false;
   gemv_typed(out, pre, a, w, bias, s);
   CUDA_CHECK_LAUNCH();
   return true;

@@ -41,11 +41,10 @@ class Gemm {
                  bool trans_b, cudaStream_t s);
 
   size_t cached_plans() const { return plans_.size(); }
-  // TRIDENT_GEMM_AUTOTUNE: plans whose candidates were timed, those that left the
-  // heuristic's first choice, and the milliseconds a call that this saves (summed over them).
+  // TRIDENT_GEMM_AUTOTUNE: plans whose candidates were timed, and those that left the
+  // heuristic's first choice.
   size_t tuned_plans() const { return tuned_plans_; }
   size_t retuned_plans() const { return retuned_plans_; }
-  double tuned_ms_saved() const { return tuned_ms_saved_; }
   // GEMMs that ran on the slow fallback kernel (no cuBLASLt algorithm), for tests.
   size_t fallback_launches() const { return fallback_launches_; }
 
@@ -72,10 +71,9 @@ class Gemm {
   size_t workspace_bytes_ = 0;
   std::mutex mu_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
-  std::unique_ptr<Plan> transient_plan_;
+  std::unique_ptr<Plan> transient_plan_;  // the last plan whose heuristic failed in a way that may pass (plan_for)
   std::atomic<size_t> fallback_launches_{0};
   size_t tuned_plans_ = 0, retuned_plans_ = 0;
-  double tuned_ms_saved_ = 0;  // the last plan whose heuristic failed in a way that may pass (plan_for)
 };
 
 }  // namespace trident::cuda

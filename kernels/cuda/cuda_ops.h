@@ -82,10 +82,9 @@ void sample_logits(const Tensor& logits, int64_t vocab_valid, double temperature
 void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s);
 
 // cuda_gemv.cu: out[M, N] = a[M, K] w[N, K]^T (+ bias), M <= kGemvMaxRows, one dtype, K a
-// multiple of a 16-byte vector, a and w 16-byte aligned (gemv_fits); with `pre`, pre = that
-// and out = gelu(pre). false (nothing done) when it does not fit.
+// multiple of a 16-byte vector, a and w 16-byte aligned; with `pre`, pre = that and out =
+// gelu(pre). false (nothing done) when it does not fit.
 constexpr int kGemvMaxRows = 16;
-bool gemv_fits(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w, const Tensor& bias);
 bool gemv_small_m(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w, const Tensor& bias,
                   cudaStream_t s);
 

@@ -2,7 +2,7 @@
 // vs the CPU backend's matmul and matmul_bias_gelu: out = a w^T (+ bias), and the GELU layer's
 // pre and out, for 1 to 16 rows (each row-count kernel, rows short of it), widths under one
 // warp's columns and past the 4-column kernel's threshold, K of one vector and of several
-// passes with a partial last one, every float dtype; and what gemv_fits refuses.
+// passes with a partial last one, every float dtype; and what gemv_shape_fits refuses.
 //
 // What it cannot check: the device's FMA contraction and tanhf (the host's here).
 #include "emu_cuda_gemv.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
