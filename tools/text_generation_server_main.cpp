@@ -7,7 +7,8 @@
 // and /v1/completions answer OpenAI's legacy completions requests (prompt, max_tokens,
 // temperature, logprobs, echo, stop, ...), what lm-evaluation-harness's local-completions
 // model sends; with "stream": true its answer comes as server-sent events, a chunk as the
-// tokens come (csrc/infer/completion_stream.h), then "data: [DONE]".
+// tokens come (csrc/infer/completion_stream.h), then "data: [DONE]"; once a stream's client
+// has left (a write failed), its request draws no more.
 //
 //   trident-text-generation-server --load DIR --vocab-file V --merge-file M [--port 5000]
 //       [--host 0.0.0.0] [--max-tokens-to-oom 12000] [--seed S] [--device D]
@@ -78,14 +79,15 @@ std::string error_event(const Reply& reply) {
 }
 
 // For a /completions request with stream, as its batch starts: answers 200 with `events`
-// (made here), and returns the sink that writes its chunks there as server-sent events. Else
-// no sink.
-CompletionStream::Sink start_stream(const PreparedRequest& p, PendingRequests::Request& request,
-                                    std::shared_ptr<EventStream>& events) {
-  if (p.endpoint != Endpoint::kCompletions || !p.completions.stream) return nullptr;
+// (made here), and returns its client: a sink that writes its chunks there as server-sent
+// events, and whether the connection is gone. Else no client.
+StreamClient start_stream(const PreparedRequest& p, PendingRequests::Request& request,
+                          std::shared_ptr<EventStream>& events) {
+  if (p.endpoint != Endpoint::kCompletions || !p.completions.stream) return {};
   events = std::make_shared<EventStream>();
   request.reply.set_value(Reply{200, "", events});
-  return [events](const nlohmann::json& chunk) { events->push("data: " + response_body(chunk) + "\n\n"); };
+  return {[events](const nlohmann::json& chunk) { events->push("data: " + response_body(chunk) + "\n\n"); },
+          [events] { return events->left(); }};
 }
 
 // Closes every stream of a round of requests whichever way the round ends, so that no HTTP
@@ -188,11 +190,11 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
         if (stop_signal_received()) break;  // the requests not run yet get 503 below
         std::vector<const PreparedRequest*> requests;
         std::vector<std::pair<Endpoint, const std::string*>> order;
-        std::vector<CompletionStream::Sink> sinks;
+        std::vector<StreamClient> clients;
         for (size_t i : batch) {
           requests.push_back(&prepared[i]);
           order.emplace_back(prepared[i].endpoint, &accepted[i]->body);
-          sinks.push_back(start_stream(prepared[i], *accepted[i], streams[i]));
+          clients.push_back(start_stream(prepared[i], *accepted[i], streams[i]));
         }
         if (!alone) {
           std::string text = order_for(order);
@@ -201,7 +203,7 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<nlohmann::json> responses;
         try {
-          responses = service.run_batch(requests, sinks);
+          responses = service.run_batch(requests, clients);
         } catch (const std::exception& e) {
           for (size_t i : batch) answer(i, json_reply(500, e.what()));
           std::fprintf(stderr, "%s: %s %s: %s\n", kTool, accepted[batch[0]]->client.c_str(),
@@ -218,11 +220,16 @@ void serve(GenerationModel& m, TextGenerationService& service, httplib::Server& 
           const bool api = p.endpoint == Endpoint::kApi;
           const std::string together =
               batch.size() > 1 ? " (one of " + std::to_string(batch.size()) + " requests decoded together)" : "";
+          std::string streamed;
+          if (streams[i])
+            streamed = streams[i]->left() ? " (streamed; the client left: " +
+                                                responses[k]["usage"]["completion_tokens"].dump() + " tokens drawn)"
+                                          : " (streamed)";
           std::fprintf(stderr, "%s: %s %s: %zu prompts, %s %lld%s%s%s: %.3f s\n", kTool, accepted[i]->client.c_str(),
                        accepted[i]->path.c_str(), p.prompts.size(), api ? "tokens_to_generate" : "max_tokens",
                        static_cast<long long>(api ? p.request.tokens_to_generate : p.completions.max_tokens),
-                       api && p.request.beam_width ? " (beam search)" : "", streams[i] ? " (streamed)" : "",
-                       together.c_str(), seconds);
+                       api && p.request.beam_width ? " (beam search)" : "", streamed.c_str(), together.c_str(),
+                       seconds);
         }
       }
     } catch (const std::exception& e) {  // the job ends: every request taken gets its answer first
@@ -309,11 +316,17 @@ int server_main(int argc, char** argv) {
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider("text/event-stream", [events = reply.events](size_t, httplib::DataSink& sink) {
-      if (std::optional<std::string> event = events->next()) return sink.write(event->data(), event->size());
-      sink.done();
-      return true;
-    });
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [events = reply.events](size_t, httplib::DataSink& sink) {
+          if (std::optional<std::string> event = events->next()) return sink.write(event->data(), event->size());
+          sink.done();
+          return true;
+        },
+        // Released unsuccessfully when a write failed: the client is gone, decoding for it stops.
+        [events = reply.events](bool success) {
+          if (!success) events->leave();
+        });
   };
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kTextGenerationPage, "text/html; charset=utf-8");

@@ -66,9 +66,9 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   }
   const int chunk = prefill_chunk(B, prefill_end, o.logprobs, o.prefill_chunk);
   Gpt2Decoder dec(cfg, backend, params, B, static_cast<int>(steps), tp_comm, chunk);
-  // Whether sequence b draws no more: ended, or at its length limit.
+  // Whether sequence b draws no more: ended, cancelled, or at its length limit.
   const auto drawn_all = [&](int b) {
-    return out[b].finished || static_cast<int64_t>(out[b].tokens.size()) == total[b];
+    return out[b].finished || out[b].cancelled || static_cast<int64_t>(out[b].tokens.size()) == total[b];
   };
   // Megatron's top-p decay: the top-p of a draw after position pos, decayed once for each
   // position from the shortest prompt's last to pos - 1 (its generation loop decays after
@@ -146,8 +146,14 @@ std::vector<Generation> generate_tokens(const ModelConfig& cfg, Backend& backend
   const bool greedy_on_device = on_device && draws_greedily(o.sampling);
   const bool sampled_on_device = on_device && !greedy_on_device;
   std::vector<RowDraw> draws(static_cast<size_t>(B));
+  std::vector<int32_t> cancel(static_cast<size_t>(B), 0);
   feed.resize(B);
   for (;;) {
+    if (o.poll_cancel) {
+      o.poll_cancel(cancel);
+      for (int b = 0; b < B; ++b)
+        if (cancel[b] && !drawn_all(b)) out[b].cancelled = true;
+    }
     int64_t lead = -1;  // the furthest position a drawing sequence feeds
     for (int b = 0; b < B; ++b)
       if (!drawn_all(b)) lead = std::max(lead, static_cast<int64_t>(out[b].tokens.size()) - 1);

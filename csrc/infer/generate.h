@@ -94,6 +94,12 @@ struct DecodeOptions {
   // reached its length limit). Not called for a sequence that draws nothing. It only watches:
   // what it does changes no draw (a streamed answer, completion_stream.h). Null: none.
   std::function<void(size_t b, const Generation& g, bool last)> on_token;
+  // Called before each decoding step (after the prompts' passes) with a flag a sequence, 0 at
+  // first. Setting a drawing sequence's flag cancels it: it draws no more (as at its length
+  // limit; `cancelled` set, on_token not called again), e.g. a streamed answer whose client
+  // left. With tensor parallelism every rank must set the same flags (the text-generation
+  // service broadcasts rank 0's). Null: none.
+  std::function<void(std::vector<int32_t>& cancel)> poll_cancel;
   // Positions a prefill pass feeds at most; 0: prefill_chunk()'s choice (decoder.h). 1 feeds
   // one position a step, as decoding does.
   int64_t prefill_chunk = 0;
@@ -103,6 +109,7 @@ struct Generation {
   std::vector<int32_t> tokens;  // the prompt's, then those drawn (the one that ended it included)
   int64_t prompt_length = 0;
   bool finished = false;          // `ends` said so, rather than a length limit
+  bool cancelled = false;         // poll_cancel ended it
   std::vector<double> logprobs;   // with `logprobs`: of tokens[i + 1] under the (adjusted)
                                   // logits after tokens[i], natural log, temperature 1
   // With top_logprobs k: after tokens[i], the k most likely tokens and their log-probabilities

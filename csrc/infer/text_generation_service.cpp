@@ -144,15 +144,15 @@ PreparedRequest TextGenerationService::prepare_completions(const std::string& bo
 json TextGenerationService::run(const PreparedRequest& r) { return run_batch({&r})[0]; }
 
 std::vector<json> TextGenerationService::run_batch(const std::vector<const PreparedRequest*>& batch,
-                                                   const std::vector<CompletionStream::Sink>& sinks) {
+                                                   const std::vector<StreamClient>& clients) {
   TRIDENT_CHECK(!batch.empty(), "run_batch: no request");
-  TRIDENT_CHECK(sinks.empty() || sinks.size() == batch.size(), "run_batch: ", sinks.size(), " sinks for ",
+  TRIDENT_CHECK(clients.empty() || clients.size() == batch.size(), "run_batch: ", clients.size(), " clients for ",
                 batch.size(), " requests");
   const PreparedRequest& first = *batch[0];
   if (first.endpoint == Endpoint::kCompletions) {
     for (const PreparedRequest* r : batch)  // in order, as if run one by one (greedy: no draws)
       if (r->completions.seed) rng_.seed(static_cast<uint64_t>(*r->completions.seed));
-    return complete(batch, sinks);
+    return complete(batch, clients);
   }
   TRIDENT_CHECK(batch.size() == 1, "run_batch: /api requests run alone");
   if (first.request.random_seed) rng_.seed(static_cast<uint64_t>(*first.request.random_seed));
@@ -262,7 +262,7 @@ std::vector<size_t> best_completions(const Generation* drawn, size_t count, size
 }
 
 std::vector<json> TextGenerationService::complete(const std::vector<const PreparedRequest*>& batch,
-                                                  const std::vector<CompletionStream::Sink>& sinks) {
+                                                  const std::vector<StreamClient>& clients) {
   const CompletionsRequest& r = batch[0]->completions;  // the batch decodes alike (batches())
   DecodeOptions o;
   o.sampling.greedy = r.temperature == 0.0;  // OpenAI's temperature 0
@@ -285,21 +285,37 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
   std::vector<json> heads;  // each answer's fields that its chunks repeat
   std::vector<std::unique_ptr<CompletionStream>> streams(batch.size());
   std::vector<std::pair<CompletionStream*, size_t>> stream_of;  // a generation's stream and choice
+  std::vector<size_t> request_of;                                // a generation's index in `batch`
+  bool any_streamed = false;  // (every rank knows: it is the requests' own)
   for (size_t k = 0; k < batch.size(); ++k) {
     const PreparedRequest& p = *batch[k];
     heads.push_back({{"id", "cmpl-" + std::to_string(++completions_)},
                      {"object", "text_completion"},
                      {"created", static_cast<int64_t>(std::time(nullptr))},
                      {"model", p.completions.model.empty() ? std::string("trident") : p.completions.model}});
-    if (p.completions.stream && k < sinks.size() && sinks[k])  // (streamed: best_of is n)
+    any_streamed = any_streamed || p.completions.stream;
+    if (p.completions.stream && k < clients.size() && clients[k].sink)  // (streamed: best_of is n)
       streams[k] = std::make_unique<CompletionStream>(tokenizer_, p.completions, heads.back(), p.prompts.size(),
-                                                      sinks[k]);
+                                                      clients[k].sink);
     for (size_t i = 0; i < p.prompts.size(); ++i) stream_of.emplace_back(streams[k].get(), i);
+    request_of.insert(request_of.end(), p.prompts.size(), k);
     prompts.insert(prompts.end(), p.prompts.begin(), p.prompts.end());
   }
   o.on_token = [&stream_of](size_t b, const Generation& g, bool last) {
     if (const auto& [stream, choice] = stream_of[b]; stream) stream->update(choice, g, last);
   };
+  // A streamed request whose client left draws no more: rank 0 asks its clients at each step
+  // and tells the other ranks of the TP group (a broadcast a step, only in batches that stream).
+  if (any_streamed)
+    o.poll_cancel = [&](std::vector<int32_t>& cancel) {
+      for (size_t b = 0; b < cancel.size(); ++b) {
+        const size_t k = request_of[b];
+        if (k < clients.size() && clients[k].left && clients[k].left()) cancel[b] = 1;
+      }
+      if (tp_comm_ && tp_comm_->size() > 1)
+        tp_comm_->broadcast(Tensor(cancel.data(), Shape{static_cast<int64_t>(cancel.size())}, DType::I32, Device::Cpu),
+                            0);
+    };
   const std::vector<Generation> gens = generate_tokens(cfg_, backend_, params_, prompts, o, rng_, tp_comm_);
   std::vector<json> responses;
   size_t next = 0;  // the first generation of the request answered next

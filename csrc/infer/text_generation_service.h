@@ -80,6 +80,14 @@ struct PreparedRequest {
   bool no_log() const { return endpoint == Endpoint::kApi && request.no_log; }
 };
 
+// A streamed /completions request's client, on rank 0: where its chunks go, and whether it
+// has left (polled between decoding steps; null: never). A request whose client left draws
+// no more, and its answer is the tokens drawn until then.
+struct StreamClient {
+  CompletionStream::Sink sink;
+  std::function<bool()> left;
+};
+
 class TextGenerationService {
  public:
   // `cfg.seq_length`: the longest prompt + generation a request may ask for (the server's
@@ -107,10 +115,12 @@ class TextGenerationService {
 
   // The responses to one of batches()' batches, in order: the same as run() on each alone,
   // decoded together. Collective over the TP group. A /completions request with stream and a
-  // sink (sinks[i], for batch[i]; only rank 0 has them) also sends its chunks there as its
-  // tokens are drawn (completion_stream.h); its response then is the whole answer, unsent.
+  // client (clients[i], for batch[i]; only rank 0 has them) also sends its chunks to the
+  // client's sink as its tokens are drawn (completion_stream.h); its response then is the
+  // whole answer, unsent. Once its client has left it draws no more: with tensor
+  // parallelism rank 0 tells the other ranks at each decoding step of a batch that streams.
   std::vector<nlohmann::json> run_batch(const std::vector<const PreparedRequest*>& batch,
-                                        const std::vector<CompletionStream::Sink>& sinks = {});
+                                        const std::vector<StreamClient>& clients = {});
 
  private:
   PreparedRequest prepare_api(const std::string& body) const;
@@ -120,7 +130,7 @@ class TextGenerationService {
   nlohmann::json sample(const PreparedRequest& r);
   nlohmann::json beam_search(const PreparedRequest& r);
   std::vector<nlohmann::json> complete(const std::vector<const PreparedRequest*>& batch,
-                                       const std::vector<CompletionStream::Sink>& sinks);
+                                       const std::vector<StreamClient>& clients);
 
   ModelConfig cfg_;
   Backend& backend_;

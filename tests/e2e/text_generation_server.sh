@@ -4,7 +4,7 @@
 # text equals trident-generate's, prompts of different lengths together equal them alone,
 # logprobs agree with scoring, seeds repeat, concurrent clients, stop_on_eol, beam search,
 # /completions streamed as server-sent events (joined, the unstreamed answer; a client that
-# leaves mid-stream),
+# leaves mid-stream ends its request early, at tp1 and tp2),
 # Megatron's 400 messages, the learned-positions and --max-tokens-to-oom limits
 # (text_generation_server_check.py); SIGTERM closes it with exit 0; under mpirun -np 2 at
 # tensor-parallel 2 (launch/run-text-generation-server.sh) the same responses (sampled and
@@ -76,6 +76,7 @@ if start_server "$tmp/tp1.log" "$server" --device cpu --load "$tmp/ckpt" "${word
   ok "serving on port $port"
   python3 "$check" "$port" "$tmp/greedy.jsonl" || fail "HTTP checks (above)"
   python3 "$check" "$port" --dump "$tmp/tp1.json" || fail "tp1 responses"
+  python3 "$check" "$port" --leave "$tmp/tp1.log" || fail "tp1: clients that leave mid-stream"
   # A second server on the same port: one line, exit 2.
   timeout 60 "$server" --device cpu --load "$tmp/ckpt" "${words[@]}" --port "$port" --host 0.0.0.0 >"$tmp/busy.out" 2>&1
   rc=$?
@@ -98,6 +99,7 @@ if start_server "$tmp/tp2.log" env TP_SIZE=2 CHECKPOINT_PATH="$tmp/ckpt" VOCAB_F
     MERGE_FILE="$vocab/gpt2-merges.txt" BUILD_DIR="$(dirname "$(dirname "$server")")" PORT=0 DEVICE=cpu \
     MAX_TOKENS_TO_OOM=200 mpirun --oversubscribe -np 2 --bind-to none sh "$repo/launch/run-text-generation-server.sh"; then
   python3 "$check" "$port" --dump "$tmp/tp2.json" || fail "tp2 responses"
+  python3 "$check" "$port" --leave "$tmp/tp2.log" || fail "tp2: clients that leave mid-stream"
   grep -q "requests decoded together" "$tmp/tp2.log" && ok "tp2: a batch of requests sent to rank 1 as one order" ||
     fail "tp2: no batch of requests formed"
   if python3 - "$tmp/tp1.json" "$tmp/tp2.json" <<'PY'

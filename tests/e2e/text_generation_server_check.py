@@ -2,6 +2,8 @@
 
   text_generation_server_check.py PORT GENERATE_JSONL   the checks; prints ok/FAIL lines
   text_generation_server_check.py PORT --dump FILE      a fixed set of responses, as JSON
+  text_generation_server_check.py PORT --leave LOG      clients that leave mid-stream: the
+                                                        server's log LOG says it stopped early
 
 GENERATE_JSONL: trident-generate's --sample-output-file for the greedy prompts below, 10
 tokens each, the reference the server's greedy text must match.
@@ -118,6 +120,38 @@ def greedy(prompts, n=10, **extra):
     return put(dict(prompts=prompts, tokens_to_generate=n, top_k=1, **extra))
 
 
+def leave_mid_stream(log, attempts=5):
+    """Streams 4 choices of 47 tokens and leaves after the first event: the request's log line
+    must say that the client left with fewer tokens drawn, and a greedy request after it must
+    answer as before (with tensor parallelism the ranks stopped at the same step). Tried up to
+    `attempts` times: the server may draw them all before it sees the connection close."""
+    body = dict(prompt=PROMPTS[0], max_tokens=10, temperature=0)
+    status, before = complete(body)
+    drawn = []
+    for _ in range(attempts):
+        seen = open(log).read().count("max_tokens 47 (streamed")
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        conn.request("POST", "/v1/completions", body=json.dumps(dict(prompt="x", n=4, max_tokens=47, stream=True)))
+        first = conn.getresponse().readline()
+        conn.close()
+        for _ in range(600):  # its log line comes once the request ends
+            lines = [l for l in open(log).read().splitlines() if "max_tokens 47 (streamed" in l]
+            if len(lines) > seen:
+                break
+            time.sleep(0.1)
+        cut = [int(w) for w in lines[-1].split("the client left: ")[1:2] for w in w.split()[:1]] if lines else []
+        drawn.append(cut[0] if cut else None)
+        if first.startswith(b"data: ") and cut and cut[0] < 4 * 47:
+            break
+    status2, after = complete(body)
+    check(status == status2 == 200 and after["choices"] == before["choices"] and drawn[-1] is not None and
+          drawn[-1] < 4 * 47, f"clients gone mid-stream: tokens drawn for them {drawn} of 188, then the next request "
+          "answered as before")
+
+
+if sys.argv[2] == "--leave":
+    leave_mid_stream(sys.argv[3])
+    sys.exit(1 if fails else 0)
 if sys.argv[2] == "--dump":
     batched = behind_a_slow_request([lm_eval_body(p) for p in LM_EVAL_PROMPTS])
     out = {"concurrent": {"choices": [r[1]["choices"][0] for r in batched]},

@@ -204,13 +204,14 @@ TEST(CompletionsChoices, BestOfKeepsTheMostLikely) {
   EXPECT_EQ(two["usage"], four["usage"]);
 }
 
-// The chunks each request's sink received, written and read again as a client reads them.
-struct Sinks {
+// The chunks each request's client received, written and read again as a client reads them.
+struct Clients {
   std::vector<std::vector<nlohmann::json>> chunks;
-  std::vector<CompletionStream::Sink> sinks;
-  explicit Sinks(size_t requests) : chunks(requests) {
+  std::vector<StreamClient> clients;
+  explicit Clients(size_t requests) : chunks(requests) {
     for (size_t i = 0; i < requests; ++i)
-      sinks.push_back([this, i](const nlohmann::json& c) { chunks[i].push_back(nlohmann::json::parse(response_body(c))); });
+      clients.push_back({[this, i](const nlohmann::json& c) { chunks[i].push_back(nlohmann::json::parse(response_body(c))); },
+                         nullptr});
   }
 };
 
@@ -257,17 +258,17 @@ TEST(CompletionsStream, ChunksJoinToTheWholeAnswer) {
     std::string with_stream = body;
     with_stream.insert(1, R"("stream": true, "stream_options": {"include_usage": true}, )");
     const PreparedRequest p = streamed.prepare(Endpoint::kCompletions, with_stream);
-    Sinks sinks(1);
-    const nlohmann::json response = streamed.run_batch({&p}, sinks.sinks)[0];
-    const nlohmann::json got = joined(sinks.chunks[0]);
+    Clients clients(1);
+    const nlohmann::json response = streamed.run_batch({&p}, clients.clients)[0];
+    const nlohmann::json got = joined(clients.chunks[0]);
     EXPECT_EQ(got["choices"], expected["choices"]) << body;
     if (body == bodies[0]) {  // (the seed makes two of its choices end at a stop string)
       EXPECT_EQ(std::count_if(got["choices"].begin(), got["choices"].end(),
                               [](const nlohmann::json& c) { return c["finish_reason"] == "stop"; }), 2);
     }
     EXPECT_EQ(got["usage"], expected["usage"]) << body;
-    EXPECT_EQ(sinks.chunks[0].front()["id"], response["id"]);
-    EXPECT_EQ(sinks.chunks[0].back()["choices"], nlohmann::json::array());  // the usage chunk last
+    EXPECT_EQ(clients.chunks[0].front()["id"], response["id"]);
+    EXPECT_EQ(clients.chunks[0].back()["choices"], nlohmann::json::array());  // the usage chunk last
   }
   // Three greedy requests decoded as one batch, the first and last streamed.
   TextGenerationService service = s.make(12000);
@@ -276,16 +277,55 @@ TEST(CompletionsStream, ChunksJoinToTheWholeAnswer) {
     r.push_back(service.prepare(Endpoint::kCompletions, std::string(R"({"prompt": [[1, 2], [3]], "max_tokens": 3, )") +
                                                             R"("temperature": 0, "stream": )" + stream + "}"));
   ASSERT_EQ(service.batches(r), (std::vector<std::vector<size_t>>{{0, 1, 2}}));
-  Sinks sinks(3);
-  sinks.sinks[1] = nullptr;
-  const std::vector<nlohmann::json> answers = service.run_batch({&r[0], &r[1], &r[2]}, sinks.sinks);
-  EXPECT_TRUE(sinks.chunks[1].empty());
+  Clients clients(3);
+  clients.clients[1] = {};
+  const std::vector<nlohmann::json> answers = service.run_batch({&r[0], &r[1], &r[2]}, clients.clients);
+  EXPECT_TRUE(clients.chunks[1].empty());
   for (size_t i : {0, 2}) {
-    const nlohmann::json got = joined(sinks.chunks[i]);
+    const nlohmann::json got = joined(clients.chunks[i]);
     EXPECT_EQ(got["choices"], nlohmann::json::parse(response_body(answers[i]))["choices"]) << "request " << i;
     EXPECT_TRUE(got["usage"].is_null());
-    for (const nlohmann::json& c : sinks.chunks[i]) EXPECT_FALSE(c.contains("usage"));
+    for (const nlohmann::json& c : clients.chunks[i]) EXPECT_FALSE(c.contains("usage"));
   }
+}
+
+// A streamed request whose client leaves draws no more from the next decoding step on; the
+// requests decoded beside it answer as they would alone. Greedy, three requests in one batch:
+// the middle one streamed, its client gone after its third chunk (a chunk a token: no stop
+// strings, and the model's tokens are whole characters).
+TEST(CompletionsStream, AClientThatLeavesEndsItsRequestOnly) {
+  Service s;
+  TextGenerationService service = s.make(12000), alone = s.make(12000);
+  std::vector<PreparedRequest> r;
+  for (const char* stream : {"false", "true", "false"})
+    r.push_back(service.prepare(Endpoint::kCompletions, std::string(R"({"prompt": [[1, 2], [3]], "max_tokens": 6, )") +
+                                                            R"("temperature": 0, "stream": )" + stream + "}"));
+  ASSERT_EQ(service.batches(r), (std::vector<std::vector<size_t>>{{0, 1, 2}}));
+  Clients clients(3);
+  clients.clients[0] = clients.clients[2] = {};
+  int polls = 0;  // the client is asked once a sequence a step: it leaves once 3 chunks are sent
+  clients.clients[1].left = [&] {
+    ++polls;
+    return clients.chunks[1].size() >= 3;
+  };
+  const std::vector<nlohmann::json> answers = service.run_batch({&r[0], &r[1], &r[2]}, clients.clients);
+  EXPECT_GT(polls, 0);
+  const nlohmann::json cut = nlohmann::json::parse(response_body(answers[1]));
+  const nlohmann::json whole = nlohmann::json::parse(response_body(alone.run(r[1])));
+  ASSERT_EQ(cut["choices"].size(), 2u);
+  // Its choices' first tokens were drawn in the prompts' pass (the shorter prompt's at its end);
+  // then each step drew one token for each until the client had 3 chunks: 2 or 3 tokens each.
+  const int64_t drawn = cut["usage"]["completion_tokens"];
+  EXPECT_GE(drawn, 3);
+  EXPECT_LE(drawn, 6);
+  EXPECT_EQ(whole["usage"]["completion_tokens"], 12);
+  for (size_t c = 0; c < 2; ++c) {
+    const std::string text = cut["choices"][c]["text"], full = whole["choices"][c]["text"];
+    EXPECT_LT(text.size(), full.size()) << "choice " << c;
+    EXPECT_EQ(full.substr(0, text.size()), text) << "choice " << c;  // the same greedy draws, cut short
+  }
+  for (size_t i : {0, 2})
+    EXPECT_EQ(answers[i]["choices"], alone.run(r[i])["choices"]) << "request " << i;
 }
 
 }  // namespace
