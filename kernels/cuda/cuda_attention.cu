@@ -264,6 +264,8 @@ Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor
                 ",", D);
   TRIDENT_CHECK(lse.numel() == B * H * T, op, ": lse ", lse.shape.str(), " expected B*H*T=", B * H * T);
   TRIDENT_CHECK(B * H <= 0x7fffffff, op, ": B*H too large");
+  // The tensor-core kernels put query tiles (64 rows at least) on grid.y, at most 65535.
+  TRIDENT_CHECK((T + 63) / 64 <= 65535, op, ": T=", T, " is past the kernels' ", 65535 * 64, " positions");
   Checked c;
   AttnParams& p = c.p;
   p.qkv = qkv.data;
