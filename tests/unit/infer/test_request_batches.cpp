@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "data/tokenizer.h"
@@ -215,6 +216,21 @@ struct Clients {
   }
 };
 
+// Greedy /completions requests of two prompts ([1, 2] and [3]) and max_tokens each, streamed
+// or not, that batches() puts in one batch.
+std::vector<PreparedRequest> one_greedy_batch(const TextGenerationService& service, int max_tokens,
+                                              const std::vector<bool>& streamed) {
+  std::vector<PreparedRequest> r;
+  for (bool stream : streamed)
+    r.push_back(service.prepare(Endpoint::kCompletions, R"({"prompt": [[1, 2], [3]], "temperature": 0, "max_tokens": )" +
+                                                            std::to_string(max_tokens) +
+                                                            R"(, "stream": )" + (stream ? "true}" : "false}")));
+  std::vector<size_t> all(r.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  EXPECT_EQ(service.batches(r), std::vector<std::vector<size_t>>{all});
+  return r;
+}
+
 // A streamed answer's chunks, joined as a client joins them: each choice's text, logprobs
 // lists and finish_reason (in order of index), and the usage chunk's usage (null without).
 nlohmann::json joined(const std::vector<nlohmann::json>& chunks) {
@@ -272,11 +288,7 @@ TEST(CompletionsStream, ChunksJoinToTheWholeAnswer) {
   }
   // Three greedy requests decoded as one batch, the first and last streamed.
   TextGenerationService service = s.make(12000);
-  std::vector<PreparedRequest> r;
-  for (const char* stream : {"true", "false", "true"})
-    r.push_back(service.prepare(Endpoint::kCompletions, std::string(R"({"prompt": [[1, 2], [3]], "max_tokens": 3, )") +
-                                                            R"("temperature": 0, "stream": )" + stream + "}"));
-  ASSERT_EQ(service.batches(r), (std::vector<std::vector<size_t>>{{0, 1, 2}}));
+  const std::vector<PreparedRequest> r = one_greedy_batch(service, 3, {true, false, true});
   Clients clients(3);
   clients.clients[1] = {};
   const std::vector<nlohmann::json> answers = service.run_batch({&r[0], &r[1], &r[2]}, clients.clients);
@@ -296,11 +308,7 @@ TEST(CompletionsStream, ChunksJoinToTheWholeAnswer) {
 TEST(CompletionsStream, AClientThatLeavesEndsItsRequestOnly) {
   Service s;
   TextGenerationService service = s.make(12000), alone = s.make(12000);
-  std::vector<PreparedRequest> r;
-  for (const char* stream : {"false", "true", "false"})
-    r.push_back(service.prepare(Endpoint::kCompletions, std::string(R"({"prompt": [[1, 2], [3]], "max_tokens": 6, )") +
-                                                            R"("temperature": 0, "stream": )" + stream + "}"));
-  ASSERT_EQ(service.batches(r), (std::vector<std::vector<size_t>>{{0, 1, 2}}));
+  const std::vector<PreparedRequest> r = one_greedy_batch(service, 6, {false, true, false});
   Clients clients(3);
   clients.clients[0] = clients.clients[2] = {};
   int polls = 0;  // the client is asked once a sequence a step: it leaves once 3 chunks are sent
