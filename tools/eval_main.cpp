@@ -237,6 +237,9 @@ int run(int argc, char** argv) {
     // The trainer needs a training stream; it is never read.
     train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   } else {
+    if (!opt.has_data() && !opt.mock_data && parallel->world_rank() == 0)  // as trident-train says
+      std::cout << "trident-eval: no --data-path: evaluating on synthetic tokens (--mock-data silences this)"
+                << std::endl;
     TrainData d = make_train_data(opt, parallel.get(), DataUse::kEvaluationOnly);
     train = std::move(d.train);
     eval_data = std::move(ef.split_name == "valid" ? d.valid : d.test);

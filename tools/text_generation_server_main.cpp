@@ -58,8 +58,9 @@ namespace {
 
 const char* const kTool = "trident-text-generation-server";
 
+// (response_body: a message may quote the request's bytes, which need not be UTF-8.)
 Reply json_reply(int status, const std::string& message) {
-  return {status, nlohmann::json{{"message", message}}.dump(), nullptr};
+  return {status, response_body(nlohmann::json{{"message", message}}), nullptr};
 }
 
 // What the other ranks are sent for a batch: a JSON list of its requests, each the endpoint's
@@ -75,7 +76,7 @@ Endpoint endpoint_of_path(const std::string& path) { return path == "/api" ? End
 std::string error_event(const Reply& reply) {
   nlohmann::json error = nlohmann::json::parse(reply.body);
   error["code"] = reply.status;
-  return nlohmann::json{{"error", error}}.dump();
+  return response_body(nlohmann::json{{"error", error}});
 }
 
 // For a /completions request with stream, as its batch starts: answers 200 with `events`

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/checksum.h"
 #include "ckpt/metadata.h"
 #include "ckpt/offline_checkpoint.h"
 #include "core/error.h"
@@ -66,21 +67,46 @@ void check_non_persistent_dir(const TrainOptions& o) {
   }
 }
 
+namespace {
+
+// "" when rank 0's `mine` equals this rank's, else this rank's error: `what` and both values.
+std::string differs_from_rank0(Comm& world, const std::string& mine, const std::string& what, const TrainOptions& o) {
+  std::string rank0 = mine;
+  broadcast_string(world, rank0, 0);
+  if (mine == rank0) return "";
+  const std::string where = o.non_persistent_ckpt_type.empty()
+                                ? "does every rank read the same --load, on storage that every node shares?"
+                                : "is the non-persistent folder on storage that every node shares?";
+  return "--load: rank " + std::to_string(world.rank()) + " " + what + " " + mine + ", rank 0 " + rank0 + " (" +
+         where + ")";
+}
+
+}  // namespace
+
 std::string checkpoint_choice_mismatch(Comm& world, const TrainOptions& o, const std::optional<fs::path>& dir) {
-  if (o.non_persistent_ckpt_type.empty()) return "";
   // Paths may be spelled differently on each node: the folder kind and the iteration agree.
   std::string chosen = "none";
   if (dir) {
     fs::path d = dir->lexically_normal();  // its iter_NNNNNNN, also spelled with a final '/'
     if (!d.has_filename()) d = d.parent_path();
-    const bool np = same_directory(containing_directory(d), o.non_persistent_dir(o.load));
+    const bool np = !o.non_persistent_ckpt_type.empty() &&
+                    same_directory(containing_directory(d), o.non_persistent_dir(o.load));
     chosen = (np ? "the non-persistent " : "--load's ") + d.filename().string();
   }
-  std::string rank0 = chosen;
-  broadcast_string(world, rank0, 0);
-  if (chosen == rank0) return "";
-  return "--load: rank " + std::to_string(world.rank()) + " finds " + chosen + ", rank 0 " + rank0 +
-         " (is the non-persistent folder on storage that every node shares?)";
+  return differs_from_rank0(world, chosen, "finds", o);
+}
+
+std::string checkpoint_identity_mismatch(Comm& world, const TrainOptions& o, const CheckpointMetadata* m) {
+  std::string identity = "none";
+  if (m) {
+    Xxh3Hasher h;
+    for (const FileRecord& f : m->files) {
+      h.update(f.path.data(), f.path.size() + 1);  // (with its terminating NUL: names and sums stay apart)
+      h.update(f.xxh3.data(), f.xxh3.size() + 1);
+    }
+    identity = "iteration " + std::to_string(m->iteration) + " with files of checksum " + h.hex();
+  }
+  return differs_from_rank0(world, identity, "reads a checkpoint at", o);
 }
 
 std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* note) {

@@ -26,6 +26,8 @@
 
 namespace trident {
 
+struct CheckpointMetadata;
+
 // The iteration folder to load for o.load (non-empty), or nullopt for none (see above).
 // Throws ConfigError naming --load, --ckpt-step or --exit-on-missing-checkpoint, IoError
 // naming a garbled pointer file.
@@ -39,11 +41,15 @@ inline constexpr const char* kNonPersistentKey = "non_persistent";
 inline constexpr const char* kNonPersistentSaveKey = "non_persistent_save_dir";
 inline constexpr const char* kPreviousPersistentKey = "previous_persistent_checkpoint_iteration";
 
-// With --non-persistent-ckpt-type: "" when every rank of `world` chose what rank 0 chose
-// (`dir`, from checkpoint_to_load: the same folder kind and iteration), else this rank's
-// one-line error. A non-persistent folder that every node does not share would show each
-// node another checkpoint. Collective over `world`.
+// "" when every rank of `world` chose what rank 0 chose (`dir`, from checkpoint_to_load: the
+// same folder kind and iteration, or none), else this rank's one-line error. A --load (or
+// non-persistent folder) that every node does not share would show each node another
+// checkpoint. Collective over `world`.
 std::string checkpoint_choice_mismatch(Comm& world, const TrainOptions& o, const std::optional<std::filesystem::path>& dir);
+// Then, the chosen checkpoints opened (`m`: this rank's metadata, null when it has none): ""
+// when every rank's is rank 0's (the same iteration and file checksums: node-local copies of
+// one checkpoint agree), else this rank's one-line error. Collective over `world`.
+std::string checkpoint_identity_mismatch(Comm& world, const TrainOptions& o, const CheckpointMetadata* m);
 
 // Rank 0's check before a run saves non-persistent checkpoints: their folder is neither
 // --save nor --load, and holds non-persistent checkpoints only (the saves replace its

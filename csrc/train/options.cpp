@@ -894,6 +894,8 @@ void read_data_args_files(const Flags& f, TrainOptions& o) {
                         "--test-data-path: give it alone");
     const std::string path = f.str("per-split-data-args-path");
     const auto words = read_per_split_data_args_file(path);
+    if (words[0].empty() && words[1].empty() && words[2].empty())  // (not synthetic tokens: data was asked for)
+      throw ConfigError("--per-split-data-args-path " + path + ": no dataset in \"train\", \"valid\" or \"test\"");
     std::vector<std::string>* splits[3] = {&o.train_data_path, &o.valid_data_path, &o.test_data_path};
     const char* names[3] = {"train", "valid", "test"};
     for (int s = 0; s < 3; ++s) {

@@ -985,9 +985,12 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
     for (const std::string& w : sets.warnings)  // one write a line: mpirun interleaves the ranks' output by writes
       std::cerr << ("trident: warning: " + w + "\n") << std::flush;
   if (!sets.train && !opt.data_path.empty()) throw ConfigError("--split: the training split of --data-path is empty");
-  if (!sets.train && !opt.train_data_path.empty()) throw ConfigError("--train-data-path: no training documents");
+  if (!sets.train && !opt.train_data_path.empty())
+    throw ConfigError(opt.split_data_path_flags[0] + ": no training documents");
   if (!sets.train && use == DataUse::kTraining)
-    throw ConfigError("--train-data-path is required with --valid-data-path or --test-data-path");
+    throw ConfigError(opt.split_data_path_flags[0] == "--train-data-path"
+                          ? "--train-data-path is required with --valid-data-path or --test-data-path"
+                          : opt.split_data_path_flags[0] + ": no dataset (training needs one)");
   if (!sets.train)  // evaluation only: a training stream the caller never reads
     sets.train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   d.train = std::move(sets.train);

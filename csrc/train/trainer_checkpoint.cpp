@@ -608,16 +608,21 @@ bool Trainer::load_checkpoint() {
   }
   const std::string mismatch = checkpoint_choice_mismatch(*par_->world, opt_, dir);
   if (error.empty()) error = mismatch;
-  if (error.empty() && dir) {
+  const auto unless_failed = [&](auto&& step) {
+    if (!error.empty() || !dir) return;
     try {
-      ckpt = std::make_unique<ShardedCheckpointReader>(*dir);
-      restore_checkpoint(*ckpt);
+      step();
     } catch (const InternalError&) {
       throw;
     } catch (const Error& e) {
       error = e.what();
     }
-  }
+  };
+  unless_failed([&] { ckpt = std::make_unique<ShardedCheckpointReader>(*dir); });
+  // The same iteration in each rank's --load may still be two checkpoints.
+  const std::string other = checkpoint_identity_mismatch(*par_->world, opt_, ckpt ? &ckpt->metadata() : nullptr);
+  if (error.empty()) error = other;
+  unless_failed([&] { restore_checkpoint(*ckpt); });
   // Each rank reads only the files holding its slices, so a corrupt file fails the ranks
   // that read it alone. Agree first: no rank reports a checkpoint loaded, or trains on,
   // while another failed; all fail with the first failing rank's message (a bad checkpoint

@@ -93,6 +93,16 @@ run --per-split-data-args-path "$tmp/bad.json" --train-iters 2 >/dev/null 2>"$tm
 rc=$?
 [[ $rc -eq 2 ]] && grep -qF -- "--per-split-data-args-path $tmp/bad.json: \"valid\": expected a string of words or a list" \
   "$tmp/badjson.err" && ok "$(cat "$tmp/badjson.err")" || fail "a bad JSON value: rc $rc: $(cat "$tmp/badjson.err")"
+# A file without a dataset, or without the training one: one line naming the file (not a run
+# on synthetic tokens).
+for body in '{"train": null, "valid": [], "test": ""}' '{"train": null, "valid": "'"$P"'", "test": null}'; do
+  echo "$body" >"$tmp/nodata.json"
+  run --per-split-data-args-path "$tmp/nodata.json" --train-iters 2 >"$tmp/nodata.out" 2>"$tmp/nodata.err"
+  rc=$?
+  [[ $rc -eq 2 && $(wc -l <"$tmp/nodata.err") -eq 1 ]] && grep -qF -- "--per-split-data-args-path $tmp/nodata.json" \
+    "$tmp/nodata.err" && grep -q "no dataset" "$tmp/nodata.err" && ok "$(cat "$tmp/nodata.err")" ||
+    fail "no training dataset in the file: rc $rc: $(cat "$tmp/nodata.err" "$tmp/nodata.out" | tail -3)"
+done
 
 # A fresh run whose evaluation split is shorter than its evaluations read stops at start:
 # an unweighted blend's validation split holds one epoch of each prefix.

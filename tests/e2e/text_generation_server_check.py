@@ -358,6 +358,12 @@ for body, message in [({}, "prompts argument required"),
         check(status == 400 and r == {"message": message}, f"400 {message!r}" if status == 400 else f"{status} {r}")
 status, r = put(None, raw=b"{not json")
 check(status == 400 and r["message"].startswith("the request body is not JSON"), "a body that is not JSON: 400")
+# A body that is not UTF-8 (Latin-1's e-acute): 400, its bytes in the message replaced, and the
+# server goes on.
+for path in ["/api", "/v1/completions"]:
+    status, r = put(None, method="POST", path=path, raw=b'{"prompts": ["caf\xe9"], "prompt": "caf\xe9", "max_tokens": 2}')
+    check(status == 400 and r["message"].startswith("the request body is not JSON") and "\ufffd" in r["message"],
+          f"a body that is not UTF-8 to {path}: {status} {r}")
 status, r = put(dict(prompts=["x"], tokens_to_generate=2), method="POST")
 check(status == 200 and len(r["text"]) == 1, "POST /api as PUT")
 status, _ = put(None, method="GET", raw=b"")

@@ -6,7 +6,8 @@
 #    rank waits in the first collective;
 #  - --tensorboard-dir that rank 0, the only rank writing events, cannot create;
 #  - a bad file rather than a flag: a vocabulary file that no rank can open, a corrupt .idx
-#    that rank 0 reads for all: one line, rank 0's (not one a rank).
+#    that rank 0 reads for all: one line, rank 0's (not one a rank);
+#  - ranks whose --load folders hold different checkpoints.
 set -u
 train=$1
 repo=$2
@@ -44,4 +45,27 @@ check "a vocabulary file no rank can open" "^trident-train: error: cannot open G
 "${mpi[@]}" -np 2 "$train" "${args[@]}" --data-path "$tmp/bad" --vocab-file "${vocab[0]}" --merge-file "${vocab[1]}" \
   >"$tmp/out" 2>"$tmp/err"
 check "a corrupt .idx that rank 0 reads for all" "^trident-train: error: $tmp/bad.idx: " $?
+# Ranks given different --load folders (node-local storage): one line at load, before any
+# iteration, whether the folders hold other iterations or two checkpoints of one iteration;
+# a copy of the same checkpoint loads.
+for seed in 1 2; do
+  "$train" "${args[@]}" --mock-data --lr-decay-iters 4 --train-iters 2 --seed $seed --save "$tmp/ck$seed" >/dev/null 2>&1
+done
+"$train" "${args[@]}" --mock-data --lr-decay-iters 4 --save "$tmp/ck4" >/dev/null 2>&1
+resume=("${args[@]}" --mock-data --lr-decay-iters 4 --train-iters 6)
+"${mpi[@]}" -np 1 "$train" "${resume[@]}" --load "$tmp/ck1" : -np 1 "$train" "${resume[@]}" --load "$tmp/ck4" \
+  >"$tmp/out" 2>"$tmp/err"
+check "ranks whose --load holds other iterations" \
+  "^trident-train: error: --load: rank 1 finds --load's iter_0000004, rank 0 --load's iter_0000002" $?
+"${mpi[@]}" -np 1 "$train" "${resume[@]}" --load "$tmp/ck1" : -np 1 "$train" "${resume[@]}" --load "$tmp/ck2" \
+  >"$tmp/out" 2>"$tmp/err"
+check "ranks whose --load holds two checkpoints of one iteration" \
+  "^trident-train: error: --load: rank 1 reads a checkpoint at iteration 2 with files of checksum .*, rank 0 iteration 2" $?
+cp -r "$tmp/ck1" "$tmp/ck1-copy"
+"${mpi[@]}" -np 1 "$train" "${resume[@]}" --load "$tmp/ck1" : -np 1 "$train" "${resume[@]}" --load "$tmp/ck1-copy" \
+  >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 0 ]] && grep -q "^trident: loaded checkpoint $tmp/ck1/iter_0000002" "$tmp/out" &&
+  echo "ok: node-local copies of one checkpoint load" ||
+  { echo "FAIL: copies of one checkpoint: rc=$rc"; cat "$tmp/err"; fails=$((fails + 1)); }
 [[ $fails -eq 0 ]]
