@@ -214,6 +214,7 @@ TempIterationDir::TempIterationDir(TempIterationDir&& other) noexcept
       path_(std::move(other.path_)),
       iteration_(other.iteration_),
       lock_fd_(std::exchange(other.lock_fd_, -1)),
+      committed_(other.committed_),
       removed_stale_(std::move(other.removed_stale_)),
       save_lock_note_(std::move(other.save_lock_note_)) {}
 
@@ -228,6 +229,14 @@ void TempIterationDir::commit() {
   // still cannot lock it, and one that opens it now finds no lock file and keeps out.
   if (lock_fd_ >= 0) ::unlink((path_ / kWriterLockFileName).c_str());
   trident::commit(root_, iteration_, path_);
+  committed_ = true;
+  if (lock_fd_ >= 0) ::close(std::exchange(lock_fd_, -1));
+}
+
+void TempIterationDir::discard() {
+  if (committed_) return;
+  std::error_code ec;  // (the lock held while removing: no other process judges it a dead writer's)
+  fs::remove_all(path_, ec);
   if (lock_fd_ >= 0) ::close(std::exchange(lock_fd_, -1));
 }
 

@@ -60,7 +60,7 @@ std::filesystem::path temp_iteration_dir(const std::filesystem::path& root, int6
 // naming it), removes the temporaries in DIR left by dead writers
 // (remove_dead_writers_temporaries), then creates the directory (which must not exist yet)
 // and its locked .writer.lock. Throws IoError naming the directory. Destroying it releases
-// the .writer.lock and leaves the directory as it is.
+// the .writer.lock and leaves the directory as it is (discard() removes it).
 class TempIterationDir {
  public:
   TempIterationDir(const std::filesystem::path& root, int64_t iteration, const std::string& token);
@@ -77,11 +77,15 @@ class TempIterationDir {
   const std::string& save_lock_note() const { return save_lock_note_; }
   // Removes the lock file (it is no part of the checkpoint), then commit()s the directory.
   void commit();
+  // A save that failed, or that its process gives up: removes the directory (best effort)
+  // unless committed.
+  void discard();
 
  private:
   std::filesystem::path root_, path_;
   int64_t iteration_ = 0;
   int lock_fd_ = -1;
+  bool committed_ = false;
   std::vector<std::filesystem::path> removed_stale_;
   std::string save_lock_note_;
 };

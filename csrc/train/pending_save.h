@@ -72,10 +72,13 @@ struct PendingSave {
   PendingSave() = default;
   PendingSave(const PendingSave&) = delete;
   PendingSave& operator=(const PendingSave&) = delete;
-  // A run that stops (an error) with a save in flight waits for its writer: the temporary
-  // directory goes (rank 0's TempIterationDir) only once nothing writes into it.
+  // A save that failed, or a run that stops (an error) with a save in flight: the writer is
+  // waited for, then rank 0 removes the temporary directory it holds (uncommitted), so a
+  // failed save (a full disk) leaves nothing behind. (When another rank fails, the job
+  // ends without this: the next save removes a dead writer's directory.)
   ~PendingSave() {
     if (writer.joinable()) writer.join();
+    if (temp_dir) temp_dir->discard();
   }
   // Copies every tensor into `arena` and points the files at the copies.
   void take_snapshot(SnapshotArena& arena);

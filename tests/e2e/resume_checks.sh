@@ -160,6 +160,23 @@ if [[ $rc -eq 2 && ! -e $tmp/made ]]; then
 else
   fail "a failed export: rc $rc, $(ls -R "$tmp/made" 2>&1 | head -5)"; cat "$tmp/hf2.log"
 fi
+# ---- a save that fails (a full disk: here a file-size limit) leaves no temporary behind,
+# and no --save folder the run made; into an existing folder, with --async-save, neither
+for async in "" --async-save; do
+  [[ -n $async ]] && mkdir -p "$tmp/full"
+  (ulimit -f 256; trap '' XFSZ; exec "$train" "${args[@]}" --train-iters 2 --load "$tmp/full/ck" --save "$tmp/full/ck" \
+    $async) \
+    >"$tmp/full.log" 2>&1
+  rc=$?
+  left=$(find "$tmp/full" -name "iter_*" 2>/dev/null)
+  if [[ $rc -eq 2 && -z $left ]] && grep -q "write failed after .*File too large" "$tmp/full.log" &&
+      { [[ -n $async ]] || [[ ! -e $tmp/full ]]; }; then
+    ok "a failed save${async:+ ($async)} leaves nothing behind: $(grep error "$tmp/full.log")"
+  else
+    fail "a failed save${async:+ ($async)}: rc $rc, left: $left $(ls -A "$tmp/full" 2>&1)"; cat "$tmp/full.log"
+  fi
+  rm -rf "$tmp/full"
+done
 # ---- one run saves into a directory at a time (a new one: the first run creates and locks
 # it at its start, long before its first save)
 "$train" "${args[@]}" --train-iters 100000 --save "$tmp/busy" --load "$tmp/busy" >"$tmp/busy_a.log" 2>&1 &
