@@ -211,9 +211,13 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
   const int64_t P = g.prompt > 0 ? g.prompt : std::max<int64_t>(1, cfg.seq_length / 2);
   const int64_t new_tokens =
       g.new_tokens > 0 ? g.new_tokens : std::min<int64_t>(128, cfg.max_position_embeddings - P);
-  if (new_tokens < 1 || P + new_tokens > cfg.max_position_embeddings)
-    throw ConfigError("--generate-prompt " + std::to_string(P) + " + --generate-tokens " +
-                      std::to_string(new_tokens) + ": at least 1 new token, and at most " +
+  const std::string prompt_flag =  // the flags as given (a default said as one)
+      g.prompt > 0 ? "--generate-prompt " + std::to_string(P) : "a prompt of " + std::to_string(P) + " (seq-length / 2)";
+  if (g.new_tokens == 0 && new_tokens < 1)
+    throw ConfigError(prompt_flag + ": no position left for a new token (--max-position-embeddings " +
+                      std::to_string(cfg.max_position_embeddings) + ")");
+  if (P + new_tokens > cfg.max_position_embeddings)
+    throw ConfigError(prompt_flag + " + --generate-tokens " + std::to_string(new_tokens) + ": past " +
                       std::to_string(cfg.max_position_embeddings) + " positions (--max-position-embeddings)");
   if (g.ragged && P + new_tokens > cfg.seq_length)  // generate_tokens' length rule: all new tokens drawn
     throw ConfigError("--generate-ragged: --generate-prompt " + std::to_string(P) + " + --generate-tokens " +

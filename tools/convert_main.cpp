@@ -369,8 +369,7 @@ std::pair<fs::path, OfflineLayout> write_import(const ConvertFlags& f, const Mod
 
 // A Hugging Face folder -> a trident checkpoint at iteration 0 without optimizer state.
 int import_hf(const ConvertFlags& f) {
-  std::error_code ec;
-  if (!fs::is_directory(f.load, ec)) throw ConfigError("--load: directory not found: " + f.load);
+  check_load_is_directory(f.load);
   check_save_holds_no_checkpoint(f);
   const HfGpt2Model hf = import_hf_gpt2(f.load, f.vocab_divisible_by);
   const auto [out, L] = write_import(f, hf.config, hf.tensors, {{"imported_from", "hf"}});

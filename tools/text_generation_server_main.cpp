@@ -296,8 +296,11 @@ int server_main(int argc, char** argv) {
   const int64_t max_tokens = integer_flag(r, "max-tokens-to-oom", 1, 1ll << 40);
   for (const char* flag : {"micro-batch-size", "out-seq-length", "top_k"})
     if (r.count(flag)) integer_flag(r, flag, flag == std::string("top_k") ? 0 : 1, INT32_MAX);
-  for (const char* flag : {"temperature", "top_p"})
-    if (r.count(flag)) number_flag(r, flag);
+  // Checked as trident-generate checks them.
+  if (r.count("temperature") && !(number_flag(r, "temperature") >= 0))
+    throw ConfigError("--temperature must be a number >= 0");
+  if (r.count("top_p") && !(number_flag(r, "top_p") >= 0 && number_flag(r, "top_p") <= 1))
+    throw ConfigError("--top_p must be in [0, 1]");
   const uint64_t seed = static_cast<uint64_t>(integer_flag(r, "seed", 0, 1ll << 40));
 
   // Megatron's limit is the learned positions; --seq-length may set a lower one.

@@ -291,6 +291,13 @@ OutputWriteGuard::~OutputWriteGuard() {
     if (!fs::remove(d, ec)) break;  // not empty (or gone): the rest is not ours alone
 }
 
+void check_load_is_directory(const fs::path& load) {
+  std::error_code ec;
+  if (fs::is_directory(load, ec)) return;
+  throw ConfigError((fs::exists(load, ec) ? "--load: not a directory: " : "--load: directory not found: ") +
+                    load.string());
+}
+
 std::vector<fs::path> missing_directories(const fs::path& path) {
   std::vector<fs::path> missing;
   std::error_code ec;

@@ -119,6 +119,9 @@ struct OutputWriteGuard {
 // The directories of `path` that do not exist yet, innermost first.
 std::vector<std::filesystem::path> missing_directories(const std::filesystem::path& path);
 
+// ConfigError naming --load when `load` is not a directory: missing, or a file.
+void check_load_is_directory(const std::filesystem::path& load);
+
 // Removes the folders `<output>.tmp-<save token>` beside `output` whose writer is gone (as
 // remove_dead_writers_temporaries judges; trident-convert's Hugging Face export). Returns
 // those removed.

@@ -143,8 +143,8 @@ void read_megatron_deepspeed(Checkpoint& c, const std::vector<int>& mp_ranks,
 // the one the pointer file (Megatron's latest_checkpointed_iteration.txt, DeepSpeed's latest)
 // names.
 fs::path resolve_dir(const fs::path& load, std::optional<int64_t> iteration, const std::string& iteration_flag) {
+  check_load_is_directory(load);
   std::error_code ec;
-  if (!fs::is_directory(load, ec)) throw ConfigError("--load: directory not found: " + load.string());
   const auto is_iteration_folder = [](const fs::path& d) {
     std::error_code e;
     for (const auto& entry : fs::directory_iterator(d, e)) {

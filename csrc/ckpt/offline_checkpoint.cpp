@@ -85,8 +85,8 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
 
 fs::path resolve_checkpoint_dir(const fs::path& load, std::optional<int64_t> iteration,
                                 const std::string& iteration_flag) {
+  check_load_is_directory(load);
   std::error_code ec;
-  if (!fs::is_directory(load, ec)) throw ConfigError("--load: directory not found: " + load.string());
   if (fs::exists(load / kMetadataFileName, ec)) {
     if (iteration)
       throw ConfigError(iteration_flag + ": --load " + load.string() +

@@ -71,6 +71,10 @@ expect_error trident-eval "--config given twice" "$eval_bin" "${args[@]}" --load
 expect_error trident-eval "--split-name: 'train'" "$eval_bin" "${args[@]}" --load "$tmp/ck" --split-name train
 expect_error trident-eval "--max-tokens needs --sequential" "$eval_bin" "${args[@]}" --load "$tmp/ck" --max-tokens 9
 expect_error trident-convert "--load: directory not found: $tmp/nope" "$convert" --load "$tmp/nope" --save "$tmp/out0"
+expect_error trident-eval "--load: not a directory: $model" "$eval_bin" "${args[@]}" --load "$model"
+expect_error trident-convert "--load: not a directory: $model" "$convert" --load "$model" --save "$tmp/out0"
+expect_error trident-convert "--load: not a directory: $model" "$convert" --from megatron \
+  --load "$model" --save "$tmp/out0"
 nothing_under "$tmp/out0" "a missing --load"
 mkdir -p "$tmp/not-a-checkpoint"
 expect_error trident-convert "latest_checkpointed_iteration.txt: missing" "$convert" --load "$tmp/not-a-checkpoint" \

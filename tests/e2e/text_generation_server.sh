@@ -138,6 +138,8 @@ expect_error() {  # expect_error WHAT PATTERN FLAGS...
     ok "$what: $(cat "$tmp/err.out")" || fail "$what: exit $rc, $(cat "$tmp/err.out")"
 }
 expect_error "a port past 65535" "--port" --load "$tmp/ckpt" --port 70000
+expect_error "a negative --temperature" "--temperature must be" --load "$tmp/ckpt" --temperature -1
+expect_error "--top_p past 1" "--top_p must be in \[0, 1\]" --load "$tmp/ckpt" --top_p 5
 expect_error "no --load" "--load" --port 0
 expect_error "a shape flag that differs" "--num-layers" --load "$tmp/ckpt" --num-layers 3
 expect_error "--seq-length past the learned positions" "--seq-length" --load "$tmp/ckpt" --seq-length 49
