@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <optional>
 #include <random>
 
 #include "core/decimal.h"
@@ -74,16 +75,9 @@ std::array<uint64_t, 4> split_boundaries(const std::string& split, uint64_t n) {
     throw ConfigError("--split: expected up to three non-negative weights like 969,30,1, got \"" + split + "\"");
   };
   while (std::getline(ss, part, sep)) {
-    const std::string t = strip_surrounding_space(part);
-    size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(t, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (t.empty() || used != t.size() || !std::isfinite(v) || v < 0 || w.size() == 3) refuse();
-    w.push_back(v);
+    const std::optional<double> v = parse_decimal(part);  // Python's float(): no hexadecimal
+    if (!v || !std::isfinite(*v) || *v < 0 || w.size() == 3) refuse();
+    w.push_back(*v);
   }
   while (w.size() < 3) w.push_back(0.0);
   const double sum = w[0] + w[1] + w[2];
@@ -264,15 +258,10 @@ void GptDataset::get(uint64_t i, int32_t* tokens) const {
 
 namespace {
 
+// A weight as Megatron's float(word) reads it: decimal, not C's hexadecimal.
 bool is_number(const std::string& word) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(word, &used);
-  } catch (const std::exception&) {
-    return false;
-  }
-  return used == word.size() && std::isfinite(v);
+  const std::optional<double> v = parse_decimal(word);
+  return v && std::isfinite(*v);
 }
 
 // One split of a blend: documents ranges[k] of prefix k (an empty range: none of it).
@@ -359,7 +348,7 @@ DataBlend parse_data_path(const std::vector<std::string>& words, const std::stri
   if (even && weights == words.size() / 2) {
     double sum = 0;
     for (size_t i = 0; i < words.size(); i += 2) {
-      const double w = std::stod(words[i]);
+      const double w = *parse_decimal(words[i]);
       if (w < 0) throw ConfigError(flag + ": \"" + words[i] + "\" is not a non-negative weight");
       out.weights.push_back(w);
       out.prefixes.push_back(words[i + 1]);

@@ -197,7 +197,7 @@ TEST(GptDataset, SplitBoundariesMatchMegatron) {
   EXPECT_EQ(split_boundaries("8,1,1", 25), (B{0, 20, 22, 25}));
   EXPECT_EQ(split_boundaries("8/1/1", 25), (B{0, 20, 22, 25}));
   EXPECT_EQ(split_boundaries("1", 7), (B{0, 7, 7, 7}));
-  for (const char* bad : {"a,b", "1,-1,0", "0,0,0", "", "1,,2", "90,10,0,5"}) {  // Megatron asserts 3 at most
+  for (const char* bad : {"a,b", "1,-1,0", "0,0,0", "", "1,,2", "90,10,0,5", "0x1p0,1"}) {  // Megatron asserts 3 at most
     try {
       split_boundaries(bad, 10);
       ADD_FAILURE() << bad;
@@ -458,6 +458,9 @@ TEST(Blend, DataPathNumbersAsMegatron) {
     }
     return std::string("no error");
   };
+  // Weights are read as Python's float() reads them: decimal, not C's hexadecimal (a prefix).
+  EXPECT_EQ(parse_data_path({" 2", "A", "6e0", "B"}).weights, (std::vector<double>{0.25, 0.75}));
+  EXPECT_EQ(error({"0x1p0", "A", "1", "B"}).rfind("--data-path: \"0x1p0\" (word 1) is not a weight", 0), 0u);
   // An odd number of words: prefixes; the numbers among them name no dataset.
   EXPECT_EQ(error({"0.3", "A", "0.7"}),
             "--data-path: \"0.3\" is read as a dataset prefix and there is no 0.3.idx: 3 words, an odd number, are "
