@@ -404,6 +404,8 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   std::unique_ptr<SampleSource>* split_out[3] = {&out.train, &out.valid, &out.test};
   if (!per_split) {
     const auto data = open(cfg.blend);
+    if (std::all_of(data.begin(), data.end(), [](const auto& d) { return d->size() == 0; }))  // not --split's fault
+      throw ConfigError(detail::concat(cfg.blend.flag, ": ", prefixes_and_documents(data), ": no documents"));
     std::vector<std::array<uint64_t, 4>> bounds;
     for (const auto& d : data) bounds.push_back(split_boundaries(cfg.split, d->size()));
     const char* evaluation[3] = {"", "validation", "test"};

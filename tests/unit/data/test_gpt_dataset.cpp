@@ -207,6 +207,24 @@ TEST(GptDataset, SplitBoundariesMatchMegatron) {
   }
 }
 
+// A dataset of no documents (trident-preprocess of an empty file) is named as such, not
+// blamed on --split.
+TEST(GptDataset, NoDocumentsIsNamed) {
+  ScratchDir dir;
+  const std::string prefix = dir / "none";
+  write_docs(prefix, 0, 1);
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({prefix});
+  cfg.seq_length = 16;
+  cfg.train_samples = 10;
+  try {
+    build_gpt_datasets(cfg);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "--data-path: " + prefix + " (0 documents): no documents");
+  }
+}
+
 TEST(GptDataset, TrainValidTestRanges) {
   ScratchDir dir;
   const std::string prefix = dir / "tvt";
