@@ -14,6 +14,7 @@
 #include "ckpt/metadata.h"
 #include "ckpt/save_dir_lock.h"
 #include "core/error.h"
+#include "core/stop_signals.h"
 #include "kernels/backends.h"
 #include "mpi_tool_main.h"
 #include "parallel/collective_timeout.h"
@@ -94,6 +95,10 @@ void load_before_building(TrainOptions& opt, ParallelContext& par) {
 int train(int argc, char** argv) {
   TrainOptions opt;
   if (!parse_train_options(argc, argv, opt)) return 0;
+  // SIGTERM and SIGINT are requests to stop from here on (as Megatron's --exit-signal-handler,
+  // installed at its initialisation): one during the start-up (loading a checkpoint, building
+  // the data's index maps) ends the run before training, exit status 0.
+  const StopSignals stop_signals;
   // The layout is checked first (its errors name the parallel-size flags), then the
   // backend is made before the groups: NcclComm runs on its GPU, after its stream.
   const GridShape shape =

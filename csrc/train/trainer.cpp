@@ -693,9 +693,12 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
     if (e.timed_out)
       *out_ << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
             << " minutes (--exit-duration-in-mins)" << std::endl;
-    else  // never stopped by a signal: the final evaluations run without the stop handlers
+    else if (e.stopped)
+      *out_ << "trident: stop requested by a signal during the evaluation " << where << " at iteration "
+            << iteration_ << ": no more evaluation" << std::endl;
+    else
       log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e, to_tensorboard);
-    return !e.timed_out;
+    return !e.timed_out && !e.stopped;
   };
   if (valid_ && opt_.eval_iters > 0 && !final_evaluation("on validation set", *valid_, consumed_valid_samples_))
     return false;
@@ -746,11 +749,22 @@ void Trainer::train() {
   const bool evaluating = valid_ && opt_.eval_iters > 0;
   const bool saving = !opt_.save.empty();
   const TimingLogOption timing_log_option = parse_timing_log_option(opt_.timing_log_option);
-  // Megatron's --skip-train: the evaluations alone, without TensorBoard scalars (and without
-  // the stop handlers: there is nothing to save, so a signal ends the process).
+  // The stop handlers from here to the end (trident-train's main installs them earlier, so
+  // that a signal during the start-up is kept: this one is then the inner one). A signal
+  // stops the evaluations after their batch in flight, and the run exits 0.
+  const StopSignals stop_signals;
+  // Megatron's --skip-train: the evaluations alone, without TensorBoard scalars.
   if (opt_.skip_train) {
     out << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;
     final_evaluations(/*to_tensorboard=*/false);
+    if (tensorboard_) tensorboard_->flush();
+    return;
+  }
+  // Asked to stop before training (during the start-up): the loaded state is the latest
+  // checkpoint's, so nothing is trained or saved. (Megatron trains one iteration first.)
+  if (any_rank(*par_, stop_signal_received())) {
+    out << "trident: stop requested by a signal before iteration " << iteration_ + 1 << ": exiting without training"
+        << std::endl;
     if (tensorboard_) tensorboard_->flush();
     return;
   }
@@ -761,7 +775,6 @@ void Trainer::train() {
     if (tensorboard_) tensorboard_->flush();
     return;
   }
-  std::optional<StopSignals> stop_signals(std::in_place);
   bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   while (!training_done()) {
@@ -925,7 +938,6 @@ void Trainer::train() {
       out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
       return false;
     }
-    stop_signals.reset();  // from here a signal ends the process: the last checkpoint is saved
     if (!training_done()) return false;
     if (iteration_ < opt_.train_iters)  // Megatron-DeepSpeed ends the run there as it would at --train-iters
       out << "trident: --train-tokens " << *opt_.train_tokens << " reached at iteration " << iteration_ << " ("

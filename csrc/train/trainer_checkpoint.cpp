@@ -623,6 +623,8 @@ bool Trainer::load_checkpoint() {
   const std::string other = checkpoint_identity_mismatch(*par_->world, opt_, ckpt ? &ckpt->metadata() : nullptr);
   if (error.empty()) error = other;
   unless_failed([&] { restore_checkpoint(*ckpt); });
+  // A test's signal during the start-up (a long load): TRIDENT_TEST_SIGNAL_IN_LOAD=<signal>.
+  if (const char* sig = std::getenv("TRIDENT_TEST_SIGNAL_IN_LOAD")) std::raise(std::atoi(sig));
   // Each rank reads only the files holding its slices, so a corrupt file fails the ranks
   // that read it alone. Agree first: no rank reports a checkpoint loaded, or trains on,
   // while another failed; all fail with the first failing rank's message (a bad checkpoint

@@ -16,7 +16,8 @@
 #  - a save that dies leaves its temporary directory, which the next save removes;
 #  - SIGTERM finishes the current iteration (or evaluation batch), saves a checkpoint there and exits 0 (with
 #    Megatron's --exit-signal-handler, which trident accepts and needs not); a second signal
-#    while that save is written (test hook) does not kill it.
+#    while that save is written (test hook) does not kill it; one during the final evaluations
+#    stops them, and one during the start-up ends the run before training, exit 0 both.
 # Usage: training_features.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -170,6 +171,35 @@ elif wait "$pid" && grep -q "stop requested by a signal during the evaluation at
   echo "SIGTERM during an evaluation: stopped it, saved iteration 2, exit 0"
 else
   fail "SIGTERM during an evaluation: $(tail -2 "$tmp/sig-eval.log")"
+fi
+# A signal during the final evaluations (here one of 10^6 batches), after the last save:
+# they stop after the batch in flight and the run exits 0 (the process is not killed).
+"$train" "${args[@]}" --train-iters 3 --lr-decay-iters 8 --eval-iters 1000000 --save "$tmp/sig-final" \
+  >"$tmp/sig-final.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "saved checkpoint at iteration 3" "$tmp/sig-final.log" && break; sleep 0.1; done
+sleep 1
+kill -TERM "$pid" || true
+for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  kill -KILL "$pid"
+  fail "SIGTERM during the final evaluation: still running 30 s later"
+elif wait "$pid" && grep -q "stop requested by a signal during the evaluation on validation set at iteration 3" \
+    "$tmp/sig-final.log"; then
+  echo "SIGTERM during the final evaluation: stopped it, exit 0"
+else
+  fail "SIGTERM during the final evaluation: $(tail -2 "$tmp/sig-final.log")"
+fi
+# A signal during the start-up (the test hook sends it once the checkpoint is loaded) is a
+# request too: the run ends before training, exit 0, its checkpoint still the latest.
+TRIDENT_TEST_SIGNAL_IN_LOAD=15 "$train" "${args[@]}" --train-iters 5 --lr-decay-iters 8 --eval-iters 0 --load "$tmp/sig-final" \
+  --save "$tmp/sig-final" >"$tmp/sig-load.log" 2>&1 && rc=0 || rc=$?
+if [[ $rc -eq 0 && $(cat "$tmp/sig-final/latest_checkpointed_iteration.txt") == 3 ]] &&
+    grep -q "stop requested by a signal before iteration 4: exiting without training" "$tmp/sig-load.log" &&
+    ! grep -q '^ iteration ' "$tmp/sig-load.log"; then
+  echo "SIGTERM during the start-up: no training, exit 0"
+else
+  fail "SIGTERM during the start-up: exit $rc: $(tail -2 "$tmp/sig-load.log")"
 fi
 # A second signal while the stop's save is written (a scheduler sending SIGTERM again, a
 # second Ctrl-C) must not kill the save: the test hook sends it right after the files are
