@@ -98,7 +98,7 @@ int train(int argc, char** argv) {
   // SIGTERM and SIGINT are requests to stop from here on (as Megatron's --exit-signal-handler,
   // installed at its initialisation): one during the start-up (loading a checkpoint, building
   // the data's index maps) ends the run before training, exit status 0.
-  const StopSignals stop_signals;
+  std::optional<StopSignals> stop_signals(std::in_place);
   // The layout is checked first (its errors name the parallel-size flags), then the
   // backend is made before the groups: NcclComm runs on its GPU, after its stream.
   const GridShape shape =
@@ -152,6 +152,7 @@ int train(int argc, char** argv) {
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
   if (!opt.load.empty()) trainer.load_checkpoint();
   trainer.train();
+  stop_signals.reset();  // the export after training is not a run to stop: a signal ends it
   if (!opt.save_canonical.empty())
     save_canonical_params(trainer.model(), trainer.parallel(), opt.virtual_pipeline_chunks(), opt.save_canonical);
   return 0;

@@ -235,8 +235,20 @@ void TempIterationDir::commit() {
 
 void TempIterationDir::discard() {
   if (committed_) return;
-  std::error_code ec;  // (the lock held while removing: no other process judges it a dead writer's)
-  fs::remove_all(path_, ec);
+  // The lock file goes last, once everything else has: a directory left without it is one
+  // that nothing removes, while a locked one whose writer is gone the next save removes.
+  std::error_code ec;
+  bool emptied = true;
+  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename() != kWriterLockFileName) {
+      std::error_code e;
+      fs::remove_all(it->path(), e);
+      emptied = emptied && !e;
+    }
+  if (!ec && emptied) {
+    ::unlink((path_ / kWriterLockFileName).c_str());
+    fs::remove(path_, ec);
+  }
   if (lock_fd_ >= 0) ::close(std::exchange(lock_fd_, -1));
 }
 

@@ -77,8 +77,9 @@ class TempIterationDir {
   const std::string& save_lock_note() const { return save_lock_note_; }
   // Removes the lock file (it is no part of the checkpoint), then commit()s the directory.
   void commit();
-  // A save that failed, or that its process gives up: removes the directory (best effort)
-  // unless committed.
+  // A save that failed, or that its process gives up, with no other process writing into
+  // it: removes the directory unless committed (its lock file last: what cannot be removed
+  // stays locked, for the next save to remove once this process is gone).
   void discard();
 
  private:

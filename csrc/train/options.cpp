@@ -614,8 +614,8 @@ T convert(const std::string& flag, const std::string& raw) {
       if (!std::isfinite(v)) throw std::invalid_argument("not finite");
     return v;
   } catch (const std::out_of_range&) {  // an integer that parses, past the type's range
-    throw ConfigError("--" + flag + ": '" + raw + "' is out of range (at most " +
-                      std::to_string(std::numeric_limits<T>::max()) + ")");
+    throw ConfigError("--" + flag + ": '" + raw + "' is out of range (" + std::to_string(std::numeric_limits<T>::min()) +
+                      " to " + std::to_string(std::numeric_limits<T>::max()) + ")");
   } catch (const std::exception&) {
     if constexpr (std::is_same_v<T, uint64_t>)
       throw ConfigError("--" + flag + ": cannot parse '" + raw + "' as a non-negative integer");

@@ -62,6 +62,7 @@ struct PendingSave {
   std::vector<File> files;                    // this rank's
   std::map<std::string, std::string> file_metadata;
   int rank = 0;
+  bool sole_writer = false;  // a world of one: no other rank writes into `temp`
   // The writer's results: "path size xxh3" lines and their bytes, or the error that stopped it.
   std::string records;
   uint64_t bytes = 0;
@@ -73,12 +74,13 @@ struct PendingSave {
   PendingSave(const PendingSave&) = delete;
   PendingSave& operator=(const PendingSave&) = delete;
   // A save that failed, or a run that stops (an error) with a save in flight: the writer is
-  // waited for, then rank 0 removes the temporary directory it holds (uncommitted), so a
-  // failed save (a full disk) leaves nothing behind. (When another rank fails, the job
-  // ends without this: the next save removes a dead writer's directory.)
+  // waited for, then a process that writes the checkpoint alone removes the temporary
+  // directory it holds (uncommitted), so a failed save (a full disk) leaves nothing behind.
+  // With more ranks, others may still write into it: it stays, locked, and the next save
+  // removes it as a dead writer's.
   ~PendingSave() {
     if (writer.joinable()) writer.join();
-    if (temp_dir) temp_dir->discard();
+    if (temp_dir && sole_writer) temp_dir->discard();
   }
   // Copies every tensor into `arena` and points the files at the copies.
   void take_snapshot(SnapshotArena& arena);

@@ -426,6 +426,7 @@ void Trainer::save_checkpoint(SaveKind kind) {
   broadcast_string(world, token, 0);
   save->temp = temp_iteration_dir(root, iteration_, token);
   save->rank = grid.rank;
+  save->sole_writer = grid.shape.world == 1;
   if (grid.rank == 0) {  // rank 0 holds the temporary directory until the commit
     const TempIterationDir& temp_dir = save->temp_dir.emplace(root, iteration_, token);
     if (!temp_dir.save_lock_note().empty()) *out_ << "trident: note: " << temp_dir.save_lock_note() << std::endl;

@@ -178,7 +178,7 @@ fi
   >"$tmp/sig-final.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do grep -q "saved checkpoint at iteration 3" "$tmp/sig-final.log" && break; sleep 0.1; done
-sleep 1
+sleep 3  # into the evaluation (minutes long), past the end-of-training check
 kill -TERM "$pid" || true
 for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$pid" 2>/dev/null; then

@@ -406,6 +406,33 @@ TEST(CheckpointDir, SaveKilledInItsCommitIsRemovedByTheNext) {
   EXPECT_EQ(latest_iteration(root), 100);
 }
 
+// A failed save's directory (files in subfolders) goes with discard(), the checkpoint before
+// it stays the latest; a committed one stays after discard().
+TEST(CheckpointDir, DiscardRemovesAnUncommittedSaveOnly) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  save(root, 100, 1.0f);
+  TempIterationDir failed(root, 200, make_save_token());
+  fs::create_directories(failed.path() / "mp_rank_00");
+  spit((failed.path() / "mp_rank_00" / "model.safetensors").string(), "partial");
+  failed.discard();
+  EXPECT_FALSE(fs::exists(failed.path()));
+  EXPECT_EQ(latest_iteration(root), 100);
+  EXPECT_EQ(load_value(root), 1.0f);
+  TempIterationDir done(root, 300, make_save_token());
+  fs::create_directories(done.path() / "mp_rank_00");
+  const std::vector<float> v(16, 3.0f);
+  write_safetensors((done.path() / "mp_rank_00" / "model.safetensors").string(), {{"w", StDType::F32, {16}, v.data()}});
+  CheckpointMetadata m;
+  m.iteration = 300;
+  m.files = {make_file_record(done.path(), "mp_rank_00/model.safetensors")};
+  write_metadata((done.path() / kMetadataFileName).string(), m);
+  done.commit();
+  done.discard();
+  EXPECT_EQ(latest_iteration(root), 300);
+  EXPECT_EQ(load_value(root), 3.0f);
+}
+
 // A deletion interrupted in a child process (killed after the rename, before or during the
 // removal): its iter_NNNNNNN.del-<token> directory, with a file in it, stays.
 fs::path interrupted_deletion(const fs::path& root, int64_t iteration) {

@@ -772,9 +772,9 @@ TEST(Options, MegatronScriptsRunUnchanged) {
   EXPECT_EQ(must_fail({"--train-iters", "1__0"}), "--train-iters: cannot parse '1__0' as a number");
   EXPECT_EQ(must_fail({"--train-iters", "_10"}), "--train-iters: cannot parse '_10' as a number");
   // A number past the flag's type is out of range, not unreadable.
-  EXPECT_EQ(must_fail({"--seq-length", "99999999999"}), "--seq-length: '99999999999' is out of range (at most 2147483647)");
+  EXPECT_EQ(must_fail({"--seq-length", "99999999999"}), "--seq-length: '99999999999' is out of range (-2147483648 to 2147483647)");
   EXPECT_EQ(must_fail({"--train-samples", "99999999999999999999"}),
-            "--train-samples: '99999999999999999999' is out of range (at most 18446744073709551615)");
+            "--train-samples: '99999999999999999999' is out of range (0 to 18446744073709551615)");
   // Python's int() and float() ignore whitespace around the number, on either side.
   EXPECT_EQ(parse({"--micro-batch-size", " 5"}).micro_batch_size, 5);
   EXPECT_EQ(parse({"--micro-batch-size", "5 "}).micro_batch_size, 5);
