@@ -299,8 +299,9 @@ int server_main(int argc, char** argv) {
   // Checked as trident-generate checks them.
   if (r.count("temperature") && !(number_flag(r, "temperature") >= 0))
     throw ConfigError("--temperature must be a number >= 0");
-  if (r.count("top_p") && !(number_flag(r, "top_p") >= 0 && number_flag(r, "top_p") <= 1))
-    throw ConfigError("--top_p must be in [0, 1]");
+  if (r.count("top_p"))
+    if (const double top_p = number_flag(r, "top_p"); !(top_p >= 0 && top_p <= 1))
+      throw ConfigError("--top_p must be in [0, 1]");
   const uint64_t seed = static_cast<uint64_t>(integer_flag(r, "seed", 0, 1ll << 40));
 
   // Megatron's limit is the learned positions; --seq-length may set a lower one.

@@ -285,7 +285,7 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
   std::vector<json> heads;  // each answer's fields that its chunks repeat
   std::vector<std::unique_ptr<CompletionStream>> streams(batch.size());
   std::vector<std::pair<CompletionStream*, size_t>> stream_of;  // a generation's stream and choice
-  std::vector<size_t> request_of;                                // a generation's index in `batch`
+  std::vector<size_t> first_of;  // request k's generations: [first_of[k], first_of[k + 1])
   bool any_streamed = false;  // (every rank knows: it is the requests' own)
   for (size_t k = 0; k < batch.size(); ++k) {
     const PreparedRequest& p = *batch[k];
@@ -298,9 +298,10 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
       streams[k] = std::make_unique<CompletionStream>(tokenizer_, p.completions, heads.back(), p.prompts.size(),
                                                       clients[k].sink);
     for (size_t i = 0; i < p.prompts.size(); ++i) stream_of.emplace_back(streams[k].get(), i);
-    request_of.insert(request_of.end(), p.prompts.size(), k);
+    first_of.push_back(prompts.size());
     prompts.insert(prompts.end(), p.prompts.begin(), p.prompts.end());
   }
+  first_of.push_back(prompts.size());
   o.on_token = [&stream_of](size_t b, const Generation& g, bool last) {
     if (const auto& [stream, choice] = stream_of[b]; stream) stream->update(choice, g, last);
   };
@@ -308,10 +309,9 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
   // and tells the other ranks of the TP group (a broadcast a step, only in batches that stream).
   if (any_streamed)
     o.poll_cancel = [&](std::vector<int32_t>& cancel) {
-      for (size_t b = 0; b < cancel.size(); ++b) {
-        const size_t k = request_of[b];
-        if (k < clients.size() && clients[k].left && clients[k].left()) cancel[b] = 1;
-      }
+      for (size_t k = 0; k < clients.size(); ++k)  // each client asked once a step
+        if (clients[k].left && clients[k].left())
+          std::fill(cancel.begin() + first_of[k], cancel.begin() + first_of[k + 1], 1);
       if (tp_comm_ && tp_comm_->size() > 1)
         tp_comm_->broadcast(Tensor(cancel.data(), Shape{static_cast<int64_t>(cancel.size())}, DType::I32, Device::Cpu),
                             0);
