@@ -14,7 +14,8 @@
 //       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng);
 //   trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]
 //                   [--target-pp P] [--num-attention-heads H] [--overwrite]
-//       a Megatron-LM or Megatron-DeepSpeed GPT checkpoint (any tp x pp, ckpt/megatron_gpt2.h)
+//       a Megatron-LM (torch or torch_dist format) or Megatron-DeepSpeed GPT checkpoint (any tp x pp,
+//       ckpt/megatron_gpt2.h)
 //       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf.
 // Every output appears atomically under its final name (a checkpoint through the
 // iter_NNNNNNN.tmp-* protocol, an exported folder renamed from OUT.tmp-*); an error prints one line
@@ -68,8 +69,9 @@ constexpr const char* kUsage =
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
     "  trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]\n"
     "                  [--target-pp P] [--num-attention-heads H] [--overwrite]\n"
-    "      import the weights of a Megatron-LM (mp_rank_*/model_optim_rng.pt) or Megatron-DeepSpeed (global_stepN/)\n"
-    "      GPT checkpoint of any layout as OUT/iter_0000000 without optimizer state; --vocab-size is the real\n"
+    "      import the weights of a Megatron-LM (mp_rank_*/model_optim_rng.pt, or Megatron-core's torch_dist:\n"
+    "      common.pt, .metadata, *.distcp) or Megatron-DeepSpeed (global_stepN/) GPT checkpoint of any layout\n"
+    "      as OUT/iter_0000000 without optimizer state; --vocab-size is the real\n"
     "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer); --num-attention-heads for a\n"
     "      checkpoint saved without args (default 16 for NVIDIA's released 24-layer, 1024-wide GPT-2 345M)\n"
     "--load DIR may also name one iter_NNNNNNN folder (with --from megatron also release/ or global_stepN/).\n"

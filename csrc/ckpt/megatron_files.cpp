@@ -5,6 +5,8 @@
 #include <map>
 #include <regex>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
@@ -139,6 +141,42 @@ void read_megatron_deepspeed(Checkpoint& c, const std::vector<int>& mp_ranks,
   }
 }
 
+// metadata.json's sharded_backend ("torch_dist", "zarr") in a Megatron-core distributed
+// checkpoint; nullopt when there is none (trident's own metadata.json has no such key).
+std::optional<std::string> sharded_backend(const fs::path& dir) {
+  std::error_code ec;
+  const fs::path config = dir / "metadata.json";
+  if (!fs::is_regular_file(config, ec)) return std::nullopt;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(config.string()));
+    if (j.is_object() && j.contains("sharded_backend") && j["sharded_backend"].is_string())
+      return j["sharded_backend"].get<std::string>();
+  } catch (const nlohmann::json::exception&) {
+  }
+  return std::nullopt;
+}
+
+// Megatron-core's distributed checkpoint (--ckpt-format torch_dist): metadata.json names the
+// backend, common.pt holds the args and the iteration, .metadata and the *.distcp files the
+// tensors (torch_dcp.h).
+void read_megatron_dist(Checkpoint& c) {
+  c.flavour = "Megatron-core torch_dist";
+  const std::optional<std::string> backend = sharded_backend(c.dir);
+  if (backend && *backend != "torch_dist")
+    throw ConfigError((c.dir / "metadata.json").string() + ": sharded_backend '" + *backend + "': of Megatron-core's "
+                      "distributed formats only torch_dist is read (Megatron converts with --ckpt-convert-format torch_dist)");
+  std::error_code ec;
+  const fs::path common = c.dir / "common.pt";
+  if (!fs::exists(common, ec)) throw IoError(common.string() + ": missing (Megatron-core saves the args there)");
+  read_common(c, open_file(c, common));
+  c.dist = std::make_unique<DcpCheckpoint>(c.dir);
+}
+
+// Whether `n`, an entry of an iteration folder, belongs to a distributed checkpoint.
+bool is_dist_entry(const fs::path& n) {
+  return n.filename() == ".metadata" || n.filename() == "common.pt" || n.extension() == ".distcp";
+}
+
 // The iteration folder `load` names: itself, iter_NNNNNNN / global_stepN for `iteration`, or
 // the one the pointer file (Megatron's latest_checkpointed_iteration.txt, DeepSpeed's latest)
 // names.
@@ -149,7 +187,7 @@ fs::path resolve_dir(const fs::path& load, std::optional<int64_t> iteration, con
     std::error_code e;
     for (const auto& entry : fs::directory_iterator(d, e)) {
       const std::string n = entry.path().filename().string();
-      if (n.rfind("mp_rank_", 0) == 0 || n.rfind("layer_", 0) == 0) return true;
+      if (n.rfind("mp_rank_", 0) == 0 || n.rfind("layer_", 0) == 0 || is_dist_entry(entry.path())) return true;
     }
     return false;
   };
@@ -222,7 +260,7 @@ Checkpoint read_checkpoint_files(const fs::path& dir) {
       layer_files[std::stoi(m[2].str())][std::stoi(m[1].str())] = entry.path();
     } else if (std::regex_match(n, m, ds_layer_no_tp)) {
       layer_files[0][std::stoi(m[1].str())] = entry.path();
-    } else if (entry.path().extension() == ".distcp") {
+    } else if (is_dist_entry(entry.path())) {
       torch_dist = true;
     }
   }
@@ -233,13 +271,11 @@ Checkpoint read_checkpoint_files(const fs::path& dir) {
   } else if (!ds_ranks.empty()) {
     std::sort(ds_ranks.begin(), ds_ranks.end());
     read_megatron_deepspeed(c, ds_ranks, layer_files);
-  } else if (torch_dist) {
-    throw ConfigError(dir.string() + ": a Megatron-core distributed checkpoint (torch_dist, *.distcp files), which "
-                      "trident does not read; save it in the torch format (Megatron's --ckpt-format torch, or "
-                      "--ckpt-convert-format torch to convert one)");
+  } else if (torch_dist || sharded_backend(dir)) {
+    read_megatron_dist(c);
   } else {
-    throw IoError(dir.string() + ": no mp_rank_TT[_PPP]/model_optim_rng.pt (Megatron-LM) and no "
-                                 "mp_rank_TT_model_states.pt (Megatron-DeepSpeed)");
+    throw IoError(dir.string() + ": no mp_rank_TT[_PPP]/model_optim_rng.pt (Megatron-LM), no "
+                                 "mp_rank_TT_model_states.pt (Megatron-DeepSpeed) and no .metadata (Megatron-core torch_dist)");
   }
   return c;
 }

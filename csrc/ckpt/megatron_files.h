@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ckpt/pickle_reader.h"
+#include "ckpt/torch_dcp.h"
 #include "ckpt/torch_file.h"
 
 namespace trident::megatron {
@@ -28,7 +29,7 @@ struct Shard {
 // One checkpoint's open files and what they say.
 struct Checkpoint {
   std::filesystem::path dir;  // the iteration folder
-  std::string flavour;        // "Megatron-LM" or "Megatron-DeepSpeed"
+  std::string flavour;        // "Megatron-LM", "Megatron-DeepSpeed" or "Megatron-core torch_dist"
   std::vector<std::unique_ptr<TorchFile>> files;
   const pickle::Value* args = nullptr;  // the first file's; nullptr when saved without (NVIDIA's 345M)
   std::string args_source;              // the file the args (would) come from
@@ -36,6 +37,9 @@ struct Checkpoint {
   std::optional<int64_t> iteration;
   int tp = 0, pp = 1, chunks = 1;  // chunks: virtual-pipeline model chunks per stage
   std::vector<Shard> shards;
+  // A Megatron-core distributed checkpoint (--ckpt-format torch_dist): the args etc. come from
+  // its common.pt, the tensors from here, and `shards` is empty.
+  std::unique_ptr<DcpCheckpoint> dist;
 };
 
 // The checkpoint `load` names (the --save directory, whose latest pointer or `iteration`

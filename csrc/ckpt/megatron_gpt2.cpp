@@ -8,7 +8,9 @@
 #include <tuple>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/megatron_dist.h"
 #include "ckpt/megatron_files.h"
+#include "ckpt/megatron_keys.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/torch_file.h"
 #include "core/error.h"
@@ -20,85 +22,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using megatron::Checkpoint;
+using megatron::classify;
+using megatron::KeyMeaning;
+using megatron::layer_modules;
+using megatron::LayerModule;
+using megatron::strip;
 using megatron::Shard;
 using pickle::Kind;
 using pickle::Value;
-
-
-// ---------------------------------------------------------------------------------------
-// Module names -> canonical names.
-
-// Megatron's module paths inside a transformer layer (legacy, legacy Transformer Engine,
-// Megatron-core local and TE specs) of each canonical module; "weight"/"bias" follow.
-struct LayerModule {
-  const char* canonical;
-  std::vector<const char*> megatron;
-};
-const std::vector<LayerModule>& layer_modules() {
-  static const std::vector<LayerModule> m = {
-      {"ln_1.", {"input_layernorm.", "input_norm.", "self_attention.linear_qkv.layer_norm_",
-                 "self_attention.layernorm_qkv.layer_norm_"}},
-      {"attn.qkv.", {"self_attention.query_key_value.", "attention.query_key_value.", "self_attention.linear_qkv.",
-                     "self_attention.layernorm_qkv."}},
-      {"attn.proj.", {"self_attention.dense.", "attention.dense.", "self_attention.linear_proj.", "self_attention.proj."}},
-      {"ln_2.", {"post_attention_layernorm.", "post_attention_norm.", "pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_",
-                 "layernorm_mlp.layer_norm_"}},
-      {"mlp.fc.", {"mlp.dense_h_to_4h.", "mlp.linear_fc1.", "layernorm_mlp.fc1_"}},
-      {"mlp.proj.", {"mlp.dense_4h_to_h.", "mlp.linear_fc2.", "layernorm_mlp.fc2_"}},
-  };
-  return m;
-}
-
-// What a flattened state-dict key is.
-struct KeyMeaning {
-  enum What { kSkip, kWte, kWpe, kHead, kFinalNorm, kLayer } what = kSkip;
-  int local_layer = -1;
-  std::string suffix;  // kLayer: canonical suffix ("attn.qkv.weight"); kFinalNorm: "weight"/"bias"
-};
-
-bool strip(std::string& s, const char* prefix) {
-  const size_t n = std::strlen(prefix);
-  if (s.compare(0, n, prefix) != 0) return false;
-  s.erase(0, n);
-  return true;
-}
-
-bool weight_or_bias(const std::string& s) { return s == "weight" || s == "bias"; }
-
-// nullopt: not a key of a GPT model.
-std::optional<KeyMeaning> classify(std::string key) {
-  KeyMeaning m;
-  if (key.size() >= 12 && key.compare(key.size() - 12, 12, "_extra_state") == 0) return m;  // TE's fp8 metadata
-  strip(key, "module.");
-  strip(key, "language_model.");
-  if (key == "embedding.word_embeddings.weight") m.what = KeyMeaning::kWte;
-  else if (key == "embedding.position_embeddings.weight") m.what = KeyMeaning::kWpe;
-  else if (key == "word_embeddings_for_head.weight" || key == "output_layer.weight") m.what = KeyMeaning::kHead;
-  if (m.what != KeyMeaning::kSkip) return m;
-  if (!strip(key, "encoder.") && !strip(key, "transformer.") && !strip(key, "decoder.")) return std::nullopt;
-  if (strip(key, "final_layernorm.") || strip(key, "final_norm.")) {
-    if (!weight_or_bias(key)) return std::nullopt;
-    m.what = KeyMeaning::kFinalNorm;
-    m.suffix = key;
-    return m;
-  }
-  if (!strip(key, "layers.")) return std::nullopt;
-  const size_t dot = key.find('.');
-  const std::string num = key.substr(0, dot);
-  if (dot == std::string::npos || num.empty() || num.size() > 6 || !all_digits(num)) return std::nullopt;
-  const std::string rest = key.substr(dot + 1);
-  for (const LayerModule& lm : layer_modules())
-    for (const char* path : lm.megatron) {
-      std::string r = rest;
-      if (strip(r, path) && weight_or_bias(r)) {
-        m.what = KeyMeaning::kLayer;
-        m.local_layer = std::stoi(num);
-        m.suffix = std::string(lm.canonical) + r;
-        return m;
-      }
-    }
-  return std::nullopt;
-}
 
 // ---------------------------------------------------------------------------------------
 // Joining the shards.
@@ -285,6 +216,7 @@ std::string megatron_layer_key(const std::string& canonical_suffix, bool norm_na
 
 MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImportOptions& o) {
   Checkpoint c = megatron::open_checkpoint(load, o.iteration, o.iteration_flag);
+  if (c.dist) return megatron::import_dist_gpt2(c, o);
 
   // Local layer numbers -> global: chunk-major, then stage (Megatron's virtual pipeline order).
   std::map<std::tuple<int, int, int>, std::set<int>> local_layers;  // (tp, chunk, stage) -> local indices

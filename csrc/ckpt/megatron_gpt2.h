@@ -1,6 +1,7 @@
 // GPT checkpoints written by Megatron-LM and Megatron-DeepSpeed (torch.save files, read with
-// torch_file.h) -> trident canonical tensors and ModelConfig, and trident's weights -> a
-// Megatron-LM release checkpoint (export_megatron_gpt2 below). Weights only: the optimizer
+// torch_file.h; Megatron-core's distributed checkpoints) -> trident canonical tensors and
+// ModelConfig, and trident's weights -> a Megatron-LM release checkpoint (export_megatron_gpt2
+// below). Weights only: the optimizer
 // state, RNG state and scheduler are neither read nor written.
 //
 // Layouts read (DIR is the --save directory, or one iteration folder in it):
@@ -12,6 +13,10 @@
 //    model (language_model.embedding/encoder, older 'transformer' and 'attention.', newer
 //    '*_norm') and of Megatron-core's GPTModel (embedding, decoder.layers.N with the local or
 //    Transformer Engine layer spec, output_layer); '_extra_state' entries are skipped.
+//  * Megatron-core's distributed checkpoint (--ckpt-format torch_dist): the same tracker and
+//    iter_NNNNNNN folder, holding common.pt (args, iteration), metadata.json (sharded_backend
+//    torch_dist) and a PyTorch distributed checkpoint (.metadata, *.distcp; torch_dcp.h) of
+//    whole tensors, whatever the layout that saved them (megatron_dist.h).
 //  * Megatron-DeepSpeed: DIR/latest ("global_stepN") -> DIR/global_stepN: without a pipeline
 //    mp_rank_TT_model_states.pt whose 'module' holds the Megatron-LM model above; with
 //    DeepSpeed's pipeline layer_XX-model_TT-model_states.pt, one file per layer with

@@ -121,13 +121,11 @@ pickle::Hooks torch_hooks(const std::string& source, std::map<std::string, Torch
     t.stride = int_tuple(*a[3], source, "tensor stride");
     if (v3) {  // an untyped (byte) storage viewed as the dtype argument
       if (a.size() < 7) throw IoError(source + ": _rebuild_tensor_v3 without a dtype");
-      bool known = false;
-      for (const auto& d : kDTypeNames)
-        if (a[6]->is_global("torch", d.name)) {
-          t.dtype = d.dtype;
-          known = true;
-        }
-      if (!known) throw IoError(source + ": tensor dtype " + a[6]->describe() + " is not supported");
+      const std::optional<TorchDType> dt = a[6]->kind == Kind::Global && a[6]->module == "torch"
+                                               ? torch_dtype_named(a[6]->name)
+                                               : std::nullopt;
+      if (!dt) throw IoError(source + ": tensor dtype " + a[6]->describe() + " is not supported");
+      t.dtype = *dt;
       const int64_t bytes = s.numel * static_cast<int64_t>(torch_dtype_size(s.dtype));
       t.storage_numel = bytes / static_cast<int64_t>(torch_dtype_size(t.dtype));
     }
@@ -192,6 +190,12 @@ const char* torch_dtype_str(TorchDType t) {
   return "?";
 }
 
+std::optional<TorchDType> torch_dtype_named(std::string_view name) {
+  for (const auto& d : kDTypeNames)
+    if (name == d.name) return d.dtype;
+  return std::nullopt;
+}
+
 int64_t TorchTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -251,10 +255,24 @@ struct TorchFile::Impl {
                   (err.empty() || err == "No error" ? " (truncated)" : ": " + err));
   }
 
-  void open_zip() {
-    int code = 0;
-    zip = zip_open(path.c_str(), ZIP_RDONLY, &code);
-    if (!zip) fail("not a readable zip archive: " + zip_error_text(code));
+  // The whole file (length < 0), or the archive in bytes [offset, offset + length) of it.
+  void open_zip(const std::string& file, uint64_t offset = 0, int64_t length = -1) {
+    if (length < 0) {
+      int code = 0;
+      zip = zip_open(file.c_str(), ZIP_RDONLY, &code);
+      if (!zip) fail("not a readable zip archive: " + zip_error_text(code));
+    } else {
+      zip_error_t err;
+      zip_error_init(&err);
+      zip_source_t* src = zip_source_file_create(file.c_str(), offset, length, &err);
+      if (src) {
+        zip = zip_open_from_source(src, ZIP_RDONLY, &err);
+        if (!zip) zip_source_free(src);
+      }
+      const std::string what = zip ? "" : zip_error_strerror(&err);
+      zip_error_fini(&err);
+      if (!zip) fail("not a readable zip archive: " + what);
+    }
     const zip_int64_t n = zip_get_num_entries(zip, 0);
     for (zip_int64_t i = 0; i < n; ++i) {
       const char* nm = zip_get_name(zip, static_cast<zip_uint64_t>(i), 0);
@@ -349,7 +367,18 @@ TorchFile::TorchFile(const std::string& path) : impl_(std::make_unique<Impl>()) 
       return;
     }
   }
-  impl_->open_zip();
+  impl_->open_zip(path);
+}
+
+TorchFile::TorchFile(const std::string& path, uint64_t offset, uint64_t length) : impl_(std::make_unique<Impl>()) {
+  impl_->path = path + " at byte " + std::to_string(offset);
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) throw IoError(path + ": cannot read: " + ec.message());
+  if (offset > size || length > size - offset || length > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    throw IoError(impl_->path + ": " + std::to_string(length) + " bytes lie past the file's end (" +
+                  std::to_string(size) + " bytes)");
+  impl_->open_zip(path, offset, static_cast<int64_t>(length));
 }
 
 TorchFile::~TorchFile() = default;

@@ -21,6 +21,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -31,6 +33,8 @@ namespace trident {
 enum class TorchDType : uint8_t { F64, F32, F16, BF16, I64, I32, I16, I8, U8, Bool };
 size_t torch_dtype_size(TorchDType t);
 const char* torch_dtype_str(TorchDType t);  // "torch.float32", ...
+// The dtype a pickle names as the global torch.<name> ("float32", "bfloat16", ...).
+std::optional<TorchDType> torch_dtype_named(std::string_view name);
 
 struct TorchTensor {
   TorchDType dtype = TorchDType::F32;
@@ -45,6 +49,9 @@ class TorchFile {
  public:
   // Opens and unpickles `path` (either format); throws IoError naming it.
   explicit TorchFile(const std::string& path);
+  // The zip-format torch.save output that fills bytes [offset, offset + length) of `path` (as
+  // PyTorch's distributed checkpoint stores each tensor); errors name "<path> at byte <offset>".
+  TorchFile(const std::string& path, uint64_t offset, uint64_t length);
   ~TorchFile();
   TorchFile(TorchFile&&) noexcept;
   TorchFile& operator=(TorchFile&&) noexcept;

@@ -32,6 +32,8 @@ import sys
 
 import torch
 
+import dcp_writer
+
 L, C, HEADS, P = 4, 32, 4, 32
 HD = C // HEADS
 
@@ -273,6 +275,84 @@ def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline, microsoft=False)
         f.write("5")
 
 
+SPLIT_AXIS = {"qkv.weight": 0, "qkv.bias": 0, "fc1.weight": 0, "fc1.bias": 0, "dense.weight": 1, "fc2.weight": 1}
+
+
+def as_view(x, axis):
+    """x as a view into a larger storage (torch.save keeps the whole storage): at a storage
+    offset, and strided when its split axis is 1."""
+    if axis == 1:
+        wide = torch.zeros(x.shape[0], 2 * x.shape[1], dtype=x.dtype)
+        wide[:, x.shape[1]:] = x
+        return wide[:, x.shape[1]:]
+    big = torch.zeros(2 * x.numel() + 3, dtype=x.dtype)
+    big[3:3 + x.numel()] = x.flatten()
+    return big[3:3 + x.numel()].view(x.shape)
+
+
+def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, views=False, drop_chunk=None):
+    """Megatron-core's --ckpt-format torch_dist: iter_0000007/ holding metadata.json, common.pt
+    (args, iteration, checkpoint_version, the optimizer's param groups) and the DCP files of the
+    tp x pp ranks' pieces (dcp_writer.py). Each tensor is keyed whole: the layers stacked under
+    'decoder.layers.<module>' with a first axis of L, a piece at its layer's global number, or
+    (stacked False, heterogeneous models) 'decoder.layers.N.<module>'; pieces split as tensor
+    parallelism splits them, a replicated one saved by TP rank 0 only; the tied head not saved;
+    Transformer Engine's '_extra_state' and 'rng_state' as pickled objects; Adam's exp_avg of the
+    fc1 weights under 'optimizer.state.exp_avg.<key>'. views: pieces saved as views of larger
+    storages. drop_chunk: a key whose last piece is left out of .metadata (a broken file)."""
+    vocab_padded = padded_size(vocab, tp)
+    folder = os.path.join(out, "iter_0000007")
+    wr = dcp_writer.Writer(folder)
+    per = L // pp
+    for s in range(pp):
+        for t in range(tp):
+            rank = s * tp + t
+            if s == 0:
+                emb = embedding_rows(w["wte"], pad, vocab_padded, tp, t, dtype)
+                wr.add_tensor(rank, "embedding.word_embeddings.weight", (vocab_padded, C), (t * emb.shape[0], 0), emb)
+                if t == 0:
+                    wr.add_tensor(rank, "embedding.position_embeddings.weight", (P, C), (0, 0), w["wpe"].to(dtype))
+            for g in range(s * per, (s + 1) * per):
+                for k, x in megatron_layer(w, g, tp, t, 3.0, dtype).items():
+                    axis = SPLIT_AXIS.get(k)
+                    if axis is None and t > 0:
+                        continue
+                    (name,) = rename({k: x}, MCORE_LOCAL, te).keys()
+                    size, offsets = list(x.shape), [0] * x.dim()
+                    if axis is not None:
+                        size[axis] *= tp
+                        offsets[axis] = t * x.shape[axis]
+                    if views:
+                        x = as_view(x, axis)
+                    if stacked:
+                        key, size, offsets, x = "decoder.layers." + name, [L] + size, [g] + offsets, x.unsqueeze(0)
+                    else:
+                        key = f"decoder.layers.{g}.{name}"
+                    wr.add_tensor(rank, key, size, offsets, x)
+                    if k == "fc1.weight":
+                        wr.add_tensor(rank, "optimizer.state.exp_avg." + key, size, offsets, torch.zeros(x.shape))
+                if te and t == 0:
+                    wr.add_object(rank, f"decoder.layers.self_attention.linear_qkv._extra_state/shard_{g}_{L}",
+                                  [io.BytesIO(b"fp8")])
+            if s == pp - 1 and t == 0:
+                for wb in ("weight", "bias"):
+                    wr.add_tensor(rank, "decoder.final_layernorm." + wb, (C,), (0,), w["ln_f." + wb].to(dtype))
+            wr.add_object(rank, f"rng_state/shard_{s}.{t}_{pp}.{tp}", [{"random_rng_state": (3, (1, 2), None)}])
+    if drop_chunk:
+        wr.sdm[drop_chunk].chunks.pop()
+    wr.finish(mcore_data={k: {"nd_reformulated_orig_global_shape": None} for k in wr.sdm})
+    args = megatron_args(vocab_padded, tp, pp, dtype, "NullTokenizer", ckpt_format="torch_dist")
+    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 7, "num_floating_point_operations_so_far": 1e12,
+                "opt_param_scheduler": {"max_lr": 1e-3, "num_steps": 7 * 64},
+                "optimizer": {"param_groups": [{"lr": 1e-3, "weight_decay": 0.1, "params": []}]}},
+               os.path.join(folder, "common.pt"))
+    with open(os.path.join(folder, "metadata.json"), "w") as f:
+        json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
+                   "common_backend_version": 1}, f)
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("7")
+
+
 def read_hf(path):
     """A Hugging Face folder's F32 tensors under the names gpt2_weights uses."""
     import numpy
@@ -362,6 +442,8 @@ def main():
     case("ds-pipeline", bf16, 1000, "--vocab-size 1000", megatron_deepspeed, tp=2, pipeline=True)
     case("ds-module", f16, 1000, "--vocab-size 1000", megatron_deepspeed, tp=2, pipeline=False)
     case("ds-microsoft", f32, 1000, "--vocab-size 1000", megatron_deepspeed, tp=1, pipeline=True, microsoft=True)
+    case("dist-te-tp2-pp2", bf16, 1000, "--vocab-size 1000", megatron_dist, tp=2, pp=2, te=True, views=True)
+    case("dist-layers-tp2", f16, 1000, "--vocab-size 1000", megatron_dist, tp=2, pp=1, stacked=False)
     case("lm-no-args", f16, 50257, "--num-attention-heads 4", megatron_lm, tp=1, pp=1, version=0, names=OLD_NAMES,
          folder="release", tracker="release", legacy_format=True, outer="transformer", no_args=True)
     # Models trident cannot represent, and a tied head that differs.
@@ -374,6 +456,11 @@ def main():
     megatron_lm(os.path.join(out, "bad-head"), w, pad, 1000, 1, 2, f32, 3.0, LEGACY_NAMES, head_noise=True)
     megatron_lm(os.path.join(out, "bad-rotary"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
                 args_extra=dict(MICROSOFT_ARGS, position_embedding_type=PositionEmbeddingType.rotary))
+    megatron_dist(os.path.join(out, "bad-dist-chunk"), w, pad, 1000, 2, 1, f32,
+                  drop_chunk="decoder.layers.mlp.linear_fc1.weight")
+    megatron_dist(os.path.join(out, "bad-dist-zarr"), w, pad, 1000, 1, 1, f32)
+    with open(os.path.join(out, "bad-dist-zarr", "iter_0000007", "metadata.json"), "w") as f:
+        json.dump({"sharded_backend": "zarr", "sharded_backend_version": 1}, f)
     print("\n".join(cases))
 
 

@@ -6,13 +6,16 @@
 # old 'transformer'/'attention.' names in a release folder (GPT-2's vocabulary by default);
 # version 1.0's QKV order with the '*_norm' names; Megatron-core with Transformer Engine names,
 # '_extra_state' entries and a virtual pipeline (tp2 x pp2 x 2 chunks, bf16); Megatron-core's
-# local names; Megatron-DeepSpeed's pipeline layer files (BigScience's and microsoft's numbering,
+# local names; Megatron-core's distributed checkpoints (--ckpt-format torch_dist: PyTorch's DCP
+# folder with stacked layers, Transformer Engine names, optimizer and RNG entries, pieces saved as
+# views, tp2 x pp2 bf16; per-layer keys at tp2 fp16); Megatron-DeepSpeed's pipeline layer files (BigScience's and microsoft's numbering,
 # microsoft's args: a list of experts, 'layernorm', an enum position type) and its 'module'
 # files; a file saved without args (as NVIDIA's released GPT-2 345M). Each import,
 # exported again as fp32, must equal the Hugging Face folder's import bit for bit, also after
 # an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
 # PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
-# differs, a wrong vocabulary, a truncated file and a missing rank folder fail with one line
+# differs, a wrong vocabulary, a truncated file, a missing rank folder, a torch_dist index
+# missing a piece, a zarr checkpoint and a missing or truncated .distcp file fail with one line
 # naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
 # reads each file of an export (tp1 x pp1 fp32 with *_layernorm names, tp2 x pp2 bf16 with
 # *_norm names) as the legacy model's state dict built from the Hugging Face folder, with the
@@ -65,6 +68,8 @@ while read -r name ref _ flags; do
 done <"$tmp/cases"
 grep -q "Megatron-LM $src/mcore-te-vpp/iter_0000007 (iteration 7, tp 2 x pp 2 x 2 virtual; 4 layers, hidden 32, heads 4, vocab 1000, bf16)" \
   "$tmp/mcore-te-vpp.log" && ok "the import's line names the source layout" || { fail "import line"; cat "$tmp/mcore-te-vpp.log"; }
+grep -q "Megatron-core torch_dist $src/dist-te-tp2-pp2/iter_0000007 (iteration 7, tp 2 x pp 2; 4 layers, hidden 32, heads 4, vocab 1000, bf16)" \
+  "$tmp/dist-te-tp2-pp2.log" && ok "the torch_dist import's line" || { fail "torch_dist import line"; cat "$tmp/dist-te-tp2-pp2.log"; }
 "$py" - "$tmp/out-ds-pipeline/iter_0000000/metadata.json" <<'EOF' && ok "metadata: iteration 0, bf16, the source" || fail "metadata"
 import json, sys
 m = json.load(open(sys.argv[1]))
@@ -156,11 +161,20 @@ expect_error "--iteration 9: neither $src/lm-tp2-pp2/iter_0000009 nor $src/lm-tp
   "$convert" "${m[@]}" --load "$src/lm-tp2-pp2" --iteration 9
 expect_error "--load: $src/hf-float32-1000 holds no Megatron checkpoint" "$convert" "${m[@]}" --load "$src/hf-float32-1000"
 expect_error "--vocab-size applies to --from megatron only" "$convert" --from hf --vocab-size 10 --load "$src/hf-float32-1000"
-mkdir -p "$tmp/dist/iter_0000001"
-touch "$tmp/dist/iter_0000001/__0_0.distcp" "$tmp/dist/iter_0000001/common.pt"
-echo 1 >"$tmp/dist/latest_checkpointed_iteration.txt"
-expect_error "$tmp/dist/iter_0000001: a Megatron-core distributed checkpoint (torch_dist, *.distcp files)" \
-  "$convert" "${m[@]}" --load "$tmp/dist"
+expect_error "$src/bad-dist-chunk/iter_0000007/.metadata: 'decoder.layers.mlp.linear_fc1.weight': its chunks hold 14336 of its 16384 elements [4, 128, 32]" \
+  "$convert" "${m[@]}" --load "$src/bad-dist-chunk"
+expect_error "$src/bad-dist-zarr/iter_0000007/metadata.json: sharded_backend 'zarr': of Megatron-core's distributed formats only torch_dist is read" \
+  "$convert" "${m[@]}" --load "$src/bad-dist-zarr"
+cp -r "$src/dist-layers-tp2" "$tmp/dist-missing"
+rm "$tmp/dist-missing/iter_0000007/__1_0.distcp"
+expect_error "$tmp/dist-missing/iter_0000007/__1_0.distcp: cannot read: No such file or directory" \
+  "$convert" "${m[@]}" --load "$tmp/dist-missing"
+cp -r "$src/dist-layers-tp2" "$tmp/dist-truncated"
+truncate -s 50000 "$tmp/dist-truncated/iter_0000007/__1_0.distcp"
+expect_error "lie past the file's end (50000 bytes)" "$convert" "${m[@]}" --load "$tmp/dist-truncated"
+printf '\x80\x04K\x07.' >"$tmp/dist-truncated/iter_0000007/.metadata"  # pickle.dumps(7)
+expect_error "$tmp/dist-truncated/iter_0000007/.metadata: holds int 7, not torch's checkpoint Metadata" \
+  "$convert" "${m[@]}" --load "$tmp/dist-truncated"
 expect_error "--target-pp 3: Megatron's pipeline splits the 4 layers evenly; it must divide them" \
   "$convert" --to megatron --load "$tmp/trident" --target-pp 3 --tokenizer-type NullTokenizer
 expect_error "--target-tp 3: --num-attention-heads (4) must be divisible by --tensor-model-parallel-size (3)" \

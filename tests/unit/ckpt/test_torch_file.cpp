@@ -93,6 +93,27 @@ TEST(TorchFile, ZipFormat) {
   expect_sample(f);
 }
 
+// PyTorch's distributed checkpoint stores each tensor as a torch.save archive at a byte range
+// of a larger file: the archive is read from there, its own offsets counted from its start.
+TEST(TorchFile, ZipArchiveAtAByteRange) {
+  ScratchDir dir;
+  const std::string zip_path = dir.path() + "/piece.pt", path = dir.path() + "/__0_0.distcp";
+  ASSERT_NO_FATAL_FAILURE(write_zip(zip_path, {{"archive/data.pkl", sample_pickle().stop().bytes()},
+                                               {"archive/data/0", halves(kHalfStorage, false)},
+                                               {"archive/data/1", halves(kBf16Storage, true)}}));
+  const std::string archive = testing::slurp(zip_path);
+  spit(path, std::string(100, 'x') + archive + std::string(50, 'y'));
+  const TorchFile f(path, 100, archive.size());
+  EXPECT_TRUE(f.is_zip());
+  EXPECT_EQ(f.path(), path + " at byte 100");
+  expect_sample(f);
+  EXPECT_EQ(error_of([&] { TorchFile g(path, 100, archive.size() + 51); }),
+            path + " at byte 100: " + std::to_string(archive.size() + 51) + " bytes lie past the file's end (" +
+                std::to_string(archive.size() + 150) + " bytes)");
+  EXPECT_NE(error_of([&] { TorchFile g(path, 99, archive.size()); }).find(path + " at byte 99: not a readable zip archive"),
+            std::string::npos);
+}
+
 TEST(TorchFile, LegacyFormat) {
   ScratchDir dir;
   const std::string path = dir.path() + "/old.pt";

@@ -1,0 +1,62 @@
+// Folders of PyTorch's distributed checkpoint (torch.distributed.checkpoint, "DCP"; what
+// Megatron-core's --ckpt-format torch_dist writes), read without Python:
+//  * DIR/.metadata, a pickle of torch's Metadata: state_dict_metadata maps each key (fqn) to a
+//    TensorStorageMetadata (properties.dtype, size = the whole tensor's shape, chunks = the
+//    pieces the ranks saved, each with offsets and sizes) or a BytesStorageMetadata (a pickled
+//    object); storage_data maps MetadataIndex(fqn, offset = a chunk's offsets) to
+//    _StorageInfo(relative_path, offset, length): where in which file the piece lies;
+//  * DIR/__R_I.distcp, the data files: each tensor piece is a torch.save zip archive at its
+//    byte range (torch_file.h reads it), holding a tensor of the chunk's shape.
+// Classes are matched by name, not by module (torch moved them from
+// torch.distributed._shard.checkpoint to torch.distributed.checkpoint); class states are read
+// as the dicts their dataclass pickles hold, and TensorProperties also as the tuple
+// (dtype, layout, requires_grad, memory_format, pin_memory) of its __getstate__.
+//
+// Errors throw IoError naming the file ("<dir>/.metadata: ...").
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ckpt/torch_file.h"
+
+namespace trident {
+
+struct DcpChunk {
+  std::vector<int64_t> offsets, sizes;  // in the whole tensor
+  std::string file;                     // relative to the folder
+  uint64_t byte_offset = 0, byte_length = 0;
+};
+
+struct DcpTensor {
+  TorchDType dtype = TorchDType::F32;
+  std::vector<int64_t> size;
+  std::vector<DcpChunk> chunks;
+};
+
+class DcpCheckpoint {
+ public:
+  // Reads DIR/.metadata and checks that every tensor's chunks lie inside it, do not overlap
+  // and cover it, each with its storage record.
+  explicit DcpCheckpoint(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const std::map<std::string, DcpTensor>& tensors() const { return tensors_; }
+  // The keys saved as pickled objects (Transformer Engine's _extra_state, RNG states, ...).
+  const std::vector<std::string>& objects() const { return objects_; }
+
+  // The box [begin, begin + extent) of tensor `fqn` as fp32, row-major: read from the data
+  // files of the chunks that meet it. `extent` has the tensor's rank.
+  std::vector<float> read_f32(const std::string& fqn, const std::vector<int64_t>& begin,
+                              const std::vector<int64_t>& extent) const;
+
+ private:
+  std::filesystem::path dir_;
+  std::map<std::string, DcpTensor> tensors_;
+  std::vector<std::string> objects_;
+};
+
+}  // namespace trident
