@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,8 @@ constexpr uint64_t kFixedHeader = 8 + 4 * 8;  // magic, version, hash, S, A
 uint64_t padded(uint64_t bytes) { return (bytes + 7) / 8 * 8; }
 
 bool write_bytes(std::FILE* f, const void* p, uint64_t n) { return n == 0 || std::fwrite(p, 1, n, f) == n; }
+
+std::atomic<int> quiet_holders{0};
 
 }  // namespace
 
@@ -68,12 +71,16 @@ bool save_array_cache(const std::string& path, uint64_t key_hash, std::span<cons
     saved_errno = errno;
   }
   if (!ok) {
-    std::fprintf(stderr, "trident: warning: cannot write the index cache %s (%s); keeping it in memory\n",
-                 path.c_str(), std::strerror(saved_errno));
+    if (quiet_holders.load() == 0)
+      std::fprintf(stderr, "trident: warning: cannot write the index cache %s (%s); keeping it in memory\n",
+                   path.c_str(), std::strerror(saved_errno));
     std::remove(tmp_path.c_str());
   }
   return ok;
 }
+
+QuietCacheWarnings::QuietCacheWarnings() { quiet_holders.fetch_add(1); }
+QuietCacheWarnings::~QuietCacheWarnings() { quiet_holders.fetch_sub(1); }
 
 std::optional<MappedArrayCache> MappedArrayCache::open(const std::string& path, uint64_t key_hash, size_t scalars,
                                                        std::span<const uint32_t> element_bytes) {

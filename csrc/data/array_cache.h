@@ -39,6 +39,17 @@ CacheArray cache_array(const std::vector<T>& v) {
 bool save_array_cache(const std::string& path, uint64_t key_hash, std::span<const uint64_t> scalars,
                       std::span<const CacheArray> arrays, const char* what);
 
+// While one lives, save_array_cache's "cannot write" warning is not printed (the failure is
+// still returned). The ranks that build after world rank 0 hold one: rank 0 has said it once
+// for the job.
+class QuietCacheWarnings {
+ public:
+  QuietCacheWarnings();
+  ~QuietCacheWarnings();
+  QuietCacheWarnings(const QuietCacheWarnings&) = delete;
+  QuietCacheWarnings& operator=(const QuietCacheWarnings&) = delete;
+};
+
 class MappedArrayCache {
  public:
   // Maps path when it holds key_hash, `scalars` scalars and arrays of these element sizes;

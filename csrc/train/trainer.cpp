@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/stop_signals.h"
+#include "data/array_cache.h"
 #include "data/documents.h"
 #include "data/tokenizer.h"
 #include "train/log_line.h"
@@ -68,7 +69,10 @@ TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelCo
   if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
   TrainValidTest sets;
   run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc); });
-  if (par->world_rank() != 0) sets = build_gpt_datasets(dc);
+  if (par->world_rank() != 0) {
+    const QuietCacheWarnings quiet;  // rank 0 has warned of an unwritable cache folder
+    sets = build_gpt_datasets(dc);
+  }
   return sets;
 }
 

@@ -7,7 +7,8 @@
 #  - --split 969,30,1 over 10 documents (boundaries 9.69, 9.99, 10 rounded) leaves no
 #    validation and no test documents: one warning each, naming the flag, the prefix and
 #    its document count; training runs;
-#  - with MPI, 2 ranks: the warnings once (rank 0), the bad ids end the job (no hang), and
+#  - with MPI, 2 ranks: the warnings once (rank 0; also that an unwritable --data-cache-path
+#    keeps the index maps in memory), the bad ids end the job (no hang), and
 #    rank 0 builds first: with a corrupt .idx that only rank 0 reads, the job ends with one
 #    line, rank 0's, naming the file, and rank 1 never opens its own data (it neither builds
 #    alongside rank 0 nor waits for it forever).
@@ -110,6 +111,17 @@ if [[ $with_mpi == ON ]]; then
     ok "np2: the empty-split warning once"
   else
     fail "np2 empty splits (exit $rc)"; cat "$tmp/np2_few.log"
+  fi
+  # A cache folder that cannot be made (it would lie under a file): both ranks keep their maps
+  # in memory and train; the warning comes once, from rank 0.
+  : >"$tmp/a-file"
+  mpi --data-path "$tmp/few" --split 1,1,1 --data-cache-path "$tmp/a-file/cache" >"$tmp/np2_nocache.log" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 && $(grep -c "warning: cannot write the index cache $tmp/a-file/cache/" "$tmp/np2_nocache.log") -eq 3 &&
+        $(grep -c '^ iteration ' "$tmp/np2_nocache.log") -eq 4 ]]; then
+    ok "np2: an unwritable cache folder warned once per index map (3: train, valid, test), not once per rank"
+  else
+    fail "np2 unwritable cache folder (exit $rc)"; cat "$tmp/np2_nocache.log"
   fi
   mpi --data-path "$tmp/foreign" >"$tmp/np2_foreign.log" 2>&1
   rc=$?
