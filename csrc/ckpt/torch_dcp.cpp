@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "ckpt/atomic_file.h"
 #include "ckpt/safetensors.h"
@@ -160,7 +161,7 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
     const int64_t numel = checked_numel(t.size, source + ": " + what);
     const Value& chunks = r.field(*v, "chunks", what);
     if (chunks.kind != Kind::List) r.fail(what + ".chunks is " + chunks.describe());
-    int64_t covered = 0;
+    std::set<std::vector<int64_t>> seen;  // chunk offsets
     for (const Ref& c : chunks.items) {
       if (!is_instance(*c, "ChunkStorageMetadata")) r.fail(what + " has chunk " + c->describe());
       DcpChunk chunk;
@@ -186,21 +187,30 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
         r.fail(cw + " is stored through transforms (compression), which are not read");
       chunk.byte_offset = static_cast<uint64_t>(off);
       chunk.byte_length = static_cast<uint64_t>(len);
-      // A piece saved twice (replicas a planner did not fold) is read once.
-      bool duplicate = false;
-      for (const DcpChunk& other : t.chunks) {
-        if (other.offsets == chunk.offsets && other.sizes == chunk.sizes) duplicate = true;
-        else if (boxes_overlap(other, chunk)) r.fail(cw + " overlaps the chunk at " + shape_str(other.offsets));
-      }
-      if (duplicate) continue;
-      covered += checked_numel(chunk.sizes, source + ": " + cw);
-      t.chunks.push_back(std::move(chunk));
+      checked_numel(chunk.sizes, source + ": " + cw);
+      // A piece listed twice (replicas a planner did not fold) has one record and is read once.
+      if (seen.insert(chunk.offsets).second) t.chunks.push_back(std::move(chunk));
     }
-    if (covered != numel)
-      r.fail(what + ": its chunks hold " + std::to_string(covered) + " of its " + std::to_string(numel) + " elements " +
-             shape_str(t.size));
+    t.elements = numel;
     tensors_[fqn] = std::move(t);
   }
+}
+
+void DcpCheckpoint::check_tiling(const std::string& fqn, const DcpTensor& t) const {
+  if (tiled_.count(fqn)) return;
+  const std::string what = (dir_ / ".metadata").string() + ": '" + fqn + "'";
+  int64_t covered = 0;
+  for (size_t i = 0; i < t.chunks.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      if (boxes_overlap(t.chunks[i], t.chunks[j]))
+        throw IoError(what + " chunk at " + shape_str(t.chunks[i].offsets) + " overlaps the chunk at " +
+                      shape_str(t.chunks[j].offsets));
+    covered += checked_numel(t.chunks[i].sizes, what);
+  }
+  if (covered != t.elements)
+    throw IoError(what + ": its chunks hold " + std::to_string(covered) + " of its " + std::to_string(t.elements) +
+                  " elements " + shape_str(t.size));
+  tiled_.insert(fqn);
 }
 
 std::vector<float> DcpCheckpoint::read_f32(const std::string& fqn, const std::vector<int64_t>& begin,
@@ -208,6 +218,7 @@ std::vector<float> DcpCheckpoint::read_f32(const std::string& fqn, const std::ve
   const auto it = tensors_.find(fqn);
   if (it == tensors_.end()) throw InternalError("DcpCheckpoint::read_f32 of a missing key " + fqn);
   const DcpTensor& t = it->second;
+  check_tiling(fqn, t);
   if (begin.size() != t.size.size() || extent.size() != t.size.size())
     throw InternalError("DcpCheckpoint::read_f32: box of another rank than " + fqn);
   for (size_t d = 0; d < t.size.size(); ++d)

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,13 +35,15 @@ struct DcpChunk {
 struct DcpTensor {
   TorchDType dtype = TorchDType::F32;
   std::vector<int64_t> size;
+  int64_t elements = 0;  // the product of size
   std::vector<DcpChunk> chunks;
 };
 
 class DcpCheckpoint {
  public:
-  // Reads DIR/.metadata and checks that every tensor's chunks lie inside it, do not overlap
-  // and cover it, each with its storage record.
+  // Reads DIR/.metadata and checks that every tensor's chunks lie inside it, each with its
+  // storage record. That they do not overlap and cover it is checked at a tensor's first read
+  // (a distributed optimizer's state, never read here, can have thousands of pieces a key).
   explicit DcpCheckpoint(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -54,9 +57,12 @@ class DcpCheckpoint {
                               const std::vector<int64_t>& extent) const;
 
  private:
+  void check_tiling(const std::string& fqn, const DcpTensor& t) const;
+
   std::filesystem::path dir_;
   std::map<std::string, DcpTensor> tensors_;
   std::vector<std::string> objects_;
+  mutable std::set<std::string> tiled_;  // the keys check_tiling has passed
 };
 
 }  // namespace trident

@@ -290,7 +290,8 @@ def as_view(x, axis):
     return big[3:3 + x.numel()].view(x.shape)
 
 
-def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, views=False, drop_chunk=None):
+def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, views=False, drop_chunk=None,
+                  overlap_chunk=None):
     """Megatron-core's --ckpt-format torch_dist: iter_0000007/ holding metadata.json, common.pt
     (args, iteration, checkpoint_version, the optimizer's param groups) and the DCP files of the
     tp x pp ranks' pieces (dcp_writer.py). Each tensor is keyed whole: the layers stacked under
@@ -299,7 +300,8 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
     parallelism splits them, a replicated one saved by TP rank 0 only; the tied head not saved;
     Transformer Engine's '_extra_state' and 'rng_state' as pickled objects; Adam's exp_avg of the
     fc1 weights under 'optimizer.state.exp_avg.<key>'. views: pieces saved as views of larger
-    storages. drop_chunk: a key whose last piece is left out of .metadata (a broken file)."""
+    storages. drop_chunk, overlap_chunk: a key whose last piece is left out of .metadata, or
+    overlaps the one before (broken files)."""
     vocab_padded = padded_size(vocab, tp)
     folder = os.path.join(out, "iter_0000007")
     wr = dcp_writer.Writer(folder)
@@ -340,6 +342,13 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
             wr.add_object(rank, f"rng_state/shard_{s}.{t}_{pp}.{tp}", [{"random_rng_state": (3, (1, 2), None)}])
     if drop_chunk:
         wr.sdm[drop_chunk].chunks.pop()
+    if overlap_chunk:  # its last piece moved one row up, onto the one before
+        chunk = wr.sdm[overlap_chunk].chunks[-1]
+        info = wr.storage.pop(next(k for k in wr.storage if k.fqn == overlap_chunk and k.offset == chunk.offsets))
+        moved = list(chunk.offsets)
+        moved[-2] -= 1
+        chunk.offsets = torch.Size(moved)
+        wr.storage[type(next(iter(wr.storage)))(overlap_chunk, moved)] = info
     wr.finish(mcore_data={k: {"nd_reformulated_orig_global_shape": None} for k in wr.sdm})
     args = megatron_args(vocab_padded, tp, pp, dtype, "NullTokenizer", ckpt_format="torch_dist")
     torch.save({"args": args, "checkpoint_version": 3.0, "iteration": 7, "num_floating_point_operations_so_far": 1e12,
@@ -458,6 +467,8 @@ def main():
                 args_extra=dict(MICROSOFT_ARGS, position_embedding_type=PositionEmbeddingType.rotary))
     megatron_dist(os.path.join(out, "bad-dist-chunk"), w, pad, 1000, 2, 1, f32,
                   drop_chunk="decoder.layers.mlp.linear_fc1.weight")
+    megatron_dist(os.path.join(out, "bad-dist-overlap"), w, pad, 1000, 2, 1, f32,
+                  overlap_chunk="decoder.layers.self_attention.linear_qkv.weight")
     megatron_dist(os.path.join(out, "bad-dist-zarr"), w, pad, 1000, 1, 1, f32)
     with open(os.path.join(out, "bad-dist-zarr", "iter_0000007", "metadata.json"), "w") as f:
         json.dump({"sharded_backend": "zarr", "sharded_backend_version": 1}, f)

@@ -15,7 +15,7 @@
 # an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
 # PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
 # differs, a wrong vocabulary, a truncated file, a missing rank folder, a torch_dist index
-# missing a piece, a zarr checkpoint and a missing or truncated .distcp file fail with one line
+# missing a piece or with overlapping ones, a zarr checkpoint and a missing or truncated .distcp file fail with one line
 # naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
 # reads each file of an export (tp1 x pp1 fp32 with *_layernorm names, tp2 x pp2 bf16 with
 # *_norm names) as the legacy model's state dict built from the Hugging Face folder, with the
@@ -163,6 +163,8 @@ expect_error "--load: $src/hf-float32-1000 holds no Megatron checkpoint" "$conve
 expect_error "--vocab-size applies to --from megatron only" "$convert" --from hf --vocab-size 10 --load "$src/hf-float32-1000"
 expect_error "$src/bad-dist-chunk/iter_0000007/.metadata: 'decoder.layers.mlp.linear_fc1.weight': its chunks hold 14336 of its 16384 elements [4, 128, 32]" \
   "$convert" "${m[@]}" --load "$src/bad-dist-chunk"
+expect_error "$src/bad-dist-overlap/iter_0000007/.metadata: 'decoder.layers.self_attention.linear_qkv.weight' chunk at [3, 47, 0] overlaps the chunk at [3, 0, 0]" \
+  "$convert" "${m[@]}" --load "$src/bad-dist-overlap"
 expect_error "$src/bad-dist-zarr/iter_0000007/metadata.json: sharded_backend 'zarr': of Megatron-core's distributed formats only torch_dist is read" \
   "$convert" "${m[@]}" --load "$src/bad-dist-zarr"
 cp -r "$src/dist-layers-tp2" "$tmp/dist-missing"
