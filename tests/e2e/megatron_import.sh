@@ -15,8 +15,8 @@
 # an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
 # PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
 # differs, a wrong vocabulary, a truncated file, a missing rank folder, a torch_dist index
-# missing a piece or with overlapping ones, a zarr checkpoint and a missing or truncated .distcp file fail with one line
-# naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
+# missing a piece or with overlapping ones, a zarr checkpoint and a missing or truncated
+# .distcp file fail with one line naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
 # reads each file of an export (tp1 x pp1 fp32 with *_layernorm names, tp2 x pp2 bf16 with
 # *_norm names) as the legacy model's state dict built from the Hugging Face folder, with the
 # args Megatron's loader reads, and an export imports back bit for bit. SKIP without
