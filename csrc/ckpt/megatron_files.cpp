@@ -282,6 +282,22 @@ Checkpoint read_checkpoint_files(const fs::path& dir) {
 
 }  // namespace
 
+std::optional<std::string> megatron_format_of(const fs::path& iteration_dir) {
+  std::error_code ec;
+  if (sharded_backend(iteration_dir)) return "Megatron-core torch_dist";
+  // trident's own: its metadata.json, and rank folders named as Megatron's.
+  if (fs::exists(iteration_dir / "metadata.json", ec)) return std::nullopt;
+  for (const auto& entry : fs::directory_iterator(iteration_dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (is_dist_entry(entry.path())) return "Megatron-core torch_dist";
+    if (n.rfind("mp_rank_", 0) == 0 && entry.is_directory(ec) &&
+        (fs::exists(entry.path() / "model_optim_rng.pt", ec) || fs::exists(entry.path() / "model_rng.pt", ec)))
+      return "Megatron-LM";
+    if (n.size() > 15 && n.compare(n.size() - 15, 15, "model_states.pt") == 0) return "Megatron-DeepSpeed";
+  }
+  return std::nullopt;
+}
+
 Checkpoint open_checkpoint(const fs::path& load, std::optional<int64_t> iteration, const std::string& iteration_flag) {
   return read_checkpoint_files(resolve_dir(load, iteration, iteration_flag));
 }

@@ -42,6 +42,11 @@ struct Checkpoint {
   std::unique_ptr<DcpCheckpoint> dist;
 };
 
+// When `iteration_dir` holds a Megatron checkpoint: its format ("Megatron-LM",
+// "Megatron-core torch_dist", "Megatron-DeepSpeed"), for messages of tools that read trident's
+// own checkpoints; nullopt otherwise.
+std::optional<std::string> megatron_format_of(const std::filesystem::path& iteration_dir);
+
 // The checkpoint `load` names (the --save directory, whose latest pointer or `iteration`
 // chooses the folder, or one iteration folder), its files open and unpickled. Throws
 // ConfigError naming --load or `iteration_flag`, IoError naming a malformed file.

@@ -10,6 +10,7 @@
 #include "ckpt/canonical_slices.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checksum.h"
+#include "ckpt/megatron_files.h"
 #include "core/backend.h"
 #include "core/error.h"
 #include "model/param_store.h"
@@ -95,8 +96,22 @@ ShardedCheckpointReader::FilePlace rank_file_place(const std::string& rel_path, 
 
 ShardedCheckpointReader::ShardedCheckpointReader(const std::filesystem::path& dir) : dir_(dir) {
   const std::filesystem::path meta_path = dir / kMetadataFileName;
-  if (!std::filesystem::exists(meta_path)) throw IoError(meta_path.string() + ": missing (not a trident checkpoint)");
-  meta_ = read_metadata(meta_path.string());
+  // A Megatron checkpoint (no metadata.json, or Megatron-core's) is named as such.
+  const auto not_megatron = [&] {
+    if (const std::optional<std::string> megatron = megatron::megatron_format_of(dir))
+      throw IoError(dir.string() + ": a " + *megatron + " checkpoint, not trident's: import its weights with " +
+                    "trident-convert --from megatron --load " + dir.string() + " --save NEW_DIR");
+  };
+  if (!std::filesystem::exists(meta_path)) {
+    not_megatron();
+    throw IoError(meta_path.string() + ": missing (not a trident checkpoint)");
+  }
+  try {
+    meta_ = read_metadata(meta_path.string());
+  } catch (const IoError&) {
+    not_megatron();
+    throw;
+  }
   specs_ = gpt2_param_specs(meta_.model, meta_.layout.tp);
   for (size_t i = 0; i < specs_.size(); ++i) spec_index_[specs_[i].name] = i;
   readers_.resize(meta_.files.size());

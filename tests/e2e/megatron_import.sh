@@ -209,5 +209,19 @@ rm -r "$tmp/missing/iter_0000007/mp_rank_01_001"
 expect_error "$tmp/missing/iter_0000007: the mp_rank_* folders do not form a tp x pp grid (3 folders for tp 2 x pp 2)" \
   "$convert" "${m[@]}" --load "$tmp/missing"
 
+# A Megatron checkpoint given where trident's is read: one line saying to import it.
+for name in dist-te-tp2-pp2 lm-tp2-pp2; do
+  "$generate" --device cpu --load "$src/$name" --vocab-file "$vocab/gpt2-vocab.json" \
+    --merge-file "$vocab/gpt2-merges.txt" --out-seq-length 4 >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 ]] &&
+      grep -qF "$src/$name/iter_0000007: a Megatron-" "$tmp/err" &&
+      grep -qF "checkpoint, not trident's: import its weights with trident-convert --from megatron" "$tmp/err"; then
+    ok "$(cat "$tmp/err")"
+  else
+    fail "trident-generate --load $name: rc=$rc"; cat "$tmp/err"
+  fi
+done
+
 echo "megatron_import: $fails failure(s)"
 [[ $fails -eq 0 ]]
