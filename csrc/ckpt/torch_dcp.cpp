@@ -55,15 +55,15 @@ class MetadataReader {
   }
 
   // TensorProperties: a dataclass state with 'dtype', or __getstate__'s tuple, dtype first.
-  TorchDType dtype(const Value& props, const std::string& what) const {
+  // A dtype torch_file.h does not know (float8, complex) is left empty: an error only if the
+  // tensor is read.
+  void dtype(const Value& props, const std::string& what, DcpTensor* t) const {
     const Value* d = nullptr;
     if (props.state && props.state->kind == Kind::Tuple && !props.state->items.empty()) d = props.state->items[0].get();
     else d = props.get("dtype");
     if (!d) fail(what + ": no dtype in " + props.describe());
-    const std::optional<TorchDType> t =
-        d->kind == Kind::Global && d->module == "torch" ? torch_dtype_named(d->name) : std::nullopt;
-    if (!t) fail(what + ": dtype " + d->describe() + " is not supported");
-    return *t;
+    t->dtype_name = d->kind == Kind::Global ? d->module + "." + d->name : d->describe();
+    t->dtype = d->kind == Kind::Global && d->module == "torch" ? torch_dtype_named(d->name) : std::nullopt;
   }
 
  private:
@@ -156,7 +156,7 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
     if (!is_instance(*v, "TensorStorageMetadata")) r.fail("'" + fqn + "' is " + v->describe());
     const std::string what = "'" + fqn + "'";
     DcpTensor t;
-    t.dtype = r.dtype(r.field(*v, "properties", what), what);
+    r.dtype(r.field(*v, "properties", what), what, &t);
     t.size = r.shape(r.field(*v, "size", what), what + ".size");
     const int64_t numel = checked_numel(t.size, source + ": " + what);
     const Value& chunks = r.field(*v, "chunks", what);
@@ -218,6 +218,8 @@ std::vector<float> DcpCheckpoint::read_f32(const std::string& fqn, const std::ve
   const auto it = tensors_.find(fqn);
   if (it == tensors_.end()) throw InternalError("DcpCheckpoint::read_f32 of a missing key " + fqn);
   const DcpTensor& t = it->second;
+  if (!t.dtype)
+    throw IoError((dir_ / ".metadata").string() + ": '" + fqn + "' is of dtype " + t.dtype_name + ", which is not read");
   check_tiling(fqn, t);
   if (begin.size() != t.size.size() || extent.size() != t.size.size())
     throw InternalError("DcpCheckpoint::read_f32: box of another rank than " + fqn);
@@ -243,9 +245,9 @@ std::vector<float> DcpCheckpoint::read_f32(const std::string& fqn, const std::ve
     if (saved->numel() != checked_numel(c.sizes, piece.path()))
       throw IoError(piece.path() + ": " + what + " holds a tensor of shape " + shape_str(saved->shape) + ", not " +
                     shape_str(c.sizes));
-    if (saved->dtype != t.dtype)
+    if (saved->dtype != *t.dtype)
       throw IoError(piece.path() + ": " + what + " is " + torch_dtype_str(saved->dtype) + ", the index says " +
-                    torch_dtype_str(t.dtype));
+                    t.dtype_name);
     copy_intersection(piece.read_f32(*saved, what), c.offsets, c.sizes, &out, begin, extent);
   }
   return out;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,7 +34,8 @@ struct DcpChunk {
 };
 
 struct DcpTensor {
-  TorchDType dtype = TorchDType::F32;
+  std::optional<TorchDType> dtype;  // empty: one torch_file.h does not read (dtype_name says which)
+  std::string dtype_name;           // "torch.bfloat16"
   std::vector<int64_t> size;
   int64_t elements = 0;  // the product of size
   std::vector<DcpChunk> chunks;

@@ -331,8 +331,11 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
                     else:
                         key = f"decoder.layers.{g}.{name}"
                     wr.add_tensor(rank, key, size, offsets, x)
-                    if k == "fc1.weight":
+                    if k == "fc1.weight":  # optimizer state, skipped: Adam's moment, and one in a dtype
+                        # trident does not read (complex here, as float8 would be)
                         wr.add_tensor(rank, "optimizer.state.exp_avg." + key, size, offsets, torch.zeros(x.shape))
+                        wr.add_tensor(rank, "optimizer.state.odd." + key, size, offsets,
+                                      torch.zeros(x.shape, dtype=torch.complex64))
                 if te and t == 0:
                     wr.add_object(rank, f"decoder.layers.self_attention.linear_qkv._extra_state/shard_{g}_{L}",
                                   [io.BytesIO(b"fp8")])
