@@ -34,11 +34,13 @@ int merge_main(int argc, char** argv) {
   const std::string output = trident::required_flag(r, "output-prefix");
   if (r.count("multimodal")) throw ConfigError("--multimodal: multimodal datasets (sequence modes) are not supported");
   const std::vector<std::string> prefixes = trident::dataset_prefixes_in(input);
-  std::error_code ec;
-  const fs::path out = fs::weakly_canonical(output, ec);
-  for (const std::string& p : prefixes)
-    if (!ec && fs::weakly_canonical(p, ec) == out)
+  std::error_code out_ec;
+  const fs::path out = fs::weakly_canonical(output, out_ec);
+  for (const std::string& p : prefixes) {
+    std::error_code ec;
+    if (!out_ec && fs::weakly_canonical(p, ec) == out && !ec)
       throw ConfigError("--output-prefix: " + output + " is one of the inputs (" + trident::idx_path(p) + ")");
+  }
   for (const std::string& stale : trident::remove_stale_builder_temps(output))
     std::fprintf(stderr, "trident-merge-datasets: removed %s (left by an interrupted run)\n", stale.c_str());
   const trident::MergedDataset m = trident::merge_indexed_datasets(prefixes, output);

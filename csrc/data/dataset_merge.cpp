@@ -1,6 +1,5 @@
 #include "data/dataset_merge.h"
 
-#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -10,33 +9,17 @@
 
 namespace trident {
 
-namespace {
-
 namespace fs = std::filesystem;
-
-const char* dtype_name(IndexDType dt) {
-  switch (dt) {
-    case IndexDType::kUInt8: return "uint8";
-    case IndexDType::kInt8: return "int8";
-    case IndexDType::kInt16: return "int16";
-    case IndexDType::kInt32: return "int32";
-    case IndexDType::kInt64: return "int64";
-    case IndexDType::kFloat32: return "float32";
-    case IndexDType::kFloat64: return "float64";
-    case IndexDType::kUInt16: return "uint16";
-  }
-  return "unknown";
-}
-
-}  // namespace
 
 std::vector<std::string> dataset_prefixes_in(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw ConfigError("--input: " + dir + " is not a folder");
   std::map<std::string, int> halves;  // stem -> bit 1: .bin, bit 2: .idx (std::map: byte order)
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (!entry.is_regular_file(ec)) continue;
-    const fs::path p = entry.path();
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::error_code entry_ec;  // an entry that cannot be examined (a dangling link) is no dataset
+    if (!it->is_regular_file(entry_ec)) continue;
+    const fs::path p = it->path();
     if (p.extension() == ".bin") halves[p.stem().string()] |= 1;
     else if (p.extension() == ".idx") halves[p.stem().string()] |= 2;
   }
@@ -62,22 +45,10 @@ MergedDataset merge_indexed_datasets(const std::vector<std::string>& input_prefi
       dtype = in.dtype();
       out = std::make_unique<IndexedDatasetBuilder>(output_prefix, dtype);
     } else if (in.dtype() != dtype) {
-      throw IoError(idx_path(prefix) + ": tokens of dtype " + dtype_name(in.dtype()) + ", where " +
-                    idx_path(input_prefixes.front()) + "'s are " + dtype_name(dtype));
+      throw IoError(idx_path(prefix) + ": tokens of dtype " + index_dtype_name(in.dtype()) + ", where " +
+                    idx_path(input_prefixes.front()) + "'s are " + index_dtype_name(dtype));
     }
-    // The input's document ends, doc_idx[1:], each closing the output's document once that many
-    // of its items are written (empty documents included; items after the last end run on into
-    // the next input's first document, as in Megatron's merge).
-    const UnalignedArray<int64_t> ends = in.doc_idx();
-    size_t next_end = 1;
-    const auto close_documents_at = [&](uint64_t written) {
-      for (; next_end < ends.size() && static_cast<uint64_t>(ends[next_end]) == written; ++next_end) out->end_document();
-    };
-    close_documents_at(0);
-    for (uint64_t i = 0; i < in.size(); ++i) {
-      out->add_item(in.item(i));
-      close_documents_at(i + 1);
-    }
+    out->add_index(in);
   }
   out->finish();
   return MergedDataset{out->items(), out->documents(), out->tokens()};

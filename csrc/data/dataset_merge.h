@@ -19,9 +19,10 @@ struct MergedDataset {
   uint64_t items = 0, documents = 0, tokens = 0;
 };
 
-// Writes `output_prefix`.bin/.idx: every item of the inputs in order, each input's document
-// boundaries shifted past the items before it (Megatron's IndexedDatasetBuilder.add_index), in
-// the first input's token dtype, which every input must share. The outputs appear only
+// Writes `output_prefix`.bin/.idx: every item of the inputs in order, their token bytes copied,
+// each input's document boundaries shifted past the items before it (Megatron's
+// IndexedDatasetBuilder.add_index), in the first input's token dtype, which every input must
+// share. The outputs appear only
 // complete (IndexedDatasetBuilder). Throws IoError naming the input that cannot be read or
 // whose dtype differs.
 MergedDataset merge_indexed_datasets(const std::vector<std::string>& input_prefixes, const std::string& output_prefix);

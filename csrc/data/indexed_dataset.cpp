@@ -80,6 +80,20 @@ IndexDType best_fitting_dtype(int64_t vocab_size) {
   return vocab_size < 65500 ? IndexDType::kUInt16 : IndexDType::kInt32;
 }
 
+const char* index_dtype_name(IndexDType dt) {
+  switch (dt) {
+    case IndexDType::kUInt8: return "uint8";
+    case IndexDType::kInt8: return "int8";
+    case IndexDType::kInt16: return "int16";
+    case IndexDType::kInt32: return "int32";
+    case IndexDType::kInt64: return "int64";
+    case IndexDType::kFloat32: return "float32";
+    case IndexDType::kFloat64: return "float64";
+    case IndexDType::kUInt16: return "uint16";
+  }
+  return "unknown";
+}
+
 std::string idx_path(const std::string& prefix) { return prefix + ".idx"; }
 std::string bin_path(const std::string& prefix) { return prefix + ".bin"; }
 
@@ -128,6 +142,37 @@ void IndexedDatasetBuilder::add_item(std::span<const int32_t> tokens) {
 }
 
 void IndexedDatasetBuilder::end_document() { doc_idx_.push_back(static_cast<int64_t>(sizes_.size())); }
+
+void IndexedDatasetBuilder::add_index(const IndexedDataset& in) {
+  TRIDENT_CHECK(state_ == State::kWriting, "add_index() after prepare(), commit() or abort()");
+  TRIDENT_CHECK(in.dtype() == dtype_, idx_path(in.prefix()), " holds ", index_dtype_name(in.dtype()), " tokens, ",
+                prefix_, " ", index_dtype_name(dtype_));
+  const int64_t offset = static_cast<int64_t>(sizes_.size());
+  const uint64_t isz = index_dtype_size(dtype_);
+  const std::span<const char> bin = in.bin_bytes();
+  // The items' bytes in item order (the pointers were checked against the .bin at open), each
+  // run of adjacent items in one write.
+  uint64_t run_begin = 0, run_end = 0;
+  const auto flush = [&] {
+    if (run_end > run_begin) write_all(bin_, bin.data() + run_begin, run_end - run_begin, bin_tmp_);
+  };
+  const UnalignedArray<int32_t> sizes = in.sizes();
+  const UnalignedArray<int64_t> pointers = in.pointers();
+  for (uint64_t i = 0; i < in.size(); ++i) {
+    const uint64_t at = static_cast<uint64_t>(pointers[i]), bytes = static_cast<uint64_t>(sizes[i]) * isz;
+    if (at != run_end) {
+      flush();
+      run_begin = at;
+      run_end = at;
+    }
+    run_end += bytes;
+    sizes_.push_back(sizes[i]);
+    tokens_ += static_cast<uint64_t>(sizes[i]);
+  }
+  flush();
+  const UnalignedArray<int64_t> ends = in.doc_idx();
+  for (size_t d = 1; d < ends.size(); ++d) doc_idx_.push_back(offset + ends[d]);
+}
 
 void IndexedDatasetBuilder::finish() {
   prepare();

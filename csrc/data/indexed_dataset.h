@@ -22,6 +22,7 @@ enum class IndexDType : uint8_t {
   kUInt8 = 1, kInt8 = 2, kInt16 = 3, kInt32 = 4, kInt64 = 5, kFloat32 = 6, kFloat64 = 7, kUInt16 = 8
 };
 size_t index_dtype_size(IndexDType dt);  // bytes per element; 0 for an unknown code
+const char* index_dtype_name(IndexDType dt);  // "uint16", ...; "unknown" for an unknown code
 // uint16 when the vocabulary fits (vocab < 65500), int32 otherwise (Megatron's rule).
 IndexDType best_fitting_dtype(int64_t vocab_size);
 
@@ -42,6 +43,10 @@ class IndexedDatasetBuilder {
 
   void add_item(std::span<const int32_t> tokens);  // one sequence (throws if a token does not fit)
   void end_document();                             // closes the current document
+  // Megatron's add_index: every item of `in`, its token bytes copied as they are, and its
+  // document ends (doc_idx[1:]) shifted past the items written before. Items after its last
+  // end run on into the next document closed here. `in` must have this builder's dtype.
+  void add_index(const class IndexedDataset& in);
   void finish();                                   // prepare(), then commit()
   void prepare();  // closes the .bin and writes the .idx, both still under their temporary names
   void commit();   // renames both to their final names (.bin first; a failed .idx rename removes it)
@@ -95,6 +100,8 @@ class IndexedDataset {
   uint64_t num_documents() const { return doc_idx_.size() - 1; }
   // Copies tokens [offset, offset + length) of item i into out as int32.
   void read(uint64_t i, uint64_t offset, uint64_t length, int32_t* out) const;
+  // The .bin as mapped (items lie at pointers()[i], sizes()[i] tokens each).
+  std::span<const char> bin_bytes() const { return {bin_map_.data(), bin_map_.size()}; }
   std::vector<int32_t> item(uint64_t i) const;
 
  private:

@@ -1,8 +1,9 @@
 // trident-merge-datasets' merge against Megatron's rule (IndexedDatasetBuilder.add_index),
 // computed here naively: the items of the inputs concatenated in order, and the document
 // index [0] followed by each input's doc_idx[1:] shifted by the items before that input.
-// Inputs with an empty document and with items after their last document end (which run on
-// into the next input's first document, as in Megatron's merge).
+// Inputs with an empty document, with no items, and with items after their last document end
+// (which run on into the next input's first document, as in Megatron's merge); tokens that only
+// int64 holds, copied as they are; a dangling link beside the pairs.
 #include "data/dataset_merge.h"
 
 #include <gtest/gtest.h>
@@ -48,7 +49,8 @@ TEST(DatasetMerge, MegatronsAddIndexRule) {
   const std::vector<Input> inputs = {
       {{{1, 2, 3}, {4}, {5, 6}}, {0, 2, 3}},          // two documents
       {{{7}, {8, 9}, {10}}, {0, 0, 1, 2}},            // an empty first document, an item after the last end
-      {{{11, 12}, {13}}, {0, 1, 2}},
+      {{}, {0, 0, 0}},                                // no items, two empty documents
+      {{{11, 12}, {13}, {14}}, {0, 1, 2}},            // the last input's last item after its last end
   };
   std::vector<std::string> prefixes;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -71,9 +73,28 @@ TEST(DatasetMerge, MegatronsAddIndexRule) {
   std::vector<int64_t> got_docs;
   for (size_t d = 0; d < out.doc_idx().size(); ++d) got_docs.push_back(out.doc_idx()[d]);
   EXPECT_EQ(got_docs, doc_idx);
-  EXPECT_EQ(m.items, 8u);
+  EXPECT_EQ(m.items, 9u);
   EXPECT_EQ(m.documents, doc_idx.size() - 1);
-  EXPECT_EQ(m.tokens, 13u);
+  EXPECT_EQ(m.tokens, 14u);
+}
+
+TEST(DatasetMerge, Int64TokensAreCopiedAsTheyAre) {
+  ScratchDir dir;
+  // Two int64 datasets of items of 2 and 1 tokens, whose ids lie past int32 (which
+  // IndexedDataset::item refuses): the index from the builder, the .bin then written raw.
+  const std::vector<int64_t> tokens = {int64_t{1} << 40, 7, -(int64_t{1} << 35)};
+  const std::string raw(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 8);
+  for (const std::string name : {"a", "b"}) {
+    IndexedDatasetBuilder b(dir / name, IndexDType::kInt64);
+    b.add_item(std::vector<int32_t>{0, 0});
+    b.add_item(std::vector<int32_t>{0});
+    b.end_document();
+    b.finish();
+    testing::write_file(dir / (name + ".bin"), raw);
+  }
+  const MergedDataset m = merge_indexed_datasets({dir / "a", dir / "b"}, dir / "ab");
+  EXPECT_EQ(m.tokens, 6u);
+  EXPECT_EQ(testing::read_file(dir / "ab.bin"), raw + raw);
 }
 
 TEST(DatasetMerge, FolderListingAndErrors) {
@@ -83,6 +104,7 @@ TEST(DatasetMerge, FolderListingAndErrors) {
   write(dir / "B", {{{3}}, {0, 1}});
   testing::write_file(dir / "notes.txt", "not a dataset");
   testing::write_file(dir / "b.idx.tmp.host.123", "a builder's leftover");
+  std::filesystem::create_symlink(dir / "gone.bin", dir / "zzz.bin");  // dangling, listed last
   // Python's sorted(): byte order, upper case first.
   EXPECT_EQ(dataset_prefixes_in(dir.path()), (std::vector<std::string>{dir / "B", dir / "a.part", dir / "b"}));
 
