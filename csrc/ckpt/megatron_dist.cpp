@@ -115,7 +115,9 @@ MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOpti
                       "'s args say " + std::to_string(cfg.num_attention_heads));
   const DistModel model(c, cfg);
   const int64_t C = cfg.hidden_size, V = cfg.vocab_size;
-  const int64_t padded = int_arg(*c.args, "padded_vocab_size", 0);
+  const pickle::Value* padded_arg = c.args->get("padded_vocab_size");  // model_config_from_megatron_args requires it
+  TRIDENT_CHECK(padded_arg && padded_arg->kind == pickle::Kind::Int, "args.padded_vocab_size");
+  const int64_t padded = padded_arg->integer;
   for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
     const std::vector<int64_t> shape = shape_vec(stored_shape(spec));
     HostTensor t;

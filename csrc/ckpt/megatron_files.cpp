@@ -177,6 +177,52 @@ bool is_dist_entry(const fs::path& n) {
   return n.filename() == ".metadata" || n.filename() == "common.pt" || n.extension() == ".distcp";
 }
 
+// What an iteration folder holds, by the names Megatron's formats give their files.
+struct FolderListing {
+  std::vector<std::pair<int, int>> lm_ranks;  // Megatron-LM's mp_rank_TT[_PPP] folders: (tp, pp)
+  int with_stage = -1;                        // whether they carry _PPP (-1: none seen)
+  std::string expert_folder;                  // an mp_rank_TT_PPP_EEE folder (mixture of experts)
+  std::vector<int> ds_ranks;                  // Megatron-DeepSpeed's mp_rank_TT_model_states.pt
+  std::map<int, std::map<int, fs::path>> layer_files;  // DeepSpeed's pipeline: tp -> layer -> file
+  bool torch_dist = false;                    // .metadata, common.pt or *.distcp
+};
+
+FolderListing list_iteration_folder(const fs::path& dir) {
+  static const std::regex lm_rank(R"(mp_rank_(\d\d)(_(\d\d\d))?)"), lm_expert(R"(mp_rank_\d\d_\d\d\d_\d\d\d)"),
+      ds_rank(R"(mp_rank_(\d\d)_model_states\.pt)"), ds_layer(R"(layer_(\d+)-model_(\d\d)-model_states\.pt)"),
+      ds_layer_no_tp(R"(layer_(\d+)-model_states\.pt)");
+  FolderListing l;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    const fs::path& path = it->path();
+    const std::string n = path.filename().string();
+    std::error_code entry_ec;  // an entry that cannot be examined (a dangling link) is not a folder
+    std::smatch m;
+    if (std::regex_match(n, lm_expert)) {
+      l.expert_folder = path.string();
+    } else if (it->is_directory(entry_ec) && std::regex_match(n, m, lm_rank)) {
+      const int stage = m[3].matched ? std::stoi(m[3].str()) : 0;
+      if (l.with_stage >= 0 && l.with_stage != static_cast<int>(m[3].matched))
+        throw IoError(dir.string() + ": mp_rank_TT and mp_rank_TT_PPP folders mixed");
+      l.with_stage = m[3].matched;
+      l.lm_ranks.emplace_back(std::stoi(m[1].str()), stage);
+    } else if (std::regex_match(n, m, ds_rank)) {
+      l.ds_ranks.push_back(std::stoi(m[1].str()));
+    } else if (std::regex_match(n, m, ds_layer)) {
+      l.layer_files[std::stoi(m[2].str())][std::stoi(m[1].str())] = path;
+    } else if (std::regex_match(n, m, ds_layer_no_tp)) {
+      l.layer_files[0][std::stoi(m[1].str())] = path;
+    } else if (is_dist_entry(path)) {
+      l.torch_dist = true;
+    }
+  }
+  if (ec) throw IoError(dir.string() + ": cannot list: " + ec.message());
+  std::sort(l.lm_ranks.begin(), l.lm_ranks.end());
+  std::sort(l.ds_ranks.begin(), l.ds_ranks.end());
+  return l;
+}
+
 // The iteration folder `load` names: itself, iter_NNNNNNN / global_stepN for `iteration`, or
 // the one the pointer file (Megatron's latest_checkpointed_iteration.txt, DeepSpeed's latest)
 // names.
@@ -184,12 +230,9 @@ fs::path resolve_dir(const fs::path& load, std::optional<int64_t> iteration, con
   check_load_is_directory(load);
   std::error_code ec;
   const auto is_iteration_folder = [](const fs::path& d) {
-    std::error_code e;
-    for (const auto& entry : fs::directory_iterator(d, e)) {
-      const std::string n = entry.path().filename().string();
-      if (n.rfind("mp_rank_", 0) == 0 || n.rfind("layer_", 0) == 0 || is_dist_entry(entry.path())) return true;
-    }
-    return false;
+    const FolderListing l = list_iteration_folder(d);
+    return !l.lm_ranks.empty() || !l.expert_folder.empty() || !l.ds_ranks.empty() || !l.layer_files.empty() ||
+           l.torch_dist;
   };
   if (is_iteration_folder(load)) {
     if (iteration) throw ConfigError(iteration_flag + ": --load names one iteration folder already (" + load.string() + ")");
@@ -234,42 +277,13 @@ fs::path resolve_dir(const fs::path& load, std::optional<int64_t> iteration, con
 Checkpoint read_checkpoint_files(const fs::path& dir) {
   Checkpoint c;
   c.dir = dir;
-  static const std::regex lm_rank(R"(mp_rank_(\d\d)(_(\d\d\d))?)"), lm_expert(R"(mp_rank_\d\d_\d\d\d_\d\d\d)"),
-      ds_rank(R"(mp_rank_(\d\d)_model_states\.pt)"), ds_layer(R"(layer_(\d+)-model_(\d\d)-model_states\.pt)"),
-      ds_layer_no_tp(R"(layer_(\d+)-model_states\.pt)");
-  std::vector<std::pair<int, int>> lm_ranks;
-  int with_stage = -1;
-  std::vector<int> ds_ranks;
-  std::map<int, std::map<int, fs::path>> layer_files;
-  bool torch_dist = false;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string n = entry.path().filename().string();
-    std::smatch m;
-    if (std::regex_match(n, lm_expert))
-      throw ConfigError(entry.path().string() + ": expert-parallel checkpoints (mixture of experts) are not supported");
-    if (entry.is_directory(ec) && std::regex_match(n, m, lm_rank)) {
-      const int stage = m[3].matched ? std::stoi(m[3].str()) : 0;
-      if (with_stage >= 0 && with_stage != static_cast<int>(m[3].matched))
-        throw IoError(dir.string() + ": mp_rank_TT and mp_rank_TT_PPP folders mixed");
-      with_stage = m[3].matched;
-      lm_ranks.emplace_back(std::stoi(m[1].str()), stage);
-    } else if (std::regex_match(n, m, ds_rank)) {
-      ds_ranks.push_back(std::stoi(m[1].str()));
-    } else if (std::regex_match(n, m, ds_layer)) {
-      layer_files[std::stoi(m[2].str())][std::stoi(m[1].str())] = entry.path();
-    } else if (std::regex_match(n, m, ds_layer_no_tp)) {
-      layer_files[0][std::stoi(m[1].str())] = entry.path();
-    } else if (is_dist_entry(entry.path())) {
-      torch_dist = true;
-    }
-  }
-  if (ec) throw IoError(dir.string() + ": cannot list: " + ec.message());
+  const FolderListing l = list_iteration_folder(dir);
+  if (!l.expert_folder.empty())
+    throw ConfigError(l.expert_folder + ": expert-parallel checkpoints (mixture of experts) are not supported");
+  const auto& [lm_ranks, with_stage, expert, ds_ranks, layer_files, torch_dist] = l;
   if (!lm_ranks.empty()) {
-    std::sort(lm_ranks.begin(), lm_ranks.end());
     read_megatron_lm(c, lm_ranks, with_stage == 1);
   } else if (!ds_ranks.empty()) {
-    std::sort(ds_ranks.begin(), ds_ranks.end());
     read_megatron_deepspeed(c, ds_ranks, layer_files);
   } else if (torch_dist || sharded_backend(dir)) {
     read_megatron_dist(c);
@@ -287,15 +301,19 @@ std::optional<std::string> megatron_format_of(const fs::path& iteration_dir) {
   if (sharded_backend(iteration_dir)) return "Megatron-core torch_dist";
   // trident's own: its metadata.json, and rank folders named as Megatron's.
   if (fs::exists(iteration_dir / "metadata.json", ec)) return std::nullopt;
-  for (const auto& entry : fs::directory_iterator(iteration_dir, ec)) {
-    const std::string n = entry.path().filename().string();
-    if (is_dist_entry(entry.path())) return "Megatron-core torch_dist";
-    if (n.rfind("mp_rank_", 0) == 0 && entry.is_directory(ec) &&
-        (fs::exists(entry.path() / "model_optim_rng.pt", ec) || fs::exists(entry.path() / "model_rng.pt", ec)))
-      return "Megatron-LM";
-    if (n.size() > 15 && n.compare(n.size() - 15, 15, "model_states.pt") == 0) return "Megatron-DeepSpeed";
+  FolderListing l;
+  try {
+    l = list_iteration_folder(iteration_dir);
+  } catch (const IoError&) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  if (l.torch_dist) return "Megatron-core torch_dist";
+  if (!l.ds_ranks.empty() || !l.layer_files.empty()) return "Megatron-DeepSpeed";
+  for (const auto& [t, p] : l.lm_ranks) {  // a Megatron-LM rank file, not a trident checkpoint that lost its metadata
+    const fs::path rank = iteration_dir / rank_dir_name(t, p, l.with_stage == 1 ? 2 : 1);
+    if (fs::exists(rank / "model_optim_rng.pt", ec) || fs::exists(rank / "model_rng.pt", ec)) return "Megatron-LM";
+  }
+  return l.expert_folder.empty() ? std::nullopt : std::optional<std::string>("Megatron-LM");
 }
 
 Checkpoint open_checkpoint(const fs::path& load, std::optional<int64_t> iteration, const std::string& iteration_flag) {

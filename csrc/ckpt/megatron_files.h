@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ckpt/megatron_detect.h"
 #include "ckpt/pickle_reader.h"
 #include "ckpt/torch_dcp.h"
 #include "ckpt/torch_file.h"
@@ -41,11 +42,6 @@ struct Checkpoint {
   // its common.pt, the tensors from here, and `shards` is empty.
   std::unique_ptr<DcpCheckpoint> dist;
 };
-
-// When `iteration_dir` holds a Megatron checkpoint: its format ("Megatron-LM",
-// "Megatron-core torch_dist", "Megatron-DeepSpeed"), for messages of tools that read trident's
-// own checkpoints; nullopt otherwise.
-std::optional<std::string> megatron_format_of(const std::filesystem::path& iteration_dir);
 
 // The checkpoint `load` names (the --save directory, whose latest pointer or `iteration`
 // chooses the folder, or one iteration folder), its files open and unpickled. Throws

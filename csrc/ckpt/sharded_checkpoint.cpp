@@ -10,7 +10,7 @@
 #include "ckpt/canonical_slices.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checksum.h"
-#include "ckpt/megatron_files.h"
+#include "ckpt/megatron_detect.h"
 #include "core/backend.h"
 #include "core/error.h"
 #include "model/param_store.h"

@@ -26,6 +26,7 @@ class MetadataReader {
  public:
   explicit MetadataReader(std::string source) : source_(std::move(source)) {}
 
+  const std::string& source() const { return source_; }
   [[noreturn]] void fail(const std::string& what) const { throw IoError(source_ + ": " + what); }
 
   const Value& field(const Value& obj, const char* name, const std::string& what) const {
@@ -55,15 +56,15 @@ class MetadataReader {
   }
 
   // TensorProperties: a dataclass state with 'dtype', or __getstate__'s tuple, dtype first.
-  // A dtype torch_file.h does not know (float8, complex) is left empty: an error only if the
-  // tensor is read.
-  void dtype(const Value& props, const std::string& what, DcpTensor* t) const {
+  TorchDType dtype(const Value& props, const std::string& what) const {
     const Value* d = nullptr;
     if (props.state && props.state->kind == Kind::Tuple && !props.state->items.empty()) d = props.state->items[0].get();
     else d = props.get("dtype");
     if (!d) fail(what + ": no dtype in " + props.describe());
-    t->dtype_name = d->kind == Kind::Global ? d->module + "." + d->name : d->describe();
-    t->dtype = d->kind == Kind::Global && d->module == "torch" ? torch_dtype_named(d->name) : std::nullopt;
+    const std::optional<TorchDType> t =
+        d->kind == Kind::Global && d->module == "torch" ? torch_dtype_named(d->name) : std::nullopt;
+    if (!t) fail(what + ": dtype " + d->describe() + " is not read");
+    return *t;
   }
 
  private:
@@ -117,6 +118,54 @@ void copy_intersection(const std::vector<float>& src, const std::vector<int64_t>
   }
 }
 
+// One TensorStorageMetadata entry, its pieces found in `where`; throws IoError.
+DcpTensor tensor_entry(const MetadataReader& r, const std::string& fqn, const Value& v,
+                       const std::map<std::pair<std::string, std::vector<int64_t>>, const Value*>& where) {
+  const std::string what = "'" + fqn + "'";
+  DcpTensor t;
+  t.dtype = r.dtype(r.field(v, "properties", what), what);
+  t.size = r.shape(r.field(v, "size", what), what + ".size");
+  t.elements = checked_numel(t.size, r.source() + ": " + what);
+  const Value& chunks = r.field(v, "chunks", what);
+  if (chunks.kind != Kind::List) r.fail(what + ".chunks is " + chunks.describe());
+  std::map<std::vector<int64_t>, std::vector<int64_t>> seen;  // offsets -> sizes
+  for (const Ref& c : chunks.items) {
+    if (!is_instance(*c, "ChunkStorageMetadata")) r.fail(what + " has chunk " + c->describe());
+    DcpChunk chunk;
+    chunk.offsets = r.shape(r.field(*c, "offsets", what), what + " chunk offsets");
+    chunk.sizes = r.shape(r.field(*c, "sizes", what), what + " chunk sizes");
+    const std::string cw = what + " chunk at " + shape_str(chunk.offsets);
+    if (chunk.offsets.size() != t.size.size() || chunk.sizes.size() != t.size.size())
+      r.fail(cw + " of size " + shape_str(chunk.sizes) + " does not have the tensor's " + std::to_string(t.size.size()) +
+             " dimensions");
+    for (size_t d = 0; d < t.size.size(); ++d)
+      if (chunk.sizes[d] > t.size[d] || chunk.offsets[d] > t.size[d] - chunk.sizes[d])
+        r.fail(cw + " of size " + shape_str(chunk.sizes) + " lies outside the tensor's " + shape_str(t.size));
+    // A piece listed twice (replicas a planner did not fold) has one record and is read once.
+    if (const auto [at, fresh] = seen.emplace(chunk.offsets, chunk.sizes); !fresh) {
+      if (at->second != chunk.sizes)
+        r.fail(cw + " is listed with sizes " + shape_str(at->second) + " and " + shape_str(chunk.sizes));
+      continue;
+    }
+    const auto found = where.find({fqn, chunk.offsets});
+    if (found == where.end()) r.fail(cw + " has no storage_data record");
+    const Value& info = *found->second;
+    chunk.file = r.text(r.field(info, "relative_path", cw), cw + " relative_path");
+    if (chunk.file.empty() || chunk.file.find('/') != std::string::npos || chunk.file == "." || chunk.file == "..")
+      r.fail(cw + ": relative_path '" + chunk.file + "' is not a file of the folder");
+    const int64_t off = r.integer(r.field(info, "offset", cw), cw + " byte offset");
+    const int64_t len = r.integer(r.field(info, "length", cw), cw + " byte length");
+    if (off < 0 || len <= 0) r.fail(cw + ": byte range " + std::to_string(off) + "+" + std::to_string(len));
+    if (const Value* tr = info.get("transform_descriptors"); tr && tr->kind == Kind::List && !tr->items.empty())
+      r.fail(cw + " is stored through transforms (compression), which are not read");
+    chunk.byte_offset = static_cast<uint64_t>(off);
+    chunk.byte_length = static_cast<uint64_t>(len);
+    checked_numel(chunk.sizes, r.source() + ": " + cw);
+    t.chunks.push_back(std::move(chunk));
+  }
+  return t;
+}
+
 }  // namespace
 
 DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
@@ -154,45 +203,13 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
       continue;
     }
     if (!is_instance(*v, "TensorStorageMetadata")) r.fail("'" + fqn + "' is " + v->describe());
-    const std::string what = "'" + fqn + "'";
-    DcpTensor t;
-    r.dtype(r.field(*v, "properties", what), what, &t);
-    t.size = r.shape(r.field(*v, "size", what), what + ".size");
-    const int64_t numel = checked_numel(t.size, source + ": " + what);
-    const Value& chunks = r.field(*v, "chunks", what);
-    if (chunks.kind != Kind::List) r.fail(what + ".chunks is " + chunks.describe());
-    std::set<std::vector<int64_t>> seen;  // chunk offsets
-    for (const Ref& c : chunks.items) {
-      if (!is_instance(*c, "ChunkStorageMetadata")) r.fail(what + " has chunk " + c->describe());
-      DcpChunk chunk;
-      chunk.offsets = r.shape(r.field(*c, "offsets", what), what + " chunk offsets");
-      chunk.sizes = r.shape(r.field(*c, "sizes", what), what + " chunk sizes");
-      const std::string cw = what + " chunk at " + shape_str(chunk.offsets);
-      if (chunk.offsets.size() != t.size.size() || chunk.sizes.size() != t.size.size())
-        r.fail(cw + " of size " + shape_str(chunk.sizes) + " does not have the tensor's " +
-               std::to_string(t.size.size()) + " dimensions");
-      for (size_t d = 0; d < t.size.size(); ++d)
-        if (chunk.sizes[d] > t.size[d] || chunk.offsets[d] > t.size[d] - chunk.sizes[d])
-          r.fail(cw + " of size " + shape_str(chunk.sizes) + " lies outside the tensor's " + shape_str(t.size));
-      const auto found = where.find({fqn, chunk.offsets});
-      if (found == where.end()) r.fail(cw + " has no storage_data record");
-      const Value& info = *found->second;
-      chunk.file = r.text(r.field(info, "relative_path", cw), cw + " relative_path");
-      if (chunk.file.empty() || chunk.file.find('/') != std::string::npos || chunk.file == "." || chunk.file == "..")
-        r.fail(cw + ": relative_path '" + chunk.file + "' is not a file of the folder");
-      const int64_t off = r.integer(r.field(info, "offset", cw), cw + " byte offset");
-      const int64_t len = r.integer(r.field(info, "length", cw), cw + " byte length");
-      if (off < 0 || len <= 0) r.fail(cw + ": byte range " + std::to_string(off) + "+" + std::to_string(len));
-      if (const Value* tr = info.get("transform_descriptors"); tr && tr->kind == Kind::List && !tr->items.empty())
-        r.fail(cw + " is stored through transforms (compression), which are not read");
-      chunk.byte_offset = static_cast<uint64_t>(off);
-      chunk.byte_length = static_cast<uint64_t>(len);
-      checked_numel(chunk.sizes, source + ": " + cw);
-      // A piece listed twice (replicas a planner did not fold) has one record and is read once.
-      if (seen.insert(chunk.offsets).second) t.chunks.push_back(std::move(chunk));
+    // What is wrong with one tensor's entry (a dtype not read, a piece without its record...)
+    // stops only a read of that tensor: the optimizer states beside the weights are not read.
+    try {
+      tensors_[fqn] = tensor_entry(r, fqn, *v, where);
+    } catch (const IoError& e) {
+      tensors_[fqn].problem = e.what();
     }
-    t.elements = numel;
-    tensors_[fqn] = std::move(t);
   }
 }
 
@@ -218,8 +235,7 @@ std::vector<float> DcpCheckpoint::read_f32(const std::string& fqn, const std::ve
   const auto it = tensors_.find(fqn);
   if (it == tensors_.end()) throw InternalError("DcpCheckpoint::read_f32 of a missing key " + fqn);
   const DcpTensor& t = it->second;
-  if (!t.dtype)
-    throw IoError((dir_ / ".metadata").string() + ": '" + fqn + "' is of dtype " + t.dtype_name + ", which is not read");
+  if (!t.problem.empty()) throw IoError(t.problem);
   check_tiling(fqn, t);
   if (begin.size() != t.size.size() || extent.size() != t.size.size())
     throw InternalError("DcpCheckpoint::read_f32: box of another rank than " + fqn);
@@ -242,12 +258,12 @@ std::vector<float> DcpCheckpoint::read_f32(const std::string& fqn, const std::ve
     // The piece as saved: the chunk's shape (Megatron-core views a layer's piece of a stacked
     // tensor with the layer axis of size 1 prepended); any shape of its elements in order is
     // taken, so that a writer leaving out size-1 axes reads too.
-    if (saved->numel() != checked_numel(c.sizes, piece.path()))
+    if (checked_numel(saved->shape, piece.path() + ": " + what) != checked_numel(c.sizes, piece.path()))
       throw IoError(piece.path() + ": " + what + " holds a tensor of shape " + shape_str(saved->shape) + ", not " +
                     shape_str(c.sizes));
-    if (saved->dtype != *t.dtype)
+    if (saved->dtype != t.dtype)
       throw IoError(piece.path() + ": " + what + " is " + torch_dtype_str(saved->dtype) + ", the index says " +
-                    t.dtype_name);
+                    torch_dtype_str(t.dtype));
     copy_intersection(piece.read_f32(*saved, what), c.offsets, c.sizes, &out, begin, extent);
   }
   return out;

@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -34,18 +33,21 @@ struct DcpChunk {
 };
 
 struct DcpTensor {
-  std::optional<TorchDType> dtype;  // empty: one torch_file.h does not read (dtype_name says which)
-  std::string dtype_name;           // "torch.bfloat16"
+  TorchDType dtype = TorchDType::F32;
   std::vector<int64_t> size;
   int64_t elements = 0;  // the product of size
   std::vector<DcpChunk> chunks;
+  // Not empty: why the tensor cannot be read (a dtype torch_file.h does not read, a piece
+  // without its storage record, ...), the error of a read.
+  std::string problem;
 };
 
 class DcpCheckpoint {
  public:
-  // Reads DIR/.metadata and checks that every tensor's chunks lie inside it, each with its
-  // storage record. That they do not overlap and cover it is checked at a tensor's first read
-  // (a distributed optimizer's state, never read here, can have thousands of pieces a key).
+  // Reads DIR/.metadata. What is wrong with one tensor's entry (its chunks outside it or
+  // without their storage record, a dtype not read) is kept as its `problem`, and that its
+  // chunks do not overlap and cover it is checked at its first read: the keys beside the ones
+  // read (a distributed optimizer's states, with thousands of pieces a key) cost no more.
   explicit DcpCheckpoint(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const { return dir_; }

@@ -24,6 +24,7 @@ uint64_t padded(uint64_t bytes) { return (bytes + 7) / 8 * 8; }
 bool write_bytes(std::FILE* f, const void* p, uint64_t n) { return n == 0 || std::fwrite(p, 1, n, f) == n; }
 
 std::atomic<int> quiet_holders{0};
+std::atomic<uint64_t> write_failures{0};
 
 }  // namespace
 
@@ -71,6 +72,7 @@ bool save_array_cache(const std::string& path, uint64_t key_hash, std::span<cons
     saved_errno = errno;
   }
   if (!ok) {
+    write_failures.fetch_add(1);
     if (quiet_holders.load() == 0)
       std::fprintf(stderr, "trident: warning: cannot write the index cache %s (%s); keeping it in memory\n",
                    path.c_str(), std::strerror(saved_errno));
@@ -78,6 +80,8 @@ bool save_array_cache(const std::string& path, uint64_t key_hash, std::span<cons
   }
   return ok;
 }
+
+uint64_t cache_write_failures() { return write_failures.load(); }
 
 QuietCacheWarnings::QuietCacheWarnings() { quiet_holders.fetch_add(1); }
 QuietCacheWarnings::~QuietCacheWarnings() { quiet_holders.fetch_sub(1); }

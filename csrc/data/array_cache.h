@@ -39,9 +39,12 @@ CacheArray cache_array(const std::vector<T>& v) {
 bool save_array_cache(const std::string& path, uint64_t key_hash, std::span<const uint64_t> scalars,
                       std::span<const CacheArray> arrays, const char* what);
 
+// How many save_array_cache calls of this process failed so far.
+uint64_t cache_write_failures();
+
 // While one lives, save_array_cache's "cannot write" warning is not printed (the failure is
-// still returned). The ranks that build after world rank 0 hold one: rank 0 has said it once
-// for the job.
+// still returned). The ranks that build after world rank 0 hold one when rank 0 could not
+// write its caches: it has said so once for the job.
 class QuietCacheWarnings {
  public:
   QuietCacheWarnings();

@@ -68,9 +68,14 @@ std::ostream& null_stream() {
 TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelContext* par) {
   if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
   TrainValidTest sets;
+  const uint64_t failures_before = cache_write_failures();
   run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc); });
+  // Rank 0 has warned of a cache it could not write: the others, writing the same files, keep
+  // quiet (one that fails where rank 0 did not, on a node-local --data-cache-path, still warns).
+  const bool rank0_warned = any_rank(*par, par->world_rank() == 0 && cache_write_failures() > failures_before);
   if (par->world_rank() != 0) {
-    const QuietCacheWarnings quiet;  // rank 0 has warned of an unwritable cache folder
+    std::optional<QuietCacheWarnings> quiet;
+    if (rank0_warned) quiet.emplace();
     sets = build_gpt_datasets(dc);
   }
   return sets;
