@@ -7,7 +7,7 @@
 //   trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
 //   trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype ...] [--target-tp T] [--target-pp P]
-//                   [--tokenizer-type NAME] [--megatron-norm-names]
+//                   [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]
 //       -> a Megatron-LM release checkpoint of the weights (ckpt/megatron_gpt2.h), tp T x pp P;
 //   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P] [--overwrite]
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
@@ -59,11 +59,12 @@ constexpr const char* kUsage =
     "  trident-convert --to hf --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16]\n"
     "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
     "  trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16] [--target-tp T]\n"
-    "                  [--target-pp P] [--tokenizer-type NAME] [--megatron-norm-names]\n"
+    "                  [--target-pp P] [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]\n"
     "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt) of its\n"
     "      legacy GPT model; --megatron-norm-names for Megatron-LM's input_norm/post_attention_norm/final_norm (its\n"
     "      legacy model since RMSNorm support) instead of *_layernorm (Megatron-DeepSpeed, older Megatron-LM);\n"
-    "      --tokenizer-type (args.tokenizer_type) is required unless the vocabulary is GPT-2's\n"
+    "      --tokenizer-type (args.tokenizer_type) is required unless the vocabulary is GPT-2's; --megatron-model mcore\n"
+    "      writes Megatron-core's GPTModel (local layer spec: load with --transformer-impl local) instead\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
@@ -86,6 +87,7 @@ struct ConvertFlags {
   std::optional<int64_t> iteration, vocab_size;
   std::optional<int> num_attention_heads;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
+  std::string megatron_model = "legacy";  // --megatron-model
   bool no_optimizer = false, overwrite = false, norm_names = false, help = false;
   std::map<std::string, bool> given;
 };
@@ -118,7 +120,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
       {"vocab-size", true}, {"num-attention-heads", true}, {"tokenizer-type", true},
-      {"megatron-norm-names", false}, {"help", false}};
+      {"megatron-norm-names", false}, {"megatron-model", true}, {"help", false}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -149,6 +151,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "from") f.from = value;
     else if (name == "dtype") f.dtype = value;
     else if (name == "tokenizer-type") f.tokenizer_type = value;
+    else if (name == "megatron-model") f.megatron_model = value;
     else if (name == "iteration" || name == "ckpt-step") {  // --ckpt-step: Megatron's name, as trident-train's
       check_one_iteration_flag(true, f.iteration.has_value());
       f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
@@ -177,8 +180,13 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (f.to == "hf") refuse({"target-tp", "target-pp"}, "--to hf");
   if (!f.from.empty()) refuse({"no-optimizer"}, "--from " + f.from, " (an import has no optimizer state)");
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
-  for (const char* g : {"tokenizer-type", "megatron-norm-names"})
+  for (const char* g : {"tokenizer-type", "megatron-norm-names", "megatron-model"})
     if (f.given[g] && f.to != "megatron") throw ConfigError(std::string("--") + g + " applies to --to megatron only");
+  if (f.megatron_model != "legacy" && f.megatron_model != "mcore")
+    throw ConfigError("--megatron-model: '" + f.megatron_model + "' is neither legacy nor mcore");
+  if (f.megatron_model == "mcore" && f.norm_names)
+    throw ConfigError("--megatron-norm-names applies to --megatron-model legacy only (Megatron-core names its norms "
+                      "input_layernorm and pre_mlp_layernorm)");
   if (f.given["make-vocab-size-divisible-by"] && f.from != "hf")
     throw ConfigError("--make-vocab-size-divisible-by applies to --from hf only (a checkpoint keeps its own)");
   for (const char* g : {"vocab-size", "num-attention-heads"})
@@ -341,14 +349,15 @@ int export_megatron(const ConvertFlags& f) {
   o.pp = f.target_pp;
   o.dtype = export_dtype(f, m.model.dtype);
   o.norm_names = f.norm_names;
+  o.mcore = f.megatron_model == "mcore";
   o.tokenizer_type = f.tokenizer_type;
   o.iteration = m.iteration;
   o = check_megatron_export(m.model, o);  // before reading the tensors
   const TensorMap canonical = export_tensors(ckpt, o.dtype);
   const fs::path out = write_new_folder(f, [&](const fs::path& temp) { export_megatron_gpt2(temp, m.model, canonical, o); });
   std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ") -> Megatron-LM "
-            << (out / "release").string() << " (tp " << o.tp << " x pp " << o.pp << ", " << dtype_name(o.dtype)
-            << ", weights only)" << std::endl;
+            << (out / "release").string() << " (" << (o.mcore ? "Megatron-core GPTModel, local layers" : "legacy model")
+            << ", tp " << o.tp << " x pp " << o.pp << ", " << dtype_name(o.dtype) << ", weights only)" << std::endl;
   return 0;
 }
 

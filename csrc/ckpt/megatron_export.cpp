@@ -1,13 +1,16 @@
 // export_megatron_gpt2 (megatron_gpt2.h): canonical tensors -> a Megatron-LM release
-// checkpoint of the legacy GPT model, one torch.save file per tensor-parallel rank and stage.
+// checkpoint of the legacy GPT model or Megatron-core's, one torch.save file per
+// tensor-parallel rank and stage.
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/megatron_gpt2.h"
+#include "ckpt/megatron_keys.h"
 #include "ckpt/pickle_writer.h"
 #include "ckpt/torch_file.h"
 #include "core/error.h"
@@ -81,6 +84,8 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   b("apply_residual_connection_post_layernorm", false);
   b("group_query_attention", false);
   b("data_parallel_random_init", false);
+  b("use_legacy_models", !o.mcore);
+  s("transformer_impl", "local");  // both models as written here: local layers, no Transformer Engine
   f("hidden_dropout", shortest_decimal(cfg.hidden_dropout));
   f("attention_dropout", shortest_decimal(cfg.attention_dropout));
   f("init_method_std", shortest_decimal(cfg.init_method_std));
@@ -180,11 +185,17 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
         else if (split != MegatronSplit::kReplicated) shape[0] /= tp;
         file.tensor(w, key, shard(name, h.data, rows, cols, t, tp, cfg), shape);
       };
-      const auto word_embeddings = [&](const char* outer) {
-        w.str(outer);
-        w.begin_dict();
-        file.tensor(w, "weight", shard("wte", wte_padded, padded, C, t, tp, cfg), {padded / tp, C});
-        w.end();
+      const auto word_embeddings = [&](const std::string& key) {
+        file.tensor(w, key, shard("wte", wte_padded, padded, C, t, tp, cfg), {padded / tp, C});
+      };
+      // Stage p's layers, l its local number (both models number them from 0 on every stage).
+      const auto for_each_layer_param = [&](const std::function<void(int l, const std::string& suffix,
+                                                                      const std::string& name)>& fn) {
+        for (int l = 0; l < per_stage; ++l) {
+          const std::string prefix = "h." + std::to_string(p * per_stage + l) + ".";
+          for (const ParamSpec& spec : specs)
+            if (spec.name.rfind(prefix, 0) == 0) fn(l, spec.name.substr(prefix.size()), spec.name);
+        }
       };
       w.begin_dict();
       w.str("args");
@@ -194,37 +205,70 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       w.str("iteration");
       w.integer(o.iteration);
       w.str("model");
-      w.begin_dict();
-      w.str("language_model");
-      w.begin_dict();
-      if (p == 0) {
-        w.str("embedding");
+      if (o.mcore) {
+        // GPTModel.state_dict(): flat keys in module order.
+        w.begin_ordered_dict();
+        if (p == 0) {
+          word_embeddings("embedding.word_embeddings.weight");
+          param("embedding.position_embeddings.weight", "wpe");
+        }
+        for_each_layer_param([&](int l, const std::string& suffix, const std::string& name) {
+          for (const megatron::CoreLocalModule& m : megatron::core_local_modules()) {
+            std::string rest = suffix;
+            if (!megatron::strip(rest, m.canonical)) continue;
+            const std::string module = "decoder.layers." + std::to_string(l) + "." + m.module;
+            param(module + rest, name);
+            if (m.linear && rest == "bias") {  // after a linear layer's parameters, its extra state
+              w.str(module + "_extra_state");
+              w.none();
+            }
+          }
+        });
+        if (p == pp - 1) {
+          param("decoder.final_layernorm.weight", "ln_f.weight");
+          param("decoder.final_layernorm.bias", "ln_f.bias");
+          if (pp > 1) word_embeddings("output_layer.weight");  // the tied head's copy
+          w.str("output_layer._extra_state");
+          w.none();
+        }
+        w.end();  // model
+      } else {
         w.begin_dict();
-        word_embeddings("word_embeddings");
-        w.str("position_embeddings");
+        w.str("language_model");
         w.begin_dict();
-        param("weight", "wpe");
-        w.end();
-        w.end();
+        if (p == 0) {
+          w.str("embedding");
+          w.begin_dict();
+          w.str("word_embeddings");
+          w.begin_dict();
+          word_embeddings("weight");
+          w.end();
+          w.str("position_embeddings");
+          w.begin_dict();
+          param("weight", "wpe");
+          w.end();
+          w.end();
+        }
+        w.str("encoder");
+        w.begin_ordered_dict();
+        for_each_layer_param([&](int l, const std::string& suffix, const std::string& name) {
+          param("layers." + std::to_string(l) + "." + megatron_layer_key(suffix, o.norm_names), name);
+        });
+        if (p == pp - 1) {
+          const std::string final_norm = o.norm_names ? "final_norm." : "final_layernorm.";
+          param(final_norm + "weight", "ln_f.weight");
+          param(final_norm + "bias", "ln_f.bias");
+        }
+        w.end();  // encoder
+        w.end();  // language_model
+        if (p == pp - 1 && pp > 1) {
+          w.str("word_embeddings_for_head");
+          w.begin_dict();
+          word_embeddings("weight");
+          w.end();
+        }
+        w.end();  // model
       }
-      w.str("encoder");
-      w.begin_ordered_dict();
-      for (int l = 0; l < per_stage; ++l) {
-        const std::string prefix = "h." + std::to_string(p * per_stage + l) + ".";
-        for (const ParamSpec& spec : specs)
-          if (spec.name.rfind(prefix, 0) == 0)
-            param("layers." + std::to_string(l) + "." + megatron_layer_key(spec.name.substr(prefix.size()), o.norm_names),
-                  spec.name);
-      }
-      if (p == pp - 1) {
-        const std::string final_norm = o.norm_names ? "final_norm." : "final_layernorm.";
-        param(final_norm + "weight", "ln_f.weight");
-        param(final_norm + "bias", "ln_f.bias");
-      }
-      w.end();  // encoder
-      w.end();  // language_model
-      if (p == pp - 1 && pp > 1) word_embeddings("word_embeddings_for_head");
-      w.end();  // model
       w.end();
       const fs::path rank_dir = release / rank_dir_name(t, p, pp);
       fs::create_directories(rank_dir, ec);

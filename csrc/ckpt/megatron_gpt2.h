@@ -92,6 +92,14 @@ struct MegatronExportOptions {
   // "input_norm", "post_attention_norm", "final_norm" (Megatron-LM's legacy model since).
   // Megatron-LM loads a mismatch non-strictly, leaving its LayerNorms initial: choose right.
   bool norm_names = false;
+  // Megatron-core's GPTModel with the local layer spec (Megatron-LM's default model since its
+  // legacy one was deprecated, loaded with --transformer-impl local) instead of the legacy
+  // model: flat keys embedding.*, decoder.layers.N.{input_layernorm, self_attention.linear_qkv,
+  // self_attention.linear_proj, pre_mlp_layernorm, mlp.linear_fc1, mlp.linear_fc2}.*,
+  // decoder.final_layernorm.*, output_layer.weight (the tied copy, on a last stage that is not
+  // the first), and the '_extra_state' None that its parallel linear layers (output_layer's
+  // too) put in a state dict, which a strict load asks for. norm_names does not apply.
+  bool mcore = false;
   // args.tokenizer_type, which Megatron compares on load: default GPT2BPETokenizer for GPT-2's
   // 50257 tokens; required for other vocabularies.
   std::string tokenizer_type;
@@ -99,7 +107,7 @@ struct MegatronExportOptions {
 };
 
 // Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM
-// release checkpoint of the legacy GPT model: DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt
+// release checkpoint of the legacy GPT model (or Megatron-core's, options.mcore): DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt
 // at tp x pp (pp must divide the layers, Megatron's split) and DIR/latest_checkpointed_iteration.txt
 // "release", which Megatron-LM (--use-legacy-models --transformer-impl local) and
 // Megatron-DeepSpeed (without --deepspeed) load without optimizer or RNG state, at iteration

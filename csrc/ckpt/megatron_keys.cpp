@@ -21,6 +21,15 @@ const std::vector<LayerModule>& layer_modules() {
   return m;
 }
 
+const std::vector<CoreLocalModule>& core_local_modules() {
+  static const std::vector<CoreLocalModule> m = {
+      {"ln_1.", "input_layernorm.", false},       {"attn.qkv.", "self_attention.linear_qkv.", true},
+      {"attn.proj.", "self_attention.linear_proj.", true}, {"ln_2.", "pre_mlp_layernorm.", false},
+      {"mlp.fc.", "mlp.linear_fc1.", true},       {"mlp.proj.", "mlp.linear_fc2.", true},
+  };
+  return m;
+}
+
 bool strip(std::string& s, const char* prefix) {
   const size_t n = std::strlen(prefix);
   if (s.compare(0, n, prefix) != 0) return false;

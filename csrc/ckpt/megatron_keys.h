@@ -24,6 +24,16 @@ struct KeyMeaning {
   std::string suffix;  // kLayer: canonical suffix ("attn.qkv.weight"); kFinalNorm: "weight"/"bias"
 };
 
+// Megatron-core's module inside a transformer layer with the local layer spec, for a
+// canonical module ("attn.qkv." -> "self_attention.linear_qkv."), and whether it is a parallel
+// linear layer (whose state dict holds an '_extra_state').
+struct CoreLocalModule {
+  const char* canonical;
+  const char* module;
+  bool linear;
+};
+const std::vector<CoreLocalModule>& core_local_modules();
+
 // Removes `prefix` from the front of `s`; false (and `s` unchanged) when it is not there.
 bool strip(std::string& s, const char* prefix);
 

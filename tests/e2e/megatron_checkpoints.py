@@ -18,7 +18,7 @@ tests/e2e/megatron_import.sh. Written from Megatron's documented layouts, not fr
     pipeline) or mp_rank_TT_model_states.pt with the model under 'module'.
 
 Usage: megatron_checkpoints.py OUT   (prints one line per case: NAME HF-REFERENCE VOCAB EXTRA-FLAGS)
-       megatron_checkpoints.py check-export MEGATRON-DIR HF-DIR TP PP DTYPE layernorm|norm TOKENIZER
+       megatron_checkpoints.py check-export MEGATRON-DIR HF-DIR TP PP DTYPE layernorm|norm|mcore TOKENIZER
            torch.load's view of trident's --to megatron export against the state dicts built here
 """
 import argparse
@@ -165,8 +165,10 @@ def save(obj, path, legacy_format=False):
 
 
 def rank_models(w, pad, vocab_padded, tp, pp, t, s, dtype, version, names, mcore=False, te=False, vp=1,
-                head_noise=False, outer="encoder"):
-    """The model state dicts (one per virtual chunk) of TP rank t on pipeline stage s."""
+                head_noise=False, outer="encoder", linear_extra_state=False):
+    """The model state dicts (one per virtual chunk) of TP rank t on pipeline stage s.
+    linear_extra_state: Megatron-core's parallel linear layers' '_extra_state' (None) after
+    each one's bias, as GPTModel.state_dict() of the local layer spec holds them."""
     ranges = layer_ranges(pp, vp)
     models = []
     for v in range(vp):
@@ -180,6 +182,8 @@ def rank_models(w, pad, vocab_padded, tp, pp, t, s, dtype, version, names, mcore
             for j, g in enumerate(ranges[(v, s)]):
                 for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names, te).items():
                     m[f"decoder.layers.{j}.{k}"] = x
+                    if linear_extra_state and k.endswith(".bias") and "linear_" in k:
+                        m[f"decoder.layers.{j}.{k[:-len('bias')]}_extra_state"] = None
                 if te:
                     m[f"decoder.layers.{j}.self_attention.linear_qkv._extra_state"] = io.BytesIO(b"fp8")
                     m[f"decoder.layers.{j}.mlp.linear_fc2._extra_state"] = None
@@ -383,7 +387,9 @@ def read_hf(path):
 
 
 def expect_same(got, want, where):
-    if isinstance(want, dict):
+    if want is None:
+        assert got is None, where
+    elif isinstance(want, dict):
         assert isinstance(got, dict) and list(got) == list(want), (where, list(got), list(want))
         for k in want:
             expect_same(got[k], want[k], f"{where}.{k}")
@@ -394,10 +400,12 @@ def expect_same(got, want, where):
 def check_export(out, hf, tp, pp, dtype_name, norm, tokenizer):
     """torch.load every file of trident's Megatron export and compare it with the legacy model's
     state dict built here from the Hugging Face folder (padding rows zero, version 3.0, the
-    LayerNorms named '*_layernorm' or, with norm == 'norm', '*_norm'), and its args with what
-    Megatron's load_checkpoint reads."""
+    LayerNorms named '*_layernorm' or, with norm == 'norm', '*_norm'; with norm == 'mcore'
+    Megatron-core's GPTModel of the local layer spec), and its args with what Megatron's
+    load_checkpoint reads."""
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
-    names = NORM_NAMES if norm == "norm" else LEGACY_NAMES
+    names = {"norm": NORM_NAMES, "layernorm": LEGACY_NAMES, "mcore": MCORE_LOCAL}[norm]
+    mcore = norm == "mcore"
     w = read_hf(hf)
     vocab = w["wte"].shape[0]
     assert open(os.path.join(out, "latest_checkpointed_iteration.txt")).read() == "release"
@@ -405,7 +413,8 @@ def check_export(out, hf, tp, pp, dtype_name, norm, tokenizer):
         for s in range(pp):
             rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
             state = torch.load(os.path.join(out, "release", rank, "model_optim_rng.pt"))
-            want = rank_models(w, torch.zeros(2048, C), padded_size(vocab, tp), tp, pp, t, s, dtype, 3.0, names)
+            want = rank_models(w, torch.zeros(2048, C), padded_size(vocab, tp), tp, pp, t, s, dtype, 3.0, names,
+                               mcore=mcore, linear_extra_state=mcore)
             expect_same(state["model"], want[0], rank)
             a = state["args"]
             got = (a.num_layers, a.hidden_size, a.num_attention_heads, a.num_key_value_heads, a.kv_channels,
@@ -415,8 +424,9 @@ def check_export(out, hf, tp, pp, dtype_name, norm, tokenizer):
                    a.untie_embeddings_and_output_weights, a.position_embedding_type, a.add_position_embedding)
             assert got == (L, C, HEADS, HEADS, HD, 4 * C, padded_size(vocab, tp), 128, tp, pp, dtype, P, tokenizer, 0,
                            0.1, 0.1, 0.02, False, "learned_absolute", True), got
+            assert (a.use_legacy_models, a.transformer_impl) == (not mcore, "local"), a
             assert state["checkpoint_version"] == 3.0
-    print(f"check-export: {tp * pp} files as Megatron's legacy GPT model")
+    print(f"check-export: {tp * pp} files as {'Megatron-core' if mcore else 'Megatron-LM legacy'} GPT model")
 
 
 def main():

@@ -18,9 +18,9 @@
 # missing a piece or with overlapping ones, a zarr checkpoint and a missing or truncated
 # .distcp file fail with one line naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
 # reads each file of an export (tp1 x pp1 fp32 with *_layernorm names, tp2 x pp2 bf16 with
-# *_norm names) as the legacy model's state dict built from the Hugging Face folder, with the
-# args Megatron's loader reads, and an export imports back bit for bit. SKIP without
-# Debian's python3-torch.
+# *_norm names; tp2 x pp2 fp32 as Megatron-core's GPTModel) as the state dict built from the
+# Hugging Face folder, with the args Megatron's loader reads, and an export imports back bit
+# for bit. SKIP (exit 77) without Debian's python3-torch.
 # Usage: megatron_import.sh CONVERT GENERATE REPO VOCABDIR
 set -u
 convert=$1 generate=$2 repo=$3 vocab=$4
@@ -103,18 +103,25 @@ EOF
 # ---- trident-convert --to megatron: torch.load reads each file as the legacy model's state dict
 # built from the Hugging Face folder; the export imports back bit for bit.
 "$convert" --from hf --load "$src/hf-float32-1000" --save "$tmp/trident" >/dev/null
-for layout in "1 1 fp32 layernorm" "2 2 bf16 norm"; do
+for layout in "1 1 fp32 layernorm" "2 2 bf16 norm" "2 2 fp32 mcore"; do
   read -r tp pp dtype norm <<<"$layout"
   names=()
   [[ $norm == norm ]] && names=(--megatron-norm-names)
+  [[ $norm == mcore ]] && names=(--megatron-model mcore)
   rm -rf "$tmp/exported"
   if "$convert" --to megatron --load "$tmp/trident" --save "$tmp/exported" --target-tp "$tp" --target-pp "$pp" \
       --dtype "$dtype" --tokenizer-type NullTokenizer "${names[@]}" >/dev/null &&
       "$py" "$repo/tests/e2e/megatron_checkpoints.py" check-export "$tmp/exported" "$src/hf-float32-1000" "$tp" "$pp" \
         "$dtype" "$norm" NullTokenizer >"$tmp/check.log" 2>&1; then
-    ok "--to megatron at tp $tp x pp $pp, $dtype, *_$norm names: $(cat "$tmp/check.log")"
+    ok "--to megatron at tp $tp x pp $pp, $dtype, $norm names: $(cat "$tmp/check.log")"
   else
-    fail "--to megatron at tp $tp x pp $pp, $dtype, *_$norm names"; cat "$tmp/check.log"
+    fail "--to megatron at tp $tp x pp $pp, $dtype, $norm names"; cat "$tmp/check.log"
+  fi
+  if [[ $norm == mcore ]]; then  # imported back, through the Megatron-core names
+    rm -rf "$tmp/mcore-back"
+    "$convert" --from megatron --vocab-size 1000 --load "$tmp/exported" --save "$tmp/mcore-back" >/dev/null &&
+      same_as_reference "$tmp/mcore-back" hf-float32-1000 "--to megatron --megatron-model mcore, then --from megatron" ||
+      fail "--megatron-model mcore: importing the export"
   fi
 done
 rm -rf "$tmp/exported"
@@ -196,6 +203,10 @@ mkdir -p "$tmp/full" && touch "$tmp/full/x"
 "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --save "$tmp/full" >"$tmp/out" 2>"$tmp/err"
 [[ $? -eq 2 && $(cat "$tmp/err") == "trident-convert: error: --save: $tmp/full already exists and is not an empty directory" ]] &&
   ok "--to megatron into a non-empty --save" || { fail "--to megatron into a non-empty --save"; cat "$tmp/err"; }
+expect_error "--megatron-norm-names applies to --megatron-model legacy only" \
+  "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --megatron-model mcore --megatron-norm-names
+expect_error "--megatron-model: 'core' is neither legacy nor mcore" \
+  "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --megatron-model core
 expect_error "--megatron-norm-names applies to --to megatron only" \
   "$convert" --from megatron --megatron-norm-names --load "$src/lm-tp2-pp2"
 expect_error "--no-optimizer does not apply to --to megatron" \
