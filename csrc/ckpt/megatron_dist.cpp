@@ -99,10 +99,6 @@ int64_t int_arg(const pickle::Value& args, const char* name, int64_t dflt) {
   return v && v->kind == pickle::Kind::Int ? v->integer : dflt;
 }
 
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 }  // namespace
 
 MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOptions& o) {

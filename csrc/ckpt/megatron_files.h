@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -42,6 +43,11 @@ struct Checkpoint {
   // its common.pt, the tensors from here, and `shards` is empty.
   std::unique_ptr<DcpCheckpoint> dist;
 };
+
+// Whether two tensors are the same bit for bit (a tied head against the word embedding).
+inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 // The checkpoint `load` names (the --save directory, whose latest pointer or `iteration`
 // chooses the folder, or one iteration folder), its files open and unpickled. Throws

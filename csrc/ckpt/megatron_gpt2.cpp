@@ -21,6 +21,7 @@ namespace trident {
 namespace {
 
 namespace fs = std::filesystem;
+using megatron::bit_equal;
 using megatron::Checkpoint;
 using megatron::classify;
 using megatron::KeyMeaning;
@@ -100,10 +101,6 @@ class Joiner {
   const ModelConfig& cfg_;
   std::map<std::string, std::vector<Piece>> pieces_;
 };
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 // The saved args against the files: the rank grid, the layer count, --num-attention-heads.
 void check_args_layout(const Checkpoint& c, const ModelConfig& cfg, int layers_found, std::optional<int> heads_flag) {

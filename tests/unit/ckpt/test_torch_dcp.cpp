@@ -23,6 +23,7 @@ namespace trident {
 namespace {
 
 using testing::PickleBytes;
+using testing::io_error_of;
 using testing::ScratchDir;
 using testing::spit;
 using testing::write_zip;
@@ -111,15 +112,6 @@ std::string piece_archive(const std::string& dir, const std::vector<float>& valu
   return bytes;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const IoError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 float w_at(int r, int c) { return static_cast<float>(10 * r + c); }  // "w"[r][c]
 
 class TorchDcp : public ::testing::Test {
@@ -172,13 +164,13 @@ TEST_F(TorchDcp, BoxesAcrossPieces) {
 TEST_F(TorchDcp, AWrongEntryFailsOnlyItsRead) {
   const DcpCheckpoint d(dir.path());
   const std::string meta = dir.path() + "/.metadata";
-  EXPECT_EQ(error_of([&] { d.read_f32("odd", {0, 0}, {4, 3}); }),
+  EXPECT_EQ(io_error_of([&] { d.read_f32("odd", {0, 0}, {4, 3}); }),
             meta + ": 'odd': dtype torch.complex64 is not read");
-  EXPECT_EQ(error_of([&] { d.read_f32("partial", {0, 0}, {4, 3}); }),
+  EXPECT_EQ(io_error_of([&] { d.read_f32("partial", {0, 0}, {4, 3}); }),
             meta + ": 'partial': its chunks hold 6 of its 12 elements [4, 3]");
-  EXPECT_EQ(error_of([&] { d.read_f32("unrecorded", {0, 0}, {4, 3}); }),
+  EXPECT_EQ(io_error_of([&] { d.read_f32("unrecorded", {0, 0}, {4, 3}); }),
             meta + ": 'unrecorded' chunk at [2, 0] has no storage_data record");
-  EXPECT_EQ(error_of([&] { d.read_f32("overlap", {0, 0}, {4, 3}); }),
+  EXPECT_EQ(io_error_of([&] { d.read_f32("overlap", {0, 0}, {4, 3}); }),
             meta + ": 'overlap' chunk at [1, 0] overlaps the chunk at [0, 0]");
   EXPECT_EQ(d.read_f32("w", {0, 0}, {1, 1}), std::vector<float>{w_at(0, 0)});
 }
@@ -187,12 +179,12 @@ TEST_F(TorchDcp, DamagedFiles) {
   const std::string data = dir.path() + "/__0_0.distcp";
   std::filesystem::resize_file(data, 40);
   const DcpCheckpoint d(dir.path());
-  EXPECT_NE(error_of([&] { d.read_f32("w", {0, 0}, {4, 3}); }).find(data + " at byte "), std::string::npos);
+  EXPECT_NE(io_error_of([&] { d.read_f32("w", {0, 0}, {4, 3}); }).find(data + " at byte "), std::string::npos);
   spit(dir.path() + "/.metadata", PickleBytes().int1(7).stop().bytes());
-  EXPECT_EQ(error_of([&] { DcpCheckpoint e(dir.path()); }),
+  EXPECT_EQ(io_error_of([&] { DcpCheckpoint e(dir.path()); }),
             dir.path() + "/.metadata: holds int 7, not torch's checkpoint Metadata");
   std::filesystem::remove(dir.path() + "/.metadata");
-  EXPECT_EQ(error_of([&] { DcpCheckpoint e(dir.path()); }),
+  EXPECT_EQ(io_error_of([&] { DcpCheckpoint e(dir.path()); }),
             dir.path() + "/.metadata: missing (a distributed checkpoint's index)");
 }
 

@@ -18,6 +18,7 @@ namespace trident {
 namespace {
 
 using testing::PickleBytes;
+using testing::io_error_of;
 using testing::ScratchDir;
 using testing::spit;
 using testing::write_zip;
@@ -58,15 +59,6 @@ void expect_sample(const TorchFile& f) {
   EXPECT_EQ(f.read_f32(*TorchFile::tensor(*f.root().get("v")), "v"), (std::vector<float>{4, 5}));
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const IoError& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 TEST(TorchFile, ZipFormat) {
   ScratchDir dir;
   const std::string path = dir.path() + "/model_optim_rng.pt";
@@ -94,10 +86,10 @@ TEST(TorchFile, ZipArchiveAtAByteRange) {
   EXPECT_TRUE(f.is_zip());
   EXPECT_EQ(f.path(), path + " at byte 100");
   expect_sample(f);
-  EXPECT_EQ(error_of([&] { TorchFile g(path, 100, archive.size() + 51); }),
+  EXPECT_EQ(io_error_of([&] { TorchFile g(path, 100, archive.size() + 51); }),
             path + " at byte 100: " + std::to_string(archive.size() + 51) + " bytes lie past the file's end (" +
                 std::to_string(archive.size() + 150) + " bytes)");
-  EXPECT_NE(error_of([&] { TorchFile g(path, 99, archive.size()); }).find(path + " at byte 99: not a readable zip archive"),
+  EXPECT_NE(io_error_of([&] { TorchFile g(path, 99, archive.size()); }).find(path + " at byte 99: not a readable zip archive"),
             std::string::npos);
 }
 
@@ -121,9 +113,9 @@ TEST(TorchFile, LegacyFormat) {
   expect_sample(f);
 
   spit(path, bytes.substr(0, bytes.size() - 3));
-  EXPECT_EQ(error_of([&] { TorchFile g(path); }), path + ": truncated in the data of storage '1'");
+  EXPECT_EQ(io_error_of([&] { TorchFile g(path); }), path + ": truncated in the data of storage '1'");
   spit(path, "not a checkpoint");
-  EXPECT_NE(error_of([&] { TorchFile g(path); }).find(path + ": pickle: "), std::string::npos);
+  EXPECT_NE(io_error_of([&] { TorchFile g(path); }).find(path + ": pickle: "), std::string::npos);
 }
 
 TEST(TorchFile, OneLineErrors) {
@@ -135,7 +127,7 @@ TEST(TorchFile, OneLineErrors) {
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", past.bytes()}, {"x/data/0", std::string(16, '\0')}}));
   {
     const TorchFile f(path);
-    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+    EXPECT_EQ(io_error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
               path + ": 'w': a span of 3 elements from offset 2 lies outside its storage of 4");
   }
   // Strides whose span overflows int64 (it must not wrap around into a small extent).
@@ -147,7 +139,7 @@ TEST(TorchFile, OneLineErrors) {
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", huge.bytes()}, {"x/data/0", std::string(16, '\0')}}));
   {
     const TorchFile f(path);
-    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }), path + ": 'w': implausibly large");
+    EXPECT_EQ(io_error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }), path + ": 'w': implausibly large");
   }
   // A storage whose entry is missing or short.
   PickleBytes ok;
@@ -155,13 +147,13 @@ TEST(TorchFile, OneLineErrors) {
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ok.bytes()}}));
   {
     const TorchFile f(path);
-    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+    EXPECT_EQ(io_error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
               path + ": zip entry x/data/0 missing (storage '0')");
   }
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/data/0", std::string(12, '\0')}}));
   {
     const TorchFile f(path);
-    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+    EXPECT_EQ(io_error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
               path + ": zip entry x/data/0 holds 12 bytes, fewer than its storage's 16");
   }
   // Integer tensors are not weights.
@@ -170,18 +162,18 @@ TEST(TorchFile, OneLineErrors) {
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ints.bytes()}, {"x/data/0", std::string(8, '\0')}}));
   {
     const TorchFile f(path);
-    EXPECT_EQ(error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
+    EXPECT_EQ(io_error_of([&] { f.read_f32(*TorchFile::tensor(*f.root().get("w")), "'w'"); }),
               path + ": 'w': dtype torch.int64 is not a floating-point type");
   }
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/byteorder", "big"}}));
-  EXPECT_EQ(error_of([&] { TorchFile f(path); }), path + ": byte order 'big': only little-endian files are read");
+  EXPECT_EQ(io_error_of([&] { TorchFile f(path); }), path + ": byte order 'big': only little-endian files are read");
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"other.txt", "hello"}}));
-  EXPECT_EQ(error_of([&] { TorchFile f(path); }),
+  EXPECT_EQ(io_error_of([&] { TorchFile f(path); }),
             path + ": zip archive without <name>/data.pkl: not a file torch.save wrote");
   PickleBytes unknown;
   unknown.op('}').str("w").tensor2d("ComplexFloatStorage", "0", 1, 0, 1, 1, 1, 1).op('s').stop();
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", unknown.bytes()}}));
-  EXPECT_EQ(error_of([&] { TorchFile f(path); }), path + ": storage type torch.ComplexFloatStorage is not supported");
+  EXPECT_EQ(io_error_of([&] { TorchFile f(path); }), path + ": storage type torch.ComplexFloatStorage is not supported");
 }
 
 }  // namespace
