@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 #include <httplib.h>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -335,6 +336,24 @@ int server_main(int argc, char** argv) {
   };
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kTextGenerationPage, "text/html; charset=utf-8");
+  });
+  // OpenAI's model list (clients discover the name to send as "model"; answers say "trident"),
+  // with vLLM's root (the checkpoint read) and max_model_len.
+  const nlohmann::json model_card = {{"id", "trident"},          {"object", "model"},
+                                     {"created", std::time(nullptr)}, {"owned_by", "trident"},
+                                     {"root", m.dir.string()},   {"max_model_len", m.cfg.seq_length}};
+  server.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(response_body({{"object", "list"}, {"data", {model_card}}}), "application/json");
+  });
+  server.Get(R"(/v1/models/(.+))", [&](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] == "trident") {
+      res.set_content(response_body(model_card), "application/json");
+      return;
+    }
+    const Reply missing = json_reply(404, "The model '" + std::string(req.matches[1]) + "' does not exist (this server "
+                                                                                      "serves 'trident')");
+    res.status = missing.status;
+    res.set_content(missing.body, "application/json");
   });
   server.Put("/api", handle);
   server.Post("/api", handle);

@@ -297,6 +297,17 @@ for (_, a), (_, b) in zip(alone, together):
 check(same and worst < 1e-4, f"8 concurrent lm-eval requests: each as alone (logprobs within {worst:.2g}); "
       f"{t_alone:.3f} s one by one, {t_together:.3f} s at once")
 
+# OpenAI's model list: one model, "trident", as the answers name it; another id is a 404.
+status, models = put(None, method="GET", raw=b"", path="/v1/models")
+card = models["data"][0] if status == 200 and models.get("data") else {}
+check(status == 200 and models["object"] == "list" and len(models["data"]) == 1 and card.get("id") == "trident" and
+      card.get("object") == "model" and card.get("max_model_len", 0) > 0 and "iter_" in card.get("root", ""),
+      f"GET /v1/models: {status} {models}")
+status, one = put(None, method="GET", raw=b"", path="/v1/models/trident")
+check(status == 200 and one == card, f"GET /v1/models/trident: {status} {one}")
+status, other = put(None, method="GET", raw=b"", path="/v1/models/gpt-4")
+check(status == 404 and "does not exist" in other.get("message", ""), f"GET /v1/models/gpt-4: {status} {other}")
+
 # Token-id prompts (lm-eval's default: GPT-2's ids of "Hello world") answer as the text does;
 # /completions is /v1/completions.
 status, by_ids = complete(dict(prompt=[[15496, 995]], max_tokens=5, temperature=0, echo=True), path="/completions")
