@@ -39,6 +39,7 @@ class DistModel {
                                         : "'" + canonical + "'"));
     const Source& s = it->second;
     const DcpTensor& t = d_.tensors().at(s.key);
+    if (!t.problem.empty()) throw IoError(t.problem);  // its index entry cannot be read
     std::vector<int64_t> expect = shape;
     if (s.layer >= 0) expect.insert(expect.begin(), cfg_.num_layers);
     if (t.size != expect)
@@ -63,7 +64,8 @@ class DistModel {
     // Optimizer state ("optimizer.state.exp_avg.<key>", ...), RNG state and other non-model keys.
     if (key.rfind("embedding.", 0) != 0 && key.rfind("decoder.", 0) != 0 && key.rfind("output_layer.", 0) != 0) return;
     std::string rest = key;
-    const bool stacked = strip(rest, "decoder.layers.") && !rest.empty() && !std::isdigit(static_cast<unsigned char>(rest[0]));
+    const bool stacked =
+        strip(rest, "decoder.layers.") && !rest.empty() && !std::isdigit(static_cast<unsigned char>(rest[0]));
     const std::optional<KeyMeaning> m = classify(stacked ? "decoder.layers.0." + rest : key);
     if (!m) throw IoError(index() + ": '" + key + "' is not a parameter of Megatron-core's GPT model");
     switch (m->what) {
@@ -82,7 +84,7 @@ class DistModel {
       add("h." + std::to_string(m->local_layer) + "." + m->suffix, {key});
       return;
     }
-    if (t.size.empty() || t.size[0] != L)
+    if (t.problem.empty() && (t.size.empty() || t.size[0] != L))  // (a problem is the error of its read)
       throw IoError(index() + ": '" + key + "' stacks " + (t.size.empty() ? "no" : std::to_string(t.size[0])) +
                     " layers, but " + c_.args_source + "'s args.num_layers is " + std::to_string(L));
     for (int i = 0; i < L; ++i) add("h." + std::to_string(i) + "." + m->suffix, {key, i});

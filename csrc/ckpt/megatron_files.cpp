@@ -163,8 +163,9 @@ void read_megatron_dist(Checkpoint& c) {
   c.flavour = "Megatron-core torch_dist";
   const std::optional<std::string> backend = sharded_backend(c.dir);
   if (backend && *backend != "torch_dist")
-    throw ConfigError((c.dir / "metadata.json").string() + ": sharded_backend '" + *backend + "': of Megatron-core's "
-                      "distributed formats only torch_dist is read (Megatron converts with --ckpt-convert-format torch_dist)");
+    throw ConfigError((c.dir / "metadata.json").string() + ": sharded_backend '" + *backend +
+                      "': of Megatron-core's distributed formats only torch_dist is read (Megatron converts with "
+                      "--ckpt-convert-format torch_dist)");
   std::error_code ec;
   const fs::path common = c.dir / "common.pt";
   if (!fs::exists(common, ec)) throw IoError(common.string() + ": missing (Megatron-core saves the args there)");
@@ -289,7 +290,8 @@ Checkpoint read_checkpoint_files(const fs::path& dir) {
     read_megatron_dist(c);
   } else {
     throw IoError(dir.string() + ": no mp_rank_TT[_PPP]/model_optim_rng.pt (Megatron-LM), no "
-                                 "mp_rank_TT_model_states.pt (Megatron-DeepSpeed) and no .metadata (Megatron-core torch_dist)");
+                                 "mp_rank_TT_model_states.pt (Megatron-DeepSpeed) and no .metadata "
+                                 "(Megatron-core torch_dist)");
   }
   return c;
 }

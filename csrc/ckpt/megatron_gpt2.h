@@ -1,8 +1,8 @@
 // GPT checkpoints written by Megatron-LM and Megatron-DeepSpeed (torch.save files, read with
 // torch_file.h; Megatron-core's distributed checkpoints) -> trident canonical tensors and
 // ModelConfig, and trident's weights -> a Megatron-LM release checkpoint (export_megatron_gpt2
-// below). Weights only: the optimizer
-// state, RNG state and scheduler are neither read nor written.
+// below). Weights only: the optimizer state, RNG state and scheduler are neither read nor
+// written.
 //
 // Layouts read (DIR is the --save directory, or one iteration folder in it):
 //  * Megatron-LM: DIR/latest_checkpointed_iteration.txt ("N" or "release") ->
@@ -107,16 +107,18 @@ struct MegatronExportOptions {
 };
 
 // Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM
-// release checkpoint of the legacy GPT model (or Megatron-core's, options.mcore): DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt
-// at tp x pp (pp must divide the layers, Megatron's split) and DIR/latest_checkpointed_iteration.txt
-// "release", which Megatron-LM (--use-legacy-models --transformer-impl local) and
-// Megatron-DeepSpeed (without --deepspeed) load without optimizer or RNG state, at iteration
-// 0. Each file holds 'model' (legacy names, vocabulary padded for tp with zero rows, QKV in
-// checkpoint_version 3.0's order), 'args' (the model's shape, tp/pp, num_key_value_heads,
-// tokenizer_type and consumed_train_samples 0 as Megatron's argparse.Namespace, fractions as
-// their shortest decimals), 'checkpoint_version' 3.0 and 'iteration'. Tensors are stored as
-// options.dtype. DIR must exist. Throws ConfigError naming --target-pp, --dtype or
-// --tokenizer-type for what Megatron cannot hold, IoError naming the file.
+// release checkpoint of the legacy GPT model, or of Megatron-core's GPTModel (options.mcore):
+// DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt at tp x pp (pp must divide the layers,
+// Megatron's split) and DIR/latest_checkpointed_iteration.txt "release", which Megatron-LM
+// (--use-legacy-models --transformer-impl local; Megatron-core's: --transformer-impl local) and
+// Megatron-DeepSpeed (the legacy model, without --deepspeed) load without optimizer or RNG
+// state, at iteration 0. Each file holds 'model' (legacy or Megatron-core names, vocabulary
+// padded for tp with zero rows, QKV in checkpoint_version 3.0's order), 'args' (the model's
+// shape, tp/pp, num_key_value_heads, tokenizer_type, use_legacy_models, transformer_impl and
+// consumed_train_samples 0 as Megatron's argparse.Namespace, fractions as their shortest
+// decimals), 'checkpoint_version' 3.0 and 'iteration'. Tensors are stored as options.dtype.
+// DIR must exist. Throws ConfigError naming --target-pp, --dtype or --tokenizer-type for what
+// Megatron cannot hold, IoError naming the file.
 void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical,
                           const MegatronExportOptions& options);
 // export_megatron_gpt2's checks of the model and options, without writing anything (a tool

@@ -136,8 +136,8 @@ DcpTensor tensor_entry(const MetadataReader& r, const std::string& fqn, const Va
     chunk.sizes = r.shape(r.field(*c, "sizes", what), what + " chunk sizes");
     const std::string cw = what + " chunk at " + shape_str(chunk.offsets);
     if (chunk.offsets.size() != t.size.size() || chunk.sizes.size() != t.size.size())
-      r.fail(cw + " of size " + shape_str(chunk.sizes) + " does not have the tensor's " + std::to_string(t.size.size()) +
-             " dimensions");
+      r.fail(cw + " of size " + shape_str(chunk.sizes) + " does not have the tensor's " +
+             std::to_string(t.size.size()) + " dimensions");
     for (size_t d = 0; d < t.size.size(); ++d)
       if (chunk.sizes[d] > t.size[d] || chunk.offsets[d] > t.size[d] - chunk.sizes[d])
         r.fail(cw + " of size " + shape_str(chunk.sizes) + " lies outside the tensor's " + shape_str(t.size));

@@ -295,7 +295,7 @@ def as_view(x, axis):
 
 
 def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, views=False, drop_chunk=None,
-                  overlap_chunk=None):
+                  overlap_chunk=None, complex_key=None):
     """Megatron-core's --ckpt-format torch_dist: iter_0000007/ holding metadata.json, common.pt
     (args, iteration, checkpoint_version, the optimizer's param groups) and the DCP files of the
     tp x pp ranks' pieces (dcp_writer.py). Each tensor is keyed whole: the layers stacked under
@@ -305,7 +305,7 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
     Transformer Engine's '_extra_state' and 'rng_state' as pickled objects; Adam's exp_avg of the
     fc1 weights under 'optimizer.state.exp_avg.<key>'. views: pieces saved as views of larger
     storages. drop_chunk, overlap_chunk: a key whose last piece is left out of .metadata, or
-    overlaps the one before (broken files)."""
+    overlaps the one before; complex_key: a key saved as complex64 (broken files)."""
     vocab_padded = padded_size(vocab, tp)
     folder = os.path.join(out, "iter_0000007")
     wr = dcp_writer.Writer(folder)
@@ -334,7 +334,7 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
                         key, size, offsets, x = "decoder.layers." + name, [L] + size, [g] + offsets, x.unsqueeze(0)
                     else:
                         key = f"decoder.layers.{g}.{name}"
-                    wr.add_tensor(rank, key, size, offsets, x)
+                    wr.add_tensor(rank, key, size, offsets, x.to(torch.complex64) if key == complex_key else x)
                     if k == "fc1.weight":  # optimizer state, skipped: Adam's moment, and one in a dtype
                         # trident does not read (complex here, as float8 would be)
                         wr.add_tensor(rank, "optimizer.state.exp_avg." + key, size, offsets, torch.zeros(x.shape))
@@ -482,6 +482,8 @@ def main():
                   drop_chunk="decoder.layers.mlp.linear_fc1.weight")
     megatron_dist(os.path.join(out, "bad-dist-overlap"), w, pad, 1000, 2, 1, f32,
                   overlap_chunk="decoder.layers.self_attention.linear_qkv.weight")
+    megatron_dist(os.path.join(out, "bad-dist-dtype"), w, pad, 1000, 1, 1, f32,
+                  complex_key="decoder.layers.mlp.linear_fc2.weight")
     megatron_dist(os.path.join(out, "bad-dist-zarr"), w, pad, 1000, 1, 1, f32)
     with open(os.path.join(out, "bad-dist-zarr", "iter_0000007", "metadata.json"), "w") as f:
         json.dump({"sharded_backend": "zarr", "sharded_backend_version": 1}, f)

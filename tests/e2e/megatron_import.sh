@@ -15,8 +15,9 @@
 # an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
 # PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
 # differs, a wrong vocabulary, a truncated file, a missing rank folder, a torch_dist index
-# missing a piece or with overlapping ones, a zarr checkpoint and a missing or truncated
-# .distcp file fail with one line naming the arg, flag or file, and leave no output. trident-convert --to megatron: torch.load
+# missing a piece or with overlapping ones, a weight of a dtype not read, a zarr checkpoint
+# and a missing or truncated .distcp file fail with one line naming the arg, flag or file,
+# and leave no output. trident-convert --to megatron: torch.load
 # reads each file of an export (tp1 x pp1 fp32 with *_layernorm names, tp2 x pp2 bf16 with
 # *_norm names; tp2 x pp2 fp32 as Megatron-core's GPTModel) as the state dict built from the
 # Hugging Face folder, with the args Megatron's loader reads, and an export imports back bit
@@ -172,6 +173,8 @@ expect_error "$src/bad-dist-chunk/iter_0000007/.metadata: 'decoder.layers.mlp.li
   "$convert" "${m[@]}" --load "$src/bad-dist-chunk"
 expect_error "$src/bad-dist-overlap/iter_0000007/.metadata: 'decoder.layers.self_attention.linear_qkv.weight' chunk at [3, 47, 0] overlaps the chunk at [3, 0, 0]" \
   "$convert" "${m[@]}" --load "$src/bad-dist-overlap"
+expect_error "$src/bad-dist-dtype/iter_0000007/.metadata: 'decoder.layers.mlp.linear_fc2.weight': dtype torch.complex64 is not read" \
+  "$convert" "${m[@]}" --load "$src/bad-dist-dtype"
 expect_error "$src/bad-dist-zarr/iter_0000007/metadata.json: sharded_backend 'zarr': of Megatron-core's distributed formats only torch_dist is read" \
   "$convert" "${m[@]}" --load "$src/bad-dist-zarr"
 cp -r "$src/dist-layers-tp2" "$tmp/dist-missing"
