@@ -337,15 +337,18 @@ int server_main(int argc, char** argv) {
   server.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kTextGenerationPage, "text/html; charset=utf-8");
   });
-  // OpenAI's model list (clients discover the name to send as "model"; answers say "trident"),
-  // with vLLM's root (the checkpoint read) and max_model_len.
+  // OpenAI's model list (clients discover the name to send as "model"; an answer names the
+  // request's model, or "trident" when it names none), with vLLM's root (the checkpoint read)
+  // and max_model_len; /models as /completions is /v1/completions.
   const nlohmann::json model_card = {{"id", "trident"},          {"object", "model"},
                                      {"created", std::time(nullptr)}, {"owned_by", "trident"},
                                      {"root", m.dir.string()},   {"max_model_len", m.cfg.seq_length}};
-  server.Get("/v1/models", [&](const httplib::Request&, httplib::Response& res) {
+  const auto list_models = [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(response_body({{"object", "list"}, {"data", {model_card}}}), "application/json");
-  });
-  server.Get(R"(/v1/models/(.+))", [&](const httplib::Request& req, httplib::Response& res) {
+  };
+  server.Get("/v1/models", list_models);
+  server.Get("/models", list_models);
+  server.Get(R"((?:/v1)?/models/(.+))", [&](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] == "trident") {
       res.set_content(response_body(model_card), "application/json");
       return;

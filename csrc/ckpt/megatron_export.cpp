@@ -84,8 +84,10 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   b("apply_residual_connection_post_layernorm", false);
   b("group_query_attention", false);
   b("data_parallel_random_init", false);
+  // Informational: --use-checkpoint-args takes neither, so a Megatron-core export still needs
+  // --transformer-impl local on Megatron's command line.
   b("use_legacy_models", !o.mcore);
-  s("transformer_impl", "local");  // both models as written here: local layers, no Transformer Engine
+  s("transformer_impl", "local");
   f("hidden_dropout", shortest_decimal(cfg.hidden_dropout));
   f("attention_dropout", shortest_decimal(cfg.attention_dropout));
   f("init_method_std", shortest_decimal(cfg.init_method_std));
@@ -206,7 +208,8 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       w.integer(o.iteration);
       w.str("model");
       if (o.mcore) {
-        // GPTModel.state_dict(): flat keys in module order.
+        // GPTModel.state_dict()'s flat keys (load_state_dict does not care for their order;
+        // Megatron-core builds linear_proj before linear_qkv).
         w.begin_ordered_dict();
         if (p == 0) {
           word_embeddings("embedding.word_embeddings.weight");

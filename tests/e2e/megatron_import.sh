@@ -19,9 +19,9 @@
 # and a missing or truncated .distcp file fail with one line naming the arg, flag or file,
 # and leave no output. trident-convert --to megatron: torch.load
 # reads each file of an export (tp1 x pp1 fp32 with *_layernorm names, tp2 x pp2 bf16 with
-# *_norm names; tp2 x pp2 fp32 as Megatron-core's GPTModel) as the state dict built from the
-# Hugging Face folder, with the args Megatron's loader reads, and an export imports back bit
-# for bit. SKIP (exit 77) without Debian's python3-torch.
+# *_norm names; tp1 x pp1 bf16 and tp2 x pp2 fp32 as Megatron-core's GPTModel) as the state
+# dict built from the Hugging Face folder, with the args Megatron's loader reads, and an
+# export imports back bit for bit. SKIP (exit 77) without Debian's python3-torch.
 # Usage: megatron_import.sh CONVERT GENERATE REPO VOCABDIR
 set -u
 convert=$1 generate=$2 repo=$3 vocab=$4
@@ -104,7 +104,7 @@ EOF
 # ---- trident-convert --to megatron: torch.load reads each file as the legacy model's state dict
 # built from the Hugging Face folder; the export imports back bit for bit.
 "$convert" --from hf --load "$src/hf-float32-1000" --save "$tmp/trident" >/dev/null
-for layout in "1 1 fp32 layernorm" "2 2 bf16 norm" "2 2 fp32 mcore"; do
+for layout in "1 1 fp32 layernorm" "2 2 bf16 norm" "1 1 bf16 mcore" "2 2 fp32 mcore"; do
   read -r tp pp dtype norm <<<"$layout"
   names=()
   [[ $norm == norm ]] && names=(--megatron-norm-names)
@@ -118,7 +118,7 @@ for layout in "1 1 fp32 layernorm" "2 2 bf16 norm" "2 2 fp32 mcore"; do
   else
     fail "--to megatron at tp $tp x pp $pp, $dtype, $norm names"; cat "$tmp/check.log"
   fi
-  if [[ $norm == mcore ]]; then  # imported back, through the Megatron-core names
+  if [[ $norm == mcore && $dtype == fp32 ]]; then  # imported back, through the Megatron-core names
     rm -rf "$tmp/mcore-back"
     "$convert" --from megatron --vocab-size 1000 --load "$tmp/exported" --save "$tmp/mcore-back" >/dev/null &&
       same_as_reference "$tmp/mcore-back" hf-float32-1000 "--to megatron --megatron-model mcore, then --from megatron" ||

@@ -306,7 +306,10 @@ check(status == 200 and models["object"] == "list" and len(models["data"]) == 1 
 status, one = put(None, method="GET", raw=b"", path="/v1/models/trident")
 check(status == 200 and one == card, f"GET /v1/models/trident: {status} {one}")
 status, other = put(None, method="GET", raw=b"", path="/v1/models/gpt-4")
-check(status == 404 and "does not exist" in other.get("message", ""), f"GET /v1/models/gpt-4: {status} {other}")
+check(status == 404 and isinstance(other, dict) and "does not exist" in other.get("message", ""),
+      f"GET /v1/models/gpt-4: {status} {other}")
+status, short = put(None, method="GET", raw=b"", path="/models")
+check(status == 200 and short == models, f"GET /models is GET /v1/models: {status} {short}")
 
 # Token-id prompts (lm-eval's default: GPT-2's ids of "Hello world") answer as the text does;
 # /completions is /v1/completions.
