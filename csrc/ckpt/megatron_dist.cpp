@@ -29,8 +29,8 @@ class DistModel {
   bool has(const std::string& canonical) const { return sources_.count(canonical) != 0; }
 
   // The canonical tensor, `shape` being its shape in Megatron (the padded vocabulary for the
-  // embeddings); `rows` of it are read (all when negative).
-  std::vector<float> read(const std::string& canonical, const std::vector<int64_t>& shape, int64_t rows = -1) const {
+  // embeddings).
+  std::vector<float> read(const std::string& canonical, const std::vector<int64_t>& shape) const {
     const auto it = sources_.find(canonical);
     if (it == sources_.end())
       throw IoError(index() + ": no tensor for " +
@@ -47,7 +47,6 @@ class DistModel {
                     " from " + c_.args_source + "'s args");
     std::vector<int64_t> begin(t.size.size(), 0), extent = t.size;
     if (s.layer >= 0) begin[0] = s.layer, extent[0] = 1;
-    if (rows >= 0) extent[s.layer >= 0 ? 1 : 0] = rows;
     return d_.read_f32(s.key, begin, extent);
   }
 
@@ -96,11 +95,6 @@ class DistModel {
   std::map<std::string, Source> sources_;
 };
 
-int64_t int_arg(const pickle::Value& args, const char* name, int64_t dflt) {
-  const pickle::Value* v = args.get(name);
-  return v && v->kind == pickle::Kind::Int ? v->integer : dflt;
-}
-
 }  // namespace
 
 MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOptions& o) {
@@ -121,10 +115,11 @@ MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOpti
     HostTensor t;
     t.shape = shape;
     if (spec.name == "wte") {
-      t.data = model.read("wte", {padded, C}, V);
-      if (model.has("head") && !bit_equal(model.read("head", {padded, C}), model.read("wte", {padded, C})))
+      const std::vector<float> full = model.read("wte", {padded, C});
+      if (model.has("head") && !bit_equal(model.read("head", {padded, C}), full))
         throw ConfigError(c.dir.string() + ": its output_layer.weight differs from the word embedding; trident ties "
                           "them and cannot load an untied head");
+      t.data.assign(full.begin(), full.begin() + V * C);
     } else if (megatron_split(spec.name) == MegatronSplit::kQkv) {
       // Megatron-core's [heads][q,k,v][head_dim] rows (checkpoint_version 3.0's, the whole tensor
       // as one rank would hold it) -> trident's [q,k,v][heads][head_dim].

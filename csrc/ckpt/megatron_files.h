@@ -44,6 +44,12 @@ struct Checkpoint {
   std::unique_ptr<DcpCheckpoint> dist;
 };
 
+// An integer of Megatron's saved args, `dflt` when absent or not an int.
+inline int64_t int_arg(const pickle::Value& args, const char* name, int64_t dflt) {
+  const pickle::Value* v = args.get(name);
+  return v && v->kind == pickle::Kind::Int ? v->integer : dflt;
+}
+
 // Whether two tensors are the same bit for bit (a tied head against the word embedding).
 inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 using megatron::bit_equal;
 using megatron::Checkpoint;
 using megatron::classify;
+using megatron::int_arg;
 using megatron::KeyMeaning;
 using megatron::layer_modules;
 using megatron::LayerModule;
@@ -104,12 +105,8 @@ class Joiner {
 
 // The saved args against the files: the rank grid, the layer count, --num-attention-heads.
 void check_args_layout(const Checkpoint& c, const ModelConfig& cfg, int layers_found, std::optional<int> heads_flag) {
-  const auto arg_int = [&](const char* k, int64_t dflt) {
-    const Value* v = c.args->get(k);
-    return v && v->kind == Kind::Int ? v->integer : dflt;
-  };
-  const int64_t tp_arg = arg_int("tensor_model_parallel_size", arg_int("model_parallel_size", 1));
-  const int64_t pp_arg = c.flavour == "Megatron-LM" ? arg_int("pipeline_model_parallel_size", 1) : c.pp;
+  const int64_t tp_arg = int_arg(*c.args, "tensor_model_parallel_size", int_arg(*c.args, "model_parallel_size", 1));
+  const int64_t pp_arg = c.flavour == "Megatron-LM" ? int_arg(*c.args, "pipeline_model_parallel_size", 1) : c.pp;
   if (tp_arg != c.tp || pp_arg != c.pp)
     throw IoError(c.dir.string() + ": files for tp " + std::to_string(c.tp) + " x pp " + std::to_string(c.pp) + ", but " +
                   c.args_source + "'s args say tp " + std::to_string(tp_arg) + " x pp " + std::to_string(pp_arg));
