@@ -13,10 +13,13 @@
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
 //       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng);
 //   trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]
-//                   [--target-pp P] [--num-attention-heads H] [--overwrite]
+//                   [--target-pp P] [--num-attention-heads H] [--with-optimizer] [--overwrite]
 //       a Megatron-LM (torch or torch_dist format) or Megatron-DeepSpeed GPT checkpoint (any tp x pp,
 //       ckpt/megatron_gpt2.h)
-//       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf.
+//       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf; with
+//       --with-optimizer (a torch-format Megatron-LM checkpoint of the non-distributed optimizer)
+//       OUT/iter_<its iteration> with its optimizer state, consumed samples, scheduler and loss
+//       scale, which trident-train --load resumes.
 // Every output appears atomically under its final name (a checkpoint through the
 // iter_NNNNNNN.tmp-* protocol, an exported folder renamed from OUT.tmp-*); an error prints one line
 // naming the file or flag and exits 2, leaving nothing under the final name. A checkpoint is
@@ -69,12 +72,15 @@ constexpr const char* kUsage =
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
     "  trident-convert --from megatron --load DIR --save OUT [--iteration N] [--vocab-size V] [--target-tp T]\n"
-    "                  [--target-pp P] [--num-attention-heads H] [--overwrite]\n"
+    "                  [--target-pp P] [--num-attention-heads H] [--with-optimizer] [--overwrite]\n"
     "      import the weights of a Megatron-LM (mp_rank_*/model_optim_rng.pt, or Megatron-core's torch_dist:\n"
     "      common.pt, .metadata, *.distcp) or Megatron-DeepSpeed (global_stepN/) GPT checkpoint of any layout\n"
     "      as OUT/iter_0000000 without optimizer state; --vocab-size is the real\n"
     "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer); --num-attention-heads for a\n"
-    "      checkpoint saved without args (default 16 for NVIDIA's released 24-layer, 1024-wide GPT-2 345M)\n"
+    "      checkpoint saved without args (default 16 for NVIDIA's released 24-layer, 1024-wide GPT-2 345M);\n"
+    "      --with-optimizer also imports the training state of a Megatron-LM checkpoint saved with --ckpt-format\n"
+    "      torch and without --use-distributed-optimizer (Adam's moments and steps, the fp32 master weights, the\n"
+    "      consumed samples, the learning-rate schedule, the loss scale), at its iteration, for trident-train --load\n"
     "--load DIR may also name one iter_NNNNNNN folder (with --from megatron also release/ or global_stepN/).\n"
     "The latest iteration is read unless --iteration N\n"
     "(or Megatron's --ckpt-step N).\n"
@@ -88,7 +94,7 @@ struct ConvertFlags {
   std::optional<int> num_attention_heads;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
   std::string megatron_model = "legacy";  // --megatron-model
-  bool no_optimizer = false, overwrite = false, norm_names = false, help = false;
+  bool no_optimizer = false, with_optimizer = false, overwrite = false, norm_names = false, help = false;
   std::map<std::string, bool> given;
 };
 
@@ -120,7 +126,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
       {"vocab-size", true}, {"num-attention-heads", true}, {"tokenizer-type", true},
-      {"megatron-norm-names", false}, {"megatron-model", true}, {"help", false}};
+      {"megatron-norm-names", false}, {"megatron-model", true}, {"with-optimizer", false}, {"help", false}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -139,6 +145,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     if (!it->second) {
       if (name == "help") f.help = true;
       if (name == "no-optimizer") f.no_optimizer = true;
+      if (name == "with-optimizer") f.with_optimizer = true;
       if (name == "overwrite") f.overwrite = true;
       if (name == "megatron-norm-names") f.norm_names = true;
       continue;
@@ -178,7 +185,9 @@ ConvertFlags parse_flags(int argc, char** argv) {
   };
   if (!f.to.empty()) refuse({"no-optimizer", "overwrite"}, "--to " + f.to);
   if (f.to == "hf") refuse({"target-tp", "target-pp"}, "--to hf");
-  if (!f.from.empty()) refuse({"no-optimizer"}, "--from " + f.from, " (an import has no optimizer state)");
+  if (!f.from.empty())
+    refuse({"no-optimizer"}, "--from " + f.from,
+           " (an import holds weights only; --from megatron --with-optimizer adds the optimizer state)");
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
   for (const char* g : {"tokenizer-type", "megatron-norm-names", "megatron-model"})
     if (f.given[g] && f.to != "megatron") throw ConfigError(std::string("--") + g + " applies to --to megatron only");
@@ -192,6 +201,9 @@ ConvertFlags parse_flags(int argc, char** argv) {
   for (const char* g : {"vocab-size", "num-attention-heads"})
     if (f.given[g] && f.from != "megatron")
       throw ConfigError(std::string("--") + g + " applies to --from megatron only (other sources record it)");
+  if (f.with_optimizer && f.from != "megatron")
+    throw ConfigError("--with-optimizer applies to --from megatron only (a trident checkpoint converts with its "
+                      "optimizer state unless --no-optimizer; a Hugging Face folder holds weights only)");
   if (f.from == "hf" && f.iteration) throw ConfigError(std::string(iteration_flag(f)) + " does not apply to --from hf");
   std::error_code ec;
   if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
@@ -363,17 +375,24 @@ int export_megatron(const ConvertFlags& f) {
 
 // Writes an import (iteration 0, no optimizer state) at --target-tp x --target-pp; returns its
 // folder and layout.
+// Writes an import at `target`: at iteration 0 without optimizer state, or, given `training`
+// (a Megatron import's), at the source's iteration with its optimizer state.
 std::pair<fs::path, OfflineLayout> write_import(const ConvertFlags& f, const ModelConfig& model, const TensorMap& tensors,
-                                                nlohmann::json source) {
+                                                nlohmann::json source, int64_t iteration = 0,
+                                                const MegatronTrainingState* training = nullptr) {
   CheckpointMetadata m;
   m.model = model;
-  m.iteration = 0;
-  m.consumed_samples = 0;
+  m.iteration = training ? iteration : 0;
+  m.consumed_samples = training ? training->consumed_samples : 0;
   m.trainer_state = std::move(source);
+  if (training) m.trainer_state.update(training->trainer_state);
   const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
-  const fs::path out = write_offline_checkpoint(f.save, m, L, false, [&](const std::string& name, const char* state) {
-    if (state) throw InternalError("import has no optimizer state");
-    return tensors.at(name).data;
+  const fs::path out = write_offline_checkpoint(f.save, m, L, training != nullptr, [&](const std::string& name, const char* state) {
+    if (!state) return tensors.at(name).data;
+    if (!training) throw InternalError("import has no optimizer state");
+    const std::string s = state;
+    const TensorMap& from = s == "master" ? training->master : s == "exp_avg" ? training->exp_avg : training->exp_avg_sq;
+    return from.at(name).data;
   });
   return {out, L};
 }
@@ -391,7 +410,7 @@ int import_hf(const ConvertFlags& f) {
 }
 
 // A Megatron-LM or Megatron-DeepSpeed checkpoint -> a trident checkpoint at iteration 0 without
-// optimizer state.
+// optimizer state, or (--with-optimizer) at its iteration with it.
 int import_megatron(const ConvertFlags& f) {
   check_save_holds_no_checkpoint(f);
   MegatronImportOptions o;
@@ -399,17 +418,23 @@ int import_megatron(const ConvertFlags& f) {
   o.vocab_size = f.vocab_size;
   o.num_attention_heads = f.num_attention_heads;
   o.iteration_flag = iteration_flag(f);
+  o.with_optimizer = f.with_optimizer;
   const MegatronGpt2Model mg = import_megatron_gpt2(f.load, o);
   const ModelConfig& cfg = mg.config;
+  const MegatronTrainingState* training = mg.training ? &*mg.training : nullptr;
   const auto [out, L] = write_import(
       f, cfg, mg.tensors,
-      {{"imported_from", "megatron"}, {"source_format", mg.flavour}, {"source_iteration", mg.iteration}});
+      {{"imported_from", "megatron"}, {"source_format", mg.flavour}, {"source_iteration", mg.iteration}},
+      mg.iteration, training);
   std::cout << "trident-convert: " << mg.flavour << " " << mg.dir.string() << " (iteration " << mg.iteration << ", tp "
             << mg.tp << " x pp " << mg.pp << (mg.virtual_chunks > 1 ? " x " + std::to_string(mg.virtual_chunks) + " virtual" : "")
             << "; " << cfg.num_layers << " layers, hidden " << cfg.hidden_size << ", heads " << cfg.num_attention_heads
             << ", vocab " << cfg.vocab_size << ", " << dtype_name(cfg.dtype) << ") -> "
-            << out.string() << " (" << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", without optimizer state)"
-            << std::endl;
+            << out.string() << " (" << layout_str(ParallelLayout{L.tp, L.pp, 1, 0})
+            << (training ? ", iteration " + std::to_string(mg.iteration) + " with the optimizer state after " +
+                               training->trainer_state["optimizer_steps"].dump() + " Adam steps"
+                         : ", without optimizer state")
+            << ")" << std::endl;
   return 0;
 }
 

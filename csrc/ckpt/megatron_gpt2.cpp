@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -11,6 +12,7 @@
 #include "ckpt/megatron_dist.h"
 #include "ckpt/megatron_files.h"
 #include "ckpt/megatron_keys.h"
+#include "ckpt/megatron_optimizer.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/torch_file.h"
 #include "core/error.h"
@@ -162,6 +164,67 @@ ModelConfig config_from_tensors(const Checkpoint& c,
   return cfg;
 }
 
+// Every parameter of the model (stored shapes, wte unpadded) from `joiner`; a tied head it holds
+// must equal the word embedding (the parameters' joiner: the states' hold no head).
+TensorMap join_model(const Joiner& joiner, const Checkpoint& c, const ModelConfig& cfg) {
+  TensorMap out;
+  const int64_t C = cfg.hidden_size, padded = cfg.padded_vocab_size(c.tp);
+  for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
+    const std::vector<int64_t> shape = shape_vec(stored_shape(spec));
+    HostTensor t;
+    t.shape = shape;
+    if (spec.name == "wte") {
+      const std::vector<float> full = joiner.join("wte", {padded, C});
+      t.data.assign(full.begin(), full.begin() + cfg.vocab_size * C);
+      if (joiner.has("head") && !bit_equal(joiner.join("head", {padded, C}), full))
+        throw ConfigError(c.dir.string() + ": the LM head stored on the last stage differs from the word embedding; "
+                          "trident ties them and cannot load an untied head");
+    } else {
+      t.data = joiner.join(spec.name, shape);
+    }
+    out[spec.name] = std::move(t);
+  }
+  return out;
+}
+
+// The optimizer state joined as the parameters are (a last stage's copy of the tied head, which
+// Megatron steps as the word embedding, is left out), and the run's counters.
+template <typename JoinerOf>
+MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig& cfg, const JoinerOf& joiner_of) {
+  const megatron::OptimizerState st = megatron::read_optimizer_state(c, cfg.dtype);
+  using megatron::ParamState;
+  const auto joined = [&](const Value* ParamState::*member) {
+    return join_model(joiner_of(
+                          [&](const Shard* shard, const std::string& key, const Value* param) -> const Value* {
+                            const auto it = st.params.find({shard, key});
+                            const Value* v = it == st.params.end() ? nullptr : it->second.*member;
+                            return v || member != &ParamState::master ? v : param;  // fp32: the master is the parameter
+                          },
+                          false),
+                      c, cfg);
+  };
+  MegatronTrainingState out;
+  out.master = joined(&ParamState::master);
+  if (st.moments) {
+    out.exp_avg = joined(&ParamState::exp_avg);
+    out.exp_avg_sq = joined(&ParamState::exp_avg_sq);
+  } else {
+    for (const auto& [name, t] : out.master) {
+      out.exp_avg[name] = HostTensor{t.shape, std::vector<float>(t.data.size(), 0.0f)};
+      out.exp_avg_sq[name] = out.exp_avg[name];
+    }
+  }
+  out.consumed_samples = int_arg(*c.args, "consumed_train_samples", 0);
+  nlohmann::json& ts = out.trainer_state;
+  ts["optimizer_steps"] = st.steps;
+  ts["consumed_valid_samples"] = int_arg(*c.args, "consumed_valid_samples", 0);
+  ts["dropout_seed"] = int_arg(*c.args, "seed", 1234);
+  if (const int64_t gbs = int_arg(*c.args, "global_batch_size", 0); gbs > 0) ts["global_batch_size"] = gbs;
+  if (!st.scheduler.is_null()) ts["opt_param_scheduler"] = st.scheduler;
+  if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
+  return out;
+}
+
 }  // namespace
 
 MegatronSplit megatron_split(const std::string& canonical) {
@@ -210,6 +273,7 @@ std::string megatron_layer_key(const std::string& canonical_suffix, bool norm_na
 
 MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImportOptions& o) {
   Checkpoint c = megatron::open_checkpoint(load, o.iteration, o.iteration_flag);
+  if (o.with_optimizer) megatron::check_optimizer_state_readable(c);
   if (c.dist) return megatron::import_dist_gpt2(c, o);
 
   // Local layer numbers -> global: chunk-major, then stage (Megatron's virtual pipeline order).
@@ -251,38 +315,31 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImpor
     throw IoError(c.args_source + ": " + std::to_string(cfg.num_attention_heads) + " heads do not split over tp " +
                   std::to_string(c.tp));
 
-  Joiner joiner(c, cfg);
-  for (const auto& [shard, key, m, value] : keys) {
-    std::string canonical;
-    switch (m.what) {
-      case KeyMeaning::kWte: canonical = "wte"; break;
-      case KeyMeaning::kWpe: canonical = "wpe"; break;
-      case KeyMeaning::kHead: canonical = "head"; break;
-      case KeyMeaning::kFinalNorm: canonical = "ln_f." + m.suffix; break;
-      case KeyMeaning::kLayer:
-        canonical = "h." + std::to_string(offset.at({shard->chunk, shard->stage}) + m.local_layer) + "." + m.suffix;
-        break;
-      case KeyMeaning::kSkip: continue;
+  // Each key's tensor (`pick` chooses the parameter or a state of it) under its canonical name.
+  const auto joiner_of = [&](const std::function<const Value*(const Shard*, const std::string&, const Value*)>& pick,
+                             bool with_head = true) {
+    Joiner joiner(c, cfg);
+    for (const auto& [shard, key, m, value] : keys) {
+      std::string canonical;
+      switch (m.what) {
+        case KeyMeaning::kWte: canonical = "wte"; break;
+        case KeyMeaning::kWpe: canonical = "wpe"; break;
+        case KeyMeaning::kHead:
+          if (!with_head) continue;
+          canonical = "head";
+          break;
+        case KeyMeaning::kFinalNorm: canonical = "ln_f." + m.suffix; break;
+        case KeyMeaning::kLayer:
+          canonical = "h." + std::to_string(offset.at({shard->chunk, shard->stage}) + m.local_layer) + "." + m.suffix;
+          break;
+        case KeyMeaning::kSkip: continue;
+      }
+      if (const Value* v = pick(shard, key, value)) joiner.add(canonical, shard->tp_rank, Piece{shard, key, v});
     }
-    joiner.add(canonical, shard->tp_rank, Piece{shard, key, value});
-  }
-
-  const int64_t C = cfg.hidden_size, padded = cfg.padded_vocab_size(c.tp);
-  for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
-    const std::vector<int64_t> shape = shape_vec(stored_shape(spec));
-    HostTensor t;
-    t.shape = shape;
-    if (spec.name == "wte") {
-      const std::vector<float> full = joiner.join("wte", {padded, C});
-      t.data.assign(full.begin(), full.begin() + cfg.vocab_size * C);
-      if (joiner.has("head") && !bit_equal(joiner.join("head", {padded, C}), full))
-        throw ConfigError(c.dir.string() + ": the LM head stored on the last stage differs from the word embedding; "
-                          "trident ties them and cannot load an untied head");
-    } else {
-      t.data = joiner.join(spec.name, shape);
-    }
-    out.tensors[spec.name] = std::move(t);
-  }
+    return joiner;
+  };
+  out.tensors = join_model(joiner_of([](const Shard*, const std::string&, const Value* v) { return v; }), c, cfg);
+  if (o.with_optimizer) out.training = read_training_state(c, cfg, joiner_of);
   out.dir = c.dir;
   out.flavour = c.flavour;
   out.iteration = c.iteration.value_or(0);

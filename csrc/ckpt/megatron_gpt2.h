@@ -1,8 +1,9 @@
 // GPT checkpoints written by Megatron-LM and Megatron-DeepSpeed (torch.save files, read with
 // torch_file.h; Megatron-core's distributed checkpoints) -> trident canonical tensors and
 // ModelConfig, and trident's weights -> a Megatron-LM release checkpoint (export_megatron_gpt2
-// below). Weights only: the optimizer state, RNG state and scheduler are neither read nor
-// written.
+// below). Weights, and on request the training state of a torch-format Megatron-LM checkpoint
+// of the non-distributed optimizer (MegatronImportOptions::with_optimizer); Megatron's RNG
+// states are not read (trident's dropout is keyed by the seed), and an export holds weights only.
 //
 // Layouts read (DIR is the --save directory, or one iteration folder in it):
 //  * Megatron-LM: DIR/latest_checkpointed_iteration.txt ("N" or "release") ->
@@ -49,6 +50,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/canonical_slices.h"
 #include "ckpt/pickle_reader.h"
 #include "model/config.h"
@@ -57,9 +60,24 @@ namespace trident {
 
 inline constexpr int64_t kGpt2VocabSize = 50257;  // GPT-2's BPE vocabulary, Megatron's GPT2BPETokenizer
 
+// What a run needs to go on from a Megatron checkpoint (MegatronImportOptions::with_optimizer),
+// in trident's terms (ckpt/megatron_optimizer.h reads it).
+struct MegatronTrainingState {
+  // Canonical names, fp32, wte unpadded, as MegatronGpt2Model::tensors; the moments are zero
+  // before the first step.
+  TensorMap master, exp_avg, exp_avg_sq;
+  int64_t consumed_samples = 0;  // args.consumed_train_samples
+  // trident's trainer_state fields (trainer_checkpoint.cpp): optimizer_steps, opt_param_scheduler
+  // (Megatron's field names, when saved), loss_scaler (fp16's dynamic scaler), dropout_seed
+  // (args.seed: trident's dropout draws are its own, keyed by the seed), consumed_valid_samples,
+  // global_batch_size.
+  nlohmann::json trainer_state;
+};
+
 struct MegatronGpt2Model {
   ModelConfig config;
   TensorMap tensors;  // canonical names, fp32, wte unpadded
+  std::optional<MegatronTrainingState> training;  // with MegatronImportOptions::with_optimizer
   std::filesystem::path dir;  // the iteration folder read
   std::string flavour;        // "Megatron-LM" or "Megatron-DeepSpeed"
   int64_t iteration = 0;      // the checkpoint's own (0 for a release folder)
@@ -73,6 +91,9 @@ struct MegatronImportOptions {
   // with args it must agree.
   std::optional<int> num_attention_heads;
   std::string iteration_flag = "--iteration";  // the tool's flag that gave `iteration`, for errors
+  // Also read the training state (MegatronGpt2Model::training): a torch-format Megatron-LM
+  // checkpoint of the non-distributed optimizer (ckpt/megatron_optimizer.h), saved with args.
+  bool with_optimizer = false;
 };
 
 // Reads the checkpoint. Throws ConfigError naming --load, the iteration flag, --vocab-size or

@@ -177,6 +177,15 @@ expect_error "$src/bad-dist-dtype/iter_0000007/.metadata: 'decoder.layers.mlp.li
   "$convert" "${m[@]}" --load "$src/bad-dist-dtype"
 expect_error "$src/bad-dist-zarr/iter_0000007/metadata.json: sharded_backend 'zarr': of Megatron-core's distributed formats only torch_dist is read" \
   "$convert" "${m[@]}" --load "$src/bad-dist-zarr"
+# --with-optimizer (tests/e2e/megatron_resume.sh) on the checkpoints whose state it does not read.
+expect_error "--with-optimizer: $src/dist-layers-tp2/iter_0000007 is a torch_dist checkpoint, whose optimizer state" \
+  "$convert" "${m[@]}" --load "$src/dist-layers-tp2" --with-optimizer
+expect_error "--with-optimizer: $src/ds-module/global_step5 is a Megatron-DeepSpeed checkpoint" \
+  "$convert" "${m[@]}" --load "$src/ds-module" --with-optimizer
+expect_error "--with-optimizer: $src/lm-release-old/release is a release checkpoint, which Megatron loads without optimizer state" \
+  "$convert" --from megatron --load "$src/lm-release-old" --with-optimizer
+expect_error "--with-optimizer applies to --from megatron only (a trident checkpoint converts with its optimizer state" \
+  "$convert" --from hf --load "$src/hf-float32-1000" --with-optimizer
 cp -r "$src/dist-layers-tp2" "$tmp/dist-missing"
 rm "$tmp/dist-missing/iter_0000007/__1_0.distcp"
 expect_error "$tmp/dist-missing/iter_0000007/__1_0.distcp: cannot read: No such file or directory" \
@@ -195,7 +204,7 @@ expect_error "--tokenizer-type: required: Megatron checks args.tokenizer_type on
   "$convert" --to megatron --load "$tmp/trident"
 expect_error "--tokenizer-type: 'GPT2 BPE' is not a Megatron tokenizer name" \
   "$convert" --to megatron --load "$tmp/trident" --tokenizer-type "GPT2 BPE"
-expect_error "--no-optimizer does not apply to --from megatron (an import has no optimizer state)" \
+expect_error "--no-optimizer does not apply to --from megatron (an import holds weights only; --from megatron --with-optimizer adds" \
   "$convert" "${m[@]}" --no-optimizer --load "$src/lm-tp2-pp2"
 expect_error "--dtype applies to --to hf and --to megatron only" "$convert" "${m[@]}" --dtype bf16 --load "$src/lm-tp2-pp2"
 expect_error "--overwrite does not apply to --to megatron" \

@@ -1,0 +1,65 @@
+// The training state of a Megatron-LM checkpoint saved with --ckpt-format torch and Megatron's
+// non-distributed optimizer: each parameter's Adam moments and fp32 master weight, Adam's step
+// count, the learning-rate scheduler and the loss scaler. Internal to the Megatron import
+// (megatron_gpt2.h, MegatronImportOptions::with_optimizer).
+//
+// Each mp_rank_* file's 'optimizer' is what Megatron's optimizer.state_dict() returns:
+//   * Float16OptimizerWithFloat16Params (fp16, bf16): {'optimizer': INNER, 'grad_scaler': {...}
+//     (fp16), 'fp32_from_fp16_params': [[master tensor per parameter] per group]};
+//   * FP32Optimizer: INNER itself (the masters are the parameters);
+//   * ChainedOptimizer (newer Megatron-core): a list of those, of which one is read;
+// INNER is torch.optim.Optimizer.state_dict() of apex's or Transformer Engine's FusedAdam (or
+// torch's Adam): {'state': {index: {'exp_avg', 'exp_avg_sq'[, 'step']}}, 'param_groups':
+// [{'params': [index, ...][, 'step'], ...}, ...]}, indices counting through the groups in order.
+//
+// Which parameter an index is: Megatron builds its groups from the model chunks'
+// named_parameters() in order (every version: _get_params_for_weight_decay_optimization,
+// get_param_groups, Megatron-core's _get_param_groups), the decayed ones (GPT-2: the 2-D
+// weights) apart from the others (biases and LayerNorms, 1-D). The file's model state dict lists
+// the parameters in that same order (its '_extra_state' entries are not parameters), so a
+// group's i-th index is the i-th parameter of its kind. A group's kind is read from its
+// tensors' shapes, and every moment and master must have its parameter's shape; a 16-bit
+// master must also round to the stored parameter bit for bit (Megatron copies the masters into
+// the model after each step), which catches parameters taken in another order.
+#pragma once
+
+#include <map>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/megatron_files.h"
+#include "core/dtype.h"
+
+namespace trident::megatron {
+
+// One parameter's state in one file; the moments are nullptr before the first step.
+struct ParamState {
+  const pickle::Value* master = nullptr;  // the parameter itself for an fp32 model
+  const pickle::Value* exp_avg = nullptr;
+  const pickle::Value* exp_avg_sq = nullptr;
+};
+
+struct OptimizerState {
+  int64_t steps = 0;  // Adam's step count (its bias correction): the updates taken
+  bool moments = false;  // false before the first step: every moment is zero
+  // (shard, key in Shard::params) -> state, for every parameter of every shard.
+  std::map<std::pair<const Shard*, std::string>, ParamState> params;
+  // trident's trainer_state fields: Megatron's opt_param_scheduler fields that trident reads
+  // (null when the checkpoint predates them), the dynamic loss scaler's state (null without).
+  nlohmann::json scheduler;
+  nlohmann::json loss_scaler;
+};
+
+// Throws ConfigError, naming --with-optimizer, for a checkpoint whose optimizer state trident
+// does not read: a distributed optimizer's, DeepSpeed's, Megatron-core's torch_dist, a release
+// folder's (Megatron loads none from it), one saved without args or iteration.
+void check_optimizer_state_readable(const Checkpoint& c);
+
+// Reads the state of every rank's file of a torch-format Megatron-LM checkpoint whose model is
+// stored as `model_dtype`. Throws ConfigError for a state trident does not read (a distributed
+// optimizer, DeepSpeed's, Megatron-core's torch_dist, several optimizers), IoError naming the
+// file for a missing or malformed one.
+OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
+
+}  // namespace trident::megatron

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# A run stopped in Megatron-LM goes on in trident: trident-convert --from megatron --with-optimizer.
+# A trident run of 6 iterations saves at iteration 3; tests/e2e/megatron_training_state.py writes
+# that state as Megatron-LM saves it (--ckpt-format torch, non-distributed optimizer: the model, the
+# optimizer's state dict in Megatron's parameter groups, the scheduler, the args' consumed samples
+# and seed) at another layout: fp32 at tp2 x pp2 with the legacy model and apex's FusedAdam; fp16
+# at tp1 x pp2 x 2 virtual chunks with Megatron-core names, torch's Adam and a dynamic loss scale
+# that grows; bf16 at tp2 with Megatron-core names. Imported with --with-optimizer and resumed by
+# trident-train to iteration 6, its model and optimizer files must equal the uninterrupted run's
+# byte for byte. Two LayerNorm weights' states exchanged (another parameter order than Megatron's)
+# change an fp32 run and fail a 16-bit import (its masters no longer round to the parameters);
+# a distributed optimizer's checkpoint and one saved without optimizer state fail with one line,
+# leaving nothing. SKIP (exit 77) without Debian's python3-torch.
+# Usage: megatron_resume.sh TRAIN CONVERT REPO
+set -u
+train=$1 convert=$2 repo=$3
+py=/usr/bin/python3
+if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
+  echo "SKIP: $py cannot import torch and numpy (tools/install-deps.sh --tests installs them)"
+  exit 77  # ctest: skipped (SKIP_RETURN_CODE)
+fi
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+ok() { echo "ok $*"; }
+
+# megatron_training_state.py's model: 4 layers, 32 wide, 4 heads, 32 positions.
+run=(--device cpu --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32
+     --max-position-embeddings 32 --vocab-size 1000 --micro-batch-size 2 --global-batch-size 4 --lr 1e-3
+     --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.01 --clip-grad 1.0 --train-iters 6
+     --log-interval 1 --eval-iters 0 --mock-data)
+declare -A precision=([fp32]="" [fp16]="--fp16 --initial-loss-scale 4096 --loss-scale-window 2" [bf16]="--bf16")
+
+reference() {  # reference DTYPE: the uninterrupted run, saved at iterations 3 and 6
+  [[ -d $tmp/ref-$1 ]] && return 0
+  # shellcheck disable=SC2086  # flags are words
+  "$train" "${run[@]}" ${precision[$1]} --save "$tmp/ref-$1" --save-interval 3 >"$tmp/ref-$1.log" 2>&1 ||
+    { cat "$tmp/ref-$1.log"; return 1; }
+}
+megatron() {  # megatron NAME DTYPE TP PP VP STEPS MODEL [MUTATION]: the iteration-3 state as Megatron saves it
+  local name=$1 dtype=$2
+  shift 2
+  reference "$dtype" &&
+    "$py" "$repo/tests/e2e/megatron_training_state.py" "$tmp/ref-$dtype/iter_0000003" "$tmp/mg-$name" "$dtype" "$@" \
+      >"$tmp/mg-$name.log" 2>&1 || { fail "$name: writing the checkpoint"; cat "$tmp/mg-$name.log"; return 1; }
+}
+resumed() {  # resumed NAME DTYPE: imports mg-NAME and trains it to iteration 6; 0 when its files equal the reference's
+  local name=$1 dtype=$2 out=$tmp/imp-$1
+  "$convert" --from megatron --with-optimizer --vocab-size 1000 --load "$tmp/mg-$name" --save "$out" >"$out.log" 2>&1 &&
+    # shellcheck disable=SC2086
+    "$train" "${run[@]}" ${precision[$dtype]} --load "$out" --save "$out" >>"$out.log" 2>&1 ||
+    { echo "  import or resume failed:"; cat "$out.log"; return 2; }
+  for f in model.safetensors optim_dp0000.safetensors; do
+    cmp -s "$out/iter_0000006/mp_rank_00/$f" "$tmp/ref-$dtype/iter_0000006/mp_rank_00/$f" || return 1
+  done
+}
+
+for c in "fp32 2 2 1 apex legacy" "fp16 1 2 2 torch mcore" "bf16 2 1 1 apex mcore"; do
+  read -r dtype tp pp vp steps model <<<"$c"
+  name=$dtype-tp$tp-pp$pp-vp$vp
+  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" || continue
+  if resumed "$name" "$dtype"; then
+    ok "$name ($model, $steps steps): resumed to iteration 6, model and optimizer equal the uninterrupted run's"
+  else
+    fail "$name: resumed run differs from the uninterrupted one"
+  fi
+done
+"$py" - "$tmp/imp-fp16-tp1-pp2-vp2/iter_0000003/metadata.json" "$tmp/ref-fp16/iter_0000003/metadata.json" <<'EOF' &&
+import json, sys
+got, want = (json.load(open(p)) for p in sys.argv[1:])
+assert (got["iteration"], got["consumed_samples"]) == (3, 12), got
+st, ref = got["trainer_state"], want["trainer_state"]
+for k in ("optimizer_steps", "loss_scaler", "dropout_seed", "global_batch_size"):
+    assert st[k] == ref[k], (k, st[k], ref[k])
+assert st["loss_scaler"]["scale"] == 8192 and st["loss_scaler"]["growth_tracker"] == 1, st
+assert st["opt_param_scheduler"]["num_steps"] == 12 and st["source_format"] == "Megatron-LM", st
+EOF
+  ok "fp16 import: iteration 3, 12 samples, 3 Adam steps, loss scale 8192 one clean step into its window" ||
+  fail "fp16 import's metadata"
+grep -q "iteration 3 with the optimizer state after 3 Adam steps" "$tmp/imp-fp32-tp2-pp2-vp1.log" &&
+  ok "the import's line names the state" || fail "import line: $(head -1 "$tmp/imp-fp32-tp2-pp2-vp1.log")"
+
+# Another parameter order than Megatron's: undetectable in fp32 (the shapes agree), where it
+# changes the run, so the comparison above can fail; a 16-bit import refuses it.
+if megatron swapped-fp32 fp32 1 1 1 apex legacy swapped; then
+  resumed swapped-fp32 fp32
+  [[ $? -eq 1 ]] && ok "two LayerNorm states exchanged: the resumed fp32 run differs" ||
+    fail "a swapped state left the fp32 run unchanged"
+fi
+
+# ---- errors: one line naming the file or flag; nothing written
+expect_error() {  # expect_error TEXT NAME
+  local save=$tmp/failed
+  rm -rf "$save"
+  "$convert" --from megatron --with-optimizer --vocab-size 1000 --load "$tmp/mg-$2" --save "$save" >/dev/null 2>"$tmp/err"
+  local rc=$?
+  if [[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $save ]] && ! compgen -G "$save.tmp-*" >/dev/null &&
+      grep -qF -- "$1" "$tmp/err"; then
+    ok "$(cat "$tmp/err")"
+  else
+    fail "expected '$1': rc=$rc, stderr:"
+    cat "$tmp/err"
+  fi
+}
+megatron swapped-fp16 fp16 1 2 1 apex legacy swapped &&
+  expect_error "mp_rank_00_000/model_optim_rng.pt: the master weight of optimizer state 10 (parameter 'language_model.encoder.layers.0.input_layernorm.weight') does not round to the parameter" swapped-fp16
+megatron distributed bf16 1 1 1 apex legacy distributed &&
+  expect_error "--with-optimizer: $tmp/mg-distributed/iter_0000003/mp_rank_00/model_optim_rng.pt was saved with --use-distributed-optimizer" distributed
+megatron no-optim fp32 1 1 1 apex legacy no-optimizer &&
+  expect_error "$tmp/mg-no-optim/iter_0000003/mp_rank_00/model_optim_rng.pt: no 'optimizer' state (saved with --no-save-optim?)" no-optim
+
+echo "$fails failure(s)"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Writes a trident checkpoint's training state as Megatron-LM saves it with --ckpt-format torch and
+its non-distributed optimizer (model_optim_rng.pt of every tp x pp rank), for
+tests/e2e/megatron_resume.sh. Written from Megatron-LM's and apex's sources, not from trident's
+importer:
+
+  * 'model' (or 'model0', 'model1', ... per virtual chunk): the model state dict as
+    megatron_checkpoints.py builds it (legacy or Megatron-core names);
+  * 'optimizer': optimizer.state_dict() of
+      - FP32Optimizer (fp32): the inner optimizer's {'state', 'param_groups'};
+      - Float16OptimizerWithFloat16Params (fp16, bf16): {'optimizer': inner, 'grad_scaler':
+        DynamicGradScaler's {'scale': tensor([s]), 'growth_tracker', 'hysteresis_tracker'} (fp16),
+        'fp32_from_fp16_params': [[master per parameter] per group]};
+    the inner state_dict of apex's FusedAdam ('step' an int in each param group) or torch's Adam
+    (a 0-d float tensor 'step' in each parameter's state); parameter indices counted through
+    the groups, and the groups as Megatron's get_param_groups makes them: the model chunks'
+    named_parameters() in order, the 2-D weights (weight decay) in the first group, the biases
+    and LayerNorm parameters (1-D, no weight decay) in the second;
+  * 'opt_param_scheduler': OptimizerParamScheduler.state_dict() (steps counted in samples);
+  * 'iteration', 'checkpoint_version' 3.0, 'args' with consumed_train_samples,
+    consumed_valid_samples, seed, global_batch_size, use_distributed_optimizer.
+
+Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore [MUTATION]
+  TRIDENT_ITER_DIR: a tp1 x pp1 trident checkpoint of a 4-layer, 32-wide, 4-head, 32-position model.
+  MUTATION: distributed (args.use_distributed_optimizer), swapped (two LayerNorm weights' states
+  exchanged within their group), no-optimizer (saved with --no-save-optim).
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy
+import torch
+
+import megatron_checkpoints as mc
+
+
+def read_safetensors(path):
+    blob = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    header.pop("__metadata__", None)
+    out = {}
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        raw = blob[8 + n + b:8 + n + e]
+        if info["dtype"] == "F32":
+            a = numpy.frombuffer(raw, dtype=numpy.float32).copy()
+        elif info["dtype"] == "F16":
+            a = numpy.frombuffer(raw, dtype=numpy.float16).astype(numpy.float32)
+        elif info["dtype"] == "BF16":
+            a = (numpy.frombuffer(raw, dtype=numpy.uint16).astype(numpy.uint32) << 16).view(numpy.float32)
+        else:
+            raise ValueError(info["dtype"])
+        out[name] = torch.from_numpy(a).reshape(info["shape"])
+    return out
+
+
+def hf_layout(canonical, vocab):
+    """trident's canonical tensors ([out, in] weights, wte padded) -> the Hugging Face names and
+    Conv1D layout ([in, out]) that megatron_checkpoints.py's builders take."""
+    w = {"wte": canonical["wte"][:vocab], "wpe": canonical["wpe"],
+         "ln_f.weight": canonical["ln_f.weight"], "ln_f.bias": canonical["ln_f.bias"]}
+    names = {"ln_1.weight": "ln_1.weight", "ln_1.bias": "ln_1.bias", "attn.c_attn.weight": "attn.qkv.weight",
+             "attn.c_attn.bias": "attn.qkv.bias", "attn.c_proj.weight": "attn.proj.weight",
+             "attn.c_proj.bias": "attn.proj.bias", "ln_2.weight": "ln_2.weight", "ln_2.bias": "ln_2.bias",
+             "mlp.c_fc.weight": "mlp.fc.weight", "mlp.c_fc.bias": "mlp.fc.bias",
+             "mlp.c_proj.weight": "mlp.proj.weight", "mlp.c_proj.bias": "mlp.proj.bias"}
+    for i in range(mc.L):
+        for hf, tr in names.items():
+            t = canonical[f"h.{i}.{tr}"]
+            w[f"h.{i}.{hf}"] = t.t() if t.dim() == 2 else t
+    return w
+
+
+def flat(d, prefix=""):
+    """A nested state dict's tensors under dotted keys, in order (torch's named_parameters order)."""
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from flat(v, prefix + k + ".")
+        elif isinstance(v, torch.Tensor) and not k.endswith("_extra_state"):
+            yield prefix + k, v
+
+
+def main():
+    src, out, dtype_name, tp, pp, vp, step_style, model_kind = sys.argv[1:9]
+    mutation = sys.argv[9] if len(sys.argv) > 9 else ""
+    tp, pp, vp = int(tp), int(pp), int(vp)
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    meta = json.load(open(os.path.join(src, "metadata.json")))
+    vocab = meta["model"]["vocab_size"]
+    st = meta["trainer_state"]
+    params = read_safetensors(os.path.join(src, "mp_rank_00", "model.safetensors"))
+    optim = read_safetensors(os.path.join(src, "mp_rank_00", "optim_dp0000.safetensors"))
+    state = {s: {n: optim[f"{n}|{s}|0"].reshape(params[n].shape) for n in params}
+             for s in ("master", "exp_avg", "exp_avg_sq")}
+    steps = st["optimizer_steps"]
+    padded = mc.padded_size(vocab, tp)
+    pad = torch.full((2048, mc.C), 7.0)  # Megatron's padding rows: never read back
+    names = mc.MCORE_LOCAL if model_kind == "mcore" else mc.LEGACY_NAMES
+    build = lambda w, dt: mc.rank_models(hf_layout(w, vocab), pad, padded, tp, pp, t, s, dt, 3.0, names,
+                                         mcore=model_kind == "mcore", vp=vp)
+    sched = st["opt_param_scheduler"]
+    args = mc.megatron_args(padded, tp, pp, dtype, "NullTokenizer", vp if vp > 1 else None,
+                            consumed_train_samples=meta["consumed_samples"],
+                            consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],
+                            global_batch_size=st["global_batch_size"],
+                            use_distributed_optimizer=mutation == "distributed")
+    for t in range(tp):
+        for s in range(pp):
+            models = build(params, dtype)
+            moments = {m: build(state[m], torch.float32) for m in ("exp_avg", "exp_avg_sq")}
+            masters = build(state["master"], torch.float32)
+            # named_parameters() order over the chunks, split into Megatron's two groups.
+            keys = [(v, k) for v, m in enumerate(models) for k, _ in flat(m)]
+            shape = {(v, k): x.shape for v, m in enumerate(models) for k, x in flat(m)}
+            groups = [[vk for vk in keys if len(shape[vk]) == 2], [vk for vk in keys if len(shape[vk]) == 1]]
+            if mutation == "swapped":  # two LayerNorm weights exchanged: another order than Megatron's
+                ln = [i for i, (v, k) in enumerate(groups[1]) if k.endswith("layernorm.weight")]
+                groups[1][ln[0]], groups[1][ln[1]] = groups[1][ln[1]], groups[1][ln[0]]
+            tensor = lambda d, vk: dict(flat(d[vk[0]]))[vk[1]]
+            inner_state, param_groups, index = {}, [], 0
+            for g, members in enumerate(groups):
+                ids = list(range(index, index + len(members)))
+                for i, vk in zip(ids, members):
+                    inner_state[i] = {"exp_avg": tensor(moments["exp_avg"], vk).clone(),
+                                      "exp_avg_sq": tensor(moments["exp_avg_sq"], vk).clone()}
+                    if step_style == "torch":
+                        inner_state[i]["step"] = torch.tensor(float(steps))
+                group = {"params": ids, "lr": 1e-3, "weight_decay": 0.01 if g == 0 else 0.0, "betas": (0.9, 0.999),
+                         "eps": 1e-8, "bias_correction": True, "wd_mult": 1.0 if g == 0 else 0.0, "lr_mult": 1.0}
+                if step_style == "apex":
+                    group["step"] = steps
+                param_groups.append(group)
+                index += len(members)
+            inner = {"state": inner_state, "param_groups": param_groups}
+            if dtype == torch.float32:
+                optimizer = inner
+            else:
+                optimizer = {"optimizer": inner,
+                             "fp32_from_fp16_params": [[tensor(masters, vk).clone() for vk in m] for m in groups]}
+                if dtype == torch.float16:
+                    ls = st["loss_scaler"]
+                    optimizer["grad_scaler"] = {"scale": torch.tensor([float(ls["scale"])]),
+                                                "growth_tracker": ls["growth_tracker"],
+                                                "hysteresis_tracker": ls["hysteresis_tracker"]}
+            ckpt = {"args": args, "checkpoint_version": 3.0, "iteration": meta["iteration"],
+                    "opt_param_scheduler": {
+                        "max_lr": sched["max_lr"], "lr_warmup_steps": int(sched["lr_warmup_steps"]),
+                        "num_steps": int(sched["num_steps"]), "lr_decay_style": sched["lr_decay_style"],
+                        "lr_decay_steps": int(sched["lr_decay_steps"]), "min_lr": sched["min_lr"],
+                        "start_wd": sched["start_wd"], "end_wd": sched["end_wd"],
+                        "wd_incr_style": sched["wd_incr_style"], "wd_incr_steps": int(sched["wd_incr_steps"])},
+                    "rng_state": [{"random_rng_state": (3, (1, 2), None)}]}
+            if mutation != "no-optimizer":
+                ckpt["optimizer"] = optimizer
+            if vp == 1:
+                ckpt["model"] = models[0]
+            else:
+                for v, m in enumerate(models):
+                    ckpt[f"model{v}"] = m
+            rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
+            mc.save(ckpt, os.path.join(out, f"iter_{meta['iteration']:07d}", rank, "model_optim_rng.pt"))
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(meta["iteration"]))
+
+
+if __name__ == "__main__":
+    main()
