@@ -13,6 +13,7 @@
 #include "ckpt/megatron_files.h"
 #include "ckpt/megatron_keys.h"
 #include "ckpt/megatron_optimizer.h"
+#include "ckpt/metadata.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/torch_file.h"
 #include "core/error.h"
@@ -42,6 +43,7 @@ struct Piece {
   const Shard* shard = nullptr;
   std::string key;
   const Value* value = nullptr;
+  const TorchFile* file = nullptr;  // the file `value` lies in, when not the shard's (distrib_optim.pt)
 };
 
 class Joiner {
@@ -97,7 +99,7 @@ class Joiner {
     if (t->shape != shape)
       throw IoError(p.shard->where + ": '" + p.key + "' has shape " + shape_str(t->shape) + ", expected " +
                     shape_str(shape) + " (tp " + std::to_string(c_.tp) + ")");
-    return p.shard->file->read_f32(*t, "'" + p.key + "'");
+    return (p.file ? p.file : p.shard->file)->read_f32(*t, "'" + p.key + "'");
   }
 
   const Checkpoint& c_;
@@ -195,10 +197,12 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
   using megatron::ParamState;
   const auto joined = [&](const Value* ParamState::*member) {
     return join_model(joiner_of(
-                          [&](const Shard* shard, const std::string& key, const Value* param) -> const Value* {
+                          [&](const Shard* shard, const std::string& key, const Value* param) {
                             const auto it = st.params.find({shard, key});
-                            const Value* v = it == st.params.end() ? nullptr : it->second.*member;
-                            return v || member != &ParamState::master ? v : param;  // fp32: the master is the parameter
+                            if (it == st.params.end())  // fp32 before the first step: the master is the parameter
+                              return std::make_pair(member == &ParamState::master ? param : nullptr,
+                                                    static_cast<const TorchFile*>(nullptr));
+                            return std::make_pair(it->second.*member, it->second.file);
                           },
                           false),
                       c, cfg);
@@ -218,10 +222,13 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
   nlohmann::json& ts = out.trainer_state;
   ts["optimizer_steps"] = st.steps;
   ts["consumed_valid_samples"] = int_arg(*c.args, "consumed_valid_samples", 0);
-  ts["dropout_seed"] = int_arg(*c.args, "seed", 1234);
+  ts[kRngStateKey] = int_arg(*c.args, "seed", 1234);
+  ts[kDataSeedKey] = int_arg(*c.args, "seed", 1234);
+  ts[kSampleOrderKey] = kSampleOrder;  // its consumed samples count in Megatron's order, which trident's is
   if (const int64_t gbs = int_arg(*c.args, "global_batch_size", 0); gbs > 0) ts["global_batch_size"] = gbs;
   if (!st.scheduler.is_null()) ts["opt_param_scheduler"] = st.scheduler;
   if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
+  if (!st.adam.is_null()) ts[kAdamKey] = st.adam;
   return out;
 }
 
@@ -315,8 +322,10 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImpor
     throw IoError(c.args_source + ": " + std::to_string(cfg.num_attention_heads) + " heads do not split over tp " +
                   std::to_string(c.tp));
 
-  // Each key's tensor (`pick` chooses the parameter or a state of it) under its canonical name.
-  const auto joiner_of = [&](const std::function<const Value*(const Shard*, const std::string&, const Value*)>& pick,
+  // Each key's tensor under its canonical name: `pick` gives the tensor of a key's parameter (or
+  // of a state of it) and the file it lies in (nullptr: the shard's), or no tensor.
+  using Picked = std::pair<const Value*, const TorchFile*>;
+  const auto joiner_of = [&](const std::function<Picked(const Shard*, const std::string&, const Value*)>& pick,
                              bool with_head = true) {
     Joiner joiner(c, cfg);
     for (const auto& [shard, key, m, value] : keys) {
@@ -334,11 +343,13 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImpor
           break;
         case KeyMeaning::kSkip: continue;
       }
-      if (const Value* v = pick(shard, key, value)) joiner.add(canonical, shard->tp_rank, Piece{shard, key, v});
+      if (const auto [v, file] = pick(shard, key, value); v)
+        joiner.add(canonical, shard->tp_rank, Piece{shard, key, v, file});
     }
     return joiner;
   };
-  out.tensors = join_model(joiner_of([](const Shard*, const std::string&, const Value* v) { return v; }), c, cfg);
+  out.tensors = join_model(joiner_of([](const Shard*, const std::string&, const Value* v) { return Picked{v, nullptr}; }),
+                           c, cfg);
   if (o.with_optimizer) out.training = read_training_state(c, cfg, joiner_of);
   out.dir = c.dir;
   out.flavour = c.flavour;

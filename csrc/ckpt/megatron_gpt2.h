@@ -2,7 +2,7 @@
 // torch_file.h; Megatron-core's distributed checkpoints) -> trident canonical tensors and
 // ModelConfig, and trident's weights -> a Megatron-LM release checkpoint (export_megatron_gpt2
 // below). Weights, and on request the training state of a torch-format Megatron-LM checkpoint
-// of the non-distributed optimizer (MegatronImportOptions::with_optimizer); Megatron's RNG
+// (MegatronImportOptions::with_optimizer); Megatron's RNG
 // states are not read (trident's dropout is keyed by the seed), and an export holds weights only.
 //
 // Layouts read (DIR is the --save directory, or one iteration folder in it):
@@ -70,7 +70,8 @@ struct MegatronTrainingState {
   // trident's trainer_state fields (trainer_checkpoint.cpp): optimizer_steps, opt_param_scheduler
   // (Megatron's field names, when saved), loss_scaler (fp16's dynamic scaler), dropout_seed
   // (args.seed: trident's dropout draws are its own, keyed by the seed), consumed_valid_samples,
-  // global_batch_size.
+  // global_batch_size, sample_order (metadata.h: Megatron's), data_seed (args.seed, which
+  // ordered its samples), adam (its first param group's betas and eps).
   nlohmann::json trainer_state;
 };
 
@@ -92,7 +93,7 @@ struct MegatronImportOptions {
   std::optional<int> num_attention_heads;
   std::string iteration_flag = "--iteration";  // the tool's flag that gave `iteration`, for errors
   // Also read the training state (MegatronGpt2Model::training): a torch-format Megatron-LM
-  // checkpoint of the non-distributed optimizer (ckpt/megatron_optimizer.h), saved with args.
+  // checkpoint saved with args, its optimizer distributed or not (ckpt/megatron_optimizer.h).
   bool with_optimizer = false;
 };
 

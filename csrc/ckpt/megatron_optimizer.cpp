@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/megatron_distrib_optim.h"
+#include "ckpt/megatron_keys.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 
@@ -15,50 +17,52 @@ namespace {
 using pickle::Kind;
 using pickle::Value;
 
-// A parameter of a file's model chunks.
-struct ModelParam {
-  const Shard* shard;
-  std::string key;
-  const Value* value;
-  const TorchTensor* tensor;
-};
-
-bool ends_with(const std::string& s, const char* tail) {
-  const std::string t(tail);
-  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
-}
-
-// The parameters of one file in Megatron's named_parameters() order: chunk by chunk, each in its
-// state dict's order. Transformer Engine's '_extra_state' (a tensor in newer TE) and anything
-// else that is not a tensor are not parameters.
-std::vector<ModelParam> file_params(const Checkpoint& c, const TorchFile* file) {
+// The parameters of one file's model chunks, each chunk's in Megatron's named_parameters()
+// order (its state dict's). Transformer Engine's '_extra_state' (a tensor in newer TE) and
+// anything else that is not a tensor are not parameters.
+std::vector<std::vector<ModelParam>> file_params(const Checkpoint& c, const TorchFile* file) {
   std::vector<const Shard*> shards;
   for (const Shard& s : c.shards)
     if (s.file == file) shards.push_back(&s);
   std::sort(shards.begin(), shards.end(), [](const Shard* a, const Shard* b) { return a->chunk < b->chunk; });
-  std::vector<ModelParam> out;
-  for (const Shard* s : shards)
-    for (const auto& [key, value] : s->params)
-      if (const TorchTensor* t = TorchFile::tensor(*value); t && !ends_with(key, "_extra_state"))
-        out.push_back({s, key, value, t});
+  std::vector<std::vector<ModelParam>> out;
+  for (const Shard* s : shards) {
+    out.emplace_back();
+    for (const auto& [key, value] : s->params) {
+      const std::optional<KeyMeaning> m = classify(key);
+      if (const TorchTensor* t = TorchFile::tensor(*value); t && m && m->what != KeyMeaning::kSkip)
+        out.back().push_back({s, key, value, t});
+    }
+  }
   return out;
 }
 
 // A dict's entries keyed by int (the optimizer's 'state').
-std::map<int64_t, const Value*> int_keyed(const Value& d) {
+std::map<int64_t, const Value*> int_keyed(const TorchFile& f, const Value& d) {
   std::map<int64_t, const Value*> out;
-  for (const auto& [k, v] : d.entries)
-    if (k->kind == Kind::Int) out[k->integer] = v.get();
+  for (const auto& [k, v] : d.entries) {
+    if (k->kind != Kind::Int)
+      throw IoError(f.path() + ": the optimizer's state is keyed by " + k->describe() + ", not by parameter index");
+    out[k->integer] = v.get();
+  }
   return out;
 }
 
-// A step count: an int (apex's FusedAdam, older torch), a float, or a one-element tensor (torch's
-// Adam since 1.12). nullopt when `v` is none of those.
-std::optional<int64_t> step_value(const TorchFile& f, const Value& v, const std::string& what) {
-  if (v.kind == Kind::Int) return v.integer;
-  if (v.kind == Kind::Float) return static_cast<int64_t>(v.real);
-  if (const TorchTensor* t = TorchFile::tensor(v); t && t->numel() == 1) return static_cast<int64_t>(f.read_f32(*t, what)[0]);
+// A number saved as an int, a float or a one-element floating-point tensor (a step count, the
+// loss scale); nullopt for anything else.
+std::optional<double> scalar_value(const TorchFile& f, const Value& v, const std::string& what) {
+  if (v.kind == Kind::Int) return static_cast<double>(v.integer);
+  if (v.kind == Kind::Float) return v.real;
+  if (const TorchTensor* t = TorchFile::tensor(v); t && t->numel() == 1) return f.read_f32(*t, what)[0];
   return std::nullopt;
+}
+
+// A step count: an int (apex's FusedAdam, older torch), a float, or a one-element tensor (torch's
+// Adam since 1.12); nullopt when `v` is none of those or not a count.
+std::optional<int64_t> step_value(const TorchFile& f, const Value& v, const std::string& what) {
+  const std::optional<double> x = scalar_value(f, v, what);
+  if (!x || !(*x >= 0 && *x < 9.0e15) || *x != static_cast<double>(static_cast<int64_t>(*x))) return std::nullopt;
+  return static_cast<int64_t>(*x);
 }
 
 // The one optimizer state dict of a file's 'optimizer' (a ChainedOptimizer saves a list).
@@ -76,49 +80,109 @@ const Value& single_optimizer(const TorchFile& f, const Value* opt) {
   return *opt;
 }
 
+// A number of a param group, or nullopt when absent or not a number.
+std::optional<double> group_number(const Value& group, const char* key) {
+  const Value* v = group.get(key);
+  if (!v) return std::nullopt;
+  if (v->kind == Kind::Float) return v->real;
+  if (v->kind == Kind::Int) return static_cast<double>(v->integer);
+  return std::nullopt;
+}
+
 class FileReader {
  public:
-  FileReader(const Checkpoint& c, const TorchFile& f, DType dtype, OptimizerState& out)
-      : f_(f), dtype_(dtype), out_(out), params_(file_params(c, &f)) {}
+  FileReader(const Checkpoint& c, const TorchFile& f, DType dtype, bool distributed, OptimizerState& out)
+      : f_(f), dtype_(dtype), distributed_(distributed), out_(out), chunks_(file_params(c, &f)) {}
 
   // Returns the file's step count.
   int64_t read() {
     const Value& opt = single_optimizer(f_, f_.root().get("optimizer"));
     const Value* inner = &opt;
     const Value* masters = nullptr;
-    // Float16OptimizerWithFloat16Params (Megatron's loader also takes its first names:
-    // optimizer_state_dict, fp32_from_fp16).
+    // Float16OptimizerWithFloat16Params and DistributedOptimizer (Megatron's loader also takes
+    // the first names: optimizer_state_dict, fp32_from_fp16).
     const Value* wrapped = opt.get("optimizer") ? opt.get("optimizer") : opt.get("optimizer_state_dict");
     if (wrapped && wrapped->kind == Kind::Dict) {
       inner = wrapped;
       masters = opt.get("fp32_from_fp16_params") ? opt.get("fp32_from_fp16_params") : opt.get("fp32_from_fp16");
       if (const Value* scaler = opt.get("grad_scaler"); scaler && dtype_ == DType::F16) read_scaler(*scaler);
     }
-    if (dtype_ != DType::F32 && (!masters || masters->kind != Kind::List))
-      throw IoError(f_.path() + ": the " + dtype_name(dtype_) + " model's optimizer holds no 'fp32_from_fp16_params' "
-                    "master weights");
     const Value* groups = inner->get("param_groups");
-    const Value* state = inner->get("state");
-    if (!groups || groups->kind != Kind::List || (state && state->kind != Kind::Dict))
+    if (!groups || groups->kind != Kind::List)
       throw IoError(f_.path() + ": 'optimizer' has no 'param_groups' list (not Megatron's optimizer state)");
-    const std::map<int64_t, const Value*> states = state ? int_keyed(*state) : std::map<int64_t, const Value*>{};
-    // An fp32 model's optimizer before its first step holds nothing to match: its masters are
-    // the parameters and its moments zero (the import's default for a parameter not listed).
-    if (states.empty() && !masters) return 0;
-
-    std::vector<std::vector<const ModelParam*>> by_rank(3);  // parameters by dimensions, in order
-    for (const ModelParam& p : params_) by_rank[std::min<size_t>(p.tensor->shape.size(), 2)].push_back(&p);
-    size_t next[3] = {0, 0, 0};
     std::optional<int64_t> steps;
     for (size_t g = 0; g < groups->items.size(); ++g) {
       const Value& group = *groups->items[g];
+      check_group(group, g);
+      if (const Value* s = group.get("step")) note_steps(steps, step_value(f_, *s, where(g) + " 'step'"), where(g));
+    }
+    if (distributed_) {
+      read_distributed();
+      if (!steps) throw IoError(f_.path() + ": the optimizer's param_groups record no 'step'");
+      return *steps;
+    }
+    if (dtype_ != DType::F32 && (!masters || masters->kind != Kind::List))
+      throw IoError(f_.path() + ": the " + dtype_name(dtype_) + " model's optimizer holds no 'fp32_from_fp16_params' "
+                    "master weights");
+    const Value* state = inner->get("state");
+    if (state && state->kind != Kind::Dict) throw IoError(f_.path() + ": the optimizer's 'state' is " + state->describe());
+    const std::map<int64_t, const Value*> states = state ? int_keyed(f_, *state) : std::map<int64_t, const Value*>{};
+    // An fp32 model's optimizer before its first step holds nothing to match: its masters are
+    // the parameters and its moments zero (the import's default for a parameter not listed).
+    if (states.empty() && !masters) {
+      if (steps.value_or(0) != 0)
+        throw IoError(f_.path() + ": the optimizer took " + std::to_string(*steps) + " steps but holds no state");
+      return 0;
+    }
+    read_indexed(*groups, states, masters, steps);
+    if (!states.empty()) out_.moments = true;
+    if (!steps && !states.empty())
+      throw IoError(f_.path() + ": the optimizer's state records no 'step' (in its param_groups or its states)");
+    return steps.value_or(0);
+  }
+
+ private:
+  std::string where(size_t g) const { return f_.path() + ": optimizer param_groups[" + std::to_string(g) + "]"; }
+
+  // A group trident can map: Megatron's default groups (no learning-rate multipliers, no
+  // expert parallelism); the first one's Adam betas and epsilon are kept.
+  void check_group(const Value& group, size_t g) {
+    if (const std::optional<double> m = group_number(group, "lr_mult"); m && *m != 1.0)
+      throw ConfigError(where(g) + " has lr_mult " + std::to_string(*m) + " (a scale_lr_cond group): trident reads "
+                        "Megatron's default parameter groups");
+    for (const char* flag : {"is_decoupled_lr", "is_expert_parallel"})
+      if (const Value* v = group.get(flag); v && v->kind == Kind::Bool && v->boolean)
+        throw ConfigError(where(g) + " is an '" + flag + "' group: trident reads Megatron's default parameter groups");
+    if (g != 0) return;
+    const Value* betas = group.get("betas");
+    const std::optional<double> eps = group_number(group, "eps");
+    if (betas && betas->kind == Kind::Tuple && betas->items.size() == 2 && eps) {
+      std::optional<double> b[2];
+      for (int i = 0; i < 2; ++i) {
+        const Value& x = *betas->items[static_cast<size_t>(i)];
+        if (x.kind == Kind::Float) b[i] = x.real;
+        else if (x.kind == Kind::Int) b[i] = static_cast<double>(x.integer);
+      }
+      if (b[0] && b[1]) out_.adam = {{"beta1", *b[0]}, {"beta2", *b[1]}, {"eps", *eps}};
+    }
+  }
+
+  // The non-distributed optimizer: the state by index, the indices counting through the groups,
+  // each group's of one kind (2-D or 1-D) in named_parameters() order.
+  void read_indexed(const Value& groups, const std::map<int64_t, const Value*>& states, const Value* masters,
+                    std::optional<int64_t>& steps) {
+    std::vector<std::vector<const ModelParam*>> by_rank(3);  // parameters by dimensions, in order
+    for (const auto& chunk : chunks_)
+      for (const ModelParam& p : chunk) by_rank[std::min<size_t>(p.tensor->shape.size(), 2)].push_back(&p);
+    size_t next[3] = {0, 0, 0};
+    for (size_t g = 0; g < groups.items.size(); ++g) {
+      const Value& group = *groups.items[g];
       const Value* ids = group.get("params");
       if (!ids || ids->kind != Kind::List) throw IoError(where(g) + ": no 'params' list");
       const Value* group_masters = masters ? list_item(*masters, g, "fp32_from_fp16_params") : nullptr;
       if (group_masters && group_masters->items.size() != ids->items.size())
         throw IoError(where(g) + ": " + std::to_string(group_masters->items.size()) + " master weights for " +
                       std::to_string(ids->items.size()) + " parameters");
-      if (const Value* s = group.get("step")) note_steps(steps, step_value(f_, *s, where(g) + " 'step'"), where(g));
       for (size_t i = 0; i < ids->items.size(); ++i) {
         const Value& id = *ids->items[i];
         if (id.kind != Kind::Int) throw IoError(where(g) + ": parameter " + id.describe() + " is not an index");
@@ -138,11 +202,12 @@ class FileReader {
                         " while it has for others");
         }
         if (group_masters) ps.master = group_masters->items[i].get();
-        // The group's kind: its first parameter's tensors say whether it holds weights or not.
+        // The group's kind: its tensors say whether it holds weights or not.
         const Value* sample = ps.exp_avg ? ps.exp_avg : ps.master;
         const TorchTensor* st_t = sample ? TorchFile::tensor(*sample) : nullptr;
         if (!st_t) throw IoError(f_.path() + ": optimizer state " + std::to_string(id.integer) + " holds no tensor");
         const size_t kind = std::min<size_t>(st_t->shape.size(), 2);
+        if (i == 0) check_group_kind(group, g, kind);
         if (next[kind] >= by_rank[kind].size())
           throw IoError(where(g) + ": more " + std::to_string(kind) + "-D parameters than the model's " +
                         std::to_string(by_rank[kind].size()));
@@ -156,14 +221,17 @@ class FileReader {
       if (next[k] != by_rank[k].size())
         throw IoError(f_.path() + ": the optimizer holds " + std::to_string(next[k]) + " of the model's " +
                       std::to_string(by_rank[k].size()) + " " + std::to_string(k) + "-D parameters");
-    if (!states.empty()) out_.moments = true;
-    if (!steps && !states.empty())
-      throw IoError(f_.path() + ": the optimizer's state records no 'step' (in its param_groups or its states)");
-    return steps.value_or(0);
   }
 
- private:
-  std::string where(size_t g) const { return f_.path() + ": optimizer param_groups[" + std::to_string(g) + "]"; }
+  // Megatron exempts biases and norms (1-D) from weight decay, and decays the weights: a group
+  // that says otherwise was not built by Megatron's default rule.
+  void check_group_kind(const Value& group, size_t g, size_t kind) const {
+    const std::optional<double> wd = group_number(group, "weight_decay"), mult = group_number(group, "wd_mult");
+    const bool exempt = (wd && *wd == 0.0) || (mult && *mult == 0.0);
+    if ((kind < 2 && !exempt) || (kind == 2 && mult && *mult == 0.0))
+      throw IoError(where(g) + " holds " + std::to_string(kind) + "-D parameters " +
+                    (kind < 2 ? "with" : "without") + " weight decay: not Megatron's default parameter groups");
+  }
 
   const Value* list_item(const Value& list, size_t i, const char* name) const {
     if (list.kind != Kind::List || i >= list.items.size() || list.items[i]->kind != Kind::List)
@@ -172,7 +240,7 @@ class FileReader {
   }
 
   void note_steps(std::optional<int64_t>& steps, std::optional<int64_t> v, const std::string& what) const {
-    if (!v) throw IoError(what + ": 'step' is not a number");
+    if (!v) throw IoError(what + ": 'step' is not a step count");
     if (steps && *steps != *v)
       throw IoError(what + ": step " + std::to_string(*v) + " where other parameters took " + std::to_string(*steps));
     steps = v;
@@ -180,7 +248,10 @@ class FileReader {
 
   // Every tensor of the parameter's state has its shape; a 16-bit master rounds to it.
   void check_param(const ModelParam& p, const ParamState& ps, int64_t id) const {
-    const std::string what = "optimizer state " + std::to_string(id) + " (parameter '" + p.key + "')";
+    // The chunk when not the only one: Shard::where is the file, then 'model1' etc.
+    const std::string chunk = p.shard->where.substr(std::min(p.shard->where.size(), f_.path().size()));
+    const std::string what = "optimizer state " + std::to_string(id) + " (parameter '" + p.key + "'" +
+                             (chunk.empty() ? "" : " of" + chunk) + ")";
     for (const Value* v : {ps.master, ps.exp_avg, ps.exp_avg_sq}) {
       if (!v) continue;
       const TorchTensor* t = TorchFile::tensor(*v);
@@ -189,14 +260,22 @@ class FileReader {
                       ", the parameter " + shape_str(p.tensor->shape) + " (not Megatron's parameter order?)");
     }
     if (dtype_ == DType::F32) return;
-    const std::vector<float> master = f_.read_f32(*TorchFile::tensor(*ps.master), what + " master");
-    const std::vector<float> param = f_.read_f32(*p.tensor, "'" + p.key + "'");
-    for (size_t i = 0; i < master.size(); ++i) {
-      const float r = dtype_ == DType::F16 ? half_to_float(float_to_half(master[i])) : bf16_to_float(float_to_bf16(master[i]));
-      if (float_bits(r) != float_bits(param[i]))
-        throw IoError(f_.path() + ": the master weight of " + what + " does not round to the parameter (element " +
-                      std::to_string(i) + "): not Megatron's parameter order, or not this model's optimizer");
-    }
+    const int64_t bad = master_mismatch(f_.read_f32(*TorchFile::tensor(*ps.master), what + " master"),
+                                        f_.read_f32(*p.tensor, "'" + p.key + "'"), dtype_);
+    if (bad >= 0)
+      throw IoError(f_.path() + ": the master weight of " + what + " does not round to the parameter (element " +
+                    std::to_string(bad) + "): not Megatron's parameter order, or not this model's optimizer");
+  }
+
+  // --use-distributed-optimizer: the parameters' state is in distrib_optim.pt beside the file.
+  void read_distributed() {
+    const std::filesystem::path path = std::filesystem::path(f_.path()).parent_path() / "distrib_optim.pt";
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+      throw IoError(path.string() + ": missing (--use-distributed-optimizer keeps the optimizer's parameter state "
+                    "there)");
+    out_.files.push_back(std::make_unique<TorchFile>(path.string()));
+    read_distributed_state(*out_.files.back(), chunks_, dtype_, out_);
   }
 
   // Megatron's DynamicGradScaler state: {'scale': tensor, 'growth_tracker', 'hysteresis_tracker'}
@@ -204,13 +283,10 @@ class FileReader {
   void read_scaler(const Value& s) {
     const Value* scale = s.get("scale");
     if (s.kind != Kind::Dict || !scale) return;
-    std::optional<double> value;
-    if (scale->kind == Kind::Float) value = scale->real;
-    else if (const TorchTensor* t = TorchFile::tensor(*scale); t && t->numel() == 1)
-      value = f_.read_f32(*t, "grad_scaler 'scale'")[0];
+    const std::optional<double> value = scalar_value(f_, *scale, "grad_scaler 'scale'");
     const Value* growth = s.get("growth_tracker");
     const Value* hysteresis = s.get("hysteresis_tracker");
-    if (!value || !growth || growth->kind != Kind::Int || !hysteresis || hysteresis->kind != Kind::Int)
+    if (!value || !(*value > 0) || !growth || growth->kind != Kind::Int || !hysteresis || hysteresis->kind != Kind::Int)
       throw IoError(f_.path() + ": 'grad_scaler' is not a DynamicGradScaler's state (scale, growth_tracker, "
                     "hysteresis_tracker)");
     out_.loss_scaler = {{"scale", *value}, {"growth_tracker", growth->integer},
@@ -219,8 +295,9 @@ class FileReader {
 
   const TorchFile& f_;
   DType dtype_;
+  bool distributed_;
   OptimizerState& out_;
-  std::vector<ModelParam> params_;
+  std::vector<std::vector<ModelParam>> chunks_;
 };
 
 // Megatron's OptimizerParamScheduler.state_dict() fields that trident's trainer_state keeps
@@ -246,6 +323,18 @@ nlohmann::json read_scheduler(const TorchFile& f) {
 
 }  // namespace
 
+int64_t master_mismatch(const std::vector<float>& master, const std::vector<float>& param, DType dtype) {
+  if (master.size() != param.size()) return 0;
+  for (size_t i = 0; i < master.size(); ++i) {
+    const float m = master[i];
+    const float r = dtype == DType::F16 ? half_to_float(float_to_half(m))
+                    : dtype == DType::BF16 ? bf16_to_float(float_to_bf16(m))
+                                           : m;
+    if (float_bits(r) != float_bits(param[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 void check_optimizer_state_readable(const Checkpoint& c) {
   if (c.dist)
     throw ConfigError("--with-optimizer: " + c.dir.string() + " is a torch_dist checkpoint, whose optimizer state trident "
@@ -259,18 +348,15 @@ void check_optimizer_state_readable(const Checkpoint& c) {
   if (!c.args || !c.iteration)
     throw ConfigError("--with-optimizer: " + c.dir.string() + " records no " + (c.args ? "iteration" : "args") +
                       "; import it without --with-optimizer");
-  const Value* dist = c.args->get("use_distributed_optimizer");
-  if (dist && dist->kind == Kind::Bool && dist->boolean)
-    throw ConfigError("--with-optimizer: " + c.args_source + " was saved with --use-distributed-optimizer, whose state "
-                      "(distrib_optim.pt) trident does not read; import its weights without --with-optimizer");
 }
 
 OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype) {
-  check_optimizer_state_readable(c);
+  const Value* dist = c.args->get("use_distributed_optimizer");
+  const bool distributed = dist && dist->kind == Kind::Bool && dist->boolean;
   OptimizerState out;
   bool first = true;
   for (const auto& file : c.files) {
-    const int64_t steps = FileReader(c, *file, model_dtype, out).read();
+    const int64_t steps = FileReader(c, *file, model_dtype, distributed, out).read();
     if (!first && steps != out.steps)
       throw IoError(file->path() + ": the optimizer took " + std::to_string(steps) + " steps, " + c.files[0]->path() +
                     "'s " + std::to_string(out.steps));

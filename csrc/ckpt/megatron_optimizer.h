@@ -1,12 +1,15 @@
-// The training state of a Megatron-LM checkpoint saved with --ckpt-format torch and Megatron's
-// non-distributed optimizer: each parameter's Adam moments and fp32 master weight, Adam's step
-// count, the learning-rate scheduler and the loss scaler. Internal to the Megatron import
-// (megatron_gpt2.h, MegatronImportOptions::with_optimizer).
+// The training state of a Megatron-LM checkpoint saved with --ckpt-format torch: each parameter's
+// Adam moments and fp32 master weight, Adam's step count, the learning-rate scheduler and the
+// loss scaler. Internal to the Megatron import (megatron_gpt2.h,
+// MegatronImportOptions::with_optimizer).
 //
 // Each mp_rank_* file's 'optimizer' is what Megatron's optimizer.state_dict() returns:
 //   * Float16OptimizerWithFloat16Params (fp16, bf16): {'optimizer': INNER, 'grad_scaler': {...}
 //     (fp16), 'fp32_from_fp16_params': [[master tensor per parameter] per group]};
 //   * FP32Optimizer: INNER itself (the masters are the parameters);
+//   * DistributedOptimizer (--use-distributed-optimizer): {'optimizer': INNER without 'state' and
+//     its groups without 'params', 'grad_scaler'}, the parameters' state in the rank folder's
+//     distrib_optim.pt (megatron_distrib_optim.h);
 //   * ChainedOptimizer (newer Megatron-core): a list of those, of which one is read;
 // INNER is torch.optim.Optimizer.state_dict() of apex's or Transformer Engine's FusedAdam (or
 // torch's Adam): {'state': {index: {'exp_avg', 'exp_avg_sq'[, 'step']}}, 'param_groups':
@@ -15,16 +18,19 @@
 // Which parameter an index is: Megatron builds its groups from the model chunks'
 // named_parameters() in order (every version: _get_params_for_weight_decay_optimization,
 // get_param_groups, Megatron-core's _get_param_groups), the decayed ones (GPT-2: the 2-D
-// weights) apart from the others (biases and LayerNorms, 1-D). The file's model state dict lists
-// the parameters in that same order (its '_extra_state' entries are not parameters), so a
-// group's i-th index is the i-th parameter of its kind. A group's kind is read from its
-// tensors' shapes, and every moment and master must have its parameter's shape; a 16-bit
-// master must also round to the stored parameter bit for bit (Megatron copies the masters into
-// the model after each step), which catches parameters taken in another order.
+// weights) apart from the others (biases and LayerNorms, 1-D, weight decay 0). The file's model
+// state dict lists the parameters in that same order (its '_extra_state' entries are not
+// parameters), so a group's i-th index is the i-th parameter of its kind. A group's kind is read
+// from its tensors' shapes, and every moment and master must have its parameter's shape; a
+// 16-bit master must also round to the stored parameter bit for bit (Megatron copies the masters
+// into the model after each step), which catches parameters taken in another order. Groups of
+// another learning-rate multiplier (--decoupled-lr, scale_lr_cond) are refused.
 #pragma once
 
 #include <map>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,33 +39,53 @@
 
 namespace trident::megatron {
 
-// One parameter's state in one file; the moments are nullptr before the first step.
+// A parameter of one rank's model chunk: its key in the chunk's state dict and its tensor.
+struct ModelParam {
+  const Shard* shard;
+  std::string key;
+  const pickle::Value* value;
+  const TorchTensor* tensor;
+};
+
+// One parameter's state in one rank's files; the moments are nullptr before the first step.
 struct ParamState {
   const pickle::Value* master = nullptr;  // the parameter itself for an fp32 model
   const pickle::Value* exp_avg = nullptr;
   const pickle::Value* exp_avg_sq = nullptr;
+  const TorchFile* file = nullptr;  // the file the state lies in (distrib_optim.pt); nullptr: the model's
 };
 
 struct OptimizerState {
-  int64_t steps = 0;  // Adam's step count (its bias correction): the updates taken
+  int64_t steps = 0;     // Adam's step count (its bias correction): the updates taken
   bool moments = false;  // false before the first step: every moment is zero
   // (shard, key in Shard::params) -> state, for every parameter of every shard.
   std::map<std::pair<const Shard*, std::string>, ParamState> params;
   // trident's trainer_state fields: Megatron's opt_param_scheduler fields that trident reads
-  // (null when the checkpoint predates them), the dynamic loss scaler's state (null without).
+  // (null when the checkpoint predates them), the dynamic loss scaler's state (null without),
+  // the first group's Adam betas and epsilon ({"beta1", "beta2", "eps"}; null when not saved).
   nlohmann::json scheduler;
   nlohmann::json loss_scaler;
+  nlohmann::json adam;
+  // The distributed optimizer's files and the tensor views into their flat buffers that
+  // `params` points to.
+  std::vector<std::unique_ptr<TorchFile>> files;
+  std::vector<pickle::Ref> views;
 };
 
 // Throws ConfigError, naming --with-optimizer, for a checkpoint whose optimizer state trident
-// does not read: a distributed optimizer's, DeepSpeed's, Megatron-core's torch_dist, a release
-// folder's (Megatron loads none from it), one saved without args or iteration.
+// does not read: DeepSpeed's, Megatron-core's torch_dist, a release folder's (Megatron loads
+// none from it), one saved without args or iteration. The import calls it before reading.
 void check_optimizer_state_readable(const Checkpoint& c);
 
-// Reads the state of every rank's file of a torch-format Megatron-LM checkpoint whose model is
-// stored as `model_dtype`. Throws ConfigError for a state trident does not read (a distributed
-// optimizer, DeepSpeed's, Megatron-core's torch_dist, several optimizers), IoError naming the
-// file for a missing or malformed one.
+// Reads the state of every rank's file of a torch-format Megatron-LM checkpoint (that
+// check_optimizer_state_readable accepted) whose model is stored as `model_dtype`. Throws
+// ConfigError for a state trident does not read (several optimizers, other parameter groups),
+// IoError naming the file for a missing or malformed one.
 OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
+
+// Whether the stored parameter `param` is what Megatron copies from fp32 master `master` into a
+// model of `dtype` (equal in fp32, rounded to nearest-even in 16 bits). The first element that
+// is not, or -1.
+int64_t master_mismatch(const std::vector<float>& master, const std::vector<float>& param, DType dtype);
 
 }  // namespace trident::megatron

@@ -76,6 +76,20 @@ struct PreviousCheckpoint {
 };
 PreviousCheckpoint read_previous_checkpoint(const std::filesystem::path& iteration_dir);
 
+// trainer_state keys that trident's saves and the Megatron import share: the dropout seed (the
+// RNG state: trident's dropout is Philox keyed by it), the --seed that ordered the samples
+// (data/gpt_dataset.h), and the Adam hyperparameters of the run ({"beta1", "beta2", "eps"}).
+inline constexpr const char* kRngStateKey = "dropout_seed";
+inline constexpr const char* kDataSeedKey = "data_seed";
+inline constexpr const char* kAdamKey = "adam";
+
+// The order of the samples that a checkpoint's consumed samples count in:
+// trainer_state[kSampleOrderKey] is kSampleOrder, Megatron's (numpy's shuffles, data/
+// gpt_dataset.h), in checkpoints of trident since it took that order and in Megatron imports
+// with their training state; older trident builds had an order of their own.
+inline constexpr const char* kSampleOrderKey = "sample_order";
+inline constexpr const char* kSampleOrder = "megatron";
+
 // A FileRecord for `dir/rel` (size and checksum read from disk).
 FileRecord make_file_record(const std::filesystem::path& dir, const std::string& rel);
 // Checks every listed file under `dir` (size and checksum); IoError names the first bad one.

@@ -26,7 +26,7 @@ namespace {
 
 // The index maps' cache key and file: kIndexMapVersion changes when the maps or the file's
 // arrays change meaning.
-constexpr uint64_t kIndexMapVersion = 2;
+constexpr uint64_t kIndexMapVersion = 3;  // 3: numpy's shuffles (Megatron's order)
 constexpr uint32_t kIndexMapArrayBytes[3] = {4, 8, 8};  // doc_idx, sample_idx, shuffle_idx
 
 // Where index caches go: --data-cache-path, else the folder of the (first) prefix, as Megatron.
@@ -56,13 +56,19 @@ bool save_index_maps(const std::string& path, uint64_t hash, const GptIndexMaps&
 
 // ---------------------------------------------------------------- pieces
 
-uint64_t DeterministicShuffler::uniform_upto(uint64_t n) {
-  if (n == UINT64_MAX) return gen_();
-  const uint64_t range = n + 1;
-  const uint64_t reject_below = (0 - range) % range;  // 2^64 mod range
+uint64_t NumpyShuffler::interval(uint64_t max) {
+  if (max == 0) return 0;
+  uint64_t mask = max;
+  for (int s = 1; s <= 32; s *= 2) mask |= mask >> s;
   for (;;) {
-    const uint64_t x = gen_();
-    if (x >= reject_below) return x % range;
+    uint64_t v;
+    if (max <= 0xffffffffu) {
+      v = gen_() & mask;
+    } else {
+      const uint64_t hi = gen_();
+      v = ((hi << 32) | gen_()) & mask;
+    }
+    if (v <= max) return v;
   }
 }
 
@@ -122,7 +128,8 @@ GptIndexMaps build_index_maps(UnalignedArray<int32_t> sizes, uint64_t begin, uin
     m.separate_last_epoch =
         last_epoch_samples < static_cast<uint64_t>(kSeparateLastEpochCutoff * static_cast<double>(per_epoch));
   }
-  DeterministicShuffler rng(seed);
+  TRIDENT_CHECK(seed <= kMaxDataSeed, "seed ", seed, " past numpy's RandomState");
+  NumpyShuffler rng(static_cast<uint32_t>(seed));
   // doc_idx: documents tiled over the epochs, shuffled (last epoch apart when separate)
   const uint64_t ndocs = end - begin;
   m.doc_idx.resize(ndocs * m.epochs);
@@ -384,6 +391,9 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
   if (cfg.blend.empty() && !per_split) throw ConfigError("--data-path is required");
   if (cfg.seq_length < 1) throw ConfigError("--seq-length must be positive");
+  if (cfg.seed > kMaxDataSeed)
+    throw ConfigError(detail::concat("--seed ", cfg.seed, ": the samples are ordered as Megatron orders them, by numpy's "
+                                     "RandomState(seed), which takes seeds 0 to ", kMaxDataSeed));
   const uint64_t wanted[3] = {cfg.train_samples, cfg.valid_samples, cfg.test_samples};
   const char* names[3] = {"train", "valid", "test"};
   TrainValidTest out;

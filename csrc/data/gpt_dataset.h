@@ -13,8 +13,9 @@
 //               (the last token is shared);
 //   shuffle_idx a permutation of the (E*T - 1) / seq_length samples (first E-1 epochs and last
 //               epoch shuffled separately in the case above).
-// Shuffles are Fisher-Yates driven by one std::mt19937_64(seed), in the order doc_idx then
-// shuffle_idx, drawing j uniformly in [0, i] by rejection (not numpy-compatible).
+// Both shuffles draw from one numpy.random.RandomState(seed), doc_idx's first, as Megatron's
+// GPTDataset does (NumpyShuffler below): the maps, and so the order of the samples, are
+// Megatron's for the same data, --split, --seq-length, --seed and sample counts.
 // The maps are cached in one file per split, named by a hash of everything they depend on,
 // written to a unique temporary name and renamed, so concurrent ranks can build them; the
 // file is then memory-mapped (ranks on a node share it through the page cache).
@@ -111,20 +112,26 @@ inline constexpr uint64_t kMaxIndexedDocuments = uint64_t{1} << 31;
 GptIndexMaps build_index_maps(UnalignedArray<int32_t> sizes, uint64_t begin, uint64_t end,
                               int seq_length, uint64_t seed, uint64_t samples);
 
-// The shuffles' primitive: Fisher-Yates from the back, j uniform in [0, i] drawn from a
-// std::mt19937_64 by rejection (unbiased, identical on every platform).
-class DeterministicShuffler {
+// The shuffles' primitive: numpy's legacy RandomState(seed).shuffle of a 1-D array, which
+// Megatron's index maps call. RandomState seeds MT19937 with init_genrand(seed), as
+// std::mt19937 does; shuffle runs Fisher-Yates from the back, swapping element i with
+// j = random_interval(i): the next 32-bit draw masked to the smallest all-ones mask >= i,
+// drawn again while above i (64-bit draws, two words high first, above 2^32 - 1: that range
+// is not checked against numpy).
+class NumpyShuffler {
  public:
-  explicit DeterministicShuffler(uint64_t seed) : gen_(seed) {}
-  uint64_t uniform_upto(uint64_t n);  // uniform in [0, n]
+  explicit NumpyShuffler(uint32_t seed) : gen_(seed) {}
+  uint64_t interval(uint64_t max);  // uniform in [0, max]
   template <typename T>
   void shuffle(T* data, uint64_t n) {
-    for (uint64_t i = n; i > 1; --i) std::swap(data[i - 1], data[uniform_upto(i - 1)]);
+    for (uint64_t i = n; i > 1; --i) std::swap(data[i - 1], data[interval(i - 1)]);
   }
 
  private:
-  std::mt19937_64 gen_;
+  std::mt19937 gen_;
 };
+// numpy's RandomState takes seeds 0 to 2^32 - 1 (Megatron's data fails on others too).
+inline constexpr uint64_t kMaxDataSeed = 0xffffffffu;
 
 // Read-only view of index maps, owned by a GptIndexMaps or by a mapped cache file.
 struct GptIndexView {

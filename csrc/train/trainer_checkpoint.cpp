@@ -284,9 +284,6 @@ ParamSchedules schedules_after_load(const ParamSchedules& cli, const nlohmann::j
 // Whether a load restores the optimizer state (and with it the LR schedule and loss scale).
 bool loads_optimizer_state(const TrainOptions& o) { return !o.no_load_optim && !o.finetune; }
 
-// The trainer_state key of the RNG state: the dropout seed (Philox, so the seed is all of it).
-constexpr const char* kRngStateKey = "dropout_seed";
-
 // What a resume needs of checkpoint `dir` that its metadata alone tells: the model's shape
 // (`run` is this run's), the states the flags load, an iteration this run can still train
 // from, and the schedule (returned: the one to train with; `out` takes the notes of
@@ -328,6 +325,41 @@ std::string abandoned_note(const fs::path& root, int64_t latest, const std::vect
   return "trident: --keep-last: " + names + " in " + root.string() + " are not in the history of the latest " +
          "checkpoint (iteration " + std::to_string(latest) + "), left by an abandoned continuation: kept and not " +
          "counted (a save of the same iteration replaces one); delete them by hand if they are not wanted";
+}
+
+// A resume at consumed samples N reads the samples from position N of the order its flags give:
+// the checkpoint's run's order only with the same --seed (and a trident build that took
+// Megatron's order, or a Megatron import). Otherwise samples already trained on may come again
+// and others be skipped this epoch: a note says so (Megatron does not check either).
+void note_sample_order(const nlohmann::json& st, const fs::path& dir, uint64_t seed, std::ostream& out) {
+  const auto order = st.find(kSampleOrderKey);
+  if (order == st.end() || *order != kSampleOrder) {
+    out << "trident: note: " << dir.string() << " was written by a trident build that shuffled the data its own "
+        << "way; this build orders the samples as Megatron does (numpy's RandomState), so the run goes on at the "
+        << "same position of another order: samples already trained on may come again this epoch, and others be "
+        << "skipped" << std::endl;
+    return;
+  }
+  const auto saved = st.find(kDataSeedKey);
+  if (saved != st.end() && saved->is_number_unsigned() && saved->get<uint64_t>() != seed)
+    out << "trident: note: " << dir.string() << "'s run ordered its samples with --seed " << saved->dump()
+        << "; this run's --seed " << seed << " orders them otherwise: samples already trained on may come again "
+        << "this epoch, and others be skipped" << std::endl;
+}
+
+// Megatron restores Adam's betas and epsilon with the optimizer's state; trident takes its
+// flags': a note names a difference.
+void note_adam_hyperparameters(const nlohmann::json& st, const fs::path& dir, const TrainOptions& o, std::ostream& out) {
+  const auto adam = st.find(kAdamKey);
+  if (adam == st.end() || !adam->is_object()) return;
+  const auto differs = [&](const char* key, float flag) {
+    const auto v = adam->find(key);
+    return v != adam->end() && v->is_number() && static_cast<float>(v->get<double>()) != flag;
+  };
+  if (differs("beta1", o.adam_beta1) || differs("beta2", o.adam_beta2) || differs("eps", o.adam_eps))
+    out << "trident: note: " << dir.string() << "'s optimizer ran with Adam betas (" << adam->value("beta1", 0.0)
+        << ", " << adam->value("beta2", 0.0) << "), eps " << adam->value("eps", 0.0) << "; this run takes --adam-beta1 "
+        << o.adam_beta1 << " --adam-beta2 " << o.adam_beta2 << " --adam-eps " << o.adam_eps << std::endl;
 }
 
 }  // namespace
@@ -507,10 +539,13 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind) {
                      {"consumed_train_tokens", consumed_tokens_},
                      {"skipped_iterations", skipped_iterations_},
                      {"nan_iterations", nan_iterations_},
-                     {"global_batch_size", opt_.global_batch_size}};
+                     {"global_batch_size", opt_.global_batch_size},
+                     {kSampleOrderKey, kSampleOrder},
+                     {kDataSeedKey, opt_.seed}};
   if (!opt_.no_save_optim) {  // Megatron's --no-save-optim also leaves out the scheduler
     const LossScalerState ls = scaler_.state();
     m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
+    m.trainer_state[kAdamKey] = {{"beta1", opt_.adam_beta1}, {"beta2", opt_.adam_beta2}, {"eps", opt_.adam_eps}};
     // Megatron's name: the LR schedule's position in samples of successful updates.
     m.trainer_state["opt_param_scheduler"] = scheduler_state({schedule_, wd_schedule_}, scheduler_);
     // Only a dynamic scaler has a state (Megatron's ConstantGradScaler saves nothing): a
@@ -741,10 +776,12 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
     scheduler_ = load_optimizer ? saved_scheduler_position(schedule_, st, consumed_samples_, consumed_tokens_)
                                 : schedule_.step(LrPosition{}, 0, 0);
     consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
+    if (opt_.has_data() && consumed_samples_ > 0) note_sample_order(st, dir, opt_.seed, *out_);
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
     nan_iterations_ = st.value("nan_iterations", int64_t{0});
     if (load_optimizer) {
       optimizer_->set_steps_taken(st.value("optimizer_steps", int64_t{0}));
+      note_adam_hyperparameters(st, dir, opt_, *out_);
       // Checkpoints written before the state was kept to dynamic scalers have one from
       // every run; only an fp16 run's can be a dynamic scaler's.
       const bool saved_dynamic = st.contains("loss_scaler") && meta.model.dtype == DType::F16;

@@ -25,17 +25,8 @@
 # Usage: megatron_import.sh CONVERT GENERATE REPO VOCABDIR
 set -u
 convert=$1 generate=$2 repo=$3 vocab=$4
-py=/usr/bin/python3
-if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
-  echo "SKIP: $py cannot import torch and numpy (tools/install-deps.sh --tests installs them)"
-  exit 77  # ctest: skipped (SKIP_RETURN_CODE)
-fi
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok $*"; }
+# shellcheck source=tests/e2e/torch_test_setup.sh
+source "$repo/tests/e2e/torch_test_setup.sh"
 src=$tmp/megatron
 "$py" "$repo/tests/e2e/megatron_checkpoints.py" "$src" >"$tmp/cases" || { echo "FAIL: writing the checkpoints"; exit 1; }
 

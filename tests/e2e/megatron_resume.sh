@@ -1,30 +1,28 @@
 #!/usr/bin/env bash
 # A run stopped in Megatron-LM goes on in trident: trident-convert --from megatron --with-optimizer.
 # A trident run of 6 iterations saves at iteration 3; tests/e2e/megatron_training_state.py writes
-# that state as Megatron-LM saves it (--ckpt-format torch, non-distributed optimizer: the model, the
-# optimizer's state dict in Megatron's parameter groups, the scheduler, the args' consumed samples
-# and seed) at another layout: fp32 at tp2 x pp2 with the legacy model and apex's FusedAdam; fp16
-# at tp1 x pp2 x 2 virtual chunks with Megatron-core names, torch's Adam and a dynamic loss scale
-# that grows; bf16 at tp2 with Megatron-core names. Imported with --with-optimizer and resumed by
-# trident-train to iteration 6, its model and optimizer files must equal the uninterrupted run's
-# byte for byte. Two LayerNorm weights' states exchanged (another parameter order than Megatron's)
-# change an fp32 run and fail a 16-bit import (its masters no longer round to the parameters);
-# a distributed optimizer's checkpoint and one saved without optimizer state fail with one line,
-# leaving nothing. SKIP (exit 77) without Debian's python3-torch.
+# that state as Megatron-LM saves it (--ckpt-format torch: the model, the optimizer's state dict
+# in Megatron's parameter groups, the scheduler, the args' consumed samples and seed) at another
+# layout:
+#  - the non-distributed optimizer: fp32 at tp2 x pp2 with the legacy model and apex's FusedAdam;
+#    fp16 at tp1 x pp2 x 2 virtual chunks with Megatron-core names, torch's Adam and a dynamic
+#    loss scale that grows; bf16 at tp2 with Megatron-core names;
+#  - the distributed optimizer (distrib_optim.pt) in Megatron's three layouts of it: 2023's
+#    whole buffer (fp16, tp1 x pp2 x 2 chunks), late 2023's buckets (fp32, tp2) and
+#    Megatron-core's coalesced buckets with 64-element alignment and the shared embedding's own
+#    bucket (bf16, pp2).
+# Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
+# optimizer files must equal the uninterrupted run's byte for byte; a note names Adam betas that
+# differ from the flags'. Two LayerNorm weights' states exchanged (another parameter order than
+# Megatron's) change an fp32 run and fail a 16-bit import (its masters no longer round to the
+# parameters); a master moved by one element in distrib_optim.pt, a missing distrib_optim.pt and
+# a checkpoint saved without optimizer state fail with one line, leaving nothing. SKIP (exit 77)
+# without Debian's python3-torch.
 # Usage: megatron_resume.sh TRAIN CONVERT REPO
 set -u
 train=$1 convert=$2 repo=$3
-py=/usr/bin/python3
-if ! "$py" -c 'import torch, numpy' 2>/dev/null; then
-  echo "SKIP: $py cannot import torch and numpy (tools/install-deps.sh --tests installs them)"
-  exit 77  # ctest: skipped (SKIP_RETURN_CODE)
-fi
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-ok() { echo "ok $*"; }
+# shellcheck source=tests/e2e/torch_test_setup.sh
+source "$repo/tests/e2e/torch_test_setup.sh"
 
 # megatron_training_state.py's model: 4 layers, 32 wide, 4 heads, 32 positions.
 run=(--device cpu --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 32
@@ -39,7 +37,7 @@ reference() {  # reference DTYPE: the uninterrupted run, saved at iterations 3 a
   "$train" "${run[@]}" ${precision[$1]} --save "$tmp/ref-$1" --save-interval 3 >"$tmp/ref-$1.log" 2>&1 ||
     { cat "$tmp/ref-$1.log"; return 1; }
 }
-megatron() {  # megatron NAME DTYPE TP PP VP STEPS MODEL [MUTATION]: the iteration-3 state as Megatron saves it
+megatron() {  # megatron NAME DTYPE TP PP VP STEPS MODEL [LAYOUT [MUTATION]]: the iteration-3 state as Megatron saves it
   local name=$1 dtype=$2
   shift 2
   reference "$dtype" &&
@@ -57,17 +55,19 @@ resumed() {  # resumed NAME DTYPE: imports mg-NAME and trains it to iteration 6;
   done
 }
 
-for c in "fp32 2 2 1 apex legacy" "fp16 1 2 2 torch mcore" "bf16 2 1 1 apex mcore"; do
-  read -r dtype tp pp vp steps model <<<"$c"
-  name=$dtype-tp$tp-pp$pp-vp$vp
-  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" || continue
+for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16 2 1 1 apex mcore indexed" \
+    "fp16 1 2 2 apex legacy distributed-whole" "fp32 2 1 1 torch legacy distributed-buckets" \
+    "bf16 1 2 1 apex mcore distributed-coalesced"; do
+  read -r dtype tp pp vp steps model layout <<<"$c"
+  name=$dtype-tp$tp-pp$pp-vp$vp-$layout
+  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" "$layout" || continue
   if resumed "$name" "$dtype"; then
     ok "$name ($model, $steps steps): resumed to iteration 6, model and optimizer equal the uninterrupted run's"
   else
     fail "$name: resumed run differs from the uninterrupted one"
   fi
 done
-"$py" - "$tmp/imp-fp16-tp1-pp2-vp2/iter_0000003/metadata.json" "$tmp/ref-fp16/iter_0000003/metadata.json" <<'EOF' &&
+"$py" - "$tmp/imp-fp16-tp1-pp2-vp2-indexed/iter_0000003/metadata.json" "$tmp/ref-fp16/iter_0000003/metadata.json" <<'EOF' &&
 import json, sys
 got, want = (json.load(open(p)) for p in sys.argv[1:])
 assert (got["iteration"], got["consumed_samples"]) == (3, 12), got
@@ -79,15 +79,22 @@ assert st["opt_param_scheduler"]["num_steps"] == 12 and st["source_format"] == "
 EOF
   ok "fp16 import: iteration 3, 12 samples, 3 Adam steps, loss scale 8192 one clean step into its window" ||
   fail "fp16 import's metadata"
-grep -q "iteration 3 with the optimizer state after 3 Adam steps" "$tmp/imp-fp32-tp2-pp2-vp1.log" &&
-  ok "the import's line names the state" || fail "import line: $(head -1 "$tmp/imp-fp32-tp2-pp2-vp1.log")"
+grep -q "iteration 3 with the optimizer state after 3 Adam steps" "$tmp/imp-fp32-tp2-pp2-vp1-indexed.log" &&
+  ok "the import's line names the state" || fail "import line: $(head -1 "$tmp/imp-fp32-tp2-pp2-vp1-indexed.log")"
 
 # Another parameter order than Megatron's: undetectable in fp32 (the shapes agree), where it
 # changes the run, so the comparison above can fail; a 16-bit import refuses it.
-if megatron swapped-fp32 fp32 1 1 1 apex legacy swapped; then
+if megatron swapped-fp32 fp32 1 1 1 apex legacy indexed swapped; then
   resumed swapped-fp32 fp32
   [[ $? -eq 1 ]] && ok "two LayerNorm states exchanged: the resumed fp32 run differs" ||
     fail "a swapped state left the fp32 run unchanged"
+fi
+
+# Megatron restores Adam's betas with its state; trident takes its flags' and says so.
+if megatron betas fp32 1 1 1 apex legacy indexed betas; then
+  resumed betas fp32 && grep -qF "'s optimizer ran with Adam betas (0.9, 0.95), eps 1e-08; this run takes --adam-beta1 0.9 --adam-beta2 0.999" \
+    "$tmp/imp-betas.log" && ok "other Adam betas in the checkpoint: a note, and the run takes the flags'" ||
+    { fail "Adam betas note"; cat "$tmp/imp-betas.log"; }
 fi
 
 # ---- errors: one line naming the file or flag; nothing written
@@ -104,11 +111,13 @@ expect_error() {  # expect_error TEXT NAME
     cat "$tmp/err"
   fi
 }
-megatron swapped-fp16 fp16 1 2 1 apex legacy swapped &&
+megatron swapped-fp16 fp16 1 2 1 apex legacy indexed swapped &&
   expect_error "mp_rank_00_000/model_optim_rng.pt: the master weight of optimizer state 10 (parameter 'language_model.encoder.layers.0.input_layernorm.weight') does not round to the parameter" swapped-fp16
-megatron distributed bf16 1 1 1 apex legacy distributed &&
-  expect_error "--with-optimizer: $tmp/mg-distributed/iter_0000003/mp_rank_00/model_optim_rng.pt was saved with --use-distributed-optimizer" distributed
-megatron no-optim fp32 1 1 1 apex legacy no-optimizer &&
+megatron moved bf16 1 1 1 apex legacy distributed-coalesced moved &&
+  expect_error "$tmp/mg-moved/iter_0000003/mp_rank_00/distrib_optim.pt: buffer 0: parameter 'language_model.encoder.layers.0.input_layernorm.bias' ([32]) is nowhere in the buffer where its master weight matches it" moved
+megatron no-distrib fp32 1 1 1 apex legacy distributed-buckets no-distrib-file &&
+  expect_error "$tmp/mg-no-distrib/iter_0000003/mp_rank_00/distrib_optim.pt: missing (--use-distributed-optimizer keeps" no-distrib
+megatron no-optim fp32 1 1 1 apex legacy indexed no-optimizer &&
   expect_error "$tmp/mg-no-optim/iter_0000003/mp_rank_00/model_optim_rng.pt: no 'optimizer' state (saved with --no-save-optim?)" no-optim
 
 echo "$fails failure(s)"

@@ -20,11 +20,30 @@ importer:
   * 'iteration', 'checkpoint_version' 3.0, 'args' with consumed_train_samples,
     consumed_valid_samples, seed, global_batch_size, use_distributed_optimizer.
 
-Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore [MUTATION]
+With OPTIMIZER distributed-* (--use-distributed-optimizer), 'optimizer' holds the inner state
+dict without 'state' and its groups without 'params' ('step' in each group), and each rank
+folder's distrib_optim.pt the parameters' fp32 'param', 'exp_avg' and 'exp_avg_sq' in each model
+chunk's gradient buffer, laid out as Megatron's (ParamAndGradBuffer, save_parameter_state):
+the chunk's parameters in reverse named_parameters() order, buckets closed after the parameter
+that reaches BUCKET elements, data-parallel size 2, and by version:
+  distributed-whole      2023: one tensor of the whole buffer, packed, padded to a multiple of dp;
+  distributed-buckets    late 2023: a list of tensors per bucket, each padded to a multiple of dp,
+                         with 'bucket_sizes';
+  distributed-coalesced  Megatron-core 0.8 on: parameters at multiples of 64 elements from their
+                         bucket's start, buckets padded to lcm(dp, 128), the shared embedding in a
+                         bucket of its own (pp > 1), saved as one tensor of the buckets without
+                         their end padding, keyed (param dtype, grad dtype), 'buckets_coalesced'.
+Padding holds noise (torch.empty) except in the coalesced format (zeros).
+
+Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore
+                                  [indexed|distributed-whole|distributed-buckets|distributed-coalesced] [MUTATION]
   TRIDENT_ITER_DIR: a tp1 x pp1 trident checkpoint of a 4-layer, 32-wide, 4-head, 32-position model.
-  MUTATION: distributed (args.use_distributed_optimizer), swapped (two LayerNorm weights' states
-  exchanged within their group), no-optimizer (saved with --no-save-optim).
+  MUTATION: swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
+  betas saved as (0.9, 0.95), where the run had (0.9, 0.999)), no-optimizer
+  (saved with --no-save-optim), no-distrib-file (distributed, without distrib_optim.pt), moved (distributed:
+  a parameter's master one element off).
 """
+import math
 import json
 import os
 import struct
@@ -83,9 +102,72 @@ def flat(d, prefix=""):
             yield prefix + k, v
 
 
+DP, BUCKET = 2, 3000
+
+
+def buffer_layout(params, fmt, shared):
+    """Megatron's gradient buffer of one chunk: [(bucket start, unpadded end, padded end,
+    [(key, start, end)])], `params` [(key, numel)] in named_parameters() order."""
+    align, bucket_pad = (64, math.lcm(DP, 128)) if fmt == "distributed-coalesced" else (1, DP)
+    pad = lambda x, m: -(-x // m) * m
+    buckets, items, bucket_start, cursor = [], [], 0, 0
+
+    def close():
+        nonlocal bucket_start, cursor, items
+        end = items[-1][2]
+        buckets.append((bucket_start, end, pad(end, bucket_pad), items))
+        bucket_start = cursor = pad(end, bucket_pad)
+        items = []
+
+    for key, n in reversed(params):
+        own = fmt == "distributed-coalesced" and key in shared
+        if own and items:
+            close()
+        start = bucket_start + pad(cursor - bucket_start, align)
+        items.append((key, start, start + n))
+        cursor = start + n
+        if cursor - bucket_start >= BUCKET or own:
+            close()
+    if items:
+        close()
+    return buckets
+
+
+def distrib_state(chunks, fmt, dtype, noise, pipeline):
+    """distrib_optim.pt's object for one rank: chunks[v] = [(key, {"param"|"exp_avg"|"exp_avg_sq": tensor})]
+    in named_parameters() order; with a pipeline, the tied embedding and head are 'shared_embedding'."""
+    out = {"buckets_coalesced": True} if fmt == "distributed-coalesced" else {}
+    for v, chunk in enumerate(chunks):
+        shared = {k for k, _ in chunk if pipeline and k.endswith(("word_embeddings.weight", "output_layer.weight",
+                                                                   "word_embeddings_for_head.weight"))}
+        values = dict(chunk)
+        buckets = buffer_layout([(k, x["param"].numel()) for k, x in chunk], fmt, shared)
+        tensors = {}
+        for key in ("param", "exp_avg", "exp_avg_sq"):
+            per_bucket = []
+            for start, end, padded, items in buckets:
+                size = end - start if fmt == "distributed-coalesced" else padded - start
+                b = torch.zeros(size) if fmt == "distributed-coalesced" else torch.randn(size, generator=noise) * 3
+                for k, a, e in items:
+                    b[a - start:e - start] = values[k][key].flatten()
+                per_bucket.append(b)
+            tensors[key] = per_bucket if fmt == "distributed-buckets" else torch.cat(per_bucket)
+        if fmt == "distributed-buckets":
+            out["bucket_sizes"] = [padded - start for start, _, padded, _ in buckets]
+        if fmt == "distributed-coalesced":
+            tensors["numel_unpadded"] = sum(end - start for start, end, _, _ in buckets)
+            out[v] = {(dtype, torch.float32): tensors}
+        else:
+            out[v] = {torch.float32: tensors}
+    return out
+
+
 def main():
     src, out, dtype_name, tp, pp, vp, step_style, model_kind = sys.argv[1:9]
-    mutation = sys.argv[9] if len(sys.argv) > 9 else ""
+    layout = sys.argv[9] if len(sys.argv) > 9 else "indexed"
+    mutation = sys.argv[10] if len(sys.argv) > 10 else ""
+    distributed = layout.startswith("distributed")
+    noise = torch.Generator().manual_seed(5)
     tp, pp, vp = int(tp), int(pp), int(vp)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
     meta = json.load(open(os.path.join(src, "metadata.json")))
@@ -106,7 +188,7 @@ def main():
                             consumed_train_samples=meta["consumed_samples"],
                             consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],
                             global_batch_size=st["global_batch_size"],
-                            use_distributed_optimizer=mutation == "distributed")
+                            use_distributed_optimizer=distributed)
     for t in range(tp):
         for s in range(pp):
             models = build(params, dtype)
@@ -128,23 +210,38 @@ def main():
                                       "exp_avg_sq": tensor(moments["exp_avg_sq"], vk).clone()}
                     if step_style == "torch":
                         inner_state[i]["step"] = torch.tensor(float(steps))
-                group = {"params": ids, "lr": 1e-3, "weight_decay": 0.01 if g == 0 else 0.0, "betas": (0.9, 0.999),
+                betas = (0.9, 0.95) if mutation == "betas" else (0.9, 0.999)
+                group = {"params": ids, "lr": 1e-3, "weight_decay": 0.01 if g == 0 else 0.0, "betas": betas,
                          "eps": 1e-8, "bias_correction": True, "wd_mult": 1.0 if g == 0 else 0.0, "lr_mult": 1.0}
                 if step_style == "apex":
                     group["step"] = steps
                 param_groups.append(group)
                 index += len(members)
             inner = {"state": inner_state, "param_groups": param_groups}
-            if dtype == torch.float32:
+            rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
+            folder = os.path.join(out, f"iter_{meta['iteration']:07d}", rank)
+            if distributed:  # DistributedOptimizer.state_dict(): no 'state', groups without 'params'
+                for group in param_groups:
+                    del group["params"]
+                    group["step"] = steps
+                optimizer = {"optimizer": {"param_groups": param_groups}}
+                chunks = [[(k, {"param": tensor(masters, (v, k)), "exp_avg": tensor(moments["exp_avg"], (v, k)),
+                                "exp_avg_sq": tensor(moments["exp_avg_sq"], (v, k))}) for k, _ in flat(m)]
+                          for v, m in enumerate(models)]
+                if mutation == "moved":  # one master off by an element: found nowhere
+                    chunks[0][3][1]["param"] = torch.roll(chunks[0][3][1]["param"].flatten(), 1)
+                if mutation != "no-distrib-file":
+                    mc.save(distrib_state(chunks, layout, dtype, noise, pp > 1), os.path.join(folder, "distrib_optim.pt"))
+            elif dtype == torch.float32:
                 optimizer = inner
             else:
                 optimizer = {"optimizer": inner,
                              "fp32_from_fp16_params": [[tensor(masters, vk).clone() for vk in m] for m in groups]}
-                if dtype == torch.float16:
-                    ls = st["loss_scaler"]
-                    optimizer["grad_scaler"] = {"scale": torch.tensor([float(ls["scale"])]),
-                                                "growth_tracker": ls["growth_tracker"],
-                                                "hysteresis_tracker": ls["hysteresis_tracker"]}
+            if dtype == torch.float16:
+                ls = st["loss_scaler"]
+                optimizer["grad_scaler"] = {"scale": torch.tensor([float(ls["scale"])]),
+                                            "growth_tracker": ls["growth_tracker"],
+                                            "hysteresis_tracker": ls["hysteresis_tracker"]}
             ckpt = {"args": args, "checkpoint_version": 3.0, "iteration": meta["iteration"],
                     "opt_param_scheduler": {
                         "max_lr": sched["max_lr"], "lr_warmup_steps": int(sched["lr_warmup_steps"]),
@@ -160,8 +257,7 @@ def main():
             else:
                 for v, m in enumerate(models):
                     ckpt[f"model{v}"] = m
-            rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
-            mc.save(ckpt, os.path.join(out, f"iter_{meta['iteration']:07d}", rank, "model_optim_rng.pt"))
+            mc.save(ckpt, os.path.join(folder, "model_optim_rng.pt"))
     with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
         f.write(str(meta["iteration"]))
 

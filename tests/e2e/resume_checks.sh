@@ -4,6 +4,9 @@
 #    checkpoint's iteration) fails with one line before the datasets' index maps are built
 #    (no new cache file);
 #  - a resumed run reports its peak memory after its first iteration, as a fresh one does;
+#  - a checkpoint of a build before the samples took Megatron's order (no trainer_state
+#    sample_order) resumes with a note that the order changed, and so does one resumed under
+#    another --seed;
 #  - a checkpoint temporary of another host is kept and named once; an index-map temporary
 #    of a dead build on this host is removed and named;
 #  - a metadata.json whose iteration is not its folder's is refused, naming both;
@@ -60,6 +63,7 @@ python3 - "$tmp/older/iter_0000004/metadata.json" <<'EOF'
 import json, sys
 m = json.load(open(sys.argv[1]))
 m["trainer_state"]["opt_param_scheduler"].update(start_wd=0.009999999776482582, end_wd=0.009999999776482582)
+assert m["trainer_state"].pop("sample_order") == "megatron"  # older builds shuffled their own way
 json.dump(m, open(sys.argv[1], "w"))
 EOF
 if "$train" "${args[@]}" --train-iters 4 --load "$tmp/older" --save "$tmp/older" >"$tmp/older.log" 2>&1; then
@@ -67,6 +71,17 @@ if "$train" "${args[@]}" --train-iters 4 --load "$tmp/older" --save "$tmp/older"
 else
   fail "a checkpoint with the weight decay rounded to fp32"; cat "$tmp/older.log"
 fi
+note="was written by a trident build that shuffled the data its own way; this build orders the samples as Megatron does"
+grep -qF "$note" "$tmp/older.log" && ok "a checkpoint of a build before Megatron's sample order: a note says so" ||
+  { fail "no note of the older sample order"; cat "$tmp/older.log"; }
+mkdir -p "$tmp/seeded"
+cp -r "$tmp/ck/iter_0000004" "$tmp/seeded/"
+echo 4 >"$tmp/seeded/latest_checkpointed_iteration.txt"
+"$train" "${args[@]}" --train-iters 4 --seed 99 --load "$tmp/seeded" --save "$tmp/seeded" >"$tmp/seeded.log" 2>&1
+grep -qF "iter_0000004's run ordered its samples with --seed 1234; this run's --seed 99 orders them otherwise" \
+  "$tmp/seeded.log" && ok "a resume under another --seed: a note says the sample order differs" ||
+  { fail "no note of another --seed"; cat "$tmp/seeded.log"; }
+grep -qF "orders them otherwise" "$tmp/older.log" && fail "the --seed note on a resume with the same seed"
 
 # ---- resumes that cannot go on: one line, before the index maps
 cache_before=$(ls "$tmp/cache")
@@ -100,6 +115,7 @@ else
   fail "another host's temporary: rc $rc, $notes notes, $([[ -d $other ]] && echo kept || echo removed)"
   cat "$tmp/resumed.log"
 fi
+grep -qF "$note" "$tmp/resumed.log" && fail "the note of the older sample order on a checkpoint of this build"
 if grep -q '^trident: after the first iteration: [0-9.]* MiB peak memory on rank 0' "$tmp/resumed.log"; then
   ok "the resumed run reports its peak memory"
 else

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <random>
 #include <span>
 #include <thread>
@@ -143,16 +144,84 @@ TEST(GptDataset, ShuffleIsDeterministicAndSeeded) {
   std::vector<int32_t> sorted = a.doc_idx;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_NE(sorted, a.doc_idx);
-  // uniform_upto stays in range and reaches both ends
-  DeterministicShuffler r(5);
-  bool lo = false, hi = false;
-  for (int i = 0; i < 1000; ++i) {
-    const uint64_t x = r.uniform_upto(3);
-    ASSERT_LE(x, 3u);
-    lo |= x == 0;
-    hi |= x == 3;
+}
+
+// numpy's outputs (python3: numpy.random.RandomState(seed).shuffle(numpy.arange(n))), the
+// generator behind Megatron's sample order.
+TEST(GptDataset, ShufflerIsNumpysRandomStateShuffle) {
+  std::vector<int64_t> a(10);
+  std::iota(a.begin(), a.end(), 0);
+  NumpyShuffler(1234).shuffle(a.data(), a.size());
+  EXPECT_EQ(a, (std::vector<int64_t>{7, 2, 9, 1, 0, 8, 4, 5, 6, 3}));
+  // 50000 elements: masks up to 2^16 - 1, so draws rejected above the bound.
+  std::vector<uint32_t> b(50000);
+  std::iota(b.begin(), b.end(), 0u);
+  NumpyShuffler(0).shuffle(b.data(), b.size());
+  EXPECT_EQ(std::vector<uint32_t>(b.begin(), b.begin() + 6),
+            (std::vector<uint32_t>{11841, 19602, 45519, 25747, 42642, 31902}));
+  uint64_t weighted = 0;
+  for (size_t i = 0; i < b.size(); ++i) weighted += i * b[i];
+  EXPECT_EQ(weighted, 31242990078676u);
+}
+
+// The index maps against a transcription of Megatron-core's GPTDataset in numpy
+// (_build_document_index, helpers.cpp's build_sample_idx, _build_shuffle_index), for
+// documents [begin, end) of these sizes: two epochs with the last shuffled apart, three, and
+// one.
+TEST(GptDataset, IndexMapsAreMegatrons) {
+  const std::vector<int32_t> sizes = {5, 3, 8, 2, 7, 4, 6, 9, 1, 3};
+  struct Case {
+    uint64_t begin, end;
+    int seq;
+    uint64_t seed, samples, epochs;
+    bool separate;
+    std::vector<int32_t> doc_idx;
+    std::vector<int64_t> sample_idx, shuffle_idx;
+  };
+  const std::vector<Case> cases = {
+      {1, 8, 4, 1234, 12, 2, true, {3, 2, 7, 1, 5, 6, 4, 6, 1, 4, 5, 3, 7, 2},
+       {0, 0, 1, 2, 1, 6, 2, 2, 2, 6, 3, 1, 4, 2, 5, 2, 6, 0, 6, 4, 7, 1, 7, 5, 9, 0, 9, 4, 10, 1, 11, 1, 12, 3, 12, 7,
+        13, 2, 13, 6},
+       {7, 3, 5, 1, 4, 8, 0, 2, 6, 16, 10, 18, 14, 17, 13, 12, 9, 11, 15}},
+      {0, 10, 5, 42, 21, 3, true, {0, 7, 5, 1, 8, 5, 1, 3, 8, 6, 3, 2, 9, 9, 4, 2, 7, 0, 4, 6, 5, 2, 7, 6, 8, 9, 3, 0, 4, 1},
+       {0, 0, 1, 0, 1, 5, 2, 1, 3, 2, 5, 3, 7, 1, 9, 3, 11, 0, 11, 5, 12, 2, 14, 1, 14, 6, 15, 4, 16, 1, 16, 6, 17, 2, 18,
+        2, 19, 0, 19, 5, 21, 0, 21, 5, 22, 2, 22, 7, 23, 3, 25, 1, 27, 1, 28, 1, 28, 6},
+       {18, 1, 5, 0, 10, 7, 4, 12, 8, 3, 6, 11, 2, 16, 17, 13, 14, 15, 9, 21, 25, 26, 23, 20, 24, 27, 19, 22}},
+      {2, 9, 3, 7, 5, 1, false, {4, 7, 2, 8, 5, 3, 6},
+       {0, 0, 0, 3, 0, 6, 1, 2, 1, 5, 1, 8, 2, 2, 2, 5, 3, 0, 4, 2, 5, 1, 6, 2, 6, 5},
+       {1, 2, 5, 3, 0, 4, 6, 11, 10, 9, 8, 7}},
+  };
+  for (const Case& c : cases) {
+    const GptIndexMaps m = build_index_maps(sizes, c.begin, c.end, c.seq, c.seed, c.samples);
+    EXPECT_EQ(m.epochs, c.epochs) << c.seed;
+    EXPECT_EQ(m.separate_last_epoch, c.separate) << c.seed;
+    EXPECT_EQ(m.doc_idx, c.doc_idx) << c.seed;
+    EXPECT_EQ(m.sample_idx, c.sample_idx) << c.seed;
+    EXPECT_EQ(m.shuffle_idx, c.shuffle_idx) << c.seed;
   }
-  EXPECT_TRUE(lo && hi);
+}
+
+// numpy's RandomState, which orders Megatron's samples, takes 32-bit seeds: a larger --seed is
+// one error naming the flag, before any index map is built.
+TEST(GptDataset, SeedPast32BitsIsRefused) {
+  ScratchDir dir;
+  const std::string prefix = dir / "seed";
+  write_docs(prefix, 10, 9);
+  GptDatasetConfig cfg;
+  cfg.blend = parse_data_path({prefix});
+  cfg.seq_length = 8;
+  cfg.train_samples = 4;
+  cfg.seed = kMaxDataSeed;
+  EXPECT_NO_THROW(build_gpt_datasets(cfg));
+  cfg.seed = kMaxDataSeed + 1;
+  try {
+    build_gpt_datasets(cfg);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--seed 4294967296: the samples are ordered as Megatron orders them"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(GptDataset, EpochFormula) {

@@ -1,0 +1,216 @@
+#include "ckpt/megatron_distrib_optim.h"
+
+#include <array>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "ckpt/safetensors.h"
+#include "core/error.h"
+
+namespace trident::megatron {
+
+namespace {
+
+using pickle::Kind;
+using pickle::Value;
+
+constexpr const char* kKeys[3] = {"param", "exp_avg", "exp_avg_sq"};
+constexpr int64_t kParamAlignment = 64;  // Megatron-core's param start alignment (elements)
+
+// One flat buffer of a chunk: a list entry (one bucket) or the whole buffer; its three tensors.
+struct Segment {
+  std::array<const TorchTensor*, 3> t{};
+  int64_t numel = 0;
+};
+
+// Where the search stands in a chunk's buffer: the segment, the current bucket's start in it, and
+// the next free element.
+struct Position {
+  size_t seg = 0;
+  int64_t bucket = 0, at = 0;
+};
+
+TorchTensor view(const TorchTensor& flat, int64_t at, const std::vector<int64_t>& shape) {
+  TorchTensor v = flat;
+  v.offset = flat.offset + at;
+  v.shape = shape;
+  v.stride.assign(shape.size(), 1);
+  for (size_t d = shape.size(); d-- > 1;) v.stride[d - 1] = v.stride[d] * shape[d];
+  return v;
+}
+
+class ChunkSearch {
+ public:
+  ChunkSearch(const TorchFile& file, const std::vector<Segment>& segments, const std::vector<ModelParam>& params,
+              DType dtype, const std::string& where)
+      : file_(file), segments_(segments), dtype_(dtype), where_(where), values_(params.size()) {
+    for (size_t i = params.size(); i-- > 0;) order_.push_back(&params[i]);  // the buffer's order
+  }
+
+  // Each parameter's place (in order_'s order), by a depth-first search over the candidates.
+  // Where a parameter fits nowhere after a given place of the one before, that is remembered,
+  // so that a layout no candidate explains fails in polynomial time.
+  std::vector<Position> run() {
+    struct Frame {
+      Position before;
+      int next = 0;
+    };
+    using State = std::tuple<size_t, size_t, int64_t, int64_t>;  // parameter, its `before`
+    const auto state = [](size_t i, const Position& p) { return State{i, p.seg, p.bucket, p.at}; };
+    std::set<State> failed;
+    std::vector<Frame> stack{{Position{}, 0}};
+    std::vector<Position> placed;
+    size_t deepest = 0;  // the first parameter not placed at the search's deepest
+    const size_t limit = 64 * order_.size() * order_.size() + 1024;
+    size_t tries = 0;
+    while (placed.size() < order_.size()) {
+      Frame& f = stack.back();
+      const size_t i = placed.size();
+      std::optional<Position> found;
+      while (!found && f.next < 4) {
+        const std::optional<Position> c = candidate(f.before, f.next++);
+        if (!c) continue;
+        if (++tries > limit) throw nowhere(deepest);
+        const Position after{c->seg, c->bucket, c->at + order_[i]->tensor->numel()};
+        if (matches(i, *c) && (i + 1 == order_.size() || !failed.count(state(i + 1, after)))) found = c;
+      }
+      if (found) {
+        placed.push_back(*found);
+        deepest = std::max(deepest, placed.size());
+        if (placed.size() < order_.size())
+          stack.push_back({Position{found->seg, found->bucket, found->at + order_[i]->tensor->numel()}, 0});
+        continue;
+      }
+      failed.insert(state(i, f.before));
+      stack.pop_back();
+      if (stack.empty()) throw nowhere(deepest);
+      placed.pop_back();
+    }
+    return placed;
+  }
+
+  const ModelParam& param(size_t i) const { return *order_[i]; }
+
+ private:
+  // Candidate k after `p`: right there, the bucket's next 64-element boundary, a new bucket right
+  // there, the next list entry.
+  std::optional<Position> candidate(const Position& p, int k) const {
+    switch (k) {
+      case 0: return p;
+      case 1: {
+        const int64_t aligned = p.bucket + (p.at - p.bucket + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+        if (aligned == p.at) return std::nullopt;
+        return Position{p.seg, p.bucket, aligned};
+      }
+      case 2:
+        if (p.bucket == p.at) return std::nullopt;
+        return Position{p.seg, p.at, p.at};
+      case 3:
+        if (p.seg + 1 >= segments_.size()) return std::nullopt;
+        return Position{p.seg + 1, 0, 0};
+    }
+    return std::nullopt;
+  }
+
+  IoError nowhere(size_t i) const {
+    const ModelParam& p = *order_[std::min(i, order_.size() - 1)];
+    return IoError(where_ + ": parameter '" + p.key + "' (" + shape_str(p.tensor->shape) + ") is nowhere in the "
+                   "buffer where its master weight matches it: not a layout of Megatron's distributed optimizer "
+                   "that trident reads, or not this model's optimizer");
+  }
+
+  bool matches(size_t i, const Position& at) {
+    const ModelParam& p = *order_[i];
+    const int64_t n = p.tensor->numel();
+    const Segment& s = segments_[at.seg];
+    if (at.at + n > s.numel) return false;
+    if (values_[i].empty()) values_[i] = p.shard->file->read_f32(*p.tensor, "'" + p.key + "'");
+    const std::vector<float> master = file_.read_f32(view(*s.t[0], at.at, {n}), "'param' buffer");
+    return master_mismatch(master, values_[i], dtype_) < 0;
+  }
+
+  const TorchFile& file_;
+  const std::vector<Segment>& segments_;
+  DType dtype_;
+  std::string where_;
+  std::vector<const ModelParam*> order_;
+  std::vector<std::vector<float>> values_;  // the parameters' values, read once
+};
+
+// A chunk's buffer: its one dtype's three tensors, each whole or a list of buckets.
+std::vector<Segment> chunk_segments(const Value& gbuf, const std::string& where) {
+  if (gbuf.kind != Kind::Dict || gbuf.entries.size() != 1)
+    throw IoError(where + ": holds " + (gbuf.kind == Kind::Dict ? std::to_string(gbuf.entries.size()) + " dtypes' buffers"
+                                                                : gbuf.describe()) +
+                  ", not one dtype's (trident's GPT-2 has parameters of one dtype)");
+  const Value& d = *gbuf.entries[0].second;
+  std::vector<Segment> out;
+  for (int k = 0; k < 3; ++k) {
+    const Value* v = d.get(kKeys[k]);
+    if (!v) throw IoError(where + ": no '" + kKeys[k] + "' buffer");
+    std::vector<const Value*> items;
+    if (v->kind == Kind::List) {
+      for (const auto& item : v->items) items.push_back(item.get());
+    } else {
+      items.push_back(v);
+    }
+    if (k == 0) out.resize(items.size());
+    if (items.size() != out.size())
+      throw IoError(where + ": '" + kKeys[k] + "' has " + std::to_string(items.size()) + " buckets, 'param' " +
+                    std::to_string(out.size()));
+    for (size_t b = 0; b < items.size(); ++b) {
+      const TorchTensor* t = TorchFile::tensor(*items[b]);
+      if (!t || t->shape.size() != 1 || (t->shape[0] > 1 && t->stride[0] != 1))
+        throw IoError(where + ": '" + kKeys[k] + "' bucket " + std::to_string(b) + " is " +
+                      (t ? "of shape " + shape_str(t->shape) : items[b]->describe()) + ", not a flat tensor");
+      if (k == 0) out[b].numel = t->shape[0];
+      else if (t->shape[0] != out[b].numel)
+        throw IoError(where + ": '" + kKeys[k] + "' bucket " + std::to_string(b) + " holds " +
+                      std::to_string(t->shape[0]) + " elements, 'param' " + std::to_string(out[b].numel));
+      out[b].t[k] = t;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void read_distributed_state(const TorchFile& file, const std::vector<std::vector<ModelParam>>& chunks, DType dtype,
+                            OptimizerState& out) {
+  const Value& root = file.root();
+  if (root.kind != Kind::Dict) throw IoError(file.path() + ": holds " + root.describe() + ", not the optimizer's state");
+  std::vector<const Value*> gbufs(chunks.size(), nullptr);
+  for (const auto& [k, v] : root.entries) {
+    if (k->kind != Kind::Int) continue;  // 'buckets_coalesced', 'per_bucket_numel', ...
+    if (k->integer < 0 || k->integer >= static_cast<int64_t>(chunks.size()))
+      throw IoError(file.path() + ": buffer " + std::to_string(k->integer) + ", but the rank has " +
+                    std::to_string(chunks.size()) + " model chunk(s)");
+    gbufs[static_cast<size_t>(k->integer)] = v.get();
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const std::string where = file.path() + ": buffer " + std::to_string(c);
+    if (!gbufs[c]) throw IoError(where + ": missing");
+    const std::vector<Segment> segments = chunk_segments(*gbufs[c], where);
+    ChunkSearch search(file, segments, chunks[c], dtype, where);
+    const std::vector<Position> places = search.run();
+    for (size_t i = 0; i < places.size(); ++i) {
+      const ModelParam& p = search.param(i);
+      const Segment& s = segments[places[i].seg];
+      ParamState ps;
+      ps.file = &file;
+      const Value** slots[3] = {&ps.master, &ps.exp_avg, &ps.exp_avg_sq};
+      for (int k = 0; k < 3; ++k) {
+        pickle::Ref v = pickle::make(Kind::External);
+        v->external = view(*s.t[k], places[i].at, p.tensor->shape);
+        *slots[k] = v.get();
+        out.views.push_back(std::move(v));
+      }
+      out.params[{p.shard, p.key}] = ps;
+    }
+  }
+  out.moments = true;
+}
+
+}  // namespace trident::megatron

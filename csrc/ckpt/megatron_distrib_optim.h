@@ -1,0 +1,37 @@
+// The parameter state of Megatron's distributed optimizer (--use-distributed-optimizer with
+// --ckpt-format torch): distrib_optim.pt beside each rank's model_optim_rng.pt, which
+// DistributedOptimizer.save_parameter_state writes on data-parallel rank 0. Internal to
+// megatron_optimizer.cpp.
+//
+// Its layouts, by Megatron version (GBUF counts the model chunks' gradient buffers, one a chunk
+// for GPT-2's single dtype; T is a flat fp32 tensor gathered over the data-parallel ranks):
+//   {GBUF: {DTYPE: {'param' | 'exp_avg' | 'exp_avg_sq': T}}}                 the whole buffer (2023)
+//   {'bucket_sizes' or 'per_bucket_numel'..., GBUF: {DTYPE: {KEY: [T per bucket]}}}  (to early 2024)
+//   {'buckets_coalesced': True, GBUF: {(PARAM_DTYPE, GRAD_DTYPE): {KEY: T, 'numel_unpadded': n}}}
+// A buffer holds its chunk's parameters in reverse named_parameters() order, in buckets: a list
+// entry is one bucket with its end padding, a coalesced tensor the buckets one after the other
+// without it. Where a parameter starts depends on the version (packed; from Megatron-core 0.8 at
+// a multiple of 64 elements from its bucket's start), and so do the bucket boundaries (the
+// bucket size, the shared embedding's bucket of its own, padding to the data-parallel size or
+// lcm(dp, 128)). Rather than re-derive each version's rules, the reader finds each parameter
+// where its fp32 master equals (fp32 models) or rounds to (16-bit) the stored parameter, trying
+// in turn: right after the previous parameter, at the bucket's next 64-element boundary, as the
+// first of a new bucket there, at the start of the next list entry; a parameter that fits
+// nowhere sends the search back to the previous one's next place. The moments lie where the
+// master does.
+#pragma once
+
+#include <vector>
+
+#include "ckpt/megatron_optimizer.h"
+
+namespace trident::megatron {
+
+// Fills out.params for every parameter of `chunks` (one rank folder's model chunks, each in
+// named_parameters() order) from `file`, a distrib_optim.pt, whose model is stored as `dtype`.
+// The states are views into the file's buffers (kept in out.views; `file` must outlive them).
+// Throws IoError naming the file for a layout in which a parameter cannot be found.
+void read_distributed_state(const TorchFile& file, const std::vector<std::vector<ModelParam>>& chunks, DType dtype,
+                            OptimizerState& out);
+
+}  // namespace trident::megatron
