@@ -17,7 +17,7 @@
 //       a Megatron-LM (torch or torch_dist format) or Megatron-DeepSpeed GPT checkpoint (any tp x pp,
 //       ckpt/megatron_gpt2.h)
 //       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf; with
-//       --with-optimizer (a torch-format Megatron-LM checkpoint, distributed optimizer or not)
+//       --with-optimizer (a Megatron-LM checkpoint, torch or torch_dist, distributed optimizer or not)
 //       OUT/iter_<its iteration> with its optimizer state, consumed samples, scheduler and loss
 //       scale, which trident-train --load resumes.
 // Every output appears atomically under its final name (a checkpoint through the
@@ -78,9 +78,10 @@ constexpr const char* kUsage =
     "      as OUT/iter_0000000 without optimizer state; --vocab-size is the real\n"
     "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer); --num-attention-heads for a\n"
     "      checkpoint saved without args (default 16 for NVIDIA's released 24-layer, 1024-wide GPT-2 345M);\n"
-    "      --with-optimizer also imports the training state of a Megatron-LM checkpoint saved with --ckpt-format\n"
-    "      torch, with or without --use-distributed-optimizer (Adam's moments and steps, the fp32 master weights, the\n"
-    "      consumed samples, the learning-rate schedule, the loss scale), at its iteration, for trident-train --load\n"
+    "      --with-optimizer also imports the training state of a Megatron-LM checkpoint (--ckpt-format torch or\n"
+    "      torch_dist, with or without --use-distributed-optimizer: Adam's moments and steps, the fp32 master\n"
+    "      weights, the consumed samples, the learning-rate schedule, the loss scale), at its iteration, for\n"
+    "      trident-train --load\n"
     "--load DIR may also name one iter_NNNNNNN folder (with --from megatron also release/ or global_stepN/).\n"
     "The latest iteration is read unless --iteration N\n"
     "(or Megatron's --ckpt-step N).\n"
@@ -387,13 +388,15 @@ std::pair<fs::path, OfflineLayout> write_import(const ConvertFlags& f, const Mod
   m.trainer_state = std::move(source);
   if (training) m.trainer_state.update(training->trainer_state);
   const OfflineLayout L = target_layout(m.model, f.target_tp, f.target_pp);
-  const fs::path out = write_offline_checkpoint(f.save, m, L, training != nullptr, [&](const std::string& name, const char* state) {
+  const auto tensor_of = [&](const std::string& name, const char* state) {
     if (!state) return tensors.at(name).data;
     if (!training) throw InternalError("import has no optimizer state");
     const std::string s = state;
-    const TensorMap& from = s == "master" ? training->master : s == "exp_avg" ? training->exp_avg : training->exp_avg_sq;
+    const TensorMap& from =
+        s == "master" ? training->master : s == "exp_avg" ? training->exp_avg : training->exp_avg_sq;
     return from.at(name).data;
-  });
+  };
+  const fs::path out = write_offline_checkpoint(f.save, m, L, training != nullptr, tensor_of);
   return {out, L};
 }
 

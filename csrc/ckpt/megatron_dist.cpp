@@ -5,6 +5,7 @@
 #include <map>
 
 #include "ckpt/megatron_keys.h"
+#include "ckpt/megatron_optimizer.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 #include "model/param_spec.h"
@@ -20,10 +21,14 @@ struct Source {
   int64_t layer = -1;
 };
 
+// The model's tensors, or a state of them: with a prefix ("optimizer.state.exp_avg."), the keys
+// that are it followed by a model key.
 class DistModel {
  public:
-  DistModel(const Checkpoint& c, const ModelConfig& cfg) : c_(c), d_(*c.dist), cfg_(cfg) {
-    for (const auto& [key, t] : d_.tensors()) add_key(key, t);
+  DistModel(const Checkpoint& c, const ModelConfig& cfg, std::string prefix = "")
+      : c_(c), d_(*c.dist), cfg_(cfg), prefix_(std::move(prefix)) {
+    for (const auto& [key, t] : d_.tensors())
+      if (key.compare(0, prefix_.size(), prefix_) == 0) add_key(key, key.substr(prefix_.size()), t);
   }
 
   bool has(const std::string& canonical) const { return sources_.count(canonical) != 0; }
@@ -42,6 +47,12 @@ class DistModel {
     if (!t.problem.empty()) throw IoError(t.problem);  // its index entry cannot be read
     std::vector<int64_t> expect = shape;
     if (s.layer >= 0) expect.insert(expect.begin(), cfg_.num_layers);
+    if (const auto r = d_.reformulated().find(s.key); r != d_.reformulated().end()) {
+      if (r->second != expect)
+        throw IoError(index() + ": '" + s.key + "' was of shape " + shape_str(r->second) + ", expected " +
+                      shape_str(expect) + " from " + c_.args_source + "'s args");
+      return read_reformulated(s, t, expect);
+    }
     if (t.size != expect)
       throw IoError(index() + ": '" + s.key + "' has shape " + shape_str(t.size) + ", expected " + shape_str(expect) +
                     " from " + c_.args_source + "'s args");
@@ -59,57 +70,100 @@ class DistModel {
       throw IoError(index() + ": '" + s.key + "' and '" + it->second.key + "' are both parameter " + canonical);
   }
 
-  void add_key(const std::string& key, const DcpTensor& t) {
+  // A flattened optimizer tensor of shape `orig` (the whole stack for a stacked key), stored
+  // reformulated (DcpCheckpoint::reformulated): its layer's rows read and put back in place.
+  std::vector<float> read_reformulated(const Source& s, const DcpTensor& t, const std::vector<int64_t>& orig) const {
+    const size_t n = orig.size();
+    std::vector<int64_t> frag(t.size.begin(), t.size.begin() + static_cast<long>(std::min(n, t.size.size())));
+    std::vector<int64_t> block(n);
+    int64_t block_numel = 1;
+    bool fits = t.size.size() == n + 1;
+    for (size_t i = 0; fits && i < n; ++i) {
+      fits = frag[i] > 0 && orig[i] % frag[i] == 0;
+      if (fits) block_numel *= block[i] = orig[i] / frag[i];
+    }
+    if (!fits || t.size[n] != block_numel || (s.layer >= 0 && block[0] != 1))
+      throw IoError(index() + ": '" + s.key + "' of shape " + shape_str(t.size) + " is no reformulation of " +
+                    shape_str(orig));
+    // The layer's rows (or all), then each row's block into its place in the layer's tensor.
+    std::vector<int64_t> begin(n + 1, 0), extent = t.size;
+    if (s.layer >= 0) begin[0] = s.layer, extent[0] = 1;
+    const std::vector<float> rows = d_.read_f32(s.key, begin, extent);
+    const long skip = s.layer >= 0 ? 1 : 0;  // a layer's rows: its tensor without the layer axis
+    const std::vector<int64_t> shape(orig.begin() + skip, orig.end()), grid(frag.begin() + skip, frag.end()),
+        box(block.begin() + skip, block.end());
+    const size_t d = shape.size();
+    std::vector<int64_t> stride(d, 1);
+    for (size_t i = d; i-- > 1;) stride[i - 1] = stride[i] * shape[i];
+    int64_t total = 1;
+    for (int64_t x : shape) total *= x;
+    std::vector<float> out(static_cast<size_t>(total));
+    std::vector<int64_t> c(d, 0), e(d, 0);
+    for (size_t row = 0; row * static_cast<size_t>(block_numel) < rows.size(); ++row) {
+      std::fill(e.begin(), e.end(), 0);
+      for (int64_t k = 0; k < block_numel; ++k) {
+        int64_t at = 0;
+        for (size_t i = 0; i < d; ++i) at += (c[i] * box[i] + e[i]) * stride[i];
+        out[static_cast<size_t>(at)] = rows[row * static_cast<size_t>(block_numel) + static_cast<size_t>(k)];
+        for (size_t i = d; i-- > 0;) {  // the next element of the block, row-major
+          if (++e[i] < box[i]) break;
+          e[i] = 0;
+        }
+      }
+      for (size_t i = d; i-- > 0;) {  // the next block, row-major over the grid
+        if (++c[i] < grid[i]) break;
+        c[i] = 0;
+      }
+    }
+    return out;
+  }
+
+  void add_key(const std::string& full_key, const std::string& key, const DcpTensor& t) {
     // Optimizer state ("optimizer.state.exp_avg.<key>", ...), RNG state and other non-model keys.
     if (key.rfind("embedding.", 0) != 0 && key.rfind("decoder.", 0) != 0 && key.rfind("output_layer.", 0) != 0) return;
     std::string rest = key;
     const bool stacked =
         strip(rest, "decoder.layers.") && !rest.empty() && !std::isdigit(static_cast<unsigned char>(rest[0]));
     const std::optional<KeyMeaning> m = classify(stacked ? "decoder.layers.0." + rest : key);
-    if (!m) throw IoError(index() + ": '" + key + "' is not a parameter of Megatron-core's GPT model");
+    if (!m) throw IoError(index() + ": '" + full_key + "' is not a parameter of Megatron-core's GPT model");
     switch (m->what) {
       case KeyMeaning::kSkip: return;
-      case KeyMeaning::kWte: add("wte", {key}); return;
-      case KeyMeaning::kWpe: add("wpe", {key}); return;
-      case KeyMeaning::kHead: add("head", {key}); return;
-      case KeyMeaning::kFinalNorm: add("ln_f." + m->suffix, {key}); return;
+      case KeyMeaning::kWte: add("wte", {full_key}); return;
+      case KeyMeaning::kWpe: add("wpe", {full_key}); return;
+      case KeyMeaning::kHead: add("head", {full_key}); return;
+      case KeyMeaning::kFinalNorm: add("ln_f." + m->suffix, {full_key}); return;
       case KeyMeaning::kLayer: break;
     }
     const int L = cfg_.num_layers;
     if (!stacked) {
       if (m->local_layer >= L)
-        throw IoError(index() + ": '" + key + "' is of layer " + std::to_string(m->local_layer) + ", but " +
+        throw IoError(index() + ": '" + full_key + "' is of layer " + std::to_string(m->local_layer) + ", but " +
                       c_.args_source + "'s args.num_layers is " + std::to_string(L));
-      add("h." + std::to_string(m->local_layer) + "." + m->suffix, {key});
+      add("h." + std::to_string(m->local_layer) + "." + m->suffix, {full_key});
       return;
     }
     if (t.problem.empty() && (t.size.empty() || t.size[0] != L))  // (a problem is the error of its read)
-      throw IoError(index() + ": '" + key + "' stacks " + (t.size.empty() ? "no" : std::to_string(t.size[0])) +
+      throw IoError(index() + ": '" + full_key + "' stacks " + (t.size.empty() ? "no" : std::to_string(t.size[0])) +
                     " layers, but " + c_.args_source + "'s args.num_layers is " + std::to_string(L));
-    for (int i = 0; i < L; ++i) add("h." + std::to_string(i) + "." + m->suffix, {key, i});
+    for (int i = 0; i < L; ++i) add("h." + std::to_string(i) + "." + m->suffix, {full_key, i});
   }
 
   const Checkpoint& c_;
   const DcpCheckpoint& d_;
   const ModelConfig& cfg_;
+  std::string prefix_;
   std::map<std::string, Source> sources_;
 };
 
-}  // namespace
-
-MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOptions& o) {
-  if (!c.args) throw IoError(c.args_source + ": no 'args' to read the model's shape from");
-  MegatronGpt2Model out;
-  out.config = model_config_from_megatron_args(*c.args, c.args_source, o.vocab_size);
-  const ModelConfig& cfg = out.config;
-  if (o.num_attention_heads && *o.num_attention_heads != cfg.num_attention_heads)
-    throw ConfigError("--num-attention-heads " + std::to_string(*o.num_attention_heads) + ": " + c.args_source +
-                      "'s args say " + std::to_string(cfg.num_attention_heads));
-  const DistModel model(c, cfg);
+// The canonical tensors of `model` (the weights, or a state of them): stored shapes, the
+// vocabulary rows taken from the padded word embedding, QKV rows in trident's order; a tied head
+// must equal the word embedding.
+TensorMap read_canonical(const DistModel& model, const Checkpoint& c, const ModelConfig& cfg) {
   const int64_t C = cfg.hidden_size, V = cfg.vocab_size;
   const pickle::Value* padded_arg = c.args->get("padded_vocab_size");  // model_config_from_megatron_args requires it
   TRIDENT_CHECK(padded_arg && padded_arg->kind == pickle::Kind::Int, "args.padded_vocab_size");
   const int64_t padded = padded_arg->integer;
+  TensorMap out;
   for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
     const std::vector<int64_t> shape = shape_vec(stored_shape(spec));
     HostTensor t;
@@ -132,8 +186,73 @@ MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOpti
     } else {
       t.data = model.read(spec.name, shape);
     }
-    out.tensors[spec.name] = std::move(t);
+    out[spec.name] = std::move(t);
   }
+  return out;
+}
+
+// The optimizer's state (Megatron-core's sharded optimizer state dict, saved by name): the
+// non-distributed optimizer's 'optimizer.state.{exp_avg, exp_avg_sq, fp32_param}.<key>', or the
+// distributed optimizer's in model space ('fully_reshardable': 'param' for the master;
+// 'fully_sharded_model_space': 'fp32_param', each rank's flattened range, reformulated). The
+// masters must equal or round to the weights `params`.
+MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig& cfg, const TensorMap& params) {
+  const TorchFile& common = *c.files.at(0);
+  std::string sharding;
+  const OptimizerState st = read_common_optimizer_state(common, cfg.dtype, &sharding);
+  const pickle::Value* dist = c.args->get("use_distributed_optimizer");
+  std::string master;  // the masters' prefix; none: the weights are the masters
+  if (dist && dist->kind == pickle::Kind::Bool && dist->boolean) {
+    if (sharding == "fully_reshardable") master = "optimizer.state.param.";
+    else if (sharding == "fully_sharded_model_space" || sharding.empty()) master = "optimizer.state.fp32_param.";
+    else
+      throw ConfigError("--with-optimizer: " + common.path() + ": the distributed optimizer's state is saved as '" +
+                        sharding + "' buckets, which trident does not read (Megatron saves it by parameter with "
+                        "--dist-ckpt-optim-fully-reshardable); import the weights without --with-optimizer");
+  } else if (cfg.dtype != DType::F32) {
+    master = "optimizer.state.fp32_param.";
+  }
+  MegatronTrainingState out;
+  if (!master.empty()) {
+    const DistModel masters(c, cfg, master);
+    if (!masters.has("wte"))
+      throw IoError((c.dir / ".metadata").string() + ": no '" + master + "*' tensors: no optimizer state by parameter "
+                    "(saved with --no-save-optim?); import the weights without --with-optimizer");
+    out.master = read_canonical(masters, c, cfg);
+  } else {
+    out.master = params;
+  }
+  for (const auto& [name, t] : out.master)
+    if (const int64_t bad = master_mismatch(t.data, params.at(name).data, cfg.dtype); bad >= 0)
+      throw IoError((c.dir / ".metadata").string() + ": the master weight of " + name + " under '" + master +
+                    "' does not match the weight (element " + std::to_string(bad) + "): not this model's optimizer");
+  const DistModel exp_avg(c, cfg, "optimizer.state.exp_avg."), exp_avg_sq(c, cfg, "optimizer.state.exp_avg_sq.");
+  if (exp_avg.has("wte") || st.steps > 0) {
+    out.exp_avg = read_canonical(exp_avg, c, cfg);
+    out.exp_avg_sq = read_canonical(exp_avg_sq, c, cfg);
+  } else {  // before the first step
+    for (const auto& [name, t] : out.master) {
+      out.exp_avg[name] = HostTensor{t.shape, std::vector<float>(t.data.size(), 0.0f)};
+      out.exp_avg_sq[name] = out.exp_avg[name];
+    }
+  }
+  out.consumed_samples = int_arg(*c.args, "consumed_train_samples", 0);
+  out.trainer_state = imported_trainer_state(*c.args, st);
+  return out;
+}
+
+}  // namespace
+
+MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOptions& o) {
+  if (!c.args) throw IoError(c.args_source + ": no 'args' to read the model's shape from");
+  MegatronGpt2Model out;
+  out.config = model_config_from_megatron_args(*c.args, c.args_source, o.vocab_size);
+  const ModelConfig& cfg = out.config;
+  if (o.num_attention_heads && *o.num_attention_heads != cfg.num_attention_heads)
+    throw ConfigError("--num-attention-heads " + std::to_string(*o.num_attention_heads) + ": " + c.args_source +
+                      "'s args say " + std::to_string(cfg.num_attention_heads));
+  out.tensors = read_canonical(DistModel(c, cfg), c, cfg);
+  if (o.with_optimizer) out.training = read_training_state(c, cfg, out.tensors);
   out.dir = c.dir;
   out.flavour = c.flavour;
   out.iteration = c.iteration.value_or(0);

@@ -11,7 +11,11 @@
 // [heads][q,k,v][head_dim], as tensor parallelism at 1 would hold them. A tied head is not
 // saved; an output_layer.weight must equal the word embedding. Keys outside embedding.,
 // decoder. and output_layer. (optimizer state, RNG state) and the pickled objects
-// (Transformer Engine's _extra_state) are skipped.
+// (Transformer Engine's _extra_state) are skipped, except with
+// MegatronImportOptions::with_optimizer: then the optimizer's state by name,
+// 'optimizer.state.{exp_avg, exp_avg_sq, fp32_param | param}.<key>', whole or (the distributed
+// optimizer's fully_sharded_model_space) flattened and reformulated (torch_dcp.h), with the step
+// count, scheduler and loss scaler of common.pt (megatron_optimizer.h).
 #pragma once
 
 #include "ckpt/megatron_files.h"

@@ -1,6 +1,7 @@
 #include "ckpt/megatron_distrib_optim.h"
 
 #include <array>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string>
@@ -44,8 +45,8 @@ TorchTensor view(const TorchTensor& flat, int64_t at, const std::vector<int64_t>
 class ChunkSearch {
  public:
   ChunkSearch(const TorchFile& file, const std::vector<Segment>& segments, const std::vector<ModelParam>& params,
-              DType dtype, const std::string& where)
-      : file_(file), segments_(segments), dtype_(dtype), where_(where), values_(params.size()) {
+              DType dtype, int64_t dp, const std::string& where)
+      : file_(file), segments_(segments), dtype_(dtype), dp_(dp), where_(where), prefixes_(params.size()) {
     for (size_t i = params.size(); i-- > 0;) order_.push_back(&params[i]);  // the buffer's order
   }
 
@@ -69,12 +70,15 @@ class ChunkSearch {
       Frame& f = stack.back();
       const size_t i = placed.size();
       std::optional<Position> found;
-      while (!found && f.next < 4) {
+      while (!found && f.next < kCandidates) {
         const std::optional<Position> c = candidate(f.before, f.next++);
         if (!c) continue;
-        if (++tries > limit) throw nowhere(deepest);
+        if (++tries > limit)
+          throw IoError(where_ + ": the search for the parameters' places gave up after " + std::to_string(limit) +
+                        " tries (the deepest it came: parameter '" + order_[std::min(deepest, order_.size() - 1)]->key +
+                        "')");
         const Position after{c->seg, c->bucket, c->at + order_[i]->tensor->numel()};
-        if (matches(i, *c) && (i + 1 == order_.size() || !failed.count(state(i + 1, after)))) found = c;
+        if ((i + 1 == order_.size() || !failed.count(state(i + 1, after))) && matches(i, *c)) found = c;
       }
       if (found) {
         placed.push_back(*found);
@@ -94,20 +98,35 @@ class ChunkSearch {
   const ModelParam& param(size_t i) const { return *order_[i]; }
 
  private:
-  // Candidate k after `p`: right there, the bucket's next 64-element boundary, a new bucket right
-  // there, the next list entry.
+  static constexpr int kCandidates = 6;
+  // Candidate k after `p`: right there; the bucket's next 64-element boundary (Megatron-core 0.8
+  // on); a new bucket right there (coalesced buckets); a new bucket at the next multiple of the
+  // data-parallel size (2023's whole buffer: the bucket before padded to it); a new bucket at the
+  // bucket's next multiple of lcm(dp, 128) (Megatron-core 0.8 to 0.13.0 started the shared
+  // embedding there, and counted the padding in the bucket before); the next list entry.
   std::optional<Position> candidate(const Position& p, int k) const {
+    const auto up = [&](int64_t m) { return m > 0 ? p.bucket + (p.at - p.bucket + m - 1) / m * m : p.at; };
     switch (k) {
       case 0: return p;
       case 1: {
-        const int64_t aligned = p.bucket + (p.at - p.bucket + kParamAlignment - 1) / kParamAlignment * kParamAlignment;
+        const int64_t aligned = up(kParamAlignment);
         if (aligned == p.at) return std::nullopt;
         return Position{p.seg, p.bucket, aligned};
       }
       case 2:
         if (p.bucket == p.at) return std::nullopt;
         return Position{p.seg, p.at, p.at};
-      case 3:
+      case 3: {
+        const int64_t padded = dp_ > 0 ? (p.at + dp_ - 1) / dp_ * dp_ : p.at;
+        if (padded == p.at) return std::nullopt;
+        return Position{p.seg, padded, padded};
+      }
+      case 4: {
+        const int64_t padded = up(dp_ > 0 ? std::lcm(dp_, int64_t{128}) : 0);
+        if (padded == p.at) return std::nullopt;
+        return Position{p.seg, padded, padded};
+      }
+      case 5:
         if (p.seg + 1 >= segments_.size()) return std::nullopt;
         return Position{p.seg + 1, 0, 0};
     }
@@ -121,29 +140,42 @@ class ChunkSearch {
                    "that trident reads, or not this model's optimizer");
   }
 
+  // Whether the master at `at` is parameter i's: its first elements first (kept for every
+  // parameter), then all of it.
   bool matches(size_t i, const Position& at) {
     const ModelParam& p = *order_[i];
     const int64_t n = p.tensor->numel();
     const Segment& s = segments_[at.seg];
     if (at.at + n > s.numel) return false;
-    if (values_[i].empty()) values_[i] = p.shard->file->read_f32(*p.tensor, "'" + p.key + "'");
-    const std::vector<float> master = file_.read_f32(view(*s.t[0], at.at, {n}), "'param' buffer");
-    return master_mismatch(master, values_[i], dtype_) < 0;
+    const int64_t head = std::min<int64_t>(n, kPrefix);
+    std::vector<float>& prefix = prefixes_[i];
+    if (prefix.empty()) {
+      prefix = p.shard->file->read_f32(*p.tensor, "'" + p.key + "'");
+      prefix.resize(static_cast<size_t>(head));
+    }
+    if (master_mismatch(file_.read_f32(view(*s.t[0], at.at, {head}), "'param' buffer"), prefix, dtype_) >= 0)
+      return false;
+    if (head == n) return true;
+    return master_mismatch(file_.read_f32(view(*s.t[0], at.at, {n}), "'param' buffer"),
+                           p.shard->file->read_f32(*p.tensor, "'" + p.key + "'"), dtype_) < 0;
   }
 
+  static constexpr int64_t kPrefix = 256;
   const TorchFile& file_;
   const std::vector<Segment>& segments_;
   DType dtype_;
+  int64_t dp_;  // the data-parallel size (0: unknown)
   std::string where_;
   std::vector<const ModelParam*> order_;
-  std::vector<std::vector<float>> values_;  // the parameters' values, read once
+  std::vector<std::vector<float>> prefixes_;  // the parameters' first kPrefix values, read once
 };
 
 // A chunk's buffer: its one dtype's three tensors, each whole or a list of buckets.
 std::vector<Segment> chunk_segments(const Value& gbuf, const std::string& where) {
   if (gbuf.kind != Kind::Dict || gbuf.entries.size() != 1)
-    throw IoError(where + ": holds " + (gbuf.kind == Kind::Dict ? std::to_string(gbuf.entries.size()) + " dtypes' buffers"
-                                                                : gbuf.describe()) +
+    throw IoError(where + ": holds " +
+                  (gbuf.kind == Kind::Dict ? std::to_string(gbuf.entries.size()) + " dtypes' buffers"
+                                           : gbuf.describe()) +
                   ", not one dtype's (trident's GPT-2 has parameters of one dtype)");
   const Value& d = *gbuf.entries[0].second;
   std::vector<Segment> out;
@@ -178,9 +210,12 @@ std::vector<Segment> chunk_segments(const Value& gbuf, const std::string& where)
 }  // namespace
 
 void read_distributed_state(const TorchFile& file, const std::vector<std::vector<ModelParam>>& chunks, DType dtype,
-                            OptimizerState& out) {
-  const Value& root = file.root();
-  if (root.kind != Kind::Dict) throw IoError(file.path() + ": holds " + root.describe() + ", not the optimizer's state");
+                            int64_t dp, OptimizerState& out) {
+  const Value* top = &file.root();
+  if (top->kind == Kind::List && top->items.size() == 1) top = top->items[0].get();  // a ChainedOptimizer's one
+  const Value& root = *top;
+  if (root.kind != Kind::Dict)
+    throw IoError(file.path() + ": holds " + root.describe() + ", not the optimizer's state");
   std::vector<const Value*> gbufs(chunks.size(), nullptr);
   for (const auto& [k, v] : root.entries) {
     if (k->kind != Kind::Int) continue;  // 'buckets_coalesced', 'per_bucket_numel', ...
@@ -193,7 +228,7 @@ void read_distributed_state(const TorchFile& file, const std::vector<std::vector
     const std::string where = file.path() + ": buffer " + std::to_string(c);
     if (!gbufs[c]) throw IoError(where + ": missing");
     const std::vector<Segment> segments = chunk_segments(*gbufs[c], where);
-    ChunkSearch search(file, segments, chunks[c], dtype, where);
+    ChunkSearch search(file, segments, chunks[c], dtype, dp, where);
     const std::vector<Position> places = search.run();
     for (size_t i = 0; i < places.size(); ++i) {
       const ModelParam& p = search.param(i);

@@ -15,10 +15,10 @@
 // bucket size, the shared embedding's bucket of its own, padding to the data-parallel size or
 // lcm(dp, 128)). Rather than re-derive each version's rules, the reader finds each parameter
 // where its fp32 master equals (fp32 models) or rounds to (16-bit) the stored parameter, trying
-// in turn: right after the previous parameter, at the bucket's next 64-element boundary, as the
-// first of a new bucket there, at the start of the next list entry; a parameter that fits
-// nowhere sends the search back to the previous one's next place. The moments lie where the
-// master does.
+// in turn the places those rules give (ChunkSearch::candidate); a parameter that fits nowhere
+// sends the search back to the previous one's next place. The moments lie where the master
+// does. Megatron-core 0.8 to 0.13.0 could start the first stage's shared embedding before its
+// own bucket (fixed in 0.13.1); such a layout is not read.
 #pragma once
 
 #include <vector>
@@ -28,10 +28,11 @@
 namespace trident::megatron {
 
 // Fills out.params for every parameter of `chunks` (one rank folder's model chunks, each in
-// named_parameters() order) from `file`, a distrib_optim.pt, whose model is stored as `dtype`.
+// named_parameters() order) from `file`, a distrib_optim.pt, whose model is stored as `dtype`;
+// `dp` is the run's data-parallel size (0: unknown), which some versions padded to.
 // The states are views into the file's buffers (kept in out.views; `file` must outlive them).
 // Throws IoError naming the file for a layout in which a parameter cannot be found.
 void read_distributed_state(const TorchFile& file, const std::vector<std::vector<ModelParam>>& chunks, DType dtype,
-                            OptimizerState& out);
+                            int64_t dp, OptimizerState& out);
 
 }  // namespace trident::megatron

@@ -13,7 +13,6 @@
 #include "ckpt/megatron_files.h"
 #include "ckpt/megatron_keys.h"
 #include "ckpt/megatron_optimizer.h"
-#include "ckpt/metadata.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/torch_file.h"
 #include "core/error.h"
@@ -219,16 +218,7 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
     }
   }
   out.consumed_samples = int_arg(*c.args, "consumed_train_samples", 0);
-  nlohmann::json& ts = out.trainer_state;
-  ts["optimizer_steps"] = st.steps;
-  ts["consumed_valid_samples"] = int_arg(*c.args, "consumed_valid_samples", 0);
-  ts[kRngStateKey] = int_arg(*c.args, "seed", 1234);
-  ts[kDataSeedKey] = int_arg(*c.args, "seed", 1234);
-  ts[kSampleOrderKey] = kSampleOrder;  // its consumed samples count in Megatron's order, which trident's is
-  if (const int64_t gbs = int_arg(*c.args, "global_batch_size", 0); gbs > 0) ts["global_batch_size"] = gbs;
-  if (!st.scheduler.is_null()) ts["opt_param_scheduler"] = st.scheduler;
-  if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
-  if (!st.adam.is_null()) ts[kAdamKey] = st.adam;
+  out.trainer_state = megatron::imported_trainer_state(*c.args, st);
   return out;
 }
 
@@ -348,8 +338,8 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImpor
     }
     return joiner;
   };
-  out.tensors = join_model(joiner_of([](const Shard*, const std::string&, const Value* v) { return Picked{v, nullptr}; }),
-                           c, cfg);
+  const auto weights = [](const Shard*, const std::string&, const Value* v) { return Picked{v, nullptr}; };
+  out.tensors = join_model(joiner_of(weights), c, cfg);
   if (o.with_optimizer) out.training = read_training_state(c, cfg, joiner_of);
   out.dir = c.dir;
   out.flavour = c.flavour;

@@ -7,6 +7,7 @@
 
 #include "ckpt/megatron_distrib_optim.h"
 #include "ckpt/megatron_keys.h"
+#include "ckpt/metadata.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
 
@@ -89,43 +90,80 @@ std::optional<double> group_number(const Value& group, const char* key) {
   return std::nullopt;
 }
 
+// The run's data-parallel size from its args (data_parallel_size, else world_size over the model
+// parallel sizes); 0 when they do not say.
+int64_t data_parallel_size(const Checkpoint& c) {
+  if (!c.args) return 0;
+  if (const int64_t dp = int_arg(*c.args, "data_parallel_size", 0); dp > 0) return dp;
+  const int64_t world = int_arg(*c.args, "world_size", 0);
+  const int64_t model = std::max<int64_t>(1, int_arg(*c.args, "tensor_model_parallel_size", 1)) *
+                        std::max<int64_t>(1, int_arg(*c.args, "pipeline_model_parallel_size", 1)) *
+                        std::max<int64_t>(1, int_arg(*c.args, "context_parallel_size", 1));
+  return world > 0 && world % model == 0 ? world / model : 0;
+}
+
 class FileReader {
  public:
   FileReader(const Checkpoint& c, const TorchFile& f, DType dtype, bool distributed, OptimizerState& out)
-      : f_(f), dtype_(dtype), distributed_(distributed), out_(out), chunks_(file_params(c, &f)) {}
+      : f_(f),
+        dtype_(dtype),
+        distributed_(distributed),
+        out_(out),
+        chunks_(file_params(c, &f)),
+        dp_(data_parallel_size(c)) {}
+  // A file without model chunks (a torch_dist checkpoint's common.pt): read_common only.
+  FileReader(const TorchFile& f, DType dtype, OptimizerState& out)
+      : f_(f), dtype_(dtype), distributed_(false), out_(out) {}
 
-  // Returns the file's step count.
-  int64_t read() {
+  // The state that is not the parameters': the groups, the step count (none recorded: nullopt),
+  // the loss scaler, Adam's hyperparameters; for a torch_dist checkpoint's common.pt, all of it.
+  std::optional<int64_t> read_common() {
     const Value& opt = single_optimizer(f_, f_.root().get("optimizer"));
-    const Value* inner = &opt;
-    const Value* masters = nullptr;
+    inner_ = &opt;
     // Float16OptimizerWithFloat16Params and DistributedOptimizer (Megatron's loader also takes
     // the first names: optimizer_state_dict, fp32_from_fp16).
     const Value* wrapped = opt.get("optimizer") ? opt.get("optimizer") : opt.get("optimizer_state_dict");
     if (wrapped && wrapped->kind == Kind::Dict) {
-      inner = wrapped;
-      masters = opt.get("fp32_from_fp16_params") ? opt.get("fp32_from_fp16_params") : opt.get("fp32_from_fp16");
+      inner_ = wrapped;
+      masters_ = opt.get("fp32_from_fp16_params") ? opt.get("fp32_from_fp16_params") : opt.get("fp32_from_fp16");
       if (const Value* scaler = opt.get("grad_scaler"); scaler && dtype_ == DType::F16) read_scaler(*scaler);
     }
-    const Value* groups = inner->get("param_groups");
-    if (!groups || groups->kind != Kind::List)
+    if (const Value* t = opt.get("param_state_sharding_type"); t && t->is_str()) sharding_type_ = t->text;
+    groups_ = inner_->get("param_groups");
+    if (!groups_ || groups_->kind != Kind::List)
       throw IoError(f_.path() + ": 'optimizer' has no 'param_groups' list (not Megatron's optimizer state)");
     std::optional<int64_t> steps;
-    for (size_t g = 0; g < groups->items.size(); ++g) {
-      const Value& group = *groups->items[g];
+    for (size_t g = 0; g < groups_->items.size(); ++g) {
+      const Value& group = *groups_->items[g];
       check_group(group, g);
       if (const Value* s = group.get("step")) note_steps(steps, step_value(f_, *s, where(g) + " 'step'"), where(g));
     }
-    if (distributed_) {
+    // torch's Adam under Megatron-core's sharded state dict: one 'common_step' for all.
+    if (const Value* state = inner_->get("state"))
+      if (const Value* s = state->get("common_step"))
+        note_steps(steps, step_value(f_, *s, "'common_step'"), "'common_step'");
+    return steps;
+  }
+
+  // The distributed optimizer's param_state_sharding_type (a torch_dist checkpoint's).
+  const std::string& sharding_type() const { return sharding_type_; }
+
+  // Returns the file's step count.
+  int64_t read() {
+    std::optional<int64_t> steps = read_common();
+    const Value* groups = groups_;
+    const Value* masters = masters_;
+    const Value* inner = inner_;
+    if (distributed_) {  // no 'step' recorded: no step taken (apex's groups get theirs at the first)
       read_distributed();
-      if (!steps) throw IoError(f_.path() + ": the optimizer's param_groups record no 'step'");
-      return *steps;
+      return steps.value_or(0);
     }
     if (dtype_ != DType::F32 && (!masters || masters->kind != Kind::List))
       throw IoError(f_.path() + ": the " + dtype_name(dtype_) + " model's optimizer holds no 'fp32_from_fp16_params' "
                     "master weights");
     const Value* state = inner->get("state");
-    if (state && state->kind != Kind::Dict) throw IoError(f_.path() + ": the optimizer's 'state' is " + state->describe());
+    if (state && state->kind != Kind::Dict)
+      throw IoError(f_.path() + ": the optimizer's 'state' is " + state->describe());
     const std::map<int64_t, const Value*> states = state ? int_keyed(f_, *state) : std::map<int64_t, const Value*>{};
     // An fp32 model's optimizer before its first step holds nothing to match: its masters are
     // the parameters and its moments zero (the import's default for a parameter not listed).
@@ -195,8 +233,10 @@ class FileReader {
           if (!ps.exp_avg || !ps.exp_avg_sq)
             throw IoError(f_.path() + ": optimizer state " + std::to_string(id.integer) + " has no exp_avg and "
                           "exp_avg_sq (not Adam's)");
-          if (const Value* s = st_value->get("step"))
-            note_steps(steps, step_value(f_, *s, "optimizer state " + std::to_string(id.integer) + " 'step'"), where(g));
+          if (const Value* s = st_value->get("step")) {
+            const std::string what = "optimizer state " + std::to_string(id.integer) + " 'step'";
+            note_steps(steps, step_value(f_, *s, what), where(g));
+          }
         } else if (!states.empty()) {
           throw IoError(f_.path() + ": the optimizer has no state for parameter " + std::to_string(id.integer) +
                         " while it has for others");
@@ -275,7 +315,7 @@ class FileReader {
       throw IoError(path.string() + ": missing (--use-distributed-optimizer keeps the optimizer's parameter state "
                     "there)");
     out_.files.push_back(std::make_unique<TorchFile>(path.string()));
-    read_distributed_state(*out_.files.back(), chunks_, dtype_, out_);
+    read_distributed_state(*out_.files.back(), chunks_, dtype_, dp_, out_);
   }
 
   // Megatron's DynamicGradScaler state: {'scale': tensor, 'growth_tracker', 'hysteresis_tracker'}
@@ -298,6 +338,11 @@ class FileReader {
   bool distributed_;
   OptimizerState& out_;
   std::vector<std::vector<ModelParam>> chunks_;
+  int64_t dp_ = 0;                 // the run's data-parallel size (0: unknown)
+  const Value* inner_ = nullptr;   // the torch optimizer's state dict
+  const Value* groups_ = nullptr;  // its param_groups
+  const Value* masters_ = nullptr; // fp32_from_fp16_params
+  std::string sharding_type_;
 };
 
 // Megatron's OptimizerParamScheduler.state_dict() fields that trident's trainer_state keeps
@@ -335,11 +380,31 @@ int64_t master_mismatch(const std::vector<float>& master, const std::vector<floa
   return -1;
 }
 
+OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type) {
+  OptimizerState out;
+  FileReader r(common, model_dtype, out);
+  out.steps = r.read_common().value_or(0);
+  *sharding_type = r.sharding_type();
+  out.scheduler = read_scheduler(common);
+  return out;
+}
+
+nlohmann::json imported_trainer_state(const pickle::Value& args, const OptimizerState& st) {
+  nlohmann::json ts;
+  ts["optimizer_steps"] = st.steps;
+  ts["consumed_valid_samples"] = int_arg(args, "consumed_valid_samples", 0);
+  ts[kRngStateKey] = int_arg(args, "seed", 1234);
+  ts[kDataSeedKey] = int_arg(args, "seed", 1234);
+  ts[kSampleOrderKey] = kSampleOrder;  // its consumed samples count in Megatron's order, which trident's is
+  if (const int64_t gbs = int_arg(args, "global_batch_size", 0); gbs > 0) ts["global_batch_size"] = gbs;
+  if (!st.scheduler.is_null()) ts["opt_param_scheduler"] = st.scheduler;
+  if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
+  if (!st.adam.is_null()) ts[kAdamKey] = st.adam;
+  return ts;
+}
+
 void check_optimizer_state_readable(const Checkpoint& c) {
-  if (c.dist)
-    throw ConfigError("--with-optimizer: " + c.dir.string() + " is a torch_dist checkpoint, whose optimizer state trident "
-                      "does not read; import its weights without --with-optimizer");
-  if (c.flavour != "Megatron-LM")
+  if (c.flavour != "Megatron-LM" && !c.dist)
     throw ConfigError("--with-optimizer: " + c.dir.string() + " is a " + c.flavour + " checkpoint, whose optimizer "
                       "state (DeepSpeed's files) trident does not read; import its weights without --with-optimizer");
   if (c.dir.filename() == "release")  // Megatron loads a release folder at iteration 0 without its optimizer

@@ -73,8 +73,8 @@ struct OptimizerState {
 };
 
 // Throws ConfigError, naming --with-optimizer, for a checkpoint whose optimizer state trident
-// does not read: DeepSpeed's, Megatron-core's torch_dist, a release folder's (Megatron loads
-// none from it), one saved without args or iteration. The import calls it before reading.
+// does not read: DeepSpeed's, a release folder's (Megatron loads none from it), one saved
+// without args or iteration. The import calls it before reading.
 void check_optimizer_state_readable(const Checkpoint& c);
 
 // Reads the state of every rank's file of a torch-format Megatron-LM checkpoint (that
@@ -82,6 +82,16 @@ void check_optimizer_state_readable(const Checkpoint& c);
 // ConfigError for a state trident does not read (several optimizers, other parameter groups),
 // IoError naming the file for a missing or malformed one.
 OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
+
+// The optimizer's state that is not the parameters' in a torch_dist checkpoint's common.pt: the
+// step count, scheduler, loss scaler and Adam hyperparameters (OptimizerState::params stays
+// empty), and the distributed optimizer's param_state_sharding_type ("" for the non-distributed
+// optimizer) in `sharding_type`.
+OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type);
+
+// trident's trainer_state of an imported run (MegatronTrainingState::trainer_state) from its
+// saved args and optimizer state.
+nlohmann::json imported_trainer_state(const pickle::Value& args, const OptimizerState& st);
 
 // Whether the stored parameter `param` is what Megatron copies from fp32 master `master` into a
 // model of `dtype` (equal in fp32, rounded to nearest-even in 16 bits). The first element that

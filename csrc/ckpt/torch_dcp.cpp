@@ -196,6 +196,14 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
     where[{fqn, offsets}] = v.get();
   }
 
+  // Megatron-core's attribute: each flattened optimizer tensor's shape before its reformulation.
+  if (const Value* mcore = root->get("mcore_data"); mcore && mcore->kind == Kind::Dict)
+    for (const auto& [k, v] : mcore->entries) {
+      const Value* orig = v->get("nd_reformulated_orig_global_shape");
+      if (k->is_str() && orig && orig->kind != Kind::None)
+        reformulated_[k->text] = r.shape(*orig, "mcore_data '" + k->text + "'.nd_reformulated_orig_global_shape");
+    }
+
   for (const auto& [k, v] : sdm.entries) {
     const std::string fqn = r.text(*k, "a state_dict_metadata key");
     if (is_instance(*v, "BytesStorageMetadata")) {

@@ -54,6 +54,10 @@ class DcpCheckpoint {
   const std::map<std::string, DcpTensor>& tensors() const { return tensors_; }
   // The keys saved as pickled objects (Transformer Engine's _extra_state, RNG states, ...).
   const std::vector<std::string>& objects() const { return objects_; }
+  // Megatron-core's reformulated keys (Metadata.mcore_data's nd_reformulated_orig_global_shape):
+  // a flattened optimizer tensor of shape ORIG stored as (fragments per axis..., block numel),
+  // row c holding, row-major, the block of shape ORIG / fragments at offsets c * that block.
+  const std::map<std::string, std::vector<int64_t>>& reformulated() const { return reformulated_; }
 
   // The box [begin, begin + extent) of tensor `fqn` as fp32, row-major: read from the data
   // files of the chunks that meet it. `extent` has the tensor's rank.
@@ -66,6 +70,7 @@ class DcpCheckpoint {
   std::filesystem::path dir_;
   std::map<std::string, DcpTensor> tensors_;
   std::vector<std::string> objects_;
+  std::map<std::string, std::vector<int64_t>> reformulated_;
   mutable std::set<std::string> tiled_;  // the keys check_tiling has passed
 };
 

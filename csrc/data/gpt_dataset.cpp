@@ -392,8 +392,8 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   if (cfg.blend.empty() && !per_split) throw ConfigError("--data-path is required");
   if (cfg.seq_length < 1) throw ConfigError("--seq-length must be positive");
   if (cfg.seed > kMaxDataSeed)
-    throw ConfigError(detail::concat("--seed ", cfg.seed, ": the samples are ordered as Megatron orders them, by numpy's "
-                                     "RandomState(seed), which takes seeds 0 to ", kMaxDataSeed));
+    throw ConfigError(detail::concat("--seed ", cfg.seed, ": the samples are ordered as Megatron orders them, by "
+                                     "numpy's RandomState(seed), which takes seeds 0 to ", kMaxDataSeed));
   const uint64_t wanted[3] = {cfg.train_samples, cfg.valid_samples, cfg.test_samples};
   const char* names[3] = {"train", "valid", "test"};
   TrainValidTest out;

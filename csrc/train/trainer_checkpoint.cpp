@@ -349,7 +349,8 @@ void note_sample_order(const nlohmann::json& st, const fs::path& dir, uint64_t s
 
 // Megatron restores Adam's betas and epsilon with the optimizer's state; trident takes its
 // flags': a note names a difference.
-void note_adam_hyperparameters(const nlohmann::json& st, const fs::path& dir, const TrainOptions& o, std::ostream& out) {
+void note_adam_hyperparameters(const nlohmann::json& st, const fs::path& dir, const TrainOptions& o,
+                               std::ostream& out) {
   const auto adam = st.find(kAdamKey);
   if (adam == st.end() || !adam->is_object()) return;
   const auto differs = [&](const char* key, float flag) {

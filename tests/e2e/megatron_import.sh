@@ -168,8 +168,8 @@ expect_error "$src/bad-dist-dtype/iter_0000007/.metadata: 'decoder.layers.mlp.li
   "$convert" "${m[@]}" --load "$src/bad-dist-dtype"
 expect_error "$src/bad-dist-zarr/iter_0000007/metadata.json: sharded_backend 'zarr': of Megatron-core's distributed formats only torch_dist is read" \
   "$convert" "${m[@]}" --load "$src/bad-dist-zarr"
-# --with-optimizer (tests/e2e/megatron_resume.sh) on the checkpoints whose state it does not read.
-expect_error "--with-optimizer: $src/dist-layers-tp2/iter_0000007 is a torch_dist checkpoint, whose optimizer state" \
+# --with-optimizer (tests/e2e/megatron_resume.sh) on checkpoints without a state it reads.
+expect_error "$src/dist-layers-tp2/iter_0000007/.metadata: no 'optimizer.state.fp32_param.*' tensors: no optimizer state by parameter" \
   "$convert" "${m[@]}" --load "$src/dist-layers-tp2" --with-optimizer
 expect_error "--with-optimizer: $src/ds-module/global_step5 is a Megatron-DeepSpeed checkpoint" \
   "$convert" "${m[@]}" --load "$src/ds-module" --with-optimizer

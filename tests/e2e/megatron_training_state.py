@@ -25,18 +25,29 @@ dict without 'state' and its groups without 'params' ('step' in each group), and
 folder's distrib_optim.pt the parameters' fp32 'param', 'exp_avg' and 'exp_avg_sq' in each model
 chunk's gradient buffer, laid out as Megatron's (ParamAndGradBuffer, save_parameter_state):
 the chunk's parameters in reverse named_parameters() order, buckets closed after the parameter
-that reaches BUCKET elements, data-parallel size 2, and by version:
-  distributed-whole      2023: one tensor of the whole buffer, packed, padded to a multiple of dp;
+that reaches BUCKET elements, data-parallel size DP (5, args.data_parallel_size), and by version:
+  distributed-whole      2023: one tensor of the whole buffer (no buckets), packed, padded to a
+                         multiple of dp;
   distributed-buckets    late 2023: a list of tensors per bucket, each padded to a multiple of dp,
                          with 'bucket_sizes';
-  distributed-coalesced  Megatron-core 0.8 on: parameters at multiples of 64 elements from their
+  distributed-coalesced  Megatron-core 0.13.1 on: parameters at multiples of 64 elements from their
                          bucket's start, buckets padded to lcm(dp, 128), the shared embedding in a
-                         bucket of its own (pp > 1), saved as one tensor of the buckets without
-                         their end padding, keyed (param dtype, grad dtype), 'buckets_coalesced'.
+                         bucket of its own (pp > 1: the bucket before closed at its aligned start),
+                         saved as one tensor of the buckets without their end padding, keyed
+                         (param dtype, grad dtype), 'buckets_coalesced';
+  distributed-coalesced-v08  Megatron-core 0.8 to 0.13.0: the same, but a shared embedding whose
+                         aligned start is no multiple of dp moved to a multiple of lcm(dp, 128).
 Padding holds noise (torch.empty) except in the coalesced format (zeros).
 
+With LAYOUT torch_dist-* the checkpoint is Megatron-core's --ckpt-format torch_dist (write_torch_dist):
+indexed (the non-distributed optimizer), fully-reshardable, model-space (fully_sharded_model_space),
+dp-reshardable (only common.pt says so: trident does not read it).
+
 Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore
-                                  [indexed|distributed-whole|distributed-buckets|distributed-coalesced] [MUTATION]
+                                  [LAYOUT] [MUTATION]
+  LAYOUT: indexed (default), distributed-whole, distributed-buckets, distributed-coalesced,
+  distributed-coalesced-v08, torch_dist-indexed,
+  torch_dist-fully-reshardable, torch_dist-model-space, torch_dist-dp-reshardable.
   TRIDENT_ITER_DIR: a tp1 x pp1 trident checkpoint of a 4-layer, 32-wide, 4-head, 32-position model.
   MUTATION: swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
   betas saved as (0.9, 0.95), where the run had (0.9, 0.999)), no-optimizer
@@ -52,6 +63,7 @@ import sys
 import numpy
 import torch
 
+import dcp_writer
 import megatron_checkpoints as mc
 
 
@@ -102,41 +114,49 @@ def flat(d, prefix=""):
             yield prefix + k, v
 
 
-DP, BUCKET = 2, 3000
+DP, BUCKET = 5, 100  # small buckets, so that they close after weights and biases alike
 
 
 def buffer_layout(params, fmt, shared):
     """Megatron's gradient buffer of one chunk: [(bucket start, unpadded end, padded end,
     [(key, start, end)])], `params` [(key, numel)] in named_parameters() order."""
-    align, bucket_pad = (64, math.lcm(DP, 128)) if fmt == "distributed-coalesced" else (1, DP)
+    coalesced = fmt.startswith("distributed-coalesced")
+    align, bucket_pad = (64, math.lcm(DP, 128)) if coalesced else (1, DP)
+    # 2023's buffer had no buckets; v08's are large enough that the shared embedding comes into
+    # a bucket that holds parameters already (as Megatron's 40M-element buckets do).
+    bucket_size = {"distributed-whole": None, "distributed-coalesced-v08": 30 * BUCKET}.get(fmt, BUCKET)
     pad = lambda x, m: -(-x // m) * m
     buckets, items, bucket_start, cursor = [], [], 0, 0
 
-    def close():
+    def close(end):
         nonlocal bucket_start, cursor, items
-        end = items[-1][2]
         buckets.append((bucket_start, end, pad(end, bucket_pad), items))
         bucket_start = cursor = pad(end, bucket_pad)
         items = []
 
     for key, n in reversed(params):
-        own = fmt == "distributed-coalesced" and key in shared
-        if own and items:
-            close()
         start = bucket_start + pad(cursor - bucket_start, align)
+        own = coalesced and key in shared  # the shared embedding's bucket of its own
+        if own:
+            if fmt == "distributed-coalesced-v08" and start % DP:  # 0.8 to 0.13.0: moved to lcm(dp, 128)
+                start = bucket_start + pad(start - bucket_start, math.lcm(DP, 128))
+            if items:
+                close(start)  # the padding before it counted in the bucket before
+            start = bucket_start
         items.append((key, start, start + n))
         cursor = start + n
-        if cursor - bucket_start >= BUCKET or own:
-            close()
+        if (bucket_size and cursor - bucket_start >= bucket_size) or own:
+            close(cursor)
     if items:
-        close()
+        close(items[-1][2])
     return buckets
 
 
 def distrib_state(chunks, fmt, dtype, noise, pipeline):
     """distrib_optim.pt's object for one rank: chunks[v] = [(key, {"param"|"exp_avg"|"exp_avg_sq": tensor})]
     in named_parameters() order; with a pipeline, the tied embedding and head are 'shared_embedding'."""
-    out = {"buckets_coalesced": True} if fmt == "distributed-coalesced" else {}
+    coalesced = fmt.startswith("distributed-coalesced")
+    out = {"buckets_coalesced": True} if coalesced else {}
     for v, chunk in enumerate(chunks):
         shared = {k for k, _ in chunk if pipeline and k.endswith(("word_embeddings.weight", "output_layer.weight",
                                                                    "word_embeddings_for_head.weight"))}
@@ -146,15 +166,15 @@ def distrib_state(chunks, fmt, dtype, noise, pipeline):
         for key in ("param", "exp_avg", "exp_avg_sq"):
             per_bucket = []
             for start, end, padded, items in buckets:
-                size = end - start if fmt == "distributed-coalesced" else padded - start
-                b = torch.zeros(size) if fmt == "distributed-coalesced" else torch.randn(size, generator=noise) * 3
+                size = end - start if coalesced else padded - start
+                b = torch.zeros(size) if coalesced else torch.randn(size, generator=noise) * 3
                 for k, a, e in items:
                     b[a - start:e - start] = values[k][key].flatten()
                 per_bucket.append(b)
             tensors[key] = per_bucket if fmt == "distributed-buckets" else torch.cat(per_bucket)
         if fmt == "distributed-buckets":
             out["bucket_sizes"] = [padded - start for start, _, padded, _ in buckets]
-        if fmt == "distributed-coalesced":
+        if coalesced:
             tensors["numel_unpadded"] = sum(end - start for start, end, _, _ in buckets)
             out[v] = {(dtype, torch.float32): tensors}
         else:
@@ -162,11 +182,133 @@ def distrib_state(chunks, fmt, dtype, noise, pipeline):
     return out
 
 
+def torch_dist(folder, states, vocab, tp, pp, dtype, layout):
+    """Megatron-core's --ckpt-format torch_dist of the weights and the optimizer's state by name:
+    states maps '' (the weights, in `dtype`) and 'exp_avg', 'exp_avg_sq', 'master' to tensors in
+    Hugging Face layout; keys 'optimizer.state.<exp_avg|exp_avg_sq|fp32_param>.<model key>'
+    (fully_reshardable: the master under 'param'), the layers stacked, each tensor-parallel piece
+    saved by one rank (replicated ones by TP rank 0; the tied head not saved). The distributed
+    optimizer's fully_sharded_model_space saves each piece as two data-parallel ranks' halves of
+    its flattened elements, reformulated as Megatron-core's torch_dist strategy does: global
+    shape (fragments per axis..., piece numel), a half at (the piece's fragment coordinates...,
+    its start), and Metadata.mcore_data[key]['nd_reformulated_orig_global_shape'] the shape."""
+    wr = dcp_writer.Writer(folder)
+    padded, per = mc.padded_size(vocab, tp), mc.L // pp
+    mcore = {}
+    master = "param" if layout == "torch_dist-fully-reshardable" else "fp32_param"
+    prefixes = {"": "", "exp_avg": "optimizer.state.exp_avg.", "exp_avg_sq": "optimizer.state.exp_avg_sq.",
+                "master": f"optimizer.state.{master}."}
+
+    def put(rank, key, size, offsets, x, optimizer):
+        if not (optimizer and layout == "torch_dist-model-space"):
+            wr.add_tensor(rank, key, size, offsets, x)
+            mcore[key] = {"nd_reformulated_orig_global_shape": None}
+            return
+        frag = [g // n for g, n in zip(size, x.shape)]
+        coords = [o // n for o, n in zip(offsets, x.shape)]
+        flat = x.flatten()
+        half = flat.numel() // 2 + 1
+        for d, (a, b) in enumerate([(0, half), (half, flat.numel())]):
+            wr.add_tensor(2 * rank + d, key, frag + [flat.numel()], coords + [a],
+                          flat[a:b].clone().reshape([1] * len(frag) + [b - a]))
+        mcore[key] = {"nd_reformulated_orig_global_shape": torch.Size(size)}
+
+    for state, w in states.items():
+        dt = dtype if state == "" else torch.float32
+        if state == "master" and layout == "torch_dist-indexed" and dtype == torch.float32:
+            continue  # FP32Optimizer: the weights are the masters
+        for s in range(pp):
+            for t in range(tp):
+                rank = s * tp + t
+                key = lambda k: prefixes[state] + k
+                if s == 0:
+                    emb = mc.embedding_rows(w["wte"], torch.zeros(2048, mc.C), padded, tp, t, dt)
+                    put(rank, key("embedding.word_embeddings.weight"), [padded, mc.C], [t * emb.shape[0], 0], emb, state)
+                    if t == 0:
+                        put(rank, key("embedding.position_embeddings.weight"), [mc.P, mc.C], [0, 0], w["wpe"].to(dt), state)
+                for g in range(s * per, (s + 1) * per):
+                    for k, x in mc.megatron_layer(w, g, tp, t, 3.0, dt).items():
+                        axis = mc.SPLIT_AXIS.get(k)
+                        if axis is None and t > 0:
+                            continue
+                        (name,) = mc.rename({k: x}, mc.MCORE_LOCAL).keys()
+                        size, offsets = list(x.shape), [0] * x.dim()
+                        if axis is not None:
+                            size[axis] *= tp
+                            offsets[axis] = t * x.shape[axis]
+                        put(rank, key("decoder.layers." + name), [mc.L] + size, [g] + offsets, x.unsqueeze(0), state)
+                if s == pp - 1 and t == 0:
+                    for wb in ("weight", "bias"):
+                        put(rank, key("decoder.final_layernorm." + wb), [mc.C], [0], w["ln_f." + wb].to(dt), state)
+    wr.finish(mcore_data=mcore)
+
+
+def scheduler_state(sched):
+    """OptimizerParamScheduler.state_dict() of the run whose state trident saved as `sched`."""
+    return {"max_lr": sched["max_lr"], "lr_warmup_steps": int(sched["lr_warmup_steps"]),
+            "num_steps": int(sched["num_steps"]), "lr_decay_style": sched["lr_decay_style"],
+            "lr_decay_steps": int(sched["lr_decay_steps"]), "min_lr": sched["min_lr"], "start_wd": sched["start_wd"],
+            "end_wd": sched["end_wd"], "wd_incr_style": sched["wd_incr_style"],
+            "wd_incr_steps": int(sched["wd_incr_steps"])}
+
+
+def param_groups(steps, step_style, with_params=None):
+    """Megatron's two groups (weights decayed, the rest not): with their parameter indices, or
+    (sharded state dicts, the distributed optimizer) without."""
+    groups = []
+    for g in range(2):
+        group = {"lr": 1e-3, "weight_decay": 0.01 if g == 0 else 0.0, "betas": (0.9, 0.999), "eps": 1e-8,
+                 "bias_correction": True, "wd_mult": 1.0 if g == 0 else 0.0, "lr_mult": 1.0}
+        if with_params is not None:
+            group["params"] = with_params[g]
+        if step_style == "apex":
+            group["step"] = steps
+        groups.append(group)
+    return groups
+
+
+def write_torch_dist(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation):
+    """The torch_dist checkpoint: the DCP folder (torch_dist above) and common.pt, whose
+    'optimizer' is the sharded state dict's non-tensor rest: the Float16 optimizer's
+    {'optimizer': {'param_groups'[, 'state': {'common_step'}]}, 'grad_scaler'}, FP32Optimizer's
+    {'param_groups'[, 'state']}, the distributed optimizer's {'optimizer': ..., 'grad_scaler',
+    'param_state_sharding_type'}."""
+    st = meta["trainer_state"]
+    folder = os.path.join(out, f"iter_{meta['iteration']:07d}")
+    states = {"": params, "exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"], "master": state["master"]}
+    torch_dist(folder, {k: hf_layout(v, vocab) for k, v in states.items()}, vocab, tp, pp, dtype, layout)
+    inner = {"param_groups": param_groups(st["optimizer_steps"], step_style)}
+    if step_style == "torch":
+        inner["state"] = {"common_step": torch.tensor(float(st["optimizer_steps"]))}
+    distributed = layout != "torch_dist-indexed"
+    optimizer = inner if dtype == torch.float32 and not distributed else {"optimizer": inner}
+    if dtype == torch.float16:
+        ls = st["loss_scaler"]
+        optimizer["grad_scaler"] = {"scale": torch.tensor([float(ls["scale"])]), "growth_tracker": ls["growth_tracker"],
+                                    "hysteresis_tracker": ls["hysteresis_tracker"]}
+    if distributed:
+        optimizer["param_state_sharding_type"] = {"torch_dist-fully-reshardable": "fully_reshardable",
+                                                  "torch_dist-model-space": "fully_sharded_model_space",
+                                                  "torch_dist-dp-reshardable": "dp_reshardable"}[layout]
+    args.ckpt_format = "torch_dist"
+    torch.save({"args": args, "checkpoint_version": 3.0, "iteration": meta["iteration"],
+                "opt_param_scheduler": scheduler_state(st["opt_param_scheduler"]), "optimizer": optimizer,
+                "num_floating_point_operations_so_far": 1e12,
+                "content_metadata": {"distrib_optim_sharding_type": optimizer.get("param_state_sharding_type")}},
+               os.path.join(folder, "common.pt"))
+    with open(os.path.join(folder, "metadata.json"), "w") as f:
+        json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
+                   "common_backend_version": 1}, f)
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(meta["iteration"]))
+
+
 def main():
     src, out, dtype_name, tp, pp, vp, step_style, model_kind = sys.argv[1:9]
     layout = sys.argv[9] if len(sys.argv) > 9 else "indexed"
     mutation = sys.argv[10] if len(sys.argv) > 10 else ""
-    distributed = layout.startswith("distributed")
+    distributed = layout.startswith("distributed") or layout in ("torch_dist-fully-reshardable",
+                                                                 "torch_dist-model-space", "torch_dist-dp-reshardable")
     noise = torch.Generator().manual_seed(5)
     tp, pp, vp = int(tp), int(pp), int(vp)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
@@ -188,7 +330,10 @@ def main():
                             consumed_train_samples=meta["consumed_samples"],
                             consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],
                             global_batch_size=st["global_batch_size"],
-                            use_distributed_optimizer=distributed)
+                            use_distributed_optimizer=distributed, data_parallel_size=DP)
+    if layout.startswith("torch_dist"):
+        write_torch_dist(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation)
+        return
     for t in range(tp):
         for s in range(pp):
             models = build(params, dtype)
