@@ -39,9 +39,11 @@ class DistModel {
     const auto it = sources_.find(canonical);
     if (it == sources_.end())
       throw IoError(index() + ": no tensor for " +
-                    (canonical == "wpe" ? "the position embedding (trident's GPT-2 has learned absolute positions: "
-                                          "rotary or ALiBi models cannot be imported)"
-                                        : "'" + canonical + "'"));
+                    (!prefix_.empty() ? "'" + canonical + "' under '" + prefix_ + "'"
+                     : canonical == "wpe"
+                         ? "the position embedding (trident's GPT-2 has learned absolute positions: rotary or ALiBi "
+                           "models cannot be imported)"
+                         : "'" + canonical + "'"));
     const Source& s = it->second;
     const DcpTensor& t = d_.tensors().at(s.key);
     if (!t.problem.empty()) throw IoError(t.problem);  // its index entry cannot be read
@@ -203,12 +205,7 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
   const pickle::Value* dist = c.args->get("use_distributed_optimizer");
   std::string master;  // the masters' prefix; none: the weights are the masters
   if (dist && dist->kind == pickle::Kind::Bool && dist->boolean) {
-    if (sharding == "fully_reshardable") master = "optimizer.state.param.";
-    else if (sharding == "fully_sharded_model_space" || sharding.empty()) master = "optimizer.state.fp32_param.";
-    else
-      throw ConfigError("--with-optimizer: " + common.path() + ": the distributed optimizer's state is saved as '" +
-                        sharding + "' buckets, which trident does not read (Megatron saves it by parameter with "
-                        "--dist-ckpt-optim-fully-reshardable); import the weights without --with-optimizer");
+    master = sharding == "fully_reshardable" ? "optimizer.state.param." : "optimizer.state.fp32_param.";
   } else if (cfg.dtype != DType::F32) {
     master = "optimizer.state.fp32_param.";
   }
@@ -227,6 +224,8 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
       throw IoError((c.dir / ".metadata").string() + ": the master weight of " + name + " under '" + master +
                     "' does not match the weight (element " + std::to_string(bad) + "): not this model's optimizer");
   const DistModel exp_avg(c, cfg, "optimizer.state.exp_avg."), exp_avg_sq(c, cfg, "optimizer.state.exp_avg_sq.");
+  if (exp_avg.has("wte") && !st.steps_recorded)
+    throw IoError(common.path() + ": the optimizer's state records no 'step' (its param_groups, 'common_step')");
   if (exp_avg.has("wte") || st.steps > 0) {
     out.exp_avg = read_canonical(exp_avg, c, cfg);
     out.exp_avg_sq = read_canonical(exp_avg_sq, c, cfg);

@@ -98,12 +98,11 @@ class ChunkSearch {
   const ModelParam& param(size_t i) const { return *order_[i]; }
 
  private:
-  static constexpr int kCandidates = 6;
+  static constexpr int kCandidates = 5;
   // Candidate k after `p`: right there; the bucket's next 64-element boundary (Megatron-core 0.8
-  // on); a new bucket right there (coalesced buckets); a new bucket at the next multiple of the
-  // data-parallel size (2023's whole buffer: the bucket before padded to it); a new bucket at the
-  // bucket's next multiple of lcm(dp, 128) (Megatron-core 0.8 to 0.13.0 started the shared
-  // embedding there, and counted the padding in the bucket before); the next list entry.
+  // on); a new bucket right there (coalesced buckets); a new bucket at the bucket's next multiple
+  // of lcm(dp, 128) (Megatron-core 0.8 to 0.13.0 started the shared embedding there, and counted
+  // the padding in the bucket before); the next list entry.
   std::optional<Position> candidate(const Position& p, int k) const {
     const auto up = [&](int64_t m) { return m > 0 ? p.bucket + (p.at - p.bucket + m - 1) / m * m : p.at; };
     switch (k) {
@@ -117,16 +116,11 @@ class ChunkSearch {
         if (p.bucket == p.at) return std::nullopt;
         return Position{p.seg, p.at, p.at};
       case 3: {
-        const int64_t padded = dp_ > 0 ? (p.at + dp_ - 1) / dp_ * dp_ : p.at;
-        if (padded == p.at) return std::nullopt;
-        return Position{p.seg, padded, padded};
-      }
-      case 4: {
         const int64_t padded = up(dp_ > 0 ? std::lcm(dp_, int64_t{128}) : 0);
         if (padded == p.at) return std::nullopt;
         return Position{p.seg, padded, padded};
       }
-      case 5:
+      case 4:
         if (p.seg + 1 >= segments_.size()) return std::nullopt;
         return Position{p.seg + 1, 0, 0};
     }

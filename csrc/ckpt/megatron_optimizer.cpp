@@ -128,7 +128,16 @@ class FileReader {
       masters_ = opt.get("fp32_from_fp16_params") ? opt.get("fp32_from_fp16_params") : opt.get("fp32_from_fp16");
       if (const Value* scaler = opt.get("grad_scaler"); scaler && dtype_ == DType::F16) read_scaler(*scaler);
     }
-    if (const Value* t = opt.get("param_state_sharding_type"); t && t->is_str()) sharding_type_ = t->text;
+    // torch_dist's distributed optimizer: the formats by parameter keep the groups here; the
+    // others keep them, with the state, in objects of the DCP files.
+    if (const Value* t = opt.get("param_state_sharding_type"); t && t->is_str()) {
+      sharding_type_ = t->text;
+      if (sharding_type_ != "fully_reshardable" && sharding_type_ != "fully_sharded_model_space")
+        throw ConfigError("--with-optimizer: " + f_.path() + ": the distributed optimizer's state is saved in its '" +
+                          sharding_type_ + "' format, which trident does not read (Megatron-core saves one by "
+                          "parameter with --dist-ckpt-optim-fully-reshardable from 0.14, --ckpt-fully-parallel-save "
+                          "before); import the weights without --with-optimizer");
+    }
     groups_ = inner_->get("param_groups");
     if (!groups_ || groups_->kind != Kind::List)
       throw IoError(f_.path() + ": 'optimizer' has no 'param_groups' list (not Megatron's optimizer state)");
@@ -141,7 +150,7 @@ class FileReader {
     // torch's Adam under Megatron-core's sharded state dict: one 'common_step' for all.
     if (const Value* state = inner_->get("state"))
       if (const Value* s = state->get("common_step"))
-        note_steps(steps, step_value(f_, *s, "'common_step'"), "'common_step'");
+        note_steps(steps, step_value(f_, *s, "'common_step'"), f_.path() + ": the optimizer's 'common_step'");
     return steps;
   }
 
@@ -154,9 +163,10 @@ class FileReader {
     const Value* groups = groups_;
     const Value* masters = masters_;
     const Value* inner = inner_;
-    if (distributed_) {  // no 'step' recorded: no step taken (apex's groups get theirs at the first)
+    if (distributed_) {
       read_distributed();
-      return steps.value_or(0);
+      if (!steps) throw IoError(f_.path() + ": the optimizer's param_groups record no 'step'");
+      return *steps;
     }
     if (dtype_ != DType::F32 && (!masters || masters->kind != Kind::List))
       throw IoError(f_.path() + ": the " + dtype_name(dtype_) + " model's optimizer holds no 'fp32_from_fp16_params' "
@@ -383,7 +393,9 @@ int64_t master_mismatch(const std::vector<float>& master, const std::vector<floa
 OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type) {
   OptimizerState out;
   FileReader r(common, model_dtype, out);
-  out.steps = r.read_common().value_or(0);
+  const std::optional<int64_t> steps = r.read_common();
+  out.steps = steps.value_or(0);
+  out.steps_recorded = steps.has_value();
   *sharding_type = r.sharding_type();
   out.scheduler = read_scheduler(common);
   return out;

@@ -58,6 +58,7 @@ struct ParamState {
 struct OptimizerState {
   int64_t steps = 0;     // Adam's step count (its bias correction): the updates taken
   bool moments = false;  // false before the first step: every moment is zero
+  bool steps_recorded = false;  // read_common_optimizer_state: whether `steps` was saved (else 0)
   // (shard, key in Shard::params) -> state, for every parameter of every shard.
   std::map<std::pair<const Shard*, std::string>, ParamState> params;
   // trident's trainer_state fields: Megatron's opt_param_scheduler fields that trident reads
@@ -86,7 +87,8 @@ OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
 // The optimizer's state that is not the parameters' in a torch_dist checkpoint's common.pt: the
 // step count, scheduler, loss scaler and Adam hyperparameters (OptimizerState::params stays
 // empty), and the distributed optimizer's param_state_sharding_type ("" for the non-distributed
-// optimizer) in `sharding_type`.
+// optimizer) in `sharding_type`: fully_reshardable or fully_sharded_model_space, the formats by
+// parameter (the others throw ConfigError naming the file).
 OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type);
 
 // trident's trainer_state of an imported run (MegatronTrainingState::trainer_state) from its

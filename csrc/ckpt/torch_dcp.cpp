@@ -196,12 +196,18 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
     where[{fqn, offsets}] = v.get();
   }
 
-  // Megatron-core's attribute: each flattened optimizer tensor's shape before its reformulation.
+  // Megatron-core's attribute: each flattened optimizer tensor's shape before its reformulation
+  // (one that cannot be read is that tensor's problem, as a bad index entry is).
+  std::map<std::string, std::string> reformulation_problems;
   if (const Value* mcore = root->get("mcore_data"); mcore && mcore->kind == Kind::Dict)
     for (const auto& [k, v] : mcore->entries) {
       const Value* orig = v->get("nd_reformulated_orig_global_shape");
-      if (k->is_str() && orig && orig->kind != Kind::None)
+      if (!k->is_str() || !orig || orig->kind == Kind::None) continue;
+      try {
         reformulated_[k->text] = r.shape(*orig, "mcore_data '" + k->text + "'.nd_reformulated_orig_global_shape");
+      } catch (const IoError& e) {
+        reformulation_problems[k->text] = e.what();
+      }
     }
 
   for (const auto& [k, v] : sdm.entries) {
@@ -218,6 +224,8 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
     } catch (const IoError& e) {
       tensors_[fqn].problem = e.what();
     }
+    if (const auto p = reformulation_problems.find(fqn); p != reformulation_problems.end())
+      tensors_[fqn].problem = p->second;
   }
 }
 

@@ -14,10 +14,10 @@
 #    100 elements and a data-parallel size of 5, so that buckets end after weights and biases and
 #    padding lies between them;
 #  - Megatron-core's --ckpt-format torch_dist, the optimizer's state by name: the
-#    non-distributed optimizer (bf16, tp2 x pp2), the distributed optimizer's fully_reshardable
-#    (fp16, tp2, torch's Adam's common_step) and fully_sharded_model_space (fp32, tp2 x pp2: each
-#    piece two data-parallel ranks' flattened halves, reformulated); its dp_reshardable buckets
-#    are refused.
+#    non-distributed optimizer (fp16, tp2 x pp2), the distributed optimizer's fully_reshardable
+#    (fp32, tp2, torch's Adam's common_step) and fully_sharded_model_space (bf16, tp2 x pp2: each
+#    piece two data-parallel ranks' flattened halves, reformulated); its dp_reshardable format
+#    is refused.
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
 # optimizer files must equal the uninterrupted run's byte for byte; a note names Adam betas that
 # differ from the flags'. Two LayerNorm weights' states exchanged (another parameter order than
@@ -65,8 +65,8 @@ resumed() {  # resumed NAME DTYPE: imports mg-NAME and trains it to iteration 6;
 for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16 2 1 1 apex mcore indexed" \
     "fp16 1 2 2 apex legacy distributed-whole" "fp32 2 1 1 torch legacy distributed-buckets" \
     "bf16 1 2 1 apex mcore distributed-coalesced" "fp16 2 2 1 apex mcore distributed-coalesced-v08" \
-    "bf16 2 2 1 apex mcore torch_dist-indexed" \
-    "fp16 2 1 1 torch mcore torch_dist-fully-reshardable" "fp32 2 2 1 apex mcore torch_dist-model-space"; do
+    "fp16 2 2 1 apex mcore torch_dist-indexed" \
+    "fp32 2 1 1 torch mcore torch_dist-fully-reshardable" "bf16 2 2 1 apex mcore torch_dist-model-space"; do
   read -r dtype tp pp vp steps model layout <<<"$c"
   name=$dtype-tp$tp-pp$pp-vp$vp-$layout
   megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" "$layout" || continue
@@ -127,7 +127,7 @@ megatron moved bf16 1 1 1 apex legacy distributed-coalesced moved &&
 megatron no-distrib fp32 1 1 1 apex legacy distributed-buckets no-distrib-file &&
   expect_error "$tmp/mg-no-distrib/iter_0000003/mp_rank_00/distrib_optim.pt: missing (--use-distributed-optimizer keeps" no-distrib
 megatron dp-reshardable bf16 1 1 1 apex mcore torch_dist-dp-reshardable &&
-  expect_error "$tmp/mg-dp-reshardable/iter_0000003/common.pt: the distributed optimizer's state is saved as 'dp_reshardable' buckets, which trident does not read" dp-reshardable
+  expect_error "--with-optimizer: $tmp/mg-dp-reshardable/iter_0000003/common.pt: the distributed optimizer's state is saved in its 'dp_reshardable' format, which trident does not read" dp-reshardable
 megatron no-optim fp32 1 1 1 apex legacy indexed no-optimizer &&
   expect_error "$tmp/mg-no-optim/iter_0000003/mp_rank_00/model_optim_rng.pt: no 'optimizer' state (saved with --no-save-optim?)" no-optim
 

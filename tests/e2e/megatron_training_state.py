@@ -41,7 +41,7 @@ Padding holds noise (torch.empty) except in the coalesced format (zeros).
 
 With LAYOUT torch_dist-* the checkpoint is Megatron-core's --ckpt-format torch_dist (write_torch_dist):
 indexed (the non-distributed optimizer), fully-reshardable, model-space (fully_sharded_model_space),
-dp-reshardable (only common.pt says so: trident does not read it).
+dp-reshardable (only common.pt's param_state_sharding_type, which trident refuses).
 
 Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore
                                   [LAYOUT] [MUTATION]
@@ -202,7 +202,7 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout):
     def put(rank, key, size, offsets, x, optimizer):
         if not (optimizer and layout == "torch_dist-model-space"):
             wr.add_tensor(rank, key, size, offsets, x)
-            mcore[key] = {"nd_reformulated_orig_global_shape": None}
+            mcore[key] = {}
             return
         frag = [g // n for g, n in zip(size, x.shape)]
         coords = [o // n for o, n in zip(offsets, x.shape)]
@@ -290,6 +290,8 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, dtype, layout, ste
         optimizer["param_state_sharding_type"] = {"torch_dist-fully-reshardable": "fully_reshardable",
                                                   "torch_dist-model-space": "fully_sharded_model_space",
                                                   "torch_dist-dp-reshardable": "dp_reshardable"}[layout]
+    if layout == "torch_dist-dp-reshardable":  # the groups and scaler are objects in the DCP files
+        optimizer = {"param_state_sharding_type": "dp_reshardable"}
     args.ckpt_format = "torch_dist"
     torch.save({"args": args, "checkpoint_version": 3.0, "iteration": meta["iteration"],
                 "opt_param_scheduler": scheduler_state(st["opt_param_scheduler"]), "optimizer": optimizer,
