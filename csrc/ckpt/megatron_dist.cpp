@@ -229,14 +229,8 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
   if (exp_avg.has("wte") || st.steps > 0) {
     out.exp_avg = read_canonical(exp_avg, c, cfg);
     out.exp_avg_sq = read_canonical(exp_avg_sq, c, cfg);
-  } else {  // before the first step
-    for (const auto& [name, t] : out.master) {
-      out.exp_avg[name] = HostTensor{t.shape, std::vector<float>(t.data.size(), 0.0f)};
-      out.exp_avg_sq[name] = out.exp_avg[name];
-    }
   }
-  out.consumed_samples = int_arg(*c.args, "consumed_train_samples", 0);
-  out.trainer_state = imported_trainer_state(*c.args, st);
+  finish_training_state(out, *c.args, st);
   return out;
 }
 

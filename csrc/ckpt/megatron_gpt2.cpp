@@ -211,14 +211,8 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
   if (st.moments) {
     out.exp_avg = joined(&ParamState::exp_avg);
     out.exp_avg_sq = joined(&ParamState::exp_avg_sq);
-  } else {
-    for (const auto& [name, t] : out.master) {
-      out.exp_avg[name] = HostTensor{t.shape, std::vector<float>(t.data.size(), 0.0f)};
-      out.exp_avg_sq[name] = out.exp_avg[name];
-    }
   }
-  out.consumed_samples = int_arg(*c.args, "consumed_train_samples", 0);
-  out.trainer_state = megatron::imported_trainer_state(*c.args, st);
+  megatron::finish_training_state(out, *c.args, st);
   return out;
 }
 

@@ -160,29 +160,26 @@ class FileReader {
   // Returns the file's step count.
   int64_t read() {
     std::optional<int64_t> steps = read_common();
-    const Value* groups = groups_;
-    const Value* masters = masters_;
-    const Value* inner = inner_;
     if (distributed_) {
       read_distributed();
       if (!steps) throw IoError(f_.path() + ": the optimizer's param_groups record no 'step'");
       return *steps;
     }
-    if (dtype_ != DType::F32 && (!masters || masters->kind != Kind::List))
+    if (dtype_ != DType::F32 && (!masters_ || masters_->kind != Kind::List))
       throw IoError(f_.path() + ": the " + dtype_name(dtype_) + " model's optimizer holds no 'fp32_from_fp16_params' "
                     "master weights");
-    const Value* state = inner->get("state");
+    const Value* state = inner_->get("state");
     if (state && state->kind != Kind::Dict)
       throw IoError(f_.path() + ": the optimizer's 'state' is " + state->describe());
     const std::map<int64_t, const Value*> states = state ? int_keyed(f_, *state) : std::map<int64_t, const Value*>{};
     // An fp32 model's optimizer before its first step holds nothing to match: its masters are
     // the parameters and its moments zero (the import's default for a parameter not listed).
-    if (states.empty() && !masters) {
+    if (states.empty() && !masters_) {
       if (steps.value_or(0) != 0)
         throw IoError(f_.path() + ": the optimizer took " + std::to_string(*steps) + " steps but holds no state");
       return 0;
     }
-    read_indexed(*groups, states, masters, steps);
+    read_indexed(*groups_, states, masters_, steps);
     if (!states.empty()) out_.moments = true;
     if (!steps && !states.empty())
       throw IoError(f_.path() + ": the optimizer's state records no 'step' (in its param_groups or its states)");
@@ -401,8 +398,14 @@ OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_
   return out;
 }
 
-nlohmann::json imported_trainer_state(const pickle::Value& args, const OptimizerState& st) {
-  nlohmann::json ts;
+void finish_training_state(MegatronTrainingState& out, const pickle::Value& args, const OptimizerState& st) {
+  if (out.exp_avg.empty())  // before the first step
+    for (const auto& [name, t] : out.master) {
+      out.exp_avg[name] = HostTensor{t.shape, std::vector<float>(t.data.size(), 0.0f)};
+      out.exp_avg_sq[name] = out.exp_avg[name];
+    }
+  out.consumed_samples = int_arg(args, "consumed_train_samples", 0);
+  nlohmann::json& ts = out.trainer_state;
   ts["optimizer_steps"] = st.steps;
   ts["consumed_valid_samples"] = int_arg(args, "consumed_valid_samples", 0);
   ts[kRngStateKey] = int_arg(args, "seed", 1234);
@@ -412,7 +415,6 @@ nlohmann::json imported_trainer_state(const pickle::Value& args, const Optimizer
   if (!st.scheduler.is_null()) ts["opt_param_scheduler"] = st.scheduler;
   if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
   if (!st.adam.is_null()) ts[kAdamKey] = st.adam;
-  return ts;
 }
 
 void check_optimizer_state_readable(const Checkpoint& c) {

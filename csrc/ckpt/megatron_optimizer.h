@@ -35,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckpt/megatron_files.h"
+#include "ckpt/megatron_gpt2.h"
 #include "core/dtype.h"
 
 namespace trident::megatron {
@@ -91,9 +92,10 @@ OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
 // parameter (the others throw ConfigError naming the file).
 OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type);
 
-// trident's trainer_state of an imported run (MegatronTrainingState::trainer_state) from its
+// Completes an imported run's state whose masters (and moments, after the first step) are read:
+// zero moments when there are none, the consumed samples and trident's trainer_state from the
 // saved args and optimizer state.
-nlohmann::json imported_trainer_state(const pickle::Value& args, const OptimizerState& st);
+void finish_training_state(MegatronTrainingState& out, const pickle::Value& args, const OptimizerState& st);
 
 // Whether the stored parameter `param` is what Megatron copies from fp32 master `master` into a
 // model of `dtype` (equal in fp32, rounded to nearest-even in 16 bits). The first element that

@@ -159,6 +159,12 @@ def layer_ranges(pp, vp):
     return {(v, s): list(range(v * L // vp + s * per, v * L // vp + (s + 1) * per)) for v in range(vp) for s in range(pp)}
 
 
+def write_tracker(out, iteration):
+    """Megatron's latest_checkpointed_iteration.txt: an iteration or 'release'."""
+    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write(str(iteration))
+
+
 def save(obj, path, legacy_format=False):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(obj, path, _use_new_zipfile_serialization=not legacy_format)
@@ -239,8 +245,7 @@ def megatron_lm(out, w, pad, vocab, tp, pp, dtype, version, names, folder="iter_
                     state[f"model{v}"] = m
             rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
             save(state, os.path.join(out, folder, rank, "model_optim_rng.pt"), legacy_format)
-    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
-        f.write(tracker)
+    write_tracker(out, tracker)
 
 
 def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline, microsoft=False):
@@ -275,8 +280,7 @@ def megatron_deepspeed(out, w, pad, vocab, tp, dtype, pipeline, microsoft=False)
                  os.path.join(step, f"mp_rank_{t:02d}_model_states.pt"))
     with open(os.path.join(out, "latest"), "w") as f:
         f.write("global_step5")
-    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
-        f.write("5")
+    write_tracker(out, "5")
 
 
 SPLIT_AXIS = {"qkv.weight": 0, "qkv.bias": 0, "fc1.weight": 0, "fc1.bias": 0, "dense.weight": 1, "fc2.weight": 1}
@@ -365,8 +369,7 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
     with open(os.path.join(folder, "metadata.json"), "w") as f:
         json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
                    "common_backend_version": 1}, f)
-    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
-        f.write("7")
+    write_tracker(out, "7")
 
 
 def read_hf(path):

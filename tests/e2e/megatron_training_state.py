@@ -301,8 +301,7 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, dtype, layout, ste
     with open(os.path.join(folder, "metadata.json"), "w") as f:
         json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
                    "common_backend_version": 1}, f)
-    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
-        f.write(str(meta["iteration"]))
+    mc.write_tracker(out, meta["iteration"])
 
 
 def main():
@@ -405,8 +404,7 @@ def main():
                 for v, m in enumerate(models):
                     ckpt[f"model{v}"] = m
             mc.save(ckpt, os.path.join(folder, "model_optim_rng.pt"))
-    with open(os.path.join(out, "latest_checkpointed_iteration.txt"), "w") as f:
-        f.write(str(meta["iteration"]))
+    mc.write_tracker(out, meta["iteration"])
 
 
 if __name__ == "__main__":
