@@ -2,8 +2,10 @@
 
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <map>
 
+#include "ckpt/megatron_dist_buckets.h"
 #include "ckpt/megatron_keys.h"
 #include "ckpt/megatron_optimizer.h"
 #include "ckpt/safetensors.h"
@@ -157,40 +159,92 @@ class DistModel {
   std::map<std::string, Source> sources_;
 };
 
-// The canonical tensors of `model` (the weights, or a state of them): stored shapes, the
-// vocabulary rows taken from the padded word embedding, QKV rows in trident's order; a tied head
-// must equal the word embedding.
-TensorMap read_canonical(const DistModel& model, const Checkpoint& c, const ModelConfig& cfg) {
-  const int64_t C = cfg.hidden_size, V = cfg.vocab_size;
-  const pickle::Value* padded_arg = c.args->get("padded_vocab_size");  // model_config_from_megatron_args requires it
-  TRIDENT_CHECK(padded_arg && padded_arg->kind == pickle::Kind::Int, "args.padded_vocab_size");
-  const int64_t padded = padded_arg->integer;
+// A canonical parameter's shape in Megatron: the padded vocabulary for the word embedding.
+std::vector<int64_t> megatron_shape(const ParamSpec& spec, const Checkpoint& c) {
+  std::vector<int64_t> shape = shape_vec(stored_shape(spec));
+  if (spec.name == "wte") {
+    const pickle::Value* padded = c.args->get("padded_vocab_size");  // model_config_from_megatron_args requires it
+    TRIDENT_CHECK(padded && padded->kind == pickle::Kind::Int, "args.padded_vocab_size");
+    shape[0] = padded->integer;
+  }
+  return shape;
+}
+
+// Reads a canonical tensor (or "head") of its shape in Megatron (megatron_shape).
+using CanonicalReader = std::function<std::vector<float>(const std::string& canonical, const std::vector<int64_t>& shape)>;
+
+// The canonical tensors that `read` gives (the weights, or a state of them) in trident's form:
+// stored shapes, the vocabulary rows taken from the padded word embedding, QKV rows in
+// trident's order; a tied head saved (with_head) must equal the word embedding.
+TensorMap read_canonical(const CanonicalReader& read, bool with_head, const Checkpoint& c, const ModelConfig& cfg) {
+  const int64_t V = cfg.vocab_size;
   TensorMap out;
   for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
     const std::vector<int64_t> shape = shape_vec(stored_shape(spec));
     HostTensor t;
     t.shape = shape;
     if (spec.name == "wte") {
-      const std::vector<float> full = model.read("wte", {padded, C});
-      if (model.has("head") && !bit_equal(model.read("head", {padded, C}), full))
+      const std::vector<int64_t> padded = megatron_shape(spec, c);
+      const std::vector<float> full = read("wte", padded);
+      if (with_head && !bit_equal(read("head", padded), full))
         throw ConfigError(c.dir.string() + ": its output_layer.weight differs from the word embedding; trident ties "
                           "them and cannot load an untied head");
-      t.data.assign(full.begin(), full.begin() + V * C);
+      t.data.assign(full.begin(), full.begin() + V * cfg.hidden_size);
     } else if (megatron_split(spec.name) == MegatronSplit::kQkv) {
       // Megatron-core's [heads][q,k,v][head_dim] rows (checkpoint_version 3.0's, the whole tensor
       // as one rank would hold it) -> trident's [q,k,v][heads][head_dim].
-      const std::vector<float> rows = model.read(spec.name, shape);
+      const std::vector<float> rows = read(spec.name, shape);
       const int64_t cols = shape.size() > 1 ? shape[1] : 1;
       t.data.resize(rows.size());
       for (int64_t r = 0; r < shape[0]; ++r)
         std::memcpy(&t.data[static_cast<size_t>(megatron_qkv_row(r, 0, 1, cfg, 3.0) * cols)],
                     &rows[static_cast<size_t>(r * cols)], static_cast<size_t>(cols) * sizeof(float));
     } else {
-      t.data = model.read(spec.name, shape);
+      t.data = read(spec.name, shape);
     }
     out[spec.name] = std::move(t);
   }
   return out;
+}
+
+TensorMap read_canonical(const DistModel& model, const Checkpoint& c, const ModelConfig& cfg) {
+  return read_canonical([&](const std::string& name, const std::vector<int64_t>& shape) { return model.read(name, shape); },
+                        model.has("head"), c, cfg);
+}
+
+// The tensors of `state` (Megatron's layout at tp 1) in trident's form.
+TensorMap read_canonical(const MegatronTensors& state, const Checkpoint& c, const ModelConfig& cfg) {
+  return read_canonical([&](const std::string& name, const std::vector<int64_t>&) { return state.at(name); }, false, c,
+                        cfg);
+}
+
+// The distributed optimizer's state in a bucket format, `sharding` (megatron_dist_buckets.h),
+// whose weights it takes in Megatron's layout.
+MegatronTrainingState read_bucket_training_state(const Checkpoint& c, const ModelConfig& cfg,
+                                                 const std::string& sharding, OptimizerState& st) {
+  const DistModel model(c, cfg);
+  MegatronTensors weights;
+  for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) weights[spec.name] = model.read(spec.name, megatron_shape(spec, c));
+  BucketOptimizerState b = read_bucket_optimizer_state(c, cfg, weights, sharding);
+  b.common.scheduler = std::move(st.scheduler);
+  st = std::move(b.common);
+  MegatronTrainingState out;
+  out.master = read_canonical(b.master, c, cfg);
+  if (!b.exp_avg.empty()) {  // else before the first step: finish_training_state's zeros
+    out.exp_avg = read_canonical(b.exp_avg, c, cfg);
+    out.exp_avg_sq = read_canonical(b.exp_avg_sq, c, cfg);
+  }
+  return out;
+}
+
+// Every master weight equals or rounds to its weight in `params`; `source` says where the
+// masters were read.
+void check_masters(const MegatronTrainingState& out, const TensorMap& params, const Checkpoint& c,
+                   const ModelConfig& cfg, const std::string& source) {
+  for (const auto& [name, t] : out.master)
+    if (const int64_t bad = master_mismatch(t.data, params.at(name).data, cfg.dtype); bad >= 0)
+      throw IoError((c.dir / ".metadata").string() + ": the master weight of " + name + " under " + source +
+                    " does not match the weight (element " + std::to_string(bad) + "): not this model's optimizer");
 }
 
 // The optimizer's state (Megatron-core's sharded optimizer state dict, saved by name): the
@@ -201,7 +255,13 @@ TensorMap read_canonical(const DistModel& model, const Checkpoint& c, const Mode
 MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig& cfg, const TensorMap& params) {
   const TorchFile& common = *c.files.at(0);
   std::string sharding;
-  const OptimizerState st = read_common_optimizer_state(common, cfg.dtype, &sharding);
+  OptimizerState st = read_common_optimizer_state(common, cfg.dtype, &sharding);
+  if (sharding == "dp_reshardable" || sharding == "dp_zero_gather_scatter") {
+    MegatronTrainingState out = read_bucket_training_state(c, cfg, sharding, st);
+    check_masters(out, params, c, cfg, "the distributed optimizer's buckets");
+    finish_training_state(out, *c.args, st);
+    return out;
+  }
   const pickle::Value* dist = c.args->get("use_distributed_optimizer");
   std::string master;  // the masters' prefix; none: the weights are the masters
   if (dist && dist->kind == pickle::Kind::Bool && dist->boolean) {
@@ -219,10 +279,7 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
   } else {
     out.master = params;
   }
-  for (const auto& [name, t] : out.master)
-    if (const int64_t bad = master_mismatch(t.data, params.at(name).data, cfg.dtype); bad >= 0)
-      throw IoError((c.dir / ".metadata").string() + ": the master weight of " + name + " under '" + master +
-                    "' does not match the weight (element " + std::to_string(bad) + "): not this model's optimizer");
+  check_masters(out, params, c, cfg, "'" + master + "'");
   const DistModel exp_avg(c, cfg, "optimizer.state.exp_avg."), exp_avg_sq(c, cfg, "optimizer.state.exp_avg_sq.");
   if (exp_avg.has("wte") && !st.steps_recorded)
     throw IoError(common.path() + ": the optimizer's state records no 'step' (its param_groups, 'common_step')");

@@ -15,7 +15,9 @@
 // MegatronImportOptions::with_optimizer: then the optimizer's state by name,
 // 'optimizer.state.{exp_avg, exp_avg_sq, fp32_param | param}.<key>', whole or (the distributed
 // optimizer's fully_sharded_model_space) flattened and reformulated (torch_dcp.h), with the step
-// count, scheduler and loss scaler of common.pt (megatron_optimizer.h).
+// count, scheduler and loss scaler of common.pt (megatron_optimizer.h); or the distributed
+// optimizer's buffers in its bucket formats, dp_reshardable and dp_zero_gather_scatter
+// (megatron_dist_buckets.h).
 #pragma once
 
 #include "ckpt/megatron_files.h"

@@ -20,12 +20,6 @@ using pickle::Value;
 constexpr const char* kKeys[3] = {"param", "exp_avg", "exp_avg_sq"};
 constexpr int64_t kParamAlignment = 64;  // Megatron-core's param start alignment (elements)
 
-// One flat buffer of a chunk: a list entry (one bucket) or the whole buffer; its three tensors.
-struct Segment {
-  std::array<const TorchTensor*, 3> t{};
-  int64_t numel = 0;
-};
-
 // Where the search stands in a chunk's buffer: the segment, the current bucket's start in it, and
 // the next free element.
 struct Position {
@@ -44,9 +38,9 @@ TorchTensor view(const TorchTensor& flat, int64_t at, const std::vector<int64_t>
 
 class ChunkSearch {
  public:
-  ChunkSearch(const TorchFile& file, const std::vector<Segment>& segments, const std::vector<ModelParam>& params,
-              DType dtype, int64_t dp, const std::string& where)
-      : file_(file), segments_(segments), dtype_(dtype), dp_(dp), where_(where), prefixes_(params.size()) {
+  ChunkSearch(const std::vector<BufferParam>& params, const std::vector<BufferSegment>& segments, DType dtype,
+              int64_t dp, const std::string& where)
+      : segments_(segments), dtype_(dtype), dp_(dp), where_(where), prefixes_(params.size()) {
     for (size_t i = params.size(); i-- > 0;) order_.push_back(&params[i]);  // the buffer's order
   }
 
@@ -75,16 +69,16 @@ class ChunkSearch {
         if (!c) continue;
         if (++tries > limit)
           throw IoError(where_ + ": the search for the parameters' places gave up after " + std::to_string(limit) +
-                        " tries (the deepest it came: parameter '" + order_[std::min(deepest, order_.size() - 1)]->key +
+                        " tries (the deepest it came: parameter '" + order_[std::min(deepest, order_.size() - 1)]->name +
                         "')");
-        const Position after{c->seg, c->bucket, c->at + order_[i]->tensor->numel()};
+        const Position after{c->seg, c->bucket, c->at + order_[i]->numel};
         if ((i + 1 == order_.size() || !failed.count(state(i + 1, after))) && matches(i, *c)) found = c;
       }
       if (found) {
         placed.push_back(*found);
         deepest = std::max(deepest, placed.size());
         if (placed.size() < order_.size())
-          stack.push_back({Position{found->seg, found->bucket, found->at + order_[i]->tensor->numel()}, 0});
+          stack.push_back({Position{found->seg, found->bucket, found->at + order_[i]->numel}, 0});
         continue;
       }
       failed.insert(state(i, f.before));
@@ -95,14 +89,12 @@ class ChunkSearch {
     return placed;
   }
 
-  const ModelParam& param(size_t i) const { return *order_[i]; }
-
  private:
   static constexpr int kCandidates = 5;
   // Candidate k after `p`: right there; the bucket's next 64-element boundary (Megatron-core 0.8
   // on); a new bucket right there (coalesced buckets); a new bucket at the bucket's next multiple
   // of lcm(dp, 128) (Megatron-core 0.8 to 0.13.0 started the shared embedding there, and counted
-  // the padding in the bucket before); the next list entry.
+  // the padding in the bucket before); the next segment.
   std::optional<Position> candidate(const Position& p, int k) const {
     const auto up = [&](int64_t m) { return m > 0 ? p.bucket + (p.at - p.bucket + m - 1) / m * m : p.at; };
     switch (k) {
@@ -128,8 +120,8 @@ class ChunkSearch {
   }
 
   IoError nowhere(size_t i) const {
-    const ModelParam& p = *order_[std::min(i, order_.size() - 1)];
-    return IoError(where_ + ": parameter '" + p.key + "' (" + shape_str(p.tensor->shape) + ") is nowhere in the "
+    const BufferParam& p = *order_[std::min(i, order_.size() - 1)];
+    return IoError(where_ + ": parameter '" + p.name + "' (" + shape_str(p.shape) + ") is nowhere in the "
                    "buffer where its master weight matches it: not a layout of Megatron's distributed optimizer "
                    "that trident reads, or not this model's optimizer");
   }
@@ -137,42 +129,38 @@ class ChunkSearch {
   // Whether the master at `at` is parameter i's: its first elements first (kept for every
   // parameter), then all of it.
   bool matches(size_t i, const Position& at) {
-    const ModelParam& p = *order_[i];
-    const int64_t n = p.tensor->numel();
-    const Segment& s = segments_[at.seg];
-    if (at.at + n > s.numel) return false;
-    const int64_t head = std::min<int64_t>(n, kPrefix);
+    const BufferParam& p = *order_[i];
+    const BufferSegment& s = segments_[at.seg];
+    if (at.at + p.numel > s.numel) return false;
+    const int64_t head = std::min<int64_t>(p.numel, kPrefix);
     std::vector<float>& prefix = prefixes_[i];
     if (prefix.empty()) {
-      prefix = p.shard->file->read_f32(*p.tensor, "'" + p.key + "'");
+      prefix = p.values();
       prefix.resize(static_cast<size_t>(head));
     }
-    if (master_mismatch(file_.read_f32(view(*s.t[0], at.at, {head}), "'param' buffer"), prefix, dtype_) >= 0)
-      return false;
-    if (head == n) return true;
-    return master_mismatch(file_.read_f32(view(*s.t[0], at.at, {n}), "'param' buffer"),
-                           p.shard->file->read_f32(*p.tensor, "'" + p.key + "'"), dtype_) < 0;
+    if (master_mismatch(s.masters(at.at, head), prefix, dtype_) >= 0) return false;
+    if (head == p.numel) return true;
+    return master_mismatch(s.masters(at.at, p.numel), p.values(), dtype_) < 0;
   }
 
   static constexpr int64_t kPrefix = 256;
-  const TorchFile& file_;
-  const std::vector<Segment>& segments_;
+  const std::vector<BufferSegment>& segments_;
   DType dtype_;
   int64_t dp_;  // the data-parallel size (0: unknown)
   std::string where_;
-  std::vector<const ModelParam*> order_;
+  std::vector<const BufferParam*> order_;
   std::vector<std::vector<float>> prefixes_;  // the parameters' first kPrefix values, read once
 };
 
 // A chunk's buffer: its one dtype's three tensors, each whole or a list of buckets.
-std::vector<Segment> chunk_segments(const Value& gbuf, const std::string& where) {
+std::vector<SavedSegment> chunk_segments(const Value& gbuf, const std::string& where) {
   if (gbuf.kind != Kind::Dict || gbuf.entries.size() != 1)
     throw IoError(where + ": holds " +
                   (gbuf.kind == Kind::Dict ? std::to_string(gbuf.entries.size()) + " dtypes' buffers"
                                            : gbuf.describe()) +
                   ", not one dtype's (trident's GPT-2 has parameters of one dtype)");
   const Value& d = *gbuf.entries[0].second;
-  std::vector<Segment> out;
+  std::vector<SavedSegment> out;
   for (int k = 0; k < 3; ++k) {
     const Value* v = d.get(kKeys[k]);
     if (!v) throw IoError(where + ": no '" + kKeys[k] + "' buffer");
@@ -203,30 +191,60 @@ std::vector<Segment> chunk_segments(const Value& gbuf, const std::string& where)
 
 }  // namespace
 
-void read_distributed_state(const TorchFile& file, const std::vector<std::vector<ModelParam>>& chunks, DType dtype,
-                            int64_t dp, OptimizerState& out) {
+std::vector<BufferPlace> place_parameters(const std::vector<BufferParam>& params,
+                                          const std::vector<BufferSegment>& segments, DType dtype, int64_t dp,
+                                          const std::string& where) {
+  std::vector<BufferPlace> out(params.size());
+  if (params.empty()) return out;
+  const std::vector<Position> placed = ChunkSearch(params, segments, dtype, dp, where).run();
+  for (size_t i = 0; i < placed.size(); ++i) out[params.size() - 1 - i] = {placed[i].seg, placed[i].at};
+  return out;
+}
+
+std::vector<std::vector<SavedSegment>> saved_buffers(const TorchFile& file, size_t chunks) {
   const Value* top = &file.root();
-  if (top->kind == Kind::List && top->items.size() == 1) top = top->items[0].get();  // a ChainedOptimizer's one
+  // A ChainedOptimizer's one; a sharded object's datum.
+  if (top->kind == Kind::List && top->items.size() == 1) top = top->items[0].get();
   const Value& root = *top;
   if (root.kind != Kind::Dict)
     throw IoError(file.path() + ": holds " + root.describe() + ", not the optimizer's state");
-  std::vector<const Value*> gbufs(chunks.size(), nullptr);
+  std::vector<const Value*> gbufs(chunks, nullptr);
   for (const auto& [k, v] : root.entries) {
     if (k->kind != Kind::Int) continue;  // 'buckets_coalesced', 'per_bucket_numel', ...
-    if (k->integer < 0 || k->integer >= static_cast<int64_t>(chunks.size()))
+    if (k->integer < 0 || k->integer >= static_cast<int64_t>(chunks))
       throw IoError(file.path() + ": buffer " + std::to_string(k->integer) + ", but the rank has " +
-                    std::to_string(chunks.size()) + " model chunk(s)");
+                    std::to_string(chunks) + " model chunk(s)");
     gbufs[static_cast<size_t>(k->integer)] = v.get();
   }
-  for (size_t c = 0; c < chunks.size(); ++c) {
+  std::vector<std::vector<SavedSegment>> out;
+  for (size_t c = 0; c < chunks; ++c) {
     const std::string where = file.path() + ": buffer " + std::to_string(c);
     if (!gbufs[c]) throw IoError(where + ": missing");
-    const std::vector<Segment> segments = chunk_segments(*gbufs[c], where);
-    ChunkSearch search(file, segments, chunks[c], dtype, dp, where);
-    const std::vector<Position> places = search.run();
+    out.push_back(chunk_segments(*gbufs[c], where));
+  }
+  return out;
+}
+
+std::vector<float> read_segment_range(const TorchFile& file, const SavedSegment& s, int k, int64_t at, int64_t n) {
+  return file.read_f32(view(*s.t[static_cast<size_t>(k)], at, {n}), std::string("'") + kKeys[k] + "' buffer");
+}
+
+void read_distributed_state(const TorchFile& file, const std::vector<std::vector<ModelParam>>& chunks, DType dtype,
+                            int64_t dp, OptimizerState& out) {
+  const std::vector<std::vector<SavedSegment>> buffers = saved_buffers(file, chunks.size());
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const std::vector<SavedSegment>& segments = buffers[c];
+    std::vector<BufferSegment> flat;
+    for (const SavedSegment& s : segments)
+      flat.push_back({s.numel, [&file, &s](int64_t at, int64_t n) { return read_segment_range(file, s, 0, at, n); }});
+    std::vector<BufferParam> params;
+    for (const ModelParam& p : chunks[c])
+      params.push_back({p.key, p.tensor->shape, p.tensor->numel(), [&p] { return p.shard->file->read_f32(*p.tensor, "'" + p.key + "'"); }});
+    const std::vector<BufferPlace> places =
+        place_parameters(params, flat, dtype, dp, file.path() + ": buffer " + std::to_string(c));
     for (size_t i = 0; i < places.size(); ++i) {
-      const ModelParam& p = search.param(i);
-      const Segment& s = segments[places[i].seg];
+      const ModelParam& p = chunks[c][i];
+      const SavedSegment& s = segments[places[i].segment];
       ParamState ps;
       ps.file = &file;
       const Value** slots[3] = {&ps.master, &ps.exp_avg, &ps.exp_avg_sq};

@@ -21,11 +21,57 @@
 // own bucket (fixed in 0.13.1); such a layout is not read.
 #pragma once
 
+#include <array>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "ckpt/megatron_optimizer.h"
 
 namespace trident::megatron {
+
+// A parameter of a model chunk as the search sees it: its name and shape (for errors), its
+// element count and its stored values (flattened, as fp32).
+struct BufferParam {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  std::function<std::vector<float>()> values;
+};
+
+// A flat piece of a chunk's buffer (a bucket, or the whole buffer): its element count and a
+// reader of its fp32 masters [at, at + n).
+struct BufferSegment {
+  int64_t numel = 0;
+  std::function<std::vector<float>(int64_t at, int64_t n)> masters;
+};
+
+struct BufferPlace {
+  size_t segment = 0;
+  int64_t at = 0;
+};
+
+// Where each of `params` (a model chunk's parameters in named_parameters() order) lies in
+// `segments` (its buffer's, in order), found as above: places[i] is params[i]'s. `dp` is the
+// run's data-parallel size (0: unknown). Throws IoError starting with `where` when a parameter
+// fits nowhere.
+std::vector<BufferPlace> place_parameters(const std::vector<BufferParam>& params,
+                                          const std::vector<BufferSegment>& segments, DType dtype, int64_t dp,
+                                          const std::string& where);
+
+// One flat piece of a chunk's buffer as distrib_optim.pt saves it (a list entry, one bucket; or
+// the whole buffer): its three states' tensors (param, exp_avg, exp_avg_sq) and element count.
+struct SavedSegment {
+  std::array<const TorchTensor*, 3> t{};
+  int64_t numel = 0;
+};
+
+// The buffers of `file`'s object (distrib_optim.pt's; torch_dist's dp_zero_gather_scatter saves
+// the same as an object), one per model chunk of the rank. Throws IoError naming the file.
+std::vector<std::vector<SavedSegment>> saved_buffers(const TorchFile& file, size_t chunks);
+
+// State k's elements [at, at + n) of a segment of `file`, as fp32.
+std::vector<float> read_segment_range(const TorchFile& file, const SavedSegment& s, int k, int64_t at, int64_t n);
 
 // Fills out.params for every parameter of `chunks` (one rank folder's model chunks, each in
 // named_parameters() order) from `file`, a distrib_optim.pt, whose model is stored as `dtype`;

@@ -1,7 +1,7 @@
 // GPT checkpoints written by Megatron-LM and Megatron-DeepSpeed (torch.save files, read with
 // torch_file.h; Megatron-core's distributed checkpoints) -> trident canonical tensors and
 // ModelConfig, and trident's weights -> a Megatron-LM release checkpoint (export_megatron_gpt2
-// below). Weights, and on request the training state of a torch-format Megatron-LM checkpoint
+// below). Weights, and on request the training state of a Megatron-LM checkpoint
 // (MegatronImportOptions::with_optimizer); Megatron's RNG
 // states are not read (trident's dropout is keyed by the seed), and an export holds weights only.
 //
@@ -92,8 +92,9 @@ struct MegatronImportOptions {
   // with args it must agree.
   std::optional<int> num_attention_heads;
   std::string iteration_flag = "--iteration";  // the tool's flag that gave `iteration`, for errors
-  // Also read the training state (MegatronGpt2Model::training): a torch-format Megatron-LM
-  // checkpoint saved with args, its optimizer distributed or not (ckpt/megatron_optimizer.h).
+  // Also read the training state (MegatronGpt2Model::training): a Megatron-LM checkpoint saved
+  // with args (torch format: ckpt/megatron_optimizer.h; torch_dist: ckpt/megatron_dist.h), its
+  // optimizer distributed or not.
   bool with_optimizer = false;
 };
 

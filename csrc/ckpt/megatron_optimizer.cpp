@@ -90,18 +90,6 @@ std::optional<double> group_number(const Value& group, const char* key) {
   return std::nullopt;
 }
 
-// The run's data-parallel size from its args (data_parallel_size, else world_size over the model
-// parallel sizes); 0 when they do not say.
-int64_t data_parallel_size(const Checkpoint& c) {
-  if (!c.args) return 0;
-  if (const int64_t dp = int_arg(*c.args, "data_parallel_size", 0); dp > 0) return dp;
-  const int64_t world = int_arg(*c.args, "world_size", 0);
-  const int64_t model = std::max<int64_t>(1, int_arg(*c.args, "tensor_model_parallel_size", 1)) *
-                        std::max<int64_t>(1, int_arg(*c.args, "pipeline_model_parallel_size", 1)) *
-                        std::max<int64_t>(1, int_arg(*c.args, "context_parallel_size", 1));
-  return world > 0 && world % model == 0 ? world / model : 0;
-}
-
 class FileReader {
  public:
   FileReader(const Checkpoint& c, const TorchFile& f, DType dtype, bool distributed, OptimizerState& out)
@@ -111,14 +99,15 @@ class FileReader {
         out_(out),
         chunks_(file_params(c, &f)),
         dp_(data_parallel_size(c)) {}
-  // A file without model chunks (a torch_dist checkpoint's common.pt): read_common only.
-  FileReader(const TorchFile& f, DType dtype, OptimizerState& out)
-      : f_(f), dtype_(dtype), distributed_(false), out_(out) {}
+  // A file without model chunks (a torch_dist checkpoint's common.pt, or an object of its DCP
+  // files whose datum `optimizer` is the optimizer's state): read_common and read_scaler only.
+  FileReader(const TorchFile& f, DType dtype, OptimizerState& out, const Value* optimizer = nullptr)
+      : f_(f), dtype_(dtype), distributed_(false), out_(out), optimizer_(optimizer) {}
 
   // The state that is not the parameters': the groups, the step count (none recorded: nullopt),
   // the loss scaler, Adam's hyperparameters; for a torch_dist checkpoint's common.pt, all of it.
   std::optional<int64_t> read_common() {
-    const Value& opt = single_optimizer(f_, f_.root().get("optimizer"));
+    const Value& opt = single_optimizer(f_, optimizer_ ? optimizer_ : f_.root().get("optimizer"));
     inner_ = &opt;
     // Float16OptimizerWithFloat16Params and DistributedOptimizer (Megatron's loader also takes
     // the first names: optimizer_state_dict, fp32_from_fp16).
@@ -129,14 +118,16 @@ class FileReader {
       if (const Value* scaler = opt.get("grad_scaler"); scaler && dtype_ == DType::F16) read_scaler(*scaler);
     }
     // torch_dist's distributed optimizer: the formats by parameter keep the groups here; the
-    // others keep them, with the state, in objects of the DCP files.
+    // bucket formats (dp_reshardable, dp_zero_gather_scatter) keep them in objects of the DCP
+    // files (read_object_optimizer_state).
     if (const Value* t = opt.get("param_state_sharding_type"); t && t->is_str()) {
       sharding_type_ = t->text;
+      if (sharding_type_ == "dp_reshardable" || sharding_type_ == "dp_zero_gather_scatter") return std::nullopt;
       if (sharding_type_ != "fully_reshardable" && sharding_type_ != "fully_sharded_model_space")
         throw ConfigError("--with-optimizer: " + f_.path() + ": the distributed optimizer's state is saved in its '" +
-                          sharding_type_ + "' format, which trident does not read (Megatron-core saves one by "
-                          "parameter with --dist-ckpt-optim-fully-reshardable from 0.14, --ckpt-fully-parallel-save "
-                          "before); import the weights without --with-optimizer");
+                          sharding_type_ + "' format, which trident does not read (it reads dp_reshardable, "
+                          "dp_zero_gather_scatter, fully_reshardable and fully_sharded_model_space); import the weights without "
+                          "--with-optimizer");
     }
     groups_ = inner_->get("param_groups");
     if (!groups_ || groups_->kind != Kind::List)
@@ -327,6 +318,7 @@ class FileReader {
 
   // Megatron's DynamicGradScaler state: {'scale': tensor, 'growth_tracker', 'hysteresis_tracker'}
   // (ConstantGradScaler saves an empty dict).
+ public:
   void read_scaler(const Value& s) {
     const Value* scale = s.get("scale");
     if (s.kind != Kind::Dict || !scale) return;
@@ -340,10 +332,13 @@ class FileReader {
                         {"hysteresis_tracker", hysteresis->integer}};
   }
 
+
+ private:
   const TorchFile& f_;
   DType dtype_;
   bool distributed_;
   OptimizerState& out_;
+  const Value* optimizer_ = nullptr;  // the optimizer's state when not the file's 'optimizer'
   std::vector<std::vector<ModelParam>> chunks_;
   int64_t dp_ = 0;                 // the run's data-parallel size (0: unknown)
   const Value* inner_ = nullptr;   // the torch optimizer's state dict
@@ -375,6 +370,16 @@ nlohmann::json read_scheduler(const TorchFile& f) {
 
 }  // namespace
 
+int64_t data_parallel_size(const Checkpoint& c) {
+  if (!c.args) return 0;
+  if (const int64_t dp = int_arg(*c.args, "data_parallel_size", 0); dp > 0) return dp;
+  const int64_t world = int_arg(*c.args, "world_size", 0);
+  const int64_t model = std::max<int64_t>(1, int_arg(*c.args, "tensor_model_parallel_size", 1)) *
+                        std::max<int64_t>(1, int_arg(*c.args, "pipeline_model_parallel_size", 1)) *
+                        std::max<int64_t>(1, int_arg(*c.args, "context_parallel_size", 1));
+  return world > 0 && world % model == 0 ? world / model : 0;
+}
+
 int64_t master_mismatch(const std::vector<float>& master, const std::vector<float>& param, DType dtype) {
   if (master.size() != param.size()) return 0;
   for (size_t i = 0; i < master.size(); ++i) {
@@ -395,6 +400,23 @@ OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_
   out.steps_recorded = steps.has_value();
   *sharding_type = r.sharding_type();
   out.scheduler = read_scheduler(common);
+  return out;
+}
+
+OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const TorchFile* grad_scaler,
+                                           DType model_dtype) {
+  // Megatron-core saves a ShardedObject as the list of its one datum.
+  const auto datum = [](const TorchFile& f) -> const Value& {
+    const Value& root = f.root();
+    if (root.kind != Kind::List || root.items.size() != 1)
+      throw IoError(f.path() + ": holds " + root.describe() + ", not a sharded object's datum");
+    return *root.items[0];
+  };
+  OptimizerState out;
+  const std::optional<int64_t> steps = FileReader(optimizer, model_dtype, out, &datum(optimizer)).read_common();
+  out.steps = steps.value_or(0);
+  out.steps_recorded = steps.has_value();
+  if (grad_scaler && model_dtype == DType::F16) FileReader(*grad_scaler, model_dtype, out).read_scaler(datum(*grad_scaler));
   return out;
 }
 

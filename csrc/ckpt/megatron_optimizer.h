@@ -88,14 +88,27 @@ OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
 // The optimizer's state that is not the parameters' in a torch_dist checkpoint's common.pt: the
 // step count, scheduler, loss scaler and Adam hyperparameters (OptimizerState::params stays
 // empty), and the distributed optimizer's param_state_sharding_type ("" for the non-distributed
-// optimizer) in `sharding_type`: fully_reshardable or fully_sharded_model_space, the formats by
-// parameter (the others throw ConfigError naming the file).
+// optimizer) in `sharding_type`: fully_reshardable or fully_sharded_model_space (the formats by
+// parameter), or the bucket formats dp_reshardable and dp_zero_gather_scatter, whose common.pt
+// holds the scheduler only (the rest: read_object_optimizer_state). Others throw ConfigError
+// naming the file.
 OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type);
+
+// The distributed optimizer's state that is not the parameters' in torch_dist's bucket formats,
+// saved as objects of the DCP files: `optimizer` (the torch optimizer's state dict
+// without 'state', its groups without 'params') and, in fp16 runs, `grad_scaler`. Not the
+// scheduler (common.pt's).
+OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const TorchFile* grad_scaler,
+                                           DType model_dtype);
 
 // Completes an imported run's state whose masters (and moments, after the first step) are read:
 // zero moments when there are none, the consumed samples and trident's trainer_state from the
 // saved args and optimizer state.
 void finish_training_state(MegatronTrainingState& out, const pickle::Value& args, const OptimizerState& st);
+
+// The run's data-parallel size from its args (data_parallel_size, else world_size over the model
+// parallel sizes); 0 when they do not say.
+int64_t data_parallel_size(const Checkpoint& c);
 
 // Whether the stored parameter `param` is what Megatron copies from fp32 master `master` into a
 // model of `dtype` (equal in fp32, rounded to nearest-even in 16 bits). The first element that

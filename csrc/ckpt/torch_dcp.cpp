@@ -118,6 +118,20 @@ void copy_intersection(const std::vector<float>& src, const std::vector<int64_t>
   }
 }
 
+// Where a _StorageInfo puts an item (`what`): its file of the folder and byte range.
+void read_storage(const MetadataReader& r, const Value& info, const std::string& what, DcpChunk* out) {
+  out->file = r.text(r.field(info, "relative_path", what), what + " relative_path");
+  if (out->file.empty() || out->file.find('/') != std::string::npos || out->file == "." || out->file == "..")
+    r.fail(what + ": relative_path '" + out->file + "' is not a file of the folder");
+  const int64_t off = r.integer(r.field(info, "offset", what), what + " byte offset");
+  const int64_t len = r.integer(r.field(info, "length", what), what + " byte length");
+  if (off < 0 || len <= 0) r.fail(what + ": byte range " + std::to_string(off) + "+" + std::to_string(len));
+  if (const Value* tr = info.get("transform_descriptors"); tr && tr->kind == Kind::List && !tr->items.empty())
+    r.fail(what + " is stored through transforms (compression), which are not read");
+  out->byte_offset = static_cast<uint64_t>(off);
+  out->byte_length = static_cast<uint64_t>(len);
+}
+
 // One TensorStorageMetadata entry, its pieces found in `where`; throws IoError.
 DcpTensor tensor_entry(const MetadataReader& r, const std::string& fqn, const Value& v,
                        const std::map<std::pair<std::string, std::vector<int64_t>>, const Value*>& where) {
@@ -149,17 +163,7 @@ DcpTensor tensor_entry(const MetadataReader& r, const std::string& fqn, const Va
     }
     const auto found = where.find({fqn, chunk.offsets});
     if (found == where.end()) r.fail(cw + " has no storage_data record");
-    const Value& info = *found->second;
-    chunk.file = r.text(r.field(info, "relative_path", cw), cw + " relative_path");
-    if (chunk.file.empty() || chunk.file.find('/') != std::string::npos || chunk.file == "." || chunk.file == "..")
-      r.fail(cw + ": relative_path '" + chunk.file + "' is not a file of the folder");
-    const int64_t off = r.integer(r.field(info, "offset", cw), cw + " byte offset");
-    const int64_t len = r.integer(r.field(info, "length", cw), cw + " byte length");
-    if (off < 0 || len <= 0) r.fail(cw + ": byte range " + std::to_string(off) + "+" + std::to_string(len));
-    if (const Value* tr = info.get("transform_descriptors"); tr && tr->kind == Kind::List && !tr->items.empty())
-      r.fail(cw + " is stored through transforms (compression), which are not read");
-    chunk.byte_offset = static_cast<uint64_t>(off);
-    chunk.byte_length = static_cast<uint64_t>(len);
+    read_storage(r, *found->second, cw, &chunk);
     checked_numel(chunk.sizes, r.source() + ": " + cw);
     t.chunks.push_back(std::move(chunk));
   }
@@ -214,6 +218,8 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
     const std::string fqn = r.text(*k, "a state_dict_metadata key");
     if (is_instance(*v, "BytesStorageMetadata")) {
       objects_.push_back(fqn);
+      if (const auto found = where.find({fqn, {}}); found != where.end())
+        read_storage(r, *found->second, "object '" + fqn + "'", &object_storage_[fqn]);
       continue;
     }
     if (!is_instance(*v, "TensorStorageMetadata")) r.fail("'" + fqn + "' is " + v->describe());
@@ -227,6 +233,14 @@ DcpCheckpoint::DcpCheckpoint(const fs::path& dir) : dir_(dir) {
     if (const auto p = reformulation_problems.find(fqn); p != reformulation_problems.end())
       tensors_[fqn].problem = p->second;
   }
+}
+
+std::unique_ptr<TorchFile> DcpCheckpoint::open_object(const std::string& fqn) const {
+  const auto it = object_storage_.find(fqn);
+  if (it == object_storage_.end())
+    throw IoError((dir_ / ".metadata").string() + ": object '" + fqn + "' has no storage_data record");
+  return std::make_unique<TorchFile>((dir_ / it->second.file).string(), it->second.byte_offset,
+                                     it->second.byte_length);
 }
 
 void DcpCheckpoint::check_tiling(const std::string& fqn, const DcpTensor& t) const {

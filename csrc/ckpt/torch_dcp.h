@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,6 +55,9 @@ class DcpCheckpoint {
   const std::map<std::string, DcpTensor>& tensors() const { return tensors_; }
   // The keys saved as pickled objects (Transformer Engine's _extra_state, RNG states, ...).
   const std::vector<std::string>& objects() const { return objects_; }
+  // Object `fqn`: its bytes, a torch.save archive (Megatron-core saves a ShardedObject as the
+  // list of its one datum), opened. Throws IoError when it has no storage record.
+  std::unique_ptr<TorchFile> open_object(const std::string& fqn) const;
   // Megatron-core's reformulated keys (Metadata.mcore_data's nd_reformulated_orig_global_shape):
   // a flattened optimizer tensor of shape ORIG stored as (fragments per axis..., block numel),
   // row c holding, row-major, the block of shape ORIG / fragments at offsets c * that block.
@@ -70,6 +74,7 @@ class DcpCheckpoint {
   std::filesystem::path dir_;
   std::map<std::string, DcpTensor> tensors_;
   std::vector<std::string> objects_;
+  std::map<std::string, DcpChunk> object_storage_;  // an object's file and byte range (offsets, sizes empty)
   std::map<std::string, std::vector<int64_t>> reformulated_;
   mutable std::set<std::string> tiled_;  // the keys check_tiling has passed
 };

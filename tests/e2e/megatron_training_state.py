@@ -41,15 +41,17 @@ Padding holds noise (torch.empty) except in the coalesced format (zeros).
 
 With LAYOUT torch_dist-* the checkpoint is Megatron-core's --ckpt-format torch_dist (write_torch_dist):
 indexed (the non-distributed optimizer), fully-reshardable, model-space (fully_sharded_model_space),
-dp-reshardable (only common.pt's param_state_sharding_type, which trident refuses).
+dp-reshardable (the distributed optimizer's buckets as they are in memory: dp_reshardable below),
+dp-zero (its dp_zero_gather_scatter: the same, gathered per rank into one object).
+MODEL mcore-te (torch_dist only): Megatron-core with Transformer Engine's layer spec.
 
-Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore
+Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore|mcore-te
                                   [LAYOUT] [MUTATION]
   LAYOUT: indexed (default), distributed-whole, distributed-buckets, distributed-coalesced,
   distributed-coalesced-v08, torch_dist-indexed,
-  torch_dist-fully-reshardable, torch_dist-model-space, torch_dist-dp-reshardable.
+  torch_dist-fully-reshardable, torch_dist-model-space, torch_dist-dp-reshardable, torch_dist-dp-zero.
   TRIDENT_ITER_DIR: a tp1 x pp1 trident checkpoint of a 4-layer, 32-wide, 4-head, 32-position model.
-  MUTATION: swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
+  MUTATION: bucket-space (torch_dist: common.pt says fully_sharded_bucket_space, which trident does not read), swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
   betas saved as (0.9, 0.95), where the run had (0.9, 0.999)), no-optimizer
   (saved with --no-save-optim), no-distrib-file (distributed, without distrib_optim.pt), moved (distributed:
   a parameter's master one element off).
@@ -182,7 +184,7 @@ def distrib_state(chunks, fmt, dtype, noise, pipeline):
     return out
 
 
-def torch_dist(folder, states, vocab, tp, pp, dtype, layout):
+def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=None):
     """Megatron-core's --ckpt-format torch_dist of the weights and the optimizer's state by name:
     states maps '' (the weights, in `dtype`) and 'exp_avg', 'exp_avg_sq', 'master' to tensors in
     Hugging Face layout; keys 'optimizer.state.<exp_avg|exp_avg_sq|fp32_param>.<model key>'
@@ -191,7 +193,9 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout):
     optimizer's fully_sharded_model_space saves each piece as two data-parallel ranks' halves of
     its flattened elements, reformulated as Megatron-core's torch_dist strategy does: global
     shape (fragments per axis..., piece numel), a half at (the piece's fragment coordinates...,
-    its start), and Metadata.mcore_data[key]['nd_reformulated_orig_global_shape'] the shape."""
+    its start), and Metadata.mcore_data[key]['nd_reformulated_orig_global_shape'] the shape.
+    te: Transformer Engine's layer spec (the norms fused into linear_qkv and linear_fc1).
+    extra(writer): adds more items before the index is written."""
     wr = dcp_writer.Writer(folder)
     padded, per = mc.padded_size(vocab, tp), mc.L // pp
     mcore = {}
@@ -231,7 +235,7 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout):
                         axis = mc.SPLIT_AXIS.get(k)
                         if axis is None and t > 0:
                             continue
-                        (name,) = mc.rename({k: x}, mc.MCORE_LOCAL).keys()
+                        (name,) = mc.rename({k: x}, mc.MCORE_LOCAL, te).keys()
                         size, offsets = list(x.shape), [0] * x.dim()
                         if axis is not None:
                             size[axis] *= tp
@@ -240,7 +244,86 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout):
                 if s == pp - 1 and t == 0:
                     for wb in ("weight", "bias"):
                         put(rank, key("decoder.final_layernorm." + wb), [mc.C], [0], w["ln_f." + wb].to(dt), state)
+    if extra:
+        extra(wr)
     wr.finish(mcore_data=mcore)
+
+
+def chunk_params(w, padded, tp, pp, vp, t, s, v, te):
+    """Model chunk v's parameters on TP rank t of stage s (fp32, Megatron's layout) in Megatron-core's
+    named_parameters() order, which is the order modules are built in: GPTModel's embedding
+    (word, position), decoder layers, final norm, output layer (a copy of the tied embedding on a
+    later stage); in a layer input_layernorm, self_attention (Attention builds linear_proj, then
+    SelfAttention its linear_qkv), pre_mlp_layernorm, mlp.linear_fc1, mlp.linear_fc2; Transformer
+    Engine's LayerNormLinear holds the fused norm's layer_norm_weight and _bias before its own."""
+    first, last = s == 0 and v == 0, s == pp - 1 and v == vp - 1
+    emb = mc.embedding_rows(w["wte"], torch.zeros(2048, mc.C), padded, tp, t, torch.float32)
+    out = []
+    if first:
+        out += [("embedding.word_embeddings.weight", emb), ("embedding.position_embeddings.weight", w["wpe"])]
+    order = ["dense", "ln_1", "qkv", "ln_2", "fc1", "fc2"] if te else ["ln_1", "dense", "qkv", "ln_2", "fc1", "fc2"]
+    for j, g in enumerate(mc.layer_ranges(pp, vp)[(v, s)]):
+        layer = mc.megatron_layer(w, g, tp, t, 3.0, torch.float32)
+        out += [(f"decoder.layers.{j}.{m}.{wb}", layer[f"{m}.{wb}"]) for m in order for wb in ("weight", "bias")]
+    if last:
+        out += [("decoder.final_layernorm.weight", w["ln_f.weight"]), ("decoder.final_layernorm.bias", w["ln_f.bias"])]
+        if not first:
+            out.append(("output_layer.weight", emb.clone()))
+    return out
+
+
+def dp_reshardable(wr, states, vocab, tp, pp, vp, dtype, te, groups, scaler, noise, mutation, zero=False):
+    """The distributed optimizer's dp_reshardable format (DistributedOptimizer.sharded_state_dict),
+    or with `zero` its dp_zero_gather_scatter format (the rank's state gathered into one object
+    '<group>.param_state' holding distrib_optim.pt's coalesced dict, distrib_state above).
+    dp_reshardable:
+    per model-parallel rank g = stage * tp + TP rank, model chunk v and bucket b (Megatron-core's
+    coalesced layout, DP ranks, BUCKET-element buckets) a flat tensor per state
+    'optimizer.distributed.dp_group_idx_<g>.gbuf_idx_<v>.dtype_<(param, grad dtype)>.bucket_idx_<b>.<K>'
+    of the bucket without its end padding, each DP rank saving its shard's parameter pieces and
+    the gaps between them (torch.empty: noise) as chunks; and the state dict's other entries as
+    objects '<group>.optimizer' ({'param_groups'}), '<group>.grad_scaler' (fp16),
+    '<group>.per_bucket_numel' and '_unpadded', each saved as [datum] under '<key>/shard_0_1'."""
+    padded = mc.padded_size(vocab, tp)
+    for s in range(pp):
+        for t in range(tp):
+            g = s * tp + t
+            group = f"optimizer.distributed.dp_group_idx_{g}"
+            numel, unpadded, gathered = [], [], []
+            for v in range(vp):
+                chunks = {k: chunk_params(states[k], padded, tp, pp, vp, t, s, v, te) for k in ("master", "exp_avg", "exp_avg_sq")}
+                names = [n for n, _ in chunks["master"]]
+                shared = {n for n in names if pp > 1 and n in ("embedding.word_embeddings.weight", "output_layer.weight")}
+                buckets = buffer_layout([(n, x.numel()) for n, x in chunks["master"]], "distributed-coalesced", shared)
+                if mutation == "moved" and g == 0 and v == 0:  # one master off by an element: found nowhere
+                    n, x = chunks["master"][3]
+                    chunks["master"][3] = (n, torch.roll(x.flatten(), 1).reshape(x.shape))
+                gathered.append([(n, {"param": x, "exp_avg": dict(chunks["exp_avg"])[n],
+                                      "exp_avg_sq": dict(chunks["exp_avg_sq"])[n]}) for n, x in chunks["master"]])
+                for b, (start, end, padded_end, items) in enumerate(buckets if not zero else []):
+                    local = (padded_end - start) // DP
+                    key = f"{group}.gbuf_idx_{v}.dtype_{(dtype, torch.float32)}.bucket_idx_{b}"
+                    for k, K in (("master", "param"), ("exp_avg", "exp_avg"), ("exp_avg_sq", "exp_avg_sq")):
+                        flat_state = torch.randn(end - start, generator=noise) * 3
+                        values = dict(chunks[k])
+                        for n, a, e in items:
+                            flat_state[a - start:e - start] = values[n].flatten()
+                        cuts = {a - start for _, a, _ in items} | {e - start for _, _, e in items}
+                        for r in range(DP):
+                            lo, hi = r * local, min((r + 1) * local, end - start)
+                            edges = sorted({lo, hi} | {x for x in cuts if lo < x < hi})
+                            for x, y in zip(edges, edges[1:]):
+                                wr.add_tensor(100 + g * DP + r, f"{key}.{K}", [end - start], [x], flat_state[x:y].clone())
+                numel.append({(dtype, torch.float32): [p - a for a, _, p, _ in buckets]})
+                unpadded.append({(dtype, torch.float32): [e - a for a, e, _, _ in buckets]})
+            objects = {"optimizer": {"param_groups": groups}, "per_bucket_numel": numel,
+                       "per_bucket_numel_unpadded": unpadded}
+            if zero:
+                objects["param_state"] = distrib_state(gathered, "distributed-coalesced", dtype, noise, pp > 1)
+            if scaler is not None:
+                objects["grad_scaler"] = scaler
+            for name, datum in objects.items():
+                wr.add_object(100 + g * DP, f"{group}.{name}/shard_0_1", [datum])
 
 
 def scheduler_state(sched):
@@ -267,7 +350,7 @@ def param_groups(steps, step_style, with_params=None):
     return groups
 
 
-def write_torch_dist(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation):
+def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout, step_style, te, args, mutation):
     """The torch_dist checkpoint: the DCP folder (torch_dist above) and common.pt, whose
     'optimizer' is the sharded state dict's non-tensor rest: the Float16 optimizer's
     {'optimizer': {'param_groups'[, 'state': {'common_step'}]}, 'grad_scaler'}, FP32Optimizer's
@@ -276,22 +359,35 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, dtype, layout, ste
     st = meta["trainer_state"]
     folder = os.path.join(out, f"iter_{meta['iteration']:07d}")
     states = {"": params, "exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"], "master": state["master"]}
-    torch_dist(folder, {k: hf_layout(v, vocab) for k, v in states.items()}, vocab, tp, pp, dtype, layout)
+    states = {k: hf_layout(v, vocab) for k, v in states.items()}
+    scaler = None
+    if dtype == torch.float16:
+        ls = st["loss_scaler"]
+        scaler = {"scale": torch.tensor([float(ls["scale"])]), "growth_tracker": ls["growth_tracker"],
+                  "hysteresis_tracker": ls["hysteresis_tracker"]}
+    extra = None
+    bucket_format = {"torch_dist-dp-reshardable": "dp_reshardable", "torch_dist-dp-zero": "dp_zero_gather_scatter"}
+    if layout in bucket_format:  # the state in buckets, the rest as objects
+        groups = param_groups(st["optimizer_steps"], "apex")  # DistributedOptimizer.state_dict(): 'step' per group
+        optimizer_states = states
+        extra = lambda wr: dp_reshardable(wr, optimizer_states, vocab, tp, pp, vp, dtype, te, groups, scaler,
+                                          torch.Generator().manual_seed(9), mutation, layout == "torch_dist-dp-zero")
+        states = {"": states[""]}
+    torch_dist(folder, states, vocab, tp, pp, dtype, layout, te, extra)
     inner = {"param_groups": param_groups(st["optimizer_steps"], step_style)}
     if step_style == "torch":
         inner["state"] = {"common_step": torch.tensor(float(st["optimizer_steps"]))}
     distributed = layout != "torch_dist-indexed"
     optimizer = inner if dtype == torch.float32 and not distributed else {"optimizer": inner}
-    if dtype == torch.float16:
-        ls = st["loss_scaler"]
-        optimizer["grad_scaler"] = {"scale": torch.tensor([float(ls["scale"])]), "growth_tracker": ls["growth_tracker"],
-                                    "hysteresis_tracker": ls["hysteresis_tracker"]}
+    if scaler is not None:
+        optimizer["grad_scaler"] = scaler
     if distributed:
         optimizer["param_state_sharding_type"] = {"torch_dist-fully-reshardable": "fully_reshardable",
-                                                  "torch_dist-model-space": "fully_sharded_model_space",
-                                                  "torch_dist-dp-reshardable": "dp_reshardable"}[layout]
-    if layout == "torch_dist-dp-reshardable":  # the groups and scaler are objects in the DCP files
-        optimizer = {"param_state_sharding_type": "dp_reshardable"}
+                                                  "torch_dist-model-space": "fully_sharded_model_space"}.get(layout)
+    if layout in bucket_format:  # the groups and scaler are objects in the DCP files
+        optimizer = {"param_state_sharding_type": bucket_format[layout]}
+    if mutation == "bucket-space":  # the deprecated fully_sharded_bucket_space (not read)
+        optimizer = {"param_state_sharding_type": "fully_sharded_bucket_space"}
     args.ckpt_format = "torch_dist"
     torch.save({"args": args, "checkpoint_version": 3.0, "iteration": meta["iteration"],
                 "opt_param_scheduler": scheduler_state(st["opt_param_scheduler"]), "optimizer": optimizer,
@@ -308,8 +404,8 @@ def main():
     src, out, dtype_name, tp, pp, vp, step_style, model_kind = sys.argv[1:9]
     layout = sys.argv[9] if len(sys.argv) > 9 else "indexed"
     mutation = sys.argv[10] if len(sys.argv) > 10 else ""
-    distributed = layout.startswith("distributed") or layout in ("torch_dist-fully-reshardable",
-                                                                 "torch_dist-model-space", "torch_dist-dp-reshardable")
+    distributed = layout.startswith("distributed") or layout in ("torch_dist-fully-reshardable", "torch_dist-model-space",
+                                                                 "torch_dist-dp-reshardable", "torch_dist-dp-zero")
     noise = torch.Generator().manual_seed(5)
     tp, pp, vp = int(tp), int(pp), int(vp)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
@@ -333,7 +429,8 @@ def main():
                             global_batch_size=st["global_batch_size"],
                             use_distributed_optimizer=distributed, data_parallel_size=DP)
     if layout.startswith("torch_dist"):
-        write_torch_dist(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation)
+        write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout, step_style, model_kind == "mcore-te",
+                         args, mutation)
         return
     for t in range(tp):
         for s in range(pp):

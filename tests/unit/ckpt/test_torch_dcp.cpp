@@ -70,8 +70,10 @@ void tensor_entry(PickleBytes& p, const std::string& fqn, const char* dtype, con
   });
 }
 
-// The .metadata of `tensors` (fqn -> dtype, size, pieces) and one bytes item "extra".
-std::string metadata_pickle(const std::vector<std::tuple<std::string, const char*, std::vector<int>, std::vector<Piece>>>& tensors) {
+// The .metadata of `tensors` (fqn -> dtype, size, pieces) and one bytes item "extra" stored at
+// `extra`'s byte range.
+std::string metadata_pickle(const std::vector<std::tuple<std::string, const char*, std::vector<int>, std::vector<Piece>>>& tensors,
+                            const Piece& extra) {
   PickleBytes p;
   p.op('\x80').op('\x02');
   object(p, kMeta, "Metadata", [&] {
@@ -81,6 +83,12 @@ std::string metadata_pickle(const std::vector<std::tuple<std::string, const char
     object(p, kMeta, "BytesStorageMetadata", [] {});
     p.op('u');
     p.str("storage_data").op('}').mark();
+    object(p, kMeta, "MetadataIndex", [&] { p.str("fqn").str("extra"); });  // a bytes item: no offset
+    object(p, "torch.distributed.checkpoint.filesystem", "_StorageInfo", [&] {
+      p.str("relative_path").str("__0_0.distcp");
+      p.str("offset").int4(static_cast<int32_t>(extra.byte_offset));
+      p.str("length").int4(static_cast<int32_t>(extra.byte_length));
+    });
     for (const auto& t : tensors)
       for (const Piece& c : std::get<3>(t)) {
         if (!c.with_record) continue;
@@ -142,7 +150,8 @@ class TorchDcp : public ::testing::Test {
                           {"odd", "complex64", {4, 3}, {as(p0, "odd"), as(p1, "odd")}},
                           {"partial", "float32", {4, 3}, {as(p0, "partial")}},
                           {"unrecorded", "float32", {4, 3}, {as(p0, "unrecorded"), unrecorded}},
-                          {"overlap", "float32", {4, 3}, {as(p0, "overlap"), overlapping}}}));
+                          {"overlap", "float32", {4, 3}, {as(p0, "overlap"), overlapping}}},
+                         p0));
   }
   ScratchDir dir;
 };
@@ -159,6 +168,16 @@ TEST_F(TorchDcp, BoxesAcrossPieces) {
   // Rows 1-2, columns 1-2: one row from each piece.
   EXPECT_EQ(d.read_f32("w", {1, 1}, {2, 2}), (std::vector<float>{w_at(1, 1), w_at(1, 2), w_at(2, 1), w_at(2, 2)}));
   EXPECT_EQ(d.read_f32("w", {3, 0}, {1, 3}), (std::vector<float>{w_at(3, 0), w_at(3, 1), w_at(3, 2)}));
+}
+
+TEST_F(TorchDcp, ObjectsOpenAtTheirByteRange) {
+  const DcpCheckpoint d(dir.path());
+  const std::unique_ptr<TorchFile> extra = d.open_object("extra");  // stored where w's first piece is
+  const TorchTensor* t = TorchFile::tensor(extra->root());
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(extra->read_f32(*t, "extra"), d.read_f32("w", {0, 0}, {2, 3}));
+  EXPECT_EQ(io_error_of([&] { d.open_object("nothing"); }),
+            dir.path() + "/.metadata: object 'nothing' has no storage_data record");
 }
 
 TEST_F(TorchDcp, AWrongEntryFailsOnlyItsRead) {
