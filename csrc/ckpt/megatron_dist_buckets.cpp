@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 
@@ -83,8 +84,10 @@ class BucketReader {
     pp_ = static_cast<int>(int_arg(*c.args, "pipeline_model_parallel_size", 1));
     vp_ = static_cast<int>(std::max<int64_t>(1, int_arg(*c.args, "virtual_pipeline_model_parallel_size", 1)));
     for (const char* uneven : {"decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                               "pipeline_model_parallel_layout"})
-      if (const Value* v = c.args->get(uneven); v && v->kind != Kind::None)
+                               "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
+                               "account_for_loss_in_pipeline_split"})
+      if (const Value* v = c.args->get(uneven);
+          v && v->kind != Kind::None && !(v->kind == Kind::Bool && !v->boolean))
         throw ConfigError("--with-optimizer: " + c.args_source + ": args." + uneven + " is set; trident reads the "
                           "bucket formats' optimizer state of an even pipeline split only");
     if (tp_ < 1 || pp_ < 1 || cfg.num_layers % (pp_ * vp_) != 0)
@@ -95,6 +98,12 @@ class BucketReader {
       if (key.rfind("chained_", 0) == 0)
         throw ConfigError("--with-optimizer: " + index_ + ": '" + key + "' is of one of several optimizers "
                           "(Megatron-core's ChainedOptimizer); trident reads one");
+      // A buffer per model chunk: more (--fp8-param-gather's, expert parameters') are not read.
+      if (const size_t at = key.find(".gbuf_idx_"); at != std::string::npos && key.rfind("optimizer.distributed.", 0) == 0)
+        if (std::atoll(key.c_str() + at + 10) >= vp_)
+          throw ConfigError("--with-optimizer: " + index_ + ": '" + key + "': more buffers than the " +
+                            std::to_string(vp_) + " model chunk(s) (several dtypes, --fp8-param-gather?); trident "
+                            "reads one buffer a chunk");
       te_ = te_ || key.find("linear_qkv.layer_norm_weight") != std::string::npos;
     }
     for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
@@ -131,8 +140,8 @@ class BucketReader {
       const std::string optimizer = object(group(g) + ".optimizer", true), scaler = object(group(g) + ".grad_scaler", false);
       const std::unique_ptr<TorchFile> o = d_.open_object(optimizer);
       const std::unique_ptr<TorchFile> sc = scaler.empty() ? nullptr : d_.open_object(scaler);
+      // No 'step' (apex's and TE's FusedAdam before their first step): no moments either (read_chunk).
       OptimizerState st = read_object_optimizer_state(*o, sc.get(), cfg_.dtype);
-      if (!st.steps_recorded) throw IoError(o->path() + ": the optimizer's param_groups record no 'step'");
       if (first && st.steps != first->steps)
         throw IoError(o->path() + ": the optimizer took " + std::to_string(st.steps) + " steps, model-parallel rank "
                       "0's " + std::to_string(first->steps));
@@ -268,7 +277,7 @@ class BucketReader {
                           }});
     std::vector<BufferParam> search;
     for (const LocalParam& p : params)
-      search.push_back({p.canonical, p.shape, p.numel(), [&, t] {
+      search.push_back({p.canonical, p.shape, p.numel(), [this, &p, t] {
                           return extract_piece(p, t, weights_.at(p.canonical == "head" ? "wte" : p.canonical));
                         }});
     const std::string rank = " (tensor-parallel rank " + std::to_string(t) + ", stage " + std::to_string(s) +
@@ -287,6 +296,9 @@ class BucketReader {
                           " steps");
           continue;
         }
+        if (k > 0 && !out.common.steps_recorded)
+          throw IoError(where + rank + ": '" + kStates[k] + "' state, but the optimizer's param_groups record no "
+                        "'step'");
         for (size_t i = 0; i < params.size(); ++i) {
           const LocalParam& p = params[i];
           // The tied head's state is the word embedding's (Megatron keeps the copies equal);

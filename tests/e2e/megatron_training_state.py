@@ -119,14 +119,15 @@ def flat(d, prefix=""):
 DP, BUCKET = 5, 100  # small buckets, so that they close after weights and biases alike
 
 
-def buffer_layout(params, fmt, shared):
+def buffer_layout(params, fmt, shared, bucket_size=BUCKET):
     """Megatron's gradient buffer of one chunk: [(bucket start, unpadded end, padded end,
-    [(key, start, end)])], `params` [(key, numel)] in named_parameters() order."""
+    [(key, start, end)])], `params` [(key, numel)] in named_parameters() order; buckets closed
+    after the parameter that reaches bucket_size elements (None: one bucket)."""
     coalesced = fmt.startswith("distributed-coalesced")
     align, bucket_pad = (64, math.lcm(DP, 128)) if coalesced else (1, DP)
     # 2023's buffer had no buckets; v08's are large enough that the shared embedding comes into
     # a bucket that holds parameters already (as Megatron's 40M-element buckets do).
-    bucket_size = {"distributed-whole": None, "distributed-coalesced-v08": 30 * BUCKET}.get(fmt, BUCKET)
+    bucket_size = {"distributed-whole": None, "distributed-coalesced-v08": 30 * BUCKET}.get(fmt, bucket_size)
     pad = lambda x, m: -(-x // m) * m
     buckets, items, bucket_start, cursor = [], [], 0, 0
 
@@ -294,7 +295,11 @@ def dp_reshardable(wr, states, vocab, tp, pp, vp, dtype, te, groups, scaler, noi
                 chunks = {k: chunk_params(states[k], padded, tp, pp, vp, t, s, v, te) for k in ("master", "exp_avg", "exp_avg_sq")}
                 names = [n for n, _ in chunks["master"]]
                 shared = {n for n in names if pp > 1 and n in ("embedding.word_embeddings.weight", "output_layer.weight")}
-                buckets = buffer_layout([(n, x.numel()) for n, x in chunks["master"]], "distributed-coalesced", shared)
+                # Buckets that each data-parallel rank has parameters in (Megatron refuses to save
+                # an empty one): one a chunk (Megatron's default without --overlap-grad-reduce), or
+                # of 1000 elements in fp16 runs.
+                buckets = buffer_layout([(n, x.numel()) for n, x in chunks["master"]], "distributed-coalesced", shared,
+                                        10 * BUCKET if dtype == torch.float16 else None)
                 if mutation == "moved" and g == 0 and v == 0:  # one master off by an element: found nowhere
                     n, x = chunks["master"][3]
                     chunks["master"][3] = (n, torch.roll(x.flatten(), 1).reshape(x.shape))
