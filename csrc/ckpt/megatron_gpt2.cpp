@@ -43,6 +43,15 @@ struct Piece {
   std::string key;
   const Value* value = nullptr;
   const TorchFile* file = nullptr;  // the file `value` lies in, when not the shard's (distrib_optim.pt)
+  const HostTensor* data = nullptr;  // or the tensor itself (DeepSpeed's joined partitions)
+  bool held() const { return value || data; }
+};
+
+// A piece's tensor as a pick gives it: a Value (in `file`, nullptr: the shard's), or data.
+struct Picked {
+  const Value* value = nullptr;
+  const TorchFile* file = nullptr;
+  const HostTensor* data = nullptr;
 };
 
 class Joiner {
@@ -52,7 +61,7 @@ class Joiner {
   void add(const std::string& canonical, int tp_rank, Piece p) {
     auto& v = pieces_[canonical];
     v.resize(c_.tp);
-    if (v[tp_rank].value)
+    if (v[tp_rank].held())
       throw IoError(p.shard->where + ": '" + p.key + "' is parameter " + canonical + ", which " + v[tp_rank].shard->where +
                     " '" + v[tp_rank].key + "' holds already");
     v[tp_rank] = std::move(p);
@@ -62,7 +71,7 @@ class Joiner {
   // The full tensor of `shape` (the whole model's [rows, cols] or [n]).
   std::vector<float> join(const std::string& canonical, const std::vector<int64_t>& shape) const {
     const auto it = pieces_.find(canonical);
-    if (it == pieces_.end() || !it->second[0].value)
+    if (it == pieces_.end() || !it->second[0].held())
       throw IoError(c_.dir.string() + ": no tensor for " + describe(canonical) + " on tensor-parallel rank 0");
     const MegatronSplit split = megatron_split(canonical);
     if (split == MegatronSplit::kReplicated) return read(it->second[0], shape);
@@ -73,7 +82,7 @@ class Joiner {
     const int64_t lrows = local_shape[0], lcols = local_shape.size() > 1 ? local_shape[1] : 1;
     std::vector<float> full(static_cast<size_t>(rows * cols));
     for (int t = 0; t < tp; ++t) {
-      if (!it->second[t].value)
+      if (!it->second[t].held())
         throw IoError(c_.dir.string() + ": no tensor for " + describe(canonical) + " on tensor-parallel rank " +
                       std::to_string(t));
       const std::vector<float> local = read(it->second[t], local_shape);
@@ -93,6 +102,12 @@ class Joiner {
     return canonical == "head" ? "the LM head" : "'" + canonical + "'";
   }
   std::vector<float> read(const Piece& p, const std::vector<int64_t>& shape) const {
+    if (p.data) {
+      if (p.data->shape != shape)
+        throw IoError(p.shard->where + ": the state of '" + p.key + "' has shape " + shape_str(p.data->shape) +
+                      ", expected " + shape_str(shape) + " (tp " + std::to_string(c_.tp) + ")");
+      return p.data->data;
+    }
     const TorchTensor* t = TorchFile::tensor(*p.value);
     if (!t) throw IoError(p.shard->where + ": '" + p.key + "' is " + p.value->describe() + ", not a tensor");
     if (t->shape != shape)
@@ -194,23 +209,25 @@ template <typename JoinerOf>
 MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig& cfg, const JoinerOf& joiner_of) {
   const megatron::OptimizerState st = megatron::read_optimizer_state(c, cfg.dtype);
   using megatron::ParamState;
-  const auto joined = [&](const Value* ParamState::*member) {
+  const auto joined = [&](int k) {  // 0 master, 1 exp_avg, 2 exp_avg_sq
     return join_model(joiner_of(
-                          [&](const Shard* shard, const std::string& key, const Value* param) {
+                          [&](const Shard* shard, const std::string& key, const Value* param) -> Picked {
                             const auto it = st.params.find({shard, key});
                             if (it == st.params.end())  // fp32 before the first step: the master is the parameter
-                              return std::make_pair(member == &ParamState::master ? param : nullptr,
-                                                    static_cast<const TorchFile*>(nullptr));
-                            return std::make_pair(it->second.*member, it->second.file);
+                              return {k == 0 ? param : nullptr, nullptr, nullptr};
+                            const ParamState& ps = it->second;
+                            if (ps.joined) return {nullptr, nullptr, &(*ps.joined)[static_cast<size_t>(k)]};
+                            const Value* members[3] = {ps.master, ps.exp_avg, ps.exp_avg_sq};
+                            return {members[k], ps.file, nullptr};
                           },
                           false),
                       c, cfg);
   };
   MegatronTrainingState out;
-  out.master = joined(&ParamState::master);
+  out.master = joined(0);
   if (st.moments) {
-    out.exp_avg = joined(&ParamState::exp_avg);
-    out.exp_avg_sq = joined(&ParamState::exp_avg_sq);
+    out.exp_avg = joined(1);
+    out.exp_avg_sq = joined(2);
   }
   megatron::finish_training_state(out, *c.args, st);
   return out;
@@ -308,7 +325,6 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImpor
 
   // Each key's tensor under its canonical name: `pick` gives the tensor of a key's parameter (or
   // of a state of it) and the file it lies in (nullptr: the shard's), or no tensor.
-  using Picked = std::pair<const Value*, const TorchFile*>;
   const auto joiner_of = [&](const std::function<Picked(const Shard*, const std::string&, const Value*)>& pick,
                              bool with_head = true) {
     Joiner joiner(c, cfg);
@@ -327,12 +343,12 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImpor
           break;
         case KeyMeaning::kSkip: continue;
       }
-      if (const auto [v, file] = pick(shard, key, value); v)
-        joiner.add(canonical, shard->tp_rank, Piece{shard, key, v, file});
+      if (const Picked p = pick(shard, key, value); p.value || p.data)
+        joiner.add(canonical, shard->tp_rank, Piece{shard, key, p.value, p.file, p.data});
     }
     return joiner;
   };
-  const auto weights = [](const Shard*, const std::string&, const Value* v) { return Picked{v, nullptr}; };
+  const auto weights = [](const Shard*, const std::string&, const Value* v) { return Picked{v, nullptr, nullptr}; };
   out.tensors = join_model(joiner_of(weights), c, cfg);
   if (o.with_optimizer) out.training = read_training_state(c, cfg, joiner_of);
   out.dir = c.dir;

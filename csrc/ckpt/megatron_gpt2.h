@@ -94,7 +94,8 @@ struct MegatronImportOptions {
   std::string iteration_flag = "--iteration";  // the tool's flag that gave `iteration`, for errors
   // Also read the training state (MegatronGpt2Model::training): a Megatron-LM checkpoint saved
   // with args (torch format: ckpt/megatron_optimizer.h; torch_dist: ckpt/megatron_dist.h), its
-  // optimizer distributed or not.
+  // optimizer distributed or not, or a Megatron-DeepSpeed one's ZeRO files
+  // (ckpt/megatron_deepspeed_optimizer.h).
   bool with_optimizer = false;
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/megatron_deepspeed_optimizer.h"
 #include "ckpt/megatron_distrib_optim.h"
 #include "ckpt/megatron_keys.h"
 #include "ckpt/metadata.h"
@@ -47,23 +48,6 @@ std::map<int64_t, const Value*> int_keyed(const TorchFile& f, const Value& d) {
     out[k->integer] = v.get();
   }
   return out;
-}
-
-// A number saved as an int, a float or a one-element floating-point tensor (a step count, the
-// loss scale); nullopt for anything else.
-std::optional<double> scalar_value(const TorchFile& f, const Value& v, const std::string& what) {
-  if (v.kind == Kind::Int) return static_cast<double>(v.integer);
-  if (v.kind == Kind::Float) return v.real;
-  if (const TorchTensor* t = TorchFile::tensor(v); t && t->numel() == 1) return f.read_f32(*t, what)[0];
-  return std::nullopt;
-}
-
-// A step count: an int (apex's FusedAdam, older torch), a float, or a one-element tensor (torch's
-// Adam since 1.12); nullopt when `v` is none of those or not a count.
-std::optional<int64_t> step_value(const TorchFile& f, const Value& v, const std::string& what) {
-  const std::optional<double> x = scalar_value(f, v, what);
-  if (!x || !(*x >= 0 && *x < 9.0e15) || *x != static_cast<double>(static_cast<int64_t>(*x))) return std::nullopt;
-  return static_cast<int64_t>(*x);
 }
 
 // The one optimizer state dict of a file's 'optimizer' (a ChainedOptimizer saves a list).
@@ -180,27 +164,11 @@ class FileReader {
  private:
   std::string where(size_t g) const { return f_.path() + ": optimizer param_groups[" + std::to_string(g) + "]"; }
 
-  // A group trident can map: Megatron's default groups (no learning-rate multipliers, no
-  // expert parallelism); the first one's Adam betas and epsilon are kept.
+  // A group trident can map: Megatron's default groups; the first one's Adam betas and epsilon
+  // are kept.
   void check_group(const Value& group, size_t g) {
-    if (const std::optional<double> m = group_number(group, "lr_mult"); m && *m != 1.0)
-      throw ConfigError(where(g) + " has lr_mult " + std::to_string(*m) + " (a scale_lr_cond group): trident reads "
-                        "Megatron's default parameter groups");
-    for (const char* flag : {"is_decoupled_lr", "is_expert_parallel"})
-      if (const Value* v = group.get(flag); v && v->kind == Kind::Bool && v->boolean)
-        throw ConfigError(where(g) + " is an '" + flag + "' group: trident reads Megatron's default parameter groups");
-    if (g != 0) return;
-    const Value* betas = group.get("betas");
-    const std::optional<double> eps = group_number(group, "eps");
-    if (betas && betas->kind == Kind::Tuple && betas->items.size() == 2 && eps) {
-      std::optional<double> b[2];
-      for (int i = 0; i < 2; ++i) {
-        const Value& x = *betas->items[static_cast<size_t>(i)];
-        if (x.kind == Kind::Float) b[i] = x.real;
-        else if (x.kind == Kind::Int) b[i] = static_cast<double>(x.integer);
-      }
-      if (b[0] && b[1]) out_.adam = {{"beta1", *b[0]}, {"beta2", *b[1]}, {"eps", *eps}};
-    }
+    check_default_group(group, where(g));
+    if (g == 0) out_.adam = adam_hyperparameters(group);
   }
 
   // The non-distributed optimizer: the state by index, the indices counting through the groups,
@@ -347,28 +315,80 @@ class FileReader {
   std::string sharding_type_;
 };
 
-// Megatron's OptimizerParamScheduler.state_dict() fields that trident's trainer_state keeps
-// under the same names (trainer_checkpoint.cpp's scheduler_fields; num_steps is the position in
-// samples). An older checkpoint's 'lr_scheduler' (AnnealingLR, counted in iterations) is not
-// read: trident-train then takes the command line's schedule at the consumed samples.
+// The checkpoint's OptimizerParamScheduler state (scheduler_state), null without one.
 nlohmann::json read_scheduler(const TorchFile& f) {
   const Value* s = f.root().get("opt_param_scheduler");
   if (!s || s->kind != Kind::Dict) return nullptr;
+  return scheduler_state(f, *s, "opt_param_scheduler");
+}
+
+}  // namespace
+
+// A number saved as an int, a float or a one-element floating-point tensor (a step count, the
+// loss scale); nullopt for anything else.
+std::optional<double> scalar_value(const TorchFile& f, const Value& v, const std::string& what) {
+  if (v.kind == Kind::Int) return static_cast<double>(v.integer);
+  if (v.kind == Kind::Float) return v.real;
+  if (const TorchTensor* t = TorchFile::tensor(v); t && t->numel() == 1) return f.read_f32(*t, what)[0];
+  return std::nullopt;
+}
+
+// A step count: an int (apex's FusedAdam, older torch), a float, or a one-element tensor (torch's
+// Adam since 1.12); nullopt when `v` is none of those or not a count.
+std::optional<int64_t> step_value(const TorchFile& f, const Value& v, const std::string& what) {
+  const std::optional<double> x = scalar_value(f, v, what);
+  if (!x || !(*x >= 0 && *x < 9.0e15) || *x != static_cast<double>(static_cast<int64_t>(*x))) return std::nullopt;
+  return static_cast<int64_t>(*x);
+}
+
+nlohmann::json scheduler_state(const TorchFile& f, const Value& s, const std::string& what) {
+  // Megatron's field name -> the saved one: OptimizerParamScheduler's own; AnnealingLR's
+  // (Megatron-DeepSpeed) where it has no lr_warmup_steps.
+  static const std::vector<std::pair<const char*, const char*>> megatron = {
+      {"max_lr", "max_lr"}, {"min_lr", "min_lr"}, {"lr_warmup_steps", "lr_warmup_steps"},
+      {"lr_decay_steps", "lr_decay_steps"}, {"lr_decay_style", "lr_decay_style"}, {"num_steps", "num_steps"},
+      {"start_wd", "start_wd"}, {"end_wd", "end_wd"}, {"wd_incr_steps", "wd_incr_steps"},
+      {"wd_incr_style", "wd_incr_style"}, {"wsd_decay_steps", "wsd_decay_steps"},
+      {"lr_wsd_decay_style", "lr_wsd_decay_style"}};
+  static const std::vector<std::pair<const char*, const char*>> annealing = {
+      {"max_lr", "max_lr"}, {"min_lr", "min_lr"}, {"lr_warmup_steps", "warmup_steps"},
+      {"lr_decay_steps", "decay_steps"}, {"lr_decay_style", "decay_style"}, {"num_steps", "num_steps"}};
+  const bool annealing_lr = !s.get("lr_warmup_steps") && s.get("warmup_steps");
   nlohmann::json out = nlohmann::json::object();
-  for (const char* key : {"max_lr", "min_lr", "lr_warmup_steps", "lr_decay_steps", "lr_decay_style", "num_steps",
-                          "start_wd", "end_wd", "wd_incr_steps", "wd_incr_style", "wsd_decay_steps",
-                          "lr_wsd_decay_style"}) {
-    const Value* v = s->get(key);
+  for (const auto& [ours, saved] : annealing_lr ? annealing : megatron) {
+    const Value* v = s.get(saved);
     if (!v || v->kind == Kind::None) continue;
-    if (v->kind == Kind::Int) out[key] = v->integer;
-    else if (v->kind == Kind::Float) out[key] = v->real;
-    else if (v->kind == Kind::Str) out[key] = v->text;
-    else throw IoError(f.path() + ": opt_param_scheduler '" + key + "' is " + v->describe());
+    if (v->kind == Kind::Int) out[ours] = v->integer;
+    else if (v->kind == Kind::Float) out[ours] = v->real;
+    else if (v->kind == Kind::Str) out[ours] = v->text;
+    else throw IoError(f.path() + ": " + what + " '" + saved + "' is " + v->describe());
   }
   return out;
 }
 
-}  // namespace
+void check_default_group(const Value& group, const std::string& where) {
+  if (const std::optional<double> m = group_number(group, "lr_mult"); m && *m != 1.0)
+    throw ConfigError(where + " has lr_mult " + std::to_string(*m) + " (a scale_lr_cond group): trident reads "
+                      "Megatron's default parameter groups");
+  for (const char* flag : {"is_decoupled_lr", "is_expert_parallel"})
+    if (const Value* v = group.get(flag); v && v->kind == Kind::Bool && v->boolean)
+      throw ConfigError(where + " is an '" + flag + "' group: trident reads Megatron's default parameter groups");
+}
+
+nlohmann::json adam_hyperparameters(const Value& group) {
+  const Value* betas = group.get("betas");
+  const std::optional<double> eps = group_number(group, "eps");
+  if (!betas || (betas->kind != Kind::Tuple && betas->kind != Kind::List) || betas->items.size() != 2 || !eps)
+    return nullptr;
+  std::optional<double> b[2];
+  for (int i = 0; i < 2; ++i) {
+    const Value& x = *betas->items[static_cast<size_t>(i)];
+    if (x.kind == Kind::Float) b[i] = x.real;
+    else if (x.kind == Kind::Int) b[i] = static_cast<double>(x.integer);
+  }
+  if (!b[0] || !b[1]) return nullptr;
+  return {{"beta1", *b[0]}, {"beta2", *b[1]}, {"eps", *eps}};
+}
 
 int64_t data_parallel_size(const Checkpoint& c) {
   if (!c.args) return 0;
@@ -440,9 +460,6 @@ void finish_training_state(MegatronTrainingState& out, const pickle::Value& args
 }
 
 void check_optimizer_state_readable(const Checkpoint& c) {
-  if (c.flavour != "Megatron-LM" && !c.dist)
-    throw ConfigError("--with-optimizer: " + c.dir.string() + " is a " + c.flavour + " checkpoint, whose optimizer "
-                      "state (DeepSpeed's files) trident does not read; import its weights without --with-optimizer");
   if (c.dir.filename() == "release")  // Megatron loads a release folder at iteration 0 without its optimizer
     throw ConfigError("--with-optimizer: " + c.dir.string() + " is a release checkpoint, which Megatron loads without "
                       "optimizer state; import it without --with-optimizer");
@@ -452,6 +469,7 @@ void check_optimizer_state_readable(const Checkpoint& c) {
 }
 
 OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype) {
+  if (c.flavour == "Megatron-DeepSpeed") return read_deepspeed_optimizer_state(c, model_dtype);
   const Value* dist = c.args->get("use_distributed_optimizer");
   const bool distributed = dist && dist->kind == Kind::Bool && dist->boolean;
   OptimizerState out;

@@ -27,7 +27,10 @@
 // another learning-rate multiplier (--decoupled-lr, scale_lr_cond) are refused.
 #pragma once
 
+#include <array>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +57,9 @@ struct ParamState {
   const pickle::Value* exp_avg = nullptr;
   const pickle::Value* exp_avg_sq = nullptr;
   const TorchFile* file = nullptr;  // the file the state lies in (distrib_optim.pt); nullptr: the model's
+  // Or the states themselves (master, exp_avg, exp_avg_sq) in the parameter's shape, where the
+  // Values are nullptr: DeepSpeed's flat partitions, joined across files.
+  std::shared_ptr<const std::array<HostTensor, 3>> joined;
 };
 
 struct OptimizerState {
@@ -75,12 +81,13 @@ struct OptimizerState {
 };
 
 // Throws ConfigError, naming --with-optimizer, for a checkpoint whose optimizer state trident
-// does not read: DeepSpeed's, a release folder's (Megatron loads none from it), one saved
-// without args or iteration. The import calls it before reading.
+// does not read: a release folder's (Megatron loads none from it), one saved without args or
+// iteration. The import calls it before reading.
 void check_optimizer_state_readable(const Checkpoint& c);
 
 // Reads the state of every rank's file of a torch-format Megatron-LM checkpoint (that
-// check_optimizer_state_readable accepted) whose model is stored as `model_dtype`. Throws
+// check_optimizer_state_readable accepted) whose model is stored as `model_dtype`, or of a
+// Megatron-DeepSpeed one's DeepSpeed files (megatron_deepspeed_optimizer.h). Throws
 // ConfigError for a state trident does not read (several optimizers, other parameter groups),
 // IoError naming the file for a missing or malformed one.
 OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
@@ -105,6 +112,29 @@ OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const Tor
 // zero moments when there are none, the consumed samples and trident's trainer_state from the
 // saved args and optimizer state.
 void finish_training_state(MegatronTrainingState& out, const pickle::Value& args, const OptimizerState& st);
+
+// A number saved as an int, a float or a one-element floating-point tensor of `f` (a step count,
+// the loss scale); nullopt for anything else.
+std::optional<double> scalar_value(const TorchFile& f, const pickle::Value& v, const std::string& what);
+
+// A step count: an int (apex's FusedAdam, older torch), a float, or a one-element tensor (torch's
+// Adam since 1.12); nullopt when `v` is none of those or not a count.
+std::optional<int64_t> step_value(const TorchFile& f, const pickle::Value& v, const std::string& what);
+
+// A learning-rate scheduler's state dict `s` (`what` of `f`) in trident's trainer_state fields,
+// which are Megatron's OptimizerParamScheduler.state_dict() names (trainer_checkpoint.cpp's
+// scheduler_fields; num_steps is the position in samples); Megatron-DeepSpeed's AnnealingLR
+// (warmup_steps, decay_steps, decay_style; also counted in samples) renamed to them. Megatron-LM's
+// older AnnealingLR, counted in iterations, is not read: trident-train then takes the command
+// line's schedule at the consumed samples.
+nlohmann::json scheduler_state(const TorchFile& f, const pickle::Value& s, const std::string& what);
+
+// Throws ConfigError starting with `where` for a param group that is not one of Megatron's
+// default two (a learning-rate multiplier, --decoupled-lr, expert parallelism).
+void check_default_group(const pickle::Value& group, const std::string& where);
+
+// A param group's Adam betas and epsilon ({"beta1", "beta2", "eps"}; null when not saved).
+nlohmann::json adam_hyperparameters(const pickle::Value& group);
 
 // The run's data-parallel size from its args (data_parallel_size, else world_size over the model
 // parallel sizes); 0 when they do not say.

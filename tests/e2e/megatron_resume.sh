@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A run stopped in Megatron-LM goes on in trident: trident-convert --from megatron --with-optimizer.
+# A run stopped in Megatron-LM or Megatron-DeepSpeed goes on in trident: trident-convert --from
+# megatron --with-optimizer.
 # A trident run of 6 iterations saves at iteration 3; tests/e2e/megatron_training_state.py writes
 # that state as Megatron-LM saves it (--ckpt-format torch: the model, the optimizer's state dict
 # in Megatron's parameter groups, the scheduler, the args' consumed samples and seed) at another
@@ -20,14 +21,21 @@
 #    the buckets as they are in memory pieced by five data-parallel ranks, with the local layer
 #    spec (bf16, tp2 x pp2) and Transformer Engine's (fp16, pp2 x 2 chunks; fp32, tp2), whose
 #    parameter orders differ; and its dp_zero_gather_scatter format, distrib_optim.pt's coalesced
-#    buffers as one object per rank (fp16, tp2 x pp2).
+#    buffers as one object per rank (fp16, tp2 x pp2);
+#  - Megatron-DeepSpeed's checkpoint as DeepSpeed's engine saves it at ZeRO stage 1 (BigScience's
+#    recipe): GPTModelPipe's layer files (fp16 tp2 x pp2 with a dynamic loss scale; fp32 pp2) or
+#    GPTModel's module (bf16, bf16_zero_* files), param_shapes naming each flat group's
+#    parameters, each group's fp32 masters and Adam moments partitioned over five data-parallel
+#    ranks' zero_pp_rank_* files; and Adam's step count one higher, as DeepSpeed before 2024
+#    saved it, kept as saved.
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
 # optimizer files must equal the uninterrupted run's byte for byte; a note names Adam betas that
 # differ from the flags'. Two LayerNorm weights' states exchanged (another parameter order than
 # Megatron's) change an fp32 run and fail a 16-bit import (its masters no longer round to the
-# parameters); a master moved by one element in distrib_optim.pt or in a dp_reshardable bucket,
-# a missing distrib_optim.pt, the deprecated fully_sharded_bucket_space format and a checkpoint saved without
-# optimizer state fail with one line, leaving nothing. SKIP (exit 77)
+# parameters); a master moved by one element in distrib_optim.pt, a dp_reshardable bucket or a
+# DeepSpeed partition, a missing distrib_optim.pt, the deprecated fully_sharded_bucket_space
+# format, DeepSpeed's ZeRO stage 0 and a checkpoint saved without optimizer state fail with one
+# line, leaving nothing. SKIP (exit 77)
 # without Debian's python3-torch.
 # Usage: megatron_resume.sh TRAIN CONVERT REPO
 set -u
@@ -72,7 +80,9 @@ for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16
     "fp16 2 2 1 apex mcore torch_dist-indexed" \
     "fp32 2 1 1 torch mcore torch_dist-fully-reshardable" "bf16 2 2 1 apex mcore torch_dist-model-space" \
     "bf16 2 2 1 apex mcore torch_dist-dp-reshardable" "fp16 1 2 2 torch mcore-te torch_dist-dp-reshardable" \
-    "fp32 2 1 1 apex mcore-te torch_dist-dp-reshardable" "fp16 2 2 1 apex mcore torch_dist-dp-zero"; do
+    "fp32 2 1 1 apex mcore-te torch_dist-dp-reshardable" "fp16 2 2 1 apex mcore torch_dist-dp-zero" \
+    "fp16 2 2 1 apex legacy deepspeed-pipeline" "bf16 1 1 1 torch legacy deepspeed-module" \
+    "fp32 1 2 1 torch legacy deepspeed-pipeline"; do
   read -r dtype tp pp vp steps model layout <<<"$c"
   name=$dtype-tp$tp-pp$pp-vp$vp-$model-$layout
   megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" "$layout" || continue
@@ -82,7 +92,8 @@ for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16
     fail "$name: resumed run differs from the uninterrupted one"
   fi
 done
-for name in fp16-tp1-pp2-vp2-mcore-indexed fp16-tp1-pp2-vp2-mcore-te-torch_dist-dp-reshardable; do
+for name in fp16-tp1-pp2-vp2-mcore-indexed fp16-tp1-pp2-vp2-mcore-te-torch_dist-dp-reshardable \
+    fp16-tp2-pp2-vp1-legacy-deepspeed-pipeline; do
   "$py" - "$tmp/imp-$name/iter_0000003/metadata.json" "$tmp/ref-fp16/iter_0000003/metadata.json" <<'EOF' &&
 import json, sys
 got, want = (json.load(open(p)) for p in sys.argv[1:])
@@ -98,6 +109,15 @@ EOF
 done
 grep -q "iteration 3 with the optimizer state after 3 Adam steps" "$tmp/imp-fp32-tp2-pp2-vp1-legacy-indexed.log" &&
   ok "the import's line names the state" || fail "import line: $(head -1 "$tmp/imp-fp32-tp2-pp2-vp1-legacy-indexed.log")"
+
+# DeepSpeed before 2024 counted one zero-gradient Adam step more than its updates: the import
+# keeps the count, so that the bias correction goes on as DeepSpeed's.
+if megatron init-step fp32 1 1 1 apex legacy deepspeed-module init-step; then
+  "$convert" --from megatron --with-optimizer --vocab-size 1000 --load "$tmp/mg-init-step" --save "$tmp/imp-init-step" \
+      >"$tmp/imp-init-step.log" 2>&1 && grep -q "after 4 Adam steps" "$tmp/imp-init-step.log" &&
+    ok "DeepSpeed's extra initial Adam step: imported as saved (4 steps at iteration 3)" ||
+    { fail "DeepSpeed init-step import"; cat "$tmp/imp-init-step.log"; }
+fi
 
 # Another parameter order than Megatron's: undetectable in fp32 (the shapes agree), where it
 # changes the run, so the comparison above can fail; a 16-bit import refuses it.
@@ -138,6 +158,10 @@ megatron moved-bucket fp16 1 1 1 apex mcore torch_dist-dp-reshardable moved &&
   expect_error "$tmp/mg-moved-bucket/iter_0000003/.metadata: optimizer.distributed.dp_group_idx_0.gbuf_idx_0 (tensor-parallel rank 0, stage 0, chunk 0): parameter 'h.0.ln_1.bias' ([32]) is nowhere in the buffer where its master weight matches it" moved-bucket
 megatron bucket-space bf16 1 1 1 apex mcore torch_dist-dp-reshardable bucket-space &&
   expect_error "--with-optimizer: $tmp/mg-bucket-space/iter_0000003/common.pt: the distributed optimizer's state is saved in its 'fully_sharded_bucket_space' format, which trident does not read" bucket-space
+megatron ds-moved fp16 2 2 1 apex legacy deepspeed-pipeline moved &&
+  expect_error "$tmp/mg-ds-moved/global_step3: the master weight of 'tied_modules.embed.word_embeddings.weight' (model-parallel rank 0 group 0) does not match 'embedding.word_embeddings.weight' of $tmp/mg-ds-moved/global_step3/layer_01-model_00-model_states.pt" ds-moved
+megatron ds-stage0 fp32 1 1 1 apex legacy deepspeed-module stage0 &&
+  expect_error "--with-optimizer: $tmp/mg-ds-stage0/global_step3: no DeepSpeed ZeRO optimizer files (zero_pp_rank_*_optim_states.pt): a run at ZeRO stage 0" ds-stage0
 megatron no-optim fp32 1 1 1 apex legacy indexed no-optimizer &&
   expect_error "$tmp/mg-no-optim/iter_0000003/mp_rank_00/model_optim_rng.pt: no 'optimizer' state (saved with --no-save-optim?)" no-optim
 

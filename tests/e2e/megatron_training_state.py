@@ -56,11 +56,13 @@ Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP a
   (saved with --no-save-optim), no-distrib-file (distributed, without distrib_optim.pt), moved (distributed:
   a parameter's master one element off).
 """
+import collections
 import math
 import json
 import os
 import struct
 import sys
+import types
 
 import numpy
 import torch
@@ -340,6 +342,13 @@ def scheduler_state(sched):
             "wd_incr_steps": int(sched["wd_incr_steps"])}
 
 
+def annealing_lr_state(sched):
+    """Megatron-DeepSpeed's AnnealingLR.state_dict() (megatron/learning_rates.py), counted in samples."""
+    return {"max_lr": sched["max_lr"], "warmup_steps": int(sched["lr_warmup_steps"]), "num_steps": int(sched["num_steps"]),
+            "warmup_tokens": 0, "num_tokens": 0, "decay_style": sched["lr_decay_style"],
+            "decay_steps": int(sched["lr_decay_steps"]), "min_lr": sched["min_lr"]}
+
+
 def param_groups(steps, step_style, with_params=None):
     """Megatron's two groups (weights decayed, the rest not): with their parameter indices, or
     (sharded state dicts, the distributed optimizer) without."""
@@ -405,6 +414,140 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
     mc.write_tracker(out, meta["iteration"])
 
 
+class DynamicLossScaler:
+    """A stand-in for DeepSpeed's deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler, which the
+    ZeRO optimizer's state dict pickles whole (its __dict__)."""
+
+
+def _register_deepspeed_classes():
+    name = "deepspeed.runtime.fp16.loss_scaler"
+    for m in ("deepspeed", "deepspeed.runtime", "deepspeed.runtime.fp16", name):
+        sys.modules.setdefault(m, types.ModuleType(m))
+    DynamicLossScaler.__module__ = name
+    sys.modules[name].DynamicLossScaler = DynamicLossScaler
+
+
+def write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation):
+    """Megatron-DeepSpeed's checkpoint as DeepSpeed's engine saves it at ZeRO stage 1 (BigScience's
+    recipe; deepspeed/runtime/engine.py, zero/stage_1_and_2.py) in global_stepN/, DP data-parallel
+    ranks:
+      * the weights: GPTModelPipe's layer files layer_<index>-model_TT-model_states.pt (the
+        embedding at index 1, layer g at 3 + g, the final norm at L + 4; LAYOUT deepspeed-pipeline)
+        or GPTModel's 'module' in mp_rank_TT_model_states.pt (deepspeed-module);
+      * mp_rank_XX_model_states.pt per model-parallel rank XX = stage * tp + TP rank: Megatron's
+        client state (args, iteration, checkpoint_version), 'param_shapes' (per param group the
+        engine module's parameter names and shapes in flattening order), global_steps, ...;
+      * [bf16_]zero_pp_rank_<dp>_mp_rank_XX_optim_states.pt: {'optimizer_state_dict':
+        {'single_partition_of_fp32_groups', 'base_optimizer_state' (the inner Adam's state dict
+        over the flat partitions), 'loss_scaler' (a pickled DynamicLossScaler), ...}}.
+    Megatron-DeepSpeed's groups (_get_params_for_weight_decay_optimization over modules() in
+    pre-order): the weights of modules other than LayerNorms, then the LayerNorms' parameters and
+    every bias; on a stage holding the tied embedding, GPTModelPipe's tied_modules come first in
+    named_parameters() (the last stage's copy too). Each group is flattened in that order, padded
+    with zeros to a multiple of 2 x DP and split into DP partitions; the last rank's master leaves
+    its padding out. Adam's step is saved as the run's (DeepSpeed from 2024 takes no extra
+    initial step). MUTATION moved: a master one element off; stage0: no ZeRO files; init-step:
+    Adam's step one more (DeepSpeed before 2024, whose optimizer took a zero-gradient step when
+    built)."""
+    _register_deepspeed_classes()
+    st = meta["trainer_state"]
+    steps = st["optimizer_steps"] + (1 if mutation == "init-step" else 0)
+    it = meta["iteration"]
+    folder = os.path.join(out, f"global_step{it}")
+    os.makedirs(folder, exist_ok=True)
+    pipeline = layout == "deepspeed-pipeline"
+    padded = mc.padded_size(vocab, tp)
+    w = {k: hf_layout(v, vocab) for k, v in
+         {"": params, "master": state["master"], "exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}.items()}
+    first_layer, final_norm, per = 3, mc.L + 4, mc.L // pp
+
+    def named(x, dt, t, s):
+        """TP rank t of stage s: its parameters in named_parameters() order, under the engine's names."""
+        emb = mc.embedding_rows(x["wte"], torch.zeros(2048, mc.C), padded, tp, t, dt)
+        layers = [(g, mc.rename(mc.megatron_layer(x, g, tp, t, 3.0, dt), mc.LEGACY_NAMES)) for g in range(s * per, (s + 1) * per)]
+        ln_f = [("weight", x["ln_f.weight"].to(dt)), ("bias", x["ln_f.bias"].to(dt))]
+        if not pipeline:
+            lm = "language_model."
+            return ([(lm + "embedding.word_embeddings.weight", emb), (lm + "embedding.position_embeddings.weight", x["wpe"].to(dt))]
+                    + [(f"{lm}encoder.layers.{g}.{k}", v) for g, layer in layers for k, v in layer.items()]
+                    + [(f"{lm}encoder.final_layernorm.{k}", v) for k, v in ln_f])
+        out = []
+        if s == 0 or s == pp - 1:  # the tied embedding, and the last stage's copy of it
+            out += [("tied_modules.embed.word_embeddings.weight", emb),
+                    ("tied_modules.embed.position_embeddings.weight", x["wpe"].to(dt))]
+        out += [(f"{first_layer + g}.{k}", v) for g, layer in layers for k, v in layer.items()]
+        if s == pp - 1:
+            out += [(f"{final_norm}.{k}", v) for k, v in ln_f]
+        return out
+
+    is_norm_or_bias = lambda n: n.endswith(".bias") or "layernorm" in n or n.startswith(f"{final_norm}.")
+    client = {"args": args, "iteration": it, "checkpoint_version": 3.0, "tokens": 12345, "global_steps": it,
+              "global_samples": meta["consumed_samples"], "skipped_steps": 0, "dp_world_size": DP,
+              "mp_world_size": tp * pp, "ds_version": "0.12.6", "optimizer": None,
+              "lr_scheduler": annealing_lr_state(st["opt_param_scheduler"])}
+    for s in range(pp):
+        for t in range(tp):
+            mp = s * tp + t
+            weights = named(w[""], dtype, t, s)
+            groups = [[n for n, _ in weights if not is_norm_or_bias(n)], [n for n, _ in weights if is_norm_or_bias(n)]]
+            shapes = [collections.OrderedDict((n, dict(weights)[n].shape) for n in g) for g in groups]
+            ms = dict(client, param_shapes=shapes, module=None)
+            if not pipeline:
+                ms["module"] = collections.OrderedDict(weights)
+            mc.save(ms, os.path.join(folder, f"mp_rank_{mp:02d}_model_states.pt"))
+            if pipeline:
+                by_file = collections.defaultdict(collections.OrderedDict)
+                for n, v in weights:
+                    if n.startswith("tied_modules.embed."):
+                        if s == 0:
+                            by_file[1][n[len("tied_modules.embed."):]] = v
+                    else:
+                        idx, rest = n.split(".", 1)
+                        by_file[int(idx)][rest] = v
+                for idx, d in by_file.items():
+                    mc.save(d, os.path.join(folder, f"layer_{idx:02d}-model_{t:02d}-model_states.pt"))
+            if mutation == "stage0":
+                continue
+            flat = {}
+            for k in ("master", "exp_avg", "exp_avg_sq"):
+                values = dict(named(w[k], torch.float32, t, s))
+                flat[k] = [torch.cat([values[n].flatten() for n in g]) for g in groups]
+            if mutation == "moved" and mp == 0:
+                flat["master"][0] = torch.roll(flat["master"][0], 1)
+            sizes = [x.numel() for x in flat["master"]]
+            aligned = [-(-n // (2 * DP)) * (2 * DP) for n in sizes]
+            part = [a // DP for a in aligned]
+            scaler = None
+            if dtype == torch.float16:
+                ls = st["loss_scaler"]
+                scaler = DynamicLossScaler()
+                scaler.__dict__.update(cur_scale=float(ls["scale"]), cur_iter=it, scale_factor=2.0, scale_window=2,
+                                       min_scale=1, delayed_shift=2, cur_hysteresis=ls["hysteresis_tracker"],
+                                       consecutive_hysteresis=False, last_overflow_iter=it - 1 - ls["growth_tracker"])
+            for d in range(DP):
+                cut = lambda k, g: torch.nn.functional.pad(flat[k][g], (0, aligned[g] - sizes[g]))[d * part[g]:(d + 1) * part[g]].clone()
+                masters = [cut("master", g) for g in range(2)]
+                if d == DP - 1:  # _get_groups_without_padding
+                    masters = [m[:part[g] - (aligned[g] - sizes[g])].clone() for g, m in enumerate(masters)]
+                state_ = {g: {"exp_avg": cut("exp_avg", g), "exp_avg_sq": cut("exp_avg_sq", g)} for g in range(2)}
+                param_groups_ = param_groups(steps, step_style, [[0], [1]])
+                if step_style == "torch":
+                    for g in range(2):
+                        state_[g]["step"] = torch.tensor(float(steps))
+                osd = {"loss_scaler": scaler, "dynamic_loss_scale": scaler is not None, "overflow": False,
+                       "clip_grad": 1.0, "base_optimizer_state": {"state": state_, "param_groups": param_groups_},
+                       "single_partition_of_fp32_groups": masters, "zero_stage": 1,
+                       "group_paddings": [aligned[g] - sizes[g] if d == DP - 1 else 0 for g in range(2)],
+                       "partition_count": [DP, DP], "ds_version": "0.12.6"}
+                prefix = "bf16_" if dtype == torch.bfloat16 else ""
+                mc.save({"optimizer_state_dict": osd, "ds_config": {"zero_optimization": {"stage": 1}},
+                         "ds_version": "0.12.6"},
+                        os.path.join(folder, f"{prefix}zero_pp_rank_{d}_mp_rank_{mp:02d}_optim_states.pt"))
+    with open(os.path.join(out, "latest"), "w") as f:
+        f.write(f"global_step{it}")
+    mc.write_tracker(out, it)
+
+
 def main():
     src, out, dtype_name, tp, pp, vp, step_style, model_kind = sys.argv[1:9]
     layout = sys.argv[9] if len(sys.argv) > 9 else "indexed"
@@ -433,6 +576,9 @@ def main():
                             consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],
                             global_batch_size=st["global_batch_size"],
                             use_distributed_optimizer=distributed, data_parallel_size=DP)
+    if layout.startswith("deepspeed"):
+        write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation)
+        return
     if layout.startswith("torch_dist"):
         write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout, step_style, model_kind == "mcore-te",
                          args, mutation)
