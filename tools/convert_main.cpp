@@ -18,7 +18,7 @@
 //       ckpt/megatron_gpt2.h)
 //       -> OUT/iter_0000000, its weights without optimizer state, as for --from hf; with
 //       --with-optimizer (a Megatron-LM checkpoint, torch or torch_dist, distributed optimizer or not;
-//       a Megatron-DeepSpeed one at ZeRO stage 1 or 2)
+//       a Megatron-DeepSpeed one)
 //       OUT/iter_<its iteration> with its optimizer state, consumed samples, scheduler and loss
 //       scale, which trident-train --load resumes.
 // Every output appears atomically under its final name (a checkpoint through the
@@ -80,9 +80,9 @@ constexpr const char* kUsage =
     "      vocabulary (default GPT-2's 50257 for tokenizer_type GPT2BPETokenizer); --num-attention-heads for a\n"
     "      checkpoint saved without args (default 16 for NVIDIA's released 24-layer, 1024-wide GPT-2 345M);\n"
     "      --with-optimizer also imports the training state of a Megatron-LM checkpoint (--ckpt-format torch or\n"
-    "      torch_dist, with or without --use-distributed-optimizer) or of a Megatron-DeepSpeed one (ZeRO stage 1\n"
-    "      or 2): Adam's moments and steps, the fp32 master weights, the consumed samples, the learning-rate\n"
-    "      schedule, the loss scale, at its iteration, for trident-train --load\n"
+    "      torch_dist, with or without --use-distributed-optimizer) or of a Megatron-DeepSpeed one (DeepSpeed\n"
+    "      ZeRO stage 0, 1 or 2): Adam's moments and steps, the fp32 master weights, the consumed samples, the\n"
+    "      learning-rate schedule, the loss scale, at its iteration, for trident-train --load\n"
     "--load DIR may also name one iter_NNNNNNN folder (with --from megatron also release/ or global_stepN/).\n"
     "The latest iteration is read unless --iteration N\n"
     "(or Megatron's --ckpt-step N).\n"

@@ -1,6 +1,7 @@
 // The optimizer state of a Megatron-DeepSpeed checkpoint that DeepSpeed's engine saved with a
 // ZeRO optimizer (stage 1 or 2, DeepSpeedZeroOptimizer; or BF16_Optimizer), as the BigScience
-// recipe trains. Internal to the Megatron import (megatron_optimizer.h dispatches here).
+// recipe trains, or at ZeRO stage 0 (megatron_deepspeed_stage0.cpp). Internal to the Megatron
+// import (megatron_optimizer.h dispatches here; megatron_deepspeed_files.h the shared parts).
 //
 // DeepSpeed's files in global_stepN/ (deepspeed/runtime/engine.py):
 //  * mp_rank_XX_model_states.pt per model-parallel rank XX = stage * tp + tensor-parallel rank
@@ -20,7 +21,8 @@
 // split into dp equal partitions; the masters of the last rank may leave the padding out. The
 // reader joins each group's partitions over the data-parallel ranks and cuts the parameters out
 // in order. A later stage's copy of the tied embedding (tied_modules.* on stage > 0) is left out:
-// DeepSpeed all-reduces its gradient with the first stage's, so their states are equal.
+// DeepSpeed all-reduces its word embedding's gradient with the first stage's, so their states are
+// equal, and its position embedding is unused there.
 // Adam's step count is read as saved; DeepSpeed before 2024 takes one zero-gradient step when it
 // builds its optimizer, so its count is one more than the updates, and the import keeps it so
 // that the bias correction goes on as DeepSpeed's would.
@@ -32,9 +34,9 @@
 namespace trident::megatron {
 
 // The state of every parameter of `c`'s shards (ParamState::joined), the step count, Adam's
-// hyperparameters and the fp16 loss scaler. Throws ConfigError for a state trident does not read
-// (ZeRO stage 0's, kept in the model-states files), IoError naming the file for a missing or
-// malformed one.
+// hyperparameters, the learning-rate schedule and the fp16 loss scaler. Throws ConfigError for a
+// state trident does not read (consecutive_hysteresis loss scaling, parameters aligned within
+// their groups), IoError naming the file for a missing or malformed one.
 OptimizerState read_deepspeed_optimizer_state(const Checkpoint& c, DType model_dtype);
 
 }  // namespace trident::megatron

@@ -24,18 +24,20 @@
 #    buffers as one object per rank (fp16, tp2 x pp2);
 #  - Megatron-DeepSpeed's checkpoint as DeepSpeed's engine saves it at ZeRO stage 1 (BigScience's
 #    recipe): GPTModelPipe's layer files (fp16 tp2 x pp2 with a dynamic loss scale; fp32 pp2) or
-#    GPTModel's module (bf16, bf16_zero_* files), param_shapes naming each flat group's
-#    parameters, each group's fp32 masters and Adam moments partitioned over five data-parallel
-#    ranks' zero_pp_rank_* files; and Adam's step count one higher, as DeepSpeed before 2024
-#    saved it, kept as saved.
+#    GPTModel's module (bf16, bf16_zero_* files with BF16_Optimizer's padded masters),
+#    param_shapes naming each flat group's parameters, each group's fp32 masters and Adam moments
+#    partitioned over five data-parallel ranks' zero_pp_rank_* files (fp32: the elastic form with
+#    base_optimizer_state_step); and Adam's step count one higher, as DeepSpeed before 2024
+#    saved it, kept as saved; at ZeRO stage 0 the optimizer in the model states, FP16_Optimizer's
+#    flat groups (fp16 tp2 x pp2, fp16 without a pipeline) or the bare Adam by parameter index
+#    (fp32 pp2, the last stage's position-embedding copy without state).
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
 # optimizer files must equal the uninterrupted run's byte for byte; a note names Adam betas that
 # differ from the flags'. Two LayerNorm weights' states exchanged (another parameter order than
 # Megatron's) change an fp32 run and fail a 16-bit import (its masters no longer round to the
 # parameters); a master moved by one element in distrib_optim.pt, a dp_reshardable bucket or a
 # DeepSpeed partition, a missing distrib_optim.pt, the deprecated fully_sharded_bucket_space
-# format, DeepSpeed's ZeRO stage 0 and a checkpoint saved without optimizer state fail with one
-# line, leaving nothing. SKIP (exit 77)
+# format and checkpoints saved without optimizer state fail with one line, leaving nothing. SKIP (exit 77)
 # without Debian's python3-torch.
 # Usage: megatron_resume.sh TRAIN CONVERT REPO
 set -u
@@ -82,7 +84,8 @@ for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16
     "bf16 2 2 1 apex mcore torch_dist-dp-reshardable" "fp16 1 2 2 torch mcore-te torch_dist-dp-reshardable" \
     "fp32 2 1 1 apex mcore-te torch_dist-dp-reshardable" "fp16 2 2 1 apex mcore torch_dist-dp-zero" \
     "fp16 2 2 1 apex legacy deepspeed-pipeline" "bf16 1 1 1 torch legacy deepspeed-module" \
-    "fp32 1 2 1 torch legacy deepspeed-pipeline"; do
+    "fp32 1 2 1 torch legacy deepspeed-pipeline" "fp16 2 2 1 apex legacy deepspeed0-pipeline" \
+    "fp32 1 2 1 torch legacy deepspeed0-pipeline" "fp16 1 1 1 torch legacy deepspeed0-module"; do
   read -r dtype tp pp vp steps model layout <<<"$c"
   name=$dtype-tp$tp-pp$pp-vp$vp-$model-$layout
   megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" "$layout" || continue
@@ -160,8 +163,8 @@ megatron bucket-space bf16 1 1 1 apex mcore torch_dist-dp-reshardable bucket-spa
   expect_error "--with-optimizer: $tmp/mg-bucket-space/iter_0000003/common.pt: the distributed optimizer's state is saved in its 'fully_sharded_bucket_space' format, which trident does not read" bucket-space
 megatron ds-moved fp16 2 2 1 apex legacy deepspeed-pipeline moved &&
   expect_error "$tmp/mg-ds-moved/global_step3: the master weight of 'tied_modules.embed.word_embeddings.weight' (model-parallel rank 0 group 0) does not match 'embedding.word_embeddings.weight' of $tmp/mg-ds-moved/global_step3/layer_01-model_00-model_states.pt" ds-moved
-megatron ds-stage0 fp32 1 1 1 apex legacy deepspeed-module stage0 &&
-  expect_error "--with-optimizer: $tmp/mg-ds-stage0/global_step3: no DeepSpeed ZeRO optimizer files (zero_pp_rank_*_optim_states.pt): a run at ZeRO stage 0" ds-stage0
+megatron ds-no-optim fp32 1 1 1 apex legacy deepspeed-module no-optimizer &&
+  expect_error "$tmp/mg-ds-no-optim/global_step3/mp_rank_00_model_states.pt: no 'optimizer' state (DeepSpeed keeps it here at ZeRO stage 0; saved with --no-save-optim?)" ds-no-optim
 megatron no-optim fp32 1 1 1 apex legacy indexed no-optimizer &&
   expect_error "$tmp/mg-no-optim/iter_0000003/mp_rank_00/model_optim_rng.pt: no 'optimizer' state (saved with --no-save-optim?)" no-optim
 

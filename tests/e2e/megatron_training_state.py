@@ -48,7 +48,8 @@ MODEL mcore-te (torch_dist only): Megatron-core with Transformer Engine's layer 
 Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP apex|torch legacy|mcore|mcore-te
                                   [LAYOUT] [MUTATION]
   LAYOUT: indexed (default), distributed-whole, distributed-buckets, distributed-coalesced,
-  distributed-coalesced-v08, torch_dist-indexed,
+  distributed-coalesced-v08, deepspeed-pipeline, deepspeed-module, deepspeed0-pipeline, deepspeed0-module,
+  torch_dist-indexed,
   torch_dist-fully-reshardable, torch_dist-model-space, torch_dist-dp-reshardable, torch_dist-dp-zero.
   TRIDENT_ITER_DIR: a tp1 x pp1 trident checkpoint of a 4-layer, 32-wide, 4-head, 32-position model.
   MUTATION: bucket-space (torch_dist: common.pt says fully_sharded_bucket_space, which trident does not read), swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
@@ -427,6 +428,34 @@ def _register_deepspeed_classes():
     sys.modules[name].DynamicLossScaler = DynamicLossScaler
 
 
+def stage0_optimizer(named, w, groups, t, s, steps, step_style, st, it, dtype):
+    """ZeRO stage 0's optimizer state, saved in the model states (deepspeed/runtime/fp16/
+    fused_optimizer.py): fp16's FP16_Optimizer.state_dict() (the loss scale, 'fp32_groups_flat'
+    each group's masters flattened without padding, the inner Adam's state dict over those flat
+    tensors keyed by group), or fp32's bare Adam state dict (the state by parameter index,
+    counted through the groups; the last stage's copy of the position embedding never has a
+    gradient, so no state)."""
+    state = {k: dict(named(w[k], torch.float32, t, s)) for k in ("master", "exp_avg", "exp_avg_sq")}
+    step_of = lambda: {"step": torch.tensor(float(steps))} if step_style == "torch" else {}
+    if dtype == torch.float16:
+        flat = {k: [torch.cat([state[k][n].flatten() for n in g]) for g in groups] for k in state}
+        ls = st["loss_scaler"]
+        return {"dynamic_loss_scale": True, "cur_scale": float(ls["scale"]), "cur_iter": it,
+                "last_overflow_iter": it - 1 - ls["growth_tracker"], "scale_factor": 2.0, "scale_window": 2,
+                "optimizer_state_dict": {
+                    "state": {g: dict(exp_avg=flat["exp_avg"][g], exp_avg_sq=flat["exp_avg_sq"][g], **step_of())
+                              for g in range(2)},
+                    "param_groups": param_groups(steps, step_style, [[0], [1]])},
+                "fp32_groups_flat": flat["master"], "clip_grad": 1.0}
+    ids = [list(range(len(groups[0]))), list(range(len(groups[0]), len(groups[0]) + len(groups[1])))]
+    inner = {}
+    for g in range(2):
+        for i, n in zip(ids[g], groups[g]):
+            if not n.endswith("position_embeddings.weight") or s == 0:
+                inner[i] = dict(exp_avg=state["exp_avg"][n].clone(), exp_avg_sq=state["exp_avg_sq"][n].clone(), **step_of())
+    return {"state": inner, "param_groups": param_groups(steps, step_style, ids)}
+
+
 def write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation):
     """Megatron-DeepSpeed's checkpoint as DeepSpeed's engine saves it at ZeRO stage 1 (BigScience's
     recipe; deepspeed/runtime/engine.py, zero/stage_1_and_2.py) in global_stepN/, DP data-parallel
@@ -445,17 +474,22 @@ def write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step
     every bias; on a stage holding the tied embedding, GPTModelPipe's tied_modules come first in
     named_parameters() (the last stage's copy too). Each group is flattened in that order, padded
     with zeros to a multiple of 2 x DP and split into DP partitions; the last rank's master leaves
-    its padding out. Adam's step is saved as the run's (DeepSpeed from 2024 takes no extra
-    initial step). MUTATION moved: a master one element off; stage0: no ZeRO files; init-step:
+    its padding out (not BF16_Optimizer's, bf16). fp32 runs save the elastic form (elastic_checkpoint:
+    base_optimizer_state a list of per-group states without padding, 'base_optimizer_state_step'
+    the step). Adam's step is saved as the run's (DeepSpeed from 2024 takes no extra
+    initial step). LAYOUT deepspeed0-*: ZeRO stage 0 (stage0_optimizer). MUTATION moved: a master
+    one element off; no-optimizer: saved without the optimizer's state; init-step:
     Adam's step one more (DeepSpeed before 2024, whose optimizer took a zero-gradient step when
     built)."""
     _register_deepspeed_classes()
+    zero0 = layout.startswith("deepspeed0")  # ZeRO stage 0: the optimizer in the model states
+    assert not (zero0 and dtype == torch.bfloat16), "bf16 at ZeRO stage 0 runs DeepSpeed's BF16_Optimizer, ZeRO-like"
     st = meta["trainer_state"]
     steps = st["optimizer_steps"] + (1 if mutation == "init-step" else 0)
     it = meta["iteration"]
     folder = os.path.join(out, f"global_step{it}")
     os.makedirs(folder, exist_ok=True)
-    pipeline = layout == "deepspeed-pipeline"
+    pipeline = layout.endswith("-pipeline")
     padded = mc.padded_size(vocab, tp)
     w = {k: hf_layout(v, vocab) for k, v in
          {"": params, "master": state["master"], "exp_avg": state["exp_avg"], "exp_avg_sq": state["exp_avg_sq"]}.items()}
@@ -491,9 +525,11 @@ def write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step
             weights = named(w[""], dtype, t, s)
             groups = [[n for n, _ in weights if not is_norm_or_bias(n)], [n for n, _ in weights if is_norm_or_bias(n)]]
             shapes = [collections.OrderedDict((n, dict(weights)[n].shape) for n in g) for g in groups]
-            ms = dict(client, param_shapes=shapes, module=None)
+            ms = dict(client, param_shapes=None if zero0 else shapes, module=None)
             if not pipeline:
                 ms["module"] = collections.OrderedDict(weights)
+            if zero0 and mutation != "no-optimizer":
+                ms["optimizer"] = stage0_optimizer(named, w, groups, t, s, steps, step_style, st, it, dtype)
             mc.save(ms, os.path.join(folder, f"mp_rank_{mp:02d}_model_states.pt"))
             if pipeline:
                 by_file = collections.defaultdict(collections.OrderedDict)
@@ -506,7 +542,7 @@ def write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step
                         by_file[int(idx)][rest] = v
                 for idx, d in by_file.items():
                     mc.save(d, os.path.join(folder, f"layer_{idx:02d}-model_{t:02d}-model_states.pt"))
-            if mutation == "stage0":
+            if zero0 or mutation == "no-optimizer":
                 continue
             flat = {}
             for k in ("master", "exp_avg", "exp_avg_sq"):
@@ -526,19 +562,25 @@ def write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step
                                        consecutive_hysteresis=False, last_overflow_iter=it - 1 - ls["growth_tracker"])
             for d in range(DP):
                 cut = lambda k, g: torch.nn.functional.pad(flat[k][g], (0, aligned[g] - sizes[g]))[d * part[g]:(d + 1) * part[g]].clone()
+                unpadded = lambda x, g: x[:part[g] - (aligned[g] - sizes[g])].clone() if d == DP - 1 else x
                 masters = [cut("master", g) for g in range(2)]
-                if d == DP - 1:  # _get_groups_without_padding
-                    masters = [m[:part[g] - (aligned[g] - sizes[g])].clone() for g, m in enumerate(masters)]
+                if dtype != torch.bfloat16:  # ZeRO's _get_groups_without_padding (BF16_Optimizer keeps it)
+                    masters = [unpadded(m, g) for g, m in enumerate(masters)]
                 state_ = {g: {"exp_avg": cut("exp_avg", g), "exp_avg_sq": cut("exp_avg_sq", g)} for g in range(2)}
                 param_groups_ = param_groups(steps, step_style, [[0], [1]])
                 if step_style == "torch":
                     for g in range(2):
                         state_[g]["step"] = torch.tensor(float(steps))
+                base = {"state": state_, "param_groups": param_groups_}
                 osd = {"loss_scaler": scaler, "dynamic_loss_scale": scaler is not None, "overflow": False,
-                       "clip_grad": 1.0, "base_optimizer_state": {"state": state_, "param_groups": param_groups_},
+                       "clip_grad": 1.0, "base_optimizer_state": base,
                        "single_partition_of_fp32_groups": masters, "zero_stage": 1,
                        "group_paddings": [aligned[g] - sizes[g] if d == DP - 1 else 0 for g in range(2)],
                        "partition_count": [DP, DP], "ds_version": "0.12.6"}
+                if dtype == torch.float32:  # elastic_checkpoint: the state per group without padding, its step apart
+                    osd["base_optimizer_state"] = [{k: unpadded(v, g) for k, v in state_[g].items() if k != "step"}
+                                                   for g in range(2)]
+                    osd["base_optimizer_state_step"] = steps
                 prefix = "bf16_" if dtype == torch.bfloat16 else ""
                 mc.save({"optimizer_state_dict": osd, "ds_config": {"zero_optimization": {"stage": 1}},
                          "ds_version": "0.12.6"},
