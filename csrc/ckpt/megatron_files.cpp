@@ -121,6 +121,10 @@ void read_megatron_deepspeed(Checkpoint& c, const std::vector<int>& mp_ranks,
   c.tp = static_cast<int>(layer_files.size());
   if (layer_files.rbegin()->first != c.tp - 1)
     throw IoError(c.dir.string() + ": layer_*-model_TT files are not numbered 00 to " + std::to_string(c.tp - 1));
+  // A model-states file per stage and tensor-parallel rank (the layer files leave the stages out:
+  // their layers are numbered through the whole model, and every shard is read as stage 0's).
+  if (mp_ranks.size() % static_cast<size_t>(c.tp) == 0 && !mp_ranks.empty())
+    c.pp = static_cast<int>(mp_ranks.size()) / c.tp;
   // The layer files in index order: the embedding, the transformer layers, the final norm.
   for (const auto& [t, files] : layer_files) {
     int layer = 0;

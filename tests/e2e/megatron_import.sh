@@ -171,7 +171,7 @@ expect_error "$src/bad-dist-zarr/iter_0000007/metadata.json: sharded_backend 'za
 # --with-optimizer (tests/e2e/megatron_resume.sh) on checkpoints without a state it reads.
 expect_error "$src/dist-layers-tp2/iter_0000007/.metadata: no 'optimizer.state.fp32_param.*' tensors: no optimizer state by parameter" \
   "$convert" "${m[@]}" --load "$src/dist-layers-tp2" --with-optimizer
-expect_error "--with-optimizer: $src/ds-module/global_step5: no DeepSpeed ZeRO optimizer files (zero_pp_rank_*_optim_states.pt)" \
+expect_error "$src/ds-module/global_step5/mp_rank_00_model_states.pt: no 'optimizer' state (DeepSpeed keeps it here at ZeRO stage 0" \
   "$convert" "${m[@]}" --load "$src/ds-module" --with-optimizer
 expect_error "--with-optimizer: $src/lm-release-old/release is a release checkpoint, which Megatron loads without optimizer state" \
   "$convert" --from megatron --load "$src/lm-release-old" --with-optimizer
