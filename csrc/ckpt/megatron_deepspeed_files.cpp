@@ -132,20 +132,22 @@ std::optional<std::pair<const Shard*, std::string>> Import::resolve(const std::s
 std::vector<const Shard*> Import::layer_shards(int t) const {
   std::vector<const Shard*> out;
   for (const auto& [at, shard] : layer_shard)
-    if (at.first == t && shard != embedding_shard.at(t) && shard != final_norm_shard.at(t)) out.push_back(shard);
+    if (at.first == t && !(embedding_shard.count(t) && shard == embedding_shard.at(t)) &&
+        !(final_norm_shard.count(t) && shard == final_norm_shard.at(t)))
+      out.push_back(shard);
   return out;
 }
 
 
 const Value& Import::group_state(const TorchFile& z, const Value& base, size_t g) const {
   if (base.kind == Kind::List) {
-    if (g >= base.items.size()) throw IoError(z.path() + ": 'base_optimizer_state' has no group " + std::to_string(g));
+    if (g >= base.items.size()) throw IoError(z.path() + ": the optimizer state has no group " + std::to_string(g));
     return *base.items[g];
   }
-  const Value& state = field(z, base, "state", "'base_optimizer_state'");
+  const Value& state = field(z, base, "state", "the optimizer state");
   for (const auto& [k, v] : state.entries)
     if (k->kind == Kind::Int && k->integer == static_cast<int64_t>(g)) return *v;
-  throw IoError(z.path() + ": 'base_optimizer_state' has no state for group " + std::to_string(g) +
+  throw IoError(z.path() + ": the optimizer state has no state for group " + std::to_string(g) +
                 " (saved before the optimizer's first step?)");
 }
 

@@ -148,6 +148,10 @@ OptimizerState read_deepspeed_optimizer_state(const Checkpoint& c, DType model_d
     if (im.stage0) deepspeed::read_stage0_rank(im, static_cast<int>(mp), next_layer);
     else deepspeed::read_zero_rank(im, static_cast<int>(mp));
   }
+  for (const auto& [t, used] : next_layer)  // ZeRO stage 0's stages must hold every layer
+    if (im.pipeline && used != im.layer_shards(t).size())
+      throw IoError(c.dir.string() + ": the stages' optimizers hold " + std::to_string(used) + " of tensor-parallel "
+                    "rank " + std::to_string(t) + "'s " + std::to_string(im.layer_shards(t).size()) + " transformer layers");
   out.moments = true;
   return out;
 }

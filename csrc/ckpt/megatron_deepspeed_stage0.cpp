@@ -1,8 +1,10 @@
 // ZeRO stage 0: each model-parallel rank's model states hold its optimizer: DeepSpeed's
-// FP16_Optimizer (fp16: 'fp32_groups_flat', each group's masters flattened without padding, and
-// the inner Adam over those flat tensors, its loss scale beside) or the bare Adam (fp32: the
-// state by parameter index, counted through the groups; a parameter that never had a gradient,
-// as the last stage's copy of the position embedding, has none). No param_shapes: the groups are
+// FP16_Optimizer (fp16 with apex's or DeepSpeed's FusedAdam: 'fp32_groups_flat', each group's
+// masters flattened without padding, and the inner Adam over those flat tensors, its loss scale
+// beside), FP16_UnfusedOptimizer (fp16 with another Adam: 'fp32_groups', a master per parameter,
+// the inner state by parameter index), or the bare Adam (fp32: the state by parameter index,
+// counted through the groups; a later stage's copy of the tied embedding is skipped, its state
+// or none). No param_shapes: the groups are
 // Megatron-DeepSpeed's, built over the modules in order (the weights of modules other than
 // LayerNorms; then the LayerNorms' parameters and the biases), and with a pipeline the layers of
 // a stage are counted from the size of its first group.
@@ -11,6 +13,8 @@
 
 #include "ckpt/megatron_deepspeed_files.h"
 #include "ckpt/megatron_keys.h"
+#include "ckpt/safetensors.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace trident::megatron::deepspeed {
@@ -38,13 +42,19 @@ bool second_group(const std::string& key) {
 std::array<std::vector<StageParam>, 2> stage_groups(const Import& im, int t, int s, size_t first, size_t layers) {
   std::vector<std::pair<const Shard*, bool>> shards;  // in module order; whether a tied copy
   const int pp = static_cast<int>(im.ranks.size()) / im.c.tp;
+  const auto shard_of = [&](const std::map<int, const Shard*>& by_rank, const char* what) {
+    const auto it = by_rank.find(t);
+    if (it == by_rank.end())
+      throw IoError(im.c.dir.string() + ": no " + what + " for tensor-parallel rank " + std::to_string(t));
+    return it->second;
+  };
   if (!im.pipeline) {
-    shards.push_back({im.module_shard.at(t), false});
+    shards.push_back({shard_of(im.module_shard, "model states with a 'module'"), false});
   } else {
-    if (s == 0 || s == pp - 1) shards.push_back({im.embedding_shard.at(t), s > 0});
+    if (s == 0 || s == pp - 1) shards.push_back({shard_of(im.embedding_shard, "embedding layer file"), s > 0});
     const std::vector<const Shard*> all = im.layer_shards(t);
     for (size_t i = first; i < first + layers && i < all.size(); ++i) shards.push_back({all[i], false});
-    if (s == pp - 1) shards.push_back({im.final_norm_shard.at(t), false});
+    if (s == pp - 1) shards.push_back({shard_of(im.final_norm_shard, "final-norm layer file"), false});
   }
   std::array<std::vector<StageParam>, 2> out;
   for (const auto& [shard, copy] : shards)
@@ -61,6 +71,7 @@ size_t stage_layers(const Import& im, int t, int s, size_t first, int64_t group0
   if (!im.pipeline) return 0;
   const int64_t without = size(stage_groups(im, t, s, first, 0)[0]), one = size(stage_groups(im, t, s, first, 1)[0]) - without;
   const size_t left = im.layer_shards(t).size() - first;
+  if (one <= 0 && left == 0 && group0 == without) return 0;
   if (one <= 0 || group0 < without || (group0 - without) % one != 0 || static_cast<size_t>((group0 - without) / one) > left)
     throw IoError(where + ": its first param group (" + std::to_string(group0) + ") is no whole number of the " +
                   std::to_string(left) + " transformer layers left for stage " + std::to_string(s));
@@ -74,9 +85,18 @@ void take(Import& im, const StageParam& p, const std::function<std::vector<float
   im.take(*p.shard, p.key, std::move(joined), p.key, what);
 }
 
-// FP16_Optimizer's loss scale, in the terms of trident's DeepSpeedFused scaler (its rules): the
-// clean steps since the last overflow.
+// FP16_Optimizer's (and FP16_UnfusedOptimizer's) loss scale, in the terms of trident's
+// DeepSpeedFused scaler (its rules): the clean steps since the last overflow. Newer DeepSpeed
+// gave FP16_Optimizer hysteresis, which that scaler has not: refused when configured.
 void read_fused_scaler(Import& im, const TorchFile& ms, const Value& opt) {
+  const Value* config = ms.root().get("ds_config");
+  const Value* fp16 = config ? config->get("fp16") : nullptr;
+  const Value* hysteresis = fp16 ? fp16->get("hysteresis") : nullptr;
+  const Value* consecutive = fp16 ? fp16->get("consecutive_hysteresis") : nullptr;
+  if (opt.get("cur_hysteresis") && ((hysteresis && hysteresis->kind == Kind::Int && hysteresis->integer > 1) ||
+                                    (consecutive && consecutive->kind == Kind::Bool && consecutive->boolean)))
+    throw ConfigError("--with-optimizer: " + ms.path() + ": DeepSpeed's FP16_Optimizer ran with hysteresis, which "
+                      "trident's scaler for DeepSpeed at ZeRO stage 0 has not");
   const Value* scale = opt.get("cur_scale");
   const std::optional<double> value = scale ? scalar_value(ms, *scale, "cur_scale") : std::nullopt;
   if (!value || !(*value > 0)) throw IoError(ms.path() + ": the optimizer's 'cur_scale' is not a loss scale");
@@ -97,13 +117,24 @@ void read_stage0_rank(Import& im, int mp, std::map<int, size_t>& next_layer) {
   if (!opt || opt->kind != Kind::Dict)
     throw IoError(ms.path() + ": no 'optimizer' state (DeepSpeed keeps it here at ZeRO stage 0; saved with "
                   "--no-save-optim?); import the weights without --with-optimizer");
-  const Value* flat = opt->get("fp32_groups_flat");  // FP16_Optimizer's
-  const Value& inner = flat ? field(ms, *opt, "optimizer_state_dict", "'optimizer'") : *opt;
+  if (opt->get("single_partition_of_fp32_groups"))
+    throw ConfigError("--with-optimizer: " + ms.path() + ": DeepSpeed's BF16_Optimizer state in the model states "
+                      "(newer DeepSpeed at ZeRO stage 0), which trident does not read");
+  const Value* flat = opt->get("fp32_groups_flat");  // FP16_Optimizer's masters, a flat tensor a group
+  const Value* masters = opt->get("fp32_groups");    // FP16_UnfusedOptimizer's, a tensor a parameter
+  const bool wrapped = flat || masters;
+  if (!wrapped && im.dtype != DType::F32)
+    throw IoError(ms.path() + ": the " + std::string(dtype_name(im.dtype)) + " model's optimizer holds no fp32 master "
+                  "weights (neither FP16_Optimizer's fp32_groups_flat nor FP16_UnfusedOptimizer's fp32_groups)");
+  const Value& inner = wrapped ? field(ms, *opt, "optimizer_state_dict", "'optimizer'") : *opt;
   const Value& groups = field(ms, inner, "param_groups", "the optimizer");
   const Value& state = field(ms, inner, "state", "the optimizer");
-  if (groups.kind != Kind::List || groups.items.size() != 2 || (flat && (flat->kind != Kind::List || flat->items.size() != 2)))
-    throw IoError(ms.path() + ": the optimizer has " + std::to_string(groups.items.size()) + " param groups, not "
-                  "Megatron-DeepSpeed's two");
+  if (groups.kind != Kind::List || groups.items.size() != 2)
+    throw IoError(ms.path() + ": the optimizer has " + groups.describe() + " as param groups, not Megatron-DeepSpeed's "
+                  "two");
+  for (const Value* m : {flat, masters})
+    if (m && (m->kind != Kind::List || m->items.size() != 2))
+      throw IoError(ms.path() + ": the optimizer's fp32 masters are " + m->describe() + ", not two groups'");
   const auto ids = [&](size_t g) -> const Value& {
     const Value& p = field(ms, *groups.items[g], "params", "param_groups[" + std::to_string(g) + "]");
     if (p.kind != Kind::List) throw IoError(ms.path() + ": param_groups[" + std::to_string(g) + "] 'params' is " + p.describe());
@@ -123,7 +154,7 @@ void read_stage0_rank(Import& im, int mp, std::map<int, size_t>& next_layer) {
   first += layers;
   if (mp == 0) {
     im.read_schedule_and_groups(ms, &groups);
-    if (flat && im.dtype == DType::F16) read_fused_scaler(im, ms, *opt);
+    if (wrapped && im.dtype == DType::F16) read_fused_scaler(im, ms, *opt);
   }
   for (size_t g = 0; g < 2; ++g) {
     const std::string what = "param group " + std::to_string(g);
@@ -149,26 +180,38 @@ void read_stage0_rank(Import& im, int mp, std::map<int, size_t>& next_layer) {
       }
       continue;
     }
-    // The bare optimizer: the state by index, the masters the weights (fp32).
+    // The state by parameter index (fp32's bare Adam, FP16_UnfusedOptimizer's inner one); the
+    // masters the weights (fp32) or fp32_groups' tensors. Every tensor must have its parameter's
+    // shape, which catches another order of differently shaped parameters.
     const Value& list = ids(g);
-    if (list.items.size() != params[g].size())
+    const Value* group_masters = masters ? masters->items[g].get() : nullptr;
+    if (list.items.size() != params[g].size() ||
+        (group_masters && (group_masters->kind != Kind::List || group_masters->items.size() != params[g].size())))
       throw IoError(ms.path() + ": " + what + " holds " + std::to_string(list.items.size()) + " parameters, the "
                     "stage's modules " + std::to_string(params[g].size()) + " (not Megatron-DeepSpeed's groups)");
     for (size_t i = 0; i < params[g].size(); ++i) {
       const StageParam& p = params[g][i];
+      if (p.copy) continue;  // (its state, when it has one, is the first stage's)
       const Value* st = nullptr;
+      if (list.items[i]->kind != Kind::Int)
+        throw IoError(ms.path() + ": " + what + " lists parameter " + list.items[i]->describe() + ", not an index");
       for (const auto& [k, v] : state.entries)
-        if (k->kind == Kind::Int && list.items[i]->kind == Kind::Int && k->integer == list.items[i]->integer) st = v.get();
-      if (p.copy) continue;
+        if (k->kind == Kind::Int && k->integer == list.items[i]->integer) st = v.get();
       if (!st) throw IoError(ms.path() + ": the optimizer has no state for '" + p.key + "' (" + what + ")");
       im.note_step(ms, inner, *st, g);
+      const auto shaped = [&](const Value& v, const std::string& name) {
+        const TorchTensor* m = TorchFile::tensor(v);
+        if (!m || m->shape != p.weight->shape)
+          throw IoError(ms.path() + ": the " + name + " of '" + p.key + "' (" + what + ") is " +
+                        (m ? "of shape " + shape_str(m->shape) : v.describe()) + ", the parameter " +
+                        shape_str(p.weight->shape) + " (not Megatron-DeepSpeed's parameter order?)");
+        return ms.read_f32(*m, "the " + name + " of '" + p.key + "'");
+      };
       take(im, p, [&](int k) {
-        if (k == 0) return p.shard->file->read_f32(*p.weight, "'" + p.key + "'");
+        if (k == 0 && !group_masters) return p.shard->file->read_f32(*p.weight, "'" + p.key + "'");
+        if (k == 0) return shaped(*group_masters->items[i], "fp32 master");
         const char* name = k == 1 ? "exp_avg" : "exp_avg_sq";
-        const TorchTensor* m = TorchFile::tensor(field(ms, *st, name, "the state of '" + p.key + "'"));
-        if (!m || m->numel() != p.weight->numel())
-          throw IoError(ms.path() + ": the '" + name + "' of '" + p.key + "' is not of its shape");
-        return ms.read_f32(*m, "'" + p.key + "' " + name);
+        return shaped(field(ms, *st, name, "the state of '" + p.key + "'"), name);
       }, what);
     }
   }

@@ -29,8 +29,8 @@
 #    partitioned over five data-parallel ranks' zero_pp_rank_* files (fp32: the elastic form with
 #    base_optimizer_state_step); and Adam's step count one higher, as DeepSpeed before 2024
 #    saved it, kept as saved; at ZeRO stage 0 the optimizer in the model states, FP16_Optimizer's
-#    flat groups (fp16 tp2 x pp2, fp16 without a pipeline) or the bare Adam by parameter index
-#    (fp32 pp2, the last stage's position-embedding copy without state).
+#    flat groups (fp16 tp2 x pp2), FP16_UnfusedOptimizer's master per parameter (fp16 with
+#    torch's Adam, without a pipeline) or the bare Adam by parameter index (fp32 pp2).
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
 # optimizer files must equal the uninterrupted run's byte for byte; a note names Adam betas that
 # differ from the flags'. Two LayerNorm weights' states exchanged (another parameter order than

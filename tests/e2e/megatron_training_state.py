@@ -432,11 +432,22 @@ def stage0_optimizer(named, w, groups, t, s, steps, step_style, st, it, dtype):
     """ZeRO stage 0's optimizer state, saved in the model states (deepspeed/runtime/fp16/
     fused_optimizer.py): fp16's FP16_Optimizer.state_dict() (the loss scale, 'fp32_groups_flat'
     each group's masters flattened without padding, the inner Adam's state dict over those flat
-    tensors keyed by group), or fp32's bare Adam state dict (the state by parameter index,
-    counted through the groups; the last stage's copy of the position embedding never has a
-    gradient, so no state)."""
+    tensors keyed by group) or, with torch's Adam (STEPS torch), FP16_UnfusedOptimizer's
+    ('fp32_groups': a master per parameter; the inner state by parameter index), or fp32's bare
+    Adam state dict (the state by parameter index, counted through the groups; DeepSpeed gives a
+    parameter without a gradient, as the last stage's position-embedding copy, zeros first, so
+    every parameter has state)."""
     state = {k: dict(named(w[k], torch.float32, t, s)) for k in ("master", "exp_avg", "exp_avg_sq")}
     step_of = lambda: {"step": torch.tensor(float(steps))} if step_style == "torch" else {}
+    ids = [list(range(len(groups[0]))), list(range(len(groups[0]), len(groups[0]) + len(groups[1])))]
+    by_index = {i: dict(exp_avg=state["exp_avg"][n].clone(), exp_avg_sq=state["exp_avg_sq"][n].clone(), **step_of())
+                for g in range(2) for i, n in zip(ids[g], groups[g])}
+    if dtype == torch.float16 and step_style == "torch":
+        ls = st["loss_scaler"]
+        return {"dynamic_loss_scale": True, "cur_scale": float(ls["scale"]), "cur_iter": it,
+                "last_overflow_iter": it - 1 - ls["growth_tracker"], "scale_factor": 2.0, "scale_window": 2,
+                "optimizer_state_dict": {"state": by_index, "param_groups": param_groups(steps, step_style, ids)},
+                "fp32_groups": [[state["master"][n].clone() for n in g] for g in groups]}
     if dtype == torch.float16:
         flat = {k: [torch.cat([state[k][n].flatten() for n in g]) for g in groups] for k in state}
         ls = st["loss_scaler"]
@@ -447,13 +458,7 @@ def stage0_optimizer(named, w, groups, t, s, steps, step_style, st, it, dtype):
                               for g in range(2)},
                     "param_groups": param_groups(steps, step_style, [[0], [1]])},
                 "fp32_groups_flat": flat["master"], "clip_grad": 1.0}
-    ids = [list(range(len(groups[0]))), list(range(len(groups[0]), len(groups[0]) + len(groups[1])))]
-    inner = {}
-    for g in range(2):
-        for i, n in zip(ids[g], groups[g]):
-            if not n.endswith("position_embeddings.weight") or s == 0:
-                inner[i] = dict(exp_avg=state["exp_avg"][n].clone(), exp_avg_sq=state["exp_avg_sq"][n].clone(), **step_of())
-    return {"state": inner, "param_groups": param_groups(steps, step_style, ids)}
+    return {"state": by_index, "param_groups": param_groups(steps, step_style, ids)}
 
 
 def write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation):
