@@ -1,9 +1,9 @@
 #include "ckpt/megatron_deepspeed_files.h"
 
 #include <algorithm>
-#include <cctype>
 #include <regex>
 
+#include "ckpt/checkpoint_dir.h"
 #include "ckpt/megatron_keys.h"
 #include "ckpt/safetensors.h"
 #include "core/error.h"
@@ -31,7 +31,6 @@ Import::Import(const Checkpoint& checkpoint, DType model_dtype, OptimizerState& 
   find_files();
   index_shards();
 }
-
 
 // global_stepN's files: mp_rank_XX_model_states.pt and [bf16_]zero_pp_rank_<dp>_mp_rank_XX_optim_states.pt.
 void Import::find_files() {
@@ -61,7 +60,8 @@ void Import::find_files() {
       continue;
     }
     const auto z = zero.find(r);
-    if (z == zero.end() || (dp && z->second.size() != dp) || z->second.rbegin()->first + 1 != static_cast<int>(z->second.size()))
+    if (z == zero.end() || (dp && z->second.size() != dp) ||
+        z->second.rbegin()->first + 1 != static_cast<int>(z->second.size()))
       throw IoError(c.dir.string() + ": the ZeRO files of model-parallel rank " + std::to_string(r) +
                     " are not zero_pp_rank_0 to " + std::to_string(std::max<size_t>(dp, 1) - 1));
     dp = z->second.size();
@@ -71,7 +71,6 @@ void Import::find_files() {
     ranks.push_back(std::move(files));
   }
 }
-
 
 // Where each weight is: GPTModelPipe's layer files by (tp rank, layer index), the embedding's and
 // the final norm's by tp rank; GPTModel's shard by tp rank.
@@ -94,7 +93,6 @@ void Import::index_shards() {
   }
 }
 
-
 std::optional<std::pair<const Shard*, std::string>> Import::resolve(const std::string& name, int t, int s,
                                                             const std::string& where) const {
   const Shard* shard = nullptr;
@@ -107,8 +105,7 @@ std::optional<std::pair<const Shard*, std::string>> Import::resolve(const std::s
     } else {
       const size_t dot = rest.find('.');
       const std::string idx = rest.substr(0, dot);
-      if (dot != std::string::npos && !idx.empty() && idx.size() <= 6 &&
-          std::all_of(idx.begin(), idx.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; })) {
+      if (dot != std::string::npos && !idx.empty() && idx.size() <= 6 && all_digits(idx)) {
         const auto it = layer_shard.find({t, std::stoi(idx)});
         shard = it == layer_shard.end() ? nullptr : it->second;
         rest = rest.substr(dot + 1);
@@ -128,7 +125,6 @@ std::optional<std::pair<const Shard*, std::string>> Import::resolve(const std::s
                 (pipeline ? "layer files" : "model states") + " for tensor-parallel rank " + std::to_string(t));
 }
 
-
 std::vector<const Shard*> Import::layer_shards(int t) const {
   std::vector<const Shard*> out;
   for (const auto& [at, shard] : layer_shard)
@@ -137,7 +133,6 @@ std::vector<const Shard*> Import::layer_shards(int t) const {
       out.push_back(shard);
   return out;
 }
-
 
 const Value& Import::group_state(const TorchFile& z, const Value& base, size_t g) const {
   if (base.kind == Kind::List) {
@@ -150,7 +145,6 @@ const Value& Import::group_state(const TorchFile& z, const Value& base, size_t g
   throw IoError(z.path() + ": the optimizer state has no state for group " + std::to_string(g) +
                 " (saved before the optimizer's first step?)");
 }
-
 
 void Import::note_step(const TorchFile& z, const Value& base, const Value& st, size_t g, const Value* elastic_step) {
   const std::string what = "group " + std::to_string(g);
@@ -181,7 +175,6 @@ void Import::note_step(const TorchFile& z, const Value& base, const Value& st, s
   out.steps_recorded = true;
 }
 
-
 // Megatron-DeepSpeed's AnnealingLR counts samples unless it decays by tokens
 // (args.lr_decay_tokens), which trident's schedule does not.
 void Import::read_schedule_and_groups(const TorchFile& f, const Value* groups) {
@@ -195,7 +188,6 @@ void Import::read_schedule_and_groups(const TorchFile& f, const Value* groups) {
     check_default_group(*groups->items[g], f.path() + ": the optimizer's param_groups[" + std::to_string(g) + "]");
   if (!groups->items.empty()) out.adam = adam_hyperparameters(*groups->items[0]);
 }
-
 
 void Import::take(const Shard& shard, const std::string& key, std::array<HostTensor, 3> state, const std::string& name,
                   const std::string& what) {

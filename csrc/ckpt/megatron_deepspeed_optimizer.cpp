@@ -49,7 +49,8 @@ void read_common(Import& im, const TorchFile& z, const Value& osd, const Value& 
   if (im.dtype != DType::F16 || !scaler || scaler->kind == Kind::None) return;
   const Value* scale = scaler->get("cur_scale");
   const std::optional<double> value = scale ? scalar_value(z, *scale, "loss_scaler cur_scale") : std::nullopt;
-  if (!value || !(*value > 0)) throw IoError(z.path() + ": 'loss_scaler' is " + scaler->describe() + ", not DeepSpeed's loss scaler");
+  if (!value || !(*value > 0))
+    throw IoError(z.path() + ": 'loss_scaler' is " + scaler->describe() + ", not DeepSpeed's loss scaler");
   const Value* iter = scaler->get("cur_iter");
   const Value* last = scaler->get("last_overflow_iter");
   const Value* window = scaler->get("scale_window");
@@ -108,12 +109,14 @@ void read_zero_rank(Import& im, int mp) {
   }
   for (size_t g = 0; g < groups; ++g) {
     const Value& group = *shapes.items[g];
-    if (group.kind != Kind::Dict) throw IoError(ms.path() + ": param_shapes[" + std::to_string(g) + "] is " + group.describe());
+    if (group.kind != Kind::Dict)
+      throw IoError(ms.path() + ": param_shapes[" + std::to_string(g) + "] is " + group.describe());
     std::vector<std::tuple<std::string, std::vector<int64_t>, int64_t>> params;  // name, shape, offset
     int64_t numel = 0;
     for (const auto& [k, v] : group.entries) {
       if (!k->is_str() || (v->kind != Kind::Tuple && v->kind != Kind::List))
-        throw IoError(ms.path() + ": param_shapes[" + std::to_string(g) + "] maps " + k->describe() + " to " + v->describe());
+        throw IoError(ms.path() + ": param_shapes[" + std::to_string(g) + "] maps " + k->describe() + " to " +
+                      v->describe());
       std::vector<int64_t> shape;
       for (const auto& d : v->items) {
         if (d->kind != Kind::Int || d->integer < 0)
@@ -132,7 +135,8 @@ void read_zero_rank(Import& im, int mp) {
       if (!where) continue;
       std::array<HostTensor, 3> state;
       for (int k = 0; k < 3; ++k)
-        state[static_cast<size_t>(k)] = {shape, std::vector<float>(flat[k].begin() + at, flat[k].begin() + at + numel_of(shape))};
+        state[static_cast<size_t>(k)] = {shape, std::vector<float>(flat[k].begin() + at,
+                                                                   flat[k].begin() + at + numel_of(shape))};
       im.take(*where->first, where->second, std::move(state), name, what);
     }
   }
@@ -151,7 +155,8 @@ OptimizerState read_deepspeed_optimizer_state(const Checkpoint& c, DType model_d
   for (const auto& [t, used] : next_layer)  // ZeRO stage 0's stages must hold every layer
     if (im.pipeline && used != im.layer_shards(t).size())
       throw IoError(c.dir.string() + ": the stages' optimizers hold " + std::to_string(used) + " of tensor-parallel "
-                    "rank " + std::to_string(t) + "'s " + std::to_string(im.layer_shards(t).size()) + " transformer layers");
+                    "rank " + std::to_string(t) + "'s " + std::to_string(im.layer_shards(t).size()) +
+                    " transformer layers");
   out.moments = true;
   return out;
 }

@@ -69,7 +69,8 @@ std::array<std::vector<StageParam>, 2> stage_groups(const Import& im, int t, int
 size_t stage_layers(const Import& im, int t, int s, size_t first, int64_t group0,
                     const std::function<int64_t(const std::vector<StageParam>&)>& size, const std::string& where) {
   if (!im.pipeline) return 0;
-  const int64_t without = size(stage_groups(im, t, s, first, 0)[0]), one = size(stage_groups(im, t, s, first, 1)[0]) - without;
+  const int64_t without = size(stage_groups(im, t, s, first, 0)[0]);
+  const int64_t one = size(stage_groups(im, t, s, first, 1)[0]) - without;  // a layer's
   const size_t left = im.layer_shards(t).size() - first;
   if (one <= 0 && left == 0 && group0 == without) return 0;
   if (one <= 0 || group0 < without || (group0 - without) % one != 0 || static_cast<size_t>((group0 - without) / one) > left)
@@ -137,7 +138,8 @@ void read_stage0_rank(Import& im, int mp, std::map<int, size_t>& next_layer) {
       throw IoError(ms.path() + ": the optimizer's fp32 masters are " + m->describe() + ", not two groups'");
   const auto ids = [&](size_t g) -> const Value& {
     const Value& p = field(ms, *groups.items[g], "params", "param_groups[" + std::to_string(g) + "]");
-    if (p.kind != Kind::List) throw IoError(ms.path() + ": param_groups[" + std::to_string(g) + "] 'params' is " + p.describe());
+    if (p.kind != Kind::List)
+      throw IoError(ms.path() + ": param_groups[" + std::to_string(g) + "] 'params' is " + p.describe());
     return p;
   };
   size_t& first = next_layer[t];
@@ -175,7 +177,9 @@ void read_stage0_rank(Import& im, int mp, std::map<int, size_t>& next_layer) {
       }
       int64_t at = 0;
       for (const StageParam& p : params[g]) {
-        if (!p.copy) take(im, p, [&](int k) { return std::vector<float>(data[k].begin() + at, data[k].begin() + at + p.weight->numel()); }, what);
+        const int64_t n = p.weight->numel();
+        if (!p.copy)
+          take(im, p, [&](int k) { return std::vector<float>(data[k].begin() + at, data[k].begin() + at + n); }, what);
         at += p.weight->numel();
       }
       continue;

@@ -1,11 +1,11 @@
 #include "ckpt/megatron_dist_buckets.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <functional>
 #include <optional>
 
+#include "ckpt/checkpoint_dir.h"
 #include "ckpt/megatron_distrib_optim.h"
 #include "ckpt/megatron_keys.h"
 #include "core/error.h"
@@ -203,7 +203,7 @@ class BucketReader {
       const size_t b = key.find(".bucket_idx_", prefix.size());
       const size_t dot = b == std::string::npos ? b : key.find('.', b + 12);
       const std::string number = dot == std::string::npos ? "" : key.substr(b + 12, dot - b - 12);
-      if (number.empty() || number.size() > 6 || !std::all_of(number.begin(), number.end(), [](unsigned char ch) { return std::isdigit(ch) != 0; }))
+      if (number.empty() || number.size() > 6 || !all_digits(number))
         throw IoError(index_ + ": '" + key + "' is no bucket of the distributed optimizer");
       const std::string d = key.substr(prefix.size(), b - prefix.size());
       if (!dtype.empty() && d != dtype)

@@ -239,7 +239,8 @@ void read_distributed_state(const TorchFile& file, const std::vector<std::vector
       flat.push_back({s.numel, [&file, &s](int64_t at, int64_t n) { return read_segment_range(file, s, 0, at, n); }});
     std::vector<BufferParam> params;
     for (const ModelParam& p : chunks[c])
-      params.push_back({p.key, p.tensor->shape, p.tensor->numel(), [&p] { return p.shard->file->read_f32(*p.tensor, "'" + p.key + "'"); }});
+      params.push_back({p.key, p.tensor->shape, p.tensor->numel(),
+                        [&p] { return p.shard->file->read_f32(*p.tensor, "'" + p.key + "'"); }});
     const std::vector<BufferPlace> places =
         place_parameters(params, flat, dtype, dp, file.path() + ": buffer " + std::to_string(c));
     for (size_t i = 0; i < places.size(); ++i) {
