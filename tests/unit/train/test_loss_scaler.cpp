@@ -1,6 +1,7 @@
 // LossScaler against Megatron's ConstantGradScaler / DynamicGradScaler semantics, as
 // sequences of clean and overflowing iterations with the scale expected after each, and
-// against DeepSpeed's FP16_Optimizer (ZeRO stage 0) transcribed as it counts.
+// against DeepSpeed's FP16_Optimizer (ZeRO stage 0) and DynamicLossScaler (stage >= 1)
+// transcribed as they count.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,6 +143,57 @@ TEST(LossScaler, DeepSpeedFusedMatchesFp16OptimizerOnRandomSequences) {
         resumed.update(x);
         ref.update(x);
         ASSERT_EQ(resumed.scale(), ref.cur_scale) << "resumed, step " << step;
+      }
+    }
+  }
+}
+
+// DeepSpeed's DynamicLossScaler.update_scale (deepspeed/runtime/fp16/loss_scaler.py), the
+// scaler of its ZeRO optimizers (stage >= 1), as written there, without consecutive_hysteresis
+// (which the import refuses).
+struct DynamicLossScalerScale {
+  double cur_scale, min_scale;
+  int64_t scale_window, delayed_shift, cur_hysteresis, cur_iter = 0, last_overflow_iter = -1;
+  void update(bool overflow) {
+    if (overflow) {
+      if (delayed_shift == 1 || cur_hysteresis == 1) cur_scale = std::max(cur_scale / 2, min_scale);
+      else --cur_hysteresis;
+      last_overflow_iter = cur_iter;
+    } else if ((cur_iter - last_overflow_iter) % scale_window == 0) {
+      cur_hysteresis = delayed_shift;
+      cur_scale *= 2;
+    }
+    ++cur_iter;
+  }
+};
+
+// trident-convert's import of a Megatron-DeepSpeed ZeRO checkpoint maps that scaler's state to
+// the Megatron-rules scaler trident runs for DeepSpeed at ZeRO stage >= 1
+// (ckpt/megatron_deepspeed_optimizer.cpp): growth tracker (cur_iter - last_overflow_iter - 1)
+// mod scale_window, hysteresis tracker cur_hysteresis. Both rules then scale alike, from the
+// start and from any state mapped so.
+TEST(LossScaler, DeepSpeedDynamicLossScalerStateContinuesUnderMegatronRules) {
+  std::mt19937 rng(7);
+  for (int64_t window : {1, 2, 5}) {
+    for (int64_t hysteresis : {1, 2, 3}) {
+      for (int run = 0; run < 10; ++run) {
+        std::bernoulli_distribution overflow(run % 2 ? 0.05 : 0.35);
+        DynamicLossScalerScale ref{65536, 4, window, hysteresis, hysteresis};
+        LossScaler s(dynamic(65536, 4, window, hysteresis));
+        for (int step = 0; step < 100; ++step) {
+          const bool x = overflow(rng);
+          s.update(x);
+          ref.update(x);
+          ASSERT_EQ(s.scale(), ref.cur_scale) << "window " << window << " hysteresis " << hysteresis << " step " << step;
+        }
+        LossScaler imported(dynamic(65536, 4, window, hysteresis));
+        imported.set_state({ref.cur_scale, (ref.cur_iter - ref.last_overflow_iter - 1) % window, ref.cur_hysteresis});
+        for (int step = 0; step < 100; ++step) {
+          const bool x = overflow(rng);
+          imported.update(x);
+          ref.update(x);
+          ASSERT_EQ(imported.scale(), ref.cur_scale) << "imported, window " << window << " step " << step;
+        }
       }
     }
   }
