@@ -324,7 +324,8 @@ MegatronGpt2Model import_megatron_gpt2(const fs::path& load, const MegatronImpor
                   std::to_string(c.tp));
 
   // Each key's tensor under its canonical name: `pick` gives the tensor of a key's parameter (or
-  // of a state of it) and the file it lies in (nullptr: the shard's), or no tensor.
+  // of a state of it) and the file it lies in (nullptr: the shard's), or the tensor's data, or
+  // neither (no tensor).
   const auto joiner_of = [&](const std::function<Picked(const Shard*, const std::string&, const Value*)>& pick,
                              bool with_head = true) {
     Joiner joiner(c, cfg);
