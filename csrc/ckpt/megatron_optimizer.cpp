@@ -450,6 +450,10 @@ void finish_training_state(MegatronTrainingState& out, const pickle::Value& args
   nlohmann::json& ts = out.trainer_state;
   ts["optimizer_steps"] = st.steps;
   ts["consumed_valid_samples"] = int_arg(args, "consumed_valid_samples", 0);
+  // Megatron-DeepSpeed counts the tokens too (fewer than samples x seq_length while a curriculum
+  // shortens the sequences); without it trident takes samples x seq_length.
+  if (const int64_t tokens = int_arg(args, "consumed_train_tokens", -1); tokens >= 0)
+    ts["consumed_train_tokens"] = tokens;
   ts[kRngStateKey] = int_arg(args, "seed", 1234);
   ts[kDataSeedKey] = int_arg(args, "seed", 1234);
   ts[kSampleOrderKey] = kSampleOrder;  // its consumed samples count in Megatron's order, which trident's is

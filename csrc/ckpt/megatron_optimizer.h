@@ -109,8 +109,8 @@ OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const Tor
                                            DType model_dtype);
 
 // Completes an imported run's state whose masters (and moments, after the first step) are read:
-// zero moments when there are none, the consumed samples and trident's trainer_state from the
-// saved args and optimizer state.
+// zero moments when there are none, the consumed samples (and Megatron-DeepSpeed's consumed
+// tokens) and trident's trainer_state from the saved args and optimizer state.
 void finish_training_state(MegatronTrainingState& out, const pickle::Value& args, const OptimizerState& st);
 
 // A number saved as an int, a float or a one-element floating-point tensor of `f` (a step count,

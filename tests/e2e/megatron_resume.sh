@@ -118,7 +118,8 @@ grep -q "iteration 3 with the optimizer state after 3 Adam steps" "$tmp/imp-fp32
 if megatron init-step fp32 1 1 1 apex legacy deepspeed-module init-step; then
   "$convert" --from megatron --with-optimizer --vocab-size 1000 --load "$tmp/mg-init-step" --save "$tmp/imp-init-step" \
       >"$tmp/imp-init-step.log" 2>&1 && grep -q "after 4 Adam steps" "$tmp/imp-init-step.log" &&
-    ok "DeepSpeed's extra initial Adam step: imported as saved (4 steps at iteration 3)" ||
+    grep -q '"consumed_train_tokens": *1384' "$tmp/imp-init-step/iter_0000003/metadata.json" &&
+    ok "DeepSpeed's extra initial Adam step: imported as saved (4 steps at iteration 3); args.consumed_train_tokens (1384) kept" ||
     { fail "DeepSpeed init-step import"; cat "$tmp/imp-init-step.log"; }
 fi
 

@@ -623,7 +623,9 @@ def main():
                             consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],
                             global_batch_size=st["global_batch_size"],
                             use_distributed_optimizer=distributed, data_parallel_size=DP)
-    if layout.startswith("deepspeed"):
+    if layout.startswith("deepspeed"):  # Megatron-DeepSpeed's args count the tokens too
+        args.consumed_train_tokens = st.get("consumed_train_tokens", meta["consumed_samples"] * mc.P) + \
+            (1000 if mutation == "init-step" else 0)
         write_deepspeed(out, meta, params, state, vocab, tp, pp, dtype, layout, step_style, args, mutation)
         return
     if layout.startswith("torch_dist"):
