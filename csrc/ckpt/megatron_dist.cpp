@@ -2,7 +2,6 @@
 
 #include <cctype>
 #include <cstring>
-#include <functional>
 #include <map>
 
 #include "ckpt/megatron_dist_buckets.h"
@@ -170,37 +169,42 @@ std::vector<int64_t> megatron_shape(const ParamSpec& spec, const Checkpoint& c) 
   return shape;
 }
 
-// Reads a canonical tensor (or "head") of its shape in Megatron (megatron_shape).
-using CanonicalReader = std::function<std::vector<float>(const std::string& canonical, const std::vector<int64_t>& shape)>;
+// Every canonical parameter of `model` (the weights, or a state of them) in Megatron's layout,
+// and the tied head when it is saved.
+MegatronTensors megatron_tensors(const DistModel& model, const Checkpoint& c, const ModelConfig& cfg) {
+  MegatronTensors out;
+  for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
+    out[spec.name] = model.read(spec.name, megatron_shape(spec, c));
+    if (spec.name == "wte" && model.has("head")) out["head"] = model.read("head", megatron_shape(spec, c));
+  }
+  return out;
+}
 
-// The canonical tensors that `read` gives (the weights, or a state of them) in trident's form:
-// stored shapes, the vocabulary rows taken from the padded word embedding, QKV rows in
-// trident's order; a tied head saved (with_head) must equal the word embedding.
-TensorMap read_canonical(const CanonicalReader& read, bool with_head, const Checkpoint& c, const ModelConfig& cfg) {
-  const int64_t V = cfg.vocab_size;
+// `tensors` (Megatron's layout at tp 1) in trident's form: stored shapes, the vocabulary rows
+// taken from the padded word embedding, QKV rows in trident's order; a tied head among them must
+// equal the word embedding.
+TensorMap read_canonical(const MegatronTensors& tensors, const Checkpoint& c, const ModelConfig& cfg) {
   TensorMap out;
   for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
     const std::vector<int64_t> shape = shape_vec(stored_shape(spec));
+    const std::vector<float>& saved = tensors.at(spec.name);
     HostTensor t;
     t.shape = shape;
     if (spec.name == "wte") {
-      const std::vector<int64_t> padded = megatron_shape(spec, c);
-      const std::vector<float> full = read("wte", padded);
-      if (with_head && !bit_equal(read("head", padded), full))
+      if (const auto head = tensors.find("head"); head != tensors.end() && !bit_equal(head->second, saved))
         throw ConfigError(c.dir.string() + ": its output_layer.weight differs from the word embedding; trident ties "
                           "them and cannot load an untied head");
-      t.data.assign(full.begin(), full.begin() + V * cfg.hidden_size);
+      t.data.assign(saved.begin(), saved.begin() + cfg.vocab_size * cfg.hidden_size);
     } else if (megatron_split(spec.name) == MegatronSplit::kQkv) {
       // Megatron-core's [heads][q,k,v][head_dim] rows (checkpoint_version 3.0's, the whole tensor
       // as one rank would hold it) -> trident's [q,k,v][heads][head_dim].
-      const std::vector<float> rows = read(spec.name, shape);
       const int64_t cols = shape.size() > 1 ? shape[1] : 1;
-      t.data.resize(rows.size());
+      t.data.resize(saved.size());
       for (int64_t r = 0; r < shape[0]; ++r)
         std::memcpy(&t.data[static_cast<size_t>(megatron_qkv_row(r, 0, 1, cfg, 3.0) * cols)],
-                    &rows[static_cast<size_t>(r * cols)], static_cast<size_t>(cols) * sizeof(float));
+                    &saved[static_cast<size_t>(r * cols)], static_cast<size_t>(cols) * sizeof(float));
     } else {
-      t.data = read(spec.name, shape);
+      t.data = saved;
     }
     out[spec.name] = std::move(t);
   }
@@ -208,23 +212,14 @@ TensorMap read_canonical(const CanonicalReader& read, bool with_head, const Chec
 }
 
 TensorMap read_canonical(const DistModel& model, const Checkpoint& c, const ModelConfig& cfg) {
-  return read_canonical([&](const std::string& name, const std::vector<int64_t>& shape) { return model.read(name, shape); },
-                        model.has("head"), c, cfg);
-}
-
-// The tensors of `state` (Megatron's layout at tp 1) in trident's form.
-TensorMap read_canonical(const MegatronTensors& state, const Checkpoint& c, const ModelConfig& cfg) {
-  return read_canonical([&](const std::string& name, const std::vector<int64_t>&) { return state.at(name); }, false, c,
-                        cfg);
+  return read_canonical(megatron_tensors(model, c, cfg), c, cfg);
 }
 
 // The distributed optimizer's state in a bucket format, `sharding` (megatron_dist_buckets.h),
-// whose weights it takes in Megatron's layout.
+// placed by the weights `weights` (Megatron's layout).
 MegatronTrainingState read_bucket_training_state(const Checkpoint& c, const ModelConfig& cfg,
-                                                 const std::string& sharding, OptimizerState& st) {
-  const DistModel model(c, cfg);
-  MegatronTensors weights;
-  for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) weights[spec.name] = model.read(spec.name, megatron_shape(spec, c));
+                                                 const MegatronTensors& weights, const std::string& sharding,
+                                                 OptimizerState& st) {
   BucketOptimizerState b = read_bucket_optimizer_state(c, cfg, weights, sharding);
   b.common.scheduler = std::move(st.scheduler);
   st = std::move(b.common);
@@ -251,13 +246,14 @@ void check_masters(const MegatronTrainingState& out, const TensorMap& params, co
 // non-distributed optimizer's 'optimizer.state.{exp_avg, exp_avg_sq, fp32_param}.<key>', or the
 // distributed optimizer's in model space ('fully_reshardable': 'param' for the master;
 // 'fully_sharded_model_space': 'fp32_param', each rank's flattened range, reformulated). The
-// masters must equal or round to the weights `params`.
-MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig& cfg, const TensorMap& params) {
+// masters must equal or round to the weights `params` (`weights` in Megatron's layout).
+MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig& cfg, const TensorMap& params,
+                                          const MegatronTensors& weights) {
   const TorchFile& common = *c.files.at(0);
   std::string sharding;
   OptimizerState st = read_common_optimizer_state(common, cfg.dtype, &sharding);
   if (sharding == "dp_reshardable" || sharding == "dp_zero_gather_scatter") {
-    MegatronTrainingState out = read_bucket_training_state(c, cfg, sharding, st);
+    MegatronTrainingState out = read_bucket_training_state(c, cfg, weights, sharding, st);
     check_masters(out, params, c, cfg, "the distributed optimizer's buckets");
     finish_training_state(out, *c.args, st);
     return out;
@@ -301,8 +297,9 @@ MegatronGpt2Model import_dist_gpt2(const Checkpoint& c, const MegatronImportOpti
   if (o.num_attention_heads && *o.num_attention_heads != cfg.num_attention_heads)
     throw ConfigError("--num-attention-heads " + std::to_string(*o.num_attention_heads) + ": " + c.args_source +
                       "'s args say " + std::to_string(cfg.num_attention_heads));
-  out.tensors = read_canonical(DistModel(c, cfg), c, cfg);
-  if (o.with_optimizer) out.training = read_training_state(c, cfg, out.tensors);
+  const MegatronTensors weights = megatron_tensors(DistModel(c, cfg), c, cfg);
+  out.tensors = read_canonical(weights, c, cfg);
+  if (o.with_optimizer) out.training = read_training_state(c, cfg, out.tensors, weights);
   out.dir = c.dir;
   out.flavour = c.flavour;
   out.iteration = c.iteration.value_or(0);
