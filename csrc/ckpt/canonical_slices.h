@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/tensor.h"
 #include "model/param_spec.h"
 
 namespace trident {
@@ -25,11 +26,7 @@ namespace trident {
 struct HostTensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t numel() const { return numel_of(shape); }
 };
 // Canonical (or Hugging Face) name -> tensor.
 using TensorMap = std::map<std::string, HostTensor>;

@@ -190,7 +190,7 @@ void Import::read_schedule_and_groups(const TorchFile& f, const Value* groups) {
 }
 
 void Import::take(const Shard& shard, const std::string& key, std::array<HostTensor, 3> state, const std::string& name,
-                  const std::string& what) {
+                  const std::string& what, bool master_is_weight) {
   const Value* v = nullptr;
   for (const auto& [k, x] : shard.params)
     if (k == key) v = x;
@@ -198,7 +198,9 @@ void Import::take(const Shard& shard, const std::string& key, std::array<HostTen
   if (!t || t->shape != state[0].shape)
     throw IoError(shard.where + ": '" + key + "' is not of the shape " + shape_str(state[0].shape) + " that " + what +
                   " gives '" + name + "'");
-  if (const int64_t bad = master_mismatch(state[0].data, shard.file->read_f32(*t, "'" + key + "'"), dtype); bad >= 0)
+  const int64_t bad =
+      master_is_weight ? -1 : master_mismatch(state[0].data, shard.file->read_f32(*t, "'" + key + "'"), dtype);
+  if (bad >= 0)
     throw IoError(c.dir.string() + ": the master weight of '" + name + "' (" + what + ") does not match '" + key +
                   "' of " + shard.where + " (element " + std::to_string(bad) + "): not this model's optimizer, or "
                   "its groups are not laid out as DeepSpeed lays them");

@@ -63,9 +63,10 @@ class Import {
   void read_schedule_and_groups(const TorchFile& f, const pickle::Value* groups);
   // Keeps a parameter's state (master, exp_avg, exp_avg_sq in its shape); the master must equal
   // (fp32) or round to (16-bit) the stored weight `key` of `shard`, else the groups were cut at
-  // the wrong places. `name` and `what` say where the state came from.
+  // the wrong places. `name` and `what` say where the state came from. `master_is_weight`: the
+  // master was read from that weight (fp32 without masters of its own): nothing to compare.
   void take(const Shard& shard, const std::string& key, std::array<HostTensor, 3> state, const std::string& name,
-            const std::string& what);
+            const std::string& what, bool master_is_weight = false);
 
  private:
   void find_files();

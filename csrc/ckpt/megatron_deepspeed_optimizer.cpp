@@ -4,6 +4,7 @@
 
 #include "ckpt/megatron_deepspeed_files.h"
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace trident::megatron {
 
@@ -13,12 +14,6 @@ namespace {
 
 using pickle::Kind;
 using pickle::Value;
-
-int64_t numel_of(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
 
 using Parts = std::vector<std::pair<const TorchFile*, const TorchTensor*>>;
 

@@ -79,11 +79,13 @@ size_t stage_layers(const Import& im, int t, int s, size_t first, int64_t group0
   return static_cast<size_t>((group0 - without) / one);
 }
 
-// A parameter's state from `state(k)` (k 0 master, 1 exp_avg, 2 exp_avg_sq, flat).
-void take(Import& im, const StageParam& p, const std::function<std::vector<float>(int)>& state, const std::string& what) {
+// A parameter's state from `state(k)` (k 0 master, 1 exp_avg, 2 exp_avg_sq, flat);
+// `master_is_weight` as Import::take's.
+void take(Import& im, const StageParam& p, const std::function<std::vector<float>(int)>& state, const std::string& what,
+          bool master_is_weight = false) {
   std::array<HostTensor, 3> joined;
   for (int k = 0; k < 3; ++k) joined[static_cast<size_t>(k)] = HostTensor{p.weight->shape, state(k)};
-  im.take(*p.shard, p.key, std::move(joined), p.key, what);
+  im.take(*p.shard, p.key, std::move(joined), p.key, what, master_is_weight);
 }
 
 // FP16_Optimizer's (and FP16_UnfusedOptimizer's) loss scale, in the terms of trident's
@@ -216,7 +218,7 @@ void read_stage0_rank(Import& im, int mp, std::map<int, size_t>& next_layer) {
         if (k == 0) return shaped(*group_masters->items[i], "fp32 master");
         const char* name = k == 1 ? "exp_avg" : "exp_avg_sq";
         return shaped(field(ms, *st, name, "the state of '" + p.key + "'"), name);
-      }, what);
+      }, what, /*master_is_weight=*/!group_masters);
     }
   }
 }

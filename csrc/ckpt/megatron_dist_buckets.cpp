@@ -9,6 +9,7 @@
 #include "ckpt/megatron_distrib_optim.h"
 #include "ckpt/megatron_keys.h"
 #include "core/error.h"
+#include "core/tensor.h"
 #include "model/param_spec.h"
 
 namespace trident::megatron {
@@ -26,11 +27,7 @@ struct LocalParam {
   std::string canonical;
   MegatronSplit split = MegatronSplit::kReplicated;
   std::vector<int64_t> global_shape, shape;
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    return n;
-  }
+  int64_t numel() const { return numel_of(shape); }
 };
 
 // Calls run(offset in the whole tensor, offset in the piece, count) for each contiguous run of

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace trident::pickle {
 
@@ -96,8 +97,7 @@ void Writer::end() {
 }
 
 void Writer::tensor(std::string_view storage_type, std::string_view key, const std::vector<int64_t>& shape) {
-  int64_t numel = 1;
-  for (int64_t d : shape) numel *= d;
+  const int64_t numel = numel_of(shape);
   std::vector<int64_t> stride(shape.size(), 1);
   for (size_t d = shape.size(); d-- > 1;) stride[d - 1] = stride[d] * shape[d];
   global("torch._utils", "_rebuild_tensor_v2");

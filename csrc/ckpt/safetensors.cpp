@@ -16,6 +16,7 @@
 #include "ckpt/checksum.h"
 #include "core/error.h"
 #include "core/mapped_files.h"
+#include "core/tensor.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
 
@@ -87,11 +88,7 @@ DType from_st_dtype(StDType t) {
   throw ConfigError(std::string("safetensors dtype ") + st_dtype_name(t) + " has no trident dtype");
 }
 
-int64_t StTensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t StTensorInfo::numel() const { return numel_of(shape); }
 
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";

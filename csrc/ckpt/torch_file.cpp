@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/mapped_files.h"
+#include "core/tensor.h"
 
 namespace trident {
 
@@ -196,11 +197,7 @@ std::optional<TorchDType> torch_dtype_named(std::string_view name) {
   return std::nullopt;
 }
 
-int64_t TorchTensor::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
+int64_t TorchTensor::numel() const { return numel_of(shape); }
 
 struct TorchFile::Impl {
   std::string path;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -43,6 +44,13 @@ struct Shape {
   }
   std::string str() const;
 };
+
+// Elements of a shape held as a vector (the checkpoint formats' tensors); 1 for a scalar's.
+inline int64_t numel_of(const std::vector<int64_t>& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
 
 struct Tensor {
   void* data = nullptr;
