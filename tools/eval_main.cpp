@@ -193,7 +193,10 @@ int run(int argc, char** argv) {
   fs::path dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {
-    if (!ef.iteration && !opt.non_persistent_ckpt_type.empty()) {  // the checkpoint trident-train resumes from
+    if (opt.local_checkpoints() && parallel->world_rank() == 0)
+      std::cout << "trident-eval: note: local non-persistent checkpoints are not read; --load's is evaluated"
+                << std::endl;
+    if (!ef.iteration && opt.non_persistent_ckpt_type == "global") {  // the checkpoint trident-train resumes from
       std::string passed_over;
       const std::optional<fs::path> resumed = checkpoint_to_load(opt, &passed_over);
       if (const std::string mismatch = checkpoint_choice_mismatch(*parallel->world, opt, resumed); !mismatch.empty())

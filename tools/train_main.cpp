@@ -18,11 +18,13 @@
 #include "kernels/backends.h"
 #include "mpi_tool_main.h"
 #include "parallel/collective_timeout.h"
+#include "parallel/comm_strings.h"
 #include "parallel/parallel_context.h"
 #include "parallel/process_grid.h"
 #include "train/canonical_export.h"
 #include "train/checkpoint_args.h"
 #include "train/checkpoint_to_load.h"
+#include "train/local_checkpoint.h"
 #include "train/trainer.h"
 
 namespace trident {
@@ -49,20 +51,35 @@ struct SaveDirHeld {
 // --save (and the non-persistent checkpoints' folder) is checked before training rather than
 // at the first save, hours later, by rank 0, and every rank learns the verdict. `flag` names
 // the folder in errors.
+void make_and_hold_save_dir(const std::string& save, const std::string& flag, SaveDirHeld& held, bool say_notes) {
+  try {
+    check_checkpoint_root_usable(save);
+    held.created = missing_directories(save);
+    std::error_code ec;
+    std::filesystem::create_directories(save, ec);
+    if (ec) throw IoError(save + ": cannot create the directory: " + ec.message());
+    const std::string note = hold_save_dir_lock(save);
+    if (!note.empty() && say_notes) std::cout << "trident-train: note: " << note << std::endl;
+  } catch (const IoError& e) {
+    throw ConfigError(flag + ": " + std::string(e.what()));
+  }
+}
+
 void hold_save_dir(const std::string& save, const std::string& flag, ParallelContext& par, SaveDirHeld& held) {
-  run_on_rank0_for_all(par, [&] {
-    try {
-      check_checkpoint_root_usable(save);
-      held.created = missing_directories(save);
-      std::error_code ec;
-      std::filesystem::create_directories(save, ec);
-      if (ec) throw IoError(save + ": cannot create the directory: " + ec.message());
-      const std::string note = hold_save_dir_lock(save);
-      if (!note.empty()) std::cout << "trident-train: note: " << note << std::endl;
-    } catch (const IoError& e) {
-      throw ConfigError(flag + ": " + std::string(e.what()));
-    }
-  });
+  run_on_rank0_for_all(par, [&] { make_and_hold_save_dir(save, flag, held, true); });
+}
+
+// Local non-persistent checkpoints: each rank checks and holds its own folder, on its node.
+void hold_local_checkpoint_dir(const TrainOptions& opt, ParallelContext& par, SaveDirHeld& held) {
+  const int rank = par.world_rank();
+  std::string why;
+  try {
+    check_non_persistent_dir(opt, rank);
+    make_and_hold_save_dir(local_checkpoint_root(opt, rank).string(), non_persistent_dir_flag(opt), held, rank == 0);
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  if (const std::string failure = first_failure(*par.world, why); !failure.empty()) throw ConfigError(failure);
 }
 
 // --save-canonical is written by rank 0 after training, into an existing directory: one
@@ -87,6 +104,7 @@ void check_save_canonical(const std::string& path, ParallelContext& par) {
 // the model as Megatron does, reading its arguments first. Every rank reads the same files,
 // so a bad one fails every rank alike (a configuration error).
 void load_before_building(TrainOptions& opt, ParallelContext& par) {
+  resolve_local_checkpoint(opt, par);  // what --load resumes from may be a local checkpoint
   const std::string taken = resolve_load(opt);
   if (!taken.empty() && par.world_rank() == 0) std::cout << "trident: --use-checkpoint-args: " << taken << std::endl;
   check_checkpoint_fits_run(opt);
@@ -142,7 +160,9 @@ int train(int argc, char** argv) {
   opt.load_missing_at_start = !opt.load.empty() && !std::filesystem::exists(opt.load, missing);
   SaveDirHeld save_dir, non_persistent_dir;  // the second goes first: it may lie in the first
   if (!opt.save.empty()) hold_save_dir(opt.save, "--save", *parallel, save_dir);
-  if (opt.non_persistent_save_interval > 0) {
+  if (opt.non_persistent_save_interval > 0 && opt.local_checkpoints()) {
+    hold_local_checkpoint_dir(opt, *parallel, non_persistent_dir);
+  } else if (opt.non_persistent_save_interval > 0) {
     run_on_rank0_for_all(*parallel, [&] { check_non_persistent_dir(opt); });
     hold_save_dir(opt.non_persistent_dir(opt.save), non_persistent_dir_flag(opt), *parallel, non_persistent_dir);
   }

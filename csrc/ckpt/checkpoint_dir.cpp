@@ -526,4 +526,17 @@ PruneResult prune(const fs::path& root, int keep_last) {
   return res;
 }
 
+PruneResult prune_all_but(const fs::path& root, int64_t latest) {
+  PruneResult res = prune(root, 1);
+  for (int64_t it : res.abandoned_iterations)
+    if (it != latest) {
+      delete_dir(root, iteration_dir(root, it), iteration_dir_name(it));
+      res.removed_iterations.push_back(it);
+    }
+  res.abandoned_iterations.clear();
+  std::sort(res.removed_iterations.begin(), res.removed_iterations.end());
+  fsync_dir(root.string());
+  return res;
+}
+
 }  // namespace trident

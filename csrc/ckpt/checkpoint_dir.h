@@ -177,5 +177,9 @@ struct PruneResult {
 // replaces such a directory (commit). A missing pointer keeps every committed iteration; a
 // garbled pointer throws before anything is deleted.
 PruneResult prune(const std::filesystem::path& root, int keep_last);
+// prune(root, 1) for a folder that holds one writer's newest checkpoint only (a rank's local
+// non-persistent ones), where the pointer names `latest`: the committed iterations outside
+// its history go too (a resume from an older checkpoint leaves the newer ones there).
+PruneResult prune_all_but(const std::filesystem::path& root, int64_t latest);
 
 }  // namespace trident

@@ -443,11 +443,13 @@ void check_model_shape_flags(const std::vector<std::pair<std::string, int64_t>>&
   }
 }
 
-void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend, bool from_masters) {
+void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend, bool from_masters,
+                           const std::function<bool(size_t)>& wanted) {
   // The tied word embedding last: the first and the last stage both hold a copy, and by then
   // this rank has opened the file of its own stage, which the reader prefers.
   std::vector<const LocalParam*> order;
-  for (const LocalParam& p : params.list()) order.push_back(&p);
+  for (size_t i = 0; i < params.list().size(); ++i)
+    if (!wanted || wanted(i)) order.push_back(&params.list()[i]);
   std::stable_partition(order.begin(), order.end(), [](const LocalParam* p) { return p->spec.name != "wte"; });
   Buffer staging;
   for (const LocalParam* lp : order) {

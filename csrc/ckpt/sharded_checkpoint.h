@@ -16,6 +16,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -154,10 +155,11 @@ void check_model_shape_flags(const std::vector<std::pair<std::string, int64_t>>&
 
 // Fills `params` (one TP rank's slices, any dtype, any device) from the checkpoint, reading
 // only the files that hold them: the model files, or with `from_masters` the optimizer
-// files' fp32 master weights (exact where the model files hold a 16-bit copy).
+// files' fp32 master weights (exact where the model files hold a 16-bit copy). `wanted`, when
+// given, says which of params.list() (by index) to read; the others are left as they are.
 class Backend;
 class ParamStore;
 void load_model_parameters(ShardedCheckpointReader& ckpt, ParamStore& params, Backend& backend,
-                           bool from_masters = false);
+                           bool from_masters = false, const std::function<bool(size_t)>& wanted = {});
 
 }  // namespace trident

@@ -11,6 +11,7 @@
 #include "ckpt/offline_checkpoint.h"
 #include "core/error.h"
 #include "parallel/comm_strings.h"
+#include "train/local_checkpoint.h"
 
 namespace trident {
 namespace fs = std::filesystem;
@@ -37,26 +38,33 @@ std::string foreign_non_persistent(const TrainOptions& o, const fs::path& np, in
   if (const auto s = st.find(kNonPersistentSaveKey); s != st.end() && s->is_string() &&
                                                       !same_directory(s->get<std::string>(), o.load))
     return where + " was saved by a run saving into " + s->get<std::string>() + ", not --load " + o.load;
-  if (const auto p = st.find(kPreviousPersistentKey); p != st.end() && p->is_number_integer() &&
-                                                      (!persistent || p->get<int64_t>() > *persistent))
+  const int64_t latest = persistent.value_or(-1);  // -1: no pointer
+  if (const auto p = st.find(kPreviousPersistentKey);
+      p != st.end() && p->is_number_integer() && p->get<int64_t>() > latest)
     return where + " continues iteration " + std::to_string(p->get<int64_t>()) + " of " + o.load + ", past its " +
-           (persistent ? "latest, " + std::to_string(*persistent) : std::string("pointer")) + " (a rollback)";
+           (latest >= 0 ? "latest, " + std::to_string(latest) : std::string("pointer")) + " (a rollback)";
   return "";
 }
 
 }  // namespace
 
 std::string non_persistent_dir_flag(const TrainOptions& o) {
+  if (o.local_checkpoints()) return "--non-persistent-local-ckpt-dir";
   return o.non_persistent_global_ckpt_dir.empty() ? "--save (its folder " + o.non_persistent_dir(o.save) + ")"
                                                   : "--non-persistent-global-ckpt-dir";
 }
 
-void check_non_persistent_dir(const TrainOptions& o) {
-  const fs::path np = o.non_persistent_dir(o.save);
+void check_non_persistent_dir(const TrainOptions& o, int world_rank) {
+  const bool local = o.local_checkpoints();
+  const fs::path np = local ? local_checkpoint_root(o, world_rank) : fs::path(o.non_persistent_dir(o.save));
   const std::string flag = non_persistent_dir_flag(o);
+  std::vector<fs::path> folders{np};
+  if (local) folders.emplace_back(o.non_persistent_local_ckpt_dir);  // the folder of every rank's
   for (const auto& [other, name] : {std::pair{o.save, "--save"}, std::pair{o.load, "--load"}})
-    if (!other.empty() && same_directory(np, other))
-      throw ConfigError(flag + ": " + np.string() + " is " + name + "'s folder: its checkpoints would be replaced");
+    for (const fs::path& folder : folders)
+      if (!other.empty() && same_directory(folder, other))
+        throw ConfigError(flag + ": " + folder.string() + " is " + name +
+                          "'s folder: its checkpoints would be replaced");
   try {
     if (const std::optional<int64_t> it = find_latest_iteration(np);
         it && !marked_non_persistent(trainer_state_of(iteration_dir(np, *it))))
@@ -76,6 +84,9 @@ std::string differs_from_rank0(Comm& world, const std::string& mine, const std::
   if (mine == rank0) return "";
   const std::string where = o.non_persistent_ckpt_type.empty()
                                 ? "does every rank read the same --load, on storage that every node shares?"
+                            : o.local_checkpoints()
+                                ? "does every rank read the same --load, on storage that every node shares? the local "
+                                  "checkpoints were agreed on"
                                 : "is the non-persistent folder on storage that every node shares?";
   return "--load: rank " + std::to_string(world.rank()) + " " + what + " " + mine + ", rank 0 " + rank0 + " (" +
          where + ")";
@@ -83,22 +94,29 @@ std::string differs_from_rank0(Comm& world, const std::string& mine, const std::
 
 }  // namespace
 
+bool is_non_persistent(const TrainOptions& o, const fs::path& iteration_dir) {
+  const fs::path holder = containing_directory(iteration_dir);
+  if (o.non_persistent_ckpt_type == "global") return same_directory(holder, o.non_persistent_dir(o.load));
+  return o.local_checkpoints() && !o.local_checkpoint.root.empty() && same_directory(holder, o.local_checkpoint.root);
+}
+
 std::string checkpoint_choice_mismatch(Comm& world, const TrainOptions& o, const std::optional<fs::path>& dir) {
   // Paths may be spelled differently on each node: the folder kind and the iteration agree.
   std::string chosen = "none";
   if (dir) {
     fs::path d = dir->lexically_normal();  // its iter_NNNNNNN, also spelled with a final '/'
     if (!d.has_filename()) d = d.parent_path();
-    const bool np = !o.non_persistent_ckpt_type.empty() &&
-                    same_directory(containing_directory(d), o.non_persistent_dir(o.load));
-    chosen = (np ? "the non-persistent " : "--load's ") + d.filename().string();
+    chosen = (is_non_persistent(o, d) ? "the non-persistent " : "--load's ") + d.filename().string();
   }
   return differs_from_rank0(world, chosen, "finds", o);
 }
 
 std::string checkpoint_identity_mismatch(Comm& world, const TrainOptions& o, const CheckpointMetadata* m) {
   std::string identity = "none";
-  if (m) {
+  if (m && m->trainer_state.contains(kLocalSaveTokenKey)) {  // local: each rank's own files, from one save
+    identity =
+        "iteration " + std::to_string(m->iteration) + " of save " + m->trainer_state.at(kLocalSaveTokenKey).dump();
+  } else if (m) {
     Xxh3Hasher h;
     for (const FileRecord& f : m->files) {
       h.update(f.path.data(), f.path.size() + 1);  // (with its terminating NUL: names and sums stay apart)
@@ -125,13 +143,15 @@ std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* n
     throw ConfigError("--load: " + load.string() + " holds " + iteration_dir_name(iterations.front()) +
                       (iterations.size() > 1 ? " .. " + iteration_dir_name(iterations.back()) : "") + " but no " +
                       kLatestFileName + ": give --ckpt-step N to load one of them");
-  if (!o.non_persistent_ckpt_type.empty()) {
-    const fs::path np = o.non_persistent_dir(o.load);
-    if (const std::optional<int64_t> it = find_latest_iteration(np); it && (!persistent || *it > *persistent)) {
-      const std::string foreign = foreign_non_persistent(o, np, *it, persistent);
-      if (foreign.empty()) return resolve_checkpoint_dir(np, std::nullopt);
-      if (note) *note = foreign + ": not resumed from";
-    }
+  const bool local = o.local_checkpoints();
+  const fs::path np = local ? fs::path(o.local_checkpoint.root) : fs::path(o.non_persistent_dir(o.load));
+  const std::optional<int64_t> it = local                                   ? o.local_checkpoint.iteration
+                                    : o.non_persistent_ckpt_type == "global" ? find_latest_iteration(np)
+                                                                              : std::nullopt;
+  if (it && (!persistent || *it > *persistent)) {
+    const std::string foreign = foreign_non_persistent(o, np, *it, persistent);
+    if (foreign.empty()) return resolve_checkpoint_dir(np, *it, non_persistent_dir_flag(o));
+    if (note) *note = foreign + ": not resumed from";
   }
   if (persistent) return resolve_checkpoint_dir(load, std::nullopt);
   if (o.exit_on_missing_checkpoint)

@@ -15,7 +15,9 @@
 //                                  iteration, the same state: --save's keeps the history whole)
 //                                  and it belongs to DIR: saved by a run saving into DIR, which
 //                                  had continued from DIR's latest or an earlier checkpoint
-//                                  (not from one that a rollback of DIR's pointer abandoned).
+//                                  (not from one that a rollback of DIR's pointer abandoned);
+//     local                        the same for the rank's local checkpoint that every rank
+//                                  holds (o.local_checkpoint: local_checkpoint.h).
 #pragma once
 
 #include <filesystem>
@@ -33,6 +35,9 @@ struct CheckpointMetadata;
 // naming a garbled pointer file.
 // `note`, when given, gets why a non-persistent checkpoint was passed over ("" if none was).
 std::optional<std::filesystem::path> checkpoint_to_load(const TrainOptions& o, std::string* note = nullptr);
+// Whether `iteration_dir` (what checkpoint_to_load chose) is a non-persistent checkpoint,
+// global or (this rank's) local.
+bool is_non_persistent(const TrainOptions& o, const std::filesystem::path& iteration_dir);
 
 // What a non-persistent checkpoint records in its trainer_state (metadata.h), besides its
 // folder's previous one: that it is one, the --save of its run, and the --save checkpoint
@@ -48,14 +53,16 @@ inline constexpr const char* kPreviousPersistentKey = "previous_persistent_check
 std::string checkpoint_choice_mismatch(Comm& world, const TrainOptions& o, const std::optional<std::filesystem::path>& dir);
 // Then, the chosen checkpoints opened (`m`: this rank's metadata, null when it has none): ""
 // when every rank's is rank 0's (the same iteration and file checksums: node-local copies of
-// one checkpoint agree), else this rank's one-line error. Collective over `world`.
+// one checkpoint agree; local checkpoints: the same save), else this rank's one-line error.
+// Collective over `world`.
 std::string checkpoint_identity_mismatch(Comm& world, const TrainOptions& o, const CheckpointMetadata* m);
 
-// Rank 0's check before a run saves non-persistent checkpoints: their folder is neither
-// --save nor --load, and holds non-persistent checkpoints only (the saves replace its
-// checkpoints and move its pointer). ConfigError names the flag that set the folder.
-void check_non_persistent_dir(const TrainOptions& o);
-// The flag that names o.non_persistent_dir(o.save), for messages.
+// Rank 0's check before a run saves non-persistent checkpoints (local ones: each rank's, of
+// its folder): their folder is neither --save nor --load, and holds non-persistent
+// checkpoints only (the saves replace its checkpoints and move its pointer). ConfigError
+// names the flag that set the folder.
+void check_non_persistent_dir(const TrainOptions& o, int world_rank = 0);
+// The flag that names o.non_persistent_dir(o.save) (local: the local folder), for messages.
 std::string non_persistent_dir_flag(const TrainOptions& o);
 
 }  // namespace trident

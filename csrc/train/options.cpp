@@ -71,6 +71,8 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"use-legacy-models", "Megatron's model implementation switch: no effect", true},
       {"transformer-impl", "Megatron's transformer implementation (local, transformer_engine): no effect"},
       {"manual-gc", "Megatron's Python garbage-collection switch: no effect", true},
+      {"replication-jump", "Megatron's spacing of local-checkpoint replicas: no effect (--replication is refused)"},
+      {"replication-factor", "Megatron's count of local-checkpoint replicas: no effect (--replication is refused)"},
       {"manual-gc-interval", "Megatron's Python garbage-collection interval: no effect"},
       {"no-manual-gc-eval", "Megatron's Python garbage-collection switch: no effect", true},
       {"empty-unused-memory-level", "Megatron's torch cache release: no effect (trident's allocator keeps its blocks)"},
@@ -146,6 +148,8 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
   static const char* const kGelu = "GPT-2's MLP is GELU";
   static const char* const kBiases = "GPT-2's linear layers all have biases";
   static const char* const kWandb = "Weights & Biases is not supported; --tensorboard-dir writes Megatron's scalars";
+  static const char* const kReplication =
+      "local checkpoints are not copied to other nodes: where a node's is lost, the run resumes from --load's latest";
   static const std::vector<FixedSetting> defs = {
       {"position-embedding-type", false, "learned_absolute", kPositions},
       {"use-rotary-position-embeddings", true, nullptr, kPositions},
@@ -182,6 +186,7 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"wandb-project", false, nullptr, kWandb},
       {"wandb-exp-name", false, nullptr, kWandb},
       {"wandb-save-dir", false, nullptr, kWandb},
+      {"replication", true, nullptr, kReplication},  // its -jump and -factor alone: no effect, as Megatron
   };
   return defs;
 }
@@ -308,11 +313,17 @@ const std::vector<FlagDef>& flag_defs() {
       {"save-interval", "iterations between checkpoints (0: only at the end)"},
       {"keep-last", "checkpoints kept under --save (0: all)"},
       {"non-persistent-save-interval", "iterations between non-persistent checkpoints (Megatron's; with "
-                                       "--non-persistent-ckpt-type global): each replaces the previous one"},
-      {"non-persistent-ckpt-type", "global: non-persistent checkpoints in one folder that every node shares, and "
+                                       "--non-persistent-ckpt-type): each replaces the previous one"},
+      {"non-persistent-ckpt-type", "global: non-persistent checkpoints in one folder that every node shares; local: "
+                                   "each rank's part in --non-persistent-local-ckpt-dir on its node; "
                                    "--load resumes from the newer of its last one and --load's"},
-      {"non-persistent-global-ckpt-dir", "folder of the non-persistent checkpoints (default: <--save or "
+      {"non-persistent-global-ckpt-dir", "folder of the global non-persistent checkpoints (default: <--save or "
                                          "--load>/non_persistent)"},
+      {"non-persistent-local-ckpt-dir", "folder on each node (e.g. its NVMe) of the local non-persistent "
+                                        "checkpoints: each rank's in <it>/<world rank>"},
+      {"non-persistent-local-ckpt-algo", "fully_parallel (default): the state the data-parallel ranks share is "
+                                         "split among their local checkpoints and broadcast on load; atomic: each "
+                                         "rank's holds all it needs"},
       {"async-save", "write checkpoints in the background: training waits only for a copy of the state in host "
                      "memory (as large as the rank's checkpoint files), the checkpoint is committed at the first "
                      "iteration after every rank has written, and the run's end waits for it", true},
@@ -1088,6 +1099,8 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("non-persistent-save-interval", o.non_persistent_save_interval);
   f.get("non-persistent-ckpt-type", o.non_persistent_ckpt_type);
   f.get("non-persistent-global-ckpt-dir", o.non_persistent_global_ckpt_dir);
+  f.get("non-persistent-local-ckpt-dir", o.non_persistent_local_ckpt_dir);
+  f.get("non-persistent-local-ckpt-algo", o.non_persistent_local_ckpt_algo);
   f.get("no-load-optim", o.no_load_optim);
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
@@ -1259,21 +1272,33 @@ void validate_profile(TrainOptions& o) {
 }
 
 // Megatron's non-persistent checkpoint flags.
-void validate_non_persistent(const TrainOptions& o) {
+void validate_non_persistent(TrainOptions& o) {
   const std::string& type = o.non_persistent_ckpt_type;
-  if (type == "local" || type == "in_memory")
-    throw ConfigError("--non-persistent-ckpt-type " + type + ": not supported (Megatron's node-local and in-memory "
-                      "copies need NVIDIA's resiliency extension); global keeps them in one shared folder");
-  if (!type.empty() && type != "global")
-    throw ConfigError("--non-persistent-ckpt-type " + type + ": expected global (or local, in_memory)");
+  if (type == "in_memory")  // Megatron-LM lists it, then refuses it too
+    throw ConfigError("--non-persistent-ckpt-type in_memory: not supported (nor by Megatron-LM); local keeps them "
+                      "on each node's storage");
+  if (!type.empty() && type != "global" && type != "local")
+    throw ConfigError("--non-persistent-ckpt-type " + type + ": expected global or local");
+  if (type == "local" && o.non_persistent_local_ckpt_dir.empty())
+    throw ConfigError("--non-persistent-ckpt-type local needs --non-persistent-local-ckpt-dir");
+  if (!o.non_persistent_local_ckpt_dir.empty() && type.empty())
+    throw ConfigError("--non-persistent-local-ckpt-dir needs --non-persistent-ckpt-type local");
+  if (o.non_persistent_local_ckpt_algo != "fully_parallel" && o.non_persistent_local_ckpt_algo != "atomic")
+    throw ConfigError("--non-persistent-local-ckpt-algo " + o.non_persistent_local_ckpt_algo +
+                      ": expected fully_parallel or atomic");
   check_non_negative(static_cast<double>(o.non_persistent_save_interval), "non-persistent-save-interval");
   if (o.non_persistent_save_interval > 0 && type.empty())
-    throw ConfigError("--non-persistent-save-interval needs --non-persistent-ckpt-type global (without it --load "
-                      "would not look for them)");
+    throw ConfigError("--non-persistent-save-interval needs --non-persistent-ckpt-type global or local (without "
+                      "it --load would not look for them)");
   if (o.non_persistent_save_interval > 0 && o.save.empty())
     throw ConfigError("--non-persistent-save-interval needs --save");
   if (!o.non_persistent_global_ckpt_dir.empty() && type.empty())
     throw ConfigError("--non-persistent-global-ckpt-dir needs --non-persistent-ckpt-type global");
+  // The other type's folder: no effect (Megatron reads the flag of the type given only).
+  if (!o.non_persistent_global_ckpt_dir.empty() && type == "local")
+    o.flags_without_effect.push_back("--non-persistent-global-ckpt-dir");
+  if (!o.non_persistent_local_ckpt_dir.empty() && type == "global")
+    o.flags_without_effect.push_back("--non-persistent-local-ckpt-dir");
 }
 
 void validate_run(TrainOptions& o) {
@@ -1650,6 +1675,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("save-interval", o.save_interval);
   line("non-persistent-save-interval", o.non_persistent_save_interval);
   line("non-persistent-ckpt-type", o.non_persistent_ckpt_type);
+  line("non-persistent-local-ckpt-algo", o.non_persistent_local_ckpt_algo);
   line("async-save", o.async_save);
   line("load given", !o.load.empty());
   line("exit-interval", o.exit_interval);

@@ -173,12 +173,25 @@ struct TrainOptions {
   int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all
   // Megatron's non-persistent checkpoints: every --non-persistent-save-interval iterations
   // (not a --save-interval one) a checkpoint replaces the previous one in their own folder,
-  // and --load resumes from the newer of it and --load's own. Only the "global" type
-  // (a shared folder); "" without them.
+  // and --load resumes from the newer of it and --load's own. The "global" type keeps them in
+  // a folder every node shares; "local" each rank's part in a folder of its node
+  // (train/local_checkpoint.h); "" without them.
   int64_t non_persistent_save_interval = 0;
   std::string non_persistent_ckpt_type;
   std::string non_persistent_global_ckpt_dir;  // empty: <--save or --load>/non_persistent
-  // Their folder for checkpoints under `base` (--save or --load).
+  std::string non_persistent_local_ckpt_dir;   // "local": each rank's folder is <it>/<world rank>
+  std::string non_persistent_local_ckpt_algo = "fully_parallel";  // or "atomic" (local_checkpoint.h)
+  bool local_checkpoints() const { return non_persistent_ckpt_type == "local"; }
+  // Not a flag: with local ones, the checkpoint to resume from that every rank holds, agreed
+  // once all ranks have started (train/local_checkpoint.h: resolve_local_checkpoint).
+  struct LocalCheckpointToLoad {
+    bool resolved = false;
+    std::optional<int64_t> iteration;  // none: no local checkpoint to resume from
+    std::string root;                  // this rank's folder of them
+    std::string note;                  // why local ones were passed over ("" if none was)
+  };
+  LocalCheckpointToLoad local_checkpoint;
+  // The global type's folder for checkpoints under `base` (--save or --load).
   std::string non_persistent_dir(const std::string& base) const;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
   // Megatron's: --no-save-optim leaves the optimizer state (with the learning-rate schedule

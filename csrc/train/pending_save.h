@@ -53,16 +53,17 @@ struct PendingSave {
   };
   int64_t iteration = 0;
   bool persistent = true;                     // false: a non-persistent save (Megatron's)
+  bool local = false;                         // a local non-persistent save: each rank's own (local_checkpoint.h)
   std::filesystem::path root;                 // the folder of its iter_NNNNNNN
   std::filesystem::path temp;                 // the temporary directory the files go to
-  std::optional<TempIterationDir> temp_dir;   // rank 0: held until the commit
-  std::optional<CheckpointMetadata> metadata; // rank 0: the state at the save (files to come)
+  std::optional<TempIterationDir> temp_dir;   // rank 0 (local: each rank): held until the commit
+  std::optional<CheckpointMetadata> metadata; // the same ranks': the state at the save (files to come)
   std::chrono::steady_clock::time_point start;
   double waited_s = 0;                        // what training waited for (the snapshot, with --async-save)
   std::vector<File> files;                    // this rank's
   std::map<std::string, std::string> file_metadata;
   int rank = 0;
-  bool sole_writer = false;  // a world of one: no other rank writes into `temp`
+  bool sole_writer = false;  // a world of one, or local: no other rank writes into `temp`
   // The writer's results: "path size xxh3" lines and their bytes, or the error that stopped it.
   std::string records;
   uint64_t bytes = 0;

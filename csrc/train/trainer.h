@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -140,7 +141,12 @@ class Trainer {
   void check_profile_ranks();
   void profile_before_iteration();  // --profile: starts the capture at its first iteration
   void profile_after_iteration();   // and stops it after its last
-  CheckpointMetadata checkpoint_metadata(SaveKind kind);
+  CheckpointMetadata checkpoint_metadata(SaveKind kind, const std::filesystem::path& root, const std::string& token);
+  // Under a local checkpoint's fully_parallel `local_algo` with dp > 1, the data-parallel rank
+  // that writes (and on load broadcasts) each of the stage's parameters and, without ZeRO, its
+  // optimizer state (local_checkpoint.h); else empty: each rank has all it needs.
+  std::vector<int> shared_state_owners(const std::string& local_algo);
+  void broadcast_shared_state(const std::vector<int>& owners);  // collective over the DP group
   void commit_save();
   LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
                       uint64_t first_sample, bool training, float grad_scale);
@@ -168,7 +174,9 @@ class Trainer {
   bool out_of_time() const;
   // ConfigError unless the data covers the run from this position (trainer.cpp).
   void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const;
-  void restore_checkpoint(ShardedCheckpointReader& ckpt);  // load_checkpoint's reading part
+  // load_checkpoint's reading part (no collectives); returns shared_state_owners of the
+  // checkpoint, for broadcast_shared_state once every rank has read.
+  std::vector<int> restore_checkpoint(ShardedCheckpointReader& ckpt);
   // The micro-batches of this rank's share of a global batch, and their schedule.
   void set_micro_batches(int micro_batches);
 

@@ -27,6 +27,7 @@
 #include "parallel/collective_timeout.h"
 #include "parallel/comm_strings.h"
 #include "train/checkpoint_to_load.h"
+#include "train/local_checkpoint.h"
 #include "train/pending_save.h"
 #include "train/trainer.h"
 
@@ -411,11 +412,7 @@ char* SnapshotArena::reserve(size_t bytes) {
 }
 
 void PendingSave::take_snapshot(SnapshotArena& arena) {
-  auto bytes_of = [](const StTensorRef& t) {
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    return static_cast<size_t>(numel) * st_dtype_size(t.dtype);
-  };
+  auto bytes_of = [](const StTensorRef& t) { return static_cast<size_t>(numel_of(t.shape)) * st_dtype_size(t.dtype); };
   auto aligned = [](size_t bytes) { return (bytes + 63) / 64 * 64; };  // each copy 64-byte aligned
   size_t total = 0;
   for (const File& f : files)
@@ -450,17 +447,20 @@ void Trainer::save_checkpoint(SaveKind kind) {
   save->start = std::chrono::steady_clock::now();
   save->iteration = iteration_;
   save->persistent = kind == SaveKind::kPersistent;
-  save->root = save->persistent ? fs::path(opt_.save) : fs::path(opt_.non_persistent_dir(opt_.save));
-  optimizer_->wait_for_all_params();  // --overlap-param-gather: the gathers of the last step
+  save->local = !save->persistent && opt_.local_checkpoints();
   const ProcessGrid& grid = par_->grid;
+  save->root = save->persistent ? fs::path(opt_.save)
+               : save->local    ? local_checkpoint_root(opt_, grid.rank)
+                                : fs::path(opt_.non_persistent_dir(opt_.save));
+  optimizer_->wait_for_all_params();  // --overlap-param-gather: the gathers of the last step
   Comm& world = *par_->world;
   const fs::path root = save->root;
   std::string token = grid.rank == 0 ? make_save_token() : "";
   broadcast_string(world, token, 0);
   save->temp = temp_iteration_dir(root, iteration_, token);
   save->rank = grid.rank;
-  save->sole_writer = grid.shape.world == 1;
-  if (grid.rank == 0) {  // rank 0 holds the temporary directory until the commit
+  save->sole_writer = grid.shape.world == 1 || save->local;
+  if (grid.rank == 0 || save->local) {  // rank 0 (local: each rank) holds the temporary directory until the commit
     const TempIterationDir& temp_dir = save->temp_dir.emplace(root, iteration_, token);
     if (!temp_dir.save_lock_note().empty()) *out_ << "trident: note: " << temp_dir.save_lock_note() << std::endl;
     for (const fs::path& stale : temp_dir.removed_stale())
@@ -481,17 +481,31 @@ void Trainer::save_checkpoint(SaveKind kind) {
     throw IoError((save->temp / rank_dir).string() + ": cannot create the directory: " + mkdir_error.message());
   save->file_metadata = rank_file_metadata(grid.shape.tp, grid.tp_rank, grid.pp_rank, grid.dp_rank);
   const ParamStore& P = model().params();
-  if (grid.dp_rank == 0) {  // parameters are identical across DP
+  // What the data-parallel ranks hold alike (the parameters; without ZeRO, the optimizer
+  // state) goes into a global checkpoint from DP rank 0; into a local one from every rank, or
+  // split among them (fully_parallel).
+  const std::vector<int> owners =
+      save->local ? shared_state_owners(opt_.non_persistent_local_ckpt_algo) : std::vector<int>{};
+  const auto writes_shared = [&](size_t param) {
+    return save->local ? owners.empty() || owners[param] == grid.dp_rank : grid.dp_rank == 0;
+  };
+  const std::vector<LocalParam>& params = P.list();
+  if (save->local || grid.dp_rank == 0) {
     PendingSave::File& f = save->files.emplace_back(PendingSave::File{rank_dir + "/" + kModelFileName, {}});
-    for (const LocalParam& p : P.list())
-      f.tensors.push_back(tensor_ref(be_, p.spec.name, to_st_dtype(P.param(p).dtype), shape_vec(p.shape), P.param(p)));
+    for (size_t i = 0; i < params.size(); ++i) {
+      const LocalParam& p = params[i];
+      if (writes_shared(i))
+        f.tensors.push_back(
+            tensor_ref(be_, p.spec.name, to_st_dtype(P.param(p).dtype), shape_vec(p.shape), P.param(p)));
+    }
   }
-  // Without ZeRO every DP rank has it all.
-  if (!opt_.no_save_optim && (optimizer_->sharded() || grid.dp_rank == 0)) {
+  if (!opt_.no_save_optim && (optimizer_->sharded() || save->local || grid.dp_rank == 0)) {
     const ShardPlan& plan = optimizer_->plan();
     PendingSave::File& f =
         save->files.emplace_back(PendingSave::File{rank_dir + "/" + optimizer_file_name(grid.dp_rank), {}});
-    for (const LocalParam& p : P.list())
+    for (size_t i = 0; i < params.size(); ++i) {
+      const LocalParam& p = params[i];
+      if (!optimizer_->sharded() && !writes_shared(i)) continue;  // a ZeRO shard is the rank's own
       for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
         for (int k = 0; k < 3; ++k) {
           const Tensor src = optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s);
@@ -499,8 +513,9 @@ void Trainer::save_checkpoint(SaveKind kind) {
                                          optimizer_piece_key(p.spec.name, kOptimizerStates[k], s.flat_begin - p.offset),
                                          StDType::F32, {s.size()}, src));
         }
+    }
   }
-  if (grid.rank == 0) save->metadata = checkpoint_metadata(kind);
+  if (grid.rank == 0 || save->local) save->metadata = checkpoint_metadata(kind, root, token);
   if (save->persistent) last_saved_iteration_ = iteration_;
   if (!opt_.async_save) {
     save->write_files();
@@ -527,15 +542,21 @@ void Trainer::save_checkpoint(SaveKind kind) {
         << (snapshot_arena_->pinned() ? " in page-locked host memory" : "") << ")" << std::endl;
 }
 
-// Rank 0's metadata of a checkpoint of the present state, its files to come.
-CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind) {
-  const ProcessGrid& grid = par_->grid;
+std::vector<int> Trainer::shared_state_owners(const std::string& local_algo) {
+  if (local_algo != "fully_parallel" || par_->grid.shape.dp == 1) return {};
+  std::vector<int64_t> numels;
+  for (const LocalParam& p : model().params().list()) numels.push_back(p.numel());
+  return fully_parallel_owners(numels, par_->grid.shape.dp);
+}
+
+// The metadata of a checkpoint of the present state into `root`, its files to come (rank 0's;
+// of a local one, each rank's).
+CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind, const fs::path& root, const std::string& token) {
   CheckpointMetadata m;
   m.model = opt_.model;
   m.iteration = iteration_;
   m.consumed_samples = static_cast<int64_t>(consumed_samples_);
-  m.layout = ParallelLayout{grid.shape.tp, grid.shape.pp, grid.shape.dp, opt_.zero_stage,
-                            opt_.virtual_pipeline_chunks()};
+  m.layout = checkpoint_layout(opt_, par_->grid.shape);
   m.trainer_state = {{"consumed_valid_samples", consumed_valid_samples_},
                      {"consumed_train_tokens", consumed_tokens_},
                      {"skipped_iterations", skipped_iterations_},
@@ -566,9 +587,12 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind) {
     // Its folder's history is simply the order of the saves, whichever run made them, so
     // that the commit's prune deletes the one before. The persistent history it continues
     // goes on record for a resume from it.
-    m.trainer_state[kPreviousCheckpointKey] =
-        iteration_or_null(find_latest_iteration(opt_.non_persistent_dir(opt_.save)));
+    m.trainer_state[kPreviousCheckpointKey] = iteration_or_null(find_latest_iteration(root));
     m.trainer_state[kNonPersistentKey] = true;
+    if (opt_.local_checkpoints()) {
+      m.trainer_state[kLocalSaveTokenKey] = token;
+      m.trainer_state[kLocalAlgoKey] = opt_.non_persistent_local_ckpt_algo;
+    }
     std::error_code ec;
     const fs::path save = fs::weakly_canonical(opt_.save, ec);
     m.trainer_state[kNonPersistentSaveKey] = (ec ? fs::absolute(opt_.save) : save).string();
@@ -589,17 +613,19 @@ void Trainer::finish_save(bool wait) {
   commit_save();
 }
 
-// Rank 0 collects every file's record, writes the metadata and commits.
+// Rank 0 collects every file's record, writes the metadata and commits; of a local save,
+// each rank its own, and once all have committed, each deletes its previous one.
 void Trainer::commit_save() {
   PendingSave& save = *pending_save_;
   const ProcessGrid& grid = par_->grid;
   Comm& world = *par_->world;
   const fs::path root = save.root;
-  if (grid.rank != 0) {
+  if (grid.rank != 0 && !save.local) {
     send_string(world, save.records, 0);
   } else {
     std::string all = save.records;
-    for (int r = 1; r < grid.shape.world; ++r) all += recv_string(world, r);
+    if (!save.local)
+      for (int r = 1; r < grid.shape.world; ++r) all += recv_string(world, r);
     CheckpointMetadata& m = *save.metadata;
     std::istringstream in(all);
     FileRecord f;
@@ -608,7 +634,11 @@ void Trainer::commit_save() {
   }
   float megabytes = static_cast<float>(save.bytes / 1e6);  // also the barrier before the commit
   world.allreduce(Tensor(&megabytes, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Sum);
-  if (grid.rank == 0) {
+  if (save.local) {
+    save.temp_dir->commit();
+    world.barrier();  // a load takes the newest save that every rank holds: keep the previous until then
+    prune_all_but(root, save.iteration);
+  } else if (grid.rank == 0) {
     save.temp_dir->commit();
     if (!save.persistent) {
       prune(root, 1);  // Megatron keeps one non-persistent checkpoint
@@ -621,9 +651,10 @@ void Trainer::commit_save() {
   world.barrier();
   if (save.persistent) previous_checkpoint_ = save.iteration;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count();
-  *out_ << "trident: saved " << (save.persistent ? "" : "non-persistent ") << "checkpoint at iteration "
-        << save.iteration << " to "
-        << iteration_dir(root, save.iteration).string() << ": " << megabytes / 1e3 << " GB in " << s << " s ("
+  *out_ << "trident: saved " << (save.persistent ? "" : save.local ? "local non-persistent " : "non-persistent ")
+        << "checkpoint at iteration " << save.iteration << " to " << iteration_dir(root, save.iteration).string()
+        << (save.local ? " (each rank's in " + opt_.non_persistent_local_ckpt_dir + "/<rank>)" : "") << ": "
+        << megabytes / 1e3 << " GB in " << s << " s ("
         << megabytes / 1e3 / s << " GB/s)";
   if (opt_.async_save) *out_ << "; training waited " << save.waited_s << " s";
   *out_ << std::endl;
@@ -636,6 +667,7 @@ bool Trainer::load_checkpoint() {
   std::optional<fs::path> dir;
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   std::string error, passed_over;
+  if (!opt_.local_checkpoint.resolved) resolve_local_checkpoint(opt_, *par_);
   try {
     dir = checkpoint_to_load(opt_, &passed_over);
   } catch (const InternalError&) {
@@ -659,15 +691,27 @@ bool Trainer::load_checkpoint() {
   // The same iteration in each rank's --load may still be two checkpoints.
   const std::string other = checkpoint_identity_mismatch(*par_->world, opt_, ckpt ? &ckpt->metadata() : nullptr);
   if (error.empty()) error = other;
-  unless_failed([&] { restore_checkpoint(*ckpt); });
+  std::vector<int> shared_owners;  // a fully_parallel local checkpoint's: broadcast below
+  unless_failed([&] { shared_owners = restore_checkpoint(*ckpt); });
   // A test's signal during the start-up (a long load): TRIDENT_TEST_SIGNAL_IN_LOAD=<signal>.
   if (const char* sig = std::getenv("TRIDENT_TEST_SIGNAL_IN_LOAD")) std::raise(std::atoi(sig));
   // Each rank reads only the files holding its slices, so a corrupt file fails the ranks
   // that read it alone. Agree first: no rank reports a checkpoint loaded, or trains on,
   // while another failed; all fail with the first failing rank's message (a bad checkpoint
   // is bad input: one line from rank 0, exit 2).
-  if (const std::string failure = first_failure(*par_->world, error); !failure.empty()) throw ConfigError(failure);
-  if (!passed_over.empty()) *out_ << "trident: note: " << passed_over << std::endl;
+  if (const std::string failure = first_failure(*par_->world, error); !failure.empty()) {
+    // A local copy is only a shortcut: one that cannot be read gives way to --load's latest
+    // (which overwrites all a restore set). Every rank agrees: the failure is everyone's.
+    const bool local = dir && opt_.local_checkpoints() && is_non_persistent(opt_, *dir);
+    std::error_code ec;
+    if (!local || !fs::exists(latest_file(opt_.load), ec)) throw ConfigError(failure);
+    opt_.local_checkpoint.iteration.reset();
+    opt_.local_checkpoint.note = failure + "; the local checkpoint is passed over";
+    return load_checkpoint();
+  }
+  if (!shared_owners.empty()) broadcast_shared_state(shared_owners);
+  for (const std::string& note : {opt_.local_checkpoint.note, passed_over})
+    if (!note.empty()) *out_ << "trident: note: " << note << std::endl;
   if (!dir) {  // as Megatron: no checkpoint to load, so train from the initial weights
     if (!opt_.load_missing_at_start && fs::exists(opt_.load))
       *out_ << "trident: no checkpoint in " << opt_.load << " yet (no " << kLatestFileName
@@ -681,8 +725,7 @@ bool Trainer::load_checkpoint() {
   const CheckpointMetadata& m = ckpt->metadata();
   // The saves continue this checkpoint's history when they go to its directory and go on
   // from its iteration (a fine-tune starts a history of its own).
-  const bool non_persistent = !opt_.non_persistent_ckpt_type.empty() &&
-                              same_directory(containing_directory(*dir), opt_.non_persistent_dir(opt_.load));
+  const bool non_persistent = is_non_persistent(opt_, *dir);
   if (!opt_.save.empty() && !opt_.finetune && same_directory(containing_directory(*dir), opt_.save))
     previous_checkpoint_ = m.iteration;
   // Resumed from a non-persistent checkpoint of the same run: the saves to --save continue
@@ -711,7 +754,7 @@ bool Trainer::load_checkpoint() {
   return true;
 }
 
-void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
+std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   optimizer_->wait_for_all_params();  // no gather may land on the loaded parameters
   const fs::path& dir = ckpt.dir();
   const CheckpointMetadata& meta = ckpt.metadata();
@@ -744,13 +787,21 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   // otherwise continue from rounded weights.
   const bool from_masters = ckpt.has_optimizer_state() && meta.model.dtype != DType::F32 &&
                             meta.model.dtype != opt_.model.dtype;
-  load_model_parameters(ckpt, P, be_, from_masters);
+  // A local checkpoint of fully_parallel holds what the data-parallel ranks share split among
+  // them (local_checkpoint.h): each rank reads its part here, and broadcast_shared_state
+  // sends it over the group once every rank has read.
+  const std::vector<int> owners = shared_state_owners(st.value(kLocalAlgoKey, std::string()));
+  const auto reads_shared = [&](size_t param) { return owners.empty() || owners[param] == grid.dp_rank; };
+  load_model_parameters(ckpt, P, be_, from_masters, reads_shared);
+  const std::vector<LocalParam>& params = P.list();
   if (load_optimizer) {
     const ShardPlan& plan = optimizer_->plan();
-    for (const LocalParam& p : P.list()) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const LocalParam& p = params[i];
       // Only the pieces this rank's ZeRO shard owns are read (from the files holding them).
       const std::vector<ShardPiece> pieces = plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()});
       if (pieces.empty()) continue;
+      if (!optimizer_->sharded() && !reads_shared(i)) continue;  // another rank's part
       IndexRanges owned;
       for (const ShardPiece& s : pieces) owned.push_back({s.flat_begin - p.offset, s.flat_end - p.offset});
       for (int k = 0; k < 3; ++k) {
@@ -763,7 +814,7 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
                              local.data() + (s.flat_begin - p.offset));
       }
     }
-  } else {
+  } else if (owners.empty()) {  // else once the parameters are whole (broadcast_shared_state)
     optimizer_->master_from_params();
   }
   if (!opt_.finetune) {
@@ -799,6 +850,27 @@ void Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   }
   if (load_rng) set_dropout_seed(st[kRngStateKey].get<uint64_t>());
   last_saved_iteration_ = iteration_;
+  return owners;
+}
+
+void Trainer::broadcast_shared_state(const std::vector<int>& owners) {
+  ParamStore& P = model().params();
+  const std::vector<LocalParam>& params = P.list();
+  Comm& dp = *par_->dp;
+  for (size_t i = 0; i < params.size(); ++i) dp.broadcast(P.param(params[i]), owners[i]);
+  if (!loads_optimizer_state(opt_)) {
+    optimizer_->master_from_params();
+    return;
+  }
+  if (optimizer_->sharded()) return;  // each rank's shard was in its own files
+  const ShardPlan& plan = optimizer_->plan();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const LocalParam& p = params[i];
+    for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+      for (int k = 0; k < 3; ++k)
+        if (k != AdamWOptimizer::kMaster || !optimizer_->master_is_params())
+          dp.broadcast(optimizer_->state_slice(static_cast<AdamWOptimizer::State>(k), s), owners[i]);
+  }
 }
 
 }  // namespace trident

@@ -13,11 +13,14 @@
 
 #include "core/error.h"
 #include "train/checkpoint_args.h"
+#include "train/local_checkpoint.h"
 #include "train/options.h"
 #include "parse_options.h"
 
 namespace trident {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string write_yaml(const std::string& name, const std::string& text) {
   const auto path = std::filesystem::temp_directory_path() / ("trident_options_" + name + ".yaml");
@@ -131,16 +134,57 @@ TEST(Options, NonPersistentCheckpointFlags) {
                 .non_persistent_dir("ck"),
             "/fast/np");
   EXPECT_EQ(error_of({"--save", "ck", "--non-persistent-save-interval", "50"}),
-            "--non-persistent-save-interval needs --non-persistent-ckpt-type global (without it --load would not "
-            "look for them)");
+            "--non-persistent-save-interval needs --non-persistent-ckpt-type global or local (without it --load "
+            "would not look for them)");
   EXPECT_EQ(error_of({"--non-persistent-save-interval", "50", "--non-persistent-ckpt-type", "global"}),
             "--non-persistent-save-interval needs --save");
-  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local"}).rfind("--non-persistent-ckpt-type local: not supported", 0),
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "in_memory"}).rfind("--non-persistent-ckpt-type in_memory: not "
+                                                                        "supported (nor by Megatron-LM)", 0),
             0u);
   EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "disk"}),
-            "--non-persistent-ckpt-type disk: expected global (or local, in_memory)");
+            "--non-persistent-ckpt-type disk: expected global or local");
   EXPECT_EQ(error_of({"--non-persistent-global-ckpt-dir", "/fast/np"}),
             "--non-persistent-global-ckpt-dir needs --non-persistent-ckpt-type global");
+  // Node-local ones (Megatron's flags and default algorithm).
+  const TrainOptions local = parse({"--save", "ck", "--non-persistent-save-interval", "50",
+                                    "--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme/ck"});
+  EXPECT_TRUE(local.local_checkpoints());
+  EXPECT_EQ(local.non_persistent_local_ckpt_algo, "fully_parallel");
+  EXPECT_EQ(local_checkpoint_root(local, 12), fs::path("/nvme/ck/12"));
+  EXPECT_EQ(parse({"--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme/ck",
+                   "--non-persistent-local-ckpt-algo", "atomic"})
+                .non_persistent_local_ckpt_algo,
+            "atomic");
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local"}),
+            "--non-persistent-ckpt-type local needs --non-persistent-local-ckpt-dir");
+  EXPECT_EQ(error_of({"--non-persistent-local-ckpt-dir", "/nvme/ck"}),
+            "--non-persistent-local-ckpt-dir needs --non-persistent-ckpt-type local");
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme/ck",
+                      "--non-persistent-local-ckpt-algo", "fast"}),
+            "--non-persistent-local-ckpt-algo fast: expected fully_parallel or atomic");
+  // The other type's folder has no effect, as in Megatron; so have --replication-jump and
+  // -factor without --replication, which is refused.
+  EXPECT_EQ(parse({"--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme/ck",
+                   "--non-persistent-global-ckpt-dir", "/fast/np"})
+                .flags_without_effect,
+            (std::vector<std::string>{"--non-persistent-global-ckpt-dir"}));
+  EXPECT_EQ(parse({"--non-persistent-ckpt-type", "global", "--non-persistent-local-ckpt-dir", "/nvme/ck"})
+                .flags_without_effect,
+            (std::vector<std::string>{"--non-persistent-local-ckpt-dir"}));
+  EXPECT_EQ(parse({"--replication-jump", "8", "--replication-factor", "2"}).flags_without_effect,
+            (std::vector<std::string>{"--replication-jump", "--replication-factor"}));
+  EXPECT_EQ(error_of({"--replication", "--replication-jump", "8"})
+                .rfind("--replication: not supported: local checkpoints are not copied to other nodes", 0),
+            0u);
+}
+
+// fully_parallel's split of a stage's parameters over the data-parallel ranks: the largest
+// first, each to the least loaded rank (the lowest on a tie); worked out by hand.
+TEST(LocalCheckpoint, FullyParallelOwnersBalanceTheElements) {
+  EXPECT_EQ(fully_parallel_owners({5, 4, 3, 3, 3}, 2), (std::vector<int>{0, 1, 1, 0, 1}));  // loads 8 and 10
+  EXPECT_EQ(fully_parallel_owners({1, 8, 1, 1}, 3), (std::vector<int>{1, 0, 2, 1}));
+  EXPECT_EQ(fully_parallel_owners({7, 7, 7}, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(fully_parallel_owners({2, 2}, 4), (std::vector<int>{0, 1}));  // ranks 2 and 3 write none
 }
 
 TEST(Options, ProfileFlagsFollowMegatron) {

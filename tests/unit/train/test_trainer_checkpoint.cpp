@@ -28,6 +28,7 @@
 #include "core/error.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "train/checkpoint_to_load.h"
+#include "train/local_checkpoint.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #include "trainer_test_util.h"
@@ -438,6 +439,50 @@ TEST(TrainerCheckpoint, NonPersistentTieStopAndAsyncSave) {
   EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 6}));
   EXPECT_EQ(latest_iteration(dir), 6);
   EXPECT_EQ(read_previous_checkpoint(iteration_dir(dir, 6)).iteration, std::optional<int64_t>(4));
+  fs::remove_all(dir);
+}
+
+// Local non-persistent checkpoints on one process (tests/mpi/local_checkpoints.sh runs them on
+// four): the rank's own folder LDIR/0 keeps the newest, marked with its save and algorithm;
+// --load resumes from it when newer, and passes over another run's; LDIR may not be --save.
+TEST(TrainerCheckpoint, LocalCheckpointsResumeWhenNewer) {
+  const fs::path dir = fresh_temp_dir("local_checkpoints");
+  const fs::path local = dir / "local";
+  TrainOptions o = tiny_options();
+  o.train_iters = 12;
+  o.exit_interval = 7;
+  o.save = dir.string();
+  o.save_interval = 4;
+  o.non_persistent_save_interval = 3;
+  o.non_persistent_ckpt_type = "local";
+  o.non_persistent_local_ckpt_dir = local.string();
+  train(o);  // persistent 4 and 7; local 3, then 6 in its place
+  EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 7}));
+  EXPECT_EQ(list_iterations(local / "0"), (std::vector<int64_t>{6}));
+  EXPECT_FALSE(fs::exists(dir / "non_persistent"));
+  const CheckpointMetadata m6 = read_metadata((iteration_dir(local / "0", 6) / kMetadataFileName).string());
+  EXPECT_EQ(m6.trainer_state.at(kNonPersistentKey), true);
+  EXPECT_EQ(m6.trainer_state.at(kLocalAlgoKey), "fully_parallel");
+  EXPECT_FALSE(m6.trainer_state.at(kLocalSaveTokenKey).get<std::string>().empty());
+  EXPECT_EQ(m6.trainer_state.at(kPreviousPersistentKey), 4);
+
+  // Had the run died in iteration 7: the local 6 is newer than --save's 4.
+  fs::remove_all(iteration_dir(dir, 7));
+  write_latest_iteration(dir, 4);
+  o.load = dir.string();
+  std::string log;
+  EXPECT_EQ(load(o, &log), "6");
+  EXPECT_TRUE(has(log, "trident: loaded non-persistent checkpoint " + iteration_dir(local / "0", 6).string())) << log;
+  TrainOptions global = o;  // another type: not looked for
+  global.non_persistent_ckpt_type = "global";
+  global.non_persistent_local_ckpt_dir.clear();
+  EXPECT_EQ(load(global), "4");
+  TrainOptions other = o;  // another run's --load
+  other.load = other.save = (dir / "other").string();
+  EXPECT_EQ(load(other, &log), "-1");
+  EXPECT_TRUE(has(log, iteration_dir(local / "0", 6).string() + " was saved by a run saving into ")) << log;
+  o.non_persistent_local_ckpt_dir = dir.string();
+  EXPECT_THROW(check_non_persistent_dir(o), ConfigError);
   fs::remove_all(dir);
 }
 
