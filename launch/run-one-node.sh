@@ -35,6 +35,9 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 #   VIRTUAL_STAGE_LAYERS [unset | N: the interleaved pipeline schedule, N layers per model chunk
 #     (--num-layers-per-virtual-pipeline-stage); NLAYERS a multiple of PP_SIZE x N]
 #   EVAL_INTERVAL, EVAL_ITERS [unset; passed when set and trident-train lists the flag]
+#   NON_PERSISTENT_SAVE_INTERVAL [unset | N: Megatron's non-persistent checkpoints every N
+#     iterations, with CHECKPOINT_PATH: in $CHECKPOINT_PATH/non_persistent, or with
+#     LOCAL_CKPT_DIR [unset] each rank's in LOCAL_CKPT_DIR/<rank> on its node (e.g. a local NVMe)]
 #   PRECISION [fp32 | fp16 | bf16]; with fp16, dynamic loss scaling: INITIAL_LOSS_SCALE [65536],
 #     MIN_LOSS_SCALE [1], LOSS_SCALE_WINDOW [1000], HYSTERESIS [2] (passed when listed)
 #   BUILD_DIR [<repo>/build]   TRIDENT_DRY_RUN [0; 1 prints rank 0's command instead of running]
@@ -101,13 +104,17 @@ train=$BUILD_DIR/tools/trident-train
 for v in N_GPUS TP_SIZE PP_SIZE MICRO_BATCH_SIZE GLOBAL_BATCH_SIZE NLAYERS NHIDDEN NHEADS SEQ_LEN SAVE_INTERVAL; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer (got '${!v}')"
 done
-for v in TRAIN_ITERS TRAIN_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES; do
+for v in TRAIN_ITERS TRAIN_SAMPLES LR_DECAY_ITERS LR_DECAY_SAMPLES NON_PERSISTENT_SAVE_INTERVAL; do
   [[ -z ${!v:-} || ${!v} =~ ^[1-9][0-9]*$ ]] || fail "$v must be a positive integer (got '${!v}')"
 done
 for v in LR_WARMUP_ITERS LR_WARMUP_SAMPLES LR_WARMUP_ITERS_MAX; do
   [[ -z ${!v:-} || ${!v} =~ ^[0-9]+$ ]] || fail "$v must be a non-negative integer (got '${!v}')"
 done
 case $PRECISION in fp32 | fp16 | bf16) ;; *) fail "PRECISION must be fp32, fp16 or bf16 (got '$PRECISION')" ;; esac
+[[ -z ${NON_PERSISTENT_SAVE_INTERVAL:-} || -n ${CHECKPOINT_PATH:-} ]] ||
+  fail "NON_PERSISTENT_SAVE_INTERVAL needs CHECKPOINT_PATH (the non-persistent checkpoints go beside its)"
+[[ -z ${LOCAL_CKPT_DIR:-} || -n ${NON_PERSISTENT_SAVE_INTERVAL:-} ]] ||
+  fail "LOCAL_CKPT_DIR needs NON_PERSISTENT_SAVE_INTERVAL (how often each rank saves there)"
 RECOMPUTE=${RECOMPUTE:-none}
 case $RECOMPUTE in none | full) ;; *) fail "RECOMPUTE must be none or full (got '$RECOMPUTE')" ;; esac
 case ${SEQUENCE_PARALLEL:-0} in 0 | 1) ;; *) fail "SEQUENCE_PARALLEL must be 0 or 1 (got '$SEQUENCE_PARALLEL')" ;; esac
@@ -264,6 +271,17 @@ if [[ -n $CHECKPOINT_PATH ]]; then
     # Resumes from the latest checkpoint there; trident-train starts from scratch when the
     # directory is missing or empty.
     supports load && args+=(--load "$CHECKPOINT_PATH")
+    if [[ -n ${NON_PERSISTENT_SAVE_INTERVAL:-} ]]; then
+      if ! supports non-persistent-local-ckpt-dir; then
+        fail_node "NON_PERSISTENT_SAVE_INTERVAL is set but $train does not list --non-persistent-local-ckpt-dir (rebuild a newer trident)"
+      fi
+      args+=(--non-persistent-save-interval "$NON_PERSISTENT_SAVE_INTERVAL")
+      if [[ -n ${LOCAL_CKPT_DIR:-} ]]; then
+        args+=(--non-persistent-ckpt-type local --non-persistent-local-ckpt-dir "$LOCAL_CKPT_DIR")
+      else
+        args+=(--non-persistent-ckpt-type global)
+      fi
+    fi
   else
     note "this trident-train has no --save yet: CHECKPOINT_PATH is not used"
   fi

@@ -14,8 +14,9 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 # ZERO_STAGE [1], PRECISION [fp32; fp16 with dynamic loss scaling: launch/mpi-16B-fp16.sh],
 # SAVE_INTERVAL [500], EVAL_INTERVAL [1000], EVAL_ITERS [10], LOG_INTERVAL [1], DEVICE [cuda],
 # WEIGHT_DECAY [0.1], CLIP_GRAD [1.0], ADAM_BETA2 [0.95], RECOMPUTE [full], MODEL_NAME [gpt2-16b],
-# DATA_PATH, CHECKPOINT_PATH, TENSORBOARD_PATH, VOCAB_FILE, MERGE_FILE, BUILD_DIR, TRIDENT_DRY_RUN;
-# extra arguments go to trident-train.
+# DATA_PATH, CHECKPOINT_PATH, TENSORBOARD_PATH, VOCAB_FILE, MERGE_FILE, BUILD_DIR, TRIDENT_DRY_RUN,
+# NON_PERSISTENT_SAVE_INTERVAL and LOCAL_CKPT_DIR (run-one-node.sh: e.g. every 50 iterations into
+# each node's NVMe, between the SAVE_INTERVAL saves); extra arguments go to trident-train.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 

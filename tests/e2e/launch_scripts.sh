@@ -183,6 +183,22 @@ check "no trident-train on another node: exit 2, one line from its first rank na
   "$(grep -c "^run-one-node.sh: error: $(hostname): no trident-train at $tmp/no-build/" "$tmp/node.err")" -eq 1 -a \
   "$(wc -l <"$tmp/node.err")" -eq 1 ]
 
+# Non-persistent checkpoints: the global type beside CHECKPOINT_PATH's, or with LOCAL_CKPT_DIR
+# each rank's on its node; either without what it needs is one line naming both variables.
+dry "$tmp/np.out" CHECKPOINT_PATH="$tmp/ck" NON_PERSISTENT_SAVE_INTERVAL=50
+check "NON_PERSISTENT_SAVE_INTERVAL: the global type" \
+  has "$tmp/np.out" " --non-persistent-save-interval 50 --non-persistent-ckpt-type global "
+dry "$tmp/np.out" CHECKPOINT_PATH="$tmp/ck" NON_PERSISTENT_SAVE_INTERVAL=50 LOCAL_CKPT_DIR=/nvme/ck
+check "NON_PERSISTENT_SAVE_INTERVAL with LOCAL_CKPT_DIR: the local type" has "$tmp/np.out" \
+  " --non-persistent-save-interval 50 --non-persistent-ckpt-type local --non-persistent-local-ckpt-dir /nvme/ck "
+for bad in "NON_PERSISTENT_SAVE_INTERVAL=50:NON_PERSISTENT_SAVE_INTERVAL needs CHECKPOINT_PATH" \
+  "LOCAL_CKPT_DIR=/nvme/ck:LOCAL_CKPT_DIR needs NON_PERSISTENT_SAVE_INTERVAL"; do
+  rc=0
+  dry "$tmp/np.out" "${bad%%:*}" || rc=$?
+  check "${bad%%:*} alone: exit 2, one line" [ "$rc" -eq 2 -a "$(grep -c "^run-one-node.sh: error: ${bad#*:}" \
+    "$tmp/np.out")" -eq 1 -a "$(wc -l <"$tmp/np.out")" -eq 1 ]
+done
+
 # 6. The warm-up: a tenth of the decay, at most 500 (2000 in the 16B scripts); a user's
 # warm-up that does not end before the decay is one line naming the variables.
 warmup_case() {  # warmup_case <expected --lr-warmup-iters> [VAR=value...]
