@@ -25,6 +25,7 @@
 #include "train/checkpoint_args.h"
 #include "train/checkpoint_to_load.h"
 #include "train/local_checkpoint.h"
+#include "train/local_replicas.h"
 #include "train/trainer.h"
 
 namespace trident {
@@ -75,6 +76,7 @@ void hold_local_checkpoint_dir(const TrainOptions& opt, ParallelContext& par, Sa
   std::string why;
   try {
     check_non_persistent_dir(opt, rank);
+    if (opt.replication) replication_clique(rank, par.world->size(), opt.replication_jump, opt.replication_factor);
     make_and_hold_save_dir(local_checkpoint_root(opt, rank).string(), non_persistent_dir_flag(opt), held, rank == 0);
   } catch (const Error& e) {
     why = e.what();

@@ -1,12 +1,14 @@
 #include "train/local_checkpoint.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <sstream>
 
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
 #include "parallel/comm_strings.h"
+#include "train/local_replicas.h"
 
 namespace trident {
 namespace fs = std::filesystem;
@@ -39,32 +41,43 @@ std::string layout_text(const ParallelLayout& l, DType dtype) {
 }
 
 // This rank's committed local checkpoints as "<iteration> <save token>" lines, newest first,
+// its copies of other ranks' (--replication) as "replica <owner> <iteration> <save token>",
 // then "problem <message>" where a folder or its metadata cannot be read (that one is not
 // offered: a local copy is only a shortcut).
 std::string held_saves(const fs::path& root) {
   std::ostringstream lines;
-  std::vector<int64_t> its;
-  try {
-    its = list_iterations(root);
-  } catch (const std::exception& e) {
-    return std::string("problem ") + e.what() + '\n';
-  }
   std::string problem;
-  for (auto it = its.rbegin(); it != its.rend(); ++it) {
+  const auto list = [&](const fs::path& folder, const std::string& prefix) {
+    std::vector<int64_t> its;
     try {
-      const CheckpointMetadata m = read_metadata((iteration_dir(root, *it) / kMetadataFileName).string());
-      const std::string token = m.trainer_state.value(kLocalSaveTokenKey, std::string());
-      if (!token.empty()) lines << *it << ' ' << token << '\n';
-    } catch (const std::exception& e) {  // also nlohmann's, for a field of another type
+      its = list_iterations(folder);
+    } catch (const std::exception& e) {
       if (problem.empty()) problem = e.what();
     }
+    for (auto it = its.rbegin(); it != its.rend(); ++it) {
+      try {
+        const CheckpointMetadata m = read_metadata((iteration_dir(folder, *it) / kMetadataFileName).string());
+        const std::string token = m.trainer_state.value(kLocalSaveTokenKey, std::string());
+        if (!token.empty()) lines << prefix << *it << ' ' << token << '\n';
+      } catch (const std::exception& e) {  // also nlohmann's, for a field of another type
+        if (problem.empty()) problem = e.what();
+      }
+    }
+  };
+  list(root, "");
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kReplicaPrefix, 0) == 0 && all_digits(name.substr(std::strlen(kReplicaPrefix))))
+      list(it->path(), "replica " + name.substr(std::strlen(kReplicaPrefix)) + " ");
   }
   if (!problem.empty()) lines << "problem " << problem << '\n';
   return lines.str();
 }
 
 struct Held {
-  std::vector<std::string> saves;  // "<iteration> <save token>", newest first
+  std::vector<std::string> saves;                      // "<iteration> <save token>", newest first
+  std::vector<std::pair<int, std::string>> replicas;  // (owner, save)
   std::string problem;
 };
 
@@ -72,59 +85,75 @@ Held parse_held(const std::string& text) {
   Held h;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("problem ", 0) == 0) h.problem = line.substr(8);
-    else h.saves.push_back(line);
+    if (line.rfind("problem ", 0) == 0) {
+      h.problem = line.substr(8);
+    } else if (line.rfind("replica ", 0) == 0) {
+      const size_t owner_end = line.find(' ', 8);
+      h.replicas.emplace_back(std::stoi(line.substr(8, owner_end - 8)), line.substr(owner_end + 1));
+    } else {
+      h.saves.push_back(line);
+    }
   }
   return h;
 }
 
 int64_t iteration_of(const std::string& save) { return std::stoll(save.substr(0, save.find(' '))); }
 
-struct LocalCheckpointChoice {
-  std::optional<int64_t> iteration;
-  std::string note;
+// Rank 0's plan from every rank's held_saves: the newest save that each rank holds itself or
+// that another rank holds a copy of, and which copies go back to their owners.
+struct LoadPlan {
+  std::string save;                          // "" for none
+  std::vector<std::pair<int, int>> copies;  // (owner, holder) for each rank without its own
+  std::string note;                          // why none
 };
 
-// Rank 0's choice from every rank's held_saves: the iteration, or none and the note.
-LocalCheckpointChoice choose(const std::vector<Held>& held, const TrainOptions& o, const ParallelLayout& layout,
-                             DType dtype) {
-  const fs::path dir = o.non_persistent_local_ckpt_dir;
-  LocalCheckpointChoice out;
-  for (const std::string& save : held[0].saves) {
-    bool everywhere = true;
-    for (size_t r = 1; r < held.size() && everywhere; ++r)
-      everywhere = std::find(held[r].saves.begin(), held[r].saves.end(), save) != held[r].saves.end();
-    if (!everywhere) continue;
-    const fs::path where = iteration_dir(local_checkpoint_root(o, 0), iteration_of(save));
-    const CheckpointMetadata m = read_metadata((where / kMetadataFileName).string());
-    if (m.layout == layout && m.model.dtype == dtype) {
-      out.iteration = iteration_of(save);
-      return out;
+LoadPlan plan_load(const std::vector<Held>& held, const fs::path& dir) {
+  std::vector<std::string> candidates;
+  for (const Held& h : held) {
+    candidates.insert(candidates.end(), h.saves.begin(), h.saves.end());
+    for (const auto& [owner, save] : h.replicas) candidates.push_back(save);
+  }
+  std::sort(candidates.begin(), candidates.end(), [](const std::string& a, const std::string& b) {
+    return iteration_of(a) != iteration_of(b) ? iteration_of(a) > iteration_of(b) : a < b;
+  });
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  LoadPlan plan;
+  for (const std::string& save : candidates) {
+    std::vector<std::pair<int, int>> copies;
+    bool covered = true;
+    for (size_t r = 0; r < held.size() && covered; ++r) {
+      if (std::find(held[r].saves.begin(), held[r].saves.end(), save) != held[r].saves.end()) continue;
+      covered = false;
+      for (size_t h = 0; h < held.size() && !covered; ++h)
+        for (const auto& [owner, copy] : held[h].replicas)
+          if (owner == static_cast<int>(r) && copy == save && !covered) {
+            copies.emplace_back(static_cast<int>(r), static_cast<int>(h));
+            covered = true;
+          }
     }
-    out.note = where.string() + " was written at " + layout_text(m.layout, m.model.dtype) + ", this run is " +
-               layout_text(layout, dtype) + ": local checkpoints load only as they were written; not resumed from";
-    return out;
+    if (!covered) continue;
+    plan.save = save;
+    plan.copies = copies;
+    return plan;
   }
   // None held by all: say which rank lacks the newest that any rank holds, and what could not be read.
-  int64_t newest = -1;
-  for (const Held& h : held)
-    for (const std::string& save : h.saves) newest = std::max(newest, iteration_of(save));
-  for (size_t r = 0; r < held.size() && newest >= 0 && out.note.empty(); ++r)
+  const int64_t newest = candidates.empty() ? -1 : iteration_of(candidates.front());
+  for (size_t r = 0; r < held.size() && newest >= 0 && plan.note.empty(); ++r)
     if (std::none_of(held[r].saves.begin(), held[r].saves.end(),
                      [&](const std::string& save) { return iteration_of(save) == newest; }))
-      out.note = "no local checkpoint in " + dir.string() + " is held by every rank: rank " + std::to_string(r) +
-                 " has none of iteration " + std::to_string(newest) +
-                 " (its node replaced, or its save not committed)";
-  if (newest >= 0 && out.note.empty())
-    out.note = "the ranks' local checkpoints of iteration " + std::to_string(newest) + " in " + dir.string() +
-               " come from different saves";
+      plan.note = "no local checkpoint in " + dir.string() + " is held by every rank: rank " + std::to_string(r) +
+                  " has none of iteration " + std::to_string(newest) +
+                  " (its node replaced, or its save not committed), nor a copy of it";
+  if (newest >= 0 && plan.note.empty())
+    plan.note = "the ranks' local checkpoints of iteration " + std::to_string(newest) + " in " + dir.string() +
+                " come from different saves";
   for (size_t r = 0; r < held.size(); ++r)
     if (!held[r].problem.empty()) {
-      out.note += (out.note.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + held[r].problem;
+      plan.note += (plan.note.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + held[r].problem;
       break;
     }
-  if (!out.note.empty()) out.note += "; not resumed from";
-  return out;
+  if (!plan.note.empty()) plan.note += "; not resumed from";
+  return plan;
 }
 
 }  // namespace
@@ -138,25 +167,67 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
   o.local_checkpoint.resolved = true;
   if (!o.local_checkpoints() || o.load.empty()) return;
   Comm& world = *par.world;
-  o.local_checkpoint.root = local_checkpoint_root(o, world.rank()).string();
-  const std::string mine = held_saves(o.local_checkpoint.root);
-  std::string chosen, note;
-  if (world.rank() != 0) {
+  const int me = world.rank();
+  const fs::path root = local_checkpoint_root(o, me);
+  o.local_checkpoint.root = root.string();
+  // Rank 0 plans from what every rank holds: "<iteration> <token>", a fresh save token for
+  // the copies' folders, then "<owner> <holder>" lines.
+  const std::string mine = held_saves(root);
+  std::string plan_text, note;
+  if (me != 0) {
     send_string(world, mine, 0);
   } else {
     std::vector<Held> held{parse_held(mine)};
     for (int r = 1; r < world.size(); ++r) held.push_back(parse_held(recv_string(world, r)));
+    const LoadPlan plan = plan_load(held, o.non_persistent_local_ckpt_dir);
+    note = plan.note;
+    if (!plan.save.empty()) {
+      plan_text = plan.save + "\n" + make_save_token() + "\n";
+      for (const auto& [owner, holder] : plan.copies)
+        plan_text += std::to_string(owner) + " " + std::to_string(holder) + "\n";
+    }
+  }
+  broadcast_string(world, plan_text, 0);
+  broadcast_string(world, note, 0);
+  o.local_checkpoint.note = note;
+  if (plan_text.empty()) return;
+  std::istringstream in(plan_text);
+  std::string save, token;
+  std::getline(in, save);
+  std::getline(in, token);
+  const int64_t iteration = iteration_of(save);
+  // Copies go back to the ranks that lost theirs, one after another (each a pair of ranks).
+  for (int owner = 0, holder = 0; in >> owner >> holder;) {
+    if (me == holder)
+      exchange_checkpoint_folders(world, iteration_dir(replica_root(o, holder, owner), iteration), owner, {}, 0, -1,
+                                  token);
+    if (me == owner) exchange_checkpoint_folders(world, {}, -1, root, iteration, holder, token);
+    if (me == 0)
+      note += (note.empty() ? "" : "; ") + std::string("rank ") + std::to_string(owner) +
+              "'s local checkpoint of iteration " + std::to_string(iteration) + " restored from rank " +
+              std::to_string(holder) + "'s copy";
+  }
+  // Rank 0 (its own checkpoint now there) checks the layout for all.
+  std::string chosen;
+  if (me == 0) {
     try {
-      const LocalCheckpointChoice c = choose(held, o, checkpoint_layout(o, par.grid.shape), o.model.dtype);
-      if (c.iteration) chosen = std::to_string(*c.iteration);
-      note = c.note;
-    } catch (const std::exception& e) {  // rank 0's metadata unreadable since it was listed
+      const fs::path where = iteration_dir(root, iteration);
+      const CheckpointMetadata m = read_metadata((where / kMetadataFileName).string());
+      const ParallelLayout layout = checkpoint_layout(o, par.grid.shape);
+      if (m.layout == layout && m.model.dtype == o.model.dtype) {
+        chosen = std::to_string(iteration);
+      } else {
+        note = where.string() + " was written at " + layout_text(m.layout, m.model.dtype) + ", this run is " +
+               layout_text(layout, o.model.dtype) + ": local checkpoints load only as they were written; not "
+               "resumed from";
+      }
+    } catch (const std::exception& e) {
       note = std::string("local checkpoints not resumed from: ") + e.what();
     }
   }
   broadcast_string(world, chosen, 0);
   broadcast_string(world, note, 0);
-  if (!chosen.empty()) o.local_checkpoint.iteration = std::stoll(chosen);
+  if (!chosen.empty()) o.local_checkpoint.iteration = iteration;
   o.local_checkpoint.note = note;
 }
 

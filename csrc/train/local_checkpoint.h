@@ -22,8 +22,8 @@
 // --load's latest and belongs to --load's run (checkpoint_to_load.h). Otherwise (a node
 // replaced and its folder lost, a rank that died before its commit, another layout) the run
 // resumes from --load's, with a note saying why; so does one whose files turn out unreadable,
-// when --load holds a checkpoint. Megatron's --replication (copies of a rank's part on other
-// nodes) is not supported.
+// when --load holds a checkpoint. With --replication (local_replicas.h) a rank without its own
+// gets it back first from a copy that another rank keeps.
 #pragma once
 
 #include <cstdint>

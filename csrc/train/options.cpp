@@ -71,8 +71,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"use-legacy-models", "Megatron's model implementation switch: no effect", true},
       {"transformer-impl", "Megatron's transformer implementation (local, transformer_engine): no effect"},
       {"manual-gc", "Megatron's Python garbage-collection switch: no effect", true},
-      {"replication-jump", "Megatron's spacing of local-checkpoint replicas: no effect (--replication is refused)"},
-      {"replication-factor", "Megatron's count of local-checkpoint replicas: no effect (--replication is refused)"},
       {"manual-gc-interval", "Megatron's Python garbage-collection interval: no effect"},
       {"no-manual-gc-eval", "Megatron's Python garbage-collection switch: no effect", true},
       {"empty-unused-memory-level", "Megatron's torch cache release: no effect (trident's allocator keeps its blocks)"},
@@ -148,8 +146,6 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
   static const char* const kGelu = "GPT-2's MLP is GELU";
   static const char* const kBiases = "GPT-2's linear layers all have biases";
   static const char* const kWandb = "Weights & Biases is not supported; --tensorboard-dir writes Megatron's scalars";
-  static const char* const kReplication =
-      "local checkpoints are not copied to other nodes: where a node's is lost, the run resumes from --load's latest";
   static const std::vector<FixedSetting> defs = {
       {"position-embedding-type", false, "learned_absolute", kPositions},
       {"use-rotary-position-embeddings", true, nullptr, kPositions},
@@ -186,7 +182,6 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"wandb-project", false, nullptr, kWandb},
       {"wandb-exp-name", false, nullptr, kWandb},
       {"wandb-save-dir", false, nullptr, kWandb},
-      {"replication", true, nullptr, kReplication},  // its -jump and -factor alone: no effect, as Megatron
   };
   return defs;
 }
@@ -324,6 +319,10 @@ const std::vector<FlagDef>& flag_defs() {
       {"non-persistent-local-ckpt-algo", "fully_parallel (default): the state the data-parallel ranks share is "
                                          "split among their local checkpoints and broadcast on load; atomic: each "
                                          "rank's holds all it needs"},
+      {"replication", "keep each rank's local checkpoint on the other ranks of its clique too, for a rank whose "
+                      "folder is lost (its node replaced) to get it back on resume", true},
+      {"replication-jump", "with --replication: cliques of ranks this far apart (the ranks of a node)"},
+      {"replication-factor", "with --replication: ranks a clique holds, each keeping every one's checkpoint (2)"},
       {"async-save", "write checkpoints in the background: training waits only for a copy of the state in host "
                      "memory (as large as the rank's checkpoint files), the checkpoint is committed at the first "
                      "iteration after every rank has written, and the run's end waits for it", true},
@@ -1101,6 +1100,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("non-persistent-global-ckpt-dir", o.non_persistent_global_ckpt_dir);
   f.get("non-persistent-local-ckpt-dir", o.non_persistent_local_ckpt_dir);
   f.get("non-persistent-local-ckpt-algo", o.non_persistent_local_ckpt_algo);
+  o.replication = f.has("replication");
+  f.get("replication-jump", o.replication_jump);
+  f.get("replication-factor", o.replication_factor);
   f.get("no-load-optim", o.no_load_optim);
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
@@ -1299,6 +1301,15 @@ void validate_non_persistent(TrainOptions& o) {
     o.flags_without_effect.push_back("--non-persistent-global-ckpt-dir");
   if (!o.non_persistent_local_ckpt_dir.empty() && type == "global")
     o.flags_without_effect.push_back("--non-persistent-local-ckpt-dir");
+  if (o.replication && type != "local")
+    throw ConfigError("--replication needs --non-persistent-ckpt-type local (it copies the local checkpoints)");
+  if (o.replication && !o.given_flags.count("replication-jump"))
+    throw ConfigError("--replication needs --replication-jump (the ranks of a node, so that copies lie on others)");
+  check_positive(o.replication_jump, "replication-jump");
+  check_positive(o.replication_factor, "replication-factor");
+  if (!o.replication)  // Megatron warns and goes on
+    for (const char* f : {"replication-jump", "replication-factor"})
+      if (o.given_flags.count(f)) o.flags_without_effect.push_back(std::string("--") + f);
 }
 
 void validate_run(TrainOptions& o) {

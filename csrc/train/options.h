@@ -182,6 +182,10 @@ struct TrainOptions {
   std::string non_persistent_local_ckpt_dir;   // "local": each rank's folder is <it>/<world rank>
   std::string non_persistent_local_ckpt_algo = "fully_parallel";  // or "atomic" (local_checkpoint.h)
   bool local_checkpoints() const { return non_persistent_ckpt_type == "local"; }
+  // Megatron's --replication of them (train/local_replicas.h): cliques of --replication-factor
+  // ranks --replication-jump apart, each keeping every member's.
+  bool replication = false;
+  int replication_jump = 1, replication_factor = 2;
   // Not a flag: with local ones, the checkpoint to resume from that every rank holds, agreed
   // once all ranks have started (train/local_checkpoint.h: resolve_local_checkpoint).
   struct LocalCheckpointToLoad {

@@ -64,6 +64,7 @@ struct PendingSave {
   std::map<std::string, std::string> file_metadata;
   int rank = 0;
   bool sole_writer = false;  // a world of one, or local: no other rank writes into `temp`
+  std::string token;         // the save's (checkpoint_dir.h), one for every rank
   // The writer's results: "path size xxh3" lines and their bytes, or the error that stopped it.
   std::string records;
   uint64_t bytes = 0;

@@ -5,6 +5,7 @@
 // of whatever layout wrote them and takes this rank's slice and shard.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -28,6 +29,7 @@
 #include "parallel/comm_strings.h"
 #include "train/checkpoint_to_load.h"
 #include "train/local_checkpoint.h"
+#include "train/local_replicas.h"
 #include "train/pending_save.h"
 #include "train/trainer.h"
 
@@ -458,6 +460,7 @@ void Trainer::save_checkpoint(SaveKind kind) {
   std::string token = grid.rank == 0 ? make_save_token() : "";
   broadcast_string(world, token, 0);
   save->temp = temp_iteration_dir(root, iteration_, token);
+  save->token = token;
   save->rank = grid.rank;
   save->sole_writer = grid.shape.world == 1 || save->local;
   if (grid.rank == 0 || save->local) {  // rank 0 (local: each rank) holds the temporary directory until the commit
@@ -540,6 +543,24 @@ void Trainer::save_checkpoint(SaveKind kind) {
         << iteration_ << " in the background (training waited "
         << pending_save_->waited_s << " s for a copy of the state"
         << (snapshot_arena_->pinned() ? " in page-locked host memory" : "") << ")" << std::endl;
+}
+
+// --replication: each rank of a clique sends its committed local checkpoint to every other
+// one (a round a distance around the clique) and keeps theirs, each copy in place of its
+// previous one.
+void Trainer::replicate_local_save(const PendingSave& save) {
+  const ProcessGrid& grid = par_->grid;
+  const std::vector<int> clique =
+      replication_clique(grid.rank, grid.shape.world, opt_.replication_jump, opt_.replication_factor);
+  const int size = static_cast<int>(clique.size());
+  const int at = static_cast<int>(std::find(clique.begin(), clique.end(), grid.rank) - clique.begin());
+  for (int step = 1; step < size; ++step) {
+    const int to = clique[(at + step) % size], from = clique[(at - step + size) % size];
+    const fs::path copies = replica_root(opt_, grid.rank, from);
+    exchange_checkpoint_folders(*par_->world, iteration_dir(save.root, save.iteration), to, copies, save.iteration,
+                                from, save.token);
+    prune_all_but(copies, save.iteration);
+  }
 }
 
 std::vector<int> Trainer::shared_state_owners(const std::string& local_algo) {
@@ -637,6 +658,7 @@ void Trainer::commit_save() {
   if (save.local) {
     save.temp_dir->commit();
     world.barrier();  // a load takes the newest save that every rank holds: keep the previous until then
+    if (opt_.replication) replicate_local_save(save);
     prune_all_but(root, save.iteration);
   } else if (grid.rank == 0) {
     save.temp_dir->commit();
@@ -653,7 +675,10 @@ void Trainer::commit_save() {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - save.start).count();
   *out_ << "trident: saved " << (save.persistent ? "" : save.local ? "local non-persistent " : "non-persistent ")
         << "checkpoint at iteration " << save.iteration << " to " << iteration_dir(root, save.iteration).string()
-        << (save.local ? " (each rank's in " + opt_.non_persistent_local_ckpt_dir + "/<rank>)" : "") << ": "
+        << (save.local ? " (each rank's in " + opt_.non_persistent_local_ckpt_dir + "/<rank>" +
+                             (opt_.replication ? ", with copies of its clique's" : "") + ")"
+                       : "")
+        << ": "
         << megabytes / 1e3 << " GB in " << s << " s ("
         << megabytes / 1e3 / s << " GB/s)";
   if (opt_.async_save) *out_ << "; training waited " << save.waited_s << " s";

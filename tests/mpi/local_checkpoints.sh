@@ -12,7 +12,9 @@
 #    replaced), ranks holding different saves of one iteration, another layout, a corrupt file;
 #  - after a save that only some ranks committed, the resume takes the previous one that all
 #    hold (also under --exit-on-missing-checkpoint, with --load empty), and its saves leave
-#    each rank one.
+#    each rank one;
+#  - --replication: each rank keeps its clique partner's too, and a lost folder comes back from
+#    that copy on resume.
 # Usage: local_checkpoints.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -145,6 +147,35 @@ if grep -q "loaded non-persistent checkpoint $d/L/0/iter_0000003 " "$d/run3.log"
   echo "partial commit: resumed from the save at 3 that every rank holds, identical; then each rank keeps $held"
 else
   fail "partial commit: held $held"; grep trident: "$d/run3.log" | head -3; paste "$d/a.txt" "$d/b.txt" | head -3
+fi
+
+# --replication --replication-jump 2: cliques {0, 2} and {1, 3}, each rank keeping a copy of
+# its partner's. Rank 3's folder lost (its node replaced): the resume restores it from rank 1's
+# copy and goes on bit-identical to the uninterrupted run.
+d="$tmp/replicas"
+mkdir -p "$d"
+local_flags=(--non-persistent-save-interval 3 --non-persistent-ckpt-type local --non-persistent-local-ckpt-dir "$d/L"
+             --replication --replication-jump 2)
+launch --tensor-model-parallel-size 2 --save "$d/ckpt" --save-interval 4 "${local_flags[@]}" --exit-interval 7 \
+  >"$d/run1.log"
+held=$(cd "$d/L" && ls -d */iter_* */replica_*/iter_* | sort | tr '\n' ' ')
+[[ $held == "0/iter_0000006 0/replica_2/iter_0000006 1/iter_0000006 1/replica_3/iter_0000006 2/iter_0000006 "\
+"2/replica_0/iter_0000006 3/iter_0000006 3/replica_1/iter_0000006 " ]] && diff -r "$d/L/3/iter_0000006" \
+  "$d/L/1/replica_3/iter_0000006" >/dev/null && echo "replication: each rank keeps its partner's: $held" ||
+  fail "replication: held $held"
+rm -rf "$d/ckpt/iter_0000007" "$d/L/3"
+printf 4 >"$d/ckpt/latest_checkpointed_iteration.txt"
+launch --tensor-model-parallel-size 2 --load "$d/ckpt" --save "$d/ckpt" --save-interval 4 "${local_flags[@]}" \
+  --save-canonical "$d/resumed.st" >"$d/run2.log" 2>&1 || { fail "replication: the resume failed"; tail -3 "$d/run2.log"; }
+logged_after "$base/straight.log" 6 >"$d/a.txt"
+logged_after "$d/run2.log" 6 >"$d/b.txt"
+if grep -q "rank 3's local checkpoint of iteration 6 restored from rank 1's copy" "$d/run2.log" &&
+   grep -q "loaded non-persistent checkpoint $d/L/0/iter_0000006 " "$d/run2.log" && cmp -s "$d/a.txt" "$d/b.txt" &&
+   [[ $(grep -c 'lm loss' "$d/a.txt") -eq 4 && -d $d/L/3/replica_1/iter_0000009 ]] &&
+   python3 "$repo/tests/mpi/compare_params.py" "$base/straight.st" "$d/resumed.st" 0 "replication"; then
+  echo "replication: rank 3's lost checkpoint restored from rank 1's copy; the resume from 6 is identical"
+else
+  fail "replication: lost folder"; grep trident: "$d/run2.log" | head -4
 fi
 
 resumes "fully_parallel pp2 dp2 zero 1 fp16 async" --pipeline-model-parallel-size 2 --use-distributed-optimizer \

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "train/checkpoint_args.h"
 #include "train/local_checkpoint.h"
+#include "train/local_replicas.h"
 #include "train/options.h"
 #include "parse_options.h"
 
@@ -163,7 +164,7 @@ TEST(Options, NonPersistentCheckpointFlags) {
                       "--non-persistent-local-ckpt-algo", "fast"}),
             "--non-persistent-local-ckpt-algo fast: expected fully_parallel or atomic");
   // The other type's folder has no effect, as in Megatron; so have --replication-jump and
-  // -factor without --replication, which is refused.
+  // -factor without --replication.
   EXPECT_EQ(parse({"--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme/ck",
                    "--non-persistent-global-ckpt-dir", "/fast/np"})
                 .flags_without_effect,
@@ -173,9 +174,36 @@ TEST(Options, NonPersistentCheckpointFlags) {
             (std::vector<std::string>{"--non-persistent-local-ckpt-dir"}));
   EXPECT_EQ(parse({"--replication-jump", "8", "--replication-factor", "2"}).flags_without_effect,
             (std::vector<std::string>{"--replication-jump", "--replication-factor"}));
-  EXPECT_EQ(error_of({"--replication", "--replication-jump", "8"})
-                .rfind("--replication: not supported: local checkpoints are not copied to other nodes", 0),
-            0u);
+  const TrainOptions copies = parse({"--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme",
+                                     "--replication", "--replication-jump", "8"});
+  EXPECT_TRUE(copies.replication);
+  EXPECT_EQ(copies.replication_jump, 8);
+  EXPECT_EQ(copies.replication_factor, 2);  // Megatron's default
+  EXPECT_EQ(error_of({"--replication", "--replication-jump", "8"}),
+            "--replication needs --non-persistent-ckpt-type local (it copies the local checkpoints)");
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme",
+                      "--replication"}),
+            "--replication needs --replication-jump (the ranks of a node, so that copies lie on others)");
+  EXPECT_EQ(error_of({"--non-persistent-ckpt-type", "local", "--non-persistent-local-ckpt-dir", "/nvme",
+                      "--replication", "--replication-jump", "8", "--replication-factor", "0"}),
+            "--replication-factor must be positive");
+}
+
+// Megatron's cliques (nvidia-resiliency-ext's parse_group_sequence): for each b < jump the
+// ranks b, b + jump, ... cut into groups of `factor`; worked out by hand.
+TEST(LocalCheckpoint, ReplicationCliques) {
+  EXPECT_EQ(replication_clique(0, 32, 8, 2), (std::vector<int>{0, 8}));
+  EXPECT_EQ(replication_clique(8, 32, 8, 2), (std::vector<int>{0, 8}));
+  EXPECT_EQ(replication_clique(17, 32, 8, 2), (std::vector<int>{17, 25}));
+  EXPECT_EQ(replication_clique(3, 4, 2, 2), (std::vector<int>{1, 3}));
+  EXPECT_EQ(replication_clique(5, 12, 2, 3), (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(replication_clique(7, 12, 2, 3), (std::vector<int>{7, 9, 11}));
+  try {
+    replication_clique(0, 12, 8, 2);
+    ADD_FAILURE() << "12 ranks in cliques of 2 ranks 8 apart";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "--replication-jump 8 x --replication-factor 2 must divide the world size 12");
+  }
 }
 
 // fully_parallel's split of a stage's parameters over the data-parallel ranks: the largest

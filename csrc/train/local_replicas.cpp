@@ -1,0 +1,189 @@
+#include "train/local_replicas.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "ckpt/checkpoint_dir.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace trident {
+namespace fs = std::filesystem;
+
+std::vector<int> replication_clique(int rank, int world, int jump, int factor) {
+  if (jump < 1 || factor < 1 || world % (jump * factor) != 0)
+    throw ConfigError("--replication-jump " + std::to_string(jump) + " x --replication-factor " +
+                      std::to_string(factor) + " must divide the world size " + std::to_string(world));
+  // Rank b + k J is the k-th of sequence b; its clique the F consecutive ones around it.
+  const int b = rank % jump, first = rank / jump / factor * factor;
+  std::vector<int> clique;
+  for (int k = first; k < first + factor; ++k) clique.push_back(b + k * jump);
+  return clique;
+}
+
+fs::path replica_root(const TrainOptions& o, int holder, int owner) {
+  return fs::path(o.non_persistent_local_ckpt_dir) / std::to_string(holder) / (kReplicaPrefix + std::to_string(owner));
+}
+
+namespace {
+
+constexpr uint64_t kPieceBytes = uint64_t{64} << 20;
+
+Tensor host_words(int32_t* data, int64_t n) { return Tensor(data, Shape{n}, DType::I32, Device::Cpu); }
+
+struct FileEntry {
+  std::string path;  // relative
+  uint64_t size = 0;
+};
+
+std::vector<FileEntry> files_under(const fs::path& dir) {
+  std::vector<FileEntry> out;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    out.push_back({fs::relative(it->path(), dir).string(), static_cast<uint64_t>(it->file_size())});
+  }
+  if (ec) throw IoError(dir.string() + ": cannot list: " + ec.message());
+  std::sort(out.begin(), out.end(), [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
+  return out;
+}
+
+std::string manifest_text(const std::vector<FileEntry>& files) {
+  std::ostringstream s;
+  for (const FileEntry& f : files) s << f.size << ' ' << f.path << '\n';
+  return s.str();
+}
+
+std::vector<FileEntry> parse_manifest(const std::string& text) {
+  std::vector<FileEntry> out;
+  std::istringstream in(text);
+  FileEntry f;
+  while (in >> f.size && std::getline(in >> std::ws, f.path)) out.push_back(f);
+  return out;
+}
+
+uint64_t total_bytes(const std::vector<FileEntry>& files) {
+  uint64_t n = 0;
+  for (const FileEntry& f : files) n += f.size;
+  return n;
+}
+
+// The transfers that send `out` to `to` while receiving `in` from `from`: each only where its
+// peer is given (>= 0) and it holds data.
+std::vector<P2pTransfer> swap_transfers(const Tensor& out, int to, const Tensor& in, int from) {
+  const bool send = to >= 0 && out.numel() > 0, receive = from >= 0 && in.numel() > 0;
+  std::vector<P2pTransfer> t(static_cast<size_t>(send) + static_cast<size_t>(receive));
+  size_t k = 0;
+  if (send) t[k++] = P2pTransfer{true, out, to};
+  if (receive) t[k++] = P2pTransfer{false, in, from};
+  return t;
+}
+
+// Sends `out` to `to` while receiving the string `from` sends (-1: that side is absent).
+std::string swap_strings(Comm& c, const std::string& out, int to, int from) {
+  int32_t n_out = static_cast<int32_t>(out.size()), n_in = 0;
+  c.exchange(swap_transfers(host_words(&n_out, 1), to, host_words(&n_in, 1), from));
+  std::vector<int32_t> words_out((out.size() + 3) / 4, 0), words_in((static_cast<size_t>(n_in) + 3) / 4, 0);
+  std::memcpy(words_out.data(), out.data(), out.size());
+  c.exchange(swap_transfers(host_words(words_out.data(), static_cast<int64_t>(words_out.size())), to,
+                            host_words(words_in.data(), static_cast<int64_t>(words_in.size())), from));
+  return std::string(reinterpret_cast<const char*>(words_in.data()), static_cast<size_t>(n_in));
+}
+
+// The files as one stream of bytes, read (or written) a piece at a time, in order.
+class FileStream {
+ public:
+  FileStream(fs::path dir, std::vector<FileEntry> files, bool writing)
+      : dir_(std::move(dir)), files_(std::move(files)), writing_(writing) {}
+  // Reads (writes) the next `n` bytes of the stream.
+  void transfer(char* data, uint64_t n) {
+    while (n > 0) {
+      open_current();
+      const uint64_t part = std::min(n, files_[at_].size - done_);
+      if (writing_) out_.write(data, static_cast<std::streamsize>(part));
+      else in_.read(data, static_cast<std::streamsize>(part));
+      if (writing_ ? !out_ : !in_) throw IoError(current().string() + (writing_ ? ": cannot write" : ": cannot read"));
+      data += part;
+      n -= part;
+      done_ += part;
+      if (done_ == files_[at_].size) close_current();
+    }
+  }
+  // Creates the empty files that no byte reached.
+  void finish() {
+    while (writing_ && at_ < files_.size()) {
+      open_current();
+      close_current();
+    }
+  }
+
+ private:
+  fs::path current() const { return dir_ / files_[at_].path; }
+  void open_current() {
+    if (in_.is_open() || out_.is_open()) return;
+    if (!writing_) {
+      in_.open(current(), std::ios::binary);
+      if (!in_) throw IoError(current().string() + ": cannot open");
+      return;
+    }
+    std::error_code ec;
+    fs::create_directories(current().parent_path(), ec);
+    out_.open(current(), std::ios::binary | std::ios::trunc);
+    if (!out_) throw IoError(current().string() + ": cannot create");
+  }
+  void close_current() {
+    if (writing_) {
+      out_.close();
+      if (!out_) throw IoError(current().string() + ": cannot write");
+    } else {
+      in_.close();
+    }
+    ++at_;
+    done_ = 0;
+  }
+
+  fs::path dir_;
+  std::vector<FileEntry> files_;
+  bool writing_;
+  size_t at_ = 0;
+  uint64_t done_ = 0;
+  std::ifstream in_;
+  std::ofstream out_;
+};
+
+}  // namespace
+
+void exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_to, const fs::path& into_root,
+                                 int64_t iteration, int receive_from, const std::string& token) {
+  const bool sending = !dir.empty(), receiving = !into_root.empty();
+  const std::vector<FileEntry> mine = sending ? files_under(dir) : std::vector<FileEntry>{};
+  const std::vector<FileEntry> theirs =
+      parse_manifest(swap_strings(c, manifest_text(mine), sending ? send_to : -1, receiving ? receive_from : -1));
+  std::optional<TempIterationDir> temp;
+  if (receiving) temp.emplace(into_root, iteration, token);
+  FileStream reader(dir, mine, false), writer(receiving ? temp->path() : fs::path(), theirs, true);
+  uint64_t left_out = total_bytes(mine), left_in = total_bytes(theirs);
+  std::vector<int32_t> piece_out, piece_in;
+  while (left_out > 0 || left_in > 0) {
+    const uint64_t n_out = std::min(left_out, kPieceBytes), n_in = std::min(left_in, kPieceBytes);
+    piece_out.assign((n_out + 3) / 4, 0);
+    piece_in.assign((n_in + 3) / 4, 0);
+    if (n_out > 0) reader.transfer(reinterpret_cast<char*>(piece_out.data()), n_out);
+    c.exchange(swap_transfers(host_words(piece_out.data(), static_cast<int64_t>(piece_out.size())), send_to,
+                              host_words(piece_in.data(), static_cast<int64_t>(piece_in.size())), receive_from));
+    if (n_in > 0) writer.transfer(reinterpret_cast<char*>(piece_in.data()), n_in);
+    left_out -= n_out;
+    left_in -= n_in;
+  }
+  if (receiving) {
+    writer.finish();
+    temp->commit();
+  }
+}
+
+}  // namespace trident

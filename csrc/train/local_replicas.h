@@ -1,0 +1,40 @@
+// Megatron's --replication of local checkpoints (local_checkpoint.h): each rank's local
+// checkpoint is also kept by the other ranks of its clique, so that a rank whose folder is lost
+// (its node replaced) gets it back from one of them when the run resumes.
+//
+// Cliques (--replication-jump J, --replication-factor F; nvidia-resiliency-ext's
+// CliqueReplicationStrategy): for each b < J the ranks b, b + J, b + 2J, ... are cut into
+// groups of F consecutive ones; the world size must be a multiple of J x F. J is meant to be
+// the ranks a node holds, so that a clique's ranks lie on F different nodes.
+//
+// A holder keeps the copy of rank r's checkpoint as a checkpoint folder of its own,
+// LDIR/<holder>/replica_<r>/iter_NNNNNNN (the files of r's iter_NNNNNNN, its metadata.json
+// included), committed and pruned as r's own.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "parallel/comm.h"
+#include "train/options.h"
+
+namespace trident {
+
+// The ranks of `rank`'s clique, in order (itself among them). ConfigError naming the flags
+// when the world size is no multiple of jump x factor.
+std::vector<int> replication_clique(int rank, int world, int jump, int factor);
+
+// LDIR/<holder>/replica_<owner>: where `holder` keeps its copies of `owner`'s checkpoints.
+inline constexpr const char* kReplicaPrefix = "replica_";
+std::filesystem::path replica_root(const TrainOptions& o, int holder, int owner);
+
+// Sends every regular file under `dir` (paths relative to it) to `peer` while receiving the
+// peer's into a new checkpoint folder of `iteration` under `into_root`, committed there
+// (checkpoint_dir.h); either side may be absent (`dir` empty: nothing to send; `into_root`
+// empty: nothing to receive). Files travel in pieces of at most 64 MiB. Point-to-point over `c`.
+void exchange_checkpoint_folders(Comm& c, const std::filesystem::path& dir, int send_to,
+                                 const std::filesystem::path& into_root, int64_t iteration, int receive_from,
+                                 const std::string& token);
+
+}  // namespace trident
