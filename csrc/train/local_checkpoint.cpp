@@ -7,6 +7,7 @@
 
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
+#include "parallel/collective_timeout.h"
 #include "parallel/comm_strings.h"
 #include "train/local_replicas.h"
 
@@ -166,6 +167,7 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
   o.local_checkpoint = {};
   o.local_checkpoint.resolved = true;
   if (!o.local_checkpoints() || o.load.empty()) return;
+  const CollectiveTimeoutSuspended io;  // ranks wait for the copies of others: no time limit
   Comm& world = *par.world;
   const int me = world.rank();
   const fs::path root = local_checkpoint_root(o, me);
@@ -181,7 +183,13 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
     for (int r = 1; r < world.size(); ++r) held.push_back(parse_held(recv_string(world, r)));
     const LoadPlan plan = plan_load(held, o.non_persistent_local_ckpt_dir);
     note = plan.note;
-    if (!plan.save.empty()) {
+    // Nothing to restore for a save no newer than --load's latest (which is resumed from).
+    std::optional<int64_t> persistent;
+    try {
+      persistent = find_latest_iteration(o.load);
+    } catch (const Error&) {  // a garbled pointer: the load says so
+    }
+    if (!plan.save.empty() && (!persistent || *persistent < iteration_of(plan.save))) {
       plan_text = plan.save + "\n" + make_save_token() + "\n";
       for (const auto& [owner, holder] : plan.copies)
         plan_text += std::to_string(owner) + " " + std::to_string(holder) + "\n";
@@ -197,15 +205,22 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
   std::getline(in, token);
   const int64_t iteration = iteration_of(save);
   // Copies go back to the ranks that lost theirs, one after another (each a pair of ranks).
+  std::string failed;
   for (int owner = 0, holder = 0; in >> owner >> holder;) {
+    std::string e;
     if (me == holder)
-      exchange_checkpoint_folders(world, iteration_dir(replica_root(o, holder, owner), iteration), owner, {}, 0, -1,
-                                  token);
-    if (me == owner) exchange_checkpoint_folders(world, {}, -1, root, iteration, holder, token);
+      e = exchange_checkpoint_folders(world, iteration_dir(replica_root(o, holder, owner), iteration), owner, {}, 0,
+                                      -1, token);
+    if (me == owner) e = exchange_checkpoint_folders(world, {}, -1, root, iteration, holder, token);
+    if (failed.empty()) failed = e;
     if (me == 0)
       note += (note.empty() ? "" : "; ") + std::string("rank ") + std::to_string(owner) +
               "'s local checkpoint of iteration " + std::to_string(iteration) + " restored from rank " +
               std::to_string(holder) + "'s copy";
+  }
+  if (const std::string failure = first_failure(world, failed); !failure.empty()) {
+    o.local_checkpoint.note = "restoring a local checkpoint from its copy failed: " + failure + "; not resumed from";
+    return;
   }
   // Rank 0 (its own checkpoint now there) checks the layout for all.
   std::string chosen;

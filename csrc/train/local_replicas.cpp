@@ -4,12 +4,15 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/metadata.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "train/local_checkpoint.h"
 
 namespace trident {
 namespace fs = std::filesystem;
@@ -29,6 +32,23 @@ fs::path replica_root(const TrainOptions& o, int holder, int owner) {
   return fs::path(o.non_persistent_local_ckpt_dir) / std::to_string(holder) / (kReplicaPrefix + std::to_string(owner));
 }
 
+void remove_stale_copies(const TrainOptions& o, int rank, const std::vector<int>& clique) {
+  const fs::path root = local_checkpoint_root(o, rank);
+  std::vector<fs::path> stale;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind(kReplicaPrefix, 0) != 0) continue;
+    const std::string owner = name.substr(std::strlen(kReplicaPrefix));
+    if (all_digits(owner) && std::find(clique.begin(), clique.end(), std::stoi(owner)) == clique.end())
+      stale.push_back(it->path());
+  }
+  for (const fs::path& p : stale) {
+    fs::remove_all(p, ec);
+    if (ec) throw IoError(p.string() + ": cannot delete: " + ec.message());
+  }
+}
+
 namespace {
 
 constexpr uint64_t kPieceBytes = uint64_t{64} << 20;
@@ -40,16 +60,21 @@ struct FileEntry {
   uint64_t size = 0;
 };
 
-std::vector<FileEntry> files_under(const fs::path& dir) {
-  std::vector<FileEntry> out;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (!it->is_regular_file()) continue;
-    out.push_back({fs::relative(it->path(), dir).string(), static_cast<uint64_t>(it->file_size())});
+// A path a copy's file may have: relative, inside its folder.
+bool safe_relative(const std::string& path) {
+  const fs::path p(path);
+  if (path.empty() || p.is_absolute() || path.find('\n') != std::string::npos) return false;
+  return std::none_of(p.begin(), p.end(), [](const fs::path& part) { return part == ".." || part == "."; });
+}
+
+// The files of the checkpoint folder `dir`: its metadata.json and the files it lists.
+std::vector<FileEntry> checkpoint_files(const fs::path& dir) {
+  const fs::path meta = dir / kMetadataFileName;
+  std::vector<FileEntry> out{{kMetadataFileName, static_cast<uint64_t>(fs::file_size(meta))}};
+  for (const FileRecord& f : read_metadata(meta.string()).files) {
+    if (!safe_relative(f.path)) throw IoError(meta.string() + ": lists the file '" + f.path + "', outside its folder");
+    out.push_back({f.path, f.size});
   }
-  if (ec) throw IoError(dir.string() + ": cannot list: " + ec.message());
-  std::sort(out.begin(), out.end(), [](const FileEntry& a, const FileEntry& b) { return a.path < b.path; });
   return out;
 }
 
@@ -59,11 +84,16 @@ std::string manifest_text(const std::vector<FileEntry>& files) {
   return s.str();
 }
 
-std::vector<FileEntry> parse_manifest(const std::string& text) {
+// The files a manifest lists; `error` names one whose path leads outside the folder.
+std::vector<FileEntry> parse_manifest(const std::string& text, std::string* error) {
   std::vector<FileEntry> out;
   std::istringstream in(text);
   FileEntry f;
-  while (in >> f.size && std::getline(in >> std::ws, f.path)) out.push_back(f);
+  while (in >> f.size && std::getline(in >> std::ws, f.path)) {
+    if (!safe_relative(f.path) && error->empty())
+      *error = "the copy lists the file '" + f.path + "', outside its folder";
+    out.push_back(f);
+  }
   return out;
 }
 
@@ -158,32 +188,56 @@ class FileStream {
 
 }  // namespace
 
-void exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_to, const fs::path& into_root,
-                                 int64_t iteration, int receive_from, const std::string& token) {
+std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_to, const fs::path& into_root,
+                                        int64_t iteration, int receive_from, const std::string& token) {
   const bool sending = !dir.empty(), receiving = !into_root.empty();
-  const std::vector<FileEntry> mine = sending ? files_under(dir) : std::vector<FileEntry>{};
-  const std::vector<FileEntry> theirs =
-      parse_manifest(swap_strings(c, manifest_text(mine), sending ? send_to : -1, receiving ? receive_from : -1));
+  const int to = sending ? send_to : -1, from = receiving ? receive_from : -1;
+  // Errors are kept, not thrown, until both sides are through: a side that stopped halfway
+  // would leave its peer waiting.
+  std::string send_error, receive_error;
+  const auto kept = [](std::string& error, const std::function<void()>& step) {
+    if (!error.empty()) return;
+    try {
+      step();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  };
+  std::vector<FileEntry> mine;
+  if (sending) kept(send_error, [&] { mine = checkpoint_files(dir); });
+  const std::vector<FileEntry> theirs = parse_manifest(swap_strings(c, manifest_text(mine), to, from), &receive_error);
   std::optional<TempIterationDir> temp;
-  if (receiving) temp.emplace(into_root, iteration, token);
-  FileStream reader(dir, mine, false), writer(receiving ? temp->path() : fs::path(), theirs, true);
+  if (receiving) kept(receive_error, [&] { temp.emplace(into_root, iteration, token); });
+  FileStream reader(dir, mine, false), writer(temp ? temp->path() : fs::path(), theirs, true);
   uint64_t left_out = total_bytes(mine), left_in = total_bytes(theirs);
   std::vector<int32_t> piece_out, piece_in;
   while (left_out > 0 || left_in > 0) {
     const uint64_t n_out = std::min(left_out, kPieceBytes), n_in = std::min(left_in, kPieceBytes);
     piece_out.assign((n_out + 3) / 4, 0);
     piece_in.assign((n_in + 3) / 4, 0);
-    if (n_out > 0) reader.transfer(reinterpret_cast<char*>(piece_out.data()), n_out);
-    c.exchange(swap_transfers(host_words(piece_out.data(), static_cast<int64_t>(piece_out.size())), send_to,
-                              host_words(piece_in.data(), static_cast<int64_t>(piece_in.size())), receive_from));
-    if (n_in > 0) writer.transfer(reinterpret_cast<char*>(piece_in.data()), n_in);
+    if (n_out > 0) kept(send_error, [&] { reader.transfer(reinterpret_cast<char*>(piece_out.data()), n_out); });
+    c.exchange(swap_transfers(host_words(piece_out.data(), static_cast<int64_t>(piece_out.size())), to,
+                              host_words(piece_in.data(), static_cast<int64_t>(piece_in.size())), from));
+    if (n_in > 0) kept(receive_error, [&] { writer.transfer(reinterpret_cast<char*>(piece_in.data()), n_in); });
     left_out -= n_out;
     left_in -= n_in;
   }
-  if (receiving) {
+  // Each side tells the other whether what it sent is whole.
+  const std::string their_error = swap_strings(c, send_error, to, from);
+  if (!send_error.empty())
+    send_error = "sending " + dir.string() + " to rank " + std::to_string(send_to) + ": " + send_error;
+  if (!receiving) return send_error;
+  if (receive_error.empty() && !their_error.empty())
+    receive_error = "rank " + std::to_string(receive_from) + ": " + their_error;
+  kept(receive_error, [&] {
     writer.finish();
     temp->commit();
-  }
+  });
+  if (!receive_error.empty() && temp) temp->discard();
+  if (!receive_error.empty())
+    receive_error = "receiving rank " + std::to_string(receive_from) + "'s copy into " + into_root.string() + ": " +
+                    receive_error;
+  return !send_error.empty() ? send_error : receive_error;
 }
 
 }  // namespace trident

@@ -29,12 +29,19 @@ std::vector<int> replication_clique(int rank, int world, int jump, int factor);
 inline constexpr const char* kReplicaPrefix = "replica_";
 std::filesystem::path replica_root(const TrainOptions& o, int holder, int owner);
 
-// Sends every regular file under `dir` (paths relative to it) to `peer` while receiving the
-// peer's into a new checkpoint folder of `iteration` under `into_root`, committed there
-// (checkpoint_dir.h); either side may be absent (`dir` empty: nothing to send; `into_root`
-// empty: nothing to receive). Files travel in pieces of at most 64 MiB. Point-to-point over `c`.
-void exchange_checkpoint_folders(Comm& c, const std::filesystem::path& dir, int send_to,
-                                 const std::filesystem::path& into_root, int64_t iteration, int receive_from,
-                                 const std::string& token);
+// Sends the checkpoint folder `dir` (its metadata.json and the files it lists) to `send_to` while
+// receiving the one `receive_from` sends into a new checkpoint folder of `iteration` under
+// `into_root`, committed there only when it arrived whole (checkpoint_dir.h); either side may be
+// absent (`dir` empty: nothing to send; `into_root` empty: nothing to receive). Files travel in
+// pieces of at most 64 MiB. Returns "" or what failed on this side (a file that cannot be read
+// or written, a path outside the folder), having kept the exchange going to its end, so that
+// its peer never waits for what does not come. Point-to-point over `c`.
+std::string exchange_checkpoint_folders(Comm& c, const std::filesystem::path& dir, int send_to,
+                                        const std::filesystem::path& into_root, int64_t iteration, int receive_from,
+                                        const std::string& token);
+
+// Removes this rank's folders of copies (replica_<owner>) whose owner is not in `clique`
+// (every one without --replication): left by a run with other cliques.
+void remove_stale_copies(const TrainOptions& o, int rank, const std::vector<int>& clique);
 
 }  // namespace trident

@@ -147,7 +147,8 @@ class Trainer {
   // optimizer state (local_checkpoint.h); else empty: each rank has all it needs.
   std::vector<int> shared_state_owners(const std::string& local_algo);
   void broadcast_shared_state(const std::vector<int>& owners);  // collective over the DP group
-  void replicate_local_save(const PendingSave& save);           // --replication; collective
+  // --replication: the copies of `save` within `clique` (this rank's); collective over it.
+  void replicate_local_save(const PendingSave& save, const std::vector<int>& clique);
   void commit_save();
   LossStats run_steps(const std::vector<PipeStep>& steps, int micro_batches, const SampleSource& data,
                       uint64_t first_sample, bool training, float grad_scale);

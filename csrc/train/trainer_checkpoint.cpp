@@ -546,21 +546,19 @@ void Trainer::save_checkpoint(SaveKind kind) {
 }
 
 // --replication: each rank of a clique sends its committed local checkpoint to every other
-// one (a round a distance around the clique) and keeps theirs, each copy in place of its
-// previous one.
-void Trainer::replicate_local_save(const PendingSave& save) {
-  const ProcessGrid& grid = par_->grid;
-  const std::vector<int> clique =
-      replication_clique(grid.rank, grid.shape.world, opt_.replication_jump, opt_.replication_factor);
-  const int size = static_cast<int>(clique.size());
-  const int at = static_cast<int>(std::find(clique.begin(), clique.end(), grid.rank) - clique.begin());
+// one (a round a distance around the clique) and keeps theirs. A copy that failed ends the
+// job, as a failed save does, once every round is through.
+void Trainer::replicate_local_save(const PendingSave& save, const std::vector<int>& clique) {
+  const int me = par_->grid.rank, size = static_cast<int>(clique.size());
+  const int at = static_cast<int>(std::find(clique.begin(), clique.end(), me) - clique.begin());
+  std::string error;
   for (int step = 1; step < size; ++step) {
     const int to = clique[(at + step) % size], from = clique[(at - step + size) % size];
-    const fs::path copies = replica_root(opt_, grid.rank, from);
-    exchange_checkpoint_folders(*par_->world, iteration_dir(save.root, save.iteration), to, copies, save.iteration,
-                                from, save.token);
-    prune_all_but(copies, save.iteration);
+    const std::string e = exchange_checkpoint_folders(*par_->world, iteration_dir(save.root, save.iteration), to,
+                                                      replica_root(opt_, me, from), save.iteration, from, save.token);
+    if (error.empty() && !e.empty()) error = "--replication: " + e;
   }
+  if (!error.empty()) throw IoError(error);
 }
 
 std::vector<int> Trainer::shared_state_owners(const std::string& local_algo) {
@@ -658,7 +656,15 @@ void Trainer::commit_save() {
   if (save.local) {
     save.temp_dir->commit();
     world.barrier();  // a load takes the newest save that every rank holds: keep the previous until then
-    if (opt_.replication) replicate_local_save(save);
+    std::vector<int> clique{grid.rank};  // the ranks whose copies this rank keeps, itself included
+    if (opt_.replication) {
+      clique = replication_clique(grid.rank, grid.shape.world, opt_.replication_jump, opt_.replication_factor);
+      replicate_local_save(save, clique);
+      world.barrier();  // every copy is there before any older save goes
+      for (int owner : clique)
+        if (owner != grid.rank) prune_all_but(replica_root(opt_, grid.rank, owner), save.iteration);
+    }
+    remove_stale_copies(opt_, grid.rank, clique);
     prune_all_but(root, save.iteration);
   } else if (grid.rank == 0) {
     save.temp_dir->commit();

@@ -13,8 +13,9 @@
 #  - after a save that only some ranks committed, the resume takes the previous one that all
 #    hold (also under --exit-on-missing-checkpoint, with --load empty), and its saves leave
 #    each rank one;
-#  - --replication: each rank keeps its clique partner's too, and a lost folder comes back from
-#    that copy on resume.
+#  - --replication: each rank keeps its clique's copies too (pairs, and one clique of four), a
+#    lost folder comes back from a copy on resume, bit-identical, a copy missing a file restores
+#    nothing, and a save under other cliques removes the old cliques' copies.
 # Usage: local_checkpoints.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -177,6 +178,28 @@ if grep -q "rank 3's local checkpoint of iteration 6 restored from rank 1's copy
 else
   fail "replication: lost folder"; grep trident: "$d/run2.log" | head -4
 fi
+# A copy missing a file: nothing is restored, and the run resumes from --load's 8 with a note.
+rm -rf "$d/ckpt/iter_0000010" "$d/L/3"
+printf 8 >"$d/ckpt/latest_checkpointed_iteration.txt"
+rm "$d/L/1/replica_3/iter_0000009/mp_rank_01/model.safetensors"
+launch --tensor-model-parallel-size 2 --load "$d/ckpt" "${local_flags[@]:2}" >"$d/run3.log" 2>&1 &&
+  grep -q "restoring a local checkpoint from its copy failed: .*mp_rank_01/model.safetensors" "$d/run3.log" &&
+  grep -q "loaded checkpoint $d/ckpt/iter_0000008 " "$d/run3.log" && [[ ! -e $d/L/3/iter_0000009 ]] &&
+  echo "replication: a copy missing a file restores nothing; resumed from --load's 8" ||
+  { fail "replication: a broken copy"; grep trident "$d/run3.log" | head -3; }
+# Other cliques: one of all four ranks (--replication-jump 1 --replication-factor 4, three rounds
+# of copies), then {0, 2} and {1, 3} again, whose saves remove the copies of the old cliques.
+cliques() {  # cliques <tag> <jump> <factor> <expected folders of rank 0>
+  launch --tensor-model-parallel-size 2 --save "$d/$1" --non-persistent-save-interval 3 --non-persistent-ckpt-type \
+    local --non-persistent-local-ckpt-dir "$d/L" --replication --replication-jump "$2" --replication-factor "$3" \
+    --train-iters 4 --lr-decay-iters 4 >"$d/$1.log" 2>&1 || { fail "replication $1: the run failed"; return; }
+  local held
+  held=$(cd "$d/L/0" && ls -d iter_* replica_*/iter_* | tr '\n' ' ')
+  [[ $held == "$4" ]] && diff -r "$d/L/3/iter_0000003" "$d/L/${5:-0}/replica_3/iter_0000003" >/dev/null &&
+    echo "replication, jump $2 factor $3: rank 0 holds $held" || fail "replication $1: rank 0 holds $held"
+}
+cliques all4 1 4 "iter_0000003 replica_1/iter_0000003 replica_2/iter_0000003 replica_3/iter_0000003 "
+cliques pairs 2 2 "iter_0000003 replica_2/iter_0000003 " 1
 
 resumes "fully_parallel pp2 dp2 zero 1 fp16 async" --pipeline-model-parallel-size 2 --use-distributed-optimizer \
   --fp16 --initial-loss-scale 4096 --async-save
