@@ -320,6 +320,19 @@ TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
   fs::remove_all(dir);
 }
 
+// A run of 12 iterations that stops at 7, saving into `dir` every 4 and non-persistent
+// checkpoints of `type` every 3.
+TrainOptions non_persistent_run(const fs::path& dir, const std::string& type) {
+  TrainOptions o = tiny_options();
+  o.train_iters = 12;
+  o.exit_interval = 7;
+  o.save = dir.string();
+  o.save_interval = 4;
+  o.non_persistent_save_interval = 3;
+  o.non_persistent_ckpt_type = type;
+  return o;
+}
+
 // Megatron's non-persistent checkpoints (--non-persistent-ckpt-type global): every
 // --non-persistent-save-interval iterations that is not a --save-interval one, into
 // <save>/non_persistent, each replacing the one before; none at the end, where the final
@@ -329,13 +342,7 @@ TEST(TrainerCheckpoint, KeepLastAfterARollbackKeepsTheResumedRun) {
 TEST(TrainerCheckpoint, NonPersistentCheckpointsReplaceEachOtherAndResumeWhenNewer) {
   const fs::path dir = fresh_temp_dir("non_persistent");
   const fs::path np = dir / "non_persistent";
-  TrainOptions o = tiny_options();
-  o.train_iters = 12;
-  o.exit_interval = 7;
-  o.save = dir.string();
-  o.save_interval = 4;
-  o.non_persistent_save_interval = 3;
-  o.non_persistent_ckpt_type = "global";
+  TrainOptions o = non_persistent_run(dir, "global");
   train(o);  // persistent 4 and 7 (the exit); non-persistent 3, then 6 in its place
   EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 7}));
   EXPECT_EQ(list_iterations(np), (std::vector<int64_t>{6}));
@@ -448,13 +455,7 @@ TEST(TrainerCheckpoint, NonPersistentTieStopAndAsyncSave) {
 TEST(TrainerCheckpoint, LocalCheckpointsResumeWhenNewer) {
   const fs::path dir = fresh_temp_dir("local_checkpoints");
   const fs::path local = dir / "local";
-  TrainOptions o = tiny_options();
-  o.train_iters = 12;
-  o.exit_interval = 7;
-  o.save = dir.string();
-  o.save_interval = 4;
-  o.non_persistent_save_interval = 3;
-  o.non_persistent_ckpt_type = "local";
+  TrainOptions o = non_persistent_run(dir, "local");
   o.non_persistent_local_ckpt_dir = local.string();
   train(o);  // persistent 4 and 7; local 3, then 6 in its place
   EXPECT_EQ(list_iterations(dir), (std::vector<int64_t>{4, 7}));
