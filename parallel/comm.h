@@ -70,6 +70,10 @@ class Comm {
   }
 };
 
+// The transfers of a sendrecv whose sides may be absent: `out` to `send_peer` and `in` from
+// `recv_peer`, each only where its peer is given (>= 0) and its tensor holds data.
+std::vector<P2pTransfer> optional_sendrecv(const Tensor& out, int send_peer, const Tensor& in, int recv_peer);
+
 // A group of one: reductions are identities, gathers are copies.
 std::unique_ptr<Comm> make_local_comm();
 

@@ -8,11 +8,7 @@
 #include "core/tensor.h"
 
 namespace trident {
-namespace {
-
 Tensor host_i32(int32_t* data, int64_t n) { return Tensor(data, Shape{n}, DType::I32, Device::Cpu); }
-
-}  // namespace
 
 void broadcast_string(Comm& c, std::string& s, int root) {
   TRIDENT_CHECK(c.rank() != root || s.size() <= static_cast<size_t>(INT32_MAX - 3), "broadcast_string: ", s.size(),
@@ -39,6 +35,16 @@ std::string recv_string(Comm& c, int peer) {
   std::vector<int32_t> buf((n + 3) / 4, 0);
   if (!buf.empty()) c.recv(host_i32(buf.data(), static_cast<int64_t>(buf.size())), peer);
   return std::string(reinterpret_cast<const char*>(buf.data()), n);
+}
+
+std::string exchange_string(Comm& c, const std::string& out, int send_peer, int recv_peer) {
+  int32_t n_out = static_cast<int32_t>(out.size()), n_in = 0;
+  c.exchange(optional_sendrecv(host_i32(&n_out, 1), send_peer, host_i32(&n_in, 1), recv_peer));
+  std::vector<int32_t> words_out((out.size() + 3) / 4, 0), words_in((static_cast<size_t>(n_in) + 3) / 4, 0);
+  std::memcpy(words_out.data(), out.data(), out.size());
+  c.exchange(optional_sendrecv(host_i32(words_out.data(), static_cast<int64_t>(words_out.size())), send_peer,
+                               host_i32(words_in.data(), static_cast<int64_t>(words_in.size())), recv_peer));
+  return std::string(reinterpret_cast<const char*>(words_in.data()), static_cast<size_t>(n_in));
 }
 
 std::string first_failure(Comm& c, const std::string& mine) {

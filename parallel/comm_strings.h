@@ -14,6 +14,12 @@ void broadcast_string(Comm& c, std::string& s, int root);
 
 void send_string(Comm& c, const std::string& s, int peer);
 std::string recv_string(Comm& c, int peer);
+// Sends `out` to `send_peer` while receiving the string `recv_peer` sends ("" where that side
+// is absent: a peer of -1).
+std::string exchange_string(Comm& c, const std::string& out, int send_peer, int recv_peer);
+
+// A host buffer of int32 words, the form in which the strings travel.
+Tensor host_i32(int32_t* data, int64_t n);
 
 // The error of the lowest rank that has one (`mine`: this rank's, "" for none), on every
 // rank; "" when no rank failed. Collective over `c`.

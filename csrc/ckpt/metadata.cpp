@@ -11,6 +11,13 @@
 
 namespace trident {
 
+std::string layout_text(const ParallelLayout& l) {
+  std::string s = "tp " + std::to_string(l.tp) + " x pp " + std::to_string(l.pp) + " x dp " + std::to_string(l.dp) +
+                  ", zero " + std::to_string(l.zero_stage);
+  if (l.virtual_pipeline_chunks > 1) s += ", " + std::to_string(l.virtual_pipeline_chunks) + " model chunks a stage";
+  return s;
+}
+
 namespace {
 
 using json = nlohmann::json;

@@ -35,6 +35,9 @@ struct ParallelLayout {
   bool operator==(const ParallelLayout&) const = default;
 };
 
+// "tp 2 x pp 1 x dp 4, zero 1" (and ", N model chunks a stage" when N > 1), for messages.
+std::string layout_text(const ParallelLayout& l);
+
 struct FileRecord {
   std::string path;  // relative to the checkpoint directory
   uint64_t size = 0;

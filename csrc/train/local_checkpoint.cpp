@@ -34,12 +34,7 @@ std::vector<int> fully_parallel_owners(const std::vector<int64_t>& numels, int d
 
 namespace {
 
-std::string layout_text(const ParallelLayout& l, DType dtype) {
-  std::string s = "tp " + std::to_string(l.tp) + " x pp " + std::to_string(l.pp) + " x dp " + std::to_string(l.dp) +
-                  ", zero " + std::to_string(l.zero_stage);
-  if (l.virtual_pipeline_chunks > 1) s += ", " + std::to_string(l.virtual_pipeline_chunks) + " model chunks a stage";
-  return s + ", " + dtype_name(dtype);
-}
+std::string layout_text(const ParallelLayout& l, DType dtype) { return layout_text(l) + ", " + dtype_name(dtype); }
 
 // This rank's committed local checkpoints as "<iteration> <save token>" lines, newest first,
 // its copies of other ranks' (--replication) as "replica <owner> <iteration> <save token>",

@@ -12,6 +12,7 @@
 #include "ckpt/metadata.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "parallel/comm_strings.h"
 #include "train/local_checkpoint.h"
 
 namespace trident {
@@ -52,8 +53,6 @@ void remove_stale_copies(const TrainOptions& o, int rank, const std::vector<int>
 namespace {
 
 constexpr uint64_t kPieceBytes = uint64_t{64} << 20;
-
-Tensor host_words(int32_t* data, int64_t n) { return Tensor(data, Shape{n}, DType::I32, Device::Cpu); }
 
 struct FileEntry {
   std::string path;  // relative
@@ -101,28 +100,6 @@ uint64_t total_bytes(const std::vector<FileEntry>& files) {
   uint64_t n = 0;
   for (const FileEntry& f : files) n += f.size;
   return n;
-}
-
-// The transfers that send `out` to `to` while receiving `in` from `from`: each only where its
-// peer is given (>= 0) and it holds data.
-std::vector<P2pTransfer> swap_transfers(const Tensor& out, int to, const Tensor& in, int from) {
-  const bool send = to >= 0 && out.numel() > 0, receive = from >= 0 && in.numel() > 0;
-  std::vector<P2pTransfer> t(static_cast<size_t>(send) + static_cast<size_t>(receive));
-  size_t k = 0;
-  if (send) t[k++] = P2pTransfer{true, out, to};
-  if (receive) t[k++] = P2pTransfer{false, in, from};
-  return t;
-}
-
-// Sends `out` to `to` while receiving the string `from` sends (-1: that side is absent).
-std::string swap_strings(Comm& c, const std::string& out, int to, int from) {
-  int32_t n_out = static_cast<int32_t>(out.size()), n_in = 0;
-  c.exchange(swap_transfers(host_words(&n_out, 1), to, host_words(&n_in, 1), from));
-  std::vector<int32_t> words_out((out.size() + 3) / 4, 0), words_in((static_cast<size_t>(n_in) + 3) / 4, 0);
-  std::memcpy(words_out.data(), out.data(), out.size());
-  c.exchange(swap_transfers(host_words(words_out.data(), static_cast<int64_t>(words_out.size())), to,
-                            host_words(words_in.data(), static_cast<int64_t>(words_in.size())), from));
-  return std::string(reinterpret_cast<const char*>(words_in.data()), static_cast<size_t>(n_in));
 }
 
 // The files as one stream of bytes, read (or written) a piece at a time, in order.
@@ -205,7 +182,8 @@ std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_t
   };
   std::vector<FileEntry> mine;
   if (sending) kept(send_error, [&] { mine = checkpoint_files(dir); });
-  const std::vector<FileEntry> theirs = parse_manifest(swap_strings(c, manifest_text(mine), to, from), &receive_error);
+  const std::vector<FileEntry> theirs =
+      parse_manifest(exchange_string(c, manifest_text(mine), to, from), &receive_error);
   std::optional<TempIterationDir> temp;
   if (receiving) kept(receive_error, [&] { temp.emplace(into_root, iteration, token); });
   FileStream reader(dir, mine, false), writer(temp ? temp->path() : fs::path(), theirs, true);
@@ -216,14 +194,14 @@ std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_t
     piece_out.assign((n_out + 3) / 4, 0);
     piece_in.assign((n_in + 3) / 4, 0);
     if (n_out > 0) kept(send_error, [&] { reader.transfer(reinterpret_cast<char*>(piece_out.data()), n_out); });
-    c.exchange(swap_transfers(host_words(piece_out.data(), static_cast<int64_t>(piece_out.size())), to,
-                              host_words(piece_in.data(), static_cast<int64_t>(piece_in.size())), from));
+    c.exchange(optional_sendrecv(host_i32(piece_out.data(), static_cast<int64_t>(piece_out.size())), to,
+                                 host_i32(piece_in.data(), static_cast<int64_t>(piece_in.size())), from));
     if (n_in > 0) kept(receive_error, [&] { writer.transfer(reinterpret_cast<char*>(piece_in.data()), n_in); });
     left_out -= n_out;
     left_in -= n_in;
   }
   // Each side tells the other whether what it sent is whole.
-  const std::string their_error = swap_strings(c, send_error, to, from);
+  const std::string their_error = exchange_string(c, send_error, to, from);
   if (!send_error.empty())
     send_error = "sending " + dir.string() + " to rank " + std::to_string(send_to) + ": " + send_error;
   if (!receiving) return send_error;

@@ -767,14 +767,11 @@ bool Trainer::load_checkpoint() {
   }
   // Its state is not in --save yet: the run's end saves it there even without training.
   if (non_persistent) last_saved_iteration_ = -1;
-  const ParallelLayout& L = m.layout;
   double gigabytes = 0;
   for (const FileRecord& f : m.files) gigabytes += static_cast<double>(f.size) / 1e9;
   *out_ << "trident: loaded " << (non_persistent ? "non-persistent " : "") << "checkpoint " << dir->string() << " ("
         << gigabytes << " GB, iteration " << m.iteration
-        << ", written at tp " << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage
-        << (L.virtual_pipeline_chunks > 1 ? ", " + std::to_string(L.virtual_pipeline_chunks) + " model chunks a stage" : "")
-        << ")"
+        << ", written at " << layout_text(m.layout) << ")"
         << (loads_optimizer_state(opt_) ? ""
             : schedule_.counts_tokens()
                 ? " without optimizer state (learning-rate schedule from step 0, its token count from the consumed "
