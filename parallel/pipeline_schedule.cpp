@@ -240,40 +240,4 @@ std::string to_string(const PipeStep& s) {
   return r + ")";
 }
 
-LayerRange pipeline_layer_range(int num_layers, int stages, int stage) {
-  TRIDENT_CHECK(stages >= 1 && stage >= 0 && stage < stages && num_layers >= stages, "layer partition arguments");
-  std::vector<int> count(stages, num_layers / stages);
-  int extra = num_layers % stages;
-  std::vector<int> order;  // who gets an extra layer first
-  for (int r = 1; r + 1 < stages; ++r) order.push_back(r);
-  order.push_back(0);
-  if (stages > 1) order.push_back(stages - 1);
-  for (int i = 0; extra > 0; ++i, --extra) ++count[order[i]];
-  LayerRange r;
-  for (int s = 0; s < stage; ++s) r.begin += count[s];
-  r.end = r.begin + count[stage];
-  return r;
-}
-
-std::vector<LayerRange> pipeline_chunk_layers(int num_layers, int stages, int stage, int chunks) {
-  if (chunks == 1) return {pipeline_layer_range(num_layers, stages, stage)};
-  TRIDENT_CHECK(chunks >= 1 && stages >= 1 && stage >= 0 && stage < stages && num_layers % (stages * chunks) == 0,
-                "interleaved layer partition arguments");
-  const int per_chunk = num_layers / (stages * chunks);
-  std::vector<LayerRange> r;
-  for (int c = 0; c < chunks; ++c) {
-    const int begin = (c * stages + stage) * per_chunk;
-    r.push_back({begin, begin + per_chunk});
-  }
-  return r;
-}
-
-int pipeline_stage_of_layer(int num_layers, int stages, int chunks, int layer) {
-  TRIDENT_CHECK(layer >= 0 && layer < num_layers, "layer out of range");
-  if (chunks > 1) return layer / (num_layers / (stages * chunks)) % stages;
-  for (int s = 0; s + 1 < stages; ++s)
-    if (layer < pipeline_layer_range(num_layers, stages, s).end) return s;
-  return stages - 1;
-}
-
 }  // namespace trident

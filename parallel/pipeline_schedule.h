@@ -76,23 +76,4 @@ std::vector<int> pipeline_activation_slots(const std::vector<PipeStep>& steps, i
 
 std::string to_string(const PipeStep& s);
 
-// Transformer layers [begin, end).
-struct LayerRange {
-  int begin = 0, end = 0;
-};
-
-// The layers of stage `stage` without interleaving: split as evenly as possible; when they
-// do not divide, the extra layers go to the middle stages first, then to the first stage,
-// and to the last stage only when nothing else is left, because the first stage also runs
-// the embedding and the last the LM head and loss (the costliest part).
-LayerRange pipeline_layer_range(int num_layers, int stages, int stage);
-
-// The layers of each chunk of stage `stage`: with one chunk pipeline_layer_range's; with
-// more (num_layers a multiple of stages x chunks), Megatron's interleaved assignment: chunk
-// c holds slice c x stages + stage of stages x chunks equal slices.
-std::vector<LayerRange> pipeline_chunk_layers(int num_layers, int stages, int stage, int chunks);
-
-// The stage that holds transformer layer `layer` under pipeline_chunk_layers.
-int pipeline_stage_of_layer(int num_layers, int stages, int chunks, int layer);
-
 }  // namespace trident

@@ -47,7 +47,6 @@
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/flag_value.h"
-#include "parallel/pipeline_schedule.h"
 #include "tool_main.h"
 #include "tools/integer_flag.h"
 
@@ -240,19 +239,7 @@ OfflineLayout target_layout(const ModelConfig& cfg, int tp, int pp) {
   if (pp > cfg.num_layers)
     throw ConfigError("--target-pp (" + std::to_string(pp) + ") must not exceed the model's " +
                       std::to_string(cfg.num_layers) + " layers");
-  OfflineLayout L;
-  L.tp = tp;
-  L.pp = pp;
-  for (int s = 0; s < pp; ++s) {
-    const LayerRange r = pipeline_layer_range(cfg.num_layers, pp, s);
-    L.stage_layers.emplace_back(r.begin, r.end);
-  }
-  return L;
-}
-
-std::string layout_str(const ParallelLayout& L) {
-  return "tp " + std::to_string(L.tp) + " x pp " + std::to_string(L.pp) + " x dp " + std::to_string(L.dp) +
-         ", zero " + std::to_string(L.zero_stage);
+  return OfflineLayout{tp, pp};
 }
 
 // A trident checkpoint -> a trident checkpoint at another layout.
@@ -268,8 +255,8 @@ int convert_checkpoint(const ConvertFlags& f) {
   const fs::path out = write_offline_checkpoint(f.save, m, L, with_optimizer, [&](const std::string& name, const char* state) {
     return state ? ckpt.optimizer_tensor(name, state) : ckpt.model_tensor(name);
   });
-  std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ", " << layout_str(m.layout)
-            << ") -> " << out.string() << " (" << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", "
+  std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ", " << layout_text(m.layout)
+            << ") -> " << out.string() << " (" << layout_text(ParallelLayout{L.tp, L.pp, 1, 0, 1, L.uneven}) << ", "
             << (with_optimizer ? "with" : "without") << " optimizer state)" << std::endl;
   return 0;
 }
@@ -409,7 +396,7 @@ int import_hf(const ConvertFlags& f) {
   const auto [out, L] = write_import(f, hf.config, hf.tensors, {{"imported_from", "hf"}});
   std::cout << "trident-convert: Hugging Face " << f.load << " (" << hf.config.num_layers << " layers, hidden "
             << hf.config.hidden_size << ", vocab " << hf.config.vocab_size << ") -> " << out.string() << " ("
-            << layout_str(ParallelLayout{L.tp, L.pp, 1, 0}) << ", without optimizer state)" << std::endl;
+            << layout_text(ParallelLayout{L.tp, L.pp, 1, 0, 1, L.uneven}) << ", without optimizer state)" << std::endl;
   return 0;
 }
 
@@ -434,7 +421,7 @@ int import_megatron(const ConvertFlags& f) {
             << mg.tp << " x pp " << mg.pp << (mg.virtual_chunks > 1 ? " x " + std::to_string(mg.virtual_chunks) + " virtual" : "")
             << "; " << cfg.num_layers << " layers, hidden " << cfg.hidden_size << ", heads " << cfg.num_attention_heads
             << ", vocab " << cfg.vocab_size << ", " << dtype_name(cfg.dtype) << ") -> "
-            << out.string() << " (" << layout_str(ParallelLayout{L.tp, L.pp, 1, 0})
+            << out.string() << " (" << layout_text(ParallelLayout{L.tp, L.pp, 1, 0, 1, L.uneven})
             << (training ? ", iteration " + std::to_string(mg.iteration) + " with the optimizer state after " +
                                training->trainer_state["optimizer_steps"].dump() + " Adam steps"
                          : ", without optimizer state")

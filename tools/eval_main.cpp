@@ -279,9 +279,8 @@ int run(int argc, char** argv) {
 
   if (parallel->world_rank() == 0) {
     const GridShape& g = parallel->grid.shape;
-    const ParallelLayout& L = meta.layout;
-    std::cout << "trident-eval: loaded " << dir.string() << " (iteration " << meta.iteration << ", written at tp "
-              << L.tp << " x pp " << L.pp << " x dp " << L.dp << ", zero " << L.zero_stage << "), evaluated at tp "
+    std::cout << "trident-eval: loaded " << dir.string() << " (iteration " << meta.iteration << ", written at "
+              << layout_text(meta.layout) << "), evaluated at tp "
               << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", backend " << backend->name() << ", dtype "
               << dtype_name(opt.model.dtype) << std::endl;
     if (seq)

@@ -14,7 +14,7 @@
 #include "core/decimal.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_split.h"
 #include "tool_main.h"
 #include "tools/integer_flag.h"
 #include "tools/tool_flags.h"
@@ -74,10 +74,11 @@ double mib(size_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0)
 std::string layer_list(const std::vector<LayerRange>& chunks) {
   std::string s;
   for (const LayerRange& r : chunks) {
+    if (r.size() == 0) continue;  // a chunk the embedding or the loss takes alone
     if (!s.empty()) s += ",";
-    s += r.end - r.begin == 1 ? std::to_string(r.begin) : std::to_string(r.begin) + "-" + std::to_string(r.end - 1);
+    s += r.size() == 1 ? std::to_string(r.begin) : std::to_string(r.begin) + "-" + std::to_string(r.end - 1);
   }
-  return s;
+  return s.empty() ? "none" : s;
 }
 
 int run(int argc, char** argv) {

@@ -176,7 +176,7 @@ int train(int argc, char** argv) {
   trainer.train();
   stop_signals.reset();  // the export after training is not a run to stop: a signal ends it
   if (!opt.save_canonical.empty())
-    save_canonical_params(trainer.model(), trainer.parallel(), opt.virtual_pipeline_chunks(), opt.save_canonical);
+    save_canonical_params(trainer.model(), trainer.parallel(), opt.pipeline_split(), opt.save_canonical);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "model/param_spec.h"
+#include "parallel/pipeline_split.h"
 
 namespace trident::megatron {
 
@@ -80,17 +81,24 @@ class BucketReader {
     tp_ = static_cast<int>(int_arg(*c.args, "tensor_model_parallel_size", 1));
     pp_ = static_cast<int>(int_arg(*c.args, "pipeline_model_parallel_size", 1));
     vp_ = static_cast<int>(std::max<int64_t>(1, int_arg(*c.args, "virtual_pipeline_model_parallel_size", 1)));
-    for (const char* uneven : {"decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                               "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
-                               "account_for_loss_in_pipeline_split"})
-      if (const Value* v = c.args->get(uneven);
-          v && v->kind != Kind::None && !(v->kind == Kind::Bool && !v->boolean))
-        throw ConfigError("--with-optimizer: " + c.args_source + ": args." + uneven + " is set; trident reads the "
-                          "bucket formats' optimizer state of an even pipeline split only");
-    if (tp_ < 1 || pp_ < 1 || cfg.num_layers % (pp_ * vp_) != 0)
-      throw ConfigError("--with-optimizer: " + c.args_source + ": " + std::to_string(cfg.num_layers) +
-                        " layers over " + std::to_string(pp_) + " stages x " + std::to_string(vp_) +
-                        " chunks is no even pipeline split");
+    if (const Value* v = c.args->get("pipeline_model_parallel_layout"); v && v->kind != Kind::None)
+      throw ConfigError("--with-optimizer: " + c.args_source + ": args.pipeline_model_parallel_layout is set; "
+                        "trident reads the bucket formats' optimizer state of Megatron's other pipeline splits");
+    // Megatron's uneven stages (an int or None; a bool).
+    const auto flag = [&](const char* name) {
+      const Value* v = c.args->get(name);
+      return v && v->kind == Kind::Bool && v->boolean;
+    };
+    split_ = PipelineSplit{cfg.num_layers, pp_, vp_,
+                           UnevenPipeline{static_cast<int>(int_arg(*c.args, "decoder_first_pipeline_num_layers", 0)),
+                                          static_cast<int>(int_arg(*c.args, "decoder_last_pipeline_num_layers", 0)),
+                                          flag("account_for_embedding_in_pipeline_split"),
+                                          flag("account_for_loss_in_pipeline_split")}};
+    if (tp_ < 1 || pp_ < 1) throw ConfigError("--with-optimizer: " + c.args_source + ": tp and pp must be positive");
+    if (const std::string why = pipeline_split_error(split_); !why.empty())
+      throw ConfigError("--with-optimizer: " + c.args_source + ": its pipeline split of " +
+                        std::to_string(cfg.num_layers) + " layers over " + std::to_string(pp_) + " stages x " +
+                        std::to_string(vp_) + " chunks does not hold: " + why);
     for (const auto& [key, t] : d_.tensors()) {
       if (key.rfind("chained_", 0) == 0)
         throw ConfigError("--with-optimizer: " + index_ + ": '" + key + "' is of one of several optimizers "
@@ -160,17 +168,15 @@ class BucketReader {
     std::vector<std::string> names;
     const bool first = s == 0 && v == 0, last = s == pp_ - 1 && v == vp_ - 1;
     if (first) names = {"wte", "wpe"};
-    const int per = cfg_.num_layers / (pp_ * vp_);
+    const LayerRange layers = pipeline_chunk_layers(split_, s)[v];  // Megatron-core's offsets
     static const char* const kLocal[] = {"ln_1.weight", "ln_1.bias", "attn.proj.weight", "attn.proj.bias",
                                          "attn.qkv.weight", "attn.qkv.bias", "ln_2.weight", "ln_2.bias",
                                          "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
     static const char* const kTe[] = {"attn.proj.weight", "attn.proj.bias", "ln_1.weight", "ln_1.bias",
                                       "attn.qkv.weight", "attn.qkv.bias", "ln_2.weight", "ln_2.bias",
                                       "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
-    for (int i = 0; i < per; ++i) {
-      const int layer = v * (cfg_.num_layers / vp_) + s * per + i;  // Megatron-core's layer offset
+    for (int layer = layers.begin; layer < layers.end; ++layer)
       for (const char* suffix : te_ ? kTe : kLocal) names.push_back("h." + std::to_string(layer) + "." + suffix);
-    }
     if (last) {
       names.push_back("ln_f.weight");
       names.push_back("ln_f.bias");
@@ -322,6 +328,7 @@ class BucketReader {
   std::string sharding_;  // dp_reshardable or dp_zero_gather_scatter
   int64_t dp_ = 0;        // the run's data-parallel size (0: unknown)
   int tp_ = 1, pp_ = 1, vp_ = 1;
+  PipelineSplit split_;  // which layers each stage's chunks hold
   bool te_ = false;  // Transformer Engine's layer spec (norms fused into the next linear layer)
   std::map<std::string, std::vector<int64_t>> global_shape_;
 };

@@ -15,7 +15,16 @@ std::string layout_text(const ParallelLayout& l) {
   std::string s = "tp " + std::to_string(l.tp) + " x pp " + std::to_string(l.pp) + " x dp " + std::to_string(l.dp) +
                   ", zero " + std::to_string(l.zero_stage);
   if (l.virtual_pipeline_chunks > 1) s += ", " + std::to_string(l.virtual_pipeline_chunks) + " model chunks a stage";
+  const UnevenPipeline& u = l.uneven;
+  if (u.first_stage_layers > 0) s += ", " + std::to_string(u.first_stage_layers) + " layers in the first stage";
+  if (u.last_stage_layers > 0) s += ", " + std::to_string(u.last_stage_layers) + " layers in the last stage";
+  if (u.embedding_as_layer) s += ", the embedding counted as a layer";
+  if (u.loss_as_layer) s += ", the loss counted as a layer";
   return s;
+}
+
+PipelineSplit pipeline_split_of(const ModelConfig& model, const ParallelLayout& l) {
+  return PipelineSplit{model.num_layers, l.pp, l.virtual_pipeline_chunks, l.uneven};
 }
 
 namespace {
@@ -60,6 +69,11 @@ struct Fields {
     const json& v = get(key);
     if (!v.is_string()) fail(key, "expected a string, got " + v.dump());
     return v.get<std::string>();
+  }
+  bool boolean(const std::string& key) const {
+    const json& v = get(key);
+    if (!v.is_boolean()) fail(key, "expected true or false, got " + v.dump());
+    return v.get<bool>();
   }
   const json& object(const std::string& key) const {
     const json& v = get(key);
@@ -133,6 +147,11 @@ json metadata_to_json(const CheckpointMetadata& m) {
   j["model"] = model_config_to_json(m.model);
   j["layout"] = {{"tp", m.layout.tp}, {"pp", m.layout.pp}, {"dp", m.layout.dp}, {"zero_stage", m.layout.zero_stage}};
   if (m.layout.virtual_pipeline_chunks > 1) j["layout"]["virtual_pipeline_chunks"] = m.layout.virtual_pipeline_chunks;
+  const UnevenPipeline& u = m.layout.uneven;
+  if (u.first_stage_layers > 0) j["layout"]["decoder_first_pipeline_num_layers"] = u.first_stage_layers;
+  if (u.last_stage_layers > 0) j["layout"]["decoder_last_pipeline_num_layers"] = u.last_stage_layers;
+  if (u.embedding_as_layer) j["layout"]["account_for_embedding_in_pipeline_split"] = true;
+  if (u.loss_as_layer) j["layout"]["account_for_loss_in_pipeline_split"] = true;
   j["trainer_state"] = m.trainer_state.is_null() ? json::object() : m.trainer_state;
   json files = json::array();
   for (const auto& f : m.files) files.push_back({{"path", f.path}, {"size", f.size}, {"xxh3", f.xxh3}});
@@ -156,21 +175,31 @@ CheckpointMetadata metadata_from_json(const json& j, const std::string& source) 
   m.model = model_config_from_json(f.object("model"), source);
   {
     Fields l{f.object("layout"), "layout.", source};
-    l.no_unknown({"tp", "pp", "dp", "zero_stage", "virtual_pipeline_chunks"});
-    // A stage holds a layer at least, a tensor-parallel rank a head: bounds that also keep the
-    // products of the layout's numbers inside int.
+    l.no_unknown({"tp", "pp", "dp", "zero_stage", "virtual_pipeline_chunks", "decoder_first_pipeline_num_layers",
+                  "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
+                  "account_for_loss_in_pipeline_split"});
+    UnevenPipeline& u = m.layout.uneven;
+    const int L = m.model.num_layers;
+    if (l.j.contains("decoder_first_pipeline_num_layers"))
+      u.first_stage_layers = static_cast<int>(l.integer("decoder_first_pipeline_num_layers", 1, L));
+    if (l.j.contains("decoder_last_pipeline_num_layers"))
+      u.last_stage_layers = static_cast<int>(l.integer("decoder_last_pipeline_num_layers", 1, L));
+    if (l.j.contains("account_for_embedding_in_pipeline_split"))
+      u.embedding_as_layer = l.boolean("account_for_embedding_in_pipeline_split");
+    if (l.j.contains("account_for_loss_in_pipeline_split"))
+      u.loss_as_layer = l.boolean("account_for_loss_in_pipeline_split");
+    // A stage holds a layer at least (the embedding or the loss may take one's place), a
+    // tensor-parallel rank a head: bounds that also keep the products of the layout's numbers
+    // inside int.
     m.layout.tp = static_cast<int>(l.integer("tp", 1, m.model.num_attention_heads));
-    m.layout.pp = static_cast<int>(l.integer("pp", 1, m.model.num_layers));
+    m.layout.pp = static_cast<int>(l.integer("pp", 1, L + 2));
     m.layout.dp = static_cast<int>(l.integer("dp", 1, kIntMax / (int64_t{m.layout.tp} * m.layout.pp)));
     m.layout.zero_stage = static_cast<int>(l.integer("zero_stage", 0, 3));
-    if (l.j.contains("virtual_pipeline_chunks")) {
-      m.layout.virtual_pipeline_chunks =
-          static_cast<int>(l.integer("virtual_pipeline_chunks", 1, m.model.num_layers / m.layout.pp));
-      if (m.model.num_layers % (m.layout.pp * m.layout.virtual_pipeline_chunks) != 0)
-        l.fail("virtual_pipeline_chunks", "pp x " + std::to_string(m.layout.virtual_pipeline_chunks) +
-                                              " does not divide model.num_layers (" +
-                                              std::to_string(m.model.num_layers) + ")");
-    }
+    if (l.j.contains("virtual_pipeline_chunks"))
+      m.layout.virtual_pipeline_chunks = static_cast<int>(l.integer("virtual_pipeline_chunks", 1, L + 2));
+    if (const std::string why = pipeline_split_error(pipeline_split_of(m.model, m.layout)); !why.empty())
+      l.fail(m.layout.virtual_pipeline_chunks > 1 ? "virtual_pipeline_chunks" : "pp",
+             "the split of model.num_layers (" + std::to_string(L) + ") does not hold: " + why);
     if (m.model.num_attention_heads % m.layout.tp != 0)
       l.fail("tp", "value " + std::to_string(m.layout.tp) + " does not divide model.num_attention_heads (" +
                        std::to_string(m.model.num_attention_heads) + ")");

@@ -4,7 +4,10 @@
 //   "format": "trident-checkpoint", "format_version": 1,
 //   "iteration": 100, "consumed_samples": 12800,
 //   "model": {every ModelConfig field; "dtype": "fp32" | "fp16" | "bf16"},
-//   "layout": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 1},  (+ "virtual_pipeline_chunks": N when N > 1)
+//   "layout": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 1},  (+ "virtual_pipeline_chunks": N when N > 1,
+//              and Megatron's uneven split when given: "decoder_first_pipeline_num_layers": N,
+//              "decoder_last_pipeline_num_layers": N, "account_for_embedding_in_pipeline_split": true,
+//              "account_for_loss_in_pipeline_split": true)
 //   "trainer_state": {...opaque: RNG, loss scaler, scheduler, data order...},
 //   "files": [{"path": "mp_rank_00/model.safetensors", "size": 123, "xxh3": "16 hex digits"}, ...]
 // }
@@ -20,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config.h"
+#include "parallel/pipeline_split.h"
 
 namespace trident {
 
@@ -32,8 +36,12 @@ struct ParallelLayout {
   // Model chunks per pipeline stage (interleaved schedule): they decide which stage holds
   // which layers (pipeline_chunk_layers). Written only when above 1.
   int virtual_pipeline_chunks = 1;
+  UnevenPipeline uneven;  // written only when given
   bool operator==(const ParallelLayout&) const = default;
 };
+
+// The layers of each stage and chunk of the run that wrote a checkpoint.
+PipelineSplit pipeline_split_of(const ModelConfig& model, const ParallelLayout& l);
 
 // "tp 2 x pp 1 x dp 4, zero 1" (and ", N model chunks a stage" when N > 1), for messages.
 std::string layout_text(const ParallelLayout& l);

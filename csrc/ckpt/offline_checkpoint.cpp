@@ -16,8 +16,9 @@ namespace trident {
 namespace fs = std::filesystem;
 namespace {
 
-bool stage_holds(const ParamSpec& s, int stage, const OfflineLayout& L) {
-  return stage_holds(s, L.stage_layers[stage].first, L.stage_layers[stage].second, stage == 0, stage == L.pp - 1);
+bool stage_holds(const ParamSpec& s, int stage, const PipelineSplit& split) {
+  const LayerRange r = pipeline_chunk_layers(split, stage).front();
+  return stage_holds(s, r.begin, r.end, stage == 0, stage == split.stages - 1);
 }
 
 }  // namespace
@@ -26,9 +27,9 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
                                   bool with_optimizer, const CanonicalTensorSource& source) {
   const ModelConfig& cfg = meta.model;
   if (L.tp < 1 || L.pp < 1) throw ConfigError("checkpoint layout: tp and pp must be positive");
-  if (static_cast<int>(L.stage_layers.size()) != L.pp)
-    throw ConfigError("checkpoint layout: " + std::to_string(L.stage_layers.size()) + " stage layer ranges for pp " +
-                      std::to_string(L.pp));
+  const PipelineSplit split{cfg.num_layers, L.pp, 1, L.uneven};
+  if (const std::string why = pipeline_split_error(split); !why.empty())
+    throw ConfigError("checkpoint layout: pp " + std::to_string(L.pp) + ": " + why);
   cfg.validate(L.tp);
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, L.tp);
   const StDType model_dtype = to_st_dtype(cfg.dtype);
@@ -38,7 +39,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
   TempIterationDir temp_dir(root, meta.iteration, make_save_token());
   guard.temp = temp_dir.path();
   const fs::path temp = guard.temp;
-  meta.layout = ParallelLayout{L.tp, L.pp, 1, 0};
+  meta.layout = ParallelLayout{L.tp, L.pp, 1, 0, 1, L.uneven};
   meta.files.clear();
   // A conversion starts a history of its own in `root` (metadata.h, PreviousCheckpoint).
   if (!meta.trainer_state.is_object()) meta.trainer_state = nlohmann::json::object();
@@ -55,7 +56,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
       model_bytes.reserve(specs.size());
       optim_bytes.reserve(3 * specs.size());
       for (const ParamSpec& s : specs) {
-        if (!stage_holds(s, stage, L)) continue;
+        if (!stage_holds(s, stage, split)) continue;
         const std::vector<int64_t> local = shape_vec(local_shape(s, L.tp));
         model_bytes.push_back(encode_as(extract_local_stored(s, L.tp, tp_rank, source(s.name, nullptr)), cfg.dtype));
         model_refs.push_back(StTensorRef{s.name, model_dtype, local, model_bytes.back().data()});

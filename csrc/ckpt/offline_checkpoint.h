@@ -34,9 +34,7 @@ using CanonicalTensorSource = std::function<std::vector<float>(const std::string
 
 struct OfflineLayout {
   int tp = 1, pp = 1;
-  // [begin, end) transformer layers of each of the pp stages (parallel/pipeline_schedule.h's
-  // pipeline_layer_range computes the trainer's split).
-  std::vector<std::pair<int, int>> stage_layers;
+  UnevenPipeline uneven;  // Megatron's uneven stages, if any (parallel/pipeline_split.h)
 };
 
 // Writes ROOT/iter_<meta.iteration> at `layout` (dp 1, zero 0) and makes it the latest.

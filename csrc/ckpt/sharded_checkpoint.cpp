@@ -14,7 +14,7 @@
 #include "core/backend.h"
 #include "core/error.h"
 #include "model/param_store.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_split.h"
 
 namespace trident {
 namespace {
@@ -188,8 +188,7 @@ bool ShardedCheckpointReader::stage_may_hold(int pp_rank, const ParamSpec& s) co
   const int pp = meta_.layout.pp;
   if (pp_rank < 0 || pp_rank >= pp) return false;
   if (s.layer >= 0)
-    return pipeline_stage_of_layer(meta_.model.num_layers, pp, meta_.layout.virtual_pipeline_chunks, s.layer) ==
-           pp_rank;
+    return pipeline_stage_of_layer(pipeline_split_of(meta_.model, meta_.layout), s.layer) == pp_rank;
   return stage_holds(s, 0, 0, pp_rank == 0, pp_rank == pp - 1);
 }
 

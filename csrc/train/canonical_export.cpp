@@ -4,20 +4,20 @@
 
 #include "ckpt/canonical_slices.h"
 #include "ckpt/safetensors.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_split.h"
 
 namespace trident {
 namespace {
 
 // The pipeline stage that holds parameter `s` (the tied word embedding: the first).
-int owning_stage(const ParamSpec& s, const ModelConfig& cfg, int pp, int chunks) {
-  if (s.layer >= 0) return pipeline_stage_of_layer(cfg.num_layers, pp, chunks, s.layer);
-  return s.name == "ln_f.weight" || s.name == "ln_f.bias" ? pp - 1 : 0;
+int owning_stage(const ParamSpec& s, const PipelineSplit& split) {
+  if (s.layer >= 0) return pipeline_stage_of_layer(split, s.layer);
+  return s.name == "ln_f.weight" || s.name == "ln_f.bias" ? split.stages - 1 : 0;
 }
 
 }  // namespace
 
-void save_canonical_params(Gpt2Model& model, ParallelContext& par, int pipeline_chunks, const std::string& path) {
+void save_canonical_params(Gpt2Model& model, ParallelContext& par, const PipelineSplit& split, const std::string& path) {
   const ModelConfig& cfg = model.config();
   const ProcessGrid& grid = par.grid;
   const int tp = grid.shape.tp;
@@ -28,7 +28,7 @@ void save_canonical_params(Gpt2Model& model, ParallelContext& par, int pipeline_
   std::vector<float> slice;
   for (const ParamSpec& s : specs) {
     if (writer) full.emplace_back(static_cast<size_t>(stored_shape(s).numel()), 0.0f);
-    const int stage = owning_stage(s, cfg, grid.shape.pp, pipeline_chunks);
+    const int stage = owning_stage(s, split);
     const int tp_parts = s.shard == ShardRule::Replicated ? 1 : tp;
     const Shape local = local_shape(s, tp);
     slice.resize(static_cast<size_t>(local.numel()));

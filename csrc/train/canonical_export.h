@@ -9,12 +9,13 @@
 
 #include "model/gpt2.h"
 #include "parallel/parallel_context.h"
+#include "parallel/pipeline_split.h"
 
 namespace trident {
 
 // Collective over the world: every rank calls it after the same iteration. `model` is the
-// stage's model (its params() hold all of the stage's), `pipeline_chunks` the model chunks
-// per stage of an interleaved pipeline (1 without).
-void save_canonical_params(Gpt2Model& model, ParallelContext& parallel, int pipeline_chunks, const std::string& path);
+// stage's model (its params() hold all of the stage's), `split` the run's pipeline split.
+void save_canonical_params(Gpt2Model& model, ParallelContext& parallel, const PipelineSplit& split,
+                           const std::string& path);
 
 }  // namespace trident

@@ -155,7 +155,7 @@ LoadPlan plan_load(const std::vector<Held>& held, const fs::path& dir) {
 }  // namespace
 
 ParallelLayout checkpoint_layout(const TrainOptions& o, const GridShape& shape) {
-  return ParallelLayout{shape.tp, shape.pp, shape.dp, o.zero_stage, o.virtual_pipeline_chunks()};
+  return ParallelLayout{shape.tp, shape.pp, shape.dp, o.zero_stage, o.virtual_pipeline_chunks(), o.uneven_pipeline};
 }
 
 void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {

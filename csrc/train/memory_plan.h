@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_split.h"
 #include "train/options.h"
 
 namespace trident {

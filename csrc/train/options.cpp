@@ -260,6 +260,14 @@ const std::vector<FlagDef>& flag_defs() {
       {"num-layers-per-virtual-pipeline-stage", "interleaved pipeline schedule: layers per model chunk, each stage "
                                                 "running --num-layers / (stages x this) chunks"},
       {"num-virtual-stages-per-pipeline-rank", "interleaved pipeline schedule: model chunks per stage"},
+      {"decoder-first-pipeline-num-layers", "transformer layers of the first pipeline stage (the other stages "
+                                            "share the rest equally)"},
+      {"decoder-last-pipeline-num-layers", "transformer layers of the last pipeline stage (the other stages "
+                                           "share the rest equally)"},
+      {"account-for-embedding-in-pipeline-split", "count the embedding as a layer of the first stage, which "
+                                                  "holds one transformer layer fewer", true},
+      {"account-for-loss-in-pipeline-split", "count the LM head and loss as a layer of the last stage, which "
+                                             "holds one transformer layer fewer", true},
       {"sequence-parallel", "with tensor parallelism: LayerNorms, dropouts and the residual stream on 1/tp of the "
                             "micro-batch's tokens each (all-gather and reduce-scatter instead of all-reduce)", true},
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
@@ -1009,6 +1017,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   f.get("num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage);
   f.get("num-virtual-stages-per-pipeline-rank", o.num_virtual_stages_per_pipeline_rank);
+  for (const auto& [flag, count] : {std::pair{"decoder-first-pipeline-num-layers", &o.uneven_pipeline.first_stage_layers},
+                                    std::pair{"decoder-last-pipeline-num-layers", &o.uneven_pipeline.last_stage_layers}}) {
+    f.get(flag, *count);
+    if (f.has(flag) && *count < 1) throw ConfigError(std::string("--") + flag + " must be positive");
+  }
+  f.get("account-for-embedding-in-pipeline-split", o.uneven_pipeline.embedding_as_layer);
+  f.get("account-for-loss-in-pipeline-split", o.uneven_pipeline.loss_as_layer);
   f.get("sequence-parallel", o.sequence_parallel);
   if (o.deepspeed_config.empty()) f.get("zero-stage", o.zero_stage);  // else the --deepspeed_config file's
   // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
@@ -1449,15 +1464,24 @@ std::string TrainOptions::non_persistent_dir(const std::string& base) const {
 
 int TrainOptions::virtual_pipeline_chunks() const {
   if (num_virtual_stages_per_pipeline_rank > 0) return num_virtual_stages_per_pipeline_rank;
-  if (num_layers_per_virtual_pipeline_stage > 0)
-    return model.num_layers / (pipeline_model_parallel_size * num_layers_per_virtual_pipeline_stage);
+  if (num_layers_per_virtual_pipeline_stage > 0) {
+    // Megatron counts the embedding and the loss among the layers a chunk holds where they count.
+    const int counted = model.num_layers + (uneven_pipeline.embedding_as_layer ? 1 : 0) +
+                        (uneven_pipeline.loss_as_layer ? 1 : 0);
+    return counted / (pipeline_model_parallel_size * num_layers_per_virtual_pipeline_stage);
+  }
   return 1;
+}
+
+PipelineSplit TrainOptions::pipeline_split() const {
+  return PipelineSplit{model.num_layers, pipeline_model_parallel_size, virtual_pipeline_chunks(), uneven_pipeline};
 }
 
 void validate_model_options(const TrainOptions& o) {
   const int P = o.pipeline_model_parallel_size, L = o.model.num_layers;
   if (L < 1) throw ConfigError("--num-layers must be positive, got " + std::to_string(L));
-  if (P > L)
+  const UnevenPipeline& uneven = o.uneven_pipeline;
+  if (P > L && !uneven.any())
     throw ConfigError("--pipeline-model-parallel-size (" + std::to_string(P) + ") must not exceed --num-layers (" +
                       std::to_string(L) + ")");
   const int per_chunk = o.num_layers_per_virtual_pipeline_stage, chunks = o.num_virtual_stages_per_pipeline_rank;
@@ -1474,10 +1498,20 @@ void validate_model_options(const TrainOptions& o) {
                         "alternatives: give one");
     if (value < 1) throw ConfigError(flag + " must be positive");
     if (P == 1) throw ConfigError(flag + " needs --pipeline-model-parallel-size above 1");
-    if (L % (P * value) != 0)
-      throw ConfigError("--num-layers (" + std::to_string(L) + ") must be a multiple of --pipeline-model-parallel-size (" +
-                        std::to_string(P) + ") x " + flag + " (" + std::to_string(value) + ")");
+    if (by_layers && (uneven.first_stage_layers > 0 || uneven.last_stage_layers > 0))
+      throw ConfigError("--decoder-first/last-pipeline-num-layers with an interleaved schedule take "
+                        "--num-virtual-stages-per-pipeline-rank, not --num-layers-per-virtual-pipeline-stage");
+    const int counted = L + (uneven.embedding_as_layer ? 1 : 0) + (uneven.loss_as_layer ? 1 : 0);
+    if (!uneven.any() || by_layers) {
+      if (counted % (P * value) != 0)
+        throw ConfigError("--num-layers (" + std::to_string(L) + (counted != L ? ", with the embedding and loss " +
+                          std::to_string(counted) : std::string()) + ") must be a multiple of " +
+                          "--pipeline-model-parallel-size (" + std::to_string(P) + ") x " + flag + " (" +
+                          std::to_string(value) + ")");
+    }
   }
+  if (const std::string why = pipeline_split_error(o.pipeline_split()); !why.empty())
+    throw ConfigError("pipeline split: " + why);
   const int tp = o.tensor_model_parallel_size;
   if (o.sequence_parallel && tp > 1) {
     // Each TP rank takes a contiguous 1/tp of the micro-batch's B x T rows.
@@ -1614,6 +1648,10 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("tensor-model-parallel-size", o.tensor_model_parallel_size);
   line("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   line("num-virtual-stages-per-pipeline-rank", o.virtual_pipeline_chunks());
+  line("decoder-first-pipeline-num-layers", o.uneven_pipeline.first_stage_layers);
+  line("decoder-last-pipeline-num-layers", o.uneven_pipeline.last_stage_layers);
+  line("account-for-embedding-in-pipeline-split", o.uneven_pipeline.embedding_as_layer);
+  line("account-for-loss-in-pipeline-split", o.uneven_pipeline.loss_as_layer);
   line("sequence-parallel", o.sequence_parallel);
   line("zero-stage", o.zero_stage);
   line("overlap-grad-reduce", o.overlap_grad_reduce);

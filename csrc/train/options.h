@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "parallel/pipeline_split.h"
 #include "train/batch_rampup.h"
 #include "train/deepspeed_config.h"
 #include "train/loss_scaler.h"
@@ -86,6 +87,10 @@ struct TrainOptions {
   int num_layers_per_virtual_pipeline_stage = 0;
   int num_virtual_stages_per_pipeline_rank = 0;
   int virtual_pipeline_chunks() const;  // 1 without interleaving
+  // Megatron's uneven stages: --decoder-first/last-pipeline-num-layers,
+  // --account-for-embedding/loss-in-pipeline-split (parallel/pipeline_split.h).
+  UnevenPipeline uneven_pipeline;
+  PipelineSplit pipeline_split() const;  // the layers of every stage and chunk
   // --sequence-parallel (Megatron): LayerNorm/dropout regions on 1/tp of the rows each;
   // ignored without tensor parallelism, as Megatron ignores it.
   bool sequence_parallel = false;

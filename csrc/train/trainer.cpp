@@ -109,7 +109,7 @@ std::vector<StageLayout> stage_chunk_layouts(const TrainOptions& opt, ParallelCo
     base.recompute.num_layers = opt.recompute_num_layers;
   }
   std::vector<StageLayout> layouts;
-  for (const LayerRange& r : pipeline_chunk_layers(opt.model.num_layers, g.pp, grid.pp_rank, chunks)) {
+  for (const LayerRange& r : pipeline_chunk_layers(opt.pipeline_split(), grid.pp_rank)) {
     StageLayout l = base;
     l.layer_begin = r.begin;
     l.layer_end = r.end;
@@ -730,11 +730,8 @@ void Trainer::train() {
   if (rampup_.ramps())
     out << " (ramping up from a global batch of " << rampup_.start << " over " << rampup_.samples << " samples)";
   if (chunks_.front()->layout().sequence_parallel) out << ", sequence parallel";
-  if (chunks_.size() > 1) {
-    const StageLayout& c = chunks_.front()->layout();
-    out << ", interleaved schedule: " << chunks_.size() << " model chunks of " << c.layer_end - c.layer_begin
-        << " layers per stage";
-  }
+  if (chunks_.size() > 1) out << ", interleaved schedule: " << chunks_.size() << " model chunks per stage";
+  if (g.pp > 1) out << ", " << pipeline_split_text(opt_.pipeline_split());
   out << std::endl;
   out << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
       << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "

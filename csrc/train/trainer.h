@@ -20,6 +20,7 @@
 #include "model/gpt2.h"
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_split.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/weight_decay_schedule.h"

@@ -153,10 +153,29 @@ def embedding_rows(wte, pad, vocab_padded, tp, rank, dtype):
     return full.chunk(tp, 0)[rank].to(dtype).clone()
 
 
-def layer_ranges(pp, vp):
-    """(chunk, stage) -> global layer numbers, Megatron's interleaved order."""
-    per = L // (pp * vp)
-    return {(v, s): list(range(v * L // vp + s * per, v * L // vp + (s + 1) * per)) for v in range(vp) for s in range(pp)}
+def layer_ranges(pp, vp, first=0, last=0, embedding=False, loss=False):
+    """(chunk, stage) -> global layer numbers: Megatron-core's get_num_layers_to_build and
+    get_transformer_layer_offset, with its uneven stages (--decoder-first/last-pipeline-num-layers
+    as first/last, 0 for None; --account-for-embedding/loss-in-pipeline-split)."""
+    if first or last:
+        middle_stages, middle = pp - bool(first) - bool(last), L - first - last
+        def count(v, s):
+            return (first if s == 0 and first else last if s == pp - 1 and last else middle // middle_stages) // vp
+
+        def offset(v, s):
+            first_chunk, middle_chunk = first // vp, middle // vp
+            total = first_chunk + middle_chunk + last // vp
+            middle_rank = s - 1 if first else s
+            return v * total + (0 if s == 0 else first_chunk + middle_rank * (middle_chunk // max(middle_stages, 1)))
+    else:
+        counted = L + embedding + loss
+        per = counted // (pp * vp)
+        def count(v, s):
+            return per - (embedding and s == 0 and v == 0) - (loss and s == pp - 1 and v == vp - 1)
+
+        def offset(v, s):
+            return v * (counted // vp) + s * per - (embedding and not (s == 0 and v == 0))
+    return {(v, s): list(range(offset(v, s), offset(v, s) + count(v, s))) for v in range(vp) for s in range(pp)}
 
 
 def write_tracker(out, iteration):

@@ -21,7 +21,9 @@
 #    the buckets as they are in memory pieced by five data-parallel ranks, with the local layer
 #    spec (bf16, tp2 x pp2) and Transformer Engine's (fp16, pp2 x 2 chunks; fp32, tp2), whose
 #    parameter orders differ; and its dp_zero_gather_scatter format, distrib_optim.pt's coalesced
-#    buffers as one object per rank (fp16, tp2 x pp2);
+#    buffers as one object per rank (fp16, tp2 x pp2); dp_reshardable of Megatron's uneven stages
+#    (--decoder-first-pipeline-num-layers 1 at pp2, fp16; the embedding and the loss counted as
+#    layers at pp3, bf16 with Transformer Engine's spec: stages of 1, 2 and 1 layers);
 #  - Megatron-DeepSpeed's checkpoint as DeepSpeed's engine saves it at ZeRO stage 1 (BigScience's
 #    recipe): GPTModelPipe's layer files (fp16 tp2 x pp2 with a dynamic loss scale; fp32 pp2) or
 #    GPTModel's module (bf16, bf16_zero_* files with BF16_Optimizer's padded masters),
@@ -83,12 +85,14 @@ for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16
     "fp32 2 1 1 torch mcore torch_dist-fully-reshardable" "bf16 2 2 1 apex mcore torch_dist-model-space" \
     "bf16 2 2 1 apex mcore torch_dist-dp-reshardable" "fp16 1 2 2 torch mcore-te torch_dist-dp-reshardable" \
     "fp32 2 1 1 apex mcore-te torch_dist-dp-reshardable" "fp16 2 2 1 apex mcore torch_dist-dp-zero" \
+    "fp16 1 2 1 apex mcore torch_dist-dp-reshardable first-stage-1" \
+    "bf16 1 3 1 torch mcore-te torch_dist-dp-reshardable embedding-loss-counted" \
     "fp16 2 2 1 apex legacy deepspeed-pipeline" "bf16 1 1 1 torch legacy deepspeed-module" \
     "fp32 1 2 1 torch legacy deepspeed-pipeline" "fp16 2 2 1 apex legacy deepspeed0-pipeline" \
     "fp32 1 2 1 torch legacy deepspeed0-pipeline" "fp16 1 1 1 torch legacy deepspeed0-module"; do
-  read -r dtype tp pp vp steps model layout <<<"$c"
-  name=$dtype-tp$tp-pp$pp-vp$vp-$model-$layout
-  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" "$layout" || continue
+  read -r dtype tp pp vp steps model layout mutation <<<"$c"
+  name=$dtype-tp$tp-pp$pp-vp$vp-$model-$layout${mutation:+-$mutation}
+  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" "$layout" ${mutation:+"$mutation"} || continue
   if resumed "$name" "$dtype"; then
     ok "$name ($model, $steps steps): resumed to iteration 6, model and optimizer equal the uninterrupted run's"
   else

@@ -188,7 +188,7 @@ def distrib_state(chunks, fmt, dtype, noise, pipeline):
     return out
 
 
-def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=None):
+def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=None, uneven=None):
     """Megatron-core's --ckpt-format torch_dist of the weights and the optimizer's state by name:
     states maps '' (the weights, in `dtype`) and 'exp_avg', 'exp_avg_sq', 'master' to tensors in
     Hugging Face layout; keys 'optimizer.state.<exp_avg|exp_avg_sq|fp32_param>.<model key>'
@@ -199,9 +199,11 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
     shape (fragments per axis..., piece numel), a half at (the piece's fragment coordinates...,
     its start), and Metadata.mcore_data[key]['nd_reformulated_orig_global_shape'] the shape.
     te: Transformer Engine's layer spec (the norms fused into linear_qkv and linear_fc1).
-    extra(writer): adds more items before the index is written."""
+    extra(writer): adds more items before the index is written. uneven: mc.layer_ranges's
+    keywords for Megatron's uneven stages."""
     wr = dcp_writer.Writer(folder)
-    padded, per = mc.padded_size(vocab, tp), mc.L // pp
+    padded = mc.padded_size(vocab, tp)
+    stage_layers = {s: layers for (_, s), layers in mc.layer_ranges(pp, 1, **(uneven or {})).items()}
     mcore = {}
     master = "param" if layout == "torch_dist-fully-reshardable" else "fp32_param"
     prefixes = {"": "", "exp_avg": "optimizer.state.exp_avg.", "exp_avg_sq": "optimizer.state.exp_avg_sq.",
@@ -234,7 +236,7 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
                     put(rank, key("embedding.word_embeddings.weight"), [padded, mc.C], [t * emb.shape[0], 0], emb, state)
                     if t == 0:
                         put(rank, key("embedding.position_embeddings.weight"), [mc.P, mc.C], [0, 0], w["wpe"].to(dt), state)
-                for g in range(s * per, (s + 1) * per):
+                for g in stage_layers[s]:
                     for k, x in mc.megatron_layer(w, g, tp, t, 3.0, dt).items():
                         axis = mc.SPLIT_AXIS.get(k)
                         if axis is None and t > 0:
@@ -253,7 +255,7 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
     wr.finish(mcore_data=mcore)
 
 
-def chunk_params(w, padded, tp, pp, vp, t, s, v, te):
+def chunk_params(w, padded, tp, pp, vp, t, s, v, te, uneven):
     """Model chunk v's parameters on TP rank t of stage s (fp32, Megatron's layout) in Megatron-core's
     named_parameters() order, which is the order modules are built in: GPTModel's embedding
     (word, position), decoder layers, final norm, output layer (a copy of the tied embedding on a
@@ -266,7 +268,7 @@ def chunk_params(w, padded, tp, pp, vp, t, s, v, te):
     if first:
         out += [("embedding.word_embeddings.weight", emb), ("embedding.position_embeddings.weight", w["wpe"])]
     order = ["dense", "ln_1", "qkv", "ln_2", "fc1", "fc2"] if te else ["ln_1", "dense", "qkv", "ln_2", "fc1", "fc2"]
-    for j, g in enumerate(mc.layer_ranges(pp, vp)[(v, s)]):
+    for j, g in enumerate(mc.layer_ranges(pp, vp, **uneven)[(v, s)]):
         layer = mc.megatron_layer(w, g, tp, t, 3.0, torch.float32)
         out += [(f"decoder.layers.{j}.{m}.{wb}", layer[f"{m}.{wb}"]) for m in order for wb in ("weight", "bias")]
     if last:
@@ -276,7 +278,7 @@ def chunk_params(w, padded, tp, pp, vp, t, s, v, te):
     return out
 
 
-def dp_reshardable(wr, states, vocab, tp, pp, vp, dtype, te, groups, scaler, noise, mutation, zero=False):
+def dp_reshardable(wr, states, vocab, tp, pp, vp, dtype, te, groups, scaler, noise, mutation, zero=False, uneven=None):
     """The distributed optimizer's dp_reshardable format (DistributedOptimizer.sharded_state_dict),
     or with `zero` its dp_zero_gather_scatter format (the rank's state gathered into one object
     '<group>.param_state' holding distrib_optim.pt's coalesced dict, distrib_state above).
@@ -295,7 +297,8 @@ def dp_reshardable(wr, states, vocab, tp, pp, vp, dtype, te, groups, scaler, noi
             group = f"optimizer.distributed.dp_group_idx_{g}"
             numel, unpadded, gathered = [], [], []
             for v in range(vp):
-                chunks = {k: chunk_params(states[k], padded, tp, pp, vp, t, s, v, te) for k in ("master", "exp_avg", "exp_avg_sq")}
+                chunks = {k: chunk_params(states[k], padded, tp, pp, vp, t, s, v, te, uneven or {})
+                          for k in ("master", "exp_avg", "exp_avg_sq")}
                 names = [n for n, _ in chunks["master"]]
                 shared = {n for n in names if pp > 1 and n in ("embedding.word_embeddings.weight", "output_layer.weight")}
                 # Buckets that each data-parallel rank has parameters in (Megatron refuses to save
@@ -386,9 +389,10 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
         groups = param_groups(st["optimizer_steps"], "apex")  # DistributedOptimizer.state_dict(): 'step' per group
         optimizer_states = states
         extra = lambda wr: dp_reshardable(wr, optimizer_states, vocab, tp, pp, vp, dtype, te, groups, scaler,
-                                          torch.Generator().manual_seed(9), mutation, layout == "torch_dist-dp-zero")
+                                          torch.Generator().manual_seed(9), mutation, layout == "torch_dist-dp-zero",
+                                          UNEVEN.get(mutation))
         states = {"": states[""]}
-    torch_dist(folder, states, vocab, tp, pp, dtype, layout, te, extra)
+    torch_dist(folder, states, vocab, tp, pp, dtype, layout, te, extra, UNEVEN.get(mutation))
     inner = {"param_groups": param_groups(st["optimizer_steps"], step_style)}
     if step_style == "torch":
         inner["state"] = {"common_step": torch.tensor(float(st["optimizer_steps"]))}
@@ -413,6 +417,14 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
         json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
                    "common_backend_version": 1}, f)
     mc.write_tracker(out, meta["iteration"])
+
+
+# Mutations that split the pipeline as Megatron's uneven-stage flags do: mc.layer_ranges's
+# keywords, and the args Megatron saves for them.
+UNEVEN = {"first-stage-1": {"first": 1}, "embedding-loss-counted": {"embedding": True, "loss": True}}
+UNEVEN_ARGS = {"first-stage-1": {"decoder_first_pipeline_num_layers": 1},
+               "embedding-loss-counted": {"account_for_embedding_in_pipeline_split": True,
+                                          "account_for_loss_in_pipeline_split": True}}
 
 
 class DynamicLossScaler:
@@ -622,7 +634,8 @@ def main():
                             consumed_train_samples=meta["consumed_samples"],
                             consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],
                             global_batch_size=st["global_batch_size"],
-                            use_distributed_optimizer=distributed, data_parallel_size=DP)
+                            use_distributed_optimizer=distributed, data_parallel_size=DP,
+                            **UNEVEN_ARGS.get(mutation, {}))
     if layout.startswith("deepspeed"):  # Megatron-DeepSpeed's args count the tokens too
         args.consumed_train_tokens = st.get("consumed_train_tokens", meta["consumed_samples"] * mc.P) + \
             (1000 if mutation == "init-step" else 0)

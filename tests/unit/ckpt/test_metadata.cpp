@@ -90,6 +90,34 @@ TEST(Metadata, InterleavedLayoutRoundTrips) {
   expect_io_error([&] { read_metadata(path); }, {path, "layout.virtual_pipeline_chunks", "num_layers (8)"});
 }
 
+TEST(Metadata, UnevenPipelineRoundTrips) {
+  ScratchDir d;
+  const std::string path = d / kMetadataFileName;
+  CheckpointMetadata m = sample();
+  m.model.num_layers = 6;
+  m.layout = ParallelLayout{1, 2, 1, 0, 2, UnevenPipeline{0, 0, true, true}};
+  write_metadata(path, m);
+  const json layout = json::parse(slurp(path))["layout"];
+  EXPECT_EQ(layout["account_for_embedding_in_pipeline_split"], true);  // Megatron's names
+  EXPECT_EQ(layout["account_for_loss_in_pipeline_split"], true);
+  EXPECT_FALSE(layout.contains("decoder_first_pipeline_num_layers"));
+  EXPECT_EQ(read_metadata(path).layout, m.layout);
+  EXPECT_EQ(layout_text(m.layout), "tp 1 x pp 2 x dp 1, zero 0, 2 model chunks a stage, the embedding counted as a "
+                                   "layer, the loss counted as a layer");
+  m.layout = ParallelLayout{1, 3, 1, 0, 1, UnevenPipeline{2, 1, false, false}};
+  write_metadata(path, m);
+  EXPECT_EQ(read_metadata(path).layout, m.layout);
+  // A first stage of 2 and a last of 5 take more than the 6 layers.
+  m.layout.uneven.last_stage_layers = 5;
+  write_metadata(path, m);
+  expect_io_error([&] { read_metadata(path); }, {path, "layout.pp", "split of model.num_layers (6)"});
+  json j = metadata_to_json(sample());
+  j["layout"]["account_for_loss_in_pipeline_split"] = 1;
+  std::ofstream(path) << j.dump();
+  expect_io_error([&] { read_metadata(path); },
+                  {path, "layout.account_for_loss_in_pipeline_split", "expected true or false"});
+}
+
 struct Bad {
   const char* label;
   std::function<void(json&)> edit;

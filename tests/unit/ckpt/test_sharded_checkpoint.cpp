@@ -20,7 +20,7 @@
 #include "ckpt_test_util.h"
 #include "kernels/backends.h"
 #include "model/param_store.h"
-#include "parallel/pipeline_schedule.h"
+#include "parallel/pipeline_split.h"
 
 namespace trident {
 namespace {
@@ -49,12 +49,7 @@ fs::path write_checkpoint(const fs::path& root, int tp, int pp) {
   CheckpointMetadata m;
   m.model = small_config();
   m.iteration = 5;
-  OfflineLayout L{tp, pp, {}};
-  for (int s = 0; s < pp; ++s) {
-    const LayerRange r = pipeline_layer_range(m.model.num_layers, pp, s);
-    L.stage_layers.emplace_back(r.begin, r.end);
-  }
-  return write_offline_checkpoint(root, m, L, true, source_tensor);
+  return write_offline_checkpoint(root, m, OfflineLayout{tp, pp}, true, source_tensor);
 }
 
 ParamSpec spec_at(int tp, const std::string& name) {
@@ -76,7 +71,7 @@ std::string model_file(const std::string& rank_dir) { return rank_dir + "/" + kM
 Files load_as(const fs::path& dir, int tp, int tp_rank, int pp, int pp_rank) {
   auto backend = make_backend("cpu");
   const ModelConfig cfg = small_config();
-  const LayerRange r = pipeline_layer_range(cfg.num_layers, pp, pp_rank);
+  const LayerRange r = pipeline_chunk_layers(PipelineSplit{cfg.num_layers, pp}, pp_rank).front();
   const auto on_stage = [&](const ParamSpec& s) {
     return stage_holds(s, r.begin, r.end, pp_rank == 0, pp_rank == pp - 1);
   };
@@ -247,7 +242,7 @@ TEST(ShardedCheckpoint, WithoutOptimizerFilesThereIsNoOptimizerState) {
   ScratchDir d;
   CheckpointMetadata m;
   m.model = small_config();
-  const fs::path dir = write_offline_checkpoint(d / "ck", m, OfflineLayout{1, 1, {{0, 2}}}, false, source_tensor);
+  const fs::path dir = write_offline_checkpoint(d / "ck", m, OfflineLayout{1, 1}, false, source_tensor);
   ShardedCheckpointReader ckpt(dir);
   EXPECT_FALSE(ckpt.has_optimizer_state());
   EXPECT_TRUE(ckpt.opened_files().empty());

@@ -126,6 +126,51 @@ TEST(Options, EvaluationTensorBoardAndHealthFlags) {
             "--tensorboard-tags deepspeed: expected megatron or megatron-deepspeed");
 }
 
+TEST(Options, UnevenPipelineFlags) {
+  const TrainOptions ends = parse({"--num-layers", "8", "--pipeline-model-parallel-size", "3",
+                                   "--decoder-first-pipeline-num-layers", "2", "--decoder-last-pipeline-num-layers", "2"});
+  EXPECT_EQ(pipeline_split_text(ends.pipeline_split()), "stages of 2, 4 and 2 layers");
+  // Megatron counts the embedding and the loss in the layers of a virtual stage.
+  const TrainOptions counted = parse({"--num-layers", "6", "--pipeline-model-parallel-size", "2",
+                                      "--num-layers-per-virtual-pipeline-stage", "2",
+                                      "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"});
+  EXPECT_EQ(counted.virtual_pipeline_chunks(), 2);
+  EXPECT_EQ(pipeline_split_text(counted.pipeline_split()), "stages of [1, 2] and [2, 1] layers");
+  // A stage of no transformer layer: the embedding and the loss take the ends' places.
+  EXPECT_EQ(pipeline_split_text(parse({"--num-layers", "2", "--pipeline-model-parallel-size", "4",
+                                       "--account-for-embedding-in-pipeline-split",
+                                       "--account-for-loss-in-pipeline-split"})
+                                    .pipeline_split()),
+            "stages of 0, 1, 1 and 0 layers");
+  EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                      "0"}),
+            "--decoder-first-pipeline-num-layers must be positive");
+  EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "4", "--decoder-last-pipeline-num-layers",
+                      "3"}),
+            "pipeline split: --num-layers (8) less the first and last stages' (3) leaves 5 layers for 3 other stages: "
+            "they must share them equally, a layer at least each");
+  EXPECT_EQ(error_of({"--num-layers", "8", "--decoder-last-pipeline-num-layers", "8"}),
+            "pipeline split: --decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size above 1");
+  EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--decoder-last-pipeline-num-layers",
+                      "4", "--account-for-loss-in-pipeline-split"}),
+            "pipeline split: --decoder-first/last-pipeline-num-layers and --account-for-embedding/loss-in-pipeline-"
+            "split are alternatives: give one kind");
+  EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--account-for-loss-in-pipeline-split"}),
+            "pipeline split: --num-layers (8) plus the embedding and loss counted as layers (9) must be a multiple of "
+            "--pipeline-model-parallel-size (2)");
+  EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                      "3", "--num-virtual-stages-per-pipeline-rank", "2"}),
+            "pipeline split: the first stage's 3 layers must be a multiple of the 2 model chunks a stage");
+  EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                      "4", "--num-layers-per-virtual-pipeline-stage", "2"}),
+            "--decoder-first/last-pipeline-num-layers with an interleaved schedule take "
+            "--num-virtual-stages-per-pipeline-rank, not --num-layers-per-virtual-pipeline-stage");
+  EXPECT_EQ(error_of({"--num-layers", "6", "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
+                      "3", "--account-for-loss-in-pipeline-split", "--account-for-embedding-in-pipeline-split"}),
+            "--num-layers (6, with the embedding and loss 8) must be a multiple of --pipeline-model-parallel-size (2) x "
+            "--num-layers-per-virtual-pipeline-stage (3)");
+}
+
 TEST(Options, NonPersistentCheckpointFlags) {
   const TrainOptions o = parse({"--save", "ck", "--non-persistent-save-interval", "50", "--non-persistent-ckpt-type",
                                 "global"});
