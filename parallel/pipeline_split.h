@@ -41,6 +41,11 @@ struct PipelineSplit {
   UnevenPipeline uneven;
 };
 
+// A split without Megatron's uneven-stage flags.
+inline PipelineSplit plain_split(int num_layers, int stages, int chunks = 1) {
+  return PipelineSplit{num_layers, stages, chunks, UnevenPipeline{}};
+}
+
 // Why `s` cannot be built, in Megatron's flag names ("" when it can). Zero layers in a
 // stage's chunk are allowed where the embedding or the loss takes a layer's place.
 std::string pipeline_split_error(const PipelineSplit& s);

@@ -8,7 +8,10 @@
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
 //   trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype ...] [--target-tp T] [--target-pp P]
 //                   [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]
-//       -> a Megatron-LM release checkpoint of the weights (ckpt/megatron_gpt2.h), tp T x pp P;
+//                   [--with-optimizer]
+//       -> a Megatron-LM release checkpoint of the weights (ckpt/megatron_gpt2.h), tp T x pp P; with
+//       --with-optimizer OUT/iter_<its iteration> with the optimizer state, consumed samples,
+//       scheduler and loss scale, which Megatron-LM resumes (--no-load-rng);
 //   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P] [--overwrite]
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
 //       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng);
@@ -63,11 +66,15 @@ constexpr const char* kUsage =
     "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
     "  trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16] [--target-tp T]\n"
     "                  [--target-pp P] [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]\n"
+    "                  [--with-optimizer]\n"
     "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt) of its\n"
     "      legacy GPT model; --megatron-norm-names for Megatron-LM's input_norm/post_attention_norm/final_norm (its\n"
     "      legacy model since RMSNorm support) instead of *_layernorm (Megatron-DeepSpeed, older Megatron-LM);\n"
     "      --tokenizer-type (args.tokenizer_type) is required unless the vocabulary is GPT-2's; --megatron-model mcore\n"
-    "      writes Megatron-core's GPTModel (local layer spec: load with --transformer-impl local) instead\n"
+    "      writes Megatron-core's GPTModel (local layer spec: load with --transformer-impl local) instead;\n"
+    "      --with-optimizer writes OUT/iter_<its iteration> with the training state (Adam's moments and steps, the\n"
+    "      fp32 master weights, the consumed samples, the learning-rate schedule, the loss scale) for Megatron-LM's\n"
+    "      non-distributed optimizer, which it resumes with --no-load-rng\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
@@ -202,9 +209,10 @@ ConvertFlags parse_flags(int argc, char** argv) {
   for (const char* g : {"vocab-size", "num-attention-heads"})
     if (f.given[g] && f.from != "megatron")
       throw ConfigError(std::string("--") + g + " applies to --from megatron only (other sources record it)");
-  if (f.with_optimizer && f.from != "megatron")
-    throw ConfigError("--with-optimizer applies to --from megatron only (a trident checkpoint converts with its "
-                      "optimizer state unless --no-optimizer; a Hugging Face folder holds weights only)");
+  if (f.with_optimizer && f.from != "megatron" && f.to != "megatron")
+    throw ConfigError("--with-optimizer applies to --from megatron and --to megatron only (a trident checkpoint "
+                      "converts with its optimizer state unless --no-optimizer; a Hugging Face folder holds weights "
+                      "only)");
   if (f.from == "hf" && f.iteration) throw ConfigError(std::string(iteration_flag(f)) + " does not apply to --from hf");
   std::error_code ec;
   if (fs::exists(f.save, ec) && fs::exists(f.load, ec) && fs::equivalent(f.save, f.load, ec))
@@ -239,7 +247,7 @@ OfflineLayout target_layout(const ModelConfig& cfg, int tp, int pp) {
   if (pp > cfg.num_layers)
     throw ConfigError("--target-pp (" + std::to_string(pp) + ") must not exceed the model's " +
                       std::to_string(cfg.num_layers) + " layers");
-  return OfflineLayout{tp, pp};
+  return OfflineLayout{tp, pp, {}};
 }
 
 // A trident checkpoint -> a trident checkpoint at another layout.
@@ -354,11 +362,34 @@ int export_megatron(const ConvertFlags& f) {
   o.tokenizer_type = f.tokenizer_type;
   o.iteration = m.iteration;
   o = check_megatron_export(m.model, o);  // before reading the tensors
+  if (f.with_optimizer && !ckpt.has_optimizer_state())
+    throw ConfigError("--with-optimizer: " + dir.string() + " holds no optimizer state (saved with --no-save-optim, "
+                      "or a conversion without it)");
   const TensorMap canonical = export_tensors(ckpt, o.dtype);
+  std::optional<MegatronTrainingState> training;
+  if (f.with_optimizer) {
+    training.emplace();
+    for (const ParamSpec& s : ckpt.specs()) {
+      const std::vector<int64_t> shape = shape_vec(stored_shape(s));
+      training->master[s.name] = HostTensor{shape, ckpt.optimizer_tensor(s.name, "master")};
+      training->exp_avg[s.name] = HostTensor{shape, ckpt.optimizer_tensor(s.name, "exp_avg")};
+      training->exp_avg_sq[s.name] = HostTensor{shape, ckpt.optimizer_tensor(s.name, "exp_avg_sq")};
+    }
+    training->consumed_samples = m.consumed_samples;
+    training->trainer_state = m.trainer_state;
+    o.training = &*training;
+  }
   const fs::path out = write_new_folder(f, [&](const fs::path& temp) { export_megatron_gpt2(temp, m.model, canonical, o); });
   std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ") -> Megatron-LM "
-            << (out / "release").string() << " (" << (o.mcore ? "Megatron-core GPTModel, local layers" : "legacy model")
-            << ", tp " << o.tp << " x pp " << o.pp << ", " << dtype_name(o.dtype) << ", weights only)" << std::endl;
+            << (training ? iteration_dir(out, m.iteration) : out / "release").string() << " ("
+            << (o.mcore ? "Megatron-core GPTModel, local layers" : "legacy model") << ", tp " << o.tp << " x pp "
+            << o.pp << ", " << dtype_name(o.dtype) << ", "
+            << (training ? "with the optimizer state after " + std::to_string(m.trainer_state.value("optimizer_steps",
+                                                                                                   int64_t{0})) +
+                               " Adam steps, " + std::to_string(m.consumed_samples) +
+                               " samples consumed: resume with --no-load-rng"
+                         : std::string("weights only"))
+            << ")" << std::endl;
   return 0;
 }
 

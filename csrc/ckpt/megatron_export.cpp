@@ -1,6 +1,6 @@
-// export_megatron_gpt2 (megatron_gpt2.h): canonical tensors -> a Megatron-LM release
-// checkpoint of the legacy GPT model or Megatron-core's, one torch.save file per
-// tensor-parallel rank and stage.
+// export_megatron_gpt2 (megatron_gpt2.h): canonical tensors -> a Megatron-LM checkpoint of the
+// legacy GPT model or Megatron-core's, one torch.save file per tensor-parallel rank and stage: a
+// release, or with the training state an iteration Megatron-LM resumes from.
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
@@ -9,8 +9,11 @@
 
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/megatron_export_state.h"
 #include "ckpt/megatron_gpt2.h"
 #include "ckpt/megatron_keys.h"
+#include "ckpt/megatron_rank_file.h"
+#include "ckpt/metadata.h"
 #include "ckpt/pickle_writer.h"
 #include "ckpt/torch_file.h"
 #include "core/error.h"
@@ -22,30 +25,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kCheckpointVersion = 3.0;
+using megatron::kExportCheckpointVersion;
+using megatron::RankFile;
 
-const char* storage_type(DType t) {
-  switch (t) {
-    case DType::F32: return "FloatStorage";
-    case DType::F16: return "HalfStorage";
-    case DType::BF16: return "BFloat16Storage";
-    default: break;
-  }
-  throw ConfigError(std::string("--dtype: the Megatron export stores fp32, fp16 or bf16, not ") + dtype_name(t));
-}
-
-// A float setting as the double of its shortest decimal (0.1f -> 0.1, not 0.10000000149011612):
-// Megatron takes the dropouts from the checkpoint's args.
-double shortest_decimal(float v) {
-  char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
-}
+using megatron::shortest_decimal;
 
 // Megatron's argparse.Namespace for the model: what its load_checkpoint compares
 // (check_checkpoint_args, Megatron-DeepSpeed's num_key_value_heads included) and
-// --use-checkpoint-args takes. consumed_train_samples is 0: Megatron resumes its data
-// position from it even for a release checkpoint.
+// --use-checkpoint-args takes. consumed_train_samples is 0 for a release (Megatron resumes its
+// data position from it even then); with the training state, the run's: the samples it
+// consumed, the seed that ordered them, its global batch.
 void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o) {
   const auto i = [&](const char* k, int64_t v) { w.str(k); w.integer(v); };
   const auto b = [&](const char* k, bool v) { w.str(k); w.boolean(v); };
@@ -92,49 +81,23 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   f("attention_dropout", shortest_decimal(cfg.attention_dropout));
   f("init_method_std", shortest_decimal(cfg.init_method_std));
   i("iteration", o.iteration);
-  i("consumed_train_samples", 0);
-  i("consumed_valid_samples", 0);
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& ts = o.training ? o.training->trainer_state : none;
+  i("consumed_train_samples", o.training ? o.training->consumed_samples : 0);
+  i("consumed_valid_samples", ts.value("consumed_valid_samples", int64_t{0}));
+  if (o.training) {
+    b("use_distributed_optimizer", false);
+    i("seed", ts.value(kDataSeedKey, int64_t{1234}));
+    if (ts.contains("global_batch_size")) i("global_batch_size", ts.value("global_batch_size", int64_t{0}));
+  }
   w.end();
 }
-
-// Rank t's shard of a full tensor [rows, cols] (cols 1 for a vector), as Megatron splits it.
-std::vector<float> shard(const std::string& canonical, const std::vector<float>& full, int64_t rows, int64_t cols,
-                         int t, int tp, const ModelConfig& cfg) {
-  const MegatronSplit split = megatron_split(canonical);
-  if (split == MegatronSplit::kReplicated) return full;
-  const int64_t lrows = split == MegatronSplit::kColumns ? rows : rows / tp;
-  const int64_t lcols = split == MegatronSplit::kColumns ? cols / tp : cols;
-  std::vector<float> out(static_cast<size_t>(lrows * lcols));
-  for (int64_t r = 0; r < lrows; ++r) {
-    const MegatronShardRow at = megatron_shard_row(split, r, t, tp, lrows, lcols, cfg, kCheckpointVersion);
-    std::memcpy(&out[static_cast<size_t>(r * lcols)], &full[static_cast<size_t>(at.row * cols + at.col0)],
-                static_cast<size_t>(lcols) * sizeof(float));
-  }
-  return out;
-}
-
-class RankFile {
- public:
-  RankFile(DType dtype) : dtype_(dtype) {}
-  // Writes key: tensor (its storage added to the file).
-  void tensor(pickle::Writer& w, const std::string& key, std::vector<float> data, std::vector<int64_t> shape) {
-    const std::string storage_key = std::to_string(storages_.size());
-    w.str(key);
-    w.tensor(storage_type(dtype_), storage_key, shape);
-    storages_.push_back({storage_key, encode_as(data, dtype_)});
-  }
-  const std::vector<TorchStorageBytes>& storages() const { return storages_; }
-
- private:
-  DType dtype_;
-  std::vector<TorchStorageBytes> storages_;
-};
 
 }  // namespace
 
 MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const MegatronExportOptions& options) {
   MegatronExportOptions o = options;
-  (void)storage_type(o.dtype);  // validates it
+  (void)megatron::torch_storage_type(o.dtype);  // validates it
   try {
     cfg.validate(o.tp);
   } catch (const ConfigError& e) {
@@ -170,63 +133,55 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
   const std::vector<float> wte_padded = pad_rows(wte.data.data(), wte.shape[0], C, padded);
   const int per_stage = cfg.num_layers / pp;
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, 1);
-  const fs::path release = dir / "release";
+  // A release, or with the training state the iteration Megatron resumes from.
+  const fs::path folder = o.training ? iteration_dir(dir, o.iteration) : dir / "release";
   std::error_code ec;
-  fs::create_directories(release, ec);
-  if (ec) throw IoError(release.string() + ": cannot create: " + ec.message());
+  fs::create_directories(folder, ec);
+  if (ec) throw IoError(folder.string() + ": cannot create: " + ec.message());
   for (int p = 0; p < pp; ++p)
     for (int t = 0; t < tp; ++t) {
       pickle::Writer w;
-      RankFile file(dtype);
+      RankFile file;
+      std::vector<std::string> written;  // the parameters in the model's order (named_parameters())
       const auto param = [&](const std::string& key, const std::string& name) {
         const HostTensor& h = full(name);
         const int64_t rows = h.shape[0], cols = h.shape.size() > 1 ? h.shape[1] : 1;
-        std::vector<int64_t> shape = h.shape;
-        const MegatronSplit split = megatron_split(name);
-        if (split == MegatronSplit::kColumns) shape[1] /= tp;
-        else if (split != MegatronSplit::kReplicated) shape[0] /= tp;
-        file.tensor(w, key, shard(name, h.data, rows, cols, t, tp, cfg), shape);
+        w.str(key);
+        file.tensor(w, megatron::shard_of(name, h.data, rows, cols, t, tp, cfg), megatron::shard_shape(name, h.shape, tp),
+                    dtype);
+        written.push_back(name);
       };
       const auto word_embeddings = [&](const std::string& key) {
-        file.tensor(w, key, shard("wte", wte_padded, padded, C, t, tp, cfg), {padded / tp, C});
+        w.str(key);
+        file.tensor(w, megatron::shard_of("wte", wte_padded, padded, C, t, tp, cfg), {padded / tp, C}, dtype);
+        written.push_back("wte");
       };
-      // Stage p's layers, l its local number (both models number them from 0 on every stage).
-      const auto for_each_layer_param = [&](const std::function<void(int l, const std::string& suffix,
-                                                                      const std::string& name)>& fn) {
-        for (int l = 0; l < per_stage; ++l) {
-          const std::string prefix = "h." + std::to_string(p * per_stage + l) + ".";
-          for (const ParamSpec& spec : specs)
-            if (spec.name.rfind(prefix, 0) == 0) fn(l, spec.name.substr(prefix.size()), spec.name);
-        }
-      };
+      // Stage p's layer l (both models number them from 0 on every stage): canonical prefix.
+      const auto layer = [&](int l) { return "h." + std::to_string(p * per_stage + l) + "."; };
       w.begin_dict();
       w.str("args");
       write_args(w, cfg, o);
       w.str("checkpoint_version");
-      w.real(kCheckpointVersion);
+      w.real(kExportCheckpointVersion);
       w.str("iteration");
       w.integer(o.iteration);
       w.str("model");
       if (o.mcore) {
-        // GPTModel.state_dict()'s flat keys (load_state_dict does not care for their order;
-        // Megatron-core builds linear_proj before linear_qkv).
+        // GPTModel.state_dict()'s flat keys, in the order its modules are built.
         w.begin_ordered_dict();
         if (p == 0) {
           word_embeddings("embedding.word_embeddings.weight");
           param("embedding.position_embeddings.weight", "wpe");
         }
-        for_each_layer_param([&](int l, const std::string& suffix, const std::string& name) {
+        for (int l = 0; l < per_stage; ++l)
           for (const megatron::CoreLocalModule& m : megatron::core_local_modules()) {
-            std::string rest = suffix;
-            if (!megatron::strip(rest, m.canonical)) continue;
             const std::string module = "decoder.layers." + std::to_string(l) + "." + m.module;
-            param(module + rest, name);
-            if (m.linear && rest == "bias") {  // after a linear layer's parameters, its extra state
+            for (const char* wb : {"weight", "bias"}) param(module + wb, layer(l) + m.canonical + wb);
+            if (m.linear) {  // after a linear layer's parameters, its extra state
               w.str(module + "_extra_state");
               w.none();
             }
           }
-        });
         if (p == pp - 1) {
           param("decoder.final_layernorm.weight", "ln_f.weight");
           param("decoder.final_layernorm.bias", "ln_f.bias");
@@ -254,9 +209,12 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
         }
         w.str("encoder");
         w.begin_ordered_dict();
-        for_each_layer_param([&](int l, const std::string& suffix, const std::string& name) {
-          param("layers." + std::to_string(l) + "." + megatron_layer_key(suffix, o.norm_names), name);
-        });
+        for (int l = 0; l < per_stage; ++l)  // the legacy layer's parameters are in trident's order
+          for (const ParamSpec& spec : specs)
+            if (spec.name.rfind(layer(l), 0) == 0)
+              param("layers." + std::to_string(l) + "." +
+                        megatron_layer_key(spec.name.substr(layer(l).size()), o.norm_names),
+                    spec.name);
         if (p == pp - 1) {
           const std::string final_norm = o.norm_names ? "final_norm." : "final_layernorm.";
           param(final_norm + "weight", "ln_f.weight");
@@ -272,15 +230,21 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
         }
         w.end();  // model
       }
+      if (o.training) {
+        w.str("optimizer");
+        megatron::write_optimizer_state(w, file, written, *o.training, cfg, tp, t, dtype);
+        w.str("opt_param_scheduler");
+        megatron::write_scheduler_state(w, o.training->trainer_state);
+      }
       w.end();
-      const fs::path rank_dir = release / rank_dir_name(t, p, pp);
+      const fs::path rank_dir = folder / rank_dir_name(t, p, pp);
       fs::create_directories(rank_dir, ec);
       if (ec) throw IoError(rank_dir.string() + ": cannot create: " + ec.message());
       write_torch_file((rank_dir / "model_optim_rng.pt").string(), w.finish(), file.storages());
       fsync_dir(rank_dir.string());
     }
-  fsync_dir(release.string());
-  write_file_atomic(latest_file(dir).string(), "release");
+  fsync_dir(folder.string());
+  write_file_atomic(latest_file(dir).string(), o.training ? std::to_string(o.iteration) : "release");
 }
 
 }  // namespace trident

@@ -1,9 +1,10 @@
 // GPT checkpoints written by Megatron-LM and Megatron-DeepSpeed (torch.save files, read with
 // torch_file.h; Megatron-core's distributed checkpoints) -> trident canonical tensors and
-// ModelConfig, and trident's weights -> a Megatron-LM release checkpoint (export_megatron_gpt2
-// below). Weights, and on request the training state of a Megatron-LM checkpoint
-// (MegatronImportOptions::with_optimizer); Megatron's RNG
-// states are not read (trident's dropout is keyed by the seed), and an export holds weights only.
+// ModelConfig, and trident's weights -> a Megatron-LM checkpoint (export_megatron_gpt2 below).
+// Weights, and on request the training state of a Megatron-LM checkpoint
+// (MegatronImportOptions::with_optimizer) or of a trident run for Megatron-LM
+// (MegatronExportOptions::training); Megatron's RNG states are neither read nor written
+// (trident's dropout is keyed by the seed).
 //
 // Layouts read (DIR is the --save directory, or one iteration folder in it):
 //  * Megatron-LM: DIR/latest_checkpointed_iteration.txt ("N" or "release") ->
@@ -128,6 +129,10 @@ struct MegatronExportOptions {
   // 50257 tokens; required for other vocabularies.
   std::string tokenizer_type;
   int64_t iteration = 0;  // the source's, recorded as 'iteration' (a release loads at 0)
+  // With the run's training state (trident-convert --to megatron --with-optimizer): the
+  // iteration folder iter_<iteration> that Megatron-LM resumes from (megatron_export_state.h),
+  // instead of a release.
+  const MegatronTrainingState* training = nullptr;
 };
 
 // Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM
@@ -136,11 +141,15 @@ struct MegatronExportOptions {
 // Megatron's split) and DIR/latest_checkpointed_iteration.txt "release", which Megatron-LM
 // (--use-legacy-models --transformer-impl local; Megatron-core's: --transformer-impl local) and
 // Megatron-DeepSpeed (the legacy model, without --deepspeed) load without optimizer or RNG
-// state, at iteration 0. Each file holds 'model' (legacy or Megatron-core names, vocabulary
-// padded for tp with zero rows, QKV in checkpoint_version 3.0's order), 'args' (the model's
-// shape, tp/pp, num_key_value_heads, tokenizer_type, use_legacy_models, transformer_impl and
-// consumed_train_samples 0 as Megatron's argparse.Namespace, fractions as their shortest
-// decimals), 'checkpoint_version' 3.0 and 'iteration'. Tensors are stored as options.dtype.
+// state, at iteration 0. Each file holds 'model' (legacy or Megatron-core names in the order
+// of the model's named_parameters(), vocabulary padded for tp with zero rows, QKV in
+// checkpoint_version 3.0's order), 'args' (the model's shape, tp/pp, num_key_value_heads,
+// tokenizer_type, use_legacy_models, transformer_impl and consumed_train_samples 0 as
+// Megatron's argparse.Namespace, fractions as their shortest decimals), 'checkpoint_version'
+// 3.0 and 'iteration'. Tensors are stored as options.dtype. With options.training the folder
+// is DIR/iter_<iteration> (the tracker says the iteration), each file holds the optimizer's
+// state and the scheduler's too, and the args the run's consumed samples, seed and global
+// batch: Megatron-LM continues it with --no-load-rng (no RNG state is written).
 // DIR must exist. Throws ConfigError naming --target-pp, --dtype or --tokenizer-type for what
 // Megatron cannot hold, IoError naming the file.
 void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical,

@@ -23,8 +23,8 @@ const std::vector<LayerModule>& layer_modules() {
 
 const std::vector<CoreLocalModule>& core_local_modules() {
   static const std::vector<CoreLocalModule> m = {
-      {"ln_1.", "input_layernorm.", false},       {"attn.qkv.", "self_attention.linear_qkv.", true},
-      {"attn.proj.", "self_attention.linear_proj.", true}, {"ln_2.", "pre_mlp_layernorm.", false},
+      {"ln_1.", "input_layernorm.", false},       {"attn.proj.", "self_attention.linear_proj.", true},
+      {"attn.qkv.", "self_attention.linear_qkv.", true}, {"ln_2.", "pre_mlp_layernorm.", false},
       {"mlp.fc.", "mlp.linear_fc1.", true},       {"mlp.proj.", "mlp.linear_fc2.", true},
   };
   return m;

@@ -32,6 +32,8 @@ struct CoreLocalModule {
   const char* module;
   bool linear;
 };
+// In the order a layer builds them, its named_parameters() order (Attention builds
+// linear_proj before SelfAttention its linear_qkv).
 const std::vector<CoreLocalModule>& core_local_modules();
 
 // Removes `prefix` from the front of `s`; false (and `s` unchanged) when it is not there.

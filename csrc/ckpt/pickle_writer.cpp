@@ -12,7 +12,7 @@ namespace {
 constexpr char kMark = '(', kStop = '.', kNone = 'N', kTrue = '\x88', kFalse = '\x89', kBinInt = 'J',
                kLong1 = '\x8a', kBinFloat = 'G', kBinUnicode = 'X', kGlobal = 'c', kEmptyDict = '}',
                kSetItems = 'u', kEmptyTuple = ')', kTuple = 't', kReduce = 'R', kNewObj = '\x81', kBuild = 'b',
-               kBinPersId = 'Q';
+               kBinPersId = 'Q', kEmptyList = ']', kAppends = 'e';
 }  // namespace
 
 Writer::Writer() { out_ = "\x80\x02"; }
@@ -84,12 +84,22 @@ void Writer::begin_tuple() {
   open_.push_back(Open::kTuple);
 }
 
+void Writer::begin_list() {
+  op(kEmptyList);
+  op(kMark);
+  open_.push_back(Open::kList);
+}
+
 void Writer::end() {
   TRIDENT_CHECK(!open_.empty(), "pickle writer: end() without begin");
   const Open o = open_.back();
   open_.pop_back();
   if (o == Open::kTuple) {
     op(kTuple);
+    return;
+  }
+  if (o == Open::kList) {
+    op(kAppends);
     return;
   }
   op(kSetItems);

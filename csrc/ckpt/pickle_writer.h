@@ -22,11 +22,12 @@ class Writer {
   void str(std::string_view s);
   void global(std::string_view module, std::string_view name);  // e.g. torch.bfloat16
 
-  // Between begin and end: a dict's keys and values alternately; a tuple's items.
+  // Between begin and end: a dict's keys and values alternately; a tuple's or a list's items.
   void begin_dict();
   void begin_ordered_dict();  // collections.OrderedDict()
   void begin_namespace();     // argparse.Namespace() with the dict of its attributes
   void begin_tuple();
+  void begin_list();
   void end();
 
   // torch._utils._rebuild_tensor_v2 of a contiguous tensor over the whole storage `key`
@@ -37,7 +38,7 @@ class Writer {
   std::string finish();
 
  private:
-  enum class Open { kDict, kNamespace, kTuple };
+  enum class Open { kDict, kNamespace, kTuple, kList };
   void op(char c) { out_ += c; }
   void le(uint64_t v, int n);
   std::string out_;

@@ -137,6 +137,12 @@ MCORE_LOCAL = {"ln_1": "input_layernorm", "qkv": "self_attention.linear_qkv", "d
                "ln_2": "pre_mlp_layernorm", "fc1": "mlp.linear_fc1", "fc2": "mlp.linear_fc2"}
 
 
+# Megatron-core's order of a layer's modules (its state dict's and named_parameters()'):
+# Attention builds linear_proj before SelfAttention its linear_qkv; with Transformer Engine's
+# spec the input norm is linear_qkv's (LayerNormLinear's layer_norm_* first).
+MCORE_ORDER = {False: ["ln_1", "dense", "qkv", "ln_2", "fc1", "fc2"], True: ["dense", "ln_1", "qkv", "ln_2", "fc1", "fc2"]}
+
+
 def rename(layer, names, te=False):
     out = collections.OrderedDict()
     for k, v in layer.items():
@@ -205,7 +211,9 @@ def rank_models(w, pad, vocab_padded, tp, pp, t, s, dtype, version, names, mcore
                 m["embedding.word_embeddings.weight"] = emb
                 m["embedding.position_embeddings.weight"] = w["wpe"].to(dtype)
             for j, g in enumerate(ranges[(v, s)]):
-                for k, x in rename(megatron_layer(w, g, tp, t, version, dtype), names, te).items():
+                layer = megatron_layer(w, g, tp, t, version, dtype)
+                layer = {f"{mod}.{wb}": layer[f"{mod}.{wb}"] for mod in MCORE_ORDER[te] for wb in ("weight", "bias")}
+                for k, x in rename(layer, names, te).items():
                     m[f"decoder.layers.{j}.{k}"] = x
                     if linear_extra_state and k.endswith(".bias") and "linear_" in k:
                         m[f"decoder.layers.{j}.{k[:-len('bias')]}_extra_state"] = None

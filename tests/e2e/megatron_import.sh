@@ -175,7 +175,7 @@ expect_error "$src/ds-module/global_step5/mp_rank_00_model_states.pt: no 'optimi
   "$convert" "${m[@]}" --load "$src/ds-module" --with-optimizer
 expect_error "--with-optimizer: $src/lm-release-old/release is a release checkpoint, which Megatron loads without optimizer state" \
   "$convert" --from megatron --load "$src/lm-release-old" --with-optimizer
-expect_error "--with-optimizer applies to --from megatron only (a trident checkpoint converts with its optimizer state" \
+expect_error "--with-optimizer applies to --from megatron and --to megatron only (a trident checkpoint converts with its optimizer state" \
   "$convert" --from hf --load "$src/hf-float32-1000" --with-optimizer
 cp -r "$src/dist-layers-tp2" "$tmp/dist-missing"
 rm "$tmp/dist-missing/iter_0000007/__1_0.distcp"

@@ -33,6 +33,10 @@
 #    saved it, kept as saved; at ZeRO stage 0 the optimizer in the model states, FP16_Optimizer's
 #    flat groups (fp16 tp2 x pp2), FP16_UnfusedOptimizer's master per parameter (fp16 with
 #    torch's Adam, without a pipeline) or the bare Adam by parameter index (fp32 pp2).
+# The way back, trident-convert --to megatron --with-optimizer (fp16 tp2 x pp2 legacy, bf16 pp2
+# Megatron-core, fp32 tp2 legacy): the same state as megatron_training_state.py writes it,
+# parameter by parameter (megatron_export_check.py), which imported again resumes to the
+# uninterrupted run's files; a checkpoint without optimizer state exports none (one line).
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
 # optimizer files must equal the uninterrupted run's byte for byte; a note names Adam betas that
 # differ from the flags'. Two LayerNorm weights' states exchanged (another parameter order than
@@ -125,6 +129,37 @@ if megatron init-step fp32 1 1 1 apex legacy deepspeed-module init-step; then
     grep -q '"consumed_train_tokens": *1384' "$tmp/imp-init-step/iter_0000003/metadata.json" &&
     ok "DeepSpeed's extra initial Adam step: imported as saved (4 steps at iteration 3); args.consumed_train_tokens (1384) kept" ||
     { fail "DeepSpeed init-step import"; cat "$tmp/imp-init-step.log"; }
+fi
+
+# The way back: trident-convert --to megatron --with-optimizer writes what Megatron-LM saves
+# (megatron_export_check.py compares it, parameter by parameter, with megatron_training_state.py's
+# file of the same state), and imported again it resumes to the uninterrupted run's files.
+for c in "fp16 2 2 legacy apex" "bf16 1 2 mcore torch" "fp32 2 1 legacy torch"; do
+  read -r dtype tp pp model steps <<<"$c"
+  name=export-$dtype-tp$tp-pp$pp-$model
+  megatron "$name" "$dtype" "$tp" "$pp" 1 "$steps" "$model" indexed || continue
+  out=$tmp/mg-ours-$name
+  if "$convert" --to megatron --with-optimizer --load "$tmp/ref-$dtype" --iteration 3 --save "$out" --target-tp "$tp" \
+      --target-pp "$pp" --megatron-model "$model" --tokenizer-type NullTokenizer >"$out.log" 2>&1 &&
+    "$py" "$repo/tests/e2e/megatron_export_check.py" "$out" "$tmp/mg-$name" 3 1000 >>"$out.log" 2>&1; then
+    ok "$name: $(tail -1 "$out.log")"
+  else
+    fail "$name: the export differs from Megatron's checkpoint"; cat "$out.log"; continue
+  fi
+  if resumed "ours-$name" "$dtype"; then
+    ok "$name: imported again and resumed to iteration 6, model and optimizer equal the uninterrupted run's"
+  else
+    fail "$name: the export, imported again, does not resume to the uninterrupted run"
+  fi
+done
+# A checkpoint without optimizer state has none to export: one line, no output.
+"$convert" --load "$tmp/ref-fp32" --iteration 3 --save "$tmp/no-optim" --no-optimizer >/dev/null &&
+  "$convert" --to megatron --with-optimizer --tokenizer-type NullTokenizer --load "$tmp/no-optim" \
+    --save "$tmp/no-optim-mg" >/dev/null 2>"$tmp/err"
+if [[ $? -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $tmp/no-optim-mg ]] && grep -q "holds no optimizer state" "$tmp/err"; then
+  ok "$(cat "$tmp/err")"
+else
+  fail "--to megatron --with-optimizer without optimizer state: $(cat "$tmp/err")"
 fi
 
 # Another parameter order than Megatron's: undetectable in fp32 (the shapes agree), where it

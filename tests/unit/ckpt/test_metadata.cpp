@@ -33,7 +33,7 @@ CheckpointMetadata sample() {
   m.model.dtype = DType::BF16;
   m.iteration = 1234;
   m.consumed_samples = 9876543210LL;
-  m.layout = {2, 4, 8, 1};
+  m.layout = {2, 4, 8, 1, 1, {}};
   m.trainer_state = {{"rng", {{"seed", 1234}, {"offset", 18446744073709551615ull}}},
                      {"loss_scaler", {{"scale", 65536.0}, {"hysteresis", 2}, {"clean_steps", 17}}},
                      {"scheduler", {{"num_steps", 158000}}},
@@ -63,7 +63,7 @@ TEST(Metadata, RoundTripEveryField) {
   EXPECT_EQ(r.model.dtype, DType::BF16);
   EXPECT_EQ(r.iteration, 1234);
   EXPECT_EQ(r.consumed_samples, 9876543210LL);
-  EXPECT_EQ(r.layout, (ParallelLayout{2, 4, 8, 1}));
+  EXPECT_EQ(r.layout, (ParallelLayout{2, 4, 8, 1, 1, {}}));
   EXPECT_EQ(r.trainer_state, m.trainer_state);
   EXPECT_EQ(r.trainer_state["rng"]["offset"].get<uint64_t>(), 18446744073709551615ull);
   EXPECT_EQ(r.files, m.files);
@@ -81,7 +81,7 @@ TEST(Metadata, InterleavedLayoutRoundTrips) {
   const std::string path = d / kMetadataFileName;
   CheckpointMetadata m = sample();
   m.model.num_layers = 8;
-  m.layout = ParallelLayout{1, 2, 1, 0, 2};
+  m.layout = ParallelLayout{1, 2, 1, 0, 2, {}};
   write_metadata(path, m);
   EXPECT_EQ(json::parse(slurp(path))["layout"]["virtual_pipeline_chunks"], 2);
   EXPECT_EQ(read_metadata(path).layout, m.layout);

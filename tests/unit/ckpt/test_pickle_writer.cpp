@@ -39,6 +39,17 @@ TEST(PickleWriter, BytesOfSmallValues) {
   EXPECT_EQ(w.finish(), want);
 }
 
+TEST(PickleWriter, BytesOfLists) {
+  pickle::Writer w;
+  w.begin_list();
+  w.integer(7);
+  w.begin_list();
+  w.end();
+  w.end();
+  // EMPTY_LIST MARK BININT 7 EMPTY_LIST MARK APPENDS APPENDS STOP
+  EXPECT_EQ(w.finish(), std::string("\x80\x02](J\x07\x00\x00\x00](ee.", 14));
+}
+
 TEST(PickleWriter, ReadBackThroughATorchFile) {
   ScratchDir dir;
   const std::string path = dir.path() + "/model_optim_rng.pt";

@@ -49,7 +49,7 @@ fs::path write_checkpoint(const fs::path& root, int tp, int pp) {
   CheckpointMetadata m;
   m.model = small_config();
   m.iteration = 5;
-  return write_offline_checkpoint(root, m, OfflineLayout{tp, pp}, true, source_tensor);
+  return write_offline_checkpoint(root, m, OfflineLayout{tp, pp, {}}, true, source_tensor);
 }
 
 ParamSpec spec_at(int tp, const std::string& name) {
@@ -71,7 +71,7 @@ std::string model_file(const std::string& rank_dir) { return rank_dir + "/" + kM
 Files load_as(const fs::path& dir, int tp, int tp_rank, int pp, int pp_rank) {
   auto backend = make_backend("cpu");
   const ModelConfig cfg = small_config();
-  const LayerRange r = pipeline_chunk_layers(PipelineSplit{cfg.num_layers, pp}, pp_rank).front();
+  const LayerRange r = pipeline_chunk_layers(plain_split(cfg.num_layers, pp), pp_rank).front();
   const auto on_stage = [&](const ParamSpec& s) {
     return stage_holds(s, r.begin, r.end, pp_rank == 0, pp_rank == pp - 1);
   };
@@ -185,7 +185,7 @@ fs::path write_zero_checkpoint(const fs::path& dir, const std::vector<std::strin
   const std::vector<ParamSpec> specs = gpt2_param_specs(small_config(), 1);
   CheckpointMetadata m;
   m.model = small_config();
-  m.layout = ParallelLayout{1, 1, 2, 1};
+  m.layout = ParallelLayout{1, 1, 2, 1, 1, {}};
   fs::create_directories(dir / "mp_rank_00");
   for (int dp = 0; dp < 2; ++dp) {
     std::vector<std::vector<float>> data;
@@ -242,7 +242,7 @@ TEST(ShardedCheckpoint, WithoutOptimizerFilesThereIsNoOptimizerState) {
   ScratchDir d;
   CheckpointMetadata m;
   m.model = small_config();
-  const fs::path dir = write_offline_checkpoint(d / "ck", m, OfflineLayout{1, 1}, false, source_tensor);
+  const fs::path dir = write_offline_checkpoint(d / "ck", m, OfflineLayout{1, 1, {}}, false, source_tensor);
   ShardedCheckpointReader ckpt(dir);
   EXPECT_FALSE(ckpt.has_optimizer_state());
   EXPECT_TRUE(ckpt.opened_files().empty());

@@ -117,7 +117,7 @@ TEST(PipelineSplit, EvenSplitsAreMegatrons) {
   for (int L = 1; L <= 24; ++L)
     for (int P = 1; P <= 6; ++P)
       for (int V = 1; V <= 4; ++V) {
-        const PipelineSplit s{L, P, V};
+        const PipelineSplit s = plain_split(L, P, V);
         if (L % (P * V) != 0 || (V > 1 && P == 1)) {
           EXPECT_EQ(pipeline_split_error(s).empty(), V == 1 && P <= L) << describe(s);
           continue;
@@ -136,7 +136,7 @@ TEST(PipelineSplit, LayersStagesDoNotDivideGoToTheMiddleStagesFirst) {
     for (int P = 1; P <= std::min(L, 8); ++P) {
       int next = 0, lo = L, hi = 0;
       for (int p = 0; p < P; ++p) {
-        const LayerRange r = pipeline_chunk_layers(PipelineSplit{L, P}, p).front();
+        const LayerRange r = pipeline_chunk_layers(plain_split(L, P), p).front();
         EXPECT_EQ(r.begin, next) << L << " layers, " << P << " stages, stage " << p;
         EXPECT_GE(r.size(), 1);
         lo = std::min(lo, r.size());
@@ -146,19 +146,19 @@ TEST(PipelineSplit, LayersStagesDoNotDivideGoToTheMiddleStagesFirst) {
       EXPECT_EQ(next, L);
       EXPECT_LE(hi - lo, 1) << L << " layers over " << P << " stages";
     }
-  const auto size = [](int L, int P, int p) { return pipeline_chunk_layers(PipelineSplit{L, P}, p).front().size(); };
+  const auto size = [](int L, int P, int p) { return pipeline_chunk_layers(plain_split(L, P), p).front().size(); };
   EXPECT_EQ(size(5, 4, 3), 1);  // the last stage (LM head) gets no extra layer
   EXPECT_EQ(size(5, 4, 1), 2);
   EXPECT_EQ(size(3, 2, 0), 2);
   EXPECT_EQ(size(7, 4, 0), 2);  // middle two get one each, then the first
-  EXPECT_EQ(pipeline_stage_of_layer(PipelineSplit{7, 4}, 1), 0);
-  EXPECT_EQ(pipeline_stage_of_layer(PipelineSplit{7, 4}, 2), 1);
-  EXPECT_EQ(pipeline_stage_of_layer(PipelineSplit{7, 4}, 6), 3);
+  EXPECT_EQ(pipeline_stage_of_layer(plain_split(7, 4), 1), 0);
+  EXPECT_EQ(pipeline_stage_of_layer(plain_split(7, 4), 2), 1);
+  EXPECT_EQ(pipeline_stage_of_layer(plain_split(7, 4), 6), 3);
 }
 
 TEST(PipelineSplit, WorkedExamples) {
   // 8 layers, 2 stages, 2 chunks: chunk c of stage p is slice 2c + p of four.
-  const PipelineSplit interleaved{8, 2, 2};
+  const PipelineSplit interleaved = plain_split(8, 2, 2);
   EXPECT_EQ(pipeline_chunk_layers(interleaved, 0)[1].begin, 4);
   EXPECT_EQ(pipeline_chunk_layers(interleaved, 1)[0].begin, 2);
   EXPECT_EQ(pipeline_split_text(interleaved), "stages of [2, 2] and [2, 2] layers");

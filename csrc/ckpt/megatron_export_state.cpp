@@ -1,0 +1,188 @@
+#include "ckpt/megatron_export_state.h"
+
+#include <cmath>
+
+#include "ckpt/canonical_slices.h"
+#include "ckpt/metadata.h"
+#include "core/error.h"
+
+namespace trident::megatron {
+namespace {
+
+using json = nlohmann::json;
+
+double shortest(double v) { return shortest_decimal(static_cast<float>(v)); }
+
+double number_or(const json& j, const char* key, double dflt) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : dflt;
+}
+
+// A count Megatron keeps as an int, a float where it has a fraction.
+void count(pickle::Writer& w, double v) {
+  if (v == std::floor(v) && std::fabs(v) < 9.0e15) w.integer(static_cast<int64_t>(v));
+  else w.real(v);
+}
+
+// One parameter's state on this rank: its shard of a full canonical tensor of `m`.
+struct Shards {
+  const MegatronTrainingState& st;
+  const ModelConfig& cfg;
+  int tp, t;
+
+  std::vector<int64_t> shape(const std::string& name) const {
+    std::vector<int64_t> s = st.master.at(name).shape;
+    if (name == "wte") s[0] = cfg.padded_vocab_size(tp);
+    return shard_shape(name, s, tp);
+  }
+  std::vector<float> of(const TensorMap& m, const std::string& name) const {
+    const HostTensor& h = m.at(name);
+    const int64_t cols = h.shape.size() > 1 ? h.shape[1] : 1;
+    if (name != "wte") return shard_of(name, h.data, h.shape[0], cols, t, tp, cfg);
+    const int64_t padded = cfg.padded_vocab_size(tp);  // Megatron's padding rows: zero
+    return shard_of(name, pad_rows(h.data.data(), h.shape[0], cols, padded), padded, cols, t, tp, cfg);
+  }
+};
+
+}  // namespace
+
+void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<std::string>& params,
+                           const MegatronTrainingState& st, const ModelConfig& cfg, int tp, int t, DType dtype) {
+  const json& ts = st.trainer_state;
+  const Shards shards{st, cfg, tp, t};
+  const int64_t steps = ts.value("optimizer_steps", int64_t{0});
+  const json adam = ts.value(kAdamKey, json::object());
+  const json sched = ts.value("opt_param_scheduler", json::object());
+  // Megatron's two groups: the weights (weight decay), then the biases and LayerNorms.
+  std::vector<std::string> groups[2];
+  for (const std::string& p : params) groups[shards.shape(p).size() == 2 ? 0 : 1].push_back(p);
+  const bool wrapped = dtype != DType::F32;  // Float16OptimizerWithFloat16Params around INNER
+
+  w.begin_dict();
+  if (wrapped) {
+    w.str("optimizer");
+    w.begin_dict();
+  }
+  w.str("state");
+  w.begin_dict();
+  int64_t index = 0;
+  if (steps > 0)  // torch's Adam holds no state before its first step
+    for (const auto& group : groups)
+      for (const std::string& p : group) {
+        w.integer(index++);
+        w.begin_dict();
+        w.str("exp_avg");
+        file.tensor(w, shards.of(st.exp_avg, p), shards.shape(p), DType::F32);
+        w.str("exp_avg_sq");
+        file.tensor(w, shards.of(st.exp_avg_sq, p), shards.shape(p), DType::F32);
+        w.str("step");
+        file.tensor(w, {static_cast<float>(steps)}, {}, DType::F32);
+        w.end();
+      }
+  w.end();  // state
+  w.str("param_groups");
+  w.begin_list();
+  index = 0;
+  for (int g = 0; g < 2; ++g) {
+    w.begin_dict();
+    w.str("lr");
+    w.real(shortest(number_or(sched, "max_lr", 0.0)));
+    w.str("betas");
+    w.begin_tuple();
+    w.real(shortest(number_or(adam, "beta1", 0.9)));
+    w.real(shortest(number_or(adam, "beta2", 0.999)));
+    w.end();
+    w.str("eps");
+    w.real(shortest(number_or(adam, "eps", 1e-8)));
+    w.str("weight_decay");
+    w.real(g == 0 ? shortest(number_or(sched, "start_wd", 0.0)) : 0.0);
+    w.str("bias_correction");
+    w.boolean(true);
+    w.str("amsgrad");
+    w.boolean(false);
+    w.str("wd_mult");
+    w.real(g == 0 ? 1.0 : 0.0);
+    w.str("lr_mult");
+    w.real(1.0);
+    w.str("is_expert_parallel");
+    w.boolean(false);
+    w.str("is_decoupled_lr");
+    w.boolean(false);
+    w.str("max_lr");
+    w.real(shortest(number_or(sched, "max_lr", 0.0)));
+    w.str("min_lr");
+    w.real(shortest(number_or(sched, "min_lr", 0.0)));
+    w.str("step");
+    w.integer(steps);
+    w.str("params");
+    w.begin_list();
+    for (size_t i = 0; i < groups[g].size(); ++i) w.integer(index++);
+    w.end();
+    w.end();
+  }
+  w.end();  // param_groups
+  if (!wrapped) {
+    w.end();
+    return;
+  }
+  w.end();  // the inner optimizer
+  w.str("fp32_from_fp16_params");
+  w.begin_list();
+  for (const auto& group : groups) {
+    w.begin_list();
+    for (const std::string& p : group) file.tensor(w, shards.of(st.master, p), shards.shape(p), DType::F32);
+    w.end();
+  }
+  w.end();
+  // Megatron's DynamicGradScaler: the scale as a one-element tensor, the trackers as ints.
+  const auto scaler = ts.find("loss_scaler");
+  if (dtype == DType::F16 && scaler != ts.end() && scaler->is_object()) {
+    w.str("grad_scaler");
+    w.begin_dict();
+    w.str("scale");
+    file.tensor(w, {static_cast<float>(number_or(*scaler, "scale", 1.0))}, {1}, DType::F32);
+    w.str("growth_tracker");
+    w.integer(scaler->value("growth_tracker", int64_t{0}));
+    w.str("hysteresis_tracker");
+    w.integer(scaler->value("hysteresis_tracker", int64_t{0}));
+    w.end();
+  }
+  w.end();
+}
+
+void write_scheduler_state(pickle::Writer& w, const json& trainer_state) {
+  const json s = trainer_state.value("opt_param_scheduler", json::object());
+  if (!s.is_object() || s.empty())
+    throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
+                      "opt_param_scheduler) to export");
+  const auto real = [&](const char* key) {
+    w.str(key);
+    w.real(shortest(number_or(s, key, 0.0)));
+  };
+  const auto steps = [&](const char* key) {
+    w.str(key);
+    count(w, number_or(s, key, 0.0));
+  };
+  const auto text = [&](const char* key) {
+    w.str(key);
+    w.str(s.value(key, std::string()));
+  };
+  w.begin_dict();
+  real("max_lr");
+  steps("lr_warmup_steps");
+  steps("num_steps");
+  text("lr_decay_style");
+  steps("lr_decay_steps");
+  real("min_lr");
+  real("start_wd");
+  real("end_wd");
+  text("wd_incr_style");
+  steps("wd_incr_steps");
+  if (s.value("lr_decay_style", std::string()) == "WSD") {
+    steps("wsd_decay_steps");
+    text("lr_wsd_decay_style");
+  }
+  w.end();
+}
+
+}  // namespace trident::megatron

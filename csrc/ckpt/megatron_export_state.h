@@ -1,0 +1,37 @@
+// The training state export_megatron_gpt2 writes beside the weights when given one
+// (MegatronExportOptions::training): what Megatron-LM's load_checkpoint reads back from each
+// mp_rank_* file of a non-distributed optimizer, the reverse of megatron_optimizer.h.
+//  * 'optimizer': Float16OptimizerWithFloat16Params.state_dict() for fp16 and bf16 ({'optimizer':
+//    INNER, 'fp32_from_fp16_params': [[master per parameter] per group], 'grad_scaler' for fp16
+//    when the run had a dynamic loss scale}); FP32Optimizer's, INNER itself, for fp32.
+//  * INNER, torch.optim.Optimizer.state_dict(): {'state': {index: {'exp_avg', 'exp_avg_sq',
+//    'step'}}, 'param_groups': [weights, then biases and LayerNorms]}. Megatron's two default
+//    groups hold the file's parameters in named_parameters() order, 2-D ones (weight decay) and
+//    1-D ones (wd_mult 0); indices count through them in turn. Adam's step count is in each
+//    group ('step': apex's and Transformer Engine's FusedAdam) and in each state (a tensor:
+//    torch's Adam), so that any of them continues the bias correction.
+//  * 'opt_param_scheduler': OptimizerParamScheduler.state_dict(), from trident's own fields
+//    (in samples, as Megatron counts them).
+// Megatron's scheduler sets the groups' lr and weight_decay on load; the file's are its start.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/megatron_gpt2.h"
+#include "ckpt/megatron_rank_file.h"
+
+namespace trident::megatron {
+
+// Writes the value of 'optimizer' for tensor-parallel rank t's file whose parameters, in
+// named_parameters() order, are `params` (canonical names; "wte" again for the tied head of a
+// last stage). `dtype` is the model's stored dtype.
+void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<std::string>& params,
+                           const MegatronTrainingState& state, const ModelConfig& cfg, int tp, int t, DType dtype);
+
+// Writes the value of 'opt_param_scheduler' (trainer_state.opt_param_scheduler's fields).
+void write_scheduler_state(pickle::Writer& w, const nlohmann::json& trainer_state);
+
+}  // namespace trident::megatron

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Compares trident-convert --to megatron --with-optimizer's checkpoint (OURS) with the same
+training state written by megatron_training_state.py as Megatron-LM saves it (REF), loaded with
+torch: the tracker, and in every mp_rank_* file the model's tensors (key, dtype, values), each
+parameter's optimizer state (Adam's moments, the fp32 master, the step count: Megatron's groups
+matched to the parameters through each file's own state-dict order, so that the two files may
+order their parameters differently), the groups' Adam betas and epsilon and weight-decay
+multipliers, the loss scaler, the scheduler's fields and the args' iteration and consumed
+samples. The word embedding's padding rows (past VOCAB: Megatron never reads them) are left out.
+Usage: megatron_export_check.py OURS REF ITERATION VOCAB"""
+import os
+import sys
+
+import torch
+
+
+def tensors(d, prefix=""):
+    """A (nested) state dict's tensors, in order, under dotted keys."""
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += tensors(v, prefix + k + ".")
+        elif torch.is_tensor(v):
+            out.append((prefix + k, v))
+    return out
+
+
+def step_of(x):
+    return int(x.item()) if torch.is_tensor(x) else int(x)
+
+
+def per_parameter(ck, where):
+    """Parameter key -> (exp_avg, exp_avg_sq, master, step) from Megatron's non-distributed
+    optimizer state: its groups' indices walk the parameters of one kind (2-D, 1-D) in order."""
+    model = tensors(ck["model"])
+    opt = ck["optimizer"]
+    inner = opt.get("optimizer", opt)
+    masters = opt.get("fp32_from_fp16_params")
+    by_kind = {2: [k for k, x in model if x.dim() == 2], 1: [k for k, x in model if x.dim() == 1]}
+    values = dict(model)
+    out = {}
+    for g, group in enumerate(inner["param_groups"]):
+        kind = 1 if group.get("wd_mult", 1.0) == 0.0 or group["weight_decay"] == 0.0 else 2
+        for i, index in enumerate(group["params"]):
+            key = by_kind[kind].pop(0)
+            state = inner["state"].get(index, {})
+            step = state.get("step", group.get("step"))
+            master = masters[g][i] if masters is not None else values[key]
+            assert master.shape == values[key].shape, (where, key)
+            out[key] = (state.get("exp_avg"), state.get("exp_avg_sq"), master.float(), step_of(step))
+    assert not by_kind[1] and not by_kind[2], (where, "parameters without optimizer state", by_kind)
+    return out
+
+
+def same(a, b):
+    return a is None and b is None or a is not None and b is not None and a.dtype == b.dtype and torch.equal(a, b)
+
+
+EMBEDDINGS = ("word_embeddings.weight", "word_embeddings_for_head.weight", "output_layer.weight")
+
+
+def real_rows(key, x, t, vocab):
+    """x without the padding rows when it is tensor-parallel rank t's shard of the word embedding."""
+    if x is None or not key.endswith(EMBEDDINGS):
+        return x
+    n = x.shape[0]
+    return x[:max(0, min(n, vocab - t * n))]
+
+
+def main():
+    ours, ref, iteration, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    for d in (ours, ref):
+        with open(os.path.join(d, "latest_checkpointed_iteration.txt")) as f:
+            assert f.read().strip() == str(iteration), d
+    folder = f"iter_{iteration:07d}"
+    ranks = sorted(os.listdir(os.path.join(ref, folder)))
+    assert ranks == sorted(os.listdir(os.path.join(ours, folder))), (ranks, os.listdir(os.path.join(ours, folder)))
+    checked = 0
+    for rank in ranks:
+        t = int(rank.split("_")[2])  # mp_rank_TT[_PPP]
+        a = torch.load(os.path.join(ours, folder, rank, "model_optim_rng.pt"), map_location="cpu", weights_only=False)
+        b = torch.load(os.path.join(ref, folder, rank, "model_optim_rng.pt"), map_location="cpu", weights_only=False)
+        ma, mb = dict(tensors(a["model"])), dict(tensors(b["model"]))
+        assert ma.keys() == mb.keys(), (rank, sorted(ma.keys() ^ mb.keys()))
+        for k in mb:
+            assert same(real_rows(k, ma[k], t, vocab), real_rows(k, mb[k], t, vocab)), (rank, k)
+        pa, pb = per_parameter(a, "ours " + rank), per_parameter(b, "reference " + rank)
+        assert pa.keys() == pb.keys(), rank
+        for k in pb:
+            for what, x, y in zip(("exp_avg", "exp_avg_sq", "master"), pa[k][:3], pb[k][:3]):
+                assert same(real_rows(k, x, t, vocab), real_rows(k, y, t, vocab)), (rank, k, what)
+            assert pa[k][3] == pb[k][3], (rank, k, "step", pa[k][3], pb[k][3])
+        ga = a["optimizer"].get("optimizer", a["optimizer"])["param_groups"]
+        gb = b["optimizer"].get("optimizer", b["optimizer"])["param_groups"]
+        for x, y in zip(ga, gb):
+            for key in ("betas", "eps", "wd_mult"):
+                assert x[key] == y[key], (rank, key, x[key], y[key])
+        sa, sb = a["optimizer"].get("grad_scaler"), b["optimizer"].get("grad_scaler")
+        assert (sa is None) == (sb is None), (rank, "grad_scaler")
+        if sb is not None:
+            assert torch.equal(sa["scale"], sb["scale"]) and sa["growth_tracker"] == sb["growth_tracker"] and \
+                sa["hysteresis_tracker"] == sb["hysteresis_tracker"], (rank, sa, sb)
+        for key, value in b["opt_param_scheduler"].items():
+            assert a["opt_param_scheduler"][key] == value, (rank, key, a["opt_param_scheduler"][key], value)
+        assert a["iteration"] == b["iteration"] == iteration, rank
+        for key in ("consumed_train_samples", "consumed_valid_samples"):
+            assert getattr(a["args"], key) == getattr(b["args"], key), (rank, key)
+        checked += len(pb)
+    print(f"{len(ranks)} rank files, {checked} parameters' model and optimizer state equal to Megatron's")
+
+
+if __name__ == "__main__":
+    main()
