@@ -47,12 +47,18 @@ std::vector<int> stage_totals(const PipelineSplit& s, std::string& why) {
     int rest = L, middle = P;
     if (u.first_stage_layers > 0) rest -= u.first_stage_layers, --middle;
     if (u.last_stage_layers > 0) rest -= u.last_stage_layers, --middle;
-    if (rest < 0 || (rest > 0) != (middle > 0) || (middle > 0 && rest % middle != 0)) {
-      why = "--num-layers (" + n(L) + ") less the first and last stages' (" +
-            n(u.first_stage_layers + u.last_stage_layers) + ") leaves " + n(rest) + " layers for " + n(middle) +
-            " other stages: they must share them equally, a layer at least each";
-      return {};
-    }
+    const std::string ends = (u.first_stage_layers > 0 && u.last_stage_layers > 0 ? "the first and last stages' "
+                              : u.first_stage_layers > 0                          ? "the first stage's "
+                                                                                  : "the last stage's ") +
+                             n(u.first_stage_layers + u.last_stage_layers);
+    if (rest < 0)
+      why = ends + " layers exceed --num-layers (" + n(L) + ")";
+    else if (middle == 0 && rest > 0)
+      why = "with no stage between the first and the last, " + ends + " layers must be --num-layers (" + n(L) + ")";
+    else if (middle > 0 && (rest == 0 || rest % middle != 0))
+      why = "--num-layers (" + n(L) + ") less " + ends + " leaves " + n(rest) + " layers for " + n(middle) +
+            " other stage" + (middle == 1 ? "" : "s") + ": they must share them equally, a layer at least each";
+    if (!why.empty()) return {};
     std::vector<int> totals(P, middle > 0 ? rest / middle : 0);
     if (u.first_stage_layers > 0) totals.front() = u.first_stage_layers;
     if (u.last_stage_layers > 0) totals.back() = u.last_stage_layers;
@@ -60,14 +66,20 @@ std::vector<int> stage_totals(const PipelineSplit& s, std::string& why) {
   }
   const int counted = L + (u.embedding_as_layer ? 1 : 0) + (u.loss_as_layer ? 1 : 0);
   if (counted % P != 0) {
-    why = "--num-layers (" + n(L) + ") plus the embedding and loss counted as layers (" + n(counted) +
-          ") must be a multiple of --pipeline-model-parallel-size (" + n(P) + ")";
+    why = "--num-layers (" + n(L) + ") and " + counted_as_layers(u) + ", counted as layers (" + n(counted) +
+          " in all), must be a multiple of --pipeline-model-parallel-size (" + n(P) + ")";
     return {};
   }
   return std::vector<int>(P, counted / P);
 }
 
 }  // namespace
+
+std::string counted_as_layers(const UnevenPipeline& u) {
+  if (u.embedding_as_layer && u.loss_as_layer) return "the embedding and the loss";
+  if (u.embedding_as_layer) return "the embedding";
+  return u.loss_as_layer ? "the loss" : "";
+}
 
 std::string pipeline_split_error(const PipelineSplit& s) {
   if (s.num_layers < 1 || s.stages < 1 || s.chunks < 1) return "the layers, stages and chunks must be positive";
@@ -82,8 +94,8 @@ std::string pipeline_split_error(const PipelineSplit& s) {
       const std::string stage = p == 0 && s.uneven.first_stage_layers > 0                ? "the first stage's"
                                 : p == s.stages - 1 && s.uneven.last_stage_layers > 0 ? "the last stage's"
                                                                                        : "a stage's";
-      return stage + " " + n(totals[p]) + " layers" +
-             (s.uneven.embedding_as_layer || s.uneven.loss_as_layer ? " (the embedding and loss counted)" : "") +
+      const std::string counted = counted_as_layers(s.uneven);
+      return stage + " " + n(totals[p]) + " layers" + (counted.empty() ? "" : " (" + counted + " counted)") +
              " must be a multiple of the " + n(s.chunks) + " model chunks a stage";
     }
   return "";

@@ -59,6 +59,10 @@ std::vector<LayerRange> pipeline_chunk_layers(const PipelineSplit& s, int stage)
 // The stage that holds transformer layer `layer`.
 int pipeline_stage_of_layer(const PipelineSplit& s, int layer);
 
+// What the flags count as layers: "the embedding and the loss", "the embedding", "the loss"
+// or "", for messages.
+std::string counted_as_layers(const UnevenPipeline& u);
+
 // "stages of 3, 2, 2 and 1 layers" (with chunks: "stages of [1, 2], [2, 1] layers"), for messages.
 std::string pipeline_split_text(const PipelineSplit& s);
 

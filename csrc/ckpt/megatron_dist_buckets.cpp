@@ -83,7 +83,7 @@ class BucketReader {
     vp_ = static_cast<int>(std::max<int64_t>(1, int_arg(*c.args, "virtual_pipeline_model_parallel_size", 1)));
     if (const Value* v = c.args->get("pipeline_model_parallel_layout"); v && v->kind != Kind::None)
       throw ConfigError("--with-optimizer: " + c.args_source + ": args.pipeline_model_parallel_layout is set; "
-                        "trident reads the bucket formats' optimizer state of Megatron's other pipeline splits");
+                        "trident reads the bucket formats' optimizer state of Megatron's other pipeline splits only");
     // Megatron's uneven stages (an int or None; a bool).
     const auto flag = [&](const char* name) {
       const Value* v = c.args->get(name);
@@ -95,7 +95,11 @@ class BucketReader {
                                           flag("account_for_embedding_in_pipeline_split"),
                                           flag("account_for_loss_in_pipeline_split")}};
     if (tp_ < 1 || pp_ < 1) throw ConfigError("--with-optimizer: " + c.args_source + ": tp and pp must be positive");
-    if (const std::string why = pipeline_split_error(split_); !why.empty())
+    // Without the flags Megatron splits evenly (trident's own rule for layers the stages do not
+    // divide is not Megatron's).
+    std::string why = pipeline_split_error(split_);
+    if (why.empty() && !split_.uneven.any() && cfg.num_layers % (pp_ * vp_) != 0) why = "Megatron's split is even";
+    if (!why.empty())
       throw ConfigError("--with-optimizer: " + c.args_source + ": its pipeline split of " +
                         std::to_string(cfg.num_layers) + " layers over " + std::to_string(pp_) + " stages x " +
                         std::to_string(vp_) + " chunks does not hold: " + why);

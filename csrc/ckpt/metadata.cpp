@@ -16,8 +16,9 @@ std::string layout_text(const ParallelLayout& l) {
                   ", zero " + std::to_string(l.zero_stage);
   if (l.virtual_pipeline_chunks > 1) s += ", " + std::to_string(l.virtual_pipeline_chunks) + " model chunks a stage";
   const UnevenPipeline& u = l.uneven;
-  if (u.first_stage_layers > 0) s += ", " + std::to_string(u.first_stage_layers) + " layers in the first stage";
-  if (u.last_stage_layers > 0) s += ", " + std::to_string(u.last_stage_layers) + " layers in the last stage";
+  const auto layers = [](int n) { return std::to_string(n) + (n == 1 ? " layer" : " layers"); };
+  if (u.first_stage_layers > 0) s += ", " + layers(u.first_stage_layers) + " in the first stage";
+  if (u.last_stage_layers > 0) s += ", " + layers(u.last_stage_layers) + " in the last stage";
   if (u.embedding_as_layer) s += ", the embedding counted as a layer";
   if (u.loss_as_layer) s += ", the loss counted as a layer";
   return s;
@@ -25,6 +26,11 @@ std::string layout_text(const ParallelLayout& l) {
 
 PipelineSplit pipeline_split_of(const ModelConfig& model, const ParallelLayout& l) {
   return PipelineSplit{model.num_layers, l.pp, l.virtual_pipeline_chunks, l.uneven};
+}
+
+bool same_layout(const ParallelLayout& a, const ParallelLayout& b, const ModelConfig& model) {
+  return a.tp == b.tp && a.dp == b.dp && a.zero_stage == b.zero_stage && a.pp == b.pp &&
+         pipeline_layer_counts(pipeline_split_of(model, a)) == pipeline_layer_counts(pipeline_split_of(model, b));
 }
 
 namespace {

@@ -43,6 +43,11 @@ struct ParallelLayout {
 // The layers of each stage and chunk of the run that wrote a checkpoint.
 PipelineSplit pipeline_split_of(const ModelConfig& model, const ParallelLayout& l);
 
+// Whether two layouts of `model` have the same tp, dp and ZeRO stage and place every layer on
+// the same stage and chunk (Megatron's flags spell some splits two ways: at 2 layers and pp 2,
+// --decoder-first-pipeline-num-layers 1 is the even split). Both splits must be valid.
+bool same_layout(const ParallelLayout& a, const ParallelLayout& b, const ModelConfig& model);
+
 // "tp 2 x pp 1 x dp 4, zero 1" (and ", N model chunks a stage" when N > 1), for messages.
 std::string layout_text(const ParallelLayout& l);
 

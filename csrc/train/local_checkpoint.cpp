@@ -224,7 +224,8 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
       const fs::path where = iteration_dir(root, iteration);
       const CheckpointMetadata m = read_metadata((where / kMetadataFileName).string());
       const ParallelLayout layout = checkpoint_layout(o, par.grid.shape);
-      if (m.layout == layout && m.model.dtype == o.model.dtype) {
+      if (m.model.num_layers == o.model.num_layers && same_layout(m.layout, layout, o.model) &&
+          m.model.dtype == o.model.dtype) {
         chosen = std::to_string(iteration);
       } else {
         note = where.string() + " was written at " + layout_text(m.layout, m.model.dtype) + ", this run is " +

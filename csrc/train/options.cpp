@@ -1504,8 +1504,10 @@ void validate_model_options(const TrainOptions& o) {
     const int counted = L + (uneven.embedding_as_layer ? 1 : 0) + (uneven.loss_as_layer ? 1 : 0);
     if (!uneven.any() || by_layers) {
       if (counted % (P * value) != 0)
-        throw ConfigError("--num-layers (" + std::to_string(L) + (counted != L ? ", with the embedding and loss " +
-                          std::to_string(counted) : std::string()) + ") must be a multiple of " +
+        throw ConfigError("--num-layers (" + std::to_string(L) +
+                          (counted != L ? ", " + std::to_string(counted) + " with " + counted_as_layers(uneven)
+                                        : std::string()) +
+                          ") must be a multiple of " +
                           "--pipeline-model-parallel-size (" + std::to_string(P) + ") x " + flag + " (" +
                           std::to_string(value) + ")");
     }

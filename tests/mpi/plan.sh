@@ -48,6 +48,8 @@ same 3 --num-layers 6 --pipeline-model-parallel-size 3 --decoder-first-pipeline-
   --decoder-last-pipeline-num-layers 1
 same 2 --num-layers 6 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
   --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
+same 4 --num-layers 2 --pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split \
+  --account-for-loss-in-pipeline-split
 # The dry run's loss is finite (its communicators move nothing; the loss statistics' gather
 # once left it 0/0): --max-nan-iterations 0 stops a run at its first NaN loss.
 same 2 --num-layers 4 --zero-stage 1 --max-nan-iterations 0

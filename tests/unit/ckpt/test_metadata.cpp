@@ -107,6 +107,14 @@ TEST(Metadata, UnevenPipelineRoundTrips) {
   m.layout = ParallelLayout{1, 3, 1, 0, 1, UnevenPipeline{2, 1, false, false}};
   write_metadata(path, m);
   EXPECT_EQ(read_metadata(path).layout, m.layout);
+  // One split spelled two ways is one layout; another split, or another dp, is not.
+  ModelConfig two = m.model;
+  two.num_layers = 2;
+  EXPECT_TRUE(same_layout(ParallelLayout{1, 2, 1, 0, 1, UnevenPipeline{1, 0, false, false}},
+                          ParallelLayout{1, 2, 1, 0, 1, {}}, two));
+  EXPECT_FALSE(same_layout(m.layout, ParallelLayout{1, 3, 1, 0, 1, {}}, m.model));  // 2, 2, 2 against 2, 3, 1
+  EXPECT_FALSE(same_layout(m.layout, ParallelLayout{1, 3, 2, 0, 1, m.layout.uneven}, m.model));
+  EXPECT_EQ(layout_text(m.layout), "tp 1 x pp 3 x dp 1, zero 0, 2 layers in the first stage, 1 layer in the last stage");
   // A first stage of 2 and a last of 5 take more than the 6 layers.
   m.layout.uneven.last_stage_layers = 5;
   write_metadata(path, m);

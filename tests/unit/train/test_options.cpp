@@ -147,8 +147,15 @@ TEST(Options, UnevenPipelineFlags) {
             "--decoder-first-pipeline-num-layers must be positive");
   EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "4", "--decoder-last-pipeline-num-layers",
                       "3"}),
-            "pipeline split: --num-layers (8) less the first and last stages' (3) leaves 5 layers for 3 other stages: "
-            "they must share them equally, a layer at least each");
+            "pipeline split: --num-layers (8) less the last stage's 3 leaves 5 layers for 3 other stages: they must "
+            "share them equally, a layer at least each");
+  EXPECT_EQ(error_of({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                      "1", "--decoder-last-pipeline-num-layers", "1"}),
+            "pipeline split: with no stage between the first and the last, the first and last stages' 2 layers must "
+            "be --num-layers (4)");
+  EXPECT_EQ(error_of({"--num-layers", "4", "--pipeline-model-parallel-size", "3", "--decoder-first-pipeline-num-layers",
+                      "5"}),
+            "pipeline split: the first stage's 5 layers exceed --num-layers (4)");
   EXPECT_EQ(error_of({"--num-layers", "8", "--decoder-last-pipeline-num-layers", "8"}),
             "pipeline split: --decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size above 1");
   EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--decoder-last-pipeline-num-layers",
@@ -156,7 +163,7 @@ TEST(Options, UnevenPipelineFlags) {
             "pipeline split: --decoder-first/last-pipeline-num-layers and --account-for-embedding/loss-in-pipeline-"
             "split are alternatives: give one kind");
   EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--account-for-loss-in-pipeline-split"}),
-            "pipeline split: --num-layers (8) plus the embedding and loss counted as layers (9) must be a multiple of "
+            "pipeline split: --num-layers (8) and the loss, counted as layers (9 in all), must be a multiple of "
             "--pipeline-model-parallel-size (2)");
   EXPECT_EQ(error_of({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
                       "3", "--num-virtual-stages-per-pipeline-rank", "2"}),
@@ -167,7 +174,7 @@ TEST(Options, UnevenPipelineFlags) {
             "--num-virtual-stages-per-pipeline-rank, not --num-layers-per-virtual-pipeline-stage");
   EXPECT_EQ(error_of({"--num-layers", "6", "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
                       "3", "--account-for-loss-in-pipeline-split", "--account-for-embedding-in-pipeline-split"}),
-            "--num-layers (6, with the embedding and loss 8) must be a multiple of --pipeline-model-parallel-size (2) x "
+            "--num-layers (6, 8 with the embedding and the loss) must be a multiple of --pipeline-model-parallel-size (2) x "
             "--num-layers-per-virtual-pipeline-stage (3)");
 }
 
