@@ -8,7 +8,7 @@
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
 //   trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype ...] [--target-tp T] [--target-pp P]
 //                   [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]
-//                   [--with-optimizer]
+//                   [--with-optimizer [--megatron-adam fused|torch]]
 //       -> a Megatron-LM release checkpoint of the weights (ckpt/megatron_gpt2.h), tp T x pp P; with
 //       --with-optimizer OUT/iter_<its iteration> with the optimizer state, consumed samples,
 //       scheduler and loss scale, which Megatron-LM resumes (--no-load-rng);
@@ -45,6 +45,7 @@
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/hf_gpt2.h"
+#include "ckpt/megatron_export_state.h"
 #include "ckpt/megatron_gpt2.h"
 #include "ckpt/offline_checkpoint.h"
 #include "ckpt/sharded_checkpoint.h"
@@ -66,7 +67,7 @@ constexpr const char* kUsage =
     "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
     "  trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16] [--target-tp T]\n"
     "                  [--target-pp P] [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]\n"
-    "                  [--with-optimizer]\n"
+    "                  [--with-optimizer [--megatron-adam fused|torch]]\n"
     "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt) of its\n"
     "      legacy GPT model; --megatron-norm-names for Megatron-LM's input_norm/post_attention_norm/final_norm (its\n"
     "      legacy model since RMSNorm support) instead of *_layernorm (Megatron-DeepSpeed, older Megatron-LM);\n"
@@ -74,7 +75,9 @@ constexpr const char* kUsage =
     "      writes Megatron-core's GPTModel (local layer spec: load with --transformer-impl local) instead;\n"
     "      --with-optimizer writes OUT/iter_<its iteration> with the training state (Adam's moments and steps, the\n"
     "      fp32 master weights, the consumed samples, the learning-rate schedule, the loss scale) for Megatron-LM's\n"
-    "      non-distributed optimizer, which it resumes with --no-load-rng\n"
+    "      non-distributed optimizer, which it resumes with --no-load-rng; --megatron-adam torch keeps Adam's step\n"
+    "      count as torch's Adam does (in each parameter's state), not as Transformer Engine's and apex's FusedAdam\n"
+    "      (in each param group, the default)\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
@@ -102,6 +105,7 @@ struct ConvertFlags {
   std::optional<int> num_attention_heads;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
   std::string megatron_model = "legacy";  // --megatron-model
+  std::string megatron_adam = "fused";    // --megatron-adam
   bool no_optimizer = false, with_optimizer = false, overwrite = false, norm_names = false, help = false;
   std::map<std::string, bool> given;
 };
@@ -134,7 +138,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
       {"vocab-size", true}, {"num-attention-heads", true}, {"tokenizer-type", true},
-      {"megatron-norm-names", false}, {"megatron-model", true}, {"with-optimizer", false}, {"help", false}};
+      {"megatron-norm-names", false}, {"megatron-model", true}, {"megatron-adam", true}, {"with-optimizer", false}, {"help", false}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -167,6 +171,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "dtype") f.dtype = value;
     else if (name == "tokenizer-type") f.tokenizer_type = value;
     else if (name == "megatron-model") f.megatron_model = value;
+    else if (name == "megatron-adam") f.megatron_adam = value;
     else if (name == "iteration" || name == "ckpt-step") {  // --ckpt-step: Megatron's name, as trident-train's
       check_one_iteration_flag(true, f.iteration.has_value());
       f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
@@ -199,6 +204,10 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
   for (const char* g : {"tokenizer-type", "megatron-norm-names", "megatron-model"})
     if (f.given[g] && f.to != "megatron") throw ConfigError(std::string("--") + g + " applies to --to megatron only");
+  if (f.given["megatron-adam"] && !(f.to == "megatron" && f.with_optimizer))
+    throw ConfigError("--megatron-adam applies to --to megatron --with-optimizer only");
+  if (f.megatron_adam != "fused" && f.megatron_adam != "torch")
+    throw ConfigError("--megatron-adam: '" + f.megatron_adam + "' is neither fused nor torch");
   if (f.megatron_model != "legacy" && f.megatron_model != "mcore")
     throw ConfigError("--megatron-model: '" + f.megatron_model + "' is neither legacy nor mcore");
   if (f.megatron_model == "mcore" && f.norm_names)
@@ -359,12 +368,14 @@ int export_megatron(const ConvertFlags& f) {
   o.dtype = export_dtype(f, m.model.dtype);
   o.norm_names = f.norm_names;
   o.mcore = f.megatron_model == "mcore";
+  o.adam = f.megatron_adam == "torch" ? MegatronAdam::kTorch : MegatronAdam::kFused;
   o.tokenizer_type = f.tokenizer_type;
   o.iteration = m.iteration;
   o = check_megatron_export(m.model, o);  // before reading the tensors
   if (f.with_optimizer && !ckpt.has_optimizer_state())
     throw ConfigError("--with-optimizer: " + dir.string() + " holds no optimizer state (saved with --no-save-optim, "
                       "or a conversion without it)");
+  if (f.with_optimizer) megatron::check_exportable_state(m.trainer_state);
   const TensorMap canonical = export_tensors(ckpt, o.dtype);
   std::optional<MegatronTrainingState> training;
   if (f.with_optimizer) {

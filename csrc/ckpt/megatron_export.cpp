@@ -2,10 +2,6 @@
 // legacy GPT model or Megatron-core's, one torch.save file per tensor-parallel rank and stage: a
 // release, or with the training state an iteration Megatron-LM resumes from.
 #include <cctype>
-#include <charconv>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
 
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_dir.h"
@@ -232,7 +228,7 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       }
       if (o.training) {
         w.str("optimizer");
-        megatron::write_optimizer_state(w, file, written, *o.training, cfg, tp, t, dtype);
+        megatron::write_optimizer_state(w, file, written, *o.training, cfg, tp, t, dtype, o.adam);
         w.str("opt_param_scheduler");
         megatron::write_scheduler_state(w, o.training->trainer_state);
       }

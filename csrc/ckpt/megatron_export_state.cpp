@@ -1,5 +1,6 @@
 #include "ckpt/megatron_export_state.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ckpt/canonical_slices.h"
@@ -46,8 +47,20 @@ struct Shards {
 
 }  // namespace
 
+void check_exportable_state(const json& trainer_state) {
+  const json s = trainer_state.value("opt_param_scheduler", json::object());
+  if (!s.is_object() || s.empty())
+    throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
+                      "opt_param_scheduler) to export");
+  if (s.contains("lr_decay_tokens") && !s["lr_decay_tokens"].is_null())
+    throw ConfigError("--with-optimizer: the run's learning rate decays by tokens (Megatron-DeepSpeed's "
+                      "--lr-decay-tokens), which Megatron-LM's scheduler does not hold; export without "
+                      "--with-optimizer");
+}
+
 void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<std::string>& params,
-                           const MegatronTrainingState& st, const ModelConfig& cfg, int tp, int t, DType dtype) {
+                           const MegatronTrainingState& st, const ModelConfig& cfg, int tp, int t, DType dtype,
+                           MegatronAdam adam_kind) {
   const json& ts = st.trainer_state;
   const Shards shards{st, cfg, tp, t};
   const int64_t steps = ts.value("optimizer_steps", int64_t{0});
@@ -75,8 +88,10 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
         file.tensor(w, shards.of(st.exp_avg, p), shards.shape(p), DType::F32);
         w.str("exp_avg_sq");
         file.tensor(w, shards.of(st.exp_avg_sq, p), shards.shape(p), DType::F32);
-        w.str("step");
-        file.tensor(w, {static_cast<float>(steps)}, {}, DType::F32);
+        if (adam_kind == MegatronAdam::kTorch) {
+          w.str("step");
+          file.tensor(w, {static_cast<float>(steps)}, {}, DType::F32);
+        }
         w.end();
       }
   w.end();  // state
@@ -108,12 +123,16 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
     w.boolean(false);
     w.str("is_decoupled_lr");
     w.boolean(false);
+    w.str("default_config");
+    w.boolean(true);
     w.str("max_lr");
     w.real(shortest(number_or(sched, "max_lr", 0.0)));
     w.str("min_lr");
     w.real(shortest(number_or(sched, "min_lr", 0.0)));
-    w.str("step");
-    w.integer(steps);
+    if (adam_kind == MegatronAdam::kFused) {
+      w.str("step");
+      w.integer(steps);
+    }
     w.str("params");
     w.begin_list();
     for (size_t i = 0; i < groups[g].size(); ++i) w.integer(index++);
@@ -137,24 +156,30 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
   // Megatron's DynamicGradScaler: the scale as a one-element tensor, the trackers as ints.
   const auto scaler = ts.find("loss_scaler");
   if (dtype == DType::F16 && scaler != ts.end() && scaler->is_object()) {
+    int64_t growth = scaler->value("growth_tracker", int64_t{0});
+    int64_t hysteresis = scaler->value("hysteresis_tracker", int64_t{0});
+    if (scaler->value("style", std::string()) == "deepspeed_fused") {
+      // DeepSpeed's grows at every multiple of the window and halves at every overflow:
+      // Megatron's tracker is the count within the window, one overflow from halving.
+      growth %= std::max<int64_t>(1, scaler->value("window", int64_t{1}));
+      hysteresis = 1;
+    }
     w.str("grad_scaler");
     w.begin_dict();
     w.str("scale");
     file.tensor(w, {static_cast<float>(number_or(*scaler, "scale", 1.0))}, {1}, DType::F32);
     w.str("growth_tracker");
-    w.integer(scaler->value("growth_tracker", int64_t{0}));
+    w.integer(growth);
     w.str("hysteresis_tracker");
-    w.integer(scaler->value("hysteresis_tracker", int64_t{0}));
+    w.integer(hysteresis);
     w.end();
   }
   w.end();
 }
 
 void write_scheduler_state(pickle::Writer& w, const json& trainer_state) {
+  check_exportable_state(trainer_state);
   const json s = trainer_state.value("opt_param_scheduler", json::object());
-  if (!s.is_object() || s.empty())
-    throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
-                      "opt_param_scheduler) to export");
   const auto real = [&](const char* key) {
     w.str(key);
     w.real(shortest(number_or(s, key, 0.0)));

@@ -7,9 +7,12 @@
 //  * INNER, torch.optim.Optimizer.state_dict(): {'state': {index: {'exp_avg', 'exp_avg_sq',
 //    'step'}}, 'param_groups': [weights, then biases and LayerNorms]}. Megatron's two default
 //    groups hold the file's parameters in named_parameters() order, 2-D ones (weight decay) and
-//    1-D ones (wd_mult 0); indices count through them in turn. Adam's step count is in each
-//    group ('step': apex's and Transformer Engine's FusedAdam) and in each state (a tensor:
-//    torch's Adam), so that any of them continues the bias correction.
+//    1-D ones (wd_mult 0), in that order (Megatron-LM sorts the default group first); indices
+//    count through them in turn. Adam's step count is where the Adam Megatron runs keeps it:
+//    in each group for Transformer Engine's and apex's FusedAdam (Megatron's first choices;
+//    Transformer Engine's refuses a state key it does not know), in each state as a tensor for
+//    torch's Adam (MegatronAdam::kTorch). Each group carries the keys Megatron matches groups
+//    by (wd_mult, lr_mult, is_expert_parallel, is_decoupled_lr) and default_config.
 //  * 'opt_param_scheduler': OptimizerParamScheduler.state_dict(), from trident's own fields
 //    (in samples, as Megatron counts them).
 // Megatron's scheduler sets the groups' lr and weight_decay on load; the file's are its start.
@@ -27,9 +30,16 @@ namespace trident::megatron {
 
 // Writes the value of 'optimizer' for tensor-parallel rank t's file whose parameters, in
 // named_parameters() order, are `params` (canonical names; "wte" again for the tied head of a
-// last stage). `dtype` is the model's stored dtype.
+// last stage). `dtype` is the model's stored dtype. A DeepSpeed-style loss scaler's state
+// (trainer_state.loss_scaler.style "deepspeed_fused": clean steps counted past the window) is
+// written as Megatron's scaler would hold it.
 void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<std::string>& params,
-                           const MegatronTrainingState& state, const ModelConfig& cfg, int tp, int t, DType dtype);
+                           const MegatronTrainingState& state, const ModelConfig& cfg, int tp, int t, DType dtype,
+                           MegatronAdam adam);
+
+// The export's checks of the training state, before anything is written: ConfigError for a
+// schedule Megatron-LM's scheduler cannot hold (Megatron-DeepSpeed's token-based decay).
+void check_exportable_state(const nlohmann::json& trainer_state);
 
 // Writes the value of 'opt_param_scheduler' (trainer_state.opt_param_scheduler's fields).
 void write_scheduler_state(pickle::Writer& w, const nlohmann::json& trainer_state);

@@ -109,6 +109,10 @@ MegatronGpt2Model import_megatron_gpt2(const std::filesystem::path& load, const 
 ModelConfig model_config_from_megatron_args(const pickle::Value& args, const std::string& source,
                                             std::optional<int64_t> vocab_size);
 
+// The Adam a Megatron-LM run steps with: Transformer Engine's or apex's FusedAdam (its first
+// choices, the step count in each param group) or torch's (in each parameter's state).
+enum class MegatronAdam { kFused, kTorch };
+
 struct MegatronExportOptions {
   int tp = 1, pp = 1;
   DType dtype = DType::F32;
@@ -133,6 +137,7 @@ struct MegatronExportOptions {
   // iteration folder iter_<iteration> that Megatron-LM resumes from (megatron_export_state.h),
   // instead of a release.
   const MegatronTrainingState* training = nullptr;
+  MegatronAdam adam = MegatronAdam::kFused;  // where the training state keeps Adam's step count
 };
 
 // Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM

@@ -592,9 +592,16 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind, const fs::path& r
     // Only a dynamic scaler has a state (Megatron's ConstantGradScaler saves nothing): a
     // bf16 or fp32 run's "scale 1" would otherwise replace --initial-loss-scale when an
     // fp16 run resumes from it.
-    if (scaler_.dynamic())
+    if (scaler_.dynamic()) {
       m.trainer_state["loss_scaler"] = {{"scale", ls.scale}, {"growth_tracker", ls.growth_tracker},
                                         {"hysteresis_tracker", ls.hysteresis_tracker}};
+      // DeepSpeed's fused scaler counts its clean steps past the window (it grows at each
+      // multiple): an export to Megatron's scaler needs the window to convert the count.
+      if (scaler_.kind() == LossScaleKind::DeepSpeedFused) {
+        m.trainer_state["loss_scaler"]["style"] = "deepspeed_fused";
+        m.trainer_state["loss_scaler"]["window"] = make_loss_scaler_config(opt_).growth_interval;
+      }
+    }
   }
   if (!opt_.no_save_rng) m.trainer_state[kRngStateKey] = model().dropout_seed();
   const auto iteration_or_null = [](std::optional<int64_t> it) {

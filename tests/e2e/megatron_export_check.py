@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Compares trident-convert --to megatron --with-optimizer's checkpoint (OURS) with the same
 training state written by megatron_training_state.py as Megatron-LM saves it (REF), loaded with
-torch: the tracker, and in every mp_rank_* file the model's tensors (key, dtype, values), each
-parameter's optimizer state (Adam's moments, the fp32 master, the step count: Megatron's groups
-matched to the parameters through each file's own state-dict order, so that the two files may
-order their parameters differently), the groups' Adam betas and epsilon and weight-decay
-multipliers, the loss scaler, the scheduler's fields and the args' iteration and consumed
-samples. The word embedding's padding rows (past VOCAB: Megatron never reads them) are left out.
+torch: the tracker, and in every mp_rank_* file the model's tensors (their keys in REF's order,
+Megatron's named_parameters() order, which the optimizer's indices follow; dtype, values), each
+parameter's optimizer state (Adam's moments, the fp32 master, the step count where REF keeps it:
+in the groups or in each state), the groups' Adam betas and epsilon and weight-decay
+multipliers and the keys Megatron matches groups by, the loss scaler, the scheduler's fields
+and the args' iteration and consumed samples. The word embedding's padding rows (past VOCAB:
+Megatron never reads them) are left out.
 Usage: megatron_export_check.py OURS REF ITERATION VOCAB"""
 import os
 import sys
@@ -26,7 +27,7 @@ def tensors(d, prefix=""):
 
 
 def step_of(x):
-    return int(x.item()) if torch.is_tensor(x) else int(x)
+    return None if x is None else int(x.item()) if torch.is_tensor(x) else int(x)
 
 
 def per_parameter(ck, where):
@@ -44,10 +45,10 @@ def per_parameter(ck, where):
         for i, index in enumerate(group["params"]):
             key = by_kind[kind].pop(0)
             state = inner["state"].get(index, {})
-            step = state.get("step", group.get("step"))
             master = masters[g][i] if masters is not None else values[key]
             assert master.shape == values[key].shape, (where, key)
-            out[key] = (state.get("exp_avg"), state.get("exp_avg_sq"), master.float(), step_of(step))
+            out[key] = (state.get("exp_avg"), state.get("exp_avg_sq"), master.float(),
+                        (step_of(state.get("step")), step_of(group.get("step"))))
     assert not by_kind[1] and not by_kind[2], (where, "parameters without optimizer state", by_kind)
     return out
 
@@ -81,7 +82,7 @@ def main():
         a = torch.load(os.path.join(ours, folder, rank, "model_optim_rng.pt"), map_location="cpu", weights_only=False)
         b = torch.load(os.path.join(ref, folder, rank, "model_optim_rng.pt"), map_location="cpu", weights_only=False)
         ma, mb = dict(tensors(a["model"])), dict(tensors(b["model"]))
-        assert ma.keys() == mb.keys(), (rank, sorted(ma.keys() ^ mb.keys()))
+        assert list(ma) == list(mb), (rank, list(ma), list(mb))
         for k in mb:
             assert same(real_rows(k, ma[k], t, vocab), real_rows(k, mb[k], t, vocab)), (rank, k)
         pa, pb = per_parameter(a, "ours " + rank), per_parameter(b, "reference " + rank)
@@ -89,12 +90,18 @@ def main():
         for k in pb:
             for what, x, y in zip(("exp_avg", "exp_avg_sq", "master"), pa[k][:3], pb[k][:3]):
                 assert same(real_rows(k, x, t, vocab), real_rows(k, y, t, vocab)), (rank, k, what)
-            assert pa[k][3] == pb[k][3], (rank, k, "step", pa[k][3], pb[k][3])
+            assert pa[k][3] == pb[k][3], (rank, k, "steps (in the state, in the group)", pa[k][3], pb[k][3])
         ga = a["optimizer"].get("optimizer", a["optimizer"])["param_groups"]
         gb = b["optimizer"].get("optimizer", b["optimizer"])["param_groups"]
+        sched = a["opt_param_scheduler"]
+        identity = {"lr_mult": 1.0, "is_expert_parallel": False, "is_decoupled_lr": False, "default_config": True,
+                    "bias_correction": True, "max_lr": sched["max_lr"], "min_lr": sched["min_lr"]}
+        assert len(ga) == len(gb) == 2, rank
         for x, y in zip(ga, gb):
             for key in ("betas", "eps", "wd_mult"):
                 assert x[key] == y[key], (rank, key, x[key], y[key])
+            for key, value in identity.items():
+                assert x.get(key) == value, (rank, key, x.get(key), value)
         sa, sb = a["optimizer"].get("grad_scaler"), b["optimizer"].get("grad_scaler")
         assert (sa is None) == (sb is None), (rank, "grad_scaler")
         if sb is not None:

@@ -33,8 +33,9 @@
 #    saved it, kept as saved; at ZeRO stage 0 the optimizer in the model states, FP16_Optimizer's
 #    flat groups (fp16 tp2 x pp2), FP16_UnfusedOptimizer's master per parameter (fp16 with
 #    torch's Adam, without a pipeline) or the bare Adam by parameter index (fp32 pp2).
-# The way back, trident-convert --to megatron --with-optimizer (fp16 tp2 x pp2 legacy, bf16 pp2
-# Megatron-core, fp32 tp2 legacy): the same state as megatron_training_state.py writes it,
+# The way back, trident-convert --to megatron --with-optimizer (fp16 tp2 x pp2 legacy and fp32
+# tp2 legacy for FusedAdam, bf16 pp2 Megatron-core for torch's Adam): the same state as
+# megatron_training_state.py writes it,
 # parameter by parameter (megatron_export_check.py), which imported again resumes to the
 # uninterrupted run's files; a checkpoint without optimizer state exports none (one line).
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
@@ -134,13 +135,16 @@ fi
 # The way back: trident-convert --to megatron --with-optimizer writes what Megatron-LM saves
 # (megatron_export_check.py compares it, parameter by parameter, with megatron_training_state.py's
 # file of the same state), and imported again it resumes to the uninterrupted run's files.
-for c in "fp16 2 2 legacy apex" "bf16 1 2 mcore torch" "fp32 2 1 legacy torch"; do
+for c in "fp16 2 2 legacy apex" "bf16 1 2 mcore torch" "fp32 2 1 legacy apex"; do
   read -r dtype tp pp model steps <<<"$c"
+  adam=fused
+  [[ $steps == torch ]] && adam=torch
   name=export-$dtype-tp$tp-pp$pp-$model
   megatron "$name" "$dtype" "$tp" "$pp" 1 "$steps" "$model" indexed || continue
   out=$tmp/mg-ours-$name
   if "$convert" --to megatron --with-optimizer --load "$tmp/ref-$dtype" --iteration 3 --save "$out" --target-tp "$tp" \
-      --target-pp "$pp" --megatron-model "$model" --tokenizer-type NullTokenizer >"$out.log" 2>&1 &&
+      --target-pp "$pp" --megatron-model "$model" --megatron-adam "$adam" --tokenizer-type NullTokenizer \
+      >"$out.log" 2>&1 &&
     "$py" "$repo/tests/e2e/megatron_export_check.py" "$out" "$tmp/mg-$name" 3 1000 >>"$out.log" 2>&1; then
     ok "$name: $(tail -1 "$out.log")"
   else

@@ -1,0 +1,123 @@
+// The training state of a Megatron export (megatron_export_state.h), written through a torch
+// zip file and read back: where Adam's step count goes for each Adam, an empty state before the
+// first step, DeepSpeed's fused loss scaler converted to Megatron's, and a token-based decay
+// refused. (tests/e2e/megatron_resume.sh compares whole exports with Megatron's files.)
+#include "ckpt/megatron_export_state.h"
+
+#include <gtest/gtest.h>
+
+#include "ckpt/pickle_reader.h"
+#include "ckpt/torch_file.h"
+#include "ckpt_test_util.h"
+#include "core/error.h"
+
+namespace trident::megatron {
+namespace {
+
+using json = nlohmann::json;
+using pickle::Kind;
+using testing::ScratchDir;
+
+// A state of two parameters (a weight and a LayerNorm weight) after `steps` steps.
+MegatronTrainingState state_after(int64_t steps, const json& loss_scaler) {
+  const ModelConfig cfg = testing::small_config();
+  MegatronTrainingState st;
+  for (const char* name : {"wpe", "h.0.ln_1.weight"}) {
+    const std::vector<int64_t> shape =
+        std::string(name) == "wpe" ? std::vector<int64_t>{cfg.max_position_embeddings, cfg.hidden_size}
+                                   : std::vector<int64_t>{cfg.hidden_size};
+    const size_t n = static_cast<size_t>(numel_of(shape));
+    st.master[name] = HostTensor{shape, std::vector<float>(n, 0.5f)};
+    st.exp_avg[name] = HostTensor{shape, std::vector<float>(n, 0.25f)};
+    st.exp_avg_sq[name] = HostTensor{shape, std::vector<float>(n, 0.125f)};
+  }
+  st.trainer_state = {{"optimizer_steps", steps},
+                      {"opt_param_scheduler", {{"max_lr", 1e-3}, {"min_lr", 1e-4}, {"start_wd", 0.01}}}};
+  if (!loss_scaler.is_null()) st.trainer_state["loss_scaler"] = loss_scaler;
+  return st;
+}
+
+// The 'optimizer' value written for `st` (fp16) and read back.
+struct Written {
+  ScratchDir dir;
+  std::unique_ptr<TorchFile> file;
+  const pickle::Value& root() const { return *file->root().get("optimizer"); }
+};
+
+std::unique_ptr<Written> write(const MegatronTrainingState& st, MegatronAdam adam) {
+  auto out = std::make_unique<Written>();
+  pickle::Writer w;
+  RankFile file;
+  w.begin_dict();
+  w.str("optimizer");
+  write_optimizer_state(w, file, {"wpe", "h.0.ln_1.weight"}, st, testing::small_config(), 1, 0, DType::F16, adam);
+  w.end();
+  const std::string path = out->dir / "model_optim_rng.pt";
+  write_torch_file(path, w.finish(), file.storages());
+  out->file = std::make_unique<TorchFile>(path);
+  return out;
+}
+
+TEST(MegatronExportState, StepCountWhereTheAdamKeepsIt) {
+  for (const MegatronAdam adam : {MegatronAdam::kFused, MegatronAdam::kTorch}) {
+    const auto out = write(state_after(3, nullptr), adam);
+    const pickle::Value& inner = *out->root().get("optimizer");
+    const pickle::Value& groups = *inner.get("param_groups");
+    ASSERT_EQ(groups.items.size(), 2u);
+    const pickle::Value* state0 = nullptr;
+    for (const auto& [k, v] : inner.get("state")->entries)
+      if (k->kind == Kind::Int && k->integer == 0) state0 = v.get();
+    ASSERT_TRUE(state0);
+    if (adam == MegatronAdam::kFused) {
+      EXPECT_EQ(groups.items[0]->get("step")->integer, 3);
+      EXPECT_FALSE(state0->get("step"));  // Transformer Engine's FusedAdam refuses it
+    } else {
+      EXPECT_FALSE(groups.items[0]->get("step"));
+      EXPECT_EQ(out->file->read_f32(*TorchFile::tensor(*state0->get("step")), "step"), std::vector<float>{3});
+    }
+    // The weight (wpe) in the decayed group, the LayerNorm in the other; Megatron's keys.
+    EXPECT_EQ(groups.items[0]->get("params")->items[0]->integer, 0);
+    EXPECT_EQ(groups.items[1]->get("params")->items[0]->integer, 1);
+    EXPECT_EQ(groups.items[1]->get("wd_mult")->real, 0.0);
+    EXPECT_TRUE(groups.items[0]->get("default_config")->boolean);
+    const pickle::Value& masters = *out->root().get("fp32_from_fp16_params");
+    EXPECT_EQ(out->file->read_f32(*TorchFile::tensor(*masters.items[1]->items[0]), "master")[0], 0.5f);
+  }
+}
+
+TEST(MegatronExportState, NoStateBeforeTheFirstStep) {
+  const auto out = write(state_after(0, nullptr), MegatronAdam::kFused);
+  EXPECT_TRUE(out->root().get("optimizer")->get("state")->entries.empty());
+  EXPECT_FALSE(out->root().get("grad_scaler"));  // no dynamic scaler saved
+}
+
+TEST(MegatronExportState, LossScalers) {
+  // Megatron's own: as saved.
+  auto out = write(state_after(3, {{"scale", 1024.0}, {"growth_tracker", 7}, {"hysteresis_tracker", -1}}),
+                   MegatronAdam::kFused);
+  const pickle::Value* s = out->root().get("grad_scaler");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(out->file->read_f32(*TorchFile::tensor(*s->get("scale")), "scale"), std::vector<float>{1024});
+  EXPECT_EQ(s->get("growth_tracker")->integer, 7);
+  EXPECT_EQ(s->get("hysteresis_tracker")->integer, -1);
+  // DeepSpeed's fused scaler, 2500 clean steps at a window of 1000: it grew at 1000 and 2000;
+  // Megatron's grows when its tracker meets the window, 500 steps on, and halves at the next
+  // overflow.
+  out = write(state_after(3, {{"scale", 1024.0}, {"growth_tracker", 2500}, {"hysteresis_tracker", 0},
+                              {"style", "deepspeed_fused"}, {"window", 1000}}),
+              MegatronAdam::kFused);
+  s = out->root().get("grad_scaler");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->get("growth_tracker")->integer, 500);
+  EXPECT_EQ(s->get("hysteresis_tracker")->integer, 1);
+}
+
+TEST(MegatronExportState, RefusesATokenBasedDecay) {
+  EXPECT_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", 1000}}}}),
+               ConfigError);
+  EXPECT_THROW(check_exportable_state(json::object()), ConfigError);
+  EXPECT_NO_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", nullptr}}}}));
+}
+
+}  // namespace
+}  // namespace trident::megatron
