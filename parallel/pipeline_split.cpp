@@ -64,7 +64,7 @@ std::vector<int> stage_totals(const PipelineSplit& s, std::string& why) {
     if (u.last_stage_layers > 0) totals.back() = u.last_stage_layers;
     return totals;
   }
-  const int counted = L + (u.embedding_as_layer ? 1 : 0) + (u.loss_as_layer ? 1 : 0);
+  const int counted = counted_layers(L, u);
   if (counted % P != 0) {
     why = "--num-layers (" + n(L) + ") and " + counted_as_layers(u) + ", counted as layers (" + n(counted) +
           " in all), must be a multiple of --pipeline-model-parallel-size (" + n(P) + ")";

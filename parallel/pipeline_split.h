@@ -59,6 +59,12 @@ std::vector<LayerRange> pipeline_chunk_layers(const PipelineSplit& s, int stage)
 // The stage that holds transformer layer `layer`.
 int pipeline_stage_of_layer(const PipelineSplit& s, int layer);
 
+// The layers Megatron splits: the transformer layers, and the embedding and the loss where the
+// flags count them.
+inline int counted_layers(int num_layers, const UnevenPipeline& u) {
+  return num_layers + (u.embedding_as_layer ? 1 : 0) + (u.loss_as_layer ? 1 : 0);
+}
+
 // What the flags count as layers: "the embedding and the loss", "the embedding", "the loss"
 // or "", for messages.
 std::string counted_as_layers(const UnevenPipeline& u);

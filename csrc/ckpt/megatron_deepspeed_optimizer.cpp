@@ -54,7 +54,7 @@ void read_common(Import& im, const TorchFile& z, const Value& osd, const Value& 
     im.out.loss_scaler = {{"scale", *value}, {"growth_tracker", 0}, {"hysteresis_tracker", 0}};  // a static scaler
     return;
   }
-  if (const Value* c = scaler->get("consecutive_hysteresis"); c && c->kind == Kind::Bool && c->boolean)
+  if (true_arg(*scaler, "consecutive_hysteresis"))
     throw ConfigError("--with-optimizer: " + z.path() + ": the loss scaler ran with consecutive_hysteresis, which "
                       "Megatron's rules, trident's, do not have");
   const Value* hysteresis = scaler->get("cur_hysteresis");

@@ -85,15 +85,11 @@ class BucketReader {
       throw ConfigError("--with-optimizer: " + c.args_source + ": args.pipeline_model_parallel_layout is set; "
                         "trident reads the bucket formats' optimizer state of Megatron's other pipeline splits only");
     // Megatron's uneven stages (an int or None; a bool).
-    const auto flag = [&](const char* name) {
-      const Value* v = c.args->get(name);
-      return v && v->kind == Kind::Bool && v->boolean;
-    };
     split_ = PipelineSplit{cfg.num_layers, pp_, vp_,
                            UnevenPipeline{static_cast<int>(int_arg(*c.args, "decoder_first_pipeline_num_layers", 0)),
                                           static_cast<int>(int_arg(*c.args, "decoder_last_pipeline_num_layers", 0)),
-                                          flag("account_for_embedding_in_pipeline_split"),
-                                          flag("account_for_loss_in_pipeline_split")}};
+                                          true_arg(*c.args, "account_for_embedding_in_pipeline_split"),
+                                          true_arg(*c.args, "account_for_loss_in_pipeline_split")}};
     if (tp_ < 1 || pp_ < 1) throw ConfigError("--with-optimizer: " + c.args_source + ": tp and pp must be positive");
     // Without the flags Megatron splits evenly (trident's own rule for layers the stages do not
     // divide is not Megatron's).

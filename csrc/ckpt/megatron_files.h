@@ -50,6 +50,12 @@ inline int64_t int_arg(const pickle::Value& args, const char* name, int64_t dflt
   return v && v->kind == pickle::Kind::Int ? v->integer : dflt;
 }
 
+// Whether a dict's (Megatron's saved args', a param group's) `name` is saved as True.
+inline bool true_arg(const pickle::Value& d, const char* name) {
+  const pickle::Value* v = d.get(name);
+  return v && v->kind == pickle::Kind::Bool && v->boolean;
+}
+
 // Whether two tensors are the same bit for bit (a tied head against the word embedding).
 inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -371,7 +371,7 @@ void check_default_group(const Value& group, const std::string& where) {
     throw ConfigError(where + " has lr_mult " + std::to_string(*m) + " (a scale_lr_cond group): trident reads "
                       "Megatron's default parameter groups");
   for (const char* flag : {"is_decoupled_lr", "is_expert_parallel"})
-    if (const Value* v = group.get(flag); v && v->kind == Kind::Bool && v->boolean)
+    if (true_arg(group, flag))
       throw ConfigError(where + " is an '" + flag + "' group: trident reads Megatron's default parameter groups");
 }
 
@@ -474,8 +474,7 @@ void check_optimizer_state_readable(const Checkpoint& c) {
 
 OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype) {
   if (c.flavour == "Megatron-DeepSpeed") return read_deepspeed_optimizer_state(c, model_dtype);
-  const Value* dist = c.args->get("use_distributed_optimizer");
-  const bool distributed = dist && dist->kind == Kind::Bool && dist->boolean;
+  const bool distributed = true_arg(*c.args, "use_distributed_optimizer");
   OptimizerState out;
   bool first = true;
   for (const auto& file : c.files) {

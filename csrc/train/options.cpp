@@ -1466,9 +1466,8 @@ int TrainOptions::virtual_pipeline_chunks() const {
   if (num_virtual_stages_per_pipeline_rank > 0) return num_virtual_stages_per_pipeline_rank;
   if (num_layers_per_virtual_pipeline_stage > 0) {
     // Megatron counts the embedding and the loss among the layers a chunk holds where they count.
-    const int counted = model.num_layers + (uneven_pipeline.embedding_as_layer ? 1 : 0) +
-                        (uneven_pipeline.loss_as_layer ? 1 : 0);
-    return counted / (pipeline_model_parallel_size * num_layers_per_virtual_pipeline_stage);
+    return counted_layers(model.num_layers, uneven_pipeline) /
+           (pipeline_model_parallel_size * num_layers_per_virtual_pipeline_stage);
   }
   return 1;
 }
@@ -1501,7 +1500,7 @@ void validate_model_options(const TrainOptions& o) {
     if (by_layers && (uneven.first_stage_layers > 0 || uneven.last_stage_layers > 0))
       throw ConfigError("--decoder-first/last-pipeline-num-layers with an interleaved schedule take "
                         "--num-virtual-stages-per-pipeline-rank, not --num-layers-per-virtual-pipeline-stage");
-    const int counted = L + (uneven.embedding_as_layer ? 1 : 0) + (uneven.loss_as_layer ? 1 : 0);
+    const int counted = counted_layers(L, uneven);
     if (!uneven.any() || by_layers) {
       if (counted % (P * value) != 0)
         throw ConfigError("--num-layers (" + std::to_string(L) +

@@ -17,26 +17,13 @@
 set -euo pipefail
 train=$1
 repo=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/mpi/mpi_test_lib.sh
+source "$repo/tests/mpi/mpi_test_lib.sh"
 # The decay length is fixed (not --train-iters') so that the shorter continuations below
 # resume with the checkpoint's learning-rate schedule, which a resumed run must match.
 args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 20 --lr-decay-iters 20
       --log-interval 1 --lr-warmup-iters 2 --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1
       --attention-dropout 0.1 --eval-interval 10 --eval-iters 1)
-losses() { grep -E '^ (iteration|validation loss at)' "$1" | sed -E 's/.*lm loss( value)?: ([0-9.E+-]+).*/\2/'; }
-# Every logged line's learning rate, losses and loss scale, one per line (a line of skipped
-# iterations only has no loss).
-logged() { grep -E '^ (iteration|validation loss at)' "$1" | grep -oE '(learning rate|lm loss( value)?|loss scale): [^ |]+'; }
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-launch() {  # launch <np> <args...>: one process, or mpirun
-  local np=$1
-  shift
-  if [[ $np -eq 1 ]]; then "$train" "${args[@]}" "$@"; else
-    mpirun --oversubscribe -np "$np" --bind-to none "$train" "${args[@]}" "$@"; fi
-}
 
 # ---- exact resume -------------------------------------------------------------------------
 exact() {  # exact <tag> <np> <flags...>; stop_at=N stops and saves the first run at N (10)

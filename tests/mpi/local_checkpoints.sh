@@ -20,14 +20,11 @@
 set -euo pipefail
 train=$1
 repo=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/mpi/mpi_test_lib.sh
+source "$repo/tests/mpi/mpi_test_lib.sh"
 args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 10 --lr-decay-iters 10
       --log-interval 1 --lr-warmup-iters 2 --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1
       --attention-dropout 0.1 --eval-iters 0)
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 launch() { mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" "$@"; }
 # Every logged value of iterations after $2 (learning rate, loss, loss scale).
 logged_after() {

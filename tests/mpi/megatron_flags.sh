@@ -18,11 +18,8 @@
 set -u
 train=$1
 repo=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/mpi/mpi_test_lib.sh
+source "$repo/tests/mpi/mpi_test_lib.sh"
 # The tiny model without its config file, whose global batch would hide the default.
 model=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --max-position-embeddings 32
        --vocab-size 512 --device cpu --eval-iters 0 --log-interval 1)

@@ -16,22 +16,11 @@ pattern=$4
 shift 4
 layout=("$@")
 tag="${layout[*]}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/mpi/mpi_test_lib.sh
+source "$repo/tests/mpi/mpi_test_lib.sh"
 args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers "$layers" --device cpu --train-iters 20 --lr-decay-iters 20
       --log-interval 1 --lr-warmup-iters 2 --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1
       --attention-dropout 0.1 --eval-interval 10 --eval-iters 1)
-losses() { grep -E '^ (iteration|validation loss at)' "$1" | sed -E 's/.*lm loss( value)?: ([0-9.E+-]+).*/\2/'; }
-logged() { grep -E '^ (iteration|validation loss at)' "$1" | grep -oE '(learning rate|lm loss( value)?|loss scale): [^ |]+'; }
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
-launch() {  # launch <np> <args...>
-  local np=$1
-  shift
-  if [[ $np -eq 1 ]]; then "$train" "${args[@]}" "$@"; else
-    timeout 300 mpirun --oversubscribe -np "$np" --bind-to none "$train" "${args[@]}" "$@"; fi
-}
 close() {  # close <tag> <a> <b>: the same number (>= 10) of losses, within 1e-5 relative
   paste "$2" "$3" | awk -v tag="$1" '
     { x = ($1 - $2) / $1; if (x < 0) x = -x; if (x > m) m = x; n++ }

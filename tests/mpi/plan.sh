@@ -12,11 +12,8 @@ train=$1
 plan=$2
 repo=$3
 vocab=${4:-}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+# shellcheck source=tests/mpi/mpi_test_lib.sh
+source "$repo/tests/mpi/mpi_test_lib.sh"
 same() {  # same <np> <flags...>: the plan's peaks equal the run's
   local np=$1
   shift

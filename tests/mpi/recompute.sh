@@ -10,14 +10,11 @@
 set -uo pipefail
 train=$1
 repo=$2
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tests/mpi/mpi_test_lib.sh
+source "$repo/tests/mpi/mpi_test_lib.sh"
 args=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 6 --log-interval 1
       --lr-warmup-iters 2 --micro-batch-size 2 --global-batch-size 8 --hidden-dropout 0.1 --attention-dropout 0.1
       --eval-interval 3 --eval-iters 1)
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 numbers() { grep -E '^ (iteration|validation)' "$1" | grep -oE '(lm loss( value)?|grad norm): [0-9.E+-]+'; }
 peak() { sed -nE 's/.*after the first iteration: ([0-9.]+) MiB.*/\1/p' "$1"; }
 
