@@ -1,6 +1,7 @@
 #include "parallel/pipeline_split.h"
 
 #include "core/error.h"
+#include "parallel/pipeline_layout.h"
 
 namespace trident {
 namespace {
@@ -83,8 +84,23 @@ std::string counted_as_layers(const UnevenPipeline& u) {
 
 std::string pipeline_split_error(const PipelineSplit& s) {
   if (s.num_layers < 1 || s.stages < 1 || s.chunks < 1) return "the layers, stages and chunks must be positive";
-  if (s.chunks > 1 && s.stages == 1) return "model chunks need --pipeline-model-parallel-size above 1";
   std::string why;
+  if (const UnevenPipeline& u = s.uneven; !u.layout.empty()) {
+    if (u.first_stage_layers > 0 || u.last_stage_layers > 0 || u.embedding_as_layer || u.loss_as_layer)
+      return "--pipeline-model-parallel-layout cannot be given with --decoder-first/last-pipeline-num-layers or "
+             "--account-for-embedding/loss-in-pipeline-split";
+    const std::vector<std::vector<int>> counts = pipeline_layout_counts(u.layout, s.stages, s.num_layers, why);
+    if (!why.empty()) return why;
+    const int chunks = static_cast<int>(counts.front().size());
+    if (chunks > 1 && s.stages == 1)
+      return pipeline_layout_flag(u.layout) + ": its " + n(chunks) +
+             " stages would be model chunks of one stage: they need --pipeline-model-parallel-size above 1";
+    if (chunks != s.chunks)
+      return pipeline_layout_flag(u.layout) + " makes " + n(chunks) + " model chunk" +
+             (chunks == 1 ? "" : "s") + " a stage, not " + n(s.chunks);
+    return "";
+  }
+  if (s.chunks > 1 && s.stages == 1) return "model chunks need --pipeline-model-parallel-size above 1";
   const std::vector<int> totals = stage_totals(s, why);
   if (!why.empty()) return why;
   // Every stage's total is positive, so the chunk that gives a layer's place to the
@@ -105,6 +121,7 @@ std::vector<std::vector<int>> pipeline_layer_counts(const PipelineSplit& s) {
   const std::string why = pipeline_split_error(s);
   TRIDENT_CHECK(why.empty(), "pipeline split: " + why);
   std::string unused;
+  if (!s.uneven.layout.empty()) return pipeline_layout_counts(s.uneven.layout, s.stages, s.num_layers, unused);
   const std::vector<int> totals = stage_totals(s, unused);
   std::vector<std::vector<int>> counts(s.stages);
   for (int p = 0; p < s.stages; ++p) counts[p].assign(s.chunks, totals[p] / s.chunks);

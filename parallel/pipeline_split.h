@@ -11,6 +11,8 @@
 // With an interleaved schedule each stage's layers are cut into equal model chunks, and
 // layers are numbered chunk by chunk, stage by stage within a chunk (Megatron's order); the
 // embedding (the loss) counts in the first (the last) stage's first (last) chunk.
+// --pipeline-model-parallel-layout (parallel/pipeline_layout.h) instead spells out every
+// stage's and chunk's layers, and so the chunk count too.
 #pragma once
 
 #include <string>
@@ -24,13 +26,16 @@ struct LayerRange {
   int size() const { return end - begin; }
 };
 
-// Megatron's four flags for an uneven pipeline; a count of 0 is "not given".
+// Megatron's flags for an uneven pipeline; a count of 0, an empty layout is "not given".
 struct UnevenPipeline {
   int first_stage_layers = 0;  // --decoder-first-pipeline-num-layers
   int last_stage_layers = 0;   // --decoder-last-pipeline-num-layers
   bool embedding_as_layer = false;  // --account-for-embedding-in-pipeline-split
   bool loss_as_layer = false;       // --account-for-loss-in-pipeline-split
-  bool any() const { return first_stage_layers > 0 || last_stage_layers > 0 || embedding_as_layer || loss_as_layer; }
+  std::string layout;               // --pipeline-model-parallel-layout, as given
+  bool any() const {
+    return first_stage_layers > 0 || last_stage_layers > 0 || embedding_as_layer || loss_as_layer || !layout.empty();
+  }
   bool operator==(const UnevenPipeline&) const = default;
 };
 
@@ -47,7 +52,8 @@ inline PipelineSplit plain_split(int num_layers, int stages, int chunks = 1) {
 }
 
 // Why `s` cannot be built, in Megatron's flag names ("" when it can). Zero layers in a
-// stage's chunk are allowed where the embedding or the loss takes a layer's place.
+// stage's chunk are allowed where the embedding or the loss takes a layer's place, and
+// anywhere a layout puts none.
 std::string pipeline_split_error(const PipelineSplit& s);
 
 // counts[stage][chunk]: the transformer layers of each chunk of each stage. `s` must be valid.

@@ -51,6 +51,7 @@
 #include "ckpt/sharded_checkpoint.h"
 #include "core/error.h"
 #include "core/flag_value.h"
+#include "parallel/pipeline_layout.h"
 #include "tool_main.h"
 #include "tools/integer_flag.h"
 
@@ -67,7 +68,7 @@ constexpr const char* kUsage =
     "      export a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors)\n"
     "  trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16] [--target-tp T]\n"
     "                  [--target-pp P] [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]\n"
-    "                  [--with-optimizer [--megatron-adam fused|torch]]\n"
+    "                  [--with-optimizer [--megatron-adam fused|torch]] [Megatron's pipeline split flags]\n"
     "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt) of its\n"
     "      legacy GPT model; --megatron-norm-names for Megatron-LM's input_norm/post_attention_norm/final_norm (its\n"
     "      legacy model since RMSNorm support) instead of *_layernorm (Megatron-DeepSpeed, older Megatron-LM);\n"
@@ -77,7 +78,12 @@ constexpr const char* kUsage =
     "      fp32 master weights, the consumed samples, the learning-rate schedule, the loss scale) for Megatron-LM's\n"
     "      non-distributed optimizer, which it resumes with --no-load-rng; --megatron-adam torch keeps Adam's step\n"
     "      count as torch's Adam does (in each parameter's state), not as Transformer Engine's and apex's FusedAdam\n"
-    "      (in each param group, the default)\n"
+    "      (in each param group, the default); the Megatron run's pipeline split, by its flags: model chunks\n"
+    "      (--num-virtual-stages-per-pipeline-rank V: each file holds model0 ... model<V-1>), uneven stages\n"
+    "      (--decoder-first-pipeline-num-layers N, --decoder-last-pipeline-num-layers N,\n"
+    "      --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split) or\n"
+    "      --pipeline-model-parallel-layout LAYOUT (these with --megatron-model mcore: Megatron-LM's legacy model\n"
+    "      splits evenly); without them pp x chunks must divide the layers\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
@@ -104,6 +110,9 @@ struct ConvertFlags {
   std::optional<int64_t> iteration, vocab_size;
   std::optional<int> num_attention_heads;
   int target_tp = 1, target_pp = 1, vocab_divisible_by = 128;
+  // --to megatron: the Megatron run's split (Megatron's flag names).
+  int chunks = 1;  // --num-virtual-stages-per-pipeline-rank
+  UnevenPipeline uneven;
   std::string megatron_model = "legacy";  // --megatron-model
   std::string megatron_adam = "fused";    // --megatron-adam
   bool no_optimizer = false, with_optimizer = false, overwrite = false, norm_names = false, help = false;
@@ -138,7 +147,11 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"target-pp", true}, {"no-optimizer", false}, {"to", true},        {"from", true},
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
       {"vocab-size", true}, {"num-attention-heads", true}, {"tokenizer-type", true},
-      {"megatron-norm-names", false}, {"megatron-model", true}, {"megatron-adam", true}, {"with-optimizer", false}, {"help", false}};
+      {"megatron-norm-names", false}, {"megatron-model", true}, {"megatron-adam", true}, {"with-optimizer", false}, {"help", false},
+      // --to megatron: the split of the Megatron run that loads it.
+      {"num-virtual-stages-per-pipeline-rank", true}, {"decoder-first-pipeline-num-layers", true},
+      {"decoder-last-pipeline-num-layers", true}, {"account-for-embedding-in-pipeline-split", false},
+      {"account-for-loss-in-pipeline-split", false}, {"pipeline-model-parallel-layout", true}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + a + "' (see --help)");
@@ -160,6 +173,8 @@ ConvertFlags parse_flags(int argc, char** argv) {
       if (name == "with-optimizer") f.with_optimizer = true;
       if (name == "overwrite") f.overwrite = true;
       if (name == "megatron-norm-names") f.norm_names = true;
+      if (name == "account-for-embedding-in-pipeline-split") f.uneven.embedding_as_layer = true;
+      if (name == "account-for-loss-in-pipeline-split") f.uneven.loss_as_layer = true;
       continue;
     }
     if (!has_value) value = argv[++i];
@@ -172,6 +187,13 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "tokenizer-type") f.tokenizer_type = value;
     else if (name == "megatron-model") f.megatron_model = value;
     else if (name == "megatron-adam") f.megatron_adam = value;
+    else if (name == "pipeline-model-parallel-layout") f.uneven.layout = value;
+    else if (name == "num-virtual-stages-per-pipeline-rank")
+      f.chunks = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
+    else if (name == "decoder-first-pipeline-num-layers")
+      f.uneven.first_stage_layers = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
+    else if (name == "decoder-last-pipeline-num-layers")
+      f.uneven.last_stage_layers = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
     else if (name == "iteration" || name == "ckpt-step") {  // --ckpt-step: Megatron's name, as trident-train's
       check_one_iteration_flag(true, f.iteration.has_value());
       f.iteration = parse_integer_flag(name, value, 0, kMaxIterationFlag);
@@ -204,6 +226,15 @@ ConvertFlags parse_flags(int argc, char** argv) {
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
   for (const char* g : {"tokenizer-type", "megatron-norm-names", "megatron-model"})
     if (f.given[g] && f.to != "megatron") throw ConfigError(std::string("--") + g + " applies to --to megatron only");
+  for (const char* g : {"num-virtual-stages-per-pipeline-rank", "decoder-first-pipeline-num-layers",
+                        "decoder-last-pipeline-num-layers", "account-for-embedding-in-pipeline-split",
+                        "account-for-loss-in-pipeline-split", "pipeline-model-parallel-layout"})
+    if (f.given[g] && f.to != "megatron")
+      throw ConfigError(std::string("--") + g + " applies to --to megatron only (a trident checkpoint loads at any "
+                        "pipeline split)");
+  if (f.given["pipeline-model-parallel-layout"] && f.given["num-virtual-stages-per-pipeline-rank"])
+    throw ConfigError("--pipeline-model-parallel-layout gives the model chunks a stage itself: "
+                      "--num-virtual-stages-per-pipeline-rank goes without it");
   if (f.given["megatron-adam"] && !(f.to == "megatron" && f.with_optimizer))
     throw ConfigError("--megatron-adam applies to --to megatron --with-optimizer only");
   if (f.megatron_adam != "fused" && f.megatron_adam != "torch")
@@ -365,6 +396,9 @@ int export_megatron(const ConvertFlags& f) {
   MegatronExportOptions o;
   o.tp = f.target_tp;
   o.pp = f.target_pp;
+  o.uneven = f.uneven;
+  o.chunks = f.chunks;
+  if (!f.uneven.layout.empty()) o.chunks = pipeline_layout_chunks(f.uneven.layout, o.pp);
   o.dtype = export_dtype(f, m.model.dtype);
   o.norm_names = f.norm_names;
   o.mcore = f.megatron_model == "mcore";
@@ -394,7 +428,8 @@ int export_megatron(const ConvertFlags& f) {
   std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ") -> Megatron-LM "
             << (training ? iteration_dir(out, m.iteration) : out / "release").string() << " ("
             << (o.mcore ? "Megatron-core GPTModel, local layers" : "legacy model") << ", tp " << o.tp << " x pp "
-            << o.pp << ", " << dtype_name(o.dtype) << ", "
+            << o.pp << ", " << pipeline_split_text(PipelineSplit{m.model.num_layers, o.pp, o.chunks, o.uneven}) << ", "
+            << dtype_name(o.dtype) << ", "
             << (training ? "with the optimizer state after " + std::to_string(m.trainer_state.value("optimizer_steps",
                                                                                                    int64_t{0})) +
                                " Adam steps, " + std::to_string(m.consumed_samples) +

@@ -49,6 +49,18 @@ void for_each_run(const LocalParam& p, int t, Run run) {
   }
 }
 
+// args.pipeline_model_parallel_layout: the string Megatron's flag took ("" when None or
+// absent), or the input_data of a PipelineParallelLayerLayout saved in its place.
+std::string layout_arg(const Checkpoint& c) {
+  const Value* v = c.args->get("pipeline_model_parallel_layout");
+  if (v && v->kind == Kind::Object) v = v->get("input_data");
+  if (!v || v->kind == Kind::None) return "";
+  if (!v->is_str())
+    throw ConfigError("--with-optimizer: " + c.args_source + ": args.pipeline_model_parallel_layout is " +
+                      v->describe() + "; trident reads the layout's string");
+  return v->text;
+}
+
 std::vector<float> extract_piece(const LocalParam& p, int t, const std::vector<float>& whole) {
   std::vector<float> piece(static_cast<size_t>(p.numel()));
   for_each_run(p, t, [&](int64_t w, int64_t l, int64_t n) {
@@ -81,15 +93,13 @@ class BucketReader {
     tp_ = static_cast<int>(int_arg(*c.args, "tensor_model_parallel_size", 1));
     pp_ = static_cast<int>(int_arg(*c.args, "pipeline_model_parallel_size", 1));
     vp_ = static_cast<int>(std::max<int64_t>(1, int_arg(*c.args, "virtual_pipeline_model_parallel_size", 1)));
-    if (const Value* v = c.args->get("pipeline_model_parallel_layout"); v && v->kind != Kind::None)
-      throw ConfigError("--with-optimizer: " + c.args_source + ": args.pipeline_model_parallel_layout is set; "
-                        "trident reads the bucket formats' optimizer state of Megatron's other pipeline splits only");
-    // Megatron's uneven stages (an int or None; a bool).
+    // Megatron's uneven stages (an int or None; a bool; the layout's string or None).
     split_ = PipelineSplit{cfg.num_layers, pp_, vp_,
                            UnevenPipeline{static_cast<int>(int_arg(*c.args, "decoder_first_pipeline_num_layers", 0)),
                                           static_cast<int>(int_arg(*c.args, "decoder_last_pipeline_num_layers", 0)),
                                           true_arg(*c.args, "account_for_embedding_in_pipeline_split"),
-                                          true_arg(*c.args, "account_for_loss_in_pipeline_split")}};
+                                          true_arg(*c.args, "account_for_loss_in_pipeline_split"),
+                                          layout_arg(c)}};
     if (tp_ < 1 || pp_ < 1) throw ConfigError("--with-optimizer: " + c.args_source + ": tp and pp must be positive");
     // Without the flags Megatron splits evenly (trident's own rule for layers the stages do not
     // divide is not Megatron's).
@@ -138,10 +148,11 @@ class BucketReader {
  private:
   std::string group(int g) const { return "optimizer.distributed.dp_group_idx_" + std::to_string(g); }
 
-  // The objects of every model-parallel rank: their step counts must agree.
+  // The objects of every model-parallel rank that holds parameters: their step counts must agree.
   OptimizerState read_common() const {
     std::optional<OptimizerState> first;
     for (int g = 0; g < tp_ * pp_; ++g) {
+      if (buffer_chunks(g / tp_).empty()) continue;  // a stage of no parameters: no state to read
       const std::string optimizer = object(group(g) + ".optimizer", true), scaler = object(group(g) + ".grad_scaler", false);
       const std::unique_ptr<TorchFile> o = d_.open_object(optimizer);
       const std::unique_ptr<TorchFile> sc = scaler.empty() ? nullptr : d_.open_object(scaler);
@@ -195,6 +206,15 @@ class BucketReader {
     return out;
   }
 
+  // The model chunks of stage s that hold parameters, in order: Megatron builds a gradient
+  // buffer for each of them alone, and gbuf_idx counts those buffers.
+  std::vector<int> buffer_chunks(int s) const {
+    std::vector<int> out;
+    for (int v = 0; v < vp_; ++v)
+      if (!chunk_params(s, v).empty()) out.push_back(v);
+    return out;
+  }
+
   // The bucket tensors' keys of buffer v of model-parallel rank g, without the state suffix, by
   // bucket index.
   std::vector<std::string> bucket_keys(int g, int v) const {
@@ -229,7 +249,7 @@ class BucketReader {
       out.push_back(key);
     }
     if (out.empty())
-      throw IoError(index_ + ": no '" + prefix + "*' tensors: no state of model chunk " + std::to_string(v) +
+      throw IoError(index_ + ": no '" + prefix + "*' tensors: no state of buffer " + std::to_string(v) +
                     " of model-parallel rank " + std::to_string(g) + " (saved with --no-save-optim?)");
     return out;
   }
@@ -237,8 +257,10 @@ class BucketReader {
   // dp_reshardable: rank (t, s)'s buckets, a tensor per bucket and state.
   void read_buckets(int t, int s, BucketOptimizerState& out) {
     const int g = s * tp_ + t;
-    for (int v = 0; v < vp_; ++v) {
-      const std::vector<std::string> keys = bucket_keys(g, v);
+    const std::vector<int> chunks = buffer_chunks(s);
+    for (size_t b = 0; b < chunks.size(); ++b) {
+      const int v = chunks[b];
+      const std::vector<std::string> keys = bucket_keys(g, static_cast<int>(b));
       ChunkBuffer buffer;
       for (const std::string& key : keys) buffer.numel.push_back(d_.tensors().at(key + ".param").size[0]);
       buffer.read = [&](int k, size_t b) -> std::optional<std::vector<float>> {
@@ -246,23 +268,26 @@ class BucketReader {
         if (!d_.tensors().count(key)) return std::nullopt;
         return d_.read_f32(key, {0}, {d_.tensors().at(key).size[0]});
       };
-      read_chunk(t, s, v, buffer, index_ + ": " + group(g) + ".gbuf_idx_" + std::to_string(v), out);
+      read_chunk(t, s, v, buffer, index_ + ": " + group(g) + ".gbuf_idx_" + std::to_string(b), out);
     }
   }
 
   // dp_zero_gather_scatter: rank (t, s)'s buffers gathered in one object, as distrib_optim.pt.
   void read_gathered(int t, int s, BucketOptimizerState& out) {
+    const std::vector<int> chunks = buffer_chunks(s);
+    if (chunks.empty()) return;  // a stage of no parameters
     const std::string key = object(group(s * tp_ + t) + ".param_state", true);
     const std::unique_ptr<TorchFile> f = d_.open_object(key);
-    const std::vector<std::vector<SavedSegment>> buffers = saved_buffers(*f, static_cast<size_t>(vp_));
-    for (int v = 0; v < vp_; ++v) {
-      const std::vector<SavedSegment>& segments = buffers[static_cast<size_t>(v)];
+    const std::vector<std::vector<SavedSegment>> buffers = saved_buffers(*f, chunks.size());
+    for (size_t b = 0; b < chunks.size(); ++b) {
+      const int v = chunks[b];
+      const std::vector<SavedSegment>& segments = buffers[b];
       ChunkBuffer buffer;
       for (const SavedSegment& seg : segments) buffer.numel.push_back(seg.numel);
       buffer.read = [&](int k, size_t i) -> std::optional<std::vector<float>> {
         return read_segment_range(*f, segments[i], k, 0, segments[i].numel);
       };
-      read_chunk(t, s, v, buffer, index_ + ": object '" + key + "' buffer " + std::to_string(v), out);
+      read_chunk(t, s, v, buffer, index_ + ": object '" + key + "' buffer " + std::to_string(b), out);
     }
   }
 

@@ -201,23 +201,23 @@ std::vector<BufferPlace> place_parameters(const std::vector<BufferParam>& params
   return out;
 }
 
-std::vector<std::vector<SavedSegment>> saved_buffers(const TorchFile& file, size_t chunks) {
+std::vector<std::vector<SavedSegment>> saved_buffers(const TorchFile& file, size_t buffers) {
   const Value* top = &file.root();
   // A ChainedOptimizer's one; a sharded object's datum.
   if (top->kind == Kind::List && top->items.size() == 1) top = top->items[0].get();
   const Value& root = *top;
   if (root.kind != Kind::Dict)
     throw IoError(file.path() + ": holds " + root.describe() + ", not the optimizer's state");
-  std::vector<const Value*> gbufs(chunks, nullptr);
+  std::vector<const Value*> gbufs(buffers, nullptr);
   for (const auto& [k, v] : root.entries) {
     if (k->kind != Kind::Int) continue;  // 'buckets_coalesced', 'per_bucket_numel', ...
-    if (k->integer < 0 || k->integer >= static_cast<int64_t>(chunks))
+    if (k->integer < 0 || k->integer >= static_cast<int64_t>(buffers))
       throw IoError(file.path() + ": buffer " + std::to_string(k->integer) + ", but the rank has " +
-                    std::to_string(chunks) + " model chunk(s)");
+                    std::to_string(buffers) + " model chunk(s) with parameters");
     gbufs[static_cast<size_t>(k->integer)] = v.get();
   }
   std::vector<std::vector<SavedSegment>> out;
-  for (size_t c = 0; c < chunks; ++c) {
+  for (size_t c = 0; c < buffers; ++c) {
     const std::string where = file.path() + ": buffer " + std::to_string(c);
     if (!gbufs[c]) throw IoError(where + ": missing");
     out.push_back(chunk_segments(*gbufs[c], where));
@@ -231,9 +231,13 @@ std::vector<float> read_segment_range(const TorchFile& file, const SavedSegment&
 
 void read_distributed_state(const TorchFile& file, const std::vector<std::vector<ModelParam>>& chunks, DType dtype,
                             int64_t dp, OptimizerState& out) {
-  const std::vector<std::vector<SavedSegment>> buffers = saved_buffers(file, chunks.size());
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    const std::vector<SavedSegment>& segments = buffers[c];
+  std::vector<size_t> holding;  // the chunks with parameters, whose buffers Megatron numbers in turn
+  for (size_t c = 0; c < chunks.size(); ++c)
+    if (!chunks[c].empty()) holding.push_back(c);
+  const std::vector<std::vector<SavedSegment>> buffers = saved_buffers(file, holding.size());
+  for (size_t b = 0; b < holding.size(); ++b) {
+    const size_t c = holding[b];
+    const std::vector<SavedSegment>& segments = buffers[b];
     std::vector<BufferSegment> flat;
     for (const SavedSegment& s : segments)
       flat.push_back({s.numel, [&file, &s](int64_t at, int64_t n) { return read_segment_range(file, s, 0, at, n); }});
@@ -242,7 +246,7 @@ void read_distributed_state(const TorchFile& file, const std::vector<std::vector
       params.push_back({p.key, p.tensor->shape, p.tensor->numel(),
                         [&p] { return p.shard->file->read_f32(*p.tensor, "'" + p.key + "'"); }});
     const std::vector<BufferPlace> places =
-        place_parameters(params, flat, dtype, dp, file.path() + ": buffer " + std::to_string(c));
+        place_parameters(params, flat, dtype, dp, file.path() + ": buffer " + std::to_string(b));
     for (size_t i = 0; i < places.size(); ++i) {
       const ModelParam& p = chunks[c][i];
       const SavedSegment& s = segments[places[i].segment];

@@ -67,8 +67,10 @@ struct SavedSegment {
 };
 
 // The buffers of `file`'s object (distrib_optim.pt's; torch_dist's dp_zero_gather_scatter saves
-// the same as an object), one per model chunk of the rank. Throws IoError naming the file.
-std::vector<std::vector<SavedSegment>> saved_buffers(const TorchFile& file, size_t chunks);
+// the same as an object): `buffers` of them, one per model chunk of the rank that holds
+// parameters (Megatron builds no buffer for a chunk without, and numbers the others in turn).
+// Throws IoError naming the file.
+std::vector<std::vector<SavedSegment>> saved_buffers(const TorchFile& file, size_t buffers);
 
 // State k's elements [at, at + n) of a segment of `file`, as fp32.
 std::vector<float> read_segment_range(const TorchFile& file, const SavedSegment& s, int k, int64_t at, int64_t n);

@@ -50,8 +50,13 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   s("tokenizer_type", o.tokenizer_type.c_str());
   i("tensor_model_parallel_size", o.tp);
   i("pipeline_model_parallel_size", o.pp);
-  w.str("virtual_pipeline_model_parallel_size");
-  w.none();
+  const auto count_or_none = [&](const char* k, int v) { w.str(k); v > 0 ? w.integer(v) : w.none(); };
+  count_or_none("virtual_pipeline_model_parallel_size", o.chunks > 1 ? o.chunks : 0);
+  count_or_none("decoder_first_pipeline_num_layers", o.uneven.first_stage_layers);
+  count_or_none("decoder_last_pipeline_num_layers", o.uneven.last_stage_layers);
+  b("account_for_embedding_in_pipeline_split", o.uneven.embedding_as_layer);
+  b("account_for_loss_in_pipeline_split", o.uneven.loss_as_layer);
+  s("pipeline_model_parallel_layout", o.uneven.layout.empty() ? nullptr : o.uneven.layout.c_str());
   b("fp16", o.dtype == DType::F16);
   b("bf16", o.dtype == DType::BF16);
   w.str("params_dtype");
@@ -99,9 +104,19 @@ MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const Megatr
   } catch (const ConfigError& e) {
     throw ConfigError("--target-tp " + std::to_string(o.tp) + ": " + e.what());
   }
-  if (o.pp < 1 || cfg.num_layers % o.pp)
-    throw ConfigError("--target-pp " + std::to_string(o.pp) + ": Megatron's pipeline splits the " +
-                      std::to_string(cfg.num_layers) + " layers evenly; it must divide them");
+  if (o.uneven.any() && !o.mcore)
+    throw ConfigError("Megatron's uneven pipeline stages (--decoder-first/last-pipeline-num-layers, "
+                      "--account-for-embedding/loss-in-pipeline-split, --pipeline-model-parallel-layout) are "
+                      "Megatron-core's: Megatron-LM's legacy model splits its layers evenly; give --megatron-model mcore");
+  const PipelineSplit split{cfg.num_layers, o.pp, o.chunks, o.uneven};
+  std::string why = o.pp < 1 || o.chunks < 1 ? "the stages and chunks must be positive" : pipeline_split_error(split);
+  // Without the uneven flags Megatron splits evenly (trident's own rule for layers the stages
+  // do not divide is not Megatron's).
+  if (why.empty() && !o.uneven.any() && cfg.num_layers % (o.pp * o.chunks) != 0)
+    why = "Megatron's pipeline splits the " + std::to_string(cfg.num_layers) + " layers evenly" +
+          (o.chunks > 1 ? " over stages x " + std::to_string(o.chunks) + " model chunks" : std::string()) +
+          "; it must divide them, or give Megatron's uneven-stage flags";
+  if (!why.empty()) throw ConfigError("--target-pp " + std::to_string(o.pp) + ": " + why);
   if (o.tokenizer_type.empty()) {
     if (cfg.vocab_size != kGpt2VocabSize)
       throw ConfigError("--tokenizer-type: required: Megatron checks args.tokenizer_type on load, and a vocabulary of " +
@@ -127,18 +142,21 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
   };
   const HostTensor& wte = full("wte");
   const std::vector<float> wte_padded = pad_rows(wte.data.data(), wte.shape[0], C, padded);
-  const int per_stage = cfg.num_layers / pp;
+  const PipelineSplit split{cfg.num_layers, pp, o.chunks, o.uneven};
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, 1);
   // A release, or with the training state the iteration Megatron resumes from.
   const fs::path folder = o.training ? iteration_dir(dir, o.iteration) : dir / "release";
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) throw IoError(folder.string() + ": cannot create: " + ec.message());
-  for (int p = 0; p < pp; ++p)
+  for (int p = 0; p < pp; ++p) {
+    const std::vector<LayerRange> chunk_layers = pipeline_chunk_layers(split, p);
     for (int t = 0; t < tp; ++t) {
       pickle::Writer w;
       RankFile file;
-      std::vector<std::string> written;  // the parameters in the model's order (named_parameters())
+      // The parameters in the order of Megatron's named_parameters() over the model chunks,
+      // which its optimizer's parameter groups follow.
+      std::vector<std::string> written;
       const auto param = [&](const std::string& key, const std::string& name) {
         const HostTensor& h = full(name);
         const int64_t rows = h.shape[0], cols = h.shape.size() > 1 ? h.shape[1] : 1;
@@ -152,8 +170,6 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
         file.tensor(w, megatron::shard_of("wte", wte_padded, padded, C, t, tp, cfg), {padded / tp, C}, dtype);
         written.push_back("wte");
       };
-      // Stage p's layer l (both models number them from 0 on every stage): canonical prefix.
-      const auto layer = [&](int l) { return "h." + std::to_string(p * per_stage + l) + "."; };
       w.begin_dict();
       w.str("args");
       write_args(w, cfg, o);
@@ -161,70 +177,78 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       w.real(kExportCheckpointVersion);
       w.str("iteration");
       w.integer(o.iteration);
-      w.str("model");
-      if (o.mcore) {
-        // GPTModel.state_dict()'s flat keys, in the order its modules are built.
-        w.begin_ordered_dict();
-        if (p == 0) {
-          word_embeddings("embedding.word_embeddings.weight");
-          param("embedding.position_embeddings.weight", "wpe");
-        }
-        for (int l = 0; l < per_stage; ++l)
-          for (const megatron::CoreLocalModule& m : megatron::core_local_modules()) {
-            const std::string module = "decoder.layers." + std::to_string(l) + "." + m.module;
-            for (const char* wb : {"weight", "bias"}) param(module + wb, layer(l) + m.canonical + wb);
-            if (m.linear) {  // after a linear layer's parameters, its extra state
-              w.str(module + "_extra_state");
-              w.none();
-            }
+      for (int v = 0; v < o.chunks; ++v) {
+        // The embedding is the first chunk's of the first stage, the final norm and the LM head
+        // (a copy of the tied embedding where that is another chunk) the last one's of the last.
+        const bool first = p == 0 && v == 0, last = p == pp - 1 && v == o.chunks - 1;
+        const LayerRange layers = chunk_layers[v];
+        // The chunk's layer l (both models number a chunk's layers from 0): canonical prefix.
+        const auto layer = [&](int l) { return "h." + std::to_string(layers.begin + l) + "."; };
+        w.str(o.chunks == 1 ? std::string("model") : "model" + std::to_string(v));
+        if (o.mcore) {
+          // GPTModel.state_dict()'s flat keys, in the order its modules are built.
+          w.begin_ordered_dict();
+          if (first) {
+            word_embeddings("embedding.word_embeddings.weight");
+            param("embedding.position_embeddings.weight", "wpe");
           }
-        if (p == pp - 1) {
-          param("decoder.final_layernorm.weight", "ln_f.weight");
-          param("decoder.final_layernorm.bias", "ln_f.bias");
-          if (pp > 1) word_embeddings("output_layer.weight");  // the tied head's copy
-          w.str("output_layer._extra_state");
-          w.none();
-        }
-        w.end();  // model
-      } else {
-        w.begin_dict();
-        w.str("language_model");
-        w.begin_dict();
-        if (p == 0) {
-          w.str("embedding");
+          for (int l = 0; l < layers.size(); ++l)
+            for (const megatron::CoreLocalModule& m : megatron::core_local_modules()) {
+              const std::string module = "decoder.layers." + std::to_string(l) + "." + m.module;
+              for (const char* wb : {"weight", "bias"}) param(module + wb, layer(l) + m.canonical + wb);
+              if (m.linear) {  // after a linear layer's parameters, its extra state
+                w.str(module + "_extra_state");
+                w.none();
+              }
+            }
+          if (last) {
+            param("decoder.final_layernorm.weight", "ln_f.weight");
+            param("decoder.final_layernorm.bias", "ln_f.bias");
+            if (!first) word_embeddings("output_layer.weight");  // the tied head's copy
+            w.str("output_layer._extra_state");
+            w.none();
+          }
+          w.end();  // model
+        } else {
           w.begin_dict();
-          w.str("word_embeddings");
+          w.str("language_model");
           w.begin_dict();
-          word_embeddings("weight");
-          w.end();
-          w.str("position_embeddings");
-          w.begin_dict();
-          param("weight", "wpe");
-          w.end();
-          w.end();
+          if (first) {
+            w.str("embedding");
+            w.begin_dict();
+            w.str("word_embeddings");
+            w.begin_dict();
+            word_embeddings("weight");
+            w.end();
+            w.str("position_embeddings");
+            w.begin_dict();
+            param("weight", "wpe");
+            w.end();
+            w.end();
+          }
+          w.str("encoder");
+          w.begin_ordered_dict();
+          for (int l = 0; l < layers.size(); ++l)  // the legacy layer's parameters are in trident's order
+            for (const ParamSpec& spec : specs)
+              if (spec.name.rfind(layer(l), 0) == 0)
+                param("layers." + std::to_string(l) + "." +
+                          megatron_layer_key(spec.name.substr(layer(l).size()), o.norm_names),
+                      spec.name);
+          if (last) {
+            const std::string final_norm = o.norm_names ? "final_norm." : "final_layernorm.";
+            param(final_norm + "weight", "ln_f.weight");
+            param(final_norm + "bias", "ln_f.bias");
+          }
+          w.end();  // encoder
+          w.end();  // language_model
+          if (last && !first) {
+            w.str("word_embeddings_for_head");
+            w.begin_dict();
+            word_embeddings("weight");
+            w.end();
+          }
+          w.end();  // model
         }
-        w.str("encoder");
-        w.begin_ordered_dict();
-        for (int l = 0; l < per_stage; ++l)  // the legacy layer's parameters are in trident's order
-          for (const ParamSpec& spec : specs)
-            if (spec.name.rfind(layer(l), 0) == 0)
-              param("layers." + std::to_string(l) + "." +
-                        megatron_layer_key(spec.name.substr(layer(l).size()), o.norm_names),
-                    spec.name);
-        if (p == pp - 1) {
-          const std::string final_norm = o.norm_names ? "final_norm." : "final_layernorm.";
-          param(final_norm + "weight", "ln_f.weight");
-          param(final_norm + "bias", "ln_f.bias");
-        }
-        w.end();  // encoder
-        w.end();  // language_model
-        if (p == pp - 1 && pp > 1) {
-          w.str("word_embeddings_for_head");
-          w.begin_dict();
-          word_embeddings("weight");
-          w.end();
-        }
-        w.end();  // model
       }
       if (o.training) {
         w.str("optimizer");
@@ -239,6 +263,7 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       write_torch_file((rank_dir / "model_optim_rng.pt").string(), w.finish(), file.storages());
       fsync_dir(rank_dir.string());
     }
+  }
   fsync_dir(folder.string());
   write_file_atomic(latest_file(dir).string(), o.training ? std::to_string(o.iteration) : "release");
 }

@@ -56,6 +56,7 @@
 #include "ckpt/canonical_slices.h"
 #include "ckpt/pickle_reader.h"
 #include "model/config.h"
+#include "parallel/pipeline_split.h"
 
 namespace trident {
 
@@ -115,6 +116,11 @@ enum class MegatronAdam { kFused, kTorch };
 
 struct MegatronExportOptions {
   int tp = 1, pp = 1;
+  // The Megatron run's pipeline split (parallel/pipeline_split.h): its model chunks a stage
+  // (--num-virtual-stages-per-pipeline-rank; a layout gives its own) and uneven stages. Without
+  // them Megatron splits the layers evenly, so pp x chunks must divide them.
+  int chunks = 1;
+  UnevenPipeline uneven;
   DType dtype = DType::F32;
   // The LayerNorms' module names: false "input_layernorm", "post_attention_layernorm",
   // "final_layernorm" (Megatron-DeepSpeed, Megatron-LM before its RMSNorm support); true
@@ -142,14 +148,15 @@ struct MegatronExportOptions {
 
 // Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM
 // release checkpoint of the legacy GPT model, or of Megatron-core's GPTModel (options.mcore):
-// DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt at tp x pp (pp must divide the layers,
-// Megatron's split) and DIR/latest_checkpointed_iteration.txt "release", which Megatron-LM
+// DIR/release/mp_rank_TT[_PPP]/model_optim_rng.pt at tp x pp (Megatron's split of the layers:
+// even, or as options.uneven says; with model chunks a file holds 'model0', 'model1', ..., each
+// chunk's layers numbered from 0) and DIR/latest_checkpointed_iteration.txt "release", which Megatron-LM
 // (--use-legacy-models --transformer-impl local; Megatron-core's: --transformer-impl local) and
 // Megatron-DeepSpeed (the legacy model, without --deepspeed) load without optimizer or RNG
 // state, at iteration 0. Each file holds 'model' (legacy or Megatron-core names in the order
 // of the model's named_parameters(), vocabulary padded for tp with zero rows, QKV in
 // checkpoint_version 3.0's order), 'args' (the model's shape, tp/pp, num_key_value_heads,
-// tokenizer_type, use_legacy_models, transformer_impl and consumed_train_samples 0 as
+// the split's args, tokenizer_type, use_legacy_models, transformer_impl and consumed_train_samples 0 as
 // Megatron's argparse.Namespace, fractions as their shortest decimals), 'checkpoint_version'
 // 3.0 and 'iteration'. Tensors are stored as options.dtype. With options.training the folder
 // is DIR/iter_<iteration> (the tracker says the iteration), each file holds the optimizer's

@@ -8,6 +8,7 @@
 #include "ckpt/checkpoint_dir.h"
 #include "ckpt/checksum.h"
 #include "core/error.h"
+#include "parallel/pipeline_layout.h"
 
 namespace trident {
 
@@ -21,6 +22,7 @@ std::string layout_text(const ParallelLayout& l) {
   if (u.last_stage_layers > 0) s += ", " + layers(u.last_stage_layers) + " in the last stage";
   if (u.embedding_as_layer) s += ", the embedding counted as a layer";
   if (u.loss_as_layer) s += ", the loss counted as a layer";
+  if (!u.layout.empty()) s += ", layout \"" + u.layout + "\"";
   return s;
 }
 
@@ -158,6 +160,7 @@ json metadata_to_json(const CheckpointMetadata& m) {
   if (u.last_stage_layers > 0) j["layout"]["decoder_last_pipeline_num_layers"] = u.last_stage_layers;
   if (u.embedding_as_layer) j["layout"]["account_for_embedding_in_pipeline_split"] = true;
   if (u.loss_as_layer) j["layout"]["account_for_loss_in_pipeline_split"] = true;
+  if (!u.layout.empty()) j["layout"]["pipeline_model_parallel_layout"] = u.layout;
   j["trainer_state"] = m.trainer_state.is_null() ? json::object() : m.trainer_state;
   json files = json::array();
   for (const auto& f : m.files) files.push_back({{"path", f.path}, {"size", f.size}, {"xxh3", f.xxh3}});
@@ -183,7 +186,7 @@ CheckpointMetadata metadata_from_json(const json& j, const std::string& source) 
     Fields l{f.object("layout"), "layout.", source};
     l.no_unknown({"tp", "pp", "dp", "zero_stage", "virtual_pipeline_chunks", "decoder_first_pipeline_num_layers",
                   "decoder_last_pipeline_num_layers", "account_for_embedding_in_pipeline_split",
-                  "account_for_loss_in_pipeline_split"});
+                  "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout"});
     UnevenPipeline& u = m.layout.uneven;
     const int L = m.model.num_layers;
     if (l.j.contains("decoder_first_pipeline_num_layers"))
@@ -194,15 +197,20 @@ CheckpointMetadata metadata_from_json(const json& j, const std::string& source) 
       u.embedding_as_layer = l.boolean("account_for_embedding_in_pipeline_split");
     if (l.j.contains("account_for_loss_in_pipeline_split"))
       u.loss_as_layer = l.boolean("account_for_loss_in_pipeline_split");
-    // A stage holds a layer at least (the embedding or the loss may take one's place), a
+    if (l.j.contains("pipeline_model_parallel_layout")) u.layout = l.string("pipeline_model_parallel_layout");
+    // A stage holds a layer at least (the embedding or the loss may take one's place; a
+    // layout's stages may hold nothing, but there are no more of them than it lists), a
     // tensor-parallel rank a head: bounds that also keep the products of the layout's numbers
     // inside int.
+    std::string unparsed;
+    const int64_t max_stages =
+        std::max<int64_t>(L + 2, pipeline_layout_virtual_stages(u.layout, unparsed).size());
     m.layout.tp = static_cast<int>(l.integer("tp", 1, m.model.num_attention_heads));
-    m.layout.pp = static_cast<int>(l.integer("pp", 1, L + 2));
+    m.layout.pp = static_cast<int>(l.integer("pp", 1, max_stages));
     m.layout.dp = static_cast<int>(l.integer("dp", 1, kIntMax / (int64_t{m.layout.tp} * m.layout.pp)));
     m.layout.zero_stage = static_cast<int>(l.integer("zero_stage", 0, 3));
     if (l.j.contains("virtual_pipeline_chunks"))
-      m.layout.virtual_pipeline_chunks = static_cast<int>(l.integer("virtual_pipeline_chunks", 1, L + 2));
+      m.layout.virtual_pipeline_chunks = static_cast<int>(l.integer("virtual_pipeline_chunks", 1, max_stages));
     if (const std::string why = pipeline_split_error(pipeline_split_of(m.model, m.layout)); !why.empty())
       l.fail(m.layout.virtual_pipeline_chunks > 1 ? "virtual_pipeline_chunks" : "pp",
              "the split of model.num_layers (" + std::to_string(L) + ") does not hold: " + why);

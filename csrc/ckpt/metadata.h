@@ -7,7 +7,7 @@
 //   "layout": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 1},  (+ "virtual_pipeline_chunks": N when N > 1,
 //              and Megatron's uneven split when given: "decoder_first_pipeline_num_layers": N,
 //              "decoder_last_pipeline_num_layers": N, "account_for_embedding_in_pipeline_split": true,
-//              "account_for_loss_in_pipeline_split": true)
+//              "account_for_loss_in_pipeline_split": true, "pipeline_model_parallel_layout": "Et|tL")
 //   "trainer_state": {...opaque: RNG, loss scaler, scheduler, data order...},
 //   "files": [{"path": "mp_rank_00/model.safetensors", "size": 123, "xxh3": "16 hex digits"}, ...]
 // }

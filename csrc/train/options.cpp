@@ -22,6 +22,7 @@
 #include "core/decimal.h"
 #include "core/error.h"
 #include "core/flag_value.h"
+#include "parallel/pipeline_layout.h"
 #include "train/data_args_file.h"
 #include "train/tensorboard_tags.h"
 #include "train/timers.h"
@@ -268,6 +269,10 @@ const std::vector<FlagDef>& flag_defs() {
                                                   "holds one transformer layer fewer", true},
       {"account-for-loss-in-pipeline-split", "count the LM head and loss as a layer of the last stage, which "
                                              "holds one transformer layer fewer", true},
+      {"pipeline-model-parallel-layout", "every stage's layers, Megatron-core's string: stages (and, beyond "
+                                         "--pipeline-model-parallel-size of them, model chunks) between '|', E the "
+                                         "embedding, t a transformer layer, L the loss, X*n and (...)*n repeat; "
+                                         "e.g. \"Ett|(ttt|)*2,ttL\""},
       {"sequence-parallel", "with tensor parallelism: LayerNorms, dropouts and the residual stream on 1/tp of the "
                             "micro-batch's tokens each (all-gather and reduce-scatter instead of all-reduce)", true},
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
@@ -1024,6 +1029,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   }
   f.get("account-for-embedding-in-pipeline-split", o.uneven_pipeline.embedding_as_layer);
   f.get("account-for-loss-in-pipeline-split", o.uneven_pipeline.loss_as_layer);
+  f.get("pipeline-model-parallel-layout", o.uneven_pipeline.layout);
+  if (f.has("pipeline-model-parallel-layout") && o.uneven_pipeline.layout.empty())
+    throw ConfigError("--pipeline-model-parallel-layout is empty");
   f.get("sequence-parallel", o.sequence_parallel);
   if (o.deepspeed_config.empty()) f.get("zero-stage", o.zero_stage);  // else the --deepspeed_config file's
   // Megatron's distributed optimizer shards the optimizer state and the fp32 master weights
@@ -1463,6 +1471,8 @@ std::string TrainOptions::non_persistent_dir(const std::string& base) const {
 }
 
 int TrainOptions::virtual_pipeline_chunks() const {
+  if (!uneven_pipeline.layout.empty())
+    return pipeline_layout_chunks(uneven_pipeline.layout, pipeline_model_parallel_size);
   if (num_virtual_stages_per_pipeline_rank > 0) return num_virtual_stages_per_pipeline_rank;
   if (num_layers_per_virtual_pipeline_stage > 0) {
     // Megatron counts the embedding and the loss among the layers a chunk holds where they count.
@@ -1488,6 +1498,9 @@ void validate_model_options(const TrainOptions& o) {
   const auto set = [&](const char* flag, int64_t value) { return value != 0 || o.given_flags.count(flag) > 0; };
   const bool by_layers = set("num-layers-per-virtual-pipeline-stage", per_chunk);
   const bool by_chunks = set("num-virtual-stages-per-pipeline-rank", chunks);
+  if (!uneven.layout.empty() && (by_layers || by_chunks))
+    throw ConfigError("--pipeline-model-parallel-layout gives the model chunks a stage itself: "
+                      "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank go without it");
   if (by_layers || by_chunks) {
     const std::string flag =
         by_layers ? "--num-layers-per-virtual-pipeline-stage" : "--num-virtual-stages-per-pipeline-rank";
@@ -1653,6 +1666,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("decoder-last-pipeline-num-layers", o.uneven_pipeline.last_stage_layers);
   line("account-for-embedding-in-pipeline-split", o.uneven_pipeline.embedding_as_layer);
   line("account-for-loss-in-pipeline-split", o.uneven_pipeline.loss_as_layer);
+  line("pipeline-model-parallel-layout", o.uneven_pipeline.layout);
   line("sequence-parallel", o.sequence_parallel);
   line("zero-stage", o.zero_stage);
   line("overlap-grad-reduce", o.overlap_grad_reduce);

@@ -3,7 +3,8 @@
 # with exactly one line "trident-<tool>: error: ..." naming the file or flag (an integer out
 # of range with the value as typed), and a failed conversion leaves nothing under its final
 # name; a file a tool does not need (trident-eval: the optimizer's) is not read; a
-# conversion into a run's directory is refused unless --overwrite; what --load names
+# conversion into a run's directory is refused unless --overwrite; a Megatron pipeline split that does
+# not fit the model is refused; what --load names
 # (iteration folder, --ckpt-step, --exit-on-missing-checkpoint, --use-checkpoint-args); a
 # resumed run whose data is too short for its new global batch stops at the start; an
 # evaluation cut short by the time limit is an error; the sequential pass's line names the
@@ -89,6 +90,17 @@ nothing_at "$ckdir/nested" "a conversion into its own source"
 expect_error trident-convert "--to: 'onnx'" "$convert" --to onnx --load "$tmp/ck" --save "$tmp/out0"
 expect_error trident-convert "--target-tp 3" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-tp 3
 expect_error trident-convert "--target-pp (8)" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 8
+# --to megatron takes the Megatron run's pipeline split by Megatron's flags; they must fit the model.
+expect_error trident-convert '--target-pp 2: --pipeline-model-parallel-layout "Et|tL": it holds 2 transformer layers' \
+  "$convert" --to megatron --megatron-model mcore --tokenizer-type NullTokenizer --load "$tmp/ck" --save "$tmp/out0" \
+  --target-pp 2 --pipeline-model-parallel-layout "Et|tL"
+expect_error trident-convert "Megatron-LM's legacy model splits its layers evenly; give --megatron-model mcore" \
+  "$convert" --to megatron --tokenizer-type NullTokenizer --load "$tmp/ck" --save "$tmp/out0" --target-pp 2 \
+  --decoder-first-pipeline-num-layers 1
+expect_error trident-convert "--target-pp 3: Megatron's pipeline splits the 4 layers evenly" \
+  "$convert" --to megatron --tokenizer-type NullTokenizer --load "$tmp/ck" --save "$tmp/out0" --target-pp 3
+expect_error trident-convert "--decoder-first-pipeline-num-layers applies to --to megatron only" \
+  "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 2 --decoder-first-pipeline-num-layers 1
 nothing_under "$tmp/out0" "an impossible layout"
 # Integers are checked whole, never narrowed (as a 32-bit int, 4294967298 would be tp 2).
 expect_error trident-convert '--target-tp: expected an integer from 1 to 2147483647, got "4294967298"' \

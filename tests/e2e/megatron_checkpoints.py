@@ -27,6 +27,7 @@ import enum
 import io
 import json
 import os
+import re
 import struct
 import sys
 
@@ -159,10 +160,27 @@ def embedding_rows(wte, pad, vocab_padded, tp, rank, dtype):
     return full.chunk(tp, 0)[rank].to(dtype).clone()
 
 
-def layer_ranges(pp, vp, first=0, last=0, embedding=False, loss=False):
+def layout_ranges(layout, pp):
+    """(chunk, stage) -> global layer numbers of Megatron-core's --pipeline-model-parallel-layout
+    (PipelineParallelLayerLayout): parse_str_to_list's two patterns unrolled, virtual stage i
+    being chunk i // pp of stage i % pp, and the 't's numbered in the list's order."""
+    text = layout.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    ranges, first = {}, 0
+    for i, stage in enumerate(text.split("|")):
+        ranges[(i // pp, i % pp)] = list(range(first, first + stage.count("t")))
+        first += stage.count("t")
+    return ranges
+
+
+def layer_ranges(pp, vp, first=0, last=0, embedding=False, loss=False, layout=None):
     """(chunk, stage) -> global layer numbers: Megatron-core's get_num_layers_to_build and
     get_transformer_layer_offset, with its uneven stages (--decoder-first/last-pipeline-num-layers
-    as first/last, 0 for None; --account-for-embedding/loss-in-pipeline-split)."""
+    as first/last, 0 for None; --account-for-embedding/loss-in-pipeline-split;
+    --pipeline-model-parallel-layout, which sets the chunks too)."""
+    if layout:
+        return layout_ranges(layout, pp)
     if first or last:
         middle_stages, middle = pp - bool(first) - bool(last), L - first - last
         def count(v, s):
@@ -196,11 +214,12 @@ def save(obj, path, legacy_format=False):
 
 
 def rank_models(w, pad, vocab_padded, tp, pp, t, s, dtype, version, names, mcore=False, te=False, vp=1,
-                head_noise=False, outer="encoder", linear_extra_state=False):
+                head_noise=False, outer="encoder", linear_extra_state=False, uneven=None):
     """The model state dicts (one per virtual chunk) of TP rank t on pipeline stage s.
     linear_extra_state: Megatron-core's parallel linear layers' '_extra_state' (None) after
-    each one's bias, as GPTModel.state_dict() of the local layer spec holds them."""
-    ranges = layer_ranges(pp, vp)
+    each one's bias, as GPTModel.state_dict() of the local layer spec holds them. uneven:
+    layer_ranges's keywords for Megatron's uneven stages."""
+    ranges = layer_ranges(pp, vp, **(uneven or {}))
     models = []
     for v in range(vp):
         first, last = s == 0 and v == 0, s == pp - 1 and v == vp - 1

@@ -6,7 +6,8 @@ Megatron's named_parameters() order, which the optimizer's indices follow; dtype
 parameter's optimizer state (Adam's moments, the fp32 master, the step count where REF keeps it:
 in the groups or in each state), the groups' Adam betas and epsilon and weight-decay
 multipliers and the keys Megatron matches groups by, the loss scaler, the scheduler's fields
-and the args' iteration and consumed samples. The word embedding's padding rows (past VOCAB:
+and the args' iteration, consumed samples and pipeline split. With virtual pipeline chunks a
+file's models are 'model0', 'model1', ..., whose parameters the optimizer's indices walk in turn. The word embedding's padding rows (past VOCAB:
 Megatron never reads them) are left out.
 Usage: megatron_export_check.py OURS REF ITERATION VOCAB"""
 import os
@@ -26,6 +27,16 @@ def tensors(d, prefix=""):
     return out
 
 
+def model_tensors(ck):
+    """The model's tensors in named_parameters() order: 'model', or with virtual pipeline chunks
+    'model0', 'model1', ... in turn (their keys prefixed with the chunk's)."""
+    if "model" in ck:
+        return tensors(ck["model"])
+    chunks = sorted((k for k in ck if k.startswith("model") and k[5:].isdigit()), key=lambda k: int(k[5:]))
+    assert chunks, list(ck)
+    return [x for k in chunks for x in tensors(ck[k], k + ".")]
+
+
 def step_of(x):
     return None if x is None else int(x.item()) if torch.is_tensor(x) else int(x)
 
@@ -33,7 +44,7 @@ def step_of(x):
 def per_parameter(ck, where):
     """Parameter key -> (exp_avg, exp_avg_sq, master, step) from Megatron's non-distributed
     optimizer state: its groups' indices walk the parameters of one kind (2-D, 1-D) in order."""
-    model = tensors(ck["model"])
+    model = model_tensors(ck)
     opt = ck["optimizer"]
     inner = opt.get("optimizer", opt)
     masters = opt.get("fp32_from_fp16_params")
@@ -81,7 +92,7 @@ def main():
         t = int(rank.split("_")[2])  # mp_rank_TT[_PPP]
         a = torch.load(os.path.join(ours, folder, rank, "model_optim_rng.pt"), map_location="cpu", weights_only=False)
         b = torch.load(os.path.join(ref, folder, rank, "model_optim_rng.pt"), map_location="cpu", weights_only=False)
-        ma, mb = dict(tensors(a["model"])), dict(tensors(b["model"]))
+        ma, mb = dict(model_tensors(a)), dict(model_tensors(b))
         assert list(ma) == list(mb), (rank, list(ma), list(mb))
         for k in mb:
             assert same(real_rows(k, ma[k], t, vocab), real_rows(k, mb[k], t, vocab)), (rank, k)
@@ -110,8 +121,9 @@ def main():
         for key, value in b["opt_param_scheduler"].items():
             assert a["opt_param_scheduler"][key] == value, (rank, key, a["opt_param_scheduler"][key], value)
         assert a["iteration"] == b["iteration"] == iteration, rank
-        for key in ("consumed_train_samples", "consumed_valid_samples"):
-            assert getattr(a["args"], key) == getattr(b["args"], key), (rank, key)
+        for key in ("consumed_train_samples", "consumed_valid_samples", "virtual_pipeline_model_parallel_size",
+                    "decoder_first_pipeline_num_layers", "pipeline_model_parallel_layout"):
+            assert getattr(a["args"], key, None) == getattr(b["args"], key, None), (rank, key)
         checked += len(pb)
     print(f"{len(ranks)} rank files, {checked} parameters' model and optimizer state equal to Megatron's")
 

@@ -23,7 +23,11 @@
 #    parameter orders differ; and its dp_zero_gather_scatter format, distrib_optim.pt's coalesced
 #    buffers as one object per rank (fp16, tp2 x pp2); dp_reshardable of Megatron's uneven stages
 #    (--decoder-first-pipeline-num-layers 1 at pp2, fp16; the embedding and the loss counted as
-#    layers at pp3, bf16 with Transformer Engine's spec: stages of 1, 2 and 1 layers);
+#    layers at pp3, bf16 with Transformer Engine's spec: stages of 1, 2 and 1 layers; the layout
+#    "E|t|tt||t|L" of --pipeline-model-parallel-layout at pp2 x 3 chunks: chunks of [0, 2, 1]
+#    and [1, 0, 0] layers, the empty one without a gradient buffer, which Megatron does not count
+#    in gbuf_idx: dp_reshardable (fp16), dp_zero_gather_scatter (fp32) and distrib_optim.pt's
+#    coalesced buckets (bf16));
 #  - Megatron-DeepSpeed's checkpoint as DeepSpeed's engine saves it at ZeRO stage 1 (BigScience's
 #    recipe): GPTModelPipe's layer files (fp16 tp2 x pp2 with a dynamic loss scale; fp32 pp2) or
 #    GPTModel's module (bf16, bf16_zero_* files with BF16_Optimizer's padded masters),
@@ -34,7 +38,8 @@
 #    flat groups (fp16 tp2 x pp2), FP16_UnfusedOptimizer's master per parameter (fp16 with
 #    torch's Adam, without a pipeline) or the bare Adam by parameter index (fp32 pp2).
 # The way back, trident-convert --to megatron --with-optimizer (fp16 tp2 x pp2 legacy and fp32
-# tp2 legacy for FusedAdam, bf16 pp2 Megatron-core for torch's Adam): the same state as
+# tp2 legacy for FusedAdam, bf16 pp2 Megatron-core for torch's Adam; Megatron's other splits:
+# bf16 pp2 x 2 chunks, fp16 pp2 by a layout, fp32 tp2 x pp2 with a first stage of 1 layer): the same state as
 # megatron_training_state.py writes it,
 # parameter by parameter (megatron_export_check.py), which imported again resumes to the
 # uninterrupted run's files; a checkpoint without optimizer state exports none (one line).
@@ -92,6 +97,8 @@ for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16
     "fp32 2 1 1 apex mcore-te torch_dist-dp-reshardable" "fp16 2 2 1 apex mcore torch_dist-dp-zero" \
     "fp16 1 2 1 apex mcore torch_dist-dp-reshardable first-stage-1" \
     "bf16 1 3 1 torch mcore-te torch_dist-dp-reshardable embedding-loss-counted" \
+    "fp16 1 2 3 apex mcore torch_dist-dp-reshardable layout-chunks" \
+    "fp32 1 2 3 apex mcore torch_dist-dp-zero layout-chunks" "bf16 1 2 3 torch mcore distributed-coalesced layout-chunks" \
     "fp16 2 2 1 apex legacy deepspeed-pipeline" "bf16 1 1 1 torch legacy deepspeed-module" \
     "fp32 1 2 1 torch legacy deepspeed-pipeline" "fp16 2 2 1 apex legacy deepspeed0-pipeline" \
     "fp32 1 2 1 torch legacy deepspeed0-pipeline" "fp16 1 1 1 torch legacy deepspeed0-module"; do
@@ -135,16 +142,27 @@ fi
 # The way back: trident-convert --to megatron --with-optimizer writes what Megatron-LM saves
 # (megatron_export_check.py compares it, parameter by parameter, with megatron_training_state.py's
 # file of the same state), and imported again it resumes to the uninterrupted run's files.
-for c in "fp16 2 2 legacy apex" "bf16 1 2 mcore torch" "fp32 2 1 legacy apex"; do
-  read -r dtype tp pp model steps <<<"$c"
+# Also for a Megatron run of another pipeline split, given by Megatron's flags: 2 model chunks a
+# stage (bf16), the layout "E|t|tt||t|L" (fp16: chunks of [0, 2, 1] and [1, 0, 0] layers, a
+# file's 'model0' to 'model2') and a first stage of 1 layer (fp32); Megatron-core's model, as
+# Megatron-LM's legacy model splits its layers evenly.
+for c in "fp16 2 2 1 legacy apex" "bf16 1 2 1 mcore torch" "fp32 2 1 1 legacy apex" "bf16 1 2 2 mcore torch" \
+    "fp16 1 2 3 mcore apex layout-chunks" "fp32 2 2 1 mcore apex first-stage-1"; do
+  read -r dtype tp pp vp model steps mutation <<<"$c"
   adam=fused
   [[ $steps == torch ]] && adam=torch
-  name=export-$dtype-tp$tp-pp$pp-$model
-  megatron "$name" "$dtype" "$tp" "$pp" 1 "$steps" "$model" indexed || continue
+  split=()
+  case $mutation in
+    layout-chunks) split=(--pipeline-model-parallel-layout "E|t|tt||t|L") ;;
+    first-stage-1) split=(--decoder-first-pipeline-num-layers 1) ;;
+    *) [[ $vp -gt 1 ]] && split=(--num-virtual-stages-per-pipeline-rank "$vp") ;;
+  esac
+  name=export-$dtype-tp$tp-pp$pp-vp$vp-$model${mutation:+-$mutation}
+  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" indexed ${mutation:+"$mutation"} || continue
   out=$tmp/mg-ours-$name
   if "$convert" --to megatron --with-optimizer --load "$tmp/ref-$dtype" --iteration 3 --save "$out" --target-tp "$tp" \
       --target-pp "$pp" --megatron-model "$model" --megatron-adam "$adam" --tokenizer-type NullTokenizer \
-      >"$out.log" 2>&1 &&
+      ${split[@]+"${split[@]}"} >"$out.log" 2>&1 &&
     "$py" "$repo/tests/e2e/megatron_export_check.py" "$out" "$tmp/mg-$name" 3 1000 >>"$out.log" 2>&1; then
     ok "$name: $(tail -1 "$out.log")"
   else

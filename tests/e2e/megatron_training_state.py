@@ -55,7 +55,8 @@ Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP a
   MUTATION: bucket-space (torch_dist: common.pt says fully_sharded_bucket_space, which trident does not read), swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
   betas saved as (0.9, 0.95), where the run had (0.9, 0.999)), no-optimizer
   (saved with --no-save-optim), no-distrib-file (distributed, without distrib_optim.pt), moved (distributed:
-  a parameter's master one element off).
+  a parameter's master one element off); first-stage-1, embedding-loss-counted, layout-chunks (Megatron's
+  uneven pipeline stages: UNEVEN below).
 """
 import collections
 import math
@@ -203,7 +204,9 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
     keywords for Megatron's uneven stages."""
     wr = dcp_writer.Writer(folder)
     padded = mc.padded_size(vocab, tp)
-    stage_layers = {s: layers for (_, s), layers in mc.layer_ranges(pp, 1, **(uneven or {})).items()}
+    stage_layers = collections.defaultdict(list)  # every chunk's layers (a layout has its own chunks)
+    for (_, s), layers in mc.layer_ranges(pp, 1, **(uneven or {})).items():
+        stage_layers[s] += layers
     mcore = {}
     master = "param" if layout == "torch_dist-fully-reshardable" else "fp32_param"
     prefixes = {"": "", "exp_avg": "optimizer.state.exp_avg.", "exp_avg_sq": "optimizer.state.exp_avg_sq.",
@@ -296,9 +299,13 @@ def dp_reshardable(wr, states, vocab, tp, pp, vp, dtype, te, groups, scaler, noi
             g = s * tp + t
             group = f"optimizer.distributed.dp_group_idx_{g}"
             numel, unpadded, gathered = [], [], []
+            buffer = -1  # Megatron builds a gradient buffer for each chunk with parameters alone
             for v in range(vp):
                 chunks = {k: chunk_params(states[k], padded, tp, pp, vp, t, s, v, te, uneven or {})
                           for k in ("master", "exp_avg", "exp_avg_sq")}
+                if not chunks["master"]:
+                    continue
+                buffer += 1
                 names = [n for n, _ in chunks["master"]]
                 shared = {n for n in names if pp > 1 and n in ("embedding.word_embeddings.weight", "output_layer.weight")}
                 # Buckets that each data-parallel rank has parameters in (Megatron refuses to save
@@ -313,7 +320,7 @@ def dp_reshardable(wr, states, vocab, tp, pp, vp, dtype, te, groups, scaler, noi
                                       "exp_avg_sq": dict(chunks["exp_avg_sq"])[n]}) for n, x in chunks["master"]])
                 for b, (start, end, padded_end, items) in enumerate(buckets if not zero else []):
                     local = (padded_end - start) // DP
-                    key = f"{group}.gbuf_idx_{v}.dtype_{(dtype, torch.float32)}.bucket_idx_{b}"
+                    key = f"{group}.gbuf_idx_{buffer}.dtype_{(dtype, torch.float32)}.bucket_idx_{b}"
                     for k, K in (("master", "param"), ("exp_avg", "exp_avg"), ("exp_avg_sq", "exp_avg_sq")):
                         flat_state = torch.randn(end - start, generator=noise) * 3
                         values = dict(chunks[k])
@@ -421,10 +428,15 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
 
 # Mutations that split the pipeline as Megatron's uneven-stage flags do: mc.layer_ranges's
 # keywords, and the args Megatron saves for them.
-UNEVEN = {"first-stage-1": {"first": 1}, "embedding-loss-counted": {"embedding": True, "loss": True}}
+# layout-chunks: --pipeline-model-parallel-layout at pp2 x 3 chunks, stage 0's first chunk the
+# embedding alone, stage 1's second nothing at all (no gradient buffer) and its last the loss
+# alone (chunks of [0, 2, 1] and [1, 0, 0] layers).
+UNEVEN = {"first-stage-1": {"first": 1}, "embedding-loss-counted": {"embedding": True, "loss": True},
+          "layout-chunks": {"layout": "E|t|tt||t|L"}}
 UNEVEN_ARGS = {"first-stage-1": {"decoder_first_pipeline_num_layers": 1},
                "embedding-loss-counted": {"account_for_embedding_in_pipeline_split": True,
-                                          "account_for_loss_in_pipeline_split": True}}
+                                          "account_for_loss_in_pipeline_split": True},
+               "layout-chunks": {"pipeline_model_parallel_layout": "E|t|tt||t|L"}}
 
 
 class DynamicLossScaler:
@@ -628,7 +640,7 @@ def main():
     pad = torch.full((2048, mc.C), 7.0)  # Megatron's padding rows: never read back
     names = mc.MCORE_LOCAL if model_kind == "mcore" else mc.LEGACY_NAMES
     build = lambda w, dt: mc.rank_models(hf_layout(w, vocab), pad, padded, tp, pp, t, s, dt, 3.0, names,
-                                         mcore=model_kind == "mcore", vp=vp)
+                                         mcore=model_kind == "mcore", vp=vp, uneven=UNEVEN.get(mutation))
     sched = st["opt_param_scheduler"]
     args = mc.megatron_args(padded, tp, pp, dtype, "NullTokenizer", vp if vp > 1 else None,
                             consumed_train_samples=meta["consumed_samples"],
@@ -681,9 +693,10 @@ def main():
                     del group["params"]
                     group["step"] = steps
                 optimizer = {"optimizer": {"param_groups": param_groups}}
+                # A buffer for each chunk with parameters, numbered in turn.
                 chunks = [[(k, {"param": tensor(masters, (v, k)), "exp_avg": tensor(moments["exp_avg"], (v, k)),
                                 "exp_avg_sq": tensor(moments["exp_avg_sq"], (v, k))}) for k, _ in flat(m)]
-                          for v, m in enumerate(models)]
+                          for v, m in enumerate(models) if list(flat(m))]
                 if mutation == "moved":  # one master off by an element: found nowhere
                     chunks[0][3][1]["param"] = torch.roll(chunks[0][3][1]["param"].flatten(), 1)
                 if mutation != "no-distrib-file":

@@ -3,7 +3,7 @@
 # runs must report the same peak, to the byte (printed as MiB with 6 decimals), on every
 # stage: trident-train's "after the first iteration" line gathers each stage's peak. Layouts
 # cover one process, tp, pp, dp, ZeRO 1 and 2, fp16/bf16, recomputation, the interleaved
-# schedule, Megatron's uneven stages and sequence parallelism. Then the plan's verdicts and errors: a 16B model at the seed's tp4 x pp8 x dp4
+# schedule, Megatron's uneven stages (a layout's empty stage too) and sequence parallelism. Then the plan's verdicts and errors: a 16B model at the seed's tp4 x pp8 x dp4
 # fits 16 GiB in fp16 with ZeRO 1 and not in fp32 (exit 1), and bad flags are one line.
 # With VOCAB_DIR (GPT-2's files), the vocabulary is the tokenizer's, as trident-train's is.
 # Usage: plan.sh TRAIN_BINARY PLAN_BINARY REPO [VOCAB_DIR]
@@ -47,6 +47,7 @@ same 2 --num-layers 6 --pipeline-model-parallel-size 2 --num-virtual-stages-per-
   --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split
 same 4 --num-layers 2 --pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split \
   --account-for-loss-in-pipeline-split
+same 3 --num-layers 4 --pipeline-model-parallel-size 3 --pipeline-model-parallel-layout "Ett||ttL"
 # The dry run's loss is finite (its communicators move nothing; the loss statistics' gather
 # once left it 0/0): --max-nan-iterations 0 stops a run at its first NaN loss.
 same 2 --num-layers 4 --zero-stage 1 --max-nan-iterations 0

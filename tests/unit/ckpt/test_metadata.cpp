@@ -95,7 +95,7 @@ TEST(Metadata, UnevenPipelineRoundTrips) {
   const std::string path = d / kMetadataFileName;
   CheckpointMetadata m = sample();
   m.model.num_layers = 6;
-  m.layout = ParallelLayout{1, 2, 1, 0, 2, UnevenPipeline{0, 0, true, true}};
+  m.layout = ParallelLayout{1, 2, 1, 0, 2, UnevenPipeline{0, 0, true, true, {}}};
   write_metadata(path, m);
   const json layout = json::parse(slurp(path))["layout"];
   EXPECT_EQ(layout["account_for_embedding_in_pipeline_split"], true);  // Megatron's names
@@ -104,13 +104,13 @@ TEST(Metadata, UnevenPipelineRoundTrips) {
   EXPECT_EQ(read_metadata(path).layout, m.layout);
   EXPECT_EQ(layout_text(m.layout), "tp 1 x pp 2 x dp 1, zero 0, 2 model chunks a stage, the embedding counted as a "
                                    "layer, the loss counted as a layer");
-  m.layout = ParallelLayout{1, 3, 1, 0, 1, UnevenPipeline{2, 1, false, false}};
+  m.layout = ParallelLayout{1, 3, 1, 0, 1, UnevenPipeline{2, 1, false, false, {}}};
   write_metadata(path, m);
   EXPECT_EQ(read_metadata(path).layout, m.layout);
   // One split spelled two ways is one layout; another split, or another dp, is not.
   ModelConfig two = m.model;
   two.num_layers = 2;
-  EXPECT_TRUE(same_layout(ParallelLayout{1, 2, 1, 0, 1, UnevenPipeline{1, 0, false, false}},
+  EXPECT_TRUE(same_layout(ParallelLayout{1, 2, 1, 0, 1, UnevenPipeline{1, 0, false, false, {}}},
                           ParallelLayout{1, 2, 1, 0, 1, {}}, two));
   EXPECT_FALSE(same_layout(m.layout, ParallelLayout{1, 3, 1, 0, 1, {}}, m.model));  // 2, 2, 2 against 2, 3, 1
   EXPECT_FALSE(same_layout(m.layout, ParallelLayout{1, 3, 2, 0, 1, m.layout.uneven}, m.model));
@@ -124,6 +124,29 @@ TEST(Metadata, UnevenPipelineRoundTrips) {
   std::ofstream(path) << j.dump();
   expect_io_error([&] { read_metadata(path); },
                   {path, "layout.account_for_loss_in_pipeline_split", "expected true or false"});
+}
+
+TEST(Metadata, PipelineLayoutRoundTrips) {
+  ScratchDir d;
+  const std::string path = d / kMetadataFileName;
+  CheckpointMetadata m = sample();
+  m.model.num_layers = 2;
+  // Five stages for two layers: more than a stage a layer (the bound without a layout).
+  m.layout = ParallelLayout{1, 5, 1, 0, 1, UnevenPipeline{0, 0, false, false, "Et||||tL"}};
+  write_metadata(path, m);
+  EXPECT_EQ(json::parse(slurp(path))["layout"]["pipeline_model_parallel_layout"], "Et||||tL");  // Megatron's name
+  EXPECT_EQ(read_metadata(path).layout, m.layout);
+  EXPECT_EQ(layout_text(m.layout), "tp 1 x pp 5 x dp 1, zero 0, layout \"Et||||tL\"");
+  // The same layers spelt by the even split are the same layout.
+  EXPECT_TRUE(same_layout(ParallelLayout{1, 2, 1, 0, 1, UnevenPipeline{0, 0, false, false, "Et|tL"}},
+                          ParallelLayout{1, 2, 1, 0, 1, {}}, m.model));
+  // A layout that does not hold the model's layers, or of other chunks than the layout's.
+  m.layout = ParallelLayout{1, 2, 1, 0, 1, UnevenPipeline{0, 0, false, false, "Ettt|tL"}};
+  write_metadata(path, m);
+  expect_io_error([&] { read_metadata(path); }, {path, "layout.pp", "holds 4 transformer layers (t)"});
+  m.layout = ParallelLayout{1, 2, 1, 0, 1, UnevenPipeline{0, 0, false, false, "E|t|t|L"}};
+  write_metadata(path, m);
+  expect_io_error([&] { read_metadata(path); }, {path, "makes 2 model chunks a stage, not 1"});
 }
 
 struct Bad {

@@ -81,7 +81,7 @@ TEST(PipelineSplit, MatchesMegatronWhereItsFlagsAreGiven) {
         for (int first = 0; first <= 6; ++first)
           for (int last = 0; last <= 6; ++last)
             for (int flags = 0; flags < 4; ++flags) {
-              const PipelineSplit s{L, P, V, UnevenPipeline{first, last, (flags & 1) != 0, (flags & 2) != 0}};
+              const PipelineSplit s{L, P, V, UnevenPipeline{first, last, (flags & 1) != 0, (flags & 2) != 0, {}}};
               if (!s.uneven.any()) continue;
               bool megatron_accepts = true;
               for (int p = 0; p < P; ++p)
@@ -163,19 +163,19 @@ TEST(PipelineSplit, WorkedExamples) {
   EXPECT_EQ(pipeline_chunk_layers(interleaved, 1)[0].begin, 2);
   EXPECT_EQ(pipeline_split_text(interleaved), "stages of [2, 2] and [2, 2] layers");
   // gpt2-16b's 40 layers on 8 stages with the LM head counted: 41 does not divide by 8.
-  EXPECT_NE(pipeline_split_error(PipelineSplit{40, 8, 1, UnevenPipeline{0, 0, false, true}}), "");
+  EXPECT_NE(pipeline_split_error(PipelineSplit{40, 8, 1, UnevenPipeline{0, 0, false, true, {}}}), "");
   // 38 layers with the embedding and the loss: 5 a stage, the ends 4.
-  const PipelineSplit both{38, 8, 1, UnevenPipeline{0, 0, true, true}};
+  const PipelineSplit both{38, 8, 1, UnevenPipeline{0, 0, true, true, {}}};
   EXPECT_EQ(pipeline_split_text(both), "stages of 4, 5, 5, 5, 5, 5, 5 and 4 layers");
   // 40 layers, the last stage 2: the other 7 stages share 38, which they cannot.
-  EXPECT_NE(pipeline_split_error(PipelineSplit{40, 8, 1, UnevenPipeline{0, 2, false, false}}).find("7 other stages"),
+  EXPECT_NE(pipeline_split_error(PipelineSplit{40, 8, 1, UnevenPipeline{0, 2, false, false, {}}}).find("7 other stages"),
             std::string::npos);
-  EXPECT_EQ(pipeline_split_text(PipelineSplit{8, 3, 1, UnevenPipeline{2, 2, false, false}}),
+  EXPECT_EQ(pipeline_split_text(PipelineSplit{8, 3, 1, UnevenPipeline{2, 2, false, false, {}}}),
             "stages of 2, 4 and 2 layers");
   // A stage the embedding and the loss leave empty: 2 layers, pp 4.
-  EXPECT_EQ(pipeline_split_text(PipelineSplit{2, 4, 1, UnevenPipeline{0, 0, true, true}}),
+  EXPECT_EQ(pipeline_split_text(PipelineSplit{2, 4, 1, UnevenPipeline{0, 0, true, true, {}}}),
             "stages of 0, 1, 1 and 0 layers");
-  EXPECT_NE(pipeline_split_error(PipelineSplit{8, 1, 1, UnevenPipeline{4, 0, false, false}}), "");
+  EXPECT_NE(pipeline_split_error(PipelineSplit{8, 1, 1, UnevenPipeline{4, 0, false, false, {}}}), "");
 }
 
 }  // namespace

@@ -178,6 +178,36 @@ TEST(Options, UnevenPipelineFlags) {
             "--num-layers-per-virtual-pipeline-stage (3)");
 }
 
+TEST(Options, PipelineLayoutFlag) {
+  // The layout gives the chunks a stage (4 virtual stages at pp2: 2 chunks) and each one's layers.
+  const TrainOptions o = parse({"--num-layers", "5", "--pipeline-model-parallel-size", "2",
+                                "--pipeline-model-parallel-layout", "E|t*2|t|ttL"});
+  EXPECT_EQ(o.virtual_pipeline_chunks(), 2);
+  EXPECT_EQ(pipeline_split_text(o.pipeline_split()), "stages of [0, 1] and [2, 2] layers");
+  // More stages than layers, one of them empty.
+  EXPECT_EQ(pipeline_split_text(parse({"--num-layers", "2", "--pipeline-model-parallel-size", "3",
+                                       "--pipeline-model-parallel-layout", "Et||tL"})
+                                    .pipeline_split()),
+            "stages of 1, 0 and 1 layers");
+  EXPECT_EQ(error_of({"--pipeline-model-parallel-layout", ""}), "--pipeline-model-parallel-layout is empty");
+  EXPECT_EQ(error_of({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                      "Ett|ttL", "--num-virtual-stages-per-pipeline-rank", "2"}),
+            "--pipeline-model-parallel-layout gives the model chunks a stage itself: "
+            "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank go without it");
+  EXPECT_EQ(error_of({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                      "Ett|ttL", "--decoder-first-pipeline-num-layers", "2"}),
+            "pipeline split: --pipeline-model-parallel-layout cannot be given with "
+            "--decoder-first/last-pipeline-num-layers or --account-for-embedding/loss-in-pipeline-split");
+  EXPECT_EQ(error_of({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                      "Ett|tL"}),
+            "pipeline split: --pipeline-model-parallel-layout \"Ett|tL\": it holds 3 transformer layers (t), "
+            "--num-layers is 4");
+  EXPECT_EQ(error_of({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+                      "Ett|t|tL"}),
+            "pipeline split: --pipeline-model-parallel-layout \"Ett|t|tL\": its 3 stages must be a multiple of "
+            "--pipeline-model-parallel-size (2)");
+}
+
 TEST(Options, NonPersistentCheckpointFlags) {
   const TrainOptions o = parse({"--save", "ck", "--non-persistent-save-interval", "50", "--non-persistent-ckpt-type",
                                 "global"});
