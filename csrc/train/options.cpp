@@ -90,6 +90,22 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"num-dataset-builder-threads", "Megatron's dataset-building threads: no effect"},
       {"no-mmap-bin-files", "Megatron's .bin reading switch: no effect (.bin/.idx are memory-mapped)", true},
       {"enable-one-logger", "NVIDIA's internal metrics logger: no effect", true},
+      {"ckpt-format", "Megatron's checkpoint format (torch, torch_dist, ...): no effect (trident saves its own, "
+                      "which loads at any layout; trident-convert --to megatron writes Megatron's torch format)"},
+      {"dist-ckpt-strictness", "Megatron's distributed-checkpoint load strictness: no effect (trident checks every "
+                               "tensor of a checkpoint it loads)"},
+      {"cross-entropy-loss-fusion", "Megatron's cross-entropy fusion switch: the cross entropy is always fused", true},
+      {"cross-entropy-fusion-impl", "Megatron's fused cross-entropy implementation: no effect"},
+      {"overlap-p2p-communication", "Megatron's pipeline transfer overlap switch: no effect", true},
+      {"deterministic-mode", "Megatron's deterministic switch: no effect (trident's kernels use no floating-point "
+                             "atomics unless a TRIDENT_ATTN_* switch opts in)", true},
+      {"logging-level", "Megatron's Python logging level: no effect"},
+      {"log-progress", "Megatron's progress.txt: not written (the log lines carry tokens/s and TFLOP/s)", true},
+      {"straggler-detector-enabled", "Megatron's straggler detector: not run (--timing-log-level 1 prints each "
+                                     "phase's min and max time across ranks)", true},
+      {"enable-ft-package", "NVIDIA Resiliency Extension's fault tolerance: not run (a rank that stops answering "
+                            "ends the job after --distributed-timeout-minutes)", true},
+      {"init-model-with-meta-device", "Megatron's meta-device initialisation: no effect", true},
       {"local_rank", "torch.distributed.launch's rank: no effect (MPI gives the rank)"},
       {"check-for-nan-in-loss-and-grad", "Megatron's NaN check: trident always skips a step whose loss or gradient "
                                          "norm is NaN and stops after --max-nan-iterations", true},
@@ -180,6 +196,15 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"decoupled-min-lr", false, nullptr, "the input and output layers train at --lr like the others"},
       {"ds-sequence-parallel-size", false, "1", "no DeepSpeed-Ulysses sequence parallelism (Megatron's "
                                                 "--sequence-parallel is supported)"},
+      {"grad-reduce-in-bf16", true, nullptr, "bf16 gradients are accumulated and reduced in fp32 (Megatron's "
+                                             "default)"},
+      {"use-torch-fsdp2", true, nullptr, "trident shards the optimizer state and the gradients over the data-parallel "
+                                         "ranks (--use-distributed-optimizer, --zero-stage 1 or 2), not the parameters"},
+      {"use-megatron-fsdp", true, nullptr, "trident shards the optimizer state and the gradients over the "
+                                           "data-parallel ranks (--use-distributed-optimizer, --zero-stage 1 or 2), "
+                                           "not the parameters"},
+      {"recompute-modules", false, "core_attn", "trident recomputes the attention's core (the fused attention) "
+                                                "always, and whole layers with --recompute-granularity full"},
       {"wandb-project", false, nullptr, kWandb},
       {"wandb-exp-name", false, nullptr, kWandb},
       {"wandb-save-dir", false, nullptr, kWandb},
@@ -300,6 +325,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
+      {"check-weight-hash-across-dp-replicas-interval", "every this many iterations, stop the run unless every "
+                                                        "data-parallel replica holds the same parameters, bit for bit "
+                                                        "(Megatron's)"},
       {"skip-train", "no training: evaluate the loaded (or initial) model on the validation and test sets "
                      "(Megatron's)", true},
       {"kill-switch-path", "stop when this file exists: at the start without training, after an iteration saving "
@@ -1108,6 +1136,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
+  f.get("check-weight-hash-across-dp-replicas-interval", o.check_weight_hash_interval);
+  if (f.has("check-weight-hash-across-dp-replicas-interval") && o.check_weight_hash_interval < 1)
+    throw ConfigError("--check-weight-hash-across-dp-replicas-interval must be positive");
   f.get("exit-interval", o.exit_interval);
   o.skip_train = f.has("skip-train");
   f.get("kill-switch-path", o.kill_switch_path);
@@ -1722,6 +1753,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("timing-log-option", o.timing_log_option);
   line("log-timers-to-tensorboard", o.log_timers_to_tensorboard);
   line("max-nan-iterations", o.max_nan_iterations);
+  line("check-weight-hash-across-dp-replicas-interval", o.check_weight_hash_interval);
   line("tensorboard-dir given", !o.tensorboard_dir.empty());
   line("tensorboard-log-interval", o.tensorboard_log_interval);
   line("tensorboard-queue-size", o.tensorboard_queue_size);

@@ -155,6 +155,9 @@ struct TrainOptions {
   // Stop after more than this many iterations in a row with a NaN/inf loss or, without a
   // dynamic loss scaler to recover, a NaN/inf gradient norm (Trainer::count_unusable_iteration).
   int64_t max_nan_iterations = 10;
+  // Megatron's --check-weight-hash-across-dp-replicas-interval N: every N iterations the
+  // data-parallel replicas' parameters must be equal (train/replica_check.h); 0: never.
+  int64_t check_weight_hash_interval = 0;
   int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
   // BigScience's --kill-switch-path FILE: a run that finds the file at its start ends without
   // training; one that finds it after an iteration saves (with --save) and ends there, as a

@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "train/log_line.h"
 #include "train/pending_save.h"
+#include "train/replica_check.h"
 #include "train/synthetic_data.h"
 #include "train/tensorboard.h"
 #include "train/throughput.h"
@@ -624,6 +625,23 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
                     limit + " instead of training on garbage");
 }
 
+// Megatron asserts the same after its train_step. The ranks of a data-parallel group find the
+// same difference (they compare the same gathered hashes); the lowest world rank that found
+// one stops the job, in one line, and the others go on into the next iteration until its
+// abort ends them.
+void Trainer::check_replicas_agree() {
+  if (par_->grid.shape.dp == 1) return;
+  optimizer_->wait_for_all_params();  // --overlap-param-gather: the gathers of the last step
+  const std::string why = replica_mismatch(be_, model().params(), *par_->dp);
+  const int world = par_->world->size(), me = par_->world_rank();
+  float lowest = why.empty() ? 0.0f : static_cast<float>(world - me);  // exact: ranks < 2^24
+  par_->world->allreduce(Tensor(&lowest, Shape{1}, DType::F32, Device::Cpu), ReduceOp::Max);
+  if (!why.empty() && static_cast<int>(lowest) == world - me)
+    throw Error("--check-weight-hash-across-dp-replicas-interval: after iteration " + std::to_string(iteration_) +
+                ", " + why + " (tensor-parallel rank " + std::to_string(par_->grid.tp_rank) + ", pipeline stage " +
+                std::to_string(par_->grid.pp_rank) + ")");
+}
+
 // Every sample the rest of the run reads from `iteration` on must exist: training reads
 // (train_iters - iteration) global batches from sample `consumed` on; validation eval_iters
 // global batches from `consumed_valid` on at each remaining multiple of --eval-interval and
@@ -789,6 +807,8 @@ void Trainer::train() {
       report_peak_memory();
       memory_reported = true;
     }
+    if (opt_.check_weight_hash_interval > 0 && iteration_ % opt_.check_weight_hash_interval == 0)
+      check_replicas_agree();
     if (!r.skipped) {  // Megatron leaves skipped iterations out of the loss averages entirely
       ++updated;
       loss_sum += r.loss;

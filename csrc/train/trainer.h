@@ -173,6 +173,9 @@ class Trainer {
   MegatronScalars scalars();
   RunPosition run_position() const;
   void count_unusable_iteration(const IterationResult& r);
+  // --check-weight-hash-across-dp-replicas-interval: stops the run when a data-parallel
+  // replica's parameters differ (train/replica_check.h).
+  void check_replicas_agree();
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
   bool out_of_time() const;
   // ConfigError unless the data covers the run from this position (trainer.cpp).

@@ -1003,6 +1003,36 @@ TEST(Options, NewerMegatronFlags) {
     EXPECT_NE(must_fail({refused}).find(std::string(refused) + ": not supported: "), std::string::npos) << refused;
 }
 
+// Megatron-LM's 2025 scripts: checkpoint-format, fusion, logging and resilience switches are
+// noted; what would change the numbers or the sharding trident does is refused in one line;
+// the replica check's interval must be positive.
+TEST(Options, Megatron2025Flags) {
+  const TrainOptions o =
+      parse({"--ckpt-format", "torch_dist", "--dist-ckpt-strictness", "log_all", "--cross-entropy-loss-fusion",
+             "--cross-entropy-fusion-impl", "te", "--overlap-p2p-communication", "--deterministic-mode",
+             "--logging-level", "20", "--log-progress", "--straggler-detector-enabled", "--enable-ft-package",
+             "--init-model-with-meta-device", "--recompute-modules", "core_attn",
+             "--check-weight-hash-across-dp-replicas-interval", "100"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--recompute-modules", "--ckpt-format", "--dist-ckpt-strictness",
+                                      "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
+                                      "--overlap-p2p-communication", "--deterministic-mode", "--logging-level",
+                                      "--log-progress", "--straggler-detector-enabled", "--enable-ft-package",
+                                      "--init-model-with-meta-device"}));
+  EXPECT_EQ(o.check_weight_hash_interval, 100);
+  EXPECT_EQ(parse({}).check_weight_hash_interval, 0);
+  EXPECT_EQ(must_fail({"--check-weight-hash-across-dp-replicas-interval", "0"}),
+            "--check-weight-hash-across-dp-replicas-interval must be positive");
+  EXPECT_EQ(must_fail({"--bf16", "--grad-reduce-in-bf16"}),
+            "--grad-reduce-in-bf16: not supported: bf16 gradients are accumulated and reduced in fp32 (Megatron's "
+            "default)");
+  EXPECT_NE(must_fail({"--use-torch-fsdp2"}).find("--use-torch-fsdp2: not supported: trident shards the optimizer"),
+            std::string::npos);
+  EXPECT_EQ(must_fail({"--recompute-modules", "mlp"}),
+            "--recompute-modules mlp: not supported: trident recomputes the attention's core (the fused attention) "
+            "always, and whole layers with --recompute-granularity full (--recompute-modules core_attn)");
+}
+
 struct BadCase {
   std::vector<std::string> args;
   std::string flag;  // must appear in the one-line message

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Megatron's --check-weight-hash-across-dp-replicas-interval: at tp2 x dp2 with ZeRO 1 and the
+# parameter gathers overlapped (the check waits for them) and at pp2 x dp2 with ZeRO 2, the
+# replicas agree: the run ends normally with the losses of a run without the check. When one
+# replica's parameters differ (TRIDENT_TEST_DIVERGE_REPLICA=1 hashes data-parallel rank 1's
+# first parameter with a bit flipped, as a corrupted copy would read), the run stops at the
+# first check with one line naming the parameter, the ranks and the iteration, exit status 3
+# (both tensor-parallel ranks' groups differ; world rank 0, the lowest, reports).
+# Usage: replica_check.sh TRAIN_BINARY REPO
+set -u
+train=$1
+repo=$2
+# shellcheck source=tests/mpi/mpi_test_lib.sh
+source "$repo/tests/mpi/mpi_test_lib.sh"
+args=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --mock-data --train-iters 6 --lr-warmup-iters 1
+      --eval-iters 0 --log-interval 1 --micro-batch-size 2 --global-batch-size 8)
+check=(--check-weight-hash-across-dp-replicas-interval 2)
+for layout in "--tensor-model-parallel-size 2 --zero-stage 1 --overlap-param-gather" \
+    "--pipeline-model-parallel-size 2 --zero-stage 2"; do
+  # shellcheck disable=SC2086  # the layout's words
+  launch 4 $layout >"$tmp/plain.log" 2>&1 || fail "$layout: the run without the check failed"
+  # shellcheck disable=SC2086
+  launch 4 $layout "${check[@]}" >"$tmp/checked.log" 2>"$tmp/checked.err"
+  rc=$?
+  if [[ $rc -eq 0 ]] && cmp -s <(losses "$tmp/plain.log") <(losses "$tmp/checked.log") &&
+      [[ $(losses "$tmp/checked.log" | wc -l) -eq 6 ]]; then
+    echo "ok: $layout: the replicas agree at iterations 2, 4 and 6; the losses are the run's without the check"
+  else
+    fail "$layout with the check: rc $rc"; cat "$tmp/checked.err"
+  fi
+done
+
+# shellcheck disable=SC2086
+TRIDENT_TEST_DIVERGE_REPLICA=1 timeout 300 mpirun --oversubscribe -np 4 --bind-to none \
+  -x TRIDENT_TEST_DIVERGE_REPLICA "$train" "${args[@]}" --tensor-model-parallel-size 2 --zero-stage 1 "${check[@]}" \
+  >"$tmp/diverged.log" 2>"$tmp/diverged.err"
+rc=$?
+line=$(grep -h "^trident-train: error" "$tmp/diverged.log" "$tmp/diverged.err")
+expected="trident-train: error on rank 0: --check-weight-hash-across-dp-replicas-interval: after iteration 2, the data-parallel replicas' parameters differ: wte "
+if [[ $rc -eq 3 && $(grep -c . <<<"$line") -eq 1 ]] && grep -qF -- "$expected" <<<"$line" &&
+    grep -qE "on data-parallel rank 1 \(world rank [0-9]+\) is not data-parallel rank 0's \(world rank [0-9]+\) \(tensor-parallel rank [01], pipeline stage 0\)$" <<<"$line" &&
+    ! grep -q '^ iteration        3/' "$tmp/diverged.log"; then
+  echo "ok: $line"
+else
+  fail "a diverged replica: rc $rc, error line '$line'"; tail -5 "$tmp/diverged.err"
+fi
+[[ $fails -eq 0 ]]
