@@ -98,13 +98,19 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"cross-entropy-fusion-impl", "Megatron's fused cross-entropy implementation: no effect"},
       {"overlap-p2p-communication", "Megatron's pipeline transfer overlap switch: no effect", true},
       {"deterministic-mode", "Megatron's deterministic switch: no effect (trident's kernels use no floating-point "
-                             "atomics unless a TRIDENT_ATTN_* switch opts in)", true},
+                             "atomics unless TRIDENT_ATTN_BWD_ATOMIC opts in; for NCCL reductions that repeat run to "
+                             "run set NCCL_ALGO=Ring, as Megatron requires)", true},
       {"logging-level", "Megatron's Python logging level: no effect"},
       {"log-progress", "Megatron's progress.txt: not written (the log lines carry tokens/s and TFLOP/s)", true},
-      {"straggler-detector-enabled", "Megatron's straggler detector: not run (--timing-log-level 1 prints each "
-                                     "phase's min and max time across ranks)", true},
+      {"log-straggler", "Megatron's straggler detector: not run (--timing-log-level 1 prints each phase's min and "
+                        "max time across ranks)", true},
+      {"disable-straggler-on-startup", "Megatron's straggler detector switch: no effect (the detector is not run)",
+       true},
+      {"straggler-ctrlr-port", "Megatron's straggler detector's port: no effect (the detector is not run)"},
+      {"straggler-minmax-count", "Megatron's straggler detector's report size: no effect (the detector is not run)"},
       {"enable-ft-package", "NVIDIA Resiliency Extension's fault tolerance: not run (a rank that stops answering "
                             "ends the job after --distributed-timeout-minutes)", true},
+      {"calc-ft-timeouts", "NVIDIA Resiliency Extension's fault-tolerance timeouts: no effect (not run)", true},
       {"init-model-with-meta-device", "Megatron's meta-device initialisation: no effect", true},
       {"local_rank", "torch.distributed.launch's rank: no effect (MPI gives the rank)"},
       {"check-for-nan-in-loss-and-grad", "Megatron's NaN check: trident always skips a step whose loss or gradient "
@@ -203,8 +209,6 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"use-megatron-fsdp", true, nullptr, "trident shards the optimizer state and the gradients over the "
                                            "data-parallel ranks (--use-distributed-optimizer, --zero-stage 1 or 2), "
                                            "not the parameters"},
-      {"recompute-modules", false, "core_attn", "trident recomputes the attention's core (the fused attention) "
-                                                "always, and whole layers with --recompute-granularity full"},
       {"wandb-project", false, nullptr, kWandb},
       {"wandb-exp-name", false, nullptr, kWandb},
       {"wandb-save-dir", false, nullptr, kWandb},
@@ -286,6 +290,11 @@ const std::vector<FlagDef>& flag_defs() {
       {"num-layers-per-virtual-pipeline-stage", "interleaved pipeline schedule: layers per model chunk, each stage "
                                                 "running --num-layers / (stages x this) chunks"},
       {"num-virtual-stages-per-pipeline-rank", "interleaved pipeline schedule: model chunks per stage"},
+      {"recompute-modules", "Megatron's modules of selective recomputation: core_attn, which the fused attention "
+                            "recomputes always (other modules are refused)"},
+      {"microbatch-group-size-per-virtual-pipeline-stage", "interleaved pipeline schedule: micro-batches a chunk "
+                                                           "runs in a row; --pipeline-model-parallel-size, "
+                                                           "Megatron's default (another value is refused)"},
       {"decoder-first-pipeline-num-layers", "transformer layers of the first pipeline stage (the other stages "
                                             "share the rest equally)"},
       {"decoder-last-pipeline-num-layers", "transformer layers of the last pipeline stage (the other stages "
@@ -538,6 +547,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "test-data-path") return &o.test_data_path;
   if (flag == "rampup-batch-size") return &o.rampup_batch_size;
   if (flag == "profile-ranks") return &o.profile_ranks;
+  if (flag == "recompute-modules") return &o.recompute_modules;
   return nullptr;
 }
 
@@ -725,6 +735,7 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       if (words.empty())
         throw ConfigError("--" + name + (name == "profile-ranks"       ? ": expected one or more global ranks"
                                          : name == "rampup-batch-size" ? ": expected START INCR SAMPLES"
+                                         : name == "recompute-modules" ? ": expected one or more modules (core_attn)"
                                                                        : ": expected a prefix"));
     } else if (name == "config") {
       if (!value) check_separate_value("--config", i + 1 < argc ? argv[i + 1] : nullptr);
@@ -1050,6 +1061,12 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
   f.get("num-layers-per-virtual-pipeline-stage", o.num_layers_per_virtual_pipeline_stage);
   f.get("num-virtual-stages-per-pipeline-rank", o.num_virtual_stages_per_pipeline_rank);
+  f.get("microbatch-group-size-per-virtual-pipeline-stage", o.microbatch_group_size);
+  if (f.has("microbatch-group-size-per-virtual-pipeline-stage")) {
+    if (o.microbatch_group_size < 1)
+      throw ConfigError("--microbatch-group-size-per-virtual-pipeline-stage must be positive");
+    o.flags_without_effect.push_back("--microbatch-group-size-per-virtual-pipeline-stage");  // refused unless pp's
+  }
   for (const auto& [flag, count] : {std::pair{"decoder-first-pipeline-num-layers", &o.uneven_pipeline.first_stage_layers},
                                     std::pair{"decoder-last-pipeline-num-layers", &o.uneven_pipeline.last_stage_layers}}) {
     f.get(flag, *count);
@@ -1136,6 +1153,14 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
+  if (f.has("ckpt-format")) {  // noted (flags_without_effect_defs), but one of Megatron's
+    std::string format;
+    f.get("ckpt-format", format);
+    if (format != "torch" && format != "torch_dist" && format != "zarr" && format != "torch_dcp" &&
+        format != "fsdp_dtensor")
+      throw ConfigError("--ckpt-format " + format + ": not one of Megatron's formats (torch, torch_dist, zarr, "
+                        "torch_dcp, fsdp_dtensor)");
+  }
   f.get("check-weight-hash-across-dp-replicas-interval", o.check_weight_hash_interval);
   if (f.has("check-weight-hash-across-dp-replicas-interval") && o.check_weight_hash_interval < 1)
     throw ConfigError("--check-weight-hash-across-dp-replicas-interval must be positive");
@@ -1206,6 +1231,24 @@ void check_non_negative(double v, const char* flag) {
   if (v < 0) throw ConfigError(std::string("--") + flag + " must not be negative");
 }
 
+// --recompute-modules' words (Megatron's list, core_attn by default): core_attn is what the
+// fused attention recomputes always, so a list of it alone changes nothing; any other module
+// (mlp, layernorm, ...) is refused.
+void read_recompute_modules(TrainOptions& o) {
+  if (o.recompute_modules.empty()) return;
+  std::string words;
+  bool other = false;
+  for (const std::string& w : o.recompute_modules) {
+    words += (words.empty() ? "" : " ") + w;
+    other = other || w != "core_attn";
+  }
+  if (other)
+    throw ConfigError("--recompute-modules " + words + ": not supported: trident recomputes the attention's core "
+                      "(the fused attention) always, and whole layers with --recompute-granularity full "
+                      "(--recompute-modules core_attn)");
+  o.flags_without_effect.push_back("--recompute-modules");
+}
+
 // --rampup-batch-size's words, checked as Megatron's RampupBatchsizeNumMicroBatches checks
 // them (every batch of the ramp a multiple of the micro batch; the Trainer checks the
 // data-parallel size too).
@@ -1250,6 +1293,7 @@ void validate_batch_and_schedule(TrainOptions& o) {
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
   parse_wsd_decay_style(o.lr_wsd_decay_style);
   read_batch_rampup(o);
+  read_recompute_modules(o);
   if (!(o.lr_warmup_init >= 0 && o.lr_warmup_init <= o.lr))
     throw ConfigError("--lr-warmup-init must be in [0, --lr], got " + detail::concat(o.lr_warmup_init));
   resolve_schedule(o);
@@ -1557,6 +1601,10 @@ void validate_model_options(const TrainOptions& o) {
   }
   if (const std::string why = pipeline_split_error(o.pipeline_split()); !why.empty())
     throw ConfigError("pipeline split: " + why);
+  if (o.microbatch_group_size > 0 && o.microbatch_group_size != P)
+    throw ConfigError("--microbatch-group-size-per-virtual-pipeline-stage " + std::to_string(o.microbatch_group_size) +
+                      ": not supported: trident's interleaved schedule runs a chunk's micro-batches in groups of "
+                      "--pipeline-model-parallel-size (" + std::to_string(P) + "), Megatron's default");
   const int tp = o.tensor_model_parallel_size;
   if (o.sequence_parallel && tp > 1) {
     // Each TP rank takes a contiguous 1/tp of the micro-batch's B x T rows.

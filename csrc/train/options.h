@@ -86,6 +86,11 @@ struct TrainOptions {
   // --num-virtual-stages-per-pipeline-rank the count itself; 0: not given.
   int num_layers_per_virtual_pipeline_stage = 0;
   int num_virtual_stages_per_pipeline_rank = 0;
+  // --microbatch-group-size-per-virtual-pipeline-stage (0: not given): accepted at the
+  // pipeline size, the group trident's interleaved schedule runs (Megatron's default).
+  int microbatch_group_size = 0;
+  // --recompute-modules' words (Megatron's selective recomputation): core_attn alone is taken.
+  std::vector<std::string> recompute_modules;
   int virtual_pipeline_chunks() const;  // 1 without interleaving
   // Megatron's uneven stages: --decoder-first/last-pipeline-num-layers,
   // --account-for-embedding/loss-in-pipeline-split (parallel/pipeline_split.h).

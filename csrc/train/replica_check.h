@@ -13,10 +13,10 @@
 namespace trident {
 
 // XXH3 of each of the rank's parameters (read from the device), gathered over `dp`: "" when
-// every replica's equal this rank's, else one line naming the first parameter that differs,
-// the data-parallel ranks whose copy differs from data-parallel rank 0's, and how many
-// parameters differ. Every rank of `dp` gets the same answer. The parameters must be
-// complete (ZeRO's overlapped gathers waited for).
+// every replica holds the same, else one line naming the first parameter that differs, the
+// data-parallel ranks outside the copy most replicas hold (every group of ranks where no copy
+// has a majority), and how many more parameters differ. Every rank of `dp` gets the same
+// answer. The parameters must be complete (ZeRO's overlapped gathers waited for).
 std::string replica_mismatch(Backend& be, const ParamStore& params, Comm& dp);
 
 }  // namespace trident

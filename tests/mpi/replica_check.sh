@@ -2,10 +2,11 @@
 # Megatron's --check-weight-hash-across-dp-replicas-interval: at tp2 x dp2 with ZeRO 1 and the
 # parameter gathers overlapped (the check waits for them) and at pp2 x dp2 with ZeRO 2, the
 # replicas agree: the run ends normally with the losses of a run without the check. When one
-# replica's parameters differ (TRIDENT_TEST_DIVERGE_REPLICA=1 hashes data-parallel rank 1's
+# replica's parameters differ (TRIDENT_TEST_DIVERGE_REPLICA=R hashes data-parallel rank R's
 # first parameter with a bit flipped, as a corrupted copy would read), the run stops at the
-# first check with one line naming the parameter, the ranks and the iteration, exit status 3
-# (both tensor-parallel ranks' groups differ; world rank 0, the lowest, reports).
+# first check with one line naming the parameter, the ranks and the iteration, exit status 3:
+# at dp4 the odd replica, at tp2 x dp2 both copies (there both tensor-parallel ranks' groups
+# differ; world rank 0, the lowest, reports).
 # Usage: replica_check.sh TRAIN_BINARY REPO
 set -u
 train=$1
@@ -30,18 +31,26 @@ for layout in "--tensor-model-parallel-size 2 --zero-stage 1 --overlap-param-gat
   fi
 done
 
-# shellcheck disable=SC2086
-TRIDENT_TEST_DIVERGE_REPLICA=1 timeout 300 mpirun --oversubscribe -np 4 --bind-to none \
-  -x TRIDENT_TEST_DIVERGE_REPLICA "$train" "${args[@]}" --tensor-model-parallel-size 2 --zero-stage 1 "${check[@]}" \
-  >"$tmp/diverged.log" 2>"$tmp/diverged.err"
-rc=$?
-line=$(grep -h "^trident-train: error" "$tmp/diverged.log" "$tmp/diverged.err")
-expected="trident-train: error on rank 0: --check-weight-hash-across-dp-replicas-interval: after iteration 2, the data-parallel replicas' parameters differ: wte "
-if [[ $rc -eq 3 && $(grep -c . <<<"$line") -eq 1 ]] && grep -qF -- "$expected" <<<"$line" &&
-    grep -qE "on data-parallel rank 1 \(world rank [0-9]+\) is not data-parallel rank 0's \(world rank [0-9]+\) \(tensor-parallel rank [01], pipeline stage 0\)$" <<<"$line" &&
-    ! grep -q '^ iteration        3/' "$tmp/diverged.log"; then
-  echo "ok: $line"
-else
-  fail "a diverged replica: rc $rc, error line '$line'"; tail -5 "$tmp/diverged.err"
-fi
+# diverged <replica> <expected line> <layout...>: the run with that replica's copy diverged.
+diverged() {
+  local replica=$1 expected=$2
+  shift 2
+  TRIDENT_TEST_DIVERGE_REPLICA=$replica timeout 300 mpirun --oversubscribe -np 4 --bind-to none \
+    -x TRIDENT_TEST_DIVERGE_REPLICA "$train" "${args[@]}" "$@" "${check[@]}" >"$tmp/diverged.log" 2>"$tmp/diverged.err"
+  local rc=$? line
+  line=$(grep -h "^trident-train: error" "$tmp/diverged.log" "$tmp/diverged.err")
+  if [[ $rc -eq 3 && $(grep -c . <<<"$line") -eq 1 && $line == "$expected" ]] &&
+      ! grep -q '^ iteration        3/' "$tmp/diverged.log"; then
+    echo "ok: $line"
+  else
+    fail "replica $replica diverged: rc $rc, error line '$line'"; tail -5 "$tmp/diverged.err"
+  fi
+}
+prefix="trident-train: error on rank 0: --check-weight-hash-across-dp-replicas-interval: after iteration 2, the \
+data-parallel replicas' parameters differ: wte: "
+# dp4: the odd replica named against the other three; tp2 x dp2 with ZeRO 1: two copies, no majority.
+diverged 2 "${prefix}data-parallel rank 2 (world rank 2) holds another copy than the other 3 replicas \
+(tensor-parallel rank 0, pipeline stage 0)" --zero-stage 2
+diverged 1 "${prefix}the copies of data-parallel ranks [0 (world rank 0)], [1 (world rank 2)] differ, none held by \
+most replicas (tensor-parallel rank 0, pipeline stage 0)" --tensor-model-parallel-size 2 --zero-stage 1
 [[ $fails -eq 0 ]]

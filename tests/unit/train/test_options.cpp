@@ -1010,15 +1010,18 @@ TEST(Options, Megatron2025Flags) {
   const TrainOptions o =
       parse({"--ckpt-format", "torch_dist", "--dist-ckpt-strictness", "log_all", "--cross-entropy-loss-fusion",
              "--cross-entropy-fusion-impl", "te", "--overlap-p2p-communication", "--deterministic-mode",
-             "--logging-level", "20", "--log-progress", "--straggler-detector-enabled", "--enable-ft-package",
-             "--init-model-with-meta-device", "--recompute-modules", "core_attn",
-             "--check-weight-hash-across-dp-replicas-interval", "100"});
+             "--logging-level", "20", "--log-progress", "--log-straggler", "--straggler-minmax-count", "16",
+             "--enable-ft-package", "--calc-ft-timeouts", "--init-model-with-meta-device", "--recompute-modules",
+             "core_attn", "--check-weight-hash-across-dp-replicas-interval", "100"});
   EXPECT_EQ(o.flags_without_effect,
-            (std::vector<std::string>{"--recompute-modules", "--ckpt-format", "--dist-ckpt-strictness",
-                                      "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl",
-                                      "--overlap-p2p-communication", "--deterministic-mode", "--logging-level",
-                                      "--log-progress", "--straggler-detector-enabled", "--enable-ft-package",
-                                      "--init-model-with-meta-device"}));
+            (std::vector<std::string>{"--ckpt-format", "--dist-ckpt-strictness", "--cross-entropy-loss-fusion",
+                                      "--cross-entropy-fusion-impl", "--overlap-p2p-communication",
+                                      "--deterministic-mode", "--logging-level", "--log-progress", "--log-straggler",
+                                      "--straggler-minmax-count", "--enable-ft-package", "--calc-ft-timeouts",
+                                      "--init-model-with-meta-device", "--recompute-modules"}));
+  EXPECT_EQ(must_fail({"--ckpt-format", "safetensors"}),
+            "--ckpt-format safetensors: not one of Megatron's formats (torch, torch_dist, zarr, torch_dcp, "
+            "fsdp_dtensor)");
   EXPECT_EQ(o.check_weight_hash_interval, 100);
   EXPECT_EQ(parse({}).check_weight_hash_interval, 0);
   EXPECT_EQ(must_fail({"--check-weight-hash-across-dp-replicas-interval", "0"}),
@@ -1028,9 +1031,21 @@ TEST(Options, Megatron2025Flags) {
             "default)");
   EXPECT_NE(must_fail({"--use-torch-fsdp2"}).find("--use-torch-fsdp2: not supported: trident shards the optimizer"),
             std::string::npos);
-  EXPECT_EQ(must_fail({"--recompute-modules", "mlp"}),
-            "--recompute-modules mlp: not supported: trident recomputes the attention's core (the fused attention) "
-            "always, and whole layers with --recompute-granularity full (--recompute-modules core_attn)");
+  // The interleaved schedule's groups: the pipeline size, Megatron's default, and nothing else.
+  EXPECT_EQ(parse({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                   "2", "--microbatch-group-size-per-virtual-pipeline-stage", "2"})
+                .flags_without_effect,
+            (std::vector<std::string>{"--microbatch-group-size-per-virtual-pipeline-stage"}));
+  EXPECT_EQ(must_fail({"--num-layers", "4", "--pipeline-model-parallel-size", "2",
+                       "--microbatch-group-size-per-virtual-pipeline-stage", "4"}),
+            "--microbatch-group-size-per-virtual-pipeline-stage 4: not supported: trident's interleaved schedule runs "
+            "a chunk's micro-batches in groups of --pipeline-model-parallel-size (2), Megatron's default");
+  // Megatron's list of modules: core_attn alone is what trident does.
+  EXPECT_EQ(parse({"--recompute-modules", "core_attn", "core_attn"}).recompute_modules,
+            (std::vector<std::string>{"core_attn", "core_attn"}));
+  EXPECT_EQ(must_fail({"--recompute-modules", "core_attn", "mlp"}),
+            "--recompute-modules core_attn mlp: not supported: trident recomputes the attention's core (the fused "
+            "attention) always, and whole layers with --recompute-granularity full (--recompute-modules core_attn)");
 }
 
 struct BadCase {
