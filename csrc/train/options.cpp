@@ -101,7 +101,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
                              "atomics unless TRIDENT_ATTN_BWD_ATOMIC opts in; for NCCL reductions that repeat run to "
                              "run set NCCL_ALGO=Ring, as Megatron requires)", true},
       {"logging-level", "Megatron's Python logging level: no effect"},
-      {"log-progress", "Megatron's progress.txt: not written (the log lines carry tokens/s and TFLOP/s)", true},
       {"log-straggler", "Megatron's straggler detector: not run (--timing-log-level 1 prints each phase's min and "
                         "max time across ranks)", true},
       {"disable-straggler-on-startup", "Megatron's straggler detector switch: no effect (the detector is not run)",
@@ -334,6 +333,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
+      {"log-progress", "append each run's start and each checkpoint's throughput and FLOPs to --save's "
+                       "progress.txt (Megatron's)", true},
       {"check-weight-hash-across-dp-replicas-interval", "every this many iterations, stop the run unless every "
                                                         "data-parallel replica holds the same parameters, bit for bit "
                                                         "(Megatron's)"},
@@ -1166,6 +1167,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
     throw ConfigError("--check-weight-hash-across-dp-replicas-interval must be positive");
   f.get("exit-interval", o.exit_interval);
   o.skip_train = f.has("skip-train");
+  o.log_progress = f.has("log-progress");
   f.get("kill-switch-path", o.kill_switch_path);
   f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("distributed-timeout-minutes", o.distributed_timeout_minutes);
@@ -1394,6 +1396,8 @@ void validate_non_persistent(TrainOptions& o) {
     throw ConfigError("--non-persistent-save-interval needs --save");
   if (!o.non_persistent_global_ckpt_dir.empty() && type.empty())
     throw ConfigError("--non-persistent-global-ckpt-dir needs --non-persistent-ckpt-type global");
+  // Megatron writes progress.txt into --save; without it there is none.
+  if (o.log_progress && o.save.empty()) o.flags_without_effect.push_back("--log-progress (without --save)");
   // The other type's folder: no effect (Megatron reads the flag of the type given only).
   if (!o.non_persistent_global_ckpt_dir.empty() && type == "local")
     o.flags_without_effect.push_back("--non-persistent-global-ckpt-dir");

@@ -171,6 +171,7 @@ struct TrainOptions {
   // --skip-train (Megatron's): no training; the validation and test evaluations of the
   // loaded (or initial) model, without TensorBoard scalars, and no checkpoint.
   bool skip_train = false;
+  bool log_progress = false;  // Megatron's --log-progress: SAVE/progress.txt (train/progress_log.h)
   // Stop (after saving with --save) once any rank has run this many minutes since its start,
   // checked after every iteration, as Megatron; 0: never.
   double exit_duration_in_mins = 0;

@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "train/log_line.h"
 #include "train/pending_save.h"
+#include "train/progress_log.h"
 #include "train/replica_check.h"
 #include "train/synthetic_data.h"
 #include "train/tensorboard.h"
@@ -588,6 +589,7 @@ IterationResult Trainer::train_iteration() {
   be_.synchronize();
   consumed_samples_ += G;
   consumed_tokens_ += static_cast<uint64_t>(G) * static_cast<uint64_t>(T);
+  flops_so_far_ += model_flops_per_iteration(opt_.model, G, par_->grid.shape.tp);  // skipped steps too, as Megatron
   ++iteration_;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (profiling_) be_.range_pop();
@@ -623,6 +625,28 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
   }
   throw ConfigError("the loss or the gradient norm was NaN or infinite for " + std::to_string(consecutive_unusable_) +
                     limit + " instead of training on garbage");
+}
+
+void Trainer::log_progress(const std::string& event) {
+  if (opt_.log_progress && !opt_.save.empty() && par_->world_rank() == 0)
+    append_progress(opt_.save, par_->grid.shape.world, event);
+}
+
+// Megatron's compute_throughputs_and_append_to_progress_log: this run's FLOPs over the time
+// since the process started, and the FLOPs since the first start of this world size in the
+// log over the time since then, per GPU.
+void Trainer::log_saved_progress(bool async) {
+  if (!opt_.log_progress || opt_.save.empty() || par_->world_rank() != 0) return;
+  const double world = par_->grid.shape.world;
+  const double job = (flops_so_far_ - flops_at_start_) / (minutes_since_start() * 60 * 1e12 * world);
+  double cumulative = job;
+  if (const std::optional<ProgressStart> start = progress_start(opt_.save, par_->grid.shape.world)) {
+    const double s = std::chrono::duration<double>(std::chrono::system_clock::now() - start->time).count();
+    cumulative = (flops_so_far_ - start->flops) / (s * 1e12 * world);
+  }
+  append_progress(opt_.save, par_->grid.shape.world,
+                  saved_checkpoint_event(async, iteration_, job, cumulative, flops_so_far_,
+                                         consumed_samples_ * static_cast<uint64_t>(opt_.model.seq_length)));
 }
 
 // Megatron asserts the same after its train_step. The ranks of a data-parallel group find the
@@ -799,6 +823,7 @@ void Trainer::train() {
     if (tensorboard_) tensorboard_->flush();
     return;
   }
+  log_progress("Starting job");
   bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   while (!training_done()) {

@@ -176,6 +176,10 @@ class Trainer {
   // --check-weight-hash-across-dp-replicas-interval: stops the run when a data-parallel
   // replica's parameters differ (train/replica_check.h).
   void check_replicas_agree();
+  // --log-progress: appends `event` to --save's progress.txt (world rank 0), and the
+  // throughput event of the save of iteration `iteration` (train/progress_log.h).
+  void log_progress(const std::string& event);
+  void log_saved_progress(bool async);
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
   bool out_of_time() const;
   // ConfigError unless the data covers the run from this position (trainer.cpp).
@@ -218,6 +222,9 @@ class Trainer {
   // Megatron-DeepSpeed's consumed_train_tokens: every iteration's samples x the sequence
   // length it trained with (a resume may change --seq-length).
   uint64_t consumed_tokens_ = 0;
+  // The model FLOPs of every iteration trained, over the run's checkpoints (Megatron's
+  // num_floating_point_operations_so_far), and their count when this process started.
+  double flops_so_far_ = 0, flops_at_start_ = 0;
   // The LR schedule's position: the samples of the iterations that updated the model
   // (Megatron's OptimizerParamScheduler.num_steps; it steps only after a successful update),
   // while consumed_samples_ counts every iteration; and its token count (lr_schedule.h).

@@ -539,6 +539,7 @@ void Trainer::save_checkpoint(SaveKind kind) {
     s.written.store(true, std::memory_order_release);
   });
   pending_save_ = std::move(save);
+  if (pending_save_->persistent) log_saved_progress(/*async=*/true);
   *out_ << "trident: saving " << (pending_save_->persistent ? "" : "non-persistent ") << "checkpoint at iteration "
         << iteration_ << " in the background (training waited "
         << pending_save_->waited_s << " s for a copy of the state"
@@ -580,6 +581,7 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind, const fs::path& r
                      {"consumed_train_tokens", consumed_tokens_},
                      {"skipped_iterations", skipped_iterations_},
                      {"nan_iterations", nan_iterations_},
+                     {"num_floating_point_operations_so_far", flops_so_far_},  // Megatron's name
                      {"global_batch_size", opt_.global_batch_size},
                      {kSampleOrderKey, kSampleOrder},
                      {kDataSeedKey, opt_.seed}};
@@ -696,6 +698,8 @@ void Trainer::commit_save() {
         << megabytes / 1e3 / s << " GB/s)";
   if (opt_.async_save) *out_ << "; training waited " << save.waited_s << " s";
   *out_ << std::endl;
+  if (save.persistent && opt_.async_save) log_progress("Saved async checkpoint\tIteration: " + std::to_string(save.iteration));
+  else if (save.persistent) log_saved_progress(/*async=*/false);
   pending_save_.reset();
 }
 
@@ -866,6 +870,7 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
     if (opt_.has_data() && consumed_samples_ > 0) note_sample_order(st, dir, opt_.seed, *out_);
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
     nan_iterations_ = st.value("nan_iterations", int64_t{0});
+    flops_so_far_ = flops_at_start_ = st.value("num_floating_point_operations_so_far", 0.0);
     if (load_optimizer) {
       optimizer_->set_steps_taken(st.value("optimizer_steps", int64_t{0}));
       note_adam_hyperparameters(st, dir, opt_, *out_);

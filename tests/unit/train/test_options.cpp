@@ -1005,7 +1005,7 @@ TEST(Options, NewerMegatronFlags) {
 
 // Megatron-LM's 2025 scripts: checkpoint-format, fusion, logging and resilience switches are
 // noted; what would change the numbers or the sharding trident does is refused in one line;
-// the replica check's interval must be positive.
+// the replica check's interval must be positive; --log-progress writes into --save.
 TEST(Options, Megatron2025Flags) {
   const TrainOptions o =
       parse({"--ckpt-format", "torch_dist", "--dist-ckpt-strictness", "log_all", "--cross-entropy-loss-fusion",
@@ -1016,9 +1016,12 @@ TEST(Options, Megatron2025Flags) {
   EXPECT_EQ(o.flags_without_effect,
             (std::vector<std::string>{"--ckpt-format", "--dist-ckpt-strictness", "--cross-entropy-loss-fusion",
                                       "--cross-entropy-fusion-impl", "--overlap-p2p-communication",
-                                      "--deterministic-mode", "--logging-level", "--log-progress", "--log-straggler",
+                                      "--deterministic-mode", "--logging-level", "--log-straggler",
                                       "--straggler-minmax-count", "--enable-ft-package", "--calc-ft-timeouts",
-                                      "--init-model-with-meta-device", "--recompute-modules"}));
+                                      "--init-model-with-meta-device", "--recompute-modules",
+                                      "--log-progress (without --save)"}));
+  EXPECT_TRUE(parse({"--log-progress", "--save", "ckpt"}).log_progress);
+  EXPECT_TRUE(parse({"--log-progress", "--save", "ckpt"}).flags_without_effect.empty());
   EXPECT_EQ(must_fail({"--ckpt-format", "safetensors"}),
             "--ckpt-format safetensors: not one of Megatron's formats (torch, torch_dist, zarr, torch_dcp, "
             "fsdp_dtensor)");
