@@ -255,7 +255,7 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
   if (sharding == "dp_reshardable" || sharding == "dp_zero_gather_scatter") {
     MegatronTrainingState out = read_bucket_training_state(c, cfg, weights, sharding, st);
     check_masters(out, params, c, cfg, "the distributed optimizer's buckets");
-    finish_training_state(out, *c.args, st);
+    finish_training_state(out, c, st);
     return out;
   }
   const pickle::Value* dist = c.args->get("use_distributed_optimizer");
@@ -283,7 +283,7 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
     out.exp_avg = read_canonical(exp_avg, c, cfg);
     out.exp_avg_sq = read_canonical(exp_avg_sq, c, cfg);
   }
-  finish_training_state(out, *c.args, st);
+  finish_training_state(out, c, st);
   return out;
 }
 

@@ -177,6 +177,10 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       w.real(kExportCheckpointVersion);
       w.str("iteration");
       w.integer(o.iteration);
+      if (o.training) {  // for Megatron's --log-progress (its default 0 where a file has none)
+        w.str("num_floating_point_operations_so_far");
+        w.real(o.training->trainer_state.value("num_floating_point_operations_so_far", 0.0));
+      }
       for (int v = 0; v < o.chunks; ++v) {
         // The embedding is the first chunk's of the first stage, the final norm and the LM head
         // (a copy of the tied embedding where that is another chunk) the last one's of the last.

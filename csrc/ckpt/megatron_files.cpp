@@ -38,7 +38,7 @@ const TorchFile& open_file(Checkpoint& c, const fs::path& p) {
   return *c.files.back();
 }
 
-// The saved 'args', 'checkpoint_version' and 'iteration' of a file's root dict.
+// The saved 'args', 'checkpoint_version', 'iteration' and FLOPs so far of a file's root dict.
 void read_common(Checkpoint& c, const TorchFile& f) {
   const Value& root = f.root();
   if (root.kind != Kind::Dict) throw IoError(f.path() + ": holds " + root.describe() + ", not a checkpoint dict");
@@ -50,6 +50,10 @@ void read_common(Checkpoint& c, const TorchFile& f) {
     else if (v->kind == Kind::Int) c.checkpoint_version = static_cast<double>(v->integer);
   }
   if (const Value* it = root.get("iteration"); it && it->kind == Kind::Int) c.iteration = it->integer;
+  if (const Value* v = root.get("num_floating_point_operations_so_far")) {
+    if (v->kind == Kind::Float) c.flops_so_far = v->real;
+    else if (v->kind == Kind::Int) c.flops_so_far = static_cast<double>(v->integer);
+  }
 }
 
 // Megatron-LM: mp_rank_TT[_PPP]/model_optim_rng.pt.

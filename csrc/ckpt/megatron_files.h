@@ -37,6 +37,9 @@ struct Checkpoint {
   std::string args_source;              // the file the args (would) come from
   double checkpoint_version = 0;        // absent: 0, as Megatron reads it
   std::optional<int64_t> iteration;
+  // The run's model FLOPs so far (Megatron's 'num_floating_point_operations_so_far', for its
+  // --log-progress), where the file holds them.
+  std::optional<double> flops_so_far;
   int tp = 0, pp = 1, chunks = 1;  // chunks: virtual-pipeline model chunks per stage
   std::vector<Shard> shards;
   // A Megatron-core distributed checkpoint (--ckpt-format torch_dist): the args etc. come from

@@ -229,7 +229,7 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
     out.exp_avg = joined(1);
     out.exp_avg_sq = joined(2);
   }
-  megatron::finish_training_state(out, *c.args, st);
+  megatron::finish_training_state(out, c, st);
   return out;
 }
 

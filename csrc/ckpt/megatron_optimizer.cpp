@@ -440,7 +440,8 @@ OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const Tor
   return out;
 }
 
-void finish_training_state(MegatronTrainingState& out, const pickle::Value& args, const OptimizerState& st) {
+void finish_training_state(MegatronTrainingState& out, const Checkpoint& c, const OptimizerState& st) {
+  const pickle::Value& args = *c.args;
   if (out.exp_avg.empty())  // before the first step
     for (const auto& [name, t] : out.master) {
       out.exp_avg[name] = HostTensor{t.shape, std::vector<float>(t.data.size(), 0.0f)};
@@ -461,6 +462,7 @@ void finish_training_state(MegatronTrainingState& out, const pickle::Value& args
   if (!st.scheduler.is_null()) ts["opt_param_scheduler"] = st.scheduler;
   if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
   if (!st.adam.is_null()) ts[kAdamKey] = st.adam;
+  if (c.flops_so_far) ts["num_floating_point_operations_so_far"] = *c.flops_so_far;
 }
 
 void check_optimizer_state_readable(const Checkpoint& c) {

@@ -110,8 +110,8 @@ OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const Tor
 
 // Completes an imported run's state whose masters (and moments, after the first step) are read:
 // zero moments when there are none, the consumed samples (and Megatron-DeepSpeed's consumed
-// tokens) and trident's trainer_state from the saved args and optimizer state.
-void finish_training_state(MegatronTrainingState& out, const pickle::Value& args, const OptimizerState& st);
+// tokens) and trident's trainer_state from the checkpoint's args, FLOPs so far and optimizer state.
+void finish_training_state(MegatronTrainingState& out, const Checkpoint& c, const OptimizerState& st);
 
 // A number saved as an int, a float or a one-element floating-point tensor of `f` (a step count,
 // the loss scale); nullopt for anything else.

@@ -1,11 +1,14 @@
 #include "train/progress_log.h"
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -44,7 +47,8 @@ void append_progress(const fs::path& dir, int world, const std::string& event) {
   std::ofstream out(path, std::ios::app);
   out << stamp << "\tJob ID: " << (job ? job : "") << "\t# GPUs: " << world << '\t' << event << '\n';
   out.flush();
-  if (!out) throw IoError(path.string() + ": cannot append to the progress log (--log-progress)");
+  if (!out)
+    throw IoError(path.string() + ": cannot append to the progress log (--log-progress): " + std::strerror(errno));
 }
 
 std::optional<ProgressStart> progress_start(const fs::path& dir, int world) {
@@ -52,6 +56,7 @@ std::optional<ProgressStart> progress_start(const fs::path& dir, int world) {
   std::ifstream in(path);
   std::optional<ProgressStart> start;
   double latest_flops = 0;
+  std::optional<double> saving;  // an async save's FLOPs, counted once its commit is logged
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     const std::vector<std::string> f = split_tabs(line);
@@ -61,11 +66,15 @@ std::optional<ProgressStart> progress_start(const fs::path& dir, int world) {
     const std::string gpus = field_value(f[2]);
     const long size = std::strtol(gpus.c_str(), &end, 10);
     if (gpus.empty() || *end != '\0') throw bad();
-    if (f[3] == "Saved checkpoint") {
+    if (f[3] == "Saved checkpoint" || f[3] == "Saving async checkpoint") {
       if (f.size() < 8) throw bad();
       const std::string flops = field_value(f[7]);
-      latest_flops = std::strtod(flops.c_str(), &end);
+      const double value = std::strtod(flops.c_str(), &end);
       if (flops.empty() || *end != '\0') throw bad();
+      if (f[3] == "Saved checkpoint") latest_flops = value;
+      else saving = value;
+    } else if (f[3] == "Saved async checkpoint" && saving) {
+      latest_flops = *std::exchange(saving, std::nullopt);
     }
     if (size != world) {  // another world size: the search starts again
       start.reset();

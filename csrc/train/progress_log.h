@@ -24,7 +24,9 @@ void append_progress(const std::filesystem::path& dir, int world, const std::str
 
 struct ProgressStart {
   std::chrono::system_clock::time_point time;  // of the earliest "Starting job" of this world size in a row
-  double flops = 0;  // the FLOPs of the last "Saved checkpoint" before it
+  // The FLOPs of the last save committed before it: a "Saved checkpoint", or a "Saving async
+  // checkpoint" whose "Saved async checkpoint" followed.
+  double flops = 0;
 };
 // Reads DIR/progress.txt as Megatron does; nullopt when it holds no "Starting job" of a job of
 // `world` processes since the last line of another size. IoError naming the file and line for

@@ -627,9 +627,21 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
                     limit + " instead of training on garbage");
 }
 
+void Trainer::start_progress_log() {
+  if (!opt_.log_progress || opt_.save.empty()) return;
+  run_on_rank0_for_all(*par_, [&] {
+    progress_start(opt_.save, par_->grid.shape.world);  // throws naming the line that does not read
+    append_progress(opt_.save, par_->grid.shape.world, "Starting job");
+  });
+}
+
 void Trainer::log_progress(const std::string& event) {
-  if (opt_.log_progress && !opt_.save.empty() && par_->world_rank() == 0)
+  if (!opt_.log_progress || opt_.save.empty() || par_->world_rank() != 0) return;
+  try {
     append_progress(opt_.save, par_->grid.shape.world, event);
+  } catch (const Error& e) {  // a diagnostic log: the run goes on
+    *out_ << "trident: note: --log-progress: " << e.what() << std::endl;
+  }
 }
 
 // Megatron's compute_throughputs_and_append_to_progress_log: this run's FLOPs over the time
@@ -640,13 +652,16 @@ void Trainer::log_saved_progress(bool async) {
   const double world = par_->grid.shape.world;
   const double job = (flops_so_far_ - flops_at_start_) / (minutes_since_start() * 60 * 1e12 * world);
   double cumulative = job;
-  if (const std::optional<ProgressStart> start = progress_start(opt_.save, par_->grid.shape.world)) {
-    const double s = std::chrono::duration<double>(std::chrono::system_clock::now() - start->time).count();
-    cumulative = (flops_so_far_ - start->flops) / (s * 1e12 * world);
+  try {
+    if (const std::optional<ProgressStart> start = progress_start(opt_.save, par_->grid.shape.world)) {
+      const double s = std::chrono::duration<double>(std::chrono::system_clock::now() - start->time).count();
+      cumulative = (flops_so_far_ - start->flops) / (s * 1e12 * world);
+    }
+  } catch (const Error& e) {  // another writer garbled it since the start: this run's own figure
+    *out_ << "trident: note: --log-progress: " << e.what() << "; the cumulative throughput is this run's" << std::endl;
   }
-  append_progress(opt_.save, par_->grid.shape.world,
-                  saved_checkpoint_event(async, iteration_, job, cumulative, flops_so_far_,
-                                         consumed_samples_ * static_cast<uint64_t>(opt_.model.seq_length)));
+  log_progress(saved_checkpoint_event(async, iteration_, job, cumulative, flops_so_far_,
+                                      consumed_samples_ * static_cast<uint64_t>(opt_.model.seq_length)));
 }
 
 // Megatron asserts the same after its train_step. The ranks of a data-parallel group find the
@@ -823,7 +838,6 @@ void Trainer::train() {
     if (tensorboard_) tensorboard_->flush();
     return;
   }
-  log_progress("Starting job");
   bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   while (!training_done()) {

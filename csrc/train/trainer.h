@@ -130,6 +130,10 @@ class Trainer {
   // the rest of the run (checked before any tensor is read). Returns false, and training
   // starts from scratch, when there is no checkpoint to load (a warning, as Megatron).
   bool load_checkpoint();
+  // --log-progress: appends "Starting job" to --save's progress.txt (Megatron writes it before
+  // building and loading the model), after checking that the log reads: a garbled one stops
+  // the run here, before any training is lost. Collective.
+  void start_progress_log();
 
  private:
   // Fills tokens_ and targets_ (and positions_, document_starts_ where the run resets them)
@@ -176,8 +180,8 @@ class Trainer {
   // --check-weight-hash-across-dp-replicas-interval: stops the run when a data-parallel
   // replica's parameters differ (train/replica_check.h).
   void check_replicas_agree();
-  // --log-progress: appends `event` to --save's progress.txt (world rank 0), and the
-  // throughput event of the save of iteration `iteration` (train/progress_log.h).
+  // --log-progress: appends `event` to --save's progress.txt (world rank 0), and a save's
+  // throughput event (train/progress_log.h); a log that fails to read or write then is a note.
   void log_progress(const std::string& event);
   void log_saved_progress(bool async);
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).

@@ -856,6 +856,8 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   } else if (owners.empty()) {  // else once the parameters are whole (broadcast_shared_state)
     optimizer_->master_from_params();
   }
+  // Megatron returns the FLOPs so far whatever --finetune says (its --log-progress counts on).
+  flops_so_far_ = flops_at_start_ = st.value("num_floating_point_operations_so_far", 0.0);
   if (!opt_.finetune) {
     iteration_ = meta.iteration;
     consumed_samples_ = static_cast<uint64_t>(meta.consumed_samples);
@@ -870,7 +872,6 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
     if (opt_.has_data() && consumed_samples_ > 0) note_sample_order(st, dir, opt_.seed, *out_);
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
     nan_iterations_ = st.value("nan_iterations", int64_t{0});
-    flops_so_far_ = flops_at_start_ = st.value("num_floating_point_operations_so_far", 0.0);
     if (load_optimizer) {
       optimizer_->set_steps_taken(st.value("optimizer_steps", int64_t{0}));
       note_adam_hyperparameters(st, dir, opt_, *out_);

@@ -173,6 +173,15 @@ for c in "fp16 2 2 1 legacy apex" "bf16 1 2 1 mcore torch" "fp32 2 1 1 legacy ap
   else
     fail "$name: the export, imported again, does not resume to the uninterrupted run"
   fi
+  # The FLOPs so far (Megatron's num_floating_point_operations_so_far, for --log-progress) go
+  # to Megatron's file and come back.
+  key=num_floating_point_operations_so_far
+  "$py" - "$tmp/imp-ours-$name/iter_0000003/metadata.json" "$tmp/ref-$dtype/iter_0000003/metadata.json" "$key" <<'EOF' ||
+import json, sys
+got, want = (json.load(open(p))["trainer_state"][sys.argv[3]] for p in sys.argv[1:3])
+assert got == want > 0, (got, want)
+EOF
+    fail "$name: $key lost on the way to Megatron and back"
 done
 # A checkpoint without optimizer state has none to export: one line, no output.
 "$convert" --load "$tmp/ref-fp32" --iteration 3 --save "$tmp/no-optim" --no-optimizer >/dev/null &&

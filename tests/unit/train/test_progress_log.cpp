@@ -1,6 +1,7 @@
 // Megatron's progress.txt (--log-progress): the throughput event's text as Python's f-string
 // formats it, and where the cumulative throughput counts from (Megatron's
-// get_start_time_from_progress_log, transcribed as the log lines below expect it).
+// get_start_time_from_progress_log, transcribed as the log lines below expect it, async saves
+// counted at their commit).
 #include <gtest/gtest.h>
 
 #include <ctime>
@@ -64,6 +65,17 @@ TEST(ProgressLog, CumulativeThroughputStartsAtTheFirstStartOfThisWorldSizeInARow
   EXPECT_EQ(start->time, at_second(4));
   EXPECT_EQ(start->flops, 2e15);
   EXPECT_FALSE(progress_start(d.path, 8));  // the last lines are of 4 GPUs
+  // An async save counts from its commit's line on; one whose commit never came does not.
+  std::ofstream(d.path / "progress.txt", std::ios::app)
+      << "2026-12-06 10:00:08\tJob ID: 5\t# GPUs: 2\tStarting job\n"
+      << "2026-12-06 10:00:09\tJob ID: 5\t# GPUs: 2\t" << saved(5e15).replace(0, 16, "Saving async checkpoint") << "\n"
+      << "2026-12-06 10:00:10\tJob ID: 5\t# GPUs: 2\tSaved async checkpoint\tIteration: 1\n"
+      << "2026-12-06 10:00:11\tJob ID: 5\t# GPUs: 2\t" << saved(6e15).replace(0, 16, "Saving async checkpoint") << "\n"
+      << "2026-12-06 10:00:12\tJob ID: 6\t# GPUs: 1\tStarting job\n";
+  const std::optional<ProgressStart> after_async = progress_start(d.path, 1);
+  ASSERT_TRUE(after_async);
+  EXPECT_EQ(after_async->time, at_second(12));
+  EXPECT_EQ(after_async->flops, 5e15);
   // A line of another format names the file and the line.
   append_progress(d.path, 4, "Starting job");
   std::ofstream(d.path / "progress.txt", std::ios::app) << "garbage\n";
@@ -71,7 +83,7 @@ TEST(ProgressLog, CumulativeThroughputStartsAtTheFirstStartOfThisWorldSizeInARow
     progress_start(d.path, 4);
     FAIL() << "a garbled line was read";
   } catch (const IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("progress.txt:10: not a progress line"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("progress.txt:15: not a progress line"), std::string::npos) << e.what();
   }
 }
 
