@@ -1806,6 +1806,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("log-timers-to-tensorboard", o.log_timers_to_tensorboard);
   line("max-nan-iterations", o.max_nan_iterations);
   line("check-weight-hash-across-dp-replicas-interval", o.check_weight_hash_interval);
+  line("log-progress", o.log_progress);  // its start is collective
   line("tensorboard-dir given", !o.tensorboard_dir.empty());
   line("tensorboard-log-interval", o.tensorboard_log_interval);
   line("tensorboard-queue-size", o.tensorboard_queue_size);
