@@ -74,6 +74,26 @@ std::vector<int> stage_totals(const PipelineSplit& s, std::string& why) {
   return std::vector<int>(P, counted / P);
 }
 
+// A layout's counts[stage][chunk]; empty with `why` set where it cannot be the split of `s`.
+std::vector<std::vector<int>> layout_counts(const PipelineSplit& s, std::string& why) {
+  const UnevenPipeline& u = s.uneven;
+  if (u.first_stage_layers > 0 || u.last_stage_layers > 0 || u.embedding_as_layer || u.loss_as_layer) {
+    why = "--pipeline-model-parallel-layout cannot be given with --decoder-first/last-pipeline-num-layers or "
+          "--account-for-embedding/loss-in-pipeline-split";
+    return {};
+  }
+  std::vector<std::vector<int>> counts = pipeline_layout_counts(u.layout, s.stages, s.num_layers, why);
+  if (!why.empty()) return {};
+  const int chunks = static_cast<int>(counts.front().size());
+  if (chunks > 1 && s.stages == 1)
+    why = pipeline_layout_flag(u.layout) + ": its " + n(chunks) +
+          " stages would be model chunks of one stage: they need --pipeline-model-parallel-size above 1";
+  else if (chunks != s.chunks)
+    why = pipeline_layout_flag(u.layout) + " makes " + n(chunks) + " model chunk" + (chunks == 1 ? "" : "s") +
+          " a stage, not " + n(s.chunks);
+  return why.empty() ? counts : std::vector<std::vector<int>>{};
+}
+
 }  // namespace
 
 std::string counted_as_layers(const UnevenPipeline& u) {
@@ -85,20 +105,9 @@ std::string counted_as_layers(const UnevenPipeline& u) {
 std::string pipeline_split_error(const PipelineSplit& s) {
   if (s.num_layers < 1 || s.stages < 1 || s.chunks < 1) return "the layers, stages and chunks must be positive";
   std::string why;
-  if (const UnevenPipeline& u = s.uneven; !u.layout.empty()) {
-    if (u.first_stage_layers > 0 || u.last_stage_layers > 0 || u.embedding_as_layer || u.loss_as_layer)
-      return "--pipeline-model-parallel-layout cannot be given with --decoder-first/last-pipeline-num-layers or "
-             "--account-for-embedding/loss-in-pipeline-split";
-    const std::vector<std::vector<int>> counts = pipeline_layout_counts(u.layout, s.stages, s.num_layers, why);
-    if (!why.empty()) return why;
-    const int chunks = static_cast<int>(counts.front().size());
-    if (chunks > 1 && s.stages == 1)
-      return pipeline_layout_flag(u.layout) + ": its " + n(chunks) +
-             " stages would be model chunks of one stage: they need --pipeline-model-parallel-size above 1";
-    if (chunks != s.chunks)
-      return pipeline_layout_flag(u.layout) + " makes " + n(chunks) + " model chunk" +
-             (chunks == 1 ? "" : "s") + " a stage, not " + n(s.chunks);
-    return "";
+  if (!s.uneven.layout.empty()) {
+    layout_counts(s, why);
+    return why;
   }
   if (s.chunks > 1 && s.stages == 1) return "model chunks need --pipeline-model-parallel-size above 1";
   const std::vector<int> totals = stage_totals(s, why);
@@ -118,10 +127,15 @@ std::string pipeline_split_error(const PipelineSplit& s) {
 }
 
 std::vector<std::vector<int>> pipeline_layer_counts(const PipelineSplit& s) {
+  if (!s.uneven.layout.empty() && s.num_layers >= 1 && s.stages >= 1 && s.chunks >= 1) {  // parsed once
+    std::string why;
+    std::vector<std::vector<int>> counts = layout_counts(s, why);
+    TRIDENT_CHECK(why.empty(), "pipeline split: " + why);
+    return counts;
+  }
   const std::string why = pipeline_split_error(s);
   TRIDENT_CHECK(why.empty(), "pipeline split: " + why);
   std::string unused;
-  if (!s.uneven.layout.empty()) return pipeline_layout_counts(s.uneven.layout, s.stages, s.num_layers, unused);
   const std::vector<int> totals = stage_totals(s, unused);
   std::vector<std::vector<int>> counts(s.stages);
   for (int p = 0; p < s.stages; ++p) counts[p].assign(s.chunks, totals[p] / s.chunks);

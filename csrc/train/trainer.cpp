@@ -628,7 +628,7 @@ void Trainer::count_unusable_iteration(const IterationResult& r) {
 }
 
 void Trainer::start_progress_log() {
-  if (!opt_.log_progress || opt_.save.empty()) return;
+  if (!progress_logged()) return;
   run_on_rank0_for_all(*par_, [&] {
     progress_start(opt_.save, par_->grid.shape.world);  // throws naming the line that does not read
     append_progress(opt_.save, par_->grid.shape.world, "Starting job");
@@ -636,7 +636,7 @@ void Trainer::start_progress_log() {
 }
 
 void Trainer::log_progress(const std::string& event) {
-  if (!opt_.log_progress || opt_.save.empty() || par_->world_rank() != 0) return;
+  if (!progress_logged() || par_->world_rank() != 0) return;
   try {
     append_progress(opt_.save, par_->grid.shape.world, event);
   } catch (const Error& e) {  // a diagnostic log: the run goes on
@@ -648,7 +648,7 @@ void Trainer::log_progress(const std::string& event) {
 // since the process started, and the FLOPs since the first start of this world size in the
 // log over the time since then, per GPU.
 void Trainer::log_saved_progress(bool async) {
-  if (!opt_.log_progress || opt_.save.empty() || par_->world_rank() != 0) return;
+  if (!progress_logged() || par_->world_rank() != 0) return;
   const double world = par_->grid.shape.world;
   const double job = (flops_so_far_ - flops_at_start_) / (minutes_since_start() * 60 * 1e12 * world);
   double cumulative = job;

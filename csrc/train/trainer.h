@@ -184,6 +184,7 @@ class Trainer {
   // throughput event (train/progress_log.h); a log that fails to read or write then is a note.
   void log_progress(const std::string& event);
   void log_saved_progress(bool async);
+  bool progress_logged() const { return opt_.log_progress && !opt_.save.empty(); }  // Megatron's: into --save
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
   bool out_of_time() const;
   // ConfigError unless the data covers the run from this position (trainer.cpp).
