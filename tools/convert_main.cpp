@@ -8,10 +8,12 @@
 //       -> a Hugging Face GPT2LMHeadModel folder (config.json, model.safetensors);
 //   trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype ...] [--target-tp T] [--target-pp P]
 //                   [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]
-//                   [--with-optimizer [--megatron-adam fused|torch]]
+//                   [--with-optimizer [--megatron-adam fused|torch]] [--ckpt-format torch|torch_dist
+//                   [--use-distributed-optimizer]]
 //       -> a Megatron-LM release checkpoint of the weights (ckpt/megatron_gpt2.h), tp T x pp P; with
 //       --with-optimizer OUT/iter_<its iteration> with the optimizer state, consumed samples,
-//       scheduler and loss scale, which Megatron-LM resumes (--no-load-rng);
+//       scheduler and loss scale, which Megatron-LM resumes (--no-load-rng); --ckpt-format
+//       torch_dist writes Megatron-core's distributed checkpoint instead (any split loads it);
 //   trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P] [--overwrite]
 //       a Hugging Face GPT-2 folder -> OUT/iter_0000000 without optimizer state (load it with
 //       trident-train --load OUT --finetune, or --no-load-optim --no-load-rng);
@@ -69,6 +71,7 @@ constexpr const char* kUsage =
     "  trident-convert --to megatron --load DIR --save OUT [--iteration N] [--dtype fp32|fp16|bf16] [--target-tp T]\n"
     "                  [--target-pp P] [--tokenizer-type NAME] [--megatron-model legacy|mcore] [--megatron-norm-names]\n"
     "                  [--with-optimizer [--megatron-adam fused|torch]] [Megatron's pipeline split flags]\n"
+    "                  [--ckpt-format torch|torch_dist [--use-distributed-optimizer]]\n"
     "      export the weights as a Megatron-LM release checkpoint (OUT/release/mp_rank_*/model_optim_rng.pt) of its\n"
     "      legacy GPT model; --megatron-norm-names for Megatron-LM's input_norm/post_attention_norm/final_norm (its\n"
     "      legacy model since RMSNorm support) instead of *_layernorm (Megatron-DeepSpeed, older Megatron-LM);\n"
@@ -83,7 +86,12 @@ constexpr const char* kUsage =
     "      (--decoder-first-pipeline-num-layers N, --decoder-last-pipeline-num-layers N,\n"
     "      --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split) or\n"
     "      --pipeline-model-parallel-layout LAYOUT (these with --megatron-model mcore: Megatron-LM's legacy model\n"
-    "      splits evenly); without them pp x chunks must divide the layers\n"
+    "      splits evenly); without them pp x chunks must divide the layers; --ckpt-format torch_dist (with\n"
+    "      --megatron-model mcore) writes Megatron-core's distributed checkpoint instead (common.pt, .metadata,\n"
+    "      *.distcp: whole tensors by name, which Megatron-LM loads at any tensor and pipeline split, its default\n"
+    "      --ckpt-format), its optimizer state by name for the non-distributed optimizer, or with\n"
+    "      --use-distributed-optimizer in the distributed optimizer's fully_reshardable format (any data-parallel\n"
+    "      size)\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"
@@ -115,6 +123,8 @@ struct ConvertFlags {
   UnevenPipeline uneven;
   std::string megatron_model = "legacy";  // --megatron-model
   std::string megatron_adam = "fused";    // --megatron-adam
+  std::string ckpt_format = "torch";      // --ckpt-format (Megatron's flag)
+  bool distributed_optimizer = false;     // --use-distributed-optimizer
   bool no_optimizer = false, with_optimizer = false, overwrite = false, norm_names = false, help = false;
   std::map<std::string, bool> given;
 };
@@ -148,6 +158,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       {"dtype", true},     {"make-vocab-size-divisible-by", true},      {"overwrite", false},
       {"vocab-size", true}, {"num-attention-heads", true}, {"tokenizer-type", true},
       {"megatron-norm-names", false}, {"megatron-model", true}, {"megatron-adam", true}, {"with-optimizer", false}, {"help", false},
+      {"ckpt-format", true}, {"use-distributed-optimizer", false},
       // --to megatron: the split of the Megatron run that loads it.
       {"num-virtual-stages-per-pipeline-rank", true}, {"decoder-first-pipeline-num-layers", true},
       {"decoder-last-pipeline-num-layers", true}, {"account-for-embedding-in-pipeline-split", false},
@@ -173,6 +184,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
       if (name == "with-optimizer") f.with_optimizer = true;
       if (name == "overwrite") f.overwrite = true;
       if (name == "megatron-norm-names") f.norm_names = true;
+      if (name == "use-distributed-optimizer") f.distributed_optimizer = true;
       if (name == "account-for-embedding-in-pipeline-split") f.uneven.embedding_as_layer = true;
       if (name == "account-for-loss-in-pipeline-split") f.uneven.loss_as_layer = true;
       continue;
@@ -187,6 +199,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     else if (name == "tokenizer-type") f.tokenizer_type = value;
     else if (name == "megatron-model") f.megatron_model = value;
     else if (name == "megatron-adam") f.megatron_adam = value;
+    else if (name == "ckpt-format") f.ckpt_format = value;
     else if (name == "pipeline-model-parallel-layout") f.uneven.layout = value;
     else if (name == "num-virtual-stages-per-pipeline-rank")
       f.chunks = static_cast<int>(parse_integer_flag(name, value, 1, kMaxInt));
@@ -224,7 +237,7 @@ ConvertFlags parse_flags(int argc, char** argv) {
     refuse({"no-optimizer"}, "--from " + f.from,
            " (an import holds weights only; --from megatron --with-optimizer adds the optimizer state)");
   if (f.given["dtype"] && f.to.empty()) throw ConfigError("--dtype applies to --to hf and --to megatron only");
-  for (const char* g : {"tokenizer-type", "megatron-norm-names", "megatron-model"})
+  for (const char* g : {"tokenizer-type", "megatron-norm-names", "megatron-model", "ckpt-format"})
     if (f.given[g] && f.to != "megatron") throw ConfigError(std::string("--") + g + " applies to --to megatron only");
   for (const char* g : {"num-virtual-stages-per-pipeline-rank", "decoder-first-pipeline-num-layers",
                         "decoder-last-pipeline-num-layers", "account-for-embedding-in-pipeline-split",
@@ -237,6 +250,10 @@ ConvertFlags parse_flags(int argc, char** argv) {
                       "--num-virtual-stages-per-pipeline-rank goes without it");
   if (f.given["megatron-adam"] && !(f.to == "megatron" && f.with_optimizer))
     throw ConfigError("--megatron-adam applies to --to megatron --with-optimizer only");
+  if (f.ckpt_format != "torch" && f.ckpt_format != "torch_dist")
+    throw ConfigError("--ckpt-format: '" + f.ckpt_format + "' is not a format the export writes (torch, torch_dist)");
+  if (f.distributed_optimizer && !(f.to == "megatron" && f.with_optimizer))
+    throw ConfigError("--use-distributed-optimizer applies to --to megatron --with-optimizer only");
   if (f.megatron_adam != "fused" && f.megatron_adam != "torch")
     throw ConfigError("--megatron-adam: '" + f.megatron_adam + "' is neither fused nor torch");
   if (f.megatron_model != "legacy" && f.megatron_model != "mcore")
@@ -403,6 +420,8 @@ int export_megatron(const ConvertFlags& f) {
   o.norm_names = f.norm_names;
   o.mcore = f.megatron_model == "mcore";
   o.adam = f.megatron_adam == "torch" ? MegatronAdam::kTorch : MegatronAdam::kFused;
+  o.torch_dist = f.ckpt_format == "torch_dist";
+  o.distributed_optimizer = f.distributed_optimizer;
   o.tokenizer_type = f.tokenizer_type;
   o.iteration = m.iteration;
   o = check_megatron_export(m.model, o);  // before reading the tensors
@@ -427,13 +446,16 @@ int export_megatron(const ConvertFlags& f) {
   const fs::path out = write_new_folder(f, [&](const fs::path& temp) { export_megatron_gpt2(temp, m.model, canonical, o); });
   std::cout << "trident-convert: " << dir.string() << " (iteration " << m.iteration << ") -> Megatron-LM "
             << (training ? iteration_dir(out, m.iteration) : out / "release").string() << " ("
-            << (o.mcore ? "Megatron-core GPTModel, local layers" : "legacy model") << ", tp " << o.tp << " x pp "
+            << (o.mcore ? "Megatron-core GPTModel, local layers" : "legacy model")
+            << (o.torch_dist ? ", --ckpt-format torch_dist" : "") << ", tp " << o.tp << " x pp "
             << o.pp << ", " << pipeline_split_text(PipelineSplit{m.model.num_layers, o.pp, o.chunks, o.uneven}) << ", "
             << dtype_name(o.dtype) << ", "
             << (training ? "with the optimizer state after " + std::to_string(m.trainer_state.value("optimizer_steps",
                                                                                                    int64_t{0})) +
                                " Adam steps, " + std::to_string(m.consumed_samples) +
-                               " samples consumed: resume with --no-load-rng"
+                               " samples consumed" +
+                               (o.distributed_optimizer ? std::string(" (distributed optimizer, fully_reshardable)") : "") +
+                               ": resume with --no-load-rng"
                          : std::string("weights only"))
             << ")" << std::endl;
   return 0;

@@ -24,75 +24,7 @@ namespace fs = std::filesystem;
 using megatron::kExportCheckpointVersion;
 using megatron::RankFile;
 
-using megatron::shortest_decimal;
-
-// Megatron's argparse.Namespace for the model: what its load_checkpoint compares
-// (check_checkpoint_args, Megatron-DeepSpeed's num_key_value_heads included) and
-// --use-checkpoint-args takes. consumed_train_samples is 0 for a release (Megatron resumes its
-// data position from it even then); with the training state, the run's: the samples it
-// consumed, the seed that ordered them, its global batch.
-void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o) {
-  const auto i = [&](const char* k, int64_t v) { w.str(k); w.integer(v); };
-  const auto b = [&](const char* k, bool v) { w.str(k); w.boolean(v); };
-  const auto f = [&](const char* k, double v) { w.str(k); w.real(v); };
-  const auto s = [&](const char* k, const char* v) { w.str(k); v ? w.str(v) : w.none(); };
-  w.begin_namespace();
-  i("num_layers", cfg.num_layers);
-  i("hidden_size", cfg.hidden_size);
-  i("ffn_hidden_size", cfg.ffn_hidden_size());
-  i("num_attention_heads", cfg.num_attention_heads);
-  i("num_key_value_heads", cfg.num_attention_heads);
-  i("kv_channels", cfg.head_dim());
-  i("max_position_embeddings", cfg.max_position_embeddings);
-  i("seq_length", cfg.seq_length);
-  i("padded_vocab_size", cfg.padded_vocab_size(o.tp));
-  i("make_vocab_size_divisible_by", cfg.make_vocab_size_divisible_by);
-  s("tokenizer_type", o.tokenizer_type.c_str());
-  i("tensor_model_parallel_size", o.tp);
-  i("pipeline_model_parallel_size", o.pp);
-  const auto count_or_none = [&](const char* k, int v) { w.str(k); v > 0 ? w.integer(v) : w.none(); };
-  count_or_none("virtual_pipeline_model_parallel_size", o.chunks > 1 ? o.chunks : 0);
-  count_or_none("decoder_first_pipeline_num_layers", o.uneven.first_stage_layers);
-  count_or_none("decoder_last_pipeline_num_layers", o.uneven.last_stage_layers);
-  b("account_for_embedding_in_pipeline_split", o.uneven.embedding_as_layer);
-  b("account_for_loss_in_pipeline_split", o.uneven.loss_as_layer);
-  s("pipeline_model_parallel_layout", o.uneven.layout.empty() ? nullptr : o.uneven.layout.c_str());
-  b("fp16", o.dtype == DType::F16);
-  b("bf16", o.dtype == DType::BF16);
-  w.str("params_dtype");
-  w.global("torch", o.dtype == DType::F16 ? "float16" : o.dtype == DType::BF16 ? "bfloat16" : "float32");
-  f("layernorm_epsilon", 1e-5);
-  f("norm_epsilon", 1e-5);
-  s("normalization", "LayerNorm");
-  s("position_embedding_type", "learned_absolute");
-  b("add_position_embedding", true);
-  b("add_bias_linear", true);
-  b("bias_gelu_fusion", true);  // the tanh GELU, trident's
-  b("openai_gelu", false);
-  b("swiglu", false);
-  b("untie_embeddings_and_output_weights", false);
-  b("apply_residual_connection_post_layernorm", false);
-  b("group_query_attention", false);
-  b("data_parallel_random_init", false);
-  // Informational: --use-checkpoint-args takes neither, so a Megatron-core export still needs
-  // --transformer-impl local on Megatron's command line.
-  b("use_legacy_models", !o.mcore);
-  s("transformer_impl", "local");
-  f("hidden_dropout", shortest_decimal(cfg.hidden_dropout));
-  f("attention_dropout", shortest_decimal(cfg.attention_dropout));
-  f("init_method_std", shortest_decimal(cfg.init_method_std));
-  i("iteration", o.iteration);
-  const nlohmann::json none = nlohmann::json::object();
-  const nlohmann::json& ts = o.training ? o.training->trainer_state : none;
-  i("consumed_train_samples", o.training ? o.training->consumed_samples : 0);
-  i("consumed_valid_samples", ts.value("consumed_valid_samples", int64_t{0}));
-  if (o.training) {
-    b("use_distributed_optimizer", false);
-    i("seed", ts.value(kDataSeedKey, int64_t{1234}));
-    if (ts.contains("global_batch_size")) i("global_batch_size", ts.value("global_batch_size", int64_t{0}));
-  }
-  w.end();
-}
+using megatron::write_args;
 
 }  // namespace
 
@@ -104,6 +36,12 @@ MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const Megatr
   } catch (const ConfigError& e) {
     throw ConfigError("--target-tp " + std::to_string(o.tp) + ": " + e.what());
   }
+  if (o.torch_dist && !o.mcore)
+    throw ConfigError("--ckpt-format torch_dist: Megatron-core's distributed checkpoint holds Megatron-core's model; "
+                      "give --megatron-model mcore");
+  if (o.distributed_optimizer && !o.torch_dist)
+    throw ConfigError("--use-distributed-optimizer: applies to --ckpt-format torch_dist (the torch format's "
+                      "distributed optimizer state, distrib_optim.pt, is not written)");
   if (o.uneven.any() && !o.mcore)
     throw ConfigError("Megatron's uneven pipeline stages (--decoder-first/last-pipeline-num-layers, "
                       "--account-for-embedding/loss-in-pipeline-split, --pipeline-model-parallel-layout) are "
@@ -149,6 +87,12 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) throw IoError(folder.string() + ": cannot create: " + ec.message());
+  if (o.torch_dist) {
+    export_megatron_dist_gpt2(folder, cfg, canonical, o);
+    fsync_dir(folder.string());
+    write_file_atomic(latest_file(dir).string(), o.training ? std::to_string(o.iteration) : "release");
+    return;
+  }
   for (int p = 0; p < pp; ++p) {
     const std::vector<LayerRange> chunk_layers = pipeline_chunk_layers(split, p);
     for (int t = 0; t < tp; ++t) {

@@ -1,7 +1,9 @@
 #include "ckpt/megatron_export_state.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <optional>
 
 #include "ckpt/canonical_slices.h"
 #include "ckpt/metadata.h"
@@ -37,67 +39,21 @@ struct Shards {
     return shard_shape(name, s, tp);
   }
   std::vector<float> of(const TensorMap& m, const std::string& name) const {
-    const HostTensor& h = m.at(name);
-    const int64_t cols = h.shape.size() > 1 ? h.shape[1] : 1;
-    if (name != "wte") return shard_of(name, h.data, h.shape[0], cols, t, tp, cfg);
-    const int64_t padded = cfg.padded_vocab_size(tp);  // Megatron's padding rows: zero
-    return shard_of(name, pad_rows(h.data.data(), h.shape[0], cols, padded), padded, cols, t, tp, cfg);
+    return padded_shard_of(m.at(name), name, cfg, tp, t);
   }
 };
 
-}  // namespace
-
-void check_exportable_state(const json& trainer_state) {
-  const json s = trainer_state.value("opt_param_scheduler", json::object());
-  if (!s.is_object() || s.empty())
-    throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
-                      "opt_param_scheduler) to export");
-  if (s.contains("lr_decay_tokens") && !s["lr_decay_tokens"].is_null())
-    throw ConfigError("--with-optimizer: the run's learning rate decays by tokens (Megatron-DeepSpeed's "
-                      "--lr-decay-tokens), which Megatron-LM's scheduler does not hold; export without "
-                      "--with-optimizer");
-}
-
-void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<std::string>& params,
-                           const MegatronTrainingState& st, const ModelConfig& cfg, int tp, int t, DType dtype,
-                           MegatronAdam adam_kind) {
-  const json& ts = st.trainer_state;
-  const Shards shards{st, cfg, tp, t};
+// 'param_groups': Megatron's two groups, the weights (weight decay), then the biases and
+// LayerNorms; with `sizes` each group's 'params', its parameters' indices counted through the
+// groups (a sharded state dict saves none: Megatron-core makes them non-persistent).
+void write_param_groups(pickle::Writer& w, const json& ts, MegatronAdam adam_kind,
+                        std::optional<std::array<size_t, 2>> sizes) {
   const int64_t steps = ts.value("optimizer_steps", int64_t{0});
   const json adam = ts.value(kAdamKey, json::object());
   const json sched = ts.value("opt_param_scheduler", json::object());
-  // Megatron's two groups: the weights (weight decay), then the biases and LayerNorms.
-  std::vector<std::string> groups[2];
-  for (const std::string& p : params) groups[shards.shape(p).size() == 2 ? 0 : 1].push_back(p);
-  const bool wrapped = dtype != DType::F32;  // Float16OptimizerWithFloat16Params around INNER
-
-  w.begin_dict();
-  if (wrapped) {
-    w.str("optimizer");
-    w.begin_dict();
-  }
-  w.str("state");
-  w.begin_dict();
-  int64_t index = 0;
-  if (steps > 0)  // torch's Adam holds no state before its first step
-    for (const auto& group : groups)
-      for (const std::string& p : group) {
-        w.integer(index++);
-        w.begin_dict();
-        w.str("exp_avg");
-        file.tensor(w, shards.of(st.exp_avg, p), shards.shape(p), DType::F32);
-        w.str("exp_avg_sq");
-        file.tensor(w, shards.of(st.exp_avg_sq, p), shards.shape(p), DType::F32);
-        if (adam_kind == MegatronAdam::kTorch) {
-          w.str("step");
-          file.tensor(w, {static_cast<float>(steps)}, {}, DType::F32);
-        }
-        w.end();
-      }
-  w.end();  // state
   w.str("param_groups");
   w.begin_list();
-  index = 0;
+  int64_t index = 0;
   for (int g = 0; g < 2; ++g) {
     w.begin_dict();
     w.str("lr");
@@ -133,27 +89,19 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
       w.str("step");
       w.integer(steps);
     }
-    w.str("params");
-    w.begin_list();
-    for (size_t i = 0; i < groups[g].size(); ++i) w.integer(index++);
-    w.end();
+    if (sizes) {
+      w.str("params");
+      w.begin_list();
+      for (size_t i = 0; i < (*sizes)[g]; ++i) w.integer(index++);
+      w.end();
+    }
     w.end();
   }
   w.end();  // param_groups
-  if (!wrapped) {
-    w.end();
-    return;
-  }
-  w.end();  // the inner optimizer
-  w.str("fp32_from_fp16_params");
-  w.begin_list();
-  for (const auto& group : groups) {
-    w.begin_list();
-    for (const std::string& p : group) file.tensor(w, shards.of(st.master, p), shards.shape(p), DType::F32);
-    w.end();
-  }
-  w.end();
-  // Megatron's DynamicGradScaler: the scale as a one-element tensor, the trackers as ints.
+}
+
+// 'grad_scaler' of an fp16 run with a dynamic loss scale: Megatron's DynamicGradScaler.
+void write_grad_scaler(pickle::Writer& w, RankFile& file, const json& ts, DType dtype) {
   const auto scaler = ts.find("loss_scaler");
   if (dtype == DType::F16 && scaler != ts.end() && scaler->is_object()) {
     int64_t growth = scaler->value("growth_tracker", int64_t{0});
@@ -173,6 +121,161 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
     w.str("hysteresis_tracker");
     w.integer(hysteresis);
     w.end();
+  }
+}
+
+}  // namespace
+
+void check_exportable_state(const json& trainer_state) {
+  const json s = trainer_state.value("opt_param_scheduler", json::object());
+  if (!s.is_object() || s.empty())
+    throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
+                      "opt_param_scheduler) to export");
+  if (s.contains("lr_decay_tokens") && !s["lr_decay_tokens"].is_null())
+    throw ConfigError("--with-optimizer: the run's learning rate decays by tokens (Megatron-DeepSpeed's "
+                      "--lr-decay-tokens), which Megatron-LM's scheduler does not hold; export without "
+                      "--with-optimizer");
+}
+
+void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<std::string>& params,
+                           const MegatronTrainingState& st, const ModelConfig& cfg, int tp, int t, DType dtype,
+                           MegatronAdam adam_kind) {
+  const json& ts = st.trainer_state;
+  const Shards shards{st, cfg, tp, t};
+  const int64_t steps = ts.value("optimizer_steps", int64_t{0});
+  // Megatron's two groups: the weights (weight decay), then the biases and LayerNorms.
+  std::vector<std::string> groups[2];
+  for (const std::string& p : params) groups[shards.shape(p).size() == 2 ? 0 : 1].push_back(p);
+  const bool wrapped = dtype != DType::F32;  // Float16OptimizerWithFloat16Params around INNER
+
+  w.begin_dict();
+  if (wrapped) {
+    w.str("optimizer");
+    w.begin_dict();
+  }
+  w.str("state");
+  w.begin_dict();
+  int64_t index = 0;
+  if (steps > 0)  // torch's Adam holds no state before its first step
+    for (const auto& group : groups)
+      for (const std::string& p : group) {
+        w.integer(index++);
+        w.begin_dict();
+        w.str("exp_avg");
+        file.tensor(w, shards.of(st.exp_avg, p), shards.shape(p), DType::F32);
+        w.str("exp_avg_sq");
+        file.tensor(w, shards.of(st.exp_avg_sq, p), shards.shape(p), DType::F32);
+        if (adam_kind == MegatronAdam::kTorch) {
+          w.str("step");
+          file.tensor(w, {static_cast<float>(steps)}, {}, DType::F32);
+        }
+        w.end();
+      }
+  w.end();  // state
+  write_param_groups(w, ts, adam_kind, std::array<size_t, 2>{groups[0].size(), groups[1].size()});
+  if (!wrapped) {
+    w.end();
+    return;
+  }
+  w.end();  // the inner optimizer
+  w.str("fp32_from_fp16_params");
+  w.begin_list();
+  for (const auto& group : groups) {
+    w.begin_list();
+    for (const std::string& p : group) file.tensor(w, shards.of(st.master, p), shards.shape(p), DType::F32);
+    w.end();
+  }
+  w.end();
+  write_grad_scaler(w, file, ts, dtype);
+  w.end();
+}
+
+void write_sharded_optimizer_common(pickle::Writer& w, RankFile& file, const MegatronTrainingState& st, DType dtype,
+                                    MegatronAdam adam_kind, bool distributed) {
+  const json& ts = st.trainer_state;
+  const bool wrapped = distributed || dtype != DType::F32;
+  w.begin_dict();
+  if (wrapped) {
+    w.str("optimizer");
+    w.begin_dict();
+  }
+  if (adam_kind == MegatronAdam::kTorch) {  // torch's Adam: its per-parameter step, saved once
+    w.str("state");
+    w.begin_dict();
+    w.str("common_step");
+    file.tensor(w, {static_cast<float>(ts.value("optimizer_steps", int64_t{0}))}, {}, DType::F32);
+    w.end();
+  }
+  write_param_groups(w, ts, adam_kind, std::nullopt);
+  if (wrapped) w.end();
+  write_grad_scaler(w, file, ts, dtype);
+  if (distributed) {
+    w.str("param_state_sharding_type");
+    w.str(kFullyReshardable);
+  }
+  w.end();
+}
+
+void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o) {
+  const auto i = [&](const char* k, int64_t v) { w.str(k); w.integer(v); };
+  const auto b = [&](const char* k, bool v) { w.str(k); w.boolean(v); };
+  const auto f = [&](const char* k, double v) { w.str(k); w.real(v); };
+  const auto s = [&](const char* k, const char* v) { w.str(k); v ? w.str(v) : w.none(); };
+  w.begin_namespace();
+  i("num_layers", cfg.num_layers);
+  i("hidden_size", cfg.hidden_size);
+  i("ffn_hidden_size", cfg.ffn_hidden_size());
+  i("num_attention_heads", cfg.num_attention_heads);
+  i("num_key_value_heads", cfg.num_attention_heads);
+  i("kv_channels", cfg.head_dim());
+  i("max_position_embeddings", cfg.max_position_embeddings);
+  i("seq_length", cfg.seq_length);
+  i("padded_vocab_size", cfg.padded_vocab_size(o.tp));
+  i("make_vocab_size_divisible_by", cfg.make_vocab_size_divisible_by);
+  s("tokenizer_type", o.tokenizer_type.c_str());
+  i("tensor_model_parallel_size", o.tp);
+  i("pipeline_model_parallel_size", o.pp);
+  const auto count_or_none = [&](const char* k, int v) { w.str(k); v > 0 ? w.integer(v) : w.none(); };
+  count_or_none("virtual_pipeline_model_parallel_size", o.chunks > 1 ? o.chunks : 0);
+  count_or_none("decoder_first_pipeline_num_layers", o.uneven.first_stage_layers);
+  count_or_none("decoder_last_pipeline_num_layers", o.uneven.last_stage_layers);
+  b("account_for_embedding_in_pipeline_split", o.uneven.embedding_as_layer);
+  b("account_for_loss_in_pipeline_split", o.uneven.loss_as_layer);
+  s("pipeline_model_parallel_layout", o.uneven.layout.empty() ? nullptr : o.uneven.layout.c_str());
+  b("fp16", o.dtype == DType::F16);
+  b("bf16", o.dtype == DType::BF16);
+  w.str("params_dtype");
+  w.global("torch", o.dtype == DType::F16 ? "float16" : o.dtype == DType::BF16 ? "bfloat16" : "float32");
+  f("layernorm_epsilon", 1e-5);
+  f("norm_epsilon", 1e-5);
+  s("normalization", "LayerNorm");
+  s("position_embedding_type", "learned_absolute");
+  b("add_position_embedding", true);
+  b("add_bias_linear", true);
+  b("bias_gelu_fusion", true);  // the tanh GELU, trident's
+  b("openai_gelu", false);
+  b("swiglu", false);
+  b("untie_embeddings_and_output_weights", false);
+  b("apply_residual_connection_post_layernorm", false);
+  b("group_query_attention", false);
+  b("data_parallel_random_init", false);
+  // Informational: --use-checkpoint-args takes neither, so a Megatron-core export still needs
+  // --transformer-impl local on Megatron's command line.
+  b("use_legacy_models", !o.mcore);
+  s("transformer_impl", "local");
+  s("ckpt_format", o.torch_dist ? "torch_dist" : "torch");
+  f("hidden_dropout", shortest_decimal(cfg.hidden_dropout));
+  f("attention_dropout", shortest_decimal(cfg.attention_dropout));
+  f("init_method_std", shortest_decimal(cfg.init_method_std));
+  i("iteration", o.iteration);
+  const nlohmann::json none = nlohmann::json::object();
+  const nlohmann::json& ts = o.training ? o.training->trainer_state : none;
+  i("consumed_train_samples", o.training ? o.training->consumed_samples : 0);
+  i("consumed_valid_samples", ts.value("consumed_valid_samples", int64_t{0}));
+  if (o.training) {
+    b("use_distributed_optimizer", o.distributed_optimizer);
+    i("seed", ts.value(kDataSeedKey, int64_t{1234}));
+    if (ts.contains("global_batch_size")) i("global_batch_size", ts.value("global_batch_size", int64_t{0}));
   }
   w.end();
 }

@@ -41,7 +41,24 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
 // schedule Megatron-LM's scheduler cannot hold (Megatron-DeepSpeed's token-based decay).
 void check_exportable_state(const nlohmann::json& trainer_state);
 
+// The distributed optimizer's torch_dist format that loads at any data-parallel size (the state
+// by parameter, like the model's): Megatron-core's 'fully_reshardable'.
+inline constexpr const char* kFullyReshardable = "fully_reshardable";
+
+// Writes the value of 'optimizer' in a torch_dist checkpoint's common.pt (the optimizer's
+// sharded state dict without its tensors, which are saved by name: megatron_export_dist.cpp):
+// the groups without 'params'; torch's Adam's step as state['common_step']; fp16's
+// 'grad_scaler'. The non-distributed optimizer's layout (Float16OptimizerWithFloat16Params'
+// {'optimizer': INNER, 'grad_scaler'}, FP32Optimizer's INNER), or `distributed`:
+// {'optimizer': INNER, 'grad_scaler', 'param_state_sharding_type': 'fully_reshardable'}.
+void write_sharded_optimizer_common(pickle::Writer& w, RankFile& file, const MegatronTrainingState& st, DType dtype,
+                                    MegatronAdam adam, bool distributed);
+
 // Writes the value of 'opt_param_scheduler' (trainer_state.opt_param_scheduler's fields).
 void write_scheduler_state(pickle::Writer& w, const nlohmann::json& trainer_state);
+
+// Megatron's argparse.Namespace 'args' for the model and options: what its load_checkpoint
+// compares (check_checkpoint_args) and --use-checkpoint-args takes, the split, the format.
+void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o);
 
 }  // namespace trident::megatron

@@ -144,6 +144,12 @@ struct MegatronExportOptions {
   // instead of a release.
   const MegatronTrainingState* training = nullptr;
   MegatronAdam adam = MegatronAdam::kFused;  // where the training state keeps Adam's step count
+  // Megatron-core's distributed checkpoint (--ckpt-format torch_dist, its default) instead of
+  // the torch format: export_megatron_gpt2 below. Megatron-core's model only.
+  bool torch_dist = false;
+  // With `training` and torch_dist: the optimizer state as Megatron's distributed optimizer
+  // (--use-distributed-optimizer) loads it at any data-parallel size, 'fully_reshardable'.
+  bool distributed_optimizer = false;
 };
 
 // Writes the canonical tensors (stored form: wte unpadded, full shapes) as a Megatron-LM
@@ -162,13 +168,31 @@ struct MegatronExportOptions {
 // is DIR/iter_<iteration> (the tracker says the iteration), each file holds the optimizer's
 // state and the scheduler's too, and the args the run's consumed samples, seed and global
 // batch: Megatron-LM continues it with --no-load-rng (no RNG state is written).
-// DIR must exist. Throws ConfigError naming --target-pp, --dtype or --tokenizer-type for what
-// Megatron cannot hold, IoError naming the file.
+// With options.torch_dist the folder is Megatron-core's distributed checkpoint instead, which
+// Megatron-LM loads at any tensor and pipeline split (--ckpt-format torch_dist, its default):
+// metadata.json (sharded_backend torch_dist), common.pt ('args', 'checkpoint_version',
+// 'iteration', 'content_metadata', with the training state 'opt_param_scheduler',
+// 'num_floating_point_operations_so_far' and the optimizer's non-tensor part,
+// megatron_export_state.h) and a PyTorch distributed checkpoint (torch_dcp_writer.h) of whole
+// tensors under GPTModel.sharded_state_dict()'s keys, the layers stacked on a first axis of
+// num_layers ('decoder.layers.self_attention.linear_qkv.weight' [L, 3C, C]), each tensor-parallel
+// piece saved once by the rank of tp x pp that would hold it (a replicated one by TP rank 0),
+// the tied head not saved again, and each local linear layer's '_extra_state' object ([None]
+// at 'shard_<layer>_<L>'). With the training state: Adam's moments and the fp32 masters under
+// 'optimizer.state.{exp_avg, exp_avg_sq, fp32_param}.<key>' (no masters for fp32, whose weights
+// they are) for the non-distributed optimizer, or 'optimizer.state.{exp_avg, exp_avg_sq,
+// param}.<key>' with options.distributed_optimizer.
+// DIR must exist. Throws ConfigError naming --target-pp, --dtype, --tokenizer-type or
+// --ckpt-format for what Megatron cannot hold, IoError naming the file.
 void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical,
                           const MegatronExportOptions& options);
 // export_megatron_gpt2's checks of the model and options, without writing anything (a tool
 // calls it before reading the tensors). Returns the options with tokenizer_type filled in.
 MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const MegatronExportOptions& options);
+// The torch_dist folder's contents (export_megatron_gpt2 with options.torch_dist, checked) in
+// `folder`, which exists.
+void export_megatron_dist_gpt2(const std::filesystem::path& folder, const ModelConfig& cfg, const TensorMap& canonical,
+                               const MegatronExportOptions& options);
 
 // Megatron's tensor-parallel split of a canonical parameter (the word embedding and the LM
 // head by rows, ...; see above).

@@ -41,6 +41,14 @@ std::vector<float> shard_of(const std::string& canonical, const std::vector<floa
   return out;
 }
 
+std::vector<float> padded_shard_of(const HostTensor& h, const std::string& canonical, const ModelConfig& cfg, int tp,
+                                   int t) {
+  const int64_t cols = h.shape.size() > 1 ? h.shape[1] : 1;
+  if (canonical != "wte") return shard_of(canonical, h.data, h.shape[0], cols, t, tp, cfg);
+  const int64_t padded = cfg.padded_vocab_size(tp);  // Megatron's padding rows: zero
+  return shard_of(canonical, pad_rows(h.data.data(), h.shape[0], cols, padded), padded, cols, t, tp, cfg);
+}
+
 std::vector<int64_t> shard_shape(const std::string& canonical, std::vector<int64_t> shape, int tp) {
   const MegatronSplit split = megatron_split(canonical);
   if (split == MegatronSplit::kColumns) shape[1] /= tp;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/canonical_slices.h"
 #include "ckpt/pickle_writer.h"
 #include "ckpt/torch_file.h"
 #include "core/dtype.h"
@@ -22,6 +23,10 @@ inline constexpr double kExportCheckpointVersion = 3.0;
 std::vector<float> shard_of(const std::string& canonical, const std::vector<float>& full, int64_t rows, int64_t cols,
                             int t, int tp, const ModelConfig& cfg);
 std::vector<int64_t> shard_shape(const std::string& canonical, std::vector<int64_t> full_shape, int tp);
+// Rank t's shard of canonical tensor `h` (stored form: wte unpadded), wte padded with Megatron's
+// zero rows first.
+std::vector<float> padded_shard_of(const HostTensor& h, const std::string& canonical, const ModelConfig& cfg, int tp,
+                                   int t);
 
 // A float32 setting as the double of its shortest decimal (0.1f -> 0.1, not
 // 0.10000000149011612), as Megatron's argparse would hold it.

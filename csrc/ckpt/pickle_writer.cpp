@@ -90,6 +90,19 @@ void Writer::begin_list() {
   open_.push_back(Open::kList);
 }
 
+void Writer::begin_call(std::string_view module, std::string_view name) {
+  global(module, name);
+  op(kMark);
+  open_.push_back(Open::kCall);
+}
+
+void Writer::begin_object(std::string_view module, std::string_view name) {
+  global(module, name);
+  op(kEmptyTuple);
+  op(kNewObj);
+  open_.push_back(Open::kObject);
+}
+
 void Writer::end() {
   TRIDENT_CHECK(!open_.empty(), "pickle writer: end() without begin");
   const Open o = open_.back();
@@ -100,6 +113,15 @@ void Writer::end() {
   }
   if (o == Open::kList) {
     op(kAppends);
+    return;
+  }
+  if (o == Open::kCall) {  // the arguments become a tuple, the callable's argument
+    op(kTuple);
+    op(kReduce);
+    return;
+  }
+  if (o == Open::kObject) {
+    op(kBuild);
     return;
   }
   op(kSetItems);

@@ -28,6 +28,13 @@ class Writer {
   void begin_namespace();     // argparse.Namespace() with the dict of its attributes
   void begin_tuple();
   void begin_list();
+  // module.name(ARGS...) (REDUCE): its arguments' values between begin_call and end, e.g.
+  // torch.Size((2, 3)) is begin_call("torch", "Size"), a tuple (2, 3), end().
+  void begin_call(std::string_view module, std::string_view name);
+  // An instance of module.name made as copyreg.__newobj__ makes it (NEWOBJ, no arguments),
+  // whose state (a dict of its attributes, or what its __getstate__ returns) is the one value
+  // written between begin_object and end (BUILD): how a dataclass pickles.
+  void begin_object(std::string_view module, std::string_view name);
   void end();
 
   // torch._utils._rebuild_tensor_v2 of a contiguous tensor over the whole storage `key`
@@ -38,7 +45,7 @@ class Writer {
   std::string finish();
 
  private:
-  enum class Open { kDict, kNamespace, kTuple, kList };
+  enum class Open { kDict, kNamespace, kTuple, kList, kCall, kObject };
   void op(char c) { out_ += c; }
   void le(uint64_t v, int n);
   std::string out_;

@@ -443,17 +443,12 @@ std::vector<float> TorchFile::read_f32(const TorchTensor& t, const std::string& 
   return out;
 }
 
-void write_torch_file(const std::string& path, const std::string& pickle, const std::vector<TorchStorageBytes>& storages) {
-  int code = 0;
-  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_EXCL, &code);
-  if (!z) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, code);
-    const std::string what = zip_error_strerror(&e);
-    zip_error_fini(&e);
-    throw IoError(path + ": cannot create: " + what);
-  }
-  const std::string stem = std::filesystem::path(path).stem().string();
+namespace {
+
+// Adds a torch.save archive's entries to `z` (an empty archive): "<stem>/data.pkl", the
+// storages, "<stem>/version" and "<stem>/byteorder". False on a libzip error (zip_strerror says it).
+bool add_torch_entries(zip_t* z, const std::string& stem, const std::string& pickle,
+                       const std::vector<TorchStorageBytes>& storages) {
   static const std::string kVersion = "3\n", kByteOrder = "little";
   // torch.save starts every record's data on a 64-byte boundary (PyTorch's zip writer pads
   // each local header with an extra field "FB"), which torch.load(mmap=True) relies on to map
@@ -486,7 +481,59 @@ void write_torch_file(const std::string& path, const std::string& pickle, const 
   };
   bool ok = add("data.pkl", pickle);
   for (const TorchStorageBytes& s : storages) ok = ok && add("data/" + s.key, s.bytes);
-  ok = ok && add("version", kVersion) && add("byteorder", kByteOrder);
+  return ok && add("version", kVersion) && add("byteorder", kByteOrder);
+}
+
+}  // namespace
+
+std::string torch_file_bytes(const std::string& pickle, const std::vector<TorchStorageBytes>& storages) {
+  zip_error_t e;
+  zip_error_init(&e);
+  zip_source_t* buffer = zip_source_buffer_create(nullptr, 0, 0, &e);
+  zip_t* z = buffer ? zip_open_from_source(buffer, ZIP_TRUNCATE, &e) : nullptr;
+  if (!z) {
+    const std::string what = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    if (buffer) zip_source_free(buffer);
+    throw IoError("torch.save archive in memory: " + what);
+  }
+  zip_error_fini(&e);
+  zip_source_keep(buffer);  // outlives zip_close, which writes the archive into it
+  std::string what;
+  if (!add_torch_entries(z, "archive", pickle, storages)) {
+    what = zip_strerror(z);
+    zip_discard(z);
+  } else if (zip_close(z) != 0) {
+    what = zip_strerror(z);
+    zip_discard(z);
+  }
+  std::string out;
+  if (what.empty() && zip_source_open(buffer) == 0) {
+    char chunk[1 << 16];
+    zip_int64_t n;
+    while ((n = zip_source_read(buffer, chunk, sizeof chunk)) > 0) out.append(chunk, static_cast<size_t>(n));
+    if (n < 0) what = zip_error_strerror(zip_source_error(buffer));
+    zip_source_close(buffer);
+  } else if (what.empty()) {
+    what = zip_error_strerror(zip_source_error(buffer));
+  }
+  zip_source_free(buffer);
+  if (!what.empty()) throw IoError("torch.save archive in memory: " + what);
+  return out;
+}
+
+void write_torch_file(const std::string& path, const std::string& pickle, const std::vector<TorchStorageBytes>& storages) {
+  int code = 0;
+  zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_EXCL, &code);
+  if (!z) {
+    zip_error_t e;
+    zip_error_init_with_code(&e, code);
+    const std::string what = zip_error_strerror(&e);
+    zip_error_fini(&e);
+    throw IoError(path + ": cannot create: " + what);
+  }
+  const std::string stem = std::filesystem::path(path).stem().string();
+  const bool ok = add_torch_entries(z, stem, pickle, storages);
   std::string what;
   if (!ok) {
     what = zip_strerror(z);

@@ -84,5 +84,8 @@ constexpr uint64_t kTorchRecordAlignment = 64;
 // "<stem>/byteorder" ("little"), entries stored uncompressed, their data aligned to
 // kTorchRecordAlignment. On error nothing is left at `path`; throws IoError naming it.
 void write_torch_file(const std::string& path, const std::string& pickle, const std::vector<TorchStorageBytes>& storages);
+// The same archive in memory, its entries under "archive/" as torch.save names them when it
+// writes to a stream (PyTorch's distributed checkpoint stores each item so). Throws IoError.
+std::string torch_file_bytes(const std::string& pickle, const std::vector<TorchStorageBytes>& storages);
 
 }  // namespace trident

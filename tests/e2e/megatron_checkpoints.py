@@ -20,6 +20,9 @@ tests/e2e/megatron_import.sh. Written from Megatron's documented layouts, not fr
 Usage: megatron_checkpoints.py OUT   (prints one line per case: NAME HF-REFERENCE VOCAB EXTRA-FLAGS)
        megatron_checkpoints.py check-export MEGATRON-DIR HF-DIR TP PP DTYPE layernorm|norm|mcore TOKENIZER
            torch.load's view of trident's --to megatron export against the state dicts built here
+       megatron_checkpoints.py check-dist-export MEGATRON-DIR HF-DIR TP PP DTYPE TOKENIZER
+           trident's --to megatron --ckpt-format torch_dist export (dcp_reader.py) against
+           megatron_dist's folder of the same weights
 """
 import argparse
 import collections
@@ -344,6 +347,17 @@ def as_view(x, axis):
     return big[3:3 + x.numel()].view(x.shape)
 
 
+LINEAR_MODULES = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
+
+
+def linear_extra_states(wr, rank, g, te):
+    """Layer g's parallel linear layers' '_extra_state' ShardedObjects at their place on the
+    stacked layer axis, saved by TP rank 0 as the list of the one datum: Transformer Engine's
+    (a buffer of its FP8 metadata) or the local spec's (None)."""
+    for module in LINEAR_MODULES:
+        wr.add_object(rank, f"decoder.layers.{module}._extra_state/shard_{g}_{L}", [io.BytesIO(b"fp8") if te else None])
+
+
 def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, views=False, drop_chunk=None,
                   overlap_chunk=None, complex_key=None):
     """Megatron-core's --ckpt-format torch_dist: iter_0000007/ holding metadata.json, common.pt
@@ -352,7 +366,8 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
     'decoder.layers.<module>' with a first axis of L, a piece at its layer's global number, or
     (stacked False, heterogeneous models) 'decoder.layers.N.<module>'; pieces split as tensor
     parallelism splits them, a replicated one saved by TP rank 0 only; the tied head not saved;
-    Transformer Engine's '_extra_state' and 'rng_state' as pickled objects; Adam's exp_avg of the
+    the linear layers' '_extra_state' (Transformer Engine's or the local spec's) and 'rng_state' as
+    pickled objects; Adam's exp_avg of the
     fc1 weights under 'optimizer.state.exp_avg.<key>'. views: pieces saved as views of larger
     storages. drop_chunk, overlap_chunk: a key whose last piece is left out of .metadata, or
     overlaps the one before; complex_key: a key saved as complex64 (broken files)."""
@@ -390,9 +405,8 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
                         wr.add_tensor(rank, "optimizer.state.exp_avg." + key, size, offsets, torch.zeros(x.shape))
                         wr.add_tensor(rank, "optimizer.state.odd." + key, size, offsets,
                                       torch.zeros(x.shape, dtype=torch.complex64))
-                if te and t == 0:
-                    wr.add_object(rank, f"decoder.layers.self_attention.linear_qkv._extra_state/shard_{g}_{L}",
-                                  [io.BytesIO(b"fp8")])
+                if stacked and t == 0:
+                    linear_extra_states(wr, rank, g, te)
             if s == pp - 1 and t == 0:
                 for wb in ("weight", "bias"):
                     wr.add_tensor(rank, "decoder.final_layernorm." + wb, (C,), (0,), w["ln_f." + wb].to(dtype))
@@ -478,9 +492,56 @@ def check_export(out, hf, tp, pp, dtype_name, norm, tokenizer):
     print(f"check-export: {tp * pp} files as {'Megatron-core' if mcore else 'Megatron-LM legacy'} GPT model")
 
 
+def same_tensors(ours, ref, vocab, where):
+    """Two DCP folders' assembled tensors (dcp_reader.read) are the same keys, dtypes and shapes,
+    and the same values but for the word embedding's padding rows (past VOCAB)."""
+    assert sorted(ours) == sorted(ref), (where, sorted(set(ours) ^ set(ref)))
+    for k, want in ref.items():
+        got = ours[k]
+        assert got.dtype == want.dtype and got.shape == want.shape, (where, k, got.dtype, got.shape, want.dtype, want.shape)
+        if k.endswith("word_embeddings.weight"):
+            got, want = got[:vocab], want[:vocab]
+        assert torch.equal(got, want), (where, k)
+
+
+def check_dist_export(out, hf, tp, pp, dtype_name, tokenizer):
+    """trident's --ckpt-format torch_dist export of the Hugging Face folder's weights: its model
+    tensors and linear layers' extra states equal megatron_dist's (Megatron-core's sharded state
+    dict, written here), and its common.pt, metadata.json and tracker what Megatron reads."""
+    import tempfile
+    import dcp_reader
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[dtype_name]
+    w = read_hf(hf)
+    vocab = w["wte"].shape[0]
+    with tempfile.TemporaryDirectory() as ref_dir:
+        megatron_dist(ref_dir, {k: v.to(dtype).float() for k, v in w.items()}, torch.zeros(2048, C), vocab, tp, pp, dtype)
+        ref, ref_objects, _ = dcp_reader.read(os.path.join(ref_dir, "iter_0000007"))
+    assert open(os.path.join(out, "latest_checkpointed_iteration.txt")).read() == "release"
+    folder = os.path.join(out, "release")
+    ours, objects, _ = dcp_reader.read(folder)
+    same_tensors(ours, {k: v for k, v in ref.items() if not k.startswith("optimizer.")}, vocab, "model")
+    extra = sorted(k for k in ref_objects if "_extra_state" in k)
+    assert sorted(objects) == extra, (sorted(objects), extra)
+    assert all(v == [None] for v in objects.values()), objects
+    common = torch.load(os.path.join(folder, "common.pt"), weights_only=False)
+    a = common["args"]
+    got = (a.num_layers, a.hidden_size, a.num_attention_heads, a.padded_vocab_size, a.tensor_model_parallel_size,
+           a.pipeline_model_parallel_size, a.params_dtype, a.tokenizer_type, a.ckpt_format, a.use_legacy_models)
+    assert got == (L, C, HEADS, padded_size(vocab, tp), tp, pp, dtype, tokenizer, "torch_dist", False), got
+    assert (common["checkpoint_version"], common["iteration"]) == (3.0, 0), common
+    with open(os.path.join(folder, "metadata.json")) as f:
+        assert json.load(f) == {"sharded_backend": "torch_dist", "sharded_backend_version": 1,
+                                "common_backend": "torch", "common_backend_version": 1}
+    print(f"check-dist-export: {len(ours)} tensors and {len(objects)} extra states as Megatron-core's sharded "
+          f"state dict saves them")
+
+
 def main():
     if sys.argv[1] == "check-export":
         check_export(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:9])
+        return
+    if sys.argv[1] == "check-dist-export":
+        check_dist_export(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), *sys.argv[6:8])
         return
     out = sys.argv[1]
     cases = []

@@ -95,25 +95,28 @@ EOF
 # ---- trident-convert --to megatron: torch.load reads each file as the legacy model's state dict
 # built from the Hugging Face folder; the export imports back bit for bit.
 "$convert" --from hf --load "$src/hf-float32-1000" --save "$tmp/trident" >/dev/null
-for layout in "1 1 fp32 layernorm" "2 2 bf16 norm" "1 1 bf16 mcore" "2 2 fp32 mcore"; do
+# --ckpt-format torch_dist (dist): Megatron-core's distributed checkpoint, read with dcp_reader.py
+# and compared with megatron_checkpoints.py's folder of the same weights.
+for layout in "1 1 fp32 layernorm" "2 2 bf16 norm" "1 1 bf16 mcore" "2 2 fp32 mcore" "2 2 bf16 dist" "2 1 fp32 dist"; do
   read -r tp pp dtype norm <<<"$layout"
-  names=()
+  names=() check=(check-export "$dtype" "$norm" NullTokenizer)
   [[ $norm == norm ]] && names=(--megatron-norm-names)
   [[ $norm == mcore ]] && names=(--megatron-model mcore)
+  [[ $norm == dist ]] && names=(--megatron-model mcore --ckpt-format torch_dist) check=(check-dist-export "$dtype" NullTokenizer)
   rm -rf "$tmp/exported"
   if "$convert" --to megatron --load "$tmp/trident" --save "$tmp/exported" --target-tp "$tp" --target-pp "$pp" \
       --dtype "$dtype" --tokenizer-type NullTokenizer "${names[@]}" >/dev/null &&
-      "$py" "$repo/tests/e2e/megatron_checkpoints.py" check-export "$tmp/exported" "$src/hf-float32-1000" "$tp" "$pp" \
-        "$dtype" "$norm" NullTokenizer >"$tmp/check.log" 2>&1; then
-    ok "--to megatron at tp $tp x pp $pp, $dtype, $norm names: $(cat "$tmp/check.log")"
+      "$py" "$repo/tests/e2e/megatron_checkpoints.py" "${check[0]}" "$tmp/exported" "$src/hf-float32-1000" "$tp" "$pp" \
+        "${check[@]:1}" >"$tmp/check.log" 2>&1; then
+    ok "--to megatron at tp $tp x pp $pp, $dtype, $norm: $(cat "$tmp/check.log")"
   else
-    fail "--to megatron at tp $tp x pp $pp, $dtype, $norm names"; cat "$tmp/check.log"
+    fail "--to megatron at tp $tp x pp $pp, $dtype, $norm"; cat "$tmp/check.log"
   fi
-  if [[ $norm == mcore && $dtype == fp32 ]]; then  # imported back, through the Megatron-core names
+  if [[ $norm != layernorm && $norm != norm && $dtype == fp32 ]]; then  # imported back, through Megatron-core's names
     rm -rf "$tmp/mcore-back"
     "$convert" --from megatron --vocab-size 1000 --load "$tmp/exported" --save "$tmp/mcore-back" >/dev/null &&
-      same_as_reference "$tmp/mcore-back" hf-float32-1000 "--to megatron --megatron-model mcore, then --from megatron" ||
-      fail "--megatron-model mcore: importing the export"
+      same_as_reference "$tmp/mcore-back" hf-float32-1000 "--to megatron ${names[*]}, then --from megatron" ||
+      fail "${names[*]}: importing the export"
   fi
 done
 rm -rf "$tmp/exported"
@@ -202,6 +205,17 @@ expect_error "--overwrite does not apply to --to megatron" \
   "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --overwrite
 expect_error "--tokenizer-type applies to --to megatron only" \
   "$convert" --to hf --load "$tmp/trident" --tokenizer-type NullTokenizer
+expect_error "--ckpt-format torch_dist: Megatron-core's distributed checkpoint holds Megatron-core's model; give --megatron-model mcore" \
+  "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --ckpt-format torch_dist
+expect_error "--ckpt-format: 'zarr' is not a format the export writes (torch, torch_dist)" \
+  "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --ckpt-format zarr
+expect_error "--ckpt-format applies to --to megatron only" "$convert" --to hf --load "$tmp/trident" --ckpt-format torch
+expect_error "--use-distributed-optimizer applies to --to megatron --with-optimizer only" \
+  "$convert" --to megatron --megatron-model mcore --load "$tmp/trident" --tokenizer-type NullTokenizer \
+  --ckpt-format torch_dist --use-distributed-optimizer
+expect_error "--use-distributed-optimizer: applies to --ckpt-format torch_dist (the torch format's distributed optimizer state" \
+  "$convert" --to megatron --megatron-model mcore --load "$tmp/trident" --tokenizer-type NullTokenizer --with-optimizer \
+  --use-distributed-optimizer
 mkdir -p "$tmp/full" && touch "$tmp/full/x"
 "$convert" --to megatron --load "$tmp/trident" --tokenizer-type NullTokenizer --save "$tmp/full" >"$tmp/out" 2>"$tmp/err"
 [[ $? -eq 2 && $(cat "$tmp/err") == "trident-convert: error: --save: $tmp/full already exists and is not an empty directory" ]] &&

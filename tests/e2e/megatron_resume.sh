@@ -39,10 +39,11 @@
 #    torch's Adam, without a pipeline) or the bare Adam by parameter index (fp32 pp2).
 # The way back, trident-convert --to megatron --with-optimizer (fp16 tp2 x pp2 legacy and fp32
 # tp2 legacy for FusedAdam, bf16 pp2 Megatron-core for torch's Adam; Megatron's other splits:
-# bf16 pp2 x 2 chunks, fp16 pp2 by a layout, fp32 tp2 x pp2 with a first stage of 1 layer): the same state as
-# megatron_training_state.py writes it,
-# parameter by parameter (megatron_export_check.py), which imported again resumes to the
-# uninterrupted run's files; a checkpoint without optimizer state exports none (one line).
+# bf16 pp2 x 2 chunks, fp16 pp2 by a layout, fp32 tp2 x pp2 with a first stage of 1 layer; and
+# --ckpt-format torch_dist, for the non-distributed optimizer or the distributed one's
+# fully_reshardable format): the same state as megatron_training_state.py writes it, parameter by
+# parameter (megatron_export_check.py, megatron_dist_export_check.py), which imported again
+# resumes to the uninterrupted run's files; a checkpoint without optimizer state exports none (one line).
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
 # optimizer files must equal the uninterrupted run's byte for byte; a note names Adam betas that
 # differ from the flags'. Two LayerNorm weights' states exchanged (another parameter order than
@@ -139,6 +140,18 @@ if megatron init-step fp32 1 1 1 apex legacy deepspeed-module init-step; then
     { fail "DeepSpeed init-step import"; cat "$tmp/imp-init-step.log"; }
 fi
 
+# The FLOPs so far (Megatron's num_floating_point_operations_so_far, for --log-progress) go to
+# Megatron's files and come back: flops_kept NAME DTYPE after resumed ours-NAME.
+flops_kept() {
+  local key=num_floating_point_operations_so_far
+  "$py" - "$tmp/imp-ours-$1/iter_0000003/metadata.json" "$tmp/ref-$2/iter_0000003/metadata.json" "$key" <<'EOF' ||
+import json, sys
+got, want = (json.load(open(p))["trainer_state"][sys.argv[3]] for p in sys.argv[1:3])
+assert got == want > 0, (got, want)
+EOF
+    fail "$1: $key lost on the way to Megatron and back"
+}
+
 # The way back: trident-convert --to megatron --with-optimizer writes what Megatron-LM saves
 # (megatron_export_check.py compares it, parameter by parameter, with megatron_training_state.py's
 # file of the same state), and imported again it resumes to the uninterrupted run's files.
@@ -173,15 +186,38 @@ for c in "fp16 2 2 1 legacy apex" "bf16 1 2 1 mcore torch" "fp32 2 1 1 legacy ap
   else
     fail "$name: the export, imported again, does not resume to the uninterrupted run"
   fi
-  # The FLOPs so far (Megatron's num_floating_point_operations_so_far, for --log-progress) go
-  # to Megatron's file and come back.
-  key=num_floating_point_operations_so_far
-  "$py" - "$tmp/imp-ours-$name/iter_0000003/metadata.json" "$tmp/ref-$dtype/iter_0000003/metadata.json" "$key" <<'EOF' ||
-import json, sys
-got, want = (json.load(open(p))["trainer_state"][sys.argv[3]] for p in sys.argv[1:3])
-assert got == want > 0, (got, want)
-EOF
-    fail "$name: $key lost on the way to Megatron and back"
+  flops_kept "$name" "$dtype"
+done
+# --ckpt-format torch_dist: Megatron-core's distributed checkpoint of the same state, its optimizer
+# by name for the non-distributed optimizer (fp16 tp2 x pp2, apex; fp32 pp2, torch's Adam, whose
+# masters are the weights) or the distributed one's fully_reshardable (fp32 tp2 with torch's Adam;
+# bf16 pp2 x 2 chunks), compared tensor by tensor with megatron_training_state.py's folder
+# (megatron_dist_export_check.py); imported again it resumes to the uninterrupted run.
+for c in "fp16 2 2 1 apex torch_dist-indexed" "fp32 1 2 1 torch torch_dist-indexed" \
+    "fp32 2 1 1 torch torch_dist-fully-reshardable" "bf16 1 2 2 apex torch_dist-fully-reshardable"; do
+  read -r dtype tp pp vp steps layout <<<"$c"
+  adam=fused distributed=()
+  [[ $steps == torch ]] && adam=torch
+  [[ $layout == torch_dist-fully-reshardable ]] && distributed=(--use-distributed-optimizer)
+  split=()
+  [[ $vp -gt 1 ]] && split=(--num-virtual-stages-per-pipeline-rank "$vp")
+  name=export-$dtype-tp$tp-pp$pp-vp$vp-$layout
+  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" mcore "$layout" || continue
+  out=$tmp/mg-ours-$name
+  if "$convert" --to megatron --with-optimizer --load "$tmp/ref-$dtype" --iteration 3 --save "$out" --target-tp "$tp" \
+      --target-pp "$pp" --megatron-model mcore --megatron-adam "$adam" --tokenizer-type NullTokenizer \
+      --ckpt-format torch_dist ${distributed[@]+"${distributed[@]}"} ${split[@]+"${split[@]}"} >"$out.log" 2>&1 &&
+    "$py" "$repo/tests/e2e/megatron_dist_export_check.py" "$out" "$tmp/mg-$name" 3 1000 >>"$out.log" 2>&1; then
+    ok "$name: $(tail -1 "$out.log")"
+  else
+    fail "$name: the export differs from Megatron's checkpoint"; cat "$out.log"; continue
+  fi
+  if resumed "ours-$name" "$dtype"; then
+    ok "$name: imported again and resumed to iteration 6, model and optimizer equal the uninterrupted run's"
+  else
+    fail "$name: the export, imported again, does not resume to the uninterrupted run"
+  fi
+  flops_kept "$name" "$dtype"
 done
 # A checkpoint without optimizer state has none to export: one line, no output.
 "$convert" --load "$tmp/ref-fp32" --iteration 3 --save "$tmp/no-optim" --no-optimizer >/dev/null &&

@@ -194,7 +194,8 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
     states maps '' (the weights, in `dtype`) and 'exp_avg', 'exp_avg_sq', 'master' to tensors in
     Hugging Face layout; keys 'optimizer.state.<exp_avg|exp_avg_sq|fp32_param>.<model key>'
     (fully_reshardable: the master under 'param'), the layers stacked, each tensor-parallel piece
-    saved by one rank (replicated ones by TP rank 0; the tied head not saved). The distributed
+    saved by one rank (replicated ones by TP rank 0; the tied head not saved), and the linear layers'
+    '_extra_state' objects. The distributed
     optimizer's fully_sharded_model_space saves each piece as two data-parallel ranks' halves of
     its flattened elements, reformulated as Megatron-core's torch_dist strategy does: global
     shape (fragments per axis..., piece numel), a half at (the piece's fragment coordinates...,
@@ -250,6 +251,8 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
                             size[axis] *= tp
                             offsets[axis] = t * x.shape[axis]
                         put(rank, key("decoder.layers." + name), [mc.L] + size, [g] + offsets, x.unsqueeze(0), state)
+                    if state == "" and t == 0:
+                        mc.linear_extra_states(wr, rank, g, te)
                 if s == pp - 1 and t == 0:
                     for wb in ("weight", "bias"):
                         put(rank, key("decoder.final_layernorm." + wb), [mc.C], [0], w["ln_f." + wb].to(dt), state)
