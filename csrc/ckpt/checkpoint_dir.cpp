@@ -526,6 +526,14 @@ PruneResult prune(const fs::path& root, int keep_last) {
   return res;
 }
 
+bool delete_iteration(const fs::path& root, int64_t iteration) {
+  const fs::path dir = iteration_dir(root, iteration);
+  std::error_code ec;
+  if (fs::is_symlink(dir, ec) || !fs::is_directory(dir, ec)) return false;
+  delete_dir(root, dir, iteration_dir_name(iteration));
+  return true;
+}
+
 PruneResult prune_all_but(const fs::path& root, int64_t latest) {
   PruneResult res = prune(root, 1);
   for (int64_t it : res.abandoned_iterations)

@@ -181,5 +181,9 @@ PruneResult prune(const std::filesystem::path& root, int keep_last);
 // non-persistent ones), where the pointer names `latest`: the committed iterations outside
 // its history go too (a resume from an older checkpoint leaves the newer ones there).
 PruneResult prune_all_but(const std::filesystem::path& root, int64_t latest);
+// Deletes committed iteration `iteration` under `root` (renamed out of the committed namespace
+// first, as prune does). False, deleting nothing, when it is not there or is a symbolic link
+// (Megatron's --save-retain-interval leaves links alone).
+bool delete_iteration(const std::filesystem::path& root, int64_t iteration);
 
 }  // namespace trident

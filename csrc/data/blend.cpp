@@ -38,7 +38,8 @@ BlendingIndices build_blending_indices(const std::vector<double>& weights, uint6
   return out;
 }
 
-uint64_t blended_dataset_samples(double weight, uint64_t n) {
+uint64_t blended_dataset_samples(double weight, uint64_t n, std::optional<double> surplus) {
+  if (surplus) return static_cast<uint64_t>(std::ceil(std::ceil(static_cast<double>(n) * weight) * (1.0 + *surplus)));
   return static_cast<uint64_t>(std::ceil(static_cast<double>(n) * weight * 1.005));
 }
 

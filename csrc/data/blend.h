@@ -30,8 +30,10 @@ struct BlendingView {
 // weights must be normalised (sum 1).
 BlendingIndices build_blending_indices(const std::vector<double>& weights, uint64_t size);
 
-// Per-dataset sample counts Megatron asks for when blending: ceil(weight * n * 1.005).
-uint64_t blended_dataset_samples(double weight, uint64_t n);
+// Per-dataset sample counts Megatron asks for when blending: ceil(weight * n * 1.005) (its
+// rule until Megatron-core had --mid-level-dataset-surplus), or with a surplus s, Megatron-core's
+// since: ceil(ceil(n * weight) * (1 + s)). Each in Python's double arithmetic.
+uint64_t blended_dataset_samples(double weight, uint64_t n, std::optional<double> surplus = std::nullopt);
 
 class BlendedSource : public SampleSource {
  public:

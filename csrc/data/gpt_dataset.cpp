@@ -283,7 +283,8 @@ struct SplitOfBlend {
 
 // Megatron's BlendedMegatronDatasetBuilder for one split: a lone prefix without a weight is
 // its GptDataset; a weighted blend, even of one prefix ("1 P"), asks each prefix for
-// ceil(w n 1.005) samples (which can change the epochs) and blends them back to n; an
+// ceil(w n 1.005) samples (or Megatron-core's count with a surplus: blended_dataset_samples;
+// which can change the epochs) and blends them back to n; an
 // unweighted one builds one epoch of each and blends them by size, capped at their sum.
 std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wanted, const GptDatasetConfig& cfg) {
   if (wanted == 0) return nullptr;
@@ -299,7 +300,7 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
   std::vector<std::unique_ptr<SampleSource>> parts;
   std::vector<std::string> names;
   for (size_t k = 0; k < n; ++k) {
-    parts.push_back(dataset(k, weighted ? blended_dataset_samples(sb.blend.weights[k], wanted) : 0));
+    parts.push_back(dataset(k, weighted ? blended_dataset_samples(sb.blend.weights[k], wanted, cfg.mid_level_dataset_surplus) : 0));
     names.push_back(sb.blend.prefixes[k] + sb.where);
   }
   std::vector<double> weights = sb.blend.weights;

@@ -91,7 +91,8 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-mmap-bin-files", "Megatron's .bin reading switch: no effect (.bin/.idx are memory-mapped)", true},
       {"enable-one-logger", "NVIDIA's internal metrics logger: no effect", true},
       {"ckpt-format", "Megatron's checkpoint format (torch, torch_dist, ...): no effect (trident saves its own, "
-                      "which loads at any layout; trident-convert --to megatron writes Megatron's torch format)"},
+                      "which loads at any layout; trident-convert --to megatron writes Megatron's torch and torch_dist "
+                      "formats)"},
       {"dist-ckpt-strictness", "Megatron's distributed-checkpoint load strictness: no effect (trident checks every "
                                "tensor of a checkpoint it loads)"},
       {"cross-entropy-loss-fusion", "Megatron's cross-entropy fusion switch: the cross entropy is always fused", true},
@@ -148,6 +149,87 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"codecarbon-dir", "BigScience's CodeCarbon emissions log: not written"},
       {"log-level", "BigScience's Python log level: no effect"},
       {"log-level-replica", "BigScience's Python log level: no effect"},
+      // Megatron-LM 2025's switches for its own implementation (data loader, distributed
+      // checkpoints, its DDP's buckets, NCCL and pipeline plumbing, CUDA graphs, CPU offload,
+      // NVIDIA's job telemetry): trident has one way of each.
+      {"no-create-attention-mask-in-dataloader", "Megatron's attention-mask tensor: no effect (the fused attention "
+                                                 "is causal without one)", true},
+      {"num-query-groups", "Megatron's grouped-query attention groups: no effect without --group-query-attention "
+                           "(which is refused), as in Megatron"},
+      {"legacy-tokenizer", "Megatron's tokenizer implementation switch: no effect", true},
+      {"no-use-tokenizer-model-from-checkpoint-args", "Megatron's tokenizer-from-checkpoint switch: no effect", true},
+      {"no-initialization", "Megatron's skip of the initialisation before a load: no effect", true},
+      {"no-ckpt-fully-parallel-save", "Megatron's distributed-checkpoint switch: no effect", true},
+      {"use-dist-ckpt", "Megatron's distributed-checkpoint switch: no effect (see --ckpt-format)", true},
+      {"dist-ckpt-format", "Megatron's distributed-checkpoint backend: no effect (see --ckpt-format)"},
+      {"auto-detect-ckpt-format", "Megatron's checkpoint format detection: no effect (trident reads its own)", true},
+      {"use-persistent-ckpt-worker", "Megatron's async-save worker process: no effect (--async-save writes from a "
+                                     "thread)", true},
+      {"dist-ckpt-optim-fully-reshardable", "Megatron's distributed-optimizer checkpoint format: no effect "
+                                            "(trident's optimizer state loads at any layout)", true},
+      {"distrib-optim-fully-reshardable-mem-efficient", "Megatron's distributed-optimizer checkpoint switch: no "
+                                                        "effect", true},
+      {"dist-ckpt-save-pre-mcore-014", "Megatron's distributed-checkpoint compatibility switch: no effect", true},
+      {"ddp-num-buckets", "Megatron's gradient bucket count: no effect (trident reduces each layer's gradients)"},
+      {"ddp-pad-buckets-for-high-nccl-busbw", "Megatron's gradient bucket padding: no effect", true},
+      {"ddp-average-in-collective", "Megatron's averaging inside the reduction: no effect (the average is the "
+                                    "same)", true},
+      {"ddp-reduce-scatter-with-fp32-accumulation", "Megatron's fp32 reduction of 16-bit gradients: trident reduces "
+                                                    "fp32 gradients already (bf16; fp16 with "
+                                                    "--accumulate-allreduce-grads-in-fp32)", true},
+      {"overlap-param-gather-with-optimizer-step", "Megatron's gather scheduling switch: no effect (see "
+                                                   "--overlap-param-gather)", true},
+      {"no-align-grad-reduce", "Megatron's reduction scheduling switch: no effect", true},
+      {"no-align-param-gather", "Megatron's gather scheduling switch: no effect", true},
+      {"no-gradient-reduce-div-fusion", "Megatron's gradient scaling switch: no effect", true},
+      {"wgrad-deferral-limit", "Megatron's weight-gradient deferral: no effect"},
+      {"overlap-p2p-communication-warmup-flush", "Megatron's pipeline transfer overlap switch: no effect", true},
+      {"use-ring-exchange-p2p", "Megatron's pipeline transfer implementation: no effect", true},
+      {"nccl-communicator-config-path", "Megatron's per-communicator NCCL settings file: not read (NCCL's "
+                                        "environment variables apply)"},
+      {"use-sharp", "Megatron's NCCL SHARP switch: no effect (NCCL_COLLNET_ENABLE applies)", true},
+      {"disable-gloo-process-groups", "Megatron's Gloo groups: trident makes none", true},
+      {"tp-comm-overlap-cfg", "Megatron's Transformer Engine TP overlap settings: no effect"},
+      {"tp-comm-bootstrap-backend", "Megatron's Transformer Engine TP overlap bootstrap: no effect"},
+      {"tp-comm-overlap-rs-dgrad", "Megatron's Transformer Engine TP overlap switch: no effect", true},
+      {"disable-tp-comm-overlap-ag", "Megatron's Transformer Engine TP overlap switch: no effect", true},
+      {"disable-tp-comm-overlap-rs", "Megatron's Transformer Engine TP overlap switch: no effect", true},
+      {"disable-tp-comm-bulk-dgrad", "Megatron's Transformer Engine TP overlap switch: no effect", true},
+      {"disable-tp-comm-bulk-wgrad", "Megatron's Transformer Engine TP overlap switch: no effect", true},
+      {"disable-tp-comm-split-ag", "Megatron's Transformer Engine TP overlap switch: no effect", true},
+      {"disable-tp-comm-split-rs", "Megatron's Transformer Engine TP overlap switch: no effect", true},
+      {"cuda-graph-impl", "Megatron's CUDA graph capture of the training step: no effect"},
+      {"cuda-graph-warmup-steps", "Megatron's CUDA graph capture: no effect"},
+      {"enable-cuda-graph", "Megatron's CUDA graph capture: no effect", true},
+      {"external-cuda-graph", "Megatron's CUDA graph capture: no effect", true},
+      {"te-rng-tracker", "Transformer Engine's RNG tracker: no effect (dropout is keyed by the seed)", true},
+      {"train-sync-interval", "Megatron's host-device synchronisation interval: no effect"},
+      {"no-one-logger", "NVIDIA's internal metrics logger: not run", true},
+      {"one-logger-project", "NVIDIA's internal metrics logger: not run"},
+      {"one-logger-run-name", "NVIDIA's internal metrics logger: not run"},
+      {"one-logger-async", "NVIDIA's internal metrics logger: not run", true},
+      {"app-tag-run-name", "NVIDIA's internal metrics logger's tag: not run"},
+      {"app-tag-run-version", "NVIDIA's internal metrics logger's tag: not run"},
+      {"adlr-autoresume", "NVIDIA's cluster auto-resume: not run (--exit-duration-in-mins and SIGTERM save and stop)",
+       true},
+      {"adlr-autoresume-interval", "NVIDIA's cluster auto-resume: not run"},
+      {"disable-msc", "Megatron's multi-storage client switch: no effect (paths are files)", true},
+      {"optimizer-cpu-offload", "Megatron's optimizer offload: no effect (the optimizer runs on the device)", true},
+      {"optimizer-offload-fraction", "Megatron's optimizer offload: no effect (the optimizer runs on the device)"},
+      {"use-torch-optimizer-for-cpu-offload", "Megatron's optimizer offload: no effect", true},
+      {"overlap-cpu-optimizer-d2h-h2d", "Megatron's optimizer offload: no effect", true},
+      {"no-pin-cpu-grads", "Megatron's optimizer offload: no effect", true},
+      {"no-pin-cpu-params", "Megatron's optimizer offload: no effect", true},
+      // Megatron-DeepSpeed's.
+      {"mmap-warmup", "Megatron-DeepSpeed's .bin warm-up read: no effect", true},
+      {"distribute-checkpointed-activations", "Megatron-DeepSpeed's recomputation memory switch: no effect", true},
+      {"no-contiguous-buffers-in-local-ddp", "Megatron-DeepSpeed's gradient buffer switch: no effect", true},
+      {"use-contiguous-buffers-in-ddp", "Megatron-DeepSpeed's gradient buffer switch: no effect", true},
+      {"disable-mem-efficient-ln", "Megatron-DeepSpeed's LayerNorm kernel switch: no effect", true},
+      {"use-flash-attn-v1", "Megatron-DeepSpeed's flash attention switch: the fused attention always runs", true},
+      {"use-flash-attn-builder", "Megatron-DeepSpeed's flash attention switch: the fused attention always runs",
+       true},
+      {"ds_fused_adam", "DeepSpeed's fused Adam: trident's AdamW is fused", true},
   };
   return defs;
 }
@@ -211,6 +293,23 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"wandb-project", false, nullptr, kWandb},
       {"wandb-exp-name", false, nullptr, kWandb},
       {"wandb-save-dir", false, nullptr, kWandb},
+      {"wandb-entity", false, nullptr, kWandb},
+      {"use-precision-aware-optimizer", true, nullptr, "the optimizer keeps fp32 master weights and Adam moments"},
+      {"main-grads-dtype", false, "fp32", "gradients are accumulated in fp32 (bf16's; fp16's with "
+                                          "--accumulate-allreduce-grads-in-fp32)"},
+      {"main-params-dtype", false, "fp32", "the master weights are fp32"},
+      {"exp-avg-dtype", false, "fp32", "Adam's moments are fp32"},
+      {"exp-avg-sq-dtype", false, "fp32", "Adam's moments are fp32"},
+      {"num-distributed-optimizer-instances", false, "1", "one distributed optimizer over all data-parallel ranks"},
+      {"softmax-type", false, "vanilla", "GPT-2's attention softmax has no sink or offset"},
+      {"window-size", false, nullptr, "GPT-2's attention is causal over the whole sequence (no sliding window)"},
+      {"qk-l2-norm", true, nullptr, "GPT-2 normalises neither queries nor keys"},
+      {"mtp-num-layers", false, nullptr, "GPT-2 predicts the next token only (no multi-token prediction layers)"},
+      {"use-pytorch-profiler", true, nullptr, "the profiler is the device's: --profile, for nsys"},
+      {"record-memory-history", true, nullptr, "torch's allocator history is not recorded "
+                                               "(--log-memory-to-tensorboard logs trident's allocator)"},
+      {"tokenizer-model", false, nullptr, "the tokenizers are GPT-2's BPE (--vocab-file, --merge-file) and BERT's "
+                                          "WordPiece (--vocab-file)"},
   };
   return defs;
 }
@@ -358,6 +457,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"load", "directory to load a checkpoint from (missing or empty: start from scratch)"},
       {"save-interval", "iterations between checkpoints (0: only at the end)"},
       {"keep-last", "checkpoints kept under --save (0: all)"},
+      {"save-retain-interval", "Megatron's retention: after each save the previous checkpoint is deleted unless its "
+                               "iteration is a multiple of this (a multiple of --save-interval)"},
       {"non-persistent-save-interval", "iterations between non-persistent checkpoints (Megatron's; with "
                                        "--non-persistent-ckpt-type): each replaces the previous one"},
       {"non-persistent-ckpt-type", "global: non-persistent checkpoints in one folder that every node shares; local: "
@@ -407,6 +508,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"merge-file", "GPT2BPETokenizer's merges (gpt2-merges.txt; needed with its data)"},
       {"tokenizer-type", "GPT2BPETokenizer, BertWordPieceLowerCase or BertWordPieceCase"},
       {"split", "train, valid, test weights (969, 30, 1)"},
+      {"mid-level-dataset-surplus", "a weighted blend asks each dataset for ceil(ceil(n w) (1 + this)) samples "
+                                    "(Megatron-core's; without it ceil(n w 1.005), Megatron's before it)"},
       {"data-args-path", "a file of --data-path's words (instead of --data-path: a blend too long for a command "
                          "line)"},
       {"per-split-data-args-path", "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...}, each "
@@ -468,6 +571,16 @@ std::string megatron_spelling(const std::string& name) {
     std::replace(s.begin(), s.end(), '_', '-');
     return s;
   };
+  // Megatron's and DeepSpeed's second names of a flag.
+  static const std::map<std::string, std::string> kOtherNames = {
+      {"persistent-save-interval", "save-interval"},  // Megatron-LM: one argument, two names
+      {"encoder-num-layers", "num-layers"},           // validate_args copies one into the other
+      {"encoder-seq-length", "seq-length"},
+      {"kill-switch-file", "kill-switch-path"},       // Megatron-DeepSpeed's later name
+      {"deepscale", "deepspeed"},                     // DeepSpeed's own parser's
+      {"deepscale-config", "deepspeed_config"},
+  };
+  if (const auto it = kOtherNames.find(dashed(name)); it != kOtherNames.end()) return it->second;
   const std::string wanted = dashed(name);
   for (const FlagDef& d : flag_defs())
     if (dashed(d.name) == wanted) return d.name;
@@ -1176,6 +1289,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("load", o.load);
   f.get("save-interval", o.save_interval);
   f.get("keep-last", o.keep_last);
+  f.get("save-retain-interval", o.save_retain_interval);
   f.get("non-persistent-save-interval", o.non_persistent_save_interval);
   f.get("non-persistent-ckpt-type", o.non_persistent_ckpt_type);
   f.get("non-persistent-global-ckpt-dir", o.non_persistent_global_ckpt_dir);
@@ -1213,6 +1327,11 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("merge-file", o.merge_file);
   f.get("tokenizer-type", o.tokenizer_type);
   f.get("split", o.split);
+  if (f.has("mid-level-dataset-surplus")) {
+    double surplus = 0;
+    f.get("mid-level-dataset-surplus", surplus);
+    o.mid_level_dataset_surplus = surplus;
+  }
   f.get("data-cache-path", o.data_cache_path);
   f.get("mock-data", o.mock_data);
   f.get("eod-mask-loss", o.eod_mask_loss);
@@ -1452,6 +1571,12 @@ void validate_run(TrainOptions& o) {
   check_non_negative(o.distributed_timeout_minutes, "distributed-timeout-minutes");
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
+  if (o.mid_level_dataset_surplus) check_non_negative(*o.mid_level_dataset_surplus, "mid-level-dataset-surplus");
+  // Megatron's asserts: positive, a multiple of --save-interval.
+  if (o.save_retain_interval != 0 &&
+      (o.save_retain_interval < 0 || o.save_interval <= 0 || o.save_retain_interval % o.save_interval != 0))
+    throw ConfigError("--save-retain-interval " + std::to_string(o.save_retain_interval) +
+                      ": must be a positive multiple of --save-interval (" + std::to_string(o.save_interval) + ")");
   validate_non_persistent(o);
   // With --use-checkpoint-args the shape is complete only once the checkpoint is read.
   if (!o.use_checkpoint_args) validate_model_options(o);
@@ -1816,12 +1941,14 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("valid-data-path given", !o.valid_data_path.empty());
   line("test-data-path given", !o.test_data_path.empty());
   line("split", o.split);
+  line("mid-level-dataset-surplus", o.mid_level_dataset_surplus ? std::to_string(*o.mid_level_dataset_surplus) : "");
   line("eod-mask-loss", o.eod_mask_loss);
   line("reset-position-ids", o.reset_position_ids);
   line("reset-attention-mask", o.reset_attention_mask);
   line("calculate-per-token-loss", o.calculate_per_token_loss);
   line("save given", !o.save.empty());
   line("save-interval", o.save_interval);
+  line("save-retain-interval", o.save_retain_interval);
   line("non-persistent-save-interval", o.non_persistent_save_interval);
   line("non-persistent-ckpt-type", o.non_persistent_ckpt_type);
   line("non-persistent-local-ckpt-algo", o.non_persistent_local_ckpt_algo);

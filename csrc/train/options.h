@@ -185,6 +185,9 @@ struct TrainOptions {
   int64_t save_interval = 0;    // iterations between saves; 0: only at the end (with --save)
   bool async_save = false;  // --async-save: write checkpoints from a host copy in the background
   int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all
+  // Megatron's --save-retain-interval: after a save commits, the previous persistent checkpoint
+  // (the one --save's tracker named) is deleted unless its iteration is a multiple of this; 0: off.
+  int64_t save_retain_interval = 0;
   // Megatron's non-persistent checkpoints: every --non-persistent-save-interval iterations
   // (not a --save-interval one) a checkpoint replaces the previous one in their own folder,
   // and --load resumes from the newer of it and --load's own. The "global" type keeps them in
@@ -260,6 +263,8 @@ struct TrainOptions {
   }
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
   std::string split = "969, 30, 1";
+  // Megatron-core's --mid-level-dataset-surplus (data/blend.h's blended_dataset_samples).
+  std::optional<double> mid_level_dataset_surplus;
   std::string data_cache_path;
 
   // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE (train/deepspeed_config.h): the

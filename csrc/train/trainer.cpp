@@ -1050,6 +1050,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   for (int s = 0; s < 3; ++s)
     if (!per_split[s]->empty()) dc.per_split[s] = parse_data_path(*per_split[s], opt.split_data_path_flags[s]);
   dc.split = opt.split;
+  dc.mid_level_dataset_surplus = opt.mid_level_dataset_surplus;
   dc.seq_length = opt.model.seq_length;
   dc.seed = opt.seed;
   dc.train_samples = train;

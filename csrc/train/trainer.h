@@ -183,6 +183,7 @@ class Trainer {
   // --log-progress: appends `event` to --save's progress.txt (world rank 0), and a save's
   // throughput event (train/progress_log.h); a log that fails to read or write then is a note.
   void log_progress(const std::string& event);
+  void retire_checkpoint(const std::filesystem::path& root, int64_t iteration);
   void log_saved_progress(bool async);
   bool progress_logged() const { return opt_.log_progress && !opt_.save.empty(); }  // Megatron's: into --save
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).

@@ -645,6 +645,7 @@ void Trainer::finish_save(bool wait) {
 // each rank its own, and once all have committed, each deletes its previous one.
 void Trainer::commit_save() {
   PendingSave& save = *pending_save_;
+  int64_t retired = -1;  // rank 0: the checkpoint --save-retain-interval deletes, or -1
   const ProcessGrid& grid = par_->grid;
   Comm& world = *par_->world;
   const fs::path root = save.root;
@@ -676,6 +677,15 @@ void Trainer::commit_save() {
     remove_stale_copies(opt_, grid.rank, clique);
     prune_all_but(root, save.iteration);
   } else if (grid.rank == 0) {
+    // Megatron's --save-retain-interval: the checkpoint the tracker named before this save goes
+    // once this one is committed, unless its iteration is a multiple of the interval.
+    if (save.persistent && opt_.save_retain_interval > 0) {
+      try {
+        retired = find_latest_iteration(root).value_or(-1);
+      } catch (const IoError&) {  // a pointer that does not read names nothing to delete
+      }
+      if (retired <= 0 || retired == save.iteration || retired % opt_.save_retain_interval == 0) retired = -1;
+    }
     save.temp_dir->commit();
     if (!save.persistent) {
       prune(root, 1);  // Megatron keeps one non-persistent checkpoint
@@ -700,7 +710,22 @@ void Trainer::commit_save() {
   *out_ << std::endl;
   if (save.persistent && opt_.async_save) log_progress("Saved async checkpoint\tIteration: " + std::to_string(save.iteration));
   else if (save.persistent) log_saved_progress(/*async=*/false);
+  if (retired > 0) retire_checkpoint(root, retired);
   pending_save_.reset();
+}
+
+// Megatron's deletion for --save-retain-interval, on rank 0 after the save committed: a failure
+// is a note, never the run's end (Megatron ignores it too).
+void Trainer::retire_checkpoint(const fs::path& root, int64_t iteration) {
+  try {
+    if (!delete_iteration(root, iteration)) return;
+  } catch (const Error& e) {
+    *out_ << "trident: note: --save-retain-interval: " << e.what() << std::endl;
+    return;
+  }
+  *out_ << "trident: deleted checkpoint at iteration " << iteration << " from " << root.string()
+        << " (--save-retain-interval " << opt_.save_retain_interval << ")" << std::endl;
+  log_progress("Deleted checkpoint\tIteration: " + std::to_string(iteration));
 }
 
 bool Trainer::load_checkpoint() {

@@ -13,6 +13,8 @@
 #    (30 iterations saved every 5, the pointer edited back to 10, resumed to 20) it keeps the
 #    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once; resumed saving
 #    every 7 instead, the abandoned 15 and 20 between its 14 and 21 do not count;
+#  - Megatron's --save-retain-interval deletes each previous checkpoint not at a multiple of it
+#    (logged, and in --log-progress's file), also the one a resumed run started from;
 #  - a save that dies leaves its temporary directory, which the next save removes;
 #  - SIGTERM finishes the current iteration (or evaluation batch), saves a checkpoint there and exits 0 (with
 #    Megatron's --exit-signal-handler, which trident accepts and needs not); a second signal
@@ -97,6 +99,24 @@ fi
 kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')
 [[ $kept == "iter_0000009 iter_0000012 " && $(cat "$tmp/keep/latest_checkpointed_iteration.txt") == 12 ]] &&
   echo "--keep-last 2: $kept" || fail "--keep-last 2 kept: $kept"
+
+# Megatron's --save-retain-interval 4 with saves every 2: each save deletes the previous one
+# unless it is a multiple of 4 (2 and 6 go, 4 and 8 stay, 10 is the latest), a resumed run
+# deletes the checkpoint it resumed from (10) at its first save, and --log-progress records
+# each deletion as Megatron does.
+"$train" "${args[@]}" --train-iters 10 --eval-iters 0 --save "$tmp/retain" --save-interval 2 \
+  --save-retain-interval 4 --log-progress >"$tmp/retain.log"
+kept=$(cd "$tmp/retain" && ls -d iter_* | tr '\n' ' ')
+deleted=$(grep -c 'Deleted checkpoint' "$tmp/retain/progress.txt" || true)
+[[ $kept == "iter_0000004 iter_0000008 iter_0000010 " && $deleted -eq 2 ]] &&
+  grep -q "trident: deleted checkpoint at iteration 6 from $tmp/retain (--save-retain-interval 4)" "$tmp/retain.log" &&
+  grep -q $'Deleted checkpoint\tIteration: 2$' "$tmp/retain/progress.txt" &&
+  echo "--save-retain-interval 4, saves every 2: $kept" || fail "--save-retain-interval 4 kept: $kept ($deleted deletions logged)"
+"$train" "${args[@]}" --train-iters 12 --eval-iters 0 --load "$tmp/retain" --save "$tmp/retain" --save-interval 2 \
+  --save-retain-interval 4 --override-opt_param-scheduler >/dev/null
+kept=$(cd "$tmp/retain" && ls -d iter_* | tr '\n' ' ')
+[[ $kept == "iter_0000004 iter_0000008 iter_0000012 " ]] &&
+  echo "--save-retain-interval 4, resumed from 10 to 12: $kept" || fail "--save-retain-interval resumed kept: $kept"
 
 "$train" "${args[@]}" --train-iters 30 --eval-iters 0 --save "$tmp/rollback" --save-interval 5 >/dev/null
 echo 10 >"$tmp/rollback/latest_checkpointed_iteration.txt"

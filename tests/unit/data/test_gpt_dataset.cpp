@@ -618,6 +618,13 @@ TEST(Blend, GreedyIndices) {
   EXPECT_EQ(count, (std::vector<int64_t>{2000, 5000, 3000}));
   EXPECT_EQ(blended_dataset_samples(0.3, 1000), 302u);  // ceil(301.5)
   EXPECT_EQ(blended_dataset_samples(0.5, 200), 101u);   // ceil(100.5)
+  // Megatron-core's count with --mid-level-dataset-surplus: the share rounded up first
+  // (Python: math.ceil(math.ceil(1000 * 0.3021) * (1 + 0.005)) = 305, where the rule before it
+  // gives math.ceil(1000 * 0.3021 * 1.005) = 304).
+  EXPECT_EQ(blended_dataset_samples(0.3021, 1000), 304u);
+  EXPECT_EQ(blended_dataset_samples(0.3021, 1000, 0.005), 305u);
+  EXPECT_EQ(blended_dataset_samples(0.3021, 1000, 0.0), 303u);
+  EXPECT_EQ(blended_dataset_samples(0.5, 7, 0.25), 5u);  // ceil(ceil(3.5) * 1.25)
 }
 
 // Prefixes A (ids below 100000) and B (ids from 100000) of 50 documents each in `dir`,

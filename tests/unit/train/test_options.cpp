@@ -1051,6 +1051,47 @@ TEST(Options, Megatron2025Flags) {
             "attention) always, and whole layers with --recompute-granularity full (--recompute-modules core_attn)");
 }
 
+// Megatron-LM 2025's implementation switches, second names and settings trident has one way of.
+TEST(Options, Megatron2025FlagsMore) {
+  const TrainOptions o =
+      parse({"--no-create-attention-mask-in-dataloader", "--num-query-groups", "8", "--use-dist-ckpt",
+             "--ddp-num-buckets", "4", "--overlap-param-gather-with-optimizer-step", "--cuda-graph-impl", "local",
+             "--no-one-logger", "--optimizer-cpu-offload", "--optimizer-offload-fraction", "0.5", "--mmap-warmup",
+             "--main-grads-dtype", "fp32", "--softmax-type", "vanilla"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--main-grads-dtype", "--softmax-type",  // settings first
+                                      "--no-create-attention-mask-in-dataloader", "--num-query-groups",
+                                      "--use-dist-ckpt", "--ddp-num-buckets",
+                                      "--overlap-param-gather-with-optimizer-step", "--cuda-graph-impl",
+                                      "--no-one-logger", "--optimizer-cpu-offload", "--optimizer-offload-fraction",
+                                      "--mmap-warmup"}));
+  EXPECT_EQ(must_fail({"--exp-avg-dtype", "bf16"}),
+            "--exp-avg-dtype bf16: not supported: Adam's moments are fp32 (--exp-avg-dtype fp32)");
+  EXPECT_EQ(must_fail({"--wandb-entity", "me"}),
+            "--wandb-entity: not supported: Weights & Biases is not supported; --tensorboard-dir writes Megatron's "
+            "scalars");
+  EXPECT_NE(must_fail({"--use-precision-aware-optimizer"}).find("not supported: the optimizer keeps fp32"),
+            std::string::npos);
+  // Second names: Megatron-LM's --persistent-save-interval and --encoder-*, Megatron-DeepSpeed's
+  // --kill-switch-file, DeepSpeed's --deepscale.
+  const TrainOptions a = parse({"--encoder-num-layers", "3", "--encoder-seq-length", "16", "--max-position-embeddings",
+                                "16", "--persistent-save-interval", "7", "--kill-switch-file", "stop"});
+  EXPECT_EQ(a.model.num_layers, 3);
+  EXPECT_EQ(a.model.seq_length, 16);
+  EXPECT_EQ(a.save_interval, 7);
+  EXPECT_EQ(a.kill_switch_path, "stop");
+  // Megatron's --save-retain-interval: a positive multiple of --save-interval.
+  EXPECT_EQ(parse({"--save-interval", "5", "--save-retain-interval", "20"}).save_retain_interval, 20);
+  EXPECT_EQ(must_fail({"--save-interval", "5", "--save-retain-interval", "12"}),
+            "--save-retain-interval 12: must be a positive multiple of --save-interval (5)");
+  EXPECT_EQ(must_fail({"--save-retain-interval", "10"}),
+            "--save-retain-interval 10: must be a positive multiple of --save-interval (0)");
+  // Megatron-core's --mid-level-dataset-surplus.
+  EXPECT_FALSE(parse({}).mid_level_dataset_surplus.has_value());
+  EXPECT_EQ(parse({"--mid-level-dataset-surplus", "0.01"}).mid_level_dataset_surplus, 0.01);
+  EXPECT_NE(must_fail({"--mid-level-dataset-surplus", "-0.1"}).find("mid-level-dataset-surplus"), std::string::npos);
+}
+
 struct BadCase {
   std::vector<std::string> args;
   std::string flag;  // must appear in the one-line message
