@@ -91,7 +91,7 @@ constexpr const char* kUsage =
     "      *.distcp: whole tensors by name, which Megatron-LM loads at any tensor and pipeline split, its default\n"
     "      --ckpt-format), its optimizer state by name for the non-distributed optimizer, or with\n"
     "      --use-distributed-optimizer in the distributed optimizer's fully_reshardable format (any data-parallel\n"
-    "      size)\n"
+    "      size; Megatron-core 0.14 on): the Megatron run must use the same optimizer\n"
     "  trident-convert --from hf --load HFDIR --save OUT [--target-tp T] [--target-pp P]\n"
     "                  [--make-vocab-size-divisible-by N] [--overwrite]\n"
     "      import a Hugging Face GPT-2 folder as OUT/iter_0000000 without optimizer state\n"

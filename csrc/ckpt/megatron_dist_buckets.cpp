@@ -109,6 +109,7 @@ class BucketReader {
       throw ConfigError("--with-optimizer: " + c.args_source + ": its pipeline split of " +
                         std::to_string(cfg.num_layers) + " layers over " + std::to_string(pp_) + " stages x " +
                         std::to_string(vp_) + " chunks does not hold: " + why);
+    bool named_like_te = false;
     for (const auto& [key, t] : d_.tensors()) {
       if (key.rfind("chained_", 0) == 0)
         throw ConfigError("--with-optimizer: " + index_ + ": '" + key + "' is of one of several optimizers "
@@ -119,8 +120,13 @@ class BucketReader {
           throw ConfigError("--with-optimizer: " + index_ + ": '" + key + "': more buffers than the " +
                             std::to_string(vp_) + " model chunk(s) (several dtypes, --fp8-param-gather?); trident "
                             "reads one buffer a chunk");
-      te_ = te_ || key.find("linear_qkv.layer_norm_weight") != std::string::npos;
+      named_like_te = named_like_te || key.find("linear_qkv.layer_norm_weight") != std::string::npos;
     }
+    // The layer spec orders a layer's parameters (the buffers follow that order). The saved
+    // args name it; without them the keys tell, where they can: the local spec keys its norms
+    // as Transformer Engine's (sharded_state_dict_keys_map) since Megatron-core 0.5 or so.
+    const pickle::Value* impl = c.args->get("transformer_impl");
+    te_ = impl && impl->is_str() ? impl->text == "transformer_engine" : named_like_te;
     for (const ParamSpec& spec : gpt2_param_specs(cfg, 1)) {
       std::vector<int64_t> shape = shape_vec(stored_shape(spec));
       if (spec.name == "wte") shape[0] = weights.at("wte").size() / static_cast<size_t>(cfg.hidden_size);

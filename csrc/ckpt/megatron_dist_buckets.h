@@ -21,7 +21,8 @@
 // embedding in a bucket of its own. The reader places them as megatron_distrib_optim.h does,
 // by content, in Megatron-core's GPTModel parameter order (the local or the Transformer Engine
 // layer spec: an attention's linear_proj before its linear_qkv, TE's fused norms before their
-// linear layer's weight).
+// linear layer's weight; the spec is args.transformer_impl's, or without it guessed from the
+// norms' keys, which the local spec also gives Transformer Engine's names).
 #pragma once
 
 #include <map>

@@ -21,10 +21,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-using megatron::kExportCheckpointVersion;
 using megatron::RankFile;
 
-using megatron::write_args;
 
 }  // namespace
 
@@ -78,8 +76,6 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
     if (it == canonical.end()) throw InternalError("Megatron export: no tensor " + name);
     return it->second;
   };
-  const HostTensor& wte = full("wte");
-  const std::vector<float> wte_padded = pad_rows(wte.data.data(), wte.shape[0], C, padded);
   const PipelineSplit split{cfg.num_layers, pp, o.chunks, o.uneven};
   const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, 1);
   // A release, or with the training state the iteration Megatron resumes from.
@@ -93,6 +89,8 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
     write_file_atomic(latest_file(dir).string(), o.training ? std::to_string(o.iteration) : "release");
     return;
   }
+  const HostTensor& wte = full("wte");
+  const std::vector<float> wte_padded = pad_rows(wte.data.data(), wte.shape[0], C, padded);
   for (int p = 0; p < pp; ++p) {
     const std::vector<LayerRange> chunk_layers = pipeline_chunk_layers(split, p);
     for (int t = 0; t < tp; ++t) {
@@ -115,16 +113,7 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
         written.push_back("wte");
       };
       w.begin_dict();
-      w.str("args");
-      write_args(w, cfg, o);
-      w.str("checkpoint_version");
-      w.real(kExportCheckpointVersion);
-      w.str("iteration");
-      w.integer(o.iteration);
-      if (o.training) {  // for Megatron's --log-progress (its default 0 where a file has none)
-        w.str("num_floating_point_operations_so_far");
-        w.real(o.training->trainer_state.value("num_floating_point_operations_so_far", 0.0));
-      }
+      megatron::write_common_fields(w, cfg, o);
       for (int v = 0; v < o.chunks; ++v) {
         // The embedding is the first chunk's of the first stage, the final norm and the LM head
         // (a copy of the tied embedding where that is another chunk) the last one's of the last.

@@ -27,12 +27,24 @@ struct SavedState {
   DType dtype;
 };
 
+// A layer module's prefix in the sharded state dict: the local spec maps its norms to Transformer
+// Engine's names (get_gpt_layer_local_spec's sharded_state_dict_keys_map: input_layernorm. ->
+// self_attention.linear_qkv.layer_norm_, pre_mlp_layernorm. -> mlp.linear_fc1.layer_norm_), so
+// that either spec loads the other's checkpoints.
+std::string sharded_key(const megatron::CoreLocalModule& m) {
+  const std::string module = m.module;
+  if (module == "input_layernorm.") return "self_attention.linear_qkv.layer_norm_";
+  if (module == "pre_mlp_layernorm.") return "mlp.linear_fc1.layer_norm_";
+  return module;
+}
+
 // Writes every piece of each state: rank (stage, t)'s shard of each tensor it would hold, at
 // its place in the whole tensor (layers stacked on a first axis of num_layers).
 void write_states(DcpWriter& dcp, const ModelConfig& cfg, const MegatronExportOptions& o,
                   const std::vector<SavedState>& states) {
   const int tp = o.tp, L = cfg.num_layers;
   const PipelineSplit split{cfg.num_layers, o.pp, o.chunks, o.uneven};
+  std::vector<float> wte_padded;
   const auto piece = [&](const SavedState& s, int stage, int t, const std::string& key, const std::string& name,
                          int layer) {
     const HostTensor& h = s.tensors->at(name);
@@ -49,9 +61,13 @@ void write_states(DcpWriter& dcp, const ModelConfig& cfg, const MegatronExportOp
       offsets.insert(offsets.begin(), layer);
     }
     dcp.add_tensor(stage * tp + t, s.prefix + key, whole, offsets, local,
-                   megatron::padded_shard_of(h, name, cfg, tp, t), s.dtype);
+                   name == "wte" ? megatron::shard_of(name, wte_padded, whole[0], whole[1], t, tp, cfg)
+                                 : megatron::padded_shard_of(h, name, cfg, tp, t),
+                   s.dtype);
   };
-  for (const SavedState& s : states)
+  for (const SavedState& s : states) {
+    const HostTensor& wte = s.tensors->at("wte");  // padded once a state, Megatron's zero rows
+    wte_padded = pad_rows(wte.data.data(), wte.shape[0], wte.shape[1], cfg.padded_vocab_size(tp));
     for (int stage = 0; stage < o.pp; ++stage)
       for (int t = 0; t < tp; ++t) {
         if (stage == 0) {
@@ -62,13 +78,14 @@ void write_states(DcpWriter& dcp, const ModelConfig& cfg, const MegatronExportOp
           for (int l = chunk.begin; l < chunk.end; ++l)
             for (const megatron::CoreLocalModule& m : megatron::core_local_modules())
               for (const char* wb : {"weight", "bias"})
-                piece(s, stage, t, std::string("decoder.layers.") + m.module + wb,
+                piece(s, stage, t, std::string("decoder.layers.") + sharded_key(m) + wb,
                       "h." + std::to_string(l) + "." + m.canonical + wb, l);
         if (stage == o.pp - 1) {
           piece(s, stage, t, "decoder.final_layernorm.weight", "ln_f.weight", -1);
           piece(s, stage, t, "decoder.final_layernorm.bias", "ln_f.bias", -1);
         }
       }
+  }
 }
 
 // Each local linear layer's '_extra_state' (None: it has none), a ShardedObject at its layer's
@@ -96,20 +113,12 @@ void write_common(const fs::path& folder, const ModelConfig& cfg, const Megatron
   pickle::Writer w;
   RankFile file;  // the loss scale's tensor
   w.begin_dict();
-  w.str("args");
-  megatron::write_args(w, cfg, o);
-  w.str("checkpoint_version");
-  w.real(megatron::kExportCheckpointVersion);
-  w.str("iteration");
-  w.integer(o.iteration);
+  megatron::write_common_fields(w, cfg, o);
   if (o.training) {
-    const nlohmann::json& ts = o.training->trainer_state;
-    w.str("num_floating_point_operations_so_far");
-    w.real(ts.value("num_floating_point_operations_so_far", 0.0));
     w.str("optimizer");
     megatron::write_sharded_optimizer_common(w, file, *o.training, o.dtype, o.adam, o.distributed_optimizer);
     w.str("opt_param_scheduler");
-    megatron::write_scheduler_state(w, ts);
+    megatron::write_scheduler_state(w, o.training->trainer_state);
   }
   // Megatron-core's content metadata (its _build_sharded_state_dict_metadata), which chooses
   // how its load builds the sharded state dict to read into.

@@ -199,14 +199,17 @@ void write_sharded_optimizer_common(pickle::Writer& w, RankFile& file, const Meg
     w.str("optimizer");
     w.begin_dict();
   }
-  if (adam_kind == MegatronAdam::kTorch) {  // torch's Adam: its per-parameter step, saved once
+  // The distributed optimizer keeps the step in each group whatever its Adam (its
+  // load_state_dict reads it there); the others keep torch's Adam's per-parameter step once,
+  // as state['common_step'].
+  if (adam_kind == MegatronAdam::kTorch && !distributed) {
     w.str("state");
     w.begin_dict();
     w.str("common_step");
     file.tensor(w, {static_cast<float>(ts.value("optimizer_steps", int64_t{0}))}, {}, DType::F32);
     w.end();
   }
-  write_param_groups(w, ts, adam_kind, std::nullopt);
+  write_param_groups(w, ts, distributed ? MegatronAdam::kFused : adam_kind, std::nullopt);
   if (wrapped) w.end();
   write_grad_scaler(w, file, ts, dtype);
   if (distributed) {
@@ -245,7 +248,7 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   b("fp16", o.dtype == DType::F16);
   b("bf16", o.dtype == DType::BF16);
   w.str("params_dtype");
-  w.global("torch", o.dtype == DType::F16 ? "float16" : o.dtype == DType::BF16 ? "bfloat16" : "float32");
+  w.global("torch", torch_dtype_global(o.dtype));  // check_megatron_export took only fp32, fp16, bf16
   f("layernorm_epsilon", 1e-5);
   f("norm_epsilon", 1e-5);
   s("normalization", "LayerNorm");
@@ -274,10 +277,24 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   i("consumed_valid_samples", ts.value("consumed_valid_samples", int64_t{0}));
   if (o.training) {
     b("use_distributed_optimizer", o.distributed_optimizer);
+    b("no_save_rng", true);  // none is written: Megatron's load then asks for none
     i("seed", ts.value(kDataSeedKey, int64_t{1234}));
     if (ts.contains("global_batch_size")) i("global_batch_size", ts.value("global_batch_size", int64_t{0}));
   }
   w.end();
+}
+
+void write_common_fields(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o) {
+  w.str("args");
+  write_args(w, cfg, o);
+  w.str("checkpoint_version");
+  w.real(kExportCheckpointVersion);
+  w.str("iteration");
+  w.integer(o.iteration);
+  if (o.training) {  // for Megatron's --log-progress (its default 0 where a file has none)
+    w.str("num_floating_point_operations_so_far");
+    w.real(o.training->trainer_state.value("num_floating_point_operations_so_far", 0.0));
+  }
 }
 
 void write_scheduler_state(pickle::Writer& w, const json& trainer_state) {

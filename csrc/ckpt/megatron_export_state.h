@@ -47,8 +47,8 @@ inline constexpr const char* kFullyReshardable = "fully_reshardable";
 
 // Writes the value of 'optimizer' in a torch_dist checkpoint's common.pt (the optimizer's
 // sharded state dict without its tensors, which are saved by name: megatron_export_dist.cpp):
-// the groups without 'params'; torch's Adam's step as state['common_step']; fp16's
-// 'grad_scaler'. The non-distributed optimizer's layout (Float16OptimizerWithFloat16Params'
+// the groups without 'params'; torch's Adam's step as state['common_step'] (the distributed
+// optimizer's always in each group); fp16's 'grad_scaler'. The non-distributed optimizer's layout (Float16OptimizerWithFloat16Params'
 // {'optimizer': INNER, 'grad_scaler'}, FP32Optimizer's INNER), or `distributed`:
 // {'optimizer': INNER, 'grad_scaler', 'param_state_sharding_type': 'fully_reshardable'}.
 void write_sharded_optimizer_common(pickle::Writer& w, RankFile& file, const MegatronTrainingState& st, DType dtype,
@@ -60,5 +60,8 @@ void write_scheduler_state(pickle::Writer& w, const nlohmann::json& trainer_stat
 // Megatron's argparse.Namespace 'args' for the model and options: what its load_checkpoint
 // compares (check_checkpoint_args) and --use-checkpoint-args takes, the split, the format.
 void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o);
+// The fields every export's top-level dict starts with: 'args', 'checkpoint_version',
+// 'iteration' and, with the training state, 'num_floating_point_operations_so_far'.
+void write_common_fields(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportOptions& o);
 
 }  // namespace trident::megatron

@@ -175,13 +175,15 @@ struct MegatronExportOptions {
 // 'num_floating_point_operations_so_far' and the optimizer's non-tensor part,
 // megatron_export_state.h) and a PyTorch distributed checkpoint (torch_dcp_writer.h) of whole
 // tensors under GPTModel.sharded_state_dict()'s keys, the layers stacked on a first axis of
-// num_layers ('decoder.layers.self_attention.linear_qkv.weight' [L, 3C, C]), each tensor-parallel
+// num_layers ('decoder.layers.self_attention.linear_qkv.weight' [L, 3C, C]; the norms under
+// Transformer Engine's names, 'self_attention.linear_qkv.layer_norm_weight', as the local spec's
+// sharded_state_dict_keys_map has them), each tensor-parallel
 // piece saved once by the rank of tp x pp that would hold it (a replicated one by TP rank 0),
 // the tied head not saved again, and each local linear layer's '_extra_state' object ([None]
 // at 'shard_<layer>_<L>'). With the training state: Adam's moments and the fp32 masters under
 // 'optimizer.state.{exp_avg, exp_avg_sq, fp32_param}.<key>' (no masters for fp32, whose weights
 // they are) for the non-distributed optimizer, or 'optimizer.state.{exp_avg, exp_avg_sq,
-// param}.<key>' with options.distributed_optimizer.
+// param}.<key>' with options.distributed_optimizer; the args say no_save_rng (none is written).
 // DIR must exist. Throws ConfigError naming --target-pp, --dtype, --tokenizer-type or
 // --ckpt-format for what Megatron cannot hold, IoError naming the file.
 void export_megatron_gpt2(const std::filesystem::path& dir, const ModelConfig& cfg, const TensorMap& canonical,

@@ -17,12 +17,7 @@ double shortest_decimal(float v) {
 }
 
 const char* torch_storage_type(DType t) {
-  switch (t) {
-    case DType::F32: return "FloatStorage";
-    case DType::F16: return "HalfStorage";
-    case DType::BF16: return "BFloat16Storage";
-    default: break;
-  }
+  if (const char* storage = torch_storage_class(t)) return storage;
   throw ConfigError(std::string("--dtype: the Megatron export stores fp32, fp16 or bf16, not ") + dtype_name(t));
 }
 

@@ -19,19 +19,6 @@ namespace {
 constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
 constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesystem";
 
-// torch's names of a stored dtype: the storage class of a torch.save'd tensor, and the dtype.
-const char* storage_class(DType t) {
-  switch (t) {
-    case DType::F32: return "FloatStorage";
-    case DType::F16: return "HalfStorage";
-    case DType::BF16: return "BFloat16Storage";
-    default: break;
-  }
-  throw InternalError(std::string("DcpWriter: no torch storage for ") + dtype_name(t));
-}
-const char* torch_dtype(DType t) {
-  return t == DType::F16 ? "float16" : t == DType::BF16 ? "bfloat16" : "float32";
-}
 
 void torch_size(pickle::Writer& w, const std::vector<int64_t>& dims) {  // torch.Size((d0, d1, ...))
   w.begin_call("torch", "Size");
@@ -83,25 +70,29 @@ void DcpWriter::add_tensor(int rank, const std::string& key, const std::vector<i
     numel *= sizes[d];
   }
   TRIDENT_CHECK(static_cast<int64_t>(data.size()) == numel, "DcpWriter: " + key + ": data of another size than the piece");
-  Entry& e = entries_[key];
-  if (e.pieces.empty()) {
-    e.tensor = true;
-    e.dtype = dtype;
-    e.size = size;
+  TRIDENT_CHECK(rank >= 0 && torch_storage_class(dtype) != nullptr, "DcpWriter: " + key + ": rank or dtype");
+  const auto known = entries_.find(key);
+  if (known != entries_.end()) {
+    const Entry& e = known->second;
+    TRIDENT_CHECK(e.tensor && e.dtype == dtype && e.size == size, "DcpWriter: " + key + ": pieces of another size or dtype");
+    for (const Piece& q : e.pieces) TRIDENT_CHECK(q.offsets != offsets, "DcpWriter: " + key + ": two pieces at one offset");
   }
-  TRIDENT_CHECK(e.tensor && e.dtype == dtype && e.size == size, "DcpWriter: " + key + ": pieces of another size or dtype");
   pickle::Writer w;
-  w.tensor(storage_class(dtype), "0", sizes);
+  w.tensor(torch_storage_class(dtype), "0", sizes);
   Piece p = append(rank, torch_file_bytes(w.finish(), {{"0", encode_as(data, dtype)}}));
   p.offsets = offsets;
   p.sizes = sizes;
+  Entry& e = entries_[key];  // recorded once its bytes are written
+  e.tensor = true;
+  e.dtype = dtype;
+  e.size = size;
   e.pieces.push_back(std::move(p));
 }
 
 void DcpWriter::add_object(int rank, const std::string& key, const std::string& pickle) {
-  TRIDENT_CHECK(!finished_ && !entries_.count(key), "DcpWriter: object " + key + " added twice");
-  Entry& e = entries_[key];
-  e.pieces.push_back(append(rank, torch_file_bytes(pickle, {})));
+  TRIDENT_CHECK(!finished_ && rank >= 0 && !entries_.count(key), "DcpWriter: object " + key + " added twice");
+  Piece p = append(rank, torch_file_bytes(pickle, {}));
+  entries_[key].pieces.push_back(std::move(p));
 }
 
 std::string DcpWriter::metadata_pickle() const {
@@ -126,7 +117,7 @@ std::string DcpWriter::metadata_pickle() const {
     // memory_format as _MEM_FORMAT_ENCODING.TORCH_CONTIGUOUS_FORMAT, pin_memory).
     w.begin_object(kMetadataModule, "TensorProperties");
     w.begin_tuple();
-    w.global("torch", torch_dtype(e.dtype));
+    w.global("torch", torch_dtype_global(e.dtype));
     w.global("torch", "strided");
     w.boolean(false);
     w.begin_call(kMetadataModule, "_MEM_FORMAT_ENCODING");
@@ -198,14 +189,12 @@ std::string DcpWriter::metadata_pickle() const {
   w.none();
   w.str("version");
   w.str("1.0.0");
-  w.str("mcore_data");  // Megatron-core's addition: nothing reformulated
+  w.str("mcore_data");  // Megatron-core's addition: each tensor's mcore_metadata, {} when not reformulated
   w.begin_dict();
   for (const auto& [key, e] : entries_)
     if (e.tensor) {
       w.str(key);
       w.begin_dict();
-      w.str("nd_reformulated_orig_global_shape");
-      w.none();
       w.end();
     }
   w.end();

@@ -6,7 +6,7 @@
 //    state_dict_metadata maps each key to TensorStorageMetadata(properties, size, chunks) or
 //    BytesStorageMetadata(), and storage_data each MetadataIndex(key, chunk offsets) to the
 //    filesystem's _StorageInfo(relative_path, offset, length); with Megatron-core's mcore_data
-//    ({key: {'nd_reformulated_orig_global_shape': None}} per tensor, nothing reformulated).
+//    ({key: {}} per tensor: nothing reformulated).
 // Items go to their file as they are added, so memory holds one piece at a time.
 // Errors throw IoError naming the file.
 #pragma once
@@ -31,8 +31,8 @@ class DcpWriter {
 
   // Rank `rank`'s piece of tensor `key`, whose whole shape is `size`: the box at `offsets` of
   // shape `sizes`, its elements `data` (row-major) stored as `dtype` (fp32, fp16 or bf16). A
-  // key's pieces must share its size and dtype, and must not overlap (not checked: the reader
-  // checks that they tile it).
+  // key's pieces must share its size and dtype and lie at different offsets (checked), and must
+  // not overlap (not checked: the reader checks that they tile it).
   void add_tensor(int rank, const std::string& key, const std::vector<int64_t>& size, const std::vector<int64_t>& offsets,
                   const std::vector<int64_t>& sizes, const std::vector<float>& data, DType dtype);
   // An object `key`: `pickle` (a pickle::Writer's finish()) torch.save'd by rank `rank`.

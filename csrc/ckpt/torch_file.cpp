@@ -522,6 +522,24 @@ std::string torch_file_bytes(const std::string& pickle, const std::vector<TorchS
   return out;
 }
 
+const char* torch_dtype_global(DType t) {
+  switch (t) {
+    case DType::F32: return "float32";
+    case DType::F16: return "float16";
+    case DType::BF16: return "bfloat16";
+    default: return nullptr;
+  }
+}
+
+const char* torch_storage_class(DType t) {
+  switch (t) {
+    case DType::F32: return "FloatStorage";
+    case DType::F16: return "HalfStorage";
+    case DType::BF16: return "BFloat16Storage";
+    default: return nullptr;
+  }
+}
+
 void write_torch_file(const std::string& path, const std::string& pickle, const std::vector<TorchStorageBytes>& storages) {
   int code = 0;
   zip_t* z = zip_open(path.c_str(), ZIP_CREATE | ZIP_EXCL, &code);

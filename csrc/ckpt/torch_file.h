@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "ckpt/pickle_reader.h"
+#include "core/dtype.h"
 
 namespace trident {
 
@@ -35,6 +36,10 @@ size_t torch_dtype_size(TorchDType t);
 const char* torch_dtype_str(TorchDType t);  // "torch.float32", ...
 // The dtype a pickle names as the global torch.<name> ("float32", "bfloat16", ...).
 std::optional<TorchDType> torch_dtype_named(std::string_view name);
+// torch's names of trident's stored dtypes (fp32, fp16, bf16): the dtype's global ("float32",
+// "float16", "bfloat16") and its storage class ("FloatStorage", ...); nullptr for another dtype.
+const char* torch_dtype_global(DType t);
+const char* torch_storage_class(DType t);
 
 struct TorchTensor {
   TorchDType dtype = TorchDType::F32;

@@ -57,12 +57,14 @@ def metadata(folder):
         return _Unpickler(f).load()
 
 
-def _item(folder, info):
+def _item(folder, info, tensor):
+    """An item's torch.load: a tensor as DCP's FileSystemReader loads it (weights_only), an object
+    whole (Transformer Engine's extra state holds a buffer)."""
     with open(os.path.join(folder, info.get("relative_path")), "rb") as f:
         f.seek(info.get("offset"))
         blob = f.read(info.get("length"))
     assert len(blob) == info.get("length"), (folder, info.state)
-    return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+    return torch.load(io.BytesIO(blob), map_location="cpu", weights_only=tensor)
 
 
 def read(folder):
@@ -76,7 +78,7 @@ def read(folder):
     tensors, objects = {}, {}
     for key, entry in m.get("state_dict_metadata").items():
         if entry.cls == "BytesStorageMetadata":
-            objects[key] = _item(folder, where[(key, None)])
+            objects[key] = _item(folder, where[(key, None)], tensor=False)
             continue
         assert entry.cls == "TensorStorageMetadata", (key, entry.cls)
         props = entry.get("properties")
@@ -86,7 +88,7 @@ def read(folder):
         covered = torch.zeros(size, dtype=torch.int32)
         for chunk in entry.get("chunks"):
             offsets, sizes = tuple(chunk.get("offsets")), tuple(chunk.get("sizes"))
-            piece = _item(folder, where[(key, offsets)])
+            piece = _item(folder, where[(key, offsets)], tensor=True)
             assert piece.dtype == dtype and tuple(piece.shape) == sizes, (key, offsets, piece.dtype, piece.shape)
             box = tuple(slice(o, o + n) for o, n in zip(offsets, sizes))
             full[box] = piece

@@ -370,7 +370,9 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
     pickled objects; Adam's exp_avg of the
     fc1 weights under 'optimizer.state.exp_avg.<key>'. views: pieces saved as views of larger
     storages. drop_chunk, overlap_chunk: a key whose last piece is left out of .metadata, or
-    overlaps the one before; complex_key: a key saved as complex64 (broken files)."""
+    overlaps the one before; complex_key: a key saved as complex64 (broken files). The norms'
+    keys are Transformer Engine's ('self_attention.linear_qkv.layer_norm_weight') with either
+    layer spec: the local spec maps its own to them (sharded_state_dict_keys_map)."""
     vocab_padded = padded_size(vocab, tp)
     folder = os.path.join(out, "iter_0000007")
     wr = dcp_writer.Writer(folder)
@@ -388,7 +390,9 @@ def megatron_dist(out, w, pad, vocab, tp, pp, dtype, te=False, stacked=True, vie
                     axis = SPLIT_AXIS.get(k)
                     if axis is None and t > 0:
                         continue
-                    (name,) = rename({k: x}, MCORE_LOCAL, te).keys()
+                    # Sharded keys name the norms as Transformer Engine does whatever the spec
+                    # (the local spec's sharded_state_dict_keys_map).
+                    (name,) = rename({k: x}, MCORE_LOCAL, te=True).keys()
                     size, offsets = list(x.shape), [0] * x.dim()
                     if axis is not None:
                         size[axis] *= tp

@@ -200,7 +200,8 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
     its flattened elements, reformulated as Megatron-core's torch_dist strategy does: global
     shape (fragments per axis..., piece numel), a half at (the piece's fragment coordinates...,
     its start), and Metadata.mcore_data[key]['nd_reformulated_orig_global_shape'] the shape.
-    te: Transformer Engine's layer spec (the norms fused into linear_qkv and linear_fc1).
+    te: Transformer Engine's layer spec (its extra states); the norms are keyed as its
+    ('self_attention.linear_qkv.layer_norm_*') with either spec.
     extra(writer): adds more items before the index is written. uneven: mc.layer_ranges's
     keywords for Megatron's uneven stages."""
     wr = dcp_writer.Writer(folder)
@@ -245,7 +246,9 @@ def torch_dist(folder, states, vocab, tp, pp, dtype, layout, te=False, extra=Non
                         axis = mc.SPLIT_AXIS.get(k)
                         if axis is None and t > 0:
                             continue
-                        (name,) = mc.rename({k: x}, mc.MCORE_LOCAL, te).keys()
+                        # Transformer Engine's norm names with either spec (the local spec's
+                        # sharded_state_dict_keys_map).
+                        (name,) = mc.rename({k: x}, mc.MCORE_LOCAL, te=True).keys()
                         size, offsets = list(x.shape), [0] * x.dim()
                         if axis is not None:
                             size[axis] *= tp
@@ -403,10 +406,12 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
                                           UNEVEN.get(mutation))
         states = {"": states[""]}
     torch_dist(folder, states, vocab, tp, pp, dtype, layout, te, extra, UNEVEN.get(mutation))
-    inner = {"param_groups": param_groups(st["optimizer_steps"], step_style)}
-    if step_style == "torch":
-        inner["state"] = {"common_step": torch.tensor(float(st["optimizer_steps"]))}
     distributed = layout != "torch_dist-indexed"
+    # The distributed optimizer keeps the step in each group whatever its Adam
+    # (DistributedOptimizer.state_dict); the others torch's Adam's once, as 'common_step'.
+    inner = {"param_groups": param_groups(st["optimizer_steps"], "apex" if distributed else step_style)}
+    if step_style == "torch" and not distributed:
+        inner["state"] = {"common_step": torch.tensor(float(st["optimizer_steps"]))}
     optimizer = inner if dtype == torch.float32 and not distributed else {"optimizer": inner}
     if scaler is not None:
         optimizer["grad_scaler"] = scaler
@@ -421,7 +426,8 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
     torch.save({"args": args, "checkpoint_version": 3.0, "iteration": meta["iteration"],
                 "opt_param_scheduler": scheduler_state(st["opt_param_scheduler"]), "optimizer": optimizer,
                 "num_floating_point_operations_so_far": 1e12,
-                "content_metadata": {"distrib_optim_sharding_type": optimizer.get("param_state_sharding_type")}},
+                "content_metadata": {"distrib_optim_sharding_type": optimizer.get("param_state_sharding_type"),
+                                     "singleton_local_shards": False, "chained_optim_avoid_prefix": True}},
                os.path.join(folder, "common.pt"))
     with open(os.path.join(folder, "metadata.json"), "w") as f:
         json.dump({"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
@@ -645,7 +651,10 @@ def main():
     build = lambda w, dt: mc.rank_models(hf_layout(w, vocab), pad, padded, tp, pp, t, s, dt, 3.0, names,
                                          mcore=model_kind == "mcore", vp=vp, uneven=UNEVEN.get(mutation))
     sched = st["opt_param_scheduler"]
-    args = mc.megatron_args(padded, tp, pp, dtype, "NullTokenizer", vp if vp > 1 else None,
+    extra_args = {}
+    if model_kind.startswith("mcore"):  # the layer spec, which orders a layer's parameters
+        extra_args["transformer_impl"] = "transformer_engine" if model_kind == "mcore-te" else "local"
+    args = mc.megatron_args(padded, tp, pp, dtype, "NullTokenizer", vp if vp > 1 else None, **extra_args,
                             consumed_train_samples=meta["consumed_samples"],
                             consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],
                             global_batch_size=st["global_batch_size"],
