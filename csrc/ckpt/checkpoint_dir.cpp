@@ -526,12 +526,16 @@ PruneResult prune(const fs::path& root, int keep_last) {
   return res;
 }
 
-bool delete_iteration(const fs::path& root, int64_t iteration) {
+RetiredIteration retire_iteration(const fs::path& root, int64_t iteration) {
   const fs::path dir = iteration_dir(root, iteration);
   std::error_code ec;
-  if (fs::is_symlink(dir, ec) || !fs::is_directory(dir, ec)) return false;
-  delete_dir(root, dir, iteration_dir_name(iteration));
-  return true;
+  if (fs::is_symlink(dir, ec)) return {RetiredIteration::kSymlink, {}};
+  if (!fs::is_directory(dir, ec)) return {};
+  const fs::path del = root / (iteration_dir_name(iteration) + ".del-" + make_save_token());
+  if (::rename(dir.c_str(), del.c_str()) != 0)
+    throw IoError(dir.string() + ": cannot rename for deletion: " + errno_str(errno));
+  fsync_dir(root.string());
+  return {RetiredIteration::kMoved, del};
 }
 
 PruneResult prune_all_but(const fs::path& root, int64_t latest) {

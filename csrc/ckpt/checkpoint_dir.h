@@ -181,9 +181,14 @@ PruneResult prune(const std::filesystem::path& root, int keep_last);
 // non-persistent ones), where the pointer names `latest`: the committed iterations outside
 // its history go too (a resume from an older checkpoint leaves the newer ones there).
 PruneResult prune_all_but(const std::filesystem::path& root, int64_t latest);
-// Deletes committed iteration `iteration` under `root` (renamed out of the committed namespace
-// first, as prune does). False, deleting nothing, when it is not there or is a symbolic link
-// (Megatron's --save-retain-interval leaves links alone).
-bool delete_iteration(const std::filesystem::path& root, int64_t iteration);
+// Moves committed iteration `iteration` under `root` out of the committed namespace, to a
+// *.del-* name (which prune() removes too), for the caller to delete: Megatron's
+// --save-retain-interval deletes in the background. Nothing is moved when it is not there or
+// is a symbolic link (which Megatron leaves alone). Throws IoError when the rename fails.
+struct RetiredIteration {
+  enum Kind { kMoved, kAbsent, kSymlink } kind = kAbsent;
+  std::filesystem::path moved_to;  // kMoved
+};
+RetiredIteration retire_iteration(const std::filesystem::path& root, int64_t iteration);
 
 }  // namespace trident

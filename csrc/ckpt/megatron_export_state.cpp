@@ -275,6 +275,7 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   const nlohmann::json& ts = o.training ? o.training->trainer_state : none;
   i("consumed_train_samples", o.training ? o.training->consumed_samples : 0);
   i("consumed_valid_samples", ts.value("consumed_valid_samples", int64_t{0}));
+  i("skipped_train_samples", ts.value("skipped_train_samples", int64_t{0}));  // --iterations-to-skip's
   if (o.training) {
     b("use_distributed_optimizer", o.distributed_optimizer);
     b("no_save_rng", true);  // none is written: Megatron's load then asks for none

@@ -451,6 +451,7 @@ void finish_training_state(MegatronTrainingState& out, const Checkpoint& c, cons
   nlohmann::json& ts = out.trainer_state;
   ts["optimizer_steps"] = st.steps;
   ts["consumed_valid_samples"] = int_arg(args, "consumed_valid_samples", 0);
+  ts["skipped_train_samples"] = int_arg(args, "skipped_train_samples", 0);  // --iterations-to-skip's
   // Megatron-DeepSpeed counts the tokens too (fewer than samples x seq_length while a curriculum
   // shortens the sequences); without it trident takes samples x seq_length.
   if (const int64_t tokens = int_arg(args, "consumed_train_tokens", -1); tokens >= 0)

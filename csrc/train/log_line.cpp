@@ -10,6 +10,9 @@ std::string format_iteration_log(const IterationLog& l) {
   int n = std::snprintf(buf, sizeof buf, " iteration %8lld/%8lld | consumed samples: %12llu |",
                         static_cast<long long>(l.iteration), static_cast<long long>(l.train_iters),
                         static_cast<unsigned long long>(l.consumed_samples));
+  if (l.skipped_samples > 0)  // Megatron's, after the consumed samples
+    n += std::snprintf(buf + n, sizeof buf - n, " skipped samples: %12llu |",
+                       static_cast<unsigned long long>(l.skipped_samples));
   if (l.consumed_tokens)  // Megatron-DeepSpeed's field
     n += std::snprintf(buf + n, sizeof buf - n, " consumed tokens: %12llu |",
                        static_cast<unsigned long long>(*l.consumed_tokens));

@@ -18,6 +18,7 @@ struct IterationLog {
   // Megatron-DeepSpeed's "consumed tokens" field, after consumed samples; runs that count
   // tokens (--train-tokens, --lr-warmup-tokens, --lr-decay-tokens) print it.
   std::optional<uint64_t> consumed_tokens;
+  uint64_t skipped_samples = 0;  // Megatron's skipped samples (--iterations-to-skip): shown when > 0
   double ms_per_iteration = 0;
   double learning_rate = 0;  // the scheduler's rate after this iteration's step
   int64_t global_batch_size = 0;

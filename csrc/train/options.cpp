@@ -230,6 +230,12 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"use-flash-attn-builder", "Megatron-DeepSpeed's flash attention switch: the fused attention always runs",
        true},
       {"ds_fused_adam", "DeepSpeed's fused Adam: trident's AdamW is fused", true},
+      {"deepscale", "DeepSpeed's deprecated helper switch (no effect in DeepSpeed either; --deepspeed enables "
+                    "it)", true},
+      {"use-pytorch-profiler", "torch's profiler: not run (--profile starts the device profiler's capture, for "
+                               "nsys)", true},
+      {"record-memory-history", "torch's allocator history: not recorded (--log-memory-to-tensorboard logs "
+                                "trident's allocator)", true},
   };
   return defs;
 }
@@ -304,10 +310,7 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"softmax-type", false, "vanilla", "GPT-2's attention softmax has no sink or offset"},
       {"window-size", false, nullptr, "GPT-2's attention is causal over the whole sequence (no sliding window)"},
       {"qk-l2-norm", true, nullptr, "GPT-2 normalises neither queries nor keys"},
-      {"mtp-num-layers", false, nullptr, "GPT-2 predicts the next token only (no multi-token prediction layers)"},
-      {"use-pytorch-profiler", true, nullptr, "the profiler is the device's: --profile, for nsys"},
-      {"record-memory-history", true, nullptr, "torch's allocator history is not recorded "
-                                               "(--log-memory-to-tensorboard logs trident's allocator)"},
+      {"mtp-num-layers", false, "0", "GPT-2 predicts the next token only (no multi-token prediction layers)"},
       {"tokenizer-model", false, nullptr, "the tokenizers are GPT-2's BPE (--vocab-file, --merge-file) and BERT's "
                                           "WordPiece (--vocab-file)"},
   };
@@ -354,6 +357,8 @@ const std::vector<FlagDef>& flag_defs() {
                        "--train-samples still bound the run and size the data)"},
       {"rampup-batch-size", "START INCR SAMPLES: the global batch grows from START by INCR in equal steps over "
                             "the first SAMPLES samples up to --global-batch-size (with --train-samples)"},
+      {"iterations-to-skip", "N ...: Megatron's skipped iterations (1-based): their global batch is read past, "
+                             "without a step, a log line, an evaluation or a save"},
       // Optimizer.
       {"weight-decay", "AdamW decoupled weight decay (0.01)"},
       {"start-weight-decay", "weight decay at the start of the run (default --weight-decay)"},
@@ -577,8 +582,7 @@ std::string megatron_spelling(const std::string& name) {
       {"encoder-num-layers", "num-layers"},           // validate_args copies one into the other
       {"encoder-seq-length", "seq-length"},
       {"kill-switch-file", "kill-switch-path"},       // Megatron-DeepSpeed's later name
-      {"deepscale", "deepspeed"},                     // DeepSpeed's own parser's
-      {"deepscale-config", "deepspeed_config"},
+      {"deepscale-config", "deepspeed_config"},       // DeepSpeed's own parser's
   };
   if (const auto it = kOtherNames.find(dashed(name)); it != kOtherNames.end()) return it->second;
   const std::string wanted = dashed(name);
@@ -660,6 +664,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "valid-data-path") return &o.valid_data_path;
   if (flag == "test-data-path") return &o.test_data_path;
   if (flag == "rampup-batch-size") return &o.rampup_batch_size;
+  if (flag == "iterations-to-skip") return &o.iterations_to_skip_words;
   if (flag == "profile-ranks") return &o.profile_ranks;
   if (flag == "recompute-modules") return &o.recompute_modules;
   return nullptr;
@@ -815,6 +820,21 @@ std::set<std::string> flag_names(const std::vector<std::string>& args) {
   return names;
 }
 
+// Megatron and DeepSpeed refuse a flag given under both of its names (validate_args: "cannot
+// have both num-layers and encoder-num-layers specified"), except --save-interval's argparse
+// alias --persistent-save-interval, where the last one wins as in argparse.
+void check_one_name(std::map<std::string, std::string>& typed_names, const std::string& typed,
+                    const std::string& flag) {
+  std::string spelt = typed;
+  std::replace(spelt.begin(), spelt.end(), '_', '-');
+  if (flag == "save-interval") return;
+  const auto [it, fresh] = typed_names.emplace(flag, spelt);
+  std::string first = it->second;
+  std::replace(first.begin(), first.end(), '_', '-');
+  if (!fresh && first != spelt)
+    throw ConfigError("--" + it->second + " and --" + typed + " are one setting under two names: give one");
+}
+
 // Records --config's file: one file, so a second --config is an error naming both files
 // rather than a silent last-one-wins (a file's own keys and the command line already layer).
 void take_config_path(std::optional<std::string>& config_path, const std::string& path) {
@@ -827,6 +847,7 @@ void take_config_path(std::optional<std::string>& config_path, const std::string
 // config file's values are dropped where the command line overrides them
 // (overridden_by_command_line).
 GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
+  std::map<std::string, std::string> typed_names;  // a flag -> the name it was typed under
   std::vector<std::string> rest;
   std::map<std::string, std::vector<std::string>> cli_words;  // word-list flag -> its words
   std::optional<std::string> config_path;
@@ -837,7 +858,9 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       continue;
     }
     const size_t eq = a.find('=');
-    const std::string name = megatron_spelling(a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
+    const std::string typed = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const std::string name = megatron_spelling(typed);
+    check_one_name(typed_names, typed, name);
     const std::optional<std::string> value =
         eq == std::string::npos ? std::nullopt : std::optional<std::string>(a.substr(eq + 1));
     if (is_word_list(name)) {
@@ -849,6 +872,7 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       if (words.empty())
         throw ConfigError("--" + name + (name == "profile-ranks"       ? ": expected one or more global ranks"
                                          : name == "rampup-batch-size" ? ": expected START INCR SAMPLES"
+                                         : name == "iterations-to-skip" ? ": expected one or more iterations"
                                          : name == "recompute-modules" ? ": expected one or more modules (core_attn)"
                                                                        : ": expected a prefix"));
     } else if (name == "config") {
@@ -1414,6 +1438,11 @@ void validate_batch_and_schedule(TrainOptions& o) {
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
   parse_wsd_decay_style(o.lr_wsd_decay_style);
   read_batch_rampup(o);
+  for (const std::string& w : o.iterations_to_skip_words) {
+    const int64_t it = convert<int64_t>("iterations-to-skip", w);
+    if (it < 1) throw ConfigError("--iterations-to-skip: " + w + " is not an iteration (they count from 1)");
+    o.iterations_to_skip.insert(it);
+  }
   read_recompute_modules(o);
   if (!(o.lr_warmup_init >= 0 && o.lr_warmup_init <= o.lr))
     throw ConfigError("--lr-warmup-init must be in [0, --lr], got " + detail::concat(o.lr_warmup_init));
@@ -1572,9 +1601,13 @@ void validate_run(TrainOptions& o) {
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
   if (o.mid_level_dataset_surplus) check_non_negative(*o.mid_level_dataset_surplus, "mid-level-dataset-surplus");
-  // Megatron's asserts: positive, a multiple of --save-interval.
-  if (o.save_retain_interval != 0 &&
-      (o.save_retain_interval < 0 || o.save_interval <= 0 || o.save_retain_interval % o.save_interval != 0))
+  // Megatron's asserts with --save: positive, a multiple of --save-interval. --keep-last (not
+  // Megatron's) prunes by the chain of previous checkpoints that these deletions cut.
+  if (o.save_retain_interval != 0 && o.keep_last > 0)
+    throw ConfigError("--save-retain-interval and --keep-last choose the checkpoints kept in two ways: give one");
+  if (o.save_retain_interval < 0 ||
+      (o.save_retain_interval != 0 && !o.save.empty() &&
+       (o.save_interval <= 0 || o.save_retain_interval % o.save_interval != 0)))
     throw ConfigError("--save-retain-interval " + std::to_string(o.save_retain_interval) +
                       ": must be a positive multiple of --save-interval (" + std::to_string(o.save_interval) + ")");
   validate_non_persistent(o);
@@ -1898,6 +1931,12 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   std::string rampup;
   for (const std::string& w : o.rampup_batch_size) rampup += (rampup.empty() ? "" : " ") + w;
   line("rampup-batch-size", rampup);
+  std::string skips;
+  for (int64_t it : o.iterations_to_skip) {
+    if (!skips.empty()) skips += ' ';
+    skips += std::to_string(it);
+  }
+  line("iterations-to-skip", skips);
   line("recompute-granularity", o.recompute_granularity);
   line("recompute-method", o.recompute_method);
   line("recompute-num-layers", o.recompute_num_layers);

@@ -32,6 +32,10 @@ struct TrainOptions {
   std::vector<std::string> rampup_batch_size;
   int64_t rampup_start = 0, rampup_increment = 0;
   uint64_t rampup_samples = 0;
+  // Megatron's --iterations-to-skip N ...: the words, and the 1-based iterations they name,
+  // whose global batch is read past without a step (Trainer::skip_iteration).
+  std::vector<std::string> iterations_to_skip_words;
+  std::set<int64_t> iterations_to_skip;
 
   // ---- Length of training and LR schedule (Megatron): iteration-based (--train-iters,
   // --lr-warmup-iters, --lr-decay-iters) or sample-based (--train-samples,

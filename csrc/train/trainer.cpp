@@ -224,7 +224,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   if (opt_.reset_position_ids || opt_.reset_attention_mask) document_starts_.resize(tokens_.size());
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() { join_retirement(); }
 
 void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test) {
   valid_ = std::move(valid);
@@ -771,6 +771,19 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
   return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0));
 }
 
+bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }
+
+void Trainer::skip_iteration() {
+  // Trident's samples are addressed by their position: reading past a batch is counting it.
+  const uint64_t G = rampup_.global_batch(consumed_samples_);
+  consumed_samples_ += G;
+  skipped_samples_ += G;
+  consumed_tokens_ += G * static_cast<uint64_t>(opt_.model.seq_length);
+  ++iteration_;
+  *out_ << "trident: skipped iteration " << iteration_ << " (--iterations-to-skip): " << G
+        << " samples read past" << std::endl;
+}
+
 void Trainer::train() {
   const ModelConfig& m = opt_.model;
   const GridShape& g = par_->grid.shape;
@@ -841,6 +854,11 @@ void Trainer::train() {
   bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   while (!training_done()) {
+    // As Megatron: a skipped iteration has no log line, evaluation, save or exit check.
+    if (skip_next_iteration()) {
+      skip_iteration();
+      continue;
+    }
     const IterationResult r = train_iteration();
     if (!memory_reported) {
       report_peak_memory();
@@ -895,6 +913,8 @@ void Trainer::train() {
         tb.at_iteration("mem-max-allocated-bytes", static_cast<double>(m.peak_bytes_in_use), iteration_);
         tb.at_iteration("mem-allocated-count", static_cast<double>(m.blocks_in_use), iteration_);
       }
+      if (skipped_samples_ > 0)  // Megatron's, at the iteration
+        tb.at_iteration("skipped-train-samples", static_cast<double>(skipped_samples_), iteration_);
       if (opt_.log_batch_size_to_tensorboard)
         tb.metric("batch-size", static_cast<double>(r.global_batch), at, {.deepspeed_tokens = false});
       tb.at_iteration("tokens-per-second", t.tokens_per_second, iteration_);
@@ -911,6 +931,7 @@ void Trainer::train() {
       l.iteration = iteration_;
       l.train_iters = opt_.train_iters;
       l.consumed_samples = consumed_samples_;
+      l.skipped_samples = skipped_samples_;
       if (opt_.counts_tokens()) l.consumed_tokens = consumed_tokens_;
       l.ms_per_iteration = ms_sum / n;
       l.learning_rate = r.logged_lr;

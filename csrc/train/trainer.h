@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <thread>
 #include <iosfwd>
 #include <memory>
 #include <optional>
@@ -170,6 +171,10 @@ class Trainer {
   bool final_evaluations(bool to_tensorboard);
   // Whether training is over: --train-iters reached, or --train-tokens consumed.
   bool training_done() const;
+  // Megatron's --iterations-to-skip: whether the next iteration is one, and passing it (its
+  // global batch read past: consumed, not trained on; no LR step, no FLOPs).
+  bool skip_next_iteration() const;
+  void skip_iteration();
   // --kill-switch-path: whether any rank sees the file (collective when set).
   bool kill_switch_found() const;
   // Rank 0's TensorBoard scalars under --tensorboard-tags' names (needs tensorboard_), and
@@ -184,6 +189,7 @@ class Trainer {
   // throughput event (train/progress_log.h); a log that fails to read or write then is a note.
   void log_progress(const std::string& event);
   void retire_checkpoint(const std::filesystem::path& root, int64_t iteration);
+  void join_retirement();
   void log_saved_progress(bool async);
   bool progress_logged() const { return opt_.log_progress && !opt_.save.empty(); }  // Megatron's: into --save
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
@@ -225,6 +231,7 @@ class Trainer {
   std::vector<int32_t> positions_, document_starts_;
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
+  uint64_t skipped_samples_ = 0;  // of --iterations-to-skip's iterations (Megatron's skipped_train_samples)
   // Megatron-DeepSpeed's consumed_train_tokens: every iteration's samples x the sequence
   // length it trained with (a resume may change --seq-length).
   uint64_t consumed_tokens_ = 0;
@@ -243,6 +250,7 @@ class Trainer {
   // destroyed first: its writer reads them), and a save not committed yet.
   std::unique_ptr<SnapshotArena> snapshot_arena_;
   std::unique_ptr<PendingSave> pending_save_;
+  std::thread retirement_;  // rank 0: --save-retain-interval's removal of a checkpoint's files
   // The folders whose other writers' checkpoint temporaries were named (at their first save).
   std::set<std::string> noted_other_writers_;
   bool abandoned_reported_ = false;  // --keep-last found an abandoned continuation's iterations (said once)

@@ -578,6 +578,7 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind, const fs::path& r
   m.consumed_samples = static_cast<int64_t>(consumed_samples_);
   m.layout = checkpoint_layout(opt_, par_->grid.shape);
   m.trainer_state = {{"consumed_valid_samples", consumed_valid_samples_},
+                     {"skipped_train_samples", skipped_samples_},  // Megatron's name
                      {"consumed_train_tokens", consumed_tokens_},
                      {"skipped_iterations", skipped_iterations_},
                      {"nan_iterations", nan_iterations_},
@@ -684,7 +685,8 @@ void Trainer::commit_save() {
         retired = find_latest_iteration(root).value_or(-1);
       } catch (const IoError&) {  // a pointer that does not read names nothing to delete
       }
-      if (retired <= 0 || retired == save.iteration || retired % opt_.save_retain_interval == 0) retired = -1;
+      // Megatron's rule, and never a newer checkpoint than this (another run's, past a rollback).
+      if (retired <= 0 || retired >= save.iteration || retired % opt_.save_retain_interval == 0) retired = -1;
     }
     save.temp_dir->commit();
     if (!save.persistent) {
@@ -717,15 +719,31 @@ void Trainer::commit_save() {
 // Megatron's deletion for --save-retain-interval, on rank 0 after the save committed: a failure
 // is a note, never the run's end (Megatron ignores it too).
 void Trainer::retire_checkpoint(const fs::path& root, int64_t iteration) {
+  RetiredIteration r;
   try {
-    if (!delete_iteration(root, iteration)) return;
+    r = retire_iteration(root, iteration);
   } catch (const Error& e) {
     *out_ << "trident: note: --save-retain-interval: " << e.what() << std::endl;
     return;
   }
+  if (r.kind == RetiredIteration::kSymlink)
+    *out_ << "trident: --save-retain-interval: not deleting checkpoint at iteration " << iteration << " from "
+          << root.string() << ": a symbolic link" << std::endl;
+  if (r.kind != RetiredIteration::kMoved) return;
   *out_ << "trident: deleted checkpoint at iteration " << iteration << " from " << root.string()
         << " (--save-retain-interval " << opt_.save_retain_interval << ")" << std::endl;
   log_progress("Deleted checkpoint\tIteration: " + std::to_string(iteration));
+  // Its files go in the background, as Megatron's thread deletes them, so that the ranks do
+  // not wait for a large removal at their next collective; one at a time.
+  join_retirement();
+  retirement_ = std::thread([dir = r.moved_to] {
+    std::error_code ec;
+    fs::remove_all(dir, ec);  // what stays is a *.del-* folder, which prune() removes too
+  });
+}
+
+void Trainer::join_retirement() {
+  if (retirement_.joinable()) retirement_.join();
 }
 
 bool Trainer::load_checkpoint() {
@@ -894,6 +912,7 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
     scheduler_ = load_optimizer ? saved_scheduler_position(schedule_, st, consumed_samples_, consumed_tokens_)
                                 : schedule_.step(LrPosition{}, 0, 0);
     consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
+    skipped_samples_ = st.value("skipped_train_samples", uint64_t{0});
     if (opt_.has_data() && consumed_samples_ > 0) note_sample_order(st, dir, opt_.seed, *out_);
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});
     nan_iterations_ = st.value("nan_iterations", int64_t{0});

@@ -13,6 +13,9 @@
 #    (30 iterations saved every 5, the pointer edited back to 10, resumed to 20) it keeps the
 #    resumed run's 15 and 20 and leaves the abandoned 25 and 30, named once; resumed saving
 #    every 7 instead, the abandoned 15 and 20 between its 14 and 21 do not count;
+#  - Megatron's --iterations-to-skip reads the named iterations' batches past without a step:
+#    the learning rate lags, the other iterations see the plain run's samples, and a resume
+#    carries the skipped samples on;
 #  - Megatron's --save-retain-interval deletes each previous checkpoint not at a multiple of it
 #    (logged, and in --log-progress's file), also the one a resumed run started from;
 #  - a save that dies leaves its temporary directory, which the next save removes;
@@ -99,6 +102,43 @@ fi
 kept=$(cd "$tmp/keep" && ls -d iter_* | tr '\n' ' ')
 [[ $kept == "iter_0000009 iter_0000012 " && $(cat "$tmp/keep/latest_checkpointed_iteration.txt") == 12 ]] &&
   echo "--keep-last 2: $kept" || fail "--keep-last 2 kept: $kept"
+
+# Megatron's --iterations-to-skip 3 5: those iterations read their global batch past without a
+# step or a log line. The learning rate then lags: the skipping run's rates at iterations 4, 6
+# and 8 are the plain run's at 3, 4 and 6 (warm-up and cosine decay). At learning rate 0 (no
+# dropout: the model never changes) its losses at 1, 2, 4, 6, 7 and 8 equal the plain run's:
+# the same samples at the same places. Resumed from its checkpoint at 4, it carries the skipped
+# samples on and ends on the same line.
+field() { grep "^ iteration *$2/" "$1" | sed -E "s/.*$3: +([0-9.E+-]+).*/\1/"; }  # LOG ITERATION NAME
+"$train" "${args[@]}" --train-iters 8 --eval-iters 0 >"$tmp/plain.log"
+"$train" "${args[@]}" --train-iters 8 --eval-iters 0 --iterations-to-skip 3 5 --save "$tmp/skip" --save-interval 4 \
+  >"$tmp/skip.log"
+ok=1
+for pair in "4 3" "6 4" "8 6"; do
+  read -r a b <<<"$pair"
+  [[ $(field "$tmp/skip.log" "$a" "learning rate") == "$(field "$tmp/plain.log" "$b" "learning rate")" ]] || ok=0
+done
+grep -q '^ iteration *[35]/' "$tmp/skip.log" && ok=0
+grep -q "trident: skipped iteration 5 (--iterations-to-skip): 4 samples read past" "$tmp/skip.log" || ok=0
+[[ $(field "$tmp/skip.log" 8 "skipped samples") == 8 && $(field "$tmp/skip.log" 8 "consumed samples") == 32 ]] || ok=0
+[[ $ok == 1 ]] && echo "--iterations-to-skip 3 5: no lines for 3 and 5, the learning rate lags two updates, 8 samples skipped" ||
+  fail "--iterations-to-skip: $(grep -E 'skipped|iteration +[0-9]+/' "$tmp/skip.log" | cut -c1-200)"
+still=(--lr 0 --min-lr 0 --hidden-dropout 0 --attention-dropout 0)
+"$train" "${args[@]}" "${still[@]}" --train-iters 8 --eval-iters 0 >"$tmp/plain0.log"
+"$train" "${args[@]}" "${still[@]}" --train-iters 8 --eval-iters 0 --iterations-to-skip 3 5 >"$tmp/skip0.log"
+ok=1
+for i in 1 2 4 6 7 8; do
+  [[ $(field "$tmp/skip0.log" "$i" "lm loss") == "$(field "$tmp/plain0.log" "$i" "lm loss")" ]] || ok=0
+done
+[[ $ok == 1 ]] && echo "--iterations-to-skip at learning rate 0: the losses of 1, 2, 4, 6, 7 and 8 equal the plain run's" ||
+  fail "--iterations-to-skip: another sample order than the plain run's"
+rm -rf "$tmp/skip/iter_0000008"
+echo 4 >"$tmp/skip/latest_checkpointed_iteration.txt"
+"$train" "${args[@]}" --train-iters 8 --eval-iters 0 --iterations-to-skip 3 5 --load "$tmp/skip" >"$tmp/skip-resumed.log"
+[[ $(grep '^ iteration *8/' "$tmp/skip-resumed.log" | sed -E 's/elapsed.*learning/learning/; s/\| tokens per second.*//') == \
+   "$(grep '^ iteration *8/' "$tmp/skip.log" | sed -E 's/elapsed.*learning/learning/; s/\| tokens per second.*//')" ]] &&
+  echo "--iterations-to-skip resumed at 4: iteration 8's line equals the uninterrupted run's" ||
+  fail "--iterations-to-skip resumed: $(grep '^ iteration *8/' "$tmp/skip-resumed.log")"
 
 # Megatron's --save-retain-interval 4 with saves every 2: each save deletes the previous one
 # unless it is a multiple of 4 (2 and 6 go, 4 and 8 stay, 10 is the latest), a resumed run

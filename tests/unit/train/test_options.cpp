@@ -1082,10 +1082,23 @@ TEST(Options, Megatron2025FlagsMore) {
   EXPECT_EQ(a.kill_switch_path, "stop");
   // Megatron's --save-retain-interval: a positive multiple of --save-interval.
   EXPECT_EQ(parse({"--save-interval", "5", "--save-retain-interval", "20"}).save_retain_interval, 20);
-  EXPECT_EQ(must_fail({"--save-interval", "5", "--save-retain-interval", "12"}),
+  EXPECT_EQ(must_fail({"--save", "ckpt", "--save-interval", "5", "--save-retain-interval", "12"}),
             "--save-retain-interval 12: must be a positive multiple of --save-interval (5)");
-  EXPECT_EQ(must_fail({"--save-retain-interval", "10"}),
+  EXPECT_EQ(must_fail({"--save", "ckpt", "--save-retain-interval", "10"}),
             "--save-retain-interval 10: must be a positive multiple of --save-interval (0)");
+  EXPECT_EQ(parse({"--save-retain-interval", "10"}).save_retain_interval, 10);  // checked with --save, as Megatron
+  EXPECT_EQ(must_fail({"--save-interval", "5", "--save-retain-interval", "20", "--keep-last", "2"}),
+            "--save-retain-interval and --keep-last choose the checkpoints kept in two ways: give one");
+  // Both names of one setting: refused, as Megatron's validate_args and DeepSpeed refuse them
+  // (--save-interval's argparse alias excepted).
+  EXPECT_EQ(must_fail({"--num-layers", "4", "--encoder-num-layers", "3"}),
+            "--num-layers and --encoder-num-layers are one setting under two names: give one");
+  EXPECT_EQ(parse({"--save-interval", "5", "--persistent-save-interval", "6"}).save_interval, 6);
+  EXPECT_EQ(parse({"--deepscale", "--mtp-num-layers", "0"}).flags_without_effect,
+            (std::vector<std::string>{"--mtp-num-layers", "--deepscale"}));
+  // Megatron's --iterations-to-skip: 1-based iterations, each once.
+  EXPECT_EQ(parse({"--iterations-to-skip", "5", "3", "5"}).iterations_to_skip, (std::set<int64_t>{3, 5}));
+  EXPECT_EQ(must_fail({"--iterations-to-skip", "0"}), "--iterations-to-skip: 0 is not an iteration (they count from 1)");
   // Megatron-core's --mid-level-dataset-surplus.
   EXPECT_FALSE(parse({}).mid_level_dataset_surplus.has_value());
   EXPECT_EQ(parse({"--mid-level-dataset-surplus", "0.01"}).mid_level_dataset_surplus, 0.01);
