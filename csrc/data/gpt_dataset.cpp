@@ -279,10 +279,14 @@ struct SplitOfBlend {
   std::string name;   // "train", "valid", "test"
   std::string where;  // how errors name a prefix's part: " (valid split)", " (--valid-data-path)"
   std::string flag;   // the flag that gave the blend
+  // A per-split path (--train-data-path, ...): Megatron-core builds one prefix's dataset alone
+  // there, weight or not ("Blend consists of a single prefix").
+  bool per_split = false;
 };
 
 // Megatron's BlendedMegatronDatasetBuilder for one split: a lone prefix without a weight is
-// its GptDataset; a weighted blend, even of one prefix ("1 P"), asks each prefix for
+// its GptDataset (of a per-split path with a weight too); a weighted blend, even of one prefix
+// ("1 P" of --data-path), asks each prefix for
 // ceil(w n 1.005) samples (or Megatron-core's count with a surplus: blended_dataset_samples;
 // which can change the epochs) and blends them back to n; an
 // unweighted one builds one epoch of each and blends them by size, capped at their sum.
@@ -296,7 +300,7 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
     return std::make_unique<GptDataset>(sb.data[k], sb.name, begin, end, cfg.seq_length, cfg.seed, samples,
                                         cfg.cache_dir);
   };
-  if (n == 1 && !weighted) return dataset(0, wanted);
+  if (n == 1 && (!weighted || sb.per_split)) return dataset(0, wanted);
   std::vector<std::unique_ptr<SampleSource>> parts;
   std::vector<std::string> names;
   for (size_t k = 0; k < n; ++k) {
@@ -436,7 +440,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
       if (blend.empty()) continue;
       const auto data = open(blend);
       const std::string& flag = blend.flag;
-      SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag};
+      SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag, /*per_split=*/true};
       for (const auto& d : data) sb.ranges.emplace_back(0, d->size());
       *split_out[s] = build_split(sb, wanted[s], cfg);
       if (s > 0 && wanted[s] > 0 && !*split_out[s])

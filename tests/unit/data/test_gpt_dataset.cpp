@@ -740,7 +740,7 @@ TEST(Blend, IndicesCachedAndReused) {
 
 // "--data-path 1 A" is a weighted blend of one prefix, as in Megatron-LM: A's index maps are
 // built for ceil(n * 1.005) samples (here one more epoch than n needs) and the blend reads
-// their first n in order; "A" alone is A's dataset, built for n.
+// their first n in order; "A" alone is A's dataset, built for n, and so is "--train-data-path 1 A".
 TEST(Blend, WeightedSinglePrefixIsABlend) {
   ScratchDir dir;
   write_docs(dir / "A", 200, 1, 0);
@@ -769,6 +769,17 @@ TEST(Blend, WeightedSinglePrefixIsABlend) {
   const auto* alone = dynamic_cast<const GptDataset*>(lone.train.get());
   ASSERT_TRUE(alone);
   EXPECT_EQ(alone->maps().epochs, 1u);
+  // A per-split path of one prefix is its dataset, weight or not (Megatron-core's
+  // blend_per_split: "Blend consists of a single prefix"), built for n.
+  GptDatasetConfig per_split;
+  per_split.per_split[0] = parse_data_path({"1", dir / "A"}, "--train-data-path");
+  per_split.seq_length = 8;
+  per_split.train_samples = cfg.train_samples;
+  per_split.cache_dir = dir / "cache";
+  auto split_data = build_gpt_datasets(per_split);
+  const auto* whole = dynamic_cast<const GptDataset*>(split_data.train.get());
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->maps().epochs, 1u);
 }
 
 // The (dataset, sample) pairs a blend reads, counted.
