@@ -173,7 +173,7 @@ int train(int argc, char** argv) {
   trainer.set_record_history(false);
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
   trainer.start_progress_log();
-  if (!opt.load.empty()) trainer.load_checkpoint();
+  if (!opt.load.empty() || !opt.pretrained_checkpoint.empty()) trainer.load_checkpoint();
   trainer.train();
   stop_signals.reset();  // the export after training is not a run to stop: a signal ends it
   if (!opt.save_canonical.empty())

@@ -494,6 +494,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"override-lr-scheduler", "Megatron-DeepSpeed's name for --override-opt_param-scheduler", true},
       {"use-checkpoint-lr-scheduler", "Megatron-DeepSpeed's name for --use-checkpoint-opt_param-scheduler", true},
       {"finetune", "load weights only and start at iteration 0", true},
+      {"pretrained-checkpoint", "a checkpoint to fine-tune from (as with --finetune) while --load holds none "
+                                "(Megatron's)"},
       {"no-save-optim", "save checkpoints without the optimizer state, learning-rate schedule and loss scale "
                         "(loading them needs --no-load-optim or --finetune)", true},
       {"no-save-rng", "save checkpoints without the RNG state (loading them needs --no-load-rng or --finetune)", true},
@@ -1325,6 +1327,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("no-load-optim", o.no_load_optim);
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
+  f.get("pretrained-checkpoint", o.pretrained_checkpoint);
+  if (f.has("pretrained-checkpoint") && o.pretrained_checkpoint.empty())
+    throw ConfigError("--pretrained-checkpoint: expected a directory");
   f.get("no-save-optim", o.no_save_optim);
   f.get("no-save-rng", o.no_save_rng);
   f.get("ckpt-step", o.ckpt_step);
@@ -1993,6 +1998,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("non-persistent-local-ckpt-algo", o.non_persistent_local_ckpt_algo);
   line("async-save", o.async_save);
   line("load given", !o.load.empty());
+  line("pretrained-checkpoint given", !o.pretrained_checkpoint.empty());
   line("exit-interval", o.exit_interval);
   line("skip-train", o.skip_train);
   line("kill-switch-path given", !o.kill_switch_path.empty());  // a collective after every iteration

@@ -186,6 +186,9 @@ struct TrainOptions {
 
   // ---- Checkpoints (Megatron's flags).
   std::string save, load;       // directories; empty: none
+  // Megatron's --pretrained-checkpoint: while --load holds no checkpoint, the run fine-tunes
+  // from this one (as with --finetune); once it has saved into --load, restarts resume there.
+  std::string pretrained_checkpoint;
   int64_t save_interval = 0;    // iterations between saves; 0: only at the end (with --save)
   bool async_save = false;  // --async-save: write checkpoints from a host copy in the background
   int64_t keep_last = 0;        // checkpoints kept under --save; 0: keep all

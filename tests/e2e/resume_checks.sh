@@ -16,7 +16,8 @@
 #    --overwrite into the directory of a running run stops at start naming it; the lock goes
 #    with the run; a run that fails at its start leaves no --save directory it created;
 #  - Megatron's non-persistent checkpoints replace each other, and a resume (and trident-eval
-#    given --non-persistent-ckpt-type) takes the newer.
+#    given --non-persistent-ckpt-type) takes the newer;
+#  - Megatron's --pretrained-checkpoint fine-tunes while --load holds no checkpoint, then resumes.
 # Usage: resume_checks.sh TRAIN CONVERT REPO EVAL
 set -uo pipefail
 train=$1
@@ -246,5 +247,25 @@ grep -qF "$tmp/np/non_persistent/iter_0000004" "$tmp/np_eval.log" && ok "trident
 grep -qF "trident: loaded non-persistent checkpoint $tmp/np/non_persistent/iter_0000004" "$tmp/np2.log" &&
   grep -q '^ iteration        5/' "$tmp/np2.log" && ok "resumed from the non-persistent checkpoint at iteration 4" ||
   { fail "resume from the non-persistent checkpoint"; cat "$tmp/np2.log"; }
+# Megatron's --pretrained-checkpoint: --load holding no checkpoint, the run fine-tunes from the
+# pretrained one (the losses of --load it --finetune); restarted, it resumes from its own save.
+# With neither holding one: one line, no --save directory left.
+pre=(--pretrained-checkpoint "$tmp/ck" --load "$tmp/ft" --save "$tmp/ft" --train-iters 6)
+"$train" "${args[@]:0:${#args[@]}-4}" "${pre[@]}" --exit-interval 3 >"$tmp/pre1.log" 2>&1
+"$train" "${args[@]:0:${#args[@]}-4}" --load "$tmp/ck" --finetune --train-iters 6 --exit-interval 3 >"$tmp/pre_ref.log" 2>&1
+"$train" "${args[@]:0:${#args[@]}-4}" "${pre[@]}" >"$tmp/pre2.log" 2>&1
+losses() { grep '^ iteration' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
+if grep -qF "fine-tuning from --pretrained-checkpoint $tmp/ck" "$tmp/pre1.log" &&
+    [[ $(losses "$tmp/pre1.log") == "$(losses "$tmp/pre_ref.log")" && -n $(losses "$tmp/pre1.log") ]] &&
+    grep -qF "trident: loaded checkpoint $tmp/ft/iter_0000003" "$tmp/pre2.log" && grep -q '^ iteration        4/' "$tmp/pre2.log"; then
+  ok "--pretrained-checkpoint: fine-tuned from it (the losses of --finetune), then resumed from --load's iteration 3"
+else
+  fail "--pretrained-checkpoint"; cat "$tmp/pre1.log" "$tmp/pre2.log"
+fi
+"$train" "${args[@]:0:${#args[@]}-4}" --pretrained-checkpoint "$tmp/none" --load "$tmp/none2" --save "$tmp/none2" \
+  --train-iters 3 >"$tmp/pre3.log" 2>&1
+rc=$?
+[[ $rc -eq 2 && ! -e $tmp/none2 ]] && grep -q "^trident-train: error: --pretrained-checkpoint $tmp/none: no checkpoint there, nor in --load $tmp/none2" "$tmp/pre3.log" &&
+  ok "$(tail -1 "$tmp/pre3.log")" || { fail "--pretrained-checkpoint without a checkpoint: rc $rc"; cat "$tmp/pre3.log"; }
 echo "resume checks failing: $fails"
 [[ $fails -eq 0 ]]

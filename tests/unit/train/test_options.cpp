@@ -1096,6 +1096,8 @@ TEST(Options, Megatron2025FlagsMore) {
   EXPECT_EQ(parse({"--save-interval", "5", "--persistent-save-interval", "6"}).save_interval, 6);
   EXPECT_EQ(parse({"--deepscale", "--mtp-num-layers", "0"}).flags_without_effect,
             (std::vector<std::string>{"--mtp-num-layers", "--deepscale"}));
+  EXPECT_EQ(parse({"--pretrained-checkpoint", "base"}).pretrained_checkpoint, "base");
+  EXPECT_EQ(must_fail({"--pretrained-checkpoint="}), "--pretrained-checkpoint: expected a directory");
   // Megatron's --iterations-to-skip: 1-based iterations, each once.
   EXPECT_EQ(parse({"--iterations-to-skip", "5", "3", "5"}).iterations_to_skip, (std::set<int64_t>{3, 5}));
   EXPECT_EQ(must_fail({"--iterations-to-skip", "0"}), "--iterations-to-skip: 0 is not an iteration (they count from 1)");
