@@ -494,6 +494,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"override-lr-scheduler", "Megatron-DeepSpeed's name for --override-opt_param-scheduler", true},
       {"use-checkpoint-lr-scheduler", "Megatron-DeepSpeed's name for --use-checkpoint-opt_param-scheduler", true},
       {"finetune", "load weights only and start at iteration 0", true},
+      {"no-load-lr-state", "load the optimizer state but start the learning-rate and weight-decay schedule at "
+                           "step 0 (Megatron-DeepSpeed's)", true},
       {"pretrained-checkpoint", "a checkpoint to fine-tune from (as with --finetune) while --load holds none "
                                 "(Megatron's)"},
       {"no-save-optim", "save checkpoints without the optimizer state, learning-rate schedule and loss scale "
@@ -827,13 +829,13 @@ std::set<std::string> flag_names(const std::vector<std::string>& args) {
 // alias --persistent-save-interval, where the last one wins as in argparse.
 void check_one_name(std::map<std::string, std::string>& typed_names, const std::string& typed,
                     const std::string& flag) {
-  std::string spelt = typed;
-  std::replace(spelt.begin(), spelt.end(), '_', '-');
   if (flag == "save-interval") return;
-  const auto [it, fresh] = typed_names.emplace(flag, spelt);
-  std::string first = it->second;
-  std::replace(first.begin(), first.end(), '_', '-');
-  if (!fresh && first != spelt)
+  const auto dashed = [](std::string n) {
+    std::replace(n.begin(), n.end(), '_', '-');
+    return n;
+  };
+  const auto [it, fresh] = typed_names.emplace(flag, typed);  // the first name as typed
+  if (!fresh && dashed(it->second) != dashed(typed))
     throw ConfigError("--" + it->second + " and --" + typed + " are one setting under two names: give one");
 }
 
@@ -1327,6 +1329,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("no-load-optim", o.no_load_optim);
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
+  f.get("no-load-lr-state", o.no_load_lr_state);
   f.get("pretrained-checkpoint", o.pretrained_checkpoint);
   if (f.has("pretrained-checkpoint") && o.pretrained_checkpoint.empty())
     throw ConfigError("--pretrained-checkpoint: expected a directory");
@@ -1999,6 +2002,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("async-save", o.async_save);
   line("load given", !o.load.empty());
   line("pretrained-checkpoint given", !o.pretrained_checkpoint.empty());
+  line("no-load-lr-state", o.no_load_lr_state);
   line("exit-interval", o.exit_interval);
   line("skip-train", o.skip_train);
   line("kill-switch-path given", !o.kill_switch_path.empty());  // a collective after every iteration

@@ -224,7 +224,12 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   if (opt_.reset_position_ids || opt_.reset_attention_mask) document_starts_.resize(tokens_.size());
 }
 
-Trainer::~Trainer() { join_retirement(); }
+Trainer::~Trainer() {
+  // Unwinding for an error: the process is about to end (and abort the job), which must not
+  // wait for a checkpoint's removal; what is left is a *.del-* folder.
+  if (std::uncaught_exceptions() > 0 && retirement_.joinable()) retirement_.detach();
+  join_retirement();
+}
 
 void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test) {
   valid_ = std::move(valid);
@@ -774,12 +779,15 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
 bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }
 
 void Trainer::skip_iteration() {
+  // --profile's window counts skipped iterations too (Megatron starts it before its skip).
+  profile_before_iteration();
   // Trident's samples are addressed by their position: reading past a batch is counting it.
   const uint64_t G = rampup_.global_batch(consumed_samples_);
   consumed_samples_ += G;
   skipped_samples_ += G;
   consumed_tokens_ += G * static_cast<uint64_t>(opt_.model.seq_length);
   ++iteration_;
+  profile_after_iteration();
   *out_ << "trident: skipped iteration " << iteration_ << " (--iterations-to-skip): " << G
         << " samples read past" << std::endl;
 }

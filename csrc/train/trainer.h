@@ -8,12 +8,12 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <thread>
 #include <iosfwd>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <csignal>
 #include <exception>
+#include <system_error>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -312,9 +313,10 @@ ParamSchedules check_resume(const CheckpointMetadata& meta, bool has_optimizer_s
                                       : "--train-iters " + std::to_string(o.train_iters)) +
                       "): nothing to train; a larger value continues the run");
   // As Megatron, the scheduler's state (its position and its parameters) loads with the
-  // optimizer's: with --no-load-optim or --finetune the command line's schedule starts at 0.
+  // optimizer's: with --no-load-optim or --finetune (or Megatron-DeepSpeed's
+  // --no-load-lr-state) the command line's schedule starts at 0.
   const ParamSchedules cli{make_lr_schedule(o), make_weight_decay_schedule(o)};
-  if (!load_optimizer) return cli;
+  if (!load_optimizer || o.no_load_lr_state) return cli;
   const ParamSchedules schedules = schedules_after_load(cli, st, o, dir, out);
   check_decay_start_known(schedules.lr, st, dir);
   return schedules;
@@ -736,10 +738,15 @@ void Trainer::retire_checkpoint(const fs::path& root, int64_t iteration) {
   // Its files go in the background, as Megatron's thread deletes them, so that the ranks do
   // not wait for a large removal at their next collective; one at a time.
   join_retirement();
-  retirement_ = std::thread([dir = r.moved_to] {
+  const auto remove = [dir = r.moved_to] {
     std::error_code ec;
-    fs::remove_all(dir, ec);  // what stays is a *.del-* folder, which prune() removes too
-  });
+    fs::remove_all(dir, ec);  // what a failure leaves is a *.del-* folder (a later save of this host removes it)
+  };
+  try {
+    retirement_ = std::thread(remove);
+  } catch (const std::system_error&) {  // no thread to be had: remove it here
+    remove();
+  }
 }
 
 void Trainer::join_retirement() {
@@ -860,6 +867,9 @@ bool Trainer::load_checkpoint() {
                 ? " without optimizer state (learning-rate schedule from step 0, its token count from the consumed "
                   "tokens after the first iteration)"
                 : " without optimizer state (learning-rate schedule from step 0)")
+        << (loads_optimizer_state(opt_) && opt_.no_load_lr_state ? " with the learning-rate schedule from step 0 "
+                                                                     "(--no-load-lr-state)"
+                                                                   : "")
         << (opt_.finetune ? " to fine-tune" : "") << " in " << s << " s (" << gigabytes / s << " GB/s on rank 0)"
         << std::endl;
   return true;
@@ -938,8 +948,10 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
     // Megatron-DeepSpeed's consumed_train_tokens; before it was saved, every sample had the
     // checkpoint's sequence length.
     consumed_tokens_ = st.value("consumed_train_tokens", consumed_samples_ * static_cast<uint64_t>(meta.model.seq_length));
-    scheduler_ = load_optimizer ? saved_scheduler_position(schedule_, st, consumed_samples_, consumed_tokens_)
-                                : schedule_.step(LrPosition{}, 0, 0);
+    // Megatron-DeepSpeed's --no-load-lr-state: the optimizer's state, the schedule's from step 0.
+    scheduler_ = load_optimizer && !opt_.no_load_lr_state
+                     ? saved_scheduler_position(schedule_, st, consumed_samples_, consumed_tokens_)
+                     : schedule_.step(LrPosition{}, 0, 0);
     consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
     skipped_samples_ = st.value("skipped_train_samples", uint64_t{0});
     if (opt_.has_data() && consumed_samples_ > 0) note_sample_order(st, dir, opt_.seed, *out_);

@@ -17,7 +17,8 @@
 #    with the run; a run that fails at its start leaves no --save directory it created;
 #  - Megatron's non-persistent checkpoints replace each other, and a resume (and trident-eval
 #    given --non-persistent-ckpt-type) takes the newer;
-#  - Megatron's --pretrained-checkpoint fine-tunes while --load holds no checkpoint, then resumes.
+#  - Megatron's --pretrained-checkpoint fine-tunes while --load holds no checkpoint, then resumes;
+#  - Megatron-DeepSpeed's --no-load-lr-state restarts the learning-rate schedule of a resume.
 # Usage: resume_checks.sh TRAIN CONVERT REPO EVAL
 set -uo pipefail
 train=$1
@@ -267,5 +268,17 @@ fi
 rc=$?
 [[ $rc -eq 2 && ! -e $tmp/none2 ]] && grep -q "^trident-train: error: --pretrained-checkpoint $tmp/none: no checkpoint there, nor in --load $tmp/none2" "$tmp/pre3.log" &&
   ok "$(tail -1 "$tmp/pre3.log")" || { fail "--pretrained-checkpoint without a checkpoint: rc $rc"; cat "$tmp/pre3.log"; }
+# Megatron-DeepSpeed's --no-load-lr-state: the optimizer's state loads, the learning-rate
+# schedule starts at step 0: the resumed run's rate at iteration 4 is a fresh run's at 1.
+lr_of() { grep "^ iteration *$2/" "$1" | sed -E 's/.*learning rate: ([0-9.E+-]+).*/\1/'; }
+"$train" "${args[@]:0:${#args[@]}-4}" --train-iters 6 --exit-interval 3 --save "$tmp/nolr" >"$tmp/nolr1.log" 2>&1
+"$train" "${args[@]:0:${#args[@]}-4}" --train-iters 6 --load "$tmp/nolr" --no-load-lr-state >"$tmp/nolr2.log" 2>&1
+if grep -q "with the learning-rate schedule from step 0 (--no-load-lr-state)" "$tmp/nolr2.log" &&
+    [[ -n $(lr_of "$tmp/nolr2.log" 4) && $(lr_of "$tmp/nolr2.log" 4) == "$(lr_of "$tmp/nolr1.log" 1)" &&
+       $(lr_of "$tmp/nolr2.log" 5) == "$(lr_of "$tmp/nolr1.log" 2)" ]]; then
+  ok "--no-load-lr-state: resumed at 3 with the schedule from step 0 (rate at 4 and 5 = a fresh run's at 1 and 2)"
+else
+  fail "--no-load-lr-state"; cat "$tmp/nolr2.log"
+fi
 echo "resume checks failing: $fails"
 [[ $fails -eq 0 ]]

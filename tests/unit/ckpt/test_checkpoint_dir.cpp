@@ -87,6 +87,26 @@ TEST(CheckpointDir, Names) {
   EXPECT_NE(t1, t2);
 }
 
+// --save-retain-interval's first step: the iteration moved out of the committed namespace (to a
+// *.del-* name), not a missing one, and not a symbolic link.
+TEST(CheckpointDir, RetireIterationMovesItOutOfTheNamespace) {
+  ScratchDir dir;
+  const fs::path root = dir.path();
+  save(root, 2, 1.0f);
+  save(root, 4, 2.0f);
+  const RetiredIteration r = retire_iteration(root, 2);
+  ASSERT_EQ(r.kind, RetiredIteration::kMoved);
+  EXPECT_EQ(r.moved_to.parent_path(), root);
+  EXPECT_EQ(r.moved_to.filename().string().rfind("iter_0000002.del-", 0), 0u) << r.moved_to;
+  EXPECT_TRUE(fs::is_directory(r.moved_to));
+  EXPECT_EQ(list_iterations(root), (std::vector<int64_t>{4}));
+  EXPECT_EQ(load_value(root), 2.0f);
+  EXPECT_EQ(retire_iteration(root, 2).kind, RetiredIteration::kAbsent);
+  fs::create_directory_symlink(iteration_dir(root, 4), iteration_dir(root, 6));
+  EXPECT_EQ(retire_iteration(root, 6).kind, RetiredIteration::kSymlink);
+  EXPECT_TRUE(fs::is_symlink(iteration_dir(root, 6)));
+}
+
 TEST(CheckpointDir, CommitWritesPointerLast) {
   ScratchDir d;
   const fs::path root = d / "ck";

@@ -207,6 +207,12 @@ TEST(LogLine, IntervalOfSkippedIterationsHasNoLossOrGradNorm) {
             " learning rate: 0.000E+00 | global batch size:     4 | loss scale: 268435456.0 |"
             " number of skipped iterations:   5 | number of nan iterations:   1 |"
             " tokens per second: 1600.0 | TFLOP/s per rank: 0.001 | MFU: 1.2% |");
+  // Megatron's skipped samples (--iterations-to-skip) follow the consumed samples, when any.
+  l.skipped_samples = 8;
+  EXPECT_NE(format_iteration_log(l).find(" consumed samples:           20 | skipped samples:            8 |"
+                                         " elapsed time"),
+            std::string::npos);
+  l.skipped_samples = 0;
   l.grad_norm = std::numeric_limits<double>::infinity();
   EXPECT_EQ(format_iteration_log(l).find("grad norm"), std::string::npos);
   l.lm_loss = 6.25;  // some iteration updated, the last one skipped

@@ -1073,7 +1073,7 @@ TEST(Options, Megatron2025FlagsMore) {
   EXPECT_NE(must_fail({"--use-precision-aware-optimizer"}).find("not supported: the optimizer keeps fp32"),
             std::string::npos);
   // Second names: Megatron-LM's --persistent-save-interval and --encoder-*, Megatron-DeepSpeed's
-  // --kill-switch-file, DeepSpeed's --deepscale.
+  // --kill-switch-file.
   const TrainOptions a = parse({"--encoder-num-layers", "3", "--encoder-seq-length", "16", "--max-position-embeddings",
                                 "16", "--persistent-save-interval", "7", "--kill-switch-file", "stop"});
   EXPECT_EQ(a.model.num_layers, 3);
@@ -1094,6 +1094,9 @@ TEST(Options, Megatron2025FlagsMore) {
   EXPECT_EQ(must_fail({"--num-layers", "4", "--encoder-num-layers", "3"}),
             "--num-layers and --encoder-num-layers are one setting under two names: give one");
   EXPECT_EQ(parse({"--save-interval", "5", "--persistent-save-interval", "6"}).save_interval, 6);
+  EXPECT_EQ(must_fail({"--kill-switch-path", "a", "--kill-switch-file", "b"}),
+            "--kill-switch-path and --kill-switch-file are one setting under two names: give one");
+  EXPECT_EQ(parse({"--num_layers", "4", "--num-layers", "4"}).model.num_layers, 4);  // one name, two spellings
   EXPECT_EQ(parse({"--deepscale", "--mtp-num-layers", "0"}).flags_without_effect,
             (std::vector<std::string>{"--mtp-num-layers", "--deepscale"}));
   EXPECT_EQ(parse({"--pretrained-checkpoint", "base"}).pretrained_checkpoint, "base");
