@@ -1,8 +1,6 @@
 // export_megatron_dist_gpt2 (megatron_gpt2.h): canonical tensors -> Megatron-core's distributed
 // checkpoint (--ckpt-format torch_dist): whole tensors by name, which Megatron-LM loads at any
 // tensor and pipeline split.
-#include <array>
-
 #include "ckpt/atomic_file.h"
 #include "ckpt/megatron_export_state.h"
 #include "ckpt/megatron_gpt2.h"

@@ -19,7 +19,6 @@ namespace {
 constexpr const char* kMetadataModule = "torch.distributed.checkpoint.metadata";
 constexpr const char* kFilesystemModule = "torch.distributed.checkpoint.filesystem";
 
-
 void torch_size(pickle::Writer& w, const std::vector<int64_t>& dims) {  // torch.Size((d0, d1, ...))
   w.begin_call("torch", "Size");
   w.begin_tuple();

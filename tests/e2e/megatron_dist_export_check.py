@@ -16,6 +16,7 @@ import torch
 
 import dcp_reader
 from megatron_checkpoints import same_tensors
+from megatron_export_check import both_at
 
 
 def same_fields(got, want, where, more_ok=False):
@@ -39,10 +40,7 @@ def same_fields(got, want, where, more_ok=False):
 
 def main():
     ours, ref, iteration, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    for d in (ours, ref):
-        with open(os.path.join(d, "latest_checkpointed_iteration.txt")) as f:
-            assert f.read().strip() == str(iteration), d
-    folder = f"iter_{iteration:07d}"
+    folder = both_at(ours, ref, iteration)
     a_tensors, a_objects, _ = dcp_reader.read(os.path.join(ours, folder))
     b_tensors, b_objects, _ = dcp_reader.read(os.path.join(ref, folder))
     same_tensors(a_tensors, b_tensors, vocab, "tensors")

@@ -79,12 +79,17 @@ def real_rows(key, x, t, vocab):
     return x[:max(0, min(n, vocab - t * n))]
 
 
-def main():
-    ours, ref, iteration, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def both_at(ours, ref, iteration):
+    """Both checkpoints' trackers name ITERATION; its folder name."""
     for d in (ours, ref):
         with open(os.path.join(d, "latest_checkpointed_iteration.txt")) as f:
             assert f.read().strip() == str(iteration), d
-    folder = f"iter_{iteration:07d}"
+    return f"iter_{iteration:07d}"
+
+
+def main():
+    ours, ref, iteration, vocab = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    folder = both_at(ours, ref, iteration)
     ranks = sorted(os.listdir(os.path.join(ref, folder)))
     assert ranks == sorted(os.listdir(os.path.join(ours, folder))), (ranks, os.listdir(os.path.join(ours, folder)))
     checked = 0

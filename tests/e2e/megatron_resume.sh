@@ -152,6 +152,27 @@ EOF
     fail "$1: $key lost on the way to Megatron and back"
 }
 
+# exported_and_resumed NAME DTYPE TP PP CHECK FLAGS...: trident-convert --to megatron --with-optimizer
+# FLAGS of the reference's iteration 3 at tp x pp, compared with mg-NAME (Megatron's files of the
+# same state) by tests/e2e/CHECK; imported again, it resumes to the uninterrupted run, FLOPs kept.
+exported_and_resumed() {
+  local name=$1 dtype=$2 tp=$3 pp=$4 check=$5 out=$tmp/mg-ours-$1
+  shift 5
+  if "$convert" --to megatron --with-optimizer --load "$tmp/ref-$dtype" --iteration 3 --save "$out" --target-tp "$tp" \
+      --target-pp "$pp" --tokenizer-type NullTokenizer "$@" >"$out.log" 2>&1 &&
+    "$py" "$repo/tests/e2e/$check" "$out" "$tmp/mg-$name" 3 1000 >>"$out.log" 2>&1; then
+    ok "$name: $(tail -1 "$out.log")"
+  else
+    fail "$name: the export differs from Megatron's checkpoint"; cat "$out.log"; return
+  fi
+  if resumed "ours-$name" "$dtype"; then
+    ok "$name: imported again and resumed to iteration 6, model and optimizer equal the uninterrupted run's"
+  else
+    fail "$name: the export, imported again, does not resume to the uninterrupted run"
+  fi
+  flops_kept "$name" "$dtype"
+}
+
 # The way back: trident-convert --to megatron --with-optimizer writes what Megatron-LM saves
 # (megatron_export_check.py compares it, parameter by parameter, with megatron_training_state.py's
 # file of the same state), and imported again it resumes to the uninterrupted run's files.
@@ -172,21 +193,8 @@ for c in "fp16 2 2 1 legacy apex" "bf16 1 2 1 mcore torch" "fp32 2 1 1 legacy ap
   esac
   name=export-$dtype-tp$tp-pp$pp-vp$vp-$model${mutation:+-$mutation}
   megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" indexed ${mutation:+"$mutation"} || continue
-  out=$tmp/mg-ours-$name
-  if "$convert" --to megatron --with-optimizer --load "$tmp/ref-$dtype" --iteration 3 --save "$out" --target-tp "$tp" \
-      --target-pp "$pp" --megatron-model "$model" --megatron-adam "$adam" --tokenizer-type NullTokenizer \
-      ${split[@]+"${split[@]}"} >"$out.log" 2>&1 &&
-    "$py" "$repo/tests/e2e/megatron_export_check.py" "$out" "$tmp/mg-$name" 3 1000 >>"$out.log" 2>&1; then
-    ok "$name: $(tail -1 "$out.log")"
-  else
-    fail "$name: the export differs from Megatron's checkpoint"; cat "$out.log"; continue
-  fi
-  if resumed "ours-$name" "$dtype"; then
-    ok "$name: imported again and resumed to iteration 6, model and optimizer equal the uninterrupted run's"
-  else
-    fail "$name: the export, imported again, does not resume to the uninterrupted run"
-  fi
-  flops_kept "$name" "$dtype"
+  exported_and_resumed "$name" "$dtype" "$tp" "$pp" megatron_export_check.py --megatron-model "$model" \
+    --megatron-adam "$adam" ${split[@]+"${split[@]}"}
 done
 # --ckpt-format torch_dist: Megatron-core's distributed checkpoint of the same state, its optimizer
 # by name for the non-distributed optimizer (fp16 tp2 x pp2, apex; fp32 pp2, torch's Adam, whose
@@ -203,21 +211,8 @@ for c in "fp16 2 2 1 apex torch_dist-indexed" "fp32 1 2 1 torch torch_dist-index
   [[ $vp -gt 1 ]] && split=(--num-virtual-stages-per-pipeline-rank "$vp")
   name=export-$dtype-tp$tp-pp$pp-vp$vp-$layout
   megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" mcore "$layout" || continue
-  out=$tmp/mg-ours-$name
-  if "$convert" --to megatron --with-optimizer --load "$tmp/ref-$dtype" --iteration 3 --save "$out" --target-tp "$tp" \
-      --target-pp "$pp" --megatron-model mcore --megatron-adam "$adam" --tokenizer-type NullTokenizer \
-      --ckpt-format torch_dist ${distributed[@]+"${distributed[@]}"} ${split[@]+"${split[@]}"} >"$out.log" 2>&1 &&
-    "$py" "$repo/tests/e2e/megatron_dist_export_check.py" "$out" "$tmp/mg-$name" 3 1000 >>"$out.log" 2>&1; then
-    ok "$name: $(tail -1 "$out.log")"
-  else
-    fail "$name: the export differs from Megatron's checkpoint"; cat "$out.log"; continue
-  fi
-  if resumed "ours-$name" "$dtype"; then
-    ok "$name: imported again and resumed to iteration 6, model and optimizer equal the uninterrupted run's"
-  else
-    fail "$name: the export, imported again, does not resume to the uninterrupted run"
-  fi
-  flops_kept "$name" "$dtype"
+  exported_and_resumed "$name" "$dtype" "$tp" "$pp" megatron_dist_export_check.py --megatron-model mcore \
+    --megatron-adam "$adam" --ckpt-format torch_dist ${distributed[@]+"${distributed[@]}"} ${split[@]+"${split[@]}"}
 done
 # A checkpoint without optimizer state has none to export: one line, no output.
 "$convert" --load "$tmp/ref-fp32" --iteration 3 --save "$tmp/no-optim" --no-optimizer >/dev/null &&
