@@ -300,7 +300,12 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
     return std::make_unique<GptDataset>(sb.data[k], sb.name, begin, end, cfg.seq_length, cfg.seed, samples,
                                         cfg.cache_dir);
   };
-  if (n == 1 && (!weighted || sb.per_split)) return dataset(0, wanted);
+  const bool whole = wanted == GptDatasetConfig::kWholeSplit;  // one epoch: GptDataset's 0 samples
+  if (whole && weighted && !(n == 1 && sb.per_split))
+    throw ConfigError(sb.flag + ": --full-validation reads each validation dataset once, which a weighted blend "
+                      "cannot (its weights need a size: Megatron's 'Using client-specified weights requires "
+                      "client-specified size'); give the prefixes without weights");
+  if (n == 1 && (!weighted || sb.per_split)) return dataset(0, whole ? 0 : wanted);
   std::vector<std::unique_ptr<SampleSource>> parts;
   std::vector<std::string> names;
   for (size_t k = 0; k < n; ++k) {

@@ -56,6 +56,9 @@ struct GptDatasetConfig {
   int seq_length = 1024;
   uint64_t seed = 1234;
   uint64_t train_samples = 0, valid_samples = 0, test_samples = 0;  // wanted
+  // A split's wanted count that asks for all of it once (Megatron's --full-validation: one
+  // epoch of each dataset, blended by their sizes).
+  static constexpr uint64_t kWholeSplit = UINT64_MAX;
   std::optional<double> mid_level_dataset_surplus;  // blend.h's blended_dataset_samples
   std::string cache_dir;  // empty: beside the data
   int64_t vocab_size = 0;  // the tokenizer's: samples with ids outside [0, vocab_size) throw (0: unchecked)

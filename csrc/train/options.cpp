@@ -427,6 +427,8 @@ const std::vector<FlagDef>& flag_defs() {
       // Evaluation, logging, health.
       {"eval-interval", "iterations between validation runs (1000)"},
       {"eval-iters", "validation iterations per run (100; 0: none)"},
+      {"full-validation", "every validation reads the whole validation split once, in whole global batches "
+                          "(Megatron's; --eval-iters then sizes the test only)", true},
       {"tensorboard-dir", "write TensorBoard event files here"},
       {"tensorboard-log-interval", "iterations between TensorBoard scalars (1)"},
       {"tensorboard-queue-size", "TensorBoard scalars queued for the writer thread before adding one waits (1000)"},
@@ -1330,6 +1332,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("no-load-rng", o.no_load_rng);
   f.get("finetune", o.finetune);
   f.get("no-load-lr-state", o.no_load_lr_state);
+  f.get("full-validation", o.full_validation);
   f.get("pretrained-checkpoint", o.pretrained_checkpoint);
   if (f.has("pretrained-checkpoint") && o.pretrained_checkpoint.empty())
     throw ConfigError("--pretrained-checkpoint: expected a directory");
@@ -1609,6 +1612,9 @@ void validate_run(TrainOptions& o) {
   check_non_negative(static_cast<double>(o.save_interval), "save-interval");
   check_non_negative(static_cast<double>(o.keep_last), "keep-last");
   if (o.mid_level_dataset_surplus) check_non_negative(*o.mid_level_dataset_surplus, "mid-level-dataset-surplus");
+  if (o.full_validation && !o.has_data())
+    throw ConfigError("--full-validation reads the validation data to its end: give --data-path or --valid-data-path "
+                      "(synthetic tokens have no end)");
   // Megatron's asserts with --save: positive, a multiple of --save-interval. --keep-last (not
   // Megatron's) prunes by the chain of previous checkpoints that these deletions cut.
   if (o.save_retain_interval != 0 && o.keep_last > 0)
@@ -2003,6 +2009,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("load given", !o.load.empty());
   line("pretrained-checkpoint given", !o.pretrained_checkpoint.empty());
   line("no-load-lr-state", o.no_load_lr_state);
+  line("full-validation", o.full_validation);
   line("exit-interval", o.exit_interval);
   line("skip-train", o.skip_train);
   line("kill-switch-path given", !o.kill_switch_path.empty());  // a collective after every iteration

@@ -237,6 +237,10 @@ void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::uniq
   // An evaluation split can be shorter than the run reads (an unweighted blend holds one
   // epoch): say so now rather than at the evaluation that runs out.
   check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_);
+  if (valid_ && opt_.full_validation)
+    *out_ << "trident: --full-validation: " << validation_iterations() << " iterations of "
+          << opt_.global_batch_size << " samples read the validation split's " << valid_->size()
+          << " samples at each validation" << std::endl;
 }
 
 // Megatron's loss_mask with --eod-mask-loss: no loss where the input token ends a document
@@ -712,7 +716,7 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   const int64_t from = std::min(iteration, T);
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
         rampup_.samples_in(T) - rampup_.samples_in(from));
-  if (valid_ && opt_.eval_iters > 0) {
+  if (valid_ && opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
     const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - iteration / E) : 0) + 1;
     check("validation", "--eval-iters, --eval-interval", *valid_, consumed_valid,
           static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
@@ -760,7 +764,7 @@ bool Trainer::kill_switch_found() const {
 
 bool Trainer::final_evaluations(bool to_tensorboard) {
   const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
-    const EvalResult e = evaluate(data, first, opt_.eval_iters);
+    const EvalResult e = evaluate(data, first, &data == valid_.get() ? validation_iterations() : opt_.eval_iters);
     if (e.timed_out)
       *out_ << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
             << " minutes (--exit-duration-in-mins)" << std::endl;
@@ -771,9 +775,17 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
       log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e, to_tensorboard);
     return !e.timed_out && !e.stopped;
   };
-  if (valid_ && opt_.eval_iters > 0 && !final_evaluation("on validation set", *valid_, consumed_valid_samples_))
+  if (valid_ && validation_iterations() > 0 &&
+      !final_evaluation("on validation set", *valid_, opt_.full_validation ? 0 : consumed_valid_samples_))
     return false;
   return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0));
+}
+
+int64_t Trainer::validation_iterations() const {
+  if (!valid_) return 0;
+  // Megatron's --full-validation: the split's whole global batches (a last partial one is left).
+  if (opt_.full_validation) return static_cast<int64_t>(valid_->size() / static_cast<uint64_t>(opt_.global_batch_size));
+  return opt_.eval_iters;
 }
 
 bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }
@@ -830,7 +842,7 @@ void Trainer::train() {
     return Throughput{static_cast<double>(global_batch) * m.seq_length / s, flops_per_iteration / g.world / s / 1e12,
                       model_flops_utilization(flops_per_iteration, s, g.world, peak_tflops)};
   };
-  const bool evaluating = valid_ && opt_.eval_iters > 0;
+  const bool evaluating = valid_ && validation_iterations() > 0;
   const bool saving = !opt_.save.empty();
   const TimingLogOption timing_log_option = parse_timing_log_option(opt_.timing_log_option);
   // The stop handlers from here to the end (trident-train's main installs them earlier, so
@@ -979,7 +991,8 @@ void Trainer::train() {
     // As Megatron: every multiple of --eval-interval, the last iteration included (the final
     // evaluation after the loop then reads the next validation samples).
     if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0) {
-      const EvalResult e = evaluate(*valid_, consumed_valid_samples_, opt_.eval_iters);
+      const EvalResult e =
+          evaluate(*valid_, opt_.full_validation ? 0 : consumed_valid_samples_, validation_iterations());
       if (e.timed_out) {
         say_out_of_time("during the evaluation at iteration " + std::to_string(iteration_));
         break;
@@ -990,7 +1003,7 @@ void Trainer::train() {
         break;
       }
       log_evaluation("iteration " + std::to_string(iteration_), e);
-      consumed_valid_samples_ += static_cast<uint64_t>(opt_.eval_iters) * opt_.global_batch_size;
+      consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
     }
     if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
     if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) {
@@ -1083,7 +1096,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   dc.seq_length = opt.model.seq_length;
   dc.seed = opt.seed;
   dc.train_samples = train;
-  dc.valid_samples = opt.eval_iters > 0 ? valid : 0;
+  dc.valid_samples = opt.full_validation ? GptDatasetConfig::kWholeSplit : opt.eval_iters > 0 ? valid : 0;
   dc.test_samples = opt.eval_iters > 0 ? test : 0;
   dc.cache_dir = opt.data_cache_path;
   dc.vocab_size = opt.model.vocab_size;

@@ -174,6 +174,8 @@ class Trainer {
   // Megatron's --iterations-to-skip: whether the next iteration is one, and passing it (its
   // global batch read past: consumed, not trained on; no LR step, no FLOPs).
   bool skip_next_iteration() const;
+  // A validation's iterations: --eval-iters, or with --full-validation the split's whole global batches.
+  int64_t validation_iterations() const;
   void skip_iteration();
   // --kill-switch-path: whether any rank sees the file (collective when set).
   bool kill_switch_found() const;

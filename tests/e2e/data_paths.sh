@@ -3,6 +3,8 @@
 #  - --train-data-path P reads the whole of P: the same samples, so the same losses, as
 #    --data-path P --split 1,0,0 (a --split given with it is noted as without effect);
 #  - --valid-data-path and --test-data-path give the periodic and final evaluations;
+#  - --full-validation reads the whole validation split at each validation (a weighted one is
+#    refused);
 #  - an unweighted --data-path P P trains, and a run that needs more than one epoch of each
 #    prefix stops at start naming --train-iters;
 #  - --data-path with a per-split path is one error line and exit 2;
@@ -50,6 +52,30 @@ n=$(grep -cE 'validation loss at iteration [0-9]+ (\||on validation set)' "$tmp/
 t=$(grep -c 'on test set' "$tmp/eval.log")
 [[ $n -eq 3 && $t -eq 1 ]] && ok "--valid-data-path/--test-data-path: $n validation and $t test evaluations" ||
   fail "expected 3 validation and 1 test evaluations, got $n and $t"
+
+# Megatron's --full-validation: each validation reads the whole validation split once, K whole
+# global batches of its N samples; the final one's loss equals a run's with --eval-iters K (its
+# first K batches of one epoch of the split, the same samples).
+# (A small validation set: the demo corpus's first 30 documents.)
+head -n 30 "$tmp/demo.jsonl" >"$tmp/small.jsonl"
+"$preprocess" --input "$tmp/small.jsonl" --json-keys text --output-prefix "$tmp/small" --tokenizer-type GPT2BPETokenizer \
+  --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" --append-eod --workers 1 >/dev/null 2>&1
+V=$tmp/small_text_document
+run --train-data-path "$P" --valid-data-path "$V" --train-iters 4 --eval-interval 2 --eval-iters 0 --full-validation \
+  >"$tmp/full.log" 2>&1 || fail "--full-validation: $(tail -1 "$tmp/full.log")"
+k=$(sed -nE 's/^trident: --full-validation: ([0-9]+) iterations of 4 samples .*/\1/p' "$tmp/full.log")
+run --train-data-path "$P" --valid-data-path "$V" --train-iters 4 --eval-interval 100 --eval-iters "${k:-1}" \
+  >"$tmp/full_ref.log" 2>&1 || fail "--eval-iters $k: $(tail -1 "$tmp/full_ref.log")"
+final() { grep 'validation loss at iteration 4 on validation set' "$1" | sed -E 's/.*lm loss value: ([0-9.E+-]+).*/\1/'; }
+n=$(grep -cE 'validation loss at iteration [0-9]+ (\||on validation set)' "$tmp/full.log")
+if [[ -n $k && $k -gt 1 && $n -eq 3 && -n $(final "$tmp/full.log") && $(final "$tmp/full.log") == "$(final "$tmp/full_ref.log")" ]]; then
+  ok "--full-validation: $n validations of $k batches, the final one's loss that of --eval-iters $k"
+else
+  fail "--full-validation: k=$k, $n validations, final $(final "$tmp/full.log") vs $(final "$tmp/full_ref.log")"
+fi
+run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V" --train-iters 2 --full-validation >/dev/null 2>"$tmp/full.err"
+[[ $? -eq 2 && $(wc -l <"$tmp/full.err") -eq 1 ]] && grep -q -- '--valid-data-path: --full-validation reads each' "$tmp/full.err" &&
+  ok "$(cat "$tmp/full.err")" || fail "--full-validation of a weighted blend: $(cat "$tmp/full.err")"
 
 run --data-path "$P" "$P" --split 1,0,0 --train-iters 4 --eval-iters 0 >"$tmp/unweighted.log" 2>&1 &&
   [[ $(losses "$tmp/unweighted.log" | wc -l) -eq 4 ]] && ok "unweighted --data-path P P trains" ||

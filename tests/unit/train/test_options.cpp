@@ -1101,6 +1101,9 @@ TEST(Options, Megatron2025FlagsMore) {
             (std::vector<std::string>{"--mtp-num-layers", "--deepscale"}));
   EXPECT_EQ(parse({"--pretrained-checkpoint", "base"}).pretrained_checkpoint, "base");
   EXPECT_EQ(must_fail({"--pretrained-checkpoint="}), "--pretrained-checkpoint: expected a directory");
+  EXPECT_EQ(must_fail({"--mock-data", "--full-validation"}),
+            "--full-validation reads the validation data to its end: give --data-path or --valid-data-path "
+            "(synthetic tokens have no end)");
   // Megatron's --iterations-to-skip: 1-based iterations, each once.
   EXPECT_EQ(parse({"--iterations-to-skip", "5", "3", "5"}).iterations_to_skip, (std::set<int64_t>{3, 5}));
   EXPECT_EQ(must_fail({"--iterations-to-skip", "0"}), "--iterations-to-skip: 0 is not an iteration (they count from 1)");
