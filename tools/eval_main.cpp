@@ -253,6 +253,14 @@ int run(int argc, char** argv) {
     first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample)
             : ef.split_name == "valid" ? meta.trainer_state.value("consumed_valid_samples", uint64_t{0})
                                        : 0;
+    if (opt.full_validation && ef.split_name == "valid") {  // the whole split, from its start
+      if (ef.first_sample) throw ConfigError("--first-sample: --full-validation reads the validation split from its start");
+      first = 0;
+      iterations = static_cast<int64_t>(eval_data->size() / static_cast<uint64_t>(opt.global_batch_size));
+      if (iterations == 0)
+        throw ConfigError("--full-validation: the validation split holds " + std::to_string(eval_data->size()) +
+                          " samples, less than a global batch");
+    }
   }
 
   check_same_model_shape(meta.model, opt.model, dir);

@@ -112,6 +112,50 @@ void load_before_building(TrainOptions& opt, ParallelContext& par) {
   check_checkpoint_fits_run(opt);
 }
 
+// Megatron's --pretrained-checkpoint (its load_checkpoint): while --load holds no checkpoint,
+// the run fine-tunes from the pretrained one, which then stands for --load everywhere (its
+// checks, --use-checkpoint-args, --ckpt-step). Every rank must see the same: a --load that
+// some ranks see a checkpoint in and others not stops the run.
+void resolve_pretrained_checkpoint(TrainOptions& opt, ParallelContext& par) {
+  if (opt.pretrained_checkpoint.empty()) return;
+  TrainOptions probe = opt;  // --load as it stands: only whether it holds a checkpoint
+  probe.exit_on_missing_checkpoint = false;
+  probe.ckpt_step = -1;
+  probe.non_persistent_ckpt_type.clear();
+  bool in_load = true;  // a --load that does not read is reported by its own checks
+  try {
+    in_load = !opt.load.empty() && checkpoint_to_load(probe).has_value();
+  } catch (const InternalError&) {
+    throw;
+  } catch (const Error&) {
+  }
+  if (any_rank(par, in_load) && any_rank(par, !in_load))
+    throw ConfigError("--load " + opt.load + ": some ranks see a checkpoint there and others none (a folder every "
+                      "node does not share?): --pretrained-checkpoint cannot be chosen alike");
+  if (in_load) return;
+  TrainOptions pretrained = probe;
+  pretrained.load = opt.pretrained_checkpoint;
+  pretrained.ckpt_step = opt.ckpt_step;
+  std::optional<std::filesystem::path> there;
+  try {
+    there = checkpoint_to_load(pretrained);
+  } catch (const ConfigError& e) {  // named as the flag it came from
+    std::string what = e.what();
+    if (what.rfind("--load", 0) == 0) what = "--pretrained-checkpoint" + what.substr(6);
+    throw ConfigError(what);
+  }
+  if (!there)
+    throw ConfigError("--pretrained-checkpoint " + opt.pretrained_checkpoint + ": no checkpoint there, nor in --load" +
+                      (opt.load.empty() ? std::string() : " " + opt.load));
+  if (par.world_rank() == 0)
+    std::cout << "trident: no checkpoint in --load" << (opt.load.empty() ? "" : " " + opt.load)
+              << ": fine-tuning from --pretrained-checkpoint " << opt.pretrained_checkpoint << std::endl;
+  opt.load = opt.pretrained_checkpoint;
+  opt.pretrained_checkpoint.clear();
+  opt.finetune = true;
+  opt.exit_on_missing_checkpoint = true;  // Megatron: "No checkpoint found in load directory or pretrained directory"
+}
+
 int train(int argc, char** argv) {
   TrainOptions opt;
   if (!parse_train_options(argc, argv, opt)) return 0;
@@ -155,6 +199,7 @@ int train(int argc, char** argv) {
     if (!names.empty())
       std::cout << "trident-train: note: " << names << " without --save: no checkpoint is saved" << std::endl;
   }
+  resolve_pretrained_checkpoint(opt, *parallel);
   if (!opt.load.empty()) load_before_building(opt, *parallel);
   // After --load is resolved (which reads a missing --save/--load directory as missing), before
   // the data is built.
@@ -173,7 +218,7 @@ int train(int argc, char** argv) {
   trainer.set_record_history(false);
   trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
   trainer.start_progress_log();
-  if (!opt.load.empty() || !opt.pretrained_checkpoint.empty()) trainer.load_checkpoint();
+  if (!opt.load.empty()) trainer.load_checkpoint();
   trainer.train();
   stop_signals.reset();  // the export after training is not a run to stop: a signal ends it
   if (!opt.save_canonical.empty())

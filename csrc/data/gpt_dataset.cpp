@@ -301,7 +301,8 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
                                         cfg.cache_dir);
   };
   const bool whole = wanted == GptDatasetConfig::kWholeSplit;  // one epoch: GptDataset's 0 samples
-  if (whole && weighted && !(n == 1 && sb.per_split))
+  const bool any_documents = std::any_of(sb.ranges.begin(), sb.ranges.end(), [](const auto& r) { return r.second > r.first; });
+  if (whole && weighted && !(n == 1 && sb.per_split) && any_documents)
     throw ConfigError(sb.flag + ": --full-validation reads each validation dataset once, which a weighted blend "
                       "cannot (its weights need a size: Megatron's 'Using client-specified weights requires "
                       "client-specified size'); give the prefixes without weights");

@@ -222,11 +222,11 @@ struct TrainOptions {
   // The global type's folder for checkpoints under `base` (--save or --load).
   std::string non_persistent_dir(const std::string& base) const;
   bool no_load_optim = false, no_load_rng = false, finetune = false;
-  bool no_load_lr_state = false;
+  bool no_load_lr_state = false;  // Megatron-DeepSpeed's: the optimizer loads, the schedules start at step 0
   // Megatron's --full-validation: every validation reads the whole validation split once (one
   // epoch, from its start), in as many whole global batches as it holds; --eval-iters then
   // sizes the test only.
-  bool full_validation = false;  // Megatron-DeepSpeed's: the optimizer loads, the LR schedule starts at step 0
+  bool full_validation = false;
   // Megatron's: --no-save-optim leaves the optimizer state (with the learning-rate schedule
   // and the loss scale) out of the checkpoints, --no-save-rng the RNG state (the dropout
   // seed); loading such a checkpoint then needs --no-load-optim / --no-load-rng (or --finetune).

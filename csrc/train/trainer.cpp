@@ -237,10 +237,16 @@ void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::uniq
   // An evaluation split can be shorter than the run reads (an unweighted blend holds one
   // epoch): say so now rather than at the evaluation that runs out.
   check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_);
-  if (valid_ && opt_.full_validation)
-    *out_ << "trident: --full-validation: " << validation_iterations() << " iterations of "
-          << opt_.global_batch_size << " samples read the validation split's " << valid_->size()
-          << " samples at each validation" << std::endl;
+  if (valid_ && opt_.full_validation) {
+    const int64_t k = validation_iterations();
+    if (k == 0)
+      throw ConfigError("--full-validation: the validation split holds " + std::to_string(valid_->size()) +
+                        " samples, less than a global batch (--global-batch-size " +
+                        std::to_string(opt_.global_batch_size) + "): nothing to validate on");
+    *out_ << "trident: --full-validation: " << k << " iterations of " << opt_.global_batch_size << " samples read "
+          << k * opt_.global_batch_size << " of the validation split's " << valid_->size() << " samples at each "
+          << "validation" << std::endl;
+  }
 }
 
 // Megatron's loss_mask with --eod-mask-loss: no loss where the input token ends a document

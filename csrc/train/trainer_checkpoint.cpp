@@ -760,41 +760,12 @@ bool Trainer::load_checkpoint() {
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   std::string error, passed_over;
   if (!opt_.local_checkpoint.resolved) resolve_local_checkpoint(opt_, *par_);
-  // With --pretrained-checkpoint a --load without a checkpoint is not missing: the run
-  // fine-tunes from the pretrained one (below).
-  TrainOptions in_load = opt_;
-  if (!opt_.pretrained_checkpoint.empty()) in_load.exit_on_missing_checkpoint = false;
   try {
-    if (!opt_.load.empty()) dir = checkpoint_to_load(in_load, &passed_over);
+    dir = checkpoint_to_load(opt_, &passed_over);
   } catch (const InternalError&) {
     throw;
   } catch (const Error& e) {
     error = e.what();
-  }
-  // Megatron's load_checkpoint: no checkpoint in --load, so fine-tune from the pretrained one.
-  // Every rank decides alike (checkpoint_choice_mismatch below compares the choices).
-  if (error.empty() && !dir && !opt_.pretrained_checkpoint.empty()) {
-    TrainOptions pretrained = in_load;
-    pretrained.load = opt_.pretrained_checkpoint;
-    std::optional<fs::path> there;
-    try {
-      there = checkpoint_to_load(pretrained);
-    } catch (const InternalError&) {
-      throw;
-    } catch (const Error& e) {
-      error = e.what();
-    }
-    if (error.empty() && !there)  // Megatron: "No checkpoint found in load directory or pretrained directory"
-      error = "--pretrained-checkpoint " + opt_.pretrained_checkpoint + ": no checkpoint there, nor in --load" +
-              (opt_.load.empty() ? std::string() : " " + opt_.load);
-    if (error.empty()) {
-      *out_ << "trident: no checkpoint in --load" << (opt_.load.empty() ? "" : " " + opt_.load)
-            << ": fine-tuning from --pretrained-checkpoint " << opt_.pretrained_checkpoint << std::endl;
-      opt_.load = opt_.pretrained_checkpoint;
-      opt_.pretrained_checkpoint.clear();
-      opt_.finetune = true;
-      return load_checkpoint();
-    }
   }
   const std::string mismatch = checkpoint_choice_mismatch(*par_->world, opt_, dir);
   if (error.empty()) error = mismatch;
@@ -867,9 +838,11 @@ bool Trainer::load_checkpoint() {
                 ? " without optimizer state (learning-rate schedule from step 0, its token count from the consumed "
                   "tokens after the first iteration)"
                 : " without optimizer state (learning-rate schedule from step 0)")
-        << (loads_optimizer_state(opt_) && opt_.no_load_lr_state ? " with the learning-rate schedule from step 0 "
-                                                                     "(--no-load-lr-state)"
-                                                                   : "")
+        << (!loads_optimizer_state(opt_) || !opt_.no_load_lr_state ? ""
+            : schedule_.counts_tokens()
+                ? " with the learning-rate and weight-decay schedule from step 0 (--no-load-lr-state; its token count "
+                  "from the consumed tokens after the first iteration)"
+                : " with the learning-rate and weight-decay schedule from step 0 (--no-load-lr-state)")
         << (opt_.finetune ? " to fine-tune" : "") << " in " << s << " s (" << gigabytes / s << " GB/s on rank 0)"
         << std::endl;
   return true;

@@ -10,9 +10,9 @@
 #  - --data-path with a per-split path is one error line and exit 2;
 #  - --data-args-path and --per-split-data-args-path (files of those words) train as the
 #    words would, and their errors name the file.
-#   tests/e2e/data_paths.sh <trident-train> <trident-preprocess> <repo> <gpt2 dir>
+#   tests/e2e/data_paths.sh <trident-train> <trident-preprocess> <repo> <gpt2 dir> <trident-eval>
 set -uo pipefail
-train=$1 preprocess=$2 repo=$3 vocab=$4
+train=$1 preprocess=$2 repo=$3 vocab=$4 eval_tool=$5
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -62,7 +62,7 @@ head -n 30 "$tmp/demo.jsonl" >"$tmp/small.jsonl"
   --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" --append-eod --workers 1 >/dev/null 2>&1
 V=$tmp/small_text_document
 run --train-data-path "$P" --valid-data-path "$V" --train-iters 4 --eval-interval 2 --eval-iters 0 --full-validation \
-  >"$tmp/full.log" 2>&1 || fail "--full-validation: $(tail -1 "$tmp/full.log")"
+  --save "$tmp/full_ck" >"$tmp/full.log" 2>&1 || fail "--full-validation: $(tail -1 "$tmp/full.log")"
 k=$(sed -nE 's/^trident: --full-validation: ([0-9]+) iterations of 4 samples .*/\1/p' "$tmp/full.log")
 run --train-data-path "$P" --valid-data-path "$V" --train-iters 4 --eval-interval 100 --eval-iters "${k:-1}" \
   >"$tmp/full_ref.log" 2>&1 || fail "--eval-iters $k: $(tail -1 "$tmp/full_ref.log")"
@@ -72,6 +72,18 @@ if [[ -n $k && $k -gt 1 && $n -eq 3 && -n $(final "$tmp/full.log") && $(final "$
   ok "--full-validation: $n validations of $k batches, the final one's loss that of --eval-iters $k"
 else
   fail "--full-validation: k=$k, $n validations, final $(final "$tmp/full.log") vs $(final "$tmp/full_ref.log")"
+fi
+# trident-eval --full-validation of the run's checkpoint: the run's final validation loss.
+"$eval_tool" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --vocab-file "$vocab/gpt2-vocab.json" \
+  --merge-file "$vocab/gpt2-merges.txt" --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 \
+  --global-batch-size 4 --data-cache-path "$tmp/cache" --valid-data-path "$V" --full-validation \
+  --load "$tmp/full_ck" >"$tmp/full_eval.log" 2>&1
+got=$(sed -nE 's/.*lm loss value: ([0-9.E+-]+) .*/\1/p' "$tmp/full_eval.log")
+want=$(final "$tmp/full.log")
+if [[ -n $got && -n $want ]] && python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6 * abs(b))" "$got" "$want"; then
+  ok "trident-eval --full-validation: loss $got, the run's final validation loss ($want)"
+else
+  fail "trident-eval --full-validation: '$got' vs '$want'"; cat "$tmp/full_eval.log"
 fi
 run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V" --train-iters 2 --full-validation >/dev/null 2>"$tmp/full.err"
 [[ $? -eq 2 && $(wc -l <"$tmp/full.err") -eq 1 ]] && grep -q -- '--valid-data-path: --full-validation reads each' "$tmp/full.err" &&

@@ -251,7 +251,7 @@ grep -qF "trident: loaded non-persistent checkpoint $tmp/np/non_persistent/iter_
 # Megatron's --pretrained-checkpoint: --load holding no checkpoint, the run fine-tunes from the
 # pretrained one (the losses of --load it --finetune); restarted, it resumes from its own save.
 # With neither holding one: one line, no --save directory left.
-pre=(--pretrained-checkpoint "$tmp/ck" --load "$tmp/ft" --save "$tmp/ft" --train-iters 6)
+pre=(--pretrained-checkpoint "$tmp/ck" --load "$tmp/ft" --save "$tmp/ft" --train-iters 6 --exit-on-missing-checkpoint)
 "$train" "${args[@]:0:${#args[@]}-4}" "${pre[@]}" --exit-interval 3 >"$tmp/pre1.log" 2>&1
 "$train" "${args[@]:0:${#args[@]}-4}" --load "$tmp/ck" --finetune --train-iters 6 --exit-interval 3 >"$tmp/pre_ref.log" 2>&1
 "$train" "${args[@]:0:${#args[@]}-4}" "${pre[@]}" >"$tmp/pre2.log" 2>&1
@@ -273,10 +273,13 @@ rc=$?
 lr_of() { grep "^ iteration *$2/" "$1" | sed -E 's/.*learning rate: ([0-9.E+-]+).*/\1/'; }
 "$train" "${args[@]:0:${#args[@]}-4}" --train-iters 6 --exit-interval 3 --save "$tmp/nolr" >"$tmp/nolr1.log" 2>&1
 "$train" "${args[@]:0:${#args[@]}-4}" --train-iters 6 --load "$tmp/nolr" --no-load-lr-state >"$tmp/nolr2.log" 2>&1
-if grep -q "with the learning-rate schedule from step 0 (--no-load-lr-state)" "$tmp/nolr2.log" &&
+"$train" "${args[@]:0:${#args[@]}-4}" --train-iters 6 --load "$tmp/nolr" --no-load-optim >"$tmp/nolr3.log" 2>&1
+loss_of() { grep "^ iteration *$2/" "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; }
+if grep -q "with the learning-rate and weight-decay schedule from step 0 (--no-load-lr-state)" "$tmp/nolr2.log" &&
+    [[ -n $(loss_of "$tmp/nolr3.log" 6) && $(loss_of "$tmp/nolr2.log" 6) != "$(loss_of "$tmp/nolr3.log" 6)" ]] &&
     [[ -n $(lr_of "$tmp/nolr2.log" 4) && $(lr_of "$tmp/nolr2.log" 4) == "$(lr_of "$tmp/nolr1.log" 1)" &&
        $(lr_of "$tmp/nolr2.log" 5) == "$(lr_of "$tmp/nolr1.log" 2)" ]]; then
-  ok "--no-load-lr-state: resumed at 3 with the schedule from step 0 (rate at 4 and 5 = a fresh run's at 1 and 2)"
+  ok "--no-load-lr-state: resumed at 3 with the schedule from step 0 (rate at 4 and 5 = a fresh run's at 1 and 2), the optimizer's state loaded (iteration 6's loss is not --no-load-optim's; the first step's rate is 0)"
 else
   fail "--no-load-lr-state"; cat "$tmp/nolr2.log"
 fi
