@@ -60,6 +60,7 @@ class DryRunBackend final : public Backend {
   double sum(const Tensor&) override { return 0; }
   bool has_inf_or_nan(const Tensor&) override { return false; }
   int64_t count_zeros_multi(const std::vector<Tensor>&) override { return 0; }
+  MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>&) override { return {}; }
 
  private:
   uintptr_t next_;  // the next address handed out

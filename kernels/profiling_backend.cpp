@@ -147,4 +147,8 @@ int64_t ProfilingBackend::count_zeros_multi(const std::vector<Tensor>& list) {
   return timed("reduce", [&] { return inner_->count_zeros_multi(list); });
 }
 
+MagnitudeStats ProfilingBackend::magnitude_stats_multi(const std::vector<Tensor>& list) {
+  return timed("reduce", [&] { return inner_->magnitude_stats_multi(list); });
+}
+
 }  // namespace trident

@@ -96,6 +96,7 @@ class ProfilingBackend final : public Backend {
   double sum(const Tensor& t) override;
   bool has_inf_or_nan(const Tensor& t) override;
   int64_t count_zeros_multi(const std::vector<Tensor>& list) override;
+  MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list) override;
   void residual_layernorm_forward(const Tensor& x, const Tensor& branch, const Tensor& resid, const Tensor& gamma,
                                   const Tensor& beta, const Tensor& out, const Tensor& mean,
                                   const Tensor& rstd) override;

@@ -468,6 +468,9 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("adamw multi-tensor", shape, 30.0 * total, false, [&] { be.adamw_multi(list); }, 10);
     b.add("grad norm (sum_squares_multi)", shape + " f32", 4.0 * total, false,
           [&] { be.sum_squares_multi(grads); }, 10);
+    // --log-optimizer-states-to-tensorboard's pass over one of the three f32 states.
+    b.add("magnitude stats (optimizer states)", shape + " f32", 4.0 * total, false,
+          [&] { be.magnitude_stats_multi(grads); }, 10);
   });
   b.section("gradient buffer", [&] {
     // The per-step passes over the whole flat bf16 gradient (the training default): zeroing

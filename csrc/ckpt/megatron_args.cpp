@@ -179,6 +179,7 @@ ModelConfig model_config_from_megatron_args(const Value& args, const std::string
   c.make_vocab_size_divisible_by = static_cast<int>(divisor);
   c.dtype = a.flag("bf16", false) ? DType::BF16 : a.flag("fp16", false) ? DType::F16 : DType::F32;
   c.init_method_std = static_cast<float>(a.number("init_method_std").value_or(0.02));
+  c.embedding_init_method_std = static_cast<float>(a.number("embedding_init_method_std").value_or(0.0));
   c.hidden_dropout = static_cast<float>(a.number("hidden_dropout").value_or(0.1));
   c.attention_dropout = static_cast<float>(a.number("attention_dropout").value_or(0.1));
   try {

@@ -270,6 +270,8 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   f("hidden_dropout", shortest_decimal(cfg.hidden_dropout));
   f("attention_dropout", shortest_decimal(cfg.attention_dropout));
   f("init_method_std", shortest_decimal(cfg.init_method_std));
+  w.str("embedding_init_method_std");  // None: the embeddings took init_method_std and weight decay
+  cfg.embedding_init_method_std > 0 ? w.real(shortest_decimal(cfg.embedding_init_method_std)) : w.none();
   i("iteration", o.iteration);
   const nlohmann::json none = nlohmann::json::object();
   const nlohmann::json& ts = o.training ? o.training->trainer_state : none;

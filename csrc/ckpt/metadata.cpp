@@ -108,6 +108,7 @@ json model_config_to_json(const ModelConfig& c) {
   j["vocab_size"] = c.vocab_size;
   j["make_vocab_size_divisible_by"] = c.make_vocab_size_divisible_by;
   j["init_method_std"] = c.init_method_std;
+  if (c.embedding_init_method_std > 0) j["embedding_init_method_std"] = c.embedding_init_method_std;
   j["hidden_dropout"] = c.hidden_dropout;
   j["attention_dropout"] = c.attention_dropout;
   j["dtype"] = dtype_name(c.dtype);
@@ -118,8 +119,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& source) {
   if (!j.is_object()) throw IoError(source + ": field 'model': expected an object");
   Fields f{j, "model.", source};
   f.no_unknown({"num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
-                "vocab_size", "make_vocab_size_divisible_by", "init_method_std", "hidden_dropout",
-                "attention_dropout", "dtype"});
+                "vocab_size", "make_vocab_size_divisible_by", "init_method_std", "embedding_init_method_std",
+                "hidden_dropout", "attention_dropout", "dtype"});
   ModelConfig c;
   c.num_layers = static_cast<int>(f.integer("num_layers", 1, kIntMax));
   c.hidden_size = static_cast<int>(f.integer("hidden_size", 1, kIntMax));
@@ -129,6 +130,8 @@ ModelConfig model_config_from_json(const json& j, const std::string& source) {
   c.vocab_size = f.integer("vocab_size", 2);
   c.make_vocab_size_divisible_by = static_cast<int>(f.integer("make_vocab_size_divisible_by", 1, kIntMax));
   c.init_method_std = static_cast<float>(f.number("init_method_std"));
+  if (j.contains("embedding_init_method_std"))  // written only when set
+    c.embedding_init_method_std = static_cast<float>(f.number("embedding_init_method_std"));
   c.hidden_dropout = static_cast<float>(f.number("hidden_dropout"));
   c.attention_dropout = static_cast<float>(f.number("attention_dropout"));
   const std::string dt = f.string("dtype");

@@ -64,6 +64,11 @@ struct DecodeShape {
 DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                                 const DecodePositions& at, const Tensor& out);
 
+// Backend::magnitude_stats_multi's result: over the elements x of the tensors, in double.
+struct MagnitudeStats {
+  double sum_squares = 0, sum_abs = 0, sum_sqrt_abs = 0, max_abs = 0;
+};
+
 // AdamW on one flat fp32 shard (decoupled weight decay, bias correction).
 //   g  = grad * grad_scale                       (unscale and clip folded into one factor)
 //   m  = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
@@ -249,6 +254,10 @@ class Backend {
   // The elements equal to zero (-0 included, NaN not) over all the tensors, to the host
   // (Megatron's --log-num-zeros-in-grad).
   virtual int64_t count_zeros_multi(const std::vector<Tensor>& list) = 0;
+  // Magnitude statistics over all the elements of the tensors, to the host (Megatron-
+  // DeepSpeed's --log-optimizer-states-to-tensorboard): sums in double, the maximum of |x|
+  // exact; a NaN element makes sum_abs and max_abs NaN. All zero for no elements.
+  virtual MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list) = 0;
 
   // ---- fused ops ------------------------------------------------------------------------
   // Each has a default made of the ops above: that composition is its meaning, and the CPU

@@ -53,6 +53,7 @@ void ModelConfig::validate(int tp) const {
   need(vocab_size > 1, "vocabulary size must be above 1");
   need(make_vocab_size_divisible_by > 0, "--make-vocab-size-divisible-by must be positive");
   need(init_method_std > 0, "--init-method-std must be positive");
+  need(embedding_init_method_std >= 0, "--embedding-init-method-std must be positive");
   need(hidden_dropout >= 0 && hidden_dropout < 1, "--hidden-dropout must be in [0, 1)");
   need(attention_dropout >= 0 && attention_dropout < 1, "--attention-dropout must be in [0, 1)");
   need(tp > 0 && num_attention_heads % tp == 0,

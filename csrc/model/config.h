@@ -22,6 +22,11 @@ struct ModelConfig {
   int64_t vocab_size = 50257;  // real (unpadded) vocabulary
   int make_vocab_size_divisible_by = 128;
   float init_method_std = 0.02f;
+  // Megatron's --embedding-init-method-std: 0 (unset) draws the embeddings with
+  // init_method_std; set, the word and position embeddings are drawn with it and take no
+  // weight decay (its help: "setting this to any value will also skip applying weight decay
+  // on embedding weights").
+  float embedding_init_method_std = 0.0f;
   // 0 for models built in code (tests, tools); the command line's default is Megatron's 0.1
   // (read_model_flags in csrc/train/options.cpp).
   float hidden_dropout = 0.0f;

@@ -23,9 +23,13 @@ std::vector<ParamSpec> gpt2_param_specs(const ModelConfig& cfg, int tp) {
     p.layer = layer;
     specs.push_back(p);
   };
-  add("wte", {cfg.padded_vocab_size(tp), C}, ShardRule::SplitRows, InitKind::Normal, std, true, -1);
+  const bool own_embedding_std = cfg.embedding_init_method_std > 0;
+  const float embedding_std = own_embedding_std ? cfg.embedding_init_method_std : std;
+  add("wte", {cfg.padded_vocab_size(tp), C}, ShardRule::SplitRows, InitKind::Normal, embedding_std, !own_embedding_std,
+      -1);
   specs.back().init_rows = cfg.vocab_size;
-  add("wpe", {cfg.max_position_embeddings, C}, ShardRule::Replicated, InitKind::Normal, std, true, -1);
+  add("wpe", {cfg.max_position_embeddings, C}, ShardRule::Replicated, InitKind::Normal, embedding_std,
+      !own_embedding_std, -1);
   for (int i = 0; i < cfg.num_layers; ++i) {
     const std::string h = "h." + std::to_string(i) + ".";
     add(h + "ln_1.weight", {C}, ShardRule::Replicated, InitKind::Ones, 0, false, i);

@@ -233,9 +233,19 @@ int64_t AdamWOptimizer::owned_grad_zeros(const std::function<bool(const ParamSpe
 }
 
 double AdamWOptimizer::owned_param_sum_squares(const std::function<bool(const ParamSpec&)>& counted) {
-  if (!master_.empty()) return be_.sum_squares_multi(owned_ranges(master_.t(), false, counted));
+  return be_.sum_squares_multi(owned_weights(counted));
+}
+
+std::vector<Tensor> AdamWOptimizer::owned_weights(const std::function<bool(const ParamSpec&)>& counted) {
+  if (!master_.empty()) return owned_ranges(master_.t(), false, counted);
   wait_for_all_params();  // the updated parameters themselves, which a gather may still write
-  return be_.sum_squares_multi(owned_ranges(params_.flat_params(), true, counted));
+  return owned_ranges(params_.flat_params(), true, counted);
+}
+
+AdamWOptimizer::StateStats AdamWOptimizer::owned_state_stats(const std::function<bool(const ParamSpec&)>& counted) {
+  return {be_.magnitude_stats_multi(owned_ranges(m_.t(), false, counted)),
+          be_.magnitude_stats_multi(owned_ranges(v_.t(), false, counted)),
+          be_.magnitude_stats_multi(owned_weights(counted))};
 }
 
 void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {

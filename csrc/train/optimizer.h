@@ -76,6 +76,13 @@ class AdamWOptimizer {
   double owned_param_sum_squares(const std::function<bool(const ParamSpec&)>& counted);
   // The zeros among the same reduced gradients (Megatron's --log-num-zeros-in-grad).
   int64_t owned_grad_zeros(const std::function<bool(const ParamSpec&)>& counted);
+  // Magnitude statistics of the state this rank updates, over the parameters for which
+  // `counted` is true: the two Adam moments and the weights that owned_param_sum_squares
+  // reads (Megatron-DeepSpeed's --log-optimizer-states-to-tensorboard).
+  struct StateStats {
+    MagnitudeStats exp_avg, exp_avg_sq, weights;
+  };
+  StateStats owned_state_stats(const std::function<bool(const ParamSpec&)>& counted);
   // One update with learning rate `lr`. `grad_norm` is the global norm of the (unscaled)
   // gradients; it sets the clipping factor. `grad_scale` multiplies the gradients first
   // (loss-scale unscaling). With zero > 0 the updated parameters are all-gathered.
@@ -119,6 +126,8 @@ class AdamWOptimizer {
  private:
   std::vector<Tensor> owned_ranges(const Tensor& state, bool flat,
                                    const std::function<bool(const ParamSpec&)>& counted) const;
+  // owned_ranges of the weights this rank updates (owned_param_sum_squares').
+  std::vector<Tensor> owned_weights(const std::function<bool(const ParamSpec&)>& counted);
   void reduce_bucket(size_t bucket);
   void queue_reduction(size_t bucket);
   // Waits for the reductions in flight (ZeRO-2: then adds each chunk to the shard and

@@ -329,6 +329,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"vocab-size", "vocabulary size for synthetic data (default 50257)"},
       {"make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this x tp (128)"},
       {"init-method-std", "std of the normal init (0.02)"},
+      {"embedding-init-method-std", "std of the word and position embeddings' normal init, which then take no "
+                                    "weight decay (Megatron's; default: --init-method-std, with weight decay)"},
       {"ffn-hidden-size", "MLP width: GPT-2's 4 x --hidden-size (another value is refused)"},
       {"kv-channels", "attention head width: --hidden-size / --num-attention-heads (another value is refused)"},
       {"hidden-dropout", "dropout on hidden states (0.1, Megatron's default)"},
@@ -542,6 +544,10 @@ const std::vector<FlagDef>& flag_defs() {
       {"no-log-loss-scale-to-tensorboard", "write no loss-scale scalars", true},
       {"log-memory-to-tensorboard", "also write rank 0's device memory: mem-reserved-bytes, mem-allocated-bytes, "
                                     "mem-max-allocated-bytes, mem-allocated-count", true},
+      {"log-optimizer-states-to-tensorboard", "also write Megatron-DeepSpeed's statistics of the Adam moments and "
+                                              "the fp32 weights over the whole model: optimizer/variance_l2, "
+                                              "momentum_abs_max, weight_l1, ... (12 scalars, each also vs tokens)",
+       true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
       {"log-num-zeros-in-grad", "the gradient elements equal to zero in the log line and TensorBoard (num zeros)",
        true},
@@ -959,6 +965,10 @@ void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("vocab-size", m.vocab_size);
   f.get("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   f.get("init-method-std", m.init_method_std);
+  if (f.has("embedding-init-method-std")) {
+    f.get("embedding-init-method-std", m.embedding_init_method_std);
+    if (!(m.embedding_init_method_std > 0)) throw ConfigError("--embedding-init-method-std: expected a positive std");
+  }
   // Megatron-LM's (and GPT-2's) dropout unless the flags say otherwise: a Megatron script
   // that passes neither trains with 0.1, and so does trident.
   m.hidden_dropout = m.attention_dropout = kMegatronDefaultDropout;
@@ -1284,6 +1294,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   o.log_learning_rate_to_tensorboard = !f.has("no-log-learnig-rate-to-tensorboard");
   o.log_loss_scale_to_tensorboard = !f.has("no-log-loss-scale-to-tensorboard");
   f.get("log-memory-to-tensorboard", o.log_memory_to_tensorboard);
+  f.get("log-optimizer-states-to-tensorboard", o.log_optimizer_states_to_tensorboard);
   f.get("log-params-norm", o.log_params_norm);
   f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
   f.get("timing-log-level", o.timing_log_level);
@@ -1937,6 +1948,8 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("make-vocab-size-divisible-by", m.make_vocab_size_divisible_by);
   line("hidden-dropout", m.hidden_dropout);
   line("attention-dropout", m.attention_dropout);
+  line("init-method-std", m.init_method_std);
+  line("embedding-init-method-std", m.embedding_init_method_std);  // also the embeddings' weight decay
   line("precision", dtype_name(m.dtype));
   line("micro-batch-size", o.micro_batch_size);
   line("global-batch-size", o.global_batch_size);
@@ -1979,6 +1992,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("log-interval", o.log_interval);
   line("log-params-norm", o.log_params_norm);
   line("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
+  line("log-optimizer-states-to-tensorboard", o.log_optimizer_states_to_tensorboard);  // collective
   line("timing-log-level", o.timing_log_level);
   line("timing-log-option", o.timing_log_option);
   line("log-timers-to-tensorboard", o.log_timers_to_tensorboard);

@@ -37,6 +37,11 @@ void MegatronScalars::at_iteration(const std::string& tag, double value, int64_t
   writer_.add_scalar(tag, value, iteration);
 }
 
+void MegatronScalars::optimizer_state(const std::string& name, double value, const RunPosition& at) {
+  writer_.add_scalar("optimizer/" + name + " vs tokens", value, at.tokens);
+  writer_.add_scalar("optimizer/" + name, value, at.iteration);
+}
+
 void MegatronScalars::position(const RunPosition& at) {
   if (tags_ == TensorBoardTags::kMegatron) return;
   writer_.add_scalar("steps-vs-samples/y=steps,x=samples", static_cast<double>(at.iteration), at.samples);

@@ -49,6 +49,9 @@ class MegatronScalars {
   void metric(const std::string& name, double value, const RunPosition& at) { metric(name, value, at, Axes{}); }
   // A scalar of the iteration alone, under the same tag in both layouts.
   void at_iteration(const std::string& tag, double value, int64_t iteration);
+  // One of Megatron-DeepSpeed's optimizer-state statistics, in either layout (Megatron-LM has
+  // none): "optimizer/<name> vs tokens", then "optimizer/<name>" at the iteration.
+  void optimizer_state(const std::string& name, double value, const RunPosition& at);
   // Megatron-DeepSpeed's steps-vs-samples and steps-vs-tokens panels; nothing for Megatron-LM.
   void position(const RunPosition& at);
   TensorBoardTags tags() const { return tags_; }

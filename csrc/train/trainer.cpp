@@ -293,10 +293,10 @@ bool Trainer::counted_here(const ParamSpec& s) const {
   return (s.shard != ShardRule::Replicated || grid.tp_rank == 0) && (s.name != "wte" || grid.first_stage());
 }
 
-void Trainer::sum_over_model(const Tensor& host_values) {
-  if (optimizer_->sharded()) par_->dp->allreduce(host_values, ReduceOp::Sum);
-  par_->tp->allreduce(host_values, ReduceOp::Sum);
-  par_->pp->allreduce(host_values, ReduceOp::Sum);
+void Trainer::sum_over_model(const Tensor& host_values, ReduceOp op) {
+  if (optimizer_->sharded()) par_->dp->allreduce(host_values, op);
+  par_->tp->allreduce(host_values, op);
+  par_->pp->allreduce(host_values, op);
 }
 
 // Squared norm over the whole model of the gradients (or the parameters).
@@ -306,6 +306,39 @@ double Trainer::global_norm_sq(bool of_params) {
                                                        : optimizer_->owned_grad_sum_squares(counted))};
   sum_over_model(Tensor(v.data(), Shape{1}, DType::F32, Device::Cpu));
   return v[0];
+}
+
+// Megatron-DeepSpeed's statistics of the Adam moments (exp_avg "momentum", exp_avg_sq
+// "variance", and its square root) and the fp32 weights, in its order. Unlike Megatron-
+// DeepSpeed, which adds up every rank's pieces (the TP-replicated parameters once per TP rank,
+// the tied embedding twice, a replicated state once per DP rank unless --zero-stage 0), each
+// parameter is counted once, so the values do not depend on the parallel layout. Reduced in
+// float, as there.
+std::vector<std::pair<std::string, double>> Trainer::optimizer_state_statistics() {
+  const AdamWOptimizer::StateStats s =
+      optimizer_->owned_state_stats([this](const ParamSpec& p) { return counted_here(p); });
+  const MagnitudeStats &m = s.exp_avg, &v = s.exp_avg_sq, &w = s.weights;
+  // sum (sqrt v)^2 = sum v, and the largest sqrt v is the root of the largest v.
+  std::vector<float> sums = {static_cast<float>(v.sum_squares), static_cast<float>(v.sum_abs),
+                             static_cast<float>(m.sum_squares), static_cast<float>(w.sum_squares),
+                             static_cast<float>(v.sum_abs),     static_cast<float>(v.sum_sqrt_abs),
+                             static_cast<float>(m.sum_abs),     static_cast<float>(w.sum_abs)};
+  std::vector<float> maxima = {static_cast<float>(v.max_abs), static_cast<float>(m.max_abs),
+                               static_cast<float>(w.max_abs)};
+  sum_over_model(Tensor(sums.data(), Shape{8}, DType::F32, Device::Cpu));
+  sum_over_model(Tensor(maxima.data(), Shape{3}, DType::F32, Device::Cpu), ReduceOp::Max);
+  return {{"variance_l2", std::sqrt(sums[0])},
+          {"variance_sqrt_l2", std::sqrt(sums[1])},
+          {"momentum_l2", std::sqrt(sums[2])},
+          {"weight_l2", std::sqrt(sums[3])},
+          {"variance_l1", sums[4]},
+          {"variance_sqrt_l1", sums[5]},
+          {"momentum_l1", sums[6]},
+          {"weight_l1", sums[7]},
+          {"variance_abs_max", maxima[0]},
+          {"variance_sqrt_abs_max", std::sqrt(maxima[0])},
+          {"momentum_abs_max", maxima[1]},
+          {"weight_abs_max", maxima[2]}};
 }
 
 // Zeros among the whole model's reduced gradients, exactly: a float sum (Megatron's) rounds
@@ -906,6 +939,9 @@ void Trainer::train() {
     const bool tensorboard_due = !opt_.tensorboard_dir.empty() && iteration_ % opt_.tensorboard_log_interval == 0;
     const double params_norm =
         opt_.log_params_norm && (logging || tensorboard_due) ? std::sqrt(global_norm_sq(true)) : std::nan("");
+    const auto optimizer_states = opt_.log_optimizer_states_to_tensorboard && tensorboard_due
+                                      ? optimizer_state_statistics()
+                                      : std::vector<std::pair<std::string, double>>{};
     ++timed_since_tensorboard_;
     if (tensorboard_due && opt_.log_timers_to_tensorboard && timers_.any()) {
       // Megatron's "<name>-time" scalars: the maximum over the ranks, in seconds an iteration.
@@ -939,6 +975,7 @@ void Trainer::train() {
         tb.at_iteration("mem-max-allocated-bytes", static_cast<double>(m.peak_bytes_in_use), iteration_);
         tb.at_iteration("mem-allocated-count", static_cast<double>(m.blocks_in_use), iteration_);
       }
+      for (const auto& [name, value] : optimizer_states) tb.optimizer_state(name, value, at);
       if (skipped_samples_ > 0)  // Megatron's, at the iteration
         tb.at_iteration("skipped-train-samples", static_cast<double>(skipped_samples_), iteration_);
       if (opt_.log_batch_size_to_tensorboard)

@@ -162,8 +162,10 @@ class Trainer {
   void report_peak_memory();  // collective over the pipeline
   double global_norm_sq(bool of_params);  // of the gradients, or of the parameters; collective
   int64_t global_grad_zeros();            // --log-num-zeros-in-grad; collective
+  // --log-optimizer-states-to-tensorboard's 12 scalars (names and values); collective.
+  std::vector<std::pair<std::string, double>> optimizer_state_statistics();
   bool counted_here(const ParamSpec& s) const;
-  void sum_over_model(const Tensor& host_values);
+  void sum_over_model(const Tensor& host_values, ReduceOp op = ReduceOp::Sum);
   void reduce_loss_stats(LossStats& s);
   void log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard = true);
   // The validation and test evaluations at the end of the run (or of --skip-train); false

@@ -183,6 +183,9 @@ class CpuBackend final : public Backend {
   double sum(const Tensor& t) override { return cpu::sum(t); }
   bool has_inf_or_nan(const Tensor& t) override { return cpu::has_inf_or_nan(t); }
   int64_t count_zeros_multi(const std::vector<Tensor>& list) override { return cpu::count_zeros_multi(list); }
+  MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list) override {
+    return cpu::magnitude_stats_multi(list);
+  }
 
  private:
   // Grow-only scratch (see cpu_ops.h); the backend is used from one host thread at a time.

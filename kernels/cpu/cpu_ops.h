@@ -93,5 +93,6 @@ double sum_squares(const Tensor& t);
 double sum(const Tensor& t);
 bool has_inf_or_nan(const Tensor& t);
 int64_t count_zeros_multi(const std::vector<Tensor>& list);
+MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list);
 
 }  // namespace trident::cpu

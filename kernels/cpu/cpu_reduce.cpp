@@ -68,4 +68,41 @@ int64_t count_zeros_multi(const std::vector<Tensor>& list) {
   return zeros;
 }
 
+// The larger of two magnitudes; a NaN on either side wins.
+static double nan_max(double m, double a) { return std::isnan(m) || a <= m ? m : a; }
+
+// Per block of kBlock elements (in parallel), then the blocks in order: the same bits for
+// any thread count.
+MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list) {
+  MagnitudeStats total;
+  std::vector<MagnitudeStats> part;
+  for (const Tensor& t : list) {
+    check_float("magnitude_stats", t);
+    const int64_t n = t.numel(), blocks = (n + kBlock - 1) / kBlock;
+    part.assign(static_cast<size_t>(blocks), MagnitudeStats{});
+#pragma omp parallel for schedule(static)
+    for (int64_t bi = 0; bi < blocks; ++bi) {
+      const int64_t off = bi * kBlock, w = std::min(kBlock, n - off);
+      float buf[kBlock];
+      load_f32(t, off, w, buf);
+      MagnitudeStats s;
+      for (int64_t i = 0; i < w; ++i) {
+        const double a = std::fabs(static_cast<double>(buf[i]));
+        s.sum_squares += a * a;
+        s.sum_abs += a;
+        s.sum_sqrt_abs += std::sqrt(a);
+        s.max_abs = nan_max(s.max_abs, a);
+      }
+      part[bi] = s;
+    }
+    for (const MagnitudeStats& s : part) {
+      total.sum_squares += s.sum_squares;
+      total.sum_abs += s.sum_abs;
+      total.sum_sqrt_abs += s.sum_sqrt_abs;
+      total.max_abs = nan_max(total.max_abs, s.max_abs);
+    }
+  }
+  return total;
+}
+
 }  // namespace trident::cpu

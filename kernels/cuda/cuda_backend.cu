@@ -362,6 +362,11 @@ class CudaBackend final : public Backend {
     for (const Tensor& t : list) require_device("count_zeros", {&t});
     return cuda::count_zeros_multi(list, allocator(), stream_);
   }
+  MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list) override {
+    on_device();
+    for (const Tensor& t : list) require_device("magnitude_stats", {&t});
+    return cuda::magnitude_stats_multi(list, allocator(), stream_);
+  }
   double sum_squares(const Tensor& t) override {
     on_device();
     require_device("sum_squares", {&t});

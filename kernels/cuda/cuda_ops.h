@@ -96,6 +96,8 @@ void dropout_bias_backward(const Tensor& dout, int T, const DropoutKey& drop, co
 double sum(const Tensor& t, bool squares, CachingAllocator& scratch, cudaStream_t s);  // synchronises
 double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s);  // synchronises
 int64_t count_zeros_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s);  // synchronises
+MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list, CachingAllocator& scratch,
+                                     cudaStream_t s);  // synchronises
 bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s);       // synchronises
 
 // Column reductions in two deterministic passes (used by bias_backward and the LayerNorm

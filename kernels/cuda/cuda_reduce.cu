@@ -1,7 +1,8 @@
 // Reductions: bias gradient (column sums), sum / sum of squares to the host (also over a
 // list of tensors in one multi-tensor pass, for the global gradient norm, which is also
 // the loss scaler's overflow check), a count of zeros over such a list (for
-// --log-num-zeros-in-grad), and an inf/NaN check.
+// --log-num-zeros-in-grad), magnitude statistics over such a list (for
+// --log-optimizer-states-to-tensorboard), and an inf/NaN check.
 // Every float reduction is deterministic: a fixed partition that depends only on the
 // shape (never on the GPU model or on scheduling), partials combined in a fixed order,
 // no float atomics. sum and sum_squares accumulate in double, as their CPU twins do.
@@ -257,6 +258,90 @@ __global__ void inf_nan_kernel(const T* x, int64_t n, int* flag) {
   if (bad) *flag = 1;  // every writer stores the same value: no race on the result
 }
 
+// The larger of two magnitudes; a NaN on either side wins (the CPU's rule).
+__device__ __forceinline__ double nan_max(double m, double a) { return isnan(m) || a <= m ? m : a; }
+
+__device__ __forceinline__ double block_nan_max(double v, double* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = nan_max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  double r = lane < nwarps ? shared[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) r = nan_max(r, __shfl_xor_sync(0xffffffffu, r, o));
+  __syncthreads();
+  return r;
+}
+
+// multi_sum_kernel's chunks, with the four magnitude statistics a block. The square root
+// is float's (correctly rounded), summed in double.
+template <typename T>
+__global__ void multi_magnitude_kernel(SquaresTable tab, MagnitudeStats* partials) {
+  __shared__ double shared[32];
+  const int64_t chunks = tab.first_chunk[tab.count];
+  MagnitudeStats acc;
+  int t = 0;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    while (tab.first_chunk[t + 1] <= c) ++t;  // chunks come in increasing order
+    const int64_t begin = (c - tab.first_chunk[t]) * kSquaresChunk;
+    const int64_t end = begin + kSquaresChunk < tab.n[t] ? begin + kSquaresChunk : tab.n[t];
+    for_each_strided(static_cast<const T*>(tab.p[t]), begin, end, threadIdx.x, blockDim.x, [&](float v) {
+      const float a = fabsf(v);
+      const double d = a;
+      acc.sum_squares += d * d;
+      acc.sum_abs += d;
+      acc.sum_sqrt_abs += sqrtf(a);
+      acc.max_abs = nan_max(acc.max_abs, d);
+    });
+  }
+  acc.sum_squares = block_sum(acc.sum_squares, shared);
+  acc.sum_abs = block_sum(acc.sum_abs, shared);
+  acc.sum_sqrt_abs = block_sum(acc.sum_sqrt_abs, shared);
+  acc.max_abs = block_nan_max(acc.max_abs, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+// One block combines any number of those partials: thread i takes i, i + blockDim.x, ... in
+// order, then the block's sums and maximum.
+__global__ void magnitude_many_partials_kernel(const MagnitudeStats* partials, int64_t count, MagnitudeStats* result) {
+  __shared__ double shared[32];
+  MagnitudeStats acc;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    acc.sum_squares += partials[i].sum_squares;
+    acc.sum_abs += partials[i].sum_abs;
+    acc.sum_sqrt_abs += partials[i].sum_sqrt_abs;
+    acc.max_abs = nan_max(acc.max_abs, partials[i].max_abs);
+  }
+  acc.sum_squares = block_sum(acc.sum_squares, shared);
+  acc.sum_abs = block_sum(acc.sum_abs, shared);
+  acc.sum_sqrt_abs = block_sum(acc.sum_sqrt_abs, shared);
+  acc.max_abs = block_nan_max(acc.max_abs, shared);
+  if (threadIdx.x == 0) *result = acc;
+}
+
+// magnitude_stats_multi's passes, shared by the host launcher and the CPU emulator's test:
+// sum_squares_multi's launches (at most max_blocks blocks each) with a MagnitudeStats
+// partial a block, then one block combining them in block order. partials_of(bytes) gives
+// the partials' memory, the result's included. Returns the result's address (null for no
+// elements).
+template <typename PartialsOf>
+MagnitudeStats* magnitude_stats_passes(const std::vector<Tensor>& list, int max_blocks, cudaStream_t s,
+                                       PartialsOf&& partials_of) {
+  int64_t total_blocks = 0;
+  plan_squares_launches(list, max_blocks, [&](const SquaresTable&, int blocks, DType) { total_blocks += blocks; });
+  if (total_blocks == 0) return nullptr;
+  MagnitudeStats* partials = partials_of(sizeof(MagnitudeStats) * (total_blocks + 1));
+  int64_t written = 0;
+  plan_squares_launches(list, max_blocks, [&](const SquaresTable& tab, int blocks, DType dtype) {
+    dispatch_float(dtype, "magnitude_stats", [&](auto tag) {
+      using T = decltype(tag);
+      multi_magnitude_kernel<T><<<blocks, kSumBlock, 0, s>>>(tab, partials + written);
+    });
+    written += blocks;
+  });
+  magnitude_many_partials_kernel<<<1, kSumMaxBlocks, 0, s>>>(partials, written, partials + written);
+  return partials + written;
+}
+
 // column_chunks (cuda_ops.h), here so that the CPU emulator's tests share it.
 int column_chunk_count(int64_t rows, int64_t cols, int vector) {
   // Aim for ~1024 blocks in all with at least 16 rows per chunk; a function of the shape only.
@@ -419,6 +504,18 @@ double sum_squares_multi(const std::vector<Tensor>& list, CachingAllocator& scra
 
 int64_t count_zeros_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
   return static_cast<int64_t>(multi_sum<Summand::kIsZero>("count_zeros", list, scratch, s));
+}
+
+MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list, CachingAllocator& scratch, cudaStream_t s) {
+  for (const Tensor& t : list)
+    TRIDENT_CHECK(is_float(t.dtype), "magnitude_stats: float tensors expected, got ", dtype_name(t.dtype));
+  std::optional<Scratch> partials;
+  const MagnitudeStats* result = magnitude_stats_passes(list, kSquaresBlocks, s, [&](size_t bytes) {
+    partials.emplace(scratch, bytes);
+    return partials->as<MagnitudeStats>();
+  });
+  CUDA_CHECK_LAUNCH();
+  return result ? to_host(result, s) : MagnitudeStats{};
 }
 
 bool has_inf_or_nan(const Tensor& t, CachingAllocator& scratch, cudaStream_t s) {

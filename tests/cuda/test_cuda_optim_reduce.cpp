@@ -167,6 +167,34 @@ TEST_P(Reduce, CountZerosMulti) {
   EXPECT_EQ(gpu().count_zeros_multi({}), 0);
 }
 
+// magnitude_stats_multi: sum_squares_multi's layout of pieces, the largest magnitude
+// planted (negative), against the CPU (double square roots there, float's here: 1e-7), and
+// bit-identical when repeated.
+TEST_P(Reduce, MagnitudeStatsMulti) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  int64_t total = 0;
+  const std::vector<int64_t> sizes = multi_piece_sizes(&total);
+  std::vector<float> v(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) v[i] = static_cast<float>((i * 7919) % 2001 - 1000) / 400.f;
+  v[static_cast<size_t>(total / 3)] = -11.f;
+  Pair all = upload(Shape{total}, dt(), v);
+  std::vector<Tensor> c, g;
+  int64_t off = 0;
+  for (int64_t n : sizes) {
+    c.push_back(all.cpu.t().flat_slice(off, n));
+    g.push_back(all.gpu.t().flat_slice(off, n));
+    off += n;
+  }
+  const MagnitudeStats want = cpu().magnitude_stats_multi(c);
+  const MagnitudeStats got = gpu().magnitude_stats_multi(g);
+  EXPECT_NEAR(got.sum_squares, want.sum_squares, 1e-12 * want.sum_squares);
+  EXPECT_NEAR(got.sum_abs, want.sum_abs, 1e-12 * want.sum_abs);
+  EXPECT_NEAR(got.sum_sqrt_abs, want.sum_sqrt_abs, 1e-7 * want.sum_sqrt_abs);
+  EXPECT_EQ(got.max_abs, 11.0);
+  EXPECT_EQ(got.sum_sqrt_abs, gpu().magnitude_stats_multi(g).sum_sqrt_abs) << "not deterministic";
+  EXPECT_EQ(gpu().magnitude_stats_multi({}).max_abs, 0.0);
+}
+
 TEST_P(Reduce, SumAndSumSquares) {
   TRIDENT_SKIP_WITHOUT_GPU();
   for (int64_t n : {int64_t{1}, int64_t{37 * 129}, int64_t{1} << 20}) {

@@ -1,6 +1,6 @@
 // The kernels of kernels/cuda/cuda_reduce.cu on the CPU emulator, with mirrors of its host
 // launchers (column_partials_accumulate, sum, has_inf_or_nan; bias_backward, its dropout
-// form, sum_squares_multi and count_zeros_multi run the launchers' own code): the same kernels, template arguments and launch
+// form, sum_squares_multi, count_zeros_multi and magnitude_stats_multi run the launchers' own code): the same kernels, template arguments and launch
 // geometry, host vectors for the scratch memory (filled with NaN, as device scratch holds
 // garbage). Shared by test_reduce.cpp and test_layernorm.cpp (LayerNorm's dgamma/dbeta
 // go through column_partials_accumulate).
@@ -99,6 +99,17 @@ double sum_squares_multi(const std::vector<Tensor>& list, int max_blocks = kSqua
 
 int64_t count_zeros_multi(const std::vector<Tensor>& list, int max_blocks = kSquaresBlocks) {
   return static_cast<int64_t>(multi_sum<Summand::kIsZero>(list, max_blocks));
+}
+
+// The launcher's own passes (magnitude_stats_passes), the partials in a host vector.
+MagnitudeStats magnitude_stats_multi(const std::vector<Tensor>& list, int max_blocks = kSquaresBlocks) {
+  std::vector<MagnitudeStats> partials;
+  const MagnitudeStats* result = magnitude_stats_passes(list, max_blocks, nullptr, [&](size_t bytes) {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    partials.assign(bytes / sizeof(MagnitudeStats), MagnitudeStats{nan, nan, nan, nan});
+    return partials.data();
+  });
+  return result ? *result : MagnitudeStats{};
 }
 
 bool has_inf_or_nan(const Tensor& t) {

@@ -1,7 +1,7 @@
 // kernels/cuda/cuda_reduce.cu on the CPU emulator vs the CPU backend: bias_backward (+=,
 // column sums in two deterministic passes), sum and sum_squares (double accumulation),
-// the multi-tensor sum of squares (several launches, dtype changes, empty pieces) and
-// has_inf_or_nan; the deterministic ones are also run twice under different thread
+// the multi-tensor sum of squares (several launches, dtype changes, empty pieces), its
+// magnitude statistics and has_inf_or_nan; the deterministic ones are also run twice under different thread
 // schedules and must give the same bits.
 //
 // What it cannot check: float atomics or scheduling effects of real hardware (the
@@ -167,6 +167,47 @@ TEST_P(EmulatedReduce, CountZerosMulti) {
 // The elements before the first 16-byte boundary of a misaligned start (also a whole
 // tensor shorter than them), the vector path and its tail, for sum and sum_squares
 // (grid-stride over one tensor).
+// magnitude_stats_multi: sum_squares_multi's layout of pieces (several launches, a dtype
+// change, misaligned starts, 3 blocks a launch) against the CPU: the sums of squares and of
+// |x| to 1e-12, the sum of square roots to 1e-7 (float's root on the GPU, double's on the
+// CPU), the maximum exact and at a planted element; a NaN reaches sum_abs and max_abs.
+TEST_P(EmulatedReduce, MagnitudeStatsMulti) {
+  std::vector<Buffer> bufs;
+  std::vector<Tensor> list;
+  for (int i = 0; i < 110; ++i) {
+    const int64_t n = i == 5 ? 70000 : i == 60 ? 16384 * 2 + 9 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
+    const DType t = i >= 40 && i < 45 ? DType::F32 : dt();
+    const int64_t skip = i % 4 == 1 ? 1 : 0;  // starts one element into its buffer: misaligned
+    bufs.push_back(n == 0 ? cpu().empty(Shape{0}, t) : random(Shape{n + skip}, t, -2.f, 2.f));
+    if (i == 60) store_from_float(bufs.back().t().data, t, skip + n / 2, -7.5f);  // the largest magnitude
+    list.push_back(n == 0 ? bufs.back().t() : bufs.back().t().flat_slice(skip, n));
+  }
+  const MagnitudeStats ref = cpu().magnitude_stats_multi(list);
+  ASSERT_EQ(ref.max_abs, 7.5);
+  for (int max_blocks : {kr::kSquaresBlocks, 3}) {
+    SCOPED_TRACE("blocks a launch " + std::to_string(max_blocks));
+    const MagnitudeStats got = kr::magnitude_stats_multi(list, max_blocks);
+    expect_near(got.sum_squares, ref.sum_squares, 1e-12 * ref.sum_squares, "sum of squares");
+    expect_near(got.sum_abs, ref.sum_abs, 1e-12 * ref.sum_abs, "sum of |x|");
+    expect_near(got.sum_sqrt_abs, ref.sum_sqrt_abs, 1e-7 * ref.sum_sqrt_abs, "sum of sqrt|x|");
+    EXPECT_EQ(got.max_abs, ref.max_abs);
+  }
+  const MagnitudeStats once = kr::magnitude_stats_multi(list);
+  emu::set_schedule_seed(98);
+  const MagnitudeStats again = kr::magnitude_stats_multi(list);
+  EXPECT_EQ(once.sum_sqrt_abs, again.sum_sqrt_abs) << "differs between two thread schedules";
+  EXPECT_EQ(once.sum_abs, again.sum_abs) << "differs between two thread schedules";
+
+  const MagnitudeStats none = kr::magnitude_stats_multi({});
+  EXPECT_EQ(none.sum_squares + none.sum_abs + none.sum_sqrt_abs + none.max_abs, 0.0);
+  std::vector<float> with_nan(300, 1.f);
+  with_nan[123] = std::nanf("");
+  Buffer nan_buf = from_floats(Shape{300}, dt(), with_nan);
+  const MagnitudeStats nan_stats = kr::magnitude_stats_multi({list[1], nan_buf.t(), list[2]}, 2);
+  EXPECT_TRUE(std::isnan(nan_stats.sum_abs));
+  EXPECT_TRUE(std::isnan(nan_stats.max_abs)) << "a NaN must not lose to a larger magnitude";
+}
+
 TEST_P(EmulatedReduce, SumOfMisalignedAndRaggedTensors) {
   for (int64_t skip : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{7}})
     for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{256 * 8 * 3 + 13}}) {

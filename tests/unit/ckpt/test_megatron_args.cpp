@@ -81,6 +81,13 @@ TEST(MegatronArgs, DefaultsOfOlderVersions) {
   EXPECT_FLOAT_EQ(c.hidden_dropout, 0.1f);
   EXPECT_FLOAT_EQ(c.attention_dropout, 0.1f);
   EXPECT_FLOAT_EQ(c.init_method_std, 0.02f);
+  EXPECT_EQ(c.embedding_init_method_std, 0.0f);  // none: the embeddings took init_method_std
+}
+
+TEST(MegatronArgs, EmbeddingInitStd) {
+  auto a = gpt2_345m();
+  a["embedding_init_method_std"] = 1.0;
+  EXPECT_EQ(config(a).embedding_init_method_std, 1.0f);
 }
 
 TEST(MegatronArgs, DtypeShapeAndPadding) {

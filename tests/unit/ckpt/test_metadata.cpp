@@ -58,6 +58,7 @@ TEST(Metadata, RoundTripEveryField) {
   EXPECT_EQ(r.model.vocab_size, 50257);
   EXPECT_EQ(r.model.make_vocab_size_divisible_by, 64);
   EXPECT_EQ(r.model.init_method_std, 0.015f);
+  EXPECT_EQ(r.model.embedding_init_method_std, 0.0f);  // unset: not written
   EXPECT_EQ(r.model.hidden_dropout, 0.1f);
   EXPECT_EQ(r.model.attention_dropout, 0.05f);
   EXPECT_EQ(r.model.dtype, DType::BF16);
@@ -74,6 +75,19 @@ TEST(Metadata, RoundTripEveryField) {
   EXPECT_EQ(j["layout"]["zero_stage"], 1);
   EXPECT_EQ(j["files"][0]["xxh3"], "0123456789abcdef");
   EXPECT_FALSE(j["layout"].contains("virtual_pipeline_chunks"));  // older readers still read plain layouts
+}
+
+// --embedding-init-method-std is written only when set (older readers know no such field).
+TEST(Metadata, EmbeddingInitStdRoundTrips) {
+  ScratchDir d;
+  const std::string path = d / kMetadataFileName;
+  CheckpointMetadata m = sample();
+  write_metadata(path, m);
+  EXPECT_FALSE(json::parse(slurp(path))["model"].contains("embedding_init_method_std"));
+  m.model.embedding_init_method_std = 0.5f;
+  write_metadata(path, m);
+  EXPECT_EQ(json::parse(slurp(path))["model"]["embedding_init_method_std"], 0.5);
+  EXPECT_EQ(read_metadata(path).model.embedding_init_method_std, 0.5f);
 }
 
 TEST(Metadata, InterleavedLayoutRoundTrips) {

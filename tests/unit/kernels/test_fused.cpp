@@ -269,6 +269,43 @@ TEST_P(Fused, CountZerosMultiCountsEveryTensor) {
   EXPECT_EQ(be->count_zeros_multi({}), 0);
 }
 
+// Every tensor's elements in the four statistics, against a naive double loop over the
+// stored values; a NaN makes sum_abs and max_abs NaN wherever it lies.
+TEST_P(Fused, MagnitudeStatsMultiCoversEveryTensor) {
+  const DType dt = GetParam();
+  auto be = make_cpu_backend();
+  std::vector<Buffer> keep;
+  std::vector<Tensor> list;
+  MagnitudeStats want;
+  for (int64_t n : {int64_t{3}, int64_t{0}, int64_t{10000}, int64_t{17}}) {
+    std::vector<float> v = randn(n, 80 + n);
+    if (n == 17) v[5] = -9.0f;  // the largest magnitude, negative
+    for (double r : rounded(v, dt)) {
+      want.sum_squares += r * r;
+      want.sum_abs += std::fabs(r);
+      want.sum_sqrt_abs += std::sqrt(std::fabs(r));
+      want.max_abs = std::max(want.max_abs, std::fabs(r));
+    }
+    keep.push_back(upload(*be, v, Shape{n}, dt));
+    list.push_back(keep.back());
+  }
+  const MagnitudeStats got = be->magnitude_stats_multi(list);
+  EXPECT_NEAR(got.sum_squares, want.sum_squares, 1e-12 * want.sum_squares);
+  EXPECT_NEAR(got.sum_abs, want.sum_abs, 1e-12 * want.sum_abs);
+  EXPECT_NEAR(got.sum_sqrt_abs, want.sum_sqrt_abs, 1e-12 * want.sum_sqrt_abs);
+  EXPECT_EQ(got.max_abs, 9.0);
+  const MagnitudeStats none = be->magnitude_stats_multi({});
+  EXPECT_EQ(none.sum_squares + none.sum_abs + none.sum_sqrt_abs + none.max_abs, 0.0);
+
+  std::vector<float> with_nan(5000, 0.5f);
+  with_nan[4500] = std::nanf("");  // in the second block of 4096, after larger values
+  with_nan[10] = 3.0f;
+  keep.push_back(upload(*be, with_nan, Shape{5000}, dt));
+  const MagnitudeStats nan_stats = be->magnitude_stats_multi({list[3], keep.back().t(), list[0]});
+  EXPECT_TRUE(std::isnan(nan_stats.sum_abs));
+  EXPECT_TRUE(std::isnan(nan_stats.max_abs)) << "a NaN must not lose to a larger magnitude";
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, Fused, kFloatTypes, DTypeName());
 
 }  // namespace

@@ -87,6 +87,38 @@ TEST(Params, InitStatisticsFollowGpt2) {
   for (float x : test::to_host(*be, s.param("h.3.attn.qkv.bias"))) ASSERT_EQ(x, 0.0f);
 }
 
+// --embedding-init-method-std: the word and position embeddings drawn with it and left out
+// of weight decay; every other weight as before. Unset, the embeddings follow
+// --init-method-std and decay.
+TEST(Params, EmbeddingInitStdAndWeightDecay) {
+  ModelConfig cfg = test::tiny_config();
+  cfg.hidden_size = 64;
+  cfg.vocab_size = 1000;
+  cfg.max_position_embeddings = 256;
+  auto be = make_cpu_backend();
+  for (float embedding_std : {0.0f, 1.0f}) {
+    SCOPED_TRACE("embedding std " + std::to_string(embedding_std));
+    cfg.embedding_init_method_std = embedding_std;
+    const float want = embedding_std > 0 ? embedding_std : cfg.init_method_std;
+    const std::vector<ParamSpec> specs = gpt2_param_specs(cfg, 1);
+    ParamStore s(*be, specs, 1, 0, DType::F32, DType::F32, [](const ParamSpec&) { return true; });
+    s.init(11);
+    for (const char* name : {"wte", "wpe"}) {
+      std::vector<float> v = test::to_host(*be, s.param(name));
+      if (std::string(name) == "wte") v.resize(static_cast<size_t>(cfg.vocab_size * cfg.hidden_size));  // no padding
+      double q = 0;
+      for (float x : v) q += double(x) * x;
+      EXPECT_NEAR(std::sqrt(q / v.size()), want, 0.02 * want) << name;
+    }
+    for (const ParamSpec& p : specs) {
+      const bool embedding = p.name == "wte" || p.name == "wpe";
+      const bool two_d = p.shape.ndim == 2;
+      EXPECT_EQ(p.weight_decay, two_d && !(embedding && embedding_std > 0)) << p.name;
+      if (p.name == "h.1.mlp.fc.weight") EXPECT_EQ(p.std, cfg.init_method_std);
+    }
+  }
+}
+
 TEST(Params, CountsMatchGpt2Small) {
   ModelConfig c;  // defaults are GPT-2 small
   EXPECT_EQ(c.padded_vocab_size(1), 50304);

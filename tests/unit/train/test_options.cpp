@@ -58,6 +58,10 @@ TEST(Options, DefaultsFollowMegatron) {
   const TrainOptions no_dropout = parse({"--hidden-dropout", "0", "--attention-dropout", "0.25"});
   EXPECT_EQ(no_dropout.model.hidden_dropout, 0.0f);
   EXPECT_FLOAT_EQ(no_dropout.model.attention_dropout, 0.25f);
+  // Megatron's None: the embeddings take --init-method-std.
+  EXPECT_EQ(o.model.embedding_init_method_std, 0.0f);
+  EXPECT_FLOAT_EQ(parse({"--embedding-init-method-std", "1.0"}).model.embedding_init_method_std, 1.0f);
+  EXPECT_EQ(error_of({"--embedding-init-method-std", "0"}), "--embedding-init-method-std: expected a positive std");
   // Iteration-based, 100 iterations of micro batch 4.
   EXPECT_FALSE(o.sample_based);
   EXPECT_EQ(o.train_iters, 100);
