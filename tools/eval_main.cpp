@@ -218,10 +218,16 @@ int run(int argc, char** argv) {
     if (parallel->world_rank() == 0) std::cout << "trident-eval: --use-checkpoint-args: " << taken << std::endl;
   }
 
-  std::unique_ptr<SampleSource> train, eval_data;
+  // What is evaluated: one split, or with --multiple-validation-sets each validation set.
+  struct EvalSet {
+    std::unique_ptr<SampleSource> data;
+    std::string label;  // "valid set", "validation-1 set", "sequential data"
+    uint64_t first = 0;
+    int64_t iterations = 0;
+  };
+  std::unique_ptr<SampleSource> train;
+  std::vector<EvalSet> sets;
   const SequentialWindows* seq = nullptr;
-  uint64_t first = 0;
-  int64_t iterations = opt.eval_iters;
   if (ef.sequential) {
     if (opt.data_path.empty()) throw ConfigError("--sequential needs --data-path PREFIX");
     const auto blend = parse_data_path(opt.data_path, opt.data_path_flag);
@@ -232,11 +238,11 @@ int run(int argc, char** argv) {
       auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.vocab_size, opt.model.seq_length,
                                                    ef.max_tokens, static_cast<uint64_t>(opt.global_batch_size));
       seq = s.get();
-      eval_data = std::move(s);
+      const int64_t iterations = static_cast<int64_t>(s->size() / opt.global_batch_size);
+      sets.push_back({std::move(s), "sequential data", 0, iterations});
     } catch (const IoError& e) {
       throw ConfigError(e.what());
     }
-    iterations = static_cast<int64_t>(eval_data->size() / opt.global_batch_size);
     // The trainer needs a training stream; it is never read.
     train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   } else {
@@ -245,21 +251,29 @@ int run(int argc, char** argv) {
                 << std::endl;
     TrainData d = make_train_data(opt, parallel.get(), DataUse::kEvaluationOnly);
     train = std::move(d.train);
-    eval_data = std::move(ef.split_name == "valid" ? d.valid : d.test);
-    if (!eval_data)
+    const bool valid = ef.split_name == "valid";
+    const uint64_t first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample)
+                           : valid ? meta.trainer_state.value("consumed_valid_samples", uint64_t{0})
+                                   : 0;
+    if (opt.multiple_validation_sets && valid) {
+      for (size_t k = 0; k < d.valid_sets.size(); ++k)
+        sets.push_back({std::move(d.valid_sets[k]), "validation-" + std::to_string(k) + " set", first, opt.eval_iters});
+    } else if (auto data = std::move(valid ? d.valid : d.test)) {
+      sets.push_back({std::move(data), ef.split_name + " set", first, opt.eval_iters});
+    }
+    if (sets.empty())
       throw ConfigError("--split-name: the " + ef.split_name + " split is empty (" +
                         (opt.data_path.empty() ? "no documents in --" + ef.split_name + "-data-path"
                                                : std::string("--split leaves --data-path none")) + ")");
-    first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample)
-            : ef.split_name == "valid" ? meta.trainer_state.value("consumed_valid_samples", uint64_t{0})
-                                       : 0;
-    if (opt.full_validation && ef.split_name == "valid") {  // the whole split, from its start
+    if (opt.full_validation && valid) {  // each set whole, from its start
       if (ef.first_sample) throw ConfigError("--first-sample: --full-validation reads the validation split from its start");
-      first = 0;
-      iterations = static_cast<int64_t>(eval_data->size() / static_cast<uint64_t>(opt.global_batch_size));
-      if (iterations == 0)
-        throw ConfigError("--full-validation: the validation split holds " + std::to_string(eval_data->size()) +
-                          " samples, less than a global batch");
+      for (EvalSet& set : sets) {
+        set.first = 0;
+        set.iterations = static_cast<int64_t>(set.data->size() / static_cast<uint64_t>(opt.global_batch_size));
+        if (set.iterations == 0)
+          throw ConfigError("--full-validation: the " + (sets.size() > 1 ? set.label : "validation split") +
+                            " holds " + std::to_string(set.data->size()) + " samples, less than a global batch");
+      }
     }
   }
 
@@ -271,39 +285,42 @@ int run(int argc, char** argv) {
   } catch (const IoError& e) {
     throw ConfigError(e.what());
   }
-  if (ef.first_sample) {  // past the split's end: the flag that asked for it is --first-sample
-    const uint64_t end = first + static_cast<uint64_t>(iterations) * static_cast<uint64_t>(opt.global_batch_size);
-    if (end > eval_data->size())
-      throw ConfigError("--first-sample: the " + ef.split_name + " split has " + std::to_string(eval_data->size()) +
-                        " samples; [" + std::to_string(first) + ", " + std::to_string(end) + ") (" +
-                        std::to_string(iterations) + " global batches of " + std::to_string(opt.global_batch_size) +
-                        ") runs past its end");
+  for (const EvalSet& set : sets) {
+    const uint64_t end = set.first + static_cast<uint64_t>(set.iterations) * static_cast<uint64_t>(opt.global_batch_size);
+    if (ef.first_sample && end > set.data->size())  // past the split's end: the flag that asked for it
+      throw ConfigError("--first-sample: the " + ef.split_name + " split has " + std::to_string(set.data->size()) +
+                        " samples; [" + std::to_string(set.first) + ", " + std::to_string(end) + ") (" +
+                        std::to_string(set.iterations) + " global batches of " +
+                        std::to_string(opt.global_batch_size) + ") runs past its end");
   }
-  const EvalResult r = trainer.evaluate(*eval_data, first, iterations);
-  // An evaluation cut short has no loss (Trainer::evaluate returns none): not a perfect score.
-  if (r.timed_out)
-    throw ConfigError("--exit-duration-in-mins: the time ran out before the evaluation's end (the minutes count "
-                      "from the start, loading included): no result");
-
   if (parallel->world_rank() == 0) {
     const GridShape& g = parallel->grid.shape;
     std::cout << "trident-eval: loaded " << dir.string() << " (iteration " << meta.iteration << ", written at "
               << layout_text(meta.layout) << "), evaluated at tp "
               << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", backend " << backend->name() << ", dtype "
               << dtype_name(opt.model.dtype) << std::endl;
+  }
+  for (const EvalSet& set : sets) {
+    const EvalResult r = trainer.evaluate(*set.data, set.first, set.iterations);
+    // An evaluation cut short has no loss (Trainer::evaluate returns none): not a perfect score.
+    if (r.timed_out)
+      throw ConfigError("--exit-duration-in-mins: the time ran out before the evaluation's end (the minutes count "
+                        "from the start, loading included): no result");
+    if (parallel->world_rank() != 0) continue;
     if (seq)
       std::cout << "trident-eval: sequential " << seq->prefix() << ": " << seq->tokens() << " tokens in "
-                << seq->windows() << " windows of " << opt.model.seq_length + 1 << " (" << iterations
+                << seq->windows() << " windows of " << opt.model.seq_length + 1 << " (" << set.iterations
                 << " global batches of " << opt.global_batch_size << ")" << std::endl;
     else
-      std::cout << "trident-eval: " << ef.split_name << " split, samples [" << first << ", "
-                << first + static_cast<uint64_t>(iterations) * opt.global_batch_size << ") (" << iterations
-                << " global batches of " << opt.global_batch_size << ")" << std::endl;
+      std::cout << "trident-eval: " << (opt.multiple_validation_sets ? set.label : ef.split_name + " split")
+                << ", samples [" << set.first << ", "
+                << set.first + static_cast<uint64_t>(set.iterations) * opt.global_batch_size << ") ("
+                << set.iterations << " global batches of " << opt.global_batch_size << ")" << std::endl;
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   " evaluation at iteration %lld on %s | lm loss value: %.9E | lm loss PPL: %.9E | tokens: %.0f |",
-                  static_cast<long long>(meta.iteration), seq ? "sequential data" : (ef.split_name + " set").c_str(),
-                  r.loss, std::exp(std::min(20.0, r.loss)), r.tokens);
+                  static_cast<long long>(meta.iteration), set.label.c_str(), r.loss,
+                  std::exp(std::min(20.0, r.loss)), r.tokens);
     std::cout << buf << std::endl;
   }
   return 0;

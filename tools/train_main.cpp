@@ -216,7 +216,10 @@ int train(int argc, char** argv) {
   TrainData data = make_train_data(opt, parallel.get(), opt.skip_train ? DataUse::kEvaluationOnly : DataUse::kTraining);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
   trainer.set_record_history(false);
-  trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
+  if (opt.multiple_validation_sets)
+    trainer.set_evaluation_data(std::move(data.valid_sets), std::move(data.test));
+  else
+    trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));
   trainer.start_progress_log();
   if (!opt.load.empty()) trainer.load_checkpoint();
   trainer.train();

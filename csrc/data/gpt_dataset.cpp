@@ -328,6 +328,29 @@ std::unique_ptr<SampleSource> build_split(const SplitOfBlend& sb, uint64_t wante
                                          index_cache_dir(sb.blend.prefixes[0], cfg.cache_dir));
 }
 
+// --multiple-validation-sets (Megatron-core's builder): each prefix of the validation path
+// alone, all its documents, `wanted` samples each; weights are refused, as Megatron's help
+// says ("requires that no weights are included in the list"), and so is a prefix without
+// documents (it would have nothing to report).
+std::vector<std::unique_ptr<SampleSource>> build_validation_sets(
+    const DataBlend& blend, const std::vector<std::shared_ptr<const IndexedDataset>>& data, uint64_t wanted,
+    const GptDatasetConfig& cfg) {
+  if (!blend.weights.empty())
+    throw ConfigError(blend.flag + ": --multiple-validation-sets evaluates each prefix alone: give the prefixes "
+                      "without weights");
+  std::vector<std::unique_ptr<SampleSource>> sets;
+  if (wanted == 0) return sets;
+  const bool whole = wanted == GptDatasetConfig::kWholeSplit;  // one epoch: GptDataset's 0 samples
+  for (size_t k = 0; k < data.size(); ++k) {
+    if (data[k]->size() == 0)
+      throw ConfigError(detail::concat(blend.flag, ": ", blend.prefixes[k], " holds no documents: validation set ", k,
+                                       " (--multiple-validation-sets) would be empty"));
+    sets.push_back(std::make_unique<GptDataset>(data[k], "valid", 0, data[k]->size(), cfg.seq_length, cfg.seed,
+                                                whole ? 0 : wanted, cfg.cache_dir));
+  }
+  return sets;
+}
+
 // "--split 949,50,1 leaves no validation documents in P (10 documents): no validation"
 // "P (10 documents), Q (3 documents)"
 std::string prefixes_and_documents(const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
@@ -446,6 +469,10 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
       if (blend.empty()) continue;
       const auto data = open(blend);
       const std::string& flag = blend.flag;
+      if (s == 1 && cfg.multiple_validation_sets) {
+        out.valid_sets = build_validation_sets(blend, data, wanted[s], cfg);
+        continue;
+      }
       SplitOfBlend sb{blend, data, {}, names[s], " (" + flag + ")", flag, /*per_split=*/true};
       for (const auto& d : data) sb.ranges.emplace_back(0, d->size());
       *split_out[s] = build_split(sb, wanted[s], cfg);
@@ -453,6 +480,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
         warn(detail::concat(flag, ": ", prefixes_and_documents(data), ": no ", s == 1 ? "validation" : "test"));
     }
   }
+  if (cfg.multiple_validation_sets && out.valid) out.valid_sets.push_back(std::move(out.valid));
   return out;
 }
 

@@ -60,6 +60,11 @@ struct GptDatasetConfig {
   // epoch of each dataset, blended by their sizes).
   static constexpr uint64_t kWholeSplit = UINT64_MAX;
   std::optional<double> mid_level_dataset_surplus;  // blend.h's blended_dataset_samples
+  // Megatron's --multiple-validation-sets: each prefix of the validation path (per_split[1],
+  // without weights) is a validation set of its own, of valid_samples samples (kWholeSplit:
+  // one epoch); with `blend` the validation split stays one blended set. Either way the sets
+  // land in TrainValidTest::valid_sets.
+  bool multiple_validation_sets = false;
   std::string cache_dir;  // empty: beside the data
   int64_t vocab_size = 0;  // the tokenizer's: samples with ids outside [0, vocab_size) throw (0: unchecked)
 };
@@ -73,6 +78,9 @@ class SampleSource {  // a split (or blend of splits) as an indexable list of sa
 
 struct TrainValidTest {
   std::unique_ptr<SampleSource> train, valid, test;  // null when a split is empty/0 wanted
+  // With multiple_validation_sets, the validation sets in the order of their prefixes (valid
+  // is then null).
+  std::vector<std::unique_ptr<SampleSource>> valid_sets;
   // One line each (without "warning: ") for the run's start: a validation or test split
   // that is wanted but that --split leaves without documents; int32 tokens for a vocabulary
   // that Megatron would have stored as uint16 (data made with another tokenizer?).

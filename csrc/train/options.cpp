@@ -431,6 +431,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"eval-iters", "validation iterations per run (100; 0: none)"},
       {"full-validation", "every validation reads the whole validation split once, in whole global batches "
                           "(Megatron's; --eval-iters then sizes the test only)", true},
+      {"multiple-validation-sets", "each prefix of --valid-data-path (no weights) is a validation set of its own, "
+                                   "evaluated and logged alone as validation-0, validation-1, ... (Megatron's; needs "
+                                   "--full-validation or --skip-train)", true},
       {"tensorboard-dir", "write TensorBoard event files here"},
       {"tensorboard-log-interval", "iterations between TensorBoard scalars (1)"},
       {"tensorboard-queue-size", "TensorBoard scalars queued for the writer thread before adding one waits (1000)"},
@@ -1344,6 +1347,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("finetune", o.finetune);
   f.get("no-load-lr-state", o.no_load_lr_state);
   f.get("full-validation", o.full_validation);
+  f.get("multiple-validation-sets", o.multiple_validation_sets);
   f.get("pretrained-checkpoint", o.pretrained_checkpoint);
   if (f.has("pretrained-checkpoint") && o.pretrained_checkpoint.empty())
     throw ConfigError("--pretrained-checkpoint: expected a directory");
@@ -1626,6 +1630,10 @@ void validate_run(TrainOptions& o) {
   if (o.full_validation && !o.has_data())
     throw ConfigError("--full-validation reads the validation data to its end: give --data-path or --valid-data-path "
                       "(synthetic tokens have no end)");
+  if (o.multiple_validation_sets && !o.full_validation && !o.skip_train)  // Megatron's NotImplementedError
+    throw ConfigError("--multiple-validation-sets needs --full-validation (or --skip-train), as Megatron's");
+  if (o.multiple_validation_sets && !o.has_data())
+    throw ConfigError("--multiple-validation-sets: the validation sets are the prefixes of --valid-data-path: give it");
   // Megatron's asserts with --save: positive, a multiple of --save-interval. --keep-last (not
   // Megatron's) prunes by the chain of previous checkpoints that these deletions cut.
   if (o.save_retain_interval != 0 && o.keep_last > 0)
@@ -2024,6 +2032,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("pretrained-checkpoint given", !o.pretrained_checkpoint.empty());
   line("no-load-lr-state", o.no_load_lr_state);
   line("full-validation", o.full_validation);
+  line("multiple-validation-sets", o.multiple_validation_sets);
   line("exit-interval", o.exit_interval);
   line("skip-train", o.skip_train);
   line("kill-switch-path given", !o.kill_switch_path.empty());  // a collective after every iteration

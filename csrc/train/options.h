@@ -228,6 +228,10 @@ struct TrainOptions {
   // epoch, from its start), in as many whole global batches as it holds; --eval-iters then
   // sizes the test only.
   bool full_validation = false;
+  // Megatron's --multiple-validation-sets (with --full-validation or --skip-train): each
+  // prefix of --valid-data-path, given without weights, is evaluated alone and reported as
+  // "validation-<k>" (a --data-path's validation split is one set, "validation-0").
+  bool multiple_validation_sets = false;
   // Megatron's: --no-save-optim leaves the optimizer state (with the learning-rate schedule
   // and the loss scale) out of the checkpoints, --no-save-rng the RNG state (the dropout
   // seed); loading such a checkpoint then needs --no-load-optim / --no-load-rng (or --finetune).

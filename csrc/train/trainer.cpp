@@ -232,20 +232,29 @@ Trainer::~Trainer() {
 }
 
 void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test) {
-  valid_ = std::move(valid);
+  std::vector<std::unique_ptr<SampleSource>> sets;
+  if (valid) sets.push_back(std::move(valid));
+  set_evaluation_data(std::move(sets), std::move(test));
+}
+
+void Trainer::set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets,
+                                  std::unique_ptr<SampleSource> test) {
+  valid_ = std::move(valid_sets);
   test_ = std::move(test);
   // An evaluation split can be shorter than the run reads (an unweighted blend holds one
   // epoch): say so now rather than at the evaluation that runs out.
   check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_);
-  if (valid_ && opt_.full_validation) {
-    const int64_t k = validation_iterations();
-    if (k == 0)
-      throw ConfigError("--full-validation: the validation split holds " + std::to_string(valid_->size()) +
+  if (!opt_.full_validation) return;
+  for (size_t k = 0; k < valid_.size(); ++k) {
+    const int64_t n = validation_iterations(k);
+    const std::string split = opt_.multiple_validation_sets ? validation_set_name(k) + " set" : "validation split";
+    if (n == 0)
+      throw ConfigError("--full-validation: the " + split + " holds " + std::to_string(valid_[k]->size()) +
                         " samples, less than a global batch (--global-batch-size " +
                         std::to_string(opt_.global_batch_size) + "): nothing to validate on");
-    *out_ << "trident: --full-validation: " << k << " iterations of " << opt_.global_batch_size << " samples read "
-          << k * opt_.global_batch_size << " of the validation split's " << valid_->size() << " samples at each "
-          << "validation" << std::endl;
+    *out_ << "trident: --full-validation: " << n << " iterations of " << opt_.global_batch_size << " samples read "
+          << n * opt_.global_batch_size << " of the " << split << "'s " << valid_[k]->size()
+          << " samples at each validation" << std::endl;
   }
 }
 
@@ -755,20 +764,22 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   const int64_t from = std::min(iteration, T);
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
         rampup_.samples_in(T) - rampup_.samples_in(from));
-  if (valid_ && opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
+  if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
     const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - iteration / E) : 0) + 1;
-    check("validation", "--eval-iters, --eval-interval", *valid_, consumed_valid,
-          static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
+    for (const auto& set : valid_)
+      check("validation", "--eval-iters, --eval-interval", *set, consumed_valid,
+            static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
   }
   if (test_ && opt_.eval_iters > 0) check("test", "--eval-iters", *test_, 0, static_cast<uint64_t>(opt_.eval_iters) * G);
 }
 
-void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard) {
+void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard,
+                             const std::string& set_name) {
   // Megatron's block; PPL = exp(min(20, loss)).
   const double ppl = std::exp(std::min(20.0, r.loss));
-  char buf[256];
-  std::snprintf(buf, sizeof buf, " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", where.c_str(),
-                r.loss, ppl);
+  char buf[320];
+  std::snprintf(buf, sizeof buf, " %s loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", set_name.c_str(),
+                where.c_str(), r.loss, ppl);
   const std::string line = buf, dashes(line.size() + 1, '-');
   *out_ << dashes << "\n" << line << "\n" << dashes << std::endl;
   // Megatron-LM writes the validation's; Megatron-DeepSpeed also the test set's, in the
@@ -777,7 +788,7 @@ void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool
   if (!tensorboard_ || !to_tensorboard) return;
   MegatronScalars tb = scalars();
   if (!test || tb.tags() == TensorBoardTags::kMegatronDeepSpeed) {
-    const std::string name = test ? "lm loss test" : "lm loss validation";
+    const std::string name = test ? "lm loss test" : "lm loss " + set_name;
     tb.metric(name, r.loss, run_position());
     if (opt_.log_validation_ppl_to_tensorboard) tb.metric(name + " ppl", ppl, run_position());
   }
@@ -802,8 +813,9 @@ bool Trainer::kill_switch_found() const {
 }
 
 bool Trainer::final_evaluations(bool to_tensorboard) {
-  const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first) {
-    const EvalResult e = evaluate(data, first, &data == valid_.get() ? validation_iterations() : opt_.eval_iters);
+  const auto final_evaluation = [&](const std::string& where, const SampleSource& data, uint64_t first,
+                                    int64_t iterations, const std::string& set_name) {
+    const EvalResult e = evaluate(data, first, iterations);
     if (e.timed_out)
       *out_ << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
             << " minutes (--exit-duration-in-mins)" << std::endl;
@@ -811,21 +823,34 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
       *out_ << "trident: stop requested by a signal during the evaluation " << where << " at iteration "
             << iteration_ << ": no more evaluation" << std::endl;
     else
-      log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e, to_tensorboard);
+      log_evaluation("iteration " + std::to_string(iteration_) + " " + where, e, to_tensorboard, set_name);
     return !e.timed_out && !e.stopped;
   };
-  if (valid_ && validation_iterations() > 0 &&
-      !final_evaluation("on validation set", *valid_, opt_.full_validation ? 0 : consumed_valid_samples_))
-    return false;
-  return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0));
+  for (size_t k = 0; k < valid_.size(); ++k)
+    if (validation_iterations(k) > 0 && !final_evaluation("on validation set", *valid_[k], validation_start(),
+                                                          validation_iterations(k), validation_set_name(k)))
+      return false;
+  return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0, opt_.eval_iters, "validation"));
+}
+
+int64_t Trainer::validation_iterations(size_t k) const {
+  // Megatron's --full-validation: the set's whole global batches (a last partial one is left).
+  if (opt_.full_validation)
+    return static_cast<int64_t>(valid_[k]->size() / static_cast<uint64_t>(opt_.global_batch_size));
+  return opt_.eval_iters;
 }
 
 int64_t Trainer::validation_iterations() const {
-  if (!valid_) return 0;
-  // Megatron's --full-validation: the split's whole global batches (a last partial one is left).
-  if (opt_.full_validation) return static_cast<int64_t>(valid_->size() / static_cast<uint64_t>(opt_.global_batch_size));
-  return opt_.eval_iters;
+  int64_t n = 0;
+  for (size_t k = 0; k < valid_.size(); ++k) n += validation_iterations(k);
+  return n;
 }
+
+std::string Trainer::validation_set_name(size_t k) const {
+  return opt_.multiple_validation_sets ? "validation-" + std::to_string(k) : "validation";
+}
+
+uint64_t Trainer::validation_start() const { return opt_.full_validation ? 0 : consumed_valid_samples_; }
 
 bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }
 
@@ -881,7 +906,7 @@ void Trainer::train() {
     return Throughput{static_cast<double>(global_batch) * m.seq_length / s, flops_per_iteration / g.world / s / 1e12,
                       model_flops_utilization(flops_per_iteration, s, g.world, peak_tflops)};
   };
-  const bool evaluating = valid_ && validation_iterations() > 0;
+  const bool evaluating = validation_iterations() > 0;
   const bool saving = !opt_.save.empty();
   const TimingLogOption timing_log_option = parse_timing_log_option(opt_.timing_log_option);
   // The stop handlers from here to the end (trident-train's main installs them earlier, so
@@ -1034,18 +1059,20 @@ void Trainer::train() {
     // As Megatron: every multiple of --eval-interval, the last iteration included (the final
     // evaluation after the loop then reads the next validation samples).
     if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0) {
-      const EvalResult e =
-          evaluate(*valid_, opt_.full_validation ? 0 : consumed_valid_samples_, validation_iterations());
-      if (e.timed_out) {
-        say_out_of_time("during the evaluation at iteration " + std::to_string(iteration_));
-        break;
+      bool ended = false;
+      for (size_t k = 0; k < valid_.size() && !ended; ++k) {
+        const EvalResult e = evaluate(*valid_[k], validation_start(), validation_iterations(k));
+        if (e.timed_out) {
+          say_out_of_time("during the evaluation at iteration " + std::to_string(iteration_));
+          ended = true;
+        } else if (e.stopped) {  // the iteration's training is done: its checkpoint follows below
+          out << "trident: stop requested by a signal during the evaluation at iteration " << iteration_ << std::endl;
+          stopped_by_signal = ended = true;
+        } else {
+          log_evaluation("iteration " + std::to_string(iteration_), e, true, validation_set_name(k));
+        }
       }
-      if (e.stopped) {  // the iteration's training is done: its checkpoint follows below
-        out << "trident: stop requested by a signal during the evaluation at iteration " << iteration_ << std::endl;
-        stopped_by_signal = true;
-        break;
-      }
-      log_evaluation("iteration " + std::to_string(iteration_), e);
+      if (ended) break;
       consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
     }
     if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
@@ -1136,6 +1163,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
     if (!per_split[s]->empty()) dc.per_split[s] = parse_data_path(*per_split[s], opt.split_data_path_flags[s]);
   dc.split = opt.split;
   dc.mid_level_dataset_surplus = opt.mid_level_dataset_surplus;
+  dc.multiple_validation_sets = opt.multiple_validation_sets;
   dc.seq_length = opt.model.seq_length;
   dc.seed = opt.seed;
   dc.train_samples = train;
@@ -1158,6 +1186,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
     sets.train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
   d.train = std::move(sets.train);
   d.valid = std::move(sets.valid);
+  d.valid_sets = std::move(sets.valid_sets);
   d.test = std::move(sets.test);
   return d;
 }

@@ -81,6 +81,8 @@ class Trainer {
 
   // Validation and test splits for --eval-interval / --eval-iters and the end of training.
   void set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test);
+  // --multiple-validation-sets: each set evaluated alone, reported as validation-<k>.
+  void set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets, std::unique_ptr<SampleSource> test);
 
   IterationResult train_iteration();  // one iteration over the global batch
   // Up to train_iters iterations (fewer when --train-tokens is reached first), logging every
@@ -167,7 +169,10 @@ class Trainer {
   bool counted_here(const ParamSpec& s) const;
   void sum_over_model(const Tensor& host_values, ReduceOp op = ReduceOp::Sum);
   void reduce_loss_stats(LossStats& s);
-  void log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard = true);
+  // Megatron's block and scalars of one evaluation; `set_name` "validation", "validation-<k>"
+  // (--multiple-validation-sets), or "validation" again for the test set's, as Megatron words it.
+  void log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard = true,
+                      const std::string& set_name = "validation");
   // The validation and test evaluations at the end of the run (or of --skip-train); false
   // when one ran out of time (--exit-duration-in-mins), which ends the run without its line.
   bool final_evaluations(bool to_tensorboard);
@@ -176,8 +181,13 @@ class Trainer {
   // Megatron's --iterations-to-skip: whether the next iteration is one, and passing it (its
   // global batch read past: consumed, not trained on; no LR step, no FLOPs).
   bool skip_next_iteration() const;
-  // A validation's iterations: --eval-iters, or with --full-validation the split's whole global batches.
+  // A validation's iterations of set `k`: --eval-iters, or with --full-validation the set's
+  // whole global batches; summed over the sets, what one validation reads.
+  int64_t validation_iterations(size_t k) const;
   int64_t validation_iterations() const;
+  std::string validation_set_name(size_t k) const;  // "validation", or "validation-<k>"
+  // Where every validation set starts reading: 0 with --full-validation, else the samples consumed.
+  uint64_t validation_start() const;
   void skip_iteration();
   // --kill-switch-path: whether any rank sees the file (collective when set).
   bool kill_switch_found() const;
@@ -208,7 +218,8 @@ class Trainer {
 
   TrainOptions opt_;
   Backend& be_;
-  std::unique_ptr<SampleSource> data_, valid_, test_;
+  std::unique_ptr<SampleSource> data_, test_;
+  std::vector<std::unique_ptr<SampleSource>> valid_;  // the validation sets (none: no validation)
   std::ostream& log_;
   std::ostream* out_;  // log_ on world rank 0, a null stream elsewhere
   std::unique_ptr<ParallelContext> own_parallel_;
@@ -272,6 +283,7 @@ std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt);
 
 struct TrainData {
   std::unique_ptr<SampleSource> train, valid, test;
+  std::vector<std::unique_ptr<SampleSource>> valid_sets;  // --multiple-validation-sets (valid then null)
 };
 
 // Builds the data the options ask for: the GPTDataset splits of --data-path (sized for

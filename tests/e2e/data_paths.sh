@@ -89,6 +89,52 @@ run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V" --train-iters 2 -
 [[ $? -eq 2 && $(wc -l <"$tmp/full.err") -eq 1 ]] && grep -q -- '--valid-data-path: --full-validation reads each' "$tmp/full.err" &&
   ok "$(cat "$tmp/full.err")" || fail "--full-validation of a weighted blend: $(cat "$tmp/full.err")"
 
+# Megatron's --multiple-validation-sets: each prefix of --valid-data-path evaluated alone,
+# "validation-0 loss at ...", "validation-1 loss at ...". Set 0 is V: its losses are the
+# --full-validation run's above (the same training); set 1's final loss is trident-eval's of
+# V2 alone; trident-eval with the flag prints both; TensorBoard has a tag per set.
+sed -n 31,50p "$tmp/demo.jsonl" >"$tmp/small2.jsonl"
+"$preprocess" --input "$tmp/small2.jsonl" --json-keys text --output-prefix "$tmp/small2" --tokenizer-type GPT2BPETokenizer \
+  --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" --append-eod --workers 1 >/dev/null 2>&1
+V2=$tmp/small2_text_document
+run --train-data-path "$P" --valid-data-path "$V" "$V2" --train-iters 4 --eval-interval 2 --eval-iters 0 \
+  --full-validation --multiple-validation-sets --save "$tmp/multi_ck" --tensorboard-dir "$tmp/multi_tb" \
+  >"$tmp/multi.log" 2>&1 || fail "--multiple-validation-sets: $(tail -1 "$tmp/multi.log")"
+set_losses() { grep -E "^ $2 loss at iteration" "$1" | sed -E 's/.*lm loss value: ([0-9.E+-]+).*/\1/'; }
+eval_multi() {
+  "$eval_tool" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --vocab-file "$vocab/gpt2-vocab.json" \
+    --merge-file "$vocab/gpt2-merges.txt" --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 \
+    --global-batch-size 4 --data-cache-path "$tmp/cache" --full-validation --load "$tmp/multi_ck" "$@"
+}
+eval_multi --valid-data-path "$V2" >"$tmp/multi_eval1.log" 2>&1
+eval_multi --valid-data-path "$V" "$V2" --multiple-validation-sets >"$tmp/multi_eval.log" 2>&1
+last1=$(set_losses "$tmp/multi.log" validation-1 | tail -1)
+alone1=$(sed -nE 's/.*on valid set \| lm loss value: ([0-9.E+-]+) .*/\1/p' "$tmp/multi_eval1.log")
+both=$(sed -nE 's/.* on validation-[01] set \| lm loss value: ([0-9.E+-]+) .*/\1/p' "$tmp/multi_eval.log" | tr '\n' ' ')
+python3 "$repo/tests/unit/train/read_tfevents.py" "$tmp"/multi_tb/events.out.tfevents.* >"$tmp/multi_events.txt"
+tb_steps() {  # the steps of a scalar tag
+  python3 -c 'import sys; print(" ".join(sorted({l.split()[1] for l in open(sys.argv[1]) if l.split()[0] == "scalar" and l.split()[2] != "-" and bytes.fromhex(l.split()[2]).decode() == sys.argv[2]}, key=int)))' "$tmp/multi_events.txt" "$1"
+}
+close() { python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-6 * abs(b))" "$1" "$2"; }
+if cmp -s <(set_losses "$tmp/multi.log" validation-0) <(set_losses "$tmp/full.log" validation) &&
+    [[ $(set_losses "$tmp/multi.log" validation-0 | wc -l) -eq 3 && $(set_losses "$tmp/multi.log" validation-1 | wc -l) -eq 3 ]] &&
+    [[ $(grep -c 'on validation set' "$tmp/multi.log") -eq 2 ]] && [[ -n $alone1 ]] && close "$alone1" "$last1" &&
+    read -r both0 both1 <<<"$both" && [[ -n $both1 ]] &&
+    close "$both0" "$(set_losses "$tmp/multi.log" validation-0 | tail -1)" && close "$both1" "$last1" &&
+    [[ $(tb_steps "lm loss validation-0") == "2 4" && $(tb_steps "lm loss validation-1") == "2 4" ]]; then
+  ok "--multiple-validation-sets: validation-0's losses are V's alone, validation-1's final $last1 is trident-eval's of V2 ($alone1); trident-eval's two sets: $both; TensorBoard lm loss validation-0/-1 at 2 4"
+else
+  fail "--multiple-validation-sets: set 0 $(set_losses "$tmp/multi.log" validation-0 | tr '\n' ' ') vs $(set_losses "$tmp/full.log" validation | tr '\n' ' '); set 1 $last1 vs $alone1; trident-eval '$both'; tb '$(tb_steps "lm loss validation-0")'"
+  cat "$tmp/multi_eval.log"
+fi
+run --train-data-path "$P" --valid-data-path "$V" "$V2" --train-iters 2 --multiple-validation-sets >/dev/null 2>"$tmp/multi.err"
+[[ $? -eq 2 && $(wc -l <"$tmp/multi.err") -eq 1 ]] && grep -q -- '--multiple-validation-sets needs --full-validation' "$tmp/multi.err" &&
+  ok "$(cat "$tmp/multi.err")" || fail "--multiple-validation-sets without --full-validation: $(cat "$tmp/multi.err")"
+run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V2" --train-iters 2 --full-validation --multiple-validation-sets \
+  >/dev/null 2>"$tmp/multi_w.err"
+[[ $? -eq 2 && $(wc -l <"$tmp/multi_w.err") -eq 1 ]] && grep -q -- '--valid-data-path: --multiple-validation-sets evaluates each prefix alone' "$tmp/multi_w.err" &&
+  ok "$(cat "$tmp/multi_w.err")" || fail "--multiple-validation-sets with weights: $(cat "$tmp/multi_w.err")"
+
 run --data-path "$P" "$P" --split 1,0,0 --train-iters 4 --eval-iters 0 >"$tmp/unweighted.log" 2>&1 &&
   [[ $(losses "$tmp/unweighted.log" | wc -l) -eq 4 ]] && ok "unweighted --data-path P P trains" ||
   fail "unweighted --data-path P P: $(tail -1 "$tmp/unweighted.log")"
