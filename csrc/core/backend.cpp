@@ -13,6 +13,11 @@ Backend::Backend(Device device)
 // could not free through the (already destroyed) derived raw_free.
 Backend::~Backend() = default;
 
+std::optional<double> Backend::energy_joules(std::string* why_none) {
+  if (why_none) *why_none = "the " + name() + " backend has no energy counter";
+  return std::nullopt;
+}
+
 Buffer Backend::empty(Shape shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   return Buffer(allocator_.get(), Tensor(allocator_->allocate(bytes), shape, dtype, device_));

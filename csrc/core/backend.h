@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 #include <string>
 
@@ -103,6 +104,9 @@ class Backend {
   // True for a backend that allocates and computes nothing (DryRunBackend, for measuring
   // memory): host work that only prepares values for its ops may be skipped.
   virtual bool dry_run() const { return false; }
+  // The device's energy counter, joules since a fixed point (a GPU's: NVML's), for Megatron's
+  // --log-energy; nullopt on a device without one (the CPU's), with the reason in *why_none.
+  virtual std::optional<double> energy_joules(std::string* why_none);
 
   // ---- memory -------------------------------------------------------------------------
   // Tensors come from a caching allocator over raw_alloc: after the first training step

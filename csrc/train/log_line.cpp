@@ -16,9 +16,12 @@ std::string format_iteration_log(const IterationLog& l) {
   if (l.consumed_tokens)  // Megatron-DeepSpeed's field
     n += std::snprintf(buf + n, sizeof buf - n, " consumed tokens: %12llu |",
                        static_cast<unsigned long long>(*l.consumed_tokens));
-  n += std::snprintf(buf + n, sizeof buf - n,
-                     " elapsed time per iteration (ms): %.1f | learning rate: %.3E | global batch size: %5lld |",
-                     l.ms_per_iteration, l.learning_rate, static_cast<long long>(l.global_batch_size));
+  n += std::snprintf(buf + n, sizeof buf - n, " elapsed time per iteration (ms): %.1f |", l.ms_per_iteration);
+  if (l.energy_per_gpu && l.power_per_gpu)
+    n += std::snprintf(buf + n, sizeof buf - n, " energy per GPU (J/iter/GPU): %.1f | power per GPU (W/GPU): %.1f |",
+                       *l.energy_per_gpu, *l.power_per_gpu);
+  n += std::snprintf(buf + n, sizeof buf - n, " learning rate: %.3E | global batch size: %5lld |", l.learning_rate,
+                     static_cast<long long>(l.global_batch_size));
   // Megatron's fields, in its order and formats (parsers of its log read them), then ours.
   if (l.lm_loss > 0) n += std::snprintf(buf + n, sizeof buf - n, " lm loss: %.6E |", l.lm_loss);
   n += std::snprintf(buf + n, sizeof buf - n, " loss scale: %.1f |", l.loss_scale);

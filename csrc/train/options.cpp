@@ -552,6 +552,9 @@ const std::vector<FlagDef>& flag_defs() {
                                               "momentum_abs_max, weight_l1, ... (12 scalars, each also vs tokens)",
        true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
+      {"log-energy", "the GPUs' energy (NVML's counter) in the log line, energy per GPU (J/iter/GPU) and power per "
+                     "GPU (W/GPU), as iter-energy/gpu and power/gpu scalars, and the training's total at its end "
+                     "(Megatron's; evaluations and saves not counted; a device without a counter: a note)", true},
       {"log-num-zeros-in-grad", "the gradient elements equal to zero in the log line and TensorBoard (num zeros)",
        true},
       {"timing-log-level", "Megatron's timers after each log line: 0 none, 1 forward-backward and optimizer, 2 also "
@@ -1298,6 +1301,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   o.log_loss_scale_to_tensorboard = !f.has("no-log-loss-scale-to-tensorboard");
   f.get("log-memory-to-tensorboard", o.log_memory_to_tensorboard);
   f.get("log-optimizer-states-to-tensorboard", o.log_optimizer_states_to_tensorboard);
+  f.get("log-energy", o.log_energy);
   f.get("log-params-norm", o.log_params_norm);
   f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
   f.get("timing-log-level", o.timing_log_level);
@@ -2001,6 +2005,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("log-params-norm", o.log_params_norm);
   line("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
   line("log-optimizer-states-to-tensorboard", o.log_optimizer_states_to_tensorboard);  // collective
+  line("log-energy", o.log_energy);  // collective
   line("timing-log-level", o.timing_log_level);
   line("timing-log-option", o.timing_log_option);
   line("log-timers-to-tensorboard", o.log_timers_to_tensorboard);

@@ -145,6 +145,9 @@ struct TrainOptions {
   bool log_loss_scale_to_tensorboard = true;     // off: --no-log-loss-scale-to-tensorboard
   bool log_memory_to_tensorboard = false;      // Megatron's "mem-*" scalars (rank 0's allocator)
   bool log_optimizer_states_to_tensorboard = false;  // Megatron-DeepSpeed's "optimizer/*" scalars
+  // Megatron's --log-energy: the GPUs' energy (NVML) per iteration and power in the log line,
+  // iter-energy/gpu and power/gpu scalars, the training's total at its end.
+  bool log_energy = false;
   bool log_params_norm = false;                // Megatron's "params norm" field and scalar
   bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar
   int64_t timing_log_level = 0;                // Megatron's timers (train/timers.h): 0, 1 or 2

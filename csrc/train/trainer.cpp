@@ -317,6 +317,31 @@ double Trainer::global_norm_sq(bool of_params) {
   return v[0];
 }
 
+void Trainer::start_energy_monitor() {
+  if (!opt_.log_energy) return;
+  std::string why_none;
+  const bool here = be_.energy_joules(&why_none).has_value();
+  if (any_rank(*par_, !here)) {  // some device has no counter: none is logged, as the sums need every rank
+    *out_ << "trident: note: --log-energy: " << (here ? "a rank's device has no energy counter" : why_none)
+          << ": no energy logged" << std::endl;
+    return;
+  }
+  energy_ = std::make_unique<EnergyMonitor>([this] { return be_.energy_joules(nullptr); });
+}
+
+// In rank order, gathered as raw words (the communicators carry no double).
+double Trainer::energy_over_ranks(double joules) {
+  Comm& world = *par_->world;
+  constexpr int64_t kWords = sizeof(double) / sizeof(int32_t);
+  std::vector<double> all(static_cast<size_t>(world.size()));
+  all[static_cast<size_t>(world.rank())] = joules;
+  world.allgather(Tensor(&joules, Shape{kWords}, DType::I32, Device::Cpu),
+                  Tensor(all.data(), Shape{kWords * world.size()}, DType::I32, Device::Cpu));
+  double sum = 0;
+  for (double j : all) sum += j;
+  return sum;
+}
+
 // Megatron-DeepSpeed's statistics of the Adam moments (exp_avg "momentum", exp_avg_sq
 // "variance", and its square root) and the fp32 weights, in its order. Unlike Megatron-
 // DeepSpeed, which adds up every rank's pieces (the TP-replicated parameters once per TP rank,
@@ -937,6 +962,8 @@ void Trainer::train() {
   }
   bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
+  start_energy_monitor();
+  if (energy_) energy_->resume();
   while (!training_done()) {
     // As Megatron: a skipped iteration has no log line, evaluation, save or exit check.
     if (skip_next_iteration()) {
@@ -1038,6 +1065,15 @@ void Trainer::train() {
       l.tokens_per_second = t.tokens_per_second;
       l.tflops_per_rank = t.tflops_per_rank;
       l.mfu = t.mfu;
+      if (energy_) {  // Megatron's: the ranks' energy since the last line, per iteration and GPU
+        const double joules = energy_over_ranks(energy_->lap()) / n / g.world;
+        l.energy_per_gpu = joules;
+        l.power_per_gpu = joules / (l.ms_per_iteration / 1e3);
+        if (tensorboard_) {
+          scalars().at_iteration("iter-energy/gpu", joules, iteration_);
+          scalars().at_iteration("power/gpu", *l.power_per_gpu, iteration_);
+        }
+      }
       const bool log_was_good = out.good();
       errno = 0;
       out << format_iteration_log(l) << std::endl;
@@ -1059,6 +1095,7 @@ void Trainer::train() {
     // As Megatron: every multiple of --eval-interval, the last iteration included (the final
     // evaluation after the loop then reads the next validation samples).
     if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0) {
+      const EnergyPause not_training(energy_.get());
       bool ended = false;
       for (size_t k = 0; k < valid_.size() && !ended; ++k) {
         const EvalResult e = evaluate(*valid_[k], validation_start(), validation_iterations(k));
@@ -1075,12 +1112,15 @@ void Trainer::train() {
       if (ended) break;
       consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
     }
-    if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
-    if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) {
-      save_checkpoint();
-    } else if (saving && opt_.non_persistent_save_interval > 0 &&
-               iteration_ % opt_.non_persistent_save_interval == 0 && !training_done()) {
-      save_checkpoint(SaveKind::kNonPersistent);  // not at the end: the final save follows
+    {
+      const EnergyPause not_training(energy_.get());  // Megatron pauses its monitor for saves
+      if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
+      if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) {
+        save_checkpoint();
+      } else if (saving && opt_.non_persistent_save_interval > 0 &&
+                 iteration_ % opt_.non_persistent_save_interval == 0 && !training_done()) {
+        save_checkpoint(SaveKind::kNonPersistent);  // not at the end: the final save follows
+      }
     }
     if (any_rank(*par_, stop_signal_received())) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
@@ -1103,6 +1143,12 @@ void Trainer::train() {
     }
   }
   optimizer_->wait_for_all_params();  // the parameters are read after train() (exports)
+  if (energy_) {  // Megatron's line at the end of its training loop, before the final save
+    energy_->lap();
+    char line[96];
+    std::snprintf(line, sizeof line, "Total training energy (GPU): %.3f MJ", energy_over_ranks(energy_->total()) / 1e6);
+    out << line << std::endl;
+  }
   // The handlers stay through the last save: a second signal (a scheduler sending again, a
   // second Ctrl-C) must not kill the save that the first one asked for. One that came
   // during it still stops the run there, without the final evaluations.

@@ -22,6 +22,7 @@
 #include "parallel/parallel_context.h"
 #include "parallel/pipeline_schedule.h"
 #include "parallel/pipeline_split.h"
+#include "train/energy_monitor.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/weight_decay_schedule.h"
@@ -164,6 +165,10 @@ class Trainer {
   void report_peak_memory();  // collective over the pipeline
   double global_norm_sq(bool of_params);  // of the gradients, or of the parameters; collective
   int64_t global_grad_zeros();            // --log-num-zeros-in-grad; collective
+  // --log-energy: the monitor when every rank's device has an energy counter, else a note
+  // (collective); the sum of every rank's `joules` (collective, in double).
+  void start_energy_monitor();
+  double energy_over_ranks(double joules);
   // --log-optimizer-states-to-tensorboard's 12 scalars (names and values); collective.
   std::vector<std::pair<std::string, double>> optimizer_state_statistics();
   bool counted_here(const ParamSpec& s) const;
@@ -236,6 +241,7 @@ class Trainer {
   WeightDecaySchedule wd_schedule_;
   LossScaler scaler_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::unique_ptr<EnergyMonitor> energy_;  // --log-energy, when every rank's device has a counter
   TensorBoardTags tensorboard_tags_ = TensorBoardTags::kMegatron;  // --tensorboard-tags, parsed once
   Timers timers_;                      // --timing-log-level
   bool profiling_ = false;             // this rank's --profile capture is on

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_matmul.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/env_switch.h"
+#include "kernels/cuda/nvml_energy.h"
 
 namespace trident {
 namespace {
@@ -78,6 +79,16 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return name_; }
   std::string device_name() const override { return device_name_; }
+  std::optional<double> energy_joules(std::string* why_none) override {
+    if (!energy_) {  // NVML opened on first use: only --log-energy reads it
+      char bus_id[32] = {};
+      CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, ordinal_));
+      energy_ = std::make_unique<cuda::NvmlEnergy>(bus_id);
+    }
+    const std::optional<double> j = energy_->joules();
+    if (!j && why_none) *why_none = name_ + ": " + energy_->why_none();
+    return j;
+  }
 
   // ---- memory ----
   void* raw_alloc(size_t bytes) override {
@@ -390,6 +401,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::Gemm> gemm_;
   std::string name_, device_name_;
+  std::unique_ptr<cuda::NvmlEnergy> energy_;  // --log-energy's counter, once asked for
 };
 
 }  // namespace

@@ -1,6 +1,9 @@
 // GPU vs CPU: memory, copies, fill, cast, scale, add, accumulate; and the behaviour of
 // cuda_device_count() without a GPU (the one test here that runs everywhere).
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <optional>
 
 #include "cuda_test_util.h"
 
@@ -19,6 +22,29 @@ TEST(CudaDeviceCount, NeverFailsAndMakeBackendRejectsMissingGpu) {
   } else {
     EXPECT_THROW(make_cuda_backend(n), ConfigError);
   }
+}
+
+// --log-energy's counter (NVML): readable on a datacenter GPU, and it grows while the GPU
+// works (2 s of GEMMs); the CPU backend says it has none. Skipped where NVML has no counter.
+TEST_F(CudaVsCpu, EnergyCounterGrowsWithWork) {
+  std::string why_none;
+  EXPECT_FALSE(cpu().energy_joules(&why_none).has_value());
+  EXPECT_NE(why_none.find("no energy counter"), std::string::npos) << why_none;
+  const std::optional<double> before = gpu().energy_joules(&why_none);
+  if (!before) GTEST_SKIP() << why_none;
+  Buffer a = gpu().empty(Shape{4096, 4096}, DType::BF16), c = gpu().empty(Shape{4096, 4096}, DType::BF16);
+  gpu().fill(a, 0.01f);
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
+    for (int i = 0; i < 20; ++i) gpu().matmul(c, a, a, Tensor(), false, false, false);
+    gpu().synchronize();
+  }
+  const std::optional<double> after = gpu().energy_joules(nullptr);
+  ASSERT_TRUE(after.has_value());
+  // An idle H100/H200 draws ~70-100 W, a busy one several hundred: 2 s are well above 50 J.
+  EXPECT_GT(*after - *before, 50.0) << "joules over 2 s of GEMMs";
+  EXPECT_LT(*after - *before, 4000.0) << "joules over 2 s of GEMMs";
+  std::printf("[ energy ] %.0f J over 2 s of bf16 GEMMs\n", *after - *before);
 }
 
 TEST_F(CudaVsCpu, HostRoundTripAndDeviceCopy) {

@@ -124,7 +124,17 @@ run "$tmp/cpu-bf16.log" cpu --bf16 || { echo "FAIL: no CPU reference"; exit 1; }
 
 if [[ $mode == single ]]; then
   run "$tmp/gpu-fp32.log" "$gpu" --no-tf32 && compare "$tmp/cpu-fp32.log" "$tmp/gpu-fp32.log" 1e-4 1e-3 "$gpu fp32 (no TF32)"
-  run "$tmp/gpu-bf16.log" "$gpu" --bf16 && compare "$tmp/cpu-bf16.log" "$tmp/gpu-bf16.log" 1e-3 1e-2 "$gpu bf16"
+  run "$tmp/gpu-bf16.log" "$gpu" --bf16 --log-energy && compare "$tmp/cpu-bf16.log" "$tmp/gpu-bf16.log" 1e-3 1e-2 "$gpu bf16"
+  # --log-energy (NVML): Megatron's fields on each line, watts of a working GPU, and the total.
+  if grep -q 'note: --log-energy' "$tmp/gpu-bf16.log"; then
+    echo "--log-energy: no counter here: $(grep 'note: --log-energy' "$tmp/gpu-bf16.log")"
+  elif watts=$(sed -nE 's/.* energy per GPU \(J\/iter\/GPU\): [0-9.]+ \| power per GPU \(W\/GPU\): ([0-9.]+) \|.*/\1/p' "$tmp/gpu-bf16.log") &&
+      [[ $(echo "$watts" | wc -w) -eq 20 ]] && grep -q '^Total training energy (GPU): [0-9]*\.[0-9]\{3\} MJ$' "$tmp/gpu-bf16.log" &&
+      echo "$watts" | awk '{ if ($1 < 10 || $1 > 2000) bad = 1 } END { exit bad }'; then
+    echo "--log-energy: 20 lines, W/GPU $(echo $watts | cut -d' ' -f1-5) ...; $(grep '^Total training energy' "$tmp/gpu-bf16.log")"
+  else
+    fail "--log-energy: W/GPU '$watts'"; grep -m3 'energy' "$tmp/gpu-bf16.log"
+  fi
   # Megatron's documents (the demo corpus has them): restarted positions, attention per document.
   if ((${#data_args[@]})); then
     docs=(--bf16 --reset-position-ids --reset-attention-mask)

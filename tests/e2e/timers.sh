@@ -6,6 +6,7 @@
 #    plus optimizer fit in the iteration's elapsed time;
 #  - level 1 prints only level-1 timers, level 0 (the default) none;
 #  - --log-timers-to-tensorboard writes "<name>-time" scalars (seconds an iteration);
+#  - --log-energy without an energy counter (the CPU's): a note;
 #  - with pipeline stages under mpirun (2 ranks, pp 2), the transfers' timers.
 # Usage: timers.sh TRAIN REPO [MPIRUN]
 set -uo pipefail
@@ -101,6 +102,16 @@ if not all(0 < v < 3 * slowest / 1000 for v in fb.values()):
 print(f"{len(got)} tags; forward-backward-time at 6: {fb[6]:.5f} s")
 PY
 ); then ok "TensorBoard: $found"; else fail "TensorBoard: $found"; fi
+
+# --log-energy on the CPU backend (no energy counter): one note, no energy fields, the run ends well.
+"$train" "${args[@]}" --log-energy >"$tmp/energy.log" 2>&1
+rc=$?
+if [[ $rc -eq 0 && $(grep -c '^trident: note: --log-energy: the cpu backend has no energy counter: no energy logged$' "$tmp/energy.log") -eq 1 ]] &&
+    ! grep -q 'energy per GPU\|Total training energy' "$tmp/energy.log" && [[ $(grep -c '^ iteration ' "$tmp/energy.log") -eq 2 ]]; then
+  ok "--log-energy without a counter: $(grep 'log-energy' "$tmp/energy.log")"
+else
+  fail "--log-energy on the CPU: rc $rc"; cat "$tmp/energy.log"
+fi
 
 if [[ -n $mpirun ]]; then
   "$mpirun" --oversubscribe -np 2 "$train" "${args[@]}" --pipeline-model-parallel-size 2 --timing-log-level 2 \

@@ -114,7 +114,9 @@ TEST(Params, EmbeddingInitStdAndWeightDecay) {
       const bool embedding = p.name == "wte" || p.name == "wpe";
       const bool two_d = p.shape.ndim == 2;
       EXPECT_EQ(p.weight_decay, two_d && !(embedding && embedding_std > 0)) << p.name;
-      if (p.name == "h.1.mlp.fc.weight") EXPECT_EQ(p.std, cfg.init_method_std);
+      if (p.name == "h.1.mlp.fc.weight") {
+        EXPECT_EQ(p.std, cfg.init_method_std);
+      }
     }
   }
 }
@@ -212,6 +214,13 @@ TEST(LogLine, HasMegatronFieldsOnOneLine) {
             " learning rate: 1.000E-04 | global batch size:    64 | lm loss: 7.123456E+00 |"
             " loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |"
             " lm acc: 0.0540 | tokens per second: 12345.6 | TFLOP/s per rank: 0.420 |");
+  // --log-energy's fields, where Megatron puts them: after the time, before the learning rate.
+  l.energy_per_gpu = 512.04;
+  l.power_per_gpu = 630.31;
+  EXPECT_NE(format_iteration_log(l).find(" elapsed time per iteration (ms): 812.3 | energy per GPU (J/iter/GPU): 512.0 |"
+                                         " power per GPU (W/GPU): 630.3 | learning rate: 1.000E-04 |"),
+            std::string::npos)
+      << format_iteration_log(l);
 }
 
 // Megatron: a loss is printed only when its average over the interval's updating
