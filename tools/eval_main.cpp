@@ -181,12 +181,16 @@ int run(int argc, char** argv) {
   check_one_iteration_flag(opt.ckpt_step >= 0, ef.iteration.has_value());
   if (opt.ckpt_step >= 0) ef.iteration = opt.ckpt_step;
 
+  // --use-mp-args-from-checkpoint-args: the layout of the checkpoint evaluated, before the grid.
+  const std::string mp_taken = take_parallel_args(opt, ef.iteration.value_or(-1));
   // As trident-train: the backend first (NcclComm runs on its GPU), TF32 as in training.
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());
   resolve_global_batch_size(opt, parallel->grid.shape.dp);
+  if (!mp_taken.empty() && parallel->world_rank() == 0)
+    std::cout << "trident-eval: --use-mp-args-from-checkpoint-args: " << mp_taken << std::endl;
   // A bad checkpoint is bad input: report it like a configuration error (one line, exit 2).
   // Each rank opens only the files holding its slices, so a corrupt file is reported by
   // rank 0 when rank 0 reads it, else by a rank that does.

@@ -163,16 +163,26 @@ int train(int argc, char** argv) {
   // installed at its initialisation): one during the start-up (loading a checkpoint, building
   // the data's index maps) ends the run before training, exit status 0.
   std::optional<StopSignals> stop_signals(std::in_place);
+  // --use-mp-args-from-checkpoint-args: the checkpoint's layout, before the grid is made.
+  const std::string mp_taken = take_parallel_args(opt);
   // The layout is checked first (its errors name the parallel-size flags), then the
   // backend is made before the groups: NcclComm runs on its GPU, after its stream.
-  const GridShape shape =
-      make_grid_shape(job_world_size(), opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
+  const GridShape shape = [&] {
+    try {
+      return make_grid_shape(job_world_size(), opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size);
+    } catch (const ConfigError& e) {
+      if (mp_taken.empty()) throw;
+      throw ConfigError(std::string(e.what()) + " (--use-mp-args-from-checkpoint-args took " + mp_taken + ")");
+    }
+  }();
   resolve_global_batch_size(opt, shape.dp);
   auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
   set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get(),
                                         flags_every_rank_shares(opt));
+  if (!mp_taken.empty() && parallel->world_rank() == 0)
+    std::cout << "trident: --use-mp-args-from-checkpoint-args: " << mp_taken << std::endl;
   if (!opt.save_canonical.empty()) check_save_canonical(opt.save_canonical, *parallel);
   // Megatron trains on mock data only when asked (--mock-data); trident keeps its synthetic
   // default for the quickstart, but says so.

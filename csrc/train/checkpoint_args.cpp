@@ -23,6 +23,33 @@ std::string resolve_load(TrainOptions& o) {
   return meta ? taken + " from --load " + o.load : "no checkpoint to take the model shape from in --load " + o.load;
 }
 
+std::string take_parallel_args(TrainOptions& o, int64_t ckpt_step) {
+  if (!o.use_checkpoint_args || !o.use_mp_args_from_checkpoint_args) return "";
+  std::optional<CheckpointMetadata> meta;
+  try {
+    TrainOptions which = o;
+    which.ckpt_step = ckpt_step;
+    if (const std::optional<std::filesystem::path> dir = checkpoint_to_load(which))
+      meta = read_metadata((*dir / kMetadataFileName).string());
+  } catch (const IoError& e) {
+    throw ConfigError(e.what());
+  }
+  if (!meta) return "nothing (no checkpoint in --load " + o.load + ")";
+  const ParallelLayout& l = meta->layout;
+  o.tensor_model_parallel_size = l.tp;
+  o.pipeline_model_parallel_size = l.pp;
+  // The chunk count itself, whichever flag gave one (both zero: no interleaving).
+  o.num_layers_per_virtual_pipeline_stage = 0;
+  o.num_virtual_stages_per_pipeline_rank = l.virtual_pipeline_chunks > 1 ? l.virtual_pipeline_chunks : 0;
+  o.given_flags.erase("num-layers-per-virtual-pipeline-stage");
+  o.given_flags.erase("num-virtual-stages-per-pipeline-rank");
+  std::string taken = "--tensor-model-parallel-size " + std::to_string(l.tp) + ", --pipeline-model-parallel-size " +
+                      std::to_string(l.pp);
+  if (l.virtual_pipeline_chunks > 1)
+    taken += ", --num-virtual-stages-per-pipeline-rank " + std::to_string(l.virtual_pipeline_chunks);
+  return taken + " from --load " + o.load;
+}
+
 std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint) {
   ModelConfig& m = o.model;
   std::ostringstream taken;

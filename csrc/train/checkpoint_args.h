@@ -21,6 +21,17 @@ namespace trident {
 // "--num-layers 4, --hidden-size 64, ...".
 std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint);
 
+// --use-mp-args-from-checkpoint-args (with --use-checkpoint-args), as Megatron's
+// load_args_from_checkpoint: the tensor and pipeline-parallel sizes and the model chunks per
+// stage of the checkpoint --load resumes from (checkpoint_to_load) replace the flags', given
+// or not (Megatron forces them); a chunk count given as layers per chunk is replaced too.
+// Called before the process grid is made; take_checkpoint_args checks the result with the
+// model's shape. Returns the log line's text ("--tensor-model-parallel-size 2, ... from
+// --load DIR"), "" without the flags.
+// `ckpt_step`: the checkpoint to read, as --ckpt-step picks it (-1: --load's latest).
+std::string take_parallel_args(TrainOptions& o, int64_t ckpt_step);
+inline std::string take_parallel_args(TrainOptions& o) { return take_parallel_args(o, o.ckpt_step); }
+
 // Resolves the checkpoint --load names (checkpoint_to_load: a --load naming no usable
 // checkpoint is a ConfigError) and, with --use-checkpoint-args, takes its arguments as
 // above. Returns the log line's text for --use-checkpoint-args ("--num-layers 4, ... from

@@ -514,6 +514,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"use-checkpoint-args", "take the model-shape flags not given (layers, hidden size, heads, sequence length, "
                               "positions, vocabulary size and padding) and the dropout from the --load checkpoint",
        true},
+      {"use-mp-args-from-checkpoint-args", "with --use-checkpoint-args, also take the checkpoint's tensor and "
+                                           "pipeline-parallel sizes and model chunks per stage, given or not "
+                                           "(Megatron's)", true},
       // Data.
       {"data-path", "dataset prefix, weights and prefixes (0.3 A 0.7 B), or prefixes mixed by size (A B); "
                     "cut into train/valid/test by --split"},
@@ -1361,6 +1364,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   if (f.has("ckpt-step") && o.ckpt_step < 0) throw ConfigError("--ckpt-step must not be negative");
   f.get("exit-on-missing-checkpoint", o.exit_on_missing_checkpoint);
   f.get("use-checkpoint-args", o.use_checkpoint_args);
+  f.get("use-mp-args-from-checkpoint-args", o.use_mp_args_from_checkpoint_args);
+  if (o.use_mp_args_from_checkpoint_args && !o.use_checkpoint_args)  // Megatron reads it only there
+    o.flags_without_effect.push_back("--use-mp-args-from-checkpoint-args (without --use-checkpoint-args)");
   for (const char* name : {"ckpt-step", "exit-on-missing-checkpoint", "use-checkpoint-args"})
     if (f.has(name) && o.load.empty()) throw ConfigError(std::string("--") + name + " needs --load");
   // Megatron's rule for a loaded checkpoint's scheduler: the two choices exclude each other

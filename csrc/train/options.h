@@ -245,6 +245,9 @@ struct TrainOptions {
   // --use-checkpoint-args: model-shape flags not given take the loaded checkpoint's values
   // (train/checkpoint_args.h).
   bool use_checkpoint_args = false;
+  // With it, --use-mp-args-from-checkpoint-args: the checkpoint's tensor and pipeline sizes and
+  // model chunks replace the flags' (take_parallel_args).
+  bool use_mp_args_from_checkpoint_args = false;
   // A loaded checkpoint's LR schedule (max_lr, min_lr, warm-up and decay in samples, decay
   // style) against the command line's, as Megatron's OptimizerParamScheduler.load_state_dict:
   // by default a difference is an error; --override-opt_param-scheduler (Megatron-DeepSpeed:

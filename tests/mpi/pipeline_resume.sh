@@ -45,6 +45,29 @@ python3 "$repo/tests/mpi/compare_params.py" "$tmp/straight.st" "$tmp/resumed.st"
 grep -qE "$pattern" "$tmp/ckpt/iter_0000010/metadata.json" ||
   fail "the checkpoint's metadata does not record its layout ($pattern)"
 
+# Megatron's --use-mp-args-from-checkpoint-args (with --use-checkpoint-args) takes the
+# checkpoint's pipeline size and chunks: resumed without the layout flags, the same grid line
+# (stages and chunks) and values;
+# on one rank, the grid error names what it took. (A checkpoint of an uneven split takes its
+# chunk count only, as Megatron's: the interleaved case alone resumes that way.)
+if [[ " ${layout[*]} " == *" --num-layers-per-virtual-pipeline-stage "* ]]; then
+  launch 2 --load "$tmp/ckpt" --use-checkpoint-args --use-mp-args-from-checkpoint-args >"$tmp/mp.log"
+  if grep -q '^trident: --use-mp-args-from-checkpoint-args: --tensor-model-parallel-size 1, --pipeline-model-parallel-size 2, --num-virtual-stages-per-pipeline-rank 2 from --load' "$tmp/mp.log" &&
+      grep -q '^trident: world 2 = tp 1 x pp 2 x dp 1' "$tmp/mp.log" && [[ $(grep -c '^trident: world 2 = ' "$tmp/second.log") -eq 1 ]] &&
+      cmp -s <(grep '^trident: world 2 = ' "$tmp/second.log") <(grep '^trident: world 2 = ' "$tmp/mp.log") &&
+      cmp -s <(logged "$tmp/second.log") <(logged "$tmp/mp.log"); then
+    echo "$tag: --use-mp-args-from-checkpoint-args resumed at the checkpoint's layout, the same values"
+  else
+    fail "$tag: --use-mp-args-from-checkpoint-args"; grep -m3 'mp-args\|error' "$tmp/mp.log"
+  fi
+  if ! launch 1 --load "$tmp/ckpt" --use-checkpoint-args --use-mp-args-from-checkpoint-args >/dev/null 2>"$tmp/mp1.err" &&
+      grep -q '(--use-mp-args-from-checkpoint-args took --tensor-model-parallel-size 1, --pipeline-model-parallel-size 2' "$tmp/mp1.err"; then
+    echo "$tag: one rank: $(head -1 "$tmp/mp1.err")"
+  else
+    fail "$tag: --use-mp-args-from-checkpoint-args on one rank: $(cat "$tmp/mp1.err")"
+  fi
+fi
+
 # The checkpoint continued at plain layouts.
 losses "$tmp/second.log" >"$tmp/same.txt"
 for plain in 2:2 4:4 1:1; do

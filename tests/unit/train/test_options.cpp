@@ -58,6 +58,11 @@ TEST(Options, DefaultsFollowMegatron) {
   const TrainOptions no_dropout = parse({"--hidden-dropout", "0", "--attention-dropout", "0.25"});
   EXPECT_EQ(no_dropout.model.hidden_dropout, 0.0f);
   EXPECT_FLOAT_EQ(no_dropout.model.attention_dropout, 0.25f);
+  // Megatron reads --use-mp-args-from-checkpoint-args only with --use-checkpoint-args.
+  EXPECT_EQ(parse({"--use-mp-args-from-checkpoint-args"}).flags_without_effect,
+            (std::vector<std::string>{"--use-mp-args-from-checkpoint-args (without --use-checkpoint-args)"}));
+  EXPECT_TRUE(parse({"--load", "/ck", "--use-checkpoint-args", "--use-mp-args-from-checkpoint-args"})
+                  .use_mp_args_from_checkpoint_args);
   // Megatron's None: the embeddings take --init-method-std.
   EXPECT_EQ(o.model.embedding_init_method_std, 0.0f);
   EXPECT_FLOAT_EQ(parse({"--embedding-init-method-std", "1.0"}).model.embedding_init_method_std, 1.0f);
