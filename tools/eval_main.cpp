@@ -316,7 +316,7 @@ int run(int argc, char** argv) {
                 << seq->windows() << " windows of " << opt.model.seq_length + 1 << " (" << set.iterations
                 << " global batches of " << opt.global_batch_size << ")" << std::endl;
     else
-      std::cout << "trident-eval: " << (opt.multiple_validation_sets ? set.label : ef.split_name + " split")
+      std::cout << "trident-eval: " << (opt.multiple_validation_sets && ef.split_name == "valid" ? set.label : ef.split_name + " split")
                 << ", samples [" << set.first << ", "
                 << set.first + static_cast<uint64_t>(set.iterations) * opt.global_batch_size << ") ("
                 << set.iterations << " global batches of " << opt.global_batch_size << ")" << std::endl;

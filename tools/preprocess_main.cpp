@@ -2,6 +2,8 @@
 //   trident-preprocess --input corpus.jsonl --output-prefix data/corpus
 //     --tokenizer-type GPT2BPETokenizer --vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt
 //     --append-eod --workers 4
+// Data that is token ids already: --tokenizer-type NullTokenizer --vocab-size V, each text
+// "17 4 9" (Megatron's NullTokenizer; V is the end of document).
 // SIGINT or SIGTERM stops the run within a batch or so: its temporary files are removed, one
 // line says so, and the process then ends by that signal (a second one ends it at once).
 #include <cxxopts.hpp>
@@ -9,6 +11,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <sstream>
@@ -76,7 +79,9 @@ int preprocess_main(int argc, char** argv) {
       ("input", "input .jsonl or .jsonl.xz", cxxopts::value<std::string>())
       ("json-keys", "keys to extract (one output per key)", cxxopts::value<std::string>())
       ("output-prefix", "output prefix: {prefix}_{key}_document.bin/.idx", cxxopts::value<std::string>())
-      ("tokenizer-type", "GPT2BPETokenizer | BertWordPieceLowerCase | BertWordPieceCase",
+      ("tokenizer-type", "GPT2BPETokenizer | BertWordPieceLowerCase | BertWordPieceCase | NullTokenizer",
+       cxxopts::value<std::string>())
+      ("vocab-size", "NullTokenizer: the text is token ids 0 .. V - 1 separated by spaces; V is the end of document",
        cxxopts::value<std::string>())
       ("vocab-file", "vocabulary file", cxxopts::value<std::string>())
       ("vocab", "alias of --vocab-file", cxxopts::value<std::string>())
@@ -103,10 +108,14 @@ int preprocess_main(int argc, char** argv) {
   opt.input = trident::required_flag(r, "input");
   opt.output_prefix = trident::required_flag(r, "output-prefix");
   const std::string type = trident::required_flag(r, "tokenizer-type");
+  const bool null_tokenizer = type == "NullTokenizer";
   std::string vocab;
   if (r.count("vocab-file")) vocab = r["vocab-file"].as<std::string>();
   else if (r.count("vocab")) vocab = r["vocab"].as<std::string>();
-  else throw ConfigError("--vocab-file is required");
+  else if (!null_tokenizer) throw ConfigError("--vocab-file is required");
+  const int64_t null_vocab_size = r.count("vocab-size") ? trident::integer_flag(r, "vocab-size", 1, INT32_MAX) : 0;
+  if (r.count("vocab-size") && !null_tokenizer)
+    throw ConfigError("--vocab-size: only NullTokenizer takes it (the others' vocabulary is their --vocab-file's)");
   const std::string merges = r["merge-file"].as<std::string>();
   if (type == "GPT2BPETokenizer" && merges.empty()) throw ConfigError("--merge-file is required for GPT2BPETokenizer");
   if (!key_words.empty()) opt.json_keys = split_keys(key_words);
@@ -134,7 +143,7 @@ int preprocess_main(int argc, char** argv) {
 
   catch_interrupts();
   opt.interrupt = &interrupt_signal;
-  auto tokenizer = trident::make_tokenizer(type, vocab, merges);
+  auto tokenizer = trident::make_tokenizer(type, vocab, merges, null_vocab_size);
   std::fprintf(stderr, "trident-preprocess: %s, vocab %lld, %d workers, input %s\n", tokenizer->name().c_str(),
                static_cast<long long>(tokenizer->vocab_size()), opt.workers, opt.input.c_str());
   try {

@@ -40,6 +40,13 @@ MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const Megatr
   if (o.distributed_optimizer && !o.torch_dist)
     throw ConfigError("--use-distributed-optimizer: applies to --ckpt-format torch_dist (the torch format's "
                       "distributed optimizer state, distrib_optim.pt, is not written)");
+  // Megatron groups parameters whose name holds "embedding" with the biases when the flag is
+  // set (default_skip_embedding_weight_decay): another group order and membership than the
+  // two groups the export writes.
+  if (o.training && cfg.embedding_init_method_std > 0)
+    throw ConfigError("--with-optimizer: the run's embeddings take no weight decay (--embedding-init-method-std), "
+                      "which Megatron's parameter groups hold in another order than trident writes them; export "
+                      "without --with-optimizer");
   if (o.uneven.any() && !o.mcore)
     throw ConfigError("Megatron's uneven pipeline stages (--decoder-first/last-pipeline-num-layers, "
                       "--account-for-embedding/loss-in-pipeline-split, --pipeline-model-parallel-layout) are "

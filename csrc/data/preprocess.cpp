@@ -196,9 +196,18 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
         continue;
       }
       r.status.push_back(LineStatus::kOk);
-      for (const simdjson::dom::element& v : values) {
-        encode_document(v, tok, opt.append_eod, r);
-        r.ends.push_back(r.item_ends.size());
+      const size_t tokens = r.tokens.size(), items = r.item_ends.size(), ends = r.ends.size();
+      try {
+        for (const simdjson::dom::element& v : values) {
+          encode_document(v, tok, opt.append_eod, r);
+          r.ends.push_back(r.item_ends.size());
+        }
+      } catch (const TokenizeError& e) {  // the line is invalid: nothing of it is kept
+        r.tokens.resize(tokens);
+        r.item_ends.resize(items);
+        r.ends.resize(ends);
+        r.status.back() = LineStatus::kInvalid;
+        r.reason.push_back(e.what());
       }
     }
   } catch (...) {

@@ -8,7 +8,16 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
+
 namespace trident {
+
+// A text the tokenizer cannot encode (NullTokenizer: a word that is not a token id); the
+// preprocessor reports its line as invalid.
+class TokenizeError : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
 
 class Tokenizer {
  public:
@@ -21,9 +30,11 @@ class Tokenizer {
 };
 
 // type: GPT2BPETokenizer (vocab_file = gpt2-vocab.json, merge_file = gpt2-merges.txt),
-// BertWordPieceLowerCase or BertWordPieceCase (vocab_file = vocab.txt). Throws IoError
-// naming the file when it is missing or malformed, ConfigError for an unknown type.
+// BertWordPieceLowerCase or BertWordPieceCase (vocab_file = vocab.txt), or NullTokenizer
+// (null_vocab_size = --vocab-size, ids 0 .. V - 1 and V the end of document; 0: not given,
+// an error). Throws IoError naming the file when it is missing or malformed, ConfigError for
+// an unknown type.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& type, const std::string& vocab_file,
-                                          const std::string& merge_file);
+                                          const std::string& merge_file, int64_t null_vocab_size = 0);
 
 }  // namespace trident

@@ -1,7 +1,9 @@
 #include "train/log_line.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace trident {
 
@@ -35,6 +37,33 @@ std::string format_iteration_log(const IterationLog& l) {
                      l.tokens_per_second, l.tflops_per_rank);
   if (l.mfu > 0) std::snprintf(buf + n, sizeof buf - n, " MFU: %.1f%% |", 100.0 * l.mfu);
   return buf;
+}
+
+std::string python_float_repr(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  char buf[64];
+  // The shortest round-trip digits, in scientific form: [-]d[.ddd]e[+-]XX.
+  const auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  const std::string sci(buf, r.ptr);
+  const size_t e = sci.find('e');
+  const int exponent = std::atoi(sci.c_str() + e + 1);
+  const bool negative = sci[0] == '-';
+  std::string digits;
+  for (size_t i = negative ? 1 : 0; i < e; ++i)
+    if (sci[i] != '.') digits.push_back(sci[i]);
+  std::string out(negative ? "-" : "");
+  if (exponent < -4 || exponent >= 16) {
+    out.push_back(digits[0]);
+    if (digits.size() > 1) out.append(".").append(digits, 1, std::string::npos);
+    char exp[16];
+    std::snprintf(exp, sizeof exp, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
+    return out.append(exp);
+  }
+  if (exponent < 0) return out.append("0.").append(static_cast<size_t>(-exponent - 1), '0').append(digits);
+  const size_t point = static_cast<size_t>(exponent) + 1;  // digits before the point
+  if (digits.size() <= point) return out.append(digits).append(point - digits.size(), '0').append(".0");
+  return out.append(digits, 0, point).append(".").append(digits, point, std::string::npos);
 }
 
 }  // namespace trident

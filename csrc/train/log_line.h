@@ -44,4 +44,9 @@ struct IterationLog {
 
 std::string format_iteration_log(const IterationLog& l);
 
+// A double as Python's repr writes it (the shortest digits that read back to it; fixed
+// notation for exponents -4 to 15, "1.5e-05" / "1e+16" otherwise): for lines Megatron prints
+// with an f-string's {x}.
+std::string python_float_repr(double x);
+
 }  // namespace trident

@@ -311,8 +311,8 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"window-size", false, nullptr, "GPT-2's attention is causal over the whole sequence (no sliding window)"},
       {"qk-l2-norm", true, nullptr, "GPT-2 normalises neither queries nor keys"},
       {"mtp-num-layers", false, "0", "GPT-2 predicts the next token only (no multi-token prediction layers)"},
-      {"tokenizer-model", false, nullptr, "the tokenizers are GPT-2's BPE (--vocab-file, --merge-file) and BERT's "
-                                          "WordPiece (--vocab-file)"},
+      {"tokenizer-model", false, nullptr, "the tokenizers are GPT-2's BPE (--vocab-file, --merge-file), BERT's "
+                                          "WordPiece (--vocab-file) and NullTokenizer (--vocab-size)"},
   };
   return defs;
 }
@@ -525,7 +525,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"test-data-path", "test data read whole, in --data-path's forms"},
       {"vocab-file", "the tokenizer's vocabulary (gpt2-vocab.json, or a WordPiece vocab.txt; needed with data)"},
       {"merge-file", "GPT2BPETokenizer's merges (gpt2-merges.txt; needed with its data)"},
-      {"tokenizer-type", "GPT2BPETokenizer, BertWordPieceLowerCase or BertWordPieceCase"},
+      {"tokenizer-type", "GPT2BPETokenizer, BertWordPieceLowerCase, BertWordPieceCase, or NullTokenizer (data of "
+                         "token ids: --vocab-size V ids, V the end of document)"},
       {"split", "train, valid, test weights (969, 30, 1)"},
       {"mid-level-dataset-surplus", "a weighted blend asks each dataset for ceil(ceil(n w) (1 + this)) samples "
                                     "(Megatron-core's; without it ceil(n w 1.005), Megatron's before it)"},
@@ -1386,6 +1387,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("vocab-file", o.vocab_file);
   f.get("merge-file", o.merge_file);
   f.get("tokenizer-type", o.tokenizer_type);
+  if (o.tokenizer_type == "NullTokenizer" && f.has("vocab-size")) o.null_tokenizer_vocab_size = o.model.vocab_size;
   f.get("split", o.split);
   if (f.has("mid-level-dataset-surplus")) {
     double surplus = 0;
@@ -1610,7 +1612,9 @@ void validate_run(TrainOptions& o) {
     if (given && !o.has_data())
       throw ConfigError(std::string("--") + flag + " works on the documents of --data-path (ended by its "
                         "tokenizer's <|endoftext|>); synthetic data has no documents");
-  if (o.has_data() && o.vocab_file.empty())
+  if (o.tokenizer_type == "NullTokenizer" && o.null_tokenizer_vocab_size == 0 && o.has_data())
+    throw ConfigError("--vocab-size is required for NullTokenizer (its ids are 0 to V - 1, V the end of document)");
+  if (o.has_data() && o.vocab_file.empty() && o.tokenizer_type != "NullTokenizer")
     throw ConfigError(std::string("--vocab-file is required with --") +
                       (o.data_path.empty() ? "train-data-path/--valid-data-path/--test-data-path" : "data-path"));
   if (!o.data_path.empty() && (!o.train_data_path.empty() || !o.valid_data_path.empty() || !o.test_data_path.empty()))

@@ -285,6 +285,9 @@ struct TrainOptions {
     return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();
   }
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
+  // --tokenizer-type NullTokenizer: the --vocab-size given (its ids; the tokenizer's
+  // vocabulary is one more, the end of document); 0 otherwise.
+  int64_t null_tokenizer_vocab_size = 0;
   std::string split = "969, 30, 1";
   // Megatron-core's --mid-level-dataset-surplus (data/blend.h's blended_dataset_samples).
   std::optional<double> mid_level_dataset_surplus;

@@ -318,6 +318,7 @@ double Trainer::global_norm_sq(bool of_params) {
 }
 
 void Trainer::start_energy_monitor() {
+  energy_.reset();
   if (!opt_.log_energy) return;
   std::string why_none;
   const bool here = be_.energy_joules(&why_none).has_value();
@@ -359,8 +360,13 @@ std::vector<std::pair<std::string, double>> Trainer::optimizer_state_statistics(
                              static_cast<float>(m.sum_abs),     static_cast<float>(w.sum_abs)};
   std::vector<float> maxima = {static_cast<float>(v.max_abs), static_cast<float>(m.max_abs),
                                static_cast<float>(w.max_abs)};
-  sum_over_model(Tensor(sums.data(), Shape{8}, DType::F32, Device::Cpu));
+  // A maximum over ranks need not keep a NaN (MPI's and NCCL's are not defined on it): the
+  // ranks count theirs in the sums, and a NaN anywhere makes that maximum NaN.
+  for (const float x : maxima) sums.push_back(std::isnan(x) ? 1.0f : 0.0f);
+  sum_over_model(Tensor(sums.data(), Shape{11}, DType::F32, Device::Cpu));
   sum_over_model(Tensor(maxima.data(), Shape{3}, DType::F32, Device::Cpu), ReduceOp::Max);
+  for (int k = 0; k < 3; ++k)
+    if (sums[8 + k] > 0) maxima[k] = std::nanf("");
   return {{"variance_l2", std::sqrt(sums[0])},
           {"variance_sqrt_l2", std::sqrt(sums[1])},
           {"momentum_l2", std::sqrt(sums[2])},
@@ -1065,12 +1071,14 @@ void Trainer::train() {
       l.tokens_per_second = t.tokens_per_second;
       l.tflops_per_rank = t.tflops_per_rank;
       l.mfu = t.mfu;
-      if (energy_) {  // Megatron's: the ranks' energy since the last line, per iteration and GPU
-        const double joules = energy_over_ranks(energy_->lap()) / n / g.world;
-        l.energy_per_gpu = joules;
-        l.power_per_gpu = joules / (l.ms_per_iteration / 1e3);
+      if (energy_) {  // Megatron's: the ranks' energy since the last line, per iteration and GPU,
+        // and over the time counted (its interval timer's: evaluations and saves left out)
+        const EnergyMonitor::Lap lap = energy_->lap();
+        const double joules = energy_over_ranks(lap.joules) / g.world;
+        l.energy_per_gpu = joules / n;
+        l.power_per_gpu = lap.seconds > 0 ? joules / lap.seconds : 0.0;
         if (tensorboard_) {
-          scalars().at_iteration("iter-energy/gpu", joules, iteration_);
+          scalars().at_iteration("iter-energy/gpu", *l.energy_per_gpu, iteration_);
           scalars().at_iteration("power/gpu", *l.power_per_gpu, iteration_);
         }
       }
@@ -1112,15 +1120,16 @@ void Trainer::train() {
       if (ended) break;
       consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
     }
-    {
+    const bool persistent_save = saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0;
+    const bool non_persistent_save = !persistent_save && saving && opt_.non_persistent_save_interval > 0 &&
+                                     iteration_ % opt_.non_persistent_save_interval == 0 && !training_done();
+    if (pending_save_ || persistent_save || non_persistent_save) {
       const EnergyPause not_training(energy_.get());  // Megatron pauses its monitor for saves
       if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
-      if (saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) {
+      if (persistent_save)
         save_checkpoint();
-      } else if (saving && opt_.non_persistent_save_interval > 0 &&
-                 iteration_ % opt_.non_persistent_save_interval == 0 && !training_done()) {
+      else if (non_persistent_save)
         save_checkpoint(SaveKind::kNonPersistent);  // not at the end: the final save follows
-      }
     }
     if (any_rank(*par_, stop_signal_received())) {
       out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
@@ -1145,9 +1154,8 @@ void Trainer::train() {
   optimizer_->wait_for_all_params();  // the parameters are read after train() (exports)
   if (energy_) {  // Megatron's line at the end of its training loop, before the final save
     energy_->lap();
-    char line[96];
-    std::snprintf(line, sizeof line, "Total training energy (GPU): %.3f MJ", energy_over_ranks(energy_->total()) / 1e6);
-    out << line << std::endl;
+    out << "Total training energy (GPU): " << python_float_repr(energy_over_ranks(energy_->total()) / 1e6) << " MJ"
+        << std::endl;
   }
   // The handlers stay through the last save: a second signal (a scheduler sending again, a
   // second Ctrl-C) must not kill the save that the first one asked for. One that came
@@ -1177,7 +1185,7 @@ void Trainer::train() {
 }
 
 std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt) {
-  auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file);
+  auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file, opt.null_tokenizer_vocab_size);
   opt.model.vocab_size = tokenizer->vocab_size();
   opt.eod_token = tokenizer->eod();
   return tokenizer;

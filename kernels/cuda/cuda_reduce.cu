@@ -302,7 +302,8 @@ __global__ void multi_magnitude_kernel(SquaresTable tab, MagnitudeStats* partial
 
 // One block combines any number of those partials: thread i takes i, i + blockDim.x, ... in
 // order, then the block's sums and maximum.
-__global__ void magnitude_many_partials_kernel(const MagnitudeStats* partials, int64_t count, MagnitudeStats* result) {
+__global__ void __launch_bounds__(kSumMaxBlocks)
+    magnitude_many_partials_kernel(const MagnitudeStats* partials, int64_t count, MagnitudeStats* result) {
   __shared__ double shared[32];
   MagnitudeStats acc;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {

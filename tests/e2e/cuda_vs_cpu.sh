@@ -129,7 +129,9 @@ if [[ $mode == single ]]; then
   if grep -q 'note: --log-energy' "$tmp/gpu-bf16.log"; then
     echo "--log-energy: no counter here: $(grep 'note: --log-energy' "$tmp/gpu-bf16.log")"
   elif watts=$(sed -nE 's/.* energy per GPU \(J\/iter\/GPU\): [0-9.]+ \| power per GPU \(W\/GPU\): ([0-9.]+) \|.*/\1/p' "$tmp/gpu-bf16.log") &&
-      [[ $(echo "$watts" | wc -w) -eq 20 ]] && grep -q '^Total training energy (GPU): [0-9]*\.[0-9]\{3\} MJ$' "$tmp/gpu-bf16.log" &&
+      [[ $(echo "$watts" | wc -w) -eq 20 ]] &&
+      total=$(sed -nE 's/^Total training energy \(GPU\): ([0-9.e+-]+) MJ$/\1/p' "$tmp/gpu-bf16.log") &&
+      python3 -c 'import sys; sys.exit(not 0 < float(sys.argv[1]) < 1)' "$total" &&
       echo "$watts" | awk '{ if ($1 < 10 || $1 > 2000) bad = 1 } END { exit bad }'; then
     echo "--log-energy: 20 lines, W/GPU $(echo $watts | cut -d' ' -f1-5) ...; $(grep '^Total training energy' "$tmp/gpu-bf16.log")"
   else

@@ -135,6 +135,29 @@ run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V2" --train-iters 2 
 [[ $? -eq 2 && $(wc -l <"$tmp/multi_w.err") -eq 1 ]] && grep -q -- '--valid-data-path: --multiple-validation-sets evaluates each prefix alone' "$tmp/multi_w.err" &&
   ok "$(cat "$tmp/multi_w.err")" || fail "--multiple-validation-sets with weights: $(cat "$tmp/multi_w.err")"
 
+# Megatron's NullTokenizer: data that is token ids already ("17 4 9"), --vocab-size V (V the
+# end of document): trident-preprocess writes the ids, trident-train trains on V + 1 tokens.
+python3 -c '
+import json, random
+r = random.Random(5)
+for d in range(200):
+    print(json.dumps({"text": " ".join(str(r.randrange(300)) for _ in range(r.randrange(20, 200)))}))' >"$tmp/ids.jsonl"
+"$preprocess" --input "$tmp/ids.jsonl" --json-keys text --output-prefix "$tmp/ids" --tokenizer-type NullTokenizer \
+  --vocab-size 300 --append-eod --workers 1 >/dev/null 2>"$tmp/ids_pre.err" || fail "NullTokenizer preprocessing: $(tail -1 "$tmp/ids_pre.err")"
+"$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --tokenizer-type NullTokenizer --vocab-size 300 \
+  --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 --global-batch-size 4 --lr-warmup-iters 1 \
+  --log-interval 1 --data-cache-path "$tmp/cache" --data-path "$tmp/ids_text_document" --split 1,0,0 --train-iters 4 \
+  --eval-iters 0 >"$tmp/ids.log" 2>&1
+if grep -q 'vocab 301 (padded 384)' "$tmp/ids.log" && [[ $(losses "$tmp/ids.log" | wc -l) -eq 4 ]]; then
+  ok "NullTokenizer: preprocessed and trained on 301 tokens: $(grep -o 'vocab 301 (padded 384)' "$tmp/ids.log"), losses $(losses "$tmp/ids.log" | tr '\n' ' ')"
+else
+  fail "NullTokenizer training"; tail -3 "$tmp/ids.log"
+fi
+"$train" --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --lr-warmup-iters 1 \
+  --tokenizer-type NullTokenizer --data-path "$tmp/ids_text_document" --train-iters 2 >/dev/null 2>"$tmp/ids_novocab.err"
+[[ $? -eq 2 ]] && grep -q -- '--vocab-size is required for NullTokenizer' "$tmp/ids_novocab.err" &&
+  ok "$(cat "$tmp/ids_novocab.err")" || fail "NullTokenizer without --vocab-size: $(cat "$tmp/ids_novocab.err")"
+
 run --data-path "$P" "$P" --split 1,0,0 --train-iters 4 --eval-iters 0 >"$tmp/unweighted.log" 2>&1 &&
   [[ $(losses "$tmp/unweighted.log" | wc -l) -eq 4 ]] && ok "unweighted --data-path P P trains" ||
   fail "unweighted --data-path P P: $(tail -1 "$tmp/unweighted.log")"

@@ -4,8 +4,10 @@
 #    at each --tensorboard-log-interval, equal to the statistics computed in double from
 #    the Adam state and weights that the same iteration's checkpoint holds (bf16: the fp32
 #    master weights);
-#  - under mpirun (4 ranks: tp 2 x dp 2 with ZeRO-1, and tp 2 x pp 2), the same values as
-#    the serial run: every parameter counted once whatever the layout.
+#  - under mpirun (4 ranks: tp 2 x dp 2 with ZeRO-1 and without, and tp 2 x pp 2), the same
+#    values as the serial run: every parameter counted once whatever the layout (the state
+#    sharded over the data-parallel ranks or replicated there);
+#  - without the flag, no optimizer/ scalars.
 # Usage: optimizer_states.sh TRAIN REPO [MPIRUN]
 set -uo pipefail
 train=$1 repo=$2 mpirun=${3:-}
@@ -100,13 +102,20 @@ for dtype in bf16 fp32; do
   fi
 done
 
-# Without --tensorboard-dir nothing is computed or written; the run is the same.
-"$train" "${args[@]}" >"$tmp/no-tb.log" 2>&1 && ! grep -qi "optimizer/" "$tmp/no-tb.log" &&
-  ok "no --tensorboard-dir: runs, writes nothing" || { fail "no --tensorboard-dir"; cat "$tmp/no-tb.log"; }
+# Without the flag, no optimizer/ scalars.
+without=("${args[@]}")
+unset 'without[${#without[@]}-1]'  # the flag is the last word of args
+"$train" "${without[@]}" --tensorboard-dir "$tmp/tb-without" >"$tmp/without.log" 2>&1 || fail "the run without the flag"
+events "$tmp/tb-without" "$tmp/without.events"
+if [[ -s $tmp/without.events ]] && ! grep -q '^optimizer/' "$tmp/without.events"; then
+  ok "without the flag: $(wc -l <"$tmp/without.events") scalars, none optimizer/"
+else
+  fail "without the flag: $(grep -c '^optimizer/' "$tmp/without.events") optimizer/ scalars"
+fi
 
 if [[ -n $mpirun ]]; then
   events "$tmp/tb-fp32" "$tmp/serial.events"
-  for layout in "--tensor-model-parallel-size 2 --zero-stage 1" \
+  for layout in "--tensor-model-parallel-size 2 --zero-stage 1" "--tensor-model-parallel-size 2 --zero-stage 0" \
                 "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"; do
     dir="$tmp/tb-$(echo "$layout" | tr -dc 'a-z0-9')"
     # shellcheck disable=SC2086

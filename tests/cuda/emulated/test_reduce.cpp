@@ -164,9 +164,6 @@ TEST_P(EmulatedReduce, CountZerosMulti) {
   EXPECT_EQ(kr::count_zeros_multi({}), 0);
 }
 
-// The elements before the first 16-byte boundary of a misaligned start (also a whole
-// tensor shorter than them), the vector path and its tail, for sum and sum_squares
-// (grid-stride over one tensor).
 // magnitude_stats_multi: sum_squares_multi's layout of pieces (several launches, a dtype
 // change, misaligned starts, 3 blocks a launch) against the CPU: the sums of squares and of
 // |x| to 1e-12, the sum of square roots to 1e-7 (float's root on the GPU, double's on the
@@ -208,6 +205,9 @@ TEST_P(EmulatedReduce, MagnitudeStatsMulti) {
   EXPECT_TRUE(std::isnan(nan_stats.max_abs)) << "a NaN must not lose to a larger magnitude";
 }
 
+// The elements before the first 16-byte boundary of a misaligned start (also a whole
+// tensor shorter than them), the vector path and its tail, for sum and sum_squares
+// (grid-stride over one tensor).
 TEST_P(EmulatedReduce, SumOfMisalignedAndRaggedTensors) {
   for (int64_t skip : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{7}})
     for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{256 * 8 * 3 + 13}}) {

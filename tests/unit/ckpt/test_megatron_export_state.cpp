@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ckpt/megatron_gpt2.h"
 #include "ckpt/pickle_reader.h"
 #include "ckpt/torch_file.h"
 #include "ckpt_test_util.h"
@@ -117,6 +118,27 @@ TEST(MegatronExportState, RefusesATokenBasedDecay) {
                ConfigError);
   EXPECT_THROW(check_exportable_state(json::object()), ConfigError);
   EXPECT_NO_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", nullptr}}}}));
+}
+
+// --embedding-init-method-std moves the embeddings into Megatron's no-decay group (another
+// group order): the optimizer state is refused, the weights alone still export.
+TEST(MegatronExportState, RefusesTheOptimizerOfEmbeddingsWithoutWeightDecay) {
+  ModelConfig cfg = testing::small_config();
+  cfg.embedding_init_method_std = 1.0f;
+  const MegatronTrainingState st = state_after(1, json());
+  MegatronExportOptions o;
+  o.tokenizer_type = "GPT2BPETokenizer";
+  o.training = &st;
+  try {
+    check_megatron_export(cfg, o);
+    ADD_FAILURE() << "exported";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--with-optimizer: the run's embeddings take no weight decay"),
+              std::string::npos)
+        << e.what();
+  }
+  o.training = nullptr;
+  EXPECT_NO_THROW(check_megatron_export(cfg, o));
 }
 
 }  // namespace

@@ -194,6 +194,16 @@ TEST(Flops, MegatronFormula) {
   EXPECT_DOUBLE_EQ(model_flops_per_iteration(c, 8), expect);
 }
 
+// Python's repr of a float, as Megatron's f-string lines print one (checked against CPython).
+TEST(LogLine, PythonFloatRepr) {
+  const std::vector<std::pair<double, std::string>> cases = {
+      {0.0, "0.0"}, {-0.0, "-0.0"}, {1.0, "1.0"}, {0.0123, "0.0123"}, {1e-05, "1e-05"}, {0.0001, "0.0001"},
+      {123456789.0, "123456789.0"}, {1e16, "1e+16"}, {1.5e-7, "1.5e-07"}, {1234.5678, "1234.5678"},
+      {-0.5, "-0.5"}, {0.1 + 0.2, "0.30000000000000004"}, {1e15, "1000000000000000.0"},
+      {12345678901234567.0, "1.2345678901234568e+16"}, {2.5e-300, "2.5e-300"}};
+  for (const auto& [x, want] : cases) EXPECT_EQ(python_float_repr(x), want) << want;
+}
+
 TEST(LogLine, HasMegatronFieldsOnOneLine) {
   IterationLog l;
   l.iteration = 10;
