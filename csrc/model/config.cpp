@@ -67,4 +67,10 @@ double model_flops_per_iteration(const ModelConfig& c, int64_t global_batch, int
   return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
+double megatron_flops_per_iteration(const ModelConfig& c, int64_t global_batch, int tp) {
+  const double B = static_cast<double>(global_batch), s = c.seq_length, l = c.num_layers,
+               h = c.hidden_size, V = static_cast<double>(c.padded_vocab_size(tp));
+  return 72.0 * B * s * l * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * l * h));
+}
+
 }  // namespace trident

@@ -43,8 +43,13 @@ struct ModelConfig {
   void validate(int tp = 1) const;
 };
 
-// Model FLOPs of one iteration (Megatron-LM's formula, padded vocab, no recompute):
-// 72 B s l h^2 (1 + s / (6 h) + V / (12 l h)), forward + backward.
+// Model FLOPs of one iteration (Megatron-LM's formula of 2021-2024, padded vocab, no
+// recompute): 72 B s l h^2 (1 + s / (6 h) + V / (12 l h)), forward + backward. trident's
+// TFLOP/s and MFU figures count these, so they compare with the published ones.
 double model_flops_per_iteration(const ModelConfig& c, int64_t global_batch, int tp = 1);
+// Megatron-LM's num_floating_point_operations since 2025, which counts the causal attention
+// scores at half: 72 B s l h^2 (1 + s / (12 h) + V / (12 l h)) for GPT-2's shape. Its
+// --log-throughput field and the FLOPs it keeps in checkpoints and --log-progress use it.
+double megatron_flops_per_iteration(const ModelConfig& c, int64_t global_batch, int tp = 1);
 
 }  // namespace trident

@@ -19,6 +19,8 @@ std::string format_iteration_log(const IterationLog& l) {
     n += std::snprintf(buf + n, sizeof buf - n, " consumed tokens: %12llu |",
                        static_cast<unsigned long long>(*l.consumed_tokens));
   n += std::snprintf(buf + n, sizeof buf - n, " elapsed time per iteration (ms): %.1f |", l.ms_per_iteration);
+  if (l.megatron_tflops_per_gpu)
+    n += std::snprintf(buf + n, sizeof buf - n, " throughput per GPU (TFLOP/s/GPU): %.1f |", *l.megatron_tflops_per_gpu);
   if (l.energy_per_gpu && l.power_per_gpu)
     n += std::snprintf(buf + n, sizeof buf - n, " energy per GPU (J/iter/GPU): %.1f | power per GPU (W/GPU): %.1f |",
                        *l.energy_per_gpu, *l.power_per_gpu);

@@ -20,6 +20,8 @@ struct IterationLog {
   std::optional<uint64_t> consumed_tokens;
   uint64_t skipped_samples = 0;  // Megatron's skipped samples (--iterations-to-skip): shown when > 0
   double ms_per_iteration = 0;
+  // --log-throughput: Megatron's TFLOP/s per GPU by its current formula (after the time)
+  std::optional<double> megatron_tflops_per_gpu;
   // --log-energy: joules an iteration and watts, per GPU (Megatron's fields, after the time)
   std::optional<double> energy_per_gpu, power_per_gpu;
   double learning_rate = 0;  // the scheduler's rate after this iteration's step

@@ -52,7 +52,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-async-tensor-model-parallel-allreduce", "Megatron's communication overlap switch: no effect", true},
       {"use-flash-attn", "Megatron's flash attention switch: the fused attention always runs", true},
-      {"log-throughput", "Megatron's throughput field: tokens/s and TFLOP/s are always logged", true},
       {"attention-softmax-in-fp32", "the fused attention's softmax always runs in fp32", true},
       {"no-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway", true},
       {"apply-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway",
@@ -556,6 +555,9 @@ const std::vector<FlagDef>& flag_defs() {
                                               "momentum_abs_max, weight_l1, ... (12 scalars, each also vs tokens)",
        true},
       {"log-params-norm", "the parameters' L2 norm in the log line and TensorBoard (params norm)", true},
+      {"log-throughput", "also Megatron's throughput per GPU (TFLOP/s/GPU) field, after the iteration time, counted "
+                         "by its current formula (the causal attention at half; trident's TFLOP/s per rank and MFU "
+                         "count it whole), and with --log-timers-to-tensorboard its throughput scalar", true},
       {"log-energy", "the GPUs' energy (NVML's counter) in the log line, energy per GPU (J/iter/GPU) and power per "
                      "GPU (W/GPU), as iter-energy/gpu and power/gpu scalars, and the training's total at its end "
                      "(Megatron's; evaluations and saves not counted; a device without a counter: a note)", true},
@@ -1306,6 +1308,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("log-memory-to-tensorboard", o.log_memory_to_tensorboard);
   f.get("log-optimizer-states-to-tensorboard", o.log_optimizer_states_to_tensorboard);
   f.get("log-energy", o.log_energy);
+  f.get("log-throughput", o.log_throughput);
   f.get("log-params-norm", o.log_params_norm);
   f.get("log-num-zeros-in-grad", o.log_num_zeros_in_grad);
   f.get("timing-log-level", o.timing_log_level);

@@ -148,6 +148,9 @@ struct TrainOptions {
   // Megatron's --log-energy: the GPUs' energy (NVML) per iteration and power in the log line,
   // iter-energy/gpu and power/gpu scalars, the training's total at its end.
   bool log_energy = false;
+  // Megatron's --log-throughput: its "throughput per GPU (TFLOP/s/GPU)" field (its FLOPs:
+  // megatron_flops_per_iteration).
+  bool log_throughput = false;
   bool log_params_norm = false;                // Megatron's "params norm" field and scalar
   bool log_num_zeros_in_grad = false;          // Megatron's "num zeros" field and scalar
   int64_t timing_log_level = 0;                // Megatron's timers (train/timers.h): 0, 1 or 2

@@ -677,7 +677,7 @@ IterationResult Trainer::train_iteration() {
   be_.synchronize();
   consumed_samples_ += G;
   consumed_tokens_ += static_cast<uint64_t>(G) * static_cast<uint64_t>(T);
-  flops_so_far_ += model_flops_per_iteration(opt_.model, G, par_->grid.shape.tp);  // skipped steps too, as Megatron
+  flops_so_far_ += megatron_flops_per_iteration(opt_.model, G, par_->grid.shape.tp);  // skipped steps too, as Megatron
   ++iteration_;
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (profiling_) be_.range_pop();
@@ -1071,6 +1071,12 @@ void Trainer::train() {
       l.tokens_per_second = t.tokens_per_second;
       l.tflops_per_rank = t.tflops_per_rank;
       l.mfu = t.mfu;
+      if (opt_.log_throughput) {  // Megatron's field: its FLOPs over the iteration time, per GPU
+        l.megatron_tflops_per_gpu =
+            megatron_flops_per_iteration(m, r.global_batch, g.tp) / (l.ms_per_iteration / 1e3) / g.world / 1e12;
+        if (tensorboard_ && opt_.log_timers_to_tensorboard)
+          scalars().at_iteration("throughput", *l.megatron_tflops_per_gpu, iteration_);
+      }
       if (energy_) {  // Megatron's: the ranks' energy since the last line, per iteration and GPU,
         // and over the time counted (its interval timer's: evaluations and saves left out)
         const EnergyMonitor::Lap lap = energy_->lap();

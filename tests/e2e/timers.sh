@@ -7,6 +7,7 @@
 #  - level 1 prints only level-1 timers, level 0 (the default) none;
 #  - --log-timers-to-tensorboard writes "<name>-time" scalars (seconds an iteration);
 #  - --log-energy without an energy counter (the CPU's): a note;
+#  - --log-throughput: Megatron's TFLOP/s/GPU field, its current FLOPs over the iteration time;
 #  - with pipeline stages under mpirun (2 ranks, pp 2), the transfers' timers.
 # Usage: timers.sh TRAIN REPO [MPIRUN]
 set -uo pipefail
@@ -112,6 +113,38 @@ if [[ $rc -eq 0 && $(grep -c '^trident: note: --log-energy: the cpu backend has 
 else
   fail "--log-energy on the CPU: rc $rc"; cat "$tmp/energy.log"
 fi
+
+# --log-throughput: Megatron's field after the iteration time, its FLOPs (gpt2-tiny: B 8, s 64,
+# l 2, h 64, V 512, the causal scores at half) over the line's iteration time; with
+# --log-timers-to-tensorboard a "throughput" scalar.
+"$train" "${args[@]}" --log-throughput --tensorboard-dir "$tmp/tb-throughput" --log-timers-to-tensorboard \
+  >"$tmp/throughput.log" 2>&1 || fail "the --log-throughput run"
+python3 "$repo/tests/unit/train/read_tfevents.py" "$tmp"/tb-throughput/* >"$tmp/throughput-events.txt"
+if found=$(python3 - "$tmp/throughput.log" "$tmp/throughput-events.txt" <<'PY'
+import re, sys
+B, s, l, h, V = 8, 64, 2, 64, 512
+flops = B * s * (l * (3 * 2 * (h * 3 * h + h * s / 2 * 2 + h * h) + 3 * 2 * h * 4 * h * 2) + 3 * 2 * h * V)
+import struct
+scalars = {}  # the throughput scalar by iteration, in full (the line rounds to 0.1 TFLOP/s)
+for x in open(sys.argv[2]):
+    f = x.split()
+    if f[0] == "scalar" and f[2] != "-" and bytes.fromhex(f[2]).decode() == "throughput":
+        scalars[int(f[1])] = struct.unpack("<f", struct.pack("<I", int(f[3], 16)))[0]
+lines = [x for x in open(sys.argv[1]) if x.startswith(" iteration ")]
+for line in lines:
+    m = re.search(r"iteration +([0-9]+)/.* elapsed time per iteration \(ms\): ([0-9.]+) \| throughput per GPU "
+                  r"\(TFLOP/s/GPU\): ([0-9.]+) \| learning rate", line)
+    if not m:
+        sys.exit(f"no throughput field after the time: {line}")
+    want = flops / (float(m.group(2)) / 1e3) / 1e12  # the time is printed to 0.1 ms
+    got = scalars.get(int(m.group(1)), -1)
+    if abs(got - want) > 0.01 * want or m.group(3) != f"{got:.1f}":
+        sys.exit(f"iteration {m.group(1)}: {got} TFLOP/s/GPU ({m.group(3)} printed), the time gives {want:.5f}")
+if len(lines) != 2:
+    sys.exit(f"{len(lines)} lines")
+print(f"2 lines, the last: {got:.5f} TFLOP/s/GPU at {m.group(2)} ms, its FLOPs {flops:.6g} an iteration")
+PY
+); then ok "--log-throughput: $found"; else fail "--log-throughput: $found"; fi
 
 if [[ -n $mpirun ]]; then
   "$mpirun" --oversubscribe -np 2 "$train" "${args[@]}" --pipeline-model-parallel-size 2 --timing-log-level 2 \

@@ -192,6 +192,13 @@ TEST(Flops, MegatronFormula) {
   ModelConfig c;  // 12 layers, 768, seq 1024, V 50304
   const double expect = 72.0 * 8 * 1024 * 12 * 768.0 * 768 * (1 + 1024 / (6.0 * 768) + 50304 / (12.0 * 12 * 768));
   EXPECT_DOUBLE_EQ(model_flops_per_iteration(c, 8), expect);
+  // Megatron-LM's num_floating_point_operations of 2025, its terms per token written out: per
+  // layer QKV (3 h^2), the causal scores and their product with V (s h / 2 each), the output
+  // projection (h^2) and the MLP (8 h^2), and the logits (h V); x 2 (FMA) x 3 (fwd + bwd).
+  const double h = 768, s = 1024, V = 50304;
+  const double per_token = 6 * (12 * (3 * h * h + s * h / 2 * 2 + h * h + 8 * h * h) + h * V);
+  EXPECT_NEAR(megatron_flops_per_iteration(c, 8), 8 * s * per_token, 1e-12 * 8 * s * per_token);
+  EXPECT_LT(megatron_flops_per_iteration(c, 8), model_flops_per_iteration(c, 8));
 }
 
 // Python's repr of a float, as Megatron's f-string lines print one (checked against CPython).
@@ -224,11 +231,14 @@ TEST(LogLine, HasMegatronFieldsOnOneLine) {
             " learning rate: 1.000E-04 | global batch size:    64 | lm loss: 7.123456E+00 |"
             " loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | number of nan iterations:   0 |"
             " lm acc: 0.0540 | tokens per second: 12345.6 | TFLOP/s per rank: 0.420 |");
-  // --log-energy's fields, where Megatron puts them: after the time, before the learning rate.
+  // --log-throughput's and --log-energy's fields, where Megatron puts them: after the time,
+  // before the learning rate.
+  l.megatron_tflops_per_gpu = 478.04;
   l.energy_per_gpu = 512.04;
   l.power_per_gpu = 630.31;
-  EXPECT_NE(format_iteration_log(l).find(" elapsed time per iteration (ms): 812.3 | energy per GPU (J/iter/GPU): 512.0 |"
-                                         " power per GPU (W/GPU): 630.3 | learning rate: 1.000E-04 |"),
+  EXPECT_NE(format_iteration_log(l).find(" elapsed time per iteration (ms): 812.3 | throughput per GPU (TFLOP/s/GPU): "
+                                         "478.0 | energy per GPU (J/iter/GPU): 512.0 | power per GPU (W/GPU): 630.3 |"
+                                         " learning rate: 1.000E-04 |"),
             std::string::npos)
       << format_iteration_log(l);
 }
