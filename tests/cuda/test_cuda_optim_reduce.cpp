@@ -118,6 +118,17 @@ std::vector<int64_t> multi_piece_sizes(int64_t* total) {
   return sizes;
 }
 
+// The pieces of those sizes, consecutive slices of `all` (most start off the 16-byte
+// alignment), on each backend.
+void slice_pieces(const Pair& all, const std::vector<int64_t>& sizes, std::vector<Tensor>& c, std::vector<Tensor>& g) {
+  int64_t off = 0;
+  for (int64_t n : sizes) {
+    c.push_back(all.cpu.t().flat_slice(off, n));
+    g.push_back(all.gpu.t().flat_slice(off, n));
+    off += n;
+  }
+}
+
 TEST_P(Reduce, SumSquaresMulti) {
   TRIDENT_SKIP_WITHOUT_GPU();
   int64_t total = 0;
@@ -155,12 +166,7 @@ TEST_P(Reduce, CountZerosMulti) {
   for (int64_t i = 0; i < total; ++i) v[i] = i % 5 == 0 ? 0.f : i % 5 == 1 ? -0.f : 0.25f + static_cast<float>(i % 3);
   Pair all = upload(Shape{total}, dt(), v);
   std::vector<Tensor> c, g;
-  int64_t off = 0;
-  for (int64_t n : sizes) {
-    c.push_back(all.cpu.t().flat_slice(off, n));
-    g.push_back(all.gpu.t().flat_slice(off, n));
-    off += n;
-  }
+  slice_pieces(all, sizes, c, g);
   const int64_t want = cpu().count_zeros_multi(c);
   EXPECT_EQ(want, (total + 4) / 5 + (total + 3) / 5);
   EXPECT_EQ(gpu().count_zeros_multi(g), want);
@@ -179,12 +185,7 @@ TEST_P(Reduce, MagnitudeStatsMulti) {
   v[static_cast<size_t>(total / 3)] = -11.f;
   Pair all = upload(Shape{total}, dt(), v);
   std::vector<Tensor> c, g;
-  int64_t off = 0;
-  for (int64_t n : sizes) {
-    c.push_back(all.cpu.t().flat_slice(off, n));
-    g.push_back(all.gpu.t().flat_slice(off, n));
-    off += n;
-  }
+  slice_pieces(all, sizes, c, g);
   const MagnitudeStats want = cpu().magnitude_stats_multi(c);
   const MagnitudeStats got = gpu().magnitude_stats_multi(g);
   EXPECT_NEAR(got.sum_squares, want.sum_squares, 1e-12 * want.sum_squares);

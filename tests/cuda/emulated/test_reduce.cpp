@@ -6,6 +6,7 @@
 //
 // What it cannot check: float atomics or scheduling effects of real hardware (the
 // emulator's random warp/lane order stands in for them), device math precision.
+#include <functional>
 #include <limits>
 
 #include "emu_test_util.h"
@@ -16,7 +17,25 @@ namespace {
 
 namespace kr = ::trident::cuda::emu_reduce;
 
-class EmulatedReduce : public EmuVsCpuDtype {};
+class EmulatedReduce : public EmuVsCpuDtype {
+ protected:
+  // The multi-tensor reductions' 110 pieces (more than one launch holds): empty ones, pieces of
+  // several chunks, five fp32 ones among the test's dtype (a launch has one dtype), and every
+  // fourth one starting one element into its buffer (a scalar head, then vectors). Random in
+  // [-2, 2), or what `fill(i, n, skip)` returns; `bufs` holds the memory.
+  std::vector<Tensor> mixed_pieces(std::vector<Buffer>& bufs,
+                                   const std::function<Buffer(int, int64_t, int64_t, DType)>& fill = {}) {
+    std::vector<Tensor> list;
+    for (int i = 0; i < 110; ++i) {
+      const int64_t n = i == 5 ? 70000 : i == 60 ? 16384 * 2 + 9 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
+      const DType t = i >= 40 && i < 45 ? DType::F32 : dt();
+      const int64_t skip = i % 4 == 1 ? 1 : 0;
+      bufs.push_back(n == 0 ? cpu().empty(Shape{0}, t) : fill ? fill(i, n, skip, t) : random(Shape{n + skip}, t, -2.f, 2.f));
+      list.push_back(n == 0 ? bufs.back().t() : bufs.back().t().flat_slice(skip, n));
+    }
+    return list;
+  }
+};
 class EmulatedReduceLarge : public EmuVsCpu {};
 
 TEST_P(EmulatedReduce, BiasBackwardAccumulates) {
@@ -123,14 +142,7 @@ TEST_F(EmulatedReduceLarge, SumGridStrideLoopFp32) {
 // blocks a launch every block adds many chunks, of several tensors.
 TEST_P(EmulatedReduce, SumSquaresMulti) {
   std::vector<Buffer> bufs;
-  std::vector<Tensor> list;
-  for (int i = 0; i < 110; ++i) {
-    const int64_t n = i == 5 ? 70000 : i == 60 ? 16384 * 2 + 9 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
-    const DType t = i >= 40 && i < 45 ? DType::F32 : dt();
-    const int64_t skip = i % 4 == 1 ? 1 : 0;  // starts one element into its buffer: misaligned
-    bufs.push_back(n == 0 ? cpu().empty(Shape{0}, t) : random(Shape{n + skip}, t, -2.f, 2.f));
-    list.push_back(n == 0 ? bufs.back().t() : bufs.back().t().flat_slice(skip, n));
-  }
+  const std::vector<Tensor> list = mixed_pieces(bufs);
   const double ref = cpu().sum_squares_multi(list);
   const double got = kr::sum_squares_multi(list);
   expect_near(got, ref, 1e-12 * ref, "sum_squares_multi (relative 1e-12)");
@@ -170,15 +182,11 @@ TEST_P(EmulatedReduce, CountZerosMulti) {
 // CPU), the maximum exact and at a planted element; a NaN reaches sum_abs and max_abs.
 TEST_P(EmulatedReduce, MagnitudeStatsMulti) {
   std::vector<Buffer> bufs;
-  std::vector<Tensor> list;
-  for (int i = 0; i < 110; ++i) {
-    const int64_t n = i == 5 ? 70000 : i == 60 ? 16384 * 2 + 9 : (i % 9 == 0 ? 0 : 1 + (i * 37) % 300);
-    const DType t = i >= 40 && i < 45 ? DType::F32 : dt();
-    const int64_t skip = i % 4 == 1 ? 1 : 0;  // starts one element into its buffer: misaligned
-    bufs.push_back(n == 0 ? cpu().empty(Shape{0}, t) : random(Shape{n + skip}, t, -2.f, 2.f));
-    if (i == 60) store_from_float(bufs.back().t().data, t, skip + n / 2, -7.5f);  // the largest magnitude
-    list.push_back(n == 0 ? bufs.back().t() : bufs.back().t().flat_slice(skip, n));
-  }
+  const std::vector<Tensor> list = mixed_pieces(bufs, [&](int i, int64_t n, int64_t skip, DType t) {
+    Buffer b = random(Shape{n + skip}, t, -2.f, 2.f);
+    if (i == 60) store_from_float(b.t().data, t, skip + n / 2, -7.5f);  // the largest magnitude
+    return b;
+  });
   const MagnitudeStats ref = cpu().magnitude_stats_multi(list);
   ASSERT_EQ(ref.max_abs, 7.5);
   for (int max_blocks : {kr::kSquaresBlocks, 3}) {

@@ -960,7 +960,8 @@ TEST(Options, MegatronScriptsRunUnchanged) {
              "--no-query-key-layer-scaling", "--hidden-size", "64", "--num-attention-heads", "4",
              "--ffn-hidden-size", "256", "--kv-channels", "16"});
   EXPECT_EQ(o.flags_without_effect,
-            (std::vector<std::string>{"--log-throughput", "--attention-softmax-in-fp32", "--no-query-key-layer-scaling"}));
+            (std::vector<std::string>{"--attention-softmax-in-fp32", "--no-query-key-layer-scaling"}));
+  EXPECT_TRUE(o.log_throughput);     // Megatron's throughput field (log_line.h)
   EXPECT_EQ(o.timing_log_level, 2);  // Megatron's timers (timers.h)
   EXPECT_EQ(o.timing_log_option, "minmax");
   EXPECT_TRUE(parse({"--log-timers-to-tensorboard"}).log_timers_to_tensorboard);
