@@ -92,7 +92,9 @@ int run(int argc, char** argv) {
   if (!parse_train_options(args, opt)) return 0;
   // The model trident-train would build: --use-checkpoint-args takes the shape from
   // --load's checkpoint, the tokenizer gives the vocabulary.
-  if (!opt.load.empty()) take_parallel_args(opt);  // --use-mp-args-from-checkpoint-args
+  if (!opt.load.empty())
+    if (const std::string taken = take_parallel_args(opt); !taken.empty())
+      std::cout << "trident-plan: --use-mp-args-from-checkpoint-args: " << taken << std::endl;
   if (!opt.load.empty()) resolve_load(opt);
   if (opt.has_data()) make_run_tokenizer(opt);
   const int tp = opt.tensor_model_parallel_size, pp = opt.pipeline_model_parallel_size;

@@ -25,29 +25,45 @@ std::string resolve_load(TrainOptions& o) {
 
 std::string take_parallel_args(TrainOptions& o, int64_t ckpt_step) {
   if (!o.use_checkpoint_args || !o.use_mp_args_from_checkpoint_args) return "";
+  // Where the run will load from, as far as the grid's absence allows: --load's latest
+  // persistent checkpoint (a local one is of the same job's layout), else
+  // --pretrained-checkpoint's (resolve_pretrained_checkpoint's rule). A missing checkpoint is
+  // reported later, by the checks that know the local and pretrained ones.
+  TrainOptions which = o;
+  which.exit_on_missing_checkpoint = false;
+  which.non_persistent_ckpt_type.clear();
+  which.ckpt_step = -1;
   std::optional<CheckpointMetadata> meta;
+  std::string from = "--load " + o.load;
   try {
-    TrainOptions which = o;
+    const bool in_load = !o.load.empty() && checkpoint_to_load(which).has_value();
+    if (!in_load && !o.pretrained_checkpoint.empty()) {
+      which.load = o.pretrained_checkpoint;
+      from = "--pretrained-checkpoint " + o.pretrained_checkpoint;
+    }
     which.ckpt_step = ckpt_step;
-    if (const std::optional<std::filesystem::path> dir = checkpoint_to_load(which))
-      meta = read_metadata((*dir / kMetadataFileName).string());
+    if (in_load || !o.pretrained_checkpoint.empty())
+      if (const std::optional<std::filesystem::path> dir = checkpoint_to_load(which))
+        meta = read_metadata((*dir / kMetadataFileName).string());
   } catch (const IoError& e) {
     throw ConfigError(e.what());
   }
-  if (!meta) return "nothing (no checkpoint in --load " + o.load + ")";
+  if (!meta) return "nothing (no checkpoint in " + from + ")";
   const ParallelLayout& l = meta->layout;
   o.tensor_model_parallel_size = l.tp;
   o.pipeline_model_parallel_size = l.pp;
-  // The chunk count itself, whichever flag gave one (both zero: no interleaving).
-  o.num_layers_per_virtual_pipeline_stage = 0;
-  o.num_virtual_stages_per_pipeline_rank = l.virtual_pipeline_chunks > 1 ? l.virtual_pipeline_chunks : 0;
-  o.given_flags.erase("num-layers-per-virtual-pipeline-stage");
-  o.given_flags.erase("num-virtual-stages-per-pipeline-rank");
   std::string taken = "--tensor-model-parallel-size " + std::to_string(l.tp) + ", --pipeline-model-parallel-size " +
                       std::to_string(l.pp);
-  if (l.virtual_pipeline_chunks > 1)
-    taken += ", --num-virtual-stages-per-pipeline-rank " + std::to_string(l.virtual_pipeline_chunks);
-  return taken + " from --load " + o.load;
+  // Megatron forces the chunk count, but keeps a --num-layers-per-virtual-pipeline-stage given
+  // (which then sets the count): the flag given wins here too.
+  if (!o.given_flags.count("num-layers-per-virtual-pipeline-stage")) {
+    o.num_layers_per_virtual_pipeline_stage = 0;
+    o.num_virtual_stages_per_pipeline_rank = l.virtual_pipeline_chunks > 1 ? l.virtual_pipeline_chunks : 0;
+    o.given_flags.erase("num-virtual-stages-per-pipeline-rank");
+    if (l.virtual_pipeline_chunks > 1)
+      taken += ", --num-virtual-stages-per-pipeline-rank " + std::to_string(l.virtual_pipeline_chunks);
+  }
+  return taken + " from " + from;
 }
 
 std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint) {

@@ -23,8 +23,9 @@ std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint)
 
 // --use-mp-args-from-checkpoint-args (with --use-checkpoint-args), as Megatron's
 // load_args_from_checkpoint: the tensor and pipeline-parallel sizes and the model chunks per
-// stage of the checkpoint --load resumes from (checkpoint_to_load) replace the flags', given
-// or not (Megatron forces them); a chunk count given as layers per chunk is replaced too.
+// stage of the checkpoint the run loads (--load's, else --pretrained-checkpoint's) replace the
+// flags', given or not (Megatron forces them), except a --num-layers-per-virtual-pipeline-stage
+// given, which sets the chunks itself, as in Megatron.
 // Called before the process grid is made; take_checkpoint_args checks the result with the
 // model's shape. Returns the log line's text ("--tensor-model-parallel-size 2, ... from
 // --load DIR"), "" without the flags.

@@ -325,7 +325,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"num-attention-heads", "attention heads"},
       {"seq-length", "sequence length"},
       {"max-position-embeddings", "learned positions"},
-      {"vocab-size", "vocabulary size for synthetic data (default 50257)"},
+      {"vocab-size", "vocabulary size for synthetic data (default 50257); with NullTokenizer its ids (the model "
+                     "then has one more, the end of document)"},
       {"make-vocab-size-divisible-by", "pad the vocabulary to a multiple of this x tp (128)"},
       {"init-method-std", "std of the normal init (0.02)"},
       {"embedding-init-method-std", "std of the word and position embeddings' normal init, which then take no "
@@ -1390,7 +1391,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("vocab-file", o.vocab_file);
   f.get("merge-file", o.merge_file);
   f.get("tokenizer-type", o.tokenizer_type);
-  if (o.tokenizer_type == "NullTokenizer" && f.has("vocab-size")) o.null_tokenizer_vocab_size = o.model.vocab_size;
+  if (o.tokenizer_type == "NullTokenizer" && f.has("vocab-size")) {
+    // Megatron builds the tokenizer with or without data: its vocabulary, V + 1, is the model's
+    // on synthetic tokens too (make_run_tokenizer sets the same with data).
+    o.null_tokenizer_vocab_size = o.model.vocab_size;
+    o.model.vocab_size = o.null_tokenizer_vocab_size + 1;
+    o.eod_token = static_cast<int32_t>(o.null_tokenizer_vocab_size);
+  }
   f.get("split", o.split);
   if (f.has("mid-level-dataset-surplus")) {
     double surplus = 0;

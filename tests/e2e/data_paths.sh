@@ -153,6 +153,11 @@ if grep -q 'vocab 301 (padded 384)' "$tmp/ids.log" && [[ $(losses "$tmp/ids.log"
 else
   fail "NullTokenizer training"; tail -3 "$tmp/ids.log"
 fi
+# Megatron builds the tokenizer without data too: synthetic tokens of the same V + 1.
+"$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --tokenizer-type NullTokenizer --vocab-size 300 \
+  --mock-data --train-iters 2 --lr-warmup-iters 1 --eval-iters 0 >"$tmp/ids_mock.log" 2>&1
+grep -q 'vocab 301 (padded 384)' "$tmp/ids_mock.log" && ok "NullTokenizer on synthetic tokens: vocab 301 too" ||
+  fail "NullTokenizer on synthetic tokens: $(grep -o 'vocab [0-9]* (padded [0-9]*)' "$tmp/ids_mock.log")"
 "$train" --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --lr-warmup-iters 1 \
   --tokenizer-type NullTokenizer --data-path "$tmp/ids_text_document" --train-iters 2 >/dev/null 2>"$tmp/ids_novocab.err"
 [[ $? -eq 2 ]] && grep -q -- '--vocab-size is required for NullTokenizer' "$tmp/ids_novocab.err" &&

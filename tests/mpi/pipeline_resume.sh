@@ -60,6 +60,15 @@ if [[ " ${layout[*]} " == *" --num-layers-per-virtual-pipeline-stage "* ]]; then
   else
     fail "$tag: --use-mp-args-from-checkpoint-args"; grep -m3 'mp-args\|error' "$tmp/mp.log"
   fi
+  # From --pretrained-checkpoint while --load holds none (its --ckpt-step too): the same layout.
+  launch 2 --load "$tmp/empty" --save "$tmp/empty" --pretrained-checkpoint "$tmp/ckpt" --ckpt-step 10 --train-iters 12 \
+    --use-checkpoint-args --use-mp-args-from-checkpoint-args >"$tmp/mp-pre.log" 2>&1 || true
+  if grep -q "^trident: --use-mp-args-from-checkpoint-args: .*--num-virtual-stages-per-pipeline-rank 2 from --pretrained-checkpoint $tmp/ckpt\$" "$tmp/mp-pre.log" &&
+      grep -q '^trident: world 2 = tp 1 x pp 2 x dp 1' "$tmp/mp-pre.log" && grep -q '^ iteration *12/' "$tmp/mp-pre.log"; then
+    echo "$tag: --use-mp-args-from-checkpoint-args from --pretrained-checkpoint --ckpt-step 10: its layout"
+  else
+    fail "$tag: --use-mp-args-from-checkpoint-args from --pretrained-checkpoint"; grep -m3 'mp-args\|error\|world' "$tmp/mp-pre.log"
+  fi
   if ! launch 1 --load "$tmp/ckpt" --use-checkpoint-args --use-mp-args-from-checkpoint-args >/dev/null 2>"$tmp/mp1.err" &&
       grep -q '(--use-mp-args-from-checkpoint-args took --tensor-model-parallel-size 1, --pipeline-model-parallel-size 2' "$tmp/mp1.err"; then
     echo "$tag: one rank: $(head -1 "$tmp/mp1.err")"

@@ -54,8 +54,9 @@ TEST(NullTokenizer, MadeByTheSwitchWithAVocabularySize) {
 
 TEST(NullTokenizer, PreprocessWritesTheIdsAndNamesABadLine) {
   ScratchDir dir;
+  // Line 4's first item is encoded before its second fails: nothing of the line may stay.
   write_file(dir / "ids.jsonl", "{\"text\": \"5 6 7\"}\n{\"text\": \"\"}\n{\"text\": [\"1 2\", \"3\"]}\n"
-                                "{\"text\": \"8 70000 9\"}\n{\"text\": \"10\"}\n");
+                                "{\"text\": [\"11 12\", \"8 70000 9\"]}\n{\"text\": \"10\"}\n");
   PreprocessOptions o;
   o.input = dir / "ids.jsonl";
   o.output_prefix = dir / "out";
