@@ -118,10 +118,7 @@ void load_before_building(TrainOptions& opt, ParallelContext& par) {
 // some ranks see a checkpoint in and others not stops the run.
 void resolve_pretrained_checkpoint(TrainOptions& opt, ParallelContext& par) {
   if (opt.pretrained_checkpoint.empty()) return;
-  TrainOptions probe = opt;  // --load as it stands: only whether it holds a checkpoint
-  probe.exit_on_missing_checkpoint = false;
-  probe.ckpt_step = -1;
-  probe.non_persistent_ckpt_type.clear();
+  const TrainOptions probe = load_probe(opt);  // --load as it stands: only whether it holds a checkpoint
   bool in_load = true;  // a --load that does not read is reported by its own checks
   try {
     in_load = !opt.load.empty() && checkpoint_to_load(probe).has_value();

@@ -29,10 +29,7 @@ std::string take_parallel_args(TrainOptions& o, int64_t ckpt_step) {
   // persistent checkpoint (a local one is of the same job's layout), else
   // --pretrained-checkpoint's (resolve_pretrained_checkpoint's rule). A missing checkpoint is
   // reported later, by the checks that know the local and pretrained ones.
-  TrainOptions which = o;
-  which.exit_on_missing_checkpoint = false;
-  which.non_persistent_ckpt_type.clear();
-  which.ckpt_step = -1;
+  TrainOptions which = load_probe(o);
   std::optional<CheckpointMetadata> meta;
   std::string from = "--load " + o.load;
   try {

@@ -127,6 +127,14 @@ std::string checkpoint_identity_mismatch(Comm& world, const TrainOptions& o, con
   return differs_from_rank0(world, identity, "reads a checkpoint at", o);
 }
 
+TrainOptions load_probe(const TrainOptions& o) {
+  TrainOptions probe = o;
+  probe.exit_on_missing_checkpoint = false;
+  probe.ckpt_step = -1;
+  probe.non_persistent_ckpt_type.clear();
+  return probe;
+}
+
 std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* note) {
   if (note) note->clear();
   const fs::path load = o.load;

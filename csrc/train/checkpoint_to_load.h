@@ -35,6 +35,9 @@ struct CheckpointMetadata;
 // naming a garbled pointer file.
 // `note`, when given, gets why a non-persistent checkpoint was passed over ("" if none was).
 std::optional<std::filesystem::path> checkpoint_to_load(const TrainOptions& o, std::string* note = nullptr);
+// `o` asking only whether --load holds a persistent checkpoint (its latest; none is no error):
+// what --pretrained-checkpoint's choice and --use-mp-args-from-checkpoint-args probe with.
+TrainOptions load_probe(const TrainOptions& o);
 // Whether `iteration_dir` (what checkpoint_to_load chose) is a non-persistent checkpoint,
 // global or (this rank's) local.
 bool is_non_persistent(const TrainOptions& o, const std::filesystem::path& iteration_dir);

@@ -317,6 +317,23 @@ double Trainer::global_norm_sq(bool of_params) {
   return v[0];
 }
 
+namespace {
+
+// Every rank's 8-byte `value` in rank order, gathered as int32 words (the communicators carry
+// no 64-bit type). This rank's slot holds its own value already: trident-plan's dry run
+// gathers nothing.
+template <typename T>
+std::vector<T> gather_words(Comm& comm, T value) {
+  static_assert(sizeof(T) == 2 * sizeof(int32_t), "8-byte values");
+  std::vector<T> all(static_cast<size_t>(comm.size()));
+  all[static_cast<size_t>(comm.rank())] = value;
+  comm.allgather(Tensor(&value, Shape{2}, DType::I32, Device::Cpu),
+                 Tensor(all.data(), Shape{2 * static_cast<int64_t>(comm.size())}, DType::I32, Device::Cpu));
+  return all;
+}
+
+}  // namespace
+
 void Trainer::start_energy_monitor() {
   energy_.reset();
   if (!opt_.log_energy) return;
@@ -330,16 +347,10 @@ void Trainer::start_energy_monitor() {
   energy_ = std::make_unique<EnergyMonitor>([this] { return be_.energy_joules(nullptr); });
 }
 
-// In rank order, gathered as raw words (the communicators carry no double).
+// In rank order and in double.
 double Trainer::energy_over_ranks(double joules) {
-  Comm& world = *par_->world;
-  constexpr int64_t kWords = sizeof(double) / sizeof(int32_t);
-  std::vector<double> all(static_cast<size_t>(world.size()));
-  all[static_cast<size_t>(world.rank())] = joules;
-  world.allgather(Tensor(&joules, Shape{kWords}, DType::I32, Device::Cpu),
-                  Tensor(all.data(), Shape{kWords * world.size()}, DType::I32, Device::Cpu));
   double sum = 0;
-  for (double j : all) sum += j;
+  for (double j : gather_words(*par_->world, joules)) sum += j;
   return sum;
 }
 
@@ -525,10 +536,7 @@ std::vector<LayerRange> Trainer::chunk_layers() const {
 // pipeline), which differ (embedding, LM head, warm-up depth). trident-plan predicts them.
 void Trainer::report_peak_memory() {
   const int P = par_->grid.shape.pp;
-  std::vector<uint64_t> peaks(P);
-  peaks[par_->grid.pp_rank] = be_.allocator().stats().peak_bytes_in_use;
-  auto bytes = [](uint64_t* p, int n) { return Tensor(p, Shape{2 * static_cast<int64_t>(n)}, DType::I32, Device::Cpu); };
-  par_->pp->allgather(bytes(&peaks[par_->grid.pp_rank], 1), bytes(peaks.data(), P));
+  const std::vector<uint64_t> peaks = gather_words<uint64_t>(*par_->pp, be_.allocator().stats().peak_bytes_in_use);
   auto mib = [](uint64_t b) { return std::to_string(b / (1024.0 * 1024.0)); };
   std::string line = "trident: after the first iteration: " + mib(peaks[0]) + " MiB peak memory on rank 0";
   if (P > 1) {
