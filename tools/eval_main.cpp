@@ -273,7 +273,7 @@ int run(int argc, char** argv) {
       if (ef.first_sample) throw ConfigError("--first-sample: --full-validation reads the validation split from its start");
       for (EvalSet& set : sets) {
         set.first = 0;
-        set.iterations = static_cast<int64_t>(set.data->size() / static_cast<uint64_t>(opt.global_batch_size));
+        set.iterations = full_validation_iterations(set.data->size(), opt.global_batch_size);
         if (set.iterations == 0)
           throw ConfigError("--full-validation: the " + (sets.size() > 1 ? set.label : "validation split") +
                             " holds " + std::to_string(set.data->size()) + " samples, less than a global batch");

@@ -4,7 +4,8 @@
 // may come from any layout (its canonical tensors are read at the run's tp); the model's
 // shape and dtype come from its metadata.json.
 //
-//   trident-generate --load DIR --vocab-file V --merge-file M [--prompt TEXT ...]
+//   trident-generate --load DIR (--vocab-file V --merge-file M | --tokenizer-type NullTokenizer --vocab-size V)
+//       [--prompt TEXT ...]
 //       [--sample-input-file F] [--num-samples N] [--out-seq-length N] [--temperature T]
 //       [--top-k K] [--top-p P] [--greedy] [--seed S] [--device D] [--sample-output-file F]
 //       [--genfile F] [--batch-size|--micro-batch-size B]
@@ -231,7 +232,12 @@ int generate_main(int argc, char** argv) {
   // leaves no room is named by where it came from.
   std::vector<std::vector<int32_t>> prompt_ids;
   for (const Prompt& p : prompts) {
-    std::vector<int32_t> ids = tokenizer->encode(p.text);
+    std::vector<int32_t> ids;
+    try {
+      ids = tokenizer->encode(p.text);
+    } catch (const TokenizeError& e) {
+      throw ConfigError(p.where + ": " + e.what());
+    }
     if (ids.empty()) ids.push_back(go.eod);  // an empty prompt: unconditional
     if (room_after(cfg, static_cast<int64_t>(ids.size())) == 0)
       throw ConfigError(p.where + ": " + std::to_string(ids.size()) + " tokens leave no room in the model's " +
@@ -263,7 +269,9 @@ int generate_main(int argc, char** argv) {
     const std::vector<int32_t>& generated = s.continuation.tokens;
     // A sample can end inside a multi-byte character: its bytes, and the prompt's, become
     // U+FFFD on stdout as in the JSON files (Megatron and HF decode with errors="replace").
-    const std::string text = valid_utf8(tokenizer->decode(generated));
+    // (behind the tokenizer's separator after a prompt: NullTokenizer's ids stay apart)
+    const std::string text = valid_utf8((s.prompt.empty() || generated.empty() ? "" : tokenizer->token_separator()) +
+                                        tokenizer->decode(generated));
     tokens += static_cast<int64_t>(generated.size());
     std::cout << "=== sample " << i + 1 << (s.prompt.empty() ? " (unconditional)" : "") << " ===\n"
               << valid_utf8(s.prompt) << text << "\n";

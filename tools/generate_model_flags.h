@@ -33,7 +33,10 @@ inline void add_model_flags(cxxopts::Options& o, const std::string& seq_length_d
       ("make-vocab-size-divisible-by", "vocabulary padding", cxxopts::value<std::string>())
       ("fp16", "the checkpoint holds fp16 weights")
       ("bf16", "the checkpoint holds bf16 weights")
-      ("tokenizer-type", "GPT2BPETokenizer (the only one)", cxxopts::value<std::string>())
+      ("tokenizer-type", "GPT2BPETokenizer (the default) or NullTokenizer (texts of token ids, with --vocab-size)",
+       cxxopts::value<std::string>())
+      ("vocab-size", "NullTokenizer: ids 0 .. V - 1, V the end of document (the checkpoint's vocabulary V + 1)",
+       cxxopts::value<std::string>())
       ("tensor-model-parallel-size", "tensor-parallel ranks: the processes mpirun starts (1)",
        cxxopts::value<std::string>())
       ("pipeline-model-parallel-size", "1 (no pipeline parallelism in generation)", cxxopts::value<std::string>());
@@ -48,27 +51,37 @@ struct ModelFlags {
   std::optional<int64_t> seq_length;
   const char* dtype = nullptr;                         // "fp16", "bf16" or none
   int tp = 1;                                          // --tensor-model-parallel-size
+  std::string tokenizer_type = "GPT2BPETokenizer";     // or NullTokenizer
+  int64_t null_vocab_size = 0;                         // NullTokenizer's --vocab-size
 };
 
-// Reads the shape and layout flags and checks the rest: pipeline parallelism only 1, the
-// tokenizer only GPT-2's (`tool` names the command in the errors).
+// Reads the shape, layout and tokenizer flags and checks the rest: pipeline parallelism only 1,
+// the tokenizer GPT-2's or NullTokenizer (`tool` names the command in the errors).
 inline ModelFlags read_model_flags(const cxxopts::ParseResult& r, const std::string& tool) {
   if (r.count("pipeline-model-parallel-size") && integer_flag(r, "pipeline-model-parallel-size", 1, INT32_MAX) != 1)
     throw ConfigError("--pipeline-model-parallel-size " + r["pipeline-model-parallel-size"].as<std::string>() +
                       ": " + tool + " splits a model by tensor parallelism only (it reads a checkpoint of "
                       "any layout); give 1 or leave the flag out");
-  if (r.count("tokenizer-type") && r["tokenizer-type"].as<std::string>() != "GPT2BPETokenizer")
-    throw ConfigError("--tokenizer-type " + r["tokenizer-type"].as<std::string>() +
-                      ": " + tool + " reads GPT2BPETokenizer's --vocab-file and --merge-file");
   if (r.count("fp16") && r.count("bf16")) throw ConfigError("--fp16 and --bf16 are mutually exclusive");
   ModelFlags f;
+  if (r.count("tokenizer-type")) f.tokenizer_type = r["tokenizer-type"].as<std::string>();
+  if (f.tokenizer_type != "GPT2BPETokenizer" && f.tokenizer_type != "NullTokenizer")
+    throw ConfigError("--tokenizer-type " + f.tokenizer_type + ": " + tool +
+                      " reads GPT2BPETokenizer's --vocab-file and --merge-file, or NullTokenizer's --vocab-size");
+  if (f.tokenizer_type == "NullTokenizer") {
+    if (!r.count("vocab-size"))
+      throw ConfigError("--vocab-size is required for NullTokenizer (its ids are 0 to V - 1, V the end of document)");
+    f.null_vocab_size = integer_flag(r, "vocab-size", 1, INT32_MAX - 1);
+  } else if (r.count("vocab-size")) {
+    throw ConfigError("--vocab-size is NullTokenizer's: GPT2BPETokenizer's vocabulary is its --vocab-file's");
+  }
   if (r.count("tensor-model-parallel-size"))
     f.tp = static_cast<int>(integer_flag(r, "tensor-model-parallel-size", 1, INT32_MAX));
   // The shape flags are the checkpoint reader's fields (model_shape_fields); those given here
-  // are the ones add_model_flags declares (not --vocab-size: the tokenizer's vocabulary is
-  // checked against the checkpoint's by itself).
+  // are the ones add_model_flags declares but --vocab-size, NullTokenizer's V (the tokenizer's
+  // vocabulary is checked against the checkpoint's by itself).
   for (const ModelShapeField& field : model_shape_fields())
-    if (r.count(field.flag) && std::string(field.flag) != "seq-length")
+    if (r.count(field.flag) && std::string(field.flag) != "seq-length" && std::string(field.flag) != "vocab-size")
       f.shape.emplace_back(field.flag, integer_flag(r, field.flag, 1, INT32_MAX));
   if (r.count("seq-length")) f.seq_length = integer_flag(r, "seq-length", 1, INT32_MAX);
   for (const char* flag : {"fp16", "bf16"})

@@ -1,6 +1,6 @@
 // The model trident-generate and trident-text-generation-server decode with: the
-// checkpoint (--load, --iteration or Megatron's --ckpt-step), GPT-2's tokenizer
-// (--vocab-file, --merge-file), the device (--device) and the tensor-parallel layout (one
+// checkpoint (--load, --iteration or Megatron's --ckpt-step), the tokenizer (GPT-2's
+// --vocab-file and --merge-file, or NullTokenizer's --vocab-size), the device (--device) and the tensor-parallel layout (one
 // process per TP rank, generate_model_flags.h), loaded the same way for both.
 #pragma once
 
@@ -30,8 +30,9 @@ inline void add_generation_model_flags(cxxopts::Options& o, const std::string& s
       ("load", "checkpoint directory (its latest iteration) or one iter_NNNNNNN folder", cxxopts::value<std::string>())
       ("iteration", "use DIR/iter_N instead of the latest", cxxopts::value<std::string>())
       ("ckpt-step", "the same as --iteration (Megatron's name)", cxxopts::value<std::string>())
-      ("vocab-file", "GPT-2's vocabulary (gpt2-vocab.json; required)", cxxopts::value<std::string>())
-      ("merge-file", "GPT-2's merges (gpt2-merges.txt; required)", cxxopts::value<std::string>())
+      ("vocab-file", "GPT-2's vocabulary (gpt2-vocab.json; required for GPT2BPETokenizer)",
+       cxxopts::value<std::string>())
+      ("merge-file", "GPT-2's merges (gpt2-merges.txt; required for GPT2BPETokenizer)", cxxopts::value<std::string>())
       ("seed", "random seed (1234)", cxxopts::value<std::string>()->default_value("1234"))
       ("device", "auto, cpu or cuda", cxxopts::value<std::string>()->default_value("auto"));
   add_model_flags(o, seq_length_default);
@@ -52,8 +53,13 @@ inline ModelFlags read_generation_model_flags(const cxxopts::ParseResult& r, con
                       "; " + tool + " runs one per tensor-parallel rank (mpirun -np N ... "
                       "--tensor-model-parallel-size N)");
   required_flag(r, "load");
-  required_flag(r, "vocab-file");
-  required_flag(r, "merge-file");
+  if (f.tokenizer_type == "GPT2BPETokenizer") {
+    required_flag(r, "vocab-file");
+    required_flag(r, "merge-file");
+  } else {
+    for (const char* flag : {"vocab-file", "merge-file"})
+      if (r.count(flag)) throw ConfigError(std::string("--") + flag + " is GPT2BPETokenizer's, not NullTokenizer's");
+  }
   check_one_iteration_flag(r.count("ckpt-step") > 0, r.count("iteration") > 0);
   return f;
 }
@@ -76,7 +82,8 @@ inline GenerationModel load_generation_model(const cxxopts::ParseResult& r, cons
   if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
   if (r.count("ckpt-step")) iteration = integer_flag(r, "ckpt-step", 0, kMaxIterationFlag);
   GenerationModel m;
-  m.tokenizer = make_tokenizer("GPT2BPETokenizer", r["vocab-file"].as<std::string>(), r["merge-file"].as<std::string>());
+  const auto file = [&r](const char* flag) { return r.count(flag) ? r[flag].as<std::string>() : std::string(); };
+  m.tokenizer = make_tokenizer(f.tokenizer_type, file("vocab-file"), file("merge-file"), f.null_vocab_size);
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {
     m.dir = resolve_checkpoint_dir(r["load"].as<std::string>(), iteration,
@@ -88,9 +95,9 @@ inline GenerationModel load_generation_model(const cxxopts::ParseResult& r, cons
   m.cfg = ckpt->metadata().model;
   check_model_flags(f, m.cfg, (m.dir / "metadata.json").string());
   if (m.cfg.vocab_size != m.tokenizer->vocab_size())
-    throw ConfigError("--vocab-file: the tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
-                      " tokens but the checkpoint's model " + std::to_string(m.cfg.vocab_size) + " (" +
-                      m.dir.string() + ")");
+    throw ConfigError(std::string(f.null_vocab_size ? "--vocab-size" : "--vocab-file") + ": the tokenizer has " +
+                      std::to_string(m.tokenizer->vocab_size()) + " tokens but the checkpoint's model " +
+                      std::to_string(m.cfg.vocab_size) + " (" + m.dir.string() + ")");
   m.cfg.validate(f.tp);
   m.backend = make_backend(r["device"].as<std::string>());
   m.parallel = make_parallel_context(f.tp, 1, resolve_comm_kind("", *m.backend), m.backend.get());

@@ -18,6 +18,7 @@ class NullTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return eod_ + int64_t{1}; }
   int32_t eod() const override { return eod_; }
   std::string name() const override { return "NullTokenizer"; }
+  const char* token_separator() const override { return " "; }
 
  private:
   int32_t eod_;

@@ -27,6 +27,10 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;  // unpadded (GPT-2: 50257)
   virtual int32_t eod() const = 0;         // GPT-2: <|endoftext|> = 50256; BERT: [SEP]
   virtual std::string name() const = 0;    // the --tokenizer-type value
+  // What decode() puts between two tokens' own texts (decode({id})), for joining them one by
+  // one as generation does: nothing for GPT-2's byte-level BPE, whose tokens carry their
+  // spaces; a space for NullTokenizer. (WordPiece's decode is no such join.)
+  virtual const char* token_separator() const { return ""; }
 };
 
 // type: GPT2BPETokenizer (vocab_file = gpt2-vocab.json, merge_file = gpt2-merges.txt),

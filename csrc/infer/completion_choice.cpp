@@ -5,7 +5,7 @@ namespace trident {
 using nlohmann::json;
 
 void append_token_text(TokenTexts& t, const Tokenizer& tokenizer, int32_t id) {
-  t.pieces.push_back(tokenizer.decode({id}));
+  t.pieces.push_back((t.pieces.empty() ? "" : tokenizer.token_separator()) + tokenizer.decode({id}));
   t.bytes += t.pieces.back();
   t.start.push_back(t.bytes.size());
 }

@@ -16,8 +16,9 @@
 
 namespace trident {
 
-// The tokens' texts one by one and together: GPT-2's byte-level pieces concatenate to the
-// text of the whole sequence.
+// The tokens' texts one by one and together: each piece is a token's text (decode({id})),
+// after the first behind the tokenizer's separator (NullTokenizer's space; none for GPT-2's
+// byte-level pieces), so that the pieces concatenate to the text of the whole sequence.
 struct TokenTexts {
   std::vector<std::string> pieces;
   std::vector<size_t> start{0};  // where each piece starts in `bytes`; one past the last: its size

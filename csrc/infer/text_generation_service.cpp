@@ -16,10 +16,34 @@ namespace {
 
 using nlohmann::json;
 
-// The id of `text` when the tokenizer makes it one token, else -1.
+// The id of `text` when the tokenizer makes it one token, else -1 (also when it cannot encode
+// it: NullTokenizer's ":").
 int32_t single_token(const Tokenizer& tokenizer, const char* text) {
-  const std::vector<int32_t> ids = tokenizer.encode(text);
-  return ids.size() == 1 ? ids[0] : -1;
+  try {
+    const std::vector<int32_t> ids = tokenizer.encode(text);
+    return ids.size() == 1 ? ids[0] : -1;
+  } catch (const TokenizeError&) {
+    return -1;
+  }
+}
+
+// A prompt's tokens; one the tokenizer cannot encode (NullTokenizer's words that are no ids)
+// is the client's error.
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text) {
+  try {
+    return tokenizer.encode(text);
+  } catch (const TokenizeError& e) {
+    throw ApiError(std::string("prompt: ") + e.what());
+  }
+}
+
+// Megatron's segments: each token's own text, without the tokenizer's separator (NullTokenizer's
+// ids alone, as Megatron's str(token)).
+json segments(const TokenTexts& t, const Tokenizer& tokenizer) {
+  const size_t separator = std::string(tokenizer.token_separator()).size();
+  json out = json::array();
+  for (size_t i = 0; i < t.pieces.size(); ++i) out.push_back(i == 0 ? t.pieces[i] : t.pieces[i].substr(separator));
+  return out;
 }
 
 }  // namespace
@@ -79,7 +103,7 @@ PreparedRequest TextGenerationService::prepare_api(const std::string& body) cons
   for (const std::string& text : r.prompts) {
     std::vector<int32_t> ids;
     if (r.add_BOS) ids.push_back(tokenizer_.eod());
-    const std::vector<int32_t> more = tokenizer_.encode(text);
+    const std::vector<int32_t> more = encode_prompt(tokenizer_, text);
     ids.insert(ids.end(), more.begin(), more.end());
     longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
     p.prompts.push_back(std::move(ids));
@@ -115,7 +139,7 @@ PreparedRequest TextGenerationService::prepare_completions(const std::string& bo
   p.completions = parse_completions_request(body);
   const CompletionsRequest& r = p.completions;
   p.prompts = r.token_ids;
-  for (const std::string& text : r.prompts) p.prompts.push_back(tokenizer_.encode(text));
+  for (const std::string& text : r.prompts) p.prompts.push_back(encode_prompt(tokenizer_, text));
   int64_t longest = 0;
   for (size_t i = 0; i < p.prompts.size(); ++i) {
     const std::vector<int32_t>& ids = p.prompts[i];
@@ -221,7 +245,7 @@ json TextGenerationService::sample(const PreparedRequest& p) {
   for (const Generation& g : generate_tokens(cfg_, backend_, params_, p.prompts, o, rng_, tp_comm_)) {
     TokenTexts t = token_texts(tokenizer_, g.tokens);
     text.push_back(std::move(t.bytes));
-    segs.push_back(std::move(t.pieces));
+    segs.push_back(segments(t, tokenizer_));
     logprobs.push_back(g.logprobs);
   }
   return {{"text", text}, {"segments", segs}, {"logprobs", r.logprobs ? logprobs : json(nullptr)}};
@@ -239,7 +263,7 @@ json TextGenerationService::beam_search(const PreparedRequest& p) {
   for (const BeamHypothesis& h : trident::beam_search(cfg_, backend_, params_, p.prompts[0], o, tp_comm_)) {
     TokenTexts t = token_texts(tokenizer_, h.tokens);
     text.push_back(std::move(t.bytes));
-    segs.push_back(std::move(t.pieces));
+    segs.push_back(segments(t, tokenizer_));
     scores.push_back(h.score);
   }
   return {{"text", text}, {"segments", segs}, {"scores", scores}};
@@ -278,7 +302,9 @@ std::vector<json> TextGenerationService::complete(const std::vector<const Prepar
   o.ends = [this, eod, &stops](const std::vector<int32_t>& s, int64_t prompt_length) {
     if (s.back() == eod) return true;
     if (stops.empty()) return false;
-    const std::string text = tokenizer_.decode(std::vector<int32_t>(s.begin() + prompt_length, s.end()));
+    // (the completion's text as TokenTexts has it: behind the separator after a prompt)
+    const std::string text = (prompt_length > 0 ? tokenizer_.token_separator() : "") +
+                             tokenizer_.decode(std::vector<int32_t>(s.begin() + prompt_length, s.end()));
     return std::any_of(stops.begin(), stops.end(), [&](const std::string& x) { return text.find(x) != std::string::npos; });
   };
   std::vector<std::vector<int32_t>> prompts;

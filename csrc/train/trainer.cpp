@@ -319,17 +319,23 @@ double Trainer::global_norm_sq(bool of_params) {
 
 namespace {
 
-// Every rank's 8-byte `value` in rank order, gathered as int32 words (the communicators carry
-// no 64-bit type). This rank's slot holds its own value already: trident-plan's dry run
-// gathers nothing.
+// Every rank's 8-byte `values` (the same count on each), rank after rank, gathered as int32
+// words (the communicators carry no 64-bit type). This rank's slots hold its own values already:
+// trident-plan's dry run gathers nothing.
+template <typename T>
+std::vector<T> gather_words(Comm& comm, std::vector<T> values) {
+  static_assert(sizeof(T) == 2 * sizeof(int32_t), "8-byte values");
+  const int64_t n = static_cast<int64_t>(values.size());
+  std::vector<T> all(values.size() * static_cast<size_t>(comm.size()));
+  std::copy(values.begin(), values.end(), all.begin() + n * comm.rank());
+  comm.allgather(Tensor(values.data(), Shape{2 * n}, DType::I32, Device::Cpu),
+                 Tensor(all.data(), Shape{2 * n * comm.size()}, DType::I32, Device::Cpu));
+  return all;
+}
+
 template <typename T>
 std::vector<T> gather_words(Comm& comm, T value) {
-  static_assert(sizeof(T) == 2 * sizeof(int32_t), "8-byte values");
-  std::vector<T> all(static_cast<size_t>(comm.size()));
-  all[static_cast<size_t>(comm.rank())] = value;
-  comm.allgather(Tensor(&value, Shape{2}, DType::I32, Device::Cpu),
-                 Tensor(all.data(), Shape{2 * static_cast<int64_t>(comm.size())}, DType::I32, Device::Cpu));
-  return all;
+  return gather_words(comm, std::vector<T>{value});
 }
 
 }  // namespace
@@ -410,20 +416,15 @@ int64_t Trainer::global_grad_zeros() {
 // a float sum miscounts past 2^24 tokens (an evaluation of a corpus's 17M tokens was one short).
 void Trainer::reduce_loss_stats(LossStats& s) {
   double v[3] = {s.loss_sum, s.correct, s.tokens};
-  constexpr int64_t kWords = 3 * sizeof(double) / sizeof(int32_t);
-  auto words = [](double* p, int64_t n) { return Tensor(p, Shape{n}, DType::I32, Device::Cpu); };
   if (par_->grid.last_stage()) {
-    const int dp = par_->grid.shape.dp;
-    std::vector<double> all(3 * static_cast<size_t>(dp));
-    // This rank's slot holds its own part already: trident-plan's dry run gathers nothing.
-    std::copy(v, v + 3, all.begin() + 3 * static_cast<ptrdiff_t>(par_->grid.dp_rank));
-    par_->dp->allgather(words(v, kWords), words(all.data(), kWords * dp));
+    const std::vector<double> all = gather_words(*par_->dp, std::vector<double>(v, v + 3));
     for (int k = 0; k < 3; ++k) {
       v[k] = 0;
-      for (int r = 0; r < dp; ++r) v[k] += all[3 * static_cast<size_t>(r) + k];
+      for (size_t r = 0; 3 * r < all.size(); ++r) v[k] += all[3 * r + static_cast<size_t>(k)];
     }
   }
-  par_->pp->broadcast(words(v, kWords), par_->grid.shape.pp - 1);
+  constexpr int64_t kWords = 3 * sizeof(double) / sizeof(int32_t);
+  par_->pp->broadcast(Tensor(v, Shape{kWords}, DType::I32, Device::Cpu), par_->grid.shape.pp - 1);
   s.loss_sum = v[0];
   s.correct = v[1];
   s.tokens = v[2];
@@ -872,10 +873,12 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
   return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0, opt_.eval_iters, "validation"));
 }
 
+int64_t full_validation_iterations(uint64_t samples, int64_t global_batch_size) {
+  return static_cast<int64_t>(samples / static_cast<uint64_t>(global_batch_size));
+}
+
 int64_t Trainer::validation_iterations(size_t k) const {
-  // Megatron's --full-validation: the set's whole global batches (a last partial one is left).
-  if (opt_.full_validation)
-    return static_cast<int64_t>(valid_[k]->size() / static_cast<uint64_t>(opt_.global_batch_size));
+  if (opt_.full_validation) return full_validation_iterations(valid_[k]->size(), opt_.global_batch_size);
   return opt_.eval_iters;
 }
 

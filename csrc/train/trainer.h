@@ -72,6 +72,10 @@ struct EvalResult {
 // a checkpoint.
 void check_checkpoint_fits_run(const TrainOptions& o);
 
+// Megatron's --full-validation: a validation set's whole global batches (a last partial one is
+// left out).
+int64_t full_validation_iterations(uint64_t samples, int64_t global_batch_size);
+
 class Trainer {
  public:
   // `train_data` yields samples of seq_length + 1 tokens; `log` receives the log lines

@@ -148,6 +148,9 @@ TEST(Gpt2Bpe, HandCheckedIds) {
   EXPECT_EQ(tok().encode("Hello world"), (Ids{15496, 995}));
   EXPECT_EQ(tok().encode(" the cat sat on the mat"), (Ids{262, 3797, 3332, 319, 262, 2603}));
   EXPECT_EQ(tok().encode(""), Ids{});
+  // The tokens carry their spaces: their texts joined with no separator are the decode.
+  EXPECT_STREQ(tok().token_separator(), "");
+  EXPECT_EQ(tok().decode({262}) + tok().decode({3797}), tok().decode({262, 3797}));
 }
 
 // Like GPT-2's encoder.encode(), plain text never yields the special token.

@@ -1,6 +1,6 @@
 // Megatron's NullTokenizer: texts of token ids, V + 1 ids (V the end of document); any
 // whitespace separates ids; words that are not ids in [0, V] are errors naming them; the
-// --tokenizer-type switch needs --vocab-size for it. And through preprocess_jsonl: the
+// --tokenizer-type switch needs --vocab-size for it; the separator between tokens' texts. And through preprocess_jsonl: the
 // documents written are the ids (and the end of document), a line with a bad id is
 // reported by file:line, or skipped with --skip-invalid and nothing of it written.
 #include <gtest/gtest.h>
@@ -28,6 +28,8 @@ TEST(NullTokenizer, IdsInIdsOut) {
   EXPECT_TRUE(t.encode(" \n ").empty());
   EXPECT_EQ(t.decode({17, 4, 9}), "17 4 9");
   EXPECT_EQ(t.decode({}), "");
+  // Generation joins the tokens' own texts with the separator: the whole sequence's decode.
+  EXPECT_EQ(t.decode({17}) + t.token_separator() + t.decode({4}) + t.token_separator() + t.decode({9}), "17 4 9");
   for (const char* bad : {"1001", "-1", "12a", "1.5", "x", "99999999999999999999"}) {
     try {
       t.encode(std::string("3 ") + bad + " 4");
