@@ -53,12 +53,9 @@ inline ModelFlags read_generation_model_flags(const cxxopts::ParseResult& r, con
                       "; " + tool + " runs one per tensor-parallel rank (mpirun -np N ... "
                       "--tensor-model-parallel-size N)");
   required_flag(r, "load");
-  if (f.tokenizer_type == "GPT2BPETokenizer") {
+  if (f.tokenizer_type == "GPT2BPETokenizer") {  // (NullTokenizer reads no files: given ones are ignored, as by Megatron)
     required_flag(r, "vocab-file");
     required_flag(r, "merge-file");
-  } else {
-    for (const char* flag : {"vocab-file", "merge-file"})
-      if (r.count(flag)) throw ConfigError(std::string("--") + flag + " is GPT2BPETokenizer's, not NullTokenizer's");
   }
   check_one_iteration_flag(r.count("ckpt-step") > 0, r.count("iteration") > 0);
   return f;
@@ -82,7 +79,9 @@ inline GenerationModel load_generation_model(const cxxopts::ParseResult& r, cons
   if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
   if (r.count("ckpt-step")) iteration = integer_flag(r, "ckpt-step", 0, kMaxIterationFlag);
   GenerationModel m;
-  const auto file = [&r](const char* flag) { return r.count(flag) ? r[flag].as<std::string>() : std::string(); };
+  const auto file = [&](const char* flag) {
+    return r.count(flag) && !f.null_vocab_size ? r[flag].as<std::string>() : std::string();
+  };
   m.tokenizer = make_tokenizer(f.tokenizer_type, file("vocab-file"), file("merge-file"), f.null_vocab_size);
   std::unique_ptr<ShardedCheckpointReader> ckpt;
   try {

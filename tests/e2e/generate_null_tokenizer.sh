@@ -61,7 +61,12 @@ expect_error "an id past the vocabulary" '--prompt (#2): NullTokenizer: "301"' "
 expect_error "another vocabulary than the checkpoint's" "--vocab-size: the tokenizer has 300 tokens but the checkpoint's model 301" \
   --tokenizer-type NullTokenizer --vocab-size 299 --prompt 1
 expect_error "no --vocab-size" "--vocab-size is required for NullTokenizer" --tokenizer-type NullTokenizer --prompt 1
-expect_error "GPT-2's files with NullTokenizer" "--vocab-file is GPT2BPETokenizer's" "${null[@]}" --vocab-file v --prompt 1
+# GPT-2's files given too (a launcher's defaults) are ignored, as by Megatron: the same sample.
+"$generate" --device cpu --load "$tmp/ckpt" "${null[@]}" --vocab-file no-such --merge-file no-such --greedy \
+  --out-seq-length 8 --prompt "17 4 9" >"$tmp/files.out" 2>"$tmp/files.err" &&
+  [[ $(sed -n 2p "$tmp/files.out") == $(sed -n 2p "$tmp/greedy.out") ]] &&
+  ok "--vocab-file and --merge-file ignored with NullTokenizer: $(sed -n 2p "$tmp/files.out")" ||
+  fail "GPT-2's files with NullTokenizer: $(cat "$tmp/files.err")"
 expect_error "--vocab-size with GPT-2's tokenizer" "--vocab-size is NullTokenizer's" --vocab-size 300 --vocab-file v \
   --merge-file m --prompt 1
 
