@@ -98,9 +98,11 @@ int64_t iteration_of(const std::string& save) { return std::stoll(save.substr(0,
 // Rank 0's plan from every rank's held_saves: the newest save that each rank holds itself or
 // that another rank holds a copy of, and which copies go back to their owners.
 struct LoadPlan {
-  std::string save;                          // "" for none
-  std::vector<std::pair<int, int>> copies;  // (owner, holder) for each rank without its own
-  std::string note;                          // why none
+  std::string save;  // "" for none
+  // For each rank without its own: the ranks holding a copy, in rank order (the first that
+  // sends a whole one restores it).
+  std::vector<std::pair<int, std::vector<int>>> copies;
+  std::string note;  // why none
 };
 
 LoadPlan plan_load(const std::vector<Held>& held, const fs::path& dir) {
@@ -115,17 +117,17 @@ LoadPlan plan_load(const std::vector<Held>& held, const fs::path& dir) {
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   LoadPlan plan;
   for (const std::string& save : candidates) {
-    std::vector<std::pair<int, int>> copies;
+    std::vector<std::pair<int, std::vector<int>>> copies;
     bool covered = true;
     for (size_t r = 0; r < held.size() && covered; ++r) {
       if (std::find(held[r].saves.begin(), held[r].saves.end(), save) != held[r].saves.end()) continue;
-      covered = false;
-      for (size_t h = 0; h < held.size() && !covered; ++h)
-        for (const auto& [owner, copy] : held[h].replicas)
-          if (owner == static_cast<int>(r) && copy == save && !covered) {
-            copies.emplace_back(static_cast<int>(r), static_cast<int>(h));
-            covered = true;
-          }
+      std::vector<int> holders;
+      for (size_t h = 0; h < held.size(); ++h)
+        if (std::find(held[h].replicas.begin(), held[h].replicas.end(), std::pair{static_cast<int>(r), save}) !=
+            held[h].replicas.end())
+          holders.push_back(static_cast<int>(h));
+      covered = !holders.empty();
+      copies.emplace_back(static_cast<int>(r), std::move(holders));
     }
     if (!covered) continue;
     plan.save = save;
@@ -168,7 +170,7 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
   const fs::path root = local_checkpoint_root(o, me);
   o.local_checkpoint.root = root.string();
   // Rank 0 plans from what every rank holds: "<iteration> <token>", a fresh save token for
-  // the copies' folders, then "<owner> <holder>" lines.
+  // the copies' folders, then "<owner> <holder> [<holder> ...]" lines.
   const std::string mine = held_saves(root);
   std::string plan_text, note;
   if (me != 0) {
@@ -186,8 +188,11 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
     }
     if (!plan.save.empty() && (!persistent || *persistent < iteration_of(plan.save))) {
       plan_text = plan.save + "\n" + make_save_token() + "\n";
-      for (const auto& [owner, holder] : plan.copies)
-        plan_text += std::to_string(owner) + " " + std::to_string(holder) + "\n";
+      for (const auto& [owner, holders] : plan.copies) {
+        plan_text += std::to_string(owner);
+        for (const int holder : holders) plan_text += " " + std::to_string(holder);
+        plan_text += "\n";
+      }
     }
   }
   broadcast_string(world, plan_text, 0);
@@ -199,23 +204,33 @@ void resolve_local_checkpoint(TrainOptions& o, ParallelContext& par) {
   std::getline(in, save);
   std::getline(in, token);
   const int64_t iteration = iteration_of(save);
-  // Copies go back to the ranks that lost theirs, one after another (each a pair of ranks).
-  std::string failed;
-  for (int owner = 0, holder = 0; in >> owner >> holder;) {
-    std::string e;
-    if (me == holder)
-      e = exchange_checkpoint_folders(world, iteration_dir(replica_root(o, holder, owner), iteration), owner, {}, 0,
-                                      -1, token);
-    if (me == owner) e = exchange_checkpoint_folders(world, {}, -1, root, iteration, holder, token);
-    if (failed.empty()) failed = e;
-    if (me == 0)
-      note += (note.empty() ? "" : "; ") + std::string("rank ") + std::to_string(owner) +
-              "'s local checkpoint of iteration " + std::to_string(iteration) + " restored from rank " +
-              std::to_string(holder) + "'s copy";
-  }
-  if (const std::string failure = first_failure(world, failed); !failure.empty()) {
-    o.local_checkpoint.note = "restoring a local checkpoint from its copy failed: " + failure + "; not resumed from";
-    return;
+  // Copies go back to the ranks that lost theirs, one after another (each a pair of ranks): from
+  // the first holder whose copy arrives whole, the next one tried after a failure (a file
+  // that cannot be read, or one whose checksum differs from the copy's metadata.json).
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    int owner = 0;
+    words >> owner;
+    std::string failures;  // the holders' that failed, for the note
+    bool restored = false;
+    for (int holder = 0; !restored && words >> holder;) {
+      std::string e;
+      if (me == holder)
+        e = exchange_checkpoint_folders(world, iteration_dir(replica_root(o, holder, owner), iteration), owner, {},
+                                        0, -1, token);
+      if (me == owner) e = exchange_checkpoint_folders(world, {}, -1, root, iteration, holder, token);
+      const std::string failure = first_failure(world, e);
+      restored = failure.empty();
+      if (!restored) failures += (failures.empty() ? "" : "; ") + failure;
+      if (me == 0 && restored)
+        note += (note.empty() ? "" : "; ") + std::string("rank ") + std::to_string(owner) +
+                "'s local checkpoint of iteration " + std::to_string(iteration) + " restored from rank " +
+                std::to_string(holder) + "'s copy" + (failures.empty() ? "" : " (after: " + failures + ")");
+    }
+    if (!restored) {
+      o.local_checkpoint.note = "restoring a local checkpoint from its copy failed: " + failures + "; not resumed from";
+      return;
+    }
   }
   // Rank 0 (its own checkpoint now there) checks the layout for all.
   std::string chosen;

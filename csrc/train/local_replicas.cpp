@@ -5,10 +5,12 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 
 #include "ckpt/checkpoint_dir.h"
+#include "ckpt/checksum.h"
 #include "ckpt/metadata.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -102,7 +104,8 @@ uint64_t total_bytes(const std::vector<FileEntry>& files) {
   return n;
 }
 
-// The files as one stream of bytes, read (or written) a piece at a time, in order.
+// The files as one stream of bytes, read (or written) a piece at a time, in order. Written
+// files are hashed as they are written (written_checksums()).
 class FileStream {
  public:
   FileStream(fs::path dir, std::vector<FileEntry> files, bool writing)
@@ -112,8 +115,12 @@ class FileStream {
     while (n > 0) {
       open_current();
       const uint64_t part = std::min(n, files_[at_].size - done_);
-      if (writing_) out_.write(data, static_cast<std::streamsize>(part));
-      else in_.read(data, static_cast<std::streamsize>(part));
+      if (writing_) {
+        out_.write(data, static_cast<std::streamsize>(part));
+        hasher_->update(data, part);
+      } else {
+        in_.read(data, static_cast<std::streamsize>(part));
+      }
       if (writing_ ? !out_ : !in_) throw IoError(current().string() + (writing_ ? ": cannot write" : ": cannot read"));
       data += part;
       n -= part;
@@ -128,6 +135,8 @@ class FileStream {
       close_current();
     }
   }
+  // Each written file's checksum (checksum.h), by its relative path.
+  const std::map<std::string, std::string>& written_checksums() const { return checksums_; }
 
  private:
   fs::path current() const { return dir_ / files_[at_].path; }
@@ -142,11 +151,13 @@ class FileStream {
     fs::create_directories(current().parent_path(), ec);
     out_.open(current(), std::ios::binary | std::ios::trunc);
     if (!out_) throw IoError(current().string() + ": cannot create");
+    hasher_.emplace();
   }
   void close_current() {
     if (writing_) {
       out_.close();
       if (!out_) throw IoError(current().string() + ": cannot write");
+      checksums_[files_[at_].path] = hasher_->hex();
     } else {
       in_.close();
     }
@@ -161,7 +172,20 @@ class FileStream {
   uint64_t done_ = 0;
   std::ifstream in_;
   std::ofstream out_;
+  std::optional<Xxh3Hasher> hasher_;
+  std::map<std::string, std::string> checksums_;
 };
+
+// A received copy is whole only when every file its metadata.json lists arrived with the size
+// and checksum recorded there: a holder's copy damaged on its disk is refused (and another
+// holder's taken), not committed for the load to find.
+void check_received(const fs::path& dir, const std::map<std::string, std::string>& checksums) {
+  for (const FileRecord& f : read_metadata((dir / kMetadataFileName).string()).files) {
+    const auto got = checksums.find(f.path);
+    if (got == checksums.end()) throw IoError((dir / f.path).string() + ": not in the copy sent");
+    check_file_checksum((dir / f.path).string(), got->second, f.xxh3);
+  }
+}
 
 }  // namespace
 
@@ -209,6 +233,7 @@ std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_t
     receive_error = "rank " + std::to_string(receive_from) + ": " + their_error;
   kept(receive_error, [&] {
     writer.finish();
+    check_received(temp->path(), writer.written_checksums());
     temp->commit();
   });
   if (!receive_error.empty() && temp) temp->discard();

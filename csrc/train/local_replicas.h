@@ -31,7 +31,8 @@ std::filesystem::path replica_root(const TrainOptions& o, int holder, int owner)
 
 // Sends the checkpoint folder `dir` (its metadata.json and the files it lists) to `send_to` while
 // receiving the one `receive_from` sends into a new checkpoint folder of `iteration` under
-// `into_root`, committed there only when it arrived whole (checkpoint_dir.h); either side may be
+// `into_root`, committed there only when it arrived whole (every file its metadata.json lists,
+// of the checksum listed there: checkpoint_dir.h, checksum.h); either side may be
 // absent (`dir` empty: nothing to send; `into_root` empty: nothing to receive). Files travel in
 // pieces of at most 64 MiB. Returns "" or what failed on this side (a file that cannot be read
 // or written, a path outside the folder), having kept the exchange going to its end, so that

@@ -15,7 +15,8 @@
 #    each rank one;
 #  - --replication: each rank keeps its clique's copies too (pairs, and one clique of four), a
 #    lost folder comes back from a copy on resume, bit-identical, a copy missing a file restores
-#    nothing, and a save under other cliques removes the old cliques' copies.
+#    nothing, a copy that is damaged (a flipped byte) or incomplete passes the restore to the
+#    next holder's, and a save under other cliques removes the old cliques' copies.
 # Usage: local_checkpoints.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -196,6 +197,30 @@ cliques() {  # cliques <tag> <jump> <factor> <expected folders of rank 0>
     echo "replication, jump $2 factor $3: rank 0 holds $held" || fail "replication $1: rank 0 holds $held"
 }
 cliques all4 1 4 "iter_0000003 replica_1/iter_0000003 replica_2/iter_0000003 replica_3/iter_0000003 "
+# Rank 0's folder lost, and of the three copies of it rank 1's has a flipped byte and rank 2's
+# lacks a file: the resume tries them in turn and restores rank 3's, then goes on as the run
+# that was not interrupted.
+rm -rf "$d/L/0" "$d/all4"
+copy() { echo "$d/L/$1/replica_0/iter_0000003"; }
+victim=$(cd "$(copy 1)" && find . -name '*.safetensors' | sort | head -1)
+python3 -c 'import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-5, 2); b = f.read(1); f.seek(-5, 2); f.write(bytes([b[0] ^ 1]))' "$(copy 1)/$victim"
+rm "$(copy 2)/$victim"
+launch --tensor-model-parallel-size 2 --load "$d/all4" --save "$d/all4" --non-persistent-save-interval 3 --non-persistent-ckpt-type \
+  local --non-persistent-local-ckpt-dir "$d/L" --replication --replication-jump 1 --replication-factor 4 \
+  --train-iters 4 --lr-decay-iters 4 >"$d/all4_resumed.log" 2>&1 || fail "replication: resuming from the third copy"
+logged_after "$d/all4.log" 3 >"$d/a.txt"
+logged_after "$d/all4_resumed.log" 3 >"$d/b.txt"
+if grep -q "rank 0's local checkpoint of iteration 3 restored from rank 3's copy (after: .*${victim#./}: checksum \
+mismatch.*; .*${victim#./}: cannot open" "$d/all4_resumed.log" &&
+   grep -q "loaded non-persistent checkpoint $d/L/0/iter_0000003 " "$d/all4_resumed.log" && cmp -s "$d/a.txt" "$d/b.txt" &&
+   [[ $(grep -c 'lm loss' "$d/b.txt") -eq 1 ]]; then
+  echo "replication: rank 0's checkpoint restored from rank 3's copy after rank 1's (corrupt) and rank 2's" \
+    "(a file missing); iteration 4 as the uninterrupted run's"
+else
+  fail "replication: the third copy"; grep trident: "$d/all4_resumed.log" | head -4
+fi
 cliques pairs 2 2 "iter_0000003 replica_2/iter_0000003 " 1
 
 resumes "fully_parallel pp2 dp2 zero 1 fp16 async" --pipeline-model-parallel-size 2 --use-distributed-optimizer \
