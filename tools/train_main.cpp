@@ -26,6 +26,7 @@
 #include "train/checkpoint_to_load.h"
 #include "train/local_checkpoint.h"
 #include "train/local_replicas.h"
+#include "train/shared_save_dir.h"
 #include "train/trainer.h"
 
 namespace trident {
@@ -66,8 +67,11 @@ void make_and_hold_save_dir(const std::string& save, const std::string& flag, Sa
   }
 }
 
+// Rank 0 makes and locks the directory; then every rank must see it as rank 0's (a directory
+// every node shares: shared_save_dir.h).
 void hold_save_dir(const std::string& save, const std::string& flag, ParallelContext& par, SaveDirHeld& held) {
   run_on_rank0_for_all(par, [&] { make_and_hold_save_dir(save, flag, held, true); });
+  check_every_rank_sees_dir(save, flag, par);
 }
 
 // Local non-persistent checkpoints: each rank checks and holds its own folder, on its node.

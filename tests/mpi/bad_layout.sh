@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Impossible layouts (the interleaved schedule's too), an unusable --save (checked by rank 0
-# alone at startup), and ranks started with different flags: rank 0 prints one line naming
-# the flags, every rank exits 2, no hang.
+# alone at startup), a --save that is not one directory for every rank, and ranks started with
+# different flags: rank 0 prints one line naming the flags, every rank exits 2, no hang.
 set -u
 train=$1
 repo=$2
@@ -67,4 +67,28 @@ mpmd "rank 1 was started with other flags than rank 0: --tensor-model-parallel-s
   --num-attention-heads 4 -- --num-attention-heads 4 --tensor-model-parallel-size 2
 mpmd "rank 1 was started with other flags than rank 0: --precision bf16 (rank 0: fp32)" -- --bf16
 mpmd "--lr 0.001 (rank 0: 5e-04)" --lr 5e-4 -- --lr 1e-3
+# A --save that is not one directory for every rank (node-local scratch; here the ranks' working
+# directories differ and --save is relative): each node's part of a save would stay on its own
+# disk and no checkpoint would load. Refused at the start, naming the rank; rank 0's new
+# directory is not left behind. The same directory spelled another way (../a/ckpt) trains.
+mkdir -p "$tmp/a" "$tmp/b"
+wdirs() {  # wdirs <rank 1's --save>: rank 0 in $tmp/a with --save ckpt, rank 1 in $tmp/b
+  local common=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --mock-data --train-iters 2 --lr-warmup-iters 1)
+  timeout 60 mpirun --oversubscribe --bind-to none -np 1 --wdir "$tmp/a" "$train" "${common[@]}" --save ckpt \
+    : -np 1 --wdir "$tmp/b" "$train" "${common[@]}" --save "$1" >"$tmp/out" 2>"$tmp/err"
+}
+wdirs ckpt
+rc=$?
+if [[ $rc -eq 2 && $(grep -c '^trident-train: error: ' "$tmp/err") -eq 1 && ! -e $tmp/a/ckpt && ! -e $tmp/b/ckpt ]] &&
+   grep -qF -- "--save: rank 1 (host $(hostname)) does not see the file rank 0 wrote in its --save ckpt" "$tmp/err"; then
+  echo "ok a --save not shared: $(grep '^trident-train: error: ' "$tmp/err")"
+else
+  echo "FAIL a --save not shared: rc=$rc"; cat "$tmp/err"; ls -a "$tmp/a" "$tmp/b"; fails=$((fails + 1))
+fi
+if wdirs ../a/ckpt && [[ $(cat "$tmp/a/ckpt/latest_checkpointed_iteration.txt") == 2 ]] &&
+   [[ -z $(find "$tmp/a/ckpt" -name '.trident-shared-probe-*') ]]; then
+  echo "ok one --save spelled two ways: saved, no probe file left"
+else
+  echo "FAIL one --save spelled two ways"; cat "$tmp/err"; fails=$((fails + 1))
+fi
 [[ $fails -eq 0 ]]
