@@ -29,6 +29,7 @@
 // here): -np N without --tensor-model-parallel-size N stops with one line instead of
 // running N copies. Rank 0 prints and writes the samples.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -269,9 +270,11 @@ int generate_main(int argc, char** argv) {
     const std::vector<int32_t>& generated = s.continuation.tokens;
     // A sample can end inside a multi-byte character: its bytes, and the prompt's, become
     // U+FFFD on stdout as in the JSON files (Megatron and HF decode with errors="replace").
-    // (behind the tokenizer's separator after a prompt: NullTokenizer's ids stay apart)
-    const std::string text = valid_utf8((s.prompt.empty() || generated.empty() ? "" : tokenizer->token_separator()) +
-                                        tokenizer->decode(generated));
+    // Behind the tokenizer's separator after a prompt that does not end in one already
+    // (NullTokenizer's ids stay apart: "17 4" + " 12"), so that prompt + text is the sequence.
+    const bool apart = !s.prompt.empty() && !std::isspace(static_cast<unsigned char>(s.prompt.back())) &&
+                       !generated.empty();
+    const std::string text = valid_utf8((apart ? tokenizer->token_separator() : "") + tokenizer->decode(generated));
     tokens += static_cast<int64_t>(generated.size());
     std::cout << "=== sample " << i + 1 << (s.prompt.empty() ? " (unconditional)" : "") << " ===\n"
               << valid_utf8(s.prompt) << text << "\n";

@@ -19,6 +19,7 @@
 #include "tools/integer_flag.h"
 #include "tools/tool_flags.h"
 #include "train/checkpoint_args.h"
+#include "train/checkpoint_space.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
 #include "train/trainer.h"
@@ -144,6 +145,15 @@ int run(int argc, char** argv) {
   std::printf("trident-plan: %.3e model FLOPs per iteration (Megatron's formula), %.3e per rank\n",
               model_flops_per_iteration(m, opt.global_batch_size, tp),
               model_flops_per_iteration(m, opt.global_batch_size, tp) / world);
+  // The disk a save takes, and with --save the room there (trident-train warns at its start
+  // when not even one fits).
+  const double ckpt = static_cast<double>(checkpoint_bytes(opt));
+  std::printf("trident-plan: a checkpoint takes %.3g GB (%s)", ckpt / 1e9,
+              opt.no_save_optim ? "the weights: --no-save-optim" : "the weights, fp32 master weights and Adam's moments");
+  if (const std::optional<uint64_t> free = opt.save.empty() ? std::nullopt : free_bytes(opt.save))
+    std::printf("; --save %s has %.3g GB free, room for %.0f", opt.save.c_str(), static_cast<double>(*free) / 1e9,
+                std::floor(static_cast<double>(*free) / ckpt));
+  std::printf("\n");
   std::printf("trident-plan: heaviest stage %d: peak %.1f MiB (%.2f GiB)", heaviest->stage, mib(heaviest->peak),
               mib(heaviest->peak) / 1024.0);
   if (pf.gpu_gib > 0) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -23,6 +24,7 @@
 #include "parallel/process_grid.h"
 #include "train/canonical_export.h"
 #include "train/checkpoint_args.h"
+#include "train/checkpoint_space.h"
 #include "train/checkpoint_to_load.h"
 #include "train/local_checkpoint.h"
 #include "train/local_replicas.h"
@@ -71,7 +73,16 @@ void make_and_hold_save_dir(const std::string& save, const std::string& flag, Sa
 // every node shares: shared_save_dir.h).
 void hold_save_dir(const std::string& save, const std::string& flag, ParallelContext& par, SaveDirHeld& held) {
   run_on_rank0_for_all(par, [&] { make_and_hold_save_dir(save, flag, held, true); });
-  check_every_rank_sees_dir(save, flag, par);
+  // (TRIDENT_TEST_SHARED_DIR_WAIT_S: a test's shorter wait for a directory that is not shared)
+  const char* wait = std::getenv("TRIDENT_TEST_SHARED_DIR_WAIT_S");
+  check_every_rank_sees_dir(save, flag, par, wait ? std::atof(wait) : 90.0);
+}
+
+// A directory without room for one checkpoint: said at the start, not at the first save.
+void warn_if_no_room(const TrainOptions& opt, const std::string& dir, const std::string& flag, ParallelContext& par) {
+  if (par.world_rank() != 0) return;
+  if (const std::string warning = checkpoint_space_warning(opt, dir, flag); !warning.empty())
+    std::cout << "trident-train: warning: " << warning << std::endl;
 }
 
 // Local non-persistent checkpoints: each rank checks and holds its own folder, on its node.
@@ -217,7 +228,10 @@ int train(int argc, char** argv) {
   std::error_code missing;
   opt.load_missing_at_start = !opt.load.empty() && !std::filesystem::exists(opt.load, missing);
   SaveDirHeld save_dir, non_persistent_dir;  // the second goes first: it may lie in the first
-  if (!opt.save.empty()) hold_save_dir(opt.save, "--save", *parallel, save_dir);
+  if (!opt.save.empty()) {
+    hold_save_dir(opt.save, "--save", *parallel, save_dir);
+    warn_if_no_room(opt, opt.save, "--save", *parallel);
+  }
   if (opt.non_persistent_save_interval > 0 && opt.local_checkpoints()) {
     hold_local_checkpoint_dir(opt, *parallel, non_persistent_dir);
   } else if (opt.non_persistent_save_interval > 0) {

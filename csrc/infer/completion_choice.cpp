@@ -1,11 +1,15 @@
 #include "infer/completion_choice.h"
 
+#include <cstring>
+
 namespace trident {
 
 using nlohmann::json;
 
 void append_token_text(TokenTexts& t, const Tokenizer& tokenizer, int32_t id) {
-  t.pieces.push_back((t.pieces.empty() ? "" : tokenizer.token_separator()) + tokenizer.decode({id}));
+  if (!t.pieces.empty()) t.bytes += tokenizer.token_separator();
+  t.separator = std::strlen(tokenizer.token_separator());
+  t.pieces.push_back(tokenizer.decode({id}));
   t.bytes += t.pieces.back();
   t.start.push_back(t.bytes.size());
 }
@@ -28,13 +32,13 @@ CompletionEnd completion_end(const Generation& g, const TokenTexts& t, int32_t e
     if (const size_t at = t.bytes.find(s, prompt_end); at != std::string::npos && at < e.cut) {
       e.cut = at;
       e.stopped = true;
-      while (e.kept > static_cast<size_t>(g.prompt_length) && t.start[e.kept - 1] >= e.cut) --e.kept;
+      while (e.kept > static_cast<size_t>(g.prompt_length) && t.text_start(e.kept - 1) >= e.cut) --e.kept;
     }
   return e;
 }
 
 void LogprobsLists::add(const Generation& g, const TokenTexts& t, size_t i, const Tokenizer& tokenizer, int top) {
-  for (; counted_ < t.start[i]; ++counted_) characters_ += starts_character(t.bytes[counted_]);
+  for (; counted_ < t.text_start(i); ++counted_) characters_ += starts_character(t.bytes[counted_]);
   tokens_.push_back(t.pieces[i]);
   offsets_.push_back(characters_);
   if (i == 0) {  // nothing predicts the first token

@@ -16,13 +16,17 @@
 
 namespace trident {
 
-// The tokens' texts one by one and together: each piece is a token's text (decode({id})),
-// after the first behind the tokenizer's separator (NullTokenizer's space; none for GPT-2's
-// byte-level pieces), so that the pieces concatenate to the text of the whole sequence.
+// The tokens' texts one by one and together: each token's own text (decode({id})), and the
+// text of the whole sequence, those texts joined by the tokenizer's separator (NullTokenizer's
+// space between ids; none for GPT-2's byte-level pieces, which carry their spaces).
 struct TokenTexts {
-  std::vector<std::string> pieces;
-  std::vector<size_t> start{0};  // where each piece starts in `bytes`; one past the last: its size
+  std::vector<std::string> pieces;  // each token's own text, without the separator before it
+  std::vector<size_t> start{0};     // where each token's part of `bytes` (its separator, then its
+                                    // text) starts; one past the last: the size
   std::string bytes;
+  size_t separator = 0;             // the separator's bytes
+  // Where token i's own text starts in `bytes` (after its separator).
+  size_t text_start(size_t i) const { return start[i] + (i > 0 ? separator : 0); }
 };
 void append_token_text(TokenTexts& t, const Tokenizer& tokenizer, int32_t id);
 TokenTexts token_texts(const Tokenizer& tokenizer, const std::vector<int32_t>& tokens);

@@ -37,15 +37,6 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string
   }
 }
 
-// Megatron's segments: each token's own text, without the tokenizer's separator (NullTokenizer's
-// ids alone, as Megatron's str(token)).
-json segments(const TokenTexts& t, const Tokenizer& tokenizer) {
-  const size_t separator = std::string(tokenizer.token_separator()).size();
-  json out = json::array();
-  for (size_t i = 0; i < t.pieces.size(); ++i) out.push_back(i == 0 ? t.pieces[i] : t.pieces[i].substr(separator));
-  return out;
-}
-
 }  // namespace
 
 SpecialTokens special_tokens(const Tokenizer& tokenizer) {
@@ -245,7 +236,7 @@ json TextGenerationService::sample(const PreparedRequest& p) {
   for (const Generation& g : generate_tokens(cfg_, backend_, params_, p.prompts, o, rng_, tp_comm_)) {
     TokenTexts t = token_texts(tokenizer_, g.tokens);
     text.push_back(std::move(t.bytes));
-    segs.push_back(segments(t, tokenizer_));
+    segs.push_back(std::move(t.pieces));  // Megatron's segments: each token's own text
     logprobs.push_back(g.logprobs);
   }
   return {{"text", text}, {"segments", segs}, {"logprobs", r.logprobs ? logprobs : json(nullptr)}};
@@ -263,7 +254,7 @@ json TextGenerationService::beam_search(const PreparedRequest& p) {
   for (const BeamHypothesis& h : trident::beam_search(cfg_, backend_, params_, p.prompts[0], o, tp_comm_)) {
     TokenTexts t = token_texts(tokenizer_, h.tokens);
     text.push_back(std::move(t.bytes));
-    segs.push_back(segments(t, tokenizer_));
+    segs.push_back(std::move(t.pieces));  // Megatron's segments: each token's own text
     scores.push_back(h.score);
   }
   return {{"text", text}, {"segments", segs}, {"scores", scores}};

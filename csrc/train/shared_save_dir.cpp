@@ -31,6 +31,11 @@ std::string probe_seen(const fs::path& path, const std::string& expected, double
   std::string seen;
   for (;;) {
     std::error_code ec;
+    // Reading the directories asks the file system for them again (an NFS client revalidates a
+    // directory it opens), which may end a cached "no such file" sooner.
+    for (const fs::path& d : {path.parent_path().parent_path(), path.parent_path()})
+      for (auto it = fs::directory_iterator(d, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      }
     if (!fs::exists(path, ec)) {
       seen = "no such file";
     } else {

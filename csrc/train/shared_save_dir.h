@@ -21,9 +21,12 @@ inline constexpr const char* kSharedDirProbePrefix = ".trident-shared-probe-";
 // Collective. `dir` is this rank's path of the directory (rank 0's exists and is writable:
 // checked before), `flag` names it in the error. Throws ConfigError naming the first rank that
 // does not see rank 0's file (its host too), after rank 0 has removed the file. A rank waits up
-// to `wait_seconds` for the file to appear (a file system that shows another node's new files
-// late). Nothing to check on one process.
+// to `wait_seconds` for the file to appear: an NFS client trusts its cached "no such file" for a
+// name it looked up before (the ranks look for --load, often --save's directory, before rank 0
+// creates it) until the directory's cached attributes expire, 30 to 60 s by default (acdirmin,
+// acdirmax). A shared directory passes at once; only one that is not waits the whole time.
+// Nothing to check on one process.
 void check_every_rank_sees_dir(const std::string& dir, const std::string& flag, ParallelContext& par,
-                               double wait_seconds = 5.0);
+                               double wait_seconds);
 
 }  // namespace trident

@@ -44,6 +44,11 @@ print(f"ok: trident-generate: \"17 4 9\" ->{lines[0]['text']}, \"300 250\" ->{li
 PY
 then :; else fail "trident-generate's NullTokenizer samples (above): $(cat "$tmp/greedy.out")"; fi
 
+# A prompt that ends in a space: the generated ids follow it without another.
+"$generate" --device cpu --load "$tmp/ckpt" "${null[@]}" --greedy --out-seq-length 8 --prompt "17 4 9 " \
+  >"$tmp/spaced.out" 2>&1 && [[ $(sed -n 2p "$tmp/spaced.out") == "17 4 9 $(sed -n 2p "$tmp/greedy.out" | cut -c8-)" ]] &&
+  ok "prompt \"17 4 9 \": $(sed -n 2p "$tmp/spaced.out")" || fail "a prompt ending in a space: $(cat "$tmp/spaced.out")"
+
 # One-line errors naming the flag or the prompt.
 expect_error() {  # expect_error WHAT TEXT ARGS...
   local what=$1 text=$2
@@ -105,9 +110,33 @@ status, text_answer = call("/v1/completions", {"prompt": "17 4 9", "max_tokens":
 assert status == 200, text_answer
 choice = text_answer["choices"][0]
 assert choice["text"] == "17 4 9" + reference, choice
+# Megatron's logprobs lists: each token its id's text, its offset where that text starts.
 lp = choice["logprobs"]
-assert "".join(lp["tokens"]) == choice["text"], lp["tokens"]
-assert [choice["text"][o:] .startswith(t) for o, t in zip(lp["text_offset"], lp["tokens"])] == [True] * len(lp["tokens"])
+assert lp["tokens"] == choice["text"].split(" "), lp["tokens"]
+assert [choice["text"][o:o + len(t)] for o, t in zip(lp["text_offset"], lp["tokens"])] == lp["tokens"], lp
+assert lp["text_offset"][:3] == [0, 3, 5], lp["text_offset"]
+# A stop string cuts the text where it starts, and the token it starts in is not counted.
+ids = reference.split()
+own_start, at = [], 0
+for i in ids:
+    own_start.append(at + 1)
+    at += 1 + len(i)
+stop = ids[min(2, len(ids) - 1)]
+cut = reference.find(stop)
+body = {"prompt": "17 4 9", "max_tokens": 8, "temperature": 0, "stop": [stop]}
+status, stopped = call("/v1/completions", body)
+assert status == 200, stopped
+c = stopped["choices"][0]
+assert c["text"] == reference[:cut] and c["finish_reason"] == "stop", (c, reference, stop)
+assert stopped["usage"]["completion_tokens"] == sum(1 for x in own_start if x < cut), (stopped, own_start, cut)
+# Streamed, the same text in pieces.
+req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps({**body, "stream": True}).encode(),
+                             method="POST", headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=120) as r:
+    events = [l[6:] for l in r.read().decode().split("\n") if l.startswith("data: ")]
+assert events[-1] == "[DONE]", events
+streamed = "".join(ch["text"] for e in events[:-1] for ch in json.loads(e)["choices"])
+assert streamed == c["text"], (streamed, c["text"])
 # Megatron's PUT /api: the text is the whole sequence's, the segments one a token.
 status, api = call("/api", {"prompts": ["17 4 9"], "tokens_to_generate": 8, "top_k": 1}, method="PUT")
 assert status == 200, api
@@ -119,7 +148,8 @@ status, bad = call("/api", {"prompts": ["17 x"], "tokens_to_generate": 2}, metho
 assert status == 400 and 'NullTokenizer: "x"' in bad["message"], (status, bad)
 status, eol = call("/api", {"prompts": ["17"], "tokens_to_generate": 2, "stop_on_eol": True}, method="PUT")
 assert status == 400 and "no single token" in eol["message"], (status, eol)
-print(f"ok: the server: [17, 4, 9] and \"17 4 9\" ->{reference} (trident-generate's), /api the same; "
+print(f"ok: the server: [17, 4, 9] and \"17 4 9\" ->{reference} (trident-generate's), /api the same; stop "
+      f"{stop!r} -> {c['text']!r} ({stopped['usage']['completion_tokens']} tokens), streamed alike; "
       f"a bad prompt 400: {bad['message']}")
 PY
 then :; else fail "the server's NullTokenizer answers (above)"; fi

@@ -74,7 +74,8 @@ mpmd "--lr 0.001 (rank 0: 5e-04)" --lr 5e-4 -- --lr 1e-3
 mkdir -p "$tmp/a" "$tmp/b"
 wdirs() {  # wdirs <rank 1's --save>: rank 0 in $tmp/a with --save ckpt, rank 1 in $tmp/b
   local common=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --mock-data --train-iters 2 --lr-warmup-iters 1)
-  timeout 60 mpirun --oversubscribe --bind-to none -np 1 --wdir "$tmp/a" "$train" "${common[@]}" --save ckpt \
+  TRIDENT_TEST_SHARED_DIR_WAIT_S=2 timeout 60 mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_SHARED_DIR_WAIT_S \
+    -np 1 --wdir "$tmp/a" "$train" "${common[@]}" --save ckpt \
     : -np 1 --wdir "$tmp/b" "$train" "${common[@]}" --save "$1" >"$tmp/out" 2>"$tmp/err"
 }
 wdirs ckpt

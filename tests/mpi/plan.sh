@@ -4,7 +4,9 @@
 # stage: trident-train's "after the first iteration" line gathers each stage's peak. Layouts
 # cover one process, tp, pp, dp, ZeRO 1 and 2, fp16/bf16, recomputation, the interleaved
 # schedule, Megatron's uneven stages (a layout's empty stage too) and sequence parallelism. Then the plan's verdicts and errors: a 16B model at the seed's tp4 x pp8 x dp4
-# fits 16 GiB in fp16 with ZeRO 1 and not in fp32 (exit 1), and bad flags are one line.
+# fits 16 GiB in fp16 with ZeRO 1 and not in fp32 (exit 1), and bad flags are one line. The
+# checkpoint size it prints against real saves' files, and trident-train's warning at its start
+# when --save has no room for one.
 # With VOCAB_DIR (GPT-2's files), the vocabulary is the tokenizer's, as trident-train's is.
 # Usage: plan.sh TRAIN_BINARY PLAN_BINARY REPO [VOCAB_DIR]
 set -uo pipefail
@@ -70,6 +72,49 @@ else fail "16B fp16 zero 1 should fit"; cat "$tmp/out"; fi
 rc=$?
 if [[ $rc -eq 1 ]] && grep -q 'does NOT fit in 16 GiB' "$tmp/out"; then echo "16B fp32 zero 1: $(tail -1 "$tmp/out")"
 else fail "16B fp32 zero 1 should not fit (rc $rc)"; cat "$tmp/out"; fi
+
+# The checkpoint a save writes: trident-plan's size against the files of real saves (their
+# tensors; headers and metadata.json are a few KiB): fp32 on one process, bf16 at tp2 x dp2 with
+# ZeRO 1 (each TP rank writes its copy of the replicated LayerNorms and biases), at pp2 (the
+# last stage keeps the tied word embedding too), without the
+# optimizer state.
+ckpt_size() {  # ckpt_size <np> <flags...>: "<planned GB> <written GB>"
+  local np=$1
+  shift
+  local a=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --micro-batch-size 2 --global-batch-size 8
+           --lr-warmup-iters 0 --train-iters 1 "$@")
+  rm -rf "$tmp/ck"
+  timeout 120 mpirun --oversubscribe -np "$np" --bind-to none "$train" "${a[@]}" --mock-data --device cpu \
+    --eval-iters 0 --save "$tmp/ck" >"$tmp/run.txt" 2>&1 || { echo "run failed: $(tail -1 "$tmp/run.txt")"; return; }
+  "$plan" "${a[@]}" --world-size "$np" --save "$tmp/ck" >"$tmp/plan.txt" 2>&1
+  echo "$(sed -nE 's/^trident-plan: a checkpoint takes ([0-9.e+-]+) GB.*/\1/p' "$tmp/plan.txt")" \
+    "$(find "$tmp/ck/iter_0000001" -name '*.safetensors' -printf '%s\n' | awk '{ n += $1 } END { print n / 1e9 }')"
+}
+for layout in "1" "4 --tensor-model-parallel-size 2 --bf16 --use-distributed-optimizer" "2 --pipeline-model-parallel-size 2" \
+  "2 --no-save-optim"; do
+  # shellcheck disable=SC2086
+  sizes=$(ckpt_size $layout)
+  if awk -v s="$sizes" 'BEGIN { split(s, v, " "); exit !(v[1] > 0 && v[2] >= v[1] && v[2] <= v[1] * 1.03) }'; then
+    echo "checkpoint size, np $layout: planned and written GB $sizes"
+  else fail "checkpoint size, np $layout: planned and written GB: $sizes"; cat "$tmp/plan.txt"; fi
+done
+grep -qE "^trident-plan: a checkpoint takes .*; --save $tmp/ck has [0-9.e+]+ GB free, room for [0-9]+$" "$tmp/plan.txt" &&
+  echo "$(grep '^trident-plan: a checkpoint' "$tmp/plan.txt")" || { fail "the room in --save"; cat "$tmp/plan.txt"; }
+# A --save without room for one checkpoint: trident-train says so at its start (the 16B model's
+# 260 GB in fp32; the run then stops on its missing data, before building the model).
+big=(--config "$repo/configs/gpt2-16b.yaml" --train-iters 10000 --tokenizer-type NullTokenizer --vocab-size 50257
+     --data-path "$tmp/no-such-data")
+need=$("$plan" "${big[@]}" | sed -nE 's/^trident-plan: a checkpoint takes ([0-9.e+-]+) GB.*/\1/p')
+free=$(df -B1 --output=avail "$tmp" | tail -1)
+if [[ -z $need ]]; then
+  fail "trident-plan of the 16B model: no checkpoint size"
+elif awk -v n="$need" -v f="$free" 'BEGIN { exit !(f < n * 1e9) }'; then
+  "$train" "${big[@]}" --device cpu --save "$tmp/big" >"$tmp/out" 2>&1
+  grep -q "^trident-train: warning: --save $tmp/big: a checkpoint of this run takes $need GB and the file system has .* GB free: the first save will fail" "$tmp/out" &&
+    echo "no room: $(grep 'trident-train: warning' "$tmp/out")" || { fail "no warning without room"; cat "$tmp/out"; }
+else
+  echo "skipped the no-room warning: $free bytes free here, more than the 16B model's $need GB checkpoint"
+fi
 
 if [[ -n $vocab ]]; then
   "$plan" --config "$repo/configs/gpt2-tiny.yaml" --train-iters 20 --data-path "$tmp/no-such-data" \
