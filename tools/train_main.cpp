@@ -174,7 +174,7 @@ int train(int argc, char** argv) {
   // SIGTERM and SIGINT are requests to stop from here on (as Megatron's --exit-signal-handler,
   // installed at its initialisation): one during the start-up (loading a checkpoint, building
   // the data's index maps) ends the run before training, exit status 0.
-  std::optional<StopSignals> stop_signals(std::in_place);
+  std::optional<StopSignals> stop_signals(std::in_place, opt.exit_signal);
   // --use-mp-args-from-checkpoint-args: the checkpoint's layout, before the grid is made.
   const std::string mp_taken = take_parallel_args(opt);
   // The layout is checked first (its errors name the parallel-size flags), then the

@@ -1,4 +1,4 @@
-// SIGTERM and SIGINT as a request to stop, taken while a StopSignals lives: trident-train
+// SIGTERM and SIGINT (and one more signal, if asked) as a request to stop, taken while a StopSignals lives: trident-train
 // finishes its iteration and saves a checkpoint, trident-text-generation-server finishes its
 // request and closes. The handlers it replaced come back when it goes. One made while
 // another lives does nothing (it neither clears a request nor reinstalls): trident-train's
@@ -6,11 +6,15 @@
 // takes minutes to load) is a request too, and Trainer::train's is then the inner one.
 #pragma once
 
+#include <string>
+
 namespace trident {
 
 class StopSignals {
  public:
-  StopSignals();  // clears an earlier request first
+  // `also`: one more signal that asks to stop (Megatron's --exit-signal, such as SIGUSR1 that a
+  // scheduler sends minutes before the time limit), 0 for none. Clears an earlier request first.
+  explicit StopSignals(int also = 0);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -18,10 +22,18 @@ class StopSignals {
  private:
   void (*term_)(int) = nullptr;  // the outermost one's: the handlers it replaced
   void (*int_)(int) = nullptr;
+  int also_ = 0;
+  void (*also_handler_)(int) = nullptr;
 };
 
-// Whether SIGTERM or SIGINT came since the outermost living StopSignals was made (by any
-// thread: the signal may be taken by another one, such as Open MPI's progress thread).
+// Whether SIGTERM, SIGINT (or the outermost's `also` signal) came since the outermost living
+// StopSignals was made (by any thread: the signal may be taken by another one, such as Open
+// MPI's progress thread).
 bool stop_signal_received();
+
+// The number of the signal that Megatron's --exit-signal names ("SIGUSR1"; Python's
+// signal.Signals names): SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGXCPU or
+// SIGPWR; 0 for another name.
+int catchable_signal_named(const std::string& name);
 
 }  // namespace trident

@@ -22,6 +22,7 @@
 #include "core/decimal.h"
 #include "core/error.h"
 #include "core/flag_value.h"
+#include "core/stop_signals.h"
 #include "parallel/pipeline_layout.h"
 #include "train/data_args_file.h"
 #include "train/tensorboard_tags.h"
@@ -46,6 +47,9 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"distributed-backend", "Megatron's torch.distributed backend (nccl or gloo): no effect (see --comm)"},
       {"data-impl", "Megatron's dataset implementation (mmap, ...): no effect (.bin/.idx are memory-mapped)"},
       {"num-workers", "Megatron's data-loader workers: no effect"},
+      {"exit-signal-handler-for-dataloader", "Megatron's signal handler in data-loader workers: trident has none",
+       true},
+      {"exit-signal-handler-for-training", "Megatron's: trident always stops cleanly on SIGTERM and SIGINT", true},
       {"no-masked-softmax-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-bias-gelu-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-bias-dropout-fusion", "Megatron's kernel fusion switch: no effect", true},
@@ -463,6 +467,8 @@ const std::vector<FlagDef>& flag_defs() {
                                       "dataset building and checkpoint I/O)"},
       {"exit-signal-handler", "accepted for Megatron's scripts: trident always finishes the iteration, saves (with "
                               "--save) and exits 0 on SIGTERM or SIGINT", true},
+      {"exit-signal", "one more signal that stops the run as SIGTERM does: SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGALRM, "
+                      "SIGXCPU, SIGPWR (SIGTERM and SIGINT always do; Megatron's)"},
       {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},
       // Checkpoints.
       {"save", "directory to save checkpoints in"},
@@ -1338,6 +1344,14 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   o.skip_train = f.has("skip-train");
   o.log_progress = f.has("log-progress");
   f.get("kill-switch-path", o.kill_switch_path);
+  if (f.has("exit-signal")) {
+    std::string name;
+    f.get("exit-signal", name);
+    o.exit_signal = catchable_signal_named(name);
+    if (o.exit_signal == 0)
+      throw ConfigError("--exit-signal " + name + ": expected one of SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, "
+                        "SIGQUIT, SIGALRM, SIGXCPU, SIGPWR");
+  }
   f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("distributed-timeout-minutes", o.distributed_timeout_minutes);
   f.get("save-canonical", o.save_canonical);

@@ -179,6 +179,10 @@ struct TrainOptions {
   // training; one that finds it after an iteration saves (with --save) and ends there, as a
   // stop signal does (empty: none). Every rank looks; any rank that sees it stops them all.
   std::string kill_switch_path;
+  // Megatron's --exit-signal NAME: one more signal that asks the run to stop as SIGTERM and
+  // SIGINT do (finish the iteration, save, exit 0), e.g. SIGUSR1 that a scheduler sends before
+  // the time limit (core/stop_signals.h); 0: none.
+  int exit_signal = 0;
   // --skip-train (Megatron's): no training; the validation and test evaluations of the
   // loaded (or initial) model, without TensorBoard scalars, and no checkpoint.
   bool skip_train = false;

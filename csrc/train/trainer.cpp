@@ -954,7 +954,7 @@ void Trainer::train() {
   // The stop handlers from here to the end (trident-train's main installs them earlier, so
   // that a signal during the start-up is kept: this one is then the inner one). A signal
   // stops the evaluations after their batch in flight, and the run exits 0.
-  const StopSignals stop_signals;
+  const StopSignals stop_signals(opt_.exit_signal);
   // Megatron's --skip-train: the evaluations alone, without TensorBoard scalars.
   if (opt_.skip_train) {
     out << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;

@@ -213,6 +213,20 @@ if wait "$pid"; then
 else
   fail "SIGTERM: exit status $?"
 fi
+# Megatron's --exit-signal SIGUSR1 (a scheduler's warning before the time limit, e.g. Slurm's
+# --signal=B:USR1@300): the same stop, where SIGUSR1 would otherwise kill the process.
+"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/usr1" --exit-signal-handler \
+  --exit-signal SIGUSR1 >"$tmp/usr1.log" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q '^ iteration  *3/' "$tmp/usr1.log" && break; sleep 0.1; done
+kill -USR1 "$pid"
+if wait "$pid"; then
+  it=$(cat "$tmp/usr1/latest_checkpointed_iteration.txt")
+  grep -q "stop requested by a signal at iteration $it" "$tmp/usr1.log" && [[ -d $tmp/usr1/iter_$(printf %07d "$it") ]] &&
+    echo "--exit-signal SIGUSR1: saved iteration $it and exited 0" || fail "SIGUSR1: no checkpoint at the stop"
+else
+  fail "--exit-signal SIGUSR1: exit status $?"
+fi
 # A signal during an evaluation (here one of 10^6 batches) stops it after the batch in
 # flight: the iteration's checkpoint is saved, and the run exits 0 without waiting for the
 # evaluation to end.

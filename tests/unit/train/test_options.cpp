@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -133,6 +134,18 @@ TEST(Options, EvaluationTensorBoardAndHealthFlags) {
   EXPECT_EQ(parse({"--tensorboard-tags", "megatron-deepspeed"}).tensorboard_tags, "megatron-deepspeed");
   EXPECT_EQ(error_of({"--tensorboard-tags", "deepspeed"}),
             "--tensorboard-tags deepspeed: expected megatron or megatron-deepspeed");
+}
+
+// Megatron's --exit-signal: the number of the signal named (Python's signal.Signals names).
+TEST(Options, ExitSignalNamesOneMoreStopSignal) {
+  EXPECT_EQ(parse({}).exit_signal, 0);
+  EXPECT_EQ(parse({"--exit-signal", "SIGUSR1"}).exit_signal, SIGUSR1);
+  EXPECT_EQ(parse({"--exit-signal", "SIGTERM"}).exit_signal, SIGTERM);
+  EXPECT_EQ(parse({"--exit-signal", "SIGXCPU"}).exit_signal, SIGXCPU);
+  for (const char* bad : {"USR1", "SIGKILL", "SIGSEGV", "10", "sigusr1"})
+    EXPECT_EQ(error_of({"--exit-signal", bad}),
+              std::string("--exit-signal ") + bad +
+                  ": expected one of SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGALRM, SIGXCPU, SIGPWR");
 }
 
 TEST(Options, UnevenPipelineFlags) {
