@@ -147,9 +147,11 @@ int run(int argc, char** argv) {
               model_flops_per_iteration(m, opt.global_batch_size, tp) / world);
   // The disk a save takes, and with --save the room there (trident-train warns at its start
   // when not even one fits).
-  const double ckpt = static_cast<double>(checkpoint_bytes(opt));
-  std::printf("trident-plan: a checkpoint takes %.3g GB (%s)", ckpt / 1e9,
-              opt.no_save_optim ? "the weights: --no-save-optim" : "the weights, fp32 master weights and Adam's moments");
+  const int64_t ckpt_bytes = checkpoint_bytes(opt);
+  const double ckpt = static_cast<double>(ckpt_bytes);
+  std::printf("trident-plan: a checkpoint takes %.3g GB (%lld bytes of %s)", ckpt / 1e9,
+              static_cast<long long>(ckpt_bytes),
+              opt.no_save_optim ? "weights: --no-save-optim" : "weights, fp32 master weights and Adam's moments");
   if (const std::optional<uint64_t> free = opt.save.empty() ? std::nullopt : free_bytes(opt.save))
     std::printf("; --save %s has %.3g GB free, room for %.0f", opt.save.c_str(), static_cast<double>(*free) / 1e9,
                 std::floor(static_cast<double>(*free) / ckpt));

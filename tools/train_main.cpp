@@ -16,6 +16,7 @@
 #include "ckpt/save_dir_lock.h"
 #include "core/error.h"
 #include "core/stop_signals.h"
+#include "data/tokenizer.h"
 #include "kernels/backends.h"
 #include "mpi_tool_main.h"
 #include "parallel/collective_timeout.h"
@@ -78,10 +79,17 @@ void hold_save_dir(const std::string& save, const std::string& flag, ParallelCon
   check_every_rank_sees_dir(save, flag, par, wait ? std::atof(wait) : 90.0);
 }
 
-// A directory without room for one checkpoint: said at the start, not at the first save.
+// A directory without room for one checkpoint: said at the start, not at the first save. The
+// vocabulary is the tokenizer's, as the data will make it (make_train_data), for the size.
 void warn_if_no_room(const TrainOptions& opt, const std::string& dir, const std::string& flag, ParallelContext& par) {
   if (par.world_rank() != 0) return;
-  if (const std::string warning = checkpoint_space_warning(opt, dir, flag); !warning.empty())
+  TrainOptions sized = opt;
+  try {
+    if (sized.has_data()) make_run_tokenizer(sized);
+  } catch (const Error&) {  // the data's own start reports it, on every rank
+    return;
+  }
+  if (const std::string warning = checkpoint_space_warning(sized, dir, flag); !warning.empty())
     std::cout << "trident-train: warning: " << warning << std::endl;
 }
 
@@ -237,6 +245,7 @@ int train(int argc, char** argv) {
   } else if (opt.non_persistent_save_interval > 0) {
     run_on_rank0_for_all(*parallel, [&] { check_non_persistent_dir(opt); });
     hold_save_dir(opt.non_persistent_dir(opt.save), non_persistent_dir_flag(opt), *parallel, non_persistent_dir);
+    warn_if_no_room(opt, opt.non_persistent_dir(opt.save), non_persistent_dir_flag(opt), *parallel);
   }
   TrainData data = make_train_data(opt, parallel.get(), opt.skip_train ? DataUse::kEvaluationOnly : DataUse::kTraining);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());

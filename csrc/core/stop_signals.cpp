@@ -1,8 +1,11 @@
 #include "core/stop_signals.h"
 
+#include <signal.h>
+
 #include <atomic>
 #include <csignal>
 #include <utility>
+#include <vector>
 
 namespace trident {
 namespace {
@@ -17,22 +20,28 @@ int living = 0;  // StopSignals objects alive (made and destroyed on the main th
 
 }  // namespace
 
+struct StopSignals::Replaced {
+  std::vector<std::pair<int, struct sigaction>> handlers;  // signal, the action it had
+};
+
 StopSignals::StopSignals(int also) {
   if (living++ > 0) return;  // an inner one: the outer one's handlers and request stay
   stop_requested = 0;  // first: a signal that comes as the handlers go in is not lost
-  term_ = std::signal(SIGTERM, request_stop);
-  int_ = std::signal(SIGINT, request_stop);
-  if (also != 0 && also != SIGTERM && also != SIGINT) {
-    also_ = also;
-    also_handler_ = std::signal(also, request_stop);
+  replaced_ = std::make_unique<Replaced>();
+  struct sigaction stop {};
+  stop.sa_handler = request_stop;
+  sigemptyset(&stop.sa_mask);
+  stop.sa_flags = SA_RESTART;  // a read or write under way goes on rather than failing with EINTR
+  for (const int sig : {SIGTERM, SIGINT, also}) {
+    if (sig == 0 || (sig == also && (also == SIGTERM || also == SIGINT))) continue;
+    struct sigaction before {};
+    if (::sigaction(sig, &stop, &before) == 0) replaced_->handlers.emplace_back(sig, before);
   }
 }
 
 StopSignals::~StopSignals() {
   if (--living > 0) return;
-  std::signal(SIGTERM, term_);
-  std::signal(SIGINT, int_);
-  if (also_ != 0) std::signal(also_, also_handler_);
+  for (const auto& [sig, before] : replaced_->handlers) ::sigaction(sig, &before, nullptr);
 }
 
 bool stop_signal_received() { return stop_requested != 0; }
@@ -40,10 +49,10 @@ bool stop_signal_received() { return stop_requested != 0; }
 int catchable_signal_named(const std::string& name) {
   // Those that end a process by default and that a scheduler or a person sends (not SIGKILL
   // or SIGSTOP, which cannot be caught; not the faults of the process itself, SIGSEGV and the
-  // like; not SIGPROF, which profilers use).
+  // like; not SIGPROF and SIGALRM, which profilers and libraries use).
   static const std::pair<const char*, int> kSignals[] = {
-      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
-      {"SIGALRM", SIGALRM}, {"SIGTERM", SIGTERM}, {"SIGXCPU", SIGXCPU}, {"SIGPWR", SIGPWR},
+      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1},
+      {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM}, {"SIGXCPU", SIGXCPU}, {"SIGPWR", SIGPWR},
   };
   for (const auto& [n, number] : kSignals)
     if (name == n) return number;

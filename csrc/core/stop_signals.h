@@ -6,6 +6,7 @@
 // takes minutes to load) is a request too, and Trainer::train's is then the inner one.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace trident {
@@ -20,10 +21,8 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  void (*term_)(int) = nullptr;  // the outermost one's: the handlers it replaced
-  void (*int_)(int) = nullptr;
-  int also_ = 0;
-  void (*also_handler_)(int) = nullptr;
+  struct Replaced;                     // the outermost one's: the handlers it replaced, whole
+  std::unique_ptr<Replaced> replaced_;  // (sigaction's, flags and all)
 };
 
 // Whether SIGTERM, SIGINT (or the outermost's `also` signal) came since the outermost living
@@ -32,8 +31,8 @@ class StopSignals {
 bool stop_signal_received();
 
 // The number of the signal that Megatron's --exit-signal names ("SIGUSR1"; Python's
-// signal.Signals names): SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGXCPU or
-// SIGPWR; 0 for another name.
+// signal.Signals names): SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGXCPU or SIGPWR;
+// 0 for another name.
 int catchable_signal_named(const std::string& name);
 
 }  // namespace trident

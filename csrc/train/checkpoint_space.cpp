@@ -3,6 +3,8 @@
 #include <sys/statvfs.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 
 #include "core/dtype.h"
 #include "model/param_spec.h"
@@ -21,8 +23,13 @@ int64_t checkpoint_bytes(const TrainOptions& o) {
 }
 
 std::optional<uint64_t> free_bytes(const std::string& dir) {
+  if (const char* test = std::getenv("TRIDENT_TEST_FREE_BYTES")) return std::strtoull(test, nullptr, 10);
+  // A directory not made yet: the file system of the nearest one that exists.
+  std::filesystem::path p = std::filesystem::absolute(dir);
+  std::error_code ec;
+  while (!std::filesystem::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
   struct statvfs s {};
-  if (::statvfs(dir.c_str(), &s) != 0) return std::nullopt;
+  if (::statvfs(p.c_str(), &s) != 0) return std::nullopt;
   return static_cast<uint64_t>(s.f_bavail) * static_cast<uint64_t>(s.f_frsize);
 }
 

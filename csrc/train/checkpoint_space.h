@@ -17,8 +17,9 @@ namespace trident {
 // --no-save-optim, their fp32 master weights and Adam's two moments (12 bytes).
 int64_t checkpoint_bytes(const TrainOptions& o);
 
-// The bytes free to this process in the file system holding `dir` (statvfs), or nullopt when
-// it cannot be asked.
+// The bytes free to this process in the file system holding `dir` (statvfs; a `dir` not made
+// yet: its nearest existing parent's), or nullopt when it cannot be asked. (A test sets them
+// with TRIDENT_TEST_FREE_BYTES.)
 std::optional<uint64_t> free_bytes(const std::string& dir);
 
 // "" when `dir` (named by `flag`) has room for a checkpoint of `o`, else a warning line: the

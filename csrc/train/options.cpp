@@ -467,8 +467,9 @@ const std::vector<FlagDef>& flag_defs() {
                                       "dataset building and checkpoint I/O)"},
       {"exit-signal-handler", "accepted for Megatron's scripts: trident always finishes the iteration, saves (with "
                               "--save) and exits 0 on SIGTERM or SIGINT", true},
-      {"exit-signal", "one more signal that stops the run as SIGTERM does: SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGALRM, "
-                      "SIGXCPU, SIGPWR (SIGTERM and SIGINT always do; Megatron's)"},
+      {"exit-signal", "one more signal that stops the run as SIGTERM does: SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGXCPU, "
+                      "SIGPWR (Megatron's flag; its handler then takes that signal instead of SIGTERM and only with "
+                      "--exit-signal-handler, while trident's SIGTERM and SIGINT always stop the run)"},
       {"save-canonical", "at the end, write the parameters as canonical fp32 tensors to this safetensors file"},
       // Checkpoints.
       {"save", "directory to save checkpoints in"},
@@ -1350,7 +1351,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
     o.exit_signal = catchable_signal_named(name);
     if (o.exit_signal == 0)
       throw ConfigError("--exit-signal " + name + ": expected one of SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, "
-                        "SIGQUIT, SIGALRM, SIGXCPU, SIGPWR");
+                        "SIGQUIT, SIGXCPU, SIGPWR");
   }
   f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("distributed-timeout-minutes", o.distributed_timeout_minutes);
