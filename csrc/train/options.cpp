@@ -217,6 +217,49 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
        true},
       {"adlr-autoresume-interval", "NVIDIA's cluster auto-resume: not run"},
       {"disable-msc", "Megatron's multi-storage client switch: no effect (paths are files)", true},
+      // Megatron-LM's newest (its dataclass configs, 2026): switches of its implementation.
+      {"delay-wgrad-compute", "Megatron's weight-gradient scheduling switch: no effect", true},
+      {"use-transformer-engine-op-fuser", "Transformer Engine's op fuser: no effect", true},
+      {"use-te-activation-func", "Transformer Engine's activation kernels: no effect", true},
+      {"fallback-to-eager-attn", "Megatron's attention fallback: the fused attention always runs", true},
+      {"disable-jit-fuser", "torch's JIT fuser: no effect", true},
+      {"use-nccl-ub", "NCCL user buffers: no effect", true},
+      {"disable-symmetric-registration", "NCCL symmetric memory registration: no effect", true},
+      {"create-all-gather-group", "Megatron's separate all-gather group: no effect", true},
+      {"async-strategy", "Megatron's asynchronous save implementation: no effect (--async-save writes with "
+                         "trident's thread)"},
+      {"memory-snapshot-path", "torch's allocator snapshot (with --record-memory-history): not written"},
+      {"pytorch-profiler-collect-shapes", "torch's profiler (--use-pytorch-profiler): not run", true},
+      {"pytorch-profiler-collect-callstack", "torch's profiler (--use-pytorch-profiler): not run", true},
+      {"pytorch-profiler-collect-chakra", "torch's profiler (--use-pytorch-profiler): not run", true},
+      {"config-logger-dir", "Megatron's dump of its configs: not written (trident-train's first lines and the "
+                            "checkpoint's metadata.json hold the run's settings)"},
+      {"log-device-memory-used", "the device memory as nvidia-smi reports it: not logged (trident logs its "
+                                 "allocator's peak, and --log-memory-to-tensorboard its state)", true},
+      {"log-memory-interval", "Megatron's memory-report interval: no effect (the peak is logged after the first "
+                              "iteration)"},
+      {"allow-ambiguous-pad-tokens", "Megatron's pad-token check: GPT-2's tokenizers have no pad token", true},
+      {"dataloader-fast-cache-load", "Megatron's dataset-cache loading switch: no effect (the caches are "
+                                     "memory-mapped)", true},
+      {"dataloader-defer-npy-index-mmap", "Megatron's dataset-cache loading switch: no effect", true},
+      {"apply-wd-to-qk-layernorm", "GPT-2 has no query/key LayerNorm", true},
+      // Read by Megatron only with a setting that trident refuses: without effect otherwise.
+      {"rotary-base", "read only with rotary positions; GPT-2's are learned absolute embeddings"},
+      {"rotary-percent", "read only with rotary positions; GPT-2's are learned absolute embeddings"},
+      {"rotary-interleaved", "read only with rotary positions; GPT-2's are learned absolute embeddings", true},
+      {"rotary-seq-len-interpolation-factor", "read only with rotary positions; GPT-2's are learned absolute "
+                                              "embeddings"},
+      {"use-rope-scaling", "read only with rotary positions; GPT-2's are learned absolute embeddings", true},
+      {"rope-scaling-factor", "read only with rotary positions; GPT-2's are learned absolute embeddings"},
+      {"fp8-margin", "read only with --fp8-format, which trident refuses"},
+      {"fp8-interval", "read only with --fp8-format, which trident refuses"},
+      {"fp8-amax-history-len", "read only with --fp8-format, which trident refuses"},
+      {"fp8-amax-compute-algo", "read only with --fp8-format, which trident refuses"},
+      {"fp8-recipe", "read only with --fp8-format, which trident refuses"},
+      {"no-fp8-wgrad", "read only with --fp8-format, which trident refuses", true},
+      {"first-last-layers-bf16", "read only with --fp8-format or --fp4-format, which trident refuses", true},
+      {"sgd-momentum", "read only with --optimizer sgd, which trident refuses"},
+      {"tiktoken-pattern", "read only with --tokenizer-type TikTokenizer, which trident refuses"},
       {"optimizer-cpu-offload", "Megatron's optimizer offload: no effect (the optimizer runs on the device)", true},
       {"optimizer-offload-fraction", "Megatron's optimizer offload: no effect (the optimizer runs on the device)"},
       {"use-torch-optimizer-for-cpu-offload", "Megatron's optimizer offload: no effect", true},
@@ -316,6 +359,29 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"mtp-num-layers", false, "0", "GPT-2 predicts the next token only (no multi-token prediction layers)"},
       {"tokenizer-model", false, nullptr, "the tokenizers are GPT-2's BPE (--vocab-file, --merge-file), BERT's "
                                           "WordPiece (--vocab-file) and NullTokenizer (--vocab-size)"},
+      // Megatron-LM's newest.
+      {"num-experts", false, nullptr, "GPT-2 is dense (no mixture of experts)"},
+      {"expert-model-parallel-size", false, "1", "GPT-2 is dense (no experts to split)"},
+      {"expert-tensor-parallel-size", false, nullptr, "GPT-2 is dense (no experts to split)"},
+      {"fp8-format", false, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP8)"},
+      {"fp8-param-gather", true, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP8)"},
+      {"fp4-format", false, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP4)"},
+      {"fp4-param-gather", true, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP4)"},
+      {"quick-geglu", true, nullptr, kGelu},
+      {"attention-output-gate", true, nullptr, "GPT-2's attention has no output gate"},
+      {"use-mup", true, nullptr, "GPT-2's weights are drawn from N(0, --init-method-std) (no muP scaling)"},
+      {"batch-invariant-mode", true, nullptr, "trident's kernels are not made batch-invariant (a sample's result "
+                                              "may change in its last bits with the batch it is in)"},
+      {"padded-vocab-size", false, nullptr, "the padding comes from --make-vocab-size-divisible-by (x "
+                                            "--tensor-model-parallel-size)"},
+      {"decrease-batch-size-if-needed", true, nullptr, "the global batch must be a multiple of the micro batch x "
+                                                       "the data-parallel size"},
+      {"use-tp-pp-dp-mapping", true, nullptr, "trident orders the ranks tensor-, data-, then pipeline-parallel "
+                                              "(Megatron's default order)"},
+      {"rerun-mode", false, "disabled", "trident does not re-run an iteration to tell a transient fault from a "
+                                        "real NaN or Inf: such a step is skipped (--max-nan-iterations)"},
+      {"check-for-spiky-loss", true, nullptr, "trident checks the loss and gradients for NaN and Inf only"},
+      {"check-for-large-grads", true, nullptr, "trident checks the loss and gradients for NaN and Inf only"},
   };
   return defs;
 }
@@ -433,6 +499,8 @@ const std::vector<FlagDef>& flag_defs() {
       // Evaluation, logging, health.
       {"eval-interval", "iterations between validation runs (1000)"},
       {"eval-iters", "validation iterations per run (100; 0: none)"},
+      {"start-eval-at-iter", "validate every --eval-interval iterations only from this iteration on (the final "
+                             "validation always; Megatron's)"},
       {"full-validation", "every validation reads the whole validation split once, in whole global batches "
                           "(Megatron's; --eval-iters then sizes the test only)", true},
       {"multiple-validation-sets", "each prefix of --valid-data-path (no weights) is a validation set of its own, "
@@ -615,6 +683,14 @@ std::string megatron_spelling(const std::string& name) {
       {"encoder-seq-length", "seq-length"},
       {"kill-switch-file", "kill-switch-path"},       // Megatron-DeepSpeed's later name
       {"deepscale-config", "deepspeed_config"},       // DeepSpeed's own parser's
+      // Megatron-LM's newest gives a switch that defaults to true a --disable- name too.
+      {"disable-log-loss-scale-to-tensorboard", "no-log-loss-scale-to-tensorboard"},
+      {"no-tp-comm-overlap-ag", "disable-tp-comm-overlap-ag"},
+      {"no-tp-comm-overlap-rs", "disable-tp-comm-overlap-rs"},
+      {"no-tp-comm-bulk-dgrad", "disable-tp-comm-bulk-dgrad"},
+      {"no-tp-comm-bulk-wgrad", "disable-tp-comm-bulk-wgrad"},
+      {"no-tp-comm-split-ag", "disable-tp-comm-split-ag"},
+      {"no-tp-comm-split-rs", "disable-tp-comm-split-rs"},
   };
   if (const auto it = kOtherNames.find(dashed(name)); it != kOtherNames.end()) return it->second;
   const std::string wanted = dashed(name);
@@ -1302,6 +1378,12 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   }
   f.get("eval-interval", o.eval_interval);
   f.get("eval-iters", o.eval_iters);
+  if (f.has("start-eval-at-iter")) {
+    int64_t start = 0;
+    f.get("start-eval-at-iter", start);
+    if (start < 0) throw ConfigError("--start-eval-at-iter must not be negative");
+    o.start_eval_at_iter = start;
+  }
   f.get("tensorboard-dir", o.tensorboard_dir);
   f.get("tensorboard-log-interval", o.tensorboard_log_interval);
   f.get("tensorboard-queue-size", o.tensorboard_queue_size);
@@ -1893,11 +1975,23 @@ void resolve_schedule(TrainOptions& o) {
     throw ConfigError(warmup_outlasts_decay(o));
   check_wsd_anneal(o);
   // The validation samples the run reads: every periodic evaluation and the final one.
-  const uint64_t evaluations = o.eval_interval > 0 ? static_cast<uint64_t>(o.train_iters / o.eval_interval) + 1 : 1;
+  const auto evaluations = static_cast<uint64_t>(sized_validations(o));
   uint64_t valid_samples = 0;
   if (o.eval_iters > 0 && __builtin_mul_overflow(samples_of(o.eval_iters, gbs, "eval-iters"), evaluations, &valid_samples))
     throw ConfigError("--eval-iters (" + std::to_string(o.eval_iters) + ") x --global-batch-size x the " +
                       std::to_string(evaluations) + " evaluations does not fit 64 bits");
+}
+
+int64_t sized_validations(const TrainOptions& o) {
+  if (o.eval_interval <= 0) return 1;
+  int64_t n = o.train_iters / o.eval_interval + 1;
+  if (o.start_eval_at_iter) n = std::max<int64_t>(0, n - *o.start_eval_at_iter / o.eval_interval);
+  return n;
+}
+
+bool validates_after(const TrainOptions& o, int64_t iteration) {
+  return o.eval_interval > 0 && iteration % o.eval_interval == 0 &&
+         (!o.start_eval_at_iter || iteration >= *o.start_eval_at_iter);
 }
 
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
@@ -2035,6 +2129,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("loss-scale-window", o.loss_scale_window);
   line("hysteresis", o.hysteresis);
   line("eval-interval", o.eval_interval);
+  line("start-eval-at-iter", o.start_eval_at_iter.value_or(-1));
   line("eval-iters", o.eval_iters);
   line("log-interval", o.log_interval);
   line("log-params-norm", o.log_params_norm);

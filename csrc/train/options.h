@@ -133,6 +133,9 @@ struct TrainOptions {
   // ---- Evaluation, logging, health.
   int64_t eval_interval = 1000;  // iterations between validation runs
   int64_t eval_iters = 100;      // validation iterations per run (0: no validation)
+  // Megatron's --start-eval-at-iter N: the periodic validations only at iterations >= N (none:
+  // from the first multiple of eval_interval); the final one always.
+  std::optional<int64_t> start_eval_at_iter;
   std::string tensorboard_dir;   // empty: no TensorBoard
   int64_t tensorboard_log_interval = 1;
   int64_t tensorboard_queue_size = 1000;  // Megatron's default; add_scalar waits when it is full
@@ -343,6 +346,17 @@ void resolve_schedule(TrainOptions& o);
 // --deepspeed, DeepSpeed's check of the file's batch keys (check_deepspeed_batch) first. Call
 // it once the data-parallel size is known, before anything reads the global batch.
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
+
+// The validations that Megatron sizes the validation split for (get_train_valid_test_num_samples:
+// one every --eval-interval iterations over --train-iters, and the final one, less
+// --start-eval-at-iter / --eval-interval of them; its rule, so that the split is built, and its
+// samples are ordered, as Megatron's). The run's own count may differ by one (an evaluation at
+// --start-eval-at-iter itself): reads are checked against the data built, as Megatron reads.
+int64_t sized_validations(const TrainOptions& o);
+
+// Whether the periodic validation runs after `iteration` (a multiple of --eval-interval, not
+// before --start-eval-at-iter).
+bool validates_after(const TrainOptions& o, int64_t iteration);
 
 // What every rank of a job must have been given, as "--flag value" lines for
 // make_parallel_context's check: the layout, the model's shape, the batch and schedule, the

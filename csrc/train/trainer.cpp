@@ -805,7 +805,11 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
         rampup_.samples_in(T) - rampup_.samples_in(from));
   if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
-    const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - iteration / E) : 0) + 1;
+    // The periodic ones still to come (multiples of E in (iteration, T], none before
+    // --start-eval-at-iter), and the final one.
+    const int64_t first = std::max<int64_t>(E > 0 ? iteration / E + 1 : 1,
+                                            E > 0 && opt_.start_eval_at_iter ? (*opt_.start_eval_at_iter + E - 1) / E : 1);
+    const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - first + 1) : 0) + 1;
     for (const auto& set : valid_)
       check("validation", "--eval-iters, --eval-interval", *set, consumed_valid,
             static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
@@ -1119,7 +1123,7 @@ void Trainer::train() {
     }
     // As Megatron: every multiple of --eval-interval, the last iteration included (the final
     // evaluation after the loop then reads the next validation samples).
-    if (evaluating && opt_.eval_interval > 0 && iteration_ % opt_.eval_interval == 0) {
+    if (evaluating && validates_after(opt_, iteration_)) {
       const EnergyPause not_training(energy_.get());
       bool ended = false;
       for (size_t k = 0; k < valid_.size() && !ended; ++k) {
@@ -1215,7 +1219,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   // last batch may pass it, so at least what the run reads); every periodic evaluation
   // plus the final one reads fresh validation samples; the test split is read once.
   const uint64_t train = std::max<uint64_t>(opt.train_samples, make_batch_rampup(opt).samples_in(opt.train_iters));
-  const uint64_t evals = opt.eval_interval > 0 ? opt.train_iters / opt.eval_interval + 1 : 1;
+  const auto evals = static_cast<uint64_t>(sized_validations(opt));
   const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;
   TrainData d;
   if (!opt.has_data()) {

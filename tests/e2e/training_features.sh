@@ -47,6 +47,20 @@ else
   fail "evaluation changed the training losses"
 fi
 
+# Megatron's --start-eval-at-iter 7: the periodic validations at 9 and 12 only (not 3 and 6),
+# then the final ones. The one at 9 reads the first validation samples, as the run's with
+# --eval-interval 9 does at 9: the same loss.
+"$train" "${args[@]}" --train-iters 12 --eval-interval 3 --eval-iters 2 --start-eval-at-iter 7 >"$tmp/late.log"
+"$train" "${args[@]}" --train-iters 12 --eval-interval 9 --eval-iters 2 >"$tmp/nine.log"
+at() { grep "^ validation loss at iteration $2 | " "$1" | sed -E 's/.*lm loss value: ([0-9.E+-]+).*/\1/'; }
+if [[ $(sed -nE 's/^ validation loss at iteration ([0-9]+) \| .*/\1/p' "$tmp/late.log" | tr '\n' ' ') == "9 12 " &&
+      $(grep -c 'loss at iteration 12 on' "$tmp/late.log") -eq 2 && -n $(at "$tmp/late.log" 9) &&
+      $(at "$tmp/late.log" 9) == "$(at "$tmp/nine.log" 9)" ]] && cmp -s <(losses "$tmp/plain.log") <(losses "$tmp/late.log"); then
+  echo "--start-eval-at-iter 7: validations at 9 and 12 (loss at 9 $(at "$tmp/late.log" 9), as with --eval-interval 9)"
+else
+  fail "--start-eval-at-iter: $(grep 'loss at iteration' "$tmp/late.log" | tr '\n' ' ')"
+fi
+
 "$train" "${args[@]}" --train-iters 30 --eval-iters 0 --bf16 >"$tmp/bf16.log"
 "$train" "${args[@]}" --train-iters 30 --eval-iters 0 >"$tmp/fp32.log"
 paste <(losses "$tmp/fp32.log") <(losses "$tmp/bf16.log") | awk '

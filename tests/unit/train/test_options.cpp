@@ -148,6 +148,22 @@ TEST(Options, ExitSignalNamesOneMoreStopSignal) {
                   ": expected one of SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGXCPU, SIGPWR");
 }
 
+// Megatron's --start-eval-at-iter: the validations it sizes the split for (its rule, written
+// out: train_iters // eval_interval + 1, less start // eval_interval, at least 0) and those run.
+TEST(Options, StartEvalAtIter) {
+  const TrainOptions plain = parse({"--train-iters", "100", "--eval-interval", "10"});
+  EXPECT_EQ(sized_validations(plain), 11);
+  EXPECT_TRUE(validates_after(plain, 10));
+  EXPECT_FALSE(validates_after(plain, 15));
+  for (const auto& [start, sized] : std::vector<std::pair<int, int>>{{25, 9}, {20, 9}, {0, 11}, {1000, 0}}) {
+    const TrainOptions o =
+        parse({"--train-iters", "100", "--eval-interval", "10", "--start-eval-at-iter", std::to_string(start)});
+    EXPECT_EQ(sized_validations(o), sized) << start;
+    for (int64_t it = 10; it <= 100; it += 10) EXPECT_EQ(validates_after(o, it), it >= start) << start << " " << it;
+  }
+  EXPECT_EQ(error_of({"--start-eval-at-iter", "-1"}), "--start-eval-at-iter must not be negative");
+}
+
 TEST(Options, UnevenPipelineFlags) {
   const TrainOptions ends = parse({"--num-layers", "8", "--pipeline-model-parallel-size", "3",
                                    "--decoder-first-pipeline-num-layers", "2", "--decoder-last-pipeline-num-layers", "2"});
@@ -943,6 +959,19 @@ TEST(Options, MegatronScriptsRunUnchanged) {
             (std::vector<std::string>{"--DDP-impl", "--distributed-backend", "--data-impl", "--num-workers",
                                       "--no-masked-softmax-fusion", "--no-bias-gelu-fusion"}));
   EXPECT_TRUE(parse({}).flags_without_effect.empty());
+  // Megatron-LM's newest: implementation switches, settings read only with what trident refuses,
+  // its --no-/--disable- second names, and what GPT-2 does one way.
+  EXPECT_EQ(parse({"--delay-wgrad-compute", "--rotary-base", "10000", "--fp8-margin", "0", "--rerun-mode", "disabled",
+                   "--expert-model-parallel-size", "1", "--no-tp-comm-overlap-ag"})
+                .flags_without_effect,
+            (std::vector<std::string>{"--expert-model-parallel-size", "--rerun-mode", "--disable-tp-comm-overlap-ag",
+                                      "--delay-wgrad-compute", "--rotary-base", "--fp8-margin"}));
+  EXPECT_FALSE(parse({"--disable-log-loss-scale-to-tensorboard"}).log_loss_scale_to_tensorboard);
+  EXPECT_EQ(must_fail({"--fp8-format", "hybrid"}),
+            "--fp8-format: not supported: trident's GEMMs compute in bf16, fp16 or fp32 (no FP8)");
+  EXPECT_EQ(must_fail({"--rerun-mode", "validate_results"}),
+            "--rerun-mode validate_results: not supported: trident does not re-run an iteration to tell a transient "
+            "fault from a real NaN or Inf: such a step is skipped (--max-nan-iterations) (--rerun-mode disabled)");
   EXPECT_EQ(parse({"--train-samples", "300_000", "--global-batch-size", "1_6"}).train_samples, 300000u);
   EXPECT_EQ(parse({"--lr", "6_0e-5"}).lr, 6e-4);
   EXPECT_EQ(must_fail({"--train-iters", "1__0"}), "--train-iters: cannot parse '1__0' as a number");
