@@ -501,6 +501,10 @@ const std::vector<FlagDef>& flag_defs() {
       {"eval-iters", "validation iterations per run (100; 0: none)"},
       {"start-eval-at-iter", "validate every --eval-interval iterations only from this iteration on (the final "
                              "validation always; Megatron's)"},
+      {"eval-micro-batch-size", "Megatron's micro batch of the evaluations: only --micro-batch-size's (trident "
+                                "evaluates with the training's batches)"},
+      {"eval-global-batch-size", "Megatron's global batch of the evaluations: only --global-batch-size's (trident "
+                                 "evaluates with the training's batches)"},
       {"full-validation", "every validation reads the whole validation split once, in whole global batches "
                           "(Megatron's; --eval-iters then sizes the test only)", true},
       {"multiple-validation-sets", "each prefix of --valid-data-path (no weights) is a validation set of its own, "
@@ -1378,6 +1382,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   }
   f.get("eval-interval", o.eval_interval);
   f.get("eval-iters", o.eval_iters);
+  for (const auto& [flag, field] : {std::pair{"eval-micro-batch-size", &o.eval_micro_batch_size},
+                                    std::pair{"eval-global-batch-size", &o.eval_global_batch_size}})
+    if (f.has(flag)) {
+      int64_t v = 0;
+      f.get(flag, v);
+      *field = v;
+    }
   if (f.has("start-eval-at-iter")) {
     int64_t start = 0;
     f.get("start-eval-at-iter", start);
@@ -1994,12 +2005,25 @@ bool validates_after(const TrainOptions& o, int64_t iteration) {
          (!o.start_eval_at_iter || iteration >= *o.start_eval_at_iter);
 }
 
+// Megatron's evaluation batch sizes, which trident takes only equal to the training's.
+static void check_evaluation_batches(const TrainOptions& o) {
+  const auto check = [](const std::optional<int64_t>& given, int64_t training, const char* flag, const char* of) {
+    if (given && *given != training)
+      throw ConfigError(std::string("--") + flag + " " + std::to_string(*given) + ": trident evaluates with the "
+                        "training's batches (" + of + " " + std::to_string(training) + ")");
+  };
+  check(o.eval_micro_batch_size, o.micro_batch_size, "eval-micro-batch-size", "--micro-batch-size");
+  check(o.eval_global_batch_size, o.global_batch_size, "eval-global-batch-size", "--global-batch-size");
+}
+
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
   if (!o.deepspeed_config.empty())
     check_deepspeed_batch(o.deepspeed_batch, o.micro_batch_size, data_parallel_size, o.deepspeed_config);
-  if (!o.global_batch_size_is_default) return;
-  o.global_batch_size = o.micro_batch_size * data_parallel_size;
-  resolve_schedule(o);
+  if (o.global_batch_size_is_default) {
+    o.global_batch_size = o.micro_batch_size * data_parallel_size;
+    resolve_schedule(o);
+  }
+  check_evaluation_batches(o);
 }
 
 LrSchedule make_lr_schedule(const TrainOptions& o) {

@@ -136,6 +136,10 @@ struct TrainOptions {
   // Megatron's --start-eval-at-iter N: the periodic validations only at iterations >= N (none:
   // from the first multiple of eval_interval); the final one always.
   std::optional<int64_t> start_eval_at_iter;
+  // Megatron's --eval-micro-batch-size and --eval-global-batch-size: trident evaluates with the
+  // training's batch sizes, so these are accepted only equal to them (checked once the global
+  // batch is known: resolve_global_batch_size).
+  std::optional<int64_t> eval_micro_batch_size, eval_global_batch_size;
   std::string tensorboard_dir;   // empty: no TensorBoard
   int64_t tensorboard_log_interval = 1;
   int64_t tensorboard_queue_size = 1000;  // Megatron's default; add_scalar waits when it is full

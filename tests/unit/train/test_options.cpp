@@ -164,6 +164,22 @@ TEST(Options, StartEvalAtIter) {
   EXPECT_EQ(error_of({"--start-eval-at-iter", "-1"}), "--start-eval-at-iter must not be negative");
 }
 
+// Megatron's evaluation batch sizes: only the training's (the global batch once resolved).
+TEST(Options, EvaluationBatchSizesAreTheTrainingOnes) {
+  TrainOptions same = parse({"--micro-batch-size", "2", "--eval-micro-batch-size", "2", "--eval-global-batch-size", "8"});
+  EXPECT_NO_THROW(resolve_global_batch_size(same, 4));  // 2 x 4 ranks
+  TrainOptions other = parse({"--micro-batch-size", "2", "--eval-global-batch-size", "16"});
+  try {
+    resolve_global_batch_size(other, 4);
+    ADD_FAILURE() << "--eval-global-batch-size 16 taken";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--eval-global-batch-size 16: trident evaluates with the training's batches "
+                           "(--global-batch-size 8)");
+  }
+  TrainOptions mbs = parse({"--micro-batch-size", "2", "--eval-micro-batch-size", "1"});
+  EXPECT_THROW(resolve_global_batch_size(mbs, 1), ConfigError);
+}
+
 TEST(Options, UnevenPipelineFlags) {
   const TrainOptions ends = parse({"--num-layers", "8", "--pipeline-model-parallel-size", "3",
                                    "--decoder-first-pipeline-num-layers", "2", "--decoder-last-pipeline-num-layers", "2"});
