@@ -86,7 +86,7 @@ void warn_if_no_room(const TrainOptions& opt, const std::string& dir, const std:
   TrainOptions sized = opt;
   try {
     if (sized.has_data()) make_run_tokenizer(sized);
-  } catch (const Error&) {  // the data's own start reports it, on every rank
+  } catch (const std::exception&) {  // the data's own start reports it, on every rank
     return;
   }
   if (const std::string warning = checkpoint_space_warning(sized, dir, flag); !warning.empty())

@@ -32,8 +32,9 @@ StopSignals::StopSignals(int also) {
   stop.sa_handler = request_stop;
   sigemptyset(&stop.sa_mask);
   stop.sa_flags = SA_RESTART;  // a read or write under way goes on rather than failing with EINTR
-  for (const int sig : {SIGTERM, SIGINT, also}) {
-    if (sig == 0 || (sig == also && (also == SIGTERM || also == SIGINT))) continue;
+  std::vector<int> signals = {SIGTERM, SIGINT};
+  if (also != 0 && also != SIGTERM && also != SIGINT) signals.push_back(also);
+  for (const int sig : signals) {
     struct sigaction before {};
     if (::sigaction(sig, &stop, &before) == 0) replaced_->handlers.emplace_back(sig, before);
   }

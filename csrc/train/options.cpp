@@ -238,7 +238,7 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
                                  "allocator's peak, and --log-memory-to-tensorboard its state)", true},
       {"log-memory-interval", "Megatron's memory-report interval: no effect (the peak is logged after the first "
                               "iteration)"},
-      {"allow-ambiguous-pad-tokens", "Megatron's pad-token check: GPT-2's tokenizers have no pad token", true},
+      {"allow-ambiguous-pad-tokens", "Megatron's pad-token check: trident's GPT datasets never pad", true},
       {"dataloader-fast-cache-load", "Megatron's dataset-cache loading switch: no effect (the caches are "
                                      "memory-mapped)", true},
       {"dataloader-defer-npy-index-mmap", "Megatron's dataset-cache loading switch: no effect", true},
@@ -362,7 +362,7 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       // Megatron-LM's newest.
       {"num-experts", false, nullptr, "GPT-2 is dense (no mixture of experts)"},
       {"expert-model-parallel-size", false, "1", "GPT-2 is dense (no experts to split)"},
-      {"expert-tensor-parallel-size", false, nullptr, "GPT-2 is dense (no experts to split)"},
+      {"expert-tensor-parallel-size", false, "1", "GPT-2 is dense (no experts to split)"},
       {"fp8-format", false, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP8)"},
       {"fp8-param-gather", true, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP8)"},
       {"fp4-format", false, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP4)"},
@@ -1996,7 +1996,9 @@ void resolve_schedule(TrainOptions& o) {
 int64_t sized_validations(const TrainOptions& o) {
   if (o.eval_interval <= 0) return 1;
   int64_t n = o.train_iters / o.eval_interval + 1;
-  if (o.start_eval_at_iter) n = std::max<int64_t>(0, n - *o.start_eval_at_iter / o.eval_interval);
+  // (at least the final validation's, which always runs: Megatron's rule gives none when
+  // --start-eval-at-iter lies past the run)
+  if (o.start_eval_at_iter) n = std::max<int64_t>(1, n - *o.start_eval_at_iter / o.eval_interval);
   return n;
 }
 

@@ -353,9 +353,10 @@ void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 
 // The validations that Megatron sizes the validation split for (get_train_valid_test_num_samples:
 // one every --eval-interval iterations over --train-iters, and the final one, less
-// --start-eval-at-iter / --eval-interval of them; its rule, so that the split is built, and its
-// samples are ordered, as Megatron's). The run's own count may differ by one (an evaluation at
-// --start-eval-at-iter itself): reads are checked against the data built, as Megatron reads.
+// --start-eval-at-iter / --eval-interval of them, at least the final one; its rule, so that the
+// split is built, and its samples are ordered, as Megatron's). The run's own count may differ by
+// one (an evaluation at --start-eval-at-iter itself): reads are checked against the data built,
+// as Megatron reads.
 int64_t sized_validations(const TrainOptions& o);
 
 // Whether the periodic validation runs after `iteration` (a multiple of --eval-interval, not

@@ -811,7 +811,9 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
                                             E > 0 && opt_.start_eval_at_iter ? (*opt_.start_eval_at_iter + E - 1) / E : 1);
     const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - first + 1) : 0) + 1;
     for (const auto& set : valid_)
-      check("validation", "--eval-iters, --eval-interval", *set, consumed_valid,
+      check("validation", opt_.start_eval_at_iter ? "--eval-iters, --eval-interval, --start-eval-at-iter"
+                                                  : "--eval-iters, --eval-interval",
+            *set, consumed_valid,
             static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
   }
   if (test_ && opt_.eval_iters > 0) check("test", "--eval-iters", *test_, 0, static_cast<uint64_t>(opt_.eval_iters) * G);

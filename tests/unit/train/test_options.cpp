@@ -149,13 +149,14 @@ TEST(Options, ExitSignalNamesOneMoreStopSignal) {
 }
 
 // Megatron's --start-eval-at-iter: the validations it sizes the split for (its rule, written
-// out: train_iters // eval_interval + 1, less start // eval_interval, at least 0) and those run.
+// out: train_iters // eval_interval + 1, less start // eval_interval; at least the final one)
+// and those run.
 TEST(Options, StartEvalAtIter) {
   const TrainOptions plain = parse({"--train-iters", "100", "--eval-interval", "10"});
   EXPECT_EQ(sized_validations(plain), 11);
   EXPECT_TRUE(validates_after(plain, 10));
   EXPECT_FALSE(validates_after(plain, 15));
-  for (const auto& [start, sized] : std::vector<std::pair<int, int>>{{25, 9}, {20, 9}, {0, 11}, {1000, 0}}) {
+  for (const auto& [start, sized] : std::vector<std::pair<int, int>>{{25, 9}, {20, 9}, {0, 11}, {1000, 1}}) {
     const TrainOptions o =
         parse({"--train-iters", "100", "--eval-interval", "10", "--start-eval-at-iter", std::to_string(start)});
     EXPECT_EQ(sized_validations(o), sized) << start;
