@@ -214,33 +214,28 @@ else
   fail "stale temporary: $(ls -A "$tmp/crash")"
 fi
 
+# stops_on <what> <signal> <flags...>: a run stopped by the signal after iteration 3 saves the
+# iteration it stopped at and exits 0.
+stops_on() {
+  local what=$1 sig=$2 dir="$tmp/sig-$2"
+  shift 2
+  "$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$dir" "$@" >"$dir.log" 2>&1 &
+  local pid=$! it
+  for _ in $(seq 600); do grep -q '^ iteration  *3/' "$dir.log" && break; sleep 0.1; done
+  kill -"$sig" "$pid"
+  if wait "$pid"; then
+    it=$(cat "$dir/latest_checkpointed_iteration.txt")
+    grep -q "stop requested by a signal at iteration $it" "$dir.log" && [[ -d $dir/iter_$(printf %07d "$it") ]] &&
+      echo "$what: saved iteration $it and exited 0" || fail "$what: no checkpoint at the stop"
+  else
+    fail "$what: exit status $?"
+  fi
+}
 # Megatron's --exit-signal-handler asks for what trident always does.
-"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/sig" --exit-signal-handler \
-  >"$tmp/sig.log" 2>&1 &
-pid=$!
-for _ in $(seq 600); do grep -q '^ iteration  *3/' "$tmp/sig.log" && break; sleep 0.1; done
-kill -TERM "$pid"
-if wait "$pid"; then
-  it=$(cat "$tmp/sig/latest_checkpointed_iteration.txt")
-  grep -q "stop requested by a signal at iteration $it" "$tmp/sig.log" && [[ -d $tmp/sig/iter_$(printf %07d "$it") ]] &&
-    echo "SIGTERM: saved iteration $it and exited 0" || fail "SIGTERM: no checkpoint at the stop"
-else
-  fail "SIGTERM: exit status $?"
-fi
+stops_on SIGTERM TERM --exit-signal-handler
 # Megatron's --exit-signal SIGUSR1 (a scheduler's warning before the time limit, e.g. Slurm's
 # --signal=B:USR1@300): the same stop, where SIGUSR1 would otherwise kill the process.
-"$train" "${args[@]}" --train-iters 100000 --eval-iters 0 --save "$tmp/usr1" --exit-signal-handler \
-  --exit-signal SIGUSR1 >"$tmp/usr1.log" 2>&1 &
-pid=$!
-for _ in $(seq 600); do grep -q '^ iteration  *3/' "$tmp/usr1.log" && break; sleep 0.1; done
-kill -USR1 "$pid"
-if wait "$pid"; then
-  it=$(cat "$tmp/usr1/latest_checkpointed_iteration.txt")
-  grep -q "stop requested by a signal at iteration $it" "$tmp/usr1.log" && [[ -d $tmp/usr1/iter_$(printf %07d "$it") ]] &&
-    echo "--exit-signal SIGUSR1: saved iteration $it and exited 0" || fail "SIGUSR1: no checkpoint at the stop"
-else
-  fail "--exit-signal SIGUSR1: exit status $?"
-fi
+stops_on "--exit-signal SIGUSR1" USR1 --exit-signal-handler --exit-signal SIGUSR1
 # A signal during an evaluation (here one of 10^6 batches) stops it after the batch in
 # flight: the iteration's checkpoint is saved, and the run exits 0 without waiting for the
 # evaluation to end.
