@@ -1,6 +1,6 @@
-// SIGTERM and SIGINT (and one more signal, if asked) as a request to stop, taken while a StopSignals lives: trident-train
-// finishes its iteration and saves a checkpoint, trident-text-generation-server finishes its
-// request and closes. The handlers it replaced come back when it goes. One made while
+// SIGTERM and SIGINT (and one more signal, if asked) as a request to stop, taken while a
+// StopSignals lives: trident-train finishes its iteration and saves a checkpoint,
+// trident-text-generation-server finishes its request and closes. The handlers it replaced come back when it goes. One made while
 // another lives does nothing (it neither clears a request nor reinstalls): trident-train's
 // main holds one from its start, so that a signal during the start-up (a checkpoint that
 // takes minutes to load) is a request too, and Trainer::train's is then the inner one.
