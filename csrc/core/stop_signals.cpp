@@ -47,17 +47,28 @@ StopSignals::~StopSignals() {
 
 bool stop_signal_received() { return stop_requested != 0; }
 
+namespace {
+
+// Those that end a process by default and that a scheduler or a person sends (not SIGKILL or
+// SIGSTOP, which cannot be caught; not the faults of the process itself, SIGSEGV and the like;
+// not SIGPROF and SIGALRM, which profilers and libraries use).
+constexpr std::pair<const char*, int> kCatchable[] = {
+    {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},   {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2},
+    {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT}, {"SIGXCPU", SIGXCPU}, {"SIGPWR", SIGPWR},
+};
+
+}  // namespace
+
 int catchable_signal_named(const std::string& name) {
-  // Those that end a process by default and that a scheduler or a person sends (not SIGKILL
-  // or SIGSTOP, which cannot be caught; not the faults of the process itself, SIGSEGV and the
-  // like; not SIGPROF and SIGALRM, which profilers and libraries use).
-  static const std::pair<const char*, int> kSignals[] = {
-      {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1},
-      {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM}, {"SIGXCPU", SIGXCPU}, {"SIGPWR", SIGPWR},
-  };
-  for (const auto& [n, number] : kSignals)
+  for (const auto& [n, number] : kCatchable)
     if (name == n) return number;
   return 0;
+}
+
+std::string catchable_signal_names() {
+  std::string names;
+  for (const auto& [n, number] : kCatchable) names += (names.empty() ? "" : ", ") + std::string(n);
+  return names;
 }
 
 }  // namespace trident

@@ -31,8 +31,9 @@ class StopSignals {
 bool stop_signal_received();
 
 // The number of the signal that Megatron's --exit-signal names ("SIGUSR1"; Python's
-// signal.Signals names): SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM, SIGXCPU or SIGPWR;
-// 0 for another name.
+// signal.Signals names), one of catchable_signal_names(); 0 for another name.
 int catchable_signal_named(const std::string& name);
+// "SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGXCPU, SIGPWR".
+std::string catchable_signal_names();
 
 }  // namespace trident

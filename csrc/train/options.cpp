@@ -1443,8 +1443,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
     f.get("exit-signal", name);
     o.exit_signal = catchable_signal_named(name);
     if (o.exit_signal == 0)
-      throw ConfigError("--exit-signal " + name + ": expected one of SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, "
-                        "SIGQUIT, SIGXCPU, SIGPWR");
+      throw ConfigError("--exit-signal " + name + ": expected one of " + catchable_signal_names());
   }
   f.get("exit-duration-in-mins", o.exit_duration_in_mins);
   f.get("distributed-timeout-minutes", o.distributed_timeout_minutes);
@@ -2005,6 +2004,14 @@ int64_t sized_validations(const TrainOptions& o) {
 bool validates_after(const TrainOptions& o, int64_t iteration) {
   return o.eval_interval > 0 && iteration % o.eval_interval == 0 &&
          (!o.start_eval_at_iter || iteration >= *o.start_eval_at_iter);
+}
+
+int64_t periodic_validations(const TrainOptions& o, int64_t after, int64_t upto) {
+  const int64_t E = o.eval_interval;
+  if (E <= 0) return 0;
+  // The multiples k E with k E > after and k E >= --start-eval-at-iter, up to upto.
+  const int64_t first = std::max<int64_t>(after / E + 1, o.start_eval_at_iter ? (*o.start_eval_at_iter + E - 1) / E : 1);
+  return std::max<int64_t>(0, upto / E - first + 1);
 }
 
 // Megatron's evaluation batch sizes, which trident takes only equal to the training's.

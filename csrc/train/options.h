@@ -362,6 +362,8 @@ int64_t sized_validations(const TrainOptions& o);
 // Whether the periodic validation runs after `iteration` (a multiple of --eval-interval, not
 // before --start-eval-at-iter).
 bool validates_after(const TrainOptions& o, int64_t iteration);
+// How many iterations in (after, upto] validates_after holds for.
+int64_t periodic_validations(const TrainOptions& o, int64_t after, int64_t upto);
 
 // What every rank of a job must have been given, as "--flag value" lines for
 // make_parallel_context's check: the layout, the model's shape, the batch and schedule, the

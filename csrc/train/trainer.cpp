@@ -799,17 +799,13 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
     throw ConfigError(msg);
   };
   // --skip-train reads no training data and evaluates once.
-  const int64_t T = opt_.skip_train ? iteration : opt_.train_iters, E = opt_.eval_interval;
+  const int64_t T = opt_.skip_train ? iteration : opt_.train_iters;
   // Training batches follow the ramp-up (G after it); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
         rampup_.samples_in(T) - rampup_.samples_in(from));
   if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
-    // The periodic ones still to come (multiples of E in (iteration, T], none before
-    // --start-eval-at-iter), and the final one.
-    const int64_t first = std::max<int64_t>(E > 0 ? iteration / E + 1 : 1,
-                                            E > 0 && opt_.start_eval_at_iter ? (*opt_.start_eval_at_iter + E - 1) / E : 1);
-    const int64_t evaluations = (E > 0 ? std::max<int64_t>(0, T / E - first + 1) : 0) + 1;
+    const int64_t evaluations = periodic_validations(opt_, iteration, T) + 1;  // and the final one
     for (const auto& set : valid_)
       check("validation", opt_.start_eval_at_iter ? "--eval-iters, --eval-interval, --start-eval-at-iter"
                                                   : "--eval-iters, --eval-interval",
