@@ -429,6 +429,9 @@ const std::vector<FlagDef>& flag_defs() {
                        "--train-samples still bound the run and size the data)"},
       {"rampup-batch-size", "START INCR SAMPLES: the global batch grows from START by INCR in equal steps over "
                             "the first SAMPLES samples up to --global-batch-size (with --train-samples)"},
+      {"step-batch-size-schedule", "\"T0:B0 T1:B1 ...\": global batches of B_i samples from T_i tokens on (K, M, B, "
+                                   "T: 10^3..10^12; T0 is 0; the last B is the global batch; with --train-samples, "
+                                   "without --global-batch-size)"},
       {"iterations-to-skip", "N ...: Megatron's skipped iterations (1-based): their global batch is read past, "
                              "without a step, a log line, an evaluation or a save"},
       // Optimizer.
@@ -776,6 +779,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "valid-data-path") return &o.valid_data_path;
   if (flag == "test-data-path") return &o.test_data_path;
   if (flag == "rampup-batch-size") return &o.rampup_batch_size;
+  if (flag == "step-batch-size-schedule") return &o.step_batch_size_schedule;
   if (flag == "iterations-to-skip") return &o.iterations_to_skip_words;
   if (flag == "profile-ranks") return &o.profile_ranks;
   if (flag == "recompute-modules") return &o.recompute_modules;
@@ -984,6 +988,7 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       if (words.empty())
         throw ConfigError("--" + name + (name == "profile-ranks"       ? ": expected one or more global ranks"
                                          : name == "rampup-batch-size" ? ": expected START INCR SAMPLES"
+                                         : name == "step-batch-size-schedule" ? ": expected THRESHOLD:BATCH ..."
                                          : name == "iterations-to-skip" ? ": expected one or more iterations"
                                          : name == "recompute-modules" ? ": expected one or more modules (core_attn)"
                                                                        : ": expected a prefix"));
@@ -1576,8 +1581,28 @@ void read_batch_rampup(TrainOptions& o) {
                       ") must be multiples of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
 }
 
+// --step-batch-size-schedule's words, checked as Megatron checks them: its last batch is the
+// global batch, so --global-batch-size is not given too.
+void read_step_batch_schedule(TrainOptions& o) {
+  const std::vector<std::string>& w = o.step_batch_size_schedule;
+  if (w.empty()) return;
+  if (!o.rampup_batch_size.empty())
+    throw ConfigError("--step-batch-size-schedule and --rampup-batch-size: give one of them");
+  if (o.given_flags.count("global-batch-size"))
+    throw ConfigError("--step-batch-size-schedule and --global-batch-size: give one of them (the schedule's last batch "
+                      "is the global batch)");
+  if (!o.sample_based)
+    throw ConfigError("--step-batch-size-schedule needs sample-based training (--train-samples), as Megatron's");
+  std::string text;
+  for (const std::string& word : w) text += (text.empty() ? "" : " ") + word;
+  o.batch_steps = parse_step_batch_schedule(text, o.model.seq_length);
+  o.global_batch_size = static_cast<int>(o.batch_steps.back().batch);
+  o.global_batch_size_is_default = false;
+}
+
 void validate_batch_and_schedule(TrainOptions& o) {
   check_positive(o.micro_batch_size, "micro-batch-size");
+  read_step_batch_schedule(o);
   // Not given: the micro batch x the data-parallel size (Megatron's); a given 0 is an error.
   if (o.global_batch_size == 0 && !o.given_flags.count("global-batch-size")) {  // until resolve_global_batch_size
     o.global_batch_size = o.micro_batch_size;
@@ -1585,7 +1610,8 @@ void validate_batch_and_schedule(TrainOptions& o) {
   }
   check_positive(o.global_batch_size, "global-batch-size");
   if (o.global_batch_size % o.micro_batch_size != 0)
-    throw ConfigError("--global-batch-size (" + std::to_string(o.global_batch_size) +
+    throw ConfigError((o.batch_steps.empty() ? "--global-batch-size" : "the last batch of --step-batch-size-schedule") +
+                      std::string(" (") + std::to_string(o.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
   if (!(std::isfinite(o.lr) && o.lr >= 0))
     throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
@@ -1959,11 +1985,15 @@ void resolve_schedule(TrainOptions& o) {
   const uint64_t gbs = static_cast<uint64_t>(o.global_batch_size);
   if (o.lr_warmup_fraction > 1) throw ConfigError("--lr-warmup-fraction must be in [0, 1]");
   if (o.sample_based) {
-    if (o.train_samples < gbs)
+    const BatchSchedule batches = make_batch_schedule(o);
+    if (!o.batch_steps.empty() && o.train_samples < static_cast<uint64_t>(batches.global_batch(0)))
+      throw ConfigError("--train-samples (" + std::to_string(o.train_samples) + ") must be at least the first batch "
+                        "of --step-batch-size-schedule (" + std::to_string(batches.global_batch(0)) + ")");
+    if (o.batch_steps.empty() && o.train_samples < gbs)
       throw ConfigError("--train-samples (" + std::to_string(o.train_samples) +
                         ") must be at least --global-batch-size (" + std::to_string(gbs) + ")");
-    o.train_iters = o.rampup_start > 0 ? train_iters_with_rampup(make_batch_rampup(o), o.train_samples)
-                                       : static_cast<int64_t>(o.train_samples / gbs);
+    o.train_iters = batches.varies() ? train_iters_of_samples(batches, o.train_samples)
+                                     : static_cast<int64_t>(o.train_samples / gbs);
     o.decay_samples = o.lr_decay_samples != 0 ? o.lr_decay_samples : o.train_samples;
     o.warmup_samples = static_cast<double>(o.lr_warmup_samples);
     o.wsd_decay_samples = o.lr_wsd_decay_samples;
@@ -2050,12 +2080,13 @@ LrSchedule make_lr_schedule(const TrainOptions& o) {
   return s;
 }
 
-BatchRampup make_batch_rampup(const TrainOptions& o) {
-  BatchRampup r;
+BatchSchedule make_batch_schedule(const TrainOptions& o) {
+  BatchSchedule r;
   r.global = o.global_batch_size;
   r.start = o.rampup_start > 0 ? o.rampup_start : o.global_batch_size;
   r.increment = o.rampup_increment;
   r.samples = o.rampup_samples;
+  r.steps = o.batch_steps;
   return r;
 }
 
@@ -2132,6 +2163,9 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   std::string rampup;
   for (const std::string& w : o.rampup_batch_size) rampup += (rampup.empty() ? "" : " ") + w;
   line("rampup-batch-size", rampup);
+  std::string steps;
+  for (const BatchStep& b : o.batch_steps) steps += std::to_string(b.samples) + ":" + std::to_string(b.batch) + " ";
+  line("step-batch-size-schedule (samples)", steps);
   std::string skips;
   for (int64_t it : o.iterations_to_skip) {
     if (!skips.empty()) skips += ' ';

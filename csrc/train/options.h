@@ -11,7 +11,7 @@
 
 #include "model/config.h"
 #include "parallel/pipeline_split.h"
-#include "train/batch_rampup.h"
+#include "train/batch_schedule.h"
 #include "train/deepspeed_config.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
@@ -27,11 +27,16 @@ struct TrainOptions {
   // by the data-parallel size once the layout is known.
   int global_batch_size = 0;
   bool global_batch_size_is_default = false;
-  // --rampup-batch-size START INCR SAMPLES (batch_rampup.h; sample-based runs only): the words,
+  // --rampup-batch-size START INCR SAMPLES (batch_schedule.h; sample-based runs only): the words,
   // and the numbers parsing reads from them (rampup_start 0: no ramp-up).
   std::vector<std::string> rampup_batch_size;
   int64_t rampup_start = 0, rampup_increment = 0;
   uint64_t rampup_samples = 0;
+  // --step-batch-size-schedule "T0:B0 T1:B1 ..." (batch_schedule.h; sample-based runs only):
+  // the words, and the steps parsing reads from them (empty: none). The global batch
+  // (global_batch_size) is then the last step's.
+  std::vector<std::string> step_batch_size_schedule;
+  std::vector<BatchStep> batch_steps;
   // Megatron's --iterations-to-skip N ...: the words, and the 1-based iterations they name,
   // whose global batch is read past without a step (Trainer::skip_iteration).
   std::vector<std::string> iterations_to_skip_words;
@@ -337,8 +342,8 @@ void validate_model_options(const TrainOptions& o);
 // Fills the resolved schedule fields from the flag fields: iteration-based sets
 // train_samples = train_iters x global batch, decay_samples = (lr_decay_iters or
 // train_iters) x global batch, warmup_samples = lr_warmup_iters x global batch;
-// sample-based sets train_iters = train_samples / global batch (with a batch ramp-up:
-// train_iters_with_rampup), decay_samples =
+// sample-based sets train_iters = train_samples / global batch (with a batch ramp-up or
+// steps: train_iters_of_samples), decay_samples =
 // lr_decay_samples or train_samples, warmup_samples = lr_warmup_samples; a
 // --lr-warmup-fraction gives warmup_samples = fraction x decay_samples. Idempotent, so
 // code that fills TrainOptions by hand (tests) may call it too. Throws ConfigError naming
@@ -374,8 +379,9 @@ std::string flags_every_rank_shares(const TrainOptions& o);
 
 // The schedule from the resolved fields (in samples, with the token counts given).
 LrSchedule make_lr_schedule(const TrainOptions& o);
-// The global batch's ramp-up (--rampup-batch-size); none (start == global) without one.
-BatchRampup make_batch_rampup(const TrainOptions& o);
+// The global batch of each iteration (--rampup-batch-size, --step-batch-size-schedule); a
+// constant one (varies() false) without either.
+BatchSchedule make_batch_schedule(const TrainOptions& o);
 // Megatron's weight-decay schedule over the run's samples (train_samples), in samples.
 WeightDecaySchedule make_weight_decay_schedule(const TrainOptions& o);
 

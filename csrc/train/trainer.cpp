@@ -139,25 +139,31 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   out_ = par_->world_rank() == 0 ? &log_ : &null_stream();
   resolve_schedule(opt_);
   const GridShape& g = par_->grid.shape;
+  const std::string global_batch_flag =
+      opt_.batch_steps.empty() ? "--global-batch-size" : "the last batch of --step-batch-size-schedule";
   if (opt_.global_batch_size % (opt_.micro_batch_size * g.dp) != 0)
-    throw ConfigError("--global-batch-size (" + std::to_string(opt_.global_batch_size) +
+    throw ConfigError(global_batch_flag + " (" + std::to_string(opt_.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
                       ") x data-parallel size (" + std::to_string(g.dp) + ")");
-  rampup_ = make_batch_rampup(opt_);
+  batch_schedule_ = make_batch_schedule(opt_);
   const int64_t per_micro_step = static_cast<int64_t>(opt_.micro_batch_size) * g.dp;
-  if (rampup_.ramps() && (rampup_.start % per_micro_step != 0 || rampup_.increment % per_micro_step != 0))
-    throw ConfigError("--rampup-batch-size: START (" + std::to_string(rampup_.start) + ") and INCR (" +
-                      std::to_string(rampup_.increment) + ") must be multiples of --micro-batch-size (" +
+  const BatchSchedule& bs = batch_schedule_;
+  if (bs.varies() && bs.steps.empty() && (bs.start % per_micro_step != 0 || bs.increment % per_micro_step != 0))
+    throw ConfigError("--rampup-batch-size: START (" + std::to_string(bs.start) + ") and INCR (" +
+                      std::to_string(bs.increment) + ") must be multiples of --micro-batch-size (" +
                       std::to_string(opt_.micro_batch_size) + ") x data-parallel size (" + std::to_string(g.dp) + ")");
   check_data_covers_run(0, 0, 0);
   check_profile_ranks();
   const ProcessGrid& grid = par_->grid;
   const int chunks = opt_.virtual_pipeline_chunks();
   full_micro_batches_ = opt_.global_batch_size / (opt_.micro_batch_size * g.dp);
-  // The micro-batch counts of the run: the full batch's, and a ramp-up's smaller ones.
+  // The micro-batch counts of the run: the full batch's, and a ramp-up's or the steps' smaller
+  // ones. A step this layout cannot run is left out: a run resumed past it with more ranks
+  // never takes it (train() checks the steps still to come).
   std::vector<int> micro_batch_counts = {full_micro_batches_};
-  for (int64_t b = rampup_.start; rampup_.ramps() && b < rampup_.global; b += rampup_.increment)
-    micro_batch_counts.push_back(static_cast<int>(b / per_micro_step));
+  for (int64_t b : bs.batches_from(0))
+    if (b != bs.global && (bs.steps.empty() || batch_fits_layout(b).empty()))
+      micro_batch_counts.push_back(static_cast<int>(b / per_micro_step));
   if (chunks > 1)
     for (int m : micro_batch_counts)
       if (m % g.pp != 0)
@@ -165,7 +171,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
                           " model chunks per stage) needs the micro-batches of every iteration to be a multiple of "
                           "--pipeline-model-parallel-size (" + std::to_string(g.pp) + "): a global batch of " +
                           std::to_string(m * per_micro_step) +
-                          (m == full_micro_batches_ ? " (--global-batch-size)" : " (--rampup-batch-size)") +
+                          " (" + (m == full_micro_batches_ ? global_batch_flag : "--rampup-batch-size") + ")" +
                           " / (--micro-batch-size " + std::to_string(opt_.micro_batch_size) + " x data-parallel size " +
                           std::to_string(g.dp) + ") = " + std::to_string(m));
   const std::vector<StageLayout> layouts = stage_chunk_layouts(opt_, *par_);
@@ -616,7 +622,7 @@ IterationResult Trainer::train_iteration() {
   profile_before_iteration();
   const std::string range = profiling_ ? "iteration " + std::to_string(iteration_ + 1) : "";
   if (profiling_) be_.range_push(range.c_str());
-  const int G = static_cast<int>(rampup_.global_batch(consumed_samples_)), T = opt_.model.seq_length;
+  const int G = static_cast<int>(batch_schedule_.global_batch(consumed_samples_)), T = opt_.model.seq_length;
   set_micro_batches(G / (opt_.micro_batch_size * par_->grid.shape.dp));
   IterationResult r;
   r.global_batch = G;
@@ -800,10 +806,10 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   };
   // --skip-train reads no training data and evaluates once.
   const int64_t T = opt_.skip_train ? iteration : opt_.train_iters;
-  // Training batches follow the ramp-up (G after it); evaluation always reads whole batches.
+  // Training batches follow the batch schedule (a ramp-up, steps); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
-        rampup_.samples_in(T) - rampup_.samples_in(from));
+        batch_schedule_.samples_in(T) - batch_schedule_.samples_in(from));
   if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
     const int64_t evaluations = periodic_validations(opt_, iteration, T) + 1;  // and the final one
     for (const auto& set : valid_)
@@ -902,7 +908,7 @@ void Trainer::skip_iteration() {
   // --profile's window counts skipped iterations too (Megatron starts it before its skip).
   profile_before_iteration();
   // Trident's samples are addressed by their position: reading past a batch is counting it.
-  const uint64_t G = rampup_.global_batch(consumed_samples_);
+  const uint64_t G = batch_schedule_.global_batch(consumed_samples_);
   consumed_samples_ += G;
   skipped_samples_ += G;
   consumed_tokens_ += G * static_cast<uint64_t>(opt_.model.seq_length);
@@ -912,7 +918,32 @@ void Trainer::skip_iteration() {
         << " samples read past" << std::endl;
 }
 
+std::string Trainer::batch_fits_layout(int64_t global_batch) const {
+  const GridShape& g = par_->grid.shape;
+  const int64_t per_micro_step = static_cast<int64_t>(opt_.micro_batch_size) * g.dp;
+  if (global_batch % per_micro_step != 0)
+    return "is not a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
+           ") x data-parallel size (" + std::to_string(g.dp) + ")";
+  const int chunks = opt_.virtual_pipeline_chunks();
+  if (chunks > 1 && (global_batch / per_micro_step) % g.pp != 0)
+    return "gives " + std::to_string(global_batch / per_micro_step) + " micro-batches, which the interleaved "
+           "pipeline schedule (" + std::to_string(chunks) + " model chunks per stage) needs to be a multiple of "
+           "--pipeline-model-parallel-size (" + std::to_string(g.pp) + ")";
+  return "";
+}
+
+void Trainer::check_batch_steps_to_come() const {
+  const std::vector<BatchStep>& steps = batch_schedule_.steps;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const bool passed = i + 1 < steps.size() && steps[i + 1].samples <= consumed_samples_;
+    if (const std::string why = batch_fits_layout(steps[i].batch); !passed && !why.empty())
+      throw ConfigError("--step-batch-size-schedule: the global batch of " + std::to_string(steps[i].batch) +
+                        " (from " + std::to_string(steps[i].tokens) + " tokens on) " + why);
+  }
+}
+
 void Trainer::train() {
+  check_batch_steps_to_come();
   const ModelConfig& m = opt_.model;
   const GridShape& g = par_->grid.shape;
   std::ostream& out = *out_;
@@ -925,8 +956,15 @@ void Trainer::train() {
       << (opt_.overlap_grad_reduce || g.dp == 1 ? "" : ", gradient reductions not overlapped") << ", "
       << full_micro_batches_ << " micro-batches of " << opt_.micro_batch_size
       << " per iteration";
-  if (rampup_.ramps())
-    out << " (ramping up from a global batch of " << rampup_.start << " over " << rampup_.samples << " samples)";
+  const BatchSchedule& bs = batch_schedule_;
+  if (bs.varies() && bs.steps.empty())
+    out << " (ramping up from a global batch of " << bs.start << " over " << bs.samples << " samples)";
+  if (!bs.steps.empty()) {
+    out << " (global batches:";
+    for (const BatchStep& s : bs.steps)
+      out << (&s == &bs.steps.front() ? " " : ", ") << s.batch << " from " << s.tokens << " tokens";
+    out << ")";
+  }
   if (chunks_.front()->layout().sequence_parallel) out << ", sequence parallel";
   if (chunks_.size() > 1) out << ", interleaved schedule: " << chunks_.size() << " model chunks per stage";
   if (g.pp > 1) out << ", " << pipeline_split_text(opt_.pipeline_split());
@@ -943,7 +981,7 @@ void Trainer::train() {
   struct Throughput {
     double tokens_per_second, tflops_per_rank, mfu;
   };
-  // Of iterations of `global_batch` samples (a ramp-up's batch, as Megatron's log uses).
+  // Of iterations of `global_batch` samples (a ramp-up's or a step's batch, as Megatron's log uses).
   auto throughput = [&](double ms_per_iteration, int global_batch) {
     const double s = ms_per_iteration / 1e3;
     const double flops_per_iteration = model_flops_per_iteration(m, global_batch, g.tp);
@@ -1139,7 +1177,15 @@ void Trainer::train() {
       if (ended) break;
       consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
     }
-    const bool persistent_save = saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0;
+    // As Megatron: a checkpoint before the first iteration of a larger global batch (a ramp-up's
+    // or a step's), the last one the run can go back to at the batch it had so far.
+    const bool batch_grows = !training_done() && batch_schedule_.global_batch(consumed_samples_) != r.global_batch;
+    if (batch_grows)
+      out << "trident: the global batch grows from " << r.global_batch << " to "
+          << batch_schedule_.global_batch(consumed_samples_) << " samples after iteration " << iteration_ << " ("
+          << consumed_samples_ << " samples consumed)" << std::endl;
+    const bool persistent_save =
+        saving && ((opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) || batch_grows);
     const bool non_persistent_save = !persistent_save && saving && opt_.non_persistent_save_interval > 0 &&
                                      iteration_ % opt_.non_persistent_save_interval == 0 && !training_done();
     if (pending_save_ || persistent_save || non_persistent_save) {
@@ -1216,7 +1262,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   // Megatron's sizes: --train-samples (iteration-based: iterations x G; a batch ramp-up's
   // last batch may pass it, so at least what the run reads); every periodic evaluation
   // plus the final one reads fresh validation samples; the test split is read once.
-  const uint64_t train = std::max<uint64_t>(opt.train_samples, make_batch_rampup(opt).samples_in(opt.train_iters));
+  const uint64_t train = std::max<uint64_t>(opt.train_samples, make_batch_schedule(opt).samples_in(opt.train_iters));
   const auto evals = static_cast<uint64_t>(sized_validations(opt));
   const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;
   TrainData d;

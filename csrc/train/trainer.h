@@ -42,7 +42,7 @@ class SnapshotArena;
 
 struct IterationResult {
   double loss = 0, acc = 0, grad_norm = 0, ms = 0;
-  int global_batch = 0;  // samples of this iteration (--rampup-batch-size: the ramp's)
+  int global_batch = 0;  // samples of this iteration (a ramp-up's or a step's when the batch varies)
   double loss_scale = 0;  // after this iteration's scaler update (1 without a scaler)
   // The rate the update used: the scheduler's rate before its step (Megatron's param_group lr).
   double lr = 0;
@@ -152,6 +152,10 @@ class Trainer {
   int64_t kept_targets(const SampleSource& data, uint64_t first_sample, uint64_t samples);
   int32_t masked_after() const;  // the input token whose target is masked (-1: none)
   void check_profile_ranks();
+  // "" when this layout can run iterations of `global_batch` samples, else why not.
+  std::string batch_fits_layout(int64_t global_batch) const;
+  // --step-batch-size-schedule: the steps still to come (from consumed_samples_) fit the layout.
+  void check_batch_steps_to_come() const;
   void profile_before_iteration();  // --profile: starts the capture at its first iteration
   void profile_after_iteration();   // and stops it after its last
   CheckpointMetadata checkpoint_metadata(SaveKind kind, const std::filesystem::path& root, const std::string& token);
@@ -233,7 +237,7 @@ class Trainer {
   std::ostream* out_;  // log_ on world rank 0, a null stream elsewhere
   std::unique_ptr<ParallelContext> own_parallel_;
   ParallelContext* par_;
-  BatchRampup rampup_;
+  BatchSchedule batch_schedule_;
   int micro_batches_ = 0, full_micro_batches_ = 1;
   std::vector<int> activation_slots_;  // per model chunk
   std::vector<PipeStep> schedule_steps_;

@@ -11,6 +11,9 @@
 #    exits 0;
 #  - --rampup-batch-size at pp2 x dp2 (the micro-batches of each rank's pipeline change with
 #    the batch) gives the global batches and losses of one process;
+#  - --step-batch-size-schedule: the batches of its steps, a checkpoint before each larger
+#    batch, a step dp 2 cannot run refused from the start, and a run resumed at dp 2 past that
+#    step giving the losses of one process;
 #  - fp16 with ZeRO 1 and 2 skips the steps one process skips;
 #  - --log-num-zeros-in-grad counts each gradient element once in every layout: the zeros
 #    are the rows no gradient reaches (the vocabulary's padding, the unused positions),
@@ -88,6 +91,45 @@ if [[ $rc -eq 0 && $(batches "$tmp/ramp1.log") == "4 4 4 4 8 8 8 8 8 8 " &&
 else
   fail "--rampup-batch-size: rc $rc, batches $(batches "$tmp/ramp1.log")/ $(batches "$tmp/ramp4.log")"
   cat "$tmp/ramp1.err" "$tmp/ramp4.err"
+fi
+
+# Steps of 2, 4 and 8 samples from 0, 256 and 1024 tokens (0, 8 and 32 samples at seq 32):
+# 4 iterations of 2, 6 of 4, then (64 - 32) / 8 = 4 of 8, saved before each larger batch.
+steps=(--micro-batch-size 2 --train-samples 64 --step-batch-size-schedule "0:2 256:4" 1k:8 --mock-data
+       --hidden-dropout 0.1 --attention-dropout 0.1)
+"$train" "${model[@]}" "${steps[@]}" --save "$tmp/steps" >"$tmp/steps1.log" 2>"$tmp/steps1.err"
+rc=$?
+saved=$(cd "$tmp/steps" 2>/dev/null && ls -d iter_* | tr '\n' ' ')
+if [[ $rc -eq 0 && $(batches "$tmp/steps1.log") == "2 2 2 2 4 4 4 4 4 4 8 8 8 8 " &&
+      $saved == "iter_0000004 iter_0000010 iter_0000014 " ]] &&
+    grep -q '^trident: the global batch grows from 2 to 4 samples after iteration 4 (8 samples consumed)$' \
+      "$tmp/steps1.log"; then
+  echo "ok: --step-batch-size-schedule: batches $(batches "$tmp/steps1.log")saved $saved"
+else
+  fail "--step-batch-size-schedule: rc $rc, batches $(batches "$tmp/steps1.log"), saved $saved"
+  cat "$tmp/steps1.err"
+fi
+# At dp 2 the first step (2 samples) is less than a micro batch per rank.
+"${mpi[@]}" "$train" "${model[@]}" "${steps[@]}" >"$tmp/steps2.log" 2>"$tmp/steps2.err"
+rc=$?
+want="trident-train: error: --step-batch-size-schedule: the global batch of 2 (from 0 tokens on) is not a multiple of \
+--micro-batch-size (2) x data-parallel size (2)"
+if [[ $rc -ne 0 ]] && grep -qxF "$want" "$tmp/steps2.err"; then
+  echo "ok: a step dp 2 cannot run is refused at the start"
+else
+  fail "--step-batch-size-schedule at dp 2 from the start: rc $rc"; cat "$tmp/steps2.log" "$tmp/steps2.err"
+fi
+# Resumed at dp 2 from the checkpoint before the batch of 4: the rest of the run as one process's.
+"${mpi[@]}" "$train" "${model[@]}" "${steps[@]}" --load "$tmp/steps" --ckpt-step 4 >"$tmp/steps3.log" \
+  2>"$tmp/steps3.err"
+rc=$?
+if [[ $rc -eq 0 && $(batches "$tmp/steps3.log") == "4 4 4 4 4 4 8 8 8 8 " ]] &&
+    paste <(losses "$tmp/steps1.log" | tail -n 10) <(losses "$tmp/steps3.log") | awk '
+      { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ } END { exit !(n == 10 && m < 1e-5) }'; then
+  echo "ok: resumed at dp 2 past that step: batches $(batches "$tmp/steps3.log")and the losses of one process"
+else
+  fail "--step-batch-size-schedule resumed at dp 2: rc $rc, batches $(batches "$tmp/steps3.log")"
+  cat "$tmp/steps3.err"
 fi
 
 # Vocabulary 500 padded to 512 (at tp 1 and 2): 12 rows of 64 never used; positions 32..47

@@ -945,7 +945,7 @@ TEST(Options, DocumentFlagsNeedData) {
 
 // Megatron flags that scripts pass: --exit-signal-handler (trident always saves on SIGTERM
 // and SIGINT), --use-distributed-optimizer (ZeRO 1 unless a stage is given),
-// --lr-warmup-init, --exit-duration-in-mins (--rampup-batch-size: test_batch_rampup.cpp).
+// --lr-warmup-init, --exit-duration-in-mins (--rampup-batch-size: test_batch_schedule.cpp).
 TEST(Options, MegatronRunFlags) {
   EXPECT_EQ(error_of({"--exit-signal-handler"}), "");
   EXPECT_EQ(parse({}).zero_stage, 0);
