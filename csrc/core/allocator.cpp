@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace trident {
@@ -28,6 +30,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     p = raw_alloc_locked(size);
     ++stats_.raw_allocs;
     stats_.bytes_reserved += size;
+    stats_.peak_bytes_reserved = std::max(stats_.peak_bytes_reserved, stats_.bytes_reserved);
   }
   in_use_[p] = got;
   stats_.bytes_in_use += got;

@@ -17,6 +17,7 @@ struct AllocatorStats {
   size_t bytes_reserved = 0;    // held from the device (in use + cached)
   size_t bytes_in_use = 0;
   size_t peak_bytes_in_use = 0;
+  size_t peak_bytes_reserved = 0;
   size_t blocks_in_use = 0;     // allocations not yet freed
 };
 

@@ -236,8 +236,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
                             "checkpoint's metadata.json hold the run's settings)"},
       {"log-device-memory-used", "the device memory as nvidia-smi reports it: not logged (trident logs its "
                                  "allocator's peak, and --log-memory-to-tensorboard its state)", true},
-      {"log-memory-interval", "Megatron's memory-report interval: no effect (the peak is logged after the first "
-                              "iteration)"},
       {"allow-ambiguous-pad-tokens", "Megatron's pad-token check: trident's GPT datasets never pad", true},
       {"dataloader-fast-cache-load", "Megatron's dataset-cache loading switch: no effect (the caches are "
                                      "memory-mapped)", true},
@@ -462,6 +460,9 @@ const std::vector<FlagDef>& flag_defs() {
       // Run.
       {"seed", "random seed (1234)"},
       {"log-interval", "iterations between log lines"},
+      {"log-memory-interval", "every N iterations (a multiple of --log-interval) each rank of data-parallel rank 0 "
+                              "reports its allocator's memory, as Megatron's \"[Rank r] (after N iterations) memory "
+                              "(MB)\" lines"},
       {"device", "auto, cpu or cuda"},
       {"tensor-model-parallel-size", "tensor-parallel ranks (1)"},
       {"pipeline-model-parallel-size", "pipeline stages (1)"},
@@ -1315,6 +1316,7 @@ void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
 void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("seed", o.seed);
   f.get("log-interval", o.log_interval);
+  f.get("log-memory-interval", o.log_memory_interval);
   f.get("device", o.device);
   f.get("tensor-model-parallel-size", o.tensor_model_parallel_size);
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
@@ -1745,6 +1747,12 @@ void validate_non_persistent(TrainOptions& o) {
 
 void validate_run(TrainOptions& o) {
   check_positive(o.log_interval, "log-interval");
+  if (o.given_flags.count("log-memory-interval")) {
+    check_positive(o.log_memory_interval, "log-memory-interval");
+    if (o.log_memory_interval % o.log_interval != 0)  // Megatron's assertion
+      throw ConfigError("--log-memory-interval (" + std::to_string(o.log_memory_interval) +
+                        ") must be a multiple of --log-interval (" + std::to_string(o.log_interval) + ")");
+  }
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
   if (o.has_data() && o.mock_data)
     throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "

@@ -87,6 +87,9 @@ struct TrainOptions {
   float adam_beta1 = 0.9f, adam_beta2 = 0.999f, adam_eps = 1e-8f;
   uint64_t seed = 1234;
   int log_interval = 100;
+  // --log-memory-interval: every rank of data-parallel rank 0 reports its memory every N
+  // iterations (Megatron's report_memory lines); 0 (not given): after the first iteration only.
+  int64_t log_memory_interval = 0;
   std::string device = "auto";
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -552,6 +553,26 @@ void Trainer::report_peak_memory() {
     line += " MiB";
   }
   *out_ << line << std::endl;
+}
+
+void Trainer::report_memory() {
+  const AllocatorStats m = be_.allocator().stats();
+  const std::vector<uint64_t> mine = {static_cast<uint64_t>(par_->grid.dp_rank), m.bytes_in_use, m.peak_bytes_in_use,
+                                      m.bytes_reserved, m.peak_bytes_reserved};
+  const std::vector<uint64_t> all = gather_words(*par_->world, mine);
+  const size_t n = mine.size();
+  auto mb = [](uint64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", static_cast<double>(bytes) / (1024.0 * 1024.0));
+    return std::string(text);
+  };
+  for (size_t r = 0; r * n < all.size(); ++r) {
+    const uint64_t* v = all.data() + r * n;
+    if (v[0] != 0) continue;  // as Megatron: the ranks of data-parallel rank 0
+    *out_ << "[Rank " << r << "] (after " << iteration_ << " iterations) memory (MB) | allocated: " << mb(v[1])
+          << " | max allocated: " << mb(v[2]) << " | reserved: " << mb(v[3]) << " | max reserved: " << mb(v[4])
+          << std::endl;
+  }
 }
 
 void Trainer::set_dropout_seed(uint64_t seed) {
@@ -1157,6 +1178,7 @@ void Trainer::train() {
       n = updated = 0;
       skipped = nan = 0;
     }
+    if (opt_.log_memory_interval > 0 && iteration_ % opt_.log_memory_interval == 0) report_memory();
     // As Megatron: every multiple of --eval-interval, the last iteration included (the final
     // evaluation after the loop then reads the next validation samples).
     if (evaluating && validates_after(opt_, iteration_)) {

@@ -171,6 +171,9 @@ class Trainer {
                       uint64_t first_sample, bool training, float grad_scale);
   void set_dropout_seed(uint64_t seed);
   void report_peak_memory();  // collective over the pipeline
+  // Megatron's report_memory lines (--log-memory-interval), printed by rank 0 for every rank of
+  // data-parallel rank 0, in rank order: collective over the world.
+  void report_memory();
   double global_norm_sq(bool of_params);  // of the gradients, or of the parameters; collective
   int64_t global_grad_zeros();            // --log-num-zeros-in-grad; collective
   // --log-energy: the monitor when every rank's device has an energy counter, else a note

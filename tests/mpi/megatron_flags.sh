@@ -14,6 +14,8 @@
 #  - --step-batch-size-schedule: the batches of its steps, a checkpoint before each larger
 #    batch, a step dp 2 cannot run refused from the start, and a run resumed at dp 2 past that
 #    step giving the losses of one process;
+#  - --log-memory-interval: Megatron's memory lines at its multiples, from the ranks of
+#    data-parallel rank 0 (rank 0 alone at dp 2, both at tp 2), their figures in order;
 #  - fp16 with ZeRO 1 and 2 skips the steps one process skips;
 #  - --log-num-zeros-in-grad counts each gradient element once in every layout: the zeros
 #    are the rows no gradient reaches (the vocabulary's padding, the unused positions),
@@ -131,6 +133,27 @@ else
   fail "--step-batch-size-schedule resumed at dp 2: rc $rc, batches $(batches "$tmp/steps3.log")"
   cat "$tmp/steps3.err"
 fi
+
+# Megatron's report_memory lines every 4 iterations (a multiple of --log-interval 2).
+for layout in "" "--tensor-model-parallel-size 2"; do
+  # shellcheck disable=SC2086
+  "${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-iters 8 --mock-data --log-interval 2 \
+    --log-memory-interval 4 $layout >"$tmp/mem.log" 2>"$tmp/mem.err"
+  rc=$?
+  want="0 4|0 8|"
+  [[ -n $layout ]] && want="0 4|1 4|0 8|1 8|"
+  got=$(sed -nE 's/^\[Rank ([0-9]+)\] \(after ([0-9]+) iterations\) memory \(MB\) \| allocated: [0-9.]+ \| max allocated: [0-9.]+ \| reserved: [0-9.]+ \| max reserved: [0-9.]+$/\1 \2/p' \
+    "$tmp/mem.log" | tr '\n' '|')
+  # allocated <= max allocated <= max reserved, allocated <= reserved <= max reserved, all > 0
+  ordered=$(grep '^\[Rank' "$tmp/mem.log" | awk -F'[:|]' '{ a = $3; ma = $5; r = $7; mr = $9
+    if (!(a > 0 && a <= ma && ma <= mr && a <= r && r <= mr)) bad = 1 } END { print bad ? "no" : "yes" }')
+  if [[ $rc -eq 0 && $got == "$want" && $ordered == yes ]]; then
+    echo "ok: --log-memory-interval 4 at -np 2 ${layout:-dp 2}: lines (rank iteration) $got figures in order"
+  else
+    fail "--log-memory-interval ${layout:-dp 2}: rc $rc, lines $got (want $want), ordered $ordered"
+    cat "$tmp/mem.log" "$tmp/mem.err"
+  fi
+done
 
 # Vocabulary 500 padded to 512 (at tp 1 and 2): 12 rows of 64 never used; positions 32..47
 # never used: 16 rows. Of the other gradient elements only the attention key biases' (2

@@ -46,6 +46,12 @@ TEST(Allocator, SteadyStateHasNoRawAllocations) {
     EXPECT_EQ(c.allocs, 4);
     EXPECT_EQ(s.bytes_in_use, 0u);
     EXPECT_EQ(s.bytes_reserved, warm.bytes_reserved);
+    // 1000 and 10 round up to 1024 and 256; peak in use: x, w in y's block, z, big.
+    EXPECT_EQ(s.peak_bytes_reserved, 1024u + 4096 + 256 + (1u << 20));
+    EXPECT_EQ(s.peak_bytes_in_use, 1024u + 4096 + 256 + (1u << 20));
+    a.empty_cache();
+    EXPECT_EQ(a.stats().bytes_reserved, 0u);
+    EXPECT_EQ(a.stats().peak_bytes_reserved, s.peak_bytes_reserved);  // a peak stays
   }
   EXPECT_EQ(c.frees, c.allocs);  // destructor returns every cached block
 }

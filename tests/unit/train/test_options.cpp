@@ -136,6 +136,15 @@ TEST(Options, EvaluationTensorBoardAndHealthFlags) {
             "--tensorboard-tags deepspeed: expected megatron or megatron-deepspeed");
 }
 
+// Megatron's --log-memory-interval: positive, and a multiple of --log-interval (its assertion).
+TEST(Options, LogMemoryInterval) {
+  EXPECT_EQ(parse({}).log_memory_interval, 0);
+  EXPECT_EQ(parse({"--log-interval", "10", "--log-memory-interval", "200"}).log_memory_interval, 200);
+  EXPECT_EQ(must_fail({"--log-interval", "10", "--log-memory-interval", "25"}),
+            "--log-memory-interval (25) must be a multiple of --log-interval (10)");
+  EXPECT_EQ(must_fail({"--log-memory-interval", "0"}), "--log-memory-interval must be positive");
+}
+
 // Megatron's --exit-signal: the number of the signal named (Python's signal.Signals names).
 TEST(Options, ExitSignalNamesOneMoreStopSignal) {
   EXPECT_EQ(parse({}).exit_signal, 0);
