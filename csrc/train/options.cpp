@@ -576,6 +576,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"no-load-optim", "do not load the optimizer state nor the learning-rate schedule (it restarts at step 0, "
                          "warm-up included; the iteration and consumed samples still load)", true},
       {"no-load-rng", "do not load the RNG state", true},
+      {"load-main-params-from-ckpt", "with --no-load-optim: the fp32 master weights from the checkpoint's weights "
+                                     "(Megatron's; trident's always are)", true},
       {"override-opt_param-scheduler", "on --load, train with the command line's learning-rate schedule (--lr, "
                                         "--min-lr, warm-up, decay, --lr-decay-style) where it differs from the "
                                         "checkpoint's (by default a difference is an error)", true},
@@ -1486,6 +1488,13 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("use-mp-args-from-checkpoint-args", o.use_mp_args_from_checkpoint_args);
   if (o.use_mp_args_from_checkpoint_args && !o.use_checkpoint_args)  // Megatron reads it only there
     o.flags_without_effect.push_back("--use-mp-args-from-checkpoint-args (without --use-checkpoint-args)");
+  // Megatron's masters after --no-load-optim come from the live model unless this flag asks for
+  // the checkpoint's weights; trident's come from the weights just loaded, which are those.
+  if (f.has("load-main-params-from-ckpt")) {
+    if (!o.no_load_optim)  // Megatron's assertion
+      throw ConfigError("--load-main-params-from-ckpt must be used with --no-load-optim");
+    o.flags_without_effect.push_back("--load-main-params-from-ckpt");
+  }
   for (const char* name : {"ckpt-step", "exit-on-missing-checkpoint", "use-checkpoint-args"})
     if (f.has(name) && o.load.empty()) throw ConfigError(std::string("--") + name + " needs --load");
   // Megatron's rule for a loaded checkpoint's scheduler: the two choices exclude each other

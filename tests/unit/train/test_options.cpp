@@ -136,6 +136,15 @@ TEST(Options, EvaluationTensorBoardAndHealthFlags) {
             "--tensorboard-tags deepspeed: expected megatron or megatron-deepspeed");
 }
 
+// Megatron's --load-main-params-from-ckpt: only with --no-load-optim (its assertion); trident's
+// masters always come from the weights loaded, so it changes nothing and is said to.
+TEST(Options, LoadMainParamsFromCkptNeedsNoLoadOptim) {
+  EXPECT_EQ(must_fail({"--load-main-params-from-ckpt"}),
+            "--load-main-params-from-ckpt must be used with --no-load-optim");
+  EXPECT_EQ(parse({"--no-load-optim", "--load-main-params-from-ckpt"}).flags_without_effect,
+            std::vector<std::string>{"--load-main-params-from-ckpt"});
+}
+
 // Megatron's --log-memory-interval: positive, and a multiple of --log-interval (its assertion).
 TEST(Options, LogMemoryInterval) {
   EXPECT_EQ(parse({}).log_memory_interval, 0);
