@@ -35,7 +35,9 @@ std::unique_ptr<Backend> make_backend(const std::string& device, [[maybe_unused]
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda" || device == "auto") {
 #ifdef TRIDENT_HAVE_CUDA
-    if (cuda_available()) return make_cuda_backend(local_gpu_ordinal(), {.allow_tf32 = options.allow_tf32});
+    if (cuda_available()) return make_cuda_backend(local_gpu_ordinal(), {.allow_tf32 = options.allow_tf32,
+                                                                        .bf16_reduction_in_fp32 =
+                                                                            options.bf16_reduction_in_fp32});
 #endif
     if (device == "auto") return make_cpu_backend();
 #ifdef TRIDENT_HAVE_CUDA

@@ -12,6 +12,9 @@ namespace trident {
 struct BackendOptions {
   // CUDA: fp32 GEMMs on TF32 tensor cores (trident-train's default; --no-tf32 sets false).
   bool allow_tf32 = true;
+  // CUDA: bf16 GEMMs that split K reduce the partial sums in fp32, never in bf16 (Megatron's
+  // --disable-bf16-reduced-precision-matmul; false: cuBLASLt chooses).
+  bool bf16_reduction_in_fp32 = false;
 };
 
 // "cpu" always; "cuda" when built with CUDA and a GPU is visible; "auto" picks cuda when

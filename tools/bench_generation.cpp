@@ -224,7 +224,7 @@ int run_generation_bench(const TrainOptions& opt, const GenerationBenchOptions& 
                       std::to_string(new_tokens) + " past --seq-length " + std::to_string(cfg.seq_length));
   const int B = opt.micro_batch_size;
   // Through a profiling wrapper whose timing is off but for decode_profile's steps.
-  auto inner = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  auto inner = make_backend(opt.device, backend_options(opt));
   const std::string backend_name = inner->name();
   auto backend = std::make_unique<ProfilingBackend>(std::move(inner));
   backend->set_timing(false);

@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
                                  "): trident-bench times at most 2^30 steps");
     auto data = std::move(trident::make_train_data(opt).train);
     opt.train_iters += warmup;
-    auto inner = trident::make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+    auto inner = trident::make_backend(opt.device, trident::backend_options(opt));
     trident::ProfilingBackend* prof = nullptr;
     std::unique_ptr<trident::Backend> backend;
     if (profile) {

@@ -184,7 +184,7 @@ int run(int argc, char** argv) {
   // --use-mp-args-from-checkpoint-args: the layout of the checkpoint evaluated, before the grid.
   const std::string mp_taken = take_parallel_args(opt, ef.iteration.value_or(-1));
   // As trident-train: the backend first (NcclComm runs on its GPU), TF32 as in training.
-  auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  auto backend = make_backend(opt.device, backend_options(opt));
   set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get());

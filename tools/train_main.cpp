@@ -196,7 +196,7 @@ int train(int argc, char** argv) {
     }
   }();
   resolve_global_batch_size(opt, shape.dp);
-  auto backend = make_backend(opt.device, {.allow_tf32 = !opt.no_tf32});
+  auto backend = make_backend(opt.device, backend_options(opt));
   set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
                                         resolve_comm_kind(opt.comm, *backend), backend.get(),

@@ -491,6 +491,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"zero-stage", "0: all-reduce gradients; 1: shard optimizer state over data parallel; 2: also shard gradients"},
       {"comm", "nccl or mpi (default: nccl with the CUDA backend when built with NCCL, else mpi)"},
       {"no-tf32", "fp32 GEMMs in plain fp32 instead of on TF32 tensor cores (CUDA)", true},
+      {"disable-bf16-reduced-precision-matmul", "with --bf16: GEMMs that split K sum the parts in fp32, never in "
+                                                "bf16 (CUDA; Megatron's)", true},
       {"recompute-granularity", "full: keep only each recomputed layer group's input and redo its forward in "
                                 "backward; selective: what the fused attention already does"},
       {"recompute-method", "uniform: every layer, in groups of --recompute-num-layers; block: the first "
@@ -1365,6 +1367,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
                       "--no-overlap-grad-reduce");
   f.get("comm", o.comm);
   f.get("no-tf32", o.no_tf32);
+  f.get("disable-bf16-reduced-precision-matmul", o.disable_bf16_reduced_precision_matmul);
   f.get("recompute-granularity", o.recompute_granularity);
   f.get("recompute-method", o.recompute_method);
   f.get("recompute-num-layers", o.recompute_num_layers);
@@ -1857,6 +1860,8 @@ void read_and_validate(const Flags& f, TrainOptions& o) {
   validate_weight_decay(o);
   validate_adam(o);
   validate_precision(o);
+  if (o.disable_bf16_reduced_precision_matmul && o.model.dtype != DType::BF16)  // Megatron's acts with --bf16 only
+    o.flags_without_effect.push_back("--disable-bf16-reduced-precision-matmul (without --bf16)");
   validate_run(o);
 }
 
@@ -2080,6 +2085,11 @@ void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
     resolve_schedule(o);
   }
   check_evaluation_batches(o);
+}
+
+BackendOptions backend_options(const TrainOptions& o) {
+  return {.allow_tf32 = !o.no_tf32,
+          .bf16_reduction_in_fp32 = o.disable_bf16_reduced_precision_matmul && o.model.dtype == DType::BF16};
 }
 
 LrSchedule make_lr_schedule(const TrainOptions& o) {

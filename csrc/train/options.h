@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backends.h"
 #include "model/config.h"
 #include "parallel/pipeline_split.h"
 #include "train/batch_schedule.h"
@@ -120,6 +121,9 @@ struct TrainOptions {
   bool overlap_param_gather = false;
   std::string comm;     // --comm: "nccl" or "mpi"; empty: nccl with the CUDA backend when built, else mpi
   bool no_tf32 = false;  // --no-tf32: fp32 GEMMs in plain fp32 instead of on TF32 tensor cores
+  // --disable-bf16-reduced-precision-matmul (Megatron's; with --bf16): bf16 GEMMs reduce split-K
+  // partial sums in fp32 only.
+  bool disable_bf16_reduced_precision_matmul = false;
   // Activation recomputation, Megatron's flags: granularity "" (none), "full" or
   // "selective"; method "uniform" or "block" (full only); layers per group (uniform) or
   // recomputed layers per stage (block).
@@ -379,6 +383,9 @@ int64_t periodic_validations(const TrainOptions& o, int64_t after, int64_t upto)
 // evaluation, TensorBoard, logging). Not the paths of data or files, which nodes may mount
 // at different places.
 std::string flags_every_rank_shares(const TrainOptions& o);
+
+// The backend's choices the run's flags make (--no-tf32, --disable-bf16-reduced-precision-matmul).
+BackendOptions backend_options(const TrainOptions& o);
 
 // The schedule from the resolved fields (in samples, with the token counts given).
 LrSchedule make_lr_schedule(const TrainOptions& o);

@@ -49,7 +49,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int ordinal, const CudaBackendOptions& options) : Backend(Device::Cuda), ordinal_(ordinal) {
     CUDA_CHECK(cudaSetDevice(ordinal_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    gemm_ = std::make_unique<cuda::Gemm>(options.allow_tf32);
+    gemm_ = std::make_unique<cuda::Gemm>(options.allow_tf32, options.bf16_reduction_in_fp32);
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, ordinal_));
     device_name_ = prop.name;

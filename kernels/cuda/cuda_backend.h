@@ -17,6 +17,9 @@ struct CudaBackendOptions {
   // products, fp32 accumulation). false: plain fp32 (CUBLAS_COMPUTE_32F), results close
   // to the CPU's sgemm. fp16/bf16 GEMMs always use the 16-bit tensor cores.
   bool allow_tf32 = true;
+  // bf16 GEMMs: split-K partial sums reduced in fp32 only (cuBLASLt's reduction schemes
+  // COMPUTE_TYPE or NONE, as PyTorch's allow_bf16_reduced_precision_reduction = False).
+  bool bf16_reduction_in_fp32 = false;
 };
 
 // A backend on GPU `ordinal` with its own compute stream.

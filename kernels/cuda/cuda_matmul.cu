@@ -6,8 +6,9 @@
 // fp16 and bf16 use CUBLAS_COMPUTE_32F (fp32 accumulation) with fp32 alpha/beta. fp32
 // uses CUBLAS_COMPUTE_32F_FAST_TF32 (TF32 tensor cores, fp32 accumulation) when the Gemm
 // allows it (trident-train's default; --no-tf32 turns it off), else CUBLAS_COMPUTE_32F,
-// whose results stay close to the CPU's sgemm (the GPU-vs-CPU tests use that). The choice
-// is fixed per Gemm, so the plan cache needs no key for it. `accumulate` is beta = 1.
+// whose results stay close to the CPU's sgemm (the GPU-vs-CPU tests use that). bf16 GEMMs
+// may be kept from reducing split-K partial sums in bf16 (bf16_reduction_in_fp32). Both
+// choices are fixed per Gemm, so the plan cache needs no key for them. `accumulate` is beta = 1.
 // The bias goes through the BIAS epilogue when its dtype is the output's (cuBLASLt's
 // requirement), otherwise through a separate row-bias add after the GEMM.
 // The MLP's GELU (tanh approximation, as cuBLASLt's GELU epilogues compute it) goes
@@ -117,7 +118,8 @@ struct Gemm::Plan {
   }
 };
 
-Gemm::Gemm(bool allow_tf32) : allow_tf32_(allow_tf32) {
+Gemm::Gemm(bool allow_tf32, bool bf16_reduction_in_fp32)
+    : allow_tf32_(allow_tf32), bf16_reduction_in_fp32_(bf16_reduction_in_fp32) {
   load_cublaslt();  // a missing library is one error line, not an abort
   CUBLAS_CHECK(cublasLtCreate(&handle_));
   workspace_bytes_ = kWorkspaceBytes;
@@ -209,6 +211,11 @@ Gemm::Plan* Gemm::plan_for(const Key& key, const void* bias_ptr, const void* aux
                                                     sizeof(align_c)));
   CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                     sizeof(align_c)));
+  if (ab_type == CUDA_R_16BF && bf16_reduction_in_fp32_) {  // PyTorch's mask for this setting
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_NONE;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof(schemes)));
+  }
   const bool autotune = key[13] != 0;
   cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
   int found = 0;

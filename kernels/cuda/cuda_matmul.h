@@ -23,7 +23,9 @@ namespace trident::cuda {
 class Gemm {
  public:
   // On the current device. allow_tf32: fp32 GEMMs compute in CUBLAS_COMPUTE_32F_FAST_TF32.
-  explicit Gemm(bool allow_tf32 = false);
+  // bf16_reduction_in_fp32: bf16 GEMMs may split K only with the partial sums reduced in fp32
+  // (the heuristic is offered no algorithm that reduces in bf16 in place or in the output type).
+  explicit Gemm(bool allow_tf32 = false, bool bf16_reduction_in_fp32 = false);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -50,6 +52,7 @@ class Gemm {
 
   enum class Epilogue : int64_t { kNone = 0, kBias, kGeluAux, kGeluAuxBias, kDGelu };
   bool allow_tf32() const { return allow_tf32_; }
+  bool bf16_reduction_in_fp32() const { return bf16_reduction_in_fp32_; }
 
  private:
   struct Plan;
@@ -66,6 +69,7 @@ class Gemm {
                         void* accumulated, size_t out_bytes, cudaStream_t s);
 
   bool allow_tf32_ = false;
+  bool bf16_reduction_in_fp32_ = false;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;

@@ -2,7 +2,8 @@
 // output/bias dtypes, awkward and aligned shapes), bias_backward (also behind the hidden
 // dropout), the GEMMs with the GELU epilogue (matmul_bias_gelu, matmul_gelu_backward), and a
 // linear layer's weight and bias gradients (linear_param_grads); the algorithms
-// TRIDENT_GEMM_AUTOTUNE=1 times and the small-M GEMV of TRIDENT_GEMM_GEMV=1.
+// TRIDENT_GEMM_AUTOTUNE=1 times and the small-M GEMV of TRIDENT_GEMM_GEMV=1; bf16 split-K
+// reduced in fp32 (--disable-bf16-reduced-precision-matmul).
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -130,6 +131,30 @@ TEST_P(Matmul, AutotunedAlgorithmsMatchCpu) {
   expect_close(out, storage_tol(dt(), 1e-4, 1e-4), "autotuned matmul, accumulated twice");
   EXPECT_EQ(gemm.tuned_plans(), 1u);
   EXPECT_LE(gemm.retuned_plans(), 1u);
+}
+
+// --disable-bf16-reduced-precision-matmul: a bf16 GEMM over a long K of small integers, whose
+// sums fp32 holds exactly (< 2^24) and bf16 does not: with split-K partial sums reduced only in
+// fp32, every output is the exact sum rounded once to bf16, the CPU's bytes.
+TEST_F(CudaVsCpu, Bf16GemmReducesSplitKInFp32WhenAsked) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  const int64_t M = 64, N = 128, K = 32768;
+  std::uniform_int_distribution<int> digit(0, 3);
+  auto small_ints = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = static_cast<float>(digit(rng_));
+    return v;
+  };
+  Pair a = upload(Shape{M, K}, DType::BF16, small_ints(M * K));
+  Pair b = upload(Shape{N, K}, DType::BF16, small_ints(N * K));
+  Pair out = filled(Shape{M, N}, DType::BF16, 0.f);
+  cpu().matmul(out.cpu, a.cpu, b.cpu, Tensor(), false, true, false);
+  gpu().synchronize();
+  cuda::Gemm gemm(false, /*bf16_reduction_in_fp32=*/true);
+  EXPECT_TRUE(gemm.bf16_reduction_in_fp32());
+  gemm.run(out.gpu, a.gpu, b.gpu, Tensor(), false, true, false, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_identical(out, "bf16 GEMM, K = 32768, split-K reduced in fp32");
 }
 
 // TRIDENT_GEMM_GEMV=1: x W^T of 1 to 16 rows (decoding's) through the GEMV kernel, with and

@@ -145,6 +145,20 @@ TEST(Options, LoadMainParamsFromCkptNeedsNoLoadOptim) {
             std::vector<std::string>{"--load-main-params-from-ckpt"});
 }
 
+// Megatron's --disable-bf16-reduced-precision-matmul: the CUDA GEMMs' bf16 split-K reduction in
+// fp32, with --bf16 only (Megatron sets PyTorch's switch only then); --no-tf32 beside it.
+TEST(Options, BackendOptionsFromTheFlags) {
+  const BackendOptions plain = backend_options(parse({}));
+  EXPECT_TRUE(plain.allow_tf32);
+  EXPECT_FALSE(plain.bf16_reduction_in_fp32);
+  EXPECT_FALSE(backend_options(parse({"--no-tf32"})).allow_tf32);
+  EXPECT_TRUE(backend_options(parse({"--bf16", "--disable-bf16-reduced-precision-matmul"})).bf16_reduction_in_fp32);
+  const TrainOptions fp16 = parse({"--fp16", "--disable-bf16-reduced-precision-matmul"});
+  EXPECT_FALSE(backend_options(fp16).bf16_reduction_in_fp32);
+  EXPECT_EQ(fp16.flags_without_effect,
+            std::vector<std::string>{"--disable-bf16-reduced-precision-matmul (without --bf16)"});
+}
+
 // Megatron's --log-memory-interval: positive, and a multiple of --log-interval (its assertion).
 TEST(Options, LogMemoryInterval) {
   EXPECT_EQ(parse({}).log_memory_interval, 0);
