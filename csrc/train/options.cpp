@@ -205,6 +205,10 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"cuda-graph-warmup-steps", "Megatron's CUDA graph capture: no effect"},
       {"enable-cuda-graph", "Megatron's CUDA graph capture: no effect", true},
       {"external-cuda-graph", "Megatron's CUDA graph capture: no effect", true},
+      {"cuda-graph-scope", "SCOPE ...: Megatron's CUDA graph capture: no effect"},
+      {"cp-comm-type", "TYPE ...: Megatron's context-parallel communication: no effect (no context parallelism)"},
+      {"result-rejected-tracker-filename", "Megatron's re-run state machine's log: no effect (--rerun-mode "
+                                           "disabled)"},
       {"te-rng-tracker", "Transformer Engine's RNG tracker: no effect (dropout is keyed by the seed)", true},
       {"train-sync-interval", "Megatron's host-device synchronisation interval: no effect"},
       {"no-one-logger", "NVIDIA's internal metrics logger: not run", true},
@@ -788,6 +792,8 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "iterations-to-skip") return &o.iterations_to_skip_words;
   if (flag == "profile-ranks") return &o.profile_ranks;
   if (flag == "recompute-modules") return &o.recompute_modules;
+  if (flag == "cuda-graph-scope") return &o.cuda_graph_scope;
+  if (flag == "cp-comm-type") return &o.cp_comm_type;
   return nullptr;
 }
 
@@ -996,6 +1002,8 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
                                          : name == "step-batch-size-schedule" ? ": expected THRESHOLD:BATCH ..."
                                          : name == "iterations-to-skip" ? ": expected one or more iterations"
                                          : name == "recompute-modules" ? ": expected one or more modules (core_attn)"
+                                         : name == "cuda-graph-scope" ? ": expected one or more scopes"
+                                         : name == "cp-comm-type" ? ": expected one or more types"
                                                                        : ": expected a prefix"));
     } else if (name == "config") {
       if (!value) check_separate_value("--config", i + 1 < argc ? argv[i + 1] : nullptr);
@@ -1433,6 +1441,9 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("profile-step-end", o.profile_step_end);
   for (const FlagDef& d : flags_without_effect_defs())
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
+  // (word lists, which the command-line parser does not see)
+  if (!o.cuda_graph_scope.empty()) o.flags_without_effect.push_back("--cuda-graph-scope");
+  if (!o.cp_comm_type.empty()) o.flags_without_effect.push_back("--cp-comm-type");
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
   if (f.has("ckpt-format")) {  // noted (flags_without_effect_defs), but one of Megatron's

@@ -1152,6 +1152,18 @@ TEST(Options, Megatron2025Flags) {
             "attention) always, and whole layers with --recompute-granularity full (--recompute-modules core_attn)");
 }
 
+// Megatron's list-valued switches without effect take their words (the flags after them still
+// parse) and are noted; so is the re-run tracker's file.
+TEST(Options, ListValuedFlagsWithoutEffect) {
+  const TrainOptions o = parse({"--cuda-graph-scope", "attn", "mlp", "--cp-comm-type", "p2p", "a2a",
+                                "--result-rejected-tracker-filename", "rejected.txt", "--micro-batch-size", "3"});
+  EXPECT_EQ(o.flags_without_effect, (std::vector<std::string>{"--result-rejected-tracker-filename",
+                                                              "--cuda-graph-scope", "--cp-comm-type"}));
+  EXPECT_EQ(o.cuda_graph_scope, (std::vector<std::string>{"attn", "mlp"}));
+  EXPECT_EQ(o.micro_batch_size, 3);
+  EXPECT_EQ(must_fail({"--cuda-graph-scope", "--micro-batch-size", "3"}), "--cuda-graph-scope: expected one or more scopes");
+}
+
 // Megatron-LM 2025's implementation switches, second names and settings trident has one way of.
 TEST(Options, Megatron2025FlagsMore) {
   const TrainOptions o =
