@@ -142,6 +142,11 @@ int main(int argc, char** argv) {
         throw trident::ConfigError(std::string(flag) +
                                    ": trident-bench only times training steps (no checkpoints or TensorBoard): "
                                    "use trident-train");
+    for (const auto& [flag, given] : {std::pair{"--rampup-batch-size", !opt.rampup_batch_size.empty()},
+                                      std::pair{"--step-batch-size-schedule", !opt.step_batch_size_schedule.empty()}})
+      if (given)
+        throw trident::ConfigError(std::string(flag) + ": trident-bench times steps of one global batch "
+                                   "(--global-batch-size)");
     if (bf.generate) return trident::run_generation_bench(opt, bf.generation);
     // Steps are counted in int, the warm-up added: 2^30 at most.
     if (opt.train_iters > (int64_t{1} << 30))

@@ -107,6 +107,9 @@ class Backend {
   // The device's energy counter, joules since a fixed point (a GPU's: NVML's), for Megatron's
   // --log-energy; nullopt on a device without one (the CPU's), with the reason in *why_none.
   virtual std::optional<double> energy_joules(std::string* why_none);
+  // The bytes the whole device has in use, by every process (Megatron's
+  // --log-device-memory-used); nullopt where there is no device memory (the CPU's).
+  virtual std::optional<uint64_t> device_memory_used() { return std::nullopt; }
 
   // ---- memory -------------------------------------------------------------------------
   // Tensors come from a caching allocator over raw_alloc: after the first training step

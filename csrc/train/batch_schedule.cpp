@@ -63,8 +63,8 @@ int64_t BatchSchedule::global_batch(uint64_t consumed) const {
   return start + increments * increment;
 }
 
-uint64_t BatchSchedule::samples_in(int64_t iterations) const {
-  uint64_t consumed = 0;
+uint64_t BatchSchedule::samples_after(uint64_t start, int64_t iterations) const {
+  uint64_t consumed = start;
   if (!steps.empty()) {  // step by step, not iteration by iteration
     for (int64_t left = iterations; left > 0;) {
       const auto batch = static_cast<uint64_t>(global_batch(consumed));
@@ -75,14 +75,14 @@ uint64_t BatchSchedule::samples_in(int64_t iterations) const {
       consumed += static_cast<uint64_t>(k) * batch;
       left -= k;
     }
-    return consumed;
+    return consumed - start;
   }
   // The ramp-up's iterations one by one (at most SAMPLES / START + 1 of them), then whole
   // batches of G: a run of 10^11 iterations is not counted one by one at its start.
   int64_t i = 0;
   for (; i < iterations && varies() && consumed <= samples; ++i)
     consumed += static_cast<uint64_t>(global_batch(consumed));
-  return consumed + static_cast<uint64_t>(iterations - i) * static_cast<uint64_t>(global);
+  return consumed - start + static_cast<uint64_t>(iterations - i) * static_cast<uint64_t>(global);
 }
 
 std::vector<int64_t> BatchSchedule::batches_from(uint64_t consumed) const {

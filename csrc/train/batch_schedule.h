@@ -41,15 +41,20 @@ struct BatchSchedule {
   // The global batch of the iteration that starts after `consumed` samples.
   int64_t global_batch(uint64_t consumed) const;
   // The samples the first `iterations` iterations consume.
-  uint64_t samples_in(int64_t iterations) const;
+  uint64_t samples_in(int64_t iterations) const { return samples_after(0, iterations); }
+  // The samples `iterations` iterations consume starting after `consumed` samples (a resumed
+  // run's, which another schedule may have brought to a point no iteration of this one starts at).
+  uint64_t samples_after(uint64_t consumed, int64_t iterations) const;
   // Every global batch the iterations starting at `consumed` samples or later can take, in
   // the order they come.
   std::vector<int64_t> batches_from(uint64_t consumed) const;
 };
 
 // Iterations of a sample-based run of `train_samples` samples (Megatron's update_train_iters):
-// each iteration takes the batch it is given while the whole batch fits, so a partial last
-// batch is dropped.
+// with steps, each iteration takes the batch it is given while the whole batch fits (a partial
+// last batch is dropped, as Megatron's constant batches); with a ramp-up, Megatron's loop: the
+// ramp's iterations while the consumed samples are within SAMPLES and the run (the last may
+// pass the run's end), then whole batches of G.
 int64_t train_iters_of_samples(const BatchSchedule& s, uint64_t train_samples);
 
 // --step-batch-size-schedule's text, Megatron's way: entries "THRESHOLD:BATCH" apart by spaces

@@ -238,8 +238,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"pytorch-profiler-collect-chakra", "torch's profiler (--use-pytorch-profiler): not run", true},
       {"config-logger-dir", "Megatron's dump of its configs: not written (trident-train's first lines and the "
                             "checkpoint's metadata.json hold the run's settings)"},
-      {"log-device-memory-used", "the device memory as nvidia-smi reports it: not logged (trident logs its "
-                                 "allocator's peak, and --log-memory-to-tensorboard its state)", true},
       {"allow-ambiguous-pad-tokens", "Megatron's pad-token check: trident's GPT datasets never pad", true},
       {"dataloader-fast-cache-load", "Megatron's dataset-cache loading switch: no effect (the caches are "
                                      "memory-mapped)", true},
@@ -467,6 +465,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"log-memory-interval", "every N iterations (a multiple of --log-interval) each rank of data-parallel rank 0 "
                               "reports its allocator's memory, as Megatron's \"[Rank r] (after N iterations) memory "
                               "(MB)\" lines"},
+      {"log-device-memory-used", "with --log-memory-interval: each line also gives the memory the whole device "
+                                 "has in use (every process's; CUDA)", true},
       {"device", "auto, cpu or cuda"},
       {"tensor-model-parallel-size", "tensor-parallel ranks (1)"},
       {"pipeline-model-parallel-size", "pipeline stages (1)"},
@@ -1329,6 +1329,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("seed", o.seed);
   f.get("log-interval", o.log_interval);
   f.get("log-memory-interval", o.log_memory_interval);
+  f.get("log-device-memory-used", o.log_device_memory_used);
   f.get("device", o.device);
   f.get("tensor-model-parallel-size", o.tensor_model_parallel_size);
   f.get("pipeline-model-parallel-size", o.pipeline_model_parallel_size);
@@ -1606,6 +1607,12 @@ void read_batch_rampup(TrainOptions& o) {
                       ") must be multiples of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
 }
 
+std::string join_words(const std::vector<std::string>& words) {
+  std::string text;
+  for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
+  return text;
+}
+
 // --step-batch-size-schedule's words, checked as Megatron checks them: its last batch is the
 // global batch, so --global-batch-size is not given too.
 void read_step_batch_schedule(TrainOptions& o) {
@@ -1618,9 +1625,7 @@ void read_step_batch_schedule(TrainOptions& o) {
                       "is the global batch)");
   if (!o.sample_based)
     throw ConfigError("--step-batch-size-schedule needs sample-based training (--train-samples), as Megatron's");
-  std::string text;
-  for (const std::string& word : w) text += (text.empty() ? "" : " ") + word;
-  o.batch_steps = parse_step_batch_schedule(text, o.model.seq_length);
+  o.batch_steps = parse_step_batch_schedule(join_words(w), o.model.seq_length);  // again in resolve_schedule
   o.global_batch_size = static_cast<int>(o.batch_steps.back().batch);
   o.global_batch_size_is_default = false;
 }
@@ -1635,8 +1640,7 @@ void validate_batch_and_schedule(TrainOptions& o) {
   }
   check_positive(o.global_batch_size, "global-batch-size");
   if (o.global_batch_size % o.micro_batch_size != 0)
-    throw ConfigError((o.batch_steps.empty() ? "--global-batch-size" : "the last batch of --step-batch-size-schedule") +
-                      std::string(" (") + std::to_string(o.global_batch_size) +
+    throw ConfigError(global_batch_flag(o) + " (" + std::to_string(o.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
   if (!(std::isfinite(o.lr) && o.lr >= 0))
     throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
@@ -2018,6 +2022,10 @@ void resolve_schedule(TrainOptions& o) {
   const uint64_t gbs = static_cast<uint64_t>(o.global_batch_size);
   if (o.lr_warmup_fraction > 1) throw ConfigError("--lr-warmup-fraction must be in [0, 1]");
   if (o.sample_based) {
+    // The token thresholds in samples at the sequence length the run has now (--use-checkpoint-args
+    // may have taken it from the checkpoint since the flags were read).
+    if (!o.step_batch_size_schedule.empty())
+      o.batch_steps = parse_step_batch_schedule(join_words(o.step_batch_size_schedule), o.model.seq_length);
     const BatchSchedule batches = make_batch_schedule(o);
     if (!o.batch_steps.empty() && o.train_samples < static_cast<uint64_t>(batches.global_batch(0)))
       throw ConfigError("--train-samples (" + std::to_string(o.train_samples) + ") must be at least the first batch "
@@ -2085,7 +2093,7 @@ static void check_evaluation_batches(const TrainOptions& o) {
                         "training's batches (" + of + " " + std::to_string(training) + ")");
   };
   check(o.eval_micro_batch_size, o.micro_batch_size, "eval-micro-batch-size", "--micro-batch-size");
-  check(o.eval_global_batch_size, o.global_batch_size, "eval-global-batch-size", "--global-batch-size");
+  check(o.eval_global_batch_size, o.global_batch_size, "eval-global-batch-size", global_batch_flag(o).c_str());
 }
 
 void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
@@ -2096,6 +2104,10 @@ void resolve_global_batch_size(TrainOptions& o, int data_parallel_size) {
     resolve_schedule(o);
   }
   check_evaluation_batches(o);
+}
+
+std::string global_batch_flag(const TrainOptions& o) {
+  return o.step_batch_size_schedule.empty() ? "--global-batch-size" : "the last batch of --step-batch-size-schedule";
 }
 
 BackendOptions backend_options(const TrainOptions& o) {

@@ -50,7 +50,7 @@ struct TrainOptions {
   // --lr-warmup-iters, --lr-decay-iters) or sample-based (--train-samples,
   // --lr-warmup-samples, --lr-decay-samples), never mixed; --lr-warmup-fraction
   // (warm-up = fraction x decay) works with either instead of the warm-up count.
-  int64_t train_iters = 100;  // sample-based: train_samples / global batch (floor), or the ramp-up's count
+  int64_t train_iters = 100;  // sample-based: train_samples / global batch (floor), or the ramp-up's or steps' count
   bool train_iters_is_default = false;  // parsing without --train-iters: error messages say so
   bool sample_based = false;  // set by --train-samples
   uint64_t train_samples = 0;  // --train-samples; resolved: the run's samples either way
@@ -94,6 +94,7 @@ struct TrainOptions {
   // --log-memory-interval: every rank of data-parallel rank 0 reports its memory every N
   // iterations (Megatron's report_memory lines); 0 (not given): after the first iteration only.
   int64_t log_memory_interval = 0;
+  bool log_device_memory_used = false;  // and the device's memory in use, every process's (CUDA)
   std::string device = "auto";
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
@@ -386,6 +387,10 @@ int64_t periodic_validations(const TrainOptions& o, int64_t after, int64_t upto)
 // evaluation, TensorBoard, logging). Not the paths of data or files, which nodes may mount
 // at different places.
 std::string flags_every_rank_shares(const TrainOptions& o);
+
+// What sets the global batch, for messages: "--global-batch-size", or with
+// --step-batch-size-schedule its last batch.
+std::string global_batch_flag(const TrainOptions& o);
 
 // The backend's choices the run's flags make (--no-tf32, --disable-bf16-reduced-precision-matmul).
 BackendOptions backend_options(const TrainOptions& o);

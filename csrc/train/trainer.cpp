@@ -140,10 +140,8 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
   out_ = par_->world_rank() == 0 ? &log_ : &null_stream();
   resolve_schedule(opt_);
   const GridShape& g = par_->grid.shape;
-  const std::string global_batch_flag =
-      opt_.batch_steps.empty() ? "--global-batch-size" : "the last batch of --step-batch-size-schedule";
   if (opt_.global_batch_size % (opt_.micro_batch_size * g.dp) != 0)
-    throw ConfigError(global_batch_flag + " (" + std::to_string(opt_.global_batch_size) +
+    throw ConfigError(global_batch_flag(opt_) + " (" + std::to_string(opt_.global_batch_size) +
                       ") must be a multiple of --micro-batch-size (" + std::to_string(opt_.micro_batch_size) +
                       ") x data-parallel size (" + std::to_string(g.dp) + ")");
   batch_schedule_ = make_batch_schedule(opt_);
@@ -172,7 +170,7 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
                           " model chunks per stage) needs the micro-batches of every iteration to be a multiple of "
                           "--pipeline-model-parallel-size (" + std::to_string(g.pp) + "): a global batch of " +
                           std::to_string(m * per_micro_step) +
-                          " (" + (m == full_micro_batches_ ? global_batch_flag : "--rampup-batch-size") + ")" +
+                          " (" + (m == full_micro_batches_ ? global_batch_flag(opt_) : "--rampup-batch-size") + ")" +
                           " / (--micro-batch-size " + std::to_string(opt_.micro_batch_size) + " x data-parallel size " +
                           std::to_string(g.dp) + ") = " + std::to_string(m));
   const std::vector<StageLayout> layouts = stage_chunk_layouts(opt_, *par_);
@@ -557,8 +555,10 @@ void Trainer::report_peak_memory() {
 
 void Trainer::report_memory() {
   const AllocatorStats m = be_.allocator().stats();
+  constexpr uint64_t kNoDevice = ~uint64_t{0};
+  const uint64_t device_used = opt_.log_device_memory_used ? be_.device_memory_used().value_or(kNoDevice) : kNoDevice;
   const std::vector<uint64_t> mine = {static_cast<uint64_t>(par_->grid.dp_rank), m.bytes_in_use, m.peak_bytes_in_use,
-                                      m.bytes_reserved, m.peak_bytes_reserved};
+                                      m.bytes_reserved, m.peak_bytes_reserved, device_used};
   const std::vector<uint64_t> all = gather_words(*par_->world, mine);
   const size_t n = mine.size();
   auto mb = [](uint64_t bytes) {
@@ -571,7 +571,7 @@ void Trainer::report_memory() {
     if (v[0] != 0) continue;  // as Megatron: the ranks of data-parallel rank 0
     *out_ << "[Rank " << r << "] (after " << iteration_ << " iterations) memory (MB) | allocated: " << mb(v[1])
           << " | max allocated: " << mb(v[2]) << " | reserved: " << mb(v[3]) << " | max reserved: " << mb(v[4])
-          << std::endl;
+          << (v[5] != kNoDevice ? " | total device memory used: " + mb(v[5]) : std::string()) << std::endl;
   }
 }
 
@@ -644,6 +644,9 @@ IterationResult Trainer::train_iteration() {
   const std::string range = profiling_ ? "iteration " + std::to_string(iteration_ + 1) : "";
   if (profiling_) be_.range_push(range.c_str());
   const int G = static_cast<int>(batch_schedule_.global_batch(consumed_samples_)), T = opt_.model.seq_length;
+  // (train() checks the batches of its run up front; a caller that trains without it learns here)
+  if (const std::string why = batch_fits_layout(G); !why.empty())
+    throw ConfigError("the global batch of " + std::to_string(G) + " samples " + why);
   set_micro_batches(G / (opt_.micro_batch_size * par_->grid.shape.dp));
   IterationResult r;
   r.global_batch = G;
@@ -818,7 +821,7 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
                    uint64_t samples) {
     const uint64_t end = from + samples;
     if (data.size() >= end) return;
-    std::string msg = flags + ", --global-batch-size " + std::to_string(G) + ": the " + split + " data has " +
+    std::string msg = flags + ", " + global_batch_flag(opt_) + " " + std::to_string(G) + ": the " + split + " data has " +
                       std::to_string(data.size()) + " samples, the run reads " + std::to_string(end);
     if (iteration > 0)
       msg += " (resumed at iteration " + std::to_string(iteration) + " with " + std::to_string(from) + " " + split +
@@ -830,7 +833,7 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   // Training batches follow the batch schedule (a ramp-up, steps); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
-        batch_schedule_.samples_in(T) - batch_schedule_.samples_in(from));
+        batch_schedule_.samples_after(consumed, T - from));
   if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
     const int64_t evaluations = periodic_validations(opt_, iteration, T) + 1;  // and the final one
     for (const auto& set : valid_)
@@ -955,16 +958,21 @@ std::string Trainer::batch_fits_layout(int64_t global_batch) const {
 
 void Trainer::check_batch_steps_to_come() const {
   const std::vector<BatchStep>& steps = batch_schedule_.steps;
+  if (steps.empty() || iteration_ >= opt_.train_iters) return;
+  // Where the run's last iteration starts: a step from beyond it is never taken.
+  const uint64_t last_start =
+      consumed_samples_ + batch_schedule_.samples_after(consumed_samples_, opt_.train_iters - iteration_ - 1);
   for (size_t i = 0; i < steps.size(); ++i) {
     const bool passed = i + 1 < steps.size() && steps[i + 1].samples <= consumed_samples_;
-    if (const std::string why = batch_fits_layout(steps[i].batch); !passed && !why.empty())
+    const bool reached = steps[i].samples <= last_start;
+    if (const std::string why = batch_fits_layout(steps[i].batch); !passed && reached && !why.empty())
       throw ConfigError("--step-batch-size-schedule: the global batch of " + std::to_string(steps[i].batch) +
                         " (from " + std::to_string(steps[i].tokens) + " tokens on) " + why);
   }
 }
 
 void Trainer::train() {
-  check_batch_steps_to_come();
+  if (!opt_.skip_train) check_batch_steps_to_come();
   const ModelConfig& m = opt_.model;
   const GridShape& g = par_->grid.shape;
   std::ostream& out = *out_;
@@ -1042,7 +1050,21 @@ void Trainer::train() {
   bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
   start_energy_monitor();
   if (energy_) energy_->resume();
+  // The batch of the iteration before: Megatron saves before the first of a larger one (a
+  // ramp-up's or a step's), a skipped one's too, the last point the run can go back to at the
+  // batch it had so far.
+  int64_t batch_before = batch_schedule_.global_batch(consumed_samples_);
   while (!training_done()) {
+    if (const int64_t batch = batch_schedule_.global_batch(consumed_samples_); batch != batch_before) {
+      out << "trident: the global batch grows from " << batch_before << " to " << batch << " samples after iteration "
+          << iteration_ << " (" << consumed_samples_ << " samples consumed)" << std::endl;
+      batch_before = batch;
+      if (saving && last_saved_iteration_ != iteration_) {
+        const EnergyPause not_training(energy_.get());
+        if (pending_save_) finish_save(/*wait=*/false);
+        save_checkpoint();
+      }
+    }
     // As Megatron: a skipped iteration has no log line, evaluation, save or exit check.
     if (skip_next_iteration()) {
       skip_iteration();
@@ -1199,15 +1221,7 @@ void Trainer::train() {
       if (ended) break;
       consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
     }
-    // As Megatron: a checkpoint before the first iteration of a larger global batch (a ramp-up's
-    // or a step's), the last one the run can go back to at the batch it had so far.
-    const bool batch_grows = !training_done() && batch_schedule_.global_batch(consumed_samples_) != r.global_batch;
-    if (batch_grows)
-      out << "trident: the global batch grows from " << r.global_batch << " to "
-          << batch_schedule_.global_batch(consumed_samples_) << " samples after iteration " << iteration_ << " ("
-          << consumed_samples_ << " samples consumed)" << std::endl;
-    const bool persistent_save =
-        saving && ((opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0) || batch_grows);
+    const bool persistent_save = saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0;
     const bool non_persistent_save = !persistent_save && saving && opt_.non_persistent_save_interval > 0 &&
                                      iteration_ % opt_.non_persistent_save_interval == 0 && !training_done();
     if (pending_save_ || persistent_save || non_persistent_save) {

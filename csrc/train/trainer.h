@@ -171,7 +171,8 @@ class Trainer {
                       uint64_t first_sample, bool training, float grad_scale);
   void set_dropout_seed(uint64_t seed);
   void report_peak_memory();  // collective over the pipeline
-  // Megatron's report_memory lines (--log-memory-interval), printed by rank 0 for every rank of
+  // Megatron's report_memory lines (--log-memory-interval; --log-device-memory-used adds the
+  // device's memory in use where there is a device), printed by rank 0 for every rank of
   // data-parallel rank 0, in rank order: collective over the world.
   void report_memory();
   double global_norm_sq(bool of_params);  // of the gradients, or of the parameters; collective

@@ -90,6 +90,13 @@ class CudaBackend final : public Backend {
     return j;
   }
 
+  std::optional<uint64_t> device_memory_used() override {
+    activate(ordinal_);
+    size_t free = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return static_cast<uint64_t>(total - free);
+  }
+
   // ---- memory ----
   void* raw_alloc(size_t bytes) override {
     activate(ordinal_);

@@ -47,6 +47,19 @@ TEST_F(CudaVsCpu, EnergyCounterGrowsWithWork) {
   std::printf("[ energy ] %.0f J over 2 s of bf16 GEMMs\n", *after - *before);
 }
 
+// --log-device-memory-used: the device's memory in use (every process's) covers what this
+// backend holds, and grows by a new 512 MiB block; the CPU has no device memory.
+TEST_F(CudaVsCpu, DeviceMemoryUsedCoversTheAllocator) {
+  EXPECT_FALSE(cpu().device_memory_used().has_value());
+  const std::optional<uint64_t> before = gpu().device_memory_used();
+  ASSERT_TRUE(before.has_value());
+  Buffer big = gpu().empty(Shape{128 << 20}, DType::F32);  // 512 MiB
+  const std::optional<uint64_t> after = gpu().device_memory_used();
+  ASSERT_TRUE(after.has_value());
+  EXPECT_GE(*after, gpu().allocator().stats().bytes_reserved);
+  EXPECT_GE(*after - *before, uint64_t{512} << 20);
+}
+
 TEST_F(CudaVsCpu, HostRoundTripAndDeviceCopy) {
   TRIDENT_SKIP_WITHOUT_GPU();
   EXPECT_EQ(gpu().device(), Device::Cuda);

@@ -155,6 +155,7 @@ TEST_F(CudaVsCpu, Bf16GemmReducesSplitKInFp32WhenAsked) {
   gemm.run(out.gpu, a.gpu, b.gpu, Tensor(), false, true, false, nullptr);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   expect_identical(out, "bf16 GEMM, K = 32768, split-K reduced in fp32");
+  EXPECT_EQ(gemm.fallback_launches(), 0u) << "cuBLASLt found no algorithm under the reduction mask";
 }
 
 // TRIDENT_GEMM_GEMV=1: x W^T of 1 to 16 rows (decoding's) through the GEMV kernel, with and

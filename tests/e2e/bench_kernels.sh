@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# trident-bench refuses --save, --load and --tensorboard-dir (it writes and reads nothing), and
+# trident-bench refuses --save, --load and --tensorboard-dir (it writes and reads nothing) and a
+# global batch that changes (--rampup-batch-size, --step-batch-size-schedule), and
 # --kernels-quick exits 0 everywhere. Without a GPU (or without the CUDA
 # backend) it prints one "no GPU" line and measures nothing; with one it prints the kernel
 # table ending with the peaks it measured.
@@ -17,6 +18,19 @@ for flag in --save --load --tensorboard-dir; do
   if [[ $rc -ne 2 || $(wc -l <<<"$err") -ne 1 || $err != *"$flag: trident-bench only times training steps"* ||
         -e $tmp/out ]]; then
     echo "FAIL: trident-bench $flag: rc=$rc, stderr: $err"
+    exit 1
+  fi
+  echo "ok: $err"
+done
+# A global batch that changes during the run is refused too (the figures assume one).
+for schedule in "--global-batch-size 8 --rampup-batch-size 2 2 8" "--step-batch-size-schedule 0:2,64:4"; do
+  # shellcheck disable=SC2086
+  err=$("$bench" --device cpu --mock-data --num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 \
+    --max-position-embeddings 16 --micro-batch-size 2 --train-samples 16 $schedule 2>&1 >/dev/null)
+  rc=$?
+  flag=$(grep -oE -- '--[a-z]+-batch-size(-schedule)?' <<<"$schedule" | tail -n 1)
+  if [[ $rc -ne 2 || $err != "trident-bench: error: $flag: trident-bench times steps of one global batch"* ]]; then
+    echo "FAIL: trident-bench $schedule: rc=$rc, stderr: $err"
     exit 1
   fi
   echo "ok: $err"

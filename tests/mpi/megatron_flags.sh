@@ -12,8 +12,9 @@
 #  - --rampup-batch-size at pp2 x dp2 (the micro-batches of each rank's pipeline change with
 #    the batch) gives the global batches and losses of one process;
 #  - --step-batch-size-schedule: the batches of its steps, a checkpoint before each larger
-#    batch, a step dp 2 cannot run refused from the start, and a run resumed at dp 2 past that
-#    step giving the losses of one process;
+#    batch (also when the iteration before was skipped), a step dp 2 cannot run refused from
+#    the start unless the run ends before it, and a run resumed at dp 2 past that step giving
+#    the losses of one process;
 #  - --log-memory-interval: Megatron's memory lines at its multiples, from the ranks of
 #    data-parallel rank 0 (rank 0 alone at dp 2, both at tp 2), their figures in order;
 #  - fp16 with ZeRO 1 and 2 skips the steps one process skips;
@@ -121,6 +122,34 @@ if [[ $rc -ne 0 ]] && grep -qxF "$want" "$tmp/steps2.err"; then
 else
   fail "--step-batch-size-schedule at dp 2 from the start: rc $rc"; cat "$tmp/steps2.log" "$tmp/steps2.err"
 fi
+# A skipped iteration 4 still leaves the checkpoint before the batch of 4.
+"$train" "${model[@]}" "${steps[@]}" --save "$tmp/steps_skip" --iterations-to-skip 4 >"$tmp/skip.log" 2>"$tmp/skip.err"
+rc=$?
+if [[ $rc -eq 0 && -d $tmp/steps_skip/iter_0000004 && $(batches "$tmp/skip.log") == "2 2 2 4 4 4 4 4 4 8 8 8 8 " ]]; then
+  echo "ok: a skipped iteration before the larger batch: saved at iteration 4"
+else
+  fail "--step-batch-size-schedule with iteration 4 skipped: rc $rc, batches $(batches "$tmp/skip.log")"
+  ls "$tmp/steps_skip"; cat "$tmp/skip.err"
+fi
+# The last batch, which evaluation reads, must fit the layout even where training never reaches
+# it; a middle step beyond the run's end need not.
+"${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-samples 8 --step-batch-size-schedule "0:4 2k:6" \
+  --mock-data >"$tmp/unreached.log" 2>"$tmp/unreached.err"
+rc=$?
+if [[ $rc -ne 0 ]] && grep -q "the last batch of --step-batch-size-schedule (6) must be a multiple" \
+    "$tmp/unreached.err"; then
+  echo "ok: the last batch, which evaluation reads, must fit the layout even if training never reaches it"
+else
+  fail "--step-batch-size-schedule with a last batch that does not fit: rc $rc"; cat "$tmp/unreached.err"
+fi
+"${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-samples 16 --step-batch-size-schedule "0:4 1k:6 2k:8" \
+  --mock-data >"$tmp/unreached.log" 2>"$tmp/unreached.err"
+rc=$?
+if [[ $rc -eq 0 && $(batches "$tmp/unreached.log") == "4 4 4 4 " ]]; then
+  echo "ok: a step the run never reaches (6 samples from 1000 tokens, past its 16 samples) is not refused"
+else
+  fail "--step-batch-size-schedule with an unreached step: rc $rc"; cat "$tmp/unreached.err"
+fi
 # Resumed at dp 2 from the checkpoint before the batch of 4: the rest of the run as one process's.
 "${mpi[@]}" "$train" "${model[@]}" "${steps[@]}" --load "$tmp/steps" --ckpt-step 4 >"$tmp/steps3.log" \
   2>"$tmp/steps3.err"
@@ -135,7 +164,8 @@ else
 fi
 
 # Megatron's report_memory lines every 4 iterations (a multiple of --log-interval 2).
-for layout in "" "--tensor-model-parallel-size 2"; do
+# (--log-device-memory-used adds nothing on the CPU, which has no device memory.)
+for layout in "" "--tensor-model-parallel-size 2 --log-device-memory-used"; do
   # shellcheck disable=SC2086
   "${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-iters 8 --mock-data --log-interval 2 \
     --log-memory-interval 4 $layout >"$tmp/mem.log" 2>"$tmp/mem.err"

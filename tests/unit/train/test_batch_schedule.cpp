@@ -84,6 +84,13 @@ TEST(BatchSchedule, MatchesTheReferenceEverywhere) {
       ASSERT_EQ(r.samples_in(it), consumed) << c.start << " " << c.incr << " " << c.samples << " after " << it;
       consumed += static_cast<uint64_t>(reference_batch(c.start, c.incr, c.samples, c.global, consumed));
     }
+    for (uint64_t start : {uint64_t{1}, c.samples / 3 + 1, c.samples + 5}) {  // a resumed run's points
+      uint64_t at = start;
+      for (int64_t it = 0; it <= 300; ++it) {
+        ASSERT_EQ(r.samples_after(start, it), at - start) << c.start << " from " << start << " after " << it;
+        at += static_cast<uint64_t>(reference_batch(c.start, c.incr, c.samples, c.global, at));
+      }
+    }
   }
   // Without a ramp-up, and a run too long to count one iteration at a time.
   const BatchSchedule flat = make(64, 16, 1000, 64);
@@ -168,6 +175,14 @@ TEST(BatchSchedule, StepsMatchTheReferenceEverywhere) {
       ASSERT_EQ(s.samples_in(it), consumed) << it;
       consumed += static_cast<uint64_t>(reference_step_batch(steps, consumed));
     }
+    // From points no iteration of the schedule starts at (a run resumed from another one's).
+    for (uint64_t start : {uint64_t{1}, uint64_t{7}, uint64_t{9}, uint64_t{999}}) {
+      uint64_t at = start;
+      for (int64_t it = 0; it <= 300; ++it) {
+        ASSERT_EQ(s.samples_after(start, it), at - start) << start << " " << it;
+        at += static_cast<uint64_t>(reference_step_batch(steps, at));
+      }
+    }
   }
   // Hand-picked: 4 until 10 samples (iterations at 0, 4, 8: the switch overshoots by 2), then 8.
   const BatchSchedule s = with_steps({{0, 4}, {10, 8}, {50, 16}});
@@ -245,6 +260,14 @@ TEST(BatchSchedule, StepsFromTheFlags) {
   EXPECT_EQ(must_fail({"--micro-batch-size", "2", "--train-samples", "3", "--step-batch-size-schedule", "0:4"}),
             "--train-samples (3) must be at least the first batch of --step-batch-size-schedule (4)");
   EXPECT_EQ(must_fail(with({"--step-batch-size-schedule"})), "--step-batch-size-schedule: expected THRESHOLD:BATCH ...");
+  // The thresholds follow a sequence length taken later (--use-checkpoint-args): 64 tokens a
+  // sample put the steps at 5 and 25 samples.
+  TrainOptions longer = o;
+  longer.model.seq_length = 64;
+  resolve_schedule(longer);
+  EXPECT_EQ(make_batch_schedule(longer).steps[1].samples, 5u);
+  EXPECT_EQ(make_batch_schedule(longer).steps[2].samples, 25u);
+  EXPECT_EQ(longer.train_iters, 2 + 3 + 4);  // 2 of 4 (to 8), 3 of 8 (to 32), then (100 - 32) / 16 = 4
 }
 
 }  // namespace
