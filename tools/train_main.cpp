@@ -249,6 +249,10 @@ int train(int argc, char** argv) {
   }
   TrainData data = make_train_data(opt, parallel.get(), opt.skip_train ? DataUse::kEvaluationOnly : DataUse::kTraining);
   Trainer trainer(opt, *backend, std::move(data.train), std::cout, parallel.get());
+  if (opt.non_persistent_save_interval > 0 && opt.local_checkpoints())
+    if (const std::string warning = trainer.local_checkpoint_space_warning();
+        !warning.empty() && parallel->world_rank() == 0)
+      std::cout << "trident-train: warning: " << warning << std::endl;
   trainer.set_record_history(false);
   if (opt.multiple_validation_sets)
     trainer.set_evaluation_data(std::move(data.valid_sets), std::move(data.test));

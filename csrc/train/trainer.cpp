@@ -15,10 +15,16 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/process_id.h"
 #include "core/stop_signals.h"
 #include "data/array_cache.h"
 #include "data/documents.h"
 #include "data/tokenizer.h"
+#include "parallel/comm_strings.h"
+#include "train/checkpoint_space.h"
+#include "train/checkpoint_to_load.h"
+#include "train/local_checkpoint.h"
+#include "train/local_replicas.h"
 #include "train/log_line.h"
 #include "train/pending_save.h"
 #include "train/progress_log.h"
@@ -573,6 +579,31 @@ void Trainer::report_memory() {
           << " | max allocated: " << mb(v[2]) << " | reserved: " << mb(v[3]) << " | max reserved: " << mb(v[4])
           << (v[5] != kNoDevice ? " | total device memory used: " + mb(v[5]) : std::string()) << std::endl;
   }
+}
+
+std::string Trainer::local_checkpoint_space_warning() {
+  const int me = par_->world_rank();
+  const std::vector<uint64_t> all = gather_words(*par_->world, local_save_bytes());
+  // A save is written beside the previous one, which goes once every rank has committed;
+  // each rank of a clique keeps the others' copies the same way.
+  uint64_t one_save = all[static_cast<size_t>(me)];
+  if (opt_.replication)
+    for (int other : replication_clique(me, par_->grid.shape.world, opt_.replication_jump, opt_.replication_factor))
+      if (other != me) one_save += all[static_cast<size_t>(other)];
+  const std::string dir = local_checkpoint_root(opt_, me).string();
+  std::string mine;
+  if (const std::optional<uint64_t> free = free_bytes(dir); free && *free < 2 * one_save) {
+    char line[640];
+    std::snprintf(line, sizeof line,
+                  "rank %d (host %s): %s %s: a local save of this rank takes %.3g GB%s and is written before the "
+                  "previous one is deleted (%.3g GB at a time); the file system has %.3g GB free: %s",
+                  me, host_token().c_str(), non_persistent_dir_flag(opt_).c_str(), dir.c_str(),
+                  static_cast<double>(one_save) / 1e9, opt_.replication ? " with its clique's copies" : "",
+                  2.0 * static_cast<double>(one_save) / 1e9, static_cast<double>(*free) / 1e9,
+                  *free < one_save ? "the first local save will fail" : "the second local save will fail");
+    mine = line;
+  }
+  return first_failure(*par_->world, mine);
 }
 
 void Trainer::set_dropout_seed(uint64_t seed) {

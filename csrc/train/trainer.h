@@ -90,6 +90,10 @@ class Trainer {
   void set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets, std::unique_ptr<SampleSource> test);
 
   IterationResult train_iteration();  // one iteration over the global batch
+  // --non-persistent-ckpt-type local: "" when every rank's folder has room for a local save
+  // while its previous one is kept (with --replication, its clique's copies too), else a
+  // warning line naming the first rank short of room. Collective over the world.
+  std::string local_checkpoint_space_warning();
   // Up to train_iters iterations (fewer when --train-tokens is reached first), logging every
   // log_interval; with --skip-train only the final evaluations.
   void train();
@@ -163,6 +167,7 @@ class Trainer {
   // that writes (and on load broadcasts) each of the stage's parameters and, without ZeRO, its
   // optimizer state (local_checkpoint.h); else empty: each rank has all it needs.
   std::vector<int> shared_state_owners(const std::string& local_algo);
+  uint64_t local_save_bytes();  // of this rank's local checkpoint (trainer_checkpoint.cpp)
   void broadcast_shared_state(const std::vector<int>& owners);  // collective over the DP group
   // --replication: the copies of `save` within `clique` (this rank's); collective over it.
   void replicate_local_save(const PendingSave& save, const std::vector<int>& clique);

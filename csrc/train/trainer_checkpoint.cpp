@@ -564,6 +564,27 @@ void Trainer::replicate_local_save(const PendingSave& save, const std::vector<in
   if (!error.empty()) throw IoError(error);
 }
 
+// The tensor bytes save_checkpoint writes into this rank's local checkpoint (its choice of
+// parameters and optimizer pieces, above, summed instead of written).
+uint64_t Trainer::local_save_bytes() {
+  const ParamStore& P = model().params();
+  const std::vector<LocalParam>& params = P.list();
+  const std::vector<int> owners = shared_state_owners(opt_.non_persistent_local_ckpt_algo);
+  const auto writes_shared = [&](size_t i) { return owners.empty() || owners[i] == par_->grid.dp_rank; };
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (writes_shared(i)) bytes += static_cast<uint64_t>(params[i].numel()) * dtype_size(opt_.model.dtype);
+  if (opt_.no_save_optim) return bytes;
+  const ShardPlan& plan = optimizer_->plan();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const LocalParam& p = params[i];
+    if (!optimizer_->sharded() && !writes_shared(i)) continue;
+    for (const ShardPiece& s : plan.owned_pieces(FlatRange{p.offset, p.offset + p.numel()}))
+      bytes += 3 * sizeof(float) * static_cast<uint64_t>(s.size());
+  }
+  return bytes;
+}
+
 std::vector<int> Trainer::shared_state_owners(const std::string& local_algo) {
   if (local_algo != "fully_parallel" || par_->grid.shape.dp == 1) return {};
   std::vector<int64_t> numels;

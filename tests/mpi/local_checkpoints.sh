@@ -16,7 +16,9 @@
 #  - --replication: each rank keeps its clique's copies too (pairs, and one clique of four), a
 #    lost folder comes back from a copy on resume, bit-identical, a copy missing a file restores
 #    nothing, a copy that is damaged (a flipped byte) or incomplete passes the restore to the
-#    next holder's, and a save under other cliques removes the old cliques' copies.
+#    next holder's, and a save under other cliques removes the old cliques' copies;
+#  - a rank whose folder has no room for a save beside the previous one is named at the start
+#    (its free space faked at half, 1.5 and 2.2 times the files its save wrote).
 # Usage: local_checkpoints.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -232,6 +234,29 @@ m0=$(names "$d/L/0/iter_0000009/mp_rank_00/model.safetensors")
 [[ $m0 == "$(names "$d/L/2/iter_0000009/mp_rank_00/model.safetensors")" && $m0 == "$all" ]] &&
   echo "atomic: data-parallel ranks 0 and 1 each write all $(wc -l <<<"$m0") parameters" ||
   fail "atomic: the model files of ranks 0 and 2 do not both hold every parameter"
+
+# Room: S is what rank 1's fully_parallel save at dp 2 wrote (its tensors and their headers).
+room=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 1 --micro-batch-size 2
+      --global-batch-size 4 --eval-iters 0 --lr-warmup-iters 0 --non-persistent-save-interval 1 --non-persistent-ckpt-type local
+      --non-persistent-local-ckpt-dir "$d/room")
+mpirun --oversubscribe -np 2 --bind-to none "$train" "${room[@]}" --train-iters 2 --save "$d/room_save" \
+  >"$d/room.log" 2>&1 ||
+  fail "room: the run that measures a save"
+S=$(find "$d/room/1/iter_0000001" -type f ! -name metadata.json -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
+for case in "0.5 first" "1.5 second" "2.2 none"; do
+  read -r times want <<<"$case"
+  free=$(awk -v s="$S" -v t="$times" 'BEGIN { printf "%d", s * t }')
+  mpirun --oversubscribe --bind-to none -np 1 "$train" "${room[@]}" --save "$d/save_$want" : \
+    -np 1 env TRIDENT_TEST_FREE_BYTES="$free" "$train" "${room[@]}" --save "$d/save_$want" >"$d/room_$want.log" 2>&1 ||
+    fail "room: the run with $times saves free"
+  line=$(grep '^trident-train: warning: rank' "$d/room_$want.log" || true)
+  if [[ $want == none && -z $line ]] ||
+     [[ $line == "trident-train: warning: rank 1 (host "*"--non-persistent-local-ckpt-dir $d/room/1: "*"the $want local save will fail" ]]; then
+    echo "room: $times saves free ($free bytes, a save $S): ${line:-no warning}"
+  else
+    fail "room: $times saves free: got '${line}'"
+  fi
+done
 
 [[ $fails -eq 0 ]] || { echo "$fails failure(s)"; exit 1; }
 echo "local checkpoints: all checks passed"
