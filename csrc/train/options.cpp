@@ -205,10 +205,84 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"cuda-graph-warmup-steps", "Megatron's CUDA graph capture: no effect"},
       {"enable-cuda-graph", "Megatron's CUDA graph capture: no effect", true},
       {"external-cuda-graph", "Megatron's CUDA graph capture: no effect", true},
-      {"cuda-graph-scope", "SCOPE ...: Megatron's CUDA graph capture: no effect"},
-      {"cp-comm-type", "TYPE ...: Megatron's context-parallel communication: no effect (no context parallelism)"},
       {"result-rejected-tracker-filename", "Megatron's re-run state machine's log: no effect (--rerun-mode "
                                            "disabled)"},
+      // Megatron 2025-26: implementation, offload, overlap and plumbing switches (the same math).
+      {"disable-manual-gc-eval", "Megatron's Python garbage-collection switch: no effect", true},
+      {"disable-align-grad-reduce", "Megatron's gradient-reduce alignment switch: no effect", true},
+      {"disable-clone-scatter-output-in-embedding", "Megatron's embedding memory switch: no effect", true},
+      {"disable-fp8-wgrad", "Megatron's FP8 switch: no effect (no FP8)", true},
+      {"pipeline-model-parallel-comm-backend", "Megatron's pipeline transport (nccl, ucc): no effect (see --comm)"},
+      {"sharp-enabled-group", "Megatron's IB SHARP group: no effect (NCCL_COLLNET_ENABLE applies)"},
+      {"distributed-timeout-seconds-after-init", "Megatron's process-group timeout after start-up: no effect (see "
+                                                 "--distributed-timeout-minutes)"},
+      {"fused-residual-rmsnorm", "Transformer Engine's RMSNorm fusion: no effect (GPT-2's LayerNorm)", true},
+      {"mlp-chunks-for-training", "Megatron's MLP split along the sequence (memory): no effect"},
+      {"cpu-offloading-num-layers", "Megatron's CPU offload of layers (memory): no effect"},
+      {"cpu-offloading-retain-pinned-cpu-buffers", "Megatron's CPU offload: no effect", true},
+      {"fine-grained-activation-offloading", "Megatron's activation offload (memory): no effect", true},
+      {"min-offloaded-tensor-size", "Megatron's activation offload: no effect"},
+      {"delay-offload-until-cuda-graph", "Megatron's activation offload: no effect", true},
+      {"delta-offload-bytes-across-pp-ranks", "Megatron's activation offload: no effect"},
+      {"activation-offload-fraction", "Megatron's activation offload: no effect"},
+      {"fine-grained-offloading-max-inflight-offloads", "Megatron's activation offload: no effect"},
+      {"inference-cuda-graph-scope", "Megatron's inference CUDA graphs: no effect in training"},
+      {"cuda-graph-dynamic-microbatches", "Megatron's CUDA graph capture: no effect", true},
+      {"thd-max-packed-sequences", "Megatron's packed-sequence buffer for CUDA graphs: no effect (no packing)"},
+      {"enable-zbh1-pipeline", "Megatron-DeepSpeed's zero-bubble schedule (the same gradients): no effect (1F1B)",
+       true},
+      {"enable-zbh1-exact-semantics", "Megatron-DeepSpeed's zero-bubble schedule: no effect", true},
+      {"pp-delay", "Megatron-DeepSpeed's pipeline switch: no effect", true},
+      {"pp-split-size", "Megatron-DeepSpeed's pipeline split size: no effect"},
+      {"repeated-dataloader", "Megatron-DeepSpeed's data-loader reuse: no effect (the data is sized for the run)",
+       true},
+      {"per-dataset-sequences-path", "Megatron's precomputed sequence counts (start-up time): no effect"},
+      {"ckpt-fully-parallel-load-exchange-algo", "Megatron's torch_dist load plumbing: no effect"},
+      {"ckpt-fully-parallel-save-process-group", "Megatron's torch_dist save plumbing: no effect"},
+      {"ckpt-fully-parallel-load-process-group", "Megatron's torch_dist load plumbing: no effect"},
+      {"ckpt-fully-parallel-save-replicate-local", "Megatron's torch_dist save plumbing: no effect", true},
+      {"ckpt-fully-parallel-load-replicate-local", "Megatron's torch_dist load plumbing: no effect", true},
+      {"no-ckpt-load-validate-sharding-integrity", "Megatron's torch_dist load check: no effect", true},
+      {"disable-ckpt-load-validate-sharding-integrity", "Megatron's torch_dist load check: no effect", true},
+      {"async-ckpt-cpu-priority", "Megatron's async writer priority: no effect"},
+      {"async-ckpt-io-priority", "Megatron's async writer I/O class: no effect"},
+      {"async-ckpt-use-cpu-shm", "Megatron's async writer staging: no effect", true},
+      {"no-weight-decay-cond-type", "Megatron's weight-decay rule for QK LayerNorms: no effect (GPT-2 has none)"},
+      {"disable-mamba-mem-eff-path", "Megatron's Mamba kernel switch: no effect (no Mamba layers)", true},
+      // Megatron 2025-26: monitoring, profiling and services trident does not run.
+      {"gpu-sniff-test-interval", "Megatron's periodic GPU performance test: not run"},
+      {"record-shapes", "Megatron's NVTX shapes: no effect", true},
+      {"nvtx-ranges", "Megatron's NVTX ranges: no effect (--profile marks iterations)", true},
+      {"run-workload-inspector-server", "Megatron's profiling server: not run", true},
+      {"flight-recorder-dump-path", "PyTorch's NCCL flight recorder: not run"},
+      {"flight-recorder-trace-buffer-size", "PyTorch's NCCL flight recorder: not run"},
+      {"no-flight-recorder-dump-on-timeout", "PyTorch's NCCL flight recorder: not run", true},
+      {"flight-recorder-include-stack-trace", "PyTorch's NCCL flight recorder: not run", true},
+      {"no-flight-recorder-include-only-active", "PyTorch's NCCL flight recorder: not run", true},
+      {"no-flight-recorder-extra-dump-on-exec", "PyTorch's NCCL flight recorder: not run", true},
+      {"no-filter-warnings", "Megatron's Python warnings filter: no effect", true},
+      {"disable-filter-warnings", "Megatron's Python warnings filter: no effect", true},
+      {"one-logger-entity", "NVIDIA's internal metrics logger: not run"},
+      {"set-level-for-all-loggers", "Megatron's Python logging switch: no effect", true},
+      {"inprocess-max-iterations", "Megatron's in-process restart (not run: --inprocess-restart is refused)"},
+      {"inprocess-monitor-thread-interval", "Megatron's in-process restart: not run"},
+      {"inprocess-monitor-process-interval", "Megatron's in-process restart: not run"},
+      {"inprocess-progress-watchdog-interval", "Megatron's in-process restart: not run"},
+      {"inprocess-heartbeat-interval", "Megatron's in-process restart: not run"},
+      {"inprocess-soft-timeout", "Megatron's in-process restart: not run"},
+      {"inprocess-hard-timeout", "Megatron's in-process restart: not run"},
+      {"inprocess-heartbeat-timeout", "Megatron's in-process restart: not run"},
+      {"inprocess-barrier-timeout", "Megatron's in-process restart: not run"},
+      {"inprocess-completion-timeout", "Megatron's in-process restart: not run"},
+      {"inprocess-last-call-wait", "Megatron's in-process restart: not run"},
+      {"inprocess-termination-grace-time", "Megatron's in-process restart: not run"},
+      {"inprocess-granularity", "Megatron's in-process restart: not run"},
+      {"inprocess-active-world-size", "Megatron's in-process restart's spare ranks: not run (every rank trains)"},
+      {"inprocess-empty-cuda-cache", "Megatron's in-process restart: not run", true},
+      {"ft-num-warmup-iters", "NVIDIA Resiliency Extension's fault tolerance: not run"},
+      {"test-mode", "Megatron's internal test switch: no effect", true},
+      {"enable-experimental", "Megatron's experimental code paths: no effect", true},
+      {"no-save-tokenizer-assets", "Megatron's tokenizer files in checkpoints: trident writes none anyway", true},
       {"te-rng-tracker", "Transformer Engine's RNG tracker: no effect (dropout is keyed by the seed)", true},
       {"train-sync-interval", "Megatron's host-device synchronisation interval: no effect"},
       {"no-one-logger", "NVIDIA's internal metrics logger: not run", true},
@@ -286,6 +360,28 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
   return defs;
 }
 
+// Megatron's list-valued flags that change nothing here: their words are read (so that the flags
+// after them parse; none is fine too) and the flag is noted.
+const std::vector<FlagDef>& list_flags_without_effect_defs() {
+  static const std::vector<FlagDef> defs = {
+      {"cuda-graph-scope", "SCOPE ...: Megatron's CUDA graph capture: no effect"},
+      {"cuda-graph-modules", "MODULE ...: Megatron's CUDA graph capture: no effect"},
+      {"cp-comm-type", "TYPE ...: Megatron's context-parallel communication: no effect (no context parallelism)"},
+      {"high-priority-stream-groups", "GROUP ...: Megatron's high-priority NCCL streams: no effect"},
+      {"offload-modules", "MODULE ...: Megatron's activation offload: no effect"},
+      {"modules-to-filter", "MODULE ...: Megatron's Python logger filter: no effect"},
+      {"custom-recompute-layers-per-stage", "N ...: Megatron-DeepSpeed's recomputed layers per stage (memory): no "
+                                            "effect"},
+  };
+  return defs;
+}
+
+bool is_list_flag_without_effect(const std::string& flag) {
+  for (const FlagDef& d : list_flags_without_effect_defs())
+    if (flag == d.name) return true;
+  return false;
+}
+
 // Megatron's flags for what GPT-2 (or trident) does one way. A value flag that names that
 // way is accepted (and listed with the flags without effect); another value, or any flag
 // whose value is nullptr (a switch asking for something else), is refused with `why`. The
@@ -295,6 +391,7 @@ struct FixedSetting {
   bool is_bool;
   const char* value;  // the accepted value, or nullptr: refused whenever given
   const char* why;
+  const char* also = nullptr;  // another spelling of the accepted value (Megatron-DeepSpeed's)
 };
 
 const std::vector<FixedSetting>& fixed_setting_defs() {
@@ -306,8 +403,15 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"position-embedding-type", false, "learned_absolute", kPositions},
       {"use-rotary-position-embeddings", true, nullptr, kPositions},
       {"no-position-embedding", true, nullptr, kPositions},
-      {"normalization", false, "LayerNorm", "GPT-2 normalises with LayerNorm"},
+      {"normalization", false, "LayerNorm", "GPT-2 normalises with LayerNorm", "layernorm"},
       {"norm-epsilon", false, "1e-5", "GPT-2's LayerNorm epsilon is 1e-5"},
+      {"layernorm-epsilon", false, "1e-5", "GPT-2's LayerNorm epsilon is 1e-5"},  // Megatron-DeepSpeed's name
+      {"partition-method", false, "type:transformer", "the pipeline stages split the transformer layers "
+                                                      "(uneven: --decoder-first-pipeline-num-layers and "
+                                                      "--decoder-last-pipeline-num-layers)"},
+      {"inprocess-restart", true, nullptr, "trident does not restart in place: a failing rank ends the job "
+                                           "(--distributed-timeout-minutes), which resumes from its latest "
+                                           "checkpoint"},
       {"apply-layernorm-1p", true, nullptr, "GPT-2's LayerNorm weights are stored as they are, not as an offset from 1"},
       {"swiglu", true, nullptr, kGelu},
       {"squared-relu", true, nullptr, kGelu},
@@ -360,7 +464,7 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"tokenizer-model", false, nullptr, "the tokenizers are GPT-2's BPE (--vocab-file, --merge-file), BERT's "
                                           "WordPiece (--vocab-file) and NullTokenizer (--vocab-size)"},
       // Megatron-LM's newest.
-      {"num-experts", false, nullptr, "GPT-2 is dense (no mixture of experts)"},
+      {"num-experts", false, "1", "GPT-2 is dense (no mixture of experts; Megatron-DeepSpeed's 1 expert is dense)"},
       {"expert-model-parallel-size", false, "1", "GPT-2 is dense (no experts to split)"},
       {"expert-tensor-parallel-size", false, "1", "GPT-2 is dense (no experts to split)"},
       {"fp8-format", false, nullptr, "trident's GEMMs compute in bf16, fp16 or fp32 (no FP8)"},
@@ -672,6 +776,7 @@ const std::vector<FlagDef>& flag_defs() {
   static const std::vector<FlagDef> all = [] {
     std::vector<FlagDef> v = defs;
     for (const FlagDef& d : flags_without_effect_defs()) v.push_back(d);
+    for (const FlagDef& d : list_flags_without_effect_defs()) v.push_back(d);
     static std::deque<std::string> fixed_help;  // stable addresses for the FlagDefs' help
     for (const FixedSetting& s : fixed_setting_defs()) {
       fixed_help.push_back(s.value != nullptr ? std::string(s.value) + " only: " + s.why
@@ -792,8 +897,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "iterations-to-skip") return &o.iterations_to_skip_words;
   if (flag == "profile-ranks") return &o.profile_ranks;
   if (flag == "recompute-modules") return &o.recompute_modules;
-  if (flag == "cuda-graph-scope") return &o.cuda_graph_scope;
-  if (flag == "cp-comm-type") return &o.cp_comm_type;
+  if (is_list_flag_without_effect(flag)) return &o.words_without_effect[flag];
   return nullptr;
 }
 
@@ -996,14 +1100,12 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
       if (value) words.push_back(*value);
       else
         while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0) words.push_back(argv[++i]);
-      if (words.empty())
+      if (words.empty() && !is_list_flag_without_effect(name))
         throw ConfigError("--" + name + (name == "profile-ranks"       ? ": expected one or more global ranks"
                                          : name == "rampup-batch-size" ? ": expected START INCR SAMPLES"
                                          : name == "step-batch-size-schedule" ? ": expected THRESHOLD:BATCH ..."
                                          : name == "iterations-to-skip" ? ": expected one or more iterations"
                                          : name == "recompute-modules" ? ": expected one or more modules (core_attn)"
-                                         : name == "cuda-graph-scope" ? ": expected one or more scopes"
-                                         : name == "cp-comm-type" ? ": expected one or more types"
                                                                        : ": expected a prefix"));
     } else if (name == "config") {
       if (!value) check_separate_value("--config", i + 1 < argc ? argv[i + 1] : nullptr);
@@ -1443,8 +1545,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   for (const FlagDef& d : flags_without_effect_defs())
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
   // (word lists, which the command-line parser does not see)
-  if (!o.cuda_graph_scope.empty()) o.flags_without_effect.push_back("--cuda-graph-scope");
-  if (!o.cp_comm_type.empty()) o.flags_without_effect.push_back("--cp-comm-type");
+  for (const auto& [flag, words] : o.words_without_effect) o.flags_without_effect.push_back("--" + flag);
   f.get("peak-tflops", o.peak_tflops);
   f.get("max-nan-iterations", o.max_nan_iterations);
   if (f.has("ckpt-format")) {  // noted (flags_without_effect_defs), but one of Megatron's
@@ -1849,7 +1950,7 @@ void check_fixed_settings(const Flags& f, TrainOptions& o) {
     if (s.value == nullptr) throw ConfigError(flag + ": not supported: " + s.why);
     const std::string given = f.str(s.name);
     const std::optional<double> number = parse_decimal(given), wanted = parse_decimal(s.value);
-    if (number && wanted ? *number == *wanted : given == s.value) {
+    if (number && wanted ? *number == *wanted : given == s.value || (s.also && given == s.also)) {
       o.flags_without_effect.push_back(flag);
       continue;
     }

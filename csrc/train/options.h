@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -41,9 +42,9 @@ struct TrainOptions {
   // Megatron's --iterations-to-skip N ...: the words, and the 1-based iterations they name,
   // whose global batch is read past without a step (Trainer::skip_iteration).
   std::vector<std::string> iterations_to_skip_words;
-  // Megatron's list-valued flags that change nothing here (--cuda-graph-scope, --cp-comm-type):
-  // their words, read so that a launcher's list does not stop the run.
-  std::vector<std::string> cuda_graph_scope, cp_comm_type;
+  // Megatron's list-valued flags that change nothing here (--cuda-graph-scope, --cp-comm-type,
+  // ...): each given one's words, read so that a launcher's list does not stop the run.
+  std::map<std::string, std::vector<std::string>> words_without_effect;
   std::set<int64_t> iterations_to_skip;
 
   // ---- Length of training and LR schedule (Megatron): iteration-based (--train-iters,

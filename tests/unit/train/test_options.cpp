@@ -1153,15 +1153,44 @@ TEST(Options, Megatron2025Flags) {
 }
 
 // Megatron's list-valued switches without effect take their words (the flags after them still
-// parse) and are noted; so is the re-run tracker's file.
+// parse; none at all too, as nargs='*') and are noted; so is the re-run tracker's file.
 TEST(Options, ListValuedFlagsWithoutEffect) {
   const TrainOptions o = parse({"--cuda-graph-scope", "attn", "mlp", "--cp-comm-type", "p2p", "a2a",
-                                "--result-rejected-tracker-filename", "rejected.txt", "--micro-batch-size", "3"});
-  EXPECT_EQ(o.flags_without_effect, (std::vector<std::string>{"--result-rejected-tracker-filename",
-                                                              "--cuda-graph-scope", "--cp-comm-type"}));
-  EXPECT_EQ(o.cuda_graph_scope, (std::vector<std::string>{"attn", "mlp"}));
+                                "--result-rejected-tracker-filename", "rejected.txt", "--high-priority-stream-groups",
+                                "--micro-batch-size", "3"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--result-rejected-tracker-filename", "--cp-comm-type", "--cuda-graph-scope",
+                                      "--high-priority-stream-groups"}));
+  EXPECT_EQ(o.words_without_effect.at("cuda-graph-scope"), (std::vector<std::string>{"attn", "mlp"}));
   EXPECT_EQ(o.micro_batch_size, 3);
-  EXPECT_EQ(must_fail({"--cuda-graph-scope", "--micro-batch-size", "3"}), "--cuda-graph-scope: expected one or more scopes");
+}
+
+// Megatron-DeepSpeed's spellings of GPT-2's settings (lowercase layernorm, 1 expert as dense,
+// --layernorm-epsilon, the partition by transformer layers) are accepted and noted; other
+// values, and in-process restarts, are refused in one line. Newer Megatron's plumbing and
+// service switches are noted.
+TEST(Options, MegatronDeepSpeedSpellingsAndNewerSwitches) {
+  EXPECT_EQ(parse({"--normalization", "layernorm", "--num-experts", "1", "--layernorm-epsilon", "1e-5",
+                   "--partition-method", "type:transformer"})
+                .flags_without_effect,
+            (std::vector<std::string>{"--normalization", "--layernorm-epsilon", "--partition-method",
+                                      "--num-experts"}));
+  EXPECT_EQ(must_fail({"--num-experts", "8"}),
+            "--num-experts 8: not supported: GPT-2 is dense (no mixture of experts; Megatron-DeepSpeed's 1 expert is "
+            "dense) (--num-experts 1)");
+  EXPECT_EQ(must_fail({"--layernorm-epsilon", "1e-6"}),
+            "--layernorm-epsilon 1e-6: not supported: GPT-2's LayerNorm epsilon is 1e-5 (--layernorm-epsilon 1e-5)");
+  EXPECT_EQ(must_fail({"--normalization", "RMSNorm"}),
+            "--normalization RMSNorm: not supported: GPT-2 normalises with LayerNorm (--normalization LayerNorm)");
+  EXPECT_NE(must_fail({"--partition-method", "parameters"}).find("--partition-method parameters: not supported"),
+            std::string::npos);
+  EXPECT_NE(must_fail({"--inprocess-restart"}).find("--inprocess-restart: not supported: trident does not restart"),
+            std::string::npos);
+  EXPECT_EQ(parse({"--inprocess-active-world-size", "4", "--flight-recorder-dump-path", "/tmp/fr", "--nvtx-ranges",
+                   "--mlp-chunks-for-training", "2"})
+                .flags_without_effect,
+            (std::vector<std::string>{"--mlp-chunks-for-training", "--nvtx-ranges", "--flight-recorder-dump-path",
+                                      "--inprocess-active-world-size"}));
 }
 
 // Megatron-LM 2025's implementation switches, second names and settings trident has one way of.
