@@ -240,7 +240,9 @@ int train(int argc, char** argv) {
     hold_save_dir(opt.save, "--save", *parallel, save_dir);
     warn_if_no_room(opt, opt.save, "--save", *parallel);
   }
-  if (opt.non_persistent_save_interval > 0 && opt.local_checkpoints()) {
+  // (not for a run that saves none: --skip-train, or an interval the run does not reach)
+  if (opt.non_persistent_save_interval > 0 && opt.local_checkpoints() && !opt.skip_train &&
+      opt.non_persistent_save_interval < opt.train_iters) {
     hold_local_checkpoint_dir(opt, *parallel, non_persistent_dir);
   } else if (opt.non_persistent_save_interval > 0) {
     run_on_rank0_for_all(*parallel, [&] { check_non_persistent_dir(opt); });

@@ -779,7 +779,8 @@ const std::vector<FlagDef>& flag_defs() {
     for (const FlagDef& d : list_flags_without_effect_defs()) v.push_back(d);
     static std::deque<std::string> fixed_help;  // stable addresses for the FlagDefs' help
     for (const FixedSetting& s : fixed_setting_defs()) {
-      fixed_help.push_back(s.value != nullptr ? std::string(s.value) + " only: " + s.why
+      fixed_help.push_back(s.value != nullptr ? std::string(s.value) + (s.also ? std::string(" or ") + s.also : "") +
+                                                    " only: " + s.why
                                               : std::string("refused: ") + s.why);
       v.push_back({s.name, fixed_help.back().c_str(), s.is_bool});
     }
@@ -924,7 +925,9 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
                         (n.IsSequence() ? "list" : n.IsMap() ? "mapping" : "null value"));
     return yaml_scalar_to_string(n);
   };
-  if (is_word_list(flag)) {
+  if (is_list_flag_without_effect(flag) && value.IsNull()) {
+    // no words: the flag is noted all the same
+  } else if (is_word_list(flag)) {
     if (value.IsSequence()) {
       for (const auto& item : value) v.words.push_back(scalar(item));
     } else if (value.Tag() == "!") {  // quoted: one word, spaces and all (a path with a space)
@@ -935,7 +938,8 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
     }
     // As on the command line, where the flag without words is an error ("" or [] would
     // otherwise leave the run on synthetic tokens).
-    if (v.words.empty()) throw ConfigError("--config: " + where + ": key '" + flag + "' has no words");
+    if (v.words.empty() && !is_list_flag_without_effect(flag))
+      throw ConfigError("--config: " + where + ": key '" + flag + "' has no words");
   } else if (def.is_bool) {
     bool on = false;
     try {

@@ -1,5 +1,8 @@
 #include "train/trainer.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,13 +12,13 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <ostream>
 #include <system_error>
 
 #include "core/error.h"
-#include "core/process_id.h"
 #include "core/stop_signals.h"
 #include "data/array_cache.h"
 #include "data/documents.h"
@@ -34,6 +37,7 @@
 #include "train/throughput.h"
 
 namespace trident {
+namespace fs = std::filesystem;
 namespace {
 
 // Megatron's timer of a pipeline exchange, by the transfers it makes.
@@ -581,27 +585,80 @@ void Trainer::report_memory() {
   }
 }
 
+namespace {
+
+// Which file system `dir` (or its nearest existing parent) lies on, on this host: ranks with the
+// same key write their local saves to the same disk. 0 when it cannot be told.
+uint64_t file_system_key(const fs::path& dir) {
+  fs::path p = fs::absolute(dir);
+  std::error_code ec;
+  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return 0;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return std::hash<std::string>{}(host) ^ (static_cast<uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull);
+}
+
+// The bytes of the local saves (iter_*) and copies (replica_*) already in `root`, which the
+// first commit deletes.
+uint64_t bytes_of_earlier_saves(const fs::path& root) {
+  uint64_t bytes = 0;
+  std::error_code ec;
+  for (fs::directory_iterator top(root, ec), end; !ec && top != end; top.increment(ec)) {
+    const std::string name = top->path().filename().string();
+    if (name.rfind("iter_", 0) != 0 && name.rfind(kReplicaPrefix, 0) != 0) continue;
+    std::error_code walk;
+    for (fs::recursive_directory_iterator it(top->path(), walk), stop; !walk && it != stop; it.increment(walk))
+      if (it->is_regular_file(walk)) bytes += it->file_size(walk);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 std::string Trainer::local_checkpoint_space_warning() {
   const int me = par_->world_rank();
-  const std::vector<uint64_t> all = gather_words(*par_->world, local_save_bytes());
-  // A save is written beside the previous one, which goes once every rank has committed;
-  // each rank of a clique keeps the others' copies the same way.
-  uint64_t one_save = all[static_cast<size_t>(me)];
+  const fs::path root = local_checkpoint_root(opt_, me);
+  // Each rank's save (own files, and with --replication its copies of its clique's), what its
+  // folder holds already, and the file system it is on.
+  const std::vector<uint64_t> own = gather_words(*par_->world, local_save_bytes());
+  uint64_t save = own[static_cast<size_t>(me)];
   if (opt_.replication)
     for (int other : replication_clique(me, par_->grid.shape.world, opt_.replication_jump, opt_.replication_factor))
-      if (other != me) one_save += all[static_cast<size_t>(other)];
-  const std::string dir = local_checkpoint_root(opt_, me).string();
+      if (other != me) save += own[static_cast<size_t>(other)];
+  const std::vector<uint64_t> all =
+      gather_words(*par_->world, std::vector<uint64_t>{save, bytes_of_earlier_saves(root), file_system_key(root)});
+  // The ranks whose folders share this rank's disk (a node's ranks, usually) write together: a
+  // save is written beside the previous one, which goes once every rank has committed, so the
+  // disk must hold S at the first save and 2 S - E at the later ones (E: what lies there now,
+  // deleted at the first commit).
+  uint64_t S = 0, E = 0;
+  int sharing = 0;
+  for (size_t r = 0; 3 * r < all.size(); ++r)
+    if (all[3 * r + 2] == all[3 * static_cast<size_t>(me) + 2] && all[3 * r + 2] != 0) {
+      S += all[3 * r];
+      E += all[3 * r + 1];
+      ++sharing;
+    }
   std::string mine;
-  if (const std::optional<uint64_t> free = free_bytes(dir); free && *free < 2 * one_save) {
-    char line[640];
-    std::snprintf(line, sizeof line,
-                  "rank %d (host %s): %s %s: a local save of this rank takes %.3g GB%s and is written before the "
-                  "previous one is deleted (%.3g GB at a time); the file system has %.3g GB free: %s",
-                  me, host_token().c_str(), non_persistent_dir_flag(opt_).c_str(), dir.c_str(),
-                  static_cast<double>(one_save) / 1e9, opt_.replication ? " with its clique's copies" : "",
-                  2.0 * static_cast<double>(one_save) / 1e9, static_cast<double>(*free) / 1e9,
-                  *free < one_save ? "the first local save will fail" : "the second local save will fail");
-    mine = line;
+  const std::optional<uint64_t> free = free_bytes(root.string());
+  const uint64_t later = 2 * S > E ? 2 * S - E : 0;
+  if (sharing > 0 && free && *free < std::max(S, later)) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    auto gb = [](uint64_t b) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.3g GB", static_cast<double>(b) / 1e9);
+      return std::string(text);
+    };
+    mine = "rank " + std::to_string(me) + " (host " + host + "): " + non_persistent_dir_flag(opt_) + " " +
+           root.string() + ": the local saves of the " + std::to_string(sharing) + " rank" +
+           (sharing > 1 ? "s" : "") + " on this file system take " + gb(S) +
+           (opt_.replication ? " (with their cliques' copies)" : "") + " each time, written before the previous " +
+           "ones are deleted" + (E > 0 ? " (" + gb(E) + " of earlier saves there now)" : "") + "; it has " +
+           gb(*free) + " free: the " +
+           (*free < S ? "first" : "second") + " local save will fail";
   }
   return first_failure(*par_->world, mine);
 }

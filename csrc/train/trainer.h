@@ -90,9 +90,10 @@ class Trainer {
   void set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets, std::unique_ptr<SampleSource> test);
 
   IterationResult train_iteration();  // one iteration over the global batch
-  // --non-persistent-ckpt-type local: "" when every rank's folder has room for a local save
-  // while its previous one is kept (with --replication, its clique's copies too), else a
-  // warning line naming the first rank short of room. Collective over the world.
+  // --non-persistent-ckpt-type local: "" when every file system holding local checkpoints has
+  // room for the saves of all its ranks while their previous ones are kept (with --replication,
+  // their cliques' copies too), else a warning line naming the first rank on one short of room.
+  // Collective over the world.
   std::string local_checkpoint_space_warning();
   // Up to train_iters iterations (fewer when --train-tokens is reached first), logging every
   // log_interval; with --skip-train only the final evaluations.

@@ -17,8 +17,9 @@
 #    lost folder comes back from a copy on resume, bit-identical, a copy missing a file restores
 #    nothing, a copy that is damaged (a flipped byte) or incomplete passes the restore to the
 #    next holder's, and a save under other cliques removes the old cliques' copies;
-#  - a rank whose folder has no room for a save beside the previous one is named at the start
-#    (its free space faked at half, 1.5 and 2.2 times the files its save wrote).
+#  - a file system without room for its ranks' saves beside their previous ones is named at the
+#    start (free space faked at 0.5, 1.5 and 2.2 times the files a save wrote; 1.5 suffices where
+#    an earlier run's saves lie, which the first commit deletes).
 # Usage: local_checkpoints.sh TRAIN_BINARY REPO
 set -euo pipefail
 train=$1
@@ -235,26 +236,31 @@ m0=$(names "$d/L/0/iter_0000009/mp_rank_00/model.safetensors")
   echo "atomic: data-parallel ranks 0 and 1 each write all $(wc -l <<<"$m0") parameters" ||
   fail "atomic: the model files of ranks 0 and 2 do not both hold every parameter"
 
-# Room: S is what rank 1's fully_parallel save at dp 2 wrote (its tensors and their headers).
-room=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 1 --micro-batch-size 2
-      --global-batch-size 4 --eval-iters 0 --lr-warmup-iters 0 --non-persistent-save-interval 1 --non-persistent-ckpt-type local
-      --non-persistent-local-ckpt-dir "$d/room")
-mpirun --oversubscribe -np 2 --bind-to none "$train" "${room[@]}" --train-iters 2 --save "$d/room_save" \
-  >"$d/room.log" 2>&1 ||
-  fail "room: the run that measures a save"
-S=$(find "$d/room/1/iter_0000001" -type f ! -name metadata.json -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }')
-for case in "0.5 first" "1.5 second" "2.2 none"; do
-  read -r times want <<<"$case"
+# Room: S is what both ranks' fully_parallel saves at dp 2 wrote (their tensors and headers), on
+# the one file system they share; their free space is faked for every case.
+room=(--config "$repo/configs/gpt2-tiny.yaml" --num-layers 4 --device cpu --train-iters 2 --micro-batch-size 2
+      --global-batch-size 4 --eval-iters 0 --lr-warmup-iters 0 --non-persistent-save-interval 1
+      --non-persistent-ckpt-type local)
+mpirun --oversubscribe -np 2 --bind-to none "$train" "${room[@]}" --save "$d/room_save" \
+  --non-persistent-local-ckpt-dir "$d/room" >"$d/room.log" 2>&1 || fail "room: the run that measures a save"
+S=$(find "$d/room/0/iter_0000001" "$d/room/1/iter_0000001" -type f ! -name metadata.json -printf '%s\n' |
+    awk '{ s += $1 } END { print s + 0 }')
+# <times S free> <folder> <the save that fails, or none>: empty folders need S, then 2 S; the
+# folder that holds the measuring run's saves (deleted at the first commit) needs about S.
+for case in "0.5 empty first" "1.5 empty second" "2.2 empty none" "1.5 room none"; do
+  read -r times dir want <<<"$case"
+  [[ $dir == empty ]] && dir=empty_$times  # a folder of its own: a run leaves its saves there
   free=$(awk -v s="$S" -v t="$times" 'BEGIN { printf "%d", s * t }')
-  mpirun --oversubscribe --bind-to none -np 1 "$train" "${room[@]}" --save "$d/save_$want" : \
-    -np 1 env TRIDENT_TEST_FREE_BYTES="$free" "$train" "${room[@]}" --save "$d/save_$want" >"$d/room_$want.log" 2>&1 ||
-    fail "room: the run with $times saves free"
-  line=$(grep '^trident-train: warning: rank' "$d/room_$want.log" || true)
+  TRIDENT_TEST_FREE_BYTES=$free mpirun --oversubscribe --bind-to none -x TRIDENT_TEST_FREE_BYTES -np 2 "$train" \
+    "${room[@]}" --save "$d/save_${times}_$dir" --non-persistent-local-ckpt-dir "$d/$dir" \
+    >"$d/room_${times}_$dir.log" 2>&1 || fail "room: the run with $times saves free in $dir"
+  line=$(grep '^trident-train: warning: rank' "$d/room_${times}_$dir.log" || true)
   if [[ $want == none && -z $line ]] ||
-     [[ $line == "trident-train: warning: rank 1 (host "*"--non-persistent-local-ckpt-dir $d/room/1: "*"the $want local save will fail" ]]; then
-    echo "room: $times saves free ($free bytes, a save $S): ${line:-no warning}"
+     [[ $line == "trident-train: warning: rank 0 (host "*"--non-persistent-local-ckpt-dir $d/$dir/0: the local saves of \
+the 2 ranks on this file system take "*"the $want local save will fail" ]]; then
+    echo "room: $times saves free in $dir ($free bytes, a save $S): ${line:-no warning}"
   else
-    fail "room: $times saves free: got '${line}'"
+    fail "room: $times saves free in $dir: got '${line}'"
   fi
 done
 

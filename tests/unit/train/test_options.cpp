@@ -1163,6 +1163,10 @@ TEST(Options, ListValuedFlagsWithoutEffect) {
                                       "--high-priority-stream-groups"}));
   EXPECT_EQ(o.words_without_effect.at("cuda-graph-scope"), (std::vector<std::string>{"attn", "mlp"}));
   EXPECT_EQ(o.micro_batch_size, 3);
+  // In a config file an empty list or no value at all is as good.
+  const std::string yaml = write_yaml("empty_lists", "cuda_graph_scope: []\noffload-modules:\nmicro-batch-size: 3\n");
+  EXPECT_EQ(parse({"--config", yaml}).flags_without_effect,
+            (std::vector<std::string>{"--cuda-graph-scope", "--offload-modules"}));
 }
 
 // Megatron-DeepSpeed's spellings of GPT-2's settings (lowercase layernorm, 1 expert as dense,
