@@ -14,7 +14,8 @@
 #  - --step-batch-size-schedule: the batches of its steps, a checkpoint before each larger
 #    batch (also when the iteration before was skipped), a step dp 2 cannot run refused from
 #    the start unless the run ends before it, and a run resumed at dp 2 past that step giving
-#    the losses of one process;
+#    the losses of one process; under the interleaved schedule at pp 2 steps of 2, 4 and 8
+#    micro-batches give one process's losses, and a step of 1 is refused;
 #  - --log-memory-interval: Megatron's memory lines at its multiples, from the ranks of
 #    data-parallel rank 0 (rank 0 alone at dp 2, both at tp 2), their figures in order;
 #  - fp16 with ZeRO 1 and 2 skips the steps one process skips;
@@ -149,6 +150,33 @@ if [[ $rc -eq 0 && $(batches "$tmp/unreached.log") == "4 4 4 4 " ]]; then
   echo "ok: a step the run never reaches (6 samples from 1000 tokens, past its 16 samples) is not refused"
 else
   fail "--step-batch-size-schedule with an unreached step: rc $rc"; cat "$tmp/unreached.err"
+fi
+# The interleaved schedule (pp 2, two chunks a stage) with the micro-batches of each step: 2, 4, 8.
+model4=("${model[@]}")
+model4[1]=4  # --num-layers 4
+inter=(--micro-batch-size 1 --train-samples 48 --step-batch-size-schedule "0:2 128:4 512:8" --mock-data
+       --hidden-dropout 0.1 --attention-dropout 0.1)
+"$train" "${model4[@]}" "${inter[@]}" >"$tmp/inter1.log" 2>"$tmp/inter1.err" &&
+  "${mpi[@]}" "$train" "${model4[@]}" "${inter[@]}" --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 1 >"$tmp/inter2.log" 2>"$tmp/inter2.err"
+rc=$?
+if [[ $rc -eq 0 && $(batches "$tmp/inter1.log") == "2 2 4 4 4 8 8 8 8 " &&
+      $(batches "$tmp/inter2.log") == "$(batches "$tmp/inter1.log")" ]] &&
+    paste <(losses "$tmp/inter1.log") <(losses "$tmp/inter2.log") | awk '
+      { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ } END { exit !(n == 9 && m < 1e-5) }'; then
+  echo "ok: steps of 2, 4 and 8 micro-batches under the interleaved schedule at pp 2: one process's losses"
+else
+  fail "--step-batch-size-schedule, interleaved: rc $rc, batches $(batches "$tmp/inter2.log")"
+  cat "$tmp/inter1.err" "$tmp/inter2.err"
+fi
+"${mpi[@]}" "$train" "${model4[@]}" "${inter[@]/0:2 128:4 512:8/0:1 128:4}" --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 1 >"$tmp/inter3.log" 2>"$tmp/inter3.err"
+rc=$?
+if [[ $rc -ne 0 ]] && grep -q "the global batch of 1 (from 0 tokens on) gives 1 micro-batches, which the interleaved" \
+    "$tmp/inter3.err"; then
+  echo "ok: a step of one micro-batch is refused under the interleaved schedule at pp 2"
+else
+  fail "--step-batch-size-schedule, interleaved, a step of 1: rc $rc"; cat "$tmp/inter3.err"
 fi
 # Resumed at dp 2 from the checkpoint before the batch of 4: the rest of the run as one process's.
 "${mpi[@]}" "$train" "${model[@]}" "${steps[@]}" --load "$tmp/steps" --ckpt-step 4 >"$tmp/steps3.log" \
