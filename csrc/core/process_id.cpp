@@ -12,11 +12,16 @@
 
 namespace trident {
 
-std::string host_token() {
+std::string host_name() {
   char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') return "localhost";
+  return host;
+}
+
+std::string host_token() {
+  const std::string host = host_name();
   std::string h;
-  for (const char* c = host; *c && h.size() < 32; ++c)
+  for (const char* c = host.c_str(); *c && h.size() < 32; ++c)
     if (std::isalnum(static_cast<unsigned char>(*c))) h += *c;
   return h.empty() ? std::string("host") : h;
 }

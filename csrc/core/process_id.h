@@ -11,6 +11,9 @@
 
 namespace trident {
 
+// This host's name as gethostname gives it ("localhost" when it gives none), for messages.
+std::string host_name();
+
 // This host's name, its letters and digits only, at most 32 ("host" when none are left).
 std::string host_token();
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,16 @@ int64_t checkpoint_bytes(const TrainOptions& o);
 // yet: its nearest existing parent's), or nullopt when it cannot be asked. (A test sets them
 // with TRIDENT_TEST_FREE_BYTES.)
 std::optional<uint64_t> free_bytes(const std::string& dir);
+
+// Which file system `dir` (or its nearest existing parent) lies on, on this host: processes with
+// the same key write to the same disk. 0 when it cannot be told.
+uint64_t file_system_key(const std::string& dir);
+
+// The bytes of the regular files under `dir` (0 for none or an unreadable one).
+uint64_t bytes_under(const std::filesystem::path& dir);
+
+// "1.5 GB" (10^9 bytes, three significant digits), as the space messages say it.
+std::string gigabytes(uint64_t bytes);
 
 // "" when `dir` (named by `flag`) has room for a checkpoint of `o`, else a warning line: the
 // size, the space free, and that the first save will fail unless space is freed.

@@ -1667,19 +1667,22 @@ void check_non_negative(double v, const char* flag) {
   if (v < 0) throw ConfigError(std::string("--") + flag + " must not be negative");
 }
 
+// A word-list flag's words as one text, a space apart.
+std::string join_words(const std::vector<std::string>& words) {
+  std::string text;
+  for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
+  return text;
+}
+
 // --recompute-modules' words (Megatron's list, core_attn by default): core_attn is what the
 // fused attention recomputes always, so a list of it alone changes nothing; any other module
 // (mlp, layernorm, ...) is refused.
 void read_recompute_modules(TrainOptions& o) {
   if (o.recompute_modules.empty()) return;
-  std::string words;
-  bool other = false;
-  for (const std::string& w : o.recompute_modules) {
-    words += (words.empty() ? "" : " ") + w;
-    other = other || w != "core_attn";
-  }
+  const bool other = std::any_of(o.recompute_modules.begin(), o.recompute_modules.end(),
+                                 [](const std::string& w) { return w != "core_attn"; });
   if (other)
-    throw ConfigError("--recompute-modules " + words + ": not supported: trident recomputes the attention's core "
+    throw ConfigError("--recompute-modules " + join_words(o.recompute_modules) + ": not supported: trident recomputes the attention's core "
                       "(the fused attention) always, and whole layers with --recompute-granularity full "
                       "(--recompute-modules core_attn)");
   o.flags_without_effect.push_back("--recompute-modules");
@@ -1710,12 +1713,6 @@ void read_batch_rampup(TrainOptions& o) {
   if (start % o.micro_batch_size != 0 || incr % o.micro_batch_size != 0)
     throw ConfigError("--rampup-batch-size: START (" + std::to_string(start) + ") and INCR (" + std::to_string(incr) +
                       ") must be multiples of --micro-batch-size (" + std::to_string(o.micro_batch_size) + ")");
-}
-
-std::string join_words(const std::vector<std::string>& words) {
-  std::string text;
-  for (const std::string& word : words) text += (text.empty() ? "" : " ") + word;
-  return text;
 }
 
 // --step-batch-size-schedule's words, checked as Megatron checks them: its last batch is the
@@ -2315,9 +2312,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("global-batch-size", o.global_batch_size);
   line("train-iters", o.train_iters);
   line("train-samples", o.train_samples);
-  std::string rampup;
-  for (const std::string& w : o.rampup_batch_size) rampup += (rampup.empty() ? "" : " ") + w;
-  line("rampup-batch-size", rampup);
+  line("rampup-batch-size", join_words(o.rampup_batch_size));
   std::string steps;
   for (const BatchStep& b : o.batch_steps) steps += std::to_string(b.samples) + ":" + std::to_string(b.batch) + " ";
   line("step-batch-size-schedule (samples)", steps);

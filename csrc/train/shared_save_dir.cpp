@@ -9,6 +9,7 @@
 #include "ckpt/atomic_file.h"
 #include "ckpt/checkpoint_dir.h"
 #include "core/error.h"
+#include "core/process_id.h"
 #include "parallel/collective_timeout.h"
 #include "parallel/comm_strings.h"
 
@@ -74,9 +75,7 @@ void check_every_rank_sees_dir(const std::string& dir, const std::string& flag, 
   const fs::path probe = fs::path(dir) / (kSharedDirProbePrefix + token);
   std::string mine = probe_seen(probe, token + "\n", wait_seconds);
   if (!mine.empty()) {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    mine = "rank " + std::to_string(par.world_rank()) + " (host " + host + ") does not see the file rank 0 wrote in " +
+    mine = "rank " + std::to_string(par.world_rank()) + " (host " + host_name() + ") does not see the file rank 0 wrote in " +
            "its " + flag + " " + dir + " (" + probe.filename().string() + ": " + mine + ")";
   }
   const std::string failure = first_failure(world, mine);  // every rank has looked

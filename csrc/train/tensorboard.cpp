@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/process_id.h"
 #include "tensorboard_event.pb.h"
 
 namespace trident {
@@ -36,12 +37,6 @@ void put_le(std::string& out, uint64_t v, int bytes) {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string host_name() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0') return "localhost";
-  return buf;
 }
 
 }  // namespace

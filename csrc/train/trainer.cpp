@@ -1,8 +1,5 @@
 #include "train/trainer.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,13 +9,13 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <functional>
 #include <iostream>
 #include <optional>
 #include <ostream>
 #include <system_error>
 
 #include "core/error.h"
+#include "core/process_id.h"
 #include "core/stop_signals.h"
 #include "data/array_cache.h"
 #include "data/documents.h"
@@ -587,19 +584,6 @@ void Trainer::report_memory() {
 
 namespace {
 
-// Which file system `dir` (or its nearest existing parent) lies on, on this host: ranks with the
-// same key write their local saves to the same disk. 0 when it cannot be told.
-uint64_t file_system_key(const fs::path& dir) {
-  fs::path p = fs::absolute(dir);
-  std::error_code ec;
-  while (!fs::exists(p, ec) && p.has_parent_path() && p.parent_path() != p) p = p.parent_path();
-  struct stat st {};
-  if (::stat(p.c_str(), &st) != 0) return 0;
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return std::hash<std::string>{}(host) ^ (static_cast<uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ull);
-}
-
 // The bytes of the local saves (iter_*) and copies (replica_*) already in `root`, which the
 // first commit deletes.
 uint64_t bytes_of_earlier_saves(const fs::path& root) {
@@ -607,10 +591,7 @@ uint64_t bytes_of_earlier_saves(const fs::path& root) {
   std::error_code ec;
   for (fs::directory_iterator top(root, ec), end; !ec && top != end; top.increment(ec)) {
     const std::string name = top->path().filename().string();
-    if (name.rfind("iter_", 0) != 0 && name.rfind(kReplicaPrefix, 0) != 0) continue;
-    std::error_code walk;
-    for (fs::recursive_directory_iterator it(top->path(), walk), stop; !walk && it != stop; it.increment(walk))
-      if (it->is_regular_file(walk)) bytes += it->file_size(walk);
+    if (name.rfind("iter_", 0) == 0 || name.rfind(kReplicaPrefix, 0) == 0) bytes += bytes_under(top->path());
   }
   return bytes;
 }
@@ -628,7 +609,8 @@ std::string Trainer::local_checkpoint_space_warning() {
     for (int other : replication_clique(me, par_->grid.shape.world, opt_.replication_jump, opt_.replication_factor))
       if (other != me) save += own[static_cast<size_t>(other)];
   const std::vector<uint64_t> all =
-      gather_words(*par_->world, std::vector<uint64_t>{save, bytes_of_earlier_saves(root), file_system_key(root)});
+      gather_words(*par_->world,
+                   std::vector<uint64_t>{save, bytes_of_earlier_saves(root), file_system_key(root.string())});
   // The ranks whose folders share this rank's disk (a node's ranks, usually) write together: a
   // save is written beside the previous one, which goes once every rank has committed, so the
   // disk must hold S at the first save and 2 S - E at the later ones (E: what lies there now,
@@ -644,22 +626,13 @@ std::string Trainer::local_checkpoint_space_warning() {
   std::string mine;
   const std::optional<uint64_t> free = free_bytes(root.string());
   const uint64_t later = 2 * S > E ? 2 * S - E : 0;
-  if (sharing > 0 && free && *free < std::max(S, later)) {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    auto gb = [](uint64_t b) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%.3g GB", static_cast<double>(b) / 1e9);
-      return std::string(text);
-    };
-    mine = "rank " + std::to_string(me) + " (host " + host + "): " + non_persistent_dir_flag(opt_) + " " +
+  if (sharing > 0 && free && *free < std::max(S, later))
+    mine = "rank " + std::to_string(me) + " (host " + host_name() + "): " + non_persistent_dir_flag(opt_) + " " +
            root.string() + ": the local saves of the " + std::to_string(sharing) + " rank" +
-           (sharing > 1 ? "s" : "") + " on this file system take " + gb(S) +
+           (sharing > 1 ? "s" : "") + " on this file system take " + gigabytes(S) +
            (opt_.replication ? " (with their cliques' copies)" : "") + " each time, written before the previous " +
-           "ones are deleted" + (E > 0 ? " (" + gb(E) + " of earlier saves there now)" : "") + "; it has " +
-           gb(*free) + " free: the " +
-           (*free < S ? "first" : "second") + " local save will fail";
-  }
+           "ones are deleted" + (E > 0 ? " (" + gigabytes(E) + " of earlier saves there now)" : "") + "; it has " +
+           gigabytes(*free) + " free: the " + (*free < S ? "first" : "second") + " local save will fail";
   return first_failure(*par_->world, mine);
 }
 
@@ -1149,8 +1122,7 @@ void Trainer::train() {
       batch_before = batch;
       if (saving && last_saved_iteration_ != iteration_) {
         const EnergyPause not_training(energy_.get());
-        if (pending_save_) finish_save(/*wait=*/false);
-        save_checkpoint();
+        save_checkpoint();  // (which commits a pending --async-save first)
       }
     }
     // As Megatron: a skipped iteration has no log line, evaluation, save or exit check.

@@ -113,16 +113,23 @@ else
   fail "--step-batch-size-schedule: rc $rc, batches $(batches "$tmp/steps1.log"), saved $saved"
   cat "$tmp/steps1.err"
 fi
-# At dp 2 the first step (2 samples) is less than a micro batch per rank.
-"${mpi[@]}" "$train" "${model[@]}" "${steps[@]}" >"$tmp/steps2.log" 2>"$tmp/steps2.err"
-rc=$?
-want="trident-train: error: --step-batch-size-schedule: the global batch of 2 (from 0 tokens on) is not a multiple of \
---micro-batch-size (2) x data-parallel size (2)"
-if [[ $rc -ne 0 ]] && grep -qxF "$want" "$tmp/steps2.err"; then
-  echo "ok: a step dp 2 cannot run is refused at the start"
-else
-  fail "--step-batch-size-schedule at dp 2 from the start: rc $rc"; cat "$tmp/steps2.log" "$tmp/steps2.err"
-fi
+# refused <grep flags> <text> <what> <command...>: the command fails, its stderr matching the
+# text (grep -qF and the flags given: -x for the whole line).
+refused() {
+  local flags=$1 text=$2 what=$3
+  shift 3
+  "$@" >"$tmp/refused.log" 2>"$tmp/refused.err"
+  local rc=$?
+  if [[ $rc -ne 0 ]] && grep -qF ${flags:+"$flags"} -- "$text" "$tmp/refused.err"; then
+    echo "ok: $what"
+  else
+    fail "$what: rc $rc"; cat "$tmp/refused.log" "$tmp/refused.err"
+  fi
+}
+# At dp 2 the first step's 2 samples are not a multiple of the micro batch 2 x dp 2.
+refused -x "trident-train: error: --step-batch-size-schedule: the global batch of 2 (from 0 tokens on) is not a \
+multiple of --micro-batch-size (2) x data-parallel size (2)" "a step dp 2 cannot run is refused at the start" \
+  "${mpi[@]}" "$train" "${model[@]}" "${steps[@]}"
 # A skipped iteration 4 still leaves the checkpoint before the batch of 4.
 "$train" "${model[@]}" "${steps[@]}" --save "$tmp/steps_skip" --iterations-to-skip 4 >"$tmp/skip.log" 2>"$tmp/skip.err"
 rc=$?
@@ -134,15 +141,10 @@ else
 fi
 # The last batch, which evaluation reads, must fit the layout even where training never reaches
 # it; a middle step beyond the run's end need not.
-"${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-samples 8 --step-batch-size-schedule "0:4 2k:6" \
-  --mock-data >"$tmp/unreached.log" 2>"$tmp/unreached.err"
-rc=$?
-if [[ $rc -ne 0 ]] && grep -q "the last batch of --step-batch-size-schedule (6) must be a multiple" \
-    "$tmp/unreached.err"; then
-  echo "ok: the last batch, which evaluation reads, must fit the layout even if training never reaches it"
-else
-  fail "--step-batch-size-schedule with a last batch that does not fit: rc $rc"; cat "$tmp/unreached.err"
-fi
+refused "" "the last batch of --step-batch-size-schedule (6) must be a multiple" \
+  "the last batch, which evaluation reads, must fit the layout even if training never reaches it" \
+  "${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-samples 8 --step-batch-size-schedule "0:4 2k:6" \
+  --mock-data
 "${mpi[@]}" "$train" "${model[@]}" --micro-batch-size 2 --train-samples 16 --step-batch-size-schedule "0:4 1k:6 2k:8" \
   --mock-data >"$tmp/unreached.log" 2>"$tmp/unreached.err"
 rc=$?
@@ -169,15 +171,10 @@ else
   fail "--step-batch-size-schedule, interleaved: rc $rc, batches $(batches "$tmp/inter2.log")"
   cat "$tmp/inter1.err" "$tmp/inter2.err"
 fi
-"${mpi[@]}" "$train" "${model4[@]}" "${inter[@]/0:2 128:4 512:8/0:1 128:4}" --pipeline-model-parallel-size 2 \
-  --num-layers-per-virtual-pipeline-stage 1 >"$tmp/inter3.log" 2>"$tmp/inter3.err"
-rc=$?
-if [[ $rc -ne 0 ]] && grep -q "the global batch of 1 (from 0 tokens on) gives 1 micro-batches, which the interleaved" \
-    "$tmp/inter3.err"; then
-  echo "ok: a step of one micro-batch is refused under the interleaved schedule at pp 2"
-else
-  fail "--step-batch-size-schedule, interleaved, a step of 1: rc $rc"; cat "$tmp/inter3.err"
-fi
+refused "" "the global batch of 1 (from 0 tokens on) gives 1 micro-batches, which the interleaved" \
+  "a step of one micro-batch is refused under the interleaved schedule at pp 2" \
+  "${mpi[@]}" "$train" "${model4[@]}" "${inter[@]/0:2 128:4 512:8/0:1 128:4}" --pipeline-model-parallel-size 2 \
+  --num-layers-per-virtual-pipeline-stage 1
 # Resumed at dp 2 from the checkpoint before the batch of 4: the rest of the run as one process's.
 "${mpi[@]}" "$train" "${model[@]}" "${steps[@]}" --load "$tmp/steps" --ckpt-step 4 >"$tmp/steps3.log" \
   2>"$tmp/steps3.err"
