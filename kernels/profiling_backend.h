@@ -31,6 +31,7 @@ class ProfilingBackend final : public Backend {
   std::string device_name() const override { return inner_->device_name(); }
   std::optional<double> energy_joules(std::string* why_none) override { return inner_->energy_joules(why_none); }
   std::optional<uint64_t> device_memory_used() override { return inner_->device_memory_used(); }
+  bool saves_attention_dropout_mask() const override { return inner_->saves_attention_dropout_mask(); }
 
   void* raw_alloc(size_t bytes) override { return inner_->raw_alloc(bytes); }
   void raw_free(void* p) override { inner_->raw_free(p); }

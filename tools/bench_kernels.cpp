@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attn_dropout_mask.h"
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "kernels/backends.h"
@@ -726,6 +727,21 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
               be.attention_backward(dout, qkv, out, lse, dqkv, s, drop);
             },
             10);
+      // ... with the mask saved by the forward and read by the backward (TRIDENT_ATTN_SAVE_MASK=1
+      // in training): the backward's dK/dV and dQ passes read bits instead of drawing them.
+      {
+        const int64_t words = attn_mask_words(s.B, s.H, s.T);
+        Buffer mask = be.empty(Shape{words}, DType::I32);
+        AttentionShape m = s;
+        m.dropout_mask = mask.t();
+        b.add("attn fwd+bwd, dropout, saved mask", shp + ", " + std::to_string(words * 4 >> 10) + " KiB mask",
+              3.5 * fwd, true,
+              [&] {
+                be.attention_forward(qkv, out, lse, m, drop);
+                be.attention_backward(dout, qkv, out, lse, dqkv, m, drop);
+              },
+              10);
+      }
       // Megatron's --reset-attention-mask: documents of 200 tokens (boundaries inside tiles;
       // 64 in the quick run, whose T 256 would otherwise hold one and a tail). The work
       // counted is what the documents see (each a causal sequence of its own): blocks that

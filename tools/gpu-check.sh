@@ -752,6 +752,11 @@ target_lines() {
     echo "  (beside it) head dim 64 with dropout 0.1: $drop ms, $(awk -v a="$drop" -v b="$plain" \
       'BEGIN { printf "%.2f", a / b }')x the $plain ms without (2.2x on 2026-11-30, before the 16-bit draws)"
   fi
+  saved=$(d64 'attn fwd\+bwd, dropout, saved mask' '$(NF-3)')
+  if [[ -n $drop && -n $saved ]]; then
+    echo "  (beside it) ... with the mask saved for the backward (TRIDENT_ATTN_SAVE_MASK=1 in training): $saved ms," \
+      "$(awk -v a="$saved" -v b="$drop" 'BEGIN { printf "%.2f", a / b }')x the drawn mask's (predicted ~0.8-0.9x)"
+  fi
   for row in "$@"; do
     [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default settings' row, not "+tuned" or "x8"
     mfu=$(awk '{ print $NF }' <<<"$row")

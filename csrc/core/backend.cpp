@@ -1,5 +1,6 @@
 #include "core/backend.h"
 
+#include "core/attn_dropout_mask.h"
 #include "core/error.h"
 
 namespace trident {
@@ -17,6 +18,8 @@ std::optional<double> Backend::energy_joules(std::string* why_none) {
   if (why_none) *why_none = "the " + name() + " backend has no energy counter";
   return std::nullopt;
 }
+
+bool Backend::saves_attention_dropout_mask() const { return attn_mask_save_requested(); }
 
 Buffer Backend::empty(Shape shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);

@@ -34,11 +34,16 @@ namespace trident {
 // with document_starts[b*T + i] <= j <= i. Documents are contiguous runs of positions: each
 // value is its own position (a document starts) or its predecessor's value. The CPU backend
 // checks this; the CUDA kernels trust it (data/documents.h makes such starts).
+// `dropout_mask` (I32 [attn_mask_words(B, H, T)] on the backend's device, or empty; core/
+// attn_dropout_mask.h's layout): with attention dropout, attention_forward saves the keep bits
+// there and attention_backward reads them instead of drawing the mask again, so the same
+// tensor must reach both (Backend::saves_attention_dropout_mask says whether to pass one).
 struct AttentionShape {
   int B = 0, T = 0, H = 0, D = 0;
   int head_offset = 0;
   int heads_total = 0;  // 0 means H
   Tensor document_starts{};
+  Tensor dropout_mask{};
 };
 
 // Where the new tokens of an attention_decode call go: every sequence's at positions pos ..
@@ -110,6 +115,10 @@ class Backend {
   // The bytes the whole device has in use, by every process (Megatron's
   // --log-device-memory-used); nullopt where there is no device memory (the CPU's).
   virtual std::optional<uint64_t> device_memory_used() { return std::nullopt; }
+  // Whether the model should keep each layer's attention dropout mask from its forward for
+  // its backward (AttentionShape::dropout_mask): bits of memory against drawing it again.
+  // Every backend: TRIDENT_ATTN_SAVE_MASK=1 (core/attn_dropout_mask.h).
+  virtual bool saves_attention_dropout_mask() const;
 
   // ---- memory -------------------------------------------------------------------------
   // Tensors come from a caching allocator over raw_alloc: after the first training step

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "core/attn_dropout_mask.h"
 #include "core/error.h"
 
 namespace trident {
@@ -13,6 +14,7 @@ struct Gpt2Model::LayerActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // [R, C], [R], [R]
   Tensor qkv;                      // [BT, 3Cl]
   Tensor att, lse;                 // [BT, Cl], [B, Hl, T]
+  Tensor dropout_mask;             // I32 [attn_mask_words(B, Hl, T)] where the backend saves it, else empty
   Tensor resid_mid;                // [R, C]  x + dropout(attn proj)
   Tensor ln2, ln2_mean, ln2_rstd;  // [R, C], [R], [R]
   Tensor fc, gelu;                 // [BT, Fl] pre- and post-activation
@@ -106,6 +108,9 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
     store.push_back(be_.empty(s, t));
     return store.back().t();
   };
+  // The attention dropout mask kept from each layer's forward for its backward, where the
+  // backend would rather keep it than draw it again.
+  const bool save_attention_mask = cfg_.attention_dropout > 0.0f && be_.saves_attention_dropout_mask();
   // Every activation of a layer but its output.
   auto inner_acts = [&](std::vector<Buffer>& store) {
     LayerActs a;
@@ -115,6 +120,7 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
     a.qkv = own(store, {BT, 3 * Cl_}, dt);
     a.att = own(store, {BT, Cl_}, dt);
     a.lse = own(store, {static_cast<int64_t>(B_) * Hl_ * T_}, DType::F32);
+    if (save_attention_mask) a.dropout_mask = own(store, {attn_mask_words(B_, Hl_, T_)}, DType::I32);
     a.resid_mid = own(store, {R, C_}, dt);
     a.ln2 = own(store, {R, C_}, dt);
     a.ln2_mean = own(store, {R}, DType::F32);
@@ -378,7 +384,7 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   be_.matmul(a.qkv, gathered(a.ln1), P.param(h + "attn.qkv.weight"), P.param(h + "attn.qkv.bias"), false, true,
              false);
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads,
-                    document_starts_};
+                    document_starts_, a.dropout_mask};
   be_.attention_forward(a.qkv, a.att, a.lse, as, dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training));
   be_.matmul(scratch_->proj, a.att, P.param(h + "attn.proj.weight"), rank0 ? P.param(h + "attn.proj.bias") : none,
              false, true, false);
@@ -501,7 +507,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   be_.matmul(P.grad(h + "attn.proj.weight"), d_attn_out, a.att, Tensor(), true, false, true);
   be_.matmul(k.d_att, d_attn_out, P.param(h + "attn.proj.weight"), Tensor(), false, false, false);
   AttentionShape as{B_, T_, Hl_, cfg_.head_dim(), layout_.tp_rank * Hl_, cfg_.num_attention_heads,
-                    document_starts_};
+                    document_starts_, a.dropout_mask};
   be_.attention_backward(k.d_att, a.qkv, a.att, a.lse, k.d_qkv, as,
                          dropout_key(layer, kDropAttnProbs, cfg_.attention_dropout, training_));
   be_.linear_param_grads(k.d_qkv, gathered(a.ln1), P.grad(h + "attn.qkv.weight"), P.grad(h + "attn.qkv.bias"));

@@ -4,7 +4,8 @@
 //   s_ij = q_i . k_j / sqrt(D) (f_i <= j <= i);  p_ij = exp(s_ij - lse_i);  out_i = sum_j p_ij z_ij v_j
 // where f_i is the first key of query i's document (s.document_starts; 0 without documents)
 // and z_ij = keep x attn_drop_scale(p_drop) is the attention-probability dropout (philox.h's
-// attn_dropout_keep; 1 without dropout).
+// attn_dropout_keep; 1 without dropout). With s.dropout_mask the forward saves the keep bits
+// and the backward reads them instead of drawing them again.
 // The backward recomputes p from lse, so nothing but lse is saved; with dp_ij = z_ij do_i.v_j:
 //   dv_j += p_ij z_ij do_i;  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik);
 //   dq_i = sum_j ds_ij k_j / sqrt(D);  dk_j += ds_ij q_i / sqrt(D).
@@ -13,6 +14,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/attn_dropout_mask.h"
 #include "kernels/cpu/cpu_ops.h"
 
 namespace trident::cpu {
@@ -66,18 +68,49 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Dropout multipliers z_ij of query row i of global head hg (T x T scores), keys in order:
-// inv_keep when kept, 0 when dropped, 1 without dropout.
+// The saved mask (s.dropout_mask, core/attn_dropout_mask.h's layout) as uint16 rows, or null
+// when there is none or no dropout; blocks: attn_mask_blocks(T).
+struct SavedMask {
+  uint16_t* rows = nullptr;
+  int64_t blocks = 0;
+};
+SavedMask saved_mask(const char* op, const AttentionShape& s, const DropoutKey& drop) {
+  const Tensor& m = s.dropout_mask;
+  if (m.empty() || !drop.enabled()) return {};
+  check_cpu(op, m);
+  const int64_t words = attn_mask_words(s.B, s.H, s.T);
+  CPU_CHECK(op, m.dtype == DType::I32 && m.numel() == words, "dropout_mask must be int32 [", words, "] for B,H,T=",
+            s.B, ",", s.H, ",", s.T, ", got ", dtype_name(m.dtype), " ", m.shape.str());
+  return {static_cast<uint16_t*>(m.data), attn_mask_blocks(s.T)};
+}
+
+// Dropout multipliers z_ij of query row i of local head bh (global head hg; T x T scores):
+// inv_keep when kept, 0 when dropped, 1 without dropout. With a saved mask the forward
+// (kSave) records each decision it draws and the backward (kRead) reads them back.
 class RowDropFactors {
  public:
-  RowDropFactors(const DropoutKey& drop, float inv_keep, uint64_t sample, uint64_t hg, int64_t T, int64_t i)
-      : on_(drop.enabled()), inv_keep_(inv_keep),
-        row_(drop, sample, hg, static_cast<uint64_t>(T), static_cast<uint64_t>(i)) {}
-  float operator()(int64_t j) { return !on_ ? 1.0f : row_.keep(static_cast<uint64_t>(j)) ? inv_keep_ : 0.0f; }
+  enum class Mode { kSave, kRead };
+  RowDropFactors(const DropoutKey& drop, float inv_keep, uint64_t sample, uint64_t hg, int64_t T, int64_t i,
+                 const SavedMask& mask, int64_t bh, Mode mode)
+      : on_(drop.enabled()), read_(mask.rows != nullptr && mode == Mode::kRead), inv_keep_(inv_keep), mask_(mask),
+        bh_(bh), i_(i), row_(drop, sample, hg, static_cast<uint64_t>(T), static_cast<uint64_t>(i)) {}
+  float operator()(int64_t j) {
+    if (!on_) return 1.0f;
+    const bool keep = read_ ? (mask_.rows[row(j)] >> attn_mask_bit(j)) & 1u : row_.keep(static_cast<uint64_t>(j));
+    if (!read_ && mask_.rows != nullptr) {
+      const uint16_t bit = static_cast<uint16_t>(1u << attn_mask_bit(j));
+      uint16_t& r = mask_.rows[row(j)];
+      r = keep ? static_cast<uint16_t>(r | bit) : static_cast<uint16_t>(r & ~bit);
+    }
+    return keep ? inv_keep_ : 0.0f;
+  }
 
  private:
-  bool on_;
+  int64_t row(int64_t j) const { return attn_mask_row(mask_.blocks, bh_, i_, j); }
+  bool on_, read_;
   float inv_keep_;
+  SavedMask mask_;
+  int64_t bh_, i_;
   AttnRowDropout row_;
 };
 
@@ -89,6 +122,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
   const int64_t T = L.T, D = L.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const float inv_keep = drop.enabled() ? attn_drop_scale(drop.p) : 1.0f;
+  const SavedMask mask = saved_mask("attention_forward", s, drop);
   float* lse_p = lse.ptr<float>();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < L.B * L.H; ++bh) {
@@ -115,7 +149,7 @@ void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, 
       const float l = mx + static_cast<float>(std::log(se));
       lse_p[(b * L.H + h) * T + i] = l;
       std::fill(o, o + D, 0.f);
-      RowDropFactors z(drop, inv_keep, sample, h_global, T, i);
+      RowDropFactors z(drop, inv_keep, sample, h_global, T, i, mask, bh, RowDropFactors::Mode::kSave);
       for (int64_t j = j0; j <= i; ++j) {
         const float w = std::exp(p[j] - l) * z(j);
         const float* v = V + j * D;
@@ -135,6 +169,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
   const int64_t T = L.T, D = L.D;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const float inv_keep = drop.enabled() ? attn_drop_scale(drop.p) : 1.0f;
+  const SavedMask mask = saved_mask(op, s, drop);
   const float* lse_p = lse.ptr<const float>();
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t bh = 0; bh < L.B * L.H; ++bh) {
@@ -163,7 +198,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& lse
       const float* g = dO + i * D;
       const int64_t j0 = first_key(s, b, i);
       double delta = 0;
-      RowDropFactors zr(drop, inv_keep, sample, h_global, T, i);
+      RowDropFactors zr(drop, inv_keep, sample, h_global, T, i, mask, bh, RowDropFactors::Mode::kRead);
       for (int64_t j = j0; j <= i; ++j) {
         p[j] = std::exp(scale * dot(q, K + j * D, D) - l);
         const float z = zr(j);

@@ -17,7 +17,9 @@
 // one, whose dQ tiles the copy engine adds by bulk f32 reduces). Dropout masks are drawn in the kernels from philox.h's
 // attn_dropout_keep (16-bit uniforms, a Philox block per 2 queries x 4 keys) with the same
 // key, head (h_global), query and key of sample drop.sample_base + b as the CPU twin
-// (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements.
+// (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements. With a saved
+// mask (AttentionShape::dropout_mask, TRIDENT_ATTN_SAVE_MASK=1 in training) the forward
+// kernels also write their bits there and the backward kernels read them instead of drawing.
 //
 // Documents (AttentionShape::document_starts, Megatron's --reset-attention-mask): a query sees
 // the keys of its own document only. The forward and dQ tiles hide the keys before the row's
@@ -287,6 +289,16 @@ Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
   p.scale_log2 = p.scale * kLog2e;
   set_attn_dropout(p, drop);
+  if (!s.dropout_mask.empty() && p.dropout) {
+    const Tensor& m = s.dropout_mask;
+    const int64_t words = attn_mask_words(B, H, T);
+    TRIDENT_CHECK(m.dtype == DType::I32 && m.numel() == words, op, ": dropout_mask must be int32 [", words,
+                  "] for B,H,T=", B, ",", H, ",", T, ", got ", dtype_name(m.dtype), " ", m.shape.str());
+    // The dK/dV kernels read it by 32-bit words.
+    TRIDENT_CHECK(reinterpret_cast<uintptr_t>(m.data) % 4 == 0, op, ": dropout_mask is not 4-byte aligned");
+    p.mask = static_cast<uint16_t*>(m.data);
+    p.mask_blocks = attn_mask_blocks(T);
+  }
   const bool simt_forced = env_flag("TRIDENT_ATTN_SIMT");
   c.mma = qkv.dtype != DType::F32 && s.D % 8 == 0 && aligned16(qkv.data) && aligned16(out.data) && !simt_forced;
   return c;

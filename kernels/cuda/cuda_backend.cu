@@ -297,13 +297,13 @@ class CudaBackend final : public Backend {
   void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
                          const DropoutKey& drop) override {
     on_device();
-    require_device("attention_forward", {&qkv, &out, &lse, &s.document_starts});
+    require_device("attention_forward", {&qkv, &out, &lse, &s.document_starts, &s.dropout_mask});
     cuda::attention_forward(qkv, out, lse, s, drop, stream_);
   }
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
                           const Tensor& dqkv, const AttentionShape& s, const DropoutKey& drop) override {
     on_device();
-    require_device("attention_backward", {&dout, &qkv, &out, &lse, &dqkv, &s.document_starts});
+    require_device("attention_backward", {&dout, &qkv, &out, &lse, &dqkv, &s.document_starts, &s.dropout_mask});
     cuda::attention_backward(dout, qkv, out, lse, dqkv, s, drop, allocator(), stream_);
   }
 

@@ -21,6 +21,7 @@
 #include "core/dtype.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "tests/scoped_env.h"
 
 namespace trident {
 // Readable parameter values in gtest/ctest output ("fp16" rather than "1-byte object <01>").
@@ -33,32 +34,7 @@ namespace trident::cuda_test {
 #define TRIDENT_SKIP_WITHOUT_GPU() \
   if (::trident::cuda_device_count() == 0) GTEST_SKIP() << "no GPU visible"
 
-// An environment variable set to `value` (nullptr: unset) for one scope, then restored to
-// what it was; a null name does nothing. The kernels' settings (TRIDENT_ATTN_*,
-// TRIDENT_LN_FWD_*) are read on every call, so a test can switch them per scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (name_ == nullptr) return;
-    if (const char* old = std::getenv(name_)) old_ = old;
-    set(value);
-  }
-  ~ScopedEnv() {
-    if (name_ != nullptr) set(old_ ? old_->c_str() : nullptr);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  void set(const char* v) {
-    if (v == nullptr)
-      ::unsetenv(name_);
-    else
-      ::setenv(name_, v, 1);
-  }
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 // The same tensor on both backends.
 struct Pair {

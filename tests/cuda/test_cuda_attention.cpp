@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "attention_test_inputs.h"
+#include "core/attn_dropout_mask.h"
 #include "cuda_test_util.h"
 
 namespace trident::cuda_test {
@@ -161,6 +162,51 @@ class CudaAttention : public CudaVsCpuDtype {
       gpu().attention_backward(dout.gpu, r.qkv.gpu, r.out.gpu, r.lse.gpu, dqkv.gpu, r.gpu_shape, drop_key(c.p));
       gpu().synchronize();
       expect_out_close(dqkv, "dqkv");
+    }
+  }
+
+  template <typename T>
+  static std::vector<T> raw(Backend& be, const Tensor& t) {
+    std::vector<T> v(t.nbytes() / sizeof(T));
+    be.copy_to_host(v.data(), t);
+    return v;
+  }
+  // The saved dropout mask (AttentionShape::dropout_mask) on the cases with dropout: the GPU
+  // forward's bits equal the CPU's at every element a query sees, its output is the forward's
+  // without the mask, bit for bit, and the backward reads the bits: given another seed, it
+  // gives the gradients of the first seed's drawn mask, bit for bit.
+  void check_saved_mask(const std::string& tag) {
+    for (const AttnCase& c : cases()) {
+      if (c.p == 0.f) continue;
+      SCOPED_TRACE(tag + describe(c));
+      Run r = forward(c);
+      const int64_t words = attn_mask_words(c.B, c.H, c.T);
+      Pair mask = ints(Shape{words}, std::vector<int32_t>(static_cast<size_t>(words), 0x5A5AA5A5));
+      AttentionShape cs = r.cpu_shape, gs = r.gpu_shape;
+      cs.dropout_mask = mask.cpu.t();
+      gs.dropout_mask = mask.gpu.t();
+      Pair out = filled(Shape{c.B, c.T, c.H, c.D}, dt(), 7.f), lse = filled(Shape{c.B, c.H, c.T}, DType::F32, 7.f);
+      cpu().attention_forward(r.qkv.cpu, out.cpu, lse.cpu, cs, drop_key(c.p));
+      gpu().attention_forward(r.qkv.gpu, out.gpu, lse.gpu, gs, drop_key(c.p));
+      EXPECT_EQ(raw<uint16_t>(gpu(), out.gpu), raw<uint16_t>(gpu(), r.out.gpu)) << "out with the saved mask";
+      const std::vector<uint16_t> want = raw<uint16_t>(cpu(), mask.cpu), got = raw<uint16_t>(gpu(), mask.gpu);
+      const std::vector<int32_t> docs = random_document_starts(c.B, c.T, c.eod, static_cast<uint64_t>(c.T));
+      int64_t bad = 0;
+      for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.H; ++h)
+          for (int i = 0; i < c.T; ++i)
+            for (int j = docs.empty() ? 0 : docs[static_cast<size_t>(b) * c.T + i]; j <= i; ++j) {
+              const size_t row = static_cast<size_t>(attn_mask_row(attn_mask_blocks(c.T), b * c.H + h, i, j));
+              bad += ((want[row] ^ got[row]) >> attn_mask_bit(j)) & 1u;
+            }
+      EXPECT_EQ(bad, 0) << "mask bits differing from the CPU's";
+      Pair dout = random(Shape{c.B, c.T, c.H, c.D}, dt());
+      Buffer drawn = gpu().empty(Shape{c.B, c.T, 3 * c.H, c.D}, dt()), saved = gpu().empty(Shape{c.B, c.T, 3 * c.H, c.D}, dt());
+      DropoutKey other = drop_key(c.p);
+      other.seed += 1;
+      gpu().attention_backward(dout.gpu, r.qkv.gpu, r.out.gpu, r.lse.gpu, drawn, r.gpu_shape, drop_key(c.p));
+      gpu().attention_backward(dout.gpu, r.qkv.gpu, r.out.gpu, r.lse.gpu, saved, gs, other);
+      EXPECT_EQ(raw<uint16_t>(gpu(), saved), raw<uint16_t>(gpu(), drawn)) << "dqkv from the saved mask";
     }
   }
 };
@@ -402,6 +448,29 @@ TEST_P(CudaAttention, FallbackPathMatchesCpu) {
   check_forward("simt ");
   check_backward("simt ");
   ::unsetenv("TRIDENT_ATTN_SIMT");
+}
+
+// The saved dropout mask with the default kernels (the wgmma and warp-specialized ones on an
+// H100/H200), the mma.sync kernels and the CUDA-core fallback; then, on an H100/H200, the
+// warp-specialized backward (FlashAttention-3's dK/dV block and the warp-specialized dQ kernel).
+TEST_P(CudaAttention, SavedDropoutMaskIsTheDrawnMask) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check_saved_mask("");
+  {
+    const ScopedEnv fwd("TRIDENT_ATTN_FWD_WGMMA", "0"), bwd("TRIDENT_ATTN_BWD_WGMMA", "0");
+    check_saved_mask("mma ");
+  }
+  {
+    const ScopedEnv simt("TRIDENT_ATTN_SIMT", "1");
+    check_saved_mask("simt ");
+  }
+}
+TEST_P(CudaAttention, SavedDropoutMaskWarpSpecializedBackward) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
+  TRIDENT_SKIP_WITHOUT_SM90();
+  const ScopedEnv ws("TRIDENT_ATTN_BWD_WS", "1"), wg("TRIDENT_ATTN_BWD_WG", "2"), dq("TRIDENT_ATTN_DQ_WS", "1");
+  check_saved_mask("two-consumer dK/dV and dQ ");
 }
 
 // Head dims that are not multiples of 8 take the fallback path on every dtype.

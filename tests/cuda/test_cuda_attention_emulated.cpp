@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "attention_test_inputs.h"
+#include "core/attn_dropout_mask.h"
 #include "core/philox.h"
 #include "emulated/emu_context.h"
 
@@ -840,10 +841,30 @@ std::string describe(const AttnTiles& t) {
          std::to_string(t.dq_ws);
 }
 
+// The saved dropout mask's bits (AttnParams::mask) against attn_dropout_keep at every element
+// a query sees; the others are undefined. Returns the number that differ.
+int64_t saved_mask_mismatches(const AttnParams& p, const std::vector<int32_t>& docs) {
+  int64_t bad = 0;
+  for (int b = 0; b < p.B; ++b)
+    for (int h = 0; h < p.H; ++h)
+      for (int i = 0; i < p.T; ++i)
+        for (int j = docs.empty() ? 0 : docs[static_cast<size_t>(b) * p.T + i]; j <= i; ++j) {
+          const int64_t bh = static_cast<int64_t>(b) * p.H + h;
+          const bool bit = (p.mask[attn_mask_row(p.mask_blocks, bh, i, j)] >> attn_mask_bit(j)) & 1u;
+          bad += bit != attn_dropout_keep(p.drop, p.drop.sample_base + b, p.head_offset + h, p.T, i, j);
+        }
+  return bad;
+}
+
+// save_mask (cases with dropout): the forward saves its mask and the backward reads it. The
+// backward then runs with another dropout seed: only bits read from the saved mask give the
+// reference's gradients.
 template <typename T>
-void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& tiles = AttnTiles{}) {
+void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& tiles = AttnTiles{},
+              bool save_mask = false) {
+  save_mask = save_mask && c.p > 0.f;
   SCOPED_TRACE(describe(c) + (tensor_cores ? " tensor-core" : " cuda-core") +
-               (emu::g_eager ? " eager" : " deferred") + describe(tiles));
+               (emu::g_eager ? " eager" : " deferred") + describe(tiles) + (save_mask ? " saved mask" : ""));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   const size_t nqkv = static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D, nout = nqkv / 3,
@@ -890,6 +911,26 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
   std::vector<int32_t> doc_end(docs.size(), -7);  // the backward's scratch (plan_document_ends fills it)
   p.doc = docs.empty() ? nullptr : docs.data();
   p.doc_end = docs.empty() ? nullptr : doc_end.data();
+  // Garbage where the forward writes nothing (0xA5A5: bits of both kinds), and past the end
+  // guard rows that no kernel may write.
+  constexpr size_t kGuardRows = 64;
+  const size_t mask_rows = save_mask ? 2 * static_cast<size_t>(attn_mask_words(c.B, c.H, c.T)) : 0;
+  std::vector<uint16_t> mask(mask_rows + kGuardRows, 0xA5A5);
+  if (save_mask) {
+    p.mask = mask.data();
+    p.mask_blocks = attn_mask_blocks(c.T);
+  }
+  // After the forward: its saved bits, then another seed for the backward.
+  auto check_saved_mask = [&] {
+    if (!save_mask) return;
+    EXPECT_EQ(saved_mask_mismatches(p, docs), 0) << "saved mask bits";
+    EXPECT_EQ(static_cast<size_t>(std::count(mask.begin() + static_cast<std::ptrdiff_t>(mask_rows), mask.end(), 0xA5A5)),
+              kGuardRows)
+        << "rows written past the mask";
+    DropoutKey other = drop;
+    other.seed ^= 0x9E3779B97F4A7C15ull;
+    set_attn_dropout(p, other);
+  };
 
   const unsigned rows = static_cast<unsigned>((nrow + 3) / 4);
   if (tensor_cores) {
@@ -899,12 +940,14 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
       };
       if (tiles.fwd_ws || tiles.dkdv_ws || tiles.dq_ws) emulated_maps(p, 2);  // what the host launchers encode for the driver
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
+      check_saved_mask();
       plan_document_ends(p, emulated);
       plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)
       ASSERT_TRUE(plan_backward_mma<T>(p, tiles, emulated)) << "no backward instances";
     }
   } else {
     launch(attn_fwd_simt_kernel<T>, rows, 1, 0, p);
+    check_saved_mask();
     launch(attn_delta_kernel<T>, rows, 1, 0, p);
     launch(attn_bwd_dkdv_simt_kernel<T>, rows, 1, 0, p);
     launch(attn_bwd_dq_simt_kernel<T>, rows, 1, 0, p);
@@ -970,6 +1013,10 @@ const std::vector<Case>& small_cases() {
   return v;
 }
 
+// The variants' cases that run with the saved dropout mask: those of even T (about half of
+// the cases with dropout), so that every kernel runs both ways.
+bool saved_mask_case(const Case& c) { return c.T % 2 == 0; }
+
 class EmulatedAttention : public ::testing::TestWithParam<bool> {  // param: eager cp.async
  protected:
   void SetUp() override { emu::g_eager = GetParam(); }
@@ -980,33 +1027,34 @@ TEST_P(EmulatedAttention, TensorCoreFp16) {
   for (const Case& c : cases()) run_case<__half>(c, true, seed++);
 }
 
-TEST_P(EmulatedAttention, TensorCoreBf16) {
+TEST_P(EmulatedAttention, TensorCoreBf16) {  // with the saved dropout mask
   uint64_t seed = 100;
-  for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++);
+  for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++, AttnTiles{}, true);
 }
 
 // The tile shapes beside the defaults (AttnTiles), each on the cases whose head dim has it:
 // 128-row forward blocks with double-buffered dK/dV, the other forward key, dK/dV query and
 // dQ key tiles, the forward's two K/V buffers with each forward tile shape, and dQ added by
-// atomics (with one and two dK/dV buffers, and with the other dK/dV query tiles).
+// atomics (with one and two dK/dV buffers, and with the other dK/dV query tiles). Each with
+// the saved dropout mask on some cases (saved_mask_case) and drawn masks on the others.
 TEST_P(EmulatedAttention, TensorCoreVariants) {
   uint64_t seed = 400;
   AttnTiles wm2_db;
   wm2_db.fwd_wm = 2;
   wm2_db.dkdv_nb = 2;
   for (const Case& c : cases()) {
-    run_case<__half>(c, true, seed++, wm2_db);
+    run_case<__half>(c, true, seed++, wm2_db, saved_mask_case(c));
     wm2_db.fwd_nb = 3 - wm2_db.fwd_nb;  // both forward buffer counts, alternately
-    run_case<__nv_bfloat16>(c, true, seed++, wm2_db);
+    run_case<__nv_bfloat16>(c, true, seed++, wm2_db, saved_mask_case(c));
   }
   AttnTiles fwd_db;  // the default tile shapes with two forward K/V buffers and atomic dQ
   fwd_db.fwd_nb = 2;
   fwd_db.dq_atomic = true;
   for (const Case& c : cases()) {
-    run_case<__nv_bfloat16>(c, true, seed++, fwd_db);
+    run_case<__nv_bfloat16>(c, true, seed++, fwd_db, saved_mask_case(c));
     AttnTiles atomic_db = wm2_db;  // atomic dQ with the two-buffer dK/dV kernel
     atomic_db.dq_atomic = true;
-    run_case<__half>(c, true, seed++, atomic_db);
+    run_case<__half>(c, true, seed++, atomic_db, saved_mask_case(c));
   }
   for (const Case& c : cases()) {
     if (c.D <= 32) continue;  // D <= 32 has the default tiles only
@@ -1015,18 +1063,19 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
     AttnTiles other_atomic;  // atomic dQ with the other dK/dV query tiles
     other_atomic.dkdv_bq = other_bq;
     other_atomic.dq_atomic = true;
-    run_case<__nv_bfloat16>(c, true, seed++, other_atomic);
+    run_case<__nv_bfloat16>(c, true, seed++, other_atomic, saved_mask_case(c));
     AttnTiles other;  // forward keys doubled, the other dK/dV queries, dQ keys doubled (D 128)
     other.fwd_bk = 2 * bk;
     other.fwd_nb = 1 + (seed & 1);
     other.dkdv_bq = other_bq;
     if (c.D > 64) other.dq_bk = 2 * bk;
-    run_case<__nv_bfloat16>(c, true, seed++, other);
+    run_case<__nv_bfloat16>(c, true, seed++, other, saved_mask_case(c));
   }
 }
 
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory): the forward with both of
-// its key tiles, the backward's dK/dV (D 64: both query tiles) and dQ passes.
+// its key tiles, the backward's dK/dV (D 64: both query tiles) and dQ passes; each with the
+// saved dropout mask on some cases.
 TEST_P(EmulatedAttention, Wgmma) {
   uint64_t seed = 700;
   int seen[2] = {0, 0};  // cases so far of D <= 64 and of D > 64
@@ -1035,10 +1084,10 @@ TEST_P(EmulatedAttention, Wgmma) {
     const bool other_tiles = seen[c.D > 64]++ % 2 == 0;  // alternately, within each head-dim bucket
     AttnTiles wgmma;
     wgmma.fwd_wgmma = wgmma.bwd_wgmma = true;
-    run_case<__nv_bfloat16>(c, true, seed++, wgmma);
+    run_case<__nv_bfloat16>(c, true, seed++, wgmma, saved_mask_case(c));
     wgmma.fwd_bk = 128;  // the other key tile
     if (c.D <= 64) wgmma.dkdv_bq = 32;  // D 64's other dK/dV query tile
-    run_case<__half>(c, true, seed++, wgmma);
+    run_case<__half>(c, true, seed++, wgmma, saved_mask_case(c));
     // Two warpgroups a block (128 rows) in every kernel that has them (dK/dV: D 64), with
     // the other forward key and (D 64) dK/dV query tiles every other case of a head dim.
     AttnTiles two;
@@ -1049,14 +1098,14 @@ TEST_P(EmulatedAttention, Wgmma) {
       two.dkdv_wg = 2;
       two.dkdv_bq = other_tiles ? 32 : 0;
     }
-    run_case<__nv_bfloat16>(c, true, seed++, two);
+    run_case<__nv_bfloat16>(c, true, seed++, two, saved_mask_case(c));
     // The warp-specialized forward (a TMA producer, mbarriers, P V under the next tile's
     // softmax), with D 64's two key tiles alternately.
     // And the warp-specialized dQ kernel (dS K under the next step's dS; D 128 by half tiles).
     AttnTiles ws;
     ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = ws.dq_ws = true;
     ws.fwd_bk = other_tiles && c.D <= 64 ? 128 : 0;
-    run_case<__half>(c, true, seed++, ws);
+    run_case<__half>(c, true, seed++, ws, saved_mask_case(c));
     // FlashAttention-3's dK/dV block (two consumer warpgroups of 64 keys, a producer
     // warpgroup; D 64 pipelined), with each dQ kernel in turn.
     AttnTiles ws2 = ws;
@@ -1064,31 +1113,31 @@ TEST_P(EmulatedAttention, Wgmma) {
     ws2.dkdv_ws = true;
     ws2.dkdv_wg = 2;
     ws2.dq_ws = !other_tiles;
-    run_case<__nv_bfloat16>(c, true, seed++, ws2);
+    run_case<__nv_bfloat16>(c, true, seed++, ws2, saved_mask_case(c));
     if (c.D > 64) continue;
     ws2.dq_ws = false;  // ... with dQ added by bulk f32 reduces (D 64)
     ws2.dq_atomic = true;
-    run_case<__half>(c, true, seed++, ws2);
+    run_case<__half>(c, true, seed++, ws2, saved_mask_case(c));
     // The warp-specialized dK/dV kernel (D 64), with each dQ kernel in turn.
     AttnTiles ws_dkdv = ws;
     ws_dkdv.fwd_bk = 0;
     ws_dkdv.dkdv_ws = true;
     ws_dkdv.dq_ws = !other_tiles;
     ws_dkdv.dq_wg = other_tiles ? 2 : 1;
-    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv);
+    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv, saved_mask_case(c));
     ws_dkdv.dkdv_bq = 32;  // each stage by halves, the next half's scores under this one's products
     ws_dkdv.dq_ws = other_tiles;
     ws_dkdv.dq_wg = 1;
-    run_case<__half>(c, true, seed++, ws_dkdv);
+    run_case<__half>(c, true, seed++, ws_dkdv, saved_mask_case(c));
     ws_dkdv.dkdv_bq = 0;  // dQ by the dK/dV kernel, added by bulk f32 reduces
     ws_dkdv.dq_ws = false;
     ws_dkdv.dq_atomic = true;
-    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv);
+    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv, saved_mask_case(c));
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
     atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
-    run_case<__nv_bfloat16>(c, true, seed++, atomic);
+    run_case<__nv_bfloat16>(c, true, seed++, atomic, saved_mask_case(c));
     atomic.dkdv_wg = 2;  // with two warpgroups, whose dQ partials are summed in shared memory
-    run_case<__half>(c, true, seed++, atomic);
+    run_case<__half>(c, true, seed++, atomic, saved_mask_case(c));
   }
 }
 
@@ -1322,13 +1371,18 @@ TEST(EmulatedAttentionCudaCore, Bf16) {
   for (const Case& c : small_cases()) run_case<__nv_bfloat16>(c, false, seed++);
 }
 
+TEST(EmulatedAttentionCudaCore, SavedMask) {
+  uint64_t seed = 350;
+  for (const Case& c : small_cases()) run_case<__half>(c, false, seed++, AttnTiles{}, true);
+}
+
 INSTANTIATE_TEST_SUITE_P(CpAsync, EmulatedAttention, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "eager" : "deferred");
                          });
 
 // The single draw of the CUDA-core kernels against philox.h's attn_dropout_keep, which the
-// CPU twin uses, and the factors: inv_keep when kept, 0 when not.
+// CPU twin uses.
 TEST(EmulatedAttentionDropout, OneDrawMatchesAttnDropoutKeep) {
   std::mt19937_64 rng(7);
   int bad = 0, kept = 0;
@@ -1343,8 +1397,7 @@ TEST(EmulatedAttentionDropout, OneDrawMatchesAttnDropoutKeep) {
     const uint64_t sample = rng() >> (rng() % 64), hg = rng() % 100;
     const int i = static_cast<int>(rng() % p.T), j = static_cast<int>(rng() % p.T);
     const bool keep = attn_dropout_keep(drop, sample, hg, p.T, i, j);
-    const float z = attn_drop_one(p, sample, hg, i, j);
-    bad += z != (keep ? p.inv_keep : 0.f);
+    bad += attn_keep_one(p, sample, hg, i, j) != keep;
     kept += keep;
   }
   EXPECT_EQ(bad, 0);

@@ -17,7 +17,7 @@ namespace {
 // One query tile of the dK/dV pass for a warp's 16 keys [wkey, wkey + 16) (keys key0 = wkey
 // + lane / 4 and key0 + 8): st holds S^T = K Q^T, dpt holds dP^T = V dO^T for queries
 // [i0, i0 + 8 NT) in the C layout (rows = keys); sL, sDl: the queries' lse and delta (any
-// finite value or +inf for queries >= T); keep: the dropout bits (attn_keep_keys). Leaves
+// finite value or +inf for queries >= T); keep: the dropout bits (bwd_keep_keys). Leaves
 // (P z)^T in st and dS^T = (P (z dP - delta))^T in dpt (0 for hidden pairs). Shared by the
 // mma.sync and wgmma dK/dV kernels.
 template <typename T, int NT>
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_mma_kernel(const AttnP
     if (i0 + BQ - 1 >= wkey) {  // warp-uniform: skip a tile whose queries all precede the keys
       float st[NT][4], dpt[NT][4];  // S^T and dP^T: rows = keys, columns = queries
       KeepBits<NT> keep;
-      if (p.dropout) keep = attn_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
+      if (p.dropout) keep = bwd_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
       mma_abt<T, DP, NT>(st, sK, sQ, warp, lane);
       mma_abt<T, DP, NT>(dpt, sV, sO, warp, lane);
       dkdv_tile_p_ds<T, NT>(p, st, dpt, wkey, i0, lane, sL, sDl, keep, b);
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(kThreads * WG, WG == 1 ? wgmma_dkdv_min_blocks
     dkdv_issue_scores<T, DP, BQ>(st, dpt, sK, sV, sQ, sO);
     wgmma_commit();
     KeepBits<NT> keep;  // drawn while the products run
-    if (p.dropout) keep = attn_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
+    if (p.dropout) keep = bwd_keep_keys<NT>(p, sample, hg, wkey + (lane >> 2), i0, lane);
     wgmma_wait<0>();
     fence_acc(st);
     fence_acc(dpt);

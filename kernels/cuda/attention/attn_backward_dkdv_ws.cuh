@@ -216,7 +216,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dkdv_ws_kernel(const _
   // The step's dropout bits, drawn while its products run.
   auto draw_keep = [&](const Step& t) {
     KeepBits<NT> keep;
-    if (p.dropout) keep = attn_keep_keys<NT>(p, hv.sample, hv.hg, wkey + (lane >> 2), t.i0, lane);
+    if (p.dropout) keep = bwd_keep_keys<NT>(p, hv.sample, hv.hg, wkey + (lane >> 2), t.i0, lane);
     return keep;
   };
   if constexpr (BQ == 64) {

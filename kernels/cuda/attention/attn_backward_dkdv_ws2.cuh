@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kWs2Threads, 1) attn_bwd_dkdv_ws2_kernel(const
   // The tile's dropout bits, drawn while its products run.
   auto draw_keep = [&](int i0) {
     KeepBits<NT> keep;
-    if (p.dropout) keep = attn_keep_keys<NT>(p, hv.sample, hv.hg, wkey + (lane >> 2), i0, lane);
+    if (p.dropout) keep = bwd_keep_keys<NT>(p, hv.sample, hv.hg, wkey + (lane >> 2), i0, lane);
     return keep;
   };
   // A step's scores alone: S^T and dP^T of the tile in stage `at` (queries from i0), then P z

@@ -32,7 +32,7 @@ __device__ __forceinline__ DqRows dq_rows(const AttnParams& p, const HeadView<T>
 
 // One key tile of the dQ pass for a warp's 16 query rows [wrow, wrow + 16) (r: their
 // statistics): s holds S = Q K^T, dp holds dP = dO V^T for keys [k0, k0 + 8 NT) in the C
-// layout; keep: their dropout bits (attn_keep_rows). Leaves dS = P (z dP - delta) in s (0
+// layout; keep: their dropout bits (bwd_keep_rows). Leaves dS = P (z dP - delta) in s (0
 // for hidden keys). Shared by the mma.sync and wgmma dQ kernels.
 template <typename T, int NT>
 __device__ __forceinline__ void dq_tile_ds(const AttnParams& p, float (&s)[NT][4], const float (&dp)[NT][4], int wrow,
@@ -113,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, dq_mma_min_blocks<DP>()) attn_bwd_dq
       const T* sV = odd ? sV1 : sV0;
       float s[NT][4], dp[NT][4];
       KeepBits<NT> keep;
-      if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);
+      if (p.dropout) keep = bwd_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);
       mma_abt<T, DP, NT>(s, sQ, sK, warp, lane);
       mma_abt<T, DP, NT>(dp, sO, sV, warp, lane);
       dq_tile_ds<T, NT>(p, s, dp, wrow, k0, lane, rows, keep, b);
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(kThreads * WG, 1) attn_bwd_dq_wgmma_kernel(con
     dq_issue_scores<T, DP, BK>(s, dp, sQ, sO, sK, sV);
     wgmma_commit();
     KeepBits<NT> keep;  // drawn while the products run
-    if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);
+    if (p.dropout) keep = bwd_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, k0, lane);
     wgmma_wait<0>();
     fence_acc(s);
     fence_acc(dp);

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(kWsThreads, 2) attn_bwd_dq_ws_kernel(const __g
   // The step's dropout bits, drawn while its products run.
   auto draw_keep = [&](const Step& t) {
     KeepBits<NT> keep;
-    if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, t.k0, lane);
+    if (p.dropout) keep = bwd_keep_rows<NT>(p, hv.sample, hv.hg, rows.row0, t.k0, lane);
     return keep;
   };
   uint32_t da[NT / 2][4];  // dS of the previous step: the A operand of its dQ product

@@ -15,7 +15,7 @@ namespace {
 // all but the output: s holds their raw scores against keys [k0, k0 + 8 NT) in the C layout
 // of m16n8 tiles. Masks hidden keys, moves the rows' reference maxima m when a score passes
 // them by more than kMaxSlack (rescaling the partial sums l), turns s into P (times the
-// dropout factors of keep, attn_keep_rows' bits) and adds P's row sums to l. Returns whether
+// dropout factors of keep, fwd_keep_rows' bits) and adds P's row sums to l. Returns whether
 // m moved (warp-uniform); then the output rows must be multiplied by al (rescale_rows)
 // before P V is added to them. b: the sample (its documents' first keys).
 template <typename T, int NT>
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, fwd_min_blocks<DP, BK, WM, NB>())
       for (int mt = 0; mt < WM; ++mt) {
         const int wrow = q0 + mt * 64 + warp * 16;
         KeepBits<NT> keep;
-        if (p.dropout) keep = attn_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
+        if (p.dropout) keep = fwd_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
         fwd_softmax_tile<T, NT, DP>(p, s[mt], o[mt], m[mt], l[mt], wrow, k0, lane, keep, b);
         c_to_a<T, NT>(s[mt], pa[mt]);
       }
@@ -318,7 +318,7 @@ __global__ void __launch_bounds__(kThreads * WG, wgmma_fwd_min_blocks<DP, BK, WG
     wgmma_abt<T, DP, BQ, BK>(s, sQ, sK);
     wgmma_commit();
     KeepBits<NT> keep;  // drawn while the products run
-    if (p.dropout) keep = attn_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
+    if (p.dropout) keep = fwd_keep_rows<NT>(p, sample, hg, wrow + (lane >> 2), k0, lane);
     wgmma_wait<0>();
     fence_acc(s);
     fwd_softmax_tile<T, NT, DP>(p, s, o, m, l, wrow, k0, lane, keep, b);

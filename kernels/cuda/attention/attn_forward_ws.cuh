@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>())
     wgmma_fence();
     issue_scores(sc);
     KeepBits<NT> keep;
-    if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, wrow + (lane >> 2), kb_first * BK, lane);
+    if (p.dropout) keep = fwd_keep_rows<NT>(p, hv.sample, hv.hg, wrow + (lane >> 2), kb_first * BK, lane);
     wgmma_wait<0>();
     fence_acc(sc);
     float al[2];
@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kWsThreads, ws_fwd_min_blocks<DP, BK>())
     issue_scores(sc);
     issue_pv();  // under this tile's softmax
     KeepBits<NT> keep;  // drawn while the products run
-    if (p.dropout) keep = attn_keep_rows<NT>(p, hv.sample, hv.hg, wrow + (lane >> 2), k0, lane);
+    if (p.dropout) keep = fwd_keep_rows<NT>(p, hv.sample, hv.hg, wrow + (lane >> 2), k0, lane);
     wgmma_wait<1>();  // S (P V may still run)
     fence_acc(sc);
     float al[2];

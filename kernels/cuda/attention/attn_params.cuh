@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/attn_dropout_mask.h"
 #include "core/philox.h"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -45,6 +46,11 @@ struct AttnParams {
   uint32_t drop_thr = 0;   // attn_drop_threshold(p), at most 65535 (set_attn_dropout)
   bool dropout = false;
   DropoutKey drop{};
+  // The saved dropout mask (AttentionShape::dropout_mask, core/attn_dropout_mask.h's uint16
+  // rows), or null: with dropout, the forward kernels write the bits they draw and the
+  // backward kernels read them instead of drawing. mask_blocks: attn_mask_blocks(T).
+  uint16_t* mask = nullptr;
+  int64_t mask_blocks = 0;
   // The TMA views of qkv and dout (qkv_tma_view, dout_tma_view) for the warp-specialized
   // kernels, encoded by the host launcher for those only (zero otherwise); the kernels take
   // their parameters as __grid_constant__, so that the copy engine reads the maps where they lie.
@@ -104,11 +110,31 @@ __host__ __device__ __forceinline__ Philox4 attn_block(const AttnParams& p, uint
 // Whether a 16-bit uniform u keeps its element.
 __host__ __device__ __forceinline__ bool attn_kept(const AttnParams& p, uint32_t u) { return u >= p.drop_thr; }
 
-// Dropout factor of one element (a whole Philox block for it: the SIMT kernels).
-__host__ __device__ __forceinline__ float attn_drop_one(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
-                                                        int j) {
+// Whether element (i, j) is kept, drawn (a whole Philox block for it: the SIMT kernels).
+__host__ __device__ __forceinline__ bool attn_keep_one(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
+                                                       int j) {
   const uint32_t w = philox_word(attn_block(p, sample, hg, i, j), static_cast<uint32_t>(j & 3));
-  return attn_kept(p, attn_drop_uniform(w, static_cast<uint64_t>(i))) ? p.inv_keep : 0.f;
+  return attn_kept(p, attn_drop_uniform(w, static_cast<uint64_t>(i)));
+}
+
+// The uint16 rows of block (query block qb, key block kb) of the saved mask of the head of
+// (sample, hg) (core/attn_dropout_mask.h), or null where the layout has no block: above the
+// diagonal or past T, where no element is visible. Warp-uniform when qb and kb are.
+__host__ __device__ __forceinline__ uint16_t* attn_mask_rows(const AttnParams& p, uint64_t sample, uint64_t hg,
+                                                              int qb, int kb) {
+  if (kb > qb || qb * 16 >= p.T) return nullptr;
+  const int64_t bh = static_cast<int64_t>(sample - p.drop.sample_base) * p.H +
+                     static_cast<int64_t>(hg - static_cast<uint64_t>(p.head_offset));
+  return p.mask + attn_mask_block_row(p.mask_blocks, bh, qb, kb);
+}
+
+// Dropout factor of one element for the SIMT backward kernels: from the saved mask where
+// there is one (j <= i < T), else drawn.
+__host__ __device__ __forceinline__ float attn_drop_bwd(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
+                                                        int j) {
+  const bool keep = p.mask != nullptr ? (attn_mask_rows(p, sample, hg, i >> 4, j >> 4)[i & 15] >> (j & 15)) & 1u
+                                      : attn_keep_one(p, sample, hg, i, j);
+  return keep ? p.inv_keep : 0.f;
 }
 
 // The dropout fields of the kernels' parameters (check() and the emulated tests). A
@@ -213,6 +239,103 @@ template <int NT>
 __device__ __forceinline__ KeepBits<NT> attn_keep_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0,
                                                        int i0, int lane) {
   return KeepBits<NT>::drawn(i0, lane, [&](int i) { return attn_drop_keys(p, sample, hg, key0, i, lane); });
+}
+
+
+// ---- the saved mask in the tensor-core layouts -------------------------------------------
+// Pair q of KeepBits<NT> (its byte q) covers the n8 tiles of keys (rows layout) or queries
+// (keys layout) c0 + 16 q .. c0 + 16 q + 15: one 16 x 16 block of the saved mask, since warp
+// tiles start at multiples of 16. Bit 4 t + e of the byte is tile t, element e of the C
+// layout: e = 0, 1 the thread's first row, columns 2 (lane & 3) + 8 t + {0, 1}; e = 2, 3 its
+// row + 8.
+
+// Rows = queries (forward): writes the warp's bits of its 16 rows (row0 = wrow + lane / 4)
+// against keys k0 .. k0 + 8 NT - 1, where the layout has blocks. All lanes call it. The
+// four lanes of a row quad OR their bits together, then two of them write rows r and r + 8.
+template <int NT>
+__device__ __forceinline__ void attn_save_keep_rows(const AttnParams& p, const KeepBits<NT>& keep, uint64_t sample,
+                                                    uint64_t hg, int row0, int k0, int lane) {
+  const int sh = 2 * (lane & 3), r = row0 & 15;
+#pragma unroll
+  for (int q = 0; q < NT / 2; ++q) {
+    const uint32_t x = (keep.w[q / 4] >> (8 * (q % 4))) & 0xffu;
+    uint32_t v = ((x & 3u) << sh) | (((x >> 4) & 3u) << (8 + sh)) | (((x >> 2) & 3u) << (16 + sh)) |
+                 (((x >> 6) & 3u) << (24 + sh));  // row r in the low half, row r + 8 in the high
+    v |= __shfl_xor_sync(0xffffffffu, v, 1);
+    v |= __shfl_xor_sync(0xffffffffu, v, 2);
+    uint16_t* rows = attn_mask_rows(p, sample, hg, row0 >> 4, (k0 >> 4) + q);
+    if (rows != nullptr && (lane & 3) < 2) rows[r + 8 * (lane & 1)] = static_cast<uint16_t>(v >> (16 * (lane & 1)));
+  }
+}
+
+// Rows = queries (dQ): the bits attn_keep_rows would draw, read from the saved mask.
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> attn_saved_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg,
+                                                             int row0, int k0, int lane) {
+  const int sh = 2 * (lane & 3), r = row0 & 15;
+  KeepBits<NT> keep;
+#pragma unroll
+  for (int q = 0; q < NT / 2; ++q) {
+    const uint16_t* rows = attn_mask_rows(p, sample, hg, row0 >> 4, (k0 >> 4) + q);
+    const uint32_t a = rows != nullptr ? rows[r] : 0u, b = rows != nullptr ? rows[r + 8] : 0u;
+    const uint32_t x = ((a >> sh) & 3u) | (((b >> sh) & 3u) << 2) | (((a >> (8 + sh)) & 3u) << 4) |
+                       (((b >> (8 + sh)) & 3u) << 6);
+    keep.w[q / 4] |= x << (8 * (q % 4));
+  }
+  return keep;
+}
+
+// Word w of a block's rows: rows 2w (low half) and 2w + 1. One 32-bit load on the GPU (a
+// block's rows start 32-byte aligned in a 4-byte aligned mask: the host checks); the CPU
+// emulator assembles it from the two halves.
+__device__ __forceinline__ uint32_t attn_mask_word(const uint16_t* rows, int w) {
+#if defined(__CUDA_ARCH__)
+  return reinterpret_cast<const uint32_t*>(rows)[w];
+#else
+  return static_cast<uint32_t>(rows[2 * w]) | (static_cast<uint32_t>(rows[2 * w + 1]) << 16);
+#endif
+}
+
+// Rows = keys (dK/dV): key0 = wkey + lane / 4 and key0 + 8 against queries i0 .. i0 + 8 NT - 1.
+// The thread's queries 2 (lane & 3) + {0, 1} of a block are its 32-bit word lane & 3, the
+// next 8 queries word 4 + (lane & 3); its keys are bits key0 % 16 and + 8 of each half.
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> attn_saved_keep_keys(const AttnParams& p, uint64_t sample, uint64_t hg,
+                                                             int key0, int i0, int lane) {
+  const int kk = key0 & 15;
+  // bits 0, 16, 8, 24 of s (key0's, the next query's, key0 + 8's, ...) as e = 0, 1, 2, 3
+  const auto quad = [](uint32_t s) { return (s & 1u) | ((s >> 15) & 2u) | ((s >> 6) & 4u) | ((s >> 21) & 8u); };
+  KeepBits<NT> keep;
+#pragma unroll
+  for (int q = 0; q < NT / 2; ++q) {
+    const uint16_t* rows = attn_mask_rows(p, sample, hg, (i0 >> 4) + q, key0 >> 4);
+    const uint32_t w0 = rows != nullptr ? attn_mask_word(rows, lane & 3) : 0u;
+    const uint32_t w1 = rows != nullptr ? attn_mask_word(rows, 4 + (lane & 3)) : 0u;
+    keep.w[q / 4] |= (quad(w0 >> kk) | (quad(w1 >> kk) << 4)) << (8 * (q % 4));
+  }
+  return keep;
+}
+
+// What the kernels call. The forward draws its bits and saves them where asked; the backward
+// reads saved bits where there are some, else draws them as the forward did.
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> fwd_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
+                                                      int k0, int lane) {
+  const KeepBits<NT> keep = attn_keep_rows<NT>(p, sample, hg, row0, k0, lane);
+  if (p.mask != nullptr) attn_save_keep_rows<NT>(p, keep, sample, hg, row0, k0, lane);
+  return keep;
+}
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> bwd_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
+                                                      int k0, int lane) {
+  return p.mask != nullptr ? attn_saved_keep_rows<NT>(p, sample, hg, row0, k0, lane)
+                           : attn_keep_rows<NT>(p, sample, hg, row0, k0, lane);
+}
+template <int NT>
+__device__ __forceinline__ KeepBits<NT> bwd_keep_keys(const AttnParams& p, uint64_t sample, uint64_t hg, int key0,
+                                                      int i0, int lane) {
+  return p.mask != nullptr ? attn_saved_keep_keys<NT>(p, sample, hg, key0, i0, lane)
+                           : attn_keep_keys<NT>(p, sample, hg, key0, i0, lane);
 }
 
 }  // namespace

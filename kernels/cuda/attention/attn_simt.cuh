@@ -45,6 +45,19 @@ __device__ __forceinline__ int simt_first_key(const AttnParams& p, int b, int i)
   return doc != nullptr ? doc[i] : 0;
 }
 
+// The saved mask's row i (keys first..i, the ones the row sees), a 16-key block a lane.
+__device__ __forceinline__ void simt_save_row_mask(const AttnParams& p, uint64_t sample, uint64_t hg, int first, int i,
+                                                   int lane) {
+  for (int kb = first / 16 + lane; kb <= i / 16; kb += 32) {
+    uint32_t bits = 0;
+    for (int c = 0; c < 16; ++c) {
+      const int j = kb * 16 + c;
+      if (j >= first && j <= i && attn_keep_one(p, sample, hg, i, j)) bits |= 1u << c;
+    }
+    attn_mask_rows(p, sample, hg, i / 16, kb)[i % 16] = static_cast<uint16_t>(bits);
+  }
+}
+
 // Forward: warp w handles row i of head (b, h); online softmax over keys first..i.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParams p) {
@@ -71,11 +84,12 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
     const float al = expf(m - mn);  // 0 on the first key (m = -inf)
     const float pe = expf(s - mn);
     l = l * al + pe;
-    const float w_ = p.dropout ? pe * attn_drop_one(p, sample, hg, i, j) : pe;
+    const float w_ = p.dropout ? (attn_keep_one(p, sample, hg, i, j) ? pe * p.inv_keep : 0.f) : pe;
 #pragma unroll
     for (int c = 0; c < kSimtDims; ++c) acc[c] = acc[c] * al + w_ * v[c];
     m = mn;
   }
+  if (p.dropout && p.mask != nullptr) simt_save_row_mask(p, sample, hg, simt_first_key(p, b, i), i, lane);
   T* orow = static_cast<T*>(p.out) + (static_cast<int64_t>(b) * T_ + i) * p.out_tok + static_cast<int64_t>(h) * D;
   store_row(orow, acc, 1.f / l, D, lane);
   if (lane == 0) p.lse[static_cast<int64_t>(bh) * T_ + i] = m + logf(l);
@@ -106,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dq_simt_kernel(const AttnPa
     load_row(k, kj, D, lane);
     load_row(v, kj + HD, D, lane);
     const float pe = expf(warp_sum(dot_part(q, k)) * p.scale - li);
-    const float z = p.dropout ? attn_drop_one(p, sample, hg, i, j) : 1.f;
+    const float z = p.dropout ? attn_drop_bwd(p, sample, hg, i, j) : 1.f;
     const float ds = pe * (z * warp_sum(dot_part(g, v)) - di);
 #pragma unroll
     for (int c = 0; c < kSimtDims; ++c) dq[c] += ds * k[c];
@@ -139,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) attn_bwd_dkdv_simt_kernel(const Attn
     load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
     load_row(g, gdo + static_cast<int64_t>(i) * p.out_tok, D, lane);
     const float pe = expf(warp_sum(dot_part(q, k)) * p.scale - lse[i]);
-    const float z = p.dropout ? attn_drop_one(p, sample, hg, i, j) : 1.f;
+    const float z = p.dropout ? attn_drop_bwd(p, sample, hg, i, j) : 1.f;
     const float ds = pe * (z * warp_sum(dot_part(g, v)) - delta[i]);
     const float pz = pe * z;
 #pragma unroll

@@ -18,6 +18,7 @@
 #include "emu_cuda_layernorm.inc"  // first: emu_cuda_common.h sets up the CUDA spellings
 #include "emu_test_util.h"
 #include "launch_reduce.h"
+#include "tests/scoped_env.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -250,28 +251,7 @@ TEST_P(EmulatedLayerNorm, RowKernelsAgreeBitForBit) {
   });
 }
 
-// An environment variable for one scope (nullptr: unset), restored after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name_);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    set(value);
-  }
-  ~ScopedEnv() { set(had_ ? old_.c_str() : nullptr); }
-
- private:
-  void set(const char* v) {
-    if (v == nullptr)
-      ::unsetenv(name_);
-    else
-      ::setenv(name_, v, 1);
-  }
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
+using ::trident::test::ScopedEnv;
 // TRIDENT_LN_FWD_ROWS_PER_WARP, and TRIDENT_LN_FWD_RING (the plain forward's rows in flight
 // to shared memory).
 struct ScopedRowsPerWarp : ScopedEnv {

@@ -4,8 +4,10 @@
 // central differences of L = sum(out * R) on the double reference (same dropout mask).
 // With documents (--reset-attention-mask): forward against the double reference of each
 // document alone; backward against each document's own causal backward.
+#include "core/attn_dropout_mask.h"
 #include "kernel_test_util.h"
 #include "naive_ref.h"
+#include "tests/scoped_env.h"
 
 namespace trident::test {
 namespace {
@@ -154,6 +156,75 @@ TEST(AttentionDocuments, BadStartsAreRefused) {
     AttentionShape s{kB, kT, kH, kD, 0, 0};
     s.document_starts = docs;
     EXPECT_THROW(be->attention_forward(QKV, out, lse, s, DropoutKey{}), InternalError) << "position " << bad;
+  }
+}
+
+// The saved dropout mask (AttentionShape::dropout_mask): the forward writes attn_dropout_keep's
+// decision at every element a query sees (T = 37: a partial 16 x 16 block; the second sample
+// in two documents), its results are those of a forward without one, and the backward reads
+// the bits: given another dropout seed, it still matches the backward of the first seed.
+TEST(AttentionDropout, SavedMaskIsTheDrawnMask) {
+  auto be = make_cpu_backend();
+  constexpr int T = 37, H0 = 2;
+  const int64_t n = int64_t{kB} * T * 3 * kH * kD, no = int64_t{kB} * T * kH * kD;
+  std::vector<int32_t> starts(kB * T);
+  for (int t = 0; t < T; ++t) starts[T + t] = t < 20 ? 0 : 20;
+  Buffer docs = upload_i32(*be, starts, Shape{kB * T});
+  Buffer QKV = upload(*be, randn(n, 11), Shape{n}, DType::BF16), R = upload(*be, randn(no, 12), Shape{no}, DType::BF16);
+  Buffer lse = be->empty(Shape{kB * kH * T}, DType::F32);
+  Buffer mask = upload_i32(*be, std::vector<int32_t>(attn_mask_words(kB, kH, T), 0x5A5AA5A5), Shape{attn_mask_words(kB, kH, T)});
+  AttentionShape plain{kB, T, kH, kD, H0, 0}, saving = plain;
+  plain.document_starts = saving.document_starts = docs;
+  saving.dropout_mask = mask;
+  const DropoutKey drop = key(0.3f);
+  DropoutKey other = drop;
+  other.seed += 1;
+  auto run = [&](const AttentionShape& s, const DropoutKey& fwd, const DropoutKey& bwd) {
+    Buffer out = be->empty(Shape{no}, DType::BF16), dqkv = be->empty(Shape{n}, DType::BF16);
+    be->attention_forward(QKV, out, lse, s, fwd);
+    be->attention_backward(R, QKV, out, lse, dqkv, s, bwd);
+    return std::make_pair(bytes(*be, out), bytes(*be, dqkv));
+  };
+  const auto drawn = run(plain, drop, drop), saved = run(saving, drop, other);
+  std::vector<int32_t> words(static_cast<size_t>(attn_mask_words(kB, kH, T)));
+  be->copy_to_host(words.data(), mask);
+  const auto* rows = reinterpret_cast<const uint16_t*>(words.data());
+  int64_t checked = 0, bad = 0;
+  for (int b = 0; b < kB; ++b)
+    for (int h = 0; h < kH; ++h)
+      for (int i = 0; i < T; ++i)
+        for (int j = starts[b * T + i]; j <= i; ++j, ++checked) {
+          const bool bit = (rows[attn_mask_row(attn_mask_blocks(T), b * kH + h, i, j)] >> attn_mask_bit(j)) & 1u;
+          bad += bit != attn_dropout_keep(drop, drop.sample_base + b, H0 + h, T, i, j);
+        }
+  EXPECT_EQ(bad, 0) << "of " << checked;
+  EXPECT_EQ(saved.first, drawn.first) << "out";
+  EXPECT_EQ(saved.second, drawn.second) << "dqkv: the backward read the saved bits";
+  EXPECT_NE(run(plain, drop, other).second, drawn.second) << "the other seed draws another mask";
+  Buffer small = be->empty(Shape{attn_mask_words(kB, kH, T) - 1}, DType::I32);
+  saving.dropout_mask = small;
+  Buffer out = be->empty(Shape{no}, DType::BF16);
+  EXPECT_THROW(be->attention_forward(QKV, out, lse, saving, drop), InternalError);
+}
+
+// TRIDENT_ATTN_SAVE_MASK asks every backend to save the mask; other values than 0 and 1 are
+// refused with the variable's name.
+TEST(AttentionDropout, SaveMaskVariable) {
+  auto be = make_cpu_backend();
+  {
+    const test::ScopedEnv unset("TRIDENT_ATTN_SAVE_MASK", nullptr);
+    EXPECT_FALSE(be->saves_attention_dropout_mask());
+  }
+  {
+    const test::ScopedEnv on("TRIDENT_ATTN_SAVE_MASK", "1");
+    EXPECT_TRUE(be->saves_attention_dropout_mask());
+  }
+  const test::ScopedEnv bad("TRIDENT_ATTN_SAVE_MASK", "yes");
+  try {
+    be->saves_attention_dropout_mask();
+    ADD_FAILURE() << "TRIDENT_ATTN_SAVE_MASK=yes was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("TRIDENT_ATTN_SAVE_MASK=yes"), std::string::npos) << e.what();
   }
 }
 

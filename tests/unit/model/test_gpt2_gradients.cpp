@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "gpt2_reference.h"
@@ -12,6 +13,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "model/gpt2.h"
 #include "model_test_util.h"
+#include "tests/scoped_env.h"
 
 namespace trident {
 namespace {
@@ -20,6 +22,10 @@ struct Case {
   float hidden_dropout, attention_dropout;
   // End-of-document tokens in the samples, with positions and/or attention reset.
   bool reset_positions = false, reset_attention = false;
+  // TRIDENT_ATTN_SAVE_MASK=1: the attention backward reads the mask its forward saved. The
+  // backward then runs under another dropout seed (no hidden dropout, whose backward draws):
+  // only the saved bits give the reference's gradients.
+  bool save_mask = false;
   bool documents() const { return reset_positions || reset_attention; }
 };
 
@@ -38,7 +44,12 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   StageLayout layout;
   layout.reset_position_ids = tc.reset_positions;
   layout.reset_attention_mask = tc.reset_attention;
-  Gpt2Model model(cfg, *be, layout, B);
+  std::optional<Gpt2Model> built;
+  {  // the variable as the case asks, whatever the environment says
+    test::ScopedEnv save_mask("TRIDENT_ATTN_SAVE_MASK", tc.save_mask ? "1" : "0");
+    built.emplace(cfg, *be, layout, B);
+  }
+  Gpt2Model& model = *built;
   model.set_dropout_seed(77);
   model.params().init(1234);
 
@@ -62,6 +73,7 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   }
   model.params().zero_grads();
   model.forward(0, mb, true, 1.0f / (B * T));
+  if (tc.save_mask) model.set_dropout_seed(78);
   model.backward(0);
   const LossStats st = model.loss_stats();
   ASSERT_EQ(st.tokens, B * T);
@@ -113,11 +125,15 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
 INSTANTIATE_TEST_SUITE_P(Dropout, Gpt2GradientTest,
                          ::testing::Values(Case{0.0f, 0.0f}, Case{0.1f, 0.1f}, Case{0.0f, 0.0f, true, true},
                                            Case{0.1f, 0.1f, true, true}, Case{0.1f, 0.1f, true, false},
-                                           Case{0.1f, 0.1f, false, true}),
+                                           Case{0.1f, 0.1f, false, true}, Case{0.0f, 0.1f, false, false, true},
+                                           Case{0.0f, 0.1f, false, true, true}),
                          [](const auto& info) {
                            const Case& c = info.param;
-                           return std::string(c.hidden_dropout > 0 ? "with_dropout" : "no_dropout") +
-                                  (c.reset_positions ? "_positions" : "") + (c.reset_attention ? "_attention" : "");
+                           return std::string(c.hidden_dropout > 0      ? "with_dropout"
+                                              : c.attention_dropout > 0 ? "attention_dropout"
+                                                                        : "no_dropout") +
+                                  (c.reset_positions ? "_positions" : "") + (c.reset_attention ? "_attention" : "") +
+                                  (c.save_mask ? "_saved_mask" : "");
                          });
 
 }  // namespace
