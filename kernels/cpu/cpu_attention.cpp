@@ -6,7 +6,8 @@
 // and z_ij = keep x attn_drop_scale(p_drop) is the attention-probability dropout (philox.h's
 // attn_dropout_keep; 1 without dropout). With s.dropout_mask the forward saves the keep bits
 // and the backward reads them instead of drawing them again.
-// The backward recomputes p from lse, so nothing but lse is saved; with dp_ij = z_ij do_i.v_j:
+// The backward recomputes p from lse, so nothing but lse (and the saved mask) is kept; with
+// dp_ij = z_ij do_i.v_j:
 //   dv_j += p_ij z_ij do_i;  ds_ij = p_ij (dp_ij - sum_k p_ik dp_ik);
 //   dq_i = sum_j ds_ij k_j / sqrt(D);  dk_j += ds_ij q_i / sqrt(D).
 // attention_decode (generation) attends the new queries of each sequence over a KV cache.

@@ -241,7 +241,6 @@ __device__ __forceinline__ KeepBits<NT> attn_keep_keys(const AttnParams& p, uint
   return KeepBits<NT>::drawn(i0, lane, [&](int i) { return attn_drop_keys(p, sample, hg, key0, i, lane); });
 }
 
-
 // ---- the saved mask in the tensor-core layouts -------------------------------------------
 // Pair q of KeepBits<NT> (its byte q) covers the n8 tiles of keys (rows layout) or queries
 // (keys layout) c0 + 16 q .. c0 + 16 q + 15: one 16 x 16 block of the saved mask, since warp
