@@ -38,6 +38,10 @@ TRIDENT_HD int64_t attn_mask_row(int64_t blocks, int64_t bh, int64_t i, int64_t 
   return attn_mask_block_row(blocks, bh, i / 16, j / 16) + i % 16;
 }
 TRIDENT_HD uint32_t attn_mask_bit(int64_t j) { return static_cast<uint32_t>(j % 16); }
+// Whether the saved mask (its uint16 rows) keeps element (i, j <= i) of head bh.
+TRIDENT_HD bool attn_mask_kept(const uint16_t* mask, int64_t blocks, int64_t bh, int64_t i, int64_t j) {
+  return (mask[attn_mask_row(blocks, bh, i, j)] >> attn_mask_bit(j)) & 1u;
+}
 
 #if !defined(__CUDA_ARCH__)
 // TRIDENT_ATTN_SAVE_MASK=1: training saves the mask (Backend::saves_attention_dropout_mask on

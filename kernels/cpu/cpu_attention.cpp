@@ -97,7 +97,8 @@ class RowDropFactors {
         bh_(bh), i_(i), row_(drop, sample, hg, static_cast<uint64_t>(T), static_cast<uint64_t>(i)) {}
   float operator()(int64_t j) {
     if (!on_) return 1.0f;
-    const bool keep = read_ ? (mask_.rows[row(j)] >> attn_mask_bit(j)) & 1u : row_.keep(static_cast<uint64_t>(j));
+    const bool keep =
+        read_ ? attn_mask_kept(mask_.rows, mask_.blocks, bh_, i_, j) : row_.keep(static_cast<uint64_t>(j));
     if (!read_ && mask_.rows != nullptr) {
       const uint16_t bit = static_cast<uint16_t>(1u << attn_mask_bit(j));
       uint16_t& r = mask_.rows[row(j)];

@@ -27,6 +27,7 @@
 #include "attention_test_inputs.h"
 #include "core/attn_dropout_mask.h"
 #include "cuda_test_util.h"
+#include "tests/attn_mask_test_util.h"
 
 namespace trident::cuda_test {
 namespace {
@@ -191,15 +192,14 @@ class CudaAttention : public CudaVsCpuDtype {
       EXPECT_EQ(raw<uint16_t>(gpu(), out.gpu), raw<uint16_t>(gpu(), r.out.gpu)) << "out with the saved mask";
       const std::vector<uint16_t> want = raw<uint16_t>(cpu(), mask.cpu), got = raw<uint16_t>(gpu(), mask.gpu);
       const std::vector<int32_t> docs = random_document_starts(c.B, c.T, c.eod, static_cast<uint64_t>(c.T));
-      int64_t bad = 0;
-      for (int b = 0; b < c.B; ++b)
-        for (int h = 0; h < c.H; ++h)
-          for (int i = 0; i < c.T; ++i)
-            for (int j = docs.empty() ? 0 : docs[static_cast<size_t>(b) * c.T + i]; j <= i; ++j) {
-              const size_t row = static_cast<size_t>(attn_mask_row(attn_mask_blocks(c.T), b * c.H + h, i, j));
-              bad += ((want[row] ^ got[row]) >> attn_mask_bit(j)) & 1u;
-            }
-      EXPECT_EQ(bad, 0) << "mask bits differing from the CPU's";
+      const int64_t blocks = attn_mask_blocks(c.T);
+      EXPECT_EQ(test::count_visible(c.B, c.H, c.T, docs,
+                                    [&](int b, int h, int i, int j) {
+                                      return attn_mask_kept(want.data(), blocks, b * c.H + h, i, j) !=
+                                             attn_mask_kept(got.data(), blocks, b * c.H + h, i, j);
+                                    }),
+                0)
+          << "mask bits differing from the CPU's";
       Pair dout = random(Shape{c.B, c.T, c.H, c.D}, dt());
       Buffer drawn = gpu().empty(Shape{c.B, c.T, 3 * c.H, c.D}, dt()), saved = gpu().empty(Shape{c.B, c.T, 3 * c.H, c.D}, dt());
       DropoutKey other = drop_key(c.p);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "attention_test_inputs.h"
+#include "tests/attn_mask_test_util.h"
 #include "core/attn_dropout_mask.h"
 #include "core/philox.h"
 #include "emulated/emu_context.h"
@@ -844,16 +845,10 @@ std::string describe(const AttnTiles& t) {
 // The saved dropout mask's bits (AttnParams::mask) against attn_dropout_keep at every element
 // a query sees; the others are undefined. Returns the number that differ.
 int64_t saved_mask_mismatches(const AttnParams& p, const std::vector<int32_t>& docs) {
-  int64_t bad = 0;
-  for (int b = 0; b < p.B; ++b)
-    for (int h = 0; h < p.H; ++h)
-      for (int i = 0; i < p.T; ++i)
-        for (int j = docs.empty() ? 0 : docs[static_cast<size_t>(b) * p.T + i]; j <= i; ++j) {
-          const int64_t bh = static_cast<int64_t>(b) * p.H + h;
-          const bool bit = (p.mask[attn_mask_row(p.mask_blocks, bh, i, j)] >> attn_mask_bit(j)) & 1u;
-          bad += bit != attn_dropout_keep(p.drop, p.drop.sample_base + b, p.head_offset + h, p.T, i, j);
-        }
-  return bad;
+  return test::count_visible(p.B, p.H, p.T, docs, [&](int b, int h, int i, int j) {
+    return attn_mask_kept(p.mask, p.mask_blocks, static_cast<int64_t>(b) * p.H + h, i, j) !=
+           attn_dropout_keep(p.drop, p.drop.sample_base + b, p.head_offset + h, p.T, i, j);
+  });
 }
 
 // save_mask (cases with dropout): the forward saves its mask and the backward reads it. The

@@ -120,19 +120,22 @@ __host__ __device__ __forceinline__ bool attn_keep_one(const AttnParams& p, uint
 // The uint16 rows of block (query block qb, key block kb) of the saved mask of the head of
 // (sample, hg) (core/attn_dropout_mask.h), or null where the layout has no block: above the
 // diagonal or past T, where no element is visible. Warp-uniform when qb and kb are.
+// The saved mask's local head (b H + h) of (sample, hg).
+__host__ __device__ __forceinline__ int64_t attn_mask_head(const AttnParams& p, uint64_t sample, uint64_t hg) {
+  return static_cast<int64_t>(sample - p.drop.sample_base) * p.H +
+         static_cast<int64_t>(hg - static_cast<uint64_t>(p.head_offset));
+}
 __host__ __device__ __forceinline__ uint16_t* attn_mask_rows(const AttnParams& p, uint64_t sample, uint64_t hg,
                                                               int qb, int kb) {
   if (kb > qb || qb * 16 >= p.T) return nullptr;
-  const int64_t bh = static_cast<int64_t>(sample - p.drop.sample_base) * p.H +
-                     static_cast<int64_t>(hg - static_cast<uint64_t>(p.head_offset));
-  return p.mask + attn_mask_block_row(p.mask_blocks, bh, qb, kb);
+  return p.mask + attn_mask_block_row(p.mask_blocks, attn_mask_head(p, sample, hg), qb, kb);
 }
 
 // Dropout factor of one element for the SIMT backward kernels: from the saved mask where
 // there is one (j <= i < T), else drawn.
 __host__ __device__ __forceinline__ float attn_drop_bwd(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
                                                         int j) {
-  const bool keep = p.mask != nullptr ? (attn_mask_rows(p, sample, hg, i >> 4, j >> 4)[i & 15] >> (j & 15)) & 1u
+  const bool keep = p.mask != nullptr ? attn_mask_kept(p.mask, p.mask_blocks, attn_mask_head(p, sample, hg), i, j)
                                       : attn_keep_one(p, sample, hg, i, j);
   return keep ? p.inv_keep : 0.f;
 }

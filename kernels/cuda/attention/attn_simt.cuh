@@ -45,19 +45,6 @@ __device__ __forceinline__ int simt_first_key(const AttnParams& p, int b, int i)
   return doc != nullptr ? doc[i] : 0;
 }
 
-// The saved mask's row i (keys first..i, the ones the row sees), a 16-key block a lane.
-__device__ __forceinline__ void simt_save_row_mask(const AttnParams& p, uint64_t sample, uint64_t hg, int first, int i,
-                                                   int lane) {
-  for (int kb = first / 16 + lane; kb <= i / 16; kb += 32) {
-    uint32_t bits = 0;
-    for (int c = 0; c < 16; ++c) {
-      const int j = kb * 16 + c;
-      if (j >= first && j <= i && attn_keep_one(p, sample, hg, i, j)) bits |= 1u << c;
-    }
-    attn_mask_rows(p, sample, hg, i / 16, kb)[i % 16] = static_cast<uint16_t>(bits);
-  }
-}
-
 // Forward: warp w handles row i of head (b, h); online softmax over keys first..i.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParams p) {
@@ -74,6 +61,11 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
   float q[kSimtDims], acc[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
   load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
   float m = -INFINITY, l = 0.f;
+  // With a saved mask (p.mask), the row's keep bits of the current 16-key block, written when
+  // the block or the row ends (the bits of keys before the row's first are undefined).
+  uint16_t* mask_row = nullptr;
+  uint32_t bits = 0;
+  if (p.dropout && p.mask != nullptr) mask_row = p.mask + attn_mask_row(p.mask_blocks, bh, i, 0);
   for (int j = simt_first_key(p, b, i); j <= i; ++j) {
     const T* kj = base + static_cast<int64_t>(j) * p.qkv_tok + HD;
     float k[kSimtDims], v[kSimtDims];
@@ -84,12 +76,17 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
     const float al = expf(m - mn);  // 0 on the first key (m = -inf)
     const float pe = expf(s - mn);
     l = l * al + pe;
-    const float w_ = p.dropout ? (attn_keep_one(p, sample, hg, i, j) ? pe * p.inv_keep : 0.f) : pe;
+    const bool keep = !p.dropout || attn_keep_one(p, sample, hg, i, j);
+    const float w_ = keep ? pe * p.inv_keep : 0.f;  // inv_keep is 1 without dropout
+    if (mask_row != nullptr) {
+      bits |= static_cast<uint32_t>(keep) << (j & 15);
+      if (((j & 15) == 15 || j == i) && lane == 0) mask_row[(j >> 4) * 16] = static_cast<uint16_t>(bits);
+      if ((j & 15) == 15) bits = 0;
+    }
 #pragma unroll
     for (int c = 0; c < kSimtDims; ++c) acc[c] = acc[c] * al + w_ * v[c];
     m = mn;
   }
-  if (p.dropout && p.mask != nullptr) simt_save_row_mask(p, sample, hg, simt_first_key(p, b, i), i, lane);
   T* orow = static_cast<T*>(p.out) + (static_cast<int64_t>(b) * T_ + i) * p.out_tok + static_cast<int64_t>(h) * D;
   store_row(orow, acc, 1.f / l, D, lane);
   if (lane == 0) p.lse[static_cast<int64_t>(bh) * T_ + i] = m + logf(l);

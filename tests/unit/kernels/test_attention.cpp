@@ -7,6 +7,7 @@
 #include "core/attn_dropout_mask.h"
 #include "kernel_test_util.h"
 #include "naive_ref.h"
+#include "tests/attn_mask_test_util.h"
 #include "tests/scoped_env.h"
 
 namespace trident::test {
@@ -189,15 +190,13 @@ TEST(AttentionDropout, SavedMaskIsTheDrawnMask) {
   std::vector<int32_t> words(static_cast<size_t>(attn_mask_words(kB, kH, T)));
   be->copy_to_host(words.data(), mask);
   const auto* rows = reinterpret_cast<const uint16_t*>(words.data());
-  int64_t checked = 0, bad = 0;
-  for (int b = 0; b < kB; ++b)
-    for (int h = 0; h < kH; ++h)
-      for (int i = 0; i < T; ++i)
-        for (int j = starts[b * T + i]; j <= i; ++j, ++checked) {
-          const bool bit = (rows[attn_mask_row(attn_mask_blocks(T), b * kH + h, i, j)] >> attn_mask_bit(j)) & 1u;
-          bad += bit != attn_dropout_keep(drop, drop.sample_base + b, H0 + h, T, i, j);
-        }
-  EXPECT_EQ(bad, 0) << "of " << checked;
+  EXPECT_EQ(test::count_visible(kB, kH, T, starts,
+                                [&](int b, int h, int i, int j) {
+                                  return attn_mask_kept(rows, attn_mask_blocks(T), b * kH + h, i, j) !=
+                                         attn_dropout_keep(drop, drop.sample_base + b, H0 + h, T, i, j);
+                                }),
+            0)
+      << "saved bits differing from attn_dropout_keep";
   EXPECT_EQ(saved.first, drawn.first) << "out";
   EXPECT_EQ(saved.second, drawn.second) << "dqkv: the backward read the saved bits";
   EXPECT_NE(run(plain, drop, other).second, drawn.second) << "the other seed draws another mask";
