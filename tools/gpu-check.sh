@@ -757,6 +757,12 @@ target_lines() {
     echo "  (beside it) ... with the mask saved for the backward (TRIDENT_ATTN_SAVE_MASK=1 in training): $saved ms," \
       "$(awk -v a="$saved" -v b="$drop" 'BEGIN { printf "%.2f", a / b }')x the drawn mask's (predicted ~0.8-0.9x)"
   fi
+  ahead=$(d64 'attn fwd\+bwd, dropout, mask ahead' '$(NF-3)')
+  if [[ -n $drop && -n $ahead && -n $plain ]]; then
+    echo "  (beside it) ... with the saved mask drawn ahead by its own kernel (TRIDENT_ATTN_MASK_AHEAD=1): $ahead ms," \
+      "$(awk -v a="$ahead" -v b="$drop" 'BEGIN { printf "%.2f", a / b }')x the drawn mask's, $(awk -v a="$ahead" \
+      -v b="$plain" 'BEGIN { printf "%.2f", a / b }')x no dropout's (predicted ~0.75-0.8x and ~1.2-1.25x)"
+  fi
   for row in "$@"; do
     [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default settings' row, not "+tuned" or "x8"
     mfu=$(awk '{ print $NF }' <<<"$row")

@@ -14,9 +14,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -46,13 +45,15 @@ TRIDENT_HD bool attn_mask_kept(const uint16_t* mask, int64_t blocks, int64_t bh,
 #if !defined(__CUDA_ARCH__)
 // TRIDENT_ATTN_SAVE_MASK=1: training saves the mask (Backend::saves_attention_dropout_mask on
 // every backend, so that trident-plan's dry run counts what trident-train allocates). Opt-in
-// until a GPU run has timed it (kernels/cuda/PERFORMANCE.md).
+// until a GPU run has timed it (kernels/cuda/PERFORMANCE.md). TRIDENT_ATTN_MASK_AHEAD=1 (the
+// CUDA backend draws the saved mask by a kernel of its own before the forward) implies it.
 inline bool attn_mask_save_requested() {
-  const char* v = std::getenv("TRIDENT_ATTN_SAVE_MASK");
-  if (v == nullptr || v[0] == '\0') return false;
-  if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0)
-    throw ConfigError(detail::concat("TRIDENT_ATTN_SAVE_MASK=", v, " must be 0 or 1"));
-  return v[0] == '1';
+  const int save = env_switch("TRIDENT_ATTN_SAVE_MASK"), ahead = env_switch("TRIDENT_ATTN_MASK_AHEAD");
+  if (ahead == 1 && save == 0)
+    throw ConfigError(
+        "TRIDENT_ATTN_MASK_AHEAD=1 draws into the saved dropout mask, which TRIDENT_ATTN_SAVE_MASK=0 turns off: "
+        "unset it or set it to 1");
+  return save == 1 || ahead == 1;
 }
 #endif
 

@@ -117,7 +117,7 @@ class Backend {
   virtual std::optional<uint64_t> device_memory_used() { return std::nullopt; }
   // Whether the model should keep each layer's attention dropout mask from its forward for
   // its backward (AttentionShape::dropout_mask): bits of memory against drawing it again.
-  // Every backend: TRIDENT_ATTN_SAVE_MASK=1 (core/attn_dropout_mask.h).
+  // Every backend: TRIDENT_ATTN_SAVE_MASK=1 or TRIDENT_ATTN_MASK_AHEAD=1 (core/attn_dropout_mask.h).
   virtual bool saves_attention_dropout_mask() const;
 
   // ---- memory -------------------------------------------------------------------------

@@ -19,7 +19,9 @@
 // key, head (h_global), query and key of sample drop.sample_base + b as the CPU twin
 // (kernels/cpu/cpu_attention.cpp), so both backends drop the same elements. With a saved
 // mask (AttentionShape::dropout_mask, TRIDENT_ATTN_SAVE_MASK=1 in training) the forward
-// kernels also write their bits there and the backward kernels read them instead of drawing.
+// kernels also write their bits there and the backward kernels read them instead of drawing;
+// with TRIDENT_ATTN_MASK_AHEAD=1 too, a kernel of its own draws the mask before the forward,
+// whose kernels then read it as well.
 //
 // Documents (AttentionShape::document_starts, Megatron's --reset-attention-mask): a query sees
 // the keys of its own document only. The forward and dQ tiles hide the keys before the row's
@@ -62,6 +64,7 @@
 //   attn_backward_dq_ws.cuh   pass 3: the warp-specialized wgmma kernel (TMA producer, K/V ring)
 //   attn_backward_passes.cuh  pass 1 (delta), documents' ends, the atomic dQ's zero and store
 //   attn_simt.cuh             the CUDA-core kernels
+//   attn_mask_ahead.cuh       the saved dropout mask drawn by a kernel of its own before the forward
 //   attn_plans.cuh            launch plans and the tile shapes beside the defaults (AttnTiles)
 // and this file: the host launchers (checks, tile settings from the environment, launches).
 // tests/cuda/test_cuda_attention_emulated.cpp runs all of the device code and the plans on
@@ -294,7 +297,7 @@ Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor
     const int64_t words = attn_mask_words(B, H, T);
     TRIDENT_CHECK(m.dtype == DType::I32 && m.numel() == words, op, ": dropout_mask must be int32 [", words,
                   "] for B,H,T=", B, ",", H, ",", T, ", got ", dtype_name(m.dtype), " ", m.shape.str());
-    // The dK/dV kernels read it by 32-bit words.
+    // The dK/dV kernels read it by 32-bit words, and the mask kernel ahead of the forward stores it so.
     TRIDENT_CHECK(reinterpret_cast<uintptr_t>(m.data) % 4 == 0, op, ": dropout_mask is not 4-byte aligned");
     p.mask = static_cast<uint16_t*>(m.data);
     p.mask_blocks = attn_mask_blocks(T);
@@ -308,25 +311,34 @@ Checked check(const char* op, const Tensor& qkv, const Tensor& out, const Tensor
 
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
                        const DropoutKey& drop, cudaStream_t st) {
-  const Checked c = check("attention_forward", qkv, out, lse, s, drop);
-  dispatch_float(qkv.dtype, "attention_forward", [&](auto tag) {
+  const char* op = "attention_forward";
+  const Checked c = check(op, qkv, out, lse, s, drop);
+  AttnParams p = c.p;
+  // TRIDENT_ATTN_MASK_AHEAD=1, where the call passes a saved mask (training does with the
+  // variable set): the mask drawn by its own kernel, then read by the forward's. Without one
+  // the forward's kernels draw as they do without the variable.
+  if (p.mask != nullptr && env_flag("TRIDENT_ATTN_MASK_AHEAD")) {
+    TRIDENT_CHECK(mask_ahead_grid(p) <= 0x7fffffff, op, ": TRIDENT_ATTN_MASK_AHEAD=1: B*H=", s.B * s.H,
+                  " heads of T=", s.T, " are past one grid of the mask's kernel");
+    p.mask_drawn = true;
+    plan_mask_ahead(p, [&](auto kernel, unsigned gx, unsigned gy, int smem) {
+      launch_mma(kernel, dim3(gx, gy), smem, p, st);
+    });
+  }
+  dispatch_float(qkv.dtype, op, [&](auto tag) {
     using Ty = decltype(tag);
     if constexpr (std::is_same_v<Ty, float>) {
-      attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
+      attn_fwd_simt_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
       CUDA_CHECK_LAUNCH();
     } else {
       if (c.mma) {
         const AttnTiles t = tiles_from_env(s.D);
-        if (!t.fwd_ws) {
-          run_plan("attention_forward", c.p, t, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
-        } else {  // the warp-specialized kernel loads qkv by TMA
-          AttnParams p = c.p;
+        if (t.fwd_ws)  // the warp-specialized kernel loads qkv by TMA
           encode_heads_map(p.qkv_map, qkv_tma_view(p, 2), std::is_same_v<Ty, __nv_bfloat16>, p,
                            "TRIDENT_ATTN_FWD_WS=0");
-          run_plan("attention_forward", p, t, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
-        }
+        run_plan(op, p, t, st, [](auto&&... a) { return plan_forward_mma<Ty>(a...); });
       } else {
-        attn_fwd_simt_kernel<Ty><<<simt_grid(c.p), kThreads, 0, st>>>(c.p);
+        attn_fwd_simt_kernel<Ty><<<simt_grid(p), kThreads, 0, st>>>(p);
         CUDA_CHECK_LAUNCH();
       }
     }

@@ -176,7 +176,8 @@ class CudaAttention : public CudaVsCpuDtype {
   // forward's bits equal the CPU's at every element a query sees, its output is the forward's
   // without the mask, bit for bit, and the backward reads the bits: given another seed, it
   // gives the gradients of the first seed's drawn mask, bit for bit.
-  void check_saved_mask(const std::string& tag) {
+  // ahead: with TRIDENT_ATTN_MASK_AHEAD=1, the mask drawn by its own kernel and read by the forward.
+  void check_saved_mask(const std::string& tag, bool ahead = false) {
     for (const AttnCase& c : cases()) {
       if (c.p == 0.f) continue;
       SCOPED_TRACE(tag + describe(c));
@@ -188,7 +189,10 @@ class CudaAttention : public CudaVsCpuDtype {
       gs.dropout_mask = mask.gpu.t();
       Pair out = filled(Shape{c.B, c.T, c.H, c.D}, dt(), 7.f), lse = filled(Shape{c.B, c.H, c.T}, DType::F32, 7.f);
       cpu().attention_forward(r.qkv.cpu, out.cpu, lse.cpu, cs, drop_key(c.p));
-      gpu().attention_forward(r.qkv.gpu, out.gpu, lse.gpu, gs, drop_key(c.p));
+      {
+        const ScopedEnv mask_ahead("TRIDENT_ATTN_MASK_AHEAD", ahead ? "1" : nullptr);
+        gpu().attention_forward(r.qkv.gpu, out.gpu, lse.gpu, gs, drop_key(c.p));
+      }
       EXPECT_EQ(raw<uint16_t>(gpu(), out.gpu), raw<uint16_t>(gpu(), r.out.gpu)) << "out with the saved mask";
       const std::vector<uint16_t> want = raw<uint16_t>(cpu(), mask.cpu), got = raw<uint16_t>(gpu(), mask.gpu);
       const std::vector<int32_t> docs = random_document_starts(c.B, c.T, c.eod, static_cast<uint64_t>(c.T));
@@ -464,6 +468,40 @@ TEST_P(CudaAttention, SavedDropoutMaskIsTheDrawnMask) {
     const ScopedEnv simt("TRIDENT_ATTN_SIMT", "1");
     check_saved_mask("simt ");
   }
+}
+// The same with the mask drawn ahead by its own kernel (TRIDENT_ATTN_MASK_AHEAD=1) and read
+// by the forward (the mask kernel and the forward take the same key here, so only the emulated
+// test, which changes the seed between them, shows that the forward reads the bits). A call
+// without a mask draws in the forward as without the variable.
+TEST_P(CudaAttention, MaskDrawnAheadIsTheDrawnMask) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check_saved_mask("ahead ", true);
+  {
+    const ScopedEnv fwd("TRIDENT_ATTN_FWD_WGMMA", "0");
+    check_saved_mask("ahead, mma forward ", true);
+  }
+  {
+    const ScopedEnv simt("TRIDENT_ATTN_SIMT", "1");
+    check_saved_mask("ahead, simt ", true);
+  }
+  const AttnCase c{1, 40, 1, 64, 0, 0, 0.1f};
+  Run drawn = forward(c);
+  Buffer out = gpu().empty(Shape{c.B, c.T, c.H, c.D}, dt()), lse = gpu().empty(Shape{c.B, c.H, c.T}, DType::F32);
+  const ScopedEnv mask_ahead("TRIDENT_ATTN_MASK_AHEAD", "1");
+  gpu().attention_forward(drawn.qkv.gpu, out, lse, drawn.gpu_shape, drop_key(c.p));
+  EXPECT_EQ(raw<uint16_t>(gpu(), out), raw<uint16_t>(gpu(), drawn.out.gpu)) << "out without a mask";
+}
+// On an H100/H200 also the one-warpgroup wgmma forward and its two-warpgroup blocks.
+TEST_P(CudaAttention, MaskDrawnAheadWgmmaForwards) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  if (dt() == DType::F32) GTEST_SKIP() << "fp32 runs the CUDA-core kernels";
+  TRIDENT_SKIP_WITHOUT_SM90();
+  {
+    const ScopedEnv ws("TRIDENT_ATTN_FWD_WS", "0");
+    check_saved_mask("ahead, one-warpgroup wgmma forward ", true);
+  }
+  const ScopedEnv wgmma("TRIDENT_ATTN_FWD_WGMMA", "1"), wg("TRIDENT_ATTN_FWD_WG", "2");
+  check_saved_mask("ahead, two-warpgroup wgmma forward ", true);
 }
 TEST_P(CudaAttention, SavedDropoutMaskWarpSpecializedBackward) {
   TRIDENT_SKIP_WITHOUT_GPU();

@@ -842,24 +842,28 @@ std::string describe(const AttnTiles& t) {
          std::to_string(t.dq_ws);
 }
 
-// The saved dropout mask's bits (AttnParams::mask) against attn_dropout_keep at every element
-// a query sees; the others are undefined. Returns the number that differ.
-int64_t saved_mask_mismatches(const AttnParams& p, const std::vector<int32_t>& docs) {
+// The saved dropout mask's bits (AttnParams::mask) against attn_dropout_keep under `drop` at
+// every element a query sees; the others are undefined. Returns the number that differ.
+int64_t saved_mask_mismatches(const AttnParams& p, const DropoutKey& drop, const std::vector<int32_t>& docs) {
   return test::count_visible(p.B, p.H, p.T, docs, [&](int b, int h, int i, int j) {
     return attn_mask_kept(p.mask, p.mask_blocks, static_cast<int64_t>(b) * p.H + h, i, j) !=
-           attn_dropout_keep(p.drop, p.drop.sample_base + b, p.head_offset + h, p.T, i, j);
+           attn_dropout_keep(drop, drop.sample_base + b, p.head_offset + h, p.T, i, j);
   });
 }
 
-// save_mask (cases with dropout): the forward saves its mask and the backward reads it. The
-// backward then runs with another dropout seed: only bits read from the saved mask give the
-// reference's gradients.
+// How a case's dropout mask (cases with dropout) reaches the kernels: drawn by each, saved by
+// the forward and read by the backward, or drawn ahead by attn_mask_ahead_kernel and read by
+// the forward too (TRIDENT_ATTN_MASK_AHEAD=1). After the draws into the mask the kernels run
+// with another dropout seed: only bits read from it give the reference's results.
+enum class MaskMode { kDrawn, kSaved, kAhead };
+
 template <typename T>
 void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& tiles = AttnTiles{},
-              bool save_mask = false) {
-  save_mask = save_mask && c.p > 0.f;
+              MaskMode mask_mode = MaskMode::kDrawn) {
+  const bool save_mask = mask_mode != MaskMode::kDrawn && c.p > 0.f, ahead = save_mask && mask_mode == MaskMode::kAhead;
   SCOPED_TRACE(describe(c) + (tensor_cores ? " tensor-core" : " cuda-core") +
-               (emu::g_eager ? " eager" : " deferred") + describe(tiles) + (save_mask ? " saved mask" : ""));
+               (emu::g_eager ? " eager" : " deferred") + describe(tiles) +
+               (ahead ? " mask drawn ahead" : save_mask ? " saved mask" : ""));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   const size_t nqkv = static_cast<size_t>(c.B) * c.T * 3 * c.H * c.D, nout = nqkv / 3,
@@ -915,16 +919,30 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
     p.mask = mask.data();
     p.mask_blocks = attn_mask_blocks(c.T);
   }
-  // After the forward: its saved bits, then another seed for the backward.
-  auto check_saved_mask = [&] {
+  // After the kernel that draws the mask (the forward, or the kernel ahead of it): its bits,
+  // then another seed for the kernels after it. And after a forward that reads the mask: the
+  // bits unchanged.
+  auto check_saved_mask = [&](const char* drawn_by) {
     if (!save_mask) return;
-    EXPECT_EQ(saved_mask_mismatches(p, docs), 0) << "saved mask bits";
+    EXPECT_EQ(saved_mask_mismatches(p, drop, docs), 0) << "saved mask bits after " << drawn_by;
     EXPECT_EQ(static_cast<size_t>(std::count(mask.begin() + static_cast<std::ptrdiff_t>(mask_rows), mask.end(), 0xA5A5)),
               kGuardRows)
-        << "rows written past the mask";
+        << "rows written past the mask by " << drawn_by;
     DropoutKey other = drop;
     other.seed ^= 0x9E3779B97F4A7C15ull;
     set_attn_dropout(p, other);
+  };
+  auto draw_ahead = [&](auto&& launch_mask) {
+    if (!ahead) return;
+    p.mask_drawn = true;
+    plan_mask_ahead(p, launch_mask);
+    check_saved_mask("the mask kernel");
+  };
+  auto check_after_forward = [&] {
+    if (ahead)
+      EXPECT_EQ(saved_mask_mismatches(p, drop, docs), 0) << "saved mask bits after the forward that read them";
+    else
+      check_saved_mask("the forward");
   };
 
   const unsigned rows = static_cast<unsigned>((nrow + 3) / 4);
@@ -934,15 +952,19 @@ void run_case(const Case& c, bool tensor_cores, uint64_t seed, const AttnTiles& 
         launch(kernel, gx, gy, static_cast<size_t>(smem), p, threads);
       };
       if (tiles.fwd_ws || tiles.dkdv_ws || tiles.dq_ws) emulated_maps(p, 2);  // what the host launchers encode for the driver
+      draw_ahead(emulated);
       ASSERT_TRUE(plan_forward_mma<T>(p, tiles, emulated)) << "no forward instance";
-      check_saved_mask();
+      check_after_forward();
       plan_document_ends(p, emulated);
       plan_delta<T>(p, true, emulated);  // 16-byte vectors, as on the GPU (D % 8 == 0 here)
       ASSERT_TRUE(plan_backward_mma<T>(p, tiles, emulated)) << "no backward instances";
     }
   } else {
+    draw_ahead([&](auto kernel, unsigned gx, unsigned gy, int smem) {
+      launch(kernel, gx, gy, static_cast<size_t>(smem), p);
+    });
     launch(attn_fwd_simt_kernel<T>, rows, 1, 0, p);
-    check_saved_mask();
+    check_after_forward();
     launch(attn_delta_kernel<T>, rows, 1, 0, p);
     launch(attn_bwd_dkdv_simt_kernel<T>, rows, 1, 0, p);
     launch(attn_bwd_dq_simt_kernel<T>, rows, 1, 0, p);
@@ -1008,9 +1030,22 @@ const std::vector<Case>& small_cases() {
   return v;
 }
 
-// The variants' cases that run with the saved dropout mask: those of even T (about half of
-// the cases with dropout), so that every kernel runs both ways.
-bool saved_mask_case(const Case& c) { return c.T % 2 == 0; }
+// The ways of the dropout mask in turn, per kernel configuration (tile settings and head-dim
+// bucket): the n-th case with dropout that a configuration runs draws the mask ahead, saves it
+// or draws it by n % 3, so that a configuration with two such cases meets both new ways and
+// one with three every way.
+class MaskModes {
+ public:
+  MaskMode next(const Case& c, const AttnTiles& t) {
+    if (c.p == 0.f) return MaskMode::kDrawn;
+    const std::string key = describe(t) + (c.D <= 32 ? " D32" : c.D <= 64 ? " D64" : " D128");
+    constexpr MaskMode kOrder[] = {MaskMode::kAhead, MaskMode::kSaved, MaskMode::kDrawn};
+    return kOrder[runs_[key]++ % 3];
+  }
+
+ private:
+  std::map<std::string, int> runs_;
+};
 
 class EmulatedAttention : public ::testing::TestWithParam<bool> {  // param: eager cp.async
  protected:
@@ -1022,34 +1057,39 @@ TEST_P(EmulatedAttention, TensorCoreFp16) {
   for (const Case& c : cases()) run_case<__half>(c, true, seed++);
 }
 
-TEST_P(EmulatedAttention, TensorCoreBf16) {  // with the saved dropout mask
+TEST_P(EmulatedAttention, TensorCoreBf16) {  // with the saved dropout mask, drawn ahead every other case
   uint64_t seed = 100;
-  for (const Case& c : cases()) run_case<__nv_bfloat16>(c, true, seed++, AttnTiles{}, true);
+  bool ahead = false;
+  for (const Case& c : cases()) {
+    run_case<__nv_bfloat16>(c, true, seed++, AttnTiles{}, ahead ? MaskMode::kAhead : MaskMode::kSaved);
+    ahead = !ahead;
+  }
 }
 
 // The tile shapes beside the defaults (AttnTiles), each on the cases whose head dim has it:
 // 128-row forward blocks with double-buffered dK/dV, the other forward key, dK/dV query and
 // dQ key tiles, the forward's two K/V buffers with each forward tile shape, and dQ added by
 // atomics (with one and two dK/dV buffers, and with the other dK/dV query tiles). Each with
-// the saved dropout mask on some cases (saved_mask_case) and drawn masks on the others.
+// each way of the dropout mask in turn (MaskModes).
 TEST_P(EmulatedAttention, TensorCoreVariants) {
+  MaskModes modes;
   uint64_t seed = 400;
   AttnTiles wm2_db;
   wm2_db.fwd_wm = 2;
   wm2_db.dkdv_nb = 2;
   for (const Case& c : cases()) {
-    run_case<__half>(c, true, seed++, wm2_db, saved_mask_case(c));
+    run_case<__half>(c, true, seed++, wm2_db, modes.next(c, wm2_db));
     wm2_db.fwd_nb = 3 - wm2_db.fwd_nb;  // both forward buffer counts, alternately
-    run_case<__nv_bfloat16>(c, true, seed++, wm2_db, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, wm2_db, modes.next(c, wm2_db));
   }
   AttnTiles fwd_db;  // the default tile shapes with two forward K/V buffers and atomic dQ
   fwd_db.fwd_nb = 2;
   fwd_db.dq_atomic = true;
   for (const Case& c : cases()) {
-    run_case<__nv_bfloat16>(c, true, seed++, fwd_db, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, fwd_db, modes.next(c, fwd_db));
     AttnTiles atomic_db = wm2_db;  // atomic dQ with the two-buffer dK/dV kernel
     atomic_db.dq_atomic = true;
-    run_case<__half>(c, true, seed++, atomic_db, saved_mask_case(c));
+    run_case<__half>(c, true, seed++, atomic_db, modes.next(c, atomic_db));
   }
   for (const Case& c : cases()) {
     if (c.D <= 32) continue;  // D <= 32 has the default tiles only
@@ -1058,20 +1098,21 @@ TEST_P(EmulatedAttention, TensorCoreVariants) {
     AttnTiles other_atomic;  // atomic dQ with the other dK/dV query tiles
     other_atomic.dkdv_bq = other_bq;
     other_atomic.dq_atomic = true;
-    run_case<__nv_bfloat16>(c, true, seed++, other_atomic, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, other_atomic, modes.next(c, other_atomic));
     AttnTiles other;  // forward keys doubled, the other dK/dV queries, dQ keys doubled (D 128)
     other.fwd_bk = 2 * bk;
     other.fwd_nb = 1 + (seed & 1);
     other.dkdv_bq = other_bq;
     if (c.D > 64) other.dq_bk = 2 * bk;
-    run_case<__nv_bfloat16>(c, true, seed++, other, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, other, modes.next(c, other));
   }
 }
 
 // The sm_90a kernels (warpgroup MMA from swizzled shared memory): the forward with both of
-// its key tiles, the backward's dK/dV (D 64: both query tiles) and dQ passes; each with the
-// saved dropout mask on some cases.
+// its key tiles, the backward's dK/dV (D 64: both query tiles) and dQ passes; each with each
+// way of the dropout mask in turn (MaskModes).
 TEST_P(EmulatedAttention, Wgmma) {
+  MaskModes modes;
   uint64_t seed = 700;
   int seen[2] = {0, 0};  // cases so far of D <= 64 and of D > 64
   for (const Case& c : cases()) {
@@ -1079,10 +1120,10 @@ TEST_P(EmulatedAttention, Wgmma) {
     const bool other_tiles = seen[c.D > 64]++ % 2 == 0;  // alternately, within each head-dim bucket
     AttnTiles wgmma;
     wgmma.fwd_wgmma = wgmma.bwd_wgmma = true;
-    run_case<__nv_bfloat16>(c, true, seed++, wgmma, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, wgmma, modes.next(c, wgmma));
     wgmma.fwd_bk = 128;  // the other key tile
     if (c.D <= 64) wgmma.dkdv_bq = 32;  // D 64's other dK/dV query tile
-    run_case<__half>(c, true, seed++, wgmma, saved_mask_case(c));
+    run_case<__half>(c, true, seed++, wgmma, modes.next(c, wgmma));
     // Two warpgroups a block (128 rows) in every kernel that has them (dK/dV: D 64), with
     // the other forward key and (D 64) dK/dV query tiles every other case of a head dim.
     AttnTiles two;
@@ -1093,14 +1134,14 @@ TEST_P(EmulatedAttention, Wgmma) {
       two.dkdv_wg = 2;
       two.dkdv_bq = other_tiles ? 32 : 0;
     }
-    run_case<__nv_bfloat16>(c, true, seed++, two, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, two, modes.next(c, two));
     // The warp-specialized forward (a TMA producer, mbarriers, P V under the next tile's
     // softmax), with D 64's two key tiles alternately.
     // And the warp-specialized dQ kernel (dS K under the next step's dS; D 128 by half tiles).
     AttnTiles ws;
     ws.fwd_wgmma = ws.bwd_wgmma = ws.fwd_ws = ws.dq_ws = true;
     ws.fwd_bk = other_tiles && c.D <= 64 ? 128 : 0;
-    run_case<__half>(c, true, seed++, ws, saved_mask_case(c));
+    run_case<__half>(c, true, seed++, ws, modes.next(c, ws));
     // FlashAttention-3's dK/dV block (two consumer warpgroups of 64 keys, a producer
     // warpgroup; D 64 pipelined), with each dQ kernel in turn.
     AttnTiles ws2 = ws;
@@ -1108,31 +1149,31 @@ TEST_P(EmulatedAttention, Wgmma) {
     ws2.dkdv_ws = true;
     ws2.dkdv_wg = 2;
     ws2.dq_ws = !other_tiles;
-    run_case<__nv_bfloat16>(c, true, seed++, ws2, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, ws2, modes.next(c, ws2));
     if (c.D > 64) continue;
     ws2.dq_ws = false;  // ... with dQ added by bulk f32 reduces (D 64)
     ws2.dq_atomic = true;
-    run_case<__half>(c, true, seed++, ws2, saved_mask_case(c));
+    run_case<__half>(c, true, seed++, ws2, modes.next(c, ws2));
     // The warp-specialized dK/dV kernel (D 64), with each dQ kernel in turn.
     AttnTiles ws_dkdv = ws;
     ws_dkdv.fwd_bk = 0;
     ws_dkdv.dkdv_ws = true;
     ws_dkdv.dq_ws = !other_tiles;
     ws_dkdv.dq_wg = other_tiles ? 2 : 1;
-    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv, modes.next(c, ws_dkdv));
     ws_dkdv.dkdv_bq = 32;  // each stage by halves, the next half's scores under this one's products
     ws_dkdv.dq_ws = other_tiles;
     ws_dkdv.dq_wg = 1;
-    run_case<__half>(c, true, seed++, ws_dkdv, saved_mask_case(c));
+    run_case<__half>(c, true, seed++, ws_dkdv, modes.next(c, ws_dkdv));
     ws_dkdv.dkdv_bq = 0;  // dQ by the dK/dV kernel, added by bulk f32 reduces
     ws_dkdv.dq_ws = false;
     ws_dkdv.dq_atomic = true;
-    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, ws_dkdv, modes.next(c, ws_dkdv));
     AttnTiles atomic;  // dQ added by the dK/dV kernel (dS^T through shared memory), D 64
     atomic.fwd_wgmma = atomic.bwd_wgmma = atomic.dq_atomic = true;
-    run_case<__nv_bfloat16>(c, true, seed++, atomic, saved_mask_case(c));
+    run_case<__nv_bfloat16>(c, true, seed++, atomic, modes.next(c, atomic));
     atomic.dkdv_wg = 2;  // with two warpgroups, whose dQ partials are summed in shared memory
-    run_case<__half>(c, true, seed++, atomic, saved_mask_case(c));
+    run_case<__half>(c, true, seed++, atomic, modes.next(c, atomic));
   }
 }
 
@@ -1368,7 +1409,10 @@ TEST(EmulatedAttentionCudaCore, Bf16) {
 
 TEST(EmulatedAttentionCudaCore, SavedMask) {
   uint64_t seed = 350;
-  for (const Case& c : small_cases()) run_case<__half>(c, false, seed++, AttnTiles{}, true);
+  for (const Case& c : small_cases()) {
+    run_case<__half>(c, false, seed++, AttnTiles{}, MaskMode::kSaved);
+    run_case<__half>(c, false, seed++, AttnTiles{}, MaskMode::kAhead);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(CpAsync, EmulatedAttention, ::testing::Values(false, true),

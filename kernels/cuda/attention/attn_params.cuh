@@ -47,10 +47,14 @@ struct AttnParams {
   bool dropout = false;
   DropoutKey drop{};
   // The saved dropout mask (AttentionShape::dropout_mask, core/attn_dropout_mask.h's uint16
-  // rows), or null: with dropout, the forward kernels write the bits they draw and the
-  // backward kernels read them instead of drawing. mask_blocks: attn_mask_blocks(T).
+  // rows), or null: with dropout, the forward kernels write the bits they draw (unless
+  // mask_drawn) and the backward kernels read them instead of drawing. mask_blocks:
+  // attn_mask_blocks(T).
   uint16_t* mask = nullptr;
   int64_t mask_blocks = 0;
+  // With a mask: it already holds this call's bits, drawn ahead by attn_mask_ahead_kernel
+  // (TRIDENT_ATTN_MASK_AHEAD=1), and the forward kernels read them as the backward's do.
+  bool mask_drawn = false;
   // The TMA views of qkv and dout (qkv_tma_view, dout_tma_view) for the warp-specialized
   // kernels, encoded by the host launcher for those only (zero otherwise); the kernels take
   // their parameters as __grid_constant__, so that the copy engine reads the maps where they lie.
@@ -131,13 +135,18 @@ __host__ __device__ __forceinline__ uint16_t* attn_mask_rows(const AttnParams& p
   return p.mask + attn_mask_block_row(p.mask_blocks, attn_mask_head(p, sample, hg), qb, kb);
 }
 
+// Whether element (i, j) is kept, for the SIMT kernels: read from the saved mask where
+// `saved` (j <= i < T), else drawn.
+__host__ __device__ __forceinline__ bool attn_keep_elem(const AttnParams& p, bool saved, uint64_t sample,
+                                                        uint64_t hg, int i, int j) {
+  return saved ? attn_mask_kept(p.mask, p.mask_blocks, attn_mask_head(p, sample, hg), i, j)
+               : attn_keep_one(p, sample, hg, i, j);
+}
 // Dropout factor of one element for the SIMT backward kernels: from the saved mask where
-// there is one (j <= i < T), else drawn.
+// there is one, else drawn.
 __host__ __device__ __forceinline__ float attn_drop_bwd(const AttnParams& p, uint64_t sample, uint64_t hg, int i,
                                                         int j) {
-  const bool keep = p.mask != nullptr ? attn_mask_kept(p.mask, p.mask_blocks, attn_mask_head(p, sample, hg), i, j)
-                                      : attn_keep_one(p, sample, hg, i, j);
-  return keep ? p.inv_keep : 0.f;
+  return attn_keep_elem(p, p.mask != nullptr, sample, hg, i, j) ? p.inv_keep : 0.f;
 }
 
 // The dropout fields of the kernels' parameters (check() and the emulated tests). A
@@ -270,7 +279,8 @@ __device__ __forceinline__ void attn_save_keep_rows(const AttnParams& p, const K
   }
 }
 
-// Rows = queries (dQ): the bits attn_keep_rows would draw, read from the saved mask.
+// Rows = queries (dQ, and the forward after attn_mask_ahead_kernel): the bits attn_keep_rows
+// would draw, read from the saved mask.
 template <int NT>
 __device__ __forceinline__ KeepBits<NT> attn_saved_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg,
                                                              int row0, int k0, int lane) {
@@ -298,6 +308,16 @@ __device__ __forceinline__ uint32_t attn_mask_word(const uint16_t* rows, int w) 
 #endif
 }
 
+// Stores word w of a block's rows (attn_mask_word's inverse).
+__device__ __forceinline__ void attn_mask_store_word(uint16_t* rows, int w, uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  reinterpret_cast<uint32_t*>(rows)[w] = v;
+#else
+  rows[2 * w] = static_cast<uint16_t>(v);
+  rows[2 * w + 1] = static_cast<uint16_t>(v >> 16);
+#endif
+}
+
 // Rows = keys (dK/dV): key0 = wkey + lane / 4 and key0 + 8 against queries i0 .. i0 + 8 NT - 1.
 // The thread's queries 2 (lane & 3) + {0, 1} of a block are its 32-bit word lane & 3, the
 // next 8 queries word 4 + (lane & 3); its keys are bits key0 % 16 and + 8 of each half.
@@ -318,11 +338,13 @@ __device__ __forceinline__ KeepBits<NT> attn_saved_keep_keys(const AttnParams& p
   return keep;
 }
 
-// What the kernels call. The forward draws its bits and saves them where asked; the backward
-// reads saved bits where there are some, else draws them as the forward did.
+// What the kernels call. The forward draws its bits and saves them where asked, or reads
+// them where they were drawn ahead; the backward reads saved bits where there are some, else
+// draws them as the forward did.
 template <int NT>
 __device__ __forceinline__ KeepBits<NT> fwd_keep_rows(const AttnParams& p, uint64_t sample, uint64_t hg, int row0,
                                                       int k0, int lane) {
+  if (p.mask_drawn) return attn_saved_keep_rows<NT>(p, sample, hg, row0, k0, lane);
   const KeepBits<NT> keep = attn_keep_rows<NT>(p, sample, hg, row0, k0, lane);
   if (p.mask != nullptr) attn_save_keep_rows<NT>(p, keep, sample, hg, row0, k0, lane);
   return keep;

@@ -19,6 +19,7 @@
 #include "kernels/cuda/attention/attn_backward_passes.cuh"
 #include "kernels/cuda/attention/attn_forward.cuh"
 #include "kernels/cuda/attention/attn_forward_ws.cuh"
+#include "kernels/cuda/attention/attn_mask_ahead.cuh"
 #include "kernels/cuda/attention/attn_simt.cuh"
 
 namespace trident::cuda {

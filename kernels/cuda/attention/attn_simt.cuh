@@ -61,11 +61,12 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
   float q[kSimtDims], acc[kSimtDims] = {0.f, 0.f, 0.f, 0.f};
   load_row(q, base + static_cast<int64_t>(i) * p.qkv_tok, D, lane);
   float m = -INFINITY, l = 0.f;
-  // With a saved mask (p.mask), the row's keep bits of the current 16-key block, written when
-  // the block or the row ends (the bits of keys before the row's first are undefined).
+  // With a saved mask (p.mask) not drawn ahead, the row's keep bits of the current 16-key
+  // block, written when the block or the row ends (the bits of keys before the row's first
+  // are undefined).
   uint16_t* mask_row = nullptr;
   uint32_t bits = 0;
-  if (p.dropout && p.mask != nullptr) mask_row = p.mask + attn_mask_row(p.mask_blocks, bh, i, 0);
+  if (p.dropout && p.mask != nullptr && !p.mask_drawn) mask_row = p.mask + attn_mask_row(p.mask_blocks, bh, i, 0);
   for (int j = simt_first_key(p, b, i); j <= i; ++j) {
     const T* kj = base + static_cast<int64_t>(j) * p.qkv_tok + HD;
     float k[kSimtDims], v[kSimtDims];
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_simt_kernel(const AttnParam
     const float al = expf(m - mn);  // 0 on the first key (m = -inf)
     const float pe = expf(s - mn);
     l = l * al + pe;
-    const bool keep = !p.dropout || attn_keep_one(p, sample, hg, i, j);
+    const bool keep = !p.dropout || attn_keep_elem(p, p.mask_drawn, sample, hg, i, j);
     const float w_ = keep ? pe * p.inv_keep : 0.f;  // inv_keep is 1 without dropout
     if (mask_row != nullptr) {
       bits |= static_cast<uint32_t>(keep) << (j & 15);

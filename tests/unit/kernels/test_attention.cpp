@@ -206,25 +206,36 @@ TEST(AttentionDropout, SavedMaskIsTheDrawnMask) {
   EXPECT_THROW(be->attention_forward(QKV, out, lse, saving, drop), InternalError);
 }
 
-// TRIDENT_ATTN_SAVE_MASK asks every backend to save the mask; other values than 0 and 1 are
-// refused with the variable's name.
+// TRIDENT_ATTN_SAVE_MASK asks every backend to save the mask, and so does
+// TRIDENT_ATTN_MASK_AHEAD (the CUDA backend's mask drawn ahead of the forward); other values
+// than 0 and 1, and the two at odds, are refused with the variables' names.
 TEST(AttentionDropout, SaveMaskVariable) {
   auto be = make_cpu_backend();
-  {
-    const test::ScopedEnv unset("TRIDENT_ATTN_SAVE_MASK", nullptr);
-    EXPECT_FALSE(be->saves_attention_dropout_mask());
-  }
-  {
-    const test::ScopedEnv on("TRIDENT_ATTN_SAVE_MASK", "1");
-    EXPECT_TRUE(be->saves_attention_dropout_mask());
-  }
-  const test::ScopedEnv bad("TRIDENT_ATTN_SAVE_MASK", "yes");
-  try {
-    be->saves_attention_dropout_mask();
-    ADD_FAILURE() << "TRIDENT_ATTN_SAVE_MASK=yes was taken";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("TRIDENT_ATTN_SAVE_MASK=yes"), std::string::npos) << e.what();
-  }
+  auto saves = [&](const char* save, const char* ahead) {
+    const test::ScopedEnv s("TRIDENT_ATTN_SAVE_MASK", save), a("TRIDENT_ATTN_MASK_AHEAD", ahead);
+    return be->saves_attention_dropout_mask();
+  };
+  EXPECT_FALSE(saves(nullptr, nullptr));
+  EXPECT_FALSE(saves("0", nullptr));
+  EXPECT_FALSE(saves(nullptr, "0"));
+  EXPECT_FALSE(saves("0", "0"));
+  EXPECT_TRUE(saves("1", nullptr));
+  EXPECT_TRUE(saves(nullptr, "1"));
+  EXPECT_TRUE(saves("1", "1"));
+  EXPECT_TRUE(saves("1", "0"));
+  auto refused = [&](const char* save, const char* ahead, const std::string& named) {
+    try {
+      saves(save, ahead);
+      auto shown = [](const char* v) { return v != nullptr ? v : "(unset)"; };
+      ADD_FAILURE() << "TRIDENT_ATTN_SAVE_MASK=" << shown(save) << " TRIDENT_ATTN_MASK_AHEAD=" << shown(ahead)
+                    << " was taken";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+    }
+  };
+  refused("yes", nullptr, "TRIDENT_ATTN_SAVE_MASK=yes");
+  refused(nullptr, "2", "TRIDENT_ATTN_MASK_AHEAD=2");
+  refused("0", "1", "TRIDENT_ATTN_SAVE_MASK=0");
 }
 
 std::vector<Case> cases() {
