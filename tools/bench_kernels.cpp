@@ -151,7 +151,13 @@ double rate(const Row& r) { return r.work / (r.ms * 1e-3) / (r.flops ? 1e12 : 1e
 class Bench {
  public:
   Bench(Backend& be, cudaStream_t s, const KernelBenchOptions& opt)
-      : be_(be), timer_(s), quick_(opt.quick), once_(opt.once), only_(opt.only) {}
+      : be_(be),
+        timer_(s),
+        quick_(opt.quick),
+        once_(opt.once),
+        only_(opt.only),
+        progress_(opt.progress),
+        resume_(opt.resume) {}
 
   Buffer rnd(Shape s, DType t, float lo = -1.f, float hi = 1.f) {
     Buffer b = be_.empty(s, t);
@@ -163,10 +169,26 @@ class Bench {
     randomize(be_, b, 0, 0, hi);
     return b;
   }
-  // Times f: a failing op (a shape check, say) gives its row an error, not the table.
+  // Times f: a failing op (a shape check, say) gives its row an error, not the table. Rows
+  // are numbered in the order measured, for --kernels-progress and --kernels-resume.
   Row measure(const std::string& name, const std::string& shape, double work, bool flops,
               const std::function<void()>& f, int calls) {
     Row r{name, shape, 0, work, flops, ""};
+    ++row_number_;
+    if (row_number_ == resume_) {
+      r.error = "skipped: the run before died in it (a rerun past it)";
+      return r;
+    }
+    if (silent() && name.rfind("peak: ", 0) != 0) {
+      r.error = "not rerun";
+      return r;
+    }
+    if (!progress_.empty()) {
+      std::FILE* p = std::fopen(progress_.c_str(), "w");
+      TRIDENT_CHECK(p != nullptr, "trident-bench: cannot write --kernels-progress ", progress_);
+      std::fprintf(p, "%d %s\n", row_number_, name.c_str());
+      std::fclose(p);
+    }
     try {
       r.ms = once_ ? timer_.ms(f, 1, 1, 0) : timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
       be_.synchronize();
@@ -185,6 +207,7 @@ class Bench {
     rows_.push_back(r);
     const bool ok = r.error.empty() && r.ms > 0;
     if (ok && r.name.rfind("peak: ", 0) == 0) (r.flops ? peak_fl_ : peak_bw_) = rate(r);
+    if (silent()) return;
     if (!ok) {
       std::printf("%-28s %-34s FAILED: %s\n", r.name.c_str(), r.shape.c_str(), r.error.c_str());
       return;
@@ -206,6 +229,8 @@ class Bench {
       push({name, "(setup)", 0, 0, false, e.what()});
     }
   }
+  // A rerun (--kernels-resume) before the row the run before died in: nothing is printed.
+  bool silent() const { return row_number_ < resume_; }
   const std::vector<Row>& rows() const { return rows_; }
   double peak_bw() const { return peak_bw_; }
   double peak_fl() const { return peak_fl_; }
@@ -216,7 +241,8 @@ class Bench {
   Backend& be_;
   Timer timer_;
   bool quick_, once_;
-  std::string only_;
+  std::string only_, progress_;
+  int resume_ = 0, row_number_ = 0;
   std::vector<Row> rows_;
   double peak_bw_ = 0, peak_fl_ = 0;
 };
@@ -247,8 +273,10 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   Bench b(be, stream, opt);
   const bool q = opt.quick;
   const DType bf = DType::BF16;
-  std::printf("trident-bench --kernels on %s%s\n", be.name().c_str(), q ? " (quick: small inputs)" : "");
-  std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
+  if (opt.resume == 0) {  // a rerun's rows continue the table of the run before
+    std::printf("trident-bench --kernels on %s%s\n", be.name().c_str(), q ? " (quick: small inputs)" : "");
+    std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
+  }
 
   // ---- ceilings: device copy (bandwidth) and a large bf16 GEMM (FLOP/s) ----------------
   b.section("device copy", [&] {

@@ -11,6 +11,10 @@
 //   --kernels-only S     only the kernel sections whose name contains S ("attention D128")
 //   --kernels-once       each kernel op launched once, no warm-up: a run for
 //                        a profiler (ncu), which replays each launch itself
+//   --kernels-progress F before each row, F holds its number and name (a run that dies
+//                        leaves there the row it died in)
+//   --kernels-resume N   rerun past row N, which the run before died in (the rows before it
+//                        are neither run nor printed; tools/gpu-check.sh)
 //   --generate           instead of training: generation with the KV-cache decoder on the
 //                        model of the flags (random weights), --micro-batch-size sequences:
 //                        prefill tokens/s and decoding tokens/s (tools/bench_generation.h)
@@ -45,6 +49,7 @@ namespace {
 const char* const kUsage =
     "Usage: trident-bench [--bench-warmup N] [--bench-no-profile] [trident-train flags]\n"
     "       trident-bench --kernels | --kernels-quick | --kernels-only S | --kernels-once\n"
+    "                     [--kernels-progress F] [--kernels-resume N]\n"
     "       trident-bench --generate [--generate-prompt N] [--generate-tokens N] [--generate-ragged]\n"
     "                     [trident-train flags]\n"
     "  --bench-warmup N     untimed steps first (1)\n"
@@ -53,6 +58,8 @@ const char* const kUsage =
     "  --kernels-quick      the same on small inputs\n"
     "  --kernels-only S     only the kernel sections whose name contains S (\"attention D128\")\n"
     "  --kernels-once       each kernel op launched once (for ncu)\n"
+    "  --kernels-progress F before each row, F holds its number and name (where a dead run died)\n"
+    "  --kernels-resume N   rerun past row N, which the run before died in\n"
     "  --generate           generation instead of training: prefill and decoding tokens/s of\n"
     "                       --micro-batch-size sequences (random weights, one process)\n"
     "  --generate-prompt N  prompt tokens a sequence (half the sequence length)\n"
@@ -95,6 +102,10 @@ std::vector<std::string> take_bench_flags(int argc, char** argv, BenchFlags& f) 
     } else if (t.name == "--kernels-only") {  // e.g. "attention D128"
       f.kernels = true;
       f.kernel_options.only = t.value();
+    } else if (t.name == "--kernels-progress") {
+      f.kernel_options.progress = t.value();
+    } else if (t.name == "--kernels-resume") {
+      f.kernel_options.resume = static_cast<int>(trident::parse_integer_flag("kernels-resume", t.value(), 1, 1 << 20));
     } else if (t.name == "--kernels-once") {
       t.no_value();
       f.kernels = true;
@@ -122,6 +133,8 @@ int main(int argc, char** argv) {
     }
     const int warmup = bf.warmup;
     const bool profile = bf.profile;
+    if (!bf.kernels && (!bf.kernel_options.progress.empty() || bf.kernel_options.resume > 0))
+      throw trident::ConfigError("--kernels-progress and --kernels-resume go with --kernels (or --kernels-quick)");
     if (bf.kernels && bf.generate)
       throw trident::ConfigError("--kernels and --generate are two different benchmarks: give one");
     if (bf.kernels) {

@@ -3,7 +3,8 @@
 # global batch that changes (--rampup-batch-size, --step-batch-size-schedule), and
 # --kernels-quick exits 0 everywhere. Without a GPU (or without the CUDA
 # backend) it prints one "no GPU" line and measures nothing; with one it prints the kernel
-# table ending with the peaks it measured.
+# table ending with the peaks it measured, and --kernels-progress / --kernels-resume (gpu-check's
+# rerun past a row that killed the table) number the rows alike.
 #   tests/e2e/bench_kernels.sh <trident-bench>
 set -uo pipefail
 bench=$1
@@ -35,6 +36,18 @@ for schedule in "--global-batch-size 8 --rampup-batch-size 2 2 8" "--step-batch-
   fi
   echo "ok: $err"
 done
+# --kernels-progress and --kernels-resume modify a kernel table: alone, or with a bad row
+# number, they are refused with one line naming them, exit 2.
+for bad in "--kernels-progress $tmp/progress" "--kernels-resume 3" "--kernels-quick --kernels-resume 0"; do
+  # shellcheck disable=SC2086
+  err=$("$bench" $bad 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 2 || $(wc -l <<<"$err") -ne 1 || $err != *kernels-* || -e $tmp/progress ]]; then
+    echo "FAIL: trident-bench $bad: rc=$rc, stderr: $err"
+    exit 1
+  fi
+  echo "ok: $err"
+done
 out=$("$bench" --kernels-quick 2>&1)
 rc=$?
 echo "$out"
@@ -46,3 +59,14 @@ if grep -q "no GPU" <<<"$out"; then
 fi
 grep -q "^peaks measured in this run" <<<"$out" || { echo "FAIL: no peaks line"; exit 1; }
 echo "ok: kernel table on the GPU"
+# The GELU rows (two) with --kernels-progress: the file names the last one. Rerun past row 2
+# (as if the run had died in it): no header, row 1 neither measured nor printed, row 2 a
+# FAILED row.
+"$bench" --kernels-quick --kernels-only gelu --kernels-progress "$tmp/progress" >/dev/null 2>&1
+[[ $(cat "$tmp/progress") == "2 gelu bwd" ]] || { echo "FAIL: --kernels-progress: $(cat "$tmp/progress")"; exit 1; }
+rerun=$("$bench" --kernels-quick --kernels-only gelu --kernels-resume 2 2>&1)
+if grep -q "^kernel " <<<"$rerun" || [[ $(grep -c "^gelu" <<<"$rerun") -ne 1 ]] ||
+   ! grep -q "^gelu bwd .*FAILED: skipped: the run before died in it" <<<"$rerun"; then
+  echo "FAIL: --kernels-resume 2:"; echo "$rerun"; exit 1
+fi
+echo "ok: --kernels-progress names the row measured; --kernels-resume reruns past one"

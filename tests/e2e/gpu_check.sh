@@ -10,7 +10,8 @@
 #   - the summary holds the rows and "result: OK", exit 0; a failing training run gives
 #     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED;
 #   - a kernel table cut short (an abort) keeps its rows in the summary, and without its
-#     "fastest attention tiles" lines nothing trains with tiles;
+#     "fastest attention tiles" lines nothing trains with tiles; one that dies in a row that
+#     --kernels-progress names is rerun past it (--kernels-resume);
 #   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
 #     not trained with, and the summary says so; likewise the atomic-dQ wgmma backward and
 #     the two-warpgroup dK/dV blocks, each with its own test;
@@ -33,6 +34,13 @@ cat >"$fake" <<'EOF'
 #!/usr/bin/env bash
 echo "$* | $(env | grep -E '^TRIDENT_(ATTN|LN|GEMM)_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_CALLS"
 if [[ $1 == --kernels ]]; then
+  if [[ -n ${FAKE_BENCH_CRASH:-} && $* != *--kernels-resume* ]]; then  # dies in row 7; $3: --kernels-progress's file
+    echo "kernel                       shape                                 ms/call     achieved   of peak"
+    echo "layernorm fwd                32768x2048 bf16                        0.0882    3048 GB/s     71.4%"
+    echo "7 attn fwd, wgmma" >"$3"
+    echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
+    exit 134
+  fi
   echo "kernel                       shape                                 ms/call     achieved   of peak"
   echo "layernorm fwd                32768x2048 bf16                        0.0882    3048 GB/s     71.4%"
   echo "layernorm fwd, walking warps 32768x2048 bf16                        0.0801    3356 GB/s     78.6%"
@@ -165,6 +173,22 @@ grep -q "^attention fwd (causal) .* 68.7 TF/s" <(sed -n '/summary/,$p' "$work/ab
 n=$(grep -c "TRIDENT_ATTN" "$calls")
 ((n == 0)) || fail "$n runs with attention tiles set after the kernel table died, expected 0"
 echo "ok: a kernel table cut short keeps its rows; nothing trains with tiles it did not choose"
+
+: >"$work/calls"
+# A kernel table that dies in a row with --kernels-progress naming it is rerun past that row:
+# the rows after it are in the summary and the tiles it chose are trained with; the step fails.
+FAKE_BENCH_CRASH=1 run_check "$work/crash"
+rc=$?
+((rc == 1)) || fail "a kernel table that died: gpu-check exited $rc, expected 1"
+grep -q "died in row 7 (attn fwd, wgmma): rerun past it" "$work/crash.log" || fail "no rerun past the row it died in"
+n=$(grep -c -- "--kernels --kernels-progress .* --kernels-resume 7 |" "$calls")
+((n == 1)) || fail "$n reruns with --kernels-resume 7, expected 1"
+grep -q "^result: FAILED: trident-bench --kernels (rc 134)" "$work/crash.log" || fail "the death is not a failed step"
+grep -q "^attn bwd, 2-consumer ws .* B8 T1024 H16 D128" <(sed -n '/summary/,$p' "$work/crash.log") ||
+  fail "the rows after the row it died in are not in the summary"
+n=$(grep -c "TRIDENT_ATTN" "$calls")
+((n == 2)) || fail "$n runs with attention tiles set after the rerun, expected 2"
+echo "ok: a kernel table that dies in a row is rerun past it"
 
 # kept_out <name> <ctest.log line> <D128 tiles> <variable> <test>: the kernel table found
 # <tiles> fastest for D128, but <test> did not pass: no training run has <variable> set, and
