@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace trident {
 namespace {
 
@@ -45,8 +47,9 @@ class Unroller {
       const int64_t times = count(text.substr(star + 1, digits_end - star - 1));
       const size_t unit = unit_end - unit_begin;
       if (times < 0 || out.size() + unit * static_cast<size_t>(times) > kMaxUnrolled) {
-        why_ = "'" + text.substr(i, std::min<size_t>(digits_end - i, 40)) + "' unrolls to more than " +
-               n(kMaxUnrolled) + " characters";
+        // concat, not operator+ on a literal: GCC 12 warns falsely (-Wrestrict) on that chain.
+        why_ = detail::concat("'", text.substr(i, std::min<size_t>(digits_end - i, 40)), "' unrolls to more than ",
+                              kMaxUnrolled, " characters");
         return false;
       }
       for (int64_t k = 0; k < times; ++k) out.append(text, unit_begin, unit);
@@ -87,8 +90,9 @@ std::vector<std::string> pipeline_layout_virtual_stages(const std::string& text,
       why = "'m' (a multi-token prediction layer) is not part of GPT-2";
       return {};
     } else {
-      why = "'" + std::string(1, c) + "' is not a layer: E (embedding), t (transformer layer), L (loss), '|' "
-            "between stages, X*n and (...)*n to repeat";
+      why = detail::concat("'", c,
+                           "' is not a layer: E (embedding), t (transformer layer), L (loss), '|' between stages, "
+                           "X*n and (...)*n to repeat");
       return {};
     }
   }
