@@ -772,6 +772,16 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         // (TRIDENT_ATTN_MASK_AHEAD=1): no attention kernel runs Philox.
         with_env("TRIDENT_ATTN_MASK_AHEAD=1",
                  [&] { b.add("attn fwd+bwd, dropout, mask ahead", label, 3.5 * fwd, true, saved_mask_step, 10); });
+        // The forwards alone, to tell what each way costs the forward from what it saves the
+        // backward: the draws under the products, the draws and the stores of the saved mask,
+        // and the mask kernel ahead with the forward's loads.
+        b.add("attn fwd, dropout 0.1", shp, fwd, true, [&] { be.attention_forward(qkv, out, lse, s, drop); }, 20);
+        b.add("attn fwd, dropout, saved mask", label, fwd, true, [&] { be.attention_forward(qkv, out, lse, m, drop); },
+              20);
+        with_env("TRIDENT_ATTN_MASK_AHEAD=1", [&] {
+          b.add("attn fwd, dropout, mask ahead", label, fwd, true, [&] { be.attention_forward(qkv, out, lse, m, drop); },
+                20);
+        });
       }
       // Megatron's --reset-attention-mask: documents of 200 tokens (boundaries inside tiles;
       // 64 in the quick run, whose T 256 would otherwise hold one and a tail). The work

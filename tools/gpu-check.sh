@@ -783,6 +783,13 @@ target_lines() {
       "$(awk -v a="$ahead" -v b="$drop" 'BEGIN { printf "%.2f", a / b }')x the drawn mask's, $(awk -v a="$ahead" \
       -v b="$plain" 'BEGIN { printf "%.2f", a / b }')x no dropout's (predicted ~0.75-0.8x and ~1.2-1.25x)"
   fi
+  fwd_drawn=$(d64 'attn fwd, dropout 0\.1' '$(NF-3)')
+  fwd_saved=$(d64 'attn fwd, dropout, saved mask' '$(NF-3)')
+  fwd_ahead=$(d64 'attn fwd, dropout, mask ahead' '$(NF-3)')
+  if [[ -n $fwd_drawn$fwd_saved$fwd_ahead ]]; then
+    echo "  (beside it) ... the forward alone: drawn ${fwd_drawn:--} / drawn and saved ${fwd_saved:--} / drawn ahead" \
+      "and read ${fwd_ahead:--} ms against ${fwd:--} ms without dropout"
+  fi
   for row in "$@"; do
     [[ $row =~ ^gpt2-1\.3b\ +bf16\  ]] || continue  # the default settings' row, not "+tuned" or "x8"
     mfu=$(awk '{ print $NF }' <<<"$row")

@@ -17,8 +17,9 @@
 #     the two-warpgroup dK/dV blocks, each with its own test;
 #   - the summary ends with issue 7's targets read off the tables (a kernel's share of the
 #     copy rate, attention TFLOP/s at head dim 64, gpt2-1.3b bf16 MFU), and beside the
-#     attention target its rate at T 4096 and 16384 and the cost of attention dropout (a FAILED row
-#     is left out, whatever its message ends with), beside the memory-bound ones the
+#     attention target its rate at T 4096 and 16384 and the cost of attention dropout, also of
+#     the forward alone with each way of the mask (a FAILED row is left out, whatever its
+#     message ends with), beside the memory-bound ones the
 #     opt-in kernels' rows (the LayerNorm ring, the bias-gradient epilogue), and beside the
 #     attention target the atomic-dQ backward's and the two-warpgroup backward's;
 #   - the kernel table gets 180 s; past the time budget (-1 here) it gets 60 s, and of the
@@ -56,6 +57,8 @@ if [[ $1 == --kernels ]]; then
   echo "attn bwd, wgmma, 2-wg dK/dV  B16 T1024 H32 D64 bf16                 1.0100  170.1 TF/s     21.4%"
   echo "attn bwd, wgmma atomic, 2-wg B16 T1024 H32 D64 bf16                 0.8500  202.1 TF/s     25.4%"
   echo "attn fwd+bwd, dropout 0.1    B16 T1024 H32 D64 bf16                 3.0653   78.5 TF/s      9.9%"
+  echo "attn fwd, dropout 0.1        B16 T1024 H32 D64 bf16                 0.6000  114.5 TF/s     14.3%"
+  echo "attn fwd, dropout, mask ahead B16 T1024 H32 D64 bf16, 34816 KiB mask 0.4000  171.8 TF/s     21.5%"
   echo "attention fwd+bwd, 4x T      B4 T4096 H32 D64 bf16                  6.1000  157.7 TF/s     19.9%"
   echo "attention fwd+bwd, 16x T     B1 T16384 H32 D64 bf16                22.000  174.9 TF/s     22.1%"
   echo "attn fwd, wgmma              B16 T1024 H32 D64 bf16                 0.3600  190.8 TF/s     23.9%"
@@ -126,6 +129,8 @@ grep -q "^    (beside it) head dim 64, T 4096: 157.7 TFLOP/s$" "$work/ok.log" ||
 grep -q "^    (beside it) head dim 64, T 16384: 174.9 TFLOP/s$" "$work/ok.log" || fail "no T 16384 attention line"
 grep -q "^    (beside it) head dim 64 with dropout 0.1: 3.0653 ms, 1.50x the 2.0435 ms without " "$work/ok.log" ||
   fail "no attention dropout line"
+grep -q "^    (beside it) ... the forward alone: drawn 0.6000 / drawn and saved - / drawn ahead and read 0.4000 ms against 0.3300 ms without dropout$" \
+  "$work/ok.log" || fail "no line for the forward with each way of the dropout mask"
 grep -q "^    (beside it) head dim 64 backward with dQ added by the dK/dV kernel (TRIDENT_ATTN_BWD_WGMMA=1 TRIDENT_ATTN_BWD_ATOMIC=1): 0.9000 ms against the default's 1.0690 ms$" \
   "$work/ok.log" || fail "no line for the atomic-dQ backward"
 grep -q "^    (beside it) head dim 64 forward with two warpgroups a block (TRIDENT_ATTN_FWD_WG=2): 0.3000 ms against the default's 0.3300 ms$" \
