@@ -157,7 +157,12 @@ class Bench {
         once_(opt.once),
         only_(opt.only),
         progress_(opt.progress),
-        resume_(opt.resume) {}
+        resume_(opt.resume) {
+    // Test hook: TRIDENT_TEST_CRASH_IN_ROW=<n> aborts the process in row n, as a CUDA error
+    // would (tests/e2e/bench_kernels.sh checks --kernels-progress and --kernels-resume so).
+    if (const char* v = std::getenv("TRIDENT_TEST_CRASH_IN_ROW")) crash_in_row_ = std::atoi(v);
+    note_progress("");  // no row yet
+  }
 
   Buffer rnd(Shape s, DType t, float lo = -1.f, float hi = 1.f) {
     Buffer b = be_.empty(s, t);
@@ -183,18 +188,15 @@ class Bench {
       r.error = "not rerun";
       return r;
     }
-    if (!progress_.empty()) {
-      std::FILE* p = std::fopen(progress_.c_str(), "w");
-      TRIDENT_CHECK(p != nullptr, "trident-bench: cannot write --kernels-progress ", progress_);
-      std::fprintf(p, "%d %s\n", row_number_, name.c_str());
-      std::fclose(p);
-    }
+    note_progress(name);
+    if (row_number_ == crash_in_row_) std::abort();
     try {
       r.ms = once_ ? timer_.ms(f, 1, 1, 0) : timer_.ms(f, quick_ ? 2 : calls, quick_ ? 1 : 3);
       be_.synchronize();
     } catch (const std::exception& e) {
       r.error = e.what();
     }
+    note_progress("");
     return r;
   }
   void add(const std::string& name, const std::string& shape, double work, bool flops,
@@ -231,6 +233,15 @@ class Bench {
   }
   // A rerun (--kernels-resume) before the row the run before died in: nothing is printed.
   bool silent() const { return row_number_ < resume_; }
+  // --kernels-progress: "<row number> <row name>" while a row is measured, empty between
+  // rows, so that a run that dies outside every row (a section's setup, a check) names none.
+  void note_progress(const std::string& row) const {
+    if (progress_.empty()) return;
+    std::FILE* p = std::fopen(progress_.c_str(), "w");
+    TRIDENT_CHECK(p != nullptr, "trident-bench: cannot write --kernels-progress ", progress_);
+    if (!row.empty()) std::fprintf(p, "%d %s\n", row_number_, row.c_str());
+    std::fclose(p);
+  }
   const std::vector<Row>& rows() const { return rows_; }
   double peak_bw() const { return peak_bw_; }
   double peak_fl() const { return peak_fl_; }
@@ -242,7 +253,7 @@ class Bench {
   Timer timer_;
   bool quick_, once_;
   std::string only_, progress_;
-  int resume_ = 0, row_number_ = 0;
+  int resume_ = 0, row_number_ = 0, crash_in_row_ = 0;
   std::vector<Row> rows_;
   double peak_bw_ = 0, peak_fl_ = 0;
 };
@@ -881,6 +892,12 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   // (--kernels-only leaves the peaks out: "of peak" then reads 0).
   std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n",
               b.peak_bw(), b.peak_fl());
+  // The choices below compare rows across the table, which a rerun past a row has not all
+  // measured: it makes none (gpu-check then trains with the defaults only).
+  if (opt.resume > 0) {
+    std::printf("no tile or opt-in choices: a rerun past row %d measures part of the table\n", opt.resume);
+    return 0;
+  }
   for (const auto& c : candidates) std::printf("fastest attention tiles, %s\n", choice(c.first).c_str());
   // The opt-in kernels (environment switches away from the defaults) against the rows they
   // would replace, by fastest_tiles' rule; gpu-check trains with the faster ones too, so

@@ -12,8 +12,9 @@ struct KernelBenchOptions {
   bool quick = false;  // smaller inputs and fewer repetitions (a smoke test)
   bool once = false;   // each op run twice, untimed in effect: for a profiler (ncu) to catch
   std::string only;    // not empty: only the sections whose name contains it (no peaks)
-  // Not empty: before each row is measured, this file holds "<row number> <row name>", so
-  // that a run that dies (a CUDA error aborts the process) leaves the row it died in.
+  // Not empty: while a row is measured this file holds "<row number> <row name>", and it is
+  // empty between rows, so that a run that dies (a CUDA error aborts the process) leaves
+  // the row it died in, or nothing when it died outside every row.
   std::string progress;
   // > 0: a rerun past the row of that number, which an earlier run died in: the rows before
   // it are neither run nor printed (but the ceilings, which the "of peak" column needs), the

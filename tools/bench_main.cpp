@@ -11,8 +11,8 @@
 //   --kernels-only S     only the kernel sections whose name contains S ("attention D128")
 //   --kernels-once       each kernel op launched once, no warm-up: a run for
 //                        a profiler (ncu), which replays each launch itself
-//   --kernels-progress F before each row, F holds its number and name (a run that dies
-//                        leaves there the row it died in)
+//   --kernels-progress F while a row is measured, F holds its number and name, and is
+//                        empty between rows (a run that dies leaves there the row it died in)
 //   --kernels-resume N   rerun past row N, which the run before died in (the rows before it
 //                        are neither run nor printed; tools/gpu-check.sh)
 //   --generate           instead of training: generation with the KV-cache decoder on the
@@ -58,7 +58,7 @@ const char* const kUsage =
     "  --kernels-quick      the same on small inputs\n"
     "  --kernels-only S     only the kernel sections whose name contains S (\"attention D128\")\n"
     "  --kernels-once       each kernel op launched once (for ncu)\n"
-    "  --kernels-progress F before each row, F holds its number and name (where a dead run died)\n"
+    "  --kernels-progress F while a row is measured, F holds its number and name (where a dead run died)\n"
     "  --kernels-resume N   rerun past row N, which the run before died in\n"
     "  --generate           generation instead of training: prefill and decoding tokens/s of\n"
     "                       --micro-batch-size sequences (random weights, one process)\n"

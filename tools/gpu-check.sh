@@ -274,27 +274,34 @@ if [[ -x $bench ]]; then
   ((bench_s > 180)) && bench_s=180
   ((bench_s < 60)) && bench_s=60
   say "trident-bench $kflag (time limit ${bench_s}s)"
-  # A run that dies (a CUDA error aborts the process: a new kernel's first run, say) is rerun
-  # past the row it died in, which --kernels-progress names, while time is left, up to three
-  # times: one bad kernel costs its row, not the rest of the table.
-  progress=$logdir/kernels.progress
+  # A run that dies in a row (a CUDA error aborts the process: a new kernel's first run,
+  # say), which --kernels-progress names, is rerun past that row, up to three times within
+  # the first run's time limit: one bad kernel costs its row, not the rest of the table. A
+  # death outside every row (the file empty), or no further on than the last, ends it.
+  progress=$(mktemp)  # not in $logdir: $OUT brings back a few files only
   resume=()
+  last_row=0
+  deadline=$(($(elapsed) + bench_s))
   : >"$logdir/kernels.log"
   for attempt in 1 2 3 4; do
-    rm -f "$progress"
+    : >"$progress"
     timeout "$bench_s" "$bench" "$kflag" --kernels-progress "$progress" "${resume[@]}" >>"$logdir/kernels.log" 2>&1
     rc=$?
     ((rc == 0)) && break
-    fail "trident-bench $kflag (rc $rc)"
-    ((rc == 124 || rc == 137 || attempt == 4)) && break  # out of time, or out of reruns
-    [[ -s $progress ]] || break  # it died before its first row, or outside one
-    read -r row row_name <"$progress"
-    bench_s=$((${GPU_CHECK_BUDGET_S:-400} - 10 - $(elapsed)))
-    ((bench_s > 120)) && bench_s=120
-    ((bench_s >= 30)) || break
+    row=0 row_name=""
+    [[ -s $progress ]] && read -r row row_name <"$progress"
+    if ((rc == 124 || rc == 137 || row <= last_row)); then  # out of time, or no row to skip
+      fail "trident-bench $kflag (rc $rc)"
+      break
+    fi
+    fail "trident-bench $kflag: died in row $row ($row_name), rc $rc"
+    bench_s=$((deadline - $(elapsed)))
+    ((attempt < 4 && bench_s >= 30)) || break
     say "trident-bench $kflag died in row $row ($row_name): rerun past it (time limit ${bench_s}s)"
     resume=(--kernels-resume "$row")
+    last_row=$row
   done
+  rm -f "$progress"
   cat "$logdir/kernels.log"
   kernel_table=$(sed -n '/^kernel /,$p' "$logdir/kernels.log")
   [[ -n $kernel_table ]] || kernel_table=$(tail -3 "$logdir/kernels.log")
@@ -403,6 +410,9 @@ did_not_pass WgmmaWarpSpecializedMatchesCpu && wgmma_ws_ok=0
 declare -A opt_in_test=([TRIDENT_LN_FWD_RING=0]=RowsPerWarpSameBits [TRIDENT_GEMM_AUTOTUNE=1]=AutotunedAlgorithmsMatchCpu
   [TRIDENT_GEMM_GEMV=1]=SmallRowsGemvMatchesCpu)
 opt_ins=""
+# A rerun past a row makes no choices (it measured part of the table): say so.
+no_choice=$(grep -m1 '^no tile or opt-in choices: ' "$logdir/kernels.log" 2>/dev/null)
+[[ -n $no_choice ]] && tuned_lines+=("no +tuned rows: ${no_choice#no tile or opt-in choices: }")
 if [[ -f $logdir/kernels.log ]]; then
   for kv in $(sed -nE 's/^faster opt-in kernels: (.*)/\1/p' "$logdir/kernels.log" | tail -1); do
     [[ $kv == defaults ]] && continue
@@ -652,7 +662,7 @@ at_least() { awk -v v="$1" -v t="$2" 'BEGIN { print (v >= t ? "yes" : "no") }'; 
 target_lines() {
   local table=$1 name pct tf row mfu long times plain drop bwd atomic fwd two_fwd two_dq two_dkdv two_both two_atomic
   shift
-  local bw=() walking
+  local bw=() walking saved ahead fwd_drawn fwd_saved fwd_ahead
   # kernel_row <name> <field>: a field of the kernel row with that name ($NF: "of peak", $(NF-3):
   # ms). A row: the name in 28 columns, the shape, ms, the rate and its unit, "of peak" last;
   # or the name, the shape and "FAILED: <why>" (left out).

@@ -59,14 +59,16 @@ if grep -q "no GPU" <<<"$out"; then
 fi
 grep -q "^peaks measured in this run" <<<"$out" || { echo "FAIL: no peaks line"; exit 1; }
 echo "ok: kernel table on the GPU"
-# The GELU rows (two) with --kernels-progress: the file names the last one. Rerun past row 2
-# (as if the run had died in it): no header, row 1 neither measured nor printed, row 2 a
-# FAILED row.
-"$bench" --kernels-quick --kernels-only gelu --kernels-progress "$tmp/progress" >/dev/null 2>&1
-[[ $(cat "$tmp/progress") == "2 gelu bwd" ]] || { echo "FAIL: --kernels-progress: $(cat "$tmp/progress")"; exit 1; }
-rerun=$("$bench" --kernels-quick --kernels-only gelu --kernels-resume 2 2>&1)
+# The GELU rows (two) with --kernels-progress, the run dying in row 2 (a test hook that aborts
+# as a CUDA error does): the file names the row. Rerun past it: no header, row 1 neither
+# measured nor printed, row 2 a FAILED row, no choices; a clean run leaves the file empty.
+TRIDENT_TEST_CRASH_IN_ROW=2 "$bench" --kernels-quick --kernels-only gelu --kernels-progress "$tmp/progress" \
+  >/dev/null 2>&1 && { echo "FAIL: the run with a row that aborts exited 0"; exit 1; }
+[[ $(cat "$tmp/progress") == "2 gelu bwd" ]] || { echo "FAIL: --kernels-progress: '$(cat "$tmp/progress")'"; exit 1; }
+rerun=$("$bench" --kernels-quick --kernels-only gelu --kernels-resume 2 --kernels-progress "$tmp/progress" 2>&1)
 if grep -q "^kernel " <<<"$rerun" || [[ $(grep -c "^gelu" <<<"$rerun") -ne 1 ]] ||
-   ! grep -q "^gelu bwd .*FAILED: skipped: the run before died in it" <<<"$rerun"; then
+   ! grep -q "^gelu bwd .*FAILED: skipped: the run before died in it" <<<"$rerun" ||
+   ! grep -q "^no tile or opt-in choices: a rerun past row 2" <<<"$rerun" || [[ -s $tmp/progress ]]; then
   echo "FAIL: --kernels-resume 2:"; echo "$rerun"; exit 1
 fi
-echo "ok: --kernels-progress names the row measured; --kernels-resume reruns past one"
+echo "ok: --kernels-progress names the row a run died in; --kernels-resume reruns past it"
