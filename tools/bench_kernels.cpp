@@ -661,9 +661,11 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
         Row r;
         with_env(env, [&] { r = b.measure(name, shp, work, true, f, calls); });
         if (check_variants && r.error.empty() && !env.empty()) {
+          b.note_progress(name);  // a death in the check is the row's
           with_env(env, [&] { f(); });
           be.synchronize();
           r.error = group == &fwd_c ? wrong(out, ref_out) : wrong(dqkv, ref_dqkv);
+          b.note_progress("");
         }
         if (group != nullptr && r.error.empty() && r.ms > 0) group->push_back({env, r.ms});
         b.push(r);
