@@ -29,16 +29,14 @@ bool marked_non_persistent(const nlohmann::json& trainer_state) {
 
 // Why the latest non-persistent checkpoint `it` of `np` is not --load's to resume from ("" if
 // it is): another run's (its --save is not --load), or one continuing a checkpoint newer than
-// --load's latest `persistent` (its pointer was moved back).
-std::string foreign_non_persistent(const TrainOptions& o, const fs::path& np, int64_t it,
-                                   std::optional<int64_t> persistent) {
+// --load's latest, `latest` (its pointer was moved back; -1: no pointer).
+std::string foreign_non_persistent(const TrainOptions& o, const fs::path& np, int64_t it, int64_t latest) {
   const nlohmann::json st = trainer_state_of(iteration_dir(np, it));
   const std::string where = iteration_dir(np, it).string();
   if (!marked_non_persistent(st)) return where + " is not a non-persistent checkpoint";
   if (const auto s = st.find(kNonPersistentSaveKey); s != st.end() && s->is_string() &&
                                                       !same_directory(s->get<std::string>(), o.load))
     return where + " was saved by a run saving into " + s->get<std::string>() + ", not --load " + o.load;
-  const int64_t latest = persistent.value_or(-1);  // -1: no pointer
   if (const auto p = st.find(kPreviousPersistentKey);
       p != st.end() && p->is_number_integer() && p->get<int64_t>() > latest)
     return where + " continues iteration " + std::to_string(p->get<int64_t>()) + " of " + o.load + ", past its " +
@@ -157,7 +155,8 @@ std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* n
                                     : o.non_persistent_ckpt_type == "global" ? find_latest_iteration(np)
                                                                               : std::nullopt;
   if (it && (!persistent || *it > *persistent)) {
-    const std::string foreign = foreign_non_persistent(o, np, *it, persistent);
+    // The latest as a plain number: an optional passed on drew a false -Wmaybe-uninitialized from GCC 12.
+    const std::string foreign = foreign_non_persistent(o, np, *it, persistent.value_or(-1));
     if (foreign.empty()) return resolve_checkpoint_dir(np, *it, non_persistent_dir_flag(o));
     if (note) *note = foreign + ": not resumed from";
   }
