@@ -184,7 +184,7 @@ class Bench {
       r.error = "skipped: the run before died in it (a rerun past it)";
       return r;
     }
-    if (silent() && name.rfind("peak: ", 0) != 0) {
+    if (silent() && !is_peak(name)) {
       r.error = "not rerun";
       return r;
     }
@@ -208,7 +208,7 @@ class Bench {
   void push(const Row& r) {
     rows_.push_back(r);
     const bool ok = r.error.empty() && r.ms > 0;
-    if (ok && r.name.rfind("peak: ", 0) == 0) (r.flops ? peak_fl_ : peak_bw_) = rate(r);
+    if (ok && is_peak(r.name)) (r.flops ? peak_fl_ : peak_bw_) = rate(r);
     if (silent()) return;
     if (!ok) {
       std::printf("%-28s %-34s FAILED: %s\n", r.name.c_str(), r.shape.c_str(), r.error.c_str());
@@ -231,6 +231,8 @@ class Bench {
       push({name, "(setup)", 0, 0, false, e.what()});
     }
   }
+  // The ceilings' rows ("peak: ..."), the reference of the "of peak" column.
+  static bool is_peak(const std::string& row) { return row.rfind("peak: ", 0) == 0; }
   // A rerun (--kernels-resume) before the row the run before died in: nothing is printed.
   bool silent() const { return row_number_ < resume_; }
   // --kernels-progress: "<row number> <row name>" while a row is measured, empty between

@@ -121,14 +121,14 @@ __host__ __device__ __forceinline__ bool attn_keep_one(const AttnParams& p, uint
   return attn_kept(p, attn_drop_uniform(w, static_cast<uint64_t>(i)));
 }
 
-// The uint16 rows of block (query block qb, key block kb) of the saved mask of the head of
-// (sample, hg) (core/attn_dropout_mask.h), or null where the layout has no block: above the
-// diagonal or past T, where no element is visible. Warp-uniform when qb and kb are.
 // The saved mask's local head (b H + h) of (sample, hg).
 __host__ __device__ __forceinline__ int64_t attn_mask_head(const AttnParams& p, uint64_t sample, uint64_t hg) {
   return static_cast<int64_t>(sample - p.drop.sample_base) * p.H +
          static_cast<int64_t>(hg - static_cast<uint64_t>(p.head_offset));
 }
+// The uint16 rows of block (query block qb, key block kb) of the saved mask of the head of
+// (sample, hg) (core/attn_dropout_mask.h), or null where the layout has no block: above the
+// diagonal or past T, where no element is visible. Warp-uniform when qb and kb are.
 __host__ __device__ __forceinline__ uint16_t* attn_mask_rows(const AttnParams& p, uint64_t sample, uint64_t hg,
                                                               int qb, int kb) {
   if (kb > qb || qb * 16 >= p.T) return nullptr;
