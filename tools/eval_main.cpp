@@ -283,6 +283,9 @@ int run(int argc, char** argv) {
 
   check_same_model_shape(meta.model, opt.model, dir);
 
+  // The model only evaluates, as trident-train's under --skip-train: it keeps nothing for a
+  // backward, and the training data need not cover --train-iters.
+  opt.skip_train = true;
   Trainer trainer(opt, *backend, std::move(train), std::cout, parallel.get());
   try {
     load_model_parameters(*ckpt, trainer.model().params(), *backend);

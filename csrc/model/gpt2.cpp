@@ -110,7 +110,8 @@ Gpt2Model::Gpt2Model(const ModelConfig& cfg, Backend& backend, const StageLayout
   };
   // The attention dropout mask kept from each layer's forward for its backward, where the
   // backend would rather keep it than draw it again.
-  const bool save_attention_mask = cfg_.attention_dropout > 0.0f && be_.saves_attention_dropout_mask();
+  const bool save_attention_mask =
+      !L.forward_only && cfg_.attention_dropout > 0.0f && be_.saves_attention_dropout_mask();
   // Every activation of a layer but its output.
   auto inner_acts = [&](std::vector<Buffer>& store) {
     LayerActs a;

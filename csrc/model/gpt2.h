@@ -60,6 +60,9 @@ struct StageLayout {
   // --reset-attention-mask (every stage's attention keeps to MicroBatch::document_starts).
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
+  // The stage only evaluates (--skip-train, trident-eval): nothing is kept for a backward
+  // that never comes (the attention dropout masks a backend would save).
+  bool forward_only = false;
 };
 
 // Whether `spec`'s gradient is a partial sum over TP ranks under sequence parallelism: the

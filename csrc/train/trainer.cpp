@@ -113,6 +113,7 @@ std::vector<StageLayout> stage_chunk_layouts(const TrainOptions& opt, ParallelCo
   base.sequence_parallel = opt.sequence_parallel && g.tp > 1;
   base.reset_position_ids = opt.reset_position_ids;
   base.reset_attention_mask = opt.reset_attention_mask;
+  base.forward_only = opt.skip_train;
   if (opt.recompute_granularity == "full") {
     base.recompute.method = opt.recompute_method == "block" ? RecomputePlan::Method::kBlock
                                                             : RecomputePlan::Method::kUniform;

@@ -53,6 +53,17 @@ same 3 --num-layers 4 --pipeline-model-parallel-size 3 --pipeline-model-parallel
 # The dry run's loss is finite (its communicators move nothing; the loss statistics' gather
 # once left it 0/0): --max-nan-iterations 0 stops a run at its first NaN loss.
 same 2 --num-layers 4 --zero-stage 1 --max-nan-iterations 0
+# TRIDENT_ATTN_SAVE_MASK=1 (each layer keeps its attention dropout mask for the backward; the
+# CPU backend honours it too): planned as run, more than without the masks, and a run that
+# only evaluates keeps none (--skip-train; trident-eval's model is built the same way).
+TRIDENT_ATTN_SAVE_MASK=1 same 2 --num-layers 4 --tensor-model-parallel-size 2
+peak() { "$plan" --config "$repo/configs/gpt2-tiny.yaml" --train-iters 10 --lr-warmup-iters 0 "$@" 2>&1 |
+  awk '$1 == "0" { print $NF }'; }
+masks=$(TRIDENT_ATTN_SAVE_MASK=1 peak) none=$(TRIDENT_ATTN_SAVE_MASK=0 peak)
+eval_only=$(TRIDENT_ATTN_SAVE_MASK=1 peak --skip-train)
+if [[ -n $none && $masks != "$none" && $eval_only == "$none" ]]; then
+  echo "saved masks: $masks MiB, without $none MiB, evaluating only $eval_only MiB"
+else fail "saved masks: $masks MiB, without '$none' MiB, evaluating only $eval_only MiB (should be without's)"; fi
 
 # The parameters column counts the rank's parameters, not the ZeRO buffer's padding to a
 # multiple of the data-parallel size (gpt2-tiny's 136960 at dp 2 and dp 3).
