@@ -395,8 +395,6 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"decoupled-min-lr", false, nullptr, "the input and output layers train at --lr like the others"},
       {"ds-sequence-parallel-size", false, "1", "no DeepSpeed-Ulysses sequence parallelism (Megatron's "
                                                 "--sequence-parallel is supported)"},
-      {"grad-reduce-in-bf16", true, nullptr, "bf16 gradients are accumulated and reduced in fp32 (Megatron's "
-                                             "default)"},
       {"use-torch-fsdp2", true, nullptr, "trident shards the optimizer state and the gradients over the data-parallel "
                                          "ranks (--use-distributed-optimizer, --zero-stage 1 or 2), not the parameters"},
       {"use-megatron-fsdp", true, nullptr, "trident shards the optimizer state and the gradients over the "
@@ -514,6 +512,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"fp16", "train in fp16 with loss scaling", true},
       {"bf16", "train in bf16", true},
       {"accumulate-allreduce-grads-in-fp32", "accumulate and all-reduce gradients in fp32", true},
+      {"grad-reduce-in-bf16", "with --bf16: accumulate and reduce the gradients in bf16, not fp32 (Megatron-core's: "
+                              "half the gradient memory and traffic; the fp32 master weights stay; without --bf16 no "
+                              "effect)", true},
       {"loss-scale", "static loss scale (default: dynamic for fp16)"},
       {"initial-loss-scale", "initial dynamic loss scale (2^32)"},
       {"min-loss-scale", "minimum dynamic loss scale (1)"},

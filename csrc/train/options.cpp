@@ -217,14 +217,19 @@ void read_optimizer_flags(const Flags& f, TrainOptions& o) {
   f.get("adam-eps", o.adam_eps);
 }
 
+// Megatron-LM's validate_args: bf16 accumulates and all-reduces the gradients in fp32, flag or
+// not (bf16 keeps 8 mantissa bits: summed over micro-batches and ranks in bf16, the small
+// contributions would be lost), unless Megatron-core's --grad-reduce-in-bf16 asks for bf16
+// gradients, whatever --accumulate-allreduce-grads-in-fp32 says.
+void apply_bf16_gradient_rule(const Flags& f, TrainOptions& o) {
+  if (o.model.dtype == DType::BF16) o.accumulate_allreduce_grads_in_fp32 = !f.has("grad-reduce-in-bf16");
+}
+
 void read_precision_flags(const Flags& f, TrainOptions& o) {
   if (f.has("fp16") && f.has("bf16")) throw ConfigError("--fp16 and --bf16 are mutually exclusive");
   o.model.dtype = f.has("fp16") ? DType::F16 : f.has("bf16") ? DType::BF16 : DType::F32;
   f.get("accumulate-allreduce-grads-in-fp32", o.accumulate_allreduce_grads_in_fp32);
-  // Megatron-LM's validate_args: bf16 accumulates and all-reduces the gradients in fp32, flag
-  // or not (bf16 keeps 8 mantissa bits: summed over micro-batches and ranks in bf16, the small
-  // contributions would be lost).
-  if (o.model.dtype == DType::BF16) o.accumulate_allreduce_grads_in_fp32 = true;
+  apply_bf16_gradient_rule(f, o);
   f.get("loss-scale", o.loss_scale);
   f.get("initial-loss-scale", o.initial_loss_scale);
   f.get("min-loss-scale", o.min_loss_scale);
@@ -298,7 +303,7 @@ void apply_deepspeed_config(const Flags& f, TrainOptions& o) {
     throw ConfigError("--loss-scale needs " + file + "'s \"fp16\": {\"enabled\": true} (DeepSpeed scales only fp16 "
                       "losses)");
   o.model.dtype = dtype;
-  if (dtype == DType::BF16) o.accumulate_allreduce_grads_in_fp32 = true;  // as read_precision_flags
+  apply_bf16_gradient_rule(f, o);
   const int64_t stage = c.zero_stage.value_or(0);  // DeepSpeed's, whatever --zero-stage says
   if (dtype == DType::F16) {
     agree("loss-scale", "fp16.loss_scale", o.loss_scale, c.loss_scale);

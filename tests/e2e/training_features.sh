@@ -4,7 +4,8 @@
 #    every 3 iterations (the last one included, as Megatron) equal those of a run that
 #    never validates;
 #  - --bf16 (fp32 gradients, as Megatron-LM gives bf16 with or without
-#    --accumulate-allreduce-grads-in-fp32) trains within 5e-3 of fp32;
+#    --accumulate-allreduce-grads-in-fp32) trains within 5e-3 of fp32, and so does
+#    --grad-reduce-in-bf16 (bf16 gradients: other losses, 2 bytes a parameter less);
 #  - a diverging run (absurd learning rate, no clipping: no grad norm in its log lines)
 #    stops after --max-nan-iterations NaN losses with one line naming the flag and exit 2, and so do fp32 and bf16 runs whose every
 #    step skips for an infinite gradient norm while the loss stays finite (huge init), and an
@@ -67,6 +68,17 @@ paste <(losses "$tmp/fp32.log") <(losses "$tmp/bf16.log") | awk '
   { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ }
   END { printf "bf16 with fp32 gradients: %d iterations, max relative difference from fp32 %.2e\n", n, m;
         exit !(n == 30 && m <= 5e-3) }' || fail "bf16 with fp32 gradients"
+# Megatron-core's --grad-reduce-in-bf16: bf16 gradients (2 bytes a parameter less at the peak:
+# gpt2-tiny's 136960), still within 5e-3 of fp32, and not the fp32-gradient run's losses.
+"$train" "${args[@]}" --train-iters 30 --eval-iters 0 --bf16 --grad-reduce-in-bf16 >"$tmp/bf16-grads.log"
+peak() { sed -nE 's/.*after the first iteration: ([0-9.]+) MiB peak memory.*/\1/p' "$1"; }
+paste <(losses "$tmp/fp32.log") <(losses "$tmp/bf16.log") <(losses "$tmp/bf16-grads.log") |
+  awk -v with="$(peak "$tmp/bf16.log")" -v without="$(peak "$tmp/bf16-grads.log")" '
+  { d = ($1 - $3) / $1; if (d < 0) d = -d; if (d > m) m = d; n++; other += $2 != $3 }
+  END { saved = (with - without) * 1048576
+        printf "bf16 gradients: %d iterations, max relative difference from fp32 %.2e, %d losses not the fp32-gradient run'"'"'s, %.0f bytes less at the peak\n", n, m, other, saved;
+        exit !(n == 30 && m <= 5e-3 && other > 0 && saved > 2 * 136960 - 2 && saved < 2 * 136960 + 2) }' ||
+  fail "bf16 with bf16 gradients (--grad-reduce-in-bf16)"
 
 if "$train" "${args[@]}" --train-iters 50 --eval-iters 0 --lr 1e12 --lr-warmup-iters 0 --clip-grad 0 \
     --max-nan-iterations 2 >"$tmp/nan.log" 2>"$tmp/nan.err"; then

@@ -147,6 +147,11 @@ TEST(DeepSpeedConfig, DeepSpeedsDefaults) {
     EXPECT_EQ(bf16.model.dtype, DType::BF16) << key;
     EXPECT_TRUE(bf16.accumulate_allreduce_grads_in_fp32) << key;
   }
+  // --grad-reduce-in-bf16 with the config's bf16: bf16 gradients, as with --bf16.
+  EXPECT_FALSE(parse({"--deepspeed", "--deepspeed_config",
+                      write_config("bf16_grads", R"({"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}})"),
+                      "--grad-reduce-in-bf16"})
+                   .accumulate_allreduce_grads_in_fp32);
   const std::string fp32 = write_config("empty", R"({"train_micro_batch_size_per_gpu": 4})");
   o = parse({"--deepspeed", "--deepspeed_config", fp32, "--zero-stage", "1"});
   EXPECT_EQ(o.model.dtype, DType::F32);

@@ -81,6 +81,14 @@ TEST(Options, MixedPrecisionFlags) {
   TrainOptions o = parse({"--bf16"});  // fp32 gradients with bf16, as Megatron-LM
   EXPECT_EQ(o.model.dtype, DType::BF16);
   EXPECT_TRUE(o.accumulate_allreduce_grads_in_fp32);
+  // Megatron-core's --grad-reduce-in-bf16: bf16 gradients, whatever the other flag says; no
+  // effect without --bf16.
+  EXPECT_FALSE(parse({"--bf16", "--grad-reduce-in-bf16"}).accumulate_allreduce_grads_in_fp32);
+  EXPECT_FALSE(parse({"--grad-reduce-in-bf16", "--bf16", "--accumulate-allreduce-grads-in-fp32"})
+                   .accumulate_allreduce_grads_in_fp32);
+  EXPECT_TRUE(parse({"--fp16", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32"})
+                  .accumulate_allreduce_grads_in_fp32);
+  EXPECT_EQ(parse({"--fp16", "--grad-reduce-in-bf16"}).model.dtype, DType::F16);
   o = parse({"--fp16"});
   EXPECT_EQ(o.model.dtype, DType::F16);
   EXPECT_FALSE(o.accumulate_allreduce_grads_in_fp32);
@@ -1130,9 +1138,6 @@ TEST(Options, Megatron2025Flags) {
   EXPECT_EQ(parse({}).check_weight_hash_interval, 0);
   EXPECT_EQ(must_fail({"--check-weight-hash-across-dp-replicas-interval", "0"}),
             "--check-weight-hash-across-dp-replicas-interval must be positive");
-  EXPECT_EQ(must_fail({"--bf16", "--grad-reduce-in-bf16"}),
-            "--grad-reduce-in-bf16: not supported: bf16 gradients are accumulated and reduced in fp32 (Megatron's "
-            "default)");
   EXPECT_NE(must_fail({"--use-torch-fsdp2"}).find("--use-torch-fsdp2: not supported: trident shards the optimizer"),
             std::string::npos);
   // The interleaved schedule's groups: the pipeline size, Megatron's default, and nothing else.
