@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -366,6 +367,41 @@ std::string empty_split_warning(const std::string& split, const std::string& wha
                         what);
 }
 
+std::string hex64(uint64_t h) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+// The XXH3 of 16 windows of 4 KiB spread evenly over `bin` (its first and last bytes among
+// them; all of it when smaller): a corpus's tokens are too many to read at every start, and
+// two corpora, or two versions of one, differ within these windows all but surely.
+uint64_t sampled_hash(std::span<const char> bin) {
+  constexpr size_t kWindows = 16, kWindow = 4096;
+  if (bin.size() <= kWindows * kWindow) return XXH3_64bits(bin.data(), bin.size());
+  std::vector<char> windows;
+  windows.reserve(kWindows * kWindow);
+  const size_t last = bin.size() - kWindow;
+  for (size_t w = 0; w < kWindows; ++w) {
+    const size_t at = last / (kWindows - 1) * w + (w == kWindows - 1 ? last % (kWindows - 1) : 0);
+    windows.insert(windows.end(), bin.data() + at, bin.data() + at + kWindow);
+  }
+  return XXH3_64bits(windows.data(), windows.size());
+}
+
+// The content of prefix `k` of `blend`, not its path: its weight, counts and token type, the
+// XXH3 of its .idx (sizes, pointers and documents: the samples' layout) and of windows of its
+// tokens.
+DatasetIdentity dataset_identity(const DataBlend& blend, size_t k, const IndexedDataset& d) {
+  const std::span<const char> idx = d.idx_bytes(), bin = d.bin_bytes();
+  return {detail::concat(blend.flag, "'s prefix ", k + 1, " of ", blend.prefixes.size()),
+          detail::concat(blend.weights.empty() ? "" : detail::concat("weight ", blend.weights[k], ", "), d.size(),
+                         " sequences in ", d.num_documents(), " documents of ", index_dtype_name(d.dtype()),
+                         " tokens (", bin.size(), " bytes), .idx XXH3 ", hex64(XXH3_64bits(idx.data(), idx.size())),
+                         ", tokens' XXH3 ", hex64(sampled_hash(bin))),
+          blend.prefixes[k]};
+}
+
 }  // namespace
 
 DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag) {
@@ -438,6 +474,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
     std::vector<std::shared_ptr<const IndexedDataset>> data;
     for (const auto& prefix : blend.prefixes) {
       data.push_back(std::make_shared<const IndexedDataset>(prefix, cfg.vocab_size));
+      out.identities.push_back(dataset_identity(blend, data.size() - 1, *data.back()));
       if (cfg.vocab_size > 0 && data.back()->dtype() == IndexDType::kInt32 &&
           best_fitting_dtype(cfg.vocab_size) != IndexDType::kInt32)
         warn(detail::concat(prefix, ": int32 tokens, while Megatron stores a vocabulary of ", cfg.vocab_size,

@@ -76,6 +76,14 @@ class SampleSource {  // a split (or blend of splits) as an indexable list of sa
   virtual void get(uint64_t i, int32_t* tokens) const = 0;  // writes seq_length + 1 tokens
 };
 
+// What a dataset prefix holds, for comparing the data of ranks that name it by other paths.
+struct DatasetIdentity {
+  std::string label;    // "--data-path's prefix 2 of 3"
+  std::string content;  // "weight 0.7, 40 sequences in 38 documents of uint16 tokens (52100 bytes), .idx XXH3
+                        // 0123456789abcdef, tokens' XXH3 ..." (dataset_identity in gpt_dataset.cpp)
+  std::string path;     // the prefix as given
+};
+
 struct TrainValidTest {
   std::unique_ptr<SampleSource> train, valid, test;  // null when a split is empty/0 wanted
   // With multiple_validation_sets, the validation sets in the order of their prefixes (valid
@@ -85,6 +93,8 @@ struct TrainValidTest {
   // that is wanted but that --split leaves without documents; int32 tokens for a vocabulary
   // that Megatron would have stored as uint16 (data made with another tokenizer?).
   std::vector<std::string> warnings;
+  // Every prefix opened, in the order of the flags' words (--data-path, or the per-split paths).
+  std::vector<DatasetIdentity> identities;
 };
 
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);

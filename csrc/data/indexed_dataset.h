@@ -102,6 +102,8 @@ class IndexedDataset {
   void read(uint64_t i, uint64_t offset, uint64_t length, int32_t* out) const;
   // The .bin as mapped (items lie at pointers()[i], sizes()[i] tokens each).
   std::span<const char> bin_bytes() const { return {bin_map_.data(), bin_map_.size()}; }
+  // The .idx as mapped.
+  std::span<const char> idx_bytes() const { return {idx_map_.data(), idx_map_.size()}; }
   std::vector<int32_t> item(uint64_t i) const;
 
  private:

@@ -29,6 +29,7 @@
 #include "train/pending_save.h"
 #include "train/progress_log.h"
 #include "train/replica_check.h"
+#include "train/same_data_check.h"
 #include "train/synthetic_data.h"
 #include "train/tensorboard.h"
 #include "train/throughput.h"
@@ -88,6 +89,7 @@ TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelCo
     if (rank0_warned) quiet.emplace();
     sets = build_gpt_datasets(dc);
   }
+  check_every_rank_reads_the_same_data(*par->world, sets.identities);
   return sets;
 }
 

@@ -7,7 +7,9 @@
 #  - --tensorboard-dir that rank 0, the only rank writing events, cannot create;
 #  - a bad file rather than a flag: a vocabulary file that no rank can open, a corrupt .idx
 #    that rank 0 reads for all: one line, rank 0's (not one a rank);
-#  - ranks whose --load folders hold different checkpoints.
+#  - ranks whose --load folders hold different checkpoints;
+#  - ranks whose --data-path holds other data (other content, another blend); a copy of
+#    the same data at another path trains.
 set -u
 train=$1
 repo=$2
@@ -68,4 +70,31 @@ rc=$?
 [[ $rc -eq 0 ]] && grep -q "^trident: loaded checkpoint $tmp/ck1/iter_0000002" "$tmp/out" &&
   echo "ok: node-local copies of one checkpoint load" ||
   { echo "FAIL: copies of one checkpoint: rc=$rc"; cat "$tmp/err"; fails=$((fails + 1)); }
+# Ranks given other data (a node's own copy, an MPMD launch): the paths may differ, what they
+# hold may not. Two corpora of the same layout (their tokens alone differ), another blend, and
+# a copy of the first corpus elsewhere.
+preprocess=$(dirname "$train")/trident-preprocess
+for corpus in a b; do
+  python3 -c 'import json, sys
+for i in range(300): print(json.dumps({"text": f"{sys.argv[1]} document {i}: " + " ".join(str(i * j) for j in range(20))}))' \
+    "$corpus" >"$tmp/$corpus.jsonl"
+  "$preprocess" --input "$tmp/$corpus.jsonl" --output-prefix "$tmp/$corpus" --append-eod --vocab-file "${vocab[0]}" \
+    --merge-file "${vocab[1]}" --tokenizer-type GPT2BPETokenizer >/dev/null 2>&1
+done
+mkdir -p "$tmp/node2"
+cp "$tmp/a_text_document".* "$tmp/node2/"
+data=("${args[@]}" --vocab-file "${vocab[0]}" --merge-file "${vocab[1]}" --split 90,5,5)
+"${mpi[@]}" -np 1 "$train" "${data[@]}" --data-path "$tmp/a_text_document" : \
+  -np 1 "$train" "${data[@]}" --data-path "$tmp/b_text_document" >"$tmp/out" 2>"$tmp/err"
+check "ranks whose --data-path holds other data" \
+  "^trident-train: error: rank 1 reads other data than rank 0 in --data-path's prefix 1 of 1: $tmp/b_text_document holds 300 sequences in 300 documents of uint16 tokens ([0-9]* bytes), .idx XXH3 [0-9a-f]*, tokens' XXH3 [0-9a-f]*; rank 0's $tmp/a_text_document holds 300 sequences" $?
+"${mpi[@]}" -np 1 "$train" "${data[@]}" --data-path 1 "$tmp/a_text_document" : \
+  -np 1 "$train" "${data[@]}" --data-path 1 "$tmp/a_text_document" 1 "$tmp/b_text_document" >"$tmp/out" 2>"$tmp/err"
+check "ranks whose --data-path names other blends" \
+  "^trident-train: error: rank 1's data flags name 2 dataset prefixes, rank 0's 1" $?
+"${mpi[@]}" -np 1 "$train" "${data[@]}" --data-path "$tmp/a_text_document" : \
+  -np 1 "$train" "${data[@]}" --data-path "$tmp/node2/a_text_document" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 0 ]] && grep -q '^ iteration        4/' "$tmp/out" && echo "ok: node-local copies of one dataset train" ||
+  { echo "FAIL: copies of one dataset: rc=$rc"; cat "$tmp/err"; fails=$((fails + 1)); }
 [[ $fails -eq 0 ]]

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <numeric>
 #include <random>
@@ -508,6 +509,58 @@ TEST(GptDataset, IdsCheckedAgainstTheVocabulary) {
   EXPECT_GT(thrown, 0);
   cfg.vocab_size = 70000;  // int32 is Megatron's choice here: no warning
   EXPECT_TRUE(build_gpt_datasets(cfg).warnings.empty());
+}
+
+// What ranks compare of their data (same_data_check.h): the content, whatever the path; the
+// tokens through windows that take in the .bin's first and last bytes.
+TEST(GptDataset, IdentityIsTheContentNotThePath) {
+  ScratchDir dir;
+  write_docs(dir / "a", 3000, 7);  // ~60000 int32 tokens: more .bin than the 16 windows of 4 KiB
+  for (const char* ext : {".bin", ".idx"})
+    std::filesystem::copy_file(dir / ("a" + std::string(ext)), dir / ("copy" + std::string(ext)));
+  GptDatasetConfig cfg;
+  cfg.split = "1,0,0";
+  cfg.seq_length = 8;
+  cfg.train_samples = 10;
+  cfg.cache_dir = dir / "cache";
+  const auto identities = [&](const std::vector<std::string>& words) {
+    cfg.blend = parse_data_path(words);
+    return build_gpt_datasets(cfg).identities;
+  };
+  const std::vector<DatasetIdentity> a = identities({dir / "a"}), copy = identities({dir / "copy"});
+  ASSERT_EQ(a.size(), 1u);
+  const IndexedDataset data(dir / "a");
+  ASSERT_GT(data.bin_bytes().size(), 16u * 4096);
+  EXPECT_EQ(a[0].label, "--data-path's prefix 1 of 1");
+  EXPECT_EQ(a[0].path, dir / "a");
+  EXPECT_EQ(a[0].content.rfind(detail::concat("3000 sequences in 3000 documents of int32 tokens (",
+                                              data.bin_bytes().size(), " bytes), .idx XXH3 "),
+                               0),
+            0u)
+      << a[0].content;
+  EXPECT_EQ(copy[0].content, a[0].content);
+  EXPECT_EQ(copy[0].path, dir / "copy");
+  // One token changed, the first or the last of the .bin: other content.
+  const auto bin_size = std::filesystem::file_size(dir / "copy.bin");
+  for (const std::uintmax_t at : {std::uintmax_t{0}, bin_size - 1}) {
+    std::fstream f(dir / "copy.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    const char old = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(old ^ 1));
+    f.close();
+    EXPECT_NE(identities({dir / "copy"})[0].content, a[0].content) << "byte " << at;
+    f.open(dir / "copy.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(old);
+  }
+  EXPECT_EQ(identities({dir / "copy"})[0].content, a[0].content);
+  // A blend's weights are part of it.
+  const std::vector<DatasetIdentity> blend = identities({"3", dir / "a", "1", dir / "copy"});
+  ASSERT_EQ(blend.size(), 2u);
+  EXPECT_EQ(blend[1].label, "--data-path's prefix 2 of 2");
+  EXPECT_EQ(blend[0].content, "weight 0.75, " + a[0].content);
+  EXPECT_EQ(blend[1].content, "weight 0.25, " + a[0].content);
 }
 
 TEST(Blend, DataPathParsing) {

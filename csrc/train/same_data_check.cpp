@@ -1,0 +1,52 @@
+#include "train/same_data_check.h"
+
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+#include "parallel/comm_strings.h"
+
+namespace trident {
+namespace {
+
+// One line a prefix: label, content and path, tab-separated (none holds a tab or newline: the
+// label and content are made here, and a path with either would not pass through the flags).
+std::string as_lines(const std::vector<DatasetIdentity>& ids) {
+  std::string s;
+  for (const DatasetIdentity& id : ids) s += id.label + '\t' + id.content + '\t' + id.path + '\n';
+  return s;
+}
+
+std::vector<DatasetIdentity> from_lines(const std::string& s) {
+  std::vector<DatasetIdentity> ids;
+  std::istringstream in(s);
+  for (std::string line; std::getline(in, line);) {
+    const size_t a = line.find('\t'), b = line.find('\t', a + 1);
+    ids.push_back({line.substr(0, a), line.substr(a + 1, b - a - 1), line.substr(b + 1)});
+  }
+  return ids;
+}
+
+}  // namespace
+
+void check_every_rank_reads_the_same_data(Comm& world, const std::vector<DatasetIdentity>& mine) {
+  std::string rank0 = as_lines(mine);
+  broadcast_string(world, rank0, 0);
+  const std::vector<DatasetIdentity> theirs = from_lines(rank0);
+  std::string diff;
+  const std::string who = "rank " + std::to_string(world.rank());
+  if (mine.size() != theirs.size())
+    diff = who + "'s data flags name " + std::to_string(mine.size()) + " dataset prefixes, rank 0's " +
+           std::to_string(theirs.size());
+  for (size_t i = 0; i < mine.size() && diff.empty(); ++i) {
+    const DatasetIdentity &a = mine[i], &b = theirs[i];
+    if (a.label != b.label)
+      diff = who + " reads " + a.label + " (" + a.path + ") where rank 0 reads " + b.label + " (" + b.path + ")";
+    else if (a.content != b.content)
+      diff = who + " reads other data than rank 0 in " + a.label + ": " + a.path + " holds " + a.content +
+             "; rank 0's " + b.path + " holds " + b.content;
+  }
+  if (const std::string failure = first_failure(world, diff); !failure.empty()) throw ConfigError(failure);
+}
+
+}  // namespace trident
