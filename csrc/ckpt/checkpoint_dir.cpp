@@ -423,7 +423,7 @@ std::optional<int64_t> find_latest_iteration(const fs::path& root) {
     throw IoError(file.string() + ": names a 'release' checkpoint, which trident does not load");
   if (!all_digits(s) || s.size() > 18) {
     std::string shown;
-    for (char c : raw.substr(0, 40)) shown += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+    for (char c : s.substr(0, 40)) shown += std::isprint(static_cast<unsigned char>(c)) ? c : '?';  // trimmed
     throw IoError(file.string() + ": garbled content '" + shown + "' (expected an iteration number)");
   }
   const int64_t it = std::stoll(s);

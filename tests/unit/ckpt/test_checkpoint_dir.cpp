@@ -191,7 +191,9 @@ TEST(CheckpointDir, BadPointerErrorsNameTheFile) {
   save(root, 100, 1.0f);
   const std::string file = (root / kLatestFileName).string();
   spit(file, "10x0\n");
-  expect_io_error([&] { latest_iteration(root); }, {file, "garbled", "10x0"});
+  expect_io_error([&] { latest_iteration(root); }, {file, "garbled content '10x0' "});  // the newline trimmed
+  spit(file, "1\x01\n");
+  expect_io_error([&] { latest_iteration(root); }, {file, "garbled content '1?' "});
   spit(file, "");
   expect_io_error([&] { latest_iteration(root); }, {file, "garbled"});
   spit(file, "release");
