@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoints: exact resume (20 iterations == 10, stop, --load, 10 more: every logged loss,
 # learning rate and loss scale and every final parameter bit-identical) on one process and
-# at tp2 x pp2 x dp2 with fp32/fp16 and ZeRO 0/1/2, at dp2 with --overlap-param-gather
+# at tp2 x pp2 x dp2 with fp32/fp16 and ZeRO 0/1/2, in bf16 (pp2 x dp2; tp2 x dp2 with ZeRO 1 and
+# bf16 gradients, --grad-reduce-in-bf16), at dp2 with --overlap-param-gather
 # (saved at 5), and in fp16 with skipped iterations before and after the stop (the LR schedule advances only on the updates, so its position
 # must come back from the checkpoint); an fp16 or bf16 checkpoint loaded in fp32 gives the
 # parameters the checkpoint's fp32 masters, bit for bit (read from its optimizer files by
@@ -49,6 +50,7 @@ exact "fp32, tp2 pp2 dp2 zero 1" 8 --tensor-model-parallel-size 2 --pipeline-mod
 exact "fp16, tp2 pp2 dp2 zero 2" 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --zero-stage 2 \
   --fp16 --initial-loss-scale 4096
 exact "bf16, tp1 pp2 dp2 zero 0" 4 --pipeline-model-parallel-size 2 --bf16
+exact "bf16 gradients, tp2 dp2 zero 1" 4 --tensor-model-parallel-size 2 --zero-stage 1 --bf16 --grad-reduce-in-bf16
 # The save at 5 (no evaluation there) reads parameters whose gathers no forward has waited
 # for yet: the checkpoint must wait for them (their buffers are NaN until then in these tests).
 stop_at=5 exact "fp32, dp2 zero 1 --overlap-param-gather" 2 --zero-stage 1 --overlap-param-gather

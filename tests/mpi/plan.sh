@@ -43,6 +43,7 @@ same 4 --num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2 --fp16 --r
   --recompute-method uniform --recompute-num-layers 2
 same 2 --num-layers 8 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2
 same 4 --num-layers 4 --tensor-model-parallel-size 4 --sequence-parallel --bf16
+same 4 --num-layers 4 --pipeline-model-parallel-size 2 --zero-stage 2 --bf16 --grad-reduce-in-bf16
 same 3 --num-layers 6 --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1 \
   --decoder-last-pipeline-num-layers 1
 same 2 --num-layers 6 --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 \
