@@ -373,32 +373,33 @@ std::string hex64(uint64_t h) {
   return hex;
 }
 
-// The XXH3 of 16 windows of 4 KiB spread evenly over `bin` (its first and last bytes among
-// them; all of it when smaller): a corpus's tokens are too many to read at every start, and
-// two corpora, or two versions of one, differ within these windows all but surely.
-uint64_t sampled_hash(std::span<const char> bin) {
+// The XXH3 of 16 windows of 4 KiB spread evenly over `bytes` (its first and last among
+// them; all of it when smaller). Every rank identifies its data at every start
+// (same_data_check.h): a corpus's tokens, and the .idx of a corpus of billions of documents,
+// are too large to read whole there, and two corpora, or two versions of one, differ within
+// these windows all but surely.
+uint64_t sampled_hash(std::span<const char> bytes) {
   constexpr size_t kWindows = 16, kWindow = 4096;
-  if (bin.size() <= kWindows * kWindow) return XXH3_64bits(bin.data(), bin.size());
+  if (bytes.size() <= kWindows * kWindow) return XXH3_64bits(bytes.data(), bytes.size());
   std::vector<char> windows;
   windows.reserve(kWindows * kWindow);
-  const size_t last = bin.size() - kWindow;
+  const size_t last = bytes.size() - kWindow;
   for (size_t w = 0; w < kWindows; ++w) {
     const size_t at = last / (kWindows - 1) * w + (w == kWindows - 1 ? last % (kWindows - 1) : 0);
-    windows.insert(windows.end(), bin.data() + at, bin.data() + at + kWindow);
+    windows.insert(windows.end(), bytes.data() + at, bytes.data() + at + kWindow);
   }
   return XXH3_64bits(windows.data(), windows.size());
 }
 
-// The content of prefix `k` of `blend`, not its path: its weight, counts and token type, the
-// XXH3 of its .idx (sizes, pointers and documents: the samples' layout) and of windows of its
-// tokens.
+// The content of prefix `k` of `blend`, not its path: its weight, counts and token type, and
+// windows of its .idx (sizes, pointers and documents: the samples' layout) and of its tokens.
 DatasetIdentity dataset_identity(const DataBlend& blend, size_t k, const IndexedDataset& d) {
   const std::span<const char> idx = d.idx_bytes(), bin = d.bin_bytes();
   return {detail::concat(blend.flag, "'s prefix ", k + 1, " of ", blend.prefixes.size()),
           detail::concat(blend.weights.empty() ? "" : detail::concat("weight ", blend.weights[k], ", "), d.size(),
                          " sequences in ", d.num_documents(), " documents of ", index_dtype_name(d.dtype()),
-                         " tokens (", bin.size(), " bytes), .idx XXH3 ", hex64(XXH3_64bits(idx.data(), idx.size())),
-                         ", tokens' XXH3 ", hex64(sampled_hash(bin))),
+                         " tokens (", bin.size(), " bytes), XXH3 of .idx and .bin windows ",
+                         hex64(sampled_hash(idx)), " ", hex64(sampled_hash(bin))),
           blend.prefixes[k]};
 }
 

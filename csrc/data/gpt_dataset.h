@@ -79,8 +79,8 @@ class SampleSource {  // a split (or blend of splits) as an indexable list of sa
 // What a dataset prefix holds, for comparing the data of ranks that name it by other paths.
 struct DatasetIdentity {
   std::string label;    // "--data-path's prefix 2 of 3"
-  std::string content;  // "weight 0.7, 40 sequences in 38 documents of uint16 tokens (52100 bytes), .idx XXH3
-                        // 0123456789abcdef, tokens' XXH3 ..." (dataset_identity in gpt_dataset.cpp)
+  std::string content;  // "weight 0.7, 40 sequences in 38 documents of uint16 tokens (52100 bytes), XXH3 of .idx
+                        // and .bin windows 0123456789abcdef ..." (dataset_identity in gpt_dataset.cpp)
   std::string path;     // the prefix as given
 };
 

@@ -87,7 +87,7 @@ data=("${args[@]}" --vocab-file "${vocab[0]}" --merge-file "${vocab[1]}" --split
 "${mpi[@]}" -np 1 "$train" "${data[@]}" --data-path "$tmp/a_text_document" : \
   -np 1 "$train" "${data[@]}" --data-path "$tmp/b_text_document" >"$tmp/out" 2>"$tmp/err"
 check "ranks whose --data-path holds other data" \
-  "^trident-train: error: rank 1 reads other data than rank 0 in --data-path's prefix 1 of 1: $tmp/b_text_document holds 300 sequences in 300 documents of uint16 tokens ([0-9]* bytes), .idx XXH3 [0-9a-f]*, tokens' XXH3 [0-9a-f]*; rank 0's $tmp/a_text_document holds 300 sequences" $?
+  "^trident-train: error: rank 1 reads other data than rank 0 in --data-path's prefix 1 of 1: $tmp/b_text_document holds 300 sequences in 300 documents of uint16 tokens ([0-9]* bytes), XXH3 of .idx and .bin windows [0-9a-f]* [0-9a-f]*; rank 0's $tmp/a_text_document holds 300 sequences" $?
 "${mpi[@]}" -np 1 "$train" "${data[@]}" --data-path 1 "$tmp/a_text_document" : \
   -np 1 "$train" "${data[@]}" --data-path 1 "$tmp/a_text_document" 1 "$tmp/b_text_document" >"$tmp/out" 2>"$tmp/err"
 check "ranks whose --data-path names other blends" \

@@ -534,7 +534,7 @@ TEST(GptDataset, IdentityIsTheContentNotThePath) {
   EXPECT_EQ(a[0].label, "--data-path's prefix 1 of 1");
   EXPECT_EQ(a[0].path, dir / "a");
   EXPECT_EQ(a[0].content.rfind(detail::concat("3000 sequences in 3000 documents of int32 tokens (",
-                                              data.bin_bytes().size(), " bytes), .idx XXH3 "),
+                                              data.bin_bytes().size(), " bytes), XXH3 of .idx and .bin windows "),
                                0),
             0u)
       << a[0].content;
