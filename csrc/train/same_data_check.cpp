@@ -1,5 +1,6 @@
 #include "train/same_data_check.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -9,11 +10,16 @@
 namespace trident {
 namespace {
 
-// One line a prefix: label, content and path, tab-separated (none holds a tab or newline: the
-// label and content are made here, and a path with either would not pass through the flags).
+// One line a prefix: label, content and path, tab-separated. The label and content are made
+// without tabs or newlines; the path comes last (a tab in it stays) and is only shown, so a
+// newline in it is shown as '?'.
 std::string as_lines(const std::vector<DatasetIdentity>& ids) {
   std::string s;
-  for (const DatasetIdentity& id : ids) s += id.label + '\t' + id.content + '\t' + id.path + '\n';
+  for (const DatasetIdentity& id : ids) {
+    std::string path = id.path;
+    std::replace(path.begin(), path.end(), '\n', '?');
+    s += id.label + '\t' + id.content + '\t' + path + '\n';
+  }
   return s;
 }
 
