@@ -393,9 +393,11 @@ uint64_t sampled_hash(std::span<const char> bytes) {
 
 // The content of prefix `k` of `blend`, not its path: its weight, counts and token type, and
 // windows of its .idx (sizes, pointers and documents: the samples' layout) and of its tokens.
-DatasetIdentity dataset_identity(const DataBlend& blend, size_t k, const IndexedDataset& d) {
+// `role`: which data the blend is ("split", or a split's name for a per-split path).
+DatasetIdentity dataset_identity(const DataBlend& blend, const char* role, size_t k, const IndexedDataset& d) {
   const std::span<const char> idx = d.idx_bytes(), bin = d.bin_bytes();
   return {detail::concat(blend.flag, "'s prefix ", k + 1, " of ", blend.prefixes.size()),
+          detail::concat(role, " prefix ", k + 1, " of ", blend.prefixes.size()),
           detail::concat(blend.weights.empty() ? "" : detail::concat("weight ", blend.weights[k], ", "), d.size(),
                          " sequences in ", d.num_documents(), " documents of ", index_dtype_name(d.dtype()),
                          " tokens (", bin.size(), " bytes), XXH3 of .idx and .bin windows ",
@@ -471,11 +473,11 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   auto warn = [&](const std::string& line) {
     if (std::find(out.warnings.begin(), out.warnings.end(), line) == out.warnings.end()) out.warnings.push_back(line);
   };
-  auto open = [&](const DataBlend& blend) {
+  auto open = [&](const DataBlend& blend, const char* role) {
     std::vector<std::shared_ptr<const IndexedDataset>> data;
     for (const auto& prefix : blend.prefixes) {
       data.push_back(std::make_shared<const IndexedDataset>(prefix, cfg.vocab_size));
-      out.identities.push_back(dataset_identity(blend, data.size() - 1, *data.back()));
+      out.identities.push_back(dataset_identity(blend, role, data.size() - 1, *data.back()));
       if (cfg.vocab_size > 0 && data.back()->dtype() == IndexDType::kInt32 &&
           best_fitting_dtype(cfg.vocab_size) != IndexDType::kInt32)
         warn(detail::concat(prefix, ": int32 tokens, while Megatron stores a vocabulary of ", cfg.vocab_size,
@@ -485,7 +487,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   };
   std::unique_ptr<SampleSource>* split_out[3] = {&out.train, &out.valid, &out.test};
   if (!per_split) {
-    const auto data = open(cfg.blend);
+    const auto data = open(cfg.blend, "split");
     if (std::all_of(data.begin(), data.end(), [](const auto& d) { return d->size() == 0; }))  // not --split's fault
       throw ConfigError(detail::concat(cfg.blend.flag, ": ", prefixes_and_documents(data), ": no documents"));
     std::vector<std::array<uint64_t, 4>> bounds;
@@ -505,7 +507,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
     for (int s = 0; s < 3; ++s) {
       const DataBlend& blend = cfg.per_split[s];
       if (blend.empty()) continue;
-      const auto data = open(blend);
+      const auto data = open(blend, names[s]);
       const std::string& flag = blend.flag;
       if (s == 1 && cfg.multiple_validation_sets) {
         out.valid_sets = build_validation_sets(blend, data, wanted[s], cfg);

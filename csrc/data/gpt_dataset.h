@@ -78,7 +78,9 @@ class SampleSource {  // a split (or blend of splits) as an indexable list of sa
 
 // What a dataset prefix holds, for comparing the data of ranks that name it by other paths.
 struct DatasetIdentity {
-  std::string label;    // "--data-path's prefix 2 of 3"
+  std::string label;    // "--data-path's prefix 2 of 3" (the flag that gave it: a --data-args-path names its file)
+  std::string role;     // the same without the flag, which may name a node's own path: "split prefix 2 of 3",
+                        // "valid prefix 1 of 1" (per-split paths)
   std::string content;  // "weight 0.7, 40 sequences in 38 documents of uint16 tokens (52100 bytes), XXH3 of .idx
                         // and .bin windows 0123456789abcdef ..." (dataset_identity in gpt_dataset.cpp)
   std::string path;     // the prefix as given

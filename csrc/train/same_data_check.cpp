@@ -10,15 +10,17 @@
 namespace trident {
 namespace {
 
-// One line a prefix: label, content and path, tab-separated. The label and content are made
-// without tabs or newlines; the path comes last (a tab in it stays) and is only shown, so a
-// newline in it is shown as '?'.
+// One line a prefix: role, content, label and path, tab-separated. The role and content are
+// made without tabs or newlines; the label and path are only shown (a newline in them shows
+// as '?', a tab in the path stays: it comes last).
 std::string as_lines(const std::vector<DatasetIdentity>& ids) {
   std::string s;
   for (const DatasetIdentity& id : ids) {
-    std::string path = id.path;
+    std::string label = id.label, path = id.path;
+    std::replace(label.begin(), label.end(), '\n', '?');
+    std::replace(label.begin(), label.end(), '\t', ' ');
     std::replace(path.begin(), path.end(), '\n', '?');
-    s += id.label + '\t' + id.content + '\t' + path + '\n';
+    s += id.role + '\t' + id.content + '\t' + label + '\t' + path + '\n';
   }
   return s;
 }
@@ -27,8 +29,11 @@ std::vector<DatasetIdentity> from_lines(const std::string& s) {
   std::vector<DatasetIdentity> ids;
   std::istringstream in(s);
   for (std::string line; std::getline(in, line);) {
-    const size_t a = line.find('\t'), b = line.find('\t', a + 1);
-    ids.push_back({line.substr(0, a), line.substr(a + 1, b - a - 1), line.substr(b + 1)});
+    const size_t a = line.find('\t'), b = line.find('\t', a + 1), c = line.find('\t', b + 1);
+    ids.push_back({.label = line.substr(b + 1, c - b - 1),
+                   .role = line.substr(0, a),
+                   .content = line.substr(a + 1, b - a - 1),
+                   .path = line.substr(c + 1)});
   }
   return ids;
 }
@@ -46,7 +51,7 @@ void check_every_rank_reads_the_same_data(Comm& world, const std::vector<Dataset
            std::to_string(theirs.size());
   for (size_t i = 0; i < mine.size() && diff.empty(); ++i) {
     const DatasetIdentity &a = mine[i], &b = theirs[i];
-    if (a.label != b.label)
+    if (a.role != b.role)
       diff = who + " reads " + a.label + " (" + a.path + ") where rank 0 reads " + b.label + " (" + b.path + ")";
     else if (a.content != b.content)
       diff = who + " reads other data than rank 0 in " + a.label + ": " + a.path + " holds " + a.content +

@@ -9,7 +9,7 @@
 #    that rank 0 reads for all: one line, rank 0's (not one a rank);
 #  - ranks whose --load folders hold different checkpoints;
 #  - ranks whose --data-path holds other data (other content, another blend); a copy of
-#    the same data at another path trains.
+#    the same data at another path (through another flag) trains.
 set -u
 train=$1
 repo=$2
@@ -72,7 +72,7 @@ rc=$?
   { echo "FAIL: copies of one checkpoint: rc=$rc"; cat "$tmp/err"; fails=$((fails + 1)); }
 # Ranks given other data (a node's own copy, an MPMD launch): the paths may differ, what they
 # hold may not. Two corpora of the same layout (their tokens alone differ), another blend, and
-# a copy of the first corpus elsewhere.
+# a copy of the first corpus elsewhere, named there by a --data-args-path file.
 preprocess=$(dirname "$train")/trident-preprocess
 for corpus in a b; do
   python3 -c 'import json, sys
@@ -92,8 +92,9 @@ check "ranks whose --data-path holds other data" \
   -np 1 "$train" "${data[@]}" --data-path 1 "$tmp/a_text_document" 1 "$tmp/b_text_document" >"$tmp/out" 2>"$tmp/err"
 check "ranks whose --data-path names other blends" \
   "^trident-train: error: rank 1's data flags name 2 dataset prefixes, rank 0's 1" $?
+echo "$tmp/node2/a_text_document" >"$tmp/node2/data-args.txt"
 "${mpi[@]}" -np 1 "$train" "${data[@]}" --data-path "$tmp/a_text_document" : \
-  -np 1 "$train" "${data[@]}" --data-path "$tmp/node2/a_text_document" >"$tmp/out" 2>"$tmp/err"
+  -np 1 "$train" "${data[@]}" --data-args-path "$tmp/node2/data-args.txt" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [[ $rc -eq 0 ]] && grep -q '^ iteration        4/' "$tmp/out" && echo "ok: node-local copies of one dataset train" ||
   { echo "FAIL: copies of one dataset: rc=$rc"; cat "$tmp/err"; fails=$((fails + 1)); }

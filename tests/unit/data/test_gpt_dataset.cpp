@@ -532,6 +532,7 @@ TEST(GptDataset, IdentityIsTheContentNotThePath) {
   const IndexedDataset data(dir / "a");
   ASSERT_GT(data.bin_bytes().size(), 16u * 4096);
   EXPECT_EQ(a[0].label, "--data-path's prefix 1 of 1");
+  EXPECT_EQ(a[0].role, "split prefix 1 of 1");  // what ranks compare: not the flag, which may name a file
   EXPECT_EQ(a[0].path, dir / "a");
   EXPECT_EQ(a[0].content.rfind(detail::concat("3000 sequences in 3000 documents of int32 tokens (",
                                               data.bin_bytes().size(), " bytes), XXH3 of .idx and .bin windows "),
