@@ -161,7 +161,8 @@ ModelConfig model_config_from_megatron_args(const Value& args, const std::string
   const int64_t tp = a.integer("tensor_model_parallel_size") ? a.required_integer("tensor_model_parallel_size")
                      : a.integer("model_parallel_size")      ? a.required_integer("model_parallel_size")
                                                              : 1;
-  if (!vocab_size) {
+  const bool given = vocab_size.has_value();
+  if (!given) {
     const std::optional<std::string> tok = a.enum_name("tokenizer_type", {});
     if (tok != "GPT2BPETokenizer")
       throw ConfigError("--vocab-size: required: " + source + " holds only the padded vocabulary (" +
@@ -172,9 +173,12 @@ ModelConfig model_config_from_megatron_args(const Value& args, const std::string
   const int64_t multiple = divisor * tp;
   const int64_t pads_to = (*vocab_size + multiple - 1) / multiple * multiple;
   if (pads_to != padded)
-    throw ConfigError("--vocab-size " + std::to_string(*vocab_size) + " pads to " + std::to_string(pads_to) +
-                      " (make_vocab_size_divisible_by " + std::to_string(divisor) + " x tp " + std::to_string(tp) +
-                      "), not " + source + "'s padded_vocab_size " + std::to_string(padded));
+    throw ConfigError((given ? "--vocab-size " + std::to_string(*vocab_size)
+                             : source + "'s tokenizer_type GPT2BPETokenizer (GPT-2's " + std::to_string(*vocab_size) +
+                                   " tokens)") +
+                      " pads to " + std::to_string(pads_to) + " (make_vocab_size_divisible_by " +
+                      std::to_string(divisor) + " x tp " + std::to_string(tp) + "), not " + source +
+                      "'s padded_vocab_size " + std::to_string(padded) + (given ? "" : ": give --vocab-size"));
   c.vocab_size = *vocab_size;
   c.make_vocab_size_divisible_by = static_cast<int>(divisor);
   c.dtype = a.flag("bf16", false) ? DType::BF16 : a.flag("fp16", false) ? DType::F16 : DType::F32;

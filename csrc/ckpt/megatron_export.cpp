@@ -66,9 +66,23 @@ MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const Megatr
                         std::to_string(cfg.vocab_size) + " tokens is not GPT-2's (GPT2BPETokenizer)");
     o.tokenizer_type = "GPT2BPETokenizer";
   }
-  for (char ch : o.tokenizer_type)  // Megatron's tokenizer names are identifiers
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_')
-      throw ConfigError("--tokenizer-type: '" + o.tokenizer_type + "' is not a Megatron tokenizer name (letters, digits, _)");
+  // Megatron-LM's --tokenizer-type choices, and Megatron-DeepSpeed's other names. Megatron
+  // compares args.tokenizer_type with its run's on load, and builds GPT-2's vocabulary for
+  // GPT2BPETokenizer.
+  static const char* const kTokenizers[] = {
+      "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer",
+      "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "HFTokenizer", "Llama2Tokenizer", "Llama3Tokenizer",
+      "TikTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer", "SFTTokenizer"};
+  if (std::find(std::begin(kTokenizers), std::end(kTokenizers), o.tokenizer_type) == std::end(kTokenizers)) {
+    std::string names;
+    for (const char* t : kTokenizers) names += (names.empty() ? "" : ", ") + std::string(t);
+    throw ConfigError("--tokenizer-type: '" + o.tokenizer_type + "' is not one of Megatron's tokenizer types (" +
+                      names + ")");
+  }
+  if (o.tokenizer_type == "GPT2BPETokenizer" && cfg.vocab_size != kGpt2VocabSize)
+    throw ConfigError("--tokenizer-type GPT2BPETokenizer: Megatron builds GPT-2's " + std::to_string(kGpt2VocabSize) +
+                      " tokens for it, and this model's vocabulary is " + std::to_string(cfg.vocab_size) +
+                      " tokens: name the tokenizer the model was trained with (NullTokenizer for token ids)");
   return o;
 }
 

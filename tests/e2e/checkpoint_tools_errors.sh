@@ -90,6 +90,12 @@ nothing_at "$ckdir/nested" "a conversion into its own source"
 expect_error trident-convert "--to: 'onnx'" "$convert" --to onnx --load "$tmp/ck" --save "$tmp/out0"
 expect_error trident-convert "--target-tp 3" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-tp 3
 expect_error trident-convert "--target-pp (8)" "$convert" --load "$tmp/ck" --save "$tmp/out0" --target-pp 8
+# Megatron compares args.tokenizer_type with its run's, and builds GPT-2's 50257 tokens for
+# GPT2BPETokenizer: a name it does not know, or that one for this model's other vocabulary, is refused.
+expect_error trident-convert "--tokenizer-type: 'Foo' is not one of Megatron's tokenizer types (BertWordPieceLowerCase, " \
+  "$convert" --to megatron --tokenizer-type Foo --load "$tmp/ck" --save "$tmp/out0"
+expect_error trident-convert "--tokenizer-type GPT2BPETokenizer: Megatron builds GPT-2's 50257 tokens for it, and this model's vocabulary is" \
+  "$convert" --to megatron --tokenizer-type GPT2BPETokenizer --load "$tmp/ck" --save "$tmp/out0"
 # --to megatron takes the Megatron run's pipeline split by Megatron's flags; they must fit the model.
 expect_error trident-convert '--target-pp 2: --pipeline-model-parallel-layout "Et|tL": it holds 2 transformer layers' \
   "$convert" --to megatron --megatron-model mcore --tokenizer-type NullTokenizer --load "$tmp/ck" --save "$tmp/out0" \

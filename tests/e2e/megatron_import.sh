@@ -196,7 +196,7 @@ expect_error "--target-tp 3: --num-attention-heads (4) must be divisible by --te
   "$convert" --to megatron --load "$tmp/trident" --target-tp 3
 expect_error "--tokenizer-type: required: Megatron checks args.tokenizer_type on load, and a vocabulary of 1000 tokens" \
   "$convert" --to megatron --load "$tmp/trident"
-expect_error "--tokenizer-type: 'GPT2 BPE' is not a Megatron tokenizer name" \
+expect_error "--tokenizer-type: 'GPT2 BPE' is not one of Megatron's tokenizer types (BertWordPieceLowerCase, " \
   "$convert" --to megatron --load "$tmp/trident" --tokenizer-type "GPT2 BPE"
 expect_error "--no-optimizer does not apply to --from megatron (an import holds weights only; --from megatron --with-optimizer adds" \
   "$convert" "${m[@]}" --no-optimizer --load "$src/lm-tp2-pp2"

@@ -111,6 +111,10 @@ TEST(MegatronArgs, DtypeShapeAndPadding) {
   a.erase("tensor_model_parallel_size");
   a["model_parallel_size"] = int64_t{2};
   EXPECT_EQ(config(a).vocab_size, 50257);
+  // GPT2BPETokenizer's 50257 tokens padded otherwise: named as the file's, not as a flag never given.
+  EXPECT_EQ(config_error(a, "padded_vocab_size", int64_t{512}),
+            "ck.pt's tokenizer_type GPT2BPETokenizer (GPT-2's 50257 tokens) pads to 50432 (make_vocab_size_divisible_by "
+            "128 x tp 2), not ck.pt's padded_vocab_size 512: give --vocab-size");
   // Another tokenizer: --vocab-size is required and must pad to padded_vocab_size.
   a["tokenizer_type"] = std::string("BertWordPieceLowerCase");
   a["padded_vocab_size"] = int64_t{30720};
