@@ -294,11 +294,20 @@ int run(int argc, char** argv) {
   }
   for (const EvalSet& set : sets) {
     const uint64_t end = set.first + static_cast<uint64_t>(set.iterations) * static_cast<uint64_t>(opt.global_batch_size);
-    if (ef.first_sample && end > set.data->size())  // past the split's end: the flag that asked for it
-      throw ConfigError("--first-sample: the " + ef.split_name + " split has " + std::to_string(set.data->size()) +
-                        " samples; [" + std::to_string(set.first) + ", " + std::to_string(end) + ") (" +
-                        std::to_string(set.iterations) + " global batches of " +
-                        std::to_string(opt.global_batch_size) + ") runs past its end");
+    if (end <= set.data->size()) continue;
+    const std::string reads = detail::concat("[", set.first, ", ", end, ") (", set.iterations, " global batches of ",
+                                             opt.global_batch_size, ")");
+    if (ef.first_sample)  // past the split's end: the flag that asked for it
+      throw ConfigError(detail::concat("--first-sample: the ", ef.split_name, " split has ", set.data->size(),
+                                       " samples; ", reads, " runs past its end"));
+    // The split's samples are drawn as trident-train draws them, for every evaluation of the
+    // run (Megatron's sizing): flags other than the training run's size it otherwise.
+    throw ConfigError(detail::concat(
+        "--eval-iters: drawn for these flags, the ", set.label, " holds ", set.data->size(),
+        " samples, and the final evaluation reads ", reads,
+        set.first > 0 ? detail::concat(" after the ", set.first, " the checkpoint's run consumed") : std::string(),
+        ": give the training run's --train-iters (or --train-samples), --eval-interval, --eval-iters and "
+        "--global-batch-size"));
   }
   if (parallel->world_rank() == 0) {
     const GridShape& g = parallel->grid.shape;

@@ -132,6 +132,17 @@ python3 "$repo/tests/e2e/ckpt_tools_check.py" make-data "$tmp/corpus" "$tmp/corp
 expect_error trident-eval "--first-sample: the valid split has" \
   "$eval_bin" "${args[@]}" --load "$tmp/ck" --data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" \
   --tokenizer-type BertWordPieceLowerCase --split 80,10,10 --data-cache-path "$tmp/cache" --first-sample 100000
+# The validation split is drawn for every evaluation of the run (Megatron's sizing): without
+# the training run's --eval-interval it is too short for the final one, and the error says
+# which flags size it.
+ev=(--data-path "$tmp/corpus" --vocab-file "$tmp/corpus_vocab.txt" --tokenizer-type BertWordPieceLowerCase
+    --split 80,10,10 --data-cache-path "$tmp/cache" --eval-iters 3)
+"$train" "${args[@]}" "${ev[@]}" --eval-interval 1 --save "$tmp/ev" >/dev/null
+expect_error trident-eval "--eval-iters: drawn for these flags, the valid set holds 24 samples, and the final evaluation reads [48, 72) (3 global batches of 8) after the 48 the checkpoint's run consumed: give the training run's --train-iters (or --train-samples), --eval-interval, --eval-iters and --global-batch-size" \
+  "$eval_bin" "${args[@]}" "${ev[@]}" --load "$tmp/ev"
+"$eval_bin" "${args[@]}" "${ev[@]}" --eval-interval 1 --load "$tmp/ev" >"$tmp/ev.log" 2>&1 &&
+  grep -q "^trident-eval: valid split, samples \[48, 72)" "$tmp/ev.log" && echo "ok with the training run's --eval-interval" ||
+  { echo "FAIL evaluation with the training run's flags"; cat "$tmp/ev.log"; fails=$((fails + 1)); }
 nothing_under "$tmp/out0" "a bad integer"
 # An evaluation the time limit cuts short has no result (it printed loss 0, perplexity 1).
 expect_error trident-eval "--exit-duration-in-mins: the time ran out before the evaluation's end" \
