@@ -6,6 +6,13 @@ fail() {
   exit 2
 }
 
+# TRIDENT_DRY_RUN into the caller's `dry_run`: 0 (run) or 1 (print the command instead). Any
+# other value is refused rather than taken for 0 ("true" would otherwise launch the real job).
+read_dry_run() {
+  dry_run=${TRIDENT_DRY_RUN:-0}
+  [[ $dry_run == 0 || $dry_run == 1 ]] || fail "TRIDENT_DRY_RUN must be 0 or 1, got '$dry_run'"
+}
+
 # The generation launchers' variables, defaulted: MODEL_NAME, CHECKPOINT_PATH, VOCAB_FILE,
 # MERGE_FILE, BUILD_DIR (under the checkout, $repo).
 checkpoint_defaults() {

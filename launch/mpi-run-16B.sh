@@ -17,7 +17,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/common.sh"
 me=$(basename "$0")
 die() { echo "$me: error: $*" >&2; exit 2; }
-dry_run=${TRIDENT_DRY_RUN:-0}
+read_dry_run
 
 HOSTFILE=${HOSTFILE:-hostfile}
 GPUS_PER_NODE=${GPUS_PER_NODE:-4}

@@ -7,10 +7,16 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 # GPU machine the same command trains on the GPU (--device auto). Then the same corpus
 # again through the launcher, as on a GPU node: mpirun -np 4 launch/run-one-node.sh at
 # tp2 x pp2 (on the CPU unless the machine has 4 GPUs; skipped without mpirun).
-# Variables: BUILD_DIR [<repo>/build], TRAIN_ITERS [200], DEVICE [auto], MPI_TRAIN_ITERS [50],
-# MPI_DEVICE [auto with 4+ GPUs, else cpu]; extra arguments go to the single-process run.
+# Variables: BUILD_DIR [<repo>/build], TRAIN_ITERS [200; a tenth of it warms the learning rate
+# up, at most 20 iterations], DEVICE [auto], MPI_TRAIN_ITERS [50; run-one-node.sh's warm-up, a
+# tenth], MPI_DEVICE [auto with 4+ GPUs, else cpu]; extra arguments go to the single-process run.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+for v in TRAIN_ITERS MPI_TRAIN_ITERS; do  # before the installs, which take minutes
+  [[ -z ${!v:-} || ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "quickstart.sh: error: $v must be a positive integer (got '${!v}')" >&2; exit 2; }
+done
+train_iters=${TRAIN_ITERS:-200}
+warmup_iters=$((train_iters / 10 < 20 ? train_iters / 10 : 20))
 "$repo/tools/install-deps.sh"
 export BUILD_DIR=${BUILD_DIR:-$repo/build}
 "$repo/tools/build.sh"
@@ -32,7 +38,7 @@ OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} "$bin/trident-train" --config "$rep
   --data-path "$data/demo/demo_text_document" \
   --vocab-file "$data/gpt2/gpt2-vocab.json" --merge-file "$data/gpt2/gpt2-merges.txt" \
   --split 949,50,1 --micro-batch-size 8 --global-batch-size 16 \
-  --train-iters "${TRAIN_ITERS:-200}" --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters 20 \
+  --train-iters "$train_iters" --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters "$warmup_iters" \
   --log-interval 10 --eval-interval 100 --eval-iters 10 --device "${DEVICE:-auto}" \
   --save "$repo/checkpoints/demo-tiny" "$@"
 
@@ -57,7 +63,7 @@ rm -rf "$repo/checkpoints/demo-tp2-pp2"  # the demo starts fresh each time, neve
 env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS \
   MODEL_NAME=demo-tp2-pp2 N_GPUS=4 TP_SIZE=2 PP_SIZE=2 \
   NLAYERS=2 NHIDDEN=64 NHEADS=4 SEQ_LEN=64 MICRO_BATCH_SIZE=4 GLOBAL_BATCH_SIZE=16 \
-  TRAIN_ITERS="${MPI_TRAIN_ITERS:-50}" LR=2e-3 MIN_LR=2e-4 LR_WARMUP_ITERS=5 LOG_INTERVAL=10 EVAL_ITERS=10 \
+  TRAIN_ITERS="${MPI_TRAIN_ITERS:-50}" LR=2e-3 MIN_LR=2e-4 LOG_INTERVAL=10 EVAL_ITERS=10 \
   SAVE_INTERVAL=50 DATA_PATH="$data/demo/demo_text_document" \
   VOCAB_FILE="$data/gpt2/gpt2-vocab.json" MERGE_FILE="$data/gpt2/gpt2-merges.txt" \
   CHECKPOINT_PATH="$repo/checkpoints/demo-tp2-pp2" TENSORBOARD_PATH="$repo/out/tensorboard/demo-tp2-pp2" \

@@ -30,7 +30,7 @@ source "$repo/launch/common.sh"
 me=run-inf.sh
 checkpoint_defaults
 generate=$BUILD_DIR/tools/trident-generate
-dry_run=${TRIDENT_DRY_RUN:-0}
+read_dry_run
 [[ $dry_run == 1 || -x $generate ]] || fail "no trident-generate at $generate (build with tools/build.sh, or set BUILD_DIR)"
 
 args=(--load "$CHECKPOINT_PATH" --vocab-file "$VOCAB_FILE" --merge-file "$MERGE_FILE"

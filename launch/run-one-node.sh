@@ -67,12 +67,12 @@ world_size=${world_size:-1}
 world_rank=$(first_set 0 OMPI_COMM_WORLD_RANK PMI_RANK PMIX_RANK MV2_COMM_WORLD_RANK SLURM_PROCID)
 local_rank=$(first_set 0 OMPI_COMM_WORLD_LOCAL_RANK MPI_LOCALRANKID MV2_COMM_WORLD_LOCAL_RANK SLURM_LOCALID LOCAL_RANK)
 local_size=$(first_set 1 OMPI_COMM_WORLD_LOCAL_SIZE MPI_LOCALNRANKS MV2_COMM_WORLD_LOCAL_SIZE LOCAL_WORLD_SIZE)
-dry_run=${TRIDENT_DRY_RUN:-0}
 # One line from rank 0; every rank exits with the same code, so mpirun stops the job.
 fail() {
   [[ $world_rank != 0 ]] || echo "$me: error: $*" >&2
   exit 2
 }
+read_dry_run
 # A check of this node's files or GPUs, which another node may pass: one line from each
 # node that fails it (its first local rank), naming the host.
 fail_node() {

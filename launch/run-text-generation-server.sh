@@ -23,7 +23,7 @@ source "$repo/launch/common.sh"
 me=run-text-generation-server.sh
 checkpoint_defaults
 server=$BUILD_DIR/tools/trident-text-generation-server
-dry_run=${TRIDENT_DRY_RUN:-0}
+read_dry_run
 [[ $dry_run == 1 || -x $server ]] ||
   fail "no trident-text-generation-server at $server (build with tools/build.sh, or set BUILD_DIR)"
 

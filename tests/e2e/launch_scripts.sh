@@ -67,6 +67,13 @@ check "dry run: VIRTUAL_STAGE_LAYERS=1 passes the interleaving flag" \
 rc=0
 env "${tiny[@]}" SEQUENCE_PARALLEL=yes TRIDENT_DRY_RUN=1 "$repo/launch/run-one-node.sh" >/dev/null 2>"$tmp/sp.err" || rc=$?
 check "SEQUENCE_PARALLEL=yes: one error line" [ "$rc" -ne 0 ] && check "  naming it" has "$tmp/sp.err" "SEQUENCE_PARALLEL must be 0 or 1"
+# TRIDENT_DRY_RUN other than 0 or 1 is refused by every launcher, not taken for 0 (a real run).
+for script in run-one-node.sh mpi-run-16B.sh run-inf.sh run-text-generation-server.sh; do
+  rc=0
+  env "${tiny[@]}" TRIDENT_DRY_RUN=true MPIRUN=false "$repo/launch/$script" >"$tmp/dr.out" 2>"$tmp/dr.err" || rc=$?
+  check "$script, TRIDENT_DRY_RUN=true: exit 2 and one line" [ "$rc" -eq 2 -a "$(wc -l <"$tmp/dr.err")" -eq 1 ] &&
+    check "  naming it" has "$tmp/dr.err" "$script: error: TRIDENT_DRY_RUN must be 0 or 1, got 'true'"
+done
 
 # 2. N_GPUS that is not the world size: one line from rank 0, non-zero exit.
 rc=0
