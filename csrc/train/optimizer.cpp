@@ -39,12 +39,19 @@ AdamWOptimizer::AdamWOptimizer(Backend& backend, ParamStore& params, const AdamW
     shard_grads_ = be_.zeros({n}, DType::F32);
     int64_t largest = 0;
     for (const FlatRange& b : plan_.buckets()) largest = std::max(largest, b.size());
-    const bool staged = params_.flat_grads().dtype != DType::F32;
+    // fp16 gradients are reduced in fp32 (staging_: no overflow mid-sum; round_shard_to_fp16
+    // gives zero 0's overflows back); bf16 ones (--grad-reduce-in-bf16) in bf16, as Megatron's
+    // distributed optimizer reduce-scatters its bf16 gradient buffer: half the traffic.
+    const DType grads = params_.flat_grads().dtype;
+    const bool staged = grads == DType::F16;
     if (staged) staging_ = be_.empty({largest}, DType::F32);
-    if (zero_stage == 2) chunk_ = be_.empty({largest / plan_.shards()}, DType::F32);
+    if (zero_stage == 2) chunk_ = be_.empty({largest / plan_.shards()}, grads == DType::BF16 ? grads : DType::F32);
+    // zero 1 in bf16: each bucket's reduced chunk at its place in a bf16 shard, cast into the
+    // fp32 one when waited for.
+    if (zero_stage == 1 && grads == DType::BF16) reduced16_ = be_.empty({n}, grads);
     // One reduction in flight when the next one reuses what it reads or writes (staging_,
-    // chunk_, a gradient slot); zero 1 in fp32 reads the gradients and writes the shard,
-    // which nothing else touches before reduce_gradients().
+    // chunk_, a gradient slot); zero 1 in fp32 or bf16 reads the gradients and writes the
+    // shard, which nothing else touches before reduce_gradients().
     if (staged || zero_stage == 2) max_in_flight_ = 1;
   }
   for (size_t b = 0; b < params_.groups().size(); ++b) {
@@ -78,7 +85,8 @@ void AdamWOptimizer::set_sequence_parallel(Comm* tp) {
 
 size_t AdamWOptimizer::state_bytes() const {
   size_t n = 0;
-  for (const Buffer* b : {&master_, &m_, &v_, &shard_grads_, &staging_, &chunk_}) n += b->empty() ? 0 : b->t().nbytes();
+  for (const Buffer* b : {&master_, &m_, &v_, &shard_grads_, &staging_, &chunk_, &reduced16_})
+    n += b->empty() ? 0 : b->t().nbytes();
   return n;
 }
 
@@ -131,11 +139,12 @@ void AdamWOptimizer::reduce_bucket(size_t b) {
 }
 
 // One bucket's data-parallel reduction, queued: all-reduce in place (zero 0), or
-// reduce-scatter in fp32 (Megatron's accumulate-in-fp32 path, whatever the gradient dtype;
-// fp16 gradients are rounded back to fp16 once reduced: round_shard_to_fp16) into the bucket's shard (zero 1, reduced once an iteration) or into chunk_ (zero 2, added
-// to the shard when done). Its buffers must stay persistent (gradients, staging_, chunk_,
-// the shard): the communication stream may still use them after the compute stream has
-// gone on, so a temporary from the allocator could be handed out again under it.
+// reduce-scatter (in fp32 for fp32 and fp16 gradients, the fp16 ones rounded back to fp16
+// once reduced: round_shard_to_fp16; in bf16 for bf16 ones) into the bucket's shard (zero 1,
+// reduced once an iteration; bf16 through reduced16_) or into chunk_ (zero 2, added to the
+// shard when done). Its buffers must stay persistent (gradients, staging_, chunk_,
+// reduced16_, the shard): the communication stream may still use them after the compute
+// stream has gone on, so a temporary from the allocator could be handed out again under it.
 void AdamWOptimizer::queue_reduction(size_t b) {
   const Tensor grads = params_.group_grads(b);
   reduced_[b] = 1;
@@ -148,13 +157,14 @@ void AdamWOptimizer::queue_reduction(size_t b) {
   // staging_, chunk_ or a ZeRO-2 gradient slot is about to be written again.
   if (in_flight_.size() >= max_in_flight_) finish_reductions();
   Tensor in = grads;
-  if (grads.dtype != DType::F32) {
+  if (!staging_.empty()) {
     in = staging_.t().flat_slice(0, grads.numel());
     be_.cast(grads, in);
   }
   const int64_t chunk = grads.numel() / plan_.shards();
-  const Tensor out = zero_stage_ == 1 ? shard_grads_.t().flat_slice(plan_.shard_offset(b), chunk)
-                                      : chunk_.t().flat_slice(0, chunk);
+  const Tensor out = zero_stage_ == 2       ? chunk_.t().flat_slice(0, chunk)
+                     : reduced16_.empty() ? shard_grads_.t().flat_slice(plan_.shard_offset(b), chunk)
+                                          : reduced16_.t().flat_slice(plan_.shard_offset(b), chunk);
   if (plan_.shards() > 1) {
     in_flight_.push_back({b, dp_->reduce_scatter_async(in, out)});
   } else {  // one shard: no communication (and no host-only LocalComm on a device buffer)
@@ -166,11 +176,14 @@ void AdamWOptimizer::queue_reduction(size_t b) {
 void AdamWOptimizer::finish_reductions() {
   for (InFlight& r : in_flight_) {
     if (r.work) r.work->wait();
+    if (!sharded()) continue;
+    const int64_t chunk = plan_.buckets()[r.bucket].size() / plan_.shards();
+    const Tensor shard = shard_grads_.t().flat_slice(plan_.shard_offset(r.bucket), chunk);
     if (zero_stage_ == 2) {
-      const int64_t chunk = plan_.buckets()[r.bucket].size() / plan_.shards();
-      be_.accumulate(shard_grads_.t().flat_slice(plan_.shard_offset(r.bucket), chunk),
-                     chunk_.t().flat_slice(0, chunk));
+      be_.accumulate(shard, chunk_.t().flat_slice(0, chunk));
       be_.fill(params_.group_grads(r.bucket), 0.0f);  // for the next micro-batch or layer
+    } else if (!reduced16_.empty()) {
+      be_.cast(reduced16_.t().flat_slice(plan_.shard_offset(r.bucket), chunk), shard);
     }
   }
   in_flight_.clear();

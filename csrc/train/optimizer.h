@@ -16,8 +16,8 @@
 // reductions are asynchronous (Comm::allreduce_async; on NcclComm they run on its
 // communication stream while backward goes on) and are waited for in reduce_gradients(),
 // before anything reads the reduced gradients. ZeRO-0 (any dtype) and ZeRO-1 with fp32
-// gradients keep every bucket in flight until then. When a reduction's buffers are reused
-// during the iteration (ZeRO-1's fp32 staging of 16-bit gradients, ZeRO-2's chunk and
+// or bf16 gradients keep every bucket in flight until then. When a reduction's buffers are
+// reused during the iteration (ZeRO-1's fp32 staging of fp16 gradients, ZeRO-2's chunk and
 // gradient slots) at most one is in flight: queuing the next layer's reduction, or starting
 // the next micro-batch's backward (ZeRO-2), first waits for the previous one, so a bucket's
 // reduction overlaps the next layer's backward (a micro-batch's last one: the pipeline's
@@ -119,8 +119,9 @@ class AdamWOptimizer {
   // sums over the TP ranks of `tp`; each bucket's reduction sums them over `tp` first.
   void set_sequence_parallel(Comm* tp);
   // Device bytes of the optimizer's own state: fp32 master weights (when separate), Adam
-  // moments, and with ZeRO the fp32 gradient shard, one bucket's fp32 staging (16-bit
-  // gradients) and with ZeRO-2 one bucket's reduced chunk.
+  // moments, and with ZeRO the fp32 gradient shard, one bucket's fp32 staging (fp16
+  // gradients), with ZeRO-2 one bucket's reduced chunk, with ZeRO-1 and bf16 gradients the
+  // reduced shard in bf16.
   size_t state_bytes() const;
 
  private:
@@ -150,8 +151,9 @@ class AdamWOptimizer {
   // Compact shard state (zero 0: the flat layout). master_ is empty when the fp32 model
   // parameters themselves are the master weights.
   Buffer master_, m_, v_, shard_grads_;
-  // zero > 0 with 16-bit gradients: one bucket's fp32 gradients; zero 2: its reduced chunk.
-  Buffer staging_, chunk_;
+  // zero > 0 with fp16 gradients: one bucket's fp32 gradients; zero 2: its reduced chunk
+  // (bf16 with bf16 gradients); zero 1 with bf16 gradients: the reduced shard in bf16.
+  Buffer staging_, chunk_, reduced16_;
   struct InFlight {
     size_t bucket;
     std::unique_ptr<CommWork> work;  // null: done (one shard)

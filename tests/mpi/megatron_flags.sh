@@ -19,6 +19,7 @@
 #  - --log-memory-interval: Megatron's memory lines at its multiples, from the ranks of
 #    data-parallel rank 0 (rank 0 alone at dp 2, both at tp 2), their figures in order;
 #  - fp16 with ZeRO 1 and 2 skips the steps one process skips;
+#  - --grad-reduce-in-bf16: ZeRO 1 and 2 reduce bf16 gradients as zero 0 does (the same bits);
 #  - --log-num-zeros-in-grad counts each gradient element once in every layout: the zeros
 #    are the rows no gradient reaches (the vocabulary's padding, the unused positions),
 #    whose number follows from the shapes; a skipped fp16 step has no count, as Megatron's.
@@ -264,5 +265,28 @@ for z in 1 2; do
     fail "fp16 at dp 2, zero $z: rc $rc, skipped $(skips "$tmp/fp16z.log") vs $(skips "$tmp/fp16.log")"
     cat "$tmp/fp16.err" "$tmp/fp16z.err"
   fi
+done
+
+# --grad-reduce-in-bf16: the reductions take bf16 gradients at every ZeRO stage, as Megatron's
+# bf16 gradient buffer. MpiComm sums 16-bit numbers in fp32 and rounds once, so at dp 2 zero 0
+# (all-reduce) and 1 (reduce-scatter) give the same bits; with one micro-batch a step zero 2
+# too (its reduction is then the step's). ZeRO staged through fp32 gave other losses.
+bf16g=(--device cpu --mock-data --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+       --max-position-embeddings 64 --vocab-size 500 --micro-batch-size 2 --train-iters 6 --eval-iters 0
+       --log-interval 1 --lr 1e-3 --lr-warmup-iters 1 --bf16 --grad-reduce-in-bf16)
+for batch in 4 8; do
+  for z in 0 1 2; do
+    [[ $batch -eq 8 && $z -eq 2 ]] && continue
+    timeout 120 mpirun --oversubscribe --bind-to none -np 2 "$train" "${bf16g[@]}" --global-batch-size $batch \
+      --zero-stage $z >"$tmp/bf16g$z.log" 2>"$tmp/bf16g$z.err" || fail "bf16 gradients, zero $z: rc $?"
+  done
+  for z in 1 2; do
+    [[ $batch -eq 8 && $z -eq 2 ]] && continue
+    if [[ $(trained "$tmp/bf16g0.log" | wc -l) -eq 6 ]] && cmp -s <(trained "$tmp/bf16g0.log") <(trained "$tmp/bf16g$z.log"); then
+      echo "ok: bf16 gradients at dp 2, global batch $batch: zero $z's losses are zero 0's, bit for bit"
+    else
+      fail "bf16 gradients at dp 2, global batch $batch, zero $z: $(trained "$tmp/bf16g$z.log" | tr '\n' ' ') vs zero 0's $(trained "$tmp/bf16g0.log" | tr '\n' ' ')"
+    fi
+  done
 done
 [[ $fails -eq 0 ]]
