@@ -7,16 +7,26 @@ if [ -z "${BASH_VERSION:-}" ] || shopt -qo posix; then exec env -u POSIXLY_CORRE
 # GPU machine the same command trains on the GPU (--device auto). Then the same corpus
 # again through the launcher, as on a GPU node: mpirun -np 4 launch/run-one-node.sh at
 # tp2 x pp2 (on the CPU unless the machine has 4 GPUs; skipped without mpirun).
-# Variables: BUILD_DIR [<repo>/build], TRAIN_ITERS [200; a tenth of it warms the learning rate
-# up, at most 20 iterations], DEVICE [auto], MPI_TRAIN_ITERS [50; run-one-node.sh's warm-up, a
-# tenth], MPI_DEVICE [auto with 4+ GPUs, else cpu]; extra arguments go to the single-process run.
+# Variables: BUILD_DIR [<repo>/build], TRAIN_ITERS [200; a tenth of it (or of an extra
+# --train-iters) warms the learning rate up, at most 20 iterations], DEVICE [auto],
+# MPI_TRAIN_ITERS [50; run-one-node.sh's warm-up, a tenth], MPI_DEVICE [auto with 4+ GPUs,
+# else cpu]; extra arguments go to the single-process run.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 for v in TRAIN_ITERS MPI_TRAIN_ITERS; do  # before the installs, which take minutes
   [[ -z ${!v:-} || ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "quickstart.sh: error: $v must be a positive integer (got '${!v}')" >&2; exit 2; }
 done
+# The warm-up follows the run's length: TRAIN_ITERS, or a --train-iters among the extra
+# arguments (which come last, so theirs is the one trident-train takes).
 train_iters=${TRAIN_ITERS:-200}
-warmup_iters=$((train_iters / 10 < 20 ? train_iters / 10 : 20))
+prev=
+for a in "$@"; do
+  if [[ $prev == --train-iters ]]; then train_iters=$a; fi
+  if [[ $a == --train-iters=* ]]; then train_iters=${a#--train-iters=}; fi
+  prev=$a
+done
+warmup_iters=20  # trident-train names a --train-iters that is no count
+if [[ $train_iters =~ ^[1-9][0-9]*$ ]]; then warmup_iters=$((train_iters / 10 < 20 ? train_iters / 10 : 20)); fi
 "$repo/tools/install-deps.sh"
 export BUILD_DIR=${BUILD_DIR:-$repo/build}
 "$repo/tools/build.sh"
