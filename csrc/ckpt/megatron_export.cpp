@@ -66,13 +66,14 @@ MegatronExportOptions check_megatron_export(const ModelConfig& cfg, const Megatr
                         std::to_string(cfg.vocab_size) + " tokens is not GPT-2's (GPT2BPETokenizer)");
     o.tokenizer_type = "GPT2BPETokenizer";
   }
-  // Megatron-LM's --tokenizer-type choices, and Megatron-DeepSpeed's other names. Megatron
-  // compares args.tokenizer_type with its run's on load, and builds GPT-2's vocabulary for
-  // GPT2BPETokenizer.
+  // Megatron-LM's --tokenizer-type choices (some releases' too), and Megatron-DeepSpeed's and
+  // BigScience's other names. Megatron compares args.tokenizer_type with its run's on load,
+  // and builds GPT-2's vocabulary for GPT2BPETokenizer.
   static const char* const kTokenizers[] = {
       "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", "SentencePieceTokenizer",
-      "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "HFTokenizer", "Llama2Tokenizer", "Llama3Tokenizer",
-      "TikTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer", "SFTTokenizer"};
+      "GPTSentencePieceTokenizer", "HuggingFaceTokenizer", "HFTokenizer", "PretrainedFromHF", "Llama2Tokenizer",
+      "Llama3Tokenizer", "DeepSeekV2Tokenizer", "TikTokenizer", "MultimodalTokenizer", "NullTokenizer",
+      "NullMultimodalTokenizer", "SFTTokenizer"};
   if (std::find(std::begin(kTokenizers), std::end(kTokenizers), o.tokenizer_type) == std::end(kTokenizers)) {
     std::string names;
     for (const char* t : kTokenizers) names += (names.empty() ? "" : ", ") + std::string(t);

@@ -458,6 +458,18 @@ DataBlend parse_data_path(const std::vector<std::string>& words, const std::stri
   return out;
 }
 
+std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg) {
+  std::vector<DatasetIdentity> ids;
+  const auto add = [&](const DataBlend& blend, const char* role) {
+    for (size_t k = 0; k < blend.prefixes.size(); ++k)
+      ids.push_back(dataset_identity(blend, role, k, IndexedDataset(blend.prefixes[k])));
+  };
+  add(cfg.blend, "split");
+  const char* names[3] = {"train", "valid", "test"};
+  for (int s = 0; s < 3; ++s) add(cfg.per_split[s], names[s]);
+  return ids;
+}
+
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   const bool per_split = std::any_of(cfg.per_split.begin(), cfg.per_split.end(), [](const auto& b) { return !b.empty(); });
   if (!cfg.blend.empty() && per_split)
@@ -473,11 +485,10 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   auto warn = [&](const std::string& line) {
     if (std::find(out.warnings.begin(), out.warnings.end(), line) == out.warnings.end()) out.warnings.push_back(line);
   };
-  auto open = [&](const DataBlend& blend, const char* role) {
+  auto open = [&](const DataBlend& blend) {
     std::vector<std::shared_ptr<const IndexedDataset>> data;
     for (const auto& prefix : blend.prefixes) {
       data.push_back(std::make_shared<const IndexedDataset>(prefix, cfg.vocab_size));
-      out.identities.push_back(dataset_identity(blend, role, data.size() - 1, *data.back()));
       if (cfg.vocab_size > 0 && data.back()->dtype() == IndexDType::kInt32 &&
           best_fitting_dtype(cfg.vocab_size) != IndexDType::kInt32)
         warn(detail::concat(prefix, ": int32 tokens, while Megatron stores a vocabulary of ", cfg.vocab_size,
@@ -487,7 +498,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   };
   std::unique_ptr<SampleSource>* split_out[3] = {&out.train, &out.valid, &out.test};
   if (!per_split) {
-    const auto data = open(cfg.blend, "split");
+    const auto data = open(cfg.blend);
     if (std::all_of(data.begin(), data.end(), [](const auto& d) { return d->size() == 0; }))  // not --split's fault
       throw ConfigError(detail::concat(cfg.blend.flag, ": ", prefixes_and_documents(data), ": no documents"));
     std::vector<std::array<uint64_t, 4>> bounds;
@@ -507,7 +518,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
     for (int s = 0; s < 3; ++s) {
       const DataBlend& blend = cfg.per_split[s];
       if (blend.empty()) continue;
-      const auto data = open(blend, names[s]);
+      const auto data = open(blend);
       const std::string& flag = blend.flag;
       if (s == 1 && cfg.multiple_validation_sets) {
         out.valid_sets = build_validation_sets(blend, data, wanted[s], cfg);

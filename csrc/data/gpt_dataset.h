@@ -95,11 +95,14 @@ struct TrainValidTest {
   // that is wanted but that --split leaves without documents; int32 tokens for a vocabulary
   // that Megatron would have stored as uint16 (data made with another tokenizer?).
   std::vector<std::string> warnings;
-  // Every prefix opened, in the order of the flags' words (--data-path, or the per-split paths).
-  std::vector<DatasetIdentity> identities;
 };
 
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);
+
+// What each prefix of cfg's blend, then of its per-split paths, holds, in the order of their
+// words: cheap (every prefix opened, 16 windows of each file read), for comparing ranks' data
+// before the index maps are built. IoError for a prefix that does not open, as the build's.
+std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg);
 
 // Megatron's blend words (--data-path and the per-split paths), read as Megatron-LM's
 // get_blend_from_list reads them: "W1 P1 W2 P2 ..." (weights normalised) when the number of

@@ -10,18 +10,20 @@
 namespace trident {
 namespace {
 
-// One line a prefix: role, content, label and path, tab-separated. The role and content are
-// made without tabs or newlines; the label and path are only shown (a newline in them shows
-// as '?', a tab in the path stays: it comes last).
+// The label and path as shown in one line (the error's, and as_lines' fields): a newline
+// shows as '?', a tab in the label as a space (a tab in the path stays: it comes last).
+DatasetIdentity one_line(DatasetIdentity id) {
+  std::replace(id.label.begin(), id.label.end(), '\n', '?');
+  std::replace(id.label.begin(), id.label.end(), '\t', ' ');
+  std::replace(id.path.begin(), id.path.end(), '\n', '?');
+  return id;
+}
+
+// One line a prefix (one_line's): role, content, label and path, tab-separated. The role and
+// content are made without tabs or newlines.
 std::string as_lines(const std::vector<DatasetIdentity>& ids) {
   std::string s;
-  for (const DatasetIdentity& id : ids) {
-    std::string label = id.label, path = id.path;
-    std::replace(label.begin(), label.end(), '\n', '?');
-    std::replace(label.begin(), label.end(), '\t', ' ');
-    std::replace(path.begin(), path.end(), '\n', '?');
-    s += id.role + '\t' + id.content + '\t' + label + '\t' + path + '\n';
-  }
+  for (const DatasetIdentity& id : ids) s += id.role + '\t' + id.content + '\t' + id.label + '\t' + id.path + '\n';
   return s;
 }
 
@@ -40,7 +42,9 @@ std::vector<DatasetIdentity> from_lines(const std::string& s) {
 
 }  // namespace
 
-void check_every_rank_reads_the_same_data(Comm& world, const std::vector<DatasetIdentity>& mine) {
+void check_every_rank_reads_the_same_data(Comm& world, const std::vector<DatasetIdentity>& given) {
+  std::vector<DatasetIdentity> mine;
+  for (const DatasetIdentity& id : given) mine.push_back(one_line(id));
   std::string rank0 = as_lines(mine);
   broadcast_string(world, rank0, 0);
   const std::vector<DatasetIdentity> theirs = from_lines(rank0);

@@ -12,9 +12,9 @@
 
 namespace trident {
 
-// Compares `mine` (build_gpt_datasets' identities) with rank 0's: ConfigError on every rank,
+// Compares `given` (gpt_dataset_identities') with rank 0's: ConfigError on every rank,
 // naming the first rank that differs, the prefix (flag and position) and both ranks' paths and
 // contents, when a prefix's content, or the number of prefixes, differs. Collective over `world`.
-void check_every_rank_reads_the_same_data(Comm& world, const std::vector<DatasetIdentity>& mine);
+void check_every_rank_reads_the_same_data(Comm& world, const std::vector<DatasetIdentity>& given);
 
 }  // namespace trident

@@ -78,6 +78,8 @@ std::ostream& null_stream() {
 // Should rank 0 fail, every rank learns it and stops rather than wait for it.
 TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelContext* par) {
   if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
+  // Before anything is built: a rank given other data stops the job at once.
+  check_every_rank_reads_the_same_data(*par->world, gpt_dataset_identities(dc));
   TrainValidTest sets;
   const uint64_t failures_before = cache_write_failures();
   run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc); });
@@ -89,7 +91,6 @@ TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelCo
     if (rank0_warned) quiet.emplace();
     sets = build_gpt_datasets(dc);
   }
-  check_every_rank_reads_the_same_data(*par->world, sets.identities);
   return sets;
 }
 

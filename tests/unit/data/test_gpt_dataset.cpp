@@ -525,7 +525,7 @@ TEST(GptDataset, IdentityIsTheContentNotThePath) {
   cfg.cache_dir = dir / "cache";
   const auto identities = [&](const std::vector<std::string>& words) {
     cfg.blend = parse_data_path(words);
-    return build_gpt_datasets(cfg).identities;
+    return gpt_dataset_identities(cfg);
   };
   const std::vector<DatasetIdentity> a = identities({dir / "a"}), copy = identities({dir / "copy"});
   ASSERT_EQ(a.size(), 1u);
