@@ -10,8 +10,8 @@
 #  - with MPI, 2 ranks: the warnings once (rank 0; also that an unwritable --data-cache-path
 #    keeps the index maps in memory), the bad ids end the job (no hang), and
 #    rank 0 builds first: with a corrupt .idx that only rank 0 reads, the job ends with one
-#    line, rank 0's, naming the file, and rank 1 never opens its own data (it neither builds
-#    alongside rank 0 nor waits for it forever).
+#    line, rank 0's, naming the file, and rank 1 builds nothing (it neither builds alongside
+#    rank 0 nor waits for it forever).
 # Usage: data_checks.sh TRAIN_BINARY REPO [MPI: ON when the build has MPI]
 set -uo pipefail
 train=$1
@@ -131,35 +131,27 @@ if [[ $with_mpi == ON ]]; then
   else
     fail "np2 ids past the vocabulary (exit $rc)"; cat "$tmp/np2_foreign.log"
   fi
-  # Rank 0 builds the index maps before the others, and its failure stops them all with its
-  # message. Isolated by giving each rank its own --data-path (mpirun's MPMD form), both .idx
-  # files FIFOs: rank 0's is held open until the test lets it go, then fails (a FIFO is not
-  # a regular file, which an index must be to be mapped); rank 1's is a trip wire, which fires if rank 1 opens it. Rank 0 is
-  # let go once the wire fires or after 8 s, so a rank 1 that built at once (without waiting
-  # for rank 0) trips the wire before rank 0 fails. Wanted: the job fails with one error line,
-  # rank 0's, naming its .idx, and rank 1 never opened its own.
-  mkfifo "$tmp/held.idx" "$tmp/wire.idx"
+  # Every rank identifies its data before anything is built (same_data_check.h), and rank 0
+  # builds the index maps before the others: its failure stops them all with its message.
+  # Rank 0's .idx is a FIFO held open until the test lets it go, then fails (a FIFO is not a
+  # regular file, which an index must be to be mapped); rank 1 (mpirun's MPMD form) reads good
+  # data with a cache folder of its own, which must stay empty: rank 1 waits for rank 0
+  # instead of building alongside it. Wanted: one error line, rank 0's, naming its .idx.
+  mkfifo "$tmp/held.idx"
   : >"$tmp/held.bin"
-  : >"$tmp/wire.bin"
-  (exec 3>"$tmp/wire.idx" && echo tripped >"$tmp/wire.tripped") &
-  wire=$!
   timeout 120 mpirun --oversubscribe --bind-to none -np 1 "$train" "${args[@]}" --data-path "$tmp/held" \
-    : -np 1 "$train" "${args[@]}" --data-path "$tmp/wire" >"$tmp/np2_held.log" 2>&1 &
+    : -np 1 "$train" "${args[@]}" --data-path "$tmp/few" --data-cache-path "$tmp/cache-rank1" >"$tmp/np2_held.log" 2>&1 &
   job=$!
-  for _ in $(seq 80); do [[ -e $tmp/wire.tripped ]] && break; sleep 0.1; done
+  sleep 3
+  built_early=$(find "$tmp/cache-rank1" -type f 2>/dev/null | wc -l)
   timeout 60 bash -c ': >"$1"' _ "$tmp/held.idx" &  # returns once rank 0 has it open
   release=$!
   wait "$job"
   rc=$?
-  tripped=0
-  [[ -e $tmp/wire.tripped ]] && tripped=1
-  # Let the writers still waiting go (a FIFO opened for reading and writing does not wait).
-  # Not killed instead: a background job just forked may still hold this script's EXIT trap.
-  : <>"$tmp/wire.idx"
-  : <>"$tmp/held.idx"
-  wait "$wire" "$release"
-  if [[ $tripped -eq 1 ]]; then
-    fail "np2: rank 1 opened its own .idx before rank 0 had built (or after rank 0 failed)"; cat "$tmp/np2_held.log"
+  : <>"$tmp/held.idx"  # lets the writer go if rank 0 never opened it
+  wait "$release"
+  if [[ $built_early -ne 0 || $(find "$tmp/cache-rank1" -type f 2>/dev/null | wc -l) -ne 0 ]]; then
+    fail "np2: rank 1 built index maps before rank 0 had built (or after rank 0 failed)"; cat "$tmp/np2_held.log"
   else
     expect_error "np2: a corrupt .idx on rank 0 alone, rank 1 waiting" "$tmp/np2_held.log" "$rc" failed \
       "$tmp/held.idx" "not a regular file"
