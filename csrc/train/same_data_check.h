@@ -5,6 +5,7 @@
 // even compute it from different tokens. What each prefix holds is compared instead.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "data/gpt_dataset.h"
@@ -12,9 +13,12 @@
 
 namespace trident {
 
-// Compares `given` (gpt_dataset_identities') with rank 0's: ConfigError on every rank,
-// naming the first rank that differs, the prefix (flag and position) and both ranks' paths and
-// contents, when a prefix's content, or the number of prefixes, differs. Collective over `world`.
-void check_every_rank_reads_the_same_data(Comm& world, const std::vector<DatasetIdentity>& given);
+// Compares this rank's `identify()` (gpt_dataset_identities) with rank 0's: ConfigError on
+// every rank, naming the first rank that differs, the prefix (flag and position) and both
+// ranks' paths and contents, when a prefix's content, or the number of prefixes, differs. When
+// `identify` throws on some rank (a prefix that does not open), every rank throws: that rank
+// its own error, the others the lowest failing rank's as a ConfigError. Collective over `world`.
+void check_every_rank_reads_the_same_data(Comm& world,
+                                          const std::function<std::vector<DatasetIdentity>()>& identify);
 
 }  // namespace trident

@@ -79,7 +79,7 @@ std::ostream& null_stream() {
 TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelContext* par) {
   if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
   // Before anything is built: a rank given other data stops the job at once.
-  check_every_rank_reads_the_same_data(*par->world, gpt_dataset_identities(dc));
+  check_every_rank_reads_the_same_data(*par->world, [&] { return gpt_dataset_identities(dc); });
   TrainValidTest sets;
   const uint64_t failures_before = cache_write_failures();
   run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc); });
