@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <vector>
 
 #include "core/error.h"
@@ -55,6 +56,20 @@ std::string first_failure(Comm& c, const std::string& mine) {
   std::string failure = mine;
   broadcast_string(c, failure, c.size() - static_cast<int>(v));
   return failure;
+}
+
+void run_sharing_first_failure(Comm& c, const std::function<void()>& step) {
+  std::string why;
+  std::exception_ptr error;
+  try {
+    step();
+  } catch (const std::exception& e) {
+    why = e.what();
+    error = std::current_exception();
+  }
+  const std::string failure = first_failure(c, why);
+  if (error) std::rethrow_exception(error);
+  if (!failure.empty()) throw ConfigError(failure);
 }
 
 }  // namespace trident

@@ -3,6 +3,7 @@
 // error that one rank hit and every rank must report.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "parallel/comm.h"
@@ -24,5 +25,11 @@ Tensor host_i32(int32_t* data, int64_t n);
 // The error of the lowest rank that has one (`mine`: this rank's, "" for none), on every
 // rank; "" when no rank failed. Collective over `c`.
 std::string first_failure(Comm& c, const std::string& mine);
+
+// Runs `step` on this rank, then shares the lowest failing rank's error over `c`: a rank whose
+// step threw rethrows its own exception (keeping its kind), every other rank throws a
+// ConfigError with that rank's message, so that no rank goes on to wait for one that stopped.
+// Collective over `c`.
+void run_sharing_first_failure(Comm& c, const std::function<void()>& step);
 
 }  // namespace trident

@@ -1,7 +1,6 @@
 #include "parallel/parallel_context.h"
 
 #include <algorithm>
-#include <exception>
 #include <optional>
 #include <sstream>
 
@@ -139,19 +138,10 @@ void run_on_rank0_for_all(ParallelContext& par, const std::function<void()>& ste
   // this point) ends the job after --distributed-timeout-minutes instead of hanging it.
   std::optional<CollectiveTimeoutSuspended> waiting_for_rank0;
   if (par.world_rank() != 0) waiting_for_rank0.emplace();
-  std::string why;
-  std::exception_ptr error;
-  if (par.world_rank() == 0) {
-    try {
-      step();
-    } catch (const std::exception& e) {
-      why = e.what();
-      error = std::current_exception();
-    }
-  }
-  const std::string failure = first_failure(*par.world, why);
-  if (error) std::rethrow_exception(error);  // rank 0 keeps its error's kind
-  if (!failure.empty()) throw ConfigError(failure);
+  const bool mine = par.world_rank() == 0;
+  run_sharing_first_failure(*par.world, [&] {
+    if (mine) step();
+  });
 }
 
 }  // namespace trident

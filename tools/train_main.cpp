@@ -96,15 +96,11 @@ void warn_if_no_room(const TrainOptions& opt, const std::string& dir, const std:
 // Local non-persistent checkpoints: each rank checks and holds its own folder, on its node.
 void hold_local_checkpoint_dir(const TrainOptions& opt, ParallelContext& par, SaveDirHeld& held) {
   const int rank = par.world_rank();
-  std::string why;
-  try {
+  run_sharing_first_failure(*par.world, [&] {
     check_non_persistent_dir(opt, rank);
     if (opt.replication) replication_clique(rank, par.world->size(), opt.replication_jump, opt.replication_factor);
     make_and_hold_save_dir(local_checkpoint_root(opt, rank).string(), non_persistent_dir_flag(opt), held, rank == 0);
-  } catch (const Error& e) {
-    why = e.what();
-  }
-  if (const std::string failure = first_failure(*par.world, why); !failure.empty()) throw ConfigError(failure);
+  });
 }
 
 // --save-canonical is written by rank 0 after training, into an existing directory: one

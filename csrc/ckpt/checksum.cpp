@@ -9,13 +9,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <system_error>
 #include <thread>
 #include <vector>
 
 #include "core/error.h"
+#include "core/hex.h"
 #include "core/mapped_files.h"
 
 #ifndef MADV_POPULATE_READ
@@ -37,11 +37,7 @@ void Xxh3Hasher::update(const void* data, size_t n) {
 uint64_t Xxh3Hasher::value() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
 std::string Xxh3Hasher::hex() const { return xxh3_hex(value()); }
 
-std::string xxh3_hex(uint64_t h) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
+std::string xxh3_hex(uint64_t h) { return hex64(h); }
 
 std::string checksum_bytes(const void* data, size_t n) { return xxh3_hex(XXH3_64bits(data, n)); }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/hex.h"
 
 namespace trident {
 
@@ -76,9 +77,8 @@ BlendedSource::BlendedSource(std::vector<std::unique_ptr<SampleSource>> datasets
   TRIDENT_CHECK(names.empty() || names.size() == weights.size(), "dataset names vs weights");
   const uint64_t hash = blend_key_hash(weights, size);
   if (!cache_dir.empty()) {
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-    cache_file_ = (std::filesystem::path(cache_dir) / detail::concat("blend_", size, "ns_", hex, ".tidx")).string();
+    cache_file_ =
+        (std::filesystem::path(cache_dir) / detail::concat("blend_", size, "ns_", hex64(hash), ".tidx")).string();
     cache_ = open_blend(cache_file_, hash, size, view_);
   }
   from_cache_ = cache_.has_value();

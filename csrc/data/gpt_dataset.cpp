@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -17,6 +16,7 @@
 
 #include "core/decimal.h"
 #include "core/error.h"
+#include "core/hex.h"
 #include "core/mapped_files.h"
 #include "core/process_id.h"
 #include "data/blend.h"
@@ -201,8 +201,7 @@ GptDataset::GptDataset(std::shared_ptr<const IndexedDataset> data, const std::st
       "|", seed, "|", samples, "|", kSeparateLastEpochCutoff, "|", st.st_size, "|", st.st_mtim.tv_sec, ".",
       st.st_mtim.tv_nsec);
   const uint64_t hash = cache_key_hash(key);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  const std::string hex = hex64(hash);
   const fs::path dir = index_cache_dir(prefix, cache_dir);
   cache_file_ = (dir / detail::concat(fs::path(prefix).filename().string(), "_", name, "_indexmap_", samples, "ns_",
                                       seq_length, "sl_", seed, "s_", hex, ".tidx"))
@@ -365,12 +364,6 @@ std::string empty_split_warning(const std::string& split, const std::string& wha
                                 const std::vector<std::shared_ptr<const IndexedDataset>>& data) {
   return detail::concat("--split ", split, " leaves no ", what, " documents in ", prefixes_and_documents(data), ": no ",
                         what);
-}
-
-std::string hex64(uint64_t h) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
 }
 
 // The XXH3 of 16 windows of 4 KiB spread evenly over `bytes` (its first and last among

@@ -1,7 +1,6 @@
 #include "train/same_data_check.h"
 
 #include <algorithm>
-#include <exception>
 #include <sstream>
 #include <string>
 
@@ -47,17 +46,7 @@ void check_every_rank_reads_the_same_data(Comm& world, const std::function<std::
   // A prefix that does not open on some rank ends every rank (none waits for it below): the
   // failing rank keeps its error's kind, the others report the lowest such rank's.
   std::vector<DatasetIdentity> given;
-  std::string why;
-  std::exception_ptr error;
-  try {
-    given = identify();
-  } catch (const std::exception& e) {
-    why = e.what();
-    error = std::current_exception();
-  }
-  const std::string failed = first_failure(world, why);
-  if (error) std::rethrow_exception(error);
-  if (!failed.empty()) throw ConfigError(failed);
+  run_sharing_first_failure(world, [&] { given = identify(); });
   std::vector<DatasetIdentity> mine;
   for (const DatasetIdentity& id : given) mine.push_back(one_line(id));
   std::string rank0 = as_lines(mine);
