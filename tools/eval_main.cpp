@@ -47,6 +47,7 @@
 #include "tools/tool_flags.h"
 #include "train/checkpoint_args.h"
 #include "train/checkpoint_to_load.h"
+#include "train/same_data_check.h"
 #include "train/synthetic_data.h"
 #include "train/trainer.h"
 #ifdef TRIDENT_HAVE_MPI
@@ -115,6 +116,15 @@ std::vector<std::string> take_eval_flags(int argc, char** argv, EvalFlags& f) {
                       (f.split_given ? "split-name" : "first-sample") + " does not apply");
   if (f.max_tokens_given && !f.sequential) throw ConfigError("--max-tokens needs --sequential");
   return rest;
+}
+
+// trident-eval's own flags, as flags_every_rank_shares gives trident-train's: a rank that
+// evaluated another split, iteration or part of the data would add its losses to the others'.
+std::string eval_flags_every_rank_shares(const EvalFlags& f) {
+  const auto value = [](const std::optional<int64_t>& v) { return v ? std::to_string(*v) : std::string("(none)"); };
+  return "--iteration " + value(f.iteration) + "\n--first-sample " + value(f.first_sample) + "\n--split-name " +
+         f.split_name + "\n--sequential " + (f.sequential ? "true" : "false") + "\n--max-tokens " +
+         std::to_string(f.max_tokens) + "\n";
 }
 
 // One .bin/.idx prefix in file order as windows of T + 1 tokens starting every T tokens,
@@ -187,7 +197,8 @@ int run(int argc, char** argv) {
   auto backend = make_backend(opt.device, backend_options(opt));
   set_collective_timeout(opt.distributed_timeout_minutes);
   auto parallel = make_parallel_context(opt.tensor_model_parallel_size, opt.pipeline_model_parallel_size,
-                                        resolve_comm_kind(opt.comm, *backend), backend.get());
+                                        resolve_comm_kind(opt.comm, *backend), backend.get(),
+                                        flags_every_rank_shares(opt) + eval_flags_every_rank_shares(ef));
   resolve_global_batch_size(opt, parallel->grid.shape.dp);
   if (!mp_taken.empty() && parallel->world_rank() == 0)
     std::cout << "trident-eval: --use-mp-args-from-checkpoint-args: " << mp_taken << std::endl;
@@ -239,6 +250,9 @@ int run(int argc, char** argv) {
       throw ConfigError(opt.data_path_flag + ": --sequential reads one prefix, not a blend");
     make_run_tokenizer(opt);
     try {
+      // Ranks name the prefix by their nodes' paths: its content must be the same.
+      check_every_rank_reads_the_same_data(*parallel->world,
+                                           [&] { return data_blend_identities(blend, "sequential"); });
       auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.vocab_size, opt.model.seq_length,
                                                    ef.max_tokens, static_cast<uint64_t>(opt.global_batch_size));
       seq = s.get();

@@ -451,15 +451,20 @@ DataBlend parse_data_path(const std::vector<std::string>& words, const std::stri
   return out;
 }
 
-std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg) {
+std::vector<DatasetIdentity> data_blend_identities(const DataBlend& blend, const char* role) {
   std::vector<DatasetIdentity> ids;
-  const auto add = [&](const DataBlend& blend, const char* role) {
-    for (size_t k = 0; k < blend.prefixes.size(); ++k)
-      ids.push_back(dataset_identity(blend, role, k, IndexedDataset(blend.prefixes[k])));
-  };
-  add(cfg.blend, "split");
+  for (size_t k = 0; k < blend.prefixes.size(); ++k)
+    ids.push_back(dataset_identity(blend, role, k, IndexedDataset(blend.prefixes[k])));
+  return ids;
+}
+
+std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg) {
+  std::vector<DatasetIdentity> ids = data_blend_identities(cfg.blend, "split");
   const char* names[3] = {"train", "valid", "test"};
-  for (int s = 0; s < 3; ++s) add(cfg.per_split[s], names[s]);
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<DatasetIdentity> split = data_blend_identities(cfg.per_split[s], names[s]);
+    ids.insert(ids.end(), split.begin(), split.end());
+  }
   return ids;
 }
 

@@ -103,6 +103,9 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);
 // words: cheap (every prefix opened, 16 windows of each file read), for comparing ranks' data
 // before the index maps are built. IoError for a prefix that does not open, as the build's.
 std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg);
+// The same for the prefixes of one blend, whose role ("split", "valid", "sequential") the
+// identities name.
+std::vector<DatasetIdentity> data_blend_identities(const DataBlend& blend, const char* role);
 
 // Megatron's blend words (--data-path and the per-split paths), read as Megatron-LM's
 // get_blend_from_list reads them: "W1 P1 W2 P2 ..." (weights normalised) when the number of

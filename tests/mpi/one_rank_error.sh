@@ -9,7 +9,8 @@
 #    that rank 0 reads for all: one line, rank 0's (not one a rank);
 #  - ranks whose --load folders hold different checkpoints;
 #  - ranks whose --data-path holds other data (other content, another blend); a copy of
-#    the same data at another path (through another flag) trains.
+#    the same data at another path (through another flag) trains;
+#  - trident-eval's ranks given other flags of its own, or other --sequential data.
 set -u
 train=$1
 repo=$2
@@ -19,12 +20,12 @@ trap 'rm -rf "$tmp"' EXIT
 fails=0
 args=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --train-iters 4 --lr-warmup-iters 0 --eval-iters 0)
 mpi=(timeout 60 mpirun --mca orte_abort_on_non_zero_status 0 --oversubscribe --bind-to none)
-check() {  # check <what> <text the one error line must hold> <the job's exit status>; its output is in $tmp
-  local what=$1 text=$2 rc=$3
+check() {  # check <what> <text the one error line must hold> <the job's exit status> [tool]; its output is in $tmp
+  local what=$1 text=$2 rc=$3 tool=${4:-trident-train}
   local lines
-  lines=$(grep -c '^trident-train: error' "$tmp/err")
-  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -q -- "$text" "$tmp/err" && ! grep -q '^ iteration ' "$tmp/out"; then
-    echo "ok $what: $(grep '^trident-train: error' "$tmp/err")"
+  lines=$(grep -c "^$tool: error" "$tmp/err")
+  if [[ $rc -eq 2 && $lines -eq 1 ]] && grep -q -- "$text" "$tmp/err" && ! grep -q '^ iteration \|loss' "$tmp/out"; then
+    echo "ok $what: $(grep "^$tool: error" "$tmp/err")"
   else
     echo "FAIL $what: rc=$rc (124: the job hung), $lines error lines"; cat "$tmp/err"; fails=$((fails + 1))
   fi
@@ -98,4 +99,26 @@ echo "$tmp/node2/a_text_document" >"$tmp/node2/data-args.txt"
 rc=$?
 [[ $rc -eq 0 ]] && grep -q '^ iteration        4/' "$tmp/out" && echo "ok: node-local copies of one dataset train" ||
   { echo "FAIL: copies of one dataset: rc=$rc"; cat "$tmp/err"; fails=$((fails + 1)); }
+# trident-eval compares its own flags and its --sequential prefix's content as trident-train
+# does its own (the ranks' losses are summed: one reading other data would skew them).
+eval=$(dirname "$train")/trident-eval
+"$train" "${data[@]}" --data-path "$tmp/a_text_document" --train-iters 1 --save "$tmp/ck-text" >/dev/null 2>&1
+evaluate=(--config "$repo/configs/gpt2-tiny.yaml" --device cpu --load "$tmp/ck-text" --vocab-file "${vocab[0]}"
+  --merge-file "${vocab[1]}" --global-batch-size 2 --micro-batch-size 1)
+"${mpi[@]}" -np 1 "$eval" "${evaluate[@]}" --sequential --data-path "$tmp/a_text_document" : \
+  -np 1 "$eval" "${evaluate[@]}" --sequential --data-path "$tmp/b_text_document" >"$tmp/out" 2>"$tmp/err"
+check "trident-eval ranks whose --sequential data differ" \
+  "^trident-eval: error: rank 1 reads other data than rank 0 in --data-path's prefix 1 of 1: $tmp/b_text_document holds" \
+  $? trident-eval
+"${mpi[@]}" -np 1 "$eval" "${evaluate[@]}" --sequential --data-path "$tmp/a_text_document" : \
+  -np 1 "$eval" "${evaluate[@]}" --sequential --max-tokens 64 --data-path "$tmp/a_text_document" >"$tmp/out" 2>"$tmp/err"
+check "trident-eval ranks given another --max-tokens" \
+  "^trident-eval: error: rank 1 was started with other flags than rank 0: --max-tokens 64 (rank 0: 0)" \
+  $? trident-eval
+"${mpi[@]}" -np 1 "$eval" "${evaluate[@]}" --sequential --data-path "$tmp/a_text_document" : \
+  -np 1 "$eval" "${evaluate[@]}" --sequential --data-path "$tmp/node2/a_text_document" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+[[ $rc -eq 0 ]] && grep -q "^trident-eval: sequential $tmp/a_text_document: " "$tmp/out" &&
+  echo "ok: trident-eval reads node-local copies of one prefix" ||
+  { echo "FAIL: trident-eval on copies of one prefix: rc=$rc"; cat "$tmp/out" "$tmp/err"; fails=$((fails + 1)); }
 [[ $fails -eq 0 ]]
