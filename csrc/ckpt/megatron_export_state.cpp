@@ -131,6 +131,10 @@ void check_exportable_state(const json& trainer_state) {
   if (!s.is_object() || s.empty())
     throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
                       "opt_param_scheduler) to export");
+  if (s.contains("decoupled_lr") && !s["decoupled_lr"].is_null())
+    throw ConfigError("--with-optimizer: the run trained the word embedding at its own learning rate "
+                      "(--decoupled-lr), a param group of Megatron's that the export does not write; export "
+                      "without --with-optimizer");
   if (s.contains("lr_decay_tokens") && !s["lr_decay_tokens"].is_null())
     throw ConfigError("--with-optimizer: the run's learning rate decays by tokens (Megatron-DeepSpeed's "
                       "--lr-decay-tokens), which Megatron-LM's scheduler does not hold; export without "

@@ -24,8 +24,10 @@ std::string format_iteration_log(const IterationLog& l) {
   if (l.energy_per_gpu && l.power_per_gpu)
     n += std::snprintf(buf + n, sizeof buf - n, " energy per GPU (J/iter/GPU): %.1f | power per GPU (W/GPU): %.1f |",
                        *l.energy_per_gpu, *l.power_per_gpu);
-  n += std::snprintf(buf + n, sizeof buf - n, " learning rate: %.3E | global batch size: %5lld |", l.learning_rate,
-                     static_cast<long long>(l.global_batch_size));
+  n += std::snprintf(buf + n, sizeof buf - n, " learning rate: %.3E |", l.learning_rate);
+  if (l.decoupled_learning_rate)  // Megatron-core's, after the learning rate
+    n += std::snprintf(buf + n, sizeof buf - n, " decoupled learning rate: %.3E |", *l.decoupled_learning_rate);
+  n += std::snprintf(buf + n, sizeof buf - n, " global batch size: %5lld |", static_cast<long long>(l.global_batch_size));
   // Megatron's fields, in its order and formats (parsers of its log read them), then ours.
   if (l.lm_loss > 0) n += std::snprintf(buf + n, sizeof buf - n, " lm loss: %.6E |", l.lm_loss);
   n += std::snprintf(buf + n, sizeof buf - n, " loss scale: %.1f |", l.loss_scale);

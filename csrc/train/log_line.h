@@ -25,6 +25,7 @@ struct IterationLog {
   // --log-energy: joules an iteration and watts, per GPU (Megatron's fields, after the time)
   std::optional<double> energy_per_gpu, power_per_gpu;
   double learning_rate = 0;  // the scheduler's rate after this iteration's step
+  std::optional<double> decoupled_learning_rate;  // --decoupled-lr: the word embedding's
   int64_t global_batch_size = 0;
   // Averages over the interval's iterations that updated the model. Megatron prints a loss
   // only when its average is > 0, so an interval of skipped iterations only (average 0)

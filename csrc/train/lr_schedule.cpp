@@ -122,6 +122,14 @@ double LrSchedule::lr(uint64_t samples) const {
   return lr(LrPosition{samples, 0, std::nullopt});
 }
 
+double LrSchedule::decoupled_lr(const LrPosition& p) const {
+  if (!decoupled_max_lr) return lr(p);
+  LrSchedule embedding = *this;
+  embedding.max_lr = *decoupled_max_lr;
+  embedding.min_lr = decoupled_min_lr.value_or(min_lr);
+  return embedding.lr(p);
+}
+
 LrPosition LrSchedule::step(LrPosition p, uint64_t samples, uint64_t tokens) const {
   p.samples += samples;
   p.tokens = tokens;

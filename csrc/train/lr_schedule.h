@@ -71,11 +71,19 @@ struct LrSchedule {
   // Megatron-DeepSpeed's token counts (not WSD): the warm-up's and the decay's end, counted
   // from token 0; either replaces its count in samples.
   std::optional<uint64_t> warmup_tokens, decay_tokens;
+  // Megatron-core's decoupled rates (--decoupled-lr, --decoupled-min-lr): the word
+  // embedding's peak and final rate on this schedule (its warm-up from init_lr, its decay);
+  // none: the embedding trains at lr().
+  std::optional<double> decoupled_max_lr, decoupled_min_lr;
   // Learning rate at position `p` (Megatron's OptimizerParamScheduler: the step that starts
   // there uses this rate, so iteration 1 of a warm-up uses init_lr).
   double lr(const LrPosition& p) const;
   // A schedule counted in samples only (an internal error otherwise): the rate after `samples`.
   double lr(uint64_t samples) const;
+  // The word embedding's rate at `p`: Megatron's get_lr for its param group, whose max_lr and
+  // min_lr are the decoupled ones; lr(p) without them.
+  double decoupled_lr(const LrPosition& p) const;
+  bool has_decoupled_lr() const { return decoupled_max_lr.has_value(); }
   // Megatron's step(increment, token_num): `samples` more samples updated, `tokens` the token
   // count now; records the warm-up's end where the decay counts tokens from it. The
   // scheduler's start is step(0, 0) from LrPosition{}, a checkpoint's position step(its

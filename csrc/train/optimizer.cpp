@@ -271,9 +271,11 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
   }
   ++step_;
   const Tensor grads = shard_grads();
-  std::vector<AdamWArgs> batch;
+  // One adamw_multi call per learning rate: the word embedding's may be its own.
+  std::vector<AdamWArgs> batch, embedding;
   batch.reserve(updates_.size());
   for (const Update& u : updates_) {
+    const bool own_lr = embedding_lr_ && u.param->spec.name == "wte";
     AdamWArgs a;
     a.master = master_.empty() ? params_.flat_params().flat_slice(u.flat_begin, u.size)
                                : master_.t().flat_slice(u.shard_offset, u.size);
@@ -281,18 +283,19 @@ void AdamWOptimizer::step(double lr, double grad_norm, float grad_scale) {
     a.m = m_.t().flat_slice(u.shard_offset, u.size);
     a.v = v_.t().flat_slice(u.shard_offset, u.size);
     if (!master_.empty()) a.model_param = params_.flat_params().flat_slice(u.flat_begin, u.size);
-    a.lr = static_cast<float>(lr);
+    a.lr = static_cast<float>(own_lr ? *embedding_lr_ : lr);
     a.beta1 = cfg_.beta1;
     a.beta2 = cfg_.beta2;
     a.eps = cfg_.eps;
     a.weight_decay = u.param->spec.weight_decay ? cfg_.weight_decay : 0.0f;
     a.grad_scale = scale;
     a.step = step_;
-    batch.push_back(a);
+    (own_lr ? embedding : batch).push_back(a);
   }
   {
     const Timers::Scope timed(timers_, TimerId::OptimizerInnerStep);
-    be_.adamw_multi(batch);
+    for (const std::vector<AdamWArgs>* list : {&batch, &embedding})
+      if (!list->empty()) be_.adamw_multi(*list);
   }
   if (plan_.shards() == 1) return;
   const Timers::Scope timed(timers_, TimerId::ParamsAllGather);  // with the overlap: the queueing

@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/backend.h"
@@ -103,6 +104,9 @@ class AdamWOptimizer {
   // The weight decay the next steps apply to the parameters that take it (the trainer's
   // weight-decay schedule sets it before every step).
   void set_weight_decay(float weight_decay) { cfg_.weight_decay = weight_decay; }
+  // The rate the next steps apply to the word embedding (wte: the input layer and the LM head
+  // tied to it) instead of step()'s: Megatron-core's --decoupled-lr group. None: step()'s.
+  void set_embedding_lr(std::optional<double> lr) { embedding_lr_ = lr; }
 
   // Checkpoint access to the state of one owned piece: 0 the fp32 master weights (the
   // model's parameters themselves in fp32 runs), 1 and 2 the Adam moments.
@@ -161,6 +165,7 @@ class AdamWOptimizer {
   std::vector<InFlight> in_flight_;  // queued reductions, oldest first
   size_t max_in_flight_ = SIZE_MAX;
   bool overlap_param_gather_ = false, overlap_grad_reduce_ = true;
+  std::optional<double> embedding_lr_;
   Timers* timers_ = nullptr;
   std::vector<size_t> gather_order_;                    // buckets in the order the forward reads them
   size_t embedding_bucket_ = SIZE_MAX;                  // the group of wpe (first stage)

@@ -391,8 +391,6 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"warmup", false, nullptr, "Megatron's old flag, no longer valid: use --lr-warmup-fraction (or --lr-warmup-iters, "
                                  "--lr-warmup-samples)"},
       {"model-parallel-size", false, nullptr, "Megatron's old flag, no longer valid: use --tensor-model-parallel-size"},
-      {"decoupled-lr", false, nullptr, "the input and output layers train at --lr like the others"},
-      {"decoupled-min-lr", false, nullptr, "the input and output layers train at --lr like the others"},
       {"ds-sequence-parallel-size", false, "1", "no DeepSpeed-Ulysses sequence parallelism (Megatron's "
                                                 "--sequence-parallel is supported)"},
       {"use-torch-fsdp2", true, nullptr, "trident shards the optimizer state and the gradients over the data-parallel "
@@ -470,6 +468,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"train-samples", "samples (sample-based training, instead of --train-iters)"},
       {"lr", "peak learning rate (1.5e-4 when not given; Megatron has no default)"},
       {"min-lr", "learning rate after decay"},
+      {"decoupled-lr", "peak learning rate of the word embedding (the input layer and the LM head tied to it), on "
+                       "the same schedule (Megatron-core's; default: --lr)"},
+      {"decoupled-min-lr", "with --decoupled-lr: the word embedding's rate after decay (default: --min-lr)"},
       {"lr-decay-style", "constant, linear, cosine, inverse-square-root or WSD (warmup-stable-decay)"},
       {"lr-warmup-iters", "warm-up iterations"},
       {"lr-decay-iters", "decay iterations (default: train-iters)"},

@@ -155,6 +155,12 @@ void read_schedule_flags(const Flags& f, TrainOptions& o) {
   o.train_iters_is_default = !f.has("train-iters");
   f.get("lr", o.lr);
   f.get("min-lr", o.min_lr);
+  for (auto [flag, dst] : {std::pair{"decoupled-lr", &o.decoupled_lr}, std::pair{"decoupled-min-lr", &o.decoupled_min_lr}})
+    if (f.has(flag)) {
+      double v = 0;
+      f.get(flag, v);
+      *dst = v;
+    }
   f.get("lr-decay-style", o.lr_decay_style);
   f.get("lr-warmup-iters", o.lr_warmup_iters);
   f.get("lr-decay-iters", o.lr_decay_iters);
@@ -667,6 +673,12 @@ void validate_batch_and_schedule(TrainOptions& o) {
   if (!(std::isfinite(o.lr) && o.lr >= 0))
     throw ConfigError("--lr must be a finite number >= 0, got " + detail::concat(o.lr));
   if (!(o.min_lr >= 0 && o.min_lr <= o.lr)) throw ConfigError("--min-lr must be in [0, --lr]");
+  if (o.decoupled_lr && !(std::isfinite(*o.decoupled_lr) && *o.decoupled_lr >= 0))
+    throw ConfigError("--decoupled-lr must be a finite number >= 0, got " + detail::concat(*o.decoupled_lr));
+  if (o.decoupled_lr && !(o.decoupled_min_lr.value_or(o.min_lr) >= 0 && o.decoupled_min_lr.value_or(o.min_lr) <= *o.decoupled_lr))
+    throw ConfigError(detail::concat(o.decoupled_min_lr ? "--decoupled-min-lr " : "--min-lr (the default of --decoupled-min-lr) ",
+                                     o.decoupled_min_lr.value_or(o.min_lr), " must be in [0, --decoupled-lr ",
+                                     *o.decoupled_lr, "]"));
   parse_lr_decay_style(o.lr_decay_style);  // throws naming --lr-decay-style
   parse_wsd_decay_style(o.lr_wsd_decay_style);
   read_batch_rampup(o);
@@ -1141,6 +1153,10 @@ LrSchedule make_lr_schedule(const TrainOptions& o) {
   LrSchedule s;
   s.max_lr = o.lr;
   s.min_lr = o.min_lr;
+  if (o.decoupled_lr) {
+    s.decoupled_max_lr = o.decoupled_lr;
+    s.decoupled_min_lr = o.decoupled_min_lr.value_or(o.min_lr);
+  }
   s.init_lr = o.lr_warmup_init;
   s.style = parse_lr_decay_style(o.lr_decay_style);
   s.warmup_samples = o.warmup_samples;
@@ -1248,6 +1264,8 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("seed", o.seed);
   line("lr", o.lr);
   line("min-lr", o.min_lr);
+  line("decoupled-lr (-1: none)", o.decoupled_lr.value_or(-1.0));
+  line("decoupled-min-lr (-1: none)", o.decoupled_min_lr.value_or(-1.0));
   line("lr-decay-style", o.lr_decay_style);
   line("lr-wsd-decay-style", o.lr_wsd_decay_style);
   line("lr-wsd-decay-samples", o.wsd_decay_samples);

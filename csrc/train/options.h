@@ -57,6 +57,11 @@ struct TrainOptions {
   uint64_t train_samples = 0;  // --train-samples; resolved: the run's samples either way
   double lr = 1.5e-4, min_lr = 0.0;
   double lr_warmup_init = 0;  // --lr-warmup-init: the warm-up's first rate
+  // Megatron-core's --decoupled-lr and --decoupled-min-lr: the peak and final rates of the
+  // word embedding (the input layer, and the LM head tied to it) on the same schedule; the
+  // final one defaults to --min-lr. Not given: the embedding trains at --lr like the others
+  // (--decoupled-min-lr alone changes nothing, as in Megatron).
+  std::optional<double> decoupled_lr, decoupled_min_lr;
   std::string lr_decay_style = "linear";
   int64_t lr_warmup_iters = 0;
   int64_t lr_decay_iters = 0;  // 0: train_iters (iteration-based)

@@ -716,6 +716,8 @@ IterationResult Trainer::train_iteration() {
   IterationResult r;
   r.global_batch = G;
   r.lr = schedule_.lr(scheduler_);
+  if (schedule_.has_decoupled_lr()) r.decoupled_lr = schedule_.decoupled_lr(scheduler_);
+  optimizer_->set_embedding_lr(r.decoupled_lr);
   r.weight_decay = wd_schedule_.weight_decay(scheduler_.samples);
   optimizer_->set_weight_decay(static_cast<float>(r.weight_decay));
   // The loss is the mean over every target token of the global batch, times the scale; with
@@ -776,6 +778,7 @@ IterationResult Trainer::train_iteration() {
   // Megatron-DeepSpeed's token count then is the consumed tokens before this iteration's.
   if (!r.skipped) scheduler_ = schedule_.step(scheduler_, static_cast<uint64_t>(G), consumed_tokens_);
   r.logged_lr = schedule_.lr(scheduler_);
+  if (schedule_.has_decoupled_lr()) r.logged_decoupled_lr = schedule_.decoupled_lr(scheduler_);
   skipped_iterations_ += r.skipped;
   nan_iterations_ += r.nan_loss;  // Megatron's nan iterations: a NaN loss, which always skips
   be_.synchronize();
@@ -1178,7 +1181,11 @@ void Trainer::train() {
       tb.at_iteration("lm acc", r.acc, iteration_);
       if (!r.skipped && opt_.clip_grad > 0) tb.metric("grad-norm", r.grad_norm, at);
       // Megatron writes the rate its log line shows: the scheduler's, after the step.
-      if (opt_.log_learning_rate_to_tensorboard) tb.metric("learning-rate", r.logged_lr, at);
+      if (opt_.log_learning_rate_to_tensorboard) {
+        tb.metric("learning-rate", r.logged_lr, at);
+        if (r.logged_decoupled_lr)  // Megatron-core's: by iteration only
+          tb.at_iteration("decoupled-learning-rate", *r.logged_decoupled_lr, iteration_);
+      }
       if (std::isfinite(r.num_zeros)) tb.metric("num-zeros", r.num_zeros, at);
       if (std::isfinite(params_norm)) tb.metric("params-norm", params_norm, at);
       // 1 without a scaler, as Megatron writes it.
@@ -1214,6 +1221,7 @@ void Trainer::train() {
       if (opt_.counts_tokens()) l.consumed_tokens = consumed_tokens_;
       l.ms_per_iteration = ms_sum / n;
       l.learning_rate = r.logged_lr;
+      l.decoupled_learning_rate = r.logged_decoupled_lr;
       l.global_batch_size = r.global_batch;
       // Megatron divides by max(1, updated): 0 when every iteration skipped, and no loss field.
       l.lm_loss = loss_sum / std::max(1, updated);

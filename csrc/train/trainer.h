@@ -50,6 +50,9 @@ struct IterationResult {
   // The scheduler's rate after this iteration, which Megatron's log line and TensorBoard show:
   // the scheduler steps only after a successful update, so on a skipped iteration it is lr.
   double logged_lr = 0;
+  // --decoupled-lr: the word embedding's rates, as lr and logged_lr (Megatron's decoupled
+  // learning rate); none without it.
+  std::optional<double> decoupled_lr, logged_decoupled_lr;
   // --log-num-zeros-in-grad: the zeros among the (reduced) gradients of the update; NaN
   // without the flag or without an update (Megatron's None).
   double num_zeros = NAN;

@@ -19,6 +19,7 @@
 #include <ostream>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -125,14 +126,15 @@ SchedulerField number_field(const char* key, const char* flags) {
           [](ParamSchedules& s, const nlohmann::json& v) { (s.*Part).*Member = v.get<double>(); }};
 }
 
-// A token count of the LR schedule: null when not counted in tokens.
+// An optional field of the LR schedule (a token count, a decoupled rate): null when not set.
 template <auto Member>
-SchedulerField tokens_field(const char* key, const char* flags) {
+SchedulerField optional_field(const char* key, const char* flags) {
+  using Value = typename std::remove_reference_t<decltype(std::declval<LrSchedule&>().*Member)>::value_type;
   SchedulerField f = {
       key, flags,
       [](const ParamSchedules& s) { return (s.lr.*Member) ? nlohmann::json(*(s.lr.*Member)) : nlohmann::json(); },
       [](ParamSchedules& s, const nlohmann::json& v) {
-        s.lr.*Member = v.is_null() ? std::nullopt : std::optional<uint64_t>(v.get<uint64_t>());
+        s.lr.*Member = v.is_null() ? std::nullopt : std::optional<Value>(v.get<Value>());
       }};
   f.absent_is_null = true;
   return f;
@@ -152,8 +154,9 @@ bool either_anneals(const ParamSchedules& cli, const ParamSchedules& ckpt) {
 
 // Megatron's OptimizerParamScheduler.state_dict fields, in trident's units: the warm-up,
 // decay and weight-decay lengths in samples (Megatron's "steps" are samples too:
-// iteration-based runs multiply by the global batch). init_lr and WSD's anneal are trident's
-// additions: Megatron saves neither --lr-warmup-init nor the --lr-wsd-decay flags.
+// iteration-based runs multiply by the global batch). init_lr, WSD's anneal and the decoupled
+// rates are trident's additions: Megatron saves neither --lr-warmup-init, the --lr-wsd-decay
+// flags nor --decoupled-lr there (its param groups hold the decoupled rates).
 const std::vector<SchedulerField>& scheduler_fields() {
   using P = ParamSchedules;
   static const std::vector<SchedulerField> fields = {
@@ -167,8 +170,10 @@ const std::vector<SchedulerField>& scheduler_fields() {
           "lr_decay_steps",
           "decay samples: --lr-decay-iters (default --train-iters) x --global-batch-size, or --lr-decay-samples "
           "(default --train-samples)"),
-      tokens_field<&LrSchedule::warmup_tokens>("lr_warmup_tokens", "--lr-warmup-tokens"),
-      tokens_field<&LrSchedule::decay_tokens>("lr_decay_tokens", "--lr-decay-tokens"),
+      optional_field<&LrSchedule::warmup_tokens>("lr_warmup_tokens", "--lr-warmup-tokens"),
+      optional_field<&LrSchedule::decay_tokens>("lr_decay_tokens", "--lr-decay-tokens"),
+      optional_field<&LrSchedule::decoupled_max_lr>("decoupled_lr", "--decoupled-lr"),
+      optional_field<&LrSchedule::decoupled_min_lr>("decoupled_min_lr", "--decoupled-min-lr (default --min-lr)"),
       {"lr_decay_style", "--lr-decay-style",
        [](const P& s) { return nlohmann::json(lr_decay_style_name(s.lr.style)); },
        [](P& s, const nlohmann::json& v) { s.lr.style = parse_lr_decay_style(v.get<std::string>()); }},

@@ -9,10 +9,12 @@
                   --seq-length S --lr LR --min-lr MIN --warmup-iters W --weight-decay WD
                   --clip-grad CLIP [--eod-mask-loss --micro-batch M [--per-token-loss]]
                   [--reset-position-ids] [--reset-attention-mask] [--decay-iters D]
+                  [--decoupled-lr LR --decoupled-min-lr MIN]
       trains that model on the samples trident trains on and prints one line per iteration:
       "<iteration> <lm loss> <grad norm>". The switches are Megatron's (the documents of a
       sample end after each <|endoftext|>). --decay-iters: the first N iterations of a
-      D-iteration schedule.
+      D-iteration schedule. --decoupled-lr: Megatron-core's own peak and final rate for the
+      word embedding (the input layer and the tied output layer) on the same schedule.
   pytorch_gpt2.py generate HF_DIR VOCAB_JSON --tokens N
       greedy decoding from <|endoftext|> of a Hugging Face folder (trident-convert --to hf
       writes one): N tokens, end-of-text included, printed as one JSON string of the
@@ -261,11 +263,16 @@ def cmd_train(a):
     torch.manual_seed(0)
     config = json.load(open(os.path.join(a.hf, "config.json")))
     model = GPT2(read_safetensors(os.path.join(a.hf, "model.safetensors")), config["n_layer"], config["n_head"])
-    decay = [p for n, p in model.p.items() if p.dim() == 2]  # matrices and both embeddings
-    no_decay = [p for n, p in model.p.items() if p.dim() != 2]  # LayerNorm gains, biases
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
+    wte = model.w("wte.weight")
+    own_rate = a.decoupled_lr is not None  # the word embedding in a group of its own
+    decay = [p for p in model.p.values() if p.dim() == 2 and not (own_rate and p is wte)]  # matrices, embeddings
+    no_decay = [p for p in model.p.values() if p.dim() != 2]  # LayerNorm gains, biases
+    groups = [{"params": decay, "weight_decay": a.weight_decay, "max_lr": a.lr, "min_lr": a.min_lr},
+              {"params": no_decay, "weight_decay": 0.0, "max_lr": a.lr, "min_lr": a.min_lr}]
+    if own_rate:
+        groups.append({"params": [wte], "weight_decay": a.weight_decay, "max_lr": a.decoupled_lr,
+                       "min_lr": a.min_lr if a.decoupled_min_lr is None else a.decoupled_min_lr})
+    opt = torch.optim.AdamW(groups, lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
     data, maps = IndexedDataset(a.data), IndexMaps(a.index_map)
     g = a.global_batch
     masked = 0
@@ -304,9 +311,9 @@ def cmd_train(a):
         if a.clip_grad > 0 and coeff < 1.0:
             for p in params:
                 p.grad.mul_(coeff)
-        rate = megatron_lr((it - 1) * g, a.warmup_iters * g, (a.decay_iters or a.iters) * g, a.lr, a.min_lr)
         for group in opt.param_groups:
-            group["lr"] = rate
+            group["lr"] = megatron_lr((it - 1) * g, a.warmup_iters * g, (a.decay_iters or a.iters) * g,
+                                      group["max_lr"], group["min_lr"])
         opt.step()
         print(f"{it} {loss.item():.9e} {norm:.9e}", flush=True)
     if a.eod_mask_loss:
@@ -361,6 +368,8 @@ def main():
         t.add_argument("--" + name, type=typ, required=True)
     t.add_argument("--decay-iters", type=int, help="the schedule's length when it is not --iters (a run cut short)")
     t.add_argument("--eod-mask-loss", action="store_true")
+    t.add_argument("--decoupled-lr", type=float)
+    t.add_argument("--decoupled-min-lr", type=float)
     t.add_argument("--reset-position-ids", action="store_true")
     t.add_argument("--reset-attention-mask", action="store_true")
     t.add_argument("--micro-batch", type=int, help="with --eod-mask-loss: the samples each loss mean covers")

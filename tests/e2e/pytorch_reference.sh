@@ -155,6 +155,26 @@ mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" "${variant[@]}
   --tensorboard-dir "$tmp/tb-docs4" >"$tmp/trident-docs4.log"
 compare "$tmp/tb-docs4" "--reset-position-ids --reset-attention-mask, tp2 x pp2" "$tmp/torch-docs.txt" \
   "$short"
+# --decoupled-lr (Megatron-core's): the word embedding, which is also the tied output layer, at
+# its own peak and final rate on the same warm-up and cosine decay; at pp2 x dp2 with ZeRO 1
+# both stages hold it (their copies' gradients summed) and each rank updates its shard.
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf" "$tmp/demo_text_document" "${maps[0]}" "${torch_variant[@]}" \
+  --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
+  --weight-decay "$wd" --clip-grad "$clip" --decoupled-lr 4e-3 --decoupled-min-lr 2e-5 >"$tmp/torch-decoupled.txt"
+head -n "$short" "$tmp/torch.txt" >"$tmp/torch-short.txt"
+python3 - "$tmp/torch-short.txt" "$tmp/torch-decoupled.txt" <<'PY' || { echo "FAIL decoupled curve"; fails=$((fails + 1)); }
+import sys
+a, b = ([tuple(map(float, l.split()[1:])) for l in open(f)] for f in sys.argv[1:3])
+dl = max(abs(x[0] - y[0]) / x[0] for x, y in zip(a, b))
+print(f"PyTorch, the embedding at 4x the rate against at --lr: loss {dl:.1e} apart")
+sys.exit(0 if dl > 1e-4 else "the decoupled rate changed too little to test it")
+PY
+mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" "${variant[@]}" --decoupled-lr 4e-3 \
+  --decoupled-min-lr 2e-5 --pipeline-model-parallel-size 2 --zero-stage 1 --tensorboard-dir "$tmp/tb-decoupled4" \
+  >"$tmp/trident-decoupled4.log"
+compare "$tmp/tb-decoupled4" "--decoupled-lr, pp2 x dp2, ZeRO 1" "$tmp/torch-decoupled.txt" "$short"
+grep -q " learning rate: .* | decoupled learning rate: .* | global batch size:" "$tmp/trident-decoupled4.log" ||
+  { echo "FAIL: no decoupled learning rate field in the log line"; fails=$((fails + 1)); }
 # Text: trident-generate (greedy, key/value cache) against PyTorch's greedy decoding of the
 # same checkpoint exported by trident-convert --to hf: 40 tokens from <|endoftext|>,
 # end-of-text tokens kept. The imported initial weights, not the trained ones: after 60

@@ -120,6 +120,22 @@ TEST(MegatronExportState, RefusesATokenBasedDecay) {
   EXPECT_NO_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", nullptr}}}}));
 }
 
+// --decoupled-lr puts the word embedding in a param group of its own (is_decoupled_lr), which
+// the export does not write: the optimizer state is refused, a run without it exports.
+TEST(MegatronExportState, RefusesADecoupledLearningRate) {
+  try {
+    check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"decoupled_lr", 4e-3}}}});
+    ADD_FAILURE() << "a decoupled learning rate exported";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("--with-optimizer: the run trained the word embedding at its own learning "
+                                          "rate (--decoupled-lr)",
+                                          0),
+              0u)
+        << e.what();
+  }
+  EXPECT_NO_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"decoupled_lr", nullptr}}}}));
+}
+
 // --embedding-init-method-std moves the embeddings into Megatron's no-decay group (another
 // group order): the optimizer state is refused, the weights alone still export.
 TEST(MegatronExportState, RefusesTheOptimizerOfEmbeddingsWithoutWeightDecay) {

@@ -116,6 +116,48 @@ TEST(LrSchedule, WarmupRisesFromTheWarmupInit) {
   EXPECT_DOUBLE_EQ(from_flags.lr(4), 6e-4);  // half-way through the 8-sample warm-up
 }
 
+// --decoupled-lr / --decoupled-min-lr (Megatron-core): the word embedding's group has its own
+// max_lr and min_lr, and get_lr runs the same warm-up (from init_lr) and decay with them.
+TEST(LrSchedule, DecoupledRateRunsTheScheduleWithItsOwnPeakAndFloor) {
+  for (LrDecayStyle st : {LrDecayStyle::Constant, LrDecayStyle::Linear, LrDecayStyle::Cosine}) {
+    LrSchedule s = make(st, 1000, 11000);
+    s.init_lr = 1e-5;
+    EXPECT_FALSE(s.has_decoupled_lr());
+    EXPECT_EQ(s.decoupled_lr(LrPosition{6000, 0, std::nullopt}), s.lr(6000));  // none: the others' rate
+    s.decoupled_max_lr = 2e-3;
+    s.decoupled_min_lr = 1e-4;
+    const char* name = st == LrDecayStyle::Constant ? "constant" : st == LrDecayStyle::Linear ? "linear" : "cosine";
+    for (uint64_t x : {0u, 1u, 500u, 999u, 1000u, 1001u, 3500u, 6000u, 10999u, 11000u, 11001u, 50000u}) {
+      const LrPosition at{x, 0, std::nullopt};
+      EXPECT_NEAR(s.decoupled_lr(at), reference_lr(name, 2e-3, 1e-4, 1000, 11000, static_cast<double>(x), 1e-5), 1e-18)
+          << name << " at " << x;
+      EXPECT_NEAR(s.lr(at), reference_lr(name, 6e-4, 6e-5, 1000, 11000, static_cast<double>(x), 1e-5), 1e-18)
+          << "the others' rate stays --lr's, " << name << " at " << x;
+    }
+  }
+  // From the flags: --decoupled-min-lr defaults to --min-lr; alone it changes nothing.
+  const std::vector<std::string> flags = {"--micro-batch-size", "4", "--global-batch-size", "4", "--train-iters", "10",
+                                          "--lr", "1e-3", "--min-lr", "1e-4", "--lr-decay-style", "linear"};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> all = flags;
+    all.insert(all.end(), more.begin(), more.end());
+    return make_lr_schedule(parse(all));
+  };
+  const LrSchedule both = with({"--decoupled-lr", "4e-3", "--decoupled-min-lr", "2e-4"});
+  EXPECT_EQ(both.decoupled_max_lr, 4e-3);
+  EXPECT_EQ(both.decoupled_min_lr, 2e-4);
+  EXPECT_DOUBLE_EQ(both.decoupled_lr(LrPosition{20, 0, std::nullopt}), 2e-4 + 0.5 * 3.8e-3);  // half-way
+  const LrSchedule peak_only = with({"--decoupled-lr", "4e-3"});
+  EXPECT_EQ(peak_only.decoupled_min_lr, 1e-4);
+  EXPECT_DOUBLE_EQ(peak_only.decoupled_lr(LrPosition{40, 0, std::nullopt}), 1e-4);
+  EXPECT_FALSE(with({"--decoupled-min-lr", "2e-4"}).has_decoupled_lr());
+  EXPECT_EQ(error_of({"--lr", "1e-3", "--decoupled-lr", "1e-3", "--decoupled-min-lr", "2e-3"}),
+            "--decoupled-min-lr 0.002 must be in [0, --decoupled-lr 0.001]");
+  EXPECT_EQ(error_of({"--lr", "1e-3", "--min-lr", "5e-4", "--decoupled-lr", "1e-4"}),
+            "--min-lr (the default of --decoupled-min-lr) 0.0005 must be in [0, --decoupled-lr 0.0001]");
+  EXPECT_EQ(error_of({"--decoupled-lr", "-1"}), "--decoupled-lr must be a finite number >= 0, got -1");
+}
+
 TEST(LrSchedule, FractionalWarmupFromAWarmupFraction) {
   // warmup = 0.125 x 100 = 12.5 samples: sample 12 is still warming, 13 decays.
   const LrSchedule s = make(LrDecayStyle::Linear, 12.5, 100);

@@ -1277,8 +1277,7 @@ TEST(Options, OldAndRemovedMegatronFlags) {
             "--model-parallel-size: not supported: Megatron's old flag, no longer valid: use "
             "--tensor-model-parallel-size");
   EXPECT_NE(must_fail({"--warmup", "0.01"}).find("use --lr-warmup-fraction"), std::string::npos);
-  EXPECT_EQ(must_fail({"--decoupled-lr", "1e-4"}),
-            "--decoupled-lr: not supported: the input and output layers train at --lr like the others");
+  EXPECT_EQ(parse({"--decoupled-lr", "1e-4"}).decoupled_lr, 1e-4);  // supported since 2026-12-07
   EXPECT_EQ(parse({"--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad"}).flags_without_effect,
             (std::vector<std::string>{"--check-for-nan-in-loss-and-grad", "--no-check-for-nan-in-loss-and-grad"}));
 }

@@ -865,6 +865,16 @@ TEST(TrainerCheckpoint, ScheduleParametersAreCheckedOnResume) {
   EXPECT_TRUE(has(load_error(init), "init_lr (--lr-warmup-init) is 0.0001 on the command line but 0.0 in the "
                                     "checkpoint"))
       << load_error(init);
+  // So are the word embedding's own rates (--decoupled-lr), null in a run without them.
+  EXPECT_TRUE(saved["decoupled_lr"].is_null());
+  EXPECT_TRUE(saved["decoupled_min_lr"].is_null());
+  TrainOptions decoupled = o;
+  decoupled.decoupled_lr = 3e-3;
+  msg = load_error(decoupled);
+  EXPECT_TRUE(has(msg, "decoupled_lr (--decoupled-lr) is 0.003 on the command line but null in the checkpoint; "
+                       "decoupled_min_lr (--decoupled-min-lr (default --min-lr)) is 0.0001 on the command line but "
+                       "null in the checkpoint"))
+      << msg;
   TrainOptions wd = o;
   wd.end_weight_decay = 0.25;
   wd.weight_decay_incr_style = "cosine";
