@@ -30,6 +30,7 @@
 #include "core/backend.h"
 #include "core/dtype.h"
 #include "kernels/backends.h"
+#include "tools/kernel_rows.h"
 #include "tools/with_env.h"
 
 #ifdef TRIDENT_HAVE_CUDA
@@ -121,6 +122,8 @@ struct Row {
   double work = 0;   // bytes or FLOPs per call
   bool flops = false;
   std::string error;  // not empty: the op threw
+  int number = 0;        // the measured row's number (KernelRowBook); 0: a row computed from others
+  bool settled = false;  // its outcome came without running it (a rerun's earlier row, a skipped one)
 };
 
 // The environment settings ("VAR=value ...") that make one kernel group fastest, each
@@ -156,8 +159,7 @@ class Bench {
         quick_(opt.quick),
         once_(opt.once),
         only_(opt.only),
-        progress_(opt.progress),
-        resume_(opt.resume) {
+        book_(opt.progress, opt.results, opt.resume, opt.skip) {
     // Test hook: TRIDENT_TEST_CRASH_IN_ROW=<n> aborts the process in row n, as a CUDA error
     // would (tests/e2e/bench_kernels.sh checks --kernels-progress and --kernels-resume so).
     if (const char* v = std::getenv("TRIDENT_TEST_CRASH_IN_ROW")) crash_in_row_ = std::atoi(v);
@@ -179,13 +181,11 @@ class Bench {
   Row measure(const std::string& name, const std::string& shape, double work, bool flops,
               const std::function<void()>& f, int calls) {
     Row r{name, shape, 0, work, flops, ""};
-    ++row_number_;
-    if (row_number_ == resume_) {
-      r.error = "skipped: the run before died in it (a rerun past it)";
-      return r;
-    }
-    if (silent() && !is_peak(name)) {
-      r.error = "not rerun";
+    r.number = row_number_ = book_.next_row();
+    if (const std::optional<RowOutcome> known = book_.settled(r.number, name, is_peak(name))) {
+      r.ms = known->ms;
+      r.error = known->error;
+      r.settled = true;
       return r;
     }
     note_progress(name);
@@ -207,6 +207,7 @@ class Bench {
   // the "of peak" column's reference for the rows after them (0 without them).
   void push(const Row& r) {
     rows_.push_back(r);
+    if (r.number > 0) book_.record(r.number, {r.ms, r.error});
     const bool ok = r.error.empty() && r.ms > 0;
     if (ok && is_peak(r.name)) (r.flops ? peak_fl_ : peak_bw_) = rate(r);
     if (silent()) return;
@@ -234,16 +235,12 @@ class Bench {
   // The ceilings' rows ("peak: ..."), the reference of the "of peak" column.
   static bool is_peak(const std::string& row) { return row.rfind("peak: ", 0) == 0; }
   // A rerun (--kernels-resume) before the row the run before died in: nothing is printed.
-  bool silent() const { return row_number_ < resume_; }
+  bool silent() const { return book_.silent(row_number_); }
   // --kernels-progress: "<row number> <row name>" while a row is measured, empty between
   // rows, so that a run that dies outside every row (a section's setup, a check) names none.
-  void note_progress(const std::string& row) const {
-    if (progress_.empty()) return;
-    std::FILE* p = std::fopen(progress_.c_str(), "w");
-    TRIDENT_CHECK(p != nullptr, "trident-bench: cannot write --kernels-progress ", progress_);
-    if (!row.empty()) std::fprintf(p, "%d %s\n", row_number_, row.c_str());
-    std::fclose(p);
-  }
+  void note_progress(const std::string& row) const { book_.note_progress(row_number_, row); }
+  // Whether every row's outcome is known (the choices across the table need them all).
+  bool complete() const { return book_.complete(); }
   const std::vector<Row>& rows() const { return rows_; }
   double peak_bw() const { return peak_bw_; }
   double peak_fl() const { return peak_fl_; }
@@ -254,8 +251,9 @@ class Bench {
   Backend& be_;
   Timer timer_;
   bool quick_, once_;
-  std::string only_, progress_;
-  int resume_ = 0, row_number_ = 0, crash_in_row_ = 0;
+  std::string only_;
+  KernelRowBook book_;
+  int row_number_ = 0, crash_in_row_ = 0;
   std::vector<Row> rows_;
   double peak_bw_ = 0, peak_fl_ = 0;
 };
@@ -662,7 +660,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
                        const std::function<void()>& f, int calls) {
         Row r;
         with_env(env, [&] { r = b.measure(name, shp, work, true, f, calls); });
-        if (check_variants && r.error.empty() && !env.empty()) {
+        if (check_variants && !r.settled && r.error.empty() && !env.empty()) {
           b.note_progress(name);  // a death in the check is the row's
           with_env(env, [&] { f(); });
           be.synchronize();
@@ -896,9 +894,10 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   // (--kernels-only leaves the peaks out: "of peak" then reads 0).
   std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n",
               b.peak_bw(), b.peak_fl());
-  // The choices below compare rows across the table, which a rerun past a row has not all
-  // measured: it makes none (gpu-check then trains with the defaults only).
-  if (opt.resume > 0) {
+  // The choices below compare rows across the table: a rerun past a row knows the rows before
+  // it from --kernels-results only; without it, it makes none (gpu-check then trains with the
+  // defaults only).
+  if (!b.complete()) {
     std::printf("no tile or opt-in choices: a rerun past row %d measures part of the table\n", opt.resume);
     return 0;
   }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace trident {
 
@@ -20,6 +21,12 @@ struct KernelBenchOptions {
   // it are neither run nor printed (but the ceilings, which the "of peak" column needs), the
   // row itself is a FAILED row, and the table goes on from the next (tools/gpu-check.sh).
   int resume = 0;
+  // Not empty: each finished row's outcome is appended to this file, which a rerun (resume)
+  // reads for the rows before it, so that it still makes the table's choices (kernel_rows.h).
+  std::string results;
+  // Rows of these names are not run (a FAILED "skipped" row): gpu-check's Nsight Compute
+  // replays of a section leave out the rows that died or hung in the table.
+  std::vector<std::string> skip;
 };
 
 int run_kernel_bench(const KernelBenchOptions& opt);

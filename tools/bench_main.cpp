@@ -15,6 +15,9 @@
 //                        empty between rows (a run that dies leaves there the row it died in)
 //   --kernels-resume N   rerun past row N, which the run before died in (the rows before it
 //                        are neither run nor printed; tools/gpu-check.sh)
+//   --kernels-results F  each finished row's outcome is appended to F; a rerun reads the
+//                        rows before its own there (and still makes the table's choices)
+//   --kernels-skip NAME  the rows of that name are not run (repeatable)
 //   --generate           instead of training: generation with the KV-cache decoder on the
 //                        model of the flags (random weights), --micro-batch-size sequences:
 //                        prefill tokens/s and decoding tokens/s (tools/bench_generation.h)
@@ -49,7 +52,8 @@ namespace {
 const char* const kUsage =
     "Usage: trident-bench [--bench-warmup N] [--bench-no-profile] [trident-train flags]\n"
     "       trident-bench --kernels | --kernels-quick | --kernels-only S | --kernels-once\n"
-    "                     [--kernels-progress F] [--kernels-resume N]\n"
+    "                     [--kernels-progress F] [--kernels-resume N] [--kernels-results F]\n"
+    "                     [--kernels-skip NAME ...]\n"
     "       trident-bench --generate [--generate-prompt N] [--generate-tokens N] [--generate-ragged]\n"
     "                     [trident-train flags]\n"
     "  --bench-warmup N     untimed steps first (1)\n"
@@ -60,6 +64,8 @@ const char* const kUsage =
     "  --kernels-once       each kernel op launched once (for ncu)\n"
     "  --kernels-progress F while a row is measured, F holds its number and name (where a dead run died)\n"
     "  --kernels-resume N   rerun past row N, which the run before died in\n"
+    "  --kernels-results F  each finished row appended to F; a rerun reads the rows before its own there\n"
+    "  --kernels-skip NAME  do not run the rows of that name (repeatable)\n"
     "  --generate           generation instead of training: prefill and decoding tokens/s of\n"
     "                       --micro-batch-size sequences (random weights, one process)\n"
     "  --generate-prompt N  prompt tokens a sequence (half the sequence length)\n"
@@ -106,6 +112,10 @@ std::vector<std::string> take_bench_flags(int argc, char** argv, BenchFlags& f) 
       f.kernel_options.progress = t.value();
     } else if (t.name == "--kernels-resume") {
       f.kernel_options.resume = static_cast<int>(trident::parse_integer_flag("kernels-resume", t.value(), 1, 1 << 20));
+    } else if (t.name == "--kernels-results") {
+      f.kernel_options.results = t.value();
+    } else if (t.name == "--kernels-skip") {
+      f.kernel_options.skip.push_back(t.value());
     } else if (t.name == "--kernels-once") {
       t.no_value();
       f.kernels = true;
@@ -133,8 +143,11 @@ int main(int argc, char** argv) {
     }
     const int warmup = bf.warmup;
     const bool profile = bf.profile;
-    if (!bf.kernels && (!bf.kernel_options.progress.empty() || bf.kernel_options.resume > 0))
-      throw trident::ConfigError("--kernels-progress and --kernels-resume go with --kernels (or --kernels-quick)");
+    const trident::KernelBenchOptions& ko = bf.kernel_options;
+    if (!bf.kernels && (!ko.progress.empty() || ko.resume > 0 || !ko.results.empty() || !ko.skip.empty()))
+      throw trident::ConfigError(
+          "--kernels-progress, --kernels-resume, --kernels-results and --kernels-skip go with --kernels (or "
+          "--kernels-quick)");
     if (bf.kernels && bf.generate)
       throw trident::ConfigError("--kernels and --generate are two different benchmarks: give one");
     if (bf.kernels) {

@@ -36,9 +36,10 @@ for schedule in "--global-batch-size 8 --rampup-batch-size 2 2 8" "--step-batch-
   fi
   echo "ok: $err"
 done
-# --kernels-progress and --kernels-resume modify a kernel table: alone, or with a bad row
+# --kernels-progress, --kernels-resume, --kernels-results and --kernels-skip modify a kernel table: alone, or with a bad row
 # number, they are refused with one line naming them, exit 2.
-for bad in "--kernels-progress $tmp/progress" "--kernels-resume 3" "--kernels-quick --kernels-resume 0"; do
+for bad in "--kernels-progress $tmp/progress" "--kernels-resume 3" "--kernels-quick --kernels-resume 0" \
+  "--kernels-results $tmp/progress" "--kernels-skip adamw"; do
   # shellcheck disable=SC2086
   err=$("$bench" $bad 2>&1 >/dev/null)
   rc=$?
