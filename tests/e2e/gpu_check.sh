@@ -11,7 +11,11 @@
 #     "result: FAILED" and exit 1; tiles whose GPU test failed are marked UNVERIFIED;
 #   - a kernel table cut short (an abort) keeps its rows in the summary, and without its
 #     "fastest attention tiles" lines nothing trains with tiles; one that dies in a row that
-#     --kernels-progress names is rerun past it (--kernels-resume);
+#     --kernels-progress names is rerun past it (--kernels-resume), with the choices the rerun
+#     makes from the rows --kernels-results kept, and Nsight Compute's replays leave that row
+#     out (--kernels-skip); a row that hangs is killed after GPU_CHECK_ROW_S and rerun past too;
+#   - the run ends by GPU_CHECK_DEADLINE_S with its summary; a TERM ends the step in flight and
+#     prints the summary; a failing generation bench keeps the lines it printed;
 #   - when the wgmma test did not pass (a crash here), fastest tiles with a wgmma kernel are
 #     not trained with, and the summary says so; likewise the atomic-dQ wgmma backward and
 #     the two-warpgroup dK/dV blocks, each with its own test;
@@ -36,12 +40,14 @@ cat >"$fake" <<'EOF'
 echo "$* | $(env | grep -E '^TRIDENT_(ATTN|LN|GEMM)_' | sort | tr '\n' ' ')" >>"$FAKE_BENCH_CALLS"
 if [[ $1 == --kernels ]]; then
   # FAKE_BENCH_CRASH: "row" dies in row 7 and a rerun past it (--kernels-resume 7) goes on as
-  # trident-bench's does (no header, no choices); "always" dies in row 7 whatever it is
-  # told; "outside" dies between rows (the progress file empty). $3: --kernels-progress's file.
+  # trident-bench's does (no header; the choices made from --kernels-results' rows, without it
+  # none); "hang" hangs in row 7 instead of dying; "always" dies in row 7 whatever it is told;
+  # "outside" dies between rows (the progress file empty). $3: --kernels-progress's file.
   if [[ -n ${FAKE_BENCH_CRASH:-} && ($* != *--kernels-resume* || $FAKE_BENCH_CRASH == always) ]]; then
     echo "kernel                       shape                                 ms/call     achieved   of peak"
     echo "layernorm fwd                32768x2048 bf16                        0.0882    3048 GB/s     71.4%"
     [[ $FAKE_BENCH_CRASH == outside ]] || echo "7 attn fwd, wgmma" >"$3"
+    [[ $FAKE_BENCH_CRASH == hang ]] && exec sleep 300
     echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
     exit 134
   fi
@@ -49,7 +55,13 @@ if [[ $1 == --kernels ]]; then
     echo "attn fwd, wgmma              B16 T1024 H32 D64 bf16             FAILED: skipped: the run before died in it (a rerun past it)"
     echo "attn bwd, 2-consumer ws      B8 T1024 H16 D128 bf16                 0.3500  245.4 TF/s     31.5%"
     echo "peaks measured in this run: device copy 3900 GB/s (read + write), bf16 GEMM 780.0 TFLOP/s"
-    echo "no tile or opt-in choices: a rerun past row 7 measures part of the table"
+    if [[ $* != *--kernels-results* ]]; then
+      echo "no tile or opt-in choices: a rerun past row 7 measures part of the table"
+      exit 0
+    fi
+    echo "fastest attention tiles, D64: defaults"
+    echo "fastest attention tiles, D128: TRIDENT_ATTN_BWD_WS=1"
+    echo "faster opt-in kernels: defaults"
     exit 0
   fi
   echo "kernel                       shape                                 ms/call     achieved   of peak"
@@ -92,7 +104,15 @@ if [[ $1 == --kernels ]]; then
   echo "faster opt-in kernels: ${FAKE_BENCH_OPT_INS:-defaults}"
   exit 0
 fi
+if [[ $1 == --generate ]]; then
+  echo "prefill: 8 x 512 tokens in 10.0 ms: 409600 tokens/s"
+  echo "decode: 8 x 128 tokens in 100.0 ms: 10240 tokens/s"
+  [[ -n ${FAKE_BENCH_GEN_FAIL:-} ]] && { echo "trident-bench: CUDA error in sample_logits"; exit 3; }
+  echo "sampled decode: 9000 tokens/s on the device, 8000 on the host"
+  exit 0
+fi
 [[ -n ${FAKE_BENCH_FAIL:-} && $* == *"$FAKE_BENCH_FAIL"* ]] && { echo "fake failure"; exit 3; }
+[[ -n ${FAKE_BENCH_TRAIN_SLEEP:-} ]] && sleep "$FAKE_BENCH_TRAIN_SLEEP"
 [[ $* == *--bench-no-profile* ]] || echo "op  ms  share"
 echo "step time: 100.0 ms | tokens per second: 81920.0 | model TFLOP/s: 400.0000 | MFU: 40.4%"
 EOF
@@ -127,7 +147,7 @@ grep -q "^gpt2-1.3b+tuned    bf16     8      100.0      81920.0" "$work/ok.log" 
 grep -q "^gpt2-1.3b x8+tuned bf16     8" "$work/ok.log" || fail "no gpt2-1.3b x8 row"
 grep -q "^result: OK" "$work/ok.log" || fail "no 'result: OK'"
 ! grep -q "UNVERIFIED" "$work/ok.log" || fail "tiles marked unverified without a failed test"
-grep -q "trident-bench --kernels (time limit 180s)" "$work/ok.log" || fail "the kernel table's time limit is not 180 s"
+grep -q "trident-bench --kernels (time limit 180s, 60s a row)" "$work/ok.log" || fail "the kernel table's time limit is not 180 s"
 grep -q "^targets (issue 7):" "$work/ok.log" || fail "no targets block"
 grep -q "^  memory-bound kernels >= 80% of the copy rate: layernorm fwd 71.4% (no); gelu bwd 91.6% (yes)$" \
   "$work/ok.log" || fail "the memory-bound targets are not read off the kernel table"
@@ -191,22 +211,30 @@ echo "ok: a kernel table cut short keeps its rows; nothing trains with tiles it 
 
 : >"$work/calls"
 # A kernel table that dies in a row with --kernels-progress naming it is rerun past that row:
-# the rows after it are in the summary, the death is a failed step naming the row, and with
-# no tile choices made nothing trains with tiles (the summary says why).
-FAKE_BENCH_CRASH=row run_check "$work/crash"
+# the rows after it are in the summary, the death is a failed step naming the row, and the
+# rerun's choices (made from the rows --kernels-results kept) are trained with.
+# Nsight Compute (a stand-in that logs its command) replays the attention sections without
+# the row that died.
+mkdir -p "$work/bin"
+printf '#!/usr/bin/env bash\necho "ncu $*" >>"$FAKE_BENCH_CALLS"\n' >"$work/bin/ncu"
+chmod +x "$work/bin/ncu"
+mkdir -p "$work/crash"
+OUT=$work/crash TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_GENERATE=0 PATH="$work/bin:$PATH" \
+  FAKE_BENCH_CALLS=$work/calls GPU_CHECK_WITHOUT_GPU=1 FAKE_BENCH_CRASH=row bash "$repo/tools/gpu-check.sh" \
+  >"$work/crash.log" 2>&1
 rc=$?
 ((rc == 1)) || fail "a kernel table that died: gpu-check exited $rc, expected 1"
 grep -q "died in row 7 (attn fwd, wgmma): rerun past it" "$work/crash.log" || fail "no rerun past the row it died in"
-n=$(grep -c -- "--kernels --kernels-progress .* --kernels-resume 7 |" "$calls")
+n=$(grep -c -- "--kernels --kernels-progress .* --kernels-results .* --kernels-resume 7 |" "$calls")
 ((n == 1)) || fail "$n reruns with --kernels-resume 7, expected 1"
 grep -q "^result: FAILED: trident-bench --kernels: died in row 7 (attn fwd, wgmma), rc 134$" "$work/crash.log" ||
   fail "the death is not a failed step naming the row"
 grep -q "^attn bwd, 2-consumer ws .* B8 T1024 H16 D128" <(sed -n '/summary/,$p' "$work/crash.log") ||
   fail "the rows after the row it died in are not in the summary"
-grep -q "no +tuned rows: a rerun past row 7 measures part of the table" "$work/crash.log" ||
-  fail "the summary does not say why nothing trained with tiles"
-n=$(grep -c "TRIDENT_ATTN" "$calls")
-((n == 0)) || fail "$n runs with attention tiles set after a rerun that chose none, expected 0"
+n=$(grep -c "| TRIDENT_ATTN_BWD_WS=1 $" "$calls")
+((n == 2)) || fail "$n runs with the rerun's choice of tiles, expected 2 (gpt2-1.3b+tuned and x8)"
+n=$(grep "^ncu " "$calls" | grep -c -- "--kernels-once --kernels-skip attn fwd, wgmma$")
+((n == 5)) || fail "$n of the ncu runs leave out the row that died, expected 5: $(grep "^ncu " "$calls" | head -2)"
 # Dying in the same row again (no further on), or outside every row: no rerun past it.
 for mode in always outside; do
   : >"$calls"
@@ -218,6 +246,68 @@ for mode in always outside; do
   ((n == want)) || fail "a kernel table that died ($mode): $n runs, expected $want"
 done
 echo "ok: a kernel table that dies in a row is rerun past it, once a row, never outside one"
+
+: >"$work/calls"
+# A row that hangs (a kernel that never ends) is killed once it has run GPU_CHECK_ROW_S, and
+# the table is rerun past it, as past a death.
+start=$(date +%s)
+GPU_CHECK_ROW_S=2 FAKE_BENCH_CRASH=hang run_check "$work/hang"
+rc=$?
+took=$(($(date +%s) - start))
+((rc == 1)) || fail "a kernel table that hung: gpu-check exited $rc, expected 1"
+((took < 60)) || fail "a kernel table that hung: gpu-check took $took s"
+grep -q "hung (over 2 s) in row 7 (attn fwd, wgmma): rerun past it" "$work/hang.log" || fail "no rerun past the hung row"
+grep -q "^result: FAILED: trident-bench --kernels: hung (over 2 s) in row 7 (attn fwd, wgmma), rc 125$" "$work/hang.log" ||
+  fail "the hang is not a failed step naming the row"
+grep -q "^attn bwd, 2-consumer ws .* B8 T1024 H16 D128" <(sed -n '/summary/,$p' "$work/hang.log") ||
+  fail "the rows after the hung row are not in the summary"
+echo "ok: a row that hangs costs GPU_CHECK_ROW_S and is rerun past ($took s in all)"
+
+: >"$work/calls"
+# The whole run ends by GPU_CHECK_DEADLINE_S: each step's limit is cut to the time left (15 s
+# kept for the summary), and a step with under 5 s left does not start.
+start=$(date +%s)
+GPU_CHECK_DEADLINE_S=24 FAKE_BENCH_TRAIN_SLEEP=300 run_check "$work/deadline"
+rc=$?
+took=$(($(date +%s) - start))
+((rc == 1)) || fail "past the deadline: gpu-check exited $rc, expected 1"
+((took <= 24)) || fail "past the deadline: gpu-check took $took s, more than GPU_CHECK_DEADLINE_S 24"
+grep -q "^gpt2-1.3b          bf16     8   FAILED (rc 124)" "$work/deadline.log" || fail "past the deadline: no row cut short"
+grep -q "^result: FAILED: training gpt2-1.3b bf16 (rc 124)" "$work/deadline.log" || fail "past the deadline: no failed step"
+echo "ok: the run ends by its deadline with its summary ($took s)"
+
+: >"$work/calls"
+# A TERM (the device tool at its limit) stops the step in flight and prints the summary of
+# what ran; the step's log is kept.
+mkdir -p "$work/term"
+OUT=$work/term TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_NCU=0 GPU_CHECK_GENERATE=0 \
+  FAKE_BENCH_CALLS=$work/calls GPU_CHECK_WITHOUT_GPU=1 FAKE_BENCH_TRAIN_SLEEP=300 \
+  bash "$repo/tools/gpu-check.sh" >"$work/term.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q -- "--config" "$calls" && break; sleep 0.2; done
+start=$(date +%s)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+took=$(($(date +%s) - start))
+((rc == 1)) || fail "stopped by TERM: gpu-check exited $rc, expected 1"
+((took < 10)) || fail "stopped by TERM: gpu-check took $took s to end"
+grep -q "^result: FAILED: .*stopped by SIGTERM at " "$work/term.log" || fail "stopped by TERM: no summary naming the signal"
+grep -q "^attention fwd (causal) .* 68.7 TF/s" <(sed -n '/summary/,$p' "$work/term.log") ||
+  fail "stopped by TERM: the kernel table is not in the summary"
+grep -q "^==== train-gpt2-1.3b-bf16.log ====" "$work/term/training.log" || fail "stopped by TERM: the step's log is lost"
+! pgrep -f "sleep 300" >/dev/null || fail "stopped by TERM: the step in flight still runs"
+grep -q "result: FAILED" "$work/term/gpu-check.log" || fail "stopped by TERM: the summary is not in gpu-check.log"
+echo "ok: a TERM ends the step in flight and prints the summary ($took s)"
+
+: >"$work/calls"
+# The generation bench's lines printed before it failed stay in the summary.
+OUT=$work/gen TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_NCU=0 GPU_CHECK_CONFIGS=none \
+  FAKE_BENCH_CALLS=$work/calls GPU_CHECK_WITHOUT_GPU=1 FAKE_BENCH_GEN_FAIL=1 bash "$repo/tools/gpu-check.sh" \
+  >"$work/gen.log" 2>&1
+grep -q "^generation bench .*: prefill: 8 x 512 tokens in 10.0 ms: 409600 tokens/s;decode: .*; FAILED (rc 3): trident-bench: CUDA error in sample_logits$" \
+  "$work/gen.log" || fail "the generation bench's lines before its failure are lost"
+echo "ok: a failing generation bench keeps the lines it printed"
 
 # kept_out <name> <ctest.log line> <D128 tiles> <variable> <test>: the kernel table found
 # <tiles> fastest for D128, but <test> did not pass: no training run has <variable> set, and
@@ -284,7 +374,7 @@ echo "ok: faster opt-in kernels train once more, unless their GPU test failed"
 GPU_CHECK_BUDGET_S=-1 run_check "$work/late"
 rc=$?
 ((rc == 1)) || fail "past the budget: gpu-check exited $rc, expected 1 (rows skipped)"
-grep -q "trident-bench --kernels (time limit 60s)" "$work/late.log" || fail "past the budget: the table's limit is not 60 s"
+grep -q "trident-bench --kernels (time limit 60s, 60s a row)" "$work/late.log" || fail "past the budget: the table's limit is not 60 s"
 n=$(grep -c -- "--config" "$calls")
 ((n == 1)) || fail "past the budget: $n training runs, expected 1"
 n=$(train gpt2-1.3b "--bf16 --micro-batch-size 8 --global-batch-size 8 " | wc -l)
