@@ -1,9 +1,11 @@
 // GPU vs CPU: memory, copies, fill, cast, scale, add, accumulate; and the behaviour of
 // cuda_device_count() without a GPU (the one test here that runs everywhere).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <optional>
+#include <vector>
 
 #include "cuda_test_util.h"
 
@@ -48,16 +50,22 @@ TEST_F(CudaVsCpu, EnergyCounterGrowsWithWork) {
 }
 
 // --log-device-memory-used: the device's memory in use (every process's) covers what this
-// backend holds, and grows by a new 512 MiB block; the CPU has no device memory.
+// backend holds, and grows by a new 512 MiB block; the CPU has no device memory. Other tests'
+// processes (ctest -j8) allocate and free meanwhile: the growth must show in one of five tries.
 TEST_F(CudaVsCpu, DeviceMemoryUsedCoversTheAllocator) {
   EXPECT_FALSE(cpu().device_memory_used().has_value());
-  const std::optional<uint64_t> before = gpu().device_memory_used();
-  ASSERT_TRUE(before.has_value());
-  Buffer big = gpu().empty(Shape{128 << 20}, DType::F32);  // 512 MiB
-  const std::optional<uint64_t> after = gpu().device_memory_used();
-  ASSERT_TRUE(after.has_value());
-  EXPECT_GE(*after, gpu().allocator().stats().bytes_reserved);
-  EXPECT_GE(*after - *before, uint64_t{512} << 20);
+  std::vector<Buffer> held;
+  int64_t largest_growth = 0;
+  for (int attempt = 0; attempt < 5 && largest_growth < (int64_t{512} << 20); ++attempt) {
+    const std::optional<uint64_t> before = gpu().device_memory_used();
+    ASSERT_TRUE(before.has_value());
+    held.push_back(gpu().empty(Shape{128 << 20}, DType::F32));  // 512 MiB
+    const std::optional<uint64_t> after = gpu().device_memory_used();
+    ASSERT_TRUE(after.has_value());
+    EXPECT_GE(*after, gpu().allocator().stats().bytes_reserved);
+    largest_growth = std::max(largest_growth, static_cast<int64_t>(*after) - static_cast<int64_t>(*before));
+  }
+  EXPECT_GE(largest_growth, int64_t{512} << 20) << "bytes in use grew by at most this over a 512 MiB allocation";
 }
 
 TEST_F(CudaVsCpu, HostRoundTripAndDeviceCopy) {

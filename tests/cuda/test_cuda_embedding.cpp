@@ -43,6 +43,15 @@ TEST_P(Embedding, ShardedVocabAwkwardSizes) {
   check(2, 5, 129, 0, 129, 33, true, DType::F32);  // unsharded
 }
 
+// Rows wide enough for the row kernel's batches of four 16-byte vectors a lane (2026-12-05): 1096
+// (past one batch, the last partial) and 2048 (gpt2-1.3b's), each dtype.
+TEST_P(Embedding, WideRowsFillTheRowKernelsBatches) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(2, 9, 700, 0, 700, 1096, true, DType::F32);
+  check(2, 9, 700, 0, 700, 2048, true, DType::F32);
+  check(2, 9, 700, 300, 400, 2048, false, DType::F32);
+}
+
 TEST_P(Embedding, GptSizedVocabShard) {
   TRIDENT_SKIP_WITHOUT_GPU();
   check(4, 256, 50304, 25152, 25152, 64, true, DType::F32);

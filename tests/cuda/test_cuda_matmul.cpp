@@ -11,6 +11,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_matmul.h"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace trident::cuda_test {
 namespace {
@@ -169,6 +170,19 @@ TEST_P(Matmul, SmallRowsGemvMatchesCpu) {
       for (bool bias : {false, true}) check(M, N, 776, false, true, bias, false, dt(), dt());
   check(8, 64, 776, false, true, true, true, dt(), dt());  // accumulate: not the GEMV
   check(8, 64, 77, false, true, false, false, dt(), dt());  // K not whole vectors: not the GEMV
+  // The kernel itself (cuBLASLt would give the same results, so the above cannot tell that the
+  // GEMV ran): it takes these shapes, and its results are the CPU's.
+  for (int64_t M : {1, 16}) {
+    Pair a = random(Shape{M, 776}, dt()), w = random(Shape{2304, 776}, dt()), bias = random(Shape{2304}, dt());
+    Pair out = random(Shape{M, 2304}, dt());
+    cpu().matmul(out.cpu, a.cpu, w.cpu, bias.cpu, false, true, false);
+    gpu().synchronize();
+    EXPECT_TRUE(cuda::gemv_small_m(out.gpu, Tensor(), a.gpu, w.gpu, bias.gpu, nullptr)) << M << " rows";
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    expect_close(out, storage_tol(dt(), 1e-4, 1e-4), "gemv_small_m");
+  }
+  Pair a = random(Shape{17, 776}, dt()), w = random(Shape{64, 776}, dt()), out = random(Shape{17, 64}, dt());
+  EXPECT_FALSE(cuda::gemv_small_m(out.gpu, Tensor(), a.gpu, w.gpu, Tensor(), nullptr)) << "17 rows";
 }
 
 TEST_P(Matmul, InnerDimensionMismatchThrows) {
@@ -177,15 +191,20 @@ TEST_P(Matmul, InnerDimensionMismatchThrows) {
   EXPECT_THROW(gpu().matmul(out, a, b, Tensor(), false, false, false), InternalError);
 }
 
+// Column sums by blocks of 32 lanes (16-byte vectors where C allows) over chunks of rows: one
+// column block and the scalar path (C 129), several column blocks with the last one partial,
+// vectors (C 2056, 16-bit: 9 blocks of 256 columns) and scalars (C 2050), over several row chunks.
 TEST_P(Matmul, BiasBackwardAccumulatesColumnSums) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  for (int64_t rows : {int64_t{37}, int64_t{1000}}) {
-    Pair dout = random(Shape{rows, 129}, dt());
-    Pair dbias = random(Shape{129}, DType::F32);
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{37, 129}, {1000, 129}, {1000, 2056}, {4099, 2056},
+                                   {1000, 2050}}) {
+    SCOPED_TRACE(::testing::Message() << rows << " x " << cols);
+    Pair dout = random(Shape{rows, cols}, dt());
+    Pair dbias = random(Shape{cols}, DType::F32);
     cpu().bias_backward(dout.cpu, dbias.cpu);
     gpu().bias_backward(dout.gpu, dbias.gpu);
     expect_close(dbias, Tol{1e-5, 1e-4}, "bias_backward f32 grad");
-    Pair dbias16 = random(Shape{129}, dt());
+    Pair dbias16 = random(Shape{cols}, dt());
     cpu().bias_backward(dout.cpu, dbias16.cpu);
     gpu().bias_backward(dout.gpu, dbias16.gpu);
     expect_close(dbias16, storage_tol(dt(), 1e-5, 1e-4), "bias_backward");

@@ -58,6 +58,7 @@
 #include "cuda/training_step_harness.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "scoped_env.h"
 
 namespace trident {
 namespace {
@@ -75,6 +76,10 @@ struct StepCase {
   float loss_scale;  // static loss scale (fp16)
   bool tf32;         // fp32 GEMMs on TF32 tensor cores (trident-train's default)
   Tolerances tol;    // loss, grad, norm, update (see the header comment)
+  // An environment switch set while both models are built and run (the attention dropout mask
+  // kept for the backward is allocated by the model, read when it is built).
+  const char* env_name = nullptr;
+  const char* env_value = nullptr;
 };
 
 void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
@@ -89,6 +94,7 @@ class CudaTrainingStep : public ::testing::TestWithParam<StepCase> {};
 TEST_P(CudaTrainingStep, MatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const StepCase& c = GetParam();
+  const test::ScopedEnv env(c.env_name, c.env_value);
   const StepSetup setup = step_test::tiny_step_setup(c.dtype, c.dropout, c.fp32_grads, c.loss_scale);
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0, {.allow_tf32 = c.tf32});
@@ -119,7 +125,13 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{"bf16", DType::BF16, 0.0f, false, 1.0f, false, kBf16},
                       StepCase{"bf16_dropout", DType::BF16, 0.1f, false, 1.0f, false, kBf16},
                       StepCase{"bf16_fp32grads_dropout", DType::BF16, 0.1f, true, 1.0f, false, kBf16},
-                      StepCase{"fp16_scaled_dropout", DType::F16, 0.1f, false, 1024.0f, false, kFp16}),
+                      StepCase{"fp16_scaled_dropout", DType::F16, 0.1f, false, 1024.0f, false, kFp16},
+                      // The mask saved by each layer's forward for its backward, and drawn ahead
+                      // by a kernel of its own (opt-ins; PERFORMANCE.md 2026-12-06).
+                      StepCase{"bf16_dropout_saved_mask", DType::BF16, 0.1f, false, 1.0f, false, kBf16,
+                               "TRIDENT_ATTN_SAVE_MASK", "1"},
+                      StepCase{"bf16_dropout_mask_ahead", DType::BF16, 0.1f, false, 1.0f, false, kBf16,
+                               "TRIDENT_ATTN_MASK_AHEAD", "1"}),
     [](const ::testing::TestParamInfo<StepCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
