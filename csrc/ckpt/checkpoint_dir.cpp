@@ -226,9 +226,11 @@ void TempIterationDir::commit() {
   fsync_tree(path_);
   if (std::getenv("TRIDENT_TEST_CRASH_IN_COMMIT") != nullptr) std::_Exit(9);  // a test's kill at this point
   // Unlinking the lock file does not release the lock: a remover that opened it before
-  // still cannot lock it, and one that opens it now finds no lock file and keeps out.
+  // still cannot lock it, and one that opens it now finds no lock file and keeps out. It goes
+  // just before the rename (the tree is synced already): a kill in between leaves a directory
+  // without a lock file, which nothing removes.
   if (lock_fd_ >= 0) ::unlink((path_ / kWriterLockFileName).c_str());
-  trident::commit(root_, iteration_, path_);
+  trident::commit(root_, iteration_, path_, /*synced=*/true);
   committed_ = true;
   if (lock_fd_ >= 0) ::close(std::exchange(lock_fd_, -1));
 }
@@ -358,7 +360,17 @@ void write_latest_iteration(const fs::path& root, int64_t iteration) {
   write_file_atomic(latest_file(root).string(), std::to_string(iteration));
 }
 
-void commit(const fs::path& root, int64_t iteration, const fs::path& temp_dir_in) {
+// Removes a directory this writer owns by renaming it to a *.del-* name first (prune() finishes
+// what a crash interrupts).
+void remove_own_dir(const fs::path& root, int64_t iteration, const fs::path& dir) {
+  const fs::path del = root / (iteration_dir_name(iteration) + ".del-" + make_save_token());
+  if (::rename(dir.c_str(), del.c_str()) == 0) {
+    std::error_code ec;
+    fs::remove_all(del, ec);
+  }
+}
+
+void commit(const fs::path& root, int64_t iteration, const fs::path& temp_dir_in, bool synced) {
   fs::path temp_dir = temp_dir_in.lexically_normal();
   if (temp_dir.filename().empty()) temp_dir = temp_dir.parent_path();
   std::error_code ec;
@@ -371,7 +383,7 @@ void commit(const fs::path& root, int64_t iteration, const fs::path& temp_dir_in
   if (fs::weakly_canonical(temp_dir.parent_path(), ec) != fs::weakly_canonical(root, ec))
     throw IoError(temp_dir.string() + ": temporary checkpoint directory is not inside " + root.string());
   const fs::path final_dir = iteration_dir(root, iteration);
-  fsync_tree(temp_dir);
+  if (!synced) fsync_tree(temp_dir);
 
   fs::path old_copy;  // the replaced copy of the same iteration, deleted after the pointer moved
   if (!fs::exists(fs::symlink_status(final_dir, ec))) {
@@ -398,15 +410,29 @@ void commit(const fs::path& root, int64_t iteration, const fs::path& temp_dir_in
     }
   }
   fsync_dir(root.string());
-  write_latest_iteration(root, iteration);
-  if (!old_copy.empty()) {
-    // Best effort: a failure here leaves a *.tmp-* / *.old-* directory that prune() removes.
-    const fs::path del = root / (iteration_dir_name(iteration) + ".del-" + make_save_token());
-    if (::rename(old_copy.c_str(), del.c_str()) == 0) {
-      std::error_code ec2;
-      fs::remove_all(del, ec2);
+  try {
+    write_latest_iteration(root, iteration);
+  } catch (...) {
+    // The pointer did not move (a full disk, say): the directory goes back to what it names, or
+    // a first save's iteration folder would stand without a pointer, which --load refuses. The
+    // new copy is removed, and an older copy of this iteration put back in its place.
+    if (old_copy.empty()) {
+      remove_own_dir(root, iteration, final_dir);
+    } else if (old_copy == temp_dir) {  // exchanged: swap back, then the new copy goes
+      if (::renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0)
+        remove_own_dir(root, iteration, temp_dir);
+    } else {  // moved aside: the new copy out, the old one back
+      const fs::path del = root / (iteration_dir_name(iteration) + ".del-" + make_save_token());
+      if (::rename(final_dir.c_str(), del.c_str()) == 0) {
+        ::rename(old_copy.c_str(), final_dir.c_str());
+        std::error_code ec2;
+        fs::remove_all(del, ec2);
+      }
     }
+    throw;
   }
+  // Best effort: a failure here leaves a *.tmp-* / *.old-* directory that prune() removes.
+  if (!old_copy.empty()) remove_own_dir(root, iteration, old_copy);
 }
 
 std::optional<int64_t> find_latest_iteration(const fs::path& root) {

@@ -134,9 +134,12 @@ std::vector<std::filesystem::path> remove_dead_writers_output_temporaries(const 
 void check_checkpoint_root_usable(const std::filesystem::path& root);
 
 // Makes `temp_dir` (a directory in `root`) the committed checkpoint of `iteration` and points
-// the latest file at it. Throws IoError naming the path; on failure the previous
-// checkpoints and pointer are intact.
-void commit(const std::filesystem::path& root, int64_t iteration, const std::filesystem::path& temp_dir);
+// the latest file at it (`synced`: the caller has synced temp_dir's files). Throws IoError
+// naming the path; on failure the previous checkpoints and pointer are intact, and when the
+// pointer could not be written (a full disk) the new copy is removed: no iteration folder is
+// left that the pointer does not account for.
+void commit(const std::filesystem::path& root, int64_t iteration, const std::filesystem::path& temp_dir,
+            bool synced = false);
 
 // Atomically rewrites DIR/latest_checkpointed_iteration.txt (temp + fsync + rename + fsync dir).
 void write_latest_iteration(const std::filesystem::path& root, int64_t iteration);

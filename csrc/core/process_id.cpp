@@ -6,8 +6,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace trident {
@@ -26,7 +28,18 @@ std::string host_token() {
   return h.empty() ? std::string("host") : h;
 }
 
-bool process_is_gone(pid_t pid) { return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH; }
+bool process_is_gone(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  // An exited process that its parent has not reaped yet (mpirun's ranks for a moment; in a
+  // container whose first process reaps nothing, for good) still takes signals: it is gone
+  // when /proc says it is a zombie (state Z, after the parenthesised command name).
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
 
 std::string host_temp_tag() { return ".tmp." + host_token() + "."; }
 

@@ -17,8 +17,9 @@ std::string host_name();
 // This host's name, its letters and digits only, at most 32 ("host" when none are left).
 std::string host_token();
 
-// Whether no process `pid` exists on this host (kill(pid, 0) fails with ESRCH). A pid that
-// exists may be another process that reused it, so "not gone" proves nothing.
+// Whether no process `pid` runs on this host: none exists (kill(pid, 0) fails with ESRCH), or
+// it has exited and waits to be reaped (a zombie). A pid that runs may be another process that
+// reused it, so "not gone" proves nothing.
 bool process_is_gone(pid_t pid);
 
 // ".tmp.<host_token()>.": what a writer puts between a file's name and its pid to name a

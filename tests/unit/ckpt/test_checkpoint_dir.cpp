@@ -142,6 +142,25 @@ TEST(CheckpointDir, RecommitSameIterationReplacesOnlyWhenComplete) {
   EXPECT_EQ(latest_iteration(root), 100);
 }
 
+// A pointer that cannot be written (a full disk; here a directory in its place) fails the save
+// and takes the new copy away again: a first save leaves no iteration folder without a pointer
+// (which --load refuses), and a second copy of an iteration gives the first one its place back.
+TEST(CheckpointDir, APointerThatCannotBeWrittenTakesTheNewCopyAway) {
+  ScratchDir d;
+  const fs::path root = d / "ck";
+  fs::create_directories(root / kLatestFileName / "blocked");
+  EXPECT_THROW(save(root, 100, 1.0f), IoError);
+  EXPECT_EQ(entries(root), (std::vector<std::string>{kLatestFileName})) << "no iter_0000100, no temporaries";
+  fs::remove_all(root / kLatestFileName);
+  save(root, 100, 1.0f);
+  fs::remove(root / kLatestFileName);
+  fs::create_directories(root / kLatestFileName / "blocked");
+  EXPECT_THROW(save(root, 100, 5.0f), IoError);
+  EXPECT_EQ(entries(root), (std::vector<std::string>{"iter_0000100", kLatestFileName}));
+  SafetensorsReader r((iteration_dir(root, 100) / "mp_rank_00" / "model.safetensors").string());
+  EXPECT_EQ(r.read_f32("w")[0], 1.0f) << "the first copy is back in its place";
+}
+
 TEST(CheckpointDir, CorruptCommittedFileIsNamed) {
   ScratchDir d;
   const fs::path root = d / "ck";
