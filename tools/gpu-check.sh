@@ -48,7 +48,7 @@
 # GPU_CHECK_GENERATE=0 (no generation runs), GPU_CHECK_DEADLINE_S (540: every step's time
 # limit is cut to end 15 s before it, so that the summary is printed inside the device tool's
 # 600 s), GPU_CHECK_ROW_S (60: a kernel-table row that runs longer, a hung kernel, is killed and
-# the table rerun past it). A TERM or INT still prints the summary of what ran.
+# the table rerun past it; both are limits, 0 is none left, not "off"). A TERM or INT still prints the summary of what ran.
 # Exit status: 0 when every step ran and every test passed, 1 otherwise (the summary
 # says which step failed), 3 at once on a machine where nvidia-smi lists no GPU.
 set -uo pipefail
@@ -133,7 +133,8 @@ failed_steps=()
 fail() { status=1; failed_steps+=("$1"); say "FAILED: $1"; }
 # The whole run ends by GPU_CHECK_DEADLINE_S, less 15 s for the summary: limit <seconds> is
 # that many, or the time left if less (0: none). run_limited <seconds> <command...> runs the
-# command under timeout with that limit; with under 5 s left it runs nothing (status 124).
+# command under timeout with that limit (and a KILL 5 s after its TERM); with under 5 s left it
+# runs nothing (status 124).
 deadline_s=${GPU_CHECK_DEADLINE_S:-540}
 limit() {
   local left=$((deadline_s - 15 - $(elapsed)))
@@ -148,7 +149,9 @@ run_limited() {
   s=$(limit "$1")
   shift
   ((s >= 5)) || return 124
-  timeout "$s" "$@" &
+  # -k: a command that ignores the TERM is killed 5 s later. {to_tee}>&-: children do not hold
+  # tee's pipe, or one left running would keep tee, and so this script, from ending.
+  timeout -k 5 "$s" "$@" {to_tee}>&- &
   in_flight=$!
   wait "$in_flight"
   rc=$?
@@ -370,8 +373,12 @@ on_stop() {
   trap - TERM INT
   exec >&"$to_tee" 2>&1
   [[ -n $in_flight ]] && kill -TERM "$in_flight" 2>/dev/null
-  [[ -n $(ls -A "$step_logs" 2>/dev/null) ]] && for l in "$step_logs"/*; do keep_log "$l"; done
+  for l in "$step_logs"/train-*.log; do [[ -f $l ]] && keep_log "$l"; done
   rm -rf "$step_logs"
+  # Stopped during the kernel table: the rows it printed.
+  if [[ $kernel_table == "not run" && -s $logdir/kernels.log ]]; then
+    kernel_table=$(sed -n '/^kernel /,$p' "$logdir/kernels.log")
+  fi
   fail "stopped by SIG$1 at $(elapsed)s"
   print_summary
   exit $status
@@ -533,7 +540,7 @@ fi
 watch_rows() {
   local lim=$1 row_s=$2 progress=$3 pid start since now seen="" cur
   shift 3
-  "$@" &
+  "$@" {to_tee}>&- &
   pid=$!
   in_flight=$pid
   start=$(elapsed)
@@ -583,8 +590,8 @@ if [[ -x $bench ]]; then
   # the table. The reruns read the rows before theirs from --kernels-results, so the table's
   # choices (fastest tiles, faster opt-ins) still compare every row. A death outside every row
   # (the file empty), or no further on than the last, ends it.
-  progress=$(mktemp)  # not in $logdir: $OUT brings back a few files only
-  results=$(mktemp)
+  progress=$step_logs/kernels-progress  # not in $logdir: $OUT brings back a few files only
+  results=$step_logs/kernels-results
   resume=()
   last_row=0
   deadline=$(($(elapsed) + bench_s))
@@ -597,7 +604,10 @@ if [[ -x $bench ]]; then
     ((rc == 0)) && break
     row=0 row_name=""
     [[ -s $progress ]] && read -r row row_name <"$progress"
-    [[ -n $row_name ]] && dead_rows+=("$row_name")
+    # A row that hung or aborted the process; not one in flight when the table's time ran out.
+    # (--kernels-skip goes by name, which the head dims' sections share: ncu then leaves out
+    # that row of both.)
+    ((rc != 124 && rc != 137)) && [[ -n $row_name ]] && dead_rows+=("$row_name")
     if ((rc == 124 || rc == 137 || row <= last_row)); then  # out of time, or no row to skip
       fail "trident-bench $kflag (rc $rc${row_name:+, in row $row: $row_name})"
       break

@@ -222,7 +222,7 @@ void TempIterationDir::commit() {
   // The files reach the disk first, the slow part (minutes for a large model), while the
   // lock file still marks the directory as a writer's: killed then, the directory is a dead
   // writer's that the next save removes. (Unlinked before, a kill left a directory without a
-  // lock file, which nothing removes.) commit() syncs again: quick, the data is on disk.
+  // lock file, which nothing removes.)
   fsync_tree(path_);
   if (std::getenv("TRIDENT_TEST_CRASH_IN_COMMIT") != nullptr) std::_Exit(9);  // a test's kill at this point
   // Unlinking the lock file does not release the lock: a remover that opened it before
@@ -415,7 +415,14 @@ void commit(const fs::path& root, int64_t iteration, const fs::path& temp_dir_in
   } catch (...) {
     // The pointer did not move (a full disk, say): the directory goes back to what it names, or
     // a first save's iteration folder would stand without a pointer, which --load refuses. The
-    // new copy is removed, and an older copy of this iteration put back in its place.
+    // new copy is removed, and an older copy of this iteration put back in its place. A pointer
+    // that moved before the failure (its directory's sync failed) names the new copy: kept.
+    std::optional<int64_t> named;
+    try {
+      named = find_latest_iteration(root);
+    } catch (const std::exception&) {
+    }
+    if (named == iteration) throw;
     if (old_copy.empty()) {
       remove_own_dir(root, iteration, final_dir);
     } else if (old_copy == temp_dir) {  // exchanged: swap back, then the new copy goes

@@ -33,12 +33,18 @@ bool process_is_gone(pid_t pid) {
   if (::kill(pid, 0) != 0) return errno == ESRCH;
   // An exited process that its parent has not reaped yet (mpirun's ranks for a moment; in a
   // container whose first process reaps nothing, for good) still takes signals: it is gone
-  // when /proc says it is a zombie (state Z, after the parenthesised command name).
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  // when /proc says it is a zombie (state Z, after the parenthesised command name) of one
+  // thread. (A live process whose main thread has exited shows Z too, with its other threads.)
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::ifstream stat(proc + "/stat");
   std::string line;
   if (!std::getline(stat, line)) return false;
   const size_t close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+  if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z') return false;
+  std::ifstream status(proc + "/status");
+  for (std::string field; std::getline(status, field);)
+    if (field.rfind("Threads:", 0) == 0) return std::stol(field.substr(8)) <= 1;
+  return false;
 }
 
 std::string host_temp_tag() { return ".tmp." + host_token() + "."; }

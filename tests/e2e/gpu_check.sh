@@ -113,6 +113,8 @@ if [[ $1 == --generate ]]; then
 fi
 [[ -n ${FAKE_BENCH_FAIL:-} && $* == *"$FAKE_BENCH_FAIL"* ]] && { echo "fake failure"; exit 3; }
 [[ -n ${FAKE_BENCH_TRAIN_SLEEP:-} ]] && sleep "$FAKE_BENCH_TRAIN_SLEEP"
+# A process left running (a stray daemon of a step): it must not hold the script's output open.
+[[ -n ${FAKE_BENCH_ORPHAN:-} ]] && (setsid sleep 40 >/dev/null 2>&1 &)
 [[ $* == *--bench-no-profile* ]] || echo "op  ms  share"
 echo "step time: 100.0 ms | tokens per second: 81920.0 | model TFLOP/s: 400.0000 | MFU: 40.4%"
 EOF
@@ -299,6 +301,15 @@ grep -q "^==== train-gpt2-1.3b-bf16.log ====" "$work/term/training.log" || fail 
 ! pgrep -f "sleep 300" >/dev/null || fail "stopped by TERM: the step in flight still runs"
 grep -q "result: FAILED" "$work/term/gpu-check.log" || fail "stopped by TERM: the summary is not in gpu-check.log"
 echo "ok: a TERM ends the step in flight and prints the summary ($took s)"
+
+: >"$work/calls"
+# A step that leaves a process running does not keep the script from ending.
+start=$(date +%s)
+GPU_CHECK_CONFIGS=gpt2-124m:16 GPU_CHECK_DTYPES=bf16 FAKE_BENCH_ORPHAN=1 run_check "$work/orphan"
+took=$(($(date +%s) - start))
+((took < 30)) || fail "a process left running by a step kept gpu-check for $took s"
+grep -q "^result: " "$work/orphan.log" || fail "a process left running: no summary"
+echo "ok: a process left running by a step does not hold the script ($took s)"
 
 : >"$work/calls"
 # The generation bench's lines printed before it failed stay in the summary.

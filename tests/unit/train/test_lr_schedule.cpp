@@ -151,11 +151,12 @@ TEST(LrSchedule, DecoupledRateRunsTheScheduleWithItsOwnPeakAndFloor) {
   EXPECT_EQ(peak_only.decoupled_min_lr, 1e-4);
   EXPECT_DOUBLE_EQ(peak_only.decoupled_lr(LrPosition{40, 0, std::nullopt}), 1e-4);
   EXPECT_FALSE(with({"--decoupled-min-lr", "2e-4"}).has_decoupled_lr());
-  EXPECT_EQ(error_of({"--lr", "1e-3", "--decoupled-lr", "1e-3", "--decoupled-min-lr", "2e-3"}),
-            "--decoupled-min-lr 0.002 must be in [0, --decoupled-lr 0.001]");
-  EXPECT_EQ(error_of({"--lr", "1e-3", "--min-lr", "5e-4", "--decoupled-lr", "1e-4"}),
-            "--min-lr (the default of --decoupled-min-lr) 0.0005 must be in [0, --decoupled-lr 0.0001]");
+  // As Megatron, a floor above the peak is taken (the group's rate then rises to it).
+  const LrSchedule rising = with({"--decoupled-lr", "5e-5"});
+  EXPECT_DOUBLE_EQ(rising.decoupled_lr(LrPosition{40, 0, std::nullopt}), 1e-4);
   EXPECT_EQ(error_of({"--decoupled-lr", "-1"}), "--decoupled-lr must be a finite number >= 0, got -1");
+  EXPECT_EQ(error_of({"--decoupled-lr", "1e-3", "--decoupled-min-lr", "-1e-5"}),
+            "--decoupled-min-lr must be a finite number >= 0, got -1e-05");
 }
 
 TEST(LrSchedule, FractionalWarmupFromAWarmupFraction) {
