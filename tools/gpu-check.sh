@@ -546,7 +546,7 @@ watch_rows() {
   start=$(elapsed)
   since=$start
   while kill -0 "$pid" 2>/dev/null; do
-    sleep 1
+    sleep 0.2
     now=$(elapsed)
     cur=$(cat "$progress" 2>/dev/null)
     [[ $cur != "$seen" ]] && { seen=$cur; since=$now; }
