@@ -38,12 +38,14 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ckpt/atomic_file.h"
+#include "ckpt/checksum.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "infer/generate.h"
@@ -223,7 +225,17 @@ int generate_main(int argc, char** argv) {
     const auto more = read_prompts(r["sample-input-file"].as<std::string>());
     prompts.insert(prompts.end(), more.begin(), more.end());
   }
-  const GenerationModel m = load_generation_model(r, model_flags);
+  // What every tensor-parallel rank must decode alike (each draws the same tokens itself).
+  std::string prompt_texts;
+  for (const Prompt& p : prompts) prompt_texts += p.text + '\n';
+  std::ostringstream shared;
+  shared << "--greedy " << so.greedy << "\n--temperature " << so.temperature << "\n--top-k " << so.top_k
+         << "\n--top-p " << so.top_p << "\n--seed " << r["seed"].as<std::string>() << "\n--num-samples "
+         << num_samples << "\n--batch-size " << batch << "\n--out-seq-length " << go.max_new_tokens
+         << "\n--ignore-eos " << !go.stop_at_eod << "\n--tensor-model-parallel-size " << model_flags.tp
+         << "\n--prompt/--sample-input-file's prompts " << prompts.size() << " (XXH3 "
+         << checksum_bytes(prompt_texts.data(), prompt_texts.size()) << ")\n";
+  const GenerationModel m = load_generation_model(r, model_flags, shared.str());
   const ModelConfig& cfg = m.cfg;
   const Tokenizer* tokenizer = m.tokenizer.get();
   go.eod = tokenizer->eod();

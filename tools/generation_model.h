@@ -73,8 +73,12 @@ struct GenerationModel {
 };
 
 // The checkpoint's model at the flags' tensor-parallel size, on --device; its sequence
-// length --seq-length's, else the checkpoint's.
-inline GenerationModel load_generation_model(const cxxopts::ParseResult& r, const ModelFlags& f) {
+// length --seq-length's, else the checkpoint's. `shared_flags` ("--flag value" lines): what
+// every rank must have been given, compared before the ranks split into groups
+// (make_parallel_context): ranks that decode other prompts or draw otherwise would run their
+// tensor-parallel collectives out of step.
+inline GenerationModel load_generation_model(const cxxopts::ParseResult& r, const ModelFlags& f,
+                                             const std::string& shared_flags = "") {
   std::optional<int64_t> iteration;
   if (r.count("iteration")) iteration = integer_flag(r, "iteration", 0, kMaxIterationFlag);
   if (r.count("ckpt-step")) iteration = integer_flag(r, "ckpt-step", 0, kMaxIterationFlag);
@@ -99,7 +103,7 @@ inline GenerationModel load_generation_model(const cxxopts::ParseResult& r, cons
                       std::to_string(m.cfg.vocab_size) + " (" + m.dir.string() + ")");
   m.cfg.validate(f.tp);
   m.backend = make_backend(r["device"].as<std::string>());
-  m.parallel = make_parallel_context(f.tp, 1, resolve_comm_kind("", *m.backend), m.backend.get());
+  m.parallel = make_parallel_context(f.tp, 1, resolve_comm_kind("", *m.backend), m.backend.get(), shared_flags);
   m.params = std::make_unique<ParamStore>(*m.backend, gpt2_param_specs(m.cfg, f.tp), f.tp, m.parallel->grid.tp_rank,
                                           m.cfg.dtype, m.cfg.dtype, [](const ParamSpec&) { return true; });
   load_model_parameters(*ckpt, *m.params, *m.backend);

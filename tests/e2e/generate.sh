@@ -8,7 +8,8 @@
 # and Megatron's --genfile lines agree with them; prompt + generated tokens stop at the
 # model's sequence length; Megatron's flags (the model's shape, --micro-batch-size,
 # --recompute) and launch/run-inf.sh work; under mpirun -np 2 it runs tensor-parallel (the
-# same text) with --tensor-model-parallel-size 2 and refuses to run two copies without. Bad
+# same text) with --tensor-model-parallel-size 2 and refuses to run two copies without, or
+# ranks given other prompts or sampling flags. Bad
 # input is one line and exit 2, with no output file left behind.
 #   tests/e2e/generate.sh <trident-train> <trident-preprocess> <trident-generate> <trident-convert> <repo> <gpt2 dir>
 set -uo pipefail
@@ -188,6 +189,21 @@ for mode in "--greedy" "--top-k 40 --top-p 0.9 --seed 11"; do
   else
     fail "tp 2, $mode: $(cat "$tmp/tp2.err")"; diff "$tmp/tp1.out" "$tmp/tp2.out"
   fi
+done
+
+# An MPMD launch whose ranks were given other prompts or sampling flags would draw other tokens
+# and run their tensor-parallel collectives out of step: one line before any decoding.
+for other in "--prompt other" "--top-k 3"; do
+  read -r -a o <<<"$other"
+  rc=0
+  timeout 60 mpirun --oversubscribe -np 1 "$generate" --device cpu "${words[@]}" --load "$tmp/ckpt" --prompt "$prompt" \
+    --tensor-model-parallel-size 2 --out-seq-length 4 --sample-output-file "$tmp/mpmd.json" : -np 1 "$generate" \
+    --device cpu "${words[@]}" --load "$tmp/ckpt" --prompt "$prompt" --tensor-model-parallel-size 2 --out-seq-length 4 \
+    "${o[@]}" >"$tmp/mpmd.out" 2>"$tmp/mpmd.err" || rc=$?
+  n=$(grep -c '^trident-generate: error: rank 1 was started with other flags than rank 0: ' "$tmp/mpmd.err")
+  [[ $rc -eq 2 && $n -eq 1 && ! -e $tmp/mpmd.json ]] &&
+    ok "tp 2, rank 1 given $other: $(grep '^trident-generate: error' "$tmp/mpmd.err")" ||
+    fail "tp 2, rank 1 given $other: rc=$rc $(cat "$tmp/mpmd.err")"
 done
 
 expect_error() {  # expect_error <text in the one error line> <args...>
