@@ -132,10 +132,10 @@ std::string eval_flags_every_rank_shares(const EvalFlags& f) {
 // against the vocabulary (IndexedDataset).
 class SequentialWindows final : public SampleSource {
  public:
-  SequentialWindows(const std::string& prefix, int64_t vocab_size, int seq_length, uint64_t max_tokens,
+  SequentialWindows(std::shared_ptr<const IndexedDataset> data, int seq_length, uint64_t max_tokens,
                     uint64_t global_batch)
-      : data_(prefix, vocab_size), T_(seq_length) {
-    const auto sizes = data_.sizes();
+      : data_(std::move(data)), T_(seq_length) {
+    const auto sizes = data_->sizes();
     starts_.reserve(sizes.size() + 1);
     uint64_t total = 0;
     for (int32_t s : sizes) {
@@ -145,13 +145,13 @@ class SequentialWindows final : public SampleSource {
     starts_.push_back(total);
     tokens_ = max_tokens > 0 ? std::min(total, max_tokens) : total;
     if (tokens_ < 2)
-      throw ConfigError("--data-path: " + prefix + " has " + std::to_string(tokens_) +
+      throw ConfigError("--data-path: " + data_->prefix() + " has " + std::to_string(tokens_) +
                         " tokens; --sequential needs at least 2");
     windows_ = (tokens_ - 1 + T_ - 1) / T_;
     padded_ = (windows_ + global_batch - 1) / global_batch * global_batch;
   }
   uint64_t size() const override { return padded_; }
-  const std::string& prefix() const { return data_.prefix(); }
+  const std::string& prefix() const { return data_->prefix(); }
   uint64_t windows() const { return windows_; }
   uint64_t tokens() const { return tokens_; }
   void get(uint64_t i, int32_t* out) const override {
@@ -162,13 +162,13 @@ class SequentialWindows final : public SampleSource {
       const size_t item = std::upper_bound(starts_.begin(), starts_.end(), pos) - starts_.begin() - 1;
       const uint64_t offset = pos - starts_[item];
       const uint64_t n = std::min(end, starts_[item + 1]) - pos;
-      data_.read(item, offset, n, out + (pos - begin));
+      data_->read(item, offset, n, out + (pos - begin));
       pos += n;
     }
   }
 
  private:
-  IndexedDataset data_;
+  std::shared_ptr<const IndexedDataset> data_;
   uint64_t T_;
   std::vector<uint64_t> starts_;  // first token of each item, then the total
   uint64_t tokens_ = 0, windows_ = 0, padded_ = 0;
@@ -251,9 +251,10 @@ int run(int argc, char** argv) {
     make_run_tokenizer(opt);
     try {
       // Ranks name the prefix by their nodes' paths: its content must be the same.
+      OpenedDatasets opened(opt.model.vocab_size);
       check_every_rank_reads_the_same_data(*parallel->world,
-                                           [&] { return data_blend_identities(blend, "sequential"); });
-      auto s = std::make_unique<SequentialWindows>(blend.prefixes[0], opt.model.vocab_size, opt.model.seq_length,
+                                           [&] { return data_blend_identities(blend, "sequential", opened); });
+      auto s = std::make_unique<SequentialWindows>(opened.open(blend.prefixes[0]), opt.model.seq_length,
                                                    ef.max_tokens, static_cast<uint64_t>(opt.global_batch_size));
       seq = s.get();
       const int64_t iterations = static_cast<int64_t>(s->size() / opt.global_batch_size);

@@ -451,24 +451,32 @@ DataBlend parse_data_path(const std::vector<std::string>& words, const std::stri
   return out;
 }
 
-std::vector<DatasetIdentity> data_blend_identities(const DataBlend& blend, const char* role) {
+std::shared_ptr<const IndexedDataset> OpenedDatasets::open(const std::string& prefix) {
+  std::shared_ptr<const IndexedDataset>& d = opened_[prefix];
+  if (!d) d = std::make_shared<const IndexedDataset>(prefix, vocab_size_);
+  return d;
+}
+
+std::vector<DatasetIdentity> data_blend_identities(const DataBlend& blend, const char* role, OpenedDatasets& opened) {
   std::vector<DatasetIdentity> ids;
   for (size_t k = 0; k < blend.prefixes.size(); ++k)
-    ids.push_back(dataset_identity(blend, role, k, IndexedDataset(blend.prefixes[k])));
+    ids.push_back(dataset_identity(blend, role, k, *opened.open(blend.prefixes[k])));
   return ids;
 }
 
-std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg) {
-  std::vector<DatasetIdentity> ids = data_blend_identities(cfg.blend, "split");
+std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg, OpenedDatasets& opened) {
+  std::vector<DatasetIdentity> ids = data_blend_identities(cfg.blend, "split", opened);
   const char* names[3] = {"train", "valid", "test"};
   for (int s = 0; s < 3; ++s) {
-    const std::vector<DatasetIdentity> split = data_blend_identities(cfg.per_split[s], names[s]);
+    const std::vector<DatasetIdentity> split = data_blend_identities(cfg.per_split[s], names[s], opened);
     ids.insert(ids.end(), split.begin(), split.end());
   }
   return ids;
 }
 
-TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
+TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg, OpenedDatasets* opened) {
+  std::optional<OpenedDatasets> own;
+  if (!opened) opened = &own.emplace(cfg.vocab_size);
   const bool per_split = std::any_of(cfg.per_split.begin(), cfg.per_split.end(), [](const auto& b) { return !b.empty(); });
   if (!cfg.blend.empty() && per_split)
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
@@ -486,7 +494,7 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg) {
   auto open = [&](const DataBlend& blend) {
     std::vector<std::shared_ptr<const IndexedDataset>> data;
     for (const auto& prefix : blend.prefixes) {
-      data.push_back(std::make_shared<const IndexedDataset>(prefix, cfg.vocab_size));
+      data.push_back(opened->open(prefix));
       if (cfg.vocab_size > 0 && data.back()->dtype() == IndexDType::kInt32 &&
           best_fitting_dtype(cfg.vocab_size) != IndexDType::kInt32)
         warn(detail::concat(prefix, ": int32 tokens, while Megatron stores a vocabulary of ", cfg.vocab_size,

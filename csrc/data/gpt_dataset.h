@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -35,6 +36,8 @@
 #include "data/unaligned_array.h"
 
 namespace trident {
+
+class IndexedDataset;
 
 // Megatron's blend: prefixes with normalised weights, or without weights ("A B C"): then each
 // prefix contributes one epoch of its split, mixed in proportion to those epochs' sample
@@ -97,15 +100,30 @@ struct TrainValidTest {
   std::vector<std::string> warnings;
 };
 
-TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg);
+// The prefixes a process has opened, each once: comparing the ranks' data
+// (gpt_dataset_identities) and then building the splits (build_gpt_datasets) with one of these
+// open and validate every item of a prefix once, not twice. Opened with the tokenizer's
+// vocab_size (IndexedDataset's check of the ids read).
+class OpenedDatasets {
+ public:
+  explicit OpenedDatasets(int64_t vocab_size) : vocab_size_(vocab_size) {}
+  std::shared_ptr<const IndexedDataset> open(const std::string& prefix);
+
+ private:
+  int64_t vocab_size_;
+  std::map<std::string, std::shared_ptr<const IndexedDataset>> opened_;
+};
+
+// `opened`: the prefixes an earlier call opened (null: opened here, with cfg.vocab_size).
+TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg, OpenedDatasets* opened = nullptr);
 
 // What each prefix of cfg's blend, then of its per-split paths, holds, in the order of their
 // words: cheap (every prefix opened, 16 windows of each file read), for comparing ranks' data
 // before the index maps are built. IoError for a prefix that does not open, as the build's.
-std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg);
+std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg, OpenedDatasets& opened);
 // The same for the prefixes of one blend, whose role ("split", "valid", "sequential") the
 // identities name.
-std::vector<DatasetIdentity> data_blend_identities(const DataBlend& blend, const char* role);
+std::vector<DatasetIdentity> data_blend_identities(const DataBlend& blend, const char* role, OpenedDatasets& opened);
 
 // Megatron's blend words (--data-path and the per-split paths), read as Megatron-LM's
 // get_blend_from_list reads them: "W1 P1 W2 P2 ..." (weights normalised) when the number of

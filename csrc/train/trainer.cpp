@@ -79,17 +79,19 @@ std::ostream& null_stream() {
 TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelContext* par) {
   if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
   // Before anything is built: a rank given other data stops the job at once.
-  check_every_rank_reads_the_same_data(*par->world, [&] { return gpt_dataset_identities(dc); });
+  // The prefixes opened for the check are the build's: each is opened and validated once.
+  OpenedDatasets opened(dc.vocab_size);
+  check_every_rank_reads_the_same_data(*par->world, [&] { return gpt_dataset_identities(dc, opened); });
   TrainValidTest sets;
   const uint64_t failures_before = cache_write_failures();
-  run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc); });
+  run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc, &opened); });
   // Rank 0 has warned of a cache it could not write: the others, writing the same files, keep
   // quiet (one that fails where rank 0 did not, on a node-local --data-cache-path, still warns).
   const bool rank0_warned = any_rank(*par, par->world_rank() == 0 && cache_write_failures() > failures_before);
   if (par->world_rank() != 0) {
     std::optional<QuietCacheWarnings> quiet;
     if (rank0_warned) quiet.emplace();
-    sets = build_gpt_datasets(dc);
+    sets = build_gpt_datasets(dc, &opened);
   }
   return sets;
 }

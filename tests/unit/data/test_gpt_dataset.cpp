@@ -525,7 +525,8 @@ TEST(GptDataset, IdentityIsTheContentNotThePath) {
   cfg.cache_dir = dir / "cache";
   const auto identities = [&](const std::vector<std::string>& words) {
     cfg.blend = parse_data_path(words);
-    return gpt_dataset_identities(cfg);
+    OpenedDatasets opened(0);
+    return gpt_dataset_identities(cfg, opened);
   };
   const std::vector<DatasetIdentity> a = identities({dir / "a"}), copy = identities({dir / "copy"});
   ASSERT_EQ(a.size(), 1u);
@@ -562,6 +563,37 @@ TEST(GptDataset, IdentityIsTheContentNotThePath) {
   EXPECT_EQ(blend[1].label, "--data-path's prefix 2 of 2");
   EXPECT_EQ(blend[0].content, "weight 0.75, " + a[0].content);
   EXPECT_EQ(blend[1].content, "weight 0.25, " + a[0].content);
+}
+
+// The check of the ranks' data and the build share their opened prefixes: the build after
+// the check opens nothing again (here it could not: the files are gone), and a prefix named
+// twice is opened once.
+TEST(GptDataset, TheBuildTakesThePrefixesTheIdentitiesOpened) {
+  ScratchDir dir;
+  write_docs(dir / "a", 40, 7);
+  GptDatasetConfig cfg;
+  cfg.split = "1,0,0";
+  cfg.seq_length = 8;
+  cfg.train_samples = 10;
+  cfg.cache_dir = dir / "cache";
+  cfg.blend = parse_data_path({"1", dir / "a", "1", dir / "a"});
+  const auto reference = build_gpt_datasets(cfg);
+  OpenedDatasets opened(0);
+  const std::vector<DatasetIdentity> ids = gpt_dataset_identities(cfg, opened);
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(opened.open(dir / "a"), opened.open(dir / "a"));
+  std::filesystem::remove(dir / "a.bin");
+  std::filesystem::remove(dir / "a.idx");
+  EXPECT_THROW(build_gpt_datasets(cfg), IoError);
+  const auto built = build_gpt_datasets(cfg, &opened);
+  ASSERT_TRUE(built.train);
+  ASSERT_EQ(built.train->size(), reference.train->size());
+  std::vector<int32_t> got(cfg.seq_length + 1), want(cfg.seq_length + 1);
+  for (uint64_t i = 0; i < built.train->size(); ++i) {
+    built.train->get(i, got.data());
+    reference.train->get(i, want.data());
+    EXPECT_EQ(got, want) << "sample " << i;
+  }
 }
 
 TEST(Blend, DataPathParsing) {
