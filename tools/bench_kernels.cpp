@@ -182,7 +182,7 @@ class Bench {
               const std::function<void()>& f, int calls) {
     Row r{name, shape, 0, work, flops, ""};
     r.number = row_number_ = book_.next_row();
-    if (const std::optional<RowOutcome> known = book_.settled(r.number, name, is_peak(name))) {
+    if (const std::optional<RowOutcome> known = book_.settled(r.number, qualified(name), is_peak(name))) {
       r.ms = known->ms;
       r.error = known->error;
       r.settled = true;
@@ -226,19 +226,26 @@ class Bench {
   // that section a FAILED row, not the table.
   void section(const std::string& name, const std::function<void()>& body) {
     if (!only_.empty() && name.find(only_) == std::string::npos) return;
+    section_ = name;
     try {
       body();
     } catch (const std::exception& e) {
       push({name, "(setup)", 0, 0, false, e.what()});
     }
+    section_.clear();
   }
   // The ceilings' rows ("peak: ..."), the reference of the "of peak" column.
   static bool is_peak(const std::string& row) { return row.rfind("peak: ", 0) == 0; }
   // A rerun (--kernels-resume) before the row the run before died in: nothing is printed.
   bool silent() const { return book_.silent(row_number_); }
-  // --kernels-progress: "<row number> <row name>" while a row is measured, empty between
-  // rows, so that a run that dies outside every row (a section's setup, a check) names none.
-  void note_progress(const std::string& row) const { book_.note_progress(row_number_, row); }
+  // --kernels-progress: "<row number> <section>: <row name>" while a row is measured, empty
+  // between rows, so that a run that dies outside every row (a section's setup, a check) names none.
+  void note_progress(const std::string& row) const {
+    book_.note_progress(row_number_, row.empty() ? row : qualified(row));
+  }
+  // A row's name in its section ("attention D64: attention fwd"), as --kernels-progress gives
+  // it and --kernels-skip takes it: the head dims' sections have rows of the same names.
+  std::string qualified(const std::string& row) const { return section_.empty() ? row : section_ + ": " + row; }
   // Whether every row's outcome is known (the choices across the table need them all).
   bool complete() const { return book_.complete(); }
   const std::vector<Row>& rows() const { return rows_; }
@@ -251,7 +258,7 @@ class Bench {
   Backend& be_;
   Timer timer_;
   bool quick_, once_;
-  std::string only_;
+  std::string only_, section_;  // section_: the one running
   KernelRowBook book_;
   int row_number_ = 0, crash_in_row_ = 0;
   std::vector<Row> rows_;

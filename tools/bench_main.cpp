@@ -17,7 +17,7 @@
 //                        are neither run nor printed; tools/gpu-check.sh)
 //   --kernels-results F  each finished row's outcome is appended to F; a rerun reads the
 //                        rows before its own there (and still makes the table's choices)
-//   --kernels-skip NAME  the rows of that name are not run (repeatable)
+//   --kernels-skip NAME  the row "SECTION: ROW" (as --kernels-progress names it) is not run (repeatable)
 //   --generate           instead of training: generation with the KV-cache decoder on the
 //                        model of the flags (random weights), --micro-batch-size sequences:
 //                        prefill tokens/s and decoding tokens/s (tools/bench_generation.h)
@@ -65,7 +65,8 @@ const char* const kUsage =
     "  --kernels-progress F while a row is measured, F holds its number and name (where a dead run died)\n"
     "  --kernels-resume N   rerun past row N, which the run before died in\n"
     "  --kernels-results F  each finished row appended to F; a rerun reads the rows before its own there\n"
-    "  --kernels-skip NAME  do not run the rows of that name (repeatable)\n"
+    "  --kernels-skip NAME  do not run the row \"SECTION: ROW\", as --kernels-progress names it\n"
+    "                     (\"attention D64: attn fwd, wgmma\"; repeatable)\n"
     "  --generate           generation instead of training: prefill and decoding tokens/s of\n"
     "                       --micro-batch-size sequences (random weights, one process)\n"
     "  --generate-prompt N  prompt tokens a sequence (half the sequence length)\n"

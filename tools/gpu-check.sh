@@ -605,8 +605,7 @@ if [[ -x $bench ]]; then
     row=0 row_name=""
     [[ -s $progress ]] && read -r row row_name <"$progress"
     # A row that hung or aborted the process; not one in flight when the table's time ran out.
-    # (--kernels-skip goes by name, which the head dims' sections share: ncu then leaves out
-    # that row of both.)
+    # (Its name, "SECTION: ROW", is --kernels-skip's: of one head dim's section only.)
     ((rc != 124 && rc != 137)) && [[ -n $row_name ]] && dead_rows+=("$row_name")
     if ((rc == 124 || rc == 137 || row <= last_row)); then  # out of time, or no row to skip
       fail "trident-bench $kflag (rc $rc${row_name:+, in row $row: $row_name})"

@@ -2,13 +2,15 @@
 // one table (no CUDA here, so that it is tested without a GPU).
 //
 // Rows are numbered from 1 in the order measured; the order is fixed, so a number names the
-// same row in every run. While a row is measured the progress file holds "<number> <name>"
-// (empty between rows): a run that dies, or that gpu-check kills because one row ran too long
-// (a hung kernel), leaves there the row to blame. The rerun past that row (resume) does not
-// run the rows before it; with a results file, to which every finished row is appended, it
-// takes their outcomes from the runs before, so that the table's choices (the fastest tiles,
-// the faster opt-ins) still compare every row. Rows that --kernels-skip names are not run
-// (gpu-check skips the rows that died or hung when Nsight Compute replays a section).
+// same row in every run. A row's name is "<section>: <row>" (trident-bench's sections repeat
+// rows' names: one section per head dim). While a row is measured the progress file holds
+// "<number> <name>" (empty between rows): a run that dies, or that gpu-check kills because one
+// row ran too long (a hung kernel), leaves there the row to blame. The rerun past that row
+// (resume) does not run the rows before it; with a results file, to which every finished row
+// is appended, it takes their outcomes from the runs before, so that the table's choices (the
+// fastest tiles, the faster opt-ins) still compare every row. Rows that --kernels-skip names
+// are not run (gpu-check skips the rows that died or hung when Nsight Compute replays a
+// section).
 #pragma once
 
 #include <map>

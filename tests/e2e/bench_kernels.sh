@@ -65,7 +65,7 @@ echo "ok: kernel table on the GPU"
 # measured nor printed, row 2 a FAILED row, no choices; a clean run leaves the file empty.
 TRIDENT_TEST_CRASH_IN_ROW=2 "$bench" --kernels-quick --kernels-only gelu --kernels-progress "$tmp/progress" \
   >/dev/null 2>&1 && { echo "FAIL: the run with a row that aborts exited 0"; exit 1; }
-[[ $(cat "$tmp/progress") == "2 gelu bwd" ]] || { echo "FAIL: --kernels-progress: '$(cat "$tmp/progress")'"; exit 1; }
+[[ $(cat "$tmp/progress") == "2 gelu: gelu bwd" ]] || { echo "FAIL: --kernels-progress: '$(cat "$tmp/progress")'"; exit 1; }
 rerun=$("$bench" --kernels-quick --kernels-only gelu --kernels-resume 2 --kernels-progress "$tmp/progress" 2>&1)
 if grep -q "^kernel " <<<"$rerun" || [[ $(grep -c "^gelu" <<<"$rerun") -ne 1 ]] ||
    ! grep -q "^gelu bwd .*FAILED: skipped: the run before died in it" <<<"$rerun" ||
@@ -73,3 +73,12 @@ if grep -q "^kernel " <<<"$rerun" || [[ $(grep -c "^gelu" <<<"$rerun") -ne 1 ]] 
   echo "FAIL: --kernels-resume 2:"; echo "$rerun"; exit 1
 fi
 echo "ok: --kernels-progress names the row a run died in; --kernels-resume reruns past it"
+# --kernels-skip takes the row's name in its section, as --kernels-progress gives it.
+skipped=$("$bench" --kernels-quick --kernels-only gelu --kernels-skip "gelu: gelu bwd" --kernels-skip "gelu fwd" 2>&1)
+if ! grep -q "^gelu bwd .*FAILED: skipped: --kernels-skip" <<<"$skipped" ||
+   grep -q "^gelu fwd .*FAILED" <<<"$skipped"; then
+  echo "FAIL: --kernels-skip \"gelu: gelu bwd\" (and a name without its section, which names no row):"
+  echo "$skipped"; exit 1
+fi
+echo "ok: --kernels-skip leaves out the row of that section"
+

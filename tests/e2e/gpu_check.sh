@@ -46,7 +46,7 @@ if [[ $1 == --kernels ]]; then
   if [[ -n ${FAKE_BENCH_CRASH:-} && ($* != *--kernels-resume* || $FAKE_BENCH_CRASH == always) ]]; then
     echo "kernel                       shape                                 ms/call     achieved   of peak"
     echo "layernorm fwd                32768x2048 bf16                        0.0882    3048 GB/s     71.4%"
-    [[ $FAKE_BENCH_CRASH == outside ]] || echo "7 attn fwd, wgmma" >"$3"
+    [[ $FAKE_BENCH_CRASH == outside ]] || echo "7 attention D64: attn fwd, wgmma" >"$3"
     [[ $FAKE_BENCH_CRASH == hang ]] && exec sleep 300
     echo "trident-bench: CUDA error an illegal instruction was encountered" >&2
     exit 134
@@ -226,16 +226,16 @@ OUT=$work/crash TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_G
   >"$work/crash.log" 2>&1
 rc=$?
 ((rc == 1)) || fail "a kernel table that died: gpu-check exited $rc, expected 1"
-grep -q "died in row 7 (attn fwd, wgmma): rerun past it" "$work/crash.log" || fail "no rerun past the row it died in"
+grep -q "died in row 7 (attention D64: attn fwd, wgmma): rerun past it" "$work/crash.log" || fail "no rerun past the row it died in"
 n=$(grep -c -- "--kernels --kernels-progress .* --kernels-results .* --kernels-resume 7 |" "$calls")
 ((n == 1)) || fail "$n reruns with --kernels-resume 7, expected 1"
-grep -q "^result: FAILED: trident-bench --kernels: died in row 7 (attn fwd, wgmma), rc 134$" "$work/crash.log" ||
+grep -q "^result: FAILED: trident-bench --kernels: died in row 7 (attention D64: attn fwd, wgmma), rc 134$" "$work/crash.log" ||
   fail "the death is not a failed step naming the row"
 grep -q "^attn bwd, 2-consumer ws .* B8 T1024 H16 D128" <(sed -n '/summary/,$p' "$work/crash.log") ||
   fail "the rows after the row it died in are not in the summary"
 n=$(grep -c "| TRIDENT_ATTN_BWD_WS=1 $" "$calls")
 ((n == 2)) || fail "$n runs with the rerun's choice of tiles, expected 2 (gpt2-1.3b+tuned and x8)"
-n=$(grep "^ncu " "$calls" | grep -c -- "--kernels-once --kernels-skip attn fwd, wgmma$")
+n=$(grep "^ncu " "$calls" | grep -c -- "--kernels-once --kernels-skip attention D64: attn fwd, wgmma$")
 ((n == 5)) || fail "$n of the ncu runs leave out the row that died, expected 5: $(grep "^ncu " "$calls" | head -2)"
 # Dying in the same row again (no further on), or outside every row: no rerun past it.
 for mode in always outside; do
@@ -258,8 +258,8 @@ rc=$?
 took=$(($(date +%s) - start))
 ((rc == 1)) || fail "a kernel table that hung: gpu-check exited $rc, expected 1"
 ((took < 60)) || fail "a kernel table that hung: gpu-check took $took s"
-grep -q "hung (over 2 s) in row 7 (attn fwd, wgmma): rerun past it" "$work/hang.log" || fail "no rerun past the hung row"
-grep -q "^result: FAILED: trident-bench --kernels: hung (over 2 s) in row 7 (attn fwd, wgmma), rc 125$" "$work/hang.log" ||
+grep -q "hung (over 2 s) in row 7 (attention D64: attn fwd, wgmma): rerun past it" "$work/hang.log" || fail "no rerun past the hung row"
+grep -q "^result: FAILED: trident-bench --kernels: hung (over 2 s) in row 7 (attention D64: attn fwd, wgmma), rc 125$" "$work/hang.log" ||
   fail "the hang is not a failed step naming the row"
 grep -q "^attn bwd, 2-consumer ws .* B8 T1024 H16 D128" <(sed -n '/summary/,$p' "$work/hang.log") ||
   fail "the rows after the hung row are not in the summary"
