@@ -59,17 +59,24 @@ std::string first_failure(Comm& c, const std::string& mine) {
 }
 
 void run_sharing_first_failure(Comm& c, const std::function<void()>& step) {
+  // The message shared goes with its kind's letter: 'S' a storage failure, 'E' any other.
   std::string why;
   std::exception_ptr error;
   try {
     step();
+  } catch (const StorageError& e) {
+    why = std::string("S") + e.what();
+    error = std::current_exception();
   } catch (const std::exception& e) {
-    why = e.what();
+    why = std::string("E") + e.what();
     error = std::current_exception();
   }
   const std::string failure = first_failure(c, why);
   if (error) std::rethrow_exception(error);
-  if (!failure.empty()) throw ConfigError(failure);
+  if (failure.empty()) return;
+  // A full disk that stopped another rank is no error of this rank's input either (exit 3).
+  if (failure[0] == 'S') throw StorageError(failure.substr(1));
+  throw ConfigError(failure.substr(1));
 }
 
 }  // namespace trident

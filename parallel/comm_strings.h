@@ -28,8 +28,8 @@ std::string first_failure(Comm& c, const std::string& mine);
 
 // Runs `step` on this rank, then shares the lowest failing rank's error over `c`: a rank whose
 // step threw rethrows its own exception (keeping its kind), every other rank throws a
-// ConfigError with that rank's message, so that no rank goes on to wait for one that stopped.
-// Collective over `c`.
+// ConfigError with that rank's message (a StorageError for that rank's StorageError), so
+// that no rank goes on to wait for one that stopped. Collective over `c`.
 void run_sharing_first_failure(Comm& c, const std::function<void()>& step);
 
 }  // namespace trident

@@ -1,5 +1,6 @@
 // Shared main() wrapper: every tool reports a user error (a bad flag or a bad file) as one
-// line, `trident-<tool>: error: <what>`, and exits 2; a bug or a runtime failure exits 3.
+// line, `trident-<tool>: error: <what>`, and exits 2; a bug or a runtime failure (a full
+// disk included: StorageError) exits 3.
 // Under MPI, user errors are normally seen identically by every rank (the same flags, the
 // same vocabulary file, rank 0's data error passed to all), so rank 0 alone prints (another
 // rank only after a wait, for an error it saw alone); other failures are printed by the
@@ -7,8 +8,10 @@
 // aborts the job.
 #pragma once
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <string>
@@ -18,24 +21,30 @@
 
 namespace trident {
 
-// A user's error (a bad flag or a bad file): rank 0 prints it at once; another rank only
-// after a wait, which rank 0's abort normally cuts short when every rank saw the same
-// error, so that a rank that saw it alone still gets to say what it was. Exit status 2.
-inline int user_error(const char* tool, const std::exception& e, int rank) {
+// A user's error (a bad flag or a bad file), or a storage failure, which every rank that
+// writes to that storage may see: rank 0 prints it at once; another rank only after a wait,
+// which rank 0's abort normally cuts short when every rank saw the same error, so that a
+// rank that saw it alone still gets to say what it was. Returns `status`.
+inline int user_error(const char* tool, const std::exception& e, int rank, int status = 2) {
   if (rank == 0) {
     std::fprintf(stderr, "%s: error: %s\n", tool, e.what());
   } else {
     std::this_thread::sleep_for(std::chrono::seconds(2));
     std::fprintf(stderr, "%s: error on rank %d: %s\n", tool, rank, e.what());
   }
-  return 2;
+  return status;
 }
 
-// A tool that succeeded but whose output did not all reach standard output (a full disk
-// under a redirection) fails: exit 2 with one line on stderr.
+// A tool that succeeded but whose output did not all reach standard output fails with one
+// line on stderr: exit 3 when the last flush says the storage failed (a full disk under a
+// redirection), else 2.
 inline int check_stdout_written(const char* tool) {
-  std::fflush(stdout);
+  const int err = std::fflush(stdout) != 0 ? errno : 0;
   if (!std::ferror(stdout)) return 0;
+  if (storage_failed(err)) {
+    std::fprintf(stderr, "%s: error: standard output: a write failed: %s\n", tool, std::strerror(err));
+    return 3;
+  }
   std::fprintf(stderr, "%s: error: standard output: a write failed (a full disk?)\n", tool);
   return 2;
 }
@@ -46,6 +55,8 @@ inline int run_tool(const char* tool, const std::function<int()>& body, int rank
     return rc == 0 ? check_stdout_written(tool) : rc;
   } catch (const ConfigError& e) {
     return user_error(tool, e, rank);
+  } catch (const StorageError& e) {  // a full disk: a runtime failure, not the user's input
+    return user_error(tool, e, rank, 3);
   } catch (const IoError& e) {
     return user_error(tool, e, rank);
   } catch (const InternalError& e) {

@@ -61,14 +61,16 @@ bool AlignedWriter::set_direct(bool on) {
 
 uint64_t AlignedWriter::xxh3() const { return XXH3_64bits_digest(state(hash_state_)); }
 
+void AlignedWriter::throw_error() const { throw_write_failure(error_, error_errno_); }
+
 void AlignedWriter::throw_if_failed() {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!error_.empty()) throw IoError(error_);
+  if (!error_.empty()) throw_error();
 }
 
 void AlignedWriter::wait_for_free_buffer(std::unique_lock<std::mutex>& lk) {
   cv_.wait(lk, [&] { return !free_.empty() || !error_.empty(); });
-  if (!error_.empty()) throw IoError(error_);
+  if (!error_.empty()) throw_error();
 }
 
 void AlignedWriter::write(const void* data, size_t n) {
@@ -121,14 +123,15 @@ void AlignedWriter::finish() {
   {
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return (queue_.empty() && !busy_) || !error_.empty(); });
-    if (!error_.empty()) throw IoError(error_);
+    if (!error_.empty()) throw_error();
   }
   // The padding of the last direct write went past the true end: cut it off.
   if (file_end_ > size_) {
     while (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
-      if (errno == EINTR) continue;
-      throw IoError(name_ + ": cannot set the file size to " + std::to_string(size_) + " bytes: " +
-                    std::strerror(errno));
+      const int err = errno;
+      if (err == EINTR) continue;
+      throw_write_failure(
+          name_ + ": cannot set the file size to " + std::to_string(size_) + " bytes: " + std::strerror(err), err);
     }
   }
   finished_ = true;
@@ -145,20 +148,24 @@ void AlignedWriter::io_loop() {
     busy_ = true;
     lk.unlock();
     std::string err;
+    int err_no = 0;
     bool ok = true;
     if (!failed_before) {  // after a failure the remaining chunks are only recycled
       XXH3_64bits_update(state(hash_state_), c.buf, c.len);
-      ok = write_chunk(c, &err);
+      ok = write_chunk(c, &err, &err_no);
     }
     lk.lock();
-    if (!ok && error_.empty()) error_ = std::move(err);
+    if (!ok && error_.empty()) {
+      error_ = std::move(err);
+      error_errno_ = err_no;
+    }
     free_.push_back(c.buf);
     busy_ = false;
     cv_.notify_all();
   }
 }
 
-bool AlignedWriter::write_chunk(const Chunk& c, std::string* error) {
+bool AlignedWriter::write_chunk(const Chunk& c, std::string* error, int* error_errno) {
   size_t done = 0;
   while (done < c.len) {
     if (direct_) {
@@ -173,8 +180,9 @@ bool AlignedWriter::write_chunk(const Chunk& c, std::string* error) {
         // failed: continue with buffered writes, whose error, if any, is the one reported.
         direct_ok_ = false;
         if (!set_direct(false)) {
+          *error_errno = errno;
           *error = name_ + ": write failed after " + std::to_string(c.offset + done) +
-                   " bytes: cannot leave direct I/O: " + std::strerror(errno);
+                   " bytes: cannot leave direct I/O: " + std::strerror(*error_errno);
           return false;
         }
         direct_ = false;
@@ -186,8 +194,9 @@ bool AlignedWriter::write_chunk(const Chunk& c, std::string* error) {
       const ssize_t w = ::pwrite(fd_, c.buf + done, c.len - done, static_cast<off_t>(c.offset + done));
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
+        *error_errno = w < 0 ? errno : 0;
         *error = name_ + ": write failed after " + std::to_string(c.offset + done) + " bytes: " +
-                 (w < 0 ? std::strerror(errno) : "no progress");
+                 (w < 0 ? std::strerror(*error_errno) : "no progress");
         return false;
       }
       done += static_cast<size_t>(w);

@@ -79,7 +79,8 @@ class AlignedWriter {
   void wait_for_free_buffer(std::unique_lock<std::mutex>& lk);
   void throw_if_failed();  // with mu_ held or not: reads error_ under the lock
   void io_loop();
-  bool write_chunk(const Chunk& c, std::string* error);  // I/O thread
+  bool write_chunk(const Chunk& c, std::string* error, int* error_errno);  // I/O thread
+  [[noreturn]] void throw_error() const;  // error_ as a StorageError or IoError (mu_ held)
   bool set_direct(bool on);
 
   int fd_;
@@ -101,6 +102,7 @@ class AlignedWriter {
   bool busy_ = false;            // the I/O thread is writing a chunk
   bool stop_ = false;
   std::string error_;            // first failure, already a full message
+  int error_errno_ = 0;          // and its errno (0: none)
   std::thread io_;
 };
 

@@ -36,9 +36,9 @@ void fsync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw IoError(dir + ": cannot open directory to sync: " + errno_str());
   if (::fsync(fd) != 0 && errno != EINVAL) {  // some file systems cannot sync directories
-    const std::string e = errno_str();
+    const int err = errno;
     ::close(fd);
-    throw IoError(dir + ": fsync of directory failed: " + e);
+    throw_write_failure(dir + ": fsync of directory failed: " + std::strerror(err), err);
   }
   ::close(fd);
 }
@@ -77,7 +77,10 @@ AtomicFileWriter::AtomicFileWriter(std::string path, std::optional<AlignedWriter
   }
   tmp_ = path_ + ".tmp-" + unique_token();
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd_ < 0) throw IoError(path_ + ": cannot create temporary file " + tmp_ + ": " + errno_str());
+  if (fd_ < 0) {
+    const int err = errno;
+    throw_write_failure(path_ + ": cannot create temporary file " + tmp_ + ": " + std::strerror(err), err);
+  }
   if (streaming) {
     try {
       stream_ = std::make_unique<AlignedWriter>(fd_, path_, *streaming);
@@ -139,9 +142,10 @@ void AtomicFileWriter::write(const void* data, size_t n) {
     const ssize_t w = ::write(fd_, p, chunk);
     if (w < 0) {
       if (errno == EINTR) continue;
-      const std::string e = errno_str();
+      const int err = errno;
       abort_quietly();
-      throw IoError(path_ + ": write failed after " + std::to_string(written_) + " bytes: " + e);
+      throw_write_failure(path_ + ": write failed after " + std::to_string(written_) + " bytes: " + std::strerror(err),
+                          err);
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -167,26 +171,27 @@ void AtomicFileWriter::commit() {
   if (tmp_.empty()) {  // written in place (not a regular file): nothing to sync or rename
     const int rc = ::close(fd_);
     fd_ = -1;
-    if (rc != 0) throw IoError(path_ + ": close failed: " + errno_str());
+    const int err = errno;
+    if (rc != 0) throw_write_failure(path_ + ": close failed: " + std::strerror(err), err);
     committed_ = true;
     return;
   }
   if (::fsync(fd_) != 0) {
-    const std::string e = errno_str();
+    const int err = errno;
     abort_quietly();
-    throw IoError(path_ + ": fsync failed: " + e);
+    throw_write_failure(path_ + ": fsync failed: " + std::strerror(err), err);
   }
   if (::close(fd_) != 0) {
     fd_ = -1;
-    const std::string e = errno_str();
+    const int err = errno;
     abort_quietly();
-    throw IoError(path_ + ": close failed: " + e);
+    throw_write_failure(path_ + ": close failed: " + std::strerror(err), err);
   }
   fd_ = -1;
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    const std::string e = errno_str();
+    const int err = errno;
     abort_quietly();
-    throw IoError(path_ + ": rename from " + tmp_ + " failed: " + e);
+    throw_write_failure(path_ + ": rename from " + tmp_ + " failed: " + std::strerror(err), err);
   }
   committed_ = true;
   fsync_dir(parent_dir(path_));

@@ -67,7 +67,7 @@ void fsync_tree(const fs::path& dir) {
       const int rc = ::fsync(fd);
       const int e = errno;
       ::close(fd);
-      if (rc != 0) throw IoError(p.string() + ": fsync failed: " + errno_str(e));
+      if (rc != 0) throw_write_failure(p.string() + ": fsync failed: " + errno_str(e), e);
     } else if (it->is_directory(ec)) {
       fsync_dir(p.string());
     }
@@ -197,11 +197,13 @@ TempIterationDir::TempIterationDir(const fs::path& root, int64_t iteration, cons
     : root_(root), path_(temp_iteration_dir(root, iteration, token)), iteration_(iteration) {
   std::error_code ec;
   fs::create_directories(root, ec);
-  if (ec) throw IoError(root.string() + ": cannot create checkpoint directory: " + ec.message());
+  if (ec) throw_write_failure(root.string() + ": cannot create checkpoint directory: " + ec.message(), ec.value());
   save_lock_note_ = hold_save_dir_lock(root);
   removed_stale_ = remove_dead_writers_temporaries(root);
-  if (::mkdir(path_.c_str(), 0755) != 0)
-    throw IoError(path_.string() + ": cannot create temporary checkpoint directory: " + errno_str(errno));
+  if (::mkdir(path_.c_str(), 0755) != 0) {
+    const int err = errno;
+    throw_write_failure(path_.string() + ": cannot create temporary checkpoint directory: " + errno_str(err), err);
+  }
   lock_fd_ = create_writer_lock(path_);
 }
 

@@ -297,7 +297,7 @@ WrittenFile export_hf_gpt2(const std::string& dir, const ModelConfig& cfg, const
   const TensorMap hf = canonical_to_hf_gpt2(cfg, canonical);
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError(dir + ": cannot create export directory: " + ec.message());
+  if (ec) throw_write_failure(dir + ": cannot create export directory: " + ec.message(), ec.value());
 
   // Keep HF's state-dict order: the order of gpt2_param_specs.
   std::vector<std::vector<uint16_t>> converted;

@@ -104,7 +104,7 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
   const fs::path folder = o.training ? iteration_dir(dir, o.iteration) : dir / "release";
   std::error_code ec;
   fs::create_directories(folder, ec);
-  if (ec) throw IoError(folder.string() + ": cannot create: " + ec.message());
+  if (ec) throw_write_failure(folder.string() + ": cannot create: " + ec.message(), ec.value());
   if (o.torch_dist) {
     export_megatron_dist_gpt2(folder, cfg, canonical, o);
     fsync_dir(folder.string());
@@ -218,7 +218,7 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
       w.end();
       const fs::path rank_dir = folder / rank_dir_name(t, p, pp);
       fs::create_directories(rank_dir, ec);
-      if (ec) throw IoError(rank_dir.string() + ": cannot create: " + ec.message());
+      if (ec) throw_write_failure(rank_dir.string() + ": cannot create: " + ec.message(), ec.value());
       write_torch_file((rank_dir / "model_optim_rng.pt").string(), w.finish(), file.storages());
       fsync_dir(rank_dir.string());
     }

@@ -49,7 +49,7 @@ fs::path write_offline_checkpoint(const fs::path& root, CheckpointMetadata meta,
       const std::string rank_dir = rank_dir_name(tp_rank, stage, L.pp);
       std::error_code ec;
       fs::create_directories(temp / rank_dir, ec);
-      if (ec) throw IoError((temp / rank_dir).string() + ": cannot create directory: " + ec.message());
+      if (ec) throw_write_failure((temp / rank_dir).string() + ": cannot create directory: " + ec.message(), ec.value());
       const auto file_meta = rank_file_metadata(L.tp, tp_rank, stage, 0);
       std::vector<std::vector<char>> model_bytes, optim_bytes;
       std::vector<StTensorRef> model_refs, optim_refs;

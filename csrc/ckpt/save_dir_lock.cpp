@@ -91,7 +91,11 @@ std::string hold_save_dir_lock(const fs::path& root) {
     writable = fd >= 0;
     if (fd < 0 && (errno == EACCES || errno == EPERM)) fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   }
-  if (fd < 0) throw IoError(file.string() + ": cannot create the checkpoint directory's lock file: " + std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    throw_write_failure(file.string() + ": cannot create the checkpoint directory's lock file: " + std::strerror(err),
+                        err);
+  }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int e = errno;
     if (cannot_lock_here(e)) {

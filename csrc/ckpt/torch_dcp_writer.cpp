@@ -41,12 +41,15 @@ DcpWriter::Piece DcpWriter::append(int rank, const std::string& bytes) {
   if (f.fd < 0) {
     f.name = "__" + std::to_string(rank) + "_0.distcp";
     f.fd = ::open((dir_ / f.name).c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (f.fd < 0) throw IoError((dir_ / f.name).string() + ": cannot create: " + std::strerror(errno));
+    const int err = errno;
+    if (f.fd < 0) throw_write_failure((dir_ / f.name).string() + ": cannot create: " + std::strerror(err), err);
   }
   for (size_t done = 0; done < bytes.size();) {
     const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw IoError((dir_ / f.name).string() + ": cannot write: " + std::strerror(errno));
+    const int err = n < 0 ? errno : 0;
+    if (err == EINTR) continue;
+    if (n <= 0)
+      throw_write_failure((dir_ / f.name).string() + ": cannot write: " + (err ? std::strerror(err) : "no progress"), err);
     done += static_cast<size_t>(n);
   }
   Piece p;
@@ -207,10 +210,16 @@ void DcpWriter::finish() {
   finished_ = true;
   for (auto& [rank, f] : files_) {
     const std::string path = (dir_ / f.name).string();
-    if (::fsync(f.fd) != 0) throw IoError(path + ": cannot write: fsync: " + std::strerror(errno));
+    if (::fsync(f.fd) != 0) {
+      const int err = errno;
+      throw_write_failure(path + ": cannot write: fsync: " + std::strerror(err), err);
+    }
     const int fd = f.fd;
     f.fd = -1;
-    if (::close(fd) != 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+    if (::close(fd) != 0) {
+      const int err = errno;
+      throw_write_failure(path + ": cannot write: " + std::strerror(err), err);
+    }
   }
   write_file_atomic((dir_ / ".metadata").string(), metadata_pickle());
   fsync_dir(dir_.string());

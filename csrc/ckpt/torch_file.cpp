@@ -553,22 +553,26 @@ void write_torch_file(const std::string& path, const std::string& pickle, const 
   const std::string stem = std::filesystem::path(path).stem().string();
   const bool ok = add_torch_entries(z, stem, pickle, storages);
   std::string what;
-  if (!ok) {
+  int err = 0;  // the errno behind a failure, where libzip has one
+  const auto failed = [&] {
     what = zip_strerror(z);
+    zip_error_t* e = zip_get_error(z);
+    if (zip_error_system_type(e) == ZIP_ET_SYS) err = zip_error_code_system(e);
     zip_discard(z);
-  } else if (zip_close(z) != 0) {
-    what = zip_strerror(z);
-    zip_discard(z);
-  }
+  };
+  if (!ok || zip_close(z) != 0) failed();
   if (what.empty()) {  // durable before a caller renames or points at it
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::fsync(fd) != 0) what = std::string("fsync: ") + std::strerror(errno);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      err = errno;
+      what = std::string("fsync: ") + std::strerror(err);
+    }
     if (fd >= 0) ::close(fd);
   }
   if (!what.empty()) {
     std::error_code ec;
     std::filesystem::remove(path, ec);
-    throw IoError(path + ": cannot write: " + what);
+    throw_write_failure(path + ": cannot write: " + what, err);
   }
 }
 

@@ -1,8 +1,10 @@
 // Typed errors. Config and I/O problems throw one of these; each tool's main() catches
-// them, prints `trident-<tool>: error: <message>` and exits 2 (see tool_main.h).
+// them, prints `trident-<tool>: error: <message>` and exits 2, or 3 for a StorageError
+// (see tool_main.h).
 // CUDA/NCCL/MPI failures do not throw: they abort the job with the call, file and line.
 #pragma once
 
+#include <cerrno>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -26,6 +28,25 @@ class IoError : public Error {
  public:
   using Error::Error;
 };
+
+// The storage failed a write that was valid: a full disk or quota, a file-size limit, an I/O
+// error. Not the user's input: the tools exit 3 (a runtime failure, which a rerun with room
+// gets past) where a path that cannot be written at all (no such folder, no permission) is an
+// IoError, exit 2. Caught as an IoError everywhere else: its clean-up is the same.
+class StorageError : public IoError {
+ public:
+  using IoError::IoError;
+};
+
+// Whether errno `err` of a failed write or sync says the storage ran out or failed.
+inline bool storage_failed(int err) { return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO; }
+
+// Throws `message` (which names the file and says what failed) as a StorageError when errno
+// `err` is the storage's failure, else as an IoError.
+[[noreturn]] inline void throw_write_failure(const std::string& message, int err) {
+  if (storage_failed(err)) throw StorageError(message);
+  throw IoError(message);
+}
 
 // An internal invariant was violated (a bug, not bad input).
 class InternalError : public Error {

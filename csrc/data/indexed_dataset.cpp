@@ -22,9 +22,15 @@ constexpr uint64_t kVersion = 1;
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
 std::string errno_text() { return std::strerror(errno); }
 
+// Throws "<path><what><strerror>" for the write that just failed (throw_write_failure: a full
+// disk is a StorageError).
+[[noreturn]] void throw_failed_write(const std::string& path, const char* what) {
+  const int err = errno;
+  throw_write_failure(detail::concat(path, what, std::strerror(err)), err);
+}
+
 void write_all(std::FILE* f, const void* data, size_t bytes, const std::string& path) {
-  if (bytes && std::fwrite(data, 1, bytes, f) != bytes)
-    throw IoError(detail::concat(path, ": write failed: ", errno_text()));
+  if (bytes && std::fwrite(data, 1, bytes, f) != bytes) throw_failed_write(path, ": write failed: ");
 }
 
 template <typename T>
@@ -110,7 +116,7 @@ IndexedDatasetBuilder::IndexedDatasetBuilder(std::string prefix, IndexDType dtyp
   bin_tmp_ = bin_path(prefix_) + tag;
   idx_tmp_ = idx_path(prefix_) + tag;
   bin_ = std::fopen(bin_tmp_.c_str(), "wb");
-  if (!bin_) throw IoError(detail::concat(bin_path(prefix_), ": cannot create: ", errno_text()));
+  if (!bin_) throw_failed_write(bin_path(prefix_), ": cannot create: ");
 }
 
 IndexedDatasetBuilder::~IndexedDatasetBuilder() {
@@ -183,7 +189,7 @@ void IndexedDatasetBuilder::prepare() {
   TRIDENT_CHECK(state_ == State::kWriting, "prepare() after prepare(), commit() or abort()");
   if (std::fclose(bin_) != 0) {
     bin_ = nullptr;
-    throw IoError(detail::concat(bin_tmp_, ": write failed: ", errno_text()));
+    throw_failed_write(bin_tmp_, ": write failed: ");
   }
   bin_ = nullptr;
   std::vector<char> idx;
@@ -202,14 +208,14 @@ void IndexedDatasetBuilder::prepare() {
   }
   for (int64_t d : doc_idx_) put<int64_t>(idx, d);
   std::FILE* f = std::fopen(idx_tmp_.c_str(), "wb");
-  if (!f) throw IoError(detail::concat(idx_path(prefix_), ": cannot create: ", errno_text()));
+  if (!f) throw_failed_write(idx_path(prefix_), ": cannot create: ");
   try {
     write_all(f, idx.data(), idx.size(), idx_tmp_);
   } catch (...) {
     std::fclose(f);
     throw;
   }
-  if (std::fclose(f) != 0) throw IoError(detail::concat(idx_tmp_, ": write failed: ", errno_text()));
+  if (std::fclose(f) != 0) throw_failed_write(idx_tmp_, ": write failed: ");
   state_ = State::kPrepared;
 }
 

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -68,7 +69,7 @@ struct PendingSave {
   // The writer's results: "path size xxh3" lines and their bytes, or the error that stopped it.
   std::string records;
   uint64_t bytes = 0;
-  std::string error;
+  std::exception_ptr error;  // rethrown as it was thrown: a full disk stays a StorageError
   std::atomic<bool> written{false};
   std::thread writer;
 

@@ -47,8 +47,11 @@ void append_progress(const fs::path& dir, int world, const std::string& event) {
   std::ofstream out(path, std::ios::app);
   out << stamp << "\tJob ID: " << (job ? job : "") << "\t# GPUs: " << world << '\t' << event << '\n';
   out.flush();
-  if (!out)
-    throw IoError(path.string() + ": cannot append to the progress log (--log-progress): " + std::strerror(errno));
+  if (!out) {
+    const int err = errno;
+    throw_write_failure(path.string() + ": cannot append to the progress log (--log-progress): " + std::strerror(err),
+                        err);
+  }
 }
 
 std::optional<ProgressStart> progress_start(const fs::path& dir, int world) {

@@ -79,11 +79,13 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) :
   first.set_wall_time(now_seconds());
   first.set_file_version("brain.Event:2");
   write_record(first.SerializeAsString());
-  if (std::fflush(file_) != 0 && error_.empty()) error_ = std::string("flush failed: ") + std::strerror(errno);
+  if (std::fflush(file_) != 0 && error_.empty()) note_error("flush failed: ", errno);
   if (!error_.empty()) {  // a full disk: no event file left behind
     std::fclose(file_);
     std::remove(path_.c_str());
-    throw ConfigError("--tensorboard-dir: " + path_ + ": " + error_);
+    const std::string what = "--tensorboard-dir: " + path_ + ": " + error_;
+    if (storage_failed(error_errno_)) throw StorageError(what);
+    throw ConfigError(what);
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -108,7 +110,7 @@ void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t
     cv_room_.wait(lock, [&] { return queue_.size() < max_queue_ || !error_.empty(); });
     // A write that failed (a full disk) stops the run at the next scalar, as Megatron's
     // writer raises its thread's error, rather than after the last iteration.
-    if (!error_.empty()) throw IoError(path_ + ": " + error_);
+    if (!error_.empty()) throw_write_failure(path_ + ": " + error_, error_errno_);
     queue_.push_back(Item{tag, static_cast<float>(value), step, wall_time});
     ++queued_;
   }
@@ -120,15 +122,23 @@ void TensorBoardWriter::flush() {
   const uint64_t target = queued_;
   cv_work_.notify_one();
   cv_done_.wait(lock, [&] { return flushed_ >= target; });
-  if (!error_.empty()) throw IoError(path_ + ": " + error_);
+  if (!error_.empty()) throw_write_failure(path_ + ": " + error_, error_errno_);
+}
+
+// The first failure only (mu_ held, or before the thread starts).
+void TensorBoardWriter::note_error(const char* what, int err) {
+  if (!error_.empty()) return;
+  error_ = what + std::string(std::strerror(err));
+  error_errno_ = err;
 }
 
 // Called by the constructor (before the thread starts) and by the thread only.
 void TensorBoardWriter::write_record(const std::string& payload) {
   const std::string frame = tfrecord_frame(payload);
   if (std::fwrite(frame.data(), 1, frame.size(), file_) != frame.size()) {
+    const int err = errno;
     std::lock_guard<std::mutex> lock(mu_);
-    if (error_.empty()) error_ = std::string("write failed: ") + std::strerror(errno);
+    note_error("write failed: ", err);
   }
 }
 
@@ -154,8 +164,9 @@ void TensorBoardWriter::run() {
       write_record(ev.SerializeAsString());
     }
     const bool flush_ok = std::fflush(file_) == 0;
+    const int flush_errno = errno;
     lock.lock();
-    if (!flush_ok && error_.empty()) error_ = std::string("flush failed: ") + std::strerror(errno);
+    if (!flush_ok) note_error("flush failed: ", flush_errno);
     written_ += batch.size();
     flushed_ = written_;
     cv_done_.notify_all();

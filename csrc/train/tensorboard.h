@@ -63,6 +63,7 @@ class TensorBoardWriter {
   };
   void run();
   void write_record(const std::string& payload);
+  void note_error(const char* what, int err);
 
   std::string path_;
   std::FILE* file_ = nullptr;
@@ -73,6 +74,7 @@ class TensorBoardWriter {
   uint64_t queued_ = 0, written_ = 0, flushed_ = 0;  // guarded by mu_
   bool stop_ = false;
   std::string error_;  // first write error, guarded by mu_
+  int error_errno_ = 0;  // and its errno
   std::thread thread_;
 };
 

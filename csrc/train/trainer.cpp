@@ -1264,8 +1264,9 @@ void Trainer::train() {
       // the run now, as Python's print raises in Megatron, not silently at exit 0. (Not on
       // the other ranks' null stream, which is never good.)
       if (out_ == &log_ && log_was_good && !log_)
-        throw IoError("the training log (standard output): a write failed" +
-                      (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()));
+        throw_write_failure("the training log (standard output): a write failed" +
+                                (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()),
+                            write_errno);
       if (timers_.any()) {
         const std::string block = format_timers(timers_.take(par_->world.get(), 0, n), timing_log_option);
         if (!block.empty()) out << block << std::endl;

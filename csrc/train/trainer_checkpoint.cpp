@@ -488,7 +488,8 @@ void Trainer::save_checkpoint(SaveKind kind) {
   std::error_code mkdir_error;  // a full disk or inode table: one line, as a failed write
   fs::create_directories(save->temp / rank_dir, mkdir_error);
   if (mkdir_error)
-    throw IoError((save->temp / rank_dir).string() + ": cannot create the directory: " + mkdir_error.message());
+    throw_write_failure((save->temp / rank_dir).string() + ": cannot create the directory: " + mkdir_error.message(),
+                        mkdir_error.value());
   save->file_metadata = rank_file_metadata(grid.shape.tp, grid.tp_rank, grid.pp_rank, grid.dp_rank);
   const ParamStore& P = model().params();
   // What the data-parallel ranks hold alike (the parameters; without ZeRO, the optimizer
@@ -540,8 +541,8 @@ void Trainer::save_checkpoint(SaveKind kind) {
   s.writer = std::thread([&s] {
     try {
       s.write_files();
-    } catch (const std::exception& e) {
-      s.error = e.what();
+    } catch (...) {
+      s.error = std::current_exception();
     }
     s.written.store(true, std::memory_order_release);
   });
@@ -666,7 +667,7 @@ void Trainer::finish_save(bool wait) {
   const CollectiveTimeoutSuspended io;  // ranks wait for each other's writes: no time limit
   if (pending_save_->writer.joinable()) pending_save_->writer.join();
   // A rank whose write failed ends the job (the others wait for it below).
-  if (!pending_save_->error.empty()) throw IoError(pending_save_->error);
+  if (pending_save_->error) std::rethrow_exception(pending_save_->error);
   commit_save();
 }
 

@@ -136,15 +136,16 @@ fi
 # --save-canonical into a directory that does not exist: refused at start, not after training.
 expect_error --save-canonical "${tiny[@]}" --mock-data --save-canonical "$tmp/no/such/dir/params.safetensors"
 # Outputs that stop being writable during the run (a full disk; here a file-size limit,
-# SIGXFSZ ignored so that writes fail with EFBIG): the run stops there, exit 2, one line
-# naming the file, instead of training on (the TensorBoard events) or ending with exit 0.
+# SIGXFSZ ignored so that writes fail with EFBIG): the run stops there, exit 3 (a runtime
+# failure, not bad input), one line naming the file, instead of training on (the TensorBoard
+# events) or ending with exit 0.
 run=("$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --mock-data --eval-iters 0 --log-interval 1
      --train-iters 200)
 (ulimit -f 4; trap '' XFSZ; exec "${run[@]}" --tensorboard-dir "$tmp/tb") > >(cat >"$tmp/tb.out") 2>"$tmp/tb.err"
 rc=$?
 sleep 0.2  # the log's reader
 last=$(grep '^ iteration ' "$tmp/tb.out" | tail -1 | sed -E 's/^ iteration +([0-9]+)\/.*/\1/')
-if [[ $rc -eq 2 && $(wc -l <"$tmp/tb.err") -eq 1 && ${last:-200} -lt 50 ]] &&
+if [[ $rc -eq 3 && $(wc -l <"$tmp/tb.err") -eq 1 && ${last:-200} -lt 50 ]] &&
     grep -q '^trident-train: error: .*/tb/events.out.tfevents.*: \(write\|flush\) failed: File too large$' "$tmp/tb.err"; then
   echo "ok: an event file that cannot grow stops the run at iteration $last: $(cat "$tmp/tb.err")"
 else
@@ -153,7 +154,7 @@ else
 fi
 (ulimit -f 4; trap '' XFSZ; exec "${run[@]}" >"$tmp/log.out") 2>"$tmp/log.err"
 rc=$?
-if [[ $rc -eq 2 && $(cat "$tmp/log.err") == "trident-train: error: the training log (standard output): a write failed: File too large" ]]; then
+if [[ $rc -eq 3 && $(cat "$tmp/log.err") == "trident-train: error: the training log (standard output): a write failed: File too large" ]]; then
   echo "ok: a log that cannot grow stops the run: $(cat "$tmp/log.err")"
 else
   echo "FAIL: a log that cannot grow: rc=$rc, $(cat "$tmp/log.err")"; fails=$((fails + 1))

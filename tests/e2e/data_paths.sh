@@ -9,7 +9,8 @@
 #    prefix stops at start naming --train-iters;
 #  - --data-path with a per-split path is one error line and exit 2;
 #  - --data-args-path and --per-split-data-args-path (files of those words) train as the
-#    words would, and their errors name the file.
+#    words would, and their errors name the file;
+#  - trident-preprocess on a full disk: one line, exit 3, nothing left behind.
 #   tests/e2e/data_paths.sh <trident-train> <trident-preprocess> <repo> <gpt2 dir> <trident-eval>
 set -uo pipefail
 train=$1 preprocess=$2 repo=$3 vocab=$4 eval_tool=$5
@@ -26,6 +27,19 @@ losses() { grep '^ iteration ' "$1" | sed -E 's/.*lm loss: ([0-9.E+-]+).*/\1/'; 
   --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" --append-eod --workers 1 >/dev/null 2>&1 ||
   { echo "FAIL: preprocessing the demo corpus"; exit 1; }
 P=$tmp/demo_text_document
+# The disk filling up during preprocessing (here a file-size limit of 8 KiB, SIGXFSZ ignored so
+# that writes fail with EFBIG): one line naming the file, exit 3 (a runtime failure, not the
+# user's input), and nothing left under the output prefix.
+(ulimit -f 8; trap '' XFSZ; exec "$preprocess" --input "$tmp/demo.jsonl" --json-keys text --output-prefix "$tmp/full" \
+  --tokenizer-type GPT2BPETokenizer --vocab-file "$vocab/gpt2-vocab.json" --merge-file "$vocab/gpt2-merges.txt" \
+  --append-eod --workers 1) >/dev/null 2>"$tmp/pre_full.err"
+rc=$?
+if [[ $rc -eq 3 && $(grep -c error "$tmp/pre_full.err") -eq 1 ]] && ! ls "$tmp" | grep -q '^full' &&
+    tail -1 "$tmp/pre_full.err" | grep -q "^trident-preprocess: error: $tmp/full_text_document.bin.*: write failed: File too large$"; then
+  ok "a full disk while preprocessing: exit 3, nothing left: $(tail -1 "$tmp/pre_full.err")"
+else
+  fail "a full disk while preprocessing: rc $rc, $(ls "$tmp" | grep '^full' | tr '\n' ' ')$(cat "$tmp/pre_full.err")"
+fi
 run() {
   "$train" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --vocab-file "$vocab/gpt2-vocab.json" \
     --merge-file "$vocab/gpt2-merges.txt" --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 \
@@ -85,9 +99,9 @@ if [[ -n $got && -n $want ]] && python3 -c "import sys; a, b = map(float, sys.ar
 else
   fail "trident-eval --full-validation: '$got' vs '$want'"; cat "$tmp/full_eval.log"
 fi
-run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V" --train-iters 2 --full-validation >/dev/null 2>"$tmp/full.err"
-[[ $? -eq 2 && $(wc -l <"$tmp/full.err") -eq 1 ]] && grep -q -- '--valid-data-path: --full-validation reads each' "$tmp/full.err" &&
-  ok "$(cat "$tmp/full.err")" || fail "--full-validation of a weighted blend: $(cat "$tmp/full.err")"
+run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V" --train-iters 2 --full-validation >/dev/null 2>"$tmp/pre_full.err"
+[[ $? -eq 2 && $(wc -l <"$tmp/pre_full.err") -eq 1 ]] && grep -q -- '--valid-data-path: --full-validation reads each' "$tmp/pre_full.err" &&
+  ok "$(cat "$tmp/pre_full.err")" || fail "--full-validation of a weighted blend: $(cat "$tmp/pre_full.err")"
 
 # Megatron's --multiple-validation-sets: each prefix of --valid-data-path evaluated alone,
 # "validation-0 loss at ...", "validation-1 loss at ...". Set 0 is V: its losses are the

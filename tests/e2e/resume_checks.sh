@@ -173,13 +173,14 @@ else
 fi
 (ulimit -f 64; trap '' XFSZ; exec "$convert" --to hf --load "$tmp/ck" --save "$tmp/made/here/hf") >"$tmp/hf2.log" 2>&1
 rc=$?
-if [[ $rc -eq 2 && ! -e $tmp/made ]]; then
+if [[ $rc -eq 3 && ! -e $tmp/made ]]; then  # 3: a full disk is no bad input
   ok "a failed export leaves no folder it made: $(cat "$tmp/hf2.log")"
 else
   fail "a failed export: rc $rc, $(ls -R "$tmp/made" 2>&1 | head -5)"; cat "$tmp/hf2.log"
 fi
 # ---- a save that fails (a full disk: here a file-size limit) leaves no temporary behind,
-# and no --save folder the run made; into an existing folder, with --async-save, neither
+# and no --save folder the run made; into an existing folder, with --async-save, neither.
+# Exit 3, a runtime failure: a full disk is not the user's input (a rerun with room succeeds).
 for async in "" --async-save; do
   [[ -n $async ]] && mkdir -p "$tmp/full"
   (ulimit -f 256; trap '' XFSZ; exec "$train" "${args[@]}" --train-iters 2 --load "$tmp/full/ck" --save "$tmp/full/ck" \
@@ -187,7 +188,7 @@ for async in "" --async-save; do
     >"$tmp/full.log" 2>&1
   rc=$?
   left=$(find "$tmp/full" -name "iter_*" 2>/dev/null)
-  if [[ $rc -eq 2 && -z $left ]] && grep -q "write failed after .*File too large" "$tmp/full.log" &&
+  if [[ $rc -eq 3 && -z $left ]] && grep -q "write failed after .*File too large" "$tmp/full.log" &&
       { [[ -n $async ]] || [[ ! -e $tmp/full ]]; }; then
     ok "a failed save${async:+ ($async)} leaves nothing behind: $(grep error "$tmp/full.log")"
   else

@@ -73,18 +73,19 @@ inline void spit(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// Runs `fn`, expects an IoError whose message contains every one of `parts`.
-template <typename Fn>
+// Runs `fn`, expects an IoError (or the kind of IoError given, e.g. StorageError for a full
+// disk) whose message contains every one of `parts`.
+template <typename Expected = IoError, typename Fn>
 void expect_io_error(Fn&& fn, std::initializer_list<std::string> parts) {
   try {
     fn();
-    ADD_FAILURE() << "expected IoError";
-  } catch (const IoError& e) {
+    ADD_FAILURE() << "expected an IoError";
+  } catch (const Expected& e) {
     const std::string msg = e.what();
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "message spans lines: " << msg;
     for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
   } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected IoError, got: " << e.what();
+    ADD_FAILURE() << "expected another kind of error, got: " << e.what();
   }
 }
 

@@ -157,7 +157,7 @@ TEST(AlignedWriter, DiskFullIsANamedError) {
   ASSERT_GE(fd, 0);
   {
     AlignedWriter w(fd, "/dev/full", {8192, 2, true});
-    expect_io_error(
+    expect_io_error<StorageError>(  // a full disk is the storage's failure (exit 3), not a bad path
         [&] {
           w.write(data.data(), data.size());  // the error may surface here or at finish()
           w.finish();
@@ -227,7 +227,7 @@ TEST(AtomicFileWriterStreaming, FullDiskLeavesNothingAndNamesTheFile) {
   {
     FileSizeLimit limit(300'000);
     ASSERT_TRUE(limit.ok());
-    expect_io_error(
+    expect_io_error<StorageError>(
         [&] {
           write_safetensors(path, {{"t", StDType::U8, {static_cast<int64_t>(data.size())}, data.data()}});
         },
@@ -293,6 +293,15 @@ TEST(AtomicFileWriter, ReplacesLinksAndWritesFifosAndStdoutInPlace) {
   const std::string sub = dir / "sub";
   std::filesystem::create_directory(sub);
   expect_io_error([&] { write_file_atomic(sub, "x"); }, {sub + ": is a directory"});
+  // A path that cannot be written at all is the user's to fix (exit 2), not the storage's failure.
+  try {
+    write_file_atomic(target + "/below", "x");  // under a file: ENOTDIR
+    ADD_FAILURE() << "wrote under a file";
+  } catch (const StorageError& e) {
+    ADD_FAILURE() << "a StorageError: " << e.what();
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::strerror(ENOTDIR)), std::string::npos) << e.what();
+  }
 
   // Standard output redirected to a log (>>): the log keeps its earlier lines.
   const std::string log = dir / "log.txt";
