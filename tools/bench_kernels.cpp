@@ -243,11 +243,12 @@ class Bench {
   void note_progress(const std::string& row) const {
     book_.note_progress(row_number_, row.empty() ? row : qualified(row));
   }
-  // A row's name in its section ("attention D64: attention fwd"), as --kernels-progress gives
+  // A row's name in its section ("attention D64: attn fwd, wgmma"), as --kernels-progress gives
   // it and --kernels-skip takes it: the head dims' sections have rows of the same names.
   std::string qualified(const std::string& row) const { return section_.empty() ? row : section_ + ": " + row; }
   // Whether every row's outcome is known (the choices across the table need them all).
   bool complete() const { return book_.complete(); }
+  std::vector<std::string> unmatched_skips() const { return book_.unmatched_skips(); }
   const std::vector<Row>& rows() const { return rows_; }
   double peak_bw() const { return peak_bw_; }
   double peak_fl() const { return peak_fl_; }
@@ -901,6 +902,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   // (--kernels-only leaves the peaks out: "of peak" then reads 0).
   std::printf("peaks measured in this run: device copy %.0f GB/s (read + write), bf16 GEMM %.1f TFLOP/s\n",
               b.peak_bw(), b.peak_fl());
+  for (const std::string& s : b.unmatched_skips())
+    std::printf("note: --kernels-skip \"%s\" named no row (a row's name is \"SECTION: ROW\")\n", s.c_str());
   // The choices below compare rows across the table: a rerun past a row knows the rows before
   // it from --kernels-results only; without it, it makes none (gpu-check then trains with the
   // defaults only).

@@ -372,7 +372,7 @@ fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const 
   OutputWriteGuard guard;
   guard.created = missing_directories(parent);
   fs::create_directories(parent, ec);
-  if (ec) throw IoError(parent.string() + ": cannot create directory: " + ec.message());
+  if (ec) throw_write_failure(parent.string() + ": cannot create directory: " + ec.message(), ec.value());
   for (const fs::path& stale : remove_dead_writers_output_temporaries(final_dir))
     std::cout << "trident-convert: removed " << stale.string() << ", left by an export whose process is gone"
               << std::endl;
@@ -380,8 +380,11 @@ fs::path write_new_folder(const ConvertFlags& f, const std::function<void(const 
   write(guard.temp);
   fsync_dir(guard.temp.string());
   if (fs::exists(final_dir, ec)) fs::remove(final_dir, ec);  // the empty directory checked above
-  if (::rename(guard.temp.c_str(), final_dir.c_str()) != 0)
-    throw IoError(final_dir.string() + ": cannot rename " + guard.temp.string() + " to it: " + std::strerror(errno));
+  if (::rename(guard.temp.c_str(), final_dir.c_str()) != 0) {
+    const int err = errno;
+    throw_write_failure(final_dir.string() + ": cannot rename " + guard.temp.string() + " to it: " + std::strerror(err),
+                        err);
+  }
   guard.released = true;
   fsync_dir(parent.string());
   return final_dir;

@@ -128,7 +128,7 @@ void check_output_file(const std::string& flag, const std::string& path) {
   try {
     AtomicFileWriter probe(path);  // its destructor removes the temporary file
   } catch (const IoError& e) {
-    throw ConfigError(name + e.what());
+    throw_for_flag(name, e);
   }
 }
 
@@ -152,7 +152,7 @@ void write_output_file(const std::string& flag, const std::string& path, const s
   try {
     write_file_atomic(path, text);
   } catch (const IoError& e) {
-    throw ConfigError("--" + flag + ": " + e.what());
+    throw_for_flag("--" + flag + ": ", e);
   }
 }
 

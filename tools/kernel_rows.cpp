@@ -27,7 +27,7 @@ std::optional<std::pair<int, RowOutcome>> parse_result(const std::string& line) 
 }  // namespace
 
 KernelRowBook::KernelRowBook(std::string progress, std::string results, int resume, std::vector<std::string> skip)
-    : progress_(std::move(progress)), results_(std::move(results)), resume_(resume), skip_(skip.begin(), skip.end()) {
+    : progress_(std::move(progress)), results_(std::move(results)), resume_(resume), skip_(std::move(skip)) {
   if (results_.empty()) return;
   if (resume_ == 0) {  // a first run starts the file
     std::ofstream start(results_, std::ios::trunc);
@@ -42,11 +42,21 @@ KernelRowBook::KernelRowBook(std::string progress, std::string results, int resu
 
 std::optional<RowOutcome> KernelRowBook::settled(int row, const std::string& name, bool ceiling) const {
   if (row == resume_) return RowOutcome{0, "skipped: the run before died in it (a rerun past it)"};
-  if (skip_.count(name)) return RowOutcome{0, "skipped: --kernels-skip"};
+  if (std::find(skip_.begin(), skip_.end(), name) != skip_.end()) {
+    skipped_.insert(name);
+    return RowOutcome{0, "skipped: --kernels-skip"};
+  }
   if (row > resume_) return std::nullopt;
   if (const auto it = earlier_.find(row); it != earlier_.end()) return it->second;
   if (ceiling) return std::nullopt;
   return RowOutcome{0, "not rerun"};
+}
+
+std::vector<std::string> KernelRowBook::unmatched_skips() const {
+  std::vector<std::string> out;
+  for (const std::string& s : skip_)
+    if (!skipped_.count(s)) out.push_back(s);
+  return out;
 }
 
 void KernelRowBook::note_progress(int row, const std::string& name) const {

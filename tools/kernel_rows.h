@@ -49,11 +49,15 @@ class KernelRowBook {
   // Whether every row's outcome is known to this run: a first run, or a rerun with the earlier
   // runs' results (the choices across the table can then be made).
   bool complete() const { return resume_ == 0 || !results_.empty(); }
+  // The names --kernels-skip gave that no row settled() was asked about had (a typo, or a
+  // name without its section), in the order given.
+  std::vector<std::string> unmatched_skips() const;
 
  private:
   std::string progress_, results_;
   int resume_ = 0, rows_ = 0;
-  std::set<std::string> skip_;
+  std::vector<std::string> skip_;
+  mutable std::set<std::string> skipped_;  // the names of skip_ that matched a row
   std::map<int, RowOutcome> earlier_;  // the results file's rows
 };
 

@@ -35,18 +35,18 @@ inline int user_error(const char* tool, const std::exception& e, int rank, int s
   return status;
 }
 
-// A tool that succeeded but whose output did not all reach standard output fails with one
-// line on stderr: exit 3 when the last flush says the storage failed (a full disk under a
-// redirection), else 2.
+// A tool that succeeded but whose output did not all reach standard output (a full disk
+// under a redirection, a closed stream) fails with one line on stderr, exit 3: a runtime
+// failure, as a failed write of any other file is. (The errno of a write that failed before
+// the last flush is gone: then the line guesses.)
 inline int check_stdout_written(const char* tool) {
   const int err = std::fflush(stdout) != 0 ? errno : 0;
   if (!std::ferror(stdout)) return 0;
-  if (storage_failed(err)) {
+  if (err != 0)
     std::fprintf(stderr, "%s: error: standard output: a write failed: %s\n", tool, std::strerror(err));
-    return 3;
-  }
-  std::fprintf(stderr, "%s: error: standard output: a write failed (a full disk?)\n", tool);
-  return 2;
+  else
+    std::fprintf(stderr, "%s: error: standard output: a write failed (a full disk?)\n", tool);
+  return 3;
 }
 
 inline int run_tool(const char* tool, const std::function<int()>& body, int rank = 0, int world = 1) {

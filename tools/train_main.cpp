@@ -65,10 +65,8 @@ void make_and_hold_save_dir(const std::string& save, const std::string& flag, Sa
     if (ec) throw_write_failure(save + ": cannot create the directory: " + ec.message(), ec.value());
     const std::string note = hold_save_dir_lock(save);
     if (!note.empty() && say_notes) std::cout << "trident-train: note: " << note << std::endl;
-  } catch (const StorageError& e) {  // a full disk: no fault of the flag's
-    throw StorageError(flag + ": " + std::string(e.what()));
   } catch (const IoError& e) {
-    throw ConfigError(flag + ": " + std::string(e.what()));
+    throw_for_flag(flag + ": ", e);
   }
 }
 

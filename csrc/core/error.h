@@ -42,10 +42,19 @@ class StorageError : public IoError {
 inline bool storage_failed(int err) { return err == ENOSPC || err == EDQUOT || err == EFBIG || err == EIO; }
 
 // Throws `message` (which names the file and says what failed) as a StorageError when errno
-// `err` is the storage's failure, else as an IoError.
-[[noreturn]] inline void throw_write_failure(const std::string& message, int err) {
+// `err` is the storage's failure, else as an IoError (or the `Otherwise` given: a ConfigError
+// for a flag's file).
+template <typename Otherwise = IoError>
+[[noreturn]] void throw_write_failure(const std::string& message, int err) {
   if (storage_failed(err)) throw StorageError(message);
-  throw IoError(message);
+  throw Otherwise(message);
+}
+
+// Rethrows `e` with `prefix` (a flag's name) before its message: a StorageError stays one
+// (exit 3), any other becomes a ConfigError (the flag's value to fix: exit 2).
+[[noreturn]] inline void throw_for_flag(const std::string& prefix, const IoError& e) {
+  if (dynamic_cast<const StorageError*>(&e) != nullptr) throw StorageError(prefix + e.what());
+  throw ConfigError(prefix + e.what());
 }
 
 // An internal invariant was violated (a bug, not bad input).

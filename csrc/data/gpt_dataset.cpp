@@ -477,6 +477,8 @@ std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg,
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg, OpenedDatasets* opened) {
   std::optional<OpenedDatasets> own;
   if (!opened) opened = &own.emplace(cfg.vocab_size);
+  TRIDENT_CHECK(opened->vocab_size() == cfg.vocab_size, "datasets opened for vocabulary ", opened->vocab_size(),
+                ", built for ", cfg.vocab_size);
   const bool per_split = std::any_of(cfg.per_split.begin(), cfg.per_split.end(), [](const auto& b) { return !b.empty(); });
   if (!cfg.blend.empty() && per_split)
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");

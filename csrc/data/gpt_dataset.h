@@ -108,13 +108,14 @@ class OpenedDatasets {
  public:
   explicit OpenedDatasets(int64_t vocab_size) : vocab_size_(vocab_size) {}
   std::shared_ptr<const IndexedDataset> open(const std::string& prefix);
+  int64_t vocab_size() const { return vocab_size_; }
 
  private:
   int64_t vocab_size_;
   std::map<std::string, std::shared_ptr<const IndexedDataset>> opened_;
 };
 
-// `opened`: the prefixes an earlier call opened (null: opened here, with cfg.vocab_size).
+// `opened`: the prefixes an earlier call opened, for cfg.vocab_size (null: opened here).
 TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg, OpenedDatasets* opened = nullptr);
 
 // What each prefix of cfg's blend, then of its per-split paths, holds, in the order of their

@@ -1,6 +1,7 @@
 #include "train/local_replicas.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -116,12 +117,14 @@ class FileStream {
       open_current();
       const uint64_t part = std::min(n, files_[at_].size - done_);
       if (writing_) {
+        errno = 0;
         out_.write(data, static_cast<std::streamsize>(part));
+        if (!out_) write_failed(": cannot write");
         hasher_->update(data, part);
       } else {
         in_.read(data, static_cast<std::streamsize>(part));
+        if (!in_) throw IoError(current().string() + ": cannot read");
       }
-      if (writing_ ? !out_ : !in_) throw IoError(current().string() + (writing_ ? ": cannot write" : ": cannot read"));
       data += part;
       n -= part;
       done_ += part;
@@ -140,6 +143,12 @@ class FileStream {
 
  private:
   fs::path current() const { return dir_ / files_[at_].path; }
+  // The current file's write (`what`: ": cannot write") failed: errno, where the stream's call
+  // set it, says whether the disk is full (StorageError).
+  [[noreturn]] void write_failed(const char* what) const {
+    const int err = errno;
+    throw_write_failure(current().string() + what + (err != 0 ? std::string(": ") + std::strerror(err) : ""), err);
+  }
   void open_current() {
     if (in_.is_open() || out_.is_open()) return;
     if (!writing_) {
@@ -149,14 +158,16 @@ class FileStream {
     }
     std::error_code ec;
     fs::create_directories(current().parent_path(), ec);
+    errno = 0;
     out_.open(current(), std::ios::binary | std::ios::trunc);
-    if (!out_) throw IoError(current().string() + ": cannot create");
+    if (!out_) write_failed(": cannot create");
     hasher_.emplace();
   }
   void close_current() {
     if (writing_) {
+      errno = 0;
       out_.close();
-      if (!out_) throw IoError(current().string() + ": cannot write");
+      if (!out_) write_failed(": cannot write");
       checksums_[files_[at_].path] = hasher_->hex();
     } else {
       in_.close();
@@ -190,26 +201,34 @@ void check_received(const fs::path& dir, const std::map<std::string, std::string
 }  // namespace
 
 std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_to, const fs::path& into_root,
-                                        int64_t iteration, int receive_from, const std::string& token) {
+                                        int64_t iteration, int receive_from, const std::string& token,
+                                        bool* storage_failed) {
   const bool sending = !dir.empty(), receiving = !into_root.empty();
   const int to = sending ? send_to : -1, from = receiving ? receive_from : -1;
   // Errors are kept, not thrown, until both sides are through: a side that stopped halfway
   // would leave its peer waiting.
-  std::string send_error, receive_error;
-  const auto kept = [](std::string& error, const std::function<void()>& step) {
-    if (!error.empty()) return;
+  struct Kept {
+    std::string error;
+    bool storage = false;  // the error was a StorageError (a full disk)
+  } send, receive;
+  const auto kept = [](Kept& k, const std::function<void()>& step) {
+    if (!k.error.empty()) return;
     try {
       step();
+    } catch (const StorageError& e) {
+      k.error = e.what();
+      k.storage = true;
     } catch (const std::exception& e) {
-      error = e.what();
+      k.error = e.what();
     }
   };
+  std::string &send_error = send.error, &receive_error = receive.error;
   std::vector<FileEntry> mine;
-  if (sending) kept(send_error, [&] { mine = checkpoint_files(dir); });
+  if (sending) kept(send, [&] { mine = checkpoint_files(dir); });
   const std::vector<FileEntry> theirs =
       parse_manifest(exchange_string(c, manifest_text(mine), to, from), &receive_error);
   std::optional<TempIterationDir> temp;
-  if (receiving) kept(receive_error, [&] { temp.emplace(into_root, iteration, token); });
+  if (receiving) kept(receive, [&] { temp.emplace(into_root, iteration, token); });
   FileStream reader(dir, mine, false), writer(temp ? temp->path() : fs::path(), theirs, true);
   uint64_t left_out = total_bytes(mine), left_in = total_bytes(theirs);
   std::vector<int32_t> piece_out, piece_in;
@@ -217,10 +236,10 @@ std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_t
     const uint64_t n_out = std::min(left_out, kPieceBytes), n_in = std::min(left_in, kPieceBytes);
     piece_out.assign((n_out + 3) / 4, 0);
     piece_in.assign((n_in + 3) / 4, 0);
-    if (n_out > 0) kept(send_error, [&] { reader.transfer(reinterpret_cast<char*>(piece_out.data()), n_out); });
+    if (n_out > 0) kept(send, [&] { reader.transfer(reinterpret_cast<char*>(piece_out.data()), n_out); });
     c.exchange(optional_sendrecv(host_i32(piece_out.data(), static_cast<int64_t>(piece_out.size())), to,
                                  host_i32(piece_in.data(), static_cast<int64_t>(piece_in.size())), from));
-    if (n_in > 0) kept(receive_error, [&] { writer.transfer(reinterpret_cast<char*>(piece_in.data()), n_in); });
+    if (n_in > 0) kept(receive, [&] { writer.transfer(reinterpret_cast<char*>(piece_in.data()), n_in); });
     left_out -= n_out;
     left_in -= n_in;
   }
@@ -231,7 +250,7 @@ std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_t
   if (!receiving) return send_error;
   if (receive_error.empty() && !their_error.empty())
     receive_error = "rank " + std::to_string(receive_from) + ": " + their_error;
-  kept(receive_error, [&] {
+  kept(receive, [&] {
     writer.finish();
     check_received(temp->path(), writer.written_checksums());
     temp->commit();
@@ -240,6 +259,7 @@ std::string exchange_checkpoint_folders(Comm& c, const fs::path& dir, int send_t
   if (!receive_error.empty())
     receive_error = "receiving rank " + std::to_string(receive_from) + "'s copy into " + into_root.string() + ": " +
                     receive_error;
+  if (storage_failed != nullptr) *storage_failed = !send_error.empty() ? send.storage : receive.storage;
   return !send_error.empty() ? send_error : receive_error;
 }
 

@@ -36,10 +36,11 @@ std::filesystem::path replica_root(const TrainOptions& o, int holder, int owner)
 // absent (`dir` empty: nothing to send; `into_root` empty: nothing to receive). Files travel in
 // pieces of at most 64 MiB. Returns "" or what failed on this side (a file that cannot be read
 // or written, a path outside the folder), having kept the exchange going to its end, so that
-// its peer never waits for what does not come. Point-to-point over `c`.
+// its peer never waits for what does not come; `*storage_failed` (when given) says whether that
+// was a StorageError (this side's disk full). Point-to-point over `c`.
 std::string exchange_checkpoint_folders(Comm& c, const std::filesystem::path& dir, int send_to,
                                         const std::filesystem::path& into_root, int64_t iteration, int receive_from,
-                                        const std::string& token);
+                                        const std::string& token, bool* storage_failed = nullptr);
 
 // Removes this rank's folders of copies (replica_<owner>) whose owner is not in `clique`
 // (every one without --replication): left by a run with other cliques.

@@ -60,17 +60,20 @@ void check_every_rank_sees_dir(const std::string& dir, const std::string& flag, 
   const CollectiveTimeoutSuspended io;  // a rank's wait for a slow file system has no time limit
   Comm& world = *par.world;
   const bool root = par.world_rank() == 0;
-  std::string token, failed;
-  if (root) {
+  std::string token;
+  // Rank 0's probe failing (a full disk stays a StorageError on every rank) stops them all.
+  run_sharing_first_failure(world, [&] {
+    if (!root) return;
     token = make_save_token();
     try {
       remove_old_probes(dir);
       write_file_atomic((fs::path(dir) / (kSharedDirProbePrefix + token)).string(), token + "\n");
+    } catch (const IoError& e) {
+      throw_for_flag(flag + ": ", e);
     } catch (const Error& e) {
-      failed = e.what();
+      throw ConfigError(flag + ": " + e.what());
     }
-  }
-  if (const std::string failure = first_failure(world, failed); !failure.empty()) throw ConfigError(flag + ": " + failure);
+  });
   broadcast_string(world, token, 0);
   const fs::path probe = fs::path(dir) / (kSharedDirProbePrefix + token);
   std::string mine = probe_seen(probe, token + "\n", wait_seconds);

@@ -65,7 +65,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) :
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir))
-    throw ConfigError("--tensorboard-dir: cannot create directory " + dir + (ec ? ": " + ec.message() : ""));
+    throw_write_failure<ConfigError>(
+        "--tensorboard-dir: cannot create directory " + dir + (ec ? ": " + ec.message() : ""), ec.value());
   const long long seconds = static_cast<long long>(now_seconds());
   const std::string base = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(seconds) + "." +
                                                           host_name())).string();
@@ -74,7 +75,11 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) :
     path_ = n == 0 ? base : base + "." + std::to_string(n);
     if (!std::filesystem::exists(path_)) file_ = std::fopen(path_.c_str(), "wbx");
   }
-  if (!file_) throw ConfigError("--tensorboard-dir: cannot create an event file in " + dir + ": " + std::strerror(errno));
+  if (!file_) {
+    const int err = errno;
+    throw_write_failure<ConfigError>(
+        "--tensorboard-dir: cannot create an event file in " + dir + ": " + std::strerror(err), err);
+  }
   tensorflow::Event first;
   first.set_wall_time(now_seconds());
   first.set_file_version("brain.Event:2");
@@ -83,9 +88,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) :
   if (!error_.empty()) {  // a full disk: no event file left behind
     std::fclose(file_);
     std::remove(path_.c_str());
-    const std::string what = "--tensorboard-dir: " + path_ + ": " + error_;
-    if (storage_failed(error_errno_)) throw StorageError(what);
-    throw ConfigError(what);
+    throw_write_failure<ConfigError>("--tensorboard-dir: " + path_ + ": " + error_, error_errno_);
   }
   thread_ = std::thread([this] { run(); });
 }

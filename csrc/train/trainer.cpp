@@ -1256,17 +1256,16 @@ void Trainer::train() {
           scalars().at_iteration("power/gpu", *l.power_per_gpu, iteration_);
         }
       }
-      const bool log_was_good = out.good();
       errno = 0;
       out << format_iteration_log(l) << std::endl;
       const int write_errno = errno;
-      // A log that can no longer be written (a full disk under a redirected stdout) stops
-      // the run now, as Python's print raises in Megatron, not silently at exit 0. (Not on
-      // the other ranks' null stream, which is never good.)
-      if (out_ == &log_ && log_was_good && !log_)
-        throw_write_failure("the training log (standard output): a write failed" +
-                                (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()),
-                            write_errno);
+      // A log that can no longer be written (a full disk under a redirected stdout), or that a
+      // line before this one failed, stops the run now, as Python's print raises in Megatron,
+      // not silently at exit 0; exit 3, as for any output the storage refuses (the errno of an
+      // earlier line's failure is gone). (Not on the other ranks' null stream, never good.)
+      if (out_ == &log_ && !log_)
+        throw StorageError("the training log (standard output): a write failed" +
+                           (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()));
       if (timers_.any()) {
         const std::string block = format_timers(timers_.take(par_->world.get(), 0, n), timing_log_option);
         if (!block.empty()) out << block << std::endl;

@@ -561,12 +561,19 @@ void Trainer::replicate_local_save(const PendingSave& save, const std::vector<in
   const int me = par_->grid.rank, size = static_cast<int>(clique.size());
   const int at = static_cast<int>(std::find(clique.begin(), clique.end(), me) - clique.begin());
   std::string error;
+  bool storage = false;  // the first error was this rank's disk filling up
   for (int step = 1; step < size; ++step) {
     const int to = clique[(at + step) % size], from = clique[(at - step + size) % size];
+    bool full = false;
     const std::string e = exchange_checkpoint_folders(*par_->world, iteration_dir(save.root, save.iteration), to,
-                                                      replica_root(opt_, me, from), save.iteration, from, save.token);
-    if (error.empty() && !e.empty()) error = "--replication: " + e;
+                                                      replica_root(opt_, me, from), save.iteration, from, save.token,
+                                                      &full);
+    if (error.empty() && !e.empty()) {
+      error = "--replication: " + e;
+      storage = full;
+    }
   }
+  if (storage) throw StorageError(error);
   if (!error.empty()) throw IoError(error);
 }
 

@@ -159,5 +159,22 @@ if [[ $rc -eq 3 && $(cat "$tmp/log.err") == "trident-train: error: the training 
 else
   echo "FAIL: a log that cannot grow: rc=$rc, $(cat "$tmp/log.err")"; fails=$((fails + 1))
 fi
+# A log whose first lines already failed (standard output on a full disk from the start): the
+# first iteration's line stops the run, exit 3, rather than training on into nothing.
+"${run[@]}" --log-interval 1 >/dev/full 2>"$tmp/full.err"
+rc=$?
+if [[ $rc -eq 3 && $(cat "$tmp/full.err") == "trident-train: error: the training log (standard output): a write failed" ]]; then
+  echo "ok: a log on a full disk from the start stops the run: $(cat "$tmp/full.err")"
+else
+  echo "FAIL: a log on a full disk from the start: rc=$rc, $(cat "$tmp/full.err")"; fails=$((fails + 1))
+fi
+# A tool whose output does not reach standard output fails: exit 3, one line.
+"$train" --help >/dev/full 2>"$tmp/help.err"
+rc=$?
+if [[ $rc -eq 3 && $(wc -l <"$tmp/help.err") -eq 1 ]] && grep -q '^trident-train: error: standard output: a write failed' "$tmp/help.err"; then
+  echo "ok: --help into a full disk: $(cat "$tmp/help.err")"
+else
+  echo "FAIL: --help into a full disk: rc=$rc, $(cat "$tmp/help.err")"; fails=$((fails + 1))
+fi
 echo "bad-flag cases failing: $fails"
 [[ $fails -eq 0 ]]

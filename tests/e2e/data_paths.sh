@@ -99,9 +99,9 @@ if [[ -n $got && -n $want ]] && python3 -c "import sys; a, b = map(float, sys.ar
 else
   fail "trident-eval --full-validation: '$got' vs '$want'"; cat "$tmp/full_eval.log"
 fi
-run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V" --train-iters 2 --full-validation >/dev/null 2>"$tmp/pre_full.err"
-[[ $? -eq 2 && $(wc -l <"$tmp/pre_full.err") -eq 1 ]] && grep -q -- '--valid-data-path: --full-validation reads each' "$tmp/pre_full.err" &&
-  ok "$(cat "$tmp/pre_full.err")" || fail "--full-validation of a weighted blend: $(cat "$tmp/pre_full.err")"
+run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V" --train-iters 2 --full-validation >/dev/null 2>"$tmp/full.err"
+[[ $? -eq 2 && $(wc -l <"$tmp/full.err") -eq 1 ]] && grep -q -- '--valid-data-path: --full-validation reads each' "$tmp/full.err" &&
+  ok "$(cat "$tmp/full.err")" || fail "--full-validation of a weighted blend: $(cat "$tmp/full.err")"
 
 # Megatron's --multiple-validation-sets: each prefix of --valid-data-path evaluated alone,
 # "validation-0 loss at ...", "validation-1 loss at ...". Set 0 is V: its losses are the

@@ -110,6 +110,14 @@ TEST(KernelRowBook, SkippedNamesAreNotRun) {
   EXPECT_FALSE(book.settled(9, "attn bwd, warp-spec dK/dV", false));
 }
 
+// A name no row had (an old name without its section) is reported, in the order given.
+TEST(KernelRowBook, SkipNamesThatMatchNoRowAreReported) {
+  KernelRowBook book("", "", 0, {"attention D64: attn fwd", "attn fwd", "attention D128: attn fwd"});
+  EXPECT_TRUE(book.settled(1, "attention D64: attn fwd", false));
+  EXPECT_FALSE(book.settled(2, "attention D64: attn bwd", false));
+  EXPECT_EQ(book.unmatched_skips(), (std::vector<std::string>{"attn fwd", "attention D128: attn fwd"}));
+}
+
 TEST(KernelRowBook, AResultsLineCutShortIsIgnored) {
   Files f;
   std::ofstream(f.results) << "1\t0.5\t\n2\t0.25\tok then\n3\t0.7";  // a run killed while writing row 3
