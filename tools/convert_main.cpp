@@ -431,7 +431,7 @@ int export_megatron(const ConvertFlags& f) {
   if (f.with_optimizer && !ckpt.has_optimizer_state())
     throw ConfigError("--with-optimizer: " + dir.string() + " holds no optimizer state (saved with --no-save-optim, "
                       "or a conversion without it)");
-  if (f.with_optimizer) megatron::check_exportable_state(m.trainer_state);
+  if (f.with_optimizer) megatron::check_exportable_state(m.trainer_state, o.mcore);
   const TensorMap canonical = export_tensors(ckpt, o.dtype);
   std::optional<MegatronTrainingState> training;
   if (f.with_optimizer) {

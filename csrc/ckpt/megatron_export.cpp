@@ -213,7 +213,7 @@ void export_megatron_gpt2(const fs::path& dir, const ModelConfig& cfg, const Ten
         w.str("optimizer");
         megatron::write_optimizer_state(w, file, written, *o.training, cfg, tp, t, dtype, o.adam);
         w.str("opt_param_scheduler");
-        megatron::write_scheduler_state(w, o.training->trainer_state);
+        megatron::write_scheduler_state(w, o.training->trainer_state, o.mcore);
       }
       w.end();
       const fs::path rank_dir = folder / rank_dir_name(t, p, pp);

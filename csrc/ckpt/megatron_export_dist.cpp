@@ -116,7 +116,7 @@ void write_common(const fs::path& folder, const ModelConfig& cfg, const Megatron
     w.str("optimizer");
     megatron::write_sharded_optimizer_common(w, file, *o.training, o.dtype, o.adam, o.distributed_optimizer);
     w.str("opt_param_scheduler");
-    megatron::write_scheduler_state(w, o.training->trainer_state);
+    megatron::write_scheduler_state(w, o.training->trainer_state, o.mcore);
   }
   // Megatron-core's content metadata (its _build_sharded_state_dict_metadata), which chooses
   // how its load builds the sharded state dict to read into.

@@ -43,21 +43,46 @@ struct Shards {
   }
 };
 
-// 'param_groups': Megatron's two groups, the weights (weight decay), then the biases and
-// LayerNorms; with `sizes` each group's 'params', its parameters' indices counted through the
-// groups (a sharded state dict saves none: Megatron-core makes them non-persistent).
+// Megatron's param groups of a GPT-2 run: the weights (weight decay), with --decoupled-lr the
+// word embedding and output layer at their own rates, then the biases and LayerNorms. Newer
+// Megatron-core sorts them so (the default group first); the decoupled one is marked as
+// Megatron-core 0.12 to 0.15 mark it (is_decoupled_lr), by which Megatron matches the groups
+// of a checkpoint with its own on load.
+enum class Group { kDecayed, kDecoupled, kNoDecay };
+
+std::vector<Group> groups_of(const json& ts) {
+  const json sched = ts.value("opt_param_scheduler", json::object());
+  const bool decoupled = sched.contains("decoupled_lr") && !sched["decoupled_lr"].is_null();
+  if (decoupled) return {Group::kDecayed, Group::kDecoupled, Group::kNoDecay};
+  return {Group::kDecayed, Group::kNoDecay};
+}
+
+// The group of a parameter of canonical name `name` and `dims` dimensions ("wte" also for the
+// tied head of a last stage).
+Group group_of(const std::string& name, size_t dims, const std::vector<Group>& groups) {
+  if (name == "wte" && groups.size() == 3) return Group::kDecoupled;
+  return dims == 2 ? Group::kDecayed : Group::kNoDecay;
+}
+
+// 'param_groups': groups_of(ts); with `sizes` each group's 'params', its parameters' indices
+// counted through the groups (a sharded state dict saves none: Megatron-core makes them
+// non-persistent).
 void write_param_groups(pickle::Writer& w, const json& ts, MegatronAdam adam_kind,
-                        std::optional<std::array<size_t, 2>> sizes) {
+                        std::optional<std::vector<size_t>> sizes) {
   const int64_t steps = ts.value("optimizer_steps", int64_t{0});
   const json adam = ts.value(kAdamKey, json::object());
   const json sched = ts.value("opt_param_scheduler", json::object());
+  const std::vector<Group> groups = groups_of(ts);
   w.str("param_groups");
   w.begin_list();
   int64_t index = 0;
-  for (int g = 0; g < 2; ++g) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const bool decayed = groups[g] != Group::kNoDecay, decoupled = groups[g] == Group::kDecoupled;
+    const double max_lr = number_or(sched, decoupled ? "decoupled_lr" : "max_lr", 0.0);
+    const double min_lr = number_or(sched, decoupled ? "decoupled_min_lr" : "min_lr", 0.0);
     w.begin_dict();
     w.str("lr");
-    w.real(shortest(number_or(sched, "max_lr", 0.0)));
+    w.real(shortest(max_lr));
     w.str("betas");
     w.begin_tuple();
     w.real(shortest(number_or(adam, "beta1", 0.9)));
@@ -66,25 +91,25 @@ void write_param_groups(pickle::Writer& w, const json& ts, MegatronAdam adam_kin
     w.str("eps");
     w.real(shortest(number_or(adam, "eps", 1e-8)));
     w.str("weight_decay");
-    w.real(g == 0 ? shortest(number_or(sched, "start_wd", 0.0)) : 0.0);
+    w.real(decayed ? shortest(number_or(sched, "start_wd", 0.0)) : 0.0);
     w.str("bias_correction");
     w.boolean(true);
     w.str("amsgrad");
     w.boolean(false);
     w.str("wd_mult");
-    w.real(g == 0 ? 1.0 : 0.0);
+    w.real(decayed ? 1.0 : 0.0);
     w.str("lr_mult");
     w.real(1.0);
     w.str("is_expert_parallel");
     w.boolean(false);
     w.str("is_decoupled_lr");
-    w.boolean(false);
-    w.str("default_config");
-    w.boolean(true);
+    w.boolean(decoupled);
+    w.str("default_config");  // newer Megatron-core's: whether the group follows --lr
+    w.boolean(!decoupled);
     w.str("max_lr");
-    w.real(shortest(number_or(sched, "max_lr", 0.0)));
+    w.real(shortest(max_lr));
     w.str("min_lr");
-    w.real(shortest(number_or(sched, "min_lr", 0.0)));
+    w.real(shortest(min_lr));
     if (adam_kind == MegatronAdam::kFused) {
       w.str("step");
       w.integer(steps);
@@ -126,15 +151,14 @@ void write_grad_scaler(pickle::Writer& w, RankFile& file, const json& ts, DType 
 
 }  // namespace
 
-void check_exportable_state(const json& trainer_state) {
+void check_exportable_state(const json& trainer_state, bool mcore) {
   const json s = trainer_state.value("opt_param_scheduler", json::object());
   if (!s.is_object() || s.empty())
     throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
                       "opt_param_scheduler) to export");
-  if (s.contains("decoupled_lr") && !s["decoupled_lr"].is_null())
+  if (s.contains("decoupled_lr") && !s["decoupled_lr"].is_null() && !mcore)
     throw ConfigError("--with-optimizer: the run trained the word embedding at its own learning rate "
-                      "(--decoupled-lr), a param group of Megatron's that the export does not write; export "
-                      "without --with-optimizer");
+                      "(--decoupled-lr), which only Megatron-core's model does; export with --megatron-model mcore");
   if (s.contains("lr_decay_tokens") && !s["lr_decay_tokens"].is_null())
     throw ConfigError("--with-optimizer: the run's learning rate decays by tokens (Megatron-DeepSpeed's "
                       "--lr-decay-tokens), which Megatron-LM's scheduler does not hold; export without "
@@ -147,9 +171,13 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
   const json& ts = st.trainer_state;
   const Shards shards{st, cfg, tp, t};
   const int64_t steps = ts.value("optimizer_steps", int64_t{0});
-  // Megatron's two groups: the weights (weight decay), then the biases and LayerNorms.
-  std::vector<std::string> groups[2];
-  for (const std::string& p : params) groups[shards.shape(p).size() == 2 ? 0 : 1].push_back(p);
+  // The parameters of each of Megatron's groups (groups_of), in named_parameters() order.
+  const std::vector<Group> kinds = groups_of(ts);
+  std::vector<std::vector<std::string>> groups(kinds.size());
+  for (const std::string& p : params) {
+    const Group g = group_of(p, shards.shape(p).size(), kinds);
+    groups[static_cast<size_t>(std::find(kinds.begin(), kinds.end(), g) - kinds.begin())].push_back(p);
+  }
   const bool wrapped = dtype != DType::F32;  // Float16OptimizerWithFloat16Params around INNER
 
   w.begin_dict();
@@ -176,7 +204,9 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
         w.end();
       }
   w.end();  // state
-  write_param_groups(w, ts, adam_kind, std::array<size_t, 2>{groups[0].size(), groups[1].size()});
+  std::vector<size_t> sizes;
+  for (const auto& group : groups) sizes.push_back(group.size());
+  write_param_groups(w, ts, adam_kind, sizes);
   if (!wrapped) {
     w.end();
     return;
@@ -304,8 +334,8 @@ void write_common_fields(pickle::Writer& w, const ModelConfig& cfg, const Megatr
   }
 }
 
-void write_scheduler_state(pickle::Writer& w, const json& trainer_state) {
-  check_exportable_state(trainer_state);
+void write_scheduler_state(pickle::Writer& w, const json& trainer_state, bool mcore) {
+  check_exportable_state(trainer_state, mcore);
   const json s = trainer_state.value("opt_param_scheduler", json::object());
   const auto real = [&](const char* key) {
     w.str(key);

@@ -7,8 +7,10 @@
 //  * INNER, torch.optim.Optimizer.state_dict(): {'state': {index: {'exp_avg', 'exp_avg_sq',
 //    'step'}}, 'param_groups': [weights, then biases and LayerNorms]}. Megatron's two default
 //    groups hold the file's parameters in named_parameters() order, 2-D ones (weight decay) and
-//    1-D ones (wd_mult 0), in that order (Megatron-LM sorts the default group first); indices
-//    count through them in turn. Adam's step count is where the Adam Megatron runs keeps it:
+//    1-D ones (wd_mult 0), in that order (Megatron-LM sorts the default group first); a
+//    --decoupled-lr run's word embedding (and a last stage's tied head) has a group of its own
+//    between them (is_decoupled_lr, max_lr and min_lr its rates; empty on a stage without it, as
+//    Megatron gives every rank every group); indices count through them in turn. Adam's step count is where the Adam Megatron runs keeps it:
 //    in each group for Transformer Engine's and apex's FusedAdam (Megatron's first choices;
 //    Transformer Engine's refuses a state key it does not know), in each state as a tensor for
 //    torch's Adam (MegatronAdam::kTorch). Each group carries the keys Megatron matches groups
@@ -38,8 +40,10 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
                            MegatronAdam adam);
 
 // The export's checks of the training state, before anything is written: ConfigError for a
-// schedule Megatron-LM's scheduler cannot hold (Megatron-DeepSpeed's token-based decay).
-void check_exportable_state(const nlohmann::json& trainer_state);
+// schedule Megatron-LM's scheduler cannot hold (Megatron-DeepSpeed's token-based decay), and
+// for --decoupled-lr's rates unless the export is of Megatron-core's model (`mcore`), the one
+// whose word embedding and output layer Megatron trains at them.
+void check_exportable_state(const nlohmann::json& trainer_state, bool mcore);
 
 // The distributed optimizer's torch_dist format that loads at any data-parallel size (the state
 // by parameter, like the model's): Megatron-core's 'fully_reshardable'.
@@ -54,8 +58,9 @@ inline constexpr const char* kFullyReshardable = "fully_reshardable";
 void write_sharded_optimizer_common(pickle::Writer& w, RankFile& file, const MegatronTrainingState& st, DType dtype,
                                     MegatronAdam adam, bool distributed);
 
-// Writes the value of 'opt_param_scheduler' (trainer_state.opt_param_scheduler's fields).
-void write_scheduler_state(pickle::Writer& w, const nlohmann::json& trainer_state);
+// Writes the value of 'opt_param_scheduler' (trainer_state.opt_param_scheduler's fields;
+// check_exportable_state first).
+void write_scheduler_state(pickle::Writer& w, const nlohmann::json& trainer_state, bool mcore);
 
 // Megatron's argparse.Namespace 'args' for the model and options: what its load_checkpoint
 // compares (check_checkpoint_args) and --use-checkpoint-args takes, the split, the format.

@@ -74,6 +74,25 @@ std::optional<double> group_number(const Value& group, const char* key) {
   return std::nullopt;
 }
 
+// The kinds of parameter a param group holds: Megatron's default groups split the 1-D ones
+// (biases, LayerNorms) from the 2-D ones; a --decoupled-lr run's third group holds the word
+// embedding and the output layer.
+constexpr size_t kEmbeddingKind = 3;
+constexpr size_t kKinds = 4;
+
+std::string kind_name(size_t kind) {
+  return kind == kEmbeddingKind ? "word-embedding and output-layer" : std::to_string(kind) + "-D";
+}
+
+// A model parameter's kind; with `decoupled` the word embedding and output layer are their own.
+size_t param_kind(const ModelParam& p, bool decoupled) {
+  if (decoupled)
+    if (const std::optional<KeyMeaning> m = classify(p.key);
+        m && (m->what == KeyMeaning::kWte || m->what == KeyMeaning::kHead))
+      return kEmbeddingKind;
+  return std::min<size_t>(p.tensor->shape.size(), 2);
+}
+
 class FileReader {
  public:
   FileReader(const Checkpoint& c, const TorchFile& f, DType dtype, bool distributed, OptimizerState& out)
@@ -164,21 +183,34 @@ class FileReader {
  private:
   std::string where(size_t g) const { return f_.path() + ": optimizer param_groups[" + std::to_string(g) + "]"; }
 
-  // A group trident can map: Megatron's default groups; the first one's Adam betas and epsilon
-  // are kept.
+  // A group trident can map: Megatron's default groups or a --decoupled-lr group, whose rates
+  // are kept; the first group's Adam betas and epsilon are kept.
   void check_group(const Value& group, size_t g) {
-    check_default_group(group, where(g));
+    roles_.push_back(group_role(group, where(g)));
+    if (roles_.back() == GroupRole::kDecoupled) note_decoupled(group, g);
     if (g == 0) out_.adam = adam_hyperparameters(group);
   }
 
+  // Every --decoupled-lr group of the checkpoint holds the same peak and floor.
+  void note_decoupled(const Value& group, size_t g) {
+    const std::optional<double> max_lr = group_number(group, "max_lr"), min_lr = group_number(group, "min_lr");
+    if (!max_lr || !min_lr) throw IoError(where(g) + ": a --decoupled-lr group without its max_lr and min_lr");
+    const nlohmann::json rates = {{"max_lr", *max_lr}, {"min_lr", *min_lr}};
+    if (!out_.decoupled_lr.is_null() && out_.decoupled_lr != rates)
+      throw IoError(where(g) + ": the --decoupled-lr group's rates " + rates.dump() + " differ from another group's " +
+                    out_.decoupled_lr.dump());
+    out_.decoupled_lr = rates;
+  }
+
   // The non-distributed optimizer: the state by index, the indices counting through the groups,
-  // each group's of one kind (2-D or 1-D) in named_parameters() order.
+  // each group's of one kind (2-D, 1-D, or a --decoupled-lr group's) in named_parameters() order.
   void read_indexed(const Value& groups, const std::map<int64_t, const Value*>& states, const Value* masters,
                     std::optional<int64_t>& steps) {
-    std::vector<std::vector<const ModelParam*>> by_rank(3);  // parameters by dimensions, in order
+    const bool decoupled = std::find(roles_.begin(), roles_.end(), GroupRole::kDecoupled) != roles_.end();
+    std::vector<std::vector<const ModelParam*>> by_kind(kKinds);  // the parameters of each kind, in order
     for (const auto& chunk : chunks_)
-      for (const ModelParam& p : chunk) by_rank[std::min<size_t>(p.tensor->shape.size(), 2)].push_back(&p);
-    size_t next[3] = {0, 0, 0};
+      for (const ModelParam& p : chunk) by_kind[param_kind(p, decoupled)].push_back(&p);
+    size_t next[kKinds] = {};
     for (size_t g = 0; g < groups.items.size(); ++g) {
       const Value& group = *groups.items[g];
       const Value* ids = group.get("params");
@@ -212,21 +244,22 @@ class FileReader {
         const Value* sample = ps.exp_avg ? ps.exp_avg : ps.master;
         const TorchTensor* st_t = sample ? TorchFile::tensor(*sample) : nullptr;
         if (!st_t) throw IoError(f_.path() + ": optimizer state " + std::to_string(id.integer) + " holds no tensor");
-        const size_t kind = std::min<size_t>(st_t->shape.size(), 2);
+        const size_t kind =
+            roles_[g] == GroupRole::kDecoupled ? kEmbeddingKind : std::min<size_t>(st_t->shape.size(), 2);
         if (i == 0) check_group_kind(group, g, kind);
-        if (next[kind] >= by_rank[kind].size())
-          throw IoError(where(g) + ": more " + std::to_string(kind) + "-D parameters than the model's " +
-                        std::to_string(by_rank[kind].size()));
-        const ModelParam& p = *by_rank[kind][next[kind]++];
+        if (next[kind] >= by_kind[kind].size())
+          throw IoError(where(g) + ": more " + kind_name(kind) + " parameters than the model's " +
+                        std::to_string(by_kind[kind].size()));
+        const ModelParam& p = *by_kind[kind][next[kind]++];
         if (!ps.master) ps.master = p.value;  // fp32: the parameter is the master
         check_param(p, ps, id.integer);
         out_.params[{p.shard, p.key}] = ps;
       }
     }
-    for (size_t k = 0; k < 3; ++k)
-      if (next[k] != by_rank[k].size())
+    for (size_t k = 0; k < kKinds; ++k)
+      if (next[k] != by_kind[k].size())
         throw IoError(f_.path() + ": the optimizer holds " + std::to_string(next[k]) + " of the model's " +
-                      std::to_string(by_rank[k].size()) + " " + std::to_string(k) + "-D parameters");
+                      std::to_string(by_kind[k].size()) + " " + kind_name(k) + " parameters");
   }
 
   // Megatron exempts biases and norms (1-D) from weight decay, and decays the weights: a group
@@ -234,9 +267,9 @@ class FileReader {
   void check_group_kind(const Value& group, size_t g, size_t kind) const {
     const std::optional<double> wd = group_number(group, "weight_decay"), mult = group_number(group, "wd_mult");
     const bool exempt = (wd && *wd == 0.0) || (mult && *mult == 0.0);
-    if ((kind < 2 && !exempt) || (kind == 2 && mult && *mult == 0.0))
-      throw IoError(where(g) + " holds " + std::to_string(kind) + "-D parameters " +
-                    (kind < 2 ? "with" : "without") + " weight decay: not Megatron's default parameter groups");
+    if ((kind < 2 && !exempt) || (kind >= 2 && mult && *mult == 0.0))
+      throw IoError(where(g) + " holds " + kind_name(kind) + " parameters " + (kind < 2 ? "with" : "without") +
+                    " weight decay: not Megatron's default parameter groups");
   }
 
   const Value* list_item(const Value& list, size_t i, const char* name) const {
@@ -312,6 +345,7 @@ class FileReader {
   const Value* inner_ = nullptr;   // the torch optimizer's state dict
   const Value* groups_ = nullptr;  // its param_groups
   const Value* masters_ = nullptr; // fp32_from_fp16_params
+  std::vector<GroupRole> roles_;   // each param group's
   std::string sharding_type_;
 };
 
@@ -366,13 +400,22 @@ nlohmann::json scheduler_state(const TorchFile& f, const Value& s, const std::st
   return out;
 }
 
-void check_default_group(const Value& group, const std::string& where) {
+GroupRole group_role(const Value& group, const std::string& where) {
   if (const std::optional<double> m = group_number(group, "lr_mult"); m && *m != 1.0)
     throw ConfigError(where + " has lr_mult " + std::to_string(*m) + " (a scale_lr_cond group): trident reads "
-                      "Megatron's default parameter groups");
-  for (const char* flag : {"is_decoupled_lr", "is_expert_parallel"})
-    if (true_arg(group, flag))
-      throw ConfigError(where + " is an '" + flag + "' group: trident reads Megatron's default parameter groups");
+                      "Megatron's default parameter groups and --decoupled-lr's");
+  if (true_arg(group, "is_expert_parallel"))
+    throw ConfigError(where + " is an 'is_expert_parallel' group: trident reads Megatron's default parameter groups "
+                      "and --decoupled-lr's");
+  if (true_arg(group, "is_decoupled_lr")) return GroupRole::kDecoupled;
+  const Value* default_config = group.get("default_config");
+  if (default_config && default_config->kind == Kind::Bool && !default_config->boolean) return GroupRole::kDecoupled;
+  return GroupRole::kDefault;
+}
+
+void check_default_group(const Value& group, const std::string& where) {
+  if (group_role(group, where) != GroupRole::kDefault)
+    throw ConfigError(where + " is a --decoupled-lr group: trident reads Megatron's default parameter groups here");
 }
 
 nlohmann::json adam_hyperparameters(const Value& group) {
@@ -460,7 +503,13 @@ void finish_training_state(MegatronTrainingState& out, const Checkpoint& c, cons
   ts[kDataSeedKey] = int_arg(args, "seed", 1234);
   ts[kSampleOrderKey] = kSampleOrder;  // its consumed samples count in Megatron's order, which trident's is
   if (const int64_t gbs = int_arg(args, "global_batch_size", 0); gbs > 0) ts["global_batch_size"] = gbs;
-  if (!st.scheduler.is_null()) ts["opt_param_scheduler"] = st.scheduler;
+  if (!st.scheduler.is_null()) {
+    ts["opt_param_scheduler"] = st.scheduler;
+    if (!st.decoupled_lr.is_null()) {  // Megatron keeps them in the group, trident with the schedule
+      ts["opt_param_scheduler"]["decoupled_lr"] = st.decoupled_lr["max_lr"];
+      ts["opt_param_scheduler"]["decoupled_min_lr"] = st.decoupled_lr["min_lr"];
+    }
+  }
   if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
   if (!st.adam.is_null()) ts[kAdamKey] = st.adam;
   if (c.flops_so_far) ts["num_floating_point_operations_so_far"] = *c.flops_so_far;

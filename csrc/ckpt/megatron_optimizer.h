@@ -23,8 +23,16 @@
 // parameters), so a group's i-th index is the i-th parameter of its kind. A group's kind is read
 // from its tensors' shapes, and every moment and master must have its parameter's shape; a
 // 16-bit master must also round to the stored parameter bit for bit (Megatron copies the masters
-// into the model after each step), which catches parameters taken in another order. Groups of
-// another learning-rate multiplier (--decoupled-lr, scale_lr_cond) are refused.
+// into the model after each step), which catches parameters taken in another order.
+//
+// A run with --decoupled-lr (Megatron-core's model only) has a third group, of the word embedding
+// and the output layer (the tied head's copy on a last stage): Megatron-core 0.12 to 0.15 mark it
+// is_decoupled_lr, newer versions give it a learning-rate override instead (default_config
+// False); either keeps its peak and floor in the group's max_lr and min_lr, which the import
+// takes as trident's --decoupled-lr and --decoupled-min-lr. Megatron orders its groups by where
+// their first parameter lies (0.12 to 0.15) or sorts them (newer), and a stage without the
+// embedding may hold that group empty, so the import goes by each group's kind, not its place.
+// Groups of another learning-rate multiplier (scale_lr_cond) or of experts are refused.
 #pragma once
 
 #include <array>
@@ -74,6 +82,8 @@ struct OptimizerState {
   nlohmann::json scheduler;
   nlohmann::json loss_scaler;
   nlohmann::json adam;
+  // A --decoupled-lr run's rates from its word embedding's group: {"max_lr", "min_lr"}; null without.
+  nlohmann::json decoupled_lr;
   // The distributed optimizer's files and the tensor views into their flat buffers that
   // `params` points to.
   std::vector<std::unique_ptr<TorchFile>> files;
@@ -132,6 +142,12 @@ nlohmann::json scheduler_state(const TorchFile& f, const pickle::Value& s, const
 // Throws ConfigError starting with `where` for a param group that is not one of Megatron's
 // default two (a learning-rate multiplier, --decoupled-lr, expert parallelism).
 void check_default_group(const pickle::Value& group, const std::string& where);
+
+// Whether a param group is one of Megatron's default two or a --decoupled-lr run's group of the
+// word embedding and output layer (is_decoupled_lr; newer Megatron-core: default_config False, a
+// learning-rate override). Others throw as check_default_group does.
+enum class GroupRole { kDefault, kDecoupled };
+GroupRole group_role(const pickle::Value& group, const std::string& where);
 
 // A param group's Adam betas and epsilon ({"beta1", "beta2", "eps"}; null when not saved).
 nlohmann::json adam_hyperparameters(const pickle::Value& group);

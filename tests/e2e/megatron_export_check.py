@@ -5,7 +5,7 @@ torch: the tracker, and in every mp_rank_* file the model's tensors (their keys 
 Megatron's named_parameters() order, which the optimizer's indices follow; dtype, values), each
 parameter's optimizer state (Adam's moments, the fp32 master, the step count where REF keeps it:
 in the groups or in each state), the groups' Adam betas and epsilon and weight-decay
-multipliers and the keys Megatron matches groups by, the loss scaler, the scheduler's fields
+multipliers and the keys Megatron matches groups by (a --decoupled-lr group's rates too), the loss scaler, the scheduler's fields
 and the args' iteration, consumed samples and pipeline split. With virtual pipeline chunks a
 file's models are 'model0', 'model1', ..., whose parameters the optimizer's indices walk in turn. The word embedding's padding rows (past VOCAB:
 Megatron never reads them) are left out.
@@ -41,18 +41,30 @@ def step_of(x):
     return None if x is None else int(x.item()) if torch.is_tensor(x) else int(x)
 
 
+def group_kind(group):
+    """A param group's kind: 'D' a --decoupled-lr run's word embedding and output layer
+    (is_decoupled_lr; newer Megatron-core: default_config False), 'N' without weight decay (1-D
+    parameters), 'W' the other weights."""
+    if group.get("is_decoupled_lr") or group.get("default_config") is False:
+        return "D"
+    return "N" if group.get("wd_mult", 1.0) == 0.0 or group["weight_decay"] == 0.0 else "W"
+
+
 def per_parameter(ck, where):
     """Parameter key -> (exp_avg, exp_avg_sq, master, step) from Megatron's non-distributed
-    optimizer state: its groups' indices walk the parameters of one kind (2-D, 1-D) in order."""
+    optimizer state: its groups' indices walk the parameters of one kind (group_kind) in order."""
     model = model_tensors(ck)
     opt = ck["optimizer"]
     inner = opt.get("optimizer", opt)
     masters = opt.get("fp32_from_fp16_params")
-    by_kind = {2: [k for k, x in model if x.dim() == 2], 1: [k for k, x in model if x.dim() == 1]}
+    decoupled = any(group_kind(g) == "D" for g in inner["param_groups"])
+    own = lambda k: decoupled and k.endswith(EMBEDDINGS)
+    by_kind = {"D": [k for k, x in model if own(k)], "W": [k for k, x in model if x.dim() == 2 and not own(k)],
+               "N": [k for k, x in model if x.dim() == 1]}
     values = dict(model)
     out = {}
     for g, group in enumerate(inner["param_groups"]):
-        kind = 1 if group.get("wd_mult", 1.0) == 0.0 or group["weight_decay"] == 0.0 else 2
+        kind = group_kind(group)
         for i, index in enumerate(group["params"]):
             key = by_kind[kind].pop(0)
             state = inner["state"].get(index, {})
@@ -60,7 +72,7 @@ def per_parameter(ck, where):
             assert master.shape == values[key].shape, (where, key)
             out[key] = (state.get("exp_avg"), state.get("exp_avg_sq"), master.float(),
                         (step_of(state.get("step")), step_of(group.get("step"))))
-    assert not by_kind[1] and not by_kind[2], (where, "parameters without optimizer state", by_kind)
+    assert not any(by_kind.values()), (where, "parameters without optimizer state", by_kind)
     return out
 
 
@@ -112,12 +124,20 @@ def main():
         sched = a["opt_param_scheduler"]
         identity = {"lr_mult": 1.0, "is_expert_parallel": False, "is_decoupled_lr": False, "default_config": True,
                     "bias_correction": True, "max_lr": sched["max_lr"], "min_lr": sched["min_lr"]}
-        assert len(ga) == len(gb) == 2, rank
-        for x, y in zip(ga, gb):
+        # The groups by kind (REF's order may be Megatron-core 0.12 to 0.15's, by where each starts);
+        # ours in newer Megatron-core's sorted order, the decoupled one marked as 0.12 to 0.15 mark it.
+        kinds = [group_kind(x) for x in ga]
+        assert kinds in (["W", "N"], ["W", "D", "N"]) and sorted(kinds) == sorted(map(group_kind, gb)), \
+            (rank, kinds, [group_kind(y) for y in gb])
+        for x in ga:
+            y = next(y for y in gb if group_kind(y) == group_kind(x))
             for key in ("betas", "eps", "wd_mult"):
                 assert x[key] == y[key], (rank, key, x[key], y[key])
-            for key, value in identity.items():
-                assert x.get(key) == value, (rank, key, x.get(key), value)
+            want = dict(identity)
+            if group_kind(x) == "D":
+                want.update(is_decoupled_lr=True, default_config=False, max_lr=y["max_lr"], min_lr=y["min_lr"])
+            for key, value in want.items():
+                assert x.get(key) == value, (rank, group_kind(x), key, x.get(key), value)
         sa, sb = a["optimizer"].get("grad_scaler"), b["optimizer"].get("grad_scaler")
         assert (sa is None) == (sb is None), (rank, "grad_scaler")
         if sb is not None:

@@ -37,11 +37,17 @@
 #    saved it, kept as saved; at ZeRO stage 0 the optimizer in the model states, FP16_Optimizer's
 #    flat groups (fp16 tp2 x pp2), FP16_UnfusedOptimizer's master per parameter (fp16 with
 #    torch's Adam, without a pipeline) or the bare Adam by parameter index (fp32 pp2).
+#  - a --decoupled-lr run (Megatron-core's model), whose word embedding and output layer have a
+#    param group of their own: as Megatron-core 0.12 to 0.15 order and mark it (where each group
+#    starts on the rank, is_decoupled_lr; bf16 pp2, fp32 pp2 x 2 chunks, the distributed
+#    optimizer's coalesced buckets and torch_dist's dp_reshardable) and as newer versions do
+#    (sorted, a learning-rate override; fp16 tp2, torch_dist's fully_reshardable).
 # The way back, trident-convert --to megatron --with-optimizer (fp16 tp2 x pp2 legacy and fp32
 # tp2 legacy for FusedAdam, bf16 pp2 Megatron-core for torch's Adam; Megatron's other splits:
 # bf16 pp2 x 2 chunks, fp16 pp2 by a layout, fp32 tp2 x pp2 with a first stage of 1 layer; and
 # --ckpt-format torch_dist, for the non-distributed optimizer or the distributed one's
-# fully_reshardable format): the same state as megatron_training_state.py writes it, parameter by
+# fully_reshardable format; a --decoupled-lr run's bf16 pp2 and pp2 x 2 chunks, which the legacy
+# model refuses): the same state as megatron_training_state.py writes it, parameter by
 # parameter (megatron_export_check.py, megatron_dist_export_check.py), which imported again
 # resumes to the uninterrupted run's files; a checkpoint without optimizer state exports none (one line).
 # Imported with --with-optimizer and resumed by trident-train to iteration 6, its model and
@@ -64,25 +70,29 @@ run=(--device cpu --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-
      --min-lr 1e-4 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.01 --clip-grad 1.0 --train-iters 6
      --log-interval 1 --eval-iters 0 --mock-data)
 declare -A precision=([fp32]="" [fp16]="--fp16 --initial-loss-scale 4096 --loss-scale-window 2" [bf16]="--bf16")
+run_flags() {  # run_flags DTYPE[+dlr]: the precision's flags, and with +dlr the word embedding's own rates
+  echo "${precision[${1%+dlr}]}"
+  [[ $1 != *+dlr ]] || echo "--decoupled-lr 3e-3 --decoupled-min-lr 2e-4"
+}
 
-reference() {  # reference DTYPE: the uninterrupted run, saved at iterations 3 and 6
+reference() {  # reference DTYPE[+dlr]: the uninterrupted run, saved at iterations 3 and 6
   [[ -d $tmp/ref-$1 ]] && return 0
-  # shellcheck disable=SC2086  # flags are words
-  "$train" "${run[@]}" ${precision[$1]} --save "$tmp/ref-$1" --save-interval 3 >"$tmp/ref-$1.log" 2>&1 ||
+  # shellcheck disable=SC2046  # flags are words
+  "$train" "${run[@]}" $(run_flags "$1") --save "$tmp/ref-$1" --save-interval 3 >"$tmp/ref-$1.log" 2>&1 ||
     { cat "$tmp/ref-$1.log"; return 1; }
 }
-megatron() {  # megatron NAME DTYPE TP PP VP STEPS MODEL [LAYOUT [MUTATION]]: the iteration-3 state as Megatron saves it
+megatron() {  # megatron NAME DTYPE[+dlr] TP PP VP STEPS MODEL [LAYOUT [MUTATION]]: the iteration-3 state as Megatron saves it
   local name=$1 dtype=$2
   shift 2
   reference "$dtype" &&
-    "$py" "$repo/tests/e2e/megatron_training_state.py" "$tmp/ref-$dtype/iter_0000003" "$tmp/mg-$name" "$dtype" "$@" \
+    "$py" "$repo/tests/e2e/megatron_training_state.py" "$tmp/ref-$dtype/iter_0000003" "$tmp/mg-$name" "${dtype%+dlr}" "$@" \
       >"$tmp/mg-$name.log" 2>&1 || { fail "$name: writing the checkpoint"; cat "$tmp/mg-$name.log"; return 1; }
 }
 resumed() {  # resumed NAME DTYPE: imports mg-NAME and trains it to iteration 6; 0 when its files equal the reference's
   local name=$1 dtype=$2 out=$tmp/imp-$1
   "$convert" --from megatron --with-optimizer --vocab-size 1000 --load "$tmp/mg-$name" --save "$out" >"$out.log" 2>&1 &&
-    # shellcheck disable=SC2086
-    "$train" "${run[@]}" ${precision[$dtype]} --load "$out" --save "$out" >>"$out.log" 2>&1 ||
+    # shellcheck disable=SC2046
+    "$train" "${run[@]}" $(run_flags "$dtype") --load "$out" --save "$out" >>"$out.log" 2>&1 ||
     { echo "  import or resume failed:"; cat "$out.log"; return 2; }
   for f in model.safetensors optim_dp0000.safetensors; do
     cmp -s "$out/iter_0000006/mp_rank_00/$f" "$tmp/ref-$dtype/iter_0000006/mp_rank_00/$f" || return 1
@@ -102,7 +112,11 @@ for c in "fp32 2 2 1 apex legacy indexed" "fp16 1 2 2 torch mcore indexed" "bf16
     "fp32 1 2 3 apex mcore torch_dist-dp-zero layout-chunks" "bf16 1 2 3 torch mcore distributed-coalesced layout-chunks" \
     "fp16 2 2 1 apex legacy deepspeed-pipeline" "bf16 1 1 1 torch legacy deepspeed-module" \
     "fp32 1 2 1 torch legacy deepspeed-pipeline" "fp16 2 2 1 apex legacy deepspeed0-pipeline" \
-    "fp32 1 2 1 torch legacy deepspeed0-pipeline" "fp16 1 1 1 torch legacy deepspeed0-module"; do
+    "fp32 1 2 1 torch legacy deepspeed0-pipeline" "fp16 1 1 1 torch legacy deepspeed0-module" \
+    "bf16+dlr 1 2 1 apex mcore indexed decoupled" "fp32+dlr 1 2 2 torch mcore indexed decoupled" \
+    "fp16+dlr 2 1 1 apex mcore indexed decoupled-sorted" "bf16+dlr 2 2 1 apex mcore distributed-coalesced decoupled" \
+    "fp32+dlr 2 1 1 torch mcore torch_dist-fully-reshardable decoupled-sorted" \
+    "bf16+dlr 1 2 1 apex mcore torch_dist-dp-reshardable decoupled"; do
   read -r dtype tp pp vp steps model layout mutation <<<"$c"
   name=$dtype-tp$tp-pp$pp-vp$vp-$model-$layout${mutation:+-$mutation}
   megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" "$model" "$layout" ${mutation:+"$mutation"} || continue
@@ -181,7 +195,7 @@ exported_and_resumed() {
 # file's 'model0' to 'model2') and a first stage of 1 layer (fp32); Megatron-core's model, as
 # Megatron-LM's legacy model splits its layers evenly.
 for c in "fp16 2 2 1 legacy apex" "bf16 1 2 1 mcore torch" "fp32 2 1 1 legacy apex" "bf16 1 2 2 mcore torch" \
-    "fp16 1 2 3 mcore apex layout-chunks" "fp32 2 2 1 mcore apex first-stage-1"; do
+    "fp16 1 2 3 mcore apex layout-chunks" "fp32 2 2 1 mcore apex first-stage-1" "bf16+dlr 1 2 1 mcore apex decoupled"; do
   read -r dtype tp pp vp model steps mutation <<<"$c"
   adam=fused
   [[ $steps == torch ]] && adam=torch
@@ -202,15 +216,16 @@ done
 # bf16 pp2 x 2 chunks), compared tensor by tensor with megatron_training_state.py's folder
 # (megatron_dist_export_check.py); imported again it resumes to the uninterrupted run.
 for c in "fp16 2 2 1 apex torch_dist-indexed" "fp32 1 2 1 torch torch_dist-indexed" \
-    "fp32 2 1 1 torch torch_dist-fully-reshardable" "bf16 1 2 2 apex torch_dist-fully-reshardable"; do
-  read -r dtype tp pp vp steps layout <<<"$c"
+    "fp32 2 1 1 torch torch_dist-fully-reshardable" "bf16 1 2 2 apex torch_dist-fully-reshardable" \
+    "bf16+dlr 1 2 2 apex torch_dist-fully-reshardable decoupled"; do
+  read -r dtype tp pp vp steps layout mutation <<<"$c"
   adam=fused distributed=()
   [[ $steps == torch ]] && adam=torch
   [[ $layout == torch_dist-fully-reshardable ]] && distributed=(--use-distributed-optimizer)
   split=()
   [[ $vp -gt 1 ]] && split=(--num-virtual-stages-per-pipeline-rank "$vp")
   name=export-$dtype-tp$tp-pp$pp-vp$vp-$layout
-  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" mcore "$layout" || continue
+  megatron "$name" "$dtype" "$tp" "$pp" "$vp" "$steps" mcore "$layout" ${mutation:+"$mutation"} || continue
   exported_and_resumed "$name" "$dtype" "$tp" "$pp" megatron_dist_export_check.py --megatron-model mcore \
     --megatron-adam "$adam" --ckpt-format torch_dist ${distributed[@]+"${distributed[@]}"} ${split[@]+"${split[@]}"}
 done
@@ -222,6 +237,16 @@ if [[ $? -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $tmp/no-optim-mg ]] && grep
   ok "$(cat "$tmp/err")"
 else
   fail "--to megatron --with-optimizer without optimizer state: $(cat "$tmp/err")"
+fi
+
+# Megatron's legacy model trains its word embedding at --lr: a --decoupled-lr run's optimizer
+# state exports to Megatron-core's model only.
+"$convert" --to megatron --with-optimizer --tokenizer-type NullTokenizer --load "$tmp/ref-bf16+dlr" --iteration 3 \
+  --save "$tmp/dlr-legacy" >/dev/null 2>"$tmp/err"
+if [[ $? -eq 2 && $(wc -l <"$tmp/err") -eq 1 && ! -e $tmp/dlr-legacy ]] && grep -q "only Megatron-core's model" "$tmp/err"; then
+  ok "$(cat "$tmp/err")"
+else
+  fail "--decoupled-lr exported to the legacy model: $(cat "$tmp/err")"
 fi
 
 # Another parameter order than Megatron's: undetectable in fp32 (the shapes agree), where it

@@ -52,7 +52,8 @@ Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP a
   torch_dist-indexed,
   torch_dist-fully-reshardable, torch_dist-model-space, torch_dist-dp-reshardable, torch_dist-dp-zero.
   TRIDENT_ITER_DIR: a tp1 x pp1 trident checkpoint of a 4-layer, 32-wide, 4-head, 32-position model.
-  MUTATION: bucket-space (torch_dist: common.pt says fully_sharded_bucket_space, which trident does not read), swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
+  MUTATION: decoupled (a --decoupled-lr run's groups as Megatron-core 0.12 to 0.15 make them),
+  decoupled-sorted (as newer Megatron-core makes them: group_kinds), bucket-space (torch_dist: common.pt says fully_sharded_bucket_space, which trident does not read), swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
   betas saved as (0.9, 0.95), where the run had (0.9, 0.999)), no-optimizer
   (saved with --no-save-optim), no-distrib-file (distributed, without distrib_optim.pt), moved (distributed:
   a parameter's master one element off); first-stage-1, embedding-loss-counted, layout-chunks (Megatron's
@@ -366,19 +367,63 @@ def annealing_lr_state(sched):
             "decay_steps": int(sched["lr_decay_steps"]), "min_lr": sched["min_lr"]}
 
 
-def param_groups(steps, step_style, with_params=None):
-    """Megatron's two groups (weights decayed, the rest not): with their parameter indices, or
-    (sharded state dicts, the distributed optimizer) without."""
+def param_groups(steps, step_style, with_params=None, kinds=("W", "N"), sched=None, mutation=""):
+    """Megatron's groups of `kinds` (group_kinds: W the decayed weights, N the rest, D a
+    --decoupled-lr run's): with their parameter indices, or (sharded state dicts, the distributed
+    optimizer) without."""
     groups = []
-    for g in range(2):
-        group = {"lr": 1e-3, "weight_decay": 0.01 if g == 0 else 0.0, "betas": (0.9, 0.999), "eps": 1e-8,
-                 "bias_correction": True, "wd_mult": 1.0 if g == 0 else 0.0, "lr_mult": 1.0}
+    for g, kind in enumerate(kinds):
+        group = {"lr": 1e-3, "weight_decay": 0.0 if kind == "N" else 0.01, "betas": (0.9, 0.999), "eps": 1e-8,
+                 "bias_correction": True, "wd_mult": 0.0 if kind == "N" else 1.0, "lr_mult": 1.0}
+        if mutation.startswith("decoupled"):
+            group.update(decoupled_fields(kind, sched, mutation))
         if with_params is not None:
             group["params"] = with_params[g]
         if step_style == "apex":
             group["step"] = steps
         groups.append(group)
     return groups
+
+
+EMBEDDING_OR_OUTPUT = ("word_embeddings.weight", "output_layer.weight")
+
+
+def group_kinds(keys, shape, mutation):
+    """A rank's param groups, each (kind, its parameters (chunk, key) in named_parameters()
+    order): W the decayed weights, N the biases and LayerNorms, and with --decoupled-lr (MUTATION
+    decoupled*, Megatron-core's model) D the word embedding and output layer, which Megatron-core
+    marks is_embedding_or_output_parameter. Without it [W, N], as newer Megatron-core sorts
+    them; decoupled: Megatron-core 0.12 to 0.15's order, each group where its first parameter
+    lies on the rank, then the groups only other ranks have (all_gather_object's: rank 0's
+    order, D W N), empty; decoupled-sorted: newer Megatron-core's sorted W D N."""
+    decoupled = mutation.startswith("decoupled")
+
+    def kind(vk):
+        if decoupled and vk[1].endswith(EMBEDDING_OR_OUTPUT):
+            return "D"
+        return "W" if len(shape[vk]) == 2 else "N"
+    order = ["W", "D", "N"] if decoupled else ["W", "N"]
+    if mutation == "decoupled":
+        order = []
+        for vk in keys:
+            if kind(vk) not in order:
+                order.append(kind(vk))
+        order += [k for k in "DWN" if k not in order]
+    return [(k, [vk for vk in keys if kind(vk) == k]) for k in order]
+
+
+def decoupled_fields(kind, sched, mutation):
+    """The keys by which a --decoupled-lr run's groups differ: Megatron-core 0.12 to 0.15 mark the
+    embedding's is_decoupled_lr (_update_min_and_max_lr_in_param_groups sets every group's max_lr
+    and min_lr); newer versions override its max_lr and min_lr, default_config False."""
+    own = kind == "D"
+    out = {"is_expert_parallel": False, "is_decoupled_lr": own and mutation == "decoupled",
+           "max_lr": sched["decoupled_lr"] if own else sched["max_lr"],
+           "min_lr": sched["decoupled_min_lr"] if own else sched["min_lr"]}
+    if mutation == "decoupled-sorted":
+        out["default_config"] = not own
+    out["lr"] = out["max_lr"]  # the scheduler's rate when saved; its peak, as elsewhere here
+    return out
 
 
 def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout, step_style, te, args, mutation):
@@ -399,7 +444,9 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
     extra = None
     bucket_format = {"torch_dist-dp-reshardable": "dp_reshardable", "torch_dist-dp-zero": "dp_zero_gather_scatter"}
     if layout in bucket_format:  # the state in buckets, the rest as objects
-        groups = param_groups(st["optimizer_steps"], "apex")  # DistributedOptimizer.state_dict(): 'step' per group
+        # DistributedOptimizer.state_dict(): 'step' per group
+        groups = param_groups(st["optimizer_steps"], "apex", None, ("W", "D", "N") if mutation.startswith("decoupled")
+                              else ("W", "N"), st["opt_param_scheduler"], mutation)
         optimizer_states = states
         extra = lambda wr: dp_reshardable(wr, optimizer_states, vocab, tp, pp, vp, dtype, te, groups, scaler,
                                           torch.Generator().manual_seed(9), mutation, layout == "torch_dist-dp-zero",
@@ -409,7 +456,9 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
     distributed = layout != "torch_dist-indexed"
     # The distributed optimizer keeps the step in each group whatever its Adam
     # (DistributedOptimizer.state_dict); the others torch's Adam's once, as 'common_step'.
-    inner = {"param_groups": param_groups(st["optimizer_steps"], "apex" if distributed else step_style)}
+    kinds = ("W", "D", "N") if mutation.startswith("decoupled") else ("W", "N")
+    inner = {"param_groups": param_groups(st["optimizer_steps"], "apex" if distributed else step_style, None, kinds,
+                                          st["opt_param_scheduler"], mutation)}
     if step_style == "torch" and not distributed:
         inner["state"] = {"common_step": torch.tensor(float(st["optimizer_steps"]))}
     optimizer = inner if dtype == torch.float32 and not distributed else {"optimizer": inner}
@@ -674,15 +723,15 @@ def main():
             models = build(params, dtype)
             moments = {m: build(state[m], torch.float32) for m in ("exp_avg", "exp_avg_sq")}
             masters = build(state["master"], torch.float32)
-            # named_parameters() order over the chunks, split into Megatron's two groups.
+            # named_parameters() order over the chunks, split into Megatron's groups.
             keys = [(v, k) for v, m in enumerate(models) for k, _ in flat(m)]
             shape = {(v, k): x.shape for v, m in enumerate(models) for k, x in flat(m)}
-            groups = [[vk for vk in keys if len(shape[vk]) == 2], [vk for vk in keys if len(shape[vk]) == 1]]
+            kinds, groups = zip(*group_kinds(keys, shape, mutation))
             if mutation == "swapped":  # two LayerNorm weights exchanged: another order than Megatron's
                 ln = [i for i, (v, k) in enumerate(groups[1]) if k.endswith("layernorm.weight")]
                 groups[1][ln[0]], groups[1][ln[1]] = groups[1][ln[1]], groups[1][ln[0]]
             tensor = lambda d, vk: dict(flat(d[vk[0]]))[vk[1]]
-            inner_state, param_groups, index = {}, [], 0
+            inner_state, saved_groups, index = {}, [], 0
             for g, members in enumerate(groups):
                 ids = list(range(index, index + len(members)))
                 for i, vk in zip(ids, members):
@@ -690,21 +739,19 @@ def main():
                                       "exp_avg_sq": tensor(moments["exp_avg_sq"], vk).clone()}
                     if step_style == "torch":
                         inner_state[i]["step"] = torch.tensor(float(steps))
-                betas = (0.9, 0.95) if mutation == "betas" else (0.9, 0.999)
-                group = {"params": ids, "lr": 1e-3, "weight_decay": 0.01 if g == 0 else 0.0, "betas": betas,
-                         "eps": 1e-8, "bias_correction": True, "wd_mult": 1.0 if g == 0 else 0.0, "lr_mult": 1.0}
-                if step_style == "apex":
-                    group["step"] = steps
-                param_groups.append(group)
+                group = param_groups(steps, step_style, [ids], [kinds[g]], sched, mutation)[0]
+                if mutation == "betas":
+                    group["betas"] = (0.9, 0.95)
+                saved_groups.append(group)
                 index += len(members)
-            inner = {"state": inner_state, "param_groups": param_groups}
+            inner = {"state": inner_state, "param_groups": saved_groups}
             rank = f"mp_rank_{t:02d}" + (f"_{s:03d}" if pp > 1 else "")
             folder = os.path.join(out, f"iter_{meta['iteration']:07d}", rank)
             if distributed:  # DistributedOptimizer.state_dict(): no 'state', groups without 'params'
-                for group in param_groups:
+                for group in saved_groups:
                     del group["params"]
                     group["step"] = steps
-                optimizer = {"optimizer": {"param_groups": param_groups}}
+                optimizer = {"optimizer": {"param_groups": saved_groups}}
                 # A buffer for each chunk with parameters, numbered in turn.
                 chunks = [[(k, {"param": tensor(masters, (v, k)), "exp_avg": tensor(moments["exp_avg"], (v, k)),
                                 "exp_avg_sq": tensor(moments["exp_avg_sq"], (v, k))}) for k, _ in flat(m)]

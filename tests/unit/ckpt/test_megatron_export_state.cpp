@@ -1,7 +1,7 @@
 // The training state of a Megatron export (megatron_export_state.h), written through a torch
 // zip file and read back: where Adam's step count goes for each Adam, an empty state before the
-// first step, DeepSpeed's fused loss scaler converted to Megatron's, and a token-based decay
-// refused. (tests/e2e/megatron_resume.sh compares whole exports with Megatron's files.)
+// first step, DeepSpeed's fused loss scaler converted to Megatron's, --decoupled-lr's group, and a
+// token-based decay refused. (tests/e2e/megatron_resume.sh compares whole exports with Megatron's files.)
 #include "ckpt/megatron_export_state.h"
 
 #include <gtest/gtest.h>
@@ -114,26 +114,90 @@ TEST(MegatronExportState, LossScalers) {
 }
 
 TEST(MegatronExportState, RefusesATokenBasedDecay) {
-  EXPECT_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", 1000}}}}),
+  EXPECT_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", 1000}}}}, true),
                ConfigError);
-  EXPECT_THROW(check_exportable_state(json::object()), ConfigError);
-  EXPECT_NO_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", nullptr}}}}));
+  EXPECT_THROW(check_exportable_state(json::object(), true), ConfigError);
+  EXPECT_NO_THROW(
+      check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"lr_decay_tokens", nullptr}}}}, true));
 }
 
-// --decoupled-lr puts the word embedding in a param group of its own (is_decoupled_lr), which
-// the export does not write: the optimizer state is refused, a run without it exports.
-TEST(MegatronExportState, RefusesADecoupledLearningRate) {
+// --decoupled-lr puts the word embedding (and a last stage's tied head) in a param group of its
+// own between the decayed weights and the rest, at its own rates; every rank has that group, empty
+// where the embedding is not.
+TEST(MegatronExportState, DecoupledLearningRateIsAGroupOfItsOwn) {
+  const ModelConfig cfg = testing::small_config();
+  MegatronTrainingState st = state_after(3, nullptr);
+  const std::vector<int64_t> wte_shape = {cfg.vocab_size, cfg.hidden_size};
+  const size_t n = static_cast<size_t>(numel_of(wte_shape));
+  st.master["wte"] = HostTensor{wte_shape, std::vector<float>(n, 0.75f)};
+  st.exp_avg["wte"] = HostTensor{wte_shape, std::vector<float>(n, 0.25f)};
+  st.exp_avg_sq["wte"] = HostTensor{wte_shape, std::vector<float>(n, 0.125f)};
+  st.trainer_state["opt_param_scheduler"]["decoupled_lr"] = 4e-3;
+  st.trainer_state["opt_param_scheduler"]["decoupled_min_lr"] = 2e-4;
+  for (const bool first_stage : {true, false}) {
+    SCOPED_TRACE(first_stage ? "a stage with the embedding" : "a stage without it");
+    std::vector<std::string> params = {"wpe", "h.0.ln_1.weight"};
+    if (first_stage) params.insert(params.begin(), "wte");
+    ScratchDir dir;
+    pickle::Writer w;
+    RankFile file;
+    w.begin_dict();
+    w.str("optimizer");
+    write_optimizer_state(w, file, params, st, cfg, 1, 0, DType::F16, MegatronAdam::kFused);
+    w.end();
+    const std::string path = dir / "model_optim_rng.pt";
+    write_torch_file(path, w.finish(), file.storages());
+    const TorchFile f(path);
+    const pickle::Value& groups = *f.root().get("optimizer")->get("optimizer")->get("param_groups");
+    ASSERT_EQ(groups.items.size(), 3u);
+    const pickle::Value &decayed = *groups.items[0], &decoupled = *groups.items[1], &rest = *groups.items[2];
+    EXPECT_TRUE(decoupled.get("is_decoupled_lr")->boolean);
+    EXPECT_FALSE(decoupled.get("default_config")->boolean);
+    EXPECT_EQ(decoupled.get("max_lr")->real, 4e-3);
+    EXPECT_EQ(decoupled.get("min_lr")->real, 2e-4);
+    EXPECT_EQ(decoupled.get("lr")->real, 4e-3);
+    EXPECT_EQ(decoupled.get("wd_mult")->real, 1.0);
+    EXPECT_EQ(decoupled.get("weight_decay")->real, 0.01);
+    for (const pickle::Value* g : {&decayed, &rest}) {
+      EXPECT_FALSE(g->get("is_decoupled_lr")->boolean);
+      EXPECT_TRUE(g->get("default_config")->boolean);
+      EXPECT_EQ(g->get("max_lr")->real, 1e-3);
+      EXPECT_EQ(g->get("min_lr")->real, 1e-4);
+    }
+    // Indices through the groups in turn: wpe, then wte (where held), then the LayerNorm.
+    const auto ids = [](const pickle::Value& g) {
+      std::vector<int64_t> out;
+      for (const auto& i : g.get("params")->items) out.push_back(i->integer);
+      return out;
+    };
+    EXPECT_EQ(ids(decayed), std::vector<int64_t>{0});
+    EXPECT_EQ(ids(decoupled), first_stage ? std::vector<int64_t>{1} : std::vector<int64_t>{});
+    EXPECT_EQ(ids(rest), std::vector<int64_t>{first_stage ? 2 : 1});
+    const pickle::Value& masters = *f.root().get("optimizer")->get("fp32_from_fp16_params");
+    ASSERT_EQ(masters.items.size(), 3u);
+    ASSERT_EQ(masters.items[1]->items.size(), first_stage ? 1u : 0u);
+    if (first_stage) {
+      EXPECT_EQ(f.read_f32(*TorchFile::tensor(*masters.items[1]->items[0]), "master")[0], 0.75f);
+    }
+  }
+}
+
+// Megatron's legacy model trains its word embedding at --lr: a --decoupled-lr run's optimizer
+// state exports to Megatron-core's model only.
+TEST(MegatronExportState, DecoupledLearningRateNeedsMegatronCoresModel) {
+  const json ts = {{"opt_param_scheduler", {{"max_lr", 1e-3}, {"decoupled_lr", 4e-3}}}};
   try {
-    check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"decoupled_lr", 4e-3}}}});
-    ADD_FAILURE() << "a decoupled learning rate exported";
+    check_exportable_state(ts, false);
+    ADD_FAILURE() << "a decoupled learning rate exported to the legacy model";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()).rfind("--with-optimizer: the run trained the word embedding at its own learning "
-                                          "rate (--decoupled-lr)",
+                                          "rate (--decoupled-lr), which only Megatron-core's model does",
                                           0),
               0u)
         << e.what();
   }
-  EXPECT_NO_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"decoupled_lr", nullptr}}}}));
+  EXPECT_NO_THROW(check_exportable_state(ts, true));
+  EXPECT_NO_THROW(check_exportable_state({{"opt_param_scheduler", {{"max_lr", 1e-3}, {"decoupled_lr", nullptr}}}}, false));
 }
 
 // --embedding-init-method-std moves the embeddings into Megatron's no-decay group (another
