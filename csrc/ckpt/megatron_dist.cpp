@@ -251,7 +251,7 @@ MegatronTrainingState read_training_state(const Checkpoint& c, const ModelConfig
                                           const MegatronTensors& weights) {
   const TorchFile& common = *c.files.at(0);
   std::string sharding;
-  OptimizerState st = read_common_optimizer_state(common, cfg.dtype, &sharding);
+  OptimizerState st = read_common_optimizer_state(common, cfg.dtype, &sharding, decoupled_lr_arg(c));
   if (sharding == "dp_reshardable" || sharding == "dp_zero_gather_scatter") {
     MegatronTrainingState out = read_bucket_training_state(c, cfg, weights, sharding, st);
     check_masters(out, params, c, cfg, "the distributed optimizer's buckets");

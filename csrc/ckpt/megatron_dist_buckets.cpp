@@ -89,7 +89,8 @@ class BucketReader {
         weights_(weights),
         index_((d_.dir() / ".metadata").string()),
         sharding_(std::move(sharding)),
-        dp_(data_parallel_size(c)) {
+        dp_(data_parallel_size(c)),
+        decoupled_lr_(decoupled_lr_arg(c)) {
     tp_ = static_cast<int>(int_arg(*c.args, "tensor_model_parallel_size", 1));
     pp_ = static_cast<int>(int_arg(*c.args, "pipeline_model_parallel_size", 1));
     vp_ = static_cast<int>(std::max<int64_t>(1, int_arg(*c.args, "virtual_pipeline_model_parallel_size", 1)));
@@ -163,7 +164,7 @@ class BucketReader {
       const std::unique_ptr<TorchFile> o = d_.open_object(optimizer);
       const std::unique_ptr<TorchFile> sc = scaler.empty() ? nullptr : d_.open_object(scaler);
       // No 'step' (apex's and TE's FusedAdam before their first step): no moments either (read_chunk).
-      OptimizerState st = read_object_optimizer_state(*o, sc.get(), cfg_.dtype);
+      OptimizerState st = read_object_optimizer_state(*o, sc.get(), cfg_.dtype, decoupled_lr_);
       if (first && st.steps != first->steps)
         throw IoError(o->path() + ": the optimizer took " + std::to_string(st.steps) + " steps, model-parallel rank "
                       "0's " + std::to_string(first->steps));
@@ -358,6 +359,7 @@ class BucketReader {
   std::string index_;
   std::string sharding_;  // dp_reshardable or dp_zero_gather_scatter
   int64_t dp_ = 0;        // the run's data-parallel size (0: unknown)
+  std::optional<double> decoupled_lr_;  // args.decoupled_lr: newer Megatron-core's group is recognised by it
   int tp_ = 1, pp_ = 1, vp_ = 1;
   PipelineSplit split_;  // which layers each stage's chunks hold
   bool te_ = false;  // Transformer Engine's layer spec (norms fused into the next linear layer)

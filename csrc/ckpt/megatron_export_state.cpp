@@ -43,43 +43,56 @@ struct Shards {
   }
 };
 
-// Megatron's param groups of a GPT-2 run: the weights (weight decay), with --decoupled-lr the
-// word embedding and output layer at their own rates, then the biases and LayerNorms. Newer
-// Megatron-core sorts them so (the default group first); the decoupled one is marked as
-// Megatron-core 0.12 to 0.15 mark it (is_decoupled_lr), by which Megatron matches the groups
-// of a checkpoint with its own on load.
+// Megatron's param groups of a GPT-2 run: the weights (weight decay), the biases and
+// LayerNorms, and with --decoupled-lr the word embedding and output layer at their own rates.
 enum class Group { kDecayed, kDecoupled, kNoDecay };
 
-std::vector<Group> groups_of(const json& ts) {
+bool has_decoupled_lr(const json& ts) {
   const json sched = ts.value("opt_param_scheduler", json::object());
-  const bool decoupled = sched.contains("decoupled_lr") && !sched["decoupled_lr"].is_null();
-  if (decoupled) return {Group::kDecayed, Group::kDecoupled, Group::kNoDecay};
-  return {Group::kDecayed, Group::kNoDecay};
+  return sched.contains("decoupled_lr") && !sched["decoupled_lr"].is_null();
 }
 
 // The group of a parameter of canonical name `name` and `dims` dimensions ("wte" also for the
 // tied head of a last stage).
-Group group_of(const std::string& name, size_t dims, const std::vector<Group>& groups) {
-  if (name == "wte" && groups.size() == 3) return Group::kDecoupled;
+Group group_of(const std::string& name, size_t dims, bool decoupled) {
+  if (name == "wte" && decoupled) return Group::kDecoupled;
   return dims == 2 ? Group::kDecayed : Group::kNoDecay;
 }
 
-// 'param_groups': groups_of(ts); with `sizes` each group's 'params', its parameters' indices
-// counted through the groups (a sharded state dict saves none: Megatron-core makes them
+// The groups in the order a Megatron that loads them builds its own, which torch's
+// load_state_dict pairs with the saved ones by position. Without --decoupled-lr, Megatron-LM's
+// main branch sorts them, the default group first. A --decoupled-lr group is marked as
+// Megatron-core 0.12 to 0.15 mark it (is_decoupled_lr; newer versions cannot tell it from the
+// default group when they match groups on load): ordered as those versions order them, each
+// group where its first parameter lies among the rank's `kinds` (named_parameters() order),
+// then the groups only other ranks hold, empty, in rank 0's order (embedding, weights, rest).
+// `kinds` empty: the order of a file every rank shares (torch_dist's common.pt).
+std::vector<Group> group_order(const std::vector<Group>& kinds, bool decoupled) {
+  if (!decoupled) return {Group::kDecayed, Group::kNoDecay};
+  std::vector<Group> order;
+  for (const Group g : kinds)
+    if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
+  for (const Group g : {Group::kDecoupled, Group::kDecayed, Group::kNoDecay})
+    if (std::find(order.begin(), order.end(), g) == order.end()) order.push_back(g);
+  return order;
+}
+
+// 'param_groups': `groups` (group_order); with `sizes` each group's 'params', its parameters'
+// indices counted through the groups (a sharded state dict saves none: Megatron-core makes them
 // non-persistent).
-void write_param_groups(pickle::Writer& w, const json& ts, MegatronAdam adam_kind,
+void write_param_groups(pickle::Writer& w, const json& ts, MegatronAdam adam_kind, const std::vector<Group>& groups,
                         std::optional<std::vector<size_t>> sizes) {
   const int64_t steps = ts.value("optimizer_steps", int64_t{0});
   const json adam = ts.value(kAdamKey, json::object());
   const json sched = ts.value("opt_param_scheduler", json::object());
-  const std::vector<Group> groups = groups_of(ts);
   w.str("param_groups");
   w.begin_list();
   int64_t index = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
     const bool decayed = groups[g] != Group::kNoDecay, decoupled = groups[g] == Group::kDecoupled;
     const double max_lr = number_or(sched, decoupled ? "decoupled_lr" : "max_lr", 0.0);
-    const double min_lr = number_or(sched, decoupled ? "decoupled_min_lr" : "min_lr", 0.0);
+    const double min_lr = number_or(sched, "min_lr", 0.0);
+    const double group_min_lr = decoupled ? number_or(sched, "decoupled_min_lr", min_lr) : min_lr;
     w.begin_dict();
     w.str("lr");
     w.real(shortest(max_lr));
@@ -109,7 +122,7 @@ void write_param_groups(pickle::Writer& w, const json& ts, MegatronAdam adam_kin
     w.str("max_lr");
     w.real(shortest(max_lr));
     w.str("min_lr");
-    w.real(shortest(min_lr));
+    w.real(shortest(group_min_lr));
     if (adam_kind == MegatronAdam::kFused) {
       w.str("step");
       w.integer(steps);
@@ -171,13 +184,14 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
   const json& ts = st.trainer_state;
   const Shards shards{st, cfg, tp, t};
   const int64_t steps = ts.value("optimizer_steps", int64_t{0});
-  // The parameters of each of Megatron's groups (groups_of), in named_parameters() order.
-  const std::vector<Group> kinds = groups_of(ts);
-  std::vector<std::vector<std::string>> groups(kinds.size());
-  for (const std::string& p : params) {
-    const Group g = group_of(p, shards.shape(p).size(), kinds);
-    groups[static_cast<size_t>(std::find(kinds.begin(), kinds.end(), g) - kinds.begin())].push_back(p);
-  }
+  // The parameters of each of Megatron's groups (group_order), in named_parameters() order.
+  const bool decoupled = has_decoupled_lr(ts);
+  std::vector<Group> kinds;
+  for (const std::string& p : params) kinds.push_back(group_of(p, shards.shape(p).size(), decoupled));
+  const std::vector<Group> order = group_order(kinds, decoupled);
+  std::vector<std::vector<std::string>> groups(order.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    groups[static_cast<size_t>(std::find(order.begin(), order.end(), kinds[i]) - order.begin())].push_back(params[i]);
   const bool wrapped = dtype != DType::F32;  // Float16OptimizerWithFloat16Params around INNER
 
   w.begin_dict();
@@ -206,7 +220,7 @@ void write_optimizer_state(pickle::Writer& w, RankFile& file, const std::vector<
   w.end();  // state
   std::vector<size_t> sizes;
   for (const auto& group : groups) sizes.push_back(group.size());
-  write_param_groups(w, ts, adam_kind, sizes);
+  write_param_groups(w, ts, adam_kind, order, sizes);
   if (!wrapped) {
     w.end();
     return;
@@ -243,7 +257,8 @@ void write_sharded_optimizer_common(pickle::Writer& w, RankFile& file, const Meg
     file.tensor(w, {static_cast<float>(ts.value("optimizer_steps", int64_t{0}))}, {}, DType::F32);
     w.end();
   }
-  write_param_groups(w, ts, distributed ? MegatronAdam::kFused : adam_kind, std::nullopt);
+  write_param_groups(w, ts, distributed ? MegatronAdam::kFused : adam_kind, group_order({}, has_decoupled_lr(ts)),
+                     std::nullopt);
   if (wrapped) w.end();
   write_grad_scaler(w, file, ts, dtype);
   if (distributed) {
@@ -311,6 +326,12 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   const nlohmann::json& ts = o.training ? o.training->trainer_state : none;
   i("consumed_train_samples", o.training ? o.training->consumed_samples : 0);
   i("consumed_valid_samples", ts.value("consumed_valid_samples", int64_t{0}));
+  // --decoupled-lr, by which the import recognises newer Megatron-core's group (None without).
+  const nlohmann::json sched = ts.value("opt_param_scheduler", nlohmann::json::object());
+  for (const char* key : {"decoupled_lr", "decoupled_min_lr"}) {
+    w.str(key);
+    sched.contains(key) && sched[key].is_number() ? w.real(shortest(sched[key].get<double>())) : w.none();
+  }
   i("skipped_train_samples", ts.value("skipped_train_samples", int64_t{0}));  // --iterations-to-skip's
   if (o.training) {
     b("use_distributed_optimizer", o.distributed_optimizer);

@@ -9,11 +9,12 @@
 //    groups hold the file's parameters in named_parameters() order, 2-D ones (weight decay) and
 //    1-D ones (wd_mult 0), in that order (Megatron-LM sorts the default group first); a
 //    --decoupled-lr run's word embedding (and a last stage's tied head) has a group of its own
-//    between them (is_decoupled_lr, max_lr and min_lr its rates; empty on a stage without it, as
-//    Megatron gives every rank every group); indices count through them in turn. Adam's step count is where the Adam Megatron runs keeps it:
-//    in each group for Transformer Engine's and apex's FusedAdam (Megatron's first choices;
-//    Transformer Engine's refuses a state key it does not know), in each state as a tensor for
-//    torch's Adam (MegatronAdam::kTorch). Each group carries the keys Megatron matches groups
+//    (is_decoupled_lr, max_lr and min_lr its rates), the groups then in Megatron-core 0.12 to
+//    0.15's order (group_order in the .cpp; that group empty on a stage without the embedding, as
+//    those versions give every rank every group); indices count through them in turn. Adam's step
+//    count is where the Adam Megatron runs keeps it: in each group for Transformer Engine's and
+//    apex's FusedAdam (Megatron's first choices; Transformer Engine's refuses a state key it
+//    does not know), in each state as a tensor for torch's Adam (MegatronAdam::kTorch). Each group carries the keys Megatron matches groups
 //    by (wd_mult, lr_mult, is_expert_parallel, is_decoupled_lr) and default_config.
 //  * 'opt_param_scheduler': OptimizerParamScheduler.state_dict(), from trident's own fields
 //    (in samples, as Megatron counts them).

@@ -101,11 +101,13 @@ class FileReader {
         distributed_(distributed),
         out_(out),
         chunks_(file_params(c, &f)),
-        dp_(data_parallel_size(c)) {}
+        dp_(data_parallel_size(c)),
+        decoupled_lr_(decoupled_lr_arg(c)) {}
   // A file without model chunks (a torch_dist checkpoint's common.pt, or an object of its DCP
   // files whose datum `optimizer` is the optimizer's state): read_common and read_scaler only.
-  FileReader(const TorchFile& f, DType dtype, OptimizerState& out, const Value* optimizer = nullptr)
-      : f_(f), dtype_(dtype), distributed_(false), out_(out), optimizer_(optimizer) {}
+  FileReader(const TorchFile& f, DType dtype, OptimizerState& out, std::optional<double> decoupled_lr,
+             const Value* optimizer = nullptr)
+      : f_(f), dtype_(dtype), distributed_(false), out_(out), optimizer_(optimizer), decoupled_lr_(decoupled_lr) {}
 
   // The state that is not the parameters': the groups, the step count (none recorded: nullopt),
   // the loss scaler, Adam's hyperparameters; for a torch_dist checkpoint's common.pt, all of it.
@@ -186,7 +188,7 @@ class FileReader {
   // A group trident can map: Megatron's default groups or a --decoupled-lr group, whose rates
   // are kept; the first group's Adam betas and epsilon are kept.
   void check_group(const Value& group, size_t g) {
-    roles_.push_back(group_role(group, where(g)));
+    roles_.push_back(group_role(group, where(g), decoupled_lr_));
     if (roles_.back() == GroupRole::kDecoupled) note_decoupled(group, g);
     if (g == 0) out_.adam = adam_hyperparameters(group);
   }
@@ -347,6 +349,7 @@ class FileReader {
   const Value* masters_ = nullptr; // fp32_from_fp16_params
   std::vector<GroupRole> roles_;   // each param group's
   std::string sharding_type_;
+  std::optional<double> decoupled_lr_;  // args.decoupled_lr
 };
 
 // The checkpoint's OptimizerParamScheduler state (scheduler_state), null without one.
@@ -400,22 +403,45 @@ nlohmann::json scheduler_state(const TorchFile& f, const Value& s, const std::st
   return out;
 }
 
-GroupRole group_role(const Value& group, const std::string& where) {
+namespace {
+
+// The groups no reader maps: a learning-rate multiplier's, experts'. `reads` says which it maps.
+void refuse_other_groups(const Value& group, const std::string& where, const std::string& reads) {
   if (const std::optional<double> m = group_number(group, "lr_mult"); m && *m != 1.0)
-    throw ConfigError(where + " has lr_mult " + std::to_string(*m) + " (a scale_lr_cond group): trident reads "
-                      "Megatron's default parameter groups and --decoupled-lr's");
+    throw ConfigError(where + " has lr_mult " + std::to_string(*m) + " (a scale_lr_cond group): trident reads " + reads);
   if (true_arg(group, "is_expert_parallel"))
-    throw ConfigError(where + " is an 'is_expert_parallel' group: trident reads Megatron's default parameter groups "
-                      "and --decoupled-lr's");
+    throw ConfigError(where + " is an 'is_expert_parallel' group: trident reads " + reads);
+}
+
+}  // namespace
+
+GroupRole group_role(const Value& group, const std::string& where, std::optional<double> decoupled_lr) {
+  const std::string reads = "Megatron's default parameter groups and a --decoupled-lr run's word-embedding group";
+  refuse_other_groups(group, where, reads);
   if (true_arg(group, "is_decoupled_lr")) return GroupRole::kDecoupled;
   const Value* default_config = group.get("default_config");
-  if (default_config && default_config->kind == Kind::Bool && !default_config->boolean) return GroupRole::kDecoupled;
-  return GroupRole::kDefault;
+  if (!default_config || default_config->kind != Kind::Bool || default_config->boolean) return GroupRole::kDefault;
+  // Newer Megatron-core's override of the learning rate: --decoupled-lr's, or another (muP's).
+  const std::optional<double> max_lr = group_number(group, "max_lr");
+  if (!decoupled_lr || !max_lr || *max_lr != *decoupled_lr)
+    throw ConfigError(where + " trains at a learning rate of its own (default_config False, max_lr " +
+                      (max_lr ? detail::concat(*max_lr) : std::string("not saved")) + ") that is not the run's " +
+                      "--decoupled-lr (args.decoupled_lr " +
+                      (decoupled_lr ? detail::concat(*decoupled_lr) : std::string("None")) + "): trident reads " + reads);
+  return GroupRole::kDecoupled;
 }
 
 void check_default_group(const Value& group, const std::string& where) {
-  if (group_role(group, where) != GroupRole::kDefault)
-    throw ConfigError(where + " is a --decoupled-lr group: trident reads Megatron's default parameter groups here");
+  const std::string reads = "Megatron's default parameter groups";
+  refuse_other_groups(group, where, reads);
+  if (true_arg(group, "is_decoupled_lr")) throw ConfigError(where + " is an 'is_decoupled_lr' group: trident reads " + reads);
+}
+
+std::optional<double> decoupled_lr_arg(const Checkpoint& c) {
+  const Value* v = c.args ? c.args->get("decoupled_lr") : nullptr;
+  if (v && v->kind == Kind::Float) return v->real;
+  if (v && v->kind == Kind::Int) return static_cast<double>(v->integer);
+  return std::nullopt;
 }
 
 nlohmann::json adam_hyperparameters(const Value& group) {
@@ -455,9 +481,10 @@ int64_t master_mismatch(const std::vector<float>& master, const std::vector<floa
   return -1;
 }
 
-OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type) {
+OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type,
+                                           std::optional<double> decoupled_lr) {
   OptimizerState out;
-  FileReader r(common, model_dtype, out);
+  FileReader r(common, model_dtype, out, decoupled_lr);
   const std::optional<int64_t> steps = r.read_common();
   out.steps = steps.value_or(0);
   out.steps_recorded = steps.has_value();
@@ -467,7 +494,7 @@ OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_
 }
 
 OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const TorchFile* grad_scaler,
-                                           DType model_dtype) {
+                                           DType model_dtype, std::optional<double> decoupled_lr) {
   // Megatron-core saves a ShardedObject as the list of its one datum.
   const auto datum = [](const TorchFile& f) -> const Value& {
     const Value& root = f.root();
@@ -476,10 +503,12 @@ OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const Tor
     return *root.items[0];
   };
   OptimizerState out;
-  const std::optional<int64_t> steps = FileReader(optimizer, model_dtype, out, &datum(optimizer)).read_common();
+  const std::optional<int64_t> steps =
+      FileReader(optimizer, model_dtype, out, decoupled_lr, &datum(optimizer)).read_common();
   out.steps = steps.value_or(0);
   out.steps_recorded = steps.has_value();
-  if (grad_scaler && model_dtype == DType::F16) FileReader(*grad_scaler, model_dtype, out).read_scaler(datum(*grad_scaler));
+  if (grad_scaler && model_dtype == DType::F16)
+    FileReader(*grad_scaler, model_dtype, out, decoupled_lr).read_scaler(datum(*grad_scaler));
   return out;
 }
 

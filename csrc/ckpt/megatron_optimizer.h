@@ -28,8 +28,9 @@
 // A run with --decoupled-lr (Megatron-core's model only) has a third group, of the word embedding
 // and the output layer (the tied head's copy on a last stage): Megatron-core 0.12 to 0.15 mark it
 // is_decoupled_lr, newer versions give it a learning-rate override instead (default_config
-// False); either keeps its peak and floor in the group's max_lr and min_lr, which the import
-// takes as trident's --decoupled-lr and --decoupled-min-lr. Megatron orders its groups by where
+// False, its max_lr the run's args.decoupled_lr: another override, muP's say, is refused);
+// either keeps its peak and floor in the group's max_lr and min_lr, which the import takes as
+// trident's --decoupled-lr and --decoupled-min-lr. Megatron orders its groups by where
 // their first parameter lies (0.12 to 0.15) or sorts them (newer), and a stage without the
 // embedding may hold that group empty, so the import goes by each group's kind, not its place.
 // Groups of another learning-rate multiplier (scale_lr_cond) or of experts are refused.
@@ -109,14 +110,21 @@ OptimizerState read_optimizer_state(const Checkpoint& c, DType model_dtype);
 // parameter), or the bucket formats dp_reshardable and dp_zero_gather_scatter, whose common.pt
 // holds the scheduler only (the rest: read_object_optimizer_state). Others throw ConfigError
 // naming the file.
-OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type);
+// `decoupled_lr`: the run's args.decoupled_lr (decoupled_lr_arg), which a newer Megatron-core's
+// --decoupled-lr group is recognised by.
+OptimizerState read_common_optimizer_state(const TorchFile& common, DType model_dtype, std::string* sharding_type,
+                                           std::optional<double> decoupled_lr);
 
 // The distributed optimizer's state that is not the parameters' in torch_dist's bucket formats,
 // saved as objects of the DCP files: `optimizer` (the torch optimizer's state dict
 // without 'state', its groups without 'params') and, in fp16 runs, `grad_scaler`. Not the
 // scheduler (common.pt's).
 OptimizerState read_object_optimizer_state(const TorchFile& optimizer, const TorchFile* grad_scaler,
-                                           DType model_dtype);
+                                           DType model_dtype, std::optional<double> decoupled_lr);
+
+// The run's --decoupled-lr as its saved args hold it (args.decoupled_lr); nullopt for None or
+// args that predate it.
+std::optional<double> decoupled_lr_arg(const Checkpoint& c);
 
 // Completes an imported run's state whose masters (and moments, after the first step) are read:
 // zero moments when there are none, the consumed samples (and Megatron-DeepSpeed's consumed
@@ -140,14 +148,15 @@ std::optional<int64_t> step_value(const TorchFile& f, const pickle::Value& v, co
 nlohmann::json scheduler_state(const TorchFile& f, const pickle::Value& s, const std::string& what);
 
 // Throws ConfigError starting with `where` for a param group that is not one of Megatron's
-// default two (a learning-rate multiplier, --decoupled-lr, expert parallelism).
+// default two (a learning-rate multiplier, --decoupled-lr, expert parallelism): Megatron-DeepSpeed's.
 void check_default_group(const pickle::Value& group, const std::string& where);
 
 // Whether a param group is one of Megatron's default two or a --decoupled-lr run's group of the
-// word embedding and output layer (is_decoupled_lr; newer Megatron-core: default_config False, a
-// learning-rate override). Others throw as check_default_group does.
+// word embedding and output layer: is_decoupled_lr, or (newer Megatron-core) default_config
+// False with max_lr the run's `decoupled_lr` (args.decoupled_lr). ConfigError starting with
+// `where` for any other: a learning-rate multiplier, expert parallelism, another override.
 enum class GroupRole { kDefault, kDecoupled };
-GroupRole group_role(const pickle::Value& group, const std::string& where);
+GroupRole group_role(const pickle::Value& group, const std::string& where, std::optional<double> decoupled_lr);
 
 // A param group's Adam betas and epsilon ({"beta1", "beta2", "eps"}; null when not saved).
 nlohmann::json adam_hyperparameters(const pickle::Value& group);

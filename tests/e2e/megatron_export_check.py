@@ -124,13 +124,11 @@ def main():
         sched = a["opt_param_scheduler"]
         identity = {"lr_mult": 1.0, "is_expert_parallel": False, "is_decoupled_lr": False, "default_config": True,
                     "bias_correction": True, "max_lr": sched["max_lr"], "min_lr": sched["min_lr"]}
-        # The groups by kind (REF's order may be Megatron-core 0.12 to 0.15's, by where each starts);
-        # ours in newer Megatron-core's sorted order, the decoupled one marked as 0.12 to 0.15 mark it.
+        # The groups in REF's order (torch's load pairs them by position): Megatron-LM's sorted W N,
+        # or a --decoupled-lr run's as Megatron-core 0.12 to 0.15 order and mark them.
         kinds = [group_kind(x) for x in ga]
-        assert kinds in (["W", "N"], ["W", "D", "N"]) and sorted(kinds) == sorted(map(group_kind, gb)), \
-            (rank, kinds, [group_kind(y) for y in gb])
-        for x in ga:
-            y = next(y for y in gb if group_kind(y) == group_kind(x))
+        assert kinds == [group_kind(y) for y in gb], (rank, kinds, [group_kind(y) for y in gb])
+        for x, y in zip(ga, gb):
             for key in ("betas", "eps", "wd_mult"):
                 assert x[key] == y[key], (rank, key, x[key], y[key])
             want = dict(identity)
@@ -147,7 +145,8 @@ def main():
             assert a["opt_param_scheduler"][key] == value, (rank, key, a["opt_param_scheduler"][key], value)
         assert a["iteration"] == b["iteration"] == iteration, rank
         for key in ("consumed_train_samples", "consumed_valid_samples", "virtual_pipeline_model_parallel_size",
-                    "decoder_first_pipeline_num_layers", "pipeline_model_parallel_layout"):
+                    "decoder_first_pipeline_num_layers", "pipeline_model_parallel_layout", "decoupled_lr",
+                    "decoupled_min_lr"):
             assert getattr(a["args"], key, None) == getattr(b["args"], key, None), (rank, key)
         checked += len(pb)
     print(f"{len(ranks)} rank files, {checked} parameters' model and optimizer state equal to Megatron's")

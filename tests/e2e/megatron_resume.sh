@@ -292,6 +292,12 @@ megatron ds-moved fp16 2 2 1 apex legacy deepspeed-pipeline moved &&
   expect_error "$tmp/mg-ds-moved/global_step3: the master weight of 'tied_modules.embed.word_embeddings.weight' (model-parallel rank 0 group 0) does not match 'embedding.word_embeddings.weight' of $tmp/mg-ds-moved/global_step3/layer_01-model_00-model_states.pt" ds-moved
 megatron ds-no-optim fp32 1 1 1 apex legacy deepspeed-module no-optimizer &&
   expect_error "$tmp/mg-ds-no-optim/global_step3/mp_rank_00_model_states.pt: no 'optimizer' state (DeepSpeed keeps it here at ZeRO stage 0; saved with --no-save-optim?)" ds-no-optim
+# Newer Megatron-core overrides a group's learning rate for --decoupled-lr and for others (muP's):
+# a group of its own rate that is not args.decoupled_lr is refused, by index and by name.
+megatron lr-override fp32+dlr 1 2 1 apex mcore indexed lr-override &&
+  expect_error "$tmp/mg-lr-override/iter_0000003/mp_rank_00_000/model_optim_rng.pt: optimizer param_groups[1] trains at a learning rate of its own (default_config False, max_lr 0.003) that is not the run's --decoupled-lr (args.decoupled_lr None)" lr-override
+megatron lr-override-dist fp32+dlr 2 1 1 torch mcore torch_dist-fully-reshardable lr-override &&
+  expect_error "$tmp/mg-lr-override-dist/iter_0000003/common.pt: optimizer param_groups[1] trains at a learning rate of its own" lr-override-dist
 megatron no-optim fp32 1 1 1 apex legacy indexed no-optimizer &&
   expect_error "$tmp/mg-no-optim/iter_0000003/mp_rank_00/model_optim_rng.pt: no 'optimizer' state (saved with --no-save-optim?)" no-optim
 

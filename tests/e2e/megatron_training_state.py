@@ -53,7 +53,8 @@ Usage: megatron_training_state.py TRIDENT_ITER_DIR OUT fp32|fp16|bf16 TP PP VP a
   torch_dist-fully-reshardable, torch_dist-model-space, torch_dist-dp-reshardable, torch_dist-dp-zero.
   TRIDENT_ITER_DIR: a tp1 x pp1 trident checkpoint of a 4-layer, 32-wide, 4-head, 32-position model.
   MUTATION: decoupled (a --decoupled-lr run's groups as Megatron-core 0.12 to 0.15 make them),
-  decoupled-sorted (as newer Megatron-core makes them: group_kinds), bucket-space (torch_dist: common.pt says fully_sharded_bucket_space, which trident does not read), swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
+  decoupled-sorted (as newer Megatron-core makes them: group_kinds), lr-override (decoupled-sorted's
+  groups in a run without --decoupled-lr: another override of a group's rate, as muP's), bucket-space (torch_dist: common.pt says fully_sharded_bucket_space, which trident does not read), swapped (two LayerNorm weights' states exchanged within their group: indexed), betas (Adam's
   betas saved as (0.9, 0.95), where the run had (0.9, 0.999)), no-optimizer
   (saved with --no-save-optim), no-distrib-file (distributed, without distrib_optim.pt), moved (distributed:
   a parameter's master one element off); first-stage-1, embedding-loss-counted, layout-chunks (Megatron's
@@ -375,7 +376,7 @@ def param_groups(steps, step_style, with_params=None, kinds=("W", "N"), sched=No
     for g, kind in enumerate(kinds):
         group = {"lr": 1e-3, "weight_decay": 0.0 if kind == "N" else 0.01, "betas": (0.9, 0.999), "eps": 1e-8,
                  "bias_correction": True, "wd_mult": 0.0 if kind == "N" else 1.0, "lr_mult": 1.0}
-        if mutation.startswith("decoupled"):
+        if mutation.startswith("decoupled") or mutation == "lr-override":
             group.update(decoupled_fields(kind, sched, mutation))
         if with_params is not None:
             group["params"] = with_params[g]
@@ -395,8 +396,8 @@ def group_kinds(keys, shape, mutation):
     marks is_embedding_or_output_parameter. Without it [W, N], as newer Megatron-core sorts
     them; decoupled: Megatron-core 0.12 to 0.15's order, each group where its first parameter
     lies on the rank, then the groups only other ranks have (all_gather_object's: rank 0's
-    order, D W N), empty; decoupled-sorted: newer Megatron-core's sorted W D N."""
-    decoupled = mutation.startswith("decoupled")
+    order, D W N), empty; decoupled-sorted (and lr-override): newer Megatron-core's sorted W D N."""
+    decoupled = mutation.startswith("decoupled") or mutation == "lr-override"
 
     def kind(vk):
         if decoupled and vk[1].endswith(EMBEDDING_OR_OUTPUT):
@@ -412,6 +413,15 @@ def group_kinds(keys, shape, mutation):
     return [(k, [vk for vk in keys if kind(vk) == k]) for k in order]
 
 
+def shared_group_kinds(mutation):
+    """The groups of a file every rank shares (torch_dist's common.pt and objects): rank 0's
+    (group_kinds of the first stage: D W N in Megatron-core 0.12 to 0.15), or newer
+    Megatron-core's sorted W D N."""
+    if mutation == "decoupled":
+        return ("D", "W", "N")
+    return ("W", "D", "N") if mutation in ("decoupled-sorted", "lr-override") else ("W", "N")
+
+
 def decoupled_fields(kind, sched, mutation):
     """The keys by which a --decoupled-lr run's groups differ: Megatron-core 0.12 to 0.15 mark the
     embedding's is_decoupled_lr (_update_min_and_max_lr_in_param_groups sets every group's max_lr
@@ -420,7 +430,7 @@ def decoupled_fields(kind, sched, mutation):
     out = {"is_expert_parallel": False, "is_decoupled_lr": own and mutation == "decoupled",
            "max_lr": sched["decoupled_lr"] if own else sched["max_lr"],
            "min_lr": sched["decoupled_min_lr"] if own else sched["min_lr"]}
-    if mutation == "decoupled-sorted":
+    if mutation in ("decoupled-sorted", "lr-override"):
         out["default_config"] = not own
     out["lr"] = out["max_lr"]  # the scheduler's rate when saved; its peak, as elsewhere here
     return out
@@ -445,8 +455,8 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
     bucket_format = {"torch_dist-dp-reshardable": "dp_reshardable", "torch_dist-dp-zero": "dp_zero_gather_scatter"}
     if layout in bucket_format:  # the state in buckets, the rest as objects
         # DistributedOptimizer.state_dict(): 'step' per group
-        groups = param_groups(st["optimizer_steps"], "apex", None, ("W", "D", "N") if mutation.startswith("decoupled")
-                              else ("W", "N"), st["opt_param_scheduler"], mutation)
+        groups = param_groups(st["optimizer_steps"], "apex", None, shared_group_kinds(mutation), st["opt_param_scheduler"],
+                              mutation)
         optimizer_states = states
         extra = lambda wr: dp_reshardable(wr, optimizer_states, vocab, tp, pp, vp, dtype, te, groups, scaler,
                                           torch.Generator().manual_seed(9), mutation, layout == "torch_dist-dp-zero",
@@ -456,7 +466,7 @@ def write_torch_dist(out, meta, params, state, vocab, tp, pp, vp, dtype, layout,
     distributed = layout != "torch_dist-indexed"
     # The distributed optimizer keeps the step in each group whatever its Adam
     # (DistributedOptimizer.state_dict); the others torch's Adam's once, as 'common_step'.
-    kinds = ("W", "D", "N") if mutation.startswith("decoupled") else ("W", "N")
+    kinds = shared_group_kinds(mutation)
     inner = {"param_groups": param_groups(st["optimizer_steps"], "apex" if distributed else step_style, None, kinds,
                                           st["opt_param_scheduler"], mutation)}
     if step_style == "torch" and not distributed:
@@ -703,6 +713,11 @@ def main():
     extra_args = {}
     if model_kind.startswith("mcore"):  # the layer spec, which orders a layer's parameters
         extra_args["transformer_impl"] = "transformer_engine" if model_kind == "mcore-te" else "local"
+        # Megatron-core's args.decoupled_lr and decoupled_min_lr (None without --decoupled-lr;
+        # lr-override: a group's own rate that is not --decoupled-lr's, as muP's)
+        dlr = mutation.startswith("decoupled")
+        extra_args["decoupled_lr"] = sched["decoupled_lr"] if dlr else None
+        extra_args["decoupled_min_lr"] = sched["decoupled_min_lr"] if dlr else None
     args = mc.megatron_args(padded, tp, pp, dtype, "NullTokenizer", vp if vp > 1 else None, **extra_args,
                             consumed_train_samples=meta["consumed_samples"],
                             consumed_valid_samples=st["consumed_valid_samples"], seed=st["dropout_seed"],

@@ -122,8 +122,9 @@ TEST(MegatronExportState, RefusesATokenBasedDecay) {
 }
 
 // --decoupled-lr puts the word embedding (and a last stage's tied head) in a param group of its
-// own between the decayed weights and the rest, at its own rates; every rank has that group, empty
-// where the embedding is not.
+// own at its own rates, ordered as Megatron-core 0.12 to 0.15 build them on each rank (torch's
+// load pairs the groups by position): where each group's first parameter lies, then the groups
+// only other ranks hold, empty, in rank 0's order (embedding, weights, rest).
 TEST(MegatronExportState, DecoupledLearningRateIsAGroupOfItsOwn) {
   const ModelConfig cfg = testing::small_config();
   MegatronTrainingState st = state_after(3, nullptr);
@@ -134,23 +135,34 @@ TEST(MegatronExportState, DecoupledLearningRateIsAGroupOfItsOwn) {
   st.exp_avg_sq["wte"] = HostTensor{wte_shape, std::vector<float>(n, 0.125f)};
   st.trainer_state["opt_param_scheduler"]["decoupled_lr"] = 4e-3;
   st.trainer_state["opt_param_scheduler"]["decoupled_min_lr"] = 2e-4;
-  for (const bool first_stage : {true, false}) {
-    SCOPED_TRACE(first_stage ? "a stage with the embedding" : "a stage without it");
-    std::vector<std::string> params = {"wpe", "h.0.ln_1.weight"};
-    if (first_stage) params.insert(params.begin(), "wte");
+  struct Case {
+    std::vector<std::string> params;
+    // The groups' positions: decayed, decoupled, the rest; and each group's indices.
+    size_t decayed, decoupled, rest;
+    std::vector<int64_t> decayed_ids, decoupled_ids, rest_ids;
+    size_t decoupled_masters;
+  };
+  const Case cases[] = {
+      {{"wte", "wpe", "h.0.ln_1.weight"}, 1, 0, 2, {1}, {0}, {2}, 1},  // a first stage
+      {{"h.0.ln_1.weight", "wpe"}, 1, 2, 0, {1}, {}, {0}, 0},          // a stage without the embedding
+      {{"wpe", "h.0.ln_1.weight", "wte"}, 0, 2, 1, {0}, {2}, {1}, 1},  // the tied head last
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.params.front() + " first");
     ScratchDir dir;
     pickle::Writer w;
     RankFile file;
     w.begin_dict();
     w.str("optimizer");
-    write_optimizer_state(w, file, params, st, cfg, 1, 0, DType::F16, MegatronAdam::kFused);
+    write_optimizer_state(w, file, c.params, st, cfg, 1, 0, DType::F16, MegatronAdam::kFused);
     w.end();
     const std::string path = dir / "model_optim_rng.pt";
     write_torch_file(path, w.finish(), file.storages());
     const TorchFile f(path);
     const pickle::Value& groups = *f.root().get("optimizer")->get("optimizer")->get("param_groups");
     ASSERT_EQ(groups.items.size(), 3u);
-    const pickle::Value &decayed = *groups.items[0], &decoupled = *groups.items[1], &rest = *groups.items[2];
+    const pickle::Value &decayed = *groups.items[c.decayed], &decoupled = *groups.items[c.decoupled],
+                        &rest = *groups.items[c.rest];
     EXPECT_TRUE(decoupled.get("is_decoupled_lr")->boolean);
     EXPECT_FALSE(decoupled.get("default_config")->boolean);
     EXPECT_EQ(decoupled.get("max_lr")->real, 4e-3);
@@ -158,28 +170,44 @@ TEST(MegatronExportState, DecoupledLearningRateIsAGroupOfItsOwn) {
     EXPECT_EQ(decoupled.get("lr")->real, 4e-3);
     EXPECT_EQ(decoupled.get("wd_mult")->real, 1.0);
     EXPECT_EQ(decoupled.get("weight_decay")->real, 0.01);
+    EXPECT_EQ(decayed.get("wd_mult")->real, 1.0);
+    EXPECT_EQ(rest.get("wd_mult")->real, 0.0);
     for (const pickle::Value* g : {&decayed, &rest}) {
       EXPECT_FALSE(g->get("is_decoupled_lr")->boolean);
       EXPECT_TRUE(g->get("default_config")->boolean);
       EXPECT_EQ(g->get("max_lr")->real, 1e-3);
       EXPECT_EQ(g->get("min_lr")->real, 1e-4);
     }
-    // Indices through the groups in turn: wpe, then wte (where held), then the LayerNorm.
     const auto ids = [](const pickle::Value& g) {
       std::vector<int64_t> out;
       for (const auto& i : g.get("params")->items) out.push_back(i->integer);
       return out;
     };
-    EXPECT_EQ(ids(decayed), std::vector<int64_t>{0});
-    EXPECT_EQ(ids(decoupled), first_stage ? std::vector<int64_t>{1} : std::vector<int64_t>{});
-    EXPECT_EQ(ids(rest), std::vector<int64_t>{first_stage ? 2 : 1});
+    EXPECT_EQ(ids(decayed), c.decayed_ids);
+    EXPECT_EQ(ids(decoupled), c.decoupled_ids);
+    EXPECT_EQ(ids(rest), c.rest_ids);
     const pickle::Value& masters = *f.root().get("optimizer")->get("fp32_from_fp16_params");
     ASSERT_EQ(masters.items.size(), 3u);
-    ASSERT_EQ(masters.items[1]->items.size(), first_stage ? 1u : 0u);
-    if (first_stage) {
-      EXPECT_EQ(f.read_f32(*TorchFile::tensor(*masters.items[1]->items[0]), "master")[0], 0.75f);
+    ASSERT_EQ(masters.items[c.decoupled]->items.size(), c.decoupled_masters);
+    if (c.decoupled_masters == 1) {
+      EXPECT_EQ(f.read_f32(*TorchFile::tensor(*masters.items[c.decoupled]->items[0]), "master")[0], 0.75f);
     }
   }
+}
+
+// A schedule that records no --decoupled-min-lr floors the embedding's rate at --min-lr, as
+// Megatron's default does.
+TEST(MegatronExportState, DecoupledFloorDefaultsToTheMinimumRate) {
+  MegatronTrainingState st = state_after(3, nullptr);
+  st.trainer_state["opt_param_scheduler"]["decoupled_lr"] = 4e-3;
+  st.trainer_state["opt_param_scheduler"]["decoupled_min_lr"] = nullptr;
+  const auto out = write(st, MegatronAdam::kFused);  // wpe, then a LayerNorm: the embedding's group last
+  const pickle::Value& groups = *out->root().get("optimizer")->get("param_groups");
+  ASSERT_EQ(groups.items.size(), 3u);
+  EXPECT_TRUE(groups.items[2]->get("is_decoupled_lr")->boolean);
+  EXPECT_EQ(groups.items[2]->get("max_lr")->real, 4e-3);
+  EXPECT_EQ(groups.items[2]->get("min_lr")->real, 1e-4);
+  EXPECT_TRUE(groups.items[2]->get("params")->items.empty());  // no word embedding in this file
 }
 
 // Megatron's legacy model trains its word embedding at --lr: a --decoupled-lr run's optimizer
