@@ -128,7 +128,7 @@ void load_before_building(TrainOptions& opt, ParallelContext& par) {
   resolve_local_checkpoint(opt, par);  // what --load resumes from may be a local checkpoint
   const std::string taken = resolve_load(opt);
   if (!taken.empty() && par.world_rank() == 0) std::cout << "trident: --use-checkpoint-args: " << taken << std::endl;
-  check_checkpoint_fits_run(opt);
+  opt.start_iteration = check_checkpoint_fits_run(opt);  // which phase's data to build
 }
 
 // Megatron's --pretrained-checkpoint (its load_checkpoint): while --load holds no checkpoint,

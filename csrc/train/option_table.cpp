@@ -592,6 +592,9 @@ const std::vector<FlagDef>& flag_defs() {
       {"max-nan-iterations", "stop after more than this many iterations in a row with a NaN/inf loss, or without "
                              "dynamic loss scaling a NaN/inf gradient norm (10)"},
       {"exit-interval", "stop (after saving with --save) when the iteration is a multiple of this"},
+      {"phase-transition-iterations", "\"T1,T2,...\": Megatron-core's multi-phase training: at each of these "
+                                      "iterations the run saves (with --save) and exits, and each phase's run reads "
+                                      "its training data (the --data-path it is given) from its first sample"},
       {"log-progress", "append each run's start and each checkpoint's throughput and FLOPs to --save's "
                        "progress.txt (Megatron's)", true},
       {"check-weight-hash-across-dp-replicas-interval", "every this many iterations, stop the run unless every "

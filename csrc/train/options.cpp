@@ -94,6 +94,23 @@ class Flags {
 
 constexpr float kMegatronDefaultDropout = 0.1f;
 
+// --phase-transition-iterations "T1,T2,...": iterations from 1, sorted as Megatron sorts them.
+void read_phase_transitions(TrainOptions& o, const std::string& text) {
+  o.phase_transition_iterations.clear();
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const std::string word = text.substr(begin, end - begin);
+    const int64_t it = convert<int64_t>("phase-transition-iterations", word);
+    if (it < 1)
+      throw ConfigError("--phase-transition-iterations: " + strip_surrounding_space(word) +
+                        " is not an iteration after the first (a transition is the iteration a phase ends at)");
+    o.phase_transition_iterations.push_back(it);
+    begin = end + 1;
+  }
+  std::sort(o.phase_transition_iterations.begin(), o.phase_transition_iterations.end());
+}
+
 void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("num-layers", m.num_layers);
   f.get("hidden-size", m.hidden_size);
@@ -490,6 +507,11 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   if (f.has("check-weight-hash-across-dp-replicas-interval") && o.check_weight_hash_interval < 1)
     throw ConfigError("--check-weight-hash-across-dp-replicas-interval must be positive");
   f.get("exit-interval", o.exit_interval);
+  if (f.has("phase-transition-iterations")) {
+    std::string text;
+    f.get("phase-transition-iterations", text);
+    read_phase_transitions(o, text);
+  }
   o.skip_train = f.has("skip-train");
   o.log_progress = f.has("log-progress");
   f.get("kill-switch-path", o.kill_switch_path);
@@ -688,6 +710,12 @@ void validate_batch_and_schedule(TrainOptions& o) {
     o.iterations_to_skip.insert(it);
   }
   read_recompute_modules(o);
+  // The phases' boundaries count iterations of one global batch (Megatron refuses a ramp-up).
+  if (!o.phase_transition_iterations.empty() && (!o.rampup_batch_size.empty() || !o.batch_steps.empty()))
+    throw ConfigError(detail::concat("--phase-transition-iterations and ",
+                                     o.batch_steps.empty() ? "--rampup-batch-size" : "--step-batch-size-schedule",
+                                     ": the phases count iterations of one global batch, as Megatron's, which refuses "
+                                     "a ramp-up"));
   if (!(o.lr_warmup_init >= 0 && o.lr_warmup_init <= o.lr))
     throw ConfigError("--lr-warmup-init must be in [0, --lr], got " + detail::concat(o.lr_warmup_init));
   resolve_schedule(o);
@@ -1097,6 +1125,10 @@ void resolve_schedule(TrainOptions& o) {
                       std::to_string(evaluations) + " evaluations does not fit 64 bits");
 }
 
+uint64_t run_training_samples(const TrainOptions& o) {
+  return std::max<uint64_t>(o.train_samples, make_batch_schedule(o).samples_in(o.train_iters));
+}
+
 int64_t sized_validations(const TrainOptions& o) {
   if (o.eval_interval <= 0) return 1;
   int64_t n = o.train_iters / o.eval_interval + 1;
@@ -1258,6 +1290,12 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
     skips += std::to_string(it);
   }
   line("iterations-to-skip", skips);
+  std::string transitions;
+  for (int64_t it : o.phase_transition_iterations) {
+    if (!transitions.empty()) transitions += ',';
+    transitions += std::to_string(it);
+  }
+  line("phase-transition-iterations", transitions);
   line("recompute-granularity", o.recompute_granularity);
   line("recompute-method", o.recompute_method);
   line("recompute-num-layers", o.recompute_num_layers);

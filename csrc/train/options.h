@@ -204,6 +204,13 @@ struct TrainOptions {
   // data-parallel replicas' parameters must be equal (train/replica_check.h); 0: never.
   int64_t check_weight_hash_interval = 0;
   int64_t exit_interval = 0;        // stop when iteration % exit_interval == 0 (0: never)
+  // Megatron-core's --phase-transition-iterations "T1,T2,...": the iterations (sorted) where the
+  // run's training data changes; at each the run saves and exits (train/training_phases.h).
+  std::vector<int64_t> phase_transition_iterations;
+  // The iteration the run starts at, which chooses its training phase: its checkpoint's
+  // (trident-train reads it from --load before building the data; 0 without one, or with
+  // --finetune).
+  int64_t start_iteration = 0;
   // BigScience's --kill-switch-path FILE: a run that finds the file at its start ends without
   // training; one that finds it after an iteration saves (with --save) and ends there, as a
   // stop signal does (empty: none). Every rank looks; any rank that sees it stops them all.
@@ -380,6 +387,11 @@ void resolve_global_batch_size(TrainOptions& o, int data_parallel_size);
 // one (an evaluation at --start-eval-at-iter itself): reads are checked against the data built,
 // as Megatron reads.
 int64_t sized_validations(const TrainOptions& o);
+
+// The training samples a run reads in all, which its training data is sized for: --train-samples,
+// or iteration-based the iterations' batches (a batch ramp-up's last batch may pass
+// --train-samples: then what the run reads).
+uint64_t run_training_samples(const TrainOptions& o);
 
 // Whether the periodic validation runs after `iteration` (a multiple of --eval-interval, not
 // before --start-eval-at-iter).

@@ -33,6 +33,7 @@
 #include "train/synthetic_data.h"
 #include "train/tensorboard.h"
 #include "train/throughput.h"
+#include "train/training_phases.h"
 
 namespace trident {
 namespace fs = std::filesystem;
@@ -898,8 +899,9 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
              " samples consumed; the data is sized for a run from iteration 0 at this global batch size)";
     throw ConfigError(msg);
   };
-  // --skip-train reads no training data and evaluates once.
-  const int64_t T = opt_.skip_train ? iteration : opt_.train_iters;
+  // --skip-train reads no training data and evaluates once; a phase's run ends at its transition.
+  int64_t T = opt_.skip_train ? iteration : opt_.train_iters;
+  if (const int64_t end = phase_at(iteration).end_iteration; end >= 0) T = std::min(T, end);
   // Training batches follow the batch schedule (a ramp-up, steps); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
   check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
@@ -946,6 +948,23 @@ RunPosition Trainer::run_position() const {
 
 bool Trainer::training_done() const {
   return iteration_ >= opt_.train_iters || (opt_.train_tokens && consumed_tokens_ >= *opt_.train_tokens);
+}
+
+void Trainer::check_training_phase() const {
+  const TrainingPhase now = phase_at(iteration_), built = phase_at(opt_.start_iteration);
+  if (now.index != built.index || now.first_sample != built.first_sample)
+    throw ConfigError("--phase-transition-iterations: the training data was built for " + phase_text(built) +
+                      " (the checkpoint chosen at the start, iteration " + std::to_string(opt_.start_iteration) +
+                      "), but the run loaded iteration " + std::to_string(iteration_) + ", in " + phase_text(now) +
+                      " (a local checkpoint passed over?): start it again with that phase's data");
+  if (!opt_.skip_train && !training_done())
+    *out_ << "trident: --phase-transition-iterations: " << phase_text(now) << ", its training data read from its "
+          << "first sample (" << now.samples << " samples)" << std::endl;
+}
+
+TrainingPhase Trainer::phase_at(int64_t iteration) const {
+  return training_phase(opt_.phase_transition_iterations, iteration, static_cast<uint64_t>(opt_.global_batch_size),
+                        run_training_samples(opt_));
 }
 
 bool Trainer::kill_switch_found() const {
@@ -1043,6 +1062,7 @@ void Trainer::check_batch_steps_to_come() const {
 
 void Trainer::train() {
   if (!opt_.skip_train) check_batch_steps_to_come();
+  if (!opt_.phase_transition_iterations.empty()) check_training_phase();
   const ModelConfig& m = opt_.model;
   const GridShape& g = par_->grid.shape;
   std::ostream& out = *out_;
@@ -1325,6 +1345,11 @@ void Trainer::train() {
       out << "trident: exiting at iteration " << iteration_ << " (--exit-interval)" << std::endl;
       break;
     }
+    if (phase_at(iteration_ - 1).end_iteration == iteration_ && !training_done()) {  // saved below
+      out << "trident: exiting at iteration " << iteration_ << " (--phase-transition-iterations), the end of "
+          << phase_text(phase_at(iteration_ - 1)) << ": go on with the next phase's data and --load" << std::endl;
+      break;
+    }
   }
   optimizer_->wait_for_all_params();  // the parameters are read after train() (exports)
   if (energy_) {  // Megatron's line at the end of its training loop, before the final save
@@ -1369,17 +1394,26 @@ std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt) {
 TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse use) {
   resolve_schedule(opt);
   const uint64_t G = opt.global_batch_size;
-  // Megatron's sizes: --train-samples (iteration-based: iterations x G; a batch ramp-up's
-  // last batch may pass it, so at least what the run reads); every periodic evaluation
-  // plus the final one reads fresh validation samples; the test split is read once.
-  const uint64_t train = std::max<uint64_t>(opt.train_samples, make_batch_schedule(opt).samples_in(opt.train_iters));
+  // Megatron's sizes: the run's training samples (run_training_samples), or with
+  // --phase-transition-iterations the phase's, read from the phase's first sample; every
+  // periodic evaluation plus the final one reads fresh validation samples; the test split is
+  // read once.
+  const bool phased = use == DataUse::kTraining && !opt.phase_transition_iterations.empty();
+  const TrainingPhase phase =
+      training_phase(phased ? opt.phase_transition_iterations : std::vector<int64_t>{}, opt.start_iteration, G,
+                     run_training_samples(opt));
+  const uint64_t train = phase.samples;
+  const auto phase_window = [&](std::unique_ptr<SampleSource> s) -> std::unique_ptr<SampleSource> {
+    if (!phased) return s;
+    return std::make_unique<PhaseWindow>(std::move(s), phase.first_sample);
+  };
   const auto evals = static_cast<uint64_t>(sized_validations(opt));
   const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;
   TrainData d;
   if (!opt.has_data()) {
     const int64_t V = opt.model.vocab_size;
     const int T = opt.model.seq_length;
-    d.train = std::make_unique<SyntheticSource>(V, T, opt.seed);
+    d.train = phase_window(std::make_unique<SyntheticSource>(V, T, opt.seed));
     d.valid = std::make_unique<SyntheticSource>(V, T, opt.seed + 1);
     d.test = std::make_unique<SyntheticSource>(V, T, opt.seed + 2);
     return d;
@@ -1413,7 +1447,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
                           : opt.split_data_path_flags[0] + ": no dataset (training needs one)");
   if (!sets.train)  // evaluation only: a training stream the caller never reads
     sets.train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
-  d.train = std::move(sets.train);
+  d.train = phase_window(std::move(sets.train));
   d.valid = std::move(sets.valid);
   d.valid_sets = std::move(sets.valid_sets);
   d.test = std::move(sets.test);

@@ -30,6 +30,7 @@
 #include "train/options.h"
 #include "train/tensorboard_tags.h"
 #include "train/timers.h"
+#include "train/training_phases.h"
 
 namespace trident {
 
@@ -72,8 +73,9 @@ struct EvalResult {
 // --load names: run before the datasets are built, whose index maps take minutes on a large
 // corpus, so that a mistaken resume fails in seconds (Megatron loads its checkpoint first).
 // Throws ConfigError or IoError as Trainer::load_checkpoint does; nothing to check without
-// a checkpoint.
-void check_checkpoint_fits_run(const TrainOptions& o);
+// a checkpoint. Returns the iteration the run starts at: the checkpoint's (0 without one, or
+// with --finetune), for TrainOptions::start_iteration.
+int64_t check_checkpoint_fits_run(const TrainOptions& o);
 
 // Megatron's --full-validation: a validation set's whole global batches (a last partial one is
 // left out).
@@ -164,6 +166,9 @@ class Trainer {
   std::string batch_fits_layout(int64_t global_batch) const;
   // --step-batch-size-schedule: the steps still to come (from consumed_samples_) fit the layout.
   void check_batch_steps_to_come() const;
+  // --phase-transition-iterations: the run's iteration (loaded) lies in the phase its training
+  // data was built for (TrainOptions::start_iteration's); then says which phase it trains.
+  void check_training_phase() const;
   void profile_before_iteration();  // --profile: starts the capture at its first iteration
   void profile_after_iteration();   // and stops it after its last
   CheckpointMetadata checkpoint_metadata(SaveKind kind, const std::filesystem::path& root, const std::string& token);
@@ -204,6 +209,9 @@ class Trainer {
   bool final_evaluations(bool to_tensorboard);
   // Whether training is over: --train-iters reached, or --train-tokens consumed.
   bool training_done() const;
+  // --phase-transition-iterations: the training phase of the run at `iteration`
+  // (train/training_phases.h); a single phase without the flag.
+  TrainingPhase phase_at(int64_t iteration) const;
   // Megatron's --iterations-to-skip: whether the next iteration is one, and passing it (its
   // global batch read past: consumed, not trained on; no LR step, no FLOPs).
   bool skip_next_iteration() const;

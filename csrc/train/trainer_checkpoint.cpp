@@ -309,6 +309,12 @@ ParamSchedules check_resume(const CheckpointMetadata& meta, bool has_optimizer_s
     throw ConfigError("--load: " + dir.string() + " has no optimizer state (use --no-load-optim or --finetune)");
   if (load_rng && !st.contains(kRngStateKey))
     throw ConfigError("--load: " + dir.string() + " has no RNG state (use --no-load-rng or --finetune)");
+  // As Megatron's check_checkpoint_args: the phases' boundaries count iterations of one batch.
+  if (const int64_t saved_batch = st.value("global_batch_size", int64_t{0});
+      !o.phase_transition_iterations.empty() && !o.finetune && saved_batch > 0 && saved_batch != o.global_batch_size)
+    throw ConfigError("--load: " + dir.string() + " was written at --global-batch-size " + std::to_string(saved_batch) +
+                      ", this run's is " + std::to_string(o.global_batch_size) +
+                      ": --phase-transition-iterations counts its phases in iterations of one global batch");
   // Megatron would train nothing and only evaluate; a run that ends before its checkpoint
   // is a mistyped --train-iters (or --train-samples) rather than a request.
   if (!o.finetune && !o.skip_train && meta.iteration > o.train_iters)
@@ -375,9 +381,9 @@ void note_adam_hyperparameters(const nlohmann::json& st, const fs::path& dir, co
 
 }  // namespace
 
-void check_checkpoint_fits_run(const TrainOptions& given) {
+int64_t check_checkpoint_fits_run(const TrainOptions& given) {
   const std::optional<fs::path> dir = checkpoint_to_load(given);
-  if (!dir) return;
+  if (!dir) return 0;
   const ShardedCheckpointReader ckpt(*dir);  // reads metadata.json only
   TrainOptions o = given;
   resolve_schedule(o);
@@ -386,6 +392,7 @@ void check_checkpoint_fits_run(const TrainOptions& given) {
   if (o.has_data()) run.vocab_size = ckpt.metadata().model.vocab_size;
   std::ostringstream notes;  // said at the load itself
   check_resume(ckpt.metadata(), ckpt.has_optimizer_state(), run, o, *dir, notes);
+  return o.finetune ? 0 : ckpt.metadata().iteration;
 }
 
 SnapshotArena::~SnapshotArena() {

@@ -17,6 +17,8 @@
 #  - Megatron's --iterations-to-skip reads the named iterations' batches past without a step:
 #    the learning rate lags, the other iterations see the plain run's samples, and a resume
 #    carries the skipped samples on;
+#  - Megatron-core's --phase-transition-iterations saves and exits at each transition, and each
+#    phase's launch reads its data from the start (at learning rate 0: the plain run's losses);
 #  - Megatron's --save-retain-interval deletes each previous checkpoint not at a multiple of it
 #    (logged, and in --log-progress's file), also the one a resumed run started from;
 #  - a save that dies leaves its temporary directory, which the next save removes;
@@ -165,6 +167,38 @@ echo 4 >"$tmp/skip/latest_checkpointed_iteration.txt"
    "$(grep '^ iteration *8/' "$tmp/skip.log" | sed -E 's/elapsed.*learning/learning/; s/\| tokens per second.*//')" ]] &&
   echo "--iterations-to-skip resumed at 4: iteration 8's line equals the uninterrupted run's" ||
   fail "--iterations-to-skip resumed: $(grep '^ iteration *8/' "$tmp/skip-resumed.log")"
+
+# Megatron-core's --phase-transition-iterations 6,3 over 8 iterations: the run saves and exits 0
+# at 3 and at 6, and each launch after one trains its phase reading its data from the start: at
+# learning rate 0 (the model never changes) the losses of 4 to 6 and of 7 and 8 are the plain
+# run's of 1 to 3 and of 1 and 2. A resume at another --global-batch-size is refused.
+phases=(--train-iters 8 --eval-iters 0 --phase-transition-iterations 6,3 --load "$tmp/phases")
+ok=1
+for launch in 1 2 3; do
+  "$train" "${args[@]}" "${still[@]}" "${phases[@]}" --save "$tmp/phases" >"$tmp/phase$launch.log" || ok=0
+done
+grep -q "exiting at iteration 3 (--phase-transition-iterations), the end of phase 1 of 3 (iterations 1 to 3)" \
+  "$tmp/phase1.log" || ok=0
+grep -q "phase 2 of 3 (iterations 4 to 6), its training data read from its first sample (12 samples)" "$tmp/phase2.log" ||
+  ok=0
+grep -q "exiting at iteration 6 (--phase-transition-iterations)" "$tmp/phase2.log" || ok=0
+grep -q "phase 3 of 3 (iterations from 7)" "$tmp/phase3.log" || ok=0
+grep -q "trident: done, 8 iterations, 32 samples" "$tmp/phase3.log" || ok=0
+for pair in "1 1" "3 3" "4 1" "6 3" "7 1" "8 2"; do
+  read -r a b <<<"$pair"
+  log=$tmp/phase$(((a + 2) / 3)).log
+  [[ -n $(field "$log" "$a" "lm loss") && $(field "$log" "$a" "lm loss") == "$(field "$tmp/plain0.log" "$b" "lm loss")" ]] ||
+    ok=0
+done
+[[ $(field "$tmp/plain0.log" 4 "lm loss") != "$(field "$tmp/plain0.log" 1 "lm loss")" ]] || ok=0  # other samples
+[[ $(field "$tmp/phase2.log" 4 "consumed samples") == 16 ]] || ok=0
+wide=()
+for a in "${args[@]}"; do [[ $a == 4 && ${wide[-1]:-} == --global-batch-size ]] && wide+=(8) || wide+=("$a"); done
+"$train" "${wide[@]}" "${still[@]}" "${phases[@]}" >/dev/null 2>"$tmp/err" && rc=0 || rc=$?
+[[ $rc -eq 2 && $(wc -l <"$tmp/err") -eq 1 ]] &&
+  grep -q "was written at --global-batch-size 4, this run's is 8: --phase-transition-iterations" "$tmp/err" || ok=0
+[[ $ok == 1 ]] && echo "--phase-transition-iterations 6,3: exits at 3 and 6, each phase's data from its start, another global batch refused" ||
+  fail "--phase-transition-iterations: $(grep -hE 'phase|exiting|error' "$tmp"/phase*.log "$tmp/err" | cut -c1-200)"
 
 # Megatron's --save-retain-interval 4 with saves every 2: each save deletes the previous one
 # unless it is a multiple of 4 (2 and 6 go, 4 and 8 stay, 10 is the latest), a resumed run
