@@ -128,7 +128,9 @@ void load_before_building(TrainOptions& opt, ParallelContext& par) {
   resolve_local_checkpoint(opt, par);  // what --load resumes from may be a local checkpoint
   const std::string taken = resolve_load(opt);
   if (!taken.empty() && par.world_rank() == 0) std::cout << "trident: --use-checkpoint-args: " << taken << std::endl;
-  opt.start_iteration = check_checkpoint_fits_run(opt);  // which phase's data to build
+  const RunStart start = check_checkpoint_fits_run(opt);  // which phase's data to build, and from where
+  opt.start_iteration = start.iteration;
+  opt.start_consumed_samples = start.consumed_samples;
 }
 
 // Megatron's --pretrained-checkpoint (its load_checkpoint): while --load holds no checkpoint,
@@ -220,7 +222,7 @@ int train(int argc, char** argv) {
   // signal would otherwise end without the checkpoint its flags seem to ask for.
   if (opt.save.empty() && parallel->world_rank() == 0) {
     std::string names;
-    for (const char* f : {"save-interval", "keep-last", "no-save-optim", "no-save-rng"})
+    for (const char* f : {"save-interval", "keep-last", "no-save-optim", "no-save-rng", "phase-transition-iterations"})
       if (opt.given_flags.count(f)) names += (names.empty() ? "--" : " --") + std::string(f);
     if (!names.empty())
       std::cout << "trident-train: note: " << names << " without --save: no checkpoint is saved" << std::endl;

@@ -104,11 +104,13 @@ void read_phase_transitions(TrainOptions& o, const std::string& text) {
     const int64_t it = convert<int64_t>("phase-transition-iterations", word);
     if (it < 1)
       throw ConfigError("--phase-transition-iterations: " + strip_surrounding_space(word) +
-                        " is not an iteration after the first (a transition is the iteration a phase ends at)");
+                        " is not a positive iteration (a transition is the iteration a phase ends at)");
     o.phase_transition_iterations.push_back(it);
     begin = end + 1;
   }
-  std::sort(o.phase_transition_iterations.begin(), o.phase_transition_iterations.end());
+  std::vector<int64_t>& t = o.phase_transition_iterations;
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());  // a repeated transition ends no phase of its own
 }
 
 void read_model_flags(const Flags& f, ModelConfig& m) {
@@ -710,6 +712,11 @@ void validate_batch_and_schedule(TrainOptions& o) {
     o.iterations_to_skip.insert(it);
   }
   read_recompute_modules(o);
+  // A skipped iteration neither trains nor saves: the run would go on past its transition.
+  for (int64_t t : o.phase_transition_iterations)
+    if (o.iterations_to_skip.count(t))
+      throw ConfigError("--iterations-to-skip " + std::to_string(t) + " is a --phase-transition-iterations transition, "
+                        "where the run saves and exits after training that iteration: skip another");
   // The phases' boundaries count iterations of one global batch (Megatron refuses a ramp-up).
   if (!o.phase_transition_iterations.empty() && (!o.rampup_batch_size.empty() || !o.batch_steps.empty()))
     throw ConfigError(detail::concat("--phase-transition-iterations and ",

@@ -207,10 +207,11 @@ struct TrainOptions {
   // Megatron-core's --phase-transition-iterations "T1,T2,...": the iterations (sorted) where the
   // run's training data changes; at each the run saves and exits (train/training_phases.h).
   std::vector<int64_t> phase_transition_iterations;
-  // The iteration the run starts at, which chooses its training phase: its checkpoint's
-  // (trident-train reads it from --load before building the data; 0 without one, or with
-  // --finetune).
+  // Where the run starts, which chooses its training phase and where that phase's data starts:
+  // its checkpoint's iteration and consumed samples (trident-train reads them from --load
+  // before building the data; 0 without one, or with --finetune).
   int64_t start_iteration = 0;
+  uint64_t start_consumed_samples = 0;
   // BigScience's --kill-switch-path FILE: a run that finds the file at its start ends without
   // training; one that finds it after an iteration saves (with --save) and ends there, as a
   // stop signal does (empty: none). Every rank looks; any rank that sees it stops them all.

@@ -165,7 +165,10 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
     throw ConfigError("--rampup-batch-size: START (" + std::to_string(bs.start) + ") and INCR (" +
                       std::to_string(bs.increment) + ") must be multiples of --micro-batch-size (" +
                       std::to_string(opt_.micro_batch_size) + ") x data-parallel size (" + std::to_string(g.dp) + ")");
-  check_data_covers_run(0, 0, 0);
+  // From the start; with --phase-transition-iterations from the checkpoint the phase's data was
+  // built for (its samples before the phase are not there).
+  if (opt_.phase_transition_iterations.empty()) check_data_covers_run(0, 0, 0);
+  else check_data_covers_run(opt_.start_iteration, opt_.start_consumed_samples, 0);
   check_profile_ranks();
   const ProcessGrid& grid = par_->grid;
   const int chunks = opt_.virtual_pipeline_chunks();
@@ -951,13 +954,17 @@ bool Trainer::training_done() const {
 }
 
 void Trainer::check_training_phase() const {
+  if (opt_.skip_train) return;  // no training data read
   const TrainingPhase now = phase_at(iteration_), built = phase_at(opt_.start_iteration);
-  if (now.index != built.index || now.first_sample != built.first_sample)
+  const uint64_t G = static_cast<uint64_t>(opt_.global_batch_size);
+  if (now.index != built.index ||
+      phase_data_start(now, iteration_, consumed_samples_, G) !=
+          phase_data_start(built, opt_.start_iteration, opt_.start_consumed_samples, G))
     throw ConfigError("--phase-transition-iterations: the training data was built for " + phase_text(built) +
                       " (the checkpoint chosen at the start, iteration " + std::to_string(opt_.start_iteration) +
                       "), but the run loaded iteration " + std::to_string(iteration_) + ", in " + phase_text(now) +
                       " (a local checkpoint passed over?): start it again with that phase's data");
-  if (!opt_.skip_train && !training_done())
+  if (!training_done())
     *out_ << "trident: --phase-transition-iterations: " << phase_text(now) << ", its training data read from its "
           << "first sample (" << now.samples << " samples)" << std::endl;
 }
@@ -1405,7 +1412,8 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   const uint64_t train = phase.samples;
   const auto phase_window = [&](std::unique_ptr<SampleSource> s) -> std::unique_ptr<SampleSource> {
     if (!phased) return s;
-    return std::make_unique<PhaseWindow>(std::move(s), phase.first_sample);
+    return std::make_unique<PhaseWindow>(
+        std::move(s), phase_data_start(phase, opt.start_iteration, opt.start_consumed_samples, G));
   };
   const auto evals = static_cast<uint64_t>(sized_validations(opt));
   const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;

@@ -73,9 +73,14 @@ struct EvalResult {
 // --load names: run before the datasets are built, whose index maps take minutes on a large
 // corpus, so that a mistaken resume fails in seconds (Megatron loads its checkpoint first).
 // Throws ConfigError or IoError as Trainer::load_checkpoint does; nothing to check without
-// a checkpoint. Returns the iteration the run starts at: the checkpoint's (0 without one, or
-// with --finetune), for TrainOptions::start_iteration.
-int64_t check_checkpoint_fits_run(const TrainOptions& o);
+// a checkpoint. Returns where the run starts: the checkpoint's iteration and consumed samples
+// (0 without one, or with --finetune), for TrainOptions::start_iteration and
+// start_consumed_samples.
+struct RunStart {
+  int64_t iteration = 0;
+  uint64_t consumed_samples = 0;
+};
+RunStart check_checkpoint_fits_run(const TrainOptions& o);
 
 // Megatron's --full-validation: a validation set's whole global batches (a last partial one is
 // left out).

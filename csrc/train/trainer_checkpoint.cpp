@@ -381,9 +381,9 @@ void note_adam_hyperparameters(const nlohmann::json& st, const fs::path& dir, co
 
 }  // namespace
 
-int64_t check_checkpoint_fits_run(const TrainOptions& given) {
+RunStart check_checkpoint_fits_run(const TrainOptions& given) {
   const std::optional<fs::path> dir = checkpoint_to_load(given);
-  if (!dir) return 0;
+  if (!dir) return {};
   const ShardedCheckpointReader ckpt(*dir);  // reads metadata.json only
   TrainOptions o = given;
   resolve_schedule(o);
@@ -392,7 +392,8 @@ int64_t check_checkpoint_fits_run(const TrainOptions& given) {
   if (o.has_data()) run.vocab_size = ckpt.metadata().model.vocab_size;
   std::ostringstream notes;  // said at the load itself
   check_resume(ckpt.metadata(), ckpt.has_optimizer_state(), run, o, *dir, notes);
-  return o.finetune ? 0 : ckpt.metadata().iteration;
+  if (o.finetune) return {};
+  return {ckpt.metadata().iteration, static_cast<uint64_t>(ckpt.metadata().consumed_samples)};
 }
 
 SnapshotArena::~SnapshotArena() {

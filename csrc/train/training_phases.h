@@ -8,7 +8,7 @@
 // consumed_train_samples_in_current_phase:
 //   boundaries  [0, T1 x G, T2 x G, ..., the run's samples]   (G: the global batch, constant)
 //   a run at iteration i is in the phase [b_k, b_k+1) holding i x G; its dataset is built for
-//   b_k+1 - b_k samples, and run sample s is that dataset's sample s - b_k.
+//   b_k+1 - b_k samples, and read from its sample (i - T_k) x G on (phase_data_start).
 #pragma once
 
 #include <cstdint>
@@ -30,11 +30,19 @@ struct TrainingPhase {
   int64_t end_iteration = -1;
 };
 
-// The phase of a run at `iteration` (transitions sorted; the run's `run_samples` in all, at
-// `global_batch` samples an iteration). A run past every boundary (nothing left to train)
-// takes Megatron's whole-run sizes: the first phase's start, run_samples.
+// The phase of a run at `iteration` (transitions sorted and distinct; the run's `run_samples`
+// in all, at `global_batch` samples an iteration). A transition at or past the run's end ends
+// no phase (Megatron's boundaries: the last at or before the position, the first after it). A
+// run at its end (nothing left to train) takes Megatron's whole-run size.
 TrainingPhase training_phase(const std::vector<int64_t>& transitions, int64_t iteration, uint64_t global_batch,
                              uint64_t run_samples);
+
+// Where a run resumed at `iteration` with `consumed_samples` has its phase's data start, in its
+// consumed samples: Megatron reads the phase from (iteration - its first iteration) x the
+// global batch, whatever the run consumed before it (an earlier ramp-up, say). ConfigError when
+// the run consumed less than that.
+uint64_t phase_data_start(const TrainingPhase& p, int64_t iteration, uint64_t consumed_samples,
+                          uint64_t global_batch);
 
 // "phase 2 of 3 (iterations 101 to 200)" or "phase 3 of 3 (iterations from 201)": the
 // iterations as the log numbers them.

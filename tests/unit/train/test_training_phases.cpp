@@ -60,10 +60,24 @@ TEST(TrainingPhases, EachIterationsPhase) {
   EXPECT_EQ(one.first_sample, 0u);
   EXPECT_EQ(one.samples, 24u);
   EXPECT_EQ(one.end_iteration, -1);
-  // A transition past the run's end: Megatron's boundaries taken as they are.
+  // A transition past the run's end ends no phase: the run's end bounds the one before it.
   const TrainingPhase past = training_phase({10}, 3, 4, 32);
-  EXPECT_EQ(past.samples, 40u);
-  EXPECT_EQ(past.end_iteration, 10);
+  EXPECT_EQ(past.samples, 32u);
+  EXPECT_EQ(past.end_iteration, -1);
+  const TrainingPhase last = training_phase({3, 10}, 3, 4, 32);
+  EXPECT_EQ(last.index, 1);
+  EXPECT_EQ(last.first_sample, 12u);
+  EXPECT_EQ(last.samples, 20u);
+  EXPECT_EQ(last.end_iteration, -1);
+}
+
+// Megatron reads a phase from (iteration - its first iteration) x the global batch, whatever
+// the run consumed before the phase (an earlier batch ramp-up).
+TEST(TrainingPhases, DataStartCountsThePhasesIterations) {
+  const TrainingPhase p = training_phase({3}, 5, 8, 64);
+  EXPECT_EQ(phase_data_start(p, 5, 40, 8), 24u);  // iteration x 8 consumed
+  EXPECT_EQ(phase_data_start(p, 5, 36, 8), 20u);  // 4 fewer before the phase
+  EXPECT_THROW(phase_data_start(p, 5, 10, 8), ConfigError);
 }
 
 TEST(TrainingPhases, TextNumbersIterationsAsTheLog) {
@@ -98,10 +112,15 @@ TEST(TrainingPhases, WindowReadsThePhaseFromItsStart) {
 TEST(TrainingPhases, FlagParsesAsMegatrons) {
   EXPECT_EQ(parse({"--phase-transition-iterations", "8, 2, 5"}).phase_transition_iterations,
             (std::vector<int64_t>{2, 5, 8}));
+  EXPECT_EQ(parse({"--phase-transition-iterations", "5,2,5"}).phase_transition_iterations,
+            (std::vector<int64_t>{2, 5}));
   EXPECT_TRUE(parse({}).phase_transition_iterations.empty());
   EXPECT_EQ(error_of({"--phase-transition-iterations", "4,0"}),
-            "--phase-transition-iterations: 0 is not an iteration after the first (a transition is the iteration a "
-            "phase ends at)");
+            "--phase-transition-iterations: 0 is not a positive iteration (a transition is the iteration a phase ends "
+            "at)");
+  EXPECT_EQ(error_of({"--phase-transition-iterations", "3", "--iterations-to-skip", "2", "3"}),
+            "--iterations-to-skip 3 is a --phase-transition-iterations transition, where the run saves and exits after "
+            "training that iteration: skip another");
   EXPECT_EQ(error_of({"--phase-transition-iterations", "4,x"}), "--phase-transition-iterations: cannot parse 'x' as a number");
   EXPECT_EQ(error_of({"--phase-transition-iterations", "4", "--train-samples", "64", "--global-batch-size", "8",
                       "--rampup-batch-size", "4", "4", "32"}),
@@ -138,6 +157,7 @@ TEST(TrainingPhases, TrainDataOfALaterPhaseIsARunOfItsLength) {
     o.eval_iters = 0;
     o.phase_transition_iterations = std::move(transitions);
     o.start_iteration = start;
+    o.start_consumed_samples = static_cast<uint64_t>(start) * 8;
     return o;
   };
   const auto sample = [](const SampleSource& s, uint64_t i) {
