@@ -520,6 +520,9 @@ void finish_training_state(MegatronTrainingState& out, const Checkpoint& c, cons
       out.exp_avg_sq[name] = out.exp_avg[name];
     }
   out.consumed_samples = int_arg(args, "consumed_train_samples", 0);
+  if (out.consumed_samples < 0)
+    throw IoError(c.args_source + ": args.consumed_train_samples " + std::to_string(out.consumed_samples) +
+                  " is not a count of samples");
   nlohmann::json& ts = out.trainer_state;
   ts["optimizer_steps"] = st.steps;
   ts["consumed_valid_samples"] = int_arg(args, "consumed_valid_samples", 0);
@@ -542,6 +545,8 @@ void finish_training_state(MegatronTrainingState& out, const Checkpoint& c, cons
   if (!st.loss_scaler.is_null()) ts["loss_scaler"] = st.loss_scaler;
   if (!st.adam.is_null()) ts[kAdamKey] = st.adam;
   if (c.flops_so_far) ts["num_floating_point_operations_so_far"] = *c.flops_so_far;
+  // What a trident checkpoint may hold (the args' counts, the scheduler's fields as saved).
+  check_trainer_state(ts, c.args_source + " (its training state as trident reads it)");
 }
 
 void check_optimizer_state_readable(const Checkpoint& c) {

@@ -96,7 +96,61 @@ struct Fields {
 
 constexpr int kIntMax = std::numeric_limits<int>::max();
 
+// A field of `f` that holds a count of samples, tokens, steps or iterations: an integer in
+// [lo, 9e15] (exact as a double, far from overflowing a sum).
+void count_field(const Fields& f, const char* key, int64_t lo = 0) {
+  if (f.j.contains(key)) f.integer(key, lo, 9'000'000'000'000'000);
+}
+
+// A seed: an integer in [0, 2^64).
+void seed_field(const Fields& f, const char* key) {
+  if (!f.j.contains(key)) return;
+  const json& v = f.j.at(key);
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+    f.fail(key, "expected an integer >= 0, got " + v.dump());
+}
+
+// A number of `f` (finite), null too where `nullable`, at least `lo`.
+void number_field(const Fields& f, const char* key, double lo, bool nullable = false) {
+  if (!f.j.contains(key) || (nullable && f.j.at(key).is_null())) return;
+  if (const double x = f.number(key); x < lo) f.fail(key, "value " + f.j.at(key).dump() + " is below " + detail::concat(lo));
+}
+
 }  // namespace
+
+void check_trainer_state(const json& st, const std::string& source) {
+  const Fields f{st, "trainer_state.", source};
+  for (const char* key : {"consumed_valid_samples", "skipped_train_samples", "consumed_train_tokens",
+                          "skipped_iterations", "nan_iterations", "optimizer_steps"})
+    count_field(f, key);
+  count_field(f, "global_batch_size", 1);
+  seed_field(f, kRngStateKey);
+  seed_field(f, kDataSeedKey);
+  number_field(f, "num_floating_point_operations_so_far", 0.0);
+  if (st.contains("opt_param_scheduler")) {
+    const Fields s{f.object("opt_param_scheduler"), "trainer_state.opt_param_scheduler.", source};
+    for (const char* key : {"max_lr", "min_lr", "init_lr", "start_wd", "end_wd"}) number_field(s, key, 0.0);
+    for (const char* key : {"decoupled_lr", "decoupled_min_lr"}) number_field(s, key, 0.0, true);
+    for (const char* key : {"lr_warmup_steps", "lr_decay_steps", "num_steps", "num_tokens", "wd_incr_steps",
+                            "wsd_decay_steps"})
+      number_field(s, key, 0.0);
+    for (const char* key : {"lr_warmup_tokens", "lr_decay_tokens", "warmup_end_tokens"}) number_field(s, key, 0.0, true);
+    for (const char* key : {"lr_decay_style", "wd_incr_style", "lr_wsd_decay_style"})
+      if (s.j.contains(key)) s.string(key);
+  }
+  if (st.contains("loss_scaler")) {
+    const Fields l{f.object("loss_scaler"), "trainer_state.loss_scaler.", source};
+    if (l.number("scale") <= 0) l.fail("scale", "value " + l.j.at("scale").dump() + " is not positive");
+    for (const char* key : {"growth_tracker", "hysteresis_tracker"})
+      if (l.j.contains(key)) l.integer(key, std::numeric_limits<int64_t>::min());
+    count_field(l, "window", 1);
+    if (l.j.contains("style")) l.string("style");
+  }
+  if (st.contains(kAdamKey)) {
+    const Fields a{f.object(kAdamKey), "trainer_state.adam.", source};
+    for (const char* key : {"beta1", "beta2", "eps"}) number_field(a, key, 0.0);
+  }
+}
 
 json model_config_to_json(const ModelConfig& c) {
   json j = json::object();
@@ -222,6 +276,7 @@ CheckpointMetadata metadata_from_json(const json& j, const std::string& source) 
                        std::to_string(m.model.num_attention_heads) + ")");
   }
   m.trainer_state = f.object("trainer_state");
+  check_trainer_state(m.trainer_state, source);
   const json& files = f.get("files");
   if (!files.is_array()) f.fail("files", "expected an array");
   std::set<std::string> seen;

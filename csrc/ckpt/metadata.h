@@ -76,6 +76,12 @@ nlohmann::json metadata_to_json(const CheckpointMetadata& m);
 // Validates every field; throws IoError "<source>: field '<path>': <problem>".
 CheckpointMetadata metadata_from_json(const nlohmann::json& j, const std::string& source);
 
+// The trainer_state fields trident reads, checked for their kinds and ranges (a hand edit, a
+// garbled conversion): counts are integers in [0, 9e15], seeds integers >= 0, rates and the
+// FLOPs finite and >= 0, the schedule's styles strings, the loss scale positive. Throws
+// IoError "<source>: field 'trainer_state.<key>': <problem>"; metadata_from_json calls it.
+void check_trainer_state(const nlohmann::json& trainer_state, const std::string& source);
+
 // Writes `path` atomically (pretty-printed JSON).
 void write_metadata(const std::string& path, const CheckpointMetadata& m);
 // Reads and validates; IoError names the file and the field.

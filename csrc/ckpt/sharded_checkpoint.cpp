@@ -102,7 +102,8 @@ ShardedCheckpointReader::ShardedCheckpointReader(const std::filesystem::path& di
       throw IoError(dir.string() + ": a " + *megatron + " checkpoint, not trident's: import its weights with " +
                     "trident-convert --from megatron --load " + dir.string() + " --save NEW_DIR");
   };
-  if (!std::filesystem::exists(meta_path)) {
+  std::error_code ec;  // a link loop or an unreadable folder: read_metadata names the cause
+  if (!std::filesystem::exists(meta_path, ec) && !ec) {
     not_megatron();
     throw IoError(meta_path.string() + ": missing (not a trident checkpoint)");
   }

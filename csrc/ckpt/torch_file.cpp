@@ -205,6 +205,7 @@ struct TorchFile::Impl {
   std::map<std::string, TorchStorage> storages;
   // Zip format.
   zip_t* zip = nullptr;
+  uint64_t archive_bytes = 0;  // the archive's length, which bounds what its entries may claim
   std::string prefix;  // "<prefix>/"
   // Legacy format: the file mapped, each storage's first data byte.
   ReadOnlyMapping mapping;
@@ -224,15 +225,26 @@ struct TorchFile::Impl {
     return s;
   }
 
-  // Reads a whole zip entry; nullopt-like empty string plus false when absent.
+  // The size a zip entry claims, checked against the archive before anything that size is
+  // allocated: its compressed bytes lie in the archive, and deflate expands them at most
+  // 1032-fold. A corrupt size field fails here instead of asking for gigabytes.
+  uint64_t entry_size(zip_uint64_t idx, const std::string& name) const {
+    zip_stat_t st;
+    if (zip_stat_index(zip, idx, 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_COMP_SIZE))
+      fail("cannot stat zip entry " + name + ": " + zip_strerror(zip));
+    if (st.comp_size > archive_bytes || st.size / 1032 > st.comp_size + 1)
+      fail("zip entry " + name + " claims " + std::to_string(st.size) + " bytes from " + std::to_string(st.comp_size) +
+           " compressed in an archive of " + std::to_string(archive_bytes) + ": a corrupt archive");
+    return st.size;
+  }
+
+  // Reads a whole zip entry; false when absent.
   bool read_entry(const std::string& name, std::string* out) const {
     const zip_int64_t idx = zip_name_locate(zip, name.c_str(), 0);
     if (idx < 0) return false;
-    zip_stat_t st;
-    if (zip_stat_index(zip, static_cast<zip_uint64_t>(idx), 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
-      fail("cannot stat zip entry " + name + ": " + zip_strerror(zip));
-    out->resize(st.size);
-    read_entry_range(static_cast<zip_uint64_t>(idx), name, 0, st.size, out->data());
+    const uint64_t size = entry_size(static_cast<zip_uint64_t>(idx), name);
+    out->resize(size);
+    read_entry_range(static_cast<zip_uint64_t>(idx), name, 0, size, out->data());
     return true;
   }
 
@@ -252,8 +264,10 @@ struct TorchFile::Impl {
                   (err.empty() || err == "No error" ? " (truncated)" : ": " + err));
   }
 
-  // The whole file (length < 0), or the archive in bytes [offset, offset + length) of it.
-  void open_zip(const std::string& file, uint64_t offset = 0, int64_t length = -1) {
+  // The whole file of `file_bytes` (length < 0), or the archive in bytes [offset, offset +
+  // length) of it.
+  void open_zip(const std::string& file, uint64_t file_bytes, uint64_t offset = 0, int64_t length = -1) {
+    archive_bytes = length < 0 ? file_bytes : static_cast<uint64_t>(length);
     if (length < 0) {
       int code = 0;
       zip = zip_open(file.c_str(), ZIP_RDONLY, &code);
@@ -330,24 +344,32 @@ struct TorchFile::Impl {
     }
   }
 
+  // A storage's zip entry, checked to hold the bytes the storage claims (zip), or its data
+  // record (legacy): before anything is allocated for it.
+  zip_int64_t storage_entry(const TorchStorage& s) const {
+    if (!zip) {
+      if (!legacy_offsets.count(s.key)) fail("storage '" + s.key + "' has no data record");
+      return -1;
+    }
+    const std::string name = prefix + "data/" + s.key;
+    const zip_int64_t idx = zip_name_locate(zip, name.c_str(), 0);
+    if (idx < 0) fail("zip entry " + name + " missing (storage '" + s.key + "')");
+    const uint64_t size = entry_size(static_cast<zip_uint64_t>(idx), name);
+    const uint64_t need = static_cast<uint64_t>(s.numel) * torch_dtype_size(s.dtype);
+    if (size < need)
+      fail("zip entry " + name + " holds " + std::to_string(size) + " bytes, fewer than its storage's " +
+           std::to_string(need));
+    return idx;
+  }
+
   // Bytes [begin, begin + len) of a storage's data.
   void read_storage(const TorchStorage& s, uint64_t begin, uint64_t len, char* dst) const {
+    const zip_int64_t idx = storage_entry(s);
     if (zip) {
-      const std::string name = prefix + "data/" + s.key;
-      const zip_int64_t idx = zip_name_locate(zip, name.c_str(), 0);
-      if (idx < 0) fail("zip entry " + name + " missing (storage '" + s.key + "')");
-      zip_stat_t st;
-      if (zip_stat_index(zip, static_cast<zip_uint64_t>(idx), 0, &st) != 0 || !(st.valid & ZIP_STAT_SIZE))
-        fail("cannot stat zip entry " + name);
-      const uint64_t need = static_cast<uint64_t>(s.numel) * torch_dtype_size(s.dtype);
-      if (st.size < need)
-        fail("zip entry " + name + " holds " + std::to_string(st.size) + " bytes, fewer than its storage's " +
-             std::to_string(need));
-      read_entry_range(static_cast<zip_uint64_t>(idx), name, begin, len, dst);
+      read_entry_range(static_cast<zip_uint64_t>(idx), prefix + "data/" + s.key, begin, len, dst);
       return;
     }
-    auto it = legacy_offsets.find(s.key);
-    if (it == legacy_offsets.end()) fail("storage '" + s.key + "' has no data record");
+    const auto it = legacy_offsets.find(s.key);
     std::memcpy(dst, mapping.data() + it->second + begin, len);
   }
 };
@@ -364,7 +386,7 @@ TorchFile::TorchFile(const std::string& path) : impl_(std::make_unique<Impl>()) 
       return;
     }
   }
-  impl_->open_zip(path);
+  impl_->open_zip(path, size);
 }
 
 TorchFile::TorchFile(const std::string& path, uint64_t offset, uint64_t length) : impl_(std::make_unique<Impl>()) {
@@ -375,7 +397,7 @@ TorchFile::TorchFile(const std::string& path, uint64_t offset, uint64_t length) 
   if (offset > size || length > size - offset || length > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
     throw IoError(impl_->path + ": " + std::to_string(length) + " bytes lie past the file's end (" +
                   std::to_string(size) + " bytes)");
-  impl_->open_zip(path, offset, static_cast<int64_t>(length));
+  impl_->open_zip(path, size, offset, static_cast<int64_t>(length));
 }
 
 TorchFile::~TorchFile() = default;
@@ -413,13 +435,15 @@ std::vector<float> TorchFile::read_f32(const TorchTensor& t, const std::string& 
     overflow |= __builtin_mul_overflow(numel, t.shape[d], &numel);
     if (overflow || numel > (int64_t{1} << 40) || extent > (int64_t{1} << 40)) throw IoError(where + ": implausibly large");
   }
-  std::vector<float> out(static_cast<size_t>(numel));
-  if (numel == 0) return out;
+  if (numel == 0) return {};
+  // Checked before anything is allocated: a corrupt shape or storage must not ask for gigabytes.
   if (t.offset < 0 || t.storage_numel < extent || t.offset > t.storage_numel - extent)
     throw IoError(where + ": a span of " + std::to_string(extent) + " elements from offset " + std::to_string(t.offset) +
                   " lies outside its storage of " + std::to_string(t.storage_numel));
   const size_t es = torch_dtype_size(t.dtype);
   TorchStorage s{t.dtype, t.storage_key, t.storage_numel};
+  impl_->storage_entry(s);
+  std::vector<float> out(static_cast<size_t>(numel));
   std::vector<char> raw(static_cast<size_t>(extent) * es);
   impl_->read_storage(s, static_cast<uint64_t>(t.offset) * es, raw.size(), raw.data());
   if (contiguous) {

@@ -91,7 +91,8 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
 // The keys of the YAML file in file order. A key given twice (also as num_layers and
 // num-layers) is an error naming both lines, rather than a silent last-one-wins.
 std::vector<ConfigValue> read_config_file(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw ConfigError("--config: file not found: " + path);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw ConfigError("--config: file not found: " + path);
   if (std::filesystem::is_directory(path)) throw ConfigError("--config: " + path + " is a directory");
   YAML::Node root;
   try {

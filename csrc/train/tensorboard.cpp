@@ -73,7 +73,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) :
   // "x": fail rather than overwrite another writer's file of the same second.
   for (int n = 0; !file_ && n < 1000; ++n) {
     path_ = n == 0 ? base : base + "." + std::to_string(n);
-    if (!std::filesystem::exists(path_)) file_ = std::fopen(path_.c_str(), "wbx");
+    std::error_code ec;  // a path that cannot be looked at: fopen says why
+    if (!std::filesystem::exists(path_, ec)) file_ = std::fopen(path_.c_str(), "wbx");
   }
   if (!file_) {
     const int err = errno;

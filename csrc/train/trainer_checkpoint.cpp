@@ -847,7 +847,8 @@ bool Trainer::load_checkpoint() {
   for (const std::string& note : {opt_.local_checkpoint.note, passed_over})
     if (!note.empty()) *out_ << "trident: note: " << note << std::endl;
   if (!dir) {  // as Megatron: no checkpoint to load, so train from the initial weights
-    if (!opt_.load_missing_at_start && fs::exists(opt_.load))
+    std::error_code ec;
+    if (!opt_.load_missing_at_start && fs::exists(opt_.load, ec))
       *out_ << "trident: no checkpoint in " << opt_.load << " yet (no " << kLatestFileName
             << "); starting from scratch" << std::endl;
     else

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 
 #include "ckpt_test_util.h"
@@ -174,6 +175,29 @@ TEST(TorchFile, OneLineErrors) {
   unknown.op('}').str("w").tensor2d("ComplexFloatStorage", "0", 1, 0, 1, 1, 1, 1).op('s').stop();
   ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", unknown.bytes()}}));
   EXPECT_EQ(io_error_of([&] { TorchFile f(path); }), path + ": storage type torch.ComplexFloatStorage is not supported");
+}
+
+// A zip entry whose size field claims more than its archive can hold (a corrupt central
+// directory) fails before that size is allocated: a 4 GB claim costs nothing.
+TEST(TorchFile, AnEntrysClaimedSizeIsBoundedByTheArchive) {
+  ScratchDir dir;
+  const std::string path = dir.path() + "/x.pt";
+  PickleBytes ok;
+  ok.op('}').str("w").tensor2d("FloatStorage", "0", 4, 0, 2, 2, 2, 1).op('s').stop();
+  ASSERT_NO_FATAL_FAILURE(write_zip(path, {{"x/data.pkl", ok.bytes()}, {"x/data/0", std::string(16, '\0')}}));
+  std::string bytes = testing::slurp(path);
+  // The end of central directory record gives the directory's offset; its first entry's
+  // uncompressed size is at byte 24 of that entry (zip's APPNOTE 4.3.12).
+  const size_t eocd = bytes.rfind(std::string("PK\x05\x06", 4));
+  ASSERT_NE(eocd, std::string::npos);
+  uint32_t dir_offset = 0;
+  std::memcpy(&dir_offset, bytes.data() + eocd + 16, 4);
+  const uint32_t forged = 0xfffffff0u;
+  std::memcpy(bytes.data() + dir_offset + 24, &forged, 4);
+  spit(path, bytes);
+  const std::string err = io_error_of([&] { TorchFile f(path); });
+  EXPECT_NE(err.find("zip entry x/data.pkl claims 4294967280 bytes from"), std::string::npos) << err;
+  EXPECT_NE(err.find(": a corrupt archive"), std::string::npos) << err;
 }
 
 }  // namespace
