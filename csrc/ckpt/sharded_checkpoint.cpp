@@ -152,13 +152,17 @@ std::map<std::string, std::vector<ShardedCheckpointReader::Entry>> ShardedCheckp
   for (const StTensorInfo& t : r.tensors()) {
     const size_t bar = t.name.find('|');
     const auto spec = spec_index_.find(t.name.substr(0, bar));  // the parameter's
-    const std::optional<Shape> local =
-        spec == spec_index_.end() ? std::nullopt : std::optional(local_shape(specs_[spec->second], meta_.layout.tp));
+    // A piece of no parameter of the model: its metadata.json describes another model (fewer
+    // layers, say), which would leave those pieces unread.
+    if (spec == spec_index_.end())
+      throw IoError(r.path() + ": tensor '" + t.name + "' belongs to no parameter of " + kMetadataFileName +
+                    "'s model (" + std::to_string(meta_.model.num_layers) + " layers)");
+    const Shape local = local_shape(specs_[spec->second], meta_.layout.tp);
     if (bar == std::string::npos) {
-      if (local && t.shape != shape_vec(*local))
+      if (t.shape != shape_vec(local))
         throw IoError(r.path() + ": tensor '" + t.name + "' has shape " + shape_str(t.shape) + ", but " +
                       kMetadataFileName + "'s model at tp " + std::to_string(meta_.layout.tp) + " makes it " +
-                      shape_str(shape_vec(*local)));
+                      shape_str(shape_vec(local)));
       entries[t.name].push_back(Entry{file, t.name, tp_rank, 0});
       continue;
     }
@@ -167,8 +171,8 @@ std::map<std::string, std::vector<ShardedCheckpointReader::Entry>> ShardedCheckp
     if (!all_digits(first) || first.size() > 18)
       throw IoError(r.path() + ": malformed optimizer tensor name '" + t.name + "'");
     const int64_t begin = std::stoll(first);
-    const int64_t n = local ? local->numel() : 0;
-    if (local && (t.shape.size() != 1 || begin > n || t.numel() > n - begin))
+    const int64_t n = local.numel();
+    if (t.shape.size() != 1 || begin > n || t.numel() > n - begin)
       throw IoError(r.path() + ": optimizer tensor '" + t.name + "' of shape " + shape_str(t.shape) +
                     " does not fit the parameter's " + std::to_string(n) + " elements at tp " +
                     std::to_string(meta_.layout.tp) + " (" + kMetadataFileName + ")");

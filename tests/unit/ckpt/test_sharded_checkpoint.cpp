@@ -175,6 +175,14 @@ TEST(ShardedCheckpoint, PiecesThatDoNotFitTheMetadatasModelAreNamed) {
   expect_io_error([&] { load_as(dir, 1, 0, 1, 0); }, {"parameter 'wpe' has shape [12, 32], the run's has [12, 16]"});
   expect_io_error([&] { ShardedCheckpointReader(dir).model_tensor("wpe"); },
                   {kModelFileName, "tensor 'wte' has shape [304, 16], but metadata.json's model at tp 1 makes it [304, 32]"});
+  // Fewer layers than the files hold: the pieces of the others would go unread.
+  spit(meta, original);
+  m = read_metadata(meta);
+  m.model.num_layers -= 1;
+  write_metadata(meta, m);
+  expect_io_error([&] { ShardedCheckpointReader(dir).model_tensor("wpe"); },
+                  {kModelFileName, "tensor 'h." + std::to_string(m.model.num_layers) + ".",
+                   "belongs to no parameter of metadata.json's model"});
   spit(meta, original);
   EXPECT_EQ(ShardedCheckpointReader(dir).model_tensor("wpe"), source_tensor("wpe", nullptr));
 }
