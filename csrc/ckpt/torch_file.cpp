@@ -217,6 +217,9 @@ struct TorchFile::Impl {
 
   [[noreturn]] void fail(const std::string& what) const { throw IoError(path + ": " + what); }
 
+  // The file's bytes (of the archive, or the legacy file's).
+  uint64_t bytes() const { return zip ? archive_bytes : mapping.size(); }
+
   std::string zip_error_text(int code) const {
     zip_error_t e;
     zip_error_init_with_code(&e, code);
@@ -355,7 +358,9 @@ struct TorchFile::Impl {
     const zip_int64_t idx = zip_name_locate(zip, name.c_str(), 0);
     if (idx < 0) fail("zip entry " + name + " missing (storage '" + s.key + "')");
     const uint64_t size = entry_size(static_cast<zip_uint64_t>(idx), name);
-    const uint64_t need = static_cast<uint64_t>(s.numel) * torch_dtype_size(s.dtype);
+    uint64_t need = 0;
+    if (s.numel < 0 || __builtin_mul_overflow(static_cast<uint64_t>(s.numel), torch_dtype_size(s.dtype), &need))
+      fail("storage '" + s.key + "' of " + std::to_string(s.numel) + " elements: implausibly large");
     if (size < need)
       fail("zip entry " + name + " holds " + std::to_string(size) + " bytes, fewer than its storage's " +
            std::to_string(need));
@@ -443,6 +448,11 @@ std::vector<float> TorchFile::read_f32(const TorchTensor& t, const std::string& 
   const size_t es = torch_dtype_size(t.dtype);
   TorchStorage s{t.dtype, t.storage_key, t.storage_numel};
   impl_->storage_entry(s);
+  // A view may repeat its storage (stride 0), but a checkpoint's tensors are not views many
+  // times the size of their file: a corrupt shape must not ask for terabytes.
+  if (static_cast<uint64_t>(numel) / 16 > impl_->bytes() + (1 << 20))
+    throw IoError(where + ": " + std::to_string(numel) + " elements from a file of " + std::to_string(impl_->bytes()) +
+                  " bytes: implausibly large");
   std::vector<float> out(static_cast<size_t>(numel));
   std::vector<char> raw(static_cast<size_t>(extent) * es);
   impl_->read_storage(s, static_cast<uint64_t>(t.offset) * es, raw.size(), raw.data());

@@ -20,7 +20,7 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"exit-signal-handler-for-training", "Megatron's: trident always stops cleanly on SIGTERM and SIGINT", true},
       {"no-masked-softmax-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-bias-gelu-fusion", "Megatron's fused bias-GELU switch: no effect (trident computes the fusion's tanh GELU; "
-                              "without it and --openai-gelu Megatron computes the exact erf GELU: a warning says so)",
+                              "without it Megatron computes the exact erf GELU: a warning says so)",
        true},
       {"no-bias-dropout-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},

@@ -10,16 +10,12 @@ TrainingPhase training_phase(const std::vector<int64_t>& transitions, int64_t it
   TrainingPhase p;
   p.count = static_cast<int>(transitions.size()) + 1;
   p.samples = run_samples;
-  if (at >= run_samples) {  // the run's end: nothing to train; Megatron's whole-run size
-    p.index = p.count - 1;
-    p.first_iteration = transitions.empty() ? 0 : transitions.back();
-    return p;
-  }
-  // Megatron's: the last boundary at or before the position and the first after it, among 0,
-  // the transitions and the run's end (so a transition past the end ends no phase).
   size_t k = 0;  // the transitions at or before the position
   while (k < transitions.size() && static_cast<uint64_t>(transitions[k]) * global_batch <= at) ++k;
   p.index = static_cast<int>(k);
+  if (at >= run_samples) return p;  // the run's end: nothing to train; Megatron's whole-run size
+  // Megatron's: the last boundary at or before the position and the first after it, among 0,
+  // the transitions and the run's end (so a transition past the end ends no phase).
   p.first_iteration = k == 0 ? 0 : transitions[k - 1];
   p.first_sample = static_cast<uint64_t>(p.first_iteration) * global_batch;
   const bool ends_in_run = k < transitions.size() && static_cast<uint64_t>(transitions[k]) * global_batch < run_samples;
@@ -37,6 +33,8 @@ std::string phase_text(const TrainingPhase& p) {
 
 uint64_t phase_data_start(const TrainingPhase& p, int64_t iteration, uint64_t consumed_samples,
                           uint64_t global_batch) {
+  if (iteration < p.first_iteration)
+    throw InternalError("iteration " + std::to_string(iteration) + " lies before " + phase_text(p));
   const uint64_t in_phase = static_cast<uint64_t>(iteration - p.first_iteration) * global_batch;
   if (consumed_samples < in_phase)
     throw ConfigError("--phase-transition-iterations: the checkpoint at iteration " + std::to_string(iteration) +

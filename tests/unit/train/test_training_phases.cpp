@@ -50,10 +50,15 @@ TEST(TrainingPhases, EachIterationsPhase) {
     EXPECT_EQ(p.samples, w.samples) << w.iteration;
     EXPECT_EQ(p.end_iteration, w.end) << w.iteration;
   }
-  // At the run's end nothing is trained: Megatron's whole-run size.
+  // At the run's end nothing is trained: Megatron's whole-run size, read from its start (a
+  // relaunch of a finished run, a transition past its end too).
   const TrainingPhase end = training_phase(t, 6, 4, 24);
   EXPECT_EQ(end.first_sample, 0u);
   EXPECT_EQ(end.samples, 24u);
+  EXPECT_EQ(phase_data_start(end, 6, 24, 4), 0u);
+  const TrainingPhase finished = training_phase({1, 5}, 2, 4, 8);
+  EXPECT_EQ(finished.samples, 8u);
+  EXPECT_EQ(phase_data_start(finished, 2, 8, 4), 0u);
   // Without transitions: one phase, the whole run.
   const TrainingPhase one = training_phase({}, 3, 4, 24);
   EXPECT_EQ(one.count, 1);
