@@ -169,7 +169,7 @@ void check_exportable_state(const json& trainer_state, bool mcore) {
   if (!s.is_object() || s.empty())
     throw ConfigError("--with-optimizer: the checkpoint holds no learning-rate schedule (trainer_state."
                       "opt_param_scheduler) to export");
-  if (s.contains("decoupled_lr") && !s["decoupled_lr"].is_null() && !mcore)
+  if (has_decoupled_lr(trainer_state) && !mcore)
     throw ConfigError("--with-optimizer: the run trained the word embedding at its own learning rate "
                       "(--decoupled-lr), which only Megatron-core's model does; export with --megatron-model mcore");
   if (s.contains("lr_decay_tokens") && !s["lr_decay_tokens"].is_null())

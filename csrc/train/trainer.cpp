@@ -1352,11 +1352,12 @@ void Trainer::train() {
       out << "trident: exiting at iteration " << iteration_ << " (--exit-interval)" << std::endl;
       break;
     }
-    if (phase_at(iteration_ - 1).end_iteration == iteration_ && !training_done()) {  // saved below
-      out << "trident: exiting at iteration " << iteration_ << " (--phase-transition-iterations), the end of "
-          << phase_text(phase_at(iteration_ - 1)) << ": go on with the next phase's data and --load" << std::endl;
-      break;
-    }
+    if (!opt_.phase_transition_iterations.empty() && !training_done())
+      if (const TrainingPhase ended = phase_at(iteration_ - 1); ended.end_iteration == iteration_) {  // saved below
+        out << "trident: exiting at iteration " << iteration_ << " (--phase-transition-iterations), the end of "
+            << phase_text(ended) << ": go on with the next phase's data and --load" << std::endl;
+        break;
+      }
   }
   optimizer_->wait_for_all_params();  // the parameters are read after train() (exports)
   if (energy_) {  // Megatron's line at the end of its training loop, before the final save

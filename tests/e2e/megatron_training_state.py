@@ -376,7 +376,7 @@ def param_groups(steps, step_style, with_params=None, kinds=("W", "N"), sched=No
     for g, kind in enumerate(kinds):
         group = {"lr": 1e-3, "weight_decay": 0.0 if kind == "N" else 0.01, "betas": (0.9, 0.999), "eps": 1e-8,
                  "bias_correction": True, "wd_mult": 0.0 if kind == "N" else 1.0, "lr_mult": 1.0}
-        if mutation.startswith("decoupled") or mutation == "lr-override":
+        if has_decoupled_groups(mutation):
             group.update(decoupled_fields(kind, sched, mutation))
         if with_params is not None:
             group["params"] = with_params[g]
@@ -397,7 +397,7 @@ def group_kinds(keys, shape, mutation):
     them; decoupled: Megatron-core 0.12 to 0.15's order, each group where its first parameter
     lies on the rank, then the groups only other ranks have (all_gather_object's: rank 0's
     order, D W N), empty; decoupled-sorted (and lr-override): newer Megatron-core's sorted W D N."""
-    decoupled = mutation.startswith("decoupled") or mutation == "lr-override"
+    decoupled = has_decoupled_groups(mutation)
 
     def kind(vk):
         if decoupled and vk[1].endswith(EMBEDDING_OR_OUTPUT):
@@ -413,13 +413,18 @@ def group_kinds(keys, shape, mutation):
     return [(k, [vk for vk in keys if kind(vk) == k]) for k in order]
 
 
+def has_decoupled_groups(mutation):
+    """Whether MUTATION writes a third group of its own rate (decoupled*, lr-override)."""
+    return mutation.startswith("decoupled") or mutation == "lr-override"
+
+
 def shared_group_kinds(mutation):
     """The groups of a file every rank shares (torch_dist's common.pt and objects): rank 0's
     (group_kinds of the first stage: D W N in Megatron-core 0.12 to 0.15), or newer
     Megatron-core's sorted W D N."""
     if mutation == "decoupled":
         return ("D", "W", "N")
-    return ("W", "D", "N") if mutation in ("decoupled-sorted", "lr-override") else ("W", "N")
+    return ("W", "D", "N") if has_decoupled_groups(mutation) else ("W", "N")
 
 
 def decoupled_fields(kind, sched, mutation):
