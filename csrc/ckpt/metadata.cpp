@@ -124,6 +124,15 @@ void check_trainer_state(const json& st, const std::string& source) {
                           "skipped_iterations", "nan_iterations", "optimizer_steps"})
     count_field(f, key);
   count_field(f, "global_batch_size", 1);
+  count_field(f, kSkippedRangeSamplesKey);
+  if (st.contains(kAppliedSkipRangesKey)) {
+    const json& ranges = st.at(kAppliedSkipRangesKey);
+    bool ok = ranges.is_array();
+    for (const json& r : ok ? ranges : json::array())
+      ok = ok && r.is_array() && r.size() == 2 && r[0].is_number_integer() && r[1].is_number_integer() &&
+           r[0].get<int64_t>() >= 1 && r[1].get<int64_t>() >= r[0].get<int64_t>();
+    if (!ok) f.fail(kAppliedSkipRangesKey, "expected [[first, last], ...] with 1 <= first <= last, got " + ranges.dump());
+  }
   seed_field(f, kRngStateKey);
   seed_field(f, kDataSeedKey);
   number_field(f, "num_floating_point_operations_so_far", 0.0);

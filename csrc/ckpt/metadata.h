@@ -112,6 +112,12 @@ inline constexpr const char* kAdamKey = "adam";
 inline constexpr const char* kSampleOrderKey = "sample_order";
 inline constexpr const char* kSampleOrder = "megatron";
 
+// --skip-train-iteration-range's trainer_state keys (train/data_skip_ranges.h), written once a
+// range has been applied: the ranges applied ([[first, last], ...]) and the samples they read
+// past, which the training data is read beyond the consumed samples by.
+inline constexpr const char* kAppliedSkipRangesKey = "applied_skip_ranges";
+inline constexpr const char* kSkippedRangeSamplesKey = "skipped_range_samples";
+
 // A FileRecord for `dir/rel` (size and checksum read from disk).
 FileRecord make_file_record(const std::filesystem::path& dir, const std::string& rel);
 // Checks every listed file under `dir` (size and checksum); IoError names the first bad one.

@@ -136,7 +136,7 @@ TrainOptions load_probe(const TrainOptions& o) {
 std::optional<fs::path> checkpoint_to_load(const TrainOptions& o, std::string* note) {
   if (note) note->clear();
   const fs::path load = o.load;
-  if (o.ckpt_step >= 0) return resolve_checkpoint_dir(load, o.ckpt_step, "--ckpt-step");
+  if (o.ckpt_step >= 0) return resolve_checkpoint_dir(load, o.ckpt_step, o.ckpt_step_flag);
   std::error_code ec;
   const bool exists = fs::exists(fs::status(load, ec));
   if (exists && !fs::is_directory(load, ec)) throw ConfigError("--load: not a directory: " + load.string());

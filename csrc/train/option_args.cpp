@@ -28,6 +28,7 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "rampup-batch-size") return &o.rampup_batch_size;
   if (flag == "step-batch-size-schedule") return &o.step_batch_size_schedule;
   if (flag == "iterations-to-skip") return &o.iterations_to_skip_words;
+  if (flag == "skip-train-iteration-range") return &o.skip_train_iteration_range_words;
   if (flag == "profile-ranks") return &o.profile_ranks;
   if (flag == "recompute-modules") return &o.recompute_modules;
   if (is_list_flag_without_effect(flag)) return &o.words_without_effect[flag];
@@ -192,6 +193,7 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
                                          : name == "rampup-batch-size" ? ": expected START INCR SAMPLES"
                                          : name == "step-batch-size-schedule" ? ": expected THRESHOLD:BATCH ..."
                                          : name == "iterations-to-skip" ? ": expected one or more iterations"
+                                         : name == "skip-train-iteration-range" ? ": expected one or more ranges FIRST-LAST"
                                          : name == "recompute-modules" ? ": expected one or more modules (core_attn)"
                                                                        : ": expected a prefix"));
     } else if (name == "config") {

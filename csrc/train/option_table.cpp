@@ -495,6 +495,9 @@ const std::vector<FlagDef>& flag_defs() {
                                    "without --global-batch-size)"},
       {"iterations-to-skip", "N ...: Megatron's skipped iterations (1-based): their global batch is read past, "
                              "without a step, a log line, an evaluation or a save"},
+      {"skip-train-iteration-range", "FIRST-LAST ...: BigScience's data skip: on reaching iteration FIRST, read past "
+                                     "the global batches of iterations FIRST to LAST and train FIRST on the next one "
+                                     "(the iteration count, schedules and consumed samples do not advance)"},
       // Optimizer.
       {"weight-decay", "AdamW decoupled weight decay (0.01)"},
       {"start-weight-decay", "weight decay at the start of the run (default --weight-decay)"},
@@ -604,6 +607,7 @@ const std::vector<FlagDef>& flag_defs() {
                                                         "(Megatron's)"},
       {"skip-train", "no training: evaluate the loaded (or initial) model on the validation and test sets "
                      "(Megatron's)", true},
+      {"eval-only", "True: BigScience's --skip-train (its argparse reads any value as true: False is refused)"},
       {"kill-switch-path", "stop when this file exists: at the start without training, after an iteration saving "
                            "first with --save (BigScience's)"},
       {"deepspeed", "Megatron-DeepSpeed's switch: the --deepspeed_config file sets the precision, fp16 loss "
@@ -667,6 +671,7 @@ const std::vector<FlagDef>& flag_defs() {
                         "(loading them needs --no-load-optim or --finetune)", true},
       {"no-save-rng", "save checkpoints without the RNG state (loading them needs --no-load-rng or --finetune)", true},
       {"ckpt-step", "load iteration N of --load instead of the one its latest_checkpointed_iteration.txt names"},
+      {"load-tag", "Megatron-DeepSpeed's checkpoint tag to load (global_stepN, or iter_NNNNNNN): --ckpt-step N"},
       {"exit-on-missing-checkpoint", "stop with an error when --load holds no checkpoint (default: train from "
                                      "scratch)", true},
       {"use-checkpoint-args", "take the model-shape flags not given (layers, hidden size, heads, sequence length, "

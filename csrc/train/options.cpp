@@ -113,6 +113,32 @@ void read_phase_transitions(TrainOptions& o, const std::string& text) {
   t.erase(std::unique(t.begin(), t.end()), t.end());  // a repeated transition ends no phase of its own
 }
 
+// Megatron-DeepSpeed's --load-tag: DeepSpeed's checkpoint tag, global_stepN; trident's
+// iteration folders, whatever --load's pointer says, are iter_NNNNNNN (a plain N too).
+int64_t load_tag_iteration(const std::string& tag) {
+  std::string digits = tag;
+  for (const char* prefix : {"global_step", "iter_"})
+    if (tag.rfind(prefix, 0) == 0) digits = tag.substr(std::string(prefix).size());
+  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+    throw ConfigError("--load-tag " + tag + ": expected a checkpoint's iteration, as global_step1000 (DeepSpeed's "
+                      "tag), iter_0001000 or 1000");
+  return std::stoll(digits);
+}
+
+// BigScience's --eval-only VALUE (argparse type=bool): no training, only the validation and
+// test evaluations, as --skip-train. Python's bool() of any non-empty string is True, so
+// BigScience would not train on "--eval-only False" either: such a value is refused rather
+// than read either way.
+bool eval_only(const Flags& f) {
+  std::string value;
+  f.get("eval-only", value);
+  std::string lower = value;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "true" || lower == "1" || lower == "yes") return true;
+  throw ConfigError("--eval-only " + value + ": Megatron-DeepSpeed reads any value as true (Python's bool() of a "
+                    "string) and would not train; give True, or leave the flag out to train");
+}
+
 void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("num-layers", m.num_layers);
   f.get("hidden-size", m.hidden_size);
@@ -553,6 +579,17 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("no-save-rng", o.no_save_rng);
   f.get("ckpt-step", o.ckpt_step);
   if (f.has("ckpt-step") && o.ckpt_step < 0) throw ConfigError("--ckpt-step must not be negative");
+  if (f.has("load-tag")) {
+    std::string tag;
+    f.get("load-tag", tag);
+    const int64_t step = load_tag_iteration(tag);
+    if (f.has("ckpt-step") && o.ckpt_step != step)
+      throw ConfigError("--load-tag " + tag + " and --ckpt-step " + std::to_string(o.ckpt_step) +
+                        " name different checkpoints: give one");
+    o.ckpt_step = step;
+    if (!f.has("ckpt-step")) o.ckpt_step_flag = "--load-tag " + tag;
+  }
+  if (f.has("eval-only")) o.skip_train = eval_only(f);
   f.get("exit-on-missing-checkpoint", o.exit_on_missing_checkpoint);
   f.get("use-checkpoint-args", o.use_checkpoint_args);
   f.get("use-mp-args-from-checkpoint-args", o.use_mp_args_from_checkpoint_args);
@@ -565,7 +602,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
       throw ConfigError("--load-main-params-from-ckpt must be used with --no-load-optim");
     o.flags_without_effect.push_back("--load-main-params-from-ckpt");
   }
-  for (const char* name : {"ckpt-step", "exit-on-missing-checkpoint", "use-checkpoint-args"})
+  for (const char* name : {"ckpt-step", "load-tag", "exit-on-missing-checkpoint", "use-checkpoint-args"})
     if (f.has(name) && o.load.empty()) throw ConfigError(std::string("--") + name + " needs --load");
   // Megatron's rule for a loaded checkpoint's scheduler: the two choices exclude each other
   // (OptimizerParamScheduler asserts "both override and use-checkpoint are set"), with or
@@ -711,6 +748,11 @@ void validate_batch_and_schedule(TrainOptions& o) {
     if (it < 1) throw ConfigError("--iterations-to-skip: " + w + " is not an iteration (they count from 1)");
     o.iterations_to_skip.insert(it);
   }
+  o.skip_train_iteration_ranges = parse_skip_ranges(o.skip_train_iteration_range_words);
+  // Each phase reads its data from its first sample on, where a skip range moves the run's.
+  if (!o.skip_train_iteration_ranges.empty() && !o.phase_transition_iterations.empty())
+    throw ConfigError("--skip-train-iteration-range and --phase-transition-iterations: a phase reads its data from "
+                      "its own first sample, which samples read past would move; use --iterations-to-skip");
   read_recompute_modules(o);
   // A skipped iteration neither trains nor saves: the run would go on past its transition.
   for (int64_t t : o.phase_transition_iterations)
@@ -1297,6 +1339,9 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
     skips += std::to_string(it);
   }
   line("iterations-to-skip", skips);
+  std::string ranges;
+  for (const IterationRange& r : o.skip_train_iteration_ranges) ranges += range_text(r) + " ";
+  line("skip-train-iteration-range", ranges);
   std::string transitions;
   for (int64_t it : o.phase_transition_iterations) {
     if (!transitions.empty()) transitions += ',';

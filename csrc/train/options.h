@@ -14,6 +14,7 @@
 #include "model/config.h"
 #include "parallel/pipeline_split.h"
 #include "train/batch_schedule.h"
+#include "train/data_skip_ranges.h"
 #include "train/deepspeed_config.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
@@ -46,6 +47,11 @@ struct TrainOptions {
   // ...): each given one's words, read so that a launcher's list does not stop the run.
   std::map<std::string, std::vector<std::string>> words_without_effect;
   std::set<int64_t> iterations_to_skip;
+  // BigScience's --skip-train-iteration-range A-B ...: the words, and the ranges parsing reads
+  // from them (data_skip_ranges.h): the data of iterations A to B is read past when the run
+  // reaches A, without a step or any count advancing.
+  std::vector<std::string> skip_train_iteration_range_words;
+  std::vector<IterationRange> skip_train_iteration_ranges;
 
   // ---- Length of training and LR schedule (Megatron): iteration-based (--train-iters,
   // --lr-warmup-iters, --lr-decay-iters) or sample-based (--train-samples,
@@ -285,6 +291,7 @@ struct TrainOptions {
   bool no_save_optim = false, no_save_rng = false;
   // Which checkpoint --load names and what happens without one: train/checkpoint_to_load.h.
   int64_t ckpt_step = -1;  // --ckpt-step N: load iteration N, not the pointer's (-1: not given)
+  std::string ckpt_step_flag = "--ckpt-step";  // or "--load-tag global_stepN", for messages
   bool exit_on_missing_checkpoint = false;
   // --use-checkpoint-args: model-shape flags not given take the loaded checkpoint's values
   // (train/checkpoint_args.h).

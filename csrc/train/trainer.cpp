@@ -265,7 +265,7 @@ void Trainer::set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> val
   test_ = std::move(test);
   // An evaluation split can be shorter than the run reads (an unweighted blend holds one
   // epoch): say so now rather than at the evaluation that runs out.
-  check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_);
+  check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_, range_skipped_samples_);
   if (!opt_.full_validation) return;
   for (size_t k = 0; k < valid_.size(); ++k) {
     const int64_t n = validation_iterations(k);
@@ -732,14 +732,14 @@ IterationResult Trainer::train_iteration() {
   // reads the global batch's samples once more, which costs no collective.
   double targets = static_cast<double>(G) * T;
   if (opt_.calculate_per_token_loss && par_->grid.last_stage())
-    targets = static_cast<double>(kept_targets(*data_, consumed_samples_, static_cast<uint64_t>(G)));
+    targets = static_cast<double>(kept_targets(*data_, train_data_position(), static_cast<uint64_t>(G)));
   const float grad_scale = targets > 0 ? static_cast<float>(scaler_.scale() / targets) : 0.0f;
   optimizer_->zero_grads();
   LossStats total;
   {
     // Megatron's forward-backward ends with the gradients' reductions (finalize_model_grads).
     const Timers::Scope timed(&timers_, TimerId::ForwardBackward);
-    total = run_steps(schedule_steps_, micro_batches_, *data_, consumed_samples_, true, grad_scale);
+    total = run_steps(schedule_steps_, micro_batches_, *data_, train_data_position(), true, grad_scale);
     // The tied word embedding's two copies (first and last stage) get the sum of both
     // gradients, so they stay equal.
     if (par_->grid.shape.pp > 1 && par_->embedding) {
@@ -887,8 +887,11 @@ void Trainer::check_replicas_agree() {
 // global batches from `consumed_valid` on at each remaining multiple of --eval-interval and
 // once at the end. make_train_data sizes the splits for a run from iteration 0, so a run
 // resumed with another global batch size may need more (it still stops at --train-iters, as
-// Megatron: iterations, not samples).
-void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const {
+// Megatron: iterations, not samples). --skip-train-iteration-range reads further: the samples
+// read past before `iteration` and those its ranges to come will read past (Megatron-DeepSpeed
+// builds the data for the run's samples alone too: the skips need what the data holds beyond).
+void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid,
+                                    uint64_t range_skipped) const {
   const uint64_t G = static_cast<uint64_t>(opt_.global_batch_size);
   // `flags`: what sets how much of this split the run reads.
   auto check = [&](const char* split, const std::string& flags, const SampleSource& data, uint64_t from,
@@ -907,8 +910,11 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   if (const int64_t end = phase_at(iteration).end_iteration; end >= 0) T = std::min(T, end);
   // Training batches follow the batch schedule (a ramp-up, steps); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
-  check("training", opt_.sample_based ? "--train-samples" : "--train-iters", *data_, consumed,
-        batch_schedule_.samples_after(consumed, T - from));
+  const uint64_t read_past = opt_.skip_train ? 0 : samples_skip_ranges_read_past(from, consumed, T);
+  check("training",
+        detail::concat(opt_.sample_based ? "--train-samples" : "--train-iters",
+                       range_skipped + read_past > 0 ? ", --skip-train-iteration-range" : ""),
+        *data_, consumed + range_skipped, batch_schedule_.samples_after(consumed, T - from) + read_past);
   if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
     const int64_t evaluations = periodic_validations(opt_, iteration, T) + 1;  // and the final one
     for (const auto& set : valid_)
@@ -1023,6 +1029,29 @@ std::string Trainer::validation_set_name(size_t k) const {
 uint64_t Trainer::validation_start() const { return opt_.full_validation ? 0 : consumed_valid_samples_; }
 
 bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }
+
+void Trainer::skip_range(const IterationRange& r) {
+  // The global batch does not change while the consumed samples stand still.
+  const uint64_t G = batch_schedule_.global_batch(consumed_samples_);
+  const uint64_t samples = static_cast<uint64_t>(r.last - iteration_) * G;
+  range_skipped_samples_ += samples;
+  applied_skip_ranges_.push_back(r);
+  *out_ << "trident: skipped the data of iterations " << iteration_ + 1 << " to " << r.last
+        << " (--skip-train-iteration-range " << range_text(r) << "): " << samples << " samples read past; iteration "
+        << iteration_ + 1 << " trains on the batch after them" << std::endl;
+}
+
+uint64_t Trainer::samples_skip_ranges_read_past(int64_t iteration, uint64_t consumed, int64_t end) const {
+  uint64_t samples = 0;
+  for (const IterationRange& r : opt_.skip_train_iteration_ranges) {
+    // Where the run reads past it (due_skip_range): on reaching it, or at once inside it.
+    const int64_t at = std::max(iteration, r.first - 1);
+    if (at >= end || r.last <= at || !due_skip_range({r}, applied_skip_ranges_, at)) continue;
+    const uint64_t consumed_then = consumed + batch_schedule_.samples_after(consumed, at - iteration);
+    samples += static_cast<uint64_t>(r.last - at) * batch_schedule_.global_batch(consumed_then);
+  }
+  return samples;
+}
 
 void Trainer::skip_iteration() {
   // --profile's window counts skipped iterations too (Megatron starts it before its skip).
@@ -1161,6 +1190,8 @@ void Trainer::train() {
         save_checkpoint();  // (which commits a pending --async-save first)
       }
     }
+    if (const auto range = due_skip_range(opt_.skip_train_iteration_ranges, applied_skip_ranges_, iteration_))
+      skip_range(*range);
     // As Megatron: a skipped iteration has no log line, evaluation, save or exit check.
     if (skip_next_iteration()) {
       skip_iteration();

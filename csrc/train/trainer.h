@@ -220,6 +220,13 @@ class Trainer {
   // Megatron's --iterations-to-skip: whether the next iteration is one, and passing it (its
   // global batch read past: consumed, not trained on; no LR step, no FLOPs).
   bool skip_next_iteration() const;
+  // --skip-train-iteration-range: reading past a range's data before iteration_ + 1
+  // (train/data_skip_ranges.h), and the samples that the ranges not yet applied will read past
+  // from `iteration` (at `consumed` samples) to the run's iteration `end`.
+  void skip_range(const IterationRange& r);
+  uint64_t samples_skip_ranges_read_past(int64_t iteration, uint64_t consumed, int64_t end) const;
+  // The training data's next sample: the consumed samples and those the skip ranges read past.
+  uint64_t train_data_position() const { return consumed_samples_ + range_skipped_samples_; }
   // A validation's iterations of set `k`: --eval-iters, or with --full-validation the set's
   // whole global batches; summed over the sets, what one validation reads.
   int64_t validation_iterations(size_t k) const;
@@ -248,7 +255,9 @@ class Trainer {
   // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
   bool out_of_time() const;
   // ConfigError unless the data covers the run from this position (trainer.cpp).
-  void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid) const;
+  // `range_skipped`: the samples skip ranges read past before `iteration`.
+  void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid,
+                             uint64_t range_skipped = 0) const;
   // load_checkpoint's reading part (no collectives); returns shared_state_owners of the
   // checkpoint, for broadcast_shared_state once every rank has read.
   std::vector<int> restore_checkpoint(ShardedCheckpointReader& ckpt);
@@ -287,6 +296,10 @@ class Trainer {
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
   uint64_t skipped_samples_ = 0;  // of --iterations-to-skip's iterations (Megatron's skipped_train_samples)
+  // --skip-train-iteration-range's: the ranges applied (checkpoints keep them) and the samples
+  // they read past, which consumed_samples_ does not count.
+  std::vector<IterationRange> applied_skip_ranges_;
+  uint64_t range_skipped_samples_ = 0;
   // Megatron-DeepSpeed's consumed_train_tokens: every iteration's samples x the sequence
   // length it trained with (a resume may change --seq-length).
   uint64_t consumed_tokens_ = 0;

@@ -630,6 +630,12 @@ CheckpointMetadata Trainer::checkpoint_metadata(SaveKind kind, const fs::path& r
                      {"global_batch_size", opt_.global_batch_size},
                      {kSampleOrderKey, kSampleOrder},
                      {kDataSeedKey, opt_.seed}};
+  if (!applied_skip_ranges_.empty()) {  // --skip-train-iteration-range's (data_skip_ranges.h)
+    nlohmann::json ranges = nlohmann::json::array();
+    for (const IterationRange& r : applied_skip_ranges_) ranges.push_back({r.first, r.last});
+    m.trainer_state[kAppliedSkipRangesKey] = ranges;
+    m.trainer_state[kSkippedRangeSamplesKey] = range_skipped_samples_;
+  }
   if (!opt_.no_save_optim) {  // Megatron's --no-save-optim also leaves out the scheduler
     const LossScalerState ls = scaler_.state();
     m.trainer_state["optimizer_steps"] = optimizer_->steps_taken();
@@ -904,9 +910,18 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   schedule_ = schedules.lr;
   wd_schedule_ = schedules.wd;
   if (!opt_.finetune) {
+    // The data the run's skip ranges read past stays read past, with or without the flag now.
+    applied_skip_ranges_.clear();
+    for (const nlohmann::json& r : st.value(kAppliedSkipRangesKey, nlohmann::json::array()))
+      applied_skip_ranges_.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
+    range_skipped_samples_ = st.value(kSkippedRangeSamplesKey, uint64_t{0});
+    if (range_skipped_samples_ > 0 && !opt_.phase_transition_iterations.empty())
+      throw ConfigError("--phase-transition-iterations: " + dir.string() + " read past " +
+                        std::to_string(range_skipped_samples_) + " samples (--skip-train-iteration-range), which "
+                        "would move the phases' data");
     try {
       check_data_covers_run(meta.iteration, static_cast<uint64_t>(meta.consumed_samples),
-                            st.value("consumed_valid_samples", uint64_t{0}));
+                            st.value("consumed_valid_samples", uint64_t{0}), range_skipped_samples_);
     } catch (const ConfigError& e) {
       const int64_t saved_batch = st.value("global_batch_size", int64_t{0});
       if (saved_batch == 0 || saved_batch == opt_.global_batch_size) throw;

@@ -142,6 +142,21 @@ if [[ $rc -eq 3 && $(wc -l <"$tmp/err") -eq 1 ]] && grep -q '^trident-train: err
 else
   echo "FAIL: a runtime failure: rc=$rc, $(cat "$tmp/err")"; fails=$((fails + 1))
 fi
+# BigScience's and Megatron-DeepSpeed's: a skip range that is none, one that ends before it
+# starts, skip ranges with phases (whose data starts move), --eval-only False (which BigScience
+# reads as true), a --load-tag that names no iteration.
+expect_error "--skip-train-iteration-range: '300' is not a range FIRST-LAST" "${tiny[@]}" \
+  --skip-train-iteration-range 3-5 300
+expect_error "--skip-train-iteration-range: '0-5' is not a range" "${tiny[@]}" \
+  --skip-train-iteration-range 0-5
+expect_error "--skip-train-iteration-range: 9-5 ends before it starts" "${tiny[@]}" --skip-train-iteration-range 9-5
+expect_error "--skip-train-iteration-range and --phase-transition-iterations" "${tiny[@]}" \
+  --skip-train-iteration-range 3-5 --phase-transition-iterations 10
+expect_error "--eval-only False: Megatron-DeepSpeed reads any value as true" "${tiny[@]}" --eval-only False
+expect_error "--load-tag latest: expected a checkpoint's iteration" "${tiny[@]}" --load "$tmp" --load-tag latest
+expect_error "--load-tag needs --load" "${tiny[@]}" --load-tag global_step5
+expect_error "--load-tag global_step5 and --ckpt-step 4 name different checkpoints" "${tiny[@]}" --load "$tmp" \
+  --load-tag global_step5 --ckpt-step 4
 # --save-canonical into a directory that does not exist: refused at start, not after training.
 expect_error --save-canonical "${tiny[@]}" --mock-data --save-canonical "$tmp/no/such/dir/params.safetensors"
 # Outputs that stop being writable during the run (a full disk; here a file-size limit,

@@ -294,6 +294,8 @@ expect_error trident-train "--ckpt-step: no checkpoint of iteration 7" \
 expect_error trident-train "--exit-on-missing-checkpoint: --load $tmp/nope does not exist" \
   "$train" "${resume[@]}" --load "$tmp/nope" --exit-on-missing-checkpoint
 expect_error trident-train "--ckpt-step needs --load" "$train" "${resume[@]}" --ckpt-step 2
+expect_error trident-train "--load-tag global_step7: no checkpoint of iteration 7" \
+  "$train" "${resume[@]}" --load "$tmp/ck_good" --load-tag global_step7
 "$train" "${args[@]}" --save "$tmp/slim" --no-save-optim --no-save-rng >/dev/null
 expect_error trident-train "$tmp/slim/iter_0000002 has no optimizer state (use --no-load-optim or --finetune)" \
   "$train" "${resume[@]}" --load "$tmp/slim"

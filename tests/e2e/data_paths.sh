@@ -239,5 +239,13 @@ rc=$?
   "$tmp/shortvalid.err" && ok "$(cat "$tmp/shortvalid.err")" ||
   fail "short validation split: rc $rc: $(cat "$tmp/shortvalid.err")"
 
+# BigScience's --skip-train-iteration-range reads batches past beyond the run's samples, which
+# the data is built for (as Megatron's): skips that run past its end are refused at the start.
+run --data-path "$P" --split 98,1,1 --train-iters 4 --eval-iters 0 --skip-train-iteration-range 2-1000000 >/dev/null \
+  2>"$tmp/skipend.err"
+rc=$?
+[[ $rc -eq 2 ]] && grep -q -- '--train-iters, --skip-train-iteration-range, --global-batch-size 4: the training data has' \
+  "$tmp/skipend.err" && ok "$(cat "$tmp/skipend.err")" || fail "skips past the data's end: rc $rc: $(cat "$tmp/skipend.err")"
+
 [[ $fails -eq 0 ]] && echo "data paths: all checks passed" || echo "data paths: $fails checks failed"
 exit $((fails > 0))

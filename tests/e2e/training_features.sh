@@ -17,6 +17,12 @@
 #  - Megatron's --iterations-to-skip reads the named iterations' batches past without a step:
 #    the learning rate lags, the other iterations see the plain run's samples, and a resume
 #    carries the skipped samples on;
+#  - BigScience's --skip-train-iteration-range 3-5 reads the batches of iterations 3 to 5 past
+#    and trains iteration 3 on the next one (at learning rate 0: the plain run's losses of 6 to
+#    8), with the plain run's learning rates; resumed after the skip, with or without the flag,
+#    it ends on the same line (the skip is neither lost nor repeated), and resumed from a
+#    checkpoint inside the range that has not skipped it, it reads the range's rest past;
+#    BigScience's --eval-only True evaluates as --skip-train;
 #  - Megatron-core's --phase-transition-iterations saves and exits at each transition, and each
 #    phase's launch reads its data from the start (at learning rate 0: the plain run's losses);
 #  - Megatron's --save-retain-interval deletes each previous checkpoint not at a multiple of it
@@ -152,7 +158,8 @@ grep -q "trident: skipped iteration 5 (--iterations-to-skip): 4 samples read pas
 [[ $ok == 1 ]] && echo "--iterations-to-skip 3 5: no lines for 3 and 5, the learning rate lags two updates, 8 samples skipped" ||
   fail "--iterations-to-skip: $(grep -E 'skipped|iteration +[0-9]+/' "$tmp/skip.log" | cut -c1-200)"
 still=(--lr 0 --min-lr 0 --hidden-dropout 0 --attention-dropout 0)
-"$train" "${args[@]}" "${still[@]}" --train-iters 8 --eval-iters 0 >"$tmp/plain0.log"
+"$train" "${args[@]}" "${still[@]}" --train-iters 8 --eval-iters 0 --save "$tmp/plain0" --save-interval 4 \
+  >"$tmp/plain0.log"
 "$train" "${args[@]}" "${still[@]}" --train-iters 8 --eval-iters 0 --iterations-to-skip 3 5 >"$tmp/skip0.log"
 ok=1
 for i in 1 2 4 6 7 8; do
@@ -167,6 +174,63 @@ echo 4 >"$tmp/skip/latest_checkpointed_iteration.txt"
    "$(grep '^ iteration *8/' "$tmp/skip.log" | sed -E 's/elapsed.*learning/learning/; s/\| tokens per second.*//')" ]] &&
   echo "--iterations-to-skip resumed at 4: iteration 8's line equals the uninterrupted run's" ||
   fail "--iterations-to-skip resumed: $(grep '^ iteration *8/' "$tmp/skip-resumed.log")"
+
+# BigScience's --skip-train-iteration-range 3-5 over 6 iterations: on reaching iteration 3 the
+# run reads the batches of 3 to 5 past and trains 3 to 6 on the plain run's batches of 6 to 9.
+# At learning rate 0 its losses are the plain run's there (1 and 2 unchanged); resumed at 4
+# from the plain run's checkpoint, which has not skipped, the range's rest (5) is read past and
+# 5 to 7 train on the plain run's 6 to 8.
+range=(--skip-train-iteration-range 3-5)
+"$train" "${args[@]}" "${still[@]}" --train-iters 6 --eval-iters 0 "${range[@]}" >"$tmp/range0.log"
+"$train" "${args[@]}" "${still[@]}" --train-iters 8 --eval-iters 0 "${range[@]}" --load "$tmp/plain0" --ckpt-step 4 \
+  >"$tmp/range0-inside.log"
+ok=1
+for pair in "1 1" "2 2" "3 6" "4 7" "5 8"; do
+  read -r a b <<<"$pair"
+  [[ $(field "$tmp/range0.log" "$a" "lm loss") == "$(field "$tmp/plain0.log" "$b" "lm loss")" ]] || ok=0
+done
+for pair in "5 6" "6 7" "7 8"; do
+  read -r a b <<<"$pair"
+  [[ $(field "$tmp/range0-inside.log" "$a" "lm loss") == "$(field "$tmp/plain0.log" "$b" "lm loss")" ]] || ok=0
+done
+grep -q "skipped the data of iterations 3 to 5 (--skip-train-iteration-range 3-5): 12 samples read past" \
+  "$tmp/range0.log" || ok=0
+grep -q "skipped the data of iterations 5 to 5 (--skip-train-iteration-range 3-5): 4 samples read past" \
+  "$tmp/range0-inside.log" || ok=0
+[[ $ok == 1 ]] && echo "--skip-train-iteration-range 3-5 at learning rate 0: iterations 3 to 6 see the plain run's 6 to 9; resumed inside it, the rest is read past" ||
+  fail "--skip-train-iteration-range: $(grep -hE 'skipped|error' "$tmp"/range0*.log | cut -c1-200)"
+# With a learning rate: the plain run's rates (the schedule does not advance over the skip) and
+# consumed samples; resumed at 4 (after the skip) with or without the flag, or at 2 (before it),
+# iteration 6's line is the uninterrupted run's.
+"$train" "${args[@]}" --train-iters 6 --eval-iters 0 >"$tmp/plain6.log"
+"$train" "${args[@]}" --train-iters 6 --eval-iters 0 "${range[@]}" --save "$tmp/range" --save-interval 2 \
+  >"$tmp/range.log"
+ok=1
+for i in 1 2 3 4 5 6; do
+  for name in "learning rate" "consumed samples"; do
+    [[ $(field "$tmp/range.log" "$i" "$name") == "$(field "$tmp/plain6.log" "$i" "$name")" ]] || ok=0
+  done
+done
+line6() { grep '^ iteration *6/' "$1" | sed -E 's/elapsed[^|]*\|//; s/\| tokens per second.*//'; }
+rm -rf "$tmp/range/iter_0000006"
+for resume in "4 ${range[*]}" "4" "2 ${range[*]}"; do
+  read -r step flags <<<"$resume"
+  # shellcheck disable=SC2086
+  "$train" "${args[@]}" --train-iters 6 --eval-iters 0 $flags --load "$tmp/range" --ckpt-step "$step" \
+    >"$tmp/range-resumed.log"
+  [[ $(line6 "$tmp/range-resumed.log") == "$(line6 "$tmp/range.log")" && -n $(line6 "$tmp/range.log") ]] || ok=0
+done
+[[ $ok == 1 ]] && echo "--skip-train-iteration-range 3-5: the plain run's rates and samples; resumed at 4 (with the flag or without) or at 2, iteration 6's line is the same" ||
+  fail "--skip-train-iteration-range with a learning rate: $(line6 "$tmp/range.log") / $(line6 "$tmp/range-resumed.log")"
+# BigScience's --eval-only True is Megatron's --skip-train: the same evaluations, no training.
+"$train" "${args[@]}" --train-iters 4 --eval-iters 1 --skip-train >"$tmp/skip-train.log"
+"$train" "${args[@]}" --train-iters 4 --eval-iters 1 --eval-only True >"$tmp/eval-only.log"
+if cmp -s <(grep ' loss at ' "$tmp/skip-train.log") <(grep ' loss at ' "$tmp/eval-only.log") &&
+    [[ $(grep -c ' loss at ' "$tmp/eval-only.log") -eq 2 ]] && ! grep -q '^ iteration ' "$tmp/eval-only.log"; then
+  echo "--eval-only True: --skip-train's evaluations, no training"
+else
+  fail "--eval-only True: $(grep ' loss at \|^ iteration' "$tmp/eval-only.log" | head -3)"
+fi
 
 # Megatron-core's --phase-transition-iterations 6,3 over 8 iterations: the run saves and exits 0
 # at 3 and at 6, and each launch after one trains its phase reading its data from the start: at
