@@ -407,6 +407,16 @@ int export_hf(const ConvertFlags& f) {
   return 0;
 }
 
+// The samples a run's --skip-train-iteration-range read past, which Megatron's checkpoints have
+// no place for: its data position is its consumed samples alone.
+std::string read_past_note(const nlohmann::json& trainer_state) {
+  const uint64_t past = trainer_state.value(kSkippedRangeSamplesKey, uint64_t{0});
+  if (past == 0) return "";
+  return "; note: the run read " + std::to_string(past) + " samples past (--skip-train-iteration-range), which "
+         "Megatron does not count: it reads its data from the consumed samples, " + std::to_string(past) +
+         " behind";
+}
+
 // A trident checkpoint -> a Megatron-LM release checkpoint (weights) at --target-tp x --target-pp.
 int export_megatron(const ConvertFlags& f) {
   check_new_folder(f);
@@ -458,7 +468,7 @@ int export_megatron(const ConvertFlags& f) {
                                " Adam steps, " + std::to_string(m.consumed_samples) +
                                " samples consumed" +
                                (o.distributed_optimizer ? std::string(" (distributed optimizer, fully_reshardable)") : "") +
-                               ": resume with --no-load-rng"
+                               ": resume with --no-load-rng" + read_past_note(m.trainer_state)
                          : std::string("weights only"))
             << ")" << std::endl;
   return 0;

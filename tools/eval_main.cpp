@@ -221,7 +221,7 @@ int run(int argc, char** argv) {
       if (!resumed) throw ConfigError("--load: no checkpoint in " + opt.load);
       dir = *resumed;
     } else {
-      dir = resolve_checkpoint_dir(opt.load, ef.iteration, opt.ckpt_step >= 0 ? "--ckpt-step" : "--iteration");
+      dir = resolve_checkpoint_dir(opt.load, ef.iteration, opt.ckpt_step >= 0 ? opt.ckpt_step_flag : "--iteration");
     }
     ckpt = std::make_unique<ShardedCheckpointReader>(dir);
   } catch (const IoError& e) {

@@ -131,6 +131,8 @@ void load_before_building(TrainOptions& opt, ParallelContext& par) {
   const RunStart start = check_checkpoint_fits_run(opt);  // which phase's data to build, and from where
   opt.start_iteration = start.iteration;
   opt.start_consumed_samples = start.consumed_samples;
+  opt.start_applied_skip_ranges = start.applied_skip_ranges;
+  opt.start_range_skipped_samples = start.range_skipped_samples;
 }
 
 // Megatron's --pretrained-checkpoint (its load_checkpoint): while --load holds no checkpoint,

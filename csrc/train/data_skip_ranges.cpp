@@ -13,7 +13,7 @@ std::optional<int64_t> iteration_number(const std::string& s) {
   if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
     return std::nullopt;
   const int64_t n = std::stoll(s);
-  if (n < 1) return std::nullopt;
+  if (n < 1 || n > kMaxSkipIteration) return std::nullopt;
   return n;
 }
 
@@ -26,8 +26,8 @@ std::vector<IterationRange> parse_skip_ranges(const std::vector<std::string>& wo
     const auto first = dash == std::string::npos ? std::nullopt : iteration_number(w.substr(0, dash));
     const auto last = dash == std::string::npos ? std::nullopt : iteration_number(w.substr(dash + 1));
     if (!first || !last)
-      throw ConfigError("--skip-train-iteration-range: '" + w + "' is not a range FIRST-LAST of iterations (from 1), "
-                        "as 101-200");
+      throw ConfigError("--skip-train-iteration-range: '" + w + "' is not a range FIRST-LAST of iterations (from 1 "
+                        "to 2^40), as 101-200");
     if (*last < *first)
       throw ConfigError("--skip-train-iteration-range: " + w + " ends before it starts");
     ranges.push_back({*first, *last});
@@ -48,6 +48,23 @@ std::optional<IterationRange> due_skip_range(const std::vector<IterationRange>& 
         std::find(applied.begin(), applied.end(), r) == applied.end())
       return r;
   return std::nullopt;
+}
+
+uint64_t samples_read_past(const std::vector<IterationRange>& ranges, const std::vector<IterationRange>& applied,
+                           const BatchSchedule& batches, int64_t iteration, uint64_t consumed, int64_t end) {
+  uint64_t samples = 0;
+  for (const IterationRange& r : ranges) {
+    // Where the run reads it past (due_skip_range): on reaching it, or at once inside it.
+    const int64_t at = std::max(iteration, r.first - 1);
+    if (at >= end || r.last <= at || !due_skip_range({r}, applied, at)) continue;
+    const uint64_t consumed_then = consumed + batches.samples_after(consumed, at - iteration);
+    uint64_t range_samples = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(r.last - at),
+                               static_cast<uint64_t>(batches.global_batch(consumed_then)), &range_samples) ||
+        __builtin_add_overflow(samples, range_samples, &samples))
+      return UINT64_MAX;
+  }
+  return samples;
 }
 
 std::string range_text(const IterationRange& r) { return std::to_string(r.first) + "-" + std::to_string(r.last); }

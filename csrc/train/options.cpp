@@ -135,6 +135,9 @@ bool eval_only(const Flags& f) {
   std::string lower = value;
   std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
   if (lower == "true" || lower == "1" || lower == "yes") return true;
+  if (value.empty())  // Python's bool("") is False: BigScience trains
+    throw ConfigError("--eval-only: expected True (an empty value, which BigScience reads as false: leave the flag "
+                      "out to train)");
   throw ConfigError("--eval-only " + value + ": Megatron-DeepSpeed reads any value as true (Python's bool() of a "
                     "string) and would not train; give True, or leave the flag out to train");
 }

@@ -218,6 +218,10 @@ struct TrainOptions {
   // before building the data; 0 without one, or with --finetune).
   int64_t start_iteration = 0;
   uint64_t start_consumed_samples = 0;
+  // And the skip ranges it has applied and the samples they read past (data_skip_ranges.h):
+  // the training data is built for those and for the ranges still to come.
+  std::vector<IterationRange> start_applied_skip_ranges;
+  uint64_t start_range_skipped_samples = 0;
   // BigScience's --kill-switch-path FILE: a run that finds the file at its start ends without
   // training; one that finds it after an iteration saves (with --save) and ends there, as a
   // stop signal does (empty: none). Every rank looks; any rank that sees it stops them all.

@@ -166,9 +166,15 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
                       std::to_string(bs.increment) + ") must be multiples of --micro-batch-size (" +
                       std::to_string(opt_.micro_batch_size) + ") x data-parallel size (" + std::to_string(g.dp) + ")");
   // From the start; with --phase-transition-iterations from the checkpoint the phase's data was
-  // built for (its samples before the phase are not there).
-  if (opt_.phase_transition_iterations.empty()) check_data_covers_run(0, 0, 0);
-  else check_data_covers_run(opt_.start_iteration, opt_.start_consumed_samples, 0);
+  // built for (its samples before the phase are not there), and with skip ranges from the
+  // checkpoint too (the ranges it applied, or that the run resumes past, read nothing more).
+  applied_skip_ranges_ = opt_.start_applied_skip_ranges;
+  range_skipped_samples_ = opt_.start_range_skipped_samples;
+  if (opt_.phase_transition_iterations.empty() && opt_.skip_train_iteration_ranges.empty() &&
+      range_skipped_samples_ == 0)
+    check_data_covers_run(0, 0, 0);
+  else
+    check_data_covers_run(opt_.start_iteration, opt_.start_consumed_samples, 0, range_skipped_samples_);
   check_profile_ranks();
   const ProcessGrid& grid = par_->grid;
   const int chunks = opt_.virtual_pipeline_chunks();
@@ -896,13 +902,13 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   // `flags`: what sets how much of this split the run reads.
   auto check = [&](const char* split, const std::string& flags, const SampleSource& data, uint64_t from,
                    uint64_t samples) {
-    const uint64_t end = from + samples;
+    const uint64_t end = samples > UINT64_MAX - from ? UINT64_MAX : from + samples;  // a skip's UINT64_MAX
     if (data.size() >= end) return;
     std::string msg = flags + ", " + global_batch_flag(opt_) + " " + std::to_string(G) + ": the " + split + " data has " +
                       std::to_string(data.size()) + " samples, the run reads " + std::to_string(end);
     if (iteration > 0)
       msg += " (resumed at iteration " + std::to_string(iteration) + " with " + std::to_string(from) + " " + split +
-             " samples consumed; the data is sized for a run from iteration 0 at this global batch size)";
+             " samples read; the data is sized for a run from iteration 0 at this global batch size)";
     throw ConfigError(msg);
   };
   // --skip-train reads no training data and evaluates once; a phase's run ends at its transition.
@@ -910,11 +916,15 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   if (const int64_t end = phase_at(iteration).end_iteration; end >= 0) T = std::min(T, end);
   // Training batches follow the batch schedule (a ramp-up, steps); evaluation always reads whole batches.
   const int64_t from = std::min(iteration, T);
-  const uint64_t read_past = opt_.skip_train ? 0 : samples_skip_ranges_read_past(from, consumed, T);
-  check("training",
-        detail::concat(opt_.sample_based ? "--train-samples" : "--train-iters",
-                       range_skipped + read_past > 0 ? ", --skip-train-iteration-range" : ""),
-        *data_, consumed + range_skipped, batch_schedule_.samples_after(consumed, T - from) + read_past);
+  if (!opt_.skip_train) {
+    const uint64_t read_past = samples_read_past(opt_.skip_train_iteration_ranges, applied_skip_ranges_,
+                                                 batch_schedule_, from, consumed, T);
+    const uint64_t trained = batch_schedule_.samples_after(consumed, T - from);
+    check("training",
+          detail::concat(opt_.sample_based ? "--train-samples" : "--train-iters",
+                         range_skipped + read_past > 0 ? ", --skip-train-iteration-range" : ""),
+          *data_, consumed + range_skipped, read_past > UINT64_MAX - trained ? UINT64_MAX : trained + read_past);
+  }
   if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
     const int64_t evaluations = periodic_validations(opt_, iteration, T) + 1;  // and the final one
     for (const auto& set : valid_)
@@ -1039,18 +1049,6 @@ void Trainer::skip_range(const IterationRange& r) {
   *out_ << "trident: skipped the data of iterations " << iteration_ + 1 << " to " << r.last
         << " (--skip-train-iteration-range " << range_text(r) << "): " << samples << " samples read past; iteration "
         << iteration_ + 1 << " trains on the batch after them" << std::endl;
-}
-
-uint64_t Trainer::samples_skip_ranges_read_past(int64_t iteration, uint64_t consumed, int64_t end) const {
-  uint64_t samples = 0;
-  for (const IterationRange& r : opt_.skip_train_iteration_ranges) {
-    // Where the run reads past it (due_skip_range): on reaching it, or at once inside it.
-    const int64_t at = std::max(iteration, r.first - 1);
-    if (at >= end || r.last <= at || !due_skip_range({r}, applied_skip_ranges_, at)) continue;
-    const uint64_t consumed_then = consumed + batch_schedule_.samples_after(consumed, at - iteration);
-    samples += static_cast<uint64_t>(r.last - at) * batch_schedule_.global_batch(consumed_then);
-  }
-  return samples;
 }
 
 void Trainer::skip_iteration() {
@@ -1430,6 +1428,27 @@ std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt) {
   return tokenizer;
 }
 
+namespace {
+
+constexpr uint64_t kMaxSkippedSamples = uint64_t{1} << 48;
+
+// The training samples that --skip-train-iteration-range reads past over the run: those its
+// checkpoint's ranges read, and those of the ranges still to come from where it starts.
+// Megatron-DeepSpeed builds the data for the run's samples alone and runs out on its skips'
+// account (a weighted blend holds exactly what it is built for).
+uint64_t samples_skip_ranges_need(const TrainOptions& opt) {
+  if (opt.skip_train) return 0;  // no training data read
+  const uint64_t to_come = samples_read_past(opt.skip_train_iteration_ranges, opt.start_applied_skip_ranges,
+                                             make_batch_schedule(opt), opt.start_iteration,
+                                             opt.start_consumed_samples, opt.train_iters);
+  if (to_come > kMaxSkippedSamples - std::min(kMaxSkippedSamples, opt.start_range_skipped_samples))
+    throw ConfigError("--skip-train-iteration-range: the ranges read past more than 2^48 samples, more than any "
+                      "data holds");
+  return opt.start_range_skipped_samples + to_come;
+}
+
+}  // namespace
+
 TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse use) {
   resolve_schedule(opt);
   const uint64_t G = opt.global_batch_size;
@@ -1441,7 +1460,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   const TrainingPhase phase =
       training_phase(phased ? opt.phase_transition_iterations : std::vector<int64_t>{}, opt.start_iteration, G,
                      run_training_samples(opt));
-  const uint64_t train = phase.samples;
+  const uint64_t train = phase.samples + samples_skip_ranges_need(opt);
   const auto phase_window = [&](std::unique_ptr<SampleSource> s) -> std::unique_ptr<SampleSource> {
     if (!phased) return s;
     return std::make_unique<PhaseWindow>(

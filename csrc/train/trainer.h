@@ -79,6 +79,8 @@ struct EvalResult {
 struct RunStart {
   int64_t iteration = 0;
   uint64_t consumed_samples = 0;
+  std::vector<IterationRange> applied_skip_ranges;  // and their samples (data_skip_ranges.h)
+  uint64_t range_skipped_samples = 0;
 };
 RunStart check_checkpoint_fits_run(const TrainOptions& o);
 
@@ -221,10 +223,8 @@ class Trainer {
   // global batch read past: consumed, not trained on; no LR step, no FLOPs).
   bool skip_next_iteration() const;
   // --skip-train-iteration-range: reading past a range's data before iteration_ + 1
-  // (train/data_skip_ranges.h), and the samples that the ranges not yet applied will read past
-  // from `iteration` (at `consumed` samples) to the run's iteration `end`.
+  // (train/data_skip_ranges.h).
   void skip_range(const IterationRange& r);
-  uint64_t samples_skip_ranges_read_past(int64_t iteration, uint64_t consumed, int64_t end) const;
   // The training data's next sample: the consumed samples and those the skip ranges read past.
   uint64_t train_data_position() const { return consumed_samples_ + range_skipped_samples_; }
   // A validation's iterations of set `k`: --eval-iters, or with --full-validation the set's

@@ -39,6 +39,15 @@ namespace trident {
 namespace fs = std::filesystem;
 namespace {
 
+// --skip-train-iteration-range's ranges a checkpoint has applied (metadata.json's check has
+// made sure of their form).
+std::vector<IterationRange> applied_skip_ranges(const nlohmann::json& trainer_state) {
+  std::vector<IterationRange> ranges;
+  for (const nlohmann::json& r : trainer_state.value(kAppliedSkipRangesKey, nlohmann::json::array()))
+    ranges.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
+  return ranges;
+}
+
 // A tensor to save: read in place on the CPU; from a device, copied piece by piece straight
 // into the file writer's staging buffer (no host copy of the whole state).
 StTensorRef tensor_ref(Backend& be, std::string name, StDType dtype, std::vector<int64_t> shape, const Tensor& t) {
@@ -393,7 +402,9 @@ RunStart check_checkpoint_fits_run(const TrainOptions& given) {
   std::ostringstream notes;  // said at the load itself
   check_resume(ckpt.metadata(), ckpt.has_optimizer_state(), run, o, *dir, notes);
   if (o.finetune) return {};
-  return {ckpt.metadata().iteration, static_cast<uint64_t>(ckpt.metadata().consumed_samples)};
+  const CheckpointMetadata& m = ckpt.metadata();
+  return {m.iteration, static_cast<uint64_t>(m.consumed_samples), applied_skip_ranges(m.trainer_state),
+          m.trainer_state.value(kSkippedRangeSamplesKey, uint64_t{0})};
 }
 
 SnapshotArena::~SnapshotArena() {
@@ -882,6 +893,11 @@ bool Trainer::load_checkpoint() {
   *out_ << "trident: loaded " << (non_persistent ? "non-persistent " : "") << "checkpoint " << dir->string() << " ("
         << gigabytes << " GB, iteration " << m.iteration
         << ", written at " << layout_text(m.layout) << ")"
+        << (range_skipped_samples_ == 0 || opt_.finetune
+                ? std::string()
+                : ", its training data read from " + std::to_string(consumed_samples_ + range_skipped_samples_) + " (" +
+                      std::to_string(range_skipped_samples_) + " samples past its consumed ones: "
+                      "--skip-train-iteration-range)")
         << (loads_optimizer_state(opt_) ? ""
             : schedule_.counts_tokens()
                 ? " without optimizer state (learning-rate schedule from step 0, its token count from the consumed "
@@ -911,9 +927,7 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
   wd_schedule_ = schedules.wd;
   if (!opt_.finetune) {
     // The data the run's skip ranges read past stays read past, with or without the flag now.
-    applied_skip_ranges_.clear();
-    for (const nlohmann::json& r : st.value(kAppliedSkipRangesKey, nlohmann::json::array()))
-      applied_skip_ranges_.push_back({r[0].get<int64_t>(), r[1].get<int64_t>()});
+    applied_skip_ranges_ = applied_skip_ranges(st);
     range_skipped_samples_ = st.value(kSkippedRangeSamplesKey, uint64_t{0});
     if (range_skipped_samples_ > 0 && !opt_.phase_transition_iterations.empty())
       throw ConfigError("--phase-transition-iterations: " + dir.string() + " read past " +

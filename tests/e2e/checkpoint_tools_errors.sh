@@ -328,7 +328,7 @@ if ! grep -q "; the checkpoint was written at --global-batch-size 16: an iterati
 fi
 expect_error trident-train "--train-iters, --global-batch-size 8: the training data has" \
   "$train" "${args[@]}" "${corpus[@]}" --global-batch-size 8 --load "$tmp/g16" --override-opt_param-scheduler
-why="the run reads 240 (resumed at iteration 10 with 160 training samples consumed.*"
+why="the run reads 240 (resumed at iteration 10 with 160 training samples read.*"
 why+="the checkpoint was written at --global-batch-size 16$"
 if ! grep -q "$why" "$tmp/err"; then
   echo "FAIL: the data-size error does not say why: $(cat "$tmp/err")"; fails=$((fails + 1))

@@ -239,13 +239,15 @@ rc=$?
   "$tmp/shortvalid.err" && ok "$(cat "$tmp/shortvalid.err")" ||
   fail "short validation split: rc $rc: $(cat "$tmp/shortvalid.err")"
 
-# BigScience's --skip-train-iteration-range reads batches past beyond the run's samples, which
-# the data is built for (as Megatron's): skips that run past its end are refused at the start.
-run --data-path "$P" --split 98,1,1 --train-iters 4 --eval-iters 0 --skip-train-iteration-range 2-1000000 >/dev/null \
-  2>"$tmp/skipend.err"
+# BigScience's --skip-train-iteration-range reads batches past beyond the run's samples: the
+# training data is built for those too, also a weighted blend's, which holds exactly what it is
+# built for (the last iteration trains on the blend's last batch).
+run --data-path 0.5 "$P" 0.5 "$P" --split 98,1,1 --train-iters 4 --eval-iters 0 --skip-train-iteration-range 3-3 \
+  >"$tmp/skipblend.out" 2>&1
 rc=$?
-[[ $rc -eq 2 ]] && grep -q -- '--train-iters, --skip-train-iteration-range, --global-batch-size 4: the training data has' \
-  "$tmp/skipend.err" && ok "$(cat "$tmp/skipend.err")" || fail "skips past the data's end: rc $rc: $(cat "$tmp/skipend.err")"
+[[ $rc -eq 0 ]] && grep -q "skipped the data of iterations 3 to 3" "$tmp/skipblend.out" &&
+  grep -q '^ iteration *4/' "$tmp/skipblend.out" && ok "--skip-train-iteration-range 3-3 on a weighted blend: trained to 4" ||
+  fail "--skip-train-iteration-range on a weighted blend: rc $rc: $(tail -2 "$tmp/skipblend.out")"
 
 [[ $fails -eq 0 ]] && echo "data paths: all checks passed" || echo "data paths: $fails checks failed"
 exit $((fails > 0))

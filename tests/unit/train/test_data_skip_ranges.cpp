@@ -57,6 +57,33 @@ TEST(DataSkipRanges, DueOnReachingItOrInsideItUnlessApplied) {
   EXPECT_EQ(due_skip_range(ranges, {{3, 4}}, 3), (IterationRange{3, 5}));
 }
 
+// The samples the ranges will read past, which the training data is built for: each range's
+// remaining iterations x the global batch where the run reaches it.
+TEST(DataSkipRanges, SamplesReadPast) {
+  BatchSchedule constant;
+  constant.start = constant.global = 4;
+  const std::vector<IterationRange> ranges = {{3, 5}, {8, 8}};
+  EXPECT_EQ(samples_read_past(ranges, {}, constant, 0, 0, 10), 3u * 4 + 1u * 4);
+  EXPECT_EQ(samples_read_past(ranges, {}, constant, 0, 0, 7), 3u * 4);  // the run ends before reaching 8
+  EXPECT_EQ(samples_read_past(ranges, {}, constant, 0, 0, 2), 0u);      // ... before training 3
+  EXPECT_EQ(samples_read_past(ranges, {}, constant, 4, 16, 10), 1u * 4 + 1u * 4);  // resumed inside 3-5: 5 only
+  EXPECT_EQ(samples_read_past(ranges, {{3, 5}}, constant, 4, 16, 10), 1u * 4);      // 3-5 applied
+  EXPECT_EQ(samples_read_past(ranges, {}, constant, 8, 32, 10), 0u);               // past both
+  // A ramp-up (Megatron's: START 2, INCR 2 every 6 samples, up to 6): iterations 1 to 3 take 2
+  // samples, 4 and 5 take 4; 4-5 is reached after iteration 3, at 6 samples consumed: 2 x 4.
+  BatchSchedule ramp;
+  ramp.start = 2;
+  ramp.increment = 2;
+  ramp.samples = 12;
+  ramp.global = 6;
+  ASSERT_EQ(ramp.global_batch(6), 4);
+  EXPECT_EQ(samples_read_past({{1, 1}, {4, 5}}, {}, ramp, 0, 0, 10), 1u * 2 + 2u * 4);
+  // More than 64 bits of samples saturate, so that the data check refuses them.
+  BatchSchedule huge;
+  huge.start = huge.global = int64_t{1} << 31;
+  EXPECT_EQ(samples_read_past({{1, kMaxSkipIteration}}, {}, huge, 0, 0, 2), UINT64_MAX);
+}
+
 TEST(DataSkipRanges, CommandLine) {
   const std::vector<std::string> tiny = {"--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "2"};
   auto with = [&](std::vector<std::string> more) {

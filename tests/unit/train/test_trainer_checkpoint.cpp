@@ -160,11 +160,11 @@ TEST(TrainerCheckpoint, DataMustCoverTheResumedRun) {
   };
   EXPECT_EQ(resumed(40, 12),
             "--train-iters, --global-batch-size 4: the training data has 40 samples, the run reads 60 (resumed at "
-            "iteration 5 with 40 training samples consumed; the data is sized for a run from iteration 0 at this "
+            "iteration 5 with 40 training samples read; the data is sized for a run from iteration 0 at this "
             "global batch size); the checkpoint was written at --global-batch-size 8");
   EXPECT_EQ(resumed(60, 12),
             "--eval-iters, --eval-interval, --global-batch-size 4: the validation data has 12 samples, the run reads 16 (resumed at "
-            "iteration 5 with 8 validation samples consumed; the data is sized for a run from iteration 0 at this "
+            "iteration 5 with 8 validation samples read; the data is sized for a run from iteration 0 at this "
             "global batch size); the checkpoint was written at --global-batch-size 8");
   EXPECT_EQ(resumed(60, 16), "");
   fs::remove_all(dir);
