@@ -40,8 +40,8 @@ class DryRunBackend final : public Backend {
                           const Tensor&, const Tensor&) override {}
   void matmul(const Tensor&, const Tensor&, const Tensor&, const Tensor&, bool, bool, bool) override {}
   void bias_backward(const Tensor&, const Tensor&) override {}
-  void gelu_forward(const Tensor&, const Tensor&) override {}
-  void gelu_backward(const Tensor&, const Tensor&, const Tensor&) override {}
+  void gelu_forward(const Tensor&, const Tensor&, Gelu) override {}
+  void gelu_backward(const Tensor&, const Tensor&, const Tensor&, Gelu) override {}
   void attention_forward(const Tensor&, const Tensor&, const Tensor&, const AttentionShape&,
                          const DropoutKey&) override {}
   void attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,

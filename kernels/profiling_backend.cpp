@@ -64,9 +64,11 @@ void ProfilingBackend::matmul(const Tensor& out, const Tensor& a, const Tensor& 
 void ProfilingBackend::bias_backward(const Tensor& dout, const Tensor& dbias) {
   timed("bias_backward", [&] { inner_->bias_backward(dout, dbias); });
 }
-void ProfilingBackend::gelu_forward(const Tensor& x, const Tensor& out) { timed("gelu", [&] { inner_->gelu_forward(x, out); }); }
-void ProfilingBackend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
-  timed("gelu", [&] { inner_->gelu_backward(dout, x, dx); });
+void ProfilingBackend::gelu_forward(const Tensor& x, const Tensor& out, Gelu form) {
+  timed("gelu", [&] { inner_->gelu_forward(x, out, form); });
+}
+void ProfilingBackend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, Gelu form) {
+  timed("gelu", [&] { inner_->gelu_backward(dout, x, dx, form); });
 }
 void ProfilingBackend::attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                                          const AttentionShape& s, const DropoutKey& d) {
@@ -127,12 +129,12 @@ void ProfilingBackend::xent_stats_sumexp(const Tensor& logits, const Tensor& tar
   timed("cross_entropy", [&] { inner_->xent_stats_sumexp(logits, targets, vs, vv, row_max, tl, sumexp); });
 }
 void ProfilingBackend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
-                                        const Tensor& bias, bool ta, bool tb) {
-  timed("matmul_gelu", [&] { inner_->matmul_bias_gelu(pre, out, a, b, bias, ta, tb); });
+                                        const Tensor& bias, bool ta, bool tb, Gelu form) {
+  timed("matmul_gelu", [&] { inner_->matmul_bias_gelu(pre, out, a, b, bias, ta, tb, form); });
 }
 void ProfilingBackend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
-                                            bool ta, bool tb) {
-  timed("matmul_gelu", [&] { inner_->matmul_gelu_backward(dpre, a, b, pre, ta, tb); });
+                                            bool ta, bool tb, Gelu form) {
+  timed("matmul_gelu", [&] { inner_->matmul_gelu_backward(dpre, a, b, pre, ta, tb, form); });
 }
 void ProfilingBackend::adamw_multi(const std::vector<AdamWArgs>& list) {
   timed("adamw", [&] { inner_->adamw_multi(list); });

@@ -75,8 +75,8 @@ class ProfilingBackend final : public Backend {
   void matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
               bool accumulate) override;
   void bias_backward(const Tensor& dout, const Tensor& dbias) override;
-  void gelu_forward(const Tensor& x, const Tensor& out) override;
-  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) override;
+  void gelu_forward(const Tensor& x, const Tensor& out, Gelu form) override;
+  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, Gelu form) override;
   void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& s,
                          const DropoutKey& drop) override;
   void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& out, const Tensor& lse,
@@ -111,9 +111,9 @@ class ProfilingBackend final : public Backend {
   void xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int64_t vocab_start, int64_t vocab_valid,
                          const Tensor& row_max, const Tensor& target_logit, const Tensor& sumexp) override;
   void matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
-                        bool trans_a, bool trans_b) override;
+                        bool trans_a, bool trans_b, Gelu form) override;
   void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
-                            bool trans_b) override;
+                            bool trans_b, Gelu form) override;
   void adamw_multi(const std::vector<AdamWArgs>& list) override;
   double sum_squares_multi(const std::vector<Tensor>& list) override;
 

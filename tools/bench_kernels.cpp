@@ -339,10 +339,10 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     Buffer x = b.rnd(Shape{tok, C}, bf), w = b.rnd(Shape{4 * C, C}, bf), bias = b.rnd(Shape{4 * C}, bf);
     Buffer pre = be.empty(Shape{tok, 4 * C}, bf), out = be.empty(Shape{tok, 4 * C}, bf);
     b.add("GEMM mlp up+bias+GELU", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
-          [&] { be.matmul_bias_gelu(pre, out, x, w, bias, false, true); }, 20);
+          [&] { be.matmul_bias_gelu(pre, out, x, w, bias, false, true, Gelu::Tanh); }, 20);
     Buffer dy = b.rnd(Shape{tok, C}, bf), w2 = b.rnd(Shape{C, 4 * C}, bf);
     b.add("GEMM mlp dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
-          [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false); }, 20);
+          [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false, Gelu::Tanh); }, 20);
   });
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
   b.section("GEMM decode", [&] {
@@ -379,11 +379,11 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     const auto layer = [&] {
       be.matmul(qkv, x, w_qkv, Tensor(), false, true, false);
       be.matmul(y, x, w_proj, Tensor(), false, true, false);
-      be.matmul_bias_gelu(pre, h, x, w_fc, b_fc, false, true);
+      be.matmul_bias_gelu(pre, h, x, w_fc, b_fc, false, true, Gelu::Tanh);
       be.matmul(y, h, w_fc2, Tensor(), false, true, false);
       be.matmul(x, qkv, w_qkv, Tensor(), false, false, false);
       be.matmul(x, y, w_proj, Tensor(), false, false, false);
-      be.matmul_gelu_backward(h, y, w_fc2, pre, false, false);
+      be.matmul_gelu_backward(h, y, w_fc2, pre, false, false, Gelu::Tanh);
       be.matmul(x, h, w_fc, Tensor(), false, false, false);
       be.matmul(dw_qkv, qkv, x, Tensor(), true, false, true);
       be.matmul(dw_proj, y, x, Tensor(), true, false, true);
@@ -456,10 +456,11 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   b.section("gelu", [&] {
     const int64_t n = rows * 4 * C;
     Buffer x = b.rnd(Shape{rows, 4 * C}, bf), out = be.empty(Shape{rows, 4 * C}, bf);
-    b.add("gelu fwd", dims({rows, 4 * C}) + " bf16", 2.0 * n * 2, false, [&] { be.gelu_forward(x, out); }, 20);
+    b.add("gelu fwd", dims({rows, 4 * C}) + " bf16", 2.0 * n * 2, false,
+          [&] { be.gelu_forward(x, out, Gelu::Tanh); }, 20);
     Buffer dout = b.rnd(Shape{rows, 4 * C}, bf);
     b.add("gelu bwd", dims({rows, 4 * C}) + " bf16", 3.0 * n * 2, false,
-          [&] { be.gelu_backward(dout, x, out); }, 20);
+          [&] { be.gelu_backward(dout, x, out, Gelu::Tanh); }, 20);
   });
   b.section("adamw", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // 268M parameters

@@ -463,6 +463,7 @@ int export_megatron(const ConvertFlags& f) {
             << (o.torch_dist ? ", --ckpt-format torch_dist" : "") << ", tp " << o.tp << " x pp "
             << o.pp << ", " << pipeline_split_text(PipelineSplit{m.model.num_layers, o.pp, o.chunks, o.uneven}) << ", "
             << dtype_name(o.dtype) << ", "
+            << (m.model.gelu == Gelu::Erf ? "the erf GELU: train with --no-bias-gelu-fusion, " : "")
             << (training ? "with the optimizer state after " + std::to_string(m.trainer_state.value("optimizer_steps",
                                                                                                    int64_t{0})) +
                                " Adam steps, " + std::to_string(m.consumed_samples) +
@@ -507,7 +508,8 @@ int import_hf(const ConvertFlags& f) {
   const HfGpt2Model hf = import_hf_gpt2(f.load, f.vocab_divisible_by);
   const auto [out, L] = write_import(f, hf.config, hf.tensors, {{"imported_from", "hf"}});
   std::cout << "trident-convert: Hugging Face " << f.load << " (" << hf.config.num_layers << " layers, hidden "
-            << hf.config.hidden_size << ", vocab " << hf.config.vocab_size << ") -> " << out.string() << " ("
+            << hf.config.hidden_size << ", vocab " << hf.config.vocab_size
+            << (hf.config.gelu == Gelu::Erf ? ", erf GELU" : "") << ") -> " << out.string() << " ("
             << layout_text(ParallelLayout{L.tp, L.pp, 1, 0, 1, L.uneven}) << ", without optimizer state)" << std::endl;
   return 0;
 }
@@ -532,7 +534,8 @@ int import_megatron(const ConvertFlags& f) {
   std::cout << "trident-convert: " << mg.flavour << " " << mg.dir.string() << " (iteration " << mg.iteration << ", tp "
             << mg.tp << " x pp " << mg.pp << (mg.virtual_chunks > 1 ? " x " + std::to_string(mg.virtual_chunks) + " virtual" : "")
             << "; " << cfg.num_layers << " layers, hidden " << cfg.hidden_size << ", heads " << cfg.num_attention_heads
-            << ", vocab " << cfg.vocab_size << ", " << dtype_name(cfg.dtype) << ") -> "
+            << ", vocab " << cfg.vocab_size << ", " << dtype_name(cfg.dtype)
+            << (cfg.gelu == Gelu::Erf ? ", erf GELU" : "") << ") -> "
             << out.string() << " (" << layout_text(ParallelLayout{L.tp, L.pp, 1, 0, 1, L.uneven})
             << (training ? ", iteration " + std::to_string(mg.iteration) + " with the optimizer state after " +
                                training->trainer_state["optimizer_steps"].dump() + " Adam steps"

@@ -215,17 +215,6 @@ int train(int argc, char** argv) {
     std::cout << "trident-train: note: " << names
               << ": accepted as Megatron accepts them, without effect here" << std::endl;
   }
-  // Megatron's GELU without its bias-GELU fusion is torch's exact (erf) one (Megatron-core's
-  // always; the legacy model's unless --openai-gelu); trident's is the fusion's tanh
-  // approximation (OpenAI's, GPT-2's).
-  if (opt.given_flags.count("no-bias-gelu-fusion") &&
-      !(opt.given_flags.count("openai-gelu") && opt.given_flags.count("use-legacy-models")) &&
-      parallel->world_rank() == 0)
-    std::cout << "trident-train: warning: --no-bias-gelu-fusion: Megatron then computes the exact (erf) GELU "
-                 "(its legacy model with --openai-gelu the tanh one); trident computes the tanh approximation of "
-                 "Megatron's fused kernel (they differ by up to 5e-4 an activation), so a Megatron run with this "
-                 "flag trains slightly otherwise"
-              << std::endl;
   // Megatron drops --split when the splits come whole (its "Let split = None" warning).
   if (opt.given_flags.count("split") && opt.data_path.empty() && opt.has_data() && parallel->world_rank() == 0)
     std::cout << "trident-train: note: --split has no effect with --train-data-path/--valid-data-path/"

@@ -187,7 +187,7 @@ TensorMap hf_gpt2_to_canonical(const ModelConfig& cfg, const TensorMap& hf, cons
 
 json hf_gpt2_config_json(const ModelConfig& cfg, StDType dtype) {
   json j = json::object();
-  j["activation_function"] = "gelu_new";
+  j["activation_function"] = cfg.gelu == Gelu::Erf ? "gelu" : "gelu_new";  // HF's names of the two forms
   j["architectures"] = json::array({"GPT2LMHeadModel"});
   j["attn_pdrop"] = cfg.attention_dropout;
   j["bos_token_id"] = cfg.vocab_size - 1;  // GPT-2's <|endoftext|> is the last id
@@ -252,10 +252,14 @@ ModelConfig model_config_from_hf_gpt2(const json& j, const std::string& source, 
 
   const std::string model_type = string("model_type", "gpt2");
   if (model_type != "gpt2") throw unsupported("model_type", "'" + model_type + "' is not \"gpt2\"");
+  // transformers' ACT2FN: the tanh GELU under three names, the exact one as "gelu" (torch's)
+  // and "gelu_python" (the same erf formula in Python); others (gelu_10's clipping,
+  // quick_gelu's sigmoid, relu, ...) trident does not compute.
   const std::string act = string("activation_function", "gelu_new");
-  if (act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
-    throw unsupported("activation_function",
-                      "'" + act + "' is not supported (trident uses the tanh GELU: gelu_new, gelu_fast, gelu_pytorch_tanh)");
+  const bool erf = act == "gelu" || act == "gelu_python";
+  if (!erf && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
+    throw unsupported("activation_function", "'" + act + "' is not supported (trident computes the tanh GELU: "
+                      "gelu_new, gelu_fast, gelu_pytorch_tanh; and the exact one: gelu, gelu_python)");
   const double eps = number("layer_norm_epsilon", 1e-5);
   if (std::fabs(eps - 1e-5) > 1e-12) throw unsupported("layer_norm_epsilon", "trident uses 1e-5, got " + j.at("layer_norm_epsilon").dump());
   if (!boolean("scale_attn_weights", true)) throw unsupported("scale_attn_weights", "false is not supported");
@@ -283,6 +287,7 @@ ModelConfig model_config_from_hf_gpt2(const json& j, const std::string& source, 
   c.hidden_dropout = static_cast<float>(number("resid_pdrop", 0.1));
   c.attention_dropout = static_cast<float>(number("attn_pdrop", 0.1));
   c.dtype = DType::F32;
+  c.gelu = erf ? Gelu::Erf : Gelu::Tanh;
   try {
     c.validate(1);
   } catch (const ConfigError& e) {

@@ -60,9 +60,11 @@ TensorMap hf_gpt2_to_canonical(const ModelConfig& cfg, const TensorMap& hf, cons
 
 // config.json contents for `cfg` (torch_dtype from `dtype`).
 nlohmann::json hf_gpt2_config_json(const ModelConfig& cfg, StDType dtype = StDType::F32);
-// Reads GPT2Config fields. Malformed values: IoError; valid but unsupported settings (exact
-// GELU, untied head, n_inner != 4 n_embd, other eps, ...): ConfigError. Both name the source
-// and field. seq_length = n_positions; make_vocab_size_divisible_by is not an HF field.
+// Reads GPT2Config fields. Malformed values: IoError; valid but unsupported settings (another
+// activation than a GELU, untied head, n_inner != 4 n_embd, other eps, ...): ConfigError. Both
+// name the source and field. seq_length = n_positions; make_vocab_size_divisible_by is not an
+// HF field; activation_function "gelu" is the erf GELU, "gelu_new" (what the export writes
+// for the tanh one), "gelu_fast", "gelu_pytorch_tanh" the tanh one.
 ModelConfig model_config_from_hf_gpt2(const nlohmann::json& j, const std::string& source,
                                       int make_vocab_size_divisible_by = 128);
 

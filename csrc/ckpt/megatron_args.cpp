@@ -137,11 +137,22 @@ void check_architecture(const Args& a, int64_t hidden, int64_t heads) {
   if (eps && std::fabs(*eps - 1e-5) > 1e-12)
     a.unsupported(a.number("layernorm_epsilon") ? "layernorm_epsilon" : "norm_epsilon",
                   std::to_string(*eps) + " (trident's LayerNorm uses 1e-5)");
-  // Megatron's MLP: openai_gelu, else the fused bias-GELU (tanh approximation, the default),
-  // else torch's exact erf GELU, which trident does not have.
-  if (!a.flag("openai_gelu", false) && !a.flag("bias_gelu_fusion", true))
-    a.unsupported("bias_gelu_fusion", "false without openai_gelu trains with the exact (erf) GELU; trident's GELU is "
-                                      "the tanh approximation");
+}
+
+// Whether the args are of Megatron's legacy GPT model: use_legacy_models says so in Megatron-LM
+// since Megatron-core's GPTModel became its default, use_mcore_models (its opposite) before
+// that; without either (older Megatron-LM, Megatron-DeepSpeed) there was only the legacy one.
+bool legacy_model(const Args& a) {
+  if (const std::optional<bool> legacy = a.boolean("use_legacy_models")) return *legacy;
+  return !a.flag("use_mcore_models", false);
+}
+
+// Megatron's MLP activation. The legacy model's: openai_gelu, else the fused bias-GELU (the
+// default), both the tanh approximation, else torch's exact erf GELU. Megatron-core's ignores
+// openai_gelu: the fused bias-GELU (tanh) or torch's F.gelu (erf).
+Gelu megatron_gelu(const Args& a) {
+  if (a.flag("bias_gelu_fusion", true)) return Gelu::Tanh;
+  return a.flag("openai_gelu", false) && legacy_model(a) ? Gelu::Tanh : Gelu::Erf;
 }
 
 }  // namespace
@@ -186,6 +197,7 @@ ModelConfig model_config_from_megatron_args(const Value& args, const std::string
   c.embedding_init_method_std = static_cast<float>(a.number("embedding_init_method_std").value_or(0.0));
   c.hidden_dropout = static_cast<float>(a.number("hidden_dropout").value_or(0.1));
   c.attention_dropout = static_cast<float>(a.number("attention_dropout").value_or(0.1));
+  c.gelu = megatron_gelu(a);
   try {
     c.validate(1);
   } catch (const ConfigError& e) {

@@ -304,7 +304,9 @@ void write_args(pickle::Writer& w, const ModelConfig& cfg, const MegatronExportO
   s("position_embedding_type", "learned_absolute");
   b("add_position_embedding", true);
   b("add_bias_linear", true);
-  b("bias_gelu_fusion", true);  // the tanh GELU, trident's
+  // The fused bias-GELU is the tanh GELU; without it both of Megatron's models compute the
+  // erf one (openai_gelu false: the legacy model's tanh GELU otherwise).
+  b("bias_gelu_fusion", cfg.gelu == Gelu::Tanh);
   b("openai_gelu", false);
   b("swiglu", false);
   b("untie_embeddings_and_output_weights", false);

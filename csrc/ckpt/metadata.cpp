@@ -175,6 +175,9 @@ json model_config_to_json(const ModelConfig& c) {
   j["hidden_dropout"] = c.hidden_dropout;
   j["attention_dropout"] = c.attention_dropout;
   j["dtype"] = dtype_name(c.dtype);
+  // Only the erf GELU is written: a tanh model's metadata.json stays what older builds read,
+  // and they refuse an erf model's (an unknown field) instead of running it with tanh.
+  if (c.gelu != Gelu::Tanh) j["gelu"] = gelu_name(c.gelu);
   return j;
 }
 
@@ -183,7 +186,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& source) {
   Fields f{j, "model.", source};
   f.no_unknown({"num_layers", "hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings",
                 "vocab_size", "make_vocab_size_divisible_by", "init_method_std", "embedding_init_method_std",
-                "hidden_dropout", "attention_dropout", "dtype"});
+                "hidden_dropout", "attention_dropout", "dtype", "gelu"});
   ModelConfig c;
   c.num_layers = static_cast<int>(f.integer("num_layers", 1, kIntMax));
   c.hidden_size = static_cast<int>(f.integer("hidden_size", 1, kIntMax));
@@ -204,6 +207,13 @@ ModelConfig model_config_from_json(const json& j, const std::string& source) {
     f.fail("dtype", "unknown dtype '" + dt + "'");
   }
   if (c.dtype == DType::I32) f.fail("dtype", "int32 is not a parameter dtype");
+  if (j.contains("gelu")) {  // absent: the tanh GELU (checkpoints of older builds, tanh models)
+    const std::string g = f.string("gelu");
+    if (g == gelu_name(Gelu::Erf))
+      c.gelu = Gelu::Erf;
+    else if (g != gelu_name(Gelu::Tanh))
+      f.fail("gelu", "unknown GELU '" + g + "' (expected \"tanh\" or \"erf\")");
+  }
   try {
     c.validate(1);
   } catch (const ConfigError& e) {

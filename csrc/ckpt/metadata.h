@@ -3,7 +3,8 @@
 // {
 //   "format": "trident-checkpoint", "format_version": 1,
 //   "iteration": 100, "consumed_samples": 12800,
-//   "model": {every ModelConfig field; "dtype": "fp32" | "fp16" | "bf16"},
+//   "model": {every ModelConfig field; "dtype": "fp32" | "fp16" | "bf16"; "gelu": "erf" for the
+//             exact GELU, written only then: absent means "tanh"},
 //   "layout": {"tp": 2, "pp": 1, "dp": 4, "zero_stage": 1},  (+ "virtual_pipeline_chunks": N when N > 1,
 //              and Megatron's uneven split when given: "decoder_first_pipeline_num_layers": N,
 //              "decoder_last_pipeline_num_layers": N, "account_for_embedding_in_pipeline_split": true,

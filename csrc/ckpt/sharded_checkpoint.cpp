@@ -433,6 +433,12 @@ void check_same_model_shape(const ModelConfig& c, const ModelConfig& m, const st
     throw ConfigError("--load: " + dir.string() + " is a model with " + what + " " + std::to_string(f.value(c)) +
                       ", this run has " + std::to_string(f.value(m)));
   }
+  // Not in the weights' shapes, but they were trained through it: the other GELU would load
+  // them and compute another function.
+  if (c.gelu != m.gelu)
+    throw ConfigError("--load: " + dir.string() + " is a model with the " + gelu_name(c.gelu) +
+                      " GELU, this run has the " + gelu_name(m.gelu) +
+                      " GELU (the erf GELU is Megatron's --no-bias-gelu-fusion)");
 }
 
 void check_model_shape_flags(const std::vector<std::pair<std::string, int64_t>>& given, const ModelConfig& c,

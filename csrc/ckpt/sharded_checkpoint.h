@@ -141,9 +141,10 @@ struct ModelShapeField {
 };
 const std::vector<ModelShapeField>& model_shape_fields();
 
-// Checks that the checkpoint holds a model of the run's shape (the fields in the weights);
-// ConfigError naming the flag: "--load: DIR is a model with --num-layers 4, this run has 2"
-// ("vocabulary size" for the vocabulary).
+// Checks that the checkpoint holds a model of the run's shape (the fields in the weights)
+// and GELU; ConfigError naming the flag: "--load: DIR is a model with --num-layers 4, this
+// run has 2" ("vocabulary size" for the vocabulary; "the erf GELU, this run has the tanh
+// GELU" for the activation).
 void check_same_model_shape(const ModelConfig& checkpoint, const ModelConfig& run, const std::filesystem::path& dir);
 
 // Checks shape flags given only to say what the checkpoint holds (trident-generate accepts

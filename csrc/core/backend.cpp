@@ -88,15 +88,15 @@ void Backend::xent_stats_sumexp(const Tensor& logits, const Tensor& targets, int
 }
 
 void Backend::matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
-                               const Tensor& bias, bool trans_a, bool trans_b) {
+                               const Tensor& bias, bool trans_a, bool trans_b, Gelu form) {
   matmul(pre, a, b, bias, trans_a, trans_b, false);
-  gelu_forward(pre, out);
+  gelu_forward(pre, out, form);
 }
 
 void Backend::matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
-                                   bool trans_a, bool trans_b) {
+                                   bool trans_a, bool trans_b, Gelu form) {
   matmul(dpre, a, b, Tensor(), trans_a, trans_b, false);
-  gelu_backward(dpre, pre, dpre);  // element-wise: in place is fine
+  gelu_backward(dpre, pre, dpre, form);  // element-wise: in place is fine
 }
 
 void Backend::linear_param_grads(const Tensor& dout, const Tensor& x, const Tensor& dw, const Tensor& dbias) {

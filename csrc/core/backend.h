@@ -18,6 +18,7 @@
 #include <optional>
 #include <vector>
 #include <string>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/philox.h"
@@ -69,6 +70,25 @@ struct DecodeShape {
 };
 DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                                 const DecodePositions& at, const Tensor& out);
+
+// The GELU of an op (ModelConfig::gelu picks the model's):
+//   Tanh: the tanh approximation ("gelu_new" / "gelu_fast": GPT-2's, Megatron's fused bias-GELU)
+//         gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+//   Erf:  the exact GELU (torch's F.gelu, HF's "gelu", Megatron's without its bias-GELU fusion)
+//         gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x),  gelu'(x) = Phi(x) + x phi(x)
+// They differ by up to 4.7e-4 an activation, so a model trains, loads and generates with its own.
+enum class Gelu : uint8_t { Tanh, Erf };
+// "tanh" or "erf": metadata.json's spelling, and messages'.
+constexpr const char* gelu_name(Gelu g) { return g == Gelu::Erf ? "erf" : "tanh"; }
+// f(std::integral_constant<Gelu, form>{}): an op's runtime form as its loops' or kernels'
+// template parameter, turned in this one place.
+template <typename F>
+void dispatch_gelu(Gelu form, F&& f) {
+  if (form == Gelu::Erf)
+    f(std::integral_constant<Gelu, Gelu::Erf>{});
+  else
+    f(std::integral_constant<Gelu, Gelu::Tanh>{});
+}
 
 // Backend::magnitude_stats_multi's result: over the elements x of the tensors, in double.
 struct MagnitudeStats {
@@ -187,9 +207,10 @@ class Backend {
   // dbias[N] += column sums of dout [M, N].
   virtual void bias_backward(const Tensor& dout, const Tensor& dbias) = 0;
 
-  // ---- GELU, tanh approximation ("gelu_fast") ------------------------------------------
-  virtual void gelu_forward(const Tensor& x, const Tensor& out) = 0;                     // =
-  virtual void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) = 0;  // =
+  // ---- GELU of either form (Gelu above), fp32 math -------------------------------------
+  // out = gelu(x); dx = dout * gelu'(x) (dx may alias dout).
+  virtual void gelu_forward(const Tensor& x, const Tensor& out, Gelu form) = 0;                     // =
+  virtual void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, Gelu form) = 0;  // =
 
   // ---- fused causal multi-head attention ----------------------------------------------
   // qkv: [B, T, 3, H, D] (Q, K, V blocks, heads contiguous); out: [B, T, H, D] =;
@@ -305,14 +326,14 @@ class Backend {
                                  int64_t vocab_valid, const Tensor& row_max, const Tensor& target_logit,
                                  const Tensor& sumexp);
   // The MLP's up-projection with its activation: pre = op(a) op(b) + bias (=, bias may be
-  // empty), out = gelu(pre) (=). A fused GEMM may apply gelu to the fp32 accumulator
-  // before pre is rounded to its dtype.
+  // empty), out = gelu(pre) (=) of the given form. A fused GEMM may apply gelu to the fp32
+  // accumulator before pre is rounded to its dtype.
   virtual void matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b,
-                                const Tensor& bias, bool trans_a, bool trans_b);
+                                const Tensor& bias, bool trans_a, bool trans_b, Gelu form);
   // Its backward through the activation: dpre = (op(a) op(b)) * gelu'(pre)  (=). A fused
   // GEMM may multiply the fp32 accumulator before rounding.
   virtual void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre,
-                                    bool trans_a, bool trans_b);
+                                    bool trans_a, bool trans_b, Gelu form);
   // A linear layer's parameter gradients from its output gradient dout [M, out] and input
   // x [M, in]: dw [out, in] += dout^T x, and dbias [out] += the column sums of dout (no bias
   // gradient when dbias is empty). matmul then bias_backward; a fused GEMM may sum dbias

@@ -309,7 +309,7 @@ Tensor Gpt2Decoder::run_layers(const std::vector<int32_t>& tokens, int T) {
     be_.attention_decode(qkv.view({B_, T, 3, Hl_, D_}), k_cache_[l], v_cache_[l], at, att.view({B_, T, Hl_, D_}));
     row_parallel(proj, att, h + "attn.proj.weight", h + "attn.proj.bias");
     residual_norm(proj, h + "ln_2", N);
-    be_.matmul_bias_gelu(fc, gelu, ln, p(h + "mlp.fc.weight"), p(h + "mlp.fc.bias"), false, true);
+    be_.matmul_bias_gelu(fc, gelu, ln, p(h + "mlp.fc.weight"), p(h + "mlp.fc.bias"), false, true, cfg_.gelu);
     row_parallel(proj, gelu, h + "mlp.proj.weight", h + "mlp.proj.bias");
     residual_norm(proj, l + 1 < cfg_.num_layers ? "h." + std::to_string(l + 1) + ".ln_1" : std::string("ln_f"), N);
   }

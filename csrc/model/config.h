@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/backend.h"
 #include "core/dtype.h"
 
 namespace trident {
@@ -32,6 +33,9 @@ struct ModelConfig {
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;
   DType dtype = DType::F32;  // parameters, activations and gradients
+  // The MLP's activation (core/backend.h): GPT-2's tanh approximation, or the exact erf GELU
+  // that Megatron computes without its bias-GELU fusion and HF's "gelu" names.
+  Gelu gelu = Gelu::Tanh;
 
   int head_dim() const { return hidden_size / num_attention_heads; }
   int ffn_hidden_size() const { return 4 * hidden_size; }

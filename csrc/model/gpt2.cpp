@@ -395,7 +395,7 @@ void Gpt2Model::layer_forward(int layer, const Tensor& x, LayerActs& a, bool tra
   dropout_residual(x, dropout_key(layer, kDropAttnOut, cfg_.hidden_dropout, training), a.resid_mid, ln2);
   // MLP: LN -> column-parallel fc with GELU (one GEMM with a GELU epilogue) -> row-parallel projection.
   be_.matmul_bias_gelu(a.fc, a.gelu, gathered(a.ln2), P.param(h + "mlp.fc.weight"), P.param(h + "mlp.fc.bias"), false,
-                       true);
+                       true, cfg_.gelu);
   // A recomputation that stops here has what the backward reads (fc, gelu): the MLP's
   // output projection and its tensor-parallel reduction would be thrown away. Every rank
   // of the TP group stops at the same layer, so none waits in that reduction.
@@ -496,7 +496,7 @@ void Gpt2Model::layer_backward(int layer, const Tensor& x, LayerActs& a) {
   const Tensor& d_mlp_out = dropout_bias_backward(dropout_key(layer, kDropMlpOut, cfg_.hidden_dropout, training_),
                                                   P.grad(h + "mlp.proj.bias"));
   be_.matmul(P.grad(h + "mlp.proj.weight"), d_mlp_out, a.gelu, Tensor(), true, false, true);
-  be_.matmul_gelu_backward(k.d_fc, d_mlp_out, P.param(h + "mlp.proj.weight"), a.fc, false, false);
+  be_.matmul_gelu_backward(k.d_fc, d_mlp_out, P.param(h + "mlp.proj.weight"), a.fc, false, false, cfg_.gelu);
   be_.linear_param_grads(k.d_fc, gathered(a.ln2), P.grad(h + "mlp.fc.weight"), P.grad(h + "mlp.fc.bias"));
   be_.matmul(k.d_ln, k.d_fc, P.param(h + "mlp.fc.weight"), Tensor(), false, false, false);
   sum_to_rows(k.d_ln, k.d_ln_rows);

@@ -82,6 +82,11 @@ std::string take_checkpoint_args(TrainOptions& o, const ModelConfig* checkpoint)
     take("vocab-size", m.vocab_size, c.vocab_size, false);
     take("hidden-dropout", m.hidden_dropout, c.hidden_dropout, true);
     take("attention-dropout", m.attention_dropout, c.attention_dropout, true);
+    // The GELU, unless a flag that chooses it was given (Megatron's args hold bias_gelu_fusion).
+    if (c.gelu != m.gelu && !o.given_flags.count("no-bias-gelu-fusion") && !o.given_flags.count("openai-gelu")) {
+      m.gelu = c.gelu;
+      taken << (taken.tellp() > 0 ? ", " : "") << "the " << gelu_name(c.gelu) << " GELU";
+    }
   }
   try {
     validate_model_options(o);

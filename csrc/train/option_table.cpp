@@ -19,9 +19,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
        true},
       {"exit-signal-handler-for-training", "Megatron's: trident always stops cleanly on SIGTERM and SIGINT", true},
       {"no-masked-softmax-fusion", "Megatron's kernel fusion switch: no effect", true},
-      {"no-bias-gelu-fusion", "Megatron's fused bias-GELU switch: no effect (trident computes the fusion's tanh GELU; "
-                              "without it Megatron computes the exact erf GELU: a warning says so)",
-       true},
       {"no-bias-dropout-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-gradient-accumulation-fusion", "Megatron's kernel fusion switch: no effect", true},
       {"no-async-tensor-model-parallel-allreduce", "Megatron's communication overlap switch: no effect", true},
@@ -30,7 +27,6 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"no-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway", true},
       {"apply-query-key-layer-scaling", "Megatron's fp16 softmax rescaling: the attention's softmax is fp32 anyway",
        true},
-      {"openai-gelu", "OpenAI's tanh GELU: the GELU trident computes", true},
       {"fp16-lm-cross-entropy", "Megatron's 16-bit cross entropy: the fused one reads 16-bit logits, sums in fp32",
        true},
       {"use-cpu-initialization", "Megatron's layout-independent init: trident's init is the same under every layout",
@@ -42,7 +38,8 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"use-flash-attn-v2", "Megatron-DeepSpeed's flash attention switch: the fused attention always runs", true},
       {"attention-backend", "Megatron-core's attention implementation: the fused attention always runs"},
       {"use-mcore-models", "Megatron's model implementation switch: no effect", true},
-      {"use-legacy-models", "Megatron's model implementation switch: no effect", true},
+      {"use-legacy-models", "Megatron's model implementation switch: no effect (but with --no-bias-gelu-fusion "
+                            "--openai-gelu, the legacy model's tanh GELU)", true},
       {"transformer-impl", "Megatron's transformer implementation (local, transformer_engine): no effect"},
       {"manual-gc", "Megatron's Python garbage-collection switch: no effect", true},
       {"manual-gc-interval", "Megatron's Python garbage-collection interval: no effect"},
@@ -605,6 +602,10 @@ const std::vector<FlagDef>& flag_defs() {
       {"check-weight-hash-across-dp-replicas-interval", "every this many iterations, stop the run unless every "
                                                         "data-parallel replica holds the same parameters, bit for bit "
                                                         "(Megatron's)"},
+      {"no-bias-gelu-fusion", "Megatron's switch off its fused bias-GELU (the tanh approximation, GPT-2's): the MLP "
+                              "computes the exact GELU, 0.5 x (1 + erf(x / sqrt 2)), as Megatron then does", true},
+      {"openai-gelu", "OpenAI's tanh GELU, trident's default: with --no-bias-gelu-fusion it keeps the tanh GELU in "
+                      "Megatron's legacy model (--use-legacy-models) only, as Megatron", true},
       {"skip-train", "no training: evaluate the loaded (or initial) model on the validation and test sets "
                      "(Megatron's)", true},
       {"eval-only", "True: BigScience's --skip-train (its argparse reads any value as true: False is refused)"},

@@ -161,6 +161,11 @@ void read_model_flags(const Flags& f, ModelConfig& m) {
   m.hidden_dropout = m.attention_dropout = kMegatronDefaultDropout;
   f.get("hidden-dropout", m.hidden_dropout);
   f.get("attention-dropout", m.attention_dropout);
+  // Megatron's MLP GELU: its fused bias-GELU's tanh approximation, or without the fusion torch's
+  // exact (erf) one: Megatron-core's always, the legacy model's unless --openai-gelu (the rule
+  // of the Megatron import, ckpt/megatron_args.cpp).
+  const bool legacy_tanh = f.has("openai-gelu") && f.has("use-legacy-models");
+  m.gelu = f.has("no-bias-gelu-fusion") && !legacy_tanh ? Gelu::Erf : Gelu::Tanh;
 }
 
 // Megatron-DeepSpeed's token counts. `sample_warmup`: the warm-up flag in iterations or

@@ -1125,7 +1125,7 @@ void Trainer::train() {
   out << "trident: GPT-2 " << m.num_layers << " layers, hidden " << m.hidden_size << ", heads "
       << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
-      << ", dtype " << dtype_name(m.dtype) << std::endl;
+      << ", dtype " << dtype_name(m.dtype) << (m.gelu == Gelu::Erf ? ", erf GELU" : "") << std::endl;
   double loss_sum = 0, acc_sum = 0, ms_sum = 0;
   int n = 0, updated = 0;
   int64_t skipped = 0, nan = 0;  // in this log interval: Megatron prints and resets them per line

@@ -128,9 +128,9 @@ class CpuBackend final : public Backend {
     cpu::bias_backward(dout, dbias);
   }
 
-  void gelu_forward(const Tensor& x, const Tensor& out) override { cpu::gelu_forward(x, out); }
-  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) override {
-    cpu::gelu_backward(dout, x, dx);
+  void gelu_forward(const Tensor& x, const Tensor& out, Gelu form) override { cpu::gelu_forward(x, out, form); }
+  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, Gelu form) override {
+    cpu::gelu_backward(dout, x, dx, form);
   }
 
   void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse,

@@ -64,8 +64,8 @@ void matmul(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& b
             bool trans_b, bool accumulate, MatmulScratch& scratch);
 void bias_backward(const Tensor& dout, const Tensor& dbias);
 
-void gelu_forward(const Tensor& x, const Tensor& out);
-void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx);
+void gelu_forward(const Tensor& x, const Tensor& out, Gelu form);
+void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, Gelu form);
 
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                        const AttentionShape& s, const DropoutKey& drop);

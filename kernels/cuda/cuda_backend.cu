@@ -249,21 +249,22 @@ class CudaBackend final : public Backend {
     require_device("matmul", {&out, &a, &b, &bias});
     gemm_->run(out, a, b, bias, trans_a, trans_b, accumulate, stream_);
   }
-  // GELU in the GEMM's epilogue when cuBLASLt has an algorithm for it; else the GEMM and
-  // the GELU kernel (Backend's composition).
+  // The tanh GELU in the GEMM's epilogue when cuBLASLt has an algorithm for it; else (and
+  // always for the erf GELU, which cuBLASLt's epilogues do not compute) the GEMM with its
+  // bias epilogue and the GELU kernel (Backend's composition).
   void matmul_bias_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
-                        bool trans_a, bool trans_b) override {
+                        bool trans_a, bool trans_b, Gelu form) override {
     on_device();
     require_device("matmul_bias_gelu", {&pre, &out, &a, &b, &bias});
-    if (!gemm_->run_gelu(pre, out, a, b, bias, trans_a, trans_b, stream_))
-      Backend::matmul_bias_gelu(pre, out, a, b, bias, trans_a, trans_b);
+    if (form != Gelu::Tanh || !gemm_->run_gelu(pre, out, a, b, bias, trans_a, trans_b, stream_))
+      Backend::matmul_bias_gelu(pre, out, a, b, bias, trans_a, trans_b, form);
   }
   void matmul_gelu_backward(const Tensor& dpre, const Tensor& a, const Tensor& b, const Tensor& pre, bool trans_a,
-                            bool trans_b) override {
+                            bool trans_b, Gelu form) override {
     on_device();
     require_device("matmul_gelu_backward", {&dpre, &a, &b, &pre});
-    if (!gemm_->run_dgelu(dpre, a, b, pre, trans_a, trans_b, stream_))
-      Backend::matmul_gelu_backward(dpre, a, b, pre, trans_a, trans_b);
+    if (form != Gelu::Tanh || !gemm_->run_dgelu(dpre, a, b, pre, trans_a, trans_b, stream_))
+      Backend::matmul_gelu_backward(dpre, a, b, pre, trans_a, trans_b, form);
   }
   void bias_backward(const Tensor& dout, const Tensor& dbias) override {
     on_device();
@@ -282,15 +283,15 @@ class CudaBackend final : public Backend {
   }
 
   // ---- GELU ----
-  void gelu_forward(const Tensor& x, const Tensor& out) override {
+  void gelu_forward(const Tensor& x, const Tensor& out, Gelu form) override {
     on_device();
     require_device("gelu_forward", {&x, &out});
-    cuda::gelu_forward(x, out, stream_);
+    cuda::gelu_forward(x, out, form, stream_);
   }
-  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) override {
+  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, Gelu form) override {
     on_device();
     require_device("gelu_backward", {&dout, &x, &dx});
-    cuda::gelu_backward(dout, x, dx, stream_);
+    cuda::gelu_backward(dout, x, dx, form, stream_);
   }
 
   // ---- attention ----

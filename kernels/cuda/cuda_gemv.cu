@@ -5,7 +5,8 @@
 // of out) and walks K in 16-byte vectors, each lane multiplying its slice by every row of a
 // (a is small: it stays in L1/L2), then the warp adds its lanes' sums by shuffles (a fixed
 // order: deterministic). With `pre`, the GELU layer's product: pre = the product (+ bias)
-// rounded to T, out = gelu(pre) (as the unfused matmul and gelu kernels compute it).
+// rounded to T, out = gelu(pre) of the tanh form (as the unfused matmul and gelu kernels
+// compute it; the erf form's layer takes the unfused ops, as with cuBLASLt).
 // Opt-in (TRIDENT_GEMM_GEMV=1, read by Gemm on every call) until timed on a GPU.
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_gelu.cuh"
@@ -75,7 +76,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
     if constexpr (kGelu) {
       const T rounded = from_f32<T>(v);
       pre[m * N + n] = rounded;
-      out[m * N + n] = from_f32<T>(gelu(to_f32(rounded)));
+      out[m * N + n] = from_f32<T>(gelu<Gelu::Tanh>(to_f32(rounded)));
     } else {
       out[m * N + n] = from_f32<T>(v);
     }

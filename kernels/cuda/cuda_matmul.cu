@@ -17,7 +17,7 @@
 // the GEMM result by gelu'(aux) (16-bit only: its derivative is too coarse for fp32). Both
 // need one dtype for every matrix and an aux leading dimension that is a multiple of 8;
 // otherwise run_gelu/run_dgelu return false and the backend runs the GEMM and the GELU
-// kernel instead.
+// kernel instead, as it always does for the exact (erf) GELU, which no epilogue computes.
 // (The BGRADB epilogue, the bias gradient summed in the weight-gradient GEMM, was tried and
 // removed: on an H200 it was slower than the GEMM and bias_backward, and its fp16 sums missed
 // the CPU's by up to 0.03: kernels/cuda/PERFORMANCE.md, 2026-12-04.)

@@ -34,8 +34,9 @@ class Gemm {
   void run(const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias, bool trans_a, bool trans_b,
            bool accumulate, cudaStream_t s);
 
-  // Backend::matmul_bias_gelu and matmul_gelu_backward through cuBLASLt's GELU_AUX(_BIAS)
-  // and DGELU epilogues. false (nothing done) when the epilogue does not apply to these
+  // Backend::matmul_bias_gelu and matmul_gelu_backward of the tanh GELU through cuBLASLt's
+  // GELU_AUX(_BIAS) and DGELU epilogues (they compute that form only: the erf GELU is for
+  // the caller's unfused ops). false (nothing done) when the epilogue does not apply to these
   // dtypes or this shape: the caller then runs the unfused ops.
   bool run_gelu(const Tensor& pre, const Tensor& out, const Tensor& a, const Tensor& b, const Tensor& bias,
                 bool trans_a, bool trans_b, cudaStream_t s);

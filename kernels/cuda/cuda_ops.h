@@ -43,8 +43,8 @@ void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& gamma
                         CachingAllocator& scratch, cudaStream_t s);
 
 // cuda_gelu.cu
-void gelu_forward(const Tensor& x, const Tensor& out, cudaStream_t s);
-void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, cudaStream_t s);
+void gelu_forward(const Tensor& x, const Tensor& out, Gelu form, cudaStream_t s);
+void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx, Gelu form, cudaStream_t s);
 
 // cuda_attention.cu (fused causal attention; dqkv "=", deterministic)
 void attention_forward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const AttentionShape& shape,
@@ -83,7 +83,7 @@ void adamw_multi(const std::vector<AdamWArgs>& list, cudaStream_t s);
 
 // cuda_gemv.cu: out[M, N] = a[M, K] w[N, K]^T (+ bias), M <= kGemvMaxRows, one dtype, K a
 // multiple of a 16-byte vector, a and w 16-byte aligned; with `pre`, pre = that and out =
-// gelu(pre). false (nothing done) when it does not fit.
+// gelu(pre), the tanh form. false (nothing done) when it does not fit.
 constexpr int kGemvMaxRows = 16;
 bool gemv_small_m(const Tensor& out, const Tensor& pre, const Tensor& a, const Tensor& w, const Tensor& bias,
                   cudaStream_t s);

@@ -1,4 +1,5 @@
-// GPU vs CPU: GELU (tanh approximation) forward/backward and dropout forward/backward.
+// GPU vs CPU: GELU (tanh approximation and exact erf) forward/backward and dropout
+// forward/backward.
 // Dropout masks come from the same Philox function on both sides, so the kept/dropped
 // pattern must match exactly, and fp32 values bit for bit.
 #include "cuda_test_util.h"
@@ -9,18 +10,33 @@ namespace {
 class Gelu : public CudaVsCpuDtype {};
 class Dropout : public CudaVsCpuDtype {};
 
+// Both forms, on the 16-byte vector kernel (a tail of 37 x 129 elements) and, in place over
+// dout, as matmul_gelu_backward's fallback calls it; an fp32 output of 16-bit input takes the
+// runtime-typed kernel.
 TEST_P(Gelu, ForwardAndBackward) {
   TRIDENT_SKIP_WITHOUT_GPU();
-  Pair x = random(Shape{37, 129}, dt(), -5.f, 5.f);
-  Pair out = random(Shape{37, 129}, dt());  // "=": previous contents must not matter
-  cpu().gelu_forward(x.cpu, out.cpu);
-  gpu().gelu_forward(x.gpu, out.gpu);
-  expect_close(out, storage_tol(dt(), 1e-5, 1e-6), "gelu_forward");
-  Pair dout = random(Shape{37, 129}, dt());
-  Pair dx = random(Shape{37, 129}, dt());
-  cpu().gelu_backward(dout.cpu, x.cpu, dx.cpu);
-  gpu().gelu_backward(dout.gpu, x.gpu, dx.gpu);
-  expect_close(dx, storage_tol(dt(), 1e-5, 1e-6), "gelu_backward");
+  for (const trident::Gelu form : {trident::Gelu::Tanh, trident::Gelu::Erf}) {
+    SCOPED_TRACE(gelu_name(form));
+    Pair x = random(Shape{37, 129}, dt(), -5.f, 5.f);
+    Pair out = random(Shape{37, 129}, dt());  // "=": previous contents must not matter
+    cpu().gelu_forward(x.cpu, out.cpu, form);
+    gpu().gelu_forward(x.gpu, out.gpu, form);
+    expect_close(out, storage_tol(dt(), 1e-5, 1e-6), "gelu_forward");
+    Pair dout = random(Shape{37, 129}, dt());
+    Pair dx = random(Shape{37, 129}, dt());
+    cpu().gelu_backward(dout.cpu, x.cpu, dx.cpu, form);
+    gpu().gelu_backward(dout.gpu, x.gpu, dx.gpu, form);
+    expect_close(dx, storage_tol(dt(), 1e-5, 1e-6), "gelu_backward");
+    cpu().gelu_backward(dout.cpu, x.cpu, dout.cpu, form);
+    gpu().gelu_backward(dout.gpu, x.gpu, dout.gpu, form);
+    expect_close(dout, storage_tol(dt(), 1e-5, 1e-6), "gelu_backward in place");
+    if (dt() != DType::F32) {
+      Pair out32 = random(Shape{37, 129}, DType::F32);
+      cpu().gelu_forward(x.cpu, out32.cpu, form);
+      gpu().gelu_forward(x.gpu, out32.gpu, form);
+      expect_close(out32, storage_tol(DType::F32, 1e-5, 1e-6), "gelu_forward to fp32");
+    }
+  }
 }
 
 TEST_P(Dropout, MasksMatchTheCpuBitForBit) {

@@ -256,15 +256,18 @@ TEST_P(Matmul, LinearParamGrads) {
 // from the tanh approximation by up to 4.7e-4 around |x| = 2; these pre values reach 6).
 // fp32's backward is the GEMM plus the exact GELU backward kernel: the DGELU epilogue failed
 // this 1e-4 tolerance on an H200 (1.1e-4 on a gradient of 0.016), so it is 16-bit only.
+// The erf GELU takes the GEMM (its bias epilogue) and the erf GELU kernels at every shape:
+// the same tolerance catches a tanh epilogue computing it.
 class MatmulGelu : public CudaVsCpuDtype {
  protected:
-  void check(int64_t M, int64_t N, int64_t K, bool with_bias) {
-    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << " bias=" << with_bias);
+  void check(int64_t M, int64_t N, int64_t K, bool with_bias, Gelu form = Gelu::Tanh) {
+    SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K << " bias=" << with_bias << " "
+                                      << gelu_name(form));
     Pair x = random(Shape{M, K}, dt()), w = random(Shape{N, K}, dt());
     Pair bias = with_bias ? random(Shape{N}, dt()) : Pair{};
     Pair pre = random(Shape{M, N}, dt()), out = random(Shape{M, N}, dt());  // garbage: both are "="
-    cpu().matmul_bias_gelu(pre.cpu, out.cpu, x.cpu, w.cpu, bias.cpu, false, true);
-    gpu().matmul_bias_gelu(pre.gpu, out.gpu, x.gpu, w.gpu, bias.gpu, false, true);
+    cpu().matmul_bias_gelu(pre.cpu, out.cpu, x.cpu, w.cpu, bias.cpu, false, true, form);
+    gpu().matmul_bias_gelu(pre.gpu, out.gpu, x.gpu, w.gpu, bias.gpu, false, true, form);
     expect_close(pre, storage_tol(dt(), 1e-4, 1e-4), "pre");
     expect_close(out, storage_tol(dt(), 1e-4, 1e-4), "gelu out");
 
@@ -273,8 +276,8 @@ class MatmulGelu : public CudaVsCpuDtype {
     Pair dy = random(Shape{M, K}, dt());
     Pair w2 = random(Shape{K, N}, dt());  // the down-projection [out=K, in=N]
     Pair dpre = random(Shape{M, N}, dt());
-    cpu().matmul_gelu_backward(dpre.cpu, dy.cpu, w2.cpu, pre.cpu, false, false);
-    gpu().matmul_gelu_backward(dpre.gpu, dy.gpu, w2.gpu, pre.gpu, false, false);
+    cpu().matmul_gelu_backward(dpre.cpu, dy.cpu, w2.cpu, pre.cpu, false, false, form);
+    gpu().matmul_gelu_backward(dpre.gpu, dy.gpu, w2.gpu, pre.gpu, false, false, form);
     expect_close(dpre, storage_tol(dt(), 1e-4, 1e-4), "dpre");
   }
   static std::vector<unsigned char> raw(Backend& be, const Tensor& t) {
@@ -298,6 +301,18 @@ TEST_P(MatmulGelu, SmallRowsGemvMatchesCpu) {
   check(1, 3072, 768, true);
   check(8, 3072, 768, true);
   check(16, 64, 96, false);
+}
+
+// The erf GELU at the epilogue's shapes (N = 64, 256), the fallback's (N = 60), and the small-M
+// rows that TRIDENT_GEMM_GEMV=1 sends to the GEMV kernel for the tanh GELU only.
+TEST_P(MatmulGelu, ErfTakesTheGemmAndTheErfKernel) {
+  TRIDENT_SKIP_WITHOUT_GPU();
+  check(37, 64, 96, true, Gelu::Erf);
+  check(37, 64, 96, false, Gelu::Erf);
+  check(37, 60, 96, true, Gelu::Erf);
+  check(128, 256, 64, true, Gelu::Erf);
+  ScopedEnv gemv("TRIDENT_GEMM_GEMV", "1");
+  check(8, 3072, 768, true, Gelu::Erf);
 }
 
 TEST_P(MatmulGelu, AutotunedAlgorithmsMatchCpuWithEpilogues) {

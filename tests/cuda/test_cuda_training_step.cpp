@@ -80,6 +80,8 @@ struct StepCase {
   // kept for the backward is allocated by the model, read when it is built).
   const char* env_name = nullptr;
   const char* env_value = nullptr;
+  // The MLP's GELU: the erf one takes the unfused GEMM and GELU kernels on the GPU.
+  Gelu gelu = Gelu::Tanh;
 };
 
 void PrintTo(const StepCase& c, std::ostream* os) { *os << c.name; }
@@ -95,7 +97,8 @@ TEST_P(CudaTrainingStep, MatchesCpu) {
   TRIDENT_SKIP_WITHOUT_GPU();
   const StepCase& c = GetParam();
   const test::ScopedEnv env(c.env_name, c.env_value);
-  const StepSetup setup = step_test::tiny_step_setup(c.dtype, c.dropout, c.fp32_grads, c.loss_scale);
+  StepSetup setup = step_test::tiny_step_setup(c.dtype, c.dropout, c.fp32_grads, c.loss_scale);
+  setup.cfg.gelu = c.gelu;
   auto cpu = make_cpu_backend();
   auto gpu = make_cuda_backend(0, {.allow_tf32 = c.tf32});
   StepSide ref(*cpu, setup), test(*gpu, setup);
@@ -126,6 +129,10 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{"bf16_dropout", DType::BF16, 0.1f, false, 1.0f, false, kBf16},
                       StepCase{"bf16_fp32grads_dropout", DType::BF16, 0.1f, true, 1.0f, false, kBf16},
                       StepCase{"fp16_scaled_dropout", DType::F16, 0.1f, false, 1024.0f, false, kFp16},
+                      StepCase{"fp32_erf_gelu", DType::F32, 0.0f, false, 1.0f, false, kFp32, nullptr, nullptr,
+                               Gelu::Erf},
+                      StepCase{"bf16_erf_gelu_dropout", DType::BF16, 0.1f, false, 1.0f, false, kBf16, nullptr, nullptr,
+                               Gelu::Erf},
                       // The mask saved by each layer's forward for its backward, and drawn ahead
                       // by a kernel of its own (opt-ins; PERFORMANCE.md 2026-12-06).
                       StepCase{"bf16_dropout_saved_mask", DType::BF16, 0.1f, false, 1.0f, false, kBf16,

@@ -492,6 +492,7 @@ def check_export(out, hf, tp, pp, dtype_name, norm, tokenizer):
             assert got == (L, C, HEADS, HEADS, HD, 4 * C, padded_size(vocab, tp), 128, tp, pp, dtype, P, tokenizer, 0,
                            0.1, 0.1, 0.02, False, "learned_absolute", True), got
             assert (a.use_legacy_models, a.transformer_impl) == (not mcore, "local"), a
+            assert (a.bias_gelu_fusion, a.openai_gelu) == (True, False), a  # the tanh GELU (an erf model: False, False)
             assert state["checkpoint_version"] == 3.0
     print(f"check-export: {tp * pp} files as {'Megatron-core' if mcore else 'Megatron-LM legacy'} GPT model")
 
@@ -580,6 +581,12 @@ def main():
     case("ds-microsoft", f32, 1000, "--vocab-size 1000", megatron_deepspeed, tp=1, pipeline=True, microsoft=True)
     case("dist-te-tp2-pp2", bf16, 1000, "--vocab-size 1000", megatron_dist, tp=2, pp=2, te=True, views=True)
     case("dist-layers-tp2", f16, 1000, "--vocab-size 1000", megatron_dist, tp=2, pp=1, stacked=False)
+    # Without the fused bias-GELU Megatron computes the exact (erf) GELU: the legacy model's
+    # F.gelu, and Megatron-core's whatever openai_gelu says (the legacy model's tanh GELU).
+    case("lm-erf-gelu", f32, 1000, "--vocab-size 1000", megatron_lm, tp=1, pp=1, version=3.0, names=LEGACY_NAMES,
+         args_extra={"bias_gelu_fusion": False})
+    case("mcore-erf-gelu", f32, 1000, "--vocab-size 1000", megatron_lm, tp=1, pp=1, version=3.0, names=MCORE_LOCAL,
+         mcore=True, args_extra={"bias_gelu_fusion": False, "openai_gelu": True, "use_legacy_models": False})
     case("lm-no-args", f16, 50257, "--num-attention-heads 4", megatron_lm, tp=1, pp=1, version=0, names=OLD_NAMES,
          folder="release", tracker="release", legacy_format=True, outer="transformer", no_args=True)
     # Models trident cannot represent, and a tied head that differs.
@@ -587,8 +594,6 @@ def main():
     megatron_lm(os.path.join(out, "bad-untied"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
                 args_extra={"untie_embeddings_and_output_weights": True})
     megatron_lm(os.path.join(out, "bad-swiglu"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES, args_extra={"swiglu": True})
-    megatron_lm(os.path.join(out, "bad-erf-gelu"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
-                args_extra={"bias_gelu_fusion": False})
     megatron_lm(os.path.join(out, "bad-head"), w, pad, 1000, 1, 2, f32, 3.0, LEGACY_NAMES, head_noise=True)
     megatron_lm(os.path.join(out, "bad-rotary"), w, pad, 1000, 1, 1, f32, 3.0, LEGACY_NAMES,
                 args_extra=dict(MICROSOFT_ARGS, position_embedding_type=PositionEmbeddingType.rotary))

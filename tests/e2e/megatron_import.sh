@@ -13,7 +13,9 @@
 # files; a file saved without args (as NVIDIA's released GPT-2 345M). Each import,
 # exported again as fp32, must equal the Hugging Face folder's import bit for bit, also after
 # an import straight to tp2 x pp2; trident-generate's greedy text from an import must equal
-# PyTorch's from the Hugging Face folder. Models trident cannot represent, a tied head that
+# PyTorch's from the Hugging Face folder. Checkpoints trained without the fused bias-GELU
+# (legacy and Megatron-core) import as models of the exact (erf) GELU, which the Hugging Face
+# and Megatron exports carry on. Models trident cannot represent, a tied head that
 # differs, a wrong vocabulary, a truncated file, a missing rank folder, a torch_dist index
 # missing a piece or with overlapping ones, a weight of a dtype not read, a zarr checkpoint
 # and a missing or truncated .distcp file fail with one line naming the arg, flag or file,
@@ -125,6 +127,34 @@ rm -rf "$tmp/exported"
   "$convert" --from megatron --vocab-size 1000 --load "$tmp/exported" --save "$tmp/roundtrip" >/dev/null &&
   same_as_reference "$tmp/roundtrip" hf-float32-1000 "--to megatron, then --from megatron" || fail "export round trip"
 
+# ---- the exact (erf) GELU: Megatron's without its bias-GELU fusion (the legacy model, and
+# Megatron-core's even with openai_gelu) imports as an erf model (its weights compared with the
+# Hugging Face folder's above), which the Hugging Face export names "gelu" and the Megatron
+# export writes as bias_gelu_fusion False, openai_gelu False; that export imports back as erf.
+json_field() {  # json_field FILE EXPR: prints EXPR of the JSON object j in FILE
+  "$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+erf_model() {  # erf_model CKPT: its metadata.json says the erf GELU
+  [[ $(json_field "$1/iter_0000000/metadata.json" 'j["model"].get("gelu")') == erf ]]
+}
+for name in lm-erf-gelu mcore-erf-gelu; do
+  erf_model "$tmp/out-$name" && grep -q ", erf GELU) -> " "$tmp/$name.log" && ok "$name: imported as the erf GELU" ||
+    { fail "$name: not imported as the erf GELU"; cat "$tmp/$name.log"; }
+done
+[[ $(json_field "$tmp/out-lm-erf-gelu-hf/config.json" 'j["activation_function"]') == gelu ]] &&
+  ok "--to hf of an erf model: activation_function gelu" || fail "--to hf of an erf model"
+rm -rf "$tmp/erf-exported" "$tmp/erf-back"
+if "$convert" --to megatron --load "$tmp/out-lm-erf-gelu" --save "$tmp/erf-exported" --tokenizer-type NullTokenizer \
+    >"$tmp/erf-export.log" && grep -q "the erf GELU: train with --no-bias-gelu-fusion" "$tmp/erf-export.log" &&
+    [[ $("$py" -c 'import sys, torch; a = torch.load(sys.argv[1])["args"]; print(a.bias_gelu_fusion, a.openai_gelu)' \
+         "$tmp/erf-exported/release/mp_rank_00/model_optim_rng.pt") == "False False" ]] &&
+    "$convert" --from megatron --vocab-size 1000 --load "$tmp/erf-exported" --save "$tmp/erf-back" >/dev/null &&
+    erf_model "$tmp/erf-back"; then
+  ok "--to megatron of an erf model: bias_gelu_fusion False, openai_gelu False; imported back as erf"
+else
+  fail "--to megatron of an erf model"; cat "$tmp/erf-export.log"
+fi
+
 # ---- errors: one line naming the arg, flag or file; nothing written
 expect_error() {  # expect_error TEXT COMMAND...
   local text=$1 save=$tmp/failed
@@ -151,8 +181,6 @@ expect_error "--num-attention-heads: required: $src/lm-no-args/release/mp_rank_0
   "$convert" --from megatron --load "$src/lm-no-args"
 expect_error "--num-attention-heads 8: $src/lm-tp2-pp2/iter_0000007/mp_rank_00_000/model_optim_rng.pt's args say 4" \
   "$convert" "${m[@]}" --num-attention-heads 8 --load "$src/lm-tp2-pp2"
-expect_error "args.bias_gelu_fusion: false without openai_gelu trains with the exact (erf) GELU" \
-  "$convert" "${m[@]}" --load "$src/bad-erf-gelu"
 expect_error "the LM head stored on the last stage differs from the word embedding" \
   "$convert" "${m[@]}" --load "$src/bad-head"
 expect_error "--vocab-size: required: $src/lm-tp2-pp2/iter_0000007/mp_rank_00_000/model_optim_rng.pt holds only the padded vocabulary (1024) and its tokenizer_type is 'NullTokenizer'" \

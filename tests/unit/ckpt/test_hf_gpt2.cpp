@@ -98,6 +98,31 @@ TEST(HfGpt2, ExportImportBitIdentical) {
   EXPECT_EQ(slurp(d2 / "model.safetensors"), slurp(d / "model.safetensors"));
 }
 
+// The GELU's form travels as activation_function: the exact one as "gelu" (and back), the
+// tanh one as "gelu_new"; HF's other spellings of each read as it.
+TEST(HfGpt2, GeluFormRoundTrip) {
+  for (const Gelu form : {Gelu::Erf, Gelu::Tanh}) {
+    SCOPED_TRACE(gelu_name(form));
+    ScratchDir d;
+    ModelConfig cfg = small_config();
+    cfg.gelu = form;
+    export_hf_gpt2(d.path(), cfg, random_canonical(cfg, 1, 9));
+    EXPECT_EQ(json::parse(slurp(d / "config.json"))["activation_function"], form == Gelu::Erf ? "gelu" : "gelu_new");
+    EXPECT_EQ(import_hf_gpt2(d.path(), cfg.make_vocab_size_divisible_by).config.gelu, form);
+  }
+  json j = hf_gpt2_config_json(small_config());
+  for (const auto& [name, form] : std::vector<std::pair<std::string, Gelu>>{{"gelu", Gelu::Erf},
+                                                                             {"gelu_python", Gelu::Erf},
+                                                                             {"gelu_new", Gelu::Tanh},
+                                                                             {"gelu_fast", Gelu::Tanh},
+                                                                             {"gelu_pytorch_tanh", Gelu::Tanh}}) {
+    j["activation_function"] = name;
+    EXPECT_EQ(model_config_from_hf_gpt2(j, "x").gelu, form) << name;
+  }
+  j.erase("activation_function");  // GPT2Config's default: gelu_new
+  EXPECT_EQ(model_config_from_hf_gpt2(j, "x").gelu, Gelu::Tanh);
+}
+
 TEST(HfGpt2, FileContents) {
   ScratchDir d;
   const ModelConfig cfg = small_config();
@@ -261,8 +286,9 @@ TEST(HfGpt2, ConfigErrors) {
       for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
     }
   };
-  check([](json& j) { j["activation_function"] = "gelu"; }, true, {"field 'activation_function'", "'gelu'"});
-  check([](json& j) { j["activation_function"] = "relu"; }, true, {"activation_function"});
+  for (const char* act : {"relu", "gelu_10", "quick_gelu", "silu"})
+    check([&](json& j) { j["activation_function"] = act; }, true,
+          {"field 'activation_function'", "'" + std::string(act) + "' is not supported", "gelu_pytorch_tanh", "gelu"});
   check([](json& j) { j["n_inner"] = 100; }, true, {"field 'n_inner'", "4 x n_embd"});
   check([](json& j) { j["layer_norm_epsilon"] = 1e-6; }, true, {"field 'layer_norm_epsilon'"});
   check([](json& j) { j["tie_word_embeddings"] = false; }, true, {"field 'tie_word_embeddings'"});

@@ -127,7 +127,31 @@ TEST(MegatronArgs, DtypeShapeAndPadding) {
   // The fused bias-GELU off is fine with openai_gelu (both the tanh form).
   a["bias_gelu_fusion"] = false;
   a["openai_gelu"] = true;
-  EXPECT_NO_THROW(config(a, 30522));
+  EXPECT_EQ(config(a, 30522).gelu, Gelu::Tanh);
+}
+
+// Megatron's GELU: the fused bias-GELU (the default) is the tanh approximation; without it the
+// legacy model computes openai_gelu's tanh one when asked, else torch's erf one, and Megatron-
+// core's the erf one whatever openai_gelu says.
+TEST(MegatronArgs, GeluForm) {
+  auto a = gpt2_345m();
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
+  a["bias_gelu_fusion"] = true;
+  a["openai_gelu"] = true;
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
+  a["bias_gelu_fusion"] = false;
+  a["openai_gelu"] = false;
+  EXPECT_EQ(config(a).gelu, Gelu::Erf);  // neither model field: the legacy model (Megatron-DeepSpeed's too)
+  a["openai_gelu"] = true;
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
+  a["use_mcore_models"] = true;  // Megatron-LM before use_legacy_models
+  EXPECT_EQ(config(a).gelu, Gelu::Erf);
+  a["use_legacy_models"] = true;  // the newer field decides
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
+  a["use_legacy_models"] = false;
+  EXPECT_EQ(config(a).gelu, Gelu::Erf);
+  a["bias_gelu_fusion"] = true;
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
 }
 
 TEST(MegatronArgs, RefusesWhatTridentCannotRepresent) {
@@ -145,9 +169,6 @@ TEST(MegatronArgs, RefusesWhatTridentCannotRepresent) {
             "ck.pt: args.ffn_hidden_size: 2816 is not 4 x hidden_size (4096)");
   EXPECT_EQ(config_error(a, "kv_channels", int64_t{128}), "ck.pt: args.kv_channels: 128 is not hidden_size / num_attention_heads");
   EXPECT_EQ(config_error(a, "layernorm_epsilon", 1e-6), "ck.pt: args.layernorm_epsilon: 0.000001 (trident's LayerNorm uses 1e-5)");
-  EXPECT_EQ(config_error(a, "bias_gelu_fusion", false),
-            "ck.pt: args.bias_gelu_fusion: false without openai_gelu trains with the exact (erf) GELU; trident's GELU is the "
-            "tanh approximation");
   EXPECT_EQ(config_error(a, "num_experts", int64_t{8}), "ck.pt: args.num_experts: mixture of experts is not supported");
   auto gqa = a;
   gqa["group_query_attention"] = true;

@@ -90,6 +90,26 @@ TEST(Metadata, EmbeddingInitStdRoundTrips) {
   EXPECT_EQ(read_metadata(path).model.embedding_init_method_std, 0.5f);
 }
 
+// The GELU: "erf" round-trips; a tanh model writes no field (older readers read it as before)
+// and a metadata.json without one (older checkpoints) reads as tanh; "tanh" written by hand
+// reads too.
+TEST(Metadata, GeluRoundTripsAndDefaultsToTanh) {
+  ScratchDir d;
+  const std::string path = d / kMetadataFileName;
+  CheckpointMetadata m = sample();
+  write_metadata(path, m);
+  json j = json::parse(slurp(path));
+  EXPECT_FALSE(j["model"].contains("gelu"));
+  EXPECT_EQ(read_metadata(path).model.gelu, Gelu::Tanh);
+  m.model.gelu = Gelu::Erf;
+  write_metadata(path, m);
+  EXPECT_EQ(json::parse(slurp(path))["model"]["gelu"], "erf");
+  EXPECT_EQ(read_metadata(path).model.gelu, Gelu::Erf);
+  j["model"]["gelu"] = "tanh";
+  spit(path, j.dump());
+  EXPECT_EQ(read_metadata(path).model.gelu, Gelu::Tanh);
+}
+
 TEST(Metadata, InterleavedLayoutRoundTrips) {
   ScratchDir d;
   const std::string path = d / kMetadataFileName;
@@ -193,6 +213,8 @@ TEST(Metadata, ErrorsNameFileAndField) {
       {"file path", [](json& j) { j["files"][0]["path"] = "../x"; }, {"field 'files[0].path'"}},
       {"version", [](json& j) { j["format_version"] = 99; }, {"field 'format_version'", "newer"}},
       {"dtype", [](json& j) { j["model"]["dtype"] = "fp8"; }, {"field 'model.dtype'", "fp8"}},
+      {"gelu", [](json& j) { j["model"]["gelu"] = "gelu_new"; }, {"field 'model.gelu'", "unknown GELU 'gelu_new'"}},
+      {"gelu kind", [](json& j) { j["model"]["gelu"] = 1; }, {"field 'model.gelu'", "expected a string"}},
       {"unknown", [](json& j) { j["extra"] = 1; }, {"field 'extra'", "unknown"}},
       {"trainer state", [](json& j) { j["trainer_state"] = 3; }, {"field 'trainer_state'"}},
       // trainer_state's fields that trident reads (a hand edit, a garbled conversion).

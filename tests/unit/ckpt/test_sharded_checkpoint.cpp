@@ -310,5 +310,20 @@ TEST(ShardedCheckpoint, ModelShapeChecksShareOneTableOfFields) {
   EXPECT_THROW(check_model_shape_flags({{"fp16", 1}}, ckpt, "WHERE"), InternalError);
 }
 
+// The GELU is not a shape, but weights trained through one form must load with it.
+TEST(ShardedCheckpoint, ModelShapeCheckRefusesTheOtherGelu) {
+  ModelConfig ckpt = small_config(), run = small_config();
+  ckpt.gelu = Gelu::Erf;
+  try {
+    check_same_model_shape(ckpt, run, "DIR");
+    ADD_FAILURE() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), "--load: DIR is a model with the erf GELU, this run has the tanh GELU (the erf "
+                                     "GELU is Megatron's --no-bias-gelu-fusion)");
+  }
+  run.gelu = Gelu::Erf;
+  check_same_model_shape(ckpt, run, "DIR");
+}
+
 }  // namespace
 }  // namespace trident

@@ -21,8 +21,9 @@ namespace {
 // Feeds B random sequences of the model's length in passes of chunks[i].first tokens,
 // keeping the logits of the last chunks[i].second of each (the chunks cover the sequence),
 // and compares every kept logit with the reference's at its position.
-void check_against_reference(DType dt, double tol, const std::vector<std::pair<int, int>>& chunks) {
-  test::TinyModel f(dt);
+void check_against_reference(DType dt, double tol, const std::vector<std::pair<int, int>>& chunks,
+                             Gelu gelu = Gelu::Tanh) {
+  test::TinyModel f(dt, gelu);
   const int B = 3, T = f.cfg.seq_length;
   std::mt19937 rng(9);
   std::vector<int> tokens(B * T);
@@ -51,8 +52,8 @@ void check_against_reference(DType dt, double tol, const std::vector<std::pair<i
   ASSERT_EQ(dec.position(), T) << "the chunks must cover the sequence";
   EXPECT_GT(compared, 0);
   EXPECT_LE(worst, tol * scale) << "worst |logit - reference| " << worst << " of logits up to " << scale;
-  std::printf("%s, %zu passes: worst |logit - reference| %.3g of logits up to %.3g (%d rows)\n", dtype_name(dt),
-              chunks.size(), worst, scale, compared);
+  std::printf("%s, %s GELU, %zu passes: worst |logit - reference| %.3g of logits up to %.3g (%d rows)\n",
+              dtype_name(dt), gelu_name(gelu), chunks.size(), worst, scale, compared);
   // A full cache: one more token is a clear error, not a write past the end.
   EXPECT_THROW(dec.step(std::vector<int32_t>(B, 0)), ConfigError);
   dec.reset();
@@ -69,6 +70,14 @@ TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionFp32) {
 // bf16 activations (8-bit mantissa) through 2 layers: a few roundings of 0.4%.
 TEST(Gpt2Decoder, LogitsMatchTheReferenceAtEveryPositionBf16) {
   check_against_reference(DType::BF16, 2e-2, single_steps(test::TinyModel(DType::BF16).cfg.seq_length));
+}
+
+// The erf GELU's model decodes with it (the reference's erf logits), prefill and steps.
+TEST(Gpt2Decoder, ErfGeluLogitsMatchTheReference) {
+  const int T = test::TinyModel(DType::F32).cfg.seq_length;
+  std::vector<std::pair<int, int>> chunks = {{T / 2, T / 2}};
+  for (int t = T / 2; t < T; ++t) chunks.push_back({1, 1});
+  check_against_reference(DType::F32, 1e-5, chunks, Gelu::Erf);
 }
 
 // Prefill: several tokens a pass (a whole sequence; or chunks after cached positions with

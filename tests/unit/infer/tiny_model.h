@@ -22,9 +22,10 @@ struct TinyModel {
   std::unique_ptr<Backend> be = make_cpu_backend();
   std::unique_ptr<ParamStore> params;
   ref::Params host;
-  explicit TinyModel(DType dt) {
+  explicit TinyModel(DType dt, Gelu gelu = Gelu::Tanh) {
     cfg.init_method_std = 0.3f;  // attention far from uniform, GELU far from linear
     cfg.dtype = dt;
+    cfg.gelu = gelu;
     params = std::make_unique<ParamStore>(*be, gpt2_param_specs(cfg, 1), 1, 0, dt, dt,
                                           [](const ParamSpec&) { return true; });
     params->init(1234);
@@ -35,8 +36,9 @@ struct TinyModel {
   }
   // The reference's logits, [B, T, V], of B sequences of T tokens each (row-major).
   std::vector<double> reference_logits(const std::vector<int>& tokens, int B, int T) const {
-    const ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, T, B,
-                            static_cast<int>(cfg.vocab_size), 0.0f, 0.0f, 0, 0};
+    ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, T, B,
+                      static_cast<int>(cfg.vocab_size), 0.0f, 0.0f, 0, 0};
+    rc.gelu = cfg.gelu;
     return ref::gpt2_logits(rc, host, tokens);
   }
   // The reference's log-softmax of the logits after each token of `seq`: [T][V].

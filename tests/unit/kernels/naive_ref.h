@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/philox.h"
 
 namespace trident::ref {
@@ -61,6 +62,18 @@ inline Vec matmul(const Vec& a, const Vec& b, const Vec* bias, int64_t M, int64_
 
 inline double gelu(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+// The exact GELU, x Phi(x), through erfc: accurate in double where 1 + erf(x / sqrt 2) cancels.
+inline double gelu_erf(double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); }
+
+inline double gelu(double x, Gelu form) { return form == Gelu::Erf ? gelu_erf(x) : gelu(x); }
+
+// gelu'(x) of each form, in double.
+inline double gelu_grad(double x, Gelu form) {
+  if (form == Gelu::Erf) return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+  const double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
 }
 
 // Dropout multiplier of (sample, index): 1/(1-p) when kept, 0 when dropped, 1 when off.

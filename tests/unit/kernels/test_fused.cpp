@@ -12,12 +12,6 @@ namespace {
 
 class Fused : public ::testing::TestWithParam<DType> {};
 
-// gelu'(x) of the tanh approximation, in double.
-double gelu_grad(double x) {
-  const double k = std::sqrt(2 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
-  return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * 0.044715 * x * x);
-}
-
 // The hidden dropout of v ([N, C], already rounded to its dtype) by philox.h's mask, the one
 // every dropout draws: element (n, c) is index (n % T) C + c of sample sample_base + n / T;
 // kept values scaled by 1 / (1 - p) (in float, before the caller rounds), the others 0.
@@ -130,6 +124,8 @@ TEST_P(Fused, DropoutBiasBackwardMasksThenSumsColumns) {
   expect_close(download(*be, DB), want_db, 1e-5, 1e-5, "dbias");
 }
 
+// Both GELU forms: against the double reference, and against the unfused ops (matmul then
+// gelu_forward / gelu_backward of the same form), which the composition must equal exactly.
 TEST_P(Fused, MatmulBiasGeluAndItsBackward) {
   const DType dt = GetParam();
   auto be = make_cpu_backend();
@@ -137,25 +133,36 @@ TEST_P(Fused, MatmulBiasGeluAndItsBackward) {
   const auto x = randn(M * K, 5), w = randn(N * K, 6, 0.5f), bias = randn(N, 7), dy = randn(M * K, 8),
              w2 = randn(K * N, 9, 0.5f);
   Buffer X = upload(*be, x, Shape{M, K}, dt), W = upload(*be, w, Shape{N, K}, dt), Bs = upload(*be, bias, Shape{N}, dt);
-  Buffer pre = be->empty(Shape{M, N}, dt), out = be->empty(Shape{M, N}, dt);
-  be->matmul_bias_gelu(pre, out, X, W, Bs, false, true);
+  Buffer DY = upload(*be, dy, Shape{M, K}, dt), W2 = upload(*be, w2, Shape{K, N}, dt);
   const Vec rb = rounded(bias, dt);
   const Vec want_pre = ref::matmul(rounded(x, dt), rounded(w, dt), &rb, M, N, K, false, true);
-  const double tol = dtype_tol(dt);
-  expect_close(download(*be, pre), want_pre, 4 * tol, tol, "pre");
-  const Vec got_pre = download(*be, pre);  // gelu reads the stored pre
-  Vec want_out(M * N);
-  for (int64_t i = 0; i < M * N; ++i) want_out[i] = ref::gelu(got_pre[i]);
-  expect_close(download(*be, out), want_out, 4 * tol, tol, "gelu out");
-
-  // dpre = (dy W2) * gelu'(pre), W2 the down-projection [K, N] (here: [out, in] = [K, N]).
-  Buffer DY = upload(*be, dy, Shape{M, K}, dt), W2 = upload(*be, w2, Shape{K, N}, dt);
-  Buffer dpre = be->empty(Shape{M, N}, dt);
-  be->matmul_gelu_backward(dpre, DY, W2, pre, false, false);
   const Vec dg = ref::matmul(rounded(dy, dt), rounded(w2, dt), nullptr, M, N, K, false, false);
-  Vec want_dpre(M * N);
-  for (int64_t i = 0; i < M * N; ++i) want_dpre[i] = dg[i] * gelu_grad(got_pre[i]);
-  expect_close(download(*be, dpre), want_dpre, 8 * tol, 2 * tol, "dpre");
+  const double tol = dtype_tol(dt);
+  for (const Gelu form : {Gelu::Tanh, Gelu::Erf}) {
+    SCOPED_TRACE(gelu_name(form));
+    Buffer pre = be->empty(Shape{M, N}, dt), out = be->empty(Shape{M, N}, dt);
+    be->matmul_bias_gelu(pre, out, X, W, Bs, false, true, form);
+    expect_close(download(*be, pre), want_pre, 4 * tol, tol, "pre");
+    const Vec got_pre = download(*be, pre);  // gelu reads the stored pre
+    Vec want_out(M * N);
+    for (int64_t i = 0; i < M * N; ++i) want_out[i] = ref::gelu(got_pre[i], form);
+    expect_close(download(*be, out), want_out, 4 * tol, tol, "gelu out");
+    Buffer pre2 = be->empty(Shape{M, N}, dt), out2 = be->empty(Shape{M, N}, dt);
+    be->matmul(pre2, X, W, Bs, false, true, false);
+    be->gelu_forward(pre2, out2, form);
+    EXPECT_EQ(bytes(*be, out2), bytes(*be, out)) << "fused vs unfused forward";
+
+    // dpre = (dy W2) * gelu'(pre), W2 the down-projection [K, N] (here: [out, in] = [K, N]).
+    Buffer dpre = be->empty(Shape{M, N}, dt);
+    be->matmul_gelu_backward(dpre, DY, W2, pre, false, false, form);
+    Vec want_dpre(M * N);
+    for (int64_t i = 0; i < M * N; ++i) want_dpre[i] = dg[i] * ref::gelu_grad(got_pre[i], form);
+    expect_close(download(*be, dpre), want_dpre, 8 * tol, 2 * tol, "dpre");
+    Buffer prod = be->empty(Shape{M, N}, dt), dpre2 = be->empty(Shape{M, N}, dt);
+    be->matmul(prod, DY, W2, Tensor(), false, false, false);
+    be->gelu_backward(prod, pre, dpre2, form);
+    EXPECT_EQ(bytes(*be, dpre2), bytes(*be, dpre)) << "fused vs unfused backward";
+  }
 }
 
 // A linear layer's parameter gradients: dw += dout^T x and dbias += the column sums of

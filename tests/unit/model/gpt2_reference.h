@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/philox.h"
 
 namespace trident::ref {
@@ -22,6 +23,7 @@ struct RefConfig {
   // token; positions restart after it, and the tokens after it do not attend to it or before.
   int eod = -1;
   bool reset_position_ids = false, reset_attention_mask = false;
+  Gelu gelu = Gelu::Tanh;  // the MLP's activation
 };
 
 // The position just after the last `eod` among tokens [0, t) of a sample (0 when none).
@@ -54,7 +56,8 @@ inline void linear(const double* x, const std::vector<double>& W, const std::vec
   }
 }
 
-inline double gelu(double x) {
+inline double gelu(double x, Gelu form) {
+  if (form == Gelu::Erf) return 0.5 * x * std::erfc(-x / std::sqrt(2.0));  // x Phi(x)
   return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
 
@@ -128,7 +131,7 @@ inline std::vector<double> gpt2_logits(const RefConfig& c, const Params& P, cons
       for (int t = 0; t < T; ++t) {
         layernorm(&mid[t * C], P.at(h + "ln_2.weight").data(), P.at(h + "ln_2.bias").data(), &ln[t * C], C);
         linear(&ln[t * C], P.at(h + "mlp.fc.weight"), P.at(h + "mlp.fc.bias"), fc.data(), C, F);
-        for (double& v : fc) v = gelu(v);
+        for (double& v : fc) v = gelu(v, c.gelu);
         linear(fc.data(), P.at(h + "mlp.proj.weight"), P.at(h + "mlp.proj.bias"), out.data(), F, C);
         for (int i = 0; i < C; ++i)
           x[t * C + i] = mid[t * C + i] + drop(c, c.hidden_dropout, l * kSitesPerLayer + kDropMlpOut, b,

@@ -1,10 +1,12 @@
 // The model's loss against an independent double-precision GPT-2, and every parameter
 // tensor's gradient against central finite differences of that reference; with dropout, and
 // with Megatron's --reset-position-ids and --reset-attention-mask on samples of several
-// documents.
+// documents; with the tanh GELU and the exact (erf) one, whose losses differ.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <map>
 #include <random>
 
 #include "gpt2_reference.h"
@@ -25,6 +27,7 @@ struct Case {
   // backward then runs under another dropout seed (no hidden dropout, whose backward draws):
   // only the saved bits give the reference's gradients.
   bool save_mask = false;
+  Gelu gelu = Gelu::Tanh;
   bool documents() const { return reset_positions || reset_attention; }
 };
 
@@ -35,6 +38,7 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   ModelConfig cfg = test::tiny_config();
   cfg.hidden_dropout = tc.hidden_dropout;
   cfg.attention_dropout = tc.attention_dropout;
+  cfg.gelu = tc.gelu;
   // A wide init makes attention far from uniform and GELU far from linear, so the
   // comparison is sensitive to every part of the block (at 0.02 it barely is).
   cfg.init_method_std = 0.3f;
@@ -79,6 +83,7 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   rc.eod = eod;
   rc.reset_position_ids = tc.reset_positions;
   rc.reset_attention_mask = tc.reset_attention;
+  rc.gelu = tc.gelu;
   ref::Params P;
   for (const LocalParam& p : model.params().list()) {
     std::vector<float> h = test::to_host(*be, model.params().param(p));
@@ -118,18 +123,67 @@ TEST_P(Gpt2GradientTest, LossMatchesReferenceAndGradientsMatchFiniteDifferences)
   EXPECT_EQ(checked_tensors, 4 + 12 * cfg.num_layers);
 }
 
+// The GELU's form reaches the model: the same weights and tokens give another loss with the
+// erf GELU (each loss is its own reference's, above), as the reference says they should.
+TEST(Gpt2Gelu, ErfModelLossDiffersFromTanh) {
+  auto be = make_cpu_backend();
+  const int B = 2;
+  std::map<Gelu, double> loss;
+  ref::Params P;
+  std::vector<int> tok, tgt;
+  for (const Gelu form : {Gelu::Tanh, Gelu::Erf}) {
+    ModelConfig cfg = test::tiny_config();
+    cfg.init_method_std = 0.3f;
+    cfg.gelu = form;
+    const int T = cfg.seq_length;
+    Gpt2Model model(cfg, *be, StageLayout{}, B);
+    model.params().init(1234);  // the same weights for both forms
+    std::mt19937 rng(5);
+    std::vector<int32_t> tokens(B * T), targets(B * T);
+    for (auto& t : tokens) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+    for (auto& t : targets) t = static_cast<int32_t>(rng() % cfg.vocab_size);
+    model.params().zero_grads();
+    model.forward(0, MicroBatch{tokens.data(), targets.data(), 0}, false, 1.0f / (B * T));
+    loss[form] = model.loss_stats().loss_sum / (B * T);
+    if (form == Gelu::Tanh) {
+      for (const LocalParam& p : model.params().list()) {
+        std::vector<float> h = test::to_host(*be, model.params().param(p));
+        P[p.spec.name] = std::vector<double>(h.begin(), h.end());
+      }
+      tok.assign(tokens.begin(), tokens.end());
+      tgt.assign(targets.begin(), targets.end());
+    }
+  }
+  const ModelConfig cfg = test::tiny_config();
+  ref::RefConfig rc{cfg.num_layers, cfg.hidden_size, cfg.num_attention_heads, cfg.seq_length, B,
+                    static_cast<int>(cfg.vocab_size)};
+  const double ref_tanh = ref::gpt2_loss(rc, P, tok, tgt);
+  rc.gelu = Gelu::Erf;
+  const double ref_erf = ref::gpt2_loss(rc, P, tok, tgt);
+  // Each model's loss is its own reference's, far closer than the two references are to each
+  // other (the forms differ by up to 4.7e-4 an activation).
+  const double apart = std::fabs(ref_erf - ref_tanh);
+  EXPECT_GT(apart, 1e-5 * ref_tanh);
+  EXPECT_NEAR(loss[Gelu::Tanh], ref_tanh, apart / 20);
+  EXPECT_NEAR(loss[Gelu::Erf], ref_erf, apart / 20);
+  std::printf("loss: tanh %.9g (reference %.9g), erf %.9g (reference %.9g)\n", loss[Gelu::Tanh], ref_tanh,
+              loss[Gelu::Erf], ref_erf);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dropout, Gpt2GradientTest,
                          ::testing::Values(Case{0.0f, 0.0f}, Case{0.1f, 0.1f}, Case{0.0f, 0.0f, true, true},
                                            Case{0.1f, 0.1f, true, true}, Case{0.1f, 0.1f, true, false},
                                            Case{0.1f, 0.1f, false, true}, Case{0.0f, 0.1f, false, false, true},
-                                           Case{0.0f, 0.1f, false, true, true}),
+                                           Case{0.0f, 0.1f, false, true, true},
+                                           Case{0.0f, 0.0f, false, false, false, Gelu::Erf},
+                                           Case{0.1f, 0.1f, false, false, false, Gelu::Erf}),
                          [](const auto& info) {
                            const Case& c = info.param;
                            return std::string(c.hidden_dropout > 0      ? "with_dropout"
                                               : c.attention_dropout > 0 ? "attention_dropout"
                                                                         : "no_dropout") +
                                   (c.reset_positions ? "_positions" : "") + (c.reset_attention ? "_attention" : "") +
-                                  (c.save_mask ? "_saved_mask" : "");
+                                  (c.save_mask ? "_saved_mask" : "") + (c.gelu == Gelu::Erf ? "_erf_gelu" : "");
                          });
 
 }  // namespace

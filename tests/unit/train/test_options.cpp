@@ -474,6 +474,30 @@ TEST(Options, UseCheckpointArgsTakesTheShapeFlagsNotGiven) {
   EXPECT_THROW(take_checkpoint_args(o, nullptr), ConfigError);
   EXPECT_EQ(error_of({"--tensor-model-parallel-size", "8"}),
             "--num-attention-heads (12) must be divisible by --tensor-model-parallel-size (8)");
+
+  // The GELU: the checkpoint's unless a flag that chooses it was given.
+  ckpt.gelu = Gelu::Erf;
+  o = parse({"--load", "x", "--use-checkpoint-args"});
+  EXPECT_NE(take_checkpoint_args(o, &ckpt).find(", the erf GELU"), std::string::npos);
+  EXPECT_EQ(o.model.gelu, Gelu::Erf);
+  o = parse({"--load", "x", "--use-checkpoint-args", "--openai-gelu"});
+  take_checkpoint_args(o, &ckpt);
+  EXPECT_EQ(o.model.gelu, Gelu::Tanh);
+}
+
+// Megatron's GELU: the fused bias-GELU's tanh approximation; without the fusion the exact
+// (erf) one, but for the legacy model with --openai-gelu (also from a config file).
+TEST(Options, NoBiasGeluFusionIsTheErfGelu) {
+  EXPECT_EQ(parse({}).model.gelu, Gelu::Tanh);
+  EXPECT_EQ(parse({"--openai-gelu"}).model.gelu, Gelu::Tanh);
+  EXPECT_EQ(parse({"--no-bias-gelu-fusion"}).model.gelu, Gelu::Erf);
+  EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--openai-gelu"}).model.gelu, Gelu::Erf);  // Megatron-core's
+  EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--use-mcore-models", "--openai-gelu"}).model.gelu, Gelu::Erf);
+  EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--openai-gelu", "--use-legacy-models"}).model.gelu, Gelu::Tanh);
+  const std::string yaml = write_yaml("erf_gelu", "no-bias-gelu-fusion: true\n");
+  EXPECT_EQ(parse({"--config", yaml}).model.gelu, Gelu::Erf);
+  // No longer among the flags without effect.
+  EXPECT_TRUE(parse({"--no-bias-gelu-fusion", "--openai-gelu"}).flags_without_effect.empty());
 }
 
 // Megatron-LM's spelling (with its underscores, and all in dashes as its newer releases
@@ -1011,10 +1035,10 @@ TEST(Options, MegatronRunFlags) {
 // the other form given as an explicit 0 (Megatron asserts == 0); batch-size scalars.
 TEST(Options, MegatronScriptsRunUnchanged) {
   TrainOptions o = parse({"--DDP-impl", "local", "--distributed-backend", "nccl", "--data-impl", "mmap",
-                          "--no-masked-softmax-fusion", "--no-bias-gelu-fusion", "--num-workers", "2"});
+                          "--no-masked-softmax-fusion", "--num-workers", "2"});
   EXPECT_EQ(o.flags_without_effect,
             (std::vector<std::string>{"--DDP-impl", "--distributed-backend", "--data-impl", "--num-workers",
-                                      "--no-masked-softmax-fusion", "--no-bias-gelu-fusion"}));
+                                      "--no-masked-softmax-fusion"}));
   EXPECT_TRUE(parse({}).flags_without_effect.empty());
   // Megatron-LM's newest: implementation switches, settings read only with what trident refuses,
   // its --no-/--disable- second names, and what GPT-2 does one way.
@@ -1085,7 +1109,7 @@ TEST(Options, NewerMegatronFlags) {
                           "--local_rank", "3", "--no-log-loss-scale-to-tensorboard"});
   EXPECT_EQ(o.flags_without_effect,
             (std::vector<std::string>{"--position-embedding-type", "--normalization", "--norm-epsilon", "--optimizer",
-                                      "--dataloader-type", "--context-parallel-size", "--openai-gelu",
+                                      "--dataloader-type", "--context-parallel-size",
                                       "--use-cpu-initialization", "--no-persist-layer-norm", "--use-mcore-models",
                                       "--transformer-impl", "--manual-gc", "--ddp-bucket-size", "--local_rank"}));
   EXPECT_FALSE(o.log_loss_scale_to_tensorboard);
