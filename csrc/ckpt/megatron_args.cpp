@@ -149,9 +149,10 @@ bool legacy_model(const Args& a) {
 
 // Megatron's MLP activation. The legacy model's: openai_gelu, else the fused bias-GELU (the
 // default), both the tanh approximation, else torch's exact erf GELU. Megatron-core's ignores
-// openai_gelu: the fused bias-GELU (tanh) or torch's F.gelu (erf).
+// openai_gelu: the fused bias-GELU (tanh) or torch's F.gelu (erf), or with
+// use_te_activation_func Transformer Engine's GELU, the tanh approximation.
 Gelu megatron_gelu(const Args& a) {
-  if (a.flag("bias_gelu_fusion", true)) return Gelu::Tanh;
+  if (a.flag("bias_gelu_fusion", true) || a.flag("use_te_activation_func", false)) return Gelu::Tanh;
   return a.flag("openai_gelu", false) && legacy_model(a) ? Gelu::Tanh : Gelu::Erf;
 }
 

@@ -438,7 +438,7 @@ void check_same_model_shape(const ModelConfig& c, const ModelConfig& m, const st
   if (c.gelu != m.gelu)
     throw ConfigError("--load: " + dir.string() + " is a model with the " + gelu_name(c.gelu) +
                       " GELU, this run has the " + gelu_name(m.gelu) +
-                      " GELU (the erf GELU is Megatron's --no-bias-gelu-fusion)");
+                      " GELU (the erf GELU is Megatron's --no-bias-gelu-fusion, without --openai-gelu in the legacy model)");
 }
 
 void check_model_shape_flags(const std::vector<std::pair<std::string, int64_t>>& given, const ModelConfig& c,

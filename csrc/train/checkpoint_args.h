@@ -6,6 +6,8 @@
 // Megatron). A flag given keeps its value, as Megatron's (those default to None there), so a
 // checkpoint of another shape is still the usual error at load. The dropout probabilities
 // always come from the checkpoint: Megatron forces hidden_dropout and attention_dropout.
+// The GELU too, unless --no-bias-gelu-fusion or --openai-gelu was given (Megatron does not take
+// bias_gelu_fusion, and would train a checkpoint of the erf GELU with its fused tanh one).
 #pragma once
 
 #include <string>

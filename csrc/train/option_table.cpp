@@ -265,7 +265,8 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       // Megatron-LM's newest (its dataclass configs, 2026): switches of its implementation.
       {"delay-wgrad-compute", "Megatron's weight-gradient scheduling switch: no effect", true},
       {"use-transformer-engine-op-fuser", "Transformer Engine's op fuser: no effect", true},
-      {"use-te-activation-func", "Transformer Engine's activation kernels: no effect", true},
+      {"use-te-activation-func", "Transformer Engine's activation kernels: no effect (its GELU is the tanh one, "
+                                 "also with --no-bias-gelu-fusion)", true},
       {"fallback-to-eager-attn", "Megatron's attention fallback: the fused attention always runs", true},
       {"disable-jit-fuser", "torch's JIT fuser: no effect", true},
       {"use-nccl-ub", "NCCL user buffers: no effect", true},
@@ -605,7 +606,8 @@ const std::vector<FlagDef>& flag_defs() {
       {"no-bias-gelu-fusion", "Megatron's switch off its fused bias-GELU (the tanh approximation, GPT-2's): the MLP "
                               "computes the exact GELU, 0.5 x (1 + erf(x / sqrt 2)), as Megatron then does", true},
       {"openai-gelu", "OpenAI's tanh GELU, trident's default: with --no-bias-gelu-fusion it keeps the tanh GELU in "
-                      "Megatron's legacy model (--use-legacy-models) only, as Megatron", true},
+                      "Megatron's legacy model (--use-legacy-models, or Megatron-DeepSpeed's --deepspeed) only, as "
+                      "Megatron", true},
       {"skip-train", "no training: evaluate the loaded (or initial) model on the validation and test sets "
                      "(Megatron's)", true},
       {"eval-only", "True: BigScience's --skip-train (its argparse reads any value as true: False is refused)"},

@@ -142,6 +142,12 @@ bool eval_only(const Flags& f) {
                     "string) and would not train; give True, or leave the flag out to train");
 }
 
+// --openai-gelu in Megatron's legacy model, which keeps the tanh GELU without the fusion.
+bool legacy_tanh_gelu(const Flags& f) {
+  const bool legacy = f.has("use-legacy-models") || (f.has("deepspeed") && !f.has("use-mcore-models"));
+  return f.has("openai-gelu") && legacy;
+}
+
 void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("num-layers", m.num_layers);
   f.get("hidden-size", m.hidden_size);
@@ -162,10 +168,12 @@ void read_model_flags(const Flags& f, ModelConfig& m) {
   f.get("hidden-dropout", m.hidden_dropout);
   f.get("attention-dropout", m.attention_dropout);
   // Megatron's MLP GELU: its fused bias-GELU's tanh approximation, or without the fusion torch's
-  // exact (erf) one: Megatron-core's always, the legacy model's unless --openai-gelu (the rule
-  // of the Megatron import, ckpt/megatron_args.cpp).
-  const bool legacy_tanh = f.has("openai-gelu") && f.has("use-legacy-models");
-  m.gelu = f.has("no-bias-gelu-fusion") && !legacy_tanh ? Gelu::Erf : Gelu::Tanh;
+  // exact (erf) one: Megatron-core's always (but Transformer Engine's, tanh, with
+  // --use-te-activation-func), the legacy model's unless --openai-gelu (the rule of the Megatron
+  // import, ckpt/megatron_args.cpp). The legacy model: --use-legacy-models, or Megatron-
+  // DeepSpeed's (--deepspeed), which has no other.
+  m.gelu = f.has("no-bias-gelu-fusion") && !legacy_tanh_gelu(f) && !f.has("use-te-activation-func") ? Gelu::Erf
+                                                                                                    : Gelu::Tanh;
 }
 
 // Megatron-DeepSpeed's token counts. `sample_warmup`: the warm-up flag in iterations or
@@ -527,6 +535,8 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("profile-step-end", o.profile_step_end);
   for (const FlagDef& d : flags_without_effect_defs())
     if (f.has(d.name)) o.flags_without_effect.push_back(std::string("--") + d.name);
+  if (f.has("no-bias-gelu-fusion") && legacy_tanh_gelu(f))  // --use-legacy-models chose the GELU
+    std::erase(o.flags_without_effect, std::string("--use-legacy-models"));
   // (word lists, which the command-line parser does not see)
   for (const auto& [flag, words] : o.words_without_effect) o.flags_without_effect.push_back("--" + flag);
   f.get("peak-tflops", o.peak_tflops);
@@ -1333,6 +1343,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("init-method-std", m.init_method_std);
   line("embedding-init-method-std", m.embedding_init_method_std);  // also the embeddings' weight decay
   line("precision", dtype_name(m.dtype));
+  line("gelu", gelu_name(m.gelu));
   line("micro-batch-size", o.micro_batch_size);
   line("global-batch-size", o.global_batch_size);
   line("train-iters", o.train_iters);

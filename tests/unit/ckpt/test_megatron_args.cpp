@@ -132,7 +132,7 @@ TEST(MegatronArgs, DtypeShapeAndPadding) {
 
 // Megatron's GELU: the fused bias-GELU (the default) is the tanh approximation; without it the
 // legacy model computes openai_gelu's tanh one when asked, else torch's erf one, and Megatron-
-// core's the erf one whatever openai_gelu says.
+// core's the erf one whatever openai_gelu says (Transformer Engine's activation: tanh).
 TEST(MegatronArgs, GeluForm) {
   auto a = gpt2_345m();
   EXPECT_EQ(config(a).gelu, Gelu::Tanh);
@@ -150,6 +150,9 @@ TEST(MegatronArgs, GeluForm) {
   EXPECT_EQ(config(a).gelu, Gelu::Tanh);
   a["use_legacy_models"] = false;
   EXPECT_EQ(config(a).gelu, Gelu::Erf);
+  a["use_te_activation_func"] = true;  // Transformer Engine's GELU: the tanh approximation
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
+  a["use_te_activation_func"] = false;
   a["bias_gelu_fusion"] = true;
   EXPECT_EQ(config(a).gelu, Gelu::Tanh);
 }

@@ -494,6 +494,13 @@ TEST(Options, NoBiasGeluFusionIsTheErfGelu) {
   EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--openai-gelu"}).model.gelu, Gelu::Erf);  // Megatron-core's
   EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--use-mcore-models", "--openai-gelu"}).model.gelu, Gelu::Erf);
   EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--openai-gelu", "--use-legacy-models"}).model.gelu, Gelu::Tanh);
+  // Megatron-DeepSpeed has the legacy model only; Transformer Engine's GELU is the tanh one.
+  const std::string ds = write_yaml("gelu_ds.json", "{}\n");
+  EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--openai-gelu", "--deepspeed", "--deepspeed_config", ds}).model.gelu,
+            Gelu::Tanh);
+  EXPECT_EQ(parse({"--no-bias-gelu-fusion", "--use-te-activation-func"}).model.gelu, Gelu::Tanh);
+  // --use-legacy-models is then no flag without effect.
+  EXPECT_TRUE(parse({"--no-bias-gelu-fusion", "--openai-gelu", "--use-legacy-models"}).flags_without_effect.empty());
   const std::string yaml = write_yaml("erf_gelu", "no-bias-gelu-fusion: true\n");
   EXPECT_EQ(parse({"--config", yaml}).model.gelu, Gelu::Erf);
   // No longer among the flags without effect.
