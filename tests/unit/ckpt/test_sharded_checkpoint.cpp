@@ -319,7 +319,8 @@ TEST(ShardedCheckpoint, ModelShapeCheckRefusesTheOtherGelu) {
     ADD_FAILURE() << "accepted";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()), "--load: DIR is a model with the erf GELU, this run has the tanh GELU (the erf "
-                                     "GELU is Megatron's --no-bias-gelu-fusion)");
+                                     "GELU is Megatron's --no-bias-gelu-fusion, without --openai-gelu in the legacy "
+                                     "model)");
   }
   run.gelu = Gelu::Erf;
   check_same_model_shape(ckpt, run, "DIR");
