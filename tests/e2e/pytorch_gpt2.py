@@ -2,9 +2,12 @@
 """GPT-2 written directly in PyTorch: the independent reference for trident's loss curve.
 
   pytorch_gpt2.py init OUT_DIR --layers L --hidden C --heads H --positions P [--seed S]
+                  [--activation gelu_new|gelu]
       writes a freshly initialised GPT-2 as a Hugging Face folder (config.json,
       model.safetensors), which trident-convert --from hf imports, so both sides start from
-      the same bits.
+      the same bits. --activation: the config's activation_function, GPT-2's tanh GELU
+      (gelu_new, the default) or the exact erf one (gelu, Megatron's --no-bias-gelu-fusion);
+      train and generate compute the one the folder's config names.
   pytorch_gpt2.py train HF_DIR DATA_PREFIX INDEX_MAP --iters N --global-batch G
                   --seq-length S --lr LR --min-lr MIN --warmup-iters W --weight-decay WD
                   --clip-grad CLIP [--eod-mask-loss --micro-batch M [--per-token-loss]]
@@ -22,7 +25,8 @@
 
 What "trained the same way" means here, each piece written from its public definition and
 none of it from trident: pre-LayerNorm GPT-2 (eps 1e-5, tanh GELU, causal softmax attention
-scaled by 1/sqrt(head dim), tied input/output embedding); the mean token cross-entropy of the
+scaled by 1/sqrt(head dim), tied input/output embedding; the erf GELU where the config says
+gelu); the mean token cross-entropy of the
 global batch; gradients clipped to a global L2 norm (Megatron's and torch's coefficient,
 max / (norm + 1e-6)); torch.optim.AdamW (betas 0.9/0.999, eps 1e-8) with weight decay on the
 2-D weights and embeddings only, as Megatron groups them; Megatron's learning rate, linear
@@ -183,8 +187,10 @@ def init_params(layers, hidden, positions, seed, std=0.15):
 
 
 class GPT2(torch.nn.Module):
-    def __init__(self, tensors, layers, heads):
+    def __init__(self, tensors, layers, heads, activation):
         super().__init__()
+        # Hugging Face's names: gelu_new is GPT-2's tanh approximation, gelu the exact erf form.
+        self.approximate = {"gelu_new": "tanh", "gelu": "none"}[activation]
         self.p = torch.nn.ParameterDict({k.replace(".", "__"): torch.nn.Parameter(v.clone()) for k, v in tensors.items()})
         self.layers, self.heads = layers, heads
 
@@ -209,7 +215,7 @@ class GPT2(torch.nn.Module):
             y = (att @ v).transpose(1, 2).reshape(b, t, c)
             x = x + y @ w("attn.c_proj.weight") + w("attn.c_proj.bias")
             h = F.layer_norm(x, (c,), w("ln_2.weight"), w("ln_2.bias"), 1e-5)
-            h = F.gelu(h @ w("mlp.c_fc.weight") + w("mlp.c_fc.bias"), approximate="tanh")
+            h = F.gelu(h @ w("mlp.c_fc.weight") + w("mlp.c_fc.bias"), approximate=self.approximate)
             x = x + h @ w("mlp.c_proj.weight") + w("mlp.c_proj.bias")
         x = F.layer_norm(x, (c,), self.w("ln_f.weight"), self.w("ln_f.bias"), 1e-5)
         return x @ self.w("wte.weight").t()
@@ -251,7 +257,7 @@ def cmd_init(a):
     import os
     os.makedirs(a.out, exist_ok=True)
     write_safetensors(os.path.join(a.out, "model.safetensors"), init_params(a.layers, a.hidden, a.positions, a.seed))
-    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": "gelu_new",
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "activation_function": a.activation,
               "layer_norm_epsilon": 1e-5, "n_layer": a.layers, "n_head": a.heads, "n_embd": a.hidden,
               "n_positions": a.positions, "n_ctx": a.positions, "vocab_size": VOCAB, "tie_word_embeddings": True}
     with open(os.path.join(a.out, "config.json"), "w") as f:
@@ -262,7 +268,8 @@ def cmd_train(a):
     import os
     torch.manual_seed(0)
     config = json.load(open(os.path.join(a.hf, "config.json")))
-    model = GPT2(read_safetensors(os.path.join(a.hf, "model.safetensors")), config["n_layer"], config["n_head"])
+    model = GPT2(read_safetensors(os.path.join(a.hf, "model.safetensors")), config["n_layer"], config["n_head"],
+                 config["activation_function"])
     wte = model.w("wte.weight")
     own_rate = a.decoupled_lr is not None  # the word embedding in a group of its own
     decay = [p for p in model.p.values() if p.dim() == 2 and not (own_rate and p is wte)]  # matrices, embeddings
@@ -338,7 +345,8 @@ def gpt2_byte_decoder():
 def cmd_generate(a):
     import os
     config = json.load(open(os.path.join(a.hf, "config.json")))
-    model = GPT2(read_safetensors(os.path.join(a.hf, "model.safetensors")), config["n_layer"], config["n_head"])
+    model = GPT2(read_safetensors(os.path.join(a.hf, "model.safetensors")), config["n_layer"], config["n_head"],
+                 config["activation_function"])
     tokens = [VOCAB - 1]  # <|endoftext|>
     with torch.no_grad():
         for _ in range(a.tokens):
@@ -359,6 +367,7 @@ def main():
     i.add_argument("--heads", type=int, required=True)
     i.add_argument("--positions", type=int, required=True)
     i.add_argument("--seed", type=int, default=1234)
+    i.add_argument("--activation", choices=["gelu_new", "gelu"], default="gelu_new")
     t = sub.add_parser("train")
     t.add_argument("hf")
     t.add_argument("data")

@@ -6,8 +6,9 @@
 # dropout; one process, then tp2 x pp2 x dp2 with ZeRO 1 under mpirun; then, for the first
 # 30 iterations of the same schedule (the loss rules, not the optimizer, are under test),
 # with --eod-mask-loss in one process and at pp2 x dp2, with --calculate-per-token-loss at
-# pp2 x dp2, and with --reset-position-ids --reset-attention-mask at tp2 x pp2. Then greedy
-# text from trident-generate and from PyTorch (of trident's Hugging Face export).
+# pp2 x dp2, with --reset-position-ids --reset-attention-mask at tp2 x pp2, and with the exact
+# (erf) GELU (--no-bias-gelu-fusion) in one process. Then greedy text from trident-generate and
+# from PyTorch (of trident's Hugging Face export).
 #
 # The weights start in PyTorch (a Hugging Face folder that trident-convert --from hf imports),
 # and the PyTorch side assembles its batches from the .bin/.idx files and trident's cached
@@ -175,6 +176,32 @@ mpirun --oversubscribe -np 4 --bind-to none "$train" "${args[@]}" "${variant[@]}
 compare "$tmp/tb-decoupled4" "--decoupled-lr, pp2 x dp2, ZeRO 1" "$tmp/torch-decoupled.txt" "$short"
 grep -q " learning rate: .* | decoupled learning rate: .* | global batch size:" "$tmp/trident-decoupled4.log" ||
   { echo "FAIL: no decoupled learning rate field in the log line"; fails=$((fails + 1)); }
+# The exact (erf) GELU, Megatron's --no-bias-gelu-fusion: the same initial weights in a Hugging
+# Face folder whose config names "gelu", which trident imports as an erf model. Its curve must
+# differ from the tanh one by more than twice compare's tolerance (measured: loss 4.9e-6, grad
+# norm 4.4e-5 apart), or the check could not tell the two GELUs apart.
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" init "$tmp/hf-erf" --layers 2 --hidden 64 --heads 4 --positions "$seq" \
+  --activation gelu
+"$convert" --from hf --load "$tmp/hf-erf" --save "$tmp/ckpt-erf" >/dev/null
+"$py" "$repo/tests/e2e/pytorch_gpt2.py" train "$tmp/hf-erf" "$tmp/demo_text_document" "${maps[0]}" "${torch_variant[@]}" \
+  --global-batch "$gb" --seq-length "$seq" --lr "$lr" --min-lr "$min_lr" --warmup-iters "$warmup" \
+  --weight-decay "$wd" --clip-grad "$clip" >"$tmp/torch-erf.txt"
+python3 - "$tmp/torch-short.txt" "$tmp/torch-erf.txt" <<'PY' || { echo "FAIL erf curve"; fails=$((fails + 1)); }
+import sys
+a, b = ([tuple(map(float, l.split()[1:])) for l in open(f)] for f in sys.argv[1:3])
+dl = max(abs(x[0] - y[0]) / x[0] for x, y in zip(a, b))
+dn = max(abs(x[1] - y[1]) / x[1] for x, y in zip(a, b))
+print(f"PyTorch, the erf GELU against the tanh one: loss {dl:.1e}, grad norm {dn:.1e} apart")
+sys.exit(0 if dl > 4e-6 or dn > 2e-5 else "too close to tell apart")
+PY
+erf_args=()
+for word in "${args[@]}"; do
+  [[ $word == "$tmp/ckpt" ]] && word=$tmp/ckpt-erf
+  erf_args+=("$word")
+done
+OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 "$train" "${erf_args[@]}" "${variant[@]}" --no-bias-gelu-fusion \
+  --tensorboard-dir "$tmp/tb-erf1" >"$tmp/trident-erf1.log"
+compare "$tmp/tb-erf1" "--no-bias-gelu-fusion (erf GELU), one process" "$tmp/torch-erf.txt" "$short"
 # Text: trident-generate (greedy, key/value cache) against PyTorch's greedy decoding of the
 # same checkpoint exported by trident-convert --to hf: 40 tokens from <|endoftext|>,
 # end-of-text tokens kept. The imported initial weights, not the trained ones: after 60
