@@ -274,7 +274,12 @@ int run(int argc, char** argv) {
     const uint64_t first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample)
                            : valid ? meta.trainer_state.value("consumed_valid_samples", uint64_t{0})
                                    : 0;
-    if (opt.multiple_validation_sets && valid) {
+    if (opt.has_weighted_split_paths()) {  // BigScience's groups: each set alone, by its name
+      auto& group_sets = valid ? d.valid_sets : d.test_sets;
+      const auto& groups = opt.weighted_split_groups[valid ? 1 : 2];
+      for (size_t k = 0; k < group_sets.size(); ++k)
+        sets.push_back({std::move(group_sets[k]), groups[k].name + " set", first, opt.eval_iters});
+    } else if (opt.multiple_validation_sets && valid) {
       for (size_t k = 0; k < d.valid_sets.size(); ++k)
         sets.push_back({std::move(d.valid_sets[k]), "validation-" + std::to_string(k) + " set", first, opt.eval_iters});
     } else if (auto data = std::move(valid ? d.valid : d.test)) {
@@ -343,7 +348,7 @@ int run(int argc, char** argv) {
                 << seq->windows() << " windows of " << opt.model.seq_length + 1 << " (" << set.iterations
                 << " global batches of " << opt.global_batch_size << ")" << std::endl;
     else
-      std::cout << "trident-eval: " << (opt.multiple_validation_sets && ef.split_name == "valid" ? set.label : ef.split_name + " split")
+      std::cout << "trident-eval: " << ((opt.multiple_validation_sets && ef.split_name == "valid") || opt.has_weighted_split_paths() ? set.label : ef.split_name + " split")
                 << ", samples [" << set.first << ", "
                 << set.first + static_cast<uint64_t>(set.iterations) * opt.global_batch_size << ") ("
                 << set.iterations << " global batches of " << opt.global_batch_size << ")" << std::endl;

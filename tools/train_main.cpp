@@ -256,7 +256,9 @@ int train(int argc, char** argv) {
         !warning.empty() && parallel->world_rank() == 0)
       std::cout << "trident-train: warning: " << warning << std::endl;
   trainer.set_record_history(false);
-  if (opt.multiple_validation_sets)
+  if (opt.has_weighted_split_paths())
+    trainer.set_evaluation_data(std::move(data.valid_sets), std::move(data.test_sets));
+  else if (opt.multiple_validation_sets)
     trainer.set_evaluation_data(std::move(data.valid_sets), std::move(data.test));
   else
     trainer.set_evaluation_data(std::move(data.valid), std::move(data.test));

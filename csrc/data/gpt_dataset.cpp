@@ -103,6 +103,14 @@ std::array<uint64_t, 4> split_boundaries(const std::string& split, uint64_t n) {
   return out;
 }
 
+std::pair<uint64_t, uint64_t> document_range(const DocumentFractions& f, uint64_t n) {
+  // Python's round(x) of a float: the nearest integer, halves to even, which nearbyint gives in
+  // the default rounding mode (0.5 * 5 = 2.5 -> 2, 0.5 * 7 = 3.5 -> 4).
+  const auto python_round = [](double x) { return static_cast<uint64_t>(std::nearbyint(x)); };
+  const double docs = static_cast<double>(n);
+  return {python_round(f.start * docs), python_round(f.end * docs)};
+}
+
 uint64_t num_epochs(uint64_t tokens_per_epoch, int seq_length, uint64_t samples) {
   TRIDENT_CHECK(tokens_per_epoch > 0 && seq_length > 0, "tokens ", tokens_per_epoch);
   uint64_t epochs = 0, total = 0;
@@ -398,6 +406,28 @@ DatasetIdentity dataset_identity(const DataBlend& blend, const char* role, size_
           blend.prefixes[k]};
 }
 
+// BigScience's weighted split group: each prefix read over its fractions of its documents
+// (document_range), blended as a per-split path's blend. A fraction that picks no document
+// is refused (BigScience builds no dataset there and fails later, on None).
+std::unique_ptr<SampleSource> build_weighted_split_group(const DataBlend& group,
+                                                         const std::vector<std::shared_ptr<const IndexedDataset>>& data,
+                                                         const char* split, uint64_t wanted,
+                                                         const GptDatasetConfig& cfg) {
+  TRIDENT_CHECK(group.fractions.size() == group.prefixes.size(), group.flag, ": ", group.fractions.size(),
+                " document ranges for ", group.prefixes.size(), " prefixes");
+  SplitOfBlend sb{group, data, {}, split, " (" + group.flag + ")", group.flag, /*per_split=*/true};
+  for (size_t k = 0; k < data.size(); ++k) {
+    const DocumentFractions& f = group.fractions[k];
+    const auto [begin, end] = document_range(f, data[k]->size());
+    if (end <= begin)
+      throw ConfigError(detail::concat(group.flag, ": ", f.start, ":", f.end, " of ", group.prefixes[k], " (",
+                                       data[k]->size(), " documents) is documents [", begin, ", ", end,
+                                       "): none to read"));
+    sb.ranges.emplace_back(begin, end);
+  }
+  return build_split(sb, wanted, cfg);
+}
+
 }  // namespace
 
 DataBlend parse_data_path(const std::vector<std::string>& words, const std::string& flag) {
@@ -467,10 +497,13 @@ std::vector<DatasetIdentity> data_blend_identities(const DataBlend& blend, const
 std::vector<DatasetIdentity> gpt_dataset_identities(const GptDatasetConfig& cfg, OpenedDatasets& opened) {
   std::vector<DatasetIdentity> ids = data_blend_identities(cfg.blend, "split", opened);
   const char* names[3] = {"train", "valid", "test"};
-  for (int s = 0; s < 3; ++s) {
-    const std::vector<DatasetIdentity> split = data_blend_identities(cfg.per_split[s], names[s], opened);
-    ids.insert(ids.end(), split.begin(), split.end());
-  }
+  const auto append = [&](const DataBlend& blend, const char* role) {
+    const std::vector<DatasetIdentity> more = data_blend_identities(blend, role, opened);
+    ids.insert(ids.end(), more.begin(), more.end());
+  };
+  for (int s = 0; s < 3; ++s) append(cfg.per_split[s], names[s]);
+  for (int s = 0; s < 3; ++s)
+    for (const DataBlend& group : cfg.weighted_split_groups[s]) append(group, names[s]);
   return ids;
 }
 
@@ -480,9 +513,16 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg, OpenedDatasets* o
   TRIDENT_CHECK(opened->vocab_size() == cfg.vocab_size, "datasets opened for vocabulary ", opened->vocab_size(),
                 ", built for ", cfg.vocab_size);
   const bool per_split = std::any_of(cfg.per_split.begin(), cfg.per_split.end(), [](const auto& b) { return !b.empty(); });
+  const bool weighted_groups = std::any_of(cfg.weighted_split_groups.begin(), cfg.weighted_split_groups.end(),
+                                           [](const auto& groups) { return !groups.empty(); });
   if (!cfg.blend.empty() && per_split)
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
-  if (cfg.blend.empty() && !per_split) throw ConfigError("--data-path is required");
+  if (weighted_groups && (!cfg.blend.empty() || per_split))
+    throw ConfigError("--train/--valid/--test-weighted-split-paths and --data-path or the per-split paths are "
+                      "alternatives: give one");
+  if (weighted_groups && cfg.weighted_split_groups[0].size() > 1)
+    throw ConfigError(cfg.weighted_split_groups[0][1].flag + ": the training takes one group");
+  if (cfg.blend.empty() && !per_split && !weighted_groups) throw ConfigError("--data-path is required");
   if (cfg.seq_length < 1) throw ConfigError("--seq-length must be positive");
   if (cfg.seed > kMaxDataSeed)
     throw ConfigError(detail::concat("--seed ", cfg.seed, ": the samples are ordered as Megatron orders them, by "
@@ -505,6 +545,19 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg, OpenedDatasets* o
     return data;
   };
   std::unique_ptr<SampleSource>* split_out[3] = {&out.train, &out.valid, &out.test};
+  if (weighted_groups) {
+    std::vector<std::unique_ptr<SampleSource>>* sets_out[3] = {nullptr, &out.valid_sets, &out.test_sets};
+    for (int s = 0; s < 3; ++s)
+      for (const DataBlend& group : cfg.weighted_split_groups[s]) {
+        std::unique_ptr<SampleSource> set = build_weighted_split_group(group, open(group), names[s], wanted[s], cfg);
+        if (!set) continue;  // not wanted (no evaluation)
+        if (s == 0)
+          out.train = std::move(set);
+        else
+          sets_out[s]->push_back(std::move(set));
+      }
+    return out;
+  }
   if (!per_split) {
     const auto data = open(cfg.blend);
     if (std::all_of(data.begin(), data.end(), [](const auto& d) { return d->size() == 0; }))  // not --split's fault

@@ -42,9 +42,22 @@ class IndexedDataset;
 // Megatron's blend: prefixes with normalised weights, or without weights ("A B C"): then each
 // prefix contributes one epoch of its split, mixed in proportion to those epochs' sample
 // counts, and the blend holds at most their sum (Megatron's "unweighted" case).
+// BigScience's document range of one dataset of a weighted split path ("0.3 0.1:0.8 PREFIX"): the
+// fractions [start, end) of its documents, 0 <= start < end <= 1.
+struct DocumentFractions {
+  double start = 0, end = 1;
+};
+
+// The documents [begin, end) that `f` picks of n, by BigScience's get_split_by_range_:
+// round(start * n) and round(end * n) in double arithmetic, Python's round (halves to even).
+std::pair<uint64_t, uint64_t> document_range(const DocumentFractions& f, uint64_t n);
+
 struct DataBlend {
   std::vector<std::string> prefixes;
   std::vector<double> weights;  // empty: unweighted
+  // Per prefix, the part of its documents read (BigScience's weighted split paths); empty:
+  // all of them, or --split's part of them.
+  std::vector<DocumentFractions> fractions;
   std::string flag;             // what gave it, as errors name it ("--data-path")
   bool empty() const { return prefixes.empty(); }
 };
@@ -68,6 +81,13 @@ struct GptDatasetConfig {
   // one epoch); with `blend` the validation split stays one blended set. Either way the sets
   // land in TrainValidTest::valid_sets.
   bool multiple_validation_sets = false;
+  // BigScience's --train/--valid/--test-weighted-split-paths: per split, named blends (their
+  // names stay with the options) whose prefixes are each read over their `fractions`, weighted
+  // or not as a per-split path's blend (one prefix: its dataset alone, its weight unused).
+  // The training takes one group; each validation group is a validation set of its own
+  // (TrainValidTest::valid_sets), each test group a test set (test_sets), in their order.
+  // Instead of `blend` and `per_split`.
+  std::array<std::vector<DataBlend>, 3> weighted_split_groups;
   std::string cache_dir;  // empty: beside the data
   int64_t vocab_size = 0;  // the tokenizer's: samples with ids outside [0, vocab_size) throw (0: unchecked)
 };
@@ -91,9 +111,11 @@ struct DatasetIdentity {
 
 struct TrainValidTest {
   std::unique_ptr<SampleSource> train, valid, test;  // null when a split is empty/0 wanted
-  // With multiple_validation_sets, the validation sets in the order of their prefixes (valid
-  // is then null).
+  // With multiple_validation_sets, the validation sets in the order of their prefixes, with
+  // validation weighted split groups in the order of the groups (valid is then null).
   std::vector<std::unique_ptr<SampleSource>> valid_sets;
+  // With test weighted split groups, the test sets in their order (test is then null).
+  std::vector<std::unique_ptr<SampleSource>> test_sets;
   // One line each (without "warning: ") for the run's start: a validation or test split
   // that is wanted but that --split leaves without documents; int32 tokens for a vocabulary
   // that Megatron would have stored as uint16 (data made with another tokenizer?).

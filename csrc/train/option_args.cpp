@@ -25,6 +25,9 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "train-data-path") return &o.train_data_path;
   if (flag == "valid-data-path") return &o.valid_data_path;
   if (flag == "test-data-path") return &o.test_data_path;
+  if (flag == "train-weighted-split-paths") return &o.weighted_split_paths[0];
+  if (flag == "valid-weighted-split-paths") return &o.weighted_split_paths[1];
+  if (flag == "test-weighted-split-paths") return &o.weighted_split_paths[2];
   if (flag == "rampup-batch-size") return &o.rampup_batch_size;
   if (flag == "step-batch-size-schedule") return &o.step_batch_size_schedule;
   if (flag == "iterations-to-skip") return &o.iterations_to_skip_words;
@@ -33,6 +36,13 @@ std::vector<std::string>* word_list(TrainOptions& o, const std::string& flag) {
   if (flag == "recompute-modules") return &o.recompute_modules;
   if (is_list_flag_without_effect(flag)) return &o.words_without_effect[flag];
   return nullptr;
+}
+
+// BigScience's weighted split paths take groups, each one word with spaces inside ("NAME: 1
+// 0:1 P"): in the config file a plain string is one group too, not words split at whitespace.
+bool is_group_list(const std::string& flag) {
+  return flag == "train-weighted-split-paths" || flag == "valid-weighted-split-paths" ||
+         flag == "test-weighted-split-paths";
 }
 
 bool is_word_list(const std::string& flag) {
@@ -65,7 +75,7 @@ ConfigValue yaml_value(const std::string& flag, const FlagDef& def, const YAML::
   } else if (is_word_list(flag)) {
     if (value.IsSequence()) {
       for (const auto& item : value) v.words.push_back(scalar(item));
-    } else if (value.Tag() == "!") {  // quoted: one word, spaces and all (a path with a space)
+    } else if (value.Tag() == "!" || is_group_list(flag)) {  // quoted: one word, spaces and all (a path with a space)
       v.words.push_back(scalar(value));
     } else {
       std::istringstream words(scalar(value));
@@ -195,6 +205,7 @@ GatheredArgs gather_args(int argc, const char* const* argv, TrainOptions& o) {
                                          : name == "iterations-to-skip" ? ": expected one or more iterations"
                                          : name == "skip-train-iteration-range" ? ": expected one or more ranges FIRST-LAST"
                                          : name == "recompute-modules" ? ": expected one or more modules (core_attn)"
+                                         : is_group_list(name) ? ": expected one or more groups \"NAME: W S:E PREFIX, ...\""
                                                                        : ": expected a prefix"));
     } else if (name == "config") {
       if (!value) check_separate_value("--config", i + 1 < argc ? argv[i + 1] : nullptr);

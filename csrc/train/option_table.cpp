@@ -700,6 +700,19 @@ const std::vector<FlagDef>& flag_defs() {
                          "line)"},
       {"per-split-data-args-path", "a JSON file {\"train\": ..., \"valid\": ..., \"test\": ...}, each "
                                    "--train-data-path's words as a string or a list (instead of the per-split paths)"},
+      {"train-weighted-split-paths", "BigScience's one training group \"NAME: W1 S1:E1 PREFIX1, W2 S2:E2 PREFIX2\": "
+                                     "documents [round(S n), round(E n)) of each prefix, blended by the weights "
+                                     "(instead of --data-path and the per-split paths)"},
+      {"valid-weighted-split-paths", "BigScience's validation groups, each a word in --train-weighted-split-paths' "
+                                     "form, each evaluated alone and reported under its NAME"},
+      {"test-weighted-split-paths", "BigScience's test groups, each a word in --train-weighted-split-paths' form, "
+                                    "each evaluated alone and reported under its NAME"},
+      {"train-weighted-split-paths-path", "a file of --train-weighted-split-paths' group: one line \"GROUP\" ended "
+                                          "by a newline"},
+      {"valid-weighted-split-paths-path", "a file of --valid-weighted-split-paths' groups: one line \"GROUP1\" "
+                                          "\"GROUP2\" ... ended by a newline"},
+      {"test-weighted-split-paths-path", "a file of --test-weighted-split-paths' groups: one line \"GROUP1\" "
+                                         "\"GROUP2\" ... ended by a newline"},
       {"data-cache-path", "where dataset index maps are cached (default: beside the data)"},
       {"mock-data", "train on synthetic tokens (also the default without --data-path, with a note)", true},
       {"eod-mask-loss", "no loss on the token after each end-of-document token (<|endoftext|>); each "
@@ -832,6 +845,11 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
       {"per-split-data-args-path", "valid-data-path"},
       {"per-split-data-args-path", "test-data-path"},
       {"data-args-path", "per-split-data-args-path"},
+      // BigScience's weighted split paths (its data loading mode 2) against the other ways of
+      // giving data (mode 1, and Megatron's), each flag against its -path form.
+      {"train-weighted-split-paths", "train-weighted-split-paths-path"},
+      {"valid-weighted-split-paths", "valid-weighted-split-paths-path"},
+      {"test-weighted-split-paths", "test-weighted-split-paths-path"},
       // --mock-data against each real source.
       {"mock-data", "data-args-path"},
       {"mock-data", "per-split-data-args-path"},
@@ -843,12 +861,38 @@ const std::vector<std::vector<std::string>>& alternative_groups() {
   return groups;
 }
 
+// Every flag of `flags` against every flag of `others` (pairs, not one group: the flags of
+// each list go together).
+std::vector<std::vector<std::string>> pairs_across(const std::vector<std::string>& flags,
+                                                   const std::vector<std::string>& others) {
+  std::vector<std::vector<std::string>> pairs;
+  for (const std::string& f : flags)
+    for (const std::string& o : others) pairs.push_back({f, o});
+  return pairs;
+}
+
+// alternative_groups, and BigScience's weighted split paths (its data loading mode 2)
+// against its mode 1 (--data-path, --split) and every other source of data.
+const std::vector<std::vector<std::string>>& all_alternative_groups() {
+  static const std::vector<std::vector<std::string>> groups = [] {
+    std::vector<std::vector<std::string>> all = alternative_groups();
+    const auto weighted = pairs_across(
+        {"train-weighted-split-paths", "valid-weighted-split-paths", "test-weighted-split-paths",
+         "train-weighted-split-paths-path", "valid-weighted-split-paths-path", "test-weighted-split-paths-path"},
+        {"data-path", "split", "train-data-path", "valid-data-path", "test-data-path", "data-args-path",
+         "per-split-data-args-path", "mock-data"});
+    all.insert(all.end(), weighted.begin(), weighted.end());
+    return all;
+  }();
+  return groups;
+}
+
 }  // namespace
 
 // The same flag, or another flag of one of its alternative groups.
 bool overridden_by_command_line(const std::string& flag, const std::set<std::string>& cli_flags) {
   if (cli_flags.count(flag)) return true;
-  for (const std::vector<std::string>& group : alternative_groups()) {
+  for (const std::vector<std::string>& group : all_alternative_groups()) {
     if (std::find(group.begin(), group.end(), flag) == group.end()) continue;
     for (const std::string& other : group)
       if (cli_flags.count(other)) return true;

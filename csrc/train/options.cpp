@@ -335,6 +335,39 @@ void read_data_args_files(const Flags& f, TrainOptions& o) {
   }
 }
 
+// BigScience's --train/--valid/--test-weighted-split-paths, or their -path files: the groups
+// of each split (train/weighted_split_paths.h). Its data loading mode 2, instead of mode 1
+// (--data-path and --split: BigScience asserts both are None) and of the per-split paths.
+void read_weighted_split_paths(const Flags& f, TrainOptions& o) {
+  const char* splits[3] = {"train", "valid", "test"};
+  for (int s = 0; s < 3; ++s) {
+    const std::string flag = std::string("--") + splits[s] + "-weighted-split-paths";
+    const std::string file_flag = flag + "-path", file_flag_name = file_flag.substr(2);
+    if (f.has(file_flag_name.c_str())) {
+      if (!o.weighted_split_paths[s].empty())
+        throw ConfigError(flag + " and " + file_flag + " both give the " + splits[s] + " groups: give one");
+      const std::string path = f.str(file_flag_name.c_str());
+      o.weighted_split_paths[s] = read_weighted_split_paths_file(path, file_flag);
+      o.weighted_split_paths_flags[s] = file_flag + " " + path;
+    }
+    if (!o.weighted_split_paths[s].empty())
+      o.weighted_split_groups[s] =
+          parse_weighted_split_paths(o.weighted_split_paths[s], o.weighted_split_paths_flags[s], /*one_group=*/s == 0);
+  }
+  if (!o.has_weighted_split_paths()) return;
+  const std::string given = o.weighted_split_paths_flags[!o.weighted_split_groups[0].empty()   ? 0
+                                                         : !o.weighted_split_groups[1].empty() ? 1
+                                                                                               : 2];
+  const std::string mode1 = !o.data_path.empty() ? o.data_path_flag
+                            : f.has("split")     ? std::string("--split")
+                                                 : std::string();
+  if (!mode1.empty())
+    throw ConfigError(given + " and " + mode1 + " are alternatives (BigScience's data loading modes 2 and 1): give one");
+  for (int s = 0; s < 3; ++s)
+    if (!(s == 0 ? o.train_data_path : s == 1 ? o.valid_data_path : o.test_data_path).empty())
+      throw ConfigError(given + " and " + o.split_data_path_flags[s] + " are alternatives: give one");
+}
+
 // Megatron-DeepSpeed's --deepspeed --deepspeed_config FILE: DeepSpeed's engine takes the
 // precision, the fp16 loss scaler, the clipping and the ZeRO stage from the file, over
 // Megatron's flags for them. Here a flag that is given must agree with the file (one line
@@ -659,6 +692,7 @@ void read_run_flags(const Flags& f, TrainOptions& o) {
   f.get("reset-attention-mask", o.reset_attention_mask);
   f.get("calculate-per-token-loss", o.calculate_per_token_loss);
   read_data_args_files(f, o);
+  read_weighted_split_paths(f, o);
   f.get("async-save", o.async_save);
   if (f.has("save") && o.save.empty()) throw ConfigError("--save: expected a directory");
   if (f.has("load") && o.load.empty()) throw ConfigError("--load: expected a directory");
@@ -923,7 +957,9 @@ void validate_run(TrainOptions& o) {
     throw ConfigError("--vocab-size is required for NullTokenizer (its ids are 0 to V - 1, V the end of document)");
   if (o.has_data() && o.vocab_file.empty() && o.tokenizer_type != "NullTokenizer")
     throw ConfigError(std::string("--vocab-file is required with --") +
-                      (o.data_path.empty() ? "train-data-path/--valid-data-path/--test-data-path" : "data-path"));
+                      (!o.data_path.empty()              ? "data-path"
+                       : o.has_weighted_split_paths() ? "train-weighted-split-paths (or --valid-/--test-)"
+                                                      : "train-data-path/--valid-data-path/--test-data-path"));
   if (!o.data_path.empty() && (!o.train_data_path.empty() || !o.valid_data_path.empty() || !o.test_data_path.empty()))
     throw ConfigError("--data-path and --train-data-path/--valid-data-path/--test-data-path are alternatives: give one");
   check_positive(o.tensor_model_parallel_size, "tensor-model-parallel-size");
@@ -953,6 +989,9 @@ void validate_run(TrainOptions& o) {
                       "(synthetic tokens have no end)");
   if (o.multiple_validation_sets && !o.full_validation && !o.skip_train)  // Megatron's NotImplementedError
     throw ConfigError("--multiple-validation-sets needs --full-validation (or --skip-train), as Megatron's");
+  if (o.multiple_validation_sets && o.has_weighted_split_paths())
+    throw ConfigError("--multiple-validation-sets cuts --valid-data-path into its prefixes; with " +
+                      o.weighted_split_paths_flags[1] + " each group is a validation set already: give one");
   if (o.multiple_validation_sets && !o.has_data())
     throw ConfigError("--multiple-validation-sets: the validation sets are the prefixes of --valid-data-path: give it");
   // Megatron's asserts with --save: positive, a multiple of --save-interval. --keep-last (not
@@ -1414,6 +1453,20 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   line("train-data-path given", !o.train_data_path.empty());
   line("valid-data-path given", !o.valid_data_path.empty());
   line("test-data-path given", !o.test_data_path.empty());
+  // The groups without their prefixes (nodes may mount the data elsewhere): names, weights, ranges.
+  const char* weighted_flags[3] = {"train-weighted-split-paths (names, weights, ranges)",
+                                   "valid-weighted-split-paths (names, weights, ranges)",
+                                   "test-weighted-split-paths (names, weights, ranges)"};
+  for (int split = 0; split < 3; ++split) {
+    std::ostringstream groups;
+    for (const WeightedSplitGroup& g : o.weighted_split_groups[split]) {
+      groups << g.name << ":";
+      for (size_t k = 0; k < g.blend.prefixes.size(); ++k)
+        groups << " " << g.blend.weights[k] << " " << g.blend.fractions[k].start << ":" << g.blend.fractions[k].end;
+      groups << "; ";
+    }
+    line(weighted_flags[split], groups.str());
+  }
   line("split", o.split);
   line("mid-level-dataset-surplus", o.mid_level_dataset_surplus ? std::to_string(*o.mid_level_dataset_surplus) : "");
   line("eod-mask-loss", o.eod_mask_loss);

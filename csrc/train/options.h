@@ -15,6 +15,7 @@
 #include "parallel/pipeline_split.h"
 #include "train/batch_schedule.h"
 #include "train/data_skip_ranges.h"
+#include "train/weighted_split_paths.h"
 #include "train/deepspeed_config.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
@@ -336,8 +337,19 @@ struct TrainOptions {
   // How errors name them: the flags, or --data-args-path / --per-split-data-args-path's file.
   std::string data_path_flag = "--data-path";
   std::array<std::string, 3> split_data_path_flags = {"--train-data-path", "--valid-data-path", "--test-data-path"};
+  // BigScience's --train/--valid/--test-weighted-split-paths (train/weighted_split_paths.h),
+  // instead of the above: per split, the words given (one group each, or read from the -path
+  // flag's file), how errors name them, and the groups parsed from them.
+  std::array<std::vector<std::string>, 3> weighted_split_paths;
+  std::array<std::string, 3> weighted_split_paths_flags = {
+      "--train-weighted-split-paths", "--valid-weighted-split-paths", "--test-weighted-split-paths"};
+  std::array<std::vector<WeightedSplitGroup>, 3> weighted_split_groups;
+  bool has_weighted_split_paths() const {
+    return !weighted_split_groups[0].empty() || !weighted_split_groups[1].empty() || !weighted_split_groups[2].empty();
+  }
   bool has_data() const {
-    return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty();
+    return !data_path.empty() || !train_data_path.empty() || !valid_data_path.empty() || !test_data_path.empty() ||
+           has_weighted_split_paths();
   }
   std::string vocab_file, merge_file, tokenizer_type = "GPT2BPETokenizer";
   // --tokenizer-type NullTokenizer: the --vocab-size given (its ids; the tokenizer's

@@ -33,6 +33,18 @@ void MegatronScalars::metric(const std::string& name, double value, const RunPos
   if (axes.deepspeed_tokens) writer_.add_scalar(tag + " vs tokens", value, at.tokens);
 }
 
+void MegatronScalars::group_metric(const std::string& group, const std::string& name, double value,
+                                   const RunPosition& at) {
+  if (tags_ == TensorBoardTags::kMegatron) {
+    metric(group + "/" + name, value, at);
+    return;
+  }
+  const std::string tag = "lm-loss-validation/" + group + "/" + name;
+  writer_.add_scalar(tag, value, at.iteration);
+  writer_.add_scalar(tag + " vs samples", value, at.samples);
+  writer_.add_scalar(tag + " vs tokens", value, at.tokens);
+}
+
 void MegatronScalars::at_iteration(const std::string& tag, double value, int64_t iteration) {
   writer_.add_scalar(tag, value, iteration);
 }

@@ -47,6 +47,10 @@ class MegatronScalars {
   };
   void metric(const std::string& name, double value, const RunPosition& at, Axes axes);
   void metric(const std::string& name, double value, const RunPosition& at) { metric(name, value, at, Axes{}); }
+  // A loss of BigScience's weighted split group `group` ("lm loss validation", "lm loss test"):
+  // its tags are BigScience's, "lm-loss-validation/<group>/<name>" with the samples and tokens
+  // axes; Megatron-LM's layout, which has no groups, gets "<group>/<name>" and its samples axis.
+  void group_metric(const std::string& group, const std::string& name, double value, const RunPosition& at);
   // A scalar of the iteration alone, under the same tag in both layouts.
   void at_iteration(const std::string& tag, double value, int64_t iteration);
   // One of Megatron-DeepSpeed's optimizer-state statistics, in either layout (Megatron-LM has

@@ -267,15 +267,24 @@ void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::uniq
 
 void Trainer::set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets,
                                   std::unique_ptr<SampleSource> test) {
+  std::vector<std::unique_ptr<SampleSource>> tests;
+  if (test) tests.push_back(std::move(test));
+  set_evaluation_data(std::move(valid_sets), std::move(tests));
+}
+
+void Trainer::set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets,
+                                  std::vector<std::unique_ptr<SampleSource>> test_sets) {
   valid_ = std::move(valid_sets);
-  test_ = std::move(test);
+  tests_ = std::move(test_sets);
   // An evaluation split can be shorter than the run reads (an unweighted blend holds one
   // epoch): say so now rather than at the evaluation that runs out.
   check_data_covers_run(iteration_, consumed_samples_, consumed_valid_samples_, range_skipped_samples_);
   if (!opt_.full_validation) return;
   for (size_t k = 0; k < valid_.size(); ++k) {
     const int64_t n = validation_iterations(k);
-    const std::string split = opt_.multiple_validation_sets ? validation_set_name(k) + " set" : "validation split";
+    const std::string split = opt_.multiple_validation_sets || !opt_.weighted_split_groups[1].empty()
+                                  ? validation_set_name(k) + " set"
+                                  : "validation split";
     if (n == 0)
       throw ConfigError("--full-validation: the " + split + " holds " + std::to_string(valid_[k]->size()) +
                         " samples, less than a global batch (--global-batch-size " +
@@ -933,7 +942,8 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
             *set, consumed_valid,
             static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
   }
-  if (test_ && opt_.eval_iters > 0) check("test", "--eval-iters", *test_, 0, static_cast<uint64_t>(opt_.eval_iters) * G);
+  for (const auto& test : tests_)
+    if (opt_.eval_iters > 0) check("test", "--eval-iters", *test, 0, static_cast<uint64_t>(opt_.eval_iters) * G);
 }
 
 void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool to_tensorboard,
@@ -950,6 +960,14 @@ void Trainer::log_evaluation(const std::string& where, const EvalResult& r, bool
   const bool test = where.find("test") != std::string::npos;
   if (!tensorboard_ || !to_tensorboard) return;
   MegatronScalars tb = scalars();
+  if (!opt_.weighted_split_groups[test ? 2 : 1].empty()) {  // set_name: a group's
+    const std::string name = test ? "lm loss test" : "lm loss validation";
+    if (!test || tb.tags() == TensorBoardTags::kMegatronDeepSpeed) {
+      tb.group_metric(set_name, name, r.loss, run_position());
+      if (opt_.log_validation_ppl_to_tensorboard) tb.group_metric(set_name, name + " ppl", ppl, run_position());
+    }
+    return;
+  }
   if (!test || tb.tags() == TensorBoardTags::kMegatronDeepSpeed) {
     const std::string name = test ? "lm loss test" : "lm loss " + set_name;
     tb.metric(name, r.loss, run_position());
@@ -1014,7 +1032,10 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
     if (validation_iterations(k) > 0 && !final_evaluation("on validation set", *valid_[k], validation_start(),
                                                           validation_iterations(k), validation_set_name(k)))
       return false;
-  return !(test_ && opt_.eval_iters > 0 && !final_evaluation("on test set", *test_, 0, opt_.eval_iters, "validation"));
+  for (size_t k = 0; k < tests_.size(); ++k)
+    if (opt_.eval_iters > 0 && !final_evaluation("on test set", *tests_[k], 0, opt_.eval_iters, test_set_name(k)))
+      return false;
+  return true;
 }
 
 int64_t full_validation_iterations(uint64_t samples, int64_t global_batch_size) {
@@ -1033,10 +1054,19 @@ int64_t Trainer::validation_iterations() const {
 }
 
 std::string Trainer::validation_set_name(size_t k) const {
+  if (k < opt_.weighted_split_groups[1].size()) return opt_.weighted_split_groups[1][k].name;
   return opt_.multiple_validation_sets ? "validation-" + std::to_string(k) : "validation";
 }
 
-uint64_t Trainer::validation_start() const { return opt_.full_validation ? 0 : consumed_valid_samples_; }
+std::string Trainer::test_set_name(size_t k) const {
+  return k < opt_.weighted_split_groups[2].size() ? opt_.weighted_split_groups[2][k].name : "validation";
+}
+
+uint64_t Trainer::validation_start() const {
+  if (opt_.full_validation) return 0;
+  const uint64_t sets = std::max<uint64_t>(1, valid_.size());
+  return consumed_valid_samples_at_load_ + (consumed_valid_samples_ - consumed_valid_samples_at_load_) / sets;
+}
 
 bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }
 
@@ -1480,6 +1510,8 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   make_run_tokenizer(opt);
   GptDatasetConfig dc;
   if (!opt.data_path.empty()) dc.blend = parse_data_path(opt.data_path, opt.data_path_flag);
+  for (int s = 0; s < 3; ++s)
+    for (const WeightedSplitGroup& g : opt.weighted_split_groups[s]) dc.weighted_split_groups[s].push_back(g.blend);
   const std::vector<std::string>* per_split[3] = {&opt.train_data_path, &opt.valid_data_path, &opt.test_data_path};
   for (int s = 0; s < 3; ++s)
     if (!per_split[s]->empty()) dc.per_split[s] = parse_data_path(*per_split[s], opt.split_data_path_flags[s]);
@@ -1500,6 +1532,8 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   if (!sets.train && !opt.data_path.empty()) throw ConfigError("--split: the training split of --data-path is empty");
   if (!sets.train && !opt.train_data_path.empty())
     throw ConfigError(opt.split_data_path_flags[0] + ": no training documents");
+  if (!sets.train && use == DataUse::kTraining && opt.has_weighted_split_paths())
+    throw ConfigError(opt.weighted_split_paths_flags[0] + " is required (training needs its group)");
   if (!sets.train && use == DataUse::kTraining)
     throw ConfigError(opt.split_data_path_flags[0] == "--train-data-path"
                           ? "--train-data-path is required with --valid-data-path or --test-data-path"
@@ -1510,6 +1544,7 @@ TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse 
   d.valid = std::move(sets.valid);
   d.valid_sets = std::move(sets.valid_sets);
   d.test = std::move(sets.test);
+  d.test_sets = std::move(sets.test_sets);
   return d;
 }
 

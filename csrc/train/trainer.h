@@ -100,6 +100,10 @@ class Trainer {
   void set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test);
   // --multiple-validation-sets: each set evaluated alone, reported as validation-<k>.
   void set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets, std::unique_ptr<SampleSource> test);
+  // BigScience's weighted split groups: each validation and test set evaluated alone and
+  // reported under its group's name (opt.weighted_split_groups).
+  void set_evaluation_data(std::vector<std::unique_ptr<SampleSource>> valid_sets,
+                           std::vector<std::unique_ptr<SampleSource>> test_sets);
 
   IterationResult train_iteration();  // one iteration over the global batch
   // --non-persistent-ckpt-type local: "" when every file system holding local checkpoints has
@@ -231,8 +235,15 @@ class Trainer {
   // whole global batches; summed over the sets, what one validation reads.
   int64_t validation_iterations(size_t k) const;
   int64_t validation_iterations() const;
-  std::string validation_set_name(size_t k) const;  // "validation", or "validation-<k>"
-  // Where every validation set starts reading: 0 with --full-validation, else the samples consumed.
+  // "validation", "validation-<k>", or a weighted split group's name.
+  std::string validation_set_name(size_t k) const;
+  // How the log names test set k: "validation" (Megatron's line), or its group's name.
+  std::string test_set_name(size_t k) const;
+  // Where every validation set starts reading: 0 with --full-validation, else the samples
+  // consumed by one set: with several sets (which each read as much at every validation) the
+  // samples consumed since the start of this run divided among them, after those counted at
+  // the load, as BigScience's data loaders of its validation groups read (each starts at the
+  // loaded count, and counts all groups' samples).
   uint64_t validation_start() const;
   void skip_iteration();
   // --kill-switch-path: whether any rank sees the file (collective when set).
@@ -266,7 +277,8 @@ class Trainer {
 
   TrainOptions opt_;
   Backend& be_;
-  std::unique_ptr<SampleSource> data_, test_;
+  std::unique_ptr<SampleSource> data_;
+  std::vector<std::unique_ptr<SampleSource>> tests_;  // the test sets (none: no test)
   std::vector<std::unique_ptr<SampleSource>> valid_;  // the validation sets (none: no validation)
   std::ostream& log_;
   std::ostream* out_;  // log_ on world rank 0, a null stream elsewhere
@@ -295,6 +307,7 @@ class Trainer {
   std::vector<int32_t> positions_, document_starts_;
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
+  uint64_t consumed_valid_samples_at_load_ = 0;  // the loaded checkpoint's (validation_start)
   uint64_t skipped_samples_ = 0;  // of --iterations-to-skip's iterations (Megatron's skipped_train_samples)
   // --skip-train-iteration-range's: the ranges applied (checkpoints keep them) and the samples
   // they read past, which consumed_samples_ does not count.
@@ -337,6 +350,7 @@ std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt);
 struct TrainData {
   std::unique_ptr<SampleSource> train, valid, test;
   std::vector<std::unique_ptr<SampleSource>> valid_sets;  // --multiple-validation-sets (valid then null)
+  std::vector<std::unique_ptr<SampleSource>> test_sets;   // test weighted split groups (test then null)
 };
 
 // Builds the data the options ask for: the GPTDataset splits of --data-path (sized for

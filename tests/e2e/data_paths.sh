@@ -10,6 +10,8 @@
 #  - --data-path with a per-split path is one error line and exit 2;
 #  - --data-args-path and --per-split-data-args-path (files of those words) train as the
 #    words would, and their errors name the file;
+#  - BigScience's --train/--valid-weighted-split-paths(-path): a group of one prefix over 0:1
+#    trains as --train-data-path P; validation groups report under their names;
 #  - trident-preprocess on a full disk: one line, exit 3, nothing left behind.
 #   tests/e2e/data_paths.sh <trident-train> <trident-preprocess> <repo> <gpt2 dir> <trident-eval>
 set -uo pipefail
@@ -148,6 +150,41 @@ run --train-data-path "$P" --valid-data-path 0.5 "$V" 0.5 "$V2" --train-iters 2 
   >/dev/null 2>"$tmp/multi_w.err"
 [[ $? -eq 2 && $(wc -l <"$tmp/multi_w.err") -eq 1 ]] && grep -q -- '--valid-data-path: --multiple-validation-sets evaluates each prefix alone' "$tmp/multi_w.err" &&
   ok "$(cat "$tmp/multi_w.err")" || fail "--multiple-validation-sets with weights: $(cat "$tmp/multi_w.err")"
+
+# BigScience's weighted split paths. A training group of one dataset over its whole range 0:1
+# is the dataset alone, documents [round(0 n), round(1 n)) = all of them: the samples, so the
+# losses, of --train-data-path P. Two validation groups (from a -path file: one line of quoted
+# groups) are evaluated alone and reported under their names, at each validation and at the
+# end, with a TensorBoard tag each; a malformed group is one line naming the flag.
+run --train-weighted-split-paths "ALL: 1 0:1 $P" --train-iters 6 --eval-iters 0 >"$tmp/wsp_all.log" 2>&1 ||
+  fail "--train-weighted-split-paths: $(tail -1 "$tmp/wsp_all.log")"
+[[ $(losses "$tmp/wsp_all.log" | wc -l) -eq 6 ]] && cmp -s <(losses "$tmp/whole.log") <(losses "$tmp/wsp_all.log") &&
+  ok "--train-weighted-split-paths \"ALL: 1 0:1 P\": the 6 losses of --train-data-path P" ||
+  fail "--train-weighted-split-paths ALL 0:1: $(paste <(losses "$tmp/whole.log") <(losses "$tmp/wsp_all.log") | tr '\n' ' ')"
+printf '"HEAD: 1 0.9:1 %s" "MIX: 1 0:0.5 %s, 3 0.5:1 %s"\n' "$P" "$V" "$V2" >"$tmp/wsp_valid.txt"
+run --train-weighted-split-paths "TRAIN: 1 0:0.9 $P" --valid-weighted-split-paths-path "$tmp/wsp_valid.txt" \
+  --train-iters 4 --eval-interval 2 --eval-iters 1 --tensorboard-dir "$tmp/wsp_tb" >"$tmp/wsp.log" 2>&1 ||
+  fail "--valid-weighted-split-paths-path: $(tail -1 "$tmp/wsp.log")"
+python3 "$repo/tests/unit/train/read_tfevents.py" "$tmp"/wsp_tb/events.out.tfevents.* >"$tmp/wsp_events.txt" 2>/dev/null
+wsp_tb_steps() {  # the steps of a scalar tag of the weighted split run
+  python3 -c 'import sys; print(" ".join(sorted({l.split()[1] for l in open(sys.argv[1]) if l.split()[0] == "scalar" and l.split()[2] != "-" and bytes.fromhex(l.split()[2]).decode() == sys.argv[2]}, key=int)))' "$tmp/wsp_events.txt" "$1"
+}
+# HEAD alone: each group reads its own next samples at each validation (BigScience's loader of
+# each group), so its losses are those it has beside MIX.
+run --train-weighted-split-paths "TRAIN: 1 0:0.9 $P" --valid-weighted-split-paths "HEAD: 1 0.9:1 $P" \
+  --train-iters 4 --eval-interval 2 --eval-iters 1 >"$tmp/wsp_head.log" 2>&1 || fail "HEAD alone: $(tail -1 "$tmp/wsp_head.log")"
+head_n=$(grep -cE '^ HEAD loss at iteration (2|4) (\||on validation set)' "$tmp/wsp.log")
+mix_n=$(grep -cE '^ MIX loss at iteration (2|4) (\||on validation set)' "$tmp/wsp.log")
+if [[ $head_n -eq 3 && $mix_n -eq 3 ]] && cmp -s <(set_losses "$tmp/wsp.log" HEAD) <(set_losses "$tmp/wsp_head.log" HEAD) &&
+    [[ $(wsp_tb_steps "HEAD/lm loss validation") == "2 4" && $(wsp_tb_steps "MIX/lm loss validation") == "2 4" ]]; then
+  ok "--valid-weighted-split-paths-path: groups HEAD and MIX each validated 3 times under their names (HEAD's losses those of HEAD alone), TensorBoard HEAD/ and MIX/lm loss validation at 2 4"
+else
+  fail "weighted validation groups: HEAD $head_n, MIX $mix_n lines, tb '$(wsp_tb_steps "HEAD/lm loss validation")', HEAD $(set_losses "$tmp/wsp.log" HEAD | tr '\n' ' ') alone $(set_losses "$tmp/wsp_head.log" HEAD | tr '\n' ' ')"
+fi
+run --train-weighted-split-paths "TRAIN: 1 0.9:0.2 $P" --train-iters 2 >/dev/null 2>"$tmp/wsp.err"
+[[ $? -eq 2 && $(wc -l <"$tmp/wsp.err") -eq 1 ]] &&
+  grep -qF -- "--train-weighted-split-paths: group \"TRAIN: 1 0.9:0.2 $P\": \"0.9:0.2\": expected 0 <= START < END <= 1" "$tmp/wsp.err" &&
+  ok "$(cat "$tmp/wsp.err")" || fail "a reversed range: $(cat "$tmp/wsp.err")"
 
 # Megatron's NullTokenizer: data that is token ids already ("17 4 9"), --vocab-size V (V the
 # end of document): trident-preprocess writes the ids, trident-train trains on V + 1 tokens.
