@@ -324,6 +324,23 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
                                "nsys)", true},
       {"record-memory-history", "torch's allocator history: not recorded (--log-memory-to-tensorboard logs "
                                 "trident's allocator)", true},
+      {"return-data-index", "Megatron-DeepSpeed's sample index in the batch (for its data analysis): no effect",
+       true},
+      {"log-path", "BigScience's file of the run's arguments: not written (trident-train's first lines give the "
+                   "settings, the checkpoints' metadata.json the model's)"},
+      {"object-storage-cache-path", "Megatron's object-storage index cache: no effect (paths are files)"},
+      // Read by Megatron only with a setting that trident refuses (or for other models).
+      {"trust-remote-code", "read only by Hugging Face tokenizers, which trident does not have", true},
+      {"tiktoken-num-special-tokens", "read only with --tokenizer-type TikTokenizer, which trident refuses"},
+      {"rotary-position-embeddings-theta", "read only with rotary positions; GPT-2's are learned absolute "
+                                           "embeddings"},
+      {"mask-prob", "read only by BERT's and T5's datasets"},
+      {"short-seq-prob", "read only by BERT's and T5's datasets"},
+      {"relative-attention-num-buckets", "read only with relative positions; GPT-2's are learned absolute "
+                                         "embeddings"},
+      {"relative-attention-max-distance", "read only with relative positions; GPT-2's are learned absolute "
+                                          "embeddings"},
+      {"mtp-loss-scaling-factor", "read only with multi-token prediction layers (--mtp-num-layers is 0)"},
   };
   return defs;
 }
@@ -340,6 +357,7 @@ const std::vector<FlagDef>& list_flags_without_effect_defs() {
       {"modules-to-filter", "MODULE ...: Megatron's Python logger filter: no effect"},
       {"custom-recompute-layers-per-stage", "N ...: Megatron-DeepSpeed's recomputed layers per stage (memory): no "
                                             "effect"},
+      {"tiktoken-special-tokens", "TOKEN ...: read only with --tokenizer-type TikTokenizer, which trident refuses"},
   };
   return defs;
 }
@@ -356,7 +374,7 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
   static const char* const kBiases = "GPT-2's linear layers all have biases";
   static const char* const kWandb = "Weights & Biases is not supported; --tensorboard-dir writes Megatron's scalars";
   static const std::vector<FixedSetting> defs = {
-      {"position-embedding-type", false, "learned_absolute", kPositions},
+      {"position-embedding-type", false, "learned_absolute", kPositions, "absolute"},  // BigScience's spelling
       {"use-rotary-position-embeddings", true, nullptr, kPositions},
       {"no-position-embedding", true, nullptr, kPositions},
       {"normalization", false, "LayerNorm", "GPT-2 normalises with LayerNorm", "layernorm"},
@@ -438,6 +456,36 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
                                         "real NaN or Inf: such a step is skipped (--max-nan-iterations)"},
       {"check-for-spiky-loss", true, nullptr, "trident checks the loss and gradients for NaN and Inf only"},
       {"check-for-large-grads", true, nullptr, "trident checks the loss and gradients for NaN and Inf only"},
+      // BigScience's and Megatron-DeepSpeed's settings for other models, losses and optimizers.
+      {"glu-activation", false, nullptr, kGelu},
+      {"pad-vocab-size-to", false, nullptr, "the padding comes from --make-vocab-size-divisible-by (x "
+                                            "--tensor-model-parallel-size)"},
+      {"loss-on-targets-only", true, nullptr, "every target of a sample is trained on (no prefix-LM loss mask; "
+                                              "--eod-mask-loss leaves out the token after each end of document)"},
+      {"reweight-loss-based-on-position-frequency", true, nullptr, "every target's loss weighs the same"},
+      {"use-bnb-optimizer", true, nullptr, "Adam's moments are fp32 (no 8-bit Adam)"},
+      {"embedding-weights-in-fp32", true, nullptr, "the word embedding is kept in the run's dtype, as every "
+                                                   "weight (with fp32 master weights)"},
+      {"tokenizer-name-or-path", false, nullptr, "the tokenizers are GPT-2's BPE (--vocab-file, --merge-file), "
+                                                 "BERT's WordPiece (--vocab-file) and NullTokenizer (--vocab-size)"},
+      {"train-data-exact-num-epochs", false, nullptr, "the training index maps hold the epochs the run reads, as "
+                                                      "Megatron's"},
+      {"reset-iteration", true, nullptr, "a load resumes at the checkpoint's iteration; --finetune starts from "
+                                         "iteration 0 with the weights alone"},
+      {"force-ds-sequence-parallel", true, nullptr, "no DeepSpeed-Ulysses sequence parallelism (Megatron's "
+                                                    "--sequence-parallel is supported)"},
+      {"mlp-type", false, "standard", "GPT-2's MLP is dense (no residual mixture of experts)"},
+      {"moe-expert-parallel-size", false, "1", "GPT-2 is dense (no experts to split)"},
+      {"vocab-extra-ids", false, "0", "GPT-2's BPE vocabulary has no sentinel tokens"},
+      {"decoder-num-layers", false, nullptr, "GPT-2 is decoder-only: its layers are --num-layers"},
+      {"rope-type", false, nullptr, kPositions},
+      {"data-parallel-sharding-strategy", false, "no_shard", "trident shards the optimizer state and the "
+                                                             "gradients with --use-distributed-optimizer or "
+                                                             "--zero-stage 1 or 2, not the parameters"},
+      {"yaml-cfg", false, nullptr, "Megatron's YAML file of its own configuration: give trident's flags in a "
+                                   "--config YAML file"},
+      {"ckpt-convert-format", false, nullptr, "trident-train does not convert checkpoints: trident-convert does"},
+      {"ckpt-convert-save", false, nullptr, "trident-train does not convert checkpoints: trident-convert does"},
   };
   return defs;
 }

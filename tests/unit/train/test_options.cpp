@@ -1233,6 +1233,36 @@ TEST(Options, MegatronDeepSpeedSpellingsAndNewerSwitches) {
                                       "--inprocess-active-world-size"}));
 }
 
+// BigScience's and Megatron-DeepSpeed's flags for GPT-2's settings (BigScience's "absolute"
+// positions), switches that change nothing here (noted), and their other models' and losses'
+// settings, refused in one line with the reason.
+TEST(Options, BigScienceAndDeepSpeedSettings) {
+  const TrainOptions o = parse({"--position-embedding-type", "absolute", "--log-path", "logs", "--return-data-index",
+                                "--tiktoken-special-tokens", "<a>", "<b>", "--mlp-type", "standard",
+                                "--vocab-extra-ids", "0", "--micro-batch-size", "3"});
+  EXPECT_EQ(o.flags_without_effect,
+            (std::vector<std::string>{"--position-embedding-type", "--mlp-type", "--vocab-extra-ids", "--return-data-index",
+                                      "--log-path", "--tiktoken-special-tokens"}));
+  EXPECT_EQ(o.micro_batch_size, 3);
+  EXPECT_EQ(must_fail({"--position-embedding-type", "alibi"}),
+            "--position-embedding-type alibi: not supported: GPT-2's positions are learned absolute embeddings "
+            "(--position-embedding-type learned_absolute)");
+  EXPECT_EQ(must_fail({"--glu-activation", "swiglu"}), "--glu-activation: not supported: GPT-2's MLP is GELU");
+  EXPECT_EQ(must_fail({"--loss-on-targets-only"}),
+            "--loss-on-targets-only: not supported: every target of a sample is trained on (no prefix-LM loss mask; "
+            "--eod-mask-loss leaves out the token after each end of document)");
+  EXPECT_EQ(must_fail({"--pad-vocab-size-to", "50304"}),
+            "--pad-vocab-size-to: not supported: the padding comes from --make-vocab-size-divisible-by (x "
+            "--tensor-model-parallel-size)");
+  EXPECT_EQ(must_fail({"--reset-iteration"}),
+            "--reset-iteration: not supported: a load resumes at the checkpoint's iteration; --finetune starts from "
+            "iteration 0 with the weights alone");
+  EXPECT_EQ(must_fail({"--vocab-extra-ids", "100"}),
+            "--vocab-extra-ids 100: not supported: GPT-2's BPE vocabulary has no sentinel tokens (--vocab-extra-ids 0)");
+  EXPECT_NE(must_fail({"--yaml-cfg", "run.yaml"}).find("give trident's flags in a --config YAML file"),
+            std::string::npos);
+}
+
 // Megatron-LM 2025's implementation switches, second names and settings trident has one way of.
 TEST(Options, Megatron2025FlagsMore) {
   const TrainOptions o =
