@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "core/allocator.h"
+#include "core/gelu.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "core/token_draw.h"
@@ -71,24 +72,7 @@ struct DecodeShape {
 DecodeShape check_decode_shapes(const char* op, const Tensor& qkv, const Tensor& k_cache, const Tensor& v_cache,
                                 const DecodePositions& at, const Tensor& out);
 
-// The GELU of an op (ModelConfig::gelu picks the model's):
-//   Tanh: the tanh approximation ("gelu_new" / "gelu_fast": GPT-2's, Megatron's fused bias-GELU)
-//         gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-//   Erf:  the exact GELU (torch's F.gelu, HF's "gelu", Megatron's without its bias-GELU fusion)
-//         gelu(x) = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x),  gelu'(x) = Phi(x) + x phi(x)
-// They differ by up to 4.7e-4 an activation, so a model trains, loads and generates with its own.
-enum class Gelu : uint8_t { Tanh, Erf };
-// "tanh" or "erf": metadata.json's spelling, and messages'.
-constexpr const char* gelu_name(Gelu g) { return g == Gelu::Erf ? "erf" : "tanh"; }
-// f(std::integral_constant<Gelu, form>{}): an op's runtime form as its loops' or kernels'
-// template parameter, turned in this one place.
-template <typename F>
-void dispatch_gelu(Gelu form, F&& f) {
-  if (form == Gelu::Erf)
-    f(std::integral_constant<Gelu, Gelu::Erf>{});
-  else
-    f(std::integral_constant<Gelu, Gelu::Tanh>{});
-}
+// The GELU of an op: core/gelu.h.
 
 // Backend::magnitude_stats_multi's result: over the elements x of the tensors, in double.
 struct MagnitudeStats {

@@ -3,6 +3,7 @@
 // which std::stod also takes.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,14 @@ inline std::optional<double> parse_decimal(const std::string& raw) {
   } catch (const std::exception&) {
   }
   return std::nullopt;
+}
+
+// A count or an iteration as digits only ("1000"; no sign, space or exponent), at most 18 of
+// them so that it fits int64_t; nullopt otherwise.
+inline std::optional<int64_t> parse_digits(const std::string& text) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return std::stoll(text);
 }
 
 }  // namespace trident

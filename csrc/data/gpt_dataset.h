@@ -39,9 +39,6 @@ namespace trident {
 
 class IndexedDataset;
 
-// Megatron's blend: prefixes with normalised weights, or without weights ("A B C"): then each
-// prefix contributes one epoch of its split, mixed in proportion to those epochs' sample
-// counts, and the blend holds at most their sum (Megatron's "unweighted" case).
 // BigScience's document range of one dataset of a weighted split path ("0.3 0.1:0.8 PREFIX"): the
 // fractions [start, end) of its documents, 0 <= start < end <= 1.
 struct DocumentFractions {
@@ -52,6 +49,9 @@ struct DocumentFractions {
 // round(start * n) and round(end * n) in double arithmetic, Python's round (halves to even).
 std::pair<uint64_t, uint64_t> document_range(const DocumentFractions& f, uint64_t n);
 
+// Megatron's blend: prefixes with normalised weights, or without weights ("A B C"): then each
+// prefix contributes one epoch of its split, mixed in proportion to those epochs' sample
+// counts, and the blend holds at most their sum (Megatron's "unweighted" case).
 struct DataBlend {
   std::vector<std::string> prefixes;
   std::vector<double> weights;  // empty: unweighted

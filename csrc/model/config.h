@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/backend.h"
+#include "core/gelu.h"
 #include "core/dtype.h"
 
 namespace trident {
@@ -33,7 +33,7 @@ struct ModelConfig {
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;
   DType dtype = DType::F32;  // parameters, activations and gradients
-  // The MLP's activation (core/backend.h): GPT-2's tanh approximation, or the exact erf GELU
+  // The MLP's activation (core/gelu.h): GPT-2's tanh approximation, or the exact erf GELU
   // that Megatron computes without its bias-GELU fusion and HF's "gelu" names.
   Gelu gelu = Gelu::Tanh;
 

@@ -1,8 +1,8 @@
 #include "train/data_skip_ranges.h"
 
 #include <algorithm>
-#include <cctype>
 
+#include "core/decimal.h"
 #include "core/error.h"
 
 namespace trident {
@@ -10,10 +10,8 @@ namespace {
 
 // A positive decimal iteration, or nullopt (no sign, no spaces, nothing after the digits).
 std::optional<int64_t> iteration_number(const std::string& s) {
-  if (s.empty() || s.size() > 18 || !std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
-    return std::nullopt;
-  const int64_t n = std::stoll(s);
-  if (n < 1 || n > kMaxSkipIteration) return std::nullopt;
+  const std::optional<int64_t> n = parse_digits(s);
+  if (!n || *n < 1 || *n > kMaxSkipIteration) return std::nullopt;
   return n;
 }
 

@@ -119,10 +119,11 @@ int64_t load_tag_iteration(const std::string& tag) {
   std::string digits = tag;
   for (const char* prefix : {"global_step", "iter_"})
     if (tag.rfind(prefix, 0) == 0) digits = tag.substr(std::string(prefix).size());
-  if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos)
+  const std::optional<int64_t> iteration = parse_digits(digits);
+  if (!iteration)
     throw ConfigError("--load-tag " + tag + ": expected a checkpoint's iteration, as global_step1000 (DeepSpeed's "
                       "tag), iter_0001000 or 1000");
-  return std::stoll(digits);
+  return *iteration;
 }
 
 // BigScience's --eval-only VALUE (argparse type=bool): no training, only the validation and

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/process_id.h"
+#include "core/saturating.h"
 #include "core/stop_signals.h"
 #include "data/array_cache.h"
 #include "data/documents.h"
@@ -911,7 +912,7 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
   // `flags`: what sets how much of this split the run reads.
   auto check = [&](const char* split, const std::string& flags, const SampleSource& data, uint64_t from,
                    uint64_t samples) {
-    const uint64_t end = samples > UINT64_MAX - from ? UINT64_MAX : from + samples;  // a skip's UINT64_MAX
+    const uint64_t end = saturating_add(from, samples);  // a skip's UINT64_MAX
     if (data.size() >= end) return;
     std::string msg = flags + ", " + global_batch_flag(opt_) + " " + std::to_string(G) + ": the " + split + " data has " +
                       std::to_string(data.size()) + " samples, the run reads " + std::to_string(end);
@@ -932,15 +933,14 @@ void Trainer::check_data_covers_run(int64_t iteration, uint64_t consumed, uint64
     check("training",
           detail::concat(opt_.sample_based ? "--train-samples" : "--train-iters",
                          range_skipped + read_past > 0 ? ", --skip-train-iteration-range" : ""),
-          *data_, consumed + range_skipped, read_past > UINT64_MAX - trained ? UINT64_MAX : trained + read_past);
+          *data_, consumed + range_skipped, saturating_add(trained, read_past));
   }
   if (opt_.eval_iters > 0 && !opt_.full_validation) {  // a full validation reads what there is
     const int64_t evaluations = periodic_validations(opt_, iteration, T) + 1;  // and the final one
     for (const auto& set : valid_)
       check("validation", opt_.start_eval_at_iter ? "--eval-iters, --eval-interval, --start-eval-at-iter"
                                                   : "--eval-iters, --eval-interval",
-            *set, consumed_valid,
-            static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
+            *set, validation_set_position(consumed_valid), static_cast<uint64_t>(evaluations * opt_.eval_iters) * G);
   }
   for (const auto& test : tests_)
     if (opt_.eval_iters > 0) check("test", "--eval-iters", *test, 0, static_cast<uint64_t>(opt_.eval_iters) * G);
@@ -1063,9 +1063,12 @@ std::string Trainer::test_set_name(size_t k) const {
 }
 
 uint64_t Trainer::validation_start() const {
-  if (opt_.full_validation) return 0;
-  const uint64_t sets = std::max<uint64_t>(1, valid_.size());
-  return consumed_valid_samples_at_load_ + (consumed_valid_samples_ - consumed_valid_samples_at_load_) / sets;
+  return opt_.full_validation ? 0 : validation_set_position(consumed_valid_samples_);
+}
+
+uint64_t Trainer::validation_set_position(uint64_t consumed_valid) const {
+  const bool own_positions = !opt_.weighted_split_groups[1].empty() && valid_.size() > 1;
+  return own_positions ? consumed_valid / valid_.size() : consumed_valid;
 }
 
 bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }

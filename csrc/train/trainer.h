@@ -239,12 +239,16 @@ class Trainer {
   std::string validation_set_name(size_t k) const;
   // How the log names test set k: "validation" (Megatron's line), or its group's name.
   std::string test_set_name(size_t k) const;
-  // Where every validation set starts reading: 0 with --full-validation, else the samples
-  // consumed by one set: with several sets (which each read as much at every validation) the
-  // samples consumed since the start of this run divided among them, after those counted at
-  // the load, as BigScience's data loaders of its validation groups read (each starts at the
-  // loaded count, and counts all groups' samples).
+  // Where every validation set starts reading: 0 with --full-validation, else
+  // validation_set_position of the samples consumed.
   uint64_t validation_start() const;
+  // The samples each validation set has read, of `consumed_valid` counted over all sets (as
+  // BigScience's and Megatron's consumed_valid_samples count them). Megatron's sets (and one
+  // set) read from that count; BigScience's weighted split groups each read their own next
+  // samples, as much at every validation, so each has read an equal share of it. (BigScience's
+  // loaders all restart at the whole count after a resume, which would make a resumed run's
+  // validations differ from the uninterrupted run's: trident keeps the shares.)
+  uint64_t validation_set_position(uint64_t consumed_valid) const;
   void skip_iteration();
   // --kill-switch-path: whether any rank sees the file (collective when set).
   bool kill_switch_found() const;
@@ -307,7 +311,6 @@ class Trainer {
   std::vector<int32_t> positions_, document_starts_;
   int64_t iteration_ = 0;
   uint64_t consumed_samples_ = 0, consumed_valid_samples_ = 0;
-  uint64_t consumed_valid_samples_at_load_ = 0;  // the loaded checkpoint's (validation_start)
   uint64_t skipped_samples_ = 0;  // of --iterations-to-skip's iterations (Megatron's skipped_train_samples)
   // --skip-train-iteration-range's: the ranges applied (checkpoints keep them) and the samples
   // they read past, which consumed_samples_ does not count.

@@ -998,7 +998,6 @@ std::vector<int> Trainer::restore_checkpoint(ShardedCheckpointReader& ckpt) {
                      ? saved_scheduler_position(schedule_, st, consumed_samples_, consumed_tokens_)
                      : schedule_.step(LrPosition{}, 0, 0);
     consumed_valid_samples_ = st.value("consumed_valid_samples", uint64_t{0});
-    consumed_valid_samples_at_load_ = consumed_valid_samples_;
     skipped_samples_ = st.value("skipped_train_samples", uint64_t{0});
     if (opt_.has_data() && consumed_samples_ > 0) note_sample_order(st, dir, opt_.seed, *out_);
     skipped_iterations_ = st.value("skipped_iterations", int64_t{0});

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/saturating.h"
 #include "data/gpt_dataset.h"
 
 namespace trident {
@@ -55,8 +56,7 @@ class PhaseWindow : public SampleSource {
  public:
   PhaseWindow(std::unique_ptr<SampleSource> inner, uint64_t first) : inner_(std::move(inner)), first_(first) {}
   uint64_t size() const override {  // saturating: synthetic tokens have no end (UINT64_MAX)
-    const uint64_t n = inner_->size();
-    return n > UINT64_MAX - first_ ? UINT64_MAX : first_ + n;
+    return saturating_add(first_, inner_->size());
   }
   void get(uint64_t i, int32_t* tokens) const override;
 

@@ -163,8 +163,8 @@ run --train-weighted-split-paths "ALL: 1 0:1 $P" --train-iters 6 --eval-iters 0 
   fail "--train-weighted-split-paths ALL 0:1: $(paste <(losses "$tmp/whole.log") <(losses "$tmp/wsp_all.log") | tr '\n' ' ')"
 printf '"HEAD: 1 0.9:1 %s" "MIX: 1 0:0.5 %s, 3 0.5:1 %s"\n' "$P" "$V" "$V2" >"$tmp/wsp_valid.txt"
 run --train-weighted-split-paths "TRAIN: 1 0:0.9 $P" --valid-weighted-split-paths-path "$tmp/wsp_valid.txt" \
-  --train-iters 4 --eval-interval 2 --eval-iters 1 --tensorboard-dir "$tmp/wsp_tb" >"$tmp/wsp.log" 2>&1 ||
-  fail "--valid-weighted-split-paths-path: $(tail -1 "$tmp/wsp.log")"
+  --train-iters 4 --eval-interval 2 --eval-iters 1 --tensorboard-dir "$tmp/wsp_tb" --save "$tmp/wsp_ckpt" \
+  --save-interval 2 >"$tmp/wsp.log" 2>&1 || fail "--valid-weighted-split-paths-path: $(tail -1 "$tmp/wsp.log")"
 python3 "$repo/tests/unit/train/read_tfevents.py" "$tmp"/wsp_tb/events.out.tfevents.* >"$tmp/wsp_events.txt" 2>/dev/null
 wsp_tb_steps() {  # the steps of a scalar tag of the weighted split run
   python3 -c 'import sys; print(" ".join(sorted({l.split()[1] for l in open(sys.argv[1]) if l.split()[0] == "scalar" and l.split()[2] != "-" and bytes.fromhex(l.split()[2]).decode() == sys.argv[2]}, key=int)))' "$tmp/wsp_events.txt" "$1"
@@ -181,6 +181,19 @@ if [[ $head_n -eq 3 && $mix_n -eq 3 ]] && cmp -s <(set_losses "$tmp/wsp.log" HEA
 else
   fail "weighted validation groups: HEAD $head_n, MIX $mix_n lines, tb '$(wsp_tb_steps "HEAD/lm loss validation")', HEAD $(set_losses "$tmp/wsp.log" HEAD | tr '\n' ' ') alone $(set_losses "$tmp/wsp_head.log" HEAD | tr '\n' ' ')"
 fi
+# Resumed from iteration 2, each group reads on from its own samples: iteration 4's and the
+# final validations are the uninterrupted run's (the checkpoint counts both groups' samples).
+run --train-weighted-split-paths "TRAIN: 1 0:0.9 $P" --valid-weighted-split-paths-path "$tmp/wsp_valid.txt" \
+  --train-iters 4 --eval-interval 2 --eval-iters 1 --load "$tmp/wsp_ckpt" --ckpt-step 2 >"$tmp/wsp_resumed.log" 2>&1 ||
+  fail "weighted validation groups resumed: $(tail -1 "$tmp/wsp_resumed.log")"
+for group in HEAD MIX; do
+  if [[ $(set_losses "$tmp/wsp_resumed.log" $group | wc -l) -eq 2 ]] &&
+      cmp -s <(set_losses "$tmp/wsp.log" $group | tail -2) <(set_losses "$tmp/wsp_resumed.log" $group); then
+    ok "validation group $group resumed at iteration 2: iteration 4's and the final losses of the uninterrupted run"
+  else
+    fail "validation group $group resumed: $(set_losses "$tmp/wsp_resumed.log" $group | tr '\n' ' ') against $(set_losses "$tmp/wsp.log" $group | tr '\n' ' ')"
+  fi
+done
 run --train-weighted-split-paths "TRAIN: 1 0.9:0.2 $P" --train-iters 2 >/dev/null 2>"$tmp/wsp.err"
 [[ $? -eq 2 && $(wc -l <"$tmp/wsp.err") -eq 1 ]] &&
   grep -qF -- "--train-weighted-split-paths: group \"TRAIN: 1 0.9:0.2 $P\": \"0.9:0.2\": expected 0 <= START < END <= 1" "$tmp/wsp.err" &&
