@@ -343,6 +343,12 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     Buffer dy = b.rnd(Shape{tok, C}, bf), w2 = b.rnd(Shape{C, 4 * C}, bf);
     b.add("GEMM mlp dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
           [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false, Gelu::Tanh); }, 20);
+    // The exact (erf) GELU's layers (--no-bias-gelu-fusion): cuBLASLt's epilogues are tanh-only,
+    // so the GEMM with its bias epilogue, then the GELU kernel (and the backward likewise).
+    b.add("GEMM mlp up+bias, erf GELU", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
+          [&] { be.matmul_bias_gelu(pre, out, x, w, bias, false, true, Gelu::Erf); }, 20);
+    b.add("GEMM mlp, erf dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
+          [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false, Gelu::Erf); }, 20);
   });
   gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
   b.section("GEMM decode", [&] {
@@ -453,15 +459,19 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("dropout+bias backward", dims({rows, C}) + " bf16", 2 * act, false,
           [&] { be.dropout_bias_backward(dout, 1024, drop, dx, db); }, 20);
   });
-  b.section("gelu", [&] {
-    const int64_t n = rows * 4 * C;
-    Buffer x = b.rnd(Shape{rows, 4 * C}, bf), out = be.empty(Shape{rows, 4 * C}, bf);
-    b.add("gelu fwd", dims({rows, 4 * C}) + " bf16", 2.0 * n * 2, false,
-          [&] { be.gelu_forward(x, out, Gelu::Tanh); }, 20);
-    Buffer dout = b.rnd(Shape{rows, 4 * C}, bf);
-    b.add("gelu bwd", dims({rows, 4 * C}) + " bf16", 3.0 * n * 2, false,
-          [&] { be.gelu_backward(dout, x, out, Gelu::Tanh); }, 20);
-  });
+  // The tanh GELU's kernel, and the exact (erf) GELU's (--no-bias-gelu-fusion).
+  for (const Gelu form : {Gelu::Tanh, Gelu::Erf}) {
+    const std::string name = form == Gelu::Tanh ? "gelu" : "erf GELU";
+    b.section(name, [&] {
+      const int64_t n = rows * 4 * C;
+      Buffer x = b.rnd(Shape{rows, 4 * C}, bf), out = be.empty(Shape{rows, 4 * C}, bf);
+      b.add(name + " fwd", dims({rows, 4 * C}) + " bf16", 2.0 * n * 2, false,
+            [&] { be.gelu_forward(x, out, form); }, 20);
+      Buffer dout = b.rnd(Shape{rows, 4 * C}, bf);
+      b.add(name + " bwd", dims({rows, 4 * C}) + " bf16", 3.0 * n * 2, false,
+            [&] { be.gelu_backward(dout, x, out, form); }, 20);
+    });
+  }
   b.section("adamw", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // 268M parameters
     Buffer master = b.rnd(Shape{n}, DType::F32, -0.05f, 0.05f), grad = b.rnd(Shape{n}, bf, -1e-3f, 1e-3f);

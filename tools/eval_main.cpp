@@ -271,12 +271,12 @@ int run(int argc, char** argv) {
     TrainData d = make_train_data(opt, parallel.get(), DataUse::kEvaluationOnly);
     train = std::move(d.train);
     const bool valid = ef.split_name == "valid";
-    const uint64_t first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample)
-                           : valid ? meta.trainer_state.value("consumed_valid_samples", uint64_t{0})
-                                   : 0;
+    const uint64_t consumed_valid = meta.trainer_state.value("consumed_valid_samples", uint64_t{0});
+    uint64_t first = ef.first_sample ? static_cast<uint64_t>(*ef.first_sample) : valid ? consumed_valid : 0;
     if (opt.has_weighted_split_paths()) {  // BigScience's groups: each set alone, by its name
       auto& group_sets = valid ? d.valid_sets : d.test_sets;
       const auto& groups = opt.weighted_split_groups[valid ? 1 : 2];
+      if (!ef.first_sample && valid) first = validation_set_position(opt, consumed_valid, group_sets.size());
       for (size_t k = 0; k < group_sets.size(); ++k)
         sets.push_back({std::move(group_sets[k]), groups[k].name + " set", first, opt.eval_iters});
     } else if (opt.multiple_validation_sets && valid) {
@@ -287,8 +287,10 @@ int run(int argc, char** argv) {
     }
     if (sets.empty())
       throw ConfigError("--split-name: the " + ef.split_name + " split is empty (" +
-                        (opt.data_path.empty() ? "no documents in --" + ef.split_name + "-data-path"
-                                               : std::string("--split leaves --data-path none")) + ")");
+                        (!opt.data_path.empty()          ? std::string("--split leaves --data-path none")
+                         : opt.has_weighted_split_paths() ? "no --" + ef.split_name + "-weighted-split-paths group"
+                                                          : "no documents in --" + ef.split_name + "-data-path") +
+                        ")");
     if (opt.full_validation && valid) {  // each set whole, from its start
       if (ef.first_sample) throw ConfigError("--first-sample: --full-validation reads the validation split from its start");
       for (EvalSet& set : sets) {

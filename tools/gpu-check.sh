@@ -184,7 +184,7 @@ target_lines() {
       <<<"$table"
   }
   for name in "layernorm fwd" "layernorm bwd" "residual+layernorm fwd" "dropout+residual+LN fwd" "gelu fwd" \
-    "gelu bwd" "adamw" "adamw multi-tensor" "cross-entropy (2 passes)"; do
+    "gelu bwd" "erf GELU fwd" "erf GELU bwd" "adamw" "adamw multi-tensor" "cross-entropy (2 passes)"; do
     pct=$(kernel_row "$name" '$NF')
     [[ -n $pct ]] || continue
     bw+=("$name $pct ($(at_least "${pct%\%}" 80))")

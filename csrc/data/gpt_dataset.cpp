@@ -415,6 +415,10 @@ std::unique_ptr<SampleSource> build_weighted_split_group(const DataBlend& group,
                                                          const GptDatasetConfig& cfg) {
   TRIDENT_CHECK(group.fractions.size() == group.prefixes.size(), group.flag, ": ", group.fractions.size(),
                 " document ranges for ", group.prefixes.size(), " prefixes");
+  if (wanted == GptDatasetConfig::kWholeSplit && group.prefixes.size() > 1)
+    throw ConfigError(group.flag + ": --full-validation reads each validation dataset once, which a blend of " +
+                      std::to_string(group.prefixes.size()) + " datasets by weights cannot (its weights need a size): "
+                      "drop --full-validation, or give the group one dataset");
   SplitOfBlend sb{group, data, {}, split, " (" + group.flag + ")", group.flag, /*per_split=*/true};
   for (size_t k = 0; k < data.size(); ++k) {
     const DocumentFractions& f = group.fractions[k];
@@ -550,12 +554,16 @@ TrainValidTest build_gpt_datasets(const GptDatasetConfig& cfg, OpenedDatasets* o
     for (int s = 0; s < 3; ++s)
       for (const DataBlend& group : cfg.weighted_split_groups[s]) {
         std::unique_ptr<SampleSource> set = build_weighted_split_group(group, open(group), names[s], wanted[s], cfg);
-        if (!set) continue;  // not wanted (no evaluation)
+        if (!set) continue;  // not wanted (no evaluation): then no group of the split is
         if (s == 0)
           out.train = std::move(set);
         else
           sets_out[s]->push_back(std::move(set));
       }
+    // The sets are named after their groups by position: all of a split's groups or none.
+    for (int s = 1; s < 3; ++s)
+      TRIDENT_CHECK(sets_out[s]->empty() || sets_out[s]->size() == cfg.weighted_split_groups[s].size(), names[s], ": ",
+                    sets_out[s]->size(), " sets of ", cfg.weighted_split_groups[s].size(), " groups");
     return out;
   }
   if (!per_split) {

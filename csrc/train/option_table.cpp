@@ -334,6 +334,7 @@ const std::vector<FlagDef>& flags_without_effect_defs() {
       {"tiktoken-num-special-tokens", "read only with --tokenizer-type TikTokenizer, which trident refuses"},
       {"rotary-position-embeddings-theta", "read only with rotary positions; GPT-2's are learned absolute "
                                            "embeddings"},
+      {"rope-type", "read only with rotary positions; GPT-2's are learned absolute embeddings"},
       {"mask-prob", "read only by BERT's and T5's datasets"},
       {"short-seq-prob", "read only by BERT's and T5's datasets"},
       {"relative-attention-num-buckets", "read only with relative positions; GPT-2's are learned absolute "
@@ -478,7 +479,6 @@ const std::vector<FixedSetting>& fixed_setting_defs() {
       {"moe-expert-parallel-size", false, "1", "GPT-2 is dense (no experts to split)"},
       {"vocab-extra-ids", false, "0", "GPT-2's BPE vocabulary has no sentinel tokens"},
       {"decoder-num-layers", false, nullptr, "GPT-2 is decoder-only: its layers are --num-layers"},
-      {"rope-type", false, nullptr, kPositions},
       {"data-parallel-sharding-strategy", false, "no_shard", "trident shards the optimizer state and the "
                                                              "gradients with --use-distributed-optimizer or "
                                                              "--zero-stage 1 or 2, not the parameters"},

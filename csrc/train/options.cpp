@@ -945,6 +945,8 @@ void validate_run(TrainOptions& o) {
                         ") must be a multiple of --log-interval (" + std::to_string(o.log_interval) + ")");
   }
   if (o.clip_grad < 0) throw ConfigError("--clip-grad must not be negative");
+  if (o.has_weighted_split_paths() && o.mock_data)
+    throw ConfigError("--mock-data and --train/--valid/--test-weighted-split-paths are alternatives: give one");
   if (o.has_data() && o.mock_data)
     throw ConfigError("--mock-data and --data-path/--train-data-path/--valid-data-path/--test-data-path are "
                       "alternatives: give one");
@@ -988,11 +990,11 @@ void validate_run(TrainOptions& o) {
   if (o.full_validation && !o.has_data())
     throw ConfigError("--full-validation reads the validation data to its end: give --data-path or --valid-data-path "
                       "(synthetic tokens have no end)");
-  if (o.multiple_validation_sets && !o.full_validation && !o.skip_train)  // Megatron's NotImplementedError
-    throw ConfigError("--multiple-validation-sets needs --full-validation (or --skip-train), as Megatron's");
   if (o.multiple_validation_sets && o.has_weighted_split_paths())
     throw ConfigError("--multiple-validation-sets cuts --valid-data-path into its prefixes; with " +
                       o.weighted_split_paths_flags[1] + " each group is a validation set already: give one");
+  if (o.multiple_validation_sets && !o.full_validation && !o.skip_train)  // Megatron's NotImplementedError
+    throw ConfigError("--multiple-validation-sets needs --full-validation (or --skip-train), as Megatron's");
   if (o.multiple_validation_sets && !o.has_data())
     throw ConfigError("--multiple-validation-sets: the validation sets are the prefixes of --valid-data-path: give it");
   // Megatron's asserts with --save: positive, a multiple of --save-interval. --keep-last (not
@@ -1343,6 +1345,16 @@ LossScalerConfig make_loss_scaler_config(const TrainOptions& o) {
   return c;
 }
 
+namespace {
+
+// The shortest text that reads back as the same value: values that differ print differently.
+std::string shortest_text(double value) {
+  char buf[64];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, value).ptr - buf);
+}
+
+}  // namespace
+
 std::string flags_every_rank_shares(const TrainOptions& o) {
   std::ostringstream s;
   s << std::boolalpha;
@@ -1350,8 +1362,7 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
   const auto line = [&](const char* flag, const auto& value) {
     s << "--" << flag << ' ';
     if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>) {
-      char buf[64];  // the shortest text that reads back as the same value: values that differ print differently
-      s << std::string_view(buf, std::to_chars(buf, buf + sizeof buf, value).ptr - buf);
+      s << shortest_text(value);
     } else {
       s << value;
     }
@@ -1463,7 +1474,8 @@ std::string flags_every_rank_shares(const TrainOptions& o) {
     for (const WeightedSplitGroup& g : o.weighted_split_groups[split]) {
       groups << g.name << ":";
       for (size_t k = 0; k < g.blend.prefixes.size(); ++k)
-        groups << " " << g.blend.weights[k] << " " << g.blend.fractions[k].start << ":" << g.blend.fractions[k].end;
+        groups << " " << shortest_text(g.blend.weights[k]) << " " << shortest_text(g.blend.fractions[k].start) << ":"
+               << shortest_text(g.blend.fractions[k].end);
       groups << "; ";
     }
     line(weighted_flags[split], groups.str());

@@ -50,6 +50,8 @@ class MegatronScalars {
   // A loss of BigScience's weighted split group `group` ("lm loss validation", "lm loss test"):
   // its tags are BigScience's, "lm-loss-validation/<group>/<name>" with the samples and tokens
   // axes; Megatron-LM's layout, which has no groups, gets "<group>/<name>" and its samples axis.
+  // (BigScience writes its test groups' losses as "lm loss validation" at step 0; trident names
+  // them "lm loss test", at the iteration the run ended, as Megatron-DeepSpeed's test loss.)
   void group_metric(const std::string& group, const std::string& name, double value, const RunPosition& at);
   // A scalar of the iteration alone, under the same tag in both layouts.
   void at_iteration(const std::string& tag, double value, int64_t iteration);

@@ -1067,8 +1067,12 @@ uint64_t Trainer::validation_start() const {
 }
 
 uint64_t Trainer::validation_set_position(uint64_t consumed_valid) const {
-  const bool own_positions = !opt_.weighted_split_groups[1].empty() && valid_.size() > 1;
-  return own_positions ? consumed_valid / valid_.size() : consumed_valid;
+  return trident::validation_set_position(opt_, consumed_valid, valid_.size());
+}
+
+uint64_t validation_set_position(const TrainOptions& opt, uint64_t consumed_valid, size_t sets) {
+  const bool own_positions = !opt.weighted_split_groups[1].empty() && sets > 1;
+  return own_positions ? consumed_valid / sets : consumed_valid;
 }
 
 bool Trainer::skip_next_iteration() const { return opt_.iterations_to_skip.count(iteration_ + 1) > 0; }

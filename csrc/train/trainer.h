@@ -242,12 +242,7 @@ class Trainer {
   // Where every validation set starts reading: 0 with --full-validation, else
   // validation_set_position of the samples consumed.
   uint64_t validation_start() const;
-  // The samples each validation set has read, of `consumed_valid` counted over all sets (as
-  // BigScience's and Megatron's consumed_valid_samples count them). Megatron's sets (and one
-  // set) read from that count; BigScience's weighted split groups each read their own next
-  // samples, as much at every validation, so each has read an equal share of it. (BigScience's
-  // loaders all restart at the whole count after a resume, which would make a resumed run's
-  // validations differ from the uninterrupted run's: trident keeps the shares.)
+  // trident::validation_set_position of this run's validation sets.
   uint64_t validation_set_position(uint64_t consumed_valid) const;
   void skip_iteration();
   // --kill-switch-path: whether any rank sees the file (collective when set).
@@ -349,6 +344,14 @@ class Trainer {
 // The run's tokenizer (--tokenizer-type, --vocab-file, --merge-file); sets the model's
 // vocabulary and the end-of-document id (--eod-mask-loss) from it.
 std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt);
+
+// Where each of `sets` validation sets reads, of `consumed_valid` samples counted over all sets
+// (as BigScience's and Megatron's consumed_valid_samples count them). Megatron's sets (and one
+// set) read from that count; BigScience's weighted split groups each read their own next
+// samples, as much at every validation, and start a run at their share of the count
+// (BigScience's consumed_valid_samples // len(valid_ds)), so a resumed run validates on the
+// uninterrupted run's samples.
+uint64_t validation_set_position(const TrainOptions& opt, uint64_t consumed_valid, size_t sets);
 
 struct TrainData {
   std::unique_ptr<SampleSource> train, valid, test;

@@ -67,6 +67,10 @@ WeightedSplitGroup parse_group(const std::string& word, const std::string& flag)
   g.name = strip_surrounding_space(word.substr(0, colon));
   if (g.name.empty()) throw ConfigError(where + "an empty name; " + kGroupForm);
   g.blend.flag = flag + " group " + g.name;
+  // Nothing after the name: most likely a group given as several words ("V: 1 0:1 A" unquoted).
+  if (whitespace_words(word.substr(colon + 1)).empty())
+    throw ConfigError(where + "no dataset after the name: quote each group as one word, \"NAME: WEIGHT START:END "
+                      "PREFIX, ...\"");
   // BigScience cuts the rest at every comma: a trailing comma is an empty dataset, refused.
   for (const std::string& dataset : split_at(word.substr(colon + 1), ',')) {
     const std::vector<std::string> w = whitespace_words(dataset);

@@ -194,6 +194,21 @@ for group in HEAD MIX; do
     fail "validation group $group resumed: $(set_losses "$tmp/wsp_resumed.log" $group | tr '\n' ' ') against $(set_losses "$tmp/wsp.log" $group | tr '\n' ' ')"
   fi
 done
+# trident-eval of the last checkpoint reads each group where the run's final validation did.
+"$eval_tool" --config "$repo/configs/gpt2-tiny.yaml" --device cpu --vocab-file "$vocab/gpt2-vocab.json" \
+  --merge-file "$vocab/gpt2-merges.txt" --seq-length 32 --max-position-embeddings 32 --micro-batch-size 2 \
+  --global-batch-size 4 --lr-warmup-iters 1 --data-cache-path "$tmp/cache" --load "$tmp/wsp_ckpt" --train-iters 4 \
+  --eval-interval 2 \
+  --eval-iters 1 --train-weighted-split-paths "TRAIN: 1 0:0.9 $P" \
+  --valid-weighted-split-paths-path "$tmp/wsp_valid.txt" >"$tmp/wsp_eval.log" 2>&1 ||
+  fail "trident-eval of weighted validation groups: $(tail -1 "$tmp/wsp_eval.log")"
+for group in HEAD MIX; do
+  evaluated=$(sed -nE "s/.* on $group set \| lm loss value: ([0-9.E+-]+) .*/\1/p" "$tmp/wsp_eval.log")
+  final=$(set_losses "$tmp/wsp.log" $group | tail -1)
+  [[ -n $evaluated ]] && close "$evaluated" "$final" &&
+    ok "trident-eval of iteration 4, group $group: $evaluated, the run's final validation" ||
+    fail "trident-eval of group $group: '$evaluated' against the run's final $final"
+done
 run --train-weighted-split-paths "TRAIN: 1 0.9:0.2 $P" --train-iters 2 >/dev/null 2>"$tmp/wsp.err"
 [[ $? -eq 2 && $(wc -l <"$tmp/wsp.err") -eq 1 ]] &&
   grep -qF -- "--train-weighted-split-paths: group \"TRAIN: 1 0.9:0.2 $P\": \"0.9:0.2\": expected 0 <= START < END <= 1" "$tmp/wsp.err" &&

@@ -71,6 +71,10 @@ TEST(WeightedSplitPaths, EveryMalformedGroupIsOneLineNamingTheFlagAndTheGroup) {
   EXPECT_EQ(parse_error({"W: 1 A"}), kValid + ": group \"W: 1 A\": dataset \"1 A\" is not WEIGHT START:END PREFIX");
   EXPECT_EQ(parse_error({"W: 1 0:1 A,"}), kValid + ": group \"W: 1 0:1 A,\": dataset \"\" is not WEIGHT START:END PREFIX");
   EXPECT_EQ(parse_error({"W: 1 0:1"}), kValid + ": group \"W: 1 0:1\": dataset \"1 0:1\" is not WEIGHT START:END PREFIX");
+  // A group given unquoted, as several words: its first word has nothing after the name.
+  EXPECT_EQ(parse_error({"W:", "1", "0:1", "A"}),
+            kValid + ": group \"W:\": no dataset after the name: quote each group as one word, \"NAME: WEIGHT "
+                     "START:END PREFIX, ...\"");
   EXPECT_EQ(parse_error({"W: x 0:1 A"}), kValid + ": group \"W: x 0:1 A\": \"x\" is not a non-negative weight");
   EXPECT_EQ(parse_error({"W: -1 0:1 A"}), kValid + ": group \"W: -1 0:1 A\": \"-1\" is not a non-negative weight");
   EXPECT_EQ(parse_error({"W: 0 0:1 A, 0 0:1 B"}), kValid + ": group \"W: 0 0:1 A, 0 0:1 B\": weights sum to zero");
@@ -176,11 +180,10 @@ TEST(WeightedSplitPaths, OptionsTakeTheFlagsAndTheFilesAgainstTheOtherDataFlags)
                                   file}))
                 .find("both give the train groups"),
             std::string::npos);
-  EXPECT_NE(must_fail({"--train-weighted-split-paths", "T: 1 0:1 A", "--mock-data", "--vocab-file", "v.json"})
-                .find("alternatives"),
-            std::string::npos);
+  EXPECT_EQ(must_fail({"--train-weighted-split-paths", "T: 1 0:1 A", "--mock-data", "--vocab-file", "v.json"}),
+            "--mock-data and --train/--valid/--test-weighted-split-paths are alternatives: give one");
   EXPECT_NE(must_fail(with_vocab({"--train-weighted-split-paths", "T: 1 0:1 A", "--valid-weighted-split-paths",
-                                  "V: 1 0:1 A", "--multiple-validation-sets", "--full-validation"}))
+                                  "V: 1 0:1 A", "--multiple-validation-sets"}))
                 .find("each group is a validation set already"),
             std::string::npos);
   // A config file's plain string is one group; the command line's --data-path replaces the
