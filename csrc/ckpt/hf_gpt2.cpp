@@ -252,14 +252,15 @@ ModelConfig model_config_from_hf_gpt2(const json& j, const std::string& source, 
 
   const std::string model_type = string("model_type", "gpt2");
   if (model_type != "gpt2") throw unsupported("model_type", "'" + model_type + "' is not \"gpt2\"");
-  // transformers' ACT2FN: the tanh GELU under three names, the exact one as "gelu" (torch's)
-  // and "gelu_python" (the same erf formula in Python); others (gelu_10's clipping,
-  // quick_gelu's sigmoid, relu, ...) trident does not compute.
+  // transformers' ACT2FN: the tanh GELU under four names (gelu_accurate is the same formula,
+  // sqrt(2/pi) computed once), the exact one as "gelu" (torch's) and "gelu_python" (the same erf
+  // formula in Python); others (gelu_10's clipping, quick_gelu's sigmoid, relu, ...) trident
+  // does not compute.
   const std::string act = string("activation_function", "gelu_new");
   const bool erf = act == "gelu" || act == "gelu_python";
-  if (!erf && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh")
+  if (!erf && act != "gelu_new" && act != "gelu_fast" && act != "gelu_pytorch_tanh" && act != "gelu_accurate")
     throw unsupported("activation_function", "'" + act + "' is not supported (trident computes the tanh GELU: "
-                      "gelu_new, gelu_fast, gelu_pytorch_tanh; and the exact one: gelu, gelu_python)");
+                      "gelu_new, gelu_fast, gelu_pytorch_tanh, gelu_accurate; and the exact one: gelu, gelu_python)");
   const double eps = number("layer_norm_epsilon", 1e-5);
   if (std::fabs(eps - 1e-5) > 1e-12) throw unsupported("layer_norm_epsilon", "trident uses 1e-5, got " + j.at("layer_norm_epsilon").dump());
   if (!boolean("scale_attn_weights", true)) throw unsupported("scale_attn_weights", "false is not supported");

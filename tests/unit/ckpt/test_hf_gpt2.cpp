@@ -115,7 +115,8 @@ TEST(HfGpt2, GeluFormRoundTrip) {
                                                                              {"gelu_python", Gelu::Erf},
                                                                              {"gelu_new", Gelu::Tanh},
                                                                              {"gelu_fast", Gelu::Tanh},
-                                                                             {"gelu_pytorch_tanh", Gelu::Tanh}}) {
+                                                                             {"gelu_pytorch_tanh", Gelu::Tanh},
+                                                                             {"gelu_accurate", Gelu::Tanh}}) {
     j["activation_function"] = name;
     EXPECT_EQ(model_config_from_hf_gpt2(j, "x").gelu, form) << name;
   }
