@@ -8,9 +8,8 @@
 #include "core/error.h"
 
 namespace trident {
-namespace {
 
-std::string read_whole(const std::string& flag, const std::string& path) {
+std::string read_flag_file(const std::string& flag, const std::string& path) {
   try {
     return read_file(path);
   } catch (const IoError& e) {
@@ -18,17 +17,15 @@ std::string read_whole(const std::string& flag, const std::string& path) {
   }
 }
 
-std::vector<std::string> words_of(const std::string& text) {
+std::vector<std::string> whitespace_words(const std::string& text) {
   std::istringstream in(text);
   std::vector<std::string> words;
   for (std::string w; in >> w;) words.push_back(w);
   return words;
 }
 
-}  // namespace
-
 std::vector<std::string> read_data_args_file(const std::string& path) {
-  std::vector<std::string> words = words_of(read_whole("--data-args-path", path));
+  std::vector<std::string> words = whitespace_words(read_flag_file("--data-args-path", path));
   if (words.empty())
     throw ConfigError("--data-args-path " + path + ": no words (expected --data-path's: PREFIX, WEIGHT PREFIX "
                       "pairs, or prefixes)");
@@ -39,7 +36,7 @@ std::array<std::vector<std::string>, 3> read_per_split_data_args_file(const std:
   const std::string flag = "--per-split-data-args-path " + path;
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(read_whole("--per-split-data-args-path", path));
+    j = nlohmann::json::parse(read_flag_file("--per-split-data-args-path", path));
   } catch (const nlohmann::json::parse_error& e) {
     throw ConfigError(flag + ": not JSON (" + e.what() + ")");
   }
@@ -51,7 +48,7 @@ std::array<std::vector<std::string>, 3> read_per_split_data_args_file(const std:
     if (it == j.end()) throw ConfigError(flag + ": no \"" + keys[s] + "\" (Megatron's file has train, valid and test)");
     if (it->is_null()) continue;
     if (it->is_string()) {
-      out[s] = words_of(it->get<std::string>());
+      out[s] = whitespace_words(it->get<std::string>());
       continue;
     }
     const bool strings = it->is_array() && std::all_of(it->begin(), it->end(), [](const auto& w) { return w.is_string(); });

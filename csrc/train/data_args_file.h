@@ -11,6 +11,11 @@
 
 namespace trident {
 
+// The text of the file a flag names; ConfigError "FLAG <the read error>" when it cannot be read.
+std::string read_flag_file(const std::string& flag, const std::string& path);
+// The whitespace-separated words of `text`, as Python's str.split() cuts them.
+std::vector<std::string> whitespace_words(const std::string& text);
+
 // The words of a --data-args-path file; ConfigError naming the file when it cannot be read
 // or holds none.
 std::vector<std::string> read_data_args_file(const std::string& path);

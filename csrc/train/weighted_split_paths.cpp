@@ -3,31 +3,24 @@
 #include <cmath>
 #include <optional>
 #include <set>
-#include <sstream>
 
-#include "ckpt/atomic_file.h"
 #include "core/decimal.h"
 #include "core/error.h"
+#include "train/data_args_file.h"
 
 namespace trident {
 namespace {
 
 constexpr const char* kGroupForm = "expected \"NAME: WEIGHT START:END PREFIX, WEIGHT START:END PREFIX, ...\"";
 
-std::vector<std::string> split_at(const std::string& text, char separator) {
+// The pieces of `text` between the separators, as Python's str.split(separator).
+std::vector<std::string> split_at(const std::string& text, const std::string& separator) {
   std::vector<std::string> parts;
   size_t from = 0;
-  for (size_t at; (at = text.find(separator, from)) != std::string::npos; from = at + 1)
+  for (size_t at; (at = text.find(separator, from)) != std::string::npos; from = at + separator.size())
     parts.push_back(text.substr(from, at - from));
   parts.push_back(text.substr(from));
   return parts;
-}
-
-std::vector<std::string> whitespace_words(const std::string& text) {
-  std::istringstream in(text);
-  std::vector<std::string> words;
-  for (std::string w; in >> w;) words.push_back(w);
-  return words;
 }
 
 // A number as Python's float() reads it, finite.
@@ -40,7 +33,7 @@ std::optional<double> finite_number(const std::string& word) {
 // "0.1:0.9": BigScience's START:END, two numbers with 0 <= START < END <= 1 (its parser asserts
 // START < END, its range reader START, END <= 1; a negative start would index from the end).
 DocumentFractions parse_fractions(const std::string& word, const std::string& where) {
-  const std::vector<std::string> ends = split_at(word, ':');
+  const std::vector<std::string> ends = split_at(word, ":");
   const std::optional<double> start = ends.size() == 2 ? finite_number(ends[0]) : std::nullopt;
   const std::optional<double> end = ends.size() == 2 ? finite_number(ends[1]) : std::nullopt;
   if (!start || !end)
@@ -72,7 +65,7 @@ WeightedSplitGroup parse_group(const std::string& word, const std::string& flag)
     throw ConfigError(where + "no dataset after the name: quote each group as one word, \"NAME: WEIGHT START:END "
                       "PREFIX, ...\"");
   // BigScience cuts the rest at every comma: a trailing comma is an empty dataset, refused.
-  for (const std::string& dataset : split_at(word.substr(colon + 1), ',')) {
+  for (const std::string& dataset : split_at(word.substr(colon + 1), ",")) {
     const std::vector<std::string> w = whitespace_words(dataset);
     if (w.size() != 3)
       throw ConfigError(where + "dataset \"" + strip_surrounding_space(dataset) + "\" is not WEIGHT START:END PREFIX" +
@@ -113,12 +106,7 @@ std::vector<WeightedSplitGroup> parse_weighted_split_paths(const std::vector<std
 }
 
 std::vector<std::string> read_weighted_split_paths_file(const std::string& path, const std::string& flag) {
-  std::string text;
-  try {
-    text = read_file(path);
-  } catch (const IoError& e) {
-    throw ConfigError(flag + " " + e.what());
-  }
+  const std::string text = read_flag_file(flag, path);
   // Python's text-mode reading (universal newlines): "\r\n" and "\r" end lines as "\n" does.
   std::string line;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -140,13 +128,7 @@ std::vector<std::string> read_weighted_split_paths_file(const std::string& path,
   if (line.size() < 2 || line.front() != '"' || line.back() != '"')
     throw ConfigError(where + "the line must start and end with '\"': \"NAME: W S:E PREFIX, ...\" \"NAME2: ...\"");
   // The groups lie between the outer quotes, separated by '" "' (BigScience's split).
-  std::vector<std::string> groups;
-  const std::string inner = line.substr(1, line.size() - 2), separator = "\" \"";
-  size_t from = 0;
-  for (size_t at; (at = inner.find(separator, from)) != std::string::npos; from = at + separator.size())
-    groups.push_back(inner.substr(from, at - from));
-  groups.push_back(inner.substr(from));
-  return groups;
+  return split_at(line.substr(1, line.size() - 2), "\" \"");
 }
 
 }  // namespace trident
