@@ -151,7 +151,13 @@ bool legacy_model(const Args& a) {
 // default), both the tanh approximation, else torch's exact erf GELU. Megatron-core's ignores
 // openai_gelu: the fused bias-GELU (tanh) or torch's F.gelu (erf), or with
 // use_te_activation_func Transformer Engine's GELU, the tanh approximation.
+// Args older than the fused bias-GELU (Megatron-LM 1.x, 2020): those that know openai_gelu
+// ("for backward compatibility") computed F.gelu unless it was set; the first ones, without
+// either field, OpenAI's tanh GELU, as the 2019 code and NVIDIA's released 345M did
+// (Hugging Face's converter takes a checkpoint without args as gelu_new too).
 Gelu megatron_gelu(const Args& a) {
+  const bool before_fused_gelu = !a.boolean("bias_gelu_fusion").has_value();
+  if (before_fused_gelu) return a.flag("openai_gelu", true) ? Gelu::Tanh : Gelu::Erf;
   if (a.flag("bias_gelu_fusion", true) || a.flag("use_te_activation_func", false)) return Gelu::Tanh;
   return a.flag("openai_gelu", false) && legacy_model(a) ? Gelu::Tanh : Gelu::Erf;
 }

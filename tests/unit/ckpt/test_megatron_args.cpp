@@ -157,6 +157,19 @@ TEST(MegatronArgs, GeluForm) {
   EXPECT_EQ(config(a).gelu, Gelu::Tanh);
 }
 
+// Args from before the fused bias-GELU (Megatron-LM 1.x): with openai_gelu, F.gelu (erf) unless
+// it is set; the first 1.0 args, without openai_gelu either, OpenAI's tanh GELU.
+TEST(MegatronArgs, GeluOfArgsBeforeTheFusedBiasGelu) {
+  auto a = gpt2_345m();
+  a.erase("bias_gelu_fusion");
+  a.erase("openai_gelu");
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
+  a["openai_gelu"] = false;
+  EXPECT_EQ(config(a).gelu, Gelu::Erf);
+  a["openai_gelu"] = true;
+  EXPECT_EQ(config(a).gelu, Gelu::Tanh);
+}
+
 TEST(MegatronArgs, RefusesWhatTridentCannotRepresent) {
   const auto a = gpt2_345m();
   EXPECT_EQ(config_error(a, "untie_embeddings_and_output_weights", true),
