@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/gelu.h"
 #include "core/dtype.h"
+#include "core/gelu.h"
 
 namespace trident {
 
