@@ -39,6 +39,7 @@ if ((${#missing[@]})); then
     sudo="sudo"
   fi
   export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # (a mirror's passing failure is retried rather than failing a fresh machine's setup)
+  $sudo apt-get -o Acquire::Retries=3 update -qq
+  $sudo apt-get -o Acquire::Retries=3 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
