@@ -372,7 +372,12 @@ finish() {
 on_stop() {
   trap - TERM INT
   exec >&"$to_tee" 2>&1
-  [[ -n $in_flight ]] && kill -TERM "$in_flight" 2>/dev/null
+  if [[ -n $in_flight ]]; then
+    kill -TERM "$in_flight" 2>/dev/null
+    # Up to 3 s for it to end (run_limited's timeout ends with its command), so that its log
+    # is whole when it is kept below.
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do kill -0 "$in_flight" 2>/dev/null || break; sleep 0.2; done
+  fi
   for l in "$step_logs"/train-*.log; do [[ -f $l ]] && keep_log "$l"; done
   rm -rf "$step_logs"
   # Stopped during the kernel table: the rows it printed.
