@@ -45,6 +45,7 @@
 #include "tools/integer_flag.h"
 #include "tools/tool_flags.h"
 #include "train/throughput.h"
+#include "train/train_data.h"
 #include "train/trainer.h"
 
 namespace {

@@ -49,6 +49,7 @@
 #include "train/checkpoint_to_load.h"
 #include "train/same_data_check.h"
 #include "train/synthetic_data.h"
+#include "train/train_data.h"
 #include "train/trainer.h"
 #ifdef TRIDENT_HAVE_MPI
 #include "parallel/mpi_comm.h"

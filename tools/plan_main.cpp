@@ -22,7 +22,7 @@
 #include "train/checkpoint_space.h"
 #include "train/memory_plan.h"
 #include "train/options.h"
-#include "train/trainer.h"
+#include "train/train_data.h"
 
 namespace trident {
 namespace {

@@ -30,6 +30,7 @@
 #include "train/local_checkpoint.h"
 #include "train/local_replicas.h"
 #include "train/shared_save_dir.h"
+#include "train/train_data.h"
 #include "train/trainer.h"
 
 namespace trident {

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <iostream>
 #include <optional>
 #include <ostream>
 #include <system_error>
@@ -18,9 +17,7 @@
 #include "core/process_id.h"
 #include "core/saturating.h"
 #include "core/stop_signals.h"
-#include "data/array_cache.h"
 #include "data/documents.h"
-#include "data/tokenizer.h"
 #include "parallel/comm_strings.h"
 #include "train/checkpoint_space.h"
 #include "train/checkpoint_to_load.h"
@@ -30,8 +27,6 @@
 #include "train/pending_save.h"
 #include "train/progress_log.h"
 #include "train/replica_check.h"
-#include "train/same_data_check.h"
-#include "train/synthetic_data.h"
 #include "train/tensorboard.h"
 #include "train/throughput.h"
 #include "train/training_phases.h"
@@ -72,30 +67,6 @@ double minutes_since_start() {
 std::ostream& null_stream() {
   static std::ostream s(nullptr);
   return s;
-}
-
-// Megatron's order for building the datasets: world rank 0 builds the index maps and
-// writes their caches, then the other ranks build and find them, instead of every rank
-// building the same maps at once (each holding them in memory) and writing the same files.
-// Should rank 0 fail, every rank learns it and stops rather than wait for it.
-TrainValidTest build_datasets_rank0_first(const GptDatasetConfig& dc, ParallelContext* par) {
-  if (!par || par->world_size() == 1) return build_gpt_datasets(dc);
-  // Before anything is built: a rank given other data stops the job at once.
-  // The prefixes opened for the check are the build's: each is opened and validated once.
-  OpenedDatasets opened(dc.vocab_size);
-  check_every_rank_reads_the_same_data(*par->world, [&] { return gpt_dataset_identities(dc, opened); });
-  TrainValidTest sets;
-  const uint64_t failures_before = cache_write_failures();
-  run_on_rank0_for_all(*par, [&] { sets = build_gpt_datasets(dc, &opened); });
-  // Rank 0 has warned of a cache it could not write: the others, writing the same files, keep
-  // quiet (one that fails where rank 0 did not, on a node-local --data-cache-path, still warns).
-  const bool rank0_warned = any_rank(*par, par->world_rank() == 0 && cache_write_failures() > failures_before);
-  if (par->world_rank() != 0) {
-    std::optional<QuietCacheWarnings> quiet;
-    if (rank0_warned) quiet.emplace();
-    sets = build_gpt_datasets(dc, &opened);
-  }
-  return sets;
 }
 
 void add(LossStats& total, const LossStats& s) {
@@ -1019,8 +990,7 @@ bool Trainer::final_evaluations(bool to_tensorboard) {
                                     int64_t iterations, const std::string& set_name) {
     const EvalResult e = evaluate(data, first, iterations);
     if (e.timed_out)
-      *out_ << "trident: exiting during the evaluation " << where << " after " << minutes_since_start()
-            << " minutes (--exit-duration-in-mins)" << std::endl;
+      say_out_of_time("during the evaluation " + where);
     else if (e.stopped)
       *out_ << "trident: stop requested by a signal during the evaluation " << where << " at iteration "
             << iteration_ << ": no more evaluation" << std::endl;
@@ -1131,16 +1101,123 @@ void Trainer::check_batch_steps_to_come() const {
   }
 }
 
+namespace {
+
+// The iterations since the last log line, which Megatron's line averages and then resets.
+struct LogInterval {
+  double loss_sum = 0, acc_sum = 0, ms_sum = 0;
+  int iterations = 0;
+  int updated = 0;               // not skipped: the loss averages' iterations
+  int64_t skipped = 0, nan = 0;  // Megatron prints and resets them per line
+
+  void add(const IterationResult& r) {
+    if (!r.skipped) {  // Megatron leaves skipped iterations out of the loss averages entirely
+      ++updated;
+      loss_sum += r.loss;
+      acc_sum += r.acc;
+    }
+    ms_sum += r.ms;
+    ++iterations;
+    skipped += r.skipped;
+    nan += r.nan_loss;
+  }
+  double ms_per_iteration() const { return ms_sum / iterations; }
+};
+
+struct Throughput {
+  double tokens_per_second, tflops_per_rank, mfu;
+};
+
+// The throughput of the run's iterations, as its log line and TensorBoard report it.
+struct ThroughputMeter {
+  const ModelConfig& model;
+  const GridShape& grid;
+  double peak_tflops;  // of one rank's device, for the MFU (0: none)
+
+  // Of iterations of `global_batch` samples (a ramp-up's or a step's batch, as Megatron's log uses).
+  Throughput operator()(double ms_per_iteration, int global_batch) const {
+    const double s = ms_per_iteration / 1e3;
+    const double flops_per_iteration = model_flops_per_iteration(model, global_batch, grid.tp);
+    return Throughput{static_cast<double>(global_batch) * model.seq_length / s,
+                      flops_per_iteration / grid.world / s / 1e12,
+                      model_flops_utilization(flops_per_iteration, s, grid.world, peak_tflops)};
+  }
+};
+
+}  // namespace
+
+// What train() keeps from one iteration to the next: the settings it reads at each, and
+// where the run stands between log lines, batch sizes and stops.
+struct Trainer::TrainLoop {
+  explicit TrainLoop(const Trainer& t)
+      : throughput{t.opt_.model, t.par_->grid.shape,
+                   t.opt_.peak_tflops > 0 ? t.opt_.peak_tflops
+                                          : peak_tflops_for_device(t.be_.device_name(), t.opt_.model.dtype,
+                                                                   !t.opt_.no_tf32)},
+        evaluating(t.validation_iterations() > 0),
+        saving(!t.opt_.save.empty()),
+        timing_log_option(parse_timing_log_option(t.opt_.timing_log_option)) {}
+
+  const ThroughputMeter throughput;
+  const bool evaluating;  // some validation set has iterations
+  const bool saving;      // --save
+  const TimingLogOption timing_log_option;
+  // The batch of the iteration before: Megatron saves before the first of a larger one (a
+  // ramp-up's or a step's), a skipped one's too, the last point the run can go back to at the
+  // batch it had so far. Set as the loop starts.
+  int64_t batch_before = 0;
+  LogInterval interval;
+  bool memory_reported = false;    // after this process's first iteration (a resumed run's too)
+  bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
+};
+
 void Trainer::train() {
   if (!opt_.skip_train) check_batch_steps_to_come();
   if (!opt_.phase_transition_iterations.empty()) check_training_phase();
+  print_run_header();
+  TrainLoop loop(*this);
+  // The stop handlers from here to the end (trident-train's main installs them earlier, so
+  // that a signal during the start-up is kept: this one is then the inner one). A signal
+  // stops the evaluations after their batch in flight, and the run exits 0.
+  const StopSignals stop_signals(opt_.exit_signal);
+  if (opt_.skip_train) {
+    evaluate_only();
+    return;
+  }
+  if (stopped_before_training()) return;
+  start_energy_monitor();
+  if (energy_) energy_->resume();
+  loop.batch_before = batch_schedule_.global_batch(consumed_samples_);
+  while (!training_done()) {
+    save_before_batch_grows(loop);
+    if (const auto range = due_skip_range(opt_.skip_train_iteration_ranges, applied_skip_ranges_, iteration_))
+      skip_range(*range);
+    // As Megatron: a skipped iteration has no log line, evaluation, save or exit check.
+    if (skip_next_iteration()) {
+      skip_iteration();
+      continue;
+    }
+    const IterationResult r = train_iteration();
+    if (!loop.memory_reported) {
+      report_peak_memory();
+      loop.memory_reported = true;
+    }
+    if (opt_.check_weight_hash_interval > 0 && iteration_ % opt_.check_weight_hash_interval == 0)
+      check_replicas_agree();
+    loop.interval.add(r);
+    log_iteration(r, loop);
+    if (opt_.log_memory_interval > 0 && iteration_ % opt_.log_memory_interval == 0) report_memory();
+    if (!validate_during_training(loop)) break;
+    save_after_iteration(loop.saving);
+    if (exit_requested(loop)) break;
+  }
+  end_training(loop);
+}
+
+void Trainer::print_run_header() const {
   const ModelConfig& m = opt_.model;
   const GridShape& g = par_->grid.shape;
   std::ostream& out = *out_;
-  auto say_out_of_time = [&](const std::string& when) {
-    out << "trident: exiting " << when << " after " << minutes_since_start() << " minutes (--exit-duration-in-mins)"
-        << std::endl;
-  };
   out << "trident: world " << g.world << " = tp " << g.tp << " x pp " << g.pp << " x dp " << g.dp << ", zero stage "
       << opt_.zero_stage << (opt_.overlap_param_gather && g.dp > 1 ? " (parameter gather overlapped)" : "")
       << (opt_.overlap_grad_reduce || g.dp == 1 ? "" : ", gradient reductions not overlapped") << ", "
@@ -1163,396 +1240,277 @@ void Trainer::train() {
       << m.num_attention_heads << ", seq " << m.seq_length << ", vocab " << m.vocab_size << " (padded "
       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
       << ", dtype " << dtype_name(m.dtype) << (m.gelu == Gelu::Erf ? ", erf GELU" : "") << std::endl;
-  double loss_sum = 0, acc_sum = 0, ms_sum = 0;
-  int n = 0, updated = 0;
-  int64_t skipped = 0, nan = 0;  // in this log interval: Megatron prints and resets them per line
-  const double peak_tflops =
-      opt_.peak_tflops > 0 ? opt_.peak_tflops : peak_tflops_for_device(be_.device_name(), m.dtype, !opt_.no_tf32);
-  struct Throughput {
-    double tokens_per_second, tflops_per_rank, mfu;
-  };
-  // Of iterations of `global_batch` samples (a ramp-up's or a step's batch, as Megatron's log uses).
-  auto throughput = [&](double ms_per_iteration, int global_batch) {
-    const double s = ms_per_iteration / 1e3;
-    const double flops_per_iteration = model_flops_per_iteration(m, global_batch, g.tp);
-    return Throughput{static_cast<double>(global_batch) * m.seq_length / s, flops_per_iteration / g.world / s / 1e12,
-                      model_flops_utilization(flops_per_iteration, s, g.world, peak_tflops)};
-  };
-  const bool evaluating = validation_iterations() > 0;
-  const bool saving = !opt_.save.empty();
-  const TimingLogOption timing_log_option = parse_timing_log_option(opt_.timing_log_option);
-  // The stop handlers from here to the end (trident-train's main installs them earlier, so
-  // that a signal during the start-up is kept: this one is then the inner one). A signal
-  // stops the evaluations after their batch in flight, and the run exits 0.
-  const StopSignals stop_signals(opt_.exit_signal);
-  // Megatron's --skip-train: the evaluations alone, without TensorBoard scalars.
-  if (opt_.skip_train) {
-    out << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;
-    final_evaluations(/*to_tensorboard=*/false);
-    if (tensorboard_) tensorboard_->flush();
-    return;
-  }
+}
+
+void Trainer::say_out_of_time(const std::string& when) const {
+  *out_ << "trident: exiting " << when << " after " << minutes_since_start() << " minutes (--exit-duration-in-mins)"
+        << std::endl;
+}
+
+void Trainer::evaluate_only() {
+  *out_ << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;
+  final_evaluations(/*to_tensorboard=*/false);
+  if (tensorboard_) tensorboard_->flush();
+}
+
+bool Trainer::stopped_before_training() {
   // Asked to stop before training (during the start-up): the loaded state is the latest
   // checkpoint's, so nothing is trained or saved. (Megatron trains one iteration first.)
+  if (any_rank(*par_, stop_signal_received()))
+    *out_ << "trident: stop requested by a signal before iteration " << iteration_ + 1
+          << ": exiting without training" << std::endl;
+  else if (kill_switch_found())  // BigScience's kill switch at the start: no training, no checkpoint
+    *out_ << "trident: kill switch " << opt_.kill_switch_path << " found before iteration " << iteration_ + 1
+          << ": exiting without training" << std::endl;
+  else
+    return false;
+  if (tensorboard_) tensorboard_->flush();
+  return true;
+}
+
+void Trainer::save_before_batch_grows(TrainLoop& loop) {
+  const int64_t batch = batch_schedule_.global_batch(consumed_samples_);
+  if (batch == loop.batch_before) return;
+  *out_ << "trident: the global batch grows from " << loop.batch_before << " to " << batch
+        << " samples after iteration " << iteration_ << " (" << consumed_samples_ << " samples consumed)" << std::endl;
+  loop.batch_before = batch;
+  if (loop.saving && last_saved_iteration_ != iteration_) {
+    const EnergyPause not_training(energy_.get());
+    save_checkpoint();  // (which commits a pending --async-save first)
+  }
+}
+
+void Trainer::log_iteration(const IterationResult& r, TrainLoop& loop) {
+  const bool logging = iteration_ % opt_.log_interval == 0 || training_done();
+  // Known on every rank (only rank 0 holds the writer): --log-params-norm's norm is collective.
+  const bool tensorboard_due = !opt_.tensorboard_dir.empty() && iteration_ % opt_.tensorboard_log_interval == 0;
+  const double params_norm =
+      opt_.log_params_norm && (logging || tensorboard_due) ? std::sqrt(global_norm_sq(true)) : std::nan("");
+  const auto optimizer_states = opt_.log_optimizer_states_to_tensorboard && tensorboard_due
+                                    ? optimizer_state_statistics()
+                                    : std::vector<std::pair<std::string, double>>{};
+  ++timed_since_tensorboard_;
+  if (tensorboard_due && opt_.log_timers_to_tensorboard && timers_.any()) timers_to_tensorboard();
+  if (tensorboard_ && tensorboard_due) write_iteration_scalars(r, params_norm, optimizer_states, loop);
+  // Megatron's "iteration-time" (with --log-timers-to-tensorboard): seconds an iteration,
+  // averaged over the log line's iterations (their training steps: Megatron's interval
+  // timer also holds the logging between them), at multiples of --log-interval only.
+  if (tensorboard_ && iteration_ % opt_.log_interval == 0 && opt_.log_timers_to_tensorboard)
+    scalars().metric("iteration-time", loop.interval.ms_per_iteration() / 1000.0, run_position(),
+                     {.megatron_samples = false});
+  if (logging) {
+    print_iteration_line(r, params_norm, loop);
+    loop.interval = {};
+  }
+}
+
+void Trainer::timers_to_tensorboard() {
+  // Megatron's "<name>-time" scalars: the maximum over the ranks, in seconds an iteration.
+  const auto per_rank = timers_.take(par_->world.get(), 1, timed_since_tensorboard_ * 1000.0);
+  timed_since_tensorboard_ = 0;
+  if (tensorboard_)
+    for (const auto& [name, seconds] : timer_maxima(per_rank))
+      scalars().at_iteration(std::string(name) + "-time", seconds, iteration_);
+}
+
+void Trainer::write_iteration_scalars(const IterationResult& r, double params_norm,
+                                      const std::vector<std::pair<std::string, double>>& optimizer_states,
+                                      const TrainLoop& loop) {
+  const Throughput t = loop.throughput(r.ms, r.global_batch);
+  const RunPosition at = run_position();
+  MegatronScalars tb = scalars();
+  tb.position(at);
+  // As Megatron: the loss of every iteration, a skipped one's too (its forward ran), a
+  // NaN too; the gradient norm only of a step that has one (not skipped, and clipping on).
+  tb.metric("lm loss", r.loss, at);
+  tb.at_iteration("lm acc", r.acc, iteration_);
+  if (!r.skipped && opt_.clip_grad > 0) tb.metric("grad-norm", r.grad_norm, at);
+  // Megatron writes the rate its log line shows: the scheduler's, after the step.
+  if (opt_.log_learning_rate_to_tensorboard) {
+    tb.metric("learning-rate", r.logged_lr, at);
+    if (r.logged_decoupled_lr)  // Megatron-core's: by iteration only
+      tb.at_iteration("decoupled-learning-rate", *r.logged_decoupled_lr, iteration_);
+  }
+  if (std::isfinite(r.num_zeros)) tb.metric("num-zeros", r.num_zeros, at);
+  if (std::isfinite(params_norm)) tb.metric("params-norm", params_norm, at);
+  // 1 without a scaler, as Megatron writes it.
+  if (opt_.log_loss_scale_to_tensorboard) tb.metric("loss-scale", r.loss_scale, at);
+  if (opt_.log_world_size_to_tensorboard) tb.metric("world-size", par_->grid.shape.world, at);
+  if (opt_.log_memory_to_tensorboard) {  // Megatron's names; this rank's (rank 0's) allocator
+    const AllocatorStats m = be_.allocator().stats();
+    tb.at_iteration("mem-reserved-bytes", static_cast<double>(m.bytes_reserved), iteration_);
+    tb.at_iteration("mem-allocated-bytes", static_cast<double>(m.bytes_in_use), iteration_);
+    tb.at_iteration("mem-max-allocated-bytes", static_cast<double>(m.peak_bytes_in_use), iteration_);
+    tb.at_iteration("mem-allocated-count", static_cast<double>(m.blocks_in_use), iteration_);
+  }
+  for (const auto& [name, value] : optimizer_states) tb.optimizer_state(name, value, at);
+  if (skipped_samples_ > 0)  // Megatron's, at the iteration
+    tb.at_iteration("skipped-train-samples", static_cast<double>(skipped_samples_), iteration_);
+  if (opt_.log_batch_size_to_tensorboard)
+    tb.metric("batch-size", static_cast<double>(r.global_batch), at, {.deepspeed_tokens = false});
+  tb.at_iteration("tokens-per-second", t.tokens_per_second, iteration_);
+  tb.at_iteration("tflops-per-rank", t.tflops_per_rank, iteration_);
+  if (t.mfu > 0) tb.at_iteration("mfu", t.mfu, iteration_);
+}
+
+void Trainer::print_iteration_line(const IterationResult& r, double params_norm, const TrainLoop& loop) {
+  const LogInterval& interval = loop.interval;
+  const GridShape& g = par_->grid.shape;
+  IterationLog l;
+  l.iteration = iteration_;
+  l.train_iters = opt_.train_iters;
+  l.consumed_samples = consumed_samples_;
+  l.skipped_samples = skipped_samples_;
+  if (opt_.counts_tokens()) l.consumed_tokens = consumed_tokens_;
+  l.ms_per_iteration = interval.ms_per_iteration();
+  l.learning_rate = r.logged_lr;
+  l.decoupled_learning_rate = r.logged_decoupled_lr;
+  l.global_batch_size = r.global_batch;
+  // Megatron divides by max(1, updated): 0 when every iteration skipped, and no loss field.
+  l.lm_loss = interval.loss_sum / std::max(1, interval.updated);
+  l.lm_acc = interval.acc_sum / std::max(1, interval.updated);
+  l.loss_scale = r.loss_scale;  // 1 without a scaler
+  // Megatron computes the norm only to clip: without clipping the line has none.
+  l.grad_norm = opt_.clip_grad > 0 ? r.grad_norm : std::nan("");
+  l.num_zeros = r.num_zeros;  // of the line's iteration, as Megatron's
+  l.params_norm = params_norm;
+  l.skipped_iterations = interval.skipped;
+  l.nan_iterations = interval.nan;
+  const Throughput t = loop.throughput(l.ms_per_iteration, r.global_batch);
+  l.tokens_per_second = t.tokens_per_second;
+  l.tflops_per_rank = t.tflops_per_rank;
+  l.mfu = t.mfu;
+  if (opt_.log_throughput) {  // Megatron's field: its FLOPs over the iteration time, per GPU
+    l.megatron_tflops_per_gpu =
+        megatron_flops_per_iteration(opt_.model, r.global_batch, g.tp) / (l.ms_per_iteration / 1e3) / g.world / 1e12;
+    if (tensorboard_ && opt_.log_timers_to_tensorboard)
+      scalars().at_iteration("throughput", *l.megatron_tflops_per_gpu, iteration_);
+  }
+  if (energy_) {  // Megatron's: the ranks' energy since the last line, per iteration and GPU,
+    // and over the time counted (its interval timer's: evaluations and saves left out)
+    const EnergyMonitor::Lap lap = energy_->lap();
+    const double joules = energy_over_ranks(lap.joules) / g.world;
+    l.energy_per_gpu = joules / interval.iterations;
+    l.power_per_gpu = lap.seconds > 0 ? joules / lap.seconds : 0.0;
+    if (tensorboard_) {
+      scalars().at_iteration("iter-energy/gpu", *l.energy_per_gpu, iteration_);
+      scalars().at_iteration("power/gpu", *l.power_per_gpu, iteration_);
+    }
+  }
+  errno = 0;
+  *out_ << format_iteration_log(l) << std::endl;
+  const int write_errno = errno;
+  // A log that can no longer be written (a full disk under a redirected stdout), or that a
+  // line before this one failed, stops the run now, as Python's print raises in Megatron,
+  // not silently at exit 0; exit 3, as for any output the storage refuses (the errno of an
+  // earlier line's failure is gone). (Not on the other ranks' null stream, never good.)
+  if (out_ == &log_ && !log_)
+    throw StorageError("the training log (standard output): a write failed" +
+                       (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()));
+  if (timers_.any()) {
+    const std::string block =
+        format_timers(timers_.take(par_->world.get(), 0, interval.iterations), loop.timing_log_option);
+    if (!block.empty()) *out_ << block << std::endl;
+  }
+}
+
+bool Trainer::validate_during_training(TrainLoop& loop) {
+  // As Megatron: every multiple of --eval-interval, the last iteration included (the final
+  // evaluation after the loop then reads the next validation samples).
+  if (!loop.evaluating || !validates_after(opt_, iteration_)) return true;
+  const EnergyPause not_training(energy_.get());
+  for (size_t k = 0; k < valid_.size(); ++k) {
+    const EvalResult e = evaluate(*valid_[k], validation_start(), validation_iterations(k));
+    if (e.timed_out) {
+      say_out_of_time("during the evaluation at iteration " + std::to_string(iteration_));
+      return false;
+    }
+    if (e.stopped) {  // the iteration's training is done: its checkpoint follows in end_training
+      *out_ << "trident: stop requested by a signal during the evaluation at iteration " << iteration_ << std::endl;
+      loop.stopped_by_signal = true;
+      return false;
+    }
+    log_evaluation("iteration " + std::to_string(iteration_), e, true, validation_set_name(k));
+  }
+  consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
+  return true;
+}
+
+void Trainer::save_after_iteration(bool saving) {
+  const bool persistent_save = saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0;
+  const bool non_persistent_save = !persistent_save && saving && opt_.non_persistent_save_interval > 0 &&
+                                   iteration_ % opt_.non_persistent_save_interval == 0 && !training_done();
+  if (!pending_save_ && !persistent_save && !non_persistent_save) return;
+  const EnergyPause not_training(energy_.get());  // Megatron pauses its monitor for saves
+  if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
+  if (persistent_save)
+    save_checkpoint();
+  else if (non_persistent_save)
+    save_checkpoint(SaveKind::kNonPersistent);  // not at the end: the final save follows
+}
+
+bool Trainer::exit_requested(TrainLoop& loop) {
   if (any_rank(*par_, stop_signal_received())) {
-    out << "trident: stop requested by a signal before iteration " << iteration_ + 1 << ": exiting without training"
-        << std::endl;
-    if (tensorboard_) tensorboard_->flush();
-    return;
+    *out_ << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
+    loop.stopped_by_signal = true;
+    return true;
   }
-  // BigScience's kill switch at the start: no training, no checkpoint.
-  if (kill_switch_found()) {
-    out << "trident: kill switch " << opt_.kill_switch_path << " found before iteration " << iteration_ + 1
-        << ": exiting without training" << std::endl;
-    if (tensorboard_) tensorboard_->flush();
-    return;
+  // BigScience looks before each iteration: after the last one the run ends as usual.
+  if (!training_done() && kill_switch_found()) {  // the iteration is saved in end_training, as for a signal
+    *out_ << "trident: kill switch " << opt_.kill_switch_path << " found at iteration " << iteration_ << std::endl;
+    loop.stopped_by_signal = true;
+    return true;
   }
-  bool stopped_by_signal = false;  // by a signal or the kill switch; the same on every rank (any_rank)
-  bool memory_reported = false;  // after this process's first iteration (a resumed run's too)
-  start_energy_monitor();
-  if (energy_) energy_->resume();
-  // The batch of the iteration before: Megatron saves before the first of a larger one (a
-  // ramp-up's or a step's), a skipped one's too, the last point the run can go back to at the
-  // batch it had so far.
-  int64_t batch_before = batch_schedule_.global_batch(consumed_samples_);
-  while (!training_done()) {
-    if (const int64_t batch = batch_schedule_.global_batch(consumed_samples_); batch != batch_before) {
-      out << "trident: the global batch grows from " << batch_before << " to " << batch << " samples after iteration "
-          << iteration_ << " (" << consumed_samples_ << " samples consumed)" << std::endl;
-      batch_before = batch;
-      if (saving && last_saved_iteration_ != iteration_) {
-        const EnergyPause not_training(energy_.get());
-        save_checkpoint();  // (which commits a pending --async-save first)
-      }
-    }
-    if (const auto range = due_skip_range(opt_.skip_train_iteration_ranges, applied_skip_ranges_, iteration_))
-      skip_range(*range);
-    // As Megatron: a skipped iteration has no log line, evaluation, save or exit check.
-    if (skip_next_iteration()) {
-      skip_iteration();
-      continue;
-    }
-    const IterationResult r = train_iteration();
-    if (!memory_reported) {
-      report_peak_memory();
-      memory_reported = true;
-    }
-    if (opt_.check_weight_hash_interval > 0 && iteration_ % opt_.check_weight_hash_interval == 0)
-      check_replicas_agree();
-    if (!r.skipped) {  // Megatron leaves skipped iterations out of the loss averages entirely
-      ++updated;
-      loss_sum += r.loss;
-      acc_sum += r.acc;
-    }
-    ms_sum += r.ms;
-    ++n;
-    skipped += r.skipped;
-    nan += r.nan_loss;
-    const bool logging = iteration_ % opt_.log_interval == 0 || training_done();
-    // Known on every rank (only rank 0 holds the writer): --log-params-norm's norm is collective.
-    const bool tensorboard_due = !opt_.tensorboard_dir.empty() && iteration_ % opt_.tensorboard_log_interval == 0;
-    const double params_norm =
-        opt_.log_params_norm && (logging || tensorboard_due) ? std::sqrt(global_norm_sq(true)) : std::nan("");
-    const auto optimizer_states = opt_.log_optimizer_states_to_tensorboard && tensorboard_due
-                                      ? optimizer_state_statistics()
-                                      : std::vector<std::pair<std::string, double>>{};
-    ++timed_since_tensorboard_;
-    if (tensorboard_due && opt_.log_timers_to_tensorboard && timers_.any()) {
-      // Megatron's "<name>-time" scalars: the maximum over the ranks, in seconds an iteration.
-      const auto per_rank = timers_.take(par_->world.get(), 1, timed_since_tensorboard_ * 1000.0);
-      timed_since_tensorboard_ = 0;
-      if (tensorboard_)
-        for (const auto& [name, seconds] : timer_maxima(per_rank))
-          scalars().at_iteration(std::string(name) + "-time", seconds, iteration_);
-    }
-    if (tensorboard_ && tensorboard_due) {
-      const Throughput t = throughput(r.ms, r.global_batch);
-      const RunPosition at = run_position();
-      MegatronScalars tb = scalars();
-      tb.position(at);
-      // As Megatron: the loss of every iteration, a skipped one's too (its forward ran), a
-      // NaN too; the gradient norm only of a step that has one (not skipped, and clipping on).
-      tb.metric("lm loss", r.loss, at);
-      tb.at_iteration("lm acc", r.acc, iteration_);
-      if (!r.skipped && opt_.clip_grad > 0) tb.metric("grad-norm", r.grad_norm, at);
-      // Megatron writes the rate its log line shows: the scheduler's, after the step.
-      if (opt_.log_learning_rate_to_tensorboard) {
-        tb.metric("learning-rate", r.logged_lr, at);
-        if (r.logged_decoupled_lr)  // Megatron-core's: by iteration only
-          tb.at_iteration("decoupled-learning-rate", *r.logged_decoupled_lr, iteration_);
-      }
-      if (std::isfinite(r.num_zeros)) tb.metric("num-zeros", r.num_zeros, at);
-      if (std::isfinite(params_norm)) tb.metric("params-norm", params_norm, at);
-      // 1 without a scaler, as Megatron writes it.
-      if (opt_.log_loss_scale_to_tensorboard) tb.metric("loss-scale", r.loss_scale, at);
-      if (opt_.log_world_size_to_tensorboard) tb.metric("world-size", par_->grid.shape.world, at);
-      if (opt_.log_memory_to_tensorboard) {  // Megatron's names; this rank's (rank 0's) allocator
-        const AllocatorStats m = be_.allocator().stats();
-        tb.at_iteration("mem-reserved-bytes", static_cast<double>(m.bytes_reserved), iteration_);
-        tb.at_iteration("mem-allocated-bytes", static_cast<double>(m.bytes_in_use), iteration_);
-        tb.at_iteration("mem-max-allocated-bytes", static_cast<double>(m.peak_bytes_in_use), iteration_);
-        tb.at_iteration("mem-allocated-count", static_cast<double>(m.blocks_in_use), iteration_);
-      }
-      for (const auto& [name, value] : optimizer_states) tb.optimizer_state(name, value, at);
-      if (skipped_samples_ > 0)  // Megatron's, at the iteration
-        tb.at_iteration("skipped-train-samples", static_cast<double>(skipped_samples_), iteration_);
-      if (opt_.log_batch_size_to_tensorboard)
-        tb.metric("batch-size", static_cast<double>(r.global_batch), at, {.deepspeed_tokens = false});
-      tb.at_iteration("tokens-per-second", t.tokens_per_second, iteration_);
-      tb.at_iteration("tflops-per-rank", t.tflops_per_rank, iteration_);
-      if (t.mfu > 0) tb.at_iteration("mfu", t.mfu, iteration_);
-    }
-    // Megatron's "iteration-time" (with --log-timers-to-tensorboard): seconds an iteration,
-    // averaged over the log line's iterations (their training steps: Megatron's interval
-    // timer also holds the logging between them), at multiples of --log-interval only.
-    if (tensorboard_ && iteration_ % opt_.log_interval == 0 && opt_.log_timers_to_tensorboard)
-      scalars().metric("iteration-time", ms_sum / n / 1000.0, run_position(), {.megatron_samples = false});
-    if (logging) {
-      IterationLog l;
-      l.iteration = iteration_;
-      l.train_iters = opt_.train_iters;
-      l.consumed_samples = consumed_samples_;
-      l.skipped_samples = skipped_samples_;
-      if (opt_.counts_tokens()) l.consumed_tokens = consumed_tokens_;
-      l.ms_per_iteration = ms_sum / n;
-      l.learning_rate = r.logged_lr;
-      l.decoupled_learning_rate = r.logged_decoupled_lr;
-      l.global_batch_size = r.global_batch;
-      // Megatron divides by max(1, updated): 0 when every iteration skipped, and no loss field.
-      l.lm_loss = loss_sum / std::max(1, updated);
-      l.lm_acc = acc_sum / std::max(1, updated);
-      l.loss_scale = r.loss_scale;  // 1 without a scaler
-      // Megatron computes the norm only to clip: without clipping the line has none.
-      l.grad_norm = opt_.clip_grad > 0 ? r.grad_norm : std::nan("");
-      l.num_zeros = r.num_zeros;  // of the line's iteration, as Megatron's
-      l.params_norm = params_norm;
-      l.skipped_iterations = skipped;
-      l.nan_iterations = nan;
-      const Throughput t = throughput(l.ms_per_iteration, r.global_batch);
-      l.tokens_per_second = t.tokens_per_second;
-      l.tflops_per_rank = t.tflops_per_rank;
-      l.mfu = t.mfu;
-      if (opt_.log_throughput) {  // Megatron's field: its FLOPs over the iteration time, per GPU
-        l.megatron_tflops_per_gpu =
-            megatron_flops_per_iteration(m, r.global_batch, g.tp) / (l.ms_per_iteration / 1e3) / g.world / 1e12;
-        if (tensorboard_ && opt_.log_timers_to_tensorboard)
-          scalars().at_iteration("throughput", *l.megatron_tflops_per_gpu, iteration_);
-      }
-      if (energy_) {  // Megatron's: the ranks' energy since the last line, per iteration and GPU,
-        // and over the time counted (its interval timer's: evaluations and saves left out)
-        const EnergyMonitor::Lap lap = energy_->lap();
-        const double joules = energy_over_ranks(lap.joules) / g.world;
-        l.energy_per_gpu = joules / n;
-        l.power_per_gpu = lap.seconds > 0 ? joules / lap.seconds : 0.0;
-        if (tensorboard_) {
-          scalars().at_iteration("iter-energy/gpu", *l.energy_per_gpu, iteration_);
-          scalars().at_iteration("power/gpu", *l.power_per_gpu, iteration_);
-        }
-      }
-      errno = 0;
-      out << format_iteration_log(l) << std::endl;
-      const int write_errno = errno;
-      // A log that can no longer be written (a full disk under a redirected stdout), or that a
-      // line before this one failed, stops the run now, as Python's print raises in Megatron,
-      // not silently at exit 0; exit 3, as for any output the storage refuses (the errno of an
-      // earlier line's failure is gone). (Not on the other ranks' null stream, never good.)
-      if (out_ == &log_ && !log_)
-        throw StorageError("the training log (standard output): a write failed" +
-                           (write_errno != 0 ? ": " + std::string(std::strerror(write_errno)) : std::string()));
-      if (timers_.any()) {
-        const std::string block = format_timers(timers_.take(par_->world.get(), 0, n), timing_log_option);
-        if (!block.empty()) out << block << std::endl;
-      }
-      loss_sum = acc_sum = ms_sum = 0;
-      n = updated = 0;
-      skipped = nan = 0;
-    }
-    if (opt_.log_memory_interval > 0 && iteration_ % opt_.log_memory_interval == 0) report_memory();
-    // As Megatron: every multiple of --eval-interval, the last iteration included (the final
-    // evaluation after the loop then reads the next validation samples).
-    if (evaluating && validates_after(opt_, iteration_)) {
-      const EnergyPause not_training(energy_.get());
-      bool ended = false;
-      for (size_t k = 0; k < valid_.size() && !ended; ++k) {
-        const EvalResult e = evaluate(*valid_[k], validation_start(), validation_iterations(k));
-        if (e.timed_out) {
-          say_out_of_time("during the evaluation at iteration " + std::to_string(iteration_));
-          ended = true;
-        } else if (e.stopped) {  // the iteration's training is done: its checkpoint follows below
-          out << "trident: stop requested by a signal during the evaluation at iteration " << iteration_ << std::endl;
-          stopped_by_signal = ended = true;
-        } else {
-          log_evaluation("iteration " + std::to_string(iteration_), e, true, validation_set_name(k));
-        }
-      }
-      if (ended) break;
-      consumed_valid_samples_ += static_cast<uint64_t>(validation_iterations()) * opt_.global_batch_size;
-    }
-    const bool persistent_save = saving && opt_.save_interval > 0 && iteration_ % opt_.save_interval == 0;
-    const bool non_persistent_save = !persistent_save && saving && opt_.non_persistent_save_interval > 0 &&
-                                     iteration_ % opt_.non_persistent_save_interval == 0 && !training_done();
-    if (pending_save_ || persistent_save || non_persistent_save) {
-      const EnergyPause not_training(energy_.get());  // Megatron pauses its monitor for saves
-      if (pending_save_) finish_save(/*wait=*/false);  // --async-save: commit once written everywhere
-      if (persistent_save)
-        save_checkpoint();
-      else if (non_persistent_save)
-        save_checkpoint(SaveKind::kNonPersistent);  // not at the end: the final save follows
-    }
-    if (any_rank(*par_, stop_signal_received())) {
-      out << "trident: stop requested by a signal at iteration " << iteration_ << std::endl;
-      stopped_by_signal = true;
-      break;
-    }
-    // BigScience looks before each iteration: after the last one the run ends as usual.
-    if (!training_done() && kill_switch_found()) {  // the iteration is saved below, as for a signal
-      out << "trident: kill switch " << opt_.kill_switch_path << " found at iteration " << iteration_ << std::endl;
-      stopped_by_signal = true;
-      break;
-    }
-    if (out_of_time()) {
-      say_out_of_time("at iteration " + std::to_string(iteration_));
-      break;
-    }
-    if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && !training_done()) {
-      out << "trident: exiting at iteration " << iteration_ << " (--exit-interval)" << std::endl;
-      break;
-    }
-    if (!opt_.phase_transition_iterations.empty() && !training_done())
-      if (const TrainingPhase ended = phase_at(iteration_ - 1); ended.end_iteration == iteration_) {  // saved below
-        out << "trident: exiting at iteration " << iteration_ << " (--phase-transition-iterations), the end of "
+  if (out_of_time()) {
+    say_out_of_time("at iteration " + std::to_string(iteration_));
+    return true;
+  }
+  if (opt_.exit_interval > 0 && iteration_ % opt_.exit_interval == 0 && !training_done()) {
+    *out_ << "trident: exiting at iteration " << iteration_ << " (--exit-interval)" << std::endl;
+    return true;
+  }
+  if (!opt_.phase_transition_iterations.empty() && !training_done())
+    if (const TrainingPhase ended = phase_at(iteration_ - 1); ended.end_iteration == iteration_) {  // saved in end_training
+      *out_ << "trident: exiting at iteration " << iteration_ << " (--phase-transition-iterations), the end of "
             << phase_text(ended) << ": go on with the next phase's data and --load" << std::endl;
-        break;
-      }
-  }
+      return true;
+    }
+  return false;
+}
+
+void Trainer::end_training(const TrainLoop& loop) {
   optimizer_->wait_for_all_params();  // the parameters are read after train() (exports)
   if (energy_) {  // Megatron's line at the end of its training loop, before the final save
     energy_->lap();
-    out << "Total training energy (GPU): " << python_float_repr(energy_over_ranks(energy_->total()) / 1e6) << " MJ"
-        << std::endl;
+    *out_ << "Total training energy (GPU): " << python_float_repr(energy_over_ranks(energy_->total()) / 1e6) << " MJ"
+          << std::endl;
   }
-  // The handlers stay through the last save: a second signal (a scheduler sending again, a
-  // second Ctrl-C) must not kill the save that the first one asked for. One that came
-  // during it still stops the run there, without the final evaluations.
-  if (saving && last_saved_iteration_ != iteration_) save_checkpoint();
+  // train()'s stop handlers stay through the last save: a second signal (a scheduler sending
+  // again, a second Ctrl-C) must not kill the save that the first one asked for. One that
+  // came during it still stops the run there, without the final evaluations.
+  if (loop.saving && last_saved_iteration_ != iteration_) save_checkpoint();
   finish_save(/*wait=*/true);
-  // Whether the run ends complete: false when it stops early (no final evaluation then).
-  const bool completed = [&] {
-    if (stopped_by_signal) return false;  // said in the loop
-    if (training_done() && any_rank(*par_, stop_signal_received())) {
-      out << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
-      return false;
-    }
-    if (!training_done()) return false;
-    if (iteration_ < opt_.train_iters)  // Megatron-DeepSpeed ends the run there as it would at --train-iters
-      out << "trident: --train-tokens " << *opt_.train_tokens << " reached at iteration " << iteration_ << " ("
-          << consumed_tokens_ << " tokens)" << std::endl;
-    return final_evaluations(/*to_tensorboard=*/true);
-  }();
+  const bool completed = ends_complete(loop.stopped_by_signal);
   // Every way out writes the event file to the end (a failed write is an error here too).
   if (tensorboard_) tensorboard_->flush();
   if (!completed) return;
   const AllocatorStats st = be_.allocator().stats();
-  out << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "
-      << st.peak_bytes_in_use / (1024.0 * 1024.0) << " MiB peak, " << st.raw_allocs << " device allocations"
-      << std::endl;
+  *out_ << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "
+        << st.peak_bytes_in_use / (1024.0 * 1024.0) << " MiB peak, " << st.raw_allocs << " device allocations"
+        << std::endl;
 }
 
-std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt) {
-  auto tokenizer = make_tokenizer(opt.tokenizer_type, opt.vocab_file, opt.merge_file, opt.null_tokenizer_vocab_size);
-  opt.model.vocab_size = tokenizer->vocab_size();
-  opt.eod_token = tokenizer->eod();
-  return tokenizer;
-}
-
-namespace {
-
-constexpr uint64_t kMaxSkippedSamples = uint64_t{1} << 48;
-
-// The training samples that --skip-train-iteration-range reads past over the run: those its
-// checkpoint's ranges read, and those of the ranges still to come from where it starts.
-// Megatron-DeepSpeed builds the data for the run's samples alone and runs out on its skips'
-// account (a weighted blend holds exactly what it is built for).
-uint64_t samples_skip_ranges_need(const TrainOptions& opt) {
-  if (opt.skip_train) return 0;  // no training data read
-  const uint64_t to_come = samples_read_past(opt.skip_train_iteration_ranges, opt.start_applied_skip_ranges,
-                                             make_batch_schedule(opt), opt.start_iteration,
-                                             opt.start_consumed_samples, opt.train_iters);
-  if (to_come > kMaxSkippedSamples - std::min(kMaxSkippedSamples, opt.start_range_skipped_samples))
-    throw ConfigError("--skip-train-iteration-range: the ranges read past more than 2^48 samples, more than any "
-                      "data holds");
-  return opt.start_range_skipped_samples + to_come;
-}
-
-}  // namespace
-
-TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel, DataUse use) {
-  resolve_schedule(opt);
-  const uint64_t G = opt.global_batch_size;
-  // Megatron's sizes: the run's training samples (run_training_samples), or with
-  // --phase-transition-iterations the phase's, read from the phase's first sample; every
-  // periodic evaluation plus the final one reads fresh validation samples; the test split is
-  // read once.
-  const bool phased = use == DataUse::kTraining && !opt.phase_transition_iterations.empty();
-  const TrainingPhase phase =
-      training_phase(phased ? opt.phase_transition_iterations : std::vector<int64_t>{}, opt.start_iteration, G,
-                     run_training_samples(opt));
-  const uint64_t train = phase.samples + samples_skip_ranges_need(opt);
-  const auto phase_window = [&](std::unique_ptr<SampleSource> s) -> std::unique_ptr<SampleSource> {
-    if (!phased) return s;
-    return std::make_unique<PhaseWindow>(
-        std::move(s), phase_data_start(phase, opt.start_iteration, opt.start_consumed_samples, G));
-  };
-  const auto evals = static_cast<uint64_t>(sized_validations(opt));
-  const uint64_t valid = evals * opt.eval_iters * G, test = opt.eval_iters * G;
-  TrainData d;
-  if (!opt.has_data()) {
-    const int64_t V = opt.model.vocab_size;
-    const int T = opt.model.seq_length;
-    d.train = phase_window(std::make_unique<SyntheticSource>(V, T, opt.seed));
-    d.valid = std::make_unique<SyntheticSource>(V, T, opt.seed + 1);
-    d.test = std::make_unique<SyntheticSource>(V, T, opt.seed + 2);
-    return d;
+bool Trainer::ends_complete(bool stopped_by_signal) {
+  if (stopped_by_signal) return false;  // said in the loop
+  if (training_done() && any_rank(*par_, stop_signal_received())) {
+    *out_ << "trident: stop requested by a signal at the end of training: no final evaluation" << std::endl;
+    return false;
   }
-  make_run_tokenizer(opt);
-  GptDatasetConfig dc;
-  if (!opt.data_path.empty()) dc.blend = parse_data_path(opt.data_path, opt.data_path_flag);
-  for (int s = 0; s < 3; ++s)
-    for (const WeightedSplitGroup& g : opt.weighted_split_groups[s]) dc.weighted_split_groups[s].push_back(g.blend);
-  const std::vector<std::string>* per_split[3] = {&opt.train_data_path, &opt.valid_data_path, &opt.test_data_path};
-  for (int s = 0; s < 3; ++s)
-    if (!per_split[s]->empty()) dc.per_split[s] = parse_data_path(*per_split[s], opt.split_data_path_flags[s]);
-  dc.split = opt.split;
-  dc.mid_level_dataset_surplus = opt.mid_level_dataset_surplus;
-  dc.multiple_validation_sets = opt.multiple_validation_sets;
-  dc.seq_length = opt.model.seq_length;
-  dc.seed = opt.seed;
-  dc.train_samples = train;
-  dc.valid_samples = opt.full_validation ? GptDatasetConfig::kWholeSplit : opt.eval_iters > 0 ? valid : 0;
-  dc.test_samples = opt.eval_iters > 0 ? test : 0;
-  dc.cache_dir = opt.data_cache_path;
-  dc.vocab_size = opt.model.vocab_size;
-  TrainValidTest sets = build_datasets_rank0_first(dc, parallel);
-  if (!parallel || parallel->world_rank() == 0)
-    for (const std::string& w : sets.warnings)  // one write a line: mpirun interleaves the ranks' output by writes
-      std::cerr << ("trident: warning: " + w + "\n") << std::flush;
-  if (!sets.train && !opt.data_path.empty()) throw ConfigError("--split: the training split of --data-path is empty");
-  if (!sets.train && !opt.train_data_path.empty())
-    throw ConfigError(opt.split_data_path_flags[0] + ": no training documents");
-  if (!sets.train && use == DataUse::kTraining && opt.has_weighted_split_paths())
-    throw ConfigError(opt.weighted_split_paths_flags[0] + " is required (training needs its group)");
-  if (!sets.train && use == DataUse::kTraining)
-    throw ConfigError(opt.split_data_path_flags[0] == "--train-data-path"
-                          ? "--train-data-path is required with --valid-data-path or --test-data-path"
-                          : opt.split_data_path_flags[0] + ": no dataset (training needs one)");
-  if (!sets.train)  // evaluation only: a training stream the caller never reads
-    sets.train = std::make_unique<SyntheticSource>(opt.model.vocab_size, opt.model.seq_length, opt.seed);
-  d.train = phase_window(std::move(sets.train));
-  d.valid = std::move(sets.valid);
-  d.valid_sets = std::move(sets.valid_sets);
-  d.test = std::move(sets.test);
-  d.test_sets = std::move(sets.test_sets);
-  return d;
+  if (!training_done()) return false;
+  if (iteration_ < opt_.train_iters)  // Megatron-DeepSpeed ends the run there as it would at --train-iters
+    *out_ << "trident: --train-tokens " << *opt_.train_tokens << " reached at iteration " << iteration_ << " ("
+          << consumed_tokens_ << " tokens)" << std::endl;
+  return final_evaluations(/*to_tensorboard=*/true);
 }
 
 }  // namespace trident

@@ -35,7 +35,6 @@
 namespace trident {
 
 class ShardedCheckpointReader;
-class Tokenizer;
 class TensorBoardWriter;
 struct CheckpointMetadata;
 struct PendingSave;
@@ -218,6 +217,44 @@ class Trainer {
   // The validation and test evaluations at the end of the run (or of --skip-train); false
   // when one ran out of time (--exit-duration-in-mins), which ends the run without its line.
   bool final_evaluations(bool to_tensorboard);
+  // train()'s steps, in the order it takes them; TrainLoop (trainer.cpp) holds what it keeps
+  // from one iteration to the next. Those marked collective run on every rank alike.
+  struct TrainLoop;
+  void print_run_header() const;  // the layout's line and the model's
+  // --skip-train (Megatron's): the final evaluations alone, without TensorBoard scalars.
+  void evaluate_only();
+  // A stop asked for before the first iteration (a signal during the start-up, the kill
+  // switch): says so and writes out the TensorBoard events. Collective.
+  bool stopped_before_training();
+  // Megatron's save before the first iteration of a larger global batch (a ramp-up's or a step's).
+  void save_before_batch_grows(TrainLoop& loop);
+  // The iteration's TensorBoard scalars and, every --log-interval and at the end, its log line,
+  // which ends the log interval. Collective (norms, timers, energy).
+  void log_iteration(const IterationResult& r, TrainLoop& loop);
+  void timers_to_tensorboard();  // --log-timers-to-tensorboard's "<name>-time" scalars; collective
+  void write_iteration_scalars(const IterationResult& r, double params_norm,
+                               const std::vector<std::pair<std::string, double>>& optimizer_states,
+                               const TrainLoop& loop);  // rank 0's, at --tensorboard-log-interval
+  // Megatron's iteration line and the timers' block (collective: energy, timers); a
+  // StorageError when the log can no longer be written.
+  void print_iteration_line(const IterationResult& r, double params_norm, const TrainLoop& loop);
+  // --eval-interval's validation after the iteration; false when it ends the run (out of
+  // time, or a signal: loop.stopped_by_signal then).
+  bool validate_during_training(TrainLoop& loop);
+  // --save-interval's and --non-persistent-save-interval's saves after the iteration, and the
+  // commit of an --async-save once written everywhere.
+  void save_after_iteration(bool saving);
+  // Whether the run stops after the iteration, saying why: a signal or the kill switch (both
+  // set loop.stopped_by_signal), --exit-duration-in-mins, --exit-interval, or the end of a
+  // --phase-transition-iterations phase. Collective.
+  bool exit_requested(TrainLoop& loop);
+  // After the loop: the energy line, the final save, and a complete run's final evaluations
+  // and "done" line.
+  void end_training(const TrainLoop& loop);
+  // Whether the run ends complete, its final evaluations run: false when it stopped early
+  // (no final evaluation then).
+  bool ends_complete(bool stopped_by_signal);
+  void say_out_of_time(const std::string& when) const;  // --exit-duration-in-mins' exit line
   // Whether training is over: --train-iters reached, or --train-tokens consumed.
   bool training_done() const;
   // --phase-transition-iterations: the training phase of the run at `iteration`
@@ -341,10 +378,6 @@ class Trainer {
   bool record_history_ = true;
 };
 
-// The run's tokenizer (--tokenizer-type, --vocab-file, --merge-file); sets the model's
-// vocabulary and the end-of-document id (--eod-mask-loss) from it.
-std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt);
-
 // Where each of `sets` validation sets reads, of `consumed_valid` samples counted over all sets
 // (as BigScience's and Megatron's consumed_valid_samples count them). Megatron's sets (and one
 // set) read from that count; BigScience's weighted split groups each read their own next
@@ -352,22 +385,5 @@ std::unique_ptr<Tokenizer> make_run_tokenizer(TrainOptions& opt);
 // (BigScience's consumed_valid_samples // len(valid_ds)), so a resumed run validates on the
 // uninterrupted run's samples.
 uint64_t validation_set_position(const TrainOptions& opt, uint64_t consumed_valid, size_t sets);
-
-struct TrainData {
-  std::unique_ptr<SampleSource> train, valid, test;
-  std::vector<std::unique_ptr<SampleSource>> valid_sets;  // --multiple-validation-sets (valid then null)
-  std::vector<std::unique_ptr<SampleSource>> test_sets;   // test weighted split groups (test then null)
-};
-
-// Builds the data the options ask for: the GPTDataset splits of --data-path (sized for
-// training and every evaluation), or synthetic tokens. Sets opt.model.vocab_size from the
-// tokenizer; samples are checked against it as they are read. With `parallel` (collective
-// then), world rank 0 builds first and writes the index caches, and the other ranks build
-// after it, from those caches; a failure on rank 0 stops every rank. Rank 0 prints the
-// data's warnings (an empty validation split ...) to stderr.
-// kEvaluationOnly (trident-eval): per-split paths without --train-data-path are fine; the
-// training stream is then synthetic and never read.
-enum class DataUse { kTraining, kEvaluationOnly };
-TrainData make_train_data(TrainOptions& opt, ParallelContext* parallel = nullptr, DataUse use = DataUse::kTraining);
 
 }  // namespace trident

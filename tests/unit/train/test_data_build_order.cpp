@@ -17,7 +17,7 @@
 #include "data/indexed_dataset.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/parallel_context.h"
-#include "train/trainer.h"
+#include "train/train_data.h"
 
 namespace trident {
 namespace {

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "parse_options.h"
-#include "train/trainer.h"
+#include "train/train_data.h"
 
 namespace trident {
 namespace {
