@@ -29,7 +29,7 @@ struct ModelConfig {
   // on embedding weights").
   float embedding_init_method_std = 0.0f;
   // 0 for models built in code (tests, tools); the command line's default is Megatron's 0.1
-  // (read_model_flags in csrc/train/options.cpp).
+  // (read_model_flags in csrc/train/options_read.cpp).
   float hidden_dropout = 0.0f;
   float attention_dropout = 0.0f;
   DType dtype = DType::F32;  // parameters, activations and gradients

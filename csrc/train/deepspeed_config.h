@@ -4,7 +4,7 @@
 // over Megatron's own flags for them. The batch stays Megatron's (its loop sets DeepSpeed's
 // train batch to --global-batch-size before every iteration); the file's batch keys must only
 // pass DeepSpeed's check at the start. read_deepspeed_config reads what of it shapes a run;
-// parse_train_options maps that onto trident-train's flags (options.cpp).
+// parse_train_options maps that onto trident-train's flags (options_deepspeed.cpp).
 //
 // Keys that only tune DeepSpeed's implementation (bucket sizes, communication overlap, CPU
 // offload, logging, profiling) and the "optimizer" section (Megatron-DeepSpeed passes its own

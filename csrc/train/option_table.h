@@ -9,7 +9,7 @@
 
 namespace trident::train_flags {
 
-// Every flag is declared as a string; its typed conversion (options.cpp) names the flag on error.
+// Every flag is declared as a string; its typed conversion (options_flags.cpp) names the flag on error.
 struct FlagDef {
   const char* name;
   const char* help;
