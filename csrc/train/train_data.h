@@ -25,8 +25,9 @@ struct TrainData {
 };
 
 // Builds the data the options ask for: the GPTDataset splits of --data-path (sized for
-// training and every evaluation), or synthetic tokens. Sets opt.model.vocab_size from the
-// tokenizer; samples are checked against it as they are read. With `parallel` (collective
+// training and every evaluation), or synthetic tokens (of --vocab-size, without a tokenizer).
+// With data, sets opt.model.vocab_size from the tokenizer; samples are checked against it as
+// they are read. With `parallel` (collective
 // then), world rank 0 builds first and writes the index caches, and the other ranks build
 // after it, from those caches; a failure on rank 0 stops every rank. Rank 0 prints the
 // data's warnings (an empty validation split ...) to stderr.

@@ -217,7 +217,7 @@ class Trainer {
   // The validation and test evaluations at the end of the run (or of --skip-train); false
   // when one ran out of time (--exit-duration-in-mins), which ends the run without its line.
   bool final_evaluations(bool to_tensorboard);
-  // train()'s steps, in the order it takes them; TrainLoop (trainer.cpp) holds what it keeps
+  // train()'s steps, in the order it takes them; TrainLoop (trainer_loop.cpp) holds what it keeps
   // from one iteration to the next. Those marked collective run on every rank alike.
   struct TrainLoop;
   void print_run_header() const;  // the layout's line and the model's
