@@ -120,7 +120,13 @@ echo "step time: 100.0 ms | tokens per second: 81920.0 | model TFLOP/s: 400.0000
 EOF
 chmod +x "$fake"
 
-fail() { echo "FAIL: $*"; exit 1; }
+fail() {  # with the end of the newest gpu-check log, so that a failure seen once can be read
+  echo "FAIL: $*"
+  local last
+  last=$(ls -t "$work"/*.log 2>/dev/null | head -n 1)
+  [[ -n $last ]] && { echo "---- the end of $last:"; tail -n 40 "$last"; }
+  exit 1
+}
 run_check() {  # run_check <out dir>: gpu-check with the stand-in, no tests, ncu or generation
   OUT=$1 TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_NCU=0 GPU_CHECK_GENERATE=0 \
     FAKE_BENCH_CALLS=$work/calls GPU_CHECK_WITHOUT_GPU=1 bash "$repo/tools/gpu-check.sh" >"$1.log" 2>&1
