@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include "ckpt/megatron_gpt2.h"
 #include "core/error.h"
@@ -156,9 +157,9 @@ bool legacy_model(const Args& a) {
 // either field, OpenAI's tanh GELU, as the 2019 code and NVIDIA's released 345M did
 // (Hugging Face's converter takes a checkpoint without args as gelu_new too).
 Gelu megatron_gelu(const Args& a) {
-  const bool before_fused_gelu = !a.boolean("bias_gelu_fusion").has_value();
-  if (before_fused_gelu) return a.flag("openai_gelu", true) ? Gelu::Tanh : Gelu::Erf;
-  if (a.flag("bias_gelu_fusion", true) || a.flag("use_te_activation_func", false)) return Gelu::Tanh;
+  const std::optional<bool> fused_bias_gelu = a.boolean("bias_gelu_fusion");
+  if (!fused_bias_gelu) return a.flag("openai_gelu", true) ? Gelu::Tanh : Gelu::Erf;  // before it existed
+  if (*fused_bias_gelu || a.flag("use_te_activation_func", false)) return Gelu::Tanh;
   return a.flag("openai_gelu", false) && legacy_model(a) ? Gelu::Tanh : Gelu::Erf;
 }
 

@@ -3,7 +3,9 @@
 // exit checks, the end of training). The trainer's construction, iteration and evaluation are
 // in trainer.cpp, its checkpoints in trainer_checkpoint.cpp.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <string>
 
@@ -156,7 +158,6 @@ void Trainer::print_run_header() const {
       << m.padded_vocab_size(g.tp) << "), " << m.num_parameters(g.tp) << " parameters, backend " << be_.name()
       << ", dtype " << dtype_name(m.dtype) << (m.gelu == Gelu::Erf ? ", erf GELU" : "") << std::endl;
 }
-
 
 void Trainer::evaluate_only() {
   *out_ << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;
