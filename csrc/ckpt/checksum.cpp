@@ -145,9 +145,10 @@ std::string checksum_mapped(const std::string& path, const void* data, size_t n)
   };
   Xxh3Hasher h;  // before the threads: nothing below may throw until they are joined
   std::vector<std::thread> threads;
+  threads.reserve(helpers);
   try {
     for (size_t k = 0; k < helpers; ++k) threads.emplace_back(populate, k);
-  } catch (const std::system_error&) {
+  } catch (...) {  // no thread to be had (a process limit, or its memory)
     stop.store(true);
     for (auto& t : threads) t.join();
     return checksum_bytes(data, n);  // no threads: fault the pages in while hashing

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <optional>
 #include <semaphore>
+#include <stdexcept>
+#include <system_error>
 #include <thread>
 
 #include "core/error.h"
@@ -197,17 +199,25 @@ void process(const Batch& b, const PreprocessOptions& opt, const Tokenizer& tok,
       }
       r.status.push_back(LineStatus::kOk);
       const size_t tokens = r.tokens.size(), items = r.item_ends.size(), ends = r.ends.size();
+      const auto drop_line_output = [&] {
+        r.tokens.resize(tokens);
+        r.item_ends.resize(items);
+        r.ends.resize(ends);
+      };
       try {
         for (const simdjson::dom::element& v : values) {
           encode_document(v, tok, opt.append_eod, r);
           r.ends.push_back(r.item_ends.size());
         }
       } catch (const TokenizeError& e) {  // the line is invalid: nothing of it is kept
-        r.tokens.resize(tokens);
-        r.item_ends.resize(items);
-        r.ends.resize(ends);
+        drop_line_output();
         r.status.back() = LineStatus::kInvalid;
         r.reason.push_back(e.what());
+      } catch (...) {  // any other failure (out of memory) ends the run: the line is not kept
+        drop_line_output();
+        r.status.pop_back();
+        r.line.pop_back();
+        throw;
       }
     }
   } catch (...) {
@@ -323,18 +333,6 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
   });
 
   std::vector<std::thread> workers;
-  for (int w = 0; w < opt.workers; ++w) {
-    workers.emplace_back([&] {
-      simdjson::dom::parser parser;
-      while (auto b = queue.pop()) {
-        auto r = std::make_unique<Result>();
-        process(*b, opt, tok, parser, *r);
-        { std::lock_guard<std::mutex> l(rm); results.emplace(r->seq, std::move(r)); }
-        rcv.notify_all();
-      }
-    });
-  }
-
   bool joined = false;
   auto shutdown = [&] {
     if (joined) return;
@@ -345,6 +343,32 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
     reader_thread.join();
     for (auto& t : workers) t.join();
   };
+  const auto abort_outputs = [&] {
+    // The builders first (only this thread uses them): the temporary files, and any output
+    // already renamed, go at once, even if a reader blocked on a pipe delays shutdown().
+    for (auto& b : builders) b->abort();
+    shutdown();
+  };
+  try {
+    for (int w = 0; w < opt.workers; ++w) {
+      workers.emplace_back([&] {
+        simdjson::dom::parser parser;
+        while (auto b = queue.pop()) {
+          auto r = std::make_unique<Result>();
+          process(*b, opt, tok, parser, *r);
+          { std::lock_guard<std::mutex> l(rm); results.emplace(r->seq, std::move(r)); }
+          rcv.notify_all();
+        }
+      });
+    }
+  } catch (const std::system_error& e) {  // a thread not to be had (a process limit)
+    abort_outputs();
+    throw std::runtime_error(detail::concat("--workers ", opt.workers, ": cannot start worker thread ",
+                                            workers.size() + 1, ": ", e.what()));
+  } catch (...) {
+    abort_outputs();
+    throw;
+  }
 
   try {
     uint64_t next_log = opt.log_interval;
@@ -411,10 +435,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt, const Tokenizer& 
     check_interrupt();
     for (auto& b : builders) b->commit();
   } catch (...) {
-    // The builders first (only this thread uses them): the temporary files, and any output
-    // already renamed, go at once, even if a reader blocked on a pipe delays shutdown().
-    for (auto& b : builders) b->abort();
-    shutdown();
+    abort_outputs();
     throw;
   }
   st.seconds = elapsed();

@@ -76,11 +76,11 @@ struct PendingSave {
   PendingSave() = default;
   PendingSave(const PendingSave&) = delete;
   PendingSave& operator=(const PendingSave&) = delete;
-  // A save that failed, or a run that stops (an error) with a save in flight: the writer is
-  // waited for, then a process that writes the checkpoint alone removes the temporary
-  // directory it holds (uncommitted), so a failed save (a full disk) leaves nothing behind.
-  // With more ranks, others may still write into it: it stays, locked, and the next save
-  // removes it as a dead writer's.
+  // A save that failed, or a run that stops with a save not committed: a process that writes
+  // the checkpoint alone removes the temporary directory it holds, so a failed save (a full
+  // disk) leaves nothing behind. With more ranks, others may still write into it: it stays,
+  // locked, and the next save removes it as a dead writer's. (A run that stops for an error
+  // while the writer still runs does not get here: ~Trainer leaves the writer be.)
   ~PendingSave() {
     if (writer.joinable()) writer.join();
     if (temp_dir && sole_writer) temp_dir->discard();

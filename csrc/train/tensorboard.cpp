@@ -91,7 +91,13 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) :
     std::remove(path_.c_str());
     throw_write_failure<ConfigError>("--tensorboard-dir: " + path_ + ": " + error_, error_errno_);
   }
-  thread_ = std::thread([this] { run(); });
+  try {
+    thread_ = std::thread([this] { run(); });
+  } catch (...) {  // no thread to be had: no event file left behind either
+    std::fclose(file_);
+    std::remove(path_.c_str());
+    throw;
+  }
 }
 
 TensorBoardWriter::~TensorBoardWriter() {

@@ -72,6 +72,13 @@ void save_test_hooks(int rank) {
   if (const char* sig = std::getenv("TRIDENT_TEST_SIGNAL_IN_SAVE")) std::raise(std::atoi(sig));
 }
 
+// Test hook: TRIDENT_TEST_SLOW_ASYNC_WRITE_S=<seconds> holds --async-save's writer that long
+// before it writes (a slow or hung disk).
+void slow_async_write_test_hook() {
+  if (const char* v = std::getenv("TRIDENT_TEST_SLOW_ASYNC_WRITE_S"))
+    std::this_thread::sleep_for(std::chrono::seconds(std::atoi(v)));
+}
+
 // Whether a load restores the optimizer state (and with it the LR schedule and loss scale).
 bool loads_optimizer_state(const TrainOptions& o) { return !o.no_load_optim && !o.finetune; }
 
@@ -332,6 +339,7 @@ void Trainer::save_checkpoint(SaveKind kind) {
   PendingSave& s = *save;
   s.writer = std::thread([&s] {
     try {
+      slow_async_write_test_hook();
       s.write_files();
     } catch (...) {
       s.error = std::current_exception();
@@ -484,6 +492,10 @@ void Trainer::commit_save() {
   const ProcessGrid& grid = par_->grid;
   Comm& world = *par_->world;
   const fs::path root = save.root;
+  // The previous --save-retain-interval removal, if still running, is waited for here, where
+  // every rank waits for this commit without a time limit: waited for after the barrier below,
+  // it would hold rank 0 while the others' next collective counts down to a false "stuck".
+  if (grid.rank == 0) join_retirement();
   if (grid.rank != 0 && !save.local) {
     send_string(world, save.records, 0);
   } else {

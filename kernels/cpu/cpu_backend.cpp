@@ -41,11 +41,12 @@ class CpuBackend final : public Backend {
 
   void copy_from_host(const Tensor& dst, const void* src) override {
     cpu::check_cpu("copy_from_host", dst);
-    std::memcpy(dst.data, src, dst.nbytes());
+    // An empty tensor's side may be a null pointer, which memcpy must not be given.
+    if (dst.nbytes() != 0) std::memcpy(dst.data, src, dst.nbytes());
   }
   void copy_to_host(void* dst, const Tensor& src) override {
     cpu::check_cpu("copy_to_host", src);
-    std::memcpy(dst, src.data, src.nbytes());
+    if (src.nbytes() != 0) std::memcpy(dst, src.data, src.nbytes());
   }
   void copy(const Tensor& dst, const Tensor& src) override {
     cpu::check_cpu("copy", dst);
@@ -53,7 +54,7 @@ class CpuBackend final : public Backend {
     CPU_CHECK("copy", dst.dtype == src.dtype && dst.numel() == src.numel(), "dst ",
               dst.shape.str(), " ", dtype_name(dst.dtype), " vs src ", src.shape.str(), " ",
               dtype_name(src.dtype));
-    if (dst.data != src.data) std::memmove(dst.data, src.data, src.nbytes());
+    if (dst.data != src.data && src.nbytes() != 0) std::memmove(dst.data, src.data, src.nbytes());
   }
   void fill(const Tensor& t, float value) override {
     cpu::check_cpu("fill", t);

@@ -12,6 +12,8 @@
 //  - Megatron's non-persistent checkpoints: saved, replaced, and resumed from when newer.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -447,6 +449,32 @@ TEST(TrainerCheckpoint, NonPersistentTieStopAndAsyncSave) {
   EXPECT_EQ(latest_iteration(dir), 6);
   EXPECT_EQ(read_previous_checkpoint(iteration_dir(dir, 6)).iteration, std::optional<int64_t>(4));
   fs::remove_all(dir);
+}
+
+// A run that stops for an error while its --async-save writer still writes (a slow or hung
+// disk) reports the error at once: waiting for the writer would keep a rank of a job silent
+// while the others' collectives time out and blame it. The writer here would take 60 s.
+TEST(TrainerCheckpoint, AnErrorDoesNotWaitForTheAsyncWriter) {
+  const fs::path dir = fresh_temp_dir("error_async_writer");
+  TrainOptions o = tiny_options();
+  o.save = dir.string();
+  o.async_save = true;
+  ASSERT_EQ(setenv("TRIDENT_TEST_SLOW_ASYNC_WRITE_S", "60", 1), 0);
+  auto be = make_cpu_backend();
+  std::ostringstream log;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(
+      {
+        Trainer tr(o, *be, synthetic_tokens(o), log);
+        tr.save_checkpoint();
+        throw IoError("a failure while the checkpoint is written");
+      },
+      IoError);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unsetenv("TRIDENT_TEST_SLOW_ASYNC_WRITE_S");
+  EXPECT_LT(s, 30.0) << log.str();
+  EXPECT_TRUE(has(log.str(), "in the background")) << log.str();
+  fs::remove_all(dir);  // the writer, asleep, ends with this process
 }
 
 // Local non-persistent checkpoints on one process (tests/mpi/local_checkpoints.sh runs them on
