@@ -10,6 +10,7 @@
 //  - --keep-last after a rollback keeps the resumed run's checkpoints and leaves the
 //    abandoned continuation above the pointer, named once in the log;
 //  - Megatron's non-persistent checkpoints: saved, replaced, and resumed from when newer.
+//  - an error while an --async-save writer still writes is not held up by it.
 #include <gtest/gtest.h>
 
 #include <chrono>
