@@ -36,12 +36,11 @@
 //
 // A checkpoint saved without args (NVIDIA's released GPT-2 345M) takes its shape from the
 // tensors (config_from_tensors in the .cpp). Otherwise the shape comes from the saved args
-// (argparse.Namespace): num_layers, hidden_size,
-// num_attention_heads, max_position_embeddings, seq_length, padded_vocab_size,
-// make_vocab_size_divisible_by, fp16/bf16, init_method_std, hidden/attention_dropout, the GELU
-// (bias_gelu_fusion false is the exact erf one, unless openai_gelu in the legacy model; args
-// without bias_gelu_fusion are Megatron-LM 1.x's: megatron_args.cpp); what trident's GPT-2
-// cannot represent (untied head, RMSNorm, SwiGLU,
+// (argparse.Namespace): num_layers, hidden_size, num_attention_heads, max_position_embeddings,
+// seq_length, padded_vocab_size, make_vocab_size_divisible_by, fp16/bf16, init_method_std,
+// hidden/attention_dropout, the GELU (bias_gelu_fusion false is the exact erf one, unless
+// openai_gelu in the legacy model; args without bias_gelu_fusion are Megatron-LM 1.x's:
+// megatron_args.cpp); what trident's GPT-2 cannot represent (untied head, RMSNorm, SwiGLU,
 // grouped-query attention, rotary positions, no linear biases, ffn_hidden_size != 4 x hidden,
 // eps != 1e-5, post-LayerNorm residuals, ...) is refused in one line naming the arg. Megatron's
 // args do not hold the real vocabulary size: it is `vocab_size` when given, else GPT-2's

@@ -222,19 +222,21 @@ Trainer::Trainer(const TrainOptions& opt, Backend& backend, std::unique_ptr<Samp
 }
 
 Trainer::~Trainer() {
-  // Unwinding for an error: the process is about to end (and abort the job), which must not
-  // wait for a checkpoint's removal; what is left is a *.del-* folder.
-  if (std::uncaught_exceptions() > 0 && retirement_.joinable()) retirement_.detach();
-  join_retirement();
-  // Nor for an --async-save writer still in flight (a slow or hung disk): waiting would keep
-  // this rank from reporting its error while the others' collectives time out and name it as
-  // stuck. The writer keeps its PendingSave (leaked) and the snapshot (SnapshotArena keeps
-  // its memory while unwinding); its uncommitted temporary folder is a dead writer's to the
-  // next save.
-  if (std::uncaught_exceptions() > 0 && pending_save_ && pending_save_->writer.joinable()) {
-    pending_save_->writer.detach();
-    (void)pending_save_.release();
+  // Unwinding for an error: the process is about to end (and abort the job), which must wait
+  // neither for a checkpoint's removal (what is left is a *.del-* folder) nor for an
+  // --async-save writer still in flight (a slow or hung disk): waiting would keep this rank
+  // from reporting its error while the others' collectives time out and name it as stuck.
+  // The writer keeps its PendingSave (leaked) and the snapshot (SnapshotArena keeps its
+  // memory while unwinding); its uncommitted temporary folder is a dead writer's to the next
+  // save.
+  if (std::uncaught_exceptions() > 0) {
+    if (retirement_.joinable()) retirement_.detach();
+    if (pending_save_ && pending_save_->writer.joinable()) {
+      pending_save_->writer.detach();
+      (void)pending_save_.release();
+    }
   }
+  join_retirement();
 }
 
 void Trainer::set_evaluation_data(std::unique_ptr<SampleSource> valid, std::unique_ptr<SampleSource> test) {

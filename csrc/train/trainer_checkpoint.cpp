@@ -580,8 +580,8 @@ void Trainer::retire_checkpoint(const fs::path& root, int64_t iteration) {
         << " (--save-retain-interval " << opt_.save_retain_interval << ")" << std::endl;
   log_progress("Deleted checkpoint\tIteration: " + std::to_string(iteration));
   // Its files go in the background, as Megatron's thread deletes them, so that the ranks do
-  // not wait for a large removal at their next collective; one at a time.
-  join_retirement();
+  // not wait for a large removal at their next collective; one at a time (commit_save waited
+  // for the previous one).
   const auto remove = [dir = r.moved_to] {
     std::error_code ec;
     fs::remove_all(dir, ec);  // what a failure leaves is a *.del-* folder (a later save of this host removes it)
