@@ -23,7 +23,11 @@ std::atomic<const char*> g_op{nullptr};
 }  // namespace
 
 CommWatchdog& job_watchdog() {
-  static std::unique_ptr<CommWatchdog> watchdog = [] {
+  // Never destroyed: the destructor joins the checking thread, and at exit a check stuck in
+  // the driver would hang that join when no limit is set to report it (0 minutes). The
+  // thread ends with the process; its checks read only atomics by then (NcclComm removes its
+  // own when destroyed).
+  static CommWatchdog* const watchdog = [] {
 #ifdef TRIDENT_HAVE_MPI
     const int rank = mpi_world_rank();  // asked once, from the communicating thread
 #else
@@ -55,7 +59,7 @@ CommWatchdog& job_watchdog() {
       if (waited <= limit_ns || g_since_ns.load() != since) return std::string();  // over in time
       return collective_timeout_message(g_op.load(), std::chrono::nanoseconds(waited));
     });
-    return w;
+    return w.release();
   }();
   return *watchdog;
 }

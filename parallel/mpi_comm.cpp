@@ -3,11 +3,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -359,7 +361,20 @@ void mpi_abort_job(int code) {
 void mpi_abort_job_from_watchdog(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
-  if (mpi_initialized()) MPI_Abort(MPI_COMM_WORLD, code);
+  if (mpi_initialized()) {
+    // MPI is initialised MPI_THREAD_FUNNELED, so MPI_Abort from this thread is outside the
+    // standard (Open MPI and MPICH accept it), and it could block on a lock that the stuck
+    // main thread holds. Should it neither end the process nor return, a timer does: a rank
+    // gone with a non-zero status makes mpirun end the job.
+    try {
+      std::thread([code] {
+        std::this_thread::sleep_for(std::chrono::seconds(30));
+        std::_Exit(code);
+      }).detach();
+    } catch (...) {  // no thread to be had: MPI_Abort alone
+    }
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   std::_Exit(code);
 }
 

@@ -23,7 +23,8 @@ int mpi_world_size();
 // used when one rank fails so the others never hang.
 [[noreturn]] void mpi_abort_job(int code);
 // The same from a watchdog thread: never returns through exit() (whose handlers would
-// destroy the watchdog on its own thread) even if MPI_Abort returns; _Exit instead.
+// destroy the watchdog on its own thread) even if MPI_Abort returns; _Exit instead, also
+// when MPI_Abort has not ended the process within 30 s.
 [[noreturn]] void mpi_abort_job_from_watchdog(int code);
 
 // How MpiComm reaches device buffers. A build with CUDA installs hooks on the CUDA runtime

@@ -13,15 +13,15 @@
 // add_scalar() waits for room (as the queue of TensorBoard's own writer, which Megatron
 // uses, does): no scalar is lost, and a disk that stops answering stops the run where it
 // can be seen. flush() waits until everything queued so far is written and flushed to the
-// OS; the destructor flushes and joins.
+// OS; close() also closes the file and reports any error, fclose()'s included (NFS reports a
+// failed write-back there). The destructor writes what is queued and joins, except while an
+// exception unwinds: then it leaves the thread to finish on its own, so that a hung disk does
+// not keep the error from being reported.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <deque>
-#include <mutex>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -51,30 +51,17 @@ class TensorBoardWriter {
   // Blocks until every scalar queued before the call is written and fflush()ed.
   // Throws IoError naming the file if a write failed.
   void flush();
+  // Writes everything queued, stops the thread and closes the file. Throws IoError naming
+  // the file if a write, a flush or the close failed. A second call does nothing; neither
+  // add_scalar nor flush may follow.
+  void close();
 
   const std::string& path() const { return path_; }
 
  private:
-  struct Item {
-    std::string tag;
-    float value;
-    int64_t step;
-    double wall_time;
-  };
-  void run();
-  void write_record(const std::string& payload);
-  void note_error(const char* what, int err);
-
+  struct Shared;  // the queue and the file: owned by the writer and its thread, until both end
+  std::shared_ptr<Shared> shared_;
   std::string path_;
-  std::FILE* file_ = nullptr;
-  size_t max_queue_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_work_, cv_done_, cv_room_;
-  std::deque<Item> queue_;
-  uint64_t queued_ = 0, written_ = 0, flushed_ = 0;  // guarded by mu_
-  bool stop_ = false;
-  std::string error_;  // first write error, guarded by mu_
-  int error_errno_ = 0;  // and its errno
   std::thread thread_;
 };
 

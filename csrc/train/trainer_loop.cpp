@@ -162,7 +162,7 @@ void Trainer::print_run_header() const {
 void Trainer::evaluate_only() {
   *out_ << "trident: skipping training (--skip-train): evaluating the model of iteration " << iteration_ << std::endl;
   final_evaluations(/*to_tensorboard=*/false);
-  if (tensorboard_) tensorboard_->flush();
+  if (tensorboard_) tensorboard_->close();
 }
 
 bool Trainer::stopped_before_training() {
@@ -176,7 +176,7 @@ bool Trainer::stopped_before_training() {
           << ": exiting without training" << std::endl;
   else
     return false;
-  if (tensorboard_) tensorboard_->flush();
+  if (tensorboard_) tensorboard_->close();
   return true;
 }
 
@@ -403,8 +403,9 @@ void Trainer::end_training(const TrainLoop& loop) {
   if (loop.saving && last_saved_iteration_ != iteration_) save_checkpoint();
   finish_save(/*wait=*/true);
   const bool completed = ends_complete(loop.stopped_by_signal);
-  // Every way out writes the event file to the end (a failed write is an error here too).
-  if (tensorboard_) tensorboard_->flush();
+  // Every way out writes the event file to the end and closes it (a failed write or close is
+  // an error here too).
+  if (tensorboard_) tensorboard_->close();
   if (!completed) return;
   const AllocatorStats st = be_.allocator().stats();
   *out_ << "trident: done, " << iteration_ << " iterations, " << consumed_samples_ << " samples; memory: "

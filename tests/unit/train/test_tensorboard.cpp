@@ -306,6 +306,66 @@ TEST_F(TensorBoardTest, FailedWriteStopsAddScalarWhileTheQueueIsFull) {
   EXPECT_EXIT(write_until_the_file_cannot_grow(dir_), ::testing::ExitedWithCode(0), "");
 }
 
+// close() writes everything queued and closes the file; a second close() does nothing, and
+// the writer refuses scalars after it.
+TEST_F(TensorBoardTest, CloseWritesEverythingOnce) {
+  TensorBoardWriter w(dir_.string());
+  for (int i = 0; i < 100; ++i) w.add_scalar("x", i, i, 3.0);
+  w.close();
+  const ReaderResult r = read_events(w.path());
+  ASSERT_EQ(r.status, 0);
+  ASSERT_EQ(r.lines.size(), 101u);
+  EXPECT_EQ(r.lines.back(), expected_line({"x", 99, 99, 3.0}));
+  EXPECT_NO_THROW(w.close());
+  EXPECT_THROW(w.add_scalar("x", 1, 100, 3.0), InternalError);
+  EXPECT_THROW(w.flush(), InternalError);
+}
+
+// Queues scalars that cannot all fit in a file limited to 4 KiB while the writer's thread is
+// held (the test hook), so that the write fails only after the last add_scalar: exits 0 when
+// close() threw IoError naming the event file.
+[[noreturn]] void close_after_a_failed_write(const fs::path& dir) {
+  alarm(60);
+  std::signal(SIGXFSZ, SIG_IGN);
+  const rlimit small{4096, 4096};
+  setrlimit(RLIMIT_FSIZE, &small);
+  setenv("TRIDENT_TEST_SLOW_TENSORBOARD_WRITE_S", "0.5", 1);
+  int code = 1;
+  try {
+    TensorBoardWriter w(dir.string());
+    for (int i = 0; i < 200; ++i) w.add_scalar("train/lm-loss-long-tag-name", i, i);
+    code = 2;
+    w.close();
+    code = 3;
+  } catch (const IoError& e) {
+    if (code == 2) code = std::string(e.what()).find("events.out.tfevents.") != std::string::npos ? 0 : 4;
+  }
+  std::_Exit(code);
+}
+
+TEST_F(TensorBoardTest, CloseReportsAFailedWrite) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(close_after_a_failed_write(dir_), ::testing::ExitedWithCode(0), "");
+}
+
+// An error that unwinds past the writer while its thread is stuck on the disk (held 60 s
+// here by the test hook) leaves at once: the thread finishes on its own.
+TEST_F(TensorBoardTest, AnErrorDoesNotWaitForTheWriterThread) {
+  ASSERT_EQ(setenv("TRIDENT_TEST_SLOW_TENSORBOARD_WRITE_S", "60", 1), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(
+      {
+        TensorBoardWriter w(dir_.string());
+        unsetenv("TRIDENT_TEST_SLOW_TENSORBOARD_WRITE_S");
+        w.add_scalar("x", 1, 1);
+        throw IoError("a failure while the thread writes");
+      },
+      IoError);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unsetenv("TRIDENT_TEST_SLOW_TENSORBOARD_WRITE_S");
+  EXPECT_LT(s, 30.0);
+}
+
 TEST_F(TensorBoardTest, UncreatableDirectoryNamesTheFlag) {
   fs::create_directories(dir_);
   const std::string file = (dir_ / "plain_file").string();
