@@ -299,8 +299,10 @@ class Trainer {
   void join_retirement();
   void log_saved_progress(bool async);
   bool progress_logged() const { return opt_.log_progress && !opt_.save.empty(); }  // Megatron's: into --save
-  // --exit-duration-in-mins: whether any rank has run out of time (collective when set).
+  // --exit-duration-in-mins: whether any rank has run out of time (collective when set), on
+  // the minutes since this process started (Megatron counts from its program's start).
   bool out_of_time() const;
+  static double minutes_since_start();
   // ConfigError unless the data covers the run from this position (trainer.cpp).
   // `range_skipped`: the samples skip ranges read past before `iteration`.
   void check_data_covers_run(int64_t iteration, uint64_t consumed, uint64_t consumed_valid,

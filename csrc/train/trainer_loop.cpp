@@ -1,7 +1,8 @@
 // Trainer::train(): the training loop and its steps (the run's header lines, each
 // iteration's log line and TensorBoard scalars, the evaluations and saves it asks for, the
 // exit checks, the end of training). The trainer's construction, iteration and evaluation are
-// in trainer.cpp, its checkpoints in trainer_checkpoint.cpp.
+// in trainer.cpp, its evaluation data and reports of evaluations in trainer_evaluation.cpp,
+// its other reports in trainer_reports.cpp, its checkpoints in trainer_checkpoint.cpp.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
