@@ -275,45 +275,57 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-}  // namespace
+// What the table's sections share, built once by run_kernel_bench (smaller inputs under --kernels-quick).
+struct BenchContext {
+  Bench& b;                       // the table: measures, numbers and prints the rows
+  Backend& be;                    // the CUDA backend the rows run on
+  const KernelBenchOptions& opt;  // the options (--kernels-once, --kernels-resume, ...)
+  const CudaStreamRef& ref;       // be's device and stream
+  bool q;                         // --kernels-quick: small inputs
+  DType bf;                       // bf16, the activations' type
+  int64_t G;                      // the square GEMMs' M = N = K
+  int64_t tok;                    // GPT-2 1.3B: tokens (8 x 1024)
+  int64_t C;                      // GPT-2 1.3B: hidden size
+  int64_t V;                      // GPT-2 1.3B: vocabulary (padded)
+  int64_t rows;                   // the memory-bound ops' activations: [rows, C]
+  double act;                     // bytes of one [rows, C] bf16 tensor
+};
 
-int run_kernel_bench(const KernelBenchOptions& opt) {
-  if (!cuda_available()) {
-    std::printf("trident-bench: no GPU visible; kernel benchmarks skipped\n");
-    return 0;
-  }
-  // Line-buffered even into a file: every row is out before a later abort or a kill.
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  auto backend = make_backend("cuda");
-  const CudaStreamRef ref = cuda_stream_of(*backend);
-  TRIDENT_CHECK(ref.valid(), "trident-bench: the CUDA backend has no stream");
-  Backend& be = *backend;
-  const cudaStream_t stream = static_cast<cudaStream_t>(ref.stream);
-  Bench b(be, stream, opt);
-  const bool q = opt.quick;
-  const DType bf = DType::BF16;
-  if (opt.resume == 0) {  // a rerun's rows continue the table of the run before
-    std::printf("trident-bench --kernels on %s%s\n", be.name().c_str(), q ? " (quick: small inputs)" : "");
-    std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
-  }
+// One GEMM row, in a section of its name: out[M, N] = a[M, K] w[N, K]^T in type t, run on `on`.
+void gemm_row(Bench& b, const std::string& name, int64_t M, int64_t N, int64_t K, DType t, Backend& on, int calls) {
+  b.section(name, [&] {
+    Buffer a = b.rnd(Shape{M, K}, t), w = b.rnd(Shape{N, K}, t), out = on.empty(Shape{M, N}, t);
+    b.add(name, dims({M, N, K}) + " " + dtype_name(t), 2.0 * M * N * K, true,
+          [&] { on.matmul(out, a, w, Tensor(), false, true, false); }, calls);
+  });
+}
 
-  // ---- ceilings: device copy (bandwidth) and a large bf16 GEMM (FLOP/s) ----------------
+// ---- ceilings: device copy (bandwidth) and a large bf16 GEMM (FLOP/s) ----------------
+// The rows "peak: device copy" and "peak: GEMM bf16", the "of peak" column's references.
+void bench_ceilings(const BenchContext& ctx) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const bool q = ctx.q;
+  const DType bf = ctx.bf;
+  const int64_t G = ctx.G;
   b.section("device copy", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // f32: 1 GiB
     Buffer src = b.rnd(Shape{n}, DType::F32), dst = be.empty(Shape{n}, DType::F32);
     b.add("peak: device copy", dims({n}) + " f32", 2.0 * n * 4, false, [&] { be.copy(dst, src); }, 20);
   });
-  auto gemm = [&](const std::string& name, int64_t M, int64_t N, int64_t K, DType t, Backend& on, int calls) {
-    b.section(name, [&] {
-      Buffer a = b.rnd(Shape{M, K}, t), w = b.rnd(Shape{N, K}, t), out = on.empty(Shape{M, N}, t);
-      b.add(name, dims({M, N, K}) + " " + dtype_name(t), 2.0 * M * N * K, true,
-            [&] { on.matmul(out, a, w, Tensor(), false, true, false); }, calls);
-    });
-  };
-  const int64_t G = q ? 1024 : 8192;
-  gemm("peak: GEMM bf16", G, G, G, bf, be, 20);
-  gemm("GEMM fp16", G, G, G, DType::F16, be, 20);
-  gemm("GEMM fp32 (TF32)", G, G, G, DType::F32, be, 10);
+  gemm_row(b, "peak: GEMM bf16", G, G, G, bf, be, 20);
+}
+
+// The GEMM rows: fp16, fp32 with and without TF32, GPT-2 1.3B's shapes and epilogues, decoding's, a layer's.
+void bench_gemms(const BenchContext& ctx) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const CudaStreamRef& ref = ctx.ref;
+  const bool q = ctx.q;
+  const DType bf = ctx.bf;
+  const int64_t G = ctx.G, tok = ctx.tok, C = ctx.C, V = ctx.V;
+  gemm_row(b, "GEMM fp16", G, G, G, DType::F16, be, 20);
+  gemm_row(b, "GEMM fp32 (TF32)", G, G, G, DType::F32, be, 10);
   b.section("GEMM fp32 (no TF32)", [&] {
     auto plain = make_cuda_backend(ref.device, {.allow_tf32 = false});
     Buffer a = b.rnd(Shape{G / 2, G / 2}, DType::F32), w = b.rnd(Shape{G / 2, G / 2}, DType::F32);
@@ -328,10 +340,8 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             true, ""});
   });
 
-  // GPT-2 1.3B shapes: 8 x 1024 tokens, hidden 2048, vocabulary 50304 (padded).
-  const int64_t tok = q ? 1024 : 8192, C = q ? 512 : 2048, V = q ? 4096 : 50304;
-  gemm("GEMM qkv (1.3b)", tok, 3 * C, C, bf, be, 20);
-  gemm("GEMM mlp up (1.3b)", tok, 4 * C, C, bf, be, 20);
+  gemm_row(b, "GEMM qkv (1.3b)", tok, 3 * C, C, bf, be, 20);
+  gemm_row(b, "GEMM mlp up (1.3b)", tok, 4 * C, C, bf, be, 20);
   b.section("GEMM mlp up+bias+GELU", [&] {
     // The same GEMM with its bias and GELU in cuBLASLt's epilogue (forward), and the
     // backward GEMM into the activation's gradient with the DGELU epilogue; compare their
@@ -350,7 +360,7 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("GEMM mlp, erf dgelu (bwd)", dims({tok, 4 * C, C}) + " bf16", 2.0 * tok * 4 * C * C, true,
           [&] { be.matmul_gelu_backward(out, dy, w2, pre, false, false, Gelu::Erf); }, 20);
   });
-  gemm("GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
+  gemm_row(b, "GEMM lm head (1.3b)", tok, V, C, bf, be, 10);
   b.section("GEMM decode", [&] {
     // Decoding's products, 8 rows (sequences) by a weight: cuBLASLt's, and the small-M GEMV
     // (TRIDENT_GEMM_GEMV=1). Bytes: the weight read once (what bounds them).
@@ -401,10 +411,16 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     with_env("TRIDENT_GEMM_AUTOTUNE=1",
              [&] { b.add("GEMMs of a layer, autotuned", dims({tok, C}) + " bf16 x12", flops, true, layer, 5); });
   });
+}
 
-  // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
-  const int64_t rows = q ? 4096 : 32768;
-  const double act = static_cast<double>(rows) * C * 2;  // bytes of one [rows, C] bf16 tensor
+// ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
+// The "layernorm" rows: forward, backward, with the residual and dropout, and their opt-in kernels.
+void bench_layernorm(const BenchContext& ctx) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const DType bf = ctx.bf;
+  const int64_t C = ctx.C, rows = ctx.rows;
+  const double act = ctx.act;
   b.section("layernorm", [&] {
     Buffer x = b.rnd(Shape{rows, C}, bf), out = be.empty(Shape{rows, C}, bf);
     Buffer g = b.rnd(Shape{C}, bf, 0.5f, 1.5f), beta = b.rnd(Shape{C}, bf);
@@ -447,6 +463,15 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             [&] { be.layernorm_forward(x, g, beta, out, mean, rstd); }, 20);
     });
   });
+}
+
+// The "bias gradient" rows and the GELUs' (tanh and erf), forward and backward.
+void bench_bias_gelu(const BenchContext& ctx) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const DType bf = ctx.bf;
+  const int64_t C = ctx.C, rows = ctx.rows;
+  const double act = ctx.act;
   b.section("bias gradient", [&] {
     // A projection's bias gradient (column sums of its output gradient), and training's
     // form: the output gradient through the hidden dropout (0.1) written in the same pass.
@@ -472,6 +497,14 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
             [&] { be.gelu_backward(dout, x, out, form); }, 20);
     });
   }
+}
+
+// The optimizer's rows: "adamw", "adamw multi-tensor" and the passes over the "gradient buffer".
+void bench_optimizer(const BenchContext& ctx) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const DType bf = ctx.bf;
+  const bool q = ctx.q;
   b.section("adamw", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // 268M parameters
     Buffer master = b.rnd(Shape{n}, DType::F32, -0.05f, 0.05f), grad = b.rnd(Shape{n}, bf, -1e-3f, 1e-3f);
@@ -542,6 +575,16 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("inf/nan check", dims({n}) + " bf16", 2.0 * n, false, [&] { be.has_inf_or_nan(g); }, 10);
     b.add("zero grads (fill 0)", dims({n}) + " bf16", 2.0 * n, false, [&] { be.fill(g, 0.0f); }, 10);
   });
+}
+
+// The "cross-entropy" rows over the [N, V] logits and the "embedding" rows, forward and backward.
+void bench_cross_entropy_embedding(const BenchContext& ctx) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const DType bf = ctx.bf;
+  const bool q = ctx.q;
+  const int64_t C = ctx.C, V = ctx.V, rows = ctx.rows;
+  const double act = ctx.act;
   b.section("cross-entropy", [&] {
     const int64_t N = q ? 1024 : 16384;
     Buffer logits = b.rnd(Shape{N, V}, bf, -4.f, 4.f), targets = b.ints(Shape{N}, static_cast<int32_t>(V - 47));
@@ -599,25 +642,26 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     b.add("embedding bwd, Zipf tokens", dims({N, C}) + " bf16, f32 grads", backward_bytes(zipf_ids), false,
           [&] { be.embedding_backward(dout, zipf_tokens, 0, T, dwte, dwpe); }, 10);
   });
+}
 
-  // ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
-  // The defaults (the wgmma kernels on an H100/H200), then the other kernels and tile shapes
-  // (AttnTiles in kernels/cuda/attention/attn_plans.cuh; the launchers read their environment variables at each
-  // call): the wgmma forward's 128-key tiles and the wgmma backward for D 64, the mma.sync
-  // kernels' defaults, 128-row forward blocks, doubled forward key tiles, double-buffered
-  // forward K/V, a double-buffered dK/dV kernel, the other dK/dV query tiles, (D 128) doubled
-  // dQ key tiles, and dQ added by the dK/dV kernel with atomics. The table ends with the
-  // fastest settings per head dim, which tools/gpu-check.sh trains with once more.
-  // Per head dim, the timed settings of the forward and of the backward (fastest_tiles).
-  std::map<int, std::pair<std::vector<TileCandidate>, std::vector<TileCandidate>>> candidates;
-  auto choice = [&](int D) {
-    auto& groups = candidates[D];
-    std::string line = "D";  // appended, not operator+: GCC 12 warns falsely (-Wrestrict) on the chain
-    line += std::to_string(D);
-    line += ": ";
-    line += fastest_tiles({&groups.first, &groups.second});
-    return line;
-  };
+// ---- attention, causal: gpt2-124m/345m's head dim 64 and gpt2-1.3b's 128 -------------
+// The defaults (the wgmma kernels on an H100/H200), then the other kernels and tile shapes
+// (AttnTiles in kernels/cuda/attention/attn_plans.cuh; the launchers read their environment variables at each
+// call): the wgmma forward's 128-key tiles and the wgmma backward for D 64, the mma.sync
+// kernels' defaults, 128-row forward blocks, doubled forward key tiles, double-buffered
+// forward K/V, a double-buffered dK/dV kernel, the other dK/dV query tiles, (D 128) doubled
+// dQ key tiles, and dQ added by the dK/dV kernel with atomics. The table ends with the
+// fastest settings per head dim, which tools/gpu-check.sh trains with once more.
+// Per head dim, the timed settings of the forward and of the backward (fastest_tiles).
+using AttentionCandidates = std::map<int, std::pair<std::vector<TileCandidate>, std::vector<TileCandidate>>>;
+
+// The "attention D64" and "attention D128" rows: the defaults, then every opt-in kernel and tile shape.
+void bench_attention(const BenchContext& ctx, AttentionCandidates& candidates) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const DType bf = ctx.bf;
+  const KernelBenchOptions& opt = ctx.opt;
+  const bool q = ctx.q;
   auto attention = [&](int B, int T, int H, int D) {
     b.section("attention D" + std::to_string(D), [&] {
       AttentionShape s;
@@ -871,14 +915,20 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   };
   attention(16, 1024, 32, 64);
   attention(8, 1024, 16, 128);
+}
 
-  // ---- attention over a KV cache: one decoding step (generation) ----------------------
-  // Memory-bound: the bytes are the caches' keys and values up to the position, read once
-  // (the query, the new rows and the output are 1/keys of it). Few (sequence, head) rows: the
-  // vector kernel splits each row's keys into ranges (cuda_attention_decode.cu). The calls
-  // take turns over copies of the caches that together pass 256 MB, so that each reads its
-  // caches from memory, not from the L2 (50 MB on an H100/H200), as the steps of a model's
-  // layers do.
+// ---- attention over a KV cache: one decoding step (generation) ----------------------
+// Memory-bound: the bytes are the caches' keys and values up to the position, read once
+// (the query, the new rows and the output are 1/keys of it). Few (sequence, head) rows: the
+// vector kernel splits each row's keys into ranges (cuda_attention_decode.cu). The calls
+// take turns over copies of the caches that together pass 256 MB, so that each reads its
+// caches from memory, not from the L2 (50 MB on an H100/H200), as the steps of a model's
+// layers do.
+// The "attn decode" rows: one step of generation over KV caches, by the vector kernel and the scalar one.
+void bench_attention_decode(const BenchContext& ctx) {
+  Bench& b = ctx.b;
+  Backend& be = ctx.be;
+  const DType bf = ctx.bf;
   b.section("attn decode", [&] {
     auto step = [&](int B, int keys, int H, int D, const char* what) {
       const double bytes = 2.0 * B * keys * H * D * 2;
@@ -908,6 +958,46 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
       step(8, 640, 12, 64, "124m x8, scalar");
     });
   });
+}
+
+}  // namespace
+
+int run_kernel_bench(const KernelBenchOptions& opt) {
+  if (!cuda_available()) {
+    std::printf("trident-bench: no GPU visible; kernel benchmarks skipped\n");
+    return 0;
+  }
+  // Line-buffered even into a file: every row is out before a later abort or a kill.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  auto backend = make_backend("cuda");
+  const CudaStreamRef ref = cuda_stream_of(*backend);
+  TRIDENT_CHECK(ref.valid(), "trident-bench: the CUDA backend has no stream");
+  Backend& be = *backend;
+  const cudaStream_t stream = static_cast<cudaStream_t>(ref.stream);
+  Bench b(be, stream, opt);
+  const bool q = opt.quick;
+  const DType bf = DType::BF16;
+  if (opt.resume == 0) {  // a rerun's rows continue the table of the run before
+    std::printf("trident-bench --kernels on %s%s\n", be.name().c_str(), q ? " (quick: small inputs)" : "");
+    std::printf("\n%-28s %-34s %10s %12s %9s\n", "kernel", "shape", "ms/call", "achieved", "of peak");
+  }
+
+  const int64_t G = q ? 1024 : 8192;
+  // GPT-2 1.3B shapes: 8 x 1024 tokens, hidden 2048, vocabulary 50304 (padded).
+  const int64_t tok = q ? 1024 : 8192, C = q ? 512 : 2048, V = q ? 4096 : 50304;
+  const int64_t rows = q ? 4096 : 32768;
+  const double act = static_cast<double>(rows) * C * 2;  // bytes of one [rows, C] bf16 tensor
+  const BenchContext ctx{b, be, opt, ref, q, bf, G, tok, C, V, rows, act};
+
+  bench_ceilings(ctx);
+  bench_gemms(ctx);
+  bench_layernorm(ctx);
+  bench_bias_gelu(ctx);
+  bench_optimizer(ctx);
+  bench_cross_entropy_embedding(ctx);
+  AttentionCandidates candidates;  // filled by bench_attention, read by the summary
+  bench_attention(ctx, candidates);
+  bench_attention_decode(ctx);
 
   // ---- the summary: the rows are out already ------------------------------------------
   // (--kernels-only leaves the peaks out: "of peak" then reads 0).
@@ -922,6 +1012,14 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
     std::printf("no tile or opt-in choices: a rerun past row %d measures part of the table\n", opt.resume);
     return 0;
   }
+  auto choice = [&](int D) {
+    auto& groups = candidates[D];
+    std::string line = "D";  // appended, not operator+: GCC 12 warns falsely (-Wrestrict) on the chain
+    line += std::to_string(D);
+    line += ": ";
+    line += fastest_tiles({&groups.first, &groups.second});
+    return line;
+  };
   for (const auto& c : candidates) std::printf("fastest attention tiles, %s\n", choice(c.first).c_str());
   // The opt-in kernels (environment switches away from the defaults) against the rows they
   // would replace, by fastest_tiles' rule; gpu-check trains with the faster ones too, so
