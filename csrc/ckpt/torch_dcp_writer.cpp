@@ -11,6 +11,7 @@
 #include "ckpt/pickle_writer.h"
 #include "ckpt/torch_file.h"
 #include "core/error.h"
+#include "core/write_fully.h"
 
 namespace trident {
 
@@ -44,14 +45,8 @@ DcpWriter::Piece DcpWriter::append(int rank, const std::string& bytes) {
     const int err = errno;
     if (f.fd < 0) throw_write_failure((dir_ / f.name).string() + ": cannot create: " + std::strerror(err), err);
   }
-  for (size_t done = 0; done < bytes.size();) {
-    const ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
-    const int err = n < 0 ? errno : 0;
-    if (err == EINTR) continue;
-    if (n <= 0)
-      throw_write_failure((dir_ / f.name).string() + ": cannot write: " + (err ? std::strerror(err) : "no progress"), err);
-    done += static_cast<size_t>(n);
-  }
+  if (const int err = write_fully(f.fd, bytes.data(), bytes.size()); err != 0)
+    throw_write_failure((dir_ / f.name).string() + ": cannot write: " + std::strerror(err), err);
   Piece p;
   p.file = f.name;
   p.offset = f.length;

@@ -1,5 +1,6 @@
 #include "train/tensorboard.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -10,11 +11,13 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "core/process_id.h"
+#include "core/write_fully.h"
 #include "tensorboard_event.pb.h"
 
 namespace trident {
@@ -47,6 +50,9 @@ double test_write_delay_s() {
   return v ? std::strtod(v, nullptr) : 0;
 }
 
+// How long the destructor, while an exception unwinds, lets the thread write what is queued.
+constexpr std::chrono::seconds kUnwindingWait(5);
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -74,7 +80,9 @@ std::string tfrecord_frame(const std::string& payload) {
 }
 
 // Shared by the writer and its thread, so that a thread left to finish on its own (the
-// writer destroyed while an exception unwinds) still has its queue and file.
+// writer destroyed while an exception unwinds) still has its queue and file. The file is a
+// plain descriptor written with write(2), not a stdio stream: exit() flushes every stream,
+// and would block on the stuck write of a thread left behind on a hung disk.
 struct TensorBoardWriter::Shared {
   struct Item {
     std::string tag;
@@ -83,27 +91,33 @@ struct TensorBoardWriter::Shared {
     double wall_time;
   };
 
-  Shared(std::string p, std::FILE* f, size_t max) : path(std::move(p)), file(f), max_queue(max) {}
+  Shared(std::string p, int f, size_t max) : path(std::move(p)), fd(f), max_queue(max) {}
   ~Shared() {
-    if (file) std::fclose(file);  // not close()d: nobody is told of an error here
+    if (fd >= 0) ::close(fd);  // not close()d: nobody is told of an error here
   }
   void run();
   void write_queued();
-  void write_record(const std::string& payload);
+  void write_frames(const std::string& frames);  // the constructor's before the thread starts, then the thread's
   void note_error(const std::string& what, int err);  // the first one only; mu held
-  [[noreturn]] void throw_error() const { throw_write_failure(path + ": " + error, error_errno); }
+  // IoError (StorageError for a full disk) for a failed write; a failure of the thread
+  // itself (out of memory) is a runtime error, as the tools report one elsewhere.
+  [[noreturn]] void throw_error() const {
+    if (thread_failed) throw std::runtime_error(path + ": " + error);
+    throw_write_failure(path + ": " + error, error_errno);
+  }
 
   const std::string path;
-  std::FILE* file;
+  int fd;
   const size_t max_queue;
   const double write_delay_s = test_write_delay_s();
   std::mutex mu;
   std::condition_variable work, done, room;
   std::deque<Item> queue;       // guarded by mu, as is everything below
-  uint64_t queued = 0, flushed = 0;
+  uint64_t queued = 0, written = 0;
   bool stop = false;            // the writer's: write what is queued, then end
   bool ended = false;           // the thread's: it has ended (stopped, or failed)
-  std::string error;            // the first write error
+  bool thread_failed = false;   // it ended on an exception of its own
+  std::string error;            // the first error
   int error_errno = 0;          // and its errno (0: not a system call's)
 };
 
@@ -113,11 +127,8 @@ void TensorBoardWriter::Shared::note_error(const std::string& what, int err) {
   error_errno = err;
 }
 
-// Called by the constructor (before the thread starts) and by the thread only.
-void TensorBoardWriter::Shared::write_record(const std::string& payload) {
-  const std::string frame = tfrecord_frame(payload);
-  if (std::fwrite(frame.data(), 1, frame.size(), file) != frame.size()) {
-    const int err = errno;
+void TensorBoardWriter::Shared::write_frames(const std::string& frames) {
+  if (const int err = write_fully(fd, frames.data(), frames.size()); err != 0) {
     std::lock_guard<std::mutex> lock(mu);
     note_error(std::string("write failed: ") + std::strerror(err), err);
   }
@@ -130,6 +141,7 @@ void TensorBoardWriter::Shared::run() {
     write_queued();
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(mu);
+    thread_failed = error.empty();
     note_error(std::string("the event writer's thread failed: ") + e.what(), 0);
   }
   std::lock_guard<std::mutex> lock(mu);
@@ -138,10 +150,11 @@ void TensorBoardWriter::Shared::run() {
   room.notify_all();
 }
 
-// Takes everything queued, encodes and writes it outside the lock, and fflush()es each
-// time the queue runs empty, so flush() and close() see complete files.
+// Takes everything queued, encodes it outside the lock and writes it in one write(2), so that
+// flush() and close() see complete files.
 void TensorBoardWriter::Shared::write_queued() {
   std::vector<Item> batch;
+  std::string frames;
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
     work.wait(lock, [&] { return stop || !queue.empty(); });
@@ -151,6 +164,7 @@ void TensorBoardWriter::Shared::write_queued() {
     room.notify_all();  // room for add_scalar's waiters
     lock.unlock();
     if (write_delay_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(write_delay_s));
+    frames.clear();
     for (const Item& it : batch) {
       tensorflow::Event ev;
       ev.set_wall_time(it.wall_time);
@@ -158,13 +172,11 @@ void TensorBoardWriter::Shared::write_queued() {
       tensorflow::Summary::Value* v = ev.mutable_summary()->add_value();
       v->set_tag(it.tag);
       v->set_simple_value(it.value);
-      write_record(ev.SerializeAsString());
+      frames += tfrecord_frame(ev.SerializeAsString());
     }
-    const bool flush_ok = std::fflush(file) == 0;
-    const int flush_errno = errno;
+    write_frames(frames);
     lock.lock();
-    if (!flush_ok) note_error(std::string("flush failed: ") + std::strerror(flush_errno), flush_errno);
-    flushed += batch.size();
+    written += batch.size();
     done.notify_all();
   }
 }
@@ -178,48 +190,37 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) {
   const long long seconds = static_cast<long long>(now_seconds());
   const std::string base = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(seconds) + "." +
                                                           host_name())).string();
-  // "x": fail rather than overwrite another writer's file of the same second.
-  std::FILE* file = nullptr;
-  for (int n = 0; !file && n < 1000; ++n) {
+  // O_EXCL: fail rather than overwrite another writer's file of the same second.
+  int fd = -1;
+  for (int n = 0; fd < 0 && n < 1000; ++n) {
     path_ = n == 0 ? base : base + "." + std::to_string(n);
-    std::error_code ec;  // a path that cannot be looked at: fopen says why
-    if (!std::filesystem::exists(path_, ec)) file = std::fopen(path_.c_str(), "wbx");
+    std::error_code ec;  // a path that cannot be looked at: open says why
+    if (!std::filesystem::exists(path_, ec)) fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
   }
-  if (!file) {
+  if (fd < 0) {
     const int err = errno;
     throw_write_failure<ConfigError>(
         "--tensorboard-dir: cannot create an event file in " + dir + ": " + std::strerror(err), err);
   }
   // From here on, a failure closes and removes the file: no event file left behind.
-  auto remove_file = [&] {
-    shared_.reset();  // closes it
-    std::remove(path_.c_str());
-  };
   try {
-    shared_ = std::make_shared<Shared>(path_, file, max_queue);
+    shared_ = std::make_shared<Shared>(path_, fd, max_queue);
   } catch (...) {
-    std::fclose(file);
+    ::close(fd);
     std::remove(path_.c_str());
     throw;
   }
-  tensorflow::Event first;
-  first.set_wall_time(now_seconds());
-  first.set_file_version("brain.Event:2");
-  shared_->write_record(first.SerializeAsString());
-  if (std::fflush(file) != 0) {
-    const int err = errno;
-    shared_->note_error(std::string("flush failed: ") + std::strerror(err), err);
-  }
-  if (!shared_->error.empty()) {  // a full disk
-    const std::string error = shared_->error;
-    const int err = shared_->error_errno;
-    remove_file();
-    throw_write_failure<ConfigError>("--tensorboard-dir: " + path_ + ": " + error, err);
-  }
   try {
+    tensorflow::Event first;
+    first.set_wall_time(now_seconds());
+    first.set_file_version("brain.Event:2");
+    shared_->write_frames(tfrecord_frame(first.SerializeAsString()));
+    if (!shared_->error.empty())  // a full disk
+      throw_write_failure<ConfigError>("--tensorboard-dir: " + path_ + ": " + shared_->error, shared_->error_errno);
     thread_ = std::thread([s = shared_] { s->run(); });
   } catch (...) {
-    remove_file();
+    shared_.reset();  // closes the file
+    std::remove(path_.c_str());
     throw;
   }
 }
@@ -231,12 +232,19 @@ TensorBoardWriter::~TensorBoardWriter() {
     shared_->stop = true;
   }
   shared_->work.notify_all();
-  // Unwinding for an error: the thread writes what is queued on its own and closes the file
-  // when it ends (its Shared outlives this), or the process ends first.
-  if (std::uncaught_exceptions() > 0)
-    thread_.detach();
-  else
+  // Unwinding for an error: the last scalars (a NaN loss's iterations) are still written when
+  // the disk answers, but a hung one must not keep the error from being reported. A thread
+  // that has not ended in time is left to end on its own (its Shared outlives this), or with
+  // the process.
+  bool ended = true;
+  if (std::uncaught_exceptions() > 0) {
+    std::unique_lock<std::mutex> lock(shared_->mu);
+    ended = shared_->done.wait_for(lock, kUnwindingWait, [this] { return shared_->ended; });
+  }
+  if (ended)
     thread_.join();
+  else
+    thread_.detach();
 }
 
 void TensorBoardWriter::add_scalar(const std::string& tag, double value, int64_t step) {
@@ -264,7 +272,7 @@ void TensorBoardWriter::flush() {
   std::unique_lock<std::mutex> lock(s.mu);
   const uint64_t target = s.queued;
   s.work.notify_one();
-  s.done.wait(lock, [&] { return s.flushed >= target || s.ended; });
+  s.done.wait(lock, [&] { return s.written >= target || s.ended; });
   if (!s.error.empty()) s.throw_error();
 }
 
@@ -277,9 +285,9 @@ void TensorBoardWriter::close() {
   }
   s.work.notify_all();
   thread_.join();
-  // The thread has ended: the rest is this thread's alone.
-  std::FILE* file = std::exchange(s.file, nullptr);
-  if (std::fclose(file) != 0) {
+  // The thread has ended: the rest is this thread's alone. NFS reports a failed write-back at
+  // the close.
+  if (::close(std::exchange(s.fd, -1)) != 0) {
     const int err = errno;
     s.note_error(std::string("close failed: ") + std::strerror(err), err);
   }

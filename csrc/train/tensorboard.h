@@ -12,11 +12,11 @@
 // training loop does not wait for the disk. The queue is bounded; when it is full,
 // add_scalar() waits for room (as the queue of TensorBoard's own writer, which Megatron
 // uses, does): no scalar is lost, and a disk that stops answering stops the run where it
-// can be seen. flush() waits until everything queued so far is written and flushed to the
-// OS; close() also closes the file and reports any error, fclose()'s included (NFS reports a
-// failed write-back there). The destructor writes what is queued and joins, except while an
-// exception unwinds: then it leaves the thread to finish on its own, so that a hung disk does
-// not keep the error from being reported.
+// can be seen. flush() waits until everything queued so far is written to the OS (write(2));
+// close() also closes the file and reports any error, the close's included (NFS reports a
+// failed write-back there). The destructor writes what is queued and joins; while an
+// exception unwinds it waits a few seconds at most, then leaves the thread to finish on its
+// own, so that a hung disk does not keep the error from being reported.
 #pragma once
 
 #include <cstddef>
@@ -48,7 +48,7 @@ class TensorBoardWriter {
   // file when an earlier write failed.
   void add_scalar(const std::string& tag, double value, int64_t step);
   void add_scalar(const std::string& tag, double value, int64_t step, double wall_time);
-  // Blocks until every scalar queued before the call is written and fflush()ed.
+  // Blocks until every scalar queued before the call is written.
   // Throws IoError naming the file if a write failed.
   void flush();
   // Writes everything queued, stops the thread and closes the file. Throws IoError naming
