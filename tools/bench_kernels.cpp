@@ -275,7 +275,11 @@ std::string dims(std::initializer_list<int64_t> d) {
   return s;
 }
 
-// What the table's sections share, built once by run_kernel_bench (smaller inputs under --kernels-quick).
+// Per head dim, the timed settings of the forward and of the backward (fastest_tiles).
+using AttentionCandidates = std::map<int, std::pair<std::vector<TileCandidate>, std::vector<TileCandidate>>>;
+
+// What the table's sections share, built once by run_kernel_bench (smaller inputs under
+// --kernels-quick), and the sections.
 struct BenchContext {
   Bench& b;                       // the table: measures, numbers and prints the rows
   Backend& be;                    // the CUDA backend the rows run on
@@ -289,6 +293,16 @@ struct BenchContext {
   int64_t V;                      // GPT-2 1.3B: vocabulary (padded)
   int64_t rows;                   // the memory-bound ops' activations: [rows, C]
   double act;                     // bytes of one [rows, C] bf16 tensor
+
+  // The sections, in the table's order.
+  void bench_ceilings() const;
+  void bench_gemms() const;
+  void bench_layernorm() const;
+  void bench_bias_gelu() const;
+  void bench_optimizer() const;
+  void bench_cross_entropy_embedding() const;
+  void bench_attention(AttentionCandidates& candidates) const;
+  void bench_attention_decode() const;
 };
 
 // One GEMM row, in a section of its name: out[M, N] = a[M, K] w[N, K]^T in type t, run on `on`.
@@ -302,12 +316,7 @@ void gemm_row(Bench& b, const std::string& name, int64_t M, int64_t N, int64_t K
 
 // ---- ceilings: device copy (bandwidth) and a large bf16 GEMM (FLOP/s) ----------------
 // The rows "peak: device copy" and "peak: GEMM bf16", the "of peak" column's references.
-void bench_ceilings(const BenchContext& ctx) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const bool q = ctx.q;
-  const DType bf = ctx.bf;
-  const int64_t G = ctx.G;
+void BenchContext::bench_ceilings() const {
   b.section("device copy", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // f32: 1 GiB
     Buffer src = b.rnd(Shape{n}, DType::F32), dst = be.empty(Shape{n}, DType::F32);
@@ -317,13 +326,7 @@ void bench_ceilings(const BenchContext& ctx) {
 }
 
 // The GEMM rows: fp16, fp32 with and without TF32, GPT-2 1.3B's shapes and epilogues, decoding's, a layer's.
-void bench_gemms(const BenchContext& ctx) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const CudaStreamRef& ref = ctx.ref;
-  const bool q = ctx.q;
-  const DType bf = ctx.bf;
-  const int64_t G = ctx.G, tok = ctx.tok, C = ctx.C, V = ctx.V;
+void BenchContext::bench_gemms() const {
   gemm_row(b, "GEMM fp16", G, G, G, DType::F16, be, 20);
   gemm_row(b, "GEMM fp32 (TF32)", G, G, G, DType::F32, be, 10);
   b.section("GEMM fp32 (no TF32)", [&] {
@@ -415,12 +418,7 @@ void bench_gemms(const BenchContext& ctx) {
 
 // ---- memory-bound ops, bf16 activations [rows, C] -------------------------------------
 // The "layernorm" rows: forward, backward, with the residual and dropout, and their opt-in kernels.
-void bench_layernorm(const BenchContext& ctx) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const DType bf = ctx.bf;
-  const int64_t C = ctx.C, rows = ctx.rows;
-  const double act = ctx.act;
+void BenchContext::bench_layernorm() const {
   b.section("layernorm", [&] {
     Buffer x = b.rnd(Shape{rows, C}, bf), out = be.empty(Shape{rows, C}, bf);
     Buffer g = b.rnd(Shape{C}, bf, 0.5f, 1.5f), beta = b.rnd(Shape{C}, bf);
@@ -466,12 +464,7 @@ void bench_layernorm(const BenchContext& ctx) {
 }
 
 // The "bias gradient" rows and the GELUs' (tanh and erf), forward and backward.
-void bench_bias_gelu(const BenchContext& ctx) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const DType bf = ctx.bf;
-  const int64_t C = ctx.C, rows = ctx.rows;
-  const double act = ctx.act;
+void BenchContext::bench_bias_gelu() const {
   b.section("bias gradient", [&] {
     // A projection's bias gradient (column sums of its output gradient), and training's
     // form: the output gradient through the hidden dropout (0.1) written in the same pass.
@@ -500,11 +493,7 @@ void bench_bias_gelu(const BenchContext& ctx) {
 }
 
 // The optimizer's rows: "adamw", "adamw multi-tensor" and the passes over the "gradient buffer".
-void bench_optimizer(const BenchContext& ctx) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const DType bf = ctx.bf;
-  const bool q = ctx.q;
+void BenchContext::bench_optimizer() const {
   b.section("adamw", [&] {
     const int64_t n = q ? (int64_t{1} << 22) : (int64_t{1} << 28);  // 268M parameters
     Buffer master = b.rnd(Shape{n}, DType::F32, -0.05f, 0.05f), grad = b.rnd(Shape{n}, bf, -1e-3f, 1e-3f);
@@ -578,13 +567,7 @@ void bench_optimizer(const BenchContext& ctx) {
 }
 
 // The "cross-entropy" rows over the [N, V] logits and the "embedding" rows, forward and backward.
-void bench_cross_entropy_embedding(const BenchContext& ctx) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const DType bf = ctx.bf;
-  const bool q = ctx.q;
-  const int64_t C = ctx.C, V = ctx.V, rows = ctx.rows;
-  const double act = ctx.act;
+void BenchContext::bench_cross_entropy_embedding() const {
   b.section("cross-entropy", [&] {
     const int64_t N = q ? 1024 : 16384;
     Buffer logits = b.rnd(Shape{N, V}, bf, -4.f, 4.f), targets = b.ints(Shape{N}, static_cast<int32_t>(V - 47));
@@ -652,16 +635,9 @@ void bench_cross_entropy_embedding(const BenchContext& ctx) {
 // forward K/V, a double-buffered dK/dV kernel, the other dK/dV query tiles, (D 128) doubled
 // dQ key tiles, and dQ added by the dK/dV kernel with atomics. The table ends with the
 // fastest settings per head dim, which tools/gpu-check.sh trains with once more.
-// Per head dim, the timed settings of the forward and of the backward (fastest_tiles).
-using AttentionCandidates = std::map<int, std::pair<std::vector<TileCandidate>, std::vector<TileCandidate>>>;
 
 // The "attention D64" and "attention D128" rows: the defaults, then every opt-in kernel and tile shape.
-void bench_attention(const BenchContext& ctx, AttentionCandidates& candidates) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const DType bf = ctx.bf;
-  const KernelBenchOptions& opt = ctx.opt;
-  const bool q = ctx.q;
+void BenchContext::bench_attention(AttentionCandidates& candidates) const {
   auto attention = [&](int B, int T, int H, int D) {
     b.section("attention D" + std::to_string(D), [&] {
       AttentionShape s;
@@ -925,10 +901,7 @@ void bench_attention(const BenchContext& ctx, AttentionCandidates& candidates) {
 // caches from memory, not from the L2 (50 MB on an H100/H200), as the steps of a model's
 // layers do.
 // The "attn decode" rows: one step of generation over KV caches, by the vector kernel and the scalar one.
-void bench_attention_decode(const BenchContext& ctx) {
-  Bench& b = ctx.b;
-  Backend& be = ctx.be;
-  const DType bf = ctx.bf;
+void BenchContext::bench_attention_decode() const {
   b.section("attn decode", [&] {
     auto step = [&](int B, int keys, int H, int D, const char* what) {
       const double bytes = 2.0 * B * keys * H * D * 2;
@@ -989,15 +962,15 @@ int run_kernel_bench(const KernelBenchOptions& opt) {
   const double act = static_cast<double>(rows) * C * 2;  // bytes of one [rows, C] bf16 tensor
   const BenchContext ctx{b, be, opt, ref, q, bf, G, tok, C, V, rows, act};
 
-  bench_ceilings(ctx);
-  bench_gemms(ctx);
-  bench_layernorm(ctx);
-  bench_bias_gelu(ctx);
-  bench_optimizer(ctx);
-  bench_cross_entropy_embedding(ctx);
+  ctx.bench_ceilings();
+  ctx.bench_gemms();
+  ctx.bench_layernorm();
+  ctx.bench_bias_gelu();
+  ctx.bench_optimizer();
+  ctx.bench_cross_entropy_embedding();
   AttentionCandidates candidates;  // filled by bench_attention, read by the summary
-  bench_attention(ctx, candidates);
-  bench_attention_decode(ctx);
+  ctx.bench_attention(candidates);
+  ctx.bench_attention_decode();
 
   // ---- the summary: the rows are out already ------------------------------------------
   // (--kernels-only leaves the peaks out: "of peak" then reads 0).
