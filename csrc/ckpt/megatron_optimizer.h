@@ -140,7 +140,7 @@ std::optional<double> scalar_value(const TorchFile& f, const pickle::Value& v, c
 std::optional<int64_t> step_value(const TorchFile& f, const pickle::Value& v, const std::string& what);
 
 // A learning-rate scheduler's state dict `s` (`what` of `f`) in trident's trainer_state fields,
-// which are Megatron's OptimizerParamScheduler.state_dict() names (trainer_checkpoint.cpp's
+// which are Megatron's OptimizerParamScheduler.state_dict() names (train/scheduler_state.cpp's
 // scheduler_fields; num_steps is the position in samples); Megatron-DeepSpeed's AnnealingLR
 // (warmup_steps, decay_steps, decay_style; also counted in samples) renamed to them. Megatron-LM's
 // older AnnealingLR, counted in iterations, is not read: trident-train then takes the command

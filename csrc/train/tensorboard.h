@@ -52,8 +52,10 @@ class TensorBoardWriter {
   // Throws IoError naming the file if a write failed.
   void flush();
   // Writes everything queued, stops the thread and closes the file. Throws IoError naming
-  // the file if a write, a flush or the close failed. A second call does nothing; neither
-  // add_scalar nor flush may follow.
+  // the file if a write or the close failed. A second call does nothing; neither add_scalar
+  // nor flush may follow.
+  // (All three throw a std::runtime_error naming the file when the writer's thread itself
+  // failed: out of memory.)
   void close();
 
   const std::string& path() const { return path_; }

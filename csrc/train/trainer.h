@@ -135,7 +135,8 @@ class Trainer {
   // The layers of each of this stage's model chunks (one without an interleaved pipeline).
   std::vector<LayerRange> chunk_layers() const;
 
-  // Checkpoints (trainer_checkpoint.cpp). Collective over all ranks.
+  // Checkpoints (trainer_checkpoint.cpp; loading in trainer_checkpoint_load.cpp). Collective
+  // over all ranks.
   // Writes DIR/iter_NNNNNNN (opt.save) and makes it the latest; prunes to --keep-last. With
   // --async-save the files are written in the background and the commit waits for
   // finish_save. A non-persistent save goes to opt.non_persistent_dir(opt.save) and, once
