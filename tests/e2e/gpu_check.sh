@@ -288,8 +288,11 @@ echo "ok: the run ends by its deadline with its summary ($took s)"
 # A TERM (the device tool at its limit) stops the step in flight and prints the summary of
 # what ran; the step's log is kept.
 mkdir -p "$work/term"
+# The step's sleep has a length of its own (this test's pid in it), so that looking for it
+# finds no other process: an earlier case's, another test's, a shell's command line.
+term_sleep=300.$$
 OUT=$work/term TRIDENT_BUILD_DIR=$work/build GPU_CHECK_SKIP_TESTS=1 GPU_CHECK_NCU=0 GPU_CHECK_GENERATE=0 \
-  FAKE_BENCH_CALLS=$work/calls GPU_CHECK_WITHOUT_GPU=1 FAKE_BENCH_TRAIN_SLEEP=300 \
+  FAKE_BENCH_CALLS=$work/calls GPU_CHECK_WITHOUT_GPU=1 FAKE_BENCH_TRAIN_SLEEP=$term_sleep \
   bash "$repo/tools/gpu-check.sh" >"$work/term.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do grep -q -- "--config" "$calls" && break; sleep 0.2; done
@@ -305,9 +308,9 @@ grep -q "^attention fwd (causal) .* 68.7 TF/s" <(sed -n '/summary/,$p' "$work/te
   fail "stopped by TERM: the kernel table is not in the summary"
 grep -q "^==== train-gpt2-1.3b-bf16.log ====" "$work/term/training.log" || fail "stopped by TERM: the step's log is lost"
 # (the step's own child got the TERM too, from timeout: a loaded machine may take a moment to
-# end it, so it has 3 s)
-for _ in $(seq 15); do pgrep -f "sleep 300" >/dev/null || break; sleep 0.2; done
-! pgrep -f "sleep 300" >/dev/null || fail "stopped by TERM: the step in flight still runs"
+# end it, so it has 10 s)
+for _ in $(seq 50); do pgrep -f "sleep $term_sleep" >/dev/null || break; sleep 0.2; done
+! pgrep -f "sleep $term_sleep" >/dev/null || fail "stopped by TERM: the step in flight still runs"
 grep -q "result: FAILED" "$work/term/gpu-check.log" || fail "stopped by TERM: the summary is not in gpu-check.log"
 echo "ok: a TERM ends the step in flight and prints the summary ($took s)"
 
