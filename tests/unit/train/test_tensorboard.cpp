@@ -279,14 +279,24 @@ TEST_F(TensorBoardTest, BoundedQueueWaitsForRoomAndLosesNothing) {
   for (int i = 0; i < n; ++i) ASSERT_EQ(r.lines[i + 1], expected_line({"q", static_cast<double>(i), i, 1.0})) << i;
 }
 
-// Writes scalars through a 2-entry queue into a file that cannot grow past 4 KiB
-// (RLIMIT_FSIZE, as a full disk) and exits 0 when add_scalar threw IoError naming the
-// event file (the run stops at a scalar, not at the end); alarm() ends a hang.
-[[noreturn]] void write_until_the_file_cannot_grow(const fs::path& dir) {
+// A death test's child as on a full disk: no file may grow past 4 KiB (RLIMIT_FSIZE, with
+// SIGXFSZ ignored, so that the write fails), and alarm() ends a hang.
+void limit_files_to_4_kib() {
   alarm(60);
   std::signal(SIGXFSZ, SIG_IGN);
   const rlimit small{4096, 4096};
   setrlimit(RLIMIT_FSIZE, &small);
+}
+
+bool names_the_event_file(const IoError& e) {
+  return std::string(e.what()).find("events.out.tfevents.") != std::string::npos;
+}
+
+// Writes scalars through a 2-entry queue into a file that cannot grow past 4 KiB and exits 0
+// when add_scalar threw IoError naming the event file (the run stops at a scalar, not at the
+// end).
+[[noreturn]] void write_until_the_file_cannot_grow(const fs::path& dir) {
+  limit_files_to_4_kib();
   int code = 1;
   try {
     TensorBoardWriter w(dir.string(), 2);
@@ -294,7 +304,7 @@ TEST_F(TensorBoardTest, BoundedQueueWaitsForRoomAndLosesNothing) {
     code = 3;
     w.flush();
   } catch (const IoError& e) {
-    if (code == 1) code = std::string(e.what()).find("events.out.tfevents.") != std::string::npos ? 0 : 2;
+    if (code == 1) code = names_the_event_file(e) ? 0 : 2;
   }
   std::_Exit(code);
 }
@@ -325,10 +335,7 @@ TEST_F(TensorBoardTest, CloseWritesEverythingOnce) {
 // held (the test hook), so that the write fails only after the last add_scalar: exits 0 when
 // close() threw IoError naming the event file.
 [[noreturn]] void close_after_a_failed_write(const fs::path& dir) {
-  alarm(60);
-  std::signal(SIGXFSZ, SIG_IGN);
-  const rlimit small{4096, 4096};
-  setrlimit(RLIMIT_FSIZE, &small);
+  limit_files_to_4_kib();
   setenv("TRIDENT_TEST_SLOW_TENSORBOARD_WRITE_S", "0.5", 1);
   int code = 1;
   try {
@@ -338,7 +345,7 @@ TEST_F(TensorBoardTest, CloseWritesEverythingOnce) {
     w.close();
     code = 3;
   } catch (const IoError& e) {
-    if (code == 2) code = std::string(e.what()).find("events.out.tfevents.") != std::string::npos ? 0 : 4;
+    if (code == 2) code = names_the_event_file(e) ? 0 : 4;
   }
   std::_Exit(code);
 }
