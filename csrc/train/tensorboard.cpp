@@ -97,6 +97,7 @@ struct TensorBoardWriter::Shared {
   }
   void run();
   void write_queued();
+  void request_stop();  // the writer's: the thread writes what is queued, then ends
   void write_frames(const std::string& frames);  // the constructor's before the thread starts, then the thread's
   void note_error(const std::string& what, int err);  // the first one only; mu held
   // IoError (StorageError for a full disk) for a failed write; a failure of the thread
@@ -125,6 +126,14 @@ void TensorBoardWriter::Shared::note_error(const std::string& what, int err) {
   if (!error.empty()) return;
   error = what;
   error_errno = err;
+}
+
+void TensorBoardWriter::Shared::request_stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  work.notify_all();
 }
 
 void TensorBoardWriter::Shared::write_frames(const std::string& frames) {
@@ -227,11 +236,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, size_t max_queue) {
 
 TensorBoardWriter::~TensorBoardWriter() {
   if (!thread_.joinable()) return;  // closed
-  {
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    shared_->stop = true;
-  }
-  shared_->work.notify_all();
+  shared_->request_stop();
   // Unwinding for an error: the last scalars (a NaN loss's iterations) are still written when
   // the disk answers, but a hung one must not keep the error from being reported. A thread
   // that has not ended in time is left to end on its own (its Shared outlives this), or with
@@ -279,11 +284,7 @@ void TensorBoardWriter::flush() {
 void TensorBoardWriter::close() {
   if (!thread_.joinable()) return;
   Shared& s = *shared_;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.stop = true;
-  }
-  s.work.notify_all();
+  s.request_stop();
   thread_.join();
   // The thread has ended: the rest is this thread's alone. NFS reports a failed write-back at
   // the close.
